@@ -1,0 +1,1 @@
+"""The `ppb` command: every stage of the chain without Dagster."""

@@ -1,0 +1,369 @@
+"""The run config: sub-models, parallel setup, training, device; read and validated with clear errors.
+
+Every problem is an `InputError` naming the file, the field (dotted) and what is wrong. Files a
+run config names (HuggingFace config.json, census files) are read relative to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ppb_core.devices import DEVICE_CATALOG, DeviceProfile
+from ppb_core.errors import InputError
+from ppb_core.hf import read_hf_config
+from ppb_core.spec import ModelSpec, StrictModel
+from ppb_core.switches import SWITCHES
+
+Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
+Dtype = Literal["bf16", "fp16", "fp32"]
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+# Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
+
+Switches = dict[Annotated[str, Field(pattern="|".join(SWITCHES))], Annotated[int, Field(ge=0, le=1)]]
+
+
+class SubModel(StrictModel):
+    """One model in the pipeline: its architecture from a config.json or an explicit spec."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
+    spec: ModelSpec | None = None
+    census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
+    recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
+    pad_vocab_multiple: PositiveInt | None = Field(
+        None, description="pad the vocabulary to a multiple of this times tp (Megatron's divisible-by)"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SubModel:
+        if (self.config is None) == (self.spec is None):
+            raise ValueError("give exactly one of config (a config.json) or spec (explicit fields)")
+        return self
+
+
+class Parallel(StrictModel):
+    dp: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    vpp: PositiveInt = Field(1, description="virtual pipeline chunks per stage")
+    cp: PositiveInt = 1
+    cp_variant: Literal["ring", "ulysses"] = "ring"
+    ep: PositiveInt = 1
+    etp: PositiveInt | None = Field(None, description="expert tensor parallel; defaults to tp")
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 1
+    fsdp: bool = False
+    schedule: Schedule = "1f1b"
+    world_size: PositiveInt | None = None
+    devices_per_node: PositiveInt = 8
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def sp(self) -> int:
+        """The sequence-parallel split of the activations TP leaves whole."""
+        return self.tp if self.sequence_parallel else 1
+
+    @property
+    def shard_level(self) -> int:
+        """What DP shards: 1 optimizer states, 2 and gradients, 3 (or FSDP) and parameters."""
+        return 3 if self.fsdp else self.zero
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Parallel:
+        if self.schedule == "interleaved" and self.vpp < 2:
+            raise ValueError("schedule interleaved needs vpp >= 2")
+        if self.schedule in ("1f1b", "gpipe") and self.vpp > 1:
+            raise ValueError(f"vpp {self.vpp} needs schedule interleaved (or dualpipev with vpp 2)")
+        if self.schedule == "dualpipev" and self.vpp != 2:
+            raise ValueError("schedule dualpipev runs two chunks per stage: set vpp 2")
+        if self.pp == 1 and self.schedule != "1f1b":
+            raise ValueError(f"schedule {self.schedule} needs pp > 1")
+        product = self.dp * self.tp * self.pp * self.cp
+        if self.world_size is not None and product != self.world_size:
+            raise ValueError(
+                f"dp·tp·pp·cp = {self.dp}·{self.tp}·{self.pp}·{self.cp} = {product} does not match "
+                f"world_size {self.world_size}"
+            )
+        # Experts are laid out over the data-parallel (and context-parallel) ranks of a TP group.
+        expert_ranks = self.dp * self.cp * self.tp
+        if expert_ranks % (self.ep * self.expert_tp):
+            raise ValueError(
+                f"ep·etp = {self.ep}·{self.expert_tp} does not divide dp·cp·tp = {expert_ranks}"
+            )
+        return self
+
+
+class MoeTraining(StrictModel):
+    dropless: bool = True
+    capacity_factor: PositiveFloat = 1.0
+    # Dropless routing is imbalanced: the busiest rank gets this many times its fair share.
+    dropless_imbalance: Annotated[float, Field(ge=1.0)] = 1.0
+
+
+class Training(StrictModel):
+    seq_length: PositiveInt
+    micro_batch_size: PositiveInt = 1
+    micro_batches: PositiveInt = 1
+    dtype: Dtype = "bf16"
+    grad_bytes: Literal[2, 4] = Field(4, description="main-gradient bytes (fp32 accumulation is 4)")
+    optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
+    optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
+    flash_attention: bool = True
+    dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
+    recompute: Switches = Field(default_factory=dict)
+    moe: MoeTraining = Field(default_factory=MoeTraining)
+
+    @field_validator("dropout")
+    @classmethod
+    def _rate(cls, value: float | None) -> float | None:
+        if value is not None and value >= 1:
+            raise ValueError("dropout is a rate below 1")
+        return value
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def state_bytes(self) -> int:
+        return self.optimizer_state_bytes or OPTIMIZER_STATE_BYTES[self.optimizer]
+
+
+class Device(StrictModel):
+    """A catalog device, any figure of which the run config may override."""
+
+    name: str | None = None
+    memory_mb: PositiveInt | None = None
+    reserved_mb: NonNegativeInt = Field(0, description="held back for the framework and fragmentation")
+    peak_tflops: PositiveFloat | None = Field(None, description="dense 16-bit tensor TFLOPS")
+    hbm_bandwidth_gbs: PositiveFloat | None = None
+    intra_node_bandwidth_gbs: PositiveFloat | None = None
+    inter_node_bandwidth_gbs: PositiveFloat | None = None
+    matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+        None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
+    )
+    memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+
+    @model_validator(mode="after")
+    def _known(self) -> Device:
+        if self.name is None and self.memory_mb is None:
+            raise ValueError("give a catalog name or memory_mb")
+        if self.name is not None and self.name not in DEVICE_CATALOG:
+            raise ValueError(f"unknown device {self.name!r} (catalog: {', '.join(DEVICE_CATALOG)})")
+        return self
+
+    def profile(self) -> DeviceProfile:
+        """The catalog figures with this config's overrides applied."""
+        base = DEVICE_CATALOG[self.name] if self.name else DEVICE_CATALOG["generic"]
+        overrides = {
+            key: value
+            for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items()
+            if value is not None
+        }
+        return base.replace(**overrides)
+
+    @property
+    def usable_mb(self) -> float:
+        return self.profile().memory_mb - self.reserved_mb
+
+
+class PPBOptions(StrictModel):
+    """Post-processing of the descriptions: which bodies the balancer sees as one."""
+
+    combined: list[list[tuple[str, str]]] = Field(default_factory=list)
+
+    @field_validator("combined")
+    @classmethod
+    def _types(cls, groups: list[list[tuple[str, str]]]) -> list[list[tuple[str, str]]]:
+        for group in groups:
+            for _, node in group:
+                if node.upper() not in ("HEAD", "BODY", "TAIL"):
+                    raise ValueError(f"{node!r} is not one of head, body, tail")
+        return groups
+
+
+class RunConfig(StrictModel):
+    name: str
+    models: Annotated[list[SubModel], Field(min_length=1)]
+    parallel: Parallel = Field(default_factory=Parallel)
+    training: Training
+    device: Device
+    ppb: PPBOptions = Field(default_factory=PPBOptions)
+    # Filled by the loader: each sub-model's architecture, and where the file was.
+    specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
+    source: str = Field("", exclude=True)
+    base_dir: str = Field(".", exclude=True)
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def spec(self, model: str) -> ModelSpec:
+        return self.specs[model]
+
+    def switches(self, model: str) -> dict[str, int]:
+        """The selective switches a model's layers run (SLCT): training's, then the model's own."""
+        sub = next(m for m in self.models if m.name == model)
+        stated = {**self.training.recompute, **(sub.recompute or {})}
+        return {name: int(stated.get(name, 1)) for name in SWITCHES}
+
+    def vocab_size(self, model: str) -> int:
+        """The vocabulary as trained: padded where the model asks for it."""
+        sub = next(m for m in self.models if m.name == model)
+        vocab = self.specs[model].vocab_size
+        if sub.pad_vocab_multiple:
+            multiple = sub.pad_vocab_multiple * self.parallel.tp
+            vocab = math.ceil(vocab / multiple) * multiple
+        return vocab
+
+    @property
+    def total_body_layers(self) -> int:
+        return sum(spec.num_layers for spec in self.specs.values())
+
+
+def _pydantic_error(err: ValidationError, source: str) -> InputError:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or None
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        problem = "unknown field"
+    elif kind == "missing":
+        problem = "missing, and required"
+    else:
+        problem = first["msg"].removeprefix("Value error, ")
+        if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
+            problem = f"{problem} (got {first['input']!r})"
+    return InputError(source, where, problem)
+
+
+def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, where: str) -> None:
+    """Combinations a model and the parallel setup cannot run together."""
+    par = run.parallel
+    field = f"models.{index}"
+    if spec.num_attention_heads % par.tp:
+        raise InputError(where, f"{field}.num_attention_heads",
+                         f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}")
+    if not spec.is_mla and spec.kv_heads % par.tp and par.tp % spec.kv_heads:
+        raise InputError(where, f"{field}.num_key_value_heads",
+                         f"{spec.kv_heads} key/value heads and tp {par.tp}: neither divides the other")
+    if run.vocab_size(sub.name) % par.tp:
+        raise InputError(where, f"{field}.vocab_size",
+                         f"{spec.vocab_size} is not divisible by tp {par.tp} (set pad_vocab_multiple to pad it)")
+    if spec.is_moe and spec.num_experts % par.ep:
+        raise InputError(where, f"{field}.num_experts",
+                         f"{spec.num_experts} experts are not divisible by ep {par.ep}")
+    if par.cp > 1 and par.cp_variant == "ulysses" and spec.num_attention_heads % (par.tp * par.cp):
+        raise InputError(where, "parallel.cp",
+                         f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp "
+                         f"= {par.tp * par.cp}")
+    if spec.position_embedding == "learned" and run.training.seq_length > spec.max_position_embeddings:
+        raise InputError(where, "training.seq_length",
+                         f"{run.training.seq_length} exceeds {sub.name}'s {spec.max_position_embeddings} "
+                         "learned positions")
+
+
+def _check_run(run: RunConfig, where: str) -> None:
+    par, train = run.parallel, run.training
+    cells = par.pp * par.vpp
+    if run.total_body_layers < cells:
+        raise InputError(where, "parallel.pp",
+                         f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells")
+    if train.seq_length % par.cp:
+        raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
+    if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):
+        raise InputError(where, "training.seq_length",
+                         f"ring attention splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks")
+    if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
+        raise InputError(where, "training.seq_length",
+                         f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}")
+    for name in ("memory_mb",):
+        if run.device.profile().memory_mb <= run.device.reserved_mb:
+            raise InputError(where, f"device.{name}", "no memory left after reserved_mb")
+    names = run.model_names
+    if len(set(names)) != len(names):
+        raise InputError(where, "models", "two models share a name")
+    for group in run.ppb.combined:
+        for model, _ in group:
+            if model not in names:
+                raise InputError(where, "ppb.combined", f"no model named {model!r}")
+
+
+def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:
+    """A validated `RunConfig` from parsed YAML; referenced files are read relative to *base_dir*."""
+    where = str(source)
+    if not isinstance(raw, dict):
+        raise InputError(where, None, "expected a mapping at the top level")
+    raw = dict(raw)
+    raw.setdefault("name", Path(where).stem)
+    try:
+        run = RunConfig(**raw)
+    except ValidationError as err:
+        raise _pydantic_error(err, where) from None
+    base = Path(base_dir)
+    specs: dict[str, ModelSpec] = {}
+    for sub in run.models:
+        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
+        if sub.census is not None and not (base / sub.census).is_file():
+            raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
+    run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    for index, sub in enumerate(run.models):
+        _check_model(run, index, sub, specs[sub.name], where)
+    _check_run(run, where)
+    return run
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read, validate and resolve a run config file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, None, "is a directory, not a run config") from None
+    except OSError as err:
+        raise InputError(path, None, f"cannot read: {err.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid"
+        raise InputError(path, None, f"not valid YAML{at}: {problem}") from None
+    return parse_run_config(raw, path, path.parent)
+
+
+def config_hash(path: str | Path) -> str:
+    """A content hash of a run config and every file it names, so any change makes it stale."""
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes())
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return digest.hexdigest()
+    for sub in raw.get("models", []) if isinstance(raw, dict) else []:
+        for key in ("config", "census"):
+            ref = sub.get(key) if isinstance(sub, dict) else None
+            if isinstance(ref, str) and (path.parent / ref).is_file():
+                digest.update((path.parent / ref).read_bytes())
+    return digest.hexdigest()

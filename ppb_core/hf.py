@@ -1,0 +1,241 @@
+"""HuggingFace `config.json` files read into a `ModelSpec`, the fields each architecture really uses.
+
+A config.json carries many fields ppb has no use for (token ids, rope scaling, initializer
+ranges, ...): those are ignored. A field the architecture needs and the file lacks, or a value
+that cannot be, is an `InputError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ppb_core.errors import InputError
+from ppb_core.spec import ModelSpec
+
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
+
+_ACTIVATIONS = {
+    "silu": "swiglu",  # HF's silu MLPs are all gated (gate_proj, up_proj, down_proj)
+    "swiglu": "swiglu",
+    "gelu": "gelu",
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "gelu_fast": "gelu",
+    "relu": "relu",
+}
+
+
+class _Fields:
+    """Reads one config.json's fields with errors that name the file and the field."""
+
+    def __init__(self, raw: Mapping[str, Any], source: str) -> None:
+        self.raw = raw
+        self.source = source
+
+    def need(self, name: str, kind: type = int) -> Any:
+        if name not in self.raw or self.raw[name] is None:
+            raise InputError(self.source, name, "missing, and this architecture needs it")
+        return self._typed(name, self.raw[name], kind)
+
+    def get(self, name: str, default: Any, kind: type = int) -> Any:
+        value = self.raw.get(name)
+        return default if value is None else self._typed(name, value, kind)
+
+    def _typed(self, name: str, value: Any, kind: type) -> Any:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise InputError(self.source, name, f"expected true or false, got {value!r}")
+            return value
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(self.source, name, f"expected an integer, got {value!r}")
+            return value
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(self.source, name, f"expected a number, got {value!r}")
+            return float(value)
+        if kind is str:
+            if not isinstance(value, str):
+                raise InputError(self.source, name, f"expected a string, got {value!r}")
+            return value
+        if kind is list:
+            if not isinstance(value, list):
+                raise InputError(self.source, name, f"expected a list, got {value!r}")
+            return value
+        raise TypeError(kind)
+
+    def activation(self, name: str) -> str:
+        value = self.get(name, "silu", str)
+        if value not in _ACTIVATIONS:
+            raise InputError(self.source, name, f"unsupported activation {value!r}")
+        return _ACTIVATIONS[value]
+
+
+def _llama_like(f: _Fields, family: str) -> dict[str, Any]:
+    """Llama, Mistral, Qwen2 and Qwen3: RMSNorm, rotary positions, gated MLP, GQA."""
+    fields: dict[str, Any] = {
+        "family": family,
+        "vocab_size": f.need("vocab_size"),
+        "hidden_size": f.need("hidden_size"),
+        "num_layers": f.need("num_hidden_layers"),
+        "num_attention_heads": f.need("num_attention_heads"),
+        "num_key_value_heads": f.get("num_key_value_heads", None),
+        "head_dim": f.get("head_dim", None),
+        "intermediate_size": f.need("intermediate_size"),
+        "activation": f.activation("hidden_act"),
+        "tied_embeddings": f.get("tie_word_embeddings", False, bool),
+        "max_position_embeddings": f.get("max_position_embeddings", 4096),
+        "attention_dropout": f.get("attention_dropout", 0.0, float),
+    }
+    if family in ("llama", "qwen3", "qwen3_moe"):
+        bias = f.get("attention_bias", False, bool)
+        fields["attention_bias"] = fields["attention_output_bias"] = bias
+    if family == "llama":
+        fields["mlp_bias"] = f.get("mlp_bias", False, bool)
+    if family in ("qwen2", "qwen2_moe"):
+        # Qwen2 always has q/k/v biases and none on the output projection.
+        fields["attention_bias"] = True
+    if family in ("qwen3", "qwen3_moe"):
+        fields["qk_norm"] = True
+    return fields
+
+
+def _mixtral(f: _Fields) -> dict[str, Any]:
+    fields = _llama_like(f, "mixtral")
+    fields.update(
+        num_experts=f.need("num_local_experts"),
+        experts_per_token=f.need("num_experts_per_tok"),
+        moe_intermediate_size=fields["intermediate_size"],
+    )
+    return fields
+
+
+def _qwen_moe(f: _Fields, family: str) -> dict[str, Any]:
+    fields = _llama_like(f, family)
+    fields.update(
+        num_experts=f.need("num_experts"),
+        experts_per_token=f.need("num_experts_per_tok"),
+        moe_intermediate_size=f.need("moe_intermediate_size"),
+        moe_layer_frequency=f.get("decoder_sparse_step", 1),
+        dense_layers=tuple(f.get("mlp_only_layers", [], list)),
+    )
+    if family == "qwen2_moe":
+        shared = f.get("shared_expert_intermediate_size", 0)
+        if shared:
+            fields.update(shared_experts=1, shared_expert_intermediate_size=shared, shared_expert_gate=True)
+    return fields
+
+
+def _deepseek_v3(f: _Fields) -> dict[str, Any]:
+    layers = f.need("num_hidden_layers")
+    first_dense = f.get("first_k_dense_replace", 0)
+    frequency = f.get("moe_layer_freq", 1)
+    routed = f.get("n_routed_experts", 0)
+    bias = f.get("attention_bias", False, bool)
+    fields: dict[str, Any] = {
+        "family": "deepseek_v3",
+        "vocab_size": f.need("vocab_size"),
+        "hidden_size": f.need("hidden_size"),
+        "num_layers": layers,
+        "num_attention_heads": f.need("num_attention_heads"),
+        "num_key_value_heads": f.get("num_key_value_heads", None),
+        "intermediate_size": f.need("intermediate_size"),
+        "activation": f.activation("hidden_act"),
+        "tied_embeddings": f.get("tie_word_embeddings", False, bool),
+        "max_position_embeddings": f.get("max_position_embeddings", 4096),
+        "attention_dropout": f.get("attention_dropout", 0.0, float),
+        "attention_bias": bias,
+        "attention_output_bias": bias,
+        "q_lora_rank": f.get("q_lora_rank", 0),
+        "kv_lora_rank": f.need("kv_lora_rank"),
+        "qk_nope_head_dim": f.need("qk_nope_head_dim"),
+        "qk_rope_head_dim": f.need("qk_rope_head_dim"),
+        "v_head_dim": f.need("v_head_dim"),
+        "mtp_layers": f.get("num_nextn_predict_layers", 0),
+    }
+    if routed:
+        fields.update(
+            num_experts=routed,
+            experts_per_token=f.need("num_experts_per_tok"),
+            moe_intermediate_size=f.need("moe_intermediate_size"),
+            shared_experts=f.get("n_shared_experts", 0),
+            first_dense_layers=first_dense,
+            # DeepSeek counts MoE layers from first_k_dense_replace in steps of moe_layer_freq.
+            dense_layers=tuple(i for i in range(first_dense, layers) if i % frequency),
+        )
+    return fields
+
+
+def _gpt2(f: _Fields) -> dict[str, Any]:
+    hidden = f.need("n_embd")
+    inner = f.get("n_inner", None)
+    return {
+        "family": "gpt2",
+        "vocab_size": f.need("vocab_size"),
+        "hidden_size": hidden,
+        "num_layers": f.need("n_layer"),
+        "num_attention_heads": f.need("n_head"),
+        "intermediate_size": inner or 4 * hidden,
+        "activation": f.activation("activation_function"),
+        "norm": "layernorm",
+        "norm_bias": True,
+        "tied_embeddings": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": f.need("n_positions"),
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": f.get("attn_pdrop", 0.0, float),
+        "hidden_dropout": f.get("resid_pdrop", 0.0, float),
+    }
+
+
+_READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
+    "llama": lambda f: _llama_like(f, "llama"),
+    "mistral": lambda f: _llama_like(f, "mistral"),
+    "qwen2": lambda f: _llama_like(f, "qwen2"),
+    "qwen3": lambda f: _llama_like(f, "qwen3"),
+    "mixtral": _mixtral,
+    "qwen2_moe": lambda f: _qwen_moe(f, "qwen2_moe"),
+    "qwen3_moe": lambda f: _qwen_moe(f, "qwen3_moe"),
+    "deepseek_v3": _deepseek_v3,
+    "gpt2": _gpt2,
+}
+
+
+def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSpec:
+    """The `ModelSpec` of a parsed HuggingFace config.json."""
+    if not isinstance(raw, Mapping):
+        raise InputError(source, None, "expected a JSON object")
+    model_type = raw.get("model_type")
+    if model_type not in _READERS:
+        supported = ", ".join(SUPPORTED)
+        raise InputError(source, "model_type", f"{model_type!r} is not supported (supported: {supported})")
+    fields = _READERS[model_type](_Fields(raw, source))
+    try:
+        return ModelSpec(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise InputError(source, where, first["msg"].removeprefix("Value error, ")) from None
+
+
+def read_hf_config(path: str | Path) -> ModelSpec:
+    """Read and map a HuggingFace config.json file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except OSError as err:
+        raise InputError(path, None, f"cannot read: {err.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+    return spec_from_hf(raw, str(path))

@@ -1,0 +1,224 @@
+"""Layer kinds: everything the memory and time models need to know of a layer, hashable.
+
+Two layers of one kind cost the same, so the chain evaluates each kind once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Norm:
+    kind: str  # "rmsnorm" | "layernorm"
+    bias: bool
+
+    @property
+    def params_per_feature(self) -> int:
+        return 2 if self.bias else 1
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Causal self-attention: multi-head, grouped-query, or latent (MLA, kv_lora_rank > 0)."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    qkv_bias: bool
+    out_bias: bool
+    qk_norm: bool
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_head_dim(self) -> int:
+        """Per-head width of queries and keys."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """A dense feed-forward block; gated (SwiGLU: three matrices) or not (GeLU: two)."""
+
+    hidden_size: int
+    intermediate_size: int
+    gated: bool
+    bias: bool
+    activation: str
+
+    @property
+    def matrices(self) -> int:
+        return 3 if self.gated else 2
+
+
+@dataclass(frozen=True)
+class Moe:
+    """Routed experts (top-k of num_experts), optional shared experts, and a router."""
+
+    hidden_size: int
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    gated: bool
+    activation: str
+    shared_experts: int = 0
+    shared_intermediate_size: int = 0  # width of each shared expert
+    shared_expert_gate: bool = False
+
+    @property
+    def matrices(self) -> int:
+        return 3 if self.gated else 2
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """A transformer layer: norm, attention, norm, MLP or MoE."""
+
+    name: str
+    attention: Attention
+    mlp: Mlp | Moe
+    norm: Norm
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+
+    @property
+    def is_moe(self) -> bool:
+        return isinstance(self.mlp, Moe)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.attention.hidden_size
+
+
+@dataclass(frozen=True)
+class HeadKind:
+    """The embedding: token table, and learned positions where the model has them."""
+
+    name: str
+    vocab_size: int
+    hidden_size: int
+    learned_positions: int  # 0 with rotary or no positions
+    tied: bool
+    hidden_dropout: float = 0.0
+
+
+@dataclass(frozen=True)
+class TailKind:
+    """Final norm, output head and loss, and the multi-token-prediction modules where there are some."""
+
+    name: str
+    vocab_size: int
+    hidden_size: int
+    norm: Norm
+    tied: bool
+    mtp_layers: int = 0
+    mtp_body: BodyKind | None = None
+
+
+LayerKind = BodyKind | HeadKind | TailKind
+
+
+def _attention(spec: ModelSpec) -> Attention:
+    if spec.is_mla:
+        return Attention(
+            hidden_size=spec.hidden_size,
+            num_heads=spec.num_attention_heads,
+            num_kv_heads=spec.kv_heads,
+            head_dim=spec.qk_nope_head_dim + spec.qk_rope_head_dim,
+            qkv_bias=spec.attention_bias,
+            out_bias=spec.attention_output_bias,
+            qk_norm=False,
+            q_lora_rank=spec.q_lora_rank,
+            kv_lora_rank=spec.kv_lora_rank,
+            qk_nope_head_dim=spec.qk_nope_head_dim,
+            qk_rope_head_dim=spec.qk_rope_head_dim,
+            v_head_dim=spec.v_head_dim,
+        )
+    return Attention(
+        hidden_size=spec.hidden_size,
+        num_heads=spec.num_attention_heads,
+        num_kv_heads=spec.kv_heads,
+        head_dim=spec.attention_head_dim,
+        qkv_bias=spec.attention_bias,
+        out_bias=spec.attention_output_bias,
+        qk_norm=spec.qk_norm,
+    )
+
+
+def _norm(spec: ModelSpec) -> Norm:
+    return Norm(spec.norm, spec.norm_bias)
+
+
+def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> BodyKind:
+    """The kind of body layer *index*; *dropout* (the run's override) replaces the model's rates."""
+    attention = _attention(spec)
+    mlp: Mlp | Moe
+    moe = spec.layer_is_moe(index)
+    if moe:
+        assert spec.moe_intermediate_size is not None
+        mlp = Moe(
+            hidden_size=spec.hidden_size,
+            num_experts=spec.num_experts,
+            experts_per_token=spec.experts_per_token,
+            expert_intermediate_size=spec.moe_intermediate_size,
+            gated=spec.gated,
+            activation=spec.activation,
+            shared_experts=spec.shared_experts,
+            shared_intermediate_size=(spec.shared_expert_intermediate_size or spec.moe_intermediate_size)
+            if spec.shared_experts
+            else 0,
+            shared_expert_gate=spec.shared_expert_gate,
+        )
+    else:
+        mlp = Mlp(spec.hidden_size, spec.intermediate_size, spec.gated, spec.mlp_bias, spec.activation)
+    name = ("moe" if moe else "dense") + ("_mla" if spec.is_mla else "")
+    return BodyKind(
+        name=name,
+        attention=attention,
+        mlp=mlp,
+        norm=_norm(spec),
+        attention_dropout=spec.attention_dropout if dropout is None else dropout,
+        hidden_dropout=spec.hidden_dropout if dropout is None else dropout,
+    )
+
+
+def head_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) -> HeadKind:
+    return HeadKind(
+        name="embedding",
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        learned_positions=spec.max_position_embeddings if spec.position_embedding == "learned" else 0,
+        tied=spec.tied_embeddings,
+        hidden_dropout=spec.hidden_dropout if dropout is None else dropout,
+    )
+
+
+def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) -> TailKind:
+    mtp_body = None
+    if spec.mtp_layers:
+        # An MTP module's transformer layer is one of the model's last (MoE, where there are experts).
+        mtp_body = body_kind(spec, spec.num_layers - 1, dropout)
+    return TailKind(
+        name="output" + ("_mtp" if spec.mtp_layers else ""),
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        norm=_norm(spec),
+        tied=spec.tied_embeddings,
+        mtp_layers=spec.mtp_layers,
+        mtp_body=mtp_body,
+    )

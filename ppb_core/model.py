@@ -1,0 +1,138 @@
+"""The layer walk: each sub-model's HEAD, BODY layers and TAIL, and the (chunk, stage) cell each sits in.
+
+Body layers of all sub-models, in pipeline order, fill the P·V cells in the order the schedule
+runs them (chunk by chunk; DualPipe-V's second chunk comes back from the last stage). The
+default split is uniform with the extra layers on the last cells, as hand-written offsets do.
+A sub-model's HEAD sits just before its first body layer and its TAIL just after its last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ppb_core.config import RunConfig
+from ppb_core.errors import InputError
+from ppb_core.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
+
+HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
+
+
+@dataclass(frozen=True)
+class Layer:
+    model_name: str
+    node: str  # HEAD | BODY | TAIL
+    kind: LayerKind
+    index: int  # body layer index within its model; -1 for the HEAD, num_layers for the TAIL
+    chunk: int
+    stage: int
+
+
+@dataclass(frozen=True)
+class KindSlot:
+    """One distinct (model, node, kind) and how many layers of the walk are of it."""
+
+    model_name: str
+    node: str
+    kind: LayerKind
+    count: int
+
+
+@dataclass(frozen=True)
+class LayerWalk:
+    stages: int
+    chunks: int
+    layers: tuple[Layer, ...]
+    cell_counts: tuple[tuple[int, ...], ...] = field(default=())  # [chunk][stage] body layers
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def distinct(self) -> list[KindSlot]:
+        """Each distinct (model, node, kind) in order of first appearance, with its count."""
+        counts: dict[tuple[str, str, LayerKind], int] = {}
+        for layer in self.layers:
+            key = (layer.model_name, layer.node, layer.kind)
+            counts[key] = counts.get(key, 0) + 1
+        return [KindSlot(m, n, k, c) for (m, n, k), c in counts.items()]
+
+    def in_cell(self, chunk: int, stage: int) -> list[Layer]:
+        return [layer for layer in self.layers if layer.chunk == chunk and layer.stage == stage]
+
+
+def cell_order(stages: int, chunks: int, schedule: str = "1f1b") -> list[tuple[int, int]]:
+    """The (chunk, stage) cells in the order consecutive layers fill them."""
+    order: list[tuple[int, int]] = []
+    for chunk in range(chunks):
+        stage_order = range(stages)
+        if schedule == "dualpipev" and chunk % 2 == 1:
+            stage_order = range(stages - 1, -1, -1)
+        order.extend((chunk, stage) for stage in stage_order)
+    return order
+
+
+def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b") -> list[list[int]]:
+    """Body layers per [chunk][stage]: the same in every cell, the remainder on the last cells."""
+    cells = cell_order(stages, chunks, schedule)
+    base, extra = divmod(layers, len(cells))
+    counts = [[0] * stages for _ in range(chunks)]
+    for position, (chunk, stage) in enumerate(cells):
+        counts[chunk][stage] = base + (1 if position >= len(cells) - extra else 0)
+    return counts
+
+
+def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> LayerWalk:
+    """Every layer of the run in pipeline order, placed in its cell.
+
+    *cell_counts* ([chunk][stage] body layers) replaces the uniform split, e.g. with a plan's.
+    """
+    par = run.parallel
+    stages, chunks = par.pp, par.vpp
+    total = run.total_body_layers
+    counts = [list(row) for row in cell_counts] if cell_counts is not None else uniform_split(
+        total, stages, chunks, par.schedule
+    )
+    if len(counts) != chunks or any(len(row) != stages for row in counts):
+        raise InputError(run.source, "cell_counts", f"expected {chunks} chunks of {stages} stages")
+    if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
+        raise InputError(run.source, "cell_counts", f"counts must be non-negative and add up to {total} layers")
+    cells: list[tuple[int, int]] = []
+    for chunk, stage in cell_order(stages, chunks, par.schedule):
+        cells.extend([(chunk, stage)] * counts[chunk][stage])
+
+    dropout = run.training.dropout
+    layers: list[Layer] = []
+    position = 0
+    for sub in run.models:
+        spec = run.spec(sub.name)
+        vocab = run.vocab_size(sub.name)
+        first_cell = cells[position]
+        layers.append(Layer(sub.name, HEAD, head_kind(spec, vocab, dropout), -1, *first_cell))
+        for index in range(spec.num_layers):
+            layers.append(Layer(sub.name, BODY, body_kind(spec, index, dropout), index, *cells[position]))
+            position += 1
+        layers.append(Layer(sub.name, TAIL, tail_kind(spec, vocab, dropout), spec.num_layers, *cells[position - 1]))
+    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
+
+
+def is_body(kind: LayerKind) -> bool:
+    return isinstance(kind, BodyKind)
+
+
+__all__ = [
+    "BODY",
+    "HEAD",
+    "TAIL",
+    "BodyKind",
+    "HeadKind",
+    "KindSlot",
+    "Layer",
+    "LayerWalk",
+    "TailKind",
+    "cell_order",
+    "uniform_split",
+    "walk",
+]

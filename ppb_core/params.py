@@ -1,0 +1,128 @@
+"""Parameter counts of each layer kind, whole and as one tensor-/expert-parallel rank holds them.
+
+At tp = ep = etp = 1 the counts equal what HuggingFace `transformers` instantiates (the oracle
+tests check this). Under TP, column-parallel weights and their biases split over the ranks,
+row-parallel weights split and their biases are replicated, and norms, routers and MLA's
+down-projections are replicated, as Megatron-LM lays them out. Grouped key/value heads fewer
+than the TP ranks are replicated, one head per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, TailKind
+
+
+def _split(size: int, ranks: int) -> int:
+    """A dimension split over ranks (padded up where it does not divide)."""
+    return -(-size // ranks)
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Elements one device holds of a layer before any data-parallel sharding."""
+
+    non_expert: int = 0
+    expert: int = 0  # routed experts: sharded over the expert-data-parallel group instead
+
+    @property
+    def total(self) -> int:
+        return self.non_expert + self.expert
+
+    def __add__(self, other: LayerParams) -> LayerParams:
+        return LayerParams(self.non_expert + other.non_expert, self.expert + other.expert)
+
+
+def norm_params(norm: Norm, features: int) -> int:
+    return norm.params_per_feature * features
+
+
+def attention_params(att: Attention, tp: int = 1) -> int:
+    h = att.hidden_size
+    heads = _split(att.num_heads, tp)
+    if att.is_mla:
+        count = 0
+        q_width = heads * att.q_head_dim
+        if att.q_lora_rank:
+            # q_a_proj and its norm are replicated; q_b_proj is column-parallel.
+            count += h * att.q_lora_rank + (att.q_lora_rank if att.qkv_bias else 0) + att.q_lora_rank
+            count += att.q_lora_rank * q_width
+        else:
+            count += h * q_width
+        # kv_a_proj_with_mqa (compressed kv + shared rope key) and its norm are replicated.
+        count += h * (att.kv_lora_rank + att.qk_rope_head_dim) + (
+            att.kv_lora_rank + att.qk_rope_head_dim if att.qkv_bias else 0
+        )
+        count += att.kv_lora_rank
+        count += att.kv_lora_rank * heads * (att.qk_nope_head_dim + att.v_head_dim)
+        count += heads * att.v_head_dim * h + (h if att.out_bias else 0)
+        return count
+    kv_heads = max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
+    d = att.head_dim
+    q, kv = heads * d, kv_heads * d
+    count = h * (q + 2 * kv) + ((q + 2 * kv) if att.qkv_bias else 0)
+    count += q * h + (h if att.out_bias else 0)
+    if att.qk_norm:
+        count += 2 * d
+    return count
+
+
+def mlp_params(mlp: Mlp, tp: int = 1) -> int:
+    ff = _split(mlp.intermediate_size, tp)
+    h = mlp.hidden_size
+    count = mlp.matrices * h * ff
+    if mlp.bias:
+        count += (mlp.matrices - 1) * ff + h
+    return count
+
+
+def moe_params(moe: Moe, tp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
+    h = moe.hidden_size
+    router = h * moe.num_experts + (h if moe.shared_expert_gate else 0)
+    shared = moe.shared_experts * moe.matrices * h * _split(moe.shared_intermediate_size, tp)
+    routed = _split(moe.num_experts, ep) * moe.matrices * h * _split(moe.expert_intermediate_size, etp)
+    return LayerParams(non_expert=router + shared, expert=routed)
+
+
+def body_params(kind: BodyKind, tp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
+    base = attention_params(kind.attention, tp) + 2 * norm_params(kind.norm, kind.hidden_size)
+    if isinstance(kind.mlp, Moe):
+        return LayerParams(non_expert=base) + moe_params(kind.mlp, tp, ep, etp)
+    return LayerParams(non_expert=base + mlp_params(kind.mlp, tp))
+
+
+def head_params(kind: HeadKind, tp: int = 1) -> LayerParams:
+    table = _split(kind.vocab_size, tp) * kind.hidden_size
+    return LayerParams(non_expert=table + kind.learned_positions * kind.hidden_size)
+
+
+def mtp_module_params(kind: TailKind, tp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
+    """One multi-token-prediction module without the tables it shares: its norms, projection and layer.
+
+    DeepSeek-V3: enorm and hnorm on the embedding and the hidden state, eh_proj (2h -> h),
+    one transformer layer, and the shared head's own final norm.
+    """
+    assert kind.mtp_body is not None
+    h = kind.hidden_size
+    own = 3 * norm_params(kind.norm, h) + 2 * h * _split(h, tp)
+    return LayerParams(non_expert=own) + body_params(kind.mtp_body, tp, ep, etp)
+
+
+def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
+    """Final norm, output head and MTP modules on the last stage.
+
+    A tied output head is the embedding table: on a single stage the HEAD holds it; across
+    stages the last one keeps its own copy. MTP modules embed tokens too, so across stages the
+    last one also holds the embedding table when the head is untied.
+    """
+    table = _split(kind.vocab_size, tp) * kind.hidden_size
+    count = norm_params(kind.norm, kind.hidden_size)
+    if not kind.tied or pp > 1:
+        count += table
+    params = LayerParams(non_expert=count)
+    for _ in range(kind.mtp_layers):
+        params = params + mtp_module_params(kind, tp, ep, etp)
+    if kind.mtp_layers and pp > 1 and not kind.tied:
+        params = params + LayerParams(non_expert=table)
+    return params

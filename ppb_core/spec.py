@@ -1,0 +1,116 @@
+"""A model's architecture in ppb's own field names, whatever file it came from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+Activation = Literal["swiglu", "gelu", "relu", "silu"]
+# Gated activations multiply two up-projections (three matrices in the MLP).
+GATED_ACTIVATIONS: frozenset[str] = frozenset({"swiglu"})
+
+
+class StrictModel(BaseModel):
+    """Every config record: unknown fields are rejected, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(StrictModel):
+    """A decoder-only transformer, dense or MoE, with multi-head, grouped or latent (MLA) attention.
+
+    Field names are ppb's; `ppb_core.hf` maps each HuggingFace architecture onto them.
+    """
+
+    family: str = "generic"
+    vocab_size: PositiveInt
+    hidden_size: PositiveInt
+    num_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    intermediate_size: PositiveInt
+    activation: Activation = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_bias: bool = False
+    tied_embeddings: bool = False
+    position_embedding: Literal["rope", "learned", "none"] = "rope"
+    max_position_embeddings: PositiveInt = 4096
+    attention_bias: bool = Field(False, description="biases on the q, k and v projections")
+    attention_output_bias: bool = Field(False, description="bias on the output projection")
+    mlp_bias: bool = False
+    qk_norm: bool = Field(False, description="per-head RMSNorm of queries and keys (Qwen3)")
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    # Mixture of experts (num_experts 0: every layer dense).
+    num_experts: NonNegativeInt = 0
+    experts_per_token: NonNegativeInt = 0
+    moe_intermediate_size: PositiveInt | None = None
+    shared_experts: NonNegativeInt = 0
+    shared_expert_intermediate_size: PositiveInt | None = Field(
+        None, description="width of each shared expert; defaults to moe_intermediate_size"
+    )
+    shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
+    first_dense_layers: NonNegativeInt = Field(0, description="leading dense layers (first_k_dense_replace)")
+    moe_layer_frequency: PositiveInt = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
+    dense_layers: tuple[NonNegativeInt, ...] = Field((), description="layers kept dense (mlp_only_layers)")
+    # Multi-head latent attention (kv_lora_rank 0: not MLA).
+    q_lora_rank: NonNegativeInt = 0
+    kv_lora_rank: NonNegativeInt = 0
+    qk_nope_head_dim: NonNegativeInt = 0
+    qk_rope_head_dim: NonNegativeInt = 0
+    v_head_dim: NonNegativeInt = 0
+    # Multi-token prediction modules after the last layer (DeepSeek-V3).
+    mtp_layers: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        heads, kv = self.num_attention_heads, self.kv_heads
+        if heads % kv:
+            raise ValueError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
+        if self.head_dim is None and not self.is_mla and self.hidden_size % heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {heads}; give head_dim"
+            )
+        if self.num_experts:
+            if not 0 < self.experts_per_token <= self.num_experts:
+                raise ValueError(
+                    f"experts_per_token {self.experts_per_token} must be between 1 and num_experts "
+                    f"{self.num_experts}"
+                )
+            if self.moe_intermediate_size is None:
+                raise ValueError("moe_intermediate_size is required when num_experts > 0")
+        elif self.shared_experts:
+            raise ValueError("shared_experts needs num_experts > 0")
+        if self.is_mla and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
+            raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
+        if self.mtp_layers and not self.num_layers:
+            raise ValueError("mtp_layers needs body layers")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    def layer_is_moe(self, index: int) -> bool:
+        """Whether body layer *index* (0-based) routes to experts."""
+        if not self.is_moe or index < self.first_dense_layers or index in self.dense_layers:
+            return False
+        return (index + 1) % self.moe_layer_frequency == 0
