@@ -367,3 +367,38 @@ def config_hash(path: str | Path) -> str:
             if isinstance(ref, str) and (path.parent / ref).is_file():
                 digest.update((path.parent / ref).read_bytes())
     return digest.hexdigest()
+
+
+def resolved_raw(run: RunConfig) -> dict[str, Any]:
+    """The run config as plain data, every model's architecture inlined, so it stands alone."""
+    raw = run.model_dump(mode="json", exclude_none=True)
+    base = Path(run.base_dir)
+    for sub, entry in zip(run.models, raw["models"], strict=True):
+        entry.pop("config", None)
+        entry["spec"] = run.specs[sub.name].model_dump(mode="json")
+        if sub.census is not None:
+            entry["census"] = str((base / sub.census).resolve())
+    return raw
+
+
+RUN_CONFIG_COLUMNS = ("name", "source", "config_json")
+
+
+def run_to_frame(run: RunConfig) -> Any:
+    """One row: the run config resolved to JSON (the `run_config` asset's table)."""
+    import json
+
+    import pandas as pd
+
+    return pd.DataFrame(
+        {"name": [run.name], "source": [run.source], "config_json": [json.dumps(resolved_raw(run), sort_keys=True)]}
+    )
+
+
+def run_from_frame(frame: Any) -> RunConfig:
+    import json
+
+    if len(frame) != 1:
+        raise InputError("run_config table", None, f"expected one row, got {len(frame)}")
+    row = frame.iloc[0]
+    return parse_run_config(json.loads(row["config_json"]), str(row["source"]), ".")

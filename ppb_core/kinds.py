@@ -5,6 +5,7 @@ Two layers of one kind cost the same, so the chain evaluates each kind once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ppb_core.spec import ModelSpec
@@ -222,3 +223,33 @@ def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
         mtp_layers=spec.mtp_layers,
         mtp_body=mtp_body,
     )
+
+
+_KIND_TYPES: dict[str, type] = {"BodyKind": BodyKind, "HeadKind": HeadKind, "TailKind": TailKind}
+
+
+def kind_to_dict(kind: LayerKind) -> dict:
+    """A kind as plain data, tagged with its type, so a stored table can rebuild it exactly."""
+    data = {"type": type(kind).__name__}
+    for f in dataclasses.fields(kind):
+        value = getattr(kind, f.name)
+        if dataclasses.is_dataclass(value):
+            value = kind_to_dict(value) if isinstance(value, BodyKind) else {
+                "type": type(value).__name__, **dataclasses.asdict(value)
+            }
+        data[f.name] = value
+    return data
+
+
+def kind_from_dict(data: dict) -> LayerKind:
+    parts = {"Attention": Attention, "Mlp": Mlp, "Moe": Moe, "Norm": Norm, **_KIND_TYPES}
+    fields = {}
+    for key, value in data.items():
+        if key == "type":
+            continue
+        if isinstance(value, dict):
+            value = kind_from_dict(value) if value["type"] in _KIND_TYPES else parts[value["type"]](
+                **{k: v for k, v in value.items() if k != "type"}
+            )
+        fields[key] = value
+    return _KIND_TYPES[data["type"]](**fields)

@@ -136,3 +136,44 @@ __all__ = [
     "uniform_split",
     "walk",
 ]
+
+
+WALK_COLUMNS = ("model_name", "node", "kind", "kind_json", "index", "chunk", "stage")
+
+
+def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
+    """One row per layer (the `layer_walk` asset's table); the kind is stored whole as JSON."""
+    import json
+
+    import pandas as pd
+
+    from ppb_core.kinds import kind_to_dict
+
+    cache: dict[LayerKind, str] = {}
+    rows = []
+    for layer in layer_walk:
+        if layer.kind not in cache:
+            cache[layer.kind] = json.dumps(kind_to_dict(layer.kind), sort_keys=True)
+        rows.append((layer.model_name, layer.node, layer.kind.name, cache[layer.kind], layer.index,
+                     layer.chunk, layer.stage))
+    frame = pd.DataFrame(rows, columns=list(WALK_COLUMNS))
+    frame.attrs["stages"], frame.attrs["chunks"] = layer_walk.stages, layer_walk.chunks
+    return frame.astype({"index": "int64", "chunk": "int64", "stage": "int64"})
+
+
+def walk_from_frame(frame, stages: int, chunks: int) -> LayerWalk:
+    import json
+
+    from ppb_core.kinds import kind_from_dict
+
+    kinds: dict[str, LayerKind] = {}
+    layers = []
+    counts = [[0] * stages for _ in range(chunks)]
+    for row in frame.itertuples(index=False):
+        kind = kinds.get(row.kind_json)
+        if kind is None:
+            kind = kinds[row.kind_json] = kind_from_dict(json.loads(row.kind_json))
+        layers.append(Layer(row.model_name, row.node, kind, int(row.index), int(row.chunk), int(row.stage)))
+        if row.node == BODY:
+            counts[int(row.chunk)][int(row.stage)] += 1
+    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(r) for r in counts))
