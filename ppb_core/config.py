@@ -13,11 +13,13 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
@@ -35,7 +37,16 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
-Switches = dict[Annotated[str, Field(pattern="|".join(SWITCHES))], Annotated[int, Field(ge=0, le=1)]]
+
+
+def _known_switches(switches: dict[str, int]) -> dict[str, int]:
+    unknown = sorted(set(switches) - set(SWITCHES))
+    if unknown:
+        raise ValueError(f"unknown switch {unknown[0]!r} (switches: {', '.join(SWITCHES)})")
+    return switches
+
+
+Switches = Annotated[dict[str, Annotated[int, Field(ge=0, le=1)]], AfterValidator(_known_switches)]
 
 
 class SubModel(StrictModel):
@@ -190,7 +201,7 @@ class Device(StrictModel):
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
-    combined: list[list[tuple[str, str]]] = Field(default_factory=list)
+    combined: list[list[Annotated[tuple[str, str], Strict(False)]]] = Field(default_factory=list)
 
     @field_validator("combined")
     @classmethod
@@ -243,7 +254,7 @@ class RunConfig(StrictModel):
 
 def _pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or None
+    where = ".".join(str(p) for p in first["loc"] if p != "[key]") or None
     kind = first["type"]
     if kind == "extra_forbidden":
         problem = "unknown field"

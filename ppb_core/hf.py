@@ -125,9 +125,11 @@ def _qwen_moe(f: _Fields, family: str) -> dict[str, Any]:
         dense_layers=tuple(f.get("mlp_only_layers", [], list)),
     )
     if family == "qwen2_moe":
+        # Qwen2-MoE always builds the shared expert's sigmoid gate, even with a zero-width expert.
+        fields["shared_expert_gate"] = True
         shared = f.get("shared_expert_intermediate_size", 0)
         if shared:
-            fields.update(shared_experts=1, shared_expert_intermediate_size=shared, shared_expert_gate=True)
+            fields.update(shared_experts=1, shared_expert_intermediate_size=shared)
     return fields
 
 

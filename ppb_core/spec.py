@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, Strict, model_validator
 
 Activation = Literal["swiglu", "gelu", "relu", "silu"]
 # Gated activations multiply two up-projections (three matrices in the MLP).
@@ -12,9 +12,10 @@ GATED_ACTIVATIONS: frozenset[str] = frozenset({"swiglu"})
 
 
 class StrictModel(BaseModel):
-    """Every config record: unknown fields are rejected, values are immutable."""
+    """Every config record: unknown fields are rejected, values are immutable, and types are strict
+    (`dp: true` or `hidden_size: "4096"` is an error, not a 1 or a 4096)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelSpec(StrictModel):
@@ -54,7 +55,9 @@ class ModelSpec(StrictModel):
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
     first_dense_layers: NonNegativeInt = Field(0, description="leading dense layers (first_k_dense_replace)")
     moe_layer_frequency: PositiveInt = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
-    dense_layers: tuple[NonNegativeInt, ...] = Field((), description="layers kept dense (mlp_only_layers)")
+    dense_layers: Annotated[tuple[NonNegativeInt, ...], Strict(False)] = Field(
+        (), description="layers kept dense (mlp_only_layers)"
+    )
     # Multi-head latent attention (kv_lora_rank 0: not MLA).
     q_lora_rank: NonNegativeInt = 0
     kv_lora_rank: NonNegativeInt = 0

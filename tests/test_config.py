@@ -1,0 +1,239 @@
+"""Run configs and HuggingFace readers: what is accepted, and one clear line for what is not."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppb_core.config import load_run_config, parse_run_config, run_from_frame, run_to_frame
+from ppb_core.errors import InputError
+from ppb_core.hf import read_hf_config, spec_from_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+BASE = {
+    "models": [{"name": "llm", "spec": {
+        "vocab_size": 32000, "hidden_size": 1024, "num_layers": 8, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "intermediate_size": 2816,
+    }}],
+    "parallel": {"dp": 2, "tp": 2, "pp": 2},
+    "training": {"seq_length": 2048, "micro_batches": 8},
+    "device": {"name": "h100-80gb"},
+}
+
+
+def _raw(**changes) -> dict:
+    raw = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        node = raw
+        *path, last = dotted.split("__")
+        for key in path:
+            node = node[int(key)] if key.isdigit() else node[key]
+        if value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return raw
+
+
+_DELETE = object()
+
+
+def _error(raw: dict) -> InputError:
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    return caught.value
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_shipped_configs_load_and_round_trip_through_a_table(path):
+    run = load_run_config(path)
+    assert run.name == path.stem
+    again = run_from_frame(run_to_frame(run))
+    assert (again.specs, again.parallel, again.training, again.device) == (
+        run.specs, run.parallel, run.training, run.device
+    )
+
+
+def test_the_base_config_is_valid_and_defaults_are_stated():
+    run = parse_run_config(_raw(), "run.yaml")
+    assert run.name == "run"
+    assert run.parallel.vpp == 1 and run.parallel.schedule == "1f1b" and run.parallel.zero == 1
+    assert run.training.dtype_bytes == 2 and run.training.state_bytes == 12
+    assert run.switches("llm") == dict.fromkeys(run.switches("llm"), 1)
+
+
+def test_model_switches_override_training_switches():
+    raw = _raw(training__recompute={"softmax": 0, "ffAct": 0}, models__0__recompute={"ffAct": 1, "normOp": 0})
+    run = parse_run_config(raw, "run.yaml")
+    switches = run.switches("llm")
+    assert (switches["softmax"], switches["ffAct"], switches["normOp"], switches["gather"]) == (0, 1, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"parallel__tp": 3}, "models.0.num_attention_heads", "not divisible by tp 3"),
+        (
+            {"parallel__tp": 4, "models__0__spec__num_attention_heads": 24, "models__0__spec__num_key_value_heads": 6,
+             "models__0__spec__hidden_size": 1536},
+            "models.0.num_key_value_heads",
+            "neither divides",
+        ),
+        ({"parallel__tp": 8, "parallel__dp": 1}, None, None),  # 4 kv heads over 8 ranks: replicated
+        ({"models__0__spec__vocab_size": 32001}, "models.0.vocab_size", "not divisible by tp 2"),
+        ({"parallel__pp": 16}, "parallel.pp", "fewer than pp·vpp"),
+        ({"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "interleaved"}, None, None),
+        ({"parallel__pp": 4, "parallel__vpp": 4, "parallel__schedule": "interleaved"}, "parallel.pp", "16"),
+        ({"parallel__world_size": 16}, "parallel", "does not match world_size 16"),
+        ({"parallel__cp": 3}, "training.seq_length", "not divisible by cp 3"),
+        ({"parallel__vpp": 2}, "parallel", "needs schedule interleaved"),
+        ({"parallel__zero": 4}, "parallel.zero", "got 4"),
+        ({"parallel__dp": 0}, "parallel.dp", "greater than 0"),
+        ({"parallel__dp": -2}, "parallel.dp", "greater than 0"),
+        ({"parallel__bogus": 1}, "parallel.bogus", "unknown field"),
+        ({"training__seq_length": _DELETE}, "training.seq_length", "missing"),
+        ({"training__recompute": {"softmax": 2}}, "training.recompute.softmax", "less than or equal to 1"),
+        ({"training__recompute": {"softmx": 0}}, "training.recompute", "unknown switch 'softmx'"),
+        ({"training__dropout": 1.5}, "training.dropout", "rate below 1"),
+        ({"device": {"name": "tpu-v9"}}, "device", "unknown device"),
+        ({"device": {"reserved_mb": 10}}, "device", "catalog name or memory_mb"),
+        ({"device": {"memory_mb": 1000, "reserved_mb": 1000}}, "device.memory_mb", "no memory left"),
+        ({"models__0__spec__num_attention_heads": 6}, "models.0.spec", "not a multiple of num_key_value_heads"),
+        ({"models__0__spec__hidden_size": 0}, "models.0.spec.hidden_size", "greater than 0"),
+        ({"models__0__spec__colour": "red"}, "models.0.spec.colour", "unknown field"),
+        ({"models": []}, "models", "at least 1"),
+        ({"ppb": {"combined": [[["vit", "body"]]]}}, "ppb.combined", "no model named 'vit'"),
+        ({"ppb": {"combined": [[["llm", "neck"]]]}}, "ppb.combined", "not one of head, body, tail"),
+    ],
+)
+def test_bad_values_name_the_field(changes, field, words):
+    if field is None:
+        parse_run_config(_raw(**changes), "run.yaml")
+        return
+    err = _error(_raw(**changes))
+    line = err.line()
+    assert "\n" not in line and line.startswith("run.yaml: ")
+    assert err.field == field, line
+    assert words in line, line
+
+
+def test_moe_and_mla_combinations():
+    moe = {"num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 512}
+    raw = _raw(parallel__ep=3, parallel__dp=6)
+    raw["models"][0]["spec"].update(moe)
+    err = _error(raw)
+    assert err.field == "models.0.num_experts" and "not divisible by ep 3" in err.problem
+    raw = _raw()
+    raw["models"][0]["spec"].update(num_experts=8, experts_per_token=9, moe_intermediate_size=512)
+    assert "experts_per_token 9" in _error(raw).problem
+    raw = _raw()
+    raw["models"][0]["spec"].update(num_experts=8, experts_per_token=2)
+    assert "moe_intermediate_size is required" in _error(raw).problem
+    raw = _raw()
+    raw["models"][0]["spec"].update(kv_lora_rank=64)
+    assert "needs qk_nope_head_dim" in _error(raw).problem
+
+
+def test_files_missing_unreadable_or_malformed(tmp_path):
+    with pytest.raises(InputError, match=r"nowhere\.yaml: file not found"):
+        load_run_config(tmp_path / "nowhere.yaml")
+    with pytest.raises(InputError, match="is a directory"):
+        load_run_config(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [\n  - name: x\n parallel: {")
+    with pytest.raises(InputError, match=r"bad\.yaml: not valid YAML at line"):
+        load_run_config(bad)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(InputError, match="expected a mapping"):
+        load_run_config(listed)
+    missing_hf = tmp_path / "run.yaml"
+    missing_hf.write_text(yaml.safe_dump(
+        {**BASE, "models": [{"name": "llm", "config": "hf/none.json"}]}
+    ))
+    with pytest.raises(InputError, match=r"none\.json: file not found"):
+        load_run_config(missing_hf)
+    both = tmp_path / "both.yaml"
+    both.write_text(yaml.safe_dump({**BASE, "models": [{**BASE["models"][0], "config": "x.json"}]}))
+    with pytest.raises(InputError, match="exactly one of config"):
+        load_run_config(both)
+
+
+def test_hf_configs_ignore_unused_fields_and_reject_bad_ones(tmp_path):
+    raw = json.loads((ROOT / "configs/hf/llama3-8b.json").read_text())
+    raw["some_future_field"] = {"anything": [1, 2]}
+    assert spec_from_hf(raw).hidden_size == 4096
+    assert spec_from_hf({**raw, "tie_word_embeddings": True}).tied_embeddings
+    for field, value, words in [
+        ("hidden_size", None, "missing"),
+        ("hidden_size", "4096", "expected an integer"),
+        ("num_key_value_heads", 7, "not a multiple"),
+        ("hidden_act", "swish-9", "unsupported activation"),
+        ("model_type", "bert", "not supported"),
+        ("tie_word_embeddings", "yes", "expected true or false"),
+    ]:
+        broken = {**raw, field: value}
+        with pytest.raises(InputError) as caught:
+            spec_from_hf(broken, "hf.json")
+        assert caught.value.source == "hf.json" and words in caught.value.problem, caught.value.line()
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(InputError, match=r"broken\.json: not valid JSON \(line 1"):
+        read_hf_config(path)
+
+
+def test_hf_architecture_fields():
+    deepseek = read_hf_config(ROOT / "configs/hf/deepseek-v3.json")
+    assert deepseek.is_mla and deepseek.q_lora_rank == 1536 and deepseek.mtp_layers == 1
+    assert [deepseek.layer_is_moe(i) for i in range(5)] == [False, False, False, True, True]
+    every_other = spec_from_hf({**json.loads((ROOT / "configs/hf/deepseek-v3.json").read_text()),
+                                "moe_layer_freq": 2})
+    # DeepSeek's own rule: MoE from first_k_dense_replace on, where index % moe_layer_freq == 0.
+    assert [every_other.layer_is_moe(i) for i in range(3, 8)] == [False, True, False, True, False]
+    qwen = read_hf_config(ROOT / "configs/hf/qwen2.5-7b.json")
+    assert qwen.attention_bias and not qwen.attention_output_bias and qwen.kv_heads == 4
+    mixtral = read_hf_config(ROOT / "configs/hf/mixtral-8x7b.json")
+    assert (mixtral.num_experts, mixtral.experts_per_token, mixtral.moe_intermediate_size) == (8, 2, 14336)
+
+
+def test_pad_vocab_multiple_pads_to_tp_multiples():
+    raw = _raw(models__0__spec__vocab_size=50257, models__0__pad_vocab_multiple=128)
+    run = parse_run_config(raw, "run.yaml")
+    # 128 · tp 2 = 256; ceil(50257 / 256) = 197; 197 · 256 = 50432.
+    assert run.vocab_size("llm") == 50432
+
+
+# Random bad values anywhere a positive integer is expected: always one line naming that field.
+_POSITIVE_FIELDS = [
+    "parallel__dp", "parallel__tp", "parallel__pp", "parallel__cp", "parallel__ep", "parallel__vpp",
+    "training__seq_length", "training__micro_batch_size", "training__micro_batches",
+    "models__0__spec__hidden_size", "models__0__spec__num_layers", "models__0__spec__vocab_size",
+    "models__0__spec__intermediate_size", "models__0__spec__num_attention_heads",
+]
+_BAD_VALUES = st.one_of(
+    st.integers(max_value=0),
+    st.text(max_size=5),
+    st.floats(allow_nan=True).filter(lambda x: x != int(x) if x == x and abs(x) != float("inf") else True),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(_POSITIVE_FIELDS), value=_BAD_VALUES)
+def test_random_bad_values_give_one_line_naming_the_field(field, value):
+    raw = _raw(**{field: value})
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "fuzz.yaml")
+    line = caught.value.line()
+    assert "\n" not in line and line.startswith("fuzz.yaml: ")
+    assert caught.value.field is not None and caught.value.field.startswith(field.replace("__", ".").rsplit(".", 1)[0])

@@ -1,0 +1,92 @@
+"""The layer walk: uniform splits, cell order per schedule, HEAD/TAIL placement, distinct kinds."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ppb_core.config import load_run_config, parse_run_config
+from ppb_core.errors import InputError
+from ppb_core.model import BODY, HEAD, TAIL, cell_order, uniform_split, walk, walk_from_frame, walk_to_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = {"vocab_size": 32000, "hidden_size": 512, "num_layers": 10, "num_attention_heads": 8, "intermediate_size": 1024}
+BASE = {
+    "models": [{"name": "llm", "spec": SPEC}],
+    "parallel": {"pp": 4},
+    "training": {"seq_length": 1024, "micro_batches": 8},
+    "device": {"name": "a100-80gb"},
+}
+
+
+def _run(**parallel):
+    raw = copy.deepcopy(BASE)
+    raw["parallel"].update(parallel)
+    return parse_run_config(raw, "walk.yaml")
+
+
+def test_uniform_split_puts_the_remainder_on_the_last_cells():
+    # 30 layers over 4 stages: 7 each, 2 left over for the last two stages.
+    assert uniform_split(30, 4, 1) == [[7, 7, 8, 8]]
+    # 61 layers over 16·2 cells: 1 each plus 29 on the last 29 cells in pipeline order, so the
+    # first 3 cells of chunk 0 keep 1.
+    split = uniform_split(61, 16, 2)
+    assert split[0][:4] == [1, 1, 1, 2] and split[1] == [2] * 16 and sum(map(sum, split)) == 61
+
+
+def test_cell_order_of_dualpipev_comes_back():
+    assert cell_order(2, 2, "interleaved") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert cell_order(2, 2, "dualpipev") == [(0, 0), (0, 1), (1, 1), (1, 0)]
+
+
+def test_walk_places_head_first_and_tail_last_and_counts_kinds():
+    layer_walk = walk(_run())
+    nodes = [layer.node for layer in layer_walk]
+    assert nodes[0] == HEAD and nodes[-1] == TAIL and nodes.count(BODY) == 10
+    assert (layer_walk.layers[0].chunk, layer_walk.layers[0].stage) == (0, 0)
+    assert (layer_walk.layers[-1].chunk, layer_walk.layers[-1].stage) == (0, 3)
+    # 10 over 4 stages: 2, 2, 3, 3.
+    assert [len([x for x in layer_walk.in_cell(0, s) if x.node == BODY]) for s in range(4)] == [2, 2, 3, 3]
+    slots = layer_walk.distinct()
+    assert [(s.node, s.count) for s in slots] == [(HEAD, 1), (BODY, 10), (TAIL, 1)]
+
+
+def test_two_sub_models_fill_the_pipeline_in_order():
+    raw = copy.deepcopy(BASE)
+    vit = {**SPEC, "num_layers": 6, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
+           "position_embedding": "learned", "max_position_embeddings": 1024}
+    raw["models"] = [{"name": "vit", "spec": vit}, {"name": "llm", "spec": SPEC}]
+    layer_walk = walk(parse_run_config(raw, "mm.yaml"))
+    order = [(layer.model_name, layer.node) for layer in layer_walk]
+    assert order[0] == ("vit", HEAD) and order[7] == ("vit", TAIL) and order[8] == ("llm", HEAD)
+    # 16 layers over 4 stages, 4 each: the vit's tail sits with its last layer on stage 1, and
+    # the llm's head with its first layer, also on stage 1.
+    assert layer_walk.layers[7].stage == 1 and layer_walk.layers[8].stage == 1
+    kinds = {(s.model_name, s.node): s.kind.name for s in layer_walk.distinct()}
+    assert len(kinds) == 6
+
+
+def test_explicit_cell_counts_and_their_errors():
+    run = _run()
+    layer_walk = walk(run, [[1, 2, 3, 4]])
+    assert layer_walk.cell_counts == ((1, 2, 3, 4),)
+    with pytest.raises(InputError, match="add up to 10"):
+        walk(run, [[1, 1, 1, 1]])
+    with pytest.raises(InputError, match="expected 1 chunks of 4 stages"):
+        walk(run, [[5, 5]])
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen2.5-7b"])
+def test_walk_round_trips_through_parquet(tmp_path, name):
+    layer_walk = walk(load_run_config(ROOT / "configs" / f"{name}.yaml"))
+    path = tmp_path / "walk.parquet"
+    walk_to_frame(layer_walk).to_parquet(path)
+    again = walk_from_frame(pd.read_parquet(path), layer_walk.stages, layer_walk.chunks)
+    assert again == layer_walk
+    # Identical layers share one kind object after the round trip too.
+    bodies = [layer.kind for layer in again if layer.node == BODY]
+    assert len({id(kind) for kind in bodies}) == len(set(bodies))
