@@ -1,0 +1,242 @@
+"""The SAPP balancer's layer-description files, read and written, and the balancer's typed records.
+
+A description file is `{"layers_description": [...]}` (reference §5.1). Any tool may have
+written it, so reading validates every entry and names the file and the entry's field on bad
+input. The balancer then works on `LayerRecord`s built with SAPP's fallbacks (§5.2): a forward
+time defaults to `time`, a considered option's backward time defaults to `(1 + coef)·2·time`,
+and an option is considered exactly when its memory key is present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ppb_core.errors import InputError
+from ppb_core.io import atomic_write_text
+from ppb_core.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
+
+TOP_KEY = "layers_description"
+TYPES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")
+REQUIRED: tuple[str, ...] = ("name", "type", "nb_layer", "time")
+# SAPP's backward time is this multiple of `time` before an option's coefficient applies.
+BACKWARD_DEFAULT_RATIO = 2.0
+
+# Keys whose value must be a number when present; null means "absent" (SAPP reads None).
+TIME_KEYS: tuple[str, ...] = ("time", "forward_time", *TIME_KEY.values())
+MEMORY_KEYS: tuple[str, ...] = ("memory_parameter", *MEMORY_KEY.values())
+COEF_KEYS: tuple[str, ...] = tuple(COEF_KEY.values())
+NUMBER_KEYS: tuple[str, ...] = (*TIME_KEYS, *MEMORY_KEYS, *COEF_KEYS)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_descriptions(descriptions: object, source: str | Path | None) -> list[dict[str, Any]]:
+    """The entries of a `layers_description` list, each checked; raises InputError naming the field."""
+    if not isinstance(descriptions, list):
+        raise InputError(source, TOP_KEY, f"must be a list of layer descriptions, got {type(descriptions).__name__}")
+    if not descriptions:
+        raise InputError(source, TOP_KEY, "is empty: at least one BODY description is needed")
+    checked: list[dict[str, Any]] = []
+    for index, entry in enumerate(descriptions):
+        where = f"{TOP_KEY}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InputError(source, where, f"must be an object, got {type(entry).__name__}")
+        for key in entry:
+            if not isinstance(key, str) or key != key.strip() or not key:
+                raise InputError(source, f"{where}.{key!r}", "key has stray whitespace (or is empty)")
+        for key in REQUIRED:
+            if key not in entry or entry[key] is None:
+                raise InputError(source, f"{where}.{key}", "is required")
+        if not isinstance(entry["name"], str) or not entry["name"].strip():
+            raise InputError(source, f"{where}.name", "must be a non-empty string")
+        if entry["type"] not in TYPES:
+            raise InputError(source, f"{where}.type", f"must be one of {', '.join(TYPES)}, got {entry['type']!r}")
+        count = entry["nb_layer"]
+        if not _is_number(count) or count != int(count) or count < 1:
+            raise InputError(source, f"{where}.nb_layer", f"must be a positive integer, got {count!r}")
+        for key in NUMBER_KEYS:
+            if key not in entry or entry[key] is None:
+                continue
+            value = entry[key]
+            if not _is_number(value):
+                raise InputError(source, f"{where}.{key}", f"must be a finite number, got {value!r}")
+            if key in COEF_KEYS:
+                if value < -1:
+                    raise InputError(source, f"{where}.{key}", f"must be at least -1, got {value}")
+            elif value < 0:
+                raise InputError(source, f"{where}.{key}", f"must not be negative, got {value}")
+        model_name = entry.get("model_name")
+        if model_name is not None and not isinstance(model_name, str):
+            raise InputError(source, f"{where}.model_name", f"must be a string, got {model_name!r}")
+        checked.append(dict(entry))
+    if not any(entry["type"] == "BODY" for entry in checked):
+        raise InputError(source, TOP_KEY, "has no BODY description: there is nothing to balance")
+    names = [entry["name"] for entry in checked]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise InputError(source, f"{TOP_KEY}[{index}].name", f"{name!r} is used by an earlier description")
+    return checked
+
+
+def read_layers_description(path: str | Path) -> list[dict[str, Any]]:
+    """The validated descriptions of a SAPP JSON file; other top-level keys are ignored."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "no such file") from None
+    except OSError as err:
+        raise InputError(path, None, f"cannot be read: {err.strerror or err}") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(path, None, f"is not JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    if not isinstance(document, dict):
+        raise InputError(path, None, f"must hold a JSON object, got {type(document).__name__}")
+    if TOP_KEY not in document:
+        raise InputError(path, TOP_KEY, "is missing")
+    return validate_descriptions(document[TOP_KEY], path)
+
+
+def write_layers_description(path: str | Path, descriptions: Sequence[Mapping[str, Any]]) -> None:
+    """Write `{"layers_description": [...]}` atomically, each entry's keys in the order given.
+
+    The entries are validated first, so a bad list raises InputError and writes nothing.
+    """
+    checked = validate_descriptions(list(descriptions), path)
+    atomic_write_text(path, json.dumps({TOP_KEY: checked}, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The balancer's records
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One description as the balancer charges it: times and MB per option it may choose.
+
+    `memory_mb[option]` is charged once per micro-batch in flight, `memory_parameter_mb` once
+    per layer. `options` holds the considered options only, in OPTIONS order.
+    """
+
+    name: str
+    type: str
+    nb_layer: int
+    forward_time: float
+    memory_parameter_mb: float
+    memory_mb: Mapping[str, float] = field(default_factory=dict)
+    backward_time: Mapping[str, float] = field(default_factory=dict)
+    model_name: str | None = None
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(option for option in OPTIONS if option in self.memory_mb)
+
+
+@dataclass(frozen=True)
+class LayerSet:
+    """Heads, bodies in pipeline order, tails, and the options every body offers."""
+
+    heads: tuple[LayerRecord, ...]
+    bodies: tuple[LayerRecord, ...]
+    tails: tuple[LayerRecord, ...]
+    options: tuple[str, ...]
+
+    @property
+    def nb_body_layers(self) -> int:
+        return sum(body.nb_layer for body in self.bodies)
+
+    def head_forward(self) -> float:
+        return sum(head.forward_time * head.nb_layer for head in self.heads)
+
+    def head_backward(self) -> float:
+        return sum(head.backward_time["NONE"] * head.nb_layer for head in self.heads)
+
+    def tail_forward(self) -> float:
+        return sum(tail.forward_time * tail.nb_layer for tail in self.tails)
+
+    def tail_backward(self) -> float:
+        return sum(tail.backward_time["NONE"] * tail.nb_layer for tail in self.tails)
+
+    def head_memory_mb(self, in_flight: int) -> float:
+        """Head parameters once, and any head activation stated once per micro-batch in flight."""
+        return sum((h.memory_parameter_mb + in_flight * h.memory_mb.get("NONE", 0.0)) * h.nb_layer for h in self.heads)
+
+    def tail_memory_mb(self, in_flight: int) -> float:
+        return sum((t.memory_parameter_mb + in_flight * t.memory_mb.get("NONE", 0.0)) * t.nb_layer for t in self.tails)
+
+
+def _record(entry: Mapping[str, Any], options: Sequence[str]) -> LayerRecord:
+    time = float(entry["time"])
+    forward = entry.get("forward_time")
+    forward_time = time if forward is None else float(forward)
+    base_backward = BACKWARD_DEFAULT_RATIO * time
+    memory: dict[str, float] = {}
+    backward: dict[str, float] = {}
+    for option in options:
+        stated = entry.get(MEMORY_KEY[option])
+        if stated is not None:  # always for a BODY's considered options
+            memory[option] = float(stated)
+        stated_time = entry.get(TIME_KEY[option])
+        if stated_time is None or stated_time == 0:
+            coef = entry.get(COEF_KEY[option])
+            coef = DEFAULT_COEF[option] if coef is None else float(coef)
+            backward[option] = (1.0 + coef) * base_backward
+        else:
+            backward[option] = float(stated_time)
+    return LayerRecord(
+        name=entry["name"],
+        type=entry["type"],
+        nb_layer=int(entry["nb_layer"]),
+        forward_time=forward_time,
+        memory_parameter_mb=float(entry.get("memory_parameter") or 0.0),
+        memory_mb=memory,
+        backward_time=backward,
+        model_name=entry.get("model_name"),
+    )
+
+
+def considered_options(entry: Mapping[str, Any]) -> tuple[str, ...]:
+    """The options a description offers: exactly those whose memory key is present (not null)."""
+    return tuple(option for option in OPTIONS if entry.get(MEMORY_KEY[option]) is not None)
+
+
+def layer_set(descriptions: Sequence[Mapping[str, Any]], source: str | Path | None = None) -> LayerSet:
+    """The balancer's records, from validated descriptions.
+
+    The options come from the first BODY, and every BODY must offer the same ones (a body
+    without an option's memory cannot be charged for it). HEAD and TAIL always run NONE: only
+    their `memory_activation`, if stated, is charged per micro-batch in flight, and their
+    backward is the stated `backward_time` or twice `time`.
+    """
+    checked = validate_descriptions(list(descriptions), source)
+    bodies_entries = [(i, e) for i, e in enumerate(checked) if e["type"] == "BODY"]
+    first_index, first = bodies_entries[0]
+    options = considered_options(first)
+    if not options:
+        raise InputError(
+            source, f"{TOP_KEY}[{first_index}]", "the first BODY considers no option: no memory key "
+            f"({', '.join(MEMORY_KEY.values())}) is present"
+        )
+    for index, entry in bodies_entries[1:]:
+        own = considered_options(entry)
+        if own != options:
+            raise InputError(
+                source, f"{TOP_KEY}[{index}]", f"BODY {entry['name']!r} considers {', '.join(own) or 'no option'} "
+                f"but the first BODY considers {', '.join(options)}; every BODY must share them"
+            )
+    heads = tuple(_record(e, ("NONE",)) for e in checked if e["type"] == "HEAD")
+    bodies = tuple(_record(e, options) for _, e in bodies_entries)
+    tails = tuple(_record(e, ("NONE",)) for e in checked if e["type"] == "TAIL")
+    return LayerSet(heads=heads, bodies=bodies, tails=tails, options=options)
+
+
+def read_layer_set(path: str | Path) -> LayerSet:
+    return layer_set(read_layers_description(path), path)
