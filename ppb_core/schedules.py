@@ -1,0 +1,300 @@
+"""Pipeline schedules as the frameworks run them: op order per stage, micro-batches in flight, iteration time.
+
+A schedule is, for each pipeline stage, the order in which it runs the forward (F) and
+backward (B) of every (chunk, micro-batch). The orders here are those of the real
+implementations:
+
+* ``1f1b`` (Megatron-LM / PipeDream-flush, V = 1): stage s runs min(P − s − 1, m) warm-up
+  forwards, then forward-then-backward pairs, then the remaining backwards.
+* ``interleaved`` (Megatron-LM virtual pipeline, V > 1): forwards walk micro-batches in groups
+  of P, chunk 0 first; backwards walk the same groups with the chunks reversed; stage s runs
+  2(P − s − 1) + (V − 1)·P warm-up forwards (clamped to m·V), then forward-then-backward pairs.
+  It needs m ≥ P.
+* ``gpipe``: every forward (chunk by chunk), then every backward.
+* ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
+  runs P−1 → 0): the eight steps of the reference implementation, with each overlapped
+  forward-and-backward pair run forward first and the weight-gradient step folded into its
+  backward (descriptions carry no split of the backward). It needs m ≥ 2P.
+
+Micro-batches in flight follow from the order alone: on a stage, a forward of chunk v adds one
+micro-batch of chunk-v activations and its backward frees it. Times follow from the order and
+the dependencies (a forward needs the previous stage's forward of the same chunk and
+micro-batch, a backward the next stage's backward) by running every op as early as possible,
+which is the longest path through the schedule's graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One forward ("F") or backward ("B") of one chunk's layers for one micro-batch on one stage."""
+
+    kind: str
+    chunk: int
+    micro_batch: int
+
+
+def canonical(schedule: str, chunks: int) -> str:
+    """The schedule that runs: Megatron-LM runs 1F1B interleaved whenever V > 1 and plain 1F1B at V = 1."""
+    name = schedule.lower()
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
+    if name == "1f1b" and chunks > 1:
+        return "interleaved"
+    if name == "interleaved" and chunks == 1:
+        return "1f1b"
+    return name
+
+
+def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
+    """The canonical schedule name, or ValueError when the schedule cannot run these sizes."""
+    if stages < 1 or chunks < 1 or micro_batches < 1:
+        raise ValueError(f"stages, chunks and micro-batches must be positive, got {stages}, {chunks}, {micro_batches}")
+    name = canonical(schedule, chunks)
+    if name == "interleaved" and micro_batches < stages:
+        raise ValueError(f"the interleaved schedule needs at least as many micro-batches as stages ({micro_batches} < "
+                         f"{stages})")
+    if name == "dualpipev":
+        if chunks != 2:
+            raise ValueError(f"DualPipeV runs exactly 2 chunks per stage, got {chunks}")
+        if micro_batches < 2 * stages:
+            raise ValueError(f"DualPipeV needs at least twice as many micro-batches as stages ({micro_batches} < "
+                             f"{2 * stages})")
+    return name
+
+
+def _one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Op]:
+    warmup = min(stages - stage - 1, micro_batches)
+    order = [Op("F", 0, i) for i in range(warmup)]
+    for i in range(micro_batches - warmup):
+        order += [Op("F", 0, warmup + i), Op("B", 0, i)]
+    order += [Op("B", 0, i) for i in range(micro_batches - warmup, micro_batches)]
+    return order
+
+
+def _interleaved_table(stages: int, chunks: int, micro_batches: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each forward slot: groups of P micro-batches, chunk by chunk."""
+    table: list[tuple[int, int]] = []
+    for first in range(0, micro_batches, stages):
+        group = range(first, min(first + stages, micro_batches))
+        table += [(mb, chunk) for chunk in range(chunks) for mb in group]
+    return table
+
+
+def _interleaved(stages: int, chunks: int, micro_batches: int, stage: int) -> list[Op]:
+    table = _interleaved_table(stages, chunks, micro_batches)
+    total = len(table)
+    forwards = [Op("F", chunk, mb) for mb, chunk in table]
+    backwards = [Op("B", chunks - 1 - chunk, mb) for mb, chunk in table]
+    warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+    order = forwards[:warmup]
+    for i in range(total - warmup):
+        order += [forwards[warmup + i], backwards[i]]
+    order += backwards[total - warmup:]
+    return order
+
+
+def _gpipe(chunks: int, micro_batches: int) -> list[Op]:
+    forwards = [Op("F", chunk, mb) for chunk in range(chunks) for mb in range(micro_batches)]
+    backwards = [Op("B", chunk, mb) for chunk in reversed(range(chunks)) for mb in range(micro_batches)]
+    return forwards + backwards
+
+
+def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
+    """DualPipeV's eight steps on one rank; W (weight gradients) folded into B, overlapped pairs run F first."""
+    count = {"F0": 0, "F1": 0, "B0": 0, "B1": 0}
+    order: list[Op] = []
+
+    def run(kind: str, chunk: int) -> None:
+        key = f"{kind}{chunk}"
+        order.append(Op(kind, chunk, count[key]))
+        count[key] += 1
+
+    rank, ranks = stage, stages
+    for _ in range((ranks - rank - 1) * 2):  # step 1: nF0
+        run("F", 0)
+    for _ in range(rank + 1):  # step 2: nF0F1
+        run("F", 0)
+        run("F", 1)
+    for _ in range(ranks - rank - 1):  # step 3: nB1W1F1
+        run("B", 1)
+        run("F", 1)
+    for _ in range(micro_batches - ranks * 2 + rank + 1):  # step 4: nF0B1F1B0
+        run("F", 0)
+        run("B", 1)
+        run("F", 1)
+        run("B", 0)
+    for _ in range(ranks - rank - 1):  # step 5: nB1F1B0
+        run("B", 1)
+        run("F", 1)
+        run("B", 0)
+    for _ in range(rank + 1):  # step 6: nB1B0
+        run("B", 1)
+        run("B", 0)
+    for _ in range(ranks - rank - 1):  # step 7: nWB0
+        run("B", 0)
+    return order
+
+
+def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+    """Every stage's ops, in the order the schedule runs them."""
+    name = check(schedule, stages, chunks, micro_batches)
+    if name == "1f1b":
+        return [_one_f_one_b(stages, micro_batches, s) for s in range(stages)]
+    if name == "interleaved":
+        return [_interleaved(stages, chunks, micro_batches, s) for s in range(stages)]
+    if name == "gpipe":
+        return [_gpipe(chunks, micro_batches) for _ in range(stages)]
+    return [_dualpipev(stages, micro_batches, s) for s in range(stages)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Micro-batches in flight
+
+
+def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[tuple[int, ...]]]:
+    """Per stage, the Pareto-maximal vectors (micro-batches held per chunk) over the iteration.
+
+    A stage's activation memory peaks at one of these vectors whatever each chunk keeps per
+    micro-batch, so charging every one of them is exact where one per-chunk count is not.
+    """
+    vectors: list[list[tuple[int, ...]]] = []
+    for order in stage_orders(schedule, stages, chunks, micro_batches):
+        held = [0] * chunks
+        seen: set[tuple[int, ...]] = set()
+        for op in order:
+            if op.kind == "F":
+                held[op.chunk] += 1
+                seen.add(tuple(held))
+            else:
+                held[op.chunk] -= 1
+        maximal = [v for v in seen if not any(w != v and all(a >= b for a, b in zip(w, v, strict=True)) for w in seen)]
+        vectors.append(sorted(maximal, reverse=True))
+    return vectors
+
+
+def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[int]]:
+    """[chunk][stage]: micro-batches of each chunk a stage holds when it holds the most micro-batches.
+
+    With the same activation per micro-batch in every chunk this is the stage's peak exactly.
+    Where chunks differ, `in_flight_vectors` gives every candidate peak (the balancer uses it).
+    At the peak count the earliest vector in the schedule is taken: for 1F1B interleaved that
+    is the first forward of the steady state, where chunk 0 holds the most.
+    """
+    result = [[0] * stages for _ in range(chunks)]
+    for stage, order in enumerate(stage_orders(schedule, stages, chunks, micro_batches)):
+        held = [0] * chunks
+        best: list[int] | None = None
+        for op in order:
+            held[op.chunk] += 1 if op.kind == "F" else -1
+            if op.kind == "F" and (best is None or sum(held) > sum(best)):
+                best = list(held)
+        for chunk in range(chunks):
+            result[chunk][stage] = best[chunk] if best else 0
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Time
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Start and end of every op, stage by stage, in schedule order; `makespan` is the iteration time."""
+
+    orders: list[list[Op]]
+    starts: list[list[float]]
+    ends: list[list[float]]
+
+    @property
+    def makespan(self) -> float:
+        return max((ends[-1] for ends in self.ends if ends), default=0.0)
+
+    def busy(self, stage: int) -> float:
+        return sum(e - s for s, e in zip(self.starts[stage], self.ends[stage], strict=True))
+
+
+def _position(name: str, stages: int, chunk: int, stage: int) -> int:
+    """Where a (chunk, stage) cell sits along the model's layers."""
+    if name == "dualpipev":
+        return stage if chunk == 0 else 2 * stages - 1 - stage
+    return chunk * stages + stage
+
+
+def simulate(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> Timeline:
+    """Run the schedule with per-cell times `forward[chunk][stage]`, `backward[chunk][stage]`.
+
+    Each op starts when its stage has finished the previous op and its input is ready: the
+    forward of the cell before it along the model for the same micro-batch, or the backward of
+    the cell after it (the last cell's backward waits for its own forward). Communication is
+    free. The cell times include any head or tail the cell runs.
+    """
+    chunks, stages = len(forward), len(forward[0])
+    name = check(schedule, stages, chunks, micro_batches)
+    orders = stage_orders(name, stages, chunks, micro_batches)
+    cell_at: dict[int, tuple[int, int]] = {}
+    for chunk in range(chunks):
+        for stage in range(stages):
+            cell_at[_position(name, stages, chunk, stage)] = (chunk, stage)
+    last = stages * chunks - 1
+    done: dict[tuple[str, int, int, int], float] = {}
+    starts: list[list[float]] = [[] for _ in range(stages)]
+    ends: list[list[float]] = [[] for _ in range(stages)]
+    cursor = [0] * stages
+    free_at = [0.0] * stages
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for stage in range(stages):
+            order = orders[stage]
+            while cursor[stage] < len(order):
+                op = order[cursor[stage]]
+                position = _position(name, stages, op.chunk, stage)
+                if op.kind == "F":
+                    needed = None if position == 0 else ("F", *cell_at[position - 1], op.micro_batch)
+                    duration = forward[op.chunk][stage]
+                else:
+                    needed = ("F", op.chunk, stage, op.micro_batch) if position == last else (
+                        "B", *cell_at[position + 1], op.micro_batch)
+                    duration = backward[op.chunk][stage]
+                if needed is not None and needed not in done:
+                    break
+                start = max(free_at[stage], done[needed] if needed is not None else 0.0)
+                end = start + duration
+                done[(op.kind, op.chunk, stage, op.micro_batch)] = end
+                starts[stage].append(start)
+                ends[stage].append(end)
+                free_at[stage] = end
+                cursor[stage] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
+    return Timeline(orders=orders, starts=starts, ends=ends)
+
+
+def iteration_time(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> float:
+    """The iteration time of the schedule for uneven cells: its critical path, found by running it."""
+    return simulate(schedule, forward, backward, micro_batches).makespan
+
+
+def one_f_one_b_time(forward: Sequence[float], backward: Sequence[float], micro_batches: int) -> float:
+    """1F1B's closed form for uneven stages: Σ_s (F_s + B_s) + (m − 1)·max_s (F_s + B_s)."""
+    costs = [f + b for f, b in zip(forward, backward, strict=True)]
+    return sum(costs) + (micro_batches - 1) * max(costs)
