@@ -9,7 +9,8 @@ implementations:
 * ``interleaved`` (Megatron-LM virtual pipeline, V > 1): forwards walk micro-batches in groups
   of P, chunk 0 first; backwards walk the same groups with the chunks reversed; stage s runs
   2(P − s − 1) + (V − 1)·P warm-up forwards (clamped to m·V), then forward-then-backward pairs.
-  It needs m ≥ P.
+  It needs m ≥ P, and deadlocks (as Megatron-LM would hang) when the last group of
+  micro-batches is too short; such sizes are refused.
 * ``gpipe``: every forward (chunk by chunk), then every backward.
 * ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
   runs P−1 → 0): the eight steps of the reference implementation, with each overlapped
@@ -60,6 +61,9 @@ def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
     if name == "interleaved" and micro_batches < stages:
         raise ValueError(f"the interleaved schedule needs at least as many micro-batches as stages ({micro_batches} < "
                          f"{stages})")
+    if name == "interleaved" and micro_batches % stages and _deadlocks(name, stages, chunks, micro_batches):
+        raise ValueError(f"Megatron-LM's interleaved schedule deadlocks with {micro_batches} micro-batches on {stages} "
+                         f"stages (its last group of {micro_batches % stages} is shorter than the pipeline)")
     if name == "dualpipev":
         if chunks != 2:
             raise ValueError(f"DualPipeV runs exactly 2 chunks per stage, got {chunks}")
@@ -142,9 +146,16 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
     return order
 
 
-def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
-    """Every stage's ops, in the order the schedule runs them."""
-    name = check(schedule, stages, chunks, micro_batches)
+def _deadlocks(name: str, stages: int, chunks: int, micro_batches: int) -> bool:
+    ones = [[1.0] * stages for _ in range(chunks)]
+    try:
+        _run(name, _orders(name, stages, chunks, micro_batches), ones, ones, micro_batches)
+    except RuntimeError:
+        return True
+    return False
+
+
+def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
     if name == "1f1b":
         return [_one_f_one_b(stages, micro_batches, s) for s in range(stages)]
     if name == "interleaved":
@@ -152,6 +163,11 @@ def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) ->
     if name == "gpipe":
         return [_gpipe(chunks, micro_batches) for _ in range(stages)]
     return [_dualpipev(stages, micro_batches, s) for s in range(stages)]
+
+
+def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+    """Every stage's ops, in the order the schedule runs them."""
+    return _orders(check(schedule, stages, chunks, micro_batches), stages, chunks, micro_batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +258,17 @@ def simulate(
     """
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
-    orders = stage_orders(name, stages, chunks, micro_batches)
+    return _run(name, stage_orders(name, stages, chunks, micro_batches), forward, backward, micro_batches)
+
+
+def _run(
+    name: str,
+    orders: list[list[Op]],
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> Timeline:
+    chunks, stages = len(forward), len(forward[0])
     cell_at: dict[int, tuple[int, int]] = {}
     for chunk in range(chunks):
         for stage in range(stages):
