@@ -404,13 +404,19 @@ def drops_any(layer: Layer, switch: str) -> bool:
     return isinstance(kind, BodyKind) and kind.attention.is_mla
 
 
-def _cost(measured: _Measured, backward: float) -> Cost:
-    """Activations and growing buffers per micro-batch, the rest once; the working set before the census clamp."""
+def _cost(measured: _Measured, backward: float, unclamp: bool = True) -> Cost:
+    """Activations and growing buffers per micro-batch, the rest once.
+
+    Where a census prices the layer, the working set is stated before the census clamp (what
+    `SwitchProfile.selective` adds up), unless *unclamp* is false: the plain layer is no base
+    for addition then, and is stated as measured so that recomputing nothing prices exactly.
+    """
     split, working, first_working, terms = measured
     kept = 0.0
     if terms is not None:
         kept, held = terms
-        working -= max(0.0, kept - held)
+        if unclamp:
+            working -= max(0.0, kept - held)
     return Cost(
         split.activation + split.per_micro_batch, split.once, backward, split.excess, working, first_working, kept
     )
@@ -477,7 +483,7 @@ def measure_profile(
                  times.layer_times(layer, LayerType.FULL_REC_LAYER, None)[1])
     return SwitchProfile(
         forward_time=forward,
-        plain=_cost(plain, backward),
+        plain=_cost(plain, backward, unclamp=not census),
         alone=alone,
         full=full,
         counts=counts,
