@@ -1,0 +1,309 @@
+"""PPB's results as tables (pandas DataFrames) and back, losslessly, so any stage can rerun from stored Parquet.
+
+Three tables, their schemas documented in docs/ppb.md:
+
+* descriptions (`descriptions_to_frame`): one row a layer description, in list order. Every key
+  SAPP knows has its own typed column (absent: null); any other key becomes a string column
+  holding the value as JSON. `key_order` (the keys in order) and `integer_keys` (those holding
+  integers) make the way back exact: the same keys, in the same order, with the same types.
+* profiles (`profiles_to_frame`): one row a (model, kind, switch setting) cost: the plain
+  layer, each switch alone, full recompute, and the selective base and settings measured whole
+  where a census prices the layer. Profile-wide figures repeat on each row. Numbers come back as
+  floats.
+* fronts (`fronts_to_frame`): one row a setting on a (model, kind)'s recompute front.
+
+Nested figures (excess per count, counts) are JSON text: pandas' list columns do not survive a
+Parquet round trip with their dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ppb_core.front import LayerOption
+from ppb_core.kinds import kind_from_dict, kind_to_dict
+from ppb_core.profile import Cost, SwitchProfile
+from ppb_core.switches import COEF_KEY, MEMORY_KEY, SWITCHES, TIME_KEY
+
+# --- descriptions --------------------------------------------------------------------------------
+
+STRING_KEYS: tuple[str, ...] = ("model_name", "type", "name")
+COUNT_KEYS: tuple[str, ...] = ("nb_layer",)
+NUMBER_KEYS: tuple[str, ...] = (
+    "memory_parameter",
+    *MEMORY_KEY.values(),
+    "time",
+    "forward_time",
+    *TIME_KEY.values(),
+    *COEF_KEY.values(),
+)
+DESCRIPTION_COLUMNS: dict[str, str] = {
+    **dict.fromkeys(STRING_KEYS, "string"),
+    **dict.fromkeys(COUNT_KEYS, "Int64"),
+    **dict.fromkeys(NUMBER_KEYS, "Float64"),
+}
+KEY_ORDER, INTEGER_KEYS = "key_order", "integer_keys"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def descriptions_to_frame(descriptions: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per description; see the module docstring and docs/ppb.md for the columns."""
+    extra: list[str] = []
+    for desc in descriptions:
+        for key in desc:
+            if key in (KEY_ORDER, INTEGER_KEYS):
+                raise ValueError(f"a description key may not be named {key!r} (the table's own column)")
+            if key not in DESCRIPTION_COLUMNS and key not in extra:
+                extra.append(key)
+    columns: dict[str, list[Any]] = {name: [] for name in (*DESCRIPTION_COLUMNS, *extra, KEY_ORDER, INTEGER_KEYS)}
+    for desc in descriptions:
+        for name in DESCRIPTION_COLUMNS:
+            value = desc.get(name)
+            if value is not None and name in STRING_KEYS and not isinstance(value, str):
+                raise ValueError(f"description key {name!r} must be a string, got {value!r}")
+            if value is not None and name not in STRING_KEYS and not _is_number(value):
+                raise ValueError(f"description key {name!r} must be a number, got {value!r}")
+            if value is not None and name in COUNT_KEYS and value != int(value):
+                raise ValueError(f"description key {name!r} must be a whole number, got {value!r}")
+            columns[name].append(value)
+        for name in extra:
+            columns[name].append(json.dumps(desc[name]) if name in desc else None)
+        columns[KEY_ORDER].append(json.dumps(list(desc)))
+        columns[INTEGER_KEYS].append(json.dumps([key for key, value in desc.items() if _is_int(value)]))
+    dtypes = {**DESCRIPTION_COLUMNS, **dict.fromkeys((*extra, KEY_ORDER, INTEGER_KEYS), "string")}
+    return pd.DataFrame({name: pd.array(values, dtype=dtypes[name]) for name, values in columns.items()})
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> Any:
+    return None if value is pd.NA or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def descriptions_from_frame(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The descriptions a `descriptions_to_frame` table holds: same keys, order, values and types."""
+    missing = [name for name in (*DESCRIPTION_COLUMNS, KEY_ORDER, INTEGER_KEYS) if name not in frame.columns]
+    if missing:
+        raise ValueError(f"not a descriptions table: no column {', '.join(missing)}")
+    descriptions = []
+    for row in frame.to_dict("records"):
+        integers = set(json.loads(row[INTEGER_KEYS]))
+        desc: dict[str, Any] = {}
+        for key in json.loads(row[KEY_ORDER]):
+            value = _cell(row[key])
+            if key not in DESCRIPTION_COLUMNS:
+                value = None if value is None else json.loads(value)
+            elif value is not None and key not in STRING_KEYS:
+                value = int(value) if key in integers else float(value)
+            desc[key] = value
+        descriptions.append(desc)
+    return descriptions
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+PROFILE_COLUMNS: dict[str, str] = {
+    "model_name": "string",
+    "kind": "string",  # the kind's name, for reading; kind_json rebuilds it exactly
+    "kind_json": "string",
+    "role": "string",  # plain | alone | full | selective_base | whole
+    "recompute": "string",  # the switches recomputed, comma-separated in SWITCHES order; null for full
+    "memory_per_micro_batch_bytes": "Float64",
+    "memory_once_bytes": "Float64",
+    "backward_ms": "Float64",
+    "excess_bytes": "string",  # JSON list, one per count
+    "working_bytes": "Float64",
+    "first_working_bytes": "Float64",
+    "census_kept_bytes": "Float64",
+    "forward_ms": "Float64",  # the profile's, on every row
+    "counts": "string",  # JSON list of the counts of micro-batches in flight the excess is stated at
+    "census_held_bytes": "Float64",  # null without a census
+}
+ROLES: tuple[str, ...] = ("plain", "alone", "full", "selective_base", "whole")
+
+
+def _setting(recompute: frozenset[str] | None) -> str | None:
+    return None if recompute is None else ",".join(name for name in SWITCHES if name in recompute)
+
+
+def _recompute(text: Any) -> frozenset[str] | None:
+    text = _cell(text)
+    return None if text is None else frozenset(name for name in text.split(",") if name)
+
+
+def _kind_json(kind: Any) -> str:
+    return json.dumps(kind_to_dict(kind), sort_keys=True)
+
+
+ProfileKey = tuple[str, Any]
+
+
+def profiles_to_frame(profiles: Mapping[ProfileKey, SwitchProfile]) -> pd.DataFrame:
+    """One row per (model, kind, switch setting) cost, profiles in order, each plain, alone…, full, base, whole…."""
+    rows: list[dict[str, Any]] = []
+    for (model_name, kind), profile in profiles.items():
+        shared = {
+            "model_name": model_name,
+            "kind": kind.name,
+            "kind_json": _kind_json(kind),
+            "forward_ms": profile.forward_time,
+            "counts": json.dumps(list(profile.counts)),
+            "census_held_bytes": profile.census_held,
+        }
+        entries: list[tuple[str, frozenset[str] | None, Cost]] = [("plain", frozenset(), profile.plain)]
+        entries += [("alone", frozenset({name}), cost) for name, cost in profile.alone.items()]
+        entries.append(("full", None, profile.full))
+        if profile.selective_base is not None:
+            entries.append(("selective_base", frozenset(), profile.selective_base))
+        entries += [("whole", recompute, cost) for recompute, cost in profile.whole.items()]
+        for role, recompute, cost in entries:
+            rows.append({
+                **shared,
+                "role": role,
+                "recompute": _setting(recompute),
+                "memory_per_micro_batch_bytes": cost.memory_per_micro_batch,
+                "memory_once_bytes": cost.memory_once,
+                "backward_ms": cost.backward_time,
+                "excess_bytes": json.dumps([float(x) for x in cost.excess]),
+                "working_bytes": cost.working,
+                "first_working_bytes": cost.first_working,
+                "census_kept_bytes": cost.census_kept,
+            })
+    return pd.DataFrame(
+        {name: pd.array([row[name] for row in rows], dtype=dtype) for name, dtype in PROFILE_COLUMNS.items()}
+    )
+
+
+def _float(value: Any) -> float | None:
+    value = _cell(value)
+    return None if value is None else float(value)
+
+
+def profiles_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, SwitchProfile]:
+    """The profiles a `profiles_to_frame` table holds, keyed by (model name, kind), in order."""
+    missing = [name for name in PROFILE_COLUMNS if name not in frame.columns]
+    if missing:
+        raise ValueError(f"not a profiles table: no column {', '.join(missing)}")
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in frame.to_dict("records"):
+        grouped.setdefault((row["model_name"], row["kind_json"]), []).append(row)
+    kinds: dict[str, Any] = {}
+    profiles: dict[ProfileKey, SwitchProfile] = {}
+    for (model_name, kind_text), rows in grouped.items():
+        kind = kinds.setdefault(kind_text, kind_from_dict(json.loads(kind_text)))
+        costs: dict[str, list[tuple[frozenset[str] | None, Cost]]] = {role: [] for role in ROLES}
+        for row in rows:
+            if row["role"] not in costs:
+                raise ValueError(f"unknown profile row role {row['role']!r} (roles: {', '.join(ROLES)})")
+            cost = Cost(
+                float(row["memory_per_micro_batch_bytes"]),
+                float(row["memory_once_bytes"]),
+                float(row["backward_ms"]),
+                tuple(float(x) for x in json.loads(row["excess_bytes"])),
+                float(row["working_bytes"]),
+                float(row["first_working_bytes"]),
+                float(row["census_kept_bytes"]),
+            )
+            costs[row["role"]].append((_recompute(row["recompute"]), cost))
+        first = rows[0]
+        profiles[(model_name, kind)] = SwitchProfile(
+            forward_time=float(first["forward_ms"]),
+            plain=costs["plain"][0][1],
+            alone={next(iter(recompute)): cost for recompute, cost in costs["alone"]},
+            full=costs["full"][0][1],
+            counts=tuple(int(c) for c in json.loads(first["counts"])),
+            selective_base=costs["selective_base"][0][1] if costs["selective_base"] else None,
+            whole={recompute: cost for recompute, cost in costs["whole"]},
+            census_held=_float(first["census_held_bytes"]),
+        )
+    return profiles
+
+
+# --- fronts --------------------------------------------------------------------------------------
+
+FRONT_COLUMNS: dict[str, str] = {
+    "model_name": "string",
+    "kind": "string",
+    "kind_json": "string",
+    "names": "string",  # the balancer options the setting is, comma-separated (often none)
+    "recompute": "string",  # as in the profiles table; null for full recompute
+    "memory_per_micro_batch_bytes": "Float64",
+    "memory_once_bytes": "Float64",
+    "forward_ms": "Float64",
+    "backward_ms": "Float64",
+    "excess_bytes": "string",  # JSON list of [count, bytes] where the split over-charges
+    "working_extra_bytes": "Float64",
+    "first_working_extra_bytes": "Float64",
+}
+
+
+def fronts_to_frame(fronts: Mapping[ProfileKey, Sequence[LayerOption]]) -> pd.DataFrame:
+    """One row per setting on each (model, kind)'s front, in front order."""
+    rows = [
+        {
+            "model_name": model_name,
+            "kind": kind.name,
+            "kind_json": _kind_json(kind),
+            "names": ",".join(option.names),
+            "recompute": _setting(option.recompute),
+            "memory_per_micro_batch_bytes": option.memory_per_micro_batch,
+            "memory_once_bytes": option.memory_once,
+            "forward_ms": option.forward_time,
+            "backward_ms": option.backward_time,
+            "excess_bytes": json.dumps([[count, float(amount)] for count, amount in option.excess]),
+            "working_extra_bytes": option.working_extra,
+            "first_working_extra_bytes": option.first_working_extra,
+        }
+        for (model_name, kind), options in fronts.items()
+        for option in options
+    ]
+    return pd.DataFrame(
+        {name: pd.array([row[name] for row in rows], dtype=dtype) for name, dtype in FRONT_COLUMNS.items()}
+    )
+
+
+def fronts_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, list[LayerOption]]:
+    missing = [name for name in FRONT_COLUMNS if name not in frame.columns]
+    if missing:
+        raise ValueError(f"not a fronts table: no column {', '.join(missing)}")
+    kinds: dict[str, Any] = {}
+    fronts: dict[ProfileKey, list[LayerOption]] = {}
+    for row in frame.to_dict("records"):
+        kind = kinds.setdefault(row["kind_json"], kind_from_dict(json.loads(row["kind_json"])))
+        fronts.setdefault((row["model_name"], kind), []).append(
+            LayerOption(
+                recompute=_recompute(row["recompute"]),
+                memory_per_micro_batch=float(row["memory_per_micro_batch_bytes"]),
+                memory_once=float(row["memory_once_bytes"]),
+                forward_time=float(row["forward_ms"]),
+                backward_time=float(row["backward_ms"]),
+                names=tuple(name for name in row["names"].split(",") if name),
+                excess=tuple((int(count), float(amount)) for count, amount in json.loads(row["excess_bytes"])),
+                working_extra=float(row["working_extra_bytes"]),
+                first_working_extra=float(row["first_working_extra_bytes"]),
+            )
+        )
+    return fronts
+
+
+__all__ = [
+    "DESCRIPTION_COLUMNS",
+    "FRONT_COLUMNS",
+    "PROFILE_COLUMNS",
+    "descriptions_from_frame",
+    "descriptions_to_frame",
+    "fronts_from_frame",
+    "fronts_to_frame",
+    "profiles_from_frame",
+    "profiles_to_frame",
+]
