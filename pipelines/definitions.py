@@ -1,0 +1,30 @@
+"""The ppb code location: `dagster dev -w workspace.yaml`, or `-m pipelines.definitions`."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from pipelines.assets import ALL_ASSETS
+from pipelines.checks import ALL_CHECKS
+from pipelines.io_managers import ParquetIOManager
+from pipelines.jobs import chain_job, register_job
+from pipelines.resources import RunConfigs
+from pipelines.schedules import nightly_reestimate
+from pipelines.sensors import run_config_sensor
+
+
+def resources(storage_dir: str = "", config_dir: str = "") -> dict[str, object]:
+    """The resources every stage needs; empty folders mean the defaults (see `pipelines.resources`)."""
+    return {"io_manager": ParquetIOManager(base_dir=storage_dir), "run_configs": RunConfigs(config_dir=config_dir)}
+
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
+    jobs=[chain_job, register_job],
+    schedules=[nightly_reestimate],
+    sensors=[run_config_sensor],
+    resources=resources(),
+    # The chain is a line of quick stages: a process per step would cost more than the steps.
+    executor=dg.in_process_executor,
+)

@@ -1,0 +1,47 @@
+"""`ppb plan RUN.yaml -o OUT_DIR`: the whole chain without Dagster, every table written as Parquet.
+
+The files are the ones the Dagster assets write (`OUT_DIR/<stage>/<run config stem>.parquet`, and
+each stage's artifacts beside its table), byte for byte. Every stage runs before anything is
+written, so bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ppb_core import chain
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="run every stage for a run config and write each table as Parquet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
+    parser.add_argument("-o", "--out", metavar="OUT_DIR", default="out", help="output folder (default: out)")
+    parser.add_argument(
+        "--until", choices=[step.name for step in chain.STAGES], help="stop after this stage (default: all)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    started = time.perf_counter()
+    tables = chain.run_chain(args.run, until=args.until)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    key = chain.partition_key(args.run)
+    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed_ms:.0f} ms")
+    table.add_column("stage")
+    table.add_column("rows", justify="right")
+    table.add_column("files")
+    for name, frame in tables.items():
+        written = chain.write_stage(args.out, name, key, frame)
+        table.add_row(name, str(len(frame)), "\n".join(str(path) for path in written))
+    Console().print(table)
+    return 0

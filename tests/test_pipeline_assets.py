@@ -1,0 +1,186 @@
+"""End to end through Dagster: every stage asset of two run configs materialized into a temporary
+folder, read back and compared with the core's own tables and with `ppb plan`'s files; one asset
+rerun alone from stored upstream; failed runs leave the previous Parquet in place."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
+from pipelines.checks import ALL_CHECKS
+from pipelines.definitions import resources
+from pipelines.freshness import CONFIG_HASH
+from pipelines.partitions import PARTITIONS_NAME
+from pipelines.resources import data_version
+from ppb_core import chain
+from ppb_core.cli.main import main
+from ppb_core.config import config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+KEYS = ("llama3-8b", "qwen2.5-7b")
+STAGES = [step.name for step in chain.STAGES]
+
+
+@dataclass
+class Built:
+    instance: dg.DagsterInstance
+    storage: Path
+    results: dict[str, dg.ExecuteInProcessResult]
+
+
+def materialize(
+    instance: dg.DagsterInstance, storage: Path, configs: Path, key: str, selection=None, **kwargs
+) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        selection=selection or STAGE_ASSETS,
+        partition_key=key,
+        instance=instance,
+        resources=resources(str(storage), str(configs)),
+        **kwargs,
+    )
+
+
+def instance_in(folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    return dg.instance_for_test(temp_dir=str(folder))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """Both run configs, every stage, once for all the tests of this module."""
+    root = tmp_path_factory.mktemp("pipeline")
+    with instance_in(root / "home") as instance:
+        instance.add_dynamic_partitions(PARTITIONS_NAME, list(KEYS))
+        results = {key: materialize(instance, root / "storage", CONFIGS, key) for key in KEYS}
+        yield Built(instance, root / "storage", results)
+
+
+def materializations(instance: dg.DagsterInstance, asset: str, key: str) -> list[dg.AssetMaterialization]:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=100
+    ).records
+    return [record.asset_materialization for record in records]
+
+
+def test_every_stage_is_materialized_and_every_check_passes(built: Built) -> None:
+    for key, result in built.results.items():
+        assert result.success
+        assert [e.asset_key.path[-1] for e in result.get_asset_materialization_events()] == STAGES
+        checks = result.get_asset_check_evaluations()
+        assert checks and all(check.passed for check in checks), key
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_stored_tables_equal_the_core_results(built: Built, key: str) -> None:
+    expected = chain.run_chain(CONFIGS / f"{key}.yaml")
+    for name in STAGES:
+        path = built.storage / name / f"{key}.parquet"
+        stored = pd.read_parquet(path)
+        pd.testing.assert_frame_equal(stored, expected[name])
+        assert stored.attrs == expected[name].attrs
+        assert path.read_bytes() == chain.to_parquet_bytes(expected[name])
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_ppb_plan_writes_byte_identical_files(built: Built, key: str, tmp_path: Path) -> None:
+    assert main(["plan", str(CONFIGS / f"{key}.yaml"), "-o", str(tmp_path)]) == 0
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    suffixes = {name: (".parquet", *chain.stage_artifact_suffixes(name)) for name in STAGES}
+    assert written == sorted(Path(name) / f"{key}{suffix}" for name in STAGES for suffix in suffixes[name])
+    for relative in written:
+        assert (tmp_path / relative).read_bytes() == (built.storage / relative).read_bytes(), relative
+
+
+def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
+    key = "llama3-8b"
+    for name in STAGES:
+        (event,) = materializations(built.instance, name, key)
+        meta = event.metadata
+        assert meta["path"].value == str(built.storage / name / f"{key}.parquet")
+        stored = pd.read_parquet(meta["path"].value)
+        assert meta["dagster/row_count"].value == len(stored)
+        assert [c.name for c in meta["dagster/column_schema"].schema.columns] == list(stored.columns)
+        assert meta["preview"].value.startswith("| ")
+        assert event.tags["dagster/code_version"] == chain.code_version(name)
+    (run_event,) = materializations(built.instance, "run_config", key)
+    digest = config_hash(CONFIGS / f"{key}.yaml")
+    assert run_event.metadata[CONFIG_HASH].value == digest
+    assert run_event.tags["dagster/data_version"] == data_version(digest, chain.code_version("run_config"))
+    assert run_event.metadata["parallel"].value.startswith("dp 8 · tp 2 + sp · pp 4")
+    (walk_event,) = materializations(built.instance, "layer_walk", key)
+    # 32 body layers on 4 stages of one chunk: 8 per cell; plus the HEAD and the TAIL.
+    assert walk_event.metadata["layers"].value == 34
+    assert walk_event.metadata["body_layers"].value == 32
+    assert "| 0 | 8 | 8 | 8 | 8 |" in walk_event.metadata["body_layers_per_cell"].value
+
+
+def test_one_asset_rerun_alone_reads_stored_upstream_and_writes_the_same_bytes(built: Built) -> None:
+    key = "qwen2.5-7b"
+    target = STAGES[-1]
+    before = {name: (built.storage / name / f"{key}.parquet").read_bytes() for name in STAGES}
+    upstream_runs = {name: len(materializations(built.instance, name, key)) for name in STAGES}
+    result = materialize(built.instance, built.storage, CONFIGS, key, selection=[target])
+    assert result.success
+    assert [e.asset_key.path[-1] for e in result.get_asset_materialization_events()] == [target]
+    for name in STAGES:
+        assert (built.storage / name / f"{key}.parquet").read_bytes() == before[name], name
+        assert len(materializations(built.instance, name, key)) == upstream_runs[name] + (name == target)
+
+
+@pytest.fixture
+def small(tmp_path: Path):
+    """One run config built once, in a folder of its own that a test may break."""
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIGS, configs)
+    storage = tmp_path / "storage"
+    with instance_in(tmp_path / "home") as instance:
+        instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
+        assert materialize(instance, storage, configs, "llama3-8b").success
+        yield instance, storage, configs
+
+
+def stored_files(storage: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in sorted(storage.rglob("*")) if path.is_file()}
+
+
+def test_a_failing_asset_leaves_the_previous_parquet_in_place(small) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    config = configs / "llama3-8b.yaml"
+    config.write_text(config.read_text().replace("micro_batches: 32", "micro_batches: -1"))
+    result = materialize(instance, storage, configs, "llama3-8b", raise_on_error=False)
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key == "run_config"
+    reported = failure.step_failure_data.user_failure_data
+    assert "training.micro_batches" in reported.description
+    assert reported.metadata["field"].value == "training.micro_batches"
+    assert stored_files(storage) == before  # nothing replaced, no temporary file left behind
+
+
+def test_a_write_that_fails_midway_leaves_the_previous_parquet_in_place(small, monkeypatch) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    config = configs / "llama3-8b.yaml"
+    config.write_text(config.read_text().replace("micro_batches: 32", "micro_batches: 16"))
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("ppb_core.io.os.fsync", disk_full)
+    result = materialize(instance, storage, configs, "llama3-8b", raise_on_error=False)
+    assert not result.success
+    assert stored_files(storage) == before
+    monkeypatch.undo()
+    # The same run with the disk back writes the new table (16 micro-batches now).
+    assert materialize(instance, storage, configs, "llama3-8b").success
+    assert stored_files(storage) != before
+    assert '"micro_batches": 16' in pd.read_parquet(storage / "run_config" / "llama3-8b.parquet")["config_json"][0]

@@ -1,0 +1,112 @@
+"""The chain without Dagster: stage order, storage layout and bytes, code versions, `ppb plan`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ppb_core import chain
+from ppb_core.cli.main import main
+from ppb_core.config import load_run_config, run_to_frame
+from ppb_core.model import walk, walk_to_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+
+def test_stages_read_only_earlier_stages() -> None:
+    seen: set[str] = set()
+    for step in chain.STAGES:
+        assert set(step.inputs) <= seen, f"{step.name} reads a later stage"
+        assert step.description, f"{step.name} has no description"
+        seen.add(step.name)
+    assert chain.STAGES[0].name == "run_config" and not chain.STAGES[0].inputs
+
+
+def test_chain_tables_equal_the_core_called_directly() -> None:
+    path = CONFIGS / "llama3-8b.yaml"
+    tables = chain.run_chain(path)
+    assert list(tables) == [step.name for step in chain.STAGES]
+    run = load_run_config(path)
+    expected_run = run_to_frame(run.model_copy(update={"source": str(path.resolve())}))
+    pd.testing.assert_frame_equal(tables["run_config"], expected_run)
+    expected_walk = walk_to_frame(walk(run))
+    pd.testing.assert_frame_equal(tables["layer_walk"], expected_walk)
+    assert tables["layer_walk"].attrs == {"stages": 4, "chunks": 1}
+    # Llama-3-8B: 32 body layers + HEAD + TAIL.
+    assert len(tables["layer_walk"]) == 34
+
+
+def test_until_stops_after_the_named_stage() -> None:
+    assert list(chain.run_chain(CONFIGS / "qwen2.5-7b.yaml", until="run_config")) == ["run_config"]
+
+
+def test_parquet_bytes_are_deterministic_and_round_trip() -> None:
+    frame = chain.run_chain(CONFIGS / "qwen2.5-7b.yaml")["layer_walk"]
+    data = chain.to_parquet_bytes(frame)
+    assert chain.to_parquet_bytes(frame) == data
+    back = chain.from_parquet_bytes(data)
+    pd.testing.assert_frame_equal(back, frame)
+    assert back.attrs == frame.attrs
+    assert chain.to_parquet_bytes(back) == data
+
+
+def test_stage_path_layout_keeps_dotted_keys() -> None:
+    assert chain.stage_path("s", "layer_walk", "qwen2.5-7b") == Path("s/layer_walk/qwen2.5-7b.parquet")
+    assert chain.partition_key("configs/qwen2.5-7b.yaml") == "qwen2.5-7b"
+
+
+def test_code_version_covers_the_core_modules_a_stage_rests_on() -> None:
+    closure = chain.core_closure(("ppb_core.model",))
+    # model imports config and kinds; config imports hf, spec, devices, errors, switches.
+    for module in ("ppb_core.model", "ppb_core.config", "ppb_core.kinds", "ppb_core.hf", "ppb_core.spec"):
+        assert module in closure
+    assert "ppb_core.chain" not in closure
+    versions = {step.name: chain.code_version(step.name) for step in chain.STAGES}
+    assert all(len(v) == 16 for v in versions.values())
+    assert len(set(versions.values())) == len(versions)
+    assert chain.code_version("layer_walk") == chain.code_version("layer_walk")
+
+
+def test_walk_problems_finds_a_missing_layer_and_an_empty_cell() -> None:
+    tables = chain.run_chain(CONFIGS / "llama3-8b.yaml")
+    assert chain.walk_problems(tables["run_config"], tables["layer_walk"]) == []
+    frame = tables["layer_walk"]
+    last_stage = frame[(frame["node"] == "BODY") & (frame["stage"] == 3)].index
+    broken = frame.drop(index=last_stage)
+    problems = chain.walk_problems(tables["run_config"], broken)
+    # 32 layers over 4 stages: stage 3 held 8 of them.
+    assert problems == ["llm: 24 BODY layers, expected 32", "chunk 0, stage 3 holds no body layer"]
+
+
+def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, capsys) -> None:
+    path = CONFIGS / "qwen2.5-7b.yaml"
+    assert main(["plan", str(path), "-o", str(tmp_path)]) == 0
+    tables = chain.run_chain(path)
+    for name, frame in tables.items():
+        stored = tmp_path / name / "qwen2.5-7b.parquet"
+        assert stored.read_bytes() == chain.to_parquet_bytes(frame)
+        for suffix in chain.stage_artifact_suffixes(name):
+            assert (tmp_path / name / f"qwen2.5-7b{suffix}").is_file()
+    assert "layer_walk" in capsys.readouterr().out
+
+
+def test_ppb_plan_on_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    configs = tmp_path / "configs"
+    shutil.copytree(CONFIGS, configs)
+    bad = configs / "llama3-8b.yaml"
+    bad.write_text(bad.read_text().replace("micro_batch_size: 1", "micro_batch_size: 0"))
+    out = tmp_path / "out"
+    assert main(["plan", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppb: error: ") and "training.micro_batch_size" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_shipped_config_runs_the_whole_chain(config: str) -> None:
+    tables = chain.run_chain(CONFIGS / config)
+    assert chain.walk_problems(tables["run_config"], tables["layer_walk"]) == []
