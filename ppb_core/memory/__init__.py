@@ -1,0 +1,25 @@
+"""The memory model: static memory, activations per op and switch, buffers, and stage peaks (docs/memory.md)."""
+
+from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
+from ppb_core.memory.buffers import Buffers, BufferTerm
+from ppb_core.memory.model import MemoryModel, StateMemory
+from ppb_core.memory.peak import StagePeak, configured_option, run_in_flight, run_stage_peaks, stage_peaks
+from ppb_core.memory.setup import BUFFER_RULES, MemorySetup
+from ppb_core.memory.static import StaticBytes
+
+__all__ = [
+    "BUFFER_RULES",
+    "ActivationFormulas",
+    "ActivationTerm",
+    "BufferTerm",
+    "Buffers",
+    "MemoryModel",
+    "MemorySetup",
+    "StagePeak",
+    "StateMemory",
+    "StaticBytes",
+    "configured_option",
+    "run_in_flight",
+    "run_stage_peaks",
+    "stage_peaks",
+]

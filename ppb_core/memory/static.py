@@ -1,0 +1,86 @@
+"""Static memory: parameters, gradients and optimizer states one device holds for a layer.
+
+Element counts come from `ppb_core.params` (tensor and expert parallel already applied); this
+module only turns them into bytes under the data-parallel sharding of ZeRO / FSDP:
+
+* level 1 shards the optimizer states, level 2 also the gradients, level 3 (or FSDP) also the
+  parameters;
+* non-expert parameters shard over the data-parallel group dp·cp (context-parallel ranks hold
+  the same weights and reduce their gradients together);
+* routed experts shard over the expert-data-parallel group dp·cp·tp/(ep·etp) instead.
+
+A shard is rounded up to whole elements, as frameworks pad their flat buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.kinds import BodyKind, HeadKind, LayerKind, TailKind
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.params import LayerParams, body_params, head_params, tail_params
+
+
+def layer_params(kind: LayerKind, setup: MemorySetup) -> LayerParams:
+    """Elements of the layer one tensor-/expert-parallel rank holds, before data-parallel sharding."""
+    if isinstance(kind, BodyKind):
+        return body_params(kind, setup.tp, setup.ep, setup.etp)
+    if isinstance(kind, HeadKind):
+        return head_params(kind, setup.tp)
+    if isinstance(kind, TailKind):
+        return tail_params(kind, setup.tp, setup.pp, setup.ep, setup.etp)
+    raise TypeError(f"not a layer kind: {kind!r}")
+
+
+def _shard(elements: int, group: int, sharded: bool) -> int:
+    return -(-elements // group) if sharded else elements
+
+
+@dataclass(frozen=True)
+class StaticBytes:
+    """One layer's static memory on one device, and the element counts it comes from."""
+
+    parameters: int  # elements the device holds (sharded under ZeRO-3 / FSDP)
+    gradients: int  # gradient elements the device holds
+    optimizer_states: int  # parameters whose optimizer states the device holds
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
+
+
+def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:
+    """Bytes of parameters (`dtype_bytes`), gradients (`grad_bytes`) and optimizer states (`state_bytes`)."""
+    level = setup.shard_level
+
+    def held(sharded: bool) -> int:
+        return _shard(params.non_expert, setup.data_group, sharded) + _shard(
+            params.expert, setup.expert_data_group, sharded
+        )
+
+    parameters, gradients, states = held(level >= 3), held(level >= 2), held(level >= 1)
+    return StaticBytes(
+        parameters=parameters,
+        gradients=gradients,
+        optimizer_states=states,
+        parameter_bytes=parameters * setup.dtype_bytes,
+        gradient_bytes=gradients * setup.grad_bytes,
+        optimizer_bytes=states * setup.state_bytes,
+    )
+
+
+def gathered_parameter_bytes(params: LayerParams, setup: MemorySetup) -> int:
+    """What gathering one layer's parameters adds under ZeRO-3 / FSDP: the shards of the other ranks."""
+    if setup.shard_level < 3:
+        return 0
+    whole = params.non_expert + params.expert
+    held = _shard(params.non_expert, setup.data_group, True) + _shard(params.expert, setup.expert_data_group, True)
+    return (whole - held) * setup.dtype_bytes
+
+
+def unsharded_gradient_bytes(params: LayerParams, setup: MemorySetup) -> int:
+    """A layer's whole gradients (per TP/EP rank), as its bucket holds them before the reduce-scatter."""
+    return (params.non_expert + params.expert) * setup.grad_bytes
