@@ -1,0 +1,98 @@
+"""`ppb describe` and `ppb profile`: outputs, and bad input as one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import yaml
+from test_ppb_fakes import SPEC, FakeMemory, FakePricer
+
+import ppb_core.cli.describe as describe_cli
+import ppb_core.cli.main as cli_main
+import ppb_core.cli.profile as profile_cli
+from ppb_core import ppb, sapp
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def commands(monkeypatch):
+    """The dispatcher with our two commands, whatever else it registers."""
+    monkeypatch.setattr(cli_main, "COMMANDS", tuple(dict.fromkeys((*cli_main.COMMANDS, "describe", "profile"))))
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """The CLI's memory and time models replaced by the hand-checkable fakes."""
+    monkeypatch.setattr(describe_cli, "describe_run", partial(_describe_with_fakes))
+    monkeypatch.setattr(describe_cli, "_time_model_available", lambda: True)
+    monkeypatch.setattr(profile_cli, "profile_run", partial(ppb.profile_run, memory=FakeMemory(5), times=FakePricer()))
+
+
+def _describe_with_fakes(run, timed=True):
+    return ppb.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
+
+
+@pytest.fixture
+def run_yaml(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": [{"name": "llm", "spec": SPEC}],
+        "parallel": {"pp": 2},
+        "training": {"seq_length": 256, "micro_batches": 4, "recompute": {"softmax": 0}},
+        "device": {"name": "h100-80gb"},
+    }))
+    return path
+
+
+def test_describe_writes_the_sapp_file(commands, fakes, run_yaml, tmp_path):
+    out = tmp_path / "layers.json"
+    assert cli_main.main(["describe", str(run_yaml), "-o", str(out)]) == 0
+    written = sapp.read_layers_description(out)
+    assert [d["name"] for d in written] == ["HEAD", "BODY_0", "TAIL"]
+    assert written[1]["forward_time"] == 1.0 and written[1]["nb_layer"] == 4
+    assert set(json.loads(out.read_text())) == {"layers_description"}
+
+
+def test_describe_prints_without_an_output_and_can_leave_times_out(commands, fakes, run_yaml, capsys):
+    assert cli_main.main(["describe", str(run_yaml), "--no-times"]) == 0
+    printed = json.loads(capsys.readouterr().out)["layers_description"]
+    assert "forward_time" not in printed[1] and "memory_select_comm" not in printed[1] and printed[1]["time"] == 1
+
+
+def test_profile_prints_costs_and_the_front(commands, fakes, run_yaml, capsys):
+    assert cli_main.main(["profile", str(run_yaml), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [profile] = report["profiles"]
+    # pp 2, 4 micro-batches, 1F1B: stages keep 2 and 1 in flight; the buffers split at 2.
+    assert report["many"] == 2 and profile["counts"] == [] and profile["kind"] == "dense"
+    assert [cost["role"] for cost in profile["costs"]] == ["plain", *["alone"] * 8, "full"]
+    assert profile["front"][0]["recompute"] == [] and profile["front"][-1]["recompute"] is None
+    assert cli_main.main(["profile", str(run_yaml)]) == 0
+    text = capsys.readouterr().out
+    assert "switch costs" in text and "front" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["describe", "missing.yaml", "-o", "{out}"], "missing.yaml: file not found"),
+        (["profile", "missing.yaml"], "missing.yaml: file not found"),
+        (["describe", "{bad}", "-o", "{out}"], "training.micro_batches"),
+        (["profile", "{run}", "--most-in-flight", "0"], "--most-in-flight"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(commands, fakes, run_yaml, tmp_path, capsys, argv, message):
+    bad = tmp_path / "bad.yaml"
+    raw = yaml.safe_load(run_yaml.read_text())
+    raw["training"]["micro_batches"] = 0
+    bad.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "layers.json"
+    argv = [arg.format(out=out, bad=bad, run=run_yaml) for arg in argv]
+    assert cli_main.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppb: error:") and message in err and "\n" not in err
+    assert not out.exists()
