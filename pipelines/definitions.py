@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from pipelines.assets import ALL_ASSETS
@@ -18,6 +20,19 @@ def resources(storage_dir: str = "", config_dir: str = "") -> dict[str, object]:
     return {"io_manager": ParquetIOManager(base_dir=storage_dir), "run_configs": RunConfigs(config_dir=config_dir)}
 
 
+# The chain is a line of quick stages: a process per step (multiprocess) costs more than the steps,
+# so runs execute in process unless PPB_EXECUTOR says otherwise (deploy/README.md: scaling out).
+EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
+EXECUTOR_ENV = "PPB_EXECUTOR"
+
+
+def executor() -> dg.ExecutorDefinition:
+    name = os.environ.get(EXECUTOR_ENV, "in_process")
+    if name not in EXECUTORS:
+        raise ValueError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
+    return EXECUTORS[name]
+
+
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
@@ -25,6 +40,5 @@ defs = dg.Definitions(
     schedules=[nightly_reestimate],
     sensors=[run_config_sensor],
     resources=resources(),
-    # The chain is a line of quick stages: a process per step would cost more than the steps.
-    executor=dg.in_process_executor,
+    executor=executor(),
 )

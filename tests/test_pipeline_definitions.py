@@ -94,3 +94,30 @@ def test_io_manager_writes_aside_then_renames_and_reads_back(tmp_path, base) -> 
     assert loaded.attrs == {"stages": 2}
     replace_file(path, b"second")
     assert path.read_bytes() == b"second"
+
+
+def test_deploy_instance_config_passes_dagsters_own_validation(monkeypatch) -> None:
+    from dagster._core.instance.config import dagster_instance_config
+
+    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("DAGSTER_COMPUTE_LOG_DIR", "/tmp")
+    config, _ = dagster_instance_config(str(ROOT / "deploy"))
+    assert set(config["storage"]) == {"postgres"}
+    assert config["telemetry"] == {"enabled": False}
+    (limit,) = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limit == {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+    local, _ = dagster_instance_config(str(ROOT / "dagster_home"))
+    assert local == {"telemetry": {"enabled": False}}  # SQLite storage: the default
+
+
+def test_executor_is_chosen_by_environment(monkeypatch) -> None:
+    from pipelines.definitions import executor
+
+    monkeypatch.delenv("PPB_EXECUTOR", raising=False)
+    assert executor() is dg.in_process_executor
+    monkeypatch.setenv("PPB_EXECUTOR", "multiprocess")
+    assert executor() is dg.multiprocess_executor
+    monkeypatch.setenv("PPB_EXECUTOR", "threads")
+    with pytest.raises(ValueError, match="PPB_EXECUTOR"):
+        executor()
