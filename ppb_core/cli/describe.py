@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _time_model_available() -> bool:
     try:
-        import ppb_core.timing  # noqa: F401
+        from ppb_core.timing import TimeModel  # noqa: F401
     except ImportError:
         return False
     return True
