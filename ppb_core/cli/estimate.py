@@ -1,0 +1,89 @@
+"""`ppb estimate RUN.yaml [--json]`: per-layer memory of a run, one row per distinct kind, and each stage's peak."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ppb_core.config import load_run_config
+from ppb_core.estimate import Estimate, estimate
+from ppb_core.memory import BUFFER_RULES, MemoryModel
+from ppb_core.switches import OPTIONS
+
+MB = 2**20
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "estimate",
+        help="per-layer memory (static, activations per option, buffers) and stage peaks",
+        description=__doc__,
+    )
+    parser.add_argument("run_config", help="a run config (configs/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
+    parser.add_argument("--buffer-rule", choices=BUFFER_RULES, default="layered",
+                        help="how a layer's buffers add up (docs/memory.md); default layered")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_run_config(args.run_config)
+    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule))
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_tables(result)
+    return 0
+
+
+def _mb(value: float) -> str:
+    return f"{value / MB:,.1f}"
+
+
+def print_tables(result: Estimate) -> None:
+    """The rich tables: layers (MB per device) and stages (peak against device memory)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: no terminal width to fit, print every figure whole
+        console = Console(width=200)
+    run = result.run
+    par = run["parallel"]
+    title = (f"{run['name']}: dp {par['dp']} tp {par['tp']} pp {par['pp']} vpp {par['vpp']} cp {par['cp']} "
+             f"ep {par['ep']}, seq {run['training']['seq_length']} × mbs {run['training']['micro_batch_size']}, "
+             f"m {run['training']['micro_batches']} ({par['schedule']})")
+    layers = Table(title=title, caption="MB of 2**20 bytes on one device; activations per micro-batch in flight; "
+                   "buffers at NONE: at one micro-batch, the part per micro-batch, the part held once")
+    for name, justify in (("model", "left"), ("node", "left"), ("kind", "left"), ("count", "right"),
+                          ("parameters", "right"), ("static", "right")):
+        layers.add_column(name, justify=justify)
+    for option in OPTIONS:
+        layers.add_column(option, justify="right")
+    for name in ("buf one", "buf /mb", "buf once"):
+        layers.add_column(name, justify="right")
+    for row in result.layers:
+        layers.add_row(
+            row.model_name, row.node, row.kind, str(row.count), f"{row.parameters:,}", _mb(row.static_bytes),
+            *(_mb(row.activation_bytes[o]) for o in OPTIONS),
+            _mb(row.buffer_bytes_one), _mb(row.buffer_bytes_per_micro_batch), _mb(row.buffer_bytes_once),
+        )
+    console.print(layers)
+    if not result.stages:
+        return
+    options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
+    stages = Table(title=f"Stages (body layers at {options})",
+                   caption="activations × micro-batches in flight per chunk; working: the largest backward's "
+                           "working set; peak includes the device's reserved memory")
+    for name in ("stage", "layers", "in flight", "static", "activations", "buffers", "working", "reserved",
+                 "peak", "device", "fits"):
+        stages.add_column(name, justify="left" if name == "in flight" else "right")
+    for peak in result.stages:
+        stages.add_row(
+            str(peak.stage), str(peak.body_layers), " ".join(map(str, peak.in_flight)), _mb(peak.static_bytes),
+            _mb(peak.activation_bytes), _mb(peak.buffer_bytes), _mb(peak.working_bytes), _mb(peak.reserved_bytes),
+            _mb(peak.peak_bytes), _mb(peak.device_bytes), "yes" if peak.fits else "[red]no[/red]",
+        )
+    console.print(stages)

@@ -1,0 +1,141 @@
+"""The estimate: the overview.md JSON contract, one row per distinct kind, tables through Parquet, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from test_memory_runs import DENSE, make_run
+
+from ppb_core.cli.main import main
+from ppb_core.config import load_run_config
+from ppb_core.estimate import (
+    estimate,
+    estimate_from_frame,
+    estimate_to_frame,
+    stages_from_frame,
+    stages_to_frame,
+)
+from ppb_core.memory import MemoryModel
+from ppb_core.model import walk
+from ppb_core.switches import OPTIONS, LayerType
+
+CONTRACT = {"model_name", "node", "kind", "count", "parameters", "static_bytes", "activation_bytes",
+            "buffer_bytes_one", "buffer_bytes_per_micro_batch", "buffer_bytes_once"}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    run = load_run_config("configs/llama3-8b.yaml")
+    return run, estimate(run)
+
+
+def test_json_contract(llama):
+    run, result = llama
+    data = json.loads(json.dumps(result.to_json()))
+    assert set(data) >= {"run", "layers", "stages"}
+    assert [(row["node"], row["kind"], row["count"]) for row in data["layers"]] == [
+        ("HEAD", "embedding", 1), ("BODY", "dense", 32), ("TAIL", "output", 1)]
+    for row in data["layers"]:
+        assert set(row) >= CONTRACT
+        assert list(row["activation_bytes"]) == list(OPTIONS)
+        assert row["buffer_bytes_one"] == row["buffer_bytes_per_micro_batch"] + row["buffer_bytes_once"]
+    assert len(data["stages"]) == run.parallel.pp
+    assert data["run"]["micro_batches_in_flight"] == [[4, 3, 2, 1]]
+
+
+def test_rows_equal_every_layer_evaluated(llama):
+    run, result = llama
+    memory = MemoryModel(run)
+    layers = list(walk(run))
+    by_kind = {(row.model_name, row.node, row.kind): row for row in result.layers}
+    assert sum(row.count for row in result.layers) == len(layers)
+    for layer in layers:
+        row = by_kind[(layer.model_name, layer.node, layer.kind.name)]
+        assert row.static_bytes == memory.static_bytes(layer)
+        for option in OPTIONS:
+            state, switches = memory.option_state(layer, option)
+            assert row.activation_bytes[option] == memory.activation_bytes(layer, state, switches)
+    # the stage totals count every layer: static over the stages is the whole model's
+    assert sum(p.static_bytes for p in result.stages) == sum(memory.static_bytes(layer) for layer in layers)
+
+
+def test_hand_figures_in_the_rows():
+    # DENSE at tp 2 + SP, s 64: activations halve (115712/2); two gathered inputs of 4096 per
+    # micro-batch; ZeRO-1 reduces in place, so nothing once.
+    run = make_run(DENSE, parallel={"tp": 2, "sequence_parallel": True, "pp": 2},
+                   training={"seq_length": 64, "micro_batches": 4, "recompute": {"ffAct": 0}})
+    body = next(row for row in estimate(run).layers if row.node == "BODY")
+    assert body.activation_bytes == {"NONE": 57856, "SLCT": 57856 - 8192, "COMM": 57856, "BOTH": 57856 - 8192,
+                                     "FULL": 4096}
+    assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (8192, 8192, 0)
+    assert body.buffers_by_option["COMM"] == {"one": 0, "per_micro_batch": 0, "once": 0}
+
+
+def test_time_hook_asks_the_time_source():
+    class Times:
+        def layer_times(self, layer, state, switches=None):
+            return (1.0, 2.0 + (state is LayerType.FULL_REC_LAYER))
+
+    run = make_run(DENSE, training={"seq_length": 64})
+    data = estimate(run, times=Times()).to_json()
+    body = next(row for row in data["layers"] if row["node"] == "BODY")
+    assert body["forward_ms"] == dict.fromkeys(OPTIONS, 1.0)
+    assert body["backward_ms"] == {"NONE": 2.0, "SLCT": 2.0, "COMM": 2.0, "BOTH": 2.0, "FULL": 3.0}
+    assert "forward_ms" not in estimate(run).to_json()["layers"][0]
+
+
+def test_tables_round_trip_through_parquet(llama, tmp_path):
+    _, result = llama
+    layers_path, stages_path = tmp_path / "layers.parquet", tmp_path / "stages.parquet"
+    estimate_to_frame(result).to_parquet(layers_path)
+    stages_to_frame(result).to_parquet(stages_path)
+    back = estimate_from_frame(pd.read_parquet(layers_path), pd.read_parquet(stages_path), run=result.run)
+    assert back.to_json() == result.to_json()
+    assert [row.layer_kind for row in back.layers] == [row.layer_kind for row in result.layers]
+    assert stages_from_frame(stages_to_frame(result)) == result.stages
+
+
+def test_timed_rows_round_trip():
+    class Times:
+        def layer_times(self, layer, state, switches=None):
+            return (0.5, 1.25)
+
+    run = make_run(DENSE, training={"seq_length": 64})
+    result = estimate(run, times=Times())
+    frame = estimate_to_frame(result)
+    assert frame["forward_ms_none"].dtype == "Float64"
+    assert estimate_from_frame(frame).to_json()["layers"] == result.to_json()["layers"]
+
+
+def test_cli_json(capsys):
+    assert main(["estimate", "configs/mixtral-8x7b.yaml", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [row["kind"] for row in data["layers"]] == ["embedding", "moe", "output"]
+    assert data["run"]["parallel"]["ep"] == 8
+
+
+def test_cli_table(capsys):
+    assert main(["estimate", "configs/qwen2.5-7b.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "dense" in out and "Stages" in out and "FULL" in out
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (None, "file not found"),
+        ("models: [\n", "not valid YAML"),
+        ("models: []\ntraining: {seq_length: 8}\ndevice: {name: h100-80gb}\n", "models"),
+    ],
+)
+def test_cli_bad_input_is_one_line(tmp_path, capsys, raw, message):
+    path = tmp_path / "run.yaml"
+    if raw is not None:
+        path.write_text(raw)
+    assert main(["estimate", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and str(path) in lines[0]

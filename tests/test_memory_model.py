@@ -1,0 +1,107 @@
+"""MemoryModel as a MemorySource: options, memo per distinct kind, working sets, stage peaks by hand."""
+
+from __future__ import annotations
+
+from test_memory_runs import DENSE, body, layers, make_run, model
+
+from ppb_core.config import load_run_config
+from ppb_core.memory import ActivationFormulas, MemoryModel, stage_peaks
+from ppb_core.model import walk
+from ppb_core.sources import MemorySource
+from ppb_core.switches import KEEP_ALL, LayerType
+
+NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
+MB = 2**20
+
+
+def test_implements_memory_source():
+    run = make_run(DENSE)
+    memory: MemorySource = MemoryModel(run)
+    assert memory.census_terms(body(run), NOT, None) is None
+    assert memory.static_bytes(body(run)) > 0
+
+
+def test_options_and_configured_switches():
+    run = make_run(DENSE, training={"seq_length": 64, "recompute": {"softmax": 0, "ffAct": 0}})
+    memory, layer = model(run), body(run)
+    # NONE 115712 (test_memory_activations); SLCT drops the LSE (1024) and activation output (16384);
+    # COMM recomputes the gathers alone (none here); FULL keeps the input (8192)
+    assert memory.option_activation_bytes(layer) == {
+        "NONE": 115712, "SLCT": 98304, "COMM": 115712, "BOTH": 98304, "FULL": 8192}
+    # switches None on SEL_REC_LAYER: the model's configured ones
+    assert memory.activation_bytes(layer, SEL, None) == 98304
+    assert memory.option_state(layer, "BOTH") == (SEL, dict(KEEP_ALL, softmax=0, ffAct=0, gather=0))
+    assert memory.option_state(layers(run)["HEAD"], "SLCT") == (LayerType.EMBEDDING_LAYER, None)
+
+
+def test_working_extra_by_state():
+    # DENSE, s 64: the largest gradient is that of gate/up, 64·256 elements · 2 bytes = 32768.
+    run = make_run(DENSE, training={"seq_length": 64})
+    memory, layer = model(run), body(run)
+    assert memory.working_extra_bytes(layer, NOT, None, 2, True) == 32768
+    # full recompute rebuilds 115712 − 8192 = 107520 in the backward
+    assert memory.working_extra_bytes(layer, FULL, None, 2, True) == 107520 + 32768
+    # ... and where the stage counts none of what the layer keeps (8192), holds that too
+    assert memory.working_extra_bytes(layer, FULL, None, 1, False) == 107520 + 32768 + 8192
+    # selective softmax 0, ffAct 0 rebuilds 1024 + 16384
+    assert memory.working_extra_bytes(layer, SEL, dict(KEEP_ALL, softmax=0, ffAct=0), 2, True) == 17408 + 32768
+
+
+class _Counting(ActivationFormulas):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def terms(self, kind, setup):
+        self.calls += 1
+        return super().terms(kind, setup)
+
+
+def test_identical_layers_are_evaluated_once():
+    # DeepSeek-V3's 61 layers are of two body kinds; every layer asked three states, twice over
+    run = load_run_config("configs/deepseek-v3.yaml")
+    counting = _Counting()
+    memory = MemoryModel(run, activations={"llm": counting})
+    for _ in range(2):
+        for layer in walk(run):
+            if layer.node == "BODY":
+                for state in (NOT, SEL):
+                    memory.dynamic_bytes(layer, state, None, 3)
+    # one call per (kind, state): 2 kinds × (NOT, SEL)
+    assert counting.calls == 4
+
+
+def test_census_seam_replaces_one_model_pricer():
+    class Halved(ActivationFormulas):
+        def terms(self, kind, setup):
+            return tuple(t.__class__(t.op, t.switch, t.elements / 2, t.element_bytes, t.gradient)
+                         for t in super().terms(kind, setup))
+
+    run = make_run(DENSE, training={"seq_length": 64})
+    assert MemoryModel(run, activations={"m": Halved()}).activation_bytes(body(run), NOT) == 115712 / 2
+
+
+def test_stage_peaks_by_hand():
+    # DENSE (untied), 4 layers on 2 stages, tp 1, ZeRO-0, s 64, flash; hand-stated in-flight 2 and 1.
+    # static: HEAD 1024·64·18 = 1179648, body 41088·18 = 739584, TAIL (1024·64 + 64)·18 = 1180800.
+    # activations: HEAD 512, body 115712, TAIL 279040. No buffers (no TP, no DP reduce bucket).
+    # working: a body's 32768; the TAIL's largest gradient is its logits', 64·1024·2 = 131072.
+    run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"seq_length": 64, "micro_batches": 4},
+                   device={"memory_mb": 1000, "reserved_mb": 100})
+    memory = model(run)
+    first, last = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=1000 * MB, reserved_bytes=100 * MB)
+    assert (first.body_layers, first.in_flight, last.in_flight) == (2, (2,), (1,))
+    assert first.static_bytes == 1179648 + 2 * 739584
+    assert first.activation_bytes == 2 * (512 + 2 * 115712)
+    assert first.buffer_bytes == 0
+    assert first.working_bytes == 32768
+    assert first.peak_bytes == 1179648 + 2 * 739584 + 2 * (512 + 2 * 115712) + 32768 + 100 * MB
+    assert last.static_bytes == 2 * 739584 + 1180800
+    assert last.activation_bytes == 2 * 115712 + 279040
+    assert last.working_bytes == 131072
+    assert first.fits and last.fits
+    # every body layer fully recomputed: 8192 kept, working 107520 + 32768
+    full = stage_peaks(memory, walk(run), [[2, 1]], 1000 * MB, 100 * MB, option_of=lambda layer: "FULL")
+    assert full[0].activation_bytes == 2 * (512 + 2 * 8192)
+    assert full[0].working_bytes == 140288
+    tight = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=100 * MB, reserved_bytes=100 * MB)
+    assert not tight[0].fits
