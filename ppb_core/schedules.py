@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
 
@@ -146,15 +147,6 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
     return order
 
 
-def _deadlocks(name: str, stages: int, chunks: int, micro_batches: int) -> bool:
-    ones = [[1.0] * stages for _ in range(chunks)]
-    try:
-        _run(name, _orders(name, stages, chunks, micro_batches), ones, ones, micro_batches)
-    except RuntimeError:
-        return True
-    return False
-
-
 def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
     if name == "1f1b":
         return [_one_f_one_b(stages, micro_batches, s) for s in range(stages)]
@@ -222,11 +214,17 @@ def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batch
 
 @dataclass(frozen=True)
 class Timeline:
-    """Start and end of every op, stage by stage, in schedule order; `makespan` is the iteration time."""
+    """Start and end of every op, stage by stage, in schedule order; `makespan` is the iteration time.
+
+    `binding[stage][i]` is the (stage, index) of the op whose end op i started at (its stage's
+    previous op or its input), or None for an op that started at 0: following it back from the
+    last op to end walks the critical path.
+    """
 
     orders: list[list[Op]]
     starts: list[list[float]]
     ends: list[list[float]]
+    binding: list[list[tuple[int, int] | None]]
 
     @property
     def makespan(self) -> float:
@@ -235,12 +233,76 @@ class Timeline:
     def busy(self, stage: int) -> float:
         return sum(e - s for s, e in zip(self.starts[stage], self.ends[stage], strict=True))
 
+    def critical_path(self) -> list[tuple[int, int]]:
+        """(stage, index) of the ops along a longest path, first to last."""
+        stage = max(range(len(self.ends)), key=lambda s: self.ends[s][-1] if self.ends[s] else 0.0)
+        here: tuple[int, int] | None = (stage, len(self.ends[stage]) - 1)
+        path: list[tuple[int, int]] = []
+        while here is not None:
+            path.append(here)
+            here = self.binding[here[0]][here[1]]
+        return path[::-1]
+
+    def path_counts(self) -> dict[tuple[str, int, int], int]:
+        """How many forwards and backwards of each (kind, chunk, stage) the critical path runs."""
+        counts: dict[tuple[str, int, int], int] = {}
+        for stage, index in self.critical_path():
+            op = self.orders[stage][index]
+            key = (op.kind, op.chunk, stage)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
 
 def _position(name: str, stages: int, chunk: int, stage: int) -> int:
     """Where a (chunk, stage) cell sits along the model's layers."""
     if name == "dualpipev":
         return stage if chunk == 0 else 2 * stages - 1 - stage
     return chunk * stages + stage
+
+
+def cell_order(schedule: str, stages: int, chunks: int) -> list[tuple[int, int]]:
+    """The (chunk, stage) cells in the order the model's layers run through them."""
+    name = canonical(schedule, chunks)
+    cells = [(c, s) for c in range(chunks) for s in range(stages)]
+    return sorted(cells, key=lambda cell: _position(name, stages, *cell))
+
+
+@lru_cache(maxsize=64)
+def _structure(name: str, stages: int, chunks: int, micro_batches: int) -> tuple:
+    """The ops in an order that respects every dependency, with each op's input; None if it deadlocks."""
+    orders = _orders(name, stages, chunks, micro_batches)
+    cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
+    last = stages * chunks - 1
+    index_of: dict[tuple[str, int, int, int], tuple[int, int]] = {}
+    topo: list[tuple[int, int, tuple[int, int] | None]] = []
+    cursor = [0] * stages
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for stage in range(stages):
+            order = orders[stage]
+            while cursor[stage] < len(order):
+                op = order[cursor[stage]]
+                position = _position(name, stages, op.chunk, stage)
+                if op.kind == "F":
+                    needed = None if position == 0 else ("F", *cell_at[position - 1], op.micro_batch)
+                else:
+                    needed = ("F", op.chunk, stage, op.micro_batch) if position == last else (
+                        "B", *cell_at[position + 1], op.micro_batch)
+                if needed is not None and needed not in index_of:
+                    break
+                index_of[(op.kind, op.chunk, stage, op.micro_batch)] = (stage, cursor[stage])
+                topo.append((stage, cursor[stage], index_of[needed] if needed is not None else None))
+                cursor[stage] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            return orders, None
+    return orders, topo
+
+
+def _deadlocks(name: str, stages: int, chunks: int, micro_batches: int) -> bool:
+    return _structure(name, stages, chunks, micro_batches)[1] is None
 
 
 def simulate(
@@ -258,56 +320,24 @@ def simulate(
     """
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
-    return _run(name, stage_orders(name, stages, chunks, micro_batches), forward, backward, micro_batches)
-
-
-def _run(
-    name: str,
-    orders: list[list[Op]],
-    forward: Sequence[Sequence[float]],
-    backward: Sequence[Sequence[float]],
-    micro_batches: int,
-) -> Timeline:
-    chunks, stages = len(forward), len(forward[0])
-    cell_at: dict[int, tuple[int, int]] = {}
-    for chunk in range(chunks):
-        for stage in range(stages):
-            cell_at[_position(name, stages, chunk, stage)] = (chunk, stage)
-    last = stages * chunks - 1
-    done: dict[tuple[str, int, int, int], float] = {}
-    starts: list[list[float]] = [[] for _ in range(stages)]
-    ends: list[list[float]] = [[] for _ in range(stages)]
-    cursor = [0] * stages
-    free_at = [0.0] * stages
-    remaining = sum(len(order) for order in orders)
-    while remaining:
-        progressed = False
-        for stage in range(stages):
-            order = orders[stage]
-            while cursor[stage] < len(order):
-                op = order[cursor[stage]]
-                position = _position(name, stages, op.chunk, stage)
-                if op.kind == "F":
-                    needed = None if position == 0 else ("F", *cell_at[position - 1], op.micro_batch)
-                    duration = forward[op.chunk][stage]
-                else:
-                    needed = ("F", op.chunk, stage, op.micro_batch) if position == last else (
-                        "B", *cell_at[position + 1], op.micro_batch)
-                    duration = backward[op.chunk][stage]
-                if needed is not None and needed not in done:
-                    break
-                start = max(free_at[stage], done[needed] if needed is not None else 0.0)
-                end = start + duration
-                done[(op.kind, op.chunk, stage, op.micro_batch)] = end
-                starts[stage].append(start)
-                ends[stage].append(end)
-                free_at[stage] = end
-                cursor[stage] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
-    return Timeline(orders=orders, starts=starts, ends=ends)
+    orders, topo = _structure(name, stages, chunks, micro_batches)
+    if topo is None:
+        raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
+    starts = [[0.0] * len(order) for order in orders]
+    ends = [[0.0] * len(order) for order in orders]
+    binding: list[list[tuple[int, int] | None]] = [[None] * len(order) for order in orders]
+    for stage, index, needed in topo:
+        op = orders[stage][index]
+        start, by = 0.0, None
+        if index:
+            start, by = ends[stage][index - 1], (stage, index - 1)
+        if needed is not None and ends[needed[0]][needed[1]] > start:
+            start, by = ends[needed[0]][needed[1]], needed
+        duration = forward[op.chunk][stage] if op.kind == "F" else backward[op.chunk][stage]
+        starts[stage][index] = start
+        ends[stage][index] = start + duration
+        binding[stage][index] = by
+    return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
 
 
 def iteration_time(

@@ -100,6 +100,9 @@ def test_uneven_1f1b_differs_from_the_closed_form() -> None:
     # s0.B1 [8,9]: 9. The closed form Σ C + (m − 1)·max C = (4 + 2) + 4 = 10 overstates it.
     assert iteration_time("1f1b", [[3.0, 1.0]], [[1.0, 1.0]], 2) == 9
     assert one_f_one_b_time([3.0, 1.0], [1.0, 1.0], 2) == 10
+    # The critical path: s0.F0, s0.F1, s1.F1, s1.B1, s0.B1 = 3 + 3 + 1 + 1 + 1.
+    timeline = simulate("1f1b", [[3.0, 1.0]], [[1.0, 1.0]], 2)
+    assert timeline.path_counts() == {("F", 0, 0): 2, ("F", 0, 1): 1, ("B", 0, 1): 1, ("B", 0, 0): 1}
 
 
 @settings(max_examples=60, deadline=None)
