@@ -96,3 +96,20 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(commands, fakes, run_y
     err = capsys.readouterr().err.strip()
     assert err.startswith("ppb: error:") and message in err and "\n" not in err
     assert not out.exists()
+
+
+def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(commands, fakes, tmp_path, capsys):
+    # Interleaved over 4 stages with 3 micro-batches cannot run; the profile splits at
+    # max(2, min(4, 3)) = 3 and states the excess at 2.
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": [{"name": "llm", "spec": {**SPEC, "num_layers": 8}}],
+        "parallel": {"pp": 4, "vpp": 2, "schedule": "interleaved"},
+        "training": {"seq_length": 256, "micro_batches": 3},
+        "device": {"name": "h100-80gb"},
+    }))
+    assert cli_main.main(["profile", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "ppb: note:" in captured.err and "profiling at 1 to 3 in flight" in captured.err
+    report = json.loads(captured.out)
+    assert report["many"] == 3 and report["profiles"][0]["counts"] == [2]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ppb_core.config import RunConfig, load_run_config
 from ppb_core.errors import InputError
 from ppb_core.front import LayerOption, build_front
-from ppb_core.ppb import MB, ProfileKey, profile_run
+from ppb_core.ppb import MB, ProfileKey, many_in_flight, profile_run
 from ppb_core.profile import Cost, SwitchProfile
 from ppb_core.switches import SWITCHES
 
@@ -38,14 +39,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def in_flight_counts(run: RunConfig) -> list[int]:
-    """Every count of micro-batches in flight a (chunk, stage) of the run's schedule keeps."""
+    """Every count of micro-batches in flight a (chunk, stage) of the run's schedule keeps.
+
+    Where the schedule cannot run these sizes, every count from 1 to what the descriptions split
+    the buffers at, with a note: a profile does not need the schedule to run.
+    """
     from ppb_core.schedules import micro_batches_in_flight
 
     par = run.parallel
     try:
         cells = micro_batches_in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)
     except ValueError as err:
-        raise InputError(run.source, "parallel.schedule", str(err)) from None
+        many = many_in_flight(par.pp, run.training.micro_batches)
+        print(f"ppb: note: {run.source}: parallel.schedule: {err}; profiling at 1 to {many} in flight",
+              file=sys.stderr)
+        return list(range(1, many + 1))
     return sorted({count for row in cells for count in row})
 
 
