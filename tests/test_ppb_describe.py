@@ -203,3 +203,17 @@ def test_measuring_each_distinct_kind_once_equals_describing_every_layer():
     # COMM, BOTH, FULL at 1 and many in flight: 10 calls; each end one call.
     assert len(memory.calls) == 10 + 2
     assert describe_layers(walk(run), FakeMemory(dp_mb=5), FakePricer(), many=2, switches_of=run.switches) == merged
+
+
+def test_the_keys_are_the_sapp_balancers_own():
+    # reference §2.1: the balancer's Recompute.TYPE order, JSON_MEMORY_NAME and JSON_TIME_NAME.
+    from ppb_core.switches import OPTIONS
+
+    assert OPTIONS == ("NONE", "SLCT", "COMM", "BOTH", "FULL")
+    assert [MEMORY_KEY[o] for o in OPTIONS] == [
+        "memory_activation", "memory_select_rec", "memory_select_comm", "memory_both_comm_select", "memory_recompute"
+    ]
+    assert [TIME_KEY[o] for o in OPTIONS] == [
+        "backward_time", "select_rec_time", "select_comm_time", "both_comm_select_time", "recompute_time"
+    ]
+    assert all(key == key.strip() for key in (*MEMORY_KEY.values(), *TIME_KEY.values()))
