@@ -174,6 +174,7 @@ class Device(StrictModel):
     )
     memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -198,6 +199,24 @@ class Device(StrictModel):
         return self.profile().memory_mb - self.reserved_mb
 
 
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Overlap(StrictModel):
+    """The share of each collective the time model hides behind compute of the same pass (docs/timing.md)."""
+
+    tp: Fraction = Field(0.0, description="TP collectives on the critical path (comm-GEMM overlap)")
+    tp_async: Fraction = Field(1.0, description="backward input-gradient reductions and re-sent all-gathers")
+    cp_ring: Fraction = Field(1.0, description="ring attention's key/value exchange behind its blocks")
+    cp_a2a: Fraction = Field(0.0, description="Ulysses all-to-alls")
+    ep: Fraction = Field(0.0, description="expert dispatch and combine all-to-alls")
+
+
+class TimingOptions(StrictModel):
+    overlap: Overlap = Field(default_factory=Overlap)
+    calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
+
+
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
@@ -220,6 +239,7 @@ class RunConfig(StrictModel):
     training: Training
     device: Device
     ppb: PPBOptions = Field(default_factory=PPBOptions)
+    timing: TimingOptions = Field(default_factory=TimingOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
     specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
@@ -336,6 +356,8 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
         if sub.census is not None and not (base / sub.census).is_file():
             raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
+    if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
+        raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
@@ -377,6 +399,10 @@ def config_hash(path: str | Path) -> str:
             ref = sub.get(key) if isinstance(sub, dict) else None
             if isinstance(ref, str) and (path.parent / ref).is_file():
                 digest.update((path.parent / ref).read_bytes())
+    timing = raw.get("timing") if isinstance(raw, dict) else None
+    ref = timing.get("calibration") if isinstance(timing, dict) else None
+    if isinstance(ref, str) and (path.parent / ref).is_file():
+        digest.update((path.parent / ref).read_bytes())
     return digest.hexdigest()
 
 
@@ -389,6 +415,8 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
         entry["spec"] = run.specs[sub.name].model_dump(mode="json")
         if sub.census is not None:
             entry["census"] = str((base / sub.census).resolve())
+    if run.timing.calibration is not None:
+        raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
     return raw
 
 

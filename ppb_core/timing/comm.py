@@ -1,0 +1,86 @@
+"""Collective times over a device's links: where each parallel group sits, and ring / pairwise costs.
+
+Placement follows Megatron-LM's default rank order (tensor-parallel ranks innermost, then
+context-parallel, then data-parallel; experts laid out as expert-tensor-parallel innermost,
+then expert-parallel): a group of *size* ranks spans `span` consecutive ranks, and sits inside
+one node when that span fits in `devices_per_node`.
+
+Costs (bandwidth per direction per device, times the device's `comm_efficiency`; one
+`collective_latency_us` per step):
+- all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
+- all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
+- all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
+  the rest over the inter-node link at the same time, g−1 steps;
+- point-to-point ring exchange (ring attention): P bytes in g−1 steps.
+A ring that leaves the node runs at the inter-node bandwidth (its slowest hop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.config import RunConfig
+from ppb_core.devices import DeviceProfile
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, REDUCE_SCATTER, Collective
+
+
+@dataclass(frozen=True)
+class Group:
+    size: int
+    span: int  # consecutive ranks the group covers
+
+
+@dataclass(frozen=True)
+class Links:
+    intra_node_bytes_per_s: float
+    inter_node_bytes_per_s: float
+    latency_s: float
+    devices_per_node: int
+    groups: dict[str, Group]
+
+    @classmethod
+    def from_run(cls, run: RunConfig, device: DeviceProfile | None = None) -> Links:
+        par = run.parallel
+        device = device or run.device.profile()
+        etp = par.expert_tp
+        groups = {
+            "tp": Group(par.tp, par.tp),
+            "cp": Group(par.cp, par.tp * par.cp),
+            "ep": Group(par.ep, etp * par.ep),
+            "etp": Group(etp, etp),
+        }
+        return cls(
+            intra_node_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
+            inter_node_bytes_per_s=device.inter_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
+            latency_s=device.collective_latency_us * 1e-6,
+            devices_per_node=par.devices_per_node,
+            groups=groups,
+        )
+
+    def in_node(self, group: Group) -> int:
+        """How many of the group's ranks share a node with any one of them."""
+        if group.span <= self.devices_per_node:
+            return group.size
+        return max(1, group.size * self.devices_per_node // group.span)
+
+
+def collective_seconds(collective: Collective, links: Links) -> float:
+    """The time one device spends in *collective*, before any overlap with compute."""
+    group = links.groups[collective.group]
+    size, payload = group.size, collective.payload_bytes
+    if size <= 1 or payload <= 0:
+        return 0.0
+    local = links.in_node(group)
+    if collective.kind == ALL_TO_ALL:
+        share = payload / size
+        intra = share * (local - 1) / links.intra_node_bytes_per_s
+        inter = share * (size - local) / links.inter_node_bytes_per_s
+        return max(intra, inter) + (size - 1) * links.latency_s
+    bandwidth = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
+    if collective.kind in (ALL_GATHER, REDUCE_SCATTER):
+        return payload * (size - 1) / size / bandwidth + (size - 1) * links.latency_s
+    if collective.kind == ALL_REDUCE:
+        return 2 * payload * (size - 1) / size / bandwidth + 2 * (size - 1) * links.latency_s
+    if collective.kind == P2P:
+        return payload / bandwidth + (size - 1) * links.latency_s
+    raise ValueError(f"unknown collective {collective.kind!r}")

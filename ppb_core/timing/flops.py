@@ -1,0 +1,680 @@
+"""Per-op FLOPs, HBM bytes and collectives of a layer, for one micro-batch on one device.
+
+A layer is a tuple of `Op`s in forward order. Each op produces one tensor, named after the op.
+`switch` is the recompute switch governing that tensor as the memory model counts it
+(`ppb_core.memory.activations`): at 0 in a selective layer the tensor is dropped after the
+forward and the op runs again in the backward. `transient` marks a tensor nothing keeps (its
+consumer's backward does not need it): it is rebuilt whenever a recomputed op needs it as input.
+Every other tensor is kept whatever the switches. docs/timing.md states, switch by switch, what
+a recompute re-runs.
+
+Backward FLOPs are twice the forward for matmuls (input and weight gradients); FlashAttention's
+backward re-forms the scores inside its kernel, 2.5 times its forward. The FLOP counting
+functions at the end follow Korthikanti et al. (2022): matmuls only, the attention square
+counted whole (not halved by the causal mask), as model FLOPs and MFU are usually stated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ppb_core.config import RunConfig
+from ppb_core.kinds import Attention, BodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
+from ppb_core.switches import LayerType
+
+MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
+STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
+MASK_BYTES = 1  # dropout masks
+INDEX_BYTES = 8  # int64 token ids
+
+# Collectives and the groups they run over (sizes and placement: `ppb_core.timing.comm`).
+ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, P2P = (
+    "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"
+)
+# The phases of an op whose compute time can hide a collective: the forward, the whole backward,
+# or one of its halves (input gradient `dgrad`, weight gradient `wgrad`).
+PHASES: tuple[str, ...] = ("forward", "backward", "dgrad", "wgrad")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective: *payload_bytes* is the whole tensor per device (the gathered tensor of an
+    all-gather or reduce-scatter, the reduced buffer, the all-to-all's local buffer, or the total
+    a ring sends). *overlap* names the `Overlap` setting that hides it behind *partner*'s compute."""
+
+    kind: str
+    group: str  # tp | cp | ep | etp
+    payload_bytes: float
+    overlap: str
+    partner: tuple[str, str] | None = None  # (op name, phase)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    block: str  # attention | mlp | moe | embedding | output | mtp<i>…
+    category: str  # matmul | memory | comm
+    switch: str | None = None
+    transient: bool = False
+    inputs: tuple[str, ...] = ()
+    flops: float = 0.0  # forward
+    bytes: float = 0.0  # forward HBM traffic
+    backward_flops: float = 0.0
+    backward_bytes: float = 0.0
+    forward_comm: Collective | None = None
+    backward_comm: Collective | None = None
+    # How a collective re-sent in the backward (its switch at 0) is hidden; None: as in the forward.
+    recompute_comm: Collective | None = None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What the op tables read of a run: one micro-batch's shape and the parallel split of one device."""
+
+    seq_length: int
+    micro_batch_size: int = 1
+    dtype_bytes: int = 2
+    tp: int = 1
+    sequence_parallel: bool = False
+    cp: int = 1
+    cp_variant: str = "ring"
+    ep: int = 1
+    etp: int = 1
+    flash_attention: bool = True
+    rope: bool = True
+    dropless: bool = True
+    capacity_factor: float = 1.0
+    dropless_imbalance: float = 1.0
+
+    @classmethod
+    def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
+        par, train = run.parallel, run.training
+        return cls(
+            seq_length=train.seq_length,
+            micro_batch_size=train.micro_batch_size,
+            dtype_bytes=train.dtype_bytes,
+            tp=par.tp,
+            sequence_parallel=par.sequence_parallel,
+            cp=par.cp,
+            cp_variant=par.cp_variant,
+            ep=par.ep,
+            etp=par.expert_tp,
+            flash_attention=train.flash_attention,
+            rope=run.spec(model_name).position_embedding == "rope",
+            dropless=train.moe.dropless,
+            capacity_factor=train.moe.capacity_factor,
+            dropless_imbalance=train.moe.dropless_imbalance,
+        )
+
+    def whole_model(self) -> Geometry:
+        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
+        return dataclasses.replace(
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, flash_attention=False,
+            dropless=True, dropless_imbalance=1.0,
+        )
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch in a device's sequence chunk: s·b/cp."""
+        return self.seq_length * self.micro_batch_size / self.cp
+
+    @property
+    def gathers(self) -> bool:
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def whole_tokens(self) -> float:
+        """Tokens an op outside the TP regions runs on: all of them, or 1/t under SP."""
+        return self.tokens / self.tp if self.gathers else self.tokens
+
+    @property
+    def routing_factor(self) -> float:
+        """Expert rows over their fair share: the busiest rank's imbalance, or the capacity padding."""
+        return self.dropless_imbalance if self.dropless else self.capacity_factor
+
+    def attention_pairs(self) -> float:
+        """(query, key) pairs per head one device computes: the whole square without flash (the mask
+        is applied afterwards), the causal triangle with flash (masked blocks are skipped), split
+        over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
+        query of heads/cp, counted here per local head)."""
+        s, b = self.seq_length, self.micro_batch_size
+        if self.flash_attention:
+            return b * s * (s + 1) / 2 / self.cp
+        return b * s * s / self.cp
+
+
+def _split(size: int, ranks: int) -> int:
+    return -(-size // ranks)
+
+
+def _kv_heads(att: Attention, tp: int) -> int:
+    """Key/value heads per TP rank; fewer heads than ranks are replicated, one per rank (as params.py)."""
+    return max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
+
+
+def _matmul(
+    name: str, block: str, rows: float, k: float, n: float, bc: int, *, weights: float | None = None,
+    switch: str | None = None, transient: bool = False, inputs: Sequence[str] = (),
+) -> Op:
+    """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
+    runs two such products (input and weight gradients)."""
+    flops = 2 * rows * k * n
+    traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
+    return Op(name, block, MATMUL, switch, transient, tuple(inputs), flops, traffic, 2 * flops, 2 * traffic)
+
+
+def _elementwise(
+    name: str, block: str, forward_bytes: float, backward_bytes: float, *, switch: str | None = None,
+    transient: bool = False, inputs: Sequence[str] = (),
+) -> Op:
+    """A memory-bound op, priced by the bytes it moves."""
+    return Op(name, block, MEMORY, switch, transient, tuple(inputs), 0.0, forward_bytes, 0.0, backward_bytes)
+
+
+def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
+    # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
+    return _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+
+
+def _tp_entry(
+    p: str, stem: str, block: str, geo: Geometry, width: float, source: str, consumer: str,
+    switch: str | None = "gather",
+) -> list[Op]:
+    """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
+    switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
+    gradient) and the input gradient is reduce-scattered; without SP the input gradient is
+    all-reduced. Both backward collectives run behind the consumer's weight gradient."""
+    if geo.tp == 1:
+        return []
+    payload = geo.tokens * width * geo.dtype_bytes
+    if geo.gathers:
+        return [Op(
+            f"{p}gather_{stem}", block, COMM, switch=switch, inputs=(source,),
+            forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+            backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
+            recompute_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+        )]
+    return [Op(f"{p}reduce_{stem}_grad", block, COMM, inputs=(source,),
+               backward_comm=Collective(ALL_REDUCE, "tp", payload, "tp_async", (consumer, "wgrad")))]
+
+
+def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) -> list[Op]:
+    """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
+    SP the output gradient is all-gathered in the backward. Both sit on the critical path."""
+    if geo.tp == 1:
+        return []
+    payload = geo.tokens * width * geo.dtype_bytes
+    if geo.gathers:
+        return [Op(name, block, COMM, inputs=(producer,),
+                   forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward")),
+                   backward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (producer, "dgrad")))]
+    return [Op(name, block, COMM, inputs=(producer,),
+               forward_comm=Collective(ALL_REDUCE, "tp", payload, "tp", (producer, "forward")))]
+
+
+def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
+    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens."""
+    elements = geo.whole_tokens * width
+    per = 3 * geo.dtype_bytes + (MASK_BYTES if dropout > 0 else 0)
+    return _elementwise(name, block, elements * per, elements * per)
+
+
+def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
+    """The q, k, v projections. Returns the ops, the names of what feeds the scores (Q, K) and the
+    value (V), so the attention core can name its inputs."""
+    att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
+    block = "attention"
+    n, whole = geo.tokens, geo.whole_tokens
+    heads = _split(att.num_heads, geo.tp)
+    ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
+    ops: list[Op] = []
+    if att.is_mla:
+        # Down-projections (replicated over TP) run on the layer's own tokens; their latents are
+        # normalised, then gathered under SP for the up-projections. `attUp` governs the latent
+        # norms and the heads the up-projections build (Q and K with the rotary part, V).
+        d_qk = att.q_head_dim
+        width = (att.q_lora_rank or h) + att.kv_lora_rank + att.qk_rope_head_dim
+        q_source = norm
+        if att.q_lora_rank:
+            ops += [
+                _matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)),
+                _norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(p + "q_down",)),
+            ]
+            q_source = p + "q_norm"
+        ops += [
+            _matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)),
+            _norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(p + "kv_down",)),
+        ]
+        kv_source, rope_key = p + "kv_norm", p + "kv_down"
+        up = p + "kv_up"
+        entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
+        if entry:
+            ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key))]
+            if geo.gathers:
+                q_source = kv_source = rope_key = entry[0].name
+        q_name = p + ("q_up" if att.q_lora_rank else "q_proj")
+        q_in = att.q_lora_rank or h
+        ops += [
+            _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,)),
+            _matmul(up, block, n, att.kv_lora_rank, heads * (att.qk_nope_head_dim + att.value_head_dim), bc,
+                    switch=None if ulysses else "attUp", transient=ulysses, inputs=(kv_source,)),
+            # Q and K assembled: the rotary part applied and concatenated with the no-position part.
+            _elementwise(p + "rope", block, 2 * 2 * n * heads * d_qk * bc, 2 * 2 * n * heads * d_qk * bc,
+                         switch=None if ulysses else "attUp", transient=ulysses, inputs=(q_name, up, rope_key)),
+        ]
+        qk, v, qkv_switch = [p + "rope"], [up], "attUp"
+    else:
+        d = att.head_dim
+        kv = _kv_heads(att, geo.tp)
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj")
+        ops += entry
+        source = entry[0].name if geo.gathers else norm
+        # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
+        # backward needs, except the q/k-norm's input, which the memory model counts under normOp.
+        chain = ["qk_proj"] + (["qk_norm"] if att.qk_norm else []) + (["rope"] if geo.rope else [])
+        final = None if ulysses else chain[-1]
+
+        def qk_state(op: str) -> dict:
+            if op == "qk_proj" and att.qk_norm:
+                return {"switch": "normOp"}
+            return {"switch": "attBMM"} if op == final else {"transient": True}
+
+        width = (heads + kv) * d
+        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), **qk_state("qk_proj")))
+        previous = p + "qk_proj"
+        if att.qk_norm:
+            ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
+            previous = p + "qk_norm"
+        if geo.rope:
+            ops.append(_elementwise(p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,),
+                                    **qk_state("rope")))
+            previous = p + "rope"
+        ops.append(_matmul(p + "v_proj", block, n, h, kv * d, bc, inputs=(source,),
+                           **({"transient": True} if ulysses else {"switch": "attBMM"})))
+        qk, v, qkv_switch = [previous], [p + "v_proj"], "attBMM"
+    if ulysses:
+        q_width, kv_width = _core_widths(kind, geo)
+        payload = n * (heads * q_width[0] + kv_width) * bc
+        ops.append(Op(p + "cp_a2a_qkv", block, COMM, switch=qkv_switch, inputs=(*qk, *v),
+                      forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+                      backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a")))
+        qk = v = [p + "cp_a2a_qkv"]
+    return ops, qk, v
+
+
+def _core_widths(kind: BodyKind, geo: Geometry) -> tuple[tuple[int, int], int]:
+    """((query/key width, value width) per head, keys and values per token on one device)."""
+    att = kind.attention
+    heads = _split(att.num_heads, geo.tp)
+    if att.is_mla:
+        return (att.q_head_dim, att.value_head_dim), heads * (att.q_head_dim + att.value_head_dim)
+    return (att.head_dim, att.head_dim), 2 * _kv_heads(att, geo.tp) * att.head_dim
+
+
+def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) -> tuple[list[Op], str]:
+    """The attention core, eager or flash, with context parallelism; returns the ops and its output."""
+    att, bc, block = kind.attention, geo.dtype_bytes, "attention"
+    n, b, s = geo.tokens, geo.micro_batch_size, geo.seq_length
+    heads = _split(att.num_heads, geo.tp)
+    (d_qk, d_v), kv_width = _core_widths(kind, geo)
+    pairs = heads * geo.attention_pairs()
+    keys = b * s  # every key of the sequence reaches each query chunk
+    ops: list[Op] = []
+    if geo.flash_attention:
+        # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
+        # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
+        scores, context = p + "flash_scores", p + "flash_context"
+        qk_bytes = (n * heads * d_qk + keys * kv_width / 2) * bc + n * heads * STATS_BYTES
+        v_bytes = (keys * kv_width / 2 + n * heads * d_v) * bc
+        ops += [
+            Op(scores, block, MATMUL, "softmax", False, (*qk,), 2 * pairs * d_qk, qk_bytes, 6 * pairs * d_qk,
+               2 * qk_bytes),
+            Op(context, block, MATMUL, None, False, (scores, *v), 2 * pairs * d_v, v_bytes, 4 * pairs * d_v,
+               2 * v_bytes),
+        ]
+    else:
+        scores, context = p + "scores", p + "context"
+        ops.append(Op(scores, block, MATMUL, None, True, (*qk,), 2 * pairs * d_qk,
+                      (n * heads * d_qk + keys * heads * d_qk + pairs) * bc, 4 * pairs * d_qk,
+                      2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc))
+        # Scale, causal mask and softmax, fused, written in the compute dtype.
+        ops.append(_elementwise(p + "softmax", block, 2 * pairs * bc, 3 * pairs * bc, switch="softmax",
+                                inputs=(scores,)))
+        probs = p + "softmax"
+        if kind.attention_dropout > 0:
+            ops += [
+                # The mask is drawn from the RNG state: regenerating it writes it again.
+                _elementwise(p + "dropout_mask", block, pairs * MASK_BYTES, 0.0, switch="dropout"),
+                _elementwise(p + "dropout_probs", block, pairs * (2 * bc + MASK_BYTES), pairs * (2 * bc + MASK_BYTES),
+                             switch="headCast", inputs=(probs, p + "dropout_mask")),
+            ]
+            probs = p + "dropout_probs"
+        ops.append(Op(context, block, MATMUL, None, False, (probs, *v), 2 * pairs * d_v,
+                      (pairs + keys * heads * d_v + n * heads * d_v) * bc, 4 * pairs * d_v,
+                      2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc))
+    if geo.cp > 1 and geo.cp_variant == "ring":
+        # cp-1 steps pass a chunk's keys and values around the ring behind the blocks' compute. The
+        # chunks received are kept for the backward (`gather`); the backward passes their gradients
+        # around, and at gather 0 the chunks once more.
+        chunk = (geo.cp - 1) * n * kv_width * bc
+        ops.insert(0, Op(p + "cp_ring", block, COMM, switch="gather", inputs=(*qk, *v),
+                         forward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "forward")),
+                         backward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "backward")),
+                         recompute_comm=Collective(P2P, "cp", chunk, "cp_ring", (context, "backward"))))
+    out = context
+    if geo.cp > 1 and geo.cp_variant == "ulysses":
+        payload = n * heads * d_v * bc
+        ops.append(Op(p + "cp_a2a_out", block, COMM, inputs=(context,),
+                      forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+                      backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a")))
+        out = p + "cp_a2a_out"
+    return ops, out
+
+
+def attention_ops(kind: BodyKind, geo: Geometry, p: str = "") -> list[Op]:
+    att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
+    block = "attention"
+    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, switch="normOp")]
+    projections, qk, v = _projections(kind, geo, p, p + "norm1")
+    core, out = _core(kind, geo, p, qk, v)
+    heads = _split(att.num_heads, geo.tp)
+    return [
+        *ops, *projections, *core,
+        _matmul(p + "out_proj", block, geo.tokens, heads * att.value_head_dim, h, bc, inputs=(out,)),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
+        _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
+    ]
+
+
+def _activation(name: str, block: str, rows: float, width: float, gated: bool, bc: int, inputs: Sequence[str]) -> Op:
+    """GeLU reads its input and writes its output; SwiGLU reads gate and up. Its output is `ffAct`'s."""
+    elements = rows * width
+    forward, backward = (3, 5) if gated else (2, 3)
+    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct",
+                        inputs=inputs)
+
+
+def _ffn(p: str, block: str, geo: Geometry, rows: float, h: int, width: int, gated: bool, source: str,
+         local_experts: int = 0) -> list[Op]:
+    """Up (and gate) projection, activation, down projection over *rows* tokens; a grouped GEMM over
+    *local_experts* experts reads every expert's weights."""
+    bc, up_width = geo.dtype_bytes, width * (2 if gated else 1)
+    up_weights = local_experts * h * up_width if local_experts else None
+    down_weights = local_experts * width * h if local_experts else None
+    return [
+        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,)),
+        _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
+        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",)),
+    ]
+
+
+def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
+    h, block = kind.hidden_size, "mlp"
+    norm = p + "norm2"
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
+    source = entry[0].name if geo.gathers else norm
+    return [
+        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
+        *entry,
+        *_ffn(p + "mlp", block, geo, geo.tokens, h, _split(mlp.intermediate_size, geo.tp), mlp.gated, source),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
+        _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
+    ]
+
+
+def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
+    """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
+
+    Each TP rank routes 1/t of the tokens (as the memory model counts them); an expert's etp ranks
+    all see its rows and each computes 1/etp of its width; dispatch and expert rows carry the
+    routing factor (the busiest rank's imbalance, or the capacity padding).
+    """
+    h, bc, block = kind.hidden_size, geo.dtype_bytes, "moe"
+    k, experts = moe.experts_per_token, moe.num_experts
+    whole = geo.whole_tokens
+    routed = geo.tokens / geo.tp * k  # token copies this rank sends out
+    rows = routed * geo.etp * geo.routing_factor  # token copies this rank's experts compute
+    norm = p + "norm2"
+    ops = [
+        _norm(norm, block, whole, h, bc, switch="normOp"),
+        _matmul(p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,)),
+        # Router logits upcast, softmax and top-k in fp32.
+        _elementwise(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES),
+                     whole * experts * (bc + 2 * STATS_BYTES), inputs=(p + "router",)),
+        _elementwise(p + "permute", block, 2 * routed * h * bc, 2 * routed * h * bc, inputs=(norm, p + "router_topk")),
+    ]
+    source = p + "permute"
+    payload = routed * geo.routing_factor * h * bc
+    if geo.ep > 1:
+        ops.append(Op(p + "dispatch", block, COMM, inputs=(source,),
+                      forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
+                      backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad"))))
+        source = p + "dispatch"
+    if geo.etp > 1:
+        gathered = rows * h * bc
+        ops.append(Op(p + "gather_experts", block, COMM, switch="gather", inputs=(source,),
+                      forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp"),
+                      backward_comm=Collective(REDUCE_SCATTER, "etp", gathered, "tp_async",
+                                               (p + "experts_in", "dgrad")),
+                      recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async")))
+        source = p + "gather_experts"
+    local = _split(experts, geo.ep)
+    ops += _ffn(p + "experts", block, geo, rows, h, _split(moe.expert_intermediate_size, geo.etp), moe.gated, source,
+                local_experts=local)
+    source = p + "experts_out"
+    if geo.etp > 1:
+        ops.append(Op(p + "reduce_experts", block, COMM, inputs=(source,),
+                      forward_comm=Collective(REDUCE_SCATTER, "etp", rows * h * bc, "tp"),
+                      backward_comm=Collective(ALL_GATHER, "etp", rows * h * bc, "tp", (p + "experts_out", "dgrad"))))
+        source = p + "reduce_experts"
+    if geo.ep > 1:
+        ops.append(Op(p + "combine", block, COMM, inputs=(source,),
+                      forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
+                      backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad"))))
+        source = p + "combine"
+    # Weighted sum of each token's k expert outputs back in token order.
+    ops.append(_elementwise(p + "unpermute", block, (k + 1) * geo.tokens / geo.tp * h * bc,
+                            (k + 1) * geo.tokens / geo.tp * h * bc, inputs=(source,)))
+    if moe.shared_experts:
+        width = moe.shared_experts * _split(moe.shared_intermediate_size, geo.tp)
+        entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")
+        shared_source = entry[0].name if geo.gathers else norm
+        ops += [*entry, *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
+                *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out")]
+    ops.append(_residual(p + "residual_moe", block, geo, h, kind.hidden_dropout))
+    return ops
+
+
+def body_ops(kind: BodyKind, geo: Geometry, p: str = "") -> tuple[Op, ...]:
+    """Every op of a transformer layer in forward order."""
+    ffn = moe_ops(kind, kind.mlp, geo, p) if isinstance(kind.mlp, Moe) else mlp_ops(kind, kind.mlp, geo, p)
+    return (*attention_ops(kind, geo, p), *ffn)
+
+
+def _embedding(p: str, block: str, geo: Geometry, h: int, learned_positions: bool, dropout: float) -> list[Op]:
+    """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
+
+    The backward scatter-adds the output gradient into the fp32 gradient of the table rows."""
+    bc, n = geo.dtype_bytes, geo.tokens
+    rows = n * h
+    forward = n * INDEX_BYTES + rows * 2 * bc + (2 * rows * bc if learned_positions else 0)
+    backward = rows * (bc + 2 * STATS_BYTES) * (2 if learned_positions else 1)
+    ops = [_elementwise(p + "lookup", block, forward, backward)]
+    if geo.tp > 1:
+        payload = rows * bc
+        ops.append(Op(p + "reduce_embedding", block, COMM, inputs=(p + "lookup",),
+                      forward_comm=Collective(REDUCE_SCATTER if geo.gathers else ALL_REDUCE, "tp", payload, "tp"),
+                      backward_comm=Collective(ALL_GATHER, "tp", payload, "tp") if geo.gathers else None))
+    if dropout > 0:
+        elements = geo.whole_tokens * h
+        ops.append(_elementwise(p + "dropout", block, elements * (2 * bc + MASK_BYTES),
+                                elements * (2 * bc + MASK_BYTES)))
+    return ops
+
+
+def head_ops(kind: HeadKind, geo: Geometry) -> tuple[Op, ...]:
+    return tuple(_embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0,
+                            kind.hidden_dropout))
+
+
+def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> list[Op]:
+    """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
+    and the loss's three small all-reduces (max, sum of exponentials, target logit)."""
+    h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
+    vocab = _split(kind.vocab_size, geo.tp)
+    norm = p + "final_norm"
+    entry = _tp_entry(p, "output", block, geo, h, norm, p + "logits", switch=None)
+    logits_source = entry[0].name if geo.gathers else norm
+    elements = n * vocab
+    ops = [
+        _norm(norm, block, geo.whole_tokens, h, bc, inputs=(source,) if source else ()),
+        *entry,
+        _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
+        _elementwise(p + "loss", block, elements * (bc + 3 * STATS_BYTES), elements * (2 * STATS_BYTES + bc),
+                     inputs=(p + "logits",)),
+    ]
+    if geo.tp > 1:
+        ops.append(Op(p + "reduce_loss", block, COMM, inputs=(p + "loss",),
+                      forward_comm=Collective(ALL_REDUCE, "tp", 3 * n * STATS_BYTES, "tp")))
+    return ops
+
+
+def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
+    """The output head and loss, then each multi-token-prediction module (DeepSeek-V3): embed the next
+    tokens, normalise them and the hidden state, project the concatenation (2h → h, column-parallel,
+    then gathered), one transformer layer, and the shared head and loss."""
+    ops = _output("output.", "output", kind, geo, "")
+    h, bc = kind.hidden_size, geo.dtype_bytes
+    for index in range(kind.mtp_layers if kind.mtp_body is not None else 0):
+        p, block = f"mtp{index}.", f"mtp{index}"
+        ops += _embedding(p + "embedding.", block, geo, h, False, 0.0)
+        ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
+        entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
+        ops += entry
+        ops.append(_matmul(p + "projection", block, geo.tokens, 2 * h, _split(h, geo.tp), bc,
+                           inputs=(entry[0].name if geo.gathers else p + "norms",)))
+        if geo.tp > 1:
+            payload = geo.tokens * h * bc
+            ops.append(Op(p + "gather_projected", block, COMM, inputs=(p + "projection",),
+                          forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
+                          backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp")))
+        ops += [dataclasses.replace(op, block=f"{block}.{op.block}")
+                for op in body_ops(kind.mtp_body, geo, p)]
+        ops += _output(p + "output.", block, kind, geo, p + "residual")
+    return tuple(ops)
+
+
+@lru_cache(maxsize=4096)
+def layer_ops(kind: LayerKind, geo: Geometry) -> tuple[Op, ...]:
+    """The op table of a layer kind (memoized: identical kinds are built once)."""
+    if isinstance(kind, BodyKind):
+        return body_ops(kind, geo)
+    if isinstance(kind, HeadKind):
+        return head_ops(kind, geo)
+    return tail_ops(kind, geo)
+
+
+def recompute_set(ops: Sequence[Op], switches: Mapping[str, int]) -> tuple[Op, ...]:
+    """The ops a selective layer runs again in its backward, in forward order.
+
+    Every op whose tensor a switch at 0 drops, and every transient tensor those need as input
+    (recursively). Each tensor belongs to one switch or is transient with a single consumer
+    chain, so the set of a switch setting is the union of the sets of its switches alone.
+    """
+    by_name = {op.name: op for op in ops}
+    dropped = [op.name for op in ops if op.switch is not None and not switches.get(op.switch, 1)]
+    chosen: set[str] = set()
+    stack = list(dropped)
+    while stack:
+        name = stack.pop()
+        if name in chosen:
+            continue
+        chosen.add(name)
+        for source in by_name[name].inputs:
+            op = by_name.get(source)
+            if op is not None and op.transient:
+                stack.append(source)
+    return tuple(op for op in ops if op.name in chosen)
+
+
+def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] | None) -> tuple[Op, ...]:
+    """What the backward of a layer in *state* runs again: nothing, the selective set, or every op."""
+    if state is LayerType.FULL_REC_LAYER:
+        return tuple(ops)
+    if state is LayerType.SEL_REC_LAYER:
+        return recompute_set(ops, switches or {})
+    return ()
+
+
+# FLOP counting ------------------------------------------------------------------------------------
+
+
+def layer_flops(
+    ops: Sequence[Op], state: LayerType = LayerType.NOT_REC_LAYER, switches: Mapping[str, int] | None = None,
+    matmul_only: bool = True,
+) -> tuple[float, float]:
+    """(forward, backward) FLOPs of one micro-batch on one device; the backward includes what it recomputes."""
+    counted = [op for op in ops if op.category == MATMUL or not matmul_only]
+    forward = sum(op.flops for op in counted)
+    backward = sum(op.backward_flops for op in counted)
+    rerun = {op.name for op in rerun_ops(ops, state, switches)}
+    return forward, backward + sum(op.flops for op in counted if op.name in rerun)
+
+
+def _whole_model_layers(run: RunConfig, model_name: str):
+    """(kind, count) of each distinct layer of a model, HEAD and TAIL included."""
+    from ppb_core.kinds import body_kind, head_kind, tail_kind
+
+    spec, dropout = run.spec(model_name), run.training.dropout
+    vocab = run.vocab_size(model_name)
+    counts: dict[LayerKind, int] = {}
+    for index in range(spec.num_layers):
+        kind = body_kind(spec, index, dropout)
+        counts[kind] = counts.get(kind, 0) + 1
+    counts[head_kind(spec, vocab, dropout)] = 1
+    counts[tail_kind(spec, vocab, dropout)] = 1
+    return counts.items()
+
+
+def iteration_flops(run: RunConfig, option: str | None = None) -> float:
+    """Matmul FLOPs of one training iteration of the whole model over every device (paper convention).
+
+    *option* None counts model FLOPs (forward and backward, nothing recomputed); an option
+    (NONE/SLCT/COMM/BOTH/FULL) counts hardware FLOPs with every body layer under it. The head and
+    tail are never recomputed. Sequences per iteration: micro_batch_size · micro_batches · dp.
+    """
+    from ppb_core.switches import normalized, option_state
+
+    micro_batches = run.training.micro_batches * run.parallel.dp
+    total = 0.0
+    for model_name in run.model_names:
+        geo = Geometry.from_run(run, model_name).whole_model()
+        configured = normalized(run.switches(model_name))
+        for kind, count in _whole_model_layers(run, model_name):
+            state, switches = LayerType.NOT_REC_LAYER, None
+            if option is not None and isinstance(kind, BodyKind):
+                state, switches = option_state(option, configured)
+            forward, backward = layer_flops(layer_ops(kind, geo), state, switches)
+            total += count * (forward + backward)
+    return micro_batches * total
+
+
+def model_flops_per_iteration(run: RunConfig) -> float:
+    """Model FLOPs of one iteration (Korthikanti et al. 2022, eq. 7 for a GPT-style model)."""
+    return iteration_flops(run)
+
+
+def hardware_flops_per_iteration(run: RunConfig, option: str = "NONE") -> float:
+    """Hardware FLOPs of one iteration with every body layer under *option* (eq. 8 for FULL)."""
+    return iteration_flops(run, option)
+
+
+def model_flops_utilization(run: RunConfig, iteration_ms: float) -> float:
+    """MFU: model FLOPs over what every device's peak could do in *iteration_ms*."""
+    par = run.parallel
+    devices = par.dp * par.tp * par.pp * par.cp
+    peak = run.device.profile().peak_tflops * 1e12
+    return model_flops_per_iteration(run) / (devices * peak * iteration_ms / 1e3)

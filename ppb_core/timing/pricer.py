@@ -1,0 +1,298 @@
+"""`TimeModel`: forward and backward milliseconds of a layer under each recompute state, on one device.
+
+Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's device:
+- matmuls by the roofline max(FLOPs / (peak · matmul_efficiency), bytes / (HBM · memory_efficiency)),
+  fp32 at half the 16-bit peak (TF32 tensor cores);
+- element-wise ops by bytes / (HBM · memory_efficiency);
+- collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
+  compute of one partner op in the same pass: exposed = c − min(overlap · c, partner).
+The forward is the sum of the ops' forwards and the backward the sum of their backwards, plus
+what the state runs again: under SEL the ops of `recompute_set` (each at its forward price; a
+re-sent all-gather may instead hide behind its consumer's input gradient, never costing more
+than in the forward), under FULL the whole forward. A calibration (`calibration.py`) then
+scales the three terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ppb_core.config import RunConfig
+from ppb_core.errors import InputError
+from ppb_core.kinds import LayerKind
+from ppb_core.model import BODY, HEAD, TAIL, Layer, walk
+from ppb_core.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
+from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
+from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
+
+_STATES: dict[str, tuple[LayerType, ...]] = {
+    HEAD: (LayerType.EMBEDDING_LAYER,),
+    TAIL: (LayerType.OUTPUT_LAYER,),
+    BODY: (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER),
+}
+FP32_RATE = 0.5  # TF32 tensor-core rate over the 16-bit one (A100, H100, H200, B200 datasheets)
+
+
+@dataclass(frozen=True)
+class OpPrice:
+    """One op's milliseconds: its forward, its backward, and its price when the backward runs it again."""
+
+    forward_ms: float
+    backward_ms: float
+    recompute_ms: float
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """The model's terms of a layer in a state, before calibration."""
+
+    forward_ms: float
+    backward_ms: float  # the plain backward
+    recompute_ms: float  # what the state runs again in the backward
+
+    @property
+    def total_backward_ms(self) -> float:
+        return self.backward_ms + self.recompute_ms
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """A row of the per-op breakdown; `phase` is forward, backward or recompute (run again in the backward)."""
+
+    name: str
+    block: str
+    category: str
+    switch: str | None
+    phase: str
+    flops: float
+    bytes: float
+    comm_bytes: float
+    ms: float
+
+
+class TimeModel:
+    """Prices the layers of one run config; implements `ppb_core.sources.TimeSource`.
+
+    *calibration* is a CSV path, parsed `Measurement`s, or None for the run config's
+    `timing.calibration` (no calibration if that is unset too).
+    """
+
+    def __init__(self, run: RunConfig, calibration: str | Path | tuple[Measurement, ...] | None = None) -> None:
+        self.run = run
+        self.device = run.device.profile()
+        self.overlap = run.timing.overlap
+        self.links = Links.from_run(run, self.device)
+        rate = FP32_RATE if run.training.dtype_bytes == 4 else 1.0
+        self._flops_per_s = self.device.peak_tflops * 1e12 * self.device.matmul_efficiency * rate
+        self._bytes_per_s = self.device.hbm_bandwidth_gbs * 1e9 * self.device.memory_efficiency
+        self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
+        self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
+        self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
+        self._parts: dict[tuple, LayerParts] = {}
+        self._times: dict[tuple, tuple[float, float]] = {}
+        self.calibration: Calibration | None = None
+        if calibration is None and run.timing.calibration is not None:
+            calibration = Path(run.base_dir) / run.timing.calibration
+        if calibration is not None:
+            self.calibration = self._calibrate(calibration)
+
+    # The op table and its prices ------------------------------------------------------------------
+
+    def ops(self, layer: Layer) -> tuple[Op, ...]:
+        return layer_ops(layer.kind, self._geometry[layer.model_name])
+
+    def _compute_s(self, flops: float, traffic: float) -> float:
+        return max(flops / self._flops_per_s, traffic / self._bytes_per_s)
+
+    def _phase_s(self, op: Op, phase: str) -> float:
+        """Compute seconds of an op's phase: forward, backward, or a half of the backward."""
+        if op.category == COMM:
+            return 0.0
+        if phase == "forward":
+            return self._compute_s(op.flops, op.bytes)
+        backward = self._compute_s(op.backward_flops, op.backward_bytes)
+        return backward if phase == "backward" else backward / 2
+
+    def _exposed_s(
+        self, collective: Collective | None, by_name: Mapping[str, Op], overlap: float | None = None
+    ) -> float:
+        if collective is None:
+            return 0.0
+        seconds = collective_seconds(collective, self.links)
+        share = getattr(self.overlap, collective.overlap) if overlap is None else overlap
+        partner = 0.0
+        if collective.partner is not None and collective.partner[0] in by_name:
+            partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
+        return seconds - min(share * seconds, partner)
+
+    def op_prices(self, layer: Layer) -> dict[str, OpPrice]:
+        """Every op's prices, by name (memoized per model and kind)."""
+        key = (layer.model_name, layer.kind)
+        prices = self._prices.get(key)
+        if prices is None:
+            ops = self.ops(layer)
+            by_name = {op.name: op for op in ops}
+            prices = {}
+            for op in ops:
+                if op.category == COMM:
+                    forward = self._exposed_s(op.forward_comm, by_name)
+                    backward = self._exposed_s(op.backward_comm, by_name)
+                    again = forward
+                    if op.recompute_comm is not None:
+                        share = max(getattr(self.overlap, op.recompute_comm.overlap),
+                                    getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0)
+                        again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
+                else:
+                    forward = again = self._phase_s(op, "forward")
+                    backward = self._phase_s(op, "backward")
+                prices[op.name] = OpPrice(forward * 1e3, backward * 1e3, again * 1e3)
+            self._prices[key] = prices
+        return prices
+
+    # States and switches -------------------------------------------------------------------------
+
+    def _check(self, layer: Layer, state: LayerType) -> None:
+        if state not in _STATES[layer.node]:
+            allowed = ", ".join(s.name for s in _STATES[layer.node])
+            raise ValueError(f"a {layer.node} layer is priced at {allowed}, not {state.name}")
+
+    def _switches(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> dict[str, int] | None:
+        if state is not LayerType.SEL_REC_LAYER:
+            return None
+        return self._configured[layer.model_name] if switches is None else normalized(switches)
+
+    def _key(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
+        self._check(layer, state)
+        stated = self._switches(layer, state, switches)
+        return layer.model_name, layer.node, layer.kind, state, tuple(sorted(stated.items())) if stated else None
+
+    def parts(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> LayerParts:
+        """The model's forward, plain backward and recompute terms (uncalibrated), memoized per distinct
+        (model, kind, state, switches)."""
+        key = self._key(layer, state, switches)
+        parts = self._parts.get(key)
+        if parts is None:
+            ops, prices = self.ops(layer), self.op_prices(layer)
+            rerun = rerun_ops(ops, state, self._switches(layer, state, switches))
+            parts = LayerParts(
+                sum(prices[op.name].forward_ms for op in ops),
+                sum(prices[op.name].backward_ms for op in ops),
+                sum(prices[op.name].forward_ms if state is LayerType.FULL_REC_LAYER else prices[op.name].recompute_ms
+                    for op in rerun),
+            )
+            self._parts[key] = parts
+        return parts
+
+    def layer_times(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None
+    ) -> tuple[float, float]:
+        """(forward_ms, backward_ms) of one micro-batch through the layer on one device."""
+        key = self._key(layer, state, switches)
+        times = self._times.get(key)
+        if times is None:
+            parts = self.parts(layer, state, switches)
+            if self.calibration is None:
+                times = (parts.forward_ms, parts.total_backward_ms)
+            else:
+                factors = self.calibration.factors(layer.model_name, layer.node, layer.kind.name)
+                option = self._measured_option(layer, state, switches)
+                recomputes = state in (LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
+                times = factors.times(option, parts.forward_ms, parts.backward_ms, parts.recompute_ms, recomputes)
+            self._times[key] = times
+        return times
+
+    def option_times(self, layer: Layer) -> dict[str, tuple[float, float]]:
+        """{option: (forward_ms, backward_ms)} for NONE, SLCT, COMM, BOTH, FULL. A HEAD or TAIL is never
+        recomputed: every option gives its one pair."""
+        if layer.node != BODY:
+            state = _STATES[layer.node][0]
+            return dict.fromkeys(OPTIONS, self.layer_times(layer, state))
+        configured = self._configured[layer.model_name]
+        result = {}
+        for option in OPTIONS:
+            state, switches = option_state(option, configured)
+            result[option] = self.layer_times(layer, state, switches)
+        return result
+
+    def breakdown(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> list[OpTime]:
+        """Every op's FLOPs, bytes and ms in the forward, the backward and (what the state reruns) the
+        recompute; uncalibrated."""
+        self._check(layer, state)
+        ops, prices = self.ops(layer), self.op_prices(layer)
+        rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+        rows = []
+        for op in ops:
+            price = prices[op.name]
+            forward_comm = op.forward_comm.payload_bytes if op.forward_comm else 0.0
+            backward_comm = op.backward_comm.payload_bytes if op.backward_comm else 0.0
+            rows.append(OpTime(op.name, op.block, op.category, op.switch, "forward", op.flops, op.bytes,
+                               forward_comm, price.forward_ms))
+            rows.append(OpTime(op.name, op.block, op.category, op.switch, "backward", op.backward_flops,
+                               op.backward_bytes, backward_comm, price.backward_ms))
+            if op.name in rerun:
+                full = state is LayerType.FULL_REC_LAYER
+                again_comm = op.recompute_comm if op.recompute_comm is not None and not full else op.forward_comm
+                rows.append(OpTime(op.name, op.block, op.category, op.switch, "recompute", op.flops, op.bytes,
+                                   again_comm.payload_bytes if again_comm else 0.0,
+                                   price.forward_ms if full else price.recompute_ms))
+        return rows
+
+    # Calibration -----------------------------------------------------------------------------------
+
+    def _measured_option(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> str | None:
+        """The measured option whose setting the state runs, if any (of several alike, the first measured)."""
+        assert self.calibration is not None
+        measured = self.calibration.measured(layer.model_name, layer.node, layer.kind.name)
+        if state is not LayerType.SEL_REC_LAYER:
+            option = {LayerType.FULL_REC_LAYER: "FULL"}.get(state, "NONE")
+            return option if option in measured else None
+        stated = self._switches(layer, state, switches)
+        configured = self._configured[layer.model_name]
+        for option in SELECTIVE_OPTIONS:
+            if option in measured and option_state(option, configured)[1] == stated:
+                return option
+        return None
+
+    def _calibrate(self, source: str | Path | tuple[Measurement, ...]) -> Calibration:
+        where = "<calibration>" if isinstance(source, tuple) else str(source)
+        measurements = source if isinstance(source, tuple) else read_calibration(source)
+        layers: dict[tuple[str, str, str], Layer] = {}
+        for layer in walk(self.run):
+            layers.setdefault((layer.model_name, layer.node, layer.kind.name), layer)
+        for m in measurements:
+            if m.model_name not in self._configured:
+                raise InputError(where, f"line {m.line}: model_name",
+                                 f"no model {m.model_name!r} in the run (models: {', '.join(self._configured)})")
+            if m.key not in layers:
+                names = sorted({k for (model, node, k) in layers if model == m.model_name and node == m.node})
+                raise InputError(where, f"line {m.line}: kind",
+                                 f"{m.model_name} has no {m.node} kind {m.kind!r} (kinds: {', '.join(names)})")
+        self._check_alike(measurements, where)
+
+        def modelled(m: Measurement) -> tuple[float, float, float]:
+            layer = layers[m.key]
+            if m.node != BODY:
+                parts = self.parts(layer, _STATES[m.node][0])
+            else:
+                state, switches = option_state(m.option, self._configured[m.model_name])
+                parts = self.parts(layer, state, switches)
+            return parts.forward_ms, parts.backward_ms, parts.recompute_ms
+
+        return fit_calibration(measurements, modelled, where)
+
+    def _check_alike(self, measurements: tuple[Measurement, ...], where: str) -> None:
+        """Two selective options of one kind that run the same switches must be measured alike."""
+        seen: dict[tuple, Measurement] = {}
+        for m in measurements:
+            if m.option not in SELECTIVE_OPTIONS:
+                continue
+            setting = tuple(sorted(option_state(m.option, self._configured[m.model_name])[1].items()))
+            other = seen.setdefault((m.key, setting), m)
+            if other is not m and (other.forward_ms, other.backward_ms) != (m.forward_ms, m.backward_ms):
+                raise InputError(where, f"line {m.line}",
+                                 f"{m.option} runs the same switches as {other.option} (line {other.line}) "
+                                 "but was measured differently")
+
