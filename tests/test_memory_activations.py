@@ -232,3 +232,17 @@ def test_tail_with_a_multi_token_prediction_module():
     # body layer (115712, as test_dense_flash_layer_op_by_op) and its own loss 279040
     assert model(run).activation_bytes(layers(run)["TAIL"], LayerType.OUTPUT_LAYER) == (
         279040 + 512 + 8192 + 16384 + 115712 + 279040)
+
+
+def test_expert_tensor_parallel_gathered_rows_are_a_gather_buffer():
+    # tp 2 + SP, etp 2, ep 1: 32 rows (test above); this rank's dispatch brought 16 of them (16·32·2 =
+    # 1024 bytes, an activation), the expert-TP all-gather the other 16 (1024, a tp buffer that gather 0
+    # drops: the backward gathers them again)
+    run = make_run(MOE, parallel={"tp": 2, "sequence_parallel": True, "etp": 2}, training={"seq_length": 16})
+    memory, layer = model(run), body(run, "moe")
+    terms = {t.op: t.bytes for t in memory.activation_terms(layer, NOT)}
+    assert terms["moe.dispatched_tokens"] == 1024
+    gathered = [t for t in memory.buffers(layer, NOT).terms if t.name == "moe.expert_gathered_tokens"]
+    assert [(t.bytes, t.kept, t.switch) for t in gathered] == [(1024, True, "gather")]
+    recomputed = memory.buffers(layer, SEL, dict(KEEP_ALL, gather=0)).terms
+    assert all(t.name != "moe.expert_gathered_tokens" for t in recomputed)

@@ -147,11 +147,12 @@ def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") ->
     """Router, dispatched tokens, expert activations, combine and shared experts.
 
     Of the tokens the all-to-alls bring in, the share that stays on the device (1/ep) is an
-    activation here; the share that crossed the network is an EP buffer (`buffers.py`), so the
-    two add up to the same bytes whatever ep is.
+    activation here; the share that crossed the network is an EP buffer, and the rows the
+    expert-tensor-parallel all-gather adds ((etp − 1)/etp of them) a tp buffer under `gather`
+    (`buffers.py`): the parts add up to the same bytes whatever ep and etp are.
     """
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
-    k, local = moe.experts_per_token, 1 / setup.ep
+    k, local = moe.experts_per_token, 1 / (setup.ep * setup.etp)
     rows = routed_rows(moe, setup)
     terms = [
         ActivationTerm(f"{prefix}moe.norm_input", None, whole * h, bc),
@@ -161,7 +162,7 @@ def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") ->
         ActivationTerm(f"{prefix}moe.topk_indices", None, whole * k, INDEX_BYTES, False),
         ActivationTerm(f"{prefix}moe.dispatched_tokens", None, rows * h * local, bc),
         *_ffn_terms(f"{prefix}moe.expert", rows, _split(moe.expert_intermediate_size, setup.etp), moe.gated, bc),
-        ActivationTerm(f"{prefix}moe.combined_tokens", None, whole * k * h * local, bc),
+        ActivationTerm(f"{prefix}moe.combined_tokens", None, whole * k * h / setup.ep, bc),
     ]
     if moe.shared_experts:
         width = moe.shared_experts * _split(moe.shared_intermediate_size, setup.tp)

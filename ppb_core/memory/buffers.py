@@ -80,14 +80,21 @@ def ffn_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Bu
     if setup.gathers and (moe is None or moe.shared_experts):
         name = "mlp" if moe is None else "moe.shared"
         terms.append(BufferTerm("tp", f"{prefix}{name}.gathered_input", _gathered(setup, h), True, "gather"))
-    if moe is not None and setup.ep > 1:
+    if moe is None:
+        return terms
+    rows = routed_rows(moe, setup)  # after the expert-tensor-parallel all-gather
+    dispatched = rows / setup.etp  # what this rank's dispatch brought in
+    if setup.ep > 1:
         remote = (setup.ep - 1) / setup.ep
-        rows, returned = routed_rows(moe, setup), setup.whole_tokens * moe.experts_per_token
+        returned = setup.whole_tokens * moe.experts_per_token
         terms += [
-            BufferTerm("ep", f"{prefix}moe.dispatched_tokens_remote", rows * h * bc * remote, True),
+            BufferTerm("ep", f"{prefix}moe.dispatched_tokens_remote", dispatched * h * bc * remote, True),
             BufferTerm("ep", f"{prefix}moe.combined_tokens_remote", returned * h * bc * remote, True),
-            BufferTerm("ep", f"{prefix}moe.all_to_all_staging", max(rows, returned) * h * bc, False),
+            BufferTerm("ep", f"{prefix}moe.all_to_all_staging", max(dispatched, returned) * h * bc, False),
         ]
+    if setup.etp > 1:
+        terms.append(BufferTerm("tp", f"{prefix}moe.expert_gathered_tokens", (rows - dispatched) * h * bc, True,
+                                "gather"))
     return terms
 
 
