@@ -14,14 +14,9 @@ import ppb_core.cli.describe as describe_cli
 import ppb_core.cli.main as cli_main
 import ppb_core.cli.profile as profile_cli
 from ppb_core import ppb, sapp
+from ppb_core.config import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def commands(monkeypatch):
-    """The dispatcher with our two commands, whatever else it registers."""
-    monkeypatch.setattr(cli_main, "COMMANDS", tuple(dict.fromkeys((*cli_main.COMMANDS, "describe", "profile"))))
 
 
 @pytest.fixture
@@ -48,7 +43,7 @@ def run_yaml(tmp_path):
     return path
 
 
-def test_describe_writes_the_sapp_file(commands, fakes, run_yaml, tmp_path):
+def test_describe_writes_the_sapp_file(fakes, run_yaml, tmp_path):
     out = tmp_path / "layers.json"
     assert cli_main.main(["describe", str(run_yaml), "-o", str(out)]) == 0
     written = sapp.read_layers_description(out)
@@ -57,13 +52,13 @@ def test_describe_writes_the_sapp_file(commands, fakes, run_yaml, tmp_path):
     assert set(json.loads(out.read_text())) == {"layers_description"}
 
 
-def test_describe_prints_without_an_output_and_can_leave_times_out(commands, fakes, run_yaml, capsys):
+def test_describe_prints_without_an_output_and_can_leave_times_out(fakes, run_yaml, capsys):
     assert cli_main.main(["describe", str(run_yaml), "--no-times"]) == 0
     printed = json.loads(capsys.readouterr().out)["layers_description"]
     assert "forward_time" not in printed[1] and "memory_select_comm" not in printed[1] and printed[1]["time"] == 1
 
 
-def test_profile_prints_costs_and_the_front(commands, fakes, run_yaml, capsys):
+def test_profile_prints_costs_and_the_front(fakes, run_yaml, capsys):
     assert cli_main.main(["profile", str(run_yaml), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     [profile] = report["profiles"]
@@ -85,7 +80,7 @@ def test_profile_prints_costs_and_the_front(commands, fakes, run_yaml, capsys):
         (["profile", "{run}", "--most-in-flight", "0"], "--most-in-flight"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_nothing_written(commands, fakes, run_yaml, tmp_path, capsys, argv, message):
+def test_bad_input_is_one_line_exit_2_and_nothing_written(fakes, run_yaml, tmp_path, capsys, argv, message):
     bad = tmp_path / "bad.yaml"
     raw = yaml.safe_load(run_yaml.read_text())
     raw["training"]["micro_batches"] = 0
@@ -98,7 +93,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(commands, fakes, run_y
     assert not out.exists()
 
 
-def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(commands, fakes, tmp_path, capsys):
+def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(fakes, tmp_path, capsys):
     # Interleaved over 4 stages with 3 micro-batches cannot run; the profile splits at
     # max(2, min(4, 3)) = 3 and states the excess at 2.
     path = tmp_path / "short.yaml"
@@ -113,3 +108,18 @@ def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(command
     assert "ppb: note:" in captured.err and "profiling at 1 to 3 in flight" in captured.err
     report = json.loads(captured.out)
     assert report["many"] == 3 and report["profiles"][0]["counts"] == [2]
+
+
+def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys):
+    config = ROOT / "configs" / "llama3-8b.yaml"
+    out = tmp_path / "layers.json"
+    assert cli_main.main(["describe", str(config), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["layers_description"] == ppb.describe_run(load_run_config(config))
+    layers = sapp.read_layer_set(out)
+    assert layers.nb_body_layers == 32 and layers.bodies[0].forward_time == 1.0
+    assert cli_main.main(["profile", str(config), "--json"]) == 0
+    [profile] = json.loads(capsys.readouterr().out)["profiles"]
+    # 1F1B over 4 stages with 32 micro-batches keeps 4, 3, 2 and 1 in flight: split at 4, excess at 2 and 3.
+    assert profile["counts"] == [2, 3] and len(profile["costs"]) == 1 + 8 + 1
+    names = {name for option in profile["front"] for name in option["names"]}
+    assert {"NONE", "FULL"} <= names

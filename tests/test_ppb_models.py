@@ -1,4 +1,4 @@
-"""PPB on the shipped run configs with our own memory model: its figures, exact round trips, additive profiles."""
+"""PPB on the shipped run configs with our memory and time models: their figures, round trips, additive profiles."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from test_ppb_fakes import FakePricer
 
 from ppb_core import sapp
 from ppb_core.config import load_run_config, parse_run_config
@@ -18,7 +17,8 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model import BODY, walk
 from ppb_core.ppb import add_to_list, describe, describe_layer, describe_run, mb, measure_profile
 from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame
-from ppb_core.switches import MEMORY_KEY, OPTIONS, SWITCHES, LayerType
+from ppb_core.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
+from ppb_core.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
@@ -33,6 +33,11 @@ def shipped():
         run = load_run_config(ROOT / "configs" / f"{name}.yaml")
         runs[name] = (run, MemoryModel(run))
     return runs
+
+
+@pytest.fixture(scope="session")
+def time_models(shipped):
+    return {name: TimeModel(run) for name, (run, _) in shipped.items()}
 
 
 def _expected_memory(memory: MemoryModel, layer, timed: bool) -> dict[str, int]:
@@ -53,9 +58,9 @@ def _expected_memory(memory: MemoryModel, layer, timed: bool) -> dict[str, int]:
 
 @pytest.mark.parametrize("timed", [False, True], ids=["untimed", "timed"])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_memory_keys_are_the_memory_models_figures_in_whole_mb(shipped, name, timed):
+def test_memory_keys_are_the_memory_models_figures_in_whole_mb(shipped, time_models, name, timed):
     run, memory = shipped[name]
-    pricer = FakePricer() if timed else None
+    pricer = time_models[name] if timed else None
     for slot in walk(run).distinct():
         layer = next(layer for layer in walk(run) if (layer.model_name, layer.node, layer.kind) ==
                      (slot.model_name, slot.node, slot.kind))
@@ -65,22 +70,23 @@ def test_memory_keys_are_the_memory_models_figures_in_whole_mb(shipped, name, ti
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_each_distinct_kind_measured_once_equals_every_layer_described(shipped, name):
+def test_each_distinct_kind_measured_once_equals_every_layer_described(shipped, time_models, name):
     run, memory = shipped[name]
+    times = time_models[name]
     every: list[dict] = []
     for layer in walk(run):
-        add_to_list(every, describe_layer(layer, memory, FakePricer(), many=memory.many,
+        add_to_list(every, describe_layer(layer, memory, times, many=memory.many,
                                           configured=run.switches(layer.model_name)))
-    described = describe(run, memory, FakePricer())
+    described = describe(run, memory, times)
     assert described == every
     assert sum(d["nb_layer"] for d in described if d["type"] == BODY) == run.total_body_layers
 
 
 @pytest.mark.parametrize("timed", [False, True], ids=["untimed", "timed"])
 @pytest.mark.parametrize("name", CONFIGS)
-def test_descriptions_come_back_exactly_through_parquet_and_sapp_json(shipped, name, timed, tmp_path):
+def test_descriptions_come_back_exactly_through_parquet_and_sapp_json(shipped, time_models, name, timed, tmp_path):
     run, memory = shipped[name]
-    descriptions = describe_run(run, memory, FakePricer() if timed else None, timed=timed)
+    descriptions = describe_run(run, memory, time_models[name], timed=timed)
     frame = descriptions_to_frame(descriptions)
     frame.to_parquet(tmp_path / "descriptions.parquet", index=False)
     stored = pd.read_parquet(tmp_path / "descriptions.parquet")
@@ -124,12 +130,18 @@ def reference_rule_run():
     return run, MemoryModel(run, buffer_rule="reference")
 
 
-def _check_additive(run, memory, layer, rel=0.0):
-    """Every setting's price against the memory model; *rel* 0 asks for equality to the byte."""
+def _check_additive(run, memory, times, layer, rel=0.0):
+    """Every setting's price against the memory and time models.
+
+    Memory to the byte where *rel* is 0. Backward times to 1e-12: the time model re-runs, per
+    setting, the union of what each switch alone re-runs (disjoint sets), so the sum is exact but
+    for the order of floating-point additions.
+    """
     many = memory.many
     counts = range(1, many + 1)
-    profile = measure_profile(layer, memory, FakePricer(), many=many, counts=counts,
+    profile = measure_profile(layer, memory, times, many=many, counts=counts,
                               configured=run.switches(layer.model_name))
+    assert (profile.forward_time, profile.plain.backward_time) == times.layer_times(layer, LayerType.NOT_REC_LAYER)
     settings = [*_settings(profile.acting()), None]
     for recompute in settings:
         option = price_option(profile, recompute)
@@ -137,6 +149,8 @@ def _check_additive(run, memory, layer, rel=0.0):
         for in_flight in counts:
             held = sum(memory.dynamic_bytes(layer, state, switches, in_flight))
             assert option.memory(in_flight) == pytest.approx(held, rel=rel, abs=0), (recompute, in_flight)
+        backward = times.layer_times(layer, state, switches)[1]
+        assert option.backward_time == pytest.approx(backward, rel=1e-12, abs=0), recompute
         if recompute is not None:
             assert option.working_extra == memory.working_extra_bytes(layer, state, switches, 2, True), recompute
             assert option.first_working_extra == memory.working_extra_bytes(layer, state, switches, 1, False)
@@ -144,11 +158,11 @@ def _check_additive(run, memory, layer, rel=0.0):
 
 
 @pytest.mark.parametrize(("name", "kind_name"), _profiled_kinds())
-def test_every_switch_setting_priced_by_addition_is_what_the_memory_model_holds(shipped, name, kind_name):
-    # Exactly, at every count from 1 to many = max(2, min(pp, m)) in flight: 4 for Llama, 16 for DeepSeek.
+def test_every_switch_setting_priced_by_addition_is_what_the_models_give(shipped, time_models, name, kind_name):
+    # Memory exactly, at every count from 1 to many = max(2, min(pp, m)) in flight: 4 for Llama, 16 for DeepSeek.
     run, memory = shipped[name]
     layer = next(layer for layer in walk(run) if layer.node == BODY and layer.kind.name == kind_name)
-    profile, settings = _check_additive(run, memory, layer)
+    profile, settings = _check_additive(run, memory, time_models[name], layer)
     assert len(profile.acting()) == (8 if kind_name.endswith("mla") else 7)
     assert len(settings) == 2 ** len(profile.acting()) + 1  # 129, or 257 with attUp
 
@@ -157,7 +171,7 @@ def test_the_excess_corrects_the_split_where_a_constant_buffer_hides_a_growing_o
     run, memory = reference_rule_run
     layer = next(layer for layer in walk(run) if layer.node == BODY)
     # The split divides by many − 1 = 7: the sums may differ from the model in the last bit.
-    profile, _ = _check_additive(run, memory, layer, rel=1e-15)
+    profile, _ = _check_additive(run, memory, TimeModel(run), layer, rel=1e-15)
     # Buffers max(416.03125, 64k) MB: the split runs from 416.03125 at 1 to 512 at 8, i.e.
     # 13.709... per micro-batch; at k = 2..6 the bucket alone is held, so the split over-charges
     # (k − 1)·(512 − 416.03125)/7 MB, and at 7 it charges 498.29 where 448 are held.
@@ -167,3 +181,27 @@ def test_the_excess_corrects_the_split_where_a_constant_buffer_hides_a_growing_o
     assert profile.counts == (2, 3, 4, 5, 6, 7)
     assert profile.plain.excess == pytest.approx(expected, rel=1e-12)
     assert profile.alone["gather"].excess == (0,) * 6  # without the gathers, the bucket alone: constant
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_time_keys_are_the_time_models_figures_until_scaled(shipped, time_models, name):
+    run, memory = shipped[name]
+    times = time_models[name]
+    for slot in walk(run).distinct():
+        layer = next(layer for layer in walk(run) if (layer.model_name, layer.node, layer.kind) ==
+                     (slot.model_name, slot.node, slot.kind))
+        desc = describe_layer(layer, memory, times, many=memory.many, configured=run.switches(layer.model_name))
+        priced = times.option_times(layer)
+        assert desc["forward_time"] == desc["time"] == priced["NONE"][0]
+        options = OPTIONS if layer.node == BODY else ("NONE",)
+        assert {TIME_KEY[o]: desc[TIME_KEY[o]] for o in options} == {TIME_KEY[o]: priced[o][1] for o in options}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_balancer_reads_the_final_descriptions(shipped, time_models, name, tmp_path):
+    run, memory = shipped[name]
+    final = describe_run(run, memory, time_models[name])
+    sapp.write_layers_description(tmp_path / "layers.json", final)
+    layers = sapp.read_layer_set(tmp_path / "layers.json")
+    assert layers.bodies[0].forward_time == 1.0 and layers.nb_body_layers == run.total_body_layers
+    assert {"NONE", "FULL"} <= set(layers.options)
