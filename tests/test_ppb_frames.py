@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -147,3 +148,21 @@ def test_tables_of_the_wrong_kind_are_refused():
         profiles_from_frame(pd.DataFrame({"x": [1]}))
     with pytest.raises(ValueError, match="not a fronts table"):
         fronts_from_frame(pd.DataFrame({"x": [1]}))
+
+
+@pytest.mark.parametrize("name", ["demo.json", "llama2_70b.json"])
+def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
+    # reference §8.4's files: untimed (demo has no times beyond `time`), so withdrawal and
+    # scaling leave them as they are, and the table gives them back exactly.
+    from ppb_core import sapp
+    from ppb_core.ppb import postprocess
+
+    path = Path(__file__).parent / "data" / name
+    descriptions = sapp.read_layers_description(path)
+    assert postprocess(descriptions) == descriptions
+    assert _exact(descriptions_from_frame(_through_parquet(descriptions_to_frame(descriptions), tmp_path)),
+                  descriptions)
+    # SAPP's fallbacks price what the file leaves out (§5.2): backward 2·time, (1 + coef)·2·time.
+    layers = sapp.layer_set(descriptions)
+    body = layers.bodies[0]
+    assert body.forward_time == body.backward_time["NONE"] / 2

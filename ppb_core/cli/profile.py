@@ -140,8 +140,8 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
             table.add_column(column, justify="left" if column == "setting" else "right")
         for role, recompute, cost in _rows(profile):
             label = {"plain": "plain", "full": "FULL", "selective_base": "selective, all kept"}.get(role)
-            if label is None:
-                label = ("alone: " if role == "alone" else "whole: ") + "+".join(_setting(recompute) or [])
+            if label is None:  # a switch alone, or a setting measured whole
+                label = ("" if role == "alone" else "whole: ") + "+".join(_setting(recompute) or [])
             at_many = many * cost.memory_per_micro_batch + cost.memory_once
             table.add_row(
                 label, _mb(cost.memory_per_micro_batch), _mb(cost.memory_once), _mb(at_many),
