@@ -441,7 +441,8 @@ def measure_profile(
     or the backward's working set. Where a census prices the layer (*census*; by default,
     whether the memory model states census terms for the plain layer), the selective layer
     keeping every op is the base the settings add up from, and HyperParallel's selective policy
-    is measured whole. A full recompute's backward runs the plain layer, so its working sets are
+    is measured whole, and the plain layer's working set is stated as measured (it is no base
+    for addition then). A full recompute's backward runs the plain layer, so its working sets are
     the plain layer's (with a census: all it holds, none of it already kept).
     """
     counts = tuple(count for count in sorted(set(counts)) if 1 < count < many)
