@@ -105,3 +105,40 @@ def test_stage_peaks_by_hand():
     assert full[0].working_bytes == 140288
     tight = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=100 * MB, reserved_bytes=100 * MB)
     assert not tight[0].fits
+
+
+# Additivity: every tensor sits under one switch, so what a set of switches drops is the sum of what
+# each drops alone; the switch profiles (9 measurements for 128 settings) rest on it.
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ppb_core.switches import SWITCHES  # noqa: E402
+
+_ADDITIVE_RUNS = {
+    "eager-sp-dropout": ({**DENSE, "qk_norm": True}, {"tp": 2, "sequence_parallel": True, "cp": 2},
+                         {"seq_length": 64, "flash_attention": False, "dropout": 0.1}),
+    "mla-moe-ep": ({"vocab_size": 1024, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4,
+                    "intermediate_size": 128, "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 8, "num_experts": 4, "experts_per_token": 2,
+                    "moe_intermediate_size": 16, "shared_experts": 1},
+                   {"tp": 2, "sequence_parallel": True, "dp": 4, "ep": 2, "etp": 2}, {"seq_length": 32}),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(_ADDITIVE_RUNS)), dropped=st.sets(st.sampled_from(SWITCHES)))
+def test_switches_add_up(name, dropped):
+    spec, parallel, training = _ADDITIVE_RUNS[name]
+    run = make_run(spec, parallel=parallel, training=training)
+    memory = model(run)
+    layer = body(run)  # dense / MoE with MLA
+
+    def kept(names) -> tuple[float, float]:
+        state = memory.state_memory(layer, SEL, {**KEEP_ALL, **dict.fromkeys(names, 0)})
+        return state.activation_bytes, state.buffers.kept_bytes()
+
+    plain = kept(())
+    together = kept(dropped)
+    for part in range(2):
+        alone = sum(plain[part] - kept((name,))[part] for name in dropped)
+        assert plain[part] - together[part] == alone
