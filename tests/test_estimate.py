@@ -139,3 +139,12 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, raw, message):
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and str(path) in lines[0]
+
+
+def test_cli_rows_without_stages(capsys):
+    # DeepSeek-V3's rows: HEAD, 3 dense and 58 MoE layers (both MLA), TAIL with its MTP module
+    assert main(["estimate", "configs/deepseek-v3.yaml", "--json", "--no-stages"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [(row["kind"], row["count"]) for row in data["layers"]] == [
+        ("embedding", 1), ("dense_mla", 3), ("moe_mla", 58), ("output_mtp", 1)]
+    assert data["stages"] == []

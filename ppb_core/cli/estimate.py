@@ -24,12 +24,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
     parser.add_argument("--buffer-rule", choices=BUFFER_RULES, default="layered",
                         help="how a layer's buffers add up (docs/memory.md); default layered")
+    parser.add_argument("--no-stages", action="store_true",
+                        help="the rows per kind only, without the per-stage summary (needs no schedule)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_run_config(args.run_config)
-    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule))
+    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), stages=not args.no_stages)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
