@@ -3,8 +3,10 @@
     python bench/estimate.py [--repeat 30]
 
 Prints the machine, then times (ms): loading the run config; the first estimate in the process
-(cold: the walk, a fresh MemoryModel, every distinct kind under every option, the per-stage
-summary); the same again warm (median and best of --repeat); with the model's memo already full.
+(cold: the walk, a fresh MemoryModel, every distinct kind under every option, the schedule's
+micro-batches in flight, the per-stage summary); the same again warm (median and best of
+--repeat: a fresh MemoryModel and walk each time; the in-flight counts, a pure function of the
+schedule's sizes, come from the process's memo); its parts; the rows with the model's memo full.
 Then the same run with 610 layers (ten times the layers, the same four distinct kinds): the
 ratio of the times, and how many times the activation formulas ran in each (the cost follows
 distinct kinds, the walk and the stage summary follow layers).
@@ -28,6 +30,7 @@ from ppb_core.errors import InputError  # noqa: E402
 from ppb_core.estimate import estimate  # noqa: E402
 from ppb_core.memory import ActivationFormulas, MemoryModel, run_in_flight  # noqa: E402
 from ppb_core.model import walk  # noqa: E402
+from ppb_core.schedules import micro_batches_in_flight  # noqa: E402
 
 
 class CountingFormulas(ActivationFormulas):
@@ -109,7 +112,9 @@ def main() -> int:
           f"best {_ms(min(warm)).strip()}")
     kinds_only = _timed(run, args.repeat, stages=False)
     print(f"  the rows alone (no stage summary)   {_ms(statistics.median(kinds_only))}")
-    print(f"  micro-batches in flight (schedules) {_ms(_median(lambda: run_in_flight(run), args.repeat))}")
+    sizes = (par.schedule, par.pp, par.vpp, run.training.micro_batches)
+    print(f"  micro-batches in flight, uncached   {_ms(_median(lambda: micro_batches_in_flight(*sizes), args.repeat))}"
+          "   (ppb_core.schedules; the estimate memoizes it per size)")
     print(f"  the walk (ppb_core.model)           {_ms(_median(lambda: walk(run), args.repeat))}")
     given = _median(lambda: estimate(run, MemoryModel(run), layer_walk=layer_walk, stages=False), args.repeat)
     print(f"  the rows, walk given, fresh model   {_ms(given)}")

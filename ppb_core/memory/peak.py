@@ -12,6 +12,7 @@ Micro-batches in flight per (chunk, stage) come from `ppb_core.schedules.micro_b
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,13 +103,19 @@ def stage_peaks(
     ]
 
 
-def run_in_flight(run: RunConfig) -> list[list[int]]:
-    """[chunk][stage] micro-batches in flight of the run's schedule."""
+@functools.lru_cache(maxsize=256)
+def _in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, ...], ...]:
+    """The schedule's counts, once per size: simulating the op orders costs more than the layers' memory."""
     from ppb_core.schedules import micro_batches_in_flight
 
+    return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches))
+
+
+def run_in_flight(run: RunConfig) -> list[list[int]]:
+    """[chunk][stage] micro-batches in flight of the run's schedule."""
     par = run.parallel
     try:
-        return micro_batches_in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)
+        return [list(row) for row in _in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)]
     except ValueError as err:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
