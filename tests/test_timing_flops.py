@@ -1,0 +1,276 @@
+"""FLOP counts of the time model's op tables, against formulas derived by hand and Korthikanti et al. (2022).
+
+Notation: b micro-batch size, s sequence length, h hidden size, a heads, L layers, v vocabulary,
+B = b · micro_batches · dp sequences per iteration, t tensor parallel.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ppb_core.config import parse_run_config
+from ppb_core.kinds import body_kind
+from ppb_core.switches import SWITCHES, LayerType
+from ppb_core.timing import (
+    Geometry,
+    hardware_flops_per_iteration,
+    layer_flops,
+    layer_ops,
+    model_flops_per_iteration,
+    recompute_set,
+)
+
+
+def gpt_run(h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2, tp=1, sp=False, flash=False, dropout=0.1,
+            **parallel):
+    """A GPT-style run: LayerNorm, GeLU MLP of 4h, learned positions, biases, tied embeddings."""
+    spec = {
+        "vocab_size": v, "hidden_size": h, "num_layers": layers, "num_attention_heads": a,
+        "intermediate_size": 4 * h, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
+        "position_embedding": "learned", "max_position_embeddings": s, "attention_bias": True,
+        "attention_output_bias": True, "mlp_bias": True, "attention_dropout": dropout, "hidden_dropout": dropout,
+        "tied_embeddings": True,
+    }
+    return parse_run_config({
+        "name": "gpt", "models": [{"name": "gpt", "spec": spec}],
+        "parallel": {"dp": dp, "tp": tp, "sequence_parallel": sp, **parallel},
+        "training": {"seq_length": s, "micro_batch_size": b, "micro_batches": m, "flash_attention": flash},
+        "device": {"name": "a100-80gb"},
+    })
+
+
+def spec_run(spec: dict, s=1024, b=1, flash=True, **parallel):
+    return parse_run_config({
+        "name": "x", "models": [{"name": "llm", "spec": spec}], "parallel": parallel,
+        "training": {"seq_length": s, "micro_batch_size": b, "flash_attention": flash},
+        "device": {"name": "h100-80gb"},
+    })
+
+
+def ops_of(run, index=0):
+    geo = Geometry.from_run(run, "llm" if "llm" in run.model_names else "gpt")
+    name = run.model_names[0]
+    return layer_ops(body_kind(run.spec(name), index, run.training.dropout), geo)
+
+
+def names(ops) -> set[str]:
+    return {op.name for op in ops}
+
+
+# Korthikanti et al. 2022, §6 (eqs. 7 and 8). Per layer, one forward: QKV 6bsh², QKᵀ 2bs²h, AV 2bs²h,
+# output projection 2bsh², MLP 2·(2bs·h·4h) = 16bsh²: 24bsh² + 4bs²h; the backward doubles it, so
+# forward + backward is 72bsh² + 12bs²h = 72bsh²(1 + s/(6h)). The logits add 2bshv forward, 6bshv in
+# all, = 72bsh²·v/(12hL) per layer over L layers. Full recompute runs each layer's forward again
+# (96bsh²(1 + s/(6h))), not the logits: 6bshv = 96bsh²L·v/(16hL).
+@pytest.mark.parametrize(
+    "h,a,layers,s,v,b,m,dp,tp",
+    [
+        (6144, 64, 48, 2048, 51200, 4, 1, 1, 8),  # the paper's 22B
+        (12288, 96, 96, 2048, 51200, 1, 64, 2, 8),  # GPT-3 175B
+        (1024, 16, 4, 512, 32000, 2, 3, 2, 1),
+    ],
+)
+def test_model_and_full_recompute_flops_follow_korthikanti_eqs_7_and_8(h, a, layers, s, v, b, m, dp, tp):
+    run = gpt_run(h, a, layers, s, v, b, m, dp, tp)
+    B = b * m * dp
+    eq7 = 72 * B * layers * s * h**2 * (1 + s / (6 * h) + v / (12 * h * layers))
+    eq8 = 96 * B * layers * s * h**2 * (1 + s / (6 * h) + v / (16 * h * layers))
+    assert model_flops_per_iteration(run) == pytest.approx(eq7, rel=1e-12)
+    assert hardware_flops_per_iteration(run, "NONE") == pytest.approx(eq7, rel=1e-12)
+    assert hardware_flops_per_iteration(run, "FULL") == pytest.approx(eq8, rel=1e-12)
+
+
+def test_selective_hardware_flops_add_the_rerun_matmuls():
+    # Korthikanti's selective set (softmax, its dropout and the dropped-out probabilities) reruns
+    # QKᵀ, 2bs²h per layer and micro-batch; dropping Q, K, V (attBMM) reruns their projections, 6bsh².
+    run = gpt_run(h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2)
+    B, L, s, h = 12, 4, 512, 1024
+    eq7 = 72 * B * L * s * h**2 * (1 + s / (6 * h) + 32000 / (12 * h * L))
+    core = {"softmax": 0, "headCast": 0, "dropout": 0}
+    run_core = parse_run_config({**_raw(run), "training": {**_raw(run)["training"], "recompute": core}})
+    assert hardware_flops_per_iteration(run_core, "SLCT") == pytest.approx(eq7 + 2 * B * L * s**2 * h, rel=1e-12)
+    run_qkv = parse_run_config({**_raw(run), "training": {**_raw(run)["training"], "recompute": {"attBMM": 0}}})
+    assert hardware_flops_per_iteration(run_qkv, "SLCT") == pytest.approx(eq7 + 6 * B * L * s * h**2, rel=1e-12)
+
+
+def _raw(run):
+    return run.model_dump(mode="json", exclude_none=True)
+
+
+def test_per_device_flops_of_a_gqa_swiglu_layer_with_tp_and_flash():
+    # Llama-3-8B's layer at t=2, s=8192, b=1, flash: a=32 → 16 heads, 8 kv heads → 4, d=128, I=14336 → 7168.
+    spec = {"vocab_size": 128256, "hidden_size": 4096, "num_layers": 2, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336}
+    run = spec_run(spec, s=8192, tp=2, sequence_parallel=True)
+    n, h, d = 8192, 4096, 128
+    pairs = 8192 * 8193 / 2  # causal (query, key) pairs per head: the kernel skips masked blocks
+    forward = {
+        "qk_proj": 2 * n * h * (16 + 4) * d,
+        "v_proj": 2 * n * h * 4 * d,
+        "flash_scores": 2 * pairs * 16 * d,
+        "flash_context": 2 * pairs * 16 * d,
+        "out_proj": 2 * n * 16 * d * h,
+        "mlp_in": 2 * n * h * 2 * 7168,
+        "mlp_out": 2 * n * 7168 * h,
+    }
+    ops = {op.name: op for op in ops_of(run)}
+    for name, flops in forward.items():
+        assert ops[name].flops == pytest.approx(flops, rel=1e-12), name
+    # Backward: 2× for matmuls; flash re-forms the scores: 3× the QKᵀ part, 2× the PV part, 2.5× in all.
+    assert ops["qk_proj"].backward_flops == 2 * ops["qk_proj"].flops
+    assert ops["flash_scores"].backward_flops + ops["flash_context"].backward_flops == pytest.approx(
+        2.5 * (forward["flash_scores"] + forward["flash_context"]), rel=1e-12)
+    assert layer_flops(ops.values())[0] == pytest.approx(sum(forward.values()), rel=1e-12)
+
+
+@pytest.mark.parametrize("dropless,factor", [(True, 1.25), (False, 1.5)])
+def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
+    # Mixtral-like: h=4096, 8 experts, top-2, I=14336, t=2 with SP, ep=8, etp=1, s=4096, b=1. Each TP rank
+    # routes n/t = 2048 tokens, 2 copies each; the busiest rank computes imbalance (dropless) or
+    # capacity-factor (capacity mode) times its fair share: 2048·2·factor rows.
+    spec = {"vocab_size": 32000, "hidden_size": 4096, "num_layers": 2, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 14336}
+    moe = {"dropless": dropless, "dropless_imbalance": factor} if dropless else {"dropless": False,
+                                                                                   "capacity_factor": factor}
+    run = parse_run_config({
+        "name": "x", "models": [{"name": "llm", "spec": spec}],
+        "parallel": {"dp": 8, "tp": 2, "ep": 8, "etp": 1, "sequence_parallel": True},
+        "training": {"seq_length": 4096, "moe": moe}, "device": {"name": "h100-80gb"},
+    })
+    ops = {op.name: op for op in ops_of(run)}
+    rows = 2048 * 2 * factor
+    assert ops["experts_in"].flops == pytest.approx(2 * rows * 4096 * 2 * 14336, rel=1e-12)
+    assert ops["experts_out"].flops == pytest.approx(2 * rows * 14336 * 4096, rel=1e-12)
+    assert ops["router"].flops == pytest.approx(2 * 2048 * 4096 * 8, rel=1e-12)  # n/sp tokens, 8 logits
+    # Dispatch sends every copy (times the factor at the busiest rank): 2048·2·factor tokens of 4096 bf16.
+    assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(rows * 4096 * 2, rel=1e-12)
+
+
+def test_model_flops_of_a_moe_layer_count_active_experts_and_shared_ones():
+    # One MoE layer, whole model, ideal routing (the imbalance is the busiest rank's, not extra model
+    # FLOPs): router 2nhE, k experts 2·n·k·(3·h·I_e), one shared expert of width 2·I_e (gated),
+    # attention as a dense layer (MHA, a=8, d=64): 6nh² + 4bs²h + 2nh², with n = b·s = 512.
+    h, E, k, ie, n = 512, 16, 4, 256, 2 * 256
+    spec = {"vocab_size": 1000, "hidden_size": h, "num_layers": 1, "num_attention_heads": 8,
+            "intermediate_size": 1024, "num_experts": E, "experts_per_token": k, "moe_intermediate_size": ie,
+            "shared_experts": 1, "shared_expert_intermediate_size": 2 * ie, "max_position_embeddings": 256}
+    run = parse_run_config({
+        "name": "x", "models": [{"name": "llm", "spec": spec}],
+        "parallel": {"dp": 4, "ep": 4, "tp": 2, "etp": 1},
+        "training": {"seq_length": 256, "micro_batch_size": 2, "micro_batches": 1,
+                     "moe": {"dropless_imbalance": 1.3}},
+        "device": {"name": "h100-80gb"},
+    })
+    s = 256
+    attention = 2 * n * h * 3 * h + 2 * 2 * 2 * s * s * h + 2 * n * h * h
+    moe = 2 * n * h * E + 2 * n * k * 3 * h * ie + 2 * n * 3 * h * 2 * ie
+    logits = 2 * n * h * 1000
+    # Forward and backward (3×) of each of the dp = 4 replicas' micro-batch.
+    assert model_flops_per_iteration(run) == pytest.approx(4 * 3 * (attention + moe + logits), rel=1e-12)
+
+
+def test_per_device_flops_of_an_mla_layer():
+    # DeepSeek-style MLA, small: h=1024, a=8 → 4 heads at t=2, q latent 256, kv latent 128, nope 64,
+    # rope 32, v 64; SP: down-projections (replicated) run on the n/t = 512 local tokens; the
+    # up-projections on all n = 1024 gathered tokens.
+    spec = {"vocab_size": 1000, "hidden_size": 1024, "num_layers": 1, "num_attention_heads": 8,
+            "intermediate_size": 2048, "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32, "v_head_dim": 64}
+    run = spec_run(spec, s=1024, tp=2, sequence_parallel=True)
+    n, local, heads = 1024, 512, 4
+    pairs = 1024 * 1025 / 2
+    forward = {
+        "q_down": 2 * local * 1024 * 256,
+        "kv_down": 2 * local * 1024 * (128 + 32),
+        "q_up": 2 * n * 256 * heads * 96,
+        "kv_up": 2 * n * 128 * heads * (64 + 64),
+        "flash_scores": 2 * pairs * heads * 96,
+        "flash_context": 2 * pairs * heads * 64,
+        "out_proj": 2 * n * heads * 64 * 1024,
+    }
+    ops = {op.name: op for op in ops_of(run)}
+    for name, flops in forward.items():
+        assert ops[name].flops == pytest.approx(flops, rel=1e-12), name
+    # The latents are gathered for the up-projections: q latent, kv latent and the shared rotary key.
+    assert ops["gather_latents"].forward_comm.payload_bytes == n * (256 + 128 + 32) * 2
+
+
+def _llama(**extra):
+    return {"vocab_size": 1024, "hidden_size": 512, "num_layers": 1, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "intermediate_size": 1024, **extra}
+
+
+# What each switch reruns (docs/timing.md, "Recompute"): the op producing each tensor the switch drops,
+# and whatever transient tensor that op needs.
+def test_recompute_sets_of_an_eager_gpt_layer_with_sp_and_dropout():
+    ops = ops_of(gpt_run(tp=2, sp=True))
+    expect = {
+        "attBMM": {"qk_proj", "v_proj"},  # no rope: the projections hold Q, K, V
+        "headCast": {"dropout_probs"},  # from the kept softmax output and mask
+        "softmax": {"scores", "softmax"},  # the scores are never kept: QKᵀ runs again
+        "dropout": {"dropout_mask"},  # regenerated from the RNG state
+        "normOp": {"norm1", "norm2"},
+        "gather": {"gather_attention", "gather_mlp"},  # SP all-gathers sent again
+        "ffAct": {"mlp_act"},
+        "attUp": set(),
+    }
+    for switch, expected in expect.items():
+        assert names(recompute_set(ops, {switch: 0})) == expected, switch
+    assert recompute_set(ops, {}) == ()
+    korthikanti = {"softmax": 0, "headCast": 0, "dropout": 0}
+    assert names(recompute_set(ops, korthikanti)) == {"scores", "softmax", "dropout_mask", "dropout_probs"}
+
+
+def test_recompute_sets_with_rope_qk_norm_and_flash():
+    rope = ops_of(spec_run(_llama(), s=256, flash=False))
+    assert names(recompute_set(rope, {"attBMM": 0})) == {"qk_proj", "rope", "v_proj"}
+    assert names(recompute_set(rope, {"headCast": 0})) == set()  # no attention dropout: no such tensor
+    # Qwen3's q/k-norm: its input (the q/k projection's output) is counted under normOp.
+    qk_norm = ops_of(spec_run(_llama(qk_norm=True), s=256))
+    assert names(recompute_set(qk_norm, {"normOp": 0})) == {"norm1", "qk_proj", "norm2"}
+    assert names(recompute_set(qk_norm, {"attBMM": 0})) == {"qk_norm", "rope", "v_proj"}
+    # Flash keeps O and the log-sum-exp (softmax): recomputing it reruns the score half of the kernel.
+    assert names(recompute_set(qk_norm, {"softmax": 0})) == {"flash_scores"}
+    assert names(recompute_set(qk_norm, {"dropout": 0, "headCast": 0})) == set()
+
+
+def test_recompute_sets_with_context_parallelism_and_mla():
+    ring = ops_of(spec_run(_llama(), s=256, cp=2))
+    assert names(recompute_set(ring, {"gather": 0})) == {"cp_ring"}  # the ring's chunks sent again
+    ulysses = ops_of(spec_run(_llama(), s=256, cp=2, cp_variant="ulysses"))
+    assert names(recompute_set(ulysses, {"attBMM": 0})) == {"qk_proj", "rope", "v_proj", "cp_a2a_qkv"}
+    mla = ops_of(spec_run({**_llama(num_key_value_heads=8), "q_lora_rank": 64, "kv_lora_rank": 32,
+                           "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}, s=256))
+    assert names(recompute_set(mla, {"attUp": 0})) == {"q_norm", "kv_norm", "q_up", "kv_up", "rope"}
+    assert names(recompute_set(mla, {"attBMM": 0})) == set()  # MLA's Q, K, V are attUp's
+
+
+@pytest.mark.parametrize("case", ["gpt-sp", "llama-ring", "mla-sp"])
+def test_the_recompute_set_of_a_setting_is_the_union_of_its_switches_alone(case):
+    run = {
+        "gpt-sp": lambda: gpt_run(tp=2, sp=True),
+        "llama-ring": lambda: spec_run(_llama(qk_norm=True), s=256, cp=2, tp=2, sequence_parallel=True),
+        "mla-sp": lambda: spec_run({**_llama(num_key_value_heads=8), "q_lora_rank": 64, "kv_lora_rank": 32,
+                                    "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32},
+                                   s=256, tp=2, sequence_parallel=True),
+    }[case]()
+    ops = ops_of(run)
+    alone = {switch: names(recompute_set(ops, {switch: 0})) for switch in SWITCHES}
+    for bits in itertools.product((0, 1), repeat=len(SWITCHES)):
+        setting = dict(zip(SWITCHES, bits, strict=True))
+        union = set().union(*(alone[s] for s, bit in setting.items() if not bit))
+        assert names(recompute_set(ops, setting)) == union
+        # No op is rerun by two switches alone: their costs add up.
+        assert sum(len(alone[s]) for s, bit in setting.items() if not bit) == len(union)
+
+
+def test_layer_flops_count_what_each_state_reruns():
+    ops = ops_of(gpt_run())
+    forward, backward = layer_flops(ops, LayerType.NOT_REC_LAYER)
+    assert backward == 2 * forward  # eager attention: every matmul's backward is twice its forward
+    assert layer_flops(ops, LayerType.FULL_REC_LAYER) == (forward, 3 * forward)
+    scores = next(op for op in ops if op.name == "scores").flops
+    assert layer_flops(ops, LayerType.SEL_REC_LAYER, {"softmax": 0}) == (forward, 2 * forward + scores)

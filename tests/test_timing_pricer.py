@@ -1,0 +1,223 @@
+"""The pricer: op prices on a device with round figures, collectives, overlap, states, options, memoization."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ppb_core.config import load_run_config, parse_run_config
+from ppb_core.errors import InputError
+from ppb_core.model import walk
+from ppb_core.switches import OPTIONS, SWITCHES, LayerType, option_state
+from ppb_core.timing import TimeModel
+from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.flops import Collective
+
+# 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
+ROUND_DEVICE = {"memory_mb": 80000, "peak_tflops": 100.0, "hbm_bandwidth_gbs": 1000.0,
+                "intra_node_bandwidth_gbs": 100.0, "inter_node_bandwidth_gbs": 10.0, "matmul_efficiency": 0.5,
+                "memory_efficiency": 0.5, "comm_efficiency": 0.5, "collective_latency_us": 0.0}
+CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
+
+
+def gelu_run(tp=1, sp=False, overlap=None, device=None, dropout=0.0, flash=False, **parallel):
+    spec = {"vocab_size": 4096, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 16,
+            "intermediate_size": 4096, "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
+            "max_position_embeddings": 2048}
+    raw = {"name": "g", "models": [{"name": "llm", "spec": spec}],
+           "parallel": {"tp": tp, "sequence_parallel": sp, **parallel},
+           "training": {"seq_length": 2048, "flash_attention": flash, "dropout": dropout},
+           "device": device or ROUND_DEVICE}
+    if overlap is not None:
+        raw["timing"] = {"overlap": overlap}
+    return parse_run_config(raw)
+
+
+def body(run):
+    return next(layer for layer in walk(run) if layer.node == "BODY")
+
+
+def test_ops_are_priced_by_the_roofline_and_hbm_bytes():
+    run = gelu_run()
+    prices = TimeModel(run).op_prices(body(run))
+    # mlp_in: n=2048 tokens, 1024 → 4096. FLOPs 2·2048·1024·4096 = 17,179,869,184 → /5e13 = 0.343597 ms;
+    # bytes (2048·1024 + 1024·4096 + 2048·4096)·2 = 29,360,128 → /5e11 = 0.0587 ms: compute-bound.
+    assert prices["mlp_in"].forward_ms == pytest.approx(17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    assert prices["mlp_in"].backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    # norm1: reads and writes 2048·1024 bf16 values, 8,388,608 bytes → /5e11; backward 3 tensors.
+    assert prices["norm1"].forward_ms == pytest.approx(8_388_608 / 5e11 * 1e3, rel=1e-12)
+    assert prices["norm1"].backward_ms == pytest.approx(12_582_912 / 5e11 * 1e3, rel=1e-12)
+    # softmax (eager): 16 heads × 2048² scores, read and written in bf16: 268,435,456 bytes.
+    assert prices["softmax"].forward_ms == pytest.approx(16 * 2048 * 2048 * 2 * 2 / 5e11 * 1e3, rel=1e-12)
+
+
+def test_a_small_matmul_is_bound_by_its_bytes():
+    # The same layer with 16 tokens: mlp_in reads the 1024×4096 weights (8 MB) for 0.27 GFLOP.
+    run = parse_run_config({**gelu_run().model_dump(mode="json", exclude_none=True),
+                            "training": {"seq_length": 16, "flash_attention": False}})
+    price = TimeModel(run).op_prices(body(run))["mlp_in"]
+    traffic = (16 * 1024 + 1024 * 4096 + 16 * 4096) * 2
+    assert traffic / 5e11 > 2 * 16 * 1024 * 4096 / 5e13
+    assert price.forward_ms == pytest.approx(traffic / 5e11 * 1e3, rel=1e-12)
+
+
+def test_collectives_over_intra_and_inter_node_links():
+    run = gelu_run(tp=4, dp=4, ep=16, etp=1, cp=1)
+    links = Links.from_run(run, run.device.profile())
+    P = 8_000_000
+    # tp=4 inside a node: ring all-gather P·3/4 over 5e10 B/s; all-reduce twice that.
+    assert collective_seconds(Collective("all_gather", "tp", P, "tp"), links) == pytest.approx(P * 3 / 4 / 5e10)
+    assert collective_seconds(Collective("all_reduce", "tp", P, "tp"), links) == pytest.approx(2 * P * 3 / 4 / 5e10)
+    # ep=16 spans 16 ranks, two nodes of 8: a rank sends P/16 to each of 7 local and 8 remote peers at
+    # the same time; the remote share (8P/16 at 5e9 B/s) is the slower one.
+    assert collective_seconds(Collective("all_to_all", "ep", P, "ep"), links) == pytest.approx(P * 8 / 16 / 5e9)
+
+
+def test_latency_adds_one_step_per_hop():
+    device = dict(ROUND_DEVICE, collective_latency_us=10.0)
+    run = gelu_run(tp=4, device=device)
+    links = Links.from_run(run, run.device.profile())
+    ring = collective_seconds(Collective("all_gather", "tp", 4e6, "tp"), links)
+    assert ring == pytest.approx(4e6 * 3 / 4 / 5e10 + 3 * 10e-6)
+
+
+def test_overlap_hides_a_collective_behind_its_partner_up_to_the_share():
+    # Without SP, the input gradient of the QKV projections is all-reduced behind their weight
+    # gradient: exposed = c − min(share·c, wgrad).
+    run = gelu_run(tp=4, dp=2, overlap={"tp_async": 0.5})
+    model = TimeModel(run)
+    layer = body(run)
+    prices = model.op_prices(layer)
+    c = 2 * 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3  # all-reduce of n·h bf16 over 4 ranks
+    wgrad = prices["qk_proj"].backward_ms / 2
+    assert prices["reduce_attention_grad"].backward_ms == pytest.approx(c - min(0.5 * c, wgrad), rel=1e-12)
+    assert prices["reduce_attention_grad"].forward_ms == 0.0
+    # The forward all-reduce after the output projection sits on the critical path (tp overlap 0).
+    assert prices["reduce_attention"].forward_ms == pytest.approx(c, rel=1e-12)
+    hidden = TimeModel(gelu_run(tp=4, dp=2, overlap={"tp": 1.0})).op_prices(layer)
+    assert hidden["reduce_attention"].forward_ms == pytest.approx(max(0.0, c - prices["out_proj"].forward_ms))
+
+
+def test_a_resent_gather_hides_behind_the_input_gradient_and_never_costs_more_than_in_the_forward():
+    sp = TimeModel(gelu_run(tp=4, dp=2, sp=True))
+    prices = sp.op_prices(body(sp.run))
+    c = 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3
+    assert prices["gather_attention"].forward_ms == pytest.approx(c, rel=1e-12)
+    assert prices["gather_attention"].recompute_ms == pytest.approx(
+        max(0.0, c - prices["qk_proj"].backward_ms / 2), rel=1e-12)
+    exposed = TimeModel(gelu_run(tp=4, dp=2, sp=True, overlap={"tp_async": 0.0}))
+    assert exposed.op_prices(body(exposed.run))["gather_attention"].recompute_ms == pytest.approx(c, rel=1e-12)
+
+
+def test_states_add_what_they_rerun_to_the_backward():
+    run = gelu_run(tp=2, sp=True, dropout=0.1)
+    model, layer = TimeModel(run), body(run)
+    prices = model.op_prices(layer)
+    forward, backward = model.layer_times(layer, LayerType.NOT_REC_LAYER)
+    assert forward == pytest.approx(sum(p.forward_ms for p in prices.values()), rel=1e-12)
+    assert backward == pytest.approx(sum(p.backward_ms for p in prices.values()), rel=1e-12)
+    assert model.layer_times(layer, LayerType.FULL_REC_LAYER) == pytest.approx((forward, backward + forward))
+    rerun = ("scores", "softmax")  # softmax at 0: the scores are rebuilt, then the softmax
+    selective = model.layer_times(layer, LayerType.SEL_REC_LAYER, {"softmax": 0})
+    assert selective == pytest.approx((forward, backward + sum(prices[n].recompute_ms for n in rerun)))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_option_times_on_the_shipped_configs(config):
+    run = load_run_config(f"configs/{config}.yaml")
+    model = TimeModel(run)
+    for slot in walk(run).distinct():
+        layer = next(layer for layer in walk(run) if layer.kind == slot.kind and layer.model_name == slot.model_name)
+        times = model.option_times(layer)
+        assert tuple(times) == OPTIONS
+        forward, backward = times["NONE"]
+        assert forward > 0 and backward > 0
+        if slot.node != "BODY":
+            assert set(times.values()) == {(forward, backward)}
+            continue
+        for option in OPTIONS:
+            assert times[option][0] == forward
+            assert backward <= times[option][1] <= times["FULL"][1]
+            state, switches = option_state(option, run.switches(layer.model_name))
+            assert times[option] == model.layer_times(layer, state, switches)
+        assert times["FULL"][1] == pytest.approx(backward + forward, rel=1e-12)
+
+
+def test_switches_none_on_a_selective_layer_are_the_configured_ones():
+    run = load_run_config("configs/llama3-8b.yaml")
+    model, layer = TimeModel(run), body(load_run_config("configs/llama3-8b.yaml"))
+    assert model.layer_times(layer, LayerType.SEL_REC_LAYER) == model.layer_times(
+        layer, LayerType.SEL_REC_LAYER, run.switches("llm"))
+    # On other states the switches change nothing.
+    assert model.layer_times(layer, LayerType.NOT_REC_LAYER, {"ffAct": 0}) == model.layer_times(
+        layer, LayerType.NOT_REC_LAYER)
+
+
+def test_a_layer_is_priced_only_in_the_states_of_its_node():
+    run = load_run_config("configs/llama3-8b.yaml")
+    model = TimeModel(run)
+    head = next(layer for layer in walk(run) if layer.node == "HEAD")
+    with pytest.raises(ValueError, match="HEAD"):
+        model.layer_times(head, LayerType.NOT_REC_LAYER)
+    with pytest.raises(ValueError, match="BODY"):
+        model.layer_times(body(run), LayerType.OUTPUT_LAYER)
+
+
+def test_identical_layers_are_priced_once():
+    run = load_run_config("configs/deepseek-v3.yaml")
+    model = TimeModel(run)
+    layers = list(walk(run))
+    for layer in layers:
+        model.option_times(layer)
+    # 2 body kinds × 5 distinct settings (NONE, SLCT, COMM, BOTH, FULL), plus the head and the tail.
+    assert len(model._parts) == 2 * 5 + 2
+    assert len(model._prices) == 4
+    first, last = (layer for layer in layers if layer.kind.name == "moe_mla" and layer.index in (3, 60))
+    assert model.layer_times(first, LayerType.SEL_REC_LAYER) is model.layer_times(last, LayerType.SEL_REC_LAYER)
+
+
+@pytest.mark.parametrize("config", ["llama3-8b", "deepseek-v3"])
+def test_recompute_time_is_additive_over_switches(config):
+    # Every setting's recompute time is the sum of its switches' alone (what profiles assume).
+    run = load_run_config(f"configs/{config}.yaml")
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+
+    def extra(setting):
+        return model.parts(layer, LayerType.SEL_REC_LAYER, setting).recompute_ms
+
+    alone = {s: extra({s: 0}) for s in SWITCHES}
+    for bits in itertools.product((0, 1), repeat=len(SWITCHES)):
+        setting = dict(zip(SWITCHES, bits, strict=True))
+        assert extra(setting) == pytest.approx(sum(alone[s] for s, b in setting.items() if not b), abs=1e-12)
+
+
+def test_breakdown_rows_add_up_to_the_layer_times():
+    run = load_run_config("configs/mixtral-8x7b.yaml")
+    model, layer = TimeModel(run), body(run)
+    rows = model.breakdown(layer, LayerType.SEL_REC_LAYER)
+    forward, backward = model.layer_times(layer, LayerType.SEL_REC_LAYER)
+    assert sum(r.ms for r in rows if r.phase == "forward") == pytest.approx(forward, rel=1e-12)
+    assert sum(r.ms for r in rows if r.phase != "forward") == pytest.approx(backward, rel=1e-12)
+    recomputed = {r.name for r in rows if r.phase == "recompute"}
+    # The config recomputes headCast (no such tensor with flash) and ffAct (the experts' activation).
+    assert recomputed == {"experts_act"}
+
+
+def test_device_overrides_reach_the_prices():
+    base = gelu_run()
+    slow = gelu_run(device=dict(ROUND_DEVICE, matmul_efficiency=0.25))
+    fast = TimeModel(base).op_prices(body(base))["mlp_in"].forward_ms
+    assert TimeModel(slow).op_prices(body(slow))["mlp_in"].forward_ms == pytest.approx(2 * fast, rel=1e-12)
+    fp32 = parse_run_config({**base.model_dump(mode="json", exclude_none=True),
+                             "training": {"seq_length": 2048, "flash_attention": False, "dtype": "fp32"}})
+    # TF32 at half the 16-bit rate, and twice the bytes (still compute-bound).
+    assert TimeModel(fp32).op_prices(body(fp32))["mlp_in"].forward_ms == pytest.approx(2 * fast, rel=1e-12)
+
+
+def test_overlap_settings_are_validated():
+    with pytest.raises(InputError, match=r"timing\.overlap\.tp"):
+        gelu_run(overlap={"tp": 1.5})
+    with pytest.raises(InputError, match="unknown field"):
+        gelu_run(overlap={"pp": 0.5})
