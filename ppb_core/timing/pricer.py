@@ -93,6 +93,11 @@ class TimeModel:
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
         self._times: dict[tuple, tuple[float, float]] = {}
+        self._options: dict[tuple, dict[str, tuple[float, float]]] = {}
+        self._option_states = {
+            name: {option: option_state(option, configured) for option in OPTIONS}
+            for name, configured in self._configured.items()
+        }
         self.calibration: Calibration | None = None
         if calibration is None and run.timing.calibration is not None:
             calibration = Path(run.base_dir) / run.timing.calibration
@@ -207,15 +212,16 @@ class TimeModel:
     def option_times(self, layer: Layer) -> dict[str, tuple[float, float]]:
         """{option: (forward_ms, backward_ms)} for NONE, SLCT, COMM, BOTH, FULL. A HEAD or TAIL is never
         recomputed: every option gives its one pair."""
-        if layer.node != BODY:
-            state = _STATES[layer.node][0]
-            return dict.fromkeys(OPTIONS, self.layer_times(layer, state))
-        configured = self._configured[layer.model_name]
-        result = {}
-        for option in OPTIONS:
-            state, switches = option_state(option, configured)
-            result[option] = self.layer_times(layer, state, switches)
-        return result
+        key = (layer.model_name, layer.node, layer.kind)
+        result = self._options.get(key)
+        if result is None:
+            if layer.node != BODY:
+                result = dict.fromkeys(OPTIONS, self.layer_times(layer, _STATES[layer.node][0]))
+            else:
+                states = self._option_states[layer.model_name]
+                result = {option: self.layer_times(layer, *states[option]) for option in OPTIONS}
+            self._options[key] = result
+        return dict(result)
 
     def breakdown(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> list[OpTime]:
         """Every op's FLOPs, bytes and ms in the forward, the backward and (what the state reruns) the

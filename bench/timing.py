@@ -1,0 +1,77 @@
+"""Benchmark of the time model: pricing every layer of a run under the five options, cold and warm.
+
+    python bench/timing.py [--repeat N]
+
+Prints the machine, then for each shipped config the median time to price every layer of the
+walk (all five options), cold (a new TimeModel and empty op-table cache) and warm (the same
+model again), and DeepSeek-V3 at 61 and at 610 layers of the same kinds: pricing cost follows
+the distinct kinds, not the layers (the walk itself stays linear).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.config import load_run_config, parse_run_config, resolved_raw  # noqa: E402
+from ppb_core.model import walk  # noqa: E402
+from ppb_core.timing import TimeModel, layer_ops  # noqa: E402
+
+
+def price_all(model: TimeModel, layers) -> None:
+    for layer in layers:
+        model.option_times(layer)
+
+
+def measure(run, repeat: int) -> tuple[float, float, int, int, int]:
+    """(cold ms, warm ms, layers, distinct kinds, states priced), medians over *repeat* runs."""
+    layers = list(walk(run))
+    cold, warm = [], []
+    model = TimeModel(run)
+    for _ in range(repeat):
+        layer_ops.cache_clear()
+        start = time.perf_counter()
+        model = TimeModel(run)
+        price_all(model, layers)
+        cold.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        price_all(model, layers)
+        warm.append(time.perf_counter() - start)
+    kinds = len({(layer.model_name, layer.kind) for layer in layers})
+    priced = len(model._parts)  # distinct (kind, state, switches) the model evaluated
+    return statistics.median(cold) * 1e3, statistics.median(warm) * 1e3, len(layers), kinds, priced
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"{'config':28s} {'layers':>6s} {'kinds':>5s} {'priced':>6s} {'cold ms':>8s} {'warm ms':>8s}")
+    results = {}
+    for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
+        run = load_run_config(ROOT / "configs" / f"{name}.yaml")
+        results[name] = measure(run, args.repeat)
+    raw = resolved_raw(load_run_config(ROOT / "configs" / "deepseek-v3.yaml"))
+    raw["models"][0]["spec"]["num_layers"] = 610
+    results["deepseek-v3 x10 layers"] = measure(parse_run_config(raw, "deepseek-v3-610"), args.repeat)
+    for name, (cold, warm, layers, kinds, priced) in results.items():
+        print(f"{name:28s} {layers:6d} {kinds:5d} {priced:6d} {cold:8.2f} {warm:8.3f}")
+    small, big = results["deepseek-v3"], results["deepseek-v3 x10 layers"]
+    print(f"610 vs 61 layers: cold {big[0] / small[0]:.2f}x, warm {big[1] / small[1]:.2f}x "
+          f"(layers {big[2] / small[2]:.1f}x; kinds {big[3]} vs {small[3]}; states priced {big[4]} vs {small[4]}).")
+    print("What grows with the layers is one memo lookup per layer (hashing its kind); the pricing does not.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
