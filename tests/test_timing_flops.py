@@ -19,6 +19,7 @@ from ppb_core.timing import (
     layer_flops,
     layer_ops,
     model_flops_per_iteration,
+    model_flops_utilization,
     recompute_set,
 )
 
@@ -274,3 +275,10 @@ def test_layer_flops_count_what_each_state_reruns():
     assert layer_flops(ops, LayerType.FULL_REC_LAYER) == (forward, 3 * forward)
     scores = next(op for op in ops if op.name == "scores").flops
     assert layer_flops(ops, LayerType.SEL_REC_LAYER, {"softmax": 0}) == (forward, 2 * forward + scores)
+
+
+def test_model_flops_utilization_divides_by_every_devices_peak():
+    # 22B on 8 A100s (312 TFLOPS): eq. 7 FLOPs in 1 s of iteration over 8 × 312e12.
+    run = gpt_run(6144, 64, 48, 2048, 51200, 4, 1, 1, 8)
+    eq7 = 72 * 4 * 48 * 2048 * 6144**2 * (1 + 2048 / (6 * 6144) + 51200 / (12 * 6144 * 48))
+    assert model_flops_utilization(run, 1000.0) == pytest.approx(eq7 / (8 * 312e12), rel=1e-12)

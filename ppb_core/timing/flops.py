@@ -22,8 +22,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ppb_core.config import RunConfig
-from ppb_core.kinds import Attention, BodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
-from ppb_core.switches import LayerType
+from ppb_core.kinds import (
+    Attention,
+    BodyKind,
+    HeadKind,
+    LayerKind,
+    Mlp,
+    Moe,
+    TailKind,
+    body_kind,
+    head_kind,
+    tail_kind,
+)
+from ppb_core.switches import LayerType, normalized, option_state
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
@@ -34,9 +45,6 @@ INDEX_BYTES = 8  # int64 token ids
 ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, P2P = (
     "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"
 )
-# The phases of an op whose compute time can hide a collective: the forward, the whole backward,
-# or one of its halves (input gradient `dgrad`, weight gradient `wgrad`).
-PHASES: tuple[str, ...] = ("forward", "backward", "dgrad", "wgrad")
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,8 @@ class Collective:
     group: str  # tp | cp | ep | etp
     payload_bytes: float
     overlap: str
-    partner: tuple[str, str] | None = None  # (op name, phase)
+    # (op name, phase): the op's forward, its whole backward, or one half of it (dgrad, wgrad).
+    partner: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -626,8 +635,6 @@ def layer_flops(
 
 def _whole_model_layers(run: RunConfig, model_name: str):
     """(kind, count) of each distinct layer of a model, HEAD and TAIL included."""
-    from ppb_core.kinds import body_kind, head_kind, tail_kind
-
     spec, dropout = run.spec(model_name), run.training.dropout
     vocab = run.vocab_size(model_name)
     counts: dict[LayerKind, int] = {}
@@ -646,8 +653,6 @@ def iteration_flops(run: RunConfig, option: str | None = None) -> float:
     (NONE/SLCT/COMM/BOTH/FULL) counts hardware FLOPs with every body layer under it. The head and
     tail are never recomputed. Sequences per iteration: micro_batch_size · micro_batches · dp.
     """
-    from ppb_core.switches import normalized, option_state
-
     micro_batches = run.training.micro_batches * run.parallel.dp
     total = 0.0
     for model_name in run.model_names:
