@@ -10,6 +10,7 @@ from ppb_core.config import load_run_config
 from ppb_core.estimate import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.switches import OPTIONS
+from ppb_core.timing import TimeModel
 
 MB = 2**20
 
@@ -24,6 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
     parser.add_argument("--buffer-rule", choices=BUFFER_RULES, default="layered",
                         help="how a layer's buffers add up (docs/memory.md); default layered")
+    parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
     parser.add_argument("--no-stages", action="store_true",
                         help="the rows per kind only, without the per-stage summary (needs no schedule)")
     parser.set_defaults(func=run)
@@ -31,7 +33,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_run_config(args.run_config)
-    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), stages=not args.no_stages)
+    times = None if args.no_times else TimeModel(config)
+    result = estimate(
+        config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages
+    )
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -73,6 +78,18 @@ def print_tables(result: Estimate) -> None:
             _mb(row.buffer_bytes_one), _mb(row.buffer_bytes_per_micro_batch), _mb(row.buffer_bytes_once),
         )
     console.print(layers)
+    timed = [row for row in result.layers if row.forward_ms is not None and row.backward_ms is not None]
+    if timed:
+        times = Table(title="Times per micro-batch on one device (ms)",
+                      caption="forward, then the backward under each option (recomputation included)")
+        for name, justify in (("model", "left"), ("node", "left"), ("kind", "left"), ("forward", "right")):
+            times.add_column(name, justify=justify)
+        for option in OPTIONS:
+            times.add_column(f"bwd {option}", justify="right")
+        for row in timed:
+            times.add_row(row.model_name, row.node, row.kind, f"{row.forward_ms['NONE']:.3f}",
+                          *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS))
+        console.print(times)
     if not result.stages:
         return
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
