@@ -23,17 +23,25 @@ KEYS = ["llama3-8b", "qwen2.5-7b"]
 NIGHT = datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def setup(tmp_path: Path):
-    """Two registered partitions; only llama3-8b built."""
-    configs = tmp_path / "configs"
-    shutil.copytree(ROOT / "configs", configs)
-    storage = tmp_path / "storage"
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two registered partitions, only llama3-8b built: an instance folder each test copies."""
+    root = tmp_path_factory.mktemp("schedule-base")
+    shutil.copytree(ROOT / "configs", root / "configs")
+    (root / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(root / "home")) as instance:
         instance.add_dynamic_partitions(PARTITIONS_NAME, KEYS)
-        build(instance, configs, storage, "llama3-8b")
-        yield instance, configs, storage
+        build(instance, root / "configs", root / "storage", "llama3-8b")
+    return root
+
+
+@pytest.fixture
+def setup(base: Path, tmp_path: Path):
+    """A copy of the base instance (its SQLite files), configs and tables, for one test to change."""
+    for folder in ("home", "configs", "storage"):
+        shutil.copytree(base / folder, tmp_path / folder)
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        yield instance, tmp_path / "configs", tmp_path / "storage"
 
 
 def build(instance: dg.DagsterInstance, configs: Path, storage: Path, key: str, selection=None) -> None:
@@ -48,13 +56,15 @@ def build(instance: dg.DagsterInstance, configs: Path, storage: Path, key: str, 
 
 
 def evaluate(instance: dg.DagsterInstance, configs: Path, repository_def=None) -> list[dg.RunRequest] | dg.SkipReason:
-    context = dg.build_schedule_context(
+    # As a context manager: its resources and logger close now, not whenever garbage collection
+    # gets to them (late closing resets Dagster's context variables to a dead instance's storage).
+    with dg.build_schedule_context(
         instance=instance,
         scheduled_execution_time=NIGHT,
         resources={"run_configs": RunConfigs(config_dir=str(configs))},
         repository_def=repository_def or defs.get_repository_def(),
-    )
-    return nightly_reestimate(context)
+    ) as context:
+        return nightly_reestimate(context)
 
 
 def test_runs_nightly_at_two_by_default() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
+from pipelines.assets import ALL_ASSETS, run_config
 from pipelines.checks import ALL_CHECKS
 from pipelines.definitions import defs, resources
 from pipelines.partitions import PARTITIONS_NAME, partition_changes
@@ -39,13 +39,14 @@ def setup(tmp_path: Path):
 
 def tick(instance: dg.DagsterInstance, configs: Path, cursor: str | None = None) -> dg.SensorResult:
     """One evaluation, then what the daemon does with its result: partitions and observations."""
-    context = dg.build_sensor_context(
+    # As a context manager, so its resources close now (see test_pipeline_schedules.evaluate).
+    with dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
         resources={"run_configs": RunConfigs(config_dir=str(configs))},
         repository_def=defs.get_repository_def(),
-    )
-    result = run_config_sensor(context)
+    ) as context:
+        result = run_config_sensor(context)
     for request in result.dynamic_partitions_requests:
         if isinstance(request, dg.AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -127,7 +128,7 @@ def test_no_run_for_a_config_already_built_from_that_hash(setup) -> None:
     instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
     built = dg.materialize(
         [*ALL_ASSETS, *ALL_CHECKS],
-        selection=STAGE_ASSETS,
+        selection=[run_config],
         partition_key="llama3-8b",
         instance=instance,
         resources=resources(str(storage), str(configs)),
