@@ -1,0 +1,80 @@
+"""`ppb census`: writes a census a run config can name; bad input is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppb_core.cli.main import main
+
+SMALL_LLAMA = {
+    "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_act": "silu", "torch_dtype": "bfloat16",
+}
+
+
+def _config(tmp_path: Path, raw: dict | str, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(raw if isinstance(raw, str) else json.dumps(raw))
+    return path
+
+
+@pytest.mark.oracle
+def test_writes_a_census_the_reader_accepts(tmp_path, capsys) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from ppb_core.census.record import read_census
+
+    config = _config(tmp_path, SMALL_LLAMA)
+    out = tmp_path / "census" / "llama.json"
+    assert main(["census", str(config), "--out", str(out), "--seq", "16", "32", "--no-tp-split", "-q"]) == 0
+    census = read_census(out)
+    assert [kind.name for kind in census.kinds] == ["dense"]
+    assert census.attention == "sdpa" and census.dtype == "bf16" and census.micro_batch_size == 1
+    assert census.shapes == ((1, 16), (1, 32))
+    printed = capsys.readouterr().out
+    assert str(out) in printed and "dense (layer 0)" in printed
+
+
+@pytest.mark.parametrize(
+    ("raw", "args", "message"),
+    [
+        (None, [], "file not found"),
+        ("{", [], "not valid JSON"),
+        ({"model_type": "gpt2", "vocab_size": 10, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2},
+         [], "the census builds"),
+        ({**SMALL_LLAMA, "hidden_size": "x"}, [], "hidden_size"),
+        (SMALL_LLAMA, ["--seq", "64"], "two sequence lengths"),
+        (SMALL_LLAMA, ["--batch", "0"], "--batch"),
+        (SMALL_LLAMA, ["--dropout", "1.5"], "--dropout"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, raw, args, message) -> None:
+    config = tmp_path / "missing.json" if raw is None else _config(tmp_path, raw)
+    out = tmp_path / "out.json"
+    assert main(["census", str(config), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppb: error:") and message in err
+    assert len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_without_torch_one_line_says_how_to_install(tmp_path) -> None:
+    # A Python where torch cannot be imported (its module entry set to None).
+    config = _config(tmp_path, SMALL_LLAMA)
+    out = tmp_path / "out.json"
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+        "from ppb_core.cli.main import main\n"
+        f"sys.exit(main(['census', {str(config)!r}, '--out', {str(out)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["ppb: error: ppb census needs PyTorch and transformers: "
+                                                "pip install 'ppb[torch]'"]
+    assert not out.exists()
