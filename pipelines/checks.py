@@ -1,6 +1,8 @@
 """Asset checks: blocking where a wrong table must not flow on to the stages after it.
 
-Each check is one call to a `ppb_core.chain` predicate returning the problems it found.
+Each check is one call to a `ppb_core.chain` predicate returning the problems it found. They are
+partitioned like their assets (`partitions_def`, a preview feature of Dagster 1.13), so each
+loads only the partition it checks.
 """
 
 from collections.abc import Sequence
@@ -8,7 +10,13 @@ from collections.abc import Sequence
 import dagster as dg
 import pandas as pd
 
-from pipelines.assets import layer_walk
+from pipelines.assets import (
+    combined_descriptions,
+    layer_descriptions,
+    layer_walk,
+    scaled_descriptions,
+    withdrawn_descriptions,
+)
 from pipelines.partitions import run_configs
 from ppb_core import chain
 
@@ -31,4 +39,47 @@ def layer_walk_is_whole(layer_walk: pd.DataFrame, run_config: pd.DataFrame) -> d
     return problems_result(chain.walk_problems(run_config, layer_walk))
 
 
-ALL_CHECKS = [layer_walk_is_whole]
+SOUND = "No negative or missing figure; at least one body; every body offers the same options."
+
+
+@dg.asset_check(asset=layer_descriptions, blocking=True, partitions_def=run_configs, description=SOUND)
+def layer_descriptions_are_sound(layer_descriptions: pd.DataFrame) -> dg.AssetCheckResult:
+    return problems_result(chain.description_problems(layer_descriptions))
+
+
+@dg.asset_check(asset=combined_descriptions, blocking=True, partitions_def=run_configs, description=SOUND)
+def combined_descriptions_are_sound(combined_descriptions: pd.DataFrame) -> dg.AssetCheckResult:
+    return problems_result(chain.description_problems(combined_descriptions))
+
+
+@dg.asset_check(asset=withdrawn_descriptions, blocking=True, partitions_def=run_configs, description=SOUND)
+def withdrawn_descriptions_are_sound(withdrawn_descriptions: pd.DataFrame) -> dg.AssetCheckResult:
+    return problems_result(chain.description_problems(withdrawn_descriptions))
+
+
+@dg.asset_check(
+    asset=scaled_descriptions,
+    blocking=True,
+    partitions_def=run_configs,
+    additional_ins={"withdrawn_descriptions": dg.AssetIn("withdrawn_descriptions")},
+    description=(
+        "Sound as the other description tables, and every time is the withdrawn one over the first "
+        "body's forward time, which becomes 1."
+    ),
+)
+def scaled_relative_to_first_body(
+    scaled_descriptions: pd.DataFrame, withdrawn_descriptions: pd.DataFrame
+) -> dg.AssetCheckResult:
+    return problems_result(
+        chain.description_problems(scaled_descriptions)
+        + chain.scaling_problems(withdrawn_descriptions, scaled_descriptions)
+    )
+
+
+ALL_CHECKS = [
+    layer_walk_is_whole,
+    layer_descriptions_are_sound,
+    combined_descriptions_are_sound,
+    withdrawn_descriptions_are_sound,
+    scaled_relative_to_first_body,
+]

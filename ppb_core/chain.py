@@ -14,17 +14,27 @@ import hashlib
 import importlib.util
 import inspect
 import io
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ppb_core.config import config_hash, load_run_config, run_from_frame, run_to_frame
+from ppb_core.config import RunConfig, load_run_config, run_from_frame, run_to_frame
+from ppb_core.estimate import estimate, estimate_to_frame
 from ppb_core.io import atomic_write_bytes
-from ppb_core.model import walk, walk_to_frame
+from ppb_core.memory import MemoryModel
+from ppb_core.model import LayerWalk, walk, walk_from_frame, walk_to_frame
+from ppb_core.ppb import combine, describe_layers, many_in_flight, profile_layers, scale, withdraw
+from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_to_frame
+from ppb_core.sapp import validate_descriptions
+from ppb_core.switches import MEMORY_KEY, OPTIONS
+from ppb_core.timing import TimeModel
 
 PARQUET = ".parquet"
+# The columns that name a distinct layer in the memory and time tables.
+TIME_KEY_COLUMNS = ("model_name", "node", "kind", "kind_json", "count")
 
 
 # --- the stages ----------------------------------------------------------------------------------
@@ -39,6 +49,79 @@ def run_config(path: str | Path) -> pd.DataFrame:
 def layer_walk(run_config: pd.DataFrame) -> pd.DataFrame:
     """Every layer of the run in pipeline order with its (chunk, stage) cell."""
     return walk_to_frame(walk(run_from_frame(run_config)))
+
+
+def _run_and_walk(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> tuple[RunConfig, LayerWalk]:
+    run = run_from_frame(run_config)
+    return run, walk_from_frame(layer_walk, run.parallel.pp, run.parallel.vpp)
+
+
+def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Each distinct layer's bytes on one device under every recompute option, and each stage's peak.
+
+    One row per distinct (model, node, kind) of the walk (`ppb_core.estimate`'s table); the
+    stages' peaks against the device's memory ride along as JSON in `attrs["stage_peaks"]`.
+    """
+    run, walked = _run_and_walk(run_config, layer_walk)
+    result = estimate(run, layer_walk=walked)
+    frame = estimate_to_frame(result)
+    frame.attrs["stage_peaks"] = json.dumps(result.to_json()["stages"], sort_keys=True)
+    return frame
+
+
+def layer_times(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Each distinct layer's forward and backward milliseconds under every recompute option."""
+    run, walked = _run_and_walk(run_config, layer_walk)
+    frame = estimate_to_frame(estimate(run, times=TimeModel(run), layer_walk=walked, stages=False))
+    return frame[[*TIME_KEY_COLUMNS, *(c for c in frame.columns if "_ms_" in c)]]
+
+
+def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Per model and body kind, what each recompute switch alone saves and costs (`ppb profile`'s).
+
+    The buffers are split at the most micro-batches in flight any (chunk, stage) of the schedule
+    keeps, and the linear split's excess is stated at every count the schedule uses.
+    """
+    from ppb_core.cli.profile import in_flight_counts
+
+    run, walked = _run_and_walk(run_config, layer_walk)
+    counts = in_flight_counts(run)
+    profiles = profile_layers(
+        walked, MemoryModel(run), TimeModel(run), many=max(2, max(counts)), counts=counts, switches_of=run.switches
+    )
+    return profiles_to_frame(profiles)
+
+
+def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """The SAPP layer descriptions of the walk, identical layers merged (`nb_layer`), with times."""
+    run, walked = _run_and_walk(run_config, layer_walk)
+    descriptions = describe_layers(
+        walked, MemoryModel(run), TimeModel(run),
+        many=many_in_flight(run.parallel.pp, run.training.micro_batches), switches_of=run.switches,
+    )
+    return descriptions_to_frame(descriptions)
+
+
+def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """The bodies the run config's `ppb.combined` groups, each group described as one body."""
+    run = run_from_frame(run_config)
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+
+
+def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """The selective options no body the balancer sees is better off with, withdrawn from every body."""
+    return descriptions_to_frame(withdraw(descriptions_from_frame(combined_descriptions)))
+
+
+def scaled_descriptions(withdrawn_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """Times in units of the first body's forward time: what the balancer reads (also as SAPP JSON)."""
+    return descriptions_to_frame(scale(descriptions_from_frame(withdrawn_descriptions)))
+
+
+def sapp_json(scaled_descriptions: pd.DataFrame) -> dict[str, bytes]:
+    """The scaled descriptions as the SAPP balancer's file, `{"layers_description": [...]}`."""
+    descriptions = validate_descriptions(descriptions_from_frame(scaled_descriptions), "scaled_descriptions")
+    return {".json": (json.dumps({"layers_description": descriptions}, indent=2) + "\n").encode()}
 
 
 @dataclass(frozen=True)
@@ -59,9 +142,18 @@ class Stage:
 
 
 # The first stage reads the run config file; each later one reads the tables named in `inputs`.
+_PPB = ("ppb_core.ppb", "ppb_core.ppb_frames", "ppb_core.memory", "ppb_core.timing")
 STAGES: tuple[Stage, ...] = (
     Stage("run_config", run_config, (), ("ppb_core.config",)),
     Stage("layer_walk", layer_walk, ("run_config",), ("ppb_core.config", "ppb_core.model")),
+    Stage("layer_memory", layer_memory, ("run_config", "layer_walk"), ("ppb_core.estimate", "ppb_core.memory")),
+    Stage("layer_times", layer_times, ("run_config", "layer_walk"), ("ppb_core.estimate", "ppb_core.timing")),
+    Stage("switch_profiles", switch_profiles, ("run_config", "layer_walk"), (*_PPB, "ppb_core.cli.profile")),
+    Stage("layer_descriptions", layer_descriptions, ("run_config", "layer_walk"), _PPB),
+    Stage("combined_descriptions", combined_descriptions, ("run_config", "layer_descriptions"), _PPB),
+    Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), _PPB),
+    Stage("scaled_descriptions", scaled_descriptions, ("withdrawn_descriptions",), (*_PPB, "ppb_core.sapp"),
+          artifacts=sapp_json, artifact_suffixes=(".json",)),
 )
 
 
@@ -115,6 +207,63 @@ def walk_problems(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> list[st
         for stage_index in range(run.parallel.pp):
             if not ((body["chunk"] == chunk) & (body["stage"] == stage_index)).any():
                 problems.append(f"chunk {chunk}, stage {stage_index} holds no body layer")
+    return problems
+
+
+def offered_options(description: Mapping[str, object]) -> tuple[str, ...]:
+    """The recompute options a BODY description offers the balancer: those whose memory key it has."""
+    return tuple(option for option in OPTIONS if MEMORY_KEY[option] in description)
+
+
+def _is_time(key: str) -> bool:
+    return key == "time" or key.endswith("_time")
+
+
+def description_problems(frame: pd.DataFrame) -> list[str]:
+    """No negative or missing figure, at least one body, and every body offering the same options.
+
+    The balancer takes the options it considers from the first body; a body offering others
+    would be planned with options it does not have.
+    """
+    descriptions = descriptions_from_frame(frame)
+    problems = []
+    for desc in descriptions:
+        for key, value in desc.items():
+            if (key.startswith("memory") or _is_time(key)) and not (isinstance(value, int | float) and value >= 0):
+                problems.append(f"{desc.get('name')}: {key} is {value!r}, not a non-negative number")
+        if not (isinstance(desc.get("nb_layer"), int) and desc["nb_layer"] >= 1):
+            problems.append(f"{desc.get('name')}: nb_layer is {desc.get('nb_layer')!r}")
+    bodies = [desc for desc in descriptions if desc.get("type") == "BODY"]
+    if not bodies:
+        problems.append("no BODY description")
+    offered = {desc["name"]: offered_options(desc) for desc in bodies}
+    if len(set(offered.values())) > 1:
+        listed = "; ".join(f"{name} {'/'.join(options)}" for name, options in offered.items())
+        problems.append(f"bodies offer different options: {listed}")
+    return problems
+
+
+def scaling_problems(withdrawn: pd.DataFrame, scaled: pd.DataFrame, rel: float = 1e-12) -> list[str]:
+    """Every time of the scaled descriptions is the withdrawn one over the first body's forward time."""
+    before, after = descriptions_from_frame(withdrawn), descriptions_from_frame(scaled)
+    unit = next((d["forward_time"] for d in before if d["type"] == "BODY" and d.get("forward_time")), None)
+    if unit is None:
+        return ["no body has a forward time to scale by"]
+    problems = []
+    if len(before) != len(after):
+        problems.append(f"{len(after)} scaled descriptions for {len(before)}")
+    for old, new in zip(before, after, strict=False):
+        if [k for k in old if not _is_time(k)] != [k for k in new if not _is_time(k)]:
+            problems.append(f"{new.get('name')}: keys differ from the withdrawn description")
+        for key, value in old.items():
+            if not _is_time(key) or value is None:
+                continue
+            expected = value / unit
+            if not abs(new.get(key, float("nan")) - expected) <= rel * abs(expected):
+                problems.append(f"{new.get('name')}: {key} is {new.get(key)}, expected {value} / {unit}")
+    first = next(d for d in after if d["type"] == "BODY" and d.get("forward_time"))
+    if first["forward_time"] != 1.0:
+        problems.append(f"the first body's forward time is {first['forward_time']}, not 1")
     return problems
 
 
@@ -227,26 +376,3 @@ def code_version(name: str) -> str:
         digest.update(Path(origin).read_bytes())
     return digest.hexdigest()[:16]
 
-
-__all__ = [
-    "PARQUET",
-    "STAGES",
-    "Stage",
-    "code_version",
-    "config_hash",
-    "core_closure",
-    "from_parquet_bytes",
-    "layer_walk",
-    "partition_key",
-    "read_stage",
-    "run_chain",
-    "run_config",
-    "run_stage",
-    "stage",
-    "stage_artifact_suffixes",
-    "stage_artifacts",
-    "stage_path",
-    "to_parquet_bytes",
-    "walk_problems",
-    "write_stage",
-]

@@ -20,7 +20,10 @@ from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import data_version
 from ppb_core import chain
 from ppb_core.cli.main import main
-from ppb_core.config import config_hash
+from ppb_core.config import config_hash, load_run_config
+from ppb_core.estimate import estimate
+from ppb_core.ppb import describe_run
+from ppb_core.ppb_frames import descriptions_from_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -48,9 +51,11 @@ def materialize(
     )
 
 
-def instance_in(folder: Path):
+def instance_in(folder: Path) -> dg.DagsterInstance:
+    """An in-memory instance (an event log in SQLite on disk costs ~2 s a run here); *folder* is for
+    whatever it stores on disk."""
     folder.mkdir(parents=True, exist_ok=True)
-    return dg.instance_for_test(temp_dir=str(folder))
+    return dg.DagsterInstance.ephemeral(tempdir=str(folder))
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +78,7 @@ def materializations(instance: dg.DagsterInstance, asset: str, key: str) -> list
 def test_every_stage_is_materialized_and_every_check_passes(built: Built) -> None:
     for key, result in built.results.items():
         assert result.success
-        assert [e.asset_key.path[-1] for e in result.get_asset_materialization_events()] == STAGES
+        assert sorted(e.asset_key.path[-1] for e in result.get_asset_materialization_events()) == sorted(STAGES)
         checks = result.get_asset_check_evaluations()
         assert checks and all(check.passed for check in checks), key
 
@@ -101,6 +106,8 @@ def test_ppb_plan_writes_byte_identical_files(built: Built, key: str, tmp_path: 
 
 def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     key = "llama3-8b"
+    # As the assets were defined (at import): recomputing could see a core file edited since.
+    code_versions = {asset.key.path[-1]: asset.code_versions_by_key[asset.key] for asset in STAGE_ASSETS}
     for name in STAGES:
         (event,) = materializations(built.instance, name, key)
         meta = event.metadata
@@ -109,22 +116,38 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
         assert meta["dagster/row_count"].value == len(stored)
         assert [c.name for c in meta["dagster/column_schema"].schema.columns] == list(stored.columns)
         assert meta["preview"].value.startswith("| ")
-        assert event.tags["dagster/code_version"] == chain.code_version(name)
+        assert event.tags["dagster/code_version"] == code_versions[name]
     (run_event,) = materializations(built.instance, "run_config", key)
     digest = config_hash(CONFIGS / f"{key}.yaml")
     assert run_event.metadata[CONFIG_HASH].value == digest
-    assert run_event.tags["dagster/data_version"] == data_version(digest, chain.code_version("run_config"))
+    assert run_event.tags["dagster/data_version"] == data_version(digest, code_versions["run_config"])
     assert run_event.metadata["parallel"].value.startswith("dp 8 · tp 2 + sp · pp 4")
     (walk_event,) = materializations(built.instance, "layer_walk", key)
     # 32 body layers on 4 stages of one chunk: 8 per cell; plus the HEAD and the TAIL.
     assert walk_event.metadata["layers"].value == 34
     assert walk_event.metadata["body_layers"].value == 32
     assert "| 0 | 8 | 8 | 8 | 8 |" in walk_event.metadata["body_layers_per_cell"].value
+    run = load_run_config(CONFIGS / f"{key}.yaml")
+    peaks = estimate(run).stages
+    (memory_event,) = materializations(built.instance, "layer_memory", key)
+    assert memory_event.metadata["peak_stage_memory_mb"].value == round(max(p.peak_bytes for p in peaks) / 2**20, 1)
+    assert memory_event.metadata["device_memory_mb"].value == round(peaks[0].device_bytes / 2**20, 1)
+    assert memory_event.metadata["every_stage_fits"].value is all(p.fits for p in peaks)
+    assert memory_event.metadata["stage_peaks"].value.count("\n") == 1 + len(peaks)  # header, rule, a row each
+    (withdrawn_event,) = materializations(built.instance, "withdrawn_descriptions", key)
+    kept = chain.offered_options(next(d for d in describe_run(run) if d["type"] == "BODY"))
+    assert withdrawn_event.metadata["options"].value == ", ".join(kept)
+    assert withdrawn_event.metadata["options_kept"].value == len(kept)
+    (scaled_event,) = materializations(built.instance, "scaled_descriptions", key)
+    unscaled = descriptions_from_frame(pd.read_parquet(built.storage / "layer_descriptions" / f"{key}.parquet"))
+    first_body = next(d for d in unscaled if d["type"] == "BODY")
+    assert scaled_event.metadata["time_unit_ms"].value == first_body["forward_time"]
+    assert scaled_event.metadata["file.json"].value == str(built.storage / "scaled_descriptions" / f"{key}.json")
 
 
-def test_one_asset_rerun_alone_reads_stored_upstream_and_writes_the_same_bytes(built: Built) -> None:
+@pytest.mark.parametrize("target", ["withdrawn_descriptions", STAGES[-1]])
+def test_one_asset_rerun_alone_reads_stored_upstream_and_writes_the_same_bytes(built: Built, target: str) -> None:
     key = "qwen2.5-7b"
-    target = STAGES[-1]
     before = {name: (built.storage / name / f"{key}.parquet").read_bytes() for name in STAGES}
     upstream_runs = {name: len(materializations(built.instance, name, key)) for name in STAGES}
     result = materialize(built.instance, built.storage, CONFIGS, key, selection=[target])
@@ -184,3 +207,25 @@ def test_a_write_that_fails_midway_leaves_the_previous_parquet_in_place(small, m
     assert materialize(instance, storage, configs, "llama3-8b").success
     assert stored_files(storage) != before
     assert '"micro_batches": 16' in pd.read_parquet(storage / "run_config" / "llama3-8b.parquet")["config_json"][0]
+
+
+def test_a_failing_blocking_check_stops_the_stages_after_it(small, monkeypatch) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    config = configs / "llama3-8b.yaml"
+    config.write_text(config.read_text().replace("micro_batches: 32", "micro_batches: 16"))
+
+    def always_wrong(frame: pd.DataFrame) -> list[str]:
+        return ["a problem the check must stop on"]
+
+    monkeypatch.setattr(chain, "description_problems", always_wrong)
+    result = materialize(instance, storage, configs, "llama3-8b", raise_on_error=False)
+    assert not result.success
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks["layer_descriptions_are_sound"] is False
+    done = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
+    after = {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}
+    assert "layer_descriptions" in done and not done & after
+    for name in after:  # the tables after the failed check are the previous run's
+        path = storage / name / "llama3-8b.parquet"
+        assert path.read_bytes() == before[path]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,8 +11,14 @@ import pytest
 
 from ppb_core import chain
 from ppb_core.cli.main import main
+from ppb_core.cli.profile import in_flight_counts
 from ppb_core.config import load_run_config, run_to_frame
+from ppb_core.estimate import estimate, estimate_to_frame
 from ppb_core.model import walk, walk_to_frame
+from ppb_core.ppb import describe_run, profile_run
+from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_from_frame
+from ppb_core.sapp import read_layers_description
+from ppb_core.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -106,7 +113,61 @@ def test_ppb_plan_on_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys
     assert not out.exists()
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in CONFIGS.glob("*.yaml")))
-def test_every_shipped_config_runs_the_whole_chain(config: str) -> None:
-    tables = chain.run_chain(CONFIGS / config)
+@pytest.fixture(scope="module", params=sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+def shipped(request: pytest.FixtureRequest) -> tuple[str, dict[str, pd.DataFrame]]:
+    return request.param, chain.run_chain(CONFIGS / f"{request.param}.yaml")
+
+
+def test_every_shipped_config_passes_every_check(shipped) -> None:
+    _, tables = shipped
     assert chain.walk_problems(tables["run_config"], tables["layer_walk"]) == []
+    for name in ("layer_descriptions", "combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"):
+        assert chain.description_problems(tables[name]) == [], name
+    assert chain.scaling_problems(tables["withdrawn_descriptions"], tables["scaled_descriptions"]) == []
+
+
+def test_the_chain_equals_the_core_entry_points(shipped) -> None:
+    """Stage by stage from stored tables gives what the core's one-call functions give."""
+    key, tables = shipped
+    run = load_run_config(CONFIGS / f"{key}.yaml")
+    assert descriptions_from_frame(tables["scaled_descriptions"]) == describe_run(run)
+    result = estimate(run)
+    expected_memory = estimate_to_frame(result)
+    pd.testing.assert_frame_equal(tables["layer_memory"], expected_memory)
+    assert json.loads(tables["layer_memory"].attrs["stage_peaks"]) == result.to_json()["stages"]
+    timed = estimate_to_frame(estimate(run, times=TimeModel(run), stages=False))
+    for column in tables["layer_times"].columns:
+        pd.testing.assert_series_equal(tables["layer_times"][column], timed[column])
+    counts = in_flight_counts(run)
+    profiles = profile_run(run, most_in_flight=max(counts), in_flight=counts)
+    assert profiles_from_frame(tables["switch_profiles"]) == profiles
+
+
+def test_the_sapp_file_reads_back_as_the_scaled_descriptions(shipped, tmp_path: Path) -> None:
+    key, tables = shipped
+    (written,) = [p for p in chain.write_stage(tmp_path, "scaled_descriptions", key, tables["scaled_descriptions"])
+                  if p.suffix == ".json"]
+    assert written == tmp_path / "scaled_descriptions" / f"{key}.json"
+    assert read_layers_description(written) == descriptions_from_frame(tables["scaled_descriptions"])
+
+
+def test_description_problems_name_a_negative_figure_and_unequal_options() -> None:
+    tables = chain.run_chain(CONFIGS / "deepseek-v3.yaml")
+    descriptions = descriptions_from_frame(tables["withdrawn_descriptions"])
+    bodies = [d for d in descriptions if d["type"] == "BODY"]
+    assert len(bodies) >= 2  # DeepSeek-V3: dense layers, then MoE layers
+    bodies[0]["memory_recompute"] = -1
+    del bodies[1]["memory_select_rec"], bodies[1]["select_rec_time"]
+    problems = chain.description_problems(descriptions_to_frame(descriptions))
+    assert problems[0] == f"{bodies[0]['name']}: memory_recompute is -1, not a non-negative number"
+    assert problems[1].startswith("bodies offer different options: ")
+    assert len(problems) == 2
+
+
+def test_scaling_problems_name_a_time_not_divided_by_the_unit() -> None:
+    tables = chain.run_chain(CONFIGS / "llama3-8b.yaml")
+    scaled = descriptions_from_frame(tables["scaled_descriptions"])
+    tail = next(d for d in scaled if d["type"] == "TAIL")
+    tail["backward_time"] *= 1.001
+    problems = chain.scaling_problems(tables["withdrawn_descriptions"], descriptions_to_frame(scaled))
+    assert len(problems) == 1 and problems[0].startswith("TAIL: backward_time is ")

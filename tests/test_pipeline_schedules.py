@@ -17,6 +17,7 @@ from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import RunConfigs
 from pipelines.schedules import NIGHTLY_CRON, nightly_reestimate
 from ppb_core import chain
+from ppb_core.config import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["llama3-8b", "qwen2.5-7b"]
@@ -25,13 +26,14 @@ NIGHT = datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two registered partitions, only llama3-8b built: an instance folder each test copies."""
+    """Two partitions registered and built: an instance folder each test copies."""
     root = tmp_path_factory.mktemp("schedule-base")
     shutil.copytree(ROOT / "configs", root / "configs")
     (root / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(root / "home")) as instance:
         instance.add_dynamic_partitions(PARTITIONS_NAME, KEYS)
-        build(instance, root / "configs", root / "storage", "llama3-8b")
+        for key in KEYS:
+            build(instance, root / "configs", root / "storage", key)
     return root
 
 
@@ -74,26 +76,25 @@ def test_runs_nightly_at_two_by_default() -> None:
     assert nightly_reestimate.job_name == "ppb_chain"
 
 
-def test_one_request_for_the_partition_never_built_none_for_the_fresh_one(setup) -> None:
+def test_one_request_for_the_partition_never_built_none_for_the_fresh_ones(setup) -> None:
     instance, configs, _ = setup
+    instance.add_dynamic_partitions(PARTITIONS_NAME, ["mixtral-8x7b"])
     requests = evaluate(instance, configs)
-    assert [r.partition_key for r in requests] == ["qwen2.5-7b"]
+    assert [r.partition_key for r in requests] == ["mixtral-8x7b"]
     (request,) = requests
-    assert request.tags["ppb/run_config"] == "qwen2.5-7b" and request.tags["ppb/trigger"] == "nightly"
+    assert request.tags["ppb/run_config"] == "mixtral-8x7b" and request.tags["ppb/trigger"] == "nightly"
     assert request.tags["ppb/stale"] == "run_config never materialized"
-    assert request.run_key == "nightly:2026-12-03:qwen2.5-7b"
+    assert request.run_key == "nightly:2026-12-03:mixtral-8x7b"
 
 
 def test_nothing_requested_when_every_partition_is_fresh(setup) -> None:
-    instance, configs, storage = setup
-    build(instance, configs, storage, "qwen2.5-7b")
+    instance, configs, _ = setup
     skipped = evaluate(instance, configs)
     assert isinstance(skipped, dg.SkipReason)
 
 
 def test_a_config_edited_since_its_build_is_requested(setup) -> None:
-    instance, configs, storage = setup
-    build(instance, configs, storage, "qwen2.5-7b")
+    instance, configs, _ = setup
     config = configs / "llama3-8b.yaml"
     config.write_text(config.read_text().replace("micro_batches: 32", "micro_batches: 48"))
     (request,) = evaluate(instance, configs)
@@ -103,12 +104,11 @@ def test_a_config_edited_since_its_build_is_requested(setup) -> None:
 
 def test_a_stage_rerun_alone_makes_its_downstream_stale(setup) -> None:
     instance, configs, storage = setup
-    build(instance, configs, storage, "qwen2.5-7b")
     config = configs / "qwen2.5-7b.yaml"
     config.write_text(config.read_text().replace("micro_batches: 16", "micro_batches: 4"))
     build(instance, configs, storage, "qwen2.5-7b", selection=[run_config])  # a new run_config table
     staleness = Staleness(instance, defs.resolve_asset_graph())
-    reasons = staleness.reasons("qwen2.5-7b", chain.config_hash(config))
+    reasons = staleness.reasons("qwen2.5-7b", config_hash(config))
     assert reasons == [f"{name} has a new dependency data version (run_config)" for name in chain_downstream()]
     assert [r.partition_key for r in evaluate(instance, configs)] == ["qwen2.5-7b"]
 
@@ -118,8 +118,7 @@ def chain_downstream() -> list[str]:
 
 
 def test_a_new_code_version_makes_every_partition_stale(setup) -> None:
-    instance, configs, storage = setup
-    build(instance, configs, storage, "qwen2.5-7b")
+    instance, configs, _ = setup
     last = STAGE_ASSETS[-1]
     changed = last.map_asset_specs(lambda spec: spec.replace_attributes(code_version="edited"))
     assets = [a for a in ALL_ASSETS if a is not last] + [changed]
