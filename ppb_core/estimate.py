@@ -47,6 +47,7 @@ class KindEstimate:
     layer_kind: LayerKind | None = field(default=None, compare=False)
     forward_ms: dict[str, float] | None = None
     backward_ms: dict[str, float] | None = None
+    activations: str = field(default="formulas", compare=False)  # what priced them: formulas | census:<file>
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -57,6 +58,7 @@ class KindEstimate:
             "parameters": self.parameters,
             "static_bytes": _number(self.static_bytes),
             "activation_bytes": {o: _number(self.activation_bytes[o]) for o in OPTIONS},
+            "activations": self.activations,
             "buffer_bytes_one": _number(self.buffer_bytes_one),
             "buffer_bytes_per_micro_batch": _number(self.buffer_bytes_per_micro_batch),
             "buffer_bytes_once": _number(self.buffer_bytes_once),
@@ -164,6 +166,7 @@ def kind_estimate(
         layer_kind=layer.kind,
         forward_ms=forward_ms,
         backward_ms=backward_ms,
+        activations=memory.activation_source(layer.model_name) if layer.node == "BODY" else "formulas",
     )
 
 
@@ -197,6 +200,7 @@ def estimate(
                                   device.reserved_mb * MB))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
+    summary["activations"] = memory.activation_sources()
     return Estimate(summary, rows, peaks)
 
 
@@ -287,9 +291,16 @@ def estimate_from_frame(frame, stages_frame=None, run: Mapping[str, Any] | None 
             layer_kind=None if pd.isna(kind_json) else kind_from_dict(json.loads(kind_json)),
             forward_ms=times["forward"],
             backward_ms=times["backward"],
+            activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
         ))
     stages = stages_from_frame(stages_frame) if stages_frame is not None else ()
     return Estimate(dict(run), tuple(rows), stages)
+
+
+def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
+    """A row's pricing source, as the run summary states it (census files price body layers)."""
+    stated = dict(run.get("activations", {})).get(model_name, {})
+    return f"census:{stated['file']}" if node == "BODY" and stated.get("source") == "census" else "formulas"
 
 
 def stages_to_frame(result: Estimate):  # -> pd.DataFrame

@@ -80,11 +80,12 @@ def test_a_ranks_bytes() -> None:
     assert kept_bytes(kept, 4096, 1000, RankSplit(tp=2, sp=2)) == 4096 * 1852
     # Without SP the whole part is kept whole: 504 + 1600.
     assert kept_bytes(kept, 4096, 1000, RankSplit(tp=2, sp=1)) == 4096 * 2104
-    # Routed parts: the SP-split tokens, gathered over expert TP, imbalance 1.5:
-    # 1.5·(1000·2 + 2000)/2 = 3000 bytes a token with etp 2; 1.5·(1000 + 2000)/2 = 2250 with etp 1.
+    # Routed parts: the TP group's share of the tokens, imbalance 1.5; of the hidden side the
+    # rank keeps the 1/ep that stayed (the memory model counts the rest as EP buffers):
+    # 1.5·(1000/4 + 2000)/2 = 1687.5 bytes a token at ep 4; 1.5·(1000 + 2000)/2 = 2250 at ep 1.
     routed = Kept(routed=PerToken(1000.0), routed_tp=PerToken(2000.0))
-    assert kept_bytes(routed, 10, 64, RankSplit(tp=2, sp=2, expert_tp=2, routed_factor=1.5)) == 10 * 3000
-    assert kept_bytes(routed, 10, 64, RankSplit(tp=2, sp=2, expert_tp=1, routed_factor=1.5)) == 10 * 2250
+    assert kept_bytes(routed, 10, 64, RankSplit(tp=2, sp=2, ep=4, routed_factor=1.5)) == 10 * 1687.5
+    assert kept_bytes(routed, 10, 64, RankSplit(tp=2, sp=2, ep=1, routed_factor=1.5)) == 10 * 2250
     # Router bytes grow with the experts: 8 bytes a token per expert at 256 experts.
     router = Kept(saved=PerToken(100.0, 0.0, 8.0))
     assert kept_bytes(router, 1, 64, RankSplit(), experts=256) == 100 + 8 * 256

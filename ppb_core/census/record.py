@@ -13,11 +13,14 @@ leaves whole (sequence parallelism splits it), `saved_tp` what TP splits; `route
 micro-batch (`micro · s · b / cp`):
 
     tokens · (saved / sp + saved_tp / t)
-    + tokens · routed_factor · (routed · etp + routed_tp) / sp
+    + tokens · routed_factor · (routed / ep + routed_tp) / t
 
-where routed tokens reach a rank as the SP-split tokens of its TP group, all-gathered over the
-expert-TP group (`etp`) whose ranks split the experts' intermediate width, and *routed_factor*
-is the routing's imbalance (dropless) or capacity factor.
+as the memory model counts routed rows (`ppb_core.memory.activations.routed_rows`): a rank's
+experts process the k copies of its TP group's share of the tokens (times the routing's
+imbalance, or capacity factor, *routed_factor*), whatever ep and etp are; of the tokens on the
+hidden side that the all-to-alls carry (dispatched to the experts, combined back), the rank
+keeps as activations the 1/ep that never left it, the memory model counting the rest as EP
+buffers (and the rows expert TP all-gathers as TP buffers).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class RankSplit:
 
     tp: int = 1
     sp: int = 1
-    expert_tp: int = 1
+    ep: int = 1
     routed_factor: float = 1.0
 
 
@@ -120,7 +123,7 @@ def kept_bytes(kept: Kept, tokens: float, seq_length: int, split: RankSplit, exp
         return kept.bucket(name).at(seq_length, experts)
 
     layer = at("saved") / split.sp + at("saved_tp") / split.tp
-    routed = split.routed_factor * (at("routed") * split.expert_tp + at("routed_tp")) / split.sp
+    routed = split.routed_factor * (at("routed") / split.ep + at("routed_tp")) / split.tp
     return tokens * (layer + routed)
 
 

@@ -78,6 +78,10 @@ def print_tables(result: Estimate) -> None:
             _mb(row.buffer_bytes_one), _mb(row.buffer_bytes_per_micro_batch), _mb(row.buffer_bytes_once),
         )
     console.print(layers)
+    for model, source in run.get("activations", {}).items():
+        if source.get("source") == "census":
+            console.print(f"{model}: body activations from the census {source['file']} ({source['attention']} "
+                          f"attention, {source['dtype']}, measured at micro-batch {source['micro_batch_size']})")
     timed = [row for row in result.layers if row.forward_ms is not None and row.backward_ms is not None]
     if timed:
         times = Table(title="Times per micro-batch on one device (ms)",

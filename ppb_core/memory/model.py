@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ppb_core.config import RunConfig
 from ppb_core.kinds import BodyKind, HeadKind, LayerKind
@@ -47,8 +47,9 @@ class MemoryModel:
     """Per-layer memory of a run (reference §7 with the departures docs/memory.md states).
 
     *activations* maps a model name to the object that prices its kinds' activations (the
-    census seam); every other model uses `ActivationFormulas`. *buffer_rule* is "layered" or
-    "reference" (`ppb_core.memory.buffers`).
+    census seam); a model whose run config names a `census` file is priced from it
+    (`ppb_core.census.pricing`), every other model uses `ActivationFormulas`. *buffer_rule* is
+    "layered" or "reference" (`ppb_core.memory.buffers`).
     """
 
     def __init__(
@@ -60,7 +61,9 @@ class MemoryModel:
         self.run = run
         self.setup = MemorySetup.from_run(run, buffer_rule)
         self._formulas = ActivationFormulas()
-        self._pricers = dict(activations or {})
+        from ppb_core.census.pricing import census_pricers  # the census reads the run's files
+
+        self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._params: dict[LayerKind, LayerParams] = {}
         self._static: dict[LayerKind, StaticBytes] = {}
@@ -114,6 +117,18 @@ class MemoryModel:
 
     def _pricer(self, model_name: str) -> ActivationFormulas:
         return self._pricers.get(model_name, self._formulas)
+
+    def activation_source(self, model_name: str) -> str:
+        """What prices *model_name*'s body activations: "formulas", or "census:<file>"."""
+        return getattr(self._pricers.get(model_name), "source", "formulas")
+
+    def activation_sources(self) -> dict[str, Any]:
+        """Per model, what prices its body activations, as the estimate's output states it."""
+        return {
+            name: (self._pricers[name].describe() if hasattr(self._pricers.get(name), "describe")
+                   else {"source": "formulas"})
+            for name in self.run.model_names
+        }
 
     def state_memory(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None
@@ -180,6 +195,11 @@ class MemoryModel:
         *gathered* layers. With *on_saved* the stage already counts what the layer keeps; without,
         it counts none of it, so that is held on top.
         """
+        census = self.census_terms(layer, state, switches)
+        if census is not None:  # the census measured what the backward holds (seed §2.11)
+            kept, held_census = census
+            extra = max(0.0, held_census - kept) if on_saved else held_census
+            return extra + gathered * gathered_parameter_bytes(self.parameters(layer), self.setup)
         memory = self.state_memory(layer, state, switches)
         held = self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes
         extra = held - memory.kept_bytes
@@ -192,8 +212,15 @@ class MemoryModel:
     def census_terms(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None
     ) -> tuple[float, float] | None:
-        """None: the formulas price every layer (a census model overrides this)."""
-        return None
+        """(kept, held) at one micro-batch where a census prices the body layer, else None.
+
+        *kept* is what the layer keeps of the census's parts in *state*, *held* the most its
+        backward holds (kept tensors, gradients and temporaries) on this rank.
+        """
+        pricer = self._pricer(layer.model_name)
+        if not isinstance(layer.kind, BodyKind) or not hasattr(pricer, "held_bytes"):
+            return None
+        return self.activation_bytes(layer, state, switches), pricer.held_bytes(layer.kind, self.setup)
 
     # --- the split the descriptions use ---------------------------------------------------------
 
