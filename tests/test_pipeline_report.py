@@ -1,0 +1,63 @@
+"""The plan report: a deterministic PNG of memory and time per stage, and a markdown summary."""
+
+from __future__ import annotations
+
+import struct
+
+import pandas as pd
+import pytest
+
+from ppb_core.report import REPORT_COLUMNS, figure_png, summary_markdown
+
+
+@pytest.fixture
+def stages() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "stage": [0, 1, 2, 3],
+            "layers": [8, 8, 8, 8],
+            "options": ["SLCT 8", "SLCT 8", "NONE 8", "NONE 8"],
+            "parameters_mb": [30000.0, 27000.0, 27000.0, 35000.0],
+            "activations_mb": [40000.0, 15000.0, 10000.0, 5000.0],
+            "buffers_mb": [2500.0, 2000.0, 2000.0, 2000.0],
+            "device_mb": [76000.0] * 4,
+            "forward_ms": [10.0, 9.0, 9.0, 12.0],
+            "backward_ms": [20.5, 18.0, 18.0, 24.0],
+        }
+    )
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_figure_is_a_png_of_the_declared_size_and_deterministic(stages: pd.DataFrame) -> None:
+    first = figure_png(stages, "llama3-8b")
+    assert first == figure_png(stages, "llama3-8b")
+    # max(9, 1.4·4 + 3) × 4.4 inches at 100 dpi.
+    assert png_size(first) == (900, 440)
+    assert first != figure_png(stages.assign(backward_ms=stages["backward_ms"] * 2), "llama3-8b")
+
+
+def test_summary_names_the_tightest_and_slowest_stage(stages: pd.DataFrame) -> None:
+    text = summary_markdown(stages, "llama3-8b plan", {"status": "optimal"}, image="plan.png")
+    # Stage 0 holds 30000 + 40000 + 2500 = 72500 MB of 76000: 3500 left, the least of all.
+    assert "- **tightest stage**: 0 (72,500 of 76,000 MB, 3,500 MB left)" in text
+    # Stage 3 takes 12 + 24 = 36 ms a micro-batch; stage 0 only 30.5.
+    assert "- **slowest stage**: 3 (36.000 ms a micro-batch)" in text
+    assert "- **status**: optimal" in text and "every stage fits: yes" in text
+    assert "![memory and time per stage](plan.png)" in text
+    assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | 76,000 | 10.000 | 20.500 |" in text
+
+
+def test_summary_says_when_a_stage_does_not_fit(stages: pd.DataFrame) -> None:
+    over = stages.assign(device_mb=[70000.0] * 4)
+    assert "every stage fits: NO" in summary_markdown(over, "t")
+    assert "-2,500 MB left" in summary_markdown(over, "t")
+
+
+def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match="buffers_mb"):
+        figure_png(stages.drop(columns="buffers_mb"), "t")
+    assert set(REPORT_COLUMNS) == set(stages.columns)
