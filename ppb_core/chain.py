@@ -10,6 +10,7 @@ the stage's table alone, so a rerun from stored Parquet renders the same files.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -317,11 +318,12 @@ def read_stage(root: str | Path, name: str, key: str) -> pd.DataFrame:
 # --- versions ------------------------------------------------------------------------------------
 
 
-def _core_imports(module: str) -> set[str]:
+@functools.cache
+def _core_imports(module: str) -> frozenset[str]:
     """The ppb_core modules *module* imports anywhere in its source (functions included)."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        return set()
+        return frozenset()
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -331,9 +333,10 @@ def _core_imports(module: str) -> set[str]:
             found.add(node.module)
             # `from ppb_core.memory import static` may name a submodule rather than a function.
             found.update(f"{node.module}.{a.name}" for a in node.names if _exists(f"{node.module}.{a.name}"))
-    return found
+    return frozenset(found)
 
 
+@functools.cache
 def _exists(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
