@@ -350,6 +350,34 @@ def iteration_time(
     return simulate(schedule, forward, backward, micro_batches).makespan
 
 
+def closed_form_time(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> float:
+    """The textbook iteration time for uneven stages, with S_s = Σ_v (F_v,s + B_v,s) a stage's work:
+
+    * 1F1B: Σ_s S_s + (m − 1)·max_s S_s;
+    * interleaved and DualPipeV: Σ_s S_s / V + (m − 1/V)·max_s S_s, which is (mV + P − 1)·(f + b)
+      for even cells, Narayanan et al.'s figure (it does not see how a stage's work is split
+      between its chunks, which matters: uneven chunks stall the schedule);
+    * GPipe: a forward wave Σ_s F_s + (m − 1)·max_s F_s, then a backward wave alike.
+
+    For even cells these equal the schedules run op by op; for uneven ones they are estimates
+    (see `iteration_time` for the critical path itself).
+    """
+    chunks, stages = len(forward), len(forward[0])
+    name = canonical(schedule, chunks)
+    m = micro_batches
+    if name == "gpipe":
+        f = [sum(forward[c][s] for c in range(chunks)) for s in range(stages)]
+        b = [sum(backward[c][s] for c in range(chunks)) for s in range(stages)]
+        return sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b)
+    work = [sum(forward[c][s] + backward[c][s] for c in range(chunks)) for s in range(stages)]
+    return sum(work) / chunks + (m - 1 / chunks) * max(work)
+
+
 def one_f_one_b_time(forward: Sequence[float], backward: Sequence[float], micro_batches: int) -> float:
     """1F1B's closed form for uneven stages: Σ_s (F_s + B_s) + (m − 1)·max_s (F_s + B_s)."""
     costs = [f + b for f, b in zip(forward, backward, strict=True)]

@@ -1,0 +1,76 @@
+"""The usual hand setting to compare a plan with: layers split evenly, one recompute option for all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.switches import OPTIONS
+
+
+def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:
+    """Body layers per cell: N // cells each, the remainder one each to the cells without head or
+    tail, earliest first (then to those with them); cells with the head or tail stay empty when
+    there are fewer layers than cells."""
+    cells = problem.cells
+    total = problem.layers.nb_body_layers
+    base, extra = divmod(total, len(cells))
+    counts = {cell: base for cell in cells}
+    order = [c for c in cells if c not in problem.reserved_cells] + [c for c in cells if c in problem.reserved_cells]
+    for cell in order[:extra]:
+        counts[cell] += 1
+    return counts
+
+
+def uniform_plan(problem: BalanceInput, option: str) -> Plan:
+    """Every layer under `option`, body types filling the cells in pipeline order."""
+    k = OPTIONS.index(option)
+    counts = empty_counts(problem)
+    remaining = [body.nb_layer for body in problem.layers.bodies]
+    body = 0
+    per_cell = uniform_layer_counts(problem)
+    for chunk, stage in problem.cells:
+        room = per_cell[(chunk, stage)]
+        while room:
+            while remaining[body] == 0:
+                body += 1
+            take = min(room, remaining[body])
+            counts[body][chunk][stage][k] += take
+            remaining[body] -= take
+            room -= take
+    return Plan(problem, freeze(counts))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    option: str
+    plan: Plan
+
+    @property
+    def feasible(self) -> bool:
+        return self.plan.fits
+
+    @property
+    def iteration_time(self) -> float:
+        return self.plan.iteration_time
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "option": self.option,
+            "feasible": self.feasible,
+            "iteration_time": self.iteration_time,
+            "peak_memory_mb": self.plan.peak_memory_mb,
+            "layers_per_cell": [[self.plan.cell_layers(c, s) for s in range(self.plan.problem.stages)]
+                                for c in range(self.plan.problem.chunks)],
+        }
+
+
+def baselines(problem: BalanceInput) -> list[Baseline]:
+    """A uniform split under each option the descriptions consider, simulated."""
+    return [Baseline(option, uniform_plan(problem, option)) for option in problem.options]
+
+
+def best_feasible(found: list[Baseline]) -> Baseline | None:
+    feasible = [b for b in found if b.feasible]
+    return min(feasible, key=lambda b: b.iteration_time) if feasible else None

@@ -1,0 +1,266 @@
+"""Everything a stage may run, reduced exactly to what can be optimal.
+
+A stage's choice fixes, for each of its chunks, how many layers of each body type the cell holds
+and under which options. Two facts make the set small without losing any optimum:
+
+* Memory is per stage: a stage's peak depends on its own cells only.
+* The iteration time (the longest path through the schedule) never decreases when a cell's
+  backward time grows, and the forward time of a cell does not depend on options.
+
+So among choices with the same layer counts per cell, only those whose vector of per-chunk
+backward times is not dominated by another choice that fits can be optimal. Per cell, option
+multisets dominated in (backward time, activation per micro-batch) are dropped first, since the
+stage's memory grows with every chunk's activation. And a stage whose own busy time
+m·Σ_v (F_v + B_v) exceeds a known plan's iteration time cannot be in a better plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.switches import OPTIONS
+
+# One cell's options: per body type in the cell, layers under each option (OPTIONS order).
+CellCounts = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class CellChoice:
+    """A cell's layers and options. `bodies` are the body type indices present, in order."""
+
+    bodies: tuple[int, ...]
+    counts: CellCounts  # one row per entry of `bodies`
+    forward: float  # body layers only; head and tail times are added by the cell
+    backward: float
+    activation_mb: float  # per micro-batch in flight
+    parameter_mb: float
+
+    @property
+    def layers(self) -> int:
+        return sum(sum(row) for row in self.counts)
+
+    def body_count(self, body: int) -> int:
+        return sum(self.counts[self.bodies.index(body)]) if body in self.bodies else 0
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    cells: tuple[CellChoice, ...]  # one per chunk
+
+
+def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float, tuple]]:
+    """Points not dominated in (backward, activation), the first of equal ones kept."""
+    points = sorted(points, key=lambda p: (p[0], p[1]))
+    kept: list[tuple[float, float, tuple]] = []
+    best = math.inf
+    for point in points:
+        if point[1] < best:
+            kept.append(point)
+            best = point[1]
+    return kept
+
+
+def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
+    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced."""
+    fronts: dict[int, list[tuple[float, float, tuple]]] = {0: [(0.0, 0.0, (0,) * len(OPTIONS))]}
+    for k in options:
+        grown: dict[int, list[tuple[float, float, tuple]]] = {}
+        for total in range(count + 1):
+            candidates = []
+            for used in range(total + 1):
+                for b, a, counts in fronts.get(total - used, ()):
+                    if used:
+                        counts = tuple(n + used if i == k else n for i, n in enumerate(counts))
+                    candidates.append((b + used * backward[k], a + used * activation[k], counts))
+            grown[total] = _pareto(candidates)
+        fronts = grown
+    return fronts.get(count, [])
+
+
+class Catalogue:
+    """Per-cell and per-stage choices for one problem, built lazily and cached."""
+
+    def __init__(self, problem: BalanceInput) -> None:
+        self.p = problem
+        bodies = problem.layers.bodies
+        self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
+        self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
+        self._cell_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], list[CellChoice]] = {}
+        slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
+        considered = problem.option_indices
+        if slct in considered and comm in considered:
+            self.variants = [tuple(k for k in considered if k != comm), tuple(k for k in considered if k != slct)]
+        else:
+            self.variants = [tuple(considered)]
+
+    def compositions(self, k_max: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """(body types, counts) a cell may hold with 1..k_max layers: contiguous types in order."""
+        nb = [body.nb_layer for body in self.p.layers.bodies]
+        found: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        for first in range(len(nb)):
+            for last in range(first, len(nb)):
+                middle = sum(nb[first + 1:last])
+                if last == first:
+                    found += [((first,), (n,)) for n in range(1, min(nb[first], k_max) + 1)]
+                    continue
+                for n_first in range(1, nb[first] + 1):
+                    for n_last in range(1, nb[last] + 1):
+                        if n_first + middle + n_last <= k_max:
+                            types = tuple(range(first, last + 1))
+                            found.append((types, (n_first, *nb[first + 1:last], n_last)))
+        return found
+
+    def cell_choices(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
+        """The cell's option assignments MindFormers' yaml can say, Pareto-reduced in (B, A)."""
+        key = (types, counts)
+        if key in self._cell_cache:
+            return self._cell_cache[key]
+        bodies = self.p.layers.bodies
+        candidates: list[tuple[float, float, tuple]] = []
+        ranks = sorted({RANK[OPTIONS[k]] for k in self.p.option_indices})
+        for variant in self.variants:
+            # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}].
+            for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
+                bounds = [ranks[0], *cuts, ranks[-1]]
+                partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
+                for i, (body, n) in enumerate(zip(types, counts, strict=True)):
+                    allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                    front = _option_front(n, allowed, self.backward[body], self.activation[body])
+                    partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
+                candidates += partial
+        forward = sum(bodies[body].forward_time * n for body, n in zip(types, counts, strict=True))
+        parameters = sum(bodies[body].memory_parameter_mb * n for body, n in zip(types, counts, strict=True))
+        choices = [CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates)]
+        self._cell_cache[key] = choices
+        return choices
+
+    def empty_cell(self) -> CellChoice:
+        return CellChoice((), (), 0.0, 0.0, 0.0, 0.0)
+
+    def stage_choices(self, stage: int, time_bound: float, k_max: int, reduce: str = "pareto") -> list[StageChoice]:
+        """Every choice for a stage that fits and is not dominated, each cell holding at most k_max layers.
+
+        `reduce="pareto"` keeps, per layer counts of each cell, the choices whose per-chunk
+        backward times no other beats everywhere (exact for any objective that grows with each
+        cell's time). `reduce="sum"` keeps one choice per (body types present in each cell, layers
+        of each type on the stage): the least total backward, then the most even chunks (exact for
+        objectives that see a stage's total time only, such as the closed forms).
+        """
+        p = self.p
+        m = p.micro_batches
+        layers = p.layers
+        head_tail_time = [0.0] * p.chunks
+        for chunk in range(p.chunks):
+            if layers.heads and p.head_cell == (chunk, stage):
+                head_tail_time[chunk] += layers.head_forward() + layers.head_backward()
+            if layers.tails and p.tail_cell == (chunk, stage):
+                head_tail_time[chunk] += layers.tail_forward() + layers.tail_backward()
+        fixed_busy = m * sum(head_tail_time)
+        vectors = p.vectors[stage]
+        # A lower bound on what the stage holds besides its body layers' parameters.
+        fixed_memory = p.constant_memory_mb + max((p.head_stage_memory_mb(stage, v) for v in vectors), default=0.0)
+        compositions = self.compositions(k_max)
+        per_chunk: list[list[CellChoice]] = []
+        for chunk in range(p.chunks):
+            options = [self.empty_cell()] if (chunk, stage) in p.reserved_cells else []
+            for types, counts in compositions:
+                for choice in self.cell_choices(types, counts):
+                    busy = m * (choice.forward + choice.backward) + fixed_busy
+                    if busy <= time_bound and choice.parameter_mb + fixed_memory <= p.memory_mb:
+                        options.append(choice)
+            per_chunk.append(options)
+        # Grow the product chunk by chunk, dropping partial choices that already break memory or time.
+        partial: list[tuple[tuple[CellChoice, ...], float, float]] = [((), fixed_busy, 0.0)]
+        for chunk in range(p.chunks):
+            grown = []
+            for cells, busy, parameters in partial:
+                for choice in per_chunk[chunk]:
+                    new_busy = busy + m * (choice.forward + choice.backward)
+                    if new_busy > time_bound:
+                        continue
+                    new_parameters = parameters + choice.parameter_mb
+                    trial = (*cells, choice)
+                    if self._lower_memory(stage, trial, new_parameters) > p.memory_mb:
+                        continue
+                    grown.append((trial, new_busy, new_parameters))
+            partial = grown
+        if reduce == "sum":
+            best: dict[tuple, tuple[tuple[float, float], StageChoice]] = {}
+            for cells, _, _ in partial:
+                totals = tuple(sum(c.body_count(body) for c in cells) for body in range(len(layers.bodies)))
+                key = (tuple(c.bodies for c in cells), totals)
+                rank = (sum(c.backward for c in cells), max(c.forward + c.backward for c in cells))
+                if (key not in best or rank < best[key][0]) and self.fits(stage, cells):
+                    best[key] = (rank, StageChoice(cells))
+            return [choice for _, choice in best.values()]
+        kept: dict[tuple, list[StageChoice]] = {}
+        for cells, _, _ in partial:
+            if not self.fits(stage, cells):
+                continue
+            layout = tuple((c.bodies, tuple(sum(row) for row in c.counts)) for c in cells)
+            kept.setdefault(layout, []).append(StageChoice(cells))
+        result: list[StageChoice] = []
+        for group in kept.values():
+            result += _undominated(group)
+        return result
+
+    def _lower_memory(self, stage: int, cells: tuple[CellChoice, ...], parameters: float) -> float:
+        """A stage's memory counting only the chunks chosen so far (more chunks only add)."""
+        p = self.p
+        best = 0.0
+        for vector in p.vectors[stage]:
+            total = parameters + sum(n * c.activation_mb for n, c in zip(vector, cells, strict=False))
+            best = max(best, total)
+        return best + p.constant_memory_mb
+
+    def stage_memory(self, stage: int, cells: Sequence[CellChoice]) -> float:
+        p = self.p
+        parameters = sum(c.parameter_mb for c in cells)
+        peak = 0.0
+        for vector in p.vectors[stage]:
+            total = parameters + sum(n * c.activation_mb for n, c in zip(vector, cells, strict=True))
+            peak = max(peak, total + p.head_stage_memory_mb(stage, vector))
+        return peak + p.constant_memory_mb
+
+    def fits(self, stage: int, cells: Sequence[CellChoice]) -> bool:
+        """Memory within the device, exactly where floating point is too close to call."""
+        p = self.p
+        used = self.stage_memory(stage, cells)
+        if abs(used - p.memory_mb) > 1e-6 * max(1.0, p.memory_mb):
+            return used <= p.memory_mb
+        return self.exact_memory(stage, cells) <= Fraction(p.memory_mb)
+
+    def exact_memory(self, stage: int, cells: Sequence[CellChoice]) -> Fraction:
+        p = self.p
+        bodies = p.layers.bodies
+        parameters = Fraction(0)
+        activations = []
+        for cell in cells:
+            activation = Fraction(0)
+            for body, row in zip(cell.bodies, cell.counts, strict=True):
+                parameters += sum(row) * Fraction(bodies[body].memory_parameter_mb)
+                for k, n in enumerate(row):
+                    if n:
+                        activation += n * Fraction(bodies[body].memory_mb[OPTIONS[k]])
+            activations.append(activation)
+        peak = Fraction(0)
+        for vector in p.vectors[stage]:
+            total = parameters + sum(n * a for n, a in zip(vector, activations, strict=True))
+            peak = max(peak, total + Fraction(p.head_stage_memory_mb(stage, vector)))
+        return peak + Fraction(p.constant_memory_mb)
+
+
+def _undominated(group: list[StageChoice]) -> list[StageChoice]:
+    """Choices whose per-chunk backward vector no other choice beats or equals everywhere."""
+    vectors = [tuple(c.backward for c in choice.cells) for choice in group]
+    order = sorted(range(len(group)), key=lambda i: (sum(vectors[i]), vectors[i]))
+    kept: list[int] = []
+    for i in order:
+        if not any(all(a <= b for a, b in zip(vectors[j], vectors[i], strict=True)) for j in kept):
+            kept.append(i)
+    return [group[i] for i in kept]

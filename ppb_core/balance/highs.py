@@ -1,0 +1,90 @@
+"""A HiGHS solver set up the balancer's way: quiet, exact gaps, tight tolerances on a scaled program."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+import highspy
+import numpy as np
+
+TOLERANCE = 1e-9  # primal and integer feasibility on the scaled program
+INF = highspy.kHighsInf
+
+Column = tuple[float, float, bool]  # (lower, upper, integer)
+Row = tuple[float, float, list[int], list[float]]  # (lower, upper, columns, coefficients)
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS prints a banner on stdout when the first solver is made; keep `--json` output clean."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def new_solver(time_limit: float) -> highspy.Highs:
+    """Gap 0 (optimality is proven, not estimated); the root's heavy heuristics off, they cost more
+    than they save on these small programs."""
+    with _quiet_stdout():
+        solver = highspy.Highs()
+    for name, value in (("output_flag", False), ("random_seed", 0),
+                        ("mip_heuristic_effort", 0.0), ("mip_allow_restart", False), ("presolve", "off"),
+                        ("mip_rel_gap", 0.0), ("mip_abs_gap", 1e-7),
+                        ("mip_feasibility_tolerance", TOLERANCE), ("primal_feasibility_tolerance", TOLERANCE),
+                        ("time_limit", max(0.01, time_limit))):
+        solver.setOptionValue(name, value)
+    return solver
+
+
+def load(solver: highspy.Highs, columns: Sequence[Column], rows: Sequence[Row], objective: int) -> None:
+    """Columns, integrality and rows into the solver; minimise one column."""
+    lower = np.array([c[0] for c in columns], dtype=float)
+    upper = np.array([c[1] for c in columns], dtype=float)
+    cost = np.zeros(len(columns))
+    cost[objective] = 1.0
+    empty_int = np.array([], dtype=np.int32)
+    solver.addCols(len(columns), cost, lower, upper, 0, empty_int, empty_int, np.array([], dtype=float))
+    integer = np.array([i for i, c in enumerate(columns) if c[2]], dtype=np.int32)
+    if len(integer):
+        solver.changeColsIntegrality(len(integer), integer, np.array([highspy.HighsVarType.kInteger] * len(integer)))
+    for row_lower, row_upper, indices, values in rows:
+        solver.addRow(row_lower, row_upper, len(indices), np.array(indices, dtype=np.int32),
+                      np.array(values, dtype=float))
+
+
+def add_row(solver: highspy.Highs, lower: float, terms: dict[int, float]) -> None:
+    solver.addRow(lower, INF, len(terms), np.array(list(terms), dtype=np.int32),
+                  np.array(list(terms.values()), dtype=float))
+
+
+def status(solver: highspy.Highs) -> str:
+    """"optimal", "infeasible", "time_limit" or "error: ..."."""
+    model_status = solver.getModelStatus()
+    if model_status == highspy.HighsModelStatus.kOptimal:
+        return "optimal"
+    if model_status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        return "infeasible"
+    if model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt,
+                        highspy.HighsModelStatus.kSolutionLimit, highspy.HighsModelStatus.kIterationLimit):
+        return "time_limit"
+    return f"error: {solver.modelStatusToString(model_status)}"
+
+
+def has_solution(solver: highspy.Highs) -> bool:
+    return solver.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+
+
+def seed(solver: highspy.Highs, values: Sequence[float]) -> None:
+    """Give the solver a known solution to start from."""
+    solution = highspy.HighsSolution()
+    solution.col_value = list(values)
+    solver.setSolution(solution)

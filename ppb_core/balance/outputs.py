@@ -1,0 +1,235 @@
+"""What a user pastes: MindFormers/HyperParallel yaml (reference §6.6), Megatron-LM flags, a stage table.
+
+MindFormers counts per (chunk, stage) cell, from the cell's first layer: `recompute` layers are
+fully recomputed, `select_recompute` layers run selective recompute, `select_comm_recompute`
+layers recompute the tensor-parallel gathers, and `offset` is the cell's layers minus
+nb_layer // (P·V). A layer in both selective counts runs BOTH. So a cell's options must come in
+the order FULL, BOTH, SLCT or COMM, NONE along its layers, and never SLCT with COMM, which is
+what the balancer's program enforces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.errors import InputError
+from ppb_core.switches import OPTIONS
+
+YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
+_N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))
+
+
+def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
+    """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (§6.6)."""
+    return {
+        "offset": sum(options) - nass,
+        "recompute": options[_F],
+        "select_recompute": options[_S] + options[_B] + options[_F],
+        "select_comm_recompute": options[_C] + options[_B] + options[_F],
+    }
+
+
+def cell_from_yaml(offset: int, recompute: int, select: int, comm: int, nass: int) -> tuple[int, ...]:
+    """The inverse (§6.6 `internal_from_yaml`): per-option counts of one cell."""
+    full = recompute
+    both = max(min(select - full, comm - full), 0)
+    slct = max(select - full - both, 0)
+    comm_only = max(comm - full - both, 0)
+    none = offset + nass - slct - comm_only - both - full
+    counts = [0] * len(OPTIONS)
+    counts[_N], counts[_S], counts[_C], counts[_B], counts[_F] = none, slct, comm_only, both, full
+    return tuple(counts)
+
+
+def nass(problem: BalanceInput) -> int:
+    """Layers per cell of the even split the offsets count from: nb_layer // (P·V)."""
+    return problem.layers.nb_body_layers // (problem.stages * problem.chunks)
+
+
+def _shape(values: list[list[int]], chunks: int) -> list[int] | list[list[int]]:
+    """MindFormers writes one list per stage without interleave and one list per chunk with it."""
+    return values[0] if chunks == 1 else values
+
+
+def to_yaml(plan: Plan) -> dict[str, Any]:
+    p = plan.problem
+    base = nass(p)
+    table = {key: [[0] * p.stages for _ in range(p.chunks)] for key in YAML_KEYS}
+    for v in range(p.chunks):
+        for s in range(p.stages):
+            for key, value in yaml_from_cell(plan.cell_options(v, s), base).items():
+                table[key][v][s] = value
+    return {key: _shape(table[key], p.chunks) for key in YAML_KEYS}
+
+
+def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] | None) -> list[list[int]]:
+    """A yaml value as [chunk][stage] counts: a bool (all or none of each cell's layers), or lists."""
+    p = problem
+    if isinstance(value, bool) or value is None:
+        if key == "offset":
+            raise InputError(None, key, "must be a number or a list of numbers")
+        if not value:
+            return [[0] * p.stages for _ in range(p.chunks)]
+        if layers is None:
+            raise InputError(None, key, "True needs the cells' layer counts (give offset first)")
+        return [row[:] for row in layers]
+    if isinstance(value, int):
+        if key != "offset":
+            raise InputError(None, key, "must be a bool or a list")
+        return [[value] * p.stages for _ in range(p.chunks)]
+    rows = [value] if p.chunks == 1 and value and not isinstance(value[0], list) else value
+    if len(rows) != p.chunks or any(not isinstance(row, list) or len(row) != p.stages for row in rows):
+        raise InputError(None, key, f"must have {p.chunks} list(s) of {p.stages} entries")
+    grid = []
+    for v, row in enumerate(rows):
+        out = []
+        for s, entry in enumerate(row):
+            if isinstance(entry, bool):
+                if layers is None:
+                    raise InputError(None, key, "True needs the cells' layer counts (give offset first)")
+                out.append(layers[v][s] if entry else 0)
+            elif isinstance(entry, int):
+                out.append(entry)
+            else:
+                raise InputError(None, f"{key}[{v}][{s}]", f"must be an integer or a bool, got {entry!r}")
+        grid.append(out)
+    return grid
+
+
+def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
+    """The plan the four yaml values describe: cells filled with body types in pipeline order, each
+    cell's layers under FULL, BOTH, SLCT/COMM then NONE from its first layer."""
+    p = problem
+    base = nass(p)
+    offsets = _grid(yaml.get("offset", 0), "offset", p, None)
+    layers = [[offsets[v][s] + base for s in range(p.stages)] for v in range(p.chunks)]
+    recompute = _grid(yaml.get("recompute"), "recompute", p, layers)
+    select = _grid(yaml.get("select_recompute"), "select_recompute", p, layers)
+    comm = _grid(yaml.get("select_comm_recompute"), "select_comm_recompute", p, layers)
+    counts = empty_counts(p)
+    remaining = [body.nb_layer for body in p.layers.bodies]
+    body = 0
+    for v, s in p.cells:
+        cell = cell_from_yaml(offsets[v][s], recompute[v][s], select[v][s], comm[v][s], base)
+        if min(cell) < 0:
+            raise InputError(None, f"cell (chunk {v}, stage {s})", f"counts give a negative option count: {cell}")
+        # the cell's layers from its first: options by rank, body types in order
+        sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: RANK[OPTIONS[k]]) for _ in range(cell[k])]
+        for k in sequence:
+            while body < len(remaining) and remaining[body] == 0:
+                body += 1
+            if body == len(remaining):
+                raise InputError(None, "offset", "the cells hold more layers than the descriptions have")
+            counts[body][v][s][k] += 1
+            remaining[body] -= 1
+    if any(remaining):
+        raise InputError(None, "offset", f"{sum(remaining)} layer(s) of the descriptions are in no cell")
+    return Plan(p, freeze(counts))
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM
+
+
+def megatron(plan: Plan) -> dict[str, Any]:
+    """`--pipeline-model-parallel-layout` and the recompute flags Megatron-LM can take for this plan.
+
+    The layout lists the virtual stages in model order (chunk by chunk), `E` the embedding, `t`
+    a transformer layer, `L` the loss. Megatron-LM recomputes one way for every layer: full
+    (uniform over all layers, or block: the first N layers of every virtual stage) or selective
+    (one module list for all); it cannot mix options per layer.
+    """
+    p = plan.problem
+    if p.schedule_name == "dualpipev":
+        return {"layout": None, "note": "Megatron-LM does not run DualPipeV"}
+    parts = []
+    for v, s in p.cells:
+        text = ""
+        if p.layers.heads and (v, s) == p.head_cell:
+            text += "E"
+        text += "t" * plan.cell_layers(v, s)
+        if p.layers.tails and (v, s) == p.tail_cell:
+            text += "L"
+        parts.append(text)
+    layout = "|".join(parts)
+    per_cell = [plan.cell_options(v, s) for v, s in p.cells]
+    used = {OPTIONS[k] for cell in per_cell for k, n in enumerate(cell) if n}
+    result: dict[str, Any] = {"layout": layout, "flags": [f"--pipeline-model-parallel-layout {layout}"]}
+    if p.chunks == 1:
+        layers = [plan.cell_layers(0, s) for s in range(p.stages)]
+        middle = layers[1:-1]
+        if p.stages > 2 and len(set(middle)) == 1:
+            result["first_last"] = [f"--decoder-first-pipeline-num-layers {layers[0]}",
+                                    f"--decoder-last-pipeline-num-layers {layers[-1]}"]
+    if used <= {"NONE"}:
+        result["recompute"] = []
+        result["recompute_expressible"] = True
+    elif used == {"FULL"}:
+        result["recompute"] = ["--recompute-granularity full", "--recompute-method uniform",
+                               "--recompute-num-layers 1"]
+        result["recompute_expressible"] = True
+    elif used <= {"NONE", "FULL"} and len({cell[_F] for cell in per_cell if sum(cell)}) == 1:
+        count = next(cell[_F] for cell in per_cell if sum(cell))
+        result["recompute"] = ["--recompute-granularity full", "--recompute-method block",
+                               f"--recompute-num-layers {count}"]
+        result["recompute_expressible"] = True
+    elif len(used) == 1:
+        (option,) = used
+        result["recompute"] = ["--recompute-granularity selective"]
+        result["recompute_expressible"] = True
+        result["note"] = (f"every layer runs {option}: pick the --recompute-modules matching its switches "
+                          "(SLCT: the configured ones; COMM: the tensor-parallel gathers)")
+    else:
+        result["recompute"] = None
+        result["recompute_expressible"] = False
+        result["note"] = (f"the plan mixes {', '.join(o for o in OPTIONS if o in used)} across layers; "
+                          "Megatron-LM takes one recompute setting for every layer (or full on the same "
+                          "number of first layers per virtual stage): use the MindFormers yaml, or a uniform option")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The table per stage
+
+
+def stage_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Per stage: layers, layers per option, peak memory, work per micro-batch, idle share."""
+    p = plan.problem
+    rows = []
+    for s in range(p.stages):
+        options = {o: 0 for o in p.options}
+        for v in range(p.chunks):
+            for k, n in enumerate(plan.cell_options(v, s)):
+                if n:
+                    options[OPTIONS[k]] += n
+        rows.append({
+            "stage": s,
+            "layers": sum(plan.cell_layers(v, s) for v in range(p.chunks)),
+            "layers_per_chunk": [plan.cell_layers(v, s) for v in range(p.chunks)],
+            "options": options,
+            "memory_mb": plan.stage_memory_mb[s],
+            "time": plan.stage_time(s),
+            "bubble": plan.bubble(s),
+        })
+    return rows
+
+
+def cells(plan: Plan) -> list[list[dict[str, Any]]]:
+    """[chunk][stage]: the layers of each body type under each option."""
+    p = plan.problem
+    grid = []
+    for v in range(p.chunks):
+        row = []
+        for s in range(p.stages):
+            layers = {}
+            for index, body in enumerate(p.layers.bodies):
+                counts = plan.counts[index][v][s]
+                if sum(counts):
+                    layers[body.name] = {OPTIONS[k]: n for k, n in enumerate(counts) if n}
+            row.append({"layers": layers, "options": {OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s))
+                                                     if n}})
+        grid.append(row)
+    return grid

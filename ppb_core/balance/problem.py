@@ -1,0 +1,120 @@
+"""What the balancer is asked: the layers, the pipeline's sizes, the schedule and the device memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from ppb_core.errors import InputError
+from ppb_core.sapp import LayerSet
+from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
+from ppb_core.switches import OPTIONS
+
+# Where MindFormers applies each option among a cell's layers: full recompute on the first layers,
+# then both selective kinds, then one selective kind, then none (§6.6's yaml counts from the start).
+RANK: dict[str, int] = {"FULL": 0, "BOTH": 1, "SLCT": 2, "COMM": 2, "NONE": 3}
+
+
+@dataclass(frozen=True)
+class BalanceInput:
+    """One balancing problem. Memory in MB, times in the descriptions' unit."""
+
+    layers: LayerSet
+    stages: int
+    micro_batches: int
+    chunks: int = 1
+    memory_mb: float = 56000.0
+    constant_memory_mb: float = 0.0
+    schedule: str = "1f1b"
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, value in (("stages", self.stages), ("micro_batches", self.micro_batches),
+                            ("interleave", self.chunks)):
+            if not isinstance(value, int) or value < 1:
+                raise InputError(self.source, name, f"must be a positive integer, got {value!r}")
+        if not self.memory_mb > 0:
+            raise InputError(self.source, "memory", f"must be positive, got {self.memory_mb}")
+        if self.constant_memory_mb < 0:
+            raise InputError(self.source, "constant_memory", f"must not be negative, got {self.constant_memory_mb}")
+        try:
+            check(self.schedule, self.stages, self.chunks, self.micro_batches)
+        except ValueError as err:
+            raise InputError(self.source, "schedule", str(err)) from None
+        cells_needing_layers = self.stages * self.chunks - len(self.reserved_cells)
+        if self.layers.nb_body_layers < cells_needing_layers:
+            raise InputError(
+                self.source, "stages", f"{self.layers.nb_body_layers} body layers cannot fill the "
+                f"{cells_needing_layers} (chunk, stage) cells that hold neither the head nor the tail"
+            )
+
+    @cached_property
+    def schedule_name(self) -> str:
+        return canonical(self.schedule, self.chunks)
+
+    @cached_property
+    def cells(self) -> list[tuple[int, int]]:
+        """(chunk, stage) cells in the model's layer order."""
+        return cell_order(self.schedule_name, self.stages, self.chunks)
+
+    @property
+    def head_cell(self) -> tuple[int, int]:
+        return self.cells[0]
+
+    @property
+    def tail_cell(self) -> tuple[int, int]:
+        return self.cells[-1]
+
+    @cached_property
+    def reserved_cells(self) -> frozenset[tuple[int, int]]:
+        """Cells that may hold no body layer because the head or the tail already runs there."""
+        reserved = set()
+        if self.layers.heads:
+            reserved.add(self.head_cell)
+        if self.layers.tails:
+            reserved.add(self.tail_cell)
+        return frozenset(reserved)
+
+    @cached_property
+    def vectors(self) -> list[list[tuple[int, ...]]]:
+        """Per stage, every per-chunk count of micro-batches in flight at which its memory can peak."""
+        return in_flight_vectors(self.schedule_name, self.stages, self.chunks, self.micro_batches)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return self.layers.options
+
+    @property
+    def option_indices(self) -> tuple[int, ...]:
+        return tuple(OPTIONS.index(option) for option in self.options)
+
+    def head_stage_memory_mb(self, stage: int, vector: tuple[int, ...]) -> float:
+        """Head and tail memory a stage holds at a given in-flight vector."""
+        total = 0.0
+        if self.layers.heads and self.head_cell[1] == stage:
+            total += self.layers.head_memory_mb(vector[self.head_cell[0]])
+        if self.layers.tails and self.tail_cell[1] == stage:
+            total += self.layers.tail_memory_mb(vector[self.tail_cell[0]])
+        return total
+
+    def with_chunks(self, chunks: int) -> BalanceInput:
+        return BalanceInput(self.layers, self.stages, self.micro_batches, chunks, self.memory_mb,
+                            self.constant_memory_mb, self.schedule, self.source)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "source": str(self.source) if self.source is not None else None,
+            "stages": self.stages,
+            "micro_batches": self.micro_batches,
+            "interleave": self.chunks,
+            "schedule": self.schedule_name,
+            "memory_mb": self.memory_mb,
+            "constant_memory_mb": self.constant_memory_mb,
+            "options": list(self.options),
+            "bodies": [{"name": b.name, "nb_layer": b.nb_layer} for b in self.layers.bodies],
+        }
+
+
+def source_name(path: str | Path | None) -> str | None:
+    return None if path is None else str(path)

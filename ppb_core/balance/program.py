@@ -1,0 +1,442 @@
+"""The balancer's integer program, solved with HiGHS (docs/balance.md writes it down in full).
+
+Columns: y[s, j] = 1 when stage s runs its j-th listed choice (`choices.Catalogue`: layer counts
+per cell and body type, and options, already known to fit the device and not dominated), the
+cell times D[F|B, v, s] = Σ_j y[s, j]·(cell time of choice j) + head/tail, frontier binaries
+g[b, p] that keep body types in pipeline order, and T.
+
+Two objectives, solved in turn:
+
+1. The closed form (`schedules.closed_form_time`): T ≥ a·Σ_cells D + b·Σ_v D[·, v, k] for
+   every stage k (1F1B: a = 1, b = m − 1). Proven optimal quickly; its plan is the first answer.
+2. The critical path (`exact=True`): T ≥ Σ over a path π of the schedule's dependency graph of
+   the cell times π runs through. Every path bounds the iteration time from below for every
+   plan, so a program with some paths is a relaxation. Paths are seeded from the schedule under
+   many cell weightings, then added lazily: solve, run the schedule on the plan found, and while
+   its critical path is longer than T add that path and solve again. A plan whose critical path
+   equals T is optimal. The closed form's plan seeds the solver and bounds the listed choices.
+
+Scaling: times are divided by the largest per-layer forward + backward (so T is at most about
+m·V·N) and memory never enters the program (it is checked exactly in the listing), so HiGHS's
+1e-9 tolerances are 1e-9 of a layer's time. Chosen plans are rebuilt from the integer columns
+and evaluated again in the original units (`Plan`): that evaluation is what is reported.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ppb_core.balance import highs
+from ppb_core.balance.baselines import uniform_plan
+from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
+from ppb_core.balance.highs import INF
+from ppb_core.balance.local import improve
+from ppb_core.balance.memory_floor import memory_floor
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.schedules import simulate
+from ppb_core.switches import OPTIONS
+
+SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
+SEED_PLANS = 150  # random plans whose critical paths seed it too
+MAX_ROUNDS = 200  # paths added before giving up on proving a plan optimal
+ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
+LOCAL_SEARCH_SECONDS = 2.0  # at most this long improving the starting plan by local moves
+Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times the path runs that cell's op
+
+
+@dataclass
+class Solution:
+    """What a solve found. Times in the descriptions' unit, memory in MB."""
+
+    problem: BalanceInput
+    status: str  # "optimal" | "time_limit" | "infeasible"
+    objective_kind: str = "critical_path"  # or "closed_form"
+    plan: Plan | None = None
+    objective: float | None = None  # the plan's value of what was minimised
+    bound: float | None = None  # a proven lower bound on the best value
+    gap: float | None = None
+    closed_form_optimum: float | None = None
+    closed_form_status: str | None = None
+    rounds: int = 0
+    paths: int = 0
+    choices: int = 0
+    seconds: float = 0.0
+    min_memory_mb: float | None = None
+    message: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _trace(text: str) -> None:
+    if os.environ.get("PPB_BALANCE_TRACE"):
+        print(text, file=sys.stderr)
+
+
+class _ChoiceModel:
+    def __init__(self, problem: BalanceInput, choices: list[list[StageChoice]], tau: float) -> None:
+        self.p = problem
+        self.choices = choices
+        self.tau = tau
+        self.columns: list[highs.Column] = []
+        self.rows: list[highs.Row] = []
+        self.y = [[self._column(0, 1, True) for _ in stage] for stage in choices]
+        self.top = self._column(0, INF, False)
+        self.g: dict[tuple[int, int], int] = {}
+        self.duration: dict[tuple[str, int, int], int] = {}
+        self._durations()
+        self._placement()
+        self._order()
+
+    def _column(self, lower: float, upper: float, integer: bool) -> int:
+        self.columns.append((lower, upper, integer))
+        return len(self.columns) - 1
+
+    def _row(self, lower: float, upper: float, terms: dict[int, float]) -> None:
+        self.rows.append((lower, upper, list(terms), list(terms.values())))
+
+    def _durations(self) -> None:
+        """D[kind, v, s]: a cell's forward or backward per micro-batch, head and tail included."""
+        p, layers = self.p, self.p.layers
+        for v, s in p.cells:
+            for kind in ("F", "B"):
+                column = self.duration[(kind, v, s)] = self._column(0, INF, False)
+                fixed = 0.0
+                if (v, s) == p.head_cell and layers.heads:
+                    fixed += layers.head_forward() if kind == "F" else layers.head_backward()
+                if (v, s) == p.tail_cell and layers.tails:
+                    fixed += layers.tail_forward() if kind == "F" else layers.tail_backward()
+                terms = {column: 1.0}
+                for j, choice in enumerate(self.choices[s]):
+                    length = choice.cells[v].forward if kind == "F" else choice.cells[v].backward
+                    if length:
+                        terms[self.y[s][j]] = -length / self.tau
+                self._row(fixed / self.tau, fixed / self.tau, terms)
+
+    def _placement(self) -> None:
+        """One choice per stage; every body type's layers placed."""
+        for s, stage in enumerate(self.choices):
+            self._row(1, 1, {self.y[s][j]: 1.0 for j in range(len(stage))})
+        for l, body in enumerate(self.p.layers.bodies):
+            terms = {}
+            for s, stage in enumerate(self.choices):
+                for j, choice in enumerate(stage):
+                    n = sum(cell.body_count(l) for cell in choice.cells)
+                    if n:
+                        terms[self.y[s][j]] = float(n)
+            self._row(body.nb_layer, body.nb_layer, terms)
+
+    def _order(self) -> None:
+        """g[b, p] = 1 from the first cell holding a type after b on: later types only there, b only up to it."""
+        p = self.p
+        for b in range(len(p.layers.bodies) - 1):
+            for position, (v, s) in enumerate(p.cells):
+                g = self.g[(b, position)] = self._column(0, 1, True)
+                later = {self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s])
+                         if any(t > b for t in c.cells[v].bodies)}
+                self._row(-INF, 0, {**later, g: -1.0})
+                if position:
+                    previous = self.g[(b, position - 1)]
+                    self._row(0, INF, {g: 1.0, previous: -1.0})
+                    early = {self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s])
+                             if any(t <= b for t in c.cells[v].bodies)}
+                    self._row(-INF, 1, {**early, previous: 1.0})
+
+    def path_terms(self, path: Path) -> dict[int, float]:
+        """T − Σ_π D ≥ 0."""
+        terms: dict[int, float] = {self.top: 1.0}
+        for key, times in path.items():
+            terms[self.duration[key]] = terms.get(self.duration[key], 0.0) - float(times)
+        return terms
+
+    def add_closed_form(self) -> None:
+        """T at least the closed form for each possible bottleneck stage."""
+        p = self.p
+        m, chunks = p.micro_batches, p.chunks
+        if p.schedule_name == "gpipe":
+            waves = {}
+            for kind in ("F", "B"):
+                wave = waves[kind] = self._column(0, INF, False)
+                for k in range(p.stages):
+                    terms = {wave: 1.0}
+                    for v, s in p.cells:
+                        terms[self.duration[(kind, v, s)]] = -(1.0 + (m - 1) * (s == k))
+                    self._row(0, INF, terms)
+            self._row(0, INF, {self.top: 1.0, waves["F"]: -1.0, waves["B"]: -1.0})
+            return
+        for k in range(p.stages):
+            path = {(kind, v, s): 1.0 / chunks + (m - 1.0 / chunks) * (s == k)
+                    for v, s in p.cells for kind in ("F", "B")}
+            self._row(0, INF, self.path_terms(path))
+
+    def plan(self, values: Sequence[float]) -> Plan:
+        counts = empty_counts(self.p)
+        for s, stage in enumerate(self.choices):
+            j = max(range(len(stage)), key=lambda j: values[self.y[s][j]])
+            for v, cell in enumerate(stage[j].cells):
+                for body, row in zip(cell.bodies, cell.counts, strict=True):
+                    counts[body][v][s] = list(row)
+        return Plan(self.p, freeze(counts))
+
+    def assignment(self, plan: Plan, top: float) -> list[float] | None:
+        """Every column's value for a plan made of listed choices (None if it is not), to seed the solver."""
+        p = self.p
+        values = [0.0] * len(self.columns)
+        for s, stage in enumerate(self.choices):
+            found = next((j for j, choice in enumerate(stage)
+                          if all(_cell_matches(plan, v, s, cell) for v, cell in enumerate(choice.cells))), None)
+            if found is None:
+                return None
+            values[self.y[s][found]] = 1.0
+        for (kind, v, s), column in self.duration.items():
+            values[column] = (plan.cell_forward if kind == "F" else plan.cell_backward)[v][s] / self.tau
+        values[self.top] = top
+        for (b, position), column in self.g.items():
+            later = [q for q, (v, s) in enumerate(p.cells)
+                     if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))]
+            values[column] = 1.0 if later and position >= later[0] else 0.0
+        return values
+
+
+def _cell_matches(plan: Plan, chunk: int, stage: int, cell: CellChoice) -> bool:
+    for body in range(len(plan.counts)):
+        expected = cell.counts[cell.bodies.index(body)] if body in cell.bodies else (0,) * len(OPTIONS)
+        if tuple(plan.counts[body][chunk][stage]) != tuple(expected):
+            return False
+    return True
+
+
+def _time_unit(problem: BalanceInput) -> float:
+    """The largest forward + backward of one body layer: times divided by it stay near m·V·N."""
+    return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
+
+
+def _cell_cap(problem: BalanceInput, time_bound: float) -> int:
+    """Most layers a cell holds in a plan whose stages are each busy at most `time_bound` over m micro-batches."""
+    most = problem.layers.nb_body_layers - (len(problem.cells) - len(problem.reserved_cells) - 1)
+    cheapest = min(b.forward_time + min(b.backward_time.values()) for b in problem.layers.bodies)
+    if math.isfinite(time_bound) and cheapest > 0:
+        most = min(most, int(time_bound / (problem.micro_batches * cheapest) * (1 + 1e-12)))
+    return max(most, 1)
+
+
+def _random_plan_times(problem: BalanceInput, rng: random.Random) -> tuple[list[list[float]], list[list[float]]]:
+    """Cell times of a random plan: layers dealt to cells at random, each under a random option."""
+    p = problem
+    forward = [[0.0] * p.stages for _ in range(p.chunks)]
+    backward = [[0.0] * p.stages for _ in range(p.chunks)]
+    open_cells = [c for c in p.cells if c not in p.reserved_cells]
+    layers = [body for body in p.layers.bodies for _ in range(body.nb_layer)]
+    sizes = dict.fromkeys(p.cells, 0)
+    for cell in open_cells:
+        sizes[cell] = 1
+    for _ in range(len(layers) - len(open_cells)):
+        sizes[rng.choice(p.cells)] += 1
+    index = 0
+    for v, s in p.cells:
+        for _ in range(sizes[(v, s)]):
+            body = layers[index]
+            index += 1
+            forward[v][s] += body.forward_time
+            backward[v][s] += body.backward_time[rng.choice(p.options)]
+    return forward, backward
+
+
+def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]:
+    """Critical paths of the schedule under many weightings of its cells (a fixed random seed).
+
+    Even cells; each stage heavy; random cell times; random plans; and the given plans. The paths
+    that turn out critical for the plans the solver tries are mostly among these, saving rounds.
+    """
+    name, stages, chunks, m = problem.schedule_name, problem.stages, problem.chunks, problem.micro_batches
+    seeds: list[Path] = []
+    seen: set[tuple] = set()
+
+    def add(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> None:
+        counts = simulate(name, forward, backward, m).path_counts()
+        key = tuple(sorted(counts.items()))
+        if key not in seen:
+            seen.add(key)
+            seeds.append(dict(counts))
+
+    heavy = float(stages * chunks * m)
+    for stage in (None, *range(stages)):
+        add([[heavy if s == stage else 1.0 for s in range(stages)] for _ in range(chunks)],
+            [[2 * heavy if s == stage else 2.0 for s in range(stages)] for _ in range(chunks)])
+    rng = random.Random(0)
+    for _ in range(SEED_WEIGHTINGS):
+        spread = rng.choice((0.1, 0.3, 1.0, 3.0))
+        forward = [[math.exp(spread * rng.uniform(-1, 1)) for _ in range(stages)] for _ in range(chunks)]
+        add(forward, [[f * (2.0 + rng.random()) for f in row] for row in forward])
+    for _ in range(SEED_PLANS):
+        add(*_random_plan_times(problem, rng))
+    for plan in extra:
+        add(plan.cell_forward, plan.cell_backward)
+    return seeds
+
+
+@dataclass
+class _Run:
+    status: str
+    plan: Plan | None
+    bound: float
+    rounds: int
+    paths: int
+
+
+def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None,
+         seeds: Sequence[Path]) -> _Run:
+    """Solve, and with `exact` keep adding the found plan's critical path until it equals T."""
+    tau = model.tau
+    solver = highs.new_solver(time_limit - (time.perf_counter() - started))
+    highs.load(solver, model.columns, model.rows, model.top)
+    for path in seeds:
+        highs.add_row(solver, 0.0, model.path_terms(path))
+    best, bound, rounds, paths = None, 0.0, 0, len(seeds)
+
+    def value(plan: Plan) -> float:
+        return plan.iteration_time if exact else plan.closed_form_time
+
+    incumbent = start
+    # With lazy paths, short rounds first: a plan that exploits a missing path is caught early.
+    budget = ROUND_SECONDS
+    while True:
+        rounds += 1
+        remaining = time_limit - (time.perf_counter() - started)
+        if remaining <= 0:
+            return _Run("time_limit", best, bound, rounds, paths)
+        solver.setOptionValue("time_limit", min(remaining, budget) if exact else remaining)
+        if incumbent is not None:
+            values = model.assignment(incumbent, value(incumbent) / tau)
+            if values is not None:
+                highs.seed(solver, values)
+        tick = time.perf_counter()
+        solver.run()
+        outcome = highs.status(solver)
+        info = solver.getInfo()
+        _trace(f"{'exact' if exact else 'closed form'} round {rounds}: {outcome} {time.perf_counter() - tick:.2f}s "
+               f"nodes {info.mip_node_count} T {info.objective_function_value * tau:.6g} "
+               f"bound {info.mip_dual_bound * tau:.6g}")
+        if outcome == "infeasible":
+            return _Run("infeasible" if best is None else "time_limit", best, bound, rounds, paths)
+        if outcome.startswith("error"):
+            raise RuntimeError(f"HiGHS failed: {outcome}")
+        bound = max(bound, info.mip_dual_bound * tau)
+        if not highs.has_solution(solver):
+            return _Run("time_limit", best, bound, rounds, paths)
+        values = list(solver.getSolution().col_value)
+        plan = model.plan(values)
+        if best is None or value(plan) < value(best):
+            best = plan
+        incumbent = best
+        consistent = plan.iteration_time <= values[model.top] * tau + 1e-7 * tau
+        if outcome == "time_limit":
+            if not exact or time.perf_counter() - started >= time_limit:
+                return _Run("time_limit", best, bound, rounds, paths)
+            if consistent:
+                budget *= 2  # the relaxation holds for the plan found: give the proof more time
+                continue
+        elif not exact or consistent:
+            return _Run("optimal", best, bound, rounds, paths)
+        if rounds >= MAX_ROUNDS:
+            return _Run("time_limit", best, bound, rounds, paths)
+        highs.add_row(solver, 0.0, model.path_terms(plan.timeline.path_counts()))
+        paths += 1
+
+
+def _choices(problem: BalanceInput, catalogue: Catalogue, bound: float, reduce: str) -> list[list[StageChoice]]:
+    cap = _cell_cap(problem, bound)
+    return [catalogue.stage_choices(s, bound, cap, reduce) for s in range(problem.stages)]
+
+
+def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -> Solution:
+    """The plan that fits with the least iteration time, proven optimal unless the time limit stops it.
+
+    `exact=False` stops after the closed form. With `exact`, the answer's objective is its
+    critical path and the closed form's optimum is reported beside it.
+    """
+    started = time.perf_counter()
+    catalogue = Catalogue(problem)
+    tau = _time_unit(problem)
+    notes: list[str] = []
+    fitting = [plan for plan in (uniform_plan(problem, option) for option in problem.options) if plan.fits]
+
+    # 1. The closed form, over choices reduced by stage totals.
+    bound = min((plan.closed_form_time for plan in fitting), default=math.inf)
+    if not math.isfinite(bound):
+        # No even split fits: find some plan with few layers per cell first, to bound the listing.
+        cells = max(1, len(problem.cells) - len(problem.reserved_cells))
+        cap = 2 * math.ceil(problem.layers.nb_body_layers / cells) + 1
+        choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
+        if all(choices):
+            model = _ChoiceModel(problem, choices, tau)
+            model.add_closed_form()
+            first = _run(model, False, time_limit, started, None, ())
+            if first.plan is not None:
+                bound = first.plan.closed_form_time
+    choices = _choices(problem, catalogue, bound, "sum")
+    if not all(choices):
+        return _infeasible(problem, time_limit, started, notes)
+    model = _ChoiceModel(problem, choices, tau)
+    model.add_closed_form()
+    start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
+    closed = _run(model, False, time_limit, started, start, ())
+    listed = sum(len(stage) for stage in choices)
+    notes.append(f"closed form: {listed} stage choices, {closed.status} in {time.perf_counter() - started:.2f}s")
+    if closed.plan is None:
+        if closed.status == "infeasible":
+            return _infeasible(problem, time_limit, started, notes)
+        return Solution(problem, "time_limit", "closed_form", seconds=time.perf_counter() - started,
+                        message="no plan found within the time limit", notes=notes)
+    closed_plan = closed.plan
+    if not exact:
+        objective = closed_plan.closed_form_time
+        bound_value = objective if closed.status == "optimal" else min(closed.bound, objective)
+        return Solution(problem, closed.status, "closed_form", closed_plan, objective, bound_value,
+                        _gap(objective, bound_value), objective if closed.status == "optimal" else None,
+                        closed.status, closed.rounds, 0, listed, time.perf_counter() - started, notes=notes)
+
+    # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
+    incumbents = [closed_plan, *fitting]
+    start = min(incumbents, key=lambda plan: plan.iteration_time)
+    if problem.chunks > 1:  # the closed form does not see how a stage splits its work between chunks
+        polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 4))
+        start = improve(start, polish)
+        incumbents.append(start)
+        notes.append(f"start: {start.iteration_time:.6g} after local moves")
+    choices = _choices(problem, catalogue, start.iteration_time, "pareto")
+    seeds = _path_seeds(problem, incumbents)
+    model = _ChoiceModel(problem, choices, tau)
+    critical = _run(model, True, time_limit, started, start, seeds)
+    listed = sum(len(stage) for stage in choices)
+    notes.append(f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, "
+                 f"{critical.status}")
+    best = start if critical.plan is None or start.iteration_time <= critical.plan.iteration_time else critical.plan
+    objective = best.iteration_time
+    status = critical.status if critical.status != "infeasible" else "time_limit"
+    bound_value = objective if status == "optimal" else min(critical.bound, objective)
+    return Solution(problem, status, "critical_path", best, objective, bound_value, _gap(objective, bound_value),
+                    closed_plan.closed_form_time if closed.status == "optimal" else None, closed.status,
+                    critical.rounds, critical.paths, listed, time.perf_counter() - started, notes=notes)
+
+
+def _gap(objective: float, bound: float) -> float:
+    return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
+
+
+def _infeasible(problem: BalanceInput, time_limit: float, started: float, notes: list[str]) -> Solution:
+    """No plan fits: say how much memory the least-memory plan needs."""
+    needed, proven, _ = memory_floor(problem, max(5.0, time_limit - (time.perf_counter() - started)))
+    if needed is None:
+        message = f"no plan fits in {problem.memory_mb:g} MB per device"
+    else:
+        message = (f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
+                   f"{needed:.1f} MB{'' if proven else ' (the least found within the time limit)'}")
+    return Solution(problem, "infeasible", min_memory_mb=needed, message=message,
+                    seconds=time.perf_counter() - started, notes=notes)
+

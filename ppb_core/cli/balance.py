@@ -1,0 +1,170 @@
+"""`ppb balance (RUN.yaml | layers.json)`: split the layers over the pipeline and choose their recompute.
+
+From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
+flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
+90 s). From a run config they come from the config (parallel.pp, training.micro_batches,
+parallel.vpp and parallel.schedule, device memory less reserved_mb) and the descriptions from the
+PPB builder; flags override. `--interleave auto` tries 1 to 4 chunks and keeps the fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ppb_core.errors import InputError
+
+SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "balance",
+        help="balance layers over pipeline stages with an exact integer program",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", metavar="RUN.yaml|layers.json", help="a run config or a SAPP layers description")
+    parser.add_argument("-s", "--stages", type=int, help="pipeline stages P (layers.json default 4)")
+    parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
+    parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
+    parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
+    parser.add_argument("--constant-memory", type=float, default=0.0,
+                        help="MB every stage holds besides its layers (default 0)")
+    parser.add_argument("--schedule", choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
+                        help="pipeline schedule (default 1f1b; interleaved when V > 1)")
+    parser.add_argument("-t", "--time-limit", type=float, help="seconds for the solver (default 90)")
+    parser.add_argument("--closed-form", action="store_true",
+                        help="minimise the closed-form estimate only, not the schedule's critical path")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
+    parser.set_defaults(func=run)
+
+
+def _positive(value: Any, name: str, source: str) -> None:
+    if value is not None and (not isinstance(value, int | float) or not math.isfinite(value) or value <= 0):
+        raise InputError(source, name, f"must be positive, got {value}")
+
+
+def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The balancing problem the arguments describe, and whether to search the interleave."""
+    from ppb_core.balance.problem import BalanceInput
+    from ppb_core.sapp import layer_set, read_layers_description
+
+    source = str(args.source)
+    path = Path(source)
+    for name in ("stages", "micro_batches", "memory", "time_limit"):
+        _positive(getattr(args, name), f"--{name.replace('_', '-')}", source)
+    if args.constant_memory is not None and args.constant_memory < 0:
+        raise InputError(source, "--constant-memory", f"must not be negative, got {args.constant_memory}")
+    interleave_text = args.interleave
+    search = interleave_text == "auto"
+    interleave = None
+    if interleave_text is not None and not search:
+        try:
+            interleave = int(interleave_text)
+        except ValueError:
+            raise InputError(source, "--interleave", f"must be a positive integer or 'auto', got {interleave_text!r}") \
+                from None
+        _positive(interleave, "--interleave", source)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        from ppb_core.config import load_run_config
+        from ppb_core.ppb import describe_run
+
+        run = load_run_config(path)
+        descriptions = describe_run(run)
+        stages = args.stages or run.parallel.pp
+        micro_batches = args.micro_batches or run.training.micro_batches
+        chunks = interleave or run.parallel.vpp
+        memory = args.memory or run.device.usable_mb
+        schedule = args.schedule or run.parallel.schedule
+    else:
+        descriptions = read_layers_description(path)
+        stages = args.stages or SAPP_DEFAULTS["stages"]
+        micro_batches = args.micro_batches or SAPP_DEFAULTS["micro_batches"]
+        chunks = interleave or SAPP_DEFAULTS["interleave"]
+        memory = args.memory or SAPP_DEFAULTS["memory"]
+        schedule = args.schedule or "1f1b"
+    if search and schedule in ("interleaved",):
+        schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
+    problem = BalanceInput(layer_set(descriptions, source), stages, micro_batches, chunks, float(memory),
+                           float(args.constant_memory or 0.0), schedule, source)
+    return problem, search
+
+
+def run(args: argparse.Namespace) -> int:
+    from ppb_core.balance.report import balance
+    from ppb_core.io import atomic_write_text
+
+    problem, search = problem_from_args(args)
+    time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
+    result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        atomic_write_text(args.out, text + "\n")
+    if args.json:
+        print(text)
+    else:
+        render(result)
+    return 0
+
+
+def _number(value: float | None, digits: int = 6) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def render(result: dict[str, Any]) -> None:
+    """The plan as rich tables: a summary, the stages, the yaml to paste, Megatron-LM flags, baselines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    given = result["input"]
+    console.print(
+        f"[bold]ppb balance[/bold] {given['source']}: P={given['stages']} m={given['micro_batches']} "
+        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
+    )
+    console.print(
+        f"status [bold]{result['status']}[/bold]  objective {_number(result['objective'])} "
+        f"({result['objective_kind'].replace('_', ' ')})  bound {_number(result['bound'])}  "
+        f"gap {_number(result['gap'], 3)}  in {result['seconds']:.2f}s"
+    )
+    if result.get("message"):
+        console.print(result["message"])
+    if "stages" in result:
+        table = Table(title="stages")
+        for name in ("stage", "layers", "per chunk", "options", "memory MB", "time", "bubble"):
+            table.add_column(name, justify="right" if name not in ("options", "per chunk") else "left")
+        for row in result["stages"]:
+            options = " ".join(f"{k}:{v}" for k, v in row["options"].items() if v)
+            table.add_row(str(row["stage"]), str(row["layers"]), str(row["layers_per_chunk"]), options,
+                          f"{row['memory_mb']:.0f}", _number(row["time"]), f"{row['bubble']:.1%}")
+        console.print(table)
+        console.print("To put in the MindFormers / HyperParallel yaml:")
+        for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
+            console.print(f"  {key}: {result[key]}")
+        mega = result["megatron"]
+        if mega.get("layout"):
+            console.print(f"Megatron-LM: --pipeline-model-parallel-layout \"{mega['layout']}\"")
+            if mega.get("recompute"):
+                console.print("  " + " ".join(mega["recompute"]))
+        if mega.get("note"):
+            console.print(f"  ({mega['note']})")
+        closed = result["closed_form"]
+        console.print(f"simulated iteration {_number(result['simulated_time'])}; closed form "
+                      f"{_number(closed['value'])} (its optimum {_number(closed['optimum'])})")
+    table = Table(title="uniform split, one option for every layer")
+    for name in ("option", "fits", "peak MB", "iteration"):
+        table.add_column(name, justify="right")
+    for row in result["baselines"]:
+        table.add_row(row["option"], "yes" if row["feasible"] else "no", f"{row['peak_memory_mb']:.0f}",
+                      _number(row["iteration_time"]))
+    console.print(table)
+    if result.get("speedup"):
+        console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
+    for entry in result.get("interleave_search", []):
+        console.print(f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"
+                      f"{' — ' + entry['message'] if entry.get('message') else ''}")
