@@ -13,7 +13,8 @@ import dagster as dg
 
 from pipelines.freshness import built_from, latest_materialization
 from pipelines.jobs import chain_job, file_observation
-from pipelines.partitions import PARTITIONS_NAME, partition_changes, run_configs
+from pipelines.partitions import PARTITIONS_NAME, partition_changes
+from pipelines.partitions import run_configs as config_partitions
 from pipelines.resources import RunConfigs
 
 
@@ -30,16 +31,20 @@ def run_config_sensor(context: dg.SensorEvaluationContext, run_configs: RunConfi
     requests = [
         dg.RunRequest(
             partition_key=key,
-            tags={"ppb/run_config": key, "ppb/trigger": "config changed", "ppb/config_hash": hashes[key][:16]},
+            tags={
+                "ppb/run_config": key,
+                "ppb/trigger": "new run config" if key in changes.added else "run config changed",
+                "ppb/config_hash": hashes[key][:16],
+            },
         )
         for key in changes.changed
         if built_from(latest_materialization(context.instance, "run_config", key)) != hashes[key]
     ]
     partition_requests = []
     if changes.added:
-        partition_requests.append(run_configs_partitions.build_add_request(list(changes.added)))
+        partition_requests.append(config_partitions.build_add_request(list(changes.added)))
     if changes.removed:
-        partition_requests.append(run_configs_partitions.build_delete_request(list(changes.removed)))
+        partition_requests.append(config_partitions.build_delete_request(list(changes.removed)))
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=partition_requests,
@@ -47,5 +52,3 @@ def run_config_sensor(context: dg.SensorEvaluationContext, run_configs: RunConfi
         cursor=json.dumps(hashes, sort_keys=True),
     )
 
-
-run_configs_partitions = run_configs

@@ -81,6 +81,7 @@ def test_first_tick_adds_a_partition_and_requests_a_run_per_config(setup) -> Non
     assert sorted(instance.get_dynamic_partitions(PARTITIONS_NAME)) == SHIPPED
     assert requested(result) == SHIPPED
     assert all(r.tags["ppb/run_config"] == r.partition_key for r in result.run_requests)
+    assert {r.tags["ppb/trigger"] for r in result.run_requests} == {"new run config"}
     hashes = {key: config_hash(configs / f"{key}.yaml") for key in SHIPPED}
     assert json.loads(result.cursor) == hashes
     observed = {event.partition: event.tags["dagster/data_version"] for event in result.asset_events}
@@ -122,6 +123,7 @@ def test_a_changed_hash_requests_one_run(setup) -> None:
     config.write_text(config.read_text().replace("micro_batches: 16", "micro_batches: 8"))
     result = tick(instance, configs, first.cursor)
     assert requested(result) == ["qwen2.5-7b"]
+    assert result.run_requests[0].tags["ppb/trigger"] == "run config changed"
     assert result.dynamic_partitions_requests == []
     assert [e.partition for e in result.asset_events] == ["qwen2.5-7b"]
 
