@@ -24,6 +24,7 @@ and evaluated again in the original units (`Plan`): that evaluation is what is r
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -46,6 +47,7 @@ from ppb_core.switches import OPTIONS
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
 SEED_PLANS = 150  # random plans whose critical paths seed it too
 MAX_ROUNDS = 200  # paths added before giving up on proving a plan optimal
+CONSISTENCY = 1e-6  # relative: a plan's critical path this close to T is taken as equal to it
 ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
 LOCAL_SEARCH_SECONDS = 2.0  # at most this long improving the starting plan by local moves
 Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times the path runs that cell's op
@@ -295,8 +297,10 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
     tau = model.tau
     solver = highs.new_solver(time_limit - (time.perf_counter() - started))
     highs.load(solver, model.columns, model.rows, model.top)
+    added: set[tuple] = set()
     for path in seeds:
         highs.add_row(solver, 0.0, model.path_terms(path))
+        added.add(tuple(sorted(path.items())))
     best, bound, rounds, paths = None, 0.0, 0, len(seeds)
 
     def value(plan: Plan) -> float:
@@ -318,6 +322,12 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
         tick = time.perf_counter()
         solver.run()
         outcome = highs.status(solver)
+        if outcome.startswith("error"):
+            # HiGHS rejects an optimum that sits exactly on its tolerance; presolve avoids it
+            solver.setOptionValue("presolve", "on")
+            solver.run()
+            outcome = highs.status(solver)
+            solver.setOptionValue("presolve", "off")
         info = solver.getInfo()
         _trace(f"{'exact' if exact else 'closed form'} round {rounds}: {outcome} {time.perf_counter() - tick:.2f}s "
                f"nodes {info.mip_node_count} T {info.objective_function_value * tau:.6g} "
@@ -325,7 +335,9 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
         if outcome == "infeasible":
             return _Run("infeasible" if best is None else "time_limit", best, bound, rounds, paths)
         if outcome.startswith("error"):
-            raise RuntimeError(f"HiGHS failed: {outcome}")
+            if not highs.has_solution(solver):
+                raise RuntimeError(f"HiGHS failed: {outcome}")
+            outcome = "time_limit"  # a solution, but not a proven optimum
         bound = max(bound, info.mip_dual_bound * tau)
         if not highs.has_solution(solver):
             return _Run("time_limit", best, bound, rounds, paths)
@@ -334,7 +346,11 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
         if best is None or value(plan) < value(best):
             best = plan
         incumbent = best
-        consistent = plan.iteration_time <= values[model.top] * tau + 1e-7 * tau
+        critical = plan.timeline.path_counts() if exact else {}
+        key = tuple(sorted(critical.items()))
+        # consistent: the plan's critical path is no longer than T (or is already a row, so only
+        # the solver's tolerance separates them)
+        consistent = plan.iteration_time <= values[model.top] * tau * (1 + CONSISTENCY) or key in added
         if outcome == "time_limit":
             if not exact or time.perf_counter() - started >= time_limit:
                 return _Run("time_limit", best, bound, rounds, paths)
@@ -345,8 +361,33 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
             return _Run("optimal", best, bound, rounds, paths)
         if rounds >= MAX_ROUNDS:
             return _Run("time_limit", best, bound, rounds, paths)
-        highs.add_row(solver, 0.0, model.path_terms(plan.timeline.path_counts()))
+        highs.add_row(solver, 0.0, model.path_terms(critical))
+        added.add(key)
         paths += 1
+
+
+def even_split_best_options(problem: BalanceInput, catalogue: Catalogue) -> Plan | None:
+    """The even split (as the baselines split), each stage under the options of least total backward
+    time that fit: the usual hand plan done well, and a strong start for the program."""
+    layout = uniform_plan(problem, problem.options[0])
+    counts = empty_counts(problem)
+    for s in range(problem.stages):
+        per_chunk = []
+        for v in range(problem.chunks):
+            bodies = tuple(l for l in range(len(layout.counts)) if layout.body_layers(l, v, s))
+            sizes = tuple(layout.body_layers(l, v, s) for l in bodies)
+            per_chunk.append(catalogue.cell_choices(bodies, sizes) if bodies else [catalogue.empty_cell()])
+        best = None
+        for cells in itertools.product(*per_chunk):
+            total = sum(cell.backward for cell in cells)
+            if (best is None or total < best[0]) and catalogue.fits(s, cells):
+                best = (total, cells)
+        if best is None:
+            return None
+        for v, cell in enumerate(best[1]):
+            for body, row in zip(cell.bodies, cell.counts, strict=True):
+                counts[body][v][s] = list(row)
+    return Plan(problem, freeze(counts))
 
 
 def _choices(problem: BalanceInput, catalogue: Catalogue, bound: float, reduce: str) -> list[list[StageChoice]]:
@@ -385,7 +426,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     model = _ChoiceModel(problem, choices, tau)
     model.add_closed_form()
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
-    closed = _run(model, False, time_limit, started, start, ())
+    closed = _run(model, False, time_limit, started, None, ())
     listed = sum(len(stage) for stage in choices)
     notes.append(f"closed form: {listed} stage choices, {closed.status} in {time.perf_counter() - started:.2f}s")
     if closed.plan is None:
@@ -403,6 +444,9 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
 
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
     incumbents = [closed_plan, *fitting]
+    even = even_split_best_options(problem, catalogue)
+    if even is not None:
+        incumbents.append(even)
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     if problem.chunks > 1:  # the closed form does not see how a stage splits its work between chunks
         polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 4))
