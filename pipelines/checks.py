@@ -14,6 +14,8 @@ from pipelines.assets import (
     combined_descriptions,
     layer_descriptions,
     layer_walk,
+    pipeline_plan,
+    plan_report,
     scaled_descriptions,
     withdrawn_descriptions,
 )
@@ -76,10 +78,33 @@ def scaled_relative_to_first_body(
     )
 
 
+@dg.asset_check(
+    asset=pipeline_plan,
+    blocking=True,
+    partitions_def=run_configs,
+    additional_ins={"run_config": dg.AssetIn("run_config")},
+    description="A plan exists, places every body layer, and every stage fits the run config's device memory.",
+)
+def plan_fits_the_device(pipeline_plan: pd.DataFrame, run_config: pd.DataFrame) -> dg.AssetCheckResult:
+    return problems_result(chain.plan_problems(run_config, pipeline_plan))
+
+
+@dg.asset_check(
+    asset=plan_report,
+    partitions_def=run_configs,
+    description="The memory model, evaluating the plan layer by layer, agrees that every stage fits (a warning).",
+)
+def memory_model_agrees_the_plan_fits(plan_report: pd.DataFrame) -> dg.AssetCheckResult:
+    result = problems_result(chain.report_problems(plan_report))
+    return dg.AssetCheckResult(passed=result.passed, metadata=result.metadata, severity=dg.AssetCheckSeverity.WARN)
+
+
 ALL_CHECKS = [
     layer_walk_is_whole,
     layer_descriptions_are_sound,
     combined_descriptions_are_sound,
     withdrawn_descriptions_are_sound,
     scaled_relative_to_first_body,
+    plan_fits_the_device,
+    memory_model_agrees_the_plan_fits,
 ]

@@ -19,17 +19,21 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from ppb_core.balance import BalanceInput, balance
 from ppb_core.config import RunConfig, load_run_config, run_from_frame, run_to_frame
+from ppb_core.errors import InputError
 from ppb_core.estimate import estimate, estimate_to_frame
 from ppb_core.io import atomic_write_bytes
 from ppb_core.memory import MemoryModel
 from ppb_core.model import LayerWalk, walk, walk_from_frame, walk_to_frame
 from ppb_core.ppb import combine, describe_layers, many_in_flight, profile_layers, scale, withdraw
 from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_to_frame
-from ppb_core.sapp import validate_descriptions
+from ppb_core.report import plan_stages, report_files
+from ppb_core.sapp import layer_set, validate_descriptions
 from ppb_core.switches import MEMORY_KEY, OPTIONS
 from ppb_core.timing import TimeModel
 
@@ -125,6 +129,93 @@ def sapp_json(scaled_descriptions: pd.DataFrame) -> dict[str, bytes]:
     return {".json": (json.dumps({"layers_description": descriptions}, indent=2) + "\n").encode()}
 
 
+# Seconds the balancer may search; at the limit it returns its best plan with its gap.
+PLAN_TIME_LIMIT_S = 90.0
+PLAN_COLUMNS = ("stage", "layers", "layers_per_chunk", *(o.lower() for o in OPTIONS), "memory_mb", "time", "bubble",
+                "cells_json")
+# What the balancer reports that differs from one solve to the next: wall-clock seconds.
+_VOLATILE = ("seconds",)
+
+
+def plan_to_frame(result: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per stage of a `ppb balance --json` result; the whole result in `attrs["plan"]`.
+
+    Per stage: layers (and per chunk), layers under each option, the balancer's predicted memory
+    (MB), time of one micro-batch (the descriptions' unit) and idle share, and each chunk's option
+    counts as JSON. An infeasible problem gives no row. Wall-clock seconds are left out of the
+    stored result (the solver's notes too, which quote them), so equal plans give equal bytes.
+    """
+    stable = {key: value for key, value in result.items() if key not in _VOLATILE}
+    if "solver" in stable:
+        stable["solver"] = {key: value for key, value in stable["solver"].items() if key != "notes"}
+    rows = []
+    for row in result.get("stages", []):
+        stage_index = row["stage"]
+        cells = [chunk_row[stage_index]["options"] for chunk_row in result["cells"]]
+        rows.append({
+            "stage": stage_index,
+            "layers": row["layers"],
+            "layers_per_chunk": json.dumps(row["layers_per_chunk"]),
+            **{o.lower(): sum(int(cell.get(o, 0)) for cell in cells) for o in OPTIONS},
+            "memory_mb": float(row["memory_mb"]),
+            "time": float(row["time"]),
+            "bubble": float(row["bubble"]),
+            "cells_json": json.dumps(cells, sort_keys=True),
+        })
+    frame = pd.DataFrame(rows, columns=list(PLAN_COLUMNS)).astype({
+        "stage": "int64", "layers": "int64", "layers_per_chunk": "string", **{o.lower(): "int64" for o in OPTIONS},
+        "memory_mb": "float64", "time": "float64", "bubble": "float64", "cells_json": "string",
+    })
+    frame.attrs["plan"] = json.dumps(stable, sort_keys=True)
+    return frame
+
+
+def pipeline_plan(
+    run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame, time_limit_s: float = PLAN_TIME_LIMIT_S
+) -> pd.DataFrame:
+    """The balancer's plan: layers per (chunk, stage) and their recompute options, the fastest that fits.
+
+    The problem's sizes come from the run config as `ppb balance RUN.yaml` takes them: pp stages,
+    the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb.
+    """
+    run = run_from_frame(run_config)
+    par = run.parallel
+    problem = BalanceInput(
+        layer_set(descriptions_from_frame(scaled_descriptions), run.source), par.pp, run.training.micro_batches,
+        par.vpp, float(run.device.usable_mb), 0.0, par.schedule, run.source,
+    )
+    return plan_to_frame(balance(problem, time_limit_s))
+
+
+def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
+    """The plan as `ppb balance --json` prints it (less wall-clock seconds)."""
+    return {".json": (json.dumps(json.loads(pipeline_plan.attrs["plan"]), indent=2) + "\n").encode()}
+
+
+def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.DataFrame:
+    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it."""
+    run = run_from_frame(run_config)
+    plan = json.loads(pipeline_plan.attrs["plan"])
+    if pipeline_plan.empty:
+        raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
+    by_stage = [json.loads(text) for text in pipeline_plan["cells_json"]]
+    cells = [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]
+    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist())
+    best = plan.get("best_baseline")
+    headline = [
+        ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
+        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
+        ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
+        ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
+        *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
+    ]
+    if plan.get("megatron", {}).get("layout"):
+        headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
+    stages.attrs.update(title=f"{run.name}: pipeline plan", headline=json.dumps(headline),
+                        image=f"{partition_key(run.source)}.png")
+    return stages
+
+
 @dataclass(frozen=True)
 class Stage:
     """One step of the chain: its function, the stages it reads, the core modules it rests on."""
@@ -155,6 +246,10 @@ STAGES: tuple[Stage, ...] = (
     Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), _PPB),
     Stage("scaled_descriptions", scaled_descriptions, ("withdrawn_descriptions",), (*_PPB, "ppb_core.sapp"),
           artifacts=sapp_json, artifact_suffixes=(".json",)),
+    Stage("pipeline_plan", pipeline_plan, ("run_config", "scaled_descriptions"), ("ppb_core.balance", "ppb_core.sapp"),
+          artifacts=plan_json, artifact_suffixes=(".json",)),
+    Stage("plan_report", plan_report, ("run_config", "pipeline_plan"), ("ppb_core.report",),
+          artifacts=report_files, artifact_suffixes=(".png", ".md")),
 )
 
 
@@ -165,21 +260,31 @@ def stage(name: str) -> Stage:
     raise KeyError(f"no stage named {name!r} (stages: {', '.join(s.name for s in STAGES)})")
 
 
-def run_stage(name: str, tables: Mapping[str, pd.DataFrame], path: str | Path | None = None) -> pd.DataFrame:
-    """One stage from its upstream tables (the first stage from the run config *path*)."""
+def run_stage(
+    name: str, tables: Mapping[str, pd.DataFrame], path: str | Path | None = None, **settings: Any
+) -> pd.DataFrame:
+    """One stage from its upstream tables (the first stage from the run config *path*).
+
+    *settings* go to the stage function as keywords (e.g. `time_limit_s` for `pipeline_plan`).
+    """
     step = stage(name)
     if not step.inputs:
         if path is None:
             raise ValueError(f"stage {name} reads the run config file: give its path")
-        return step.func(path)
-    return step.func(*(tables[upstream] for upstream in step.inputs))
+        return step.func(path, **settings)
+    return step.func(*(tables[upstream] for upstream in step.inputs), **settings)
 
 
-def run_chain(path: str | Path, until: str | None = None) -> dict[str, pd.DataFrame]:
-    """Every stage's table for one run config, in chain order (up to and including *until*)."""
+def run_chain(
+    path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every stage's table for one run config, in chain order (up to and including *until*).
+
+    *settings* maps a stage name to keyword settings of its function.
+    """
     tables: dict[str, pd.DataFrame] = {}
     for step in STAGES:
-        tables[step.name] = run_stage(step.name, tables, path)
+        tables[step.name] = run_stage(step.name, tables, path, **(settings or {}).get(step.name, {}))
         if step.name == until:
             break
     return tables
@@ -266,6 +371,37 @@ def scaling_problems(withdrawn: pd.DataFrame, scaled: pd.DataFrame, rel: float =
     if first["forward_time"] != 1.0:
         problems.append(f"the first body's forward time is {first['forward_time']}, not 1")
     return problems
+
+
+def plan_problems(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> list[str]:
+    """A plan exists, places every body layer, and each stage's predicted memory fits the device.
+
+    The device memory is the run config's own (less reserved_mb), not the one the plan states.
+    """
+    run = run_from_frame(run_config)
+    plan = json.loads(pipeline_plan.attrs["plan"])
+    if pipeline_plan.empty:
+        return [f"no plan: the balancer says {plan['status']}: {plan.get('message', '')}".strip()]
+    problems = []
+    limit = float(run.device.usable_mb)
+    for row in pipeline_plan.itertuples(index=False):
+        if row.memory_mb > limit:
+            problems.append(f"stage {row.stage} needs {row.memory_mb:,.0f} MB, the device has {limit:,.0f}")
+    placed = int(pipeline_plan["layers"].sum())
+    described = sum(int(body["nb_layer"]) for body in plan["input"]["bodies"])
+    if placed != described:
+        problems.append(f"{placed} body layers placed, {described} described")
+    return problems
+
+
+def report_problems(plan_report: pd.DataFrame) -> list[str]:
+    """Stages the memory model, evaluating the plan layer by layer, finds over the device's memory."""
+    total = plan_report["parameters_mb"] + plan_report["activations_mb"] + plan_report["buffers_mb"]
+    return [
+        f"stage {stage}: {need:,.0f} MB by the memory model, the device has {limit:,.0f}"
+        for stage, need, limit in zip(plan_report["stage"], total, plan_report["device_mb"], strict=True)
+        if need > limit
+    ]
 
 
 # --- storage -------------------------------------------------------------------------------------

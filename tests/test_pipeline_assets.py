@@ -229,3 +229,24 @@ def test_a_failing_blocking_check_stops_the_stages_after_it(small, monkeypatch) 
     for name in after:  # the tables after the failed check are the previous run's
         path = storage / name / "llama3-8b.parquet"
         assert path.read_bytes() == before[path]
+
+
+def test_a_plan_that_cannot_fit_stops_the_report(small) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    config = configs / "llama3-8b.yaml"
+    # 80 GB less 76 GB reserved: too little for any plan of Llama-3-8B on 4 stages.
+    config.write_text(config.read_text().replace("reserved_mb: 4000", "reserved_mb: 76000"))
+    result = materialize(instance, storage, configs, "llama3-8b", raise_on_error=False)
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["plan_fits_the_device"].passed
+    details = checks["plan_fits_the_device"].metadata["details"].value
+    assert "infeasible" in details and "the least-memory plan needs" in details
+    done = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
+    assert "pipeline_plan" in done and "plan_report" not in done
+    (plan_event, *_) = materializations(instance, "pipeline_plan", "llama3-8b")
+    assert plan_event.metadata["solver_status"].value == "infeasible"
+    for suffix in (".parquet", ".png", ".md"):
+        path = storage / "plan_report" / f"llama3-8b{suffix}"
+        assert path.read_bytes() == before[path]

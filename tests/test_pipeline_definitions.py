@@ -44,9 +44,10 @@ def test_every_stage_is_one_asset_described_and_versioned_by_the_chain() -> None
 
 
 def test_checks_are_blocking_and_partitioned() -> None:
+    advisory = {"memory_model_agrees_the_plan_fits"}  # a warning on the last asset: nothing after it to stop
     for check in ALL_CHECKS:
         for spec in check.check_specs:
-            assert spec.blocking
+            assert spec.blocking == (spec.name not in advisory), spec.name
             assert spec.partitions_def is not None and spec.partitions_def.name == PARTITIONS_NAME
 
 

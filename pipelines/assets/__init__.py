@@ -9,6 +9,7 @@ from pipelines.assets.descriptions import (
     withdrawn_descriptions,
 )
 from pipelines.assets.estimate import layer_memory, layer_times
+from pipelines.assets.plan import pipeline_plan, plan_report
 
 STAGE_ASSETS = [
     run_config,
@@ -20,6 +21,8 @@ STAGE_ASSETS = [
     combined_descriptions,
     withdrawn_descriptions,
     scaled_descriptions,
+    pipeline_plan,
+    plan_report,
 ]
 ALL_ASSETS = [run_config_file, *STAGE_ASSETS]
 
@@ -31,6 +34,8 @@ __all__ = [
     "layer_memory",
     "layer_times",
     "layer_walk",
+    "pipeline_plan",
+    "plan_report",
     "run_config",
     "run_config_file",
     "scaled_descriptions",

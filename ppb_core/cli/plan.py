@@ -11,6 +11,7 @@ import argparse
 import time
 
 from ppb_core import chain
+from ppb_core.errors import InputError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,6 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--until", choices=[step.name for step in chain.STAGES], help="stop after this stage (default: all)"
     )
+    parser.add_argument(
+        "-t", "--time-limit", type=float, default=chain.PLAN_TIME_LIMIT_S, metavar="SECONDS",
+        help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
+    )
     parser.set_defaults(func=run)
 
 
@@ -32,16 +37,18 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    if not args.time_limit > 0:
+        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
     started = time.perf_counter()
-    tables = chain.run_chain(args.run, until=args.until)
+    tables = chain.run_chain(args.run, until=args.until, settings={"pipeline_plan": {"time_limit_s": args.time_limit}})
     elapsed_ms = (time.perf_counter() - started) * 1000
     key = chain.partition_key(args.run)
-    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed_ms:.0f} ms")
+    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed_ms:.0f} ms, written under {args.out}")
     table.add_column("stage")
     table.add_column("rows", justify="right")
     table.add_column("files")
     for name, frame in tables.items():
         written = chain.write_stage(args.out, name, key, frame)
-        table.add_row(name, str(len(frame)), "\n".join(str(path) for path in written))
+        table.add_row(name, str(len(frame)), " ".join(f"{name}/{path.name}" for path in written))
     Console().print(table)
     return 0
