@@ -198,3 +198,5 @@ def test_fewer_experts_scale_to_the_models() -> None:
     assert _held(kind, LONGER) == pytest.approx(m.working.held_bytes, rel=0.02)
     # The router's share grows: a positive bytes-per-expert term on the whole side.
     assert kind.settings[frozenset()].kept.saved.per_expert > 0
+    # The working set is fitted point by point over the backward at the first expert count.
+    assert "points of the backward" in kind.fit["working_fit"]

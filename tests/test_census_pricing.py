@@ -152,3 +152,19 @@ def test_a_bad_census_file_names_the_file(tmp_path) -> None:
     with pytest.raises(InputError) as err:
         MemoryModel(load_run_config(path))
     assert err.value.source.endswith("census/small.json") and err.value.field == "version"
+
+
+def test_the_comparison_puts_formulas_and_census_side_by_side(tmp_path) -> None:
+    from ppb_core.census.compare import compare, report
+
+    (tmp_path / "formulas").mkdir()
+    run_path = _run(tmp_path / "formulas", None)
+    census_path = tmp_path / "small-census.json"
+    census_path.write_text(_census(_kind()).to_json())
+    (row,) = compare(run_path, census_path)
+    run = load_run_config(run_path)
+    assert row.formulas == MemoryModel(run).option_activation_bytes(_body(run))
+    # The census side is the hand census priced as above (NONE 7540, FULL 256 bytes a token).
+    assert row.census["NONE"] == 1024 * 7540 and row.census["FULL"] == 1024 * 256
+    assert row.census_working == 1024 * 13692
+    assert "census.input_layernorm:_to_copy [normOp]" in report([row])

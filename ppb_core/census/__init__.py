@@ -1,0 +1,13 @@
+"""The census: activation memory measured from real PyTorch layers (docs/census.md).
+
+`ppb census HF_CONFIG.json --out census.json` builds each body kind with `transformers` and
+measures what autograd keeps (`measure`, the only module that imports torch), attributes it to
+ops, switches and tensor-parallel sides (`attribution`), fits bytes per token (`fit`) and writes
+the census file (`record`). A run config naming the file as `models[i].census` has the memory
+model price that model's body activations from it (`pricing`); `compare` puts the formula path
+and a census side by side.
+"""
+
+from ppb_core.census.record import Census, KindActivations, KindCensus, read_census
+
+__all__ = ["Census", "KindActivations", "KindCensus", "read_census"]

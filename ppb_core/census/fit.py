@@ -246,8 +246,8 @@ def _working(
     held = [m for m in measurements if m.held_bytes is not None]
     if not held:
         return (), {"working": "not measured"}
-    main = [m for m in held if m.tp == 1 and m.graph is not None]
-    base_experts = main[0].experts if main else held[0].experts
+    base_experts = held[0].experts  # the first measurement is at the first expert count built
+    main = [m for m in held if m.tp == 1 and m.graph is not None and m.experts == base_experts]
     aligned = [m for m in held if m.experts == base_experts and m.trace_ops and m.trace_ops == held[0].trace_ops]
     same_run = main and all(m in aligned for m in main)
     split = same_run and len({m.tp for m in aligned}) > 1

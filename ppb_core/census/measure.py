@@ -688,7 +688,8 @@ def census(
             setup = LayerSetup(raw, index, attention, dtype, n, experts_implementation, 1, seed)
             chosen = list(shapes) if position == 0 else list(shapes[:1])
             if progress:
-                progress(f"{kind.name}: layer {index}, {n or counts[0] or 'dense'} experts, shapes "
+                built_as = f"{n or counts[0]} routed experts" if kind.is_moe else "dense"
+                progress(f"{kind.name}: layer {index}, {built_as}, shapes "
                          + ", ".join(f"{s.batch}x{s.seq}" for s in chosen))
             for m in measure(setup, chosen):
                 measurements.append(_kind_measurement(m, counts[position]))

@@ -71,8 +71,8 @@ class PerToken:
 
 
 def _round(value: float) -> float:
-    """Fitted bytes to a micro-byte: the residue of an exact fit is noise."""
-    rounded = round(value, 6)
+    """Fitted bytes to a ten-thousandth of a byte: below that an exact fit's residue is noise."""
+    rounded = round(value, 4)
     return 0.0 if rounded == 0 else rounded
 
 
