@@ -158,16 +158,25 @@ def test_one_asset_rerun_alone_reads_stored_upstream_and_writes_the_same_bytes(b
         assert len(materializations(built.instance, name, key)) == upstream_runs[name] + (name == target)
 
 
-@pytest.fixture
-def small(tmp_path: Path):
-    """One run config built once, in a folder of its own that a test may break."""
-    configs = tmp_path / "configs"
+@pytest.fixture(scope="module")
+def small_built(tmp_path_factory: pytest.TempPathFactory):
+    """One run config built once, in folders of their own that the tests below may break."""
+    root = tmp_path_factory.mktemp("small")
+    configs = root / "configs"
     shutil.copytree(CONFIGS, configs)
-    storage = tmp_path / "storage"
-    with instance_in(tmp_path / "home") as instance:
+    storage = root / "storage"
+    with instance_in(root / "home") as instance:
         instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
         assert materialize(instance, storage, configs, "llama3-8b").success
         yield instance, storage, configs
+
+
+@pytest.fixture
+def small(small_built):
+    """`small_built`, its run config put back as shipped after each test."""
+    instance, storage, configs = small_built
+    yield instance, storage, configs
+    shutil.copy(CONFIGS / "llama3-8b.yaml", configs / "llama3-8b.yaml")
 
 
 def stored_files(storage: Path) -> dict[Path, bytes]:
