@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import io
 import json
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,10 +424,22 @@ def stage_path(root: str | Path, name: str, key: str, suffix: str = PARQUET) -> 
     return Path(root) / name / f"{key}{suffix}"
 
 
+_last_rendered: tuple[weakref.ref, str, dict[str, bytes]] | None = None
+
+
 def stage_artifacts(name: str, frame: pd.DataFrame) -> dict[str, bytes]:
-    """The files a stage renders next to its table, by suffix (none for most stages)."""
+    """The files a stage renders next to its table, by suffix (none for most stages).
+
+    The last rendering is kept while its table lives, so the asset that shows the chart and the
+    IO manager that writes it render it once.
+    """
+    global _last_rendered
+    if _last_rendered is not None and _last_rendered[0]() is frame and _last_rendered[1] == name:
+        return dict(_last_rendered[2])
     step = stage(name)
     files = step.artifacts(frame) if step.artifacts is not None else {}
+    if files:
+        _last_rendered = (weakref.ref(frame), name, dict(files))
     if tuple(files) != step.artifact_suffixes:
         raise RuntimeError(f"stage {name} rendered {tuple(files)}, declared {step.artifact_suffixes}")
     return files
