@@ -57,7 +57,8 @@ def main() -> None:
 
     from ppb_core import chain
 
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.2f} (other work on the machine slows every figure)")
     import dagster
 
     print(f"dagster {dagster.__version__}; stages: {', '.join(step.name for step in chain.STAGES)}")
@@ -110,6 +111,7 @@ def main() -> None:
     print(f"core alone, fresh Python (imports included):    {core:6.2f} s   = {core / wall:.0%} of the command")
     print(f"core alone, warm:                               {statistics.median(warm) * 1000:6.0f} ms")
     print(f"Dagster's share (command − core cold):          {wall - core:6.2f} s   = {(wall - core) / wall:.0%}")
+    print(f"fastest command: {min(walls):.2f} s; load average now {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
