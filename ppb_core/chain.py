@@ -486,6 +486,11 @@ def _core_imports(module: str) -> frozenset[str]:
 
 
 @functools.cache
+def _own_source() -> bytes:
+    return Path(__file__).read_bytes()
+
+
+@functools.cache
 def _exists(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -513,15 +518,15 @@ def core_closure(modules: tuple[str, ...]) -> list[str]:
 
 
 def code_version(name: str) -> str:
-    """A digest of the stage's own function and every core module it rests on.
+    """A digest of the stage's name, this module (the stage functions and the table helpers they
+    share) and every core module the stage rests on.
 
     Editing any of them gives the stage a new code version, which is how Dagster tells which
     stored tables are stale; formatting-only edits count too (rerunning costs little).
     """
     step = stage(name)
-    digest = hashlib.sha256(inspect.getsource(step.func).encode())
-    if step.artifacts is not None:
-        digest.update(inspect.getsource(step.artifacts).encode())
+    digest = hashlib.sha256(name.encode())
+    digest.update(_own_source())
     for module in core_closure(step.core_modules):
         origin = importlib.util.find_spec(module).origin
         digest.update(module.encode())
