@@ -52,7 +52,7 @@ def test_until_stops_after_the_named_stage() -> None:
 
 
 def test_parquet_bytes_are_deterministic_and_round_trip() -> None:
-    frame = chain.run_chain(CONFIGS / "qwen2.5-7b.yaml")["layer_walk"]
+    frame = chain.run_chain(CONFIGS / "qwen2.5-7b.yaml", until="layer_walk")["layer_walk"]
     data = chain.to_parquet_bytes(frame)
     assert chain.to_parquet_bytes(frame) == data
     back = chain.from_parquet_bytes(data)
@@ -90,14 +90,14 @@ def test_walk_problems_finds_a_missing_layer_and_an_empty_cell() -> None:
 
 
 def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, capsys) -> None:
-    path = CONFIGS / "qwen2.5-7b.yaml"
+    path = CONFIGS / "llama3-8b.yaml"
     assert main(["plan", str(path), "-o", str(tmp_path)]) == 0
     tables = chain.run_chain(path)
     for name, frame in tables.items():
-        stored = tmp_path / name / "qwen2.5-7b.parquet"
+        stored = tmp_path / name / "llama3-8b.parquet"
         assert stored.read_bytes() == chain.to_parquet_bytes(frame)
-        for suffix in chain.stage_artifact_suffixes(name):
-            assert (tmp_path / name / f"qwen2.5-7b{suffix}").is_file()
+        for suffix, data in chain.stage_artifacts(name, frame).items():
+            assert (tmp_path / name / f"llama3-8b{suffix}").read_bytes() == data
     assert "layer_walk" in capsys.readouterr().out
 
 
