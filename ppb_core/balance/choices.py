@@ -165,10 +165,18 @@ class Catalogue:
         # A lower bound on what the stage holds besides its body layers' parameters.
         fixed_memory = p.constant_memory_mb + max((p.head_stage_memory_mb(stage, v) for v in vectors), default=0.0)
         compositions = self.compositions(k_max)
+        bodies = layers.bodies
+        least_activation = [min(self.activation[b][k] for k in p.option_indices) for b in range(len(bodies))]
         per_chunk: list[list[CellChoice]] = []
         for chunk in range(p.chunks):
             options = [self.empty_cell()] if (chunk, stage) in p.reserved_cells else []
+            fewest = min((vector[chunk] for vector in vectors), default=0)
             for types, counts in compositions:
+                # what the cell needs whatever its options: parameters, and its leanest activations
+                least = sum(n * (bodies[b].memory_parameter_mb + fewest * least_activation[b])
+                            for b, n in zip(types, counts, strict=True))
+                if least + fixed_memory > p.memory_mb:
+                    continue
                 for choice in self.cell_choices(types, counts):
                     busy = m * (choice.forward + choice.backward) + fixed_busy
                     if busy <= time_bound and choice.parameter_mb + fixed_memory <= p.memory_mb:

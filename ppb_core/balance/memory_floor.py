@@ -1,112 +1,109 @@
 """When no plan fits: the least peak stage memory any plan needs, from a second integer program.
 
-Variables x[l, r, v, s] (layers of body type l under option r in cell (v, s)) and Z, the peak;
-the same placement, order and yaml rules as the balancer's program; for every stage and every
-in-flight vector of its schedule, Z ≥ Σ x·(W_l + n_v·A_{l,r}) + head/tail + constant. Memory is
-divided by the device memory so HiGHS's tolerances are relative; the answer is re-evaluated
-exactly on the plan found.
+Per stage the same listing as the balancer's (layer counts per cell and body type), each cell
+under its options of least activation memory (options never add parameters, so that is the
+least the split can need); y[s, j] picks one per stage, the same placement and order rows hold,
+and Z ≥ Σ_j y[s, j]·(peak MB of choice j) for every stage; minimise Z. Listing only splits no
+heavier than the even split's own least memory loses nothing: a heavier stage cannot be in a
+plan lighter than the even split. Memory is divided by the device memory, so HiGHS's tolerances
+are relative; the answer is the plan found, re-evaluated exactly.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from ppb_core.balance import highs
+from ppb_core.balance.baselines import uniform_plan
+from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
-from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import RANK, BalanceInput
 from ppb_core.switches import OPTIONS
 
 
-class _FloorModel:
-    def __init__(self, problem: BalanceInput) -> None:
-        self.p = problem
-        self.mu = float(problem.memory_mb)
-        self.columns: list[highs.Column] = []
-        self.rows: list[highs.Row] = []
-        self.x: dict[tuple[int, int, int, int], int] = {}
-        for l, body in enumerate(problem.layers.bodies):
-            for k in problem.option_indices:
-                for v, s in problem.cells:
-                    self.x[(l, k, v, s)] = self._column(0, body.nb_layer, True)
-        self.peak = self._column(0, INF, False)
-        self._placement()
-        self._order()
-        self._memory()
+def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ...]) -> CellChoice:
+    """The cell's yaml-sayable options of least activation: per body type one option for all its
+    layers (the least-activation option allowed), over every way to order ranks along the cell."""
+    problem = catalogue.p
+    bodies = problem.layers.bodies
+    ranks = sorted({RANK[OPTIONS[k]] for k in problem.option_indices})
+    best: CellChoice | None = None
+    for variant in catalogue.variants:
+        for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
+            bounds = [ranks[0], *cuts, ranks[-1]]
+            rows, activation, backward = [], 0.0, 0.0
+            for i, (body, n) in enumerate(zip(types, counts, strict=True)):
+                allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                if not allowed:
+                    break
+                k = min(allowed, key=lambda k: catalogue.activation[body][k])
+                row = [0] * len(OPTIONS)
+                row[k] = n
+                rows.append(tuple(row))
+                activation += n * catalogue.activation[body][k]
+                backward += n * catalogue.backward[body][k]
+            else:
+                if best is None or activation < best.activation_mb:
+                    forward = sum(bodies[b].forward_time * n for b, n in zip(types, counts, strict=True))
+                    parameters = sum(bodies[b].memory_parameter_mb * n for b, n in zip(types, counts, strict=True))
+                    best = CellChoice(types, tuple(rows), forward, backward, activation, parameters)
+    assert best is not None
+    return best
 
-    def _column(self, lower: float, upper: float, integer: bool) -> int:
-        self.columns.append((lower, upper, integer))
-        return len(self.columns) - 1
 
-    def _row(self, lower: float, upper: float, terms: dict[int, float]) -> None:
-        self.rows.append((lower, upper, list(terms), list(terms.values())))
+def _even_split_floor(problem: BalanceInput, catalogue: Catalogue) -> float:
+    even = uniform_plan(problem, problem.options[0])
+    peak = 0.0
+    for s in range(problem.stages):
+        cells = []
+        for v in range(problem.chunks):
+            bodies = tuple(l for l in range(len(even.counts)) if even.body_layers(l, v, s))
+            sizes = tuple(even.body_layers(l, v, s) for l in bodies)
+            cells.append(_leanest(catalogue, bodies, sizes) if bodies else catalogue.empty_cell())
+        peak = max(peak, catalogue.stage_memory(s, cells))
+    return peak
 
-    def _placement(self) -> None:
-        p = self.p
-        for l, body in enumerate(p.layers.bodies):
-            self._row(body.nb_layer, body.nb_layer, {self.x[(l, k, v, s)]: 1.0 for k in p.option_indices
-                                                     for v, s in p.cells})
-        for v, s in p.cells:
-            if (v, s) not in p.reserved_cells:
-                self._row(1, INF, {self.x[(l, k, v, s)]: 1.0 for l in range(len(p.layers.bodies))
-                                   for k in p.option_indices})
 
-    def _order(self) -> None:
-        p = self.p
-        bodies = p.layers.bodies
-        n_total = float(p.layers.nb_body_layers)
-        slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
-        if slct in p.option_indices and comm in p.option_indices:
-            for v, s in p.cells:
-                u = self._column(0, 1, True)
-                self._row(-INF, 0, {**{self.x[(l, slct, v, s)]: 1.0 for l in range(len(bodies))}, u: -n_total})
-                self._row(-INF, n_total, {**{self.x[(l, comm, v, s)]: 1.0 for l in range(len(bodies))}, u: n_total})
-        ranks = sorted({RANK[OPTIONS[k]] for k in p.option_indices})
-        for b in range(len(bodies) - 1):
-            before, after = float(bodies[b].nb_layer), float(bodies[b + 1].nb_layer)
-            previous = None
-            for v, s in p.cells:
-                g = self._column(0, 1, True)
-                self._row(-INF, 0, {**{self.x[(b + 1, k, v, s)]: 1.0 for k in p.option_indices}, g: -after})
-                if previous is not None:
-                    self._row(0, INF, {g: 1.0, previous: -1.0})
-                    self._row(-INF, before, {**{self.x[(b, k, v, s)]: 1.0 for k in p.option_indices},
-                                             previous: before})
-                previous = g
-                for threshold in ranks[1:]:
-                    e = self._column(0, 1, True)
-                    high = {self.x[(b, k, v, s)]: 1.0 for k in p.option_indices if RANK[OPTIONS[k]] >= threshold}
-                    low = {self.x[(b + 1, k, v, s)]: 1.0 for k in p.option_indices if RANK[OPTIONS[k]] < threshold}
-                    self._row(-INF, 0, {**high, e: -before})
-                    self._row(-INF, after, {**low, e: after})
-
-    def _memory(self) -> None:
-        p = self.p
-        for s in range(p.stages):
-            for vector in p.vectors[s]:
-                terms: dict[int, float] = {self.peak: -1.0}
-                for l, body in enumerate(p.layers.bodies):
-                    for k in p.option_indices:
-                        for v in range(p.chunks):
-                            mb = body.memory_parameter_mb + vector[v] * body.memory_mb[OPTIONS[k]]
-                            if mb:
-                                terms[self.x[(l, k, v, s)]] = mb / self.mu
-                fixed = (p.constant_memory_mb + p.head_stage_memory_mb(s, vector)) / self.mu
-                self._row(-INF, -fixed, terms)
-
-    def plan(self, values: list[float]) -> Plan:
-        counts = empty_counts(self.p)
-        for (l, k, v, s), column in self.x.items():
-            counts[l][v][s][k] = round(values[column])
-        return Plan(self.p, freeze(counts))
+def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, bound: float) -> list[StageChoice]:
+    most = problem.layers.nb_body_layers - (len(problem.cells) - len(problem.reserved_cells) - 1)
+    per_chunk = []
+    for v in range(problem.chunks):
+        options = [catalogue.empty_cell()] if (v, stage) in problem.reserved_cells else []
+        for types, counts in catalogue.compositions(most):
+            cell = _leanest(catalogue, types, counts)
+            if cell.parameter_mb + problem.constant_memory_mb <= bound:
+                options.append(cell)
+        per_chunk.append(options)
+    kept: dict[tuple, tuple[float, StageChoice]] = {}
+    for cells in itertools.product(*per_chunk):
+        used = catalogue.stage_memory(stage, cells)
+        if used > bound:
+            continue
+        totals = tuple(sum(c.body_count(b) for c in cells) for b in range(len(problem.layers.bodies)))
+        key = (tuple(c.bodies for c in cells), totals)
+        if key not in kept or used < kept[key][0]:
+            kept[key] = (used, StageChoice(tuple(cells)))
+    return [choice for _, choice in kept.values()]
 
 
 def memory_floor(problem: BalanceInput, time_limit: float) -> tuple[float | None, bool, float]:
     """(MB the least-memory plan needs, whether that is proven least, seconds)."""
+    from ppb_core.balance.program import _ChoiceModel  # the same columns and rows as the balancer's
+
     started = time.perf_counter()
-    model = _FloorModel(problem)
+    catalogue = Catalogue(problem)
+    bound = _even_split_floor(problem, catalogue)
+    choices = [_stage_choices(problem, catalogue, s, bound) for s in range(problem.stages)]
+    mu = float(problem.memory_mb)
+    model = _ChoiceModel(problem, choices, 1.0)
+    for s, stage in enumerate(choices):
+        terms = {model.top: 1.0}
+        for j, choice in enumerate(stage):
+            terms[model.y[s][j]] = -catalogue.stage_memory(s, choice.cells) / mu
+        model.rows.append((0.0, INF, list(terms), list(terms.values())))
     solver = highs.new_solver(time_limit)
-    highs.load(solver, model.columns, model.rows, model.peak)
+    highs.load(solver, model.columns, model.rows, model.top)
     solver.run()
     if not highs.has_solution(solver):
         return None, False, time.perf_counter() - started

@@ -406,6 +406,9 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     tau = _time_unit(problem)
     notes: list[str] = []
     fitting = [plan for plan in (uniform_plan(problem, option) for option in problem.options) if plan.fits]
+    even = even_split_best_options(problem, catalogue)
+    if even is not None:
+        fitting.append(even)
 
     # 1. The closed form, over choices reduced by stage totals.
     bound = min((plan.closed_form_time for plan in fitting), default=math.inf)
@@ -444,9 +447,6 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
 
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
     incumbents = [closed_plan, *fitting]
-    even = even_split_best_options(problem, catalogue)
-    if even is not None:
-        incumbents.append(even)
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     if problem.chunks > 1:  # the closed form does not see how a stage splits its work between chunks
         polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 4))

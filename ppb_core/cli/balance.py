@@ -103,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
     text = json.dumps(result, indent=2)
+    if result["status"] == "infeasible":
+        # the JSON still says why; no plan file, and the one-line error and exit status of bad input
+        if args.json:
+            print(text)
+        raise InputError(problem.source, "memory", result.get("message", "no plan fits"))
     if args.out:
         atomic_write_text(args.out, text + "\n")
     if args.json:
