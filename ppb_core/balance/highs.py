@@ -39,6 +39,8 @@ def new_solver(time_limit: float) -> highspy.Highs:
         solver = highspy.Highs()
     for name, value in (("output_flag", False), ("random_seed", 0),
                         ("mip_heuristic_effort", 0.0), ("mip_allow_restart", False), ("presolve", "off"),
+                        # sub-MIP heuristics can run presolve for minutes past the time limit
+                        ("mip_heuristic_run_rens", False), ("mip_heuristic_run_rins", False),
                         ("mip_rel_gap", 0.0), ("mip_abs_gap", 1e-7),
                         ("mip_feasibility_tolerance", TOLERANCE), ("primal_feasibility_tolerance", TOLERANCE),
                         ("time_limit", max(0.01, time_limit))):

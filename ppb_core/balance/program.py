@@ -47,6 +47,7 @@ from ppb_core.switches import OPTIONS
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
 SEED_PLANS = 150  # random plans whose critical paths seed it too
 MAX_ROUNDS = 200  # paths added before giving up on proving a plan optimal
+NEARBY_PATHS = 20  # shaken copies of each round's plan whose critical paths are added with its own
 CONSISTENCY = 1e-6  # relative: a plan's critical path this close to T is taken as equal to it
 ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
 LOCAL_SEARCH_SECONDS = 2.0  # at most this long improving the starting plan by local moves
@@ -282,6 +283,17 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]
     return seeds
 
 
+def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> list[Path]:
+    """Critical paths of the plan's schedule with every cell time scaled by a random factor in [0.9, 1.1]."""
+    p = plan.problem
+    found = []
+    for _ in range(count):
+        forward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_forward]
+        backward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_backward]
+        found.append(dict(simulate(p.schedule_name, forward, backward, p.micro_batches).path_counts()))
+    return found
+
+
 @dataclass
 class _Run:
     status: str
@@ -306,6 +318,7 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
     def value(plan: Plan) -> float:
         return plan.iteration_time if exact else plan.closed_form_time
 
+    rng = random.Random(1)
     incumbent = start
     # With lazy paths, short rounds first: a plan that exploits a missing path is caught early.
     budget = ROUND_SECONDS
@@ -361,9 +374,14 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
             return _Run("optimal", best, bound, rounds, paths)
         if rounds >= MAX_ROUNDS:
             return _Run("time_limit", best, bound, rounds, paths)
-        highs.add_row(solver, 0.0, model.path_terms(critical))
-        added.add(key)
-        paths += 1
+        # the plan's critical path, and those of the plan with its cell times shaken a little: the
+        # paths the next plans (near this one) will run along
+        for path in [critical, *_nearby_paths(plan, rng)]:
+            path_key = tuple(sorted(path.items()))
+            if path_key not in added:
+                highs.add_row(solver, 0.0, model.path_terms(path))
+                added.add(path_key)
+                paths += 1
 
 
 def even_split_best_options(problem: BalanceInput, catalogue: Catalogue) -> Plan | None:

@@ -1,0 +1,144 @@
+"""Balancer solve times for the sizes in targets.md, with status and gap: `python bench/balance.py`.
+
+Cases (descriptions written below; memory chosen so that it binds):
+
+* dsv3-like: 61 layers of two body kinds (3 dense + 58 MoE, five options, DeepSeek-V3-like figures
+  from ppb describe on configs/deepseek-v3.yaml with COMM and BOTH added), P=16, V=2, m=32;
+* 128 layers, one kind, five options, P=64, V=1, m=128;
+* reference.md §8.4 llama2_70b.json at P=16, m=32, V=1 and V=2, 56000 MB; at V=2 the plan SAPP
+  printed (offset and recompute; its other layers given the fastest options that fit, the most
+  favourable reading) is simulated beside ours.
+
+Each case is solved twice: the closed form alone (`--closed-form`) and the default (the schedule's
+critical path), each with the time limit given (default 60 s). Runs on one core (the process is
+pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.balance import BalanceInput, solve  # noqa: E402
+from ppb_core.balance.baselines import baselines, best_feasible  # noqa: E402
+from ppb_core.balance.outputs import plan_from_yaml  # noqa: E402
+from ppb_core.balance.plan import Plan, freeze  # noqa: E402
+from ppb_core.sapp import layer_set, read_layer_set  # noqa: E402
+from ppb_core.switches import OPTIONS  # noqa: E402
+
+DSV3_LIKE = [
+    {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.0041, "backward_time": 0.0102,
+     "memory_parameter": 5385},
+    {"name": "BODY_0", "type": "BODY", "nb_layer": 3, "time": 1.0, "memory_parameter": 3390,
+     "memory_activation": 1330, "memory_select_rec": 546, "memory_select_comm": 1100,
+     "memory_both_comm_select": 420, "memory_recompute": 56,
+     "backward_time": 2.02, "select_rec_time": 2.15, "select_comm_time": 2.10,
+     "both_comm_select_time": 2.25, "recompute_time": 3.02},
+    {"name": "BODY_1", "type": "BODY", "nb_layer": 58, "time": 3.15, "memory_parameter": 3818,
+     "memory_activation": 2228, "memory_select_rec": 1444, "memory_select_comm": 1900,
+     "memory_both_comm_select": 1150, "memory_recompute": 56,
+     "backward_time": 4.17, "select_rec_time": 4.30, "select_comm_time": 4.28,
+     "both_comm_select_time": 4.42, "recompute_time": 7.33},
+    {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 6.43, "backward_time": 10.06,
+     "memory_parameter": 21846},
+]
+LAYERS_128 = [
+    {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.5, "memory_parameter": 4000},
+    {"name": "BODY_0", "type": "BODY", "nb_layer": 128, "time": 1.0, "memory_parameter": 1500,
+     "memory_activation": 900, "memory_select_rec": 600, "memory_select_comm": 800,
+     "memory_both_comm_select": 500, "memory_recompute": 40},
+    {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1.2, "memory_parameter": 5000},
+]
+
+
+def _sapp_printed_plan(problem: BalanceInput) -> Plan:
+    """SAPP's printed llama2_70b V=2 plan; the layers it does not fully recompute get, per stage,
+    the options of least total backward time that fit (select_recompute was not printed)."""
+    base = plan_from_yaml(problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]],
+                                    "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]})
+    counts = [[[list(cell) for cell in row] for row in body] for body in base.counts]
+    others = [o for o in ("BOTH", "SLCT", "COMM", "NONE") if o in problem.options]
+    for s in range(problem.stages):
+        best = None
+        per_cell = []
+        for v in range(problem.chunks):
+            full = base.cell_options(v, s)[OPTIONS.index("FULL")]
+            rest = base.cell_layers(v, s) - full
+            per_cell.append([(full, seq) for seq in itertools.combinations_with_replacement(others, rest)])
+        for combo in itertools.product(*per_cell):
+            trial = [[[list(cell) for cell in row] for row in body] for body in counts]
+            for v, (full, seq) in enumerate(combo):
+                cell = [0] * len(OPTIONS)
+                cell[OPTIONS.index("FULL")] = full
+                for option in seq:
+                    cell[OPTIONS.index(option)] += 1
+                trial[0][v][s] = cell
+            plan = Plan(problem, freeze(trial))
+            if plan.exact_stage_memory(s) <= problem.memory_mb:
+                backward = sum(plan.cell_backward[v][s] for v in range(problem.chunks))
+                if best is None or backward < best[0]:
+                    best = (backward, trial)
+        counts = best[1]
+    return Plan(problem, freeze(counts))
+
+
+def _line(name: str, mode: str, solution, seconds: float) -> str:
+    plan = solution.plan
+    simulated = f"{plan.iteration_time:.6g}" if plan else "—"
+    objective = f"{solution.objective:.6g}" if solution.objective is not None else "—"
+    bound = f"{solution.bound:.6g}" if solution.bound is not None else "—"
+    gap = f"{solution.gap:.4f}" if solution.gap is not None else "—"
+    return (f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s  objective {objective:<10} "
+            f"bound {bound:<10} gap {gap:<7} simulated {simulated:<10} choices {solution.choices}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--only", help="run the cases whose name contains this")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {0})
+        except OSError:
+            pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
+          f"Python {platform.python_version()}, {platform.platform()}")
+    import highspy
+
+    print(f"highspy {getattr(highspy, '__version__', '?')}; time limit {args.time_limit:g} s per solve")
+    llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
+    cases = [
+        ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
+        ("128 layers P64 V1", BalanceInput(layer_set(LAYERS_128), 64, 128, 1, 60000.0)),
+        ("llama2_70b P16 V1", BalanceInput(llama, 16, 32, 1, 56000.0)),
+        ("llama2_70b P16 V2", BalanceInput(llama, 16, 32, 2, 56000.0)),
+    ]
+    for name, problem in cases:
+        if args.only and args.only not in name:
+            continue
+        best = best_feasible(baselines(problem))
+        for mode, exact in (("closed-form", False), ("critical", True)):
+            started = time.perf_counter()
+            solution = solve(problem, time_limit=args.time_limit, exact=exact)
+            print(_line(name, mode, solution, time.perf_counter() - started), flush=True)
+            if exact and solution.plan is not None and best is not None:
+                print(f"{'':<22} best uniform split ({best.option}) simulated {best.iteration_time:.6g}: "
+                      f"speedup {best.iteration_time / solution.plan.iteration_time:.3f}")
+        if name == "llama2_70b P16 V2":
+            reference = _sapp_printed_plan(problem)
+            print(f"{'':<22} SAPP's printed plan (best reading): fits {reference.fits}, simulated "
+                  f"{reference.iteration_time:.6g}, closed form {reference.closed_form_time:.6g}")
+
+
+if __name__ == "__main__":
+    main()
