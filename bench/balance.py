@@ -17,6 +17,7 @@ pinned to CPU 0 where the OS allows). Prints the machine, then one line per solv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import platform
@@ -106,10 +107,8 @@ def main() -> None:
     parser.add_argument("--only", help="run the cases whose name contains this")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
-        try:
+        with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {0})
-        except OSError:
-            pass
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
           f"Python {platform.python_version()}, {platform.platform()}")
