@@ -19,7 +19,7 @@ from typing import Any
 
 from ppb_core.config import RunConfig
 from ppb_core.kinds import LayerKind, kind_from_dict, kind_to_dict
-from ppb_core.memory import MemoryModel, StagePeak, configured_option, run_in_flight, stage_peaks
+from ppb_core.memory import MemoryModel, StagePeak, configured_option, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.memory.peak import MB
 from ppb_core.model import Layer, LayerWalk, walk
 from ppb_core.sources import TimeSource
@@ -197,7 +197,7 @@ def estimate(
     if in_flight is not None:
         device = run.device
         peaks = tuple(stage_peaks(memory, layer_walk, in_flight, device.profile().memory_mb * MB,
-                                  device.reserved_mb * MB))
+                                  device.reserved_mb * MB, vectors=run_in_flight_vectors(run)))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pandas as pd
 
 from ppb_core.config import RunConfig
-from ppb_core.memory import MemoryModel, run_in_flight, stage_peaks
+from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.model import BODY, HEAD, TAIL, Layer, LayerWalk, walk
 from ppb_core.schedules import cell_order
 from ppb_core.switches import OPTIONS
@@ -203,7 +203,7 @@ def plan_stages(run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
     peaks = stage_peaks(memory, placed, run_in_flight(run), device.profile().memory_mb * MB, device.reserved_mb * MB,
-                        option_of=lambda layer: chosen[layer])
+                        option_of=lambda layer: chosen[layer], vectors=run_in_flight_vectors(run))
     forward = [0.0] * par.pp
     backward = [0.0] * par.pp
     for layer in placed:

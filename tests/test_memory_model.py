@@ -107,6 +107,29 @@ def test_stage_peaks_by_hand():
     assert not tight[0].fits
 
 
+def test_stage_peak_is_the_largest_over_the_schedules_vectors():
+    # DENSE, 4 layers, pp 2, vpp 2: stage 0 holds chunk 0 (HEAD + one body) and chunk 1 (one body).
+    # Per micro-batch: HEAD 512, a body 115712 (NONE) or 8192 (FULL). Hand-stated candidate vectors
+    # (8, 3) and (7, 4) for stage 0 (the interleaved order reaches both, docs/balance.md).
+    run = make_run(DENSE, parallel={"pp": 2, "vpp": 2, "zero": 0, "schedule": "interleaved"},
+                   training={"seq_length": 64, "micro_batches": 4}, device={"memory_mb": 1000, "reserved_mb": 100})
+    memory = model(run)
+    vectors = [[(8, 3), (7, 4)], [(1, 1)]]
+    in_flight = [[8, 1], [3, 1]]
+
+    def peak_of(chunk_options):
+        peaks = stage_peaks(memory, walk(run), in_flight, 1000 * MB, 100 * MB,
+                            option_of=lambda layer: chunk_options[layer.chunk], vectors=vectors)
+        return peaks[0]
+
+    # chunk 0 keeps more: (8, 3) gives 8·(512 + 115712) + 3·8192 = 954368 > 7·116224 + 4·8192 = 846336
+    lean_late = peak_of({0: "NONE", 1: "FULL"})
+    assert (lean_late.in_flight, lean_late.activation_bytes) == ((8, 3), 954368)
+    # chunk 1 keeps more: (7, 4) gives 7·(512 + 8192) + 4·115712 = 523776 > 8·8704 + 3·115712 = 416768
+    lean_early = peak_of({0: "FULL", 1: "NONE"})
+    assert (lean_early.in_flight, lean_early.activation_bytes) == ((7, 4), 523776)
+
+
 # Additivity: every tensor sits under one switch, so what a set of switches drops is the sum of what
 # each drops alone; the switch profiles (9 measurements for 128 settings) rest on it.
 from hypothesis import given, settings  # noqa: E402

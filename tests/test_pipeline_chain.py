@@ -155,12 +155,17 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
         assert report_ms == pytest.approx(plan_time * unit_ms, rel=1e-9)
     # Memory: the balancer's figures are whole MB per term, from buffers split at `many` micro-batches
     # (reference §2.7), and count no backward working set; the memory model evaluates each stage at
-    # its own count. Without the working set they are close, not equal. Interleaved schedules are
-    # left out: there the memory model takes one in-flight vector per stage (memory.run_in_flight,
-    # qwen2.5-7b stage 1: (2, 1)) where the balancer takes the worst of several (also (3, 0)).
-    if load_run_config(CONFIGS / f"{key}.yaml").parallel.vpp == 1:
-        held = report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"] - report["working_mb"]
-        for model_mb, planned_mb in zip(held, plan["memory_mb"], strict=True):
+    # its own count. Without the working set they are close, not equal. Interleaved stages peak at
+    # the worst of several in-flight vectors in both; there the balancer is the more cautious: a
+    # TAIL description holds its logits once in `memory_parameter` (reference §2.6), charged even at
+    # a vector where the tail's chunk holds no micro-batch (qwen2.5-7b stage 1 at (3, 0): 24·620 MB
+    # of COMM layers + the TAIL's 3490, where the memory model's peak is (2, 1) with one logits).
+    interleaved = load_run_config(CONFIGS / f"{key}.yaml").parallel.vpp > 1
+    held = report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"] - report["working_mb"]
+    for model_mb, planned_mb in zip(held, plan["memory_mb"], strict=True):
+        if interleaved:
+            assert planned_mb * 0.9 <= model_mb <= planned_mb * 1.02
+        else:
             assert model_mb == pytest.approx(planned_mb, rel=0.02)
     assert chain.report_problems(report) == []
     files = chain.stage_artifacts("plan_report", report)

@@ -3,7 +3,14 @@
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, BufferTerm
 from ppb_core.memory.model import MemoryModel, StateMemory
-from ppb_core.memory.peak import StagePeak, configured_option, run_in_flight, run_stage_peaks, stage_peaks
+from ppb_core.memory.peak import (
+    StagePeak,
+    configured_option,
+    run_in_flight,
+    run_in_flight_vectors,
+    run_stage_peaks,
+    stage_peaks,
+)
 from ppb_core.memory.setup import BUFFER_RULES, MemorySetup
 from ppb_core.memory.static import StaticBytes
 
@@ -20,6 +27,7 @@ __all__ = [
     "StaticBytes",
     "configured_option",
     "run_in_flight",
+    "run_in_flight_vectors",
     "run_stage_peaks",
     "stage_peaks",
 ]

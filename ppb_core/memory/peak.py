@@ -6,8 +6,10 @@ Peak = static (every layer of the stage, HEAD and TAIL included)
      + the largest working set of one layer's backward (warm-up ends: FSDP holds two layers)
      + the device's reserved memory.
 
-Micro-batches in flight per (chunk, stage) come from `ppb_core.schedules.micro_batches_in_flight`
-(owned by the balancer); `stage_peaks` also takes them as plain numbers so tests can state them.
+Micro-batches in flight come from `ppb_core.schedules` (owned by the balancer): where a stage runs
+several chunks whose layers keep different amounts per micro-batch, its peak is the largest over
+every per-chunk count vector the schedule reaches (`in_flight_vectors`), as the balancer charges
+it. `stage_peaks` also takes the counts as plain numbers so tests can state them.
 """
 
 from __future__ import annotations
@@ -59,11 +61,13 @@ def stage_peaks(
     device_bytes: float,
     reserved_bytes: float = 0.0,
     option_of: Callable[[Layer], str] | None = None,
+    vectors: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[StagePeak]:
     """Each stage's peak with *in_flight* [chunk][stage] micro-batches in flight.
 
-    *option_of* gives a body layer's option (default: `configured_option`). Identical layers in
-    one cell are evaluated once.
+    *vectors*, per stage, lists every per-chunk count at which the stage may peak (default: the
+    one of *in_flight*); the largest peak among them is the stage's. *option_of* gives a body
+    layer's option (default: `configured_option`). Identical layers in one cell are evaluated once.
     """
     groups: Counter = Counter()
     for layer in layer_walk:
@@ -72,35 +76,40 @@ def stage_peaks(
             option = option_of(layer) if option_of is not None else configured_option(memory, layer.model_name)
         groups[(layer.stage, layer.chunk, layer.model_name, layer.node, layer.kind, option)] += 1
     chunks = len(in_flight)
-    totals = {
-        stage: {"static": 0.0, "act": 0.0, "buf": 0.0, "work": 0.0, "body": 0} for stage in range(layer_walk.stages)
-    }
+    stages = layer_walk.stages
+    if vectors is None:
+        vectors = [[tuple(in_flight[chunk][stage] for chunk in range(chunks))] for stage in range(stages)]
+    totals = {stage: {"static": 0.0, "work": 0.0, "body": 0} for stage in range(stages)}
+    # activations and buffers at each candidate vector of the stage
+    dynamic = {stage: [[0.0, 0.0] for _ in vectors[stage]] for stage in range(stages)}
     for (stage, chunk, model_name, node, kind, option), count in groups.items():
         layer = Layer(model_name, node, kind, 0, chunk, stage)
         state, switches = memory.option_state(layer, option or "NONE")  # HEAD and TAIL have one state
-        flight = in_flight[chunk][stage]
-        activation, buffers = memory.dynamic_bytes(layer, state, switches, flight)
+        for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
+            activation, buffers = memory.dynamic_bytes(layer, state, switches, vector[chunk])
+            sums[0] += count * activation
+            sums[1] += count * buffers
         total = totals[stage]
         total["static"] += count * memory.static_bytes(layer)
-        total["act"] += count * activation
-        total["buf"] += count * buffers
         total["work"] = max(total["work"], memory.working_extra_bytes(layer, state, switches, 2, on_saved=True))
         if option is not None:
             total["body"] += count
-    return [
-        StagePeak(
+    peaks = []
+    for stage, total in totals.items():
+        # the first vector of the largest activations + buffers (the schedules list the fullest first)
+        index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
+        peaks.append(StagePeak(
             stage=stage,
             body_layers=total["body"],
-            in_flight=tuple(in_flight[chunk][stage] for chunk in range(chunks)),
+            in_flight=tuple(vectors[stage][index]),
             static_bytes=total["static"],
-            activation_bytes=total["act"],
-            buffer_bytes=total["buf"],
+            activation_bytes=dynamic[stage][index][0],
+            buffer_bytes=dynamic[stage][index][1],
             working_bytes=total["work"],
             reserved_bytes=reserved_bytes,
             device_bytes=device_bytes,
-        )
-        for stage, total in totals.items()
-    ]
+        ))
+    return peaks
 
 
 @functools.lru_cache(maxsize=256)
@@ -116,6 +125,22 @@ def run_in_flight(run: RunConfig) -> list[list[int]]:
     par = run.parallel
     try:
         return [list(row) for row in _in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)]
+    except ValueError as err:
+        raise InputError(run.source, "training.micro_batches", str(err)) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    from ppb_core.schedules import in_flight_vectors
+
+    return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
+
+
+def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
+    """Per stage, every per-chunk count of micro-batches in flight at which the stage may peak."""
+    par = run.parallel
+    try:
+        return [list(stage) for stage in _vectors(par.schedule, par.pp, par.vpp, run.training.micro_batches)]
     except ValueError as err:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
@@ -137,6 +162,7 @@ def run_stage_peaks(
         device_bytes=device.profile().memory_mb * MB,
         reserved_bytes=device.reserved_mb * MB,
         option_of=option_of,
+        vectors=run_in_flight_vectors(run),
     )
 
 
