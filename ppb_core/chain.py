@@ -24,17 +24,18 @@ from typing import Any
 
 import pandas as pd
 
-from ppb_core.balance import BalanceInput, balance
+from ppb_core.balance import balance
+from ppb_core.balance.problem import run_problem
 from ppb_core.config import RunConfig, load_run_config, run_from_frame, run_to_frame
 from ppb_core.errors import InputError
 from ppb_core.estimate import estimate, estimate_to_frame
 from ppb_core.io import atomic_write_bytes
-from ppb_core.memory import MemoryModel
+from ppb_core.memory import MemoryModel, run_in_flight_counts
 from ppb_core.model import LayerWalk, walk, walk_from_frame, walk_to_frame
 from ppb_core.ppb import combine, describe_layers, many_in_flight, profile_layers, scale, withdraw
 from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_to_frame
 from ppb_core.report import plan_stages, report_files
-from ppb_core.sapp import layer_set, validate_descriptions
+from ppb_core.sapp import validate_descriptions
 from ppb_core.switches import MEMORY_KEY, OPTIONS
 from ppb_core.timing import TimeModel
 
@@ -88,10 +89,8 @@ def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.Da
     The buffers are split at the most micro-batches in flight any (chunk, stage) of the schedule
     keeps, and the linear split's excess is stated at every count the schedule uses.
     """
-    from ppb_core.cli.profile import in_flight_counts
-
     run, walked = _run_and_walk(run_config, layer_walk)
-    counts = in_flight_counts(run)
+    counts = run_in_flight_counts(run)
     profiles = profile_layers(
         walked, MemoryModel(run), TimeModel(run), many=max(2, max(counts)), counts=counts, switches_of=run.switches
     )
@@ -180,11 +179,7 @@ def pipeline_plan(
     the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb.
     """
     run = run_from_frame(run_config)
-    par = run.parallel
-    problem = BalanceInput(
-        layer_set(descriptions_from_frame(scaled_descriptions), run.source), par.pp, run.training.micro_batches,
-        par.vpp, float(run.device.usable_mb), 0.0, par.schedule, run.source,
-    )
+    problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
     return plan_to_frame(balance(problem, time_limit_s))
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 from ppb_core.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.errors import InputError
 from ppb_core.hf import read_hf_config
+from ppb_core.schedules import check as check_schedule
 from ppb_core.spec import ModelSpec, StrictModel
 from ppb_core.switches import SWITCHES
 
@@ -319,6 +320,10 @@ def _check_run(run: RunConfig, where: str) -> None:
     if run.total_body_layers < cells:
         raise InputError(where, "parallel.pp",
                          f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells")
+    try:
+        check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches)
+    except ValueError as err:
+        raise InputError(where, "training.micro_batches", str(err)) from None
     if train.seq_length % par.cp:
         raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
     if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):

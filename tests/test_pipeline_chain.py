@@ -11,9 +11,9 @@ import pytest
 
 from ppb_core import chain
 from ppb_core.cli.main import main
-from ppb_core.cli.profile import in_flight_counts
 from ppb_core.config import load_run_config, run_to_frame
 from ppb_core.estimate import estimate, estimate_to_frame
+from ppb_core.memory import run_in_flight_counts
 from ppb_core.model import walk, walk_to_frame
 from ppb_core.ppb import describe_run, profile_run
 from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_from_frame
@@ -193,7 +193,7 @@ def test_the_chain_equals_the_core_entry_points(shipped) -> None:
     timed = estimate_to_frame(estimate(run, times=TimeModel(run), stages=False))
     for column in tables["layer_times"].columns:
         pd.testing.assert_series_equal(tables["layer_times"][column], timed[column])
-    counts = in_flight_counts(run)
+    counts = run_in_flight_counts(run)
     profiles = profile_run(run, most_in_flight=max(counts), in_flight=counts)
     assert profiles_from_frame(tables["switch_profiles"]) == profiles
 

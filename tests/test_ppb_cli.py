@@ -93,9 +93,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(fakes, run_yaml, tmp_p
     assert not out.exists()
 
 
-def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(fakes, tmp_path, capsys):
-    # Interleaved over 4 stages with 3 micro-batches cannot run; the profile splits at
-    # max(2, min(4, 3)) = 3 and states the excess at 2.
+def test_a_schedule_that_cannot_run_is_refused_in_one_line(tmp_path, capsys):
+    # Interleaved over 4 stages with 3 micro-batches cannot run (Megatron-LM needs m >= pp).
     path = tmp_path / "short.yaml"
     path.write_text(yaml.safe_dump({
         "models": [{"name": "llm", "spec": {**SPEC, "num_layers": 8}}],
@@ -103,11 +102,12 @@ def test_profile_falls_back_to_every_count_where_the_schedule_cannot_run(fakes, 
         "training": {"seq_length": 256, "micro_batches": 3},
         "device": {"name": "h100-80gb"},
     }))
-    assert cli_main.main(["profile", str(path), "--json"]) == 0
-    captured = capsys.readouterr()
-    assert "ppb: note:" in captured.err and "profiling at 1 to 3 in flight" in captured.err
-    report = json.loads(captured.out)
-    assert report["many"] == 3 and report["profiles"][0]["counts"] == [2]
+    for command in ("estimate", "profile", "describe", "balance"):
+        assert cli_main.main([command, str(path), "--json"] if command != "describe" else [command, str(path)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.strip() == (f"ppb: error: {path}: training.micro_batches: the interleaved schedule needs "
+                                        "at least as many micro-batches as stages (3 < 4)")
 
 
 def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys):

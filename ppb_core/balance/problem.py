@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ppb_core.errors import InputError
-from ppb_core.sapp import LayerSet
+from ppb_core.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.switches import OPTIONS
+
+if TYPE_CHECKING:
+    from ppb_core.config import RunConfig
 
 # Where MindFormers applies each option among a cell's layers: full recompute on the first layers,
 # then both selective kinds, then one selective kind, then none (§6.6's yaml counts from the start).
@@ -114,6 +119,32 @@ class BalanceInput:
             "options": list(self.options),
             "bodies": [{"name": b.name, "nb_layer": b.nb_layer} for b in self.layers.bodies],
         }
+
+
+def run_problem(
+    run: RunConfig,
+    descriptions: Sequence[Mapping[str, Any]],
+    *,
+    stages: int | None = None,
+    micro_batches: int | None = None,
+    chunks: int | None = None,
+    memory_mb: float | None = None,
+    schedule: str | None = None,
+    constant_memory_mb: float = 0.0,
+) -> BalanceInput:
+    """The problem a run config poses: pp stages, its micro-batches, vpp chunks, its schedule and the
+    device's memory less reserved_mb; a keyword given overrides the run config's value."""
+    par = run.parallel
+    return BalanceInput(
+        layer_set(descriptions, run.source),
+        stages or par.pp,
+        micro_batches or run.training.micro_batches,
+        chunks or par.vpp,
+        float(memory_mb or run.device.usable_mb),
+        float(constant_memory_mb),
+        schedule or par.schedule,
+        run.source,
+    )
 
 
 def source_name(path: str | Path | None) -> str | None:

@@ -51,7 +51,7 @@ def _positive(value: Any, name: str, source: str) -> None:
 
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
-    from ppb_core.balance.problem import BalanceInput
+    from ppb_core.balance.problem import BalanceInput, run_problem
     from ppb_core.sapp import layer_set, read_layers_description
 
     source = str(args.source)
@@ -75,23 +75,21 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
         from ppb_core.ppb import describe_run
 
         run = load_run_config(path)
-        descriptions = describe_run(run)
-        stages = args.stages or run.parallel.pp
-        micro_batches = args.micro_batches or run.training.micro_batches
-        chunks = interleave or run.parallel.vpp
-        memory = args.memory or run.device.usable_mb
-        schedule = args.schedule or run.parallel.schedule
+        schedule = args.schedule
+        if search and (schedule or run.parallel.schedule) == "interleaved":
+            schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
+        problem = run_problem(run, describe_run(run), stages=args.stages, micro_batches=args.micro_batches,
+                              chunks=interleave, memory_mb=args.memory, schedule=schedule,
+                              constant_memory_mb=args.constant_memory or 0.0)
     else:
-        descriptions = read_layers_description(path)
-        stages = args.stages or SAPP_DEFAULTS["stages"]
-        micro_batches = args.micro_batches or SAPP_DEFAULTS["micro_batches"]
-        chunks = interleave or SAPP_DEFAULTS["interleave"]
-        memory = args.memory or SAPP_DEFAULTS["memory"]
         schedule = args.schedule or "1f1b"
-    if search and schedule in ("interleaved",):
-        schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
-    problem = BalanceInput(layer_set(descriptions, source), stages, micro_batches, chunks, float(memory),
-                           float(args.constant_memory or 0.0), schedule, source)
+        if search and schedule == "interleaved":
+            schedule = "1f1b"
+        problem = BalanceInput(
+            layer_set(read_layers_description(path), source), args.stages or SAPP_DEFAULTS["stages"],
+            args.micro_batches or SAPP_DEFAULTS["micro_batches"], interleave or SAPP_DEFAULTS["interleave"],
+            float(args.memory or SAPP_DEFAULTS["memory"]), float(args.constant_memory or 0.0), schedule, source,
+        )
     return problem, search
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ppb_core.config import RunConfig, load_run_config
 from ppb_core.errors import InputError
 from ppb_core.front import LayerOption, build_front
-from ppb_core.ppb import MB, ProfileKey, many_in_flight, profile_run
+from ppb_core.memory import run_in_flight_counts
+from ppb_core.ppb import MB, ProfileKey, profile_run
 from ppb_core.profile import Cost, SwitchProfile
 from ppb_core.switches import SWITCHES
 
@@ -36,25 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="split the buffers at N micro-batches in flight (default: the most any stage of the schedule keeps)",
     )
     parser.set_defaults(func=run)
-
-
-def in_flight_counts(run: RunConfig) -> list[int]:
-    """Every count of micro-batches in flight a (chunk, stage) of the run's schedule keeps.
-
-    Where the schedule cannot run these sizes, every count from 1 to what the descriptions split
-    the buffers at, with a note: a profile does not need the schedule to run.
-    """
-    from ppb_core.schedules import micro_batches_in_flight
-
-    par = run.parallel
-    try:
-        cells = micro_batches_in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)
-    except ValueError as err:
-        many = many_in_flight(par.pp, run.training.micro_batches)
-        print(f"ppb: note: {run.source}: parallel.schedule: {err}; profiling at 1 to {many} in flight",
-              file=sys.stderr)
-        return list(range(1, many + 1))
-    return sorted({count for row in cells for count in row})
 
 
 def _setting(recompute: frozenset[str] | None) -> list[str] | None:
@@ -163,7 +144,7 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_run_config(args.run)
-    counts = in_flight_counts(config)
+    counts = run_in_flight_counts(config)
     if args.most_in_flight is not None and args.most_in_flight < 1:
         raise InputError(None, "--most-in-flight", f"must be at least 1, got {args.most_in_flight}")
     most = args.most_in_flight or max(counts)

@@ -129,6 +129,11 @@ def run_in_flight(run: RunConfig) -> list[list[int]]:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
 
+def run_in_flight_counts(run: RunConfig) -> list[int]:
+    """Every count of micro-batches in flight a (chunk, stage) of the run's schedule keeps, ascending."""
+    return sorted({count for row in run_in_flight(run) for count in row})
+
+
 @functools.lru_cache(maxsize=256)
 def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
     from ppb_core.schedules import in_flight_vectors
