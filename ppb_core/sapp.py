@@ -78,10 +78,14 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
         checked.append(dict(entry))
     if not any(entry["type"] == "BODY" for entry in checked):
         raise InputError(source, TOP_KEY, "has no BODY description: there is nothing to balance")
-    names = [entry["name"] for entry in checked]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise InputError(source, f"{TOP_KEY}[{index}].name", f"{name!r} is used by an earlier description")
+    # Body names identify body types; every sub-model's HEAD and TAIL share theirs (reference §2.4).
+    seen: set[str] = set()
+    for index, entry in enumerate(checked):
+        if entry["type"] != "BODY":
+            continue
+        if entry["name"] in seen:
+            raise InputError(source, f"{TOP_KEY}[{index}].name", f"{entry['name']!r} is used by an earlier BODY")
+        seen.add(entry["name"])
     return checked
 
 

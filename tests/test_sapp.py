@@ -168,3 +168,40 @@ def test_write_validates_and_writes_nothing(tmp_path: Path) -> None:
 def test_time_and_memory_keys_carry_no_whitespace() -> None:
     for key in (*MEMORY_KEY.values(), *TIME_KEY.values()):
         assert key == key.strip()
+
+
+def test_every_sub_model_has_its_own_head_and_tail_named_alike(tmp_path: Path) -> None:
+    # reference §2.4: two HEADs of different sub-models are both named "HEAD"; body names stay unique
+    head = {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 7}
+    tail = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 2, "memory_parameter": 9}
+    entries = [head, _body(name="BODY_0"), tail, head, _body(name="BODY_1"), tail]
+    layers = read_layer_set(_write(tmp_path, {"layers_description": entries}))
+    assert (len(layers.heads), len(layers.bodies), len(layers.tails)) == (2, 2, 2)
+    with pytest.raises(InputError) as caught:
+        read_layers_description(_write(tmp_path, {"layers_description": [*entries, _body(name="BODY_1")]}))
+    assert caught.value.field == "layers_description[6].name"
+    assert "'BODY_1' is used by an earlier BODY" in caught.value.problem
+
+
+def test_a_two_model_run_describes_and_balances(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from ppb_core.cli.main import main
+
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        "models:\n"
+        "  - {name: vit, spec: {vocab_size: 1024, hidden_size: 256, num_layers: 4, num_attention_heads: 4,"
+        " num_key_value_heads: 4, intermediate_size: 1024}}\n"
+        "  - {name: llm, spec: {vocab_size: 4096, hidden_size: 512, num_layers: 8, num_attention_heads: 8,"
+        " num_key_value_heads: 2, intermediate_size: 1536}}\n"
+        "parallel: {pp: 2}\ntraining: {seq_length: 512, micro_batches: 4}\ndevice: {name: h100-80gb}\n"
+    )
+    out = tmp_path / "layers.json"
+    assert main(["describe", str(run), "-o", str(out)]) == 0
+    entries = read_layers_description(out)
+    assert [(e["name"], e["model_name"]) for e in entries] == [
+        ("HEAD", "vit"), ("BODY_0", "vit"), ("TAIL", "vit"), ("HEAD", "llm"), ("BODY_1", "llm"), ("TAIL", "llm")]
+    capsys.readouterr()
+    assert main(["balance", str(run), "--json", "--closed-form"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["status"] == "optimal"
+    assert sum(stage["layers"] for stage in plan["stages"]) == 12
