@@ -121,10 +121,11 @@ def _number(value: float | None, digits: int = 6) -> str:
 
 def render(result: dict[str, Any]) -> None:
     """The plan as rich tables: a summary, the stages, the yaml to paste, Megatron-LM flags, baselines."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ppb_core.cli.console import table_console
+
+    console = table_console()
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {given['source']}: P={given['stages']} m={given['micro_batches']} "

@@ -51,12 +51,11 @@ def _mb(value: float) -> str:
 
 def print_tables(result: Estimate) -> None:
     """The rich tables: layers (MB per device) and stages (peak against device memory)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: no terminal width to fit, print every figure whole
-        console = Console(width=200)
+    from ppb_core.cli.console import table_console
+
+    console = table_console()
     run = result.run
     par = run["parallel"]
     title = (f"{run['name']}: dp {par['dp']} tp {par['tp']} pp {par['pp']} vpp {par['vpp']} cp {par['cp']} "

@@ -34,8 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from ppb_core.cli.console import table_console
 
     if not args.time_limit > 0:
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
@@ -50,5 +51,5 @@ def run(args: argparse.Namespace) -> int:
     for name, frame in tables.items():
         written = chain.write_stage(args.out, name, key, frame)
         table.add_row(name, str(len(frame)), " ".join(f"{name}/{path.name}" for path in written))
-    Console().print(table)
+    table_console().print(table)
     return 0

@@ -107,10 +107,11 @@ def _mb(value: float) -> str:
 
 
 def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from ppb_core.cli.console import table_console
+
+    console = table_console()
     for (model_name, kind), profile in profiles.items():
         table = Table(
             title=f"{run.name} · {model_name} · {kind.name}: switch costs (forward {profile.forward_time:.3f} ms, "
