@@ -10,8 +10,9 @@ and under which options. Two facts make the set small without losing any optimum
 So among choices with the same layer counts per cell, only those whose vector of per-chunk
 backward times is not dominated by another choice that fits can be optimal. Per cell, option
 multisets dominated in (backward time, activation per micro-batch) are dropped first, since the
-stage's memory grows with every chunk's activation. And a stage whose own busy time
-m·Σ_v (F_v + B_v) exceeds a known plan's iteration time cannot be in a better plan.
+stage's memory grows with every chunk's activation. And a stage whose work per micro-batch
+Σ_v (F_v + B_v) is above what a known plan's value allows (`program.work_limit`) cannot be in a
+better plan.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+
+import numpy as np
 
 from ppb_core.balance.problem import RANK, BalanceInput
 from ppb_core.switches import OPTIONS
@@ -142,8 +145,9 @@ class Catalogue:
     def empty_cell(self) -> CellChoice:
         return CellChoice((), (), 0.0, 0.0, 0.0, 0.0)
 
-    def stage_choices(self, stage: int, time_bound: float, k_max: int, reduce: str = "pareto") -> list[StageChoice]:
-        """Every choice for a stage that fits and is not dominated, each cell holding at most k_max layers.
+    def stage_choices(self, stage: int, work_limit: float, k_max: int, reduce: str = "pareto") -> list[StageChoice]:
+        """Every choice for a stage that fits and is not dominated, each cell holding at most k_max layers
+        and the stage at most `work_limit` of forward + backward per micro-batch (head and tail included).
 
         `reduce="pareto"` keeps, per layer counts of each cell, the choices whose per-chunk
         backward times no other beats everywhere (exact for any objective that grows with each
@@ -152,7 +156,6 @@ class Catalogue:
         objectives that see a stage's total time only, such as the closed forms).
         """
         p = self.p
-        m = p.micro_batches
         layers = p.layers
         head_tail_time = [0.0] * p.chunks
         for chunk in range(p.chunks):
@@ -160,7 +163,7 @@ class Catalogue:
                 head_tail_time[chunk] += layers.head_forward() + layers.head_backward()
             if layers.tails and p.tail_cell == (chunk, stage):
                 head_tail_time[chunk] += layers.tail_forward() + layers.tail_backward()
-        fixed_busy = m * sum(head_tail_time)
+        fixed_work = sum(head_tail_time)
         vectors = p.vectors[stage]
         # A lower bound on what the stage holds besides its body layers' parameters.
         fixed_memory = p.constant_memory_mb + max((p.head_stage_memory_mb(stage, v) for v in vectors), default=0.0)
@@ -178,53 +181,95 @@ class Catalogue:
                 if least + fixed_memory > p.memory_mb:
                     continue
                 for choice in self.cell_choices(types, counts):
-                    busy = m * (choice.forward + choice.backward) + fixed_busy
-                    if busy <= time_bound and choice.parameter_mb + fixed_memory <= p.memory_mb:
+                    work = choice.forward + choice.backward + fixed_work
+                    if work <= work_limit and choice.parameter_mb + fixed_memory <= p.memory_mb:
                         options.append(choice)
             per_chunk.append(options)
-        # Grow the product chunk by chunk, dropping partial choices that already break memory or time.
-        partial: list[tuple[tuple[CellChoice, ...], float, float]] = [((), fixed_busy, 0.0)]
-        for chunk in range(p.chunks):
-            grown = []
-            for cells, busy, parameters in partial:
-                for choice in per_chunk[chunk]:
-                    new_busy = busy + m * (choice.forward + choice.backward)
-                    if new_busy > time_bound:
-                        continue
-                    new_parameters = parameters + choice.parameter_mb
-                    trial = (*cells, choice)
-                    if self._lower_memory(stage, trial, new_parameters) > p.memory_mb:
-                        continue
-                    grown.append((trial, new_busy, new_parameters))
-            partial = grown
+        return self._combine(stage, per_chunk, fixed_work, work_limit, reduce)
+
+    def _combine(self, stage: int, per_chunk: list[list[CellChoice]], fixed_work: float, work_limit: float,
+                 reduce: str) -> list[StageChoice]:
+        """The stage's choices: the product of its chunks' cell choices, grown chunk by chunk (whole
+        arrays at a time), partial products that already break memory or time dropped, then reduced."""
+        p = self.p
+        vectors = p.vectors[stage]
+        counts = np.array(vectors, dtype=float).reshape(len(vectors), p.chunks)  # [vector, chunk]
+        # Pruning only saves work: a slack keeps borderline partials for the exact check below.
+        memory_limit = (p.memory_mb - p.constant_memory_mb) * (1 + 1e-9) + 1e-9
+        work_cap = work_limit * (1 + 1e-12) if math.isfinite(work_limit) else math.inf
+        index = np.zeros((1, 0), dtype=np.int64)
+        stage_work = np.array([fixed_work])
+        held = np.zeros((1, len(vectors)))  # parameters + Σ activations × in flight, per vector
+        for chunk, options in enumerate(per_chunk):
+            if not options:
+                return []
+            work = np.array([c.forward + c.backward for c in options])
+            parameters = np.array([c.parameter_mb for c in options])
+            activation = np.array([c.activation_mb for c in options])
+            kept_index, kept_work, kept_held = [], [], []
+            step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
+            for first in range(0, len(stage_work), step):
+                grown_work = stage_work[first:first + step, None] + work[None, :]
+                grown_held = (held[first:first + step, None, :] + parameters[None, :, None]
+                              + activation[None, :, None] * counts[None, None, :, chunk])
+                ok = (grown_work <= work_cap) & (grown_held.max(axis=2, initial=0.0) <= memory_limit)
+                rows, columns = np.nonzero(ok)
+                kept_index.append(np.column_stack([index[first + rows], columns]))
+                kept_work.append(grown_work[rows, columns])
+                kept_held.append(grown_held[rows, columns])
+            index = np.concatenate(kept_index)
+            stage_work = np.concatenate(kept_work)
+            held = np.concatenate(kept_held)
+            if not len(index):
+                return []
+        # The stage's memory with head and tail, as `stage_memory` sums it; exact where too close to call.
+        head_tail = np.array([p.head_stage_memory_mb(stage, v) for v in vectors])
+        used = (held + head_tail[None, :]).max(axis=1, initial=0.0) + p.constant_memory_mb
+        close = np.abs(used - p.memory_mb) <= 1e-6 * max(1.0, p.memory_mb)
+        fits = used <= p.memory_mb
+        for row in np.nonzero(close)[0]:
+            fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
+        index = index[fits]
+        backward = np.array([[per_chunk[v][j].backward for j in row] for v, row in enumerate(index.T)]).T \
+            .reshape(len(index), p.chunks)
         if reduce == "sum":
-            best: dict[tuple, tuple[tuple[float, float], StageChoice]] = {}
-            for cells, _, _ in partial:
-                totals = tuple(sum(c.body_count(body) for c in cells) for body in range(len(layers.bodies)))
-                key = (tuple(c.bodies for c in cells), totals)
-                rank = (sum(c.backward for c in cells), max(c.forward + c.backward for c in cells))
-                if (key not in best or rank < best[key][0]) and self.fits(stage, cells):
-                    best[key] = (rank, StageChoice(cells))
-            return [choice for _, choice in best.values()]
-        kept: dict[tuple, list[StageChoice]] = {}
-        for cells, _, _ in partial:
-            if not self.fits(stage, cells):
-                continue
-            layout = tuple((c.bodies, tuple(sum(row) for row in c.counts)) for c in cells)
-            kept.setdefault(layout, []).append(StageChoice(cells))
+            bodies = len(p.layers.bodies)
+            key_columns = []
+            for chunk, options in enumerate(per_chunk):
+                codes = {bodies_: n for n, bodies_ in enumerate(dict.fromkeys(c.bodies for c in options))}
+                key_columns.append(np.array([codes[c.bodies] for c in options])[index[:, chunk]])
+            totals = np.zeros((len(index), bodies), dtype=np.int64)
+            for chunk, options in enumerate(per_chunk):
+                per_body = np.array([[c.body_count(b) for b in range(bodies)] for c in options], dtype=np.int64)
+                totals += per_body[index[:, chunk]]
+            keys = np.column_stack([*key_columns, totals]) if len(index) else np.zeros((0, 1))
+            forward = np.array([[per_chunk[v][j].forward for j in row] for v, row in enumerate(index.T)]).T \
+                .reshape(len(index), p.chunks)
+            # least total backward, then the most even chunks, then the first listed
+            order = np.lexsort((np.arange(len(index)), (forward + backward).max(axis=1), backward.sum(axis=1),
+                                *keys.T[::-1]))
+            ordered = keys[order]
+            starts = np.ones(len(order), dtype=bool)  # the first row of each key
+            starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+            chosen = order[starts]
+            return [StageChoice(self._cells(per_chunk, index[row])) for row in chosen]
+        layout_columns = []
+        for chunk, options in enumerate(per_chunk):
+            layouts = [(c.bodies, tuple(sum(r) for r in c.counts)) for c in options]
+            codes = {layout: n for n, layout in enumerate(dict.fromkeys(layouts))}
+            layout_columns.append(np.array([codes[layout] for layout in layouts])[index[:, chunk]])
+        groups: dict[tuple, list[int]] = {}
+        for row, key in enumerate(zip(*layout_columns, strict=True)):
+            groups.setdefault(key, []).append(row)
         result: list[StageChoice] = []
-        for group in kept.values():
-            result += _undominated(group)
+        for rows in groups.values():
+            for row in _undominated_rows(backward, rows):
+                result.append(StageChoice(self._cells(per_chunk, index[row])))
         return result
 
-    def _lower_memory(self, stage: int, cells: tuple[CellChoice, ...], parameters: float) -> float:
-        """A stage's memory counting only the chunks chosen so far (more chunks only add)."""
-        p = self.p
-        best = 0.0
-        for vector in p.vectors[stage]:
-            total = parameters + sum(n * c.activation_mb for n, c in zip(vector, cells, strict=False))
-            best = max(best, total)
-        return best + p.constant_memory_mb
+    @staticmethod
+    def _cells(per_chunk: list[list[CellChoice]], row: Sequence[int]) -> tuple[CellChoice, ...]:
+        return tuple(per_chunk[chunk][int(j)] for chunk, j in enumerate(row))
 
     def stage_memory(self, stage: int, cells: Sequence[CellChoice]) -> float:
         p = self.p
@@ -263,12 +308,11 @@ class Catalogue:
         return peak + Fraction(p.constant_memory_mb)
 
 
-def _undominated(group: list[StageChoice]) -> list[StageChoice]:
-    """Choices whose per-chunk backward vector no other choice beats or equals everywhere."""
-    vectors = [tuple(c.backward for c in choice.cells) for choice in group]
-    order = sorted(range(len(group)), key=lambda i: (sum(vectors[i]), vectors[i]))
+def _undominated_rows(backward: np.ndarray, rows: list[int]) -> list[int]:
+    """Rows whose per-chunk backward vector no other row beats or equals everywhere (the first of equals)."""
+    order = sorted(rows, key=lambda i: (float(backward[i].sum()), tuple(backward[i]), i))
     kept: list[int] = []
     for i in order:
-        if not any(all(a <= b for a, b in zip(vectors[j], vectors[i], strict=True)) for j in kept):
+        if not kept or not (backward[kept] <= backward[i]).all(axis=1).any():
             kept.append(i)
-    return [group[i] for i in kept]
+    return kept

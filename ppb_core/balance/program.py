@@ -219,12 +219,38 @@ def _time_unit(problem: BalanceInput) -> float:
     return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
 
 
-def _cell_cap(problem: BalanceInput, time_bound: float) -> int:
-    """Most layers a cell holds in a plan whose stages are each busy at most `time_bound` over m micro-batches."""
+def least_work(problem: BalanceInput) -> float:
+    """Σ over the stages of their work per micro-batch in any plan, at least: every layer's forward and
+    least backward, head and tail included."""
+    layers = problem.layers
+    total = sum(b.nb_layer * (b.forward_time + min(b.backward_time.values())) for b in layers.bodies)
+    if layers.heads:
+        total += layers.head_forward() + layers.head_backward()
+    if layers.tails:
+        total += layers.tail_forward() + layers.tail_backward()
+    return total
+
+
+def work_limit(problem: BalanceInput, value: float, closed_form: bool) -> float:
+    """The most work per micro-batch Σ_v (F_v + B_v) a stage may have in a plan worth `value` or less.
+
+    A stage is busy m times its work, so its work is at most value / m under any schedule. Under
+    the closed forms, T ≥ (m − 1/V)·S_k + Σ_s S_s / V for every stage k (GPipe: m − 1 and Σ_s S_s,
+    the same at V = 1), and Σ_s S_s is at least `least_work`: a tighter limit when m is large.
+    """
+    m, chunks = problem.micro_batches, problem.chunks
+    limit = value / m
+    if closed_form and m - 1 / chunks > 0:
+        limit = min(limit, (value - least_work(problem) / chunks) / (m - 1 / chunks))
+    return limit * (1 + 1e-9) if math.isfinite(limit) else limit
+
+
+def _cell_cap(problem: BalanceInput, stage_work: float) -> int:
+    """Most layers a cell holds in a plan whose stages each work at most `stage_work` per micro-batch."""
     most = problem.layers.nb_body_layers - (len(problem.cells) - len(problem.reserved_cells) - 1)
     cheapest = min(b.forward_time + min(b.backward_time.values()) for b in problem.layers.bodies)
-    if math.isfinite(time_bound) and cheapest > 0:
-        most = min(most, int(time_bound / (problem.micro_batches * cheapest) * (1 + 1e-12)))
+    if math.isfinite(stage_work) and cheapest > 0:
+        most = min(most, int(stage_work / cheapest * (1 + 1e-12)))
     return max(most, 1)
 
 
@@ -408,9 +434,12 @@ def even_split_best_options(problem: BalanceInput, catalogue: Catalogue) -> Plan
     return Plan(problem, freeze(counts))
 
 
-def _choices(problem: BalanceInput, catalogue: Catalogue, bound: float, reduce: str) -> list[list[StageChoice]]:
-    cap = _cell_cap(problem, bound)
-    return [catalogue.stage_choices(s, bound, cap, reduce) for s in range(problem.stages)]
+def _choices(problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool) -> list[list[StageChoice]]:
+    """Every stage's choices that can be in a plan worth `value` or less."""
+    limit = work_limit(problem, value, closed_form)
+    cap = _cell_cap(problem, limit)
+    reduce = "sum" if closed_form else "pareto"
+    return [catalogue.stage_choices(s, limit, cap, reduce) for s in range(problem.stages)]
 
 
 def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -> Solution:
@@ -441,7 +470,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
             first = _run(model, False, time_limit, started, None, ())
             if first.plan is not None:
                 bound = first.plan.closed_form_time
-    choices = _choices(problem, catalogue, bound, "sum")
+    choices = _choices(problem, catalogue, bound, closed_form=True)
     if not all(choices):
         return _infeasible(problem, time_limit, started, notes)
     model = _ChoiceModel(problem, choices, tau)
@@ -471,7 +500,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
         start = improve(start, polish)
         incumbents.append(start)
         notes.append(f"start: {start.iteration_time:.6g} after local moves")
-    choices = _choices(problem, catalogue, start.iteration_time, "pareto")
+    choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
     seeds = _path_seeds(problem, incumbents)
     model = _ChoiceModel(problem, choices, tau)
     critical = _run(model, True, time_limit, started, start, seeds)
