@@ -140,3 +140,23 @@ def test_interleave_search_reports_each_chunk_count() -> None:
     assert searched[4]["status"] == "skipped"
     best = min((searched[v]["objective"], v) for v in (1, 2, 3))
     assert result["objective"] == best[0] and result["input"]["interleave"] == best[1]
+
+
+def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
+    # 6 layers, F = 1, B = 2 (NONE only), P = 2, m = 2: stage 0 holds 2 micro-batches, stage 1 one.
+    # 45 MB and 10 MB per layer per micro-batch: stage 0 takes at most 2 layers (2·10·2 = 40), stage 1
+    # at most 4 (40). So the split is (2, 4) and the busiest stage works 4·3 = 12 (an even split, 9,
+    # does not fit). Closed form: Σ_s S_s + (m − 1)·max_s S_s = (6 + 12) + 12 = 30.
+    import time
+
+    from ppb_core.balance.choices import Catalogue
+    from ppb_core.balance.program import _choices, least_max_work
+
+    descriptions = [{"name": "BODY_0", "type": "BODY", "nb_layer": 6, "time": 1, "backward_time": 2,
+                     "memory_parameter": 0, "memory_activation": 10}]
+    problem = BalanceInput(layer_set(descriptions), 2, 2, 1, 45.0)
+    choices = _choices(problem, Catalogue(problem), float("inf"), closed_form=True)
+    assert least_max_work(problem, choices, 1.0, float("inf"), time.perf_counter() + 30) == 12
+    solution = solve(problem, time_limit=30, exact=False)
+    assert solution.status == "optimal" and solution.objective == 30
+    assert [solution.plan.cell_layers(0, s) for s in (0, 1)] == [2, 4]
