@@ -1,6 +1,7 @@
 """Improve a plan by small moves judged by the schedule itself, to start the program from a good plan.
 
-A move shifts one layer to the neighbouring cell along the model or changes one layer's option;
+A move shifts one layer to the neighbouring cell along the model or to another chunk of its stage,
+or changes one layer's option;
 it is kept when the plan stays valid, fits, and its simulated iteration time drops. This only
 finds a good starting plan and a tight bound for the listing; optimality is the program's job.
 """
@@ -18,28 +19,30 @@ def _mutable(plan: Plan) -> list[list[list[list[int]]]]:
 
 
 def _neighbours(plan: Plan) -> Iterator[Plan]:
+    """Moves out of the busiest cells first: a layer to the neighbouring cell along the model or to
+    another chunk of its stage (uneven chunks stall interleaved schedules), under any option; or a
+    layer's option changed in place."""
     p = plan.problem
     considered = p.option_indices
     cells = p.cells
+    position_of = {cell: position for position, cell in enumerate(cells)}
     bodies = range(len(p.layers.bodies))
-    for position, (v, s) in enumerate(cells):
+    busiest = sorted(cells, key=lambda c: -(plan.cell_forward[c[0]][c[1]] + plan.cell_backward[c[0]][c[1]]))
+    for v, s in busiest:
+        position = position_of[(v, s)]
+        targets = [cells[position + step] for step in (1, -1) if 0 <= position + step < len(cells)]
+        targets += [(other, s) for other in range(p.chunks) if other != v and (other, s) not in targets]
         for body in bodies:
             row = plan.counts[body][v][s]
             for k in considered:
                 if not row[k]:
                     continue
-                # the layer under option k moves to the next or previous cell, under any option
-                for step in (1, -1):
-                    target = position + step
-                    if not 0 <= target < len(cells):
-                        continue
-                    tv, ts = cells[target]
+                for tv, ts in targets:
                     for k2 in considered:
                         counts = _mutable(plan)
                         counts[body][v][s][k] -= 1
                         counts[body][tv][ts][k2] += 1
                         yield Plan(p, freeze(counts))
-                # or changes option in place
                 for k2 in considered:
                     if k2 != k:
                         counts = _mutable(plan)

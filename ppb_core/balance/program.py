@@ -50,7 +50,7 @@ MAX_ROUNDS = 200  # paths added before giving up on proving a plan optimal
 NEARBY_PATHS = 20  # shaken copies of each round's plan whose critical paths are added with its own
 CONSISTENCY = 1e-6  # relative: a plan's critical path this close to T is taken as equal to it
 ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
-LOCAL_SEARCH_SECONDS = 2.0  # at most this long improving the starting plan by local moves
+LOCAL_SEARCH_SECONDS = 10.0  # at most this long improving the starting plan by local moves
 Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times the path runs that cell's op
 
 
@@ -200,23 +200,48 @@ class _ChoiceModel:
         return Plan(self.p, freeze(counts))
 
     def assignment(self, plan: Plan, top: float) -> list[float] | None:
-        """Every column's value for a plan made of listed choices (None if it is not), to seed the solver."""
+        """Every column's value for a plan, to seed the solver; None unless each of its stages is a
+        listed choice or has one with the same layers per cell and no longer backward in any chunk
+        (the listing keeps only such choices; the cell times and T then still bound every path)."""
         p = self.p
         values = [0.0] * len(self.columns)
+        durations: dict[tuple[str, int, int], float] = {}
         for s, stage in enumerate(self.choices):
+            layout = [[plan.body_layers(body, v, s) for body in range(len(plan.counts))] for v in range(p.chunks)]
             found = next((j for j, choice in enumerate(stage)
                           if all(_cell_matches(plan, v, s, cell) for v, cell in enumerate(choice.cells))), None)
             if found is None:
+                found = next((j for j, choice in enumerate(stage)
+                              if all([cell.body_count(body) for body in range(len(plan.counts))] == layout[v]
+                                     and cell.backward <= _body_backward(plan, v, s) * (1 + 1e-12)
+                                     for v, cell in enumerate(choice.cells))), None)
+            if found is None:
                 return None
             values[self.y[s][found]] = 1.0
+            for v, cell in enumerate(stage[found].cells):
+                durations[("F", v, s)] = cell.forward
+                durations[("B", v, s)] = cell.backward
+        layers = p.layers
         for (kind, v, s), column in self.duration.items():
-            values[column] = (plan.cell_forward if kind == "F" else plan.cell_backward)[v][s] / self.tau
+            fixed = 0.0
+            if (v, s) == p.head_cell and layers.heads:
+                fixed += layers.head_forward() if kind == "F" else layers.head_backward()
+            if (v, s) == p.tail_cell and layers.tails:
+                fixed += layers.tail_forward() if kind == "F" else layers.tail_backward()
+            values[column] = (durations[(kind, v, s)] + fixed) / self.tau
         values[self.top] = top
         for (b, position), column in self.g.items():
             later = [q for q, (v, s) in enumerate(p.cells)
                      if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))]
             values[column] = 1.0 if later and position >= later[0] else 0.0
         return values
+
+
+def _body_backward(plan: Plan, chunk: int, stage: int) -> float:
+    """A cell's backward over its body layers only (head and tail left out)."""
+    bodies = plan.problem.layers.bodies
+    return sum(n * bodies[body].backward_time[OPTIONS[k]]
+               for body in range(len(plan.counts)) for k, n in enumerate(plan.counts[body][chunk][stage]) if n)
 
 
 def _cell_matches(plan: Plan, chunk: int, stage: int, cell: CellChoice) -> bool:
@@ -392,6 +417,9 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
             outcome = "time_limit"  # a solution, but not a proven optimum
         bound = max(bound, info.mip_dual_bound * tau)
         if not highs.has_solution(solver):
+            if exact and outcome == "time_limit" and time.perf_counter() - started < time_limit:
+                budget *= 2  # a short round found no plan yet: give the next one longer
+                continue
             return _Run("time_limit", best, bound, rounds, paths)
         values = list(solver.getSolution().col_value)
         plan = model.plan(values)
@@ -563,12 +591,16 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
 
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
     incumbents = [closed_plan, *fitting]
+    # The closed form does not see how a stage splits its work between chunks, nor the schedule's
+    # fill and drain: moves judged by the schedule itself give the program a far better start.
+    # They stop in local optima, so from two starts: the closed form's optimum and the best other.
+    polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 6))
+    others = [plan for plan in fitting if plan.counts != closed_plan.counts]
+    starts = [closed_plan, *([min(others, key=lambda plan: plan.iteration_time)] if others else [])]
+    improved = [improve(plan, polish / len(starts), max_moves=10_000) for plan in starts]
+    incumbents += improved
     start = min(incumbents, key=lambda plan: plan.iteration_time)
-    if problem.chunks > 1:  # the closed form does not see how a stage splits its work between chunks
-        polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 4))
-        start = improve(start, polish)
-        incumbents.append(start)
-        notes.append(f"start: {start.iteration_time:.6g} after local moves")
+    notes.append(f"start: {start.iteration_time:.6g} after local moves")
     choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
     seeds = _path_seeds(problem, incumbents)
     model = _ChoiceModel(problem, choices, tau)
