@@ -94,6 +94,7 @@ class Catalogue:
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self._cell_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], list[CellChoice]] = {}
+        self._front_cache: dict[tuple[int, int, tuple[int, ...]], list[tuple[float, float, tuple]]] = {}
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
         if slct in considered and comm in considered:
@@ -133,7 +134,7 @@ class Catalogue:
                 partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
                 for i, (body, n) in enumerate(zip(types, counts, strict=True)):
                     allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
-                    front = _option_front(n, allowed, self.backward[body], self.activation[body])
+                    front = self._front(body, n, tuple(allowed))
                     partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
                 candidates += partial
         forward = sum(bodies[body].forward_time * n for body, n in zip(types, counts, strict=True))
@@ -141,6 +142,13 @@ class Catalogue:
         choices = [CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates)]
         self._cell_cache[key] = choices
         return choices
+
+    def _front(self, body: int, count: int, allowed: tuple[int, ...]) -> list[tuple[float, float, tuple]]:
+        """`_option_front` of `count` layers of one body type, once per (type, count, options)."""
+        key = (body, count, allowed)
+        if key not in self._front_cache:
+            self._front_cache[key] = _option_front(count, allowed, self.backward[body], self.activation[body])
+        return self._front_cache[key]
 
     def empty_cell(self) -> CellChoice:
         return CellChoice((), (), 0.0, 0.0, 0.0, 0.0)
