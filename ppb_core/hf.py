@@ -7,7 +7,6 @@ that cannot be, is an `InputError` naming the file and the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ppb_core.errors import InputError
+from ppb_core.io import read_json
 from ppb_core.spec import ModelSpec
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
@@ -229,15 +229,4 @@ def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSp
 
 def read_hf_config(path: str | Path) -> ModelSpec:
     """Read and map a HuggingFace config.json file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except OSError as err:
-        raise InputError(path, None, f"cannot read: {err.strerror}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
-    return spec_from_hf(raw, str(path))
+    return spec_from_hf(read_json(path), str(Path(path)))

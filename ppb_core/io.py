@@ -1,10 +1,32 @@
-"""Writing files so that a failure leaves the previous file whole: write aside, then rename."""
+"""Files in and out: JSON read with one-line errors, and writes that leave the previous file whole
+when they fail (write aside, then rename)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from ppb_core.errors import InputError
+
+
+def read_json(path: str | Path, directory_problem: str = "is a directory, not a JSON file") -> Any:
+    """The parsed JSON of a file; a missing, unreadable or malformed file is an InputError naming it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except IsADirectoryError:
+        raise InputError(path, None, directory_problem) from None
+    except OSError as err:
+        raise InputError(path, None, f"cannot read: {err.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,20 +24,8 @@ KEYS = ["llama3-8b"]  # built in the base instance; tests register others to lea
 NIGHT = datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
 
 
-@contextmanager
-def sqlite_home():
-    """A folder for an instance's SQLite files: on tmpfs where there is one, since every event
-    commits with an fsync (a full chain run takes 2 s there, 4 to 9 s on this disk)."""
-    shm = Path("/dev/shm")
-    folder = Path(tempfile.mkdtemp(prefix="ppb-test-", dir=shm if shm.is_dir() else None))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base(tmp_path_factory: pytest.TempPathFactory, sqlite_home) -> Path:
     """One partition registered and built: an instance folder each test copies."""
     root = tmp_path_factory.mktemp("schedule-base")
     shutil.copytree(ROOT / "configs", root / "configs")
@@ -53,7 +39,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def setup(base: Path, tmp_path: Path):
+def setup(base: Path, tmp_path: Path, sqlite_home):
     """A copy of the base instance (its SQLite files), configs and tables, for one test to change."""
     for folder in ("configs", "storage"):
         shutil.copytree(base / folder, tmp_path / folder)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -30,20 +28,8 @@ def test_partition_changes_compares_files_partitions_and_hashes() -> None:
     assert changes.changed == ("b", "c")
 
 
-@contextmanager
-def sqlite_home():
-    """A folder for an instance's SQLite files: on tmpfs where there is one, since every event
-    commits with an fsync (a full chain run takes 2 s there, 4 to 9 s on this disk)."""
-    shm = Path("/dev/shm")
-    folder = Path(tempfile.mkdtemp(prefix="ppb-test-", dir=shm if shm.is_dir() else None))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.fixture
-def setup(tmp_path: Path):
+def setup(tmp_path: Path, sqlite_home):
     configs = tmp_path / "configs"
     shutil.copytree(ROOT / "configs", configs)
     with sqlite_home() as home, dg.instance_for_test(temp_dir=str(home)) as instance:

@@ -34,6 +34,7 @@ from typing import Any
 
 from ppb_core.census.attribution import BUCKETS
 from ppb_core.errors import InputError
+from ppb_core.io import read_json
 from ppb_core.switches import HYPER_SELECTIVE_REC_OP, SWITCHES
 
 CENSUS_FORMAT = "ppb-census"
@@ -401,15 +402,4 @@ class Census:
 
 def read_census(path: str | Path) -> Census:
     """A census file, validated; any problem is an InputError naming the file and the field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except OSError as err:
-        raise InputError(path, None, f"cannot read: {err.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
-    return Census.from_dict(data, str(path))
+    return Census.from_dict(read_json(path), str(path))

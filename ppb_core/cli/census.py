@@ -8,13 +8,12 @@ names the file as `models[i].census` to price that model's activations from it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from ppb_core.errors import InputError
-from ppb_core.io import atomic_write_text
+from ppb_core.io import atomic_write_text, read_json
 
 DEFAULT_SEQ = (128, 256, 512)
 
@@ -54,17 +53,7 @@ def _read_config(path: str) -> dict:
     from ppb_core.census.measure import CENSUS_MODEL_TYPES
     from ppb_core.hf import spec_from_hf
 
-    source = Path(path)
-    try:
-        raw = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, None, "is a directory, not a config.json") from None
-    except OSError as err:
-        raise InputError(path, None, f"cannot read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+    raw = read_json(path, "is a directory, not a config.json")
     spec_from_hf(raw, path)  # the same checks the run config's reader makes
     if raw.get("model_type") not in CENSUS_MODEL_TYPES:
         raise InputError(path, "model_type",
