@@ -28,6 +28,7 @@ from pydantic import (
 from ppb_core.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.errors import InputError
 from ppb_core.hf import read_hf_config
+from ppb_core.io import read_text
 from ppb_core.schedules import check as check_schedule
 from ppb_core.spec import ModelSpec, StrictModel
 from ppb_core.switches import SWITCHES
@@ -373,14 +374,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
 def load_run_config(path: str | Path) -> RunConfig:
     """Read, validate and resolve a run config file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, None, "is a directory, not a run config") from None
-    except OSError as err:
-        raise InputError(path, None, f"cannot read: {err.strerror}") from None
+    text = read_text(path, "is a directory, not a run config")
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -12,17 +12,24 @@ from typing import Any
 from ppb_core.errors import InputError
 
 
-def read_json(path: str | Path, directory_problem: str = "is a directory, not a JSON file") -> Any:
-    """The parsed JSON of a file; a missing, unreadable or malformed file is an InputError naming it."""
+def read_text(path: str | Path, directory_problem: str = "is a directory, not a file") -> str:
+    """A text file's content; a missing, unreadable or non-UTF-8 file is an InputError naming it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(path, None, "file not found") from None
     except IsADirectoryError:
         raise InputError(path, None, directory_problem) from None
     except OSError as err:
         raise InputError(path, None, f"cannot read: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise InputError(path, None, f"cannot read: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_json(path: str | Path, directory_problem: str = "is a directory, not a JSON file") -> Any:
+    """The parsed JSON of a file; a missing, unreadable or malformed file is an InputError naming it."""
+    text = read_text(path, directory_problem)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ppb_core.errors import InputError
+from ppb_core.io import read_text
 from ppb_core.switches import OPTIONS
 
 COLUMNS: tuple[str, ...] = ("model_name", "node", "kind", "option", "forward_ms", "backward_ms")
@@ -115,16 +116,8 @@ def parse_calibration(lines: Iterable[str], source: str = "<calibration>") -> tu
 
 
 def read_calibration(path: str | Path) -> tuple[Measurement, ...]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except IsADirectoryError:
-        raise InputError(path, None, "is a directory, not a calibration CSV") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(path, None, f"cannot read: {err}") from None
-    return parse_calibration(text.splitlines(), str(path))
+    text = read_text(path, "is a directory, not a calibration CSV")
+    return parse_calibration(text.splitlines(), str(Path(path)))
 
 
 @dataclass(frozen=True)
