@@ -165,13 +165,7 @@ class Catalogue:
         """
         p = self.p
         layers = p.layers
-        head_tail_time = [0.0] * p.chunks
-        for chunk in range(p.chunks):
-            if layers.heads and p.head_cell == (chunk, stage):
-                head_tail_time[chunk] += layers.head_forward() + layers.head_backward()
-            if layers.tails and p.tail_cell == (chunk, stage):
-                head_tail_time[chunk] += layers.tail_forward() + layers.tail_backward()
-        fixed_work = sum(head_tail_time)
+        fixed_work = p.fixed_work(stage)
         vectors = p.vectors[stage]
         # A lower bound on what the stage holds besides its body layers' parameters.
         fixed_memory = p.constant_memory_mb + max((p.head_stage_memory_mb(stage, v) for v in vectors), default=0.0)

@@ -97,10 +97,7 @@ class Plan:
         for chunk, stage in p.cells:
             total = sum(body.forward_time * self.body_layers(index, chunk, stage)
                         for index, body in enumerate(p.layers.bodies))
-            if p.layers.heads and (chunk, stage) == p.head_cell:
-                total += p.layers.head_forward()
-            if p.layers.tails and (chunk, stage) == p.tail_cell:
-                total += p.layers.tail_forward()
+            total += p.fixed_time("F", chunk, stage)
             times[chunk][stage] = total
         return times
 
@@ -114,10 +111,7 @@ class Plan:
                 for k, n in enumerate(self.counts[index][chunk][stage]):
                     if n:
                         total += n * body.backward_time[OPTIONS[k]]
-            if p.layers.heads and (chunk, stage) == p.head_cell:
-                total += p.layers.head_backward()
-            if p.layers.tails and (chunk, stage) == p.tail_cell:
-                total += p.layers.tail_backward()
+            total += p.fixed_time("B", chunk, stage)
             times[chunk][stage] = total
         return times
 

@@ -94,6 +94,20 @@ class BalanceInput:
     def option_indices(self) -> tuple[int, ...]:
         return tuple(OPTIONS.index(option) for option in self.options)
 
+    def fixed_time(self, kind: str, chunk: int, stage: int) -> float:
+        """Forward ("F") or backward ("B") time the head and the tail add to a cell's op."""
+        layers = self.layers
+        total = 0.0
+        if layers.heads and (chunk, stage) == self.head_cell:
+            total += layers.head_forward() if kind == "F" else layers.head_backward()
+        if layers.tails and (chunk, stage) == self.tail_cell:
+            total += layers.tail_forward() if kind == "F" else layers.tail_backward()
+        return total
+
+    def fixed_work(self, stage: int) -> float:
+        """Forward + backward the head and the tail add to a stage, over its chunks."""
+        return sum(self.fixed_time(kind, chunk, stage) for chunk in range(self.chunks) for kind in ("F", "B"))
+
     def head_stage_memory_mb(self, stage: int, vector: tuple[int, ...]) -> float:
         """Head and tail memory a stage holds at a given in-flight vector."""
         total = 0.0

@@ -105,15 +105,11 @@ class _ChoiceModel:
 
     def _durations(self) -> None:
         """D[kind, v, s]: a cell's forward or backward per micro-batch, head and tail included."""
-        p, layers = self.p, self.p.layers
+        p = self.p
         for v, s in p.cells:
             for kind in ("F", "B"):
                 column = self.duration[(kind, v, s)] = self._column(0, INF, False)
-                fixed = 0.0
-                if (v, s) == p.head_cell and layers.heads:
-                    fixed += layers.head_forward() if kind == "F" else layers.head_backward()
-                if (v, s) == p.tail_cell and layers.tails:
-                    fixed += layers.tail_forward() if kind == "F" else layers.tail_backward()
+                fixed = p.fixed_time(kind, v, s)
                 terms = {column: 1.0}
                 for j, choice in enumerate(self.choices[s]):
                     length = choice.cells[v].forward if kind == "F" else choice.cells[v].backward
@@ -221,14 +217,8 @@ class _ChoiceModel:
             for v, cell in enumerate(stage[found].cells):
                 durations[("F", v, s)] = cell.forward
                 durations[("B", v, s)] = cell.backward
-        layers = p.layers
         for (kind, v, s), column in self.duration.items():
-            fixed = 0.0
-            if (v, s) == p.head_cell and layers.heads:
-                fixed += layers.head_forward() if kind == "F" else layers.head_backward()
-            if (v, s) == p.tail_cell and layers.tails:
-                fixed += layers.tail_forward() if kind == "F" else layers.tail_backward()
-            values[column] = (durations[(kind, v, s)] + fixed) / self.tau
+            values[column] = (durations[(kind, v, s)] + p.fixed_time(kind, v, s)) / self.tau
         values[self.top] = top
         for (b, position), column in self.g.items():
             later = [q for q, (v, s) in enumerate(p.cells)
@@ -260,13 +250,9 @@ def _time_unit(problem: BalanceInput) -> float:
 def least_work(problem: BalanceInput) -> float:
     """Σ over the stages of their work per micro-batch in any plan, at least: every layer's forward and
     least backward, head and tail included."""
-    layers = problem.layers
-    total = sum(b.nb_layer * (b.forward_time + min(b.backward_time.values())) for b in layers.bodies)
-    if layers.heads:
-        total += layers.head_forward() + layers.head_backward()
-    if layers.tails:
-        total += layers.tail_forward() + layers.tail_backward()
-    return total
+    bodies = problem.layers.bodies
+    body_work = sum(b.nb_layer * (b.forward_time + min(b.backward_time.values())) for b in bodies)
+    return body_work + sum(problem.fixed_work(stage) for stage in range(problem.stages))
 
 
 def work_limit(problem: BalanceInput, value: float, closed_form: bool) -> float:
@@ -453,14 +439,7 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
 
 def _stage_work(problem: BalanceInput, stage: int, choice: StageChoice) -> float:
     """Forward + backward of one micro-batch through the stage's cells, head and tail included."""
-    layers = problem.layers
-    work = sum(cell.forward + cell.backward for cell in choice.cells)
-    for chunk in range(problem.chunks):
-        if layers.heads and problem.head_cell == (chunk, stage):
-            work += layers.head_forward() + layers.head_backward()
-        if layers.tails and problem.tail_cell == (chunk, stage):
-            work += layers.tail_forward() + layers.tail_backward()
-    return work
+    return sum(cell.forward + cell.backward for cell in choice.cells) + problem.fixed_work(stage)
 
 
 def least_max_work(problem: BalanceInput, choices: list[list[StageChoice]], tau: float, upper: float,
