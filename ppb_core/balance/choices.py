@@ -232,8 +232,7 @@ class Catalogue:
         for row in np.nonzero(close)[0]:
             fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
         index = index[fits]
-        backward = np.array([[per_chunk[v][j].backward for j in row] for v, row in enumerate(index.T)]).T \
-            .reshape(len(index), p.chunks)
+        backward = _per_chunk(per_chunk, index, "backward")
         if reduce == "sum":
             bodies = len(p.layers.bodies)
             key_columns = []
@@ -245,8 +244,7 @@ class Catalogue:
                 per_body = np.array([[c.body_count(b) for b in range(bodies)] for c in options], dtype=np.int64)
                 totals += per_body[index[:, chunk]]
             keys = np.column_stack([*key_columns, totals]) if len(index) else np.zeros((0, 1))
-            forward = np.array([[per_chunk[v][j].forward for j in row] for v, row in enumerate(index.T)]).T \
-                .reshape(len(index), p.chunks)
+            forward = _per_chunk(per_chunk, index, "forward")
             # least total backward, then the most even chunks, then the first listed
             order = np.lexsort((np.arange(len(index)), (forward + backward).max(axis=1), backward.sum(axis=1),
                                 *keys.T[::-1]))
@@ -308,6 +306,12 @@ class Catalogue:
             total = parameters + sum(n * a for n, a in zip(vector, activations, strict=True))
             peak = max(peak, total + Fraction(p.head_stage_memory_mb(stage, vector)))
         return peak + Fraction(p.constant_memory_mb)
+
+
+def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str) -> np.ndarray:
+    """[row, chunk]: the field of the cell choice each listed stage choice takes in each chunk."""
+    columns = [np.array([getattr(c, field) for c in options])[index[:, v]] for v, options in enumerate(per_chunk)]
+    return np.column_stack(columns) if columns else np.zeros((len(index), 0))
 
 
 def _undominated_rows(backward: np.ndarray, rows: list[int]) -> list[int]:
