@@ -5,7 +5,7 @@ from __future__ import annotations
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.config import load_run_config
-from ppb_core.memory import ActivationFormulas, MemoryModel, stage_peaks
+from ppb_core.memory import ActivationFormulas, MemoryModel, run_working_set_bytes, stage_peaks
 from ppb_core.model import walk
 from ppb_core.sources import MemorySource
 from ppb_core.switches import KEEP_ALL, LayerType
@@ -105,6 +105,9 @@ def test_stage_peaks_by_hand():
     assert full[0].working_bytes == 140288
     tight = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=100 * MB, reserved_bytes=100 * MB)
     assert not tight[0].fits
+    # The constant the balancer charges every stage for a backward: the largest working set of any
+    # layer under any option, here a fully recomputed body's 140288 (above the TAIL's 131072).
+    assert run_working_set_bytes(run, memory) == 140288
 
 
 def test_stage_peak_is_the_largest_over_the_schedules_vectors():

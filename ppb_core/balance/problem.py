@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -144,10 +145,21 @@ def run_problem(
     chunks: int | None = None,
     memory_mb: float | None = None,
     schedule: str | None = None,
-    constant_memory_mb: float = 0.0,
+    constant_memory_mb: float | None = None,
 ) -> BalanceInput:
     """The problem a run config poses: pp stages, its micro-batches, vpp chunks, its schedule and the
-    device's memory less reserved_mb; a keyword given overrides the run config's value."""
+    device's memory less reserved_mb; a keyword given overrides the run config's value.
+
+    The constant memory every stage holds besides its layers' descriptions defaults to the largest
+    working set of one layer's backward (`memory.run_working_set_bytes`): SAPP descriptions do not
+    count it, and a stage's peak comes while a backward runs. With it, every stage of a plan fits
+    when the memory model evaluates it again layer by layer.
+    """
+    from ppb_core.memory import run_working_set_bytes
+    from ppb_core.memory.peak import MB
+
+    if constant_memory_mb is None:
+        constant_memory_mb = math.ceil(run_working_set_bytes(run) / MB)
     par = run.parallel
     return BalanceInput(
         layer_set(descriptions, run.source),

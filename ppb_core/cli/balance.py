@@ -32,8 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
     parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
     parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
-    parser.add_argument("--constant-memory", type=float, default=0.0,
-                        help="MB every stage holds besides its layers (default 0)")
+    parser.add_argument("--constant-memory", type=float, default=None,
+                        help="MB every stage holds besides its layers (default: from a run config, the largest "
+                             "working set of one layer's backward; from layers.json, 0)")
     parser.add_argument("--schedule", choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
                         help="pipeline schedule (default 1f1b; interleaved when V > 1)")
     parser.add_argument("-t", "--time-limit", type=float, help="seconds for the solver (default 90)")
@@ -80,7 +81,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
         problem = run_problem(run, describe_run(run), stages=args.stages, micro_batches=args.micro_batches,
                               chunks=interleave, memory_mb=args.memory, schedule=schedule,
-                              constant_memory_mb=args.constant_memory or 0.0)
+                              constant_memory_mb=args.constant_memory)
     else:
         schedule = args.schedule or "1f1b"
         if search and schedule == "interleaved":
@@ -130,6 +131,8 @@ def render(result: dict[str, Any]) -> None:
     console.print(
         f"[bold]ppb balance[/bold] {given['source']}: P={given['stages']} m={given['micro_batches']} "
         f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
+        + (f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
+           if given["constant_memory_mb"] else "")
     )
     console.print(
         f"status [bold]{result['status']}[/bold]  objective {_number(result['objective'])} "

@@ -10,6 +10,7 @@ from ppb_core.memory.peak import (
     run_in_flight_counts,
     run_in_flight_vectors,
     run_stage_peaks,
+    run_working_set_bytes,
     stage_peaks,
 )
 from ppb_core.memory.setup import BUFFER_RULES, MemorySetup
@@ -31,5 +32,6 @@ __all__ = [
     "run_in_flight_counts",
     "run_in_flight_vectors",
     "run_stage_peaks",
+    "run_working_set_bytes",
     "stage_peaks",
 ]

@@ -150,6 +150,28 @@ def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
 
+def run_working_set_bytes(run: RunConfig, memory: MemoryModel | None = None,
+                          layer_walk: LayerWalk | None = None) -> float:
+    """The most any one layer's backward holds beyond what its stage keeps, over every layer kind
+    of the run and every recompute option: what a stage peak adds to its kept memory, whatever
+    layers and options a plan gives it (each distinct kind evaluated once)."""
+    from ppb_core.switches import OPTIONS
+
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    most = 0.0
+    seen: set[tuple] = set()
+    for layer in layer_walk:
+        key = (layer.model_name, layer.node, layer.kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
+            state, switches = memory.option_state(layer, option)
+            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True))
+    return most
+
+
 def run_stage_peaks(
     run: RunConfig,
     memory: MemoryModel | None = None,
