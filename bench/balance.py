@@ -112,9 +112,9 @@ def main() -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
           f"Python {platform.python_version()}, {platform.platform()}")
-    import highspy
+    from importlib.metadata import version
 
-    print(f"highspy {getattr(highspy, '__version__', '?')}; time limit {args.time_limit:g} s per solve")
+    print(f"highspy {version('highspy')}; time limit {args.time_limit:g} s per solve")
     llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
