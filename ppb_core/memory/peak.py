@@ -24,6 +24,7 @@ from ppb_core.errors import InputError
 from ppb_core.kinds import BodyKind
 from ppb_core.memory.model import MemoryModel
 from ppb_core.model import Layer, LayerWalk, walk
+from ppb_core.switches import OPTIONS
 
 MB = 2**20
 
@@ -96,7 +97,7 @@ def stage_peaks(
             total["body"] += count
     peaks = []
     for stage, total in totals.items():
-        # the first vector of the largest activations + buffers (the schedules list the fullest first)
+        # the vector of the largest activations + buffers (on a tie, the first listed)
         index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
         peaks.append(StagePeak(
             stage=stage,
@@ -155,8 +156,6 @@ def run_working_set_bytes(run: RunConfig, memory: MemoryModel | None = None,
     """The most any one layer's backward holds beyond what its stage keeps, over every layer kind
     of the run and every recompute option: what a stage peak adds to its kept memory, whatever
     layers and options a plan gives it (each distinct kind evaluated once)."""
-    from ppb_core.switches import OPTIONS
-
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     most = 0.0
