@@ -3,9 +3,12 @@ when they fail (write aside, then rename)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +56,22 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def silenced(fd: int) -> Iterator[None]:
+    """File descriptor 1 or 2 sent to /dev/null for a while: libraries that print there themselves
+    (HiGHS's banner, the torch profiler's lines) must not spoil `--json` output or the terminal."""
+    (sys.stdout if fd == 1 else sys.stderr).flush()
+    try:
+        saved = os.dup(fd)
+    except OSError:  # no such descriptor (a closed stream): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import highspy
 import numpy as np
+
+from ppb_core.io import silenced
 
 TOLERANCE = 1e-7  # primal and integer feasibility on the scaled program (HiGHS's primal default)
 INF = highspy.kHighsInf
@@ -17,25 +16,11 @@ Column = tuple[float, float, bool]  # (lower, upper, integer)
 Row = tuple[float, float, list[int], list[float]]  # (lower, upper, columns, coefficients)
 
 
-@contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
-    """HiGHS prints a banner on stdout when the first solver is made; keep `--json` output clean."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def new_solver(time_limit: float) -> highspy.Highs:
     """Gap 0 (optimality is proven, not estimated); the root's heavy heuristics off, they cost more
     than they save on these small programs. Tighter feasibility tolerances than 1e-7 make HiGHS
     reject its own optima ("claims optimality, but with ... infeasibilities")."""
-    with _quiet_stdout():
+    with silenced(1):  # HiGHS prints a banner on stdout when the first solver is made
         solver = highspy.Highs()
     for name, value in (("output_flag", False), ("random_seed", 0),
                         ("mip_heuristic_effort", 0.0), ("mip_allow_restart", False), ("presolve", "off"),

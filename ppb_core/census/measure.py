@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 from ppb_core.census.attribution import EXTERNAL, INPUT, OP, PARAM, LayerGraph, OpRecord, StorageRecord
 from ppb_core.census.record import Census
 from ppb_core.errors import InputError
+from ppb_core.io import silenced
 
 TORCH_MISSING = "ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
 
@@ -508,23 +508,6 @@ def working_set(layer: Any, rotary: Any, config: Any, shape: Shape, dtype: str, 
                    trace=(kept + handed, *(held + handed for held in trace.held)), trace_ops=("start", *trace.ops))
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence the profiler's own start/stop lines, which it writes to file descriptor 2."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def _allocations(prof: Any) -> list[tuple[int, int]]:
     """(time ns, bytes; negative when freed) of every CPU allocation event the profiler saw."""
     from torch._C._profiler import _EventType
@@ -557,7 +540,7 @@ def allocator_kept_bytes(layer: Any, rotary: Any, config: Any, shape: Shape, dty
     from torch.profiler import ProfilerActivity, profile, record_function
 
     inputs = _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed)
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
+    with silenced(2), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
             record_function("ppb.census.forward"):
         output = _forward(layer, inputs)
     output_bytes = _storage(output).nbytes()
