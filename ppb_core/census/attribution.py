@@ -24,7 +24,7 @@ storages autograd saved. This module reads that graph, torch-free:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Leaf module (or parameter) names of the projections a tensor-parallel layer splits by columns
@@ -191,7 +191,20 @@ def _attention_roles(ops: list[OpRecord], writers: Mapping[int, list[int]], own:
                 probs.update(op.outputs)
     # What builds the core's queries, keys and values (rotary, GQA copies, MLA's key assembly).
     inputs = {op.index: op.inputs for op in ops if op.index in own}
-    stack = [sid for sid in core_inputs if sid not in scores]
+    starts = [sid for sid in core_inputs if sid not in scores]
+    for index in _upstream(starts, writers, inputs, stop=set(roles)):
+        roles[index] = "attBMM"
+    for index in inputs:
+        roles.setdefault(index, None)
+    return roles
+
+
+def _upstream(starts: list[int], writers: Mapping[int, list[int]], inputs: Mapping[int, Sequence[int]],
+              stop: set[int]) -> set[int]:
+    """The ops among *inputs* that the storages *starts* are made from, directly or through other
+    such ops, walking back from writer to inputs; ops in *stop* are neither taken nor passed."""
+    reached: set[int] = set()
+    stack = list(starts)
     seen: set[int] = set()
     while stack:
         sid = stack.pop()
@@ -199,12 +212,10 @@ def _attention_roles(ops: list[OpRecord], writers: Mapping[int, list[int]], own:
             continue
         seen.add(sid)
         for index in writers.get(sid, ()):
-            if index in inputs and index not in roles:
-                roles[index] = "attBMM"
+            if index in inputs and index not in stop and index not in reached:
+                reached.add(index)
                 stack.extend(inputs[index])
-    for index in inputs:
-        roles.setdefault(index, None)
-    return roles
+    return reached
 
 
 def _ffn_roles(ops: list[OpRecord], writers: Mapping[int, list[int]], own: set[int]) -> dict[int, str | None]:
@@ -219,18 +230,8 @@ def _ffn_roles(ops: list[OpRecord], writers: Mapping[int, list[int]], own: set[i
         elif op.index in own and set(op.inputs) & after_up:
             below.add(op.index)
             after_up.update(op.outputs)
-    feeding: set[int] = set()
-    stack = [sid for op in ops if op.is_param_matmul and _leaf(op.param or "") in ROW_PARALLEL for sid in op.inputs]
-    seen: set[int] = set()
-    while stack:
-        sid = stack.pop()
-        if sid in seen:
-            continue
-        seen.add(sid)
-        for index in writers.get(sid, ()):
-            if index in inputs:
-                feeding.add(index)
-                stack.extend(inputs[index])
+    starts = [sid for op in ops if op.is_param_matmul and _leaf(op.param or "") in ROW_PARALLEL for sid in op.inputs]
+    feeding = _upstream(starts, writers, inputs, stop=set())
     return {index: ("ffAct" if index in below and index in feeding else None) for index in inputs}
 
 
