@@ -32,8 +32,8 @@ from ppb_core.balance import BalanceInput, solve  # noqa: E402
 from ppb_core.balance.baselines import baselines, best_feasible  # noqa: E402
 from ppb_core.balance.outputs import plan_from_yaml  # noqa: E402
 from ppb_core.balance.plan import Plan, freeze  # noqa: E402
-from ppb_core.sapp import layer_set, read_layer_set  # noqa: E402
-from ppb_core.switches import OPTIONS  # noqa: E402
+from ppb_core.model.switches import OPTIONS  # noqa: E402
+from ppb_core.payload.sapp import layer_set, read_layer_set  # noqa: E402
 
 DSV3_LIKE = [
     {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.0041, "backward_time": 0.0102,

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppb_core.config import RunConfig, load_run_config  # noqa: E402
+from ppb_core.config.run import RunConfig, load_run_config  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
-from ppb_core.estimate import estimate  # noqa: E402
+from ppb_core.estimate.run import estimate  # noqa: E402
 from ppb_core.memory import ActivationFormulas, MemoryModel, run_in_flight  # noqa: E402
-from ppb_core.model import walk  # noqa: E402
+from ppb_core.model.walk import walk  # noqa: E402
 from ppb_core.schedules import micro_batches_in_flight  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def main() -> int:
     sizes = (par.schedule, par.pp, par.vpp, run.training.micro_batches)
     print(f"  micro-batches in flight, uncached   {_ms(_median(lambda: micro_batches_in_flight(*sizes), args.repeat))}"
           "   (ppb_core.schedules; the estimate memoizes it per size)")
-    print(f"  the walk (ppb_core.model)           {_ms(_median(lambda: walk(run), args.repeat))}")
+    print(f"  the walk (ppb_core.model.walk)           {_ms(_median(lambda: walk(run), args.repeat))}")
     given = _median(lambda: estimate(run, MemoryModel(run), layer_walk=layer_walk, stages=False), args.repeat)
     print(f"  the rows, walk given, fresh model   {_ms(given)}")
     memory = MemoryModel(run)

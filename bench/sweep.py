@@ -27,10 +27,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppb_core.config import parse_run_config  # noqa: E402
+from ppb_core.config.run import parse_run_config  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
-from ppb_core.estimate import estimate  # noqa: E402
-from ppb_core.ppb import describe_run  # noqa: E402
+from ppb_core.estimate.run import estimate  # noqa: E402
+from ppb_core.payload.describe import describe_run  # noqa: E402
 
 RECOMPUTE = ({}, {"softmax": 0, "ffAct": 0}, {"softmax": 0, "ffAct": 0, "normOp": 0, "gather": 0})
 

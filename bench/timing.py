@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppb_core.config import load_run_config, parse_run_config, resolved_raw  # noqa: E402
-from ppb_core.model import walk  # noqa: E402
+from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw  # noqa: E402
+from ppb_core.model.walk import walk  # noqa: E402
 from ppb_core.timing import TimeModel, layer_ops  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from ppb_core.config import config_hash
+from ppb_core.config.run import config_hash
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR_ENV = "PPB_CONFIG_DIR"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
-from ppb_core.sapp import layer_set
+from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, cell_order, in_flight_vectors, simulate
 
 OPTIONS = ("NONE", "SLCT", "COMM", "BOTH", "FULL")

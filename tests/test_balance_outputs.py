@@ -12,8 +12,8 @@ from ppb_core.balance.outputs import cell_from_yaml, megatron, plan_from_yaml, s
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import RANK, BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.sapp import layer_set
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.sapp import layer_set
 
 MEMORY = {"NONE": "memory_activation", "SLCT": "memory_select_rec", "COMM": "memory_select_comm",
           "BOTH": "memory_both_comm_select", "FULL": "memory_recompute"}

@@ -11,9 +11,9 @@ from ppb_core.balance import BalanceInput, balance, solve
 from ppb_core.balance.baselines import uniform_layer_counts, uniform_plan
 from ppb_core.balance.outputs import plan_from_yaml, to_yaml
 from ppb_core.errors import InputError
-from ppb_core.sapp import layer_set, read_layer_set
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.sapp import layer_set, read_layer_set
 from ppb_core.schedules import in_flight_vectors, simulate
-from ppb_core.switches import OPTIONS
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from ppb_core.census.attribution import attribute, kept_storages  # noqa: E402
 from ppb_core.census.measure import LayerSetup, Measured, Shape, allocator_kept_bytes, build_layer, census, measure  # noqa: E402
 from ppb_core.census.record import Census, KindCensus, RankSplit, kept_bytes  # noqa: E402
-from ppb_core.switches import HYPER_SELECTIVE_REC_OP  # noqa: E402
+from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

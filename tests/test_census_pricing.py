@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 from ppb_core.census.record import Census, Kept, KindCensus, Part, PerToken, Setting, WorkingLine
-from ppb_core.config import load_run_config
+from ppb_core.config.hf import spec_from_hf
+from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate import estimate, estimate_from_frame, estimate_to_frame
-from ppb_core.hf import spec_from_hf
-from ppb_core.kinds import body_kind, kind_to_dict
+from ppb_core.estimate.run import estimate, estimate_from_frame, estimate_to_frame
 from ppb_core.memory import MemoryModel
-from ppb_core.model import walk
-from ppb_core.switches import LayerType
+from ppb_core.model.kinds import body_kind, kind_to_dict
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
 
 SMALL = {
     "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,

@@ -9,8 +9,8 @@ import pytest
 from test_memory_runs import DENSE, make_run
 
 from ppb_core.cli.main import main
-from ppb_core.config import load_run_config
-from ppb_core.estimate import (
+from ppb_core.config.run import load_run_config
+from ppb_core.estimate.run import (
     estimate,
     estimate_from_frame,
     estimate_to_frame,
@@ -18,8 +18,8 @@ from ppb_core.estimate import (
     stages_to_frame,
 )
 from ppb_core.memory import MemoryModel
-from ppb_core.model import walk
-from ppb_core.switches import OPTIONS, LayerType
+from ppb_core.model.switches import OPTIONS, LayerType
+from ppb_core.model.walk import walk
 
 CONTRACT = {"model_name", "node", "kind", "count", "parameters", "static_bytes", "activation_bytes",
             "buffer_bytes_one", "buffer_bytes_per_micro_batch", "buffer_bytes_once"}

@@ -6,9 +6,9 @@ from itertools import combinations
 
 from test_profile import _ALONE, _PLAIN, PROFILE
 
-from ppb_core.front import LayerOption, build_front, candidates, option_names, price_option
-from ppb_core.profile import Cost, SwitchProfile
-from ppb_core.switches import KEEP_ALL, SWITCHES
+from ppb_core.model.switches import KEEP_ALL, SWITCHES
+from ppb_core.payload.front import LayerOption, build_front, candidates, option_names, price_option
+from ppb_core.payload.profile import Cost, SwitchProfile
 
 
 def test_the_front_starts_plain_ends_full_and_ascends_in_backward_time():

@@ -6,7 +6,7 @@ import pytest
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.memory import MemoryModel
-from ppb_core.switches import KEEP_ALL, LayerType
+from ppb_core.model.switches import KEEP_ALL, LayerType
 
 NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
 

@@ -13,7 +13,7 @@ import pytest
 from test_memory_runs import body, make_run
 
 from ppb_core.memory import MemoryModel
-from ppb_core.switches import KEEP_ALL, LayerType
+from ppb_core.model.switches import KEEP_ALL, LayerType
 
 NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
 ATTENTION_CORE = dict(KEEP_ALL, softmax=0, dropout=0, headCast=0)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from test_memory_runs import DENSE, body, layers, make_run, model
 
-from ppb_core.config import load_run_config
+from ppb_core.config.run import load_run_config
 from ppb_core.memory import ActivationFormulas, MemoryModel, run_working_set_bytes, stage_peaks
-from ppb_core.model import walk
-from ppb_core.sources import MemorySource
-from ppb_core.switches import KEEP_ALL, LayerType
+from ppb_core.model.switches import KEEP_ALL, LayerType
+from ppb_core.model.walk import walk
+from ppb_core.payload.sources import MemorySource
 
 NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
 MB = 2**20
@@ -138,7 +138,7 @@ def test_stage_peak_is_the_largest_over_the_schedules_vectors():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ppb_core.switches import SWITCHES  # noqa: E402
+from ppb_core.model.switches import SWITCHES  # noqa: E402
 
 _ADDITIVE_RUNS = {
     "eager-sp-dropout": ({**DENSE, "qk_norm": True}, {"tp": 2, "sequence_parallel": True, "cp": 2},

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ppb_core.config import RunConfig, parse_run_config
+from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.memory import MemoryModel
-from ppb_core.model import BODY, HEAD, TAIL, Layer, walk
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 
 
 def make_run(spec: dict[str, Any], parallel: dict[str, Any] | None = None, training: dict[str, Any] | None = None,

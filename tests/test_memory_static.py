@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_memory_runs import DENSE, DENSE_BODY_PARAMS, body, layers, make_run, model
 
-from ppb_core.switches import LayerType
+from ppb_core.model.switches import LayerType
 
 P = DENSE_BODY_PARAMS  # 41088
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.hf import read_hf_config
-from ppb_core.kinds import body_kind, head_kind, tail_kind
-from ppb_core.params import body_params, head_params, tail_params
+from ppb_core.config.hf import read_hf_config
+from ppb_core.model.kinds import body_kind, head_kind, tail_kind
+from ppb_core.model.params import body_params, head_params, tail_params
 
 HF = Path(__file__).resolve().parents[1] / "configs" / "hf"
 

@@ -17,9 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ppb_core.hf import spec_from_hf  # noqa: E402
-from ppb_core.kinds import body_kind, head_kind, tail_kind  # noqa: E402
-from ppb_core.params import body_params, head_params, mtp_module_params, tail_params  # noqa: E402
+from ppb_core.config.hf import spec_from_hf  # noqa: E402
+from ppb_core.model.kinds import body_kind, head_kind, tail_kind  # noqa: E402
+from ppb_core.model.params import body_params, head_params, mtp_module_params, tail_params  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

@@ -20,10 +20,10 @@ from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import data_version
 from ppb_core import chain
 from ppb_core.cli.main import main
-from ppb_core.config import config_hash, load_run_config
-from ppb_core.estimate import estimate
-from ppb_core.ppb import describe_run
-from ppb_core.ppb_frames import descriptions_from_frame
+from ppb_core.config.run import config_hash, load_run_config
+from ppb_core.estimate.run import estimate
+from ppb_core.payload.describe import describe_run
+from ppb_core.tables.payload import descriptions_from_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

@@ -11,13 +11,14 @@ import pytest
 
 from ppb_core import chain
 from ppb_core.cli.main import main
-from ppb_core.config import load_run_config, run_to_frame
-from ppb_core.estimate import estimate, estimate_to_frame
+from ppb_core.config.run import load_run_config, run_to_frame
+from ppb_core.estimate.run import estimate, estimate_to_frame
 from ppb_core.memory import run_in_flight_counts
-from ppb_core.model import walk, walk_to_frame
-from ppb_core.ppb import describe_run, profile_run
-from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame, profiles_from_frame
-from ppb_core.sapp import read_layers_description
+from ppb_core.model.walk import walk, walk_to_frame
+from ppb_core.payload.describe import describe_run
+from ppb_core.payload.profiling import profile_run
+from ppb_core.payload.sapp import read_layers_description
+from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame, profiles_from_frame
 from ppb_core.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,9 +68,11 @@ def test_stage_path_layout_keeps_dotted_keys() -> None:
 
 
 def test_code_version_covers_the_core_modules_a_stage_rests_on() -> None:
-    closure = chain.core_closure(("ppb_core.model",))
+    closure = chain.core_closure(("ppb_core.model.walk",))
     # model imports config and kinds; config imports hf, spec, devices, errors, switches.
-    for module in ("ppb_core.model", "ppb_core.config", "ppb_core.kinds", "ppb_core.hf", "ppb_core.spec"):
+    walk_modules = ("ppb_core.model.walk", "ppb_core.config.run", "ppb_core.model.kinds", "ppb_core.config.hf",
+                    "ppb_core.config.spec")
+    for module in walk_modules:
         assert module in closure
     assert "ppb_core.chain" not in closure
     versions = {step.name: chain.code_version(step.name) for step in chain.STAGES}

@@ -7,7 +7,8 @@ import struct
 import pandas as pd
 import pytest
 
-from ppb_core.report import REPORT_COLUMNS, figure_png, summary_markdown
+from ppb_core.estimate.plan import REPORT_COLUMNS
+from ppb_core.report.render import figure_png, summary_markdown
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import RunConfigs
 from pipelines.schedules import NIGHTLY_CRON, nightly_reestimate
 from ppb_core import chain
-from ppb_core.config import config_hash
+from ppb_core.config.run import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["llama3-8b"]  # built in the base instance; tests register others to leave them unbuilt

@@ -15,7 +15,7 @@ from pipelines.definitions import defs, resources
 from pipelines.partitions import PARTITIONS_NAME, partition_changes
 from pipelines.resources import RunConfigs
 from pipelines.sensors import run_config_sensor
-from ppb_core.config import config_hash
+from ppb_core.config.run import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))

@@ -13,8 +13,10 @@ from test_ppb_fakes import SPEC, FakeMemory, FakePricer
 import ppb_core.cli.describe as describe_cli
 import ppb_core.cli.main as cli_main
 import ppb_core.cli.profile as profile_cli
-from ppb_core import ppb, sapp
-from ppb_core.config import load_run_config
+from ppb_core.config.run import load_run_config
+from ppb_core.payload import describe as ppb_describe
+from ppb_core.payload import sapp
+from ppb_core.payload.profiling import profile_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,11 +26,11 @@ def fakes(monkeypatch):
     """The CLI's memory and time models replaced by the hand-checkable fakes."""
     monkeypatch.setattr(describe_cli, "describe_run", partial(_describe_with_fakes))
     monkeypatch.setattr(describe_cli, "_time_model_available", lambda: True)
-    monkeypatch.setattr(profile_cli, "profile_run", partial(ppb.profile_run, memory=FakeMemory(5), times=FakePricer()))
+    monkeypatch.setattr(profile_cli, "profile_run", partial(profile_run, memory=FakeMemory(5), times=FakePricer()))
 
 
 def _describe_with_fakes(run, timed=True):
-    return ppb.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
+    return ppb_describe.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
 
 
 @pytest.fixture
@@ -114,7 +116,7 @@ def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys)
     config = ROOT / "configs" / "llama3-8b.yaml"
     out = tmp_path / "layers.json"
     assert cli_main.main(["describe", str(config), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["layers_description"] == ppb.describe_run(load_run_config(config))
+    assert json.loads(out.read_text())["layers_description"] == ppb_describe.describe_run(load_run_config(config))
     layers = sapp.read_layer_set(out)
     assert layers.nb_body_layers == 32 and layers.bodies[0].forward_time == 1.0
     assert cli_main.main(["profile", str(config), "--json"]) == 0

@@ -7,8 +7,9 @@ import copy
 import pytest
 from test_ppb_fakes import EMB, MB, NOT, OUT, SEL, SPEC, FakeMemory, FakePricer, layer_of, small_run
 
-from ppb_core.model import BODY, HEAD, TAIL, walk
-from ppb_core.ppb import (
+from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, TIME_KEY, recomputed
+from ppb_core.model.walk import BODY, HEAD, TAIL, walk
+from ppb_core.payload.describe import (
     Evaluation,
     add_to_list,
     describe,
@@ -18,7 +19,6 @@ from ppb_core.ppb import (
     many_in_flight,
     mb,
 )
-from ppb_core.switches import KEEP_ALL, MEMORY_KEY, TIME_KEY, recomputed
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)
 
@@ -207,7 +207,7 @@ def test_measuring_each_distinct_kind_once_equals_describing_every_layer():
 
 def test_the_keys_are_the_sapp_balancers_own():
     # reference §2.1: the balancer's Recompute.TYPE order, JSON_MEMORY_NAME and JSON_TIME_NAME.
-    from ppb_core.switches import OPTIONS
+    from ppb_core.model.switches import OPTIONS
 
     assert OPTIONS == ("NONE", "SLCT", "COMM", "BOTH", "FULL")
     assert [MEMORY_KEY[o] for o in OPTIONS] == [

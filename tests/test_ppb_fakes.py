@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import pytest
 
-from ppb_core.config import parse_run_config
-from ppb_core.model import BODY, HEAD, TAIL, Layer, walk
-from ppb_core.switches import SWITCHES, LayerType, normalized
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import SWITCHES, LayerType, normalized
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 
 MB = 2**20
 NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER

@@ -11,10 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ppb_fakes import MLA_SPEC, SPEC, CensusMemory, FakeMemory, FakePricer, layer_of, small_run
 
-from ppb_core.front import build_front
-from ppb_core.model import BODY, walk
-from ppb_core.ppb import combine, describe, describe_run, measure_profile, profile_layers
-from ppb_core.ppb_frames import (
+from ppb_core.model.switches import KEEP_ALL
+from ppb_core.model.walk import BODY, walk
+from ppb_core.payload.describe import describe, describe_run
+from ppb_core.payload.front import build_front
+from ppb_core.payload.postprocess import combine
+from ppb_core.payload.profiling import measure_profile, profile_layers
+from ppb_core.tables.payload import (
     DESCRIPTION_COLUMNS,
     descriptions_from_frame,
     descriptions_to_frame,
@@ -23,7 +26,6 @@ from ppb_core.ppb_frames import (
     profiles_from_frame,
     profiles_to_frame,
 )
-from ppb_core.switches import KEEP_ALL
 
 
 def _through_parquet(frame: pd.DataFrame, tmp_path) -> pd.DataFrame:
@@ -154,8 +156,8 @@ def test_tables_of_the_wrong_kind_are_refused():
 def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
     # reference §8.4's files: untimed (demo has no times beyond `time`), so withdrawal and
     # scaling leave them as they are, and the table gives them back exactly.
-    from ppb_core import sapp
-    from ppb_core.ppb import postprocess
+    from ppb_core.payload import sapp
+    from ppb_core.payload.postprocess import postprocess
 
     path = Path(__file__).parent / "data" / name
     descriptions = sapp.read_layers_description(path)

@@ -10,14 +10,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from ppb_core import sapp
-from ppb_core.config import load_run_config, parse_run_config
-from ppb_core.front import price_option
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.memory import MemoryModel
-from ppb_core.model import BODY, walk
-from ppb_core.ppb import add_to_list, describe, describe_layer, describe_run, mb, measure_profile
-from ppb_core.ppb_frames import descriptions_from_frame, descriptions_to_frame
-from ppb_core.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
+from ppb_core.model.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
+from ppb_core.model.walk import BODY, walk
+from ppb_core.payload import sapp
+from ppb_core.payload.describe import add_to_list, describe, describe_layer, describe_run, mb
+from ppb_core.payload.front import price_option
+from ppb_core.payload.profiling import measure_profile
+from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame
 from ppb_core.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]

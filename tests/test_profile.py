@@ -7,11 +7,11 @@ from itertools import combinations
 import pytest
 from test_ppb_fakes import FULL, MB, MLA_SPEC, NOT, SEL, SPEC, CensusMemory, FakeMemory, FakePricer, layer_of, small_run
 
-from ppb_core.front import price_option
-from ppb_core.model import BODY, walk
-from ppb_core.ppb import measure_profile, profile_layers, profile_run
-from ppb_core.profile import Cost, SwitchProfile
-from ppb_core.switches import KEEP_ALL, SWITCHES, recomputed
+from ppb_core.model.switches import KEEP_ALL, SWITCHES, recomputed
+from ppb_core.model.walk import BODY, walk
+from ppb_core.payload.front import price_option
+from ppb_core.payload.profile import Cost, SwitchProfile
+from ppb_core.payload.profiling import measure_profile, profile_layers, profile_run
 
 SEVEN = tuple(name for name in SWITCHES if name != "attUp")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ppb_core.errors import InputError
-from ppb_core.sapp import layer_set, read_layer_set, read_layers_description, write_layers_description
-from ppb_core.switches import MEMORY_KEY, TIME_KEY
+from ppb_core.model.switches import MEMORY_KEY, TIME_KEY
+from ppb_core.payload.sapp import layer_set, read_layer_set, read_layers_description, write_layers_description
 
 DATA = Path(__file__).parent / "data"
 

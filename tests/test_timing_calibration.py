@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ppb_core.config import load_run_config, parse_run_config, resolved_raw
+from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw
 from ppb_core.errors import InputError
-from ppb_core.model import walk
-from ppb_core.switches import LayerType
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel, parse_calibration
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

@@ -10,9 +10,9 @@ import itertools
 
 import pytest
 
-from ppb_core.config import parse_run_config
-from ppb_core.kinds import body_kind
-from ppb_core.switches import SWITCHES, LayerType
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.kinds import body_kind
+from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing import (
     Geometry,
     hardware_flops_per_iteration,

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import pytest
 
-from ppb_core.config import parse_run_config
-from ppb_core.model import walk
-from ppb_core.switches import LayerType
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel
 
 CORE = {"softmax": 0, "headCast": 0, "dropout": 0}

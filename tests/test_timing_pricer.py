@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from ppb_core.config import load_run_config, parse_run_config
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model import walk
-from ppb_core.switches import OPTIONS, SWITCHES, LayerType, option_state
+from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel
 from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import Collective

@@ -10,9 +10,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ppb_core.config import parse_run_config
-from ppb_core.model import walk
-from ppb_core.switches import SWITCHES, LayerType
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import SWITCHES, LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel, layer_flops
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

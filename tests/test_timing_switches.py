@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config import load_run_config, parse_run_config
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.memory import MemoryModel
-from ppb_core.model import walk
-from ppb_core.switches import SWITCHES, LayerType
+from ppb_core.model.switches import SWITCHES, LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel, recompute_set
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ppb_core.config import load_run_config, parse_run_config
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model import BODY, HEAD, TAIL, cell_order, uniform_split, walk, walk_from_frame, walk_to_frame
+from ppb_core.model.walk import BODY, HEAD, TAIL, cell_order, uniform_split, walk, walk_from_frame, walk_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from pipelines.freshness import CONFIG_HASH
 from pipelines.partitions import run_configs
 from pipelines.resources import RunConfigs, data_version
 from ppb_core import chain
-from ppb_core.config import config_hash, run_from_frame
+from ppb_core.config.run import config_hash, run_from_frame
 from ppb_core.errors import InputError
 
 # The YAML file itself, outside Dagster's control: the sensor records its content hash as the

@@ -5,7 +5,7 @@ import pandas as pd
 
 from pipelines.assets.common import stage_asset, table_metadata
 from ppb_core import chain
-from ppb_core.ppb_frames import descriptions_from_frame
+from ppb_core.tables.payload import descriptions_from_frame
 
 KINDS = {"python", "pandas", "parquet"}
 

@@ -7,6 +7,6 @@ plan with its exact evaluation; `BalanceInput` the problem.
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import Solution, solve
-from ppb_core.balance.report import balance, report
+from ppb_core.balance.result import balance, report
 
 __all__ = ["BalanceInput", "Plan", "Solution", "balance", "report", "solve"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 
 
 def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:

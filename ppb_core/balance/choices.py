@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]

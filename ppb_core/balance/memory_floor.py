@@ -19,7 +19,7 @@ from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
 from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 
 
 def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ...]) -> CellChoice:

@@ -16,7 +16,7 @@ from typing import Any
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import RANK, BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 
 YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
 _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))

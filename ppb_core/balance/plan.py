@@ -12,8 +12,8 @@ from fractions import Fraction
 from functools import cached_property
 
 from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import Timeline, closed_form_time, simulate
-from ppb_core.switches import OPTIONS
 
 Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][stage][option index]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppb_core.errors import InputError
-from ppb_core.sapp import LayerSet, layer_set
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
-from ppb_core.switches import OPTIONS
 
 if TYPE_CHECKING:
-    from ppb_core.config import RunConfig
+    from ppb_core.config.run import RunConfig
 
 # Where MindFormers applies each option among a cell's layers: full recompute on the first layers,
 # then both selective kinds, then one selective kind, then none (§6.6's yaml counts from the start).

@@ -41,8 +41,8 @@ from ppb_core.balance.local import improve
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import simulate
-from ppb_core.switches import OPTIONS
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
 SEED_PLANS = 150  # random plans whose critical paths seed it too

@@ -119,7 +119,7 @@ class Attribution:
 
     def acting(self) -> tuple[str, ...]:
         """The switches some op of the layer answers to, in §4 order."""
-        from ppb_core.switches import SWITCHES
+        from ppb_core.model.switches import SWITCHES
 
         named = {role.switch for role in self.roles.values() if role.switch}
         return tuple(name for name in SWITCHES if name in named)

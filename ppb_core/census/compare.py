@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from ppb_core.config import RunConfig, load_run_config, parse_run_config
+from ppb_core.config.run import RunConfig, load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
-from ppb_core.model import walk
-from ppb_core.switches import OPTIONS, LayerType
+from ppb_core.model.switches import OPTIONS, LayerType
+from ppb_core.model.walk import walk
 
 MB = 2**20
 

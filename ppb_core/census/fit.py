@@ -32,7 +32,7 @@ from ppb_core.census.attribution import (
     recompute_shares,
 )
 from ppb_core.census.record import Kept, KindCensus, Part, PerToken, RankSplit, Setting, WorkingLine
-from ppb_core.switches import SWITCHES
+from ppb_core.model.switches import SWITCHES
 
 # Each term's feature for one measurement.
 TERMS: dict[str, str] = {

@@ -632,8 +632,8 @@ def census(
     import transformers
 
     from ppb_core.census.fit import KindMeasurement, assemble_kind
-    from ppb_core.hf import spec_from_hf
-    from ppb_core.kinds import body_kind, kind_to_dict
+    from ppb_core.config.hf import spec_from_hf
+    from ppb_core.model.kinds import body_kind, kind_to_dict
 
     if attention not in ATTENTIONS:
         raise InputError(source or None, "attention", f"{attention!r} is not one of {', '.join(ATTENTIONS)}")

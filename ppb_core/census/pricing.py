@@ -16,10 +16,10 @@ from typing import Any
 
 from ppb_core.census.record import Census, Kept, KindCensus, RankSplit, kept_bytes, read_census
 from ppb_core.errors import InputError
-from ppb_core.kinds import BodyKind, HeadKind, TailKind, kind_to_dict
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.switches import LayerType
+from ppb_core.model.kinds import BodyKind, HeadKind, TailKind, kind_to_dict
+from ppb_core.model.switches import LayerType
 
 CENSUS_TERM = "census."
 

@@ -35,7 +35,7 @@ from typing import Any
 from ppb_core.census.attribution import BUCKETS
 from ppb_core.errors import InputError
 from ppb_core.io import read_json
-from ppb_core.switches import HYPER_SELECTIVE_REC_OP, SWITCHES
+from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP, SWITCHES
 
 CENSUS_FORMAT = "ppb-census"
 CENSUS_VERSION = 1
@@ -202,7 +202,7 @@ class KindCensus:
     """One body kind's census."""
 
     name: str
-    kind: Mapping[str, Any]  # `ppb_core.kinds.kind_to_dict` of the kind measured
+    kind: Mapping[str, Any]  # `ppb_core.model.kinds.kind_to_dict` of the kind measured
     layer_index: int
     acting: tuple[str, ...]
     settings: Mapping[frozenset[str], Setting]

@@ -53,7 +53,7 @@ def _positive(value: Any, name: str, source: str) -> None:
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
     from ppb_core.balance.problem import BalanceInput, run_problem
-    from ppb_core.sapp import layer_set, read_layers_description
+    from ppb_core.payload.sapp import layer_set, read_layers_description
 
     source = str(args.source)
     path = Path(source)
@@ -72,8 +72,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
                 from None
         _positive(interleave, "--interleave", source)
     if path.suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.config import load_run_config
-        from ppb_core.ppb import describe_run
+        from ppb_core.config.run import load_run_config
+        from ppb_core.payload.describe import describe_run
 
         run = load_run_config(path)
         schedule = args.schedule
@@ -95,7 +95,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppb_core.balance.report import balance
+    from ppb_core.balance.result import balance
     from ppb_core.io import atomic_write_text
 
     problem, search = problem_from_args(args)

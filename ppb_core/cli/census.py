@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _read_config(path: str) -> dict:
     from ppb_core.census.measure import CENSUS_MODEL_TYPES
-    from ppb_core.hf import spec_from_hf
+    from ppb_core.config.hf import spec_from_hf
 
     raw = read_json(path, "is a directory, not a config.json")
     spec_from_hf(raw, path)  # the same checks the run config's reader makes

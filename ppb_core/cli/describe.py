@@ -12,9 +12,9 @@ import argparse
 import json
 import sys
 
-from ppb_core.config import load_run_config
-from ppb_core.ppb import describe_run
-from ppb_core.sapp import TOP_KEY, validate_descriptions, write_layers_description
+from ppb_core.config.run import load_run_config
+from ppb_core.payload.describe import describe_run
+from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_description
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

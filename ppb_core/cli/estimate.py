@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from ppb_core.config import load_run_config
-from ppb_core.estimate import Estimate, estimate
+from ppb_core.config.run import load_run_config
+from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 from ppb_core.timing import TimeModel
 
 MB = 2**20

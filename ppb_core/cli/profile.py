@@ -13,13 +13,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ppb_core.config import RunConfig, load_run_config
+from ppb_core.config.run import RunConfig, load_run_config
 from ppb_core.errors import InputError
-from ppb_core.front import LayerOption, build_front
 from ppb_core.memory import run_in_flight_counts
-from ppb_core.ppb import MB, ProfileKey, profile_run
-from ppb_core.profile import Cost, SwitchProfile
-from ppb_core.switches import SWITCHES
+from ppb_core.model.switches import SWITCHES
+from ppb_core.payload.describe import MB
+from ppb_core.payload.front import LayerOption, build_front
+from ppb_core.payload.profile import Cost, SwitchProfile
+from ppb_core.payload.profiling import ProfileKey, profile_run
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, TailKind
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.switches import LayerType
+from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, TailKind
+from ppb_core.model.switches import LayerType
 
 INDEX_BYTES = 8  # int64 token ids, labels and top-k indices
 MASK_BYTES = 1  # dropout masks: one byte per element

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.kinds import BodyKind, HeadKind, Moe, TailKind
 from ppb_core.memory.activations import _kv_heads, _split, routed_rows
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.params import LayerParams
-from ppb_core.switches import LayerType
+from ppb_core.model.kinds import BodyKind, HeadKind, Moe, TailKind
+from ppb_core.model.params import LayerParams
+from ppb_core.model.switches import LayerType
 
 GROUPS: tuple[str, ...] = ("dp", "tp", "cp", "ep")
 

@@ -1,6 +1,6 @@
 """`MemoryModel`: the bytes a layer takes on one device, evaluated once per distinct kind and state.
 
-It implements `ppb_core.sources.MemorySource` for the PPB builder and offers the breakdowns
+It implements `ppb_core.payload.sources.MemorySource` for the PPB builder and offers the breakdowns
 behind each figure (static parts, activations op by op with their switch, buffer terms).
 """
 
@@ -10,14 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ppb_core.config import RunConfig
-from ppb_core.kinds import BodyKind, HeadKind, LayerKind
+from ppb_core.config.run import RunConfig
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, layer_buffers, state_buffers
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, layer_params, static_bytes
-from ppb_core.params import LayerParams
-from ppb_core.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind
+from ppb_core.model.params import LayerParams
+from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
 
 BODY_STATES = (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
 

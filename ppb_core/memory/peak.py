@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ppb_core.config import RunConfig
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.kinds import BodyKind
 from ppb_core.memory.model import MemoryModel
-from ppb_core.model import Layer, LayerWalk, walk
-from ppb_core.switches import OPTIONS
+from ppb_core.model.kinds import BodyKind
+from ppb_core.model.switches import OPTIONS
+from ppb_core.model.walk import Layer, LayerWalk, walk
 
 MB = 2**20
 

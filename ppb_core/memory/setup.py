@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.config import RunConfig
+from ppb_core.config.run import RunConfig
 
 # How the buffers of one layer add up (docs/memory.md, "Communication buffers"):
 # "layered": transient workspaces are used one at a time, tensors kept for the backward add up;

@@ -1,6 +1,6 @@
 """Static memory: parameters, gradients and optimizer states one device holds for a layer.
 
-Element counts come from `ppb_core.params` (tensor and expert parallel already applied); this
+Element counts come from `ppb_core.model.params` (tensor and expert parallel already applied); this
 module only turns them into bytes under the data-parallel sharding of ZeRO / FSDP:
 
 * level 1 shards the optimizer states, level 2 also the gradients, level 3 (or FSDP) also the
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.kinds import BodyKind, HeadKind, LayerKind, TailKind
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.params import LayerParams, body_params, head_params, tail_params
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind
+from ppb_core.model.params import LayerParams, body_params, head_params, tail_params
 
 
 def layer_params(kind: LayerKind, setup: MemorySetup) -> LayerParams:

@@ -1,6 +1,6 @@
 """The time model: forward and backward milliseconds of every layer under every recompute option (docs/timing.md).
 
-`TimeModel(run)` implements `ppb_core.sources.TimeSource`; `flops` holds the per-op tables and the
+`TimeModel(run)` implements `ppb_core.payload.sources.TimeSource`; `flops` holds the per-op tables and the
 FLOP counts (model FLOPs per iteration, hardware FLOPs with recompute); `comm` the collectives;
 `calibration` the measured-times CSV.
 """

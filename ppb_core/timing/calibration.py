@@ -11,7 +11,7 @@ The CSV has one row per measured (model, node, kind, option), one micro-batch on
 `node` is HEAD, BODY or TAIL; `kind` is the layer kind's name (`BodyKind.name` such as dense,
 moe, dense_mla, moe_mla; "embedding" for a HEAD; "output" or "output_mtp" for a TAIL); `option`
 is NONE, SLCT, COMM, BOTH or FULL (HEAD and TAIL: NONE only), each option meaning the switch
-setting the run config gives it (`ppb_core.switches.option_state`). Column order is free; no
+setting the run config gives it (`ppb_core.model.switches.option_state`). Column order is free; no
 other column, no repeated row.
 
 The model's time of a layer has three terms: the forward, the backward of the plain layer, and
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ppb_core.errors import InputError
 from ppb_core.io import read_text
-from ppb_core.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS
 
 COLUMNS: tuple[str, ...] = ("model_name", "node", "kind", "option", "forward_ms", "backward_ms")
 NODES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")

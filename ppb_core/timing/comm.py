@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.config import RunConfig
-from ppb_core.devices import DeviceProfile
+from ppb_core.config.devices import DeviceProfile
+from ppb_core.config.run import RunConfig
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, REDUCE_SCATTER, Collective
 
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ppb_core.config import RunConfig
-from ppb_core.kinds import (
+from ppb_core.config.run import RunConfig
+from ppb_core.model.kinds import (
     Attention,
     BodyKind,
     HeadKind,
@@ -34,7 +34,7 @@ from ppb_core.kinds import (
     head_kind,
     tail_kind,
 )
-from ppb_core.switches import LayerType, normalized, option_state
+from ppb_core.model.switches import LayerType, normalized, option_state
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ppb_core.config import RunConfig
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.kinds import LayerKind
-from ppb_core.model import BODY, HEAD, TAIL, Layer, walk
-from ppb_core.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
+from ppb_core.model.kinds import LayerKind
+from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
@@ -74,7 +74,7 @@ class OpTime:
 
 
 class TimeModel:
-    """Prices the layers of one run config; implements `ppb_core.sources.TimeSource`.
+    """Prices the layers of one run config; implements `ppb_core.payload.sources.TimeSource`.
 
     *calibration* is a CSV path, parsed `Measurement`s, or None for the run config's
     `timing.calibration` (no calibration if that is unset too).

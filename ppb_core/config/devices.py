@@ -9,7 +9,7 @@ a device's share of the node's scale-out NICs (one NIC per device on the systems
 Efficiencies are the fractions of peak the time model assumes kernels and collectives reach (the
 MFU of the matmuls, the achieved share of HBM bandwidth of element-wise kernels, NCCL's bus
 bandwidth over the link rate); they are assumptions to calibrate, not datasheet figures. A run
-config may override every figure (`device:` in the run config, `ppb_core.config.Device`).
+config may override every figure (`device:` in the run config, `ppb_core.config.run.Device`).
 """
 
 from __future__ import annotations

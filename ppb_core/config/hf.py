@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
 from ppb_core.io import read_json
-from ppb_core.spec import ModelSpec
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
 

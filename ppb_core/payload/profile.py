@@ -2,12 +2,12 @@
 
 Nine measurements (ten for an MLA layer, whose up-projections `attUp` acts on) price every one of
 the 128 (256) switch settings by addition: a setting costs the base plus, for each switch it
-recomputes, what that switch alone changes. `ppb_core.front` turns a profile into the settings
-worth offering; `ppb_core.ppb.profile_run` measures profiles through the memory and time models.
+recomputes, what that switch alone changes. `ppb_core.payload.front` turns a profile into the settings
+worth offering; `ppb_core.payload.profiling.profile_run` measures profiles through the memory and time models.
 
 Units: memory in bytes (as the `MemorySource` gives them), times in the `TimeSource`'s unit
 (milliseconds for `ppb_core.timing`). The field names are those of the reference (§4), which the
-users of the recompute front know; the tables of `ppb_core.ppb_frames` carry the units.
+users of the recompute front know; the tables of `ppb_core.tables.payload` carry the units.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ppb_core.switches import OPTIONAL, SWITCHES
+from ppb_core.model.switches import OPTIONAL, SWITCHES
 
 
 def _pairwise(mine: tuple[float, ...], theirs: tuple[float, ...], sign: int) -> tuple[float, ...]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from ppb_core.model import Layer
-from ppb_core.switches import LayerType
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import Layer
 
 
 class MemorySource(Protocol):

@@ -21,7 +21,7 @@ class StrictModel(BaseModel):
 class ModelSpec(StrictModel):
     """A decoder-only transformer, dense or MoE, with multi-head, grouped or latent (MLA) attention.
 
-    Field names are ppb's; `ppb_core.hf` maps each HuggingFace architecture onto them.
+    Field names are ppb's; `ppb_core.config.hf` maps each HuggingFace architecture onto them.
     """
 
     family: str = "generic"

@@ -25,10 +25,10 @@ from typing import Any
 
 import pandas as pd
 
-from ppb_core.front import LayerOption
-from ppb_core.kinds import kind_from_dict, kind_to_dict
-from ppb_core.profile import Cost, SwitchProfile
-from ppb_core.switches import COEF_KEY, MEMORY_KEY, SWITCHES, TIME_KEY
+from ppb_core.model.kinds import kind_from_dict, kind_to_dict
+from ppb_core.model.switches import COEF_KEY, MEMORY_KEY, SWITCHES, TIME_KEY
+from ppb_core.payload.front import LayerOption
+from ppb_core.payload.profile import Cost, SwitchProfile
 
 # --- descriptions --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ppb_core.spec import ModelSpec
+from ppb_core.config.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, TailKind
+from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, TailKind
 
 
 def _split(size: int, ranks: int) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ppb_core.config import RunConfig
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
 
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
@@ -147,7 +147,7 @@ def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
 
     import pandas as pd
 
-    from ppb_core.kinds import kind_to_dict
+    from ppb_core.model.kinds import kind_to_dict
 
     cache: dict[LayerKind, str] = {}
     rows = []
@@ -164,7 +164,7 @@ def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
 def walk_from_frame(frame, stages: int, chunks: int) -> LayerWalk:
     import json
 
-    from ppb_core.kinds import kind_from_dict
+    from ppb_core.model.kinds import kind_from_dict
 
     kinds: dict[str, LayerKind] = {}
     layers = []

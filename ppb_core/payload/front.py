@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
-from ppb_core.profile import Cost, SwitchProfile
-from ppb_core.switches import SWITCHES, recomputed
+from ppb_core.model.switches import SWITCHES, recomputed
+from ppb_core.payload.profile import Cost, SwitchProfile
 
 
 @dataclass(frozen=True)

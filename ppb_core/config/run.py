@@ -25,13 +25,13 @@ from pydantic import (
     model_validator,
 )
 
-from ppb_core.devices import DEVICE_CATALOG, DeviceProfile
+from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
+from ppb_core.config.hf import read_hf_config
+from ppb_core.config.spec import ModelSpec, StrictModel
 from ppb_core.errors import InputError
-from ppb_core.hf import read_hf_config
 from ppb_core.io import read_text
+from ppb_core.model.switches import SWITCHES
 from ppb_core.schedules import check as check_schedule
-from ppb_core.spec import ModelSpec, StrictModel
-from ppb_core.switches import SWITCHES
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
 Dtype = Literal["bf16", "fp16", "fp32"]

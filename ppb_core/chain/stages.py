@@ -1,0 +1,225 @@
+"""The planning chain in order: each stage a pure function of the tables of the stages before it.
+
+`ppb plan` runs it end to end and the Dagster assets call one stage each, so both produce the
+same tables, stored by `ppb_core.chain.storage` in the same layout. A stage may also render
+artifacts next to its table (the SAPP JSON, the report's image); they are a function of the
+stage's table alone, so a rerun from stored Parquet renders the same files.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ppb_core.balance import balance
+from ppb_core.balance.problem import run_problem
+from ppb_core.config.run import RunConfig, load_run_config, run_from_frame, run_to_frame
+from ppb_core.errors import InputError
+from ppb_core.estimate.plan import plan_stages
+from ppb_core.estimate.run import estimate, estimate_to_frame
+from ppb_core.memory import MemoryModel, run_in_flight_counts
+from ppb_core.model.walk import LayerWalk, walk, walk_from_frame, walk_to_frame
+from ppb_core.payload.describe import describe_layers, many_in_flight
+from ppb_core.payload.postprocess import combine, scale, withdraw
+from ppb_core.payload.profiling import profile_layers
+from ppb_core.payload.sapp import validate_descriptions
+from ppb_core.report.render import report_files
+from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame, profiles_to_frame
+from ppb_core.tables.plan import plan_to_frame
+from ppb_core.timing import TimeModel
+
+# The columns that name a distinct layer in the memory and time tables.
+TIME_KEY_COLUMNS = ("model_name", "node", "kind", "kind_json", "count")
+
+def run_config(path: str | Path) -> pd.DataFrame:
+    """The run config read, validated and resolved into one self-contained row."""
+    run = load_run_config(path)  # errors name the file as given; the table records where it was
+    return run_to_frame(run.model_copy(update={"source": str(Path(path).resolve())}))
+
+def layer_walk(run_config: pd.DataFrame) -> pd.DataFrame:
+    """Every layer of the run in pipeline order with its (chunk, stage) cell."""
+    return walk_to_frame(walk(run_from_frame(run_config)))
+
+def _run_and_walk(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> tuple[RunConfig, LayerWalk]:
+    run = run_from_frame(run_config)
+    return run, walk_from_frame(layer_walk, run.parallel.pp, run.parallel.vpp)
+
+def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Each distinct layer's bytes on one device under every recompute option, and each stage's peak.
+
+    One row per distinct (model, node, kind) of the walk (`ppb_core.estimate.run`'s table); the
+    stages' peaks against the device's memory ride along as JSON in `attrs["stage_peaks"]`.
+    """
+    run, walked = _run_and_walk(run_config, layer_walk)
+    result = estimate(run, layer_walk=walked)
+    frame = estimate_to_frame(result)
+    frame.attrs["stage_peaks"] = json.dumps(result.to_json()["stages"], sort_keys=True)
+    return frame
+
+def layer_times(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Each distinct layer's forward and backward milliseconds under every recompute option."""
+    run, walked = _run_and_walk(run_config, layer_walk)
+    frame = estimate_to_frame(estimate(run, times=TimeModel(run), layer_walk=walked, stages=False))
+    return frame[[*TIME_KEY_COLUMNS, *(c for c in frame.columns if "_ms_" in c)]]
+
+def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """Per model and body kind, what each recompute switch alone saves and costs (`ppb profile`'s).
+
+    The buffers are split at the most micro-batches in flight any (chunk, stage) of the schedule
+    keeps, and the linear split's excess is stated at every count the schedule uses.
+    """
+    run, walked = _run_and_walk(run_config, layer_walk)
+    counts = run_in_flight_counts(run)
+    profiles = profile_layers(
+        walked, MemoryModel(run), TimeModel(run), many=max(2, max(counts)), counts=counts, switches_of=run.switches
+    )
+    return profiles_to_frame(profiles)
+
+def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+    """The SAPP layer descriptions of the walk, identical layers merged (`nb_layer`), with times."""
+    run, walked = _run_and_walk(run_config, layer_walk)
+    descriptions = describe_layers(
+        walked, MemoryModel(run), TimeModel(run),
+        many=many_in_flight(run.parallel.pp, run.training.micro_batches), switches_of=run.switches,
+    )
+    return descriptions_to_frame(descriptions)
+
+def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """The bodies the run config's `ppb.combined` groups, each group described as one body."""
+    run = run_from_frame(run_config)
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+
+def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """The selective options no body the balancer sees is better off with, withdrawn from every body."""
+    return descriptions_to_frame(withdraw(descriptions_from_frame(combined_descriptions)))
+
+def scaled_descriptions(withdrawn_descriptions: pd.DataFrame) -> pd.DataFrame:
+    """Times in units of the first body's forward time: what the balancer reads (also as SAPP JSON)."""
+    return descriptions_to_frame(scale(descriptions_from_frame(withdrawn_descriptions)))
+
+def sapp_json(scaled_descriptions: pd.DataFrame) -> dict[str, bytes]:
+    """The scaled descriptions as the SAPP balancer's file, `{"layers_description": [...]}`."""
+    descriptions = validate_descriptions(descriptions_from_frame(scaled_descriptions), "scaled_descriptions")
+    return {".json": (json.dumps({"layers_description": descriptions}, indent=2) + "\n").encode()}
+
+# Seconds the balancer may search; at the limit it returns its best plan with its gap.
+PLAN_TIME_LIMIT_S = 90.0
+
+def pipeline_plan(
+    run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame, time_limit_s: float = PLAN_TIME_LIMIT_S
+) -> pd.DataFrame:
+    """The balancer's plan: layers per (chunk, stage) and their recompute options, the fastest that fits.
+
+    The problem's sizes come from the run config as `ppb balance RUN.yaml` takes them: pp stages,
+    the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb.
+    """
+    run = run_from_frame(run_config)
+    problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
+    return plan_to_frame(balance(problem, time_limit_s))
+
+def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
+    """The plan as `ppb balance --json` prints it (less wall-clock seconds)."""
+    return {".json": (json.dumps(json.loads(pipeline_plan.attrs["plan"]), indent=2) + "\n").encode()}
+
+def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.DataFrame:
+    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it."""
+    run = run_from_frame(run_config)
+    plan = json.loads(pipeline_plan.attrs["plan"])
+    if pipeline_plan.empty:
+        raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
+    by_stage = [json.loads(text) for text in pipeline_plan["cells_json"]]
+    cells = [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]
+    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist())
+    best = plan.get("best_baseline")
+    headline = [
+        ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
+        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
+        ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
+        ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
+        *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
+    ]
+    if plan.get("megatron", {}).get("layout"):
+        headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
+    stages.attrs.update(title=f"{run.name}: pipeline plan", headline=json.dumps(headline),
+                        image=f"{partition_key(run.source)}.png")
+    return stages
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the chain: its function, the stages it reads, the core modules it rests on."""
+
+    name: str
+    func: Callable[..., pd.DataFrame]
+    inputs: tuple[str, ...]
+    core_modules: tuple[str, ...]
+    artifacts: Callable[[pd.DataFrame], dict[str, bytes]] | None = None
+    artifact_suffixes: tuple[str, ...] = ()
+    doc: str = field(default="", compare=False)
+
+    @property
+    def description(self) -> str:
+        return self.doc or (inspect.getdoc(self.func) or "").split("\n\n")[0]
+
+# The first stage reads the run config file; each later one reads the tables named in `inputs`.
+_PPB = ("ppb_core.payload", "ppb_core.tables.payload", "ppb_core.memory", "ppb_core.timing")
+
+STAGES: tuple[Stage, ...] = (
+    Stage("run_config", run_config, (), ("ppb_core.config.run",)),
+    Stage("layer_walk", layer_walk, ("run_config",), ("ppb_core.config.run", "ppb_core.model.walk")),
+    Stage("layer_memory", layer_memory, ("run_config", "layer_walk"), ("ppb_core.estimate.run", "ppb_core.memory")),
+    Stage("layer_times", layer_times, ("run_config", "layer_walk"), ("ppb_core.estimate.run", "ppb_core.timing")),
+    Stage("switch_profiles", switch_profiles, ("run_config", "layer_walk"), (*_PPB, "ppb_core.cli.profile")),
+    Stage("layer_descriptions", layer_descriptions, ("run_config", "layer_walk"), _PPB),
+    Stage("combined_descriptions", combined_descriptions, ("run_config", "layer_descriptions"), _PPB),
+    Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), _PPB),
+    Stage("scaled_descriptions", scaled_descriptions, ("withdrawn_descriptions",), (*_PPB, "ppb_core.payload.sapp"),
+          artifacts=sapp_json, artifact_suffixes=(".json",)),
+    Stage("pipeline_plan", pipeline_plan, ("run_config", "scaled_descriptions"),
+          ("ppb_core.balance", "ppb_core.payload.sapp"), artifacts=plan_json, artifact_suffixes=(".json",)),
+    Stage("plan_report", plan_report, ("run_config", "pipeline_plan"), ("ppb_core.estimate.plan", "ppb_core.report"),
+          artifacts=report_files, artifact_suffixes=(".png", ".md")),
+)
+
+def stage(name: str) -> Stage:
+    for candidate in STAGES:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no stage named {name!r} (stages: {', '.join(s.name for s in STAGES)})")
+
+def run_stage(
+    name: str, tables: Mapping[str, pd.DataFrame], path: str | Path | None = None, **settings: Any
+) -> pd.DataFrame:
+    """One stage from its upstream tables (the first stage from the run config *path*).
+
+    *settings* go to the stage function as keywords (e.g. `time_limit_s` for `pipeline_plan`).
+    """
+    step = stage(name)
+    if not step.inputs:
+        if path is None:
+            raise ValueError(f"stage {name} reads the run config file: give its path")
+        return step.func(path, **settings)
+    return step.func(*(tables[upstream] for upstream in step.inputs), **settings)
+
+def run_chain(
+    path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every stage's table for one run config, in chain order (up to and including *until*).
+
+    *settings* maps a stage name to keyword settings of its function.
+    """
+    tables: dict[str, pd.DataFrame] = {}
+    for step in STAGES:
+        tables[step.name] = run_stage(step.name, tables, path, **(settings or {}).get(step.name, {}))
+        if step.name == until:
+            break
+    return tables
+
+def partition_key(path: str | Path) -> str:
+    """The key a run config's tables are stored under: its file stem (also the Dagster partition)."""
+    return Path(path).stem

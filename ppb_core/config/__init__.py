@@ -1,0 +1,1 @@
+"""Run configs: the validated run, model specs, HuggingFace config.json files, the device catalog."""

@@ -1,0 +1,245 @@
+"""Layer descriptions for the SAPP balancer: each layer's memory per recompute option in MB and its times.
+
+For each layer of the walk, a *description*: its memory per recompute option in MB, per
+micro-batch in flight, and once (`memory_parameter`); with a time model, its forward time and
+each option's backward time. Identical layers merge into one description with a count
+(`nb_layer`). `describe_run` describes a run config and post-processes the list
+(`ppb_core.payload.postprocess`).
+
+Memory comes from a `MemorySource` and times from a `TimeSource` (`ppb_core.payload.sources`). The
+switches a measurement runs reach the memory model through an `Evaluation`, the context of one
+layer's measurement; the run config's switches are never changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ppb_core.config.run import RunConfig
+from ppb_core.model.switches import (
+    MEMORY_KEY,
+    OPTIONS,
+    TIME_KEY,
+    LayerType,
+    normalized,
+    selective_switches,
+)
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
+from ppb_core.payload.postprocess import postprocess
+from ppb_core.payload.sources import MemorySource, TimeSource
+
+MB = 2**20
+
+_END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
+
+def mb(value: float | Iterable[float]) -> int:
+    """Bytes as whole MB, truncated toward zero as SAPP's payload builder does; a tuple is summed first."""
+    total = sum(value) if isinstance(value, Iterable) else value
+    return int(total / MB)
+
+def many_in_flight(stages: int, micro_batches: int) -> int:
+    """The most micro-batches a 1F1B stage keeps in flight, and at least 2, where the buffers are split."""
+    return max(2, min(stages, micro_batches))
+
+class Split(NamedTuple):
+    """A layer's memory with its buffers split by how they grow with the micro-batches in flight.
+
+    Exact at one micro-batch in flight and at the `many` it was split at: buffers(k) =
+    `once + k·per_micro_batch`, less `excess[i]` at `counts[i]`.
+    """
+
+    activation: float  # one micro-batch's activations
+    per_micro_batch: float  # buffers that grow, per micro-batch in flight
+    once: float  # buffers held once
+    excess: tuple[float, ...]  # what the split over-charges at each count asked for
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One layer as the memory model is asked about it: its state and the switches that state runs.
+
+    `configured` is the layer's own selective switches; `switches` overrides them while a
+    measurement needs another setting (None: the layer's own). Each change gives a new
+    context, so nothing a caller holds — least of all the run config — is changed.
+    """
+
+    memory: MemorySource
+    layer: Layer
+    configured: Mapping[str, int]
+    state: LayerType = LayerType.NOT_REC_LAYER
+    switches: Mapping[str, int] | None = None
+
+    def at(self, state: LayerType) -> Evaluation:
+        return dataclasses.replace(self, state=state, switches=None)
+
+    def selective(self, switches: Mapping[str, int]) -> Evaluation:
+        """The layer selective with *switches* over the ones it runs now."""
+        stated = self.switches if self.switches is not None else self.configured
+        return dataclasses.replace(self, state=LayerType.SEL_REC_LAYER, switches=normalized({**stated, **switches}))
+
+    @property
+    def running(self) -> dict[str, int] | None:
+        """The switches handed to the memory model: a selective layer's in full, else None."""
+        if self.state is not LayerType.SEL_REC_LAYER:
+            return None
+        return normalized(self.switches if self.switches is not None else self.configured)
+
+    def dynamic(self, in_flight: int) -> tuple[float, float]:
+        """(activations, buffers) with *in_flight* micro-batches in flight."""
+        return self.memory.dynamic_bytes(self.layer, self.state, self.running, in_flight)
+
+    def split(self, many: int, counts: Sequence[int] = ()) -> Split:
+        """Activations at one micro-batch, and the buffers split linearly between 1 and *many* in flight."""
+        at = [self.dynamic(count)[1] for count in counts]
+        _, more = self.dynamic(many)
+        activation, one = self.dynamic(1)
+        per_micro_batch = (more - one) / (many - 1)
+        excess = tuple(one + (count - 1) * per_micro_batch - kept for count, kept in zip(counts, at, strict=True))
+        return Split(activation, per_micro_batch, one - per_micro_batch, excess)
+
+    def working_extra(self, gathered: int, on_saved: bool) -> float:
+        return self.memory.working_extra_bytes(self.layer, self.state, self.running, gathered, on_saved)
+
+    def census_terms(self) -> tuple[float, float] | None:
+        return self.memory.census_terms(self.layer, self.state, self.running)
+
+def describe_layer(
+    layer: Layer,
+    memory: MemorySource,
+    times: TimeSource | None = None,
+    *,
+    many: int,
+    configured: Mapping[str, int],
+) -> dict[str, Any]:
+    """One layer's description, before merging (no `nb_layer` or `name` yet).
+
+    HEAD and TAIL: `memory_parameter` = MB(static) + MB(activations and buffers at one
+    micro-batch). BODY: `memory_parameter` = MB(static) + MB(the largest buffers held once of
+    any option), and per option MB(activations) + MB(buffers per micro-batch), each term
+    truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the forward
+    time then (1 without times).
+    """
+    desc: dict[str, Any] = {"model_name": layer.model_name}
+    context = Evaluation(memory, layer, normalized(configured))
+    if layer.node in _END_STATE:
+        one = context.at(_END_STATE[layer.node]).dynamic(1)
+        desc["type"] = layer.node
+        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(one)
+        desc["time"] = 1
+    else:
+        _body_memory(desc, context, many, timed=times is not None)
+    if times is not None:
+        _body_or_end_times(desc, layer, times, configured)
+    return desc
+
+def _body_memory(desc: dict[str, Any], context: Evaluation, many: int, timed: bool) -> None:
+    switches = selective_switches(context.configured)
+    splits = {
+        "NONE": context.at(LayerType.NOT_REC_LAYER).split(many),
+        "SLCT": context.selective(switches["SLCT"]).split(many),
+    }
+    if timed:
+        for name in ("COMM", "BOTH"):
+            splits[name] = context.selective(switches[name]).split(many)
+    splits["FULL"] = context.at(LayerType.FULL_REC_LAYER).split(many)
+    desc["type"] = BODY
+    desc["memory_parameter"] = mb(context.memory.static_bytes(context.layer)) + mb(
+        max(split.once for split in splits.values())
+    )
+    for name in OPTIONS:
+        if name in splits:
+            desc[MEMORY_KEY[name]] = mb(splits[name].activation) + mb(splits[name].per_micro_batch)
+    desc["time"] = 1
+
+def _body_or_end_times(desc: dict[str, Any], layer: Layer, times: TimeSource, configured: Mapping[str, int]) -> None:
+    if layer.node in _END_STATE:
+        desc["forward_time"], desc["backward_time"] = times.layer_times(layer, _END_STATE[layer.node], None)
+    else:
+        desc["forward_time"], desc["backward_time"] = times.layer_times(layer, LayerType.NOT_REC_LAYER, None)
+        for name, switches in selective_switches(configured).items():
+            desc[TIME_KEY[name]] = times.layer_times(layer, LayerType.SEL_REC_LAYER, switches)[1]
+        desc["recompute_time"] = times.layer_times(layer, LayerType.FULL_REC_LAYER, None)[1]
+    desc["time"] = desc["forward_time"]
+
+def add_to_list(descriptions: list[dict[str, Any]], desc: Mapping[str, Any]) -> None:
+    """Count *desc* in *descriptions* (the builder's own list, updated in place).
+
+    A description equal, on every key of *desc*, to one already listed adds 1 to its `nb_layer`;
+    otherwise a copy is appended with `nb_layer` 1, named `BODY_<n>` (n: the bodies listed before
+    it) or after its type. An empty *desc* counts nothing.
+    """
+    if not desc:
+        return
+    matched = False
+    bodies = 0
+    for listed in descriptions:
+        if all(key in listed and listed[key] == value for key, value in desc.items()):
+            listed["nb_layer"] += 1
+            matched = True
+        if listed["type"] == BODY:
+            bodies += 1
+    if not matched:
+        entry = dict(desc)
+        entry["nb_layer"] = 1
+        entry["name"] = f"BODY_{bodies}" if entry["type"] == BODY else entry["type"]
+        descriptions.append(entry)
+
+SwitchesOf = Callable[[str], Mapping[str, int]]
+
+def describe_layers(
+    layers: Iterable[Layer],
+    memory: MemorySource,
+    times: TimeSource | None,
+    *,
+    many: int,
+    switches_of: SwitchesOf,
+) -> list[dict[str, Any]]:
+    """The merged descriptions of *layers* in order; each distinct (model, node, kind) is measured once.
+
+    *switches_of(model_name)* gives a model's configured selective switches.
+    """
+    measured: dict[tuple[str, str, Any], dict[str, Any]] = {}
+    descriptions: list[dict[str, Any]] = []
+    for layer in layers:
+        key = (layer.model_name, layer.node, layer.kind)
+        if key not in measured:
+            measured[key] = describe_layer(layer, memory, times, many=many, configured=switches_of(layer.model_name))
+        add_to_list(descriptions, measured[key])
+    return descriptions
+
+def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = None) -> list[dict[str, Any]]:
+    """The run's layers described and merged, before any post-processing."""
+    return describe_layers(
+        walk(run),
+        memory,
+        times,
+        many=many_in_flight(run.parallel.pp, run.training.micro_batches),
+        switches_of=run.switches,
+    )
+
+def describe_run(
+    run: RunConfig,
+    memory: MemorySource | None = None,
+    times: TimeSource | None = None,
+    *,
+    timed: bool = True,
+) -> list[dict[str, Any]]:
+    """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
+
+    *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
+    `ppb_core.timing.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
+    and FULL only, `time` 1).
+    """
+    if memory is None:
+        from ppb_core.memory import MemoryModel
+
+        memory = MemoryModel(run)
+    if not timed:
+        times = None
+    elif times is None:
+        from ppb_core.timing import TimeModel
+
+        times = TimeModel(run)
+    return postprocess(describe(run, memory, times), run.ppb.combined)

@@ -1,0 +1,124 @@
+"""The three pure steps after describing, in this order: combine, withdraw, scale.
+
+Each is a function of a description list returning a new one: `combine` (bodies of several
+sub-models as one, from `run.ppb.combined`), `withdraw` (selective options no body is better off
+with), `scale` (times in units of the first body's forward time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ppb_core.model.switches import (
+    MEMORY_KEY,
+    OPTIONS,
+    SELECTIVE_OPTIONS,
+    TIME_KEY,
+)
+from ppb_core.model.walk import BODY
+
+Groups = Sequence[Sequence[Sequence[str]]]
+
+def combine(descriptions: Sequence[Mapping[str, Any]], groups: Groups) -> list[dict[str, Any]]:
+    """Bodies of several sub-models described as one, for each group of (model name, node) pairs.
+
+    For each group, the first description of each (model, node) is taken out of the list and
+    summed into one BODY named `COMBINED_<their names>`, of model `combined_<their models>`: every
+    memory key and every `*_time` adds up, `time` is the summed forward time (1 without times),
+    and it counts 1 layer. It goes where the first of them was (first in the list if none was
+    found). Without groups the list is returned as it is (copied).
+    """
+    result = [dict(desc) for desc in descriptions]
+    for group in groups:
+        combined: dict[str, Any] = {
+            "model_name": "combined",
+            "type": BODY,
+            "memory_parameter": 0,
+            "memory_activation": 0,
+            "memory_recompute": 0,
+            "time": 1,
+            "nb_layer": 1,
+            "name": "COMBINED",
+        }
+        index = -1
+        for model_name, node in group:
+            target = next(
+                (desc for desc in result if desc.get("model_name") == model_name and desc["type"] == node.upper()), None
+            )
+            if target is None:
+                continue
+            combined["model_name"] += "_" + model_name
+            combined["name"] += "_" + target["name"]
+            for key, value in target.items():
+                if key.startswith("memory") or key.endswith("_time"):
+                    combined[key] = combined.get(key, 0) + value
+            position = next(i for i, desc in enumerate(result) if desc is target)
+            index = position if index < 0 else min(index, position)
+            del result[position]
+        if "forward_time" in combined:
+            combined["time"] = combined["forward_time"]
+        result.insert(max(index, 0), combined)
+    return result
+
+def _option_cost(desc: Mapping[str, Any], option: str) -> tuple[Any, Any] | None:
+    memory, backward = desc.get(MEMORY_KEY[option]), desc.get(TIME_KEY[option])
+    return None if memory is None or backward is None else (memory, backward)
+
+def beaten(desc: Mapping[str, Any], option: str) -> bool:
+    """Whether another option of *desc* needs no more memory and no more backward time than *option*.
+
+    Of two options that tie, the one first in OPTIONS wins. An option the description does not
+    offer (no memory or no backward time) counts as beaten: there is nothing of it to keep.
+    """
+    mine = _option_cost(desc, option)
+    if mine is None:
+        return True
+    for other in OPTIONS:
+        theirs = _option_cost(desc, other)
+        if other == option or theirs is None:
+            continue
+        earlier = OPTIONS.index(other) < OPTIONS.index(option)
+        if theirs[0] <= mine[0] and theirs[1] <= mine[1] and (theirs != mine or earlier):
+            return True
+    return False
+
+def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The selective options no body is better off with, withdrawn from every body.
+
+    SLCT, COMM or BOTH goes when, in each body, another option needs no more memory and no more
+    backward time; NONE and FULL always stay. Every body keeps the same options, as the
+    balancer takes them from the first body. Without bodies, or with a body without times, the
+    list is returned as it is (copied).
+    """
+    result = [dict(desc) for desc in descriptions]
+    bodies = [desc for desc in result if desc["type"] == BODY]
+    if not bodies or any("backward_time" not in desc for desc in bodies):
+        return result
+    withdrawn = [name for name in SELECTIVE_OPTIONS if all(beaten(desc, name) for desc in bodies)]
+    for desc in bodies:
+        for name in withdrawn:
+            desc.pop(MEMORY_KEY[name], None)
+            desc.pop(TIME_KEY[name], None)
+    return result
+
+def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Times in units of the first body's forward time (the first body that has a non-zero one).
+
+    `time` and every `*_time`, in every description, HEAD and TAIL too. The balancer only
+    compares times with one another, and a MILP solver handles numbers near 1 best. Without a
+    timed body the list is returned as it is (copied).
+    """
+    result = [dict(desc) for desc in descriptions]
+    unit = next((desc["forward_time"] for desc in result if desc["type"] == BODY and desc.get("forward_time")), None)
+    if not unit:
+        return result
+    for desc in result:
+        for key in desc:
+            if (key == "time" or key.endswith("_time")) and desc[key] is not None:
+                desc[key] = desc[key] / unit
+    return result
+
+def postprocess(descriptions: Sequence[Mapping[str, Any]], groups: Groups = ()) -> list[dict[str, Any]]:
+    """Combine, then withdraw on the bodies the balancer will see, then scale."""
+    return scale(withdraw(combine(descriptions, groups)))

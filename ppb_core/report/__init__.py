@@ -1,0 +1,1 @@
+"""The plan rendered for a person: a chart and a markdown summary."""

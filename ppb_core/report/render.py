@@ -1,0 +1,136 @@
+"""The plan as a person would rather look at it: a chart of each stage's memory and time, and a summary.
+
+`figure_png` and `summary_markdown` render a plan's stage table (`ppb_core.estimate.plan`) with
+matplotlib's Agg backend into PNG bytes and markdown text, deterministically: the same table
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from ppb_core.estimate.plan import PLANNED_COLUMN, REPORT_COLUMNS
+
+MEMORY_PARTS = (("parameters_mb", "parameters", "#4C72B0"), ("activations_mb", "activations", "#DD8452"),
+                ("buffers_mb", "buffers", "#55A868"))
+
+TIME_PARTS = (("forward_ms", "forward", "#8172B3"), ("backward_ms", "backward", "#C44E52"))
+
+def check_report_table(stages: pd.DataFrame) -> None:
+    missing = [c for c in REPORT_COLUMNS if c not in stages.columns]
+    if missing:
+        raise ValueError(f"the report table lacks {', '.join(missing)}")
+    if stages.empty:
+        raise ValueError("the report table has no stage")
+
+def stage_memory_mb(stages: pd.DataFrame) -> pd.Series:
+    return stages["parameters_mb"] + stages["activations_mb"] + stages["buffers_mb"]
+
+def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes:
+    """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
+    device limit, and each stage's forward + backward time of one micro-batch."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    check_report_table(stages)
+    x = list(range(len(stages)))
+    labels = [str(s) for s in stages["stage"]]
+    figure = Figure(figsize=(min(20.0, max(9.0, 1.4 * len(stages) + 3)), 4.4), dpi=100)
+    memory_axes, time_axes = figure.subplots(1, 2)
+
+    bottom = [0.0] * len(stages)
+    for column, label, color in MEMORY_PARTS:
+        values = stages[column].astype(float).tolist()
+        memory_axes.bar(x, values, bottom=bottom, label=label, color=color, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    limits = stages["device_mb"].astype(float).tolist()
+    memory_axes.step([i - 0.5 for i in x] + [x[-1] + 0.5], [*limits, limits[-1]], where="post",
+                     color="black", linestyle="--", linewidth=1.2, label="device limit")
+    if PLANNED_COLUMN in stages.columns:
+        memory_axes.plot(x, stages[PLANNED_COLUMN].astype(float).tolist(), linestyle="none", marker="D",
+                         markersize=5, color="black", label="balancer's estimate")
+    memory_axes.set_title("memory per stage")
+    memory_axes.set_xlabel("stage")
+    memory_axes.set_ylabel("MB")
+    memory_axes.set_ylim(0, max(max(bottom), max(limits)) * 1.35)
+    memory_axes.legend(loc="upper center", fontsize=8, ncols=2)
+
+    bottom = [0.0] * len(stages)
+    for column, label, color in TIME_PARTS:
+        values = stages[column].astype(float).tolist()
+        time_axes.bar(x, values, bottom=bottom, label=label, color=color, width=0.7)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    time_axes.set_title("time of one micro-batch per stage")
+    time_axes.set_xlabel("stage")
+    time_axes.set_ylabel(time_unit)
+    time_axes.set_ylim(0, max(bottom) * 1.25 if max(bottom) > 0 else 1)
+    time_axes.legend(loc="upper center", fontsize=8, ncols=2)
+
+    for axes in (memory_axes, time_axes):
+        axes.set_xticks(x, labels)
+        axes.grid(axis="y", alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+def _number(value: object, digits: int = 1) -> str:
+    return f"{float(value):,.{digits}f}"
+
+def summary_markdown(
+    stages: pd.DataFrame,
+    title: str,
+    headline: Mapping[str, object] | Sequence[tuple[str, object]] = (),
+    image: str | None = None,
+    time_unit: str = "ms",
+) -> str:
+    """The plan in words: its headline figures, then one row per stage, the tightest stage named."""
+    check_report_table(stages)
+    memory = stage_memory_mb(stages)
+    headroom = stages["device_mb"] - memory
+    tightest = int(headroom.idxmin())
+    busiest = int((stages["forward_ms"] + stages["backward_ms"]).idxmax())
+    lines = [f"# {title}", ""]
+    for key, value in (headline.items() if isinstance(headline, Mapping) else headline):
+        lines.append(f"- **{key}**: {value}")
+    lines += [
+        f"- **stages**: {len(stages)}; every stage fits: {'yes' if (headroom >= 0).all() else 'NO'}",
+        f"- **tightest stage**: {stages['stage'][tightest]} ({_number(memory[tightest], 0)} of "
+        f"{_number(stages['device_mb'][tightest], 0)} MB, {_number(headroom[tightest], 0)} MB left)",
+        f"- **slowest stage**: {stages['stage'][busiest]} "
+        f"({_number(stages['forward_ms'][busiest] + stages['backward_ms'][busiest], 3)} {time_unit} a micro-batch)",
+        "",
+    ]
+    if image:
+        lines += [f"![memory and time per stage]({image})", ""]
+    lines += [
+        f"| stage | layers | options | parameters MB | activations MB | buffers MB | total MB | device MB "
+        f"| forward {time_unit} | backward {time_unit} |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for index, row in stages.iterrows():
+        lines.append(
+            f"| {row['stage']} | {row['layers']} | {row['options']} | {_number(row['parameters_mb'])} "
+            f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(memory[index])} "
+            f"| {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} | {_number(row['backward_ms'], 3)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+def report_files(stages: pd.DataFrame) -> dict[str, bytes]:
+    """The report's files from its table: `.png` the chart, `.md` the summary linking it.
+
+    The title, the headline figures and the image's file name come from the table's attrs
+    (`title`, `headline` as JSON pairs, `image`).
+    """
+    title = str(stages.attrs.get("title", "plan"))
+    headline = json.loads(stages.attrs.get("headline", "[]"))
+    png = figure_png(stages, title)
+    text = summary_markdown(stages, title, [tuple(pair) for pair in headline], image=stages.attrs.get("image"))
+    return {".png": png, ".md": text.encode()}

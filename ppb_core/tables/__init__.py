@@ -1,0 +1,1 @@
+"""Every table the chain stores: DataFrame conversions, each with its columns and units."""
