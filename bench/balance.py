@@ -36,26 +36,57 @@ from ppb_core.model.switches import OPTIONS  # noqa: E402
 from ppb_core.payload.sapp import layer_set, read_layer_set  # noqa: E402
 
 DSV3_LIKE = [
-    {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.0041, "backward_time": 0.0102,
-     "memory_parameter": 5385},
-    {"name": "BODY_0", "type": "BODY", "nb_layer": 3, "time": 1.0, "memory_parameter": 3390,
-     "memory_activation": 1330, "memory_select_rec": 546, "memory_select_comm": 1100,
-     "memory_both_comm_select": 420, "memory_recompute": 56,
-     "backward_time": 2.02, "select_rec_time": 2.15, "select_comm_time": 2.10,
-     "both_comm_select_time": 2.25, "recompute_time": 3.02},
-    {"name": "BODY_1", "type": "BODY", "nb_layer": 58, "time": 3.15, "memory_parameter": 3818,
-     "memory_activation": 2228, "memory_select_rec": 1444, "memory_select_comm": 1900,
-     "memory_both_comm_select": 1150, "memory_recompute": 56,
-     "backward_time": 4.17, "select_rec_time": 4.30, "select_comm_time": 4.28,
-     "both_comm_select_time": 4.42, "recompute_time": 7.33},
-    {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 6.43, "backward_time": 10.06,
-     "memory_parameter": 21846},
+    {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.0041, "backward_time": 0.0102, "memory_parameter": 5385},
+    {
+        "name": "BODY_0",
+        "type": "BODY",
+        "nb_layer": 3,
+        "time": 1.0,
+        "memory_parameter": 3390,
+        "memory_activation": 1330,
+        "memory_select_rec": 546,
+        "memory_select_comm": 1100,
+        "memory_both_comm_select": 420,
+        "memory_recompute": 56,
+        "backward_time": 2.02,
+        "select_rec_time": 2.15,
+        "select_comm_time": 2.10,
+        "both_comm_select_time": 2.25,
+        "recompute_time": 3.02,
+    },
+    {
+        "name": "BODY_1",
+        "type": "BODY",
+        "nb_layer": 58,
+        "time": 3.15,
+        "memory_parameter": 3818,
+        "memory_activation": 2228,
+        "memory_select_rec": 1444,
+        "memory_select_comm": 1900,
+        "memory_both_comm_select": 1150,
+        "memory_recompute": 56,
+        "backward_time": 4.17,
+        "select_rec_time": 4.30,
+        "select_comm_time": 4.28,
+        "both_comm_select_time": 4.42,
+        "recompute_time": 7.33,
+    },
+    {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 6.43, "backward_time": 10.06, "memory_parameter": 21846},
 ]
 LAYERS_128 = [
     {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.5, "memory_parameter": 4000},
-    {"name": "BODY_0", "type": "BODY", "nb_layer": 128, "time": 1.0, "memory_parameter": 1500,
-     "memory_activation": 900, "memory_select_rec": 600, "memory_select_comm": 800,
-     "memory_both_comm_select": 500, "memory_recompute": 40},
+    {
+        "name": "BODY_0",
+        "type": "BODY",
+        "nb_layer": 128,
+        "time": 1.0,
+        "memory_parameter": 1500,
+        "memory_activation": 900,
+        "memory_select_rec": 600,
+        "memory_select_comm": 800,
+        "memory_both_comm_select": 500,
+        "memory_recompute": 40,
+    },
     {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1.2, "memory_parameter": 5000},
 ]
 
@@ -63,8 +94,9 @@ LAYERS_128 = [
 def _sapp_printed_plan(problem: BalanceInput) -> Plan:
     """SAPP's printed llama2_70b V=2 plan; the layers it does not fully recompute get, per stage,
     the options of least total backward time that fit (select_recompute was not printed)."""
-    base = plan_from_yaml(problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]],
-                                    "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]})
+    base = plan_from_yaml(
+        problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]], "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]}
+    )
     counts = [[[list(cell) for cell in row] for row in body] for body in base.counts]
     others = [o for o in ("BOTH", "SLCT", "COMM", "NONE") if o in problem.options]
     for s in range(problem.stages):
@@ -97,8 +129,10 @@ def _line(name: str, mode: str, solution, seconds: float) -> str:
     objective = f"{solution.objective:.6g}" if solution.objective is not None else "—"
     bound = f"{solution.bound:.6g}" if solution.bound is not None else "—"
     gap = f"{solution.gap:.4f}" if solution.gap is not None else "—"
-    return (f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s  objective {objective:<10} "
-            f"bound {bound:<10} gap {gap:<7} simulated {simulated:<10} choices {solution.choices}")
+    return (
+        f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s  objective {objective:<10} "
+        f"bound {bound:<10} gap {gap:<7} simulated {simulated:<10} choices {solution.choices}"
+    )
 
 
 def main() -> None:
@@ -110,8 +144,10 @@ def main() -> None:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {0})
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
-          f"Python {platform.python_version()}, {platform.platform()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
+        f"Python {platform.python_version()}, {platform.platform()}"
+    )
     from importlib.metadata import version
 
     print(f"highspy {version('highspy')}; time limit {args.time_limit:g} s per solve")
@@ -131,12 +167,16 @@ def main() -> None:
             solution = solve(problem, time_limit=args.time_limit, exact=exact)
             print(_line(name, mode, solution, time.perf_counter() - started), flush=True)
             if exact and solution.plan is not None and best is not None:
-                print(f"{'':<22} best uniform split ({best.option}) simulated {best.iteration_time:.6g}: "
-                      f"speedup {best.iteration_time / solution.plan.iteration_time:.3f}")
+                print(
+                    f"{'':<22} best uniform split ({best.option}) simulated {best.iteration_time:.6g}: "
+                    f"speedup {best.iteration_time / solution.plan.iteration_time:.3f}"
+                )
         if name == "llama2_70b P16 V2":
             reference = _sapp_printed_plan(problem)
-            print(f"{'':<22} SAPP's printed plan (best reading): fits {reference.fits}, simulated "
-                  f"{reference.iteration_time:.6g}, closed form {reference.closed_form_time:.6g}")
+            print(
+                f"{'':<22} SAPP's printed plan (best reading): fits {reference.fits}, simulated "
+                f"{reference.iteration_time:.6g}, closed form {reference.closed_form_time:.6g}"
+            )
 
 
 if __name__ == "__main__":

@@ -98,8 +98,10 @@ def main() -> int:
     layer_walk = walk(run)
     kinds = len(layer_walk.distinct())
     par = run.parallel
-    print(f"run:     {run.name}: {run.total_body_layers} layers, {kinds} distinct (model, node, kind), "
-          f"P={par.pp} V={par.vpp} m={run.training.micro_batches}")
+    print(
+        f"run:     {run.name}: {run.total_body_layers} layers, {kinds} distinct (model, node, kind), "
+        f"P={par.pp} V={par.vpp} m={run.training.micro_batches}"
+    )
     print(f"load + validate the run config        {_ms(load)}")
 
     start = time.perf_counter()
@@ -108,13 +110,17 @@ def main() -> int:
     print(f"estimate, cold (first in process)     {_ms(cold)}")
 
     warm = _timed(run, args.repeat)
-    print(f"estimate, warm (median of {args.repeat:>3})       {_ms(statistics.median(warm))}   "
-          f"best {_ms(min(warm)).strip()}")
+    print(
+        f"estimate, warm (median of {args.repeat:>3})       {_ms(statistics.median(warm))}   "
+        f"best {_ms(min(warm)).strip()}"
+    )
     kinds_only = _timed(run, args.repeat, stages=False)
     print(f"  the rows alone (no stage summary)   {_ms(statistics.median(kinds_only))}")
     sizes = (par.schedule, par.pp, par.vpp, run.training.micro_batches)
-    print(f"  micro-batches in flight, uncached   {_ms(_median(lambda: micro_batches_in_flight(*sizes), args.repeat))}"
-          "   (ppb_core.schedules; the estimate memoizes it per size)")
+    print(
+        f"  micro-batches in flight, uncached   {_ms(_median(lambda: micro_batches_in_flight(*sizes), args.repeat))}"
+        "   (ppb_core.schedules; the estimate memoizes it per size)"
+    )
     print(f"  the walk (ppb_core.model.walk)           {_ms(_median(lambda: walk(run), args.repeat))}")
     given = _median(lambda: estimate(run, MemoryModel(run), layer_walk=layer_walk, stages=False), args.repeat)
     print(f"  the rows, walk given, fresh model   {_ms(given)}")
@@ -123,8 +129,10 @@ def main() -> int:
     memo = _median(lambda: estimate(run, memory, layer_walk=layer_walk, stages=False), args.repeat)
     print(f"  the rows again, memo full           {_ms(memo)}")
     peak = max(result.stages, key=lambda p: p.peak_bytes)
-    print(f"  result: {len(result.layers)} rows, {len(result.stages)} stages; highest peak stage {peak.stage}: "
-          f"{peak.peak_bytes / 2**30:.2f} GiB of {peak.device_bytes / 2**30:.2f} GiB")
+    print(
+        f"  result: {len(result.layers)} rows, {len(result.stages)} stages; highest peak stage {peak.stage}: "
+        f"{peak.peak_bytes / 2**30:.2f} GiB of {peak.device_bytes / 2**30:.2f} GiB"
+    )
 
     big = _with(run, layers=run.total_body_layers * 10)
     big_warm = _timed(big, max(5, args.repeat // 3))
@@ -135,17 +143,24 @@ def main() -> int:
         estimate(variant, MemoryModel(variant, activations={variant.model_names[0]: counting}))
         calls[label] = counting.calls
     ratio = statistics.median(big_warm) / statistics.median(warm)
-    print(f"{big.total_body_layers} layers (same kinds), warm       {_ms(statistics.median(big_warm))}   "
-          f"ratio {ratio:.2f}x for 10x the layers")
+    print(
+        f"{big.total_body_layers} layers (same kinds), warm       {_ms(statistics.median(big_warm))}   "
+        f"ratio {ratio:.2f}x for 10x the layers"
+    )
     rows_ratio = statistics.median(big_rows) / statistics.median(kinds_only)
     print(f"  the rows alone                      {_ms(statistics.median(big_rows))}   ratio {rows_ratio:.2f}x")
     big_walk = walk(big)
-    big_given = _median(lambda: estimate(big, MemoryModel(big), layer_walk=big_walk, stages=False),
-                        max(5, args.repeat // 3))
-    print(f"  the rows, walk given, fresh model   {_ms(big_given)}   ratio {big_given / given:.2f}x "
-          "(grouping 10x the layers by kind; the kinds are priced once)")
-    print(f"activation formulas run: {calls['x1']} times at {run.total_body_layers} layers, "
-          f"{calls['x10']} at {big.total_body_layers}")
+    big_given = _median(
+        lambda: estimate(big, MemoryModel(big), layer_walk=big_walk, stages=False), max(5, args.repeat // 3)
+    )
+    print(
+        f"  the rows, walk given, fresh model   {_ms(big_given)}   ratio {big_given / given:.2f}x "
+        "(grouping 10x the layers by kind; the kinds are priced once)"
+    )
+    print(
+        f"activation formulas run: {calls['x1']} times at {run.total_body_layers} layers, "
+        f"{calls['x10']} at {big.total_body_layers}"
+    )
     return 0
 
 

@@ -57,8 +57,10 @@ def main() -> None:
 
     from ppb_core import chain
 
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.2f} (other work on the machine slows every figure)")
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.2f} (other work on the machine slows every figure)"
+    )
     import dagster
 
     print(f"dagster {dagster.__version__}; stages: {', '.join(step.name for step in chain.STAGES)}")

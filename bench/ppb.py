@@ -34,10 +34,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    print(f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}")
-    print(f"{'config':<16} {'layers':>6} {'bodies':>6}  {'load ms':>8} {'cold ms':>8} {'warm ms':>8} "
-          f"{'profile ms':>10}")
+    print(
+        f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"{'config':<16} {'layers':>6} {'bodies':>6}  {'load ms':>8} {'cold ms':>8} {'warm ms':>8} {'profile ms':>10}"
+    )
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         started = time.perf_counter()
         run = load_run_config(path)
@@ -55,8 +58,10 @@ def main() -> None:
         profile_run(run, most_in_flight=max(counts), in_flight=counts)
         profiled = time.perf_counter() - started
         bodies = sum(1 for d in descriptions if d["type"] == "BODY")
-        print(f"{path.stem:<16} {run.total_body_layers:>6} {bodies:>6}  {_ms(loaded)} {_ms(cold)} "
-              f"{_ms(statistics.median(warm))} {_ms(profiled):>10}")
+        print(
+            f"{path.stem:<16} {run.total_body_layers:>6} {bodies:>6}  {_ms(loaded)} {_ms(cold)} "
+            f"{_ms(statistics.median(warm))} {_ms(profiled):>10}"
+        )
 
 
 if __name__ == "__main__":

@@ -38,13 +38,21 @@ RECOMPUTE = ({}, {"softmax": 0, "ffAct": 0}, {"softmax": 0, "ffAct": 0, "normOp"
 def strategies(base: dict, world: int) -> list[dict]:
     """Every combination of the swept settings, as raw run configs (valid or not)."""
     found = []
-    grid = itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2), (1, 2), (0, 1, 3), (True, False),
-                             (8, 16, 32, 64), RECOMPUTE)
+    grid = itertools.product(
+        (1, 2, 4, 8), (1, 2, 4, 8), (1, 2), (1, 2), (0, 1, 3), (True, False), (8, 16, 32, 64), RECOMPUTE
+    )
     for tp, pp, vpp, cp, zero, sp, micro_batches, recompute in grid:
         raw = yaml.safe_load(yaml.safe_dump(base))
-        raw["parallel"] = {"dp": max(1, world // (tp * pp * cp)), "tp": tp, "pp": pp, "vpp": vpp, "cp": cp,
-                           "zero": zero, "sequence_parallel": sp and tp > 1,
-                           "schedule": "interleaved" if vpp > 1 else "1f1b"}
+        raw["parallel"] = {
+            "dp": max(1, world // (tp * pp * cp)),
+            "tp": tp,
+            "pp": pp,
+            "vpp": vpp,
+            "cp": cp,
+            "zero": zero,
+            "sequence_parallel": sp and tp > 1,
+            "schedule": "interleaved" if vpp > 1 else "1f1b",
+        }
         raw["training"] = {**raw["training"], "micro_batches": micro_batches, "recompute": recompute}
         found.append(raw)
     return found
@@ -71,8 +79,10 @@ def main() -> None:
     args = parser.parse_args()
     path = Path(args.config)
     base = yaml.safe_load(path.read_text())
-    print(f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}"
+    )
     candidates = strategies(base, args.world)
     random.Random(0).shuffle(candidates)  # the kept ones spread over the whole grid
     started = time.perf_counter()
@@ -86,15 +96,16 @@ def main() -> None:
         if len(valid) == args.count:
             break
     screened = time.perf_counter() - started
-    print(f"{path.stem}: {len(candidates)} combinations tried, {len(valid)} valid kept "
-          f"(screening {screened:.2f} s)")
+    print(f"{path.stem}: {len(candidates)} combinations tried, {len(valid)} valid kept (screening {screened:.2f} s)")
     jobs = [(raw, str(path), str(path.parent)) for raw in valid]
     started = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(args.workers) as pool:
         fits = pool.map(_evaluate, jobs, chunksize=8)
     elapsed = time.perf_counter() - started
-    print(f"estimate + describe of {len(jobs)} run configs on {args.workers} processes: {elapsed:.2f} s "
-          f"({elapsed / max(1, len(jobs)) * 1000:.1f} ms each); {sum(bool(f) for f in fits)} fit the device")
+    print(
+        f"estimate + describe of {len(jobs)} run configs on {args.workers} processes: {elapsed:.2f} s "
+        f"({elapsed / max(1, len(jobs)) * 1000:.1f} ms each); {sum(bool(f) for f in fits)} fit the device"
+    )
 
 
 if __name__ == "__main__":

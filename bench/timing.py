@@ -54,8 +54,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    print(f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
     print(f"{'config':28s} {'layers':>6s} {'kinds':>5s} {'priced':>6s} {'cold ms':>8s} {'warm ms':>8s}")
     results = {}
     for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
@@ -67,8 +69,10 @@ def main() -> int:
     for name, (cold, warm, layers, kinds, priced) in results.items():
         print(f"{name:28s} {layers:6d} {kinds:5d} {priced:6d} {cold:8.2f} {warm:8.3f}")
     small, big = results["deepseek-v3"], results["deepseek-v3 x10 layers"]
-    print(f"610 vs 61 layers: cold {big[0] / small[0]:.2f}x, warm {big[1] / small[1]:.2f}x "
-          f"(layers {big[2] / small[2]:.1f}x; kinds {big[3]} vs {small[3]}; states priced {big[4]} vs {small[4]}).")
+    print(
+        f"610 vs 61 layers: cold {big[0] / small[0]:.2f}x, warm {big[1] / small[1]:.2f}x "
+        f"(layers {big[2] / small[2]:.1f}x; kinds {big[3]} vs {small[3]}; states priced {big[4]} vs {small[4]})."
+    )
     print("What grows with the layers is one memo lookup per layer (hashing its kind); the pricing does not.")
     return 0
 

@@ -51,4 +51,3 @@ def run_config_sensor(context: dg.SensorEvaluationContext, run_configs: RunConfi
         asset_events=[file_observation(key, hashes[key]) for key in changes.changed],
         cursor=json.dumps(hashes, sort_keys=True),
     )
-

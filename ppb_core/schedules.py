@@ -60,17 +60,21 @@ def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
         raise ValueError(f"stages, chunks and micro-batches must be positive, got {stages}, {chunks}, {micro_batches}")
     name = canonical(schedule, chunks)
     if name == "interleaved" and micro_batches < stages:
-        raise ValueError(f"the interleaved schedule needs at least as many micro-batches as stages ({micro_batches} < "
-                         f"{stages})")
+        raise ValueError(
+            f"the interleaved schedule needs at least as many micro-batches as stages ({micro_batches} < {stages})"
+        )
     if name == "interleaved" and micro_batches % stages and _deadlocks(name, stages, chunks, micro_batches):
-        raise ValueError(f"Megatron-LM's interleaved schedule deadlocks with {micro_batches} micro-batches on {stages} "
-                         f"stages (its last group of {micro_batches % stages} is shorter than the pipeline)")
+        raise ValueError(
+            f"Megatron-LM's interleaved schedule deadlocks with {micro_batches} micro-batches on {stages} "
+            f"stages (its last group of {micro_batches % stages} is shorter than the pipeline)"
+        )
     if name == "dualpipev":
         if chunks != 2:
             raise ValueError(f"DualPipeV runs exactly 2 chunks per stage, got {chunks}")
         if micro_batches < 2 * stages:
-            raise ValueError(f"DualPipeV needs at least twice as many micro-batches as stages ({micro_batches} < "
-                             f"{2 * stages})")
+            raise ValueError(
+                f"DualPipeV needs at least twice as many micro-batches as stages ({micro_batches} < {2 * stages})"
+            )
     return name
 
 
@@ -101,7 +105,7 @@ def _interleaved(stages: int, chunks: int, micro_batches: int, stage: int) -> li
     order = forwards[:warmup]
     for i in range(total - warmup):
         order += [forwards[warmup + i], backwards[i]]
-    order += backwards[total - warmup:]
+    order += backwards[total - warmup :]
     return order
 
 
@@ -287,8 +291,11 @@ def _structure(name: str, stages: int, chunks: int, micro_batches: int) -> tuple
                 if op.kind == "F":
                     needed = None if position == 0 else ("F", *cell_at[position - 1], op.micro_batch)
                 else:
-                    needed = ("F", op.chunk, stage, op.micro_batch) if position == last else (
-                        "B", *cell_at[position + 1], op.micro_batch)
+                    needed = (
+                        ("F", op.chunk, stage, op.micro_batch)
+                        if position == last
+                        else ("B", *cell_at[position + 1], op.micro_batch)
+                    )
                 if needed is not None and needed not in index_of:
                     break
                 index_of[(op.kind, op.chunk, stage, op.micro_batch)] = (stage, cursor[stage])

@@ -21,20 +21,44 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_json_contract(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out_file = tmp_path / "plan.json"
     # demo.json (96 layers, no FULL) fits 56000 MB from 16 stages on; 5 s for the program
-    code, out, _ = _run(capsys, str(DATA / "demo.json"), "-s", "16", "-mb", "16", "-i", "2", "-t", "5",
-                        "--json", "-o", str(out_file))
+    code, out, _ = _run(
+        capsys, str(DATA / "demo.json"), "-s", "16", "-mb", "16", "-i", "2", "-t", "5", "--json", "-o", str(out_file)
+    )
     assert code == 0
     result = json.loads(out)
     assert json.loads(out_file.read_text()) == result
-    for key in ("objective", "status", "gap", "bound", "offset", "recompute", "select_recompute",
-                "select_comm_recompute", "cells", "stages", "stage_memory_mb", "stage_time", "megatron",
-                "baselines", "speedup", "simulated_time", "closed_form"):
+    for key in (
+        "objective",
+        "status",
+        "gap",
+        "bound",
+        "offset",
+        "recompute",
+        "select_recompute",
+        "select_comm_recompute",
+        "cells",
+        "stages",
+        "stage_memory_mb",
+        "stage_time",
+        "megatron",
+        "baselines",
+        "speedup",
+        "simulated_time",
+        "closed_form",
+    ):
         assert key in result, key
     assert result["status"] in ("optimal", "time_limit")
-    assert result["input"] == {"source": str(DATA / "demo.json"), "stages": 16, "micro_batches": 16, "interleave": 2,
-                               "schedule": "interleaved", "memory_mb": 56000.0, "constant_memory_mb": 0.0,
-                               "options": ["NONE", "SLCT", "COMM", "BOTH"],
-                               "bodies": [{"name": "DecodeLayer", "nb_layer": 96}]}
+    assert result["input"] == {
+        "source": str(DATA / "demo.json"),
+        "stages": 16,
+        "micro_batches": 16,
+        "interleave": 2,
+        "schedule": "interleaved",
+        "memory_mb": 56000.0,
+        "constant_memory_mb": 0.0,
+        "options": ["NONE", "SLCT", "COMM", "BOTH"],
+        "bodies": [{"name": "DecodeLayer", "nb_layer": 96}],
+    }
     # [chunk][stage] lists with interleave; every stage within the device
     assert len(result["offset"]) == 2 and len(result["offset"][0]) == 16
     assert max(result["stage_memory_mb"]) <= 56000
@@ -46,8 +70,12 @@ def test_sapp_defaults_for_a_layers_file(capsys: pytest.CaptureFixture[str]) -> 
     code, out, err = _run(capsys, str(DATA / "demo.json"), "--json", "-t", "30")
     result = json.loads(out)
     assert code == 2 and "the least-memory plan needs 82238.0 MB" in err
-    assert (result["input"]["stages"], result["input"]["micro_batches"], result["input"]["interleave"],
-            result["input"]["memory_mb"]) == (4, 4, 1, 56000.0)
+    assert (
+        result["input"]["stages"],
+        result["input"]["micro_batches"],
+        result["input"]["interleave"],
+        result["input"]["memory_mb"],
+    ) == (4, 4, 1, 56000.0)
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,17 +84,21 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "offset:" in out and "select_comm_recompute:" in out and "uniform split" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["missing.json"], "missing.json: no such file"),
-    ([str(DATA / "demo.json"), "-s", "0"], "--stages: must be positive"),
-    ([str(DATA / "demo.json"), "-i", "two"], "--interleave: must be a positive integer"),
-    # 99 stages: 97 cells hold neither the head nor the tail, and 96 layers cannot fill them
-    ([str(DATA / "demo.json"), "-s", "99"], "cannot fill"),
-    ([str(DATA / "demo.json"), "-s", "4", "-mb", "2", "-i", "2"], "at least as many micro-batches as stages"),
-    ([str(DATA / "demo.json"), "--constant-memory", "-5"], "must not be negative"),
-])
-def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str],
-                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["missing.json"], "missing.json: no such file"),
+        ([str(DATA / "demo.json"), "-s", "0"], "--stages: must be positive"),
+        ([str(DATA / "demo.json"), "-i", "two"], "--interleave: must be a positive integer"),
+        # 99 stages: 97 cells hold neither the head nor the tail, and 96 layers cannot fill them
+        ([str(DATA / "demo.json"), "-s", "99"], "cannot fill"),
+        ([str(DATA / "demo.json"), "-s", "4", "-mb", "2", "-i", "2"], "at least as many micro-batches as stages"),
+        ([str(DATA / "demo.json"), "--constant-memory", "-5"], "must not be negative"),
+    ],
+)
+def test_bad_input_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
     out_file = tmp_path / "plan.json"
     code, _, err = _run(capsys, *argv, "-o", str(out_file))
     assert code == 2
@@ -74,14 +106,25 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert not out_file.exists()
 
 
-def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.CaptureFixture[str],
-                                                           tmp_path: Path) -> None:
+def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out_file = tmp_path / "plan.json"
     # demo.json on 16 stages, 16 micro-batches: the least-memory plan needs 36255 MB (as the
     # count-based program of an earlier version also found).
-    code, out, err = _run(capsys, str(DATA / "demo.json"), "-s", "16", "-mb", "16", "-mem", "20000", "--json",
-                          "-t", "30",
-                          "-o", str(out_file))
+    code, out, err = _run(
+        capsys,
+        str(DATA / "demo.json"),
+        "-s",
+        "16",
+        "-mb",
+        "16",
+        "-mem",
+        "20000",
+        "--json",
+        "-t",
+        "30",
+        "-o",
+        str(out_file),
+    )
     assert code == 2
     assert "no plan fits in 20000 MB per device: the least-memory plan needs 36255.0 MB" in err
     assert err.count("\n") == 1

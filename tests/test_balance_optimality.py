@@ -28,10 +28,20 @@ from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, cell_order, in_flight_vectors, simulate
 
 OPTIONS = ("NONE", "SLCT", "COMM", "BOTH", "FULL")
-MEMORY = {"NONE": "memory_activation", "SLCT": "memory_select_rec", "COMM": "memory_select_comm",
-          "BOTH": "memory_both_comm_select", "FULL": "memory_recompute"}
-TIME = {"NONE": "backward_time", "SLCT": "select_rec_time", "COMM": "select_comm_time",
-        "BOTH": "both_comm_select_time", "FULL": "recompute_time"}
+MEMORY = {
+    "NONE": "memory_activation",
+    "SLCT": "memory_select_rec",
+    "COMM": "memory_select_comm",
+    "BOTH": "memory_both_comm_select",
+    "FULL": "memory_recompute",
+}
+TIME = {
+    "NONE": "backward_time",
+    "SLCT": "select_rec_time",
+    "COMM": "select_comm_time",
+    "BOTH": "both_comm_select_time",
+    "FULL": "recompute_time",
+}
 RANKED = [("FULL", "BOTH", "SLCT", "NONE"), ("FULL", "BOTH", "COMM", "NONE")]
 
 
@@ -63,8 +73,14 @@ def closed_form(forward: list[list[float]], backward: list[list[float]], micro_b
     return sum(work) / chunks + (micro_batches - 1 / chunks) * max(work)
 
 
-def exhaustive(descriptions: list[dict], stages: int, chunks: int, micro_batches: int, memory_mb: float,
-               objective: str = "critical_path") -> float:
+def exhaustive(
+    descriptions: list[dict],
+    stages: int,
+    chunks: int,
+    micro_batches: int,
+    memory_mb: float,
+    objective: str = "critical_path",
+) -> float:
     """The least iteration time (or closed form) over every valid plan that fits (inf if none does)."""
 
     def value(forward: list[list[float]], backward: list[list[float]]) -> float:
@@ -95,7 +111,7 @@ def exhaustive(descriptions: list[dict], stages: int, chunks: int, micro_batches
         start = 0
         types_in: dict[tuple[int, int], tuple[int, ...]] = {}
         for cell, size in zip(cells, split, strict=True):
-            types_in[cell] = tuple(layer_types[start:start + size])
+            types_in[cell] = tuple(layer_types[start : start + size])
             start += size
         forward = [[0.0] * stages for _ in range(chunks)]
         for v, s in cells:
@@ -105,9 +121,17 @@ def exhaustive(descriptions: list[dict], stages: int, chunks: int, micro_batches
         fronts = []
         for s in range(stages):
             stage_cells = [(v, s) for v in range(chunks)]
-            per_cell = [[(seq, sum(backward(t, o) for t, o in zip(types_in[c], seq, strict=True)),
-                          sum(bodies[t][MEMORY[o]] for t, o in zip(types_in[c], seq, strict=True)))
-                         for seq in _cell_sequences(types_in[c])] for c in stage_cells]
+            per_cell = [
+                [
+                    (
+                        seq,
+                        sum(backward(t, o) for t, o in zip(types_in[c], seq, strict=True)),
+                        sum(bodies[t][MEMORY[o]] for t, o in zip(types_in[c], seq, strict=True)),
+                    )
+                    for seq in _cell_sequences(types_in[c])
+                ]
+                for c in stage_cells
+            ]
             parameters = sum(bodies[t]["memory_parameter"] for c in stage_cells for t in types_in[c])
             fitting = []
             for combo in itertools.product(*per_cell):
@@ -121,12 +145,16 @@ def exhaustive(descriptions: list[dict], stages: int, chunks: int, micro_batches
                     peak = max(peak, used)
                 if peak <= memory_mb:
                     fitting.append(tuple(b for _, b, _ in combo))
-            front = [b for b in set(fitting)
-                     if not any(o != b and all(x <= y for x, y in zip(o, b, strict=True)) for o in fitting)]
+            front = [
+                b
+                for b in set(fitting)
+                if not any(o != b and all(x <= y for x, y in zip(o, b, strict=True)) for o in fitting)
+            ]
             if not front:
                 break
             fronts.append(front)
         else:
+
             def times(choice: tuple[tuple[float, ...], ...]) -> list[list[float]]:
                 grid = [[0.0] * stages for _ in range(chunks)]
                 for s, per_chunk in enumerate(choice):
@@ -157,14 +185,26 @@ def instances(draw):
     first = draw(st.integers(1, total - 1)) if kinds == 2 else total
     descriptions: list[dict] = []
     if with_head:
-        descriptions.append({"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": draw(st.integers(0, 3)),
-                             "memory_parameter": draw(st.integers(0, 20))})
+        descriptions.append(
+            {
+                "name": "HEAD",
+                "type": "HEAD",
+                "nb_layer": 1,
+                "time": draw(st.integers(0, 3)),
+                "memory_parameter": draw(st.integers(0, 20)),
+            }
+        )
     for index, count in enumerate([first, total - first] if kinds == 2 else [total]):
         forward = draw(st.integers(1, 10))
         activation = sorted(draw(st.lists(st.integers(1, 40), min_size=5, max_size=5)), reverse=True)
         slowdown = sorted(draw(st.lists(st.integers(0, 10), min_size=4, max_size=4)))
-        body = {"name": f"BODY_{index}", "type": "BODY", "nb_layer": count, "time": forward,
-                "memory_parameter": draw(st.integers(1, 30))}
+        body = {
+            "name": f"BODY_{index}",
+            "type": "BODY",
+            "nb_layer": count,
+            "time": forward,
+            "memory_parameter": draw(st.integers(1, 30)),
+        }
         # activations fall and backward times grow from NONE to FULL, SLCT/COMM in either order
         order = ["NONE", *draw(st.permutations(["SLCT", "COMM"])), "BOTH", "FULL"]
         for rank, option in enumerate(order):
@@ -172,11 +212,21 @@ def instances(draw):
             body[TIME[option]] = 2 * forward + (slowdown[rank - 1] if rank else 0)
         descriptions.append(body)
     if with_tail:
-        descriptions.append({"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": draw(st.integers(0, 3)),
-                             "memory_parameter": draw(st.integers(0, 20))})
+        descriptions.append(
+            {
+                "name": "TAIL",
+                "type": "TAIL",
+                "nb_layer": 1,
+                "time": draw(st.integers(0, 3)),
+                "memory_parameter": draw(st.integers(0, 20)),
+            }
+        )
     # memory between what the leanest and the fattest even plans need, so it binds
-    per_layer_max = max(d["memory_parameter"] + micro_batches * max(d[MEMORY[o]] for o in OPTIONS)
-                        for d in descriptions if d["type"] == "BODY")
+    per_layer_max = max(
+        d["memory_parameter"] + micro_batches * max(d[MEMORY[o]] for o in OPTIONS)
+        for d in descriptions
+        if d["type"] == "BODY"
+    )
     ceiling = (total // cells + 1) * per_layer_max * 2 + 40
     memory = draw(st.integers(ceiling // 6, ceiling))
     return descriptions, stages, chunks, micro_batches, float(memory)

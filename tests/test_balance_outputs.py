@@ -15,13 +15,25 @@ from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set
 
-MEMORY = {"NONE": "memory_activation", "SLCT": "memory_select_rec", "COMM": "memory_select_comm",
-          "BOTH": "memory_both_comm_select", "FULL": "memory_recompute"}
+MEMORY = {
+    "NONE": "memory_activation",
+    "SLCT": "memory_select_rec",
+    "COMM": "memory_select_comm",
+    "BOTH": "memory_both_comm_select",
+    "FULL": "memory_recompute",
+}
 
 
 def _body(name: str, count: int, **extra: float) -> dict:
-    return {"name": name, "type": "BODY", "nb_layer": count, "time": 1, "memory_parameter": 1,
-            **{key: 1 for key in MEMORY.values()}, **extra}
+    return {
+        "name": name,
+        "type": "BODY",
+        "nb_layer": count,
+        "time": 1,
+        "memory_parameter": 1,
+        **{key: 1 for key in MEMORY.values()},
+        **extra,
+    }
 
 
 def _problem(counts: list[int], stages: int, chunks: int, head: bool = True, tail: bool = True) -> BalanceInput:
@@ -37,8 +49,12 @@ def _problem(counts: list[int], stages: int, chunks: int, head: bool = True, tai
 def test_reference_cell_example() -> None:
     # reference §8.4: x = (NONE 2, SLCT 1, COMM 0, BOTH 1, FULL 1), nass 4 → offset 5 − 4 = 1,
     # recompute FULL = 1, select_recompute SLCT + BOTH + FULL = 3, select_comm_recompute COMM + BOTH + FULL = 2.
-    assert yaml_from_cell((2, 1, 0, 1, 1), 4) == {"offset": 1, "recompute": 1, "select_recompute": 3,
-                                                  "select_comm_recompute": 2}
+    assert yaml_from_cell((2, 1, 0, 1, 1), 4) == {
+        "offset": 1,
+        "recompute": 1,
+        "select_recompute": 3,
+        "select_comm_recompute": 2,
+    }
     # and back: FULL 1, BOTH max(min(3 − 1, 2 − 1), 0) = 1, SLCT 3 − 1 − 1 = 1, COMM 2 − 1 − 1 = 0,
     # NONE 1 + 4 − 3 = 2.
     assert cell_from_yaml(1, 1, 3, 2, 4) == (2, 1, 0, 1, 1)
@@ -52,8 +68,9 @@ def _plan_with_counts(problem: BalanceInput, per_cell: list[list[int]]) -> Plan:
     return Plan(problem, freeze(counts))
 
 
-@pytest.mark.parametrize(("layers", "offsets"), [([6, 6, 5, 5], [1, 1, 0, 0]), ([5, 6, 6], [0, 1, 1]),
-                                                 ([5, 5, 5, 5], [0, 0, 0, 0])])
+@pytest.mark.parametrize(
+    ("layers", "offsets"), [([6, 6, 5, 5], [1, 1, 0, 0]), ([5, 6, 6], [0, 1, 1]), ([5, 5, 5, 5], [0, 0, 0, 0])]
+)
 def test_offsets_match_dense_tuner(layers: list[int], offsets: list[int]) -> None:
     # reference §8.4 dense_tuner: offset = count − Σcounts // P, e.g. [6,6,5,5]: 22 // 4 = 5 → [1,1,0,0].
     problem = _problem([sum(layers)], len(layers), 1)
@@ -64,8 +81,12 @@ def test_interleaved_yaml_is_per_chunk() -> None:
     problem = _problem([9], 2, 2)
     plan = _plan_with_counts(problem, [[2, 2], [2, 3]])
     # nass = 9 // 4 = 2
-    assert to_yaml(plan) == {"offset": [[0, 0], [0, 1]], "recompute": [[0, 0], [0, 0]],
-                             "select_recompute": [[0, 0], [0, 0]], "select_comm_recompute": [[0, 0], [0, 0]]}
+    assert to_yaml(plan) == {
+        "offset": [[0, 0], [0, 1]],
+        "recompute": [[0, 0], [0, 0]],
+        "select_recompute": [[0, 0], [0, 0]],
+        "select_comm_recompute": [[0, 0], [0, 0]],
+    }
 
 
 def test_true_means_every_layer_of_the_cell() -> None:
@@ -100,7 +121,7 @@ def plans(draw):
         selective = draw(st.sampled_from(["SLCT", "COMM"]))
         ranked = ["FULL", "BOTH", selective, "NONE"]
         sequence = sorted(draw(st.lists(st.sampled_from(ranked), min_size=n, max_size=n)), key=lambda o: RANK[o])
-        for body, option in zip(types[start:start + n], sequence, strict=True):
+        for body, option in zip(types[start : start + n], sequence, strict=True):
             counts[body][v][s][OPTIONS.index(option)] += 1
         start += n
     return Plan(problem, freeze(counts))
@@ -125,8 +146,11 @@ def test_megatron_layout_and_flags() -> None:
         counts[0][v][s][OPTIONS.index("NONE")] -= 1
         counts[0][v][s][OPTIONS.index("FULL")] += 1
     block = megatron(Plan(problem, freeze(counts)))
-    assert block["recompute"] == ["--recompute-granularity full", "--recompute-method block",
-                                  "--recompute-num-layers 1"]
+    assert block["recompute"] == [
+        "--recompute-granularity full",
+        "--recompute-method block",
+        "--recompute-num-layers 1",
+    ]
     counts[0][0][1][OPTIONS.index("NONE")] -= 1
     counts[0][0][1][OPTIONS.index("SLCT")] += 1
     assert megatron(Plan(problem, freeze(counts)))["recompute_expressible"] is False
@@ -141,8 +165,16 @@ def test_first_and_last_stage_counts_when_the_middle_is_even() -> None:
 def test_stage_rows_by_hand() -> None:
     descriptions = [
         {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 100},
-        {"name": "BODY_0", "type": "BODY", "nb_layer": 3, "time": 10, "memory_parameter": 5,
-         "memory_activation": 4, "memory_recompute": 1, "recompute_time": 30},
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 3,
+            "time": 10,
+            "memory_parameter": 5,
+            "memory_activation": 4,
+            "memory_recompute": 1,
+            "recompute_time": 30,
+        },
     ]
     problem = BalanceInput(layer_set(descriptions), 2, 4, 1, 1e6)
     counts = empty_counts(problem)

@@ -87,8 +87,9 @@ def test_reference_interleaved_example(llama) -> None:
     solution = solve(problem, time_limit=60, exact=False)
     assert solution.status == "optimal" and solution.objective_kind == "closed_form"
     assert solution.plan.fits and not solution.plan.problems()
-    reference = plan_from_yaml(problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]],
-                                         "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]})
+    reference = plan_from_yaml(
+        problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]], "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]}
+    )
     # With only its full recomputes (the other layers NONE) the reference split does not fit: stage 1
     # holds 3 layers of chunk 0 (one FULL) and 3 of chunk 1, and Megatron-LM's order reaches (29, 16)
     # micro-batches in flight there: 6·1710 + 29·(2·994 + 32) + 16·3·994 = 10260 + 58580 + 47712
@@ -104,8 +105,17 @@ def test_infeasible_says_how_much_memory_the_least_plan_needs() -> None:
     # 4 layers on P=2, m=2 (1F1B: stage 0 holds 2 micro-batches, stage 1 holds 1). All FULL is the
     # leanest: a layers on stage 0 need 10a + 2·2a = 14a MB, the rest (4 − a)·(10 + 2) = 12(4 − a):
     # a = 1: 36, a = 2: max(28, 24) = 28, a = 3: 42. So 28 MB, and 27 MB fits nothing.
-    descriptions = [{"name": "BODY_0", "type": "BODY", "nb_layer": 4, "time": 1, "memory_parameter": 10,
-                     "memory_activation": 8, "memory_recompute": 2}]
+    descriptions = [
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 4,
+            "time": 1,
+            "memory_parameter": 10,
+            "memory_activation": 8,
+            "memory_recompute": 2,
+        }
+    ]
     solution = solve(BalanceInput(layer_set(descriptions), 2, 2, 1, 27.0), time_limit=30)
     assert solution.status == "infeasible"
     assert solution.min_memory_mb == 28
@@ -117,9 +127,11 @@ def test_infeasible_says_how_much_memory_the_least_plan_needs() -> None:
 def test_even_split_counts() -> None:
     # 10 layers over P=2, V=2 with a head and a tail: 10 // 4 = 2 each, and the 2 left over go to the
     # cells holding neither, first in model order: (0, 1) and (1, 0).
-    descriptions = [{"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1},
-                    {"name": "BODY_0", "type": "BODY", "nb_layer": 10, "time": 1, "memory_activation": 1},
-                    {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1}]
+    descriptions = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1},
+        {"name": "BODY_0", "type": "BODY", "nb_layer": 10, "time": 1, "memory_activation": 1},
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1},
+    ]
     problem = BalanceInput(layer_set(descriptions), 2, 4, 2, 1e6)
     assert uniform_layer_counts(problem) == {(0, 0): 2, (0, 1): 3, (1, 0): 3, (1, 1): 2}
 
@@ -131,8 +143,17 @@ def test_too_few_layers_is_bad_input() -> None:
 
 
 def test_interleave_search_reports_each_chunk_count() -> None:
-    descriptions = [{"name": "BODY_0", "type": "BODY", "nb_layer": 6, "time": 1, "memory_parameter": 1,
-                     "memory_activation": 1, "memory_recompute": 1}]
+    descriptions = [
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 6,
+            "time": 1,
+            "memory_parameter": 1,
+            "memory_activation": 1,
+            "memory_recompute": 1,
+        }
+    ]
     result = balance(BalanceInput(layer_set(descriptions), 2, 4, 1, 1e6), time_limit=60, search_interleave=True)
     searched = {entry["interleave"]: entry for entry in result["interleave_search"]}
     # 6 layers fill 2·V cells for V ≤ 3; V = 4 needs 8.
@@ -152,8 +173,17 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     from ppb_core.balance.choices import Catalogue
     from ppb_core.balance.program import _choices, least_max_work
 
-    descriptions = [{"name": "BODY_0", "type": "BODY", "nb_layer": 6, "time": 1, "backward_time": 2,
-                     "memory_parameter": 0, "memory_activation": 10}]
+    descriptions = [
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 6,
+            "time": 1,
+            "backward_time": 2,
+            "memory_parameter": 0,
+            "memory_activation": 10,
+        }
+    ]
     problem = BalanceInput(layer_set(descriptions), 2, 2, 1, 45.0)
     choices = _choices(problem, Catalogue(problem), float("inf"), closed_form=True)
     assert least_max_work(problem, choices, 1.0, float("inf"), time.perf_counter() + 30) == 12

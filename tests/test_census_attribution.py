@@ -39,9 +39,22 @@ def _graph(ops: list[OpRecord], sizes: dict[int, tuple[int, str]], saved: list[i
 def _norm_mlp() -> LayerGraph:
     """x → RMSNorm (fp32 copy, rsqrt, normalize, cast, weight) → gate/up → silu · up → down → + x."""
     sizes = {
-        0: (100, INPUT), 1: (10, PARAM), 2: (30, PARAM), 3: (30, PARAM), 4: (30, PARAM),
-        5: (200, OP), 6: (4, OP), 7: (200, OP), 8: (100, OP), 9: (100, OP),
-        10: (300, OP), 11: (300, OP), 12: (300, OP), 13: (300, OP), 14: (100, OP), 15: (100, OP),
+        0: (100, INPUT),
+        1: (10, PARAM),
+        2: (30, PARAM),
+        3: (30, PARAM),
+        4: (30, PARAM),
+        5: (200, OP),
+        6: (4, OP),
+        7: (200, OP),
+        8: (100, OP),
+        9: (100, OP),
+        10: (300, OP),
+        11: (300, OP),
+        12: (300, OP),
+        13: (300, OP),
+        14: (100, OP),
+        15: (100, OP),
     }
     ops = [
         OpRecord(0, "_to_copy", (LAYER, NORM), (0,), (5,)),
@@ -49,14 +62,15 @@ def _norm_mlp() -> LayerGraph:
         OpRecord(2, "mul", (LAYER, NORM), (5, 6), (7,)),
         OpRecord(3, "_to_copy", (LAYER, NORM), (7,), (8,)),
         OpRecord(4, "mul", (LAYER, NORM), (1, 8), (9,)),
-        OpRecord(5, "mm", (LAYER, MLP, _linear("mlp.gate_proj")), (9, 2), (10,), param="mlp.gate_proj.weight",
-                 flops=600.0),
-        OpRecord(6, "mm", (LAYER, MLP, _linear("mlp.up_proj")), (9, 3), (11,), param="mlp.up_proj.weight",
-                 flops=600.0),
+        OpRecord(
+            5, "mm", (LAYER, MLP, _linear("mlp.gate_proj")), (9, 2), (10,), param="mlp.gate_proj.weight", flops=600.0
+        ),
+        OpRecord(6, "mm", (LAYER, MLP, _linear("mlp.up_proj")), (9, 3), (11,), param="mlp.up_proj.weight", flops=600.0),
         OpRecord(7, "silu", (LAYER, MLP, ("mlp.act_fn", "SiLUActivation")), (10,), (12,)),
         OpRecord(8, "mul", (LAYER, MLP), (12, 11), (13,)),
-        OpRecord(9, "mm", (LAYER, MLP, _linear("mlp.down_proj")), (13, 4), (14,), param="mlp.down_proj.weight",
-                 flops=600.0),
+        OpRecord(
+            9, "mm", (LAYER, MLP, _linear("mlp.down_proj")), (13, 4), (14,), param="mlp.down_proj.weight", flops=600.0
+        ),
         OpRecord(10, "add", (LAYER,), (0, 14), (15,)),
     ]
     return _graph(ops, sizes, saved=[5, 6, 8, 9, 10, 11, 12, 13])
@@ -70,7 +84,17 @@ def test_norm_and_mlp_switches_sides_and_kept_sets() -> None:
     graph = _norm_mlp()
     attribution = attribute(graph)
     assert [attribution.roles[i].switch for i in range(11)] == [
-        "normOp", "normOp", "normOp", "normOp", "normOp", None, None, "ffAct", "ffAct", None, None
+        "normOp",
+        "normOp",
+        "normOp",
+        "normOp",
+        "normOp",
+        None,
+        None,
+        "ffAct",
+        "ffAct",
+        None,
+        None,
     ]
     assert attribution.acting() == ("normOp", "ffAct")
     # Whole side: the input and the norm's tensors; TP side: gate, up, silu, product; the down
@@ -114,19 +138,57 @@ def test_residual_before_a_recomputed_norm_is_kept() -> None:
 def _attention() -> LayerGraph:
     """Eager attention: projections, rotary, GQA copies, QKᵀ, scale, mask, softmax, cast, AV, output copy."""
     sizes = {
-        0: (100, INPUT), 1: (40, PARAM), 2: (10, PARAM), 3: (10, PARAM), 4: (40, PARAM),
-        30: (8, EXTERNAL), 31: (16, EXTERNAL),
-        20: (64, OP), 21: (16, OP), 22: (16, OP), 24: (64, OP), 25: (16, OP), 26: (64, OP), 27: (64, OP),
-        28: (256, OP), 29: (256, OP), 32: (256, OP), 33: (512, OP), 34: (256, OP), 35: (64, OP), 36: (64, OP),
+        0: (100, INPUT),
+        1: (40, PARAM),
+        2: (10, PARAM),
+        3: (10, PARAM),
+        4: (40, PARAM),
+        30: (8, EXTERNAL),
+        31: (16, EXTERNAL),
+        20: (64, OP),
+        21: (16, OP),
+        22: (16, OP),
+        24: (64, OP),
+        25: (16, OP),
+        26: (64, OP),
+        27: (64, OP),
+        28: (256, OP),
+        29: (256, OP),
+        32: (256, OP),
+        33: (512, OP),
+        34: (256, OP),
+        35: (64, OP),
+        36: (64, OP),
         37: (100, OP),
     }
     ops = [
-        OpRecord(0, "mm", (LAYER, ATTN, _linear("self_attn.q_proj")), (0, 1), (20,), param="self_attn.q_proj.weight",
-                 flops=800.0),
-        OpRecord(1, "mm", (LAYER, ATTN, _linear("self_attn.k_proj")), (0, 2), (21,), param="self_attn.k_proj.weight",
-                 flops=200.0),
-        OpRecord(2, "mm", (LAYER, ATTN, _linear("self_attn.v_proj")), (0, 3), (22,), param="self_attn.v_proj.weight",
-                 flops=200.0),
+        OpRecord(
+            0,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.q_proj")),
+            (0, 1),
+            (20,),
+            param="self_attn.q_proj.weight",
+            flops=800.0,
+        ),
+        OpRecord(
+            1,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.k_proj")),
+            (0, 2),
+            (21,),
+            param="self_attn.k_proj.weight",
+            flops=200.0,
+        ),
+        OpRecord(
+            2,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.v_proj")),
+            (0, 3),
+            (22,),
+            param="self_attn.v_proj.weight",
+            flops=200.0,
+        ),
         OpRecord(3, "mul", (LAYER, ATTN), (20, 30), (24,)),  # rotary on q
         OpRecord(4, "mul", (LAYER, ATTN), (21, 30), (25,)),  # rotary on k
         OpRecord(5, "clone", (LAYER, ATTN), (25,), (26,)),  # repeat_kv copies
@@ -138,8 +200,15 @@ def _attention() -> LayerGraph:
         OpRecord(11, "_to_copy", (LAYER, ATTN), (33,), (34,)),  # fp32 → bf16
         OpRecord(12, "bmm", (LAYER, ATTN), (34, 27), (35,)),  # AV
         OpRecord(13, "clone", (LAYER, ATTN), (35,), (36,)),  # transpose(1, 2).contiguous()
-        OpRecord(14, "mm", (LAYER, ATTN, _linear("self_attn.o_proj")), (36, 4), (37,), param="self_attn.o_proj.weight",
-                 flops=800.0),
+        OpRecord(
+            14,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.o_proj")),
+            (36, 4),
+            (37,),
+            param="self_attn.o_proj.weight",
+            flops=800.0,
+        ),
     ]
     return _graph(ops, sizes, saved=[24, 26, 33, 34, 27, 36])
 
@@ -148,8 +217,23 @@ def test_attention_core_switches() -> None:
     graph = _attention()
     attribution = attribute(graph)
     roles = [attribution.roles[i].switch for i in range(15)]
-    assert roles == [None, None, None, "attBMM", "attBMM", "attBMM", "attBMM", "softmax", "softmax", "softmax",
-                     "softmax", "headCast", "attBMM", None, None]
+    assert roles == [
+        None,
+        None,
+        None,
+        "attBMM",
+        "attBMM",
+        "attBMM",
+        "attBMM",
+        "softmax",
+        "softmax",
+        "softmax",
+        "softmax",
+        "headCast",
+        "attBMM",
+        None,
+        None,
+    ]
     # Everything between the column projections and o_proj is on the TP side.
     assert all(attribution.sides[sid] == "tp" for sid in (20, 21, 22, 24, 26, 27, 33, 34, 36))
     assert attribution.sides[37] == "whole"
@@ -170,12 +254,33 @@ def test_attention_core_switches() -> None:
 def test_mla_up_projections_are_att_up_and_their_flops_share() -> None:
     sizes = {0: (100, INPUT), 1: (10, PARAM), 2: (40, PARAM), 3: (40, PARAM), 4: (20, OP), 5: (80, OP), 6: (100, OP)}
     ops = [
-        OpRecord(0, "mm", (LAYER, ATTN, _linear("self_attn.kv_a_proj_with_mqa")), (0, 1), (4,),
-                 param="self_attn.kv_a_proj_with_mqa.weight", flops=100.0),
-        OpRecord(1, "mm", (LAYER, ATTN, _linear("self_attn.kv_b_proj")), (4, 2), (5,),
-                 param="self_attn.kv_b_proj.weight", flops=300.0),
-        OpRecord(2, "mm", (LAYER, ATTN, _linear("self_attn.o_proj")), (5, 3), (6,),
-                 param="self_attn.o_proj.weight", flops=600.0),
+        OpRecord(
+            0,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.kv_a_proj_with_mqa")),
+            (0, 1),
+            (4,),
+            param="self_attn.kv_a_proj_with_mqa.weight",
+            flops=100.0,
+        ),
+        OpRecord(
+            1,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.kv_b_proj")),
+            (4, 2),
+            (5,),
+            param="self_attn.kv_b_proj.weight",
+            flops=300.0,
+        ),
+        OpRecord(
+            2,
+            "mm",
+            (LAYER, ATTN, _linear("self_attn.o_proj")),
+            (5, 3),
+            (6,),
+            param="self_attn.o_proj.weight",
+            flops=600.0,
+        ),
     ]
     graph = _graph(ops, sizes, saved=[4, 5])
     attribution = attribute(graph)
@@ -189,8 +294,16 @@ def test_mla_up_projections_are_att_up_and_their_flops_share() -> None:
 def test_routed_experts_have_their_own_buckets() -> None:
     experts = ("mlp.experts", "MixtralExperts")
     moe = ("mlp", "MixtralSparseMoeBlock")
-    sizes = {0: (100, INPUT), 1: (90, PARAM), 2: (90, PARAM), 3: (50, OP), 4: (120, OP), 5: (60, OP), 6: (60, OP),
-             7: (50, OP)}
+    sizes = {
+        0: (100, INPUT),
+        1: (90, PARAM),
+        2: (90, PARAM),
+        3: (50, OP),
+        4: (120, OP),
+        5: (60, OP),
+        6: (60, OP),
+        7: (50, OP),
+    }
     ops = [
         OpRecord(0, "index", (LAYER, moe, experts), (0,), (3,)),  # the tokens routed to one expert
         OpRecord(1, "mm", (LAYER, moe, experts), (3, 1), (4,), param="mlp.experts.gate_up_proj"),

@@ -12,8 +12,15 @@ import pytest
 from ppb_core.cli.main import main
 
 SMALL_LLAMA = {
-    "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "model_type": "llama",
+    "vocab_size": 1000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
 }
 
 
@@ -45,8 +52,11 @@ def test_writes_a_census_the_reader_accepts(tmp_path, capsys) -> None:
     [
         (None, [], "file not found"),
         ("{", [], "not valid JSON"),
-        ({"model_type": "gpt2", "vocab_size": 10, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2},
-         [], "the census builds"),
+        (
+            {"model_type": "gpt2", "vocab_size": 10, "n_positions": 8, "n_embd": 8, "n_layer": 1, "n_head": 2},
+            [],
+            "the census builds",
+        ),
         ({**SMALL_LLAMA, "hidden_size": "x"}, [], "hidden_size"),
         (SMALL_LLAMA, ["--seq", "64"], "two sequence lengths"),
         (SMALL_LLAMA, ["--batch", "0"], "--batch"),
@@ -72,9 +82,15 @@ def test_without_torch_one_line_says_how_to_install(tmp_path) -> None:
         "from ppb_core.cli.main import main\n"
         f"sys.exit(main(['census', {str(config)!r}, '--out', {str(out)!r}]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["ppb: error: ppb census needs PyTorch and transformers: "
-                                                "pip install 'ppb[torch]'"]
+    assert done.stderr.strip().splitlines() == [
+        "ppb: error: ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
+    ]
     assert not out.exists()

@@ -31,17 +31,18 @@ def test_a_batch_independent_constant_shows_in_the_residual() -> None:
     result = fit(points, ["base", "per_seq"])
     assert result.max_relative_residual > 0.01
     # Without the constant the same three shapes fit exactly.
-    exact = fit([Point(b, s, _bytes(b, s, 1000.0, 2.0)) for b, s in ((1, 64), (1, 128), (4, 128))],
-                ["base", "per_seq"])
+    exact = fit([Point(b, s, _bytes(b, s, 1000.0, 2.0)) for b, s in ((1, 64), (1, 128), (4, 128))], ["base", "per_seq"])
     assert exact.max_relative_residual == pytest.approx(0.0, abs=1e-12)
     assert exact.coefficients == pytest.approx({"base": 1000.0, "per_seq": 2.0})
 
 
 def test_expert_term_from_a_second_expert_count() -> None:
     # Router bytes grow with the routed experts: 24 bytes per token per expert over a base of 3000.
-    points = [Point(1, 64, _bytes(1, 64, 3000.0, 0.0, 24.0, 16), experts=16),
-              Point(1, 128, _bytes(1, 128, 3000.0, 0.0, 24.0, 16), experts=16),
-              Point(1, 64, _bytes(1, 64, 3000.0, 0.0, 24.0, 32), experts=32)]
+    points = [
+        Point(1, 64, _bytes(1, 64, 3000.0, 0.0, 24.0, 16), experts=16),
+        Point(1, 128, _bytes(1, 128, 3000.0, 0.0, 24.0, 16), experts=16),
+        Point(1, 64, _bytes(1, 64, 3000.0, 0.0, 24.0, 32), experts=32),
+    ]
     result = fit(points, ["base", "per_seq", "per_expert"])
     assert result.coefficients == pytest.approx({"base": 3000.0, "per_seq": 0.0, "per_expert": 24.0}, abs=1e-9)
     # At the model's 256 experts: 3000 + 24·256 = 9144 bytes per token.

@@ -22,21 +22,64 @@ from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP  # noqa: E402
 pytestmark = pytest.mark.oracle
 
 CONFIGS = {
-    "llama": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688,
-              "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_act": "silu",
-              "torch_dtype": "bfloat16"},
-    "qwen2": {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 384, "intermediate_size": 1024,
-              "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2, "hidden_act": "silu",
-              "torch_dtype": "bfloat16"},
-    "mixtral": {"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-                "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "num_local_experts": 8,
-                "num_experts_per_tok": 2, "hidden_act": "silu", "torch_dtype": "bfloat16"},
-    "deepseek_v3": {"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-                    "moe_intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
-                    "num_key_value_heads": 8, "n_routed_experts": 16, "n_shared_experts": 1,
-                    "num_experts_per_tok": 4, "first_k_dense_replace": 1, "q_lora_rank": 96, "kv_lora_rank": 64,
-                    "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_group": 4,
-                    "topk_group": 2, "hidden_act": "silu", "torch_dtype": "bfloat16"},
+    "llama": {
+        "model_type": "llama",
+        "vocab_size": 1000,
+        "hidden_size": 256,
+        "intermediate_size": 688,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    },
+    "qwen2": {
+        "model_type": "qwen2",
+        "vocab_size": 1000,
+        "hidden_size": 384,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    },
+    "mixtral": {
+        "model_type": "mixtral",
+        "vocab_size": 1000,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    },
+    "deepseek_v3": {
+        "model_type": "deepseek_v3",
+        "vocab_size": 1000,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "n_routed_experts": 16,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 4,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 96,
+        "kv_lora_rank": 64,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 32,
+        "n_group": 4,
+        "topk_group": 2,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    },
 }
 CASES = [(family, attention) for family in CONFIGS for attention in ("eager", "sdpa")]
 FIT = (Shape(1, 32), Shape(1, 64))
@@ -80,8 +123,11 @@ def _held(kind: KindCensus, shape: Shape) -> float:
 
 def _settings(kind: KindCensus) -> list[tuple[str, dict | None, bool]]:
     """Plain, full, the selective policy and each acting switch alone."""
-    cases: list[tuple[str, dict | None, bool]] = [("plain", None, False), ("full", None, True),
-                                                   ("policy", dict(HYPER_SELECTIVE_REC_OP), False)]
+    cases: list[tuple[str, dict | None, bool]] = [
+        ("plain", None, False),
+        ("full", None, True),
+        ("policy", dict(HYPER_SELECTIVE_REC_OP), False),
+    ]
     cases += [(name, {name: 0}, False) for name in kind.acting]
     return cases
 

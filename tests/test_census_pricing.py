@@ -22,8 +22,15 @@ from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 
 SMALL = {
-    "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    "model_type": "llama",
+    "vocab_size": 1000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
 }
 SEQ = 1024  # one micro-batch of one sequence: 1024 tokens
 
@@ -37,7 +44,10 @@ def _census(kind: dict, dtype: str = "bf16") -> Census:
         frozenset({"normOp", "ffAct"}): Kept(PerToken(1024.0), PerToken(2000.0, 8.0)),
     }
     census = KindCensus(
-        name="dense", kind=kind, layer_index=0, acting=("normOp", "ffAct"),
+        name="dense",
+        kind=kind,
+        layer_index=0,
+        acting=("normOp", "ffAct"),
         settings={r: Setting(r, kept) for r, kept in settings.items()},
         full=Kept(saved=PerToken(512.0)),
         working=(WorkingLine(PerToken(5000.0), PerToken(6000.0, 16.0)),),
@@ -62,8 +72,14 @@ def _run(tmp_path: Path, census: Census | None, **training) -> Path:
     raw = {
         "models": [model],
         "parallel": {"dp": 1, "tp": 2, "pp": 1, "sequence_parallel": True},
-        "training": {"seq_length": SEQ, "micro_batch_size": 1, "micro_batches": 4, "dtype": "bf16",
-                     "recompute": {"ffAct": 0}, **training},
+        "training": {
+            "seq_length": SEQ,
+            "micro_batch_size": 1,
+            "micro_batches": 4,
+            "dtype": "bf16",
+            "recompute": {"ffAct": 0},
+            **training,
+        },
         "device": {"name": "h100-80gb"},
     }
     path = tmp_path / "run.yaml"
@@ -87,14 +103,20 @@ def test_options_are_priced_from_the_census(tmp_path) -> None:
     # NONE: 3512/2 + (3376 + 8·1024)/2 = 1756 + 5784 = 7540 a token.
     # SLCT (ffAct 0): 1756 + (2000 + 8192)/2 = 6852.  FULL: the input, 512/2.
     assert memory.option_activation_bytes(body) == {
-        "NONE": 1024 * 7540, "SLCT": 1024 * 6852, "COMM": 1024 * 7540, "BOTH": 1024 * 6852, "FULL": 1024 * 256,
+        "NONE": 1024 * 7540,
+        "SLCT": 1024 * 6852,
+        "COMM": 1024 * 7540,
+        "BOTH": 1024 * 6852,
+        "FULL": 1024 * 256,
     }
     # Recomputing the norm keeps the residual it is rebuilt from: the parts left (input, silu,
     # gate) and 512/2 a token of recompute inputs.
     terms = {t.op: t.bytes for t in memory.activation_terms(body, LayerType.SEL_REC_LAYER, {"normOp": 0})}
     assert terms == {
-        "census.input": 1024 * 256, "census.mlp.act_fn:silu": 1024 * 688,
-        "census.mlp.gate_proj:mm": 1024 * (2000 + 8192) / 2, "census.recompute_inputs": 1024 * 256,
+        "census.input": 1024 * 256,
+        "census.mlp.act_fn:silu": 1024 * 688,
+        "census.mlp.gate_proj:mm": 1024 * (2000 + 8192) / 2,
+        "census.recompute_inputs": 1024 * 256,
     }
     assert memory.activation_source("llm") == "census:census/small.json"
 

@@ -29,12 +29,20 @@ def _kind() -> KindCensus:
         frozenset(): Setting(frozenset(), plain),
         frozenset({"normOp"}): Setting(frozenset({"normOp"}), Kept(PerToken(100.0), PerToken(1200.0, 2.0))),
         frozenset({"ffAct"}): Setting(frozenset({"ffAct"}), Kept(PerToken(504.0), PerToken(600.0))),
-        frozenset({"normOp", "ffAct"}): Setting(frozenset({"normOp", "ffAct"}), Kept(PerToken(100.0), PerToken(600.0)),
-                                                 attention_mm_share=0.0, ffn_mm_share=0.25),
+        frozenset({"normOp", "ffAct"}): Setting(
+            frozenset({"normOp", "ffAct"}),
+            Kept(PerToken(100.0), PerToken(600.0)),
+            attention_mm_share=0.0,
+            ffn_mm_share=0.25,
+        ),
     }
     return KindCensus(
-        name="dense", kind={"type": "BodyKind", "name": "dense"}, layer_index=0, acting=("normOp", "ffAct"),
-        settings=settings, full=Kept(saved=PerToken(100.0)),
+        name="dense",
+        kind={"type": "BodyKind", "name": "dense"},
+        layer_index=0,
+        acting=("normOp", "ffAct"),
+        settings=settings,
+        full=Kept(saved=PerToken(100.0)),
         # Two points of the backward: one holds 800 whole + 1500 split, the other 300 + 1000 + 1·seq split.
         working=(WorkingLine(PerToken(800.0), PerToken(1500.0)), WorkingLine(PerToken(300.0), PerToken(1000.0, 1.0))),
     )
@@ -92,8 +100,16 @@ def test_a_ranks_bytes() -> None:
 
 
 def _census() -> Census:
-    return Census(kinds=(_kind(),), model_type="llama", attention="eager", dtype="bf16", micro_batch_size=1,
-                  source="hf/x.json", shapes=((1, 64), (1, 128)), versions={"torch": "2.13.0"})
+    return Census(
+        kinds=(_kind(),),
+        model_type="llama",
+        attention="eager",
+        dtype="bf16",
+        micro_batch_size=1,
+        source="hf/x.json",
+        shapes=((1, 64), (1, 128)),
+        versions={"torch": "2.13.0"},
+    )
 
 
 def test_json_round_trip(tmp_path) -> None:

@@ -19,10 +19,19 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 BASE = {
-    "models": [{"name": "llm", "spec": {
-        "vocab_size": 32000, "hidden_size": 1024, "num_layers": 8, "num_attention_heads": 16,
-        "num_key_value_heads": 4, "intermediate_size": 2816,
-    }}],
+    "models": [
+        {
+            "name": "llm",
+            "spec": {
+                "vocab_size": 32000,
+                "hidden_size": 1024,
+                "num_layers": 8,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 4,
+                "intermediate_size": 2816,
+            },
+        }
+    ],
     "parallel": {"dp": 2, "tp": 2, "pp": 2},
     "training": {"seq_length": 2048, "micro_batches": 8},
     "device": {"name": "h100-80gb"},
@@ -58,7 +67,10 @@ def test_shipped_configs_load_and_round_trip_through_a_table(path):
     assert run.name == path.stem
     again = run_from_frame(run_to_frame(run))
     assert (again.specs, again.parallel, again.training, again.device) == (
-        run.specs, run.parallel, run.training, run.device
+        run.specs,
+        run.parallel,
+        run.training,
+        run.device,
     )
 
 
@@ -82,8 +94,12 @@ def test_model_switches_override_training_switches():
     [
         ({"parallel__tp": 3}, "models.0.num_attention_heads", "not divisible by tp 3"),
         (
-            {"parallel__tp": 4, "models__0__spec__num_attention_heads": 24, "models__0__spec__num_key_value_heads": 6,
-             "models__0__spec__hidden_size": 1536},
+            {
+                "parallel__tp": 4,
+                "models__0__spec__num_attention_heads": 24,
+                "models__0__spec__num_key_value_heads": 6,
+                "models__0__spec__hidden_size": 1536,
+            },
             "models.0.num_key_value_heads",
             "neither divides",
         ),
@@ -93,13 +109,27 @@ def test_model_switches_override_training_switches():
         ({"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "interleaved"}, None, None),
         ({"parallel__pp": 4, "parallel__vpp": 4, "parallel__schedule": "interleaved"}, "parallel.pp", "16"),
         ({"parallel__world_size": 16}, "parallel", "does not match world_size 16"),
-        ({"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "interleaved", "training__micro_batches": 3},
-         "training.micro_batches", "at least as many micro-batches as stages (3 < 4)"),
-        ({"models__0__spec__num_layers": 10, "parallel__pp": 5, "parallel__vpp": 2,
-          "parallel__schedule": "interleaved", "training__micro_batches": 7},
-         "training.micro_batches", "deadlocks with 7 micro-batches on 5 stages"),
-        ({"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "dualpipev", "training__micro_batches": 6},
-         "training.micro_batches", "twice as many micro-batches as stages (6 < 8)"),
+        (
+            {"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "interleaved", "training__micro_batches": 3},
+            "training.micro_batches",
+            "at least as many micro-batches as stages (3 < 4)",
+        ),
+        (
+            {
+                "models__0__spec__num_layers": 10,
+                "parallel__pp": 5,
+                "parallel__vpp": 2,
+                "parallel__schedule": "interleaved",
+                "training__micro_batches": 7,
+            },
+            "training.micro_batches",
+            "deadlocks with 7 micro-batches on 5 stages",
+        ),
+        (
+            {"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "dualpipev", "training__micro_batches": 6},
+            "training.micro_batches",
+            "twice as many micro-batches as stages (6 < 8)",
+        ),
         ({"parallel__cp": 3}, "training.seq_length", "not divisible by cp 3"),
         ({"parallel__vpp": 2}, "parallel", "needs schedule interleaved"),
         ({"parallel__zero": 4}, "parallel.zero", "got 4"),
@@ -163,9 +193,7 @@ def test_files_missing_unreadable_or_malformed(tmp_path):
     with pytest.raises(InputError, match="expected a mapping"):
         load_run_config(listed)
     missing_hf = tmp_path / "run.yaml"
-    missing_hf.write_text(yaml.safe_dump(
-        {**BASE, "models": [{"name": "llm", "config": "hf/none.json"}]}
-    ))
+    missing_hf.write_text(yaml.safe_dump({**BASE, "models": [{"name": "llm", "config": "hf/none.json"}]}))
     with pytest.raises(InputError, match=r"none\.json: file not found"):
         load_run_config(missing_hf)
     both = tmp_path / "both.yaml"
@@ -201,8 +229,7 @@ def test_hf_architecture_fields():
     deepseek = read_hf_config(ROOT / "configs/hf/deepseek-v3.json")
     assert deepseek.is_mla and deepseek.q_lora_rank == 1536 and deepseek.mtp_layers == 1
     assert [deepseek.layer_is_moe(i) for i in range(5)] == [False, False, False, True, True]
-    every_other = spec_from_hf({**json.loads((ROOT / "configs/hf/deepseek-v3.json").read_text()),
-                                "moe_layer_freq": 2})
+    every_other = spec_from_hf({**json.loads((ROOT / "configs/hf/deepseek-v3.json").read_text()), "moe_layer_freq": 2})
     # DeepSeek's own rule: MoE from first_k_dense_replace on, where index % moe_layer_freq == 0.
     assert [every_other.layer_is_moe(i) for i in range(3, 8)] == [False, True, False, True, False]
     qwen = read_hf_config(ROOT / "configs/hf/qwen2.5-7b.json")
@@ -220,10 +247,20 @@ def test_pad_vocab_multiple_pads_to_tp_multiples():
 
 # Random bad values anywhere a positive integer is expected: always one line naming that field.
 _POSITIVE_FIELDS = [
-    "parallel__dp", "parallel__tp", "parallel__pp", "parallel__cp", "parallel__ep", "parallel__vpp",
-    "training__seq_length", "training__micro_batch_size", "training__micro_batches",
-    "models__0__spec__hidden_size", "models__0__spec__num_layers", "models__0__spec__vocab_size",
-    "models__0__spec__intermediate_size", "models__0__spec__num_attention_heads",
+    "parallel__dp",
+    "parallel__tp",
+    "parallel__pp",
+    "parallel__cp",
+    "parallel__ep",
+    "parallel__vpp",
+    "training__seq_length",
+    "training__micro_batch_size",
+    "training__micro_batches",
+    "models__0__spec__hidden_size",
+    "models__0__spec__num_layers",
+    "models__0__spec__vocab_size",
+    "models__0__spec__intermediate_size",
+    "models__0__spec__num_attention_heads",
 ]
 _BAD_VALUES = st.one_of(
     st.integers(max_value=0),

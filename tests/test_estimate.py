@@ -21,8 +21,18 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import walk
 
-CONTRACT = {"model_name", "node", "kind", "count", "parameters", "static_bytes", "activation_bytes",
-            "buffer_bytes_one", "buffer_bytes_per_micro_batch", "buffer_bytes_once"}
+CONTRACT = {
+    "model_name",
+    "node",
+    "kind",
+    "count",
+    "parameters",
+    "static_bytes",
+    "activation_bytes",
+    "buffer_bytes_one",
+    "buffer_bytes_per_micro_batch",
+    "buffer_bytes_once",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +46,10 @@ def test_json_contract(llama):
     data = json.loads(json.dumps(result.to_json()))
     assert set(data) >= {"run", "layers", "stages"}
     assert [(row["node"], row["kind"], row["count"]) for row in data["layers"]] == [
-        ("HEAD", "embedding", 1), ("BODY", "dense", 32), ("TAIL", "output", 1)]
+        ("HEAD", "embedding", 1),
+        ("BODY", "dense", 32),
+        ("TAIL", "output", 1),
+    ]
     for row in data["layers"]:
         assert set(row) >= CONTRACT
         assert list(row["activation_bytes"]) == list(OPTIONS)
@@ -64,11 +77,19 @@ def test_rows_equal_every_layer_evaluated(llama):
 def test_hand_figures_in_the_rows():
     # DENSE at tp 2 + SP, s 64: activations halve (115712/2); two gathered inputs of 4096 per
     # micro-batch; ZeRO-1 reduces in place, so nothing once.
-    run = make_run(DENSE, parallel={"tp": 2, "sequence_parallel": True, "pp": 2},
-                   training={"seq_length": 64, "micro_batches": 4, "recompute": {"ffAct": 0}})
+    run = make_run(
+        DENSE,
+        parallel={"tp": 2, "sequence_parallel": True, "pp": 2},
+        training={"seq_length": 64, "micro_batches": 4, "recompute": {"ffAct": 0}},
+    )
     body = next(row for row in estimate(run).layers if row.node == "BODY")
-    assert body.activation_bytes == {"NONE": 57856, "SLCT": 57856 - 8192, "COMM": 57856, "BOTH": 57856 - 8192,
-                                     "FULL": 4096}
+    assert body.activation_bytes == {
+        "NONE": 57856,
+        "SLCT": 57856 - 8192,
+        "COMM": 57856,
+        "BOTH": 57856 - 8192,
+        "FULL": 4096,
+    }
     assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (8192, 8192, 0)
     assert body.buffers_by_option["COMM"] == {"one": 0, "per_micro_batch": 0, "once": 0}
 
@@ -146,5 +167,9 @@ def test_cli_rows_without_stages(capsys):
     assert main(["estimate", "configs/deepseek-v3.yaml", "--json", "--no-stages"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [(row["kind"], row["count"]) for row in data["layers"]] == [
-        ("embedding", 1), ("dense_mla", 3), ("moe_mla", 58), ("output_mtp", 1)]
+        ("embedding", 1),
+        ("dense_mla", 3),
+        ("moe_mla", 58),
+        ("output_mtp", 1),
+    ]
     assert data["stages"] == []

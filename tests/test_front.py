@@ -40,7 +40,8 @@ def test_the_front_is_what_no_setting_beats():
     for i, option in enumerate(priced):
         beaten = any(
             all(a <= b for a, b in zip(key(other), key(option), strict=True)) and (key(other) != key(option) or j < i)
-            for j, other in enumerate(priced) if j != i
+            for j, other in enumerate(priced)
+            if j != i
         )
         assert (option.recompute in kept) == (not beaten or option.recompute in (frozenset(), None)), option.recompute
     assert candidates(PROFILE) == [*settings, None]
@@ -48,15 +49,20 @@ def test_the_front_is_what_no_setting_beats():
 
 def test_the_balancer_options_are_named_by_the_configured_switches():
     profile = SwitchProfile(
-        forward_time=25, plain=_PLAIN, full=Cost(2, 20, 80),
+        forward_time=25,
+        plain=_PLAIN,
+        full=Cost(2, 20, 80),
         alone={name: (Cost(40, 10, 51) if name == "gather" else Cost(100, 10, 51)) for name in _ALONE},
     )
     configured = {"ffAct": 0}
     settings = (frozenset(), frozenset({"ffAct"}), frozenset({"gather"}), frozenset({"ffAct", "gather"}), None)
     named = {recompute: price_option(profile, recompute, configured).names for recompute in settings}
     assert named == {
-        frozenset(): ("NONE",), frozenset({"ffAct"}): ("SLCT",), frozenset({"gather"}): ("COMM",),
-        frozenset({"ffAct", "gather"}): ("BOTH",), None: ("FULL",),
+        frozenset(): ("NONE",),
+        frozenset({"ffAct"}): ("SLCT",),
+        frozenset({"gather"}): ("COMM",),
+        frozenset({"ffAct", "gather"}): ("BOTH",),
+        None: ("FULL",),
     }
     front = build_front(profile, configured)
     assert {option.name for option in front} >= {"NONE", "COMM", "FULL"}
@@ -80,7 +86,9 @@ def test_a_setting_that_needs_less_at_a_stage_count_stays_on_the_front():
     assert {frozenset({"ffAct"}), frozenset({"normOp"})} <= fronts
     # Without the count, normOp (70, 10, 50.05) is beaten by ffAct (70, 10, 50.01).
     flat = SwitchProfile(
-        forward_time=25, plain=Cost(100, 10, 50), full=Cost(2, 20, 80),
+        forward_time=25,
+        plain=Cost(100, 10, 50),
+        full=Cost(2, 20, 80),
         alone={name: Cost(c.memory_per_micro_batch, c.memory_once, c.backward_time) for name, c in alone.items()},
     )
     fronts = {option.recompute for option in build_front(flat)}

@@ -113,8 +113,16 @@ def test_context_parallel_ulysses_replicates_a_single_kv_head():
 
 
 MLA = {
-    "vocab_size": 1024, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-    "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "q_lora_rank": 16,
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 8,
 }
 
 
@@ -143,8 +151,14 @@ def test_mla_latents_and_up_projected_heads():
 
 
 MOE = {
-    "vocab_size": 1024, "hidden_size": 32, "num_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
-    "num_experts": 4, "experts_per_token": 2, "moe_intermediate_size": 16,
+    "vocab_size": 1024,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "num_experts": 4,
+    "experts_per_token": 2,
+    "moe_intermediate_size": 16,
 }
 
 
@@ -167,7 +181,8 @@ def test_moe_capacity_and_dropless(moe, rows):
     assert _part(memory, layer, NOT, None, "moe.") == 2048 + 128 + 64 + 256 + 2048 + 160 * rows
     # ffAct 0 drops the experts' activation outputs: 32 bytes a row
     assert _part(memory, layer, NOT, None, "moe.") - _part(memory, layer, SEL, dict(KEEP_ALL, ffAct=0), "moe.") == (
-        32 * rows)
+        32 * rows
+    )
 
 
 def test_moe_shared_experts_and_gate():
@@ -211,8 +226,10 @@ def test_routed_rows_under_tensor_and_expert_tensor_parallel():
 def test_head_keeps_token_ids_and_dropout_mask():
     run = make_run(DENSE, training={"seq_length": 64})
     assert model(run).activation_bytes(layers(run)["HEAD"], LayerType.EMBEDDING_LAYER) == 64 * 8
-    dropped = make_run({**DENSE, "position_embedding": "learned", "max_position_embeddings": 64},
-                       training={"seq_length": 64, "dropout": 0.1})
+    dropped = make_run(
+        {**DENSE, "position_embedding": "learned", "max_position_embeddings": 64},
+        training={"seq_length": 64, "dropout": 0.1},
+    )
     # token ids and position ids (8 bytes each) and the 1-byte mask of 64×64
     assert model(dropped).activation_bytes(layers(dropped)["HEAD"], LayerType.EMBEDDING_LAYER) == 512 + 512 + 4096
 
@@ -231,7 +248,8 @@ def test_tail_with_a_multi_token_prediction_module():
     # main loss 279040; MTP: token ids 512, embedding 8192, projection input 64·128·2 = 16384, one
     # body layer (115712, as test_dense_flash_layer_op_by_op) and its own loss 279040
     assert model(run).activation_bytes(layers(run)["TAIL"], LayerType.OUTPUT_LAYER) == (
-        279040 + 512 + 8192 + 16384 + 115712 + 279040)
+        279040 + 512 + 8192 + 16384 + 115712 + 279040
+    )
 
 
 def test_expert_tensor_parallel_gathered_rows_are_a_gather_buffer():

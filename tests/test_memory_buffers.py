@@ -17,8 +17,11 @@ KEPT, BUCKET = 2 * 4096, 20608 * 4
 
 
 def _run(**parallel):
-    return make_run(DENSE, parallel={"tp": 2, "sequence_parallel": True, "dp": 2, "zero": 2, **parallel},
-                    training={"seq_length": 64, "micro_batches": 8})
+    return make_run(
+        DENSE,
+        parallel={"tp": 2, "sequence_parallel": True, "dp": 2, "zero": 2, **parallel},
+        training={"seq_length": 64, "micro_batches": 8},
+    )
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 7])

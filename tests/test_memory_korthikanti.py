@@ -21,16 +21,30 @@ ATTENTION_CORE = dict(KEEP_ALL, softmax=0, dropout=0, headCast=0)
 
 def gpt(h: int, a: int, s: int, layers: int = 4, vocab: int = 51200) -> dict:
     return {
-        "vocab_size": vocab, "hidden_size": h, "num_layers": layers, "num_attention_heads": a,
-        "intermediate_size": 4 * h, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
-        "position_embedding": "learned", "max_position_embeddings": s, "attention_bias": True,
-        "attention_output_bias": True, "mlp_bias": True, "attention_dropout": 0.1, "hidden_dropout": 0.1,
+        "vocab_size": vocab,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_attention_heads": a,
+        "intermediate_size": 4 * h,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": s,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": 0.1,
+        "hidden_dropout": 0.1,
     }
 
 
 def layer_bytes(h: int, a: int, s: int, b: int, t: int, sp: bool, state: LayerType, switches=None) -> float:
-    run = make_run(gpt(h, a, s), parallel={"tp": t, "sequence_parallel": sp},
-                   training={"seq_length": s, "micro_batch_size": b, "flash_attention": False})
+    run = make_run(
+        gpt(h, a, s),
+        parallel={"tp": t, "sequence_parallel": sp},
+        training={"seq_length": s, "micro_batch_size": b, "flash_attention": False},
+    )
     return MemoryModel(run).activation_bytes(body(run), state, switches)
 
 
@@ -85,9 +99,11 @@ def test_gpt3_175b_first_stage():
     spec = gpt(h, a, s, layers=layers)
 
     def per_layer(sp: bool, state: LayerType, switches=None) -> float:
-        run = make_run(spec, parallel={"tp": t, "pp": p, "vpp": v, "schedule": "interleaved", "sequence_parallel": sp},
-                       training={"seq_length": s, "micro_batch_size": 1, "micro_batches": 64,
-                                 "flash_attention": False})
+        run = make_run(
+            spec,
+            parallel={"tp": t, "pp": p, "vpp": v, "schedule": "interleaved", "sequence_parallel": sp},
+            training={"seq_length": s, "micro_batch_size": 1, "micro_batches": 64, "flash_attention": False},
+        )
         return MemoryModel(run).activation_bytes(body(run), state, switches)
 
     tp_alone, sp_selective = per_layer(False, NOT), per_layer(True, SEL, ATTENTION_CORE)

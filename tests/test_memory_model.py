@@ -27,7 +27,12 @@ def test_options_and_configured_switches():
     # NONE 115712 (test_memory_activations); SLCT drops the LSE (1024) and activation output (16384);
     # COMM recomputes the gathers alone (none here); FULL keeps the input (8192)
     assert memory.option_activation_bytes(layer) == {
-        "NONE": 115712, "SLCT": 98304, "COMM": 115712, "BOTH": 98304, "FULL": 8192}
+        "NONE": 115712,
+        "SLCT": 98304,
+        "COMM": 115712,
+        "BOTH": 98304,
+        "FULL": 8192,
+    }
     # switches None on SEL_REC_LAYER: the model's configured ones
     assert memory.activation_bytes(layer, SEL, None) == 98304
     assert memory.option_state(layer, "BOTH") == (SEL, dict(KEEP_ALL, softmax=0, ffAct=0, gather=0))
@@ -73,8 +78,10 @@ def test_identical_layers_are_evaluated_once():
 def test_census_seam_replaces_one_model_pricer():
     class Halved(ActivationFormulas):
         def terms(self, kind, setup):
-            return tuple(t.__class__(t.op, t.switch, t.elements / 2, t.element_bytes, t.gradient)
-                         for t in super().terms(kind, setup))
+            return tuple(
+                t.__class__(t.op, t.switch, t.elements / 2, t.element_bytes, t.gradient)
+                for t in super().terms(kind, setup)
+            )
 
     run = make_run(DENSE, training={"seq_length": 64})
     assert MemoryModel(run, activations={"m": Halved()}).activation_bytes(body(run), NOT) == 115712 / 2
@@ -85,8 +92,12 @@ def test_stage_peaks_by_hand():
     # static: HEAD 1024·64·18 = 1179648, body 41088·18 = 739584, TAIL (1024·64 + 64)·18 = 1180800.
     # activations: HEAD 512, body 115712, TAIL 279040. No buffers (no TP, no DP reduce bucket).
     # working: a body's 32768; the TAIL's largest gradient is its logits', 64·1024·2 = 131072.
-    run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"seq_length": 64, "micro_batches": 4},
-                   device={"memory_mb": 1000, "reserved_mb": 100})
+    run = make_run(
+        DENSE,
+        parallel={"pp": 2, "zero": 0},
+        training={"seq_length": 64, "micro_batches": 4},
+        device={"memory_mb": 1000, "reserved_mb": 100},
+    )
     memory = model(run)
     first, last = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=1000 * MB, reserved_bytes=100 * MB)
     assert (first.body_layers, first.in_flight, last.in_flight) == (2, (2,), (1,))
@@ -114,15 +125,26 @@ def test_stage_peak_is_the_largest_over_the_schedules_vectors():
     # DENSE, 4 layers, pp 2, vpp 2: stage 0 holds chunk 0 (HEAD + one body) and chunk 1 (one body).
     # Per micro-batch: HEAD 512, a body 115712 (NONE) or 8192 (FULL). Hand-stated candidate vectors
     # (8, 3) and (7, 4) for stage 0 (the interleaved order reaches both, docs/balance.md).
-    run = make_run(DENSE, parallel={"pp": 2, "vpp": 2, "zero": 0, "schedule": "interleaved"},
-                   training={"seq_length": 64, "micro_batches": 4}, device={"memory_mb": 1000, "reserved_mb": 100})
+    run = make_run(
+        DENSE,
+        parallel={"pp": 2, "vpp": 2, "zero": 0, "schedule": "interleaved"},
+        training={"seq_length": 64, "micro_batches": 4},
+        device={"memory_mb": 1000, "reserved_mb": 100},
+    )
     memory = model(run)
     vectors = [[(8, 3), (7, 4)], [(1, 1)]]
     in_flight = [[8, 1], [3, 1]]
 
     def peak_of(chunk_options):
-        peaks = stage_peaks(memory, walk(run), in_flight, 1000 * MB, 100 * MB,
-                            option_of=lambda layer: chunk_options[layer.chunk], vectors=vectors)
+        peaks = stage_peaks(
+            memory,
+            walk(run),
+            in_flight,
+            1000 * MB,
+            100 * MB,
+            option_of=lambda layer: chunk_options[layer.chunk],
+            vectors=vectors,
+        )
         return peaks[0]
 
     # chunk 0 keeps more: (8, 3) gives 8·(512 + 115712) + 3·8192 = 954368 > 7·116224 + 4·8192 = 846336
@@ -141,13 +163,31 @@ from hypothesis import strategies as st  # noqa: E402
 from ppb_core.model.switches import SWITCHES  # noqa: E402
 
 _ADDITIVE_RUNS = {
-    "eager-sp-dropout": ({**DENSE, "qk_norm": True}, {"tp": 2, "sequence_parallel": True, "cp": 2},
-                         {"seq_length": 64, "flash_attention": False, "dropout": 0.1}),
-    "mla-moe-ep": ({"vocab_size": 1024, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4,
-                    "intermediate_size": 128, "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8,
-                    "qk_rope_head_dim": 4, "v_head_dim": 8, "num_experts": 4, "experts_per_token": 2,
-                    "moe_intermediate_size": 16, "shared_experts": 1},
-                   {"tp": 2, "sequence_parallel": True, "dp": 4, "ep": 2, "etp": 2}, {"seq_length": 32}),
+    "eager-sp-dropout": (
+        {**DENSE, "qk_norm": True},
+        {"tp": 2, "sequence_parallel": True, "cp": 2},
+        {"seq_length": 64, "flash_attention": False, "dropout": 0.1},
+    ),
+    "mla-moe-ep": (
+        {
+            "vocab_size": 1024,
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "q_lora_rank": 16,
+            "kv_lora_rank": 8,
+            "qk_nope_head_dim": 8,
+            "qk_rope_head_dim": 4,
+            "v_head_dim": 8,
+            "num_experts": 4,
+            "experts_per_token": 2,
+            "moe_intermediate_size": 16,
+            "shared_experts": 1,
+        },
+        {"tp": 2, "sequence_parallel": True, "dp": 4, "ep": 2, "etp": 2},
+        {"seq_length": 32},
+    ),
 }
 
 

@@ -12,8 +12,13 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 
 
-def make_run(spec: dict[str, Any], parallel: dict[str, Any] | None = None, training: dict[str, Any] | None = None,
-             device: dict[str, Any] | None = None, name: str = "m") -> RunConfig:
+def make_run(
+    spec: dict[str, Any],
+    parallel: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    device: dict[str, Any] | None = None,
+    name: str = "m",
+) -> RunConfig:
     raw = {
         "name": "memory-test",
         "models": [{"name": name, "spec": spec}],
@@ -46,8 +51,13 @@ def model(run: RunConfig, **kwargs: Any) -> MemoryModel:
 
 # A small dense model: h 64, 4 heads of 16, SwiGLU 128, RMSNorm, no biases, untied.
 DENSE: dict[str, Any] = {
-    "vocab_size": 1024, "hidden_size": 64, "num_layers": 4, "num_attention_heads": 4, "intermediate_size": 128,
-    "activation": "swiglu", "norm": "rmsnorm",
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "num_layers": 4,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
 }
 # Parameters of one DENSE body layer at tp 1: q,k,v,o 4·64·64 = 16384; two norms 2·64 = 128;
 # gate, up, down 3·64·128 = 24576; 41088 in all.

@@ -39,7 +39,10 @@ def test_gradient_and_state_widths():
     run = make_run(DENSE, parallel={"zero": 0}, training={"grad_bytes": 2, "optimizer_state_bytes": 16})
     breakdown = model(run).static_breakdown(body(run))
     assert (breakdown.parameter_bytes, breakdown.gradient_bytes, breakdown.optimizer_bytes) == (
-        41088 * 2, 41088 * 2, 41088 * 16)
+        41088 * 2,
+        41088 * 2,
+        41088 * 16,
+    )
     assert breakdown.total == 821760
 
 
@@ -50,8 +53,14 @@ def test_tensor_parallel_counts_per_rank():
 
 
 MOE = {
-    "vocab_size": 1024, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-    "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 32,
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "num_experts": 8,
+    "experts_per_token": 2,
+    "moe_intermediate_size": 32,
 }
 
 
@@ -120,5 +129,6 @@ def test_fsdp_working_set_holds_gathered_parameters():
     zero1 = make_run(DENSE, parallel={"dp": 4, "zero": 1})
     other = model(zero1)
     assert other.working_extra_bytes(body(zero1), LayerType.NOT_REC_LAYER, None, 2, True) == (
-        other.working_extra_bytes(body(zero1), LayerType.NOT_REC_LAYER, None, 1, True))
+        other.working_extra_bytes(body(zero1), LayerType.NOT_REC_LAYER, None, 1, True)
+    )
     assert P == 41088

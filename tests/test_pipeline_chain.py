@@ -70,8 +70,13 @@ def test_stage_path_layout_keeps_dotted_keys() -> None:
 def test_code_version_covers_the_core_modules_a_stage_rests_on() -> None:
     closure = chain.core_closure(("ppb_core.model.walk",))
     # model imports config and kinds; config imports hf, spec, devices, errors, switches.
-    walk_modules = ("ppb_core.model.walk", "ppb_core.config.run", "ppb_core.model.kinds", "ppb_core.config.hf",
-                    "ppb_core.config.spec")
+    walk_modules = (
+        "ppb_core.model.walk",
+        "ppb_core.config.run",
+        "ppb_core.model.kinds",
+        "ppb_core.config.hf",
+        "ppb_core.config.spec",
+    )
     for module in walk_modules:
         assert module in closure
     assert "ppb_core.chain" not in closure
@@ -209,8 +214,11 @@ def test_the_chain_equals_the_core_entry_points(shipped) -> None:
 
 def test_the_sapp_file_reads_back_as_the_scaled_descriptions(shipped, tmp_path: Path) -> None:
     key, tables = shipped
-    (written,) = [p for p in chain.write_stage(tmp_path, "scaled_descriptions", key, tables["scaled_descriptions"])
-                  if p.suffix == ".json"]
+    (written,) = [
+        p
+        for p in chain.write_stage(tmp_path, "scaled_descriptions", key, tables["scaled_descriptions"])
+        if p.suffix == ".json"
+    ]
     assert written == tmp_path / "scaled_descriptions" / f"{key}.json"
     assert read_layers_description(written) == descriptions_from_frame(tables["scaled_descriptions"])
 

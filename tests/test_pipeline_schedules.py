@@ -125,8 +125,9 @@ def test_a_new_code_version_makes_a_built_partition_stale(setup) -> None:
     last = STAGE_ASSETS[-1]
     changed = last.map_asset_specs(lambda spec: spec.replace_attributes(code_version="edited"))
     assets = [a for a in ALL_ASSETS if a is not last] + [changed]
-    repository = dg.Definitions(assets=assets, asset_checks=ALL_CHECKS, jobs=defs.jobs,
-                                schedules=[nightly_reestimate], resources=resources()).get_repository_def()
+    repository = dg.Definitions(
+        assets=assets, asset_checks=ALL_CHECKS, jobs=defs.jobs, schedules=[nightly_reestimate], resources=resources()
+    ).get_repository_def()
     requests = evaluate(instance, configs, repository)
     assert [r.partition_key for r in requests] == KEYS
     name = chain.STAGES[-1].name

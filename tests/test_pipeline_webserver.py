@@ -50,14 +50,22 @@ def test_webserver_serves_the_asset_graph(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "PPB_STORAGE_DIR": str(tmp_path / "storage"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "PPB_STORAGE_DIR": str(tmp_path / "storage"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     port = free_port()
     log = (tmp_path / "webserver.log").open("wb")
     server = subprocess.Popen(
         [webserver, "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=reset_sigint,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=reset_sigint,
     )
     base = f"http://127.0.0.1:{port}"
     try:

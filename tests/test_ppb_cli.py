@@ -36,12 +36,16 @@ def _describe_with_fakes(run, timed=True):
 @pytest.fixture
 def run_yaml(tmp_path):
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({
-        "models": [{"name": "llm", "spec": SPEC}],
-        "parallel": {"pp": 2},
-        "training": {"seq_length": 256, "micro_batches": 4, "recompute": {"softmax": 0}},
-        "device": {"name": "h100-80gb"},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "models": [{"name": "llm", "spec": SPEC}],
+                "parallel": {"pp": 2},
+                "training": {"seq_length": 256, "micro_batches": 4, "recompute": {"softmax": 0}},
+                "device": {"name": "h100-80gb"},
+            }
+        )
+    )
     return path
 
 
@@ -98,18 +102,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(fakes, run_yaml, tmp_p
 def test_a_schedule_that_cannot_run_is_refused_in_one_line(tmp_path, capsys):
     # Interleaved over 4 stages with 3 micro-batches cannot run (Megatron-LM needs m >= pp).
     path = tmp_path / "short.yaml"
-    path.write_text(yaml.safe_dump({
-        "models": [{"name": "llm", "spec": {**SPEC, "num_layers": 8}}],
-        "parallel": {"pp": 4, "vpp": 2, "schedule": "interleaved"},
-        "training": {"seq_length": 256, "micro_batches": 3},
-        "device": {"name": "h100-80gb"},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "models": [{"name": "llm", "spec": {**SPEC, "num_layers": 8}}],
+                "parallel": {"pp": 4, "vpp": 2, "schedule": "interleaved"},
+                "training": {"seq_length": 256, "micro_batches": 3},
+                "device": {"name": "h100-80gb"},
+            }
+        )
+    )
     for command in ("estimate", "profile", "describe", "balance"):
         assert cli_main.main([command, str(path), "--json"] if command != "describe" else [command, str(path)]) == 2
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert captured.err.strip() == (f"ppb: error: {path}: training.micro_batches: the interleaved schedule needs "
-                                        "at least as many micro-batches as stages (3 < 4)")
+        assert captured.err.strip() == (
+            f"ppb: error: {path}: training.micro_batches: the interleaved schedule needs "
+            "at least as many micro-batches as stages (3 < 4)"
+        )
 
 
 def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys):

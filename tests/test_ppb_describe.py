@@ -84,7 +84,8 @@ def test_head_and_tail_are_priced_as_ends_without_their_kind():
     assert (head["forward_time"], head["backward_time"]) == (1.0, 2.0)
     assert (tail["forward_time"], tail["backward_time"]) == (3.0, 6.0)
     assert [(layer.node, state, switches) for layer, state, switches in pricer.calls] == [
-        (HEAD, EMB, None), (TAIL, OUT, None)
+        (HEAD, EMB, None),
+        (TAIL, OUT, None),
     ]
     # memory_parameter: 4 MB static + MB(8 MB kept + max(0, 2 MB) buffers at one micro-batch).
     assert head["memory_parameter"] == 4 + 10 and tail["memory_parameter"] == 14
@@ -102,7 +103,13 @@ def test_head_and_tail_are_measured_as_ends():
 def test_untimed_body_has_none_slct_and_full_only():
     desc = _body(timed=False)
     assert list(desc) == [
-        "model_name", "type", "memory_parameter", "memory_activation", "memory_select_rec", "memory_recompute", "time"
+        "model_name",
+        "type",
+        "memory_parameter",
+        "memory_activation",
+        "memory_select_rec",
+        "memory_recompute",
+        "time",
     ]
     figures = (desc["memory_activation"], desc["memory_select_rec"], desc["memory_recompute"], desc["time"])
     assert figures == (10, 9, 1, 1)
@@ -110,9 +117,21 @@ def test_untimed_body_has_none_slct_and_full_only():
 
 def test_timed_body_keys_come_in_the_seed_order():
     assert list(_body()) == [
-        "model_name", "type", "memory_parameter", "memory_activation", "memory_select_rec", "memory_select_comm",
-        "memory_both_comm_select", "memory_recompute", "time", "forward_time", "backward_time", "select_rec_time",
-        "select_comm_time", "both_comm_select_time", "recompute_time",
+        "model_name",
+        "type",
+        "memory_parameter",
+        "memory_activation",
+        "memory_select_rec",
+        "memory_select_comm",
+        "memory_both_comm_select",
+        "memory_recompute",
+        "time",
+        "forward_time",
+        "backward_time",
+        "select_rec_time",
+        "select_comm_time",
+        "both_comm_select_time",
+        "recompute_time",
     ]
 
 
@@ -128,7 +147,9 @@ def test_timed_body_keys_come_in_the_seed_order():
 def test_the_buffers_split_between_per_micro_batch_and_once(dp_mb, parameter, activation, select_comm):
     desc = _body(dp_mb=dp_mb)
     assert (desc["memory_parameter"], desc["memory_activation"], desc["memory_select_comm"]) == (
-        parameter, activation, select_comm
+        parameter,
+        activation,
+        select_comm,
     )
 
 
@@ -186,7 +207,12 @@ def test_the_walk_describes_heads_bodies_and_tails_in_pipeline_order():
     run = small_run(models=(("a", SPEC), ("b", SPEC)))
     descriptions = describe(run, FakeMemory(), FakePricer())
     assert [(d["model_name"], d["name"], d["nb_layer"]) for d in descriptions] == [
-        ("a", "HEAD", 1), ("a", "BODY_0", 4), ("a", "TAIL", 1), ("b", "HEAD", 1), ("b", "BODY_1", 4), ("b", "TAIL", 1)
+        ("a", "HEAD", 1),
+        ("a", "BODY_0", 4),
+        ("a", "TAIL", 1),
+        ("b", "HEAD", 1),
+        ("b", "BODY_1", 4),
+        ("b", "TAIL", 1),
     ]
 
 
@@ -196,8 +222,10 @@ def test_measuring_each_distinct_kind_once_equals_describing_every_layer():
     merged = describe(run, memory, FakePricer())
     every: list[dict] = []
     for layer in walk(run):
-        add_to_list(every, describe_layer(layer, FakeMemory(dp_mb=5), FakePricer(), many=2,
-                                          configured=run.switches(layer.model_name)))
+        add_to_list(
+            every,
+            describe_layer(layer, FakeMemory(dp_mb=5), FakePricer(), many=2, configured=run.switches(layer.model_name)),
+        )
     assert merged == every
     # Three distinct (model, node, kind): HEAD, the dense body, TAIL. The body asks for NONE, SLCT,
     # COMM, BOTH, FULL at 1 and many in flight: 10 calls; each end one call.
@@ -211,9 +239,17 @@ def test_the_keys_are_the_sapp_balancers_own():
 
     assert OPTIONS == ("NONE", "SLCT", "COMM", "BOTH", "FULL")
     assert [MEMORY_KEY[o] for o in OPTIONS] == [
-        "memory_activation", "memory_select_rec", "memory_select_comm", "memory_both_comm_select", "memory_recompute"
+        "memory_activation",
+        "memory_select_rec",
+        "memory_select_comm",
+        "memory_both_comm_select",
+        "memory_recompute",
     ]
     assert [TIME_KEY[o] for o in OPTIONS] == [
-        "backward_time", "select_rec_time", "select_comm_time", "both_comm_select_time", "recompute_time"
+        "backward_time",
+        "select_rec_time",
+        "select_comm_time",
+        "both_comm_select_time",
+        "recompute_time",
     ]
     assert all(key == key.strip() for key in (*MEMORY_KEY.values(), *TIME_KEY.values()))

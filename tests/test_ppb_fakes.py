@@ -122,11 +122,20 @@ class CensusMemory:
 
 
 SPEC = {
-    "vocab_size": 1024, "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 512,
+    "vocab_size": 1024,
+    "hidden_size": 256,
+    "num_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
 }
 MLA_SPEC = {
-    **SPEC, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+    **SPEC,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 32,
 }
 
 

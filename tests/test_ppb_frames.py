@@ -72,8 +72,17 @@ def test_the_table_reads_as_a_table():
 def test_descriptions_other_tools_wrote_come_back_exactly(tmp_path):
     foreign = [
         {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 13, "memory_parameter": 9236.5},
-        {"type": "BODY", "name": "BODY", "time": 100.0, "nb_layer": 96.0, "memory_activation": 994,
-         "select_rec_coef": 0.1, "note": "from a profile", "tags": [1, 2.5, None], "model_name": None},
+        {
+            "type": "BODY",
+            "name": "BODY",
+            "time": 100.0,
+            "nb_layer": 96.0,
+            "memory_activation": 994,
+            "select_rec_coef": 0.1,
+            "note": "from a profile",
+            "tags": [1, 2.5, None],
+            "model_name": None,
+        },
         {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 113, "forward_time": None},
     ]
     again = descriptions_from_frame(_through_parquet(descriptions_to_frame(foreign), tmp_path))
@@ -109,8 +118,13 @@ def test_any_description_list_comes_back_exactly(data):
         count = data.draw(st.integers(1, 100))
         desc = {"type": node, "name": node.lower(), "nb_layer": data.draw(st.sampled_from([count, float(count)]))}
         desc.update(data.draw(st.dictionaries(_known, st.one_of(_number, st.none()), max_size=8)))
-        desc.update(data.draw(st.dictionaries(st.sampled_from(["extra", "other"]),
-                                              st.one_of(st.text(max_size=5), st.integers(), st.none()))))
+        desc.update(
+            data.draw(
+                st.dictionaries(
+                    st.sampled_from(["extra", "other"]), st.one_of(st.text(max_size=5), st.integers(), st.none())
+                )
+            )
+        )
         order = data.draw(st.permutations(list(desc)))
         descriptions.append({key: desc[key] for key in order})
     assert _exact(descriptions_from_frame(descriptions_to_frame(descriptions)), descriptions)
@@ -121,8 +135,9 @@ def test_any_description_list_comes_back_exactly(data):
 
 def _profiles():
     run = small_run(models=(("a", SPEC), ("b", MLA_SPEC)))
-    profiles = profile_layers(walk(run), FakeMemory(dp_mb=5), FakePricer(), many=4, counts=(2, 3),
-                              switches_of=run.switches)
+    profiles = profile_layers(
+        walk(run), FakeMemory(dp_mb=5), FakePricer(), many=4, counts=(2, 3), switches_of=run.switches
+    )
     census = measure_profile(layer_of(BODY, "c"), CensusMemory(), FakePricer(), many=4, counts=(2, 3))
     return {**profiles, ("c", layer_of(BODY, "c").kind): census}
 
@@ -132,7 +147,11 @@ def test_profiles_come_back_exactly_through_parquet(tmp_path):
     frame = profiles_to_frame(profiles)
     # a: plain, 8 alone (attUp at the base cost), full; b (MLA) the same; c adds the base and the policy.
     assert list(frame["role"].value_counts().sort_index().items()) == [
-        ("alone", 24), ("full", 3), ("plain", 3), ("selective_base", 1), ("whole", 1)
+        ("alone", 24),
+        ("full", 3),
+        ("plain", 3),
+        ("selective_base", 1),
+        ("whole", 1),
     ]
     again = profiles_from_frame(_through_parquet(frame, tmp_path))
     assert again == profiles and list(again) == list(profiles)
@@ -162,8 +181,9 @@ def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
     path = Path(__file__).parent / "data" / name
     descriptions = sapp.read_layers_description(path)
     assert postprocess(descriptions) == descriptions
-    assert _exact(descriptions_from_frame(_through_parquet(descriptions_to_frame(descriptions), tmp_path)),
-                  descriptions)
+    assert _exact(
+        descriptions_from_frame(_through_parquet(descriptions_to_frame(descriptions), tmp_path)), descriptions
+    )
     # SAPP's fallbacks price what the file leaves out (§5.2): backward 2·time, (1 + coef)·2·time.
     layers = sapp.layer_set(descriptions)
     body = layers.bodies[0]

@@ -63,8 +63,11 @@ def test_memory_keys_are_the_memory_models_figures_in_whole_mb(shipped, time_mod
     run, memory = shipped[name]
     pricer = time_models[name] if timed else None
     for slot in walk(run).distinct():
-        layer = next(layer for layer in walk(run) if (layer.model_name, layer.node, layer.kind) ==
-                     (slot.model_name, slot.node, slot.kind))
+        layer = next(
+            layer
+            for layer in walk(run)
+            if (layer.model_name, layer.node, layer.kind) == (slot.model_name, slot.node, slot.kind)
+        )
         desc = describe_layer(layer, memory, pricer, many=memory.many, configured=run.switches(layer.model_name))
         figures = {key: value for key, value in desc.items() if key.startswith("memory")}
         assert figures == _expected_memory(memory, layer, timed), (name, slot.node, slot.kind.name)
@@ -76,8 +79,9 @@ def test_each_distinct_kind_measured_once_equals_every_layer_described(shipped, 
     times = time_models[name]
     every: list[dict] = []
     for layer in walk(run):
-        add_to_list(every, describe_layer(layer, memory, times, many=memory.many,
-                                          configured=run.switches(layer.model_name)))
+        add_to_list(
+            every, describe_layer(layer, memory, times, many=memory.many, configured=run.switches(layer.model_name))
+        )
     described = describe(run, memory, times)
     assert described == every
     assert sum(d["nb_layer"] for d in described if d["type"] == BODY) == run.total_body_layers
@@ -106,8 +110,13 @@ def _settings(names):
 
 def _profiled_kinds():
     """(config, kind name): a dense and a MoE layer (128 settings), DeepSeek's two MLA kinds (256)."""
-    return [("llama3-8b", "dense"), ("qwen2.5-7b", "dense"), ("mixtral-8x7b", "moe"),
-            ("deepseek-v3", "dense_mla"), ("deepseek-v3", "moe_mla")]
+    return [
+        ("llama3-8b", "dense"),
+        ("qwen2.5-7b", "dense"),
+        ("mixtral-8x7b", "moe"),
+        ("deepseek-v3", "dense_mla"),
+        ("deepseek-v3", "moe_mla"),
+    ]
 
 
 def _state(recompute):
@@ -140,8 +149,7 @@ def _check_additive(run, memory, times, layer, rel=0.0):
     """
     many = memory.many
     counts = range(1, many + 1)
-    profile = measure_profile(layer, memory, times, many=many, counts=counts,
-                              configured=run.switches(layer.model_name))
+    profile = measure_profile(layer, memory, times, many=many, counts=counts, configured=run.switches(layer.model_name))
     assert (profile.forward_time, profile.plain.backward_time) == times.layer_times(layer, LayerType.NOT_REC_LAYER)
     settings = [*_settings(profile.acting()), None]
     for recompute in settings:
@@ -189,8 +197,11 @@ def test_time_keys_are_the_time_models_figures_until_scaled(shipped, time_models
     run, memory = shipped[name]
     times = time_models[name]
     for slot in walk(run).distinct():
-        layer = next(layer for layer in walk(run) if (layer.model_name, layer.node, layer.kind) ==
-                     (slot.model_name, slot.node, slot.kind))
+        layer = next(
+            layer
+            for layer in walk(run)
+            if (layer.model_name, layer.node, layer.kind) == (slot.model_name, slot.node, slot.kind)
+        )
         desc = describe_layer(layer, memory, times, many=memory.many, configured=run.switches(layer.model_name))
         priced = times.option_times(layer)
         assert desc["forward_time"] == desc["time"] == priced["NONE"][0]

@@ -25,8 +25,14 @@ def _settings(names=SEVEN):
 
 def _fake_profile(dp_mb=5, spec=SPEC, configured=None):
     # §8.1: profile_in_flight 4, stages keeping 1 to 4 in flight.
-    return measure_profile(layer_of(BODY, spec=spec), FakeMemory(dp_mb=dp_mb), FakePricer(), many=4,
-                           counts=(1, 2, 3, 4), configured=configured)
+    return measure_profile(
+        layer_of(BODY, spec=spec),
+        FakeMemory(dp_mb=dp_mb),
+        FakePricer(),
+        many=4,
+        counts=(1, 2, 3, 4),
+        configured=configured,
+    )
 
 
 def test_the_profile_states_the_excess_of_the_split_where_a_constant_buffer_hides_a_growing_one():
@@ -131,9 +137,14 @@ def test_a_setting_costs_the_plain_layer_plus_what_each_switch_changes_alone():
 
 def test_settings_add_up_from_the_selective_base_where_there_is_one():
     profile = SwitchProfile(
-        forward_time=25, plain=_PLAIN, full=Cost(2, 20, 80),
-        alone={**_ALONE, "gather": Cost(70, 20, 53, working=2, first_working=1),
-               "softmax": Cost(64, 10, 50.2, working=5, first_working=3)},
+        forward_time=25,
+        plain=_PLAIN,
+        full=Cost(2, 20, 80),
+        alone={
+            **_ALONE,
+            "gather": Cost(70, 20, 53, working=2, first_working=1),
+            "softmax": Cost(64, 10, 50.2, working=5, first_working=3),
+        },
         selective_base=Cost(80, 10, 50, working=5, first_working=3),
     )
     # 80 + (70 − 80) + (64 − 80) = 54; 10 + 10 + 0 = 20; working 5 + (2 − 5) + 0 = 2; first 3 − 2 = 1.
@@ -154,9 +165,12 @@ def _census_cost(kept):
 
 def test_the_census_clamp_restores_the_working_set_a_setting_cannot_free():
     profile = SwitchProfile(
-        forward_time=25, plain=_census_cost(40), full=Cost(2, 20, 80),
+        forward_time=25,
+        plain=_census_cost(40),
+        full=Cost(2, 20, 80),
         alone={**_ALONE, "softmax": _census_cost(36), "ffAct": _census_cost(32), "normOp": _census_cost(25)},
-        selective_base=_census_cost(40), census_held=30,
+        selective_base=_census_cost(40),
+        census_held=30,
     )
     # softmax: working 58, kept 36 > 30 held → + 6 = 64.
     assert profile.selective({"softmax"}).working == 64

@@ -21,14 +21,27 @@ def _write(tmp_path: Path, document: object) -> Path:
 
 
 def _body(**extra: object) -> dict:
-    return {"name": "BODY_0", "type": "BODY", "nb_layer": 4, "time": 10, "memory_parameter": 5,
-            "memory_activation": 8, **extra}
+    return {
+        "name": "BODY_0",
+        "type": "BODY",
+        "nb_layer": 4,
+        "time": 10,
+        "memory_parameter": 5,
+        "memory_activation": 8,
+        **extra,
+    }
 
 
 def test_stated_times_win_over_fallbacks(tmp_path: Path) -> None:
     # reference §8.4 test_layer_description: the fallbacks would be 2·10 = 20, 1.04·20 = 20.8, 1.5·20 = 30.
-    body = _body(forward_time=10, backward_time=24, select_rec_time=26, recompute_time=37,
-                 memory_select_rec=6, memory_recompute=1)
+    body = _body(
+        forward_time=10,
+        backward_time=24,
+        select_rec_time=26,
+        recompute_time=37,
+        memory_select_rec=6,
+        memory_recompute=1,
+    )
     records = read_layer_set(_write(tmp_path, {"layers_description": [body]}))
     (record,) = records.bodies
     assert record.forward_time == 10
@@ -39,8 +52,9 @@ def test_stated_times_win_over_fallbacks(tmp_path: Path) -> None:
 def test_fallback_backward_times_use_coefficients() -> None:
     # time 10: backward base 2·10 = 20; SLCT (1 + .04)·20 = 20.8, COMM 1.125·20 = 22.5,
     # BOTH 1.165·20 = 23.3, FULL with its own coef .25: 1.25·20 = 25.
-    body = _body(memory_select_rec=7, memory_select_comm=6, memory_both_comm_select=5, memory_recompute=1,
-                 recompute_coef=0.25)
+    body = _body(
+        memory_select_rec=7, memory_select_comm=6, memory_both_comm_select=5, memory_recompute=1, recompute_coef=0.25
+    )
     (record,) = layer_set([body]).bodies
     assert record.forward_time == 10  # forward = time when absent
     assert record.backward_time["NONE"] == pytest.approx(20)
@@ -68,8 +82,7 @@ def test_every_body_must_share_the_first_bodys_options() -> None:
 
 def test_head_and_tail_run_none() -> None:
     head = {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 13, "memory_parameter": 9236}
-    tail = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 113, "memory_parameter": 5794,
-            "backward_time": 200}
+    tail = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 113, "memory_parameter": 5794, "backward_time": 200}
     records = layer_set([head, _body(memory_recompute=1), tail])
     assert records.head_forward() == 13 and records.head_backward() == 26  # 2·13
     assert records.tail_forward() == 113 and records.tail_backward() == 200  # stated
@@ -90,8 +103,9 @@ def test_demo_example_has_no_full() -> None:
 
 
 def test_round_trip_keeps_key_order_and_unknown_keys(tmp_path: Path) -> None:
-    entries = [{"type": "BODY", "name": "BODY_0", "nb_layer": 2, "time": 1.5, "vendor_note": "x",
-                "memory_activation": 3}]
+    entries = [
+        {"type": "BODY", "name": "BODY_0", "nb_layer": 2, "time": 1.5, "vendor_note": "x", "memory_activation": 3}
+    ]
     path = tmp_path / "out" / "layers.json"
     write_layers_description(path, entries)
     assert list(json.loads(path.read_text())) == ["layers_description"]
@@ -141,8 +155,11 @@ def test_index_in_field_points_at_the_bad_entry(tmp_path: Path) -> None:
         ("{}", "layers_description", "missing"),
         ('{"layers_description": {}}', "layers_description", "list"),
         ('{"layers_description": []}', "layers_description", "empty"),
-        ('{"layers_description": [{"name": "H", "type": "HEAD", "nb_layer": 1, "time": 1}]}',
-         "layers_description", "no BODY"),
+        (
+            '{"layers_description": [{"name": "H", "type": "HEAD", "nb_layer": 1, "time": 1}]}',
+            "layers_description",
+            "no BODY",
+        ),
     ],
 )
 def test_bad_files(tmp_path: Path, text: str, field: str | None, problem: str) -> None:
@@ -199,7 +216,13 @@ def test_a_two_model_run_describes_and_balances(tmp_path: Path, capsys: pytest.C
     assert main(["describe", str(run), "-o", str(out)]) == 0
     entries = read_layers_description(out)
     assert [(e["name"], e["model_name"]) for e in entries] == [
-        ("HEAD", "vit"), ("BODY_0", "vit"), ("TAIL", "vit"), ("HEAD", "llm"), ("BODY_1", "llm"), ("TAIL", "llm")]
+        ("HEAD", "vit"),
+        ("BODY_0", "vit"),
+        ("TAIL", "vit"),
+        ("HEAD", "llm"),
+        ("BODY_1", "llm"),
+        ("TAIL", "llm"),
+    ]
     capsys.readouterr()
     assert main(["balance", str(run), "--json", "--closed-form"]) == 0
     plan = json.loads(capsys.readouterr().out)

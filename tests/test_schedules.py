@@ -61,10 +61,16 @@ def test_1f1b_with_interleave_runs_interleaved() -> None:
     assert micro_batches_in_flight("1f1b", 4, 2, 8) == micro_batches_in_flight("interleaved", 4, 2, 8)
 
 
-@pytest.mark.parametrize(("schedule", "stages", "chunks", "micro_batches"), [
-    ("interleaved", 4, 2, 3), ("interleaved", 5, 2, 7), ("dualpipev", 4, 2, 7), ("dualpipev", 4, 3, 8),
-    ("warp", 2, 1, 2),
-])
+@pytest.mark.parametrize(
+    ("schedule", "stages", "chunks", "micro_batches"),
+    [
+        ("interleaved", 4, 2, 3),
+        ("interleaved", 5, 2, 7),
+        ("dualpipev", 4, 2, 7),
+        ("dualpipev", 4, 3, 8),
+        ("warp", 2, 1, 2),
+    ],
+)
 def test_impossible_sizes_are_refused(schedule: str, stages: int, chunks: int, micro_batches: int) -> None:
     with pytest.raises(ValueError):
         stage_orders(schedule, stages, chunks, micro_batches)
@@ -121,14 +127,15 @@ def test_schedules_are_complete_and_respect_dependencies(schedule: str, stages: 
         micro_batches = stages * (1 + extra % 3)
     times = st.lists(st.floats(0.5, 10.0), min_size=stages * chunks, max_size=stages * chunks)
     flat_forward, flat_backward = data.draw(times), data.draw(times)
-    forward = [flat_forward[c * stages:(c + 1) * stages] for c in range(chunks)]
-    backward = [flat_backward[c * stages:(c + 1) * stages] for c in range(chunks)]
+    forward = [flat_forward[c * stages : (c + 1) * stages] for c in range(chunks)]
+    backward = [flat_backward[c * stages : (c + 1) * stages] for c in range(chunks)]
     timeline = simulate(schedule, forward, backward, micro_batches)
     for stage, order in enumerate(timeline.orders):
         ops = {(op.kind, op.chunk, op.micro_batch) for op in order}
         assert len(ops) == len(order) == 2 * chunks * micro_batches
-        for start, end, previous_end in zip(timeline.starts[stage][1:], timeline.ends[stage][1:],
-                                            timeline.ends[stage][:-1], strict=True):
+        for start, end, previous_end in zip(
+            timeline.starts[stage][1:], timeline.ends[stage][1:], timeline.ends[stage][:-1], strict=True
+        ):
             assert start >= previous_end - 1e-9 and end >= start
         held = [0] * chunks
         for op in order:

@@ -72,13 +72,15 @@ def test_unmeasured_options_of_a_measured_kind_scale_term_by_term(tmp_path, llam
     # A single switch (as a profile prices it) takes the same pooled factor.
     alone = raw.parts(layer, LayerType.SEL_REC_LAYER, {"normOp": 0})
     assert model.layer_times(layer, LayerType.SEL_REC_LAYER, {"normOp": 0})[1] == pytest.approx(
-        alone.backward_ms * backward + alone.recompute_ms * pooled, rel=1e-12)
+        alone.backward_ms * backward + alone.recompute_ms * pooled, rel=1e-12
+    )
 
 
 def test_kinds_not_measured_take_the_global_factors(tmp_path, deepseek):
     # Only the MoE layer is measured: the dense MLA layers, head and tail scale by Σ measured / Σ modelled.
-    model = TimeModel(deepseek, calibration=write(tmp_path, "llm,BODY,moe_mla,NONE,40.0,60.0",
-                                                  "llm,BODY,moe_mla,FULL,41.0,95.0"))
+    model = TimeModel(
+        deepseek, calibration=write(tmp_path, "llm,BODY,moe_mla,NONE,40.0,60.0", "llm,BODY,moe_mla,FULL,41.0,95.0")
+    )
     raw = TimeModel(deepseek)
     moe, dense = layer_of(deepseek, "BODY", "moe_mla"), layer_of(deepseek, "BODY", "dense_mla")
     moe_none, moe_full = raw.parts(moe, LayerType.NOT_REC_LAYER), raw.parts(moe, LayerType.FULL_REC_LAYER)
@@ -87,12 +89,17 @@ def test_kinds_not_measured_take_the_global_factors(tmp_path, deepseek):
     recompute_factor = (95.0 - 60.0) / moe_full.recompute_ms
     dense_full = raw.parts(dense, LayerType.FULL_REC_LAYER)
     assert model.layer_times(dense, LayerType.FULL_REC_LAYER) == pytest.approx(
-        (dense_full.forward_ms * forward_factor,
-         dense_full.backward_ms * backward_factor + dense_full.recompute_ms * recompute_factor), rel=1e-12)
+        (
+            dense_full.forward_ms * forward_factor,
+            dense_full.backward_ms * backward_factor + dense_full.recompute_ms * recompute_factor,
+        ),
+        rel=1e-12,
+    )
     tail = layer_of(deepseek, "TAIL")
     tail_raw = raw.layer_times(tail, LayerType.OUTPUT_LAYER)
     assert model.layer_times(tail, LayerType.OUTPUT_LAYER) == pytest.approx(
-        (tail_raw[0] * forward_factor, tail_raw[1] * backward_factor), rel=1e-12)
+        (tail_raw[0] * forward_factor, tail_raw[1] * backward_factor), rel=1e-12
+    )
 
 
 def test_the_run_config_names_its_calibration(tmp_path):

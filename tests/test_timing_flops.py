@@ -24,30 +24,49 @@ from ppb_core.timing import (
 )
 
 
-def gpt_run(h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2, tp=1, sp=False, flash=False, dropout=0.1,
-            **parallel):
+def gpt_run(
+    h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2, tp=1, sp=False, flash=False, dropout=0.1, **parallel
+):
     """A GPT-style run: LayerNorm, GeLU MLP of 4h, learned positions, biases, tied embeddings."""
     spec = {
-        "vocab_size": v, "hidden_size": h, "num_layers": layers, "num_attention_heads": a,
-        "intermediate_size": 4 * h, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
-        "position_embedding": "learned", "max_position_embeddings": s, "attention_bias": True,
-        "attention_output_bias": True, "mlp_bias": True, "attention_dropout": dropout, "hidden_dropout": dropout,
+        "vocab_size": v,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_attention_heads": a,
+        "intermediate_size": 4 * h,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": s,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": dropout,
+        "hidden_dropout": dropout,
         "tied_embeddings": True,
     }
-    return parse_run_config({
-        "name": "gpt", "models": [{"name": "gpt", "spec": spec}],
-        "parallel": {"dp": dp, "tp": tp, "sequence_parallel": sp, **parallel},
-        "training": {"seq_length": s, "micro_batch_size": b, "micro_batches": m, "flash_attention": flash},
-        "device": {"name": "a100-80gb"},
-    })
+    return parse_run_config(
+        {
+            "name": "gpt",
+            "models": [{"name": "gpt", "spec": spec}],
+            "parallel": {"dp": dp, "tp": tp, "sequence_parallel": sp, **parallel},
+            "training": {"seq_length": s, "micro_batch_size": b, "micro_batches": m, "flash_attention": flash},
+            "device": {"name": "a100-80gb"},
+        }
+    )
 
 
 def spec_run(spec: dict, s=1024, b=1, flash=True, **parallel):
-    return parse_run_config({
-        "name": "x", "models": [{"name": "llm", "spec": spec}], "parallel": parallel,
-        "training": {"seq_length": s, "micro_batch_size": b, "flash_attention": flash},
-        "device": {"name": "h100-80gb"},
-    })
+    return parse_run_config(
+        {
+            "name": "x",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": parallel,
+            "training": {"seq_length": s, "micro_batch_size": b, "flash_attention": flash},
+            "device": {"name": "h100-80gb"},
+        }
+    )
 
 
 def ops_of(run, index=0):
@@ -102,8 +121,14 @@ def _raw(run):
 
 def test_per_device_flops_of_a_gqa_swiglu_layer_with_tp_and_flash():
     # Llama-3-8B's layer at t=2, s=8192, b=1, flash: a=32 → 16 heads, 8 kv heads → 4, d=128, I=14336 → 7168.
-    spec = {"vocab_size": 128256, "hidden_size": 4096, "num_layers": 2, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "intermediate_size": 14336}
+    spec = {
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "num_layers": 2,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+    }
     run = spec_run(spec, s=8192, tp=2, sequence_parallel=True)
     n, h, d = 8192, 4096, 128
     pairs = 8192 * 8193 / 2  # causal (query, key) pairs per head: the kernel skips masked blocks
@@ -122,7 +147,8 @@ def test_per_device_flops_of_a_gqa_swiglu_layer_with_tp_and_flash():
     # Backward: 2× for matmuls; flash re-forms the scores: 3× the QKᵀ part, 2× the PV part, 2.5× in all.
     assert ops["qk_proj"].backward_flops == 2 * ops["qk_proj"].flops
     assert ops["flash_scores"].backward_flops + ops["flash_context"].backward_flops == pytest.approx(
-        2.5 * (forward["flash_scores"] + forward["flash_context"]), rel=1e-12)
+        2.5 * (forward["flash_scores"] + forward["flash_context"]), rel=1e-12
+    )
     assert layer_flops(ops.values())[0] == pytest.approx(sum(forward.values()), rel=1e-12)
 
 
@@ -131,16 +157,31 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     # Mixtral-like: h=4096, 8 experts, top-2, I=14336, t=2 with SP, ep=8, etp=1, s=4096, b=1. Each TP rank
     # routes n/t = 2048 tokens, 2 copies each; the busiest rank computes imbalance (dropless) or
     # capacity-factor (capacity mode) times its fair share: 2048·2·factor rows.
-    spec = {"vocab_size": 32000, "hidden_size": 4096, "num_layers": 2, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "intermediate_size": 14336, "num_experts": 8, "experts_per_token": 2,
-            "moe_intermediate_size": 14336}
-    moe = {"dropless": dropless, "dropless_imbalance": factor} if dropless else {"dropless": False,
-                                                                                   "capacity_factor": factor}
-    run = parse_run_config({
-        "name": "x", "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"dp": 8, "tp": 2, "ep": 8, "etp": 1, "sequence_parallel": True},
-        "training": {"seq_length": 4096, "moe": moe}, "device": {"name": "h100-80gb"},
-    })
+    spec = {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_layers": 2,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": 14336,
+    }
+    moe = (
+        {"dropless": dropless, "dropless_imbalance": factor}
+        if dropless
+        else {"dropless": False, "capacity_factor": factor}
+    )
+    run = parse_run_config(
+        {
+            "name": "x",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": 8, "tp": 2, "ep": 8, "etp": 1, "sequence_parallel": True},
+            "training": {"seq_length": 4096, "moe": moe},
+            "device": {"name": "h100-80gb"},
+        }
+    )
     ops = {op.name: op for op in ops_of(run)}
     rows = 2048 * 2 * factor
     assert ops["experts_in"].flops == pytest.approx(2 * rows * 4096 * 2 * 14336, rel=1e-12)
@@ -155,16 +196,33 @@ def test_model_flops_of_a_moe_layer_count_active_experts_and_shared_ones():
     # FLOPs): router 2nhE, k experts 2·n·k·(3·h·I_e), one shared expert of width 2·I_e (gated),
     # attention as a dense layer (MHA, a=8, d=64): 6nh² + 4bs²h + 2nh², with n = b·s = 512.
     h, E, k, ie, n = 512, 16, 4, 256, 2 * 256
-    spec = {"vocab_size": 1000, "hidden_size": h, "num_layers": 1, "num_attention_heads": 8,
-            "intermediate_size": 1024, "num_experts": E, "experts_per_token": k, "moe_intermediate_size": ie,
-            "shared_experts": 1, "shared_expert_intermediate_size": 2 * ie, "max_position_embeddings": 256}
-    run = parse_run_config({
-        "name": "x", "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"dp": 4, "ep": 4, "tp": 2, "etp": 1},
-        "training": {"seq_length": 256, "micro_batch_size": 2, "micro_batches": 1,
-                     "moe": {"dropless_imbalance": 1.3}},
-        "device": {"name": "h100-80gb"},
-    })
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": h,
+        "num_layers": 1,
+        "num_attention_heads": 8,
+        "intermediate_size": 1024,
+        "num_experts": E,
+        "experts_per_token": k,
+        "moe_intermediate_size": ie,
+        "shared_experts": 1,
+        "shared_expert_intermediate_size": 2 * ie,
+        "max_position_embeddings": 256,
+    }
+    run = parse_run_config(
+        {
+            "name": "x",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": 4, "ep": 4, "tp": 2, "etp": 1},
+            "training": {
+                "seq_length": 256,
+                "micro_batch_size": 2,
+                "micro_batches": 1,
+                "moe": {"dropless_imbalance": 1.3},
+            },
+            "device": {"name": "h100-80gb"},
+        }
+    )
     s = 256
     attention = 2 * n * h * 3 * h + 2 * 2 * 2 * s * s * h + 2 * n * h * h
     moe = 2 * n * h * E + 2 * n * k * 3 * h * ie + 2 * n * 3 * h * 2 * ie
@@ -177,9 +235,18 @@ def test_per_device_flops_of_an_mla_layer():
     # DeepSeek-style MLA, small: h=1024, a=8 → 4 heads at t=2, q latent 256, kv latent 128, nope 64,
     # rope 32, v 64; SP: down-projections (replicated) run on the n/t = 512 local tokens; the
     # up-projections on all n = 1024 gathered tokens.
-    spec = {"vocab_size": 1000, "hidden_size": 1024, "num_layers": 1, "num_attention_heads": 8,
-            "intermediate_size": 2048, "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64,
-            "qk_rope_head_dim": 32, "v_head_dim": 64}
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 1024,
+        "num_layers": 1,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "q_lora_rank": 256,
+        "kv_lora_rank": 128,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
     run = spec_run(spec, s=1024, tp=2, sequence_parallel=True)
     n, local, heads = 1024, 512, 4
     pairs = 1024 * 1025 / 2
@@ -200,8 +267,15 @@ def test_per_device_flops_of_an_mla_layer():
 
 
 def _llama(**extra):
-    return {"vocab_size": 1024, "hidden_size": 512, "num_layers": 1, "num_attention_heads": 8,
-            "num_key_value_heads": 2, "intermediate_size": 1024, **extra}
+    return {
+        "vocab_size": 1024,
+        "hidden_size": 512,
+        "num_layers": 1,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1024,
+        **extra,
+    }
 
 
 # What each switch reruns (docs/timing.md, "Recompute"): the op producing each tensor the switch drops,
@@ -243,8 +317,19 @@ def test_recompute_sets_with_context_parallelism_and_mla():
     assert names(recompute_set(ring, {"gather": 0})) == {"cp_ring"}  # the ring's chunks sent again
     ulysses = ops_of(spec_run(_llama(), s=256, cp=2, cp_variant="ulysses"))
     assert names(recompute_set(ulysses, {"attBMM": 0})) == {"qk_proj", "rope", "v_proj", "cp_a2a_qkv"}
-    mla = ops_of(spec_run({**_llama(num_key_value_heads=8), "q_lora_rank": 64, "kv_lora_rank": 32,
-                           "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}, s=256))
+    mla = ops_of(
+        spec_run(
+            {
+                **_llama(num_key_value_heads=8),
+                "q_lora_rank": 64,
+                "kv_lora_rank": 32,
+                "qk_nope_head_dim": 32,
+                "qk_rope_head_dim": 16,
+                "v_head_dim": 32,
+            },
+            s=256,
+        )
+    )
     assert names(recompute_set(mla, {"attUp": 0})) == {"q_norm", "kv_norm", "q_up", "kv_up", "rope"}
     assert names(recompute_set(mla, {"attBMM": 0})) == set()  # MLA's Q, K, V are attUp's
 
@@ -254,9 +339,19 @@ def test_the_recompute_set_of_a_setting_is_the_union_of_its_switches_alone(case)
     run = {
         "gpt-sp": lambda: gpt_run(tp=2, sp=True),
         "llama-ring": lambda: spec_run(_llama(qk_norm=True), s=256, cp=2, tp=2, sequence_parallel=True),
-        "mla-sp": lambda: spec_run({**_llama(num_key_value_heads=8), "q_lora_rank": 64, "kv_lora_rank": 32,
-                                    "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32},
-                                   s=256, tp=2, sequence_parallel=True),
+        "mla-sp": lambda: spec_run(
+            {
+                **_llama(num_key_value_heads=8),
+                "q_lora_rank": 64,
+                "kv_lora_rank": 32,
+                "qk_nope_head_dim": 32,
+                "qk_rope_head_dim": 16,
+                "v_head_dim": 32,
+            },
+            s=256,
+            tp=2,
+            sequence_parallel=True,
+        ),
     }[case]()
     ops = ops_of(run)
     alone = {switch: names(recompute_set(ops, {switch: 0})) for switch in SWITCHES}

@@ -43,19 +43,38 @@ PAPER_OVERHEAD = {"sequence parallel": -0.03, "full recompute": 0.39, "selective
 
 def gpt_22b(sequence_parallel: bool):
     spec = {
-        "vocab_size": 51200, "hidden_size": 6144, "num_layers": 48, "num_attention_heads": 64,
-        "intermediate_size": 4 * 6144, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
-        "position_embedding": "learned", "max_position_embeddings": 2048, "attention_bias": True,
-        "attention_output_bias": True, "mlp_bias": True, "attention_dropout": 0.1, "hidden_dropout": 0.1,
+        "vocab_size": 51200,
+        "hidden_size": 6144,
+        "num_layers": 48,
+        "num_attention_heads": 64,
+        "intermediate_size": 4 * 6144,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": 2048,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": 0.1,
+        "hidden_dropout": 0.1,
         "tied_embeddings": True,
     }
-    return parse_run_config({
-        "name": "gpt-22b", "models": [{"name": "gpt", "spec": spec}],
-        "parallel": {"dp": 1, "tp": 8, "pp": 1, "sequence_parallel": sequence_parallel},
-        "training": {"seq_length": 2048, "micro_batch_size": 4, "micro_batches": 1, "dtype": "fp16",
-                     "flash_attention": False},
-        "device": {"name": "a100-80gb"},
-    })
+    return parse_run_config(
+        {
+            "name": "gpt-22b",
+            "models": [{"name": "gpt", "spec": spec}],
+            "parallel": {"dp": 1, "tp": 8, "pp": 1, "sequence_parallel": sequence_parallel},
+            "training": {
+                "seq_length": 2048,
+                "micro_batch_size": 4,
+                "micro_batches": 1,
+                "dtype": "fp16",
+                "flash_attention": False,
+            },
+            "device": {"name": "a100-80gb"},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +103,10 @@ def test_side_by_side(table, capsys):
             paper = PAPER_MS[row]
             model_overhead = f"{overhead(table, row):+.1%}" if row != "baseline" else "   -  "
             paper_overhead = f"{PAPER_OVERHEAD[row]:+.0%}" if row != "baseline" else " - "
-            print(f"  {row:22s} {forward:5.2f} + {backward:5.2f} = {forward + backward:5.2f} {model_overhead} | "
-                  f"{paper[0]} + {paper[1]} = {sum(paper):.1f} {paper_overhead}")
+            print(
+                f"  {row:22s} {forward:5.2f} + {backward:5.2f} = {forward + backward:5.2f} {model_overhead} | "
+                f"{paper[0]} + {paper[1]} = {sum(paper):.1f} {paper_overhead}"
+            )
 
 
 def test_full_recompute_adds_the_forward_about_a_third(table):

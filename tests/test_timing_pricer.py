@@ -15,20 +15,39 @@ from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import Collective
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
-ROUND_DEVICE = {"memory_mb": 80000, "peak_tflops": 100.0, "hbm_bandwidth_gbs": 1000.0,
-                "intra_node_bandwidth_gbs": 100.0, "inter_node_bandwidth_gbs": 10.0, "matmul_efficiency": 0.5,
-                "memory_efficiency": 0.5, "comm_efficiency": 0.5, "collective_latency_us": 0.0}
+ROUND_DEVICE = {
+    "memory_mb": 80000,
+    "peak_tflops": 100.0,
+    "hbm_bandwidth_gbs": 1000.0,
+    "intra_node_bandwidth_gbs": 100.0,
+    "inter_node_bandwidth_gbs": 10.0,
+    "matmul_efficiency": 0.5,
+    "memory_efficiency": 0.5,
+    "comm_efficiency": 0.5,
+    "collective_latency_us": 0.0,
+}
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 
 
 def gelu_run(tp=1, sp=False, overlap=None, device=None, dropout=0.0, flash=False, **parallel):
-    spec = {"vocab_size": 4096, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 16,
-            "intermediate_size": 4096, "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
-            "max_position_embeddings": 2048}
-    raw = {"name": "g", "models": [{"name": "llm", "spec": spec}],
-           "parallel": {"tp": tp, "sequence_parallel": sp, **parallel},
-           "training": {"seq_length": 2048, "flash_attention": flash, "dropout": dropout},
-           "device": device or ROUND_DEVICE}
+    spec = {
+        "vocab_size": 4096,
+        "hidden_size": 1024,
+        "num_layers": 2,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "position_embedding": "learned",
+        "max_position_embeddings": 2048,
+    }
+    raw = {
+        "name": "g",
+        "models": [{"name": "llm", "spec": spec}],
+        "parallel": {"tp": tp, "sequence_parallel": sp, **parallel},
+        "training": {"seq_length": 2048, "flash_attention": flash, "dropout": dropout},
+        "device": device or ROUND_DEVICE,
+    }
     if overlap is not None:
         raw["timing"] = {"overlap": overlap}
     return parse_run_config(raw)
@@ -54,8 +73,12 @@ def test_ops_are_priced_by_the_roofline_and_hbm_bytes():
 
 def test_a_small_matmul_is_bound_by_its_bytes():
     # The same layer with 16 tokens: mlp_in reads the 1024×4096 weights (8 MB) for 0.27 GFLOP.
-    run = parse_run_config({**gelu_run().model_dump(mode="json", exclude_none=True),
-                            "training": {"seq_length": 16, "flash_attention": False}})
+    run = parse_run_config(
+        {
+            **gelu_run().model_dump(mode="json", exclude_none=True),
+            "training": {"seq_length": 16, "flash_attention": False},
+        }
+    )
     price = TimeModel(run).op_prices(body(run))["mlp_in"]
     traffic = (16 * 1024 + 1024 * 4096 + 16 * 4096) * 2
     assert traffic / 5e11 > 2 * 16 * 1024 * 4096 / 5e13
@@ -105,7 +128,8 @@ def test_a_resent_gather_hides_behind_the_input_gradient_and_never_costs_more_th
     c = 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3
     assert prices["gather_attention"].forward_ms == pytest.approx(c, rel=1e-12)
     assert prices["gather_attention"].recompute_ms == pytest.approx(
-        max(0.0, c - prices["qk_proj"].backward_ms / 2), rel=1e-12)
+        max(0.0, c - prices["qk_proj"].backward_ms / 2), rel=1e-12
+    )
     exposed = TimeModel(gelu_run(tp=4, dp=2, sp=True, overlap={"tp_async": 0.0}))
     assert exposed.op_prices(body(exposed.run))["gather_attention"].recompute_ms == pytest.approx(c, rel=1e-12)
 
@@ -148,10 +172,12 @@ def test_switches_none_on_a_selective_layer_are_the_configured_ones():
     run = load_run_config("configs/llama3-8b.yaml")
     model, layer = TimeModel(run), body(load_run_config("configs/llama3-8b.yaml"))
     assert model.layer_times(layer, LayerType.SEL_REC_LAYER) == model.layer_times(
-        layer, LayerType.SEL_REC_LAYER, run.switches("llm"))
+        layer, LayerType.SEL_REC_LAYER, run.switches("llm")
+    )
     # On other states the switches change nothing.
     assert model.layer_times(layer, LayerType.NOT_REC_LAYER, {"ffAct": 0}) == model.layer_times(
-        layer, LayerType.NOT_REC_LAYER)
+        layer, LayerType.NOT_REC_LAYER
+    )
 
 
 def test_a_layer_is_priced_only_in_the_states_of_its_node():
@@ -210,8 +236,12 @@ def test_device_overrides_reach_the_prices():
     slow = gelu_run(device=dict(ROUND_DEVICE, matmul_efficiency=0.25))
     fast = TimeModel(base).op_prices(body(base))["mlp_in"].forward_ms
     assert TimeModel(slow).op_prices(body(slow))["mlp_in"].forward_ms == pytest.approx(2 * fast, rel=1e-12)
-    fp32 = parse_run_config({**base.model_dump(mode="json", exclude_none=True),
-                             "training": {"seq_length": 2048, "flash_attention": False, "dtype": "fp32"}})
+    fp32 = parse_run_config(
+        {
+            **base.model_dump(mode="json", exclude_none=True),
+            "training": {"seq_length": 2048, "flash_attention": False, "dtype": "fp32"},
+        }
+    )
     # TF32 at half the 16-bit rate, and twice the bytes (still compute-bound).
     assert TimeModel(fp32).op_prices(body(fp32))["mlp_in"].forward_ms == pytest.approx(2 * fast, rel=1e-12)
 

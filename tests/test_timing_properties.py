@@ -36,12 +36,22 @@ def architectures(draw) -> dict:
         "hidden_dropout": draw(st.sampled_from([0.0, 0.1])),
     }
     if draw(st.booleans()):
-        spec.update(num_experts=8, experts_per_token=draw(st.integers(1, 4)),
-                    moe_intermediate_size=64 * draw(st.integers(1, 4)),
-                    shared_experts=draw(st.integers(0, 1)))
+        spec.update(
+            num_experts=8,
+            experts_per_token=draw(st.integers(1, 4)),
+            moe_intermediate_size=64 * draw(st.integers(1, 4)),
+            shared_experts=draw(st.integers(0, 1)),
+        )
     if draw(st.booleans()):
-        spec.update(num_key_value_heads=heads, kv_lora_rank=64, q_lora_rank=draw(st.sampled_from([0, 96])),
-                    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, qk_norm=False)
+        spec.update(
+            num_key_value_heads=heads,
+            kv_lora_rank=64,
+            q_lora_rank=draw(st.sampled_from([0, 96])),
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            qk_norm=False,
+        )
     return spec
 
 
@@ -61,13 +71,21 @@ def layouts(draw) -> dict:
 
 def make_run(spec: dict, layout: dict, seq: int, micro: int, flash: bool, dtype: str = "bf16"):
     dp = 8  # enough ranks for any ep·etp above
-    return parse_run_config({
-        "name": "p", "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"dp": dp, **layout},
-        "training": {"seq_length": seq, "micro_batch_size": micro, "flash_attention": flash, "dtype": dtype,
-                     "moe": {"dropless_imbalance": 1.2}},
-        "device": {"name": "h100-80gb", "collective_latency_us": 5.0},
-    })
+    return parse_run_config(
+        {
+            "name": "p",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": dp, **layout},
+            "training": {
+                "seq_length": seq,
+                "micro_batch_size": micro,
+                "flash_attention": flash,
+                "dtype": dtype,
+                "moe": {"dropless_imbalance": 1.2},
+            },
+            "device": {"name": "h100-80gb", "collective_latency_us": 5.0},
+        }
+    )
 
 
 def bodies(run):
@@ -98,8 +116,15 @@ def test_more_recompute_never_lowers_the_backward(spec, layout, flash, first, mo
 
 
 @PROPERTY
-@given(architectures(), layouts(), st.booleans(), st.sampled_from(["bf16", "fp32"]),
-       st.sampled_from([128, 256, 512]), st.integers(1, 3), st.sampled_from(["seq", "micro"]))
+@given(
+    architectures(),
+    layouts(),
+    st.booleans(),
+    st.sampled_from(["bf16", "fp32"]),
+    st.sampled_from([128, 256, 512]),
+    st.integers(1, 3),
+    st.sampled_from(["seq", "micro"]),
+)
 def test_more_tokens_never_lower_any_time(spec, layout, flash, dtype, seq, micro, grow):
     small = make_run(spec, layout, seq, micro, flash, dtype)
     big = make_run(spec, layout, 2 * seq if grow == "seq" else seq, micro + (grow == "micro"), flash, dtype)
@@ -120,8 +145,11 @@ def test_more_tensor_parallelism_never_raises_a_devices_flops(spec, layout, flas
     narrow_model, wide_model = TimeModel(narrow), TimeModel(wide)
     switches = dict.fromkeys(recomputed, 0)
     for narrow_layer, wide_layer in zip(bodies(narrow), bodies(wide), strict=True):
-        states = [LayerType.EMBEDDING_LAYER] if narrow_layer.node == "HEAD" else (
-            [LayerType.OUTPUT_LAYER] if narrow_layer.node == "TAIL" else list(LayerType)[:3])
+        states = (
+            [LayerType.EMBEDDING_LAYER]
+            if narrow_layer.node == "HEAD"
+            else ([LayerType.OUTPUT_LAYER] if narrow_layer.node == "TAIL" else list(LayerType)[:3])
+        )
         for state in states:
             a = layer_flops(narrow_model.ops(narrow_layer), state, switches)
             b = layer_flops(wide_model.ops(wide_layer), state, switches)

@@ -15,20 +15,46 @@ from ppb_core.timing import TimeModel, recompute_set
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
-DENSE = {"vocab_size": 1024, "hidden_size": 512, "num_layers": 2, "num_attention_heads": 8,
-         "num_key_value_heads": 2, "intermediate_size": 1024, "attention_dropout": 0.1, "hidden_dropout": 0.1}
-MLA = {**DENSE, "num_key_value_heads": 8, "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 32,
-       "qk_rope_head_dim": 16, "v_head_dim": 32}
+DENSE = {
+    "vocab_size": 1024,
+    "hidden_size": 512,
+    "num_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 1024,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+MLA = {
+    **DENSE,
+    "num_key_value_heads": 8,
+    "q_lora_rank": 64,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 32,
+}
 MOE = {**DENSE, "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 256, "shared_experts": 1}
-GPT = {**DENSE, "num_key_value_heads": 8, "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
-       "max_position_embeddings": 256}
+GPT = {
+    **DENSE,
+    "num_key_value_heads": 8,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "position_embedding": "learned",
+    "max_position_embeddings": 256,
+}
 
 
 def synthetic(spec, flash, **parallel):
-    return parse_run_config({
-        "name": "s", "models": [{"name": "llm", "spec": spec}], "parallel": {"dp": 8, **parallel},
-        "training": {"seq_length": 256, "flash_attention": flash}, "device": {"name": "h100-80gb"},
-    })
+    return parse_run_config(
+        {
+            "name": "s",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": 8, **parallel},
+            "training": {"seq_length": 256, "flash_attention": flash},
+            "device": {"name": "h100-80gb"},
+        }
+    )
 
 
 CASES = {
@@ -38,8 +64,10 @@ CASES = {
     "dense-flash-ulysses": lambda: synthetic(DENSE, True, cp=2, cp_variant="ulysses"),
     "mla-eager-sp": lambda: synthetic(MLA, False, tp=2, sequence_parallel=True),
     "moe-etp-sp": lambda: synthetic(MOE, True, tp=2, sequence_parallel=True, ep=2, etp=2),
-    **{name: (lambda name=name: load_run_config(CONFIGS / f"{name}.yaml"))
-       for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")},
+    **{
+        name: (lambda name=name: load_run_config(CONFIGS / f"{name}.yaml"))
+        for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
+    },
 }
 
 

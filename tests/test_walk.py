@@ -57,8 +57,15 @@ def test_walk_places_head_first_and_tail_last_and_counts_kinds():
 
 def test_two_sub_models_fill_the_pipeline_in_order():
     raw = copy.deepcopy(BASE)
-    vit = {**SPEC, "num_layers": 6, "activation": "gelu", "norm": "layernorm", "norm_bias": True,
-           "position_embedding": "learned", "max_position_embeddings": 1024}
+    vit = {
+        **SPEC,
+        "num_layers": 6,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": 1024,
+    }
     raw["models"] = [{"name": "vit", "spec": vit}, {"name": "llm", "spec": SPEC}]
     layer_walk = walk(parse_run_config(raw, "mm.yaml"))
     order = [(layer.model_name, layer.node) for layer in layer_walk]

@@ -30,9 +30,12 @@ def pipeline_plan(
         figures["peak_stage_memory_mb"] = float(plan["peak_memory_mb"])
         figures["device_memory_mb"] = float(plan["input"]["memory_mb"])
         figures["speedup_over_uniform"] = float(plan["speedup"]) if plan.get("speedup") else 0.0
-        figures["mindformers_yaml"] = dg.MetadataValue.md("\n".join(
-            f"    {key}: {plan[key]}" for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")
-        ))
+        figures["mindformers_yaml"] = dg.MetadataValue.md(
+            "\n".join(
+                f"    {key}: {plan[key]}"
+                for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")
+            )
+        )
     if plan.get("message"):
         figures["message"] = plan["message"]
     return dg.Output(frame, metadata=table_metadata(frame.drop(columns="cells_json"), figures))

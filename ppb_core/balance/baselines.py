@@ -61,8 +61,10 @@ class Baseline:
             "feasible": self.feasible,
             "iteration_time": self.iteration_time,
             "peak_memory_mb": self.plan.peak_memory_mb,
-            "layers_per_cell": [[self.plan.cell_layers(c, s) for s in range(self.plan.problem.stages)]
-                                for c in range(self.plan.problem.chunks)],
+            "layers_per_cell": [
+                [self.plan.cell_layers(c, s) for s in range(self.plan.problem.stages)]
+                for c in range(self.plan.problem.chunks)
+            ],
         }
 
 

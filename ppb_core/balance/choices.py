@@ -108,7 +108,7 @@ class Catalogue:
         found: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         for first in range(len(nb)):
             for last in range(first, len(nb)):
-                middle = sum(nb[first + 1:last])
+                middle = sum(nb[first + 1 : last])
                 if last == first:
                     found += [((first,), (n,)) for n in range(1, min(nb[first], k_max) + 1)]
                     continue
@@ -116,7 +116,7 @@ class Catalogue:
                     for n_last in range(1, nb[last] + 1):
                         if n_first + middle + n_last <= k_max:
                             types = tuple(range(first, last + 1))
-                            found.append((types, (n_first, *nb[first + 1:last], n_last)))
+                            found.append((types, (n_first, *nb[first + 1 : last], n_last)))
         return found
 
     def cell_choices(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
@@ -178,8 +178,10 @@ class Catalogue:
             fewest = min((vector[chunk] for vector in vectors), default=0)
             for types, counts in compositions:
                 # what the cell needs whatever its options: parameters, and its leanest activations
-                least = sum(n * (bodies[b].memory_parameter_mb + fewest * least_activation[b])
-                            for b, n in zip(types, counts, strict=True))
+                least = sum(
+                    n * (bodies[b].memory_parameter_mb + fewest * least_activation[b])
+                    for b, n in zip(types, counts, strict=True)
+                )
                 if least + fixed_memory > p.memory_mb:
                     continue
                 for choice in self.cell_choices(types, counts):
@@ -189,8 +191,9 @@ class Catalogue:
             per_chunk.append(options)
         return self._combine(stage, per_chunk, fixed_work, work_limit, reduce)
 
-    def _combine(self, stage: int, per_chunk: list[list[CellChoice]], fixed_work: float, work_limit: float,
-                 reduce: str) -> list[StageChoice]:
+    def _combine(
+        self, stage: int, per_chunk: list[list[CellChoice]], fixed_work: float, work_limit: float, reduce: str
+    ) -> list[StageChoice]:
         """The stage's choices: the product of its chunks' cell choices, grown chunk by chunk (whole
         arrays at a time), partial products that already break memory or time dropped, then reduced."""
         p = self.p
@@ -211,9 +214,12 @@ class Catalogue:
             kept_index, kept_work, kept_held = [], [], []
             step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
             for first in range(0, len(stage_work), step):
-                grown_work = stage_work[first:first + step, None] + work[None, :]
-                grown_held = (held[first:first + step, None, :] + parameters[None, :, None]
-                              + activation[None, :, None] * counts[None, None, :, chunk])
+                grown_work = stage_work[first : first + step, None] + work[None, :]
+                grown_held = (
+                    held[first : first + step, None, :]
+                    + parameters[None, :, None]
+                    + activation[None, :, None] * counts[None, None, :, chunk]
+                )
                 ok = (grown_work <= work_cap) & (grown_held.max(axis=2, initial=0.0) <= memory_limit)
                 rows, columns = np.nonzero(ok)
                 kept_index.append(np.column_stack([index[first + rows], columns]))
@@ -246,8 +252,9 @@ class Catalogue:
             keys = np.column_stack([*key_columns, totals]) if len(index) else np.zeros((0, 1))
             forward = _per_chunk(per_chunk, index, "forward")
             # least total backward, then the most even chunks, then the first listed
-            order = np.lexsort((np.arange(len(index)), (forward + backward).max(axis=1), backward.sum(axis=1),
-                                *keys.T[::-1]))
+            order = np.lexsort(
+                (np.arange(len(index)), (forward + backward).max(axis=1), backward.sum(axis=1), *keys.T[::-1])
+            )
             ordered = keys[order]
             starts = np.ones(len(order), dtype=bool)  # the first row of each key
             starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)

@@ -22,13 +22,21 @@ def new_solver(time_limit: float) -> highspy.Highs:
     reject its own optima ("claims optimality, but with ... infeasibilities")."""
     with silenced(1):  # HiGHS prints a banner on stdout when the first solver is made
         solver = highspy.Highs()
-    for name, value in (("output_flag", False), ("random_seed", 0),
-                        ("mip_heuristic_effort", 0.0), ("mip_allow_restart", False), ("presolve", "off"),
-                        # sub-MIP heuristics can run presolve for minutes past the time limit
-                        ("mip_heuristic_run_rens", False), ("mip_heuristic_run_rins", False),
-                        ("mip_rel_gap", 0.0), ("mip_abs_gap", 1e-7),
-                        ("mip_feasibility_tolerance", TOLERANCE), ("primal_feasibility_tolerance", TOLERANCE),
-                        ("time_limit", max(0.01, time_limit))):
+    for name, value in (
+        ("output_flag", False),
+        ("random_seed", 0),
+        ("mip_heuristic_effort", 0.0),
+        ("mip_allow_restart", False),
+        ("presolve", "off"),
+        # sub-MIP heuristics can run presolve for minutes past the time limit
+        ("mip_heuristic_run_rens", False),
+        ("mip_heuristic_run_rins", False),
+        ("mip_rel_gap", 0.0),
+        ("mip_abs_gap", 1e-7),
+        ("mip_feasibility_tolerance", TOLERANCE),
+        ("primal_feasibility_tolerance", TOLERANCE),
+        ("time_limit", max(0.01, time_limit)),
+    ):
         solver.setOptionValue(name, value)
     return solver
 
@@ -45,24 +53,30 @@ def load(solver: highspy.Highs, columns: Sequence[Column], rows: Sequence[Row], 
     if len(integer):
         solver.changeColsIntegrality(len(integer), integer, np.array([highspy.HighsVarType.kInteger] * len(integer)))
     for row_lower, row_upper, indices, values in rows:
-        solver.addRow(row_lower, row_upper, len(indices), np.array(indices, dtype=np.int32),
-                      np.array(values, dtype=float))
+        solver.addRow(
+            row_lower, row_upper, len(indices), np.array(indices, dtype=np.int32), np.array(values, dtype=float)
+        )
 
 
 def add_row(solver: highspy.Highs, lower: float, terms: dict[int, float]) -> None:
-    solver.addRow(lower, INF, len(terms), np.array(list(terms), dtype=np.int32),
-                  np.array(list(terms.values()), dtype=float))
+    solver.addRow(
+        lower, INF, len(terms), np.array(list(terms), dtype=np.int32), np.array(list(terms.values()), dtype=float)
+    )
 
 
 def status(solver: highspy.Highs) -> str:
-    """"optimal", "infeasible", "time_limit" or "error: ..."."""
+    """ "optimal", "infeasible", "time_limit" or "error: ..."."""
     model_status = solver.getModelStatus()
     if model_status == highspy.HighsModelStatus.kOptimal:
         return "optimal"
     if model_status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
         return "infeasible"
-    if model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt,
-                        highspy.HighsModelStatus.kSolutionLimit, highspy.HighsModelStatus.kIterationLimit):
+    if model_status in (
+        highspy.HighsModelStatus.kTimeLimit,
+        highspy.HighsModelStatus.kInterrupt,
+        highspy.HighsModelStatus.kSolutionLimit,
+        highspy.HighsModelStatus.kIterationLimit,
+    ):
         return "time_limit"
     return f"error: {solver.modelStatusToString(model_status)}"
 

@@ -70,4 +70,3 @@ def improve(plan: Plan, time_limit: float = 2.0, max_moves: int = 200) -> Plan:
                 improved = True
                 break
     return best
-

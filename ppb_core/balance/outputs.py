@@ -162,32 +162,40 @@ def megatron(plan: Plan) -> dict[str, Any]:
         layers = [plan.cell_layers(0, s) for s in range(p.stages)]
         middle = layers[1:-1]
         if p.stages > 2 and len(set(middle)) == 1:
-            result["first_last"] = [f"--decoder-first-pipeline-num-layers {layers[0]}",
-                                    f"--decoder-last-pipeline-num-layers {layers[-1]}"]
+            result["first_last"] = [
+                f"--decoder-first-pipeline-num-layers {layers[0]}",
+                f"--decoder-last-pipeline-num-layers {layers[-1]}",
+            ]
     if used <= {"NONE"}:
         result["recompute"] = []
         result["recompute_expressible"] = True
     elif used == {"FULL"}:
-        result["recompute"] = ["--recompute-granularity full", "--recompute-method uniform",
-                               "--recompute-num-layers 1"]
+        result["recompute"] = ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
         result["recompute_expressible"] = True
     elif used <= {"NONE", "FULL"} and len({cell[_F] for cell in per_cell if sum(cell)}) == 1:
         count = next(cell[_F] for cell in per_cell if sum(cell))
-        result["recompute"] = ["--recompute-granularity full", "--recompute-method block",
-                               f"--recompute-num-layers {count}"]
+        result["recompute"] = [
+            "--recompute-granularity full",
+            "--recompute-method block",
+            f"--recompute-num-layers {count}",
+        ]
         result["recompute_expressible"] = True
     elif len(used) == 1:
         (option,) = used
         result["recompute"] = ["--recompute-granularity selective"]
         result["recompute_expressible"] = True
-        result["note"] = (f"every layer runs {option}: pick the --recompute-modules matching its switches "
-                          "(SLCT: the configured ones; COMM: the tensor-parallel gathers)")
+        result["note"] = (
+            f"every layer runs {option}: pick the --recompute-modules matching its switches "
+            "(SLCT: the configured ones; COMM: the tensor-parallel gathers)"
+        )
     else:
         result["recompute"] = None
         result["recompute_expressible"] = False
-        result["note"] = (f"the plan mixes {', '.join(o for o in OPTIONS if o in used)} across layers; "
-                          "Megatron-LM takes one recompute setting for every layer (or full on the same "
-                          "number of first layers per virtual stage): use the MindFormers yaml, or a uniform option")
+        result["note"] = (
+            f"the plan mixes {', '.join(o for o in OPTIONS if o in used)} across layers; "
+            "Megatron-LM takes one recompute setting for every layer (or full on the same "
+            "number of first layers per virtual stage): use the MindFormers yaml, or a uniform option"
+        )
     return result
 
 
@@ -205,15 +213,17 @@ def stage_rows(plan: Plan) -> list[dict[str, Any]]:
             for k, n in enumerate(plan.cell_options(v, s)):
                 if n:
                     options[OPTIONS[k]] += n
-        rows.append({
-            "stage": s,
-            "layers": sum(plan.cell_layers(v, s) for v in range(p.chunks)),
-            "layers_per_chunk": [plan.cell_layers(v, s) for v in range(p.chunks)],
-            "options": options,
-            "memory_mb": plan.stage_memory_mb[s],
-            "time": plan.stage_time(s),
-            "bubble": plan.bubble(s),
-        })
+        rows.append(
+            {
+                "stage": s,
+                "layers": sum(plan.cell_layers(v, s) for v in range(p.chunks)),
+                "layers_per_chunk": [plan.cell_layers(v, s) for v in range(p.chunks)],
+                "options": options,
+                "memory_mb": plan.stage_memory_mb[s],
+                "time": plan.stage_time(s),
+                "bubble": plan.bubble(s),
+            }
+        )
     return rows
 
 
@@ -229,7 +239,8 @@ def cells(plan: Plan) -> list[list[dict[str, Any]]]:
                 counts = plan.counts[index][v][s]
                 if sum(counts):
                     layers[body.name] = {OPTIONS[k]: n for k, n in enumerate(counts) if n}
-            row.append({"layers": layers, "options": {OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s))
-                                                     if n}})
+            row.append(
+                {"layers": layers, "options": {OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n}}
+            )
         grid.append(row)
     return grid

@@ -19,8 +19,10 @@ Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][st
 
 
 def empty_counts(problem: BalanceInput) -> list[list[list[list[int]]]]:
-    return [[[[0] * len(OPTIONS) for _ in range(problem.stages)] for _ in range(problem.chunks)]
-            for _ in problem.layers.bodies]
+    return [
+        [[[0] * len(OPTIONS) for _ in range(problem.stages)] for _ in range(problem.chunks)]
+        for _ in problem.layers.bodies
+    ]
 
 
 def freeze(counts: Sequence[Sequence[Sequence[Sequence[int]]]]) -> Counts:
@@ -78,8 +80,10 @@ class Plan:
                 sequence += [(body, position)] * self.body_layers(body, chunk, stage)
                 ranks = [RANK[OPTIONS[k]] for k, n in enumerate(self.counts[body][chunk][stage]) if n]
                 if ranks and previous_ranks and min(ranks) < max(previous_ranks):
-                    found.append(f"cell (chunk {chunk}, stage {stage}): a later body type recomputes more than an "
-                                 "earlier one, which MindFormers' per-stage counts cannot say")
+                    found.append(
+                        f"cell (chunk {chunk}, stage {stage}): a later body type recomputes more than an "
+                        "earlier one, which MindFormers' per-stage counts cannot say"
+                    )
                 if ranks:
                     previous_ranks = ranks
         bodies = [body for body, _ in sequence]
@@ -95,8 +99,9 @@ class Plan:
         p = self.problem
         times = [[0.0] * p.stages for _ in range(p.chunks)]
         for chunk, stage in p.cells:
-            total = sum(body.forward_time * self.body_layers(index, chunk, stage)
-                        for index, body in enumerate(p.layers.bodies))
+            total = sum(
+                body.forward_time * self.body_layers(index, chunk, stage) for index, body in enumerate(p.layers.bodies)
+            )
             total += p.fixed_time("F", chunk, stage)
             times[chunk][stage] = total
         return times
@@ -127,8 +132,9 @@ class Plan:
     @property
     def closed_form_time(self) -> float:
         """The schedule's textbook estimate for these cells (1F1B: Σ_s C_s + (m − 1)·max_s C_s)."""
-        return closed_form_time(self.problem.schedule_name, self.cell_forward, self.cell_backward,
-                                self.problem.micro_batches)
+        return closed_form_time(
+            self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches
+        )
 
     def stage_time(self, stage: int) -> float:
         """Forward plus backward of one micro-batch through every chunk a stage holds."""

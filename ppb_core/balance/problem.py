@@ -36,8 +36,11 @@ class BalanceInput:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name, value in (("stages", self.stages), ("micro_batches", self.micro_batches),
-                            ("interleave", self.chunks)):
+        for name, value in (
+            ("stages", self.stages),
+            ("micro_batches", self.micro_batches),
+            ("interleave", self.chunks),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise InputError(self.source, name, f"must be a positive integer, got {value!r}")
         if not self.memory_mb > 0:
@@ -51,8 +54,10 @@ class BalanceInput:
         cells_needing_layers = self.stages * self.chunks - len(self.reserved_cells)
         if self.layers.nb_body_layers < cells_needing_layers:
             raise InputError(
-                self.source, "stages", f"{self.layers.nb_body_layers} body layers cannot fill the "
-                f"{cells_needing_layers} (chunk, stage) cells that hold neither the head nor the tail"
+                self.source,
+                "stages",
+                f"{self.layers.nb_body_layers} body layers cannot fill the "
+                f"{cells_needing_layers} (chunk, stage) cells that hold neither the head nor the tail",
             )
 
     @cached_property
@@ -119,8 +124,16 @@ class BalanceInput:
         return total
 
     def with_chunks(self, chunks: int) -> BalanceInput:
-        return BalanceInput(self.layers, self.stages, self.micro_batches, chunks, self.memory_mb,
-                            self.constant_memory_mb, self.schedule, self.source)
+        return BalanceInput(
+            self.layers,
+            self.stages,
+            self.micro_batches,
+            chunks,
+            self.memory_mb,
+            self.constant_memory_mb,
+            self.schedule,
+            self.source,
+        )
 
     def describe(self) -> dict[str, object]:
         return {

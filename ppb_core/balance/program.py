@@ -136,14 +136,18 @@ class _ChoiceModel:
         for b in range(len(p.layers.bodies) - 1):
             for position, (v, s) in enumerate(p.cells):
                 g = self.g[(b, position)] = self._column(0, 1, True)
-                later = {self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s])
-                         if any(t > b for t in c.cells[v].bodies)}
+                later = {
+                    self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s]) if any(t > b for t in c.cells[v].bodies)
+                }
                 self._row(-INF, 0, {**later, g: -1.0})
                 if position:
                     previous = self.g[(b, position - 1)]
                     self._row(0, INF, {g: 1.0, previous: -1.0})
-                    early = {self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s])
-                             if any(t <= b for t in c.cells[v].bodies)}
+                    early = {
+                        self.y[s][j]: 1.0
+                        for j, c in enumerate(self.choices[s])
+                        if any(t <= b for t in c.cells[v].bodies)
+                    }
                     self._row(-INF, 1, {**early, previous: 1.0})
 
     def path_terms(self, path: Path) -> dict[int, float]:
@@ -169,8 +173,9 @@ class _ChoiceModel:
             self._row(0, INF, {self.top: 1.0, waves["F"]: -1.0, waves["B"]: -1.0})
             return
         for k in range(p.stages):
-            path = {(kind, v, s): 1.0 / chunks + (m - 1.0 / chunks) * (s == k)
-                    for v, s in p.cells for kind in ("F", "B")}
+            path = {
+                (kind, v, s): 1.0 / chunks + (m - 1.0 / chunks) * (s == k) for v, s in p.cells for kind in ("F", "B")
+            }
             self._row(0, INF, self.path_terms(path))
 
     def add_least_busiest(self, work: float, closed_form: bool) -> None:
@@ -204,13 +209,27 @@ class _ChoiceModel:
         durations: dict[tuple[str, int, int], float] = {}
         for s, stage in enumerate(self.choices):
             layout = [[plan.body_layers(body, v, s) for body in range(len(plan.counts))] for v in range(p.chunks)]
-            found = next((j for j, choice in enumerate(stage)
-                          if all(_cell_matches(plan, v, s, cell) for v, cell in enumerate(choice.cells))), None)
+            found = next(
+                (
+                    j
+                    for j, choice in enumerate(stage)
+                    if all(_cell_matches(plan, v, s, cell) for v, cell in enumerate(choice.cells))
+                ),
+                None,
+            )
             if found is None:
-                found = next((j for j, choice in enumerate(stage)
-                              if all([cell.body_count(body) for body in range(len(plan.counts))] == layout[v]
-                                     and cell.backward <= _body_backward(plan, v, s) * (1 + 1e-12)
-                                     for v, cell in enumerate(choice.cells))), None)
+                found = next(
+                    (
+                        j
+                        for j, choice in enumerate(stage)
+                        if all(
+                            [cell.body_count(body) for body in range(len(plan.counts))] == layout[v]
+                            and cell.backward <= _body_backward(plan, v, s) * (1 + 1e-12)
+                            for v, cell in enumerate(choice.cells)
+                        )
+                    ),
+                    None,
+                )
             if found is None:
                 return None
             values[self.y[s][found]] = 1.0
@@ -221,8 +240,11 @@ class _ChoiceModel:
             values[column] = (durations[(kind, v, s)] + p.fixed_time(kind, v, s)) / self.tau
         values[self.top] = top
         for (b, position), column in self.g.items():
-            later = [q for q, (v, s) in enumerate(p.cells)
-                     if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))]
+            later = [
+                q
+                for q, (v, s) in enumerate(p.cells)
+                if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))
+            ]
             values[column] = 1.0 if later and position >= later[0] else 0.0
         return values
 
@@ -230,8 +252,12 @@ class _ChoiceModel:
 def _body_backward(plan: Plan, chunk: int, stage: int) -> float:
     """A cell's backward over its body layers only (head and tail left out)."""
     bodies = plan.problem.layers.bodies
-    return sum(n * bodies[body].backward_time[OPTIONS[k]]
-               for body in range(len(plan.counts)) for k, n in enumerate(plan.counts[body][chunk][stage]) if n)
+    return sum(
+        n * bodies[body].backward_time[OPTIONS[k]]
+        for body in range(len(plan.counts))
+        for k, n in enumerate(plan.counts[body][chunk][stage])
+        if n
+    )
 
 
 def _cell_matches(plan: Plan, chunk: int, stage: int, cell: CellChoice) -> bool:
@@ -319,8 +345,10 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]
 
     heavy = float(stages * chunks * m)
     for stage in (None, *range(stages)):
-        add([[heavy if s == stage else 1.0 for s in range(stages)] for _ in range(chunks)],
-            [[2 * heavy if s == stage else 2.0 for s in range(stages)] for _ in range(chunks)])
+        add(
+            [[heavy if s == stage else 1.0 for s in range(stages)] for _ in range(chunks)],
+            [[2 * heavy if s == stage else 2.0 for s in range(stages)] for _ in range(chunks)],
+        )
     rng = random.Random(0)
     for _ in range(SEED_WEIGHTINGS):
         spread = rng.choice((0.1, 0.3, 1.0, 3.0))
@@ -353,8 +381,9 @@ class _Run:
     paths: int
 
 
-def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None,
-         seeds: Sequence[Path]) -> _Run:
+def _run(
+    model: _ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None, seeds: Sequence[Path]
+) -> _Run:
     """Solve, and with `exact` keep adding the found plan's critical path until it equals T."""
     tau = model.tau
     solver = highs.new_solver(time_limit - (time.perf_counter() - started))
@@ -392,9 +421,11 @@ def _run(model: _ChoiceModel, exact: bool, time_limit: float, started: float, st
             outcome = highs.status(solver)
             solver.setOptionValue("presolve", "off")
         info = solver.getInfo()
-        _trace(f"{'exact' if exact else 'closed form'} round {rounds}: {outcome} {time.perf_counter() - tick:.2f}s "
-               f"nodes {info.mip_node_count} T {info.objective_function_value * tau:.6g} "
-               f"bound {info.mip_dual_bound * tau:.6g}")
+        _trace(
+            f"{'exact' if exact else 'closed form'} round {rounds}: {outcome} {time.perf_counter() - tick:.2f}s "
+            f"nodes {info.mip_node_count} T {info.objective_function_value * tau:.6g} "
+            f"bound {info.mip_dual_bound * tau:.6g}"
+        )
         if outcome == "infeasible":
             return _Run("infeasible" if best is None else "time_limit", best, bound, rounds, paths)
         if outcome.startswith("error"):
@@ -442,8 +473,9 @@ def _stage_work(problem: BalanceInput, stage: int, choice: StageChoice) -> float
     return sum(cell.forward + cell.backward for cell in choice.cells) + problem.fixed_work(stage)
 
 
-def least_max_work(problem: BalanceInput, choices: list[list[StageChoice]], tau: float, upper: float,
-                   deadline: float) -> float:
+def least_max_work(
+    problem: BalanceInput, choices: list[list[StageChoice]], tau: float, upper: float, deadline: float
+) -> float:
     """A lower bound on the busiest stage's work per micro-batch in every plan that fits: the least
     such work, found by bisection over the listed stage works with feasibility programs.
 
@@ -461,8 +493,10 @@ def least_max_work(problem: BalanceInput, choices: list[list[StageChoice]], tau:
     while low < high:
         middle = (low + high) // 2
         limit = values[middle] * (1 + 1e-12)
-        subset = [[c for c, w in zip(stage, stage_works, strict=True) if w <= limit]
-                  for stage, stage_works in zip(choices, works, strict=True)]
+        subset = [
+            [c for c, w in zip(stage, stage_works, strict=True) if w <= limit]
+            for stage, stage_works in zip(choices, works, strict=True)
+        ]
         feasible = True
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
@@ -558,15 +592,34 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     if closed.plan is None:
         if closed.status == "infeasible":
             return _infeasible(problem, time_limit, started, notes)
-        return Solution(problem, "time_limit", "closed_form", seconds=time.perf_counter() - started,
-                        message="no plan found within the time limit", notes=notes)
+        return Solution(
+            problem,
+            "time_limit",
+            "closed_form",
+            seconds=time.perf_counter() - started,
+            message="no plan found within the time limit",
+            notes=notes,
+        )
     closed_plan = closed.plan
     if not exact:
         objective = closed_plan.closed_form_time
         bound_value = objective if closed.status == "optimal" else min(closed.bound, objective)
-        return Solution(problem, closed.status, "closed_form", closed_plan, objective, bound_value,
-                        _gap(objective, bound_value), objective if closed.status == "optimal" else None,
-                        closed.status, closed.rounds, 0, listed, time.perf_counter() - started, notes=notes)
+        return Solution(
+            problem,
+            closed.status,
+            "closed_form",
+            closed_plan,
+            objective,
+            bound_value,
+            _gap(objective, bound_value),
+            objective if closed.status == "optimal" else None,
+            closed.status,
+            closed.rounds,
+            0,
+            listed,
+            time.perf_counter() - started,
+            notes=notes,
+        )
 
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
     incumbents = [closed_plan, *fitting]
@@ -586,15 +639,29 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     model.add_least_busiest(busiest, closed_form=False)
     critical = _run(model, True, time_limit, started, start, seeds)
     listed = sum(len(stage) for stage in choices)
-    notes.append(f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, "
-                 f"{critical.status}")
+    notes.append(
+        f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
+    )
     best = start if critical.plan is None or start.iteration_time <= critical.plan.iteration_time else critical.plan
     objective = best.iteration_time
     status = critical.status if critical.status != "infeasible" else "time_limit"
     bound_value = objective if status == "optimal" else min(critical.bound, objective)
-    return Solution(problem, status, "critical_path", best, objective, bound_value, _gap(objective, bound_value),
-                    closed_plan.closed_form_time if closed.status == "optimal" else None, closed.status,
-                    critical.rounds, critical.paths, listed, time.perf_counter() - started, notes=notes)
+    return Solution(
+        problem,
+        status,
+        "critical_path",
+        best,
+        objective,
+        bound_value,
+        _gap(objective, bound_value),
+        closed_plan.closed_form_time if closed.status == "optimal" else None,
+        closed.status,
+        critical.rounds,
+        critical.paths,
+        listed,
+        time.perf_counter() - started,
+        notes=notes,
+    )
 
 
 def _gap(objective: float, bound: float) -> float:
@@ -607,8 +674,10 @@ def _infeasible(problem: BalanceInput, time_limit: float, started: float, notes:
     if needed is None:
         message = f"no plan fits in {problem.memory_mb:g} MB per device"
     else:
-        message = (f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
-                   f"{needed:.1f} MB{'' if proven else ' (the least found within the time limit)'}")
-    return Solution(problem, "infeasible", min_memory_mb=needed, message=message,
-                    seconds=time.perf_counter() - started, notes=notes)
-
+        message = (
+            f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
+            f"{needed:.1f} MB{'' if proven else ' (the least found within the time limit)'}"
+        )
+    return Solution(
+        problem, "infeasible", min_memory_mb=needed, message=message, seconds=time.perf_counter() - started, notes=notes
+    )

@@ -35,8 +35,11 @@ def report(solution: Solution) -> dict[str, Any]:
     plan = solution.plan
     if plan is not None:
         out["simulated_time"] = plan.iteration_time
-        out["closed_form"] = {"value": plan.closed_form_time, "optimum": solution.closed_form_optimum,
-                              "status": solution.closed_form_status}
+        out["closed_form"] = {
+            "value": plan.closed_form_time,
+            "optimum": solution.closed_form_optimum,
+            "status": solution.closed_form_status,
+        }
         out["cells"] = cells(plan)
         out.update(to_yaml(plan))
         rows = stage_rows(plan)
@@ -47,15 +50,23 @@ def report(solution: Solution) -> dict[str, Any]:
         out["megatron"] = megatron(plan)
     out["baselines"] = [b.to_dict() for b in found]
     out["best_baseline"] = best.option if best else None
-    out["speedup"] = (best.iteration_time / plan.iteration_time
-                      if best is not None and plan is not None and plan.iteration_time > 0 else None)
-    out["solver"] = {"rounds": solution.rounds, "paths": solution.paths, "stage_choices": solution.choices,
-                     "notes": solution.notes}
+    out["speedup"] = (
+        best.iteration_time / plan.iteration_time
+        if best is not None and plan is not None and plan.iteration_time > 0
+        else None
+    )
+    out["solver"] = {
+        "rounds": solution.rounds,
+        "paths": solution.paths,
+        "stage_choices": solution.choices,
+        "notes": solution.notes,
+    }
     return out
 
 
-def balance(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True,
-            search_interleave: bool = False) -> dict[str, Any]:
+def balance(
+    problem: BalanceInput, time_limit: float = 90.0, exact: bool = True, search_interleave: bool = False
+) -> dict[str, Any]:
     """Solve one problem, or with `search_interleave` every V in 1..4 the sizes allow, keeping the fastest."""
     if not search_interleave:
         return report(solve(problem, time_limit, exact))
@@ -78,12 +89,21 @@ def balance(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True,
         share = max(1.0, (time_limit - (time.perf_counter() - started)) / max(1, len(runnable)))
         runnable = runnable[1:]
         result = report(solve(candidate, share, exact))
-        searched.append({"interleave": chunks, "status": result["status"], "objective": result["objective"],
-                         "bound": result["bound"], "gap": result["gap"], "seconds": result["seconds"],
-                         "speedup": result["speedup"], **({"message": result["message"]} if "message" in result
-                                                          else {})})
-        better = result["objective"] is not None and (best is None or best["objective"] is None
-                                                      or result["objective"] < best["objective"])
+        searched.append(
+            {
+                "interleave": chunks,
+                "status": result["status"],
+                "objective": result["objective"],
+                "bound": result["bound"],
+                "gap": result["gap"],
+                "seconds": result["seconds"],
+                "speedup": result["speedup"],
+                **({"message": result["message"]} if "message" in result else {}),
+            }
+        )
+        better = result["objective"] is not None and (
+            best is None or best["objective"] is None or result["objective"] < best["objective"]
+        )
         if best is None or better:
             best = result
     assert best is not None

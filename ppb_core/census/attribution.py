@@ -30,8 +30,21 @@ from dataclasses import dataclass, field
 # Leaf module (or parameter) names of the projections a tensor-parallel layer splits by columns
 # (output features: heads, FFN width) and by rows (input features, reduced after).
 COLUMN_PARALLEL: frozenset[str] = frozenset(
-    {"q_proj", "k_proj", "v_proj", "qkv_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj", "gate_up_proj",
-     "c_attn", "c_fc", "w1", "w3"}
+    {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "qkv_proj",
+        "q_b_proj",
+        "kv_b_proj",
+        "gate_proj",
+        "up_proj",
+        "gate_up_proj",
+        "c_attn",
+        "c_fc",
+        "w1",
+        "w3",
+    }
 )
 ROW_PARALLEL: frozenset[str] = frozenset({"o_proj", "down_proj", "c_proj", "w2", "dense"})
 # MLA's up-projections: the heads attUp rebuilds from the latents.
@@ -199,8 +212,9 @@ def _attention_roles(ops: list[OpRecord], writers: Mapping[int, list[int]], own:
     return roles
 
 
-def _upstream(starts: list[int], writers: Mapping[int, list[int]], inputs: Mapping[int, Sequence[int]],
-              stop: set[int]) -> set[int]:
+def _upstream(
+    starts: list[int], writers: Mapping[int, list[int]], inputs: Mapping[int, Sequence[int]], stop: set[int]
+) -> set[int]:
     """The ops among *inputs* that the storages *starts* are made from, directly or through other
     such ops, walking back from writer to inputs; ops in *stop* are neither taken nor passed."""
     reached: set[int] = set()

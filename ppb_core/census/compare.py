@@ -58,13 +58,18 @@ def compare(run_path: str | Path, census_path: str | Path, model: str | None = N
     for slot in walk(formulas_run).distinct():
         if slot.node != "BODY" or slot.model_name != target:
             continue
-        rows.append(KindComparison(
-            model_name=slot.model_name, kind=slot.kind.name,
-            formulas=formulas.option_activation_bytes(slot), census=census.option_activation_bytes(slot),
-            formula_terms=_terms(formulas, slot), census_terms=_terms(census, slot),
-            formula_working=formulas.working_extra_bytes(slot, LayerType.FULL_REC_LAYER, None, 1, False),
-            census_working=census.working_extra_bytes(slot, LayerType.FULL_REC_LAYER, None, 1, False),
-        ))
+        rows.append(
+            KindComparison(
+                model_name=slot.model_name,
+                kind=slot.kind.name,
+                formulas=formulas.option_activation_bytes(slot),
+                census=census.option_activation_bytes(slot),
+                formula_terms=_terms(formulas, slot),
+                census_terms=_terms(census, slot),
+                formula_working=formulas.working_extra_bytes(slot, LayerType.FULL_REC_LAYER, None, 1, False),
+                census_working=census.working_extra_bytes(slot, LayerType.FULL_REC_LAYER, None, 1, False),
+            )
+        )
     return rows
 
 
@@ -89,8 +94,10 @@ def report(rows: list[KindComparison], top: int = 12) -> str:
         for option in OPTIONS:
             f, c = row.formulas[option], row.census[option]
             lines.append(f"  {option:<6} {_mb(f):>10} {_mb(c):>9}   {c / f if f else float('nan'):>8.2f}")
-        lines.append(f"  backward working set (full recompute): formulas {_mb(row.formula_working)}, "
-                     f"census {_mb(row.census_working)}")
+        lines.append(
+            f"  backward working set (full recompute): formulas {_mb(row.formula_working)}, "
+            f"census {_mb(row.census_working)}"
+        )
         for title, terms in (("formula terms", row.formula_terms), ("census parts", row.census_terms)):
             lines.append(f"  {title} (NONE), largest first:")
             for name, (switch, size) in sorted(terms.items(), key=lambda item: -item[1][1])[:top]:
@@ -116,8 +123,14 @@ def main(argv: list[str] | None = None) -> int:
 def summary(rows: list[KindComparison]) -> list[dict[str, Any]]:
     """The comparison as plain data (bytes), for tests and notes."""
     return [
-        {"model": r.model_name, "kind": r.kind, "formulas": r.formulas, "census": r.census,
-         "formula_working": r.formula_working, "census_working": r.census_working}
+        {
+            "model": r.model_name,
+            "kind": r.kind,
+            "formulas": r.formulas,
+            "census": r.census,
+            "formula_working": r.formula_working,
+            "census_working": r.census_working,
+        }
         for r in rows
     ]
 

@@ -207,17 +207,29 @@ def assemble_kind(
     input_per_token = first.graph.storages[first.graph.input_sid].nbytes / (first.batch * first.seq)  # type: ignore[union-attr]
     checks = _tp_checks(measurements, settings[frozenset()].kept, input_per_token)
     return KindCensus(
-        name=name, kind=dict(kind), layer_index=layer_index, acting=acting, settings=settings, full=full,
-        working=working, parts=parts, experts=dict(experts) if experts else None,
+        name=name,
+        kind=dict(kind),
+        layer_index=layer_index,
+        acting=acting,
+        settings=settings,
+        full=full,
+        working=working,
+        parts=parts,
+        experts=dict(experts) if experts else None,
         fit={
             "terms": terms,
             "kept_max_relative_residual": kept_residual,
             **working_fit,
             **checks,
             "points": [
-                {"batch": m.batch, "seq": m.seq, "experts": m.experts, "tp": m.tp,
-                 **({"kept_bytes": total} if m.tp == 1 and m.graph is not None else {}),
-                 **({"held_bytes": m.held_bytes} if m.held_bytes is not None else {})}
+                {
+                    "batch": m.batch,
+                    "seq": m.seq,
+                    "experts": m.experts,
+                    "tp": m.tp,
+                    **({"kept_bytes": total} if m.tp == 1 and m.graph is not None else {}),
+                    **({"held_bytes": m.held_bytes} if m.held_bytes is not None else {}),
+                }
                 for m, total in zip(measurements, _totals_for(measurements, graphed, plain_totals), strict=True)
             ],
         },
@@ -333,6 +345,7 @@ def _tp_checks(measurements: Sequence[KindMeasurement], plain: Kept, input_per_t
         at = {name: plain.bucket(name).at(m.seq, m.experts) for name in BUCKETS}
         whole = at["saved"] + at["routed"] - input_per_token
         attributed = m.batch * m.seq * (whole + (at["saved_tp"] + at["routed_tp"]) / m.tp)
-        points.append({"batch": m.batch, "seq": m.seq, "tp": m.tp, "kept_bytes": m.kept_bytes,
-                       "attributed_bytes": attributed})
+        points.append(
+            {"batch": m.batch, "seq": m.seq, "tp": m.tp, "kept_bytes": m.kept_bytes, "attributed_bytes": attributed}
+        )
     return {"tp_split_points": points} if points else {}

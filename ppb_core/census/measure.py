@@ -37,11 +37,20 @@ TORCH_MISSING = "ppb census needs PyTorch and transformers: pip install 'ppb[tor
 
 # Architectures whose decoder layers the census builds (gpt2's block has another calling convention).
 CENSUS_MODEL_TYPES: tuple[str, ...] = (
-    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v3",
 )
 # The config field that holds the routed expert count, per architecture.
 EXPERT_FIELDS: dict[str, str] = {
-    "mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
+    "mixtral": "num_local_experts",
+    "qwen2_moe": "num_experts",
+    "qwen3_moe": "num_experts",
     "deepseek_v3": "n_routed_experts",
 }
 DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -255,8 +264,9 @@ class _Graph:
             return self.sid_of_ptr[ptr]
         sid = len(self.storages)
         self.sid_of_ptr[ptr] = sid
-        self.storages[sid] = StorageRecord(sid, storage.nbytes(), origin, str(tensor.dtype).removeprefix("torch."),
-                                           tuple(tensor.shape))
+        self.storages[sid] = StorageRecord(
+            sid, storage.nbytes(), origin, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape)
+        )
         self.hold.append(storage)
         return sid
 
@@ -335,11 +345,18 @@ def _recorder(graph: _Graph) -> Any:
                     continue
                 created.append(graph.register(tensor, OP if made_of_activations else EXTERNAL))
                 graph.made.add(created[-1])
-            graph.ops.append(OpRecord(
-                index=len(graph.ops), func=name, modules=tuple(graph.stack), inputs=tuple(inputs),
-                created=tuple(created), written=tuple(written), param=param,
-                flops=_matmul_flops(name, args) if param is not None else 0.0,
-            ))
+            graph.ops.append(
+                OpRecord(
+                    index=len(graph.ops),
+                    func=name,
+                    modules=tuple(graph.stack),
+                    inputs=tuple(inputs),
+                    created=tuple(created),
+                    written=tuple(written),
+                    param=param,
+                    flops=_matmul_flops(name, args) if param is not None else 0.0,
+                )
+            )
             return out
 
     return Recorder()
@@ -352,6 +369,7 @@ def _module_stack(layer: Any, stack: list[tuple[str, str]]) -> Iterator[None]:
     def enter(path: str, cls: str) -> Any:
         def hook(module: Any, args: Any) -> None:
             stack.append((path, cls))
+
         return hook
 
     def leave(module: Any, args: Any, output: Any) -> None:
@@ -499,13 +517,16 @@ def working_set(layer: Any, rotary: Any, config: Any, shape: Shape, dtype: str, 
     output_grad = torch.ones_like(output)
     live.most = live.bytes
     trace.backward = True
-    with _tracker(live, fixed | {_storage(output).data_ptr(), _storage(output_grad).data_ptr()}, activations,
-                  trace):
+    with _tracker(live, fixed | {_storage(output).data_ptr(), _storage(output_grad).data_ptr()}, activations, trace):
         (input_grad,) = torch.autograd.grad(output, hidden, output_grad)
     handed = _storage(hidden).nbytes() + _storage(output_grad).nbytes()
     del input_grad, output
-    return Working(kept_bytes=kept, held_bytes=live.most + handed,
-                   trace=(kept + handed, *(held + handed for held in trace.held)), trace_ops=("start", *trace.ops))
+    return Working(
+        kept_bytes=kept,
+        held_bytes=live.most + handed,
+        trace=(kept + handed, *(held + handed for held in trace.held)),
+        trace_ops=("start", *trace.ops),
+    )
 
 
 def _allocations(prof: Any) -> list[tuple[int, int]]:
@@ -540,8 +561,11 @@ def allocator_kept_bytes(layer: Any, rotary: Any, config: Any, shape: Shape, dty
     from torch.profiler import ProfilerActivity, profile, record_function
 
     inputs = _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed)
-    with silenced(2), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
-            record_function("ppb.census.forward"):
+    with (
+        silenced(2),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+        record_function("ppb.census.forward"),
+    ):
         output = _forward(layer, inputs)
     output_bytes = _storage(output).nbytes()
     del output
@@ -586,8 +610,9 @@ def expert_counts(raw: Mapping[str, Any], cap: int) -> tuple[int, ...]:
     model = int(raw.get(EXPERT_FIELDS.get(str(raw.get("model_type")), ""), 0) or 0)
     if model <= cap:
         return (model,)
-    small = next((n for n in range(2, model + 1) if valid_expert_count(raw, n) and valid_expert_count(raw, 2 * n)),
-                 None)
+    small = next(
+        (n for n in range(2, model + 1) if valid_expert_count(raw, n) and valid_expert_count(raw, 2 * n)), None
+    )
     if small is None or 2 * small >= model:
         return (model,)
     return (small, 2 * small)
@@ -638,16 +663,23 @@ def census(
     if attention not in ATTENTIONS:
         raise InputError(source or None, "attention", f"{attention!r} is not one of {', '.join(ATTENTIONS)}")
     if len({shape.seq for shape in shapes}) < 2:
-        raise InputError(source or None, "seq", "measure at two sequence lengths at least, to fit the term that grows "
-                                                "with the sequence")
+        raise InputError(
+            source or None,
+            "seq",
+            "measure at two sequence lengths at least, to fit the term that grows with the sequence",
+        )
     if dropout is not None:
         raw = {**raw, "attention_dropout": dropout}
     spec = spec_from_hf(raw, source or "config.json")
     if raw.get("model_type") not in CENSUS_MODEL_TYPES:
-        raise InputError(source or None, "model_type",
-                         f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}")
+        raise InputError(
+            source or None,
+            "model_type",
+            f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}",
+        )
     dtype = dtype or {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-        str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"), "bf16")
+        str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"), "bf16"
+    )
     first_index: dict[Any, int] = {}
     for index in range(spec.num_layers):
         first_index.setdefault(body_kind(spec, index, dropout), index)
@@ -661,10 +693,14 @@ def census(
             bad = [n for n in counts if not valid_expert_count(raw, n)]
             if bad:
                 raise InputError(source or None, "experts", f"cannot route with {bad[0]} experts")
-            scaling = {"model": model, "measured": list(counts),
-                       "scaling": "exact" if counts == (model,) else
-                       "router bytes per token grow linearly with the routed experts (fitted at the counts "
-                       "measured); the experts' own with the tokens times top-k alone"}
+            scaling = {
+                "model": model,
+                "measured": list(counts),
+                "scaling": "exact"
+                if counts == (model,)
+                else "router bytes per token grow linearly with the routed experts (fitted at the counts "
+                "measured); the experts' own with the tokens times top-k alone",
+            }
         built = [None if n == 0 or n == kind.mlp.num_experts else n for n in counts]  # type: ignore[union-attr]
         measurements: list[KindMeasurement] = []
         for position, n in enumerate(built):
@@ -672,8 +708,9 @@ def census(
             chosen = list(shapes) if position == 0 else list(shapes[:1])
             if progress:
                 built_as = f"{n or counts[0]} routed experts" if kind.is_moe else "dense"
-                progress(f"{kind.name}: layer {index}, {built_as}, shapes "
-                         + ", ".join(f"{s.batch}x{s.seq}" for s in chosen))
+                progress(
+                    f"{kind.name}: layer {index}, {built_as}, shapes " + ", ".join(f"{s.batch}x{s.seq}" for s in chosen)
+                )
             for m in measure(setup, chosen):
                 measurements.append(_kind_measurement(m, counts[position]))
         if split_working and _splittable(raw, 2):
@@ -684,8 +721,13 @@ def census(
                 measurements.append(_kind_measurement(m, counts[0]))
         kinds.append(assemble_kind(kind.name, kind_to_dict(kind), index, measurements, scaling))
     return Census(
-        kinds=tuple(kinds), model_type=str(raw["model_type"]), attention=attention, dtype=dtype,
-        micro_batch_size=shapes[0].batch, source=source, experts_implementation=experts_implementation,
+        kinds=tuple(kinds),
+        model_type=str(raw["model_type"]),
+        attention=attention,
+        dtype=dtype,
+        micro_batch_size=shapes[0].batch,
+        source=source,
+        experts_implementation=experts_implementation,
         shapes=tuple((s.batch, s.seq) for s in shapes),
         versions={"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
     )
@@ -695,8 +737,13 @@ def _kind_measurement(m: Measured, experts: int) -> Any:
     from ppb_core.census.fit import KindMeasurement
 
     return KindMeasurement(
-        batch=m.shape.batch, seq=m.shape.seq, experts=experts, tp=m.tp, graph=m.graph,
+        batch=m.shape.batch,
+        seq=m.shape.seq,
+        experts=experts,
+        tp=m.tp,
+        graph=m.graph,
         kept_bytes=m.working.kept_bytes if m.working else None,
         held_bytes=m.working.held_bytes if m.working else None,
-        trace=m.working.trace if m.working else (), trace_ops=m.working.trace_ops if m.working else (),
+        trace=m.working.trace if m.working else (),
+        trace_ops=m.working.trace_ops if m.working else (),
     )

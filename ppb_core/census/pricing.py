@@ -50,8 +50,12 @@ class CensusActivations:
             "micro_batch_size": census.micro_batch_size,
             "experts_implementation": census.experts_implementation,
             "kinds": [
-                {"kind": kind.name, "layer_index": kind.layer_index, "acting": list(kind.acting),
-                 **({"experts": dict(kind.experts)} if kind.experts else {})}
+                {
+                    "kind": kind.name,
+                    "layer_index": kind.layer_index,
+                    "acting": list(kind.acting),
+                    **({"experts": dict(kind.experts)} if kind.experts else {}),
+                }
                 for kind in census.kinds
             ],
         }
@@ -62,8 +66,12 @@ class CensusActivations:
             found = self.census.for_kind(kind_to_dict(kind))
             if found is None:
                 measured = ", ".join(k.name for k in self.census.kinds)
-                raise InputError(self.path, "kinds", f"no census of the run's layer kind {kind.name!r} as the run "
-                                                     f"builds it (measured: {measured}); measure it with ppb census")
+                raise InputError(
+                    self.path,
+                    "kinds",
+                    f"no census of the run's layer kind {kind.name!r} as the run "
+                    f"builds it (measured: {measured}); measure it with ppb census",
+                )
             self._kinds[kind] = found
         return found
 
@@ -76,7 +84,10 @@ class CensusActivations:
         return self.state_terms(kind, setup, LayerType.FULL_REC_LAYER, None)
 
     def state_terms(
-        self, kind: BodyKind | HeadKind | TailKind, setup: MemorySetup, state: LayerType,
+        self,
+        kind: BodyKind | HeadKind | TailKind,
+        setup: MemorySetup,
+        state: LayerType,
         switches: Mapping[str, int] | None,
     ) -> tuple[ActivationTerm, ...]:
         """What the layer keeps in *state*, part by part; *switches* act only on SEL_REC_LAYER."""

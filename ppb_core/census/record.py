@@ -120,6 +120,7 @@ class RankSplit:
 
 def kept_bytes(kept: Kept, tokens: float, seq_length: int, split: RankSplit, experts: int = 0) -> float:
     """Bytes one rank keeps for *tokens* tokens of a micro-batch of sequences of *seq_length*."""
+
     def at(name: str) -> float:
         return kept.bucket(name).at(seq_length, experts)
 
@@ -145,8 +146,10 @@ class WorkingLine:
     def from_dict(cls, data: Any, where: str) -> WorkingLine:
         if not isinstance(data, Mapping) or set(data) - {"whole", "tp"}:
             raise ValueError(f"{where}: expected {{whole, tp}}")
-        return cls(PerToken.from_dict(data.get("whole", {}), f"{where}.whole"),
-                   PerToken.from_dict(data.get("tp", {}), f"{where}.tp"))
+        return cls(
+            PerToken.from_dict(data.get("whole", {}), f"{where}.whole"),
+            PerToken.from_dict(data.get("tp", {}), f"{where}.tp"),
+        )
 
 
 @dataclass(frozen=True)
@@ -235,8 +238,7 @@ class KindCensus:
     def held_line(self, seq_length: int, split: RankSplit | None = None) -> WorkingLine:
         """The point of the backward that holds the most for one rank at *seq_length*."""
         split = split or RankSplit()
-        return max(self.working, key=lambda line: line.at(seq_length, split, self.model_experts),
-                   default=WorkingLine())
+        return max(self.working, key=lambda line: line.at(seq_length, split, self.model_experts), default=WorkingLine())
 
     def held_bytes(self, tokens: float, seq_length: int, split: RankSplit | None = None) -> float:
         """The most the backward of one micro-batch of *tokens* tokens holds on one rank."""
@@ -263,12 +265,21 @@ class KindCensus:
             ops[name] = at(freed.saved)
             ops_tp[name] = at(freed.saved_tp)
         return KindActivations(
-            saved=at(plain.saved), saved_tp=at(plain.saved_tp),
-            working=at(held.whole), working_tp=at(held.tp), seq_length=seq_length,
-            selective=at(policy.kept.saved), selective_tp=at(policy.kept.saved_tp),
-            selective_attention_mm=policy.attention_mm_share, selective_ffn_mm=policy.ffn_mm_share,
-            ops=ops, ops_tp=ops_tp, routed=at(plain.routed), routed_tp=at(plain.routed_tp),
-            selective_routed=at(policy.kept.routed), selective_routed_tp=at(policy.kept.routed_tp),
+            saved=at(plain.saved),
+            saved_tp=at(plain.saved_tp),
+            working=at(held.whole),
+            working_tp=at(held.tp),
+            seq_length=seq_length,
+            selective=at(policy.kept.saved),
+            selective_tp=at(policy.kept.saved_tp),
+            selective_attention_mm=policy.attention_mm_share,
+            selective_ffn_mm=policy.ffn_mm_share,
+            ops=ops,
+            ops_tp=ops_tp,
+            routed=at(plain.routed),
+            routed_tp=at(plain.routed_tp),
+            selective_routed=at(policy.kept.routed),
+            selective_routed_tp=at(policy.kept.routed_tp),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -279,8 +290,12 @@ class KindCensus:
             "experts": dict(self.experts) if self.experts else None,
             "acting": list(self.acting),
             "settings": [
-                {"recompute": [n for n in SWITCHES if n in s.recompute], "kept": s.kept.to_dict(),
-                 "attention_mm_share": _round(s.attention_mm_share), "ffn_mm_share": _round(s.ffn_mm_share)}
+                {
+                    "recompute": [n for n in SWITCHES if n in s.recompute],
+                    "kept": s.kept.to_dict(),
+                    "attention_mm_share": _round(s.attention_mm_share),
+                    "ffn_mm_share": _round(s.ffn_mm_share),
+                }
                 for s in sorted(self.settings.values(), key=lambda s: (len(s.recompute), _order(s.recompute)))
             ],
             "full": self.full.to_dict(),
@@ -308,7 +323,8 @@ class KindCensus:
             if not recompute <= set(acting):
                 raise ValueError(f"{at}.recompute: switches not acting on this kind")
             settings[recompute] = Setting(
-                recompute, Kept.from_dict(entry.get("kept"), f"{at}.kept"),
+                recompute,
+                Kept.from_dict(entry.get("kept"), f"{at}.kept"),
                 _number(entry.get("attention_mm_share", 0.0), f"{at}.attention_mm_share"),
                 _number(entry.get("ffn_mm_share", 0.0), f"{at}.ffn_mm_share"),
             )
@@ -322,12 +338,18 @@ class KindCensus:
         if experts is not None and (not isinstance(experts, Mapping) or "model" not in experts):
             raise ValueError(f"{where}.experts: expected {{model, measured, scaling}}")
         return cls(
-            name=str(data["name"]), kind=dict(data["kind"]), layer_index=int(data["layer_index"]), acting=acting,
-            settings=settings, full=Kept.from_dict(data["full"], f"{where}.full"),
+            name=str(data["name"]),
+            kind=dict(data["kind"]),
+            layer_index=int(data["layer_index"]),
+            acting=acting,
+            settings=settings,
+            full=Kept.from_dict(data["full"], f"{where}.full"),
             working=tuple(
                 WorkingLine.from_dict(line, f"{where}.working.{i}") for i, line in enumerate(data["working"])
             ),
-            parts=parts, experts=dict(experts) if experts else None, fit=dict(data.get("fit", {})),
+            parts=parts,
+            experts=dict(experts) if experts else None,
+            fit=dict(data.get("fit", {})),
         )
 
 
@@ -387,9 +409,13 @@ class Census:
             if not kinds:
                 raise ValueError("kinds: no kind measured")
             return cls(
-                kinds=kinds, model_type=str(data["model_type"]), attention=str(data["attention"]),
-                dtype=str(data["dtype"]), micro_batch_size=int(data["micro_batch_size"]),
-                source=str(data.get("source", "")), experts_implementation=str(data.get("experts_implementation", "")),
+                kinds=kinds,
+                model_type=str(data["model_type"]),
+                attention=str(data["attention"]),
+                dtype=str(data["dtype"]),
+                micro_batch_size=int(data["micro_batch_size"]),
+                source=str(data.get("source", "")),
+                experts_implementation=str(data.get("experts_implementation", "")),
                 shapes=tuple(tuple(int(v) for v in shape) for shape in data.get("shapes", ())),  # type: ignore[misc]
                 versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
             )

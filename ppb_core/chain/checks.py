@@ -1,5 +1,4 @@
-"""What must hold of a stage's table before later stages read it (the blocking checks' rules).
-"""
+"""What must hold of a stage's table before later stages read it (the blocking checks' rules)."""
 
 from __future__ import annotations
 
@@ -30,12 +29,15 @@ def walk_problems(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> list[st
                 problems.append(f"chunk {chunk}, stage {stage_index} holds no body layer")
     return problems
 
+
 def offered_options(description: Mapping[str, object]) -> tuple[str, ...]:
     """The recompute options a BODY description offers the balancer: those whose memory key it has."""
     return tuple(option for option in OPTIONS if MEMORY_KEY[option] in description)
 
+
 def _is_time(key: str) -> bool:
     return key == "time" or key.endswith("_time")
+
 
 def description_problems(frame: pd.DataFrame) -> list[str]:
     """No negative or missing figure, at least one body, and every body offering the same options.
@@ -60,6 +62,7 @@ def description_problems(frame: pd.DataFrame) -> list[str]:
         problems.append(f"bodies offer different options: {listed}")
     return problems
 
+
 def scaling_problems(withdrawn: pd.DataFrame, scaled: pd.DataFrame, rel: float = 1e-12) -> list[str]:
     """Every time of the scaled descriptions is the withdrawn one over the first body's forward time."""
     before, after = descriptions_from_frame(withdrawn), descriptions_from_frame(scaled)
@@ -83,6 +86,7 @@ def scaling_problems(withdrawn: pd.DataFrame, scaled: pd.DataFrame, rel: float =
         problems.append(f"the first body's forward time is {first['forward_time']}, not 1")
     return problems
 
+
 def plan_problems(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> list[str]:
     """A plan exists, places every body layer, and each stage's predicted memory fits the device.
 
@@ -102,6 +106,7 @@ def plan_problems(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> list
     if placed != described:
         problems.append(f"{placed} body layers placed, {described} described")
     return problems
+
 
 def report_problems(plan_report: pd.DataFrame) -> list[str]:
     """Stages the memory model, evaluating the plan layer by layer, finds over the device's memory."""

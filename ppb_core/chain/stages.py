@@ -37,18 +37,22 @@ from ppb_core.timing import TimeModel
 # The columns that name a distinct layer in the memory and time tables.
 TIME_KEY_COLUMNS = ("model_name", "node", "kind", "kind_json", "count")
 
+
 def run_config(path: str | Path) -> pd.DataFrame:
     """The run config read, validated and resolved into one self-contained row."""
     run = load_run_config(path)  # errors name the file as given; the table records where it was
     return run_to_frame(run.model_copy(update={"source": str(Path(path).resolve())}))
 
+
 def layer_walk(run_config: pd.DataFrame) -> pd.DataFrame:
     """Every layer of the run in pipeline order with its (chunk, stage) cell."""
     return walk_to_frame(walk(run_from_frame(run_config)))
 
+
 def _run_and_walk(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> tuple[RunConfig, LayerWalk]:
     run = run_from_frame(run_config)
     return run, walk_from_frame(layer_walk, run.parallel.pp, run.parallel.vpp)
+
 
 def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """Each distinct layer's bytes on one device under every recompute option, and each stage's peak.
@@ -62,11 +66,13 @@ def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataF
     frame.attrs["stage_peaks"] = json.dumps(result.to_json()["stages"], sort_keys=True)
     return frame
 
+
 def layer_times(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """Each distinct layer's forward and backward milliseconds under every recompute option."""
     run, walked = _run_and_walk(run_config, layer_walk)
     frame = estimate_to_frame(estimate(run, times=TimeModel(run), layer_walk=walked, stages=False))
     return frame[[*TIME_KEY_COLUMNS, *(c for c in frame.columns if "_ms_" in c)]]
+
 
 def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """Per model and body kind, what each recompute switch alone saves and costs (`ppb profile`'s).
@@ -81,35 +87,45 @@ def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.Da
     )
     return profiles_to_frame(profiles)
 
+
 def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """The SAPP layer descriptions of the walk, identical layers merged (`nb_layer`), with times."""
     run, walked = _run_and_walk(run_config, layer_walk)
     descriptions = describe_layers(
-        walked, MemoryModel(run), TimeModel(run),
-        many=many_in_flight(run.parallel.pp, run.training.micro_batches), switches_of=run.switches,
+        walked,
+        MemoryModel(run),
+        TimeModel(run),
+        many=many_in_flight(run.parallel.pp, run.training.micro_batches),
+        switches_of=run.switches,
     )
     return descriptions_to_frame(descriptions)
+
 
 def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The bodies the run config's `ppb.combined` groups, each group described as one body."""
     run = run_from_frame(run_config)
     return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
 
+
 def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The selective options no body the balancer sees is better off with, withdrawn from every body."""
     return descriptions_to_frame(withdraw(descriptions_from_frame(combined_descriptions)))
 
+
 def scaled_descriptions(withdrawn_descriptions: pd.DataFrame) -> pd.DataFrame:
     """Times in units of the first body's forward time: what the balancer reads (also as SAPP JSON)."""
     return descriptions_to_frame(scale(descriptions_from_frame(withdrawn_descriptions)))
+
 
 def sapp_json(scaled_descriptions: pd.DataFrame) -> dict[str, bytes]:
     """The scaled descriptions as the SAPP balancer's file, `{"layers_description": [...]}`."""
     descriptions = validate_descriptions(descriptions_from_frame(scaled_descriptions), "scaled_descriptions")
     return {".json": (json.dumps({"layers_description": descriptions}, indent=2) + "\n").encode()}
 
+
 # Seconds the balancer may search; at the limit it returns its best plan with its gap.
 PLAN_TIME_LIMIT_S = 90.0
+
 
 def pipeline_plan(
     run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame, time_limit_s: float = PLAN_TIME_LIMIT_S
@@ -123,9 +139,11 @@ def pipeline_plan(
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
     return plan_to_frame(balance(problem, time_limit_s))
 
+
 def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
     """The plan as `ppb balance --json` prints it (less wall-clock seconds)."""
     return {".json": (json.dumps(json.loads(pipeline_plan.attrs["plan"]), indent=2) + "\n").encode()}
+
 
 def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.DataFrame:
     """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it."""
@@ -146,9 +164,11 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.Dat
     ]
     if plan.get("megatron", {}).get("layout"):
         headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
-    stages.attrs.update(title=f"{run.name}: pipeline plan", headline=json.dumps(headline),
-                        image=f"{partition_key(run.source)}.png")
+    stages.attrs.update(
+        title=f"{run.name}: pipeline plan", headline=json.dumps(headline), image=f"{partition_key(run.source)}.png"
+    )
     return stages
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -166,6 +186,7 @@ class Stage:
     def description(self) -> str:
         return self.doc or (inspect.getdoc(self.func) or "").split("\n\n")[0]
 
+
 # The first stage reads the run config file; each later one reads the tables named in `inputs`.
 _PPB = ("ppb_core.payload", "ppb_core.tables.payload", "ppb_core.memory", "ppb_core.timing")
 
@@ -178,19 +199,39 @@ STAGES: tuple[Stage, ...] = (
     Stage("layer_descriptions", layer_descriptions, ("run_config", "layer_walk"), _PPB),
     Stage("combined_descriptions", combined_descriptions, ("run_config", "layer_descriptions"), _PPB),
     Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), _PPB),
-    Stage("scaled_descriptions", scaled_descriptions, ("withdrawn_descriptions",), (*_PPB, "ppb_core.payload.sapp"),
-          artifacts=sapp_json, artifact_suffixes=(".json",)),
-    Stage("pipeline_plan", pipeline_plan, ("run_config", "scaled_descriptions"),
-          ("ppb_core.balance", "ppb_core.payload.sapp"), artifacts=plan_json, artifact_suffixes=(".json",)),
-    Stage("plan_report", plan_report, ("run_config", "pipeline_plan"), ("ppb_core.estimate.plan", "ppb_core.report"),
-          artifacts=report_files, artifact_suffixes=(".png", ".md")),
+    Stage(
+        "scaled_descriptions",
+        scaled_descriptions,
+        ("withdrawn_descriptions",),
+        (*_PPB, "ppb_core.payload.sapp"),
+        artifacts=sapp_json,
+        artifact_suffixes=(".json",),
+    ),
+    Stage(
+        "pipeline_plan",
+        pipeline_plan,
+        ("run_config", "scaled_descriptions"),
+        ("ppb_core.balance", "ppb_core.payload.sapp"),
+        artifacts=plan_json,
+        artifact_suffixes=(".json",),
+    ),
+    Stage(
+        "plan_report",
+        plan_report,
+        ("run_config", "pipeline_plan"),
+        ("ppb_core.estimate.plan", "ppb_core.report"),
+        artifacts=report_files,
+        artifact_suffixes=(".png", ".md"),
+    ),
 )
+
 
 def stage(name: str) -> Stage:
     for candidate in STAGES:
         if candidate.name == name:
             return candidate
     raise KeyError(f"no stage named {name!r} (stages: {', '.join(s.name for s in STAGES)})")
+
 
 def run_stage(
     name: str, tables: Mapping[str, pd.DataFrame], path: str | Path | None = None, **settings: Any
@@ -206,6 +247,7 @@ def run_stage(
         return step.func(path, **settings)
     return step.func(*(tables[upstream] for upstream in step.inputs), **settings)
 
+
 def run_chain(
     path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
 ) -> dict[str, pd.DataFrame]:
@@ -219,6 +261,7 @@ def run_chain(
         if step.name == until:
             break
     return tables
+
 
 def partition_key(path: str | Path) -> str:
     """The key a run config's tables are stored under: its file stem (also the Dagster partition)."""

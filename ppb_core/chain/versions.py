@@ -1,5 +1,4 @@
-"""Code versions of the stages: a digest of the core sources each stage runs.
-"""
+"""Code versions of the stages: a digest of the core sources each stage runs."""
 
 from __future__ import annotations
 
@@ -29,9 +28,11 @@ def _core_imports(module: str) -> frozenset[str]:
             found.update(f"{node.module}.{a.name}" for a in node.names if _exists(f"{node.module}.{a.name}"))
     return frozenset(found)
 
+
 @functools.cache
 def _own_source() -> bytes:
     return Path(__file__).with_name("stages.py").read_bytes()
+
 
 @functools.cache
 def _exists(module: str) -> bool:
@@ -39,6 +40,7 @@ def _exists(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
+
 
 def core_closure(modules: tuple[str, ...]) -> list[str]:
     """*modules* and every ppb_core module they import, directly or not, sorted."""
@@ -52,11 +54,13 @@ def core_closure(modules: tuple[str, ...]) -> list[str]:
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.submodule_search_locations:  # a package: its __init__ and parts
             pending.extend(
-                f"{module}.{p.stem}" for p in Path(next(iter(spec.submodule_search_locations))).glob("*.py")
+                f"{module}.{p.stem}"
+                for p in Path(next(iter(spec.submodule_search_locations))).glob("*.py")
                 if p.stem != "__init__"
             )
         pending.extend(_core_imports(module) - seen)
     return sorted(seen)
+
 
 def code_version(name: str) -> str:
     """A digest of the stage's name, this module (the stage functions and the table helpers they

@@ -32,14 +32,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
     parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
     parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
-    parser.add_argument("--constant-memory", type=float, default=None,
-                        help="MB every stage holds besides its layers (default: from a run config, the largest "
-                             "working set of one layer's backward; from layers.json, 0)")
-    parser.add_argument("--schedule", choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
-                        help="pipeline schedule (default 1f1b; interleaved when V > 1)")
+    parser.add_argument(
+        "--constant-memory",
+        type=float,
+        default=None,
+        help="MB every stage holds besides its layers (default: from a run config, the largest "
+        "working set of one layer's backward; from layers.json, 0)",
+    )
+    parser.add_argument(
+        "--schedule",
+        choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
+        help="pipeline schedule (default 1f1b; interleaved when V > 1)",
+    )
     parser.add_argument("-t", "--time-limit", type=float, help="seconds for the solver (default 90)")
-    parser.add_argument("--closed-form", action="store_true",
-                        help="minimise the closed-form estimate only, not the schedule's critical path")
+    parser.add_argument(
+        "--closed-form",
+        action="store_true",
+        help="minimise the closed-form estimate only, not the schedule's critical path",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
     parser.set_defaults(func=run)
@@ -68,8 +78,9 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
         try:
             interleave = int(interleave_text)
         except ValueError:
-            raise InputError(source, "--interleave", f"must be a positive integer or 'auto', got {interleave_text!r}") \
-                from None
+            raise InputError(
+                source, "--interleave", f"must be a positive integer or 'auto', got {interleave_text!r}"
+            ) from None
         _positive(interleave, "--interleave", source)
     if path.suffix.lower() in (".yaml", ".yml"):
         from ppb_core.config.run import load_run_config
@@ -79,17 +90,29 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
         schedule = args.schedule
         if search and (schedule or run.parallel.schedule) == "interleaved":
             schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
-        problem = run_problem(run, describe_run(run), stages=args.stages, micro_batches=args.micro_batches,
-                              chunks=interleave, memory_mb=args.memory, schedule=schedule,
-                              constant_memory_mb=args.constant_memory)
+        problem = run_problem(
+            run,
+            describe_run(run),
+            stages=args.stages,
+            micro_batches=args.micro_batches,
+            chunks=interleave,
+            memory_mb=args.memory,
+            schedule=schedule,
+            constant_memory_mb=args.constant_memory,
+        )
     else:
         schedule = args.schedule or "1f1b"
         if search and schedule == "interleaved":
             schedule = "1f1b"
         problem = BalanceInput(
-            layer_set(read_layers_description(path), source), args.stages or SAPP_DEFAULTS["stages"],
-            args.micro_batches or SAPP_DEFAULTS["micro_batches"], interleave or SAPP_DEFAULTS["interleave"],
-            float(args.memory or SAPP_DEFAULTS["memory"]), float(args.constant_memory or 0.0), schedule, source,
+            layer_set(read_layers_description(path), source),
+            args.stages or SAPP_DEFAULTS["stages"],
+            args.micro_batches or SAPP_DEFAULTS["micro_batches"],
+            interleave or SAPP_DEFAULTS["interleave"],
+            float(args.memory or SAPP_DEFAULTS["memory"]),
+            float(args.constant_memory or 0.0),
+            schedule,
+            source,
         )
     return problem, search
 
@@ -131,8 +154,11 @@ def render(result: dict[str, Any]) -> None:
     console.print(
         f"[bold]ppb balance[/bold] {given['source']}: P={given['stages']} m={given['micro_batches']} "
         f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
-        + (f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
-           if given["constant_memory_mb"] else "")
+        + (
+            f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
+            if given["constant_memory_mb"]
+            else ""
+        )
     )
     console.print(
         f"status [bold]{result['status']}[/bold]  objective {_number(result['objective'])} "
@@ -147,31 +173,46 @@ def render(result: dict[str, Any]) -> None:
             table.add_column(name, justify="right" if name not in ("options", "per chunk") else "left")
         for row in result["stages"]:
             options = " ".join(f"{k}:{v}" for k, v in row["options"].items() if v)
-            table.add_row(str(row["stage"]), str(row["layers"]), str(row["layers_per_chunk"]), options,
-                          f"{row['memory_mb']:.0f}", _number(row["time"]), f"{row['bubble']:.1%}")
+            table.add_row(
+                str(row["stage"]),
+                str(row["layers"]),
+                str(row["layers_per_chunk"]),
+                options,
+                f"{row['memory_mb']:.0f}",
+                _number(row["time"]),
+                f"{row['bubble']:.1%}",
+            )
         console.print(table)
         console.print("To put in the MindFormers / HyperParallel yaml:")
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
         mega = result["megatron"]
         if mega.get("layout"):
-            console.print(f"Megatron-LM: --pipeline-model-parallel-layout \"{mega['layout']}\"")
+            console.print(f'Megatron-LM: --pipeline-model-parallel-layout "{mega["layout"]}"')
             if mega.get("recompute"):
                 console.print("  " + " ".join(mega["recompute"]))
         if mega.get("note"):
             console.print(f"  ({mega['note']})")
         closed = result["closed_form"]
-        console.print(f"simulated iteration {_number(result['simulated_time'])}; closed form "
-                      f"{_number(closed['value'])} (its optimum {_number(closed['optimum'])})")
+        console.print(
+            f"simulated iteration {_number(result['simulated_time'])}; closed form "
+            f"{_number(closed['value'])} (its optimum {_number(closed['optimum'])})"
+        )
     table = Table(title="uniform split, one option for every layer")
     for name in ("option", "fits", "peak MB", "iteration"):
         table.add_column(name, justify="right")
     for row in result["baselines"]:
-        table.add_row(row["option"], "yes" if row["feasible"] else "no", f"{row['peak_memory_mb']:.0f}",
-                      _number(row["iteration_time"]))
+        table.add_row(
+            row["option"],
+            "yes" if row["feasible"] else "no",
+            f"{row['peak_memory_mb']:.0f}",
+            _number(row["iteration_time"]),
+        )
     console.print(table)
     if result.get("speedup"):
         console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
     for entry in result.get("interleave_search", []):
-        console.print(f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"
-                      f"{' — ' + entry['message'] if entry.get('message') else ''}")
+        console.print(
+            f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"
+            f"{' — ' + entry['message'] if entry.get('message') else ''}"
+        )

@@ -26,25 +26,54 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("model_config", help="a HuggingFace config.json")
     parser.add_argument("--out", "-o", required=True, help="the census file to write (JSON)")
-    parser.add_argument("--seq", type=int, nargs="+", default=list(DEFAULT_SEQ),
-                        help="sequence lengths to measure at, two at least (default 128 256 512)")
+    parser.add_argument(
+        "--seq",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_SEQ),
+        help="sequence lengths to measure at, two at least (default 128 256 512)",
+    )
     parser.add_argument("--batch", type=int, default=1, help="micro-batch size to measure at (default 1)")
-    parser.add_argument("--attention", choices=("eager", "sdpa"), default="sdpa",
-                        help="HuggingFace attention implementation (default sdpa)")
-    parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
-                        help="activation dtype (default: the config's torch_dtype, else bf16)")
-    parser.add_argument("--experts", type=int, nargs="+", default=None,
-                        help="routed experts to build MoE kinds with (default: the model's, or two counts from "
-                             "which the census scales when the model has more than --experts-cap)")
-    parser.add_argument("--experts-cap", type=int, default=16,
-                        help="build the model's own routed experts up to this many (default 16)")
-    parser.add_argument("--experts-implementation", choices=("grouped_mm", "eager", "batched_mm"), default="grouped_mm",
-                        help="HuggingFace experts implementation (default grouped_mm, as a loaded model runs)")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="attention dropout to measure with, as a run config's training.dropout sets it")
-    parser.add_argument("--no-tp-split", action="store_true",
-                        help="do not measure a tensor-parallel rank's share (the working set is then split as "
-                             "the kept bytes are)")
+    parser.add_argument(
+        "--attention",
+        choices=("eager", "sdpa"),
+        default="sdpa",
+        help="HuggingFace attention implementation (default sdpa)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        default=None,
+        help="activation dtype (default: the config's torch_dtype, else bf16)",
+    )
+    parser.add_argument(
+        "--experts",
+        type=int,
+        nargs="+",
+        default=None,
+        help="routed experts to build MoE kinds with (default: the model's, or two counts from "
+        "which the census scales when the model has more than --experts-cap)",
+    )
+    parser.add_argument(
+        "--experts-cap", type=int, default=16, help="build the model's own routed experts up to this many (default 16)"
+    )
+    parser.add_argument(
+        "--experts-implementation",
+        choices=("grouped_mm", "eager", "batched_mm"),
+        default="grouped_mm",
+        help="HuggingFace experts implementation (default grouped_mm, as a loaded model runs)",
+    )
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="attention dropout to measure with, as a run config's training.dropout sets it",
+    )
+    parser.add_argument(
+        "--no-tp-split",
+        action="store_true",
+        help="do not measure a tensor-parallel rank's share (the working set is then split as the kept bytes are)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     parser.set_defaults(func=run)
 
@@ -56,15 +85,19 @@ def _read_config(path: str) -> dict:
     raw = read_json(path, "is a directory, not a config.json")
     spec_from_hf(raw, path)  # the same checks the run config's reader makes
     if raw.get("model_type") not in CENSUS_MODEL_TYPES:
-        raise InputError(path, "model_type",
-                         f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}")
+        raise InputError(
+            path, "model_type", f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}"
+        )
     return raw
 
 
 def _check(args: argparse.Namespace) -> None:
     if len(set(args.seq)) < 2:
-        raise InputError("ppb census", "--seq", "give two sequence lengths at least (the fit has a term that grows "
-                                                "with the sequence)")
+        raise InputError(
+            "ppb census",
+            "--seq",
+            "give two sequence lengths at least (the fit has a term that grows with the sequence)",
+        )
     if min(args.seq) < 2 or args.batch < 1:
         raise InputError("ppb census", "--seq" if min(args.seq) < 2 else "--batch", "must be positive (seq ≥ 2)")
     if args.dropout is not None and not 0 <= args.dropout < 1:
@@ -88,21 +121,33 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     shapes = [Shape(args.batch, seq) for seq in sorted(set(args.seq))]
     result = census(
-        raw, attention=args.attention, shapes=shapes, dtype=args.dtype, experts=args.experts,
-        experts_cap=args.experts_cap, experts_implementation=args.experts_implementation,
-        split_working=not args.no_tp_split, source=str(args.model_config), dropout=args.dropout, progress=progress,
+        raw,
+        attention=args.attention,
+        shapes=shapes,
+        dtype=args.dtype,
+        experts=args.experts,
+        experts_cap=args.experts_cap,
+        experts_implementation=args.experts_implementation,
+        split_working=not args.no_tp_split,
+        source=str(args.model_config),
+        dropout=args.dropout,
+        progress=progress,
     )
     atomic_write_text(args.out, result.to_json())
     longest = shapes[-1].seq
-    print(f"{args.out}: {result.model_type}, {args.attention} attention, {result.dtype}, micro-batch {args.batch}, "
-          f"{time.perf_counter() - started:.1f} s")
+    print(
+        f"{args.out}: {result.model_type}, {args.attention} attention, {result.dtype}, micro-batch {args.batch}, "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     for kind in result.kinds:
         record = kind.activations(longest)
         fit = kind.fit
-        print(f"  {kind.name} (layer {kind.layer_index}): bytes per token at seq {longest}: kept "
-              f"{record.saved:,.0f} whole + {record.saved_tp:,.0f} split by TP"
-              + (f" + routed {record.routed:,.0f} + {record.routed_tp:,.0f}" if kind.experts else "")
-              + f"; backward holds {record.working + record.working_tp:,.0f}; "
-              f"fit residual {fit.get('kept_max_relative_residual', 0.0):.2%}"
-              + (f"; experts measured {kind.experts['measured']} of {kind.experts['model']}" if kind.experts else ""))
+        print(
+            f"  {kind.name} (layer {kind.layer_index}): bytes per token at seq {longest}: kept "
+            f"{record.saved:,.0f} whole + {record.saved_tp:,.0f} split by TP"
+            + (f" + routed {record.routed:,.0f} + {record.routed_tp:,.0f}" if kind.experts else "")
+            + f"; backward holds {record.working + record.working_tp:,.0f}; "
+            f"fit residual {fit.get('kept_max_relative_residual', 0.0):.2%}"
+            + (f"; experts measured {kind.experts['measured']} of {kind.experts['model']}" if kind.experts else "")
+        )
     return 0

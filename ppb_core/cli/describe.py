@@ -27,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("run", metavar="RUN.yaml", help="the run config")
     parser.add_argument("-o", "--output", metavar="layers.json", help="where to write (default: print)")
     parser.add_argument(
-        "--no-times", action="store_true",
+        "--no-times",
+        action="store_true",
         help="untimed descriptions: NONE, SLCT and FULL memory only, time 1 (SAPP's fallbacks price the rest)",
     )
     parser.set_defaults(func=run)

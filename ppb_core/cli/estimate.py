@@ -23,20 +23,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_config", help="a run config (configs/*.yaml)")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
-    parser.add_argument("--buffer-rule", choices=BUFFER_RULES, default="layered",
-                        help="how a layer's buffers add up (docs/memory.md); default layered")
+    parser.add_argument(
+        "--buffer-rule",
+        choices=BUFFER_RULES,
+        default="layered",
+        help="how a layer's buffers add up (docs/memory.md); default layered",
+    )
     parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
-    parser.add_argument("--no-stages", action="store_true",
-                        help="the rows per kind only, without the per-stage summary (needs no schedule)")
+    parser.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="the rows per kind only, without the per-stage summary (needs no schedule)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_run_config(args.run_config)
     times = None if args.no_times else TimeModel(config)
-    result = estimate(
-        config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages
-    )
+    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -58,13 +63,24 @@ def print_tables(result: Estimate) -> None:
     console = table_console()
     run = result.run
     par = run["parallel"]
-    title = (f"{run['name']}: dp {par['dp']} tp {par['tp']} pp {par['pp']} vpp {par['vpp']} cp {par['cp']} "
-             f"ep {par['ep']}, seq {run['training']['seq_length']} × mbs {run['training']['micro_batch_size']}, "
-             f"m {run['training']['micro_batches']} ({par['schedule']})")
-    layers = Table(title=title, caption="MB of 2**20 bytes on one device; activations per micro-batch in flight; "
-                   "buffers at NONE: at one micro-batch, the part per micro-batch, the part held once")
-    for name, justify in (("model", "left"), ("node", "left"), ("kind", "left"), ("count", "right"),
-                          ("parameters", "right"), ("static", "right")):
+    title = (
+        f"{run['name']}: dp {par['dp']} tp {par['tp']} pp {par['pp']} vpp {par['vpp']} cp {par['cp']} "
+        f"ep {par['ep']}, seq {run['training']['seq_length']} × mbs {run['training']['micro_batch_size']}, "
+        f"m {run['training']['micro_batches']} ({par['schedule']})"
+    )
+    layers = Table(
+        title=title,
+        caption="MB of 2**20 bytes on one device; activations per micro-batch in flight; "
+        "buffers at NONE: at one micro-batch, the part per micro-batch, the part held once",
+    )
+    for name, justify in (
+        ("model", "left"),
+        ("node", "left"),
+        ("kind", "left"),
+        ("count", "right"),
+        ("parameters", "right"),
+        ("static", "right"),
+    ):
         layers.add_column(name, justify=justify)
     for option in OPTIONS:
         layers.add_column(option, justify="right")
@@ -72,40 +88,77 @@ def print_tables(result: Estimate) -> None:
         layers.add_column(name, justify="right")
     for row in result.layers:
         layers.add_row(
-            row.model_name, row.node, row.kind, str(row.count), f"{row.parameters:,}", _mb(row.static_bytes),
+            row.model_name,
+            row.node,
+            row.kind,
+            str(row.count),
+            f"{row.parameters:,}",
+            _mb(row.static_bytes),
             *(_mb(row.activation_bytes[o]) for o in OPTIONS),
-            _mb(row.buffer_bytes_one), _mb(row.buffer_bytes_per_micro_batch), _mb(row.buffer_bytes_once),
+            _mb(row.buffer_bytes_one),
+            _mb(row.buffer_bytes_per_micro_batch),
+            _mb(row.buffer_bytes_once),
         )
     console.print(layers)
     for model, source in run.get("activations", {}).items():
         if source.get("source") == "census":
-            console.print(f"{model}: body activations from the census {source['file']} ({source['attention']} "
-                          f"attention, {source['dtype']}, measured at micro-batch {source['micro_batch_size']})")
+            console.print(
+                f"{model}: body activations from the census {source['file']} ({source['attention']} "
+                f"attention, {source['dtype']}, measured at micro-batch {source['micro_batch_size']})"
+            )
     timed = [row for row in result.layers if row.forward_ms is not None and row.backward_ms is not None]
     if timed:
-        times = Table(title="Times per micro-batch on one device (ms)",
-                      caption="forward, then the backward under each option (recomputation included)")
+        times = Table(
+            title="Times per micro-batch on one device (ms)",
+            caption="forward, then the backward under each option (recomputation included)",
+        )
         for name, justify in (("model", "left"), ("node", "left"), ("kind", "left"), ("forward", "right")):
             times.add_column(name, justify=justify)
         for option in OPTIONS:
             times.add_column(f"bwd {option}", justify="right")
         for row in timed:
-            times.add_row(row.model_name, row.node, row.kind, f"{row.forward_ms['NONE']:.3f}",
-                          *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS))
+            times.add_row(
+                row.model_name,
+                row.node,
+                row.kind,
+                f"{row.forward_ms['NONE']:.3f}",
+                *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS),
+            )
         console.print(times)
     if not result.stages:
         return
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
-    stages = Table(title=f"Stages (body layers at {options})",
-                   caption="activations × micro-batches in flight per chunk; working: the largest backward's "
-                           "working set; peak includes the device's reserved memory")
-    for name in ("stage", "layers", "in flight", "static", "activations", "buffers", "working", "reserved",
-                 "peak", "device", "fits"):
+    stages = Table(
+        title=f"Stages (body layers at {options})",
+        caption="activations × micro-batches in flight per chunk; working: the largest backward's "
+        "working set; peak includes the device's reserved memory",
+    )
+    for name in (
+        "stage",
+        "layers",
+        "in flight",
+        "static",
+        "activations",
+        "buffers",
+        "working",
+        "reserved",
+        "peak",
+        "device",
+        "fits",
+    ):
         stages.add_column(name, justify="left" if name == "in flight" else "right")
     for peak in result.stages:
         stages.add_row(
-            str(peak.stage), str(peak.body_layers), " ".join(map(str, peak.in_flight)), _mb(peak.static_bytes),
-            _mb(peak.activation_bytes), _mb(peak.buffer_bytes), _mb(peak.working_bytes), _mb(peak.reserved_bytes),
-            _mb(peak.peak_bytes), _mb(peak.device_bytes), "yes" if peak.fits else "[red]no[/red]",
+            str(peak.stage),
+            str(peak.body_layers),
+            " ".join(map(str, peak.in_flight)),
+            _mb(peak.static_bytes),
+            _mb(peak.activation_bytes),
+            _mb(peak.buffer_bytes),
+            _mb(peak.working_bytes),
+            _mb(peak.reserved_bytes),
+            _mb(peak.peak_bytes),
+            _mb(peak.device_bytes),
+            "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)

@@ -27,7 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--until", choices=[step.name for step in chain.STAGES], help="stop after this stage (default: all)"
     )
     parser.add_argument(
-        "-t", "--time-limit", type=float, default=chain.PLAN_TIME_LIMIT_S, metavar="SECONDS",
+        "-t",
+        "--time-limit",
+        type=float,
+        default=chain.PLAN_TIME_LIMIT_S,
+        metavar="SECONDS",
         help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
     )
     parser.set_defaults(func=run)

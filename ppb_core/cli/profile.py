@@ -33,7 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("run", metavar="RUN.yaml", help="the run config")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
-        "--most-in-flight", type=int, metavar="N",
+        "--most-in-flight",
+        type=int,
+        metavar="N",
         help="split the buffers at N micro-batches in flight (default: the most any stage of the schedule keeps)",
     )
     parser.set_defaults(func=run)
@@ -82,7 +84,9 @@ def _rows(profile: SwitchProfile) -> list[tuple[str, frozenset[str] | None, Cost
 
 
 def profiles_json(
-    run: RunConfig, many: int, profiles: Mapping[ProfileKey, SwitchProfile],
+    run: RunConfig,
+    many: int,
+    profiles: Mapping[ProfileKey, SwitchProfile],
     fronts: Mapping[ProfileKey, Sequence[LayerOption]],
 ) -> dict[str, Any]:
     return {
@@ -118,8 +122,15 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
             title=f"{run.name} · {model_name} · {kind.name}: switch costs (forward {profile.forward_time:.3f} ms, "
             f"buffers split at {many} in flight)"
         )
-        for column in ("setting", "MB per µ-batch", "MB once", f"MB at {many}", "backward ms", "Δ backward ms",
-                       "working MB"):
+        for column in (
+            "setting",
+            "MB per µ-batch",
+            "MB once",
+            f"MB at {many}",
+            "backward ms",
+            "Δ backward ms",
+            "working MB",
+        ):
             table.add_column(column, justify="left" if column == "setting" else "right")
         for role, recompute, cost in _rows(profile):
             label = {"plain": "plain", "full": "FULL", "selective_base": "selective, all kept"}.get(role)
@@ -127,8 +138,12 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
                 label = ("" if role == "alone" else "whole: ") + "+".join(_setting(recompute) or [])
             at_many = many * cost.memory_per_micro_batch + cost.memory_once
             table.add_row(
-                label, _mb(cost.memory_per_micro_batch), _mb(cost.memory_once), _mb(at_many),
-                f"{cost.backward_time:.3f}", f"{cost.backward_time - profile.plain.backward_time:+.3f}",
+                label,
+                _mb(cost.memory_per_micro_batch),
+                _mb(cost.memory_once),
+                _mb(at_many),
+                f"{cost.backward_time:.3f}",
+                f"{cost.backward_time - profile.plain.backward_time:+.3f}",
                 _mb(cost.working),
             )
         console.print(table)
@@ -138,8 +153,12 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
         for option in fronts[(model_name, kind)]:
             recomputes = "everything" if option.recompute is None else ", ".join(_setting(option.recompute)) or "-"
             front.add_row(
-                ",".join(option.names) or "-", recomputes, _mb(option.memory_per_micro_batch),
-                _mb(option.memory_once), _mb(option.memory(many)), f"{option.backward_time:.3f}",
+                ",".join(option.names) or "-",
+                recomputes,
+                _mb(option.memory_per_micro_batch),
+                _mb(option.memory_once),
+                _mb(option.memory(many)),
+                f"{option.backward_time:.3f}",
             )
         console.print(front)
 

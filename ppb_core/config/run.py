@@ -40,7 +40,6 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
 
-
 def _known_switches(switches: dict[str, int]) -> dict[str, int]:
     unknown = sorted(set(switches) - set(SWITCHES))
     if unknown:
@@ -119,9 +118,7 @@ class Parallel(StrictModel):
         # Experts are laid out over the data-parallel (and context-parallel) ranks of a TP group.
         expert_ranks = self.dp * self.cp * self.tp
         if expert_ranks % (self.ep * self.expert_tp):
-            raise ValueError(
-                f"ep·etp = {self.ep}·{self.expert_tp} does not divide dp·cp·tp = {expert_ranks}"
-            )
+            raise ValueError(f"ep·etp = {self.ep}·{self.expert_tp} does not divide dp·cp·tp = {expert_ranks}")
         return self
 
 
@@ -190,9 +187,7 @@ class Device(StrictModel):
         """The catalog figures with this config's overrides applied."""
         base = DEVICE_CATALOG[self.name] if self.name else DEVICE_CATALOG["generic"]
         overrides = {
-            key: value
-            for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items()
-            if value is not None
+            key: value for key, value in self.model_dump(exclude={"name", "reserved_mb"}).items() if value is not None
         }
         return base.replace(**overrides)
 
@@ -294,33 +289,44 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, whe
     par = run.parallel
     field = f"models.{index}"
     if spec.num_attention_heads % par.tp:
-        raise InputError(where, f"{field}.num_attention_heads",
-                         f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}")
+        raise InputError(
+            where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
+        )
     if not spec.is_mla and spec.kv_heads % par.tp and par.tp % spec.kv_heads:
-        raise InputError(where, f"{field}.num_key_value_heads",
-                         f"{spec.kv_heads} key/value heads and tp {par.tp}: neither divides the other")
+        raise InputError(
+            where,
+            f"{field}.num_key_value_heads",
+            f"{spec.kv_heads} key/value heads and tp {par.tp}: neither divides the other",
+        )
     if run.vocab_size(sub.name) % par.tp:
-        raise InputError(where, f"{field}.vocab_size",
-                         f"{spec.vocab_size} is not divisible by tp {par.tp} (set pad_vocab_multiple to pad it)")
+        raise InputError(
+            where,
+            f"{field}.vocab_size",
+            f"{spec.vocab_size} is not divisible by tp {par.tp} (set pad_vocab_multiple to pad it)",
+        )
     if spec.is_moe and spec.num_experts % par.ep:
-        raise InputError(where, f"{field}.num_experts",
-                         f"{spec.num_experts} experts are not divisible by ep {par.ep}")
+        raise InputError(where, f"{field}.num_experts", f"{spec.num_experts} experts are not divisible by ep {par.ep}")
     if par.cp > 1 and par.cp_variant == "ulysses" and spec.num_attention_heads % (par.tp * par.cp):
-        raise InputError(where, "parallel.cp",
-                         f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp "
-                         f"= {par.tp * par.cp}")
+        raise InputError(
+            where,
+            "parallel.cp",
+            f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp = {par.tp * par.cp}",
+        )
     if spec.position_embedding == "learned" and run.training.seq_length > spec.max_position_embeddings:
-        raise InputError(where, "training.seq_length",
-                         f"{run.training.seq_length} exceeds {sub.name}'s {spec.max_position_embeddings} "
-                         "learned positions")
+        raise InputError(
+            where,
+            "training.seq_length",
+            f"{run.training.seq_length} exceeds {sub.name}'s {spec.max_position_embeddings} learned positions",
+        )
 
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
-        raise InputError(where, "parallel.pp",
-                         f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells")
+        raise InputError(
+            where, "parallel.pp", f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells"
+        )
     try:
         check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches)
     except ValueError as err:
@@ -328,11 +334,15 @@ def _check_run(run: RunConfig, where: str) -> None:
     if train.seq_length % par.cp:
         raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
     if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):
-        raise InputError(where, "training.seq_length",
-                         f"ring attention splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks")
+        raise InputError(
+            where,
+            "training.seq_length",
+            f"ring attention splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks",
+        )
     if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
-        raise InputError(where, "training.seq_length",
-                         f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}")
+        raise InputError(
+            where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"
+        )
     for name in ("memory_mb",):
         if run.device.profile().memory_mb <= run.device.reserved_mb:
             raise InputError(where, f"device.{name}", "no memory left after reserved_mb")

@@ -79,8 +79,7 @@ class ModelSpec(StrictModel):
         if self.num_experts:
             if not 0 < self.experts_per_token <= self.num_experts:
                 raise ValueError(
-                    f"experts_per_token {self.experts_per_token} must be between 1 and num_experts "
-                    f"{self.num_experts}"
+                    f"experts_per_token {self.experts_per_token} must be between 1 and num_experts {self.num_experts}"
                 )
             if self.moe_intermediate_size is None:
                 raise ValueError("moe_intermediate_size is required when num_experts > 0")

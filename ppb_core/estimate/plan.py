@@ -42,6 +42,7 @@ MB = 2**20
 # first layer): full recompute first, then both selective kinds, then one, then none.
 ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
 
+
 def _placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:
     """The run's layers with the plan's body layers per [chunk][stage]; the first HEAD and the last
     TAIL in the first and last cells, where the balancer charges them, even when those hold no body."""
@@ -54,6 +55,7 @@ def _placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerW
     layers[first_head] = replace(layers[first_head], chunk=cells[0][0], stage=cells[0][1])
     layers[last_tail] = replace(layers[last_tail], chunk=cells[-1][0], stage=cells[-1][1])
     return LayerWalk(placed.stages, placed.chunks, tuple(layers), placed.cell_counts)
+
 
 def _options_along_cells(placed: LayerWalk, cell_options: Sequence[Sequence[Mapping[str, int]]]) -> dict[Layer, str]:
     """Each body layer's option: a cell's counts applied along its layers in MindFormers' order."""
@@ -69,8 +71,10 @@ def _options_along_cells(placed: LayerWalk, cell_options: Sequence[Sequence[Mapp
             chosen.update(zip(bodies, sequence, strict=True))
     return chosen
 
-def plan_stages(run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]],
-                planned_mb: Sequence[float] | None = None) -> pd.DataFrame:
+
+def plan_stages(
+    run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]], planned_mb: Sequence[float] | None = None
+) -> pd.DataFrame:
     """Each stage of a plan as the memory and time models see it (`REPORT_COLUMNS`).
 
     *cell_options* [chunk][stage] maps options to body layer counts (the balancer's cells). Each
@@ -85,8 +89,15 @@ def plan_stages(run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int
     chosen = _options_along_cells(placed, cell_options)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
-    peaks = stage_peaks(memory, placed, run_in_flight(run), device.profile().memory_mb * MB, device.reserved_mb * MB,
-                        option_of=lambda layer: chosen[layer], vectors=run_in_flight_vectors(run))
+    peaks = stage_peaks(
+        memory,
+        placed,
+        run_in_flight(run),
+        device.profile().memory_mb * MB,
+        device.reserved_mb * MB,
+        option_of=lambda layer: chosen[layer],
+        vectors=run_in_flight_vectors(run),
+    )
     forward = [0.0] * par.pp
     backward = [0.0] * par.pp
     for layer in placed:
@@ -100,18 +111,20 @@ def plan_stages(run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int
         for layer, option in chosen.items():
             if layer.stage == peak.stage:
                 counts[option] += 1
-        rows.append({
-            "stage": peak.stage,
-            "layers": peak.body_layers,
-            "options": " · ".join(f"{option} {n}" for option, n in counts.items() if n),
-            "parameters_mb": peak.static_bytes / MB,
-            "activations_mb": peak.activation_bytes / MB,
-            "buffers_mb": (peak.buffer_bytes + peak.working_bytes) / MB,
-            WORKING_COLUMN: peak.working_bytes / MB,
-            "device_mb": (peak.device_bytes - peak.reserved_bytes) / MB,
-            "forward_ms": forward[peak.stage],
-            "backward_ms": backward[peak.stage],
-        })
+        rows.append(
+            {
+                "stage": peak.stage,
+                "layers": peak.body_layers,
+                "options": " · ".join(f"{option} {n}" for option, n in counts.items() if n),
+                "parameters_mb": peak.static_bytes / MB,
+                "activations_mb": peak.activation_bytes / MB,
+                "buffers_mb": (peak.buffer_bytes + peak.working_bytes) / MB,
+                WORKING_COLUMN: peak.working_bytes / MB,
+                "device_mb": (peak.device_bytes - peak.reserved_bytes) / MB,
+                "forward_ms": forward[peak.stage],
+                "backward_ms": backward[peak.stage],
+            }
+        )
     frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN])
     if planned_mb is not None:
         frame[PLANNED_COLUMN] = [float(v) for v in planned_mb]

@@ -65,9 +65,7 @@ class KindEstimate:
             "parameter_bytes": _number(self.parameter_bytes),
             "gradient_bytes": _number(self.gradient_bytes),
             "optimizer_bytes": _number(self.optimizer_bytes),
-            "buffers_by_option": {
-                o: {k: _number(v) for k, v in self.buffers_by_option[o].items()} for o in OPTIONS
-            },
+            "buffers_by_option": {o: {k: _number(v) for k, v in self.buffers_by_option[o].items()} for o in OPTIONS},
         }
         if self.forward_ms is not None:
             data["forward_ms"] = dict(self.forward_ms)
@@ -133,9 +131,7 @@ def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dic
     return summary
 
 
-def kind_estimate(
-    memory: MemoryModel, layer: Layer, count: int, times: TimeSource | None = None
-) -> KindEstimate:
+def kind_estimate(memory: MemoryModel, layer: Layer, count: int, times: TimeSource | None = None) -> KindEstimate:
     """The row of one distinct layer."""
     static = memory.static_breakdown(layer)
     splits = {}
@@ -196,8 +192,16 @@ def estimate(
     peaks: tuple[StagePeak, ...] = ()
     if in_flight is not None:
         device = run.device
-        peaks = tuple(stage_peaks(memory, layer_walk, in_flight, device.profile().memory_mb * MB,
-                                  device.reserved_mb * MB, vectors=run_in_flight_vectors(run)))
+        peaks = tuple(
+            stage_peaks(
+                memory,
+                layer_walk,
+                in_flight,
+                device.profile().memory_mb * MB,
+                device.reserved_mb * MB,
+                vectors=run_in_flight_vectors(run),
+            )
+        )
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()
@@ -208,16 +212,35 @@ def estimate(
 
 _LOWER = {option: option.lower() for option in OPTIONS}
 LAYER_COLUMNS: tuple[str, ...] = (
-    "model_name", "node", "kind", "kind_json", "count", "parameters", "static_bytes", "parameter_bytes",
-    "gradient_bytes", "optimizer_bytes",
+    "model_name",
+    "node",
+    "kind",
+    "kind_json",
+    "count",
+    "parameters",
+    "static_bytes",
+    "parameter_bytes",
+    "gradient_bytes",
+    "optimizer_bytes",
     *(f"activation_bytes_{_LOWER[o]}" for o in OPTIONS),
-    "buffer_bytes_one", "buffer_bytes_per_micro_batch", "buffer_bytes_once",
+    "buffer_bytes_one",
+    "buffer_bytes_per_micro_batch",
+    "buffer_bytes_once",
     *(f"buffer_bytes_{part}_{_LOWER[o]}" for o in OPTIONS for part in ("one", "per_micro_batch", "once")),
     *(f"{which}_ms_{_LOWER[o]}" for which in ("forward", "backward") for o in OPTIONS),
 )
 STAGE_COLUMNS: tuple[str, ...] = (
-    "stage", "body_layers", "in_flight_json", "static_bytes", "activation_bytes", "buffer_bytes", "working_bytes",
-    "reserved_bytes", "device_bytes", "peak_bytes", "fits",
+    "stage",
+    "body_layers",
+    "in_flight_json",
+    "static_bytes",
+    "activation_bytes",
+    "buffer_bytes",
+    "working_bytes",
+    "reserved_bytes",
+    "device_bytes",
+    "peak_bytes",
+    "fits",
 )
 
 
@@ -228,10 +251,15 @@ def estimate_to_frame(result: Estimate):  # -> pd.DataFrame
     records = []
     for row in result.layers:
         record: dict[str, Any] = {
-            "model_name": row.model_name, "node": row.node, "kind": row.kind,
+            "model_name": row.model_name,
+            "node": row.node,
+            "kind": row.kind,
             "kind_json": json.dumps(kind_to_dict(row.layer_kind), sort_keys=True) if row.layer_kind else None,
-            "count": row.count, "parameters": row.parameters, "static_bytes": row.static_bytes,
-            "parameter_bytes": row.parameter_bytes, "gradient_bytes": row.gradient_bytes,
+            "count": row.count,
+            "parameters": row.parameters,
+            "static_bytes": row.static_bytes,
+            "parameter_bytes": row.parameter_bytes,
+            "gradient_bytes": row.gradient_bytes,
             "optimizer_bytes": row.optimizer_bytes,
             "buffer_bytes_one": row.buffer_bytes_one,
             "buffer_bytes_per_micro_batch": row.buffer_bytes_per_micro_batch,
@@ -247,8 +275,16 @@ def estimate_to_frame(result: Estimate):  # -> pd.DataFrame
     frame = pd.DataFrame.from_records(records, columns=list(LAYER_COLUMNS))
     dtypes: dict[str, str] = {c: "float64" for c in LAYER_COLUMNS if c.endswith("_bytes") or "_bytes_" in c}
     dtypes.update({c: "Float64" for c in LAYER_COLUMNS if "_ms_" in c})
-    dtypes.update({"count": "int64", "parameters": "int64", "model_name": "string", "node": "string",
-                   "kind": "string", "kind_json": "string"})
+    dtypes.update(
+        {
+            "count": "int64",
+            "parameters": "int64",
+            "model_name": "string",
+            "node": "string",
+            "kind": "string",
+            "kind_json": "string",
+        }
+    )
     frame = frame.astype(dtypes)
     frame.attrs["run"] = json.dumps(result.run, sort_keys=True)
     return frame
@@ -266,33 +302,35 @@ def estimate_from_frame(frame, stages_frame=None, run: Mapping[str, Any] | None 
         times = {}
         for which in ("forward", "backward"):
             values = {o: record[f"{which}_ms_{_LOWER[o]}"] for o in OPTIONS}
-            times[which] = None if all(pd.isna(v) for v in values.values()) else {
-                o: float(v) for o, v in values.items()
-            }
+            times[which] = (
+                None if all(pd.isna(v) for v in values.values()) else {o: float(v) for o, v in values.items()}
+            )
         kind_json = record["kind_json"]
-        rows.append(KindEstimate(
-            model_name=str(record["model_name"]),
-            node=str(record["node"]),
-            kind=str(record["kind"]),
-            count=int(record["count"]),
-            parameters=int(record["parameters"]),
-            static_bytes=float(record["static_bytes"]),
-            parameter_bytes=float(record["parameter_bytes"]),
-            gradient_bytes=float(record["gradient_bytes"]),
-            optimizer_bytes=float(record["optimizer_bytes"]),
-            activation_bytes={o: float(record[f"activation_bytes_{_LOWER[o]}"]) for o in OPTIONS},
-            buffer_bytes_one=float(record["buffer_bytes_one"]),
-            buffer_bytes_per_micro_batch=float(record["buffer_bytes_per_micro_batch"]),
-            buffer_bytes_once=float(record["buffer_bytes_once"]),
-            buffers_by_option={
-                o: {p: float(record[f"buffer_bytes_{p}_{_LOWER[o]}"]) for p in ("one", "per_micro_batch", "once")}
-                for o in OPTIONS
-            },
-            layer_kind=None if pd.isna(kind_json) else kind_from_dict(json.loads(kind_json)),
-            forward_ms=times["forward"],
-            backward_ms=times["backward"],
-            activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
-        ))
+        rows.append(
+            KindEstimate(
+                model_name=str(record["model_name"]),
+                node=str(record["node"]),
+                kind=str(record["kind"]),
+                count=int(record["count"]),
+                parameters=int(record["parameters"]),
+                static_bytes=float(record["static_bytes"]),
+                parameter_bytes=float(record["parameter_bytes"]),
+                gradient_bytes=float(record["gradient_bytes"]),
+                optimizer_bytes=float(record["optimizer_bytes"]),
+                activation_bytes={o: float(record[f"activation_bytes_{_LOWER[o]}"]) for o in OPTIONS},
+                buffer_bytes_one=float(record["buffer_bytes_one"]),
+                buffer_bytes_per_micro_batch=float(record["buffer_bytes_per_micro_batch"]),
+                buffer_bytes_once=float(record["buffer_bytes_once"]),
+                buffers_by_option={
+                    o: {p: float(record[f"buffer_bytes_{p}_{_LOWER[o]}"]) for p in ("one", "per_micro_batch", "once")}
+                    for o in OPTIONS
+                },
+                layer_kind=None if pd.isna(kind_json) else kind_from_dict(json.loads(kind_json)),
+                forward_ms=times["forward"],
+                backward_ms=times["backward"],
+                activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
+            )
+        )
     stages = stages_from_frame(stages_frame) if stages_frame is not None else ()
     return Estimate(dict(run), tuple(rows), stages)
 
@@ -309,28 +347,50 @@ def stages_to_frame(result: Estimate):  # -> pd.DataFrame
 
     records = [
         {
-            "stage": p.stage, "body_layers": p.body_layers, "in_flight_json": json.dumps(list(p.in_flight)),
-            "static_bytes": p.static_bytes, "activation_bytes": p.activation_bytes, "buffer_bytes": p.buffer_bytes,
-            "working_bytes": p.working_bytes, "reserved_bytes": p.reserved_bytes, "device_bytes": p.device_bytes,
-            "peak_bytes": p.peak_bytes, "fits": p.fits,
+            "stage": p.stage,
+            "body_layers": p.body_layers,
+            "in_flight_json": json.dumps(list(p.in_flight)),
+            "static_bytes": p.static_bytes,
+            "activation_bytes": p.activation_bytes,
+            "buffer_bytes": p.buffer_bytes,
+            "working_bytes": p.working_bytes,
+            "reserved_bytes": p.reserved_bytes,
+            "device_bytes": p.device_bytes,
+            "peak_bytes": p.peak_bytes,
+            "fits": p.fits,
         }
         for p in result.stages
     ]
     frame = pd.DataFrame.from_records(records, columns=list(STAGE_COLUMNS))
-    return frame.astype({
-        "stage": "int64", "body_layers": "int64", "in_flight_json": "string", "static_bytes": "float64",
-        "activation_bytes": "float64", "buffer_bytes": "float64", "working_bytes": "float64",
-        "reserved_bytes": "float64", "device_bytes": "float64", "peak_bytes": "float64", "fits": "bool",
-    })
+    return frame.astype(
+        {
+            "stage": "int64",
+            "body_layers": "int64",
+            "in_flight_json": "string",
+            "static_bytes": "float64",
+            "activation_bytes": "float64",
+            "buffer_bytes": "float64",
+            "working_bytes": "float64",
+            "reserved_bytes": "float64",
+            "device_bytes": "float64",
+            "peak_bytes": "float64",
+            "fits": "bool",
+        }
+    )
 
 
 def stages_from_frame(frame) -> tuple[StagePeak, ...]:
     return tuple(
         StagePeak(
-            stage=int(r["stage"]), body_layers=int(r["body_layers"]), in_flight=tuple(json.loads(r["in_flight_json"])),
-            static_bytes=float(r["static_bytes"]), activation_bytes=float(r["activation_bytes"]),
-            buffer_bytes=float(r["buffer_bytes"]), working_bytes=float(r["working_bytes"]),
-            reserved_bytes=float(r["reserved_bytes"]), device_bytes=float(r["device_bytes"]),
+            stage=int(r["stage"]),
+            body_layers=int(r["body_layers"]),
+            in_flight=tuple(json.loads(r["in_flight_json"])),
+            static_bytes=float(r["static_bytes"]),
+            activation_bytes=float(r["activation_bytes"]),
+            buffer_bytes=float(r["buffer_bytes"]),
+            working_bytes=float(r["working_bytes"]),
+            reserved_bytes=float(r["reserved_bytes"]),
+            device_bytes=float(r["device_bytes"]),
         )
         for r in frame.to_dict("records")
     )

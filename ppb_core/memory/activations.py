@@ -102,8 +102,9 @@ def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> lis
             ]
     terms.append(ActivationTerm(f"{prefix}attention.core_output", None, tokens * heads * d_v, bc))
     if kind.hidden_dropout > 0:
-        terms.append(ActivationTerm(f"{prefix}attention.dropout_mask_after_projection", None, whole * h, MASK_BYTES,
-                                    False))
+        terms.append(
+            ActivationTerm(f"{prefix}attention.dropout_mask_after_projection", None, whole * h, MASK_BYTES, False)
+        )
     return terms
 
 
@@ -196,8 +197,9 @@ def head_terms(kind: HeadKind, setup: MemorySetup) -> list[ActivationTerm]:
     if kind.learned_positions:
         terms.append(ActivationTerm("embedding.position_ids", None, setup.tokens, INDEX_BYTES, False))
     if kind.hidden_dropout > 0:
-        terms.append(ActivationTerm("embedding.dropout_mask", None, setup.whole_tokens * kind.hidden_size, MASK_BYTES,
-                                    False))
+        terms.append(
+            ActivationTerm("embedding.dropout_mask", None, setup.whole_tokens * kind.hidden_size, MASK_BYTES, False)
+        )
     return terms
 
 
@@ -264,7 +266,10 @@ class ActivationFormulas:
         return tuple(full_recompute_terms(kind, setup))
 
     def state_terms(
-        self, kind: BodyKind | HeadKind | TailKind, setup: MemorySetup, state: LayerType,
+        self,
+        kind: BodyKind | HeadKind | TailKind,
+        setup: MemorySetup,
+        state: LayerType,
         switches: Mapping[str, int] | None,
     ) -> tuple[ActivationTerm, ...]:
         """What the layer keeps in *state*; *switches* act only on SEL_REC_LAYER."""

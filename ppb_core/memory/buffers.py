@@ -68,8 +68,9 @@ def attention_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> l
                 BufferTerm("cp", f"{prefix}attention.ring_double_buffer", 2 * chunk, False),
             ]
         else:  # Ulysses: queries, keys and values leave through an all-to-all over heads
-            terms.append(BufferTerm("cp", f"{prefix}attention.all_to_all_staging",
-                                    setup.tokens * q_width * bc + chunk, False))
+            terms.append(
+                BufferTerm("cp", f"{prefix}attention.all_to_all_staging", setup.tokens * q_width * bc + chunk, False)
+            )
     return terms
 
 
@@ -93,8 +94,9 @@ def ffn_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Bu
             BufferTerm("ep", f"{prefix}moe.all_to_all_staging", max(dispatched, returned) * h * bc, False),
         ]
     if setup.etp > 1:
-        terms.append(BufferTerm("tp", f"{prefix}moe.expert_gathered_tokens", (rows - dispatched) * h * bc, True,
-                                "gather"))
+        terms.append(
+            BufferTerm("tp", f"{prefix}moe.expert_gathered_tokens", (rows - dispatched) * h * bc, True, "gather")
+        )
     return terms
 
 

@@ -125,8 +125,11 @@ class MemoryModel:
     def activation_sources(self) -> dict[str, Any]:
         """Per model, what prices its body activations, as the estimate's output states it."""
         return {
-            name: (self._pricers[name].describe() if hasattr(self._pricers.get(name), "describe")
-                   else {"source": "formulas"})
+            name: (
+                self._pricers[name].describe()
+                if hasattr(self._pricers.get(name), "describe")
+                else {"source": "formulas"}
+            )
             for name in self.run.model_names
         }
 
@@ -154,9 +157,7 @@ class MemoryModel:
         """What the layer keeps at one micro-batch, op by op, each with the switch that governs it."""
         return self.state_memory(layer, state, switches).terms
 
-    def activation_bytes(
-        self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None
-    ) -> float:
+    def activation_bytes(self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None) -> float:
         """Activations of one micro-batch in flight."""
         return self.state_memory(layer, state, switches).activation_bytes
 

@@ -99,17 +99,19 @@ def stage_peaks(
     for stage, total in totals.items():
         # the vector of the largest activations + buffers (on a tie, the first listed)
         index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
-        peaks.append(StagePeak(
-            stage=stage,
-            body_layers=total["body"],
-            in_flight=tuple(vectors[stage][index]),
-            static_bytes=total["static"],
-            activation_bytes=dynamic[stage][index][0],
-            buffer_bytes=dynamic[stage][index][1],
-            working_bytes=total["work"],
-            reserved_bytes=reserved_bytes,
-            device_bytes=device_bytes,
-        ))
+        peaks.append(
+            StagePeak(
+                stage=stage,
+                body_layers=total["body"],
+                in_flight=tuple(vectors[stage][index]),
+                static_bytes=total["static"],
+                activation_bytes=dynamic[stage][index][0],
+                buffer_bytes=dynamic[stage][index][1],
+                working_bytes=total["work"],
+                reserved_bytes=reserved_bytes,
+                device_bytes=device_bytes,
+            )
+        )
     return peaks
 
 
@@ -151,8 +153,9 @@ def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
 
-def run_working_set_bytes(run: RunConfig, memory: MemoryModel | None = None,
-                          layer_walk: LayerWalk | None = None) -> float:
+def run_working_set_bytes(
+    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
+) -> float:
     """The most any one layer's backward holds beyond what its stage keeps, over every layer kind
     of the run and every recompute option: what a stage peak adds to its kept memory, whatever
     layers and options a plan gives it (each distinct kind evaluated once)."""

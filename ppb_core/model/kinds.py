@@ -234,9 +234,11 @@ def kind_to_dict(kind: LayerKind) -> dict:
     for f in dataclasses.fields(kind):
         value = getattr(kind, f.name)
         if dataclasses.is_dataclass(value):
-            value = kind_to_dict(value) if isinstance(value, BodyKind) else {
-                "type": type(value).__name__, **dataclasses.asdict(value)
-            }
+            value = (
+                kind_to_dict(value)
+                if isinstance(value, BodyKind)
+                else {"type": type(value).__name__, **dataclasses.asdict(value)}
+            )
         data[f.name] = value
     return data
 
@@ -248,8 +250,10 @@ def kind_from_dict(data: dict) -> LayerKind:
         if key == "type":
             continue
         if isinstance(value, dict):
-            value = kind_from_dict(value) if value["type"] in _KIND_TYPES else parts[value["type"]](
-                **{k: v for k, v in value.items() if k != "type"}
+            value = (
+                kind_from_dict(value)
+                if value["type"] in _KIND_TYPES
+                else parts[value["type"]](**{k: v for k, v in value.items() if k != "type"})
             )
         fields[key] = value
     return _KIND_TYPES[data["type"]](**fields)

@@ -92,8 +92,10 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     par = run.parallel
     stages, chunks = par.pp, par.vpp
     total = run.total_body_layers
-    counts = [list(row) for row in cell_counts] if cell_counts is not None else uniform_split(
-        total, stages, chunks, par.schedule
+    counts = (
+        [list(row) for row in cell_counts]
+        if cell_counts is not None
+        else uniform_split(total, stages, chunks, par.schedule)
     )
     if len(counts) != chunks or any(len(row) != stages for row in counts):
         raise InputError(run.source, "cell_counts", f"expected {chunks} chunks of {stages} stages")
@@ -154,8 +156,9 @@ def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
     for layer in layer_walk:
         if layer.kind not in cache:
             cache[layer.kind] = json.dumps(kind_to_dict(layer.kind), sort_keys=True)
-        rows.append((layer.model_name, layer.node, layer.kind.name, cache[layer.kind], layer.index,
-                     layer.chunk, layer.stage))
+        rows.append(
+            (layer.model_name, layer.node, layer.kind.name, cache[layer.kind], layer.index, layer.chunk, layer.stage)
+        )
     frame = pd.DataFrame(rows, columns=list(WALK_COLUMNS))
     frame.attrs["stages"], frame.attrs["chunks"] = layer_walk.stages, layer_walk.chunks
     return frame.astype({"index": "int64", "chunk": "int64", "stage": "int64"})

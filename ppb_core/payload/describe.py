@@ -35,14 +35,17 @@ MB = 2**20
 
 _END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
 
+
 def mb(value: float | Iterable[float]) -> int:
     """Bytes as whole MB, truncated toward zero as SAPP's payload builder does; a tuple is summed first."""
     total = sum(value) if isinstance(value, Iterable) else value
     return int(total / MB)
 
+
 def many_in_flight(stages: int, micro_batches: int) -> int:
     """The most micro-batches a 1F1B stage keeps in flight, and at least 2, where the buffers are split."""
     return max(2, min(stages, micro_batches))
+
 
 class Split(NamedTuple):
     """A layer's memory with its buffers split by how they grow with the micro-batches in flight.
@@ -55,6 +58,7 @@ class Split(NamedTuple):
     per_micro_batch: float  # buffers that grow, per micro-batch in flight
     once: float  # buffers held once
     excess: tuple[float, ...]  # what the split over-charges at each count asked for
+
 
 @dataclass(frozen=True)
 class Evaluation:
@@ -105,6 +109,7 @@ class Evaluation:
     def census_terms(self) -> tuple[float, float] | None:
         return self.memory.census_terms(self.layer, self.state, self.running)
 
+
 def describe_layer(
     layer: Layer,
     memory: MemorySource,
@@ -134,6 +139,7 @@ def describe_layer(
         _body_or_end_times(desc, layer, times, configured)
     return desc
 
+
 def _body_memory(desc: dict[str, Any], context: Evaluation, many: int, timed: bool) -> None:
     switches = selective_switches(context.configured)
     splits = {
@@ -153,6 +159,7 @@ def _body_memory(desc: dict[str, Any], context: Evaluation, many: int, timed: bo
             desc[MEMORY_KEY[name]] = mb(splits[name].activation) + mb(splits[name].per_micro_batch)
     desc["time"] = 1
 
+
 def _body_or_end_times(desc: dict[str, Any], layer: Layer, times: TimeSource, configured: Mapping[str, int]) -> None:
     if layer.node in _END_STATE:
         desc["forward_time"], desc["backward_time"] = times.layer_times(layer, _END_STATE[layer.node], None)
@@ -162,6 +169,7 @@ def _body_or_end_times(desc: dict[str, Any], layer: Layer, times: TimeSource, co
             desc[TIME_KEY[name]] = times.layer_times(layer, LayerType.SEL_REC_LAYER, switches)[1]
         desc["recompute_time"] = times.layer_times(layer, LayerType.FULL_REC_LAYER, None)[1]
     desc["time"] = desc["forward_time"]
+
 
 def add_to_list(descriptions: list[dict[str, Any]], desc: Mapping[str, Any]) -> None:
     """Count *desc* in *descriptions* (the builder's own list, updated in place).
@@ -186,7 +194,9 @@ def add_to_list(descriptions: list[dict[str, Any]], desc: Mapping[str, Any]) -> 
         entry["name"] = f"BODY_{bodies}" if entry["type"] == BODY else entry["type"]
         descriptions.append(entry)
 
+
 SwitchesOf = Callable[[str], Mapping[str, int]]
+
 
 def describe_layers(
     layers: Iterable[Layer],
@@ -209,6 +219,7 @@ def describe_layers(
         add_to_list(descriptions, measured[key])
     return descriptions
 
+
 def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = None) -> list[dict[str, Any]]:
     """The run's layers described and merged, before any post-processing."""
     return describe_layers(
@@ -218,6 +229,7 @@ def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = No
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),
         switches_of=run.switches,
     )
+
 
 def describe_run(
     run: RunConfig,

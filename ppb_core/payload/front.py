@@ -90,9 +90,7 @@ def price_option(
     """A setting (switch names recomputed, or None for full) priced from the profile."""
     chosen = None if recompute is None else frozenset(recompute)
     cost = _cost(profile, chosen)
-    excess = tuple(
-        (count, amount) for count, amount in zip(profile.counts, cost.excess, strict=True) if amount != 0
-    )
+    excess = tuple((count, amount) for count, amount in zip(profile.counts, cost.excess, strict=True) if amount != 0)
     return LayerOption(
         recompute=chosen,
         memory_per_micro_batch=cost.memory_per_micro_batch,

@@ -20,6 +20,7 @@ from ppb_core.model.walk import BODY
 
 Groups = Sequence[Sequence[Sequence[str]]]
 
+
 def combine(descriptions: Sequence[Mapping[str, Any]], groups: Groups) -> list[dict[str, Any]]:
     """Bodies of several sub-models described as one, for each group of (model name, node) pairs.
 
@@ -61,9 +62,11 @@ def combine(descriptions: Sequence[Mapping[str, Any]], groups: Groups) -> list[d
         result.insert(max(index, 0), combined)
     return result
 
+
 def _option_cost(desc: Mapping[str, Any], option: str) -> tuple[Any, Any] | None:
     memory, backward = desc.get(MEMORY_KEY[option]), desc.get(TIME_KEY[option])
     return None if memory is None or backward is None else (memory, backward)
+
 
 def beaten(desc: Mapping[str, Any], option: str) -> bool:
     """Whether another option of *desc* needs no more memory and no more backward time than *option*.
@@ -82,6 +85,7 @@ def beaten(desc: Mapping[str, Any], option: str) -> bool:
         if theirs[0] <= mine[0] and theirs[1] <= mine[1] and (theirs != mine or earlier):
             return True
     return False
+
 
 def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The selective options no body is better off with, withdrawn from every body.
@@ -102,6 +106,7 @@ def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             desc.pop(TIME_KEY[name], None)
     return result
 
+
 def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Times in units of the first body's forward time (the first body that has a non-zero one).
 
@@ -118,6 +123,7 @@ def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if (key == "time" or key.endswith("_time")) and desc[key] is not None:
                 desc[key] = desc[key] / unit
     return result
+
 
 def postprocess(descriptions: Sequence[Mapping[str, Any]], groups: Groups = ()) -> list[dict[str, Any]]:
     """Combine, then withdraw on the bodies the balancer will see, then scale."""

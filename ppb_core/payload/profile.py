@@ -104,9 +104,7 @@ class SwitchProfile:
         something it drops, i.e. its alone cost differs from the base.
         """
         return tuple(
-            name
-            for name in SWITCHES
-            if name not in OPTIONAL or (name in self.alone and self.alone[name] != self.base)
+            name for name in SWITCHES if name not in OPTIONAL or (name in self.alone and self.alone[name] != self.base)
         )
 
     def selective(self, recompute: Iterable[str]) -> Cost:

@@ -1,5 +1,4 @@
-"""Switch profiles measured through the memory and time models: each switch alone, per layer kind.
-"""
+"""Switch profiles measured through the memory and time models: each switch alone, per layer kind."""
 
 from __future__ import annotations
 
@@ -29,12 +28,14 @@ class _Measured(NamedTuple):
     first_working: float
     terms: tuple[float, float] | None
 
+
 def drops_any(layer: Layer, switch: str) -> bool:
     """Whether the layer keeps anything an optional switch drops: attUp acts only on MLA layers."""
     if switch != "attUp":
         return True
     kind = layer.kind
     return isinstance(kind, BodyKind) and kind.attention.is_mla
+
 
 def _cost(measured: _Measured, backward: float, unclamp: bool = True) -> Cost:
     """Activations and growing buffers per micro-batch, the rest once.
@@ -52,6 +53,7 @@ def _cost(measured: _Measured, backward: float, unclamp: bool = True) -> Cost:
     return Cost(
         split.activation + split.per_micro_batch, split.once, backward, split.excess, working, first_working, kept
     )
+
 
 def measure_profile(
     layer: Layer,
@@ -111,8 +113,10 @@ def measure_profile(
         )
 
     full_split = context.at(LayerType.FULL_REC_LAYER).split(many, counts)
-    full = _cost(_Measured(full_split, full_working, plain.first_working, None),
-                 times.layer_times(layer, LayerType.FULL_REC_LAYER, None)[1])
+    full = _cost(
+        _Measured(full_split, full_working, plain.first_working, None),
+        times.layer_times(layer, LayerType.FULL_REC_LAYER, None)[1],
+    )
     return SwitchProfile(
         forward_time=forward,
         plain=_cost(plain, backward, unclamp=not census),
@@ -124,7 +128,9 @@ def measure_profile(
         census_held=None if base.terms is None else base.terms[1],
     )
 
+
 ProfileKey = tuple[str, Any]
+
 
 def profile_layers(
     layers: Iterable[Layer],
@@ -143,10 +149,16 @@ def profile_layers(
         if layer.node != BODY or key in profiles:
             continue
         profiles[key] = measure_profile(
-            layer, memory, times, many=many, counts=counts, configured=switches_of(layer.model_name),
+            layer,
+            memory,
+            times,
+            many=many,
+            counts=counts,
+            configured=switches_of(layer.model_name),
             each_switch=each_switch,
         )
     return profiles
+
 
 def profile_run(
     run: RunConfig,
@@ -172,5 +184,6 @@ def profile_run(
 
         times = TimeModel(run)
     many = max(2, most_in_flight) if most_in_flight else many_in_flight(run.parallel.pp, run.training.micro_batches)
-    return profile_layers(walk(run), memory, times, many=many, counts=in_flight, switches_of=run.switches,
-                          each_switch=each_switch)
+    return profile_layers(
+        walk(run), memory, times, many=many, counts=in_flight, switches_of=run.switches, each_switch=each_switch
+    )

@@ -226,15 +226,18 @@ def layer_set(descriptions: Sequence[Mapping[str, Any]], source: str | Path | No
     options = considered_options(first)
     if not options:
         raise InputError(
-            source, f"{TOP_KEY}[{first_index}]", "the first BODY considers no option: no memory key "
-            f"({', '.join(MEMORY_KEY.values())}) is present"
+            source,
+            f"{TOP_KEY}[{first_index}]",
+            f"the first BODY considers no option: no memory key ({', '.join(MEMORY_KEY.values())}) is present",
         )
     for index, entry in bodies_entries[1:]:
         own = considered_options(entry)
         if own != options:
             raise InputError(
-                source, f"{TOP_KEY}[{index}]", f"BODY {entry['name']!r} considers {', '.join(own) or 'no option'} "
-                f"but the first BODY considers {', '.join(options)}; every BODY must share them"
+                source,
+                f"{TOP_KEY}[{index}]",
+                f"BODY {entry['name']!r} considers {', '.join(own) or 'no option'} "
+                f"but the first BODY considers {', '.join(options)}; every BODY must share them",
             )
     heads = tuple(_record(e, ("NONE",)) for e in checked if e["type"] == "HEAD")
     bodies = tuple(_record(e, options) for _, e in bodies_entries)

@@ -15,10 +15,14 @@ import pandas as pd
 
 from ppb_core.estimate.plan import PLANNED_COLUMN, REPORT_COLUMNS
 
-MEMORY_PARTS = (("parameters_mb", "parameters", "#4C72B0"), ("activations_mb", "activations", "#DD8452"),
-                ("buffers_mb", "buffers", "#55A868"))
+MEMORY_PARTS = (
+    ("parameters_mb", "parameters", "#4C72B0"),
+    ("activations_mb", "activations", "#DD8452"),
+    ("buffers_mb", "buffers", "#55A868"),
+)
 
 TIME_PARTS = (("forward_ms", "forward", "#8172B3"), ("backward_ms", "backward", "#C44E52"))
+
 
 def check_report_table(stages: pd.DataFrame) -> None:
     missing = [c for c in REPORT_COLUMNS if c not in stages.columns]
@@ -27,8 +31,10 @@ def check_report_table(stages: pd.DataFrame) -> None:
     if stages.empty:
         raise ValueError("the report table has no stage")
 
+
 def stage_memory_mb(stages: pd.DataFrame) -> pd.Series:
     return stages["parameters_mb"] + stages["activations_mb"] + stages["buffers_mb"]
+
 
 def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes:
     """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
@@ -50,11 +56,25 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
         memory_axes.bar(x, values, bottom=bottom, label=label, color=color, width=0.7)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     limits = stages["device_mb"].astype(float).tolist()
-    memory_axes.step([i - 0.5 for i in x] + [x[-1] + 0.5], [*limits, limits[-1]], where="post",
-                     color="black", linestyle="--", linewidth=1.2, label="device limit")
+    memory_axes.step(
+        [i - 0.5 for i in x] + [x[-1] + 0.5],
+        [*limits, limits[-1]],
+        where="post",
+        color="black",
+        linestyle="--",
+        linewidth=1.2,
+        label="device limit",
+    )
     if PLANNED_COLUMN in stages.columns:
-        memory_axes.plot(x, stages[PLANNED_COLUMN].astype(float).tolist(), linestyle="none", marker="D",
-                         markersize=5, color="black", label="balancer's estimate")
+        memory_axes.plot(
+            x,
+            stages[PLANNED_COLUMN].astype(float).tolist(),
+            linestyle="none",
+            marker="D",
+            markersize=5,
+            color="black",
+            label="balancer's estimate",
+        )
     memory_axes.set_title("memory per stage")
     memory_axes.set_xlabel("stage")
     memory_axes.set_ylabel("MB")
@@ -81,8 +101,10 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
 
+
 def _number(value: object, digits: int = 1) -> str:
     return f"{float(value):,.{digits}f}"
+
 
 def summary_markdown(
     stages: pd.DataFrame,
@@ -98,7 +120,7 @@ def summary_markdown(
     tightest = int(headroom.idxmin())
     busiest = int((stages["forward_ms"] + stages["backward_ms"]).idxmax())
     lines = [f"# {title}", ""]
-    for key, value in (headline.items() if isinstance(headline, Mapping) else headline):
+    for key, value in headline.items() if isinstance(headline, Mapping) else headline:
         lines.append(f"- **{key}**: {value}")
     lines += [
         f"- **stages**: {len(stages)}; every stage fits: {'yes' if (headroom >= 0).all() else 'NO'}",
@@ -122,6 +144,7 @@ def summary_markdown(
             f"| {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} | {_number(row['backward_ms'], 3)} |"
         )
     return "\n".join(lines) + "\n"
+
 
 def report_files(stages: pd.DataFrame) -> dict[str, bytes]:
     """The report's files from its table: `.png` the chart, `.md` the summary linking it.

@@ -167,18 +167,20 @@ def profiles_to_frame(profiles: Mapping[ProfileKey, SwitchProfile]) -> pd.DataFr
             entries.append(("selective_base", frozenset(), profile.selective_base))
         entries += [("whole", recompute, cost) for recompute, cost in profile.whole.items()]
         for role, recompute, cost in entries:
-            rows.append({
-                **shared,
-                "role": role,
-                "recompute": _setting(recompute),
-                "memory_per_micro_batch_bytes": cost.memory_per_micro_batch,
-                "memory_once_bytes": cost.memory_once,
-                "backward_ms": cost.backward_time,
-                "excess_bytes": json.dumps([float(x) for x in cost.excess]),
-                "working_bytes": cost.working,
-                "first_working_bytes": cost.first_working,
-                "census_kept_bytes": cost.census_kept,
-            })
+            rows.append(
+                {
+                    **shared,
+                    "role": role,
+                    "recompute": _setting(recompute),
+                    "memory_per_micro_batch_bytes": cost.memory_per_micro_batch,
+                    "memory_once_bytes": cost.memory_once,
+                    "backward_ms": cost.backward_time,
+                    "excess_bytes": json.dumps([float(x) for x in cost.excess]),
+                    "working_bytes": cost.working,
+                    "first_working_bytes": cost.first_working,
+                    "census_kept_bytes": cost.census_kept,
+                }
+            )
     return pd.DataFrame(
         {name: pd.array([row[name] for row in rows], dtype=dtype) for name, dtype in PROFILE_COLUMNS.items()}
     )

@@ -1,5 +1,4 @@
-"""The balancer's plan as a table: one row per pipeline stage.
-"""
+"""The balancer's plan as a table: one row per pipeline stage."""
 
 from __future__ import annotations
 
@@ -11,11 +10,20 @@ import pandas as pd
 
 from ppb_core.model.switches import OPTIONS
 
-PLAN_COLUMNS = ("stage", "layers", "layers_per_chunk", *(o.lower() for o in OPTIONS), "memory_mb", "time", "bubble",
-                "cells_json")
+PLAN_COLUMNS = (
+    "stage",
+    "layers",
+    "layers_per_chunk",
+    *(o.lower() for o in OPTIONS),
+    "memory_mb",
+    "time",
+    "bubble",
+    "cells_json",
+)
 
 # What the balancer reports that differs from one solve to the next: wall-clock seconds.
 _VOLATILE = ("seconds",)
+
 
 def plan_to_frame(result: Mapping[str, Any]) -> pd.DataFrame:
     """One row per stage of a `ppb balance --json` result; the whole result in `attrs["plan"]`.
@@ -32,19 +40,29 @@ def plan_to_frame(result: Mapping[str, Any]) -> pd.DataFrame:
     for row in result.get("stages", []):
         stage_index = row["stage"]
         cells = [chunk_row[stage_index]["options"] for chunk_row in result["cells"]]
-        rows.append({
-            "stage": stage_index,
-            "layers": row["layers"],
-            "layers_per_chunk": json.dumps(row["layers_per_chunk"]),
-            **{o.lower(): sum(int(cell.get(o, 0)) for cell in cells) for o in OPTIONS},
-            "memory_mb": float(row["memory_mb"]),
-            "time": float(row["time"]),
-            "bubble": float(row["bubble"]),
-            "cells_json": json.dumps(cells, sort_keys=True),
-        })
-    frame = pd.DataFrame(rows, columns=list(PLAN_COLUMNS)).astype({
-        "stage": "int64", "layers": "int64", "layers_per_chunk": "string", **{o.lower(): "int64" for o in OPTIONS},
-        "memory_mb": "float64", "time": "float64", "bubble": "float64", "cells_json": "string",
-    })
+        rows.append(
+            {
+                "stage": stage_index,
+                "layers": row["layers"],
+                "layers_per_chunk": json.dumps(row["layers_per_chunk"]),
+                **{o.lower(): sum(int(cell.get(o, 0)) for cell in cells) for o in OPTIONS},
+                "memory_mb": float(row["memory_mb"]),
+                "time": float(row["time"]),
+                "bubble": float(row["bubble"]),
+                "cells_json": json.dumps(cells, sort_keys=True),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=list(PLAN_COLUMNS)).astype(
+        {
+            "stage": "int64",
+            "layers": "int64",
+            "layers_per_chunk": "string",
+            **{o.lower(): "int64" for o in OPTIONS},
+            "memory_mb": "float64",
+            "time": "float64",
+            "bubble": "float64",
+            "cells_json": "string",
+        }
+    )
     frame.attrs["plan"] = json.dumps(stable, sort_keys=True)
     return frame

@@ -93,15 +93,17 @@ def parse_calibration(lines: Iterable[str], source: str = "<calibration>") -> tu
         if node not in NODES:
             raise InputError(source, f"line {number}: node", f"{row['node']!r} is not one of {', '.join(NODES)}")
         if option not in OPTIONS:
-            raise InputError(source, f"line {number}: option",
-                             f"{row['option']!r} is not one of {', '.join(OPTIONS)}")
+            raise InputError(source, f"line {number}: option", f"{row['option']!r} is not one of {', '.join(OPTIONS)}")
         if node != "BODY" and option != "NONE":
             raise InputError(source, f"line {number}: option", f"a {node} is never recomputed: use NONE")
         for name in ("model_name", "kind"):
             if not row[name]:
                 raise InputError(source, f"line {number}: {name}", "empty")
         measured = Measurement(
-            row["model_name"], node, row["kind"], option,
+            row["model_name"],
+            node,
+            row["kind"],
+            option,
             _positive(row["forward_ms"], source, f"line {number}: forward_ms"),
             _positive(row["backward_ms"], source, f"line {number}: backward_ms"),
             number,
@@ -130,8 +132,9 @@ class KindFactors:
     forward: Mapping[str, float] = field(default_factory=dict)
     recompute: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # option: (factor, offset ms)
 
-    def times(self, option: str | None, forward_ms: float, backward_ms: float, recompute_ms: float,
-              recomputes: bool) -> tuple[float, float]:
+    def times(
+        self, option: str | None, forward_ms: float, backward_ms: float, recompute_ms: float, recomputes: bool
+    ) -> tuple[float, float]:
         """Calibrated (forward, backward); *option* is the measured option the state runs, if any."""
         forward = forward_ms * self.forward.get(option, self.forward_default)
         backward = backward_ms * self.backward
@@ -180,7 +183,8 @@ def fit_calibration(
     }
     increments = [
         (m.backward_ms - backward_of[m.key] * terms[m][1], terms[m][2])
-        for m in measurements if m.option != "NONE" and terms[m][2] > 0
+        for m in measurements
+        if m.option != "NONE" and terms[m][2] > 0
     ]
     global_recompute = _ratio(sum(i for i, _ in increments), sum(r for _, r in increments), global_forward)
 
@@ -207,6 +211,5 @@ def fit_calibration(
             forward=forward,
             recompute=recompute,
         )
-    default = KindFactors(forward_default=global_forward, backward=global_backward,
-                          recompute_default=global_recompute)
+    default = KindFactors(forward_default=global_forward, backward=global_backward, recompute_default=global_recompute)
     return Calibration(source, measurements, kinds, default)

@@ -43,7 +43,11 @@ INDEX_BYTES = 8  # int64 token ids
 
 # Collectives and the groups they run over (sizes and placement: `ppb_core.timing.comm`).
 ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, P2P = (
-    "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "p2p",
 )
 
 
@@ -121,8 +125,15 @@ class Geometry:
     def whole_model(self) -> Geometry:
         """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
         return dataclasses.replace(
-            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, flash_attention=False,
-            dropless=True, dropless_imbalance=1.0,
+            self,
+            tp=1,
+            sequence_parallel=False,
+            cp=1,
+            ep=1,
+            etp=1,
+            flash_attention=False,
+            dropless=True,
+            dropless_imbalance=1.0,
         )
 
     @property
@@ -165,8 +176,17 @@ def _kv_heads(att: Attention, tp: int) -> int:
 
 
 def _matmul(
-    name: str, block: str, rows: float, k: float, n: float, bc: int, *, weights: float | None = None,
-    switch: str | None = None, transient: bool = False, inputs: Sequence[str] = (),
+    name: str,
+    block: str,
+    rows: float,
+    k: float,
+    n: float,
+    bc: int,
+    *,
+    weights: float | None = None,
+    switch: str | None = None,
+    transient: bool = False,
+    inputs: Sequence[str] = (),
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients)."""
@@ -176,8 +196,14 @@ def _matmul(
 
 
 def _elementwise(
-    name: str, block: str, forward_bytes: float, backward_bytes: float, *, switch: str | None = None,
-    transient: bool = False, inputs: Sequence[str] = (),
+    name: str,
+    block: str,
+    forward_bytes: float,
+    backward_bytes: float,
+    *,
+    switch: str | None = None,
+    transient: bool = False,
+    inputs: Sequence[str] = (),
 ) -> Op:
     """A memory-bound op, priced by the bytes it moves."""
     return Op(name, block, MEMORY, switch, transient, tuple(inputs), 0.0, forward_bytes, 0.0, backward_bytes)
@@ -189,7 +215,13 @@ def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op
 
 
 def _tp_entry(
-    p: str, stem: str, block: str, geo: Geometry, width: float, source: str, consumer: str,
+    p: str,
+    stem: str,
+    block: str,
+    geo: Geometry,
+    width: float,
+    source: str,
+    consumer: str,
     switch: str | None = "gather",
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
@@ -200,14 +232,27 @@ def _tp_entry(
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     if geo.gathers:
-        return [Op(
-            f"{p}gather_{stem}", block, COMM, switch=switch, inputs=(source,),
-            forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
-            backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
-            recompute_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
-        )]
-    return [Op(f"{p}reduce_{stem}_grad", block, COMM, inputs=(source,),
-               backward_comm=Collective(ALL_REDUCE, "tp", payload, "tp_async", (consumer, "wgrad")))]
+        return [
+            Op(
+                f"{p}gather_{stem}",
+                block,
+                COMM,
+                switch=switch,
+                inputs=(source,),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
+                recompute_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+            )
+        ]
+    return [
+        Op(
+            f"{p}reduce_{stem}_grad",
+            block,
+            COMM,
+            inputs=(source,),
+            backward_comm=Collective(ALL_REDUCE, "tp", payload, "tp_async", (consumer, "wgrad")),
+        )
+    ]
 
 
 def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) -> list[Op]:
@@ -217,11 +262,25 @@ def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) 
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     if geo.gathers:
-        return [Op(name, block, COMM, inputs=(producer,),
-                   forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward")),
-                   backward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (producer, "dgrad")))]
-    return [Op(name, block, COMM, inputs=(producer,),
-               forward_comm=Collective(ALL_REDUCE, "tp", payload, "tp", (producer, "forward")))]
+        return [
+            Op(
+                name,
+                block,
+                COMM,
+                inputs=(producer,),
+                forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward")),
+                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (producer, "dgrad")),
+            )
+        ]
+    return [
+        Op(
+            name,
+            block,
+            COMM,
+            inputs=(producer,),
+            forward_comm=Collective(ALL_REDUCE, "tp", payload, "tp", (producer, "forward")),
+        )
+    ]
 
 
 def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
@@ -268,11 +327,27 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
         q_in = att.q_lora_rank or h
         ops += [
             _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,)),
-            _matmul(up, block, n, att.kv_lora_rank, heads * (att.qk_nope_head_dim + att.value_head_dim), bc,
-                    switch=None if ulysses else "attUp", transient=ulysses, inputs=(kv_source,)),
+            _matmul(
+                up,
+                block,
+                n,
+                att.kv_lora_rank,
+                heads * (att.qk_nope_head_dim + att.value_head_dim),
+                bc,
+                switch=None if ulysses else "attUp",
+                transient=ulysses,
+                inputs=(kv_source,),
+            ),
             # Q and K assembled: the rotary part applied and concatenated with the no-position part.
-            _elementwise(p + "rope", block, 2 * 2 * n * heads * d_qk * bc, 2 * 2 * n * heads * d_qk * bc,
-                         switch=None if ulysses else "attUp", transient=ulysses, inputs=(q_name, up, rope_key)),
+            _elementwise(
+                p + "rope",
+                block,
+                2 * 2 * n * heads * d_qk * bc,
+                2 * 2 * n * heads * d_qk * bc,
+                switch=None if ulysses else "attUp",
+                transient=ulysses,
+                inputs=(q_name, up, rope_key),
+            ),
         ]
         qk, v, qkv_switch = [p + "rope"], [up], "attUp"
     else:
@@ -298,18 +373,39 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
         if geo.rope:
-            ops.append(_elementwise(p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,),
-                                    **qk_state("rope")))
+            ops.append(
+                _elementwise(
+                    p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
+                )
+            )
             previous = p + "rope"
-        ops.append(_matmul(p + "v_proj", block, n, h, kv * d, bc, inputs=(source,),
-                           **({"transient": True} if ulysses else {"switch": "attBMM"})))
+        ops.append(
+            _matmul(
+                p + "v_proj",
+                block,
+                n,
+                h,
+                kv * d,
+                bc,
+                inputs=(source,),
+                **({"transient": True} if ulysses else {"switch": "attBMM"}),
+            )
+        )
         qk, v, qkv_switch = [previous], [p + "v_proj"], "attBMM"
     if ulysses:
         q_width, kv_width = _core_widths(kind, geo)
         payload = n * (heads * q_width[0] + kv_width) * bc
-        ops.append(Op(p + "cp_a2a_qkv", block, COMM, switch=qkv_switch, inputs=(*qk, *v),
-                      forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
-                      backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a")))
+        ops.append(
+            Op(
+                p + "cp_a2a_qkv",
+                block,
+                COMM,
+                switch=qkv_switch,
+                inputs=(*qk, *v),
+                forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+                backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+            )
+        )
         qk = v = [p + "cp_a2a_qkv"]
     return ops, qk, v
 
@@ -339,46 +435,111 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
         qk_bytes = (n * heads * d_qk + keys * kv_width / 2) * bc + n * heads * STATS_BYTES
         v_bytes = (keys * kv_width / 2 + n * heads * d_v) * bc
         ops += [
-            Op(scores, block, MATMUL, "softmax", False, (*qk,), 2 * pairs * d_qk, qk_bytes, 6 * pairs * d_qk,
-               2 * qk_bytes),
-            Op(context, block, MATMUL, None, False, (scores, *v), 2 * pairs * d_v, v_bytes, 4 * pairs * d_v,
-               2 * v_bytes),
+            Op(
+                scores,
+                block,
+                MATMUL,
+                "softmax",
+                False,
+                (*qk,),
+                2 * pairs * d_qk,
+                qk_bytes,
+                6 * pairs * d_qk,
+                2 * qk_bytes,
+            ),
+            Op(
+                context,
+                block,
+                MATMUL,
+                None,
+                False,
+                (scores, *v),
+                2 * pairs * d_v,
+                v_bytes,
+                4 * pairs * d_v,
+                2 * v_bytes,
+            ),
         ]
     else:
         scores, context = p + "scores", p + "context"
-        ops.append(Op(scores, block, MATMUL, None, True, (*qk,), 2 * pairs * d_qk,
-                      (n * heads * d_qk + keys * heads * d_qk + pairs) * bc, 4 * pairs * d_qk,
-                      2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc))
+        ops.append(
+            Op(
+                scores,
+                block,
+                MATMUL,
+                None,
+                True,
+                (*qk,),
+                2 * pairs * d_qk,
+                (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+                4 * pairs * d_qk,
+                2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+            )
+        )
         # Scale, causal mask and softmax, fused, written in the compute dtype.
-        ops.append(_elementwise(p + "softmax", block, 2 * pairs * bc, 3 * pairs * bc, switch="softmax",
-                                inputs=(scores,)))
+        ops.append(
+            _elementwise(p + "softmax", block, 2 * pairs * bc, 3 * pairs * bc, switch="softmax", inputs=(scores,))
+        )
         probs = p + "softmax"
         if kind.attention_dropout > 0:
             ops += [
                 # The mask is drawn from the RNG state: regenerating it writes it again.
                 _elementwise(p + "dropout_mask", block, pairs * MASK_BYTES, 0.0, switch="dropout"),
-                _elementwise(p + "dropout_probs", block, pairs * (2 * bc + MASK_BYTES), pairs * (2 * bc + MASK_BYTES),
-                             switch="headCast", inputs=(probs, p + "dropout_mask")),
+                _elementwise(
+                    p + "dropout_probs",
+                    block,
+                    pairs * (2 * bc + MASK_BYTES),
+                    pairs * (2 * bc + MASK_BYTES),
+                    switch="headCast",
+                    inputs=(probs, p + "dropout_mask"),
+                ),
             ]
             probs = p + "dropout_probs"
-        ops.append(Op(context, block, MATMUL, None, False, (probs, *v), 2 * pairs * d_v,
-                      (pairs + keys * heads * d_v + n * heads * d_v) * bc, 4 * pairs * d_v,
-                      2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc))
+        ops.append(
+            Op(
+                context,
+                block,
+                MATMUL,
+                None,
+                False,
+                (probs, *v),
+                2 * pairs * d_v,
+                (pairs + keys * heads * d_v + n * heads * d_v) * bc,
+                4 * pairs * d_v,
+                2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
+            )
+        )
     if geo.cp > 1 and geo.cp_variant == "ring":
         # cp-1 steps pass a chunk's keys and values around the ring behind the blocks' compute. The
         # chunks received are kept for the backward (`gather`); the backward passes their gradients
         # around, and at gather 0 the chunks once more.
         chunk = (geo.cp - 1) * n * kv_width * bc
-        ops.insert(0, Op(p + "cp_ring", block, COMM, switch="gather", inputs=(*qk, *v),
-                         forward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "forward")),
-                         backward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "backward")),
-                         recompute_comm=Collective(P2P, "cp", chunk, "cp_ring", (context, "backward"))))
+        ops.insert(
+            0,
+            Op(
+                p + "cp_ring",
+                block,
+                COMM,
+                switch="gather",
+                inputs=(*qk, *v),
+                forward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "forward")),
+                backward_comm=Collective(P2P, "cp", chunk, "cp_ring", (scores, "backward")),
+                recompute_comm=Collective(P2P, "cp", chunk, "cp_ring", (context, "backward")),
+            ),
+        )
     out = context
     if geo.cp > 1 and geo.cp_variant == "ulysses":
         payload = n * heads * d_v * bc
-        ops.append(Op(p + "cp_a2a_out", block, COMM, inputs=(context,),
-                      forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
-                      backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a")))
+        ops.append(
+            Op(
+                p + "cp_a2a_out",
+                block,
+                COMM,
+                inputs=(context,),
+                forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+                backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+            )
+        )
         out = p + "cp_a2a_out"
     return ops, out
 
@@ -391,7 +552,9 @@ def attention_ops(kind: BodyKind, geo: Geometry, p: str = "") -> list[Op]:
     core, out = _core(kind, geo, p, qk, v)
     heads = _split(att.num_heads, geo.tp)
     return [
-        *ops, *projections, *core,
+        *ops,
+        *projections,
+        *core,
         _matmul(p + "out_proj", block, geo.tokens, heads * att.value_head_dim, h, bc, inputs=(out,)),
         *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
@@ -402,12 +565,12 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     """GeLU reads its input and writes its output; SwiGLU reads gate and up. Its output is `ffAct`'s."""
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
-    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct",
-                        inputs=inputs)
+    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
 
 
-def _ffn(p: str, block: str, geo: Geometry, rows: float, h: int, width: int, gated: bool, source: str,
-         local_experts: int = 0) -> list[Op]:
+def _ffn(
+    p: str, block: str, geo: Geometry, rows: float, h: int, width: int, gated: bool, source: str, local_experts: int = 0
+) -> list[Op]:
     """Up (and gate) projection, activation, down projection over *rows* tokens; a grouped GEMM over
     *local_experts* experts reads every expert's weights."""
     bc, up_width = geo.dtype_bytes, width * (2 if gated else 1)
@@ -451,48 +614,100 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
         _norm(norm, block, whole, h, bc, switch="normOp"),
         _matmul(p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,)),
         # Router logits upcast, softmax and top-k in fp32.
-        _elementwise(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES),
-                     whole * experts * (bc + 2 * STATS_BYTES), inputs=(p + "router",)),
+        _elementwise(
+            p + "router_topk",
+            block,
+            whole * experts * (bc + 2 * STATS_BYTES),
+            whole * experts * (bc + 2 * STATS_BYTES),
+            inputs=(p + "router",),
+        ),
         _elementwise(p + "permute", block, 2 * routed * h * bc, 2 * routed * h * bc, inputs=(norm, p + "router_topk")),
     ]
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
     if geo.ep > 1:
-        ops.append(Op(p + "dispatch", block, COMM, inputs=(source,),
-                      forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
-                      backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad"))))
+        ops.append(
+            Op(
+                p + "dispatch",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
+                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad")),
+            )
+        )
         source = p + "dispatch"
     if geo.etp > 1:
         gathered = rows * h * bc
-        ops.append(Op(p + "gather_experts", block, COMM, switch="gather", inputs=(source,),
-                      forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp"),
-                      backward_comm=Collective(REDUCE_SCATTER, "etp", gathered, "tp_async",
-                                               (p + "experts_in", "dgrad")),
-                      recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async")))
+        ops.append(
+            Op(
+                p + "gather_experts",
+                block,
+                COMM,
+                switch="gather",
+                inputs=(source,),
+                forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp"),
+                backward_comm=Collective(REDUCE_SCATTER, "etp", gathered, "tp_async", (p + "experts_in", "dgrad")),
+                recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async"),
+            )
+        )
         source = p + "gather_experts"
     local = _split(experts, geo.ep)
-    ops += _ffn(p + "experts", block, geo, rows, h, _split(moe.expert_intermediate_size, geo.etp), moe.gated, source,
-                local_experts=local)
+    ops += _ffn(
+        p + "experts",
+        block,
+        geo,
+        rows,
+        h,
+        _split(moe.expert_intermediate_size, geo.etp),
+        moe.gated,
+        source,
+        local_experts=local,
+    )
     source = p + "experts_out"
     if geo.etp > 1:
-        ops.append(Op(p + "reduce_experts", block, COMM, inputs=(source,),
-                      forward_comm=Collective(REDUCE_SCATTER, "etp", rows * h * bc, "tp"),
-                      backward_comm=Collective(ALL_GATHER, "etp", rows * h * bc, "tp", (p + "experts_out", "dgrad"))))
+        ops.append(
+            Op(
+                p + "reduce_experts",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(REDUCE_SCATTER, "etp", rows * h * bc, "tp"),
+                backward_comm=Collective(ALL_GATHER, "etp", rows * h * bc, "tp", (p + "experts_out", "dgrad")),
+            )
+        )
         source = p + "reduce_experts"
     if geo.ep > 1:
-        ops.append(Op(p + "combine", block, COMM, inputs=(source,),
-                      forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
-                      backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad"))))
+        ops.append(
+            Op(
+                p + "combine",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
+                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad")),
+            )
+        )
         source = p + "combine"
     # Weighted sum of each token's k expert outputs back in token order.
-    ops.append(_elementwise(p + "unpermute", block, (k + 1) * geo.tokens / geo.tp * h * bc,
-                            (k + 1) * geo.tokens / geo.tp * h * bc, inputs=(source,)))
+    ops.append(
+        _elementwise(
+            p + "unpermute",
+            block,
+            (k + 1) * geo.tokens / geo.tp * h * bc,
+            (k + 1) * geo.tokens / geo.tp * h * bc,
+            inputs=(source,),
+        )
+    )
     if moe.shared_experts:
         width = moe.shared_experts * _split(moe.shared_intermediate_size, geo.tp)
         entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")
         shared_source = entry[0].name if geo.gathers else norm
-        ops += [*entry, *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
-                *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out")]
+        ops += [
+            *entry,
+            *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
+            *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out"),
+        ]
     ops.append(_residual(p + "residual_moe", block, geo, h, kind.hidden_dropout))
     return ops
 
@@ -514,19 +729,28 @@ def _embedding(p: str, block: str, geo: Geometry, h: int, learned_positions: boo
     ops = [_elementwise(p + "lookup", block, forward, backward)]
     if geo.tp > 1:
         payload = rows * bc
-        ops.append(Op(p + "reduce_embedding", block, COMM, inputs=(p + "lookup",),
-                      forward_comm=Collective(REDUCE_SCATTER if geo.gathers else ALL_REDUCE, "tp", payload, "tp"),
-                      backward_comm=Collective(ALL_GATHER, "tp", payload, "tp") if geo.gathers else None))
+        ops.append(
+            Op(
+                p + "reduce_embedding",
+                block,
+                COMM,
+                inputs=(p + "lookup",),
+                forward_comm=Collective(REDUCE_SCATTER if geo.gathers else ALL_REDUCE, "tp", payload, "tp"),
+                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp") if geo.gathers else None,
+            )
+        )
     if dropout > 0:
         elements = geo.whole_tokens * h
-        ops.append(_elementwise(p + "dropout", block, elements * (2 * bc + MASK_BYTES),
-                                elements * (2 * bc + MASK_BYTES)))
+        ops.append(
+            _elementwise(p + "dropout", block, elements * (2 * bc + MASK_BYTES), elements * (2 * bc + MASK_BYTES))
+        )
     return ops
 
 
 def head_ops(kind: HeadKind, geo: Geometry) -> tuple[Op, ...]:
-    return tuple(_embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0,
-                            kind.hidden_dropout))
+    return tuple(
+        _embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0, kind.hidden_dropout)
+    )
 
 
 def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> list[Op]:
@@ -542,12 +766,24 @@ def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> l
         _norm(norm, block, geo.whole_tokens, h, bc, inputs=(source,) if source else ()),
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
-        _elementwise(p + "loss", block, elements * (bc + 3 * STATS_BYTES), elements * (2 * STATS_BYTES + bc),
-                     inputs=(p + "logits",)),
+        _elementwise(
+            p + "loss",
+            block,
+            elements * (bc + 3 * STATS_BYTES),
+            elements * (2 * STATS_BYTES + bc),
+            inputs=(p + "logits",),
+        ),
     ]
     if geo.tp > 1:
-        ops.append(Op(p + "reduce_loss", block, COMM, inputs=(p + "loss",),
-                      forward_comm=Collective(ALL_REDUCE, "tp", 3 * n * STATS_BYTES, "tp")))
+        ops.append(
+            Op(
+                p + "reduce_loss",
+                block,
+                COMM,
+                inputs=(p + "loss",),
+                forward_comm=Collective(ALL_REDUCE, "tp", 3 * n * STATS_BYTES, "tp"),
+            )
+        )
     return ops
 
 
@@ -563,15 +799,30 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
         ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
         entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
         ops += entry
-        ops.append(_matmul(p + "projection", block, geo.tokens, 2 * h, _split(h, geo.tp), bc,
-                           inputs=(entry[0].name if geo.gathers else p + "norms",)))
+        ops.append(
+            _matmul(
+                p + "projection",
+                block,
+                geo.tokens,
+                2 * h,
+                _split(h, geo.tp),
+                bc,
+                inputs=(entry[0].name if geo.gathers else p + "norms",),
+            )
+        )
         if geo.tp > 1:
             payload = geo.tokens * h * bc
-            ops.append(Op(p + "gather_projected", block, COMM, inputs=(p + "projection",),
-                          forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
-                          backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp")))
-        ops += [dataclasses.replace(op, block=f"{block}.{op.block}")
-                for op in body_ops(kind.mtp_body, geo, p)]
+            ops.append(
+                Op(
+                    p + "gather_projected",
+                    block,
+                    COMM,
+                    inputs=(p + "projection",),
+                    forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
+                    backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp"),
+                )
+            )
+        ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
         ops += _output(p + "output.", block, kind, geo, p + "residual")
     return tuple(ops)
 
@@ -622,7 +873,9 @@ def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] |
 
 
 def layer_flops(
-    ops: Sequence[Op], state: LayerType = LayerType.NOT_REC_LAYER, switches: Mapping[str, int] | None = None,
+    ops: Sequence[Op],
+    state: LayerType = LayerType.NOT_REC_LAYER,
+    switches: Mapping[str, int] | None = None,
     matmul_only: bool = True,
 ) -> tuple[float, float]:
     """(forward, backward) FLOPs of one micro-batch on one device; the backward includes what it recomputes."""

@@ -147,8 +147,10 @@ class TimeModel:
                     backward = self._exposed_s(op.backward_comm, by_name)
                     again = forward
                     if op.recompute_comm is not None:
-                        share = max(getattr(self.overlap, op.recompute_comm.overlap),
-                                    getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0)
+                        share = max(
+                            getattr(self.overlap, op.recompute_comm.overlap),
+                            getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0,
+                        )
                         again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
                 else:
                     forward = again = self._phase_s(op, "forward")
@@ -185,8 +187,10 @@ class TimeModel:
             parts = LayerParts(
                 sum(prices[op.name].forward_ms for op in ops),
                 sum(prices[op.name].backward_ms for op in ops),
-                sum(prices[op.name].forward_ms if state is LayerType.FULL_REC_LAYER else prices[op.name].recompute_ms
-                    for op in rerun),
+                sum(
+                    prices[op.name].forward_ms if state is LayerType.FULL_REC_LAYER else prices[op.name].recompute_ms
+                    for op in rerun
+                ),
             )
             self._parts[key] = parts
         return parts
@@ -234,16 +238,48 @@ class TimeModel:
             price = prices[op.name]
             forward_comm = op.forward_comm.payload_bytes if op.forward_comm else 0.0
             backward_comm = op.backward_comm.payload_bytes if op.backward_comm else 0.0
-            rows.append(OpTime(op.name, op.block, op.category, op.switch, "forward", op.flops, op.bytes,
-                               forward_comm, price.forward_ms))
-            rows.append(OpTime(op.name, op.block, op.category, op.switch, "backward", op.backward_flops,
-                               op.backward_bytes, backward_comm, price.backward_ms))
+            rows.append(
+                OpTime(
+                    op.name,
+                    op.block,
+                    op.category,
+                    op.switch,
+                    "forward",
+                    op.flops,
+                    op.bytes,
+                    forward_comm,
+                    price.forward_ms,
+                )
+            )
+            rows.append(
+                OpTime(
+                    op.name,
+                    op.block,
+                    op.category,
+                    op.switch,
+                    "backward",
+                    op.backward_flops,
+                    op.backward_bytes,
+                    backward_comm,
+                    price.backward_ms,
+                )
+            )
             if op.name in rerun:
                 full = state is LayerType.FULL_REC_LAYER
                 again_comm = op.recompute_comm if op.recompute_comm is not None and not full else op.forward_comm
-                rows.append(OpTime(op.name, op.block, op.category, op.switch, "recompute", op.flops, op.bytes,
-                                   again_comm.payload_bytes if again_comm else 0.0,
-                                   price.forward_ms if full else price.recompute_ms))
+                rows.append(
+                    OpTime(
+                        op.name,
+                        op.block,
+                        op.category,
+                        op.switch,
+                        "recompute",
+                        op.flops,
+                        op.bytes,
+                        again_comm.payload_bytes if again_comm else 0.0,
+                        price.forward_ms if full else price.recompute_ms,
+                    )
+                )
         return rows
 
     # Calibration -----------------------------------------------------------------------------------
@@ -270,12 +306,18 @@ class TimeModel:
             layers.setdefault((layer.model_name, layer.node, layer.kind.name), layer)
         for m in measurements:
             if m.model_name not in self._configured:
-                raise InputError(where, f"line {m.line}: model_name",
-                                 f"no model {m.model_name!r} in the run (models: {', '.join(self._configured)})")
+                raise InputError(
+                    where,
+                    f"line {m.line}: model_name",
+                    f"no model {m.model_name!r} in the run (models: {', '.join(self._configured)})",
+                )
             if m.key not in layers:
                 names = sorted({k for (model, node, k) in layers if model == m.model_name and node == m.node})
-                raise InputError(where, f"line {m.line}: kind",
-                                 f"{m.model_name} has no {m.node} kind {m.kind!r} (kinds: {', '.join(names)})")
+                raise InputError(
+                    where,
+                    f"line {m.line}: kind",
+                    f"{m.model_name} has no {m.node} kind {m.kind!r} (kinds: {', '.join(names)})",
+                )
         self._check_alike(measurements, where)
 
         def modelled(m: Measurement) -> tuple[float, float, float]:
@@ -298,7 +340,9 @@ class TimeModel:
             setting = tuple(sorted(option_state(m.option, self._configured[m.model_name])[1].items()))
             other = seen.setdefault((m.key, setting), m)
             if other is not m and (other.forward_ms, other.backward_ms) != (m.forward_ms, m.backward_ms):
-                raise InputError(where, f"line {m.line}",
-                                 f"{m.option} runs the same switches as {other.option} (line {other.line}) "
-                                 "but was measured differently")
-
+                raise InputError(
+                    where,
+                    f"line {m.line}",
+                    f"{m.option} runs the same switches as {other.option} (line {other.line}) "
+                    "but was measured differently",
+                )
