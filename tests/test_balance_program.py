@@ -171,7 +171,9 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     import time
 
     from ppb_core.balance.choices import Catalogue
-    from ppb_core.balance.program import _choices, least_max_work
+    from ppb_core.balance.bounds import least_max_work
+    from ppb_core.balance.program import _choices
+    from ppb_core.balance.progress import Clock
 
     descriptions = [
         {
@@ -186,7 +188,7 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     ]
     problem = BalanceInput(layer_set(descriptions), 2, 2, 1, 45.0)
     choices = _choices(problem, Catalogue(problem), float("inf"), closed_form=True)
-    assert least_max_work(problem, choices, 1.0, float("inf"), time.perf_counter() + 30) == 12
+    assert least_max_work(problem, choices, 1.0, float("inf"), 100_000, Clock(30)) == 12
     solution = solve(problem, time_limit=30, exact=False)
     assert solution.status == "optimal" and solution.objective == 30
     assert [solution.plan.cell_layers(0, s) for s in (0, 1)] == [2, 4]

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from ppb_core.balance.problem import RANK, BalanceInput
 from ppb_core.model.switches import OPTIONS
-from ppb_core.schedules import Timeline, closed_form_time, simulate
+from ppb_core.schedules import Timeline, closed_form_time, critical_counts, makespan, simulate
 
 Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][stage][option index]
 
@@ -124,10 +124,19 @@ class Plan:
     def timeline(self) -> Timeline:
         return simulate(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
 
-    @property
+    @cached_property
+    def critical_path_counts(self) -> dict[tuple[str, int, int], int]:
+        """How many forwards and backwards of each (kind, chunk, stage) a longest path runs."""
+        return critical_counts(
+            self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches
+        )
+
+    @cached_property
     def iteration_time(self) -> float:
         """The simulated iteration time: the schedule's critical path for this plan's cells."""
-        return self.timeline.makespan
+        if "timeline" in self.__dict__:
+            return self.timeline.makespan
+        return makespan(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
 
     @property
     def closed_form_time(self) -> float:
