@@ -81,6 +81,15 @@ class Op:
     backward_comm: Collective | None = None
     # How a collective re-sent in the backward (its switch at 0) is hidden; None: as in the forward.
     recompute_comm: Collective | None = None
+    # A matmul's shape, priced by `ppb_core.timing.kernels`: (rows per group, k, n, groups, fused n),
+    # the forward an m×k by k×n product per group; its backward the input gradient (m×n by n×k) and
+    # the weight gradient (k×m by m×n). Where the framework runs this product as n columns of one
+    # wider GEMM (Megatron's fused QKV projection), *fused n* is that GEMM's width and the op costs
+    # its share n / fused n of it.
+    gemm: tuple[float, float, float, int, float] | None = None
+    # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
+    # head size of the scores).
+    attention: tuple[float, float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,12 +196,27 @@ def _matmul(
     switch: str | None = None,
     transient: bool = False,
     inputs: Sequence[str] = (),
+    groups: int = 1,
+    fused_n: float | None = None,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
-    runs two such products (input and weight gradients)."""
+    runs two such products (input and weight gradients). *groups* splits the rows over that many
+    products with their own weights (a grouped GEMM over experts)."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
-    return Op(name, block, MATMUL, switch, transient, tuple(inputs), flops, traffic, 2 * flops, 2 * traffic)
+    return Op(
+        name,
+        block,
+        MATMUL,
+        switch,
+        transient,
+        tuple(inputs),
+        flops,
+        traffic,
+        2 * flops,
+        2 * traffic,
+        gemm=(rows / groups, k, n, groups, fused_n or n),
+    )
 
 
 def _elementwise(
@@ -284,10 +308,16 @@ def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) 
 
 
 def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
-    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens."""
+    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
+
+    Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
+    the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
+    the two gradients that meet where the residual stream forks (the skip and the branch's norm:
+    reads two, writes one)."""
     elements = geo.whole_tokens * width
-    per = 3 * geo.dtype_bytes + (MASK_BYTES if dropout > 0 else 0)
-    return _elementwise(name, block, elements * per, elements * per)
+    bc = geo.dtype_bytes
+    mask = MASK_BYTES if dropout > 0 else 0
+    return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
 
 
 def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
@@ -367,7 +397,8 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
             return {"switch": "attBMM"} if op == final else {"transient": True}
 
         width = (heads + kv) * d
-        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), **qk_state("qk_proj")))
+        qkv = (heads + 2 * kv) * d  # Megatron's linear_qkv: one GEMM for the three
+        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), fused_n=qkv, **qk_state("qk_proj")))
         previous = p + "qk_proj"
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
@@ -388,6 +419,7 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
                 kv * d,
                 bc,
                 inputs=(source,),
+                fused_n=qkv,
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -427,6 +459,12 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     pairs = heads * geo.attention_pairs()
     keys = b * s  # every key of the sequence reaches each query chunk
+    # Per (sequence, head): ring CP computes s/cp queries against the sequence's keys on every local
+    # head; Ulysses every query of heads/cp heads.
+    ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
+    sequences = b * (heads / geo.cp if ulysses else heads)
+    queries = s if ulysses else s / geo.cp
+    mean_keys = pairs / (sequences * queries)
     ops: list[Op] = []
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
@@ -446,6 +484,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 qk_bytes,
                 6 * pairs * d_qk,
                 2 * qk_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
             Op(
                 context,
@@ -458,6 +497,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 v_bytes,
                 4 * pairs * d_v,
                 2 * v_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
         ]
     else:
@@ -474,6 +514,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+                gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
             )
         )
         # Scale, causal mask and softmax, fused, written in the compute dtype.
@@ -507,6 +548,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
+                gemm=(queries, mean_keys, d_v, round(sequences), d_v),
             )
         )
     if geo.cp > 1 and geo.cp_variant == "ring":
@@ -576,10 +618,11 @@ def _ffn(
     bc, up_width = geo.dtype_bytes, width * (2 if gated else 1)
     up_weights = local_experts * h * up_width if local_experts else None
     down_weights = local_experts * width * h if local_experts else None
+    groups = max(1, local_experts)
     return [
-        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,)),
+        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,), groups=groups),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
-        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",)),
+        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",), groups=groups),
     ]
 
 
