@@ -9,9 +9,8 @@ Every other tensor is kept whatever the switches. docs/timing.md states, switch 
 a recompute re-runs.
 
 Backward FLOPs are twice the forward for matmuls (input and weight gradients); FlashAttention's
-backward re-forms the scores inside its kernel, 2.5 times its forward. The FLOP counting
-functions at the end follow Korthikanti et al. (2022): matmuls only, the attention square
-counted whole (not halved by the causal mask), as model FLOPs and MFU are usually stated.
+backward re-forms the scores inside its kernel, 2.5 times its forward. `layer_flops` counts one
+device's matmul FLOPs; model FLOPs per iteration (Megatron-LM's count) are in `model_flops`.
 """
 
 from __future__ import annotations
@@ -30,11 +29,8 @@ from ppb_core.model.kinds import (
     Mlp,
     Moe,
     TailKind,
-    body_kind,
-    head_kind,
-    tail_kind,
 )
-from ppb_core.model.switches import LayerType, normalized, option_state
+from ppb_core.model.switches import LayerType
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
@@ -132,17 +128,9 @@ class Geometry:
         )
 
     def whole_model(self) -> Geometry:
-        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
+        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
         return dataclasses.replace(
-            self,
-            tp=1,
-            sequence_parallel=False,
-            cp=1,
-            ep=1,
-            etp=1,
-            flash_attention=False,
-            dropless=True,
-            dropless_imbalance=1.0,
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
         )
 
     @property
@@ -927,55 +915,3 @@ def layer_flops(
     backward = sum(op.backward_flops for op in counted)
     rerun = {op.name for op in rerun_ops(ops, state, switches)}
     return forward, backward + sum(op.flops for op in counted if op.name in rerun)
-
-
-def _whole_model_layers(run: RunConfig, model_name: str):
-    """(kind, count) of each distinct layer of a model, HEAD and TAIL included."""
-    spec, dropout = run.spec(model_name), run.training.dropout
-    vocab = run.vocab_size(model_name)
-    counts: dict[LayerKind, int] = {}
-    for index in range(spec.num_layers):
-        kind = body_kind(spec, index, dropout)
-        counts[kind] = counts.get(kind, 0) + 1
-    counts[head_kind(spec, vocab, dropout)] = 1
-    counts[tail_kind(spec, vocab, dropout)] = 1
-    return counts.items()
-
-
-def iteration_flops(run: RunConfig, option: str | None = None) -> float:
-    """Matmul FLOPs of one training iteration of the whole model over every device (paper convention).
-
-    *option* None counts model FLOPs (forward and backward, nothing recomputed); an option
-    (NONE/SLCT/COMM/BOTH/FULL) counts hardware FLOPs with every body layer under it. The head and
-    tail are never recomputed. Sequences per iteration: micro_batch_size · micro_batches · dp.
-    """
-    micro_batches = run.training.micro_batches * run.parallel.dp
-    total = 0.0
-    for model_name in run.model_names:
-        geo = Geometry.from_run(run, model_name).whole_model()
-        configured = normalized(run.switches(model_name))
-        for kind, count in _whole_model_layers(run, model_name):
-            state, switches = LayerType.NOT_REC_LAYER, None
-            if option is not None and isinstance(kind, BodyKind):
-                state, switches = option_state(option, configured)
-            forward, backward = layer_flops(layer_ops(kind, geo), state, switches)
-            total += count * (forward + backward)
-    return micro_batches * total
-
-
-def model_flops_per_iteration(run: RunConfig) -> float:
-    """Model FLOPs of one iteration (Korthikanti et al. 2022, eq. 7 for a GPT-style model)."""
-    return iteration_flops(run)
-
-
-def hardware_flops_per_iteration(run: RunConfig, option: str = "NONE") -> float:
-    """Hardware FLOPs of one iteration with every body layer under *option* (eq. 8 for FULL)."""
-    return iteration_flops(run, option)
-
-
-def model_flops_utilization(run: RunConfig, iteration_ms: float) -> float:
-    """MFU: model FLOPs over what every device's peak could do in *iteration_ms*."""
-    par = run.parallel
-    devices = par.dp * par.tp * par.pp * par.cp
-    peak = run.device.profile().peak_tflops * 1e12
-    return model_flops_per_iteration(run) / (devices * peak * iteration_ms / 1e3)
