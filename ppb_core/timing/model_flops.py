@@ -67,9 +67,7 @@ def _megatron_flops(spec: ModelSpec, padded_vocab: int, sequences: int, seq_leng
             q_term = spec.q_lora_rank * (h + heads * (d_nope + d_rope) + 1)
         else:
             q_term = h * heads * (d_nope + d_rope)
-        attention = 6 * (
-            q_term + spec.kv_lora_rank * (h + heads * (d_nope + d_v) + 1) + h * d_rope + heads * d_v * h
-        )
+        attention = 6 * (q_term + spec.kv_lora_rank * (h + heads * (d_nope + d_v) + 1) + h * d_rope + heads * d_v * h)
         core = 6 * (heads * (d_nope + d_rope) / 2 + heads * d_v / 2)
     else:
         query = spec.attention_head_dim * heads
