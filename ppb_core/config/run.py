@@ -211,6 +211,12 @@ class Overlap(StrictModel):
     cp_ring: Fraction = Field(1.0, description="ring attention's key/value exchange behind its blocks")
     cp_a2a: Fraction = Field(0.0, description="Ulysses all-to-alls")
     ep: Fraction = Field(0.0, description="expert dispatch and combine all-to-alls")
+    dp: Fraction = Field(
+        1.0, description="DP gradient reduction behind the last backward (Megatron --overlap-grad-reduce)"
+    )
+    param_gather: Fraction = Field(
+        1.0, description="distributed optimizer's parameter all-gather behind the next forward"
+    )
 
 
 class TimingOptions(StrictModel):

@@ -91,6 +91,7 @@ class TimeModel:
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
+        self._links: dict[tuple, tuple[float, float, float, float]] = {}
         self._times: dict[tuple, tuple[float, float]] = {}
         self._options: dict[tuple, dict[str, tuple[float, float]]] = {}
         self._option_states = {
@@ -236,6 +237,36 @@ class TimeModel:
                 result = {option: self.layer_times(layer, *states[option]) for option in OPTIONS}
             self._options[key] = result
         return dict(result)
+
+    def link_ms(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None
+    ) -> tuple[float, float, float, float]:
+        """The layer's collectives in one micro-batch: (link ms, exposed ms) of the forward and plain
+        backward, then (link ms, exposed ms) of what recompute sends again. Link ms is the time on the
+        link; what the overlap hides behind compute is the difference (memoized, uncalibrated)."""
+        key = self._key(layer, state, switches)
+        cached = self._links.get(key)
+        if cached is None:
+            ops, prices = self.ops(layer), self.op_prices(layer)
+            rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+            full = state is LayerType.FULL_REC_LAYER
+            link = exposed = again_link = again_exposed = 0.0
+            for op in ops:
+                if op.category != COMM:
+                    continue
+                price = prices[op.name]
+                for collective, ms in ((op.forward_comm, price.forward_ms), (op.backward_comm, price.backward_ms)):
+                    if collective is not None:
+                        link += collective_seconds(collective, self.links) * 1e3
+                        exposed += ms
+                if op.name in rerun:
+                    again = op.forward_comm if full or op.recompute_comm is None else op.recompute_comm
+                    if again is not None:
+                        again_link += collective_seconds(again, self.links) * 1e3
+                        again_exposed += price.forward_ms if full else price.recompute_ms
+            cached = (link, exposed, again_link, again_exposed)
+            self._links[key] = cached
+        return cached
 
     def breakdown(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> list[OpTime]:
         """Every op's FLOPs, bytes and ms in the forward, the backward and (what the state reruns) the
