@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
@@ -27,6 +26,7 @@ from pydantic import (
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf import read_hf_config
+from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
 from ppb_core.config.spec import ModelSpec, StrictModel
 from ppb_core.errors import InputError
 from ppb_core.io import read_text
@@ -38,16 +38,6 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
-
-
-def _known_switches(switches: dict[str, int]) -> dict[str, int]:
-    unknown = sorted(set(switches) - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown switch {unknown[0]!r} (switches: {', '.join(SWITCHES)})")
-    return switches
-
-
-Switches = Annotated[dict[str, Annotated[int, Field(ge=0, le=1)]], AfterValidator(_known_switches)]
 
 
 class SubModel(StrictModel):
@@ -139,7 +129,11 @@ class Training(StrictModel):
     optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
     flash_attention: bool = True
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
-    recompute: Switches = Field(default_factory=dict)
+    recompute: RecomputeForm = Field(
+        default_factory=dict,
+        description="a switch dict, full, Megatron's {granularity, modules, method, num_layers} "
+        "or torchtitan's {mode, option} (ppb_core.config.recompute)",
+    )
     moe: MoeTraining = Field(default_factory=MoeTraining)
 
     @field_validator("dropout")
@@ -241,6 +235,9 @@ class PPBOptions(StrictModel):
 
 class RunConfig(StrictModel):
     name: str
+    framework: Framework = Field(
+        "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
+    )
     models: Annotated[list[SubModel], Field(min_length=1)]
     parallel: Parallel = Field(default_factory=Parallel)
     training: Training
@@ -256,13 +253,18 @@ class RunConfig(StrictModel):
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
 
+    @property
+    def recompute(self) -> Recompute:
+        """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
+        return resolve(self.training.recompute)
+
     def spec(self, model: str) -> ModelSpec:
         return self.specs[model]
 
     def switches(self, model: str) -> dict[str, int]:
         """The selective switches a model's layers run (SLCT): training's, then the model's own."""
         sub = next(m for m in self.models if m.name == model)
-        stated = {**self.training.recompute, **(sub.recompute or {})}
+        stated = {**self.recompute.switches, **(sub.recompute or {})}
         return {name: int(stated.get(name, 1)) for name in SWITCHES}
 
     def vocab_size(self, model: str) -> int:
@@ -281,7 +283,10 @@ class RunConfig(StrictModel):
 
 def _pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"] if p != "[key]") or None
+    loc = first["loc"]
+    # a recompute form's tag (switches, full, megatron, torchtitan) is pydantic's, not a field
+    parts = [p for i, p in enumerate(loc) if p != "[key]" and not (i and loc[i - 1] == "recompute" and p in FORMS)]
+    where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
         problem = "unknown field"
@@ -332,6 +337,12 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, whe
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
+    words = framework_words(train.recompute)
+    if words is not None and words != run.framework:
+        said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
+        raise InputError(
+            where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
+        )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
         raise InputError(
