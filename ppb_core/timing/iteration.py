@@ -134,11 +134,23 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
 def _layers_and_options(
     run: RunConfig, memory: MemoryModel, cell_options: CellOptions | None
 ) -> tuple[LayerWalk, dict[Layer, str]]:
-    if cell_options is None:
-        placed = walk(run)
-        configured = {name: configured_option(memory, name) for name in run.model_names}
-        return placed, {layer: configured[layer.model_name] for layer in placed if layer.node == BODY}
-    return place_plan(run, cell_options)
+    """The layers in their cells and each body layer's option. As configured: full recompute where the
+    run's rule puts it (all layers, Megatron's uniform or block, torchtitan's every N-th block), the
+    model's configured option (SLCT when a switch recomputes, else NONE) elsewhere."""
+    if cell_options is not None:
+        return place_plan(run, cell_options)
+    placed = walk(run)
+    configured = {name: configured_option(memory, name) for name in run.model_names}
+    rule = run.recompute
+    chosen: dict[Layer, str] = {}
+    for stage in range(placed.stages):
+        first = 0
+        for chunk in range(placed.chunks):
+            bodies = [layer for layer in placed.in_cell(chunk, stage) if layer.node == BODY]
+            for layer, option in zip(bodies, rule.chunk_options(len(bodies), first), strict=True):
+                chosen[layer] = "FULL" if option == "FULL" else configured[layer.model_name]
+            first += len(bodies)
+    return placed, chosen
 
 
 def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:

@@ -8,8 +8,11 @@ one tile's time (wave quantization), and a tile past the edge of the output comp
 measured MAMF over peak) when it is at least 128×128; smaller tiles reuse each operand less and
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
 half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
-`SPLIT_K` slices (cuBLAS's split-K). The fastest tiling is taken, as cuBLAS's heuristics pick
-one, and the result is never below the HBM roofline: bytes / achieved bandwidth.
+`SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
+(their bytes at the HBM rate). A skinny product (fewer than 64 output rows or columns) runs as a
+GEMV-like kernel, untiled: its FLOPs at the ceiling, in practice its bytes. The fastest tiling is
+taken, as cuBLAS's heuristics pick one, and the result is never below the HBM roofline: bytes /
+achieved bandwidth.
 
 Flash attention: FLOPs over the device's measured flash efficiency for the pass (forward,
 backward) at head size 128 and long sequences, scaled by
@@ -30,7 +33,8 @@ from ppb_core.config.devices import DeviceProfile
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
 FULL_INTENSITY = 128 * 128 / (128 + 128)  # the smallest tile that keeps the tensor cores fed
 SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
-MIN_SPLIT_K = 256  # a k slice no shorter than this (four 64-deep stages)
+SKINNY = 64  # fewer output rows or columns than this: a GEMV-like kernel, bound by its bytes, not tiled
+SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
@@ -65,16 +69,20 @@ class Kernels:
         """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
+        if min(m, n) < SKINNY:
+            return 2 * m * n * k * groups / (self.flops_per_s * self.gemm_ceiling)
         per_sm = self.flops_per_s * self.gemm_ceiling / self.sms
         best = math.inf
         for tm, tn in TILES:
             tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
             rate = per_sm * min(1.0, tm * tn / (tm + tn) / FULL_INTENSITY)
             for split in SPLIT_K:
-                if split > 1 and (tiles * split > 2 * self.sms or k / split < MIN_SPLIT_K):
+                if split > 1 and tiles * split > 2 * self.sms:
                     break
                 waves = math.ceil(tiles * split / self.sms)
-                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate)
+                # split-K writes each slice's fp32 partial sums and reads them back to reduce them
+                reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
+                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction)
         return best
 
     def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:
