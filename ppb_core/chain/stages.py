@@ -21,7 +21,7 @@ from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig, load_run_config, run_from_frame, run_to_frame
 from ppb_core.errors import InputError
-from ppb_core.estimate.plan import plan_stages
+from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate, estimate_to_frame
 from ppb_core.memory import MemoryModel, run_in_flight_counts
 from ppb_core.model.walk import LayerWalk, walk, walk_from_frame, walk_to_frame
@@ -137,7 +137,10 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    return plan_to_frame(balance(problem, time_limit_s))
+    result = balance(problem, time_limit_s)
+    if result["status"] != "infeasible":
+        result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
+    return plan_to_frame(result)
 
 
 def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
@@ -157,7 +160,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.Dat
     best = plan.get("best_baseline")
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
-        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
+        *iteration_headline(plan),
         ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),

@@ -124,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     problem, search = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
+    if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
+        from ppb_core.config.run import load_run_config
+        from ppb_core.estimate.plan import plan_iterations
+
+        result.update(plan_iterations(load_run_config(args.source), result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -211,6 +216,14 @@ def render(result: dict[str, Any]) -> None:
     console.print(table)
     if result.get("speedup"):
         console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
+    for key, label in (("iteration", "plan"), ("baseline_iteration", "best uniform split")):
+        if key in result:
+            it = result[key]
+            option = f" ({it['option']})" if "option" in it else ""
+            console.print(
+                f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
+                f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
+            )
     for entry in result.get("interleave_search", []):
         console.print(
             f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"

@@ -7,14 +7,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.model.placement import place_plan
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import OPTIONS, LayerType
+from ppb_core.model.walk import walk
 from ppb_core.timing import TimeModel
+from ppb_core.timing.iteration import run_iteration
 
 REPORT_COLUMNS: tuple[str, ...] = (
     "stage",  # pipeline stage, from 0
@@ -92,3 +95,58 @@ def plan_stages(
     if planned_mb is not None:
         frame[PLANNED_COLUMN] = [float(v) for v in planned_mb]
     return frame.astype({"stage": "int64", "layers": "int64", "options": "string"})
+
+
+def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:
+    """The run with the pipeline sizes a plan was solved for (its `input`: stages, micro-batches,
+    interleave, schedule), which flags may have changed from the run config's."""
+    par = run.parallel
+    stages, chunks = int(given.get("stages", par.pp)), int(given.get("interleave", par.vpp))
+    schedule = str(given.get("schedule", par.schedule))
+    if chunks > 1 and schedule == "1f1b":
+        schedule = "interleaved"
+    parallel = par.model_copy(update={"pp": stages, "vpp": chunks, "schedule": schedule, "world_size": None})
+    training = run.training.model_copy(
+        update={"micro_batches": int(given.get("micro_batches", run.training.micro_batches))}
+    )
+    return run.model_copy(update={"parallel": parallel, "training": training})
+
+
+def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A balancer result's iteration in seconds, beside its best uniform baseline's.
+
+    `iteration` prices the plan's cells, `baseline_iteration` the uniform split under the best
+    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`); `time_unit_s` is the
+    descriptions' time unit (the first body's forward time) in seconds, what the plan's relative
+    times multiply by.
+    """
+    sized = sized_like(run, plan.get("input", {}))
+    times, memory = TimeModel(sized), MemoryModel(sized)
+    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
+    out: dict[str, Any] = {"time_unit_s": times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3}
+    if plan.get("cells"):
+        cells = [[dict(cell["options"]) for cell in row] for row in plan["cells"]]
+        out["iteration"] = run_iteration(sized, cells, times, memory).to_json()
+    best = plan.get("best_baseline")
+    if best:
+        baseline = next(b for b in plan["baselines"] if b["option"] == best)
+        cells = [[{best: n} for n in row] for row in baseline["layers_per_cell"]]
+        out["baseline_iteration"] = {"option": best, **run_iteration(sized, cells, times, memory).to_json()}
+    return out
+
+
+def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report's lines for a plan's iteration and its baseline's (`plan_iterations`), in seconds."""
+    lines = []
+    for key, label in (("iteration", "iteration"), ("baseline_iteration", "best uniform split")):
+        if key in iterations:
+            it = iterations[key]
+            option = f"{it['option']}: " if "option" in it else ""
+            lines.append(
+                (
+                    label,
+                    f"{option}{it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+                    f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%",
+                )
+            )
+    return lines
