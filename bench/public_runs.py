@@ -1,0 +1,254 @@
+"""Our iteration time against published measurements of large public training runs.
+
+    python bench/public_runs.py
+
+Each row is a published throughput (per-GPU TFLOP/s or tokens per second per GPU) of a named run,
+turned into the iteration's seconds with the FLOP formula its authors used (transcribed here
+independently of ppb's code), then compared with `run_iteration` on the same model, parallel
+layout and device. What the source does not state is an assumption, written in the row.
+
+Sources:
+- Megatron-LM README, "Performance benchmarking" model table (images/model_table.png,
+  NVIDIA/Megatron-LM, Megatron-Core r0.8.0, H100 80GB, bf16): GPT models of 1.7B-462B,
+  vocabulary 131,072, sequence 4,096, `--overlap-grad-reduce --overlap-param-gather
+  --tp-comm-overlap`; throughput is Megatron's per-GPU TFLOP/s, whose formula at
+  core_r0.8.0 (training.py, num_floating_point_operations) is
+  12·B·s·L·h²·((1 + g/a + s/h)·(q/h) + (f/h)·k·(3/2 if SwiGLU) + V/(2Lh)).
+- torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan): Llama 3.1 8B, FSDP
+  on 8 and 128 H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2, sequence 8192 (the 8B
+  recipe's), selective (per-op) activation checkpointing, without torch.compile or Float8:
+  tokens per second per GPU.
+- Llama 3 herd of models (Dubey et al. 2024), Table 4: Llama 3 405B on 8,192 and 16,384 H100,
+  TP 8, CP 1, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch: 430 / 400 TFLOP/s per GPU.
+  Meta's own framework; counted here with Megatron-LM's formula (GQA, SwiGLU).
+
+Prints each row's published and predicted seconds and the error, then the mean absolute error.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.config.run import RunConfig, parse_run_config  # noqa: E402
+from ppb_core.timing.iteration import run_iteration  # noqa: E402
+
+MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
+TORCHTITAN = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+LLAMA3 = "Llama 3 paper (Dubey et al. 2024), Table 4"
+
+
+@dataclass(frozen=True)
+class PublicRun:
+    name: str
+    source: str
+    raw: dict[str, Any]  # the run config
+    published: str  # what the source states
+    seconds: float  # the iteration it implies
+    assumptions: tuple[str, ...] = field(default=())
+
+
+def _gpt(h: int, heads: int, layers: int) -> dict[str, Any]:
+    """Megatron's GPT benchmark model: LayerNorm, GeLU MLP of 4h, MHA, biases, untied embeddings."""
+    return {
+        "vocab_size": 131072,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * h,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "rope",
+        "max_position_embeddings": 4096,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+    }
+
+
+def megatron_r08_flops(h: int, heads: int, layers: int, vocab: int, s: int, batch: int) -> float:
+    """Megatron-Core r0.8.0's num_floating_point_operations for an MHA GeLU GPT (f = 4h, q = h, g = a)."""
+    return 12 * batch * s * layers * h * h * ((1 + 1 + s / h) * 1 + 4 + vocab / (2 * layers * h))
+
+
+# (name, hidden, heads, layers, tp, pp, dp, batch, per-GPU TFLOP/s)
+_MEGATRON_ROWS = (
+    ("1.7B", 2048, 16, 24, 1, 1, 48, 192, 408.8),
+    ("7.1B", 4096, 32, 30, 2, 1, 48, 192, 465.9),
+    ("16B", 6144, 48, 32, 4, 1, 48, 192, 489.1),
+    ("32B", 7168, 56, 48, 8, 1, 48, 192, 459.6),
+    ("70B", 8192, 64, 84, 8, 2, 48, 384, 419.7),
+    ("119B", 10240, 80, 92, 8, 4, 48, 768, 420.5),
+    ("177B", 12288, 96, 96, 8, 6, 48, 1152, 432.8),
+    ("314B", 16384, 128, 96, 8, 8, 48, 1536, 474.4),
+    ("462B", 18432, 144, 112, 8, 16, 48, 3072, 459.9),
+)
+
+
+def _megatron_runs() -> list[PublicRun]:
+    runs = []
+    for name, h, heads, layers, tp, pp, dp, batch, tflops in _MEGATRON_ROWS:
+        seconds = megatron_r08_flops(h, heads, layers, 131072, 4096, batch) / (tp * pp * dp * tflops * 1e12)
+        raw = {
+            "name": f"megatron-gpt-{name}",
+            "framework": "megatron",
+            "models": [{"name": "gpt", "spec": _gpt(h, heads, layers)}],
+            "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, "zero": 1},
+            "training": {
+                "seq_length": 4096,
+                "micro_batch_size": 1,
+                "micro_batches": batch // dp,
+                "dtype": "bf16",
+                "flash_attention": True,
+            },
+            "device": {"name": "h100-80gb"},
+            "timing": {"overlap": {"tp": 1.0, "dp": 1.0, "param_gather": 1.0}},
+        }
+        runs.append(
+            PublicRun(
+                f"Megatron GPT {name} ({tp * pp * dp} H100, TP{tp} PP{pp} DP{dp})",
+                MEGATRON_TABLE,
+                raw,
+                f"{tflops} TFLOP/s per GPU",
+                seconds,
+                ("micro-batch size 1", "1F1B without interleaving", "rotary positions", "no recompute"),
+            )
+        )
+    return runs
+
+
+LLAMA31_8B = {
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+}
+LLAMA3_405B = {
+    "vocab_size": 128256,
+    "hidden_size": 16384,
+    "num_layers": 126,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 8,
+    "intermediate_size": 53248,
+    "max_position_embeddings": 131072,
+}
+# torchtitan's H100: 96 GB HBM2e at 2.4 TB/s, 500 W (peak between SXM and NVL: SXM's taken).
+TITAN_H100 = {"name": "h100-80gb", "memory_mb": 98304, "hbm_bandwidth_gbs": 2400.0}
+
+
+def _torchtitan_runs() -> list[PublicRun]:
+    runs = []
+    for gpus, tps in ((8, 5762), (128, 5605)):
+        tokens = 2 * 8192 * gpus
+        raw = {
+            "name": f"torchtitan-llama3.1-8b-fsdp{gpus}",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA31_8B}],
+            "parallel": {"dp": gpus, "fsdp": True, "zero": 3},
+            "training": {
+                "seq_length": 8192,
+                "micro_batch_size": 2,
+                "micro_batches": 1,
+                "dtype": "bf16",
+                "flash_attention": True,
+                "recompute": {"mode": "selective", "option": "op"},
+            },
+            "device": TITAN_H100,
+        }
+        runs.append(
+            PublicRun(
+                f"torchtitan Llama 3.1 8B FSDP ({gpus} H100)",
+                TORCHTITAN,
+                raw,
+                f"{tps} tokens/s per GPU",
+                tokens / (tps * gpus),
+                ("H100 SXM peak at the 500 W limit",),
+            )
+        )
+    return runs
+
+
+def megatron_flops_gqa_swiglu(h: int, heads: int, kv: int, layers: int, ffn: int, vocab: int, s: int, batch: int):
+    """Megatron-LM's current num_floating_point_operations for a dense GQA SwiGLU model (d = h/heads)."""
+    d = h // heads
+    per_token = layers * (6 * (h * (heads * d + 2 * kv * d) + heads * d * h) + 6 * h * ffn * 3) + 6 * h * vocab
+    return batch * s * per_token + batch * s * s * layers * 6 * heads * d
+
+
+def _llama3_runs() -> list[PublicRun]:
+    runs = []
+    for gpus, dp, tflops in ((8192, 64, 430.0), (16384, 128, 400.0)):
+        batch = 16 * 1024 * 1024 // 8192  # 16M tokens of 8192
+        flops = megatron_flops_gqa_swiglu(16384, 128, 8, 126, 53248, 128256, 8192, batch)
+        raw = {
+            "name": f"llama3-405b-{gpus}",
+            "framework": "megatron",
+            "models": [{"name": "llm", "spec": LLAMA3_405B}],
+            "parallel": {
+                "dp": dp,
+                "tp": 8,
+                "pp": 16,
+                "vpp": 2,
+                "schedule": "interleaved",
+                "sequence_parallel": True,
+                "zero": 1,
+            },
+            "training": {
+                "seq_length": 8192,
+                "micro_batch_size": 1,
+                "micro_batches": batch // dp,
+                "dtype": "bf16",
+                "flash_attention": True,
+            },
+            "device": {"name": "h100-80gb"},
+        }
+        runs.append(
+            PublicRun(
+                f"Llama 3 405B ({gpus} H100, TP8 PP16 DP{dp})",
+                LLAMA3,
+                raw,
+                f"{tflops:.0f} TFLOP/s per GPU",
+                flops / (gpus * tflops * 1e12),
+                ("Megatron-LM's FLOP count", "interleaved, 2 chunks", "micro-batch size 1", "TP overlap off"),
+            )
+        )
+    return runs
+
+
+def public_runs() -> list[PublicRun]:
+    return [*_megatron_runs(), *_torchtitan_runs(), *_llama3_runs()]
+
+
+def config(row: PublicRun) -> RunConfig:
+    return parse_run_config(row.raw, row.name)
+
+
+def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
+    """(row, predicted seconds) for every public run."""
+    return [(row, run_iteration(config(row)).seconds) for row in rows or public_runs()]
+
+
+def main() -> int:
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    errors = []
+    print(f"{'run':48s} {'published':>22s} {'seconds':>8s} {'ours':>8s} {'error':>7s}")
+    for row, predicted in evaluate():
+        error = predicted / row.seconds - 1
+        errors.append(abs(error))
+        print(f"{row.name:48s} {row.published:>22s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%}")
+    print(f"mean absolute error over {len(errors)} runs: {sum(errors) / len(errors):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
