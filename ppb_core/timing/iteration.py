@@ -66,6 +66,7 @@ class Iteration:
     hfu: float
     breakdown: dict[str, float]
     hidden: dict[str, float] = field(default_factory=dict)  # share of each communication's link time hidden
+    link_seconds: dict[str, float] = field(default_factory=dict)  # each communication's time on its link
     tokens: int = 0
     devices: int = 0
     model_flops: float = 0.0
@@ -80,6 +81,7 @@ class Iteration:
             "hfu": self.hfu,
             "breakdown": dict(self.breakdown),
             "hidden": dict(self.hidden),
+            "link_seconds": dict(self.link_seconds),
             "tokens": self.tokens,
             "devices": self.devices,
             "model_flops": self.model_flops,
@@ -334,8 +336,14 @@ def run_iteration(
         "recompute_gathers": _share(again_link * m, again_exposed * m),
         "dp_communication": _share(dp_link + gather_link, dp_exposed + gather_exposed),
     }
+    link_seconds = {
+        "layer_collectives": link * m / 1e3,
+        "recompute_gathers": again_link * m / 1e3,
+        "dp_communication": dp_link + gather_link,
+    }
     if fsdp:
         hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once, fsdp_term)
+        link_seconds["fsdp_communication"] = fsdp_link + fsdp_once
     return Iteration(
         seconds=seconds,
         tokens_per_second_per_device=tokens / seconds / count,
@@ -343,6 +351,7 @@ def run_iteration(
         hfu=utilization(run, hardware, seconds),
         breakdown=breakdown,
         hidden=hidden,
+        link_seconds=link_seconds,
         tokens=tokens,
         devices=count,
         model_flops=flops,
@@ -411,16 +420,30 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
             params_sum = None
         if params_sum is not None:
             buckets.append((ready[-1][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
-        link = sum(c for _, c in buckets)
-        finish = 0.0
-        for when, seconds in buckets:
-            finish = max(finish, when) + seconds
-        overlapped_tail = max(0.0, finish - end)
-        exposed = overlap * overlapped_tail + (1 - overlap) * link
+        link, exposed = bucket_tail(buckets, end, overlap)
         latest = max(latest, end + exposed)
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def bucket_tail(buckets: Sequence[tuple[float, float]], end: float, overlap: float) -> tuple[float, float]:
+    """(link seconds, exposed seconds) of gradient buckets (ready time, collective seconds) reduced one
+    after another on one stream from when each is ready, against a backward ending at *end*: with
+    *overlap* 1 only what runs past *end* is exposed, with 0 every reduction waits for the end."""
+    link = sum(seconds for _, seconds in buckets)
+    finish = 0.0
+    for when, seconds in buckets:
+        finish = max(finish, when) + seconds
+    return link, overlap * max(0.0, finish - end) + (1 - overlap) * link
+
+
+def optimizer_traffic(states_held: float, gradients_held: float, whole: float, setup) -> float:
+    """HBM bytes of one device's optimizer step: for each parameter whose states it holds, read the
+    gradient, read and write the states (fp32 master copy and moments: `state_bytes`), write the
+    16-bit parameter; read each held gradient once more for the norm; zero the whole gradient buffer."""
+    per_state = setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes
+    return states_held * per_state + gradients_held * setup.grad_bytes + whole * setup.grad_bytes
 
 
 def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
@@ -478,9 +501,9 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
         traffic = 0.0
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
-            whole = memory.parameters(layer).total
-            traffic += static.optimizer_states * (setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes)
-            traffic += static.gradients * setup.grad_bytes + whole * setup.grad_bytes
+            traffic += optimizer_traffic(
+                static.optimizer_states, static.gradients, memory.parameters(layer).total, setup
+            )
         stages[stage] = stages.get(stage, 0.0) + traffic
     return kernels.memory_s(max(stages.values(), default=0.0))
 
