@@ -40,6 +40,7 @@ ROUND_DEVICE = {
     "comm_efficiency": 0.5,
     "collective_latency_us": 0.0,
     "inter_node_latency_us": 0.0,
+    "comm_sms": 0,
 }
 
 

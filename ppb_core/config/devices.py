@@ -51,6 +51,10 @@ class DeviceProfile:
     matmul_efficiency: float = 0.803  # MAMF / peak: the ceiling of a large GEMM
     attention_forward_efficiency: float = 0.75
     attention_backward_efficiency: float = 0.55
+    # FlashAttention-2 (PyTorch's SDPA flash backend): on Hopper "only 35% utilization" forward
+    # (FlashAttention-3 paper, Shah et al. 2024); its backward at FA2's A100 ratio (0.57/0.73).
+    flash2_forward_efficiency: float = 0.35
+    flash2_backward_efficiency: float = 0.27
     memory_efficiency: float = 0.8
     comm_efficiency: float = 0.8
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
@@ -60,6 +64,11 @@ class DeviceProfile:
     # (InfiniBand adapters are 1-2 us port to port): an assumption.
     collective_latency_us: float = 5.0
     inter_node_latency_us: float = 5.0
+    # SMs a collective occupies while it runs beside compute, which the compute then lacks: NCCL runs
+    # one thread block per channel, and TransformerEngine's userbuffers overlaps (Megatron's
+    # --tp-comm-overlap) default to num_sm=16 for their bulk and pipelined methods
+    # (transformer_engine/pytorch/module/base.py, initialize_ub). 16 taken for every collective.
+    comm_sms: int = 16
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -85,6 +94,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.869,
         attention_forward_efficiency=0.73,
         attention_backward_efficiency=0.57,
+        flash2_forward_efficiency=0.73,
+        flash2_backward_efficiency=0.57,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -119,6 +130,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.869,
         attention_forward_efficiency=0.73,
         attention_backward_efficiency=0.57,
+        flash2_forward_efficiency=0.73,
+        flash2_backward_efficiency=0.57,
     ),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),

@@ -170,8 +170,11 @@ class Device(StrictModel):
     collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
     inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
     sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    comm_sms: NonNegativeInt | None = Field(None, description="SMs a collective beside compute takes from it")
     attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -216,6 +219,7 @@ class Overlap(StrictModel):
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
+    torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
 
 
 class PPBOptions(StrictModel):

@@ -86,6 +86,9 @@ class Op:
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores).
     attention: tuple[float, float, float, float] | None = None
+    # What the bytes count: one fused kernel. A framework running this op as several eager kernels
+    # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
+    fusion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ def _elementwise(
 
 def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
     # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
-    return _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    return dataclasses.replace(op, fusion="norm")
 
 
 def _tp_entry(
@@ -392,11 +396,10 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
         if geo.rope:
-            ops.append(
-                _elementwise(
-                    p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
-                )
+            rope = _elementwise(
+                p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
             )
+            ops.append(dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -595,7 +598,8 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     """GeLU reads its input and writes its output; SwiGLU reads gate and up. Its output is `ffAct`'s."""
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
-    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    op = _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    return dataclasses.replace(op, fusion="activation")
 
 
 def _ffn(

@@ -198,7 +198,11 @@ class _Cells:
 
 
 def _fsdp_exposed(
-    layers: Sequence[tuple[float, float]], gathers: Sequence[float], reduces: Sequence[float], rules: FrameworkRules
+    layers: Sequence[tuple[float, float]],
+    gathers: Sequence[float],
+    reduces: Sequence[float],
+    rules: FrameworkRules,
+    contention: float = 0.0,
 ) -> tuple[float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
     forward, link seconds backward, once-per-iteration link seconds). Each layer's gather is
@@ -206,9 +210,10 @@ def _fsdp_exposed(
     walks the layers in reverse, its gathers prefetched likewise and each reduce-scatter running
     behind the next layer's backward, the last one's exposed."""
     forward_exposed = backward_exposed = forward_link = backward_link = 0.0
+    # What runs beside a layer's compute costs *contention* of its time (the SMs it takes).
     previous = 0.0
     for (forward, _), gather in zip(layers, gathers, strict=True):
-        forward_exposed += max(0.0, gather - previous)
+        forward_exposed += max(0.0, gather - previous) + contention * min(gather, previous)
         forward_link += gather
         previous = forward
     previous = 0.0
@@ -218,7 +223,7 @@ def _fsdp_exposed(
         again = gather if rules.fsdp_reshard_after_forward else 0.0
         # the previous layer's reduce-scatter and this layer's gather share the time of the previous backward
         work = again + (pending if rules.fsdp_reduce_every_micro_batch else 0.0)
-        backward_exposed += max(0.0, work - previous)
+        backward_exposed += max(0.0, work - previous) + contention * min(work, previous)
         backward_link += work
         pending = reduce
         previous = backward
@@ -273,7 +278,9 @@ def run_iteration(
                 params = memory.parameters(layer)
                 gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
-            fe, be, fl, bl, once = _fsdp_exposed([(f, b) for _, f, b in entries], gathers, reduces, rules)
+            fe, be, fl, bl, once = _fsdp_exposed(
+                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
+            )
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
@@ -393,6 +400,7 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
     at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
     backward to end."""
     overlap = run.timing.overlap.dp
+    contention = Kernels.from_device(run.device.profile()).contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
     latest = 0.0
     link_total = exposed_total = 0.0
@@ -420,22 +428,27 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
             params_sum = None
         if params_sum is not None:
             buckets.append((ready[-1][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
-        link, exposed = bucket_tail(buckets, end, overlap)
+        link, exposed = bucket_tail(buckets, end, overlap, contention)
         latest = max(latest, end + exposed)
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
 
 
-def bucket_tail(buckets: Sequence[tuple[float, float]], end: float, overlap: float) -> tuple[float, float]:
+def bucket_tail(
+    buckets: Sequence[tuple[float, float]], end: float, overlap: float, contention: float = 0.0
+) -> tuple[float, float]:
     """(link seconds, exposed seconds) of gradient buckets (ready time, collective seconds) reduced one
     after another on one stream from when each is ready, against a backward ending at *end*: with
-    *overlap* 1 only what runs past *end* is exposed, with 0 every reduction waits for the end."""
+    *overlap* 1 only what runs past *end* is exposed, plus *contention* of what ran beside the
+    backward (the SMs it took); with 0 every reduction waits for the end."""
     link = sum(seconds for _, seconds in buckets)
     finish = 0.0
     for when, seconds in buckets:
         finish = max(finish, when) + seconds
-    return link, overlap * max(0.0, finish - end) + (1 - overlap) * link
+    tail = max(0.0, finish - end)
+    beside = max(0.0, link - tail)
+    return link, overlap * (tail + contention * beside) + (1 - overlap) * link
 
 
 def optimizer_traffic(states_held: float, gradients_held: float, whole: float, setup) -> float:

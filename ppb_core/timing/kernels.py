@@ -39,6 +39,18 @@ ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
 
+# Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves (torchtitan's model
+# code without torch.compile; Megatron-LM runs TransformerEngine's / Apex's fused kernels, MindSpore
+# fuses in graph mode). Per element, bf16:
+# - RMSNorm (`nn.RMSNorm`, composite in eager): pow (read 2, write 2), mean (read 2), mul by the
+#   reciprocal (read 2, write 2), mul by the weight (read 2, write 2): 14 bytes against the fused
+#   kernel's 4 (read x, write y): 3.5x; its autograd backward alike.
+# - SwiGLU (`F.silu(w1(x)) * w3(x)`): silu (read 2, write 2) and the product (read 4, write 2): 10
+#   bytes against 6: 5/3.
+# - Rotary embedding (torchtitan's `apply_rotary_emb`): upcast (read 2, write 4), complex product
+#   (read 4, write 4), downcast (read 4, write 2): 20 bytes against 4: 5x.
+EAGER_TRAFFIC: dict[str, float] = {"norm": 14 / 4, "activation": 10 / 6, "rope": 20 / 4}
+
 
 @dataclass(frozen=True)
 class Kernels:
@@ -50,20 +62,40 @@ class Kernels:
     hbm_bytes_per_s: float  # achieved
     attention_forward: float
     attention_backward: float
+    fused: bool = True  # element-wise ops as one fused kernel each (else `EAGER_TRAFFIC`)
+    comm_sms: int = 0  # SMs a collective running beside compute takes from it
+
+    @property
+    def contention(self) -> float:
+        """The share of compute a concurrent collective takes: its SMs over the device's."""
+        return min(1.0, self.comm_sms / self.sms)
 
     @classmethod
-    def from_device(cls, device: DeviceProfile, dtype: str = "bf16") -> Kernels:
+    def from_device(
+        cls, device: DeviceProfile, dtype: str = "bf16", framework: str = "megatron", compiled: bool = False
+    ) -> Kernels:
+        """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
+        best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
+        (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them."""
+        titan = framework == "torchtitan"
         return cls(
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.matmul_efficiency,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
-            attention_forward=device.attention_forward_efficiency,
-            attention_backward=device.attention_backward_efficiency,
+            attention_forward=device.flash2_forward_efficiency if titan else device.attention_forward_efficiency,
+            attention_backward=device.flash2_backward_efficiency if titan else device.attention_backward_efficiency,
+            fused=compiled or not titan,
+            comm_sms=device.comm_sms,
         )
 
     def memory_s(self, traffic: float) -> float:
         return traffic / self.hbm_bytes_per_s
+
+    def elementwise_s(self, traffic: float, fusion: str | None) -> float:
+        """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes."""
+        factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion]
+        return self.memory_s(traffic * factor)
 
     def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1) -> float:
         """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""

@@ -6,7 +6,9 @@ Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's de
   at the dtype's peak (fp32 as TF32, half the 16-bit rate);
 - element-wise ops by bytes / (HBM · memory_efficiency);
 - collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
-  compute of one partner op in the same pass: exposed = c − min(overlap · c, partner).
+  compute of one partner op in the same pass: hidden = min(overlap · c, partner), exposed =
+  c − hidden + contention · hidden, the partner losing the SMs the collective runs on while they
+  overlap (`Kernels.contention`).
 The forward is the sum of the ops' forwards and the backward the sum of their backwards, plus
 what the state runs again: under SEL the ops of `recompute_set` (each at its forward price; a
 re-sent all-gather may instead hide behind its consumer's input gradient, never costing more
@@ -86,7 +88,9 @@ class TimeModel:
         self.device = run.device.profile()
         self.overlap = run.timing.overlap
         self.links = Links.from_run(run, self.device)
-        self.kernels = Kernels.from_device(self.device, run.training.dtype)
+        self.kernels = Kernels.from_device(
+            self.device, run.training.dtype, str(getattr(run, "framework", "megatron")), run.timing.torch_compile
+        )
         self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -129,7 +133,7 @@ class TimeModel:
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups), half)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.memory_s(traffic)
+        seconds = kernels.elementwise_s(traffic, op.fusion)
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
@@ -142,7 +146,8 @@ class TimeModel:
         partner = 0.0
         if collective.partner is not None and collective.partner[0] in by_name:
             partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
-        return seconds - min(share * seconds, partner)
+        hidden = min(share * seconds, partner)
+        return seconds - hidden + self.kernels.contention * hidden
 
     def op_prices(self, layer: Layer) -> dict[str, OpPrice]:
         """Every op's prices, by name (memoized per model and kind)."""
