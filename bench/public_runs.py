@@ -18,6 +18,15 @@ Sources:
   on 8 and 128 H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2, sequence 8192 (the 8B
   recipe's), selective (per-op) activation checkpointing, without torch.compile or Float8:
   tokens per second per GPU.
+- Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+  Table 5, also in Megatron-LM's README of May 2022 (commit 2e90a342f5): MFU of GPT 22B, 175B,
+  530B and 1T on A100 with sequence parallelism and selective recompute, data-parallel size one;
+  model configurations from the paper's Table 3 (TP 8; PP 1, 8, 35, 64; batch = GPUs / 8 · ... as
+  listed below); sequence 2048, vocabulary 51200; FLOPs by the paper's eq. 7.
+- DeepSeek-V3 technical report: 180K H800 GPU hours per trillion tokens (1,543 tokens/s per GPU)
+  on 2048 H800, PP 16 with DualPipe, EP 64 over 8 nodes, ZeRO-1 data parallelism, no TP, FP8
+  GEMMs, sequence 4096, batch 15360 sequences at the end of its ramp, RMSNorm and MLA
+  up-projections recomputed.
 - Llama 3 herd of models (Dubey et al. 2024), Table 4: Llama 3 405B on 8,192 and 16,384 H100,
   TP 8, CP 1, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch: 430 / 400 TFLOP/s per GPU.
   Meta's own framework; counted here with Megatron-LM's formula (GQA, SwiGLU).
@@ -42,6 +51,8 @@ from ppb_core.timing.iteration import run_iteration  # noqa: E402
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
 TORCHTITAN = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 LLAMA3 = "Llama 3 paper (Dubey et al. 2024), Table 4"
+KORTHIKANTI = "Korthikanti et al. 2022, Table 5 (Megatron-LM README, May 2022)"
+DEEPSEEK = "DeepSeek-V3 technical report (2024), §1 and §3"
 
 
 @dataclass(frozen=True)
@@ -225,12 +236,92 @@ def _llama3_runs() -> list[PublicRun]:
     return runs
 
 
+# (name, hidden, heads, layers, pp, GPUs, batch, MFU)
+_KORTHIKANTI_ROWS = (
+    ("22B", 6144, 64, 48, 1, 8, 4, 0.415),
+    ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
+    ("530B", 20480, 128, 105, 35, 280, 280, 0.560),
+    ("1T", 25600, 160, 128, 64, 512, 512, 0.563),
+)
+
+
+def korthikanti_eq7(h: int, layers: int, s: int, vocab: int, batch: int) -> float:
+    """Korthikanti et al. eq. 7: 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))."""
+    return 72 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers))
+
+
+def _korthikanti_runs() -> list[PublicRun]:
+    runs = []
+    for name, h, heads, layers, pp, gpus, batch, mfu in _KORTHIKANTI_ROWS:
+        spec = {**_gpt(h, heads, layers), "vocab_size": 51200, "max_position_embeddings": 2048}
+        spec.update(position_embedding="learned", attention_dropout=0.1, hidden_dropout=0.1, tied_embeddings=True)
+        raw = {
+            "name": f"korthikanti-{name}",
+            "framework": "megatron",
+            "models": [{"name": "gpt", "spec": spec}],
+            "parallel": {"dp": 1, "tp": 8, "pp": pp, "sequence_parallel": True, "zero": 0},
+            "training": {
+                "seq_length": 2048,
+                "micro_batch_size": 4 if pp == 1 else 1,
+                "micro_batches": 1 if pp == 1 else batch,
+                "dtype": "fp16",
+                "flash_attention": False,
+                "recompute": {"softmax": 0, "headCast": 0, "dropout": 0, "gather": 0},
+            },
+            "device": {"name": "a100-80gb"},
+        }
+        seconds = korthikanti_eq7(h, layers, 2048, 51200, batch) / (gpus * 312e12 * mfu)
+        runs.append(
+            PublicRun(
+                f"Korthikanti GPT {name} ({gpus} A100, TP8 PP{pp})",
+                KORTHIKANTI,
+                raw,
+                f"MFU {100 * mfu:.1f}%",
+                seconds,
+                ("1F1B without interleaving", "micro-batch size 1 (22B: the batch of 4 at once)"),
+            )
+        )
+    return runs
+
+
+def _deepseek_runs() -> list[PublicRun]:
+    tps = 1e12 / (180_000 * 3600)
+    batch, gpus = 15360, 2048
+    raw = {
+        "name": "deepseek-v3",
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/deepseek-v3.json"}],
+        "parallel": {"dp": 128, "tp": 1, "pp": 16, "vpp": 2, "ep": 64, "etp": 1, "zero": 1, "schedule": "dualpipev"},
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": batch // 128,
+            "dtype": "bf16",
+            "optimizer": "adamw",
+            "flash_attention": True,
+            "recompute": {"normOp": 0, "attUp": 0},
+        },
+        "device": {"name": "h800"},
+        "timing": {"matmul_dtype": "fp8"},
+    }
+    return [
+        PublicRun(
+            "DeepSeek-V3 671B (2048 H800, PP16 EP64 DP128)",
+            DEEPSEEK,
+            raw,
+            f"{tps:,.0f} tokens/s per GPU",
+            batch * 4096 / (tps * gpus),
+            ("DualPipeV for DualPipe", "micro-batch size 1", "every GEMM in FP8", "the final batch size"),
+        )
+    ]
+
+
 def public_runs() -> list[PublicRun]:
-    return [*_megatron_runs(), *_torchtitan_runs(), *_llama3_runs()]
+    return [*_megatron_runs(), *_torchtitan_runs(), *_llama3_runs(), *_korthikanti_runs(), *_deepseek_runs()]
 
 
 def config(row: PublicRun) -> RunConfig:
-    return parse_run_config(row.raw, row.name)
+    return parse_run_config(row.raw, row.name, ROOT / "configs")
 
 
 def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
@@ -243,7 +334,7 @@ def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
     raw = {**row.raw, "training": dict(row.raw["training"])}
     per_replica = raw["training"]["micro_batch_size"] * raw["training"]["micro_batches"]
     raw["training"].update(micro_batch_size=size, micro_batches=per_replica // size)
-    return parse_run_config(raw, row.name)
+    return parse_run_config(raw, row.name, ROOT / "configs")
 
 
 def main() -> int:

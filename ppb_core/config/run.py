@@ -175,6 +175,7 @@ class Device(StrictModel):
     attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -220,6 +221,9 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
+        None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
+    )
 
 
 class PPBOptions(StrictModel):
@@ -367,6 +371,10 @@ def _check_run(run: RunConfig, where: str) -> None:
     if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
         raise InputError(
             where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"
+        )
+    if run.timing.matmul_dtype == "fp8" and not run.device.profile().fp8_matmul_efficiency:
+        raise InputError(
+            where, "timing.matmul_dtype", f"{run.device.name or 'the device'} has no FP8 tensor cores in the catalog"
         )
     for name in ("memory_mb",):
         if run.device.profile().memory_mb <= run.device.reserved_mb:

@@ -56,7 +56,7 @@ EAGER_TRAFFIC: dict[str, float] = {"norm": 14 / 4, "activation": 10 / 6, "rope":
 class Kernels:
     """One device at one dtype: what its kernels reach."""
 
-    flops_per_s: float  # dense tensor-core peak for the dtype
+    flops_per_s: float  # dense tensor-core peak for the dtype (attention)
     gemm_ceiling: float
     sms: int
     hbm_bytes_per_s: float  # achieved
@@ -64,6 +64,7 @@ class Kernels:
     attention_backward: float
     fused: bool = True  # element-wise ops as one fused kernel each (else `EAGER_TRAFFIC`)
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
+    gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
 
     @property
     def contention(self) -> float:
@@ -72,15 +73,24 @@ class Kernels:
 
     @classmethod
     def from_device(
-        cls, device: DeviceProfile, dtype: str = "bf16", framework: str = "megatron", compiled: bool = False
+        cls,
+        device: DeviceProfile,
+        dtype: str = "bf16",
+        framework: str = "megatron",
+        compiled: bool = False,
+        matmul_dtype: str | None = None,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
-        (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them."""
+        (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them. With
+        *matmul_dtype* fp8 the GEMMs run on the FP8 tensor cores at their own measured ceiling
+        (attention stays in *dtype*)."""
         titan = framework == "torchtitan"
+        fp8 = matmul_dtype == "fp8"
         return cls(
             flops_per_s=device.peak_flops(dtype),
-            gemm_ceiling=device.matmul_efficiency,
+            gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
+            gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
             attention_forward=device.flash2_forward_efficiency if titan else device.attention_forward_efficiency,
@@ -101,9 +111,10 @@ class Kernels:
         """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
+        peak = self.gemm_flops_per_s or self.flops_per_s
         if min(m, n) < SKINNY:
-            return 2 * m * n * k * groups / (self.flops_per_s * self.gemm_ceiling)
-        per_sm = self.flops_per_s * self.gemm_ceiling / self.sms
+            return 2 * m * n * k * groups / (peak * self.gemm_ceiling)
+        per_sm = peak * self.gemm_ceiling / self.sms
         best = math.inf
         for tm, tn in TILES:
             tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)

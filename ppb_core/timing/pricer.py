@@ -89,7 +89,11 @@ class TimeModel:
         self.overlap = run.timing.overlap
         self.links = Links.from_run(run, self.device)
         self.kernels = Kernels.from_device(
-            self.device, run.training.dtype, str(getattr(run, "framework", "megatron")), run.timing.torch_compile
+            self.device,
+            run.training.dtype,
+            str(getattr(run, "framework", "megatron")),
+            run.timing.torch_compile,
+            run.timing.matmul_dtype,
         )
         self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
@@ -137,17 +141,43 @@ class TimeModel:
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
-        self, collective: Collective | None, by_name: Mapping[str, Op], overlap: float | None = None
+        self,
+        collective: Collective | None,
+        by_name: Mapping[str, Op],
+        overlap: float | None = None,
+        paired: float | None = None,
     ) -> float:
+        """A collective's exposed seconds. *paired*: the compute of another micro-batch it hides behind
+        instead of its partner op (DualPipe's expert all-to-alls)."""
         if collective is None:
             return 0.0
         seconds = collective_seconds(collective, self.links)
         share = getattr(self.overlap, collective.overlap) if overlap is None else overlap
         partner = 0.0
-        if collective.partner is not None and collective.partner[0] in by_name:
+        if paired is not None and collective.overlap == "ep":
+            share, partner = 1.0, paired
+        elif collective.partner is not None and collective.partner[0] in by_name:
             partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
+
+    def _dualpipe_share(self, ops: tuple[Op, ...]) -> float | None:
+        """Under DualPipeV (DeepSeek-V3) a forward chunk of one micro-batch runs beside a backward chunk
+        of another, each one's expert all-to-alls hidden behind the other's compute (DeepSeek-V3
+        report, §3.2.1): each all-to-all gets an equal share of the layer's forward and backward
+        compute to hide behind. None under other schedules."""
+        if self.run.parallel.schedule != "dualpipev":
+            return None
+        count = sum(
+            1
+            for op in ops
+            for collective in (op.forward_comm, op.backward_comm)
+            if collective is not None and collective.overlap == "ep"
+        )
+        if not count:
+            return None
+        compute = sum(self._phase_s(op, "forward") + self._phase_s(op, "backward") for op in ops)
+        return compute / count
 
     def op_prices(self, layer: Layer) -> dict[str, OpPrice]:
         """Every op's prices, by name (memoized per model and kind)."""
@@ -156,11 +186,12 @@ class TimeModel:
         if prices is None:
             ops = self.ops(layer)
             by_name = {op.name: op for op in ops}
+            paired = self._dualpipe_share(ops)
             prices = {}
             for op in ops:
                 if op.category == COMM:
-                    forward = self._exposed_s(op.forward_comm, by_name)
-                    backward = self._exposed_s(op.backward_comm, by_name)
+                    forward = self._exposed_s(op.forward_comm, by_name, paired=paired)
+                    backward = self._exposed_s(op.backward_comm, by_name, paired=paired)
                     again = forward
                     if op.recompute_comm is not None:
                         share = max(
