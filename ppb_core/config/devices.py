@@ -58,6 +58,10 @@ class DeviceProfile:
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
+    # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
+    # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
+    # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
+    gemm_epilogue_overlapped: bool = True
     memory_efficiency: float = 0.8
     comm_efficiency: float = 0.8
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
@@ -100,6 +104,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         flash2_forward_efficiency=0.73,
         flash2_backward_efficiency=0.57,
         fp8_matmul_efficiency=0.0,
+        gemm_epilogue_overlapped=False,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -139,6 +144,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         flash2_forward_efficiency=0.73,
         flash2_backward_efficiency=0.57,
         fp8_matmul_efficiency=0.0,
+        gemm_epilogue_overlapped=False,
     ),
     # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved

@@ -176,6 +176,7 @@ class Device(StrictModel):
     flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    gemm_epilogue_overlapped: bool | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:

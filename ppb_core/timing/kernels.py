@@ -9,7 +9,11 @@ measured MAMF over peak) when it is at least 128×128; smaller tiles reuse each 
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
 half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
 `SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
-(their bytes at the HBM rate). A skinny product (fewer than 64 output rows or columns) runs as a
+(their bytes at the HBM rate). On devices whose GEMM kernels store a tile's output after its main
+loop before the SM takes the next tile (Ampere's cuBLAS/CUTLASS 2 kernels, unlike Hopper's
+warp-specialized persistent ones that store while the next tile computes), the padded output's
+bytes (a weight gradient accumulated in fp32 reads and writes 8 a element) add at the HBM rate.
+A skinny product (fewer than 64 output rows or columns) runs as a
 GEMV-like kernel, untiled: its FLOPs at the ceiling, in practice its bytes. The fastest tiling is
 taken, as cuBLAS's heuristics pick one, and the result is never below the HBM roofline: bytes /
 achieved bandwidth.
@@ -65,6 +69,7 @@ class Kernels:
     fused: bool = True  # element-wise ops as one fused kernel each (else `EAGER_TRAFFIC`)
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
+    epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
 
     @property
     def contention(self) -> float:
@@ -97,6 +102,7 @@ class Kernels:
             attention_backward=device.flash2_backward_efficiency if titan else device.attention_backward_efficiency,
             fused=compiled or not titan,
             comm_sms=device.comm_sms,
+            epilogue_overlapped=device.gemm_epilogue_overlapped,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -107,8 +113,10 @@ class Kernels:
         factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion]
         return self.memory_s(traffic * factor)
 
-    def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1) -> float:
-        """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""
+    def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:
+        """Seconds of the tensor-core work: the best tiling's waves (no HBM roofline), plus, where the
+        device's kernels store each tile after its main loop (`epilogue_overlapped` False: Ampere's
+        and Ascend's), the tiles' *output_bytes* per element at the HBM rate."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
         peak = self.gemm_flops_per_s or self.flops_per_s
@@ -125,7 +133,8 @@ class Kernels:
                 waves = math.ceil(tiles * split / self.sms)
                 # split-K writes each slice's fp32 partial sums and reads them back to reduce them
                 reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
-                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction)
+                epilogue = 0.0 if self.epilogue_overlapped else self.memory_s(tiles * tm * tn * output_bytes)
+                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction + epilogue)
         return best
 
     def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:

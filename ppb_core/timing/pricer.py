@@ -88,6 +88,10 @@ class TimeModel:
         self.device = run.device.profile()
         self.overlap = run.timing.overlap
         self.links = Links.from_run(run, self.device)
+        # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
+        # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
+        framework = str(getattr(run, "framework", "megatron"))
+        self._wgrad_bytes = 2 * run.training.grad_bytes if framework != "torchtitan" else run.training.dtype_bytes
         self.kernels = Kernels.from_device(
             self.device,
             run.training.dtype,
@@ -130,11 +134,12 @@ class TimeModel:
         if op.gemm is not None:
             m, k, n, groups, fused = op.gemm
             share = n / fused
+            out = self.run.training.dtype_bytes
             if phase == "forward":
-                return max(share * kernels.gemm_compute_s(m, fused, k, groups), kernels.memory_s(op.bytes))
+                return max(share * kernels.gemm_compute_s(m, fused, k, groups, out), kernels.memory_s(op.bytes))
             half = kernels.memory_s(op.backward_bytes / 2)
-            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups), half)
-            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups), half)
+            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
+            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion)
