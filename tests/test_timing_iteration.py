@@ -293,3 +293,25 @@ def test_gather_and_reduce_scatter_time_grow_with_the_group():
     links = Links(5e10, 5e10, 0.0, 64, {f"g{g}": Group(g, g) for g in (2, 4, 8)})
     times = [collective_seconds(Collective(ALL_GATHER, f"g{g}", 1e6, "dp"), links) for g in (2, 4, 8)]
     assert times == sorted(times)
+
+
+def test_deepep_sends_a_token_once_to_each_remote_node_it_reaches():
+    # DeepSeek-V3 at EP 64 over 8 nodes: a token's 8 experts from its 4 best of 8 groups (one a node)
+    # reach at most 4 nodes, 7/8 of them remote on average: 3.5 hidden states leave the node per token
+    # routed, instead of 8 copies × 56/64 remote = 7. Uniform picks without the limit: 8·(1 − (7/8)^8)
+    # nodes, the same 7/8 remote.
+    from ppb_core.model.kinds import Moe
+    from ppb_core.timing.flops import Geometry, _remote_nodes
+
+    geo = Geometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
+    limited = Moe(7168, 256, 8, 2048, True, "swiglu", groups=8, group_limit=4)
+    assert _remote_nodes(limited, geo) == pytest.approx(4 * 7 / 8)
+    free = Moe(7168, 256, 8, 2048, True, "swiglu")
+    assert _remote_nodes(free, geo) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
+    assert _remote_nodes(free, Geometry(seq_length=4096, ep=8, ep_nodes=1)) is None
+
+
+def test_deepseek_v3_reads_its_group_limited_routing():
+    run = load_run_config(CONFIGS / "deepseek-v3.yaml")
+    spec = run.spec("llm")
+    assert (spec.expert_groups, spec.expert_group_limit) == (8, 4)  # n_group, topk_group of its config.json

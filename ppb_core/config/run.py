@@ -222,6 +222,9 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )

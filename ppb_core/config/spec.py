@@ -53,6 +53,10 @@ class ModelSpec(StrictModel):
         None, description="width of each shared expert; defaults to moe_intermediate_size"
     )
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
+    expert_groups: NonNegativeInt = Field(0, description="experts fall into this many groups (n_group)")
+    expert_group_limit: NonNegativeInt = Field(
+        0, description="a token's experts come from at most this many groups (topk_group); 0: no limit"
+    )
     first_dense_layers: NonNegativeInt = Field(0, description="leading dense layers (first_k_dense_replace)")
     moe_layer_frequency: PositiveInt = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
     dense_layers: Annotated[tuple[NonNegativeInt, ...], Strict(False)] = Field(

@@ -80,6 +80,8 @@ class Moe:
     shared_experts: int = 0
     shared_intermediate_size: int = 0  # width of each shared expert
     shared_expert_gate: bool = False
+    groups: int = 0  # expert groups (n_group); 0: none
+    group_limit: int = 0  # a token's experts from at most this many groups (topk_group); 0: no limit
 
     @property
     def matrices(self) -> int:
@@ -184,6 +186,8 @@ def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> Body
             if spec.shared_experts
             else 0,
             shared_expert_gate=spec.shared_expert_gate,
+            groups=spec.expert_groups,
+            group_limit=spec.expert_group_limit,
         )
     else:
         mlp = Mlp(spec.hidden_size, spec.intermediate_size, spec.gated, spec.mlp_bias, spec.activation)

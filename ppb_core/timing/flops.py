@@ -59,6 +59,9 @@ class Collective:
     overlap: str
     # (op name, phase): the op's forward, its whole backward, or one half of it (dgrad, wgrad).
     partner: tuple[str, str] | None = None
+    # All-to-all: the bytes that leave the node, when fewer than the payload's share for remote
+    # peers (a dispatcher that sends a token once per destination node); None: that share.
+    inter_node_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class Geometry:
     dropless: bool = True
     capacity_factor: float = 1.0
     dropless_imbalance: float = 1.0
+    ep_nodes: int = 1  # nodes the expert-parallel group spans
+    dispatcher: str = "alltoall"  # alltoall (Megatron's default) | deepep (one copy per destination node)
+    dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
 
     @classmethod
     def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
@@ -128,6 +134,11 @@ class Geometry:
             dropless=train.moe.dropless,
             capacity_factor=train.moe.capacity_factor,
             dropless_imbalance=train.moe.dropless_imbalance,
+            ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+            dispatcher=run.timing.moe_dispatcher,
+            dispatch_bytes=1
+            if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
+            else train.dtype_bytes,
         )
 
     def whole_model(self) -> Geometry:
@@ -632,6 +643,21 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
     ]
 
 
+def _remote_nodes(moe: Moe, geo: Geometry) -> float | None:
+    """Distinct remote nodes a token's k experts sit in, on average, over an EP group spanning
+    `ep_nodes` nodes: k uniform picks reach nodes·(1 − (1 − 1/nodes)^k) nodes, group-limited routing
+    (a token's experts from its `group_limit` best of `groups` groups) at most limit·nodes/groups
+    of them; (nodes − 1)/nodes of those are remote. None within one node."""
+    nodes = geo.ep_nodes
+    if nodes <= 1:
+        return None
+    k = moe.experts_per_token
+    reached = nodes * (1 - (1 - 1 / nodes) ** k)
+    if moe.group_limit and moe.groups:
+        reached = min(reached, moe.group_limit * max(1.0, nodes / moe.groups))
+    return reached * (nodes - 1) / nodes
+
+
 def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
@@ -660,6 +686,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
     ]
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
+    dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
+    # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
+    remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
+    leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
     if geo.ep > 1:
         ops.append(
             Op(
@@ -667,8 +698,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_in", "forward"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_in", "wgrad"),
+                    None if leaving is None else leaving * bc,
+                ),
             )
         )
         source = p + "dispatch"
@@ -719,8 +764,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_out", "forward"),
+                    None if leaving is None else leaving * bc,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_out", "wgrad"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
             )
         )
         source = p + "combine"

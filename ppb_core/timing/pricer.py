@@ -135,10 +135,15 @@ class TimeModel:
             m, k, n, groups, fused = op.gemm
             share = n / fused
             out = self.run.training.dtype_bytes
+            # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
+            # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
+            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
             if phase == "forward":
-                return max(share * kernels.gemm_compute_s(m, fused, k, groups, out), kernels.memory_s(op.bytes))
+                compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
+                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups)
             half = kernels.memory_s(op.backward_bytes / 2)
             dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
+            dgrad += kernels.memory_s(cast * m * n * groups)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
