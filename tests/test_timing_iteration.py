@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.estimate.plan import plan_iterations
 from ppb_core.memory import MemoryModel
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.kinds import Moe
 from ppb_core.model.walk import walk
 from ppb_core.schedules import simulate
 from ppb_core.timing import model_flops_per_iteration
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective
+from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, Geometry, _remote_nodes
 from ppb_core.timing.iteration import (
     BREAKDOWN_KEYS,
     _fsdp_exposed,
@@ -300,9 +304,6 @@ def test_deepep_sends_a_token_once_to_each_remote_node_it_reaches():
     # reach at most 4 nodes, 7/8 of them remote on average: 3.5 hidden states leave the node per token
     # routed, instead of 8 copies × 56/64 remote = 7. Uniform picks without the limit: 8·(1 − (7/8)^8)
     # nodes, the same 7/8 remote.
-    from ppb_core.model.kinds import Moe
-    from ppb_core.timing.flops import Geometry, _remote_nodes
-
     geo = Geometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
     limited = Moe(7168, 256, 8, 2048, True, "swiglu", groups=8, group_limit=4)
     assert _remote_nodes(limited, geo) == pytest.approx(4 * 7 / 8)
@@ -315,3 +316,31 @@ def test_deepseek_v3_reads_its_group_limited_routing():
     run = load_run_config(CONFIGS / "deepseek-v3.yaml")
     spec = run.spec("llm")
     assert (spec.expert_groups, spec.expert_group_limit) == (8, 4)  # n_group, topk_group of its config.json
+
+
+def test_ppb_estimate_json_carries_the_iteration(capsys):
+    assert main(["estimate", str(CONFIGS / "llama3-8b.yaml"), "--json"]) == 0
+    iteration = json.loads(capsys.readouterr().out)["iteration"]
+    assert set(iteration) >= {"seconds", "tokens_per_second_per_device", "mfu", "hfu", "breakdown"}
+    assert set(iteration["breakdown"]) >= {"compute", "bubble", "p2p", "dp_communication", "optimizer"}
+    run = load_run_config(CONFIGS / "llama3-8b.yaml")
+    assert iteration["seconds"] == pytest.approx(run_iteration(run).seconds, rel=1e-12)
+
+
+def test_plan_iterations_price_the_plan_and_its_baseline_in_seconds():
+    run = load_run_config(CONFIGS / "llama3-8b.yaml")
+    counts = walk(run).cell_counts
+    plan = {
+        "input": {"stages": 4, "micro_batches": 32, "interleave": 1, "schedule": "1f1b"},
+        "cells": [[{"options": {"NONE": n}} for n in row] for row in counts],
+        "best_baseline": "FULL",
+        "baselines": [{"option": "FULL", "layers_per_cell": counts}],
+    }
+    out = plan_iterations(run, plan)
+    none = run_iteration(run, [[{"NONE": n} for n in row] for row in counts])
+    full = run_iteration(run, [[{"FULL": n} for n in row] for row in counts])
+    assert out["iteration"]["seconds"] == pytest.approx(none.seconds, rel=1e-12)
+    assert out["baseline_iteration"]["option"] == "FULL"
+    assert out["baseline_iteration"]["seconds"] == pytest.approx(full.seconds, rel=1e-12)
+    # The descriptions' unit: the first body layer's forward, in seconds (milliseconds from the model / 1e3).
+    assert 0 < out["time_unit_s"] < 1

@@ -117,7 +117,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients fused into buckets as Megatron's.
     """
-    name = str(getattr(run, "framework", None) or "megatron")
+    name = run.framework
     pipelined = run.parallel.pp > 1
     interleaved = canonical(run.parallel.schedule, run.parallel.vpp) != "1f1b" and run.parallel.vpp > 1
     dp = run.parallel.dp * run.parallel.cp

@@ -90,12 +90,12 @@ class TimeModel:
         self.links = Links.from_run(run, self.device)
         # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
         # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
-        framework = str(getattr(run, "framework", "megatron"))
+        framework = run.framework
         self._wgrad_bytes = 2 * run.training.grad_bytes if framework != "torchtitan" else run.training.dtype_bytes
         self.kernels = Kernels.from_device(
             self.device,
             run.training.dtype,
-            str(getattr(run, "framework", "megatron")),
+            framework,
             run.timing.torch_compile,
             run.timing.matmul_dtype,
         )
