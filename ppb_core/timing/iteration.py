@@ -197,18 +197,23 @@ class _Cells:
     transfer: list[list[float]]
 
 
+def reverse_pairs(layers: Sequence[tuple[float, float]], values: Sequence[float]) -> list:
+    """(layer's (forward, backward), value) pairs, last layer first: the backward's order."""
+    return list(zip(layers, values, strict=True))[::-1]
+
+
 def _fsdp_exposed(
     layers: Sequence[tuple[float, float]],
     gathers: Sequence[float],
     reduces: Sequence[float],
     rules: FrameworkRules,
     contention: float = 0.0,
-) -> tuple[float, float, float, float, float]:
+) -> tuple[float, float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
-    forward, link seconds backward, once-per-iteration link seconds). Each layer's gather is
-    prefetched behind the previous layer's compute (the first one's is exposed); the backward
-    walks the layers in reverse, its gathers prefetched likewise and each reduce-scatter running
-    behind the next layer's backward, the last one's exposed."""
+    forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
+    seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
+    is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
+    reduce-scatter running behind the next layer's backward, the last one's exposed."""
     forward_exposed = backward_exposed = forward_link = backward_link = 0.0
     # What runs beside a layer's compute costs *contention* of its time (the SMs it takes).
     previous = 0.0
@@ -230,8 +235,16 @@ def _fsdp_exposed(
     if rules.fsdp_reduce_every_micro_batch:
         backward_exposed += pending
         backward_link += pending
-    once = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
-    return forward_exposed, backward_exposed, forward_link, backward_link, once
+    # Gradients synchronised once (torchtitan under a pipeline): the last micro-batch's backward
+    # reduce-scatters each layer behind the next layer's backward, the last one after it.
+    once_link = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
+    once_exposed = pending = 0.0
+    if not rules.fsdp_reduce_every_micro_batch:
+        for (_, backward), reduce in reverse_pairs(layers, reduces):
+            once_exposed += max(0.0, pending - backward) + contention * min(pending, backward)
+            pending = reduce
+        once_exposed += pending
+    return forward_exposed, backward_exposed, forward_link, backward_link, once_link, once_exposed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +283,7 @@ def run_iteration(
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16) and gradients reduce-scattered over dp·cp.
-    fsdp_link = fsdp_exposed_total = fsdp_once = 0.0
+    fsdp_link = fsdp_exposed_total = fsdp_once = fsdp_once_link = 0.0
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
@@ -278,7 +291,7 @@ def run_iteration(
                 params = memory.parameters(layer)
                 gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
-            fe, be, fl, bl, once = _fsdp_exposed(
+            fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
             )
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
@@ -288,7 +301,8 @@ def run_iteration(
             cells.fsdp_backward[chunk][stage] = be
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
             fsdp_exposed_total += (fe + be) * m
-            fsdp_once += once
+            fsdp_once += once_exposed
+            fsdp_once_link += once_link
 
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
@@ -349,8 +363,8 @@ def run_iteration(
         "dp_communication": dp_link + gather_link,
     }
     if fsdp:
-        hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once, fsdp_term)
-        link_seconds["fsdp_communication"] = fsdp_link + fsdp_once
+        hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once_link, fsdp_term)
+        link_seconds["fsdp_communication"] = fsdp_link + fsdp_once_link
     return Iteration(
         seconds=seconds,
         tokens_per_second_per_device=tokens / seconds / count,
