@@ -264,7 +264,7 @@ def run_iteration(
     rules = framework_rules(run)
     placed, chosen = _layers_and_options(run, memory, cell_options)
     links = _data_links(run, times.links, memory)
-    kernels = Kernels.from_device(times.device, train.dtype)
+    kernels = times.kernels
     stages, chunks, m = par.pp, par.vpp, train.micro_batches
     setup = memory.setup
     fsdp = setup.shard_level >= 3
@@ -283,7 +283,7 @@ def run_iteration(
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16) and gradients reduce-scattered over dp·cp.
-    fsdp_link = fsdp_exposed_total = fsdp_once = fsdp_once_link = 0.0
+    fsdp_link = fsdp_once = fsdp_once_link = 0.0
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
@@ -300,7 +300,6 @@ def run_iteration(
             cells.fsdp_forward[chunk][stage] = fe
             cells.fsdp_backward[chunk][stage] = be
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
-            fsdp_exposed_total += (fe + be) * m
             fsdp_once += once_exposed
             fsdp_once_link += once_link
 
@@ -330,8 +329,10 @@ def run_iteration(
     p2p = timeline.makespan - gathered.makespan
 
     # Data-parallel gradient reduction per stage, overlapped with its last backward but for the tail.
-    dp_tail, dp_link, dp_exposed = _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks)
-    dp_term = max(0.0, dp_tail - timeline.makespan) if stages else 0.0
+    dp_tail, dp_link, dp_exposed = _dp_reduction(
+        run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks
+    )
+    dp_term = max(0.0, dp_tail - timeline.makespan)
     gather_exposed, gather_link = _param_gather(run, rules, memory, links, per_cell, fsdp)
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
@@ -405,7 +406,7 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
-def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks):
+def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks):
     """(latest end of a stage's reduction, link seconds, exposed seconds) over every stage.
 
     Buckets fill in backward order (the stage's last chunk's last layer first); a bucket's
@@ -414,7 +415,7 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
     at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
     backward to end."""
     overlap = run.timing.overlap.dp
-    contention = Kernels.from_device(run.device.profile()).contention
+    contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
     latest = 0.0
     link_total = exposed_total = 0.0
