@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "public_runs.py"
 def public():
     spec = importlib.util.spec_from_file_location("public_runs", BENCH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["public_runs"] = module  # its dataclasses look their module up while being built
     spec.loader.exec_module(module)
     return module
 
