@@ -166,7 +166,10 @@ TOWERS = {
     "clip-default": {"model_type": "clip_vision_model"},
     "siglip-so400m": _SIGLIP_SO400M,
     "siglip-no-head": dict(_SIGLIP_SO400M, num_hidden_layers=2, vision_use_head=False),
-    "siglip-pair": {"model_type": "siglip", "vision_config": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}},
+    "siglip-pair": {
+        "model_type": "siglip",
+        "vision_config": {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4},
+    },
 }
 
 
@@ -214,7 +217,7 @@ def _vision_parts(raw: dict, model):
 
 def test_vision_tower_and_projector_equal_transformers(vlm) -> None:
     raw, model = vlm
-    spec, (head, bodies, tail) = _tower_kinds(raw)
+    _, (head, bodies, tail) = _tower_kinds(raw)
     hf_head, hf_blocks, hf_tail = _vision_parts(raw, model)
     assert patch_embed_params(head).total == _count(*hf_head)
     assert len(bodies) == len(hf_blocks)
@@ -251,7 +254,7 @@ def test_nothing_is_left_out(vlm) -> None:
 
 def test_window_and_full_blocks_are_both_read() -> None:
     """Qwen2.5-VL's fullatt_block_indexes give full-attention kinds, every other block a window kind."""
-    spec, (_, bodies, _) = _tower_kinds(_QWEN2_5_VL_3B)
+    _, (_, bodies, _) = _tower_kinds(_QWEN2_5_VL_3B)
     assert [i for i, kind in enumerate(bodies) if kind.name == "vit_full"] == [7, 15, 23, 31]
     assert {kind.name for kind in bodies} == {"vit_window", "vit_full"}
 

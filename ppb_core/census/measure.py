@@ -224,7 +224,9 @@ def _inputs(torch: Any, layer: Any, rotary: Any, config: Any, shape: Shape, dtyp
         mask = create_causal_mask(
             config=config, inputs_embeds=hidden.detach(), attention_mask=None, cache=None, position_ids=position_ids
         )
-    return LayerInputs(hidden, {"attention_mask": mask, "position_ids": position_ids, "position_embeddings": (cos, sin)})
+    return LayerInputs(
+        hidden, {"attention_mask": mask, "position_ids": position_ids, "position_embeddings": (cos, sin)}
+    )
 
 
 def _forward(layer: Any, inputs: LayerInputs) -> Any:
