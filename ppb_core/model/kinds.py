@@ -187,6 +187,8 @@ class ProjectorKind:
     merge: int  # patches one projected token stands for
     merge_norm: Norm | None  # the merger's norm over each patch (ln_q)
     projector_inputs: int  # features of one projected token: width · merge (or · feature layers read)
+    features_kept: int  # of them, what the projector keeps itself (several layers concatenated, or the
+    # last block's output; a block's input is kept by that block)
     projector_hidden: int
     out_hidden: int
     projector_bias: bool
@@ -343,12 +345,13 @@ def vision_kinds(
             )
         )
     merge = spec.spatial_merge_size**2
+    inputs = kept = 0
     if spec.projector == "merger":
         inputs = h * merge
     elif spec.projector == "mlp":
         inputs = h * len(spec.feature_layers)
-    else:
-        inputs = 0
+        last = spec.feature_layers[0] in (-1, spec.num_layers)  # hidden_states[-1]: the last block's output
+        kept = inputs if len(spec.feature_layers) > 1 or last else 0
     # The post-norm's output counts where something reads it: SigLIP alone pools every token; CLIP
     # normalises the class token it pools, which LLaVA never reads.
     post_tokens = sequence.tokens if spec.post_norm and spec.projector == "none" and spec.pooling_head else 0
@@ -363,6 +366,7 @@ def vision_kinds(
         merge=merge if spec.projector == "merger" else 1,
         merge_norm=norm if spec.projector == "merger" else None,
         projector_inputs=inputs,
+        features_kept=kept,
         projector_hidden=spec.projector_hidden_size,
         out_hidden=spec.out_hidden_size,
         projector_bias=spec.projector_bias,

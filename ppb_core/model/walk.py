@@ -12,8 +12,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ppb_core.config.run import RunConfig
+from ppb_core.config.spec import VisionSpec
 from ppb_core.errors import InputError
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
+from ppb_core.model.kinds import (
+    BodyKind,
+    HeadKind,
+    LayerKind,
+    TailKind,
+    body_kind,
+    head_kind,
+    tail_kind,
+    vision_kinds,
+)
 
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
@@ -105,19 +115,32 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     for chunk, stage in cell_order(stages, chunks, par.schedule):
         cells.extend([(chunk, stage)] * counts[chunk][stage])
 
-    dropout = run.training.dropout
     layers: list[Layer] = []
     position = 0
     for sub in run.models:
-        spec = run.spec(sub.name)
-        vocab = run.vocab_size(sub.name)
+        head, bodies, tail = model_kinds(run, sub.name)
         first_cell = cells[position]
-        layers.append(Layer(sub.name, HEAD, head_kind(spec, vocab, dropout), -1, *first_cell))
-        for index in range(spec.num_layers):
-            layers.append(Layer(sub.name, BODY, body_kind(spec, index, dropout), index, *cells[position]))
+        layers.append(Layer(sub.name, HEAD, head, -1, *first_cell))
+        for index, kind in enumerate(bodies):
+            layers.append(Layer(sub.name, BODY, kind, index, *cells[position]))
             position += 1
-        layers.append(Layer(sub.name, TAIL, tail_kind(spec, vocab, dropout), spec.num_layers, *cells[position - 1]))
+        layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
+
+
+def model_kinds(run: RunConfig, model_name: str) -> tuple[LayerKind, list[BodyKind], LayerKind]:
+    """A sub-model's HEAD kind, each body layer's kind in order, and its TAIL kind.
+
+    A vision tower's kinds carry its own sequence (`RunConfig.vision`); a language model's the
+    run's dropout override and its (padded) vocabulary.
+    """
+    spec = run.spec(model_name)
+    if isinstance(spec, VisionSpec):
+        head, bodies, tail = vision_kinds(spec, run.vision(model_name))
+        return head, list(bodies), tail
+    dropout, vocab = run.training.dropout, run.vocab_size(model_name)
+    bodies = [body_kind(spec, index, dropout) for index in range(spec.num_layers)]
+    return head_kind(spec, vocab, dropout), bodies, tail_kind(spec, vocab, dropout)
 
 
 def is_body(kind: LayerKind) -> bool:
