@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     Discriminator,
     Field,
     NonNegativeFloat,
@@ -29,6 +28,7 @@ from pydantic import (
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
+from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.errors import InputError
 from ppb_core.io import read_json, read_text
@@ -41,16 +41,6 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
-
-
-def _known_switches(switches: dict[str, int]) -> dict[str, int]:
-    unknown = sorted(set(switches) - set(SWITCHES))
-    if unknown:
-        raise ValueError(f"unknown switch {unknown[0]!r} (switches: {', '.join(SWITCHES)})")
-    return switches
-
-
-Switches = Annotated[dict[str, Annotated[int, Field(ge=0, le=1)]], AfterValidator(_known_switches)]
 
 
 class Images(StrictModel):
@@ -168,7 +158,11 @@ class Training(StrictModel):
     optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
     flash_attention: bool = True
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
-    recompute: Switches = Field(default_factory=dict)
+    recompute: RecomputeForm = Field(
+        default_factory=dict,
+        description="a switch dict, full, Megatron's {granularity, modules, method, num_layers} "
+        "or torchtitan's {mode, option} (ppb_core.config.recompute)",
+    )
     moe: MoeTraining = Field(default_factory=MoeTraining)
 
     @field_validator("dropout")
@@ -198,11 +192,15 @@ class Device(StrictModel):
     intra_node_bandwidth_gbs: PositiveFloat | None = None
     inter_node_bandwidth_gbs: PositiveFloat | None = None
     matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
-        None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
+        None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
     memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
+    inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
+    sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -236,6 +234,12 @@ class Overlap(StrictModel):
     cp_ring: Fraction = Field(1.0, description="ring attention's key/value exchange behind its blocks")
     cp_a2a: Fraction = Field(0.0, description="Ulysses all-to-alls")
     ep: Fraction = Field(0.0, description="expert dispatch and combine all-to-alls")
+    dp: Fraction = Field(
+        1.0, description="DP gradient reduction behind the last backward (Megatron --overlap-grad-reduce)"
+    )
+    param_gather: Fraction = Field(
+        1.0, description="distributed optimizer's parameter all-gather behind the next forward"
+    )
 
 
 class TimingOptions(StrictModel):
@@ -260,6 +264,9 @@ class PPBOptions(StrictModel):
 
 class RunConfig(StrictModel):
     name: str
+    framework: Framework = Field(
+        "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
+    )
     models: Annotated[list[SubModel], Field(min_length=1)]
     parallel: Parallel = Field(default_factory=Parallel)
     training: Training
@@ -274,6 +281,11 @@ class RunConfig(StrictModel):
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    @property
+    def recompute(self) -> Recompute:
+        """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
+        return resolve(self.training.recompute)
 
     def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]
@@ -295,7 +307,7 @@ class RunConfig(StrictModel):
     def switches(self, model: str) -> dict[str, int]:
         """The selective switches a model's layers run (SLCT): training's, then the model's own."""
         sub = next(m for m in self.models if m.name == model)
-        stated = {**self.training.recompute, **(sub.recompute or {})}
+        stated = {**self.recompute.switches, **(sub.recompute or {})}
         return {name: int(stated.get(name, 1)) for name in SWITCHES}
 
     def vocab_size(self, model: str) -> int:
@@ -314,10 +326,17 @@ class RunConfig(StrictModel):
 
 def _pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
-    loc = [str(p) for p in first["loc"] if p != "[key]"]
-    # A sub-model's spec is a tagged union; the tag (text or vision) is not a field the user wrote.
-    loc = [p for i, p in enumerate(loc) if not (i and loc[i - 1] == "spec" and p in ("text", "vision"))]
-    where = ".".join(loc) or None
+    loc = first["loc"]
+    # The tags of tagged unions are pydantic's, not fields the user wrote: a recompute form's
+    # (switches, full, megatron, torchtitan) and a sub-model's spec (text or vision).
+    parts = [
+        p
+        for i, p in enumerate(loc)
+        if p != "[key]"
+        and not (i and loc[i - 1] == "recompute" and p in FORMS)
+        and not (i and loc[i - 1] == "spec" and p in ("text", "vision"))
+    ]
+    where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
         problem = "unknown field"
@@ -430,6 +449,12 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
+    words = framework_words(train.recompute)
+    if words is not None and words != run.framework:
+        said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
+        raise InputError(
+            where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
+        )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
         raise InputError(

@@ -1,0 +1,196 @@
+"""`framework` and the forms of `training.recompute`: parsed, checked as the frameworks check them, resolved."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute
+from ppb_core.config.run import parse_run_config, run_from_frame, run_to_frame
+from ppb_core.errors import InputError
+from ppb_core.model.switches import SWITCHES
+
+BASE = {
+    "models": [
+        {
+            "name": "llm",
+            "spec": {
+                "vocab_size": 32000,
+                "hidden_size": 1024,
+                "num_layers": 8,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 4,
+                "intermediate_size": 2816,
+            },
+        }
+    ],
+    "parallel": {"dp": 2, "tp": 2, "pp": 2},
+    "training": {"seq_length": 2048, "micro_batches": 8},
+    "device": {"name": "h100-80gb"},
+}
+
+
+def _run(recompute=None, framework=None, **top):
+    raw = copy.deepcopy(BASE)
+    if recompute is not None:
+        raw["training"]["recompute"] = recompute
+    if framework is not None:
+        raw["framework"] = framework
+    raw.update(top)
+    return parse_run_config(raw, "run.yaml")
+
+
+def _error(recompute=None, framework=None) -> InputError:
+    with pytest.raises(InputError) as caught:
+        _run(recompute, framework)
+    line = caught.value.line()
+    assert "\n" not in line and line.startswith("run.yaml: "), line
+    return caught.value
+
+
+def _recomputed(switches: dict[str, int]) -> set[str]:
+    return {name for name, state in switches.items() if state == 0}
+
+
+def test_framework_defaults_to_megatron_and_names_three():
+    assert _run().framework == "megatron"
+    assert _run(framework="torchtitan").framework == "torchtitan"
+    assert _run(framework="mindformers").framework == "mindformers"
+    err = _error(framework="deepspeed")
+    assert err.field == "framework" and "megatron" in err.problem
+
+
+def test_switch_dicts_keep_their_meaning_in_every_framework():
+    for framework in ("megatron", "torchtitan", "mindformers"):
+        run = _run({"softmax": 0, "ffAct": 0}, framework)
+        assert run.recompute.form == "switches" and run.recompute.full is None
+        assert _recomputed(run.switches("llm")) == {"softmax", "ffAct"}
+        assert run.recompute.chunk_options(3) == ["SLCT"] * 3
+    assert _run().recompute.chunk_options(2) == ["NONE", "NONE"]  # nothing stated: nothing recomputed
+
+
+def test_full_recomputes_every_body_layer_in_every_framework():
+    for framework in ("megatron", "torchtitan", "mindformers"):
+        run = _run("full", framework)
+        assert run.recompute.form == "full" and run.recompute.full == "all"
+        assert run.recompute.chunk_options(4) == ["FULL"] * 4
+        assert _recomputed(run.switches("llm")) == set()
+
+
+def test_megatron_selective_defaults_to_core_attn_as_megatron_does():
+    # transformer_config.py __post_init__: recompute_modules None -> ["core_attn"]
+    run = _run({"granularity": "selective"})
+    assert run.recompute.modules == frozenset({"core_attn"})
+    assert _recomputed(run.switches("llm")) == {"softmax", "dropout", "headCast"}
+    assert run.recompute.chunk_options(2) == ["SLCT", "SLCT"]
+
+
+def test_megatron_modules_map_to_their_switches():
+    run = _run({"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "moe_act"]})
+    assert run.recompute.modules == frozenset({"layernorm", "mla_up_proj", "moe_act"})
+    assert _recomputed(run.switches("llm")) == {"normOp", "attUp", "ffAct"}
+    # an empty list recomputes nothing (Megatron skips every module check then)
+    empty = _run({"granularity": "selective", "modules": []})
+    assert empty.recompute.chunk_options(2) == ["NONE", "NONE"]
+
+
+def test_megatron_full_uniform_and_block():
+    # megatron/core/recompute.py: uniform checkpoints every layer in groups of num_layers;
+    # block checkpoints the first num_layers layers of each chunk and runs the rest plainly.
+    uniform = _run({"granularity": "full", "method": "uniform", "num_layers": 2}).recompute
+    assert (uniform.full, uniform.num_layers) == ("uniform", 2)
+    assert uniform.chunk_options(5) == ["FULL"] * 5
+    block = _run({"granularity": "full", "method": "block", "num_layers": 2}).recompute
+    assert block.chunk_options(4) == ["FULL", "FULL", "NONE", "NONE"]
+    assert block.chunk_options(4, first=4) == ["FULL", "FULL", "NONE", "NONE"]  # again in every chunk
+    assert block.chunk_options(1) == ["FULL"]
+
+
+def test_torchtitan_modes_and_options():
+    assert _run({"mode": "none"}, "torchtitan").recompute.chunk_options(2) == ["NONE", "NONE"]
+    assert _run({"mode": "full"}, "torchtitan").recompute.chunk_options(2) == ["FULL", "FULL"]
+    # activation_checkpoint.py _apply_layer_sac (v0.2.2): a counter over the rank's blocks from 1,
+    # checkpointed where count % N == 0: blocks 3 and 6 of 7 at N = 3, then 9 in a second chunk.
+    every = _run({"mode": "selective", "option": 3}, "torchtitan").recompute
+    assert (every.full, every.num_layers) == ("every", 3)
+    assert every.chunk_options(7) == ["NONE", "NONE", "FULL", "NONE", "NONE", "FULL", "NONE"]
+    assert every.chunk_options(3, first=7) == ["NONE", "FULL", "NONE"]
+    # torchtitan writes the option as a string; its default is "2"
+    assert _run({"mode": "selective", "option": "2"}, "torchtitan").recompute.num_layers == 2
+    assert _run({"mode": "selective"}, "torchtitan").recompute.chunk_options(4) == ["NONE", "FULL"] * 2
+    op = _run({"mode": "selective", "option": "op"}, "torchtitan").recompute
+    assert op.modules == frozenset({"op"}) and op.full is None
+    assert op.chunk_options(2) == ["SLCT", "SLCT"]
+    assert _recomputed(op.switches) == {"normOp", "attBMM", "ffAct"}
+
+
+def test_model_switches_still_override_the_resolved_ones():
+    raw = copy.deepcopy(BASE)
+    raw["training"]["recompute"] = {"granularity": "selective", "modules": ["layernorm"]}
+    raw["models"][0]["recompute"] = {"normOp": 1, "ffAct": 0}
+    run = parse_run_config(raw, "run.yaml")
+    assert _recomputed(run.switches("llm")) == {"ffAct"}
+
+
+@pytest.mark.parametrize(
+    ("recompute", "framework", "words"),
+    [
+        ({"granularity": "selective"}, "torchtitan", "granularity, modules, method, num_layers are megatron's words"),
+        ({"granularity": "selective"}, "mindformers", "this run's framework is mindformers"),
+        ({"mode": "full"}, "megatron", "mode, option are torchtitan's words; this run's framework is megatron"),
+        ({"mode": "full"}, None, "torchtitan's words"),
+    ],
+)
+def test_words_of_another_framework_are_refused_in_one_line(recompute, framework, words):
+    err = _error(recompute, framework)
+    assert err.field == "training.recompute" and words in err.problem
+
+
+@pytest.mark.parametrize(
+    ("recompute", "framework", "field", "words"),
+    [
+        ({"granularity": "full"}, None, "training.recompute", "needs method (uniform or block) and num_layers"),
+        ({"granularity": "full", "method": "block"}, None, "training.recompute", "needs method"),
+        (
+            {"granularity": "full", "method": "uniform", "num_layers": 1, "modules": ["mlp"]},
+            None,
+            "training.recompute",
+            "modules apply to granularity selective",
+        ),
+        ({"granularity": "selective", "num_layers": 2}, None, "training.recompute", "apply to granularity full"),
+        ({"granularity": "selective", "modules": ["mlp", "mlp"]}, None, "training.recompute", "listed twice"),
+        ({"granularity": "partial"}, None, "training.recompute.granularity", "'full' or 'selective'"),
+        ({"granularity": "selective", "modules": ["attn"]}, None, "training.recompute.modules.0", "core_attn"),
+        ({"granularity": "full", "method": "block", "num_layers": 0}, None, "training.recompute.num_layers", "0"),
+        ({"granularity": "selective", "extra": 1}, None, "training.recompute.extra", "unknown field"),
+        ({"mode": "sometimes"}, "torchtitan", "training.recompute.mode", "'selective'"),
+        ({"mode": "full", "option": "op"}, "torchtitan", "training.recompute", "option applies to mode selective"),
+        ({"mode": "selective", "option": "ops"}, "torchtitan", "training.recompute.option", "'op' or a positive"),
+        ({"mode": "selective", "option": 0}, "torchtitan", "training.recompute.option", "(got 0)"),
+        ("fully", None, "training.recompute", "'full'"),
+        ({"softmax": 2}, None, "training.recompute.softmax", "less than or equal to 1"),
+        ({"softmx": 0}, None, "training.recompute", "unknown switch 'softmx'"),
+    ],
+)
+def test_bad_recompute_names_the_field(recompute, framework, field, words):
+    err = _error(recompute, framework)
+    assert err.field == field, err.line()
+    assert words in err.problem, err.line()
+
+
+def test_every_form_round_trips_through_the_run_config_table():
+    for recompute, framework in (
+        ({"softmax": 0}, None),
+        ("full", "mindformers"),
+        ({"granularity": "selective", "modules": ["core_attn", "mlp"]}, None),
+        ({"granularity": "full", "method": "block", "num_layers": 3}, None),
+        ({"mode": "selective", "option": "op"}, "torchtitan"),
+        ({"mode": "selective", "option": 2}, "torchtitan"),
+    ):
+        run = _run(recompute, framework)
+        again = run_from_frame(run_to_frame(run))
+        assert again.framework == run.framework and again.training.recompute == run.training.recompute
+        assert again.recompute == run.recompute
+        assert isinstance(run.training.recompute, dict | str | MegatronRecompute | TorchtitanRecompute)
+        assert set(run.recompute.switches) == set(SWITCHES)
