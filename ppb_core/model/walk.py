@@ -8,7 +8,7 @@ A sub-model's HEAD sits just before its first body layer and its TAIL just after
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ppb_core.config.run import RunConfig
@@ -126,6 +126,35 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
             position += 1
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
+
+
+def walk_by_model(run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[int]]]) -> LayerWalk:
+    """Every layer of the run, each sub-model's body layers filling the cells by its own [chunk][stage] counts.
+
+    A plan whose body types hold layers of several sub-models at once (a combined body stands for
+    one layer of each part) places each sub-model along the cells on its own; each sub-model's
+    HEAD sits in its first layer's cell and its TAIL in its last's. A sub-model without counts
+    is refused.
+    """
+    par = run.parallel
+    stages, chunks = par.pp, par.vpp
+    order = cell_order(stages, chunks, par.schedule)
+    totals = [[0] * stages for _ in range(chunks)]
+    layers: list[Layer] = []
+    for sub in run.models:
+        head, bodies, tail = model_kinds(run, sub.name)
+        counts = model_counts.get(sub.name)
+        if counts is None or len(counts) != chunks or any(len(row) != stages for row in counts):
+            raise InputError(run.source, "cell_counts", f"{sub.name}: expected {chunks} chunks of {stages} stages")
+        if sum(map(sum, counts)) != len(bodies) or any(c < 0 for row in counts for c in row):
+            raise InputError(run.source, "cell_counts", f"{sub.name}: counts must add up to its {len(bodies)} layers")
+        cells = [cell for cell in order for _ in range(counts[cell[0]][cell[1]])]
+        layers.append(Layer(sub.name, HEAD, head, -1, *cells[0]))
+        for index, (kind, cell) in enumerate(zip(bodies, cells, strict=True)):
+            layers.append(Layer(sub.name, BODY, kind, index, *cell))
+            totals[cell[0]][cell[1]] += 1
+        layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[-1]))
+    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in totals))
 
 
 def model_kinds(run: RunConfig, model_name: str) -> tuple[LayerKind, list[BodyKind], LayerKind]:
