@@ -165,8 +165,8 @@ class VisionSpec(StrictModel):
     )
     keep_class_token: bool = Field(False, description="LLaVA's vision_feature_select_strategy 'full'")
     image_newline: bool = Field(False, description="LLaVA-NeXT's learned row separator")
-    grid_pinpoints: Annotated[tuple[tuple[PositiveInt, PositiveInt], ...], Strict(False)] = Field(
-        (), description="LLaVA-NeXT's any-resolution crops, (height, width)"
+    grid_pinpoints: Annotated[tuple[Annotated[tuple[PositiveInt, PositiveInt], Strict(False)], ...], Strict(False)] = (
+        Field((), description="LLaVA-NeXT's any-resolution crops, (height, width)")
     )
 
     @model_validator(mode="after")
