@@ -24,6 +24,7 @@ from ppb_core.errors import InputError
 from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate, estimate_to_frame
 from ppb_core.memory import MemoryModel, run_in_flight_counts
+from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk, walk_from_frame, walk_to_frame
 from ppb_core.payload.describe import describe_layers, many_in_flight
 from ppb_core.payload.postprocess import combine, scale, withdraw
@@ -104,7 +105,7 @@ def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd
 def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The bodies the run config's `ppb.combined` groups, each group described as one body."""
     run = run_from_frame(run_config)
-    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined, run.source))
 
 
 def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
@@ -156,7 +157,8 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.Dat
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
     by_stage = [json.loads(text) for text in pipeline_plan["cells_json"]]
     cells = [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]
-    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist())
+    by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
+    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist(), by_model=by_model)
     best = plan.get("best_baseline")
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),

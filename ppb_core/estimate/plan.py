@@ -13,9 +13,9 @@ import pandas as pd
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.model.placement import place_plan
+from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import OPTIONS, LayerType
-from ppb_core.model.walk import walk
+from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
 from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import run_iteration
 
@@ -37,11 +37,32 @@ PLANNED_COLUMN = "planned_mb"
 # Optional: the part of buffers_mb that is the backward's working set (descriptions have none).
 WORKING_COLUMN = "working_mb"
 
+# Optional: what the stage holds of each sub-model, e.g. "vit HEAD + 7 · llm HEAD + 7".
+MODELS_COLUMN = "models"
+
 MB = 2**20
 
 
+def stage_models(placed: LayerWalk) -> list[str]:
+    """Per stage, what each sub-model has there: "vit HEAD + 7 · llm 7 + TAIL" (body layers between its ends)."""
+    held: list[dict[str, list[int]]] = [{} for _ in range(placed.stages)]
+    for layer in placed:
+        parts = held[layer.stage].setdefault(layer.model_name, [0, 0, 0])
+        parts[{HEAD: 0, BODY: 1, TAIL: 2}[layer.node]] += 1
+    return [
+        " · ".join(
+            f"{model} " + " + ".join(p for p in ("HEAD" if h else "", str(b) if b else "", "TAIL" if t else "") if p)
+            for model, (h, b, t) in stage.items()
+        )
+        for stage in held
+    ]
+
+
 def plan_stages(
-    run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]], planned_mb: Sequence[float] | None = None
+    run: RunConfig,
+    cell_options: Sequence[Sequence[Mapping[str, int]]],
+    planned_mb: Sequence[float] | None = None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> pd.DataFrame:
     """Each stage of a plan as the memory and time models see it (`REPORT_COLUMNS`).
 
@@ -49,10 +70,13 @@ def plan_stages(
     layer is evaluated where the plan puts it, under the option its position in the cell gets;
     memory is the memory model's stage peak (parameters are the static bytes; buffers include the
     backward's working set, also given alone as `working_mb`, which SAPP's descriptions do not
-    count; the device limit is its memory less what the run config reserves).
+    count; the device limit is its memory less what the run config reserves). *by_model* places each
+    sub-model on its own (`model.placement.model_cell_options`), as combined bodies need; the
+    `models` column says what each stage holds of each sub-model.
     """
     par = run.parallel
-    placed, chosen = place_plan(run, cell_options)
+    placed, chosen = place_plan(run, cell_options, by_model)
+    held = stage_models(placed)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
     peaks = stage_peaks(
@@ -89,12 +113,13 @@ def plan_stages(
                 "device_mb": (peak.device_bytes - peak.reserved_bytes) / MB,
                 "forward_ms": forward[peak.stage],
                 "backward_ms": backward[peak.stage],
+                MODELS_COLUMN: held[peak.stage],
             }
         )
-    frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN])
+    frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN, MODELS_COLUMN])
     if planned_mb is not None:
         frame[PLANNED_COLUMN] = [float(v) for v in planned_mb]
-    return frame.astype({"stage": "int64", "layers": "int64", "options": "string"})
+    return frame.astype({"stage": "int64", "layers": "int64", "options": "string", MODELS_COLUMN: "string"})
 
 
 def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:

@@ -24,10 +24,13 @@ from ppb_core.config.run import RunConfig
 from ppb_core.model.kinds import (
     Attention,
     BodyKind,
+    EncoderBodyKind,
     HeadKind,
     LayerKind,
     Mlp,
     Moe,
+    PatchEmbedKind,
+    ProjectorKind,
     TailKind,
 )
 from ppb_core.model.switches import LayerType
@@ -115,6 +118,9 @@ class Geometry:
     ep_nodes: int = 1  # nodes the expert-parallel group spans
     dispatcher: str = "alltoall"  # alltoall (Megatron's default) | deepep (one copy per destination node)
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
+    # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
+    # of one sample; 0 for a causal language model.
+    block_pairs: float = 0.0
 
     @classmethod
     def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
@@ -172,6 +178,8 @@ class Geometry:
         over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
         query of heads/cp, counted here per local head)."""
         s, b = self.seq_length, self.micro_batch_size
+        if self.block_pairs:  # every pair of each image or window, the kernel's blocks cut to them
+            return b * self.block_pairs / self.cp
         if self.flash_attention:
             return b * s * (s + 1) / 2 / self.cp
         return b * s * s / self.cp
@@ -924,11 +932,65 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
 @lru_cache(maxsize=4096)
 def layer_ops(kind: LayerKind, geo: Geometry) -> tuple[Op, ...]:
     """The op table of a layer kind (memoized: identical kinds are built once)."""
+    if isinstance(kind, EncoderBodyKind):
+        return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind):
         return body_ops(kind, geo)
     if isinstance(kind, HeadKind):
         return head_ops(kind, geo)
+    if isinstance(kind, PatchEmbedKind):
+        return patch_embed_ops(kind, geo)
+    if isinstance(kind, ProjectorKind):
+        return projector_ops(kind, geo)
     return tail_ops(kind, geo)
+
+
+# Vision towers ------------------------------------------------------------------------------------
+
+
+def encoder_geometry(kind: EncoderBodyKind, geo: Geometry) -> Geometry:
+    """A vision encoder block's geometry: its own tokens per sample, whole on every context-parallel
+    rank, rotary where the tower has it, and bidirectional attention within its images or windows."""
+    return dataclasses.replace(geo, seq_length=kind.tokens, cp=1, rope=kind.rope, block_pairs=kind.pairs)
+
+
+def patch_embed_ops(kind: PatchEmbedKind, geo: Geometry) -> tuple[Op, ...]:
+    """The patch embedding as the matmul it is (patches × pixels-per-patch by pixels-per-patch × h), the
+    class token and positions added, CLIP's pre-norm; replicated over TP, on every patch of the sample."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "patch_embed"
+    ops = [_matmul("patch_embed.projection", block, b * kind.patches, kind.patch_inputs, h, bc)]
+    if kind.positions or kind.class_token:
+        ops.append(
+            _elementwise("patch_embed.positions", block, 3 * b * kind.tokens * h * bc, 2 * b * kind.tokens * h * bc)
+        )
+    if kind.pre_norm is not None:
+        ops.append(_norm("patch_embed.pre_norm", block, b * kind.tokens, h, bc))
+    return tuple(ops)
+
+
+def projector_ops(kind: ProjectorKind, geo: Geometry) -> tuple[Op, ...]:
+    """SigLIP's post-norm and the pooling head's key/value projection where they are used; the merger's
+    norm over each patch; the projector's Linear – GELU – Linear over the projected tokens (its width
+    split over TP as an MLP's)."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "projector"
+    ops: list[Op] = []
+    if kind.post_norm is not None and kind.post_norm_tokens:
+        rows = b * kind.post_norm_tokens
+        ops.append(_norm("projector.post_norm", block, rows, h, bc))
+        if kind.pooling_head:
+            ops.append(_matmul("projector.pooling_key_value", block, rows, h, 2 * h, bc))
+    if kind.merge_norm is not None:
+        ops.append(_norm("projector.merge_norm", block, b * kind.tokens_in, h, bc))
+    if kind.projector_inputs:
+        rows, width = b * kind.tokens_out, _split(kind.projector_hidden, geo.tp)
+        ops += [
+            _matmul("projector.fc1", block, rows, kind.projector_inputs, width, bc),
+            _elementwise("projector.gelu", block, 2 * rows * width * bc, 3 * rows * width * bc),
+            _matmul("projector.fc2", block, rows, width, kind.out_hidden, bc),
+        ]
+    return tuple(ops)
 
 
 def recompute_set(ops: Sequence[Op], switches: Mapping[str, int]) -> tuple[Op, ...]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.model.kinds import EncoderBodyKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
@@ -181,6 +182,8 @@ def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
     par, train = run.parallel, run.training
     hidden = run.spec(layer.model_name).hidden_size
     tokens = train.micro_batch_size * train.seq_length / par.cp / (par.tp if par.sequence_parallel else 1)
+    if isinstance(layer.kind, EncoderBodyKind):  # a vision block hands on the tower's own tokens, whole over CP
+        tokens = train.micro_batch_size * layer.kind.tokens / (par.tp if par.sequence_parallel else 1)
     payload = tokens * hidden * train.dtype_bytes
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
@@ -511,7 +514,7 @@ def _tied_embedding_sync(run, memory, links, placed) -> float:
         return 0.0
     seconds = 0.0
     for name in run.model_names:
-        if not run.spec(name).tied_embeddings:
+        if run.is_vision(name) or not run.spec(name).tied_embeddings:
             continue
         head = next(layer for layer in placed if layer.model_name == name and layer.node == "HEAD")
         payload = memory.parameters(head).total * memory.setup.grad_bytes
