@@ -244,6 +244,15 @@ class RunConfig(StrictModel):
         return [m.name for m in self.models]
 
     @property
+    def shard_level(self) -> int:
+        """What data parallelism shards as the framework runs it: 1 optimizer states, 2 and gradients,
+        3 and parameters. torchtitan either shards all three with FSDP2 or replicates (zero 0)."""
+        par = self.parallel
+        if self.framework == "torchtitan":
+            return 0 if par.zero == 0 and not par.fsdp else 3
+        return par.shard_level
+
+    @property
     def recompute(self) -> Recompute:
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
@@ -332,6 +341,21 @@ def _check_run(run: RunConfig, where: str) -> None:
         said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
+        )
+    for index, sub in enumerate(run.models):
+        if sub.recompute is not None and not isinstance(train.recompute, dict):
+            raise InputError(
+                where,
+                f"models.{index}.recompute",
+                "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
+            )
+    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2):
+        # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
+        # together) or replicates; it has no ZeRO-1 or ZeRO-2.
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
         )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
@@ -429,6 +453,8 @@ def config_hash(path: str | Path) -> str:
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
+    if run.framework == "torchtitan":  # its default zero 1 means FSDP: say so, so the copy reads the same
+        raw["parallel"]["zero"] = run.shard_level
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)

@@ -61,7 +61,7 @@ class MemorySetup:
             etp=par.expert_tp,
             sequence_parallel=par.sequence_parallel,
             cp_variant=par.cp_variant,
-            shard_level=par.shard_level,
+            shard_level=run.shard_level,
             flash_attention=train.flash_attention,
             dropless=train.moe.dropless,
             capacity_factor=train.moe.capacity_factor,
