@@ -23,6 +23,7 @@ class MemorySetup:
     dtype_bytes: int = 2  # parameters and activations
     grad_bytes: int = 4
     state_bytes: int = 12  # optimizer states per parameter (fp32 master copy and moments)
+    state_bytes_stated: bool = False  # the run config states them (training.optimizer_state_bytes)
     dp: int = 1
     tp: int = 1
     pp: int = 1
@@ -37,6 +38,7 @@ class MemorySetup:
     capacity_factor: float = 1.0
     dropless_imbalance: float = 1.0
     buffer_rule: str = "layered"
+    framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
 
     def __post_init__(self) -> None:
         if self.buffer_rule not in BUFFER_RULES:
@@ -53,6 +55,7 @@ class MemorySetup:
             dtype_bytes=train.dtype_bytes,
             grad_bytes=train.grad_bytes,
             state_bytes=train.state_bytes,
+            state_bytes_stated=train.optimizer_state_bytes is not None,
             dp=par.dp,
             tp=par.tp,
             pp=par.pp,
@@ -67,6 +70,7 @@ class MemorySetup:
             capacity_factor=train.moe.capacity_factor,
             dropless_imbalance=train.moe.dropless_imbalance,
             buffer_rule=buffer_rule,
+            framework=run.framework,
         )
 
     @property
