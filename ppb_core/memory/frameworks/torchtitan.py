@@ -4,13 +4,15 @@
 Each rule names the file and function it follows; docs/frameworks.md tabulates them, and
 `ppb_core.census.torchtitan` measures the block rules on the CPU.
 
-* **The block keeps more than the fused kernels would** (torchtitan/models/llama3/model/
-  model.py): `Attention.forward` hands `wo` a contiguous copy of the transposed SDPA output, so
-  the SDPA output (kept by the attention backward) and that copy are both kept;
+* **The block keeps more than a fused SwiGLU would** (torchtitan/models/llama3/model/model.py):
   `FeedForward.forward` is `w2(F.silu(w1(x)) * w3(x))`, unfused: the SiLU output is kept for the
   product's backward next to w1's and w3's outputs and the product (`mlp.silu_output`, under
-  `ffAct`). The norms are `nn.RMSNorm`, whose CUDA kernel (`aten._fused_rms_norm`) keeps its
-  input and fp32 statistics; rotary keeps nothing (a product with the fixed `freqs_cis`).
+  `ffAct`). `Attention.forward` hands `wo` `output.transpose(1, 2).contiguous()`, which is no copy:
+  the flash kernels return their output as a transposed view of a (batch, sequence, heads, dim)
+  buffer, so `wo` keeps the tensor the attention backward keeps (measured:
+  tests/test_census_torchtitan.py). The norms are `nn.RMSNorm`, whose CUDA kernel
+  (`aten._fused_rms_norm`) keeps its input and fp32 statistics (4 bytes a token, left out as the
+  formulas leave norm statistics out); rotary keeps nothing (a product with the fixed `freqs_cis`).
 * **Activation checkpointing** (torchtitan/distributed/activation_checkpoint.py): `full` wraps
   every block in `checkpoint_wrapper` (the block input is kept); `selective` with an integer N
   wraps every N-th block of the rank (`_apply_layer_sac`, a counter over the rank's blocks);
@@ -73,9 +75,8 @@ def _gated_extra(name: str, rows: float, width: int, bc: int) -> ActivationTerm:
 
 def torchtitan_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
     """The formulas' terms plus what torchtitan's unfused block keeps on top (module docstring)."""
-    bc, att = setup.dtype_bytes, kind.attention
-    heads = _split(att.num_heads, setup.tp)
-    extra = [ActivationTerm("attention.output_projection_input", None, setup.tokens * heads * att.value_head_dim, bc)]
+    bc = setup.dtype_bytes
+    extra: list[ActivationTerm] = []
     mlp = kind.mlp
     if isinstance(mlp, Mlp) and mlp.gated:
         extra.append(_gated_extra("mlp", setup.tokens, _split(mlp.intermediate_size, setup.tp), bc))
