@@ -359,7 +359,7 @@ def _check_run(run: RunConfig, where: str) -> None:
                 f"models.{index}.recompute",
                 "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
             )
-    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2):
+    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.
         raise InputError(
@@ -463,8 +463,8 @@ def config_hash(path: str | Path) -> str:
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
-    if run.framework == "torchtitan":  # its default zero 1 means FSDP: say so, so the copy reads the same
-        raw["parallel"]["zero"] = run.shard_level
+    if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
