@@ -78,14 +78,23 @@ def test_megatron_all_to_all_staging_once_per_stage():
     mind = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, framework="mindformers")
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
-    # kept per micro-batch either way: the remote halves of the dispatched and combined rows, 2·1024 a layer
-    assert peak.buffer_bytes == 2 * 2 * 1024
+    # kept per micro-batch: the remote half of the dispatched rows, 32·32·2/2 = 1024 a layer (Megatron's
+    # combine keeps nothing, below); the seed also keeps the combined rows' remote half, 1024
+    assert peak.buffer_bytes == 2 * 1024
     assert seed.buffer_bytes == 2 * 2 * 1024 + 2 * 2048
-    assert memory_transient(run, "moe") == 2048
+    assert model(run).state_memory(body(run, "moe"), NOT).transient_bytes == 2048
 
 
-def memory_transient(run, kind_name):
-    return model(run).state_memory(body(run, kind_name), NOT).transient_bytes
+def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing():
+    # experts.py TEGroupedMLP: weighted_bias_swiglu_impl(fc1 output, bias, permuted_probs); the combine's
+    # unpermute takes no probabilities. MOE at s 16: no moe.combined_tokens (16·2·32·2 = 2048 in the
+    # seed), and the 32 routed rows' probabilities, 32·2 bytes
+    run = make_run(MOE, training={"seq_length": 16})
+    mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
+    terms, seed = _terms(model(run), body(run, "moe")), _terms(model(mind), body(mind, "moe"))
+    assert "moe.combined_tokens" not in terms and seed["moe.combined_tokens"] == 2048
+    assert terms["moe.expert.probs"] == 64
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64
 
 
 def test_megatron_modules_drop_what_megatron_checkpoints():
@@ -106,8 +115,8 @@ def test_megatron_modules_drop_what_megatron_checkpoints():
     # shared_experts: gate/up 16·32·2 and the activation 16·16·2
     assert dropped(["shared_experts"]) == 1024 + 512
     # moe: the block from its input (moe_layer.py): router 16·4·2, top-k 16·2·2 and 16·2·8, dispatched
-    # 32·32·2, gate/up 32·32·2, activation 32·16·2, combined 16·2·32·2, the shared expert 1536
-    assert dropped(["moe"]) == 128 + 64 + 256 + 2048 + 2048 + 1024 + 2048 + 1536
+    # 32·32·2, gate/up 32·32·2, activation 32·16·2, the rows' probabilities 32·2, the shared expert 1536
+    assert dropped(["moe"]) == 128 + 64 + 256 + 2048 + 2048 + 1024 + 64 + 1536
     # layernorm: only a norm that is its own module (gpt_layer_specs.py, TE spec): the MoE layer's
     # pre-MLP norm (16·32·2), not the attention's input norm, which TELayerNormColumnParallelLinear fuses
     assert dropped(["layernorm"]) == 1024
@@ -128,8 +137,9 @@ def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():
         parallel={"dp": 2, "ep": 2},
         training={"seq_length": 16, "recompute": {"granularity": "selective", "modules": ["moe"]}},
     )
+    # the dispatched rows' remote half, 32·32·2/2, kept plainly; rebuilt with the block under `moe`
     memory, layer = model(run), body(run, "moe")
-    assert memory.buffers(layer, NOT).kept_bytes() == 2 * 1024
+    assert memory.buffers(layer, NOT).kept_bytes() == 1024
     assert memory.buffers(layer, SEL).kept_bytes() == 0
 
 
@@ -296,3 +306,32 @@ def test_the_estimate_says_the_moment_and_the_peak_at_full():
     assert full[0]["activation_bytes"] == 2 * (512 + 2 * 8192)
     assert all(f["peak_bytes"] <= s["peak_bytes"] for f, s in zip(full, data["stages"], strict=True))
     assert math.isclose(full[0]["moments"]["backward"], full[0]["peak_bytes"])
+
+
+# --- FP8 caches (DeepSeek-V3 Technical Report §3.3.3) ---------------------------------------------------
+
+
+def test_fp8_caches_of_linear_inputs():
+    # DENSE at s 64: the linear inputs are the normed inputs of attention and MLP, the attention output
+    # and the SwiGLU output (64·64, 64·64, 64·64 and 64·128 elements), 2 bytes each in bf16; in FP8 with
+    # a 4-byte scale per 128: 1.03125 bytes. 115712 − 2·(3·4096 + 8192) + 1.03125·(3·4096 + 8192)
+    run = make_run(DENSE, training={"fp8_cache": "linear"})
+    memory, layer = model(run), body(run)
+    assert memory.activation_bytes(layer, NOT) == 115712 - 2 * 20480 + 1.03125 * 20480
+    # deepseek: the attention output in E5M6 (12 bits: 1.5 bytes); the dense SwiGLU input stays bf16
+    deepseek = make_run(DENSE, training={"fp8_cache": "deepseek"})
+    assert model(deepseek).activation_bytes(body(deepseek), NOT) == 115712 - 2 * 20480 + 1.03125 * 16384 + 1.5 * 4096
+
+
+def test_fp8_caches_of_the_experts():
+    # MOE at ep 2, s 16: the 32 routed rows' inputs (32·32 elements: half kept here, half a buffer) are
+    # dispatched in FP8; deepseek also caches the experts' SwiGLU input (32·2·16) in FP8. The router's
+    # input (the MoE norm's output, 16·32) stays bf16.
+    spec = {**MOE}
+    plain = make_run(spec, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16})
+    fp8 = make_run(spec, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16, "fp8_cache": "deepseek"})
+    before, after = _terms(model(plain), body(plain, "moe")), _terms(model(fp8), body(fp8, "moe"))
+    assert after["moe.dispatched_tokens"] == 512 * 1.03125 and before["moe.dispatched_tokens"] == 512 * 2
+    assert after["moe.expert.gate_up_output"] == 1024 * 1.03125
+    assert after["moe.norm_output"] == before["moe.norm_output"] == 16 * 32 * 2
+    assert model(fp8).buffers(body(fp8, "moe"), NOT).kept_bytes() == 512 * 1.03125

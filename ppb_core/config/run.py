@@ -128,6 +128,11 @@ class Training(StrictModel):
     optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
     optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
     flash_attention: bool = True
+    fp8_cache: Literal["none", "linear", "deepseek"] = Field(
+        "none",
+        description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
+        "and attention output in E5M6 (deepseek); ppb_core.memory.precision",
+    )
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
     recompute: RecomputeForm = Field(
         default_factory=dict,

@@ -14,6 +14,7 @@ from ppb_core.config.run import RunConfig
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, layer_buffers
 from ppb_core.memory.frameworks import rules_for
+from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, layer_params
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind
@@ -177,6 +178,9 @@ class MemoryModel:
             _, buffer_terms = self.rules.state(
                 kind, self.setup, body_state, stated, key[4], terms, self._buffer_terms[kind]
             )
+        if pricer is self._formulas or not isinstance(kind, BodyKind):  # a census measured its own dtype
+            terms = cached_terms(terms, self.setup.fp8_cache)
+        buffer_terms = cached_buffers(buffer_terms, self.setup.fp8_cache, self.setup.dtype_bytes)
         transient = 0.0
         if self.rules.transients_per_stage:
             transient = max((b.bytes for b in buffer_terms if not b.kept), default=0.0)

@@ -38,6 +38,7 @@ class MemorySetup:
     capacity_factor: float = 1.0
     dropless_imbalance: float = 1.0
     buffer_rule: str = "layered"
+    fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
 
     def __post_init__(self) -> None:
@@ -70,6 +71,7 @@ class MemorySetup:
             capacity_factor=train.moe.capacity_factor,
             dropless_imbalance=train.moe.dropless_imbalance,
             buffer_rule=buffer_rule,
+            fp8_cache=train.fp8_cache,
             framework=run.framework,
         )
 

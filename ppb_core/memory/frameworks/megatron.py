@@ -31,6 +31,14 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   MLP from its input (dense layers only); `moe_act` the routed experts' activation; `moe` the
   whole MoE block from its input (megatron/core/transformer/moe/moe_layer.py); `shared_experts`
   the shared experts.
+* **The routed experts weight their own activations.** The all-to-all dispatcher sends each
+  token's routing probability with it, the experts multiply the activation by it before the
+  down-projection (megatron/core/transformer/moe/experts.py `TEGroupedMLP.forward`,
+  `weighted_bias_swiglu_impl(intermediate, bias, permuted_probs)`), and the combine is a plain
+  unpermute without probabilities (token_dispatcher.py `MoEAlltoAllTokenDispatcher.
+  combine_postprocess`: `unpermute(...)` with no `probs`), which keeps nothing for its backward.
+  So the combine keeps no expert outputs (the seed's `moe.combined_tokens` and its remote part);
+  the experts keep their rows' probabilities (`moe.expert.probs`, one per routed row).
 * **Static memory** is the seed's: bf16 parameters, the contiguous fp32 `main_grad` buffer
   (megatron/core/distributed/param_and_grad_buffer.py, `_ParamAndGradBuffer` and
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
@@ -48,11 +56,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ppb_core.memory.activations import ActivationTerm, _split, kept
+from ppb_core.memory.activations import ActivationTerm, _split, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
+from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -90,16 +98,28 @@ def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tup
             # The seed counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
             whole = buffer.bytes * setup.tp / (setup.tp - 1)
             out.append(BufferTerm("tp", buffer.name, whole, False))
-        elif buffer.kept and buffer.name.endswith("ring_received_kv"):
+        elif buffer.kept and buffer.name.endswith(("ring_received_kv", "combined_tokens_remote")):
             continue
         else:
             out.append(buffer)
     return tuple(out)
 
 
+def megatron_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+    """The formulas' terms with the MoE combine as Megatron-Core runs it (module docstring)."""
+    if not isinstance(kind.mlp, Moe):
+        return terms
+    kept_terms = tuple(t for t in terms if not t.op.endswith("moe.combined_tokens"))
+    probs = ActivationTerm("moe.expert.probs", None, routed_rows(kind.mlp, setup), setup.dtype_bytes, False)
+    return (*kept_terms, probs)
+
+
 class MegatronRules(FrameworkRules):
     name = "megatron"
     transients_per_stage = True
+
+    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+        return megatron_body_terms(kind, setup, terms)
 
     def state(
         self,
