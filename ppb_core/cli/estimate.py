@@ -172,6 +172,14 @@ def print_tables(result: Estimate) -> None:
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
+    fit = run.get("memory_calibration")
+    if fit:
+        factors = ", ".join(f"{term} ×{factor:.3f}" for term, factor in fit["factors"].items())
+        residuals = ", ".join(f"{stage['stage']}: {stage['residual_bytes'] / MB:+,.0f}" for stage in fit["stages"])
+        console.print(
+            f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
+            f"rms {100 * fit['rms_relative']:.2f}%"
+        )
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
         configured = max(result.stages, key=lambda peak: peak.peak_bytes)

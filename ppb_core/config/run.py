@@ -223,6 +223,14 @@ class TimingOptions(StrictModel):
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
 
 
+class MemoryOptions(StrictModel):
+    calibration: str | None = Field(
+        None,
+        description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
+        "(ppb_core.memory.calibration)",
+    )
+
+
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
@@ -249,6 +257,7 @@ class RunConfig(StrictModel):
     device: Device
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    memory: MemoryOptions = Field(default_factory=MemoryOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
     specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
@@ -424,6 +433,8 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
             raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
     if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
         raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
+    if run.memory.calibration is not None and not (base / run.memory.calibration).is_file():
+        raise InputError(where, "memory.calibration", f"{base / run.memory.calibration} not found")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
@@ -458,10 +469,11 @@ def config_hash(path: str | Path) -> str:
             ref = sub.get(key) if isinstance(sub, dict) else None
             if isinstance(ref, str) and (path.parent / ref).is_file():
                 digest.update((path.parent / ref).read_bytes())
-    timing = raw.get("timing") if isinstance(raw, dict) else None
-    ref = timing.get("calibration") if isinstance(timing, dict) else None
-    if isinstance(ref, str) and (path.parent / ref).is_file():
-        digest.update((path.parent / ref).read_bytes())
+    for section in ("timing", "memory"):
+        options = raw.get(section) if isinstance(raw, dict) else None
+        ref = options.get("calibration") if isinstance(options, dict) else None
+        if isinstance(ref, str) and (path.parent / ref).is_file():
+            digest.update((path.parent / ref).read_bytes())
     return digest.hexdigest()
 
 
@@ -478,6 +490,8 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
             entry["census"] = str((base / sub.census).resolve())
     if run.timing.calibration is not None:
         raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
+    if run.memory.calibration is not None:
+        raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw
 
 

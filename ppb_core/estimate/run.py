@@ -208,6 +208,8 @@ def estimate(
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()
+    if memory.fit is not None:
+        summary["memory_calibration"] = memory.fit.to_json()
     return Estimate(summary, rows, peaks, at_full)
 
 

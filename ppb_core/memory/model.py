@@ -6,13 +6,15 @@ behind each figure (static parts, activations op by op with their switch, buffer
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
-from ppb_core.memory.buffers import Buffers, layer_buffers
+from ppb_core.memory.buffers import Buffers, BufferTerm, layer_buffers
+from ppb_core.memory.calibration import MemoryCorrection, MemoryFit
 from ppb_core.memory.frameworks import rules_for
 from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
@@ -64,10 +66,19 @@ class MemoryModel:
         run: RunConfig,
         buffer_rule: str = "layered",
         activations: Mapping[str, ActivationFormulas] | None = None,
+        correction: MemoryCorrection | None = None,
     ) -> None:
         self.run = run
         self.setup = MemorySetup.from_run(run, buffer_rule)
         self.rules = rules_for(run.framework)
+        # memory.calibration: measured stage peaks fitted to per-term factors (ppb_core.memory.calibration)
+        self.fit: MemoryFit | None = None
+        if correction is None and run.memory.calibration is not None:
+            from ppb_core.memory.peak import run_memory_fit  # the fit evaluates the uncorrected stages
+
+            self.fit = run_memory_fit(run)
+            correction = self.fit.correction
+        self.correction = correction or MemoryCorrection()
         self._modules = run.recompute.modules  # the framework's selective units (Megatron modules, op)
         self._formulas = ActivationFormulas()
         from ppb_core.census.pricing import census_pricers  # the census reads the run's files
@@ -125,7 +136,17 @@ class MemoryModel:
         """Parameters, gradients and optimizer states as the run's framework holds and shards them."""
         kind = layer.kind
         if kind not in self._static:
-            self._static[kind] = self.rules.static(self.parameters(layer), self.setup)
+            static = self.rules.static(self.parameters(layer), self.setup)
+            factor = self.correction.static
+            if factor != 1.0:
+                static = dataclasses.replace(
+                    static,
+                    parameter_bytes=static.parameter_bytes * factor,
+                    gradient_bytes=static.gradient_bytes * factor,
+                    optimizer_bytes=static.optimizer_bytes * factor,
+                    held_through_step_bytes=static.held_through_step_bytes * factor,
+                )
+            self._static[kind] = static
         return self._static[kind]
 
     def static_bytes(self, layer: LayerLike) -> float:
@@ -185,8 +206,14 @@ class MemoryModel:
         if self.rules.transients_per_stage:
             transient = max((b.bytes for b in buffer_terms if not b.kept), default=0.0)
             buffer_terms = tuple(b for b in buffer_terms if b.kept)
+        fix = self.correction
+        if fix.buffers != 1.0:
+            buffer_terms = tuple(
+                BufferTerm(b.group, b.name, b.bytes * fix.buffers, b.kept, b.switch) for b in buffer_terms
+            )
         buffers = Buffers(tuple(buffer_terms), self.setup.buffer_rule)
-        found = self._states[key] = StateMemory(tuple(terms), sum(t.bytes for t in terms), buffers, transient)
+        activation = sum(t.bytes for t in terms) * fix.activations
+        found = self._states[key] = StateMemory(tuple(terms), activation, buffers, transient * fix.working)
         return found
 
     def activation_terms(
@@ -251,14 +278,14 @@ class MemoryModel:
             self.parameters(layer), self.setup, _node(layer), gathered, *self._neighbour_params(layer, neighbours)
         )
         census = self.census_terms(layer, state, switches)
+        working = self.correction.working
         if census is not None:  # the census measured what the backward holds (seed §2.11)
             kept, held_census = census
             extra = max(0.0, held_census - kept) if on_saved else held_census
-            return extra + parameters + memory.transient_bytes
+            return (extra + parameters) * working + memory.transient_bytes
         held = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes
-        extra = held - memory.kept_bytes
-        extra += self.largest_gradient_bytes(layer)
-        extra += parameters + memory.transient_bytes
+        extra = (held - memory.kept_bytes + self.largest_gradient_bytes(layer) + parameters) * working
+        extra += memory.transient_bytes  # corrected with the state
         if not on_saved:
             extra += memory.kept_bytes
         return extra
@@ -276,7 +303,7 @@ class MemoryModel:
         """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""
         if not isinstance(layer.kind, TailKind):
             return 0.0
-        return self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup)
+        return self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup) * self.correction.working
 
     def census_terms(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None

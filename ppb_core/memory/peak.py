@@ -26,9 +26,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
 from ppb_core.memory.model import MemoryModel
 from ppb_core.model.kinds import BodyKind, TailKind
 from ppb_core.model.switches import OPTIONS
@@ -83,6 +85,20 @@ class StagePeak:
     @property
     def fits(self) -> bool:
         return self.peak_bytes <= self.device_bytes
+
+    def terms(self) -> dict[str, float]:
+        """The terms of the peak at its moment, reserved memory aside (`memory.calibration.TERMS`)."""
+        moment = self.moment
+        if moment == "optimizer":
+            step = self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
+            return {"static": step, "activations": 0.0, "buffers": 0.0, "working": 0.0}
+        extra = self.loss_bytes if moment == "loss" else self.working_bytes
+        return {
+            "static": self.static_bytes,
+            "activations": self.activation_bytes,
+            "buffers": self.buffer_bytes,
+            "working": extra,
+        }
 
 
 def configured_option(memory: MemoryModel, model_name: str) -> str:
@@ -305,6 +321,14 @@ def run_stage_peaks(
     )
 
 
+def run_memory_fit(run: RunConfig) -> MemoryFit:
+    """The run's `memory.calibration` fitted: its measured peaks against the uncorrected stage peaks."""
+    path = Path(run.base_dir) / str(run.memory.calibration)
+    measured = read_measured_peaks(path, run.parallel.pp)
+    peaks = run_stage_peaks(run, MemoryModel(run, correction=MemoryCorrection()))
+    return fit_peaks([peak.terms() for peak in peaks], measured, run.memory.calibration or str(path))
+
+
 __all__ = [
     "MB",
     "MOMENTS",
@@ -312,6 +336,7 @@ __all__ = [
     "configured_option",
     "configured_options",
     "run_in_flight",
+    "run_memory_fit",
     "run_stage_peaks",
     "stage_peaks",
 ]
