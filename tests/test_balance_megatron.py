@@ -169,14 +169,14 @@ def test_every_shipped_config_layout_parses_back(config_plan) -> None:
     run, problem, plan = config_plan
     assert plan is not None
     out = megatron(plan)
-    if problem.schedule_name == "dualpipev":
-        assert out["layout"] is None
+    if problem.schedule_name == "dualpipev" or len(run.model_names) > 1:
+        assert out["layout"] is None  # Megatron runs neither DualPipeV nor a tower in its decoder layout
         return
     arguments = shlex.split(out["flags"])
     layout_text = arguments[arguments.index("--pipeline-model-parallel-layout") + 1]
     layout = parse_layout(layout_text, run.parallel.pp)
     layers = sum(run.spec(name).num_layers for name in run.model_names)
-    mtp = sum(run.spec(name).mtp_layers for name in run.model_names)
+    mtp = sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names)
     validate_layout(layout, layers, mtp)
     assert len(layout[0]) == run.parallel.vpp
     # each virtual stage holds the plan's layers of its cell

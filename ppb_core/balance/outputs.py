@@ -187,6 +187,16 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
             "recompute_expressible": False,
             "note": "Megatron-LM does not run DualPipeV",
         }
+    models = {m for body in p.layers.bodies for m in (body.models or (body.model_name,)) if m}
+    if len(models) > 1:
+        return {
+            "layout": None,
+            "flags": None,
+            "recompute": None,
+            "recompute_expressible": False,
+            "note": "Megatron-Core's flexible layout places decoder layers only (validate_layer_layout refuses "
+            "encoder layers): a second model in the pipeline is not Megatron's to say",
+        }
     layout = format_layout(virtual_stages(plan))
     layout_args = ["--pipeline-model-parallel-layout", layout]
     cells = cell_option_counts(plan)

@@ -212,7 +212,7 @@ def run_problem(
         schedule or par.schedule,
         run.source,
         run.framework,
-        sum(run.spec(name).mtp_layers for name in run.model_names),
+        sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names),
     )
 
 
