@@ -73,6 +73,10 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
                 "slower_by": value / plan.iteration_time - 1 if plan.iteration_time > 0 else None,
                 "peak_memory_mb": alternative.peak_memory_mb,
             }
+    if plan is not None:
+        out["timeline"] = {"plan": plan.timeline_json()}
+        if best is not None:
+            out["timeline"]["baseline"] = {**best.plan.timeline_json(), "option": best.option}
     out["baselines"] = [b.to_dict() for b in found]
     out["best_baseline"] = best.option if best else None
     out["speedup"] = (

@@ -170,7 +170,12 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.Dat
     if plan.get("megatron", {}).get("layout"):
         headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
     stages.attrs.update(
-        title=f"{run.name}: pipeline plan", headline=json.dumps(headline), image=f"{partition_key(run.source)}.png"
+        title=f"{run.name}: pipeline plan",
+        headline=json.dumps(headline),
+        image=f"{partition_key(run.source)}.png",
+        timeline=json.dumps(
+            {**plan["timeline"], "time_unit_s": plan.get("time_unit_s")} if "timeline" in plan else None
+        ),
     )
     return stages
 

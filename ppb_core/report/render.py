@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from ppb_core.estimate.plan import MODELS_COLUMN, PLANNED_COLUMN, REPORT_COLUMNS
+from ppb_core.schedules import simulate
 
 MEMORY_PARTS = (
     ("parameters_mb", "parameters", "#4C72B0"),
@@ -114,6 +116,47 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
     return buffer.getvalue()
 
 
+TIMELINE_COLORS = {"F": "#8172B3", "B": "#C44E52", "R": "#E5AE38"}
+
+
+def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest: float, unit_s: float | None = None) -> None:
+    """One schedule run as a Gantt chart: per stage a row, each forward, recompute (the start of a
+    backward) and backward a bar, idle time blank (the bubbles); in seconds when *unit_s* (seconds
+    per description unit) is known, else in the descriptions' unit."""
+    scale = unit_s or 1.0
+    forward = [[t * scale for t in row] for row in run["forward"]]
+    backward = [[t * scale for t in row] for row in run["backward"]]
+    recompute = [[t * scale for t in row] for row in run["recompute"]]
+    longest *= scale
+    timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]))
+    stages = len(timeline.orders)
+    bars: dict[str, list[tuple[int, float, float]]] = {"F": [], "R": [], "B": []}
+    for stage, (order, starts, ends) in enumerate(zip(timeline.orders, timeline.starts, timeline.ends, strict=True)):
+        for op, start, end in zip(order, starts, ends, strict=True):
+            if op.kind == "F":
+                bars["F"].append((stage, start, end - start))
+                continue
+            again = min(float(recompute[op.chunk][stage]), end - start)
+            if again > 0:
+                bars["R"].append((stage, start, again))
+            bars["B"].append((stage, start + again, end - start - again))
+    names = {"F": "forward", "R": "recompute", "B": "backward"}
+    for kind in ("F", "R", "B"):
+        for stage, start, length in bars[kind]:
+            axes.broken_barh([(start, length)], (stage - 0.4, 0.8), facecolors=TIMELINE_COLORS[kind])
+        axes.bar([0], [0], color=TIMELINE_COLORS[kind], label=names[kind])
+    busy = sum(timeline.busy(stage) for stage in range(stages))
+    idle = 1 - busy / (stages * timeline.makespan) if timeline.makespan > 0 else 0.0
+    unit = " s" if unit_s else ""
+    axes.set_title(f"{label}: iteration {timeline.makespan:.4g}{unit}, {idle:.1%} of the stages' time idle")
+    axes.set_xlim(0, longest * 1.01 if longest > 0 else 1)
+    axes.set_ylim(stages - 0.5, -0.5)
+    axes.set_yticks(range(stages))
+    axes.set_ylabel("stage")
+    axes.set_xlabel("seconds" if unit_s else "time (the descriptions' unit)")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+
+
 def _number(value: object, digits: int = 1) -> str:
     return f"{float(value):,.{digits}f}"
 
@@ -169,6 +212,7 @@ def report_files(stages: pd.DataFrame) -> dict[str, bytes]:
     """
     title = str(stages.attrs.get("title", "plan"))
     headline = json.loads(stages.attrs.get("headline", "[]"))
-    png = figure_png(stages, title)
+    timeline = json.loads(stages.attrs["timeline"]) if stages.attrs.get("timeline") else None
+    png = figure_png(stages, title, timeline=timeline)
     text = summary_markdown(stages, title, [tuple(pair) for pair in headline], image=stages.attrs.get("image"))
     return {".png": png, ".md": text.encode()}
