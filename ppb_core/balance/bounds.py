@@ -129,7 +129,9 @@ def least_level(
             feasible = False
         elif clock.remaining > 0:
             model = ChoiceModel(problem, subset, tau)
-            solver = highs.new_solver(clock.remaining, WorkLimits.nodes(check_work, sum(map(len, subset))))
+            solver = highs.new_solver(
+                clock.remaining, WorkLimits.nodes(check_work, len(model.columns) + len(model.rows))
+            )
             solver.setOptionValue("mip_max_improving_sols", 1)  # any plan proves feasibility
             highs.load(solver, model.columns, model.rows, model.top)
             solver.run()

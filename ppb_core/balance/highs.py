@@ -34,6 +34,8 @@ def new_solver(time_limit: float, nodes: int | None = None) -> highspy.Highs:
         # sub-MIP heuristics can run presolve for minutes past the time limit
         ("mip_heuristic_run_rens", False),
         ("mip_heuristic_run_rins", False),
+        # and the root reduced-cost sub-MIP, seeded with a start, can run on without end (HiGHS 1.16)
+        ("mip_heuristic_run_root_reduced_cost", False),
         ("mip_rel_gap", 0.0),
         ("mip_abs_gap", 1e-7),
         ("mip_feasibility_tolerance", TOLERANCE),

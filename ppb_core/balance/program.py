@@ -275,8 +275,8 @@ def _run(
     every machine. Only the clock's safety bound can end it otherwise.
     """
     tau = model.tau
-    listed = sum(len(stage) for stage in model.choices)
-    budget = WorkLimits.nodes(limits.node_work, listed) if exact else limits.closed_nodes
+    size = len(model.columns) + len(model.rows) + len(seeds)
+    budget = WorkLimits.nodes(limits.node_work, size) if exact else limits.closed_nodes
     nodes = max(20, budget // limits.first_round_share) if exact else budget
     solver = highs.new_solver(clock.remaining, nodes)
     highs.load(solver, model.columns, model.rows, model.top)

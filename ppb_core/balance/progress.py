@@ -60,15 +60,16 @@ def log_lines(write: Callable[[str], None]) -> ProgressHook:
 class WorkLimits:
     """What ends a solve deterministically.
 
-    Branch-and-bound work is counted in nodes × listed stage choices (a node's LP grows with the
-    choices), so one budget stops small and large problems after similar effort.
+    Branch-and-bound work is counted in nodes × size^1.5, size the program's columns and rows (a
+    node's LP and its strong branching grow about so), so one budget stops small and large
+    programs after similar effort.
     """
 
-    node_work: int = 3_000_000  # the lazy-path rounds of one solve, all together
+    node_work: int = 12_000_000  # the lazy-path rounds of one solve, all together
     first_round_share: int = 16  # the first round gets this fraction of it; a round agreeing with its T doubles
     rounds: int = 40
-    check_work: int = 200_000  # each feasibility check of a bisection (cut short counts as feasible)
-    tie_work: int = 600_000  # each lexicographic tie-breaking criterion
+    check_work: int = 2_000_000  # each feasibility check of a bisection (cut short counts as feasible)
+    tie_work: int = 2_000_000  # each lexicographic tie-breaking criterion
     closed_nodes: int = 100_000  # the closed form's program (it is solved to optimality in far fewer)
     local_moves: int = 400  # improving moves of the local search that starts the program
     # schedule ops the local search may run (plans evaluated × 2·m·V·P ops each)
@@ -76,8 +77,9 @@ class WorkLimits:
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
 
     @staticmethod
-    def nodes(work: int, choices: int) -> int:
-        return max(20, work // max(1, choices))
+    def nodes(work: int, size: int) -> int:
+        """Nodes a budget of *work* buys in a program of *size* columns and rows."""
+        return max(20, int(work / max(1, size) ** 1.5))
 
 
 class Clock:

@@ -116,7 +116,7 @@ def break_ties(
     """
     p = model.p
     tau = model.tau
-    nodes = WorkLimits.nodes(work, sum(len(stage) for stage in model.choices))
+    nodes = WorkLimits.nodes(work, solver.getNumCol() + solver.getNumRow())  # type: ignore[attr-defined]
     target = value(best) * (1 + TOLERANCE)
     notes: list[str] = []
     solver.changeColBounds(model.top, 0.0, target / tau)  # type: ignore[attr-defined]
