@@ -48,7 +48,9 @@ ROUND_DEVICE = {
 }
 
 
-def small_run(dp=2, tp=1, pp=2, m=4, zero=1, overlap=None, framework="megatron", device=None, recompute=None, **extra):
+def small_run(
+    dp=2, tp=1, pp=2, m=4, zero=None, overlap=None, framework="megatron", device=None, recompute=None, **extra
+):
     spec = {
         "vocab_size": 4096,
         "hidden_size": 1024,
@@ -62,7 +64,9 @@ def small_run(dp=2, tp=1, pp=2, m=4, zero=1, overlap=None, framework="megatron",
         "name": "small",
         "framework": framework,
         "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"dp": dp, "tp": tp, "pp": pp, "zero": zero, "sequence_parallel": tp > 1, **extra},
+        # zero None: the framework's own default (Megatron's distributed optimizer ZeRO-1, torchtitan's FSDP2)
+        "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, **extra}
+        | ({} if zero is None else {"zero": zero}),
         "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "recompute": recompute or {}},
         "device": device or ROUND_DEVICE,
     }
@@ -166,7 +170,7 @@ def test_fsdp_prefetch_by_hand():
     # torchtitan with a pipeline: parameters stay gathered (no gather in the backward) and gradients
     # reduce once per iteration, in the last micro-batch's backward: each layer's reduce-scatter behind
     # the next layer's backward (0.5 < 4 and 2), the first layer's after it: 0.5 exposed of 1.5.
-    titan = framework_rules(small_run(framework="torchtitan", pp=2))
+    titan = framework_rules(small_run(framework="torchtitan", pp=2, zero=3))
     fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(layers, [1.5] * 3, [0.5] * 3, titan)
     assert (fe, be, once_link, once_exposed) == pytest.approx((2.0, 0.0, 1.5, 0.5))
 

@@ -213,7 +213,7 @@ def estimate(
     summary["activations"] = memory.activation_sources()
     if memory.fit is not None:
         summary["memory_calibration"] = memory.fit.to_json()
-    return Estimate(summary, rows, peaks, at_full)
+    return Estimate(summary, rows, peaks, stages_at_full=at_full)
 
 
 def _full(layer: Layer) -> str:
@@ -350,7 +350,7 @@ def estimate_from_frame(frame, stages_frame=None, run: Mapping[str, Any] | None 
         )
     stages = stages_from_frame(stages_frame) if stages_frame is not None else ()
     at_full = stages_from_frame(stages_frame, "full") if stages_frame is not None else ()
-    return Estimate(dict(run), tuple(rows), stages, at_full)
+    return Estimate(dict(run), tuple(rows), stages, stages_at_full=at_full)
 
 
 def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
