@@ -7,8 +7,8 @@ import pandas as pd
 
 from pipelines.assets.common import markdown_table, stage_asset, table_metadata
 from ppb_core import chain
+from ppb_core.units import MB
 
-MB = 2**20
 OPTIONS = ("none", "slct", "comm", "both", "full")
 
 

@@ -169,7 +169,7 @@ def run_problem(
     when the memory model evaluates it again layer by layer.
     """
     from ppb_core.memory import run_working_set_bytes
-    from ppb_core.memory.peak import MB
+    from ppb_core.units import MB
 
     if constant_memory_mb is None:
         constant_memory_mb = math.ceil(run_working_set_bytes(run) / MB)

@@ -21,8 +21,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import walk
-
-MB = 2**20
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
 from ppb_core.timing import TimeModel
-
-MB = 2**20
+from ppb_core.units import MB
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -17,6 +17,7 @@ from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk
 from ppb_core.schedules import cell_order
 from ppb_core.timing import TimeModel
+from ppb_core.units import MB
 
 REPORT_COLUMNS: tuple[str, ...] = (
     "stage",  # pipeline stage, from 0
@@ -36,7 +37,6 @@ PLANNED_COLUMN = "planned_mb"
 # Optional: the part of buffers_mb that is the backward's working set (descriptions have none).
 WORKING_COLUMN = "working_mb"
 
-MB = 2**20
 
 # Where MindFormers applies a cell's options along its layers (the yaml counts from the cell's
 # first layer): full recompute first, then both selective kinds, then one, then none.

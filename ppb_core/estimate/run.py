@@ -19,11 +19,11 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, StagePeak, configured_option, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.memory.peak import MB
 from ppb_core.model.kinds import LayerKind, kind_from_dict, kind_to_dict
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
 from ppb_core.payload.sources import TimeSource
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ from ppb_core.memory.model import MemoryModel
 from ppb_core.model.kinds import BodyKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
-
-MB = 2**20
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)
@@ -195,4 +194,4 @@ def run_stage_peaks(
     )
 
 
-__all__ = ["MB", "StagePeak", "configured_option", "run_in_flight", "run_stage_peaks", "stage_peaks"]
+__all__ = ["StagePeak", "configured_option", "run_in_flight", "run_stage_peaks", "stage_peaks"]

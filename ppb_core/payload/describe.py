@@ -30,8 +30,7 @@ from ppb_core.model.switches import (
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
-
-MB = 2**20
+from ppb_core.units import MB
 
 _END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
 
