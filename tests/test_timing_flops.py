@@ -70,7 +70,7 @@ def spec_run(spec: dict, s=1024, b=1, flash=True, **parallel):
 
 
 def ops_of(run, index=0):
-    geo = Geometry.from_run(run, "llm" if "llm" in run.model_names else "gpt")
+    geo = Geometry.from_run(run)
     name = run.model_names[0]
     return layer_ops(body_kind(run.spec(name), index, run.training.dropout), geo)
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.memory.activations import _kv_heads, _split, routed_rows
+from ppb_core.memory.activations import routed_rows
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import BodyKind, HeadKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -56,11 +57,11 @@ def attention_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> l
             width = kind.hidden_size
         terms.append(BufferTerm("tp", f"{prefix}attention.gathered_input", _gathered(setup, width), True, "gather"))
     if setup.cp > 1:
-        heads = _split(att.num_heads, setup.tp)
+        heads = per_rank(att.num_heads, setup.tp)
         if att.is_mla:
             q_width, kv_width = heads * att.q_head_dim, heads * (att.q_head_dim + att.value_head_dim)
         else:
-            q_width, kv_width = heads * att.head_dim, 2 * _kv_heads(att, setup.tp) * att.head_dim
+            q_width, kv_width = heads * att.head_dim, 2 * kv_heads_per_rank(att.num_kv_heads, setup.tp) * att.head_dim
         chunk = setup.tokens * kv_width * bc  # keys and values of one sequence chunk
         if setup.cp_variant == "ring":
             terms += [

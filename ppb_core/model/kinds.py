@@ -37,6 +37,7 @@ class Attention:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    rope: bool = True  # rotary position embedding applied to queries and keys
 
     @property
     def is_mla(self) -> bool:
@@ -149,6 +150,7 @@ def _attention(spec: ModelSpec) -> Attention:
             qk_nope_head_dim=spec.qk_nope_head_dim,
             qk_rope_head_dim=spec.qk_rope_head_dim,
             v_head_dim=spec.v_head_dim,
+            rope=spec.position_embedding == "rope",
         )
     return Attention(
         hidden_size=spec.hidden_size,
@@ -158,6 +160,7 @@ def _attention(spec: ModelSpec) -> Attention:
         qkv_bias=spec.attention_bias,
         out_bias=spec.attention_output_bias,
         qk_norm=spec.qk_norm,
+        rope=spec.position_embedding == "rope",
     )
 
 

@@ -5,10 +5,10 @@ FLOP counts (model FLOPs per iteration, hardware FLOPs with recompute); `comm` t
 `calibration` the measured-times CSV.
 """
 
+from ppb_core.model.geometry import Geometry
 from ppb_core.timing.calibration import COLUMNS as CALIBRATION_COLUMNS
 from ppb_core.timing.calibration import Calibration, KindFactors, Measurement, parse_calibration, read_calibration
 from ppb_core.timing.flops import (
-    Geometry,
     Op,
     hardware_flops_per_iteration,
     layer_flops,

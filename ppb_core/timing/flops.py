@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ppb_core.config.run import RunConfig
+from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
-    Attention,
     BodyKind,
     HeadKind,
     LayerKind,
@@ -81,98 +81,6 @@ class Op:
     backward_comm: Collective | None = None
     # How a collective re-sent in the backward (its switch at 0) is hidden; None: as in the forward.
     recompute_comm: Collective | None = None
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """What the op tables read of a run: one micro-batch's shape and the parallel split of one device."""
-
-    seq_length: int
-    micro_batch_size: int = 1
-    dtype_bytes: int = 2
-    tp: int = 1
-    sequence_parallel: bool = False
-    cp: int = 1
-    cp_variant: str = "ring"
-    ep: int = 1
-    etp: int = 1
-    flash_attention: bool = True
-    rope: bool = True
-    dropless: bool = True
-    capacity_factor: float = 1.0
-    dropless_imbalance: float = 1.0
-
-    @classmethod
-    def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
-        par, train = run.parallel, run.training
-        return cls(
-            seq_length=train.seq_length,
-            micro_batch_size=train.micro_batch_size,
-            dtype_bytes=train.dtype_bytes,
-            tp=par.tp,
-            sequence_parallel=par.sequence_parallel,
-            cp=par.cp,
-            cp_variant=par.cp_variant,
-            ep=par.ep,
-            etp=par.expert_tp,
-            flash_attention=train.flash_attention,
-            rope=run.spec(model_name).position_embedding == "rope",
-            dropless=train.moe.dropless,
-            capacity_factor=train.moe.capacity_factor,
-            dropless_imbalance=train.moe.dropless_imbalance,
-        )
-
-    def whole_model(self) -> Geometry:
-        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
-        return dataclasses.replace(
-            self,
-            tp=1,
-            sequence_parallel=False,
-            cp=1,
-            ep=1,
-            etp=1,
-            flash_attention=False,
-            dropless=True,
-            dropless_imbalance=1.0,
-        )
-
-    @property
-    def tokens(self) -> float:
-        """Tokens of one micro-batch in a device's sequence chunk: s·b/cp."""
-        return self.seq_length * self.micro_batch_size / self.cp
-
-    @property
-    def gathers(self) -> bool:
-        return self.sequence_parallel and self.tp > 1
-
-    @property
-    def whole_tokens(self) -> float:
-        """Tokens an op outside the TP regions runs on: all of them, or 1/t under SP."""
-        return self.tokens / self.tp if self.gathers else self.tokens
-
-    @property
-    def routing_factor(self) -> float:
-        """Expert rows over their fair share: the busiest rank's imbalance, or the capacity padding."""
-        return self.dropless_imbalance if self.dropless else self.capacity_factor
-
-    def attention_pairs(self) -> float:
-        """(query, key) pairs per head one device computes: the whole square without flash (the mask
-        is applied afterwards), the causal triangle with flash (masked blocks are skipped), split
-        over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
-        query of heads/cp, counted here per local head)."""
-        s, b = self.seq_length, self.micro_batch_size
-        if self.flash_attention:
-            return b * s * (s + 1) / 2 / self.cp
-        return b * s * s / self.cp
-
-
-def _split(size: int, ranks: int) -> int:
-    return -(-size // ranks)
-
-
-def _kv_heads(att: Attention, tp: int) -> int:
-    """Key/value heads per TP rank; fewer heads than ranks are replicated, one per rank (as params.py)."""
-    return max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
 
 
 def _matmul(
@@ -296,7 +204,7 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
     n, whole = geo.tokens, geo.whole_tokens
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
     ops: list[Op] = []
     if att.is_mla:
@@ -352,13 +260,13 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
         qk, v, qkv_switch = [p + "rope"], [up], "attUp"
     else:
         d = att.head_dim
-        kv = _kv_heads(att, geo.tp)
+        kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
         entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj")
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
         # backward needs, except the q/k-norm's input, which the memory model counts under normOp.
-        chain = ["qk_proj"] + (["qk_norm"] if att.qk_norm else []) + (["rope"] if geo.rope else [])
+        chain = ["qk_proj"] + (["qk_norm"] if att.qk_norm else []) + (["rope"] if att.rope else [])
         final = None if ulysses else chain[-1]
 
         def qk_state(op: str) -> dict:
@@ -372,7 +280,7 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
-        if geo.rope:
+        if att.rope:
             ops.append(
                 _elementwise(
                     p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
@@ -413,17 +321,17 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
 def _core_widths(kind: BodyKind, geo: Geometry) -> tuple[tuple[int, int], int]:
     """((query/key width, value width) per head, keys and values per token on one device)."""
     att = kind.attention
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     if att.is_mla:
         return (att.q_head_dim, att.value_head_dim), heads * (att.q_head_dim + att.value_head_dim)
-    return (att.head_dim, att.head_dim), 2 * _kv_heads(att, geo.tp) * att.head_dim
+    return (att.head_dim, att.head_dim), 2 * kv_heads_per_rank(att.num_kv_heads, geo.tp) * att.head_dim
 
 
 def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) -> tuple[list[Op], str]:
     """The attention core, eager or flash, with context parallelism; returns the ops and its output."""
     att, bc, block = kind.attention, geo.dtype_bytes, "attention"
     n, b, s = geo.tokens, geo.micro_batch_size, geo.seq_length
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     pairs = heads * geo.attention_pairs()
     keys = b * s  # every key of the sequence reaches each query chunk
@@ -550,7 +458,7 @@ def attention_ops(kind: BodyKind, geo: Geometry, p: str = "") -> list[Op]:
     ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, switch="normOp")]
     projections, qk, v = _projections(kind, geo, p, p + "norm1")
     core, out = _core(kind, geo, p, qk, v)
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     return [
         *ops,
         *projections,
@@ -591,7 +499,7 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, _split(mlp.intermediate_size, geo.tp), mlp.gated, source),
+        *_ffn(p + "mlp", block, geo, geo.tokens, h, per_rank(mlp.intermediate_size, geo.tp), mlp.gated, source),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
@@ -652,14 +560,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
             )
         )
         source = p + "gather_experts"
-    local = _split(experts, geo.ep)
+    local = per_rank(experts, geo.ep)
     ops += _ffn(
         p + "experts",
         block,
         geo,
         rows,
         h,
-        _split(moe.expert_intermediate_size, geo.etp),
+        per_rank(moe.expert_intermediate_size, geo.etp),
         moe.gated,
         source,
         local_experts=local,
@@ -700,7 +608,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
         )
     )
     if moe.shared_experts:
-        width = moe.shared_experts * _split(moe.shared_intermediate_size, geo.tp)
+        width = moe.shared_experts * per_rank(moe.shared_intermediate_size, geo.tp)
         entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")
         shared_source = entry[0].name if geo.gathers else norm
         ops += [
@@ -757,7 +665,7 @@ def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> l
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
     and the loss's three small all-reduces (max, sum of exponentials, target logit)."""
     h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
-    vocab = _split(kind.vocab_size, geo.tp)
+    vocab = per_rank(kind.vocab_size, geo.tp)
     norm = p + "final_norm"
     entry = _tp_entry(p, "output", block, geo, h, norm, p + "logits", switch=None)
     logits_source = entry[0].name if geo.gathers else norm
@@ -805,7 +713,7 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
                 block,
                 geo.tokens,
                 2 * h,
-                _split(h, geo.tp),
+                per_rank(h, geo.tp),
                 bc,
                 inputs=(entry[0].name if geo.gathers else p + "norms",),
             )
@@ -909,7 +817,7 @@ def iteration_flops(run: RunConfig, option: str | None = None) -> float:
     micro_batches = run.training.micro_batches * run.parallel.dp
     total = 0.0
     for model_name in run.model_names:
-        geo = Geometry.from_run(run, model_name).whole_model()
+        geo = Geometry.from_run(run).whole_model()
         configured = normalized(run.switches(model_name))
         for kind, count in _whole_model_layers(run, model_name):
             state, switches = LayerType.NOT_REC_LAYER, None

@@ -21,12 +21,13 @@ from pathlib import Path
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.model.geometry import Geometry
 from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
+from ppb_core.timing.flops import COMM, Collective, Op, layer_ops, rerun_ops
 
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
@@ -88,7 +89,7 @@ class TimeModel:
         rate = FP32_RATE if run.training.dtype_bytes == 4 else 1.0
         self._flops_per_s = self.device.peak_tflops * 1e12 * self.device.matmul_efficiency * rate
         self._bytes_per_s = self.device.hbm_bandwidth_gbs * 1e9 * self.device.memory_efficiency
-        self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
+        self._geometry = Geometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -107,7 +108,7 @@ class TimeModel:
     # The op table and its prices ------------------------------------------------------------------
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
-        return layer_ops(layer.kind, self._geometry[layer.model_name])
+        return layer_ops(layer.kind, self._geometry)
 
     def _compute_s(self, flops: float, traffic: float) -> float:
         return max(flops / self._flops_per_s, traffic / self._bytes_per_s)
