@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
+from ppb_core.schedules import cell_order
 
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
@@ -63,20 +64,9 @@ class LayerWalk:
         return [layer for layer in self.layers if layer.chunk == chunk and layer.stage == stage]
 
 
-def cell_order(stages: int, chunks: int, schedule: str = "1f1b") -> list[tuple[int, int]]:
-    """The (chunk, stage) cells in the order consecutive layers fill them."""
-    order: list[tuple[int, int]] = []
-    for chunk in range(chunks):
-        stage_order = range(stages)
-        if schedule == "dualpipev" and chunk % 2 == 1:
-            stage_order = range(stages - 1, -1, -1)
-        order.extend((chunk, stage) for stage in stage_order)
-    return order
-
-
 def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b") -> list[list[int]]:
     """Body layers per [chunk][stage]: the same in every cell, the remainder on the last cells."""
-    cells = cell_order(stages, chunks, schedule)
+    cells = cell_order(schedule, stages, chunks)
     base, extra = divmod(layers, len(cells))
     counts = [[0] * stages for _ in range(chunks)]
     for position, (chunk, stage) in enumerate(cells):
@@ -102,7 +92,7 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
         raise InputError(run.source, "cell_counts", f"counts must be non-negative and add up to {total} layers")
     cells: list[tuple[int, int]] = []
-    for chunk, stage in cell_order(stages, chunks, par.schedule):
+    for chunk, stage in cell_order(par.schedule, stages, chunks):
         cells.extend([(chunk, stage)] * counts[chunk][stage])
 
     dropout = run.training.dropout
@@ -134,7 +124,6 @@ __all__ = [
     "Layer",
     "LayerWalk",
     "TailKind",
-    "cell_order",
     "uniform_split",
     "walk",
 ]
