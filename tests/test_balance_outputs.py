@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from ppb_core.balance.outputs import cell_from_yaml, megatron, plan_from_yaml, stage_rows, to_yaml, yaml_from_cell
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.payload.sapp import layer_set
 
 MEMORY = {
@@ -120,7 +120,7 @@ def plans(draw):
     for (v, s), n in zip(problem.cells, per_cell, strict=True):
         selective = draw(st.sampled_from(["SLCT", "COMM"]))
         ranked = ["FULL", "BOTH", selective, "NONE"]
-        sequence = sorted(draw(st.lists(st.sampled_from(ranked), min_size=n, max_size=n)), key=lambda o: RANK[o])
+        sequence = sorted(draw(st.lists(st.sampled_from(ranked), min_size=n, max_size=n)), key=lambda o: CELL_RANK[o])
         for body, option in zip(types[start : start + n], sequence, strict=True):
             counts[body][v][s][OPTIONS.index(option)] += 1
         start += n

@@ -25,8 +25,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.model.switches import OPTIONS
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
@@ -126,14 +126,14 @@ class Catalogue:
             return self._cell_cache[key]
         bodies = self.p.layers.bodies
         candidates: list[tuple[float, float, tuple]] = []
-        ranks = sorted({RANK[OPTIONS[k]] for k in self.p.option_indices})
+        ranks = sorted({CELL_RANK[OPTIONS[k]] for k in self.p.option_indices})
         for variant in self.variants:
             # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}].
             for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
                 bounds = [ranks[0], *cuts, ranks[-1]]
                 partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
                 for i, (body, n) in enumerate(zip(types, counts, strict=True)):
-                    allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                    allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
                     front = self._front(body, n, tuple(allowed))
                     partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
                 candidates += partial

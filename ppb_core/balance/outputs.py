@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
 _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))
@@ -117,7 +117,7 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
         if min(cell) < 0:
             raise InputError(None, f"cell (chunk {v}, stage {s})", f"counts give a negative option count: {cell}")
         # the cell's layers from its first: options by rank, body types in order
-        sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: RANK[OPTIONS[k]]) for _ in range(cell[k])]
+        sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: CELL_RANK[OPTIONS[k]]) for _ in range(cell[k])]
         for k in sequence:
             while body < len(remaining) and remaining[body] == 0:
                 body += 1

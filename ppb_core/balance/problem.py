@@ -17,10 +17,6 @@ from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 if TYPE_CHECKING:
     from ppb_core.config.run import RunConfig
 
-# Where MindFormers applies each option among a cell's layers: full recompute on the first layers,
-# then both selective kinds, then one selective kind, then none (§6.6's yaml counts from the start).
-RANK: dict[str, int] = {"FULL": 0, "BOTH": 1, "SLCT": 2, "COMM": 2, "NONE": 3}
-
 
 @dataclass(frozen=True)
 class BalanceInput:

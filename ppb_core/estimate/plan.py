@@ -13,7 +13,7 @@ import pandas as pd
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import ALONG_A_CELL, OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk
 from ppb_core.schedules import cell_order
 from ppb_core.timing import TimeModel
@@ -36,11 +36,6 @@ PLANNED_COLUMN = "planned_mb"
 
 # Optional: the part of buffers_mb that is the backward's working set (descriptions have none).
 WORKING_COLUMN = "working_mb"
-
-
-# Where MindFormers applies a cell's options along its layers (the yaml counts from the cell's
-# first layer): full recompute first, then both selective kinds, then one, then none.
-ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
 
 
 def _placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:

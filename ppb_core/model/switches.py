@@ -14,6 +14,13 @@ OPTIONAL: tuple[str, ...] = ("attUp",)
 OPTIONS: tuple[str, ...] = ("NONE", "SLCT", "COMM", "BOTH", "FULL")
 SELECTIVE_OPTIONS: tuple[str, ...] = ("SLCT", "COMM", "BOTH")
 
+# Where MindFormers applies each option among a (chunk, stage) cell's layers, counting from the
+# cell's first layer as its yaml does (`recompute`, `select_recompute`, `select_comm_recompute`):
+# full recompute first, then both selective kinds, then one of them, then none. SLCT and COMM
+# share a rank: a cell the yaml can describe never holds both.
+CELL_RANK: dict[str, int] = {"FULL": 0, "BOTH": 1, "SLCT": 2, "COMM": 2, "NONE": 3}
+ALONG_A_CELL: tuple[str, ...] = tuple(sorted(CELL_RANK, key=CELL_RANK.__getitem__))
+
 # Where the balancer reads each option's memory per micro-batch (MB) and its backward time.
 MEMORY_KEY: dict[str, str] = {
     "NONE": "memory_activation",
