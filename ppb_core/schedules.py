@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ppb_core.dominance import undominated
+
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
 
 
@@ -186,7 +188,8 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 seen.add(tuple(held))
             else:
                 held[op.chunk] -= 1
-        maximal = [v for v in seen if not any(w != v and all(a >= b for a, b in zip(w, v, strict=True)) for w in seen)]
+        held_vectors = sorted(seen)
+        maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
         vectors.append(sorted(maximal, reverse=True))
     return vectors
 
