@@ -16,6 +16,7 @@ import time
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
+from ppb_core.balance.choice_model import ChoiceModel  # the same columns and rows as the balancer's
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
 from ppb_core.balance.problem import BalanceInput
@@ -89,14 +90,12 @@ def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, boun
 
 def memory_floor(problem: BalanceInput, time_limit: float) -> tuple[float | None, bool, float]:
     """(MB the least-memory plan needs, whether that is proven least, seconds)."""
-    from ppb_core.balance.program import _ChoiceModel  # the same columns and rows as the balancer's
-
     started = time.perf_counter()
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
     choices = [_stage_choices(problem, catalogue, s, bound) for s in range(problem.stages)]
     mu = float(problem.memory_mb)
-    model = _ChoiceModel(problem, choices, 1.0)
+    model = ChoiceModel(problem, choices, 1.0)
     for s, stage in enumerate(choices):
         terms = {model.top: 1.0}
         for j, choice in enumerate(stage):
