@@ -177,7 +177,7 @@ def test_a_bad_census_file_names_the_file(tmp_path) -> None:
 
 
 def test_the_comparison_puts_formulas_and_census_side_by_side(tmp_path) -> None:
-    from ppb_core.census.compare import compare, report
+    from ppb_core.estimate.census import compare, report
 
     (tmp_path / "formulas").mkdir()
     run_path = _run(tmp_path / "formulas", None)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from ppb_core.config.run import RunConfig
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, layer_buffers, state_buffers
+from ppb_core.memory.census import census_pricers
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, layer_params, static_bytes
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind
@@ -48,7 +49,7 @@ class MemoryModel:
 
     *activations* maps a model name to the object that prices its kinds' activations (the
     census seam); a model whose run config names a `census` file is priced from it
-    (`ppb_core.census.pricing`), every other model uses `ActivationFormulas`. *buffer_rule* is
+    (`ppb_core.memory.census`), every other model uses `ActivationFormulas`. *buffer_rule* is
     "layered" or "reference" (`ppb_core.memory.buffers`).
     """
 
@@ -61,8 +62,6 @@ class MemoryModel:
         self.run = run
         self.setup = MemorySetup.from_run(run, buffer_rule)
         self._formulas = ActivationFormulas()
-        from ppb_core.census.pricing import census_pricers  # the census reads the run's files
-
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._params: dict[LayerKind, LayerParams] = {}
