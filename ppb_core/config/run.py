@@ -26,11 +26,19 @@ from pydantic import (
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf import read_hf_config
-from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
+from ppb_core.config.recompute import (
+    FORMS,
+    SWITCHES,
+    Framework,
+    Recompute,
+    RecomputeForm,
+    Switches,
+    framework_words,
+    resolve,
+)
 from ppb_core.config.spec import ModelSpec, StrictModel
 from ppb_core.errors import InputError
 from ppb_core.io import read_text
-from ppb_core.model.switches import SWITCHES
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]

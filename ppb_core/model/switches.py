@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
-# A switch at 1 keeps its op's activation; at 0 the op is recomputed in the backward.
-SWITCHES: tuple[str, ...] = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+from ppb_core.config.recompute import SWITCHES  # a switch at 1 keeps its op's activation, at 0 recomputes it
+
 # Switches a layer kind may keep nothing under (attUp acts only on MLA layers).
 OPTIONAL: tuple[str, ...] = ("attUp",)
 
