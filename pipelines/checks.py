@@ -21,6 +21,7 @@ from pipelines.assets import (
 )
 from pipelines.partitions import run_configs
 from ppb_core import chain
+from ppb_core.tables.schema import Summarized
 
 
 def problems_result(problems: Sequence[str]) -> dg.AssetCheckResult:
@@ -85,7 +86,7 @@ def scaled_relative_to_first_body(
     additional_ins={"run_config": dg.AssetIn("run_config")},
     description="A plan exists, places every body layer, and every stage fits the run config's device memory.",
 )
-def plan_fits_the_device(pipeline_plan: pd.DataFrame, run_config: pd.DataFrame) -> dg.AssetCheckResult:
+def plan_fits_the_device(pipeline_plan: Summarized, run_config: pd.DataFrame) -> dg.AssetCheckResult:
     return problems_result(chain.plan_problems(run_config, pipeline_plan))
 
 
@@ -94,7 +95,7 @@ def plan_fits_the_device(pipeline_plan: pd.DataFrame, run_config: pd.DataFrame) 
     partitions_def=run_configs,
     description="The memory model, evaluating the plan layer by layer, agrees that every stage fits (a warning).",
 )
-def memory_model_agrees_the_plan_fits(plan_report: pd.DataFrame) -> dg.AssetCheckResult:
+def memory_model_agrees_the_plan_fits(plan_report: Summarized) -> dg.AssetCheckResult:
     result = problems_result(chain.report_problems(plan_report))
     return dg.AssetCheckResult(passed=result.passed, metadata=result.metadata, severity=dg.AssetCheckSeverity.WARN)
 

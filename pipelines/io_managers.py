@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 
 import dagster as dg
-import pandas as pd
 from pydantic import Field
 from upath import UPath
 
 from pipelines.resources import STORAGE_DIR_ENV, storage_location
 from ppb_core import chain
 from ppb_core.io import atomic_write_bytes
+from ppb_core.tables.schema import Stored, rows_of
 
 LOCAL_PROTOCOLS = ("", "file", "local")
 
@@ -39,20 +39,21 @@ def replace_file(path: UPath, data: bytes) -> None:
 class PandasParquetIOManager(dg.UPathIOManager):
     extension = chain.PARQUET
 
-    def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath) -> None:
+    def dump_to_path(self, context: dg.OutputContext, obj: Stored, path: UPath) -> None:
         # Render everything before writing anything, so a failing render leaves all files as they were.
-        files = {chain.PARQUET: chain.to_parquet_bytes(obj), **chain.stage_artifacts(self._stage(context), obj)}
+        files = chain.stage_files(self._stage(context), obj)
         for suffix, data in files.items():
             replace_file(self._sibling(path, suffix), data)
 
-    def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> Stored:
         return chain.from_parquet_bytes(path.read_bytes())
 
-    def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame) -> dict[str, dg.RawMetadataValue]:
+    def get_metadata(self, context: dg.OutputContext, obj: Stored) -> dict[str, dg.RawMetadataValue]:
+        frame = rows_of(obj)
         metadata: dict[str, dg.RawMetadataValue] = {
-            "dagster/row_count": len(obj),
+            "dagster/row_count": len(frame),
             "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(str(name), str(dtype)) for name, dtype in obj.dtypes.items()]
+                columns=[dg.TableColumn(str(name), str(dtype)) for name, dtype in frame.dtypes.items()]
             ),
         }
         for suffix in chain.stage_artifact_suffixes(self._stage(context)):

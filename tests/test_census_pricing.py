@@ -15,11 +15,12 @@ from ppb_core.census.record import Census, Kept, KindCensus, Part, PerToken, Set
 from ppb_core.config.hf import spec_from_hf
 from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate.run import estimate, estimate_from_frame, estimate_to_frame
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel
 from ppb_core.model.kinds import body_kind, kind_to_dict
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
+from ppb_core.tables.estimate import estimate_from_frame, estimate_to_frame
 
 SMALL = {
     "model_type": "llama",

@@ -165,7 +165,7 @@ def test_fronts_come_back_exactly_through_parquet(tmp_path):
 
 
 def test_tables_of_the_wrong_kind_are_refused():
-    with pytest.raises(ValueError, match="not a profiles table"):
+    with pytest.raises(ValueError, match="not a switch_profiles table"):
         profiles_from_frame(pd.DataFrame({"x": [1]}))
     with pytest.raises(ValueError, match="not a fronts table"):
         fronts_from_frame(pd.DataFrame({"x": [1]}))

@@ -10,8 +10,9 @@ import pytest
 
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model.walk import BODY, HEAD, TAIL, uniform_split, walk, walk_from_frame, walk_to_frame
+from ppb_core.model.walk import BODY, HEAD, TAIL, uniform_split, walk
 from ppb_core.schedules import cell_order
+from ppb_core.tables.walk import walk_from_frame, walk_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,9 @@ from pipelines.freshness import CONFIG_HASH
 from pipelines.partitions import run_configs
 from pipelines.resources import RunConfigs, data_version
 from ppb_core import chain
-from ppb_core.config.run import config_hash, run_from_frame
+from ppb_core.config.run import config_hash
 from ppb_core.errors import InputError
+from ppb_core.tables.run import run_from_frame
 
 # The YAML file itself, outside Dagster's control: the sensor records its content hash as the
 # file's data version, so the UI marks run_config stale as soon as the file changes.
@@ -62,6 +63,7 @@ def run_config(context: dg.AssetExecutionContext, run_configs: RunConfigs) -> dg
 @stage_asset("layer_walk", kinds={"python", "pandas", "parquet"})
 def layer_walk(run_config: pd.DataFrame) -> dg.Output[pd.DataFrame]:
     frame = chain.layer_walk(run_config)
+    par = run_from_frame(run_config).parallel
     body = frame[frame["node"] == "BODY"]
     cells = body.pivot_table(index="chunk", columns="stage", values="index", aggfunc="count", fill_value=0)
     cells.columns = [f"stage {s}" for s in cells.columns]
@@ -73,8 +75,8 @@ def layer_walk(run_config: pd.DataFrame) -> dg.Output[pd.DataFrame]:
                 "layers": len(frame),
                 "body_layers": len(body),
                 "distinct_kinds": int(frame["kind_json"].nunique()),
-                "stages": int(frame.attrs["stages"]),
-                "chunks": int(frame.attrs["chunks"]),
+                "stages": par.pp,
+                "chunks": par.vpp,
                 "body_layers_per_cell": dg.MetadataValue.md(markdown_table(cells.reset_index(names="chunk"))),
             },
         ),

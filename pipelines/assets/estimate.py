@@ -1,21 +1,20 @@
 """Each distinct layer's memory and times, and the stages' peaks against the device."""
 
-import json
-
 import dagster as dg
 import pandas as pd
 
 from pipelines.assets.common import markdown_table, stage_asset, table_metadata
 from ppb_core import chain
+from ppb_core.tables.schema import Summarized
 from ppb_core.units import MB
 
 OPTIONS = ("none", "slct", "comm", "both", "full")
 
 
 @stage_asset("layer_memory", kinds={"python", "pandas", "parquet"})
-def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Output[pd.DataFrame]:
-    frame = chain.layer_memory(run_config, layer_walk)
-    peaks = json.loads(frame.attrs["stage_peaks"])
+def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Output[Summarized]:
+    stored = chain.layer_memory(run_config, layer_walk)
+    frame, peaks = stored.frame, stored.summary["stages"]
     stages = pd.DataFrame(
         {
             "stage": [p["stage"] for p in peaks],
@@ -31,7 +30,7 @@ def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Outpu
     peak = max(peaks, key=lambda p: p["peak_bytes"])
     shown = frame[["model_name", "node", "kind", "count", "static_bytes", *(f"activation_bytes_{o}" for o in OPTIONS)]]
     return dg.Output(
-        frame,
+        stored,
         metadata=table_metadata(
             shown.assign(**{c: (shown[c] / MB).round(1) for c in shown.columns if "bytes" in c}).rename(
                 columns=lambda c: c.replace("_bytes", " MB")

@@ -1,7 +1,6 @@
 """The balancer's plan, and the report a person looks at instead of reading it."""
 
 import base64
-import json
 
 import dagster as dg
 import pandas as pd
@@ -9,6 +8,7 @@ from pydantic import Field
 
 from pipelines.assets.common import stage_asset, table_metadata
 from ppb_core import chain
+from ppb_core.tables.schema import Summarized
 
 
 class PlanConfig(dg.Config):
@@ -18,9 +18,9 @@ class PlanConfig(dg.Config):
 @stage_asset("pipeline_plan", kinds={"python", "pandas", "parquet", "highs"})
 def pipeline_plan(
     config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame
-) -> dg.Output[pd.DataFrame]:
-    frame = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
-    plan = json.loads(frame.attrs["plan"])
+) -> dg.Output[Summarized]:
+    stored = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
+    frame, plan = stored.frame, stored.summary
     figures: dict[str, object] = {"solver_status": plan["status"]}
     if plan.get("gap") is not None:
         figures["gap"] = float(plan["gap"])
@@ -38,18 +38,19 @@ def pipeline_plan(
         )
     if plan.get("message"):
         figures["message"] = plan["message"]
-    return dg.Output(frame, metadata=table_metadata(frame.drop(columns="cells_json"), figures))
+    return dg.Output(stored, metadata=table_metadata(frame.drop(columns="cells_json"), figures))
 
 
 @stage_asset("plan_report", kinds={"python", "pandas", "parquet", "matplotlib"})
-def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> dg.Output[pd.DataFrame]:
-    frame = chain.plan_report(run_config, pipeline_plan)
-    files = chain.stage_artifacts("plan_report", frame)
+def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> dg.Output[Summarized]:
+    stored = chain.plan_report(run_config, pipeline_plan)
+    frame = stored.frame
+    files = chain.stage_artifacts("plan_report", stored)
     image = base64.b64encode(files[".png"]).decode()
-    summary = files[".md"].decode().replace(f"]({frame.attrs['image']})", f"](data:image/png;base64,{image})")
+    summary = files[".md"].decode().replace(f"]({stored.summary['image']})", f"](data:image/png;base64,{image})")
     total = frame["parameters_mb"] + frame["activations_mb"] + frame["buffers_mb"]
     return dg.Output(
-        frame,
+        stored,
         metadata=table_metadata(
             frame,
             {

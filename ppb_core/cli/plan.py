@@ -12,6 +12,7 @@ import time
 
 from ppb_core import chain
 from ppb_core.errors import InputError
+from ppb_core.tables.schema import rows_of
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("files")
     for name, frame in tables.items():
         written = chain.write_stage(args.out, name, key, frame)
-        table.add_row(name, str(len(frame)), " ".join(f"{name}/{path.name}" for path in written))
+        table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written))
     table_console().print(table)
     return 0

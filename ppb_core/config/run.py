@@ -446,26 +446,3 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     if run.timing.calibration is not None:
         raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
     return raw
-
-
-RUN_CONFIG_COLUMNS = ("name", "source", "config_json")
-
-
-def run_to_frame(run: RunConfig) -> Any:
-    """One row: the run config resolved to JSON (the `run_config` asset's table)."""
-    import json
-
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"name": [run.name], "source": [run.source], "config_json": [json.dumps(resolved_raw(run), sort_keys=True)]}
-    )
-
-
-def run_from_frame(frame: Any) -> RunConfig:
-    import json
-
-    if len(frame) != 1:
-        raise InputError("run_config table", None, f"expected one row, got {len(frame)}")
-    row = frame.iloc[0]
-    return parse_run_config(json.loads(row["config_json"]), str(row["source"]), ".")

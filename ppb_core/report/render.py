@@ -1,6 +1,6 @@
 """The plan as a person would rather look at it: a chart of each stage's memory and time, and a summary.
 
-`figure_png` and `summary_markdown` render a plan's stage table (`ppb_core.estimate.plan`) with
+`figure_png` and `summary_markdown` render a plan's stage table (`ppb_core.tables.report`) with
 matplotlib's Agg backend into PNG bytes and markdown text, deterministically: the same table
 gives the same bytes.
 """
@@ -8,12 +8,13 @@ gives the same bytes.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from ppb_core.estimate.plan import PLANNED_COLUMN, REPORT_COLUMNS
+from ppb_core.tables.report import PLAN_REPORT, stage_memory_mb
+from ppb_core.tables.schema import Summarized
 
 MEMORY_PARTS = (
     ("parameters_mb", "parameters", "#4C72B0"),
@@ -25,25 +26,14 @@ TIME_PARTS = (("forward_ms", "forward", "#8172B3"), ("backward_ms", "backward", 
 
 
 def check_report_table(stages: pd.DataFrame) -> None:
-    missing = [c for c in REPORT_COLUMNS if c not in stages.columns]
-    if missing:
-        raise ValueError(f"the report table lacks {', '.join(missing)}")
+    PLAN_REPORT.require(stages)
     if stages.empty:
         raise ValueError("the report table has no stage")
-
-
-def stage_memory_mb(stages: pd.DataFrame) -> pd.Series:
-    return stages["parameters_mb"] + stages["activations_mb"] + stages["buffers_mb"]
 
 
 def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes:
     """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
     device limit, and each stage's forward + backward time of one micro-batch."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
@@ -65,10 +55,10 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
         linewidth=1.2,
         label="device limit",
     )
-    if PLANNED_COLUMN in stages.columns:
+    if stages["planned_mb"].notna().all():
         memory_axes.plot(
             x,
-            stages[PLANNED_COLUMN].astype(float).tolist(),
+            stages["planned_mb"].astype(float).tolist(),
             linestyle="none",
             marker="D",
             markersize=5,
@@ -146,14 +136,14 @@ def summary_markdown(
     return "\n".join(lines) + "\n"
 
 
-def report_files(stages: pd.DataFrame) -> dict[str, bytes]:
+def report_files(report: Summarized) -> dict[str, bytes]:
     """The report's files from its table: `.png` the chart, `.md` the summary linking it.
 
-    The title, the headline figures and the image's file name come from the table's attrs
-    (`title`, `headline` as JSON pairs, `image`).
+    The title, the headline figures and the image's file name come from the table's summary
+    (`title`, `headline` as pairs, `image`).
     """
-    title = str(stages.attrs.get("title", "plan"))
-    headline = json.loads(stages.attrs.get("headline", "[]"))
+    stages, about = report.frame, report.summary
+    title = str(about.get("title", "plan"))
     png = figure_png(stages, title)
-    text = summary_markdown(stages, title, [tuple(pair) for pair in headline], image=stages.attrs.get("image"))
+    text = summary_markdown(stages, title, [tuple(pair) for pair in about.get("headline", [])], about.get("image"))
     return {".png": png, ".md": text.encode()}
