@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from ppb_core.config.spec import ModelSpec
 
+# Where a layer sits in its model: the embedding, a transformer layer, or the final norm, output and loss.
+HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
+
 
 @dataclass(frozen=True)
 class Norm:

@@ -13,10 +13,19 @@ from dataclasses import dataclass, field
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
+from ppb_core.model.kinds import (
+    BODY,
+    HEAD,
+    TAIL,
+    BodyKind,
+    HeadKind,
+    LayerKind,
+    TailKind,
+    body_kind,
+    head_kind,
+    tail_kind,
+)
 from ppb_core.schedules import cell_order
-
-HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
 
 @dataclass(frozen=True)

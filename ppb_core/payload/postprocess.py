@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ppb_core.dominance import undominated
+from ppb_core.model.kinds import BODY
 from ppb_core.model.switches import (
     MEMORY_KEY,
     OPTIONS,
     SELECTIVE_OPTIONS,
     TIME_KEY,
 )
-from ppb_core.model.walk import BODY
 
 Groups = Sequence[Sequence[Sequence[str]]]
 

@@ -17,8 +17,8 @@ from ppb_core.estimate.run import Estimate, KindEstimate, stage_json
 from ppb_core.memory import StagePeak
 from ppb_core.model.kinds import kind_from_dict
 from ppb_core.model.switches import OPTIONS
+from ppb_core.tables.kinds import KIND_JSON, kind_json
 from ppb_core.tables.schema import Column, Schema, Summarized
-from ppb_core.tables.walk import KIND_JSON, kind_json
 
 _LOWER = {option: option.lower() for option in OPTIONS}
 _PARTS = {

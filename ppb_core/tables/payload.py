@@ -29,8 +29,8 @@ from ppb_core.model.kinds import kind_from_dict
 from ppb_core.model.switches import COEF_KEY, MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY
 from ppb_core.payload.front import LayerOption
 from ppb_core.payload.profile import Cost, SwitchProfile
+from ppb_core.tables.kinds import KIND_JSON, kind_json
 from ppb_core.tables.schema import Column, Schema
-from ppb_core.tables.walk import KIND_JSON, kind_json
 
 # --- descriptions --------------------------------------------------------------------------------
 

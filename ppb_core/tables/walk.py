@@ -6,11 +6,10 @@ import json
 
 import pandas as pd
 
-from ppb_core.model.kinds import LayerKind, kind_from_dict, kind_to_dict
+from ppb_core.model.kinds import LayerKind, kind_from_dict
 from ppb_core.model.walk import BODY, Layer, LayerWalk
+from ppb_core.tables.kinds import KIND_JSON, kind_json
 from ppb_core.tables.schema import Column, Schema
-
-KIND_JSON = Column("kind_json", "string", "the layer kind whole, as JSON: what rebuilds it exactly", "JSON")
 
 LAYER_WALK = Schema(
     "layer_walk",
@@ -25,10 +24,6 @@ LAYER_WALK = Schema(
         Column("stage", "int64", "the pipeline stage, from 0"),
     ),
 )
-
-
-def kind_json(kind: LayerKind) -> str:
-    return json.dumps(kind_to_dict(kind), sort_keys=True)
 
 
 def walk_to_frame(layer_walk: LayerWalk) -> pd.DataFrame:
