@@ -75,17 +75,9 @@ class Geometry:
         return cls(**Geometry.run_fields(run))
 
     def whole_model(self) -> Geometry:
-        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
+        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
         return dataclasses.replace(
-            self,
-            tp=1,
-            sequence_parallel=False,
-            cp=1,
-            ep=1,
-            etp=1,
-            flash_attention=False,
-            dropless=True,
-            dropless_imbalance=1.0,
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
         )
 
     @property
