@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ppb_core.model.switches import SWITCHES
+
 # Leaf module (or parameter) names of the projections a tensor-parallel layer splits by columns
 # (output features: heads, FFN width) and by rows (input features, reduced after).
 COLUMN_PARALLEL: frozenset[str] = frozenset(
@@ -132,8 +134,6 @@ class Attribution:
 
     def acting(self) -> tuple[str, ...]:
         """The switches some op of the layer answers to, in §4 order."""
-        from ppb_core.model.switches import SWITCHES
-
         named = {role.switch for role in self.roles.values() if role.switch}
         return tuple(name for name in SWITCHES if name in named)
 

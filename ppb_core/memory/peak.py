@@ -25,6 +25,7 @@ from ppb_core.memory.model import MemoryModel
 from ppb_core.model.kinds import BodyKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
+from ppb_core.schedules import in_flight_vectors, micro_batches_in_flight
 from ppb_core.units import MB
 
 
@@ -117,8 +118,6 @@ def stage_peaks(
 @functools.lru_cache(maxsize=256)
 def _in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, ...], ...]:
     """The schedule's counts, once per size: simulating the op orders costs more than the layers' memory."""
-    from ppb_core.schedules import micro_batches_in_flight
-
     return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches))
 
 
@@ -138,8 +137,6 @@ def run_in_flight_counts(run: RunConfig) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    from ppb_core.schedules import in_flight_vectors
-
     return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
 
 

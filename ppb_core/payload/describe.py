@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import (
     MEMORY_KEY,
     OPTIONS,
@@ -30,6 +31,7 @@ from ppb_core.model.switches import (
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
+from ppb_core.timing import TimeModel
 from ppb_core.units import MB
 
 _END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
@@ -244,13 +246,9 @@ def describe_run(
     and FULL only, `time` 1).
     """
     if memory is None:
-        from ppb_core.memory import MemoryModel
-
         memory = MemoryModel(run)
     if not timed:
         times = None
     elif times is None:
-        from ppb_core.timing import TimeModel
-
         times = TimeModel(run)
     return postprocess(describe(run, memory, times), run.ppb.combined)
