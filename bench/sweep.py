@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from ppb_core.config.run import parse_run_config  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
 from ppb_core.estimate.run import estimate  # noqa: E402
-from ppb_core.payload.describe import describe_run  # noqa: E402
+from ppb_core.payload.run import describe_run  # noqa: E402
 
 RECOMPUTE = ({}, {"softmax": 0, "ffAct": 0}, {"softmax": 0, "ffAct": 0, "normOp": 0, "gather": 0})
 

@@ -51,19 +51,10 @@ def test_a_cli_only_edit_stales_nothing() -> None:
         ("report/render.py", {"plan_report"}),
         # MindFormers' yaml and the plan's outputs: only the balancer's stage computes them.
         ("balance/outputs.py", {"pipeline_plan"}),
-        # combine, withdraw and scale: the three post-processing stages; and payload/describe.py
-        # imports it (describe_run), which the describing and profiling stages import. Not the
-        # balancer: it reads descriptions through payload/sapp.py.
-        (
-            "payload/postprocess.py",
-            {
-                "combined_descriptions",
-                "withdrawn_descriptions",
-                "scaled_descriptions",
-                "layer_descriptions",
-                "switch_profiles",
-            },
-        ),
+        # combine, withdraw and scale: the three post-processing stages alone. Not describing or
+        # profiling (payload/describe.py does not import it) nor the balancer (it reads descriptions
+        # through payload/sapp.py).
+        ("payload/postprocess.py", {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}),
         # Reading a run config: every stage that parses the run_config table; not withdrawal and
         # scaling, pure transforms of the descriptions table.
         ("config/run.py", set(STAGES) - {"withdrawn_descriptions", "scaled_descriptions"}),

@@ -22,7 +22,7 @@ from ppb_core import chain
 from ppb_core.cli.main import main
 from ppb_core.config.run import config_hash, load_run_config
 from ppb_core.estimate.run import estimate
-from ppb_core.payload.describe import describe_run
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame
 from ppb_core.tables.schema import rows_of
 

@@ -15,8 +15,8 @@ from ppb_core.config.run import load_run_config
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_in_flight_counts
 from ppb_core.model.walk import walk
-from ppb_core.payload.describe import describe_run
 from ppb_core.payload.profiling import profile_run
+from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import read_layers_description
 from ppb_core.tables.estimate import estimate_to_frame, times_frame
 from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame, profiles_from_frame

@@ -14,7 +14,7 @@ import ppb_core.cli.describe as describe_cli
 import ppb_core.cli.main as cli_main
 import ppb_core.cli.profile as profile_cli
 from ppb_core.config.run import load_run_config
-from ppb_core.payload import describe as ppb_describe
+from ppb_core.payload import run as ppb_run
 from ppb_core.payload import sapp
 from ppb_core.payload.profiling import profile_run
 
@@ -30,7 +30,7 @@ def fakes(monkeypatch):
 
 
 def _describe_with_fakes(run, timed=True):
-    return ppb_describe.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
+    return ppb_run.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys)
     config = ROOT / "configs" / "llama3-8b.yaml"
     out = tmp_path / "layers.json"
     assert cli_main.main(["describe", str(config), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["layers_description"] == ppb_describe.describe_run(load_run_config(config))
+    assert json.loads(out.read_text())["layers_description"] == ppb_run.describe_run(load_run_config(config))
     layers = sapp.read_layer_set(out)
     assert layers.nb_body_layers == 32 and layers.bodies[0].forward_time == 1.0
     assert cli_main.main(["profile", str(config), "--json"]) == 0

@@ -13,10 +13,11 @@ from test_ppb_fakes import MLA_SPEC, SPEC, CensusMemory, FakeMemory, FakePricer,
 
 from ppb_core.model.switches import KEEP_ALL
 from ppb_core.model.walk import BODY, walk
-from ppb_core.payload.describe import describe, describe_run
+from ppb_core.payload.describe import describe
 from ppb_core.payload.front import build_front
 from ppb_core.payload.postprocess import combine
 from ppb_core.payload.profiling import measure_profile, profile_layers
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import (
     DESCRIPTION_COLUMNS,
     descriptions_from_frame,

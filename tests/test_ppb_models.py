@@ -15,9 +15,10 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
 from ppb_core.model.walk import BODY, walk
 from ppb_core.payload import sapp
-from ppb_core.payload.describe import add_to_list, describe, describe_layer, describe_run, mb
+from ppb_core.payload.describe import add_to_list, describe, describe_layer, mb
 from ppb_core.payload.front import price_option
 from ppb_core.payload.profiling import measure_profile
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame
 from ppb_core.timing import TimeModel
 

@@ -84,7 +84,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
         _positive(interleave, "--interleave", source)
     if path.suffix.lower() in (".yaml", ".yml"):
         from ppb_core.config.run import load_run_config
-        from ppb_core.payload.describe import describe_run
+        from ppb_core.payload.run import describe_run
 
         run = load_run_config(path)
         schedule = args.schedule

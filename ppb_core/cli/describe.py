@@ -13,7 +13,7 @@ import json
 import sys
 
 from ppb_core.config.run import load_run_config
-from ppb_core.payload.describe import describe_run
+from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_description
 
 
