@@ -14,6 +14,7 @@ import dagster as dg
 from pydantic import Field
 from upath import UPath
 
+from pipelines.columns import column_schema
 from pipelines.resources import STORAGE_DIR_ENV, storage_location
 from ppb_core import chain
 from ppb_core.io import atomic_write_bytes
@@ -52,9 +53,7 @@ class PandasParquetIOManager(dg.UPathIOManager):
         frame = rows_of(obj)
         metadata: dict[str, dg.RawMetadataValue] = {
             "dagster/row_count": len(frame),
-            "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(str(name), str(dtype)) for name, dtype in frame.dtypes.items()]
-            ),
+            "dagster/column_schema": column_schema(chain.stage(self._stage(context)).schema, frame),
         }
         for suffix in chain.stage_artifact_suffixes(self._stage(context)):
             metadata[f"file{suffix}"] = dg.MetadataValue.path(str(self._sibling(self._output_path(context), suffix)))
@@ -77,9 +76,7 @@ class PandasParquetIOManager(dg.UPathIOManager):
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """Parquet files under a base folder (or fsspec URL), one per asset and partition."""
 
-    base_dir: str = Field(
-        default="", description=f"where the tables go; empty: ${STORAGE_DIR_ENV}, else <project>/storage"
-    )
+    base_dir: str = Field(default="", description=f"where the tables go (${STORAGE_DIR_ENV}); empty: storage/")
 
     def create_io_manager(self, context: dg.InitResourceContext) -> PandasParquetIOManager:
         return PandasParquetIOManager(base_path=UPath(storage_location(self.base_dir)))

@@ -7,6 +7,7 @@ gives the same bytes.
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Mapping, Sequence
 
@@ -147,3 +148,11 @@ def report_files(report: Summarized) -> dict[str, bytes]:
     png = figure_png(stages, title)
     text = summary_markdown(stages, title, [tuple(pair) for pair in about.get("headline", [])], about.get("image"))
     return {".png": png, ".md": text.encode()}
+
+
+def embedded_markdown(report: Summarized, files: Mapping[str, bytes] | None = None) -> str:
+    """The report's summary with its chart inside (a PNG data URI): one text that shows it all."""
+    files = files if files is not None else report_files(report)
+    image = base64.b64encode(files[".png"]).decode()
+    link = f"]({report.summary.get('image')})"
+    return files[".md"].decode().replace(link, f"](data:image/png;base64,{image})")
