@@ -66,25 +66,27 @@ def run_config(context: dg.AssetExecutionContext, run_configs: RunConfigs) -> dg
         ) from err
     run = run_from_frame(frame)
     par, train, device = run.parallel, run.training, run.device
-    return dg.Output(
-        frame,
-        data_version=dg.DataVersion(data_version(digest, chain.code_version("run_config"))),
-        metadata=table_metadata(
-            frame.drop(columns="config_json"),
-            {
-                CONFIG_HASH: digest,
-                "file": dg.MetadataValue.path(str(path)),
-                "models": ", ".join(f"{m}: {run.spec(m).num_layers} layers" for m in run.model_names),
-                "parallel": (
-                    f"dp {par.dp} · tp {par.tp}{' + sp' if par.sequence_parallel else ''} · pp {par.pp} · "
-                    f"vpp {par.vpp} · cp {par.cp} · ep {par.ep} · zero {par.shard_level} · {par.schedule}"
-                ),
-                "micro_batches": train.micro_batches,
-                "device": device.name or "custom",
-                "device_usable_mb": rounded(device.usable_mb, 1),
-            },
-        ),
+    metadata = table_metadata(
+        frame.drop(columns="config_json"),
+        {
+            CONFIG_HASH: digest,
+            "file": dg.MetadataValue.path(str(path)),
+            "models": ", ".join(f"{m}: {run.spec(m).num_layers} layers" for m in run.model_names),
+            "parallel": (
+                f"dp {par.dp} · tp {par.tp}{' + sp' if par.sequence_parallel else ''} · pp {par.pp} · "
+                f"vpp {par.vpp} · cp {par.cp} · ep {par.ep} · zero {par.shard_level} · {par.schedule}"
+            ),
+            "micro_batches": train.micro_batches,
+            "device": device.name or "custom",
+            "device_usable_mb": rounded(device.usable_mb, 1),
+        },
     )
+    # The table's data version: the files it was read from and the code that read them, so the
+    # stages after it go stale exactly when either changes. Output's data_version is beta in 1.13.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        version = dg.DataVersion(data_version(digest, chain.code_version("run_config")))
+        return dg.Output(frame, data_version=version, metadata=metadata)
 
 
 @stage_asset("layer_walk", check_specs=[LAYER_WALK_IS_WHOLE])

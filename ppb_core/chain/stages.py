@@ -44,6 +44,7 @@ from ppb_core.tables.run import RUN_CONFIG, run_from_frame, run_to_frame
 from ppb_core.tables.schema import Schema, Stored, Summarized
 from ppb_core.tables.walk import LAYER_WALK, walk_from_frame, walk_to_frame
 from ppb_core.timing import TimeModel
+from ppb_core.timing.iteration import run_iteration
 
 
 def run_config(path: str | Path) -> pd.DataFrame:
@@ -150,23 +151,41 @@ def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
 
 
 def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summarized:
-    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it."""
+    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it.
+
+    The summary states the plan's iteration in seconds by the time model, against the run as its
+    config sets it (`ppb_core.timing.iteration`): what the plan gains a person in their units.
+    """
     run = run_from_frame(run_config)
     plan = pipeline_plan.summary
     if pipeline_plan.frame.empty:
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
-    stages = report_to_frame(plan_stages(run, plan_cells(pipeline_plan)), pipeline_plan.frame["memory_mb"].tolist())
+    cells = plan_cells(pipeline_plan)
+    stages = report_to_frame(plan_stages(run, cells), pipeline_plan.frame["memory_mb"].tolist())
+    planned, configured = run_iteration(run, cells), run_iteration(run)
     best = plan.get("best_baseline")
     headline = [
+        (
+            "iteration",
+            f"{planned.seconds:.3f} s by the time model; as configured {configured.seconds:.3f} s "
+            f"({configured.seconds / planned.seconds:.3f}× faster), MFU {planned.mfu:.1%}",
+        ),
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
-        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
         ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
     if plan.get("megatron", {}).get("layout"):
         headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
-    about = {"title": f"{run.name}: pipeline plan", "headline": headline, "image": f"{partition_key(run.source)}.png"}
+    about = {
+        "title": f"{run.name}: pipeline plan",
+        "headline": headline,
+        "image": f"{partition_key(run.source)}.png",
+        "iteration_s": planned.seconds,
+        "configured_iteration_s": configured.seconds,
+        "mfu": planned.mfu,
+        "status": plan["status"],
+    }
     return Summarized(stages, json.loads(json.dumps(about)))
 
 

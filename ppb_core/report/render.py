@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -156,3 +157,21 @@ def embedded_markdown(report: Summarized, files: Mapping[str, bytes] | None = No
     image = base64.b64encode(files[".png"]).decode()
     link = f"]({report.summary.get('image')})"
     return files[".md"].decode().replace(link, f"](data:image/png;base64,{image})")
+
+
+def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
+    """What a run says when it ends: whether each stage fits, the plan's iteration and gain, the report."""
+    stages, about = report.frame, report.summary
+    need = stage_memory_mb(stages)
+    lines = [
+        f"stage {stage}: {'fits' if used <= limit else 'DOES NOT FIT'}, {used / 1024:,.1f} of {limit / 1024:,.1f} GiB"
+        for stage, used, limit in zip(stages["stage"], need, stages["device_mb"], strict=True)
+    ]
+    planned, configured = about.get("iteration_s"), about.get("configured_iteration_s")
+    if planned and configured:
+        lines.append(
+            f"plan: {planned:.3f} s an iteration, {configured / planned:.2f}× faster than as configured "
+            f"({configured:.3f} s)"
+        )
+    lines.append(f"report: {report_path}")
+    return lines
