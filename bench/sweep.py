@@ -1,6 +1,6 @@
 """A sweep of parallel strategies for one model, estimated and described: `python bench/sweep.py`.
 
-targets.md: 1,000 run configs (parallel strategies for one model) in under 60 s on 2 cores.
+The aim: 1,000 run configs (parallel strategies for one model) in under 60 s on 2 cores.
 Starting from a shipped config (default `configs/llama3-8b.yaml`), every combination of tp, pp,
 vpp, cp, ZeRO stage, sequence parallelism, micro-batches and recompute switches is tried. The
 ones the validator accepts (the others are refused in one line, as a user would see) each get

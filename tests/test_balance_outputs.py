@@ -1,4 +1,4 @@
-"""What users paste: MindFormers yaml both ways (reference §6.6, §8.4), Megatron-LM flags, the stage table."""
+"""What users paste: MindFormers yaml both ways (sapp_ppb/utils/recompute.py), Megatron-LM flags, the stage table."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _problem(counts: list[int], stages: int, chunks: int, head: bool = True, tai
 
 
 def test_reference_cell_example() -> None:
-    # reference §8.4: x = (NONE 2, SLCT 1, COMM 0, BOTH 1, FULL 1), nass 4 → offset 5 − 4 = 1,
+    # sapp_ppb/utils/recompute.py: x = (NONE 2, SLCT 1, COMM 0, BOTH 1, FULL 1), nass 4 → offset 5 − 4 = 1,
     # recompute FULL = 1, select_recompute SLCT + BOTH + FULL = 3, select_comm_recompute COMM + BOTH + FULL = 2.
     assert yaml_from_cell((2, 1, 0, 1, 1), 4) == {
         "offset": 1,
@@ -72,7 +72,8 @@ def _plan_with_counts(problem: BalanceInput, per_cell: list[list[int]]) -> Plan:
     ("layers", "offsets"), [([6, 6, 5, 5], [1, 1, 0, 0]), ([5, 6, 6], [0, 1, 1]), ([5, 5, 5, 5], [0, 0, 0, 0])]
 )
 def test_offsets_match_dense_tuner(layers: list[int], offsets: list[int]) -> None:
-    # reference §8.4 dense_tuner: offset = count − Σcounts // P, e.g. [6,6,5,5]: 22 // 4 = 5 → [1,1,0,0].
+    # hyper-parallel's dense_tuner/pipeline_balancer.py: offset = count − Σcounts // P,
+    # e.g. [6,6,5,5]: 22 // 4 = 5 → [1,1,0,0].
     problem = _problem([sum(layers)], len(layers), 1)
     assert to_yaml(_plan_with_counts(problem, [layers]))["offset"] == offsets
 

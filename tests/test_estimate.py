@@ -1,4 +1,4 @@
-"""The estimate: the overview.md JSON contract, one row per distinct kind, tables through Parquet, the CLI."""
+"""The estimate: the JSON contract the README states, one row per distinct kind, tables through Parquet, the CLI."""
 
 from __future__ import annotations
 

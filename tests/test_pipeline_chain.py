@@ -181,13 +181,13 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
     for report_ms, plan_time in zip(report["forward_ms"] + report["backward_ms"], plan["time"], strict=True):
         assert report_ms == pytest.approx(plan_time * unit_ms, rel=1e-9)
     # Memory: the balancer's figures are whole MB per term, from buffers split at `many` micro-batches
-    # (reference §2.7), plus the constant it charges every stage for a backward's working set (the
+    # (`_ppb.py` `_body_memory`), plus the constant it charges every stage for a backward's working set (the
     # largest of any layer and option: the descriptions do not count it); the memory model evaluates
     # each stage at its own counts with its own layers' working set. So the balancer's figure less
     # the constant is close to what the model keeps, and the model's whole peak is within the
     # balancer's figure. Interleaved stages peak at the worst of several in-flight vectors in both;
     # there the balancer is the more cautious: a TAIL description holds its logits once in
-    # `memory_parameter` (reference §2.6), charged even at a vector where the tail's chunk holds no
+    # `memory_parameter` (`_ppb.py` `lay_ppb`), charged even at a vector where the tail's chunk holds no
     # micro-batch (qwen2.5-7b stage 1 at (3, 0): 24·620 MB of COMM layers + the TAIL's 3490, where
     # the memory model's peak is (2, 1) with one logits).
     constant = tables["pipeline_plan"].summary["input"]["constant_memory_mb"]

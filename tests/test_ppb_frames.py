@@ -174,8 +174,9 @@ def test_tables_of_the_wrong_kind_are_refused():
 
 @pytest.mark.parametrize("name", ["demo.json", "llama2_70b.json"])
 def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
-    # reference §8.4's files: untimed (demo has no times beyond `time`), so withdrawal and
-    # scaling leave them as they are, and the table gives them back exactly.
+    # SAPP's example files (sapp_ppb/layers in mindspore-ai/hyper-parallel): untimed (demo has no
+    # times beyond `time`), so withdrawal and scaling leave them as they are, and the table gives
+    # them back exactly.
     from ppb_core.payload import sapp
     from ppb_core.payload.postprocess import postprocess
 
@@ -185,7 +186,7 @@ def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
     assert _exact(
         descriptions_from_frame(_through_parquet(descriptions_to_frame(descriptions), tmp_path)), descriptions
     )
-    # SAPP's fallbacks price what the file leaves out (§5.2): backward 2·time, (1 + coef)·2·time.
+    # SAPP's fallbacks price what the file leaves out (generate_layers_list): backward 2·time, (1 + coef)·2·time.
     layers = sapp.layer_set(descriptions)
     body = layers.bodies[0]
     assert body.forward_time == body.backward_time["NONE"] / 2

@@ -43,7 +43,7 @@ def time_models(shipped):
 
 
 def _expected_memory(memory: MemoryModel, layer, timed: bool) -> dict[str, int]:
-    """The memory keys of a description, from the memory model's own split and activations (§2.7)."""
+    """The memory keys of a description, from the memory model's split and activations (`_ppb.py` `_body_memory`)."""
     static = memory.static_bytes(layer)
     if layer.node != BODY:
         state, switches = memory.option_state(layer, "NONE")
@@ -130,7 +130,7 @@ def _state(recompute):
 
 @pytest.fixture(scope="session")
 def reference_rule_run():
-    """Llama-3-8B at ZeRO-2 over 8 stages, buffers combined by reference §7.4's max(dp, tp, cp) + ep.
+    """Llama-3-8B at ZeRO-2 over 8 stages, buffers combined by MemEst's max(dp, tp, cp) + ep (evaluators/comm.py).
 
     The constant 416 MB gradient bucket hides the growing 64 MB-per-micro-batch gathers up to 6
     in flight; the split between 1 and many = 8 over-charges in between: the profiles' excess.

@@ -1,4 +1,5 @@
-"""Combination, dominance withdrawal and scaling (reference §2.12–2.14, the §8.1 cases), and their order."""
+"""Combination, dominance withdrawal and scaling (`_ppb.py`'s ppb_combine_bodies, ppb_withdraw_dominated and
+ppb_scale_times in mindspore-ai/hyper-parallel, and the cases of its test_ppb.py), and their order."""
 
 from __future__ import annotations
 

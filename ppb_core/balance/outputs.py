@@ -1,4 +1,8 @@
-"""What a user pastes: MindFormers/HyperParallel yaml (reference §6.6), Megatron-LM flags, a stage table.
+"""What a user pastes: MindFormers/HyperParallel yaml, Megatron-LM flags, a stage table.
+
+The yaml's four lists are those of `yaml_from_internal` and `internal_from_yaml` in
+mindspore-ai/hyper-parallel `hyper_parallel/auto_parallel/sapp_ppb/utils/recompute.py` (the same
+in MindFormers' `toolkit/pipeline_balance/utils/recompute.py`).
 
 MindFormers counts per (chunk, stage) cell, from the cell's first layer: `recompute` layers are
 fully recomputed, `select_recompute` layers run selective recompute, `select_comm_recompute`
@@ -23,7 +27,7 @@ _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH",
 
 
 def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
-    """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (§6.6)."""
+    """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (`yaml_from_internal`)."""
     return {
         "offset": sum(options) - nass,
         "recompute": options[_F],
@@ -33,7 +37,7 @@ def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
 
 
 def cell_from_yaml(offset: int, recompute: int, select: int, comm: int, nass: int) -> tuple[int, ...]:
-    """The inverse (§6.6 `internal_from_yaml`): per-option counts of one cell."""
+    """The inverse (`internal_from_yaml`): per-option counts of one cell."""
     full = recompute
     both = max(min(select - full, comm - full), 0)
     slct = max(select - full - both, 0)

@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
     )
     parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the README states its keys)")
     parser.add_argument(
         "--buffer-rule",
         choices=BUFFER_RULES,

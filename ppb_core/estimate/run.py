@@ -4,7 +4,8 @@
 is the `ppb estimate --json` contract (README); `ppb_core.tables.estimate` holds its tables.
 
 Every row states bytes on one device: `activation_bytes[option]` per micro-batch in flight,
-and the buffers split as seed §2.8 splits them at the option NONE (`buffers_by_option` has the
+and the buffers split as SAPP's payload builder splits them (`_dynamic_mem` of hyper-parallel's
+`sapp_nd/memory_estimation/_ppb.py`) at the option NONE (`buffers_by_option` has the
 split of every option). With a `TimeSource`, rows also carry `forward_ms` and `backward_ms` per
 option; this module only asks the source, it prices nothing itself.
 """

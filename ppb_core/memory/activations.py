@@ -3,7 +3,8 @@
 Every term is a tensor of one micro-batch on one device. `switch` names the recompute switch
 whose 0 drops the tensor (it is rebuilt in the backward); None means the layer always keeps it
 (the residual stream, projection outputs, dropout masks after the output projection and MLP,
-router state). The full derivation, and where it departs from reference §7.3, is in
+router state). The full derivation, and where it departs from hyper-parallel's MemEst activation
+formulas (sapp_nd/memory_estimation/evaluators/layer_block.py), is in
 docs/memory.md.
 
 `ActivationFormulas` prices a layer kind with these formulas. It is the seam a census takes:

@@ -13,7 +13,8 @@ Two sorts of buffer, each tagged with the parallel group it serves (dp, tp, cp, 
 
 `buffer_bytes` combines them (rule "layered", the default): the largest transient buffer
 (a layer's workspaces serve different phases of its passes) plus every kept buffer once per
-micro-batch in flight. Rule "reference" is reference §7.4's `max(dp, tp, cp) + ep` over the
+micro-batch in flight. Rule "reference" is hyper-parallel MemEst's `max(dp, tp, cp) + ep` (`comm_expr`,
+sapp_nd/memory_estimation/evaluators/comm.py) over the
 groups' totals, kept for comparison; its max of a constant and a growing term is what the
 profiles' `excess` measures.
 """
@@ -184,7 +185,7 @@ class Buffers:
         return self.transient_bytes() + in_flight * self.kept_bytes()
 
     def split(self, many: int) -> tuple[float, float, float]:
-        """(one, per micro-batch, once): seed §2.8's linear split, exact at 1 and at *many* in flight."""
+        """(one, per micro-batch, once): `_ppb.py` `_dynamic_mem`'s linear split, exact at 1 and at *many* in flight."""
         one, more = self.at(1), self.at(many)
         per_micro_batch = (more - one) / (many - 1)
         return one, per_micro_batch, one - per_micro_batch

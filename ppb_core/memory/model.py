@@ -45,7 +45,7 @@ class StateMemory:
 
 
 class MemoryModel:
-    """Per-layer memory of a run (reference §7 with the departures docs/memory.md states).
+    """Per-layer memory of a run (hyper-parallel's MemEst formulas, with the departures docs/memory.md states).
 
     *activations* maps a model name to the object that prices its kinds' activations (the
     census seam); a model whose run config names a `census` file is priced from it
@@ -196,7 +196,7 @@ class MemoryModel:
         it counts none of it, so that is held on top.
         """
         census = self.census_terms(layer, state, switches)
-        if census is not None:  # the census measured what the backward holds (seed §2.11)
+        if census is not None:  # the census measured what the backward holds (`_ppb.py` `_profile`)
             kept, held_census = census
             extra = max(0.0, held_census - kept) if on_saved else held_census
             return extra + gathered * gathered_parameter_bytes(self.parameters(layer), self.setup)
@@ -226,11 +226,11 @@ class MemoryModel:
 
     @property
     def many(self) -> int:
-        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (seed §2.7)."""
+        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (`_ppb.py` `_body_memory`)."""
         return max(2, min(self.run.parallel.pp, self.run.training.micro_batches))
 
     def buffer_split(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None
     ) -> tuple[float, float, float]:
-        """(buffers at one micro-batch, the part per micro-batch, the part once), seed §2.8."""
+        """(buffers at one micro-batch, the part per micro-batch, the part once), as `_ppb.py` `_dynamic_mem`."""
         return self.buffers(layer, state, switches).split(self.many)

@@ -16,7 +16,8 @@ from ppb_core.model.geometry import Geometry
 
 # How the buffers of one layer add up (docs/memory.md, "Communication buffers"):
 # "layered": transient workspaces are used one at a time, tensors kept for the backward add up;
-# "reference": the reference's §7.4 expression max(dp, tp, cp) + ep over whole groups.
+# "reference": hyper-parallel's MemEst expression max(dp, tp, cp) + ep over whole groups
+# (`comm_expr`, sapp_nd/memory_estimation/evaluators/comm.py).
 BUFFER_RULES: tuple[str, ...] = ("layered", "reference")
 
 

@@ -36,7 +36,8 @@ TIME_KEY: dict[str, str] = {
     "BOTH": "both_comm_select_time",
     "FULL": "recompute_time",
 }
-# The balancer's fallback backward-time coefficients when a description states none (§5.2).
+# The balancer's fallback backward-time coefficients when a description states none (DEFAULT_COEF of
+# hyper-parallel's hyper_parallel/auto_parallel/sapp_ppb/utils/recompute.py, mindspore-ai/hyper-parallel).
 DEFAULT_COEF: dict[str, float] = {"NONE": 0.0, "SLCT": 0.04, "COMM": 0.125, "BOTH": 0.165, "FULL": 0.5}
 COEF_KEY: dict[str, str] = {
     "NONE": "backward_coef",
