@@ -14,8 +14,9 @@ implementations:
 * ``gpipe``: every forward (chunk by chunk), then every backward.
 * ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
   runs P−1 → 0): the eight steps of DeepSeek's implementation (deepseek-ai/DualPipe,
-  dualpipe/dualpipev.py), with each overlapped forward-and-backward pair run forward first and the weight-gradient step folded into its
-  backward (descriptions carry no split of the backward). It needs m ≥ 2P.
+  dualpipe/dualpipev.py), with each overlapped forward-and-backward pair run forward first and the
+  weight-gradient step folded into its backward (descriptions carry no split of the backward).
+  It needs m ≥ 2P.
 
 Micro-batches in flight follow from the order alone: on a stage, a forward of chunk v adds one
 micro-batch of chunk-v activations and its backward frees it. Times follow from the order and
