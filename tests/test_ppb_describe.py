@@ -16,10 +16,10 @@ from ppb_core.payload.describe import (
     describe,
     describe_layer,
     describe_layers,
-    describe_run,
     many_in_flight,
     mb,
 )
+from ppb_core.payload.run import describe_run
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)
 
