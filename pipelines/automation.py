@@ -20,6 +20,8 @@ import dagster as dg
 CONFIG_FILE = "run_config_file"  # the observable source asset run_config reads
 NIGHTLY_CRON = dg.EnvVar("PPB_NIGHTLY_CRON").get_value("0 2 * * *") or "0 2 * * *"
 NIGHTLY_TIMEZONE = dg.EnvVar("PPB_NIGHTLY_TIMEZONE").get_value("UTC") or "UTC"
+# How often the sensors look: the run config files, and the automation condition.
+SENSOR_INTERVAL_S = int(dg.EnvVar("PPB_SENSOR_INTERVAL_S").get_value("30") or "30")
 
 
 def rebuild_when_changed(cron: str = NIGHTLY_CRON, timezone: str = NIGHTLY_TIMEZONE) -> dg.AutomationCondition:
@@ -43,6 +45,6 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     "ppb_automation",
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
     description="Requests the stage assets whose inputs changed, and at the nightly tick the stale ones.",
 )

@@ -13,6 +13,7 @@ import json
 
 import dagster as dg
 
+from pipelines.automation import SENSOR_INTERVAL_S
 from pipelines.jobs import observe_job
 from pipelines.partitions import PARTITIONS_NAME, partition_changes
 from pipelines.partitions import run_configs as config_partitions
@@ -21,7 +22,7 @@ from pipelines.resources import RunConfigs
 
 @dg.sensor(
     job=observe_job,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="One partition per run config file; an observation of a file whose contents changed.",
 )

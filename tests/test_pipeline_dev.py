@@ -92,6 +92,7 @@ def test_a_fresh_dagster_dev_launches_no_run_until_a_config_really_changes(tmp_p
         "DAGSTER_HOME": str(home),
         "PPB_STORAGE_DIR": str(tmp_path / "storage"),
         "PPB_CONFIG_DIR": str(configs),
+        "PPB_SENSOR_INTERVAL_S": "5",  # the sensors look every 5 s, not 30: the same ticks, sooner
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     port = free_port()
