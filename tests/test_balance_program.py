@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 
 from ppb_core.balance import BalanceInput, balance, solve
 from ppb_core.balance.baselines import uniform_layer_counts, uniform_plan
+from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.outputs import plan_from_yaml, to_yaml
+from ppb_core.balance.program import _choices, least_max_work
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set, read_layer_set
@@ -168,10 +171,6 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     # 45 MB and 10 MB per layer per micro-batch: stage 0 takes at most 2 layers (2·10·2 = 40), stage 1
     # at most 4 (40). So the split is (2, 4) and the busiest stage works 4·3 = 12 (an even split, 9,
     # does not fit). Closed form: Σ_s S_s + (m − 1)·max_s S_s = (6 + 12) + 12 = 30.
-    import time
-
-    from ppb_core.balance.choices import Catalogue
-    from ppb_core.balance.program import _choices, least_max_work
 
     descriptions = [
         {

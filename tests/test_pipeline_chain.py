@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from ppb_core import chain
@@ -65,7 +66,6 @@ def test_parquet_bytes_are_deterministic_and_round_trip() -> None:
 
 
 def test_a_summary_is_parquet_metadata_any_reader_sees_and_columns_carry_their_words(tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
 
     summarized = Summarized(pd.DataFrame({"stage": [0, 1]}), {"status": "optimal", "objective": 1.5})
     plan_schema = chain.stage("pipeline_plan").schema

@@ -8,7 +8,7 @@ import copy
 import pytest
 from test_ppb_fakes import EMB, MB, NOT, OUT, SEL, SPEC, FakeMemory, FakePricer, layer_of, small_run
 
-from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, TIME_KEY, recomputed
+from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY, recomputed
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.payload.describe import (
     Evaluation,
@@ -236,7 +236,6 @@ def test_measuring_each_distinct_kind_once_equals_describing_every_layer():
 
 def test_the_keys_are_the_sapp_balancers_own():
     # sapp_ppb/utils/recompute.py: the balancer's TYPE order, JSON_MEMORY_NAME and JSON_TIME_NAME.
-    from ppb_core.model.switches import OPTIONS
 
     assert OPTIONS == ("NONE", "SLCT", "COMM", "BOTH", "FULL")
     assert [MEMORY_KEY[o] for o in OPTIONS] == [

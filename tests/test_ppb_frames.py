@@ -13,9 +13,10 @@ from test_ppb_fakes import MLA_SPEC, SPEC, CensusMemory, FakeMemory, FakePricer,
 
 from ppb_core.model.switches import KEEP_ALL
 from ppb_core.model.walk import BODY, walk
+from ppb_core.payload import sapp
 from ppb_core.payload.describe import describe
 from ppb_core.payload.front import build_front
-from ppb_core.payload.postprocess import combine
+from ppb_core.payload.postprocess import combine, postprocess
 from ppb_core.payload.profiling import measure_profile, profile_layers
 from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import (
@@ -177,8 +178,6 @@ def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
     # SAPP's example files (sapp_ppb/layers in mindspore-ai/hyper-parallel): untimed (demo has no
     # times beyond `time`), so withdrawal and scaling leave them as they are, and the table gives
     # them back exactly.
-    from ppb_core.payload import sapp
-    from ppb_core.payload.postprocess import postprocess
 
     path = Path(__file__).parent / "data" / name
     descriptions = sapp.read_layers_description(path)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.main import main
 from ppb_core.errors import InputError
 from ppb_core.model.switches import MEMORY_KEY, TIME_KEY
 from ppb_core.payload.sapp import layer_set, read_layer_set, read_layers_description, write_layers_description
@@ -201,7 +202,6 @@ def test_every_sub_model_has_its_own_head_and_tail_named_alike(tmp_path: Path) -
 
 
 def test_a_two_model_run_describes_and_balances(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from ppb_core.cli.main import main
 
     run = tmp_path / "run.yaml"
     run.write_text(

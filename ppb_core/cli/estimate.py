@@ -6,7 +6,11 @@ import argparse
 import json
 import sys
 
+from rich.table import Table
+
+from ppb_core.cli.console import table_console
 from ppb_core.config.run import load_run_config
+from ppb_core.errors import InputError
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
@@ -14,30 +18,9 @@ from ppb_core.timing import TimeModel
 from ppb_core.units import MB
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "estimate",
-        help="per-layer memory (static, activations per option, buffers) and stage peaks",
-        description=__doc__,
-    )
-    parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the README states its keys)")
-    parser.add_argument(
-        "--buffer-rule",
-        choices=BUFFER_RULES,
-        default="layered",
-        help="how a layer's buffers add up (docs/memory.md); default layered",
-    )
-    parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
-    parser.add_argument(
-        "--no-stages",
-        action="store_true",
-        help="the rows per kind only, without the per-stage summary (needs no schedule)",
-    )
-    parser.set_defaults(func=run)
-
-
 def run(args: argparse.Namespace) -> int:
+    if args.buffer_rule not in BUFFER_RULES:
+        raise InputError(None, "--buffer-rule", f"{args.buffer_rule!r} is not one of {', '.join(BUFFER_RULES)}")
     config = load_run_config(args.run_config)
     times = None if args.no_times else TimeModel(config)
     result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages)
@@ -55,9 +38,6 @@ def _mb(value: float) -> str:
 
 def print_tables(result: Estimate) -> None:
     """The rich tables: layers (MB per device) and stages (peak against device memory)."""
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     run = result.run
