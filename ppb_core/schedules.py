@@ -347,15 +347,23 @@ def simulate(
     last = stages * chunks - 1
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
 
+    # What each cell's forward (its activations to the next cell) and backward (the gradient to the
+    # previous cell) sends; nothing to a cell of the same stage or past either end.
+    send_forward = [[0.0] * stages for _ in range(chunks)]
+    send_backward = [[0.0] * stages for _ in range(chunks)]
+    if transfer is not None:
+        for chunk in range(chunks):
+            for stage in range(stages):
+                position = _position(name, stages, chunk, stage)
+                if position < last and cell_at[position + 1][1] != stage:
+                    send_forward[chunk][stage] = transfer[chunk][stage]
+                if position > 0 and cell_at[position - 1][1] != stage:
+                    before = cell_at[position - 1]
+                    send_backward[chunk][stage] = transfer[before[0]][before[1]]
+
     def sent(op: Op, stage: int) -> float:
         """Seconds the op's output spends on the link to the next (forward) or previous (backward) cell."""
-        if transfer is None:
-            return 0.0
-        position = _position(name, stages, op.chunk, stage)
-        to = position + 1 if op.kind == "F" else position - 1
-        if to < 0 or to > last or cell_at[to][1] == stage:
-            return 0.0
-        return transfer[op.chunk][stage] if op.kind == "F" else transfer[cell_at[to][0]][cell_at[to][1]]
+        return (send_forward if op.kind == "F" else send_backward)[op.chunk][stage]
 
     starts = [[0.0] * len(order) for order in orders]
     ends = [[0.0] * len(order) for order in orders]

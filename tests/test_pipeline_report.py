@@ -26,6 +26,7 @@ def stages() -> pd.DataFrame:
             "forward_ms": [10.0, 9.0, 9.0, 12.0],
             "backward_ms": [20.5, 18.0, 18.0, 24.0],
             "planned_mb": pd.array([None] * 4, dtype="Float64"),
+            "models": ["llm HEAD + 8", "llm 8", "llm 8", "llm 8 + TAIL"],
         }
     )
 

@@ -21,9 +21,10 @@ from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig, load_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate.plan import plan_stages
+from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel, run_in_flight_counts
+from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk
 from ppb_core.payload.describe import describe_layers, many_in_flight
 from ppb_core.payload.postprocess import combine, scale, withdraw
@@ -44,7 +45,6 @@ from ppb_core.tables.run import RUN_CONFIG, run_from_frame, run_to_frame
 from ppb_core.tables.schema import Schema, Stored, Summarized
 from ppb_core.tables.walk import LAYER_WALK, walk_from_frame, walk_to_frame
 from ppb_core.timing import TimeModel
-from ppb_core.timing.iteration import run_iteration
 
 
 def run_config(path: str | Path) -> pd.DataFrame:
@@ -109,7 +109,7 @@ def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd
 def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The bodies the run config's `ppb.combined` groups, each group described as one body."""
     run = run_from_frame(run_config)
-    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined, run.source))
 
 
 def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
@@ -142,7 +142,10 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    return plan_to_frame(balance(problem, time_limit_s))
+    result = balance(problem, time_limit_s)
+    if result["status"] != "infeasible":
+        result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
+    return plan_to_frame(result)
 
 
 def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
@@ -153,24 +156,20 @@ def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
 def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summarized:
     """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it.
 
-    The summary states the plan's iteration in seconds by the time model, against the run as its
-    config sets it (`ppb_core.timing.iteration`): what the plan gains a person in their units.
+    The summary states the plan's iteration in seconds by the time model, against the best
+    uniform split's (`plan_iterations`): what the plan gains, in a person's units.
     """
     run = run_from_frame(run_config)
     plan = pipeline_plan.summary
     if pipeline_plan.frame.empty:
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
     cells = plan_cells(pipeline_plan)
-    stages = report_to_frame(plan_stages(run, cells), pipeline_plan.frame["memory_mb"].tolist())
-    planned, configured = run_iteration(run, cells), run_iteration(run)
+    by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
+    stages = report_to_frame(plan_stages(run, cells, by_model), pipeline_plan.frame["memory_mb"].tolist())
     best = plan.get("best_baseline")
     headline = [
-        (
-            "iteration",
-            f"{planned.seconds:.3f} s by the time model; as configured {configured.seconds:.3f} s "
-            f"({configured.seconds / planned.seconds:.3f}× faster), MFU {planned.mfu:.1%}",
-        ),
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
+        *iteration_headline(plan),
         ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
@@ -181,10 +180,10 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "title": f"{run.name}: pipeline plan",
         "headline": headline,
         "image": f"{partition_key(run.source)}.png",
-        "iteration_s": planned.seconds,
-        "configured_iteration_s": configured.seconds,
-        "mfu": planned.mfu,
         "status": plan["status"],
+        "iteration_s": plan.get("iteration", {}).get("seconds"),
+        "baseline": plan.get("baseline_iteration", {}).get("option"),
+        "baseline_iteration_s": plan.get("baseline_iteration", {}).get("seconds"),
     }
     return Summarized(stages, json.loads(json.dumps(about)))
 

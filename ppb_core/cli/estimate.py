@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from rich.table import Table
 
@@ -15,6 +16,7 @@ from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
 from ppb_core.timing import TimeModel
+from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
 from ppb_core.units import MB
 
 
@@ -23,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--buffer-rule", f"{args.buffer_rule!r} is not one of {', '.join(BUFFER_RULES)}")
     config = load_run_config(args.run_config)
     times = None if args.no_times else TimeModel(config)
-    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages)
+    memory = MemoryModel(config, buffer_rule=args.buffer_rule)
+    result = estimate(config, memory, times=times, stages=not args.no_stages)
+    if times is not None:
+        result = replace(result, iteration=run_iteration(config, times=times, memory=memory).to_json())
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -104,6 +109,8 @@ def print_tables(result: Estimate) -> None:
                 *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS),
             )
         console.print(times)
+    if result.iteration is not None:
+        print_iteration(console, result.iteration)
     if not result.stages:
         return
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
@@ -141,3 +148,24 @@ def print_tables(result: Estimate) -> None:
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
+
+
+def print_iteration(console, iteration: dict) -> None:
+    """The iteration in seconds, tokens per second per device, MFU and HFU, and where the time goes."""
+
+    console.print(
+        f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:.3f} s, "
+        f"{iteration['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+        f"MFU {100 * iteration['mfu']:.1f}%, HFU {100 * iteration['hfu']:.1f}% "
+        f"({iteration['tokens']:,} tokens on {iteration['devices']:,} devices)"
+    )
+    table = Table(caption="hidden: the share of each communication's link time spent behind compute")
+    for name in ("term", "seconds", "share"):
+        table.add_column(name, justify="left" if name == "term" else "right")
+    total = iteration["seconds"]
+    for key in BREAKDOWN_KEYS:
+        value = iteration["breakdown"].get(key, 0.0)
+        table.add_row(key.replace("_", " "), f"{value:.4f}", f"{value / total:.1%}" if total else "-")
+    for key, share in iteration.get("hidden", {}).items():
+        table.add_row(f"hidden: {key.replace('_', ' ')}", "", f"{share:.0%}")
+    console.print(table)

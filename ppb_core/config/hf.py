@@ -158,6 +158,10 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
         "qk_nope_head_dim": f.need("qk_nope_head_dim"),
         "qk_rope_head_dim": f.need("qk_rope_head_dim"),
         "v_head_dim": f.need("v_head_dim"),
+        # Group-limited routing (DeepSeek-V3's node-limited routing): experts in n_group groups,
+        # a token's top-k drawn from its topk_group best groups.
+        "expert_groups": f.get("n_group", 0) or 0,
+        "expert_group_limit": f.get("topk_group", 0) or 0,
         "mtp_layers": f.get("num_nextn_predict_layers", 0),
     }
     if routed:

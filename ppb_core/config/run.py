@@ -13,19 +13,21 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Strict,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
-from ppb_core.config.hf import read_hf_config
+from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
 from ppb_core.config.recompute import (
     FORMS,
     SWITCHES,
@@ -36,9 +38,10 @@ from ppb_core.config.recompute import (
     framework_words,
     resolve,
 )
-from ppb_core.config.spec import ModelSpec, StrictModel
+from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
+from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError
-from ppb_core.io import read_text
+from ppb_core.io import read_json, read_text
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -48,12 +51,36 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
 
+class Images(StrictModel):
+    """What a vision sub-model sees per sample: how many images, and their size before the processor resizes them."""
+
+    per_sample: PositiveInt = 1
+    height: PositiveInt
+    width: PositiveInt
+    min_pixels: PositiveInt = Field(QWEN_MIN_PIXELS, description="Qwen's image processor: fewest pixels kept")
+    max_pixels: PositiveInt = Field(QWEN_MAX_PIXELS, description="Qwen's image processor: most pixels kept")
+
+
+def _spec_tag(value: Any) -> str:
+    """Which spec a sub-model states: a vision tower's has patches."""
+    if isinstance(value, dict):
+        return "vision" if "patch_size" in value else "text"
+    return "vision" if isinstance(value, VisionSpec) else "text"
+
+
+AnySpec = Annotated[Annotated[ModelSpec, Tag("text")] | Annotated[VisionSpec, Tag("vision")], Discriminator(_spec_tag)]
+
+
 class SubModel(StrictModel):
     """One model in the pipeline: its architecture from a config.json or an explicit spec."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
-    spec: ModelSpec | None = None
+    part: Literal["vision", "text"] | None = Field(
+        None, description="the tower of a vision-language config.json this model is: vision or text"
+    )
+    spec: AnySpec | None = None
+    images: Images | None = Field(None, description="a vision model's images per sample (its sequence)")
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
     pad_vocab_multiple: PositiveInt | None = Field(
@@ -64,6 +91,8 @@ class SubModel(StrictModel):
     def _one_source(self) -> SubModel:
         if (self.config is None) == (self.spec is None):
             raise ValueError("give exactly one of config (a config.json) or spec (explicit fields)")
+        if self.part is not None and self.config is None:
+            raise ValueError("part picks a tower of a config.json; an explicit spec is one model already")
         return self
 
 
@@ -178,8 +207,13 @@ class Device(StrictModel):
     collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
     inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
     sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    comm_sms: NonNegativeInt | None = Field(None, description="SMs a collective beside compute takes from it")
     attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    gemm_epilogue_overlapped: bool | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -224,6 +258,13 @@ class Overlap(StrictModel):
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
+    torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    )
+    matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
+        None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
+    )
 
 
 class PPBOptions(StrictModel):
@@ -253,7 +294,7 @@ class RunConfig(StrictModel):
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     timing: TimingOptions = Field(default_factory=TimingOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
-    specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
+    specs: dict[str, ModelSpec | VisionSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
     base_dir: str = Field(".", exclude=True)
 
@@ -266,8 +307,22 @@ class RunConfig(StrictModel):
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
 
-    def spec(self, model: str) -> ModelSpec:
+    def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]
+
+    def is_vision(self, model: str) -> bool:
+        return isinstance(self.specs[model], VisionSpec)
+
+    def vision(self, model: str) -> VisionSequence:
+        """A vision model's sequence per sample: its images as the processor resizes them, in patches."""
+        spec = self.specs[model]
+        sub = next(m for m in self.models if m.name == model)
+        if not isinstance(spec, VisionSpec) or sub.images is None:
+            raise KeyError(f"{model} is not a vision model with images")
+        images = sub.images
+        return vision_sequence(
+            spec, images.per_sample, images.height, images.width, images.min_pixels, images.max_pixels
+        )
 
     def switches(self, model: str) -> dict[str, int]:
         """The selective switches a model's layers run (SLCT): training's, then the model's own."""
@@ -292,8 +347,15 @@ class RunConfig(StrictModel):
 def _pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
     loc = first["loc"]
-    # a recompute form's tag (switches, full, megatron, torchtitan) is pydantic's, not a field
-    parts = [p for i, p in enumerate(loc) if p != "[key]" and not (i and loc[i - 1] == "recompute" and p in FORMS)]
+    # The tags of tagged unions are pydantic's, not fields the user wrote: a recompute form's
+    # (switches, full, megatron, torchtitan) and a sub-model's spec (text or vision).
+    parts = [
+        p
+        for i, p in enumerate(loc)
+        if p != "[key]"
+        and not (i and loc[i - 1] == "recompute" and p in FORMS)
+        and not (i and loc[i - 1] == "spec" and p in ("text", "vision"))
+    ]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
@@ -307,10 +369,72 @@ def _pydantic_error(err: ValidationError, source: str) -> InputError:
     return InputError(source, where, problem)
 
 
-def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, where: str) -> None:
+def _read_config(path: Path, part: str | None, where: str, index: int) -> ModelSpec | VisionSpec:
+    """A sub-model's config.json, the part it names of a vision-language one."""
+    raw = read_json(path)
+    if part is None and isinstance(raw, dict) and raw.get("model_type") in VISION_LANGUAGE_TYPES:
+        raise InputError(
+            where, f"models.{index}.part", f"{path} is a {raw['model_type']} model: set part: vision or part: text"
+        )
+    return spec_of_part(raw, part, str(path))
+
+
+def _check_vision(run: RunConfig, index: int, sub: SubModel, spec: VisionSpec, where: str) -> None:
+    """A vision tower's images, and what it hands the model after it."""
+    par, field = run.parallel, f"models.{index}"
+    if sub.images is None:
+        raise InputError(where, f"{field}.images", "a vision model needs its images: {per_sample, height, width}")
+    if sub.census is not None:
+        raise InputError(where, f"{field}.census", "the census measures decoder layers, not a vision tower's blocks")
+    try:
+        sequence = run.vision(sub.name)
+    except ValueError as err:
+        raise InputError(where, f"{field}.images", str(err)) from None
+    if spec.num_attention_heads % par.tp:
+        raise InputError(
+            where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
+        )
+    if spec.projector != "none" and spec.projector_hidden_size % par.tp:
+        raise InputError(
+            where, f"{field}.projector", f"the projector's width {spec.projector_hidden_size} is not divisible by tp"
+        )
+    tokens = sequence.tokens * run.training.micro_batch_size
+    if par.sequence_parallel and tokens % par.tp:
+        raise InputError(
+            where,
+            f"{field}.images",
+            f"sequence parallelism splits the tower's {tokens} tokens a micro-batch over tp {par.tp}: not divisible",
+        )
+    following = run.models[index + 1] if index + 1 < len(run.models) else None
+    if spec.projector == "none" or following is None:
+        return
+    receiver = run.specs[following.name]
+    if isinstance(receiver, ModelSpec):
+        if spec.out_hidden_size != receiver.hidden_size:
+            raise InputError(
+                where,
+                f"{field}.out_hidden_size",
+                f"{sub.name} projects to width {spec.out_hidden_size} but {following.name}'s hidden_size is "
+                f"{receiver.hidden_size}",
+            )
+        if sequence.llm_tokens > run.training.seq_length:
+            raise InputError(
+                where,
+                f"{field}.images",
+                f"{sequence.images} images make {sequence.llm_tokens} tokens a sample, more than seq_length "
+                f"{run.training.seq_length}",
+            )
+
+
+def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | VisionSpec, where: str) -> None:
     """Combinations a model and the parallel setup cannot run together."""
     par = run.parallel
     field = f"models.{index}"
+    if isinstance(spec, VisionSpec):
+        _check_vision(run, index, sub, spec, where)
+        return
+    if sub.images is not None:
+        raise InputError(where, f"{field}.images", f"{sub.name} is a language model: images belong to a vision model")
     if spec.num_attention_heads % par.tp:
         raise InputError(
             where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
@@ -372,6 +496,10 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"
         )
+    if run.timing.matmul_dtype == "fp8" and not run.device.profile().fp8_matmul_efficiency:
+        raise InputError(
+            where, "timing.matmul_dtype", f"{run.device.name or 'the device'} has no FP8 tensor cores in the catalog"
+        )
     for name in ("memory_mb",):
         if run.device.profile().memory_mb <= run.device.reserved_mb:
             raise InputError(where, f"device.{name}", "no memory left after reserved_mb")
@@ -397,8 +525,8 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         raise _pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
-    for sub in run.models:
-        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
+    for index, sub in enumerate(run.models):
+        specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
         if sub.census is not None and not (base / sub.census).is_file():
             raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
     if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
@@ -450,6 +578,7 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
+        entry.pop("part", None)
         entry["spec"] = run.specs[sub.name].model_dump(mode="json")
         if sub.census is not None:
             entry["census"] = str((base / sub.census).resolve())

@@ -77,13 +77,17 @@ class Estimate:
     run: dict[str, Any]
     layers: tuple[KindEstimate, ...]
     stages: tuple[StagePeak, ...] = ()
+    iteration: dict[str, Any] | None = None  # `ppb_core.timing.iteration.Iteration.to_json()`
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "run": self.run,
             "layers": [row.to_json() for row in self.layers],
             "stages": [stage_json(p) for p in self.stages],
         }
+        if self.iteration is not None:
+            data["iteration"] = dict(self.iteration)
+        return data
 
 
 def _number(value: float) -> int | float:

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ppb_core.config.run import RunConfig
-from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
+from ppb_core.memory.activations import ActivationFormulas, ActivationTerm, encoder_setup
 from ppb_core.memory.buffers import Buffers, layer_buffers, state_buffers
 from ppb_core.memory.census import census_pricers
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, layer_params, static_bytes
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind
+from ppb_core.model.kinds import BodyKind, LayerKind, is_head
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
 
@@ -90,7 +90,7 @@ class MemoryModel:
         if option not in OPTIONS:
             raise ValueError(f"unknown option {option!r}; expected one of {', '.join(OPTIONS)}")
         if not isinstance(layer.kind, BodyKind):
-            return (LayerType.EMBEDDING_LAYER if isinstance(layer.kind, HeadKind) else LayerType.OUTPUT_LAYER), None
+            return (LayerType.EMBEDDING_LAYER if is_head(layer.kind) else LayerType.OUTPUT_LAYER), None
         state, switches = option_state(option, self._configured[layer.model_name])
         return state, (switches if state is LayerType.SEL_REC_LAYER else None)
 
@@ -181,7 +181,7 @@ class MemoryModel:
         At least the gradient arriving at the layer's output (s·b·h/(cp·sp) elements).
         """
         plain = self.state_memory(layer, LayerType.NOT_REC_LAYER)
-        incoming = self.setup.whole_tokens * layer.kind.hidden_size
+        incoming = encoder_setup(layer.kind, self.setup).whole_tokens * layer.kind.hidden_size
         largest = max((t.elements for t in plain.terms if t.gradient), default=0.0)
         return max(incoming, largest) * self.setup.dtype_bytes
 

@@ -35,4 +35,4 @@ def describe_run(
         times = None
     elif times is None:
         times = TimeModel(run)
-    return postprocess(describe(run, memory, times), run.ppb.combined)
+    return postprocess(describe(run, memory, times), run.ppb.combined, run.source)

@@ -30,6 +30,7 @@ PLAN_REPORT = Schema(
         Column("forward_ms", "float64", "forward of one micro-batch through the stage, every chunk", "ms"),
         Column("backward_ms", "float64", "backward of one micro-batch, recomputation included", "ms"),
         Column("planned_mb", "Float64", "the stage's memory as the balancer predicted it (null: none)", "MB"),
+        Column("models", "string", "what the stage holds of each sub-model, e.g. 'vit HEAD + 7 · llm 7 + TAIL'"),
     ),
 )
 
@@ -49,6 +50,7 @@ def report_to_frame(stages: Sequence[StageEvaluation], planned_mb: Sequence[floa
             "forward_ms": s.forward_ms,
             "backward_ms": s.backward_ms,
             "planned_mb": None if planned_mb is None else float(planned_mb[index]),
+            "models": s.models,
         }
         for index, s in enumerate(stages)
     )
