@@ -144,6 +144,7 @@ def reference_rule_run():
     """
     raw = yaml.safe_load((ROOT / "configs" / "llama3-8b.yaml").read_text())
     raw["parallel"].update(zero=2, pp=8, dp=4)
+    raw["framework"] = "mindformers"  # SAPP's conventions: the gathers kept, the bucket a layer's own
     run = parse_run_config(raw, ROOT / "configs" / "llama3-8b.yaml", ROOT / "configs")
     return run, MemoryModel(run, buffer_rule="reference")
 

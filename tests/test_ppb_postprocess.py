@@ -109,7 +109,7 @@ def test_a_combined_body_takes_the_place_of_its_first_part():
     names = [d["name"] for d in combine(listed, [[("b", "body"), ("a", "body")]])]
     # a's body was at index 1, b's at 4: the combined one goes to index 1.
     assert names == ["HEAD", "COMBINED_BODY_1_BODY_0", "TAIL", "HEAD", "TAIL"]
-    # No group changes nothing. (The seed inserts an empty body for a group naming nothing listed;
+    # No group changes nothing. (`_ppb.py` inserts an empty body for a group naming nothing listed;
     # ppb refuses it: test_a_part_that_names_nothing_is_refused.)
     assert combine(listed, []) == listed
 
@@ -119,7 +119,7 @@ def _counted(desc, n):
 
 
 def test_a_combined_body_stands_for_one_layer_of_each_part_and_keeps_their_count():
-    """Two 32-layer bodies are 32 combined layers, each one layer of each (the seed made them one layer)."""
+    """Two 32-layer bodies are 32 combined layers, each one layer of each (`_ppb.py` made them one layer)."""
     first, second = _listed(("a", 5, SOFTMAX), ("b", 0, SOFTMAX))
     [combined] = combine([_counted(first, 32), _counted(second, 32)], [[("a", "body"), ("b", "body")]])
     assert combined["nb_layer"] == 32

@@ -335,7 +335,13 @@ def test_plan_iterations_price_the_plan_and_its_baseline_in_seconds():
         "input": {"stages": 4, "micro_batches": 32, "interleave": 1, "schedule": "1f1b"},
         "cells": [[{"options": {"NONE": n}} for n in row] for row in counts],
         "best_baseline": "FULL",
-        "baselines": [{"option": "FULL", "layers_per_cell": counts}],
+        "baselines": [
+            {
+                "option": "FULL",
+                "layers_per_cell": counts,
+                "cells": [[{"options": {"FULL": n}} for n in row] for row in counts],
+            }
+        ],
     }
     out = plan_iterations(run, plan)
     none = run_iteration(run, [[{"NONE": n} for n in row] for row in counts])

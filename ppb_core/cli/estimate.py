@@ -114,10 +114,13 @@ def print_tables(result: Estimate) -> None:
     if not result.stages:
         return
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
+    at_full = {peak.stage: peak for peak in result.stages_at_full}
     stages = Table(
-        title=f"Stages (body layers at {options})",
+        title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options})",
         caption="activations × micro-batches in flight per chunk; working: the largest backward's "
-        "working set; peak includes the device's reserved memory",
+        "working set; loss: what the loss adds on the stage of the head; peak: the largest moment "
+        "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
+        "body layer fully recomputed",
     )
     for name in (
         "stage",
@@ -127,13 +130,17 @@ def print_tables(result: Estimate) -> None:
         "activations",
         "buffers",
         "working",
+        "loss",
         "reserved",
         "peak",
+        "moment",
+        "at full",
         "device",
         "fits",
     ):
-        stages.add_column(name, justify="left" if name == "in flight" else "right")
+        stages.add_column(name, justify="left" if name in ("in flight", "moment") else "right")
     for peak in result.stages:
+        full = at_full.get(peak.stage)
         stages.add_row(
             str(peak.stage),
             str(peak.body_layers),
@@ -142,12 +149,30 @@ def print_tables(result: Estimate) -> None:
             _mb(peak.activation_bytes),
             _mb(peak.buffer_bytes),
             _mb(peak.working_bytes),
+            _mb(peak.loss_bytes) if peak.holds_tail else "-",
             _mb(peak.reserved_bytes),
             _mb(peak.peak_bytes),
+            peak.moment,
+            _mb(full.peak_bytes) if full is not None else "-",
             _mb(peak.device_bytes),
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
+    fit = run.get("memory_calibration")
+    if fit:
+        factors = ", ".join(f"{term} ×{factor:.3f}" for term, factor in fit["factors"].items())
+        residuals = ", ".join(f"{stage['stage']}: {stage['residual_bytes'] / MB:+,.0f}" for stage in fit["stages"])
+        console.print(
+            f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
+            f"rms {100 * fit['rms_relative']:.2f}%"
+        )
+    if result.stages_at_full:
+        highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
+        configured = max(result.stages, key=lambda peak: peak.peak_bytes)
+        console.print(
+            f"run peak: {_mb(configured.peak_bytes)} MB (stage {configured.stage}, {configured.moment}); "
+            f"at full recompute: {_mb(highest.peak_bytes)} MB (stage {highest.stage}, {highest.moment})"
+        )
 
 
 def print_iteration(console, iteration: dict) -> None:

@@ -165,6 +165,11 @@ class Training(StrictModel):
     optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
     optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
     flash_attention: bool = True
+    fp8_cache: Literal["none", "linear", "deepseek"] = Field(
+        "none",
+        description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
+        "and attention output in E5M6 (deepseek); ppb_core.memory.precision",
+    )
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
     recompute: RecomputeForm = Field(
         default_factory=dict,
@@ -267,6 +272,14 @@ class TimingOptions(StrictModel):
     )
 
 
+class MemoryOptions(StrictModel):
+    calibration: str | None = Field(
+        None,
+        description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
+        "(ppb_core.memory.calibration)",
+    )
+
+
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
@@ -293,6 +306,7 @@ class RunConfig(StrictModel):
     device: Device
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    memory: MemoryOptions = Field(default_factory=MemoryOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
     specs: dict[str, ModelSpec | VisionSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
@@ -301,6 +315,15 @@ class RunConfig(StrictModel):
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    @property
+    def shard_level(self) -> int:
+        """What data parallelism shards as the framework runs it: 1 optimizer states, 2 and gradients,
+        3 and parameters. torchtitan either shards all three with FSDP2 or replicates (zero 0)."""
+        par = self.parallel
+        if self.framework == "torchtitan":
+            return 0 if par.zero == 0 and not par.fsdp else 3
+        return par.shard_level
 
     @property
     def recompute(self) -> Recompute:
@@ -475,6 +498,21 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
+    for index, sub in enumerate(run.models):
+        if sub.recompute is not None and not isinstance(train.recompute, dict):
+            raise InputError(
+                where,
+                f"models.{index}.recompute",
+                "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
+            )
+    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
+        # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
+        # together) or replicates; it has no ZeRO-1 or ZeRO-2.
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
+        )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
         raise InputError(
@@ -531,6 +569,8 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
             raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
     if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
         raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
+    if run.memory.calibration is not None and not (base / run.memory.calibration).is_file():
+        raise InputError(where, "memory.calibration", f"{base / run.memory.calibration} not found")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
@@ -565,16 +605,19 @@ def config_hash(path: str | Path) -> str:
             ref = sub.get(key) if isinstance(sub, dict) else None
             if isinstance(ref, str) and (path.parent / ref).is_file():
                 digest.update((path.parent / ref).read_bytes())
-    timing = raw.get("timing") if isinstance(raw, dict) else None
-    ref = timing.get("calibration") if isinstance(timing, dict) else None
-    if isinstance(ref, str) and (path.parent / ref).is_file():
-        digest.update((path.parent / ref).read_bytes())
+    for section in ("timing", "memory"):
+        options = raw.get(section) if isinstance(raw, dict) else None
+        ref = options.get("calibration") if isinstance(options, dict) else None
+        if isinstance(ref, str) and (path.parent / ref).is_file():
+            digest.update((path.parent / ref).read_bytes())
     return digest.hexdigest()
 
 
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
+    if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
@@ -584,4 +627,6 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
             entry["census"] = str((base / sub.census).resolve())
     if run.timing.calibration is not None:
         raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
+    if run.memory.calibration is not None:
+        raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw

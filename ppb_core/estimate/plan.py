@@ -12,7 +12,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, StagePeak, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.model.placement import CellOptions, place_plan
+from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
 from ppb_core.timing import TimeModel
@@ -118,14 +118,19 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     times, memory = TimeModel(sized), MemoryModel(sized)
     first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
     out: dict[str, Any] = {"time_unit_s": times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3}
+    bodies = plan.get("input", {}).get("bodies", [])
+
+    def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+        cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+        by_model = model_cell_options(plan_cells, bodies)
+        return run_iteration(sized, cells, times, memory, by_model).to_json()
+
     if plan.get("cells"):
-        cells = [[dict(cell["options"]) for cell in row] for row in plan["cells"]]
-        out["iteration"] = run_iteration(sized, cells, times, memory).to_json()
+        out["iteration"] = priced(plan["cells"])
     best = plan.get("best_baseline")
     if best:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)
-        cells = [[{best: n} for n in row] for row in baseline["layers_per_cell"]]
-        out["baseline_iteration"] = {"option": best, **run_iteration(sized, cells, times, memory).to_json()}
+        out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
     return out
 
 

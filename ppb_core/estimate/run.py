@@ -78,6 +78,7 @@ class Estimate:
     layers: tuple[KindEstimate, ...]
     stages: tuple[StagePeak, ...] = ()
     iteration: dict[str, Any] | None = None  # `ppb_core.timing.iteration.Iteration.to_json()`
+    stages_at_full: tuple[StagePeak, ...] = ()  # the same stages with every body layer fully recomputed
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -87,6 +88,8 @@ class Estimate:
         }
         if self.iteration is not None:
             data["iteration"] = dict(self.iteration)
+        if self.stages_at_full:
+            data["stages_at_full"] = [stage_json(p) for p in self.stages_at_full]
         return data
 
 
@@ -104,8 +107,11 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "activation_bytes": _number(peak.activation_bytes),
         "buffer_bytes": _number(peak.buffer_bytes),
         "working_bytes": _number(peak.working_bytes),
+        "loss_bytes": _number(peak.loss_bytes),
         "reserved_bytes": _number(peak.reserved_bytes),
         "peak_bytes": _number(peak.peak_bytes),
+        "moment": peak.moment,
+        "moments": {name: _number(value) for name, value in peak.moments.items()},
         "device_bytes": _number(peak.device_bytes),
         "fits": peak.fits,
     }
@@ -116,6 +122,7 @@ def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dic
     summary: dict[str, Any] = {
         "name": run.name,
         "source": run.source,
+        "framework": run.framework,
         "models": run.model_names,
         "parallel": par.model_dump(mode="json"),
         "training": {
@@ -177,8 +184,8 @@ def estimate(
 ) -> Estimate:
     """Every distinct layer kind of the run, evaluated once, and (with *stages*) each stage's peak.
 
-    The stage summary runs each body layer at the option its run config asks for
-    (`configured_option`: SLCT when a switch recomputes, else NONE).
+    The stage summary runs each body layer at the option its run config's recompute asks for
+    (`ppb_core.memory.configured_options`), and again with every body layer fully recomputed.
     """
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
@@ -192,22 +199,23 @@ def estimate(
     rows = tuple(kind_estimate(memory, first[key], counts[key], times) for key in first)
     in_flight = run_in_flight(run) if stages else None
     peaks: tuple[StagePeak, ...] = ()
+    at_full: tuple[StagePeak, ...] = ()
     if in_flight is not None:
         device = run.device
-        peaks = tuple(
-            stage_peaks(
-                memory,
-                layer_walk,
-                in_flight,
-                device.profile().memory_mb * MB,
-                device.reserved_mb * MB,
-                vectors=run_in_flight_vectors(run),
-            )
-        )
+        sizes = (in_flight, device.profile().memory_mb * MB, device.reserved_mb * MB)
+        vectors = run_in_flight_vectors(run)
+        peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors))
+        at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()
-    return Estimate(summary, rows, peaks)
+    if memory.fit is not None:
+        summary["memory_calibration"] = memory.fit.to_json()
+    return Estimate(summary, rows, peaks, stages_at_full=at_full)
+
+
+def _full(layer: Layer) -> str:
+    return "FULL"
 
 
 __all__ = [

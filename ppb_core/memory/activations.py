@@ -45,7 +45,7 @@ class ActivationTerm:
     op: str
     switch: str | None
     elements: float
-    element_bytes: int
+    element_bytes: float  # whole for the training dtypes; FP8 caches add their scales' share
     gradient: bool = True  # masks, indices and statistics carry no gradient of their own
 
     @property

@@ -25,10 +25,13 @@ BUFFER_RULES: tuple[str, ...] = ("layered", "reference")
 class MemorySetup(Geometry):
     grad_bytes: int = 4
     state_bytes: int = 12  # optimizer states per parameter (fp32 master copy and moments)
+    state_bytes_stated: bool = False  # the run config states them (training.optimizer_state_bytes)
     dp: int = 1
     pp: int = 1
     shard_level: int = 1  # ZeRO: 1 optimizer states, 2 and gradients, 3 (or FSDP) and parameters
     buffer_rule: str = "layered"
+    fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
+    framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,10 +45,13 @@ class MemorySetup(Geometry):
             **Geometry.run_fields(run),
             grad_bytes=train.grad_bytes,
             state_bytes=train.state_bytes,
+            state_bytes_stated=train.optimizer_state_bytes is not None,
             dp=par.dp,
             pp=par.pp,
-            shard_level=par.shard_level,
+            shard_level=run.shard_level,
             buffer_rule=buffer_rule,
+            fp8_cache=train.fp8_cache,
+            framework=run.framework,
         )
 
     @property

@@ -57,10 +57,18 @@ class StaticBytes:
     parameter_bytes: int
     gradient_bytes: int
     optimizer_bytes: int
+    # held from the first forward to the gradient reduction, not at the optimizer step (torchtitan's
+    # gathered parameters and unsharded gradient accumulators under pipeline parallelism)
+    held_through_step_bytes: int = 0
 
     @property
     def total(self) -> int:
-        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.held_through_step_bytes
+
+    @property
+    def step_bytes(self) -> int:
+        """What the layer holds statically at the optimizer step."""
+        return self.total - self.held_through_step_bytes
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:

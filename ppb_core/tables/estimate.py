@@ -7,13 +7,14 @@ columns of the same rows (`times_frame`). `stages_to_frame` is the stage peaks a
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from ppb_core.estimate.run import Estimate, KindEstimate, stage_json
+from ppb_core.estimate.run import Estimate, KindEstimate
 from ppb_core.memory import StagePeak
 from ppb_core.model.kinds import kind_from_dict
 from ppb_core.model.switches import OPTIONS
@@ -84,8 +85,11 @@ LAYER_TIMES = Schema(
 
 STAGE_PEAKS = Schema(
     "stage_peaks",
-    "Each pipeline stage's memory peak against the device, the run as configured.",
+    "Each pipeline stage's memory peak against the device: the run as configured, then at full recompute.",
     (
+        Column(
+            "recompute", "string", "configured: the stages as the run config asks; full: every body layer recomputed"
+        ),
         Column("stage", "int64", "the pipeline stage, from 0"),
         Column("body_layers", "int64", "body layers the stage holds, every chunk", "layers"),
         Column("in_flight_json", "string", "micro-batches in flight of each chunk at the peak", "JSON"),
@@ -93,12 +97,25 @@ STAGE_PEAKS = Schema(
         Column("activation_bytes", "float64", "activations of the micro-batches in flight", "bytes"),
         Column("buffer_bytes", "float64", "communication buffers", "bytes"),
         Column("working_bytes", "float64", "the largest working set of one layer's backward", "bytes"),
+        Column("loss_bytes", "float64", "what the loss holds beyond the TAIL's kept activations", "bytes"),
+        Column("step_static_bytes", "float64", "static memory at the optimizer step", "bytes"),
+        Column("holds_tail", "bool", "whether the stage holds a TAIL (and so the loss)"),
         Column("reserved_bytes", "float64", "what the run config reserves (reserved_mb)", "bytes"),
         Column("device_bytes", "float64", "the device's memory", "bytes"),
-        Column("peak_bytes", "float64", "the stage's peak: the sum of the parts above", "bytes"),
+        Column("peak_bytes", "float64", "the stage's peak: the largest of its moments", "bytes"),
+        Column("moment", "string", "the moment that sets the peak: backward, loss or optimizer"),
         Column("fits", "bool", "whether the peak is within the device's memory"),
     ),
 )
+
+
+def peak_record(peak: StagePeak) -> dict[str, Any]:
+    """A stage peak as plain data, every field, so the summary gives it back exactly."""
+    return {**dataclasses.asdict(peak), "in_flight": list(peak.in_flight)}
+
+
+def peak_from_record(data: Mapping[str, Any]) -> StagePeak:
+    return StagePeak(**{**data, "in_flight": tuple(data["in_flight"])})
 
 
 def estimate_to_frame(result: Estimate) -> Summarized:
@@ -127,7 +144,12 @@ def estimate_to_frame(result: Estimate) -> Summarized:
             for which, values in (("forward", row.forward_ms), ("backward", row.backward_ms)):
                 record[f"{which}_ms_{_LOWER[option]}"] = None if values is None else values[option]
         records.append(record)
-    summary = {"run": result.run, "stages": [stage_json(peak) for peak in result.stages]}
+    summary = {
+        "run": result.run,
+        "stages": [peak_record(peak) for peak in result.stages],
+        "stages_at_full": [peak_record(peak) for peak in result.stages_at_full],
+        "iteration": result.iteration,
+    }
     return Summarized(LAYER_MEMORY.frame(records), json.loads(json.dumps(summary)))
 
 
@@ -135,20 +157,6 @@ def times_frame(layers: Summarized | pd.DataFrame) -> pd.DataFrame:
     """The time columns of an estimate's rows (the `layer_times` table)."""
     frame = layers.frame if isinstance(layers, Summarized) else layers
     return frame[LAYER_TIMES.names].reset_index(drop=True)
-
-
-def peak_from_json(data: Mapping[str, Any]) -> StagePeak:
-    return StagePeak(
-        stage=int(data["stage"]),
-        body_layers=int(data["body_layers"]),
-        in_flight=tuple(data["in_flight"]),
-        static_bytes=float(data["static_bytes"]),
-        activation_bytes=float(data["activation_bytes"]),
-        buffer_bytes=float(data["buffer_bytes"]),
-        working_bytes=float(data["working_bytes"]),
-        reserved_bytes=float(data["reserved_bytes"]),
-        device_bytes=float(data["device_bytes"]),
-    )
 
 
 def estimate_from_frame(stored: Summarized | pd.DataFrame, run: Mapping[str, Any] | None = None) -> Estimate:
@@ -189,8 +197,9 @@ def estimate_from_frame(stored: Summarized | pd.DataFrame, run: Mapping[str, Any
                 activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
             )
         )
-    stages = tuple(peak_from_json(peak) for peak in summary.get("stages", []))
-    return Estimate(run, tuple(rows), stages)
+    stages = tuple(peak_from_record(peak) for peak in summary.get("stages", []))
+    at_full = tuple(peak_from_record(peak) for peak in summary.get("stages_at_full", []))
+    return Estimate(run, tuple(rows), stages, summary.get("iteration"), at_full)
 
 
 def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
@@ -199,14 +208,29 @@ def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
     return f"census:{stated['file']}" if node == "BODY" and stated.get("source") == "census" else "formulas"
 
 
-def stages_to_frame(peaks: Sequence[StagePeak]) -> pd.DataFrame:
-    """One row per pipeline stage's peak."""
-    return STAGE_PEAKS.frame({**stage_json(peak), "in_flight_json": json.dumps(list(peak.in_flight))} for peak in peaks)
+def stages_to_frame(result: Estimate) -> pd.DataFrame:
+    """One row per pipeline stage's peak as configured, then one per stage at full recompute."""
+    return STAGE_PEAKS.frame(
+        {
+            **peak_record(peak),
+            "recompute": recompute,
+            "in_flight_json": json.dumps(list(peak.in_flight)),
+            "step_static_bytes": peak.static_bytes if peak.step_static_bytes is None else peak.step_static_bytes,
+            "peak_bytes": peak.peak_bytes,
+            "moment": peak.moment,
+            "fits": peak.fits,
+        }
+        for recompute, peaks in (("configured", result.stages), ("full", result.stages_at_full))
+        for peak in peaks
+    )
 
 
-def stages_from_frame(frame: pd.DataFrame) -> tuple[StagePeak, ...]:
+def stages_from_frame(frame: pd.DataFrame, recompute: str = "configured") -> tuple[StagePeak, ...]:
+    """The stages of *recompute* ("configured" or "full") back from their table."""
     STAGE_PEAKS.require(frame)
+    fields = [f.name for f in dataclasses.fields(StagePeak)]
     return tuple(
-        peak_from_json({**record, "in_flight": json.loads(record["in_flight_json"])})
-        for record in frame.to_dict("records")
+        peak_from_record({**{k: r[k] for k in fields if k in r}, "in_flight": json.loads(r["in_flight_json"])})
+        for r in frame.to_dict("records")
+        if r["recompute"] == recompute
     )

@@ -135,13 +135,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
 
 
 def _layers_and_options(
-    run: RunConfig, memory: MemoryModel, cell_options: CellOptions | None
+    run: RunConfig,
+    memory: MemoryModel,
+    cell_options: CellOptions | None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> tuple[LayerWalk, dict[Layer, str]]:
     """The layers in their cells and each body layer's option. As configured: full recompute where the
     run's rule puts it (all layers, Megatron's uniform or block, torchtitan's every N-th block), the
     model's configured option (SLCT when a switch recomputes, else NONE) elsewhere."""
     if cell_options is not None:
-        return place_plan(run, cell_options)
+        return place_plan(run, cell_options, by_model)
     placed = walk(run)
     configured = {name: configured_option(memory, name) for name in run.model_names}
     rule = run.recompute
@@ -259,13 +262,18 @@ def run_iteration(
     cell_options: CellOptions | None = None,
     times: TimeModel | None = None,
     memory: MemoryModel | None = None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> Iteration:
-    """The iteration of the run as configured (*cell_options* None) or of a plan's cells."""
+    """The iteration of the run as configured (*cell_options* None) or of a plan's cells.
+
+    *by_model* places each sub-model along the cells on its own (`model.placement.model_cell_options`),
+    as a plan whose combined bodies stand for layers of several sub-models needs.
+    """
     par, train = run.parallel, run.training
     times = times if times is not None else TimeModel(run)
     memory = memory if memory is not None else MemoryModel(run)
     rules = framework_rules(run)
-    placed, chosen = _layers_and_options(run, memory, cell_options)
+    placed, chosen = _layers_and_options(run, memory, cell_options, by_model)
     links = _data_links(run, times.links, memory)
     kernels = times.kernels
     stages, chunks, m = par.pp, par.vpp, train.micro_batches
