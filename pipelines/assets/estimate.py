@@ -16,9 +16,11 @@ PARTS = ("static", "activation", "buffer", "working", "reserved", "peak", "devic
 @stage_asset("layer_memory")
 def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Output[Summarized]:
     stored = chain.layer_memory(run_config, layer_walk)
-    peaks = estimate_from_frame(stored).stages
-    stages = stages_to_frame(peaks)
-    shown_stages = stages[["stage", "body_layers", "in_flight_json", "fits"]].assign(
+    result = estimate_from_frame(stored)
+    peaks = result.stages
+    stages = stages_to_frame(result)
+    stages = stages[stages["recompute"] == "configured"]
+    shown_stages = stages[["stage", "body_layers", "in_flight_json", "moment", "fits"]].assign(
         **{f"{part} MB": (stages[f"{part}_bytes"] / MB).round(0) for part in PARTS}
     )
     frame = stored.frame
