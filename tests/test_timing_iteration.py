@@ -19,7 +19,7 @@ from ppb_core.model.walk import walk
 from ppb_core.schedules import simulate
 from ppb_core.timing import model_flops_per_iteration
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, Geometry, _remote_nodes
+from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, OpGeometry, _remote_nodes
 from ppb_core.timing.iteration import (
     BREAKDOWN_KEYS,
     _fsdp_exposed,
@@ -309,12 +309,12 @@ def test_deepep_sends_a_token_once_to_each_remote_node_it_reaches():
     # reach at most 4 nodes, 7/8 of them remote on average: 3.5 hidden states leave the node per token
     # routed, instead of 8 copies × 56/64 remote = 7. Uniform picks without the limit: 8·(1 − (7/8)^8)
     # nodes, the same 7/8 remote.
-    geo = Geometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
+    geo = OpGeometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
     limited = Moe(7168, 256, 8, 2048, True, "swiglu", groups=8, group_limit=4)
     assert _remote_nodes(limited, geo) == pytest.approx(4 * 7 / 8)
     free = Moe(7168, 256, 8, 2048, True, "swiglu")
     assert _remote_nodes(free, geo) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
-    assert _remote_nodes(free, Geometry(seq_length=4096, ep=8, ep_nodes=1)) is None
+    assert _remote_nodes(free, OpGeometry(seq_length=4096, ep=8, ep_nodes=1)) is None
 
 
 def test_deepseek_v3_reads_its_group_limited_routing():
