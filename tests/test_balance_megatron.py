@@ -31,7 +31,7 @@ from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.program import solve
 from ppb_core.config.run import load_run_config
 from ppb_core.model.switches import OPTIONS
-from ppb_core.payload.describe import describe_run
+from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))

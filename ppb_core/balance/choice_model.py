@@ -22,6 +22,10 @@ Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times a pat
 
 
 class ChoiceModel:
+    """The integer program over listed stage choices: one binary y[s][j] per choice j of stage s,
+    each cell's forward and backward durations, layer placement and body-type order; the
+    objective column `top` (T) is bounded below by the rows a caller adds (paths, closed forms)."""
+
     def __init__(self, problem: BalanceInput, choices: list[list[StageChoice]], tau: float) -> None:
         self.p = problem
         self.choices = choices

@@ -26,8 +26,9 @@ from fractions import Fraction
 import numpy as np
 
 from ppb_core.balance.megatron import Setting
-from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.model.switches import OPTIONS
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.dominance import undominated
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
@@ -58,15 +59,8 @@ class StageChoice:
 
 
 def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float, tuple]]:
-    """Points not dominated in (backward, activation), the first of equal ones kept."""
-    points = sorted(points, key=lambda p: (p[0], p[1]))
-    kept: list[tuple[float, float, tuple]] = []
-    best = math.inf
-    for point in points:
-        if point[1] < best:
-            kept.append(point)
-            best = point[1]
-    return kept
+    """Points not dominated in (backward, activation), the first of equal ones kept, by backward time."""
+    return [points[i] for i in undominated([(b, a) for b, a, _ in points])]
 
 
 def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
@@ -131,14 +125,14 @@ class Catalogue:
             return self._cell_cache[key]
         bodies = self.p.layers.bodies
         candidates: list[tuple[float, float, tuple]] = []
-        ranks = sorted({RANK[OPTIONS[k]] for k in self.p.option_indices})
+        ranks = sorted({CELL_RANK[OPTIONS[k]] for k in self.p.option_indices})
         for variant in self.variants:
             # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}].
             for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
                 bounds = [ranks[0], *cuts, ranks[-1]]
                 partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
                 for i, (body, n) in enumerate(zip(types, counts, strict=True)):
-                    allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                    allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
                     front = self._front(body, n, tuple(allowed))
                     partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
                 candidates += partial
@@ -155,7 +149,7 @@ class Catalogue:
         wanted = self.setting.cell_options(sum(counts))
         if any(n and OPTIONS.index(o) not in self.p.option_indices for o, n in wanted.items()):
             return []
-        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: RANK[o]) for _ in range(wanted[o])]
+        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
         rows, backward, activation, start = [], 0.0, 0.0, 0
         for body, n in zip(types, counts, strict=True):
             row = [0] * len(OPTIONS)
@@ -356,11 +350,10 @@ def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str)
 def _undominated_rows(backward: np.ndarray, rows: list[int], mixed: np.ndarray, used: np.ndarray) -> list[int]:
     """Rows whose per-chunk backward vector no other row beats or equals everywhere; of equal ones the
     first with one option on the whole stage, then the least memory (the ties a user would break)."""
-    order = sorted(
-        rows, key=lambda i: (float(backward[i].sum()), tuple(backward[i]), float(mixed[i]), float(used[i]), i)
-    )
-    kept: list[int] = []
-    for i in order:
-        if not kept or not (backward[kept] <= backward[i]).all(axis=1).any():
-            kept.append(i)
-    return kept
+    vectors = [backward[i] for i in rows]
+
+    def scan(j: int) -> tuple:
+        i = rows[j]
+        return (float(vectors[j].sum()), tuple(vectors[j]), float(mixed[i]), float(used[i]), i)
+
+    return [rows[j] for j in undominated(vectors, scan=scan)]

@@ -31,6 +31,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ppb_core.config.recompute import MegatronRecompute
+
 LAYER_CHARACTERS: dict[str, str] = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 
 
@@ -204,8 +206,6 @@ def selective_modules(run: object | None) -> tuple[str, ...] | None:
     """The `--recompute-modules` that SLCT stands for, when the run states them in Megatron's words."""
     if run is None or getattr(run, "framework", None) != "megatron":
         return None
-    from ppb_core.config.recompute import MegatronRecompute
-
     raw = run.training.recompute  # type: ignore[attr-defined]
     if isinstance(raw, MegatronRecompute) and raw.granularity == "selective":
         return tuple(raw.recomputed_modules)

@@ -48,10 +48,10 @@ from ppb_core.balance.local import Counts, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import break_ties
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
@@ -363,7 +363,7 @@ def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Cou
         for v, s in problem.cells:
             sizes = [sum(counts[b][v][s]) for b in range(len(counts))]
             wanted = setting.cell_options(sum(sizes))
-            along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: RANK[o]) for _ in range(wanted[o])]
+            along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
             start = 0
             for b, n in enumerate(sizes):
                 for k in along[start : start + n]:

@@ -21,9 +21,9 @@ import yaml
 from ppb_core.balance.megatron import LayoutError, MegatronFlags, parse_flags, parse_layout, validate_layout
 from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
 def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None = None) -> tuple[Plan, str]:
@@ -160,7 +160,7 @@ def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modul
     body = 0
     for (v, s), size in zip(p.cells, sizes, strict=True):
         wanted = setting.cell_options(size)
-        for option in sorted(wanted, key=lambda o: RANK[o]):
+        for option in sorted(wanted, key=lambda o: CELL_RANK[o]):
             if wanted[option] and option not in p.options:
                 raise InputError(where, "--recompute-granularity", f"needs {option}, which the descriptions lack")
             for _ in range(wanted[option]):

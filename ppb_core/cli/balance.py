@@ -21,53 +21,22 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
+from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.result import balance
+from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
+from ppb_core.estimate.plan import plan_iterations
+from ppb_core.io import atomic_write_text
+from ppb_core.payload.run import describe_run
+from ppb_core.payload.sapp import layer_set, read_sapp_file
+from ppb_core.schedules import SCHEDULES
 
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "balance",
-        help="balance layers over pipeline stages with an exact integer program",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("source", metavar="RUN.yaml|layers.json", help="a run config or a SAPP layers description")
-    parser.add_argument("-s", "--stages", type=int, help="pipeline stages P (layers.json default 4)")
-    parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
-    parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
-    parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
-    parser.add_argument(
-        "--constant-memory",
-        type=float,
-        default=None,
-        help="MB every stage holds besides its layers (default: from a run config, the largest "
-        "working set of one layer's backward; from layers.json, 0)",
-    )
-    parser.add_argument(
-        "--schedule",
-        choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
-        help="pipeline schedule (default 1f1b; interleaved when V > 1)",
-    )
-    parser.add_argument(
-        "--framework",
-        choices=("megatron", "mindformers", "torchtitan"),
-        help="whose rules the plan follows (default: the run config's; mindformers for a layers.json)",
-    )
-    parser.add_argument(
-        "--mtp-layers", type=int, help="MTP layers the TAIL holds (default: the run config's; 0 for a layers.json)"
-    )
-    parser.add_argument("-t", "--time-limit", type=float, help="wall-clock seconds at most (default 90)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
-    parser.add_argument(
-        "--closed-form",
-        action="store_true",
-        help="minimise the closed-form estimate only, not the schedule's critical path",
-    )
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
-    parser.set_defaults(func=run)
 
 
 def _positive(value: Any, name: str, source: str) -> None:
@@ -78,9 +47,6 @@ def _positive(value: Any, name: str, source: str) -> None:
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
     """The balancing problem the arguments describe, whether to search the interleave, and the run
     config (None for a layers.json)."""
-    from ppb_core.balance.problem import BalanceInput, run_problem
-    from ppb_core.payload.sapp import layer_set, read_sapp_file
-
     source = str(args.source)
     path = Path(source)
     for name in ("stages", "micro_batches", "memory", "time_limit"):
@@ -89,6 +55,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
         raise InputError(source, "--constant-memory", f"must not be negative, got {args.constant_memory}")
     if args.mtp_layers is not None and args.mtp_layers < 0:
         raise InputError(source, "--mtp-layers", f"must not be negative, got {args.mtp_layers}")
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise InputError(source, "--schedule", f"{args.schedule!r} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
     search = interleave_text == "auto"
     interleave = None
@@ -101,9 +69,6 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             ) from None
         _positive(interleave, "--interleave", source)
     if path.suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.config.run import load_run_config
-        from ppb_core.payload.describe import describe_run
-
         run = load_run_config(path)
         schedule = args.schedule
         if search and (schedule or run.parallel.schedule) == "interleaved":
@@ -146,11 +111,6 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppb_core.balance.megatron import selective_modules
-    from ppb_core.balance.result import balance
-    from ppb_core.cli.console import progress_hook
-    from ppb_core.io import atomic_write_text
-
     problem, search, run_config = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     with progress_hook(args.quiet) as hook:
@@ -163,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
             modules=selective_modules(run_config),
         )
     if result["status"] != "infeasible" and run_config is not None:
-        from ppb_core.estimate.plan import plan_iterations
-
         result.update(plan_iterations(run_config, result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
@@ -195,10 +153,6 @@ def _number(value: float | None, digits: int = 6) -> str:
 
 def render(result: dict[str, Any]) -> None:
     """The plan as rich tables: a summary, the stages, the yaml to paste, Megatron-LM flags, baselines."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     given = result["input"]

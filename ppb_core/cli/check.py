@@ -14,56 +14,33 @@ import argparse
 import json
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
+from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.outputs import cells
+from ppb_core.balance.problem import run_problem
+from ppb_core.balance.result import balance
+from ppb_core.balance.user_plan import read_plan
+from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
+from ppb_core.estimate.check import check_plan
+from ppb_core.payload.run import describe_run
 
 EXIT_DOES_NOT_FIT = 1
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "check",
-        help="check a plan you have (MindFormers yaml or Megatron-LM flags) against the device",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("--plan", required=True, metavar="PLAN", help="a MindFormers yaml, or Megatron-LM flags")
-    parser.add_argument("-t", "--time-limit", type=float, default=90.0, help="seconds for the optimum at most")
-    parser.add_argument("--no-optimum", action="store_true", help="do not solve for the optimum beside it")
-    parser.add_argument("--json", action="store_true", help="print the check as JSON")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
-    parser.set_defaults(func=run)
-
-
-def cell_options(plan: Any) -> list[list[dict[str, int]]]:
-    """[chunk][stage] → option → body layers, the balancer's format."""
-    from ppb_core.model.switches import OPTIONS
-
-    p = plan.problem
-    return [
-        [{OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n} for s in range(p.stages)]
-        for v in range(p.chunks)
-    ]
-
-
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
-    from ppb_core.balance.megatron import selective_modules
-    from ppb_core.balance.problem import run_problem
-    from ppb_core.balance.result import balance
-    from ppb_core.balance.user_plan import read_plan
-    from ppb_core.cli.console import progress_hook
-    from ppb_core.config.run import load_run_config
-    from ppb_core.estimate.check import check_plan
-    from ppb_core.payload.describe import describe_run
-
     if not args.time_limit > 0:
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
     run = load_run_config(args.run)
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
     plan, form = read_plan(problem, args.plan, modules)
-    evaluated = check_plan(run, cell_options(plan))
+    bodies = problem.describe()["bodies"]
+    evaluated = check_plan(run, cells(plan), bodies)
     out: dict[str, Any] = {
         "run": str(args.run),
         "plan": args.plan,
@@ -87,8 +64,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         with progress_hook(args.quiet) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
         if result["status"] != "infeasible" and "cells" in result:
-            best = _cells_from_result(result)
-            optimum = check_plan(run, best)
+            optimum = check_plan(run, result["cells"], result["input"]["bodies"])
             out["optimum"] = {
                 "iteration_s": optimum.iteration_s,
                 "fits": optimum.fits,
@@ -107,10 +83,6 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _cells_from_result(result: dict[str, Any]) -> list[list[dict[str, int]]]:
-    return [[dict(cell["options"]) for cell in row] for row in result["cells"]]
-
-
 def run(args: argparse.Namespace) -> int:
     out = check(args)
     if args.json:
@@ -121,10 +93,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(out: dict[str, Any]) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {out['form']} plan {escape(out['plan'])}")

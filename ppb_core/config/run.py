@@ -28,12 +28,20 @@ from pydantic import (
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
-from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
+from ppb_core.config.recompute import (
+    FORMS,
+    SWITCHES,
+    Framework,
+    Recompute,
+    RecomputeForm,
+    Switches,
+    framework_words,
+    resolve,
+)
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
+from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError
 from ppb_core.io import read_json, read_text
-from ppb_core.model.switches import SWITCHES
-from ppb_core.model.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -622,26 +630,3 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     if run.memory.calibration is not None:
         raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw
-
-
-RUN_CONFIG_COLUMNS = ("name", "source", "config_json")
-
-
-def run_to_frame(run: RunConfig) -> Any:
-    """One row: the run config resolved to JSON (the `run_config` asset's table)."""
-    import json
-
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"name": [run.name], "source": [run.source], "config_json": [json.dumps(resolved_raw(run), sort_keys=True)]}
-    )
-
-
-def run_from_frame(frame: Any) -> RunConfig:
-    import json
-
-    if len(frame) != 1:
-        raise InputError("run_config table", None, f"expected one row, got {len(frame)}")
-    row = frame.iloc[0]
-    return parse_run_config(json.loads(row["config_json"]), str(row["source"]), ".")

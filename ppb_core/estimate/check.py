@@ -1,9 +1,9 @@
 """A user's own plan checked against the device: each stage's peak, the iteration, the optimum beside it.
 
-`check_plan(run, cell_options)` places each layer where the plan puts it, under the option its
-position in its cell gets (as `estimate.plan` does), and evaluates every stage with the memory
-model's stage peak (which stage runs out, by how much, at which moment) and the iteration by
-running the schedule on each cell's forward and backward milliseconds from the time model.
+`check_plan(run, plan_cells, bodies)` evaluates a plan in the balancer's cell format the way
+`estimate.plan` evaluates the balancer's own: every stage's peak from the memory model
+(`plan_stages`: which stage runs out, by how much, at the moment that sets it) and the iteration
+in seconds from the time model (`timing.iteration.run_iteration`).
 """
 
 from __future__ import annotations
@@ -13,26 +13,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppb_core.config.run import RunConfig
-from ppb_core.estimate.plan import _options_along_cells, _placed_walk
-from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.memory.peak import MB
-from ppb_core.model.switches import OPTIONS
-from ppb_core.schedules import canonical, simulate
+from ppb_core.estimate.plan import StageEvaluation, plan_stages
+from ppb_core.memory import MemoryModel
+from ppb_core.model.placement import model_cell_options
 from ppb_core.timing import TimeModel
-
-# The moment a stage's peak comes at, when the memory model does not name it.
-DEFAULT_MOMENT = "backward"
+from ppb_core.timing.iteration import Iteration, run_iteration
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)
 class StageCheck:
+    """One stage of a plan against the device's usable memory (what the run config reserves left out)."""
+
     stage: int
     layers: int
     options: dict[str, int]
     peak_mb: float
     device_mb: float
-    moment: str
+    moment: str  # the moment that sets the peak: backward, loss or optimizer
+    moments_mb: dict[str, float]
     in_flight: tuple[int, ...]
+
+    @classmethod
+    def of(cls, evaluation: StageEvaluation) -> StageCheck:
+        peak = evaluation.peak
+        reserved = peak.reserved_bytes
+        return cls(
+            stage=peak.stage,
+            layers=peak.body_layers,
+            options={option: n for option, n in evaluation.options.items() if n},
+            peak_mb=(peak.peak_bytes - reserved) / MB,
+            device_mb=(peak.device_bytes - reserved) / MB,
+            moment=peak.moment,
+            moments_mb={name: (value - reserved) / MB for name, value in peak.moments.items()},
+            in_flight=tuple(peak.in_flight),
+        )
 
     @property
     def free_mb(self) -> float:
@@ -52,6 +67,7 @@ class StageCheck:
             "free_mb": self.free_mb,
             "fits": self.fits,
             "moment": self.moment,
+            "moments_mb": self.moments_mb,
             "in_flight": list(self.in_flight),
         }
 
@@ -59,9 +75,11 @@ class StageCheck:
 @dataclass(frozen=True)
 class PlanCheck:
     stages: tuple[StageCheck, ...]
-    iteration_s: float  # the pipeline's iteration: the schedule run on the cells' times
-    cell_forward_ms: tuple[tuple[float, ...], ...]  # [chunk][stage]
-    cell_backward_ms: tuple[tuple[float, ...], ...]
+    iteration: Iteration
+
+    @property
+    def iteration_s(self) -> float:
+        return self.iteration.seconds
 
     @property
     def fits(self) -> bool:
@@ -75,58 +93,19 @@ class PlanCheck:
         return {
             "fits": self.fits,
             "iteration_s": self.iteration_s,
+            "iteration": self.iteration.to_json(),
             "stages": [stage.to_json() for stage in self.stages],
         }
 
 
-def check_plan(run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]]) -> PlanCheck:
-    """The plan's stages against the device and its iteration. *cell_options*: [chunk][stage] → option →
-    body layers, in the balancer's format."""
-    par = run.parallel
-    cell_layers = [[sum(int(n) for n in cell.values()) for cell in row] for row in cell_options]
-    placed = _placed_walk(run, cell_layers)
-    chosen = _options_along_cells(placed, cell_options)
-    memory, times = MemoryModel(run), TimeModel(run)
-    device = run.device
-    peaks = stage_peaks(
-        memory,
-        placed,
-        run_in_flight(run),
-        device.profile().memory_mb * MB,
-        device.reserved_mb * MB,
-        option_of=lambda layer: chosen.get(layer, "NONE"),
-        vectors=run_in_flight_vectors(run),
-    )
-    forward = [[0.0] * par.pp for _ in range(par.vpp)]
-    backward = [[0.0] * par.pp for _ in range(par.vpp)]
-    for layer in placed:
-        state, switches = memory.option_state(layer, chosen.get(layer, "NONE"))
-        f, b = times.layer_times(layer, state, switches)
-        forward[layer.chunk][layer.stage] += f
-        backward[layer.chunk][layer.stage] += b
-    stages = []
-    for peak in peaks:
-        counts = {option: 0 for option in OPTIONS}
-        for layer, option in chosen.items():
-            if layer.stage == peak.stage:
-                counts[option] += 1
-        stages.append(
-            StageCheck(
-                stage=peak.stage,
-                layers=peak.body_layers,
-                options={option: n for option, n in counts.items() if n},
-                # usable memory: the device less what the run config reserves, on both sides
-                peak_mb=(peak.peak_bytes - peak.reserved_bytes) / MB,
-                device_mb=(peak.device_bytes - peak.reserved_bytes) / MB,
-                moment=str(getattr(peak, "moment", DEFAULT_MOMENT)),
-                in_flight=tuple(peak.in_flight),
-            )
-        )
-    schedule = canonical(par.schedule, par.vpp)
-    makespan_ms = simulate(schedule, forward, backward, run.training.micro_batches).makespan
-    return PlanCheck(
-        tuple(stages),
-        makespan_ms / 1000.0,
-        tuple(tuple(row) for row in forward),
-        tuple(tuple(row) for row in backward),
-    )
+def check_plan(
+    run: RunConfig, plan_cells: Sequence[Sequence[Mapping[str, Any]]], bodies: Sequence[Mapping[str, Any]] = ()
+) -> PlanCheck:
+    """The plan's stages against the device and its iteration. *plan_cells*: [chunk][stage] cells as the
+    balancer writes them (`options`: option → body layers; `layers`: per body type), *bodies* the
+    plan's `input.bodies` (their sub-models place a combined body model by model)."""
+    cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+    by_model = model_cell_options(plan_cells, bodies) if bodies else None
+    evaluations = plan_stages(run, cells, by_model)
+    iteration = run_iteration(run, cells, TimeModel(run), MemoryModel(run), by_model)
+    return PlanCheck(tuple(StageCheck.of(e) for e in evaluations), iteration)
