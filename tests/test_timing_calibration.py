@@ -144,7 +144,7 @@ def test_bad_rows_name_their_line_and_field(rows, field, problem):
     "header,problem",
     [
         ("model_name,node,kind,option,forward_ms", "missing column 'backward_ms'"),
-        ("model_name,node,kind,option,forward_ms,backward_ms,notes", "unknown column 'notes'"),
+        ("model_name,node,kind,option,forward_ms,backward_ms,notes", "column 7, 'notes', is not one of"),
     ],
 )
 def test_the_header_is_checked(header, problem):

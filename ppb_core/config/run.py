@@ -11,7 +11,6 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     Field,
     NonNegativeFloat,
@@ -24,12 +23,13 @@ from pydantic import (
     model_validator,
 )
 
+from ppb_core.config import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf import read_hf_config
 from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
 from ppb_core.config.spec import ModelSpec, StrictModel
-from ppb_core.errors import InputError
-from ppb_core.io import read_text
+from ppb_core.errors import InputError, shown
+from ppb_core.io import decode, parse_yaml, read_bytes, read_yaml
 from ppb_core.model.switches import SWITCHES
 from ppb_core.schedules import check as check_schedule
 
@@ -39,16 +39,22 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
+# Sizes bounded by `ppb_core.config.limits`, refused before any work.
+Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=128)]
+Factor = Annotated[float, limits.at_most(limits.FACTOR)]
+Rate = Annotated[PositiveFloat, limits.at_most(limits.DEVICE_RATE)]
+
 
 class SubModel(StrictModel):
     """One model in the pipeline: its architecture from a config.json or an explicit spec."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Name
     config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
     spec: ModelSpec | None = None
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
-    pad_vocab_multiple: PositiveInt | None = Field(
+    pad_vocab_multiple: Annotated[PositiveInt, limits.at_most(limits.VOCABULARY)] | None = Field(
         None, description="pad the vocabulary to a multiple of this times tp (Megatron's divisible-by)"
     )
 
@@ -60,20 +66,22 @@ class SubModel(StrictModel):
 
 
 class Parallel(StrictModel):
-    dp: PositiveInt = 1
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vpp: PositiveInt = Field(1, description="virtual pipeline chunks per stage")
-    cp: PositiveInt = 1
+    dp: Devices = 1
+    tp: Devices = 1
+    pp: Annotated[PositiveInt, limits.at_most(limits.STAGES, "pipeline stages")] = 1
+    vpp: Annotated[PositiveInt, limits.at_most(limits.CHUNKS, "chunks per stage")] = Field(
+        1, description="virtual pipeline chunks per stage"
+    )
+    cp: Devices = 1
     cp_variant: Literal["ring", "ulysses"] = "ring"
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = Field(None, description="expert tensor parallel; defaults to tp")
+    ep: Devices = 1
+    etp: Devices | None = Field(None, description="expert tensor parallel; defaults to tp")
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 1
     fsdp: bool = False
     schedule: Schedule = "1f1b"
-    world_size: PositiveInt | None = None
-    devices_per_node: PositiveInt = 8
+    world_size: Devices | None = None
+    devices_per_node: Devices = 8
 
     @property
     def expert_tp(self) -> int:
@@ -114,19 +122,21 @@ class Parallel(StrictModel):
 
 class MoeTraining(StrictModel):
     dropless: bool = True
-    capacity_factor: PositiveFloat = 1.0
+    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = 1.0
     # Dropless routing is imbalanced: the busiest rank gets this many times its fair share.
-    dropless_imbalance: Annotated[float, Field(ge=1.0)] = 1.0
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = 1.0
 
 
 class Training(StrictModel):
-    seq_length: PositiveInt
-    micro_batch_size: PositiveInt = 1
-    micro_batches: PositiveInt = 1
+    seq_length: Annotated[PositiveInt, limits.at_most(limits.SEQUENCE, "tokens")]
+    micro_batch_size: Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCH_SIZE, "sequences")] = 1
+    micro_batches: Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = 1
     dtype: Dtype = "bf16"
     grad_bytes: Literal[2, 4] = Field(4, description="main-gradient bytes (fp32 accumulation is 4)")
     optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
-    optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
+    optimizer_state_bytes: Annotated[PositiveInt, limits.at_most(limits.FACTOR)] | None = Field(
+        None, description="overrides the optimizer's default"
+    )
     flash_attention: bool = True
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
     recompute: RecomputeForm = Field(
@@ -156,25 +166,29 @@ class Device(StrictModel):
     """A catalog device, any figure of which the run config may override."""
 
     name: str | None = None
-    memory_mb: PositiveInt | None = None
-    reserved_mb: NonNegativeInt = Field(0, description="held back for the framework and fragmentation")
-    peak_tflops: PositiveFloat | None = Field(None, description="dense 16-bit tensor TFLOPS")
-    hbm_bandwidth_gbs: PositiveFloat | None = None
-    intra_node_bandwidth_gbs: PositiveFloat | None = None
-    inter_node_bandwidth_gbs: PositiveFloat | None = None
+    memory_mb: Annotated[PositiveInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] | None = None
+    reserved_mb: Annotated[NonNegativeInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] = Field(
+        0, description="held back for the framework and fragmentation"
+    )
+    peak_tflops: Rate | None = Field(None, description="dense 16-bit tensor TFLOPS")
+    hbm_bandwidth_gbs: Rate | None = None
+    intra_node_bandwidth_gbs: Rate | None = None
+    inter_node_bandwidth_gbs: Rate | None = None
     matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
         None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
     )
     memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
+    collective_latency_us: Annotated[NonNegativeFloat, limits.at_most(limits.DEVICE_LATENCY_US, "µs")] | None = Field(
+        None, description="cost of one step of a collective"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> Device:
         if self.name is None and self.memory_mb is None:
             raise ValueError("give a catalog name or memory_mb")
         if self.name is not None and self.name not in DEVICE_CATALOG:
-            raise ValueError(f"unknown device {self.name!r} (catalog: {', '.join(DEVICE_CATALOG)})")
+            raise ValueError(f"unknown device {shown(self.name)} (catalog: {', '.join(DEVICE_CATALOG)})")
         return self
 
     def profile(self) -> DeviceProfile:
@@ -211,24 +225,30 @@ class TimingOptions(StrictModel):
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
-    combined: list[list[Annotated[tuple[str, str], Strict(False)]]] = Field(default_factory=list)
+    combined: Annotated[
+        list[Annotated[list[Annotated[tuple[str, str], Strict(False)]], Field(max_length=limits.COMBINED)]],
+        Field(max_length=limits.COMBINED),
+    ] = Field(default_factory=list)
 
     @field_validator("combined")
     @classmethod
     def _types(cls, groups: list[list[tuple[str, str]]]) -> list[list[tuple[str, str]]]:
+        pairs = sum(len(group) for group in groups)
+        if pairs > limits.COMBINED:
+            raise ValueError(limits.over(pairs, limits.COMBINED, "pairs"))
         for group in groups:
             for _, node in group:
                 if node.upper() not in ("HEAD", "BODY", "TAIL"):
-                    raise ValueError(f"{node!r} is not one of head, body, tail")
+                    raise ValueError(f"{shown(node)} is not one of head, body, tail")
         return groups
 
 
 class RunConfig(StrictModel):
-    name: str
+    name: Annotated[str, Field(max_length=256)]
     framework: Framework = Field(
         "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
     )
-    models: Annotated[list[SubModel], Field(min_length=1)]
+    models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
     training: Training
     device: Device
@@ -271,11 +291,20 @@ class RunConfig(StrictModel):
         return sum(spec.num_layers for spec in self.specs.values())
 
 
+def _is_field(part: Any, previous: Any) -> bool:
+    """Whether a part of pydantic's error location is a key the user wrote: not a union member's
+    type or a validator (`int`, `function-after[...]`), a mapping's `[key]`, a recompute form's tag."""
+    if isinstance(part, int):
+        return True
+    if part == "[key]" or (previous == "recompute" and part in FORMS):
+        return False
+    return not any(mark in part for mark in ("[", "]", "-")) and part not in ("int", "str", "float", "bool", "none")
+
+
 def _pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
     loc = first["loc"]
-    # a recompute form's tag (switches, full, megatron, torchtitan) is pydantic's, not a field
-    parts = [p for i, p in enumerate(loc) if p != "[key]" and not (i and loc[i - 1] == "recompute" and p in FORMS)]
+    parts = [p for i, p in enumerate(loc) if _is_field(p, loc[i - 1] if i else None)]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
@@ -284,8 +313,8 @@ def _pydantic_error(err: ValidationError, source: str) -> InputError:
         problem = "missing, and required"
     else:
         problem = first["msg"].removeprefix("Value error, ")
-        if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
-            problem = f"{problem} (got {first['input']!r})"
+        if "input" in first and kind not in ("value_error", "model_type") and not isinstance(first["input"], dict):
+            problem = f"{problem} (got {shown(first['input'])})"
     return InputError(source, where, problem)
 
 
@@ -323,6 +352,19 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, whe
             "training.seq_length",
             f"{run.training.seq_length} exceeds {sub.name}'s {spec.max_position_embeddings} learned positions",
         )
+
+
+def _check_sizes(run: RunConfig, where: str) -> None:
+    """The limits on sizes of the whole run (`ppb_core.config.limits`), before any check that works on them."""
+    par, train = run.parallel, run.training
+    if run.total_body_layers > limits.LAYERS:
+        raise InputError(
+            where,
+            "models",
+            f"{run.total_body_layers:,} body layers in all: "
+            + limits.over(run.total_body_layers, limits.LAYERS, "body layers"),
+        )
+    limits.check_schedule(par.pp, par.vpp, train.micro_batches, where, "training.micro_batches")
 
 
 def _check_run(run: RunConfig, where: str) -> None:
@@ -379,50 +421,73 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         raise _pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
-    for sub in run.models:
+    for index, sub in enumerate(run.models):
         specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
-        if sub.census is not None and not (base / sub.census).is_file():
-            raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
-    if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
-        raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
+        if sub.census is not None:
+            _check_file(base / sub.census, where, f"models.{index}.census", "census")
+    if run.timing.calibration is not None:
+        _check_file(base / run.timing.calibration, where, "timing.calibration", "calibration")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    _check_sizes(run, where)
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
     _check_run(run, where)
     return run
 
 
+def _check_file(path: Path, where: str, field: str, kind: str) -> None:
+    """A census or calibration file the run config names, read and validated now, before any work:
+    its errors name the file; that it is missing or a folder names the run config's field."""
+    if not path.exists():
+        raise InputError(where, field, f"{path} not found")
+    if path.is_dir():
+        raise InputError(where, field, f"{path} is a folder, not a {kind} file")
+    if kind == "census":
+        from ppb_core.census.record import read_census  # the census package imports the config
+
+        read_census(path)
+    else:
+        from ppb_core.timing.calibration import read_calibration  # the timing package imports the config
+
+        read_calibration(path)
+
+
 def load_run_config(path: str | Path) -> RunConfig:
-    """Read, validate and resolve a run config file."""
+    """Read, validate and resolve a run config file; any problem with it or a file it names is an
+    InputError (and nothing else), found before any work."""
     path = Path(path)
-    text = read_text(path, "is a directory, not a run config")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid"
-        raise InputError(path, None, f"not valid YAML{at}: {problem}") from None
+    raw = read_yaml(path, "is a directory, not a run config")
     return parse_run_config(raw, path, path.parent)
 
 
 def config_hash(path: str | Path) -> str:
-    """A content hash of a run config and every file it names, so any change makes it stale."""
+    """A content hash of a run config and every file it names, so any change makes it stale.
+
+    Bad content is hashed like good content (reading it is what fails, later, as one InputError
+    of its own partition); only a run config that cannot be read at all (gone, a folder, over the
+    size limit, a device) raises, and then only InputError.
+    """
     path = Path(path)
-    digest = hashlib.sha256(path.read_bytes())
+    data = read_bytes(path, "is a directory, not a run config", limits.YAML_BYTES)
+    digest = hashlib.sha256(data)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+        raw = parse_yaml(decode(data, path), path)
+    except InputError:
         return digest.hexdigest()
-    for sub in raw.get("models", []) if isinstance(raw, dict) else []:
-        for key in ("config", "census"):
-            ref = sub.get(key) if isinstance(sub, dict) else None
-            if isinstance(ref, str) and (path.parent / ref).is_file():
-                digest.update((path.parent / ref).read_bytes())
-    timing = raw.get("timing") if isinstance(raw, dict) else None
-    ref = timing.get("calibration") if isinstance(timing, dict) else None
-    if isinstance(ref, str) and (path.parent / ref).is_file():
-        digest.update((path.parent / ref).read_bytes())
+    raw = raw if isinstance(raw, dict) else {}
+    models, timing = raw.get("models"), raw.get("timing")
+    refs: list[Any] = []
+    for sub in models if isinstance(models, list) else []:
+        if isinstance(sub, dict):
+            refs.extend(sub.get(key) for key in ("config", "census"))
+    refs.append(timing.get("calibration") if isinstance(timing, dict) else None)
+    for ref in refs:
+        if isinstance(ref, str):
+            digest.update(ref.encode("utf-8", "replace") + b"\0")
+            try:
+                digest.update(read_bytes(path.parent / ref))
+            except InputError as err:  # a file missing, a folder, too big: the partition will say so
+                digest.update(err.problem.encode())
     return digest.hexdigest()
 
 
