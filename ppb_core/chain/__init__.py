@@ -40,9 +40,11 @@ from ppb_core.chain.storage import (
     read_stage,
     stage_artifact_suffixes,
     stage_artifacts,
+    stage_files,
     stage_path,
     to_parquet_bytes,
     write_stage,
+    write_stages,
 )
 from ppb_core.chain.versions import code_version, core_closure
 
@@ -78,10 +80,12 @@ __all__ = [
     "stage",
     "stage_artifact_suffixes",
     "stage_artifacts",
+    "stage_files",
     "stage_path",
     "switch_profiles",
     "to_parquet_bytes",
     "walk_problems",
     "withdrawn_descriptions",
     "write_stage",
+    "write_stages",
 ]

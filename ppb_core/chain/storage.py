@@ -7,9 +7,11 @@ import weakref
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from ppb_core.chain.stages import stage
-from ppb_core.io import atomic_write_bytes
+from ppb_core.errors import InputError
+from ppb_core.io import read_bytes, write_files
 
 PARQUET = ".parquet"
 
@@ -21,8 +23,13 @@ def to_parquet_bytes(frame: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def from_parquet_bytes(data: bytes) -> pd.DataFrame:
-    return pd.read_parquet(io.BytesIO(data), engine="pyarrow")
+def from_parquet_bytes(data: bytes, source: str | Path = "<parquet>") -> pd.DataFrame:
+    """A stored table; bytes that are not a readable Parquet table are an InputError naming *source*."""
+    try:
+        return pd.read_parquet(io.BytesIO(data), engine="pyarrow")
+    except (OSError, ValueError, pa.ArrowException) as err:
+        problem = " ".join(str(err).split())[:160]
+        raise InputError(source, None, f"not a readable Parquet table ({type(err).__name__}: {problem})") from None
 
 
 def stage_path(root: str | Path, name: str, key: str, suffix: str = PARQUET) -> Path:
@@ -55,16 +62,26 @@ def stage_artifact_suffixes(name: str) -> tuple[str, ...]:
     return stage(name).artifact_suffixes
 
 
-def write_stage(root: str | Path, name: str, key: str, frame: pd.DataFrame) -> list[Path]:
-    """A stage's table and artifacts, each written aside and renamed into place."""
+def stage_files(root: str | Path, name: str, key: str, frame: pd.DataFrame) -> dict[Path, bytes]:
+    """A stage's table and artifacts as the files they are stored in, by path."""
     files = {PARQUET: to_parquet_bytes(frame), **stage_artifacts(name, frame)}
-    written = []
-    for suffix, data in files.items():
-        target = stage_path(root, name, key, suffix)
-        atomic_write_bytes(target, data)
-        written.append(target)
-    return written
+    return {stage_path(root, name, key, suffix): data for suffix, data in files.items()}
+
+
+def write_stage(root: str | Path, name: str, key: str, frame: pd.DataFrame) -> list[Path]:
+    """A stage's table and artifacts, all or none: each written aside, then all renamed into place."""
+    files = stage_files(root, name, key, frame)
+    write_files(files)
+    return list(files)
+
+
+def write_stages(root: str | Path, key: str, tables: dict[str, pd.DataFrame]) -> dict[str, list[Path]]:
+    """Every stage's files, all or none (`ppb plan`): a failing write leaves no stage written."""
+    by_stage = {name: stage_files(root, name, key, frame) for name, frame in tables.items()}
+    write_files({path: data for files in by_stage.values() for path, data in files.items()})
+    return {name: list(files) for name, files in by_stage.items()}
 
 
 def read_stage(root: str | Path, name: str, key: str) -> pd.DataFrame:
-    return from_parquet_bytes(stage_path(root, name, key).read_bytes())
+    path = stage_path(root, name, key)
+    return from_parquet_bytes(read_bytes(path, limit=2**40), path)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from ppb_core.errors import InputError
-from ppb_core.io import atomic_write_text, read_json
+from ppb_core.io import atomic_write_text, check_output, read_json
 
 DEFAULT_SEQ = (128, 256, 512)
 
@@ -104,9 +103,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("ppb census", "--dropout", f"{args.dropout} is not a rate in [0, 1)")
     if args.experts is not None and (len(args.experts) > 2 or min(args.experts) < 1):
         raise InputError("ppb census", "--experts", "one or two positive counts")
-    out = Path(args.out)
-    if out.is_dir():
-        raise InputError(args.out, None, "is a directory; give the census file's path")
+    check_output(args.out)
 
 
 def run(args: argparse.Namespace) -> int:

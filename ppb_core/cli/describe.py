@@ -13,6 +13,7 @@ import json
 import sys
 
 from ppb_core.config.run import load_run_config
+from ppb_core.io import check_output
 from ppb_core.payload.describe import describe_run
 from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_description
 
@@ -43,6 +44,8 @@ def _time_model_available() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.output:
+        check_output(args.output)
     config = load_run_config(args.run)
     timed = not args.no_times
     if timed and not _time_model_available():
