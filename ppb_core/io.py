@@ -50,9 +50,14 @@ def read_bytes(path: str | Path, directory_problem: str = "is a directory, not a
         if not stat.S_ISREG(info.st_mode):
             raise InputError(path, None, "is not a regular file (a device, FIFO or socket)")
         if info.st_size > limit:
-            raise InputError(path, None, f"{info.st_size:,} bytes: " + limits.over(info.st_size, limit, "bytes"))
+            raise InputError(path, None, limits.over(info.st_size, limit, "bytes"))
+        chunks: list[bytes] = []
+        total = 0
         with path.open("rb") as handle:
-            data = handle.read(limit + 1)
+            while total <= limit and (chunk := handle.read(min(2**24, limit + 1 - total))):
+                chunks.append(chunk)
+                total += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise InputError(path, None, "file not found") from None
     except NotADirectoryError:

@@ -300,9 +300,9 @@ def _spec_error(err: ValidationError, model_type: str, source: str) -> InputErro
     named = re.match(r"(\w+): (.*)", problem)
     if not loc and named and named[1] in ModelSpec.model_fields:
         loc, problem = [named[1]], named[2]
-    if not loc:
-        mentioned = [name for name in ModelSpec.model_fields if re.search(rf"\b{name}\b", problem)]
-        loc = mentioned[:1]
+    if not loc:  # a check across fields: the first field its message names
+        found = [(m.start(), name) for name in ModelSpec.model_fields if (m := re.search(rf"\b{name}\b", problem))]
+        loc = [min(found)[1]] if found else []
     for field, key in keys.items():
         problem = re.sub(rf"\b{field}\b", key, problem)
     where = ".".join(keys.get(part, part) for part in loc) or None
