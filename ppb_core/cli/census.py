@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ppb_core.config import limits
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.io import atomic_write_text, check_output, read_json
 
 DEFAULT_SEQ = (128, 256, 512)
@@ -140,7 +140,7 @@ def _read_config(path: str) -> dict:
     spec_from_hf(raw, path)  # the same checks the run config's reader makes
     if raw.get("model_type") not in CENSUS_MODEL_TYPES:
         raise InputError(
-            path, "model_type", f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}"
+            path, "model_type", f"{shown(raw.get('model_type'))}: the census builds {', '.join(CENSUS_MODEL_TYPES)}"
         )
     return raw
 

@@ -47,6 +47,9 @@ COMBINED = 1024  # (model, node) pairs ppb.combined may name
 # Device figures: finite and below these, so no product of them reaches infinity.
 DEVICE_MEMORY_MB = 2**24  # 16 TiB per device (80× a B200's 192 GB)
 DEVICE_RATE = 1e7  # TFLOPS and GB/s (about 5,000× a B200's dense 16-bit 2,250 TFLOPS)
+# ... and at least this, as are the efficiencies: a time is bytes or FLOPs over a rate, and a
+# rate of 5e-324 (a float, positive) made it infinite.
+DEVICE_RATE_MIN = 1e-3
 DEVICE_LATENCY_US = 1e7  # ten seconds for one step of a collective
 FACTOR = 1e6  # capacity factors, imbalance, recompute coefficients, optimizer bytes
 DESCRIPTIONS = 4096  # entries of a layers.json (a description per distinct layer, merged by nb_layer)

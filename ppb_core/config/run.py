@@ -43,7 +43,8 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd
 Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=128)]
 Factor = Annotated[float, limits.at_most(limits.FACTOR)]
-Rate = Annotated[PositiveFloat, limits.at_most(limits.DEVICE_RATE)]
+Rate = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN), limits.at_most(limits.DEVICE_RATE)]
+Efficiency = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN, le=1.0)]
 
 
 class SubModel(StrictModel):
@@ -174,11 +175,11 @@ class Device(StrictModel):
     hbm_bandwidth_gbs: Rate | None = None
     intra_node_bandwidth_gbs: Rate | None = None
     inter_node_bandwidth_gbs: Rate | None = None
-    matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+    matmul_efficiency: Efficiency | None = Field(
         None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
     )
-    memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    memory_efficiency: Efficiency | None = None
+    comm_efficiency: Efficiency | None = None
     collective_latency_us: Annotated[NonNegativeFloat, limits.at_most(limits.DEVICE_LATENCY_US, "µs")] | None = Field(
         None, description="cost of one step of a collective"
     )
@@ -405,7 +406,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     for group in run.ppb.combined:
         for model, _ in group:
             if model not in names:
-                raise InputError(where, "ppb.combined", f"no model named {model!r}")
+                raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
 
 
 def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:
