@@ -333,3 +333,17 @@ def hf_command(data: bytes) -> int:
 
 def layers_command(data: bytes, flags: list[str]) -> int:
     return check_command({"l.json": data}, ["balance", "l.json", "-t", "1", "--json", *flags])
+
+
+def _spec_run(**device: object) -> bytes:
+    raw = json.loads(json.dumps(RUNS[3]))
+    raw["device"].update(device)
+    return _yaml_text(raw).encode()
+
+
+# Inputs on which the property failed, kept so each failure stays fixed (tests/test_inputs_fuzz.py).
+FOUND: dict[str, tuple] = {
+    # A positive but subnormal bandwidth: every time bytes / 5e-324 = inf, printed as Infinity in --json.
+    "subnormal-bandwidth": (run_config_command, _spec_run(hbm_bandwidth_gbs=5e-324)),
+    "subnormal-efficiency": (run_config_command, _spec_run(comm_efficiency=5e-324)),
+}
