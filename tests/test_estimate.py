@@ -90,6 +90,20 @@ def test_hand_figures_in_the_rows():
         "BOTH": 57856 - 8192,
         "FULL": 4096,
     }
+    # Megatron-Core (the default framework) saves only the sequence shard of a column-parallel
+    # linear's input and all-gathers it again in the backward (megatron/core/tensor_parallel/
+    # layers.py, LinearWithGradAccumulationAndAsyncCommunication): no buffer per micro-batch; the
+    # gathered copy, 64·64·2 = 8192 bytes whole, is a workspace of the stage's working set.
+    assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (0, 0, 0)
+    # MindFormers (the seed's convention) keeps the all-gather's output unless select_comm_recompute:
+    # (t−1)/t of it, 4096, for each of the two gathered inputs, per micro-batch
+    mind = make_run(
+        DENSE,
+        parallel={"tp": 2, "sequence_parallel": True, "pp": 2},
+        training={"seq_length": 64, "micro_batches": 4, "recompute": {"ffAct": 0}},
+        framework="mindformers",
+    )
+    body = next(row for row in estimate(mind).layers if row.node == "BODY")
     assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (8192, 8192, 0)
     assert body.buffers_by_option["COMM"] == {"one": 0, "per_micro_batch": 0, "once": 0}
 

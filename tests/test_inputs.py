@@ -192,6 +192,19 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         ["/dev/zero", "not a regular file"],
     ),
     ("run-config-dev-zero", {}, ["estimate", "/dev/zero"], ["/dev/zero"]),
+    # A measured-peaks file (memory.calibration, read since) as the calibration CSV is.
+    (
+        "memory-calibration-extra-cells",
+        {"r.yaml": run_yaml(memory={"calibration": "m.csv"}), "m.csv": "stage,peak_gib\n0,70,1,2\n"},
+        ["estimate", "r.yaml"],
+        ["m.csv", "line 2"],
+    ),
+    (
+        "memory-calibration-nan",
+        {"r.yaml": run_yaml(memory={"calibration": "m.json"}), "m.json": '{"stages": [{"stage": 0, "peak_gib": NaN}]}'},
+        ["estimate", "r.yaml"],
+        ["m.json", "stages.0.peak_gib", "NaN"],
+    ),
     # Tracebacks of the issue.
     ("layers-json-not-utf8", {"l.json": b'{"layers_description": [\xff]}'}, ["balance", "l.json"], ["l.json", "UTF-8"]),
     ("layers-json-nested", {"l.json": "[" * 100000 + "]" * 100000}, ["balance", "l.json"], ["l.json", "nested"]),

@@ -171,7 +171,7 @@ def test_writes_are_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_plan_writes_every_stage_or_none(tmp_path: Path, monkeypatch, capsys) -> None:
-    """`ppb plan -o`: a write failing after some stages' files were written aside leaves none."""
+    """`ppb plan -o`: a write failing after another stage's file was written aside leaves none."""
     spec = {"vocab_size": 1024, "hidden_size": 256, "num_layers": 4, "num_attention_heads": 4, "intermediate_size": 512}
     run = tmp_path / "tiny.yaml"
     run.write_text(
@@ -187,21 +187,21 @@ def test_plan_writes_every_stage_or_none(tmp_path: Path, monkeypatch, capsys) ->
     real = ppb_io._write_aside
     calls = []
 
-    def fail_fifth(path: Path, data: bytes) -> str:
+    def fail_second(path: Path, data: bytes) -> str:
         calls.append(path)
-        if len(calls) == 5:
+        if len(calls) == 2:
             raise OSError(errno.EIO, "Input/output error")
         return real(path, data)
 
-    monkeypatch.setattr(ppb_io, "_write_aside", fail_fifth)
+    monkeypatch.setattr(ppb_io, "_write_aside", fail_second)
     out = tmp_path / "out"
-    code = cli_main.main(["plan", str(run), "-o", str(out), "--until", "scaled_descriptions"])
+    code = cli_main.main(["plan", str(run), "-o", str(out), "--until", "layer_walk"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1 and "Input/output error" in err
-    assert len(calls) == 5 and not out.exists()
+    assert len(calls) == 2 and not out.exists()  # run_config's table was written aside, then removed
     monkeypatch.setattr(ppb_io, "_write_aside", real)
-    assert cli_main.main(["plan", str(run), "-o", str(out), "--until", "scaled_descriptions"]) == 0
-    assert len(list(out.rglob("*.parquet"))) == 9
+    assert cli_main.main(["plan", str(run), "-o", str(out), "--until", "layer_walk"]) == 0
+    assert sorted(p.parent.name for p in out.rglob("*.parquet")) == ["layer_walk", "run_config"]
 
 
 def test_stale_temporaries_are_removed(tmp_path: Path) -> None:

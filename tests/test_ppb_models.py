@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
 from ppb_core.model.walk import BODY, walk
@@ -91,6 +92,12 @@ def test_each_distinct_kind_measured_once_equals_every_layer_described(shipped, 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_descriptions_come_back_exactly_through_parquet_and_sapp_json(shipped, time_models, name, timed, tmp_path):
     run, memory = shipped[name]
+    if name == "qwen2.5-vl-7b" and not timed:
+        # Untimed, the tower's window and full-attention blocks keep the same memory and merge into
+        # one 32-layer description, which cannot pair one for one with the decoder's 28 layers.
+        with pytest.raises(InputError, match="vit BODY_0 has 32 and llm BODY_1 has 28 layers: 4 would be lost"):
+            describe_run(run, memory, timed=False)
+        return
     descriptions = describe_run(run, memory, time_models[name], timed=timed)
     frame = descriptions_to_frame(descriptions)
     frame.to_parquet(tmp_path / "descriptions.parquet", index=False)
@@ -136,6 +143,7 @@ def reference_rule_run():
     """
     raw = yaml.safe_load((ROOT / "configs" / "llama3-8b.yaml").read_text())
     raw["parallel"].update(zero=2, pp=8, dp=4)
+    raw["framework"] = "mindformers"  # the seed's conventions: the gathers kept, the bucket a layer's own
     run = parse_run_config(raw, ROOT / "configs" / "llama3-8b.yaml", ROOT / "configs")
     return run, MemoryModel(run, buffer_rule="reference")
 
@@ -215,5 +223,7 @@ def test_the_balancer_reads_the_final_descriptions(shipped, time_models, name, t
     final = describe_run(run, memory, time_models[name])
     sapp.write_layers_description(tmp_path / "layers.json", final)
     layers = sapp.read_layer_set(tmp_path / "layers.json")
-    assert layers.bodies[0].forward_time == 1.0 and layers.nb_body_layers == run.total_body_layers
+    # A combined body's layer is one layer of each of its sub-models.
+    walked = sum(body.nb_layer * max(1, len(body.models)) for body in layers.bodies)
+    assert layers.bodies[0].forward_time == 1.0 and walked == run.total_body_layers
     assert {"NONE", "FULL"} <= set(layers.options)

@@ -145,7 +145,10 @@ class BalanceInput:
             "memory_mb": self.memory_mb,
             "constant_memory_mb": self.constant_memory_mb,
             "options": list(self.options),
-            "bodies": [{"name": b.name, "nb_layer": b.nb_layer} for b in self.layers.bodies],
+            "bodies": [
+                {"name": b.name, "nb_layer": b.nb_layer, **({"models": list(b.models)} if b.models else {})}
+                for b in self.layers.bodies
+            ],
         }
 
 

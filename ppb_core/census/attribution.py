@@ -44,9 +44,11 @@ COLUMN_PARALLEL: frozenset[str] = frozenset(
         "c_fc",
         "w1",
         "w3",
+        "qkv",  # vision towers: Qwen's fused projection, CLIP's and SigLIP's fc1
+        "fc1",
     }
 )
-ROW_PARALLEL: frozenset[str] = frozenset({"o_proj", "down_proj", "c_proj", "w2", "dense"})
+ROW_PARALLEL: frozenset[str] = frozenset({"o_proj", "down_proj", "c_proj", "w2", "dense", "proj", "out_proj", "fc2"})
 # MLA's up-projections: the heads attUp rebuilds from the latents.
 UP_PROJECTIONS: frozenset[str] = frozenset({"q_b_proj", "kv_b_proj"})
 
@@ -159,7 +161,7 @@ def _block(op: OpRecord) -> tuple[str, str] | None:
             return "router", path
         if cls.endswith("Experts"):
             return "experts", path
-        if cls.endswith("MLP") or cls.endswith("Expert"):
+        if cls.endswith(("MLP", "Mlp", "Expert")):  # Qwen2-VL's vision MLP is VisionMlp
             return "mlp", path
     return None
 

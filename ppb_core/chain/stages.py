@@ -21,9 +21,10 @@ from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig, load_run_config, run_from_frame, run_to_frame
 from ppb_core.errors import InputError
-from ppb_core.estimate.plan import plan_stages
+from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate, estimate_to_frame
 from ppb_core.memory import MemoryModel, run_in_flight_counts
+from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk, walk_from_frame, walk_to_frame
 from ppb_core.payload.describe import describe_layers, many_in_flight
 from ppb_core.payload.postprocess import combine, scale, withdraw
@@ -104,7 +105,7 @@ def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd
 def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The bodies the run config's `ppb.combined` groups, each group described as one body."""
     run = run_from_frame(run_config)
-    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined, run.source))
 
 
 def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
@@ -137,7 +138,10 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    return plan_to_frame(balance(problem, time_limit_s))
+    result = balance(problem, time_limit_s)
+    if result["status"] != "infeasible":
+        result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
+    return plan_to_frame(result)
 
 
 def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
@@ -153,11 +157,12 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.Dat
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
     by_stage = [json.loads(text) for text in pipeline_plan["cells_json"]]
     cells = [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]
-    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist())
+    by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
+    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist(), by_model=by_model)
     best = plan.get("best_baseline")
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
-        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
+        *iteration_headline(plan),
         ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),

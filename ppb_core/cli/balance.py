@@ -168,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
     problem, search = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
+    if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
+        from ppb_core.config.run import load_run_config
+        from ppb_core.estimate.plan import plan_iterations
+
+        result.update(plan_iterations(load_run_config(args.source), result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -211,9 +216,16 @@ def render(result: dict[str, Any]) -> None:
     )
     if result.get("message"):
         console.print(result["message"])
+    # From a run config the descriptions' unit is known: times in ms and seconds, not relative.
+    unit_s = result.get("time_unit_s")
+
+    def timed(value: float | None, scale: float = 1e3) -> str:
+        return _number(value) if unit_s is None or value is None else f"{value * unit_s * scale:,.3f}"
+
+    time_name = "time" if unit_s is None else "time ms"
     if "stages" in result:
         table = Table(title="stages")
-        for name in ("stage", "layers", "per chunk", "options", "memory MB", "time", "bubble"):
+        for name in ("stage", "layers", "per chunk", "options", "memory MB", time_name, "bubble"):
             table.add_column(name, justify="right" if name not in ("options", "per chunk") else "left")
         for row in result["stages"]:
             options = " ".join(f"{k}:{v}" for k, v in row["options"].items() if v)
@@ -223,7 +235,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers_per_chunk"]),
                 options,
                 f"{row['memory_mb']:.0f}",
-                _number(row["time"]),
+                timed(row["time"]),
                 f"{row['bubble']:.1%}",
             )
         console.print(table)
@@ -238,23 +250,32 @@ def render(result: dict[str, Any]) -> None:
         if mega.get("note"):
             console.print(f"  ({mega['note']})")
         closed = result["closed_form"]
+        unit = "" if unit_s is None else " s of layers"
         console.print(
-            f"simulated iteration {_number(result['simulated_time'])}; closed form "
-            f"{_number(closed['value'])} (its optimum {_number(closed['optimum'])})"
+            f"simulated iteration {timed(result['simulated_time'], 1)}{unit}; closed form "
+            f"{timed(closed['value'], 1)} (its optimum {timed(closed['optimum'], 1)})"
         )
     table = Table(title="uniform split, one option for every layer")
-    for name in ("option", "fits", "peak MB", "iteration"):
+    for name in ("option", "fits", "peak MB", "iteration" if unit_s is None else "layers s"):
         table.add_column(name, justify="right")
     for row in result["baselines"]:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
             f"{row['peak_memory_mb']:.0f}",
-            _number(row["iteration_time"]),
+            timed(row["iteration_time"], 1),
         )
     console.print(table)
     if result.get("speedup"):
         console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
+    for key, label in (("iteration", "plan"), ("baseline_iteration", "best uniform split")):
+        if key in result:
+            it = result[key]
+            option = f" ({it['option']})" if "option" in it else ""
+            console.print(
+                f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
+                f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
+            )
     for entry in result.get("interleave_search", []):
         console.print(
             f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"

@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
+    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Strict,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -25,12 +28,13 @@ from pydantic import (
 
 from ppb_core.config import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
-from ppb_core.config.hf import read_hf_config
+from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
 from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
-from ppb_core.config.spec import ModelSpec, StrictModel
+from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.errors import InputError, shown
-from ppb_core.io import decode, parse_yaml, read_bytes, read_yaml
+from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.model.switches import SWITCHES
+from ppb_core.model.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -45,6 +49,34 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=128)]
 Factor = Annotated[float, limits.at_most(limits.FACTOR)]
 Rate = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN), limits.at_most(limits.DEVICE_RATE)]
 Efficiency = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN, le=1.0)]
+Latency = Annotated[NonNegativeFloat, limits.at_most(limits.DEVICE_LATENCY_US, "µs")]
+
+
+def _none_or_efficiency(value: float) -> float:
+    """0 (none), or an efficiency a time can be divided by."""
+    if 0 < value < limits.DEVICE_RATE_MIN:
+        raise ValueError(f"0 (none) or at least {limits.DEVICE_RATE_MIN:g}, got {value!r}")
+    return value
+
+
+class Images(StrictModel):
+    """What a vision sub-model sees per sample: how many images, and their size before the processor resizes them."""
+
+    per_sample: PositiveInt = 1
+    height: PositiveInt
+    width: PositiveInt
+    min_pixels: PositiveInt = Field(QWEN_MIN_PIXELS, description="Qwen's image processor: fewest pixels kept")
+    max_pixels: PositiveInt = Field(QWEN_MAX_PIXELS, description="Qwen's image processor: most pixels kept")
+
+
+def _spec_tag(value: Any) -> str:
+    """Which spec a sub-model states: a vision tower's has patches."""
+    if isinstance(value, dict):
+        return "vision" if "patch_size" in value else "text"
+    return "vision" if isinstance(value, VisionSpec) else "text"
+
+
+AnySpec = Annotated[Annotated[ModelSpec, Tag("text")] | Annotated[VisionSpec, Tag("vision")], Discriminator(_spec_tag)]
 
 
 class SubModel(StrictModel):
@@ -52,7 +84,11 @@ class SubModel(StrictModel):
 
     name: Name
     config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
-    spec: ModelSpec | None = None
+    part: Literal["vision", "text"] | None = Field(
+        None, description="the tower of a vision-language config.json this model is: vision or text"
+    )
+    spec: AnySpec | None = None
+    images: Images | None = Field(None, description="a vision model's images per sample (its sequence)")
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
     pad_vocab_multiple: Annotated[PositiveInt, limits.at_most(limits.VOCABULARY)] | None = Field(
@@ -63,6 +99,8 @@ class SubModel(StrictModel):
     def _one_source(self) -> SubModel:
         if (self.config is None) == (self.spec is None):
             raise ValueError("give exactly one of config (a config.json) or spec (explicit fields)")
+        if self.part is not None and self.config is None:
+            raise ValueError("part picks a tower of a config.json; an explicit spec is one model already")
         return self
 
 
@@ -139,6 +177,11 @@ class Training(StrictModel):
         None, description="overrides the optimizer's default"
     )
     flash_attention: bool = True
+    fp8_cache: Literal["none", "linear", "deepseek"] = Field(
+        "none",
+        description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
+        "and attention output in E5M6 (deepseek); ppb_core.memory.precision",
+    )
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
     recompute: RecomputeForm = Field(
         default_factory=dict,
@@ -176,13 +219,22 @@ class Device(StrictModel):
     intra_node_bandwidth_gbs: Rate | None = None
     inter_node_bandwidth_gbs: Rate | None = None
     matmul_efficiency: Efficiency | None = Field(
-        None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
+        None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
     memory_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
-    collective_latency_us: Annotated[NonNegativeFloat, limits.at_most(limits.DEVICE_LATENCY_US, "µs")] | None = Field(
-        None, description="cost of one step of a collective"
+    collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")
+    inter_node_latency_us: Latency | None = Field(None, description="added per step across nodes")
+    sm_count: Devices | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    comm_sms: Annotated[NonNegativeInt, limits.at_most(limits.DEVICES)] | None = Field(
+        None, description="SMs a collective beside compute takes from it"
     )
+    attention_forward_efficiency: Efficiency | None = None
+    attention_backward_efficiency: Efficiency | None = None
+    flash2_forward_efficiency: Efficiency | None = None
+    flash2_backward_efficiency: Efficiency | None = None
+    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
+    gemm_epilogue_overlapped: bool | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -216,11 +268,32 @@ class Overlap(StrictModel):
     cp_ring: Fraction = Field(1.0, description="ring attention's key/value exchange behind its blocks")
     cp_a2a: Fraction = Field(0.0, description="Ulysses all-to-alls")
     ep: Fraction = Field(0.0, description="expert dispatch and combine all-to-alls")
+    dp: Fraction = Field(
+        1.0, description="DP gradient reduction behind the last backward (Megatron --overlap-grad-reduce)"
+    )
+    param_gather: Fraction = Field(
+        1.0, description="distributed optimizer's parameter all-gather behind the next forward"
+    )
 
 
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
+    torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    )
+    matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
+        None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
+    )
+
+
+class MemoryOptions(StrictModel):
+    calibration: str | None = Field(
+        None,
+        description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
+        "(ppb_core.memory.calibration)",
+    )
 
 
 class PPBOptions(StrictModel):
@@ -255,8 +328,9 @@ class RunConfig(StrictModel):
     device: Device
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    memory: MemoryOptions = Field(default_factory=MemoryOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
-    specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
+    specs: dict[str, ModelSpec | VisionSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
     base_dir: str = Field(".", exclude=True)
 
@@ -265,12 +339,35 @@ class RunConfig(StrictModel):
         return [m.name for m in self.models]
 
     @property
+    def shard_level(self) -> int:
+        """What data parallelism shards as the framework runs it: 1 optimizer states, 2 and gradients,
+        3 and parameters. torchtitan either shards all three with FSDP2 or replicates (zero 0)."""
+        par = self.parallel
+        if self.framework == "torchtitan":
+            return 0 if par.zero == 0 and not par.fsdp else 3
+        return par.shard_level
+
+    @property
     def recompute(self) -> Recompute:
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
 
-    def spec(self, model: str) -> ModelSpec:
+    def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]
+
+    def is_vision(self, model: str) -> bool:
+        return isinstance(self.specs[model], VisionSpec)
+
+    def vision(self, model: str) -> VisionSequence:
+        """A vision model's sequence per sample: its images as the processor resizes them, in patches."""
+        spec = self.specs[model]
+        sub = next(m for m in self.models if m.name == model)
+        if not isinstance(spec, VisionSpec) or sub.images is None:
+            raise KeyError(f"{model} is not a vision model with images")
+        images = sub.images
+        return vision_sequence(
+            spec, images.per_sample, images.height, images.width, images.min_pixels, images.max_pixels
+        )
 
     def switches(self, model: str) -> dict[str, int]:
         """The selective switches a model's layers run (SLCT): training's, then the model's own."""
@@ -292,12 +389,16 @@ class RunConfig(StrictModel):
         return sum(spec.num_layers for spec in self.specs.values())
 
 
+_UNION_TAGS = {*(("recompute", form) for form in FORMS), ("spec", "text"), ("spec", "vision")}
+
+
 def _is_field(part: Any, previous: Any) -> bool:
     """Whether a part of pydantic's error location is a key the user wrote: not a union member's
-    type or a validator (`int`, `function-after[...]`), a mapping's `[key]`, a recompute form's tag."""
+    type or a validator (`int`, `function-after[...]`), a mapping's `[key]`, the tag of a tagged union
+    (a recompute form's: switches, full, megatron, torchtitan; a sub-model's spec: text or vision)."""
     if isinstance(part, int):
         return True
-    if part == "[key]" or (previous == "recompute" and part in FORMS):
+    if part == "[key]" or (previous, part) in _UNION_TAGS:
         return False
     return not any(mark in part for mark in ("[", "]", "-")) and part not in ("int", "str", "float", "bool", "none")
 
@@ -319,10 +420,72 @@ def _pydantic_error(err: ValidationError, source: str) -> InputError:
     return InputError(source, where, problem)
 
 
-def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, where: str) -> None:
+def _read_config(path: Path, part: str | None, where: str, index: int) -> ModelSpec | VisionSpec:
+    """A sub-model's config.json, the part it names of a vision-language one."""
+    raw = read_json(path)
+    if part is None and isinstance(raw, dict) and raw.get("model_type") in VISION_LANGUAGE_TYPES:
+        raise InputError(
+            where, f"models.{index}.part", f"{path} is a {raw['model_type']} model: set part: vision or part: text"
+        )
+    return spec_of_part(raw, part, str(path))
+
+
+def _check_vision(run: RunConfig, index: int, sub: SubModel, spec: VisionSpec, where: str) -> None:
+    """A vision tower's images, and what it hands the model after it."""
+    par, field = run.parallel, f"models.{index}"
+    if sub.images is None:
+        raise InputError(where, f"{field}.images", "a vision model needs its images: {per_sample, height, width}")
+    if sub.census is not None:
+        raise InputError(where, f"{field}.census", "the census measures decoder layers, not a vision tower's blocks")
+    try:
+        sequence = run.vision(sub.name)
+    except ValueError as err:
+        raise InputError(where, f"{field}.images", str(err)) from None
+    if spec.num_attention_heads % par.tp:
+        raise InputError(
+            where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
+        )
+    if spec.projector != "none" and spec.projector_hidden_size % par.tp:
+        raise InputError(
+            where, f"{field}.projector", f"the projector's width {spec.projector_hidden_size} is not divisible by tp"
+        )
+    tokens = sequence.tokens * run.training.micro_batch_size
+    if par.sequence_parallel and tokens % par.tp:
+        raise InputError(
+            where,
+            f"{field}.images",
+            f"sequence parallelism splits the tower's {tokens} tokens a micro-batch over tp {par.tp}: not divisible",
+        )
+    following = run.models[index + 1] if index + 1 < len(run.models) else None
+    if spec.projector == "none" or following is None:
+        return
+    receiver = run.specs[following.name]
+    if isinstance(receiver, ModelSpec):
+        if spec.out_hidden_size != receiver.hidden_size:
+            raise InputError(
+                where,
+                f"{field}.out_hidden_size",
+                f"{sub.name} projects to width {spec.out_hidden_size} but {following.name}'s hidden_size is "
+                f"{receiver.hidden_size}",
+            )
+        if sequence.llm_tokens > run.training.seq_length:
+            raise InputError(
+                where,
+                f"{field}.images",
+                f"{sequence.images} images make {sequence.llm_tokens} tokens a sample, more than seq_length "
+                f"{run.training.seq_length}",
+            )
+
+
+def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | VisionSpec, where: str) -> None:
     """Combinations a model and the parallel setup cannot run together."""
     par = run.parallel
     field = f"models.{index}"
+    if isinstance(spec, VisionSpec):
+        _check_vision(run, index, sub, spec, where)
+        return
+    if sub.images is not None:
+        raise InputError(where, f"{field}.images", f"{sub.name} is a language model: images belong to a vision model")
     if spec.num_attention_heads % par.tp:
         raise InputError(
             where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
@@ -376,6 +539,21 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
+    for index, sub in enumerate(run.models):
+        if sub.recompute is not None and not isinstance(train.recompute, dict):
+            raise InputError(
+                where,
+                f"models.{index}.recompute",
+                "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
+            )
+    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
+        # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
+        # together) or replicates; it has no ZeRO-1 or ZeRO-2.
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
+        )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
         raise InputError(
@@ -396,6 +574,10 @@ def _check_run(run: RunConfig, where: str) -> None:
     if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
         raise InputError(
             where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"
+        )
+    if run.timing.matmul_dtype == "fp8" and not run.device.profile().fp8_matmul_efficiency:
+        raise InputError(
+            where, "timing.matmul_dtype", f"{run.device.name or 'the device'} has no FP8 tensor cores in the catalog"
         )
     for name in ("memory_mb",):
         if run.device.profile().memory_mb <= run.device.reserved_mb:
@@ -423,11 +605,13 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):
-        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
-        if sub.census is not None:
+        specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
+        if sub.census is not None and not isinstance(specs[sub.name], VisionSpec):  # a tower's is refused below
             _check_file(base / sub.census, where, f"models.{index}.census", "census")
     if run.timing.calibration is not None:
         _check_file(base / run.timing.calibration, where, "timing.calibration", "calibration")
+    if run.memory.calibration is not None:
+        _check_file(base / run.memory.calibration, where, "memory.calibration", "measured peaks", run.parallel.pp)
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     _check_sizes(run, where)
     for index, sub in enumerate(run.models):
@@ -436,9 +620,10 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     return run
 
 
-def _check_file(path: Path, where: str, field: str, kind: str) -> None:
-    """A census or calibration file the run config names, read and validated now, before any work:
-    its errors name the file; that it is missing or a folder names the run config's field."""
+def _check_file(path: Path, where: str, field: str, kind: str, stages: int = 1) -> None:
+    """A census, calibration or measured-peaks file the run config names, read and validated now,
+    before any work: its errors name the file; that it is missing or a folder names the run
+    config's field. (Imported here: each reader's package imports this module.)"""
     if not path.exists():
         raise InputError(where, field, f"{path} not found")
     if path.is_dir():
@@ -447,10 +632,14 @@ def _check_file(path: Path, where: str, field: str, kind: str) -> None:
         from ppb_core.census.record import read_census  # the census package imports the config
 
         read_census(path)
-    else:
+    elif kind == "calibration":
         from ppb_core.timing.calibration import read_calibration  # the timing package imports the config
 
         read_calibration(path)
+    else:
+        from ppb_core.memory.calibration import read_measured_peaks  # the memory package imports the config
+
+        read_measured_peaks(path, stages)
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -476,12 +665,14 @@ def config_hash(path: str | Path) -> str:
     except InputError:
         return digest.hexdigest()
     raw = raw if isinstance(raw, dict) else {}
-    models, timing = raw.get("models"), raw.get("timing")
+    models = raw.get("models")
     refs: list[Any] = []
     for sub in models if isinstance(models, list) else []:
         if isinstance(sub, dict):
             refs.extend(sub.get(key) for key in ("config", "census"))
-    refs.append(timing.get("calibration") if isinstance(timing, dict) else None)
+    for section in ("timing", "memory"):
+        options = raw.get(section)
+        refs.append(options.get("calibration") if isinstance(options, dict) else None)
     for ref in refs:
         if isinstance(ref, str):
             digest.update(ref.encode("utf-8", "replace") + b"\0")
@@ -495,14 +686,19 @@ def config_hash(path: str | Path) -> str:
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
+    if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
+        entry.pop("part", None)
         entry["spec"] = run.specs[sub.name].model_dump(mode="json")
         if sub.census is not None:
             entry["census"] = str((base / sub.census).resolve())
     if run.timing.calibration is not None:
         raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
+    if run.memory.calibration is not None:
+        raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw
 
 

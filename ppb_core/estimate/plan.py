@@ -7,16 +7,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from typing import Any
 
 import pandas as pd
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk
-from ppb_core.schedules import cell_order
+from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
+from ppb_core.model.switches import OPTIONS, LayerType
+from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
 from ppb_core.timing import TimeModel
+from ppb_core.timing.iteration import run_iteration
 
 REPORT_COLUMNS: tuple[str, ...] = (
     "stage",  # pipeline stage, from 0
@@ -36,44 +37,32 @@ PLANNED_COLUMN = "planned_mb"
 # Optional: the part of buffers_mb that is the backward's working set (descriptions have none).
 WORKING_COLUMN = "working_mb"
 
+# Optional: what the stage holds of each sub-model, e.g. "vit HEAD + 7 · llm HEAD + 7".
+MODELS_COLUMN = "models"
+
 MB = 2**20
 
-# Where MindFormers applies a cell's options along its layers (the yaml counts from the cell's
-# first layer): full recompute first, then both selective kinds, then one, then none.
-ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
 
-
-def _placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:
-    """The run's layers with the plan's body layers per [chunk][stage]; the first HEAD and the last
-    TAIL in the first and last cells, where the balancer charges them, even when those hold no body."""
-    par = run.parallel
-    placed = walk(run, cell_layers)
-    cells = cell_order(par.schedule, par.pp, par.vpp)
-    layers = list(placed.layers)
-    first_head = next(i for i, layer in enumerate(layers) if layer.node == HEAD)
-    last_tail = max(i for i, layer in enumerate(layers) if layer.node == TAIL)
-    layers[first_head] = replace(layers[first_head], chunk=cells[0][0], stage=cells[0][1])
-    layers[last_tail] = replace(layers[last_tail], chunk=cells[-1][0], stage=cells[-1][1])
-    return LayerWalk(placed.stages, placed.chunks, tuple(layers), placed.cell_counts)
-
-
-def _options_along_cells(placed: LayerWalk, cell_options: Sequence[Sequence[Mapping[str, int]]]) -> dict[Layer, str]:
-    """Each body layer's option: a cell's counts applied along its layers in MindFormers' order."""
-    chosen: dict[Layer, str] = {}
-    for chunk, row in enumerate(cell_options):
-        for stage, counts in enumerate(row):
-            sequence = [option for option in ALONG_A_CELL for _ in range(int(counts.get(option, 0)))]
-            bodies = [layer for layer in placed.in_cell(chunk, stage) if layer.node == BODY]
-            if len(bodies) != len(sequence):
-                raise ValueError(
-                    f"cell (chunk {chunk}, stage {stage}): {len(sequence)} options for {len(bodies)} body layers"
-                )
-            chosen.update(zip(bodies, sequence, strict=True))
-    return chosen
+def stage_models(placed: LayerWalk) -> list[str]:
+    """Per stage, what each sub-model has there: "vit HEAD + 7 · llm 7 + TAIL" (body layers between its ends)."""
+    held: list[dict[str, list[int]]] = [{} for _ in range(placed.stages)]
+    for layer in placed:
+        parts = held[layer.stage].setdefault(layer.model_name, [0, 0, 0])
+        parts[{HEAD: 0, BODY: 1, TAIL: 2}[layer.node]] += 1
+    return [
+        " · ".join(
+            f"{model} " + " + ".join(p for p in ("HEAD" if h else "", str(b) if b else "", "TAIL" if t else "") if p)
+            for model, (h, b, t) in stage.items()
+        )
+        for stage in held
+    ]
 
 
 def plan_stages(
-    run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]], planned_mb: Sequence[float] | None = None
+    run: RunConfig,
+    cell_options: Sequence[Sequence[Mapping[str, int]]],
+    planned_mb: Sequence[float] | None = None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> pd.DataFrame:
     """Each stage of a plan as the memory and time models see it (`REPORT_COLUMNS`).
 
@@ -81,12 +70,13 @@ def plan_stages(
     layer is evaluated where the plan puts it, under the option its position in the cell gets;
     memory is the memory model's stage peak (parameters are the static bytes; buffers include the
     backward's working set, also given alone as `working_mb`, which SAPP's descriptions do not
-    count; the device limit is its memory less what the run config reserves).
+    count; the device limit is its memory less what the run config reserves). *by_model* places each
+    sub-model on its own (`model.placement.model_cell_options`), as combined bodies need; the
+    `models` column says what each stage holds of each sub-model.
     """
     par = run.parallel
-    cell_layers = [[sum(int(n) for n in cell.values()) for cell in row] for row in cell_options]
-    placed = _placed_walk(run, cell_layers)
-    chosen = _options_along_cells(placed, cell_options)
+    placed, chosen = place_plan(run, cell_options, by_model)
+    held = stage_models(placed)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
     peaks = stage_peaks(
@@ -123,9 +113,70 @@ def plan_stages(
                 "device_mb": (peak.device_bytes - peak.reserved_bytes) / MB,
                 "forward_ms": forward[peak.stage],
                 "backward_ms": backward[peak.stage],
+                MODELS_COLUMN: held[peak.stage],
             }
         )
-    frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN])
+    frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN, MODELS_COLUMN])
     if planned_mb is not None:
         frame[PLANNED_COLUMN] = [float(v) for v in planned_mb]
-    return frame.astype({"stage": "int64", "layers": "int64", "options": "string"})
+    return frame.astype({"stage": "int64", "layers": "int64", "options": "string", MODELS_COLUMN: "string"})
+
+
+def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:
+    """The run with the pipeline sizes a plan was solved for (its `input`: stages, micro-batches,
+    interleave, schedule), which flags may have changed from the run config's."""
+    par = run.parallel
+    stages, chunks = int(given.get("stages", par.pp)), int(given.get("interleave", par.vpp))
+    schedule = str(given.get("schedule", par.schedule))
+    if chunks > 1 and schedule == "1f1b":
+        schedule = "interleaved"
+    parallel = par.model_copy(update={"pp": stages, "vpp": chunks, "schedule": schedule, "world_size": None})
+    training = run.training.model_copy(
+        update={"micro_batches": int(given.get("micro_batches", run.training.micro_batches))}
+    )
+    return run.model_copy(update={"parallel": parallel, "training": training})
+
+
+def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A balancer result's iteration in seconds, beside its best uniform baseline's.
+
+    `iteration` prices the plan's cells, `baseline_iteration` the uniform split under the best
+    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`); `time_unit_s` is the
+    descriptions' time unit (the first body's forward time) in seconds, what the plan's relative
+    times multiply by.
+    """
+    sized = sized_like(run, plan.get("input", {}))
+    times, memory = TimeModel(sized), MemoryModel(sized)
+    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
+    out: dict[str, Any] = {"time_unit_s": times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3}
+    bodies = plan.get("input", {}).get("bodies", [])
+
+    def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+        cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+        by_model = model_cell_options(plan_cells, bodies)
+        return run_iteration(sized, cells, times, memory, by_model).to_json()
+
+    if plan.get("cells"):
+        out["iteration"] = priced(plan["cells"])
+    best = plan.get("best_baseline")
+    if best:
+        baseline = next(b for b in plan["baselines"] if b["option"] == best)
+        out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
+    return out
+
+
+def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report's lines for a plan's iteration and its baseline's (`plan_iterations`), in seconds."""
+    lines = []
+    for key, label in (("iteration", "iteration"), ("baseline_iteration", "best uniform split")):
+        if key in iterations:
+            it = iterations[key]
+            option = f"{it['option']}: " if "option" in it else ""
+            lines.append(
+                (
+                    label,
+                    f"{option}{it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+                    f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%",
+                )
+            )
+    return lines

@@ -79,13 +79,20 @@ class Estimate:
     run: dict[str, Any]
     layers: tuple[KindEstimate, ...]
     stages: tuple[StagePeak, ...] = ()
+    iteration: dict[str, Any] | None = None  # `ppb_core.timing.iteration.Iteration.to_json()`
+    stages_at_full: tuple[StagePeak, ...] = ()  # the same stages with every body layer fully recomputed
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "run": self.run,
             "layers": [row.to_json() for row in self.layers],
             "stages": [_stage_json(p) for p in self.stages],
         }
+        if self.iteration is not None:
+            data["iteration"] = dict(self.iteration)
+        if self.stages_at_full:
+            data["stages_at_full"] = [_stage_json(p) for p in self.stages_at_full]
+        return data
 
 
 def _number(value: float) -> int | float:
@@ -102,8 +109,11 @@ def _stage_json(peak: StagePeak) -> dict[str, Any]:
         "activation_bytes": _number(peak.activation_bytes),
         "buffer_bytes": _number(peak.buffer_bytes),
         "working_bytes": _number(peak.working_bytes),
+        "loss_bytes": _number(peak.loss_bytes),
         "reserved_bytes": _number(peak.reserved_bytes),
         "peak_bytes": _number(peak.peak_bytes),
+        "moment": peak.moment,
+        "moments": {name: _number(value) for name, value in peak.moments.items()},
         "device_bytes": _number(peak.device_bytes),
         "fits": peak.fits,
     }
@@ -114,6 +124,7 @@ def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dic
     summary: dict[str, Any] = {
         "name": run.name,
         "source": run.source,
+        "framework": run.framework,
         "models": run.model_names,
         "parallel": par.model_dump(mode="json"),
         "training": {
@@ -175,8 +186,8 @@ def estimate(
 ) -> Estimate:
     """Every distinct layer kind of the run, evaluated once, and (with *stages*) each stage's peak.
 
-    The stage summary runs each body layer at the option its run config asks for
-    (`configured_option`: SLCT when a switch recomputes, else NONE).
+    The stage summary runs each body layer at the option its run config's recompute asks for
+    (`ppb_core.memory.configured_options`), and again with every body layer fully recomputed.
     """
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
@@ -190,22 +201,23 @@ def estimate(
     rows = tuple(kind_estimate(memory, first[key], counts[key], times) for key in first)
     in_flight = run_in_flight(run) if stages else None
     peaks: tuple[StagePeak, ...] = ()
+    at_full: tuple[StagePeak, ...] = ()
     if in_flight is not None:
         device = run.device
-        peaks = tuple(
-            stage_peaks(
-                memory,
-                layer_walk,
-                in_flight,
-                device.profile().memory_mb * MB,
-                device.reserved_mb * MB,
-                vectors=run_in_flight_vectors(run),
-            )
-        )
+        sizes = (in_flight, device.profile().memory_mb * MB, device.reserved_mb * MB)
+        vectors = run_in_flight_vectors(run)
+        peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors))
+        at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()
-    return Estimate(summary, rows, peaks)
+    if memory.fit is not None:
+        summary["memory_calibration"] = memory.fit.to_json()
+    return Estimate(summary, rows, peaks, stages_at_full=at_full)
+
+
+def _full(layer: Layer) -> str:
+    return "FULL"
 
 
 # --- tables -------------------------------------------------------------------------------------
@@ -230,6 +242,7 @@ LAYER_COLUMNS: tuple[str, ...] = (
     *(f"{which}_ms_{_LOWER[o]}" for which in ("forward", "backward") for o in OPTIONS),
 )
 STAGE_COLUMNS: tuple[str, ...] = (
+    "recompute",  # "configured": as the run config asks; "full": every body layer fully recomputed
     "stage",
     "body_layers",
     "in_flight_json",
@@ -237,9 +250,13 @@ STAGE_COLUMNS: tuple[str, ...] = (
     "activation_bytes",
     "buffer_bytes",
     "working_bytes",
+    "loss_bytes",
+    "step_static_bytes",
+    "holds_tail",
     "reserved_bytes",
     "device_bytes",
     "peak_bytes",
+    "moment",
     "fits",
 )
 
@@ -332,7 +349,8 @@ def estimate_from_frame(frame, stages_frame=None, run: Mapping[str, Any] | None 
             )
         )
     stages = stages_from_frame(stages_frame) if stages_frame is not None else ()
-    return Estimate(dict(run), tuple(rows), stages)
+    at_full = stages_from_frame(stages_frame, "full") if stages_frame is not None else ()
+    return Estimate(dict(run), tuple(rows), stages, stages_at_full=at_full)
 
 
 def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
@@ -342,11 +360,12 @@ def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
 
 
 def stages_to_frame(result: Estimate):  # -> pd.DataFrame
-    """One row per pipeline stage of the estimate's summary."""
+    """One row per pipeline stage of the estimate's summary, then one per stage at full recompute."""
     import pandas as pd
 
     records = [
         {
+            "recompute": recompute,
             "stage": p.stage,
             "body_layers": p.body_layers,
             "in_flight_json": json.dumps(list(p.in_flight)),
@@ -354,16 +373,22 @@ def stages_to_frame(result: Estimate):  # -> pd.DataFrame
             "activation_bytes": p.activation_bytes,
             "buffer_bytes": p.buffer_bytes,
             "working_bytes": p.working_bytes,
+            "loss_bytes": p.loss_bytes,
+            "step_static_bytes": p.step_static_bytes if p.step_static_bytes is not None else p.static_bytes,
+            "holds_tail": p.holds_tail,
             "reserved_bytes": p.reserved_bytes,
             "device_bytes": p.device_bytes,
             "peak_bytes": p.peak_bytes,
+            "moment": p.moment,
             "fits": p.fits,
         }
-        for p in result.stages
+        for recompute, peaks in (("configured", result.stages), ("full", result.stages_at_full))
+        for p in peaks
     ]
     frame = pd.DataFrame.from_records(records, columns=list(STAGE_COLUMNS))
     return frame.astype(
         {
+            "recompute": "string",
             "stage": "int64",
             "body_layers": "int64",
             "in_flight_json": "string",
@@ -371,15 +396,20 @@ def stages_to_frame(result: Estimate):  # -> pd.DataFrame
             "activation_bytes": "float64",
             "buffer_bytes": "float64",
             "working_bytes": "float64",
+            "loss_bytes": "float64",
+            "step_static_bytes": "float64",
+            "holds_tail": "bool",
             "reserved_bytes": "float64",
             "device_bytes": "float64",
             "peak_bytes": "float64",
+            "moment": "string",
             "fits": "bool",
         }
     )
 
 
-def stages_from_frame(frame) -> tuple[StagePeak, ...]:
+def stages_from_frame(frame, recompute: str = "configured") -> tuple[StagePeak, ...]:
+    """The stages of *recompute* ("configured" or "full") back from their table."""
     return tuple(
         StagePeak(
             stage=int(r["stage"]),
@@ -391,8 +421,12 @@ def stages_from_frame(frame) -> tuple[StagePeak, ...]:
             working_bytes=float(r["working_bytes"]),
             reserved_bytes=float(r["reserved_bytes"]),
             device_bytes=float(r["device_bytes"]),
+            loss_bytes=float(r["loss_bytes"]),
+            step_static_bytes=float(r["step_static_bytes"]),
+            holds_tail=bool(r["holds_tail"]),
         )
         for r in frame.to_dict("records")
+        if r.get("recompute", "configured") == recompute
     )
 
 

@@ -4,8 +4,10 @@ from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, BufferTerm
 from ppb_core.memory.model import MemoryModel, StateMemory
 from ppb_core.memory.peak import (
+    MOMENTS,
     StagePeak,
     configured_option,
+    configured_options,
     run_in_flight,
     run_in_flight_counts,
     run_in_flight_vectors,
@@ -18,6 +20,7 @@ from ppb_core.memory.static import StaticBytes
 
 __all__ = [
     "BUFFER_RULES",
+    "MOMENTS",
     "ActivationFormulas",
     "ActivationTerm",
     "BufferTerm",
@@ -28,6 +31,7 @@ __all__ = [
     "StateMemory",
     "StaticBytes",
     "configured_option",
+    "configured_options",
     "run_in_flight",
     "run_in_flight_counts",
     "run_in_flight_vectors",

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.memory.activations import _kv_heads, _split, routed_rows
+from ppb_core.memory.activations import _kv_heads, _split, encoder_setup, routed_rows
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.model.kinds import BodyKind, HeadKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, PatchEmbedKind, ProjectorKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -137,14 +137,14 @@ def tail_buffers(kind: TailKind, setup: MemorySetup) -> list[BufferTerm]:
     return terms
 
 
-def layer_buffers(
-    kind: BodyKind | HeadKind | TailKind, setup: MemorySetup, params: LayerParams
-) -> tuple[BufferTerm, ...]:
+def layer_buffers(kind: LayerKind, setup: MemorySetup, params: LayerParams) -> tuple[BufferTerm, ...]:
     """Every buffer of the layer when it recomputes nothing."""
     if isinstance(kind, BodyKind):
-        own = body_buffers(kind, setup)
+        own = body_buffers(kind, encoder_setup(kind, setup))
     elif isinstance(kind, HeadKind):
         own = head_buffers(kind, setup)
+    elif isinstance(kind, PatchEmbedKind | ProjectorKind):
+        own = []  # a vision tower's ends run replicated (patch embedding) or as a small MLP: nothing gathered kept
     else:
         own = tail_buffers(kind, setup)
     return tuple(gradient_bucket(params, setup) + own)

@@ -23,6 +23,7 @@ class MemorySetup:
     dtype_bytes: int = 2  # parameters and activations
     grad_bytes: int = 4
     state_bytes: int = 12  # optimizer states per parameter (fp32 master copy and moments)
+    state_bytes_stated: bool = False  # the run config states them (training.optimizer_state_bytes)
     dp: int = 1
     tp: int = 1
     pp: int = 1
@@ -37,6 +38,8 @@ class MemorySetup:
     capacity_factor: float = 1.0
     dropless_imbalance: float = 1.0
     buffer_rule: str = "layered"
+    fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
+    framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
 
     def __post_init__(self) -> None:
         if self.buffer_rule not in BUFFER_RULES:
@@ -53,6 +56,7 @@ class MemorySetup:
             dtype_bytes=train.dtype_bytes,
             grad_bytes=train.grad_bytes,
             state_bytes=train.state_bytes,
+            state_bytes_stated=train.optimizer_state_bytes is not None,
             dp=par.dp,
             tp=par.tp,
             pp=par.pp,
@@ -61,12 +65,14 @@ class MemorySetup:
             etp=par.expert_tp,
             sequence_parallel=par.sequence_parallel,
             cp_variant=par.cp_variant,
-            shard_level=par.shard_level,
+            shard_level=run.shard_level,
             flash_attention=train.flash_attention,
             dropless=train.moe.dropless,
             capacity_factor=train.moe.capacity_factor,
             dropless_imbalance=train.moe.dropless_imbalance,
             buffer_rule=buffer_rule,
+            fp8_cache=train.fp8_cache,
+            framework=run.framework,
         )
 
     @property

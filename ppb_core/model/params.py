@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, TailKind
+from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, PatchEmbedKind, ProjectorKind, TailKind
 
 
 def _split(size: int, ranks: int) -> int:
@@ -126,3 +126,36 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     if kind.mtp_layers and pp > 1 and not kind.tied:
         params = params + LayerParams(non_expert=table)
     return params
+
+
+def patch_embed_params(kind: PatchEmbedKind) -> LayerParams:
+    """The patch embedding (a convolution, with its bias where there is one), the class token, the
+    learned positions and CLIP's pre-norm; replicated over tensor-parallel ranks."""
+    h = kind.hidden_size
+    count = kind.patch_inputs * h + (h if kind.patch_bias else 0)
+    count += (h if kind.class_token else 0) + kind.positions * h
+    if kind.pre_norm is not None:
+        count += norm_params(kind.pre_norm, h)
+    return LayerParams(non_expert=count)
+
+
+def projector_params(kind: ProjectorKind, tp: int = 1) -> LayerParams:
+    """The post-norm, SigLIP's pooling head, and the projector's MLP (its first matrix column-parallel,
+    its second row-parallel, as an MLP splits), LLaVA-NeXT's newline.
+
+    SigLIP's head (`SiglipMultiheadAttentionPoolingHead`): a probe token, `nn.MultiheadAttention`
+    (in_proj 3h×h with bias, out_proj h×h with bias), a LayerNorm and an fc1/fc2 MLP, replicated.
+    """
+    h = kind.hidden_size
+    count = norm_params(kind.post_norm, h) if kind.post_norm is not None else 0
+    if kind.pooling_head:
+        count += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h
+        count += 2 * h * kind.intermediate_size + kind.intermediate_size + h
+    if kind.merge_norm is not None:
+        count += norm_params(kind.merge_norm, h)
+    if kind.projector_inputs:
+        hidden = _split(kind.projector_hidden, tp)
+        count += kind.projector_inputs * hidden + hidden * kind.out_hidden
+        if kind.projector_bias:
+            count += hidden + kind.out_hidden
+    return LayerParams(non_expert=count + kind.newline)

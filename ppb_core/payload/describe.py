@@ -254,4 +254,4 @@ def describe_run(
         from ppb_core.timing import TimeModel
 
         times = TimeModel(run)
-    return postprocess(describe(run, memory, times), run.ppb.combined)
+    return postprocess(describe(run, memory, times), run.ppb.combined, run.source)

@@ -21,6 +21,7 @@ from ppb_core.config import limits
 from ppb_core.errors import InputError, shown, shown_key
 from ppb_core.io import atomic_write_text, read_json
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
+from ppb_core.payload.postprocess import combined_parts
 
 TOP_KEY = "layers_description"
 TYPES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")
@@ -161,6 +162,8 @@ class LayerRecord:
     memory_mb: Mapping[str, float] = field(default_factory=dict)
     backward_time: Mapping[str, float] = field(default_factory=dict)
     model_name: str | None = None
+    # The sub-models one of its layers holds a layer of: its own, or a combined body's parts'.
+    models: tuple[str, ...] = ()
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -227,6 +230,7 @@ def _record(entry: Mapping[str, Any], options: Sequence[str]) -> LayerRecord:
         memory_mb=memory,
         backward_time=backward,
         model_name=entry.get("model_name"),
+        models=tuple(model for model, _ in combined_parts(entry)) if entry.get("model_name") is not None else (),
     )
 
 

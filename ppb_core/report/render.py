@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from ppb_core.estimate.plan import PLANNED_COLUMN, REPORT_COLUMNS
+from ppb_core.estimate.plan import MODELS_COLUMN, PLANNED_COLUMN, REPORT_COLUMNS
 
 MEMORY_PARTS = (
     ("parameters_mb", "parameters", "#4C72B0"),
@@ -22,6 +22,15 @@ MEMORY_PARTS = (
 )
 
 TIME_PARTS = (("forward_ms", "forward", "#8172B3"), ("backward_ms", "backward", "#C44E52"))
+
+
+def held_models(stages: pd.DataFrame) -> list[str] | None:
+    """Each stage's sub-models (the `models` column) where the plan has more than one sub-model, else None."""
+    if MODELS_COLUMN not in stages.columns:
+        return None
+    held = [str(value) for value in stages[MODELS_COLUMN]]
+    names = {part.split(" ")[0] for value in held for part in value.split(" · ") if part}
+    return held if len(names) > 1 else None
 
 
 def check_report_table(stages: pd.DataFrame) -> None:
@@ -47,6 +56,9 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
+    held = held_models(stages)
+    if held is not None:  # which sub-models each stage holds, under its number
+        labels = [f"{label}\n" + value.replace(" · ", "\n") for label, value in zip(labels, held, strict=True)]
     figure = Figure(figsize=(min(20.0, max(9.0, 1.4 * len(stages) + 3)), 4.4), dpi=100)
     memory_axes, time_axes = figure.subplots(1, 2)
 
@@ -132,14 +144,17 @@ def summary_markdown(
     ]
     if image:
         lines += [f"![memory and time per stage]({image})", ""]
+    held = held_models(stages)
+    models_header, models_rule = (" models |", "---|") if held is not None else ("", "")
     lines += [
-        f"| stage | layers | options | parameters MB | activations MB | buffers MB | total MB | device MB "
-        f"| forward {time_unit} | backward {time_unit} |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| stage | layers |{models_header} options | parameters MB | activations MB | buffers MB | total MB "
+        f"| device MB | forward {time_unit} | backward {time_unit} |",
+        f"|---:|---:|{models_rule}---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for index, row in stages.iterrows():
+        models = f" {held[index]} |" if held is not None else ""
         lines.append(
-            f"| {row['stage']} | {row['layers']} | {row['options']} | {_number(row['parameters_mb'])} "
+            f"| {row['stage']} | {row['layers']} |{models} {row['options']} | {_number(row['parameters_mb'])} "
             f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(memory[index])} "
             f"| {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} | {_number(row['backward_ms'], 3)} |"
         )

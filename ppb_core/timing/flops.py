@@ -9,9 +9,8 @@ Every other tensor is kept whatever the switches. docs/timing.md states, switch 
 a recompute re-runs.
 
 Backward FLOPs are twice the forward for matmuls (input and weight gradients); FlashAttention's
-backward re-forms the scores inside its kernel, 2.5 times its forward. The FLOP counting
-functions at the end follow Korthikanti et al. (2022): matmuls only, the attention square
-counted whole (not halved by the causal mask), as model FLOPs and MFU are usually stated.
+backward re-forms the scores inside its kernel, 2.5 times its forward. `layer_flops` counts one
+device's matmul FLOPs; model FLOPs per iteration (Megatron-LM's count) are in `model_flops`.
 """
 
 from __future__ import annotations
@@ -25,16 +24,16 @@ from ppb_core.config.run import RunConfig
 from ppb_core.model.kinds import (
     Attention,
     BodyKind,
+    EncoderBodyKind,
     HeadKind,
     LayerKind,
     Mlp,
     Moe,
+    PatchEmbedKind,
+    ProjectorKind,
     TailKind,
-    body_kind,
-    head_kind,
-    tail_kind,
 )
-from ppb_core.model.switches import LayerType, normalized, option_state
+from ppb_core.model.switches import LayerType
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
@@ -63,6 +62,9 @@ class Collective:
     overlap: str
     # (op name, phase): the op's forward, its whole backward, or one half of it (dgrad, wgrad).
     partner: tuple[str, str] | None = None
+    # All-to-all: the bytes that leave the node, when fewer than the payload's share for remote
+    # peers (a dispatcher that sends a token once per destination node); None: that share.
+    inter_node_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,18 @@ class Op:
     backward_comm: Collective | None = None
     # How a collective re-sent in the backward (its switch at 0) is hidden; None: as in the forward.
     recompute_comm: Collective | None = None
+    # A matmul's shape, priced by `ppb_core.timing.kernels`: (rows per group, k, n, groups, fused n),
+    # the forward an m×k by k×n product per group; its backward the input gradient (m×n by n×k) and
+    # the weight gradient (k×m by m×n). Where the framework runs this product as n columns of one
+    # wider GEMM (Megatron's fused QKV projection), *fused n* is that GEMM's width and the op costs
+    # its share n / fused n of it.
+    gemm: tuple[float, float, float, int, float] | None = None
+    # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
+    # head size of the scores).
+    attention: tuple[float, float, float, float] | None = None
+    # What the bytes count: one fused kernel. A framework running this op as several eager kernels
+    # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
+    fusion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,12 @@ class Geometry:
     dropless: bool = True
     capacity_factor: float = 1.0
     dropless_imbalance: float = 1.0
+    ep_nodes: int = 1  # nodes the expert-parallel group spans
+    dispatcher: str = "alltoall"  # alltoall (Megatron's default) | deepep (one copy per destination node)
+    dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
+    # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
+    # of one sample; 0 for a causal language model.
+    block_pairs: float = 0.0
 
     @classmethod
     def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
@@ -120,20 +140,17 @@ class Geometry:
             dropless=train.moe.dropless,
             capacity_factor=train.moe.capacity_factor,
             dropless_imbalance=train.moe.dropless_imbalance,
+            ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+            dispatcher=run.timing.moe_dispatcher,
+            dispatch_bytes=1
+            if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
+            else train.dtype_bytes,
         )
 
     def whole_model(self) -> Geometry:
-        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
+        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
         return dataclasses.replace(
-            self,
-            tp=1,
-            sequence_parallel=False,
-            cp=1,
-            ep=1,
-            etp=1,
-            flash_attention=False,
-            dropless=True,
-            dropless_imbalance=1.0,
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
         )
 
     @property
@@ -161,6 +178,8 @@ class Geometry:
         over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
         query of heads/cp, counted here per local head)."""
         s, b = self.seq_length, self.micro_batch_size
+        if self.block_pairs:  # every pair of each image or window, the kernel's blocks cut to them
+            return b * self.block_pairs / self.cp
         if self.flash_attention:
             return b * s * (s + 1) / 2 / self.cp
         return b * s * s / self.cp
@@ -187,12 +206,27 @@ def _matmul(
     switch: str | None = None,
     transient: bool = False,
     inputs: Sequence[str] = (),
+    groups: int = 1,
+    fused_n: float | None = None,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
-    runs two such products (input and weight gradients)."""
+    runs two such products (input and weight gradients). *groups* splits the rows over that many
+    products with their own weights (a grouped GEMM over experts)."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
-    return Op(name, block, MATMUL, switch, transient, tuple(inputs), flops, traffic, 2 * flops, 2 * traffic)
+    return Op(
+        name,
+        block,
+        MATMUL,
+        switch,
+        transient,
+        tuple(inputs),
+        flops,
+        traffic,
+        2 * flops,
+        2 * traffic,
+        gemm=(rows / groups, k, n, groups, fused_n or n),
+    )
 
 
 def _elementwise(
@@ -211,7 +245,8 @@ def _elementwise(
 
 def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
     # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
-    return _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    return dataclasses.replace(op, fusion="norm")
 
 
 def _tp_entry(
@@ -284,10 +319,16 @@ def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) 
 
 
 def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
-    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens."""
+    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
+
+    Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
+    the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
+    the two gradients that meet where the residual stream forks (the skip and the branch's norm:
+    reads two, writes one)."""
     elements = geo.whole_tokens * width
-    per = 3 * geo.dtype_bytes + (MASK_BYTES if dropout > 0 else 0)
-    return _elementwise(name, block, elements * per, elements * per)
+    bc = geo.dtype_bytes
+    mask = MASK_BYTES if dropout > 0 else 0
+    return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
 
 
 def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
@@ -367,17 +408,17 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
             return {"switch": "attBMM"} if op == final else {"transient": True}
 
         width = (heads + kv) * d
-        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), **qk_state("qk_proj")))
+        qkv = (heads + 2 * kv) * d  # Megatron's linear_qkv: one GEMM for the three
+        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), fused_n=qkv, **qk_state("qk_proj")))
         previous = p + "qk_proj"
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
         if geo.rope:
-            ops.append(
-                _elementwise(
-                    p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
-                )
+            rope = _elementwise(
+                p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
             )
+            ops.append(dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -388,6 +429,7 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
                 kv * d,
                 bc,
                 inputs=(source,),
+                fused_n=qkv,
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -427,6 +469,12 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     pairs = heads * geo.attention_pairs()
     keys = b * s  # every key of the sequence reaches each query chunk
+    # Per (sequence, head): ring CP computes s/cp queries against the sequence's keys on every local
+    # head; Ulysses every query of heads/cp heads.
+    ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
+    sequences = b * (heads / geo.cp if ulysses else heads)
+    queries = s if ulysses else s / geo.cp
+    mean_keys = pairs / (sequences * queries)
     ops: list[Op] = []
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
@@ -446,6 +494,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 qk_bytes,
                 6 * pairs * d_qk,
                 2 * qk_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
             Op(
                 context,
@@ -458,6 +507,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 v_bytes,
                 4 * pairs * d_v,
                 2 * v_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
         ]
     else:
@@ -474,6 +524,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+                gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
             )
         )
         # Scale, causal mask and softmax, fused, written in the compute dtype.
@@ -507,6 +558,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
+                gemm=(queries, mean_keys, d_v, round(sequences), d_v),
             )
         )
     if geo.cp > 1 and geo.cp_variant == "ring":
@@ -565,7 +617,8 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     """GeLU reads its input and writes its output; SwiGLU reads gate and up. Its output is `ffAct`'s."""
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
-    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    op = _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    return dataclasses.replace(op, fusion="activation")
 
 
 def _ffn(
@@ -576,10 +629,11 @@ def _ffn(
     bc, up_width = geo.dtype_bytes, width * (2 if gated else 1)
     up_weights = local_experts * h * up_width if local_experts else None
     down_weights = local_experts * width * h if local_experts else None
+    groups = max(1, local_experts)
     return [
-        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,)),
+        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,), groups=groups),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
-        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",)),
+        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",), groups=groups),
     ]
 
 
@@ -595,6 +649,21 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
+
+
+def _remote_nodes(moe: Moe, geo: Geometry) -> float | None:
+    """Distinct remote nodes a token's k experts sit in, on average, over an EP group spanning
+    `ep_nodes` nodes: k uniform picks reach nodes·(1 − (1 − 1/nodes)^k) nodes, group-limited routing
+    (a token's experts from its `group_limit` best of `groups` groups) at most limit·nodes/groups
+    of them; (nodes − 1)/nodes of those are remote. None within one node."""
+    nodes = geo.ep_nodes
+    if nodes <= 1:
+        return None
+    k = moe.experts_per_token
+    reached = nodes * (1 - (1 - 1 / nodes) ** k)
+    if moe.group_limit and moe.groups:
+        reached = min(reached, moe.group_limit * max(1.0, nodes / moe.groups))
+    return reached * (nodes - 1) / nodes
 
 
 def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
@@ -625,6 +694,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
     ]
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
+    dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
+    # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
+    remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
+    leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
     if geo.ep > 1:
         ops.append(
             Op(
@@ -632,8 +706,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_in", "forward"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_in", "wgrad"),
+                    None if leaving is None else leaving * bc,
+                ),
             )
         )
         source = p + "dispatch"
@@ -684,8 +772,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_out", "forward"),
+                    None if leaving is None else leaving * bc,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_out", "wgrad"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
             )
         )
         source = p + "combine"
@@ -830,11 +932,65 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
 @lru_cache(maxsize=4096)
 def layer_ops(kind: LayerKind, geo: Geometry) -> tuple[Op, ...]:
     """The op table of a layer kind (memoized: identical kinds are built once)."""
+    if isinstance(kind, EncoderBodyKind):
+        return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind):
         return body_ops(kind, geo)
     if isinstance(kind, HeadKind):
         return head_ops(kind, geo)
+    if isinstance(kind, PatchEmbedKind):
+        return patch_embed_ops(kind, geo)
+    if isinstance(kind, ProjectorKind):
+        return projector_ops(kind, geo)
     return tail_ops(kind, geo)
+
+
+# Vision towers ------------------------------------------------------------------------------------
+
+
+def encoder_geometry(kind: EncoderBodyKind, geo: Geometry) -> Geometry:
+    """A vision encoder block's geometry: its own tokens per sample, whole on every context-parallel
+    rank, rotary where the tower has it, and bidirectional attention within its images or windows."""
+    return dataclasses.replace(geo, seq_length=kind.tokens, cp=1, rope=kind.rope, block_pairs=kind.pairs)
+
+
+def patch_embed_ops(kind: PatchEmbedKind, geo: Geometry) -> tuple[Op, ...]:
+    """The patch embedding as the matmul it is (patches × pixels-per-patch by pixels-per-patch × h), the
+    class token and positions added, CLIP's pre-norm; replicated over TP, on every patch of the sample."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "patch_embed"
+    ops = [_matmul("patch_embed.projection", block, b * kind.patches, kind.patch_inputs, h, bc)]
+    if kind.positions or kind.class_token:
+        ops.append(
+            _elementwise("patch_embed.positions", block, 3 * b * kind.tokens * h * bc, 2 * b * kind.tokens * h * bc)
+        )
+    if kind.pre_norm is not None:
+        ops.append(_norm("patch_embed.pre_norm", block, b * kind.tokens, h, bc))
+    return tuple(ops)
+
+
+def projector_ops(kind: ProjectorKind, geo: Geometry) -> tuple[Op, ...]:
+    """SigLIP's post-norm and the pooling head's key/value projection where they are used; the merger's
+    norm over each patch; the projector's Linear – GELU – Linear over the projected tokens (its width
+    split over TP as an MLP's)."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "projector"
+    ops: list[Op] = []
+    if kind.post_norm is not None and kind.post_norm_tokens:
+        rows = b * kind.post_norm_tokens
+        ops.append(_norm("projector.post_norm", block, rows, h, bc))
+        if kind.pooling_head:
+            ops.append(_matmul("projector.pooling_key_value", block, rows, h, 2 * h, bc))
+    if kind.merge_norm is not None:
+        ops.append(_norm("projector.merge_norm", block, b * kind.tokens_in, h, bc))
+    if kind.projector_inputs:
+        rows, width = b * kind.tokens_out, _split(kind.projector_hidden, geo.tp)
+        ops += [
+            _matmul("projector.fc1", block, rows, kind.projector_inputs, width, bc),
+            _elementwise("projector.gelu", block, 2 * rows * width * bc, 3 * rows * width * bc),
+            _matmul("projector.fc2", block, rows, width, kind.out_hidden, bc),
+        ]
+    return tuple(ops)
 
 
 def recompute_set(ops: Sequence[Op], switches: Mapping[str, int]) -> tuple[Op, ...]:
@@ -884,55 +1040,3 @@ def layer_flops(
     backward = sum(op.backward_flops for op in counted)
     rerun = {op.name for op in rerun_ops(ops, state, switches)}
     return forward, backward + sum(op.flops for op in counted if op.name in rerun)
-
-
-def _whole_model_layers(run: RunConfig, model_name: str):
-    """(kind, count) of each distinct layer of a model, HEAD and TAIL included."""
-    spec, dropout = run.spec(model_name), run.training.dropout
-    vocab = run.vocab_size(model_name)
-    counts: dict[LayerKind, int] = {}
-    for index in range(spec.num_layers):
-        kind = body_kind(spec, index, dropout)
-        counts[kind] = counts.get(kind, 0) + 1
-    counts[head_kind(spec, vocab, dropout)] = 1
-    counts[tail_kind(spec, vocab, dropout)] = 1
-    return counts.items()
-
-
-def iteration_flops(run: RunConfig, option: str | None = None) -> float:
-    """Matmul FLOPs of one training iteration of the whole model over every device (paper convention).
-
-    *option* None counts model FLOPs (forward and backward, nothing recomputed); an option
-    (NONE/SLCT/COMM/BOTH/FULL) counts hardware FLOPs with every body layer under it. The head and
-    tail are never recomputed. Sequences per iteration: micro_batch_size · micro_batches · dp.
-    """
-    micro_batches = run.training.micro_batches * run.parallel.dp
-    total = 0.0
-    for model_name in run.model_names:
-        geo = Geometry.from_run(run, model_name).whole_model()
-        configured = normalized(run.switches(model_name))
-        for kind, count in _whole_model_layers(run, model_name):
-            state, switches = LayerType.NOT_REC_LAYER, None
-            if option is not None and isinstance(kind, BodyKind):
-                state, switches = option_state(option, configured)
-            forward, backward = layer_flops(layer_ops(kind, geo), state, switches)
-            total += count * (forward + backward)
-    return micro_batches * total
-
-
-def model_flops_per_iteration(run: RunConfig) -> float:
-    """Model FLOPs of one iteration (Korthikanti et al. 2022, eq. 7 for a GPT-style model)."""
-    return iteration_flops(run)
-
-
-def hardware_flops_per_iteration(run: RunConfig, option: str = "NONE") -> float:
-    """Hardware FLOPs of one iteration with every body layer under *option* (eq. 8 for FULL)."""
-    return iteration_flops(run, option)
-
-
-def model_flops_utilization(run: RunConfig, iteration_ms: float) -> float:
-    """MFU: model FLOPs over what every device's peak could do in *iteration_ms*."""
-    par = run.parallel
-    devices = par.dp * par.tp * par.pp * par.cp
-    peak = run.device.profile().peak_tflops * 1e12
-    return model_flops_per_iteration(run) / (devices * peak * iteration_ms / 1e3)
