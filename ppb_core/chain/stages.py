@@ -19,8 +19,9 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.config.run import RunConfig, load_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import RunConfig, run_from_frame, run_to_frame
 from ppb_core.errors import InputError
+from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate, estimate_to_frame
 from ppb_core.memory import MemoryModel, run_in_flight_counts
@@ -41,7 +42,7 @@ TIME_KEY_COLUMNS = ("model_name", "node", "kind", "kind_json", "count")
 
 def run_config(path: str | Path) -> pd.DataFrame:
     """The run config read, validated and resolved into one self-contained row."""
-    run = load_run_config(path)  # errors name the file as given; the table records where it was
+    run = load_run(path)  # errors name the file as given; the table records where it was
     return run_to_frame(run.model_copy(update={"source": str(Path(path).resolve())}))
 
 

@@ -15,8 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ppb_core.balance.result import MAX_INTERLEAVE
 from ppb_core.config import limits
 from ppb_core.errors import InputError, shown
+from ppb_core.estimate.inputs import load_run
 from ppb_core.io import atomic_write_text, check_output
 
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
@@ -81,7 +83,6 @@ def _check_sizes(stages: int, chunks: int, micro_batches: int, args: argparse.Na
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
     from ppb_core.balance.problem import BalanceInput, run_problem
-    from ppb_core.balance.result import MAX_INTERLEAVE
     from ppb_core.payload.sapp import layer_set, read_layers_description
 
     source = str(args.source)
@@ -113,10 +114,9 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     if args.out:
         check_output(args.out)
     if path.suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.config.run import load_run_config
         from ppb_core.payload.describe import describe_run
 
-        run = load_run_config(path)
+        run = load_run(path)
         par = run.parallel
         _check_sizes(
             args.stages or par.pp,

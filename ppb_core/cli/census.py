@@ -15,9 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+from ppb_core.census.measure import expert_counts
 from ppb_core.config import limits
+from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError, shown
 from ppb_core.io import atomic_write_text, check_output, read_json
+from ppb_core.model.kinds import Moe, body_kind
+from ppb_core.model.params import body_params
 
 DEFAULT_SEQ = (128, 256, 512)
 
@@ -99,11 +103,6 @@ def available_bytes() -> int | None:
 def layer_bytes_at_least(raw: dict, args: argparse.Namespace) -> int:
     """A lower bound of what measuring the model's largest layer holds: its weights as built (routed
     experts capped as the census builds them) and its input and output at the longest shape."""
-    from ppb_core.census.measure import expert_counts
-    from ppb_core.config.hf import spec_from_hf
-    from ppb_core.model.kinds import Moe, body_kind
-    from ppb_core.model.params import body_params
-
     spec = spec_from_hf(raw, args.model_config)
     element = 4 if (args.dtype or "bf16") == "fp32" else 2
     built = max(args.experts or expert_counts(raw, args.experts_cap))

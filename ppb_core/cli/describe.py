@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from ppb_core.config.run import load_run_config
+from ppb_core.estimate.inputs import load_run
 from ppb_core.io import check_output
 from ppb_core.payload.describe import describe_run
 from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_description
@@ -46,7 +46,7 @@ def _time_model_available() -> bool:
 def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output(args.output)
-    config = load_run_config(args.run)
+    config = load_run(args.run)
     timed = not args.no_times
     if timed and not _time_model_available():
         print("ppb: note: no time model installed (ppb_core.timing); describing without times", file=sys.stderr)

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import replace
 
-from ppb_core.config.run import load_run_config
+from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_run_config(args.run_config)
+    config = load_run(args.run_config)
     times = None if args.no_times else TimeModel(config)
     memory = MemoryModel(config, buffer_rule=args.buffer_rule)
     result = estimate(config, memory, times=times, stages=not args.no_stages)

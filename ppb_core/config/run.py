@@ -611,7 +611,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     if run.timing.calibration is not None:
         _check_file(base / run.timing.calibration, where, "timing.calibration", "calibration")
     if run.memory.calibration is not None:
-        _check_file(base / run.memory.calibration, where, "memory.calibration", "measured peaks", run.parallel.pp)
+        _check_file(base / run.memory.calibration, where, "memory.calibration", "measured peaks")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     _check_sizes(run, where)
     for index, sub in enumerate(run.models):
@@ -620,26 +620,13 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     return run
 
 
-def _check_file(path: Path, where: str, field: str, kind: str, stages: int = 1) -> None:
-    """A census, calibration or measured-peaks file the run config names, read and validated now,
-    before any work: its errors name the file; that it is missing or a folder names the run
-    config's field. (Imported here: each reader's package imports this module.)"""
+def _check_file(path: Path, where: str, field: str, kind: str) -> None:
+    """A census, calibration or measured-peaks file the run config names exists and is a file; its
+    content is read by `ppb_core.estimate.inputs.load_run` (its readers sit above the config)."""
     if not path.exists():
         raise InputError(where, field, f"{path} not found")
     if path.is_dir():
         raise InputError(where, field, f"{path} is a folder, not a {kind} file")
-    if kind == "census":
-        from ppb_core.census.record import read_census  # the census package imports the config
-
-        read_census(path)
-    elif kind == "calibration":
-        from ppb_core.timing.calibration import read_calibration  # the timing package imports the config
-
-        read_calibration(path)
-    else:
-        from ppb_core.memory.calibration import read_measured_peaks  # the memory package imports the config
-
-        read_measured_peaks(path, stages)
 
 
 def load_run_config(path: str | Path) -> RunConfig:
