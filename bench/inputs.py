@@ -36,7 +36,7 @@ import yaml  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ppb_core.config import limits  # noqa: E402
+from ppb_core import limits  # noqa: E402
 from ppb_core.config.run import load_run_config  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
 from ppb_core.io import read_yaml  # noqa: E402

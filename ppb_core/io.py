@@ -1,7 +1,7 @@
 """Files in and out: bounded reads of YAML, JSON and text with one-line errors, and writes that leave
 the previous file whole when they fail (write aside, then rename), with the user's umask.
 
-Every read is bounded before it starts (`ppb_core.config.limits`): a file over the size limit,
+Every read is bounded before it starts (`ppb_core.limits`): a file over the size limit,
 a FIFO or a device (`/dev/zero`) is refused unread; nesting deeper than the limit, YAML aliases
 expanding past the limit, duplicate keys, JSON's NaN and Infinity are refused while parsing.
 Errors name the file and, where there is one, the key path; they never echo the file's content.
@@ -32,7 +32,7 @@ from yaml.events import (
 )
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ppb_core.config import limits
+from ppb_core import limits
 from ppb_core.errors import InputError, field_path, shown, shown_key
 
 # ---------------------------------------------------------------------------------------------
@@ -197,8 +197,7 @@ class _BoundedComposer(yaml.composer.Composer):
         total += self._size(node)
         if total > limits.YAML_VALUES:
             raise self.refuse(
-                f"more than ppb's limit of {limits.YAML_VALUES:,} values with its aliases expanded "
-                "(ppb_core/config/limits.py)"
+                f"more than ppb's limit of {limits.YAML_VALUES:,} values with its aliases expanded (ppb_core/limits.py)"
             )
         return total
 

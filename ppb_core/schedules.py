@@ -13,9 +13,10 @@ implementations:
   micro-batches is too short; such sizes are refused.
 * ``gpipe``: every forward (chunk by chunk), then every backward.
 * ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
-  runs P−1 → 0): the eight steps of the reference implementation, with each overlapped
-  forward-and-backward pair run forward first and the weight-gradient step folded into its
-  backward (descriptions carry no split of the backward). It needs m ≥ 2P.
+  runs P−1 → 0): the eight steps of DeepSeek's implementation (deepseek-ai/DualPipe,
+  dualpipe/dualpipev.py), with each overlapped forward-and-backward pair run forward first and the
+  weight-gradient step folded into its backward (descriptions carry no split of the backward).
+  It needs m ≥ 2P.
 
 Micro-batches in flight follow from the order alone: on a stage, a forward of chunk v adds one
 micro-batch of chunk-v activations and its backward frees it. Times follow from the order and
@@ -29,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ppb_core.dominance import undominated
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
 
@@ -186,7 +189,8 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 seen.add(tuple(held))
             else:
                 held[op.chunk] -= 1
-        maximal = [v for v in seen if not any(w != v and all(a >= b for a, b in zip(w, v, strict=True)) for w in seen)]
+        held_vectors = sorted(seen)
+        maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
         vectors.append(sorted(maximal, reverse=True))
     return vectors
 

@@ -15,11 +15,13 @@ from ppb_core.census.record import Census, Kept, KindCensus, Part, PerToken, Set
 from ppb_core.config.hf import spec_from_hf
 from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate.run import estimate, estimate_from_frame, estimate_to_frame
+from ppb_core.estimate.census import compare, report
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel
 from ppb_core.model.kinds import body_kind, kind_to_dict
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
+from ppb_core.tables.estimate import estimate_from_frame, estimate_to_frame
 
 SMALL = {
     "model_type": "llama",
@@ -181,7 +183,6 @@ def test_a_bad_census_file_names_the_file(tmp_path) -> None:
 
 
 def test_the_comparison_puts_formulas_and_census_side_by_side(tmp_path) -> None:
-    from ppb_core.census.compare import compare, report
 
     (tmp_path / "formulas").mkdir()
     run_path = _run(tmp_path / "formulas", None)

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppb_core.config.hf import read_hf_config, spec_from_hf
-from ppb_core.config.run import load_run_config, parse_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.tables.run import run_from_frame, run_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

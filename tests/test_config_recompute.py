@@ -7,9 +7,10 @@ import copy
 import pytest
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute
-from ppb_core.config.run import parse_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import SWITCHES
+from ppb_core.tables.run import run_from_frame, run_to_frame
 
 BASE = {
     "models": [

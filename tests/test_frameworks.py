@@ -58,7 +58,7 @@ def test_megatron_ring_attention_keeps_only_the_local_chunk():
 
 def test_megatron_holds_a_stage_s_workspaces_once():
     # ZeRO-2 over dp 2, one stage: a layer's gradient bucket is a workspace of its backward
-    # (body 41088 · 4 = 164352, HEAD 65536 · 4 = 262144, TAIL 65600 · 4 = 262400). The seed counts
+    # (body 41088 · 4 = 164352, HEAD 65536 · 4 = 262144, TAIL 65600 · 4 = 262400). SAPP counts
     # each layer's in the stage's buffers; Megatron holds one at a time: the stage's buffers are 0 and
     # its working set is the TAIL's, its logits' gradient 64·1024·2 = 131072 + its bucket 262400.
     run = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4})
@@ -72,14 +72,14 @@ def test_megatron_holds_a_stage_s_workspaces_once():
 
 def test_megatron_all_to_all_staging_once_per_stage():
     # MOE at ep 2 (dp 2), s 16: each MoE layer's all-to-all send buffer is max(32 dispatched, 32
-    # returned rows) · 32 · 2 = 2048. Two MoE layers on the stage: the seed sums 2 · 2048 in the
+    # returned rows) · 32 · 2 = 2048. Two MoE layers on the stage: SAPP sums 2 · 2048 in the
     # stage's buffers, Megatron holds one in a working set.
     run = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16})
     mind = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, framework="mindformers")
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
     # kept per micro-batch: the remote half of the dispatched rows, 32·32·2/2 = 1024 a layer (Megatron's
-    # combine keeps nothing, below); the seed also keeps the combined rows' remote half, 1024
+    # combine keeps nothing, below); SAPP also keeps the combined rows' remote half, 1024
     assert peak.buffer_bytes == 2 * 1024
     assert seed.buffer_bytes == 2 * 2 * 1024 + 2 * 2048
     assert model(run).state_memory(body(run, "moe"), NOT).transient_bytes == 2048
@@ -88,7 +88,7 @@ def test_megatron_all_to_all_staging_once_per_stage():
 def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing():
     # experts.py TEGroupedMLP: weighted_bias_swiglu_impl(fc1 output, bias, permuted_probs); the combine's
     # unpermute takes no probabilities. MOE at s 16: no moe.combined_tokens (16·2·32·2 = 2048 in the
-    # seed), and the 32 routed rows' probabilities, 32·2 bytes
+    # SAPP), and the 32 routed rows' probabilities, 32·2 bytes
     run = make_run(MOE, training={"seq_length": 16})
     mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
     terms, seed = _terms(model(run), body(run, "moe")), _terms(model(mind), body(mind, "moe"))

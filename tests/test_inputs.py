@@ -23,7 +23,9 @@ import yaml
 from test_census_record import _census
 
 import ppb_core.cli.main as cli_main
-from ppb_core.config import limits
+from ppb_core import limits
+from ppb_core.errors import InputError
+from ppb_core.timing.calibration import read_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "configs" / "hf"
@@ -497,9 +499,6 @@ def test_calibration_errors_never_echo_the_file() -> None:
     """`/etc/passwd` as a calibration CSV: the error names it, and shows nothing of its first line."""
     if not Path("/etc/passwd").is_file():
         pytest.skip("no /etc/passwd here")
-    from ppb_core.errors import InputError
-    from ppb_core.timing.calibration import read_calibration
-
     with pytest.raises(InputError) as err:
         read_calibration("/etc/passwd")
     first = Path("/etc/passwd").read_text().splitlines()[0]
@@ -535,5 +534,5 @@ def test_refused_by_the_ppb_process(tmp_path, name) -> None:
 def test_limits_are_stated_once() -> None:
     """The limits the messages cite are the module's (a changed limit changes every message)."""
     assert limits.over(10**6, limits.LAYERS, "layers") == (
-        "1,000,000 is over ppb's limit of 1,024 layers (ppb_core/config/limits.py)"
+        "1,000,000 is over ppb's limit of 1,024 layers (ppb_core/limits.py)"
     )

@@ -1,4 +1,4 @@
-"""At the limits (ppb_core.config.limits): the largest run ppb accepts still estimates, in bounded
+"""At the limits (ppb_core.limits): the largest run ppb accepts still estimates, in bounded
 time, with every figure finite and non-negative and every integer column inside int64 (a
 `hidden_size` of 10^18 used to overflow the Parquet table; the limits keep every product far
 inside). One step over any limit is refused (tests/test_inputs.py)."""
@@ -10,11 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from ppb_core.config import limits
+from ppb_core import limits
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate.run import estimate, estimate_to_frame
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel
+from ppb_core.tables.estimate import estimate_to_frame
+from ppb_core.tables.schema import rows_of
 from ppb_core.timing import TimeModel
 
 # Every model dimension at its limit, MoE with every expert routed and shared.
@@ -62,7 +64,7 @@ def _largest() -> dict:
 def test_the_largest_run_estimates_with_every_figure_finite() -> None:
     run = parse_run_config(_largest(), "largest.yaml")
     result = estimate(run, MemoryModel(run), times=TimeModel(run))
-    frame = estimate_to_frame(result)
+    frame = rows_of(estimate_to_frame(result))
     numbers = frame.select_dtypes("number").to_numpy(dtype=float)
     assert np.isfinite(numbers).all() and (numbers >= 0).all()
     # int64 columns hold their Python integers exactly (an overflow would have raised or wrapped).

@@ -16,8 +16,7 @@ import yaml
 
 import ppb_core.cli.main as cli_main
 import ppb_core.io as ppb_io
-from ppb_core import chain
-from ppb_core.config import limits
+from ppb_core import chain, limits
 from ppb_core.config.run import config_hash, load_run_config
 from ppb_core.errors import InputError
 from ppb_core.io import (
@@ -54,9 +53,7 @@ def test_yaml_keeps_anchors_and_merge_keys() -> None:
 def test_yaml_uses_libyaml_where_installed() -> None:
     if not yaml.__with_libyaml__:
         pytest.skip("PyYAML without libyaml")
-    from yaml.cyaml import CParser
-
-    assert issubclass(ppb_io._Loader, CParser)
+    assert issubclass(ppb_io._Loader, yaml.cyaml.CParser)
 
 
 @pytest.mark.parametrize(

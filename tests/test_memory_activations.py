@@ -172,7 +172,7 @@ MOE = {
     ],
 )
 def test_moe_capacity_and_dropless(moe, rows):
-    # the formulas' terms as the seed keeps them (framework mindformers); Megatron-Core's combine differs
+    # the formulas' terms as SAPP keeps them (framework mindformers); Megatron-Core's combine differs
     # (test_frameworks.py)
     run = make_run(MOE, training={"seq_length": 16, "moe": moe}, framework="mindformers")
     memory, layer = model(run), body(run, "moe")
@@ -202,7 +202,7 @@ def test_moe_shared_experts_and_gate():
 def test_expert_parallel_moves_tokens_to_buffers_and_keeps_the_total():
     # ep 2 (dp 2): of the 32 dispatched rows (dropless, imbalance 1) and the 32 combined ones, half
     # stayed local (activations) and half crossed the network (buffers kept per micro-batch)
-    # (the seed's conventions, framework mindformers: the send buffer is one of the layer's buffers)
+    # (SAPP's conventions, framework mindformers: the send buffer is one of the layer's buffers)
     one = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
     two = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, framework="mindformers")
     m1, m2 = model(one), model(two)

@@ -1,6 +1,6 @@
-"""Communication buffers at one and at k micro-batches in flight, the gather switch, the §2.8 split.
+"""Communication buffers at one and at k micro-batches in flight, the gather switch, `_dynamic_mem`'s split.
 
-These are the seed's buffer conventions, which `framework: mindformers` keeps (each layer's
+These are SAPP's buffer conventions (hyper-parallel's MemEst), which `framework: mindformers` keeps (each layer's
 workspaces in its own "once" part, the gathered inputs kept); Megatron-Core's and torchtitan's
 are in test_frameworks.py.
 """
@@ -67,7 +67,7 @@ def test_zero_one_reduces_in_place():
 
 
 def test_reference_rule_max_of_groups_and_its_excess():
-    # reference §7.4: max(dp, tp, cp) + ep. tp at k is k·8192 against the bucket 82432: the bucket wins
+    # MemEst's evaluators/comm.py: max(dp, tp, cp) + ep. tp at k is k·8192 against the bucket 82432: the bucket wins
     # up to k = 10. At many = 16: at(16) = 131072; per_mb = (131072 − 82432)/15; the linear split
     # over-charges at k = 4 by one + 3·per_mb − at(4) = 3·per_mb.
     run = _run()

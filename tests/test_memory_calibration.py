@@ -13,7 +13,7 @@ from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel, run_stage_peaks
 from ppb_core.memory.calibration import MemoryCorrection, fit_peaks, parse_measured_peaks
-from ppb_core.memory.peak import run_memory_fit
+from ppb_core.memory.model import run_memory_fit
 
 MB = 2**20
 

@@ -16,9 +16,10 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
 from ppb_core.model.walk import BODY, walk
 from ppb_core.payload import sapp
-from ppb_core.payload.describe import add_to_list, describe, describe_layer, describe_run, mb
+from ppb_core.payload.describe import add_to_list, describe, describe_layer, mb
 from ppb_core.payload.front import price_option
 from ppb_core.payload.profiling import measure_profile
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame
 from ppb_core.timing import TimeModel
 
@@ -43,7 +44,7 @@ def time_models(shipped):
 
 
 def _expected_memory(memory: MemoryModel, layer, timed: bool) -> dict[str, int]:
-    """The memory keys of a description, from the memory model's own split and activations (§2.7)."""
+    """The memory keys of a description, from the memory model's split and activations (`_ppb.py` `_body_memory`)."""
     static = memory.static_bytes(layer)
     if layer.node != BODY:
         state, switches = memory.option_state(layer, "NONE")
@@ -136,14 +137,14 @@ def _state(recompute):
 
 @pytest.fixture(scope="session")
 def reference_rule_run():
-    """Llama-3-8B at ZeRO-2 over 8 stages, buffers combined by reference §7.4's max(dp, tp, cp) + ep.
+    """Llama-3-8B at ZeRO-2 over 8 stages, buffers combined by MemEst's max(dp, tp, cp) + ep (evaluators/comm.py).
 
     The constant 416 MB gradient bucket hides the growing 64 MB-per-micro-batch gathers up to 6
     in flight; the split between 1 and many = 8 over-charges in between: the profiles' excess.
     """
     raw = yaml.safe_load((ROOT / "configs" / "llama3-8b.yaml").read_text())
     raw["parallel"].update(zero=2, pp=8, dp=4)
-    raw["framework"] = "mindformers"  # the seed's conventions: the gathers kept, the bucket a layer's own
+    raw["framework"] = "mindformers"  # SAPP's conventions: the gathers kept, the bucket a layer's own
     run = parse_run_config(raw, ROOT / "configs" / "llama3-8b.yaml", ROOT / "configs")
     return run, MemoryModel(run, buffer_rule="reference")
 

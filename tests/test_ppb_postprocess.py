@@ -1,4 +1,5 @@
-"""Combination, dominance withdrawal and scaling (reference §2.12–2.14, the §8.1 cases), and their order."""
+"""Combination, dominance withdrawal and scaling (`_ppb.py`'s ppb_combine_bodies, ppb_withdraw_dominated and
+ppb_scale_times in mindspore-ai/hyper-parallel, and the cases of its test_ppb.py), and their order."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from ppb_core.errors import InputError
 from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY
 from ppb_core.model.walk import BODY, HEAD, TAIL
 from ppb_core.payload import sapp
-from ppb_core.payload.describe import add_to_list, describe, describe_layer, describe_run
+from ppb_core.payload.describe import add_to_list, describe, describe_layer
 from ppb_core.payload.postprocess import beaten, combine, combined_parts, postprocess, scale, withdraw
+from ppb_core.payload.run import describe_run
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)
 
@@ -107,7 +109,7 @@ def test_a_combined_body_takes_the_place_of_its_first_part():
     names = [d["name"] for d in combine(listed, [[("b", "body"), ("a", "body")]])]
     # a's body was at index 1, b's at 4: the combined one goes to index 1.
     assert names == ["HEAD", "COMBINED_BODY_1_BODY_0", "TAIL", "HEAD", "TAIL"]
-    # No group changes nothing. (The seed inserts an empty body for a group naming nothing listed;
+    # No group changes nothing. (`_ppb.py` inserts an empty body for a group naming nothing listed;
     # ppb refuses it: test_a_part_that_names_nothing_is_refused.)
     assert combine(listed, []) == listed
 
@@ -117,7 +119,7 @@ def _counted(desc, n):
 
 
 def test_a_combined_body_stands_for_one_layer_of_each_part_and_keeps_their_count():
-    """Two 32-layer bodies are 32 combined layers, each one layer of each (the seed made them one layer)."""
+    """Two 32-layer bodies are 32 combined layers, each one layer of each (`_ppb.py` made them one layer)."""
     first, second = _listed(("a", 5, SOFTMAX), ("b", 0, SOFTMAX))
     [combined] = combine([_counted(first, 32), _counted(second, 32)], [[("a", "body"), ("b", "body")]])
     assert combined["nb_layer"] == 32

@@ -19,7 +19,7 @@ from ppb_core.model.walk import walk
 from ppb_core.schedules import simulate
 from ppb_core.timing import model_flops_per_iteration
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, Geometry, _remote_nodes
+from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, OpGeometry, _remote_nodes
 from ppb_core.timing.iteration import (
     BREAKDOWN_KEYS,
     _fsdp_exposed,
@@ -48,7 +48,9 @@ ROUND_DEVICE = {
 }
 
 
-def small_run(dp=2, tp=1, pp=2, m=4, zero=1, overlap=None, framework="megatron", device=None, recompute=None, **extra):
+def small_run(
+    dp=2, tp=1, pp=2, m=4, zero=None, overlap=None, framework="megatron", device=None, recompute=None, **extra
+):
     spec = {
         "vocab_size": 4096,
         "hidden_size": 1024,
@@ -62,7 +64,9 @@ def small_run(dp=2, tp=1, pp=2, m=4, zero=1, overlap=None, framework="megatron",
         "name": "small",
         "framework": framework,
         "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"dp": dp, "tp": tp, "pp": pp, "zero": zero, "sequence_parallel": tp > 1, **extra},
+        # zero None: the framework's own default (Megatron's distributed optimizer ZeRO-1, torchtitan's FSDP2)
+        "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, **extra}
+        | ({} if zero is None else {"zero": zero}),
         "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "recompute": recompute or {}},
         "device": device or ROUND_DEVICE,
     }
@@ -166,7 +170,7 @@ def test_fsdp_prefetch_by_hand():
     # torchtitan with a pipeline: parameters stay gathered (no gather in the backward) and gradients
     # reduce once per iteration, in the last micro-batch's backward: each layer's reduce-scatter behind
     # the next layer's backward (0.5 < 4 and 2), the first layer's after it: 0.5 exposed of 1.5.
-    titan = framework_rules(small_run(framework="torchtitan", pp=2))
+    titan = framework_rules(small_run(framework="torchtitan", pp=2, zero=3))
     fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(layers, [1.5] * 3, [0.5] * 3, titan)
     assert (fe, be, once_link, once_exposed) == pytest.approx((2.0, 0.0, 1.5, 0.5))
 
@@ -305,12 +309,12 @@ def test_deepep_sends_a_token_once_to_each_remote_node_it_reaches():
     # reach at most 4 nodes, 7/8 of them remote on average: 3.5 hidden states leave the node per token
     # routed, instead of 8 copies × 56/64 remote = 7. Uniform picks without the limit: 8·(1 − (7/8)^8)
     # nodes, the same 7/8 remote.
-    geo = Geometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
+    geo = OpGeometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
     limited = Moe(7168, 256, 8, 2048, True, "swiglu", groups=8, group_limit=4)
     assert _remote_nodes(limited, geo) == pytest.approx(4 * 7 / 8)
     free = Moe(7168, 256, 8, 2048, True, "swiglu")
     assert _remote_nodes(free, geo) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
-    assert _remote_nodes(free, Geometry(seq_length=4096, ep=8, ep_nodes=1)) is None
+    assert _remote_nodes(free, OpGeometry(seq_length=4096, ep=8, ep_nodes=1)) is None
 
 
 def test_deepseek_v3_reads_its_group_limited_routing():

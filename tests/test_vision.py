@@ -15,17 +15,19 @@ import yaml
 
 from ppb_core import chain
 from ppb_core.config.hf_vision import spec_of_part, text_part, vision_spec_from_hf
-from ppb_core.config.run import load_run_config, parse_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.config.vision import best_resolution, smart_resize, vision_sequence, window_sizes
 from ppb_core.errors import InputError
-from ppb_core.estimate.plan import MODELS_COLUMN, plan_stages, stage_models
+from ppb_core.estimate.plan import plan_stages, stage_models
 from ppb_core.memory.activations import encoder_setup, encoder_terms
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import EncoderBodyKind, PatchEmbedKind, ProjectorKind, vision_kinds
 from ppb_core.model.placement import model_cell_options, place_plan
-from ppb_core.model.vision import best_resolution, smart_resize, vision_sequence, window_sizes
 from ppb_core.model.walk import BODY, walk, walk_by_model
 from ppb_core.report.render import summary_markdown
-from ppb_core.timing.flops import Geometry, layer_ops
+from ppb_core.tables.report import report_to_frame
+from ppb_core.tables.run import run_from_frame, run_to_frame
+from ppb_core.timing.flops import OpGeometry, layer_ops
 from ppb_core.timing.model_flops import model_flops_per_iteration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +165,7 @@ def test_encoder_block_terms_by_hand() -> None:
 
 def test_encoder_attention_flops_count_each_images_and_windows_pairs() -> None:
     _, (_, bodies, _) = _small_qwen()
-    geo = Geometry(seq_length=8192)  # the language model's; the block runs on its own tokens
+    geo = OpGeometry(seq_length=8192)  # the language model's; the block runs on its own tokens
     for kind in bodies:
         ops = {op.name: op for op in layer_ops(kind, geo)}
         # QKᵀ over every pair of each image (or window), all heads: 2·pairs·h.
@@ -304,13 +306,13 @@ def test_plan_stages_report_what_each_stage_holds_of_each_sub_model() -> None:
     by_model = model_cell_options(cells, BODIES)
     placed, chosen = place_plan(run, [[{"NONE": 0}] * 4], by_model)
     assert len(chosen) == 60 and set(chosen.values()) == {"NONE"}
-    stages = plan_stages(run, [[{"NONE": 0}] * 4], by_model=by_model)
-    assert list(stages[MODELS_COLUMN]) == stage_models(placed)
+    stages = report_to_frame(plan_stages(run, [[{"NONE": 0}] * 4], by_model=by_model))
+    assert list(stages["models"]) == stage_models(placed)
     assert list(stages["layers"]) == [14, 16, 16, 14]
     text = summary_markdown(stages, "plan")
     assert "| stage | layers | models | options |" in text and "| vit 8 · llm 8 |" in text
     # A one-model plan's summary keeps its columns as they were.
-    single = stages.assign(**{MODELS_COLUMN: ["llm 7"] * 4})
+    single = stages.assign(**{"models": ["llm 7"] * 4})
     assert "models" not in summary_markdown(single, "plan")
 
 
@@ -320,10 +322,10 @@ def test_the_example_balances_with_a_memory_model_that_agrees() -> None:
     combined = tables["combined_descriptions"]
     row = combined[combined["name"] == "COMBINED_BODY_0_BODY_2"].iloc[0]
     assert int(row["nb_layer"]) == 28 and json.loads(row["combines"]) == "vit BODY_0 + llm BODY_2"
-    report = tables["plan_report"]
+    report = tables["plan_report"].frame
     assert (report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"] <= report["device_mb"]).all()
     assert report["layers"].sum() == 60  # 32 tower blocks and 28 decoder layers
-    held = " ".join(report[MODELS_COLUMN])
+    held = " ".join(report["models"])
     assert held.count("HEAD") == 2 and held.count("TAIL") == 2
     # Every stage holds both sub-models: a combined layer is one of each.
-    assert all("vit" in value and "llm" in value for value in report[MODELS_COLUMN])
+    assert all("vit" in value and "llm" in value for value in report["models"])

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ppb_core.census.vision import SETTINGS, census_block
+from ppb_core.estimate.vision_census import SETTINGS, census_block
 
 pytestmark = pytest.mark.oracle
 

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from ppb_core.config.hf_vision import spec_of_part  # noqa: E402
+from ppb_core.config.vision import vision_sequence  # noqa: E402
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind, vision_kinds  # noqa: E402
 from ppb_core.model.params import (  # noqa: E402
     body_params,
@@ -28,7 +29,6 @@ from ppb_core.model.params import (  # noqa: E402
     projector_params,
     tail_params,
 )
-from ppb_core.model.vision import vision_sequence  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

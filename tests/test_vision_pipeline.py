@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 
 from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
-from pipelines.checks import ALL_CHECKS
 from pipelines.definitions import resources
 from pipelines.partitions import PARTITIONS_NAME
 from ppb_core import chain
-from ppb_core.estimate.plan import MODELS_COLUMN
+from ppb_core.tables.schema import rows_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -29,7 +28,7 @@ def materialized(tmp_path_factory: pytest.TempPathFactory):
     with dg.DagsterInstance.ephemeral(tempdir=str(root / "home")) as instance:
         instance.add_dynamic_partitions(PARTITIONS_NAME, [KEY])
         result = dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS],
+            ALL_ASSETS,
             selection=STAGE_ASSETS,
             partition_key=KEY,
             instance=instance,
@@ -51,8 +50,8 @@ def test_the_stored_tables_are_the_cores(materialized) -> None:
     _, storage = materialized
     expected = chain.run_chain(CONFIGS / f"{KEY}.yaml")
     for name, frame in expected.items():
-        stored = pd.read_parquet(storage / name / f"{KEY}.parquet")
-        pd.testing.assert_frame_equal(stored, frame)
+        stored = chain.from_parquet_bytes((storage / name / f"{KEY}.parquet").read_bytes())
+        pd.testing.assert_frame_equal(rows_of(stored), rows_of(frame))
 
 
 def test_the_report_says_which_stages_hold_which_sub_model(materialized) -> None:
@@ -60,8 +59,8 @@ def test_the_report_says_which_stages_hold_which_sub_model(materialized) -> None
     report = pd.read_parquet(storage / "plan_report" / f"{KEY}.parquet")
     text = (storage / "plan_report" / f"{KEY}.md").read_text()
     assert "| models |" in text
-    for value in report[MODELS_COLUMN]:
+    for value in report["models"]:
         assert f"| {value} |" in text
-    assert report[MODELS_COLUMN].iloc[0].startswith("vit HEAD + ")
-    assert report[MODELS_COLUMN].iloc[-1].endswith("+ TAIL") and "llm" in report[MODELS_COLUMN].iloc[-1]
+    assert report["models"].iloc[0].startswith("vit HEAD + ")
+    assert report["models"].iloc[-1].endswith("+ TAIL") and "llm" in report["models"].iloc[-1]
     assert (storage / "plan_report" / f"{KEY}.png").read_bytes().startswith(b"\x89PNG")

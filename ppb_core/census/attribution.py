@@ -1,4 +1,4 @@
-"""Who made each kept tensor: the op and recompute switch (§4) it belongs to, and its tensor-parallel side.
+"""Who made each kept tensor: the op and recompute switch (`SWITCHES`) it belongs to, and its tensor-parallel side.
 
 A measurement (`ppb_core.census.measure`) records one forward of a layer as a graph of ops over
 storages: what each op read, allocated and wrote in place, inside which modules, and which
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from ppb_core.model.switches import SWITCHES
 
 # Leaf module (or parameter) names of the projections a tensor-parallel layer splits by columns
 # (output features: heads, FFN width) and by rows (input features, reduced after).
@@ -56,7 +58,7 @@ MATMULS: frozenset[str] = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", 
 SOFTMAXES: frozenset[str] = frozenset({"_softmax", "softmax", "_safe_softmax"})
 DROPOUTS: frozenset[str] = frozenset({"native_dropout", "dropout", "bernoulli", "bernoulli_"})
 
-# Where a kept storage is priced (§7.3 census path): `saved` TP leaves whole (sequence parallelism
+# Where a kept storage is priced (`ppb_core.memory.census`): `saved` TP leaves whole (sequence parallelism
 # splits it), `saved_tp` TP splits; `routed*` the same for the routed experts, whose tokens
 # per rank follow the expert layout rather than the layer's.
 BUCKETS: tuple[str, ...] = ("saved", "saved_tp", "routed", "routed_tp")
@@ -133,9 +135,7 @@ class Attribution:
     parts: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # storage -> (part, switch)
 
     def acting(self) -> tuple[str, ...]:
-        """The switches some op of the layer answers to, in §4 order."""
-        from ppb_core.model.switches import SWITCHES
-
+        """The switches some op of the layer answers to, in `SWITCHES` order."""
         named = {role.switch for role in self.roles.values() if role.switch}
         return tuple(name for name in SWITCHES if name in named)
 

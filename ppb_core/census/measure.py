@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppb_core.census.attribution import EXTERNAL, INPUT, OP, PARAM, LayerGraph, OpRecord, StorageRecord
+from ppb_core.census.fit import KindMeasurement, assemble_kind
 from ppb_core.census.record import Census
+from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError
 from ppb_core.io import silenced
+from ppb_core.model.kinds import body_kind, kind_to_dict
 
 TORCH_MISSING = "ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
 
@@ -668,10 +671,6 @@ def census(
     torch = require_torch()
     import transformers
 
-    from ppb_core.census.fit import KindMeasurement, assemble_kind
-    from ppb_core.config.hf import spec_from_hf
-    from ppb_core.model.kinds import body_kind, kind_to_dict
-
     if attention not in ATTENTIONS:
         raise InputError(source or None, "attention", f"{attention!r} is not one of {', '.join(ATTENTIONS)}")
     if len({shape.seq for shape in shapes}) < 2:
@@ -746,8 +745,6 @@ def census(
 
 
 def _kind_measurement(m: Measured, experts: int) -> Any:
-    from ppb_core.census.fit import KindMeasurement
-
     return KindMeasurement(
         batch=m.shape.batch,
         seq=m.shape.seq,

@@ -14,7 +14,6 @@ from ppb_core.chain.checks import (
 from ppb_core.chain.stages import (
     PLAN_TIME_LIMIT_S,
     STAGES,
-    TIME_KEY_COLUMNS,
     Stage,
     combined_descriptions,
     layer_descriptions,
@@ -46,13 +45,12 @@ from ppb_core.chain.storage import (
     write_stage,
     write_stages,
 )
-from ppb_core.chain.versions import code_version, core_closure
+from ppb_core.chain.versions import code_version, core_closure, stage_sources
 
 __all__ = [
     "PARQUET",
     "PLAN_TIME_LIMIT_S",
     "STAGES",
-    "TIME_KEY_COLUMNS",
     "Stage",
     "code_version",
     "combined_descriptions",
@@ -82,6 +80,7 @@ __all__ = [
     "stage_artifacts",
     "stage_files",
     "stage_path",
+    "stage_sources",
     "switch_profiles",
     "to_parquet_bytes",
     "walk_problems",

@@ -15,52 +15,25 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ppb_core.balance.result import MAX_INTERLEAVE
-from ppb_core.config import limits
+from rich.table import Table
+
+from ppb_core import limits
+from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.result import MAX_INTERLEAVE, balance
+from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.plan import plan_iterations
 from ppb_core.io import atomic_write_text, check_output
+from ppb_core.payload.run import describe_run
+from ppb_core.payload.sapp import layer_set, read_layers_description
+from ppb_core.schedules import SCHEDULES
 
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "balance",
-        help="balance layers over pipeline stages with an exact integer program",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("source", metavar="RUN.yaml|layers.json", help="a run config or a SAPP layers description")
-    parser.add_argument("-s", "--stages", type=int, help="pipeline stages P (layers.json default 4)")
-    parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
-    parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
-    parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
-    parser.add_argument(
-        "--constant-memory",
-        type=float,
-        default=None,
-        help="MB every stage holds besides its layers (default: from a run config, the largest "
-        "working set of one layer's backward; from layers.json, 0)",
-    )
-    parser.add_argument(
-        "--schedule",
-        choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
-        help="pipeline schedule (default 1f1b; interleaved when V > 1)",
-    )
-    parser.add_argument("-t", "--time-limit", type=float, help="seconds for the solver (default 90)")
-    parser.add_argument(
-        "--closed-form",
-        action="store_true",
-        help="minimise the closed-form estimate only, not the schedule's critical path",
-    )
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
-    parser.set_defaults(func=run)
-
-
 def _positive(value: Any, name: str, source: str, limit: float = math.inf, what: str = "") -> None:
-    """A flag's number: finite, positive, within its limit (`ppb_core.config.limits`)."""
+    """A flag's number: finite, positive, within its limit (`ppb_core.limits`)."""
     if value is None:
         return
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
@@ -82,9 +55,6 @@ def _check_sizes(stages: int, chunks: int, micro_batches: int, args: argparse.Na
 
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
-    from ppb_core.balance.problem import BalanceInput, run_problem
-    from ppb_core.payload.sapp import layer_set, read_layers_description
-
     source = str(args.source)
     path = Path(source)
     _positive(args.stages, "--stages", source, limits.STAGES, "pipeline stages")
@@ -100,6 +70,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             raise InputError(
                 source, "--constant-memory", limits.over(args.constant_memory, limits.DEVICE_MEMORY_MB, "MB")
             )
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise InputError(source, "--schedule", f"{shown(args.schedule)} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
     search = interleave_text == "auto"
     interleave = None
@@ -114,8 +86,6 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     if args.out:
         check_output(args.out)
     if path.suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.payload.describe import describe_run
-
         run = load_run(path)
         par = run.parallel
         _check_sizes(
@@ -163,16 +133,11 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppb_core.balance.result import balance
-
     problem, search = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
     if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.config.run import load_run_config
-        from ppb_core.estimate.plan import plan_iterations
-
-        result.update(plan_iterations(load_run_config(args.source), result))
+        result.update(plan_iterations(load_run(args.source), result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -194,9 +159,6 @@ def _number(value: float | None, digits: int = 6) -> str:
 
 def render(result: dict[str, Any]) -> None:
     """The plan as rich tables: a summary, the stages, the yaml to paste, Megatron-LM flags, baselines."""
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     given = result["input"]

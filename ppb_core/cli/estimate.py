@@ -7,40 +7,22 @@ import json
 import sys
 from dataclasses import replace
 
+from rich.table import Table
+
+from ppb_core.cli.console import table_console
+from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
 from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
-
-MB = 2**20
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "estimate",
-        help="per-layer memory (static, activations per option, buffers) and stage peaks",
-        description=__doc__,
-    )
-    parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
-    parser.add_argument(
-        "--buffer-rule",
-        choices=BUFFER_RULES,
-        default="layered",
-        help="how a layer's buffers add up (docs/memory.md); default layered",
-    )
-    parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
-    parser.add_argument(
-        "--no-stages",
-        action="store_true",
-        help="the rows per kind only, without the per-stage summary (needs no schedule)",
-    )
-    parser.set_defaults(func=run)
+from ppb_core.units import MB
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.buffer_rule not in BUFFER_RULES:
+        raise InputError(None, "--buffer-rule", f"{shown(args.buffer_rule)} is not one of {', '.join(BUFFER_RULES)}")
     config = load_run(args.run_config)
     times = None if args.no_times else TimeModel(config)
     memory = MemoryModel(config, buffer_rule=args.buffer_rule)
@@ -61,9 +43,6 @@ def _mb(value: float) -> str:
 
 def print_tables(result: Estimate) -> None:
     """The rich tables: layers (MB per device) and stages (peak against device memory)."""
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     run = result.run
@@ -198,7 +177,6 @@ def print_tables(result: Estimate) -> None:
 
 def print_iteration(console, iteration: dict) -> None:
     """The iteration in seconds, tokens per second per device, MFU and HFU, and where the time goes."""
-    from rich.table import Table
 
     console.print(
         f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:.3f} s, "

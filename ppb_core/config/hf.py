@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ppb_core.config import limits
+from ppb_core import limits
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError, shown
 from ppb_core.io import read_json

@@ -27,7 +27,11 @@ from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Posi
 
 from ppb_core.config.spec import StrictModel
 from ppb_core.errors import shown
-from ppb_core.model.switches import SWITCHES
+
+# The recompute switches a run config sets (the SAPP/MindFormers `select_recompute` names); at 1
+# a switch keeps its op's activation, at 0 the op is recomputed in the backward. The rest of the
+# recompute vocabulary is in `ppb_core.model.switches`.
+SWITCHES: tuple[str, ...] = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 
 Framework = Literal["megatron", "torchtitan", "mindformers"]
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")

@@ -26,15 +26,23 @@ from pydantic import (
     model_validator,
 )
 
-from ppb_core.config import limits
+from ppb_core import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
-from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
+from ppb_core.config.recompute import (
+    FORMS,
+    SWITCHES,
+    Framework,
+    Recompute,
+    RecomputeForm,
+    Switches,
+    framework_words,
+    resolve,
+)
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
+from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError, shown
 from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
-from ppb_core.model.switches import SWITCHES
-from ppb_core.model.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -43,7 +51,7 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
-# Sizes bounded by `ppb_core.config.limits`, refused before any work.
+# Sizes bounded by `ppb_core.limits`, refused before any work.
 Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=128)]
 Factor = Annotated[float, limits.at_most(limits.FACTOR)]
@@ -519,7 +527,7 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
 
 
 def _check_sizes(run: RunConfig, where: str) -> None:
-    """The limits on sizes of the whole run (`ppb_core.config.limits`), before any check that works on them."""
+    """The limits on sizes of the whole run (`ppb_core.limits`), before any check that works on them."""
     par, train = run.parallel, run.training
     if run.total_body_layers > limits.LAYERS:
         raise InputError(
@@ -687,26 +695,3 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     if run.memory.calibration is not None:
         raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw
-
-
-RUN_CONFIG_COLUMNS = ("name", "source", "config_json")
-
-
-def run_to_frame(run: RunConfig) -> Any:
-    """One row: the run config resolved to JSON (the `run_config` asset's table)."""
-    import json
-
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"name": [run.name], "source": [run.source], "config_json": [json.dumps(resolved_raw(run), sort_keys=True)]}
-    )
-
-
-def run_from_frame(frame: Any) -> RunConfig:
-    import json
-
-    if len(frame) != 1:
-        raise InputError("run_config table", None, f"expected one row, got {len(frame)}")
-    row = frame.iloc[0]
-    return parse_run_config(json.loads(row["config_json"]), str(row["source"]), ".")

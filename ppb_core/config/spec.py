@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, Strict, model_validator
 
-from ppb_core.config import limits
+from ppb_core import limits
 
 Activation = Literal["swiglu", "gelu", "relu", "silu"]
 # Gated activations multiply two up-projections (three matrices in the MLP).
@@ -20,7 +20,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-# Sizes bounded by `ppb_core.config.limits`: a value no real model has is refused before any work.
+# Sizes bounded by `ppb_core.limits`: a value no real model has is refused before any work.
 Layers = Annotated[PositiveInt, limits.at_most(limits.LAYERS, "body layers")]
 Width = Annotated[PositiveInt, limits.at_most(limits.HIDDEN)]
 Rank = Annotated[NonNegativeInt, limits.at_most(limits.HIDDEN)]

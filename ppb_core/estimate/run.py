@@ -1,29 +1,27 @@
 """The estimate of a run as data: one row per distinct (model, node, kind), and one per pipeline stage.
 
 `estimate(run)` evaluates each distinct kind once through `MemoryModel`; `Estimate.to_json()`
-is the `ppb estimate --json` contract (overview.md); `estimate_to_frame` / `estimate_from_frame`
-(and the `stages_*` pair) are the tables the `layer_memory` asset stores.
+is the `ppb estimate --json` contract (README); `ppb_core.tables.estimate` holds its tables.
 
 Every row states bytes on one device: `activation_bytes[option]` per micro-batch in flight,
-and the buffers split as seed §2.8 splits them at the option NONE (`buffers_by_option` has the
+and the buffers split as SAPP's payload builder splits them (`_dynamic_mem` of hyper-parallel's
+`sapp_nd/memory_estimation/_ppb.py`) at the option NONE (`buffers_by_option` has the
 split of every option). With a `TimeSource`, rows also carry `forward_ms` and `backward_ms` per
 option; this module only asks the source, it prices nothing itself.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, StagePeak, configured_option, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.memory.peak import MB
-from ppb_core.model.kinds import LayerKind, kind_from_dict, kind_to_dict
+from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
 from ppb_core.payload.sources import TimeSource
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)
@@ -86,12 +84,12 @@ class Estimate:
         data = {
             "run": self.run,
             "layers": [row.to_json() for row in self.layers],
-            "stages": [_stage_json(p) for p in self.stages],
+            "stages": [stage_json(p) for p in self.stages],
         }
         if self.iteration is not None:
             data["iteration"] = dict(self.iteration)
         if self.stages_at_full:
-            data["stages_at_full"] = [_stage_json(p) for p in self.stages_at_full]
+            data["stages_at_full"] = [stage_json(p) for p in self.stages_at_full]
         return data
 
 
@@ -100,7 +98,7 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else float(value)
 
 
-def _stage_json(peak: StagePeak) -> dict[str, Any]:
+def stage_json(peak: StagePeak) -> dict[str, Any]:
     return {
         "stage": peak.stage,
         "body_layers": peak.body_layers,
@@ -220,226 +218,11 @@ def _full(layer: Layer) -> str:
     return "FULL"
 
 
-# --- tables -------------------------------------------------------------------------------------
-
-_LOWER = {option: option.lower() for option in OPTIONS}
-LAYER_COLUMNS: tuple[str, ...] = (
-    "model_name",
-    "node",
-    "kind",
-    "kind_json",
-    "count",
-    "parameters",
-    "static_bytes",
-    "parameter_bytes",
-    "gradient_bytes",
-    "optimizer_bytes",
-    *(f"activation_bytes_{_LOWER[o]}" for o in OPTIONS),
-    "buffer_bytes_one",
-    "buffer_bytes_per_micro_batch",
-    "buffer_bytes_once",
-    *(f"buffer_bytes_{part}_{_LOWER[o]}" for o in OPTIONS for part in ("one", "per_micro_batch", "once")),
-    *(f"{which}_ms_{_LOWER[o]}" for which in ("forward", "backward") for o in OPTIONS),
-)
-STAGE_COLUMNS: tuple[str, ...] = (
-    "recompute",  # "configured": as the run config asks; "full": every body layer fully recomputed
-    "stage",
-    "body_layers",
-    "in_flight_json",
-    "static_bytes",
-    "activation_bytes",
-    "buffer_bytes",
-    "working_bytes",
-    "loss_bytes",
-    "step_static_bytes",
-    "holds_tail",
-    "reserved_bytes",
-    "device_bytes",
-    "peak_bytes",
-    "moment",
-    "fits",
-)
-
-
-def estimate_to_frame(result: Estimate):  # -> pd.DataFrame
-    """One row per distinct kind (the `layer_memory` asset's table); bytes as float64, times nullable."""
-    import pandas as pd
-
-    records = []
-    for row in result.layers:
-        record: dict[str, Any] = {
-            "model_name": row.model_name,
-            "node": row.node,
-            "kind": row.kind,
-            "kind_json": json.dumps(kind_to_dict(row.layer_kind), sort_keys=True) if row.layer_kind else None,
-            "count": row.count,
-            "parameters": row.parameters,
-            "static_bytes": row.static_bytes,
-            "parameter_bytes": row.parameter_bytes,
-            "gradient_bytes": row.gradient_bytes,
-            "optimizer_bytes": row.optimizer_bytes,
-            "buffer_bytes_one": row.buffer_bytes_one,
-            "buffer_bytes_per_micro_batch": row.buffer_bytes_per_micro_batch,
-            "buffer_bytes_once": row.buffer_bytes_once,
-        }
-        for option in OPTIONS:
-            record[f"activation_bytes_{_LOWER[option]}"] = row.activation_bytes[option]
-            for part in ("one", "per_micro_batch", "once"):
-                record[f"buffer_bytes_{part}_{_LOWER[option]}"] = row.buffers_by_option[option][part]
-            for which, values in (("forward", row.forward_ms), ("backward", row.backward_ms)):
-                record[f"{which}_ms_{_LOWER[option]}"] = None if values is None else values[option]
-        records.append(record)
-    frame = pd.DataFrame.from_records(records, columns=list(LAYER_COLUMNS))
-    dtypes: dict[str, str] = {c: "float64" for c in LAYER_COLUMNS if c.endswith("_bytes") or "_bytes_" in c}
-    dtypes.update({c: "Float64" for c in LAYER_COLUMNS if "_ms_" in c})
-    dtypes.update(
-        {
-            "count": "int64",
-            "parameters": "int64",
-            "model_name": "string",
-            "node": "string",
-            "kind": "string",
-            "kind_json": "string",
-        }
-    )
-    frame = frame.astype(dtypes)
-    frame.attrs["run"] = json.dumps(result.run, sort_keys=True)
-    return frame
-
-
-def estimate_from_frame(frame, stages_frame=None, run: Mapping[str, Any] | None = None) -> Estimate:
-    """The estimate back from its tables; *run* (the summary) defaults to the frame's attrs, else {}."""
-    import pandas as pd
-
-    if run is None:
-        stored = frame.attrs.get("run")
-        run = json.loads(stored) if stored else {}
-    rows = []
-    for record in frame.to_dict("records"):
-        times = {}
-        for which in ("forward", "backward"):
-            values = {o: record[f"{which}_ms_{_LOWER[o]}"] for o in OPTIONS}
-            times[which] = (
-                None if all(pd.isna(v) for v in values.values()) else {o: float(v) for o, v in values.items()}
-            )
-        kind_json = record["kind_json"]
-        rows.append(
-            KindEstimate(
-                model_name=str(record["model_name"]),
-                node=str(record["node"]),
-                kind=str(record["kind"]),
-                count=int(record["count"]),
-                parameters=int(record["parameters"]),
-                static_bytes=float(record["static_bytes"]),
-                parameter_bytes=float(record["parameter_bytes"]),
-                gradient_bytes=float(record["gradient_bytes"]),
-                optimizer_bytes=float(record["optimizer_bytes"]),
-                activation_bytes={o: float(record[f"activation_bytes_{_LOWER[o]}"]) for o in OPTIONS},
-                buffer_bytes_one=float(record["buffer_bytes_one"]),
-                buffer_bytes_per_micro_batch=float(record["buffer_bytes_per_micro_batch"]),
-                buffer_bytes_once=float(record["buffer_bytes_once"]),
-                buffers_by_option={
-                    o: {p: float(record[f"buffer_bytes_{p}_{_LOWER[o]}"]) for p in ("one", "per_micro_batch", "once")}
-                    for o in OPTIONS
-                },
-                layer_kind=None if pd.isna(kind_json) else kind_from_dict(json.loads(kind_json)),
-                forward_ms=times["forward"],
-                backward_ms=times["backward"],
-                activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
-            )
-        )
-    stages = stages_from_frame(stages_frame) if stages_frame is not None else ()
-    at_full = stages_from_frame(stages_frame, "full") if stages_frame is not None else ()
-    return Estimate(dict(run), tuple(rows), stages, stages_at_full=at_full)
-
-
-def _activations_of(run: Mapping[str, Any], model_name: str, node: str) -> str:
-    """A row's pricing source, as the run summary states it (census files price body layers)."""
-    stated = dict(run.get("activations", {})).get(model_name, {})
-    return f"census:{stated['file']}" if node == "BODY" and stated.get("source") == "census" else "formulas"
-
-
-def stages_to_frame(result: Estimate):  # -> pd.DataFrame
-    """One row per pipeline stage of the estimate's summary, then one per stage at full recompute."""
-    import pandas as pd
-
-    records = [
-        {
-            "recompute": recompute,
-            "stage": p.stage,
-            "body_layers": p.body_layers,
-            "in_flight_json": json.dumps(list(p.in_flight)),
-            "static_bytes": p.static_bytes,
-            "activation_bytes": p.activation_bytes,
-            "buffer_bytes": p.buffer_bytes,
-            "working_bytes": p.working_bytes,
-            "loss_bytes": p.loss_bytes,
-            "step_static_bytes": p.step_static_bytes if p.step_static_bytes is not None else p.static_bytes,
-            "holds_tail": p.holds_tail,
-            "reserved_bytes": p.reserved_bytes,
-            "device_bytes": p.device_bytes,
-            "peak_bytes": p.peak_bytes,
-            "moment": p.moment,
-            "fits": p.fits,
-        }
-        for recompute, peaks in (("configured", result.stages), ("full", result.stages_at_full))
-        for p in peaks
-    ]
-    frame = pd.DataFrame.from_records(records, columns=list(STAGE_COLUMNS))
-    return frame.astype(
-        {
-            "recompute": "string",
-            "stage": "int64",
-            "body_layers": "int64",
-            "in_flight_json": "string",
-            "static_bytes": "float64",
-            "activation_bytes": "float64",
-            "buffer_bytes": "float64",
-            "working_bytes": "float64",
-            "loss_bytes": "float64",
-            "step_static_bytes": "float64",
-            "holds_tail": "bool",
-            "reserved_bytes": "float64",
-            "device_bytes": "float64",
-            "peak_bytes": "float64",
-            "moment": "string",
-            "fits": "bool",
-        }
-    )
-
-
-def stages_from_frame(frame, recompute: str = "configured") -> tuple[StagePeak, ...]:
-    """The stages of *recompute* ("configured" or "full") back from their table."""
-    return tuple(
-        StagePeak(
-            stage=int(r["stage"]),
-            body_layers=int(r["body_layers"]),
-            in_flight=tuple(json.loads(r["in_flight_json"])),
-            static_bytes=float(r["static_bytes"]),
-            activation_bytes=float(r["activation_bytes"]),
-            buffer_bytes=float(r["buffer_bytes"]),
-            working_bytes=float(r["working_bytes"]),
-            reserved_bytes=float(r["reserved_bytes"]),
-            device_bytes=float(r["device_bytes"]),
-            loss_bytes=float(r["loss_bytes"]),
-            step_static_bytes=float(r["step_static_bytes"]),
-            holds_tail=bool(r["holds_tail"]),
-        )
-        for r in frame.to_dict("records")
-        if r.get("recompute", "configured") == recompute
-    )
-
-
 __all__ = [
-    "LAYER_COLUMNS",
-    "STAGE_COLUMNS",
     "Estimate",
     "KindEstimate",
     "estimate",
-    "estimate_from_frame",
-    "estimate_to_frame",
     "kind_estimate",
     "run_summary",
-    "stages_from_frame",
-    "stages_to_frame",
+    "stage_json",
 ]

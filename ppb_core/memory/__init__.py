@@ -2,7 +2,7 @@
 
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, BufferTerm
-from ppb_core.memory.model import MemoryModel, StateMemory
+from ppb_core.memory.model import MemoryModel, StateMemory, run_memory_fit, run_stage_peaks, run_working_set_bytes
 from ppb_core.memory.peak import (
     MOMENTS,
     StagePeak,
@@ -11,8 +11,6 @@ from ppb_core.memory.peak import (
     run_in_flight,
     run_in_flight_counts,
     run_in_flight_vectors,
-    run_stage_peaks,
-    run_working_set_bytes,
     stage_peaks,
 )
 from ppb_core.memory.setup import BUFFER_RULES, MemorySetup
@@ -35,6 +33,7 @@ __all__ = [
     "run_in_flight",
     "run_in_flight_counts",
     "run_in_flight_vectors",
+    "run_memory_fit",
     "run_stage_peaks",
     "run_working_set_bytes",
     "stage_peaks",

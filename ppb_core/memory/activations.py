@@ -3,7 +3,8 @@
 Every term is a tensor of one micro-batch on one device. `switch` names the recompute switch
 whose 0 drops the tensor (it is rebuilt in the backward); None means the layer always keeps it
 (the residual stream, projection outputs, dropout masks after the output projection and MLP,
-router state). The full derivation, and where it departs from reference §7.3, is in
+router state). The full derivation, and where it departs from hyper-parallel's MemEst activation
+formulas (sapp_nd/memory_estimation/evaluators/layer_block.py), is in
 docs/memory.md.
 
 `ActivationFormulas` prices a layer kind with these formulas. It is the seam a census takes:
@@ -17,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
-    Attention,
     BodyKind,
     EncoderBodyKind,
     HeadKind,
@@ -52,20 +53,11 @@ class ActivationTerm:
         return self.elements * self.element_bytes
 
 
-def _split(size: int, ranks: int) -> int:
-    return -(-size // ranks)
-
-
-def _kv_heads(att: Attention, tp: int) -> int:
-    """Key/value heads per TP rank; fewer heads than ranks are replicated, one per rank (as params.py)."""
-    return max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
-
-
 def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[ActivationTerm]:
     """Norm, projections, the attention core (flash or not) and what the output projection keeps."""
     att, h, bc = kind.attention, kind.hidden_size, setup.dtype_bytes
     tokens, whole = setup.tokens, setup.whole_tokens
-    heads = _split(att.num_heads, setup.tp)
+    heads = per_rank(att.num_heads, setup.tp)
     terms = [
         ActivationTerm(f"{prefix}attention.norm_input", None, whole * h, bc),
         ActivationTerm(f"{prefix}attention.norm_output", "normOp", whole * h, bc),
@@ -86,7 +78,7 @@ def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> lis
         ]
     else:
         d_qk = d_v = att.head_dim
-        kv = _kv_heads(att, setup.tp)
+        kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
         if att.qk_norm:
             terms.append(ActivationTerm(f"{prefix}attention.qk_norm_input", "normOp", tokens * (heads + kv) * d_qk, bc))
         if not setup.flash_attention:
@@ -138,7 +130,7 @@ def mlp_terms(kind: BodyKind, mlp: Mlp, setup: MemorySetup, prefix: str = "") ->
     terms = [
         ActivationTerm(f"{prefix}mlp.norm_input", None, setup.whole_tokens * h, bc),
         ActivationTerm(f"{prefix}mlp.norm_output", "normOp", setup.whole_tokens * h, bc),
-        *_ffn_terms(f"{prefix}mlp", setup.tokens, _split(mlp.intermediate_size, setup.tp), mlp.gated, bc),
+        *_ffn_terms(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), mlp.gated, bc),
     ]
     if kind.hidden_dropout > 0:
         terms.append(ActivationTerm(f"{prefix}mlp.dropout_mask", None, setup.whole_tokens * h, MASK_BYTES, False))
@@ -152,8 +144,7 @@ def routed_rows(moe: Moe, setup: MemorySetup) -> float:
     and the ep ranks of each; the etp ranks of an expert see the same rows. Capacity mode pads
     every expert to its capacity; dropless routing gives the busiest rank its imbalance.
     """
-    factor = setup.dropless_imbalance if setup.dropless else setup.capacity_factor
-    return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * factor
+    return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * setup.routing_factor
 
 
 def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") -> list[ActivationTerm]:
@@ -174,11 +165,11 @@ def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") ->
         ActivationTerm(f"{prefix}moe.topk_probabilities", None, whole * k, bc),
         ActivationTerm(f"{prefix}moe.topk_indices", None, whole * k, INDEX_BYTES, False),
         ActivationTerm(f"{prefix}moe.dispatched_tokens", None, rows * h * local, bc),
-        *_ffn_terms(f"{prefix}moe.expert", rows, _split(moe.expert_intermediate_size, setup.etp), moe.gated, bc),
+        *_ffn_terms(f"{prefix}moe.expert", rows, per_rank(moe.expert_intermediate_size, setup.etp), moe.gated, bc),
         ActivationTerm(f"{prefix}moe.combined_tokens", None, whole * k * h / setup.ep, bc),
     ]
     if moe.shared_experts:
-        width = moe.shared_experts * _split(moe.shared_intermediate_size, setup.tp)
+        width = moe.shared_experts * per_rank(moe.shared_intermediate_size, setup.tp)
         terms += _ffn_terms(f"{prefix}moe.shared", setup.tokens, width, moe.gated, bc)
         if moe.shared_expert_gate:
             terms += [
@@ -225,7 +216,9 @@ def _loss_terms(prefix: str, kind: TailKind, setup: MemorySetup) -> list[Activat
     return [
         ActivationTerm(f"{prefix}.norm_input", None, whole * h, bc),
         ActivationTerm(f"{prefix}.norm_output", None, whole * h, bc),
-        ActivationTerm(f"{prefix}.logits_softmax", None, setup.tokens * _split(kind.vocab_size, setup.tp), STATS_BYTES),
+        ActivationTerm(
+            f"{prefix}.logits_softmax", None, setup.tokens * per_rank(kind.vocab_size, setup.tp), STATS_BYTES
+        ),
         ActivationTerm(f"{prefix}.labels", None, setup.tokens, INDEX_BYTES, False),
     ]
 
@@ -373,7 +366,7 @@ def encoder_terms(kind: EncoderBodyKind, setup: MemorySetup) -> list[ActivationT
     """
     att, h, bc = kind.attention, kind.hidden_size, setup.dtype_bytes
     tokens, whole = setup.tokens, setup.whole_tokens
-    heads = _split(att.num_heads, setup.tp)
+    heads = per_rank(att.num_heads, setup.tp)
     width = heads * att.head_dim
     keys = kind.pairs / kind.tokens if kind.tokens else 0.0  # keys per query, averaged over the blocks
     terms = [ActivationTerm("attention.input", None, whole * h, bc)]
@@ -382,7 +375,7 @@ def encoder_terms(kind: EncoderBodyKind, setup: MemorySetup) -> list[ActivationT
         terms.append(ActivationTerm("attention.qkv", None, tokens * 3 * width, bc))
     else:
         terms += [ActivationTerm(f"attention.{n}", None, tokens * width, bc) for n in ("query", "key", "value")]
-    if kind.rope:
+    if kind.attention.rope:
         terms.append(ActivationTerm("attention.rotated_query_key", "attBMM", tokens * 2 * width, bc))
     if setup.flash_attention:
         terms += [
@@ -399,7 +392,7 @@ def encoder_terms(kind: EncoderBodyKind, setup: MemorySetup) -> list[ActivationT
         terms.append(ActivationTerm("attention.core_output", None, tokens * width, bc))
     terms += _norm_terms("mlp.norm", kind.norm, whole, h, bc, input_counted=False)
     assert isinstance(kind.mlp, Mlp)
-    terms += _vision_mlp_terms("mlp", kind.mlp, tokens, _split(kind.mlp.intermediate_size, setup.tp), bc)
+    terms += _vision_mlp_terms("mlp", kind.mlp, tokens, per_rank(kind.mlp.intermediate_size, setup.tp), bc)
     return terms
 
 
@@ -439,7 +432,7 @@ def projector_terms(kind: ProjectorKind, setup: MemorySetup) -> list[ActivationT
     elif kind.features_kept:  # the last block's output, which no block keeps (every token, sliced)
         terms.append(ActivationTerm("projector.features", None, tokens_in * kind.features_kept, bc))
     if kind.projector_inputs:
-        width = _split(kind.projector_hidden, setup.tp)
+        width = per_rank(kind.projector_hidden, setup.tp)
         terms += [
             ActivationTerm("projector.fc1_output", None, tokens_out * width, bc),
             ActivationTerm("projector.activation_output", None, tokens_out * width, bc),

@@ -7,21 +7,26 @@ behind each figure (static parts, activations op by op with their switch, buffer
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm, encoder_setup
 from ppb_core.memory.buffers import Buffers, BufferTerm, layer_buffers
-from ppb_core.memory.calibration import MemoryCorrection, MemoryFit
+from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
+from ppb_core.memory.census import census_pricers
 from ppb_core.memory.frameworks import rules_for
+from ppb_core.memory.peak import StagePeak, _full_group, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, layer_params
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, is_head
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
+from ppb_core.model.walk import Layer, LayerWalk, walk
+from ppb_core.units import MB
 
 BODY_STATES = (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
 
@@ -53,11 +58,11 @@ class StateMemory:
 
 
 class MemoryModel:
-    """Per-layer memory of a run (reference §7 with the departures docs/memory.md states).
+    """Per-layer memory of a run (hyper-parallel's MemEst formulas, with the departures docs/memory.md states).
 
     *activations* maps a model name to the object that prices its kinds' activations (the
     census seam); a model whose run config names a `census` file is priced from it
-    (`ppb_core.census.pricing`), every other model uses `ActivationFormulas`. *buffer_rule* is
+    (`ppb_core.memory.census`), every other model uses `ActivationFormulas`. *buffer_rule* is
     "layered" or "reference" (`ppb_core.memory.buffers`).
     """
 
@@ -74,15 +79,11 @@ class MemoryModel:
         # memory.calibration: measured stage peaks fitted to per-term factors (ppb_core.memory.calibration)
         self.fit: MemoryFit | None = None
         if correction is None and run.memory.calibration is not None:
-            from ppb_core.memory.peak import run_memory_fit  # the fit evaluates the uncorrected stages
-
-            self.fit = run_memory_fit(run)
+            self.fit = run_memory_fit(run)  # the measured peaks against the uncorrected stages
             correction = self.fit.correction
         self.correction = correction or MemoryCorrection()
         self._modules = run.recompute.modules  # the framework's selective units (Megatron modules, op)
         self._formulas = ActivationFormulas()
-        from ppb_core.census.pricing import census_pricers  # the census reads the run's files
-
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._params: dict[LayerKind, LayerParams] = {}
@@ -267,7 +268,7 @@ class MemoryModel:
         *group* layers' worth where full recompute checkpoints that many layers as one, Megatron's
         `uniform` method), the gradient of the largest tensor, the workspaces the framework holds
         once per stage, and what the framework's backward holds of parameters and gradients
-        (`FrameworkRules.parameter_working_bytes`; the seed's: under ZeRO-3 / FSDP the gathered
+        (`FrameworkRules.parameter_working_bytes`; SAPP's: under ZeRO-3 / FSDP the gathered
         parameters of *gathered* layers). *neighbours* are the layers that run just before and after
         it in the forward (None for either: none before a HEAD or after a TAIL, a layer alike
         otherwise). With *on_saved* the stage already counts what the layer keeps; without, it
@@ -279,7 +280,7 @@ class MemoryModel:
         )
         census = self.census_terms(layer, state, switches)
         working = self.correction.working
-        if census is not None:  # the census measured what the backward holds (seed §2.11)
+        if census is not None:  # the census measured what the backward holds (`_ppb.py` `_profile`)
             kept, held_census = census
             extra = max(0.0, held_census - kept) if on_saved else held_census
             return (extra + parameters) * working + memory.transient_bytes
@@ -322,13 +323,13 @@ class MemoryModel:
 
     @property
     def many(self) -> int:
-        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (seed §2.7)."""
+        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (`_ppb.py` `_body_memory`)."""
         return max(2, min(self.run.parallel.pp, self.run.training.micro_batches))
 
     def buffer_split(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None
     ) -> tuple[float, float, float]:
-        """(buffers at one micro-batch, the part per micro-batch, the part once), seed §2.8."""
+        """(buffers at one micro-batch, the part per micro-batch, the part once), as `_ppb.py` `_dynamic_mem`."""
         return self.buffers(layer, state, switches).split(self.many)
 
 
@@ -337,3 +338,59 @@ def _node(layer: LayerLike) -> str:
     if isinstance(layer.kind, HeadKind):
         return "HEAD"
     return "TAIL" if isinstance(layer.kind, TailKind) else "BODY"
+
+
+# --- a run's memory, with the model built for it ------------------------------------------------
+
+
+def run_working_set_bytes(
+    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
+) -> float:
+    """The most any one layer's backward (or the loss) holds beyond what its stage keeps, over every
+    layer kind of the run and every recompute option: what a stage peak adds to its kept memory,
+    whatever layers and options a plan gives it (each distinct kind evaluated once)."""
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    most = 0.0
+    seen: set[tuple] = set()
+    group = _full_group(memory)
+    for layer in layer_walk:
+        key = (layer.model_name, layer.node, layer.kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        most = max(most, memory.loss_bytes(layer))
+        for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
+            state, switches = memory.option_state(layer, option)
+            rebuilt = group if option == "FULL" else 1
+            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt))
+    return most
+
+
+def run_stage_peaks(
+    run: RunConfig,
+    memory: MemoryModel | None = None,
+    layer_walk: LayerWalk | None = None,
+    option_of: Callable[[Layer], str] | None = None,
+) -> list[StagePeak]:
+    """The run's stages under its schedule, on its device (memory and reserved memory from the config)."""
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    device = run.device
+    return stage_peaks(
+        memory,
+        layer_walk,
+        run_in_flight(run),
+        device_bytes=device.profile().memory_mb * MB,
+        reserved_bytes=device.reserved_mb * MB,
+        option_of=option_of,
+        vectors=run_in_flight_vectors(run),
+    )
+
+
+def run_memory_fit(run: RunConfig) -> MemoryFit:
+    """The run's `memory.calibration` fitted: its measured peaks against the uncorrected stage peaks."""
+    path = Path(run.base_dir) / str(run.memory.calibration)
+    measured = read_measured_peaks(path, run.parallel.pp)
+    peaks = run_stage_peaks(run, MemoryModel(run, correction=MemoryCorrection()))
+    return fit_peaks([peak.terms() for peak in peaks], measured, run.memory.calibration or str(path))

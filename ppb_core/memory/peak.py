@@ -26,17 +26,16 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
-from ppb_core.memory.model import MemoryModel
 from ppb_core.model.kinds import BodyKind, TailKind
-from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import KindSlot, Layer, LayerWalk, walk
+from ppb_core.model.walk import KindSlot, Layer, LayerWalk
+from ppb_core.schedules import in_flight_vectors, micro_batches_in_flight
 
-MB = 2**20
+if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this module (model.py)
+    from ppb_core.memory.model import MemoryModel
 
 
 MOMENTS: tuple[str, ...] = ("backward", "loss", "optimizer")
@@ -241,8 +240,6 @@ def stage_peaks(
 @functools.lru_cache(maxsize=256)
 def _in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, ...], ...]:
     """The schedule's counts, once per size: simulating the op orders costs more than the layers' memory."""
-    from ppb_core.schedules import micro_batches_in_flight
-
     return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches))
 
 
@@ -262,8 +259,6 @@ def run_in_flight_counts(run: RunConfig) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    from ppb_core.schedules import in_flight_vectors
-
     return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
 
 
@@ -276,67 +271,13 @@ def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
 
-def run_working_set_bytes(
-    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
-) -> float:
-    """The most any one layer's backward (or the loss) holds beyond what its stage keeps, over every
-    layer kind of the run and every recompute option: what a stage peak adds to its kept memory,
-    whatever layers and options a plan gives it (each distinct kind evaluated once)."""
-    memory = memory if memory is not None else MemoryModel(run)
-    layer_walk = layer_walk if layer_walk is not None else walk(run)
-    most = 0.0
-    seen: set[tuple] = set()
-    group = _full_group(memory)
-    for layer in layer_walk:
-        key = (layer.model_name, layer.node, layer.kind)
-        if key in seen:
-            continue
-        seen.add(key)
-        most = max(most, memory.loss_bytes(layer))
-        for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
-            state, switches = memory.option_state(layer, option)
-            rebuilt = group if option == "FULL" else 1
-            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt))
-    return most
-
-
-def run_stage_peaks(
-    run: RunConfig,
-    memory: MemoryModel | None = None,
-    layer_walk: LayerWalk | None = None,
-    option_of: Callable[[Layer], str] | None = None,
-) -> list[StagePeak]:
-    """The run's stages under its schedule, on its device (memory and reserved memory from the config)."""
-    memory = memory if memory is not None else MemoryModel(run)
-    layer_walk = layer_walk if layer_walk is not None else walk(run)
-    device = run.device
-    return stage_peaks(
-        memory,
-        layer_walk,
-        run_in_flight(run),
-        device_bytes=device.profile().memory_mb * MB,
-        reserved_bytes=device.reserved_mb * MB,
-        option_of=option_of,
-        vectors=run_in_flight_vectors(run),
-    )
-
-
-def run_memory_fit(run: RunConfig) -> MemoryFit:
-    """The run's `memory.calibration` fitted: its measured peaks against the uncorrected stage peaks."""
-    path = Path(run.base_dir) / str(run.memory.calibration)
-    measured = read_measured_peaks(path, run.parallel.pp)
-    peaks = run_stage_peaks(run, MemoryModel(run, correction=MemoryCorrection()))
-    return fit_peaks([peak.terms() for peak in peaks], measured, run.memory.calibration or str(path))
-
-
 __all__ = [
-    "MB",
     "MOMENTS",
     "StagePeak",
     "configured_option",
     "configured_options",
     "run_in_flight",
-    "run_memory_fit",
-    "run_stage_peaks",
+    "run_in_flight_counts",
+    "run_in_flight_vectors",
     "stage_peaks",
 ]

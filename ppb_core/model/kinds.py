@@ -9,7 +9,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ppb_core.config.spec import ModelSpec, VisionSpec
-from ppb_core.model.vision import VisionSequence
+from ppb_core.config.vision import VisionSequence
+
+# Where a layer sits in its model: the embedding, a transformer layer, or the final norm, output and loss.
+HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Attention:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    rope: bool = True  # rotary position embedding applied to queries and keys
 
     @property
     def is_mla(self) -> bool:
@@ -142,15 +146,14 @@ class EncoderBodyKind(BodyKind):
     attending in `sequences` separate images, frames, crops or windows that form `pairs`
     (query, key) pairs per head. Its activations follow transformers' module
     (`ppb_core.memory.activations.encoder_terms`): `fused_qkv` (one qkv projection whose output
-    the value keeps whole), `rope` (rotated queries and keys), `chunked` (attention run image by
-    image and concatenated, as Qwen's vision attention does outside flash-attention 2).
+    the value keeps whole), its attention's `rope` (rotated queries and keys), `chunked` (attention
+    run image by image and concatenated, as Qwen's vision attention does outside flash-attention 2).
     """
 
     tokens: int = 0
     sequences: int = 1
     pairs: int = 0
     fused_qkv: bool = False
-    rope: bool = False
     chunked: bool = False
 
 
@@ -222,6 +225,7 @@ def _attention(spec: ModelSpec) -> Attention:
             qk_nope_head_dim=spec.qk_nope_head_dim,
             qk_rope_head_dim=spec.qk_rope_head_dim,
             v_head_dim=spec.v_head_dim,
+            rope=spec.position_embedding == "rope",
         )
     return Attention(
         hidden_size=spec.hidden_size,
@@ -231,6 +235,7 @@ def _attention(spec: ModelSpec) -> Attention:
         qkv_bias=spec.attention_bias,
         out_bias=spec.attention_output_bias,
         qk_norm=spec.qk_norm,
+        rope=spec.position_embedding == "rope",
     )
 
 
@@ -328,6 +333,7 @@ def vision_kinds(
         qkv_bias=True,
         out_bias=True,
         qk_norm=False,
+        rope=spec.rope,
     )
     mlp = Mlp(h, spec.intermediate_size, spec.gated, True, spec.activation)
     bodies = []
@@ -344,7 +350,6 @@ def vision_kinds(
                 sequences=sequence.sequences,
                 pairs=sequence.window_pairs if window else sequence.full_pairs,
                 fused_qkv=spec.fused_qkv,
-                rope=spec.rope,
                 chunked=spec.fused_qkv,
             )
         )

@@ -12,12 +12,11 @@ from dataclasses import replace
 from typing import Any
 
 from ppb_core.config.run import RunConfig
+from ppb_core.model.switches import ALONG_A_CELL
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk, walk_by_model
 from ppb_core.schedules import cell_order
 
 CellOptions = Sequence[Sequence[Mapping[str, int]]]
-
-ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
 
 
 def cell_layers(cell_options: CellOptions) -> list[list[int]]:

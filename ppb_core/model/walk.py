@@ -15,6 +15,9 @@ from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import VisionSpec
 from ppb_core.errors import InputError
 from ppb_core.model.kinds import (
+    BODY,
+    HEAD,
+    TAIL,
     BodyKind,
     HeadKind,
     LayerKind,
@@ -24,8 +27,7 @@ from ppb_core.model.kinds import (
     tail_kind,
     vision_kinds,
 )
-
-HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
+from ppb_core.schedules import cell_order
 
 
 @dataclass(frozen=True)
@@ -73,20 +75,9 @@ class LayerWalk:
         return [layer for layer in self.layers if layer.chunk == chunk and layer.stage == stage]
 
 
-def cell_order(stages: int, chunks: int, schedule: str = "1f1b") -> list[tuple[int, int]]:
-    """The (chunk, stage) cells in the order consecutive layers fill them."""
-    order: list[tuple[int, int]] = []
-    for chunk in range(chunks):
-        stage_order = range(stages)
-        if schedule == "dualpipev" and chunk % 2 == 1:
-            stage_order = range(stages - 1, -1, -1)
-        order.extend((chunk, stage) for stage in stage_order)
-    return order
-
-
 def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b") -> list[list[int]]:
     """Body layers per [chunk][stage]: the same in every cell, the remainder on the last cells."""
-    cells = cell_order(stages, chunks, schedule)
+    cells = cell_order(schedule, stages, chunks)
     base, extra = divmod(layers, len(cells))
     counts = [[0] * stages for _ in range(chunks)]
     for position, (chunk, stage) in enumerate(cells):
@@ -112,7 +103,7 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
         raise InputError(run.source, "cell_counts", f"counts must be non-negative and add up to {total} layers")
     cells: list[tuple[int, int]] = []
-    for chunk, stage in cell_order(stages, chunks, par.schedule):
+    for chunk, stage in cell_order(par.schedule, stages, chunks):
         cells.extend([(chunk, stage)] * counts[chunk][stage])
 
     layers: list[Layer] = []
@@ -138,7 +129,7 @@ def walk_by_model(run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[i
     """
     par = run.parallel
     stages, chunks = par.pp, par.vpp
-    order = cell_order(stages, chunks, par.schedule)
+    order = cell_order(par.schedule, stages, chunks)
     totals = [[0] * stages for _ in range(chunks)]
     layers: list[Layer] = []
     for sub in run.models:
@@ -186,49 +177,6 @@ __all__ = [
     "Layer",
     "LayerWalk",
     "TailKind",
-    "cell_order",
     "uniform_split",
     "walk",
 ]
-
-
-WALK_COLUMNS = ("model_name", "node", "kind", "kind_json", "index", "chunk", "stage")
-
-
-def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
-    """One row per layer (the `layer_walk` asset's table); the kind is stored whole as JSON."""
-    import json
-
-    import pandas as pd
-
-    from ppb_core.model.kinds import kind_to_dict
-
-    cache: dict[LayerKind, str] = {}
-    rows = []
-    for layer in layer_walk:
-        if layer.kind not in cache:
-            cache[layer.kind] = json.dumps(kind_to_dict(layer.kind), sort_keys=True)
-        rows.append(
-            (layer.model_name, layer.node, layer.kind.name, cache[layer.kind], layer.index, layer.chunk, layer.stage)
-        )
-    frame = pd.DataFrame(rows, columns=list(WALK_COLUMNS))
-    frame.attrs["stages"], frame.attrs["chunks"] = layer_walk.stages, layer_walk.chunks
-    return frame.astype({"index": "int64", "chunk": "int64", "stage": "int64"})
-
-
-def walk_from_frame(frame, stages: int, chunks: int) -> LayerWalk:
-    import json
-
-    from ppb_core.model.kinds import kind_from_dict
-
-    kinds: dict[str, LayerKind] = {}
-    layers = []
-    counts = [[0] * stages for _ in range(chunks)]
-    for row in frame.itertuples(index=False):
-        kind = kinds.get(row.kind_json)
-        if kind is None:
-            kind = kinds[row.kind_json] = kind_from_dict(json.loads(row.kind_json))
-        layers.append(Layer(row.model_name, row.node, kind, int(row.index), int(row.chunk), int(row.stage)))
-        if row.node == BODY:
-            counts[int(row.chunk)][int(row.stage)] += 1
-    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(r) for r in counts))

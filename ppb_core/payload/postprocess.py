@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ppb_core.dominance import undominated
 from ppb_core.errors import InputError
+from ppb_core.model.kinds import BODY
 from ppb_core.model.switches import (
     MEMORY_KEY,
     OPTIONS,
     SELECTIVE_OPTIONS,
     TIME_KEY,
 )
-from ppb_core.model.walk import BODY
 
 Groups = Sequence[Sequence[Sequence[str]]]
 
@@ -118,17 +119,11 @@ def beaten(desc: Mapping[str, Any], option: str) -> bool:
     Of two options that tie, the one first in OPTIONS wins. An option the description does not
     offer (no memory or no backward time) counts as beaten: there is nothing of it to keep.
     """
-    mine = _option_cost(desc, option)
-    if mine is None:
+    offered = [(other, cost) for other in OPTIONS if (cost := _option_cost(desc, other)) is not None]
+    names = [other for other, _ in offered]
+    if option not in names:
         return True
-    for other in OPTIONS:
-        theirs = _option_cost(desc, other)
-        if other == option or theirs is None:
-            continue
-        earlier = OPTIONS.index(other) < OPTIONS.index(option)
-        if theirs[0] <= mine[0] and theirs[1] <= mine[1] and (theirs != mine or earlier):
-            return True
-    return False
+    return names.index(option) not in undominated([cost for _, cost in offered])
 
 
 def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

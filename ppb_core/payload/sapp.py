@@ -1,8 +1,9 @@
 """The SAPP balancer's layer-description files, read and written, and the balancer's typed records.
 
-A description file is `{"layers_description": [...]}` (reference §5.1). Any tool may have
+A description file is `{"layers_description": [...]}`, as mindspore-ai/hyper-parallel's balancer
+reads it (`hyper_parallel/auto_parallel/sapp_ppb/utils/layer.py`). Any tool may have
 written it, so reading validates every entry and names the file and the entry's field on bad
-input. The balancer then works on `LayerRecord`s built with SAPP's fallbacks (§5.2): a forward
+input. The balancer then works on `LayerRecord`s built with SAPP's fallbacks (`generate_layers_list`): a forward
 time defaults to `time`, a considered option's backward time defaults to `(1 + coef)·2·time`,
 and an option is considered exactly when its memory key is present.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppb_core.config import limits
+from ppb_core import limits
 from ppb_core.errors import InputError, shown, shown_key
 from ppb_core.io import atomic_write_text, read_json
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
@@ -111,7 +112,7 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
         layers = sum(int(entry["nb_layer"]) for entry in checked if entry["type"] == node)
         if layers > limits.LAYERS:
             raise InputError(source, TOP_KEY, f"{node} layers in all: " + limits.over(layers, limits.LAYERS, "layers"))
-    # Body names identify body types; every sub-model's HEAD and TAIL share theirs (reference §2.4).
+    # Body names identify body types; every sub-model's HEAD and TAIL share theirs (`_ppb.py`'s add_to_ppb_list).
     seen: set[str] = set()
     for index, entry in enumerate(checked):
         if entry["type"] != "BODY":

@@ -9,7 +9,7 @@ tokens per second, MFU and HFU (`run_iteration`).
 
 from ppb_core.timing.calibration import COLUMNS as CALIBRATION_COLUMNS
 from ppb_core.timing.calibration import Calibration, KindFactors, Measurement, parse_calibration, read_calibration
-from ppb_core.timing.flops import Geometry, Op, layer_flops, layer_ops, recompute_set
+from ppb_core.timing.flops import Op, OpGeometry, layer_flops, layer_ops, recompute_set
 from ppb_core.timing.iteration import Iteration, run_iteration
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.model_flops import (
@@ -23,13 +23,13 @@ from ppb_core.timing.pricer import LayerParts, OpPrice, OpTime, TimeModel
 __all__ = [
     "CALIBRATION_COLUMNS",
     "Calibration",
-    "Geometry",
     "Iteration",
     "Kernels",
     "KindFactors",
     "LayerParts",
     "Measurement",
     "Op",
+    "OpGeometry",
     "OpPrice",
     "OpTime",
     "TimeModel",

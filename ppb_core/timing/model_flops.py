@@ -35,7 +35,7 @@ from ppb_core.config.spec import ModelSpec, VisionSpec
 from ppb_core.model.kinds import vision_kinds
 from ppb_core.model.switches import LayerType, normalized, option_state
 from ppb_core.model.walk import model_kinds
-from ppb_core.timing.flops import Geometry, layer_flops, layer_ops
+from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -134,7 +134,7 @@ def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | No
     choose = (lambda _model, _index: option_of) if isinstance(option_of, str) else option_of
     total = 0.0
     for model_name in run.model_names:
-        geo = Geometry.from_run(run, model_name).whole_model()
+        geo = OpGeometry.from_run(run).whole_model()
         configured = normalized(run.switches(model_name))
         cache: dict[tuple, float] = {}
         for index, kind in enumerate(model_kinds(run, model_name)[1]):

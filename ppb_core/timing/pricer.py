@@ -29,7 +29,7 @@ from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, norma
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
+from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
 _STATES: dict[str, tuple[LayerType, ...]] = {
@@ -99,7 +99,7 @@ class TimeModel:
             run.timing.torch_compile,
             run.timing.matmul_dtype,
         )
-        self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
+        self._geometry = OpGeometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -119,7 +119,7 @@ class TimeModel:
     # The op table and its prices ------------------------------------------------------------------
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
-        return layer_ops(layer.kind, self._geometry[layer.model_name])
+        return layer_ops(layer.kind, self._geometry)
 
     def _phase_s(self, op: Op, phase: str) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""

@@ -1,6 +1,6 @@
 """What a training framework keeps, shards, buffers and frees: the questions the memory model asks it.
 
-`FrameworkRules` answers them as the seed's SAPP/HyperParallel conventions do (MindFormers, see
+`FrameworkRules` answers them as SAPP/HyperParallel's conventions do (MindFormers, see
 `mindformers.py`); `megatron.py` and `torchtitan.py` override what their code does otherwise.
 Each answer is per layer kind, except the stage-level moments that `ppb_core.memory.peak` puts
 together:
@@ -28,7 +28,7 @@ from ppb_core.model.switches import LayerType
 
 
 class FrameworkRules:
-    """The seed's conventions (SAPP's balancer and MindFormers/HyperParallel), the base of every framework."""
+    """SAPP's conventions (its balancer and MindFormers/HyperParallel), the base of every framework."""
 
     name = "seed"
     # Whether a layer's transient workspaces (all-to-all staging, ring buffers, gradient buckets) are
@@ -54,7 +54,7 @@ class FrameworkRules:
 
         *terms* are what the layer keeps recomputing nothing (FULL_REC: what full recompute keeps),
         *buffers* every buffer of the layer. *modules* are the framework's selective units
-        (`ppb_core.config.recompute.Recompute.modules`); the seed knows only switches.
+        (`ppb_core.config.recompute.Recompute.modules`); SAPP knows only switches.
         """
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
@@ -80,7 +80,7 @@ class FrameworkRules:
 
         *before* and *after* are the units that run just before and after the layer in the
         forward (None where there is none): what a framework prefetches or is still reducing.
-        The seed's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
+        SAPP's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
         """
         return gathered * gathered_parameter_bytes(params, setup)
 

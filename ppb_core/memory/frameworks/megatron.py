@@ -37,9 +37,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `weighted_bias_swiglu_impl(intermediate, bias, permuted_probs)`), and the combine is a plain
   unpermute without probabilities (token_dispatcher.py `MoEAlltoAllTokenDispatcher.
   combine_postprocess`: `unpermute(...)` with no `probs`), which keeps nothing for its backward.
-  So the combine keeps no expert outputs (the seed's `moe.combined_tokens` and its remote part);
+  So the combine keeps no expert outputs (SAPP's `moe.combined_tokens` and its remote part);
   the experts keep their rows' probabilities (`moe.expert.probs`, one per routed row).
-* **Static memory** is the seed's: bf16 parameters, the contiguous fp32 `main_grad` buffer
+* **Static memory** is SAPP's: bf16 parameters, the contiguous fp32 `main_grad` buffer
   (megatron/core/distributed/param_and_grad_buffer.py, `_ParamAndGradBuffer` and
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
   whole on every rank, the distributed optimizer reduce-scatters into its shard in place), the
@@ -56,10 +56,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ppb_core.memory.activations import ActivationTerm, _split, kept, routed_rows
+from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -91,11 +92,11 @@ def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) 
 
 
 def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tuple[BufferTerm, ...]:
-    """The seed's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept."""
+    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept."""
     out: list[BufferTerm] = []
     for buffer in buffers:
         if buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
-            # The seed counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
+            # SAPP counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
             whole = buffer.bytes * setup.tp / (setup.tp - 1)
             out.append(BufferTerm("tp", buffer.name, whole, False))
         elif buffer.kept and buffer.name.endswith(("ring_received_kv", "combined_tokens_remote")):
@@ -145,4 +146,4 @@ class MegatronRules(FrameworkRules):
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
-        return setup.dtype_bytes * setup.tokens * _split(kind.vocab_size, setup.tp)
+        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)

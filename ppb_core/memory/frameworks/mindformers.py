@@ -1,7 +1,7 @@
-"""MindFormers: the SAPP/HyperParallel conventions the seed's payload follows (MindFormers at fd4deebc).
+"""MindFormers: the SAPP/HyperParallel conventions (hyper-parallel's `_ppb.py` and MemEst) (MindFormers at fd4deebc).
 
 MindFormers runs MindSpore's graph mode; what it keeps is what its recompute configuration does
-not recompute, which is the seed's switch vocabulary:
+not recompute, which is SAPP's switch vocabulary:
 
 * `select_recompute` names ops to recompute by pattern (mindformers/models/utils.py,
   `LayerSetting.__init__`: the default patterns are the feed-forward's `mul` and `silu`, ppb's
@@ -14,7 +14,7 @@ not recompute, which is the seed's switch vocabulary:
 * Communication workspaces are counted in each layer's "once" part, as the SAPP payload counts
   them (the balancer's `memory_parameter`).
 
-These are `FrameworkRules`' answers unchanged: the seed's figures are MindFormers' figures.
+These are `FrameworkRules`' answers unchanged: SAPP's figures are MindFormers' figures.
 """
 
 from __future__ import annotations

@@ -52,11 +52,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, _kv_heads, _split, kept
+from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import BodyKind, LayerKind, Mlp, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -79,12 +80,12 @@ def torchtitan_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[Activ
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
     if isinstance(mlp, Mlp) and mlp.gated:
-        extra.append(_gated_extra("mlp", setup.tokens, _split(mlp.intermediate_size, setup.tp), bc))
+        extra.append(_gated_extra("mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
         rows = next(t.elements for t in terms if t.op == "moe.expert.activation_output")
         extra.append(ActivationTerm("moe.expert.silu_output", "ffAct", rows, bc))
         if mlp.shared_experts:
-            width = mlp.shared_experts * _split(mlp.shared_intermediate_size, setup.tp)
+            width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
             extra.append(_gated_extra("moe.shared", setup.tokens, width, bc))
     return terms + tuple(extra)
 
@@ -93,8 +94,8 @@ def _matmuls(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]
     """A dense block's matmuls in the order its forward runs them: (name, output elements, with bias)."""
     att, mlp, tokens = kind.attention, kind.mlp, setup.tokens
     assert isinstance(mlp, Mlp)
-    heads, kv = _split(att.num_heads, setup.tp), _kv_heads(att, setup.tp)
-    width = _split(mlp.intermediate_size, setup.tp)
+    heads, kv = per_rank(att.num_heads, setup.tp), kv_heads_per_rank(att.num_kv_heads, setup.tp)
+    width = per_rank(mlp.intermediate_size, setup.tp)
     h = kind.hidden_size
     found = [
         ("attention.wq_output", tokens * heads * att.head_dim, att.qkv_bias),
@@ -127,7 +128,7 @@ def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm,
     row-parallel outputs' reduce-scatters are saved (`reduce_scatter_tensor`).
     """
     bc, att = setup.dtype_bytes, kind.attention
-    heads = _split(att.num_heads, setup.tp)
+    heads = per_rank(att.num_heads, setup.tp)
     terms = [ActivationTerm("attention.norm_input", None, setup.whole_tokens * kind.hidden_size, bc)]
     count = 0
     for name, elements, bias in _matmuls(kind, setup):
@@ -237,7 +238,7 @@ class TorchtitanRules(FrameworkRules):
         return max(computing, reducing_own)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        logits = setup.tokens * _split(kind.vocab_size, setup.tp)
+        logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         extra = LOSS_BACKWARD_BYTES * logits
         if setup.pp > 1:
             extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward

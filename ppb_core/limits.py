@@ -66,7 +66,7 @@ CSV_FIELD_BYTES = 2**17  # one field of a calibration CSV (Python's csv module s
 def over(value: object, limit: float, what: str = "") -> str:
     """The one wording of a limit refused: the value, ppb's limit, and where limits are stated."""
     shown = _count(value)
-    return f"{shown} is over ppb's limit of {_count(limit)}{' ' + what if what else ''} (ppb_core/config/limits.py)"
+    return f"{shown} is over ppb's limit of {_count(limit)}{' ' + what if what else ''} (ppb_core/limits.py)"
 
 
 def _count(value: object) -> str:

@@ -1,6 +1,6 @@
 """The census of a vision encoder block, set against the formulas (`ppb_core.memory.activations.encoder_terms`).
 
-`python -m ppb_core.census.vision CONFIG.json --images N HxW [--attention sdpa|eager] [--layer L]`
+`python -m ppb_core.estimate.vision_census CONFIG.json --images N HxW [--attention sdpa|eager] [--layer L]`
 builds the tower of a vision-language (or vision) config.json with transformers on the CPU, runs
 it once on N images to catch what it hands block L (the hidden states, the images' or windows'
 boundaries, the rotary tables), then records that block's forward as `ppb_core.census.measure`
@@ -26,13 +26,13 @@ from ppb_core.census.attribution import attribute, kept_storages
 from ppb_core.census.measure import DTYPES, LayerInputs, record_inputs, require_torch
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, vision_spec_from_hf
 from ppb_core.config.spec import VisionSpec
+from ppb_core.config.vision import VisionSequence, vision_sequence
 from ppb_core.errors import InputError
 from ppb_core.io import read_json
 from ppb_core.memory.activations import encoder_setup, encoder_terms, full_recompute_terms, kept
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import EncoderBodyKind, vision_kinds
 from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP, normalized
-from ppb_core.model.vision import VisionSequence, vision_sequence
 
 # The settings compared: nothing recomputed, each switch acting on a vision block alone, HyperParallel's
 # selective policy, and full recompute (None).
@@ -209,7 +209,7 @@ def _images(value: Sequence[str]) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppb_core.census.vision", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ppb_core.estimate.vision_census", description=__doc__)
     parser.add_argument("config", help="a vision-language or vision config.json")
     parser.add_argument("--images", nargs=2, metavar=("N", "HxW"), default=["1", "448x448"])
     parser.add_argument("--layer", type=int, default=0, help="the block to measure (default 0)")
