@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ppb_core.errors import InputError, shown_name
 from ppb_core.io import parse_json, read_text
+from ppb_core.units import GIB, MB
 
-MB = 2**20
-GIB = 2**30
 TERMS: tuple[str, ...] = ("static", "activations", "buffers", "working")
 UNITS: dict[str, float] = {"peak_bytes": 1.0, "peak_mb": MB, "peak_gib": GIB}
 PULL = 0.1  # λ: how strongly a factor the measurements cannot settle stays at 1
@@ -165,8 +166,6 @@ def read_measured_peaks(path: str | Path, stages: int) -> tuple[MeasuredPeak, ..
 
 def _solve(matrix: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:
     """The factors of the pulled least squares (module docstring), by its normal equations."""
-    import numpy as np
-
     a = np.asarray(matrix, dtype=float)
     b = np.asarray(target, dtype=float)
     pull = PULL * np.sqrt((a * a).sum(axis=0))  # λ·‖term_t‖ over the measured stages

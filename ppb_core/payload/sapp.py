@@ -22,7 +22,7 @@ from ppb_core import limits
 from ppb_core.errors import InputError, shown, shown_key
 from ppb_core.io import atomic_write_text, read_json
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
-from ppb_core.payload.postprocess import combined_parts
+from ppb_core.payload.combines import combined_parts
 
 TOP_KEY = "layers_description"
 TYPES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")
