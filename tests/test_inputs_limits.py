@@ -17,7 +17,7 @@ from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel
 from ppb_core.tables.estimate import estimate_to_frame
 from ppb_core.tables.schema import rows_of
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 # Every model dimension at its limit, MoE with every expert routed and shared.
 SPEC = {

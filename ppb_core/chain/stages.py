@@ -45,7 +45,7 @@ from ppb_core.tables.report import PLAN_REPORT, report_to_frame
 from ppb_core.tables.run import RUN_CONFIG, run_from_frame, run_to_frame
 from ppb_core.tables.schema import Schema, Stored, Summarized
 from ppb_core.tables.walk import LAYER_WALK, walk_from_frame, walk_to_frame
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 
 def run_config(path: str | Path) -> pd.DataFrame:

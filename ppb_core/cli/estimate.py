@@ -15,8 +15,8 @@ from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
-from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 

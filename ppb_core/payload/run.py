@@ -13,7 +13,7 @@ from ppb_core.memory import MemoryModel
 from ppb_core.payload.describe import describe
 from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 
 def describe_run(
