@@ -26,7 +26,7 @@ def describe_run(
     """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
 
     *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
-    `ppb_core.timing.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
+    `ppb_core.timing.pricer.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
     and FULL only, `time` 1).
     """
     if memory is None:
