@@ -16,13 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ppb_core.balance.megatron import LayoutError, MegatronFlags, parse_flags, parse_layout, validate_layout
 from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
+from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
@@ -36,7 +35,7 @@ def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None 
     if path.suffix.lower() in (".yaml", ".yml"):
         return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers"
     if path.is_file():
-        text, where = path.read_text(encoding="utf-8"), str(path)
+        text, where = read_text(path), str(path)
     elif plan.lstrip().startswith("--"):
         text, where = plan, "--plan"
     else:
@@ -49,12 +48,7 @@ def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None 
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
-    except yaml.YAMLError as err:
-        raise InputError(path, None, f"is not YAML: {str(err).splitlines()[0]}") from None
+    document = read_yaml(path)
     if not isinstance(document, dict):
         raise InputError(path, None, "must hold a mapping with offset and the recompute lists")
     return document

@@ -23,9 +23,9 @@ from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console
-from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
+from ppb_core.estimate.inputs import load_run
 from ppb_core.payload.run import describe_run
 
 EXIT_DOES_NOT_FIT = 1
@@ -35,7 +35,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
     if not args.time_limit > 0:
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
-    run = load_run_config(args.run)
+    run = load_run(args.run)
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
     plan, form = read_plan(problem, args.plan, modules)

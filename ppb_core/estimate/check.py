@@ -16,8 +16,8 @@ from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import StageEvaluation, plan_stages
 from ppb_core.memory import MemoryModel
 from ppb_core.model.placement import model_cell_options
-from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import Iteration, run_iteration
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 
