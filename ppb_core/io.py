@@ -39,6 +39,21 @@ def read_json(path: str | Path, directory_problem: str = "is a directory, not a 
         raise InputError(path, None, f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
 
 
+def read_yaml(path: str | Path, directory_problem: str = "is a directory, not a YAML file") -> Any:
+    """The parsed YAML of a file; a missing, unreadable or malformed file is an InputError naming it
+    (with the line and column of a syntax error)."""
+    import yaml
+
+    text = read_text(path, directory_problem)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid"
+        raise InputError(path, None, f"not valid YAML{at}: {problem}") from None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

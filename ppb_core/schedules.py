@@ -186,7 +186,12 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 seen.add(tuple(held))
             else:
                 held[op.chunk] -= 1
-        maximal = [v for v in seen if not any(w != v and all(a >= b for a, b in zip(w, v, strict=True)) for w in seen)]
+        # A vector that dominates another has a larger sum, so in order of decreasing sum each vector
+        # need only be checked against the maximal ones already kept.
+        maximal: list[tuple[int, ...]] = []
+        for v in sorted(seen, key=lambda v: (-sum(v), v)):
+            if not any(all(a >= b for a, b in zip(w, v, strict=True)) for w in maximal):
+                maximal.append(v)
         vectors.append(sorted(maximal, reverse=True))
     return vectors
 

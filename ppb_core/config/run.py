@@ -29,7 +29,7 @@ from ppb_core.config.hf import read_hf_config
 from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
 from ppb_core.config.spec import ModelSpec, StrictModel
 from ppb_core.errors import InputError
-from ppb_core.io import read_text
+from ppb_core.io import read_yaml
 from ppb_core.model.switches import SWITCHES
 from ppb_core.schedules import check as check_schedule
 
@@ -271,7 +271,8 @@ class RunConfig(StrictModel):
         return sum(spec.num_layers for spec in self.specs.values())
 
 
-def _pydantic_error(err: ValidationError, source: str) -> InputError:
+def pydantic_error(err: ValidationError, source: str) -> InputError:
+    """The first problem pydantic found, as one line naming the file and the dotted field."""
     first = err.errors()[0]
     loc = first["loc"]
     # a recompute form's tag (switches, full, megatron, torchtitan) is pydantic's, not a field
@@ -376,7 +377,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     try:
         run = RunConfig(**raw)
     except ValidationError as err:
-        raise _pydantic_error(err, where) from None
+        raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for sub in run.models:
@@ -395,14 +396,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
 def load_run_config(path: str | Path) -> RunConfig:
     """Read, validate and resolve a run config file."""
     path = Path(path)
-    text = read_text(path, "is a directory, not a run config")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid"
-        raise InputError(path, None, f"not valid YAML{at}: {problem}") from None
+    raw = read_yaml(path, "is a directory, not a run config")
     return parse_run_config(raw, path, path.parent)
 
 

@@ -1,0 +1,326 @@
+"""Proven lower bounds on a strategy's iteration time, whatever plan the balancer gives it.
+
+`ppb_core.timing.iteration.run_iteration` prices a plan as the schedule run op by op with every
+cell's forward and backward (its layers' times, head and tail included): `compute + bubble` is
+that schedule's makespan, and every other term of its breakdown (FSDP gathers, P2P, data-parallel
+communication, the optimizer) is a time the critical path spends on top, never below zero. So a
+lower bound on the makespan of the plain schedule, over every plan, is a lower bound on the
+iteration time of the plan the balancer returns.
+
+The schedule bound. Every op on a stage runs after the previous one, and an op waits for its input
+(`ppb_core.schedules.simulate`). For a stage s take its first backward o₁ (micro-batch j) and its
+last op oₗ (a backward, micro-batch l). o₁ cannot end before micro-batch j's forward has run
+through every cell along the model and its backward has come back to o₁'s cell; the ops the stage
+runs after o₁ follow one by one; and after oₗ, micro-batch l's backward still runs through every
+cell before oₗ's along the model:
+
+    A_s:  T ≥ Σ_c F_c + Σ_{c ≥ o₁} B_c + Σ_{ops of s after o₁} duration + Σ_{c < oₗ} B_c.
+
+Likewise the stage's first op waits for its micro-batch's forward through the cells before it, the
+stage then runs all its m·Σ_v (F_v,s + B_v,s) of work, and micro-batch l's backward still goes back:
+
+    B_s:  T ≥ Σ_{c < first} F_c + m·Σ_v (F_v,s + B_v,s) + Σ_{c < oₗ} B_c.
+
+No op is counted twice: an op of stage s on one of these chains would have to run before the
+stage's first backward or after its last op. Both forms are linear in the cells' times, and a cell's
+time is the sum of its layers' times at their options. (For even 1F1B cells A_{P−1} is exactly the
+makespan (m + P − 1)(f + b).)
+
+Over every plan. A plan puts each body layer in a cell under an option (`ppb_core.balance`), so:
+
+* `quick_bound` (every strategy): any average of the forms of one family is a bound; writing it
+  per layer, each layer contributes at least its least coefficient over the cells times its forward
+  plus its least backward over the options. No memory limit.
+* `lp_bound` (the promising ones): the linear-programming relaxation of the balancer's own problem
+  — layers of each kind split fractionally over cells and options, every cell not holding the head
+  or tail non-empty, every stage within the device at every in-flight vector of its schedule
+  (the balancer's memory rows, with the descriptions' MB) — minimising the largest form. Any plan
+  the balancer can return is a point of this program, so its optimum bounds the plan's makespan;
+  and when the program has no point, no plan fits the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import highspy
+import numpy as np
+
+from ppb_core.balance import highs
+from ppb_core.schedules import cell_order, check, in_flight_vectors, stage_orders
+
+# The relative slack given to the program's answer and its memory rows, above HiGHS's tolerances, so
+# that neither its optimum nor its infeasibility is claimed where exact arithmetic would differ.
+LP_MARGIN = 1e-6
+
+
+@dataclass(frozen=True)
+class Form:
+    """T ≥ Σ_c forward[c]·F_c + backward[c]·B_c over the cells in layer order (`ScheduleForms.cells`)."""
+
+    stage: int
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ScheduleForms:
+    """A schedule's bound forms at given sizes: A_s then B_s for every stage, the cells in layer order
+    and each stage's in-flight vectors (micro-batches held per chunk at which its memory may peak)."""
+
+    schedule: str
+    stages: int
+    chunks: int
+    micro_batches: int
+    cells: tuple[tuple[int, int], ...]  # (chunk, stage) in layer order
+    forms: tuple[Form, ...]
+    vectors: tuple[tuple[tuple[int, ...], ...], ...]
+
+    def family(self, name: str) -> tuple[Form, ...]:
+        """The A forms (chains around the first backward) or the B forms (a stage's whole work)."""
+        half = self.stages
+        return self.forms[:half] if name == "A" else self.forms[half:]
+
+    def value(self, forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> float:
+        """The bound for given cell times `[chunk][stage]`: the largest form."""
+        f = [forward[c][s] for c, s in self.cells]
+        b = [backward[c][s] for c, s in self.cells]
+        return max(float(np.dot(form.forward, f) + np.dot(form.backward, b)) for form in self.forms)
+
+
+@lru_cache(maxsize=512)
+def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) -> ScheduleForms:
+    """The forms A_s and B_s of every stage (module docstring), from the schedule's own op orders."""
+    name = check(schedule, stages, chunks, micro_batches)
+    orders = stage_orders(name, stages, chunks, micro_batches)
+    cells = tuple(cell_order(name, stages, chunks))
+    position = {cell: i for i, cell in enumerate(cells)}
+    count = len(cells)
+    a_forms, b_forms = [], []
+    for stage, order in enumerate(orders):
+        first_backward = next(i for i, op in enumerate(order) if op.kind == "B")
+        o1, last, first = order[first_backward], order[-1], order[0]
+        p1, pl, pf = position[(o1.chunk, stage)], position[(last.chunk, stage)], position[(first.chunk, stage)]
+        forward, backward = [1.0] * count, [0.0] * count
+        for i in range(p1, count):
+            backward[i] += 1.0
+        for i in range(pl):
+            backward[i] += 1.0
+        for op in order[first_backward + 1 :]:
+            (forward if op.kind == "F" else backward)[position[(op.chunk, stage)]] += 1.0
+        a_forms.append(Form(stage, tuple(forward), tuple(backward)))
+        forward, backward = [0.0] * count, [0.0] * count
+        for i in range(pf):
+            forward[i] += 1.0
+        for i in range(pl):
+            backward[i] += 1.0
+        for chunk in range(chunks):
+            forward[position[(chunk, stage)]] += micro_batches
+            backward[position[(chunk, stage)]] += micro_batches
+        b_forms.append(Form(stage, tuple(forward), tuple(backward)))
+    vectors = tuple(tuple(v) for v in in_flight_vectors(name, stages, chunks, micro_batches))
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), vectors)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One distinct body layer kind: how many layers, their times (ms) and the balancer's MB per option."""
+
+    name: str
+    count: int
+    forward_ms: dict[str, float]  # option -> forward of one micro-batch
+    backward_ms: dict[str, float]  # option -> backward (recompute included)
+    parameter_mb: float  # the description's memory_parameter: held once per layer
+    activation_mb: dict[str, float]  # option -> MB per micro-batch in flight
+
+
+@dataclass(frozen=True)
+class Ends:
+    """The head (in the first cell along the model) and the tail (in the last): times and MB held."""
+
+    head_forward_ms: float
+    head_backward_ms: float
+    head_mb: float
+    tail_forward_ms: float
+    tail_backward_ms: float
+    tail_mb: float
+
+
+def quick_bound(forms: ScheduleForms, kinds: Sequence[Kind], ends: Ends) -> float:
+    """Milliseconds no plan's schedule beats: the best of the two families' uniform averages, each
+    layer at its cheapest cell and option (module docstring). No memory limit."""
+    best = 0.0
+    head, tail = 0, len(forms.cells) - 1
+    for family in ("A", "B"):
+        chosen = forms.family(family)
+        forward = np.mean([form.forward for form in chosen], axis=0)
+        backward = np.mean([form.backward for form in chosen], axis=0)
+        total = forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
+        total += forward[tail] * ends.tail_forward_ms + backward[tail] * ends.tail_backward_ms
+        for kind in kinds:
+            least_backward = min(kind.backward_ms.values())
+            least_forward = min(kind.forward_ms.values())
+            total += kind.count * float(np.min(forward * least_forward + backward * least_backward))
+        best = max(best, float(total))
+    return best
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The relaxed balancing program's answer: "optimal" with its value (ms), or "infeasible"."""
+
+    status: str
+    value_ms: float | None
+
+
+def lp_bound(
+    forms: ScheduleForms,
+    kinds: Sequence[Kind],
+    ends: Ends,
+    memory_mb: float,
+    constant_mb: float,
+) -> Relaxation:
+    """The linear relaxation of the balancer's program under the schedule forms (module docstring).
+
+    Columns: x[k, o, c] layers of kind k under option o in cell c; per cell its forward F_c and
+    backward B_c; prefix sums of F and B along the cells; T. Rows: F_c and B_c as their layers' times
+    (head and tail included), the prefix sums, T ≥ every form, every stage's memory at every
+    in-flight vector, every kind's layers placed, every cell without head or tail non-empty.
+    """
+    cells = forms.cells
+    count = len(cells)
+    position = {cell: i for i, cell in enumerate(cells)}
+    columns: list[tuple[float, float]] = []
+
+    def column(lower: float = 0.0, upper: float = highs.INF) -> int:
+        columns.append((lower, upper))
+        return len(columns) - 1
+
+    x: dict[tuple[int, str, int], int] = {}
+    for k, kind in enumerate(kinds):
+        for option in kind.backward_ms:
+            for c in range(count):
+                x[(k, option, c)] = column()
+    forward = [column() for _ in range(count)]
+    backward = [column() for _ in range(count)]
+    forward_prefix = [column() for _ in range(count + 1)]
+    backward_prefix = [column() for _ in range(count + 1)]
+    top = column()
+    rows: list[tuple[float, float, dict[int, float]]] = []
+    fixed_forward = [0.0] * count
+    fixed_backward = [0.0] * count
+    fixed_forward[0] += ends.head_forward_ms
+    fixed_backward[0] += ends.head_backward_ms
+    fixed_forward[-1] += ends.tail_forward_ms
+    fixed_backward[-1] += ends.tail_backward_ms
+    for c in range(count):
+        f_terms = {forward[c]: 1.0}
+        b_terms = {backward[c]: 1.0}
+        for k, kind in enumerate(kinds):
+            for option in kind.backward_ms:
+                f_terms[x[(k, option, c)]] = -kind.forward_ms[option]
+                b_terms[x[(k, option, c)]] = -kind.backward_ms[option]
+        rows.append((fixed_forward[c], fixed_forward[c], f_terms))
+        rows.append((fixed_backward[c], fixed_backward[c], b_terms))
+    rows.append((0.0, 0.0, {forward_prefix[0]: 1.0}))
+    rows.append((0.0, 0.0, {backward_prefix[0]: 1.0}))
+    for i in range(count):
+        rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
+        rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
+    for form in forms.forms:
+        rows.append((0.0, highs.INF, _form_terms(form, forward, backward, forward_prefix, backward_prefix, top)))
+    head_stage, tail_stage = cells[0][1], cells[-1][1]
+    for stage in range(forms.stages):
+        held = (
+            constant_mb
+            + (ends.head_mb if stage == head_stage else 0.0)
+            + (ends.tail_mb if stage == tail_stage else 0.0)
+        )
+        for vector in forms.vectors[stage]:
+            terms: dict[int, float] = {}
+            for chunk, in_flight in enumerate(vector):
+                c = position[(chunk, stage)]
+                for k, kind in enumerate(kinds):
+                    for option in kind.backward_ms:
+                        terms[x[(k, option, c)]] = kind.parameter_mb + in_flight * kind.activation_mb[option]
+            rows.append((-highs.INF, memory_mb * (1 + LP_MARGIN) - held, terms))
+    for k, kind in enumerate(kinds):
+        placed = {x[(k, option, c)]: 1.0 for option in kind.backward_ms for c in range(count)}
+        rows.append((float(kind.count), float(kind.count), placed))
+    for c in range(1, count - 1):
+        rows.append(
+            (1.0, highs.INF, {x[(k, option, c)]: 1.0 for k, kind in enumerate(kinds) for option in kind.backward_ms})
+        )
+    return _solve(columns, rows, top)
+
+
+def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:
+    """T − (the form) ≥ 0, with the form's runs of ones along the cells written as prefix sums."""
+    terms: dict[int, float] = {top: 1.0}
+    count = len(forward)
+
+    def add(index: int, value: float) -> None:
+        terms[index] = terms.get(index, 0.0) + value
+
+    for coefficients, cell_columns, prefix in (
+        (form.forward, forward, forward_prefix),
+        (form.backward, backward, backward_prefix),
+    ):
+        ones = [1.0 if value >= 1.0 else 0.0 for value in coefficients]  # the chains' runs
+        # a run of ones from i to j−1 is prefix[j] − prefix[i]
+        i = 0
+        while i < count:
+            if ones[i]:
+                j = i
+                while j < count and ones[j]:
+                    j += 1
+                add(prefix[j], -1.0)
+                add(prefix[i], 1.0)
+                i = j
+            else:
+                i += 1
+        for c, value in enumerate(coefficients):
+            rest = value - ones[c]
+            if rest:
+                add(cell_columns[c], -rest)
+    return {index: value for index, value in terms.items() if value}
+
+
+def _solve(
+    columns: list[tuple[float, float]], rows: list[tuple[float, float, dict[int, float]]], top: int
+) -> Relaxation:
+    solver = highs.new_solver(60.0)
+    solver.setOptionValue("presolve", "on")
+    n = len(columns)
+    cost = np.zeros(n)
+    cost[top] = 1.0
+    lower = np.array([c[0] for c in columns], dtype=float)
+    upper = np.array([c[1] for c in columns], dtype=float)
+    empty = np.array([], dtype=np.int32)
+    solver.addCols(n, cost, lower, upper, 0, empty, empty, np.array([], dtype=float))
+    starts, indices, values, row_lower, row_upper = [], [], [], [], []
+    for low, high, terms in rows:
+        starts.append(len(indices))
+        indices.extend(terms)
+        values.extend(terms.values())
+        row_lower.append(low)
+        row_upper.append(high)
+    solver.addRows(
+        len(rows),
+        np.array(row_lower, dtype=float),
+        np.array(row_upper, dtype=float),
+        len(indices),
+        np.array(starts, dtype=np.int32),
+        np.array(indices, dtype=np.int32),
+        np.array(values, dtype=float),
+    )
+    solver.run()
+    status = solver.getModelStatus()
+    if status == highspy.HighsModelStatus.kOptimal:
+        # HiGHS stops within its tolerances (1e-7): give that much back so the bound stays below
+        return Relaxation("optimal", float(solver.getInfo().objective_function_value) * (1 - LP_MARGIN))
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return Relaxation("infeasible", None)
+    raise RuntimeError(f"the relaxed balancing program ended {solver.modelStatusToString(status)}")
