@@ -322,19 +322,42 @@ def simulate(
     forward: Sequence[Sequence[float]],
     backward: Sequence[Sequence[float]],
     micro_batches: int,
+    transfer: Sequence[Sequence[float]] | None = None,
+    blocking: bool = True,
 ) -> Timeline:
     """Run the schedule with per-cell times `forward[chunk][stage]`, `backward[chunk][stage]`.
 
     Each op starts when its stage has finished the previous op and its input is ready: the
     forward of the cell before it along the model for the same micro-batch, or the backward of
-    the cell after it (the last cell's backward waits for its own forward). Communication is
-    free. The cell times include any head or tail the cell runs.
+    the cell after it (the last cell's backward waits for its own forward). The cell times
+    include any head or tail the cell runs.
+
+    *transfer* `[chunk][stage]` is the time a cell's output takes to reach the next cell along
+    the model (its activations after a forward; the gradient coming back after a backward has
+    the same size). None: communication is free. With *blocking* the sender waits until its
+    send completes (Megatron-LM's 1F1B, whose sends and receives are synchronous), so the op
+    lasts that much longer; otherwise the send runs in the background and only the receiver
+    waits for it (interleaved 1F1B with overlapped P2P, torch.distributed.pipelining's isend).
+    A transfer between two cells of one stage (DualPipeV's turn) costs nothing.
     """
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
     orders, topo = _structure(name, stages, chunks, micro_batches)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
+    last = stages * chunks - 1
+    cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
+
+    def sent(op: Op, stage: int) -> float:
+        """Seconds the op's output spends on the link to the next (forward) or previous (backward) cell."""
+        if transfer is None:
+            return 0.0
+        position = _position(name, stages, op.chunk, stage)
+        to = position + 1 if op.kind == "F" else position - 1
+        if to < 0 or to > last or cell_at[to][1] == stage:
+            return 0.0
+        return transfer[op.chunk][stage] if op.kind == "F" else transfer[cell_at[to][0]][cell_at[to][1]]
+
     starts = [[0.0] * len(order) for order in orders]
     ends = [[0.0] * len(order) for order in orders]
     binding: list[list[tuple[int, int] | None]] = [[None] * len(order) for order in orders]
@@ -343,9 +366,15 @@ def simulate(
         start, by = 0.0, None
         if index:
             start, by = ends[stage][index - 1], (stage, index - 1)
-        if needed is not None and ends[needed[0]][needed[1]] > start:
-            start, by = ends[needed[0]][needed[1]], needed
+        if needed is not None:
+            ready = ends[needed[0]][needed[1]]
+            if not blocking and needed[0] != stage:
+                ready += sent(orders[needed[0]][needed[1]], needed[0])
+            if ready > start:
+                start, by = ready, needed
         duration = forward[op.chunk][stage] if op.kind == "F" else backward[op.chunk][stage]
+        if blocking:
+            duration += sent(op, stage)
         starts[stage][index] = start
         ends[stage][index] = start + duration
         binding[stage][index] = by

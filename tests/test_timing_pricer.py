@@ -15,7 +15,10 @@ from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import Collective
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
+# 64 SMs: the test layer's GEMMs cut into whole waves of 128×128 tiles (e.g. 2048×4096: 512 tiles,
+# 8 waves), so a GEMM takes exactly FLOPs / (peak · efficiency).
 ROUND_DEVICE = {
+    "sm_count": 64,
     "memory_mb": 80000,
     "peak_tflops": 100.0,
     "hbm_bandwidth_gbs": 1000.0,
@@ -25,6 +28,7 @@ ROUND_DEVICE = {
     "memory_efficiency": 0.5,
     "comm_efficiency": 0.5,
     "collective_latency_us": 0.0,
+    "inter_node_latency_us": 0.0,
 }
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 
@@ -103,6 +107,12 @@ def test_latency_adds_one_step_per_hop():
     links = Links.from_run(run, run.device.profile())
     ring = collective_seconds(Collective("all_gather", "tp", 4e6, "tp"), links)
     assert ring == pytest.approx(4e6 * 3 / 4 / 5e10 + 3 * 10e-6)
+    # An all-to-all over 16 ranks on two nodes: 15 steps, each 10 us plus 20 us across the nodes.
+    device = dict(ROUND_DEVICE, collective_latency_us=10.0, inter_node_latency_us=20.0)
+    run = gelu_run(tp=1, dp=16, ep=16, etp=1, device=device)
+    links = Links.from_run(run, run.device.profile())
+    spread = collective_seconds(Collective("all_to_all", "ep", 8e6, "ep"), links)
+    assert spread == pytest.approx(8e6 * 8 / 16 / 5e9 + 15 * 30e-6)
 
 
 def test_overlap_hides_a_collective_behind_its_partner_up_to_the_share():
@@ -113,7 +123,10 @@ def test_overlap_hides_a_collective_behind_its_partner_up_to_the_share():
     layer = body(run)
     prices = model.op_prices(layer)
     c = 2 * 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3  # all-reduce of n·h bf16 over 4 ranks
-    wgrad = prices["qk_proj"].backward_ms / 2
+    # qk_proj's weight gradient: Q and K (4 + 4 heads of 64 per rank, 512 columns) are 512/768 of the
+    # fused QKV GEMM, whose weight gradient (1024×768, k = 2048 tokens) is 48 tiles of 128×128: one
+    # wave of the 64 SMs, each tile 2·128·128·2048 FLOPs at 5e13/64 FLOP/s.
+    wgrad = 512 / 768 * 2 * 128 * 128 * 2048 * 64 / 5e13 * 1e3
     assert prices["reduce_attention_grad"].backward_ms == pytest.approx(c - min(0.5 * c, wgrad), rel=1e-12)
     assert prices["reduce_attention_grad"].forward_ms == 0.0
     # The forward all-reduce after the output projection sits on the critical path (tp overlap 0).
@@ -127,9 +140,10 @@ def test_a_resent_gather_hides_behind_the_input_gradient_and_never_costs_more_th
     prices = sp.op_prices(body(sp.run))
     c = 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3
     assert prices["gather_attention"].forward_ms == pytest.approx(c, rel=1e-12)
-    assert prices["gather_attention"].recompute_ms == pytest.approx(
-        max(0.0, c - prices["qk_proj"].backward_ms / 2), rel=1e-12
-    )
+    # qk_proj's input gradient: 512/768 of the fused QKV's (2048×1024, k = 768): 128 tiles of 128×128,
+    # two whole waves of the 64 SMs, so its FLOPs at 5e13 FLOP/s.
+    dgrad = 512 / 768 * 2 * 2048 * 1024 * 768 / 5e13 * 1e3
+    assert prices["gather_attention"].recompute_ms == pytest.approx(max(0.0, c - dgrad), rel=1e-12)
     exposed = TimeModel(gelu_run(tp=4, dp=2, sp=True, overlap={"tp_async": 0.0}))
     assert exposed.op_prices(body(exposed.run))["gather_attention"].recompute_ms == pytest.approx(c, rel=1e-12)
 

@@ -1,21 +1,42 @@
-"""The device catalog: memory, peak 16-bit FLOPS, HBM and link bandwidths, each with its public source.
+"""The device catalog: memory, compute units, peak dense FLOPS per dtype, HBM and link bandwidths and latencies.
 
-Memory is in MB of 2**20 bytes, as the descriptions count it (what `nvidia-smi` reports as MiB).
-Rates are decimal: TFLOPS = 1e12 FLOP/s, GB/s = 1e9 B/s. Peak FLOPS are dense (no structured
-sparsity) 16-bit tensor-core figures. Link bandwidths are per device and per direction: the
+Every figure carries its public source in a comment. Memory is in MB of 2**20 bytes, as the
+descriptions count it (what `nvidia-smi` reports as MiB). Rates are decimal: TFLOPS = 1e12
+FLOP/s, GB/s = 1e9 B/s. Peak FLOPS are dense (no structured sparsity) 16-bit tensor-core
+figures; `peak_flops(dtype)` gives the other dtypes (TF32 at half the 16-bit rate, FP8 at twice
+it, as every datasheet below states). Link bandwidths are per device and per direction: the
 intra-node figure is half the bidirectional NVLink/HCCS figure vendors quote, the inter-node one
 a device's share of the node's scale-out NICs (one NIC per device on the systems below).
 
-Efficiencies are the fractions of peak the time model assumes kernels and collectives reach (the
-MFU of the matmuls, the achieved share of HBM bandwidth of element-wise kernels, NCCL's bus
-bandwidth over the link rate); they are assumptions to calibrate, not datasheet figures. A run
-config may override every figure (`device:` in the run config, `ppb_core.config.run.Device`).
+Achieved fractions are measured, not datasheet figures:
+- `matmul_efficiency`: the best a large GEMM reaches, the Maximum Achievable Matmul FLOPS (MAMF)
+  over peak, from Stas Bekman's ml-engineering "Maximum Achievable Matmul FLOPS comparison
+  table" (compute/accelerator/README.md, BF16, torch 2.6-2.7): A100 SXM 271.2 of 312 (86.9%),
+  H100 SXM 794.5 of 989 (80.3%, "H200 is the same"), B200 SXM 1745 of 2250 (77.6%). The GEMM
+  model (`ppb_core.timing.kernels`) loses more to tile and wave quantization over `sm_count`.
+- `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
+  reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
+  230 TFLOPs/s" forward, 73%; its forward+backward figures, ~190 TFLOPs/s causal at 16k, leave
+  the backward at ~57%). H100/H200: FlashAttention-3 (Shah et al. 2024, "up to 740 TFLOPs/s"
+  FP16 forward, 75%; backward 1.5-1.75x FlashAttention-2's, ~55%), the level of the cuDNN
+  kernels TransformerEngine runs. B200 and Ascend: assumed at H100's and A100's fractions.
+- `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
+  reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
+  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
+- `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
+  reaches ~0.9, fused norms and activations less). An assumption, stated.
+
+A run config may override every figure (`device:` in the run config, `ppb_core.config.run.Device`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+# Throughput of each dtype's tensor cores over the 16-bit rate (A100, H100, H200, B200 datasheets:
+# TF32 is half of BF16/FP16, FP8 twice it; Ascend 910B runs FP32 matmuls through HF32 at half too).
+DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.0}
 
 
 @dataclass(frozen=True)
@@ -26,41 +47,79 @@ class DeviceProfile:
     hbm_bandwidth_gbs: float
     intra_node_bandwidth_gbs: float  # per direction
     inter_node_bandwidth_gbs: float  # per direction
-    matmul_efficiency: float = 0.55
+    sm_count: int = 132  # streaming multiprocessors (NVIDIA) or AI cores (Ascend): the GEMM tiles' slots
+    matmul_efficiency: float = 0.803  # MAMF / peak: the ceiling of a large GEMM
+    attention_forward_efficiency: float = 0.75
+    attention_backward_efficiency: float = 0.55
     memory_efficiency: float = 0.8
-    comm_efficiency: float = 0.75
-    # Cost of one step of a collective (one hop of a ring, one peer of an all-to-all): launch and
-    # link latency, a few microseconds for NCCL/HCCL on one node. An assumption to calibrate.
+    comm_efficiency: float = 0.8
+    # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
+    # the alpha of an alpha-beta fit to nccl-tests' ring collectives on 8 NVLink GPUs, whose bus
+    # bandwidth at a few MB is about half its peak (an 8 MB all_reduce ~120 us against ~60 us of pure
+    # transfer, over 14 steps: ~5 us a step). Across nodes a step adds the NIC's and NCCL's proxy
+    # (InfiniBand adapters are 1-2 us port to port): an assumption.
     collective_latency_us: float = 5.0
+    inter_node_latency_us: float = 5.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
+
+    def peak_flops(self, dtype: str = "bf16") -> float:
+        """Dense tensor-core FLOP/s for *dtype* (bf16, fp16, fp32 as TF32, fp8)."""
+        return self.peak_tflops * 1e12 * DTYPE_RATE[dtype]
 
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
     # 312 TFLOPS BF16/FP16 dense, 2,039 GB/s; NVLink 3 600 GB/s bidirectional (300 per direction);
     # DGX A100 user guide: eight 200 Gb/s HDR InfiniBand adapters, one per GPU (25 GB/s).
-    "a100-80gb": DeviceProfile("a100-80gb", 81920, 312.0, 2039.0, 300.0, 25.0),
+    # NVIDIA A100 whitepaper: 108 SMs. MAMF 271.2 TFLOPS (86.9%).
+    "a100-80gb": DeviceProfile(
+        "a100-80gb",
+        81920,
+        312.0,
+        2039.0,
+        300.0,
+        25.0,
+        sm_count=108,
+        matmul_efficiency=0.869,
+        attention_forward_efficiency=0.73,
+        attention_backward_efficiency=0.57,
+    ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
-    # eight 400 Gb/s ConnectX-7 NDR adapters, one per GPU (50 GB/s).
-    "h100-80gb": DeviceProfile("h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0),
+    # eight 400 Gb/s ConnectX-7 NDR adapters, one per GPU (50 GB/s). H100 whitepaper: 132 SMs (SXM5).
+    # MAMF 794.5 TFLOPS (80.3%).
+    "h100-80gb": DeviceProfile("h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
-    # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU.
-    "h200": DeviceProfile("h200", 143771, 989.0, 4800.0, 450.0, 50.0),
+    # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
+    # GH100 die as H100 SXM: 132 SMs, MAMF as H100's.
+    "h200": DeviceProfile("h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
     # HBM: the datasheet says 8 TB/s; the driver's 7680-bit bus at 3996 MHz DDR gives 7.67 TB/s
     # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
-    "b200": DeviceProfile("b200", 183359, 2250.0, 7672.0, 900.0, 50.0),
+    # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
+    "b200": DeviceProfile("b200", 183359, 2250.0, 7672.0, 900.0, 50.0, sm_count=148, matmul_efficiency=0.776),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
     # on 4096^3 FP16/BF16 GEMMs, zzc0721/torch-performance-test-data issue #109, so its peak is
     # higher: set peak_tflops for that part); HCCS 392 GB/s within the node (7 links of 56 GB/s,
-    # bidirectional), 200 Gb/s RoCE per NPU.
-    "ascend-910b": DeviceProfile("ascend-910b", 65536, 313.0, 1600.0, 196.0, 25.0),
+    # bidirectional), 200 Gb/s RoCE per NPU. 20 AI cores (Da Vinci cube units) on the 910B3.
+    # No public MAMF: A100's fractions assumed.
+    "ascend-910b": DeviceProfile(
+        "ascend-910b",
+        65536,
+        313.0,
+        1600.0,
+        196.0,
+        25.0,
+        sm_count=20,
+        matmul_efficiency=0.869,
+        attention_forward_efficiency=0.73,
+        attention_backward_efficiency=0.57,
+    ),
     # Fallback when a run config states only memory_mb: H100-like rates.
-    "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0),
+    "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
 }

@@ -163,11 +163,15 @@ class Device(StrictModel):
     intra_node_bandwidth_gbs: PositiveFloat | None = None
     inter_node_bandwidth_gbs: PositiveFloat | None = None
     matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
-        None, description="achieved fraction of peak on matmuls (MFU of the kernels)"
+        None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
     memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
+    inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
+    sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -201,6 +205,12 @@ class Overlap(StrictModel):
     cp_ring: Fraction = Field(1.0, description="ring attention's key/value exchange behind its blocks")
     cp_a2a: Fraction = Field(0.0, description="Ulysses all-to-alls")
     ep: Fraction = Field(0.0, description="expert dispatch and combine all-to-alls")
+    dp: Fraction = Field(
+        1.0, description="DP gradient reduction behind the last backward (Megatron --overlap-grad-reduce)"
+    )
+    param_gather: Fraction = Field(
+        1.0, description="distributed optimizer's parameter all-gather behind the next forward"
+    )
 
 
 class TimingOptions(StrictModel):

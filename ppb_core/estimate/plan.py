@@ -7,15 +7,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 import pandas as pd
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.model.placement import place_plan
 from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk
-from ppb_core.schedules import cell_order
 from ppb_core.timing import TimeModel
 
 REPORT_COLUMNS: tuple[str, ...] = (
@@ -38,39 +36,6 @@ WORKING_COLUMN = "working_mb"
 
 MB = 2**20
 
-# Where MindFormers applies a cell's options along its layers (the yaml counts from the cell's
-# first layer): full recompute first, then both selective kinds, then one, then none.
-ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
-
-
-def _placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:
-    """The run's layers with the plan's body layers per [chunk][stage]; the first HEAD and the last
-    TAIL in the first and last cells, where the balancer charges them, even when those hold no body."""
-    par = run.parallel
-    placed = walk(run, cell_layers)
-    cells = cell_order(par.schedule, par.pp, par.vpp)
-    layers = list(placed.layers)
-    first_head = next(i for i, layer in enumerate(layers) if layer.node == HEAD)
-    last_tail = max(i for i, layer in enumerate(layers) if layer.node == TAIL)
-    layers[first_head] = replace(layers[first_head], chunk=cells[0][0], stage=cells[0][1])
-    layers[last_tail] = replace(layers[last_tail], chunk=cells[-1][0], stage=cells[-1][1])
-    return LayerWalk(placed.stages, placed.chunks, tuple(layers), placed.cell_counts)
-
-
-def _options_along_cells(placed: LayerWalk, cell_options: Sequence[Sequence[Mapping[str, int]]]) -> dict[Layer, str]:
-    """Each body layer's option: a cell's counts applied along its layers in MindFormers' order."""
-    chosen: dict[Layer, str] = {}
-    for chunk, row in enumerate(cell_options):
-        for stage, counts in enumerate(row):
-            sequence = [option for option in ALONG_A_CELL for _ in range(int(counts.get(option, 0)))]
-            bodies = [layer for layer in placed.in_cell(chunk, stage) if layer.node == BODY]
-            if len(bodies) != len(sequence):
-                raise ValueError(
-                    f"cell (chunk {chunk}, stage {stage}): {len(sequence)} options for {len(bodies)} body layers"
-                )
-            chosen.update(zip(bodies, sequence, strict=True))
-    return chosen
-
 
 def plan_stages(
     run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]], planned_mb: Sequence[float] | None = None
@@ -84,9 +49,7 @@ def plan_stages(
     count; the device limit is its memory less what the run config reserves).
     """
     par = run.parallel
-    cell_layers = [[sum(int(n) for n in cell.values()) for cell in row] for row in cell_options]
-    placed = _placed_walk(run, cell_layers)
-    chosen = _options_along_cells(placed, cell_options)
+    placed, chosen = place_plan(run, cell_options)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
     peaks = stage_peaks(

@@ -6,7 +6,7 @@ then expert-parallel): a group of *size* ranks spans `span` consecutive ranks, a
 one node when that span fits in `devices_per_node`.
 
 Costs (bandwidth per direction per device, times the device's `comm_efficiency`; one
-`collective_latency_us` per step):
+`collective_latency_us` per step, plus `inter_node_latency_us` when the group leaves the node):
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
 - all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
@@ -37,6 +37,7 @@ class Links:
     latency_s: float
     devices_per_node: int
     groups: dict[str, Group]
+    inter_node_latency_s: float = 0.0  # added to a step that crosses nodes
 
     @classmethod
     def from_run(cls, run: RunConfig, device: DeviceProfile | None = None) -> Links:
@@ -55,6 +56,7 @@ class Links:
             latency_s=device.collective_latency_us * 1e-6,
             devices_per_node=par.devices_per_node,
             groups=groups,
+            inter_node_latency_s=device.inter_node_latency_us * 1e-6,
         )
 
     def in_node(self, group: Group) -> int:
@@ -71,16 +73,17 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     if size <= 1 or payload <= 0:
         return 0.0
     local = links.in_node(group)
+    step = links.latency_s + (links.inter_node_latency_s if local < size else 0.0)
     if collective.kind == ALL_TO_ALL:
         share = payload / size
         intra = share * (local - 1) / links.intra_node_bytes_per_s
         inter = share * (size - local) / links.inter_node_bytes_per_s
-        return max(intra, inter) + (size - 1) * links.latency_s
+        return max(intra, inter) + (size - 1) * step
     bandwidth = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):
-        return payload * (size - 1) / size / bandwidth + (size - 1) * links.latency_s
+        return payload * (size - 1) / size / bandwidth + (size - 1) * step
     if collective.kind == ALL_REDUCE:
-        return 2 * payload * (size - 1) / size / bandwidth + 2 * (size - 1) * links.latency_s
+        return 2 * payload * (size - 1) / size / bandwidth + 2 * (size - 1) * step
     if collective.kind == P2P:
-        return payload / bandwidth + (size - 1) * links.latency_s
+        return payload / bandwidth + (size - 1) * step
     raise ValueError(f"unknown collective {collective.kind!r}")

@@ -9,9 +9,8 @@ Every other tensor is kept whatever the switches. docs/timing.md states, switch 
 a recompute re-runs.
 
 Backward FLOPs are twice the forward for matmuls (input and weight gradients); FlashAttention's
-backward re-forms the scores inside its kernel, 2.5 times its forward. The FLOP counting
-functions at the end follow Korthikanti et al. (2022): matmuls only, the attention square
-counted whole (not halved by the causal mask), as model FLOPs and MFU are usually stated.
+backward re-forms the scores inside its kernel, 2.5 times its forward. `layer_flops` counts one
+device's matmul FLOPs; model FLOPs per iteration (Megatron-LM's count) are in `model_flops`.
 """
 
 from __future__ import annotations
@@ -30,11 +29,8 @@ from ppb_core.model.kinds import (
     Mlp,
     Moe,
     TailKind,
-    body_kind,
-    head_kind,
-    tail_kind,
 )
-from ppb_core.model.switches import LayerType, normalized, option_state
+from ppb_core.model.switches import LayerType
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
@@ -81,6 +77,15 @@ class Op:
     backward_comm: Collective | None = None
     # How a collective re-sent in the backward (its switch at 0) is hidden; None: as in the forward.
     recompute_comm: Collective | None = None
+    # A matmul's shape, priced by `ppb_core.timing.kernels`: (rows per group, k, n, groups, fused n),
+    # the forward an m×k by k×n product per group; its backward the input gradient (m×n by n×k) and
+    # the weight gradient (k×m by m×n). Where the framework runs this product as n columns of one
+    # wider GEMM (Megatron's fused QKV projection), *fused n* is that GEMM's width and the op costs
+    # its share n / fused n of it.
+    gemm: tuple[float, float, float, int, float] | None = None
+    # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
+    # head size of the scores).
+    attention: tuple[float, float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,17 +128,9 @@ class Geometry:
         )
 
     def whole_model(self) -> Geometry:
-        """The paper's count: one device holding the whole layer, eager attention, ideal routing."""
+        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
         return dataclasses.replace(
-            self,
-            tp=1,
-            sequence_parallel=False,
-            cp=1,
-            ep=1,
-            etp=1,
-            flash_attention=False,
-            dropless=True,
-            dropless_imbalance=1.0,
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
         )
 
     @property
@@ -187,12 +184,27 @@ def _matmul(
     switch: str | None = None,
     transient: bool = False,
     inputs: Sequence[str] = (),
+    groups: int = 1,
+    fused_n: float | None = None,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
-    runs two such products (input and weight gradients)."""
+    runs two such products (input and weight gradients). *groups* splits the rows over that many
+    products with their own weights (a grouped GEMM over experts)."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
-    return Op(name, block, MATMUL, switch, transient, tuple(inputs), flops, traffic, 2 * flops, 2 * traffic)
+    return Op(
+        name,
+        block,
+        MATMUL,
+        switch,
+        transient,
+        tuple(inputs),
+        flops,
+        traffic,
+        2 * flops,
+        2 * traffic,
+        gemm=(rows / groups, k, n, groups, fused_n or n),
+    )
 
 
 def _elementwise(
@@ -284,10 +296,16 @@ def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) 
 
 
 def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
-    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens."""
+    """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
+
+    Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
+    the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
+    the two gradients that meet where the residual stream forks (the skip and the branch's norm:
+    reads two, writes one)."""
     elements = geo.whole_tokens * width
-    per = 3 * geo.dtype_bytes + (MASK_BYTES if dropout > 0 else 0)
-    return _elementwise(name, block, elements * per, elements * per)
+    bc = geo.dtype_bytes
+    mask = MASK_BYTES if dropout > 0 else 0
+    return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
 
 
 def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
@@ -367,7 +385,8 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
             return {"switch": "attBMM"} if op == final else {"transient": True}
 
         width = (heads + kv) * d
-        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), **qk_state("qk_proj")))
+        qkv = (heads + 2 * kv) * d  # Megatron's linear_qkv: one GEMM for the three
+        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), fused_n=qkv, **qk_state("qk_proj")))
         previous = p + "qk_proj"
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
@@ -388,6 +407,7 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
                 kv * d,
                 bc,
                 inputs=(source,),
+                fused_n=qkv,
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -427,6 +447,12 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     pairs = heads * geo.attention_pairs()
     keys = b * s  # every key of the sequence reaches each query chunk
+    # Per (sequence, head): ring CP computes s/cp queries against the sequence's keys on every local
+    # head; Ulysses every query of heads/cp heads.
+    ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
+    sequences = b * (heads / geo.cp if ulysses else heads)
+    queries = s if ulysses else s / geo.cp
+    mean_keys = pairs / (sequences * queries)
     ops: list[Op] = []
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
@@ -446,6 +472,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 qk_bytes,
                 6 * pairs * d_qk,
                 2 * qk_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
             Op(
                 context,
@@ -458,6 +485,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 v_bytes,
                 4 * pairs * d_v,
                 2 * v_bytes,
+                attention=(sequences, queries, mean_keys, d_qk),
             ),
         ]
     else:
@@ -474,6 +502,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+                gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
             )
         )
         # Scale, causal mask and softmax, fused, written in the compute dtype.
@@ -507,6 +536,7 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
                 (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
+                gemm=(queries, mean_keys, d_v, round(sequences), d_v),
             )
         )
     if geo.cp > 1 and geo.cp_variant == "ring":
@@ -576,10 +606,11 @@ def _ffn(
     bc, up_width = geo.dtype_bytes, width * (2 if gated else 1)
     up_weights = local_experts * h * up_width if local_experts else None
     down_weights = local_experts * width * h if local_experts else None
+    groups = max(1, local_experts)
     return [
-        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,)),
+        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,), groups=groups),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
-        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",)),
+        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",), groups=groups),
     ]
 
 
@@ -884,55 +915,3 @@ def layer_flops(
     backward = sum(op.backward_flops for op in counted)
     rerun = {op.name for op in rerun_ops(ops, state, switches)}
     return forward, backward + sum(op.flops for op in counted if op.name in rerun)
-
-
-def _whole_model_layers(run: RunConfig, model_name: str):
-    """(kind, count) of each distinct layer of a model, HEAD and TAIL included."""
-    spec, dropout = run.spec(model_name), run.training.dropout
-    vocab = run.vocab_size(model_name)
-    counts: dict[LayerKind, int] = {}
-    for index in range(spec.num_layers):
-        kind = body_kind(spec, index, dropout)
-        counts[kind] = counts.get(kind, 0) + 1
-    counts[head_kind(spec, vocab, dropout)] = 1
-    counts[tail_kind(spec, vocab, dropout)] = 1
-    return counts.items()
-
-
-def iteration_flops(run: RunConfig, option: str | None = None) -> float:
-    """Matmul FLOPs of one training iteration of the whole model over every device (paper convention).
-
-    *option* None counts model FLOPs (forward and backward, nothing recomputed); an option
-    (NONE/SLCT/COMM/BOTH/FULL) counts hardware FLOPs with every body layer under it. The head and
-    tail are never recomputed. Sequences per iteration: micro_batch_size · micro_batches · dp.
-    """
-    micro_batches = run.training.micro_batches * run.parallel.dp
-    total = 0.0
-    for model_name in run.model_names:
-        geo = Geometry.from_run(run, model_name).whole_model()
-        configured = normalized(run.switches(model_name))
-        for kind, count in _whole_model_layers(run, model_name):
-            state, switches = LayerType.NOT_REC_LAYER, None
-            if option is not None and isinstance(kind, BodyKind):
-                state, switches = option_state(option, configured)
-            forward, backward = layer_flops(layer_ops(kind, geo), state, switches)
-            total += count * (forward + backward)
-    return micro_batches * total
-
-
-def model_flops_per_iteration(run: RunConfig) -> float:
-    """Model FLOPs of one iteration (Korthikanti et al. 2022, eq. 7 for a GPT-style model)."""
-    return iteration_flops(run)
-
-
-def hardware_flops_per_iteration(run: RunConfig, option: str = "NONE") -> float:
-    """Hardware FLOPs of one iteration with every body layer under *option* (eq. 8 for FULL)."""
-    return iteration_flops(run, option)
-
-
-def model_flops_utilization(run: RunConfig, iteration_ms: float) -> float:
-    """MFU: model FLOPs over what every device's peak could do in *iteration_ms*."""
-    par = run.parallel
-    devices = par.dp * par.tp * par.pp * par.cp
-    peak = run.device.profile().peak_tflops * 1e12
-    return model_flops_per_iteration(run) / (devices * peak * iteration_ms / 1e3)

@@ -1,8 +1,9 @@
 """`TimeModel`: forward and backward milliseconds of a layer under each recompute state, on one device.
 
 Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's device:
-- matmuls by the roofline max(FLOPs / (peak · matmul_efficiency), bytes / (HBM · memory_efficiency)),
-  fp32 at half the 16-bit peak (TF32 tensor cores);
+- matmuls by their shape (`ppb_core.timing.kernels`: tiles and waves over the SMs at the device's
+  large-GEMM ceiling, never below the HBM roofline), flash attention by sequence and head size,
+  at the dtype's peak (fp32 as TF32, half the 16-bit rate);
 - element-wise ops by bytes / (HBM · memory_efficiency);
 - collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
   compute of one partner op in the same pass: exposed = c − min(overlap · c, partner).
@@ -27,13 +28,13 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
+from ppb_core.timing.kernels import Kernels
 
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
     TAIL: (LayerType.OUTPUT_LAYER,),
     BODY: (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER),
 }
-FP32_RATE = 0.5  # TF32 tensor-core rate over the 16-bit one (A100, H100, H200, B200 datasheets)
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,12 @@ class TimeModel:
         self.device = run.device.profile()
         self.overlap = run.timing.overlap
         self.links = Links.from_run(run, self.device)
-        rate = FP32_RATE if run.training.dtype_bytes == 4 else 1.0
-        self._flops_per_s = self.device.peak_tflops * 1e12 * self.device.matmul_efficiency * rate
-        self._bytes_per_s = self.device.hbm_bandwidth_gbs * 1e9 * self.device.memory_efficiency
+        self.kernels = Kernels.from_device(self.device, run.training.dtype)
         self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
+        self._links: dict[tuple, tuple[float, float, float, float]] = {}
         self._times: dict[tuple, tuple[float, float]] = {}
         self._options: dict[tuple, dict[str, tuple[float, float]]] = {}
         self._option_states = {
@@ -109,17 +109,28 @@ class TimeModel:
     def ops(self, layer: Layer) -> tuple[Op, ...]:
         return layer_ops(layer.kind, self._geometry[layer.model_name])
 
-    def _compute_s(self, flops: float, traffic: float) -> float:
-        return max(flops / self._flops_per_s, traffic / self._bytes_per_s)
-
     def _phase_s(self, op: Op, phase: str) -> float:
-        """Compute seconds of an op's phase: forward, backward, or a half of the backward."""
+        """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""
         if op.category == COMM:
             return 0.0
-        if phase == "forward":
-            return self._compute_s(op.flops, op.bytes)
-        backward = self._compute_s(op.backward_flops, op.backward_bytes)
-        return backward if phase == "backward" else backward / 2
+        kernels = self.kernels
+        if op.attention is not None:
+            backward = phase != "forward"
+            flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
+            seconds = kernels.attention_s(flops, traffic, backward, *op.attention)
+            return seconds if phase in ("forward", "backward") else seconds / 2
+        if op.gemm is not None:
+            m, k, n, groups, fused = op.gemm
+            share = n / fused
+            if phase == "forward":
+                return max(share * kernels.gemm_compute_s(m, fused, k, groups), kernels.memory_s(op.bytes))
+            half = kernels.memory_s(op.backward_bytes / 2)
+            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups), half)
+            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups), half)
+            return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
+        traffic = op.bytes if phase == "forward" else op.backward_bytes
+        seconds = kernels.memory_s(traffic)
+        return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
         self, collective: Collective | None, by_name: Mapping[str, Op], overlap: float | None = None
@@ -226,6 +237,36 @@ class TimeModel:
                 result = {option: self.layer_times(layer, *states[option]) for option in OPTIONS}
             self._options[key] = result
         return dict(result)
+
+    def link_ms(
+        self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None
+    ) -> tuple[float, float, float, float]:
+        """The layer's collectives in one micro-batch: (link ms, exposed ms) of the forward and plain
+        backward, then (link ms, exposed ms) of what recompute sends again. Link ms is the time on the
+        link; what the overlap hides behind compute is the difference (memoized, uncalibrated)."""
+        key = self._key(layer, state, switches)
+        cached = self._links.get(key)
+        if cached is None:
+            ops, prices = self.ops(layer), self.op_prices(layer)
+            rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+            full = state is LayerType.FULL_REC_LAYER
+            link = exposed = again_link = again_exposed = 0.0
+            for op in ops:
+                if op.category != COMM:
+                    continue
+                price = prices[op.name]
+                for collective, ms in ((op.forward_comm, price.forward_ms), (op.backward_comm, price.backward_ms)):
+                    if collective is not None:
+                        link += collective_seconds(collective, self.links) * 1e3
+                        exposed += ms
+                if op.name in rerun:
+                    again = op.forward_comm if full or op.recompute_comm is None else op.recompute_comm
+                    if again is not None:
+                        again_link += collective_seconds(again, self.links) * 1e3
+                        again_exposed += price.forward_ms if full else price.recompute_ms
+            cached = (link, exposed, again_link, again_exposed)
+            self._links[key] = cached
+        return cached
 
     def breakdown(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> list[OpTime]:
         """Every op's FLOPs, bytes and ms in the forward, the backward and (what the state reruns) the

@@ -1,0 +1,495 @@
+"""One training iteration in seconds: the pipeline schedule, its links, data-parallel communication, the optimizer.
+
+`run_iteration(run, cell_options=None)` prices the run as configured (its uniform split and its
+recompute setting), or a balancer plan's cells `[chunk][stage] -> {option: body layers}`, and
+returns an `Iteration`: seconds, tokens per second per device, MFU (Megatron-LM's model FLOPs,
+`ppb_core.timing.model_flops`), HFU (with what recompute reruns), and a breakdown in seconds
+that adds up to the iteration:
+
+- `compute`: the busiest stage's forward and backward work over the iteration (every
+  micro-batch's layers, recompute, exposed TP/CP/EP collectives, embedding and loss included);
+- `bubble`: what the schedule leaves idle on the critical path beyond that work;
+- `fsdp_communication`: ZeRO-3/FSDP parameter all-gathers and gradient reduce-scatters that the
+  prefetch does not hide behind the previous layer's compute;
+- `p2p`: pipeline sends and receives, activation bytes over the link two stages share plus its
+  latency, blocking (Megatron 1F1B) or in the background (interleaved, torchtitan);
+- `dp_communication`: the data-parallel gradient reduction's exposed tail (bucketed, overlapped
+  with the last micro-batch's backward), the distributed optimizer's exposed parameter
+  all-gather, tied embeddings' gradient all-reduce between the first and last stage;
+- `optimizer`: the step, memory-bound: bytes of the gradients, master weights and moments a
+  device holds, read and written at the achieved HBM bandwidth, plus the gradient norm and the
+  zeroing of the gradient buffers.
+
+`hidden` states, per kind of communication, the share of its link time hidden behind compute.
+Framework rules (`framework_rules`): which overlaps each framework runs. docs/timing.md has
+every term and its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.model.placement import CellOptions, place_plan
+from ppb_core.model.switches import LayerType, option_state
+from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
+from ppb_core.schedules import canonical, simulate
+from ppb_core.timing.comm import Group, Links, collective_seconds
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
+from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.model_flops import (
+    devices,
+    global_batch_sequences,
+    hardware_flops_per_iteration,
+    model_flops_per_iteration,
+    utilization,
+)
+from ppb_core.timing.pricer import TimeModel
+
+BREAKDOWN_KEYS: tuple[str, ...] = ("compute", "bubble", "fsdp_communication", "p2p", "dp_communication", "optimizer")
+FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")
+MEGATRON_MIN_BUCKET = 40_000_000  # Megatron-Core DDP: bucket_size = max(40M, 1M · dp·cp) parameters
+MEGATRON_BUCKET_PER_RANK = 1_000_000
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One training iteration: seconds, throughput, utilization, and where the time goes (seconds)."""
+
+    seconds: float
+    tokens_per_second_per_device: float
+    mfu: float
+    hfu: float
+    breakdown: dict[str, float]
+    hidden: dict[str, float] = field(default_factory=dict)  # share of each communication's link time hidden
+    tokens: int = 0
+    devices: int = 0
+    model_flops: float = 0.0
+    hardware_flops: float = 0.0
+    framework: str = "megatron"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds,
+            "tokens_per_second_per_device": self.tokens_per_second_per_device,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "breakdown": dict(self.breakdown),
+            "hidden": dict(self.hidden),
+            "tokens": self.tokens,
+            "devices": self.devices,
+            "model_flops": self.model_flops,
+            "hardware_flops": self.hardware_flops,
+            "framework": self.framework,
+        }
+
+
+@dataclass(frozen=True)
+class FrameworkRules:
+    """What a framework overlaps and how often it communicates (docs/timing.md, "Framework rules")."""
+
+    name: str
+    p2p_blocking: bool  # sends wait until the receiver has the tensor
+    fsdp_reshard_after_forward: bool  # ZeRO-3/FSDP: gather the parameters again for the backward
+    fsdp_gather_every_micro_batch: bool
+    fsdp_reduce_every_micro_batch: bool
+    bucket_parameters: int  # DP gradient buckets (0: one per layer, as FSDP2 reduces per module)
+
+
+def framework_rules(run: RunConfig) -> FrameworkRules:
+    """The run's framework's rules.
+
+    - Megatron-LM (Megatron-Core DDP, distributed optimizer): gradients in buckets of
+      max(40M, 1M·dp·cp) parameters (distributed_data_parallel.py); P2P synchronous in 1F1B and
+      overlapped in the interleaved schedule (`--overlap-p2p-communication` on by default there,
+      forced off otherwise; arguments.py). Its FSDP (`--use-megatron-fsdp`) gathers per micro-batch.
+    - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
+      per block; `reshard_after_forward` is on without pipeline parallelism and off with it
+      (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
+      until the last micro-batch; without one, every micro-batch's backward reduce-scatters.
+      Pipeline sends are isend/irecv: in the background.
+    - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
+      distributed optimizer; gradients fused into buckets as Megatron's.
+    """
+    name = str(getattr(run, "framework", None) or "megatron")
+    pipelined = run.parallel.pp > 1
+    interleaved = canonical(run.parallel.schedule, run.parallel.vpp) != "1f1b" and run.parallel.vpp > 1
+    dp = run.parallel.dp * run.parallel.cp
+    bucket = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * dp)
+    if name == "torchtitan":
+        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
+    if name == "mindformers":
+        return FrameworkRules(name, True, True, True, True, bucket)
+    return FrameworkRules("megatron", not interleaved, True, True, True, bucket)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement and per-cell times
+
+
+def _layers_and_options(
+    run: RunConfig, memory: MemoryModel, cell_options: CellOptions | None
+) -> tuple[LayerWalk, dict[Layer, str]]:
+    """The layers in their cells and each body layer's option. As configured: full recompute where the
+    run's rule puts it (all layers, Megatron's uniform or block, torchtitan's every N-th block), the
+    model's configured option (SLCT when a switch recomputes, else NONE) elsewhere."""
+    if cell_options is not None:
+        return place_plan(run, cell_options)
+    placed = walk(run)
+    configured = {name: configured_option(memory, name) for name in run.model_names}
+    rule = run.recompute
+    chosen: dict[Layer, str] = {}
+    for stage in range(placed.stages):
+        first = 0
+        for chunk in range(placed.chunks):
+            bodies = [layer for layer in placed.in_cell(chunk, stage) if layer.node == BODY]
+            for layer, option in zip(bodies, rule.chunk_options(len(bodies), first), strict=True):
+                chosen[layer] = "FULL" if option == "FULL" else configured[layer.model_name]
+            first += len(bodies)
+    return placed, chosen
+
+
+def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
+    """The run's links with the data-parallel groups added: dp·cp ranks spaced tp·cp apart (Megatron's
+    rank order tp, cp, dp, pp), experts' data-parallel group likewise, and the pipeline's neighbours."""
+    par, setup = run.parallel, memory.setup
+    span = par.tp * par.cp * par.dp
+    groups = dict(links.groups)
+    groups["dp"] = Group(setup.data_group, span)
+    groups["edp"] = Group(max(1, setup.expert_data_group), span)
+    groups["pp"] = Group(2, span * 2)  # two neighbouring stages, span = ranks from one to the other
+    groups["first_last"] = Group(2, span * par.pp)
+    return Links(
+        links.intra_node_bytes_per_s,
+        links.inter_node_bytes_per_s,
+        links.latency_s,
+        links.devices_per_node,
+        groups,
+        links.inter_node_latency_s,
+    )
+
+
+def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
+    """One micro-batch's activations (or their gradient) from a cell ending in *layer* to the next stage:
+    b·s/cp tokens of the hidden size, split over TP under sequence parallelism."""
+    par, train = run.parallel, run.training
+    hidden = run.spec(layer.model_name).hidden_size
+    tokens = train.micro_batch_size * train.seq_length / par.cp / (par.tp if par.sequence_parallel else 1)
+    payload = tokens * hidden * train.dtype_bytes
+    pair = links.groups["pp"]
+    local = links.in_node(pair) == pair.size
+    bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
+    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s)
+
+
+@dataclass
+class _Cells:
+    forward: list[list[float]]
+    backward: list[list[float]]
+    fsdp_forward: list[list[float]]  # exposed gather seconds per micro-batch
+    fsdp_backward: list[list[float]]
+    transfer: list[list[float]]
+
+
+def _fsdp_exposed(
+    layers: Sequence[tuple[float, float]], gathers: Sequence[float], reduces: Sequence[float], rules: FrameworkRules
+) -> tuple[float, float, float, float, float]:
+    """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
+    forward, link seconds backward, once-per-iteration link seconds). Each layer's gather is
+    prefetched behind the previous layer's compute (the first one's is exposed); the backward
+    walks the layers in reverse, its gathers prefetched likewise and each reduce-scatter running
+    behind the next layer's backward, the last one's exposed."""
+    forward_exposed = backward_exposed = forward_link = backward_link = 0.0
+    previous = 0.0
+    for (forward, _), gather in zip(layers, gathers, strict=True):
+        forward_exposed += max(0.0, gather - previous)
+        forward_link += gather
+        previous = forward
+    previous = 0.0
+    reverse = list(zip(layers, gathers, reduces, strict=True))[::-1]
+    pending = 0.0
+    for (_, backward), gather, reduce in reverse:
+        again = gather if rules.fsdp_reshard_after_forward else 0.0
+        # the previous layer's reduce-scatter and this layer's gather share the time of the previous backward
+        work = again + (pending if rules.fsdp_reduce_every_micro_batch else 0.0)
+        backward_exposed += max(0.0, work - previous)
+        backward_link += work
+        pending = reduce
+        previous = backward
+    if rules.fsdp_reduce_every_micro_batch:
+        backward_exposed += pending
+        backward_link += pending
+    once = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
+    return forward_exposed, backward_exposed, forward_link, backward_link, once
+
+
+# ---------------------------------------------------------------------------------------------
+# The iteration
+
+
+def run_iteration(
+    run: RunConfig,
+    cell_options: CellOptions | None = None,
+    times: TimeModel | None = None,
+    memory: MemoryModel | None = None,
+) -> Iteration:
+    """The iteration of the run as configured (*cell_options* None) or of a plan's cells."""
+    par, train = run.parallel, run.training
+    times = times if times is not None else TimeModel(run)
+    memory = memory if memory is not None else MemoryModel(run)
+    rules = framework_rules(run)
+    placed, chosen = _layers_and_options(run, memory, cell_options)
+    links = _data_links(run, times.links, memory)
+    kernels = Kernels.from_device(times.device, train.dtype)
+    stages, chunks, m = par.pp, par.vpp, train.micro_batches
+    setup = memory.setup
+    fsdp = setup.shard_level >= 3
+
+    zeros = [[0.0] * stages for _ in range(chunks)]
+    cells = _Cells(*([row[:] for row in zeros] for _ in range(5)))
+    per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
+    link = exposed = again_link = again_exposed = 0.0
+    for layer in placed:
+        state = _state(layer, chosen, memory)
+        f_ms, b_ms = times.layer_times(layer, *state)
+        per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, f_ms / 1e3, b_ms / 1e3))
+        cells.forward[layer.chunk][layer.stage] += f_ms / 1e3
+        cells.backward[layer.chunk][layer.stage] += b_ms / 1e3
+        l1, e1, l2, e2 = times.link_ms(layer, *state)
+        link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
+
+    # ZeRO-3 / FSDP: each layer's parameters gathered (bf16) and gradients reduce-scattered over dp·cp.
+    fsdp_link = fsdp_exposed_total = fsdp_once = 0.0
+    if fsdp:
+        for (chunk, stage), entries in per_cell.items():
+            gathers, reduces = [], []
+            for layer, _, _ in entries:
+                params = memory.parameters(layer)
+                gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links))
+                reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
+            fe, be, fl, bl, once = _fsdp_exposed([(f, b) for _, f, b in entries], gathers, reduces, rules)
+            if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
+                fsdp_once += fe
+                fe = 0.0
+            cells.fsdp_forward[chunk][stage] = fe
+            cells.fsdp_backward[chunk][stage] = be
+            fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
+            fsdp_exposed_total += (fe + be) * m
+            fsdp_once += once
+
+    # Pipeline transfers: each cell's output to the next cell along the model.
+    if stages > 1:
+        for (chunk, stage), entries in per_cell.items():
+            cells.transfer[chunk][stage] = _p2p_seconds(run, links, entries[-1][0])
+    for chunk in range(chunks):
+        for stage in range(stages):
+            if (chunk, stage) not in per_cell and stages > 1:
+                cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
+
+    schedule = par.schedule
+    plain = simulate(schedule, cells.forward, cells.backward, m)
+    with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
+    with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
+    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m) if fsdp else plain
+    timeline = (
+        simulate(schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=rules.p2p_blocking)
+        if stages > 1
+        else gathered
+    )
+    work = max(sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m for s in range(stages))
+    compute = work
+    bubble = plain.makespan - work
+    fsdp_term = gathered.makespan - plain.makespan + fsdp_once
+    p2p = timeline.makespan - gathered.makespan
+
+    # Data-parallel gradient reduction per stage, overlapped with its last backward but for the tail.
+    dp_tail, dp_link, dp_exposed = _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks)
+    dp_term = max(0.0, dp_tail - timeline.makespan) if stages else 0.0
+    gather_exposed, gather_link = _param_gather(run, rules, memory, links, per_cell, fsdp)
+    embedding_sync = _tied_embedding_sync(run, memory, links, placed)
+    dp_term += gather_exposed + embedding_sync
+    optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
+
+    breakdown = {
+        "compute": compute,
+        "bubble": bubble,
+        "fsdp_communication": fsdp_term,
+        "p2p": p2p,
+        "dp_communication": dp_term,
+        "optimizer": optimizer,
+    }
+    seconds = sum(breakdown.values())
+    tokens = global_batch_sequences(run) * train.seq_length
+    count = devices(run)
+    flops = model_flops_per_iteration(run)
+
+    by_index = {(layer.model_name, layer.index): option for layer, option in chosen.items()}
+    hardware = hardware_flops_per_iteration(run, lambda model, index: by_index.get((model, index), "NONE"))
+    hidden = {
+        "layer_collectives": _share(link * m, exposed * m),
+        "recompute_gathers": _share(again_link * m, again_exposed * m),
+        "dp_communication": _share(dp_link + gather_link, dp_exposed + gather_exposed),
+    }
+    if fsdp:
+        hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once, fsdp_term)
+    return Iteration(
+        seconds=seconds,
+        tokens_per_second_per_device=tokens / seconds / count,
+        mfu=utilization(run, flops, seconds),
+        hfu=utilization(run, hardware, seconds),
+        breakdown=breakdown,
+        hidden=hidden,
+        tokens=tokens,
+        devices=count,
+        model_flops=flops,
+        hardware_flops=hardware,
+        framework=rules.name,
+    )
+
+
+def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
+    """The state (and switches) a layer runs at: a body layer's option, a HEAD's embedding, a TAIL's output."""
+    if layer.node == BODY:
+        return option_state(chosen[layer], memory.configured_switches(layer.model_name))
+    return (LayerType.EMBEDDING_LAYER if layer.node == HEAD else LayerType.OUTPUT_LAYER), None
+
+
+def _share(link: float, exposed: float) -> float:
+    """The hidden share of *link* seconds of which *exposed* were not hidden (1.0 when nothing was sent)."""
+    if link <= 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - exposed / link))
+
+
+def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float:
+    """One collective over a layer's parameters: non-expert ones over dp·cp, experts over their group."""
+    seconds = 0.0
+    if params.non_expert:
+        seconds += collective_seconds(Collective(kind, "dp", params.non_expert * element_bytes, "dp"), links)
+    if params.expert:
+        seconds += collective_seconds(Collective(kind, "edp", params.expert * element_bytes, "dp"), links)
+    return seconds
+
+
+def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks):
+    """(latest end of a stage's reduction, link seconds, exposed seconds) over every stage.
+
+    Buckets fill in backward order (the stage's last chunk's last layer first); a bucket's
+    reduction starts when its last gradient is ready and after the previous bucket's, on one
+    communication stream. The last micro-batch's backward of a stage is taken to run back to back
+    at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
+    backward to end."""
+    overlap = run.timing.overlap.dp
+    kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
+    latest = 0.0
+    link_total = exposed_total = 0.0
+    if fsdp:
+        return 0.0, 0.0, 0.0
+    if memory.setup.data_group <= 1 and memory.setup.expert_data_group <= 1:
+        return 0.0, 0.0, 0.0
+    for stage in range(stages):
+        end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
+        entries = [entry for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
+        # backward order: last layer first
+        clock = end - sum(b for _, _, b in entries)
+        ready: list[tuple[float, float]] = []  # (time its gradients are ready, parameters)
+        for layer, _, backward in reversed(entries):
+            clock += backward
+            ready.append((clock, memory.parameters(layer)))
+        buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
+        filled, params_sum = 0.0, None
+        for when, params in ready:
+            params_sum = params if params_sum is None else params_sum + params
+            filled = params_sum.total
+            if rules.bucket_parameters and filled < rules.bucket_parameters:
+                continue
+            buckets.append((when, _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+            params_sum = None
+        if params_sum is not None:
+            buckets.append((ready[-1][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+        link = sum(c for _, c in buckets)
+        finish = 0.0
+        for when, seconds in buckets:
+            finish = max(finish, when) + seconds
+        overlapped_tail = max(0.0, finish - end)
+        exposed = overlap * overlapped_tail + (1 - overlap) * link
+        latest = max(latest, end + exposed)
+        link_total += link
+        exposed_total = max(exposed_total, exposed)
+    return latest, link_total / max(1, stages), exposed_total
+
+
+def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
+    """The distributed optimizer's all-gather of the updated (bf16) parameters, per device: exposed and
+    link seconds. With `timing.overlap.param_gather` it runs behind the next iteration's forward,
+    bucket by bucket, so only the first bucket waits."""
+    if fsdp or memory.setup.shard_level < 1 or memory.setup.data_group <= 1:
+        return 0.0, 0.0
+    worst_link = worst_exposed = 0.0
+    stages: dict[int, list] = {}
+    for (_, stage), entries in per_cell.items():
+        stages.setdefault(stage, []).extend(entries)
+    for entries in stages.values():
+        total = None
+        first = None
+        for layer, _, _ in entries:
+            params = memory.parameters(layer)
+            total = params if total is None else total + params
+            if first is None and (not rules.bucket_parameters or total.total >= rules.bucket_parameters):
+                first = total
+        if total is None:
+            continue
+        first = first or total
+        link = _dp_collective(ALL_GATHER, total, run.training.dtype_bytes, links)
+        head = _dp_collective(ALL_GATHER, first, run.training.dtype_bytes, links)
+        share = run.timing.overlap.param_gather
+        exposed = share * head + (1 - share) * link
+        if exposed > worst_exposed:
+            worst_exposed, worst_link = exposed, link
+    return worst_exposed, worst_link
+
+
+def _tied_embedding_sync(run, memory, links, placed) -> float:
+    """Tied input and output embeddings on different stages: Megatron all-reduces their gradients
+    between the first and the last stage after the pipeline (finalize_model_grads)."""
+    if run.parallel.pp < 2:
+        return 0.0
+    seconds = 0.0
+    for name in run.model_names:
+        if not run.spec(name).tied_embeddings:
+            continue
+        head = next(layer for layer in placed if layer.model_name == name and layer.node == "HEAD")
+        payload = memory.parameters(head).total * memory.setup.grad_bytes
+        seconds += collective_seconds(Collective(ALL_REDUCE, "first_last", payload, "dp"), links)
+    return seconds
+
+
+def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
+    """The slowest stage's optimizer step: per parameter whose states the device holds, read its gradient,
+    read and write its states (master copy and moments), write the 16-bit parameter; then read every
+    held gradient for the norm and zero the whole gradient buffer for the next iteration."""
+    setup = memory.setup
+    stages: dict[int, float] = {}
+    for (_, stage), entries in per_cell.items():
+        traffic = 0.0
+        for layer, _, _ in entries:
+            static = memory.static_breakdown(layer)
+            whole = memory.parameters(layer).total
+            traffic += static.optimizer_states * (setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes)
+            traffic += static.gradients * setup.grad_bytes + whole * setup.grad_bytes
+        stages[stage] = stages.get(stage, 0.0) + traffic
+    return kernels.memory_s(max(stages.values(), default=0.0))
+
+
+def iteration_summary(iteration: Iteration, digits: int = 4) -> dict[str, Any]:
+    """Rounded figures for people: seconds, tokens/s per device, MFU and HFU in percent."""
+    return {
+        "seconds": round(iteration.seconds, digits),
+        "tokens_per_second_per_device": round(iteration.tokens_per_second_per_device, 1),
+        "mfu_percent": round(100 * iteration.mfu, 2),
+        "hfu_percent": round(100 * iteration.hfu, 2),
+    }

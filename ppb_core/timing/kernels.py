@@ -1,0 +1,121 @@
+"""How long a kernel runs on a device: GEMMs by shape, flash attention by sequence and head size, memory-bound ops.
+
+GEMM (m×k by k×n, `groups` independent products of that shape, as a grouped GEMM over experts or a
+batched one over heads): the output is cut into tiles of `TILES`; each tile runs on one SM (or AI
+core) and the device runs `sm_count` tiles at a time, so a GEMM takes ⌈tiles / sm_count⌉ waves of
+one tile's time (wave quantization), and a tile past the edge of the output computes in full
+(tile quantization). A tile computes at the device's large-GEMM ceiling (`matmul_efficiency`, the
+measured MAMF over peak) when it is at least 128×128; smaller tiles reuse each operand less and
+are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
+half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
+`SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
+(their bytes at the HBM rate). A skinny product (fewer than 64 output rows or columns) runs as a
+GEMV-like kernel, untiled: its FLOPs at the ceiling, in practice its bytes. The fastest tiling is
+taken, as cuBLAS's heuristics pick one, and the result is never below the HBM roofline: bytes /
+achieved bandwidth.
+
+Flash attention: FLOPs over the device's measured flash efficiency for the pass (forward,
+backward) at head size 128 and long sequences, scaled by
+- head size: d/(d+16) relative to 128's (smaller heads do less work per byte of Q, K, V loaded);
+- sequence: each query block of 128 rows walks its key blocks (about half of them under the causal
+  mask), paying about one block's work to load Q, rescale and write O: blocks/(blocks + 1);
+- waves: query blocks of every (sequence, head) over the SMs, as for GEMM tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ppb_core.config.devices import DeviceProfile
+
+# Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
+TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+FULL_INTENSITY = 128 * 128 / (128 + 128)  # the smallest tile that keeps the tensor cores fed
+SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+SKINNY = 64  # fewer output rows or columns than this: a GEMV-like kernel, bound by its bytes, not tiled
+SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
+ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
+REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
+HEAD_DIM_HALF = 16
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """One device at one dtype: what its kernels reach."""
+
+    flops_per_s: float  # dense tensor-core peak for the dtype
+    gemm_ceiling: float
+    sms: int
+    hbm_bytes_per_s: float  # achieved
+    attention_forward: float
+    attention_backward: float
+
+    @classmethod
+    def from_device(cls, device: DeviceProfile, dtype: str = "bf16") -> Kernels:
+        return cls(
+            flops_per_s=device.peak_flops(dtype),
+            gemm_ceiling=device.matmul_efficiency,
+            sms=device.sm_count,
+            hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
+            attention_forward=device.attention_forward_efficiency,
+            attention_backward=device.attention_backward_efficiency,
+        )
+
+    def memory_s(self, traffic: float) -> float:
+        return traffic / self.hbm_bytes_per_s
+
+    def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1) -> float:
+        """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""
+        if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+            return 0.0
+        if min(m, n) < SKINNY:
+            return 2 * m * n * k * groups / (self.flops_per_s * self.gemm_ceiling)
+        per_sm = self.flops_per_s * self.gemm_ceiling / self.sms
+        best = math.inf
+        for tm, tn in TILES:
+            tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
+            rate = per_sm * min(1.0, tm * tn / (tm + tn) / FULL_INTENSITY)
+            for split in SPLIT_K:
+                if split > 1 and tiles * split > 2 * self.sms:
+                    break
+                waves = math.ceil(tiles * split / self.sms)
+                # split-K writes each slice's fp32 partial sums and reads them back to reduce them
+                reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
+                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction)
+        return best
+
+    def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:
+        """One GEMM (or *groups* of that shape): the best tiling, or its bytes if those take longer."""
+        return max(self.gemm_compute_s(m, n, k, groups), self.memory_s(traffic))
+
+    def attention_efficiency(
+        self, backward: bool, sequences: float, s_q: float, mean_keys: float, head_dim: float
+    ) -> float:
+        """The fraction of peak a flash-attention pass reaches (see the module's docstring); *mean_keys*
+        is the keys one query attends to on average (about half the sequence under the causal mask)."""
+        base = self.attention_backward if backward else self.attention_forward
+        size = (head_dim / (head_dim + HEAD_DIM_HALF)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + HEAD_DIM_HALF))
+        query_blocks = math.ceil(s_q / ATTENTION_BLOCK)
+        walked = mean_keys / ATTENTION_BLOCK
+        ramp = walked / (walked + 1)
+        tiles = max(1, math.ceil(sequences)) * query_blocks
+        waves = tiles / (math.ceil(tiles / self.sms) * self.sms)
+        return base * min(1.0, size) * ramp * waves
+
+    def attention_s(
+        self,
+        flops: float,
+        traffic: float,
+        backward: bool,
+        sequences: float,
+        s_q: float,
+        mean_keys: float,
+        head_dim: float,
+    ) -> float:
+        """One flash-attention pass of *flops* over *sequences* (sequence, head) pairs of *s_q* queries:
+        compute at the kernel's efficiency, or its bytes if those take longer."""
+        if flops <= 0:
+            return self.memory_s(traffic)
+        rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim)
+        return max(flops / rate, self.memory_s(traffic))

@@ -1,0 +1,148 @@
+"""FLOPs of one training iteration: model FLOPs as Megatron-LM counts them, hardware FLOPs with recompute.
+
+`model_flops_per_iteration(run)` is Megatron-LM's `num_floating_point_operations(args, batch_size)`
+(megatron/training/training.py, `transformer_flops`, at commit d98e8a64ddf3 of NVIDIA/Megatron-LM,
+2026-08-22), transcribed onto ppb's model spec, for one global batch of
+micro_batch_size · micro_batches · dp sequences of seq_length tokens (BSHD, no packing). So an MFU
+computed from it is the MFU Megatron-LM logs. Its rules, per token (3 passes: forward, the
+input-gradient and the weight-gradient GEMMs; 2 FLOPs per multiply-add):
+
+- attention, MHA/GQA: 6·h·(q + k + v) + 6·q·h with q = heads·kv_channels, k = v = kv_heads·kv_channels;
+  core (QKᵀ and AV, the causal mask halving the square): 6·q per token pair, s² pairs per sequence;
+- attention, MLA: 6·[q_lora·(h + heads·(d_nope + d_rope) + 1) (or h·heads·(d_nope + d_rope) without
+  a q latent) + kv_lora·(h + heads·(d_nope + d_v) + 1) + h·d_rope + heads·d_v·h]; core
+  6·(heads·(d_nope + d_rope)/2 + heads·d_v/2) per pair;
+- MLP: 6·h·ffn·(3 if SwiGLU else 2) for each dense layer; MoE layers 6·h·(moe_ffn·top_k + shared
+  width)·(3 or 2) (no router, no imbalance);
+- MTP (DeepSeek-V3): each module counts as one more layer like the last, plus 6·(3h + 2h²) for its
+  norms and projection; logits 6·h·padded_vocab·(1 + MTP modules).
+
+Norms, rotary embeddings, softmax and the loss are not counted, as Megatron does not count them.
+A run of several sub-models sums each sub-model's count.
+
+`hardware_flops_per_iteration(run, option_of)` adds what the backward runs again: each
+recomputed layer's rerun matmuls from the op tables (`ppb_core.timing.flops`) at the whole
+model's size (TP, CP, EP undone, ideal routing), the attention core as its kernel computes it
+(the causal triangle with flash, the whole square eager). HFU is hardware FLOPs over peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ppb_core.config.run import RunConfig
+from ppb_core.config.spec import ModelSpec
+from ppb_core.model.kinds import BodyKind, body_kind
+from ppb_core.model.switches import LayerType, normalized, option_state
+from ppb_core.timing.flops import Geometry, layer_flops, layer_ops
+
+MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+
+
+def global_batch_sequences(run: RunConfig) -> int:
+    """Sequences per iteration: micro_batch_size · micro_batches · dp."""
+    return run.training.micro_batch_size * run.training.micro_batches * run.parallel.dp
+
+
+def _megatron_flops(spec: ModelSpec, padded_vocab: int, sequences: int, seq_length: int) -> float:
+    """`transformer_flops()` of Megatron-LM's `num_floating_point_operations` for one model spec."""
+    h = spec.hidden_size
+    tokens = sequences * seq_length
+    squared = sequences * seq_length * seq_length  # Σ L_i² over the batch (BSHD)
+    expansion = 3 if spec.gated else 2  # ffn_expansion_factor: SwiGLU stacks h→2·ffn and ffn→h
+    moe_pattern = [spec.layer_is_moe(i) for i in range(spec.num_layers)]
+    moe_layers = sum(moe_pattern)
+    dense_layers = spec.num_layers - moe_layers
+    mtp = spec.mtp_layers
+    if mtp:  # each MTP module adds one layer like the last
+        if moe_pattern[-1]:
+            moe_layers += mtp
+        else:
+            dense_layers += mtp
+    layers = spec.num_layers + mtp
+    heads = spec.num_attention_heads
+    if spec.is_mla:
+        d_nope, d_rope, d_v = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        if spec.q_lora_rank:
+            q_term = spec.q_lora_rank * (h + heads * (d_nope + d_rope) + 1)
+        else:
+            q_term = h * heads * (d_nope + d_rope)
+        attention = 6 * (q_term + spec.kv_lora_rank * (h + heads * (d_nope + d_v) + 1) + h * d_rope + heads * d_v * h)
+        core = 6 * (heads * (d_nope + d_rope) / 2 + heads * d_v / 2)
+    else:
+        query = spec.attention_head_dim * heads
+        key = value = spec.attention_head_dim * spec.kv_heads
+        attention = 6 * (h * (query + key + value) + query * h)
+        core = 6 * query / 2 * 2
+    if spec.is_moe:
+        moe_ffn = spec.moe_intermediate_size or 0
+        shared = spec.shared_experts * (spec.shared_expert_intermediate_size or moe_ffn)
+        routed = moe_ffn * spec.experts_per_token
+    else:
+        shared = routed = 0
+    mlp = 6 * h * (spec.intermediate_size * expansion * dense_layers + (routed + shared) * expansion * moe_layers)
+    mtp_extra = 6 * mtp * (3 * h + 2 * h * h)
+    logits = 6 * h * padded_vocab * (mtp + 1)
+    return tokens * (mlp + attention * layers + mtp_extra + logits) + squared * core * layers
+
+
+def model_flops_per_iteration(run: RunConfig) -> float:
+    """Model FLOPs of one iteration, exactly Megatron-LM's `num_floating_point_operations` (see the module)."""
+    sequences = global_batch_sequences(run)
+    return sum(
+        _megatron_flops(run.spec(name), run.vocab_size(name), sequences, run.training.seq_length)
+        for name in run.model_names
+    )
+
+
+OptionOf = Callable[[str, int], str]  # (model name, body layer index) -> NONE/SLCT/COMM/BOTH/FULL
+
+
+def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | None = None) -> float:
+    """Matmul FLOPs the backward runs again in one iteration, every device together.
+
+    *option_of* gives each body layer's option (a callable of model name and layer index, one
+    option for every layer, or None for NONE). Counted on the op tables at the whole model's size.
+    """
+    if option_of is None:
+        return 0.0
+    choose = (lambda _model, _index: option_of) if isinstance(option_of, str) else option_of
+    total = 0.0
+    for model_name in run.model_names:
+        spec = run.spec(model_name)
+        geo = Geometry.from_run(run, model_name).whole_model()
+        configured = normalized(run.switches(model_name))
+        cache: dict[tuple, float] = {}
+        for index in range(spec.num_layers):
+            option = choose(model_name, index)
+            if option == "NONE":
+                continue
+            kind: BodyKind = body_kind(spec, index, run.training.dropout)
+            key = (kind, option)
+            if key not in cache:
+                state, switches = option_state(option, configured)
+                ops = layer_ops(kind, geo)
+                plain = layer_flops(ops, LayerType.NOT_REC_LAYER)[1]
+                cache[key] = layer_flops(ops, state, switches)[1] - plain
+            total += cache[key]
+    return total * global_batch_sequences(run) / run.training.micro_batch_size
+
+
+def hardware_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | None = None) -> float:
+    """Model FLOPs plus what recompute runs again (HFU's numerator)."""
+    return model_flops_per_iteration(run) + recompute_flops_per_iteration(run, option_of)
+
+
+def devices(run: RunConfig) -> int:
+    par = run.parallel
+    return par.dp * par.tp * par.pp * par.cp
+
+
+def utilization(run: RunConfig, flops: float, seconds: float) -> float:
+    """FLOPs over what every device's dense peak (at the run's dtype) could do in *seconds*."""
+    return flops / (devices(run) * run.device.profile().peak_flops(run.training.dtype) * seconds)
+
+
+def model_flops_utilization(run: RunConfig, iteration_ms: float) -> float:
+    """MFU of an iteration of *iteration_ms*: Megatron-LM's model FLOPs over every device's peak."""
+    return utilization(run, model_flops_per_iteration(run), iteration_ms / 1e3)
