@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ppb_core.errors import InputError
 
 # Each module offers `add_parser(subparsers)` and a `run(args) -> int` bound as the default `func`.
-COMMANDS: tuple[str, ...] = ("plan", "estimate", "describe", "profile", "census", "balance")
+COMMANDS: tuple[str, ...] = ("plan", "estimate", "describe", "profile", "census", "balance", "search")
 
 EXIT_BAD_INPUT = 2
 

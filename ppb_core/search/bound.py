@@ -58,11 +58,17 @@ LP_MARGIN = 1e-6
 
 @dataclass(frozen=True)
 class Form:
-    """T ≥ Σ_c forward[c]·F_c + backward[c]·B_c over the cells in layer order (`ScheduleForms.cells`)."""
+    """T ≥ Σ_c forward[c]·F_c + backward[c]·B_c + t·(links + [blocking]·sends) over the cells in layer order
+    (`ScheduleForms.cells`), t the time of one pipeline transfer."""
 
     stage: int
     forward: tuple[float, ...]
     backward: tuple[float, ...]
+    links: int  # transfers between stages along the form's chains
+    sends: int  # the stage's own sends among the ops counted, which last as long with blocking P2P
+
+    def transfers(self, blocking: bool) -> int:
+        return self.links + (self.sends if blocking else 0)
 
 
 @dataclass(frozen=True)
@@ -78,16 +84,26 @@ class ScheduleForms:
     forms: tuple[Form, ...]
     vectors: tuple[tuple[tuple[int, ...], ...], ...]
 
-    def family(self, name: str) -> tuple[Form, ...]:
-        """The A forms (chains around the first backward) or the B forms (a stage's whole work)."""
-        half = self.stages
-        return self.forms[:half] if name == "A" else self.forms[half:]
+    families: int = 0  # how many of the forms are A forms (the rest are B forms)
 
-    def value(self, forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> float:
-        """The bound for given cell times `[chunk][stage]`: the largest form."""
+    def family(self, name: str) -> tuple[Form, ...]:
+        """The A forms (chains to a backward) or the B forms (chains to a forward)."""
+        return self.forms[: self.families] if name == "A" else self.forms[self.families :]
+
+    def value(
+        self,
+        forward: Sequence[Sequence[float]],
+        backward: Sequence[Sequence[float]],
+        transfer: float = 0.0,
+        blocking: bool = True,
+    ) -> float:
+        """The bound for given cell times `[chunk][stage]` and one transfer's time: the largest form."""
         f = [forward[c][s] for c, s in self.cells]
         b = [backward[c][s] for c, s in self.cells]
-        return max(float(np.dot(form.forward, f) + np.dot(form.backward, b)) for form in self.forms)
+        return max(
+            float(np.dot(form.forward, f) + np.dot(form.backward, b)) + transfer * form.transfers(blocking)
+            for form in self.forms
+        )
 
 
 @lru_cache(maxsize=512)
@@ -98,30 +114,59 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
     cells = tuple(cell_order(name, stages, chunks))
     position = {cell: i for i, cell in enumerate(cells)}
     count = len(cells)
+    stage_of = [cell[1] for cell in cells]
+
+    def crossing(i: int, j: int) -> int:
+        """1 when positions i and j are cells of different stages (a transfer between them)."""
+        return int(0 <= i < count and 0 <= j < count and stage_of[i] != stage_of[j])
+
+    def sends(ops) -> int:
+        return sum(
+            crossing(position[(op.chunk, stage)], position[(op.chunk, stage)] + (1 if op.kind == "F" else -1))
+            for op in ops
+        )
+
+    def form(stage: int, order, k: int) -> Form:
+        """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
+        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k."""
+        op, last = order[k], order[-1]
+        p, pl = position[(op.chunk, stage)], position[(last.chunk, stage)]
+        forward, backward = [0.0] * count, [0.0] * count
+        if op.kind == "B":  # its micro-batch's forward through every cell, then its backward down to op
+            forward = [1.0] * count
+            for i in range(p, count):
+                backward[i] += 1.0
+            links = sum(crossing(i, i + 1) for i in range(count - 1)) + sum(
+                crossing(i + 1, i) for i in range(p, count - 1)
+            )
+            after = order[k + 1 :]
+        else:  # its micro-batch's forward up to op
+            for i in range(p):
+                forward[i] += 1.0
+            links = sum(crossing(i, i + 1) for i in range(p))
+            after = order[k:]
+        for later in after:
+            (forward if later.kind == "F" else backward)[position[(later.chunk, stage)]] += 1.0
+        for i in range(pl):
+            backward[i] += 1.0
+        links += sum(crossing(i + 1, i) for i in range(pl))
+        # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
+        counted = order[k:-1]
+        return Form(stage, tuple(forward), tuple(backward), links, sends(counted))
+
     a_forms, b_forms = [], []
     for stage, order in enumerate(orders):
-        first_backward = next(i for i, op in enumerate(order) if op.kind == "B")
-        o1, last, first = order[first_backward], order[-1], order[0]
-        p1, pl, pf = position[(o1.chunk, stage)], position[(last.chunk, stage)], position[(first.chunk, stage)]
-        forward, backward = [1.0] * count, [0.0] * count
-        for i in range(p1, count):
-            backward[i] += 1.0
-        for i in range(pl):
-            backward[i] += 1.0
-        for op in order[first_backward + 1 :]:
-            (forward if op.kind == "F" else backward)[position[(op.chunk, stage)]] += 1.0
-        a_forms.append(Form(stage, tuple(forward), tuple(backward)))
-        forward, backward = [0.0] * count, [0.0] * count
-        for i in range(pf):
-            forward[i] += 1.0
-        for i in range(pl):
-            backward[i] += 1.0
-        for chunk in range(chunks):
-            forward[position[(chunk, stage)]] += micro_batches
-            backward[position[(chunk, stage)]] += micro_batches
-        b_forms.append(Form(stage, tuple(forward), tuple(backward)))
+        # for each chunk the stage's first backward (A) and first forward (B): A_s and B_s of the docstring,
+        # and the same chains taken from the other chunks' first ops
+        for kind, forms_list in (("B", a_forms), ("F", b_forms)):
+            firsts: dict[int, int] = {}
+            for index, op in enumerate(order):
+                if op.kind == kind:
+                    firsts.setdefault(op.chunk, index)
+            for index in sorted(firsts.values()):
+                forms_list.append(form(stage, order, index))
     vectors = tuple(tuple(v) for v in in_flight_vectors(name, stages, chunks, micro_batches))
-    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), vectors)
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), vectors, len(a_forms))
 
 
 @dataclass(frozen=True)
@@ -134,6 +179,7 @@ class Kind:
     backward_ms: dict[str, float]  # option -> backward (recompute included)
     parameter_mb: float  # the description's memory_parameter: held once per layer
     activation_mb: dict[str, float]  # option -> MB per micro-batch in flight
+    reduce_ms: float = 0.0  # its gradients' data-parallel reduction, bandwidth part (no per-bucket latency)
 
 
 @dataclass(frozen=True)
@@ -146,9 +192,13 @@ class Ends:
     tail_forward_ms: float
     tail_backward_ms: float
     tail_mb: float
+    head_reduce_ms: float = 0.0
+    tail_reduce_ms: float = 0.0
 
 
-def quick_bound(forms: ScheduleForms, kinds: Sequence[Kind], ends: Ends) -> float:
+def quick_bound(
+    forms: ScheduleForms, kinds: Sequence[Kind], ends: Ends, transfer_ms: float = 0.0, blocking: bool = True
+) -> float:
     """Milliseconds no plan's schedule beats: the best of the two families' uniform averages, each
     layer at its cheapest cell and option (module docstring). No memory limit."""
     best = 0.0
@@ -157,7 +207,8 @@ def quick_bound(forms: ScheduleForms, kinds: Sequence[Kind], ends: Ends) -> floa
         chosen = forms.family(family)
         forward = np.mean([form.forward for form in chosen], axis=0)
         backward = np.mean([form.backward for form in chosen], axis=0)
-        total = forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
+        total = transfer_ms * float(np.mean([form.transfers(blocking) for form in chosen]))
+        total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
         total += forward[tail] * ends.tail_forward_ms + backward[tail] * ends.tail_backward_ms
         for kind in kinds:
             least_backward = min(kind.backward_ms.values())
@@ -181,6 +232,11 @@ def lp_bound(
     ends: Ends,
     memory_mb: float,
     constant_mb: float,
+    transfer_ms: float = 0.0,
+    blocking: bool = True,
+    whole_layers: bool = False,
+    time_limit: float = 10.0,
+    reduction_floor_ms: float | None = None,
 ) -> Relaxation:
     """The linear relaxation of the balancer's program under the schedule forms (module docstring).
 
@@ -207,7 +263,7 @@ def lp_bound(
     backward = [column() for _ in range(count)]
     forward_prefix = [column() for _ in range(count + 1)]
     backward_prefix = [column() for _ in range(count + 1)]
-    top = column()
+    schedule_top = column()
     rows: list[tuple[float, float, dict[int, float]]] = []
     fixed_forward = [0.0] * count
     fixed_backward = [0.0] * count
@@ -230,7 +286,8 @@ def lp_bound(
         rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
         rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
     for form in forms.forms:
-        rows.append((0.0, highs.INF, _form_terms(form, forward, backward, forward_prefix, backward_prefix, top)))
+        terms = _form_terms(form, forward, backward, forward_prefix, backward_prefix, schedule_top)
+        rows.append((transfer_ms * form.transfers(blocking), highs.INF, terms))
     head_stage, tail_stage = cells[0][1], cells[-1][1]
     for stage in range(forms.stages):
         held = (
@@ -253,7 +310,34 @@ def lp_bound(
         rows.append(
             (1.0, highs.INF, {x[(k, option, c)]: 1.0 for k, kind in enumerate(kinds) for option in kind.backward_ms})
         )
-    return _solve(columns, rows, top)
+    integers: list[int] = []
+    if whole_layers:  # each cell holds whole layers of each kind (their options may still mix)
+        for k, kind in enumerate(kinds):
+            for c in range(count):
+                whole = column()
+                integers.append(whole)
+                terms = {x[(k, option, c)]: 1.0 for option in kind.backward_ms}
+                terms[whole] = -1.0
+                rows.append((0.0, 0.0, terms))
+    top = column()
+    if reduction_floor_ms is None:
+        rows.append((0.0, 0.0, {top: 1.0, schedule_top: -1.0}))
+    else:
+        # The gradient reduction's tail after the schedule (`reduction_tail`): at least the floor given
+        # (the head's whole reduction), and at least the first stage's reductions less its last backward.
+        tail = column(reduction_floor_ms)
+        rows.append((0.0, 0.0, {top: 1.0, schedule_top: -1.0, tail: -1.0}))
+        first_stage = [c for c, (_, stage) in enumerate(cells) if stage == 0]
+        terms = {tail: 1.0}
+        for c in first_stage:
+            for k, kind in enumerate(kinds):
+                for option in kind.backward_ms:
+                    terms[x[(k, option, c)]] = -(kind.reduce_ms - kind.backward_ms[option])
+        held = ends.head_reduce_ms - ends.head_backward_ms
+        if cells[-1][1] == 0:
+            held += ends.tail_reduce_ms - ends.tail_backward_ms
+        rows.append((held, highs.INF, terms))
+    return _solve(columns, rows, top, integers, time_limit)
 
 
 def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:
@@ -289,9 +373,13 @@ def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, 
 
 
 def _solve(
-    columns: list[tuple[float, float]], rows: list[tuple[float, float, dict[int, float]]], top: int
+    columns: list[tuple[float, float]],
+    rows: list[tuple[float, float, dict[int, float]]],
+    top: int,
+    integers: Sequence[int] = (),
+    time_limit: float = 10.0,
 ) -> Relaxation:
-    solver = highs.new_solver(60.0)
+    solver = highs.new_solver(time_limit)
     solver.setOptionValue("presolve", "on")
     n = len(columns)
     cost = np.zeros(n)
@@ -316,8 +404,16 @@ def _solve(
         np.array(indices, dtype=np.int32),
         np.array(values, dtype=float),
     )
+    if integers:
+        solver.changeColsIntegrality(
+            len(integers),
+            np.array(integers, dtype=np.int32),
+            np.array([highspy.HighsVarType.kInteger] * len(integers)),
+        )
     solver.run()
     status = solver.getModelStatus()
+    if integers and status == highspy.HighsModelStatus.kTimeLimit:  # the proven bound so far
+        return Relaxation("time_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
     if status == highspy.HighsModelStatus.kOptimal:
         # HiGHS stops within its tolerances (1e-7): give that much back so the bound stays below
         return Relaxation("optimal", float(solver.getInfo().objective_function_value) * (1 - LP_MARGIN))

@@ -37,6 +37,16 @@ from ppb_core.payload.describe import describe_layer, many_in_flight
 from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms
 from ppb_core.search.enumerate import Strategy
 from ppb_core.timing import TimeModel
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
+    _data_links,
+    _dp_collective,
+    _optimizer_seconds,
+    _p2p_seconds,
+    _tied_embedding_sync,
+    framework_rules,
+)
+from ppb_core.timing.kernels import Kernels
 
 
 def time_key(strategy: Strategy) -> tuple:
@@ -59,6 +69,9 @@ class Figures:
     ends: Ends
     constant_mb: float  # every stage holds this besides its layers (run_problem's constant memory)
     memory_mb: float  # the device memory less reserved_mb
+    transfer_ms: float  # one pipeline transfer (P2P) between two stages, the least of the models'
+    beyond_ms: float  # what every plan pays after its schedule (`beyond_schedule_ms`)
+    reduction_floor_ms: float | None  # the least exposed gradient reduction (None: no reduction to wait for)
 
 
 @dataclass
@@ -94,58 +107,117 @@ def _layer(slot: KindSlot, index: int) -> Layer:
 def figures(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> Figures:
     """A run's kinds as the balancer's descriptions state their memory and the time model their times."""
     many = many_in_flight(run.parallel.pp, run.training.micro_batches)
+    links = _data_links(run, times.links, memory)
     heads = [slot for slot in slots if slot.node == HEAD]
     tails = [slot for slot in slots if slot.node == TAIL]
     kinds: list[Kind] = []
-    head_mb = tail_mb = 0.0
-    ends: dict[str, tuple[float, float]] = {}
+    held = {HEAD: 0.0, TAIL: 0.0}
+    ends: dict[str, tuple[float, float, float]] = {}
     for slot in slots:
         layer = _layer(slot, 0)
         desc = describe_layer(layer, memory, times, many=many, configured=run.switches(slot.model_name))
         option_times = times.option_times(layer)
+        reduce_ms = 1e3 * reduction_bandwidth_s(run, memory, links, layer)
+        name = f"{slot.model_name}:{slot.kind.name}"
         if slot.node == BODY:
             kinds.append(
                 Kind(
-                    name=f"{slot.model_name}:{slot.kind.name}",
+                    name=name,
                     count=slot.count,
                     forward_ms={o: option_times[o][0] for o in OPTIONS},
                     backward_ms={o: option_times[o][1] for o in OPTIONS},
                     parameter_mb=float(desc["memory_parameter"]),
                     activation_mb={o: float(desc[MEMORY_KEY[o]]) for o in OPTIONS},
+                    reduce_ms=reduce_ms,
                 )
             )
             continue
         # the balancer charges every head on the head's stage and every tail on the tail's
-        if slot.node == HEAD:
-            head_mb += desc["memory_parameter"] * slot.count
-        else:
-            tail_mb += desc["memory_parameter"] * slot.count
+        held[slot.node] += desc["memory_parameter"] * slot.count
         forward, backward = option_times["NONE"]
-        first = (slot is heads[0]) if slot.node == HEAD else (slot is tails[-1])
-        if first and slot.count == 1:
-            ends[slot.node] = (forward, backward)
-        else:  # another sub-model's head or tail: its time lands in whichever cell the plan gives it
-            count = slot.count - 1 if first else slot.count
-            if first:
-                ends[slot.node] = (forward, backward)
-            kinds.append(
-                Kind(
-                    f"{slot.model_name}:{slot.kind.name}",
-                    count,
-                    {"NONE": forward},
-                    {"NONE": backward},
-                    0.0,
-                    {"NONE": 0.0},
-                )
-            )
+        others = slot.count
+        if slot is (heads[0] if slot.node == HEAD else tails[-1]):  # the first head, the last tail
+            ends[slot.node] = (forward, backward, reduce_ms)
+            others -= 1
+        if others:  # another sub-model's head or tail: its time lands in whichever cell the plan gives it
+            kinds.append(Kind(name, others, {"NONE": forward}, {"NONE": backward}, 0.0, {"NONE": 0.0}, reduce_ms))
     distinct = LayerWalk(run.parallel.pp, run.parallel.vpp, tuple(_layer(slot, 0) for slot in slots))
     constant_mb = math.ceil(run_working_set_bytes(run, memory, distinct) / MB)
+    transfer_ms = 0.0
+    if run.parallel.pp > 1:
+        transfer_ms = 1e3 * min(_p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
+    head = ends.get(HEAD, (0.0, 0.0, 0.0))
+    tail = ends.get(TAIL, (0.0, 0.0, 0.0))
     return Figures(
         kinds=tuple(kinds),
-        ends=Ends(*ends.get(HEAD, (0.0, 0.0)), head_mb, *ends.get(TAIL, (0.0, 0.0)), tail_mb),
+        ends=Ends(head[0], head[1], held[HEAD], tail[0], tail[1], held[TAIL], head[2], tail[2]),
         constant_mb=float(constant_mb),
         memory_mb=float(run.device.usable_mb),
+        transfer_ms=transfer_ms,
+        beyond_ms=beyond_schedule_ms(run, memory, times, slots),
+        reduction_floor_ms=reduction_floor_ms(run, memory, links, _layer(heads[0], -1)),
     )
+
+
+def _reduction_kind(memory: MemoryModel) -> str | None:
+    """The data-parallel gradient reduction `run_iteration` charges after the backward (None: none,
+    under FSDP or without data parallelism): reduce-scatter with a distributed optimizer, else all-reduce."""
+    setup = memory.setup
+    if setup.shard_level >= 3 or (setup.data_group <= 1 and setup.expert_data_group <= 1):
+        return None
+    return REDUCE_SCATTER if setup.shard_level >= 1 else ALL_REDUCE
+
+
+def reduction_bandwidth_s(run: RunConfig, memory: MemoryModel, links: Any, layer: Layer) -> float:
+    """A layer's share of its bucket's reduction: the collective's time is affine in its bytes, so twice
+    the layer less the layer alone is its bandwidth part, what it adds to any bucket it joins."""
+    kind = _reduction_kind(memory)
+    if kind is None:
+        return 0.0
+    params, grad = memory.parameters(layer), memory.setup.grad_bytes
+    return _dp_collective(kind, params + params, grad, links) - _dp_collective(kind, params, grad, links)
+
+
+def reduction_floor_ms(run: RunConfig, memory: MemoryModel, links: Any, head: Layer) -> float | None:
+    """The least exposed tail of the gradient reduction: the first stage's last bucket holds the first head
+    and is ready only as the schedule ends, so its whole reduction is exposed (None: no reduction)."""
+    kind = _reduction_kind(memory)
+    if kind is None:
+        return None
+    return 1e3 * _dp_collective(kind, memory.parameters(head), memory.setup.grad_bytes, links)
+
+
+def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> float:
+    """Milliseconds every plan's iteration spends after its schedule besides the gradient reduction's
+    tail (`reduction_floor_ms`), whatever the plan (docs/search.md).
+
+    `run_iteration` adds to the schedule's makespan its data-parallel terms and the optimizer, each
+    computed from the plan's stages. Whatever the plan, the first stage holds the first head, so:
+
+    * the distributed optimizer's parameter all-gather waits at least for the first bucket of the
+      first stage, which holds the head: at least the head's gather;
+    * tied embeddings' gradient all-reduce between the first and last stage is the same for any plan;
+    * the optimizer step takes the slowest stage's bytes at HBM speed: at least the average stage's.
+    """
+    setup = memory.setup
+    links = _data_links(run, times.links, memory)
+    heads = [slot for slot in slots if slot.node == HEAD]
+    head = _layer(heads[0], -1)
+    seconds = 0.0
+    if setup.shard_level < 3 and setup.shard_level >= 1 and setup.data_group > 1:
+        seconds += _dp_collective(ALL_GATHER, memory.parameters(head), run.training.dtype_bytes, links)
+    seconds += _tied_embedding_sync(run, memory, links, [_layer(slot, 0) for slot in slots])
+    kernels = Kernels.from_device(times.device, run.training.dtype)
+    total = sum(
+        slot.count * _optimizer_seconds(run, memory, kernels, {(0, 0): [(_layer(slot, 0), 0.0, 0.0)]}) for slot in slots
+    )
+    return 1e3 * (seconds + total / run.parallel.pp)
+
+
+def blocking(run: RunConfig) -> bool:
+    """Whether the run's pipeline sends last as long as the op that sends them (its framework and schedule:
+    not shared between strategies, unlike the figures)."""
+    return framework_rules(run).p2p_blocking
 
 
 def run_forms(strategy: Strategy) -> ScheduleForms:
@@ -187,7 +259,10 @@ class Screened:
 def screen(strategy: Strategy, run: RunConfig, cache: FigureCache) -> Screened:
     forms = run_forms(strategy)
     found = cache.of(strategy, run)
-    return Screened(strategy, quick_bound(forms, found.kinds, found.ends) / 1e3, fits_somewhere(forms, found))
+    quick = quick_bound(forms, found.kinds, found.ends, found.transfer_ms, blocking(run))
+    return Screened(
+        strategy, (quick + found.beyond_ms + (found.reduction_floor_ms or 0.0)) / 1e3, fits_somewhere(forms, found)
+    )
 
 
 def describe_figures(found: Figures) -> dict[str, Any]:

@@ -12,6 +12,7 @@ and the dotted field.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,14 +37,15 @@ from ppb_core.io import read_yaml
 CHOSEN_TRAINING: tuple[str, ...] = ("micro_batch_size", "micro_batches", "recompute")
 BATCH_FIELDS: tuple[str, ...] = ("global_batch", "global_batch_tokens")
 
-# The recompute settings tried when the spec lists none: nothing, and the framework's own selective
-# recompute (Megatron-Core's default `--recompute-modules core_attn`, torchtitan's per-op policy,
-# HyperParallel's selective set). The balancer then picks NONE, SLCT (this setting's switches), COMM,
-# BOTH or FULL per layer, so `full` forms would only repeat what FULL already offers.
+# The recompute setting tried when the spec lists none: the framework's own selective recompute
+# (Megatron-Core's default `--recompute-modules core_attn`, torchtitan's per-op policy, HyperParallel's
+# selective set). The balancer picks NONE, SLCT (this setting's switches), COMM, BOTH or FULL for each
+# layer; with no recompute set, SLCT and BOTH would only repeat NONE and COMM, so the selective setting
+# offers every plan the empty one does, and `full` forms every plan FULL already offers.
 DEFAULT_RECOMPUTE: dict[str, tuple[Any, ...]] = {
-    "megatron": ({}, {"granularity": "selective"}),
-    "torchtitan": ({"mode": "none"}, {"mode": "selective", "option": "op"}),
-    "mindformers": ({}, {"headCast": 0, "dropout": 0, "softmax": 0, "normOp": 0, "gather": 0, "ffAct": 0}),
+    "megatron": ({"granularity": "selective"},),
+    "torchtitan": ({"mode": "selective", "option": "op"},),
+    "mindformers": ({"headCast": 0, "dropout": 0, "softmax": 0, "normOp": 0, "gather": 0, "ffAct": 0},),
 }
 # The schedules tried when the spec lists none, per framework: Megatron-LM runs 1F1B and its
 # interleaved variant; torchtitan also GPipe (torch.distributed.pipelining ScheduleGPipe).
@@ -95,6 +97,9 @@ class SearchLimits(StrictModel):
 class SearchOptions(StrictModel):
     top: PositiveInt = Field(20, description="strategies ranked (and balanced at least)")
     balance_time_limit_s: PositiveFloat = Field(10.0, description="seconds the balancer may spend on one strategy")
+    evaluation_timeout_s: PositiveFloat = Field(
+        60.0, description="seconds one strategy's balancing and timing may take before it is given up"
+    )
     workers: PositiveInt | None = Field(None, description="processes; default: the machine's CPUs")
 
 
@@ -168,7 +173,7 @@ class SearchSpec(StrictModel):
             else:
                 for key in ("config", "census"):
                     if key in entry:
-                        entry[key] = _relative(base / entry[key], relative_to)
+                        entry[key] = relative_path(base / entry[key], relative_to)
             entries.append(entry)
         return entries
 
@@ -178,9 +183,8 @@ def _plain(form: Any) -> Any:
     return form.model_dump(mode="json", exclude_none=True) if hasattr(form, "model_dump") else form
 
 
-def _relative(path: Path, start: str | Path) -> str:
-    import os
-
+def relative_path(path: Path, start: str | Path) -> str:
+    """*path* as seen from the folder *start*."""
     return os.path.relpath(path.resolve(), Path(start).resolve())
 
 
