@@ -75,7 +75,7 @@ def test_bad_specs_are_one_line_naming_the_field(change, field: str, words: str)
 def test_global_batch_tokens_must_be_whole_sequences() -> None:
     raw = tiny()
     raw["training"] = {"seq_length": 4096, "global_batch_tokens": 4096 * 24 + 1}
-    with pytest.raises(InputError, match="training.global_batch_tokens: .* not a whole number"):
+    with pytest.raises(InputError, match=r"training\.global_batch_tokens: .* not a whole number"):
         parse_search_spec(raw, "bad.yaml", DATA)
 
 
@@ -84,7 +84,7 @@ def test_a_missing_model_file_names_it(tmp_path: Path) -> None:
     raw["models"] = [{"name": "llm", "config": "nowhere.json"}]
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InputError, match="nowhere.json"):
+    with pytest.raises(InputError, match=r"nowhere\.json"):
         load_search_spec(path)
 
 
