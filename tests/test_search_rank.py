@@ -25,11 +25,11 @@ from ppb_core.search.rank import (
     search_points,
     shard,
 )
-from ppb_core.search.screen import FigureCache, screen
+from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
-SPECS = ("tiny-dense", "tiny-moe", "tiny-tight")
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan")
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,7 @@ def test_the_quick_memory_verdict_refuses_only_what_the_balancer_cannot_fit() ->
         if isinstance(point, Refusal):
             continue
         run = validate(spec, point)
-        screened = screen(point, run, cache)
-        if not screened.may_fit:
+        if not fits_somewhere(run_forms(point), cache.of(point, run)):
             result = evaluate(spec, point, run)
             assert isinstance(result, Refusal) and result.reason == BALANCER_NO_PLAN
             verdicts["refused"] += 1

@@ -17,7 +17,7 @@ from ppb_core.timing import TimeModel
 DATA = Path(__file__).parent / "data" / "search"
 
 
-@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-tight"])
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan"])
 def test_shared_figures_equal_each_strategys_own(name: str) -> None:
     spec = load_search_spec(DATA / f"{name}.yaml")
     cache = FigureCache()

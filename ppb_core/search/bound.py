@@ -82,9 +82,12 @@ class ScheduleForms:
     micro_batches: int
     cells: tuple[tuple[int, int], ...]  # (chunk, stage) in layer order
     forms: tuple[Form, ...]
-    vectors: tuple[tuple[tuple[int, ...], ...], ...]
-
     families: int = 0  # how many of the forms are A forms (the rest are B forms)
+
+    @property
+    def vectors(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per stage, the in-flight vectors (micro-batches per chunk) at which its memory may peak."""
+        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches)
 
     def family(self, name: str) -> tuple[Form, ...]:
         """The A forms (chains to a backward) or the B forms (chains to a forward)."""
@@ -165,8 +168,12 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
                     firsts.setdefault(op.chunk, index)
             for index in sorted(firsts.values()):
                 forms_list.append(form(stage, order, index))
-    vectors = tuple(tuple(v) for v in in_flight_vectors(name, stages, chunks, micro_batches))
-    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), vectors, len(a_forms))
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
+
+
+@lru_cache(maxsize=512)
+def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    return tuple(tuple(v) for v in in_flight_vectors(schedule, stages, chunks, micro_batches))
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,8 @@ class Ends:
     tail_mb: float
     head_reduce_ms: float = 0.0
     tail_reduce_ms: float = 0.0
+    cell_forward_ms: float = 0.0  # what every cell's forward takes beyond its layers (exposed FSDP gathers)
+    cell_backward_ms: float = 0.0
 
 
 def quick_bound(
@@ -204,12 +213,13 @@ def quick_bound(
     best = 0.0
     head, tail = 0, len(forms.cells) - 1
     for family in ("A", "B"):
-        chosen = forms.family(family)
-        forward = np.mean([form.forward for form in chosen], axis=0)
-        backward = np.mean([form.backward for form in chosen], axis=0)
-        total = transfer_ms * float(np.mean([form.transfers(blocking) for form in chosen]))
+        forward, backward, links, sends = _averages(
+            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family
+        )
+        total = transfer_ms * (links + (sends if blocking else 0.0))
         total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
         total += forward[tail] * ends.tail_forward_ms + backward[tail] * ends.tail_backward_ms
+        total += float(np.sum(forward)) * ends.cell_forward_ms + float(np.sum(backward)) * ends.cell_backward_ms
         for kind in kinds:
             least_backward = min(kind.backward_ms.values())
             least_forward = min(kind.forward_ms.values())
@@ -218,9 +228,24 @@ def quick_bound(
     return best
 
 
+@lru_cache(maxsize=1024)
+def _averages(
+    schedule: str, stages: int, chunks: int, micro_batches: int, family: str
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The family's forms averaged: coefficients per cell, links and sends."""
+    chosen = schedule_forms(schedule, stages, chunks, micro_batches).family(family)
+    return (
+        np.mean([form.forward for form in chosen], axis=0),
+        np.mean([form.backward for form in chosen], axis=0),
+        float(np.mean([form.links for form in chosen])),
+        float(np.mean([form.sends for form in chosen])),
+    )
+
+
 @dataclass(frozen=True)
 class Relaxation:
-    """The relaxed balancing program's answer: "optimal" with its value (ms), or "infeasible"."""
+    """The relaxed balancing program's answer: "optimal" (or "time_limit", the proven bound) with its value
+    (ms), "infeasible", or "unknown" when HiGHS gave no answer to trust (value 0: no bound)."""
 
     status: str
     value_ms: float | None
@@ -265,8 +290,8 @@ def lp_bound(
     backward_prefix = [column() for _ in range(count + 1)]
     schedule_top = column()
     rows: list[tuple[float, float, dict[int, float]]] = []
-    fixed_forward = [0.0] * count
-    fixed_backward = [0.0] * count
+    fixed_forward = [ends.cell_forward_ms] * count
+    fixed_backward = [ends.cell_backward_ms] * count
     fixed_forward[0] += ends.head_forward_ms
     fixed_backward[0] += ends.head_backward_ms
     fixed_forward[-1] += ends.tail_forward_ms
@@ -301,8 +326,11 @@ def lp_bound(
                 c = position[(chunk, stage)]
                 for k, kind in enumerate(kinds):
                     for option in kind.backward_ms:
-                        terms[x[(k, option, c)]] = kind.parameter_mb + in_flight * kind.activation_mb[option]
-            rows.append((-highs.INF, memory_mb * (1 + LP_MARGIN) - held, terms))
+                        # in units of the device, as the balancer writes its rows, for HiGHS's tolerances
+                        terms[x[(k, option, c)]] = (
+                            kind.parameter_mb + in_flight * kind.activation_mb[option]
+                        ) / memory_mb
+            rows.append((-highs.INF, (1 + LP_MARGIN) - held / memory_mb, terms))
     for k, kind in enumerate(kinds):
         placed = {x[(k, option, c)]: 1.0 for option in kind.backward_ms for c in range(count)}
         rows.append((float(kind.count), float(kind.count), placed))
@@ -412,6 +440,11 @@ def _solve(
         )
     solver.run()
     status = solver.getModelStatus()
+    if status not in _ANSWERS:  # a numerical failure: try once more from an interior point
+        solver.setOptionValue("solver", "ipm")
+        solver.clearSolver()
+        solver.run()
+        status = solver.getModelStatus()
     if integers and status == highspy.HighsModelStatus.kTimeLimit:  # the proven bound so far
         return Relaxation("time_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
     if status == highspy.HighsModelStatus.kOptimal:
@@ -419,4 +452,12 @@ def _solve(
         return Relaxation("optimal", float(solver.getInfo().objective_function_value) * (1 - LP_MARGIN))
     if status == highspy.HighsModelStatus.kInfeasible:
         return Relaxation("infeasible", None)
-    raise RuntimeError(f"the relaxed balancing program ended {solver.modelStatusToString(status)}")
+    # no answer to trust: the bound stays as it was (0 adds nothing), and nothing is claimed infeasible
+    return Relaxation("unknown", 0.0)
+
+
+_ANSWERS = (
+    highspy.HighsModelStatus.kOptimal,
+    highspy.HighsModelStatus.kInfeasible,
+    highspy.HighsModelStatus.kTimeLimit,
+)

@@ -100,12 +100,31 @@ def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:
     return written
 
 
-def _write_entry(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> list[Path]:
+def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, count: int) -> list[Path]:
+    """The first *count* ranked strategies as run configs `<prefix><NN>.yaml` in *folder* (their model files
+    named relative to it), for the chain to take up; the paths."""
+    folder = Path(folder)
+    paths = []
+    for place, entry in enumerate(result.ranked[:count], start=1):
+        raw = _run_config(result.spec, entry, folder, f"{prefix}{place:02d}")
+        path = folder / f"{prefix}{place:02d}.yaml"
+        atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> dict[str, Any]:
+    """The strategy as a run config to be written in *folder*."""
     raw = entry.strategy.run_raw(spec, models=spec.model_entries(relative_to=folder))
-    raw["name"] = stem
+    raw["name"] = name
     calibration = raw.get("timing", {}).get("calibration")
     if calibration:
         raw["timing"]["calibration"] = relative_path(Path(spec.base_dir) / calibration, folder)
+    return raw
+
+
+def _write_entry(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> list[Path]:
+    raw = _run_config(spec, entry, folder, stem)
     files = {
         f"{stem}.yaml": yaml.safe_dump(raw, sort_keys=False),
         f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",

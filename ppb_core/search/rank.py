@@ -39,7 +39,15 @@ from ppb_core.memory import MemoryModel
 from ppb_core.payload.describe import describe_run
 from ppb_core.search.bound import lp_bound
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
-from ppb_core.search.screen import FigureCache, blocking, run_forms, screen, time_key
+from ppb_core.search.screen import (
+    FigureCache,
+    after_schedule_ms,
+    blocking,
+    fits_somewhere,
+    run_forms,
+    screen,
+    time_key,
+)
 from ppb_core.search.spec import SearchSpec
 from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import run_iteration
@@ -165,13 +173,15 @@ def _screen_points(points: Sequence[Strategy | Refusal]) -> list[tuple[str, Any]
     return out
 
 
-def _relax(strategy: Strategy, whole_layers: bool = False) -> float | None:
-    """The relaxed program's bound in seconds, or None when it has no point (no plan fits); with
-    *whole_layers*, each cell's layer counts are whole numbers (a small integer program)."""
+def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
+    """The relaxed program's bound in seconds, or why no plan fits; with *whole_layers*, each cell's
+    layer counts are whole numbers (a small integer program)."""
     assert _spec is not None and _cache is not None
     run = validate(_spec, strategy)
     assert not isinstance(run, Refusal)
     found = _cache.of(strategy, run)
+    if not fits_somewhere(run_forms(strategy), found):
+        return NO_ROOM
     relaxed = lp_bound(
         run_forms(strategy),
         found.kinds,
@@ -183,7 +193,9 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | None:
         whole_layers,
         reduction_floor_ms=found.reduction_floor_ms,
     )
-    return None if relaxed.value_ms is None else (relaxed.value_ms + found.beyond_ms) / 1e3
+    if relaxed.value_ms is None:
+        return NO_WHOLE_PLAN if whole_layers else NO_RELAXED_PLAN
+    return (relaxed.value_ms + after_schedule_ms(strategy, found)) / 1e3
 
 
 def _evaluate(strategy: Strategy) -> Ranked | Refusal:
@@ -297,6 +309,7 @@ class SearchResult:
     rejected: Counter = field(default_factory=Counter)
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    balanced: list[Ranked] = field(default_factory=list)  # every strategy balanced, ranked or not, fastest first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -323,6 +336,20 @@ def shard(points: Iterable[Strategy | Refusal], shards: int) -> list[list[Strate
     return [members for members in out if members]
 
 
+def _by_schedule(points: Sequence[Strategy | Refusal], parts: int) -> list[list[Strategy | Refusal]]:
+    """The points in about *parts* chunks, each schedule shape (schedule, pp, vpp) whole in one: a worker
+    then builds the bound forms of its shapes alone (they cost more to build than a strategy to screen)."""
+    shapes: dict[tuple, list[Strategy | Refusal]] = {}
+    for point in points:
+        s = point.strategy if isinstance(point, Refusal) else point
+        shapes.setdefault((s.schedule, s.pp, s.vpp), []).append(point)
+    ordered = sorted(shapes.values(), key=len, reverse=True)
+    out: list[list[Strategy | Refusal]] = [[] for _ in range(min(parts, len(ordered)) or 1)]
+    for members in ordered:  # the largest shapes first, each to the lightest chunk
+        min(out, key=len).extend(members)
+    return out
+
+
 def _notify(progress: Progress | None, event: str, **figures: Any) -> None:
     if progress is not None:
         progress(event, figures)
@@ -342,7 +369,7 @@ def search_points(
     counts["enumerated"] = len(points)
     pool = _Workers(spec, workers)
     try:
-        chunks = shard(points, max(1, workers * 4))
+        chunks = _by_schedule(points, max(1, workers * 4))
         queue: list[tuple[float, Strategy, int]] = []  # (bound, strategy, level: 1 quick, 2 relaxed)
         for results in pool.imap([("screen", chunk) for chunk in chunks]):
             for kind, item in results:
@@ -351,10 +378,7 @@ def search_points(
                     continue
                 counts["valid"] += 1
                 counts["screened"] += 1
-                if item.may_fit:
-                    queue.append((item.bound_s, item.strategy, 1))
-                else:
-                    rejected[NO_ROOM] += 1
+                queue.append((item.bound_s, item.strategy, 1))
             _notify(progress, "screened", screened=counts["screened"], total=len(points))
         heapq.heapify(queue)
         ranked: list[Ranked] = []
@@ -380,8 +404,8 @@ def search_points(
                 for strategy, answer in zip(part, answers, strict=True):
                     if kind in ("relax", "whole"):
                         counts["relaxed" if kind == "relax" else "whole_layers"] += 1
-                        if answer is None:
-                            rejected[NO_RELAXED_PLAN if kind == "relax" else NO_WHOLE_PLAN] += 1
+                        if isinstance(answer, str):
+                            rejected[answer] += 1
                         else:
                             level = 2 if kind == "relax" else 3
                             heapq.heappush(queue, (max(bounds[strategy], answer), strategy, level))
@@ -406,7 +430,7 @@ def search_points(
             rejected[PRUNED] += len(queue)
     finally:
         pool.close()
-    return SearchResult(spec, ranked[:top], rejected, counts, time.perf_counter() - started)
+    return SearchResult(spec, ranked[:top], rejected, counts, time.perf_counter() - started, ranked)
 
 
 def _deal(items: list[Strategy], hands: int) -> list[list[Strategy]]:
@@ -438,9 +462,9 @@ def merge(spec: SearchSpec, results: Sequence[SearchResult]) -> SearchResult:
         rejected.update(result.rejected)
         for key, value in result.counts.items():
             counts[key] = counts.get(key, 0) + value
-    return SearchResult(
-        spec, ranked[: spec.search.top], rejected, counts, max((r.seconds for r in results), default=0.0)
-    )
+    balanced = sorted((entry for result in results for entry in result.balanced), key=Ranked.key)
+    seconds = max((r.seconds for r in results), default=0.0)
+    return SearchResult(spec, ranked[: spec.search.top], rejected, counts, seconds, balanced)
 
 
 def exhaustive(spec: SearchSpec) -> SearchResult:
@@ -466,7 +490,7 @@ def exhaustive(spec: SearchSpec) -> SearchResult:
         else:
             ranked.append(entry)
     ranked.sort(key=Ranked.key)
-    return SearchResult(spec, ranked[: spec.search.top], rejected, counts, time.perf_counter() - started)
+    return SearchResult(spec, ranked[: spec.search.top], rejected, counts, time.perf_counter() - started, ranked)
 
 
 __all__ = [

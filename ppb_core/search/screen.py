@@ -16,7 +16,7 @@ strategies that cannot differ in them:
   or the schedule: one `MemoryModel` per `memory_key`.
 
 tests/test_search_screen.py checks both on strategies drawn at random against models built for
-each strategy alone. The verdicts: `quick_bound` (`ppb_core.search.bound`) and `fits_somewhere`,
+each strategy alone. The verdicts: `quick_bound` (`ppb_core.search.bound`, from the times alone) and `fits_somewhere`,
 a necessary condition for any plan to fit (each stage can hold its ends and at least one layer
 per cell, and the stages together can hold every layer at its least memory).
 """
@@ -72,6 +72,8 @@ class Figures:
     transfer_ms: float  # one pipeline transfer (P2P) between two stages, the least of the models'
     beyond_ms: float  # what every plan pays after its schedule (`beyond_schedule_ms`)
     reduction_floor_ms: float | None  # the least exposed gradient reduction (None: no reduction to wait for)
+    per_cell_ms: float = 0.0  # paid once per (chunk, stage) cell (FSDP gathering once per iteration)
+    with_memory: bool = True  # False: times alone, the MB left at 0 (what the quick bound reads)
 
 
 @dataclass
@@ -79,7 +81,9 @@ class FigureCache:
     """Time and memory models shared by the strategies that cannot differ in them (module docstring)."""
 
     times: dict[tuple, TimeModel] = field(default_factory=dict)
+    memories: dict[tuple, MemoryModel] = field(default_factory=dict)
     figures: dict[tuple, Figures] = field(default_factory=dict)
+    timings: dict[tuple, Figures] = field(default_factory=dict)
     slots: dict[tuple, list[KindSlot]] = field(default_factory=dict)
 
     def kinds(self, run: RunConfig) -> list[KindSlot]:
@@ -89,14 +93,29 @@ class FigureCache:
             self.slots[key] = walk(run).distinct()
         return self.slots[key]
 
+    def models(self, strategy: Strategy, run: RunConfig) -> tuple[MemoryModel, TimeModel]:
+        times = self.times.get(time_key(strategy))
+        if times is None:
+            times = self.times[time_key(strategy)] = TimeModel(run)
+        memory = self.memories.get(memory_key(strategy))
+        if memory is None:
+            memory = self.memories[memory_key(strategy)] = MemoryModel(run)
+        return memory, times
+
     def of(self, strategy: Strategy, run: RunConfig) -> Figures:
+        """The strategy's figures, memory included."""
         key = memory_key(strategy)
         found = self.figures.get(key)
         if found is None:
-            times = self.times.get(time_key(strategy))
-            if times is None:
-                times = self.times[time_key(strategy)] = TimeModel(run)
-            found = self.figures[key] = figures(run, MemoryModel(run), times, self.kinds(run))
+            found = self.figures[key] = figures(run, *self.models(strategy, run), self.kinds(run))
+        return found
+
+    def timing(self, strategy: Strategy, run: RunConfig) -> Figures:
+        """The strategy's figures without the descriptions' memory: what the quick bound needs."""
+        key = memory_key(strategy)
+        found = self.figures.get(key) or self.timings.get(key)
+        if found is None:
+            found = self.timings[key] = figures(run, *self.models(strategy, run), self.kinds(run), with_memory=False)
         return found
 
 
@@ -104,8 +123,11 @@ def _layer(slot: KindSlot, index: int) -> Layer:
     return Layer(slot.model_name, slot.node, slot.kind, index, 0, 0)
 
 
-def figures(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> Figures:
-    """A run's kinds as the balancer's descriptions state their memory and the time model their times."""
+def figures(
+    run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot], with_memory: bool = True
+) -> Figures:
+    """A run's kinds as the balancer's descriptions state their memory and the time model their times
+    (without *with_memory*, the times alone: the memory model's activations are the costly part)."""
     many = many_in_flight(run.parallel.pp, run.training.micro_batches)
     links = _data_links(run, times.links, memory)
     heads = [slot for slot in slots if slot.node == HEAD]
@@ -115,7 +137,11 @@ def figures(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequen
     ends: dict[str, tuple[float, float, float]] = {}
     for slot in slots:
         layer = _layer(slot, 0)
-        desc = describe_layer(layer, memory, times, many=many, configured=run.switches(slot.model_name))
+        desc = (
+            describe_layer(layer, memory, times, many=many, configured=run.switches(slot.model_name))
+            if with_memory
+            else dict.fromkeys(("memory_parameter", *MEMORY_KEY.values()), 0)
+        )
         option_times = times.option_times(layer)
         reduce_ms = 1e3 * reduction_bandwidth_s(run, memory, links, layer)
         name = f"{slot.model_name}:{slot.kind.name}"
@@ -142,20 +168,34 @@ def figures(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequen
         if others:  # another sub-model's head or tail: its time lands in whichever cell the plan gives it
             kinds.append(Kind(name, others, {"NONE": forward}, {"NONE": backward}, 0.0, {"NONE": 0.0}, reduce_ms))
     distinct = LayerWalk(run.parallel.pp, run.parallel.vpp, tuple(_layer(slot, 0) for slot in slots))
-    constant_mb = math.ceil(run_working_set_bytes(run, memory, distinct) / MB)
+    constant_mb = math.ceil(run_working_set_bytes(run, memory, distinct) / MB) if with_memory else 0
     transfer_ms = 0.0
     if run.parallel.pp > 1:
         transfer_ms = 1e3 * min(_p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
     head = ends.get(HEAD, (0.0, 0.0, 0.0))
     tail = ends.get(TAIL, (0.0, 0.0, 0.0))
+    cell_forward, cell_backward, once, per_cell = fsdp_floor_s(run, memory, links, slots)
     return Figures(
         kinds=tuple(kinds),
-        ends=Ends(head[0], head[1], held[HEAD], tail[0], tail[1], held[TAIL], head[2], tail[2]),
+        ends=Ends(
+            head[0],
+            head[1],
+            held[HEAD],
+            tail[0],
+            tail[1],
+            held[TAIL],
+            head[2],
+            tail[2],
+            1e3 * cell_forward,
+            1e3 * cell_backward,
+        ),
         constant_mb=float(constant_mb),
         memory_mb=float(run.device.usable_mb),
         transfer_ms=transfer_ms,
-        beyond_ms=beyond_schedule_ms(run, memory, times, slots),
+        beyond_ms=beyond_schedule_ms(run, memory, times, slots) + 1e3 * once,
+        per_cell_ms=1e3 * per_cell,
         reduction_floor_ms=reduction_floor_ms(run, memory, links, _layer(heads[0], -1)),
+        with_memory=with_memory,
     )
 
 
@@ -185,6 +225,38 @@ def reduction_floor_ms(run: RunConfig, memory: MemoryModel, links: Any, head: La
     if kind is None:
         return None
     return 1e3 * _dp_collective(kind, memory.parameters(head), memory.setup.grad_bytes, links)
+
+
+def fsdp_floor_s(
+    run: RunConfig, memory: MemoryModel, links: Any, slots: Sequence[KindSlot]
+) -> tuple[float, float, float, float]:
+    """Under ZeRO-3 / FSDP, the least each cell's forward and backward wait for parameters and gradients
+    per micro-batch, the least paid once per iteration, and once per cell (seconds), whatever the plan.
+
+    `run_iteration` prefetches each layer's gather behind the previous layer's compute, so a cell's first
+    layer waits for its whole gather; walking back, a resharding framework gathers its last layer again
+    before its backward, and one reducing every micro-batch exposes its first layer's reduce-scatter.
+    Every cell holds a layer (the head, the tail, or a body layer), at least the one of least
+    collective. A framework gathering once per iteration pays those first gathers once per cell, and one
+    reducing once pays every layer's reduce-scatter once.
+    """
+    if memory.setup.shard_level < 3:
+        return 0.0, 0.0, 0.0, 0.0
+    rules = framework_rules(run)
+    grad, dtype = memory.setup.grad_bytes, run.training.dtype_bytes
+    gathers, reduces = [], []
+    for slot in slots:
+        params = memory.parameters(_layer(slot, 0))
+        gathers.append(_dp_collective(ALL_GATHER, params, dtype, links))
+        reduces.append((slot.count, _dp_collective(REDUCE_SCATTER, params, grad, links)))
+    least_gather, least_reduce = min(gathers), min(r for _, r in reduces)
+    forward = least_gather if rules.fsdp_gather_every_micro_batch else 0.0
+    backward = (least_gather if rules.fsdp_reshard_after_forward else 0.0) + (
+        least_reduce if rules.fsdp_reduce_every_micro_batch else 0.0
+    )
+    per_cell = 0.0 if rules.fsdp_gather_every_micro_batch else least_gather
+    once = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(count * seconds for count, seconds in reduces)
+    return forward, backward, once, per_cell
 
 
 def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> float:
@@ -249,20 +321,22 @@ def fits_somewhere(forms: ScheduleForms, figures: Figures) -> bool:
 
 @dataclass(frozen=True)
 class Screened:
-    """A valid strategy after the screen: its quick bound (seconds) and whether any plan may fit."""
+    """A valid strategy after the screen: its quick bound (seconds)."""
 
     strategy: Strategy
     bound_s: float
-    may_fit: bool
 
 
 def screen(strategy: Strategy, run: RunConfig, cache: FigureCache) -> Screened:
-    forms = run_forms(strategy)
-    found = cache.of(strategy, run)
-    quick = quick_bound(forms, found.kinds, found.ends, found.transfer_ms, blocking(run))
-    return Screened(
-        strategy, (quick + found.beyond_ms + (found.reduction_floor_ms or 0.0)) / 1e3, fits_somewhere(forms, found)
-    )
+    """The quick bound in seconds: the schedule's (no memory limit) and what every plan pays after it."""
+    found = cache.timing(strategy, run)
+    quick = quick_bound(run_forms(strategy), found.kinds, found.ends, found.transfer_ms, blocking(run))
+    return Screened(strategy, (quick + after_schedule_ms(strategy, found) + (found.reduction_floor_ms or 0.0)) / 1e3)
+
+
+def after_schedule_ms(strategy: Strategy, found: Figures) -> float:
+    """What every plan of the strategy pays after its schedule, the reduction's tail aside."""
+    return found.beyond_ms + found.per_cell_ms * strategy.pp * strategy.vpp
 
 
 def describe_figures(found: Figures) -> dict[str, Any]:
