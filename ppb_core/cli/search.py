@@ -140,6 +140,11 @@ def render(result: SearchResult) -> None:
             f"{entry.bound_s:.3f}",
         )
     console.print(table)
+    if result.proven is not None and result.proven < len(result.ranked):
+        console.print(
+            f"places 1 to {result.proven} are proven; past them, the fastest found within the time budget "
+            f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more)"
+        )
     if result.rejected:
         refused = Table(title="strategies not ranked, by reason")
         refused.add_column("count", justify="right")

@@ -100,6 +100,10 @@ class SearchOptions(StrictModel):
     evaluation_timeout_s: PositiveFloat = Field(
         60.0, description="seconds one strategy's balancing and timing may take before it is given up"
     )
+    time_budget_s: PositiveFloat | None = Field(
+        None,
+        description="stop bounding and balancing after this long; the ranking then says how many places are proven",
+    )
     workers: PositiveInt | None = Field(None, description="processes; default: the machine's CPUs")
 
 
