@@ -1,11 +1,12 @@
-"""Balancer solve times for the sizes in targets.md, with status and gap: `python bench/balance.py`.
+"""Balancer solve times for the sizes users ask of it, with status and gap: `python bench/balance.py`.
 
 Cases (descriptions written below; memory chosen so that it binds):
 
 * dsv3-like: 61 layers of two body kinds (3 dense + 58 MoE, five options, DeepSeek-V3-like figures
   from ppb describe on configs/deepseek-v3.yaml with COMM and BOTH added), P=16, V=2, m=32;
 * 128 layers, one kind, five options, P=64, V=1, m=128;
-* reference.md §8.4 llama2_70b.json at P=16, m=32, V=1 and V=2, 56000 MB; at V=2 the plan SAPP
+* SAPP's example llama2_70b.json (mindspore-ai/hyper-parallel `sapp_ppb/layers/llama2_70b.json`, in
+  tests/data) at P=16, m=32, V=1 and V=2, 56000 MB; at V=2 the plan SAPP
   printed (offset and recompute; its other layers given the fastest options that fit, the most
   favourable reading) is simulated beside ours.
 

@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from ppb_core.config.run import load_run_config  # noqa: E402
 from ppb_core.memory import run_in_flight_counts  # noqa: E402
-from ppb_core.payload.describe import describe_run  # noqa: E402
 from ppb_core.payload.profiling import profile_run  # noqa: E402
+from ppb_core.payload.run import describe_run  # noqa: E402
 
 
 def _ms(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """A sweep of parallel strategies for one model, estimated and described: `python bench/sweep.py`.
 
-targets.md: 1,000 run configs (parallel strategies for one model) in under 60 s on 2 cores.
+The aim: 1,000 run configs (parallel strategies for one model) in under 60 s on 2 cores.
 Starting from a shipped config (default `configs/llama3-8b.yaml`), every combination of tp, pp,
 vpp, cp, ZeRO stage, sequence parallelism, micro-batches and recompute switches is tried. The
 ones the validator accepts (the others are refused in one line, as a user would see) each get
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from ppb_core.config.run import parse_run_config  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
 from ppb_core.estimate.run import estimate  # noqa: E402
-from ppb_core.payload.describe import describe_run  # noqa: E402
+from ppb_core.payload.run import describe_run  # noqa: E402
 
 RECOMPUTE = ({}, {"softmax": 0, "ffAct": 0}, {"softmax": 0, "ffAct": 0, "normOp": 0, "gather": 0})
 

@@ -5,7 +5,9 @@
 Prints the machine, then for each shipped config the median time to price every layer of the
 walk (all five options), cold (a new TimeModel and empty op-table cache) and warm (the same
 model again), and DeepSeek-V3 at 61 and at 610 layers of the same kinds: pricing cost follows
-the distinct kinds, not the layers (the walk itself stays linear).
+the distinct kinds, not the layers (the walk itself stays linear). Then the whole iteration
+(`run_iteration`) per config with the models warm: most of it is the schedule's simulation,
+which follows stages × chunks × micro-batches.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw  # noqa: E402
+from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
 from ppb_core.timing import TimeModel, layer_ops  # noqa: E402
+from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 
 def price_all(model: TimeModel, layers) -> None:
@@ -74,6 +78,18 @@ def main() -> int:
         f"(layers {big[2] / small[2]:.1f}x; kinds {big[3]} vs {small[3]}; states priced {big[4]} vs {small[4]})."
     )
     print("What grows with the layers is one memo lookup per layer (hashing its kind); the pricing does not.")
+    print(f"{'iteration (models warm)':28s} {'ms':>8s} {'schedule ops':>12s}")
+    for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
+        run = load_run_config(ROOT / "configs" / f"{name}.yaml")
+        times, memory = TimeModel(run), MemoryModel(run)
+        run_iteration(run, times=times, memory=memory)
+        samples = []
+        for _ in range(max(3, args.repeat // 4)):
+            start = time.perf_counter()
+            run_iteration(run, times=times, memory=memory)
+            samples.append(time.perf_counter() - start)
+        ops = 2 * run.parallel.pp * run.parallel.vpp * run.training.micro_batches
+        print(f"{name:28s} {statistics.median(samples) * 1e3:8.2f} {ops:12d}")
     return 0
 
 

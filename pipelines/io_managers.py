@@ -11,13 +11,14 @@ from __future__ import annotations
 import uuid
 
 import dagster as dg
-import pandas as pd
 from pydantic import Field
 from upath import UPath
 
+from pipelines.columns import column_schema
 from pipelines.resources import STORAGE_DIR_ENV, storage_location
 from ppb_core import chain
 from ppb_core.io import atomic_write_bytes
+from ppb_core.tables.schema import Stored, rows_of
 
 LOCAL_PROTOCOLS = ("", "file", "local")
 
@@ -39,21 +40,20 @@ def replace_file(path: UPath, data: bytes) -> None:
 class PandasParquetIOManager(dg.UPathIOManager):
     extension = chain.PARQUET
 
-    def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath) -> None:
+    def dump_to_path(self, context: dg.OutputContext, obj: Stored, path: UPath) -> None:
         # Render everything before writing anything, so a failing render leaves all files as they were.
-        files = {chain.PARQUET: chain.to_parquet_bytes(obj), **chain.stage_artifacts(self._stage(context), obj)}
+        files = chain.stage_files(self._stage(context), obj)
         for suffix, data in files.items():
             replace_file(self._sibling(path, suffix), data)
 
-    def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> Stored:
         return chain.from_parquet_bytes(path.read_bytes())
 
-    def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame) -> dict[str, dg.RawMetadataValue]:
+    def get_metadata(self, context: dg.OutputContext, obj: Stored) -> dict[str, dg.RawMetadataValue]:
+        frame = rows_of(obj)
         metadata: dict[str, dg.RawMetadataValue] = {
-            "dagster/row_count": len(obj),
-            "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(str(name), str(dtype)) for name, dtype in obj.dtypes.items()]
-            ),
+            "dagster/row_count": len(frame),
+            "dagster/column_schema": column_schema(chain.stage(self._stage(context)).schema, frame),
         }
         for suffix in chain.stage_artifact_suffixes(self._stage(context)):
             metadata[f"file{suffix}"] = dg.MetadataValue.path(str(self._sibling(self._output_path(context), suffix)))
@@ -76,9 +76,7 @@ class PandasParquetIOManager(dg.UPathIOManager):
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """Parquet files under a base folder (or fsspec URL), one per asset and partition."""
 
-    base_dir: str = Field(
-        default="", description=f"where the tables go; empty: ${STORAGE_DIR_ENV}, else <project>/storage"
-    )
+    base_dir: str = Field(default="", description=f"where the tables go (${STORAGE_DIR_ENV}); empty: storage/")
 
     def create_io_manager(self, context: dg.InitResourceContext) -> PandasParquetIOManager:
         return PandasParquetIOManager(base_path=UPath(storage_location(self.base_dir)))

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ppb_core.errors import InputError
 
 
@@ -42,8 +44,6 @@ def read_json(path: str | Path, directory_problem: str = "is a directory, not a 
 def read_yaml(path: str | Path, directory_problem: str = "is a directory, not a YAML file") -> Any:
     """The parsed YAML of a file; a missing, unreadable or malformed file is an InputError naming it
     (with the line and column of a syntax error)."""
-    import yaml
-
     text = read_text(path, directory_problem)
     try:
         return yaml.safe_load(text)

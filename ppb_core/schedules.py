@@ -13,9 +13,10 @@ implementations:
   micro-batches is too short; such sizes are refused.
 * ``gpipe``: every forward (chunk by chunk), then every backward.
 * ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
-  runs P−1 → 0): the eight steps of the reference implementation, with each overlapped
-  forward-and-backward pair run forward first and the weight-gradient step folded into its
-  backward (descriptions carry no split of the backward). It needs m ≥ 2P.
+  runs P−1 → 0): the eight steps of DeepSeek's implementation (deepseek-ai/DualPipe,
+  dualpipe/dualpipev.py), with each overlapped forward-and-backward pair run forward first and the
+  weight-gradient step folded into its backward (descriptions carry no split of the backward).
+  It needs m ≥ 2P.
 
 Micro-batches in flight follow from the order alone: on a stage, a forward of chunk v adds one
 micro-batch of chunk-v activations and its backward frees it. Times follow from the order and
@@ -29,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ppb_core.dominance import undominated
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
 
@@ -186,12 +189,8 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 seen.add(tuple(held))
             else:
                 held[op.chunk] -= 1
-        # A vector that dominates another has a larger sum, so in order of decreasing sum each vector
-        # need only be checked against the maximal ones already kept.
-        maximal: list[tuple[int, ...]] = []
-        for v in sorted(seen, key=lambda v: (-sum(v), v)):
-            if not any(all(a >= b for a, b in zip(w, v, strict=True)) for w in maximal):
-                maximal.append(v)
+        held_vectors = sorted(seen)
+        maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
         vectors.append(sorted(maximal, reverse=True))
     return vectors
 
@@ -348,15 +347,23 @@ def simulate(
     last = stages * chunks - 1
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
 
+    # What each cell's forward (its activations to the next cell) and backward (the gradient to the
+    # previous cell) sends; nothing to a cell of the same stage or past either end.
+    send_forward = [[0.0] * stages for _ in range(chunks)]
+    send_backward = [[0.0] * stages for _ in range(chunks)]
+    if transfer is not None:
+        for chunk in range(chunks):
+            for stage in range(stages):
+                position = _position(name, stages, chunk, stage)
+                if position < last and cell_at[position + 1][1] != stage:
+                    send_forward[chunk][stage] = transfer[chunk][stage]
+                if position > 0 and cell_at[position - 1][1] != stage:
+                    before = cell_at[position - 1]
+                    send_backward[chunk][stage] = transfer[before[0]][before[1]]
+
     def sent(op: Op, stage: int) -> float:
         """Seconds the op's output spends on the link to the next (forward) or previous (backward) cell."""
-        if transfer is None:
-            return 0.0
-        position = _position(name, stages, op.chunk, stage)
-        to = position + 1 if op.kind == "F" else position - 1
-        if to < 0 or to > last or cell_at[to][1] == stage:
-            return 0.0
-        return transfer[op.chunk][stage] if op.kind == "F" else transfer[cell_at[to][0]][cell_at[to][1]]
+        return (send_forward if op.kind == "F" else send_backward)[op.chunk][stage]
 
     starts = [[0.0] * len(order) for order in orders]
     ends = [[0.0] * len(order) for order in orders]

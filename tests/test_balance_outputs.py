@@ -1,4 +1,4 @@
-"""What users paste: MindFormers yaml both ways (reference §6.6, §8.4), Megatron-LM flags, the stage table."""
+"""What users paste: MindFormers yaml both ways (sapp_ppb/utils/recompute.py), Megatron-LM flags, the stage table."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from ppb_core.balance.outputs import cell_from_yaml, megatron, plan_from_yaml, stage_rows, to_yaml, yaml_from_cell
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.payload.sapp import layer_set
 
 MEMORY = {
@@ -47,7 +47,7 @@ def _problem(counts: list[int], stages: int, chunks: int, head: bool = True, tai
 
 
 def test_reference_cell_example() -> None:
-    # reference §8.4: x = (NONE 2, SLCT 1, COMM 0, BOTH 1, FULL 1), nass 4 → offset 5 − 4 = 1,
+    # sapp_ppb/utils/recompute.py: x = (NONE 2, SLCT 1, COMM 0, BOTH 1, FULL 1), nass 4 → offset 5 − 4 = 1,
     # recompute FULL = 1, select_recompute SLCT + BOTH + FULL = 3, select_comm_recompute COMM + BOTH + FULL = 2.
     assert yaml_from_cell((2, 1, 0, 1, 1), 4) == {
         "offset": 1,
@@ -72,7 +72,8 @@ def _plan_with_counts(problem: BalanceInput, per_cell: list[list[int]]) -> Plan:
     ("layers", "offsets"), [([6, 6, 5, 5], [1, 1, 0, 0]), ([5, 6, 6], [0, 1, 1]), ([5, 5, 5, 5], [0, 0, 0, 0])]
 )
 def test_offsets_match_dense_tuner(layers: list[int], offsets: list[int]) -> None:
-    # reference §8.4 dense_tuner: offset = count − Σcounts // P, e.g. [6,6,5,5]: 22 // 4 = 5 → [1,1,0,0].
+    # hyper-parallel's dense_tuner/pipeline_balancer.py: offset = count − Σcounts // P,
+    # e.g. [6,6,5,5]: 22 // 4 = 5 → [1,1,0,0].
     problem = _problem([sum(layers)], len(layers), 1)
     assert to_yaml(_plan_with_counts(problem, [layers]))["offset"] == offsets
 
@@ -120,7 +121,7 @@ def plans(draw):
     for (v, s), n in zip(problem.cells, per_cell, strict=True):
         selective = draw(st.sampled_from(["SLCT", "COMM"]))
         ranked = ["FULL", "BOTH", selective, "NONE"]
-        sequence = sorted(draw(st.lists(st.sampled_from(ranked), min_size=n, max_size=n)), key=lambda o: RANK[o])
+        sequence = sorted(draw(st.lists(st.sampled_from(ranked), min_size=n, max_size=n)), key=lambda o: CELL_RANK[o])
         for body, option in zip(types[start : start + n], sequence, strict=True):
             counts[body][v][s][OPTIONS.index(option)] += 1
         start += n

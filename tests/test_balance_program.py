@@ -1,7 +1,8 @@
-"""The balancer end to end: the reference examples, exactness against the simulator, infeasible inputs."""
+"""The balancer end to end: SAPP's examples, exactness against the simulator, infeasible inputs."""
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 
 from ppb_core.balance import BalanceInput, balance, solve
 from ppb_core.balance.baselines import uniform_layer_counts, uniform_plan
+from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.outputs import plan_from_yaml, to_yaml
+from ppb_core.balance.program import _choices, least_max_work
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set, read_layer_set
@@ -25,7 +28,7 @@ def llama() -> object:
 
 @pytest.fixture(scope="session")
 def llama_v1(llama):
-    """reference §8.4's llama2_70b.json at P=16, m=32, 56000 MB, without interleave."""
+    """SAPP's example llama2_70b.json (sapp_ppb/layers) at P=16, m=32, 56000 MB, without interleave."""
     return solve(BalanceInput(llama, 16, 32, 1, 56000.0), time_limit=120)
 
 
@@ -81,7 +84,7 @@ def test_plan_yaml_round_trips(llama_v1) -> None:
 
 
 def test_reference_interleaved_example(llama) -> None:
-    # reference §8.4: P=16, m=32, V=2, 56000 MB. SAPP printed offset [[0×14, 1, 1], [0×15, −2]] and
+    # SAPP's README example: P=16, m=32, V=2, 56000 MB. SAPP printed offset [[0×14, 1, 1], [0×15, −2]] and
     # recompute [[3, 1, 1, 1, 1, 0×11], [0×16]] (select_recompute not printed).
     problem = BalanceInput(llama, 16, 32, 2, 56000.0)
     solution = solve(problem, time_limit=60, exact=False)
@@ -90,13 +93,13 @@ def test_reference_interleaved_example(llama) -> None:
     reference = plan_from_yaml(
         problem, {"offset": [[0] * 14 + [1, 1], [0] * 15 + [-2]], "recompute": [[3, 1, 1, 1, 1] + [0] * 11, [0] * 16]}
     )
-    # With only its full recomputes (the other layers NONE) the reference split does not fit: stage 1
+    # With only its full recomputes (the other layers NONE) SAPP's split does not fit: stage 1
     # holds 3 layers of chunk 0 (one FULL) and 3 of chunk 1, and Megatron-LM's order reaches (29, 16)
     # micro-batches in flight there: 6·1710 + 29·(2·994 + 32) + 16·3·994 = 10260 + 58580 + 47712
     # = 116552 MB.
     assert reference.stage_memory_mb[1] == 116552
     assert not reference.fits
-    # Whatever options the reference gave its other layers, the program's optimum is no worse on
+    # Whatever options SAPP gave its other layers, the program's optimum is no worse on
     # the objective it minimises, since the program saw every plan that fits.
     assert solution.objective <= reference.closed_form_time
 
@@ -168,10 +171,6 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     # 45 MB and 10 MB per layer per micro-batch: stage 0 takes at most 2 layers (2·10·2 = 40), stage 1
     # at most 4 (40). So the split is (2, 4) and the busiest stage works 4·3 = 12 (an even split, 9,
     # does not fit). Closed form: Σ_s S_s + (m − 1)·max_s S_s = (6 + 12) + 12 = 30.
-    import time
-
-    from ppb_core.balance.choices import Catalogue
-    from ppb_core.balance.program import _choices, least_max_work
 
     descriptions = [
         {

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.census.record import read_census
 from ppb_core.cli.main import main
 
 SMALL_LLAMA = {
@@ -34,7 +35,6 @@ def _config(tmp_path: Path, raw: dict | str, name: str = "config.json") -> Path:
 def test_writes_a_census_the_reader_accepts(tmp_path, capsys) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from ppb_core.census.record import read_census
 
     config = _config(tmp_path, SMALL_LLAMA)
     out = tmp_path / "census" / "llama.json"

@@ -1,4 +1,4 @@
-"""The census record and file: §3's KindActivations, a rank's bytes, and the JSON format (no torch)."""
+"""The census record and file: KindActivations, a rank's bytes, and the JSON format (no torch)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_json_round_trip(tmp_path) -> None:
     assert back == _census()
     data = json.loads(path.read_text())
     assert data["format"] == CENSUS_FORMAT and data["version"] == CENSUS_VERSION
-    # Settings in order of size, each named by the switches it recomputes in §4 order.
+    # Settings in order of size, each named by the switches it recomputes in SWITCHES order.
     assert [s["recompute"] for s in data["kinds"][0]["settings"]] == [[], ["normOp"], ["ffAct"], ["normOp", "ffAct"]]
 
 

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppb_core.config.hf import read_hf_config, spec_from_hf
-from ppb_core.config.run import load_run_config, parse_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.tables.run import run_from_frame, run_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -208,7 +209,7 @@ def test_hf_configs_ignore_unused_fields_and_reject_bad_ones(tmp_path):
     assert spec_from_hf(raw).hidden_size == 4096
     assert spec_from_hf({**raw, "tie_word_embeddings": True}).tied_embeddings
     for field, value, words in [
-        ("hidden_size", None, "missing"),
+        ("hidden_size", None, "null, and this architecture needs it"),
         ("hidden_size", "4096", "expected an integer"),
         ("num_key_value_heads", 7, "not a multiple"),
         ("hidden_act", "swish-9", "unsupported activation"),
@@ -230,8 +231,9 @@ def test_hf_architecture_fields():
     assert deepseek.is_mla and deepseek.q_lora_rank == 1536 and deepseek.mtp_layers == 1
     assert [deepseek.layer_is_moe(i) for i in range(5)] == [False, False, False, True, True]
     every_other = spec_from_hf({**json.loads((ROOT / "configs/hf/deepseek-v3.json").read_text()), "moe_layer_freq": 2})
-    # DeepSeek's own rule: MoE from first_k_dense_replace on, where index % moe_layer_freq == 0.
-    assert [every_other.layer_is_moe(i) for i in range(3, 8)] == [False, True, False, True, False]
+    # transformers' DeepseekV3 builds an MoE block on every layer from first_k_dense_replace on and
+    # has no moe_layer_freq (modeling_deepseek_v3.py, DeepseekV3DecoderLayer): the field is ignored.
+    assert [every_other.layer_is_moe(i) for i in range(3, 8)] == [True] * 5
     qwen = read_hf_config(ROOT / "configs/hf/qwen2.5-7b.json")
     assert qwen.attention_bias and not qwen.attention_output_bias and qwen.kv_heads == 4
     mixtral = read_hf_config(ROOT / "configs/hf/mixtral-8x7b.json")

@@ -7,9 +7,10 @@ import copy
 import pytest
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute
-from ppb_core.config.run import parse_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import SWITCHES
+from ppb_core.tables.run import run_from_frame, run_to_frame
 
 BASE = {
     "models": [
@@ -125,14 +126,6 @@ def test_torchtitan_modes_and_options():
     assert _recomputed(op.switches) == {"normOp", "attBMM", "ffAct"}
 
 
-def test_model_switches_still_override_the_resolved_ones():
-    raw = copy.deepcopy(BASE)
-    raw["training"]["recompute"] = {"granularity": "selective", "modules": ["layernorm"]}
-    raw["models"][0]["recompute"] = {"normOp": 1, "ffAct": 0}
-    run = parse_run_config(raw, "run.yaml")
-    assert _recomputed(run.switches("llm")) == {"ffAct"}
-
-
 @pytest.mark.parametrize(
     ("recompute", "framework", "words"),
     [
@@ -194,3 +187,23 @@ def test_every_form_round_trips_through_the_run_config_table():
         assert again.recompute == run.recompute
         assert isinstance(run.training.recompute, dict | str | MegatronRecompute | TorchtitanRecompute)
         assert set(run.recompute.switches) == set(SWITCHES)
+
+
+def test_a_models_switches_refine_only_the_switch_form():
+    raw = copy.deepcopy(BASE)
+    raw["training"]["recompute"] = "full"
+    raw["models"][0]["recompute"] = {"ffAct": 0}
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    assert caught.value.field == "models.0.recompute" and "run-wide" in caught.value.problem
+
+
+def test_torchtitan_shards_with_fsdp_or_replicates():
+    # torchtitan's data parallelism is fully_shard (FSDP2) or replicate: no ZeRO-1/2.
+    assert _run(framework="torchtitan").shard_level == 3  # zero left at its default: FSDP
+    assert _run(framework="torchtitan", parallel={"dp": 2, "tp": 2, "pp": 2, "zero": 0}).shard_level == 0
+    assert _run(framework="torchtitan", parallel={"dp": 2, "tp": 2, "pp": 2, "fsdp": True}).shard_level == 3
+    assert _run(parallel={"dp": 2, "tp": 2, "pp": 2, "zero": 2}).shard_level == 2  # megatron keeps ZeRO levels
+    with pytest.raises(InputError) as caught:
+        _run(framework="torchtitan", parallel={"dp": 2, "tp": 2, "pp": 2, "zero": 1})
+    assert caught.value.field == "parallel.zero" and "no ZeRO-1" in caught.value.problem

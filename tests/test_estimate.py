@@ -1,4 +1,4 @@
-"""The estimate: the overview.md JSON contract, one row per distinct kind, tables through Parquet, the CLI."""
+"""The estimate: the JSON contract the README states, one row per distinct kind, tables through Parquet, the CLI."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.run import (
     estimate,
-    estimate_from_frame,
-    estimate_to_frame,
-    stages_from_frame,
-    stages_to_frame,
 )
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import walk
+from ppb_core.tables.estimate import estimate_from_frame, estimate_to_frame, stages_from_frame, stages_to_frame
 
 CONTRACT = {
     "model_name",
@@ -90,6 +87,20 @@ def test_hand_figures_in_the_rows():
         "BOTH": 57856 - 8192,
         "FULL": 4096,
     }
+    # Megatron-Core (the default framework) saves only the sequence shard of a column-parallel
+    # linear's input and all-gathers it again in the backward (megatron/core/tensor_parallel/
+    # layers.py, LinearWithGradAccumulationAndAsyncCommunication): no buffer per micro-batch; the
+    # gathered copy, 64·64·2 = 8192 bytes whole, is a workspace of the stage's working set.
+    assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (0, 0, 0)
+    # MindFormers (SAPP's convention) keeps the all-gather's output unless select_comm_recompute:
+    # (t−1)/t of it, 4096, for each of the two gathered inputs, per micro-batch
+    mind = make_run(
+        DENSE,
+        parallel={"tp": 2, "sequence_parallel": True, "pp": 2},
+        training={"seq_length": 64, "micro_batches": 4, "recompute": {"ffAct": 0}},
+        framework="mindformers",
+    )
+    body = next(row for row in estimate(mind).layers if row.node == "BODY")
     assert (body.buffer_bytes_one, body.buffer_bytes_per_micro_batch, body.buffer_bytes_once) == (8192, 8192, 0)
     assert body.buffers_by_option["COMM"] == {"one": 0, "per_micro_batch": 0, "once": 0}
 
@@ -110,12 +121,15 @@ def test_time_hook_asks_the_time_source():
 def test_tables_round_trip_through_parquet(llama, tmp_path):
     _, result = llama
     layers_path, stages_path = tmp_path / "layers.parquet", tmp_path / "stages.parquet"
-    estimate_to_frame(result).to_parquet(layers_path)
+    stored = estimate_to_frame(result)
+    stored.frame.to_parquet(layers_path)
     stages_to_frame(result).to_parquet(stages_path)
-    back = estimate_from_frame(pd.read_parquet(layers_path), pd.read_parquet(stages_path), run=result.run)
-    assert back.to_json() == result.to_json()
+    back = estimate_from_frame(pd.read_parquet(layers_path), run=result.run)
+    assert back.to_json()["layers"] == result.to_json()["layers"]
     assert [row.layer_kind for row in back.layers] == [row.layer_kind for row in result.layers]
-    assert stages_from_frame(stages_to_frame(result)) == result.stages
+    assert stages_from_frame(pd.read_parquet(stages_path)) == result.stages
+    assert stages_from_frame(pd.read_parquet(stages_path), "full") == result.stages_at_full
+    assert estimate_from_frame(stored).to_json() == result.to_json()
 
 
 def test_timed_rows_round_trip():
@@ -125,9 +139,9 @@ def test_timed_rows_round_trip():
 
     run = make_run(DENSE, training={"seq_length": 64})
     result = estimate(run, times=Times())
-    frame = estimate_to_frame(result)
-    assert frame["forward_ms_none"].dtype == "Float64"
-    assert estimate_from_frame(frame).to_json()["layers"] == result.to_json()["layers"]
+    stored = estimate_to_frame(result)
+    assert stored.frame["forward_ms_none"].dtype == "Float64"
+    assert estimate_from_frame(stored).to_json()["layers"] == result.to_json()["layers"]
 
 
 def test_cli_json(capsys):

@@ -1,4 +1,5 @@
-"""The recompute front: settings nothing beats, their names and prices (reference §4 front.py, §8.3)."""
+"""The recompute front: settings nothing beats, their names and prices (hyper-parallel's sapp_nd/recompute/front.py
+and its test_front.py cases)."""
 
 from __future__ import annotations
 

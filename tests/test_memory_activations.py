@@ -172,7 +172,9 @@ MOE = {
     ],
 )
 def test_moe_capacity_and_dropless(moe, rows):
-    run = make_run(MOE, training={"seq_length": 16, "moe": moe})
+    # the formulas' terms as SAPP keeps them (framework mindformers); Megatron-Core's combine differs
+    # (test_frameworks.py)
+    run = make_run(MOE, training={"seq_length": 16, "moe": moe}, framework="mindformers")
     memory, layer = model(run), body(run, "moe")
     assert routed_rows(layer.kind.mlp, memory.setup) == rows
     # norms 2·16·32·2 = 2048; router scores 16·4·2 = 128; top-k probabilities 16·2·2 = 64 and
@@ -200,8 +202,9 @@ def test_moe_shared_experts_and_gate():
 def test_expert_parallel_moves_tokens_to_buffers_and_keeps_the_total():
     # ep 2 (dp 2): of the 32 dispatched rows (dropless, imbalance 1) and the 32 combined ones, half
     # stayed local (activations) and half crossed the network (buffers kept per micro-batch)
-    one = make_run(MOE, training={"seq_length": 16})
-    two = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16})
+    # (SAPP's conventions, framework mindformers: the send buffer is one of the layer's buffers)
+    one = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
+    two = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, framework="mindformers")
     m1, m2 = model(one), model(two)
     l1, l2 = body(one, "moe"), body(two, "moe")
     terms = {t.op: t.bytes for t in m2.activation_terms(l2, NOT)}

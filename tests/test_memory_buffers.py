@@ -1,4 +1,9 @@
-"""Communication buffers at one and at k micro-batches in flight, the gather switch, the §2.8 split."""
+"""Communication buffers at one and at k micro-batches in flight, the gather switch, `_dynamic_mem`'s split.
+
+These are SAPP's buffer conventions (hyper-parallel's MemEst), which `framework: mindformers` keeps (each layer's
+workspaces in its own "once" part, the gathered inputs kept); Megatron-Core's and torchtitan's
+are in test_frameworks.py.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ def _run(**parallel):
         DENSE,
         parallel={"tp": 2, "sequence_parallel": True, "dp": 2, "zero": 2, **parallel},
         training={"seq_length": 64, "micro_batches": 8},
+        framework="mindformers",
     )
 
 
@@ -61,7 +67,7 @@ def test_zero_one_reduces_in_place():
 
 
 def test_reference_rule_max_of_groups_and_its_excess():
-    # reference §7.4: max(dp, tp, cp) + ep. tp at k is k·8192 against the bucket 82432: the bucket wins
+    # MemEst's evaluators/comm.py: max(dp, tp, cp) + ep. tp at k is k·8192 against the bucket 82432: the bucket wins
     # up to k = 10. At many = 16: at(16) = 131072; per_mb = (131072 − 82432)/15; the linear split
     # over-charges at k = 4 by one + 3·per_mb − at(4) = 3·per_mb.
     run = _run()
@@ -77,13 +83,15 @@ def test_reference_rule_max_of_groups_and_its_excess():
 def test_context_parallel_ring_and_ulysses_buffers():
     # cp 2, one kv head of 16, tokens 32: a chunk of keys and values is 32·(2·16)·2 = 2048 bytes.
     spec = {**DENSE, "num_key_value_heads": 1}
-    ring = make_run(spec, parallel={"cp": 2}, training={"seq_length": 64})
+    ring = make_run(spec, parallel={"cp": 2}, training={"seq_length": 64}, framework="mindformers")
     buffers = model(ring).buffers(body(ring), NOT)
     assert buffers.kept_bytes("cp") == 2048  # the cp − 1 chunks the ring brought in
     assert buffers.transient_bytes("cp") == 4096  # its double buffer
     assert buffers.at(3) == 4096 + 3 * 2048
     assert model(ring).buffers(body(ring), SEL, dict(KEEP_ALL, gather=0)).at(3) == 4096
-    ulysses = make_run(spec, parallel={"cp": 2, "cp_variant": "ulysses"}, training={"seq_length": 64})
+    ulysses = make_run(
+        spec, parallel={"cp": 2, "cp_variant": "ulysses"}, training={"seq_length": 64}, framework="mindformers"
+    )
     buffers = model(ulysses).buffers(body(ulysses), NOT)
     # the all-to-all sends queries (32·64·2) and keys and values (2048) once; nothing is kept
     assert (buffers.kept_bytes(), buffers.transient_bytes()) == (0, 4096 + 2048)
@@ -91,12 +99,14 @@ def test_context_parallel_ring_and_ulysses_buffers():
 
 def test_tail_keeps_its_gathered_input_and_head_keeps_nothing():
     # SP at tp 2: the output head's input gathered, 64·64·2/2 = 4096 per micro-batch; never recomputed
-    run = make_run(DENSE, parallel={"tp": 2, "sequence_parallel": True}, training={"seq_length": 64})
+    run = make_run(
+        DENSE, parallel={"tp": 2, "sequence_parallel": True}, training={"seq_length": 64}, framework="mindformers"
+    )
     memory, found = model(run), layers(run)
     assert memory.buffers(found["TAIL"], LayerType.OUTPUT_LAYER).at(3) == 3 * 4096
     assert memory.buffers(found["HEAD"], LayerType.EMBEDDING_LAYER).at(3) == 0
 
 
 def test_no_gathered_copies_without_sequence_parallelism():
-    run = make_run(DENSE, parallel={"tp": 2}, training={"seq_length": 64})
+    run = make_run(DENSE, parallel={"tp": 2}, training={"seq_length": 64}, framework="mindformers")
     assert model(run).buffers(body(run), NOT).at(4) == 0

@@ -18,6 +18,7 @@ def make_run(
     training: dict[str, Any] | None = None,
     device: dict[str, Any] | None = None,
     name: str = "m",
+    framework: str | None = None,
 ) -> RunConfig:
     raw = {
         "name": "memory-test",
@@ -26,6 +27,8 @@ def make_run(
         "training": {"seq_length": 64, **(training or {})},
         "device": device or {"name": "h100-80gb"},
     }
+    if framework is not None:
+        raw["framework"] = framework
     return parse_run_config(raw, "memory-test.yaml")
 
 

@@ -1,6 +1,7 @@
 """End to end through Dagster: every stage asset of two run configs materialized into a temporary
 folder, read back and compared with the core's own tables and with `ppb plan`'s files; one asset
-rerun alone from stored upstream; failed runs leave the previous Parquet in place."""
+rerun alone from stored upstream; failed runs and failed blocking checks leave the previous
+Parquet in place."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ import pandas as pd
 import pytest
 
 from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
-from pipelines.checks import ALL_CHECKS
+from pipelines.assets.config import CONFIG_HASH
 from pipelines.definitions import resources
-from pipelines.freshness import CONFIG_HASH
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import data_version
 from ppb_core import chain
 from ppb_core.cli.main import main
 from ppb_core.config.run import config_hash, load_run_config
 from ppb_core.estimate.run import estimate
-from ppb_core.payload.describe import describe_run
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame
+from ppb_core.tables.schema import rows_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -42,7 +43,7 @@ def materialize(
     instance: dg.DagsterInstance, storage: Path, configs: Path, key: str, selection=None, **kwargs
 ) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        [*ALL_ASSETS, *ALL_CHECKS],
+        ALL_ASSETS,
         selection=selection or STAGE_ASSETS,
         partition_key=key,
         instance=instance,
@@ -88,10 +89,10 @@ def test_stored_tables_equal_the_core_results(built: Built, key: str) -> None:
     expected = chain.run_chain(CONFIGS / f"{key}.yaml")
     for name in STAGES:
         path = built.storage / name / f"{key}.parquet"
-        stored = pd.read_parquet(path)
-        pd.testing.assert_frame_equal(stored, expected[name])
-        assert stored.attrs == expected[name].attrs
-        assert path.read_bytes() == chain.to_parquet_bytes(expected[name])
+        stored = chain.from_parquet_bytes(path.read_bytes())
+        pd.testing.assert_frame_equal(rows_of(stored), rows_of(expected[name]))
+        assert getattr(stored, "summary", None) == getattr(expected[name], "summary", None)
+        assert path.read_bytes() == chain.stage_files(name, expected[name])[chain.PARQUET]
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -121,6 +122,16 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     digest = config_hash(CONFIGS / f"{key}.yaml")
     assert run_event.metadata[CONFIG_HASH].value == digest
     assert run_event.tags["dagster/data_version"] == data_version(digest, code_versions["run_config"])
+    for name in STAGES:  # numbers a person reads are rounded
+        (event,) = materializations(built.instance, name, key)
+        for label, entry in event.metadata.items():
+            if isinstance(entry.value, float):
+                assert entry.value == round(entry.value, 4), (name, label)
+        columns = event.metadata["dagster/column_schema"].schema.columns
+        assert all(column.description for column in columns), name
+    (plan_event,) = materializations(built.instance, "pipeline_plan", key)
+    report = plan_event.metadata["report"].value  # the report's picture and summary on the plan's own page
+    assert "![memory and time per stage](data:image/png;base64," in report and "tightest stage" in report
     assert run_event.metadata["parallel"].value.startswith("dp 8 · tp 2 + sp · pp 4")
     (walk_event,) = materializations(built.instance, "layer_walk", key)
     # 32 body layers on 4 stages of one chunk: 8 per cell; plus the HEAD and the TAIL.
@@ -141,7 +152,7 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     (scaled_event,) = materializations(built.instance, "scaled_descriptions", key)
     unscaled = descriptions_from_frame(pd.read_parquet(built.storage / "layer_descriptions" / f"{key}.parquet"))
     first_body = next(d for d in unscaled if d["type"] == "BODY")
-    assert scaled_event.metadata["time_unit_ms"].value == first_body["forward_time"]
+    assert scaled_event.metadata["time_unit_ms"].value == round(first_body["forward_time"], 4)
     assert scaled_event.metadata["file.json"].value == str(built.storage / "scaled_descriptions" / f"{key}.json")
 
 
@@ -218,7 +229,7 @@ def test_a_write_that_fails_midway_leaves_the_previous_parquet_in_place(small, m
     assert '"micro_batches": 16' in pd.read_parquet(storage / "run_config" / "llama3-8b.parquet")["config_json"][0]
 
 
-def test_a_failing_blocking_check_stops_the_stages_after_it(small, monkeypatch) -> None:
+def test_a_failing_blocking_check_keeps_the_last_good_table_and_stops_the_stages_after_it(small, monkeypatch) -> None:
     instance, storage, configs = small
     before = stored_files(storage)
     config = configs / "llama3-8b.yaml"
@@ -232,10 +243,15 @@ def test_a_failing_blocking_check_stops_the_stages_after_it(small, monkeypatch) 
     assert not result.success
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["layer_descriptions_are_sound"] is False
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key == "layer_descriptions"
+    assert failure.step_failure_data.user_failure_data.description == (
+        "layer_descriptions not stored, layer_descriptions_are_sound failed: a problem the check must stop on"
+    )
     done = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
-    after = {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}
-    assert "layer_descriptions" in done and not done & after
-    for name in after:  # the tables after the failed check are the previous run's
+    later = {"layer_descriptions", "combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}
+    assert "run_config" in done and not done & later
+    for name in later:  # the checked table and those after it are the last good run's
         path = storage / name / "llama3-8b.parquet"
         assert path.read_bytes() == before[path]
 
@@ -253,9 +269,8 @@ def test_a_plan_that_cannot_fit_stops_the_report(small) -> None:
     details = checks["plan_fits_the_device"].metadata["details"].value
     assert "infeasible" in details and "the least-memory plan needs" in details
     done = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}
-    assert "pipeline_plan" in done and "plan_report" not in done
-    (plan_event, *_) = materializations(instance, "pipeline_plan", "llama3-8b")
-    assert plan_event.metadata["solver_status"].value == "infeasible"
-    for suffix in (".parquet", ".png", ".md"):
-        path = storage / "plan_report" / f"llama3-8b{suffix}"
-        assert path.read_bytes() == before[path]
+    assert not done & {"pipeline_plan", "plan_report"}
+    for name, suffixes in (("pipeline_plan", (".parquet", ".json")), ("plan_report", (".parquet", ".png", ".md"))):
+        for suffix in suffixes:  # the last plan that fitted, and its report, stay
+            path = storage / name / f"llama3-8b{suffix}"
+            assert path.read_bytes() == before[path]

@@ -7,18 +7,23 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from ppb_core import chain
 from ppb_core.cli.main import main
-from ppb_core.config.run import load_run_config, run_to_frame
-from ppb_core.estimate.run import estimate, estimate_to_frame
+from ppb_core.config.run import load_run_config
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_in_flight_counts
-from ppb_core.model.walk import walk, walk_to_frame
-from ppb_core.payload.describe import describe_run
+from ppb_core.model.walk import walk
 from ppb_core.payload.profiling import profile_run
+from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import read_layers_description
+from ppb_core.tables.estimate import estimate_to_frame, times_frame
 from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame, profiles_from_frame
+from ppb_core.tables.run import run_to_frame
+from ppb_core.tables.schema import Summarized
+from ppb_core.tables.walk import walk_to_frame
 from ppb_core.timing import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +48,6 @@ def test_chain_tables_equal_the_core_called_directly() -> None:
     pd.testing.assert_frame_equal(tables["run_config"], expected_run)
     expected_walk = walk_to_frame(walk(run))
     pd.testing.assert_frame_equal(tables["layer_walk"], expected_walk)
-    assert tables["layer_walk"].attrs == {"stages": 4, "chunks": 1}
     # Llama-3-8B: 32 body layers + HEAD + TAIL.
     assert len(tables["layer_walk"]) == 34
 
@@ -58,8 +62,23 @@ def test_parquet_bytes_are_deterministic_and_round_trip() -> None:
     assert chain.to_parquet_bytes(frame) == data
     back = chain.from_parquet_bytes(data)
     pd.testing.assert_frame_equal(back, frame)
-    assert back.attrs == frame.attrs
     assert chain.to_parquet_bytes(back) == data
+
+
+def test_a_summary_is_parquet_metadata_any_reader_sees_and_columns_carry_their_words(tmp_path: Path) -> None:
+
+    summarized = Summarized(pd.DataFrame({"stage": [0, 1]}), {"status": "optimal", "objective": 1.5})
+    plan_schema = chain.stage("pipeline_plan").schema
+    path = tmp_path / "plan.parquet"
+    path.write_bytes(chain.to_parquet_bytes(summarized, plan_schema))
+    schema = pq.read_schema(path)
+    assert json.loads(schema.metadata[b"ppb.summary"]) == {"status": "optimal", "objective": 1.5}
+    assert schema.metadata[b"ppb.table"] == b"pipeline_plan"
+    assert schema.field("stage").metadata[b"description"] == b"the pipeline stage, from 0"
+    back = chain.from_parquet_bytes(path.read_bytes())
+    assert isinstance(back, Summarized) and back.summary == summarized.summary
+    pd.testing.assert_frame_equal(back.frame, summarized.frame)
+    assert pd.read_parquet(path).attrs == {}
 
 
 def test_stage_path_layout_keeps_dotted_keys() -> None:
@@ -68,7 +87,7 @@ def test_stage_path_layout_keeps_dotted_keys() -> None:
 
 
 def test_code_version_covers_the_core_modules_a_stage_rests_on() -> None:
-    closure = chain.core_closure(("ppb_core.model.walk",))
+    closure = chain.core_closure({"ppb_core.model.walk"})
     # model imports config and kinds; config imports hf, spec, devices, errors, switches.
     walk_modules = (
         "ppb_core.model.walk",
@@ -103,7 +122,7 @@ def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, ca
     tables = chain.run_chain(path)
     for name, frame in tables.items():
         stored = tmp_path / name / "llama3-8b.parquet"
-        assert stored.read_bytes() == chain.to_parquet_bytes(frame)
+        assert stored.read_bytes() == chain.stage_files(name, frame)[chain.PARQUET]
         for suffix, data in chain.stage_artifacts(name, frame).items():
             assert (tmp_path / name / f"llama3-8b{suffix}").read_bytes() == data
     assert "layer_walk" in capsys.readouterr().out
@@ -140,18 +159,18 @@ def test_the_plan_is_what_ppb_balance_prints(planned, capsys) -> None:
     assert main(["balance", str(CONFIGS / f"{key}.yaml"), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     del printed["seconds"], printed["solver"]["notes"]  # wall-clock figures
-    assert json.loads(tables["pipeline_plan"].attrs["plan"]) == printed
+    assert tables["pipeline_plan"].summary == printed
     assert printed["status"] == "optimal"
-    plan = tables["pipeline_plan"]
+    plan = tables["pipeline_plan"].frame
     assert plan["memory_mb"].tolist() == printed["stage_memory_mb"]
     assert plan["layers"].sum() == load_run_config(CONFIGS / f"{key}.yaml").total_body_layers
-    assert chain.plan_problems(tables["run_config"], plan) == []
+    assert chain.plan_problems(tables["run_config"], tables["pipeline_plan"]) == []
 
 
 def test_the_report_agrees_with_the_plan(planned) -> None:
     """The report re-evaluates each stage with the memory and time models, layer by layer."""
     key, tables = planned
-    plan, report = tables["pipeline_plan"], tables["plan_report"]
+    plan, report = tables["pipeline_plan"].frame, tables["plan_report"].frame
     assert report["stage"].tolist() == plan["stage"].tolist()
     assert report["layers"].tolist() == plan["layers"].tolist()
     assert report["planned_mb"].tolist() == plan["memory_mb"].tolist()
@@ -162,16 +181,16 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
     for report_ms, plan_time in zip(report["forward_ms"] + report["backward_ms"], plan["time"], strict=True):
         assert report_ms == pytest.approx(plan_time * unit_ms, rel=1e-9)
     # Memory: the balancer's figures are whole MB per term, from buffers split at `many` micro-batches
-    # (reference §2.7), plus the constant it charges every stage for a backward's working set (the
+    # (`_ppb.py` `_body_memory`), plus the constant it charges every stage for a backward's working set (the
     # largest of any layer and option: the descriptions do not count it); the memory model evaluates
     # each stage at its own counts with its own layers' working set. So the balancer's figure less
     # the constant is close to what the model keeps, and the model's whole peak is within the
     # balancer's figure. Interleaved stages peak at the worst of several in-flight vectors in both;
     # there the balancer is the more cautious: a TAIL description holds its logits once in
-    # `memory_parameter` (reference §2.6), charged even at a vector where the tail's chunk holds no
+    # `memory_parameter` (`_ppb.py` `lay_ppb`), charged even at a vector where the tail's chunk holds no
     # micro-batch (qwen2.5-7b stage 1 at (3, 0): 24·620 MB of COMM layers + the TAIL's 3490, where
     # the memory model's peak is (2, 1) with one logits).
-    constant = json.loads(plan.attrs["plan"])["input"]["constant_memory_mb"]
+    constant = tables["pipeline_plan"].summary["input"]["constant_memory_mb"]
     assert constant >= report["working_mb"].max()
     interleaved = load_run_config(CONFIGS / f"{key}.yaml").parallel.vpp > 1
     whole = report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]
@@ -181,8 +200,8 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
             assert (planned_mb - constant) * 0.9 <= whole_mb - working_mb
         else:
             assert whole_mb - working_mb == pytest.approx(planned_mb - constant, rel=0.02)
-    assert chain.report_problems(report) == []
-    files = chain.stage_artifacts("plan_report", report)
+    assert chain.report_problems(tables["plan_report"]) == []
+    files = chain.stage_artifacts("plan_report", tables["plan_report"])
     assert files[".png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert f"![memory and time per stage]({key}.png)" in files[".md"].decode()
 
@@ -202,9 +221,10 @@ def test_the_chain_equals_the_core_entry_points(shipped) -> None:
     assert descriptions_from_frame(tables["scaled_descriptions"]) == describe_run(run)
     result = estimate(run)
     expected_memory = estimate_to_frame(result)
-    pd.testing.assert_frame_equal(tables["layer_memory"], expected_memory)
-    assert json.loads(tables["layer_memory"].attrs["stage_peaks"]) == result.to_json()["stages"]
-    timed = estimate_to_frame(estimate(run, times=TimeModel(run), stages=False))
+    pd.testing.assert_frame_equal(tables["layer_memory"].frame, expected_memory.frame)
+    assert tables["layer_memory"].summary["stages"] == result.to_json()["stages"]
+    timed = estimate_to_frame(estimate(run, times=TimeModel(run), stages=False)).frame
+    pd.testing.assert_frame_equal(tables["layer_times"], times_frame(timed))
     for column in tables["layer_times"].columns:
         pd.testing.assert_series_equal(tables["layer_times"][column], timed[column])
     counts = run_in_flight_counts(run)

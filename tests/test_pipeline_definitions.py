@@ -1,5 +1,6 @@
-"""The code location loads; every chain stage is an asset described, grouped and versioned by the
-chain; folders resolve against the project; the IO manager works on local and fsspec storage."""
+"""The code location loads; every chain stage is an asset described, grouped, versioned, columned and
+automated by the chain; settings are Dagster environment variables; folders resolve against the
+project; the IO manager works on local and fsspec storage."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
+import yaml
 from upath import UPath
 
 from pipelines.assets import STAGE_ASSETS
-from pipelines.checks import ALL_CHECKS
-from pipelines.definitions import defs, resources
+from pipelines.assets.plan import SOLVER_POOL
+from pipelines.definitions import defs, executor, resources
 from pipelines.io_managers import PandasParquetIOManager, replace_file
 from pipelines.partitions import PARTITIONS_NAME
-from pipelines.resources import PROJECT_ROOT, RunConfigs, storage_location
+from pipelines.resources import PROJECT_ROOT, RunConfigs, env_setting, storage_location
 from ppb_core import chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,32 +25,66 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_definitions_load_and_resolve() -> None:
     dg.Definitions.validate_loadable(defs)
-    job = defs.resolve_job_def("ppb_chain")
-    assert job.partitions_def is not None and job.partitions_def.name == PARTITIONS_NAME
     assert defs.resolve_job_def("register_run_configs")
+    observe = defs.resolve_job_def("observe_run_config_files")
+    assert observe.partitions_def is not None and observe.partitions_def.name == PARTITIONS_NAME
     assert defs.executor is dg.in_process_executor
+    sensors = {sensor.name: sensor for sensor in defs.sensors}
+    assert set(sensors) == {"run_config_sensor", "ppb_automation"}
+    assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in sensors.values())
+    assert not defs.schedules  # the nightly re-estimation is an automation condition (pipelines/automation.py)
 
 
-def test_every_stage_is_one_asset_described_and_versioned_by_the_chain() -> None:
+def test_every_stage_is_one_asset_described_versioned_columned_and_automated_by_the_chain() -> None:
     graph = defs.resolve_asset_graph()
     assert [a.key.path[-1] for a in STAGE_ASSETS] == [step.name for step in chain.STAGES]
     for step in chain.STAGES:
         node = graph.get(dg.AssetKey(step.name))
         assert node.code_version == chain.code_version(step.name)
-        assert node.description == step.description
+        assert node.description.startswith(step.description)
         assert node.group_name == "ppb"
         assert node.partitions_def.name == PARTITIONS_NAME
         assert "parquet" in node.kinds
         assert {key.path[-1] for key in node.parent_keys} == set(step.inputs or ["run_config_file"])
-    assert graph.get(dg.AssetKey("run_config_file")).is_external
+        assert node.automation_condition is not None
+        columns = node.metadata["dagster/column_schema"].columns
+        assert [c.name for c in columns] == step.schema.names
+        assert all(c.description for c in columns), step.name
+    assert graph.get(dg.AssetKey("run_config_file")).is_observable
+    assert graph.get(dg.AssetKey("pipeline_plan")).pools == {SOLVER_POOL}
 
 
-def test_checks_are_blocking_and_partitioned() -> None:
+def test_checks_are_blocking_and_stop_their_own_asset() -> None:
     advisory = {"memory_model_agrees_the_plan_fits"}  # a warning on the last asset: nothing after it to stop
-    for check in ALL_CHECKS:
-        for spec in check.check_specs:
-            assert spec.blocking == (spec.name not in advisory), spec.name
-            assert spec.partitions_def is not None and spec.partitions_def.name == PARTITIONS_NAME
+    specs = [spec for asset in STAGE_ASSETS for spec in asset.check_specs]
+    assert {spec.asset_key.path[-1] for spec in specs} == {
+        "layer_walk",
+        "layer_descriptions",
+        "combined_descriptions",
+        "withdrawn_descriptions",
+        "scaled_descriptions",
+        "pipeline_plan",
+        "plan_report",
+    }
+    for spec in specs:
+        assert spec.blocking == (spec.name not in advisory), spec.name
+
+
+def test_settings_are_dagster_environment_variables(monkeypatch) -> None:
+    monkeypatch.delenv("PPB_CONFIG_DIR", raising=False)
+    assert env_setting("PPB_CONFIG_DIR") == ""  # unset: the project's folder
+    monkeypatch.setenv("PPB_CONFIG_DIR", "/srv/configs")
+    setting = env_setting("PPB_CONFIG_DIR")
+    assert isinstance(setting, dg.EnvVar) and setting.env_var_name == "PPB_CONFIG_DIR"
+
+    # Resolved when Dagster launches the run, as the UI shows it: the variable's value then.
+    @dg.asset
+    def folder(run_configs: RunConfigs) -> str:
+        return str(run_configs.directory())
+
+    monkeypatch.setenv("PPB_CONFIG_DIR", "/srv/later")
+    result = dg.materialize([folder], resources={"run_configs": RunConfigs(config_dir=setting)})
+    assert result.output_for_node("folder") == "/srv/later"
 
 
 def test_folders_resolve_against_the_project_not_the_working_directory(tmp_path, monkeypatch) -> None:
@@ -60,11 +96,9 @@ def test_folders_resolve_against_the_project_not_the_working_directory(tmp_path,
     assert RunConfigs(config_dir="configs").directory() == ROOT / "configs"
     assert storage_location("") == str(ROOT / "storage")
     assert storage_location("data/tables") == str(ROOT / "data" / "tables")
-    monkeypatch.setenv("PPB_STORAGE_DIR", str(tmp_path / "elsewhere"))
-    assert storage_location("") == str(tmp_path / "elsewhere")
+    assert storage_location(str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere")
     assert storage_location("s3://bucket/ppb") == "s3://bucket/ppb"  # fsspec URLs are kept as they are
-    monkeypatch.setenv("PPB_CONFIG_DIR", str(tmp_path))
-    assert RunConfigs().directory() == tmp_path
+    assert RunConfigs(config_dir=str(tmp_path)).directory() == tmp_path
 
 
 def test_discover_keys_each_yaml_by_its_stem(tmp_path) -> None:
@@ -84,37 +118,39 @@ def test_io_manager_writes_aside_then_renames_and_reads_back(tmp_path, base) -> 
     root = UPath(tmp_path) if base == "local" else UPath("memory://ppb-test") / tmp_path.name
     manager = PandasParquetIOManager(base_path=root)
     frame = pd.DataFrame({"name": ["a", "b"], "bytes": [1, 2]})
-    frame.attrs["stages"] = 2
     context = dg.build_output_context(asset_key=dg.AssetKey("layer_walk"), partition_key="qwen2.5-7b")
     manager.handle_output(context, frame)
     path = root / "layer_walk" / "qwen2.5-7b.parquet"
-    assert path.read_bytes() == chain.to_parquet_bytes(frame)
+    assert path.read_bytes() == chain.to_parquet_bytes(frame, chain.stage("layer_walk").schema)
     assert [p.name for p in path.parent.iterdir()] == ["qwen2.5-7b.parquet"]  # nothing left aside
     loaded = manager.load_input(dg.build_input_context(asset_key=dg.AssetKey("layer_walk"), partition_key="qwen2.5-7b"))
     pd.testing.assert_frame_equal(loaded, frame)
-    assert loaded.attrs == {"stages": 2}
     replace_file(path, b"second")
     assert path.read_bytes() == b"second"
 
 
-def test_deploy_instance_config_passes_dagsters_own_validation(monkeypatch) -> None:
-    from dagster._core.instance.config import dagster_instance_config
-
-    for name in ("DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_HOST", "DAGSTER_PG_DB"):
-        monkeypatch.setenv(name, "x")
-    monkeypatch.setenv("DAGSTER_COMPUTE_LOG_DIR", "/tmp")
-    config, _ = dagster_instance_config(str(ROOT / "deploy"))
-    assert set(config["storage"]) == {"postgres"}
-    assert config["telemetry"] == {"enabled": False}
-    (limit,) = config["concurrency"]["runs"]["tag_concurrency_limits"]
+def test_instance_configs_limit_the_solver_pool_and_runs_per_partition() -> None:
+    local = yaml.safe_load((ROOT / "dagster_home" / "dagster.yaml").read_text())
+    assert local["telemetry"] == {"enabled": False}
+    assert local["concurrency"]["pools"]["default_limit"] == 1  # one solve at a time on one machine
+    deploy = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())
+    assert set(deploy["storage"]) == {"postgres"}
+    assert deploy["telemetry"] == {"enabled": False}
+    (limit,) = deploy["concurrency"]["runs"]["tag_concurrency_limits"]
     assert limit == {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
-    local, _ = dagster_instance_config(str(ROOT / "dagster_home"))
-    assert local == {"telemetry": {"enabled": False}}  # SQLite storage: the default
+    assert deploy["concurrency"]["pools"]["default_limit"] >= 1
+
+
+def test_the_local_instance_config_loads(tmp_path, monkeypatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes((ROOT / "dagster_home" / "dagster.yaml").read_bytes())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_runs() == []
 
 
 def test_executor_is_chosen_by_environment(monkeypatch) -> None:
-    from pipelines.definitions import executor
-
     monkeypatch.delenv("PPB_EXECUTOR", raising=False)
     assert executor() is dg.in_process_executor
     monkeypatch.setenv("PPB_EXECUTOR", "multiprocess")

@@ -7,8 +7,8 @@ import struct
 import pandas as pd
 import pytest
 
-from ppb_core.estimate.plan import REPORT_COLUMNS
 from ppb_core.report.render import figure_png, summary_markdown
+from ppb_core.tables.report import PLAN_REPORT
 
 
 @pytest.fixture
@@ -21,9 +21,12 @@ def stages() -> pd.DataFrame:
             "parameters_mb": [30000.0, 27000.0, 27000.0, 35000.0],
             "activations_mb": [40000.0, 15000.0, 10000.0, 5000.0],
             "buffers_mb": [2500.0, 2000.0, 2000.0, 2000.0],
+            "working_mb": [500.0] * 4,
             "device_mb": [76000.0] * 4,
             "forward_ms": [10.0, 9.0, 9.0, 12.0],
             "backward_ms": [20.5, 18.0, 18.0, 24.0],
+            "planned_mb": pd.array([None] * 4, dtype="Float64"),
+            "models": ["llm HEAD + 8", "llm 8", "llm 8", "llm 8 + TAIL"],
         }
     )
 
@@ -61,4 +64,4 @@ def test_summary_says_when_a_stage_does_not_fit(stages: pd.DataFrame) -> None:
 def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
     with pytest.raises(ValueError, match="buffers_mb"):
         figure_png(stages.drop(columns="buffers_mb"), "t")
-    assert set(REPORT_COLUMNS) == set(stages.columns)
+    assert set(PLAN_REPORT.names) == set(stages.columns)

@@ -1,4 +1,9 @@
-"""The run config sensor and the registering job, on a real instance and real sensor contexts."""
+"""The run config sensor and the registering job, on a real instance and real sensor contexts.
+
+The sensor keeps one partition per file and, when a file's hash changes, requests an observation
+of that partition; its first tick records the hashes and requests nothing. A file it cannot read
+is one partition like any other, never a failed tick.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines.assets import ALL_ASSETS, run_config
-from pipelines.checks import ALL_CHECKS
-from pipelines.definitions import defs, resources
+from pipelines.definitions import definitions
 from pipelines.partitions import PARTITIONS_NAME, partition_changes
-from pipelines.resources import RunConfigs
+from pipelines.resources import RunConfigs, file_version
 from pipelines.sensors import run_config_sensor
 from ppb_core.config.run import config_hash
 
@@ -37,13 +40,13 @@ def setup(tmp_path: Path, sqlite_home):
 
 
 def tick(instance: dg.DagsterInstance, configs: Path, cursor: str | None = None) -> dg.SensorResult:
-    """One evaluation, then what the daemon does with its result: partitions and observations."""
-    # As a context manager, so its resources close now (see test_pipeline_schedules.evaluate).
+    """One evaluation, then what the daemon does with its partition requests."""
+    # As a context manager, so its resources close now, not whenever garbage collection runs.
     with dg.build_sensor_context(
         instance=instance,
         cursor=cursor,
         resources={"run_configs": RunConfigs(config_dir=str(configs))},
-        repository_def=defs.get_repository_def(),
+        definitions=definitions(config_dir=str(configs)),
     ) as context:
         result = run_config_sensor(context)
     for request in result.dynamic_partitions_requests:
@@ -52,8 +55,6 @@ def tick(instance: dg.DagsterInstance, configs: Path, cursor: str | None = None)
         else:
             for key in request.partition_keys:
                 instance.delete_dynamic_partition(request.partitions_def_name, key)
-    for event in result.asset_events:
-        instance.report_runless_asset_event(event)
     return result
 
 
@@ -61,17 +62,12 @@ def requested(result: dg.SensorResult) -> list[str]:
     return sorted(request.partition_key for request in result.run_requests)
 
 
-def test_first_tick_adds_a_partition_and_requests_a_run_per_config(setup) -> None:
+def test_first_tick_adds_a_partition_per_config_and_requests_nothing(setup) -> None:
     instance, configs, _ = setup
     result = tick(instance, configs)
     assert sorted(instance.get_dynamic_partitions(PARTITIONS_NAME)) == SHIPPED
-    assert requested(result) == SHIPPED
-    assert all(r.tags["ppb/run_config"] == r.partition_key for r in result.run_requests)
-    assert {r.tags["ppb/trigger"] for r in result.run_requests} == {"new run config"}
-    hashes = {key: config_hash(configs / f"{key}.yaml") for key in SHIPPED}
-    assert json.loads(result.cursor) == hashes
-    observed = {event.partition: event.tags["dagster/data_version"] for event in result.asset_events}
-    assert observed == hashes
+    assert result.run_requests == []  # starting Dagster is no change
+    assert json.loads(result.cursor) == {key: config_hash(configs / f"{key}.yaml") for key in SHIPPED}
 
 
 def test_nothing_changed_nothing_requested(setup) -> None:
@@ -79,10 +75,22 @@ def test_nothing_changed_nothing_requested(setup) -> None:
     first = tick(instance, configs)
     second = tick(instance, configs, first.cursor)
     assert second.run_requests == [] and second.dynamic_partitions_requests == []
-    assert second.asset_events == []
 
 
-def test_a_new_file_adds_its_partition_and_requests_its_run(setup) -> None:
+def test_a_changed_file_requests_its_observation(setup) -> None:
+    instance, configs, _ = setup
+    first = tick(instance, configs)
+    config = configs / "qwen2.5-7b.yaml"
+    config.write_text(config.read_text().replace("micro_batches: 16", "micro_batches: 8"))
+    result = tick(instance, configs, first.cursor)
+    assert requested(result) == ["qwen2.5-7b"]
+    (request,) = result.run_requests
+    assert run_config_sensor.job_name == "observe_run_config_files"  # its one job
+    assert request.tags == {"ppb/run_config": "qwen2.5-7b", "ppb/trigger": "file changed"}
+    assert result.dynamic_partitions_requests == []
+
+
+def test_a_new_file_adds_its_partition_and_is_observed(setup) -> None:
     instance, configs, _ = setup
     first = tick(instance, configs)
     text = (configs / "llama3-8b.yaml").read_text().replace("micro_batches: 32", "micro_batches: 64")
@@ -90,6 +98,7 @@ def test_a_new_file_adds_its_partition_and_requests_its_run(setup) -> None:
     result = tick(instance, configs, first.cursor)
     assert "llama3-8b-m64" in instance.get_dynamic_partitions(PARTITIONS_NAME)
     assert requested(result) == ["llama3-8b-m64"]
+    assert result.run_requests[0].tags["ppb/trigger"] == "new file"
 
 
 def test_a_file_gone_removes_its_partition_without_a_run(setup) -> None:
@@ -102,18 +111,6 @@ def test_a_file_gone_removes_its_partition_without_a_run(setup) -> None:
     assert "mixtral-8x7b" not in json.loads(result.cursor)
 
 
-def test_a_changed_hash_requests_one_run(setup) -> None:
-    instance, configs, _ = setup
-    first = tick(instance, configs)
-    config = configs / "qwen2.5-7b.yaml"
-    config.write_text(config.read_text().replace("micro_batches: 16", "micro_batches: 8"))
-    result = tick(instance, configs, first.cursor)
-    assert requested(result) == ["qwen2.5-7b"]
-    assert result.run_requests[0].tags["ppb/trigger"] == "run config changed"
-    assert result.dynamic_partitions_requests == []
-    assert [e.partition for e in result.asset_events] == ["qwen2.5-7b"]
-
-
 def test_a_change_to_a_file_the_config_names_counts_too(setup) -> None:
     instance, configs, _ = setup
     first = tick(instance, configs)
@@ -124,28 +121,40 @@ def test_a_change_to_a_file_the_config_names_counts_too(setup) -> None:
     assert requested(tick(instance, configs, first.cursor)) == ["mixtral-8x7b"]
 
 
-def test_no_run_for_a_config_already_built_from_that_hash(setup) -> None:
-    instance, configs, storage = setup
-    instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
-    built = dg.materialize(
-        [*ALL_ASSETS, *ALL_CHECKS],
-        selection=[run_config],
-        partition_key="llama3-8b",
-        instance=instance,
-        resources=resources(str(storage), str(configs)),
-    )
-    assert built.success
-    result = tick(instance, configs)  # a fresh cursor, as after a reset
-    assert requested(result) == [key for key in SHIPPED if key != "llama3-8b"]
+BAD_FILES = {
+    "empty-models": b"models:\nparallel: {pp: 2}\n",
+    "models-five": b"models: 5\n",
+    "not-utf8": b"models:\n  - name: \xff\xfe llm\n",
+    "not-yaml": b"models: [\n",
+}
+
+
+@pytest.mark.xfail(strict=True, reason="config_hash raises on `models:` empty until issue 16's reader lands")
+def test_bad_files_are_partitions_like_any_other_and_never_break_a_tick(setup) -> None:
+    instance, configs, _ = setup
+    first = tick(instance, configs)
+    for name, data in BAD_FILES.items():
+        (configs / f"{name}.yaml").write_bytes(data)
+    result = tick(instance, configs, first.cursor)
+    assert sorted(instance.get_dynamic_partitions(PARTITIONS_NAME)) == sorted([*SHIPPED, *BAD_FILES])
+    assert requested(result) == sorted(BAD_FILES)
+    (configs / "not-utf8.yaml").write_bytes(BAD_FILES["not-utf8"] + b"# \xff\n")
+    assert requested(tick(instance, configs, result.cursor)) == ["not-utf8"]
+
+
+def test_a_file_that_cannot_be_read_is_versioned_by_its_problem(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()  # a folder where a file should be: config_hash refuses it
+    assert file_version(folder).startswith("unreadable-")
 
 
 def test_register_job_brings_partitions_in_line_with_the_folder(setup) -> None:
     instance, configs, _ = setup
     instance.add_dynamic_partitions(PARTITIONS_NAME, ["old-config"])
-    result = defs.resolve_job_def("register_run_configs").execute_in_process(
-        instance=instance, resources={"run_configs": RunConfigs(config_dir=str(configs))}
+    result = (
+        definitions(config_dir=str(configs))
+        .resolve_job_def("register_run_configs")
+        .execute_in_process(instance=instance, resources={"run_configs": RunConfigs(config_dir=str(configs))})
     )
     assert result.success
     assert sorted(instance.get_dynamic_partitions(PARTITIONS_NAME)) == SHIPPED
-    observed = instance.fetch_observations(dg.AssetKey("run_config_file"), limit=10).records
-    assert sorted(r.asset_observation.partition for r in observed) == SHIPPED

@@ -1,4 +1,5 @@
-"""`ppb describe` and `ppb profile`: outputs, and bad input as one line, exit 2, nothing written."""
+"""`ppb describe` and `ppb profile`: outputs, and bad input as one line, exit 2, nothing written; the
+flags' defaults and vocabulary agree with the core's."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from test_ppb_fakes import SPEC, FakeMemory, FakePricer
 import ppb_core.cli.describe as describe_cli
 import ppb_core.cli.main as cli_main
 import ppb_core.cli.profile as profile_cli
+from ppb_core import chain
+from ppb_core.cli.arguments import TIME_LIMIT_S
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
-from ppb_core.payload import describe as ppb_describe
+from ppb_core.memory import BUFFER_RULES
+from ppb_core.payload import run as ppb_run
 from ppb_core.payload import sapp
 from ppb_core.payload.profiling import profile_run
 
@@ -25,12 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def fakes(monkeypatch):
     """The CLI's memory and time models replaced by the hand-checkable fakes."""
     monkeypatch.setattr(describe_cli, "describe_run", partial(_describe_with_fakes))
-    monkeypatch.setattr(describe_cli, "_time_model_available", lambda: True)
     monkeypatch.setattr(profile_cli, "profile_run", partial(profile_run, memory=FakeMemory(5), times=FakePricer()))
 
 
 def _describe_with_fakes(run, timed=True):
-    return ppb_describe.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
+    return ppb_run.describe_run(run, FakeMemory(5), FakePricer() if timed else None, timed=timed)
 
 
 @pytest.fixture
@@ -126,7 +130,7 @@ def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys)
     config = ROOT / "configs" / "llama3-8b.yaml"
     out = tmp_path / "layers.json"
     assert cli_main.main(["describe", str(config), "-o", str(out)]) == 0
-    assert json.loads(out.read_text())["layers_description"] == ppb_describe.describe_run(load_run_config(config))
+    assert json.loads(out.read_text())["layers_description"] == ppb_run.describe_run(load_run_config(config))
     layers = sapp.read_layer_set(out)
     assert layers.nb_body_layers == 32 and layers.bodies[0].forward_time == 1.0
     assert cli_main.main(["profile", str(config), "--json"]) == 0
@@ -135,3 +139,28 @@ def test_describe_and_profile_a_shipped_config_with_our_models(tmp_path, capsys)
     assert profile["counts"] == [2, 3] and len(profile["costs"]) == 1 + 8 + 1
     names = {name for option in profile["front"] for name in option["names"]}
     assert {"NONE", "FULL"} <= names
+
+
+def test_the_help_states_the_balancers_time_limit_and_the_cores_vocabulary(capsys) -> None:
+    assert TIME_LIMIT_S == chain.PLAN_TIME_LIMIT_S  # the flags' default is the chain's
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert f"(default {chain.PLAN_TIME_LIMIT_S:g})" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["estimate", "--help"])
+    assert "layered (default) or reference" in " ".join(capsys.readouterr().out.split())
+    assert BUFFER_RULES == ("layered", "reference")
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "allowed"),
+    [
+        (["estimate", "configs/llama3-8b.yaml", "--buffer-rule", "fancy"], "--buffer-rule", "layered, reference"),
+        (["plan", "configs/llama3-8b.yaml", "--until", "nowhere"], "--until", "run_config, layer_walk"),
+        (["balance", "configs/llama3-8b.yaml", "--schedule", "zigzag"], "--schedule", "1f1b, interleaved"),
+    ],
+)
+def test_a_word_outside_the_cores_vocabulary_is_one_line(capsys, argv, field, allowed) -> None:
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ppb: error: ") and field in line and allowed in line

@@ -1,4 +1,5 @@
-"""Layer descriptions and their merging (reference §2.4–2.9, the §8.1 cases), on the hand-checkable fakes."""
+"""Layer descriptions and their merging (`_ppb.py`'s lay_ppb and add_to_ppb_list in mindspore-ai/hyper-parallel,
+the cases of its test_ppb.py), on the hand-checkable fakes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import copy
 import pytest
 from test_ppb_fakes import EMB, MB, NOT, OUT, SEL, SPEC, FakeMemory, FakePricer, layer_of, small_run
 
-from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, TIME_KEY, recomputed
+from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY, recomputed
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.payload.describe import (
     Evaluation,
@@ -15,10 +16,10 @@ from ppb_core.payload.describe import (
     describe,
     describe_layer,
     describe_layers,
-    describe_run,
     many_in_flight,
     mb,
 )
+from ppb_core.payload.run import describe_run
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)
 
@@ -27,7 +28,7 @@ def _body(dp_mb=0, configured=SOFTMAX, timed=True, pricer=None, memory=None):
     layer = layer_of(BODY)
     memory = memory or FakeMemory(dp_mb=dp_mb)
     pricer = pricer if pricer is not None else (FakePricer() if timed else None)
-    # §8.1's config has neither p nor m, so the buffers are split at 2 micro-batches in flight.
+    # test_ppb.py's config has neither p nor m, so the buffers are split at 2 micro-batches in flight.
     return describe_layer(layer, memory, pricer, many=2, configured=configured)
 
 
@@ -234,8 +235,7 @@ def test_measuring_each_distinct_kind_once_equals_describing_every_layer():
 
 
 def test_the_keys_are_the_sapp_balancers_own():
-    # reference §2.1: the balancer's Recompute.TYPE order, JSON_MEMORY_NAME and JSON_TIME_NAME.
-    from ppb_core.model.switches import OPTIONS
+    # sapp_ppb/utils/recompute.py: the balancer's TYPE order, JSON_MEMORY_NAME and JSON_TIME_NAME.
 
     assert OPTIONS == ("NONE", "SLCT", "COMM", "BOTH", "FULL")
     assert [MEMORY_KEY[o] for o in OPTIONS] == [

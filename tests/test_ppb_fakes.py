@@ -1,7 +1,8 @@
-"""Fakes of the memory and time models whose figures can be worked out by hand (reference §8.1).
+"""Fakes of the memory and time models whose figures can be worked out by hand (as in hyper-parallel's
+test_ppb.py).
 
 The PPB tests import these (`from test_ppb_fakes import ...`); the tests here pin the fakes
-themselves to the figures §8.1 states, so a PPB test that fails points at PPB, not at its fake.
+themselves to the figures test_ppb.py states, so a PPB test that fails points at PPB, not at its fake.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ NON_GATHER = tuple(name for name in SWITCHES if name != "gather")
 
 
 class FakeMemory:
-    """§8.1's `_Memory`, on our protocol.
+    """test_ppb.py's `_Memory`, on our protocol.
 
     FULL keeps 1 MB per micro-batch and holds dp MB of buffers. Otherwise a layer keeps
     (8 − freed) MB per micro-batch, freed being the ops other than gather a selective layer
@@ -58,7 +59,7 @@ class FakeMemory:
 
 
 class FakePricer:
-    """§8.1's `_Pricer`: (forward, backward) EMB (1, 2), OUT (3, 6), NOT (10, 20), FULL (10, 30);
+    """test_ppb.py's `_Pricer`: (forward, backward) EMB (1, 2), OUT (3, 6), NOT (10, 20), FULL (10, 30);
     SEL (10, 20 + 1 per op recomputed other than gather + 3 if gather is recomputed)."""
 
     def __init__(self) -> None:
@@ -85,7 +86,8 @@ class CensusMemory:
     8, normOp 15, headCast 2, attBMM 3; dropout, gather and attUp nothing). The backward holds
     30 MB of the census's parts whatever the setting. Its working set as warm-up ends is what it
     holds beyond what is kept, max(0, 30 − kept), plus the 50 − kept it rebuilds, so it is not
-    linear in kept: the clamp at 0 is what §4's census clamp restores. Buffers: 2 MB once.
+    linear in kept: the clamp at 0 is what the census clamp of sapp_nd/recompute/profile.py restores.
+    Buffers: 2 MB once.
     """
 
     FREES: ClassVar[dict[str, int]] = {"softmax": 4, "ffAct": 8, "normOp": 15, "headCast": 2, "attBMM": 3}

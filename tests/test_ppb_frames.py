@@ -13,10 +13,12 @@ from test_ppb_fakes import MLA_SPEC, SPEC, CensusMemory, FakeMemory, FakePricer,
 
 from ppb_core.model.switches import KEEP_ALL
 from ppb_core.model.walk import BODY, walk
-from ppb_core.payload.describe import describe, describe_run
+from ppb_core.payload import sapp
+from ppb_core.payload.describe import describe
 from ppb_core.payload.front import build_front
-from ppb_core.payload.postprocess import combine
+from ppb_core.payload.postprocess import combine, postprocess
 from ppb_core.payload.profiling import measure_profile, profile_layers
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import (
     DESCRIPTION_COLUMNS,
     descriptions_from_frame,
@@ -165,7 +167,7 @@ def test_fronts_come_back_exactly_through_parquet(tmp_path):
 
 
 def test_tables_of_the_wrong_kind_are_refused():
-    with pytest.raises(ValueError, match="not a profiles table"):
+    with pytest.raises(ValueError, match="not a switch_profiles table"):
         profiles_from_frame(pd.DataFrame({"x": [1]}))
     with pytest.raises(ValueError, match="not a fronts table"):
         fronts_from_frame(pd.DataFrame({"x": [1]}))
@@ -173,10 +175,9 @@ def test_tables_of_the_wrong_kind_are_refused():
 
 @pytest.mark.parametrize("name", ["demo.json", "llama2_70b.json"])
 def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
-    # reference §8.4's files: untimed (demo has no times beyond `time`), so withdrawal and
-    # scaling leave them as they are, and the table gives them back exactly.
-    from ppb_core.payload import sapp
-    from ppb_core.payload.postprocess import postprocess
+    # SAPP's example files (sapp_ppb/layers in mindspore-ai/hyper-parallel): untimed (demo has no
+    # times beyond `time`), so withdrawal and scaling leave them as they are, and the table gives
+    # them back exactly.
 
     path = Path(__file__).parent / "data" / name
     descriptions = sapp.read_layers_description(path)
@@ -184,7 +185,7 @@ def test_sapp_files_other_tools_wrote_go_through_every_step(name, tmp_path):
     assert _exact(
         descriptions_from_frame(_through_parquet(descriptions_to_frame(descriptions), tmp_path)), descriptions
     )
-    # SAPP's fallbacks price what the file leaves out (§5.2): backward 2·time, (1 + coef)·2·time.
+    # SAPP's fallbacks price what the file leaves out (generate_layers_list): backward 2·time, (1 + coef)·2·time.
     layers = sapp.layer_set(descriptions)
     body = layers.bodies[0]
     assert body.forward_time == body.backward_time["NONE"] / 2

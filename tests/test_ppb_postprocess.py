@@ -1,4 +1,5 @@
-"""Combination, dominance withdrawal and scaling (reference §2.12–2.14, the §8.1 cases), and their order."""
+"""Combination, dominance withdrawal and scaling (`_ppb.py`'s ppb_combine_bodies, ppb_withdraw_dominated and
+ppb_scale_times in mindspore-ai/hyper-parallel, and the cases of its test_ppb.py), and their order."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import json
 import pytest
 from test_ppb_fakes import SPEC, FakeMemory, FakePricer, layer_of, small_run
 
+from ppb_core.errors import InputError
 from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY
 from ppb_core.model.walk import BODY, HEAD, TAIL
 from ppb_core.payload import sapp
-from ppb_core.payload.describe import add_to_list, describe, describe_layer, describe_run
-from ppb_core.payload.postprocess import beaten, combine, postprocess, scale, withdraw
+from ppb_core.payload.describe import add_to_list, describe, describe_layer
+from ppb_core.payload.postprocess import beaten, combine, combined_parts, postprocess, scale, withdraw
+from ppb_core.payload.run import describe_run
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)
 
@@ -106,8 +109,48 @@ def test_a_combined_body_takes_the_place_of_its_first_part():
     names = [d["name"] for d in combine(listed, [[("b", "body"), ("a", "body")]])]
     # a's body was at index 1, b's at 4: the combined one goes to index 1.
     assert names == ["HEAD", "COMBINED_BODY_1_BODY_0", "TAIL", "HEAD", "TAIL"]
-    # A group naming nothing listed inserts an empty body first; no group changes nothing.
-    assert combine(listed, [[("zz", "body")]])[0]["name"] == "COMBINED" and combine(listed, []) == listed
+    # No group changes nothing. (`_ppb.py` inserts an empty body for a group naming nothing listed;
+    # ppb refuses it: test_a_part_that_names_nothing_is_refused.)
+    assert combine(listed, []) == listed
+
+
+def _counted(desc, n):
+    return dict(desc, nb_layer=n)
+
+
+def test_a_combined_body_stands_for_one_layer_of_each_part_and_keeps_their_count():
+    """Two 32-layer bodies are 32 combined layers, each one layer of each (`_ppb.py` made them one layer)."""
+    first, second = _listed(("a", 5, SOFTMAX), ("b", 0, SOFTMAX))
+    [combined] = combine([_counted(first, 32), _counted(second, 32)], [[("a", "body"), ("b", "body")]])
+    assert combined["nb_layer"] == 32
+    assert combined["combines"] == "a BODY_0 + b BODY_1"
+    # Memory and times are one layer of each: 8 + 8 MB plain (dp 5 and 0 at one micro-batch, fakes).
+    assert combined["memory_activation"] == first["memory_activation"] + second["memory_activation"]
+
+
+def test_a_combination_that_would_lose_layers_is_refused_in_one_line():
+    first, second = _listed(("a", 5, SOFTMAX), ("b", 0, SOFTMAX))
+    with pytest.raises(InputError) as caught:
+        combine([_counted(first, 32), _counted(second, 28)], [[("a", "body"), ("b", "body")]], "run.yaml")
+    line = caught.value.line()
+    assert "\n" not in line and line.startswith("run.yaml: ppb.combined: ")
+    # Pairing one layer of each, 28 pairs leave 4 of a's 32 layers out.
+    assert "a BODY_0 has 32 and b BODY_1 has 28 layers: 4 would be lost" in line
+
+
+def test_a_part_that_names_nothing_is_refused():
+    listed = _listed(("a", 5, SOFTMAX), ends=True)
+    with pytest.raises(InputError, match="nothing to combine as zz body"):
+        combine(listed, [[("zz", "body")]], "run.yaml")
+    with pytest.raises(InputError, match="named twice"):
+        combine(listed, [[("a", "body"), ("a", "body")]], "run.yaml")
+
+
+def test_combined_parts_read_back_what_a_combined_body_stands_for():
+    first, second = _listed(("a", 5, SOFTMAX), ("b", 0, SOFTMAX))
+    [combined] = combine([first, second], [[("a", "body"), ("b", "body")]])
+    assert combined_parts(combined) == [("a", "BODY_0"), ("b", "BODY_1")]
+    assert combined_parts(first) == [("a", "BODY_0")]
 
 
 # --- the pipeline --------------------------------------------------------------------------------
@@ -137,8 +180,9 @@ def test_each_step_leaves_its_input_as_it_was():
 def test_describe_run_combines_from_the_run_config():
     run = small_run(models=(("a", SPEC), ("b", SPEC)), combined=[[["a", "body"], ["b", "body"]]])
     described = describe_run(run, FakeMemory(), FakePricer())
-    # Both models' bodies merge within their model (4 layers each), then the two are one body.
+    # Both models' bodies merge within their model (4 layers each), then the two are one body of 4 layers.
     assert [d["name"] for d in described] == ["HEAD", "COMBINED_BODY_0_BODY_1", "TAIL", "HEAD", "TAIL"]
+    assert described[1]["nb_layer"] == 4
     assert describe_run(run, FakeMemory(), timed=False)[1]["time"] == 1
 
 

@@ -1,4 +1,5 @@
-"""Switch profiles: measuring them (reference §2.11, §8.1) and pricing any setting by addition (§4, §8.3)."""
+"""Switch profiles: measuring them (`_ppb.py` `_profile`, its test_ppb.py cases) and pricing any setting by
+addition (hyper-parallel's sapp_nd/recompute/profile.py and test_front.py cases)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ def _settings(names=SEVEN):
     return [frozenset(chosen) for size in range(len(names) + 1) for chosen in combinations(names, size)]
 
 
-# --- measuring (§8.1) ----------------------------------------------------------------------------
+# --- measuring (test_ppb.py's cases) ---------------------------------------------------------------
 
 
 def _fake_profile(dp_mb=5, spec=SPEC, configured=None):
-    # §8.1: profile_in_flight 4, stages keeping 1 to 4 in flight.
+    # test_ppb.py: profile_in_flight 4, stages keeping 1 to 4 in flight.
     return measure_profile(
         layer_of(BODY, spec=spec),
         FakeMemory(dp_mb=dp_mb),
@@ -103,7 +104,7 @@ def test_the_pricer_is_asked_for_each_switch_alone_and_full():
     assert asked == [(NOT, None), *[(SEL, frozenset({name})) for name in SEVEN], (FULL, None)]
 
 
-# --- pricing by addition (§8.3) ------------------------------------------------------------------
+# --- pricing by addition (test_front.py's cases) ---------------------------------------------------
 
 _PLAIN = Cost(100, 10, 50)
 _ALONE = {

@@ -1,4 +1,4 @@
-"""SAPP description files: reading, validation, writing, and the balancer's fallbacks (reference §5)."""
+"""SAPP description files: reading, validation, writing, and the balancer's fallbacks (sapp_ppb/utils/layer.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.main import main
 from ppb_core.errors import InputError
 from ppb_core.model.switches import MEMORY_KEY, TIME_KEY
 from ppb_core.payload.sapp import layer_set, read_layer_set, read_layers_description, write_layers_description
@@ -33,7 +34,7 @@ def _body(**extra: object) -> dict:
 
 
 def test_stated_times_win_over_fallbacks(tmp_path: Path) -> None:
-    # reference §8.4 test_layer_description: the fallbacks would be 2·10 = 20, 1.04·20 = 20.8, 1.5·20 = 30.
+    # hyper-parallel's test_layer_description.py: the fallbacks would be 2·10 = 20, 1.04·20 = 20.8, 1.5·20 = 30.
     body = _body(
         forward_time=10,
         backward_time=24,
@@ -188,7 +189,7 @@ def test_time_and_memory_keys_carry_no_whitespace() -> None:
 
 
 def test_every_sub_model_has_its_own_head_and_tail_named_alike(tmp_path: Path) -> None:
-    # reference §2.4: two HEADs of different sub-models are both named "HEAD"; body names stay unique
+    # `_ppb.py` add_to_ppb_list: two HEADs of different sub-models are both named "HEAD"; body names stay unique
     head = {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 7}
     tail = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 2, "memory_parameter": 9}
     entries = [head, _body(name="BODY_0"), tail, head, _body(name="BODY_1"), tail]
@@ -201,7 +202,6 @@ def test_every_sub_model_has_its_own_head_and_tail_named_alike(tmp_path: Path) -
 
 
 def test_a_two_model_run_describes_and_balances(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from ppb_core.cli.main import main
 
     run = tmp_path / "run.yaml"
     run.write_text(

@@ -16,13 +16,14 @@ from ppb_core.schedules import (
 )
 
 
-def test_1f1b_in_flight_matches_reference_example() -> None:
-    # reference §8.4: P=4, V=1 → [4, 3, 2, 1] (stage s runs P − s − 1 warm-up forwards, then one more).
+def test_1f1b_in_flight_matches_megatrons_warm_up() -> None:
+    # Megatron-LM's 1F1B (megatron/core/pipeline_parallel/schedules.py): P=4, V=1 → [4, 3, 2, 1]
+    # (stage s runs P − s − 1 warm-up forwards, then one more).
     assert micro_batches_in_flight("1f1b", 4, 1, 8) == [[4, 3, 2, 1]]
 
 
-def test_interleaved_in_flight_matches_reference_example() -> None:
-    # reference §8.4: P=4, V=2, m=8 → chunk 0 [7, 5, 4, 4], chunk 1 [4, 4, 3, 1].
+def test_interleaved_in_flight_matches_megatrons_warm_up() -> None:
+    # Megatron-LM's interleaved 1F1B: P=4, V=2, m=8 → chunk 0 [7, 5, 4, 4], chunk 1 [4, 4, 3, 1].
     # Megatron-LM: stage s runs 2(P − s − 1) + (V − 1)·P warm-up forwards and one more before its
     # first backward; forwards go in groups of P micro-batches, chunk 0 then chunk 1:
     # s=0: 6 + 4 + 1 = 11 forwards = 4 (c0) + 4 (c1) + 3 (c0) → (7, 4); s=1: 9 → (5, 4);
@@ -33,27 +34,29 @@ def test_interleaved_in_flight_matches_reference_example() -> None:
 def test_interleaved_peak_vectors_include_the_steady_state_shift() -> None:
     # After stage 0's first backward (chunk 1, micro-batch 0) it runs chunk 0's micro-batch 7:
     # (7, 4) → (7, 3) → (8, 3). Both vectors hold 11 micro-batches; which one is the peak depends
-    # on what each chunk keeps, so the balancer charges both (reference §6.4 charges (7, 4) only).
+    # on what each chunk keeps, so the balancer charges both (SAPP's sapp_solver.py charges (7, 4) only).
     assert in_flight_vectors("interleaved", 4, 2, 8)[0] == [(8, 3), (7, 4)]
 
 
 def test_1f1b_clamps_by_micro_batches() -> None:
     # Where we differ from both reference formulas: with m = 2 < P = 4, stage s holds
     # min(P − s, m) micro-batches: [2, 2, 2, 1]. SAPP's P − s gives [4, 3, 2, 1] (more than exist)
-    # and §7.6's min(P, m) − s gives [2, 1, 0, −1].
+    # and MemEst's pp_1f1b_micro_factor, min(P, m) − s, gives [2, 1, 0, −1].
     assert micro_batches_in_flight("1f1b", 4, 1, 2) == [[2, 2, 2, 1]]
 
 
 def test_dualpipev_in_flight() -> None:
     # DualPipeV step 1 runs 2(P − s − 1) chunk-0 forwards and step 2 s + 1 (F0, F1) pairs: chunk 0
     # holds 2P − s − 1, chunk 1 s + 1; step 4 then overlaps a chunk-0 forward with a chunk-1
-    # backward, so chunk 0 reaches 2P − s with chunk 1 still at s + 1 (reference §6.4; §7.6's
-    # 2P − 1 − s and s are the counts one step earlier). P=4: chunk 0 [8, 7, 6, 5], chunk 1 [1, 2, 3, 4].
+    # backward, so chunk 0 reaches 2P − s with chunk 1 still at s + 1 (SAPP's sapp_solver.py;
+    # MemEst's pp_1f1b_micro_factor, 2P − 1 − s and s, are the counts one step earlier).
+    # P=4: chunk 0 [8, 7, 6, 5], chunk 1 [1, 2, 3, 4].
     assert micro_batches_in_flight("dualpipev", 4, 2, 8) == [[8, 7, 6, 5], [1, 2, 3, 4]]
 
 
 def test_gpipe_holds_every_micro_batch() -> None:
-    # GPipe runs every forward before any backward: all m micro-batches (§7.6's p is wrong for m ≠ p).
+    # GPipe runs every forward before any backward: all m micro-batches (MemEst's pp_1f1b_micro_factor
+    # says p, wrong for m ≠ p).
     assert micro_batches_in_flight("gpipe", 4, 1, 6) == [[6, 6, 6, 6]]
 
 

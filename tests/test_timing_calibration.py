@@ -41,7 +41,7 @@ MEASURED = (
     "llm,HEAD,embedding,NONE,0.3,0.5",
     "llm,BODY,dense,NONE,5.0,9.5",
     "llm,BODY,dense,SLCT,5.1,10.25",
-    "llm,BODY,dense,COMM,5.05,9.8",  # the model prices gather 0 at nothing extra (hidden): an offset
+    "llm,BODY,dense,COMM,5.05,9.8",  # gather 0: the re-sent gathers, hidden but for the SMs they take
     "llm,BODY,dense,FULL,5.2,15.0",
     "llm,TAIL,output,NONE,12.0,20.0",
 )
@@ -63,9 +63,11 @@ def test_unmeasured_options_of_a_measured_kind_scale_term_by_term(tmp_path, llam
     none = raw.parts(layer, LayerType.NOT_REC_LAYER)
     slct = raw.parts(layer, LayerType.SEL_REC_LAYER)
     full = raw.parts(layer, LayerType.FULL_REC_LAYER)
+    comm = raw.parts(layer, LayerType.SEL_REC_LAYER, {"gather": 0})
     backward = 9.5 / none.backward_ms
-    # Pooled recompute factor of the kind: measured increments over modelled ones, options with any.
-    pooled = ((10.25 - 9.5) + (15.0 - 9.5)) / (slct.recompute_ms + full.recompute_ms)
+    # Pooled recompute factor of the kind: measured increments over modelled ones, options with any
+    # (COMM's re-sent gathers cost the SMs they take beside the input gradient).
+    pooled = ((10.25 - 9.5) + (9.8 - 9.5) + (15.0 - 9.5)) / (slct.recompute_ms + comm.recompute_ms + full.recompute_ms)
     forward, total = model.option_times(layer)["BOTH"]
     assert forward == pytest.approx(parts.forward_ms * 5.0 / none.forward_ms, rel=1e-12)
     assert total == pytest.approx(parts.backward_ms * backward + parts.recompute_ms * pooled, rel=1e-12)

@@ -13,7 +13,7 @@ import pytest
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind
 from ppb_core.model.switches import SWITCHES, LayerType
-from ppb_core.timing import Geometry, layer_flops, layer_ops, recompute_set
+from ppb_core.timing import OpGeometry, layer_flops, layer_ops, recompute_set
 
 
 def gpt_run(
@@ -62,7 +62,7 @@ def spec_run(spec: dict, s=1024, b=1, flash=True, **parallel):
 
 
 def ops_of(run, index=0):
-    geo = Geometry.from_run(run, "llm" if "llm" in run.model_names else "gpt")
+    geo = OpGeometry.from_run(run)
     name = run.model_names[0]
     return layer_ops(body_kind(run.spec(name), index, run.training.dropout), geo)
 

@@ -131,9 +131,15 @@ def test_sequence_parallelism_saves_and_selective_with_it_costs_less(table):
     assert 0 < overhead(table, "selective + sequence") < overhead(table, "selective")
 
 
-def test_absolute_times_are_within_a_third_of_the_paper(table):
-    # Not a fit: catalog figures and default efficiencies only.
+def test_overheads_are_within_three_points_of_the_paper(table):
+    for row, paper in PAPER_OVERHEAD.items():
+        assert overhead(table, row) == pytest.approx(paper, abs=0.03), row
+
+
+def test_absolute_times_against_the_paper(table):
+    # Not a fit: catalog figures only (MAMF ceiling, tiles and waves, Ampere's epilogue). Forwards come
+    # within 7% of the paper, backwards within 13% (short of the 5% aimed at: docs/timing.md).
     for row, (forward, backward) in table.items():
         paper_forward, paper_backward = PAPER_MS[row]
-        assert forward == pytest.approx(paper_forward, rel=0.33), row
-        assert backward == pytest.approx(paper_backward, rel=0.33), row
+        assert forward == pytest.approx(paper_forward, rel=0.07), row
+        assert backward == pytest.approx(paper_backward, rel=0.13), row

@@ -29,6 +29,7 @@ ROUND_DEVICE = {
     "comm_efficiency": 0.5,
     "collective_latency_us": 0.0,
     "inter_node_latency_us": 0.0,
+    "comm_sms": 0,
 }
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 
@@ -265,3 +266,15 @@ def test_overlap_settings_are_validated():
         gelu_run(overlap={"tp": 1.5})
     with pytest.raises(InputError, match="unknown field"):
         gelu_run(overlap={"pp": 0.5})
+
+
+def test_a_hidden_collective_costs_the_sms_it_takes():
+    # 16 of the 64 SMs run the collective while it hides behind its partner: the partner loses a quarter
+    # of the hidden time. The input-gradient all-reduce of the test above (c, half of it hidden behind
+    # the 57 us weight gradient): exposed = c − hidden + hidden/4.
+    run = gelu_run(tp=4, dp=2, overlap={"tp_async": 0.5}, device=dict(ROUND_DEVICE, comm_sms=16))
+    prices = TimeModel(run).op_prices(body(run))
+    c = 2 * 2048 * 1024 * 2 * 3 / 4 / 5e10 * 1e3
+    wgrad = 512 / 768 * 2 * 128 * 128 * 2048 * 64 / 5e13 * 1e3
+    hidden = min(0.5 * c, wgrad)
+    assert prices["reduce_attention_grad"].backward_ms == pytest.approx(c - hidden + hidden / 4, rel=1e-12)

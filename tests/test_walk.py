@@ -10,7 +10,9 @@ import pytest
 
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model.walk import BODY, HEAD, TAIL, cell_order, uniform_split, walk, walk_from_frame, walk_to_frame
+from ppb_core.model.walk import BODY, HEAD, TAIL, uniform_split, walk
+from ppb_core.schedules import cell_order
+from ppb_core.tables.walk import walk_from_frame, walk_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,8 +41,8 @@ def test_uniform_split_puts_the_remainder_on_the_last_cells():
 
 
 def test_cell_order_of_dualpipev_comes_back():
-    assert cell_order(2, 2, "interleaved") == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert cell_order(2, 2, "dualpipev") == [(0, 0), (0, 1), (1, 1), (1, 0)]
+    assert cell_order("interleaved", 2, 2) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert cell_order("dualpipev", 2, 2) == [(0, 0), (0, 1), (1, 1), (1, 0)]
 
 
 def test_walk_places_head_first_and_tail_last_and_counts_kinds():

@@ -1,41 +1,59 @@
-"""What every stage asset shares: its partitions, group, code version, and readable metadata."""
+"""What every stage asset shares: partitions, group, code version, automation, columns, readable metadata."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
+from pipelines.automation import rebuild_when_changed
+from pipelines.columns import column_schema
 from pipelines.partitions import run_configs
 from ppb_core import chain
 
 GROUP = "ppb"
 PREVIEW_ROWS = 12
 PREVIEW_WIDTH = 48
+KINDS = {"python", "pandas", "parquet"}
 
 
-def stage_asset(name: str, kinds: set[str], **kwargs: Any) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
-    """`@dg.asset` for the chain stage *name*: described and versioned by the stage itself."""
+def stage_asset(
+    name: str, kinds: set[str] = KINDS, **kwargs: Any
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """`@dg.asset` for the chain stage *name*: described, versioned and columned by the stage itself."""
+    step = chain.stage(name)
     return dg.asset(
         name=name,
         partitions_def=run_configs,
         group_name=GROUP,
         code_version=chain.code_version(name),
-        description=chain.stage(name).description,
+        description=f"{step.description}\n\n{step.schema.description}",
+        metadata={"dagster/column_schema": column_schema(step.schema)},
+        automation_condition=rebuild_when_changed(),
         kinds=kinds,
         **kwargs,
     )
 
 
+def rounded(value: float, digits: int = 3) -> float:
+    """A figure as a person reads it: *digits* decimals (MB to 1, ms to 3, ratios to 3)."""
+    return round(float(value), digits)
+
+
 def _cell(value: Any) -> str:
-    text = str(value).replace("|", "\\|").replace("\n", " ")
+    if isinstance(value, float) and math.isfinite(value):
+        text = f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    else:
+        text = str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
     return text if len(text) <= PREVIEW_WIDTH else text[: PREVIEW_WIDTH - 1] + "…"
 
 
 def markdown_table(frame: pd.DataFrame, rows: int = PREVIEW_ROWS) -> str:
-    """The first *rows* rows as a markdown table, long cells cut, with the total row count."""
+    """The first *rows* rows as a markdown table, numbers rounded, long cells cut, with the row count."""
     shown = frame.head(rows)
     lines = ["| " + " | ".join(map(_cell, shown.columns)) + " |", "|" + "---|" * len(shown.columns)]
     lines += ["| " + " | ".join(map(_cell, row)) + " |" for row in shown.itertuples(index=False)]

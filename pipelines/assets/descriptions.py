@@ -3,11 +3,16 @@
 import dagster as dg
 import pandas as pd
 
-from pipelines.assets.common import stage_asset, table_metadata
+from pipelines.assets.common import rounded, stage_asset, table_metadata
+from pipelines.checks import (
+    COMBINED_DESCRIPTIONS_ARE_SOUND,
+    LAYER_DESCRIPTIONS_ARE_SOUND,
+    SCALED_RELATIVE_TO_FIRST_BODY,
+    WITHDRAWN_DESCRIPTIONS_ARE_SOUND,
+    checked,
+)
 from ppb_core import chain
 from ppb_core.tables.payload import descriptions_from_frame
-
-KINDS = {"python", "pandas", "parquet"}
 
 
 def description_figures(frame: pd.DataFrame) -> dict[str, object]:
@@ -27,7 +32,7 @@ def described(frame: pd.DataFrame, figures: dict[str, object] | None = None) -> 
     return dg.Output(frame, metadata=table_metadata(shown, {**description_figures(frame), **(figures or {})}))
 
 
-@stage_asset("switch_profiles", kinds=KINDS)
+@stage_asset("switch_profiles")
 def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Output[pd.DataFrame]:
     frame = chain.switch_profiles(run_config, layer_walk)
     alone = frame[frame["role"] == "alone"]
@@ -43,27 +48,36 @@ def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Ou
     )
 
 
-@stage_asset("layer_descriptions", kinds=KINDS)
-def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> dg.Output[pd.DataFrame]:
-    return described(chain.layer_descriptions(run_config, layer_walk))
+@stage_asset("layer_descriptions", check_specs=[LAYER_DESCRIPTIONS_ARE_SOUND])
+def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame):
+    frame = chain.layer_descriptions(run_config, layer_walk)
+    yield from checked(LAYER_DESCRIPTIONS_ARE_SOUND, chain.description_problems(frame))
+    yield described(frame)
 
 
-@stage_asset("combined_descriptions", kinds=KINDS)
-def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> dg.Output[pd.DataFrame]:
-    return described(chain.combined_descriptions(run_config, layer_descriptions))
+@stage_asset("combined_descriptions", check_specs=[COMBINED_DESCRIPTIONS_ARE_SOUND])
+def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame):
+    frame = chain.combined_descriptions(run_config, layer_descriptions)
+    yield from checked(COMBINED_DESCRIPTIONS_ARE_SOUND, chain.description_problems(frame))
+    yield described(frame)
 
 
-@stage_asset("withdrawn_descriptions", kinds=KINDS)
-def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+@stage_asset("withdrawn_descriptions", check_specs=[WITHDRAWN_DESCRIPTIONS_ARE_SOUND])
+def withdrawn_descriptions(combined_descriptions: pd.DataFrame):
     frame = chain.withdrawn_descriptions(combined_descriptions)
+    yield from checked(WITHDRAWN_DESCRIPTIONS_ARE_SOUND, chain.description_problems(frame))
     before = description_figures(combined_descriptions)["options"].split(", ")
     kept = description_figures(frame)["options"].split(", ")
-    return described(frame, {"options_kept": len(kept), "withdrawn": ", ".join(o for o in before if o not in kept)})
+    yield described(frame, {"options_kept": len(kept), "withdrawn": ", ".join(o for o in before if o not in kept)})
 
 
-@stage_asset("scaled_descriptions", kinds={"pandas", "parquet", "json"})
-def scaled_descriptions(withdrawn_descriptions: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+@stage_asset("scaled_descriptions", kinds={"pandas", "parquet", "json"}, check_specs=[SCALED_RELATIVE_TO_FIRST_BODY])
+def scaled_descriptions(withdrawn_descriptions: pd.DataFrame):
     frame = chain.scaled_descriptions(withdrawn_descriptions)
+    yield from checked(
+        SCALED_RELATIVE_TO_FIRST_BODY,
+        chain.description_problems(frame) + chain.scaling_problems(withdrawn_descriptions, frame),
+    )
     bodies = descriptions_from_frame(withdrawn_descriptions)
     unit = next((d["forward_time"] for d in bodies if d["type"] == "BODY" and d.get("forward_time")), None)
-    return described(frame, {"time_unit_ms": float(unit) if unit else 0.0})
+    yield described(frame, {"time_unit_ms": rounded(unit, 4) if unit else 0.0})

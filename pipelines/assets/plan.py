@@ -1,35 +1,40 @@
-"""The balancer's plan, and the report a person looks at instead of reading it."""
+"""The balancer's plan, and the report a person looks at instead of reading it.
 
-import base64
-import json
+The plan's own page shows the report (its chart and summary): the plan is evaluated by the
+memory and time models there too, so nobody has to open `plan_report` to see whether it fits.
+"""
 
 import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from pipelines.assets.common import stage_asset, table_metadata
+from pipelines.assets.common import rounded, stage_asset, table_metadata
+from pipelines.checks import MEMORY_MODEL_AGREES_THE_PLAN_FITS, PLAN_FITS_THE_DEVICE, checked, verdict
 from ppb_core import chain
+from ppb_core.report.render import embedded_markdown
+from ppb_core.tables.report import stage_memory_mb
+from ppb_core.tables.schema import Summarized
+
+# The solver runs in this pool: `concurrency.pools.default_limit` in dagster.yaml bounds how many
+# solves run at once on the instance (each takes a core for up to the time limit).
+SOLVER_POOL = "ppb_solver"
 
 
 class PlanConfig(dg.Config):
     time_limit_s: float = Field(default=chain.PLAN_TIME_LIMIT_S, gt=0, description="seconds the balancer may search")
 
 
-@stage_asset("pipeline_plan", kinds={"python", "pandas", "parquet", "highs"})
-def pipeline_plan(
-    config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame
-) -> dg.Output[pd.DataFrame]:
-    frame = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
-    plan = json.loads(frame.attrs["plan"])
+def plan_figures(plan: dict) -> dict[str, object]:
+    """The plan's headline figures, rounded as a person reads them."""
     figures: dict[str, object] = {"solver_status": plan["status"]}
     if plan.get("gap") is not None:
-        figures["gap"] = float(plan["gap"])
+        figures["gap"] = rounded(plan["gap"], 4)
     if plan.get("objective") is not None:
-        figures["iteration_time"] = float(plan["objective"])
-    if not frame.empty:
-        figures["peak_stage_memory_mb"] = float(plan["peak_memory_mb"])
-        figures["device_memory_mb"] = float(plan["input"]["memory_mb"])
-        figures["speedup_over_uniform"] = float(plan["speedup"]) if plan.get("speedup") else 0.0
+        figures["iteration_time"] = rounded(plan["objective"])
+    if plan.get("peak_memory_mb") is not None:
+        figures["peak_stage_memory_mb"] = rounded(plan["peak_memory_mb"], 1)
+        figures["device_memory_mb"] = rounded(plan["input"]["memory_mb"], 1)
+        figures["speedup_over_uniform"] = rounded(plan["speedup"]) if plan.get("speedup") else 0.0
         figures["mindformers_yaml"] = dg.MetadataValue.md(
             "\n".join(
                 f"    {key}: {plan[key]}"
@@ -38,25 +43,45 @@ def pipeline_plan(
         )
     if plan.get("message"):
         figures["message"] = plan["message"]
-    return dg.Output(frame, metadata=table_metadata(frame.drop(columns="cells_json"), figures))
+    return figures
 
 
-@stage_asset("plan_report", kinds={"python", "pandas", "parquet", "matplotlib"})
-def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> dg.Output[pd.DataFrame]:
-    frame = chain.plan_report(run_config, pipeline_plan)
-    files = chain.stage_artifacts("plan_report", frame)
-    image = base64.b64encode(files[".png"]).decode()
-    summary = files[".md"].decode().replace(f"]({frame.attrs['image']})", f"](data:image/png;base64,{image})")
-    total = frame["parameters_mb"] + frame["activations_mb"] + frame["buffers_mb"]
-    return dg.Output(
-        frame,
+@stage_asset(
+    "pipeline_plan",
+    kinds={"python", "pandas", "parquet", "highs"},
+    pool=SOLVER_POOL,
+    check_specs=[PLAN_FITS_THE_DEVICE],
+)
+def pipeline_plan(config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame):
+    stored = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
+    yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored))
+    report = chain.plan_report(run_config, stored)
+    yield dg.Output(
+        stored,
+        metadata=table_metadata(
+            stored.frame.drop(columns="cells_json"),
+            {"report": dg.MetadataValue.md(embedded_markdown(report)), **plan_figures(dict(stored.summary))},
+        ),
+    )
+
+
+@stage_asset(
+    "plan_report", kinds={"python", "pandas", "parquet", "matplotlib"}, check_specs=[MEMORY_MODEL_AGREES_THE_PLAN_FITS]
+)
+def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized):
+    stored = chain.plan_report(run_config, pipeline_plan)
+    frame = stored.frame
+    yield verdict(MEMORY_MODEL_AGREES_THE_PLAN_FITS, chain.report_problems(stored), warn=True)
+    files = chain.stage_artifacts("plan_report", stored)
+    yield dg.Output(
+        stored,
         metadata=table_metadata(
             frame,
             {
-                "report": dg.MetadataValue.md(summary),
-                "peak_stage_memory_mb": round(float(total.max()), 1),
-                "device_memory_mb": round(float(frame["device_mb"].min()), 1),
-                "slowest_stage_ms": round(float((frame["forward_ms"] + frame["backward_ms"]).max()), 3),
+                "report": dg.MetadataValue.md(embedded_markdown(stored, files)),
+                "peak_stage_memory_mb": rounded(stage_memory_mb(frame).max(), 1),
+                "device_memory_mb": rounded(frame["device_mb"].min(), 1),
+                "slowest_stage_ms": rounded((frame["forward_ms"] + frame["backward_ms"]).max()),
             },
         ),
     )

@@ -40,13 +40,11 @@ search_specs = dg.DynamicPartitionsDefinition(name=SEARCH_PARTITIONS)
 class SearchSpecs(dg.ConfigurableResource):
     """The search specs: each `<stem>.yaml` in the folder is one partition, keyed by its stem."""
 
-    search_dir: str = Field(
-        default="", description=f"folder of search specs; empty: ${SEARCH_DIR_ENV}, else <project>/searches"
-    )
+    search_dir: str = Field(default="", description=f"folder of search specs (${SEARCH_DIR_ENV}); empty: searches/")
     files_dir: str = Field(default="", description="where ranked run configs and plans go; empty: <storage>")
 
     def directory(self) -> Path:
-        return project_path(self.search_dir, SEARCH_DIR_ENV, "searches")
+        return project_path(self.search_dir, "searches")
 
     def files(self, key: str) -> Path:
         """Where a search's ranked run configs, plans and framework settings are written."""

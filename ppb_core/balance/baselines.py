@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import OPTIONS
@@ -65,6 +66,7 @@ class Baseline:
                 [self.plan.cell_layers(c, s) for s in range(self.plan.problem.stages)]
                 for c in range(self.plan.problem.chunks)
             ],
+            "cells": cells(self.plan),
         }
 
 

@@ -25,8 +25,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.model.switches import OPTIONS
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.dominance import undominated
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
@@ -57,15 +58,8 @@ class StageChoice:
 
 
 def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float, tuple]]:
-    """Points not dominated in (backward, activation), the first of equal ones kept."""
-    points = sorted(points, key=lambda p: (p[0], p[1]))
-    kept: list[tuple[float, float, tuple]] = []
-    best = math.inf
-    for point in points:
-        if point[1] < best:
-            kept.append(point)
-            best = point[1]
-    return kept
+    """Points not dominated in (backward, activation), the first of equal ones kept, by backward time."""
+    return [points[i] for i in undominated([(b, a) for b, a, _ in points])]
 
 
 def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
@@ -126,14 +120,14 @@ class Catalogue:
             return self._cell_cache[key]
         bodies = self.p.layers.bodies
         candidates: list[tuple[float, float, tuple]] = []
-        ranks = sorted({RANK[OPTIONS[k]] for k in self.p.option_indices})
+        ranks = sorted({CELL_RANK[OPTIONS[k]] for k in self.p.option_indices})
         for variant in self.variants:
             # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}].
             for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
                 bounds = [ranks[0], *cuts, ranks[-1]]
                 partial: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
                 for i, (body, n) in enumerate(zip(types, counts, strict=True)):
-                    allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                    allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
                     front = self._front(body, n, tuple(allowed))
                     partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
                 candidates += partial
@@ -322,10 +316,8 @@ def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str)
 
 
 def _undominated_rows(backward: np.ndarray, rows: list[int]) -> list[int]:
-    """Rows whose per-chunk backward vector no other row beats or equals everywhere (the first of equals)."""
-    order = sorted(rows, key=lambda i: (float(backward[i].sum()), tuple(backward[i]), i))
-    kept: list[int] = []
-    for i in order:
-        if not kept or not (backward[kept] <= backward[i]).all(axis=1).any():
-            kept.append(i)
-    return kept
+    """Rows whose per-chunk backward vector no other row beats or equals everywhere (the first of equals),
+    by total backward time."""
+    vectors = [backward[i] for i in rows]
+    kept = undominated(vectors, scan=lambda j: (float(vectors[j].sum()), tuple(vectors[j]), rows[j]))
+    return [rows[j] for j in kept]

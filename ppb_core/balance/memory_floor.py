@@ -16,10 +16,11 @@ import time
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
+from ppb_core.balance.choice_model import ChoiceModel  # the same columns and rows as the balancer's
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
-from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.model.switches import OPTIONS
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
 def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ...]) -> CellChoice:
@@ -27,14 +28,14 @@ def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ..
     layers (the least-activation option allowed), over every way to order ranks along the cell."""
     problem = catalogue.p
     bodies = problem.layers.bodies
-    ranks = sorted({RANK[OPTIONS[k]] for k in problem.option_indices})
+    ranks = sorted({CELL_RANK[OPTIONS[k]] for k in problem.option_indices})
     best: CellChoice | None = None
     for variant in catalogue.variants:
         for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
             bounds = [ranks[0], *cuts, ranks[-1]]
             rows, activation, backward = [], 0.0, 0.0
             for i, (body, n) in enumerate(zip(types, counts, strict=True)):
-                allowed = [k for k in variant if bounds[i] <= RANK[OPTIONS[k]] <= bounds[i + 1]]
+                allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
                 if not allowed:
                     break
                 k = min(allowed, key=lambda k: catalogue.activation[body][k])
@@ -89,14 +90,12 @@ def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, boun
 
 def memory_floor(problem: BalanceInput, time_limit: float) -> tuple[float | None, bool, float]:
     """(MB the least-memory plan needs, whether that is proven least, seconds)."""
-    from ppb_core.balance.program import _ChoiceModel  # the same columns and rows as the balancer's
-
     started = time.perf_counter()
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
     choices = [_stage_choices(problem, catalogue, s, bound) for s in range(problem.stages)]
     mu = float(problem.memory_mb)
-    model = _ChoiceModel(problem, choices, 1.0)
+    model = ChoiceModel(problem, choices, 1.0)
     for s, stage in enumerate(choices):
         terms = {model.top: 1.0}
         for j, choice in enumerate(stage):

@@ -1,4 +1,8 @@
-"""What a user pastes: MindFormers/HyperParallel yaml (reference §6.6), Megatron-LM flags, a stage table.
+"""What a user pastes: MindFormers/HyperParallel yaml, Megatron-LM flags, a stage table.
+
+The yaml's four lists are those of `yaml_from_internal` and `internal_from_yaml` in
+mindspore-ai/hyper-parallel `hyper_parallel/auto_parallel/sapp_ppb/utils/recompute.py` (the same
+in MindFormers' `toolkit/pipeline_balance/utils/recompute.py`).
 
 MindFormers counts per (chunk, stage) cell, from the cell's first layer: `recompute` layers are
 fully recomputed, `select_recompute` layers run selective recompute, `select_comm_recompute`
@@ -14,16 +18,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
-from ppb_core.balance.problem import RANK, BalanceInput
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
-from ppb_core.model.switches import OPTIONS
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
 _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))
 
 
 def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
-    """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (§6.6)."""
+    """One cell's counts (per option, OPTIONS order) as MindFormers' four numbers (`yaml_from_internal`)."""
     return {
         "offset": sum(options) - nass,
         "recompute": options[_F],
@@ -33,7 +37,7 @@ def yaml_from_cell(options: Sequence[int], nass: int) -> dict[str, int]:
 
 
 def cell_from_yaml(offset: int, recompute: int, select: int, comm: int, nass: int) -> tuple[int, ...]:
-    """The inverse (§6.6 `internal_from_yaml`): per-option counts of one cell."""
+    """The inverse (`internal_from_yaml`): per-option counts of one cell."""
     full = recompute
     both = max(min(select - full, comm - full), 0)
     slct = max(select - full - both, 0)
@@ -117,7 +121,7 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
         if min(cell) < 0:
             raise InputError(None, f"cell (chunk {v}, stage {s})", f"counts give a negative option count: {cell}")
         # the cell's layers from its first: options by rank, body types in order
-        sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: RANK[OPTIONS[k]]) for _ in range(cell[k])]
+        sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: CELL_RANK[OPTIONS[k]]) for _ in range(cell[k])]
         for k in sequence:
             while body < len(remaining) and remaining[body] == 0:
                 body += 1

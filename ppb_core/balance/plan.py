@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from ppb_core.balance.problem import RANK, BalanceInput
-from ppb_core.model.switches import OPTIONS
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import Timeline, closed_form_time, simulate
 
 Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][stage][option index]
@@ -78,7 +78,7 @@ class Plan:
             previous_ranks: list[int] = []
             for body in range(len(self.counts)):
                 sequence += [(body, position)] * self.body_layers(body, chunk, stage)
-                ranks = [RANK[OPTIONS[k]] for k, n in enumerate(self.counts[body][chunk][stage]) if n]
+                ranks = [CELL_RANK[OPTIONS[k]] for k, n in enumerate(self.counts[body][chunk][stage]) if n]
                 if ranks and previous_ranks and min(ranks) < max(previous_ranks):
                     found.append(
                         f"cell (chunk {chunk}, stage {stage}): a later body type recomputes more than an "

@@ -7,19 +7,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.memory import run_working_set_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
-
-if TYPE_CHECKING:
-    from ppb_core.config.run import RunConfig
-
-# Where MindFormers applies each option among a cell's layers: full recompute on the first layers,
-# then both selective kinds, then one selective kind, then none (§6.6's yaml counts from the start).
-RANK: dict[str, int] = {"FULL": 0, "BOTH": 1, "SLCT": 2, "COMM": 2, "NONE": 3}
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)
@@ -145,7 +141,10 @@ class BalanceInput:
             "memory_mb": self.memory_mb,
             "constant_memory_mb": self.constant_memory_mb,
             "options": list(self.options),
-            "bodies": [{"name": b.name, "nb_layer": b.nb_layer} for b in self.layers.bodies],
+            "bodies": [
+                {"name": b.name, "nb_layer": b.nb_layer, **({"models": list(b.models)} if b.models else {})}
+                for b in self.layers.bodies
+            ],
         }
 
 
@@ -168,9 +167,6 @@ def run_problem(
     count it, and a stage's peak comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
     """
-    from ppb_core.memory import run_working_set_bytes
-    from ppb_core.memory.peak import MB
-
     if constant_memory_mb is None:
         constant_memory_mb = math.ceil(run_working_set_bytes(run) / MB)
     par = run.parallel

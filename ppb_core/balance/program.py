@@ -35,13 +35,12 @@ from dataclasses import dataclass, field
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
-from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
-from ppb_core.balance.highs import INF
+from ppb_core.balance.choice_model import ChoiceModel, Path
+from ppb_core.balance.choices import Catalogue, StageChoice
 from ppb_core.balance.local import improve
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import simulate
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
@@ -51,7 +50,6 @@ NEARBY_PATHS = 20  # shaken copies of each round's plan whose critical paths are
 CONSISTENCY = 1e-6  # relative: a plan's critical path this close to T is taken as equal to it
 ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
 LOCAL_SEARCH_SECONDS = 10.0  # at most this long improving the starting plan by local moves
-Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times the path runs that cell's op
 
 
 @dataclass
@@ -79,193 +77,6 @@ class Solution:
 def _trace(text: str) -> None:
     if os.environ.get("PPB_BALANCE_TRACE"):
         print(text, file=sys.stderr)
-
-
-class _ChoiceModel:
-    def __init__(self, problem: BalanceInput, choices: list[list[StageChoice]], tau: float) -> None:
-        self.p = problem
-        self.choices = choices
-        self.tau = tau
-        self.columns: list[highs.Column] = []
-        self.rows: list[highs.Row] = []
-        self.y = [[self._column(0, 1, True) for _ in stage] for stage in choices]
-        self.top = self._column(0, INF, False)
-        self.g: dict[tuple[int, int], int] = {}
-        self.duration: dict[tuple[str, int, int], int] = {}
-        self._durations()
-        self._placement()
-        self._order()
-
-    def _column(self, lower: float, upper: float, integer: bool) -> int:
-        self.columns.append((lower, upper, integer))
-        return len(self.columns) - 1
-
-    def _row(self, lower: float, upper: float, terms: dict[int, float]) -> None:
-        self.rows.append((lower, upper, list(terms), list(terms.values())))
-
-    def _durations(self) -> None:
-        """D[kind, v, s]: a cell's forward or backward per micro-batch, head and tail included."""
-        p = self.p
-        for v, s in p.cells:
-            for kind in ("F", "B"):
-                column = self.duration[(kind, v, s)] = self._column(0, INF, False)
-                fixed = p.fixed_time(kind, v, s)
-                terms = {column: 1.0}
-                for j, choice in enumerate(self.choices[s]):
-                    length = choice.cells[v].forward if kind == "F" else choice.cells[v].backward
-                    if length:
-                        terms[self.y[s][j]] = -length / self.tau
-                self._row(fixed / self.tau, fixed / self.tau, terms)
-
-    def _placement(self) -> None:
-        """One choice per stage; every body type's layers placed."""
-        for s, stage in enumerate(self.choices):
-            self._row(1, 1, {self.y[s][j]: 1.0 for j in range(len(stage))})
-        for l, body in enumerate(self.p.layers.bodies):
-            terms = {}
-            for s, stage in enumerate(self.choices):
-                for j, choice in enumerate(stage):
-                    n = sum(cell.body_count(l) for cell in choice.cells)
-                    if n:
-                        terms[self.y[s][j]] = float(n)
-            self._row(body.nb_layer, body.nb_layer, terms)
-
-    def _order(self) -> None:
-        """g[b, p] = 1 from the first cell holding a type after b on: later types only there, b only up to it."""
-        p = self.p
-        for b in range(len(p.layers.bodies) - 1):
-            for position, (v, s) in enumerate(p.cells):
-                g = self.g[(b, position)] = self._column(0, 1, True)
-                later = {
-                    self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s]) if any(t > b for t in c.cells[v].bodies)
-                }
-                self._row(-INF, 0, {**later, g: -1.0})
-                if position:
-                    previous = self.g[(b, position - 1)]
-                    self._row(0, INF, {g: 1.0, previous: -1.0})
-                    early = {
-                        self.y[s][j]: 1.0
-                        for j, c in enumerate(self.choices[s])
-                        if any(t <= b for t in c.cells[v].bodies)
-                    }
-                    self._row(-INF, 1, {**early, previous: 1.0})
-
-    def path_terms(self, path: Path) -> dict[int, float]:
-        """T − Σ_π D ≥ 0."""
-        terms: dict[int, float] = {self.top: 1.0}
-        for key, times in path.items():
-            terms[self.duration[key]] = terms.get(self.duration[key], 0.0) - float(times)
-        return terms
-
-    def add_closed_form(self) -> None:
-        """T at least the closed form for each possible bottleneck stage."""
-        p = self.p
-        m, chunks = p.micro_batches, p.chunks
-        if p.schedule_name == "gpipe":
-            waves = {}
-            for kind in ("F", "B"):
-                wave = waves[kind] = self._column(0, INF, False)
-                for k in range(p.stages):
-                    terms = {wave: 1.0}
-                    for v, s in p.cells:
-                        terms[self.duration[(kind, v, s)]] = -(1.0 + (m - 1) * (s == k))
-                    self._row(0, INF, terms)
-            self._row(0, INF, {self.top: 1.0, waves["F"]: -1.0, waves["B"]: -1.0})
-            return
-        for k in range(p.stages):
-            path = {
-                (kind, v, s): 1.0 / chunks + (m - 1.0 / chunks) * (s == k) for v, s in p.cells for kind in ("F", "B")
-            }
-            self._row(0, INF, self.path_terms(path))
-
-    def add_least_busiest(self, work: float, closed_form: bool) -> None:
-        """T at least what a plan whose busiest stage works `work` per micro-batch takes: the closed
-        form's a·Σ D + (m − 1/V)·work, or for the critical path m·work (that stage's busy time)."""
-        p = self.p
-        m, chunks = p.micro_batches, p.chunks
-        if not closed_form:
-            self._row(m * work / self.tau, INF, {self.top: 1.0})
-            return
-        terms = {self.top: 1.0}
-        for column in self.duration.values():
-            terms[column] = -1.0 / chunks
-        self._row((m - 1.0 / chunks) * work / self.tau, INF, terms)
-
-    def plan(self, values: Sequence[float]) -> Plan:
-        counts = empty_counts(self.p)
-        for s, stage in enumerate(self.choices):
-            j = max(range(len(stage)), key=lambda j: values[self.y[s][j]])
-            for v, cell in enumerate(stage[j].cells):
-                for body, row in zip(cell.bodies, cell.counts, strict=True):
-                    counts[body][v][s] = list(row)
-        return Plan(self.p, freeze(counts))
-
-    def assignment(self, plan: Plan, top: float) -> list[float] | None:
-        """Every column's value for a plan, to seed the solver; None unless each of its stages is a
-        listed choice or has one with the same layers per cell and no longer backward in any chunk
-        (the listing keeps only such choices; the cell times and T then still bound every path)."""
-        p = self.p
-        values = [0.0] * len(self.columns)
-        durations: dict[tuple[str, int, int], float] = {}
-        for s, stage in enumerate(self.choices):
-            layout = [[plan.body_layers(body, v, s) for body in range(len(plan.counts))] for v in range(p.chunks)]
-            found = next(
-                (
-                    j
-                    for j, choice in enumerate(stage)
-                    if all(_cell_matches(plan, v, s, cell) for v, cell in enumerate(choice.cells))
-                ),
-                None,
-            )
-            if found is None:
-                found = next(
-                    (
-                        j
-                        for j, choice in enumerate(stage)
-                        if all(
-                            [cell.body_count(body) for body in range(len(plan.counts))] == layout[v]
-                            and cell.backward <= _body_backward(plan, v, s) * (1 + 1e-12)
-                            for v, cell in enumerate(choice.cells)
-                        )
-                    ),
-                    None,
-                )
-            if found is None:
-                return None
-            values[self.y[s][found]] = 1.0
-            for v, cell in enumerate(stage[found].cells):
-                durations[("F", v, s)] = cell.forward
-                durations[("B", v, s)] = cell.backward
-        for (kind, v, s), column in self.duration.items():
-            values[column] = (durations[(kind, v, s)] + p.fixed_time(kind, v, s)) / self.tau
-        values[self.top] = top
-        for (b, position), column in self.g.items():
-            later = [
-                q
-                for q, (v, s) in enumerate(p.cells)
-                if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))
-            ]
-            values[column] = 1.0 if later and position >= later[0] else 0.0
-        return values
-
-
-def _body_backward(plan: Plan, chunk: int, stage: int) -> float:
-    """A cell's backward over its body layers only (head and tail left out)."""
-    bodies = plan.problem.layers.bodies
-    return sum(
-        n * bodies[body].backward_time[OPTIONS[k]]
-        for body in range(len(plan.counts))
-        for k, n in enumerate(plan.counts[body][chunk][stage])
-        if n
-    )
-
-
-def _cell_matches(plan: Plan, chunk: int, stage: int, cell: CellChoice) -> bool:
-    for body in range(len(plan.counts)):
-        expected = cell.counts[cell.bodies.index(body)] if body in cell.bodies else (0,) * len(OPTIONS)
-        if tuple(plan.counts[body][chunk][stage]) != tuple(expected):
-            return False
-    return True
 
 
 def _time_unit(problem: BalanceInput) -> float:
@@ -382,7 +193,7 @@ class _Run:
 
 
 def _run(
-    model: _ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None, seeds: Sequence[Path]
+    model: ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None, seeds: Sequence[Path]
 ) -> _Run:
     """Solve, and with `exact` keep adding the found plan's critical path until it equals T."""
     tau = model.tau
@@ -502,7 +313,7 @@ def least_max_work(
         if remaining <= 0:
             break
         if all(subset):
-            model = _ChoiceModel(problem, subset, tau)
+            model = ChoiceModel(problem, subset, tau)
             solver = highs.new_solver(remaining)
             solver.setOptionValue("mip_max_improving_sols", 1)  # any plan proves feasibility
             highs.load(solver, model.columns, model.rows, model.top)
@@ -572,7 +383,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
         cap = 2 * math.ceil(problem.layers.nb_body_layers / cells) + 1
         choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
         if all(choices):
-            model = _ChoiceModel(problem, choices, tau)
+            model = ChoiceModel(problem, choices, tau)
             model.add_closed_form()
             first = _run(model, False, time_limit, started, None, ())
             if first.plan is not None:
@@ -583,7 +394,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
     upper = max(start.stage_time(s) for s in range(problem.stages)) if start is not None else math.inf
     busiest = least_max_work(problem, choices, tau, upper, started + time_limit / 4)
-    model = _ChoiceModel(problem, choices, tau)
+    model = ChoiceModel(problem, choices, tau)
     model.add_closed_form()
     model.add_least_busiest(busiest, closed_form=True)
     closed = _run(model, False, time_limit, started, None, ())
@@ -635,7 +446,7 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     notes.append(f"start: {start.iteration_time:.6g} after local moves")
     choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
     seeds = _path_seeds(problem, incumbents)
-    model = _ChoiceModel(problem, choices, tau)
+    model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     critical = _run(model, True, time_limit, started, start, seeds)
     listed = sum(len(stage) for stage in choices)

@@ -15,7 +15,7 @@ MAX_INTERLEAVE = 4
 
 
 def report(solution: Solution) -> dict[str, Any]:
-    """The JSON of one solve (overview.md's `ppb balance --json` contract, extended)."""
+    """The JSON of one solve (the `ppb balance --json` contract the README states)."""
     p = solution.problem
     found = baselines(p)
     best = best_feasible(found)

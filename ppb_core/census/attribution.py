@@ -1,4 +1,4 @@
-"""Who made each kept tensor: the op and recompute switch (§4) it belongs to, and its tensor-parallel side.
+"""Who made each kept tensor: the op and recompute switch (`SWITCHES`) it belongs to, and its tensor-parallel side.
 
 A measurement (`ppb_core.census.measure`) records one forward of a layer as a graph of ops over
 storages: what each op read, allocated and wrote in place, inside which modules, and which
@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ppb_core.model.switches import SWITCHES
+
 # Leaf module (or parameter) names of the projections a tensor-parallel layer splits by columns
 # (output features: heads, FFN width) and by rows (input features, reduced after).
 COLUMN_PARALLEL: frozenset[str] = frozenset(
@@ -44,9 +46,11 @@ COLUMN_PARALLEL: frozenset[str] = frozenset(
         "c_fc",
         "w1",
         "w3",
+        "qkv",  # vision towers: Qwen's fused projection, CLIP's and SigLIP's fc1
+        "fc1",
     }
 )
-ROW_PARALLEL: frozenset[str] = frozenset({"o_proj", "down_proj", "c_proj", "w2", "dense"})
+ROW_PARALLEL: frozenset[str] = frozenset({"o_proj", "down_proj", "c_proj", "w2", "dense", "proj", "out_proj", "fc2"})
 # MLA's up-projections: the heads attUp rebuilds from the latents.
 UP_PROJECTIONS: frozenset[str] = frozenset({"q_b_proj", "kv_b_proj"})
 
@@ -54,7 +58,7 @@ MATMULS: frozenset[str] = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", 
 SOFTMAXES: frozenset[str] = frozenset({"_softmax", "softmax", "_safe_softmax"})
 DROPOUTS: frozenset[str] = frozenset({"native_dropout", "dropout", "bernoulli", "bernoulli_"})
 
-# Where a kept storage is priced (§7.3 census path): `saved` TP leaves whole (sequence parallelism
+# Where a kept storage is priced (`ppb_core.memory.census`): `saved` TP leaves whole (sequence parallelism
 # splits it), `saved_tp` TP splits; `routed*` the same for the routed experts, whose tokens
 # per rank follow the expert layout rather than the layer's.
 BUCKETS: tuple[str, ...] = ("saved", "saved_tp", "routed", "routed_tp")
@@ -131,9 +135,7 @@ class Attribution:
     parts: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # storage -> (part, switch)
 
     def acting(self) -> tuple[str, ...]:
-        """The switches some op of the layer answers to, in §4 order."""
-        from ppb_core.model.switches import SWITCHES
-
+        """The switches some op of the layer answers to, in `SWITCHES` order."""
         named = {role.switch for role in self.roles.values() if role.switch}
         return tuple(name for name in SWITCHES if name in named)
 
@@ -159,7 +161,7 @@ def _block(op: OpRecord) -> tuple[str, str] | None:
             return "router", path
         if cls.endswith("Experts"):
             return "experts", path
-        if cls.endswith("MLP") or cls.endswith("Expert"):
+        if cls.endswith(("MLP", "Mlp", "Expert")):  # Qwen2-VL's vision MLP is VisionMlp
             return "mlp", path
     return None
 

@@ -32,6 +32,7 @@ from ppb_core.census.attribution import (
     recompute_shares,
 )
 from ppb_core.census.record import Kept, KindCensus, Part, PerToken, RankSplit, Setting, WorkingLine
+from ppb_core.dominance import undominated
 from ppb_core.model.switches import SWITCHES
 
 # Each term's feature for one measurement.
@@ -313,11 +314,11 @@ def _trace_lines(points: Sequence[KindMeasurement], terms: Sequence[str]) -> tup
         lines.append(tuple(result.coefficients.get(term, 0.0) for term in ("base", "per_seq", "base_tp", "per_seq_tp")))
     # A line is dropped where another is at least as large in every coefficient (so at every
     # sequence length and split); ties keep the first.
-    unique = sorted(set(lines), key=lambda line: (-sum(line), line))
-    front: list[tuple[float, ...]] = []
-    for line in unique:
-        if not any(all(o >= v - 1e-9 for o, v in zip(other, line, strict=True)) for other in front):
-            front.append(line)
+    unique = sorted(set(lines))
+    kept = undominated(
+        [[-v for v in line] for line in unique], tolerance=1e-9, scan=lambda i: (-sum(unique[i]), unique[i])
+    )
+    front = [unique[i] for i in kept]
     return [WorkingLine(PerToken(a, c), PerToken(a_tp, c_tp)) for a, c, a_tp, c_tp in front], residual
 
 

@@ -29,9 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppb_core.census.attribution import EXTERNAL, INPUT, OP, PARAM, LayerGraph, OpRecord, StorageRecord
+from ppb_core.census.fit import KindMeasurement, assemble_kind
 from ppb_core.census.record import Census
+from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError
 from ppb_core.io import silenced
+from ppb_core.model.kinds import body_kind, kind_to_dict
 
 TORCH_MISSING = "ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
 
@@ -196,7 +199,7 @@ def build_layer(setup: LayerSetup) -> tuple[Any, Any, Any]:
 
 
 @dataclass
-class _Inputs:
+class LayerInputs:
     """What the model hands the layer: hidden states, and what it computes once for all layers."""
 
     hidden: Any
@@ -212,7 +215,7 @@ class _Inputs:
         return found
 
 
-def _inputs(torch: Any, layer: Any, rotary: Any, config: Any, shape: Shape, dtype: Any, seed: int) -> _Inputs:
+def _inputs(torch: Any, layer: Any, rotary: Any, config: Any, shape: Shape, dtype: Any, seed: int) -> LayerInputs:
     from transformers.masking_utils import create_causal_mask
 
     generator = torch.Generator().manual_seed(seed + 1)
@@ -224,10 +227,12 @@ def _inputs(torch: Any, layer: Any, rotary: Any, config: Any, shape: Shape, dtyp
         mask = create_causal_mask(
             config=config, inputs_embeds=hidden.detach(), attention_mask=None, cache=None, position_ids=position_ids
         )
-    return _Inputs(hidden, {"attention_mask": mask, "position_ids": position_ids, "position_embeddings": (cos, sin)})
+    return LayerInputs(
+        hidden, {"attention_mask": mask, "position_ids": position_ids, "position_embeddings": (cos, sin)}
+    )
 
 
-def _forward(layer: Any, inputs: _Inputs) -> Any:
+def _forward(layer: Any, inputs: LayerInputs) -> Any:
     out = layer(inputs.hidden, **inputs.kwargs)
     return out[0] if isinstance(out, tuple) else out
 
@@ -239,7 +244,7 @@ def _storage(tensor: Any) -> Any:
 class _Graph:
     """Collects a `LayerGraph` while the layer runs; holds every storage it sees so none is reused."""
 
-    def __init__(self, layer: Any, inputs: _Inputs) -> None:
+    def __init__(self, layer: Any, inputs: LayerInputs) -> None:
         self.ops: list[OpRecord] = []
         self.storages: dict[int, StorageRecord] = {}
         self.saved: dict[int, list[int]] = {}
@@ -402,7 +407,12 @@ def record_forward(layer: Any, rotary: Any, config: Any, shape: Shape, dtype: st
     only what is still saved then counts.
     """
     torch = require_torch()
-    inputs = _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed)
+    return record_inputs(layer, _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed))
+
+
+def record_inputs(layer: Any, inputs: LayerInputs) -> LayerGraph:
+    """The graph of one forward of *layer* on *inputs* (`record_forward` for any block and its own inputs)."""
+    torch = require_torch()
     collected = _Graph(layer, inputs)
     holders: dict[int, list[Any]] = {}
 
@@ -498,7 +508,12 @@ def working_set(layer: Any, rotary: Any, config: Any, shape: Shape, dtype: str, 
     (frameworks accumulate those into their gradient buffers, which are not activations).
     """
     torch = require_torch()
-    inputs = _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed)
+    return working_set_inputs(layer, _inputs(torch, layer, rotary, config, shape, getattr(torch, DTYPES[dtype]), seed))
+
+
+def working_set_inputs(layer: Any, inputs: LayerInputs) -> Working:
+    """`working_set` of *layer* on *inputs* (any block and its own inputs)."""
+    torch = require_torch()
     hidden = inputs.hidden
     fixed = {_storage(t).data_ptr() for t in (*layer.parameters(), *layer.buffers(), *inputs.external(), hidden)}
     activations: dict[int, bool] = {_storage(hidden).data_ptr(): True}
@@ -656,10 +671,6 @@ def census(
     torch = require_torch()
     import transformers
 
-    from ppb_core.census.fit import KindMeasurement, assemble_kind
-    from ppb_core.config.hf import spec_from_hf
-    from ppb_core.model.kinds import body_kind, kind_to_dict
-
     if attention not in ATTENTIONS:
         raise InputError(source or None, "attention", f"{attention!r} is not one of {', '.join(ATTENTIONS)}")
     if len({shape.seq for shape in shapes}) < 2:
@@ -734,8 +745,6 @@ def census(
 
 
 def _kind_measurement(m: Measured, experts: int) -> Any:
-    from ppb_core.census.fit import KindMeasurement
-
     return KindMeasurement(
         batch=m.shape.batch,
         seq=m.shape.seq,

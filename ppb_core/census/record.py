@@ -4,7 +4,7 @@ Readable without torch. A census file holds, for each body kind of one model, th
 token of one micro-batch the layer keeps for its backward under every setting of the switches
 that act on it (and under full recompute), split the way a tensor-parallel rank keeps them, the
 working set of its backward, the parts (module and op) the bytes come from, and the fit's
-residuals. `KindActivations` is reference §3's record of it at one sequence length.
+residuals. `KindActivations` is its record at one sequence length, as the memory model prices it.
 
 Bytes per token are `base + per_seq · seq_length + per_expert · routed_experts` (see
 `ppb_core.census.fit`). Buckets (`ppb_core.census.attribution.BUCKETS`): `saved` is what TP
@@ -174,7 +174,7 @@ class Part:
 
 @dataclass(frozen=True)
 class KindActivations:
-    """Reference §3: a kind's census at one sequence length, bytes per token at one micro-batch.
+    """A kind's census at one sequence length, bytes per token at one micro-batch.
 
     `saved`/`saved_tp` the plain layer keeps (TP-whole / TP-split), `working`/`working_tp` its
     backward holds at most, `selective`/`selective_tp` it keeps under HyperParallel's selective
@@ -246,7 +246,7 @@ class KindCensus:
         return tokens * self.held_line(seq_length, split).at(seq_length, split, self.model_experts)
 
     def activations(self, seq_length: int, split: RankSplit | None = None) -> KindActivations:
-        """Reference §3's record at *seq_length*, at the model's own routed expert count.
+        """The record at *seq_length*, at the model's own routed expert count.
 
         The working set's split is that of the backward's fullest point on a rank of *split*.
         """

@@ -14,7 +14,6 @@ from ppb_core.chain.checks import (
 from ppb_core.chain.stages import (
     PLAN_TIME_LIMIT_S,
     STAGES,
-    TIME_KEY_COLUMNS,
     Stage,
     combined_descriptions,
     layer_descriptions,
@@ -40,17 +39,17 @@ from ppb_core.chain.storage import (
     read_stage,
     stage_artifact_suffixes,
     stage_artifacts,
+    stage_files,
     stage_path,
     to_parquet_bytes,
     write_stage,
 )
-from ppb_core.chain.versions import code_version, core_closure
+from ppb_core.chain.versions import code_version, core_closure, stage_sources
 
 __all__ = [
     "PARQUET",
     "PLAN_TIME_LIMIT_S",
     "STAGES",
-    "TIME_KEY_COLUMNS",
     "Stage",
     "code_version",
     "combined_descriptions",
@@ -78,7 +77,9 @@ __all__ = [
     "stage",
     "stage_artifact_suffixes",
     "stage_artifacts",
+    "stage_files",
     "stage_path",
+    "stage_sources",
     "switch_profiles",
     "to_parquet_bytes",
     "walk_problems",

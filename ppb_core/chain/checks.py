@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import pandas as pd
 
-from ppb_core.config.run import run_from_frame
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS
 from ppb_core.tables.payload import descriptions_from_frame
+from ppb_core.tables.report import stage_memory_mb
+from ppb_core.tables.run import run_from_frame
+from ppb_core.tables.schema import Summarized
 
 
 def walk_problems(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> list[str]:
@@ -87,32 +88,32 @@ def scaling_problems(withdrawn: pd.DataFrame, scaled: pd.DataFrame, rel: float =
     return problems
 
 
-def plan_problems(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> list[str]:
+def plan_problems(run_config: pd.DataFrame, pipeline_plan: Summarized) -> list[str]:
     """A plan exists, places every body layer, and each stage's predicted memory fits the device.
 
     The device memory is the run config's own (less reserved_mb), not the one the plan states.
     """
     run = run_from_frame(run_config)
-    plan = json.loads(pipeline_plan.attrs["plan"])
-    if pipeline_plan.empty:
+    plan, rows = pipeline_plan.summary, pipeline_plan.frame
+    if rows.empty:
         return [f"no plan: the balancer says {plan['status']}: {plan.get('message', '')}".strip()]
     problems = []
     limit = float(run.device.usable_mb)
-    for row in pipeline_plan.itertuples(index=False):
+    for row in rows.itertuples(index=False):
         if row.memory_mb > limit:
             problems.append(f"stage {row.stage} needs {row.memory_mb:,.0f} MB, the device has {limit:,.0f}")
-    placed = int(pipeline_plan["layers"].sum())
+    placed = int(rows["layers"].sum())
     described = sum(int(body["nb_layer"]) for body in plan["input"]["bodies"])
     if placed != described:
         problems.append(f"{placed} body layers placed, {described} described")
     return problems
 
 
-def report_problems(plan_report: pd.DataFrame) -> list[str]:
+def report_problems(plan_report: Summarized) -> list[str]:
     """Stages the memory model, evaluating the plan layer by layer, finds over the device's memory."""
-    total = plan_report["parameters_mb"] + plan_report["activations_mb"] + plan_report["buffers_mb"]
+    rows = plan_report.frame
     return [
         f"stage {stage}: {need:,.0f} MB by the memory model, the device has {limit:,.0f}"
-        for stage, need, limit in zip(plan_report["stage"], total, plan_report["device_mb"], strict=True)
+        for stage, need, limit in zip(rows["stage"], stage_memory_mb(rows), rows["device_mb"], strict=True)
         if need > limit
     ]

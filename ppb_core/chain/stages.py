@@ -19,23 +19,32 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.config.run import RunConfig, load_run_config, run_from_frame, run_to_frame
+from ppb_core.config.run import RunConfig, load_run_config
 from ppb_core.errors import InputError
-from ppb_core.estimate.plan import plan_stages
-from ppb_core.estimate.run import estimate, estimate_to_frame
+from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
+from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel, run_in_flight_counts
-from ppb_core.model.walk import LayerWalk, walk, walk_from_frame, walk_to_frame
+from ppb_core.model.placement import model_cell_options
+from ppb_core.model.walk import LayerWalk, walk
 from ppb_core.payload.describe import describe_layers, many_in_flight
 from ppb_core.payload.postprocess import combine, scale, withdraw
 from ppb_core.payload.profiling import profile_layers
 from ppb_core.payload.sapp import validate_descriptions
 from ppb_core.report.render import report_files
-from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame, profiles_to_frame
-from ppb_core.tables.plan import plan_to_frame
+from ppb_core.tables.estimate import LAYER_MEMORY, LAYER_TIMES, estimate_to_frame, times_frame
+from ppb_core.tables.payload import (
+    DESCRIPTIONS,
+    PROFILES,
+    descriptions_from_frame,
+    descriptions_to_frame,
+    profiles_to_frame,
+)
+from ppb_core.tables.plan import PIPELINE_PLAN, plan_cells, plan_to_frame
+from ppb_core.tables.report import PLAN_REPORT, report_to_frame
+from ppb_core.tables.run import RUN_CONFIG, run_from_frame, run_to_frame
+from ppb_core.tables.schema import Schema, Stored, Summarized
+from ppb_core.tables.walk import LAYER_WALK, walk_from_frame, walk_to_frame
 from ppb_core.timing import TimeModel
-
-# The columns that name a distinct layer in the memory and time tables.
-TIME_KEY_COLUMNS = ("model_name", "node", "kind", "kind_json", "count")
 
 
 def run_config(path: str | Path) -> pd.DataFrame:
@@ -54,24 +63,20 @@ def _run_and_walk(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> tuple[R
     return run, walk_from_frame(layer_walk, run.parallel.pp, run.parallel.vpp)
 
 
-def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
+def layer_memory(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> Summarized:
     """Each distinct layer's bytes on one device under every recompute option, and each stage's peak.
 
-    One row per distinct (model, node, kind) of the walk (`ppb_core.estimate.run`'s table); the
-    stages' peaks against the device's memory ride along as JSON in `attrs["stage_peaks"]`.
+    One row per distinct (model, node, kind) of the walk; the run's summary and the stages' peaks
+    against the device's memory are the table's summary.
     """
     run, walked = _run_and_walk(run_config, layer_walk)
-    result = estimate(run, layer_walk=walked)
-    frame = estimate_to_frame(result)
-    frame.attrs["stage_peaks"] = json.dumps(result.to_json()["stages"], sort_keys=True)
-    return frame
+    return estimate_to_frame(estimate(run, layer_walk=walked))
 
 
 def layer_times(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """Each distinct layer's forward and backward milliseconds under every recompute option."""
     run, walked = _run_and_walk(run_config, layer_walk)
-    frame = estimate_to_frame(estimate(run, times=TimeModel(run), layer_walk=walked, stages=False))
-    return frame[[*TIME_KEY_COLUMNS, *(c for c in frame.columns if "_ms_" in c)]]
+    return times_frame(estimate_to_frame(estimate(run, times=TimeModel(run), layer_walk=walked, stages=False)))
 
 
 def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
@@ -104,7 +109,7 @@ def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd
 def combined_descriptions(run_config: pd.DataFrame, layer_descriptions: pd.DataFrame) -> pd.DataFrame:
     """The bodies the run config's `ppb.combined` groups, each group described as one body."""
     run = run_from_frame(run_config)
-    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined))
+    return descriptions_to_frame(combine(descriptions_from_frame(layer_descriptions), run.ppb.combined, run.source))
 
 
 def withdrawn_descriptions(combined_descriptions: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +134,7 @@ PLAN_TIME_LIMIT_S = 90.0
 
 def pipeline_plan(
     run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame, time_limit_s: float = PLAN_TIME_LIMIT_S
-) -> pd.DataFrame:
+) -> Summarized:
     """The balancer's plan: layers per (chunk, stage) and their recompute options, the fastest that fits.
 
     The problem's sizes come from the run config as `ppb balance RUN.yaml` takes them: pp stages,
@@ -137,48 +142,61 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    return plan_to_frame(balance(problem, time_limit_s))
+    result = balance(problem, time_limit_s)
+    if result["status"] != "infeasible":
+        result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
+    return plan_to_frame(result)
 
 
-def plan_json(pipeline_plan: pd.DataFrame) -> dict[str, bytes]:
+def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
     """The plan as `ppb balance --json` prints it (less wall-clock seconds)."""
-    return {".json": (json.dumps(json.loads(pipeline_plan.attrs["plan"]), indent=2) + "\n").encode()}
+    return {".json": (json.dumps(pipeline_plan.summary, indent=2, sort_keys=True) + "\n").encode()}
 
 
-def plan_report(run_config: pd.DataFrame, pipeline_plan: pd.DataFrame) -> pd.DataFrame:
-    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it."""
+def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summarized:
+    """Each stage of the plan re-evaluated by the memory and time models: a chart and a summary beside it.
+
+    The summary states the plan's iteration in seconds by the time model, against the best
+    uniform split's (`plan_iterations`): what the plan gains, in a person's units.
+    """
     run = run_from_frame(run_config)
-    plan = json.loads(pipeline_plan.attrs["plan"])
-    if pipeline_plan.empty:
+    plan = pipeline_plan.summary
+    if pipeline_plan.frame.empty:
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
-    by_stage = [json.loads(text) for text in pipeline_plan["cells_json"]]
-    cells = [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]
-    stages = plan_stages(run, cells, planned_mb=pipeline_plan["memory_mb"].tolist())
+    cells = plan_cells(pipeline_plan)
+    by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
+    stages = report_to_frame(plan_stages(run, cells, by_model), pipeline_plan.frame["memory_mb"].tolist())
     best = plan.get("best_baseline")
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
-        ("iteration time", f"{plan['objective']:.6g} (in units of the first body's forward time)"),
+        *iteration_headline(plan),
         ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
     if plan.get("megatron", {}).get("layout"):
         headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
-    stages.attrs.update(
-        title=f"{run.name}: pipeline plan", headline=json.dumps(headline), image=f"{partition_key(run.source)}.png"
-    )
-    return stages
+    about = {
+        "title": f"{run.name}: pipeline plan",
+        "headline": headline,
+        "image": f"{partition_key(run.source)}.png",
+        "status": plan["status"],
+        "iteration_s": plan.get("iteration", {}).get("seconds"),
+        "baseline": plan.get("baseline_iteration", {}).get("option"),
+        "baseline_iteration_s": plan.get("baseline_iteration", {}).get("seconds"),
+    }
+    return Summarized(stages, json.loads(json.dumps(about)))
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of the chain: its function, the stages it reads, the core modules it rests on."""
+    """One step of the chain: its function, the stages it reads, the schema of the table it stores."""
 
     name: str
-    func: Callable[..., pd.DataFrame]
+    func: Callable[..., Stored]
     inputs: tuple[str, ...]
-    core_modules: tuple[str, ...]
-    artifacts: Callable[[pd.DataFrame], dict[str, bytes]] | None = None
+    schema: Schema
+    artifacts: Callable[[Stored], dict[str, bytes]] | None = None
     artifact_suffixes: tuple[str, ...] = ()
     doc: str = field(default="", compare=False)
 
@@ -188,22 +206,20 @@ class Stage:
 
 
 # The first stage reads the run config file; each later one reads the tables named in `inputs`.
-_PPB = ("ppb_core.payload", "ppb_core.tables.payload", "ppb_core.memory", "ppb_core.timing")
-
 STAGES: tuple[Stage, ...] = (
-    Stage("run_config", run_config, (), ("ppb_core.config.run",)),
-    Stage("layer_walk", layer_walk, ("run_config",), ("ppb_core.config.run", "ppb_core.model.walk")),
-    Stage("layer_memory", layer_memory, ("run_config", "layer_walk"), ("ppb_core.estimate.run", "ppb_core.memory")),
-    Stage("layer_times", layer_times, ("run_config", "layer_walk"), ("ppb_core.estimate.run", "ppb_core.timing")),
-    Stage("switch_profiles", switch_profiles, ("run_config", "layer_walk"), (*_PPB, "ppb_core.cli.profile")),
-    Stage("layer_descriptions", layer_descriptions, ("run_config", "layer_walk"), _PPB),
-    Stage("combined_descriptions", combined_descriptions, ("run_config", "layer_descriptions"), _PPB),
-    Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), _PPB),
+    Stage("run_config", run_config, (), RUN_CONFIG),
+    Stage("layer_walk", layer_walk, ("run_config",), LAYER_WALK),
+    Stage("layer_memory", layer_memory, ("run_config", "layer_walk"), LAYER_MEMORY),
+    Stage("layer_times", layer_times, ("run_config", "layer_walk"), LAYER_TIMES),
+    Stage("switch_profiles", switch_profiles, ("run_config", "layer_walk"), PROFILES),
+    Stage("layer_descriptions", layer_descriptions, ("run_config", "layer_walk"), DESCRIPTIONS),
+    Stage("combined_descriptions", combined_descriptions, ("run_config", "layer_descriptions"), DESCRIPTIONS),
+    Stage("withdrawn_descriptions", withdrawn_descriptions, ("combined_descriptions",), DESCRIPTIONS),
     Stage(
         "scaled_descriptions",
         scaled_descriptions,
         ("withdrawn_descriptions",),
-        (*_PPB, "ppb_core.payload.sapp"),
+        DESCRIPTIONS,
         artifacts=sapp_json,
         artifact_suffixes=(".json",),
     ),
@@ -211,7 +227,7 @@ STAGES: tuple[Stage, ...] = (
         "pipeline_plan",
         pipeline_plan,
         ("run_config", "scaled_descriptions"),
-        ("ppb_core.balance", "ppb_core.payload.sapp"),
+        PIPELINE_PLAN,
         artifacts=plan_json,
         artifact_suffixes=(".json",),
     ),
@@ -219,7 +235,7 @@ STAGES: tuple[Stage, ...] = (
         "plan_report",
         plan_report,
         ("run_config", "pipeline_plan"),
-        ("ppb_core.estimate.plan", "ppb_core.report"),
+        PLAN_REPORT,
         artifacts=report_files,
         artifact_suffixes=(".png", ".md"),
     ),
@@ -233,9 +249,7 @@ def stage(name: str) -> Stage:
     raise KeyError(f"no stage named {name!r} (stages: {', '.join(s.name for s in STAGES)})")
 
 
-def run_stage(
-    name: str, tables: Mapping[str, pd.DataFrame], path: str | Path | None = None, **settings: Any
-) -> pd.DataFrame:
+def run_stage(name: str, tables: Mapping[str, Stored], path: str | Path | None = None, **settings: Any) -> Stored:
     """One stage from its upstream tables (the first stage from the run config *path*).
 
     *settings* go to the stage function as keywords (e.g. `time_limit_s` for `pipeline_plan`).
@@ -250,12 +264,12 @@ def run_stage(
 
 def run_chain(
     path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, pd.DataFrame]:
+) -> dict[str, Stored]:
     """Every stage's table for one run config, in chain order (up to and including *until*).
 
     *settings* maps a stage name to keyword settings of its function.
     """
-    tables: dict[str, pd.DataFrame] = {}
+    tables: dict[str, Stored] = {}
     for step in STAGES:
         tables[step.name] = run_stage(step.name, tables, path, **(settings or {}).get(step.name, {}))
         if step.name == until:

@@ -1,28 +1,57 @@
-"""Where and how a stage's table and artifacts are stored: `<root>/<stage>/<key>.parquet`, written atomically."""
+"""Where and how a stage's table and artifacts are stored: `<root>/<stage>/<key>.parquet`, written atomically.
+
+A table's Parquet file carries its schema's words: each column's description and unit as field
+metadata (`description`, `unit`), the table's name and description as file metadata
+(`ppb.table`, `ppb.description`), and a summarized table's summary as JSON (`ppb.summary`).
+`pyarrow.parquet.read_schema(path)` shows them all; pandas reads the rows as before.
+"""
 
 from __future__ import annotations
 
 import io
+import json
 import weakref
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ppb_core.chain.stages import stage
 from ppb_core.io import atomic_write_bytes
+from ppb_core.tables.schema import Schema, Stored, Summarized, rows_of
 
 PARQUET = ".parquet"
+TABLE_KEY, DESCRIPTION_KEY, SUMMARY_KEY = b"ppb.table", b"ppb.description", b"ppb.summary"
 
 
-def to_parquet_bytes(frame: pd.DataFrame) -> bytes:
+def to_parquet_bytes(value: Stored, schema: Schema | None = None) -> bytes:
     """The one serialization of a stage table; deterministic, so equal tables give equal bytes."""
+    table = pa.Table.from_pandas(rows_of(value), preserve_index=False)
+    fields = []
+    for item in table.schema:
+        metadata = {}
+        if schema is not None:
+            description, unit = schema.describe(item.name)
+            metadata = {b"description": description.encode(), **({b"unit": unit.encode()} if unit else {})}
+        fields.append(item.with_metadata(metadata) if metadata else item)
+    metadata = dict(table.schema.metadata or {})
+    if schema is not None:
+        metadata[TABLE_KEY] = schema.name.encode()
+        metadata[DESCRIPTION_KEY] = schema.description.encode()
+    if isinstance(value, Summarized):
+        metadata[SUMMARY_KEY] = json.dumps(value.summary, sort_keys=True).encode()
+    table = pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=metadata))
     buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False, engine="pyarrow")
+    pq.write_table(table, buffer)
     return buffer.getvalue()
 
 
-def from_parquet_bytes(data: bytes) -> pd.DataFrame:
-    return pd.read_parquet(io.BytesIO(data), engine="pyarrow")
+def from_parquet_bytes(data: bytes) -> Stored:
+    """A stored table back: a `Summarized` where the file holds a summary, else the rows alone."""
+    table = pq.read_table(io.BytesIO(data))
+    frame = table.to_pandas()
+    summary = (table.schema.metadata or {}).get(SUMMARY_KEY)
+    return Summarized(frame, json.loads(summary)) if summary is not None else frame
 
 
 def stage_path(root: str | Path, name: str, key: str, suffix: str = PARQUET) -> Path:
@@ -33,19 +62,19 @@ def stage_path(root: str | Path, name: str, key: str, suffix: str = PARQUET) -> 
 _last_rendered: tuple[weakref.ref, str, dict[str, bytes]] | None = None
 
 
-def stage_artifacts(name: str, frame: pd.DataFrame) -> dict[str, bytes]:
+def stage_artifacts(name: str, value: Stored) -> dict[str, bytes]:
     """The files a stage renders next to its table, by suffix (none for most stages).
 
     The last rendering is kept while its table lives, so the asset that shows the chart and the
     IO manager that writes it render it once.
     """
     global _last_rendered
-    if _last_rendered is not None and _last_rendered[0]() is frame and _last_rendered[1] == name:
+    if _last_rendered is not None and _last_rendered[0]() is value and _last_rendered[1] == name:
         return dict(_last_rendered[2])
     step = stage(name)
-    files = step.artifacts(frame) if step.artifacts is not None else {}
+    files = step.artifacts(value) if step.artifacts is not None else {}
     if files:
-        _last_rendered = (weakref.ref(frame), name, dict(files))
+        _last_rendered = (weakref.ref(value), name, dict(files))
     if tuple(files) != step.artifact_suffixes:
         raise RuntimeError(f"stage {name} rendered {tuple(files)}, declared {step.artifact_suffixes}")
     return files
@@ -55,16 +84,20 @@ def stage_artifact_suffixes(name: str) -> tuple[str, ...]:
     return stage(name).artifact_suffixes
 
 
-def write_stage(root: str | Path, name: str, key: str, frame: pd.DataFrame) -> list[Path]:
+def stage_files(name: str, value: Stored) -> dict[str, bytes]:
+    """Every file of a stage's result by suffix: its Parquet table and the artifacts it renders."""
+    return {PARQUET: to_parquet_bytes(value, stage(name).schema), **stage_artifacts(name, value)}
+
+
+def write_stage(root: str | Path, name: str, key: str, value: Stored) -> list[Path]:
     """A stage's table and artifacts, each written aside and renamed into place."""
-    files = {PARQUET: to_parquet_bytes(frame), **stage_artifacts(name, frame)}
     written = []
-    for suffix, data in files.items():
+    for suffix, data in stage_files(name, value).items():
         target = stage_path(root, name, key, suffix)
         atomic_write_bytes(target, data)
         written.append(target)
     return written
 
 
-def read_stage(root: str | Path, name: str, key: str) -> pd.DataFrame:
+def read_stage(root: str | Path, name: str, key: str) -> Stored:
     return from_parquet_bytes(stage_path(root, name, key).read_bytes())

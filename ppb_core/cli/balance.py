@@ -15,44 +15,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
+from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.result import balance
+from ppb_core.cli.console import table_console
+from ppb_core.config.run import load_run_config
 from ppb_core.errors import InputError
+from ppb_core.estimate.plan import plan_iterations
+from ppb_core.io import atomic_write_text
+from ppb_core.payload.run import describe_run
+from ppb_core.payload.sapp import layer_set, read_layers_description
+from ppb_core.schedules import SCHEDULES
 
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "balance",
-        help="balance layers over pipeline stages with an exact integer program",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("source", metavar="RUN.yaml|layers.json", help="a run config or a SAPP layers description")
-    parser.add_argument("-s", "--stages", type=int, help="pipeline stages P (layers.json default 4)")
-    parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
-    parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
-    parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
-    parser.add_argument(
-        "--constant-memory",
-        type=float,
-        default=None,
-        help="MB every stage holds besides its layers (default: from a run config, the largest "
-        "working set of one layer's backward; from layers.json, 0)",
-    )
-    parser.add_argument(
-        "--schedule",
-        choices=("1f1b", "interleaved", "gpipe", "dualpipev"),
-        help="pipeline schedule (default 1f1b; interleaved when V > 1)",
-    )
-    parser.add_argument("-t", "--time-limit", type=float, help="seconds for the solver (default 90)")
-    parser.add_argument(
-        "--closed-form",
-        action="store_true",
-        help="minimise the closed-form estimate only, not the schedule's critical path",
-    )
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
-    parser.set_defaults(func=run)
 
 
 def _positive(value: Any, name: str, source: str) -> None:
@@ -62,15 +38,14 @@ def _positive(value: Any, name: str, source: str) -> None:
 
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
-    from ppb_core.balance.problem import BalanceInput, run_problem
-    from ppb_core.payload.sapp import layer_set, read_layers_description
-
     source = str(args.source)
     path = Path(source)
     for name in ("stages", "micro_batches", "memory", "time_limit"):
         _positive(getattr(args, name), f"--{name.replace('_', '-')}", source)
     if args.constant_memory is not None and args.constant_memory < 0:
         raise InputError(source, "--constant-memory", f"must not be negative, got {args.constant_memory}")
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise InputError(source, "--schedule", f"{args.schedule!r} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
     search = interleave_text == "auto"
     interleave = None
@@ -83,9 +58,6 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             ) from None
         _positive(interleave, "--interleave", source)
     if path.suffix.lower() in (".yaml", ".yml"):
-        from ppb_core.config.run import load_run_config
-        from ppb_core.payload.describe import describe_run
-
         run = load_run_config(path)
         schedule = args.schedule
         if search and (schedule or run.parallel.schedule) == "interleaved":
@@ -118,12 +90,11 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ppb_core.balance.result import balance
-    from ppb_core.io import atomic_write_text
-
     problem, search = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
+    if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
+        result.update(plan_iterations(load_run_config(args.source), result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -145,9 +116,6 @@ def _number(value: float | None, digits: int = 6) -> str:
 
 def render(result: dict[str, Any]) -> None:
     """The plan as rich tables: a summary, the stages, the yaml to paste, Megatron-LM flags, baselines."""
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     given = result["input"]
@@ -167,9 +135,16 @@ def render(result: dict[str, Any]) -> None:
     )
     if result.get("message"):
         console.print(result["message"])
+    # From a run config the descriptions' unit is known: times in ms and seconds, not relative.
+    unit_s = result.get("time_unit_s")
+
+    def timed(value: float | None, scale: float = 1e3) -> str:
+        return _number(value) if unit_s is None or value is None else f"{value * unit_s * scale:,.3f}"
+
+    time_name = "time" if unit_s is None else "time ms"
     if "stages" in result:
         table = Table(title="stages")
-        for name in ("stage", "layers", "per chunk", "options", "memory MB", "time", "bubble"):
+        for name in ("stage", "layers", "per chunk", "options", "memory MB", time_name, "bubble"):
             table.add_column(name, justify="right" if name not in ("options", "per chunk") else "left")
         for row in result["stages"]:
             options = " ".join(f"{k}:{v}" for k, v in row["options"].items() if v)
@@ -179,7 +154,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers_per_chunk"]),
                 options,
                 f"{row['memory_mb']:.0f}",
-                _number(row["time"]),
+                timed(row["time"]),
                 f"{row['bubble']:.1%}",
             )
         console.print(table)
@@ -194,23 +169,32 @@ def render(result: dict[str, Any]) -> None:
         if mega.get("note"):
             console.print(f"  ({mega['note']})")
         closed = result["closed_form"]
+        unit = "" if unit_s is None else " s of layers"
         console.print(
-            f"simulated iteration {_number(result['simulated_time'])}; closed form "
-            f"{_number(closed['value'])} (its optimum {_number(closed['optimum'])})"
+            f"simulated iteration {timed(result['simulated_time'], 1)}{unit}; closed form "
+            f"{timed(closed['value'], 1)} (its optimum {timed(closed['optimum'], 1)})"
         )
     table = Table(title="uniform split, one option for every layer")
-    for name in ("option", "fits", "peak MB", "iteration"):
+    for name in ("option", "fits", "peak MB", "iteration" if unit_s is None else "layers s"):
         table.add_column(name, justify="right")
     for row in result["baselines"]:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
             f"{row['peak_memory_mb']:.0f}",
-            _number(row["iteration_time"]),
+            timed(row["iteration_time"], 1),
         )
     console.print(table)
     if result.get("speedup"):
         console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
+    for key, label in (("iteration", "plan"), ("baseline_iteration", "best uniform split")):
+        if key in result:
+            it = result[key]
+            option = f" ({it['option']})" if "option" in it else ""
+            console.print(
+                f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
+                f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
+            )
     for entry in result.get("interleave_search", []):
         console.print(
             f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"

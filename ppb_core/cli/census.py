@@ -12,75 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+from ppb_core.census.measure import CENSUS_MODEL_TYPES, Shape, census, require_torch
+from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError
 from ppb_core.io import atomic_write_text, read_json
 
-DEFAULT_SEQ = (128, 256, 512)
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "census",
-        help="measure each layer kind's activations in real PyTorch layers (needs ppb[torch])",
-        description=__doc__,
-    )
-    parser.add_argument("model_config", help="a HuggingFace config.json")
-    parser.add_argument("--out", "-o", required=True, help="the census file to write (JSON)")
-    parser.add_argument(
-        "--seq",
-        type=int,
-        nargs="+",
-        default=list(DEFAULT_SEQ),
-        help="sequence lengths to measure at, two at least (default 128 256 512)",
-    )
-    parser.add_argument("--batch", type=int, default=1, help="micro-batch size to measure at (default 1)")
-    parser.add_argument(
-        "--attention",
-        choices=("eager", "sdpa"),
-        default="sdpa",
-        help="HuggingFace attention implementation (default sdpa)",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=("bf16", "fp16", "fp32"),
-        default=None,
-        help="activation dtype (default: the config's torch_dtype, else bf16)",
-    )
-    parser.add_argument(
-        "--experts",
-        type=int,
-        nargs="+",
-        default=None,
-        help="routed experts to build MoE kinds with (default: the model's, or two counts from "
-        "which the census scales when the model has more than --experts-cap)",
-    )
-    parser.add_argument(
-        "--experts-cap", type=int, default=16, help="build the model's own routed experts up to this many (default 16)"
-    )
-    parser.add_argument(
-        "--experts-implementation",
-        choices=("grouped_mm", "eager", "batched_mm"),
-        default="grouped_mm",
-        help="HuggingFace experts implementation (default grouped_mm, as a loaded model runs)",
-    )
-    parser.add_argument(
-        "--dropout",
-        type=float,
-        default=None,
-        help="attention dropout to measure with, as a run config's training.dropout sets it",
-    )
-    parser.add_argument(
-        "--no-tp-split",
-        action="store_true",
-        help="do not measure a tensor-parallel rank's share (the working set is then split as the kept bytes are)",
-    )
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
-    parser.set_defaults(func=run)
-
 
 def _read_config(path: str) -> dict:
-    from ppb_core.census.measure import CENSUS_MODEL_TYPES
-    from ppb_core.config.hf import spec_from_hf
 
     raw = read_json(path, "is a directory, not a config.json")
     spec_from_hf(raw, path)  # the same checks the run config's reader makes
@@ -114,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
     raw = _read_config(args.model_config)
     if args.dropout is not None:
         raw["attention_dropout"] = args.dropout
-    from ppb_core.census.measure import Shape, census, require_torch
 
     require_torch()
     progress = None if args.quiet else (lambda line: print(f"ppb census: {line}", file=sys.stderr, flush=True))

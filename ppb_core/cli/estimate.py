@@ -5,43 +5,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
+from rich.table import Table
+
+from ppb_core.cli.console import table_console
 from ppb_core.config.run import load_run_config
+from ppb_core.errors import InputError
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
 from ppb_core.timing import TimeModel
-
-MB = 2**20
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "estimate",
-        help="per-layer memory (static, activations per option, buffers) and stage peaks",
-        description=__doc__,
-    )
-    parser.add_argument("run_config", help="a run config (configs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (overview.md contract)")
-    parser.add_argument(
-        "--buffer-rule",
-        choices=BUFFER_RULES,
-        default="layered",
-        help="how a layer's buffers add up (docs/memory.md); default layered",
-    )
-    parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
-    parser.add_argument(
-        "--no-stages",
-        action="store_true",
-        help="the rows per kind only, without the per-stage summary (needs no schedule)",
-    )
-    parser.set_defaults(func=run)
+from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
+from ppb_core.units import MB
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.buffer_rule not in BUFFER_RULES:
+        raise InputError(None, "--buffer-rule", f"{args.buffer_rule!r} is not one of {', '.join(BUFFER_RULES)}")
     config = load_run_config(args.run_config)
     times = None if args.no_times else TimeModel(config)
-    result = estimate(config, MemoryModel(config, buffer_rule=args.buffer_rule), times=times, stages=not args.no_stages)
+    memory = MemoryModel(config, buffer_rule=args.buffer_rule)
+    result = estimate(config, memory, times=times, stages=not args.no_stages)
+    if times is not None:
+        result = replace(result, iteration=run_iteration(config, times=times, memory=memory).to_json())
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -56,9 +43,6 @@ def _mb(value: float) -> str:
 
 def print_tables(result: Estimate) -> None:
     """The rich tables: layers (MB per device) and stages (peak against device memory)."""
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     run = result.run
@@ -125,13 +109,18 @@ def print_tables(result: Estimate) -> None:
                 *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS),
             )
         console.print(times)
+    if result.iteration is not None:
+        print_iteration(console, result.iteration)
     if not result.stages:
         return
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
+    at_full = {peak.stage: peak for peak in result.stages_at_full}
     stages = Table(
-        title=f"Stages (body layers at {options})",
+        title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options})",
         caption="activations × micro-batches in flight per chunk; working: the largest backward's "
-        "working set; peak includes the device's reserved memory",
+        "working set; loss: what the loss adds on the stage of the head; peak: the largest moment "
+        "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
+        "body layer fully recomputed",
     )
     for name in (
         "stage",
@@ -141,13 +130,17 @@ def print_tables(result: Estimate) -> None:
         "activations",
         "buffers",
         "working",
+        "loss",
         "reserved",
         "peak",
+        "moment",
+        "at full",
         "device",
         "fits",
     ):
-        stages.add_column(name, justify="left" if name == "in flight" else "right")
+        stages.add_column(name, justify="left" if name in ("in flight", "moment") else "right")
     for peak in result.stages:
+        full = at_full.get(peak.stage)
         stages.add_row(
             str(peak.stage),
             str(peak.body_layers),
@@ -156,9 +149,48 @@ def print_tables(result: Estimate) -> None:
             _mb(peak.activation_bytes),
             _mb(peak.buffer_bytes),
             _mb(peak.working_bytes),
+            _mb(peak.loss_bytes) if peak.holds_tail else "-",
             _mb(peak.reserved_bytes),
             _mb(peak.peak_bytes),
+            peak.moment,
+            _mb(full.peak_bytes) if full is not None else "-",
             _mb(peak.device_bytes),
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
+    fit = run.get("memory_calibration")
+    if fit:
+        factors = ", ".join(f"{term} ×{factor:.3f}" for term, factor in fit["factors"].items())
+        residuals = ", ".join(f"{stage['stage']}: {stage['residual_bytes'] / MB:+,.0f}" for stage in fit["stages"])
+        console.print(
+            f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
+            f"rms {100 * fit['rms_relative']:.2f}%"
+        )
+    if result.stages_at_full:
+        highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
+        configured = max(result.stages, key=lambda peak: peak.peak_bytes)
+        console.print(
+            f"run peak: {_mb(configured.peak_bytes)} MB (stage {configured.stage}, {configured.moment}); "
+            f"at full recompute: {_mb(highest.peak_bytes)} MB (stage {highest.stage}, {highest.moment})"
+        )
+
+
+def print_iteration(console, iteration: dict) -> None:
+    """The iteration in seconds, tokens per second per device, MFU and HFU, and where the time goes."""
+
+    console.print(
+        f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:.3f} s, "
+        f"{iteration['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+        f"MFU {100 * iteration['mfu']:.1f}%, HFU {100 * iteration['hfu']:.1f}% "
+        f"({iteration['tokens']:,} tokens on {iteration['devices']:,} devices)"
+    )
+    table = Table(caption="hidden: the share of each communication's link time spent behind compute")
+    for name in ("term", "seconds", "share"):
+        table.add_column(name, justify="left" if name == "term" else "right")
+    total = iteration["seconds"]
+    for key in BREAKDOWN_KEYS:
+        value = iteration["breakdown"].get(key, 0.0)
+        table.add_row(key.replace("_", " "), f"{value:.4f}", f"{value / total:.1%}" if total else "-")
+    for key, share in iteration.get("hidden", {}).items():
+        table.add_row(f"hidden: {key.replace('_', ' ')}", "", f"{share:.0%}")
+    console.print(table)

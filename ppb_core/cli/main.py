@@ -1,4 +1,4 @@
-"""`ppb` entry point: one sub-command module per stage, bad input as one line and exit status 2."""
+"""`ppb` entry point: each sub-command's work loaded when it runs; bad input as one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -7,27 +7,34 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from ppb_core.cli.arguments import COMMANDS
 from ppb_core.errors import InputError
-
-# Each module offers `add_parser(subparsers)` and a `run(args) -> int` bound as the default `func`.
-COMMANDS: tuple[str, ...] = ("plan", "estimate", "describe", "profile", "census", "balance", "search")
 
 EXIT_BAD_INPUT = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every sub-command's arguments (`ppb_core.cli.arguments`, which imports nothing heavy)."""
     parser = argparse.ArgumentParser(prog="ppb", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"ppb_core.cli.{name}").add_parser(subparsers)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(
+            name,
+            help=command.summary,
+            description=command.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.arguments(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    # The command's module (and pandas, the models, Dagster-free as it is) loads only now, so that
+    # `ppb --help` and `ppb COMMAND --help` start at once.
+    command = importlib.import_module(f"ppb_core.cli.{args.command}")
     try:
-        return int(args.func(args) or 0)
+        return int(command.run(args) or 0)
     except InputError as err:
         print(f"ppb: error: {err.line()}", file=sys.stderr)
         return EXIT_BAD_INPUT

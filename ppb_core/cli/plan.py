@@ -10,38 +10,18 @@ from __future__ import annotations
 import argparse
 import time
 
+from rich.table import Table
+
 from ppb_core import chain
+from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="run every stage for a run config and write each table as Parquet",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("-o", "--out", metavar="OUT_DIR", default="out", help="output folder (default: out)")
-    parser.add_argument(
-        "--until", choices=[step.name for step in chain.STAGES], help="stop after this stage (default: all)"
-    )
-    parser.add_argument(
-        "-t",
-        "--time-limit",
-        type=float,
-        default=chain.PLAN_TIME_LIMIT_S,
-        metavar="SECONDS",
-        help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
-    )
-    parser.set_defaults(func=run)
+from ppb_core.tables.schema import rows_of
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
-
+    stages = [step.name for step in chain.STAGES]
+    if args.until is not None and args.until not in stages:
+        raise InputError(None, "--until", f"no stage {args.until!r} (stages: {', '.join(stages)})")
     if not args.time_limit > 0:
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
     started = time.perf_counter()
@@ -54,6 +34,6 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("files")
     for name, frame in tables.items():
         written = chain.write_stage(args.out, name, key, frame)
-        table.add_row(name, str(len(frame)), " ".join(f"{name}/{path.name}" for path in written))
+        table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written))
     table_console().print(table)
     return 0

@@ -13,6 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.table import Table
+
+from ppb_core.cli.console import table_console
 from ppb_core.config.run import RunConfig, load_run_config
 from ppb_core.errors import InputError
 from ppb_core.memory import run_in_flight_counts
@@ -21,24 +24,6 @@ from ppb_core.payload.describe import MB
 from ppb_core.payload.front import LayerOption, build_front
 from ppb_core.payload.profile import Cost, SwitchProfile
 from ppb_core.payload.profiling import ProfileKey, profile_run
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "profile",
-        help="print each layer kind's recompute switch costs and its front",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument(
-        "--most-in-flight",
-        type=int,
-        metavar="N",
-        help="split the buffers at N micro-batches in flight (default: the most any stage of the schedule keeps)",
-    )
-    parser.set_defaults(func=run)
 
 
 def _setting(recompute: frozenset[str] | None) -> list[str] | None:
@@ -112,9 +97,6 @@ def _mb(value: float) -> str:
 
 
 def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
-    from rich.table import Table
-
-    from ppb_core.cli.console import table_console
 
     console = table_console()
     for (model_name, kind), profile in profiles.items():

@@ -26,21 +26,6 @@ from ppb_core.search.rank import SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "search",
-        help="rank parallel strategies for a model on N devices by tokens per second, each balanced",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("spec", metavar="SEARCH.yaml", help="a search spec (searches/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
-    parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
-    parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
-    parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
-    parser.set_defaults(func=run)
-
-
 def run(args: argparse.Namespace) -> int:
     spec = load_search_spec(args.spec)
     for name in ("workers", "top"):

@@ -51,6 +51,17 @@ class DeviceProfile:
     matmul_efficiency: float = 0.803  # MAMF / peak: the ceiling of a large GEMM
     attention_forward_efficiency: float = 0.75
     attention_backward_efficiency: float = 0.55
+    # FlashAttention-2 (PyTorch's SDPA flash backend): on Hopper "only 35% utilization" forward
+    # (FlashAttention-3 paper, Shah et al. 2024); its backward at FA2's A100 ratio (0.57/0.73).
+    flash2_forward_efficiency: float = 0.35
+    flash2_backward_efficiency: float = 0.27
+    # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
+    # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
+    fp8_matmul_efficiency: float = 0.709
+    # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
+    # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
+    # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
+    gemm_epilogue_overlapped: bool = True
     memory_efficiency: float = 0.8
     comm_efficiency: float = 0.8
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
@@ -60,6 +71,11 @@ class DeviceProfile:
     # (InfiniBand adapters are 1-2 us port to port): an assumption.
     collective_latency_us: float = 5.0
     inter_node_latency_us: float = 5.0
+    # SMs a collective occupies while it runs beside compute, which the compute then lacks: NCCL runs
+    # one thread block per channel, and TransformerEngine's userbuffers overlaps (Megatron's
+    # --tp-comm-overlap) default to num_sm=16 for their bulk and pipelined methods
+    # (transformer_engine/pytorch/module/base.py, initialize_ub). 16 taken for every collective.
+    comm_sms: int = 16
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -85,6 +101,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.869,
         attention_forward_efficiency=0.73,
         attention_backward_efficiency=0.57,
+        flash2_forward_efficiency=0.73,
+        flash2_backward_efficiency=0.57,
+        fp8_matmul_efficiency=0.0,
+        gemm_epilogue_overlapped=False,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -94,14 +114,16 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
     # GH100 die as H100 SXM: 132 SMs, MAMF as H100's.
-    "h200": DeviceProfile("h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132),
+    "h200": DeviceProfile("h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132, fp8_matmul_efficiency=0.734),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
     # HBM: the datasheet says 8 TB/s; the driver's 7680-bit bus at 3996 MHz DDR gives 7.67 TB/s
     # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
-    "b200": DeviceProfile("b200", 183359, 2250.0, 7672.0, 900.0, 50.0, sm_count=148, matmul_efficiency=0.776),
+    "b200": DeviceProfile(
+        "b200", 183359, 2250.0, 7672.0, 900.0, 50.0, sm_count=148, matmul_efficiency=0.776, fp8_matmul_efficiency=0.763
+    ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
     # on 4096^3 FP16/BF16 GEMMs, zzc0721/torch-performance-test-data issue #109, so its peak is
@@ -119,7 +141,15 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.869,
         attention_forward_efficiency=0.73,
         attention_backward_efficiency=0.57,
+        flash2_forward_efficiency=0.73,
+        flash2_backward_efficiency=0.57,
+        fp8_matmul_efficiency=0.0,
+        gemm_epilogue_overlapped=False,
     ),
+    # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
+    # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved
+    # and 8 InfiniBand NICs of 400 Gb/s per node, one per GPU (50 GB/s).
+    "h800": DeviceProfile("h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
 }

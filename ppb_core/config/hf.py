@@ -1,8 +1,14 @@
 """HuggingFace `config.json` files read into a `ModelSpec`, the fields each architecture really uses.
 
-A config.json carries many fields ppb has no use for (token ids, rope scaling, initializer
-ranges, ...): those are ignored. A field the architecture needs and the file lacks, or a value
-that cannot be, is an `InputError` naming the file and the field.
+A config.json is read as `transformers` reads it (transformers 5.24, each model type's
+`models/<type>/configuration_<type>.py`): a field the file lacks takes the config class's default
+(`DEFAULTS`), and a field the file names by an alias of the class's `attribute_map` (`ALIASES`:
+transformers 5 writes Qwen3-MoE's expert count as `num_local_experts`, older versions
+`num_experts`) is read under its attribute's name. A config.json carries many fields ppb has no
+use for (token ids, rope scaling, initializer ranges, ...): those are ignored. A field without a
+default that the file lacks, a field given under two names, or a value that cannot be, is an
+`InputError` naming the file and the field. `tests/test_hf_transformers.py` checks both tables
+against the installed transformers.
 """
 
 from __future__ import annotations
@@ -30,20 +36,173 @@ _ACTIVATIONS = {
 }
 
 
-class _Fields:
-    """Reads one config.json's fields with errors that name the file and the field."""
+# The config classes' defaults of the fields ppb reads (transformers 5.24). A field absent here
+# has no default ppb would use: `need` refuses a file that lacks it.
+_LLAMA_LIKE = {"hidden_act": "silu", "tie_word_embeddings": False, "attention_dropout": 0.0}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {  # LlamaConfig: num_key_value_heads None -> num_attention_heads, head_dim None -> hidden/heads
+        **_LLAMA_LIKE,
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "intermediate_size": 11008,
+        "max_position_embeddings": 2048,
+        "attention_bias": False,
+        "mlp_bias": False,
+    },
+    "mistral": {
+        **_LLAMA_LIKE,
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 4096 * 32,
+    },
+    "qwen2": {
+        **_LLAMA_LIKE,
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "intermediate_size": 22016,
+        "max_position_embeddings": 32768,
+    },
+    "qwen3": {
+        **_LLAMA_LIKE,
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "intermediate_size": 22016,
+        "max_position_embeddings": 32768,
+        "attention_bias": False,
+    },
+    "mixtral": {
+        **_LLAMA_LIKE,
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 4096 * 32,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+    },
+    "qwen2_moe": {
+        **_LLAMA_LIKE,
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 5632,
+        "max_position_embeddings": 32768,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "shared_expert_intermediate_size": 5632,
+    },
+    "qwen3_moe": {
+        **_LLAMA_LIKE,
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "intermediate_size": 6144,
+        "max_position_embeddings": 32768,
+        "attention_bias": False,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    },
+    "deepseek_v3": {
+        **_LLAMA_LIKE,
+        "vocab_size": 129280,
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "intermediate_size": 18432,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 2048,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "num_nextn_predict_layers": 1,
+    },
+    "gpt2": {
+        "vocab_size": 50257,
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_positions": 1024,
+        "activation_function": "gelu_new",
+        "attn_pdrop": 0.1,
+        "resid_pdrop": 0.1,
+        "tie_word_embeddings": True,
+    },
+}
+# attribute_map: a name a config.json may use -> the attribute it sets (transformers 5.24).
+ALIASES: dict[str, dict[str, str]] = {
+    "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_experts": "num_local_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "gpt2": {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+}
 
-    def __init__(self, raw: Mapping[str, Any], source: str) -> None:
-        self.raw = raw
+
+class _Fields:
+    """Reads one config.json's fields as transformers does, with errors that name the file and the field."""
+
+    def __init__(self, raw: Mapping[str, Any], source: str, model_type: str = "") -> None:
         self.source = source
+        self.defaults = DEFAULTS.get(model_type, {})
+        resolved = dict(raw)
+        for alias, attribute in ALIASES.get(model_type, {}).items():
+            if resolved.get(alias) is None:
+                continue
+            if resolved.get(attribute) is not None and resolved[attribute] != resolved[alias]:
+                raise InputError(
+                    source, alias, f"{resolved[alias]!r} and {attribute} {resolved[attribute]!r} name the same field"
+                )
+            resolved[attribute] = resolved[alias]
+        self.raw = resolved
 
     def need(self, name: str, kind: type = int) -> Any:
-        if name not in self.raw or self.raw[name] is None:
-            raise InputError(self.source, name, "missing, and this architecture needs it")
-        return self._typed(name, self.raw[name], kind)
+        """A field the architecture needs: the file's, else the class default; null is refused."""
+        value = self.raw[name] if name in self.raw else self.defaults.get(name)
+        if value is None:
+            said = "null" if name in self.raw else "missing"
+            raise InputError(self.source, name, f"{said}, and this architecture needs it")
+        return self._typed(name, value, kind)
 
     def get(self, name: str, default: Any, kind: type = int) -> Any:
-        value = self.raw.get(name)
+        """A field the file may leave out (the class default) or set to null (*default*: what null means)."""
+        value = self.raw[name] if name in self.raw else self.defaults.get(name, default)
         return default if value is None else self._typed(name, value, kind)
 
     def _typed(self, name: str, value: Any, kind: type) -> Any:
@@ -70,7 +229,7 @@ class _Fields:
         raise TypeError(kind)
 
     def activation(self, name: str) -> str:
-        value = self.get(name, "silu", str)
+        value = self.need(name, str)
         if value not in _ACTIVATIONS:
             raise InputError(self.source, name, f"unsupported activation {value!r}")
         return _ACTIVATIONS[value]
@@ -89,7 +248,7 @@ def _llama_like(f: _Fields, family: str) -> dict[str, Any]:
         "intermediate_size": f.need("intermediate_size"),
         "activation": f.activation("hidden_act"),
         "tied_embeddings": f.get("tie_word_embeddings", False, bool),
-        "max_position_embeddings": f.get("max_position_embeddings", 4096),
+        "max_position_embeddings": f.need("max_position_embeddings"),
         "attention_dropout": f.get("attention_dropout", 0.0, float),
     }
     if family in ("llama", "qwen3", "qwen3_moe"):
@@ -108,7 +267,7 @@ def _llama_like(f: _Fields, family: str) -> dict[str, Any]:
 def _mixtral(f: _Fields) -> dict[str, Any]:
     fields = _llama_like(f, "mixtral")
     fields.update(
-        num_experts=f.need("num_local_experts"),
+        num_experts=f.need("num_local_experts"),  # attribute_map: num_experts
         experts_per_token=f.need("num_experts_per_tok"),
         moe_intermediate_size=fields["intermediate_size"],
     )
@@ -118,7 +277,8 @@ def _mixtral(f: _Fields) -> dict[str, Any]:
 def _qwen_moe(f: _Fields, family: str) -> dict[str, Any]:
     fields = _llama_like(f, family)
     fields.update(
-        num_experts=f.need("num_experts"),
+        # Qwen3-MoE's attribute is num_local_experts (attribute_map: num_experts); Qwen2-MoE's num_experts
+        num_experts=f.need("num_local_experts" if family == "qwen3_moe" else "num_experts"),
         experts_per_token=f.need("num_experts_per_tok"),
         moe_intermediate_size=f.need("moe_intermediate_size"),
         moe_layer_frequency=f.get("decoder_sparse_step", 1),
@@ -134,9 +294,9 @@ def _qwen_moe(f: _Fields, family: str) -> dict[str, Any]:
 
 
 def _deepseek_v3(f: _Fields) -> dict[str, Any]:
+    """transformers' DeepseekV3 builds an MoE block from layer first_k_dense_replace on (no moe_layer_freq)."""
     layers = f.need("num_hidden_layers")
     first_dense = f.get("first_k_dense_replace", 0)
-    frequency = f.get("moe_layer_freq", 1)
     routed = f.get("n_routed_experts", 0)
     bias = f.get("attention_bias", False, bool)
     fields: dict[str, Any] = {
@@ -149,7 +309,7 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
         "intermediate_size": f.need("intermediate_size"),
         "activation": f.activation("hidden_act"),
         "tied_embeddings": f.get("tie_word_embeddings", False, bool),
-        "max_position_embeddings": f.get("max_position_embeddings", 4096),
+        "max_position_embeddings": f.need("max_position_embeddings"),
         "attention_dropout": f.get("attention_dropout", 0.0, float),
         "attention_bias": bias,
         "attention_output_bias": bias,
@@ -158,6 +318,10 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
         "qk_nope_head_dim": f.need("qk_nope_head_dim"),
         "qk_rope_head_dim": f.need("qk_rope_head_dim"),
         "v_head_dim": f.need("v_head_dim"),
+        # Group-limited routing (DeepSeek-V3's node-limited routing): experts in n_group groups,
+        # a token's top-k drawn from its topk_group best groups.
+        "expert_groups": f.get("n_group", 0) or 0,
+        "expert_group_limit": f.get("topk_group", 0) or 0,
         "mtp_layers": f.get("num_nextn_predict_layers", 0),
     }
     if routed:
@@ -167,13 +331,12 @@ def _deepseek_v3(f: _Fields) -> dict[str, Any]:
             moe_intermediate_size=f.need("moe_intermediate_size"),
             shared_experts=f.get("n_shared_experts", 0),
             first_dense_layers=first_dense,
-            # DeepSeek counts MoE layers from first_k_dense_replace in steps of moe_layer_freq.
-            dense_layers=tuple(i for i in range(first_dense, layers) if i % frequency),
         )
     return fields
 
 
 def _gpt2(f: _Fields) -> dict[str, Any]:
+    """GPT2Config: dropouts 0.1 and gelu_new by default, embeddings tied unless the file says not."""
     hidden = f.need("n_embd")
     inner = f.get("n_inner", None)
     return {
@@ -186,14 +349,14 @@ def _gpt2(f: _Fields) -> dict[str, Any]:
         "activation": f.activation("activation_function"),
         "norm": "layernorm",
         "norm_bias": True,
-        "tied_embeddings": True,
+        "tied_embeddings": f.get("tie_word_embeddings", True, bool),
         "position_embedding": "learned",
         "max_position_embeddings": f.need("n_positions"),
         "attention_bias": True,
         "attention_output_bias": True,
         "mlp_bias": True,
-        "attention_dropout": f.get("attn_pdrop", 0.0, float),
-        "hidden_dropout": f.get("resid_pdrop", 0.0, float),
+        "attention_dropout": f.get("attn_pdrop", 0.1, float),
+        "hidden_dropout": f.get("resid_pdrop", 0.1, float),
     }
 
 
@@ -218,7 +381,7 @@ def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSp
     if model_type not in _READERS:
         supported = ", ".join(SUPPORTED)
         raise InputError(source, "model_type", f"{model_type!r} is not supported (supported: {supported})")
-    fields = _READERS[model_type](_Fields(raw, source))
+    fields = _READERS[model_type](_Fields(raw, source, model_type))
     try:
         return ModelSpec(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as err:

@@ -26,7 +26,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, PositiveInt, Strict, Tag, model_validator
 
 from ppb_core.config.spec import StrictModel
-from ppb_core.model.switches import SWITCHES
+
+# The recompute switches a run config sets (the SAPP/MindFormers `select_recompute` names); at 1
+# a switch keeps its op's activation, at 0 the op is recomputed in the backward. The rest of the
+# recompute vocabulary is in `ppb_core.model.switches`.
+SWITCHES: tuple[str, ...] = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 
 Framework = Literal["megatron", "torchtitan", "mindformers"]
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")

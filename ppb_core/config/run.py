@@ -13,24 +13,35 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    Discriminator,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     Strict,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
-from ppb_core.config.hf import read_hf_config
-from ppb_core.config.recompute import FORMS, Framework, Recompute, RecomputeForm, Switches, framework_words, resolve
-from ppb_core.config.spec import ModelSpec, StrictModel
+from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
+from ppb_core.config.recompute import (
+    FORMS,
+    SWITCHES,
+    Framework,
+    Recompute,
+    RecomputeForm,
+    Switches,
+    framework_words,
+    resolve,
+)
+from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
+from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError
-from ppb_core.io import read_yaml
-from ppb_core.model.switches import SWITCHES
+from ppb_core.io import read_json, read_text, read_yaml
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -40,12 +51,36 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
 
 
+class Images(StrictModel):
+    """What a vision sub-model sees per sample: how many images, and their size before the processor resizes them."""
+
+    per_sample: PositiveInt = 1
+    height: PositiveInt
+    width: PositiveInt
+    min_pixels: PositiveInt = Field(QWEN_MIN_PIXELS, description="Qwen's image processor: fewest pixels kept")
+    max_pixels: PositiveInt = Field(QWEN_MAX_PIXELS, description="Qwen's image processor: most pixels kept")
+
+
+def _spec_tag(value: Any) -> str:
+    """Which spec a sub-model states: a vision tower's has patches."""
+    if isinstance(value, dict):
+        return "vision" if "patch_size" in value else "text"
+    return "vision" if isinstance(value, VisionSpec) else "text"
+
+
+AnySpec = Annotated[Annotated[ModelSpec, Tag("text")] | Annotated[VisionSpec, Tag("vision")], Discriminator(_spec_tag)]
+
+
 class SubModel(StrictModel):
     """One model in the pipeline: its architecture from a config.json or an explicit spec."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
-    spec: ModelSpec | None = None
+    part: Literal["vision", "text"] | None = Field(
+        None, description="the tower of a vision-language config.json this model is: vision or text"
+    )
+    spec: AnySpec | None = None
+    images: Images | None = Field(None, description="a vision model's images per sample (its sequence)")
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
     pad_vocab_multiple: PositiveInt | None = Field(
@@ -56,6 +91,8 @@ class SubModel(StrictModel):
     def _one_source(self) -> SubModel:
         if (self.config is None) == (self.spec is None):
             raise ValueError("give exactly one of config (a config.json) or spec (explicit fields)")
+        if self.part is not None and self.config is None:
+            raise ValueError("part picks a tower of a config.json; an explicit spec is one model already")
         return self
 
 
@@ -128,6 +165,11 @@ class Training(StrictModel):
     optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
     optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
     flash_attention: bool = True
+    fp8_cache: Literal["none", "linear", "deepseek"] = Field(
+        "none",
+        description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
+        "and attention output in E5M6 (deepseek); ppb_core.memory.precision",
+    )
     dropout: NonNegativeFloat | None = Field(None, description="overrides the models' dropout rates")
     recompute: RecomputeForm = Field(
         default_factory=dict,
@@ -170,8 +212,13 @@ class Device(StrictModel):
     collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
     inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
     sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    comm_sms: NonNegativeInt | None = Field(None, description="SMs a collective beside compute takes from it")
     attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    gemm_epilogue_overlapped: bool | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -216,6 +263,21 @@ class Overlap(StrictModel):
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
+    torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    )
+    matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
+        None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
+    )
+
+
+class MemoryOptions(StrictModel):
+    calibration: str | None = Field(
+        None,
+        description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
+        "(ppb_core.memory.calibration)",
+    )
 
 
 class PPBOptions(StrictModel):
@@ -244,8 +306,9 @@ class RunConfig(StrictModel):
     device: Device
     ppb: PPBOptions = Field(default_factory=PPBOptions)
     timing: TimingOptions = Field(default_factory=TimingOptions)
+    memory: MemoryOptions = Field(default_factory=MemoryOptions)
     # Filled by the loader: each sub-model's architecture, and where the file was.
-    specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
+    specs: dict[str, ModelSpec | VisionSpec] = Field(default_factory=dict, exclude=True)
     source: str = Field("", exclude=True)
     base_dir: str = Field(".", exclude=True)
 
@@ -254,12 +317,35 @@ class RunConfig(StrictModel):
         return [m.name for m in self.models]
 
     @property
+    def shard_level(self) -> int:
+        """What data parallelism shards as the framework runs it: 1 optimizer states, 2 and gradients,
+        3 and parameters. torchtitan either shards all three with FSDP2 or replicates (zero 0)."""
+        par = self.parallel
+        if self.framework == "torchtitan":
+            return 0 if par.zero == 0 and not par.fsdp else 3
+        return par.shard_level
+
+    @property
     def recompute(self) -> Recompute:
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
 
-    def spec(self, model: str) -> ModelSpec:
+    def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]
+
+    def is_vision(self, model: str) -> bool:
+        return isinstance(self.specs[model], VisionSpec)
+
+    def vision(self, model: str) -> VisionSequence:
+        """A vision model's sequence per sample: its images as the processor resizes them, in patches."""
+        spec = self.specs[model]
+        sub = next(m for m in self.models if m.name == model)
+        if not isinstance(spec, VisionSpec) or sub.images is None:
+            raise KeyError(f"{model} is not a vision model with images")
+        images = sub.images
+        return vision_sequence(
+            spec, images.per_sample, images.height, images.width, images.min_pixels, images.max_pixels
+        )
 
     def switches(self, model: str) -> dict[str, int]:
         """The selective switches a model's layers run (SLCT): training's, then the model's own."""
@@ -285,8 +371,15 @@ def pydantic_error(err: ValidationError, source: str) -> InputError:
     """The first problem pydantic found, as one line naming the file and the dotted field."""
     first = err.errors()[0]
     loc = first["loc"]
-    # a recompute form's tag (switches, full, megatron, torchtitan) is pydantic's, not a field
-    parts = [p for i, p in enumerate(loc) if p != "[key]" and not (i and loc[i - 1] == "recompute" and p in FORMS)]
+    # The tags of tagged unions are pydantic's, not fields the user wrote: a recompute form's
+    # (switches, full, megatron, torchtitan) and a sub-model's spec (text or vision).
+    parts = [
+        p
+        for i, p in enumerate(loc)
+        if p != "[key]"
+        and not (i and loc[i - 1] == "recompute" and p in FORMS)
+        and not (i and loc[i - 1] == "spec" and p in ("text", "vision"))
+    ]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
@@ -300,10 +393,72 @@ def pydantic_error(err: ValidationError, source: str) -> InputError:
     return InputError(source, where, problem)
 
 
-def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec, where: str) -> None:
+def _read_config(path: Path, part: str | None, where: str, index: int) -> ModelSpec | VisionSpec:
+    """A sub-model's config.json, the part it names of a vision-language one."""
+    raw = read_json(path)
+    if part is None and isinstance(raw, dict) and raw.get("model_type") in VISION_LANGUAGE_TYPES:
+        raise InputError(
+            where, f"models.{index}.part", f"{path} is a {raw['model_type']} model: set part: vision or part: text"
+        )
+    return spec_of_part(raw, part, str(path))
+
+
+def _check_vision(run: RunConfig, index: int, sub: SubModel, spec: VisionSpec, where: str) -> None:
+    """A vision tower's images, and what it hands the model after it."""
+    par, field = run.parallel, f"models.{index}"
+    if sub.images is None:
+        raise InputError(where, f"{field}.images", "a vision model needs its images: {per_sample, height, width}")
+    if sub.census is not None:
+        raise InputError(where, f"{field}.census", "the census measures decoder layers, not a vision tower's blocks")
+    try:
+        sequence = run.vision(sub.name)
+    except ValueError as err:
+        raise InputError(where, f"{field}.images", str(err)) from None
+    if spec.num_attention_heads % par.tp:
+        raise InputError(
+            where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
+        )
+    if spec.projector != "none" and spec.projector_hidden_size % par.tp:
+        raise InputError(
+            where, f"{field}.projector", f"the projector's width {spec.projector_hidden_size} is not divisible by tp"
+        )
+    tokens = sequence.tokens * run.training.micro_batch_size
+    if par.sequence_parallel and tokens % par.tp:
+        raise InputError(
+            where,
+            f"{field}.images",
+            f"sequence parallelism splits the tower's {tokens} tokens a micro-batch over tp {par.tp}: not divisible",
+        )
+    following = run.models[index + 1] if index + 1 < len(run.models) else None
+    if spec.projector == "none" or following is None:
+        return
+    receiver = run.specs[following.name]
+    if isinstance(receiver, ModelSpec):
+        if spec.out_hidden_size != receiver.hidden_size:
+            raise InputError(
+                where,
+                f"{field}.out_hidden_size",
+                f"{sub.name} projects to width {spec.out_hidden_size} but {following.name}'s hidden_size is "
+                f"{receiver.hidden_size}",
+            )
+        if sequence.llm_tokens > run.training.seq_length:
+            raise InputError(
+                where,
+                f"{field}.images",
+                f"{sequence.images} images make {sequence.llm_tokens} tokens a sample, more than seq_length "
+                f"{run.training.seq_length}",
+            )
+
+
+def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | VisionSpec, where: str) -> None:
     """Combinations a model and the parallel setup cannot run together."""
     par = run.parallel
     field = f"models.{index}"
+    if isinstance(spec, VisionSpec):
+        _check_vision(run, index, sub, spec, where)
+        return
+    if sub.images is not None:
+        raise InputError(where, f"{field}.images", f"{sub.name} is a language model: images belong to a vision model")
     if spec.num_attention_heads % par.tp:
         raise InputError(
             where, f"{field}.num_attention_heads", f"{spec.num_attention_heads} heads are not divisible by tp {par.tp}"
@@ -344,6 +499,21 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
+    for index, sub in enumerate(run.models):
+        if sub.recompute is not None and not isinstance(train.recompute, dict):
+            raise InputError(
+                where,
+                f"models.{index}.recompute",
+                "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
+            )
+    if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
+        # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
+        # together) or replicates; it has no ZeRO-1 or ZeRO-2.
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
+        )
     cells = par.pp * par.vpp
     if run.total_body_layers < cells:
         raise InputError(
@@ -364,6 +534,10 @@ def _check_run(run: RunConfig, where: str) -> None:
     if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
         raise InputError(
             where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"
+        )
+    if run.timing.matmul_dtype == "fp8" and not run.device.profile().fp8_matmul_efficiency:
+        raise InputError(
+            where, "timing.matmul_dtype", f"{run.device.name or 'the device'} has no FP8 tensor cores in the catalog"
         )
     for name in ("memory_mb",):
         if run.device.profile().memory_mb <= run.device.reserved_mb:
@@ -390,12 +564,14 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
-    for sub in run.models:
-        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
+    for index, sub in enumerate(run.models):
+        specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
         if sub.census is not None and not (base / sub.census).is_file():
             raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
     if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
         raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
+    if run.memory.calibration is not None and not (base / run.memory.calibration).is_file():
+        raise InputError(where, "memory.calibration", f"{base / run.memory.calibration} not found")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
@@ -423,45 +599,28 @@ def config_hash(path: str | Path) -> str:
             ref = sub.get(key) if isinstance(sub, dict) else None
             if isinstance(ref, str) and (path.parent / ref).is_file():
                 digest.update((path.parent / ref).read_bytes())
-    timing = raw.get("timing") if isinstance(raw, dict) else None
-    ref = timing.get("calibration") if isinstance(timing, dict) else None
-    if isinstance(ref, str) and (path.parent / ref).is_file():
-        digest.update((path.parent / ref).read_bytes())
+    for section in ("timing", "memory"):
+        options = raw.get(section) if isinstance(raw, dict) else None
+        ref = options.get("calibration") if isinstance(options, dict) else None
+        if isinstance(ref, str) and (path.parent / ref).is_file():
+            digest.update((path.parent / ref).read_bytes())
     return digest.hexdigest()
 
 
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
+    if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
+        entry.pop("part", None)
         entry["spec"] = run.specs[sub.name].model_dump(mode="json")
         if sub.census is not None:
             entry["census"] = str((base / sub.census).resolve())
     if run.timing.calibration is not None:
         raw["timing"]["calibration"] = str((base / run.timing.calibration).resolve())
+    if run.memory.calibration is not None:
+        raw["memory"]["calibration"] = str((base / run.memory.calibration).resolve())
     return raw
-
-
-RUN_CONFIG_COLUMNS = ("name", "source", "config_json")
-
-
-def run_to_frame(run: RunConfig) -> Any:
-    """One row: the run config resolved to JSON (the `run_config` asset's table)."""
-    import json
-
-    import pandas as pd
-
-    return pd.DataFrame(
-        {"name": [run.name], "source": [run.source], "config_json": [json.dumps(resolved_raw(run), sort_keys=True)]}
-    )
-
-
-def run_from_frame(frame: Any) -> RunConfig:
-    import json
-
-    if len(frame) != 1:
-        raise InputError("run_config table", None, f"expected one row, got {len(frame)}")
-    row = frame.iloc[0]
-    return parse_run_config(json.loads(row["config_json"]), str(row["source"]), ".")

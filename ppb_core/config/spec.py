@@ -53,6 +53,10 @@ class ModelSpec(StrictModel):
         None, description="width of each shared expert; defaults to moe_intermediate_size"
     )
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
+    expert_groups: NonNegativeInt = Field(0, description="experts fall into this many groups (n_group)")
+    expert_group_limit: NonNegativeInt = Field(
+        0, description="a token's experts come from at most this many groups (topk_group); 0: no limit"
+    )
     first_dense_layers: NonNegativeInt = Field(0, description="leading dense layers (first_k_dense_replace)")
     moe_layer_frequency: PositiveInt = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
     dense_layers: Annotated[tuple[NonNegativeInt, ...], Strict(False)] = Field(
@@ -116,3 +120,86 @@ class ModelSpec(StrictModel):
         if not self.is_moe or index < self.first_dense_layers or index in self.dense_layers:
             return False
         return (index + 1) % self.moe_layer_frequency == 0
+
+
+VisionActivation = Literal["quick_gelu", "gelu", "gelu_tanh", "swiglu"]
+
+
+class VisionSpec(StrictModel):
+    """A vision tower (ViT) and what projects its patches into a language model, in ppb's field names.
+
+    `ppb_core.config.hf_vision` maps each HuggingFace vision-language architecture onto it:
+    the patch embedding (HEAD), the encoder blocks (BODY; window or full attention where the model
+    has both), and everything after the last block (TAIL: post-norm, pooling head, patch merger
+    or multi-modal projector).
+    """
+
+    family: Literal["qwen2_vl", "qwen2_5_vl", "clip", "siglip"]
+    hidden_size: PositiveInt
+    num_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    intermediate_size: PositiveInt
+    activation: VisionActivation
+    norm: Literal["rmsnorm", "layernorm"] = "layernorm"
+    fused_qkv: bool = Field(False, description="one qkv projection (Qwen) instead of q, k, v (CLIP, SigLIP)")
+    rope: bool = Field(False, description="2D rotary positions on queries and keys (Qwen)")
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    # Patch embedding.
+    in_channels: PositiveInt = 3
+    patch_size: PositiveInt
+    temporal_patch_size: PositiveInt = Field(1, description="frames one patch spans (Qwen: 2, an image repeated)")
+    patch_bias: bool = False
+    image_size: PositiveInt | None = Field(None, description="the resolution a learned position table is for")
+    class_token: bool = False
+    learned_positions: bool = False
+    pre_norm: bool = Field(False, description="a norm after the embedding (CLIP's pre_layrnorm)")
+    post_norm: bool = Field(False, description="a norm after the last block (CLIP, SigLIP)")
+    pooling_head: bool = Field(False, description="SigLIP's attention-pooling head")
+    # Qwen: patches merged spatial_merge_size² at a time; window attention but in full_attention_layers.
+    spatial_merge_size: PositiveInt = 1
+    window_size: NonNegativeInt = Field(0, description="window side in pixels; 0: every block attends in full")
+    full_attention_layers: Annotated[tuple[NonNegativeInt, ...], Strict(False)] = ()
+    # What feeds the language model.
+    projector: Literal["merger", "mlp", "none"] = "none"
+    projector_hidden_size: NonNegativeInt = 0
+    out_hidden_size: NonNegativeInt = Field(0, description="the width the projector hands the language model")
+    projector_bias: bool = True
+    feature_layers: Annotated[tuple[int, ...], Strict(False)] = Field(
+        (), description="encoder outputs the projector reads (LLaVA's vision_feature_layer)"
+    )
+    keep_class_token: bool = Field(False, description="LLaVA's vision_feature_select_strategy 'full'")
+    image_newline: bool = Field(False, description="LLaVA-NeXT's learned row separator")
+    grid_pinpoints: Annotated[tuple[Annotated[tuple[PositiveInt, PositiveInt], Strict(False)], ...], Strict(False)] = (
+        Field((), description="LLaVA-NeXT's any-resolution crops, (height, width)")
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VisionSpec:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
+            )
+        bad = [i for i in self.full_attention_layers if i >= self.num_layers]
+        if bad:
+            raise ValueError(f"full_attention_layers names layer {bad[0]} of {self.num_layers}")
+        if self.learned_positions and self.image_size is None:
+            raise ValueError("a learned position table needs image_size")
+        if self.projector != "none" and not (self.projector_hidden_size and self.out_hidden_size):
+            raise ValueError(f"a {self.projector} projector needs projector_hidden_size and out_hidden_size")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def position_embedding(self) -> str:
+        return "rope" if self.rope else ("learned" if self.learned_positions else "none")
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    def layer_has_window(self, index: int) -> bool:
+        """Whether block *index* attends within windows (Qwen2.5-VL) rather than over each whole image."""
+        return bool(self.window_size) and index not in self.full_attention_layers

@@ -1,55 +1,68 @@
-"""A balancer plan re-evaluated by the memory and time models, one row per pipeline stage.
+"""A balancer plan re-evaluated by the memory and time models, one evaluation per pipeline stage.
 
-`plan_stages` places each layer and recomputes it as the plan says, giving a per-stage table
-(`REPORT_COLUMNS`).
+`plan_stages` places each layer and recomputes it as the plan says (`ppb_core.tables.report`
+makes the report's table of it); `plan_iterations` prices a plan's iteration in seconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-import pandas as pd
+from dataclasses import dataclass
+from typing import Any
 
 from ppb_core.config.run import RunConfig
-from ppb_core.memory import MemoryModel, run_in_flight, run_in_flight_vectors, stage_peaks
-from ppb_core.model.placement import place_plan
-from ppb_core.model.switches import OPTIONS
+from ppb_core.memory import MemoryModel, StagePeak, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
+from ppb_core.model.switches import OPTIONS, LayerType
+from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
 from ppb_core.timing import TimeModel
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.units import MB
 
-REPORT_COLUMNS: tuple[str, ...] = (
-    "stage",  # pipeline stage, from 0
-    "layers",  # body layers the stage holds, every chunk
-    "options",  # the recompute options of those layers, e.g. "NONE 6 · FULL 2"
-    "parameters_mb",  # parameters, gradients and optimizer states (with what is held once per layer)
-    "activations_mb",  # activations of the micro-batches in flight at the stage's peak
-    "buffers_mb",  # communication buffers and everything else the stage's peak holds
-    "device_mb",  # the device memory the stage must fit in
-    "forward_ms",  # forward of one micro-batch through the stage (every chunk)
-    "backward_ms",  # backward of one micro-batch, recomputation included
-)
 
-# Optional: the stage memory the balancer predicted from the descriptions, drawn as a marker.
-PLANNED_COLUMN = "planned_mb"
+@dataclass(frozen=True)
+class StageEvaluation:
+    """One stage of a plan as the memory and time models see it."""
 
-# Optional: the part of buffers_mb that is the backward's working set (descriptions have none).
-WORKING_COLUMN = "working_mb"
+    peak: StagePeak  # the memory model's peak (the backward's working set included)
+    options: dict[str, int]  # body layers under each option
+    forward_ms: float  # one micro-batch through the stage, every chunk
+    backward_ms: float  # recomputation included
+    models: str  # what the stage holds of each sub-model, e.g. "vit HEAD + 7 · llm HEAD + 7"
 
-MB = 2**20
+
+def stage_models(placed: LayerWalk) -> list[str]:
+    """Per stage, what each sub-model has there: "vit HEAD + 7 · llm 7 + TAIL" (body layers between its ends)."""
+    held: list[dict[str, list[int]]] = [{} for _ in range(placed.stages)]
+    for layer in placed:
+        parts = held[layer.stage].setdefault(layer.model_name, [0, 0, 0])
+        parts[{HEAD: 0, BODY: 1, TAIL: 2}[layer.node]] += 1
+    return [
+        " · ".join(
+            f"{model} " + " + ".join(p for p in ("HEAD" if h else "", str(b) if b else "", "TAIL" if t else "") if p)
+            for model, (h, b, t) in stage.items()
+        )
+        for stage in held
+    ]
 
 
 def plan_stages(
-    run: RunConfig, cell_options: Sequence[Sequence[Mapping[str, int]]], planned_mb: Sequence[float] | None = None
-) -> pd.DataFrame:
-    """Each stage of a plan as the memory and time models see it (`REPORT_COLUMNS`).
+    run: RunConfig,
+    cell_options: Sequence[Sequence[Mapping[str, int]]],
+    by_model: Mapping[str, CellOptions] | None = None,
+) -> list[StageEvaluation]:
+    """Each stage of a plan as the memory and time models see it.
 
     *cell_options* [chunk][stage] maps options to body layer counts (the balancer's cells). Each
     layer is evaluated where the plan puts it, under the option its position in the cell gets;
-    memory is the memory model's stage peak (parameters are the static bytes; buffers include the
-    backward's working set, also given alone as `working_mb`, which SAPP's descriptions do not
-    count; the device limit is its memory less what the run config reserves).
+    memory is the memory model's stage peak (with the backward's working set, which SAPP's
+    descriptions do not count; the device limit is its memory less what the run config reserves).
+    *by_model* places each sub-model on its own (`model.placement.model_cell_options`), as
+    combined bodies need.
     """
     par = run.parallel
-    placed, chosen = place_plan(run, cell_options)
+    placed, chosen = place_plan(run, cell_options, by_model)
+    held = stage_models(placed)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device
     peaks = stage_peaks(
@@ -68,27 +81,71 @@ def plan_stages(
         f, b = times.layer_times(layer, state, switches)
         forward[layer.stage] += f
         backward[layer.stage] += b
-    rows = []
+    evaluations = []
     for peak in peaks:
-        counts = {option: 0 for option in OPTIONS}
+        counts = dict.fromkeys(OPTIONS, 0)
         for layer, option in chosen.items():
             if layer.stage == peak.stage:
                 counts[option] += 1
-        rows.append(
-            {
-                "stage": peak.stage,
-                "layers": peak.body_layers,
-                "options": " · ".join(f"{option} {n}" for option, n in counts.items() if n),
-                "parameters_mb": peak.static_bytes / MB,
-                "activations_mb": peak.activation_bytes / MB,
-                "buffers_mb": (peak.buffer_bytes + peak.working_bytes) / MB,
-                WORKING_COLUMN: peak.working_bytes / MB,
-                "device_mb": (peak.device_bytes - peak.reserved_bytes) / MB,
-                "forward_ms": forward[peak.stage],
-                "backward_ms": backward[peak.stage],
-            }
-        )
-    frame = pd.DataFrame(rows, columns=[*REPORT_COLUMNS, WORKING_COLUMN])
-    if planned_mb is not None:
-        frame[PLANNED_COLUMN] = [float(v) for v in planned_mb]
-    return frame.astype({"stage": "int64", "layers": "int64", "options": "string"})
+        evaluations.append(StageEvaluation(peak, counts, forward[peak.stage], backward[peak.stage], held[peak.stage]))
+    return evaluations
+
+
+def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:
+    """The run with the pipeline sizes a plan was solved for (its `input`: stages, micro-batches,
+    interleave, schedule), which flags may have changed from the run config's."""
+    par = run.parallel
+    stages, chunks = int(given.get("stages", par.pp)), int(given.get("interleave", par.vpp))
+    schedule = str(given.get("schedule", par.schedule))
+    if chunks > 1 and schedule == "1f1b":
+        schedule = "interleaved"
+    parallel = par.model_copy(update={"pp": stages, "vpp": chunks, "schedule": schedule, "world_size": None})
+    training = run.training.model_copy(
+        update={"micro_batches": int(given.get("micro_batches", run.training.micro_batches))}
+    )
+    return run.model_copy(update={"parallel": parallel, "training": training})
+
+
+def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A balancer result's iteration in seconds, beside its best uniform baseline's.
+
+    `iteration` prices the plan's cells, `baseline_iteration` the uniform split under the best
+    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`); `time_unit_s` is the
+    descriptions' time unit (the first body's forward time) in seconds, what the plan's relative
+    times multiply by.
+    """
+    sized = sized_like(run, plan.get("input", {}))
+    times, memory = TimeModel(sized), MemoryModel(sized)
+    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
+    out: dict[str, Any] = {"time_unit_s": times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3}
+    bodies = plan.get("input", {}).get("bodies", [])
+
+    def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+        cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+        by_model = model_cell_options(plan_cells, bodies)
+        return run_iteration(sized, cells, times, memory, by_model).to_json()
+
+    if plan.get("cells"):
+        out["iteration"] = priced(plan["cells"])
+    best = plan.get("best_baseline")
+    if best:
+        baseline = next(b for b in plan["baselines"] if b["option"] == best)
+        out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
+    return out
+
+
+def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report's lines for a plan's iteration and its baseline's (`plan_iterations`), in seconds."""
+    lines = []
+    for key, label in (("iteration", "iteration"), ("baseline_iteration", "best uniform split")):
+        if key in iterations:
+            it = iterations[key]
+            option = f"{it['option']}: " if "option" in it else ""
+            lines.append(
+                (
+                    label,
+                    f"{option}{it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+                    f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%",
+                )
+            )
+    return lines

@@ -2,15 +2,15 @@
 
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, BufferTerm
-from ppb_core.memory.model import MemoryModel, StateMemory
+from ppb_core.memory.model import MemoryModel, StateMemory, run_memory_fit, run_stage_peaks, run_working_set_bytes
 from ppb_core.memory.peak import (
+    MOMENTS,
     StagePeak,
     configured_option,
+    configured_options,
     run_in_flight,
     run_in_flight_counts,
     run_in_flight_vectors,
-    run_stage_peaks,
-    run_working_set_bytes,
     stage_peaks,
 )
 from ppb_core.memory.setup import BUFFER_RULES, MemorySetup
@@ -18,6 +18,7 @@ from ppb_core.memory.static import StaticBytes
 
 __all__ = [
     "BUFFER_RULES",
+    "MOMENTS",
     "ActivationFormulas",
     "ActivationTerm",
     "BufferTerm",
@@ -28,9 +29,11 @@ __all__ = [
     "StateMemory",
     "StaticBytes",
     "configured_option",
+    "configured_options",
     "run_in_flight",
     "run_in_flight_counts",
     "run_in_flight_vectors",
+    "run_memory_fit",
     "run_stage_peaks",
     "run_working_set_bytes",
     "stage_peaks",

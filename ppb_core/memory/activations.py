@@ -3,7 +3,8 @@
 Every term is a tensor of one micro-batch on one device. `switch` names the recompute switch
 whose 0 drops the tensor (it is rebuilt in the backward); None means the layer always keeps it
 (the residual stream, projection outputs, dropout masks after the output projection and MLP,
-router state). The full derivation, and where it departs from reference §7.3, is in
+router state). The full derivation, and where it departs from hyper-parallel's MemEst activation
+formulas (sapp_nd/memory_estimation/evaluators/layer_block.py), is in
 docs/memory.md.
 
 `ActivationFormulas` prices a layer kind with these formulas. It is the seam a census takes:
@@ -14,10 +15,22 @@ an object with the same three methods (for instance one priced from measured
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, TailKind
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.kinds import (
+    BodyKind,
+    EncoderBodyKind,
+    HeadKind,
+    LayerKind,
+    Mlp,
+    Moe,
+    Norm,
+    PatchEmbedKind,
+    ProjectorKind,
+    TailKind,
+)
 from ppb_core.model.switches import LayerType
 
 INDEX_BYTES = 8  # int64 token ids, labels and top-k indices
@@ -32,7 +45,7 @@ class ActivationTerm:
     op: str
     switch: str | None
     elements: float
-    element_bytes: int
+    element_bytes: float  # whole for the training dtypes; FP8 caches add their scales' share
     gradient: bool = True  # masks, indices and statistics carry no gradient of their own
 
     @property
@@ -40,20 +53,11 @@ class ActivationTerm:
         return self.elements * self.element_bytes
 
 
-def _split(size: int, ranks: int) -> int:
-    return -(-size // ranks)
-
-
-def _kv_heads(att: Attention, tp: int) -> int:
-    """Key/value heads per TP rank; fewer heads than ranks are replicated, one per rank (as params.py)."""
-    return max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
-
-
 def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[ActivationTerm]:
     """Norm, projections, the attention core (flash or not) and what the output projection keeps."""
     att, h, bc = kind.attention, kind.hidden_size, setup.dtype_bytes
     tokens, whole = setup.tokens, setup.whole_tokens
-    heads = _split(att.num_heads, setup.tp)
+    heads = per_rank(att.num_heads, setup.tp)
     terms = [
         ActivationTerm(f"{prefix}attention.norm_input", None, whole * h, bc),
         ActivationTerm(f"{prefix}attention.norm_output", "normOp", whole * h, bc),
@@ -74,7 +78,7 @@ def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> lis
         ]
     else:
         d_qk = d_v = att.head_dim
-        kv = _kv_heads(att, setup.tp)
+        kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
         if att.qk_norm:
             terms.append(ActivationTerm(f"{prefix}attention.qk_norm_input", "normOp", tokens * (heads + kv) * d_qk, bc))
         if not setup.flash_attention:
@@ -126,7 +130,7 @@ def mlp_terms(kind: BodyKind, mlp: Mlp, setup: MemorySetup, prefix: str = "") ->
     terms = [
         ActivationTerm(f"{prefix}mlp.norm_input", None, setup.whole_tokens * h, bc),
         ActivationTerm(f"{prefix}mlp.norm_output", "normOp", setup.whole_tokens * h, bc),
-        *_ffn_terms(f"{prefix}mlp", setup.tokens, _split(mlp.intermediate_size, setup.tp), mlp.gated, bc),
+        *_ffn_terms(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), mlp.gated, bc),
     ]
     if kind.hidden_dropout > 0:
         terms.append(ActivationTerm(f"{prefix}mlp.dropout_mask", None, setup.whole_tokens * h, MASK_BYTES, False))
@@ -140,8 +144,7 @@ def routed_rows(moe: Moe, setup: MemorySetup) -> float:
     and the ep ranks of each; the etp ranks of an expert see the same rows. Capacity mode pads
     every expert to its capacity; dropless routing gives the busiest rank its imbalance.
     """
-    factor = setup.dropless_imbalance if setup.dropless else setup.capacity_factor
-    return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * factor
+    return setup.tokens * moe.experts_per_token * setup.etp / setup.tp * setup.routing_factor
 
 
 def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") -> list[ActivationTerm]:
@@ -162,11 +165,11 @@ def moe_terms(kind: BodyKind, moe: Moe, setup: MemorySetup, prefix: str = "") ->
         ActivationTerm(f"{prefix}moe.topk_probabilities", None, whole * k, bc),
         ActivationTerm(f"{prefix}moe.topk_indices", None, whole * k, INDEX_BYTES, False),
         ActivationTerm(f"{prefix}moe.dispatched_tokens", None, rows * h * local, bc),
-        *_ffn_terms(f"{prefix}moe.expert", rows, _split(moe.expert_intermediate_size, setup.etp), moe.gated, bc),
+        *_ffn_terms(f"{prefix}moe.expert", rows, per_rank(moe.expert_intermediate_size, setup.etp), moe.gated, bc),
         ActivationTerm(f"{prefix}moe.combined_tokens", None, whole * k * h / setup.ep, bc),
     ]
     if moe.shared_experts:
-        width = moe.shared_experts * _split(moe.shared_intermediate_size, setup.tp)
+        width = moe.shared_experts * per_rank(moe.shared_intermediate_size, setup.tp)
         terms += _ffn_terms(f"{prefix}moe.shared", setup.tokens, width, moe.gated, bc)
         if moe.shared_expert_gate:
             terms += [
@@ -213,7 +216,9 @@ def _loss_terms(prefix: str, kind: TailKind, setup: MemorySetup) -> list[Activat
     return [
         ActivationTerm(f"{prefix}.norm_input", None, whole * h, bc),
         ActivationTerm(f"{prefix}.norm_output", None, whole * h, bc),
-        ActivationTerm(f"{prefix}.logits_softmax", None, setup.tokens * _split(kind.vocab_size, setup.tp), STATS_BYTES),
+        ActivationTerm(
+            f"{prefix}.logits_softmax", None, setup.tokens * per_rank(kind.vocab_size, setup.tp), STATS_BYTES
+        ),
         ActivationTerm(f"{prefix}.labels", None, setup.tokens, INDEX_BYTES, False),
     ]
 
@@ -255,15 +260,21 @@ class ActivationFormulas:
     recomputed layer keeps. A census replaces this object for its model (same methods).
     """
 
-    def terms(self, kind: BodyKind | HeadKind | TailKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
+    def terms(self, kind: LayerKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
+        if isinstance(kind, EncoderBodyKind):
+            return tuple(encoder_terms(kind, encoder_setup(kind, setup)))
         if isinstance(kind, BodyKind):
             return tuple(body_terms(kind, setup))
         if isinstance(kind, HeadKind):
             return tuple(head_terms(kind, setup))
+        if isinstance(kind, PatchEmbedKind):
+            return tuple(patch_embed_terms(kind, setup))
+        if isinstance(kind, ProjectorKind):
+            return tuple(projector_terms(kind, setup))
         return tuple(tail_terms(kind, setup))
 
     def full_terms(self, kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
-        return tuple(full_recompute_terms(kind, setup))
+        return tuple(full_recompute_terms(kind, encoder_setup(kind, setup)))
 
     def state_terms(
         self,
@@ -277,3 +288,153 @@ class ActivationFormulas:
             return self.full_terms(kind, setup)  # type: ignore[arg-type]
         all_terms = self.terms(kind, setup)
         return kept(all_terms, switches) if state is LayerType.SEL_REC_LAYER else all_terms
+
+
+# ---------------------------------------------------------------------------------------------
+# Vision towers: what transformers' modules keep (Megatron-Bridge and ms-swift run these modules
+# as they are inside Megatron: megatron/bridge/models/qwen_vl/modeling_qwen25_vl.py builds
+# `Qwen2_5_VisionTransformerPretrainedModel`), op by op as `ppb_core.census` measures them. The
+# switches are the census attribution's (docs/census.md): what a norm module computes is
+# `normOp`, rotary and the attention kernel `attBMM`, eager scores and softmax `softmax`, the
+# probabilities' cast `headCast`, the MLP's activation and gating `ffAct`.
+
+LAYER_NORM_STATS_BYTES = 8  # native_layer_norm's fp32 mean and 1/std per token (CUDA keeps them in fp32)
+
+
+def encoder_setup(kind: LayerKind, setup: MemorySetup) -> MemorySetup:
+    """The setup a vision encoder block runs at: its own tokens per sample, whole on every
+    context-parallel rank (the tower is not split by the language model's sequence)."""
+    if not isinstance(kind, EncoderBodyKind):
+        return setup
+    return replace(setup, seq_length=kind.tokens, cp=1)
+
+
+def _norm_terms(name: str, norm: Norm, whole: float, h: int, bc: int, input_counted: bool) -> list[ActivationTerm]:
+    """A vision norm module: LayerNorm keeps its input, its statistics and its output (read by the next
+    projection); HF's RMSNorm keeps an fp32 copy of its input instead of the input (`hidden.to(float32)`),
+    the normalised value cast back, 1/rms and its output. *input_counted*: the input is counted already
+    (the layer's input). Where it is not, it is kept whatever normOp says (a recomputed norm needs it),
+    and the fp32 copy's excess over it goes with normOp."""
+    terms = []
+    if norm.kind == "layernorm":
+        if not input_counted:
+            terms.append(ActivationTerm(f"{name}.input", None, whole * h, bc))
+        terms.append(ActivationTerm(f"{name}.statistics", "normOp", whole, LAYER_NORM_STATS_BYTES, False))
+    else:
+        upcast = 4 * h if bc < 4 else 0  # at fp32 the cast is the input itself
+        if input_counted:
+            terms.append(ActivationTerm(f"{name}.fp32_input", "normOp", whole * upcast, 1))
+        else:
+            terms += [
+                ActivationTerm(f"{name}.input", None, whole * h, bc),
+                ActivationTerm(f"{name}.fp32_input_beyond_input", "normOp", whole * max(0, upcast - bc * h), 1),
+            ]
+        terms += [
+            ActivationTerm(f"{name}.normalized", "normOp", whole * h, bc),
+            ActivationTerm(f"{name}.inverse_rms", "normOp", whole, STATS_BYTES, False),
+        ]
+    terms.append(ActivationTerm(f"{name}.output", "normOp", whole * h, bc))
+    return terms
+
+
+def _vision_mlp_terms(name: str, mlp: Mlp, rows: float, width: int, bc: int) -> list[ActivationTerm]:
+    """Gated (Qwen2.5-VL): gate, up, SiLU's output and the product. quick_gelu (x·sigmoid(1.702x), unfused):
+    fc1's output, the sigmoid and the product. GELU: fc1's output and GELU's."""
+    if mlp.gated:
+        return [
+            ActivationTerm(f"{name}.gate_output", None, rows * width, bc),
+            ActivationTerm(f"{name}.up_output", None, rows * width, bc),
+            ActivationTerm(f"{name}.activation_output", "ffAct", rows * width, bc),
+            ActivationTerm(f"{name}.product", "ffAct", rows * width, bc),
+        ]
+    terms = [ActivationTerm(f"{name}.fc1_output", None, rows * width, bc)]
+    if mlp.activation == "quick_gelu":
+        terms.append(ActivationTerm(f"{name}.sigmoid_output", "ffAct", rows * width, bc))
+    terms.append(ActivationTerm(f"{name}.activation_output", "ffAct", rows * width, bc))
+    return terms
+
+
+def encoder_terms(kind: EncoderBodyKind, setup: MemorySetup) -> list[ActivationTerm]:
+    """Every tensor a vision encoder block keeps when it recomputes nothing, at the block's own setup.
+
+    Per token: the input; the first norm; the projections' outputs (a fused qkv's whole, which the
+    value, a view of it, pins); rotated queries and keys; the attention's output and log-sum-exp
+    (flash) or the fp32 probabilities and their cast (eager, over each token's keys in its image or
+    window); the concatenation of the images' outputs (Qwen) or eager's transposed copy; the
+    residual sum and the second norm; the MLP. Heads and the MLP's width split over TP; the rest
+    over SP.
+    """
+    att, h, bc = kind.attention, kind.hidden_size, setup.dtype_bytes
+    tokens, whole = setup.tokens, setup.whole_tokens
+    heads = per_rank(att.num_heads, setup.tp)
+    width = heads * att.head_dim
+    keys = kind.pairs / kind.tokens if kind.tokens else 0.0  # keys per query, averaged over the blocks
+    terms = [ActivationTerm("attention.input", None, whole * h, bc)]
+    terms += _norm_terms("attention.norm", kind.norm, whole, h, bc, input_counted=True)
+    if kind.fused_qkv:
+        terms.append(ActivationTerm("attention.qkv", None, tokens * 3 * width, bc))
+    else:
+        terms += [ActivationTerm(f"attention.{n}", None, tokens * width, bc) for n in ("query", "key", "value")]
+    if kind.attention.rope:
+        terms.append(ActivationTerm("attention.rotated_query_key", "attBMM", tokens * 2 * width, bc))
+    if setup.flash_attention:
+        terms += [
+            ActivationTerm("attention.core_output", "attBMM", tokens * width, bc),
+            ActivationTerm("attention.softmax_lse", "attBMM", tokens * heads, STATS_BYTES, False),
+        ]
+        if kind.chunked:
+            terms.append(ActivationTerm("attention.concatenated_output", None, tokens * width, bc))
+    else:
+        scores = tokens * heads * keys
+        terms.append(ActivationTerm("attention.softmax_output", "softmax", scores, STATS_BYTES))
+        if bc < STATS_BYTES:
+            terms.append(ActivationTerm("attention.probabilities", "headCast", scores, bc))
+        terms.append(ActivationTerm("attention.core_output", None, tokens * width, bc))
+    terms += _norm_terms("mlp.norm", kind.norm, whole, h, bc, input_counted=False)
+    assert isinstance(kind.mlp, Mlp)
+    terms += _vision_mlp_terms("mlp", kind.mlp, tokens, per_rank(kind.mlp.intermediate_size, setup.tp), bc)
+    return terms
+
+
+def patch_embed_terms(kind: PatchEmbedKind, setup: MemorySetup) -> list[ActivationTerm]:
+    """The convolution keeps its input (the pixels in the compute dtype); CLIP's pre-norm its input and
+    statistics (its output is the first block's input). Replicated over TP ranks."""
+    b, bc, h = setup.micro_batch_size, setup.dtype_bytes, kind.hidden_size
+    terms = [ActivationTerm("patch_embed.pixels", None, b * kind.patches * kind.patch_inputs, bc, False)]
+    if kind.pre_norm is not None:
+        terms += [
+            ActivationTerm("patch_embed.pre_norm_input", None, b * kind.tokens * h, bc),
+            ActivationTerm("patch_embed.pre_norm_statistics", None, b * kind.tokens, LAYER_NORM_STATS_BYTES, False),
+        ]
+    return terms
+
+
+def projector_terms(kind: ProjectorKind, setup: MemorySetup) -> list[ActivationTerm]:
+    """After the last block: SigLIP's post-norm and pooling head where they are used, then the projector.
+
+    Qwen's merger normalises each patch (`ln_q`), then runs Linear – GELU – Linear over 2×2 patches:
+    it keeps the norm's tensors, the first linear's output and GELU's. LLaVA's projector reads the
+    feature layers (one is a block's output kept already, unless it is the last block's; several
+    are concatenated) and keeps the same two. Under TP the projector's width splits as an MLP's.
+    """
+    b, bc, h = setup.micro_batch_size, setup.dtype_bytes, kind.hidden_size
+    tokens_in, tokens_out = b * kind.tokens_in, b * kind.tokens_out
+    terms: list[ActivationTerm] = []
+    if kind.post_norm is not None and kind.post_norm_tokens:
+        rows = b * kind.post_norm_tokens
+        terms += _norm_terms("post_norm", kind.post_norm, rows, h, bc, input_counted=False)
+        if kind.pooling_head:  # the head's keys and values over every token
+            terms.append(ActivationTerm("pooling_head.key_value", None, rows * 2 * h, bc))
+    if kind.merge_norm is not None:
+        terms += _norm_terms("merger.norm", kind.merge_norm, tokens_in, h, bc, input_counted=False)
+    elif kind.features_kept > h:  # several feature layers, concatenated (the tokens selected)
+        terms.append(ActivationTerm("projector.features", None, tokens_out * kind.features_kept, bc))
+    elif kind.features_kept:  # the last block's output, which no block keeps (every token, sliced)
+        terms.append(ActivationTerm("projector.features", None, tokens_in * kind.features_kept, bc))
+    if kind.projector_inputs:
+        width = per_rank(kind.projector_hidden, setup.tp)
+        terms += [
+            ActivationTerm("projector.fc1_output", None, tokens_out * width, bc),
+            ActivationTerm("projector.activation_output", None, tokens_out * width, bc),
+        ]
+    return terms

@@ -13,7 +13,8 @@ Two sorts of buffer, each tagged with the parallel group it serves (dp, tp, cp, 
 
 `buffer_bytes` combines them (rule "layered", the default): the largest transient buffer
 (a layer's workspaces serve different phases of its passes) plus every kept buffer once per
-micro-batch in flight. Rule "reference" is reference §7.4's `max(dp, tp, cp) + ep` over the
+micro-batch in flight. Rule "reference" is hyper-parallel MemEst's `max(dp, tp, cp) + ep` (`comm_expr`,
+sapp_nd/memory_estimation/evaluators/comm.py) over the
 groups' totals, kept for comparison; its max of a constant and a growing term is what the
 profiles' `excess` measures.
 """
@@ -23,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ppb_core.memory.activations import _kv_heads, _split, routed_rows
+from ppb_core.memory.activations import encoder_setup, routed_rows
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.model.kinds import BodyKind, HeadKind, Moe, TailKind
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, PatchEmbedKind, ProjectorKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -56,11 +58,11 @@ def attention_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> l
             width = kind.hidden_size
         terms.append(BufferTerm("tp", f"{prefix}attention.gathered_input", _gathered(setup, width), True, "gather"))
     if setup.cp > 1:
-        heads = _split(att.num_heads, setup.tp)
+        heads = per_rank(att.num_heads, setup.tp)
         if att.is_mla:
             q_width, kv_width = heads * att.q_head_dim, heads * (att.q_head_dim + att.value_head_dim)
         else:
-            q_width, kv_width = heads * att.head_dim, 2 * _kv_heads(att, setup.tp) * att.head_dim
+            q_width, kv_width = heads * att.head_dim, 2 * kv_heads_per_rank(att.num_kv_heads, setup.tp) * att.head_dim
         chunk = setup.tokens * kv_width * bc  # keys and values of one sequence chunk
         if setup.cp_variant == "ring":
             terms += [
@@ -137,14 +139,14 @@ def tail_buffers(kind: TailKind, setup: MemorySetup) -> list[BufferTerm]:
     return terms
 
 
-def layer_buffers(
-    kind: BodyKind | HeadKind | TailKind, setup: MemorySetup, params: LayerParams
-) -> tuple[BufferTerm, ...]:
+def layer_buffers(kind: LayerKind, setup: MemorySetup, params: LayerParams) -> tuple[BufferTerm, ...]:
     """Every buffer of the layer when it recomputes nothing."""
     if isinstance(kind, BodyKind):
-        own = body_buffers(kind, setup)
+        own = body_buffers(kind, encoder_setup(kind, setup))
     elif isinstance(kind, HeadKind):
         own = head_buffers(kind, setup)
+    elif isinstance(kind, PatchEmbedKind | ProjectorKind):
+        own = []  # a vision tower's ends run replicated (patch embedding) or as a small MLP: nothing gathered kept
     else:
         own = tail_buffers(kind, setup)
     return tuple(gradient_bucket(params, setup) + own)
@@ -183,7 +185,7 @@ class Buffers:
         return self.transient_bytes() + in_flight * self.kept_bytes()
 
     def split(self, many: int) -> tuple[float, float, float]:
-        """(one, per micro-batch, once): seed §2.8's linear split, exact at 1 and at *many* in flight."""
+        """(one, per micro-batch, once): `_ppb.py` `_dynamic_mem`'s linear split, exact at 1 and at *many* in flight."""
         one, more = self.at(1), self.at(many)
         per_micro_batch = (more - one) / (many - 1)
         return one, per_micro_batch, one - per_micro_batch

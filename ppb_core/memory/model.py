@@ -6,18 +6,27 @@ behind each figure (static parts, activations op by op with their switch, buffer
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ppb_core.config.run import RunConfig
-from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
-from ppb_core.memory.buffers import Buffers, layer_buffers, state_buffers
+from ppb_core.memory.activations import ActivationFormulas, ActivationTerm, encoder_setup
+from ppb_core.memory.buffers import Buffers, BufferTerm, layer_buffers
+from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
+from ppb_core.memory.census import census_pricers
+from ppb_core.memory.frameworks import rules_for
+from ppb_core.memory.peak import StagePeak, _full_group, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, layer_params, static_bytes
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind
+from ppb_core.memory.static import StaticBytes, layer_params
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, is_head
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
+from ppb_core.model.walk import Layer, LayerWalk, walk
+from ppb_core.units import MB
 
 BODY_STATES = (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
 
@@ -31,11 +40,16 @@ class LayerLike(Protocol):
 
 @dataclass(frozen=True)
 class StateMemory:
-    """A layer in one state: what it keeps at one micro-batch, and its buffers."""
+    """A layer in one state: what it keeps at one micro-batch, and its buffers.
+
+    Where the framework holds workspaces once per stage (`FrameworkRules.transients_per_stage`),
+    `buffers` are the kept ones and `transient_bytes` the largest workspace, part of the working set.
+    """
 
     terms: tuple[ActivationTerm, ...]
     activation_bytes: float
     buffers: Buffers
+    transient_bytes: float = 0.0
 
     @property
     def kept_bytes(self) -> float:
@@ -44,11 +58,11 @@ class StateMemory:
 
 
 class MemoryModel:
-    """Per-layer memory of a run (reference §7 with the departures docs/memory.md states).
+    """Per-layer memory of a run (hyper-parallel's MemEst formulas, with the departures docs/memory.md states).
 
     *activations* maps a model name to the object that prices its kinds' activations (the
     census seam); a model whose run config names a `census` file is priced from it
-    (`ppb_core.census.pricing`), every other model uses `ActivationFormulas`. *buffer_rule* is
+    (`ppb_core.memory.census`), every other model uses `ActivationFormulas`. *buffer_rule* is
     "layered" or "reference" (`ppb_core.memory.buffers`).
     """
 
@@ -57,12 +71,19 @@ class MemoryModel:
         run: RunConfig,
         buffer_rule: str = "layered",
         activations: Mapping[str, ActivationFormulas] | None = None,
+        correction: MemoryCorrection | None = None,
     ) -> None:
         self.run = run
         self.setup = MemorySetup.from_run(run, buffer_rule)
+        self.rules = rules_for(run.framework)
+        # memory.calibration: measured stage peaks fitted to per-term factors (ppb_core.memory.calibration)
+        self.fit: MemoryFit | None = None
+        if correction is None and run.memory.calibration is not None:
+            self.fit = run_memory_fit(run)  # the measured peaks against the uncorrected stages
+            correction = self.fit.correction
+        self.correction = correction or MemoryCorrection()
+        self._modules = run.recompute.modules  # the framework's selective units (Megatron modules, op)
         self._formulas = ActivationFormulas()
-        from ppb_core.census.pricing import census_pricers  # the census reads the run's files
-
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._params: dict[LayerKind, LayerParams] = {}
@@ -77,21 +98,29 @@ class MemoryModel:
         return dict(self._configured[model_name])
 
     def _key(self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
+        """(model, kind, state, switch states, modules): what a layer's memory depends on.
+
+        A selective setting that is the run's own (SLCT, or BOTH: it and the gathers) carries the
+        framework's selective units; any other setting (a switch profile) is ppb's switches alone.
+        """
         if not isinstance(layer.kind, BodyKind):
-            return (layer.model_name, layer.kind, None, None)  # HEAD and TAIL have one state
+            return (layer.model_name, layer.kind, None, None, frozenset())  # HEAD and TAIL have one state
         if state not in BODY_STATES:
             raise ValueError(f"a body layer is evaluated NOT_REC, SEL_REC or FULL_REC, not {state.name}")
         if state is not LayerType.SEL_REC_LAYER:
-            return (layer.model_name, layer.kind, state, None)
-        stated = self._configured[layer.model_name] if switches is None else normalized(switches)
-        return (layer.model_name, layer.kind, state, tuple(stated[name] for name in SWITCHES))
+            return (layer.model_name, layer.kind, state, None, frozenset())
+        configured = self._configured[layer.model_name]
+        stated = configured if switches is None else normalized(switches)
+        own = switches is None or stated in (configured, {**configured, "gather": 0})
+        modules = self._modules if own else frozenset()
+        return (layer.model_name, layer.kind, state, tuple(stated[name] for name in SWITCHES), modules)
 
     def option_state(self, layer: LayerLike, option: str) -> tuple[LayerType, dict[str, int] | None]:
         """The state and switches an option (NONE/SLCT/COMM/BOTH/FULL) evaluates *layer* at."""
         if option not in OPTIONS:
             raise ValueError(f"unknown option {option!r}; expected one of {', '.join(OPTIONS)}")
         if not isinstance(layer.kind, BodyKind):
-            return (LayerType.EMBEDDING_LAYER if isinstance(layer.kind, HeadKind) else LayerType.OUTPUT_LAYER), None
+            return (LayerType.EMBEDDING_LAYER if is_head(layer.kind) else LayerType.OUTPUT_LAYER), None
         state, switches = option_state(option, self._configured[layer.model_name])
         return state, (switches if state is LayerType.SEL_REC_LAYER else None)
 
@@ -105,9 +134,20 @@ class MemoryModel:
         return self._params[kind]
 
     def static_breakdown(self, layer: LayerLike) -> StaticBytes:
+        """Parameters, gradients and optimizer states as the run's framework holds and shards them."""
         kind = layer.kind
         if kind not in self._static:
-            self._static[kind] = static_bytes(self.parameters(layer), self.setup)
+            static = self.rules.static(self.parameters(layer), self.setup)
+            factor = self.correction.static
+            if factor != 1.0:
+                static = dataclasses.replace(
+                    static,
+                    parameter_bytes=static.parameter_bytes * factor,
+                    gradient_bytes=static.gradient_bytes * factor,
+                    optimizer_bytes=static.optimizer_bytes * factor,
+                    held_through_step_bytes=static.held_through_step_bytes * factor,
+                )
+            self._static[kind] = static
         return self._static[kind]
 
     def static_bytes(self, layer: LayerLike) -> float:
@@ -144,11 +184,37 @@ class MemoryModel:
         kind = layer.kind
         stated = dict(zip(SWITCHES, key[3], strict=True)) if key[3] is not None else None
         body_state = key[2] if key[2] is not None else LayerType.NOT_REC_LAYER
-        terms = self._pricer(layer.model_name).state_terms(kind, self.setup, body_state, stated)
+        pricer = self._pricer(layer.model_name)
         if kind not in self._buffer_terms:
             self._buffer_terms[kind] = layer_buffers(kind, self.setup, self.parameters(layer))
-        buffers = Buffers(state_buffers(self._buffer_terms[kind], body_state, stated), self.setup.buffer_rule)
-        found = self._states[key] = StateMemory(terms, sum(t.bytes for t in terms), buffers)
+        if pricer is self._formulas and isinstance(kind, BodyKind):
+            if body_state is LayerType.FULL_REC_LAYER:
+                base = pricer.full_terms(kind, self.setup)
+            else:
+                base = self.rules.body_terms(kind, self.setup, pricer.terms(kind, self.setup))
+            terms, buffer_terms = self.rules.state(
+                kind, self.setup, body_state, stated, key[4], base, self._buffer_terms[kind]
+            )
+        else:  # a census (it recomputes by its own measurements), or the HEAD and TAIL
+            terms = pricer.state_terms(kind, self.setup, body_state, stated)
+            _, buffer_terms = self.rules.state(
+                kind, self.setup, body_state, stated, key[4], terms, self._buffer_terms[kind]
+            )
+        if pricer is self._formulas or not isinstance(kind, BodyKind):  # a census measured its own dtype
+            terms = cached_terms(terms, self.setup.fp8_cache)
+        buffer_terms = cached_buffers(buffer_terms, self.setup.fp8_cache, self.setup.dtype_bytes)
+        transient = 0.0
+        if self.rules.transients_per_stage:
+            transient = max((b.bytes for b in buffer_terms if not b.kept), default=0.0)
+            buffer_terms = tuple(b for b in buffer_terms if b.kept)
+        fix = self.correction
+        if fix.buffers != 1.0:
+            buffer_terms = tuple(
+                BufferTerm(b.group, b.name, b.bytes * fix.buffers, b.kept, b.switch) for b in buffer_terms
+            )
+        buffers = Buffers(tuple(buffer_terms), self.setup.buffer_rule)
+        activation = sum(t.bytes for t in terms) * fix.activations
+        found = self._states[key] = StateMemory(tuple(terms), activation, buffers, transient * fix.working)
         return found
 
     def activation_terms(
@@ -182,33 +248,63 @@ class MemoryModel:
         At least the gradient arriving at the layer's output (s·b·h/(cp·sp) elements).
         """
         plain = self.state_memory(layer, LayerType.NOT_REC_LAYER)
-        incoming = self.setup.whole_tokens * layer.kind.hidden_size
+        incoming = encoder_setup(layer.kind, self.setup).whole_tokens * layer.kind.hidden_size
         largest = max((t.elements for t in plain.terms if t.gradient), default=0.0)
         return max(incoming, largest) * self.setup.dtype_bytes
 
     def working_extra_bytes(
-        self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None, gathered: int, on_saved: bool
+        self,
+        layer: LayerLike,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        gathered: int,
+        on_saved: bool,
+        group: int = 1,
+        neighbours: tuple[LayerLike | None, LayerLike | None] | None = None,
     ) -> float:
         """What the layer's backward holds at one micro-batch beyond what the stage counts for it.
 
-        The activations and kept buffers recompute rebuilds (none when nothing is recomputed),
-        the gradient of the largest tensor, and under ZeRO-3 / FSDP the gathered parameters of
-        *gathered* layers. With *on_saved* the stage already counts what the layer keeps; without,
-        it counts none of it, so that is held on top.
+        The activations and kept buffers recompute rebuilds (none when nothing is recomputed;
+        *group* layers' worth where full recompute checkpoints that many layers as one, Megatron's
+        `uniform` method), the gradient of the largest tensor, the workspaces the framework holds
+        once per stage, and what the framework's backward holds of parameters and gradients
+        (`FrameworkRules.parameter_working_bytes`; SAPP's: under ZeRO-3 / FSDP the gathered
+        parameters of *gathered* layers). *neighbours* are the layers that run just before and after
+        it in the forward (None for either: none before a HEAD or after a TAIL, a layer alike
+        otherwise). With *on_saved* the stage already counts what the layer keeps; without, it
+        counts none of it, so that is held on top.
         """
+        memory = self.state_memory(layer, state, switches)
+        parameters = self.rules.parameter_working_bytes(
+            self.parameters(layer), self.setup, _node(layer), gathered, *self._neighbour_params(layer, neighbours)
+        )
         census = self.census_terms(layer, state, switches)
-        if census is not None:  # the census measured what the backward holds (seed §2.11)
+        working = self.correction.working
+        if census is not None:  # the census measured what the backward holds (`_ppb.py` `_profile`)
             kept, held_census = census
             extra = max(0.0, held_census - kept) if on_saved else held_census
-            return extra + gathered * gathered_parameter_bytes(self.parameters(layer), self.setup)
-        memory = self.state_memory(layer, state, switches)
-        held = self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes
-        extra = held - memory.kept_bytes
-        extra += self.largest_gradient_bytes(layer)
-        extra += gathered * gathered_parameter_bytes(self.parameters(layer), self.setup)
+            return (extra + parameters) * working + memory.transient_bytes
+        held = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes
+        extra = (held - memory.kept_bytes + self.largest_gradient_bytes(layer) + parameters) * working
+        extra += memory.transient_bytes  # corrected with the state
         if not on_saved:
             extra += memory.kept_bytes
         return extra
+
+    def _neighbour_params(
+        self, layer: LayerLike, neighbours: tuple[LayerLike | None, LayerLike | None] | None
+    ) -> tuple[LayerParams | None, LayerParams | None]:
+        if neighbours is None:
+            own = self.parameters(layer)
+            node = _node(layer)
+            return (None if node == "HEAD" else own), (None if node == "TAIL" else own)
+        return tuple(None if n is None else self.parameters(n) for n in neighbours)  # type: ignore[return-value]
+
+    def loss_bytes(self, layer: LayerLike) -> float:
+        """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""
+        if not isinstance(layer.kind, TailKind):
+            return 0.0
+        return self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup) * self.correction.working
 
     def census_terms(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None
@@ -227,11 +323,74 @@ class MemoryModel:
 
     @property
     def many(self) -> int:
-        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (seed §2.7)."""
+        """The most micro-batches a stage keeps in flight under 1F1B, and at least 2 (`_ppb.py` `_body_memory`)."""
         return max(2, min(self.run.parallel.pp, self.run.training.micro_batches))
 
     def buffer_split(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None = None
     ) -> tuple[float, float, float]:
-        """(buffers at one micro-batch, the part per micro-batch, the part once), seed §2.8."""
+        """(buffers at one micro-batch, the part per micro-batch, the part once), as `_ppb.py` `_dynamic_mem`."""
         return self.buffers(layer, state, switches).split(self.many)
+
+
+def _node(layer: LayerLike) -> str:
+    """HEAD, BODY or TAIL, from the layer's kind (a `KindSlot` or `Layer` says it too)."""
+    if isinstance(layer.kind, HeadKind):
+        return "HEAD"
+    return "TAIL" if isinstance(layer.kind, TailKind) else "BODY"
+
+
+# --- a run's memory, with the model built for it ------------------------------------------------
+
+
+def run_working_set_bytes(
+    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
+) -> float:
+    """The most any one layer's backward (or the loss) holds beyond what its stage keeps, over every
+    layer kind of the run and every recompute option: what a stage peak adds to its kept memory,
+    whatever layers and options a plan gives it (each distinct kind evaluated once)."""
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    most = 0.0
+    seen: set[tuple] = set()
+    group = _full_group(memory)
+    for layer in layer_walk:
+        key = (layer.model_name, layer.node, layer.kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        most = max(most, memory.loss_bytes(layer))
+        for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
+            state, switches = memory.option_state(layer, option)
+            rebuilt = group if option == "FULL" else 1
+            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt))
+    return most
+
+
+def run_stage_peaks(
+    run: RunConfig,
+    memory: MemoryModel | None = None,
+    layer_walk: LayerWalk | None = None,
+    option_of: Callable[[Layer], str] | None = None,
+) -> list[StagePeak]:
+    """The run's stages under its schedule, on its device (memory and reserved memory from the config)."""
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    device = run.device
+    return stage_peaks(
+        memory,
+        layer_walk,
+        run_in_flight(run),
+        device_bytes=device.profile().memory_mb * MB,
+        reserved_bytes=device.reserved_mb * MB,
+        option_of=option_of,
+        vectors=run_in_flight_vectors(run),
+    )
+
+
+def run_memory_fit(run: RunConfig) -> MemoryFit:
+    """The run's `memory.calibration` fitted: its measured peaks against the uncorrected stage peaks."""
+    path = Path(run.base_dir) / str(run.memory.calibration)
+    measured = read_measured_peaks(path, run.parallel.pp)
+    peaks = run_stage_peaks(run, MemoryModel(run, correction=MemoryCorrection()))
+    return fit_peaks([peak.terms() for peak in peaks], measured, run.memory.calibration or str(path))

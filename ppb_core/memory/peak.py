@@ -1,10 +1,17 @@
-"""A stage's peak memory: what it holds as its first backward runs, against the device.
+"""A stage's peak memory: the largest of the moments its framework reaches, against the device.
 
-Peak = static (every layer of the stage, HEAD and TAIL included)
-     + activations × micro-batches in flight of each layer's chunk
-     + buffers with that many in flight
-     + the largest working set of one layer's backward (warm-up ends: FSDP holds two layers)
-     + the device's reserved memory.
+Each moment is what is alive then (docs/memory.md, "Stage peak"):
+
+* **backward** (as the first backward runs at the end of warm-up): static memory (every layer of
+  the stage, HEAD and TAIL included) + activations × micro-batches in flight of each layer's
+  chunk + kept buffers with that many in flight + the largest working set of one layer's
+  backward (recompute, gradients, the framework's gathered parameters, gradient buffers and the
+  workspaces it holds once per stage);
+* **loss** (the stage holding a TAIL): the same kept memory + what the loss's forward and
+  backward hold beyond the TAIL's kept activations (`FrameworkRules.loss_bytes`);
+* **optimizer** (the step, every micro-batch's activations freed): the static memory held then;
+
+each + the device's reserved memory. The peak is the largest; `moment` names it.
 
 Micro-batches in flight come from `ppb_core.schedules` (owned by the balancer): where a stage runs
 several chunks whose layers keep different amounts per micro-batch, its peak is the largest over
@@ -15,18 +22,23 @@ it. `stage_peaks` also takes the counts as plain numbers so tests can state them
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.memory.model import MemoryModel
-from ppb_core.model.kinds import BodyKind
-from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import Layer, LayerWalk, walk
+from ppb_core.model.kinds import BodyKind, TailKind
+from ppb_core.model.walk import KindSlot, Layer, LayerWalk
+from ppb_core.schedules import in_flight_vectors, micro_batches_in_flight
 
-MB = 2**20
+if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this module (model.py)
+    from ppb_core.memory.model import MemoryModel
+
+
+MOMENTS: tuple[str, ...] = ("backward", "loss", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -37,22 +49,103 @@ class StagePeak:
     static_bytes: float
     activation_bytes: float  # activations × micro-batches in flight
     buffer_bytes: float
-    working_bytes: float
+    working_bytes: float  # the largest working set of one layer's backward
     reserved_bytes: float
     device_bytes: float
+    loss_bytes: float = 0.0  # what the loss adds beyond the TAIL's kept activations (the TAIL's stage)
+    step_static_bytes: float | None = None  # static memory at the optimizer step (None: static_bytes)
+    holds_tail: bool = False
+
+    @property
+    def kept_bytes(self) -> float:
+        """Static memory, activations and kept buffers at the stage's most micro-batches in flight."""
+        return self.static_bytes + self.activation_bytes + self.buffer_bytes
+
+    @property
+    def moments(self) -> dict[str, float]:
+        """Bytes at each moment the stage reaches, reserved memory included."""
+        step = self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
+        found = {"backward": self.kept_bytes + self.working_bytes + self.reserved_bytes}
+        if self.holds_tail:
+            found["loss"] = self.kept_bytes + self.loss_bytes + self.reserved_bytes
+        found["optimizer"] = step + self.reserved_bytes
+        return found
+
+    @property
+    def moment(self) -> str:
+        """The moment that sets the peak (the first listed on a tie)."""
+        moments = self.moments
+        return max(moments, key=lambda name: (moments[name], -MOMENTS.index(name)))
 
     @property
     def peak_bytes(self) -> float:
-        return self.static_bytes + self.activation_bytes + self.buffer_bytes + self.working_bytes + self.reserved_bytes
+        return max(self.moments.values())
 
     @property
     def fits(self) -> bool:
         return self.peak_bytes <= self.device_bytes
 
+    def terms(self) -> dict[str, float]:
+        """The terms of the peak at its moment, reserved memory aside (`memory.calibration.TERMS`)."""
+        moment = self.moment
+        if moment == "optimizer":
+            step = self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
+            return {"static": step, "activations": 0.0, "buffers": 0.0, "working": 0.0}
+        extra = self.loss_bytes if moment == "loss" else self.working_bytes
+        return {
+            "static": self.static_bytes,
+            "activations": self.activation_bytes,
+            "buffers": self.buffer_bytes,
+            "working": extra,
+        }
+
 
 def configured_option(memory: MemoryModel, model_name: str) -> str:
-    """The option a run config asks of its body layers: SLCT when any switch recomputes, else NONE."""
-    return "SLCT" if 0 in memory.configured_switches(model_name).values() else "NONE"
+    """The option a run config asks of most body layers: FULL where `training.recompute` fully
+    recomputes every layer, SLCT where it recomputes part of one, else NONE (`configured_options`
+    gives each layer's where the framework's words recompute some layers fully)."""
+    recompute = memory.run.recompute
+    if recompute.full in ("all", "uniform"):
+        return "FULL"
+    selective = recompute.selective or 0 in memory.configured_switches(model_name).values()
+    return "SLCT" if selective else "NONE"
+
+
+def configured_options(run: RunConfig, layer_walk: LayerWalk) -> dict[Layer, str]:
+    """Each body layer's option as the run's `training.recompute` asks it, chunk by chunk.
+
+    Megatron's `block` method recomputes the first layers of every chunk; torchtitan's every
+    N-th block counts the blocks a stage's rank builds across its chunks in order
+    (`ppb_core.config.recompute.Recompute.chunk_options`).
+    """
+    recompute = run.recompute
+    selective = {
+        name: "SLCT" if recompute.modules or 0 in run.switches(name).values() else "NONE" for name in run.model_names
+    }
+    options: dict[Layer, str] = {}
+    for stage in range(layer_walk.stages):
+        first = 0
+        for chunk in range(layer_walk.chunks):
+            body = [layer for layer in layer_walk.in_cell(chunk, stage) if isinstance(layer.kind, BodyKind)]
+            for layer, option in zip(body, recompute.chunk_options(len(body), first), strict=True):
+                options[layer] = "FULL" if option == "FULL" else selective[layer.model_name]
+            first += len(body)
+    return options
+
+
+def _beside(ordered: Sequence[Layer], position: int, step: int) -> KindSlot | None:
+    """The layer that runs just before (*step* −1) or after (+1) the one at *position* in its cell."""
+    layer, other = ordered[position], position + step
+    if 0 <= other < len(ordered) and (ordered[other].stage, ordered[other].chunk) == (layer.stage, layer.chunk):
+        found = ordered[other]
+        return KindSlot(found.model_name, found.node, found.kind, 1)
+    return None
+
+
+def _full_group(memory: MemoryModel) -> int:
+    """Layers Megatron's `uniform` method checkpoints as one (1 for every other form)."""
+    recompute = memory.run.recompute
+    return recompute.num_layers or 1 if recompute.full == "uniform" else 1
 
 
 def stage_peaks(
@@ -64,35 +157,61 @@ def stage_peaks(
     option_of: Callable[[Layer], str] | None = None,
     vectors: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[StagePeak]:
-    """Each stage's peak with *in_flight* [chunk][stage] micro-batches in flight.
+    """Each stage's peak with *in_flight* [chunk][stage] micro-batches in flight, by moment.
 
     *vectors*, per stage, lists every per-chunk count at which the stage may peak (default: the
-    one of *in_flight*); the largest peak among them is the stage's. *option_of* gives a body
-    layer's option (default: `configured_option`). Identical layers in one cell are evaluated once.
+    one of *in_flight*); the largest kept memory among them is the stage's. *option_of* gives a
+    body layer's option (default: `configured_options`, what the run's recompute asks of each).
+    Identical layers in one cell are evaluated once. Where Megatron's `uniform` method checkpoints
+    N layers as one, a cell's fully recomputed layers keep ⌈n/N⌉ inputs and a backward rebuilds N.
     """
+    if option_of is None:
+        options = configured_options(memory.run, layer_walk)
+        option_of = options.__getitem__
     groups: Counter = Counter()
-    for layer in layer_walk:
-        option = None
-        if isinstance(layer.kind, BodyKind):
-            option = option_of(layer) if option_of is not None else configured_option(memory, layer.model_name)
-        groups[(layer.stage, layer.chunk, layer.model_name, layer.node, layer.kind, option)] += 1
+    full_in_cell: Counter = Counter()
+    ordered = list(layer_walk)
+    beside = memory.rules.uses_neighbours(memory.setup)  # only FSDP2's backward depends on them
+    for position, layer in enumerate(ordered):
+        option = option_of(layer) if isinstance(layer.kind, BodyKind) else None
+        before, after = (_beside(ordered, position, step) for step in (-1, 1)) if beside else (None, None)
+        groups[(layer.stage, layer.chunk, layer.model_name, layer.node, layer.kind, option, before, after)] += 1
+        if option == "FULL":
+            full_in_cell[(layer.chunk, layer.stage)] += 1
+    group_size = _full_group(memory)
     chunks = len(in_flight)
     stages = layer_walk.stages
     if vectors is None:
         vectors = [[tuple(in_flight[chunk][stage] for chunk in range(chunks))] for stage in range(stages)]
-    totals = {stage: {"static": 0.0, "work": 0.0, "body": 0} for stage in range(stages)}
+    totals = {
+        stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "body": 0, "tail": False}
+        for stage in range(stages)
+    }
     # activations and buffers at each candidate vector of the stage
     dynamic = {stage: [[0.0, 0.0] for _ in vectors[stage]] for stage in range(stages)}
-    for (stage, chunk, model_name, node, kind, option), count in groups.items():
+    for (stage, chunk, model_name, node, kind, option, before, after), count in groups.items():
         layer = Layer(model_name, node, kind, 0, chunk, stage)
         state, switches = memory.option_state(layer, option or "NONE")  # HEAD and TAIL have one state
+        kept_count, group = count, 1
+        if option == "FULL" and group_size > 1:  # Megatron uniform: one input per group of the cell
+            full = full_in_cell[(chunk, stage)]
+            kept_count, group = count * math.ceil(full / group_size) / full, group_size
+        held = memory.state_memory(layer, state, switches)  # what dynamic_bytes gives, looked up once
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
-            activation, buffers = memory.dynamic_bytes(layer, state, switches, vector[chunk])
-            sums[0] += count * activation
-            sums[1] += count * buffers
+            sums[0] += kept_count * held.activation_bytes * vector[chunk]
+            sums[1] += count * held.buffers.at(vector[chunk])
         total = totals[stage]
-        total["static"] += count * memory.static_bytes(layer)
-        total["work"] = max(total["work"], memory.working_extra_bytes(layer, state, switches, 2, on_saved=True))
+        static = memory.static_breakdown(layer)
+        total["static"] += count * static.total
+        total["step"] += count * static.step_bytes
+        neighbours = (before, after) if beside else None
+        working = memory.working_extra_bytes(
+            layer, state, switches, 2, on_saved=True, group=group, neighbours=neighbours
+        )
+        total["work"] = max(total["work"], working)
+        if isinstance(kind, TailKind):
+            total["tail"] = True
+            total["loss"] = max(total["loss"], memory.loss_bytes(layer))
         if option is not None:
             total["body"] += count
     peaks = []
@@ -110,6 +229,9 @@ def stage_peaks(
                 working_bytes=total["work"],
                 reserved_bytes=reserved_bytes,
                 device_bytes=device_bytes,
+                loss_bytes=total["loss"],
+                step_static_bytes=total["step"],
+                holds_tail=total["tail"],
             )
         )
     return peaks
@@ -118,8 +240,6 @@ def stage_peaks(
 @functools.lru_cache(maxsize=256)
 def _in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, ...], ...]:
     """The schedule's counts, once per size: simulating the op orders costs more than the layers' memory."""
-    from ppb_core.schedules import micro_batches_in_flight
-
     return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches))
 
 
@@ -139,8 +259,6 @@ def run_in_flight_counts(run: RunConfig) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    from ppb_core.schedules import in_flight_vectors
-
     return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
 
 
@@ -153,46 +271,13 @@ def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
 
-def run_working_set_bytes(
-    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
-) -> float:
-    """The most any one layer's backward holds beyond what its stage keeps, over every layer kind
-    of the run and every recompute option: what a stage peak adds to its kept memory, whatever
-    layers and options a plan gives it (each distinct kind evaluated once)."""
-    memory = memory if memory is not None else MemoryModel(run)
-    layer_walk = layer_walk if layer_walk is not None else walk(run)
-    most = 0.0
-    seen: set[tuple] = set()
-    for layer in layer_walk:
-        key = (layer.model_name, layer.node, layer.kind)
-        if key in seen:
-            continue
-        seen.add(key)
-        for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
-            state, switches = memory.option_state(layer, option)
-            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True))
-    return most
-
-
-def run_stage_peaks(
-    run: RunConfig,
-    memory: MemoryModel | None = None,
-    layer_walk: LayerWalk | None = None,
-    option_of: Callable[[Layer], str] | None = None,
-) -> list[StagePeak]:
-    """The run's stages under its schedule, on its device (memory and reserved memory from the config)."""
-    memory = memory if memory is not None else MemoryModel(run)
-    layer_walk = layer_walk if layer_walk is not None else walk(run)
-    device = run.device
-    return stage_peaks(
-        memory,
-        layer_walk,
-        run_in_flight(run),
-        device_bytes=device.profile().memory_mb * MB,
-        reserved_bytes=device.reserved_mb * MB,
-        option_of=option_of,
-        vectors=run_in_flight_vectors(run),
-    )
-
-
-__all__ = ["MB", "StagePeak", "configured_option", "run_in_flight", "run_stage_peaks", "stage_peaks"]
+__all__ = [
+    "MOMENTS",
+    "StagePeak",
+    "configured_option",
+    "configured_options",
+    "run_in_flight",
+    "run_in_flight_counts",
+    "run_in_flight_vectors",
+    "stage_peaks",
+]

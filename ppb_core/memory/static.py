@@ -17,8 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind
-from ppb_core.model.params import LayerParams, body_params, head_params, tail_params
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, PatchEmbedKind, ProjectorKind, TailKind
+from ppb_core.model.params import (
+    LayerParams,
+    body_params,
+    head_params,
+    patch_embed_params,
+    projector_params,
+    tail_params,
+)
 
 
 def layer_params(kind: LayerKind, setup: MemorySetup) -> LayerParams:
@@ -29,6 +36,10 @@ def layer_params(kind: LayerKind, setup: MemorySetup) -> LayerParams:
         return head_params(kind, setup.tp)
     if isinstance(kind, TailKind):
         return tail_params(kind, setup.tp, setup.pp, setup.ep, setup.etp)
+    if isinstance(kind, PatchEmbedKind):
+        return patch_embed_params(kind)
+    if isinstance(kind, ProjectorKind):
+        return projector_params(kind, setup.tp)
     raise TypeError(f"not a layer kind: {kind!r}")
 
 
@@ -46,10 +57,18 @@ class StaticBytes:
     parameter_bytes: int
     gradient_bytes: int
     optimizer_bytes: int
+    # held from the first forward to the gradient reduction, not at the optimizer step (torchtitan's
+    # gathered parameters and unsharded gradient accumulators under pipeline parallelism)
+    held_through_step_bytes: int = 0
 
     @property
     def total(self) -> int:
-        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.held_through_step_bytes
+
+    @property
+    def step_bytes(self) -> int:
+        """What the layer holds statically at the optimizer step."""
+        return self.total - self.held_through_step_bytes
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:

@@ -8,7 +8,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ppb_core.config.spec import ModelSpec
+from ppb_core.config.spec import ModelSpec, VisionSpec
+from ppb_core.config.vision import VisionSequence
+
+# Where a layer sits in its model: the embedding, a transformer layer, or the final norm, output and loss.
+HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class Attention:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    rope: bool = True  # rotary position embedding applied to queries and keys
 
     @property
     def is_mla(self) -> bool:
@@ -80,6 +85,8 @@ class Moe:
     shared_experts: int = 0
     shared_intermediate_size: int = 0  # width of each shared expert
     shared_expert_gate: bool = False
+    groups: int = 0  # expert groups (n_group); 0: none
+    group_limit: int = 0  # a token's experts from at most this many groups (topk_group); 0: no limit
 
     @property
     def matrices(self) -> int:
@@ -131,7 +138,76 @@ class TailKind:
     mtp_body: BodyKind | None = None
 
 
-LayerKind = BodyKind | HeadKind | TailKind
+@dataclass(frozen=True)
+class EncoderBodyKind(BodyKind):
+    """A vision encoder block: bidirectional attention within each image (or window), on its own sequence.
+
+    Its tokens are the tower's patches, not the language model's sequence: `tokens` per sample,
+    attending in `sequences` separate images, frames, crops or windows that form `pairs`
+    (query, key) pairs per head. Its activations follow transformers' module
+    (`ppb_core.memory.activations.encoder_terms`): `fused_qkv` (one qkv projection whose output
+    the value keeps whole), its attention's `rope` (rotated queries and keys), `chunked` (attention
+    run image by image and concatenated, as Qwen's vision attention does outside flash-attention 2).
+    """
+
+    tokens: int = 0
+    sequences: int = 1
+    pairs: int = 0
+    fused_qkv: bool = False
+    chunked: bool = False
+
+
+@dataclass(frozen=True)
+class PatchEmbedKind:
+    """A vision tower's HEAD: the patch embedding, CLIP's class token, learned positions and CLIP's pre-norm."""
+
+    name: str
+    hidden_size: int
+    patch_inputs: int  # pixels one patch spans: channels · frames · patch²
+    patch_bias: bool
+    class_token: bool
+    positions: int  # rows of the learned position table (0 with rotary positions)
+    pre_norm: Norm | None
+    tokens: int  # encoder tokens per sample
+    patches: int  # patches per sample (tokens less the class tokens)
+
+
+@dataclass(frozen=True)
+class ProjectorKind:
+    """A vision tower's TAIL: what runs after its last block up to the language model's input.
+
+    The post-norm (CLIP, SigLIP; in LLaVA it only normalises the unused pooled class token),
+    SigLIP's attention-pooling head, and the projector: Qwen's patch merger (a norm over each
+    patch, then an MLP over `merge` patches at a time) or LLaVA's (an MLP over the feature
+    layers read), and LLaVA-NeXT's learned row separator.
+    """
+
+    name: str
+    hidden_size: int  # the tower's width
+    post_norm: Norm | None
+    post_norm_tokens: int  # tokens per sample the post-norm's output is used on (0: unused)
+    pooling_head: bool
+    heads: int
+    intermediate_size: int  # the pooling head's MLP width
+    merge: int  # patches one projected token stands for
+    merge_norm: Norm | None  # the merger's norm over each patch (ln_q)
+    projector_inputs: int  # features of one projected token: width · merge (or · feature layers read)
+    features_kept: int  # of them, what the projector keeps itself (several layers concatenated, or the
+    # last block's output; a block's input is kept by that block)
+    projector_hidden: int
+    out_hidden: int
+    projector_bias: bool
+    tokens_in: int  # per sample
+    tokens_out: int  # per sample
+    newline: int  # LLaVA-NeXT's image_newline parameters
+
+
+LayerKind = BodyKind | HeadKind | TailKind | PatchEmbedKind | ProjectorKind
+
+
+def is_head(kind: LayerKind) -> bool:
+    """Whether *kind* is a sub-model's HEAD: a token embedding or a patch embedding."""
+    return isinstance(kind, HeadKind | PatchEmbedKind)
 
 
 def _attention(spec: ModelSpec) -> Attention:
@@ -149,6 +225,7 @@ def _attention(spec: ModelSpec) -> Attention:
             qk_nope_head_dim=spec.qk_nope_head_dim,
             qk_rope_head_dim=spec.qk_rope_head_dim,
             v_head_dim=spec.v_head_dim,
+            rope=spec.position_embedding == "rope",
         )
     return Attention(
         hidden_size=spec.hidden_size,
@@ -158,6 +235,7 @@ def _attention(spec: ModelSpec) -> Attention:
         qkv_bias=spec.attention_bias,
         out_bias=spec.attention_output_bias,
         qk_norm=spec.qk_norm,
+        rope=spec.position_embedding == "rope",
     )
 
 
@@ -184,6 +262,8 @@ def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> Body
             if spec.shared_experts
             else 0,
             shared_expert_gate=spec.shared_expert_gate,
+            groups=spec.expert_groups,
+            group_limit=spec.expert_group_limit,
         )
     else:
         mlp = Mlp(spec.hidden_size, spec.intermediate_size, spec.gated, spec.mlp_bias, spec.activation)
@@ -225,7 +305,95 @@ def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
     )
 
 
-_KIND_TYPES: dict[str, type] = {"BodyKind": BodyKind, "HeadKind": HeadKind, "TailKind": TailKind}
+def vision_kinds(
+    spec: VisionSpec, sequence: VisionSequence
+) -> tuple[PatchEmbedKind, list[EncoderBodyKind], ProjectorKind]:
+    """The HEAD, each BODY layer's kind and the TAIL of a vision tower running *sequence* per sample."""
+    h = spec.hidden_size
+    norm = Norm(spec.norm, spec.norm == "layernorm")
+    classes = sequence.sequences if spec.class_token else 0
+    head = PatchEmbedKind(
+        name="patch_embed",
+        hidden_size=h,
+        patch_inputs=spec.in_channels * spec.temporal_patch_size * spec.patch_size**2,
+        patch_bias=spec.patch_bias,
+        class_token=spec.class_token,
+        positions=((spec.image_size or 0) // spec.patch_size) ** 2 + (1 if spec.class_token else 0)
+        if spec.learned_positions
+        else 0,
+        pre_norm=Norm("layernorm", True) if spec.pre_norm else None,
+        tokens=sequence.tokens,
+        patches=sequence.tokens - classes,
+    )
+    attention = Attention(
+        hidden_size=h,
+        num_heads=spec.num_attention_heads,
+        num_kv_heads=spec.num_attention_heads,
+        head_dim=spec.head_dim,
+        qkv_bias=True,
+        out_bias=True,
+        qk_norm=False,
+        rope=spec.rope,
+    )
+    mlp = Mlp(h, spec.intermediate_size, spec.gated, True, spec.activation)
+    bodies = []
+    for index in range(spec.num_layers):
+        window = spec.layer_has_window(index)
+        bodies.append(
+            EncoderBodyKind(
+                name=("vit_window" if window else "vit_full") if spec.window_size else "vit",
+                attention=attention,
+                mlp=mlp,
+                norm=norm,
+                attention_dropout=spec.attention_dropout,
+                tokens=sequence.tokens,
+                sequences=sequence.sequences,
+                pairs=sequence.window_pairs if window else sequence.full_pairs,
+                fused_qkv=spec.fused_qkv,
+                chunked=spec.fused_qkv,
+            )
+        )
+    merge = spec.spatial_merge_size**2
+    inputs = kept = 0
+    if spec.projector == "merger":
+        inputs = h * merge
+    elif spec.projector == "mlp":
+        inputs = h * len(spec.feature_layers)
+        last = spec.feature_layers[0] in (-1, spec.num_layers)  # hidden_states[-1]: the last block's output
+        kept = inputs if len(spec.feature_layers) > 1 or last else 0
+    # The post-norm's output counts where something reads it: SigLIP alone pools every token; CLIP
+    # normalises the class token it pools, which LLaVA never reads.
+    post_tokens = sequence.tokens if spec.post_norm and spec.projector == "none" and spec.pooling_head else 0
+    tail = ProjectorKind(
+        name={"merger": "merger", "mlp": "projector"}.get(spec.projector, "post_norm"),
+        hidden_size=h,
+        post_norm=norm if spec.post_norm else None,
+        post_norm_tokens=post_tokens,
+        pooling_head=spec.pooling_head and spec.projector == "none",
+        heads=spec.num_attention_heads,
+        intermediate_size=spec.intermediate_size,
+        merge=merge if spec.projector == "merger" else 1,
+        merge_norm=norm if spec.projector == "merger" else None,
+        projector_inputs=inputs,
+        features_kept=kept,
+        projector_hidden=spec.projector_hidden_size,
+        out_hidden=spec.out_hidden_size,
+        projector_bias=spec.projector_bias,
+        tokens_in=sequence.tokens,
+        tokens_out=sequence.merged_tokens,
+        newline=spec.out_hidden_size if spec.image_newline else 0,
+    )
+    return head, bodies, tail
+
+
+_KIND_TYPES: dict[str, type] = {
+    "BodyKind": BodyKind,
+    "HeadKind": HeadKind,
+    "TailKind": TailKind,
+    "EncoderBodyKind": EncoderBodyKind,
+    "PatchEmbedKind": PatchEmbedKind,
+    "ProjectorKind": ProjectorKind,
+}
 
 
 def kind_to_dict(kind: LayerKind) -> dict:

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, TailKind
-
-
-def _split(size: int, ranks: int) -> int:
-    """A dimension split over ranks (padded up where it does not divide)."""
-    return -(-size // ranks)
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, PatchEmbedKind, ProjectorKind, TailKind
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,7 @@ def norm_params(norm: Norm, features: int) -> int:
 
 def attention_params(att: Attention, tp: int = 1) -> int:
     h = att.hidden_size
-    heads = _split(att.num_heads, tp)
+    heads = per_rank(att.num_heads, tp)
     if att.is_mla:
         count = 0
         q_width = heads * att.q_head_dim
@@ -58,7 +54,7 @@ def attention_params(att: Attention, tp: int = 1) -> int:
         count += att.kv_lora_rank * heads * (att.qk_nope_head_dim + att.v_head_dim)
         count += heads * att.v_head_dim * h + (h if att.out_bias else 0)
         return count
-    kv_heads = max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
+    kv_heads = kv_heads_per_rank(att.num_kv_heads, tp)
     d = att.head_dim
     q, kv = heads * d, kv_heads * d
     count = h * (q + 2 * kv) + ((q + 2 * kv) if att.qkv_bias else 0)
@@ -69,7 +65,7 @@ def attention_params(att: Attention, tp: int = 1) -> int:
 
 
 def mlp_params(mlp: Mlp, tp: int = 1) -> int:
-    ff = _split(mlp.intermediate_size, tp)
+    ff = per_rank(mlp.intermediate_size, tp)
     h = mlp.hidden_size
     count = mlp.matrices * h * ff
     if mlp.bias:
@@ -80,8 +76,8 @@ def mlp_params(mlp: Mlp, tp: int = 1) -> int:
 def moe_params(moe: Moe, tp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
     h = moe.hidden_size
     router = h * moe.num_experts + (h if moe.shared_expert_gate else 0)
-    shared = moe.shared_experts * moe.matrices * h * _split(moe.shared_intermediate_size, tp)
-    routed = _split(moe.num_experts, ep) * moe.matrices * h * _split(moe.expert_intermediate_size, etp)
+    shared = moe.shared_experts * moe.matrices * h * per_rank(moe.shared_intermediate_size, tp)
+    routed = per_rank(moe.num_experts, ep) * moe.matrices * h * per_rank(moe.expert_intermediate_size, etp)
     return LayerParams(non_expert=router + shared, expert=routed)
 
 
@@ -93,7 +89,7 @@ def body_params(kind: BodyKind, tp: int = 1, ep: int = 1, etp: int = 1) -> Layer
 
 
 def head_params(kind: HeadKind, tp: int = 1) -> LayerParams:
-    table = _split(kind.vocab_size, tp) * kind.hidden_size
+    table = per_rank(kind.vocab_size, tp) * kind.hidden_size
     return LayerParams(non_expert=table + kind.learned_positions * kind.hidden_size)
 
 
@@ -105,7 +101,7 @@ def mtp_module_params(kind: TailKind, tp: int = 1, ep: int = 1, etp: int = 1) ->
     """
     assert kind.mtp_body is not None
     h = kind.hidden_size
-    own = 3 * norm_params(kind.norm, h) + 2 * h * _split(h, tp)
+    own = 3 * norm_params(kind.norm, h) + 2 * h * per_rank(h, tp)
     return LayerParams(non_expert=own) + body_params(kind.mtp_body, tp, ep, etp)
 
 
@@ -116,7 +112,7 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     stages the last one keeps its own copy. MTP modules embed tokens too, so across stages the
     last one also holds the embedding table when the head is untied.
     """
-    table = _split(kind.vocab_size, tp) * kind.hidden_size
+    table = per_rank(kind.vocab_size, tp) * kind.hidden_size
     count = norm_params(kind.norm, kind.hidden_size)
     if not kind.tied or pp > 1:
         count += table
@@ -126,3 +122,36 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     if kind.mtp_layers and pp > 1 and not kind.tied:
         params = params + LayerParams(non_expert=table)
     return params
+
+
+def patch_embed_params(kind: PatchEmbedKind) -> LayerParams:
+    """The patch embedding (a convolution, with its bias where there is one), the class token, the
+    learned positions and CLIP's pre-norm; replicated over tensor-parallel ranks."""
+    h = kind.hidden_size
+    count = kind.patch_inputs * h + (h if kind.patch_bias else 0)
+    count += (h if kind.class_token else 0) + kind.positions * h
+    if kind.pre_norm is not None:
+        count += norm_params(kind.pre_norm, h)
+    return LayerParams(non_expert=count)
+
+
+def projector_params(kind: ProjectorKind, tp: int = 1) -> LayerParams:
+    """The post-norm, SigLIP's pooling head, and the projector's MLP (its first matrix column-parallel,
+    its second row-parallel, as an MLP splits), LLaVA-NeXT's newline.
+
+    SigLIP's head (`SiglipMultiheadAttentionPoolingHead`): a probe token, `nn.MultiheadAttention`
+    (in_proj 3h×h with bias, out_proj h×h with bias), a LayerNorm and an fc1/fc2 MLP, replicated.
+    """
+    h = kind.hidden_size
+    count = norm_params(kind.post_norm, h) if kind.post_norm is not None else 0
+    if kind.pooling_head:
+        count += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h
+        count += 2 * h * kind.intermediate_size + kind.intermediate_size + h
+    if kind.merge_norm is not None:
+        count += norm_params(kind.merge_norm, h)
+    if kind.projector_inputs:
+        hidden = per_rank(kind.projector_hidden, tp)
+        count += kind.projector_inputs * hidden + hidden * kind.out_hidden
+        if kind.projector_bias:
+            count += hidden + kind.out_hidden
+    return LayerParams(non_expert=count + kind.newline)

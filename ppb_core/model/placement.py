@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ppb_core.config.run import RunConfig
-from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk
+from ppb_core.model.switches import ALONG_A_CELL
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk, walk_by_model
 from ppb_core.schedules import cell_order
 
 CellOptions = Sequence[Sequence[Mapping[str, int]]]
-
-ALONG_A_CELL: tuple[str, ...] = ("FULL", "BOTH", "SLCT", "COMM", "NONE")
 
 
 def cell_layers(cell_options: CellOptions) -> list[list[int]]:
@@ -53,7 +53,43 @@ def options_along_cells(placed: LayerWalk, cell_options: CellOptions) -> dict[La
     return chosen
 
 
-def place_plan(run: RunConfig, cell_options: CellOptions) -> tuple[LayerWalk, dict[Layer, str]]:
-    """The plan's layers in their cells, and each body layer's option."""
-    placed = placed_walk(run, cell_layers(cell_options))
-    return placed, options_along_cells(placed, cell_options)
+def place_plan(
+    run: RunConfig, cell_options: CellOptions, by_model: Mapping[str, CellOptions] | None = None
+) -> tuple[LayerWalk, dict[Layer, str]]:
+    """The plan's layers in their cells, and each body layer's option.
+
+    *by_model* (`model_cell_options`) places each sub-model along the cells on its own, as a plan
+    whose body types stand for layers of several sub-models (combined bodies) needs.
+    """
+    if by_model is None:
+        placed = placed_walk(run, cell_layers(cell_options))
+        return placed, options_along_cells(placed, cell_options)
+    placed = walk_by_model(run, {model: cell_layers(cells) for model, cells in by_model.items()})
+    chosen: dict[Layer, str] = {}
+    for model, cells in by_model.items():
+        own = LayerWalk(placed.stages, placed.chunks, tuple(layer for layer in placed if layer.model_name == model))
+        chosen.update(options_along_cells(own, cells))
+    return placed, chosen
+
+
+def model_cell_options(
+    plan_cells: Sequence[Sequence[Mapping[str, Any]]], bodies: Sequence[Mapping[str, Any]]
+) -> dict[str, list[list[dict[str, int]]]] | None:
+    """[chunk][stage] option counts per sub-model, from a plan's cells (`layers`: body type -> option
+    counts) and its bodies' sub-models (`models`: one per layer a body type's layer stands for).
+
+    None when the bodies do not say their sub-models (a plan from a SAPP file of another tool).
+    """
+    models_of = {body["name"]: body.get("models") for body in bodies}
+    if not models_of or any(not models for models in models_of.values()):
+        return None
+    names = list(dict.fromkeys(model for models in models_of.values() for model in models))
+    result = {name: [[{} for _ in row] for row in plan_cells] for name in names}
+    for chunk, row in enumerate(plan_cells):
+        for stage, cell in enumerate(row):
+            for body, options in cell.get("layers", {}).items():
+                for model in models_of[body]:
+                    counts = result[model][chunk][stage]
+                    for option, n in options.items():
+                        counts[option] = counts.get(option, 0) + int(n)
+    return result

@@ -5,14 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
-# A switch at 1 keeps its op's activation; at 0 the op is recomputed in the backward.
-SWITCHES: tuple[str, ...] = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
+from ppb_core.config.recompute import SWITCHES  # a switch at 1 keeps its op's activation, at 0 recomputes it
+
 # Switches a layer kind may keep nothing under (attUp acts only on MLA layers).
 OPTIONAL: tuple[str, ...] = ("attUp",)
 
 # The balancer's recompute options, in the order that settles a tie between two.
 OPTIONS: tuple[str, ...] = ("NONE", "SLCT", "COMM", "BOTH", "FULL")
 SELECTIVE_OPTIONS: tuple[str, ...] = ("SLCT", "COMM", "BOTH")
+
+# Where MindFormers applies each option among a (chunk, stage) cell's layers, counting from the
+# cell's first layer as its yaml does (`recompute`, `select_recompute`, `select_comm_recompute`):
+# full recompute first, then both selective kinds, then one of them, then none. SLCT and COMM
+# share a rank: a cell the yaml can describe never holds both.
+CELL_RANK: dict[str, int] = {"FULL": 0, "BOTH": 1, "SLCT": 2, "COMM": 2, "NONE": 3}
+ALONG_A_CELL: tuple[str, ...] = tuple(sorted(CELL_RANK, key=CELL_RANK.__getitem__))
 
 # Where the balancer reads each option's memory per micro-batch (MB) and its backward time.
 MEMORY_KEY: dict[str, str] = {
@@ -29,7 +36,8 @@ TIME_KEY: dict[str, str] = {
     "BOTH": "both_comm_select_time",
     "FULL": "recompute_time",
 }
-# The balancer's fallback backward-time coefficients when a description states none (§5.2).
+# The balancer's fallback backward-time coefficients when a description states none (DEFAULT_COEF of
+# hyper-parallel's hyper_parallel/auto_parallel/sapp_ppb/utils/recompute.py, mindspore-ai/hyper-parallel).
 DEFAULT_COEF: dict[str, float] = {"NONE": 0.0, "SLCT": 0.04, "COMM": 0.125, "BOTH": 0.165, "FULL": 0.5}
 COEF_KEY: dict[str, str] = {
     "NONE": "backward_coef",

@@ -8,14 +8,26 @@ A sub-model's HEAD sits just before its first body layer and its TAIL just after
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ppb_core.config.run import RunConfig
+from ppb_core.config.spec import VisionSpec
 from ppb_core.errors import InputError
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, body_kind, head_kind, tail_kind
-
-HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
+from ppb_core.model.kinds import (
+    BODY,
+    HEAD,
+    TAIL,
+    BodyKind,
+    HeadKind,
+    LayerKind,
+    TailKind,
+    body_kind,
+    head_kind,
+    tail_kind,
+    vision_kinds,
+)
+from ppb_core.schedules import cell_order
 
 
 @dataclass(frozen=True)
@@ -63,20 +75,9 @@ class LayerWalk:
         return [layer for layer in self.layers if layer.chunk == chunk and layer.stage == stage]
 
 
-def cell_order(stages: int, chunks: int, schedule: str = "1f1b") -> list[tuple[int, int]]:
-    """The (chunk, stage) cells in the order consecutive layers fill them."""
-    order: list[tuple[int, int]] = []
-    for chunk in range(chunks):
-        stage_order = range(stages)
-        if schedule == "dualpipev" and chunk % 2 == 1:
-            stage_order = range(stages - 1, -1, -1)
-        order.extend((chunk, stage) for stage in stage_order)
-    return order
-
-
 def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b") -> list[list[int]]:
     """Body layers per [chunk][stage]: the same in every cell, the remainder on the last cells."""
-    cells = cell_order(stages, chunks, schedule)
+    cells = cell_order(schedule, stages, chunks)
     base, extra = divmod(layers, len(cells))
     counts = [[0] * stages for _ in range(chunks)]
     for position, (chunk, stage) in enumerate(cells):
@@ -102,22 +103,64 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
         raise InputError(run.source, "cell_counts", f"counts must be non-negative and add up to {total} layers")
     cells: list[tuple[int, int]] = []
-    for chunk, stage in cell_order(stages, chunks, par.schedule):
+    for chunk, stage in cell_order(par.schedule, stages, chunks):
         cells.extend([(chunk, stage)] * counts[chunk][stage])
 
-    dropout = run.training.dropout
     layers: list[Layer] = []
     position = 0
     for sub in run.models:
-        spec = run.spec(sub.name)
-        vocab = run.vocab_size(sub.name)
+        head, bodies, tail = model_kinds(run, sub.name)
         first_cell = cells[position]
-        layers.append(Layer(sub.name, HEAD, head_kind(spec, vocab, dropout), -1, *first_cell))
-        for index in range(spec.num_layers):
-            layers.append(Layer(sub.name, BODY, body_kind(spec, index, dropout), index, *cells[position]))
+        layers.append(Layer(sub.name, HEAD, head, -1, *first_cell))
+        for index, kind in enumerate(bodies):
+            layers.append(Layer(sub.name, BODY, kind, index, *cells[position]))
             position += 1
-        layers.append(Layer(sub.name, TAIL, tail_kind(spec, vocab, dropout), spec.num_layers, *cells[position - 1]))
+        layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
+
+
+def walk_by_model(run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[int]]]) -> LayerWalk:
+    """Every layer of the run, each sub-model's body layers filling the cells by its own [chunk][stage] counts.
+
+    A plan whose body types hold layers of several sub-models at once (a combined body stands for
+    one layer of each part) places each sub-model along the cells on its own; each sub-model's
+    HEAD sits in its first layer's cell and its TAIL in its last's. A sub-model without counts
+    is refused.
+    """
+    par = run.parallel
+    stages, chunks = par.pp, par.vpp
+    order = cell_order(par.schedule, stages, chunks)
+    totals = [[0] * stages for _ in range(chunks)]
+    layers: list[Layer] = []
+    for sub in run.models:
+        head, bodies, tail = model_kinds(run, sub.name)
+        counts = model_counts.get(sub.name)
+        if counts is None or len(counts) != chunks or any(len(row) != stages for row in counts):
+            raise InputError(run.source, "cell_counts", f"{sub.name}: expected {chunks} chunks of {stages} stages")
+        if sum(map(sum, counts)) != len(bodies) or any(c < 0 for row in counts for c in row):
+            raise InputError(run.source, "cell_counts", f"{sub.name}: counts must add up to its {len(bodies)} layers")
+        cells = [cell for cell in order for _ in range(counts[cell[0]][cell[1]])]
+        layers.append(Layer(sub.name, HEAD, head, -1, *cells[0]))
+        for index, (kind, cell) in enumerate(zip(bodies, cells, strict=True)):
+            layers.append(Layer(sub.name, BODY, kind, index, *cell))
+            totals[cell[0]][cell[1]] += 1
+        layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[-1]))
+    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in totals))
+
+
+def model_kinds(run: RunConfig, model_name: str) -> tuple[LayerKind, list[BodyKind], LayerKind]:
+    """A sub-model's HEAD kind, each body layer's kind in order, and its TAIL kind.
+
+    A vision tower's kinds carry its own sequence (`RunConfig.vision`); a language model's the
+    run's dropout override and its (padded) vocabulary.
+    """
+    spec = run.spec(model_name)
+    if isinstance(spec, VisionSpec):
+        head, bodies, tail = vision_kinds(spec, run.vision(model_name))
+        return head, list(bodies), tail
+    dropout, vocab = run.training.dropout, run.vocab_size(model_name)
+    bodies = [body_kind(spec, index, dropout) for index in range(spec.num_layers)]
+    return head_kind(spec, vocab, dropout), bodies, tail_kind(spec, vocab, dropout)
 
 
 def is_body(kind: LayerKind) -> bool:
@@ -134,49 +177,6 @@ __all__ = [
     "Layer",
     "LayerWalk",
     "TailKind",
-    "cell_order",
     "uniform_split",
     "walk",
 ]
-
-
-WALK_COLUMNS = ("model_name", "node", "kind", "kind_json", "index", "chunk", "stage")
-
-
-def walk_to_frame(layer_walk: LayerWalk):  # -> pd.DataFrame
-    """One row per layer (the `layer_walk` asset's table); the kind is stored whole as JSON."""
-    import json
-
-    import pandas as pd
-
-    from ppb_core.model.kinds import kind_to_dict
-
-    cache: dict[LayerKind, str] = {}
-    rows = []
-    for layer in layer_walk:
-        if layer.kind not in cache:
-            cache[layer.kind] = json.dumps(kind_to_dict(layer.kind), sort_keys=True)
-        rows.append(
-            (layer.model_name, layer.node, layer.kind.name, cache[layer.kind], layer.index, layer.chunk, layer.stage)
-        )
-    frame = pd.DataFrame(rows, columns=list(WALK_COLUMNS))
-    frame.attrs["stages"], frame.attrs["chunks"] = layer_walk.stages, layer_walk.chunks
-    return frame.astype({"index": "int64", "chunk": "int64", "stage": "int64"})
-
-
-def walk_from_frame(frame, stages: int, chunks: int) -> LayerWalk:
-    import json
-
-    from ppb_core.model.kinds import kind_from_dict
-
-    kinds: dict[str, LayerKind] = {}
-    layers = []
-    counts = [[0] * stages for _ in range(chunks)]
-    for row in frame.itertuples(index=False):
-        kind = kinds.get(row.kind_json)
-        if kind is None:
-            kind = kinds[row.kind_json] = kind_from_dict(json.loads(row.kind_json))
-        layers.append(Layer(row.model_name, row.node, kind, int(row.index), int(row.chunk), int(row.stage)))
-        if row.node == BODY:
-            counts[int(row.chunk)][int(row.stage)] += 1
-    return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(r) for r in counts))

@@ -28,10 +28,8 @@ from ppb_core.model.switches import (
     selective_switches,
 )
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
-from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
-
-MB = 2**20
+from ppb_core.units import MB
 
 _END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
 
@@ -229,29 +227,3 @@ def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = No
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),
         switches_of=run.switches,
     )
-
-
-def describe_run(
-    run: RunConfig,
-    memory: MemorySource | None = None,
-    times: TimeSource | None = None,
-    *,
-    timed: bool = True,
-) -> list[dict[str, Any]]:
-    """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
-
-    *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
-    `ppb_core.timing.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
-    and FULL only, `time` 1).
-    """
-    if memory is None:
-        from ppb_core.memory import MemoryModel
-
-        memory = MemoryModel(run)
-    if not timed:
-        times = None
-    elif times is None:
-        from ppb_core.timing import TimeModel
-
-        times = TimeModel(run)
-    return postprocess(describe(run, memory, times), run.ppb.combined)

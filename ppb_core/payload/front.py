@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
+from ppb_core.dominance import undominated
 from ppb_core.model.switches import SWITCHES, recomputed
 from ppb_core.payload.profile import Cost, SwitchProfile
 
@@ -137,17 +138,9 @@ def build_front(profile: SwitchProfile, configured: Mapping[str, object] | None 
             )
         )
 
-    def beaten(index: int) -> bool:
-        mine = keys[index]
-        return any(
-            other != index
-            and all(theirs <= own for theirs, own in zip(keys[other], mine, strict=True))
-            and (keys[other] != mine or other < index)
-            for other in range(len(keys))
-        )
-
+    front = set(undominated(keys))
     last = len(settings) - 1
-    kept_options = [option for index, option in enumerate(options) if index in (0, last) or not beaten(index)]
+    kept_options = [option for index, option in enumerate(options) if index in (0, last) or index in front]
     return sorted(kept_options, key=lambda option: (option.backward_time, -option.memory_per_micro_batch))
 
 

@@ -10,25 +10,38 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ppb_core.dominance import undominated
+from ppb_core.errors import InputError
+from ppb_core.model.kinds import BODY
 from ppb_core.model.switches import (
     MEMORY_KEY,
     OPTIONS,
     SELECTIVE_OPTIONS,
     TIME_KEY,
 )
-from ppb_core.model.walk import BODY
 
 Groups = Sequence[Sequence[Sequence[str]]]
 
 
-def combine(descriptions: Sequence[Mapping[str, Any]], groups: Groups) -> list[dict[str, Any]]:
+COMBINES_KEY = "combines"  # what a combined body stands for: "vit BODY_0 + llm BODY_2"
+
+
+def combine(
+    descriptions: Sequence[Mapping[str, Any]], groups: Groups, source: str | None = None
+) -> list[dict[str, Any]]:
     """Bodies of several sub-models described as one, for each group of (model name, node) pairs.
 
-    For each group, the first description of each (model, node) is taken out of the list and
-    summed into one BODY named `COMBINED_<their names>`, of model `combined_<their models>`: every
-    memory key and every `*_time` adds up, `time` is the summed forward time (1 without times),
-    and it counts 1 layer. It goes where the first of them was (first in the list if none was
-    found). Without groups the list is returned as it is (copied).
+    A combined body stands for one layer of each of its parts: for each group, the first
+    description of each (model, node) is taken out of the list, and one BODY named
+    `COMBINED_<their names>`, of model `combined_<their models>`, takes the place of the first of
+    them. Every memory key and every `*_time` is the sum of one layer of each part, `time` the
+    summed forward time (1 without times), and it counts as many layers as each part has: the
+    parts must have as many layers each, or the combination would lose (or invent) layers, which
+    is refused. Its `combines` key says what it stands for ("vit BODY_0 + llm BODY_2"). A part
+    that names nothing listed is refused too. Without groups the list is returned as it is (copied).
+
+    The seed (`ppb_combine_bodies`) counts a combined body once whatever its parts count, so two
+    32-layer bodies became one layer; with parts of one layer each the two agree.
     """
     result = [dict(desc) for desc in descriptions]
     for group in groups:
@@ -42,25 +55,57 @@ def combine(descriptions: Sequence[Mapping[str, Any]], groups: Groups) -> list[d
             "nb_layer": 1,
             "name": "COMBINED",
         }
-        index = -1
+        parts: list[dict[str, Any]] = []
         for model_name, node in group:
             target = next(
                 (desc for desc in result if desc.get("model_name") == model_name and desc["type"] == node.upper()), None
             )
             if target is None:
-                continue
-            combined["model_name"] += "_" + model_name
-            combined["name"] += "_" + target["name"]
-            for key, value in target.items():
+                listed = sorted({f"{d.get('model_name')} {d['type'].lower()}" for d in result})
+                raise InputError(
+                    source,
+                    "ppb.combined",
+                    f"nothing to combine as {model_name} {node} (described: {', '.join(listed)})",
+                )
+            if any(part is target for part in parts):
+                raise InputError(source, "ppb.combined", f"{model_name} {node} is named twice in one group")
+            parts.append(target)
+        counts = {int(part["nb_layer"]) for part in parts}
+        if len(counts) > 1:
+            stated = " and ".join(f"{p['model_name']} {p['name']} has {p['nb_layer']}" for p in parts)
+            lost = sum(int(p["nb_layer"]) for p in parts) - min(counts) * len(parts)
+            raise InputError(
+                source,
+                "ppb.combined",
+                f"a combined body stands for one layer of each part, but {stated} layers: {lost} would be lost; "
+                "combine parts with as many layers each",
+            )
+        index = min(next(i for i, desc in enumerate(result) if desc is part) for part in parts)
+        for part in parts:
+            combined["model_name"] += "_" + part["model_name"]
+            combined["name"] += "_" + part["name"]
+            for key, value in part.items():
                 if key.startswith("memory") or key.endswith("_time"):
                     combined[key] = combined.get(key, 0) + value
-            position = next(i for i, desc in enumerate(result) if desc is target)
-            index = position if index < 0 else min(index, position)
-            del result[position]
         if "forward_time" in combined:
             combined["time"] = combined["forward_time"]
-        result.insert(max(index, 0), combined)
+        combined["nb_layer"] = counts.pop()
+        combined[COMBINES_KEY] = " + ".join(f"{part['model_name']} {part['name']}" for part in parts)
+        result = [desc for desc in result if not any(desc is part for part in parts)]
+        result.insert(index, combined)
     return result
+
+
+def combined_parts(desc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(model, description name) of each layer one layer of *desc* stands for: its parts if it is combined."""
+    stated = desc.get(COMBINES_KEY)
+    if not isinstance(stated, str) or not stated:
+        return [(str(desc.get("model_name")), str(desc.get("name")))]
+    parts = []
+    for part in stated.split(" + "):
+        model, _, name = part.partition(" ")
+        parts.append((model, name))
+    return parts
 
 
 def _option_cost(desc: Mapping[str, Any], option: str) -> tuple[Any, Any] | None:
@@ -74,17 +119,11 @@ def beaten(desc: Mapping[str, Any], option: str) -> bool:
     Of two options that tie, the one first in OPTIONS wins. An option the description does not
     offer (no memory or no backward time) counts as beaten: there is nothing of it to keep.
     """
-    mine = _option_cost(desc, option)
-    if mine is None:
+    offered = [(other, cost) for other in OPTIONS if (cost := _option_cost(desc, other)) is not None]
+    names = [other for other, _ in offered]
+    if option not in names:
         return True
-    for other in OPTIONS:
-        theirs = _option_cost(desc, other)
-        if other == option or theirs is None:
-            continue
-        earlier = OPTIONS.index(other) < OPTIONS.index(option)
-        if theirs[0] <= mine[0] and theirs[1] <= mine[1] and (theirs != mine or earlier):
-            return True
-    return False
+    return names.index(option) not in undominated([cost for _, cost in offered])
 
 
 def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -125,6 +164,8 @@ def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def postprocess(descriptions: Sequence[Mapping[str, Any]], groups: Groups = ()) -> list[dict[str, Any]]:
+def postprocess(
+    descriptions: Sequence[Mapping[str, Any]], groups: Groups = (), source: str | None = None
+) -> list[dict[str, Any]]:
     """Combine, then withdraw on the bodies the balancer will see, then scale."""
-    return scale(withdraw(combine(descriptions, groups)))
+    return scale(withdraw(combine(descriptions, groups, source)))

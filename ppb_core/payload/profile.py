@@ -6,8 +6,9 @@ recomputes, what that switch alone changes. `ppb_core.payload.front` turns a pro
 worth offering; `ppb_core.payload.profiling.profile_run` measures profiles through the memory and time models.
 
 Units: memory in bytes (as the `MemorySource` gives them), times in the `TimeSource`'s unit
-(milliseconds for `ppb_core.timing`). The field names are those of the reference (§4), which the
-users of the recompute front know; the tables of `ppb_core.tables.payload` carry the units.
+(milliseconds for `ppb_core.timing`). The field names are those of hyper-parallel's
+`sapp_nd/recompute/profile.py` (`Cost`, `SwitchProfile`), which the users of the recompute front
+know; the tables of `ppb_core.tables.payload` carry the units.
 """
 
 from __future__ import annotations

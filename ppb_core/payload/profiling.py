@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel
 from ppb_core.model.kinds import BodyKind
 from ppb_core.model.switches import (
     HYPER_SELECTIVE_REC_OP,
@@ -20,6 +21,7 @@ from ppb_core.model.walk import BODY, Layer, walk
 from ppb_core.payload.describe import Evaluation, Split, SwitchesOf, many_in_flight
 from ppb_core.payload.profile import Cost, SwitchProfile
 from ppb_core.payload.sources import MemorySource, TimeSource
+from ppb_core.timing import TimeModel
 
 
 class _Measured(NamedTuple):
@@ -176,12 +178,8 @@ def profile_run(
     the profiles state the split's excess.
     """
     if memory is None:
-        from ppb_core.memory import MemoryModel
-
         memory = MemoryModel(run)
     if times is None:
-        from ppb_core.timing import TimeModel
-
         times = TimeModel(run)
     many = max(2, most_in_flight) if most_in_flight else many_in_flight(run.parallel.pp, run.training.micro_batches)
     return profile_layers(

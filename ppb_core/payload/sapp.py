@@ -1,8 +1,9 @@
 """The SAPP balancer's layer-description files, read and written, and the balancer's typed records.
 
-A description file is `{"layers_description": [...]}` (reference §5.1). Any tool may have
+A description file is `{"layers_description": [...]}`, as mindspore-ai/hyper-parallel's balancer
+reads it (`hyper_parallel/auto_parallel/sapp_ppb/utils/layer.py`). Any tool may have
 written it, so reading validates every entry and names the file and the entry's field on bad
-input. The balancer then works on `LayerRecord`s built with SAPP's fallbacks (§5.2): a forward
+input. The balancer then works on `LayerRecord`s built with SAPP's fallbacks (`generate_layers_list`): a forward
 time defaults to `time`, a considered option's backward time defaults to `(1 + coef)·2·time`,
 and an option is considered exactly when its memory key is present.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from ppb_core.errors import InputError
 from ppb_core.io import atomic_write_text
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
+from ppb_core.payload.postprocess import combined_parts
 
 TOP_KEY = "layers_description"
 TYPES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")
@@ -78,7 +80,7 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
         checked.append(dict(entry))
     if not any(entry["type"] == "BODY" for entry in checked):
         raise InputError(source, TOP_KEY, "has no BODY description: there is nothing to balance")
-    # Body names identify body types; every sub-model's HEAD and TAIL share theirs (reference §2.4).
+    # Body names identify body types; every sub-model's HEAD and TAIL share theirs (`_ppb.py`'s add_to_ppb_list).
     seen: set[str] = set()
     for index, entry in enumerate(checked):
         if entry["type"] != "BODY":
@@ -138,6 +140,8 @@ class LayerRecord:
     memory_mb: Mapping[str, float] = field(default_factory=dict)
     backward_time: Mapping[str, float] = field(default_factory=dict)
     model_name: str | None = None
+    # The sub-models one of its layers holds a layer of: its own, or a combined body's parts'.
+    models: tuple[str, ...] = ()
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -204,6 +208,7 @@ def _record(entry: Mapping[str, Any], options: Sequence[str]) -> LayerRecord:
         memory_mb=memory,
         backward_time=backward,
         model_name=entry.get("model_name"),
+        models=tuple(model for model, _ in combined_parts(entry)) if entry.get("model_name") is not None else (),
     )
 
 

@@ -1,19 +1,22 @@
 """The plan as a person would rather look at it: a chart of each stage's memory and time, and a summary.
 
-`figure_png` and `summary_markdown` render a plan's stage table (`ppb_core.estimate.plan`) with
+`figure_png` and `summary_markdown` render a plan's stage table (`ppb_core.tables.report`) with
 matplotlib's Agg backend into PNG bytes and markdown text, deterministically: the same table
 gives the same bytes.
 """
 
 from __future__ import annotations
 
+import base64
 import io
-import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from ppb_core.estimate.plan import PLANNED_COLUMN, REPORT_COLUMNS
+from ppb_core.tables.report import PLAN_REPORT, stage_memory_mb
+from ppb_core.tables.schema import Summarized
 
 MEMORY_PARTS = (
     ("parameters_mb", "parameters", "#4C72B0"),
@@ -24,29 +27,28 @@ MEMORY_PARTS = (
 TIME_PARTS = (("forward_ms", "forward", "#8172B3"), ("backward_ms", "backward", "#C44E52"))
 
 
+def held_models(stages: pd.DataFrame) -> list[str] | None:
+    """Each stage's sub-models (the `models` column) where the plan has more than one sub-model, else None."""
+    held = [str(value) for value in stages["models"]]
+    names = {part.split(" ")[0] for value in held for part in value.split(" · ") if part}
+    return held if len(names) > 1 else None
+
+
 def check_report_table(stages: pd.DataFrame) -> None:
-    missing = [c for c in REPORT_COLUMNS if c not in stages.columns]
-    if missing:
-        raise ValueError(f"the report table lacks {', '.join(missing)}")
+    PLAN_REPORT.require(stages)
     if stages.empty:
         raise ValueError("the report table has no stage")
-
-
-def stage_memory_mb(stages: pd.DataFrame) -> pd.Series:
-    return stages["parameters_mb"] + stages["activations_mb"] + stages["buffers_mb"]
 
 
 def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes:
     """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
     device limit, and each stage's forward + backward time of one micro-batch."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
+    held = held_models(stages)
+    if held is not None:  # which sub-models each stage holds, under its number
+        labels = [f"{label}\n" + value.replace(" · ", "\n") for label, value in zip(labels, held, strict=True)]
     figure = Figure(figsize=(min(20.0, max(9.0, 1.4 * len(stages) + 3)), 4.4), dpi=100)
     memory_axes, time_axes = figure.subplots(1, 2)
 
@@ -65,10 +67,10 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
         linewidth=1.2,
         label="device limit",
     )
-    if PLANNED_COLUMN in stages.columns:
+    if stages["planned_mb"].notna().all():
         memory_axes.plot(
             x,
-            stages[PLANNED_COLUMN].astype(float).tolist(),
+            stages["planned_mb"].astype(float).tolist(),
             linestyle="none",
             marker="D",
             markersize=5,
@@ -132,28 +134,57 @@ def summary_markdown(
     ]
     if image:
         lines += [f"![memory and time per stage]({image})", ""]
+    held = held_models(stages)
+    models_header, models_rule = (" models |", "---|") if held is not None else ("", "")
     lines += [
-        f"| stage | layers | options | parameters MB | activations MB | buffers MB | total MB | device MB "
-        f"| forward {time_unit} | backward {time_unit} |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| stage | layers |{models_header} options | parameters MB | activations MB | buffers MB | total MB "
+        f"| device MB | forward {time_unit} | backward {time_unit} |",
+        f"|---:|---:|{models_rule}---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for index, row in stages.iterrows():
+        models = f" {held[index]} |" if held is not None else ""
         lines.append(
-            f"| {row['stage']} | {row['layers']} | {row['options']} | {_number(row['parameters_mb'])} "
+            f"| {row['stage']} | {row['layers']} |{models} {row['options']} | {_number(row['parameters_mb'])} "
             f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(memory[index])} "
             f"| {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} | {_number(row['backward_ms'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def report_files(stages: pd.DataFrame) -> dict[str, bytes]:
+def report_files(report: Summarized) -> dict[str, bytes]:
     """The report's files from its table: `.png` the chart, `.md` the summary linking it.
 
-    The title, the headline figures and the image's file name come from the table's attrs
-    (`title`, `headline` as JSON pairs, `image`).
+    The title, the headline figures and the image's file name come from the table's summary
+    (`title`, `headline` as pairs, `image`).
     """
-    title = str(stages.attrs.get("title", "plan"))
-    headline = json.loads(stages.attrs.get("headline", "[]"))
+    stages, about = report.frame, report.summary
+    title = str(about.get("title", "plan"))
     png = figure_png(stages, title)
-    text = summary_markdown(stages, title, [tuple(pair) for pair in headline], image=stages.attrs.get("image"))
+    text = summary_markdown(stages, title, [tuple(pair) for pair in about.get("headline", [])], about.get("image"))
     return {".png": png, ".md": text.encode()}
+
+
+def embedded_markdown(report: Summarized, files: Mapping[str, bytes] | None = None) -> str:
+    """The report's summary with its chart inside (a PNG data URI): one text that shows it all."""
+    files = files if files is not None else report_files(report)
+    image = base64.b64encode(files[".png"]).decode()
+    link = f"]({report.summary.get('image')})"
+    return files[".md"].decode().replace(link, f"](data:image/png;base64,{image})")
+
+
+def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
+    """What a run says when it ends: whether each stage fits, the plan's iteration and gain, the report."""
+    stages, about = report.frame, report.summary
+    need = stage_memory_mb(stages)
+    lines = [
+        f"stage {stage}: {'fits' if used <= limit else 'DOES NOT FIT'}, {used / 1024:,.1f} of {limit / 1024:,.1f} GiB"
+        for stage, used, limit in zip(stages["stage"], need, stages["device_mb"], strict=True)
+    ]
+    planned, uniform = about.get("iteration_s"), about.get("baseline_iteration_s")
+    if planned and uniform:
+        lines.append(
+            f"plan: {planned:.3f} s an iteration, {uniform / planned:.2f}× faster than the best uniform split "
+            f"({about.get('baseline')} everywhere, {uniform:.3f} s)"
+        )
+    lines.append(f"report: {report_path}")
+    return lines

@@ -25,29 +25,47 @@ from typing import Any
 
 import pandas as pd
 
-from ppb_core.model.kinds import kind_from_dict, kind_to_dict
-from ppb_core.model.switches import COEF_KEY, MEMORY_KEY, SWITCHES, TIME_KEY
+from ppb_core.model.kinds import kind_from_dict
+from ppb_core.model.switches import COEF_KEY, MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY
 from ppb_core.payload.front import LayerOption
 from ppb_core.payload.profile import Cost, SwitchProfile
+from ppb_core.tables.kinds import KIND_JSON, kind_json
+from ppb_core.tables.schema import Column, Schema
 
 # --- descriptions --------------------------------------------------------------------------------
 
 STRING_KEYS: tuple[str, ...] = ("model_name", "type", "name")
 COUNT_KEYS: tuple[str, ...] = ("nb_layer",)
-NUMBER_KEYS: tuple[str, ...] = (
-    "memory_parameter",
-    *MEMORY_KEY.values(),
-    "time",
-    "forward_time",
-    *TIME_KEY.values(),
-    *COEF_KEY.values(),
+_MEMORY_TEXT = "memory per micro-batch in flight under {o} (MB, truncated as SAPP's payload builder does)"
+_TIME_TEXT = "backward of one micro-batch under {o}, recomputation included (ms; scaled: the first body's forward)"
+_COEF_TEXT = "the balancer's backward-time coefficient under {o}, where no time is stated"
+KNOWN_KEYS: tuple[Column, ...] = (
+    Column("model_name", "string", "the sub-model the description belongs to"),
+    Column("type", "string", "HEAD, BODY or TAIL"),
+    Column("name", "string", "the description's name (the layer kind, or a combined body's)"),
+    Column("nb_layer", "Int64", "identical layers this description stands for", "layers"),
+    Column(
+        "memory_parameter", "Float64", "memory held whatever the micro-batches in flight: parameters, states (MB)", "MB"
+    ),
+    *(Column(MEMORY_KEY[o], "Float64", _MEMORY_TEXT.format(o=o), "MB") for o in OPTIONS),
+    Column("time", "Float64", "the layer's forward time, as SAPP's older files name it (ms or scaled)"),
+    Column("forward_time", "Float64", "forward of one micro-batch (ms; scaled: 1 for the first body)"),
+    *(Column(TIME_KEY[o], "Float64", _TIME_TEXT.format(o=o)) for o in OPTIONS),
+    *(Column(COEF_KEY[o], "Float64", _COEF_TEXT.format(o=o)) for o in OPTIONS),
 )
-DESCRIPTION_COLUMNS: dict[str, str] = {
-    **dict.fromkeys(STRING_KEYS, "string"),
-    **dict.fromkeys(COUNT_KEYS, "Int64"),
-    **dict.fromkeys(NUMBER_KEYS, "Float64"),
-}
 KEY_ORDER, INTEGER_KEYS = "key_order", "integer_keys"
+DESCRIPTIONS = Schema(
+    "descriptions",
+    "The SAPP layer descriptions, one row each in list order: what the balancer reads.",
+    (
+        *KNOWN_KEYS,
+        Column(KEY_ORDER, "string", "the description's keys in order, to give it back exactly", "JSON"),
+        Column(INTEGER_KEYS, "string", "the keys that hold integers, to give them back as integers", "JSON"),
+    ),
+    more="a description key SAPP does not know, its value as JSON",
+)
+DESCRIPTION_COLUMNS: dict[str, str] = {c.name: c.dtype for c in KNOWN_KEYS}
+NUMBER_KEYS: tuple[str, ...] = tuple(name for name in DESCRIPTION_COLUMNS if name not in (*STRING_KEYS, *COUNT_KEYS))
 
 
 def _is_number(value: object) -> bool:
@@ -92,9 +110,7 @@ def _cell(value: Any) -> Any:
 
 def descriptions_from_frame(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The descriptions a `descriptions_to_frame` table holds: same keys, order, values and types."""
-    missing = [name for name in (*DESCRIPTION_COLUMNS, KEY_ORDER, INTEGER_KEYS) if name not in frame.columns]
-    if missing:
-        raise ValueError(f"not a descriptions table: no column {', '.join(missing)}")
+    DESCRIPTIONS.require(frame)
     descriptions = []
     for row in frame.to_dict("records"):
         integers = set(json.loads(row[INTEGER_KEYS]))
@@ -112,23 +128,33 @@ def descriptions_from_frame(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 # --- profiles ------------------------------------------------------------------------------------
 
-PROFILE_COLUMNS: dict[str, str] = {
-    "model_name": "string",
-    "kind": "string",  # the kind's name, for reading; kind_json rebuilds it exactly
-    "kind_json": "string",
-    "role": "string",  # plain | alone | full | selective_base | whole
-    "recompute": "string",  # the switches recomputed, comma-separated in SWITCHES order; null for full
-    "memory_per_micro_batch_bytes": "Float64",
-    "memory_once_bytes": "Float64",
-    "backward_ms": "Float64",
-    "excess_bytes": "string",  # JSON list, one per count
-    "working_bytes": "Float64",
-    "first_working_bytes": "Float64",
-    "census_kept_bytes": "Float64",
-    "forward_ms": "Float64",  # the profile's, on every row
-    "counts": "string",  # JSON list of the counts of micro-batches in flight the excess is stated at
-    "census_held_bytes": "Float64",  # null without a census
-}
+_KIND_COLUMNS: tuple[Column, ...] = (
+    Column("model_name", "string", "the sub-model"),
+    Column("kind", "string", "the layer kind's name, for reading; kind_json rebuilds it exactly"),
+    KIND_JSON,
+)
+PROFILES = Schema(
+    "switch_profiles",
+    "Per model and body kind, what each recompute switch alone saves and costs: one row per "
+    "switch setting priced (the plain layer, each switch alone, full recompute, and settings a "
+    "census measured whole). Profile-wide figures repeat on each row.",
+    (
+        *_KIND_COLUMNS,
+        Column("role", "string", "plain | alone (one switch recomputed) | full | selective_base | whole"),
+        Column("recompute", "string", "the switches recomputed, comma-separated; null for full recompute"),
+        Column("memory_per_micro_batch_bytes", "Float64", "activations kept per micro-batch in flight", "bytes"),
+        Column("memory_once_bytes", "Float64", "buffers held once whatever the micro-batches in flight", "bytes"),
+        Column("backward_ms", "Float64", "backward of one micro-batch, recomputation included", "ms"),
+        Column("excess_bytes", "string", "per count in `counts`, what the linear split over-charges", "JSON"),
+        Column("working_bytes", "Float64", "the backward's working set beyond what the stage counts", "bytes"),
+        Column("first_working_bytes", "Float64", "the same for the first micro-batch's backward", "bytes"),
+        Column("census_kept_bytes", "Float64", "what the layer keeps of a census's parts (0 without one)", "bytes"),
+        Column("forward_ms", "Float64", "forward of one micro-batch (the profile's, on every row)", "ms"),
+        Column("counts", "string", "the counts of micro-batches in flight the excess is stated at", "JSON"),
+        Column("census_held_bytes", "Float64", "what the census says the backward holds at most (null: none)", "bytes"),
+    ),
+)
+PROFILE_COLUMNS: dict[str, str] = PROFILES.dtypes
 ROLES: tuple[str, ...] = ("plain", "alone", "full", "selective_base", "whole")
 
 
@@ -141,10 +167,6 @@ def _recompute(text: Any) -> frozenset[str] | None:
     return None if text is None else frozenset(name for name in text.split(",") if name)
 
 
-def _kind_json(kind: Any) -> str:
-    return json.dumps(kind_to_dict(kind), sort_keys=True)
-
-
 ProfileKey = tuple[str, Any]
 
 
@@ -155,7 +177,7 @@ def profiles_to_frame(profiles: Mapping[ProfileKey, SwitchProfile]) -> pd.DataFr
         shared = {
             "model_name": model_name,
             "kind": kind.name,
-            "kind_json": _kind_json(kind),
+            "kind_json": kind_json(kind),
             "forward_ms": profile.forward_time,
             "counts": json.dumps(list(profile.counts)),
             "census_held_bytes": profile.census_held,
@@ -181,9 +203,7 @@ def profiles_to_frame(profiles: Mapping[ProfileKey, SwitchProfile]) -> pd.DataFr
                     "census_kept_bytes": cost.census_kept,
                 }
             )
-    return pd.DataFrame(
-        {name: pd.array([row[name] for row in rows], dtype=dtype) for name, dtype in PROFILE_COLUMNS.items()}
-    )
+    return PROFILES.frame(rows)
 
 
 def _float(value: Any) -> float | None:
@@ -193,9 +213,7 @@ def _float(value: Any) -> float | None:
 
 def profiles_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, SwitchProfile]:
     """The profiles a `profiles_to_frame` table holds, keyed by (model name, kind), in order."""
-    missing = [name for name in PROFILE_COLUMNS if name not in frame.columns]
-    if missing:
-        raise ValueError(f"not a profiles table: no column {', '.join(missing)}")
+    PROFILES.require(frame)
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in frame.to_dict("records"):
         grouped.setdefault((row["model_name"], row["kind_json"]), []).append(row)
@@ -233,20 +251,23 @@ def profiles_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, SwitchProfile]:
 
 # --- fronts --------------------------------------------------------------------------------------
 
-FRONT_COLUMNS: dict[str, str] = {
-    "model_name": "string",
-    "kind": "string",
-    "kind_json": "string",
-    "names": "string",  # the balancer options the setting is, comma-separated (often none)
-    "recompute": "string",  # as in the profiles table; null for full recompute
-    "memory_per_micro_batch_bytes": "Float64",
-    "memory_once_bytes": "Float64",
-    "forward_ms": "Float64",
-    "backward_ms": "Float64",
-    "excess_bytes": "string",  # JSON list of [count, bytes] where the split over-charges
-    "working_extra_bytes": "Float64",
-    "first_working_extra_bytes": "Float64",
-}
+FRONTS = Schema(
+    "fronts",
+    "Per model and body kind, the recompute settings no other beats, one row each in front order.",
+    (
+        *_KIND_COLUMNS,
+        Column("names", "string", "the balancer options the setting is, comma-separated (often none)"),
+        Column("recompute", "string", "the switches recomputed, comma-separated; null for full recompute"),
+        Column("memory_per_micro_batch_bytes", "Float64", "activations kept per micro-batch in flight", "bytes"),
+        Column("memory_once_bytes", "Float64", "buffers held once whatever the micro-batches in flight", "bytes"),
+        Column("forward_ms", "Float64", "forward of one micro-batch", "ms"),
+        Column("backward_ms", "Float64", "backward of one micro-batch, recomputation included", "ms"),
+        Column("excess_bytes", "string", "[count, bytes] where the linear split over-charges", "JSON"),
+        Column("working_extra_bytes", "Float64", "the backward's working set beyond what the stage counts", "bytes"),
+        Column("first_working_extra_bytes", "Float64", "the same for the first micro-batch's backward", "bytes"),
+    ),
+)
+FRONT_COLUMNS: dict[str, str] = FRONTS.dtypes
 
 
 def fronts_to_frame(fronts: Mapping[ProfileKey, Sequence[LayerOption]]) -> pd.DataFrame:
@@ -255,7 +276,7 @@ def fronts_to_frame(fronts: Mapping[ProfileKey, Sequence[LayerOption]]) -> pd.Da
         {
             "model_name": model_name,
             "kind": kind.name,
-            "kind_json": _kind_json(kind),
+            "kind_json": kind_json(kind),
             "names": ",".join(option.names),
             "recompute": _setting(option.recompute),
             "memory_per_micro_batch_bytes": option.memory_per_micro_batch,
@@ -269,15 +290,11 @@ def fronts_to_frame(fronts: Mapping[ProfileKey, Sequence[LayerOption]]) -> pd.Da
         for (model_name, kind), options in fronts.items()
         for option in options
     ]
-    return pd.DataFrame(
-        {name: pd.array([row[name] for row in rows], dtype=dtype) for name, dtype in FRONT_COLUMNS.items()}
-    )
+    return FRONTS.frame(rows)
 
 
 def fronts_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, list[LayerOption]]:
-    missing = [name for name in FRONT_COLUMNS if name not in frame.columns]
-    if missing:
-        raise ValueError(f"not a fronts table: no column {', '.join(missing)}")
+    FRONTS.require(frame)
     kinds: dict[str, Any] = {}
     fronts: dict[ProfileKey, list[LayerOption]] = {}
     for row in frame.to_dict("records"):
@@ -299,8 +316,11 @@ def fronts_from_frame(frame: pd.DataFrame) -> dict[ProfileKey, list[LayerOption]
 
 
 __all__ = [
+    "DESCRIPTIONS",
     "DESCRIPTION_COLUMNS",
+    "FRONTS",
     "FRONT_COLUMNS",
+    "PROFILES",
     "PROFILE_COLUMNS",
     "descriptions_from_frame",
     "descriptions_to_frame",

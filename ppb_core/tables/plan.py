@@ -1,4 +1,4 @@
-"""The balancer's plan as a table: one row per pipeline stage."""
+"""The balancer's plan as a table: one row per pipeline stage, the whole result as its summary."""
 
 from __future__ import annotations
 
@@ -6,41 +6,44 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
-
 from ppb_core.model.switches import OPTIONS
+from ppb_core.tables.schema import Column, Schema, Summarized
 
-PLAN_COLUMNS = (
-    "stage",
-    "layers",
-    "layers_per_chunk",
-    *(o.lower() for o in OPTIONS),
-    "memory_mb",
-    "time",
-    "bubble",
-    "cells_json",
+PIPELINE_PLAN = Schema(
+    "pipeline_plan",
+    "The balancer's plan, one row per pipeline stage. Summary: the whole `ppb balance --json` "
+    "result (status, objective, gap, speedup, the MindFormers yaml and Megatron-LM layout, ...), "
+    "less wall-clock seconds. No row when no plan fits.",
+    (
+        Column("stage", "int64", "the pipeline stage, from 0"),
+        Column("layers", "int64", "body layers the stage holds, every chunk", "layers"),
+        Column("layers_per_chunk", "string", "body layers of each chunk on this stage", "JSON"),
+        *(Column(o.lower(), "int64", f"body layers of the stage under {o}", "layers") for o in OPTIONS),
+        Column("memory_mb", "float64", "the stage's memory as the balancer predicts it from the descriptions", "MB"),
+        Column("time", "float64", "forward + backward of one micro-batch, in units of the first body's forward"),
+        Column("bubble", "float64", "the stage's idle share of the iteration", "share"),
+        Column("cells_json", "string", "per chunk, the stage's body layers under each option", "JSON"),
+    ),
 )
 
 # What the balancer reports that differs from one solve to the next: wall-clock seconds.
 _VOLATILE = ("seconds",)
 
 
-def plan_to_frame(result: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per stage of a `ppb balance --json` result; the whole result in `attrs["plan"]`.
+def plan_to_frame(result: Mapping[str, Any]) -> Summarized:
+    """One row per stage of a `ppb balance --json` result, the result itself as the summary.
 
-    Per stage: layers (and per chunk), layers under each option, the balancer's predicted memory
-    (MB), time of one micro-batch (the descriptions' unit) and idle share, and each chunk's option
-    counts as JSON. An infeasible problem gives no row. Wall-clock seconds are left out of the
-    stored result (the solver's notes too, which quote them), so equal plans give equal bytes.
+    Wall-clock seconds are left out of the stored result (the solver's notes too, which quote
+    them), so equal plans give equal bytes.
     """
     stable = {key: value for key, value in result.items() if key not in _VOLATILE}
     if "solver" in stable:
         stable["solver"] = {key: value for key, value in stable["solver"].items() if key != "notes"}
-    rows = []
+    records = []
     for row in result.get("stages", []):
         stage_index = row["stage"]
         cells = [chunk_row[stage_index]["options"] for chunk_row in result["cells"]]
-        rows.append(
+        records.append(
             {
                 "stage": stage_index,
                 "layers": row["layers"],
@@ -52,17 +55,10 @@ def plan_to_frame(result: Mapping[str, Any]) -> pd.DataFrame:
                 "cells_json": json.dumps(cells, sort_keys=True),
             }
         )
-    frame = pd.DataFrame(rows, columns=list(PLAN_COLUMNS)).astype(
-        {
-            "stage": "int64",
-            "layers": "int64",
-            "layers_per_chunk": "string",
-            **{o.lower(): "int64" for o in OPTIONS},
-            "memory_mb": "float64",
-            "time": "float64",
-            "bubble": "float64",
-            "cells_json": "string",
-        }
-    )
-    frame.attrs["plan"] = json.dumps(stable, sort_keys=True)
-    return frame
+    return Summarized(PIPELINE_PLAN.frame(records), json.loads(json.dumps(stable, sort_keys=True)))
+
+
+def plan_cells(plan: Summarized) -> list[list[dict[str, int]]]:
+    """The plan's cells, [chunk][stage] → {option: body layers}, from its rows."""
+    by_stage = [json.loads(text) for text in plan.frame["cells_json"]]
+    return [[by_stage[s][c] for s in range(len(by_stage))] for c in range(len(by_stage[0]))]

@@ -10,7 +10,8 @@ Costs (bandwidth per direction per device, times the device's `comm_efficiency`;
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
 - all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
-  the rest over the inter-node link at the same time, g−1 steps;
+  the rest over the inter-node link at the same time, g−1 steps (a dispatcher that sends a token
+  once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`);
 - point-to-point ring exchange (ring attention): P bytes in g−1 steps.
 A ring that leaves the node runs at the inter-node bandwidth (its slowest hop).
 """
@@ -77,7 +78,8 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     if collective.kind == ALL_TO_ALL:
         share = payload / size
         intra = share * (local - 1) / links.intra_node_bytes_per_s
-        inter = share * (size - local) / links.inter_node_bytes_per_s
+        leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
+        inter = leaving / links.inter_node_bytes_per_s
         return max(intra, inter) + (size - 1) * step
     bandwidth = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):

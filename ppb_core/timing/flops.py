@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ppb_core.config.run import RunConfig
+from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
-    Attention,
     BodyKind,
+    EncoderBodyKind,
     HeadKind,
     LayerKind,
     Mlp,
     Moe,
+    PatchEmbedKind,
+    ProjectorKind,
     TailKind,
 )
 from ppb_core.model.switches import LayerType
@@ -59,6 +62,9 @@ class Collective:
     overlap: str
     # (op name, phase): the op's forward, its whole backward, or one half of it (dgrad, wgrad).
     partner: tuple[str, str] | None = None
+    # All-to-all: the bytes that leave the node, when fewer than the payload's share for remote
+    # peers (a dispatcher that sends a token once per destination node); None: that share.
+    inter_node_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,90 +92,39 @@ class Op:
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores).
     attention: tuple[float, float, float, float] | None = None
+    # What the bytes count: one fused kernel. A framework running this op as several eager kernels
+    # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
+    fusion: str | None = None
 
 
 @dataclass(frozen=True)
-class Geometry:
-    """What the op tables read of a run: one micro-batch's shape and the parallel split of one device."""
+class OpGeometry(Geometry):
+    """What the op tables read of a run beyond the sharding geometry: how the experts' tokens
+    travel, and a vision encoder's attention within images or windows (`encoder_geometry`)."""
 
-    seq_length: int
-    micro_batch_size: int = 1
-    dtype_bytes: int = 2
-    tp: int = 1
-    sequence_parallel: bool = False
-    cp: int = 1
-    cp_variant: str = "ring"
-    ep: int = 1
-    etp: int = 1
-    flash_attention: bool = True
-    rope: bool = True
-    dropless: bool = True
-    capacity_factor: float = 1.0
-    dropless_imbalance: float = 1.0
+    ep_nodes: int = 1  # nodes the expert-parallel group spans
+    dispatcher: str = "alltoall"  # alltoall (Megatron's default) | deepep (one copy per destination node)
+    dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
+    # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
+    # of one sample; 0 for a causal language model.
+    block_pairs: float = 0.0
 
     @classmethod
-    def from_run(cls, run: RunConfig, model_name: str) -> Geometry:
+    def from_run(cls, run: RunConfig) -> OpGeometry:
         par, train = run.parallel, run.training
         return cls(
-            seq_length=train.seq_length,
-            micro_batch_size=train.micro_batch_size,
-            dtype_bytes=train.dtype_bytes,
-            tp=par.tp,
-            sequence_parallel=par.sequence_parallel,
-            cp=par.cp,
-            cp_variant=par.cp_variant,
-            ep=par.ep,
-            etp=par.expert_tp,
-            flash_attention=train.flash_attention,
-            rope=run.spec(model_name).position_embedding == "rope",
-            dropless=train.moe.dropless,
-            capacity_factor=train.moe.capacity_factor,
-            dropless_imbalance=train.moe.dropless_imbalance,
+            **Geometry.run_fields(run),
+            ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+            dispatcher=run.timing.moe_dispatcher,
+            dispatch_bytes=1
+            if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
+            else train.dtype_bytes,
         )
-
-    def whole_model(self) -> Geometry:
-        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
-        return dataclasses.replace(
-            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
-        )
-
-    @property
-    def tokens(self) -> float:
-        """Tokens of one micro-batch in a device's sequence chunk: s·b/cp."""
-        return self.seq_length * self.micro_batch_size / self.cp
-
-    @property
-    def gathers(self) -> bool:
-        return self.sequence_parallel and self.tp > 1
-
-    @property
-    def whole_tokens(self) -> float:
-        """Tokens an op outside the TP regions runs on: all of them, or 1/t under SP."""
-        return self.tokens / self.tp if self.gathers else self.tokens
-
-    @property
-    def routing_factor(self) -> float:
-        """Expert rows over their fair share: the busiest rank's imbalance, or the capacity padding."""
-        return self.dropless_imbalance if self.dropless else self.capacity_factor
 
     def attention_pairs(self) -> float:
-        """(query, key) pairs per head one device computes: the whole square without flash (the mask
-        is applied afterwards), the causal triangle with flash (masked blocks are skipped), split
-        over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
-        query of heads/cp, counted here per local head)."""
-        s, b = self.seq_length, self.micro_batch_size
-        if self.flash_attention:
-            return b * s * (s + 1) / 2 / self.cp
-        return b * s * s / self.cp
-
-
-def _split(size: int, ranks: int) -> int:
-    return -(-size // ranks)
-
-
-def _kv_heads(att: Attention, tp: int) -> int:
-    """Key/value heads per TP rank; fewer heads than ranks are replicated, one per rank (as params.py)."""
-    return max(1, att.num_kv_heads // tp) if att.num_kv_heads >= tp else 1
+        if self.block_pairs:  # every pair of each image or window, the kernel's blocks cut to them
+            return self.micro_batch_size * self.block_pairs / self.cp
+        return super().attention_pairs()
 
 
 def _matmul(
@@ -223,14 +178,15 @@ def _elementwise(
 
 def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
     # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
-    return _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    return dataclasses.replace(op, fusion="norm")
 
 
 def _tp_entry(
     p: str,
     stem: str,
     block: str,
-    geo: Geometry,
+    geo: OpGeometry,
     width: float,
     source: str,
     consumer: str,
@@ -267,7 +223,7 @@ def _tp_entry(
     ]
 
 
-def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) -> list[Op]:
+def _tp_exit(name: str, block: str, geo: OpGeometry, width: float, producer: str) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path."""
     if geo.tp == 1:
@@ -295,7 +251,7 @@ def _tp_exit(name: str, block: str, geo: Geometry, width: float, producer: str) 
     ]
 
 
-def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float) -> Op:
+def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: float) -> Op:
     """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
 
     Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
@@ -308,13 +264,13 @@ def _residual(name: str, block: str, geo: Geometry, width: float, dropout: float
     return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
 
 
-def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
+def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
     """The q, k, v projections. Returns the ops, the names of what feeds the scores (Q, K) and the
     value (V), so the attention core can name its inputs."""
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
     n, whole = geo.tokens, geo.whole_tokens
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
     ops: list[Op] = []
     if att.is_mla:
@@ -370,13 +326,13 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
         qk, v, qkv_switch = [p + "rope"], [up], "attUp"
     else:
         d = att.head_dim
-        kv = _kv_heads(att, geo.tp)
+        kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
         entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj")
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
         # backward needs, except the q/k-norm's input, which the memory model counts under normOp.
-        chain = ["qk_proj"] + (["qk_norm"] if att.qk_norm else []) + (["rope"] if geo.rope else [])
+        chain = ["qk_proj"] + (["qk_norm"] if att.qk_norm else []) + (["rope"] if att.rope else [])
         final = None if ulysses else chain[-1]
 
         def qk_state(op: str) -> dict:
@@ -391,12 +347,11 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
-        if geo.rope:
-            ops.append(
-                _elementwise(
-                    p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
-                )
+        if att.rope:
+            rope = _elementwise(
+                p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
             )
+            ops.append(dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -430,20 +385,20 @@ def _projections(kind: BodyKind, geo: Geometry, p: str, norm: str) -> tuple[list
     return ops, qk, v
 
 
-def _core_widths(kind: BodyKind, geo: Geometry) -> tuple[tuple[int, int], int]:
+def _core_widths(kind: BodyKind, geo: OpGeometry) -> tuple[tuple[int, int], int]:
     """((query/key width, value width) per head, keys and values per token on one device)."""
     att = kind.attention
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     if att.is_mla:
         return (att.q_head_dim, att.value_head_dim), heads * (att.q_head_dim + att.value_head_dim)
-    return (att.head_dim, att.head_dim), 2 * _kv_heads(att, geo.tp) * att.head_dim
+    return (att.head_dim, att.head_dim), 2 * kv_heads_per_rank(att.num_kv_heads, geo.tp) * att.head_dim
 
 
-def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) -> tuple[list[Op], str]:
+def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) -> tuple[list[Op], str]:
     """The attention core, eager or flash, with context parallelism; returns the ops and its output."""
     att, bc, block = kind.attention, geo.dtype_bytes, "attention"
     n, b, s = geo.tokens, geo.micro_batch_size, geo.seq_length
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     pairs = heads * geo.attention_pairs()
     keys = b * s  # every key of the sequence reaches each query chunk
@@ -574,13 +529,13 @@ def _core(kind: BodyKind, geo: Geometry, p: str, qk: list[str], v: list[str]) ->
     return ops, out
 
 
-def attention_ops(kind: BodyKind, geo: Geometry, p: str = "") -> list[Op]:
+def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
     ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, switch="normOp")]
     projections, qk, v = _projections(kind, geo, p, p + "norm1")
     core, out = _core(kind, geo, p, qk, v)
-    heads = _split(att.num_heads, geo.tp)
+    heads = per_rank(att.num_heads, geo.tp)
     return [
         *ops,
         *projections,
@@ -595,11 +550,20 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     """GeLU reads its input and writes its output; SwiGLU reads gate and up. Its output is `ffAct`'s."""
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
-    return _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    op = _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
+    return dataclasses.replace(op, fusion="activation")
 
 
 def _ffn(
-    p: str, block: str, geo: Geometry, rows: float, h: int, width: int, gated: bool, source: str, local_experts: int = 0
+    p: str,
+    block: str,
+    geo: OpGeometry,
+    rows: float,
+    h: int,
+    width: int,
+    gated: bool,
+    source: str,
+    local_experts: int = 0,
 ) -> list[Op]:
     """Up (and gate) projection, activation, down projection over *rows* tokens; a grouped GEMM over
     *local_experts* experts reads every expert's weights."""
@@ -614,7 +578,7 @@ def _ffn(
     ]
 
 
-def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
+def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
     entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
@@ -622,13 +586,28 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: Geometry, p: str = "") -> list[Op]:
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, _split(mlp.intermediate_size, geo.tp), mlp.gated, source),
+        *_ffn(p + "mlp", block, geo, geo.tokens, h, per_rank(mlp.intermediate_size, geo.tp), mlp.gated, source),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
 
-def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
+def _remote_nodes(moe: Moe, geo: OpGeometry) -> float | None:
+    """Distinct remote nodes a token's k experts sit in, on average, over an EP group spanning
+    `ep_nodes` nodes: k uniform picks reach nodes·(1 − (1 − 1/nodes)^k) nodes, group-limited routing
+    (a token's experts from its `group_limit` best of `groups` groups) at most limit·nodes/groups
+    of them; (nodes − 1)/nodes of those are remote. None within one node."""
+    nodes = geo.ep_nodes
+    if nodes <= 1:
+        return None
+    k = moe.experts_per_token
+    reached = nodes * (1 - (1 - 1 / nodes) ** k)
+    if moe.group_limit and moe.groups:
+        reached = min(reached, moe.group_limit * max(1.0, nodes / moe.groups))
+    return reached * (nodes - 1) / nodes
+
+
+def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
     Each TP rank routes 1/t of the tokens (as the memory model counts them); an expert's etp ranks
@@ -656,6 +635,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
     ]
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
+    dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
+    # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
+    remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
+    leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
     if geo.ep > 1:
         ops.append(
             Op(
@@ -663,8 +647,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_in", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_in", "forward"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_in", "wgrad"),
+                    None if leaving is None else leaving * bc,
+                ),
             )
         )
         source = p + "dispatch"
@@ -683,14 +681,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
             )
         )
         source = p + "gather_experts"
-    local = _split(experts, geo.ep)
+    local = per_rank(experts, geo.ep)
     ops += _ffn(
         p + "experts",
         block,
         geo,
         rows,
         h,
-        _split(moe.expert_intermediate_size, geo.etp),
+        per_rank(moe.expert_intermediate_size, geo.etp),
         moe.gated,
         source,
         local_experts=local,
@@ -715,8 +713,22 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "forward")),
-                backward_comm=Collective(ALL_TO_ALL, "ep", payload, "ep", (p + "experts_out", "wgrad")),
+                forward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    payload,
+                    "ep",
+                    (p + "experts_out", "forward"),
+                    None if leaving is None else leaving * bc,
+                ),
+                backward_comm=Collective(
+                    ALL_TO_ALL,
+                    "ep",
+                    dispatched,
+                    "ep",
+                    (p + "experts_out", "wgrad"),
+                    None if leaving is None else leaving * geo.dispatch_bytes,
+                ),
             )
         )
         source = p + "combine"
@@ -731,7 +743,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
         )
     )
     if moe.shared_experts:
-        width = moe.shared_experts * _split(moe.shared_intermediate_size, geo.tp)
+        width = moe.shared_experts * per_rank(moe.shared_intermediate_size, geo.tp)
         entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")
         shared_source = entry[0].name if geo.gathers else norm
         ops += [
@@ -743,13 +755,13 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: Geometry, p: str = "") -> list[Op]:
     return ops
 
 
-def body_ops(kind: BodyKind, geo: Geometry, p: str = "") -> tuple[Op, ...]:
+def body_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> tuple[Op, ...]:
     """Every op of a transformer layer in forward order."""
     ffn = moe_ops(kind, kind.mlp, geo, p) if isinstance(kind.mlp, Moe) else mlp_ops(kind, kind.mlp, geo, p)
     return (*attention_ops(kind, geo, p), *ffn)
 
 
-def _embedding(p: str, block: str, geo: Geometry, h: int, learned_positions: bool, dropout: float) -> list[Op]:
+def _embedding(p: str, block: str, geo: OpGeometry, h: int, learned_positions: bool, dropout: float) -> list[Op]:
     """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
 
     The backward scatter-adds the output gradient into the fp32 gradient of the table rows."""
@@ -778,17 +790,17 @@ def _embedding(p: str, block: str, geo: Geometry, h: int, learned_positions: boo
     return ops
 
 
-def head_ops(kind: HeadKind, geo: Geometry) -> tuple[Op, ...]:
+def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
     return tuple(
         _embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0, kind.hidden_dropout)
     )
 
 
-def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> list[Op]:
+def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) -> list[Op]:
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
     and the loss's three small all-reduces (max, sum of exponentials, target logit)."""
     h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
-    vocab = _split(kind.vocab_size, geo.tp)
+    vocab = per_rank(kind.vocab_size, geo.tp)
     norm = p + "final_norm"
     entry = _tp_entry(p, "output", block, geo, h, norm, p + "logits", switch=None)
     logits_source = entry[0].name if geo.gathers else norm
@@ -818,7 +830,7 @@ def _output(p: str, block: str, kind: TailKind, geo: Geometry, source: str) -> l
     return ops
 
 
-def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
+def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
     """The output head and loss, then each multi-token-prediction module (DeepSeek-V3): embed the next
     tokens, normalise them and the hidden state, project the concatenation (2h → h, column-parallel,
     then gathered), one transformer layer, and the shared head and loss."""
@@ -836,7 +848,7 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
                 block,
                 geo.tokens,
                 2 * h,
-                _split(h, geo.tp),
+                per_rank(h, geo.tp),
                 bc,
                 inputs=(entry[0].name if geo.gathers else p + "norms",),
             )
@@ -859,13 +871,67 @@ def tail_ops(kind: TailKind, geo: Geometry) -> tuple[Op, ...]:
 
 
 @lru_cache(maxsize=4096)
-def layer_ops(kind: LayerKind, geo: Geometry) -> tuple[Op, ...]:
+def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     """The op table of a layer kind (memoized: identical kinds are built once)."""
+    if isinstance(kind, EncoderBodyKind):
+        return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind):
         return body_ops(kind, geo)
     if isinstance(kind, HeadKind):
         return head_ops(kind, geo)
+    if isinstance(kind, PatchEmbedKind):
+        return patch_embed_ops(kind, geo)
+    if isinstance(kind, ProjectorKind):
+        return projector_ops(kind, geo)
     return tail_ops(kind, geo)
+
+
+# Vision towers ------------------------------------------------------------------------------------
+
+
+def encoder_geometry(kind: EncoderBodyKind, geo: OpGeometry) -> OpGeometry:
+    """A vision encoder block's geometry: its own tokens per sample, whole on every context-parallel
+    rank, rotary where the tower has it, and bidirectional attention within its images or windows."""
+    return dataclasses.replace(geo, seq_length=kind.tokens, cp=1, block_pairs=kind.pairs)
+
+
+def patch_embed_ops(kind: PatchEmbedKind, geo: OpGeometry) -> tuple[Op, ...]:
+    """The patch embedding as the matmul it is (patches × pixels-per-patch by pixels-per-patch × h), the
+    class token and positions added, CLIP's pre-norm; replicated over TP, on every patch of the sample."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "patch_embed"
+    ops = [_matmul("patch_embed.projection", block, b * kind.patches, kind.patch_inputs, h, bc)]
+    if kind.positions or kind.class_token:
+        ops.append(
+            _elementwise("patch_embed.positions", block, 3 * b * kind.tokens * h * bc, 2 * b * kind.tokens * h * bc)
+        )
+    if kind.pre_norm is not None:
+        ops.append(_norm("patch_embed.pre_norm", block, b * kind.tokens, h, bc))
+    return tuple(ops)
+
+
+def projector_ops(kind: ProjectorKind, geo: OpGeometry) -> tuple[Op, ...]:
+    """SigLIP's post-norm and the pooling head's key/value projection where they are used; the merger's
+    norm over each patch; the projector's Linear – GELU – Linear over the projected tokens (its width
+    split over TP as an MLP's)."""
+    b, bc, h = geo.micro_batch_size, geo.dtype_bytes, kind.hidden_size
+    block = "projector"
+    ops: list[Op] = []
+    if kind.post_norm is not None and kind.post_norm_tokens:
+        rows = b * kind.post_norm_tokens
+        ops.append(_norm("projector.post_norm", block, rows, h, bc))
+        if kind.pooling_head:
+            ops.append(_matmul("projector.pooling_key_value", block, rows, h, 2 * h, bc))
+    if kind.merge_norm is not None:
+        ops.append(_norm("projector.merge_norm", block, b * kind.tokens_in, h, bc))
+    if kind.projector_inputs:
+        rows, width = b * kind.tokens_out, per_rank(kind.projector_hidden, geo.tp)
+        ops += [
+            _matmul("projector.fc1", block, rows, kind.projector_inputs, width, bc),
+            _elementwise("projector.gelu", block, 2 * rows * width * bc, 3 * rows * width * bc),
+            _matmul("projector.fc2", block, rows, width, kind.out_hidden, bc),
+        ]
+    return tuple(ops)
 
 
 def recompute_set(ops: Sequence[Op], switches: Mapping[str, int]) -> tuple[Op, ...]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.model.kinds import EncoderBodyKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
@@ -66,6 +67,7 @@ class Iteration:
     hfu: float
     breakdown: dict[str, float]
     hidden: dict[str, float] = field(default_factory=dict)  # share of each communication's link time hidden
+    link_seconds: dict[str, float] = field(default_factory=dict)  # each communication's time on its link
     tokens: int = 0
     devices: int = 0
     model_flops: float = 0.0
@@ -80,6 +82,7 @@ class Iteration:
             "hfu": self.hfu,
             "breakdown": dict(self.breakdown),
             "hidden": dict(self.hidden),
+            "link_seconds": dict(self.link_seconds),
             "tokens": self.tokens,
             "devices": self.devices,
             "model_flops": self.model_flops,
@@ -115,7 +118,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients fused into buckets as Megatron's.
     """
-    name = str(getattr(run, "framework", None) or "megatron")
+    name = run.framework
     pipelined = run.parallel.pp > 1
     interleaved = canonical(run.parallel.schedule, run.parallel.vpp) != "1f1b" and run.parallel.vpp > 1
     dp = run.parallel.dp * run.parallel.cp
@@ -132,13 +135,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
 
 
 def _layers_and_options(
-    run: RunConfig, memory: MemoryModel, cell_options: CellOptions | None
+    run: RunConfig,
+    memory: MemoryModel,
+    cell_options: CellOptions | None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> tuple[LayerWalk, dict[Layer, str]]:
     """The layers in their cells and each body layer's option. As configured: full recompute where the
     run's rule puts it (all layers, Megatron's uniform or block, torchtitan's every N-th block), the
     model's configured option (SLCT when a switch recomputes, else NONE) elsewhere."""
     if cell_options is not None:
-        return place_plan(run, cell_options)
+        return place_plan(run, cell_options, by_model)
     placed = walk(run)
     configured = {name: configured_option(memory, name) for name in run.model_names}
     rule = run.recompute
@@ -179,6 +185,8 @@ def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
     par, train = run.parallel, run.training
     hidden = run.spec(layer.model_name).hidden_size
     tokens = train.micro_batch_size * train.seq_length / par.cp / (par.tp if par.sequence_parallel else 1)
+    if isinstance(layer.kind, EncoderBodyKind):  # a vision block hands on the tower's own tokens, whole over CP
+        tokens = train.micro_batch_size * layer.kind.tokens / (par.tp if par.sequence_parallel else 1)
     payload = tokens * hidden * train.dtype_bytes
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
@@ -195,18 +203,28 @@ class _Cells:
     transfer: list[list[float]]
 
 
+def reverse_pairs(layers: Sequence[tuple[float, float]], values: Sequence[float]) -> list:
+    """(layer's (forward, backward), value) pairs, last layer first: the backward's order."""
+    return list(zip(layers, values, strict=True))[::-1]
+
+
 def _fsdp_exposed(
-    layers: Sequence[tuple[float, float]], gathers: Sequence[float], reduces: Sequence[float], rules: FrameworkRules
-) -> tuple[float, float, float, float, float]:
+    layers: Sequence[tuple[float, float]],
+    gathers: Sequence[float],
+    reduces: Sequence[float],
+    rules: FrameworkRules,
+    contention: float = 0.0,
+) -> tuple[float, float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
-    forward, link seconds backward, once-per-iteration link seconds). Each layer's gather is
-    prefetched behind the previous layer's compute (the first one's is exposed); the backward
-    walks the layers in reverse, its gathers prefetched likewise and each reduce-scatter running
-    behind the next layer's backward, the last one's exposed."""
+    forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
+    seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
+    is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
+    reduce-scatter running behind the next layer's backward, the last one's exposed."""
     forward_exposed = backward_exposed = forward_link = backward_link = 0.0
+    # What runs beside a layer's compute costs *contention* of its time (the SMs it takes).
     previous = 0.0
     for (forward, _), gather in zip(layers, gathers, strict=True):
-        forward_exposed += max(0.0, gather - previous)
+        forward_exposed += max(0.0, gather - previous) + contention * min(gather, previous)
         forward_link += gather
         previous = forward
     previous = 0.0
@@ -216,15 +234,23 @@ def _fsdp_exposed(
         again = gather if rules.fsdp_reshard_after_forward else 0.0
         # the previous layer's reduce-scatter and this layer's gather share the time of the previous backward
         work = again + (pending if rules.fsdp_reduce_every_micro_batch else 0.0)
-        backward_exposed += max(0.0, work - previous)
+        backward_exposed += max(0.0, work - previous) + contention * min(work, previous)
         backward_link += work
         pending = reduce
         previous = backward
     if rules.fsdp_reduce_every_micro_batch:
         backward_exposed += pending
         backward_link += pending
-    once = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
-    return forward_exposed, backward_exposed, forward_link, backward_link, once
+    # Gradients synchronised once (torchtitan under a pipeline): the last micro-batch's backward
+    # reduce-scatters each layer behind the next layer's backward, the last one after it.
+    once_link = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
+    once_exposed = pending = 0.0
+    if not rules.fsdp_reduce_every_micro_batch:
+        for (_, backward), reduce in reverse_pairs(layers, reduces):
+            once_exposed += max(0.0, pending - backward) + contention * min(pending, backward)
+            pending = reduce
+        once_exposed += pending
+    return forward_exposed, backward_exposed, forward_link, backward_link, once_link, once_exposed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,15 +262,20 @@ def run_iteration(
     cell_options: CellOptions | None = None,
     times: TimeModel | None = None,
     memory: MemoryModel | None = None,
+    by_model: Mapping[str, CellOptions] | None = None,
 ) -> Iteration:
-    """The iteration of the run as configured (*cell_options* None) or of a plan's cells."""
+    """The iteration of the run as configured (*cell_options* None) or of a plan's cells.
+
+    *by_model* places each sub-model along the cells on its own (`model.placement.model_cell_options`),
+    as a plan whose combined bodies stand for layers of several sub-models needs.
+    """
     par, train = run.parallel, run.training
     times = times if times is not None else TimeModel(run)
     memory = memory if memory is not None else MemoryModel(run)
     rules = framework_rules(run)
-    placed, chosen = _layers_and_options(run, memory, cell_options)
+    placed, chosen = _layers_and_options(run, memory, cell_options, by_model)
     links = _data_links(run, times.links, memory)
-    kernels = Kernels.from_device(times.device, train.dtype)
+    kernels = times.kernels
     stages, chunks, m = par.pp, par.vpp, train.micro_batches
     setup = memory.setup
     fsdp = setup.shard_level >= 3
@@ -263,7 +294,7 @@ def run_iteration(
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16) and gradients reduce-scattered over dp·cp.
-    fsdp_link = fsdp_exposed_total = fsdp_once = 0.0
+    fsdp_link = fsdp_once = fsdp_once_link = 0.0
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
@@ -271,15 +302,17 @@ def run_iteration(
                 params = memory.parameters(layer)
                 gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
-            fe, be, fl, bl, once = _fsdp_exposed([(f, b) for _, f, b in entries], gathers, reduces, rules)
+            fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
+                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
+            )
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
             cells.fsdp_forward[chunk][stage] = fe
             cells.fsdp_backward[chunk][stage] = be
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
-            fsdp_exposed_total += (fe + be) * m
-            fsdp_once += once
+            fsdp_once += once_exposed
+            fsdp_once_link += once_link
 
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
@@ -307,8 +340,10 @@ def run_iteration(
     p2p = timeline.makespan - gathered.makespan
 
     # Data-parallel gradient reduction per stage, overlapped with its last backward but for the tail.
-    dp_tail, dp_link, dp_exposed = _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks)
-    dp_term = max(0.0, dp_tail - timeline.makespan) if stages else 0.0
+    dp_tail, dp_link, dp_exposed = _dp_reduction(
+        run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks
+    )
+    dp_term = max(0.0, dp_tail - timeline.makespan)
     gather_exposed, gather_link = _param_gather(run, rules, memory, links, per_cell, fsdp)
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
@@ -334,8 +369,14 @@ def run_iteration(
         "recompute_gathers": _share(again_link * m, again_exposed * m),
         "dp_communication": _share(dp_link + gather_link, dp_exposed + gather_exposed),
     }
+    link_seconds = {
+        "layer_collectives": link * m / 1e3,
+        "recompute_gathers": again_link * m / 1e3,
+        "dp_communication": dp_link + gather_link,
+    }
     if fsdp:
-        hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once, fsdp_term)
+        hidden["fsdp_communication"] = _share(fsdp_link + fsdp_once_link, fsdp_term)
+        link_seconds["fsdp_communication"] = fsdp_link + fsdp_once_link
     return Iteration(
         seconds=seconds,
         tokens_per_second_per_device=tokens / seconds / count,
@@ -343,6 +384,7 @@ def run_iteration(
         hfu=utilization(run, hardware, seconds),
         breakdown=breakdown,
         hidden=hidden,
+        link_seconds=link_seconds,
         tokens=tokens,
         devices=count,
         model_flops=flops,
@@ -375,7 +417,7 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
-def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, chunks):
+def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks):
     """(latest end of a stage's reduction, link seconds, exposed seconds) over every stage.
 
     Buckets fill in backward order (the stage's last chunk's last layer first); a bucket's
@@ -384,6 +426,7 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
     at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
     backward to end."""
     overlap = run.timing.overlap.dp
+    contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
     latest = 0.0
     link_total = exposed_total = 0.0
@@ -411,16 +454,35 @@ def _dp_reduction(run, rules, memory, links, per_cell, timeline, fsdp, stages, c
             params_sum = None
         if params_sum is not None:
             buckets.append((ready[-1][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
-        link = sum(c for _, c in buckets)
-        finish = 0.0
-        for when, seconds in buckets:
-            finish = max(finish, when) + seconds
-        overlapped_tail = max(0.0, finish - end)
-        exposed = overlap * overlapped_tail + (1 - overlap) * link
+        link, exposed = bucket_tail(buckets, end, overlap, contention)
         latest = max(latest, end + exposed)
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def bucket_tail(
+    buckets: Sequence[tuple[float, float]], end: float, overlap: float, contention: float = 0.0
+) -> tuple[float, float]:
+    """(link seconds, exposed seconds) of gradient buckets (ready time, collective seconds) reduced one
+    after another on one stream from when each is ready, against a backward ending at *end*: with
+    *overlap* 1 only what runs past *end* is exposed, plus *contention* of what ran beside the
+    backward (the SMs it took); with 0 every reduction waits for the end."""
+    link = sum(seconds for _, seconds in buckets)
+    finish = 0.0
+    for when, seconds in buckets:
+        finish = max(finish, when) + seconds
+    tail = max(0.0, finish - end)
+    beside = max(0.0, link - tail)
+    return link, overlap * (tail + contention * beside) + (1 - overlap) * link
+
+
+def optimizer_traffic(states_held: float, gradients_held: float, whole: float, setup) -> float:
+    """HBM bytes of one device's optimizer step: for each parameter whose states it holds, read the
+    gradient, read and write the states (fp32 master copy and moments: `state_bytes`), write the
+    16-bit parameter; read each held gradient once more for the norm; zero the whole gradient buffer."""
+    per_state = setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes
+    return states_held * per_state + gradients_held * setup.grad_bytes + whole * setup.grad_bytes
 
 
 def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
@@ -460,7 +522,7 @@ def _tied_embedding_sync(run, memory, links, placed) -> float:
         return 0.0
     seconds = 0.0
     for name in run.model_names:
-        if not run.spec(name).tied_embeddings:
+        if run.is_vision(name) or not run.spec(name).tied_embeddings:
             continue
         head = next(layer for layer in placed if layer.model_name == name and layer.node == "HEAD")
         payload = memory.parameters(head).total * memory.setup.grad_bytes
@@ -478,9 +540,9 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
         traffic = 0.0
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
-            whole = memory.parameters(layer).total
-            traffic += static.optimizer_states * (setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes)
-            traffic += static.gradients * setup.grad_bytes + whole * setup.grad_bytes
+            traffic += optimizer_traffic(
+                static.optimizer_states, static.gradients, memory.parameters(layer).total, setup
+            )
         stages[stage] = stages.get(stage, 0.0) + traffic
     return kernels.memory_s(max(stages.values(), default=0.0))
 

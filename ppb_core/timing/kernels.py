@@ -9,7 +9,11 @@ measured MAMF over peak) when it is at least 128×128; smaller tiles reuse each 
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
 half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
 `SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
-(their bytes at the HBM rate). A skinny product (fewer than 64 output rows or columns) runs as a
+(their bytes at the HBM rate). On devices whose GEMM kernels store a tile's output after its main
+loop before the SM takes the next tile (Ampere's cuBLAS/CUTLASS 2 kernels, unlike Hopper's
+warp-specialized persistent ones that store while the next tile computes), the padded output's
+bytes (a weight gradient accumulated in fp32 reads and writes 8 a element) add at the HBM rate.
+A skinny product (fewer than 64 output rows or columns) runs as a
 GEMV-like kernel, untiled: its FLOPs at the ceiling, in practice its bytes. The fastest tiling is
 taken, as cuBLAS's heuristics pick one, and the result is never below the HBM roofline: bytes /
 achieved bandwidth.
@@ -39,39 +43,86 @@ ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
 
+# Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves (torchtitan's model
+# code without torch.compile; Megatron-LM runs TransformerEngine's / Apex's fused kernels, MindSpore
+# fuses in graph mode). Per element, bf16:
+# - RMSNorm (`nn.RMSNorm`, composite in eager): pow (read 2, write 2), mean (read 2), mul by the
+#   reciprocal (read 2, write 2), mul by the weight (read 2, write 2): 14 bytes against the fused
+#   kernel's 4 (read x, write y): 3.5x; its autograd backward alike.
+# - SwiGLU (`F.silu(w1(x)) * w3(x)`): silu (read 2, write 2) and the product (read 4, write 2): 10
+#   bytes against 6: 5/3.
+# - Rotary embedding (torchtitan's `apply_rotary_emb`): upcast (read 2, write 4), complex product
+#   (read 4, write 4), downcast (read 4, write 2): 20 bytes against 4: 5x.
+EAGER_TRAFFIC: dict[str, float] = {"norm": 14 / 4, "activation": 10 / 6, "rope": 20 / 4}
+
 
 @dataclass(frozen=True)
 class Kernels:
     """One device at one dtype: what its kernels reach."""
 
-    flops_per_s: float  # dense tensor-core peak for the dtype
+    flops_per_s: float  # dense tensor-core peak for the dtype (attention)
     gemm_ceiling: float
     sms: int
     hbm_bytes_per_s: float  # achieved
     attention_forward: float
     attention_backward: float
+    fused: bool = True  # element-wise ops as one fused kernel each (else `EAGER_TRAFFIC`)
+    comm_sms: int = 0  # SMs a collective running beside compute takes from it
+    gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
+    epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
+
+    @property
+    def contention(self) -> float:
+        """The share of compute a concurrent collective takes: its SMs over the device's."""
+        return min(1.0, self.comm_sms / self.sms)
 
     @classmethod
-    def from_device(cls, device: DeviceProfile, dtype: str = "bf16") -> Kernels:
+    def from_device(
+        cls,
+        device: DeviceProfile,
+        dtype: str = "bf16",
+        framework: str = "megatron",
+        compiled: bool = False,
+        matmul_dtype: str | None = None,
+    ) -> Kernels:
+        """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
+        best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
+        (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them. With
+        *matmul_dtype* fp8 the GEMMs run on the FP8 tensor cores at their own measured ceiling
+        (attention stays in *dtype*)."""
+        titan = framework == "torchtitan"
+        fp8 = matmul_dtype == "fp8"
         return cls(
             flops_per_s=device.peak_flops(dtype),
-            gemm_ceiling=device.matmul_efficiency,
+            gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
+            gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
-            attention_forward=device.attention_forward_efficiency,
-            attention_backward=device.attention_backward_efficiency,
+            attention_forward=device.flash2_forward_efficiency if titan else device.attention_forward_efficiency,
+            attention_backward=device.flash2_backward_efficiency if titan else device.attention_backward_efficiency,
+            fused=compiled or not titan,
+            comm_sms=device.comm_sms,
+            epilogue_overlapped=device.gemm_epilogue_overlapped,
         )
 
     def memory_s(self, traffic: float) -> float:
         return traffic / self.hbm_bytes_per_s
 
-    def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1) -> float:
-        """Seconds of the tensor-core work alone: the best tiling's waves (no HBM roofline)."""
+    def elementwise_s(self, traffic: float, fusion: str | None) -> float:
+        """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes."""
+        factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion]
+        return self.memory_s(traffic * factor)
+
+    def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:
+        """Seconds of the tensor-core work: the best tiling's waves (no HBM roofline), plus, where the
+        device's kernels store each tile after its main loop (`epilogue_overlapped` False: Ampere's
+        and Ascend's), the tiles' *output_bytes* per element at the HBM rate."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
+        peak = self.gemm_flops_per_s or self.flops_per_s
         if min(m, n) < SKINNY:
-            return 2 * m * n * k * groups / (self.flops_per_s * self.gemm_ceiling)
-        per_sm = self.flops_per_s * self.gemm_ceiling / self.sms
+            return 2 * m * n * k * groups / (peak * self.gemm_ceiling)
+        per_sm = peak * self.gemm_ceiling / self.sms
         best = math.inf
         for tm, tn in TILES:
             tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
@@ -82,7 +133,8 @@ class Kernels:
                 waves = math.ceil(tiles * split / self.sms)
                 # split-K writes each slice's fp32 partial sums and reads them back to reduce them
                 reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
-                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction)
+                epilogue = 0.0 if self.epilogue_overlapped else self.memory_s(tiles * tm * tn * output_bytes)
+                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction + epilogue)
         return best
 
     def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:

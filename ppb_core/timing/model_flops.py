@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ppb_core.config.run import RunConfig
-from ppb_core.config.spec import ModelSpec
-from ppb_core.model.kinds import BodyKind, body_kind
+from ppb_core.config.spec import ModelSpec, VisionSpec
+from ppb_core.model.kinds import vision_kinds
 from ppb_core.model.switches import LayerType, normalized, option_state
-from ppb_core.timing.flops import Geometry, layer_flops, layer_ops
+from ppb_core.model.walk import model_kinds
+from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -86,11 +87,35 @@ def _megatron_flops(spec: ModelSpec, padded_vocab: int, sequences: int, seq_leng
     return tokens * (mlp + attention * layers + mtp_extra + logits) + squared * core * layers
 
 
+def _vision_flops(run: RunConfig, name: str, sequences: int) -> float:
+    """A vision tower's model FLOPs in the same convention (3 passes of every matmul, 2 FLOPs a multiply-add):
+    the patch embedding, each block's projections and MLP per token, its attention core per (query,
+    key) pair of its images or windows (bidirectional: no causal halving), and the projector per
+    projected token. Megatron-LM counts no vision tower; this is its `transformer_flops` rule
+    applied to the tower's own tokens and pairs."""
+    spec = run.spec(name)
+    assert isinstance(spec, VisionSpec)
+    head, bodies, tail = vision_kinds(spec, run.vision(name))
+    h = spec.hidden_size
+    total = 6 * head.patches * head.patch_inputs * h
+    expansion = 3 if spec.gated else 2
+    for kind in bodies:
+        total += kind.tokens * 6 * (4 * h * h + expansion * h * spec.intermediate_size)
+        total += kind.pairs * 12 * h  # QKᵀ and AV over every pair, all heads
+    if tail.projector_inputs:
+        projector = tail.projector_inputs * tail.projector_hidden + tail.projector_hidden * tail.out_hidden
+        total += 6 * tail.tokens_out * projector
+    return sequences * total
+
+
 def model_flops_per_iteration(run: RunConfig) -> float:
-    """Model FLOPs of one iteration, exactly Megatron-LM's `num_floating_point_operations` (see the module)."""
+    """Model FLOPs of one iteration, exactly Megatron-LM's `num_floating_point_operations` (see the module),
+    plus a vision tower's in the same convention."""
     sequences = global_batch_sequences(run)
     return sum(
-        _megatron_flops(run.spec(name), run.vocab_size(name), sequences, run.training.seq_length)
+        _vision_flops(run, name, sequences)
+        if isinstance(run.spec(name), VisionSpec)
+        else _megatron_flops(run.spec(name), run.vocab_size(name), sequences, run.training.seq_length)
         for name in run.model_names
     )
 
@@ -109,15 +134,13 @@ def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | No
     choose = (lambda _model, _index: option_of) if isinstance(option_of, str) else option_of
     total = 0.0
     for model_name in run.model_names:
-        spec = run.spec(model_name)
-        geo = Geometry.from_run(run, model_name).whole_model()
+        geo = OpGeometry.from_run(run).whole_model()
         configured = normalized(run.switches(model_name))
         cache: dict[tuple, float] = {}
-        for index in range(spec.num_layers):
+        for index, kind in enumerate(model_kinds(run, model_name)[1]):
             option = choose(model_name, index)
             if option == "NONE":
                 continue
-            kind: BodyKind = body_kind(spec, index, run.training.dropout)
             key = (kind, option)
             if key not in cache:
                 state, switches = option_state(option, configured)

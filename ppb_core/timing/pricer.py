@@ -6,7 +6,9 @@ Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's de
   at the dtype's peak (fp32 as TF32, half the 16-bit rate);
 - element-wise ops by bytes / (HBM · memory_efficiency);
 - collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
-  compute of one partner op in the same pass: exposed = c − min(overlap · c, partner).
+  compute of one partner op in the same pass: hidden = min(overlap · c, partner), exposed =
+  c − hidden + contention · hidden, the partner losing the SMs the collective runs on while they
+  overlap (`Kernels.contention`).
 The forward is the sum of the ops' forwards and the backward the sum of their backwards, plus
 what the state runs again: under SEL the ops of `recompute_set` (each at its forward price; a
 re-sent all-gather may instead hide behind its consumer's input gradient, never costing more
@@ -27,7 +29,7 @@ from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, norma
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flops import COMM, Collective, Geometry, Op, layer_ops, rerun_ops
+from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
 _STATES: dict[str, tuple[LayerType, ...]] = {
@@ -86,8 +88,18 @@ class TimeModel:
         self.device = run.device.profile()
         self.overlap = run.timing.overlap
         self.links = Links.from_run(run, self.device)
-        self.kernels = Kernels.from_device(self.device, run.training.dtype)
-        self._geometry = {name: Geometry.from_run(run, name) for name in run.model_names}
+        # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
+        # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
+        framework = run.framework
+        self._wgrad_bytes = 2 * run.training.grad_bytes if framework != "torchtitan" else run.training.dtype_bytes
+        self.kernels = Kernels.from_device(
+            self.device,
+            run.training.dtype,
+            framework,
+            run.timing.torch_compile,
+            run.timing.matmul_dtype,
+        )
+        self._geometry = OpGeometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -107,7 +119,7 @@ class TimeModel:
     # The op table and its prices ------------------------------------------------------------------
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
-        return layer_ops(layer.kind, self._geometry[layer.model_name])
+        return layer_ops(layer.kind, self._geometry)
 
     def _phase_s(self, op: Op, phase: str) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""
@@ -122,27 +134,60 @@ class TimeModel:
         if op.gemm is not None:
             m, k, n, groups, fused = op.gemm
             share = n / fused
+            out = self.run.training.dtype_bytes
+            # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
+            # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
+            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
             if phase == "forward":
-                return max(share * kernels.gemm_compute_s(m, fused, k, groups), kernels.memory_s(op.bytes))
+                compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
+                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups)
             half = kernels.memory_s(op.backward_bytes / 2)
-            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups), half)
-            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups), half)
+            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
+            dgrad += kernels.memory_s(cast * m * n * groups)
+            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.memory_s(traffic)
+        seconds = kernels.elementwise_s(traffic, op.fusion)
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
-        self, collective: Collective | None, by_name: Mapping[str, Op], overlap: float | None = None
+        self,
+        collective: Collective | None,
+        by_name: Mapping[str, Op],
+        overlap: float | None = None,
+        paired: float | None = None,
     ) -> float:
+        """A collective's exposed seconds. *paired*: the compute of another micro-batch it hides behind
+        instead of its partner op (DualPipe's expert all-to-alls)."""
         if collective is None:
             return 0.0
         seconds = collective_seconds(collective, self.links)
         share = getattr(self.overlap, collective.overlap) if overlap is None else overlap
         partner = 0.0
-        if collective.partner is not None and collective.partner[0] in by_name:
+        if paired is not None and collective.overlap == "ep":
+            share, partner = 1.0, paired
+        elif collective.partner is not None and collective.partner[0] in by_name:
             partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
-        return seconds - min(share * seconds, partner)
+        hidden = min(share * seconds, partner)
+        return seconds - hidden + self.kernels.contention * hidden
+
+    def _dualpipe_share(self, ops: tuple[Op, ...]) -> float | None:
+        """Under DualPipeV (DeepSeek-V3) a forward chunk of one micro-batch runs beside a backward chunk
+        of another, each one's expert all-to-alls hidden behind the other's compute (DeepSeek-V3
+        report, §3.2.1): each all-to-all gets an equal share of the layer's forward and backward
+        compute to hide behind. None under other schedules."""
+        if self.run.parallel.schedule != "dualpipev":
+            return None
+        count = sum(
+            1
+            for op in ops
+            for collective in (op.forward_comm, op.backward_comm)
+            if collective is not None and collective.overlap == "ep"
+        )
+        if not count:
+            return None
+        compute = sum(self._phase_s(op, "forward") + self._phase_s(op, "backward") for op in ops)
+        return compute / count
 
     def op_prices(self, layer: Layer) -> dict[str, OpPrice]:
         """Every op's prices, by name (memoized per model and kind)."""
@@ -151,11 +196,12 @@ class TimeModel:
         if prices is None:
             ops = self.ops(layer)
             by_name = {op.name: op for op in ops}
+            paired = self._dualpipe_share(ops)
             prices = {}
             for op in ops:
                 if op.category == COMM:
-                    forward = self._exposed_s(op.forward_comm, by_name)
-                    backward = self._exposed_s(op.backward_comm, by_name)
+                    forward = self._exposed_s(op.forward_comm, by_name, paired=paired)
+                    backward = self._exposed_s(op.backward_comm, by_name, paired=paired)
                     again = forward
                     if op.recompute_comm is not None:
                         share = max(

@@ -127,8 +127,7 @@ class CensusActivations:
 
 
 def _split(setup: MemorySetup) -> RankSplit:
-    factor = setup.dropless_imbalance if setup.dropless else setup.capacity_factor
-    return RankSplit(tp=setup.tp, sp=setup.sp, ep=setup.ep, routed_factor=factor)
+    return RankSplit(tp=setup.tp, sp=setup.sp, ep=setup.ep, routed_factor=setup.routing_factor)
 
 
 def census_pricers(run: Any) -> dict[str, CensusActivations]:

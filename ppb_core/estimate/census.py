@@ -1,6 +1,6 @@
 """The formula path against a census for one run config: what each body kind keeps, option by option.
 
-`python -m ppb_core.census.compare RUN.yaml CENSUS.json [--model NAME]` prints, for each body
+`python -m ppb_core.cli.compare RUN.yaml CENSUS.json [--model NAME]` prints, for each body
 kind, the activation bytes one device keeps per micro-batch under each option (the formulas,
 the census, their ratio) at the run's own parallel setup, the backward's working set both ways,
 and the census's parts next to the formulas' terms. docs/census.md is written from its output.
@@ -8,8 +8,6 @@ and the census's parts next to the formulas' terms. docs/census.md is written fr
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import walk
-
-MB = 2**20
+from ppb_core.units import MB
 
 
 @dataclass(frozen=True)
@@ -105,21 +102,6 @@ def report(rows: list[KindComparison], top: int = 12) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppb_core.census.compare", description=__doc__)
-    parser.add_argument("run_config")
-    parser.add_argument("census")
-    parser.add_argument("--model", default=None, help="the model the census measured (default: the first)")
-    parser.add_argument("--top", type=int, default=12, help="terms and parts listed per kind")
-    args = parser.parse_args(argv)
-    try:
-        print(report(compare(args.run_config, args.census, args.model), args.top))
-    except InputError as err:
-        print(f"error: {err.line()}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def summary(rows: list[KindComparison]) -> list[dict[str, Any]]:
     """The comparison as plain data (bytes), for tests and notes."""
     return [
@@ -133,7 +115,3 @@ def summary(rows: list[KindComparison]) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

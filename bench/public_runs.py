@@ -1,0 +1,369 @@
+"""Our iteration time against published measurements of large public training runs.
+
+    python bench/public_runs.py
+
+Each row is a published throughput (per-GPU TFLOP/s or tokens per second per GPU) of a named run,
+turned into the iteration's seconds with the FLOP formula its authors used (transcribed here
+independently of ppb's code), then compared with `run_iteration` on the same model, parallel
+layout and device. What the source does not state is an assumption, written in the row.
+
+Sources:
+- Megatron-LM README, "Performance benchmarking" model table (images/model_table.png,
+  NVIDIA/Megatron-LM, Megatron-Core r0.8.0, H100 80GB, bf16): GPT models of 1.7B-462B,
+  vocabulary 131,072, sequence 4,096, `--overlap-grad-reduce --overlap-param-gather
+  --tp-comm-overlap`; throughput is Megatron's per-GPU TFLOP/s, whose formula at
+  core_r0.8.0 (training.py, num_floating_point_operations) is
+  12·B·s·L·h²·((1 + g/a + s/h)·(q/h) + (f/h)·k·(3/2 if SwiGLU) + V/(2Lh)).
+- torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan): Llama 3.1 8B, FSDP
+  on 8 and 128 H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2, sequence 8192 (the 8B
+  recipe's), selective (per-op) activation checkpointing, without torch.compile or Float8:
+  tokens per second per GPU.
+- Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+  Table 5, also in Megatron-LM's README of May 2022 (commit 2e90a342f5): MFU of GPT 22B, 175B,
+  530B and 1T on A100 with sequence parallelism and selective recompute, data-parallel size one;
+  model configurations from the paper's Table 3 (TP 8; PP 1, 8, 35, 64; batch = GPUs / 8 · ... as
+  listed below); sequence 2048, vocabulary 51200; FLOPs by the paper's eq. 7.
+- DeepSeek-V3 technical report: 180K H800 GPU hours per trillion tokens (1,543 tokens/s per GPU)
+  on 2048 H800, PP 16 with DualPipe, EP 64 over 8 nodes, ZeRO-1 data parallelism, no TP, FP8
+  GEMMs, sequence 4096, batch 15360 sequences at the end of its ramp, RMSNorm and MLA
+  up-projections recomputed.
+- Llama 3 herd of models (Dubey et al. 2024), Table 4: Llama 3 405B on 8,192 and 16,384 H100,
+  TP 8, CP 1, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch: 430 / 400 TFLOP/s per GPU.
+  Meta's own framework; counted here with Megatron-LM's formula (GQA, SwiGLU).
+
+Prints each row's published and predicted seconds and the error, then the mean absolute error.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.config.run import RunConfig, parse_run_config  # noqa: E402
+from ppb_core.timing.iteration import run_iteration  # noqa: E402
+
+MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
+TORCHTITAN = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+LLAMA3 = "Llama 3 paper (Dubey et al. 2024), Table 4"
+KORTHIKANTI = "Korthikanti et al. 2022, Table 5 (Megatron-LM README, May 2022)"
+DEEPSEEK = "DeepSeek-V3 technical report (2024), §1 and §3"
+
+
+@dataclass(frozen=True)
+class PublicRun:
+    name: str
+    source: str
+    raw: dict[str, Any]  # the run config
+    published: str  # what the source states
+    seconds: float  # the iteration it implies
+    assumptions: tuple[str, ...] = field(default=())
+
+
+def _gpt(h: int, heads: int, layers: int) -> dict[str, Any]:
+    """Megatron's GPT benchmark model: LayerNorm, GeLU MLP of 4h, MHA, biases, untied embeddings."""
+    return {
+        "vocab_size": 131072,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * h,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "rope",
+        "max_position_embeddings": 4096,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+    }
+
+
+def megatron_r08_flops(h: int, heads: int, layers: int, vocab: int, s: int, batch: int) -> float:
+    """Megatron-Core r0.8.0's num_floating_point_operations for an MHA GeLU GPT (f = 4h, q = h, g = a)."""
+    return 12 * batch * s * layers * h * h * ((1 + 1 + s / h) * 1 + 4 + vocab / (2 * layers * h))
+
+
+# (name, hidden, heads, layers, tp, pp, dp, batch, per-GPU TFLOP/s)
+_MEGATRON_ROWS = (
+    ("1.7B", 2048, 16, 24, 1, 1, 48, 192, 408.8),
+    ("7.1B", 4096, 32, 30, 2, 1, 48, 192, 465.9),
+    ("16B", 6144, 48, 32, 4, 1, 48, 192, 489.1),
+    ("32B", 7168, 56, 48, 8, 1, 48, 192, 459.6),
+    ("70B", 8192, 64, 84, 8, 2, 48, 384, 419.7),
+    ("119B", 10240, 80, 92, 8, 4, 48, 768, 420.5),
+    ("177B", 12288, 96, 96, 8, 6, 48, 1152, 432.8),
+    ("314B", 16384, 128, 96, 8, 8, 48, 1536, 474.4),
+    ("462B", 18432, 144, 112, 8, 16, 48, 3072, 459.9),
+)
+
+
+def _megatron_runs() -> list[PublicRun]:
+    runs = []
+    for name, h, heads, layers, tp, pp, dp, batch, tflops in _MEGATRON_ROWS:
+        seconds = megatron_r08_flops(h, heads, layers, 131072, 4096, batch) / (tp * pp * dp * tflops * 1e12)
+        raw = {
+            "name": f"megatron-gpt-{name}",
+            "framework": "megatron",
+            "models": [{"name": "gpt", "spec": _gpt(h, heads, layers)}],
+            "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, "zero": 1},
+            "training": {
+                "seq_length": 4096,
+                "micro_batch_size": 1,
+                "micro_batches": batch // dp,
+                "dtype": "bf16",
+                "flash_attention": True,
+            },
+            "device": {"name": "h100-80gb"},
+            "timing": {"overlap": {"tp": 1.0, "dp": 1.0, "param_gather": 1.0}},
+        }
+        runs.append(
+            PublicRun(
+                f"Megatron GPT {name} ({tp * pp * dp} H100, TP{tp} PP{pp} DP{dp})",
+                MEGATRON_TABLE,
+                raw,
+                f"{tflops} TFLOP/s per GPU",
+                seconds,
+                ("micro-batch size 1", "1F1B without interleaving", "rotary positions", "no recompute"),
+            )
+        )
+    return runs
+
+
+LLAMA31_8B = {
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+}
+LLAMA3_405B = {
+    "vocab_size": 128256,
+    "hidden_size": 16384,
+    "num_layers": 126,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 8,
+    "intermediate_size": 53248,
+    "max_position_embeddings": 131072,
+}
+# torchtitan's H100: 96 GB HBM2e at 2.4 TB/s, 500 W; "the actual peak TFLOPs number is between SXM
+# and NVL": the midpoint of SXM's 989 and NVL's 835 dense BF16 TFLOPS taken.
+TITAN_H100 = {"name": "h100-80gb", "memory_mb": 98304, "hbm_bandwidth_gbs": 2400.0, "peak_tflops": 912.0}
+
+
+def _torchtitan_runs() -> list[PublicRun]:
+    runs = []
+    for gpus, tps in ((8, 5762), (128, 5605)):
+        tokens = 2 * 8192 * gpus
+        raw = {
+            "name": f"torchtitan-llama3.1-8b-fsdp{gpus}",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA31_8B}],
+            "parallel": {"dp": gpus, "fsdp": True, "zero": 3},
+            "training": {
+                "seq_length": 8192,
+                "micro_batch_size": 2,
+                "micro_batches": 1,
+                "dtype": "bf16",
+                "flash_attention": True,
+                "recompute": {"mode": "selective", "option": "op"},
+            },
+            "device": TITAN_H100,
+        }
+        runs.append(
+            PublicRun(
+                f"torchtitan Llama 3.1 8B FSDP ({gpus} H100)",
+                TORCHTITAN,
+                raw,
+                f"{tps} tokens/s per GPU",
+                tokens / (tps * gpus),
+                ("peak midway between H100 SXM and NVL", "per-op checkpointing as ppb's switches map it"),
+            )
+        )
+    return runs
+
+
+def megatron_flops_gqa_swiglu(h: int, heads: int, kv: int, layers: int, ffn: int, vocab: int, s: int, batch: int):
+    """Megatron-LM's current num_floating_point_operations for a dense GQA SwiGLU model (d = h/heads)."""
+    d = h // heads
+    per_token = layers * (6 * (h * (heads * d + 2 * kv * d) + heads * d * h) + 6 * h * ffn * 3) + 6 * h * vocab
+    return batch * s * per_token + batch * s * s * layers * 6 * heads * d
+
+
+def _llama3_runs() -> list[PublicRun]:
+    runs = []
+    for gpus, dp, tflops in ((8192, 64, 430.0), (16384, 128, 400.0)):
+        batch = 16 * 1024 * 1024 // 8192  # 16M tokens of 8192
+        flops = megatron_flops_gqa_swiglu(16384, 128, 8, 126, 53248, 128256, 8192, batch)
+        raw = {
+            "name": f"llama3-405b-{gpus}",
+            "framework": "megatron",
+            "models": [{"name": "llm", "spec": LLAMA3_405B}],
+            "parallel": {
+                "dp": dp,
+                "tp": 8,
+                "pp": 16,
+                "vpp": 2,
+                "schedule": "interleaved",
+                "sequence_parallel": True,
+                "zero": 1,
+            },
+            "training": {
+                "seq_length": 8192,
+                "micro_batch_size": 1,
+                "micro_batches": batch // dp,
+                "dtype": "bf16",
+                "flash_attention": True,
+            },
+            "device": {"name": "h100-80gb"},
+        }
+        runs.append(
+            PublicRun(
+                f"Llama 3 405B ({gpus} H100, TP8 PP16 DP{dp})",
+                LLAMA3,
+                raw,
+                f"{tflops:.0f} TFLOP/s per GPU",
+                flops / (gpus * tflops * 1e12),
+                ("Megatron-LM's FLOP count", "interleaved, 2 chunks", "micro-batch size 1", "TP overlap off"),
+            )
+        )
+    return runs
+
+
+# (name, hidden, heads, layers, pp, GPUs, batch, MFU)
+_KORTHIKANTI_ROWS = (
+    ("22B", 6144, 64, 48, 1, 8, 4, 0.415),
+    ("175B", 12288, 96, 96, 8, 64, 64, 0.514),
+    ("530B", 20480, 128, 105, 35, 280, 280, 0.560),
+    ("1T", 25600, 160, 128, 64, 512, 512, 0.563),
+)
+
+
+def korthikanti_eq7(h: int, layers: int, s: int, vocab: int, batch: int) -> float:
+    """Korthikanti et al. eq. 7: 72·B·s·L·h²·(1 + s/(6h) + V/(12hL))."""
+    return 72 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers))
+
+
+def _korthikanti_runs() -> list[PublicRun]:
+    runs = []
+    for name, h, heads, layers, pp, gpus, batch, mfu in _KORTHIKANTI_ROWS:
+        spec = {**_gpt(h, heads, layers), "vocab_size": 51200, "max_position_embeddings": 2048}
+        spec.update(position_embedding="learned", attention_dropout=0.1, hidden_dropout=0.1, tied_embeddings=True)
+        raw = {
+            "name": f"korthikanti-{name}",
+            "framework": "megatron",
+            "models": [{"name": "gpt", "spec": spec}],
+            "parallel": {"dp": 1, "tp": 8, "pp": pp, "sequence_parallel": True, "zero": 0},
+            "training": {
+                "seq_length": 2048,
+                "micro_batch_size": 4 if pp == 1 else 1,
+                "micro_batches": 1 if pp == 1 else batch,
+                "dtype": "fp16",
+                "flash_attention": False,
+                "recompute": {"softmax": 0, "headCast": 0, "dropout": 0, "gather": 0},
+            },
+            "device": {"name": "a100-80gb"},
+        }
+        seconds = korthikanti_eq7(h, layers, 2048, 51200, batch) / (gpus * 312e12 * mfu)
+        runs.append(
+            PublicRun(
+                f"Korthikanti GPT {name} ({gpus} A100, TP8 PP{pp})",
+                KORTHIKANTI,
+                raw,
+                f"MFU {100 * mfu:.1f}%",
+                seconds,
+                ("1F1B without interleaving", "micro-batch size 1 (22B: the batch of 4 at once)"),
+            )
+        )
+    return runs
+
+
+def _deepseek_runs() -> list[PublicRun]:
+    tps = 1e12 / (180_000 * 3600)
+    batch, gpus = 15360, 2048
+    raw = {
+        "name": "deepseek-v3",
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/deepseek-v3.json"}],
+        "parallel": {"dp": 128, "tp": 1, "pp": 16, "vpp": 2, "ep": 64, "etp": 1, "zero": 1, "schedule": "dualpipev"},
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": batch // 128,
+            "dtype": "bf16",
+            "optimizer": "adamw",
+            "flash_attention": True,
+            "recompute": {"normOp": 0, "attUp": 0},
+        },
+        "device": {"name": "h800"},
+        "timing": {"matmul_dtype": "fp8", "moe_dispatcher": "deepep"},
+    }
+    return [
+        PublicRun(
+            "DeepSeek-V3 671B (2048 H800, PP16 EP64 DP128)",
+            DEEPSEEK,
+            raw,
+            f"{tps:,.0f} tokens/s per GPU",
+            batch * 4096 / (tps * gpus),
+            (
+                "DualPipeV for DualPipe",
+                "micro-batch size 1",
+                "every GEMM in FP8",
+                "the final batch size",
+                "DeepEP dispatch",
+            ),
+        )
+    ]
+
+
+def public_runs() -> list[PublicRun]:
+    return [*_megatron_runs(), *_torchtitan_runs(), *_llama3_runs(), *_korthikanti_runs(), *_deepseek_runs()]
+
+
+def config(row: PublicRun) -> RunConfig:
+    return parse_run_config(row.raw, row.name, ROOT / "configs")
+
+
+def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
+    """(row, predicted seconds) for every public run."""
+    return [(row, run_iteration(config(row)).seconds) for row in rows or public_runs()]
+
+
+def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
+    """The row's run with another micro-batch size (the same global batch)."""
+    raw = {**row.raw, "training": dict(row.raw["training"])}
+    per_replica = raw["training"]["micro_batch_size"] * raw["training"]["micro_batches"]
+    raw["training"].update(micro_batch_size=size, micro_batches=per_replica // size)
+    return parse_run_config(raw, row.name, ROOT / "configs")
+
+
+def main() -> int:
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    errors = []
+    print(f"{'run':48s} {'published':>22s} {'seconds':>8s} {'ours':>8s} {'error':>7s} {'mbs 2':>7s}")
+    for row, predicted in evaluate():
+        error = predicted / row.seconds - 1
+        errors.append(abs(error))
+        other = (
+            ""
+            if row.source != MEGATRON_TABLE
+            else f"{run_iteration(with_micro_batch(row, 2)).seconds / row.seconds - 1:+7.1%}"
+        )
+        print(f"{row.name:48s} {row.published:>22s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%} {other:>7s}")
+    print(f"mean absolute error over {len(errors)} runs: {sum(errors) / len(errors):.1%}")
+    print(
+        "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
+        "Megatron-LM's examples/gpt3 script uses 1)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

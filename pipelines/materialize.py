@@ -1,0 +1,120 @@
+"""`python -m pipelines RUN_CONFIG...`: build run configs through Dagster, then say what happened.
+
+For each run config (its file stem under configs/), the partition is registered and every stage
+materialized in one run, recorded in the Dagster instance at $DAGSTER_HOME, where `dagster dev`
+shows it with its whole log. The terminal gets what a person wants to know: whether each stage
+of the plan fits, the plan's iteration time and gain, and where the report is; or the one line
+that says what went wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
+from pipelines.definitions import defs
+from pipelines.partitions import PARTITIONS_NAME
+from pipelines.resources import CONFIG_DIR_ENV, PROJECT_ROOT, RunConfigs
+from ppb_core import chain
+from ppb_core.report.render import console_summary
+from ppb_core.tables.schema import Summarized
+
+PROG = "python -m pipelines"
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+# The run's events stay in the instance (the UI shows them); the terminal gets the summary alone.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+HOME_HINT = "DAGSTER_HOME is not set: Dagster keeps its runs there (export DAGSTER_HOME=$PWD/dagster_home)"
+
+
+def error(line: str) -> None:
+    print(f"{PROG}: error: {line}", file=sys.stderr)
+
+
+def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
+    """The run's first failure in one line, and whether it is bad input (the run config's)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            data = event.step_failure_data
+            if data.user_failure_data and data.user_failure_data.description:
+                return f"{event.step_key}: {data.user_failure_data.description}", event.step_key == "run_config"
+            error = data.error
+            while error is not None and error.cause is not None:  # the exception the stage raised
+                error = error.cause
+            message = error.message.strip().splitlines()[-1] if error is not None else "failed"
+            return f"{event.step_key}: {message}", False
+    return "the run failed", False
+
+
+def build(instance: dg.DagsterInstance, key: str, time_limit_s: float) -> int:
+    """One run config through every stage; its summary printed. The exit status."""
+    if not instance.has_dynamic_partition(PARTITIONS_NAME, key):
+        instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
+    started = time.perf_counter()
+    result = dg.materialize(
+        ALL_ASSETS,
+        selection=STAGE_ASSETS,
+        partition_key=key,
+        instance=instance,
+        resources=defs.resources,
+        run_config={**QUIET, "ops": {"pipeline_plan": {"config": {"time_limit_s": time_limit_s}}}},
+        tags={"ppb/run_config": key, "ppb/trigger": PROG},
+        raise_on_error=False,
+    )
+    if not result.success:
+        line, bad_input = failure_line(result)
+        error(f"{key}: {line} (run {result.run_id[:8]})")
+        return EXIT_BAD_INPUT if bad_input else EXIT_FAILED
+    report = result.output_for_node("plan_report")
+    assert isinstance(report, Summarized)
+    (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == "plan_report"]
+    report_path = event.materialization.metadata["file.md"].value
+    print(
+        f"{key}: {len(STAGE_ASSETS)} tables in {time.perf_counter() - started:.1f} s (Dagster run {result.run_id[:8]})"
+    )
+    for line in console_summary(report, report_path):
+        print(f"  {line}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "keys", nargs="+", metavar="RUN_CONFIG", help="a run config's name: its file stem under configs/"
+    )
+    parser.add_argument(
+        "-t",
+        "--time-limit",
+        type=float,
+        default=chain.PLAN_TIME_LIMIT_S,
+        metavar="SECONDS",
+        help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
+    )
+    args = parser.parse_args(argv)
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        error(HOME_HINT)
+        return EXIT_BAD_INPUT
+    if not Path(home).exists():  # a new instance, set as the project's (telemetry off, one solve at a time)
+        Path(home).mkdir(parents=True)
+        shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", Path(home) / "dagster.yaml")
+    run_configs = RunConfigs(config_dir=dg.EnvVar(CONFIG_DIR_ENV).get_value("") or "")
+    found = run_configs.discover()
+    for key in args.keys:
+        if key not in found:
+            error(f"{run_configs.path(key)}: no such run config (found: {', '.join(found) or 'none'})")
+            return EXIT_BAD_INPUT
+    status = 0
+    with dg.DagsterInstance.get() as instance:
+        for key in args.keys:
+            status = max(status, build(instance, key, args.time_limit))
+    return status

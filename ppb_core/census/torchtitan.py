@@ -1,0 +1,210 @@
+"""The census of a torchtitan-style Llama block under torchtitan's activation checkpointing, on the CPU.
+
+torchtitan's model code is plain PyTorch (torchtitan v0.2.2, torchtitan/models/llama3/model/
+model.py), so its block runs on the CPU. This module builds one of our own with the same op
+sequence: `nn.Linear` projections without biases, rotary embeddings as complex products with a
+shared `freqs_cis`, `F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=...)`, the
+output transposed to a contiguous copy for `wo`, and `w2(F.silu(w1(x)) * w3(x))`. It is then
+wrapped as torchtitan/distributed/activation_checkpoint.py wraps a block:
+
+* `none`: as built;
+* `full`: `checkpoint_wrapper` (non-reentrant checkpoint);
+* `op`: `checkpoint_wrapper` with `create_selective_checkpoint_contexts` and our implementation of
+  torchtitan's per-op policy (`_apply_op_sac`): save the outputs of the ops of llama3's
+  `_op_sac_save_list` except every second `aten.mm` of the block, recompute the rest.
+
+Two stand-ins make the CPU run what a GPU runs, and are the only departures: the CPU's SDPA kernel
+(`aten._scaled_dot_product_flash_attention_for_cpu`, the flash algorithm, keeping the output and
+the fp32 log-sum-exp as the CUDA flash kernel does) takes the save list's place of the CUDA one;
+and the norm is an autograd function that keeps what CUDA's `aten._fused_rms_norm` keeps for its
+backward (its input and the fp32 reciprocal RMS, derivatives.yaml), where the CPU's rms_norm
+decomposes into fp32 elementwise ops that a GPU does not run.
+
+`measure_block(dims, tokens, ac)` runs one forward and reports the bytes the block keeps for its
+backward (`LiveBytes`: every storage made inside that is still alive, the output aside, and the
+block's input, counted as the formulas count it).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from ppb_core.census.live import LiveBytes
+
+CHECKPOINTING: tuple[str, ...] = ("none", "op", "full")
+
+# llama3/infra/parallelize.py _op_sac_save_list (v0.2.2), as far as these ops exist in the CPU
+# build, with the CPU flash kernel standing for the CUDA one.
+SAVE_LIST: frozenset[Any] = frozenset(
+    op
+    for op in (
+        torch.ops.aten.mm.default,
+        torch.ops.aten._scaled_dot_product_efficient_attention.default,
+        torch.ops.aten._scaled_dot_product_flash_attention.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+        torch.ops.aten._scaled_dot_product_attention_math.default,
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        torch.ops.aten.max.default,
+    )
+)
+
+
+@dataclass(frozen=True)
+class BlockDims:
+    """A Llama block's sizes: hidden, query heads, key/value heads, feed-forward width."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm keeping what CUDA's fused kernel keeps: the input and the fp32 reciprocal RMS."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        with torch.no_grad():
+            rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+            out = (x.float() * rstd).to(x.dtype) * weight
+        ctx.save_for_backward(x, weight, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.float() * rstd
+        grad_normed = grad.float() * weight.float()
+        mean = (grad_normed * normed).mean(-1, keepdim=True)
+        grad_x = (grad_normed - normed * mean) * rstd
+        grad_weight = (grad.float() * normed).sum(dim=tuple(range(grad.dim() - 1)))
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FusedRMSNorm.apply(x, self.weight, self.eps)
+
+
+def rotary_table(dims: BlockDims, seq: int, theta: float = 500000.0) -> torch.Tensor:
+    """The complex rotary table the model computes once and hands every block."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dims.head_dim, 2)[: dims.head_dim // 2].float() / dims.head_dim))
+    angles = torch.outer(torch.arange(seq).float(), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def _rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    rotated = torch.view_as_real(pairs * table.view(1, x.shape[1], 1, -1)).flatten(3)
+    return rotated.type_as(x)
+
+
+class Block(nn.Module):
+    """A torchtitan-style Llama TransformerBlock (the op sequence of model.py's, our own code)."""
+
+    def __init__(self, dims: BlockDims) -> None:
+        super().__init__()
+        self.dims = dims
+        h, d = dims.hidden, dims.head_dim
+        self.attention_norm = RMSNorm(h)
+        self.wq = nn.Linear(h, dims.heads * d, bias=False)
+        self.wk = nn.Linear(h, dims.kv_heads * d, bias=False)
+        self.wv = nn.Linear(h, dims.kv_heads * d, bias=False)
+        self.wo = nn.Linear(dims.heads * d, h, bias=False)
+        self.ffn_norm = RMSNorm(h)
+        self.w1 = nn.Linear(h, dims.ffn, bias=False)
+        self.w2 = nn.Linear(dims.ffn, h, bias=False)
+        self.w3 = nn.Linear(h, dims.ffn, bias=False)
+
+    def _attention(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        d = self.dims.head_dim
+        q = self.wq(x).view(batch, seq, -1, d)
+        k = self.wk(x).view(batch, seq, -1, d)
+        v = self.wv(x).view(batch, seq, -1, d)
+        q, k = _rotate(q, table), _rotate(k, table)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            is_causal=True,
+            enable_gqa=self.dims.heads > self.dims.kv_heads,
+        )
+        return self.wo(out.transpose(1, 2).contiguous().view(batch, seq, -1))
+
+    def forward(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        h = x + self._attention(self.attention_norm(x), table)
+        normed = self.ffn_norm(h)
+        return h + self.w2(F.silu(self.w1(normed)) * self.w3(normed))
+
+
+def _op_policy() -> Any:
+    """torchtitan's per-op policy (`_apply_op_sac`): a fresh count of the block's matmuls per pass."""
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            counts[mode] += 1
+        if func in SAVE_LIST and not (func == torch.ops.aten.mm.default and counts[mode] % 2 == 0):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def wrapped(block: Block, ac: str) -> nn.Module:
+    """The block as activation_checkpoint.py wraps it for *ac* (none, op or full)."""
+    if ac == "none":
+        return block
+    if ac == "full":
+        return checkpoint_wrapper(block, preserve_rng_state=True)
+    if ac == "op":
+        return checkpoint_wrapper(block, context_fn=functools.partial(_op_policy), preserve_rng_state=True)
+    raise ValueError(f"checkpointing is one of {', '.join(CHECKPOINTING)}, not {ac!r}")
+
+
+@dataclass(frozen=True)
+class BlockMeasurement:
+    dims: BlockDims
+    tokens: int
+    ac: str
+    kept_bytes: int  # what the block keeps for its backward, its input included, its output not
+    input_bytes: int
+
+
+def measure_block(dims: BlockDims, tokens: int, ac: str, dtype: torch.dtype = torch.bfloat16) -> BlockMeasurement:
+    """One forward of the block on *tokens* tokens (one sequence) under *ac*: what it keeps.
+
+    Runs a backward afterwards (so the graph the forward built can run), and checks nothing else.
+    """
+    torch.manual_seed(0)
+    block = Block(dims).to(dtype)
+    module = wrapped(block, ac)
+    table = rotary_table(dims, tokens)
+    x = torch.randn(1, tokens, dims.hidden, dtype=dtype, requires_grad=True)
+    with LiveBytes() as live:
+        out = module(x, table)
+    kept = live.now - out.untyped_storage().nbytes()
+    input_bytes = x.untyped_storage().nbytes()
+    out.backward(torch.ones_like(out))
+    return BlockMeasurement(dims, tokens, ac, kept + input_bytes, input_bytes)

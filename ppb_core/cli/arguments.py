@@ -1,0 +1,239 @@
+"""The `ppb` command's interface: every sub-command's arguments and help, importing nothing heavy.
+
+`ppb --help` and `ppb COMMAND --help` read only this module (`bench/startup.py` times them); a
+command's work is in `ppb_core.cli.COMMAND`, loaded when the command runs. Values whose vocabulary
+the core owns (buffer rules, schedules, stage names) are checked by the command, one line naming
+the allowed ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import NamedTuple
+
+# The balancer's time limit the commands default to (`ppb_core.chain.PLAN_TIME_LIMIT_S`;
+# tests/test_ppb_cli.py checks the two agree).
+TIME_LIMIT_S = 90.0
+# Sequence lengths `ppb census` measures at by default.
+DEFAULT_SEQ = (128, 256, 512)
+
+
+def plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
+    parser.add_argument("-o", "--out", metavar="OUT_DIR", default="out", help="output folder (default: out)")
+    parser.add_argument(
+        "--until", metavar="STAGE", help="stop after this stage (default: all; run_config, layer_walk, ...)"
+    )
+    parser.add_argument(
+        "-t",
+        "--time-limit",
+        type=float,
+        default=TIME_LIMIT_S,
+        metavar="SECONDS",
+        help=f"seconds the balancer may search (default {TIME_LIMIT_S:g})",
+    )
+
+
+def estimate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_config", help="a run config (configs/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON (the README states its keys)")
+    parser.add_argument(
+        "--buffer-rule",
+        default="layered",
+        metavar="RULE",
+        help="how a layer's buffers add up: layered (default) or reference (docs/memory.md)",
+    )
+    parser.add_argument("--no-times", action="store_true", help="memory only, without the time model")
+    parser.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="the rows per kind only, without the per-stage summary (needs no schedule)",
+    )
+
+
+def describe(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
+    parser.add_argument("-o", "--output", metavar="layers.json", help="where to write (default: print)")
+    parser.add_argument(
+        "--no-times",
+        action="store_true",
+        help="untimed descriptions: NONE, SLCT and FULL memory only, time 1 (SAPP's fallbacks price the rest)",
+    )
+
+
+def profile(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--most-in-flight",
+        type=int,
+        metavar="N",
+        help="split the buffers at N micro-batches in flight (default: the most any stage of the schedule keeps)",
+    )
+
+
+def census(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model_config", help="a HuggingFace config.json")
+    parser.add_argument("--out", "-o", required=True, help="the census file to write (JSON)")
+    parser.add_argument(
+        "--seq",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_SEQ),
+        help="sequence lengths to measure at, two at least (default 128 256 512)",
+    )
+    parser.add_argument("--batch", type=int, default=1, help="micro-batch size to measure at (default 1)")
+    parser.add_argument(
+        "--attention",
+        choices=("eager", "sdpa"),
+        default="sdpa",
+        help="HuggingFace attention implementation (default sdpa)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        default=None,
+        help="activation dtype (default: the config's torch_dtype, else bf16)",
+    )
+    parser.add_argument(
+        "--experts",
+        type=int,
+        nargs="+",
+        default=None,
+        help="routed experts to build MoE kinds with (default: the model's, or two counts from "
+        "which the census scales when the model has more than --experts-cap)",
+    )
+    parser.add_argument(
+        "--experts-cap", type=int, default=16, help="build the model's own routed experts up to this many (default 16)"
+    )
+    parser.add_argument(
+        "--experts-implementation",
+        choices=("grouped_mm", "eager", "batched_mm"),
+        default="grouped_mm",
+        help="HuggingFace experts implementation (default grouped_mm, as a loaded model runs)",
+    )
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="attention dropout to measure with, as a run config's training.dropout sets it",
+    )
+    parser.add_argument(
+        "--no-tp-split",
+        action="store_true",
+        help="do not measure a tensor-parallel rank's share (the working set is then split as the kept bytes are)",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+
+
+def balance(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="RUN.yaml|layers.json", help="a run config or a SAPP layers description")
+    parser.add_argument("-s", "--stages", type=int, help="pipeline stages P (layers.json default 4)")
+    parser.add_argument("-mb", "--micro-batches", type=int, help="micro-batches m (layers.json default 4)")
+    parser.add_argument("-i", "--interleave", help="chunks per stage V, or 'auto' to try 1..4 (default 1)")
+    parser.add_argument("-mem", "--memory", type=float, help="device memory in MB (layers.json default 56000)")
+    parser.add_argument(
+        "--constant-memory",
+        type=float,
+        default=None,
+        help="MB every stage holds besides its layers (default: from a run config, the largest "
+        "working set of one layer's backward; from layers.json, 0)",
+    )
+    parser.add_argument(
+        "--schedule",
+        metavar="SCHEDULE",
+        help="pipeline schedule: 1f1b (default), interleaved (the default when V > 1), gpipe or dualpipev",
+    )
+    parser.add_argument("-t", "--time-limit", type=float, help=f"seconds for the solver (default {TIME_LIMIT_S:g})")
+    parser.add_argument(
+        "--closed-form",
+        action="store_true",
+        help="minimise the closed-form estimate only, not the schedule's critical path",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
+
+
+def search(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", metavar="SEARCH.yaml", help="a search spec (searches/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
+    parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
+    parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
+
+
+class Command(NamedTuple):
+    summary: str  # one line in `ppb --help`
+    description: str  # `ppb COMMAND --help`
+    arguments: Callable[[argparse.ArgumentParser], None]
+
+
+COMMANDS: dict[str, Command] = {
+    "plan": Command(
+        summary="run every stage for a run config and write each table as Parquet",
+        description="""The whole chain without Dagster, every table written as Parquet.
+
+The files are the ones the Dagster assets write (`OUT_DIR/<stage>/<run config stem>.parquet`, and
+each stage's artifacts beside its table), byte for byte. Every stage runs before anything is
+written, so bad input writes nothing.""",
+        arguments=plan,
+    ),
+    "estimate": Command(
+        summary="per-layer memory (static, activations per option, buffers) and stage peaks",
+        description="""Per-layer memory of a run, one row per distinct kind, and each stage's peak.""",
+        arguments=estimate,
+    ),
+    "describe": Command(
+        summary="write the layer descriptions (SAPP balancer JSON) of a run config",
+        description="""The layer descriptions the SAPP balancer reads.
+
+Each distinct layer is described by the memory model (and the time model), identical layers
+merged with a count; then bodies are combined as the run config's `ppb.combined` asks, options no
+body is better off with are withdrawn, and times are scaled to the first body's forward time.
+The file is `{"layers_description": [...]}` in SAPP's format; without -o it is printed.""",
+        arguments=describe,
+    ),
+    "profile": Command(
+        summary="print each layer kind's recompute switch costs and its front",
+        description="""What each recompute switch costs each layer kind, and the settings worth offering.
+
+Per model and body kind: the plain layer, each switch alone recomputed, and full recompute, in
+MB (per micro-batch in flight, and once) and milliseconds (backward); then the front: the switch
+settings no other beats in memory per micro-batch, memory once, backward time, memory at each
+count of micro-batches in flight the schedule keeps, and the backward's working set.""",
+        arguments=profile,
+    ),
+    "census": Command(
+        summary="measure each layer kind's activations in real PyTorch layers (needs ppb[torch])",
+        description="""Measure what each layer kind keeps, in real PyTorch layers.
+
+Needs the torch extra (`pip install 'ppb[torch]'`). Each distinct body kind of the model is built
+with `transformers` on the CPU and measured at the shapes given (docs/census.md); a run config
+names the file as `models[i].census` to price that model's activations from it.""",
+        arguments=census,
+    ),
+    "balance": Command(
+        summary="balance layers over pipeline stages with an exact integer program",
+        description="""Split the layers over the pipeline and choose their recompute.
+
+From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
+flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
+90 s). From a run config they come from the config (parallel.pp, training.micro_batches,
+parallel.vpp and parallel.schedule, device memory less reserved_mb) and the descriptions from the
+PPB builder; flags override. `--interleave auto` tries 1 to 4 chunks and keeps the fastest.""",
+        arguments=balance,
+    ),
+    "search": Command(
+        summary="rank parallel strategies for a model on N devices by tokens per second, each balanced",
+        description="""The best parallel layouts for a model on N devices, balanced and ranked.
+
+The search spec names the model(s), the device and how many, the global batch and the sequence
+length, the framework and optional limits (docs/search.md). Every strategy of the grid is checked
+by the run-config validator, screened with the memory model and a proven bound on its iteration,
+and the promising ones are balanced and timed; strategies are dropped only where a bound proves
+they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
+Megatron-LM flags and MindFormers settings.""",
+        arguments=search,
+    ),
+}

@@ -1,0 +1,196 @@
+"""Memory calibration: the measured per-stage peaks of one run fitted to per-term corrections.
+
+A run config's `memory.calibration` names a file of what each pipeline stage really held at its
+peak in one real or dry run of that same run config: `torch.cuda.max_memory_allocated()` on each
+pipeline rank, or the per-stage peaks of a MindFormers dry run. CSV with a `stage` column and one
+of `peak_bytes`, `peak_mb` (MB of 2**20 bytes) or `peak_gib`:
+
+    stage,peak_mb
+    0,61234
+    1,58010
+
+or JSON, `{"stages": [{"stage": 0, "peak_mb": 61234}, ...]}` (or the list alone), with the same
+fields. A stage left out is not fitted; each stage at most once.
+
+The model's peak of a stage is a sum of terms at the moment that sets it: static memory,
+activations, kept buffers, and the moment's working memory (a backward's working set, or what the
+loss adds). The fit finds one factor per term, `f = argmin Σ_s (Σ_t f_t·term_{s,t} − measured_s)²
++ Σ_t (λ·‖term_t‖·(f_t − 1))²` with λ = 0.1: least squares, pulled gently toward 1 so that a term
+the stages cannot tell apart (too few stages, a term 0 everywhere) stays as modelled. The device's
+`reserved_mb` is not compared (an allocator's peak does not count it). The residual of each stage
+(calibrated − measured) is what the fit leaves; `MemoryModel` applies the factors to every figure
+it gives, so the estimate, the payload and the balancer all see the calibrated memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ppb_core.errors import InputError
+from ppb_core.io import read_text
+
+MB = 2**20
+GIB = 2**30
+TERMS: tuple[str, ...] = ("static", "activations", "buffers", "working")
+UNITS: dict[str, float] = {"peak_bytes": 1.0, "peak_mb": MB, "peak_gib": GIB}
+PULL = 0.1  # λ: how strongly a factor the measurements cannot settle stays at 1
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    stage: int
+    peak_bytes: float
+
+
+@dataclass(frozen=True)
+class MemoryCorrection:
+    """One factor per term of the memory model (1 each: as modelled)."""
+
+    static: float = 1.0
+    activations: float = 1.0
+    buffers: float = 1.0
+    working: float = 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {term: getattr(self, term) for term in TERMS}
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """The fitted correction, and per measured stage the measured, modelled and calibrated peaks."""
+
+    source: str
+    correction: MemoryCorrection
+    stages: tuple[int, ...]
+    measured_bytes: tuple[float, ...]
+    modelled_bytes: tuple[float, ...]
+    calibrated_bytes: tuple[float, ...]
+
+    @property
+    def residual_bytes(self) -> tuple[float, ...]:
+        return tuple(c - m for c, m in zip(self.calibrated_bytes, self.measured_bytes, strict=True))
+
+    @property
+    def rms_relative(self) -> float:
+        """The root mean square of the calibrated peaks' relative errors."""
+        errors = [r / m for r, m in zip(self.residual_bytes, self.measured_bytes, strict=True)]
+        return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.source,
+            "factors": self.correction.as_dict(),
+            "rms_relative": self.rms_relative,
+            "stages": [
+                {
+                    "stage": stage,
+                    "measured_bytes": measured,
+                    "modelled_bytes": modelled,
+                    "calibrated_bytes": calibrated,
+                    "residual_bytes": calibrated - measured,
+                }
+                for stage, measured, modelled, calibrated in zip(
+                    self.stages, self.measured_bytes, self.modelled_bytes, self.calibrated_bytes, strict=True
+                )
+            ],
+        }
+
+
+def _peak(row: Mapping[str, Any], source: str, where: str) -> MeasuredPeak:
+    given = [name for name in UNITS if row.get(name) not in (None, "")]
+    if len(given) != 1:
+        raise InputError(source, where, f"give exactly one of {', '.join(UNITS)}")
+    raw_stage, raw_peak = row.get("stage"), row[given[0]]
+    try:
+        stage = int(str(raw_stage).strip())
+    except ValueError:
+        raise InputError(source, f"{where}: stage", f"not a stage number: {raw_stage!r}") from None
+    try:
+        value = float(str(raw_peak).strip())
+    except ValueError:
+        raise InputError(source, f"{where}: {given[0]}", f"not a number: {raw_peak!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(source, f"{where}: {given[0]}", f"must be a positive size, got {raw_peak!r}")
+    return MeasuredPeak(stage, value * UNITS[given[0]])
+
+
+def parse_measured_peaks(text: str, source: str, stages: int) -> tuple[MeasuredPeak, ...]:
+    """The measured peaks of a CSV or JSON text, checked against a run of *stages* stages."""
+    rows: list[tuple[str, Mapping[str, Any]]] = []
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InputError(source, None, f"not valid JSON (line {err.lineno}: {err.msg})") from None
+        listed = data.get("stages") if isinstance(data, dict) else data
+        if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
+            raise InputError(source, "stages", "expected a list of {stage, peak_...} objects")
+        rows = [(f"stages.{i}", item) for i, item in enumerate(listed)]
+    else:
+        reader = csv.DictReader(text.splitlines())
+        header = [name.strip() for name in reader.fieldnames or []]
+        unknown = [name for name in header if name not in ("stage", *UNITS)]
+        if unknown or "stage" not in header:
+            problem = f"unknown column {unknown[0]!r}" if unknown else "no stage column"
+            raise InputError(source, "header", f"{problem} (columns: stage and one of {', '.join(UNITS)})")
+        for number, row in enumerate(reader, start=2):
+            cleaned = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+            if any(cleaned.values()):
+                rows.append((f"line {number}", cleaned))
+    peaks: dict[int, MeasuredPeak] = {}
+    for where, row in rows:
+        peak = _peak(row, source, where)
+        if not 0 <= peak.stage < stages:
+            raise InputError(source, f"{where}: stage", f"{peak.stage} is not a stage of this run (0 to {stages - 1})")
+        if peak.stage in peaks:
+            raise InputError(source, f"{where}: stage", f"stage {peak.stage} is measured twice")
+        peaks[peak.stage] = peak
+    if not peaks:
+        raise InputError(source, None, "no measured stage")
+    return tuple(sorted(peaks.values(), key=lambda p: p.stage))
+
+
+def read_measured_peaks(path: str | Path, stages: int) -> tuple[MeasuredPeak, ...]:
+    text = read_text(path, "is a directory, not a file of measured peaks")
+    return parse_measured_peaks(text, str(path), stages)
+
+
+def _solve(matrix: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:
+    """The factors of the pulled least squares (module docstring), by its normal equations."""
+    import numpy as np
+
+    a = np.asarray(matrix, dtype=float)
+    b = np.asarray(target, dtype=float)
+    pull = PULL * np.sqrt((a * a).sum(axis=0))  # λ·‖term_t‖ over the measured stages
+    # minimize ‖a f − b‖² + ‖pull ⊙ (f − 1)‖²
+    lhs = a.T @ a + np.diag(pull * pull)
+    rhs = a.T @ b + pull * pull
+    used = pull > 0
+    factors = np.ones(a.shape[1])
+    if used.any():
+        factors[used] = np.linalg.solve(lhs[np.ix_(used, used)], rhs[used] - lhs[np.ix_(used, ~used)] @ factors[~used])
+    return [float(f) for f in factors]
+
+
+def fit_peaks(
+    terms: Sequence[Mapping[str, float]], measured: Iterable[MeasuredPeak], source: str = "<measured>"
+) -> MemoryFit:
+    """Fit the factors to *measured* peaks, *terms* giving each stage's modelled terms (TERMS, bytes)."""
+    peaks = tuple(measured)
+    rows = [[terms[p.stage][t] for t in TERMS] for p in peaks]
+    factors = _solve(rows, [p.peak_bytes for p in peaks])
+    correction = MemoryCorrection(*factors)
+    return MemoryFit(
+        source=source,
+        correction=correction,
+        stages=tuple(p.stage for p in peaks),
+        measured_bytes=tuple(p.peak_bytes for p in peaks),
+        modelled_bytes=tuple(sum(row) for row in rows),
+        calibrated_bytes=tuple(sum(f * v for f, v in zip(factors, row, strict=True)) for row in rows),
+    )

@@ -1,0 +1,89 @@
+"""What a training framework keeps, shards, buffers and frees: the questions the memory model asks it.
+
+`FrameworkRules` answers them as SAPP/HyperParallel's conventions do (MindFormers, see
+`mindformers.py`); `megatron.py` and `torchtitan.py` override what their code does otherwise.
+Each answer is per layer kind, except the stage-level moments that `ppb_core.memory.peak` puts
+together:
+
+* what a layer keeps for its backward in each recompute state (`state`: activation terms and
+  communication buffers), and which of its buffers are workspaces held once per stage rather
+  than once per layer (`transients_per_stage`);
+* what it holds statically (`static`: parameters, gradients, optimizer states as sharded);
+* what its backward holds beyond that (`parameter_working_bytes`: gathered parameters,
+  unsharded gradients, reduce-scatter buffers);
+* what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ppb_core.memory.activations import ActivationTerm, kept
+from ppb_core.memory.buffers import BufferTerm, state_buffers
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
+from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
+from ppb_core.model.params import LayerParams
+from ppb_core.model.switches import LayerType
+
+
+class FrameworkRules:
+    """SAPP's conventions (its balancer and MindFormers/HyperParallel), the base of every framework."""
+
+    name = "seed"
+    # Whether a layer's transient workspaces (all-to-all staging, ring buffers, gradient buckets) are
+    # held once per stage (the framework frees them as the layer's pass ends) or counted in every
+    # layer's "once" part, as the SAPP payload counts them.
+    transients_per_stage = False
+
+    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+        """What a body layer keeps recomputing nothing, given the formulas' terms (docs/memory.md)."""
+        return terms
+
+    def state(
+        self,
+        kind: LayerKind,
+        setup: MemorySetup,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        modules: frozenset[str],
+        terms: tuple[ActivationTerm, ...],
+        buffers: tuple[BufferTerm, ...],
+    ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
+        """The activation terms and buffers a layer keeps in *state*.
+
+        *terms* are what the layer keeps recomputing nothing (FULL_REC: what full recompute keeps),
+        *buffers* every buffer of the layer. *modules* are the framework's selective units
+        (`ppb_core.config.recompute.Recompute.modules`); SAPP knows only switches.
+        """
+        if state is LayerType.SEL_REC_LAYER:
+            terms = kept(terms, switches)
+        return terms, state_buffers(buffers, state, switches)
+
+    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+        return static_bytes(params, setup)
+
+    def uses_neighbours(self, setup: MemorySetup) -> bool:
+        """Whether `parameter_working_bytes` depends on the layers around one (else they are not asked)."""
+        return False
+
+    def parameter_working_bytes(
+        self,
+        params: LayerParams,
+        setup: MemorySetup,
+        node: str,
+        gathered: int,
+        before: LayerParams | None,
+        after: LayerParams | None,
+    ) -> float:
+        """What a layer's backward holds of parameters and gradients beyond its static memory.
+
+        *before* and *after* are the units that run just before and after the layer in the
+        forward (None where there is none): what a framework prefetches or is still reducing.
+        SAPP's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
+        """
+        return gathered * gathered_parameter_bytes(params, setup)
+
+    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+        """What the loss's forward and backward hold at most beyond the tail's kept activations."""
+        return 0.0

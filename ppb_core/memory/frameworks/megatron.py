@@ -1,0 +1,149 @@
+"""Megatron-Core: what its layers keep, buffer and free (Megatron-LM main at d98e8a64, with
+Transformer Engine main at d0067d0d, the default `--transformer-impl transformer_engine`).
+
+Each rule names the file and function it follows; docs/frameworks.md tabulates them.
+
+* **Sequence-parallel inputs are not kept.** A column-parallel linear saves only its sequence
+  shard and all-gathers it again in the backward: megatron/core/tensor_parallel/layers.py,
+  `LinearWithGradAccumulationAndAsyncCommunication.forward` (`ctx.save_for_backward(input,
+  weight)`, the gathered `total_input` taken from the global memory buffer) and `.backward`
+  (all-gathers `input` again before the weight-gradient GEMM); Transformer Engine's
+  `_LayerNormLinear.forward` (transformer_engine/pytorch/module/layernorm_linear.py) saves
+  `ln_out`, frees `ln_out_total` after the forward GEMM and gathers again in the backward
+  (`ctx.ln_out_needs_gather`). The gathered copy is a workspace of one linear at a time:
+  `T·width·bc`, in the forward and again in the backward.
+* **Ring attention keeps only the local key/value chunk.** Transformer Engine's
+  `AttnFuncWithCPAndKVP2P` (transformer_engine/pytorch/attention/dot_product_attention/
+  context_parallel.py) saves the local q, kv, out and softmax statistics; its backward
+  circulates the key/value chunks around the ring again.
+* **Workspaces are held once per stage.** All-to-all staging, ring buffers, gradient buckets and
+  the gathered inputs above live while one layer's pass runs; they are the largest of a stage's
+  layers in its working set, not a sum over its layers.
+* **Selective recompute by module** (`--recompute-modules`, megatron/core/transformer/
+  transformer_config.py and transformer_layer.py `TransformerLayer.__init__`): `core_attn`
+  checkpoints the attention core (its inputs stay: the softmax statistics, scores and their
+  dropout go); `layernorm` discards the output of a norm that is its own module and recomputes
+  it (`CheckpointWithoutOutput`): the MLA layers' input norm and MoE layers' pre-MLP norm only,
+  since the Transformer Engine spec fuses the other norms into `TELayerNormColumnParallelLinear`
+  (gpt_layer_specs.py `get_gpt_layer_with_transformer_engine_submodules`: `input_layernorm` and
+  dense `pre_mlp_layernorm` are `IdentityOp`, and `TransformerLayer.__init__` recomputes only a
+  norm that is not); `mla_up_proj` the MLA up-projections and rotary; `mlp` checkpoints a dense
+  MLP from its input (dense layers only); `moe_act` the routed experts' activation; `moe` the
+  whole MoE block from its input (megatron/core/transformer/moe/moe_layer.py); `shared_experts`
+  the shared experts.
+* **The routed experts weight their own activations.** The all-to-all dispatcher sends each
+  token's routing probability with it, the experts multiply the activation by it before the
+  down-projection (megatron/core/transformer/moe/experts.py `TEGroupedMLP.forward`,
+  `weighted_bias_swiglu_impl(intermediate, bias, permuted_probs)`), and the combine is a plain
+  unpermute without probabilities (token_dispatcher.py `MoEAlltoAllTokenDispatcher.
+  combine_postprocess`: `unpermute(...)` with no `probs`), which keeps nothing for its backward.
+  So the combine keeps no expert outputs (SAPP's `moe.combined_tokens` and its remote part);
+  the experts keep their rows' probabilities (`moe.expert.probs`, one per routed row).
+* **Static memory** is SAPP's: bf16 parameters, the contiguous fp32 `main_grad` buffer
+  (megatron/core/distributed/param_and_grad_buffer.py, `_ParamAndGradBuffer` and
+  `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
+  whole on every rank, the distributed optimizer reduce-scatters into its shard in place), the
+  fp32 main parameters and Adam moments sharded by the distributed optimizer (ZeRO-1).
+* **The loss** (megatron/core/tensor_parallel/cross_entropy.py `_VocabParallelCrossEntropy`, and
+  the fused megatron/core/fusions/fused_cross_entropy.py): the logits are upcast to an fp32 copy
+  that becomes, in place, the softmax saved for the backward (the TAIL's `logits_softmax`);
+  while it is built, the 16-bit logits of the output layer are alive next to it, and in the
+  backward the output layer casts the fp32 gradient (the softmax storage) to 16 bits again:
+  either way `bc·T·⌈v/t⌉` beyond what the tail keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
+from ppb_core.memory.buffers import BufferTerm, state_buffers
+from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.geometry import per_rank
+from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
+from ppb_core.model.params import LayerParams
+from ppb_core.model.switches import LayerType
+
+# The norms a `layernorm` recompute acts on under the Transformer Engine spec.
+_OWN_NORM_OUTPUTS = {"moe.norm_output"}
+_MLA_NORM_OUTPUT = "attention.norm_output"
+# What a checkpointed block keeps of its own terms: its input (the norm output) and what lies outside it.
+_MLP_KEEPS = {"mlp.norm_input", "mlp.norm_output", "mlp.dropout_mask"}
+_MOE_KEEPS = {"moe.norm_input", "moe.norm_output", "moe.dropout_mask"}
+
+
+def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) -> bool:
+    """Whether one of Megatron's recompute *modules* drops *term* of a body layer of *kind*."""
+    op = term.op.split(".", 1)[1] if term.op.startswith("mtp") else term.op
+    if "core_attn" in modules and term.switch in ("softmax", "dropout", "headCast"):
+        return True
+    if "layernorm" in modules and (op in _OWN_NORM_OUTPUTS or (op == _MLA_NORM_OUTPUT and kind.attention.is_mla)):
+        return True
+    if "mla_up_proj" in modules and term.switch == "attUp":
+        return True
+    if "moe_act" in modules and op.startswith("moe.expert.") and term.switch == "ffAct":
+        return True
+    if "mlp" in modules and op.startswith("mlp.") and op not in _MLP_KEEPS:
+        return True
+    if "moe" in modules and op.startswith("moe.") and op not in _MOE_KEEPS:
+        return True
+    return "shared_experts" in modules and op.startswith("moe.shared")
+
+
+def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tuple[BufferTerm, ...]:
+    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept."""
+    out: list[BufferTerm] = []
+    for buffer in buffers:
+        if buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
+            # SAPP counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
+            whole = buffer.bytes * setup.tp / (setup.tp - 1)
+            out.append(BufferTerm("tp", buffer.name, whole, False))
+        elif buffer.kept and buffer.name.endswith(("ring_received_kv", "combined_tokens_remote")):
+            continue
+        else:
+            out.append(buffer)
+    return tuple(out)
+
+
+def megatron_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+    """The formulas' terms with the MoE combine as Megatron-Core runs it (module docstring)."""
+    if not isinstance(kind.mlp, Moe):
+        return terms
+    kept_terms = tuple(t for t in terms if not t.op.endswith("moe.combined_tokens"))
+    probs = ActivationTerm("moe.expert.probs", None, routed_rows(kind.mlp, setup), setup.dtype_bytes, False)
+    return (*kept_terms, probs)
+
+
+class MegatronRules(FrameworkRules):
+    name = "megatron"
+    transients_per_stage = True
+
+    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+        return megatron_body_terms(kind, setup, terms)
+
+    def state(
+        self,
+        kind: LayerKind,
+        setup: MemorySetup,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        modules: frozenset[str],
+        terms: tuple[ActivationTerm, ...],
+        buffers: tuple[BufferTerm, ...],
+    ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
+        buffers = megatron_buffers(buffers, setup)
+        if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):
+            terms = tuple(t for t in terms if not module_drops(t, modules, kind))
+            if "moe" in modules:
+                buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
+            # BOTH adds the gather switch to the modules: it acts on the buffers (expert-TP rows)
+            gather_only = {"gather": (switches or {}).get("gather", 1)}
+            return terms, state_buffers(buffers, state, gather_only)
+        if state is LayerType.SEL_REC_LAYER:
+            terms = kept(terms, switches)
+        return terms, state_buffers(buffers, state, switches)
+
+    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
+        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)

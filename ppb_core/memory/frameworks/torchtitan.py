@@ -1,0 +1,250 @@
+"""torchtitan: its Llama blocks, activation checkpointing, FSDP2 and loss (torchtitan v0.2.2 at
+73a0e697, on torch 2.13's torch.distributed.fsdp and torch.distributed.pipelining).
+
+Each rule names the file and function it follows; docs/frameworks.md tabulates them, and
+`ppb_core.census.torchtitan` measures the block rules on the CPU.
+
+* **The block keeps more than a fused SwiGLU would** (torchtitan/models/llama3/model/model.py):
+  `FeedForward.forward` is `w2(F.silu(w1(x)) * w3(x))`, unfused: the SiLU output is kept for the
+  product's backward next to w1's and w3's outputs and the product (`mlp.silu_output`, under
+  `ffAct`). `Attention.forward` hands `wo` `output.transpose(1, 2).contiguous()`, which is no copy:
+  the flash kernels return their output as a transposed view of a (batch, sequence, heads, dim)
+  buffer, so `wo` keeps the tensor the attention backward keeps (measured:
+  tests/test_census_torchtitan.py). The norms are `nn.RMSNorm`, whose CUDA kernel
+  (`aten._fused_rms_norm`) keeps its input and fp32 statistics (4 bytes a token, left out as the
+  formulas leave norm statistics out); rotary keeps nothing (a product with the fixed `freqs_cis`).
+* **Activation checkpointing** (torchtitan/distributed/activation_checkpoint.py): `full` wraps
+  every block in `checkpoint_wrapper` (the block input is kept); `selective` with an integer N
+  wraps every N-th block of the rank (`_apply_layer_sac`, a counter over the rank's blocks);
+  `selective` with `op` (`_apply_op_sac`) keeps the block input and the outputs of the ops of
+  torchtitan/models/llama3/infra/parallelize.py `_op_sac_save_list` (`aten.mm`, the SDPA kernels,
+  `reduce_scatter_tensor`, ...), except every second `aten.mm` of the block
+  (`meta[mm_count_key] % 2 == 0`), and recomputes everything else. A linear with a bias runs
+  `aten.addmm`, which the policy neither saves nor counts.
+* **FSDP2** (torch/distributed/fsdp/_fully_shard, applied by parallelize.py `apply_fsdp`): every
+  block, the embedding, and the final norm with the output layer are `fully_shard` units. The
+  sharded parameters are fp32 (the model is built in fp32; `MixedPrecisionPolicy(param_dtype=
+  bf16)` only casts what is gathered), gradients fp32, AdamW's two moments fp32 and no master
+  copy: 4 + 4 + 8 bytes per parameter, over dp·cp. A block's backward holds its gathered bf16
+  parameters and the next block's (prefetched, `FSDPParamGroup._backward_prefetch`), its bf16
+  gradients, and the previous block's fp32 reduce-scatter input (`foreach_reduce` allocates it
+  in the reduce dtype; `post_backward` keeps `reduce_scatter_max_input_buffers` = 1 of them
+  until the next reduce-scatter): `(3·bc + 4)·P`. The embedding's (last in the backward,
+  nothing to prefetch, resharded before its own reduce-scatter input is filled) `(bc + 4)·P`.
+  The norm and output layer are not resharded after the forward (`reshard_after_forward=False`
+  for that unit), so the loss runs next to their gathered weights.
+* **FSDP2 under pipeline parallelism**: `apply_fsdp` does not reshard after the forward when PP
+  is on, and torch/distributed/pipelining/stage.py `backward_maybe_with_nosync` runs every
+  micro-batch's backward with `set_requires_gradient_sync(False)` and
+  `set_reshard_after_backward(False)`, reducing only in `perform_reduce_grad` after the last
+  one: the stage holds its gathered bf16 parameters and fp32 unsharded gradient accumulators
+  (`FSDPParam.to_accumulated_grad_if_needed`) from its first forward to the reduction.
+* **The loss** (torchtitan/components/loss.py `cross_entropy_loss`:
+  `F.cross_entropy(pred.flatten(0, 1).float(), ...)`): the fp32 log-probabilities are kept (the
+  TAIL's `logits_softmax`); the forward adds the fp32 copy and the 16-bit logits (6 bytes per
+  logit), the backward the fp32 gradient of `nll_loss` and of `log_softmax` next to the kept
+  log-probabilities (8 bytes per logit, measured on the CPU in tests/test_frameworks.py). Without
+  PP, torchtitan/train.py `forward_backward_step` deletes the logits before the backward; the
+  pipeline's last stage keeps them in its forward cache (stage.py `fwd_cache`) until then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept
+from ppb_core.memory.buffers import BufferTerm, state_buffers
+from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.memory.static import StaticBytes, _shard
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.kinds import BodyKind, LayerKind, Mlp, Moe, TailKind
+from ppb_core.model.params import LayerParams
+from ppb_core.model.switches import LayerType
+
+FP32_BYTES = 4
+# Bytes per logit the cross-entropy adds beyond the kept fp32 log-probabilities: in the backward,
+# nll_loss's gradient and log_softmax's (fp32 each); in the forward, the fp32 copy and the 16-bit
+# logits (6 at bf16), less.
+LOSS_BACKWARD_BYTES = 2 * FP32_BYTES
+
+
+def _gated_extra(name: str, rows: float, width: int, bc: int) -> ActivationTerm:
+    """The SiLU output `F.silu(w1(x)) * w3(x)` keeps for the product's backward."""
+    return ActivationTerm(f"{name}.silu_output", "ffAct", rows * width, bc)
+
+
+def torchtitan_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+    """The formulas' terms plus what torchtitan's unfused block keeps on top (module docstring)."""
+    bc = setup.dtype_bytes
+    extra: list[ActivationTerm] = []
+    mlp = kind.mlp
+    if isinstance(mlp, Mlp) and mlp.gated:
+        extra.append(_gated_extra("mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
+    if isinstance(mlp, Moe) and mlp.gated:
+        rows = next(t.elements for t in terms if t.op == "moe.expert.activation_output")
+        extra.append(ActivationTerm("moe.expert.silu_output", "ffAct", rows, bc))
+        if mlp.shared_experts:
+            width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
+            extra.append(_gated_extra("moe.shared", setup.tokens, width, bc))
+    return terms + tuple(extra)
+
+
+def _matmuls(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+    """A dense block's matmuls in the order its forward runs them: (name, output elements, with bias)."""
+    att, mlp, tokens = kind.attention, kind.mlp, setup.tokens
+    assert isinstance(mlp, Mlp)
+    heads, kv = per_rank(att.num_heads, setup.tp), kv_heads_per_rank(att.num_kv_heads, setup.tp)
+    width = per_rank(mlp.intermediate_size, setup.tp)
+    h = kind.hidden_size
+    found = [
+        ("attention.wq_output", tokens * heads * att.head_dim, att.qkv_bias),
+        ("attention.wk_output", tokens * kv * att.head_dim, att.qkv_bias),
+        ("attention.wv_output", tokens * kv * att.head_dim, att.qkv_bias),
+        ("attention.wo_output", tokens * h, att.out_bias),
+    ]
+    if mlp.gated:
+        found += [
+            ("mlp.w1_output", tokens * width, mlp.bias),
+            ("mlp.w3_output", tokens * width, mlp.bias),
+            ("mlp.w2_output", tokens * h, mlp.bias),
+        ]
+    else:
+        found += [("mlp.fc1_output", tokens * width, mlp.bias), ("mlp.fc2_output", tokens * h, mlp.bias)]
+    return found
+
+
+def op_policy_supported(kind: LayerKind) -> bool:
+    """The per-op policy is derived op by op for dense, non-MLA blocks (torchtitan's Llama)."""
+    return isinstance(kind, BodyKind) and isinstance(kind.mlp, Mlp) and not kind.attention.is_mla
+
+
+def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
+    """What `_apply_op_sac` keeps of a dense block: its input and the outputs of the saved ops.
+
+    Every bias-free matmul counts (`aten.mm`); the odd ones (1st, 3rd, ...) are saved. The SDPA
+    kernel is saved with its outputs (flash: the output and the fp32 log-sum-exp; the math
+    kernel: the output and the attention probabilities). Under sequence parallelism the
+    row-parallel outputs' reduce-scatters are saved (`reduce_scatter_tensor`).
+    """
+    bc, att = setup.dtype_bytes, kind.attention
+    heads = per_rank(att.num_heads, setup.tp)
+    terms = [ActivationTerm("attention.norm_input", None, setup.whole_tokens * kind.hidden_size, bc)]
+    count = 0
+    for name, elements, bias in _matmuls(kind, setup):
+        if bias:  # aten.addmm: neither saved nor counted
+            continue
+        count += 1
+        if count % 2:
+            terms.append(ActivationTerm(name, None, elements, bc))
+        if name == "attention.wv_output":  # the SDPA kernel runs after the three projections
+            terms.append(ActivationTerm("attention.core_output", None, setup.tokens * heads * att.value_head_dim, bc))
+            if setup.flash_attention:
+                terms.append(ActivationTerm("attention.softmax_lse", None, setup.tokens * heads, STATS_BYTES, False))
+            else:
+                scores = setup.tokens * heads * setup.seq_length
+                terms.append(ActivationTerm("attention.softmax_output", None, scores, bc))
+    if setup.sp > 1:
+        for name in ("attention.reduce_scatter_output", "mlp.reduce_scatter_output"):
+            terms.append(ActivationTerm(name, None, setup.whole_tokens * kind.hidden_size, bc))
+    return tuple(terms)
+
+
+def fsdp(setup: MemorySetup) -> bool:
+    """Whether FSDP2 shards this run's parameters (a data-parallel group of more than one rank)."""
+    return setup.shard_level >= 3 and setup.data_group * setup.expert_data_group > 1
+
+
+class TorchtitanRules(FrameworkRules):
+    name = "torchtitan"
+    transients_per_stage = True
+
+    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+        return torchtitan_body_terms(kind, setup, terms)
+
+    def state(
+        self,
+        kind: LayerKind,
+        setup: MemorySetup,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        modules: frozenset[str],
+        terms: tuple[ActivationTerm, ...],
+        buffers: tuple[BufferTerm, ...],
+    ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
+        # FSDP2's gradient reduce-scatter is in parameter_working_bytes, not a per-layer bucket.
+        buffers = tuple(b for b in buffers if b.name != "dp.gradient_bucket")
+        if state is LayerType.SEL_REC_LAYER and "op" in modules and op_policy_supported(kind):
+            # the all-gathers are not in the save list: the gathered inputs are rebuilt in the backward
+            return op_policy_terms(kind, setup), tuple(b for b in buffers if not b.kept)  # type: ignore[arg-type]
+        if state is LayerType.SEL_REC_LAYER:
+            terms = kept(terms, switches)
+        return terms, state_buffers(buffers, state, switches)
+
+    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+        """fp32 parameters, fp32 gradients and optimizer moments without a master copy, sharded by
+        FSDP2 over dp·cp (experts over their own group); under PP also the gathered bf16 parameters
+        and fp32 gradient accumulators the stage holds through the step (module docstring)."""
+        sharded = fsdp(setup)
+
+        def held(group_ok: bool) -> int:
+            return _shard(params.non_expert, setup.data_group, group_ok) + _shard(
+                params.expert, setup.expert_data_group, group_ok
+            )
+
+        elements = held(sharded)
+        states = setup.state_bytes if setup.state_bytes_stated else setup.state_bytes - FP32_BYTES
+        unsharded = 0
+        if sharded and setup.pp > 1:
+            unsharded = params.total * (setup.dtype_bytes + setup.grad_bytes)
+        return StaticBytes(
+            parameters=elements,
+            gradients=elements,
+            optimizer_states=elements,
+            parameter_bytes=elements * FP32_BYTES,
+            gradient_bytes=elements * setup.grad_bytes,
+            optimizer_bytes=elements * states,
+            held_through_step_bytes=unsharded,
+        )
+
+    def uses_neighbours(self, setup: MemorySetup) -> bool:
+        return fsdp(setup) and setup.pp == 1
+
+    def parameter_working_bytes(
+        self,
+        params: LayerParams,
+        setup: MemorySetup,
+        node: str,
+        gathered: int,
+        before: LayerParams | None,
+        after: LayerParams | None,
+    ) -> float:
+        """FSDP2's backward of unit U, with V the unit before it (prefetched) and W the one after
+        (whose reduce-scatter input is still held): at the end of U's gradient computation
+        `2·bc·P_U + bc·P_V + 4·P_W` (U gathered, its bf16 gradients, V gathered, W's fp32
+        reduce-scatter input); in U's `post_backward`, U resharded and W's input released, U's own
+        fp32 input filled from its gradients: `(bc + 4)·P_U + bc·P_V`. The larger of the two.
+        Under PP the parameters stay gathered (static): U's bf16 gradients as they form."""
+        if not fsdp(setup):
+            return 0.0  # replicate (DDP): gradients live in its buckets, counted as static
+        bc, reduce = setup.dtype_bytes, setup.grad_bytes
+        own = params.total
+        if setup.pp > 1:
+            return bc * own
+        prefetched = before.total if before is not None else 0
+        reducing = after.total if after is not None else 0
+        computing = 2 * bc * own + bc * prefetched + reduce * reducing
+        reducing_own = (bc + reduce) * own + bc * prefetched
+        return max(computing, reducing_own)
+
+    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+        logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        extra = LOSS_BACKWARD_BYTES * logits
+        if setup.pp > 1:
+            extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward
+        elif fsdp(setup):
+            extra += setup.dtype_bytes * params.total  # norm and output layer gathered, not resharded
+        return extra
+
+
+__all__ = ["TorchtitanRules", "op_policy_terms", "torchtitan_body_terms"]

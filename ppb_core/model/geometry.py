@@ -1,0 +1,116 @@
+"""How one device holds its share of a layer: one micro-batch's shape and the parallel split.
+
+The memory formulas (`ppb_core.memory.setup.MemorySetup`, which adds what only memory reads) and
+the op tables of the time model (`ppb_core.timing.flops`) read the same record, so a sharding
+rule (how many tokens a device's ops see, which heads a TP rank holds) is written once, here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ppb_core.config.run import RunConfig
+
+CP_VARIANTS: tuple[str, ...] = ("ring", "ulysses")
+
+
+def per_rank(size: int, ranks: int) -> int:
+    """A dimension split over ranks, padded up where it does not divide."""
+    return -(-size // ranks)
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """Key/value heads one TP rank holds: an even share, or one replicated head when there are
+    fewer heads than ranks (Megatron-LM's `num_query_groups` < tp case, e.g. GQA with 8 groups at
+    tp 16: each group's head is copied to tp/8 ranks)."""
+    return max(1, num_kv_heads // tp) if num_kv_heads >= tp else 1
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One micro-batch (sequence length, batch size, element width) and one device's split of it."""
+
+    seq_length: int
+    micro_batch_size: int = 1
+    dtype_bytes: int = 2  # parameters and activations
+    tp: int = 1
+    sequence_parallel: bool = False
+    cp: int = 1
+    cp_variant: str = "ring"  # "ring" | "ulysses"
+    ep: int = 1
+    etp: int = 1
+    flash_attention: bool = True
+    dropless: bool = True
+    capacity_factor: float = 1.0
+    dropless_imbalance: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.cp_variant not in CP_VARIANTS:
+            raise ValueError(f"cp_variant must be ring or ulysses, got {self.cp_variant!r}")
+
+    @staticmethod
+    def run_fields(run: RunConfig) -> dict[str, Any]:
+        """The geometry's fields as a run config sets them."""
+        par, train = run.parallel, run.training
+        return {
+            "seq_length": train.seq_length,
+            "micro_batch_size": train.micro_batch_size,
+            "dtype_bytes": train.dtype_bytes,
+            "tp": par.tp,
+            "sequence_parallel": par.sequence_parallel,
+            "cp": par.cp,
+            "cp_variant": par.cp_variant,
+            "ep": par.ep,
+            "etp": par.expert_tp,
+            "flash_attention": train.flash_attention,
+            "dropless": train.moe.dropless,
+            "capacity_factor": train.moe.capacity_factor,
+            "dropless_imbalance": train.moe.dropless_imbalance,
+        }
+
+    @classmethod
+    def from_run(cls, run: RunConfig) -> Geometry:
+        return cls(**Geometry.run_fields(run))
+
+    def whole_model(self) -> Geometry:
+        """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
+        return dataclasses.replace(
+            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
+        )
+
+    @property
+    def sp(self) -> int:
+        """The split of what TP leaves whole: t under sequence parallelism, else 1."""
+        return self.tp if self.sequence_parallel and self.tp > 1 else 1
+
+    @property
+    def gathers(self) -> bool:
+        """Whether column-parallel linears all-gather their sequence-parallel inputs."""
+        return self.sp > 1
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch in a device's sequence chunk: s·b/cp."""
+        return self.seq_length * self.micro_batch_size / self.cp
+
+    @property
+    def whole_tokens(self) -> float:
+        """Tokens of the ops TP leaves whole (norms, residual, dropout masks): s·b/(cp·sp)."""
+        return self.tokens / self.sp
+
+    @property
+    def routing_factor(self) -> float:
+        """Expert rows over their fair share: the busiest rank's imbalance, or the capacity padding."""
+        return self.dropless_imbalance if self.dropless else self.capacity_factor
+
+    def attention_pairs(self) -> float:
+        """(query, key) pairs per head one device computes: the whole square without flash (the mask
+        is applied afterwards), the causal triangle with flash (masked blocks are skipped), split
+        over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
+        query of heads/cp, counted here per local head)."""
+        s, b = self.seq_length, self.micro_batch_size
+        if self.flash_attention:
+            return b * s * (s + 1) / 2 / self.cp
+        return b * s * s / self.cp

@@ -1,0 +1,38 @@
+"""A run config's payload end to end: each layer described, then combined, withdrawn and scaled.
+
+What `ppb describe` writes and the chain's `scaled_descriptions` holds, in one call. Apart from
+`describe` and `postprocess` so that neither depends on the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel
+from ppb_core.payload.describe import describe
+from ppb_core.payload.postprocess import postprocess
+from ppb_core.payload.sources import MemorySource, TimeSource
+from ppb_core.timing import TimeModel
+
+
+def describe_run(
+    run: RunConfig,
+    memory: MemorySource | None = None,
+    times: TimeSource | None = None,
+    *,
+    timed: bool = True,
+) -> list[dict[str, Any]]:
+    """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
+
+    *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
+    `ppb_core.timing.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
+    and FULL only, `time` 1).
+    """
+    if memory is None:
+        memory = MemoryModel(run)
+    if not timed:
+        times = None
+    elif times is None:
+        times = TimeModel(run)
+    return postprocess(describe(run, memory, times), run.ppb.combined, run.source)

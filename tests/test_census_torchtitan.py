@@ -1,0 +1,69 @@
+"""torchtitan's Llama block measured on the CPU under its activation checkpointing, against the framework module.
+
+The census (ppb_core.census.torchtitan) runs a torchtitan-style block wrapped as torchtitan v0.2.2
+wraps it (none, full, the per-op policy) and measures what it keeps for its backward; the memory
+model's torchtitan rules (ppb_core.memory.frameworks.torchtitan) must give the same within 2%.
+The rules leave out the norms' fp32 statistics (4 bytes a token and norm): the only difference.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ppb_core.census.torchtitan import BlockDims, measure_block
+from ppb_core.config.run import parse_run_config
+from ppb_core.memory import MemoryModel
+from ppb_core.model.walk import walk
+
+RECOMPUTE = {"none": {"mode": "none"}, "op": {"mode": "selective", "option": "op"}, "full": {"mode": "full"}}
+SHAPES = [(BlockDims(128, 2, 1, 352), 64), (BlockDims(192, 3, 3, 512), 96), (BlockDims(128, 4, 1, 256), 80)]
+
+
+def _predicted(dims: BlockDims, tokens: int, ac: str) -> float:
+    run = parse_run_config(
+        {
+            "framework": "torchtitan",
+            "models": [
+                {
+                    "name": "llm",
+                    "spec": {
+                        "vocab_size": 1024,
+                        "hidden_size": dims.hidden,
+                        "num_layers": 2,
+                        "num_attention_heads": dims.heads,
+                        "num_key_value_heads": dims.kv_heads,
+                        "intermediate_size": dims.ffn,
+                    },
+                }
+            ],
+            "parallel": {"zero": 0},
+            "training": {"seq_length": tokens, "recompute": RECOMPUTE[ac]},
+            "device": {"name": "h100-80gb"},
+        },
+        "titan.yaml",
+    )
+    memory = MemoryModel(run)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    option = {"none": "NONE", "op": "SLCT", "full": "FULL"}[ac]
+    return memory.activation_bytes(layer, *memory.option_state(layer, option))
+
+
+@pytest.mark.parametrize("ac", ["none", "op", "full"])
+@pytest.mark.parametrize(("dims", "tokens"), SHAPES, ids=[f"h{d.hidden}-a{d.heads}-kv{d.kv_heads}" for d, _ in SHAPES])
+def test_the_framework_module_predicts_the_measured_block(dims, tokens, ac):
+    measured = measure_block(dims, tokens, ac)
+    predicted = _predicted(dims, tokens, ac)
+    assert predicted == pytest.approx(measured.kept_bytes, rel=0.02), (predicted, measured.kept_bytes)
+    # and the difference is the norms' statistics where the block keeps them (none: two norms of 4
+    # bytes a token; op recomputes the norms; full keeps the input alone)
+    statistics = {"none": 2 * 4 * tokens, "op": 0, "full": 0}[ac]
+    assert measured.kept_bytes - predicted == statistics
+
+
+def test_op_policy_saves_every_other_matmul_as_measured():
+    # h 256, 4 heads of 64, 2 kv heads, width 704, 128 tokens, by hand (bf16): the input 256·2, wq's
+    # output 256·2, wv's 128·2, the SDPA output 256·2 and log-sum-exp 4·4, w1's 704·2, w2's 256·2 a token
+    dims = BlockDims(256, 4, 2, 704)
+    assert measure_block(dims, 128, "op").kept_bytes == 128 * (512 + 512 + 256 + 512 + 16 + 1408 + 512)

@@ -1,0 +1,67 @@
+"""Code versions you can predict: a stage's version changes exactly when a source it runs changes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ppb_core import chain
+from ppb_core.chain.versions import CORE_DIR, read_source
+
+STAGES = [step.name for step in chain.STAGES]
+
+
+def versions(read: Callable[[Path], bytes] = read_source) -> dict[str, str]:
+    return {name: chain.code_version(name, read) for name in STAGES}
+
+
+def edited(*targets: Path) -> Callable[[Path], bytes]:
+    """Sources as on disk, but *targets* with one more comment line (an edit that changes no behaviour)."""
+
+    def read(path: Path) -> bytes:
+        data = path.read_bytes()
+        return data + b"\n# edited\n" if path in targets else data
+
+    return read
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {name for name in before if before[name] != after[name]}
+
+
+def test_versions_are_stable_and_distinct() -> None:
+    first = versions()
+    assert first == versions()
+    assert len(set(first.values())) == len(first)
+
+
+def test_a_cli_only_edit_stales_nothing() -> None:
+    before = versions()
+    cli = sorted((CORE_DIR / "cli").glob("*.py"))
+    assert len(cli) >= 8
+    assert changed(before, versions(edited(*cli))) == set()
+
+
+@pytest.mark.parametrize(
+    ("module", "stages"),
+    [
+        # The report's renderer runs in plan_report alone (its artifacts).
+        ("report/render.py", {"plan_report"}),
+        # MindFormers' yaml and the plan's outputs: only the balancer's stage computes them.
+        ("balance/outputs.py", {"pipeline_plan"}),
+        # combine, withdraw and scale: the three post-processing stages alone. Not describing or
+        # profiling (payload/describe.py does not import it) nor the balancer (it reads descriptions
+        # through payload/sapp.py).
+        ("payload/postprocess.py", {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}),
+        # Reading a run config: every stage that parses the run_config table; not withdrawal and
+        # scaling, pure transforms of the descriptions table.
+        ("config/run.py", set(STAGES) - {"withdrawn_descriptions", "scaled_descriptions"}),
+        # The time model: the stages that price times, and not the memory table, the walk, the
+        # post-processing or the balancer (it reads the times the descriptions state).
+        ("timing/pricer.py", {"layer_times", "switch_profiles", "layer_descriptions", "plan_report"}),
+    ],
+)
+def test_an_edit_to_a_core_module_stales_exactly_the_stages_that_run_it(module: str, stages: set[str]) -> None:
+    assert changed(versions(), versions(edited(CORE_DIR / module))) == stages

@@ -1,0 +1,337 @@
+"""Each framework's memory rules, worked out by hand on small shapes, with the framework source they follow.
+
+The shapes are test_memory_runs' (DENSE: h 64, 4 heads of 16, SwiGLU 128, vocabulary 1024;
+bf16, so bc = 2). Megatron-LM main at d98e8a64 with Transformer Engine main at d0067d0d;
+torchtitan v0.2.2 on torch 2.13; MindFormers at fd4deebc (docs/frameworks.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_memory_activations import MLA, MOE
+from test_memory_runs import DENSE, body, layers, make_run, model
+
+from ppb_core.estimate.run import estimate
+from ppb_core.memory import stage_peaks
+from ppb_core.model.switches import KEEP_ALL, LayerType
+from ppb_core.model.walk import walk
+
+NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
+MB = 2**20
+SP = {"tp": 2, "sequence_parallel": True}
+
+
+def _terms(memory, layer, state=NOT, switches=None) -> dict[str, float]:
+    return {t.op: t.bytes for t in memory.activation_terms(layer, state, switches)}
+
+
+# --- Megatron-Core -----------------------------------------------------------------------------------
+
+
+def test_megatron_keeps_the_sequence_shard_and_gathers_again():
+    # tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: save_for_backward(input)
+    # is the shard; the backward all-gathers it again. s 64 at tp 2 + SP: no buffer kept per micro-batch,
+    # and the workspace is one whole gathered input, 64 tokens · 64 · 2 = 8192 bytes, in the working set.
+    run = make_run(DENSE, parallel=SP)
+    memory, layer = model(run), body(run)
+    assert memory.buffers(layer, NOT).at(5) == 0
+    # working: the largest gradient (gate/up, 64 tokens · 2·128/2 · 2 = 16384) + the gathered input 8192
+    assert memory.working_extra_bytes(layer, NOT, None, 2, True) == 16384 + 8192
+    # MindFormers keeps the all-gather's output ((t−1)/t of it: 4096, twice) unless select_comm_recompute
+    mind = make_run(DENSE, parallel=SP, framework="mindformers")
+    assert model(mind).buffers(body(mind), NOT).at(5) == 5 * 2 * 4096
+    assert model(mind).working_extra_bytes(body(mind), NOT, None, 2, True) == 16384
+
+
+def test_megatron_ring_attention_keeps_only_the_local_chunk():
+    # TE AttnFuncWithCPAndKVP2P saves the local q, kv, out and statistics; the backward circulates the
+    # key/value chunks again. cp 2, one kv head of 16, 32 tokens: a chunk 32·2·16·2 = 2048 bytes.
+    spec = {**DENSE, "num_key_value_heads": 1}
+    run = make_run(spec, parallel={"cp": 2})
+    memory, layer = model(run), body(run)
+    assert memory.buffers(layer, NOT).kept_bytes() == 0
+    # the double buffer (2·2048) is the layer's workspace: largest gradient gate/up 32·256·2 = 16384
+    assert memory.working_extra_bytes(layer, NOT, None, 2, True) == 16384 + 4096
+
+
+def test_megatron_holds_a_stage_s_workspaces_once():
+    # ZeRO-2 over dp 2, one stage: a layer's gradient bucket is a workspace of its backward
+    # (body 41088 · 4 = 164352, HEAD 65536 · 4 = 262144, TAIL 65600 · 4 = 262400). SAPP counts
+    # each layer's in the stage's buffers; Megatron holds one at a time: the stage's buffers are 0 and
+    # its working set is the TAIL's, its logits' gradient 64·1024·2 = 131072 + its bucket 262400.
+    run = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4})
+    (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
+    assert peak.buffer_bytes == 0
+    assert peak.working_bytes == 131072 + 262400
+    mind = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4}, framework="mindformers")
+    (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
+    assert seed.buffer_bytes == 4 * 164352 + 262144 + 262400
+
+
+def test_megatron_all_to_all_staging_once_per_stage():
+    # MOE at ep 2 (dp 2), s 16: each MoE layer's all-to-all send buffer is max(32 dispatched, 32
+    # returned rows) · 32 · 2 = 2048. Two MoE layers on the stage: SAPP sums 2 · 2048 in the
+    # stage's buffers, Megatron holds one in a working set.
+    run = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16})
+    mind = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, framework="mindformers")
+    (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
+    (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
+    # kept per micro-batch: the remote half of the dispatched rows, 32·32·2/2 = 1024 a layer (Megatron's
+    # combine keeps nothing, below); SAPP also keeps the combined rows' remote half, 1024
+    assert peak.buffer_bytes == 2 * 1024
+    assert seed.buffer_bytes == 2 * 2 * 1024 + 2 * 2048
+    assert model(run).state_memory(body(run, "moe"), NOT).transient_bytes == 2048
+
+
+def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing():
+    # experts.py TEGroupedMLP: weighted_bias_swiglu_impl(fc1 output, bias, permuted_probs); the combine's
+    # unpermute takes no probabilities. MOE at s 16: no moe.combined_tokens (16·2·32·2 = 2048 in the
+    # SAPP), and the 32 routed rows' probabilities, 32·2 bytes
+    run = make_run(MOE, training={"seq_length": 16})
+    mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
+    terms, seed = _terms(model(run), body(run, "moe")), _terms(model(mind), body(mind, "moe"))
+    assert "moe.combined_tokens" not in terms and seed["moe.combined_tokens"] == 2048
+    assert terms["moe.expert.probs"] == 64
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64
+
+
+def test_megatron_modules_drop_what_megatron_checkpoints():
+    # MOE (h 32, 4 heads of 8, 4 experts, top-2, expert width 16) + one shared expert of 16, s 16.
+    spec = {**MOE, "shared_experts": 1}
+
+    def dropped(modules, spec=spec, kind="moe", seq=16):
+        run = make_run(
+            spec, training={"seq_length": seq, "recompute": {"granularity": "selective", "modules": modules}}
+        )
+        memory, layer = model(run), body(run, kind)
+        return memory.activation_bytes(layer, NOT) - memory.activation_bytes(layer, SEL)
+
+    # core_attn: the flash softmax statistics, 16 tokens · 4 heads · 4 bytes
+    assert dropped(["core_attn"]) == 256
+    # moe_act: the experts' activation output, 32 rows · 16 · 2 (not the shared expert's)
+    assert dropped(["moe_act"]) == 1024
+    # shared_experts: gate/up 16·32·2 and the activation 16·16·2
+    assert dropped(["shared_experts"]) == 1024 + 512
+    # moe: the block from its input (moe_layer.py): router 16·4·2, top-k 16·2·2 and 16·2·8, dispatched
+    # 32·32·2, gate/up 32·32·2, activation 32·16·2, the rows' probabilities 32·2, the shared expert 1536
+    assert dropped(["moe"]) == 128 + 64 + 256 + 2048 + 2048 + 1024 + 64 + 1536
+    # layernorm: only a norm that is its own module (gpt_layer_specs.py, TE spec): the MoE layer's
+    # pre-MLP norm (16·32·2), not the attention's input norm, which TELayerNormColumnParallelLinear fuses
+    assert dropped(["layernorm"]) == 1024
+    # ... and on a dense layer nothing (both norms fused); mlp checkpoints the dense MLP from its input:
+    # gate/up 64·256·2 and the activation 64·128·2
+    assert dropped(["layernorm"], DENSE, None, 64) == 0
+    assert dropped(["mlp"], DENSE, None, 64) == 32768 + 16384
+    # MLA (s 32): the input norm is its own module there (64·32·2 = 4096); mla_up_proj drops the normed
+    # latents and the up-projected heads, 9728 (test_memory_activations)
+    assert dropped(["layernorm"], MLA, None, 32) == 4096
+    assert dropped(["mla_up_proj"], MLA, None, 32) == 9728
+
+
+def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():
+    spec = {**MOE}
+    run = make_run(
+        spec,
+        parallel={"dp": 2, "ep": 2},
+        training={"seq_length": 16, "recompute": {"granularity": "selective", "modules": ["moe"]}},
+    )
+    # the dispatched rows' remote half, 32·32·2/2, kept plainly; rebuilt with the block under `moe`
+    memory, layer = model(run), body(run, "moe")
+    assert memory.buffers(layer, NOT).kept_bytes() == 1024
+    assert memory.buffers(layer, SEL).kept_bytes() == 0
+
+
+def test_megatron_loss_holds_the_16_bit_logits_next_to_the_fp32_softmax():
+    # cross_entropy.py: the fp32 copy becomes the softmax in place (kept, 4·64·1024 in the TAIL);
+    # the bf16 logits of the output layer are alive meanwhile: 2·64·1024 = 131072
+    run = make_run(DENSE)
+    memory = model(run)
+    tail = layers(run)["TAIL"]
+    assert _terms(memory, tail)["output.logits_softmax"] == 4 * 64 * 1024
+    assert memory.loss_bytes(tail) == 131072
+    assert memory.loss_bytes(body(run)) == 0
+
+
+def test_megatron_full_recompute_methods():
+    # recompute.py: uniform checkpoints groups of num_layers from the group's input; block the first
+    # num_layers of each chunk. DENSE, 4 layers on one stage, one micro-batch in flight.
+    uniform = make_run(DENSE, training={"recompute": {"granularity": "full", "method": "uniform", "num_layers": 2}})
+    (peak,) = stage_peaks(model(uniform), walk(uniform), [[1]], 80 * 2**30)
+    # activations: HEAD 512 (token ids), ⌈4/2⌉ = 2 group inputs of 8192, TAIL 279040
+    assert peak.activation_bytes == 512 + 2 * 8192 + 279040
+    # a backward rebuilds its group: 2 · 115712 − 8192 + the largest gradient 32768
+    assert peak.working_bytes == 2 * 115712 - 8192 + 32768
+    block = make_run(
+        DENSE,
+        parallel={"pp": 2},
+        training={"micro_batches": 4, "recompute": {"granularity": "full", "method": "block", "num_layers": 1}},
+    )
+    first, last = stage_peaks(model(block), walk(block), [[1, 1]], 80 * 2**30)
+    # each stage: its first layer FULL (8192), its second NONE (115712)
+    assert first.activation_bytes == 512 + 8192 + 115712
+    assert last.activation_bytes == 8192 + 115712 + 279040
+
+
+# --- torchtitan ---------------------------------------------------------------------------------------
+
+
+def _titan(**kwargs):
+    return make_run(DENSE, framework="torchtitan", **kwargs)
+
+
+def test_torchtitan_block_keeps_the_silu_output():
+    # model.py: w2(F.silu(w1(x)) * w3(x)) keeps the SiLU output for the product (64·128·2 = 16384 more);
+    # the contiguous copy of the transposed SDPA output for wo is no copy (a view of the flash output)
+    run = _titan(parallel={"zero": 0})
+    memory, layer = model(run), body(run)
+    assert memory.activation_bytes(layer, NOT) == 115712 + 16384
+    assert _terms(memory, layer)["mlp.silu_output"] == 16384
+    # ffAct 0 (recompute SiLU and the product) drops both: 2 · 16384
+    assert memory.activation_bytes(layer, SEL, dict(KEEP_ALL, ffAct=0)) == 132096 - 32768
+    assert memory.activation_bytes(layer, FULL) == 8192
+
+
+def test_torchtitan_op_policy_keeps_every_other_matmul_and_the_attention():
+    # activation_checkpoint.py _apply_op_sac with llama3 parallelize.py _op_sac_save_list: the block
+    # input (64·64·2), wq's output (1st mm, 64·64·2), wv's (3rd, 64·64·2), the SDPA output (64·64·2)
+    # and its fp32 log-sum-exp (64·4·4), w1's output (5th, 64·128·2), w2's (7th, 64·64·2);
+    # wk, wo and w3 (2nd, 4th, 6th) and every elementwise op are recomputed.
+    run = _titan(parallel={"zero": 0}, training={"recompute": {"mode": "selective", "option": "op"}})
+    memory, layer = model(run), body(run)
+    assert _terms(memory, layer, SEL) == {
+        "attention.norm_input": 8192,
+        "attention.wq_output": 8192,
+        "attention.wv_output": 8192,
+        "attention.core_output": 8192,
+        "attention.softmax_lse": 1024,
+        "mlp.w1_output": 16384,
+        "mlp.w2_output": 8192,
+    }
+    assert memory.activation_bytes(layer, SEL) == 58368
+
+
+def test_torchtitan_layer_selective_checkpoints_every_nth_block():
+    run = _titan(parallel={"zero": 0}, training={"recompute": {"mode": "selective", "option": 2}})
+    (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
+    # _apply_layer_sac: blocks 2 and 4 of 4 (counted from 1) checkpointed: 2 · 8192 + 2 · 132096
+    assert peak.activation_bytes == 512 + 2 * 8192 + 2 * 132096 + 279040
+
+
+def test_torchtitan_fsdp_static_memory():
+    # FSDP2 over dp 2: fp32 parameters, fp32 gradients, AdamW's two fp32 moments, no master copy:
+    # a body layer's 41088 parameters, 20544 a rank, 16 bytes each
+    run = _titan(parallel={"dp": 2})
+    static = model(run).static_breakdown(body(run))
+    assert (static.parameter_bytes, static.gradient_bytes, static.optimizer_bytes) == (20544 * 4, 20544 * 4, 20544 * 8)
+    assert static.total == 20544 * 16 and static.step_bytes == static.total
+    # under PP the stage also holds the gathered bf16 parameters and fp32 gradient accumulators
+    # (stage.py backward_maybe_with_nosync, apply_fsdp reshard_after_forward = not pp_enabled): 41088 · 6
+    piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
+    static = model(piped).static_breakdown(body(piped))
+    assert static.total == 20544 * 16 + 41088 * 6
+    assert static.step_bytes == 20544 * 16
+    # replicate (zero 0): 41088 · 16 on every rank
+    assert model(_titan(parallel={"dp": 2, "zero": 0})).static_breakdown(body(run)).total == 41088 * 16
+
+
+def test_torchtitan_fsdp_backward_holds_gathered_parameters_and_reduce_scatter_inputs():
+    # _fsdp_param_group.py: a block U between V (before) and W (after), all 41088 parameters:
+    # computing, 2·2·P_U + 2·P_V + 4·P_W = 10·41088; reducing, (2 + 4)·P_U + 2·P_V = 8·41088
+    run = _titan(parallel={"dp": 2})
+    memory, found = model(run), layers(run)
+    assert memory.working_extra_bytes(found["dense"], NOT, None, 2, True) == 32768 + 10 * 41088
+    # one stage, the walk's neighbours: the TAIL (65600, after the last block 41088): computing
+    # 4·65600 + 2·41088, reducing 6·65600 + 2·41088; its largest gradient the logits', 64·1024·2
+    (peak,) = stage_peaks(memory, walk(run), [[1]], 80 * 2**30)
+    assert peak.working_bytes == 131072 + 6 * 65600 + 2 * 41088
+
+
+def test_torchtitan_loss():
+    # loss.py cross_entropy_loss: F.cross_entropy(pred.float()): in the backward nll_loss's and
+    # log_softmax's fp32 gradients next to the kept log-probabilities, 8 · 64 · 1024; the norm and
+    # output unit, not resharded after the forward (apply_fsdp), gathered: 2 · 65600
+    run = _titan(parallel={"dp": 2})
+    assert model(run).loss_bytes(layers(run)["TAIL"]) == 8 * 64 * 1024 + 2 * 65600
+    # under PP the last stage keeps the bf16 logits for the backward (stage.py fwd_cache): + 2 · 64 · 1024
+    piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
+    assert model(piped).loss_bytes(layers(piped)["TAIL"]) == 10 * 64 * 1024
+
+
+def test_torchtitan_cross_entropy_measured_on_the_cpu():
+    """The loss rule against torch itself: live bytes while cross_entropy(pred.float()) runs."""
+    torch = pytest.importorskip("torch")
+    from ppb_core.census.live import LiveBytes
+
+    tokens, vocab = 256, 1000
+    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, vocab, (1, tokens))
+    logits = tokens * vocab
+    with LiveBytes() as live:  # counts what is made inside: the bf16 logits were made before
+        loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    assert live.now == pytest.approx(4 * logits, rel=0.01)  # what outlives the forward: the fp32 log-probabilities
+    assert live.peak == pytest.approx(8 * logits, rel=0.01)  # the fp32 copy next to them: 6 with the logits
+    del pred  # torchtitan/train.py: del pred before loss.backward()
+    with LiveBytes() as live:
+        loss.backward()
+    # beyond the kept log-probabilities: nll_loss's gradient and log_softmax's, 8 bytes a logit
+    assert live.peak == pytest.approx(8 * logits, rel=0.01)
+
+
+# --- moments and the estimate --------------------------------------------------------------------------
+
+
+def test_the_loss_moment_sets_the_last_stage_when_the_vocabulary_is_large():
+    # torchtitan, replicate, pp 1, a 32k vocabulary at s 64: the loss adds 8 · 64 · 32768 = 16 MiB on top
+    # of what is kept; the largest backward working set is the logits' gradient, 2 · 64 · 32768 = 4 MiB
+    run = make_run({**DENSE, "vocab_size": 32768}, framework="torchtitan", parallel={"zero": 0})
+    (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
+    assert peak.loss_bytes == 8 * 64 * 32768
+    assert peak.working_bytes == 2 * 64 * 32768
+    assert peak.moment == "loss"
+    assert peak.peak_bytes == peak.kept_bytes + 16 * MB
+    assert peak.moments["optimizer"] == peak.static_bytes
+
+
+def test_the_estimate_says_the_moment_and_the_peak_at_full():
+    run = make_run(DENSE, parallel={"pp": 2}, training={"micro_batches": 4, "recompute": {"ffAct": 0}})
+    data = estimate(run).to_json()
+    assert [stage["moment"] for stage in data["stages"]] == ["backward", "backward"]
+    assert set(data["stages"][1]["moments"]) == {"backward", "loss", "optimizer"}
+    assert "loss" not in data["stages"][0]["moments"]
+    assert data["run"]["framework"] == "megatron"
+    full = data["stages_at_full"]
+    # at full every body layer keeps its input: stage 0 holds 2 in flight of HEAD 512 + 2 · 8192
+    assert full[0]["activation_bytes"] == 2 * (512 + 2 * 8192)
+    assert all(f["peak_bytes"] <= s["peak_bytes"] for f, s in zip(full, data["stages"], strict=True))
+    assert math.isclose(full[0]["moments"]["backward"], full[0]["peak_bytes"])
+
+
+# --- FP8 caches (DeepSeek-V3 Technical Report §3.3.3) ---------------------------------------------------
+
+
+def test_fp8_caches_of_linear_inputs():
+    # DENSE at s 64: the linear inputs are the normed inputs of attention and MLP, the attention output
+    # and the SwiGLU output (64·64, 64·64, 64·64 and 64·128 elements), 2 bytes each in bf16; in FP8 with
+    # a 4-byte scale per 128: 1.03125 bytes. 115712 − 2·(3·4096 + 8192) + 1.03125·(3·4096 + 8192)
+    run = make_run(DENSE, training={"fp8_cache": "linear"})
+    memory, layer = model(run), body(run)
+    assert memory.activation_bytes(layer, NOT) == 115712 - 2 * 20480 + 1.03125 * 20480
+    # deepseek: the attention output in E5M6 (12 bits: 1.5 bytes); the dense SwiGLU input stays bf16
+    deepseek = make_run(DENSE, training={"fp8_cache": "deepseek"})
+    assert model(deepseek).activation_bytes(body(deepseek), NOT) == 115712 - 2 * 20480 + 1.03125 * 16384 + 1.5 * 4096
+
+
+def test_fp8_caches_of_the_experts():
+    # MOE at ep 2, s 16: the 32 routed rows' inputs (32·32 elements: half kept here, half a buffer) are
+    # dispatched in FP8; deepseek also caches the experts' SwiGLU input (32·2·16) in FP8. The router's
+    # input (the MoE norm's output, 16·32) stays bf16.
+    spec = {**MOE}
+    plain = make_run(spec, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16})
+    fp8 = make_run(spec, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16, "fp8_cache": "deepseek"})
+    before, after = _terms(model(plain), body(plain, "moe")), _terms(model(fp8), body(fp8, "moe"))
+    assert after["moe.dispatched_tokens"] == 512 * 1.03125 and before["moe.dispatched_tokens"] == 512 * 2
+    assert after["moe.expert.gate_up_output"] == 1024 * 1.03125
+    assert after["moe.norm_output"] == before["moe.norm_output"] == 16 * 32 * 2
+    assert model(fp8).buffers(body(fp8, "moe"), NOT).kept_bytes() == 512 * 1.03125

@@ -1,0 +1,357 @@
+"""The iteration in seconds: each term outside the layers derived by hand, and properties over random runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppb_core.cli.main import main
+from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.estimate.plan import plan_iterations
+from ppb_core.memory import MemoryModel
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.kinds import Moe
+from ppb_core.model.walk import walk
+from ppb_core.schedules import simulate
+from ppb_core.timing import model_flops_per_iteration
+from ppb_core.timing.comm import Group, Links, collective_seconds
+from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, OpGeometry, _remote_nodes
+from ppb_core.timing.iteration import (
+    BREAKDOWN_KEYS,
+    _fsdp_exposed,
+    bucket_tail,
+    framework_rules,
+    optimizer_traffic,
+    run_iteration,
+)
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+# Round figures: 100 TFLOPS, 1000 GB/s HBM at 50% (5e11 B/s), links 100 / 10 GB/s at 50%, no latency.
+ROUND_DEVICE = {
+    "memory_mb": 80000,
+    "sm_count": 64,
+    "peak_tflops": 100.0,
+    "hbm_bandwidth_gbs": 1000.0,
+    "intra_node_bandwidth_gbs": 100.0,
+    "inter_node_bandwidth_gbs": 10.0,
+    "matmul_efficiency": 0.5,
+    "memory_efficiency": 0.5,
+    "comm_efficiency": 0.5,
+    "collective_latency_us": 0.0,
+    "inter_node_latency_us": 0.0,
+    "comm_sms": 0,
+}
+
+
+def small_run(
+    dp=2, tp=1, pp=2, m=4, zero=None, overlap=None, framework="megatron", device=None, recompute=None, **extra
+):
+    spec = {
+        "vocab_size": 4096,
+        "hidden_size": 1024,
+        "num_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 2816,
+        "max_position_embeddings": 2048,
+    }
+    raw = {
+        "name": "small",
+        "framework": framework,
+        "models": [{"name": "llm", "spec": spec}],
+        # zero None: the framework's own default (Megatron's distributed optimizer ZeRO-1, torchtitan's FSDP2)
+        "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, **extra}
+        | ({} if zero is None else {"zero": zero}),
+        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "recompute": recompute or {}},
+        "device": device or ROUND_DEVICE,
+    }
+    if overlap is not None:
+        raw["timing"] = {"overlap": overlap}
+    return parse_run_config(raw)
+
+
+# --- pipeline sends and receives ------------------------------------------------------------------
+
+
+def test_p2p_on_two_stages_by_hand():
+    # 1F1B, P = 2, m = 2, every forward f, backward b, a send x. Stage 0 runs F0 F1 B0 B1, stage 1 F0 B0 F1 B1.
+    # Blocking (the sender waits for its send): stage 0 F0 [0, f+x], F1 [f+x, 2f+2x]; stage 1 F0
+    # [f+x, 2f+x], B0 [2f+x, 2f+b+2x], F1 [2f+b+2x, 3f+b+2x], B1 [3f+b+2x, 3f+2b+3x]; stage 0 B0 ends
+    # 2f+2b+2x, B1 starts at 3f+2b+3x and ends 3f+3b+3x.
+    # In the background (only the receiver waits): stage 1's F0 starts at f+x, its B0 reaches stage 0 at
+    # 2f+b+2x, its B1 ends 3f+2b+x and reaches stage 0 at 3f+2b+2x: the iteration ends at 3f+3b+2x.
+    f, b, x = 1.0, 2.0, 0.25
+    forward, backward, transfer = [[f, f]], [[b, b]], [[x, x]]
+    assert simulate("1f1b", forward, backward, 2).makespan == pytest.approx(3 * f + 3 * b)
+    assert simulate("1f1b", forward, backward, 2, transfer, blocking=True).makespan == pytest.approx(
+        3 * f + 3 * b + 3 * x
+    )
+    assert simulate("1f1b", forward, backward, 2, transfer, blocking=False).makespan == pytest.approx(
+        3 * f + 3 * b + 2 * x
+    )
+
+
+def test_p2p_sends_the_stage_output_over_the_link_the_stages_share():
+    # dp·tp = 2 ranks per stage: stages 0 and 1 are ranks {0,1} and {2,3}, one node of 8: NVLink at
+    # 5e10 B/s. A micro-batch's hidden state: 2048 tokens × 1024 × 2 bytes = 4,194,304 bytes → 83.9 us.
+    run = small_run(dp=2, pp=2)
+    it = run_iteration(run)
+    x = 2048 * 1024 * 2 / 5e10
+    assert it.breakdown["p2p"] > 0
+    # 1F1B blocking: each of the m = 4 micro-batches' forwards and backwards on the critical path sends
+    # once between the two stages, at most 2m sends; at least the first forward's and the last backward's.
+    assert 2 * x - 1e-12 <= it.breakdown["p2p"] <= 2 * 4 * x + 1e-12
+    # 16 stages of 2 ranks span 32 ranks: four nodes; neighbours in different nodes use the NIC (5e9 B/s).
+    far = run_iteration(small_run(dp=8, pp=2, devices_per_node=8))
+    assert far.breakdown["p2p"] >= 2 * 2048 * 1024 * 2 / 5e9 - 1e-12
+
+
+# --- data-parallel gradient reduction -----------------------------------------------------------
+
+
+def test_bucket_tail_by_hand():
+    # Backward ends at 10; buckets ready at 4, 7 and 10 taking 2, 2 and 1: the stream runs [4, 6],
+    # [7, 9], [10, 11]: 1 past the end. Ready at 4 and 5 taking 3 each: [4, 7], [7, 10]: none past it.
+    assert bucket_tail([(4, 2), (7, 2), (10, 1)], 10, 1.0) == (5, 1)
+    assert bucket_tail([(4, 3), (5, 3)], 10, 1.0) == (6, 0)
+    # Without overlap every bucket waits for the end: 5 exposed; half overlap, half of each.
+    assert bucket_tail([(4, 2), (7, 2), (10, 1)], 10, 0.0) == (5, 5)
+    assert bucket_tail([(4, 2), (7, 2), (10, 1)], 10, 0.5) == (5, 3)
+
+
+def test_reduce_scatter_of_fp32_gradients_over_the_data_parallel_ring():
+    # 10M parameters' fp32 gradients reduce-scattered over dp = 4 in one node: 40 MB · 3/4 at 5e10 B/s.
+    links = Links(5e10, 5e9, 0.0, 8, {"dp": Group(4, 4)})
+    seconds = collective_seconds(Collective(REDUCE_SCATTER, "dp", 10e6 * 4, "dp"), links)
+    assert seconds == pytest.approx(40e6 * 3 / 4 / 5e10)
+    # The same over dp = 4 spread on 4 nodes (tp = 8 between them): the NIC's 5e9 B/s.
+    links = Links(5e10, 5e9, 0.0, 8, {"dp": Group(4, 32)})
+    assert collective_seconds(Collective(REDUCE_SCATTER, "dp", 10e6 * 4, "dp"), links) == pytest.approx(
+        40e6 * 3 / 4 / 5e9
+    )
+
+
+def test_the_dp_tail_is_what_the_last_backward_does_not_hide():
+    # One stage (pp 1): no overlap exposes the whole reduction; full overlap never more than that, and
+    # the parameter all-gather after the step is bucketed behind the next forward.
+    exposed = run_iteration(small_run(pp=1, m=1, overlap={"dp": 0.0, "param_gather": 0.0}))
+    hidden = run_iteration(small_run(pp=1, m=1, overlap={"dp": 1.0, "param_gather": 1.0}))
+    assert exposed.link_seconds["dp_communication"] == pytest.approx(hidden.link_seconds["dp_communication"])
+    assert exposed.breakdown["dp_communication"] == pytest.approx(exposed.link_seconds["dp_communication"])
+    assert hidden.breakdown["dp_communication"] <= exposed.breakdown["dp_communication"]
+    assert hidden.seconds <= exposed.seconds
+
+
+def test_no_data_parallel_no_reduction():
+    it = run_iteration(small_run(dp=1, pp=2))
+    assert it.breakdown["dp_communication"] == 0.0
+
+
+# --- ZeRO-3 / FSDP --------------------------------------------------------------------------------
+
+
+def test_fsdp_prefetch_by_hand():
+    # Three layers, forwards 1, 2, 3 and backwards 2, 4, 6; gathers 1.5 each, reduce-scatters 0.5.
+    # Forward: the first gather exposed (1.5), the second behind the first layer (1.5 − 1 = 0.5), the
+    # third behind the second (1.5 < 2: 0). Backward (megatron: reshard after forward, reduce every
+    # micro-batch), layers in reverse: the last layer's gather exposed (1.5); the middle layer's gather
+    # and the last layer's reduce-scatter (2.0) behind its backward of 6: 0; the first layer's gather
+    # and the middle's reduce (2.0) behind 4: 0; the first layer's reduce-scatter after it: 0.5.
+    rules = framework_rules(small_run())
+    layers = [(1.0, 2.0), (2.0, 4.0), (3.0, 6.0)]
+    fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(layers, [1.5] * 3, [0.5] * 3, rules)
+    assert (fe, be) == pytest.approx((2.0, 2.0))
+    assert (fl, bl, once_link, once_exposed) == pytest.approx((4.5, 4.5 + 1.5, 0.0, 0.0))
+    # torchtitan with a pipeline: parameters stay gathered (no gather in the backward) and gradients
+    # reduce once per iteration, in the last micro-batch's backward: each layer's reduce-scatter behind
+    # the next layer's backward (0.5 < 4 and 2), the first layer's after it: 0.5 exposed of 1.5.
+    titan = framework_rules(small_run(framework="torchtitan", pp=2, zero=3))
+    fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(layers, [1.5] * 3, [0.5] * 3, titan)
+    assert (fe, be, once_link, once_exposed) == pytest.approx((2.0, 0.0, 1.5, 0.5))
+
+
+def test_fsdp_gathers_cost_link_time():
+    run = small_run(dp=4, pp=1, zero=3, fsdp=True)
+    it = run_iteration(run)
+    assert it.link_seconds["fsdp_communication"] > 0
+    assert it.breakdown["fsdp_communication"] >= 0
+    assert it.breakdown["dp_communication"] == 0.0  # FSDP reduces per layer, not in DDP buckets
+
+
+# --- optimizer ------------------------------------------------------------------------------------
+
+
+def test_optimizer_traffic_by_hand():
+    # Adam with fp32 master and moments (12 bytes), fp32 gradients, bf16 parameters: per parameter whose
+    # states the device holds 4 + 2·12 + 2 = 30 bytes; 4 more per held gradient for the norm, 4 per
+    # parameter to zero the whole buffer. 1M states of 4M parameters (ZeRO-1 over 4), gradients whole:
+    # 30·1M + 4·4M + 4·4M = 62 MB.
+    setup = MemorySetup(seq_length=1, grad_bytes=4, state_bytes=12, dtype_bytes=2)
+    assert optimizer_traffic(1e6, 4e6, 4e6, setup) == pytest.approx(62e6)
+
+
+def test_optimizer_step_of_a_run_by_hand():
+    # No data parallel, one stage: every parameter's states are held. Parameters P from the memory model
+    # (the same counts the memory estimate uses): 30·P + 4·P + 4·P bytes at 5e11 B/s.
+    run = small_run(dp=1, pp=1)
+    memory = MemoryModel(run)
+    params = sum(memory.parameters(layer).total for layer in walk(run))
+    assert run_iteration(run).breakdown["optimizer"] == pytest.approx(38 * params / 5e11, rel=1e-9)
+
+
+# --- the whole -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", ["llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"])
+def test_breakdown_adds_up_and_rates_follow_from_the_seconds(config):
+    run = load_run_config(CONFIGS / f"{config}.yaml")
+    it = run_iteration(run)
+    assert set(it.breakdown) == set(BREAKDOWN_KEYS)
+    assert sum(it.breakdown.values()) == pytest.approx(it.seconds, rel=1e-12)
+    assert all(value >= -1e-9 for value in it.breakdown.values())
+    par, train = run.parallel, run.training
+    devices = par.dp * par.tp * par.pp * par.cp
+    tokens = train.micro_batch_size * train.micro_batches * par.dp * train.seq_length
+    assert it.tokens_per_second_per_device == pytest.approx(tokens / it.seconds / devices, rel=1e-12)
+    peak = run.device.profile().peak_flops(train.dtype)
+    assert it.mfu == pytest.approx(model_flops_per_iteration(run) / (devices * peak * it.seconds), rel=1e-12)
+    assert it.hfu >= it.mfu
+    assert all(0.0 <= share <= 1.0 for share in it.hidden.values())
+    data = it.to_json()
+    assert set(data["breakdown"]) >= {"compute", "bubble", "p2p", "dp_communication", "optimizer"}
+
+
+def test_a_plan_in_cells_prices_like_the_run_as_configured():
+    # The run's own uniform split, given as a plan's cells, is the same iteration.
+    run = load_run_config(CONFIGS / "llama3-8b.yaml")
+    counts = walk(run).cell_counts
+    cells = [[{"SLCT": n} for n in row] for row in counts]
+    assert run_iteration(run, cells).seconds == pytest.approx(run_iteration(run).seconds, rel=1e-12)
+    fuller = [[{"FULL": n} for n in row] for row in counts]
+    slower = run_iteration(run, fuller)
+    assert slower.seconds > run_iteration(run).seconds
+    assert slower.hfu > slower.mfu
+
+
+def test_recomputed_tp_gathers_cost_link_time_unless_hidden():
+    # gather 0 re-sends the SP all-gathers in the backward; without async overlap they are on the path.
+    shown = small_run(tp=2, dp=1, pp=1, overlap={"tp_async": 0.0}, recompute={"gather": 0})
+    it = run_iteration(shown)
+    assert it.link_seconds["recompute_gathers"] > 0
+    assert it.hidden["recompute_gathers"] == pytest.approx(0.0)
+    hidden = small_run(tp=2, dp=1, pp=1, overlap={"tp_async": 1.0}, recompute={"gather": 0})
+    assert run_iteration(hidden).hidden["recompute_gathers"] > 0
+
+
+# --- properties ---------------------------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.integers(2, 6))
+def test_more_data_parallel_never_lowers_the_reduction_time(dp, tp, pp, m):
+    small = run_iteration(small_run(dp=dp, tp=tp, pp=pp, m=m))
+    big = run_iteration(small_run(dp=2 * dp, tp=tp, pp=pp, m=m))
+    assert big.link_seconds["dp_communication"] >= small.link_seconds["dp_communication"] * (1 - 1e-12)
+
+
+OVERLAPS = ("tp", "tp_async", "dp", "param_gather")
+
+
+@PROPERTY
+@given(
+    st.sampled_from(OVERLAPS),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 1.0),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2]),
+    st.booleans(),
+)
+def test_more_overlap_never_raises_the_iteration_time(setting, a, b, tp, pp, fsdp):
+    low, high = sorted((a, b))
+    extra = {"zero": 3, "fsdp": True} if fsdp else {}
+    slow = run_iteration(small_run(dp=2, tp=tp, pp=pp, overlap={setting: low}, **extra))
+    fast = run_iteration(small_run(dp=2, tp=tp, pp=pp, overlap={setting: high}, **extra))
+    assert fast.seconds <= slow.seconds * (1 + 1e-12)
+
+
+@PROPERTY
+@given(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.integers(2, 6))
+def test_more_micro_batches_never_shorten_the_iteration(dp, pp, m):
+    assert run_iteration(small_run(dp=dp, pp=pp, m=m + 1)).seconds >= run_iteration(
+        small_run(dp=dp, pp=pp, m=m)
+    ).seconds * (1 - 1e-12)
+
+
+@PROPERTY
+@given(st.sampled_from(["megatron", "torchtitan", "mindformers"]), st.sampled_from([1, 2]), st.integers(2, 5))
+def test_the_iteration_is_never_shorter_than_the_busiest_stages_work(framework, pp, m):
+    it = run_iteration(small_run(dp=2, pp=pp, m=m, framework=framework))
+    assert it.seconds >= it.breakdown["compute"]
+    assert it.breakdown["bubble"] >= -1e-9
+
+
+def test_gather_and_reduce_scatter_time_grow_with_the_group():
+    # A ring over g ranks moves P·(g−1)/g: never less for more ranks, at one bandwidth.
+    links = Links(5e10, 5e10, 0.0, 64, {f"g{g}": Group(g, g) for g in (2, 4, 8)})
+    times = [collective_seconds(Collective(ALL_GATHER, f"g{g}", 1e6, "dp"), links) for g in (2, 4, 8)]
+    assert times == sorted(times)
+
+
+def test_deepep_sends_a_token_once_to_each_remote_node_it_reaches():
+    # DeepSeek-V3 at EP 64 over 8 nodes: a token's 8 experts from its 4 best of 8 groups (one a node)
+    # reach at most 4 nodes, 7/8 of them remote on average: 3.5 hidden states leave the node per token
+    # routed, instead of 8 copies × 56/64 remote = 7. Uniform picks without the limit: 8·(1 − (7/8)^8)
+    # nodes, the same 7/8 remote.
+    geo = OpGeometry(seq_length=4096, ep=64, ep_nodes=8, dispatcher="deepep")
+    limited = Moe(7168, 256, 8, 2048, True, "swiglu", groups=8, group_limit=4)
+    assert _remote_nodes(limited, geo) == pytest.approx(4 * 7 / 8)
+    free = Moe(7168, 256, 8, 2048, True, "swiglu")
+    assert _remote_nodes(free, geo) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
+    assert _remote_nodes(free, OpGeometry(seq_length=4096, ep=8, ep_nodes=1)) is None
+
+
+def test_deepseek_v3_reads_its_group_limited_routing():
+    run = load_run_config(CONFIGS / "deepseek-v3.yaml")
+    spec = run.spec("llm")
+    assert (spec.expert_groups, spec.expert_group_limit) == (8, 4)  # n_group, topk_group of its config.json
+
+
+def test_ppb_estimate_json_carries_the_iteration(capsys):
+    assert main(["estimate", str(CONFIGS / "llama3-8b.yaml"), "--json"]) == 0
+    iteration = json.loads(capsys.readouterr().out)["iteration"]
+    assert set(iteration) >= {"seconds", "tokens_per_second_per_device", "mfu", "hfu", "breakdown"}
+    assert set(iteration["breakdown"]) >= {"compute", "bubble", "p2p", "dp_communication", "optimizer"}
+    run = load_run_config(CONFIGS / "llama3-8b.yaml")
+    assert iteration["seconds"] == pytest.approx(run_iteration(run).seconds, rel=1e-12)
+
+
+def test_plan_iterations_price_the_plan_and_its_baseline_in_seconds():
+    run = load_run_config(CONFIGS / "llama3-8b.yaml")
+    counts = walk(run).cell_counts
+    plan = {
+        "input": {"stages": 4, "micro_batches": 32, "interleave": 1, "schedule": "1f1b"},
+        "cells": [[{"options": {"NONE": n}} for n in row] for row in counts],
+        "best_baseline": "FULL",
+        "baselines": [
+            {
+                "option": "FULL",
+                "layers_per_cell": counts,
+                "cells": [[{"options": {"FULL": n}} for n in row] for row in counts],
+            }
+        ],
+    }
+    out = plan_iterations(run, plan)
+    none = run_iteration(run, [[{"NONE": n} for n in row] for row in counts])
+    full = run_iteration(run, [[{"FULL": n} for n in row] for row in counts])
+    assert out["iteration"]["seconds"] == pytest.approx(none.seconds, rel=1e-12)
+    assert out["baseline_iteration"]["option"] == "FULL"
+    assert out["baseline_iteration"]["seconds"] == pytest.approx(full.seconds, rel=1e-12)
+    # The descriptions' unit: the first body layer's forward, in seconds (milliseconds from the model / 1e3).
+    assert 0 < out["time_unit_s"] < 1
