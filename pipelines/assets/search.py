@@ -13,14 +13,16 @@ as a `run_configs` partition. The shards run side by side under the multiprocess
 """
 
 import json
+import pickle
 from pathlib import Path
 
 import dagster as dg
-import pandas as pd
 from pydantic import Field
 from upath import UPath
 
 from pipelines.assets.common import markdown_table
+from pipelines.automation import SENSOR_INTERVAL_S
+from pipelines.columns import column_schema
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import INVALID_KEY_CHARACTERS, RunConfigs, project_path, storage_location
 from ppb_core import chain
@@ -29,7 +31,8 @@ from ppb_core.search.enumerate import enumerate_strategies
 from ppb_core.search.outputs import write_ranking, write_run_configs
 from ppb_core.search.rank import Ranked, SearchResult, merge, search_points, shard
 from ppb_core.search.spec import SearchSpec, load_search_spec
-from ppb_core.tables.search import ranking_to_frame
+from ppb_core.tables.schema import Summarized
+from ppb_core.tables.search import STRATEGY_SEARCH, ranking_to_frame
 
 SEARCH_DIR_ENV = "PPB_SEARCH_DIR"
 SEARCH_PARTITIONS = "search_specs"
@@ -75,11 +78,11 @@ class RankingParquet(dg.UPathIOManager):
 
     extension = chain.PARQUET
 
-    def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath) -> None:
+    def dump_to_path(self, context: dg.OutputContext, obj: Summarized, path: UPath) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(chain.to_parquet_bytes(obj))
+        path.write_bytes(chain.to_parquet_bytes(obj, STRATEGY_SEARCH))
 
-    def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> Summarized:
         return chain.from_parquet_bytes(path.read_bytes())
 
 
@@ -88,6 +91,27 @@ class RankingStorage(dg.ConfigurableIOManagerFactory):
 
     def create_io_manager(self, context: dg.InitResourceContext) -> RankingParquet:
         return RankingParquet(base_path=UPath(storage_location(self.base_dir)))
+
+
+class ShardPickles(dg.UPathIOManager):
+    """The shards and their results between steps (they cross processes): pickles under
+    `<storage>/search_shards/`, keyed by run and step."""
+
+    extension = ".pickle"
+
+    def dump_to_path(self, context: dg.OutputContext, obj: object, path: UPath) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> object:
+        return pickle.loads(path.read_bytes())
+
+
+class ShardStorage(dg.ConfigurableIOManagerFactory):
+    base_dir: str = Field(default="", description="empty: the stage tables' storage folder")
+
+    def create_io_manager(self, context: dg.InitResourceContext) -> ShardPickles:
+        return ShardPickles(base_path=UPath(storage_location(self.base_dir)) / "search_shards")
 
 
 def _log_progress(context: dg.OpExecutionContext, spec: SearchSpec, shard_name: str):
@@ -136,7 +160,7 @@ def rank_shards(
     search_specs: SearchSpecs,
     run_configs: RunConfigs,
     results: list[SearchResult],
-) -> dg.Output[pd.DataFrame]:
+) -> dg.Output[Summarized]:
     spec = search_specs.load(context.partition_key)
     merged = merge(spec, results)
     folder = search_specs.files(context.partition_key)
@@ -146,12 +170,12 @@ def rank_shards(
     known = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     if [key for key in keys if key not in known]:
         context.instance.add_dynamic_partitions(PARTITIONS_NAME, [key for key in keys if key not in known])
-    frame = ranking_to_frame(merged)
+    table = ranking_to_frame(merged)
     best = merged.ranked[0] if merged.ranked else None
     return dg.Output(
-        frame,
+        table,
         metadata={
-            "preview": dg.MetadataValue.md(markdown_table(frame.drop(columns=["plan_json", "recompute_json"]))),
+            "preview": dg.MetadataValue.md(markdown_table(table.frame.drop(columns=["plan_json", "recompute_json"]))),
             "counts": dg.MetadataValue.json(merged.counts),
             "rejected": dg.MetadataValue.json(dict(merged.rejected)),
             "best": best.strategy.label(spec) if best else "none",
@@ -168,7 +192,9 @@ def rank_shards(
     partitions_def=search_specs,
     group_name=GROUP,
     kinds={"python", "pandas", "parquet"},
-    description="The fastest parallel strategies of a search spec, each balanced (docs/search.md).",
+    description=f"The fastest parallel strategies of a search spec, each balanced (docs/search.md).\n\n"
+    f"{STRATEGY_SEARCH.description}",
+    metadata={"dagster/column_schema": column_schema(STRATEGY_SEARCH)},
 )
 def strategy_search():
     results = search_shards().map(search_shard)
@@ -184,7 +210,7 @@ strategy_search_job = dg.define_asset_job(
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="One partition per search spec file (searches/*.yaml).",
 )
@@ -208,6 +234,6 @@ def search_resources(search_dir: str = "", storage_dir: str = "") -> dict[str, o
     steps (they cross processes) and the ranking's Parquet, both under the storage folder."""
     return {
         "search_specs": SearchSpecs(search_dir=search_dir, files_dir=storage_dir),
-        "search_shards_io": dg.FilesystemIOManager(base_dir=str(Path(storage_location(storage_dir)) / "search_shards")),
+        "search_shards_io": ShardStorage(base_dir=storage_dir),
         "search_ranking_io": RankingStorage(base_dir=storage_dir),
     }

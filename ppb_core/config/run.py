@@ -41,7 +41,7 @@ from ppb_core.config.recompute import (
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError
-from ppb_core.io import read_json, read_text, read_yaml
+from ppb_core.io import read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]

@@ -36,7 +36,7 @@ from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel
-from ppb_core.payload.describe import describe_run
+from ppb_core.payload.run import describe_run
 from ppb_core.search.bound import lp_bound
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.screen import (

@@ -30,7 +30,6 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_working_set_bytes
-from ppb_core.memory.peak import MB
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, walk
 from ppb_core.payload.describe import describe_layer, many_in_flight
@@ -47,6 +46,7 @@ from ppb_core.timing.iteration import (  # the terms run_iteration charges, take
     framework_rules,
 )
 from ppb_core.timing.kernels import Kernels
+from ppb_core.units import MB
 
 
 def time_key(strategy: Strategy) -> tuple:
