@@ -26,8 +26,9 @@ sys.path.insert(0, str(ROOT))
 from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw  # noqa: E402
 from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
-from ppb_core.timing import TimeModel, layer_ops  # noqa: E402
+from ppb_core.timing.flops import layer_ops  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
+from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 
 def price_all(model: TimeModel, layers) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -20,3 +21,56 @@ class InputError(Exception):
 
     def __str__(self) -> str:
         return self.line()
+
+
+# Longest string an error message quotes; longer ones (and containers) are described, never echoed.
+SHOWN_CHARS = 40
+
+
+def shown(value: object) -> str:
+    """A value as an error message may show it: bounded, whatever the input (never a file's content
+    nor an alias-expanded structure: a container is described by its type and size)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        digits = len(str(abs(value))) if abs(value) < 10**4000 else None
+        return repr(value) if digits is not None and digits <= 24 else f"a {digits or 'huge'}-digit integer"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        if len(value) <= SHOWN_CHARS and value.isprintable():
+            return repr(value)
+        return f"a {len(value):,}-character string"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value):,} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, dict):
+        return f"a mapping of {len(value):,} key{'' if len(value) == 1 else 's'}"
+    return f"a {type(value).__name__}"
+
+
+def shown_key(key: object) -> str:
+    """A mapping key as a part of a field path: itself when short and printable, else described."""
+    text = shown(key)
+    return text[1:-1] if isinstance(key, str) and text.startswith("'") else f"<{text}>"
+
+
+def field_path(parts: list[str | int]) -> str | None:
+    """Keys and indices of a nested value as one field name (`training.recompute.0`), long paths shortened."""
+    named = [part if isinstance(part, str) else str(part) for part in parts]
+    if len(named) > 8:
+        named = [*named[:4], "…", *named[-3:]]
+    return ".".join(named) or None
+
+
+def shown_name(value: object) -> str:
+    """A value read from a file that is meant to be a name or a number (a CSV cell, a column):
+    quoted when it looks like one, else only described, so a file that is not what it should be
+    (`/etc/passwd` as a calibration CSV) never has its content echoed."""
+    if isinstance(value, str) and re.fullmatch(r"[\w.+-]{1,40}", value):
+        return repr(value)
+    if value == "":
+        return "an empty value"
+    size = f"{len(value):,} characters" if isinstance(value, str) else shown(value)
+    return f"a value that is not a name ({size})"

@@ -87,7 +87,7 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["missing.json"], "missing.json: no such file"),
+        (["missing.json"], "missing.json: file not found"),
         ([str(DATA / "demo.json"), "-s", "0"], "--stages: must be positive"),
         ([str(DATA / "demo.json"), "-i", "two"], "--interleave: must be a positive integer"),
         # 99 stages: 97 cells hold neither the head nor the tail, and 96 layers cannot fill them

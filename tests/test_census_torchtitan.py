@@ -12,6 +12,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+import torch
+
+from ppb_core.census.live import LiveBytes
 from ppb_core.census.torchtitan import BlockDims, measure_block
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
@@ -67,3 +70,20 @@ def test_op_policy_saves_every_other_matmul_as_measured():
     # output 256·2, wv's 128·2, the SDPA output 256·2 and log-sum-exp 4·4, w1's 704·2, w2's 256·2 a token
     dims = BlockDims(256, 4, 2, 704)
     assert measure_block(dims, 128, "op").kept_bytes == 128 * (512 + 512 + 256 + 512 + 16 + 1408 + 512)
+
+
+def test_torchtitan_cross_entropy_measured_on_the_cpu():
+    """The loss rule against torch itself: live bytes while cross_entropy(pred.float()) runs."""
+    tokens, vocab = 256, 1000
+    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, vocab, (1, tokens))
+    logits = tokens * vocab
+    with LiveBytes() as live:  # counts what is made inside: the bf16 logits were made before
+        loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+    assert live.now == pytest.approx(4 * logits, rel=0.01)  # what outlives the forward: the fp32 log-probabilities
+    assert live.peak == pytest.approx(8 * logits, rel=0.01)  # the fp32 copy next to them: 6 with the logits
+    del pred  # torchtitan/train.py: del pred before loss.backward()
+    with LiveBytes() as live:
+        loss.backward()
+    # beyond the kept log-probabilities: nll_loss's gradient and log_softmax's, 8 bytes a logit
+    assert live.peak == pytest.approx(8 * logits, rel=0.01)

@@ -53,14 +53,15 @@ def test_a_cli_only_edit_stales_nothing() -> None:
         ("balance/outputs.py", {"pipeline_plan"}),
         # combine, withdraw and scale: the three post-processing stages alone. Not describing or
         # profiling (payload/describe.py does not import it) nor the balancer (it reads descriptions
-        # through payload/sapp.py).
+        # through payload/sapp.py, and what a combined body stands for through payload/combines.py).
         ("payload/postprocess.py", {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}),
         # Reading a run config: every stage that parses the run_config table; not withdrawal and
         # scaling, pure transforms of the descriptions table.
         ("config/run.py", set(STAGES) - {"withdrawn_descriptions", "scaled_descriptions"}),
-        # The time model: the stages that price times, and not the memory table, the walk, the
-        # post-processing or the balancer (it reads the times the descriptions state).
-        ("timing/pricer.py", {"layer_times", "switch_profiles", "layer_descriptions", "plan_report"}),
+        # The time model: the stages that price times (the balancer's stage prices its plan's
+        # iteration in seconds, `estimate.plan.plan_iterations`), and not the memory table, the
+        # walk or the post-processing.
+        ("timing/pricer.py", {"layer_times", "switch_profiles", "layer_descriptions", "pipeline_plan", "plan_report"}),
     ],
 )
 def test_an_edit_to_a_core_module_stales_exactly_the_stages_that_run_it(module: str, stages: set[str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 from test_memory_activations import MLA, MOE
 from test_memory_runs import DENSE, body, layers, make_run, model
 
@@ -257,26 +256,6 @@ def test_torchtitan_loss():
     # under PP the last stage keeps the bf16 logits for the backward (stage.py fwd_cache): + 2 · 64 · 1024
     piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
     assert model(piped).loss_bytes(layers(piped)["TAIL"]) == 10 * 64 * 1024
-
-
-def test_torchtitan_cross_entropy_measured_on_the_cpu():
-    """The loss rule against torch itself: live bytes while cross_entropy(pred.float()) runs."""
-    torch = pytest.importorskip("torch")
-    from ppb_core.census.live import LiveBytes
-
-    tokens, vocab = 256, 1000
-    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16).requires_grad_()
-    labels = torch.randint(0, vocab, (1, tokens))
-    logits = tokens * vocab
-    with LiveBytes() as live:  # counts what is made inside: the bf16 logits were made before
-        loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
-    assert live.now == pytest.approx(4 * logits, rel=0.01)  # what outlives the forward: the fp32 log-probabilities
-    assert live.peak == pytest.approx(8 * logits, rel=0.01)  # the fp32 copy next to them: 6 with the logits
-    del pred  # torchtitan/train.py: del pred before loss.backward()
-    with LiveBytes() as live:
-        loss.backward()
-    # beyond the kept log-probabilities: nll_loss's gradient and log_softmax's, 8 bytes a logit
-    assert live.peak == pytest.approx(8 * logits, rel=0.01)
 
 
 # --- moments and the estimate --------------------------------------------------------------------------

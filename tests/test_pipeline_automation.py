@@ -8,8 +8,10 @@ whole, and of the built ones only the stages whose code changed, with what follo
 from __future__ import annotations
 
 import datetime
+import functools
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import dagster as dg
 import pytest
@@ -36,9 +38,15 @@ class Automation:
         self.instance, self.defs, self.cursor = instance, defs, None
 
     def tick(self, when: datetime.datetime, defs: dg.Definitions | None = None) -> dict[str, list[str]]:
-        result = dg.evaluate_automation_conditions(
-            defs=defs or self.defs, instance=self.instance, cursor=self.cursor, evaluation_time=when
-        )
+        # The sensor reads the partition keys once a tick (its instance queryer caches them); the
+        # tester asks the instance again for every condition node it writes to the cursor, a
+        # thousand SQLite queries a tick. The keys cannot change within a tick: read them once.
+        with mock.patch.object(
+            self.instance, "get_dynamic_partitions", functools.cache(self.instance.get_dynamic_partitions)
+        ):
+            result = dg.evaluate_automation_conditions(
+                defs=defs or self.defs, instance=self.instance, cursor=self.cursor, evaluation_time=when
+            )
         self.cursor = result.cursor
         return {
             r.key.path[-1]: sorted(r.true_subset.get_internal_value().get_partition_keys())

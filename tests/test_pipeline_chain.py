@@ -24,7 +24,7 @@ from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_fra
 from ppb_core.tables.run import run_to_frame
 from ppb_core.tables.schema import Summarized
 from ppb_core.tables.walk import walk_to_frame
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

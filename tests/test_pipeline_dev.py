@@ -79,10 +79,14 @@ class Dev:
 
 
 @pytest.mark.slow
-def test_a_fresh_dagster_dev_launches_no_run_until_a_config_really_changes(tmp_path: Path) -> None:
+def test_a_fresh_dagster_dev_launches_no_run_until_a_config_really_changes(tmp_path: Path, sqlite_home) -> None:
     dagster = shutil.which("dagster") or pytest.skip("dagster is not installed")
-    home, configs = tmp_path / "home", tmp_path / "configs"
-    home.mkdir()
+    with sqlite_home() as home:
+        launches_no_run_until_a_config_changes(dagster, tmp_path, home)
+
+
+def launches_no_run_until_a_config_changes(dagster: str, tmp_path: Path, home: Path) -> None:
+    configs = tmp_path / "configs"
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     shutil.copytree(ROOT / "configs" / "hf", configs / "hf")
     for key in KEYS:

@@ -58,7 +58,6 @@ def test_the_quick_start_ends_with_a_summary_and_nothing_else(tmp_path: Path) ->
     assert (tmp_path / "home" / "dagster.yaml").read_bytes() == (ROOT / "dagster_home" / "dagster.yaml").read_bytes()
 
 
-@pytest.mark.xfail(strict=True, reason="`models: 5` raises TypeError until issue 16's config reader lands")
 def test_a_bad_run_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     configs = tmp_path / "configs"
     configs.mkdir()

@@ -129,7 +129,6 @@ BAD_FILES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="config_hash raises on `models:` empty until issue 16's reader lands")
 def test_bad_files_are_partitions_like_any_other_and_never_break_a_tick(setup) -> None:
     instance, configs, _ = setup
     first = tick(instance, configs)

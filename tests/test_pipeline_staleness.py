@@ -63,11 +63,15 @@ def stale_status(project: Path, env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_changed_core_function_stales_exactly_the_assets_that_depend_on_it(tmp_path: Path) -> None:
-    project, home, configs = tmp_path / "project", tmp_path / "home", tmp_path / "configs"
+def test_a_changed_core_function_stales_exactly_the_assets_that_depend_on_it(tmp_path: Path, sqlite_home) -> None:
+    with sqlite_home() as home:
+        stales_exactly_the_dependent_assets(tmp_path, home)
+
+
+def stales_exactly_the_dependent_assets(tmp_path: Path, home: Path) -> None:
+    project, configs = tmp_path / "project", tmp_path / "configs"
     for package in ("ppb_core", "pipelines"):
         shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("__pycache__"))
-    home.mkdir()
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     shutil.copytree(ROOT / "configs" / "hf", configs / "hf")
     shutil.copy(ROOT / "configs" / f"{KEY}.yaml", configs)

@@ -21,7 +21,7 @@ from ppb_core.payload.front import price_option
 from ppb_core.payload.profiling import measure_profile
 from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame, descriptions_to_frame
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))

@@ -13,8 +13,9 @@ from ppb_core.errors import InputError
 from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY
 from ppb_core.model.walk import BODY, HEAD, TAIL
 from ppb_core.payload import sapp
+from ppb_core.payload.combines import combined_parts
 from ppb_core.payload.describe import add_to_list, describe, describe_layer
-from ppb_core.payload.postprocess import beaten, combine, combined_parts, postprocess, scale, withdraw
+from ppb_core.payload.postprocess import beaten, combine, postprocess, scale, withdraw
 from ppb_core.payload.run import describe_run
 
 SOFTMAX = dict(KEEP_ALL, softmax=0)

@@ -151,7 +151,7 @@ def test_index_in_field_points_at_the_bad_entry(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "field", "problem"),
     [
-        ("{", None, "not JSON"),
+        ("{", None, "not valid JSON"),
         ("[]", None, "JSON object"),
         ("{}", "layers_description", "missing"),
         ('{"layers_description": {}}', "layers_description", "list"),
@@ -172,7 +172,7 @@ def test_bad_files(tmp_path: Path, text: str, field: str | None, problem: str) -
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="file not found"):
         read_layers_description(tmp_path / "absent.json")
 
 

@@ -12,7 +12,7 @@ from ppb_core.model.walk import walk
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.screen import FigureCache, figures, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 DATA = Path(__file__).parent / "data" / "search"
 

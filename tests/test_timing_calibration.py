@@ -11,7 +11,8 @@ from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw
 from ppb_core.errors import InputError
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing import TimeModel, parse_calibration
+from ppb_core.timing.calibration import parse_calibration
+from ppb_core.timing.pricer import TimeModel
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 HEADER = "model_name,node,kind,option,forward_ms,backward_ms"
@@ -146,7 +147,7 @@ def test_bad_rows_name_their_line_and_field(rows, field, problem):
     "header,problem",
     [
         ("model_name,node,kind,option,forward_ms", "missing column 'backward_ms'"),
-        ("model_name,node,kind,option,forward_ms,backward_ms,notes", "unknown column 'notes'"),
+        ("model_name,node,kind,option,forward_ms,backward_ms,notes", "column 7, 'notes', is not one of"),
     ],
 )
 def test_the_header_is_checked(header, problem):

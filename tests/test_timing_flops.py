@@ -13,7 +13,7 @@ import pytest
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind
 from ppb_core.model.switches import SWITCHES, LayerType
-from ppb_core.timing import OpGeometry, layer_flops, layer_ops, recompute_set
+from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 
 
 def gpt_run(

@@ -17,7 +17,6 @@ from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import Moe
 from ppb_core.model.walk import walk
 from ppb_core.schedules import simulate
-from ppb_core.timing import model_flops_per_iteration
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, OpGeometry, _remote_nodes
 from ppb_core.timing.iteration import (
@@ -28,6 +27,7 @@ from ppb_core.timing.iteration import (
     optimizer_traffic,
     run_iteration,
 )
+from ppb_core.timing.model_flops import model_flops_per_iteration
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -28,7 +28,7 @@ import pytest
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 CORE = {"softmax": 0, "headCast": 0, "dropout": 0}
 PAPER_MS = {  # Table 4: (forward, backward)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.config.run import load_run_config, parse_run_config
-from ppb_core.timing import (
+from ppb_core.timing.model_flops import (
     hardware_flops_per_iteration,
     model_flops_per_iteration,
     model_flops_utilization,

@@ -10,9 +10,9 @@ from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
-from ppb_core.timing import TimeModel
 from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import Collective
+from ppb_core.timing.pricer import TimeModel
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
 # 64 SMs: the test layer's GEMMs cut into whole waves of 128×128 tiles (e.g. 2048×4096: 512 tiles,

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing import TimeModel, layer_flops
+from ppb_core.timing.flops import layer_flops
+from ppb_core.timing.pricer import TimeModel
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

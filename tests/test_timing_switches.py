@@ -11,7 +11,8 @@ from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing import TimeModel, recompute_set
+from ppb_core.timing.flops import recompute_set
+from ppb_core.timing.pricer import TimeModel
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ppb_core import limits
 from ppb_core.census.attribution import BUCKETS
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.io import read_json
 from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP, SWITCHES
 
@@ -67,7 +68,7 @@ class PerToken:
             raise ValueError(f"{where}: expected {{base, per_seq, per_expert}}")
         extra = set(data) - {"base", "per_seq", "per_expert"}
         if extra:
-            raise ValueError(f"{where}: unknown field {sorted(extra)[0]!r}")
+            raise ValueError(f"{where}: unknown field {shown(sorted(map(str, extra))[0])}")
         return cls(*(_number(data.get(name, 0.0), f"{where}.{name}") for name in ("base", "per_seq", "per_expert")))
 
 
@@ -79,8 +80,34 @@ def _round(value: float) -> float:
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{where}: expected a number, got {value!r}")
+        raise ValueError(f"{where}: expected a number, got {shown(value)}")
+    if abs(value) > limits.SAPP_NUMBER:
+        raise ValueError(f"{where}: {limits.over(abs(value), limits.SAPP_NUMBER, 'bytes per token')}")
     return float(value)
+
+
+def _count(value: Any, where: str, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ValueError(f"{where}: expected an integer from {least:,} to {most:,}, got {shown(value)}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 1024:
+        raise ValueError(f"{where}: expected a string, got {shown(value)}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected an object, got {shown(value)}")
+    return value
+
+
+def _items(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list, got {shown(value)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -308,20 +335,21 @@ class KindCensus:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> KindCensus:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{where}: expected an object")
+        data = _mapping(data, where)
         for name in ("name", "kind", "layer_index", "acting", "settings", "full", "working"):
             if name not in data:
                 raise ValueError(f"{where}.{name}: missing")
-        acting = tuple(data["acting"])
-        if any(name not in SWITCHES for name in acting):
-            raise ValueError(f"{where}.acting: unknown switch in {list(acting)}")
+        acting = tuple(_items(data["acting"], f"{where}.acting"))
+        if any(not isinstance(name, str) or name not in SWITCHES for name in acting) or len(set(acting)) != len(acting):
+            raise ValueError(f"{where}.acting: expected distinct switches of {', '.join(SWITCHES)}")
         settings: dict[frozenset[str], Setting] = {}
-        for index, entry in enumerate(data["settings"]):
+        for index, entry in enumerate(_items(data["settings"], f"{where}.settings")):
             at = f"{where}.settings.{index}"
-            recompute = frozenset(entry.get("recompute", ()))
-            if not recompute <= set(acting):
+            entry = _mapping(entry, at)
+            named = _items(entry.get("recompute", []), f"{at}.recompute")
+            if not all(isinstance(name, str) for name in named) or not set(named) <= set(acting):
                 raise ValueError(f"{at}.recompute: switches not acting on this kind")
+            recompute = frozenset(named)
             settings[recompute] = Setting(
                 recompute,
                 Kept.from_dict(entry.get("kept"), f"{at}.kept"),
@@ -330,26 +358,43 @@ class KindCensus:
             )
         if len(settings) != 2 ** len(acting):
             raise ValueError(f"{where}.settings: expected all {2 ** len(acting)} settings of {list(acting)}")
-        parts = tuple(
-            Part(str(p["name"]), p.get("switch"), str(p["bucket"]), PerToken.from_dict(p["bytes"], f"{where}.parts"))
-            for p in data.get("parts", ())
-        )
+        parts = []
+        for index, part in enumerate(_items(data.get("parts", []), f"{where}.parts")):
+            at = f"{where}.parts.{index}"
+            part = _mapping(part, at)
+            switch = part.get("switch")
+            if switch is not None and switch not in SWITCHES:
+                raise ValueError(f"{at}.switch: expected a switch or null, got {shown(switch)}")
+            if part.get("bucket") not in BUCKETS:
+                raise ValueError(f"{at}.bucket: expected one of {', '.join(BUCKETS)}, got {shown(part.get('bucket'))}")
+            parts.append(
+                Part(
+                    _text(part.get("name"), f"{at}.name"),
+                    switch,
+                    part["bucket"],
+                    PerToken.from_dict(part.get("bytes"), f"{at}.bytes"),
+                )
+            )
         experts = data.get("experts")
-        if experts is not None and (not isinstance(experts, Mapping) or "model" not in experts):
-            raise ValueError(f"{where}.experts: expected {{model, measured, scaling}}")
+        if experts is not None:
+            experts = _mapping(experts, f"{where}.experts")
+            if "model" not in experts:
+                raise ValueError(f"{where}.experts.model: missing")
+            _count(experts["model"], f"{where}.experts.model", 0, limits.EXPERTS)
         return cls(
-            name=str(data["name"]),
-            kind=dict(data["kind"]),
-            layer_index=int(data["layer_index"]),
+            name=_text(data["name"], f"{where}.name"),
+            kind=dict(_mapping(data["kind"], f"{where}.kind")),
+            layer_index=_count(data["layer_index"], f"{where}.layer_index", 0, limits.LAYERS),
             acting=acting,
             settings=settings,
             full=Kept.from_dict(data["full"], f"{where}.full"),
             working=tuple(
-                WorkingLine.from_dict(line, f"{where}.working.{i}") for i, line in enumerate(data["working"])
+                WorkingLine.from_dict(line, f"{where}.working.{i}")
+                for i, line in enumerate(_items(data["working"], f"{where}.working"))
             ),
-            parts=parts,
+            parts=tuple(parts),
             experts=dict(experts) if experts else None,
-            fit=dict(data.get("fit", {})),
+            fit=dict(_mapping(data.get("fit", {}), f"{where}.fit")),
         )
 
 
@@ -403,21 +448,38 @@ class Census:
         if data.get("format") != CENSUS_FORMAT:
             raise InputError(source, "format", f"not a census file (expected format {CENSUS_FORMAT!r})")
         if data.get("version") != CENSUS_VERSION:
-            raise InputError(source, "version", f"version {data.get('version')!r}; this ppb reads {CENSUS_VERSION}")
+            raise InputError(
+                source, "version", f"version {shown(data.get('version'))}; this ppb reads {CENSUS_VERSION}"
+            )
         try:
-            kinds = tuple(KindCensus.from_dict(kind, f"kinds.{i}") for i, kind in enumerate(data.get("kinds", ())))
+            kinds = tuple(
+                KindCensus.from_dict(kind, f"kinds.{i}")
+                for i, kind in enumerate(_items(data.get("kinds", []), "kinds"))
+            )
             if not kinds:
                 raise ValueError("kinds: no kind measured")
+            shapes = []
+            for index, shape in enumerate(_items(data.get("shapes", []), "shapes")):
+                shape = _items(shape, f"shapes.{index}")
+                if len(shape) != 2:
+                    raise ValueError(f"shapes.{index}: expected [sequence length, micro-batch size]")
+                shapes.append(
+                    (
+                        _count(shape[0], f"shapes.{index}.0", 1, limits.SEQUENCE),
+                        _count(shape[1], f"shapes.{index}.1", 1, limits.MICRO_BATCH_SIZE),
+                    )
+                )
+            versions = _mapping(data.get("versions", {}), "versions")
             return cls(
                 kinds=kinds,
-                model_type=str(data["model_type"]),
-                attention=str(data["attention"]),
-                dtype=str(data["dtype"]),
-                micro_batch_size=int(data["micro_batch_size"]),
-                source=str(data.get("source", "")),
-                experts_implementation=str(data.get("experts_implementation", "")),
-                shapes=tuple(tuple(int(v) for v in shape) for shape in data.get("shapes", ())),  # type: ignore[misc]
-                versions={str(k): str(v) for k, v in dict(data.get("versions", {})).items()},
+                model_type=_text(data["model_type"], "model_type"),
+                attention=_text(data["attention"], "attention"),
+                dtype=_text(data["dtype"], "dtype"),
+                micro_batch_size=_count(data["micro_batch_size"], "micro_batch_size", 1, limits.MICRO_BATCH_SIZE),
+                source=_text(data.get("source", ""), "source"),
+                experts_implementation=_text(data.get("experts_implementation", ""), "experts_implementation"),
+                shapes=tuple(shapes),
+                versions={_text(k, "versions"): _text(v, f"versions.{k}") for k, v in versions.items()},
             )
         except KeyError as err:
             raise InputError(source, str(err.args[0]), "missing") from None

@@ -43,6 +43,7 @@ from ppb_core.chain.storage import (
     stage_path,
     to_parquet_bytes,
     write_stage,
+    write_stages,
 )
 from ppb_core.chain.versions import code_version, core_closure, stage_sources
 
@@ -85,4 +86,5 @@ __all__ = [
     "walk_problems",
     "withdrawn_descriptions",
     "write_stage",
+    "write_stages",
 ]

@@ -19,8 +19,9 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.config.run import RunConfig, load_run_config
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import MemoryModel, run_in_flight_counts
@@ -44,12 +45,12 @@ from ppb_core.tables.report import PLAN_REPORT, report_to_frame
 from ppb_core.tables.run import RUN_CONFIG, run_from_frame, run_to_frame
 from ppb_core.tables.schema import Schema, Stored, Summarized
 from ppb_core.tables.walk import LAYER_WALK, walk_from_frame, walk_to_frame
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 
 def run_config(path: str | Path) -> pd.DataFrame:
     """The run config read, validated and resolved into one self-contained row."""
-    run = load_run_config(path)  # errors name the file as given; the table records where it was
+    run = load_run(path)  # errors name the file as given; the table records where it was
     return run_to_frame(run.model_copy(update={"source": str(Path(path).resolve())}))
 
 

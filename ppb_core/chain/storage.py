@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ppb_core.chain.stages import stage
-from ppb_core.io import atomic_write_bytes
+from ppb_core.errors import InputError
+from ppb_core.io import read_bytes, write_files
 from ppb_core.tables.schema import Schema, Stored, Summarized, rows_of
 
 PARQUET = ".parquet"
@@ -46,12 +47,19 @@ def to_parquet_bytes(value: Stored, schema: Schema | None = None) -> bytes:
     return buffer.getvalue()
 
 
-def from_parquet_bytes(data: bytes) -> Stored:
-    """A stored table back: a `Summarized` where the file holds a summary, else the rows alone."""
-    table = pq.read_table(io.BytesIO(data))
-    frame = table.to_pandas()
-    summary = (table.schema.metadata or {}).get(SUMMARY_KEY)
-    return Summarized(frame, json.loads(summary)) if summary is not None else frame
+def from_parquet_bytes(data: bytes, source: str | Path = "<parquet>") -> Stored:
+    """A stored table back: a `Summarized` where the file holds a summary, else the rows alone.
+
+    Bytes that are not a readable Parquet table (cut, corrupt, a bad summary) are an InputError naming *source*.
+    """
+    try:
+        table = pq.read_table(io.BytesIO(data))
+        frame = table.to_pandas()
+        summary = (table.schema.metadata or {}).get(SUMMARY_KEY)
+        return Summarized(frame, json.loads(summary)) if summary is not None else frame
+    except (OSError, ValueError, pa.ArrowException) as err:  # json.JSONDecodeError is a ValueError
+        problem = " ".join(str(err).split())[:160]
+        raise InputError(source, None, f"not a readable Parquet table ({type(err).__name__}: {problem})") from None
 
 
 def stage_path(root: str | Path, name: str, key: str, suffix: str = PARQUET) -> Path:
@@ -89,15 +97,24 @@ def stage_files(name: str, value: Stored) -> dict[str, bytes]:
     return {PARQUET: to_parquet_bytes(value, stage(name).schema), **stage_artifacts(name, value)}
 
 
+def _stage_files_at(root: str | Path, name: str, key: str, value: Stored) -> dict[Path, bytes]:
+    return {stage_path(root, name, key, suffix): data for suffix, data in stage_files(name, value).items()}
+
+
 def write_stage(root: str | Path, name: str, key: str, value: Stored) -> list[Path]:
-    """A stage's table and artifacts, each written aside and renamed into place."""
-    written = []
-    for suffix, data in stage_files(name, value).items():
-        target = stage_path(root, name, key, suffix)
-        atomic_write_bytes(target, data)
-        written.append(target)
-    return written
+    """A stage's table and artifacts, all or none: each written aside, then all renamed into place."""
+    files = _stage_files_at(root, name, key, value)
+    write_files(files)
+    return list(files)
+
+
+def write_stages(root: str | Path, key: str, tables: dict[str, Stored]) -> dict[str, list[Path]]:
+    """Every stage's files, all or none (`ppb plan`): a failing write leaves no stage written."""
+    by_stage = {name: _stage_files_at(root, name, key, value) for name, value in tables.items()}
+    write_files({path: data for files in by_stage.values() for path, data in files.items()})
+    return {name: list(files) for name, files in by_stage.items()}
 
 
 def read_stage(root: str | Path, name: str, key: str) -> Stored:
-    return from_parquet_bytes(stage_path(root, name, key).read_bytes())
+    path = stage_path(root, name, key)
+    return from_parquet_bytes(read_bytes(path, limit=2**40), path)

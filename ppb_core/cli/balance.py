@@ -17,13 +17,14 @@ from typing import Any
 
 from rich.table import Table
 
+from ppb_core import limits
 from ppb_core.balance.problem import BalanceInput, run_problem
-from ppb_core.balance.result import balance
+from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import table_console
-from ppb_core.config.run import load_run_config
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
+from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import plan_iterations
-from ppb_core.io import atomic_write_text
+from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_layers_description
 from ppb_core.schedules import SCHEDULES
@@ -31,21 +32,46 @@ from ppb_core.schedules import SCHEDULES
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
 
 
-def _positive(value: Any, name: str, source: str) -> None:
-    if value is not None and (not isinstance(value, int | float) or not math.isfinite(value) or value <= 0):
-        raise InputError(source, name, f"must be positive, got {value}")
+def _positive(value: Any, name: str, source: str, limit: float = math.inf, what: str = "") -> None:
+    """A flag's number: finite, positive, within its limit (`ppb_core.limits`)."""
+    if value is None:
+        return
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InputError(source, name, f"must be positive, got {shown(value)}")
+    if value > limit:
+        raise InputError(source, name, limits.over(value, limit, what))
+
+
+def _check_sizes(stages: int, chunks: int, micro_batches: int, args: argparse.Namespace, source: str) -> None:
+    """The pipeline's sizes, as the flags or the run config give them, within ppb's limits before any work."""
+    given = [
+        flag
+        for flag, name in (("-s", "stages"), ("-i", "interleave"), ("-mb", "micro_batches"))
+        if getattr(args, name) is not None
+    ]
+    field = "/".join(given) if given else "training.micro_batches"
+    limits.check_schedule(stages, chunks, micro_batches, source, field)
 
 
 def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
     """The balancing problem the arguments describe, and whether to search the interleave."""
     source = str(args.source)
     path = Path(source)
-    for name in ("stages", "micro_batches", "memory", "time_limit"):
-        _positive(getattr(args, name), f"--{name.replace('_', '-')}", source)
-    if args.constant_memory is not None and args.constant_memory < 0:
-        raise InputError(source, "--constant-memory", f"must not be negative, got {args.constant_memory}")
+    _positive(args.stages, "--stages", source, limits.STAGES, "pipeline stages")
+    _positive(args.micro_batches, "--micro-batches", source, limits.MICRO_BATCHES, "micro-batches")
+    _positive(args.memory, "--memory", source, limits.DEVICE_MEMORY_MB, "MB")
+    _positive(args.time_limit, "--time-limit", source)
+    if args.constant_memory is not None:
+        if not math.isfinite(args.constant_memory):
+            raise InputError(source, "--constant-memory", f"must be a finite number of MB, got {args.constant_memory}")
+        if args.constant_memory < 0:
+            raise InputError(source, "--constant-memory", f"must not be negative, got {args.constant_memory}")
+        if args.constant_memory > limits.DEVICE_MEMORY_MB:
+            raise InputError(
+                source, "--constant-memory", limits.over(args.constant_memory, limits.DEVICE_MEMORY_MB, "MB")
+            )
     if args.schedule is not None and args.schedule not in SCHEDULES:
-        raise InputError(source, "--schedule", f"{args.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        raise InputError(source, "--schedule", f"{shown(args.schedule)} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
     search = interleave_text == "auto"
     interleave = None
@@ -54,11 +80,21 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             interleave = int(interleave_text)
         except ValueError:
             raise InputError(
-                source, "--interleave", f"must be a positive integer or 'auto', got {interleave_text!r}"
+                source, "--interleave", f"must be a positive integer or 'auto', got {shown(interleave_text)}"
             ) from None
-        _positive(interleave, "--interleave", source)
+        _positive(interleave, "--interleave", source, limits.CHUNKS, "chunks per stage")
+    if args.out:
+        check_output(args.out)
     if path.suffix.lower() in (".yaml", ".yml"):
-        run = load_run_config(path)
+        run = load_run(path)
+        par = run.parallel
+        _check_sizes(
+            args.stages or par.pp,
+            MAX_INTERLEAVE if search else interleave or par.vpp,
+            args.micro_batches or run.training.micro_batches,
+            args,
+            source,
+        )
         schedule = args.schedule
         if search and (schedule or run.parallel.schedule) == "interleaved":
             schedule = "1f1b"  # each V runs its own: 1F1B at V = 1, interleaved above
@@ -76,6 +112,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
         schedule = args.schedule or "1f1b"
         if search and schedule == "interleaved":
             schedule = "1f1b"
+        _check_sizes(
+            args.stages or SAPP_DEFAULTS["stages"],
+            MAX_INTERLEAVE if search else interleave or SAPP_DEFAULTS["interleave"],
+            args.micro_batches or SAPP_DEFAULTS["micro_batches"],
+            args,
+            source,
+        )
         problem = BalanceInput(
             layer_set(read_layers_description(path), source),
             args.stages or SAPP_DEFAULTS["stages"],
@@ -94,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
     result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
     if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
-        result.update(plan_iterations(load_run_config(args.source), result))
+        result.update(plan_iterations(load_run(args.source), result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input

@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from ppb_core.config.run import load_run_config
+from ppb_core.estimate.inputs import load_run
+from ppb_core.io import check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_description
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_run_config(args.run)
+    if args.output:
+        check_output(args.output)
+    config = load_run(args.run)
     descriptions = describe_run(config, timed=not args.no_times)
     if args.output:
         write_layers_description(args.output, descriptions)

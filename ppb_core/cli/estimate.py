@@ -10,20 +10,20 @@ from dataclasses import replace
 from rich.table import Table
 
 from ppb_core.cli.console import table_console
-from ppb_core.config.run import load_run_config
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
+from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.run import Estimate, estimate
 from ppb_core.memory import BUFFER_RULES, MemoryModel
 from ppb_core.model.switches import OPTIONS
-from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import BREAKDOWN_KEYS, run_iteration
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 
 def run(args: argparse.Namespace) -> int:
     if args.buffer_rule not in BUFFER_RULES:
-        raise InputError(None, "--buffer-rule", f"{args.buffer_rule!r} is not one of {', '.join(BUFFER_RULES)}")
-    config = load_run_config(args.run_config)
+        raise InputError(None, "--buffer-rule", f"{shown(args.buffer_rule)} is not one of {', '.join(BUFFER_RULES)}")
+    config = load_run(args.run_config)
     times = None if args.no_times else TimeModel(config)
     memory = MemoryModel(config, buffer_rule=args.buffer_rule)
     result = estimate(config, memory, times=times, stages=not args.no_stages)

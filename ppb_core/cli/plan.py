@@ -8,22 +8,25 @@ written, so bad input writes nothing.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 from rich.table import Table
 
 from ppb_core import chain
 from ppb_core.cli.console import table_console
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
+from ppb_core.io import check_output
 from ppb_core.tables.schema import rows_of
 
 
 def run(args: argparse.Namespace) -> int:
     stages = [step.name for step in chain.STAGES]
     if args.until is not None and args.until not in stages:
-        raise InputError(None, "--until", f"no stage {args.until!r} (stages: {', '.join(stages)})")
-    if not args.time_limit > 0:
-        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
+        raise InputError(None, "--until", f"no stage {shown(args.until)} (stages: {', '.join(stages)})")
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
+    check_output(args.out, folder=True)
     started = time.perf_counter()
     tables = chain.run_chain(args.run, until=args.until, settings={"pipeline_plan": {"time_limit_s": args.time_limit}})
     elapsed_ms = (time.perf_counter() - started) * 1000
@@ -32,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("stage")
     table.add_column("rows", justify="right")
     table.add_column("files")
+    written = chain.write_stages(args.out, key, tables)  # all or nothing
     for name, frame in tables.items():
-        written = chain.write_stage(args.out, name, key, frame)
-        table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written))
+        table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written[name]))
     table_console().print(table)
     return 0

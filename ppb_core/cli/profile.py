@@ -16,8 +16,9 @@ from typing import Any
 from rich.table import Table
 
 from ppb_core.cli.console import table_console
-from ppb_core.config.run import RunConfig, load_run_config
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.estimate.inputs import load_run
 from ppb_core.memory import run_in_flight_counts
 from ppb_core.model.switches import SWITCHES
 from ppb_core.payload.describe import MB
@@ -146,7 +147,7 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_run_config(args.run)
+    config = load_run(args.run)
     counts = run_in_flight_counts(config)
     if args.most_in_flight is not None and args.most_in_flight < 1:
         raise InputError(None, "--most-in-flight", f"must be at least 1, got {args.most_in_flight}")

@@ -13,14 +13,16 @@ against the installed transformers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from ppb_core import limits
 from ppb_core.config.spec import ModelSpec
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.io import read_json
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
@@ -187,7 +189,9 @@ class _Fields:
                 continue
             if resolved.get(attribute) is not None and resolved[attribute] != resolved[alias]:
                 raise InputError(
-                    source, alias, f"{resolved[alias]!r} and {attribute} {resolved[attribute]!r} name the same field"
+                    source,
+                    alias,
+                    f"{shown(resolved[alias])} and {attribute} {shown(resolved[attribute])} name the same field",
                 )
             resolved[attribute] = resolved[alias]
         self.raw = resolved
@@ -208,30 +212,30 @@ class _Fields:
     def _typed(self, name: str, value: Any, kind: type) -> Any:
         if kind is bool:
             if not isinstance(value, bool):
-                raise InputError(self.source, name, f"expected true or false, got {value!r}")
+                raise InputError(self.source, name, f"expected true or false, got {shown(value)}")
             return value
         if kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(self.source, name, f"expected an integer, got {value!r}")
+                raise InputError(self.source, name, f"expected an integer, got {shown(value)}")
             return value
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InputError(self.source, name, f"expected a number, got {value!r}")
+                raise InputError(self.source, name, f"expected a number, got {shown(value)}")
             return float(value)
         if kind is str:
             if not isinstance(value, str):
-                raise InputError(self.source, name, f"expected a string, got {value!r}")
+                raise InputError(self.source, name, f"expected a string, got {shown(value)}")
             return value
         if kind is list:
             if not isinstance(value, list):
-                raise InputError(self.source, name, f"expected a list, got {value!r}")
+                raise InputError(self.source, name, f"expected a list, got {shown(value)}")
             return value
         raise TypeError(kind)
 
     def activation(self, name: str) -> str:
         value = self.need(name, str)
         if value not in _ACTIVATIONS:
-            raise InputError(self.source, name, f"unsupported activation {value!r}")
+            raise InputError(self.source, name, f"unsupported activation {shown(value)}")
         return _ACTIVATIONS[value]
 
 
@@ -373,21 +377,127 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
 }
 
 
+# ModelSpec's fields under the config.json key each architecture writes them as, so an error names
+# the key the user wrote (`num_hidden_layers`, not ppb's `num_layers`). Unlisted fields keep their name.
+_HF_KEYS: dict[str, dict[str, str]] = {
+    "llama": {"num_layers": "num_hidden_layers", "activation": "hidden_act", "tied_embeddings": "tie_word_embeddings"},
+    "mixtral": {
+        "num_experts": "num_local_experts",
+        "experts_per_token": "num_experts_per_tok",
+        "moe_intermediate_size": "intermediate_size",
+    },
+    "qwen3_moe": {"num_experts": "num_local_experts"},  # transformers 5's attribute (attribute_map: num_experts)
+    "qwen_moe": {
+        "experts_per_token": "num_experts_per_tok",
+        "moe_layer_frequency": "decoder_sparse_step",
+        "dense_layers": "mlp_only_layers",
+    },
+    "deepseek_v3": {
+        "num_experts": "n_routed_experts",
+        "experts_per_token": "num_experts_per_tok",
+        "shared_experts": "n_shared_experts",
+        "first_dense_layers": "first_k_dense_replace",
+        "mtp_layers": "num_nextn_predict_layers",
+        "expert_groups": "n_group",
+        "expert_group_limit": "topk_group",
+    },
+    "gpt2": {
+        "num_layers": "n_layer",
+        "hidden_size": "n_embd",
+        "num_attention_heads": "n_head",
+        "intermediate_size": "n_inner",
+        "max_position_embeddings": "n_positions",
+        "attention_dropout": "attn_pdrop",
+        "hidden_dropout": "resid_pdrop",
+        "activation": "activation_function",
+    },
+}
+
+
+def hf_keys(model_type: str) -> dict[str, str]:
+    """ModelSpec field -> the key of *model_type*'s config.json it is read from, where they differ."""
+    family = "qwen_moe" if model_type in ("qwen2_moe", "qwen3_moe") else model_type
+    own = (
+        {**_HF_KEYS.get(family, {}), **_HF_KEYS.get(model_type, {})}
+        if family != model_type
+        else _HF_KEYS.get(family, {})
+    )
+    return own if family == "gpt2" else {**_HF_KEYS["llama"], **own}
+
+
+def _at_least(f: _Fields, name: str, least: int, why: str) -> None:
+    if name in f.raw and f.raw[name] is not None and f.get(name, least) < least:
+        raise InputError(f.source, name, f"must be at least {least}, got {shown(f.raw[name])}: {why}")
+
+
+def _check_values(f: _Fields, model_type: str) -> None:
+    """What each architecture allows, checked on the config.json's own keys before ppb reads them.
+
+    transformers (v5) builds, for these values: Mixtral's router and top-k over
+    `num_local_experts` (`MixtralSparseMoeBlock`, a `torch.topk` that fails with no expert);
+    DeepSeek-V3's attention always latent (`DeepseekV3Attention`: `kv_a_proj_with_mqa` of
+    `kv_lora_rank + qk_rope_head_dim` outputs, `kv_a_layernorm(kv_lora_rank)`); `moe_layer_freq`,
+    which transformers does not read, DeepSeek's own modeling_deepseek.py divides by
+    (`layer_idx % moe_layer_freq`), so 0 or less is no frequency; Qwen-MoE takes
+    `(layer_idx + 1) % decoder_sparse_step` when it has experts and keeps `mlp_only_layers` dense.
+    """
+    layers_key = "n_layer" if model_type == "gpt2" else "num_hidden_layers"
+    layers = f.need(layers_key)
+    if layers > limits.LAYERS:  # named as the file writes it
+        raise InputError(f.source, layers_key, limits.over(layers, limits.LAYERS, "body layers"))
+    if model_type == "mixtral":
+        _at_least(f, "num_local_experts", 1, "Mixtral routes every layer's tokens to its experts")
+    if model_type == "deepseek_v3":
+        _at_least(f, "kv_lora_rank", 1, "DeepSeek-V3's attention is latent (MLA) in every layer")
+        _at_least(f, "moe_layer_freq", 1, "every moe_layer_freq-th layer from first_k_dense_replace is MoE")
+        _at_least(f, "first_k_dense_replace", 0, "the count of leading dense layers")
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        _at_least(f, "decoder_sparse_step", 1, "every decoder_sparse_step-th layer is MoE")
+        dense = f.get("mlp_only_layers", [], list)
+        if len(dense) > limits.LAYERS:
+            raise InputError(f.source, "mlp_only_layers", limits.over(len(dense), limits.LAYERS, "entries"))
+        for index in dense:
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < layers:
+                raise InputError(
+                    f.source, "mlp_only_layers", f"{shown(index)} is not a layer index (0 to {layers - 1})"
+                )
+
+
+def _spec_error(err: ValidationError, model_type: str, source: str) -> InputError:
+    """ModelSpec's complaint in the config.json's words: its keys, never ppb's field names."""
+    keys = hf_keys(model_type)
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"] if isinstance(p, str)]
+    problem = first["msg"].removeprefix("Value error, ")
+    named = re.match(r"(\w+): (.*)", problem)
+    if not loc and named and named[1] in ModelSpec.model_fields:
+        loc, problem = [named[1]], named[2]
+    if not loc:  # a check across fields: the first field its message names
+        found = [(m.start(), name) for name in ModelSpec.model_fields if (m := re.search(rf"\b{name}\b", problem))]
+        loc = [min(found)[1]] if found else []
+    for field, key in keys.items():
+        problem = re.sub(rf"\b{field}\b", key, problem)
+    where = ".".join(keys.get(part, part) for part in loc) or None
+    if first["type"] not in ("value_error", "missing") and "input" in first:
+        problem = f"{problem} (got {shown(first['input'])})"
+    return InputError(source, where, problem)
+
+
 def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSpec:
     """The `ModelSpec` of a parsed HuggingFace config.json."""
     if not isinstance(raw, Mapping):
         raise InputError(source, None, "expected a JSON object")
     model_type = raw.get("model_type")
-    if model_type not in _READERS:
+    if not isinstance(model_type, str) or model_type not in _READERS:
         supported = ", ".join(SUPPORTED)
-        raise InputError(source, "model_type", f"{model_type!r} is not supported (supported: {supported})")
-    fields = _READERS[model_type](_Fields(raw, source, model_type))
+        raise InputError(source, "model_type", f"{shown(model_type)} is not supported (supported: {supported})")
+    fields = _Fields(raw, source, model_type)
+    _check_values(fields, model_type)
+    read = _READERS[model_type](fields)
     try:
-        return ModelSpec(**{k: v for k, v in fields.items() if v is not None})
+        return ModelSpec(**{k: v for k, v in read.items() if v is not None})
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or None
-        raise InputError(source, where, first["msg"].removeprefix("Value error, ")) from None
+        raise _spec_error(err, model_type, source) from None
 
 
 def read_hf_config(path: str | Path) -> ModelSpec:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, PositiveInt, Strict, Tag, model_validator
 
 from ppb_core.config.spec import StrictModel
+from ppb_core.errors import shown
 
 # The recompute switches a run config sets (the SAPP/MindFormers `select_recompute` names); at 1
 # a switch keeps its op's activation, at 0 the op is recomputed in the backward. The rest of the
@@ -107,7 +108,7 @@ def _option_word(value: Any) -> Any:
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"option is 'op' or a positive layer count (got {value!r})")
+        raise ValueError(f"option is 'op' or a positive layer count (got {shown(value)})")
     return value
 
 
@@ -222,7 +223,7 @@ def _form(value: Any) -> str:
 def _known_switches(switches: dict[str, int]) -> dict[str, int]:
     unknown = sorted(set(switches) - set(SWITCHES))
     if unknown:
-        raise ValueError(f"unknown switch {unknown[0]!r} (switches: {', '.join(SWITCHES)})")
+        raise ValueError(f"unknown switch {shown(unknown[0])} (switches: {', '.join(SWITCHES)})")
     return switches
 
 

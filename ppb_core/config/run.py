@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
+    AfterValidator,
     Discriminator,
     Field,
     NonNegativeFloat,
@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from ppb_core import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
 from ppb_core.config.recompute import (
@@ -40,8 +41,8 @@ from ppb_core.config.recompute import (
 )
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
-from ppb_core.errors import InputError
-from ppb_core.io import read_json, read_yaml
+from ppb_core.errors import InputError, shown
+from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
@@ -49,6 +50,21 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
+
+# Sizes bounded by `ppb_core.limits`, refused before any work.
+Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=128)]
+Factor = Annotated[float, limits.at_most(limits.FACTOR)]
+Rate = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN), limits.at_most(limits.DEVICE_RATE)]
+Efficiency = Annotated[float, Field(ge=limits.DEVICE_RATE_MIN, le=1.0)]
+Latency = Annotated[NonNegativeFloat, limits.at_most(limits.DEVICE_LATENCY_US, "µs")]
+
+
+def _none_or_efficiency(value: float) -> float:
+    """0 (none), or an efficiency a time can be divided by."""
+    if 0 < value < limits.DEVICE_RATE_MIN:
+        raise ValueError(f"0 (none) or at least {limits.DEVICE_RATE_MIN:g}, got {value!r}")
+    return value
 
 
 class Images(StrictModel):
@@ -74,7 +90,7 @@ AnySpec = Annotated[Annotated[ModelSpec, Tag("text")] | Annotated[VisionSpec, Ta
 class SubModel(StrictModel):
     """One model in the pipeline: its architecture from a config.json or an explicit spec."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Name
     config: str | None = Field(None, description="HuggingFace config.json, relative to the run config")
     part: Literal["vision", "text"] | None = Field(
         None, description="the tower of a vision-language config.json this model is: vision or text"
@@ -83,7 +99,7 @@ class SubModel(StrictModel):
     images: Images | None = Field(None, description="a vision model's images per sample (its sequence)")
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
-    pad_vocab_multiple: PositiveInt | None = Field(
+    pad_vocab_multiple: Annotated[PositiveInt, limits.at_most(limits.VOCABULARY)] | None = Field(
         None, description="pad the vocabulary to a multiple of this times tp (Megatron's divisible-by)"
     )
 
@@ -97,20 +113,22 @@ class SubModel(StrictModel):
 
 
 class Parallel(StrictModel):
-    dp: PositiveInt = 1
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    vpp: PositiveInt = Field(1, description="virtual pipeline chunks per stage")
-    cp: PositiveInt = 1
+    dp: Devices = 1
+    tp: Devices = 1
+    pp: Annotated[PositiveInt, limits.at_most(limits.STAGES, "pipeline stages")] = 1
+    vpp: Annotated[PositiveInt, limits.at_most(limits.CHUNKS, "chunks per stage")] = Field(
+        1, description="virtual pipeline chunks per stage"
+    )
+    cp: Devices = 1
     cp_variant: Literal["ring", "ulysses"] = "ring"
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = Field(None, description="expert tensor parallel; defaults to tp")
+    ep: Devices = 1
+    etp: Devices | None = Field(None, description="expert tensor parallel; defaults to tp")
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 1
     fsdp: bool = False
     schedule: Schedule = "1f1b"
-    world_size: PositiveInt | None = None
-    devices_per_node: PositiveInt = 8
+    world_size: Devices | None = None
+    devices_per_node: Devices = 8
 
     @property
     def expert_tp(self) -> int:
@@ -151,19 +169,21 @@ class Parallel(StrictModel):
 
 class MoeTraining(StrictModel):
     dropless: bool = True
-    capacity_factor: PositiveFloat = 1.0
+    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = 1.0
     # Dropless routing is imbalanced: the busiest rank gets this many times its fair share.
-    dropless_imbalance: Annotated[float, Field(ge=1.0)] = 1.0
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = 1.0
 
 
 class Training(StrictModel):
-    seq_length: PositiveInt
-    micro_batch_size: PositiveInt = 1
-    micro_batches: PositiveInt = 1
+    seq_length: Annotated[PositiveInt, limits.at_most(limits.SEQUENCE, "tokens")]
+    micro_batch_size: Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCH_SIZE, "sequences")] = 1
+    micro_batches: Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = 1
     dtype: Dtype = "bf16"
     grad_bytes: Literal[2, 4] = Field(4, description="main-gradient bytes (fp32 accumulation is 4)")
     optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
-    optimizer_state_bytes: PositiveInt | None = Field(None, description="overrides the optimizer's default")
+    optimizer_state_bytes: Annotated[PositiveInt, limits.at_most(limits.FACTOR)] | None = Field(
+        None, description="overrides the optimizer's default"
+    )
     flash_attention: bool = True
     fp8_cache: Literal["none", "linear", "deepseek"] = Field(
         "none",
@@ -198,26 +218,30 @@ class Device(StrictModel):
     """A catalog device, any figure of which the run config may override."""
 
     name: str | None = None
-    memory_mb: PositiveInt | None = None
-    reserved_mb: NonNegativeInt = Field(0, description="held back for the framework and fragmentation")
-    peak_tflops: PositiveFloat | None = Field(None, description="dense 16-bit tensor TFLOPS")
-    hbm_bandwidth_gbs: PositiveFloat | None = None
-    intra_node_bandwidth_gbs: PositiveFloat | None = None
-    inter_node_bandwidth_gbs: PositiveFloat | None = None
-    matmul_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = Field(
+    memory_mb: Annotated[PositiveInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] | None = None
+    reserved_mb: Annotated[NonNegativeInt, limits.at_most(limits.DEVICE_MEMORY_MB, "MB")] = Field(
+        0, description="held back for the framework and fragmentation"
+    )
+    peak_tflops: Rate | None = Field(None, description="dense 16-bit tensor TFLOPS")
+    hbm_bandwidth_gbs: Rate | None = None
+    intra_node_bandwidth_gbs: Rate | None = None
+    inter_node_bandwidth_gbs: Rate | None = None
+    matmul_efficiency: Efficiency | None = Field(
         None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
-    memory_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    comm_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    collective_latency_us: NonNegativeFloat | None = Field(None, description="cost of one step of a collective")
-    inter_node_latency_us: NonNegativeFloat | None = Field(None, description="added per step across nodes")
-    sm_count: PositiveInt | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
-    comm_sms: NonNegativeInt | None = Field(None, description="SMs a collective beside compute takes from it")
-    attention_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    attention_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    flash2_forward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    flash2_backward_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    memory_efficiency: Efficiency | None = None
+    comm_efficiency: Efficiency | None = None
+    collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")
+    inter_node_latency_us: Latency | None = Field(None, description="added per step across nodes")
+    sm_count: Devices | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
+    comm_sms: Annotated[NonNegativeInt, limits.at_most(limits.DEVICES)] | None = Field(
+        None, description="SMs a collective beside compute takes from it"
+    )
+    attention_forward_efficiency: Efficiency | None = None
+    attention_backward_efficiency: Efficiency | None = None
+    flash2_forward_efficiency: Efficiency | None = None
+    flash2_backward_efficiency: Efficiency | None = None
+    fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
 
     @model_validator(mode="after")
@@ -225,7 +249,7 @@ class Device(StrictModel):
         if self.name is None and self.memory_mb is None:
             raise ValueError("give a catalog name or memory_mb")
         if self.name is not None and self.name not in DEVICE_CATALOG:
-            raise ValueError(f"unknown device {self.name!r} (catalog: {', '.join(DEVICE_CATALOG)})")
+            raise ValueError(f"unknown device {shown(self.name)} (catalog: {', '.join(DEVICE_CATALOG)})")
         return self
 
     def profile(self) -> DeviceProfile:
@@ -283,24 +307,30 @@ class MemoryOptions(StrictModel):
 class PPBOptions(StrictModel):
     """Post-processing of the descriptions: which bodies the balancer sees as one."""
 
-    combined: list[list[Annotated[tuple[str, str], Strict(False)]]] = Field(default_factory=list)
+    combined: Annotated[
+        list[Annotated[list[Annotated[tuple[str, str], Strict(False)]], Field(max_length=limits.COMBINED)]],
+        Field(max_length=limits.COMBINED),
+    ] = Field(default_factory=list)
 
     @field_validator("combined")
     @classmethod
     def _types(cls, groups: list[list[tuple[str, str]]]) -> list[list[tuple[str, str]]]:
+        pairs = sum(len(group) for group in groups)
+        if pairs > limits.COMBINED:
+            raise ValueError(limits.over(pairs, limits.COMBINED, "pairs"))
         for group in groups:
             for _, node in group:
                 if node.upper() not in ("HEAD", "BODY", "TAIL"):
-                    raise ValueError(f"{node!r} is not one of head, body, tail")
+                    raise ValueError(f"{shown(node)} is not one of head, body, tail")
         return groups
 
 
 class RunConfig(StrictModel):
-    name: str
+    name: Annotated[str, Field(max_length=256)]
     framework: Framework = Field(
         "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
     )
-    models: Annotated[list[SubModel], Field(min_length=1)]
+    models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
     training: Training
     device: Device
@@ -367,19 +397,24 @@ class RunConfig(StrictModel):
         return sum(spec.num_layers for spec in self.specs.values())
 
 
+_UNION_TAGS = {*(("recompute", form) for form in FORMS), ("spec", "text"), ("spec", "vision")}
+
+
+def _is_field(part: Any, previous: Any) -> bool:
+    """Whether a part of pydantic's error location is a key the user wrote: not a union member's
+    type or a validator (`int`, `function-after[...]`), a mapping's `[key]`, the tag of a tagged union
+    (a recompute form's: switches, full, megatron, torchtitan; a sub-model's spec: text or vision)."""
+    if isinstance(part, int):
+        return True
+    if part == "[key]" or (previous, part) in _UNION_TAGS:
+        return False
+    return not any(mark in part for mark in ("[", "]", "-")) and part not in ("int", "str", "float", "bool", "none")
+
+
 def pydantic_error(err: ValidationError, source: str) -> InputError:
-    """The first problem pydantic found, as one line naming the file and the dotted field."""
     first = err.errors()[0]
     loc = first["loc"]
-    # The tags of tagged unions are pydantic's, not fields the user wrote: a recompute form's
-    # (switches, full, megatron, torchtitan) and a sub-model's spec (text or vision).
-    parts = [
-        p
-        for i, p in enumerate(loc)
-        if p != "[key]"
-        and not (i and loc[i - 1] == "recompute" and p in FORMS)
-        and not (i and loc[i - 1] == "spec" and p in ("text", "vision"))
-    ]
+    parts = [p for i, p in enumerate(loc) if _is_field(p, loc[i - 1] if i else None)]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
@@ -388,8 +423,8 @@ def pydantic_error(err: ValidationError, source: str) -> InputError:
         problem = "missing, and required"
     else:
         problem = first["msg"].removeprefix("Value error, ")
-        if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
-            problem = f"{problem} (got {first['input']!r})"
+        if "input" in first and kind not in ("value_error", "model_type") and not isinstance(first["input"], dict):
+            problem = f"{problem} (got {shown(first['input'])})"
     return InputError(source, where, problem)
 
 
@@ -491,6 +526,19 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
         )
 
 
+def _check_sizes(run: RunConfig, where: str) -> None:
+    """The limits on sizes of the whole run (`ppb_core.limits`), before any check that works on them."""
+    par, train = run.parallel, run.training
+    if run.total_body_layers > limits.LAYERS:
+        raise InputError(
+            where,
+            "models",
+            f"{run.total_body_layers:,} body layers in all: "
+            + limits.over(run.total_body_layers, limits.LAYERS, "body layers"),
+        )
+    limits.check_schedule(par.pp, par.vpp, train.micro_batches, where, "training.micro_batches")
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -548,7 +596,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     for group in run.ppb.combined:
         for model, _ in group:
             if model not in names:
-                raise InputError(where, "ppb.combined", f"no model named {model!r}")
+                raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
 
 
 def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:
@@ -566,44 +614,67 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):
         specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
-        if sub.census is not None and not (base / sub.census).is_file():
-            raise InputError(where, f"models.{run.models.index(sub)}.census", f"{base / sub.census} not found")
-    if run.timing.calibration is not None and not (base / run.timing.calibration).is_file():
-        raise InputError(where, "timing.calibration", f"{base / run.timing.calibration} not found")
-    if run.memory.calibration is not None and not (base / run.memory.calibration).is_file():
-        raise InputError(where, "memory.calibration", f"{base / run.memory.calibration} not found")
+        if sub.census is not None and not isinstance(specs[sub.name], VisionSpec):  # a tower's is refused below
+            _check_file(base / sub.census, where, f"models.{index}.census", "census")
+    if run.timing.calibration is not None:
+        _check_file(base / run.timing.calibration, where, "timing.calibration", "calibration")
+    if run.memory.calibration is not None:
+        _check_file(base / run.memory.calibration, where, "memory.calibration", "measured peaks")
     run = run.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    _check_sizes(run, where)
     for index, sub in enumerate(run.models):
         _check_model(run, index, sub, specs[sub.name], where)
     _check_run(run, where)
     return run
 
 
+def _check_file(path: Path, where: str, field: str, kind: str) -> None:
+    """A census, calibration or measured-peaks file the run config names exists and is a file; its
+    content is read by `ppb_core.estimate.inputs.load_run` (its readers sit above the config)."""
+    if not path.exists():
+        raise InputError(where, field, f"{path} not found")
+    if path.is_dir():
+        raise InputError(where, field, f"{path} is a folder, not a {kind} file")
+
+
 def load_run_config(path: str | Path) -> RunConfig:
-    """Read, validate and resolve a run config file."""
+    """Read, validate and resolve a run config file; any problem with it or a file it names is an
+    InputError (and nothing else), found before any work."""
     path = Path(path)
     raw = read_yaml(path, "is a directory, not a run config")
     return parse_run_config(raw, path, path.parent)
 
 
 def config_hash(path: str | Path) -> str:
-    """A content hash of a run config and every file it names, so any change makes it stale."""
+    """A content hash of a run config and every file it names, so any change makes it stale.
+
+    Bad content is hashed like good content (reading it is what fails, later, as one InputError
+    of its own partition); only a run config that cannot be read at all (gone, a folder, over the
+    size limit, a device) raises, and then only InputError.
+    """
     path = Path(path)
-    digest = hashlib.sha256(path.read_bytes())
+    data = read_bytes(path, "is a directory, not a run config", limits.YAML_BYTES)
+    digest = hashlib.sha256(data)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+        raw = parse_yaml(decode(data, path), path)
+    except InputError:
         return digest.hexdigest()
-    for sub in raw.get("models", []) if isinstance(raw, dict) else []:
-        for key in ("config", "census"):
-            ref = sub.get(key) if isinstance(sub, dict) else None
-            if isinstance(ref, str) and (path.parent / ref).is_file():
-                digest.update((path.parent / ref).read_bytes())
+    raw = raw if isinstance(raw, dict) else {}
+    models = raw.get("models")
+    refs: list[Any] = []
+    for sub in models if isinstance(models, list) else []:
+        if isinstance(sub, dict):
+            refs.extend(sub.get(key) for key in ("config", "census"))
     for section in ("timing", "memory"):
-        options = raw.get(section) if isinstance(raw, dict) else None
-        ref = options.get("calibration") if isinstance(options, dict) else None
-        if isinstance(ref, str) and (path.parent / ref).is_file():
-            digest.update((path.parent / ref).read_bytes())
+        options = raw.get(section)
+        refs.append(options.get("calibration") if isinstance(options, dict) else None)
+    for ref in refs:
+        if isinstance(ref, str):
+            digest.update(ref.encode("utf-8", "replace") + b"\0")
+            try:
+                digest.update(read_bytes(path.parent / ref))
+            except InputError as err:  # a file missing, a folder, too big: the partition will say so
+                digest.update(err.problem.encode())
     return digest.hexdigest()
 
 

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, Strict, model_validator
 
+from ppb_core import limits
+
 Activation = Literal["swiglu", "gelu", "relu", "silu"]
 # Gated activations multiply two up-projections (three matrices in the MLP).
 GATED_ACTIVATIONS: frozenset[str] = frozenset({"swiglu"})
@@ -15,7 +17,17 @@ class StrictModel(BaseModel):
     """Every config record: unknown fields are rejected, values are immutable, and types are strict
     (`dp: true` or `hidden_size: "4096"` is an error, not a 1 or a 4096)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# Sizes bounded by `ppb_core.limits`: a value no real model has is refused before any work.
+Layers = Annotated[PositiveInt, limits.at_most(limits.LAYERS, "body layers")]
+Width = Annotated[PositiveInt, limits.at_most(limits.HIDDEN)]
+Rank = Annotated[NonNegativeInt, limits.at_most(limits.HIDDEN)]
+FfnWidth = Annotated[PositiveInt, limits.at_most(limits.FFN)]
+Heads = Annotated[PositiveInt, limits.at_most(limits.HEADS, "heads")]
+Experts = Annotated[NonNegativeInt, limits.at_most(limits.EXPERTS, "experts")]
+LayerCount = Annotated[NonNegativeInt, limits.at_most(limits.LAYERS, "layers")]
 
 
 class ModelSpec(StrictModel):
@@ -25,19 +37,19 @@ class ModelSpec(StrictModel):
     """
 
     family: str = "generic"
-    vocab_size: PositiveInt
-    hidden_size: PositiveInt
-    num_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    intermediate_size: PositiveInt
+    vocab_size: Annotated[PositiveInt, limits.at_most(limits.VOCABULARY)]
+    hidden_size: Width
+    num_layers: Layers
+    num_attention_heads: Heads
+    num_key_value_heads: Heads | None = None
+    head_dim: Width | None = None
+    intermediate_size: FfnWidth
     activation: Activation = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_bias: bool = False
     tied_embeddings: bool = False
     position_embedding: Literal["rope", "learned", "none"] = "rope"
-    max_position_embeddings: PositiveInt = 4096
+    max_position_embeddings: Annotated[PositiveInt, limits.at_most(limits.POSITIONS)] = 4096
     attention_bias: bool = Field(False, description="biases on the q, k and v projections")
     attention_output_bias: bool = Field(False, description="bias on the output projection")
     mlp_bias: bool = False
@@ -45,31 +57,31 @@ class ModelSpec(StrictModel):
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     # Mixture of experts (num_experts 0: every layer dense).
-    num_experts: NonNegativeInt = 0
-    experts_per_token: NonNegativeInt = 0
-    moe_intermediate_size: PositiveInt | None = None
-    shared_experts: NonNegativeInt = 0
-    shared_expert_intermediate_size: PositiveInt | None = Field(
+    num_experts: Experts = 0
+    experts_per_token: Experts = 0
+    moe_intermediate_size: FfnWidth | None = None
+    shared_experts: Experts = 0
+    shared_expert_intermediate_size: FfnWidth | None = Field(
         None, description="width of each shared expert; defaults to moe_intermediate_size"
     )
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
-    expert_groups: NonNegativeInt = Field(0, description="experts fall into this many groups (n_group)")
-    expert_group_limit: NonNegativeInt = Field(
+    expert_groups: Experts = Field(0, description="experts fall into this many groups (n_group)")
+    expert_group_limit: Experts = Field(
         0, description="a token's experts come from at most this many groups (topk_group); 0: no limit"
     )
-    first_dense_layers: NonNegativeInt = Field(0, description="leading dense layers (first_k_dense_replace)")
-    moe_layer_frequency: PositiveInt = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
-    dense_layers: Annotated[tuple[NonNegativeInt, ...], Strict(False)] = Field(
+    first_dense_layers: LayerCount = Field(0, description="leading dense layers (first_k_dense_replace)")
+    moe_layer_frequency: Layers = Field(1, description="every k-th layer is MoE (decoder_sparse_step)")
+    dense_layers: Annotated[tuple[LayerCount, ...], Strict(False), Field(max_length=limits.LAYERS)] = Field(
         (), description="layers kept dense (mlp_only_layers)"
     )
     # Multi-head latent attention (kv_lora_rank 0: not MLA).
-    q_lora_rank: NonNegativeInt = 0
-    kv_lora_rank: NonNegativeInt = 0
-    qk_nope_head_dim: NonNegativeInt = 0
-    qk_rope_head_dim: NonNegativeInt = 0
-    v_head_dim: NonNegativeInt = 0
+    q_lora_rank: Rank = 0
+    kv_lora_rank: Rank = 0
+    qk_nope_head_dim: Rank = 0
+    qk_rope_head_dim: Rank = 0
+    v_head_dim: Rank = 0
     # Multi-token prediction modules after the last layer (DeepSeek-V3).
-    mtp_layers: NonNegativeInt = 0
+    mtp_layers: LayerCount = 0
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -91,6 +103,9 @@ class ModelSpec(StrictModel):
             raise ValueError("shared_experts needs num_experts > 0")
         if self.is_mla and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
+        outside = [index for index in self.dense_layers if index >= self.num_layers]
+        if outside:
+            raise ValueError(f"dense_layers: {outside[0]} is not a layer index (0 to {self.num_layers - 1})")
         if self.mtp_layers and not self.num_layers:
             raise ValueError("mtp_layers needs body layers")
         return self

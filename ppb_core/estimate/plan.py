@@ -15,8 +15,8 @@ from ppb_core.memory import MemoryModel, StagePeak, run_in_flight, run_in_flight
 from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
-from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 

@@ -12,6 +12,8 @@ option; this module only asks the source, it prices nothing itself.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +116,15 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "moments": {name: _number(value) for name, value in peak.moments.items()},
         "device_bytes": _number(peak.device_bytes),
         "fits": peak.fits,
+        "step_static_bytes": None if peak.step_static_bytes is None else _number(peak.step_static_bytes),
+        "holds_tail": peak.holds_tail,
     }
+
+
+def peak_from_json(data: Mapping[str, Any]) -> StagePeak:
+    """A stage peak back from its `stage_json` (what it derives, the peak, moments and fit, left aside)."""
+    fields = {f.name for f in dataclasses.fields(StagePeak)}
+    return StagePeak(**{**{k: v for k, v in data.items() if k in fields}, "in_flight": tuple(data["in_flight"])})
 
 
 def run_summary(run: RunConfig, in_flight: list[list[int]] | None = None) -> dict[str, Any]:
@@ -223,6 +233,7 @@ __all__ = [
     "KindEstimate",
     "estimate",
     "kind_estimate",
+    "peak_from_json",
     "run_summary",
     "stage_json",
 ]

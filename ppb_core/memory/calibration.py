@@ -25,18 +25,18 @@ it gives, so the estimate, the payload and the balancer all see the calibrated m
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppb_core.errors import InputError
-from ppb_core.io import read_text
+import numpy as np
 
-MB = 2**20
-GIB = 2**30
+from ppb_core.errors import InputError, shown_name
+from ppb_core.io import parse_json, read_text
+from ppb_core.units import GIB, MB
+
 TERMS: tuple[str, ...] = ("static", "activations", "buffers", "working")
 UNITS: dict[str, float] = {"peak_bytes": 1.0, "peak_mb": MB, "peak_gib": GIB}
 PULL = 0.1  # λ: how strongly a factor the measurements cannot settle stays at 1
@@ -110,13 +110,13 @@ def _peak(row: Mapping[str, Any], source: str, where: str) -> MeasuredPeak:
     try:
         stage = int(str(raw_stage).strip())
     except ValueError:
-        raise InputError(source, f"{where}: stage", f"not a stage number: {raw_stage!r}") from None
+        raise InputError(source, f"{where}: stage", f"not a stage number: {shown_name(raw_stage)}") from None
     try:
         value = float(str(raw_peak).strip())
     except ValueError:
-        raise InputError(source, f"{where}: {given[0]}", f"not a number: {raw_peak!r}") from None
+        raise InputError(source, f"{where}: {given[0]}", f"not a number: {shown_name(raw_peak)}") from None
     if not math.isfinite(value) or value <= 0:
-        raise InputError(source, f"{where}: {given[0]}", f"must be a positive size, got {raw_peak!r}")
+        raise InputError(source, f"{where}: {given[0]}", f"must be a positive size, got {shown_name(raw_peak)}")
     return MeasuredPeak(stage, value * UNITS[given[0]])
 
 
@@ -124,25 +124,28 @@ def parse_measured_peaks(text: str, source: str, stages: int) -> tuple[MeasuredP
     """The measured peaks of a CSV or JSON text, checked against a run of *stages* stages."""
     rows: list[tuple[str, Mapping[str, Any]]] = []
     if text.lstrip().startswith(("{", "[")):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InputError(source, None, f"not valid JSON (line {err.lineno}: {err.msg})") from None
+        data = parse_json(text, source)
         listed = data.get("stages") if isinstance(data, dict) else data
         if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
             raise InputError(source, "stages", "expected a list of {stage, peak_...} objects")
         rows = [(f"stages.{i}", item) for i, item in enumerate(listed)]
     else:
         reader = csv.DictReader(text.splitlines())
-        header = [name.strip() for name in reader.fieldnames or []]
-        unknown = [name for name in header if name not in ("stage", *UNITS)]
-        if unknown or "stage" not in header:
-            problem = f"unknown column {unknown[0]!r}" if unknown else "no stage column"
-            raise InputError(source, "header", f"{problem} (columns: stage and one of {', '.join(UNITS)})")
-        for number, row in enumerate(reader, start=2):
-            cleaned = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
-            if any(cleaned.values()):
-                rows.append((f"line {number}", cleaned))
+        try:
+            header = [name.strip() for name in reader.fieldnames or []]
+            unknown = [name for name in header if name not in ("stage", *UNITS)]
+            if unknown or "stage" not in header:
+                problem = f"unknown column {shown_name(unknown[0])}" if unknown else "no stage column"
+                raise InputError(source, "header", f"{problem} (columns: stage and one of {', '.join(UNITS)})")
+            for number, row in enumerate(reader, start=2):
+                if None in row:  # more cells than columns (DictReader's restkey)
+                    raise InputError(source, f"line {number}", f"more than {len(header)} values")
+                cleaned = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+                if any(cleaned.values()):
+                    rows.append((f"line {number}", cleaned))
+        except csv.Error as err:
+            problem = "a field over 128 KB" if "field larger" in str(err) else "not a CSV line"
+            raise InputError(source, f"line {reader.line_num}", problem) from None
     peaks: dict[int, MeasuredPeak] = {}
     for where, row in rows:
         peak = _peak(row, source, where)
@@ -163,8 +166,6 @@ def read_measured_peaks(path: str | Path, stages: int) -> tuple[MeasuredPeak, ..
 
 def _solve(matrix: Sequence[Sequence[float]], target: Sequence[float]) -> list[float]:
     """The factors of the pulled least squares (module docstring), by its normal equations."""
-    import numpy as np
-
     a = np.asarray(matrix, dtype=float)
     b = np.asarray(target, dtype=float)
     pull = PULL * np.sqrt((a * a).sum(axis=0))  # λ·‖term_t‖ over the measured stages

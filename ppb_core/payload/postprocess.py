@@ -19,11 +19,9 @@ from ppb_core.model.switches import (
     SELECTIVE_OPTIONS,
     TIME_KEY,
 )
+from ppb_core.payload.combines import COMBINES_KEY, combines_text
 
 Groups = Sequence[Sequence[Sequence[str]]]
-
-
-COMBINES_KEY = "combines"  # what a combined body stands for: "vit BODY_0 + llm BODY_2"
 
 
 def combine(
@@ -90,22 +88,10 @@ def combine(
         if "forward_time" in combined:
             combined["time"] = combined["forward_time"]
         combined["nb_layer"] = counts.pop()
-        combined[COMBINES_KEY] = " + ".join(f"{part['model_name']} {part['name']}" for part in parts)
+        combined[COMBINES_KEY] = combines_text(parts)
         result = [desc for desc in result if not any(desc is part for part in parts)]
         result.insert(index, combined)
     return result
-
-
-def combined_parts(desc: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(model, description name) of each layer one layer of *desc* stands for: its parts if it is combined."""
-    stated = desc.get(COMBINES_KEY)
-    if not isinstance(stated, str) or not stated:
-        return [(str(desc.get("model_name")), str(desc.get("name")))]
-    parts = []
-    for part in stated.split(" + "):
-        model, _, name = part.partition(" ")
-        parts.append((model, name))
-    return parts
 
 
 def _option_cost(desc: Mapping[str, Any], option: str) -> tuple[Any, Any] | None:

@@ -21,7 +21,7 @@ from ppb_core.model.walk import BODY, Layer, walk
 from ppb_core.payload.describe import Evaluation, Split, SwitchesOf, many_in_flight
 from ppb_core.payload.profile import Cost, SwitchProfile
 from ppb_core.payload.sources import MemorySource, TimeSource
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 
 class _Measured(NamedTuple):

@@ -13,7 +13,7 @@ from ppb_core.memory import MemoryModel
 from ppb_core.payload.describe import describe
 from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
-from ppb_core.timing import TimeModel
+from ppb_core.timing.pricer import TimeModel
 
 
 def describe_run(
@@ -26,7 +26,7 @@ def describe_run(
     """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
 
     *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
-    `ppb_core.timing.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
+    `ppb_core.timing.pricer.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
     and FULL only, `time` 1).
     """
     if memory is None:

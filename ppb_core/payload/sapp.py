@@ -10,6 +10,7 @@ and an option is considered exactly when its memory key is present.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ppb_core.errors import InputError
-from ppb_core.io import atomic_write_text
+from ppb_core import limits
+from ppb_core.errors import InputError, shown, shown_key
+from ppb_core.io import atomic_write_text, read_json
 from ppb_core.model.switches import COEF_KEY, DEFAULT_COEF, MEMORY_KEY, OPTIONS, TIME_KEY
-from ppb_core.payload.postprocess import combined_parts
+from ppb_core.payload.combines import combined_parts
 
 TOP_KEY = "layers_description"
 TYPES: tuple[str, ...] = ("HEAD", "BODY", "TAIL")
@@ -33,10 +35,27 @@ TIME_KEYS: tuple[str, ...] = ("time", "forward_time", *TIME_KEY.values())
 MEMORY_KEYS: tuple[str, ...] = ("memory_parameter", *MEMORY_KEY.values())
 COEF_KEYS: tuple[str, ...] = tuple(COEF_KEY.values())
 NUMBER_KEYS: tuple[str, ...] = (*TIME_KEYS, *MEMORY_KEYS, *COEF_KEYS)
+# Every key SAPP reads from an entry (reference §5.1). Other keys are kept as other tools' notes,
+# but one that looks like a misspelling of these (`coef_select_rec`) is refused: SAPP would ignore
+# it silently and run with the fallback it was meant to override.
+KEYS: frozenset[str] = frozenset((*REQUIRED, "model_name", *NUMBER_KEYS))
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def misspelt_key(key: str) -> str | None:
+    """The key SAPP reads that *key* most likely misspells: the same words in another order or
+    case, or a close spelling (difflib's ratio 0.8 or more); None for a key of its own."""
+    if len(key) > 64 or key in KEYS:
+        return None
+    words = sorted(key.lower().replace("-", "_").split("_"))
+    same = [known for known in sorted(KEYS) if sorted(known.split("_")) == words]
+    if same:
+        return same[0]
+    near = difflib.get_close_matches(key.lower(), sorted(KEYS), n=1, cutoff=0.8)
+    return near[0] if near else None
 
 
 def validate_descriptions(descriptions: object, source: str | Path | None) -> list[dict[str, Any]]:
@@ -45,48 +64,61 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
         raise InputError(source, TOP_KEY, f"must be a list of layer descriptions, got {type(descriptions).__name__}")
     if not descriptions:
         raise InputError(source, TOP_KEY, "is empty: at least one BODY description is needed")
+    if len(descriptions) > limits.DESCRIPTIONS:
+        raise InputError(source, TOP_KEY, limits.over(len(descriptions), limits.DESCRIPTIONS, "descriptions"))
     checked: list[dict[str, Any]] = []
     for index, entry in enumerate(descriptions):
         where = f"{TOP_KEY}[{index}]"
         if not isinstance(entry, Mapping):
-            raise InputError(source, where, f"must be an object, got {type(entry).__name__}")
+            raise InputError(source, where, f"must be an object, got {shown(entry)}")
         for key in entry:
             if not isinstance(key, str) or key != key.strip() or not key:
-                raise InputError(source, f"{where}.{key!r}", "key has stray whitespace (or is empty)")
+                raise InputError(source, f"{where}.{shown(key)}", "key has stray whitespace (or is empty)")
+            meant = misspelt_key(key)
+            if meant is not None:
+                raise InputError(source, f"{where}.{shown_key(key)}", f"unknown key: did you mean {meant}?")
         for key in REQUIRED:
             if key not in entry or entry[key] is None:
                 raise InputError(source, f"{where}.{key}", "is required")
-        if not isinstance(entry["name"], str) or not entry["name"].strip():
-            raise InputError(source, f"{where}.name", "must be a non-empty string")
+        if not isinstance(entry["name"], str) or not entry["name"].strip() or len(entry["name"]) > 256:
+            raise InputError(source, f"{where}.name", "must be a non-empty string of at most 256 characters")
         if entry["type"] not in TYPES:
-            raise InputError(source, f"{where}.type", f"must be one of {', '.join(TYPES)}, got {entry['type']!r}")
+            raise InputError(source, f"{where}.type", f"must be one of {', '.join(TYPES)}, got {shown(entry['type'])}")
         count = entry["nb_layer"]
         if not _is_number(count) or count != int(count) or count < 1:
-            raise InputError(source, f"{where}.nb_layer", f"must be a positive integer, got {count!r}")
+            raise InputError(source, f"{where}.nb_layer", f"must be a positive integer, got {shown(count)}")
+        if count > limits.LAYERS:
+            raise InputError(source, f"{where}.nb_layer", limits.over(count, limits.LAYERS, "layers"))
         for key in NUMBER_KEYS:
             if key not in entry or entry[key] is None:
                 continue
             value = entry[key]
             if not _is_number(value):
-                raise InputError(source, f"{where}.{key}", f"must be a finite number, got {value!r}")
+                raise InputError(source, f"{where}.{key}", f"must be a finite number, got {shown(value)}")
             if key in COEF_KEYS:
-                if value < -1:
-                    raise InputError(source, f"{where}.{key}", f"must be at least -1, got {value}")
+                if not -1 <= value <= limits.FACTOR:
+                    raise InputError(source, f"{where}.{key}", f"must be between -1 and {limits.FACTOR:g}, got {value}")
             elif value < 0:
                 raise InputError(source, f"{where}.{key}", f"must not be negative, got {value}")
+            elif value > limits.SAPP_NUMBER:
+                raise InputError(source, f"{where}.{key}", limits.over(value, limits.SAPP_NUMBER))
         model_name = entry.get("model_name")
-        if model_name is not None and not isinstance(model_name, str):
-            raise InputError(source, f"{where}.model_name", f"must be a string, got {model_name!r}")
+        if model_name is not None and (not isinstance(model_name, str) or len(model_name) > 256):
+            raise InputError(source, f"{where}.model_name", f"must be a string, got {shown(model_name)}")
         checked.append(dict(entry))
     if not any(entry["type"] == "BODY" for entry in checked):
         raise InputError(source, TOP_KEY, "has no BODY description: there is nothing to balance")
+    for node in TYPES:
+        layers = sum(int(entry["nb_layer"]) for entry in checked if entry["type"] == node)
+        if layers > limits.LAYERS:
+            raise InputError(source, TOP_KEY, f"{node} layers in all: " + limits.over(layers, limits.LAYERS, "layers"))
     # Body names identify body types; every sub-model's HEAD and TAIL share theirs (`_ppb.py`'s add_to_ppb_list).
     seen: set[str] = set()
     for index, entry in enumerate(checked):
         if entry["type"] != "BODY":
             continue
         if entry["name"] in seen:
-            raise InputError(source, f"{TOP_KEY}[{index}].name", f"{entry['name']!r} is used by an earlier BODY")
+            raise InputError(source, f"{TOP_KEY}[{index}].name", f"{shown(entry['name'])} is used by an earlier BODY")
         seen.add(entry["name"])
     return checked
 
@@ -94,18 +126,9 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
 def read_layers_description(path: str | Path) -> list[dict[str, Any]]:
     """The validated descriptions of a SAPP JSON file; other top-level keys are ignored."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, None, "no such file") from None
-    except OSError as err:
-        raise InputError(path, None, f"cannot be read: {err.strerror or err}") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError(path, None, f"is not JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    document = read_json(path, "is a directory, not a layers description")
     if not isinstance(document, dict):
-        raise InputError(path, None, f"must hold a JSON object, got {type(document).__name__}")
+        raise InputError(path, None, f"must hold a JSON object, got {shown(document)}")
     if TOP_KEY not in document:
         raise InputError(path, TOP_KEY, "is missing")
     return validate_descriptions(document[TOP_KEY], path)
@@ -241,7 +264,7 @@ def layer_set(descriptions: Sequence[Mapping[str, Any]], source: str | Path | No
             raise InputError(
                 source,
                 f"{TOP_KEY}[{index}]",
-                f"BODY {entry['name']!r} considers {', '.join(own) or 'no option'} "
+                f"BODY {shown(entry['name'])} considers {', '.join(own) or 'no option'} "
                 f"but the first BODY considers {', '.join(options)}; every BODY must share them",
             )
     heads = tuple(_record(e, ("NONE",)) for e in checked if e["type"] == "HEAD")

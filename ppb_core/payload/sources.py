@@ -1,6 +1,6 @@
 """What the PPB builder asks of a memory model and a time model, so either can be swapped or faked.
 
-`ppb_core.memory.MemoryModel` and `ppb_core.timing.TimeModel` implement these for a run config;
+`ppb_core.memory.MemoryModel` and `ppb_core.timing.pricer.TimeModel` implement these for a run config;
 tests implement them with fakes whose figures can be worked out by hand.
 """
 

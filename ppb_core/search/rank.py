@@ -49,8 +49,8 @@ from ppb_core.search.screen import (
     time_key,
 )
 from ppb_core.search.spec import SearchSpec
-from ppb_core.timing import TimeModel
 from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.pricer import TimeModel
 
 NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per cell, or all stages every layer)"
 NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
@@ -62,6 +62,9 @@ BALANCER_FAILED = "balancer: its process ended without an answer"
 WHOLE_LAYERS_SECONDS = 2.0
 OUT_OF_TIME = "budget: not examined within the search's time budget (its bound is below the ranking's last)"
 PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
+# A bound and the time it bounds add the same terms in different orders, so a bound equal to a time can
+# exceed it by rounding; a bound within this relative slack of the ranking's last is a tie, not a proof.
+BOUND_SLACK = 1e-9
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -401,7 +404,7 @@ def search_points(
         ranked: list[Ranked] = []
 
         def beaten(bound: float, strategy: Strategy) -> bool:
-            return len(ranked) >= top and (bound, strategy) > ranked[top - 1].key()
+            return len(ranked) >= top and (bound * (1 - BOUND_SLACK), strategy) > ranked[top - 1].key()
 
         budget = spec.search.time_budget_s
         while queue and not beaten(queue[0][0], queue[0][1]):

@@ -35,7 +35,6 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, wa
 from ppb_core.payload.describe import describe_layer, many_in_flight
 from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms
 from ppb_core.search.enumerate import Strategy
-from ppb_core.timing import TimeModel
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
     _data_links,
@@ -46,6 +45,7 @@ from ppb_core.timing.iteration import (  # the terms run_iteration charges, take
     framework_rules,
 )
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 
@@ -174,7 +174,7 @@ def figures(
         transfer_ms = 1e3 * min(_p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
     head = ends.get(HEAD, (0.0, 0.0, 0.0))
     tail = ends.get(TAIL, (0.0, 0.0, 0.0))
-    cell_forward, cell_backward, once, per_cell = fsdp_floor_s(run, memory, links, slots)
+    cell_forward, cell_backward, per_cell = fsdp_floor_s(run, memory, links, slots)
     return Figures(
         kinds=tuple(kinds),
         ends=Ends(
@@ -192,7 +192,7 @@ def figures(
         constant_mb=float(constant_mb),
         memory_mb=float(run.device.usable_mb),
         transfer_ms=transfer_ms,
-        beyond_ms=beyond_schedule_ms(run, memory, times, slots) + 1e3 * once,
+        beyond_ms=beyond_schedule_ms(run, memory, times, slots),
         per_cell_ms=1e3 * per_cell,
         reduction_floor_ms=reduction_floor_ms(run, memory, links, _layer(heads[0], -1)),
         with_memory=with_memory,
@@ -229,34 +229,36 @@ def reduction_floor_ms(run: RunConfig, memory: MemoryModel, links: Any, head: La
 
 def fsdp_floor_s(
     run: RunConfig, memory: MemoryModel, links: Any, slots: Sequence[KindSlot]
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float]:
     """Under ZeRO-3 / FSDP, the least each cell's forward and backward wait for parameters and gradients
-    per micro-batch, the least paid once per iteration, and once per cell (seconds), whatever the plan.
+    per micro-batch, and the least paid once per cell and iteration (seconds), whatever the plan.
 
     `run_iteration` prefetches each layer's gather behind the previous layer's compute, so a cell's first
     layer waits for its whole gather; walking back, a resharding framework gathers its last layer again
     before its backward, and one reducing every micro-batch exposes its first layer's reduce-scatter.
     Every cell holds a layer (the head, the tail, or a body layer), at least the one of least
     collective. A framework gathering once per iteration pays those first gathers once per cell, and one
-    reducing once pays every layer's reduce-scatter once.
+    reducing once (torchtitan under a pipeline) reduce-scatters each layer behind the next one's backward
+    in the last micro-batch, each cell's first layer's exposed: at least the least reduce-scatter per cell.
     """
     if memory.setup.shard_level < 3:
-        return 0.0, 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0
     rules = framework_rules(run)
     grad, dtype = memory.setup.grad_bytes, run.training.dtype_bytes
     gathers, reduces = [], []
     for slot in slots:
         params = memory.parameters(_layer(slot, 0))
         gathers.append(_dp_collective(ALL_GATHER, params, dtype, links))
-        reduces.append((slot.count, _dp_collective(REDUCE_SCATTER, params, grad, links)))
-    least_gather, least_reduce = min(gathers), min(r for _, r in reduces)
+        reduces.append(_dp_collective(REDUCE_SCATTER, params, grad, links))
+    least_gather, least_reduce = min(gathers), min(reduces)
     forward = least_gather if rules.fsdp_gather_every_micro_batch else 0.0
     backward = (least_gather if rules.fsdp_reshard_after_forward else 0.0) + (
         least_reduce if rules.fsdp_reduce_every_micro_batch else 0.0
     )
-    per_cell = 0.0 if rules.fsdp_gather_every_micro_batch else least_gather
-    once = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(count * seconds for count, seconds in reduces)
-    return forward, backward, once, per_cell
+    per_cell = (0.0 if rules.fsdp_gather_every_micro_batch else least_gather) + (
+        0.0 if rules.fsdp_reduce_every_micro_batch else least_reduce
+    )
+    return forward, backward, per_cell
 
 
 def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> float:

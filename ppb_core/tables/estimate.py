@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from ppb_core.estimate.run import Estimate, KindEstimate
+from ppb_core.estimate.run import Estimate, KindEstimate, peak_from_json, stage_json
 from ppb_core.memory import StagePeak
 from ppb_core.model.kinds import kind_from_dict
 from ppb_core.model.switches import OPTIONS
@@ -109,15 +109,6 @@ STAGE_PEAKS = Schema(
 )
 
 
-def peak_record(peak: StagePeak) -> dict[str, Any]:
-    """A stage peak as plain data, every field, so the summary gives it back exactly."""
-    return {**dataclasses.asdict(peak), "in_flight": list(peak.in_flight)}
-
-
-def peak_from_record(data: Mapping[str, Any]) -> StagePeak:
-    return StagePeak(**{**data, "in_flight": tuple(data["in_flight"])})
-
-
 def estimate_to_frame(result: Estimate) -> Summarized:
     """One row per distinct kind; the run's summary and the stage peaks as the table's summary."""
     records = []
@@ -146,8 +137,8 @@ def estimate_to_frame(result: Estimate) -> Summarized:
         records.append(record)
     summary = {
         "run": result.run,
-        "stages": [peak_record(peak) for peak in result.stages],
-        "stages_at_full": [peak_record(peak) for peak in result.stages_at_full],
+        "stages": [stage_json(peak) for peak in result.stages],
+        "stages_at_full": [stage_json(peak) for peak in result.stages_at_full],
         "iteration": result.iteration,
     }
     return Summarized(LAYER_MEMORY.frame(records), json.loads(json.dumps(summary)))
@@ -197,8 +188,8 @@ def estimate_from_frame(stored: Summarized | pd.DataFrame, run: Mapping[str, Any
                 activations=_activations_of(run, str(record["model_name"]), str(record["node"])),
             )
         )
-    stages = tuple(peak_from_record(peak) for peak in summary.get("stages", []))
-    at_full = tuple(peak_from_record(peak) for peak in summary.get("stages_at_full", []))
+    stages = tuple(peak_from_json(peak) for peak in summary.get("stages", []))
+    at_full = tuple(peak_from_json(peak) for peak in summary.get("stages_at_full", []))
     return Estimate(run, tuple(rows), stages, summary.get("iteration"), at_full)
 
 
@@ -212,7 +203,7 @@ def stages_to_frame(result: Estimate) -> pd.DataFrame:
     """One row per pipeline stage's peak as configured, then one per stage at full recompute."""
     return STAGE_PEAKS.frame(
         {
-            **peak_record(peak),
+            **dataclasses.asdict(peak),
             "recompute": recompute,
             "in_flight_json": json.dumps(list(peak.in_flight)),
             "step_static_bytes": peak.static_bytes if peak.step_static_bytes is None else peak.step_static_bytes,
@@ -230,7 +221,7 @@ def stages_from_frame(frame: pd.DataFrame, recompute: str = "configured") -> tup
     STAGE_PEAKS.require(frame)
     fields = [f.name for f in dataclasses.fields(StagePeak)]
     return tuple(
-        peak_from_record({**{k: r[k] for k in fields if k in r}, "in_flight": json.loads(r["in_flight_json"])})
+        peak_from_json({**{k: r[k] for k in fields if k in r}, "in_flight": json.loads(r["in_flight_json"])})
         for r in frame.to_dict("records")
         if r["recompute"] == recompute
     )

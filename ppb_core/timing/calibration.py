@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown_name
 from ppb_core.io import read_text
 from ppb_core.model.switches import OPTIONS
 
@@ -62,21 +62,35 @@ def _positive(value: str, source: str, where: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise InputError(source, where, f"not a number: {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
-        raise InputError(source, where, f"must be a positive time in ms, got {value!r}")
+        raise InputError(source, where, f"not a number: {shown_name(value)}") from None
+    if not math.isfinite(number) or number <= 0 or number > 1e12:
+        raise InputError(source, where, f"must be a positive time in ms (at most 10^12), got {shown_name(value)}")
     return number
 
 
 def parse_calibration(lines: Iterable[str], source: str = "<calibration>") -> tuple[Measurement, ...]:
+    """The measurements of a calibration CSV; errors name the line and column, never echo the file."""
     reader = csv.reader(lines)
+    try:
+        return _measurements(reader, source)
+    except csv.Error as err:
+        problem = "a field over 128 KB" if "field larger" in str(err) else "not a CSV line"
+        raise InputError(source, f"line {reader.line_num}", problem) from None
+
+
+def _measurements(reader: Iterator[list[str]], source: str) -> tuple[Measurement, ...]:
     header = next(reader, None)
     if header is None:
         raise InputError(source, None, f"empty: expected the header {','.join(COLUMNS)}")
     header = [name.strip() for name in header]
-    unknown = [name for name in header if name not in COLUMNS]
+    unknown = [(i, name) for i, name in enumerate(header, start=1) if name not in COLUMNS]
     if unknown:
-        raise InputError(source, "header", f"unknown column {unknown[0]!r} (columns: {', '.join(COLUMNS)})")
+        index, name = unknown[0]
+        raise InputError(
+            source,
+            "header",
+            f"column {index}, {shown_name(name)}, is not one of {', '.join(COLUMNS)} (is this a calibration CSV?)",
+        )
     missing = [name for name in COLUMNS if name not in header]
     if missing:
         raise InputError(source, "header", f"missing column {missing[0]!r}")
@@ -91,14 +105,20 @@ def parse_calibration(lines: Iterable[str], source: str = "<calibration>") -> tu
         row = {name: value.strip() for name, value in zip(header, values, strict=True)}
         node, option = row["node"].upper(), row["option"].upper()
         if node not in NODES:
-            raise InputError(source, f"line {number}: node", f"{row['node']!r} is not one of {', '.join(NODES)}")
+            raise InputError(
+                source, f"line {number}: node", f"{shown_name(row['node'])} is not one of {', '.join(NODES)}"
+            )
         if option not in OPTIONS:
-            raise InputError(source, f"line {number}: option", f"{row['option']!r} is not one of {', '.join(OPTIONS)}")
+            raise InputError(
+                source, f"line {number}: option", f"{shown_name(row['option'])} is not one of {', '.join(OPTIONS)}"
+            )
         if node != "BODY" and option != "NONE":
             raise InputError(source, f"line {number}: option", f"a {node} is never recomputed: use NONE")
         for name in ("model_name", "kind"):
             if not row[name]:
                 raise InputError(source, f"line {number}: {name}", "empty")
+            if not shown_name(row[name]).startswith("'"):
+                raise InputError(source, f"line {number}: {name}", f"{shown_name(row[name])}: expected a name")
         measured = Measurement(
             row["model_name"],
             node,

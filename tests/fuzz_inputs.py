@@ -1,0 +1,349 @@
+"""Hypothesis strategies and the one property of bad input, shared by the suite's fuzzer
+(tests/test_inputs_fuzz.py, few examples) and the bigger run (bench/inputs.py).
+
+The property: whatever the run config, config.json or layers.json, `ppb` either succeeds (exit 0,
+its `--json` strict JSON: no NaN, no Infinity) or refuses (exit 2, one line on stderr, nothing
+written), never raises anything else, and finishes within a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import strategies as st
+
+import ppb_core.cli.main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+HF = ROOT / "configs" / "hf"
+DEADLINE_S = 120.0
+
+# Values that have broken readers before: edges of the limits, non-finite floats, wrong types.
+NASTY: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from([0, -1, 1, 2, 3, 8, 63, 64, 65, 1023, 1024, 1025, 4096, 65536, 65537, 2**17, 2**31, 2**63]),
+    st.sampled_from([10**30, -(10**30), 10**300]),
+    st.sampled_from([0.0, -0.0, 0.5, 1.0, 1.5, 5e-324, 1e-300, 1e300, math.inf, -math.inf, math.nan]),
+    st.sampled_from(["", "x", "1e30", "llm", "BODY", "HEAD", "full", "selective", "op", "2", "h100-80gb", "silu"]),
+    st.sampled_from(["a" * 300, "\u00ff\u0000", "../x", "/dev/zero", "hf", "hf/llama3-8b.json"]),
+    st.none(),
+    st.booleans(),
+    st.lists(st.integers(-2, 40), max_size=3),
+    st.lists(st.lists(st.sampled_from(["llm", "BODY", "HEAD", 1]), max_size=2), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["a", "granularity", "mode", "option", "softmax", "name"]), st.integers(-1, 3), max_size=2
+    ),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+# Values a real file might hold instead: the fuzzer also walks the valid space, where wrong answers hide.
+PLAUSIBLE: st.SearchStrategy[Any] = st.one_of(
+    st.integers(1, 16),
+    st.sampled_from([32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072]),
+    st.floats(0.0, 1.0),
+    st.sampled_from([True, False, "1f1b", "interleaved", "gpipe", "dualpipev", "ring", "ulysses", "bf16", "fp32"]),
+    st.sampled_from(["full", "megatron", "torchtitan", "mindformers", "adam", "sgd", "gelu", "relu", "swiglu"]),
+)
+VALUES = st.one_of(NASTY, PLAUSIBLE, PLAUSIBLE)
+
+# A run of each family ppb reads: dense (Llama 3 8B), MoE (Mixtral), latent attention (DeepSeek-V3), a spec.
+RUNS: list[dict[str, Any]] = [
+    {
+        "models": [{"name": "llm", "config": "hf/llama3-8b.json"}],
+        "parallel": {"pp": 2, "tp": 2, "dp": 2, "sequence_parallel": True},
+        "training": {"seq_length": 1024, "micro_batches": 4, "recompute": {"softmax": 0}},
+        "device": {"name": "h100-80gb", "reserved_mb": 2000},
+    },
+    {
+        "models": [{"name": "moe", "config": "hf/mixtral-8x7b.json"}],
+        "parallel": {"pp": 2, "dp": 4, "ep": 2},
+        "training": {"seq_length": 512, "micro_batches": 4, "moe": {"dropless": False, "capacity_factor": 1.25}},
+        "device": {"name": "a100-80gb"},
+    },
+    {
+        "models": [{"name": "mla", "config": "hf/deepseek-v3.json"}],
+        "parallel": {"pp": 4, "vpp": 2, "schedule": "interleaved", "dp": 8, "ep": 8},
+        "training": {"seq_length": 512, "micro_batches": 8},
+        "device": {"name": "h200"},
+    },
+    {
+        "models": [
+            {
+                "name": "tiny",
+                "spec": {
+                    "vocab_size": 1024,
+                    "hidden_size": 256,
+                    "num_layers": 4,
+                    "num_attention_heads": 4,
+                    "intermediate_size": 512,
+                },
+            }
+        ],
+        "parallel": {"pp": 2, "dp": 2, "zero": 2, "devices_per_node": 4},
+        "training": {
+            "seq_length": 256,
+            "micro_batches": 4,
+            "micro_batch_size": 2,
+            "dtype": "fp16",
+            "dropout": 0.1,
+            "flash_attention": False,
+        },
+        "device": {
+            "memory_mb": 16000,
+            "reserved_mb": 1000,
+            "peak_tflops": 400.0,
+            "hbm_bandwidth_gbs": 2000.0,
+            "intra_node_bandwidth_gbs": 400.0,
+            "inter_node_bandwidth_gbs": 50.0,
+            "matmul_efficiency": 0.7,
+            "memory_efficiency": 0.8,
+            "comm_efficiency": 0.8,
+            "collective_latency_us": 10.0,
+        },
+        "ppb": {"combined": []},
+        "timing": {"overlap": {"tp": 0.5, "tp_async": 1.0, "cp_ring": 1.0, "cp_a2a": 0.0, "ep": 0.5}},
+    },
+]
+
+QWEN2_MOE = {
+    "model_type": "qwen2_moe",
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "intermediate_size": 5632,
+    "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632,
+    "num_experts": 60,
+    "num_experts_per_tok": 4,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "max_position_embeddings": 8192,
+    "hidden_act": "silu",
+}
+GPT2 = {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024}
+HF_CONFIGS: list[dict[str, Any]] = [
+    *(json.loads(path.read_text()) for path in sorted(HF.glob("*.json"))),
+    QWEN2_MOE,
+    GPT2,
+]
+
+LAYERS: dict[str, Any] = json.loads((ROOT / "tests" / "data" / "demo.json").read_text())
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of a nested mapping (its lists' items too), sections included."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _paths(child, (*prefix, index))
+    return found
+
+
+def _get(data: Any, path: tuple) -> Any:
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _set(data: Any, path: tuple, value: Any, delete: bool = False) -> None:
+    for key in path[:-1]:
+        data = data[key]
+    if delete and isinstance(data, dict):
+        data.pop(path[-1], None)
+    else:
+        data[path[-1]] = value
+
+
+@st.composite
+def mutated(draw, bases: list[dict[str, Any]], extra_keys: list[str]) -> dict[str, Any]:
+    """A base document with one to three of its values replaced, deleted, or a key added."""
+    data = json.loads(json.dumps(draw(st.sampled_from(bases))))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = _paths(data)
+        leaves = [path for path in paths if not isinstance(_get(data, path), dict | list)]
+        if not paths:
+            break
+        path = draw(st.sampled_from(leaves if leaves and draw(st.integers(0, 4)) else paths))
+        action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "add"]))
+        if action == "add":
+            parent = data
+            for key in path[:-1]:
+                parent = parent[key]
+            if isinstance(parent, dict):
+                parent[draw(st.sampled_from(extra_keys))] = draw(VALUES)
+        else:
+            _set(data, path, draw(VALUES), delete=action == "delete")
+    return data
+
+
+def _yaml_text(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+@st.composite
+def spoiled(draw, text: str) -> bytes:
+    """The file's text, sometimes spoiled as files are: cut short, a line repeated, a stray byte."""
+    how = draw(st.sampled_from(["as is"] * 7 + ["cut", "repeat", "byte"]))
+    data = text.encode()
+    if how == "cut" and data:
+        return data[: draw(st.integers(0, len(data) - 1))]
+    if how == "repeat":
+        lines = text.splitlines(keepends=True)
+        index = draw(st.integers(0, max(len(lines) - 1, 0)))
+        return "".join([*lines[: index + 1], *lines[index:]]).encode()
+    if how == "byte" and data:
+        at = draw(st.integers(0, len(data)))
+        return data[:at] + draw(st.sampled_from([b"\xff", b"\x00", b"\t", b"&a ", b"*a", b"[", b"{"])) + data[at:]
+    return data
+
+
+RUN_KEYS = ["nope", "pp", "seq_length", "census", "calibration", "combined", "framework", "spec", "config"]
+HF_KEYS = [
+    "num_hidden_layers",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_layer_freq",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "mlp_only_layers",
+    "decoder_sparse_step",
+    "first_k_dense_replace",
+    "num_experts_per_tok",
+    "head_dim",
+    "model_type",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "n_inner",
+    "num_nextn_predict_layers",
+]
+LAYER_KEYS = ["coef_select_rec", "forward_time", "backward_time", "recompute_time", "model_name", "vendor_note"]
+
+
+def run_configs() -> st.SearchStrategy[bytes]:
+    return mutated(RUNS, RUN_KEYS).flatmap(lambda data: spoiled(_yaml_text(data)))
+
+
+def hf_configs() -> st.SearchStrategy[bytes]:
+    return mutated(HF_CONFIGS, HF_KEYS).flatmap(lambda data: spoiled(json.dumps(data)))
+
+
+def layer_files() -> st.SearchStrategy[bytes]:
+    return mutated([LAYERS], LAYER_KEYS).flatmap(lambda data: spoiled(json.dumps(data)))
+
+
+FLAG_VALUES = st.sampled_from(["1", "2", "4", "8", "0", "-1", "64", "65", "4096", "100000", "nan", "inf", "x", "auto"])
+
+
+@st.composite
+def balance_flags(draw) -> list[str]:
+    flags: list[str] = []
+    for flag in draw(
+        st.lists(st.sampled_from(["-s", "-mb", "-i", "-mem", "--constant-memory"]), max_size=3, unique=True)
+    ):
+        flags += [flag, draw(FLAG_VALUES)]
+    return flags
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} in --json output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _tree(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*")}
+
+
+def check_command(files: dict[str, bytes], argv: list[str]) -> int:
+    """Lay *files* out next to configs/hf in a fresh folder, run `ppb argv` there, and check the
+    property; returns the exit status."""
+    with tempfile.TemporaryDirectory(prefix="ppb-fuzz-") as name:
+        folder = Path(name)
+        shutil.copytree(HF, folder / "hf")
+        for relative, data in files.items():
+            (folder / relative).write_bytes(data)
+        before = _tree(folder)
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            contextlib.chdir(folder),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            deadline(DEADLINE_S),
+        ):
+            try:
+                code = cli_main.main(argv)
+            except SystemExit as stop:
+                code = int(stop.code or 0)
+        lines = err.getvalue().splitlines()
+        if code == 2:
+            assert len(lines) == 1 and lines[0].startswith("ppb"), err.getvalue()
+            assert len(lines[0]) < 1000, lines[0][:200]  # never an echo of the input
+            assert _tree(folder) == before
+        else:
+            assert code == 0, (code, err.getvalue())
+            if "--json" in argv:
+                _strict(out.getvalue())
+        return code
+
+
+def run_config_command(data: bytes) -> int:
+    return check_command({"r.yaml": data}, ["estimate", "r.yaml", "--json"])
+
+
+def hf_command(data: bytes) -> int:
+    run = {
+        "models": [{"name": "m", "config": "hf/x.json"}],
+        "parallel": {"pp": 2},
+        "training": {"seq_length": 256, "micro_batches": 4},
+        "device": {"name": "h100-80gb"},
+    }
+    return check_command({"r.yaml": _yaml_text(run).encode(), "hf/x.json": data}, ["estimate", "r.yaml", "--json"])
+
+
+def layers_command(data: bytes, flags: list[str]) -> int:
+    return check_command({"l.json": data}, ["balance", "l.json", "-t", "1", "--json", *flags])
+
+
+def _spec_run(**device: object) -> bytes:
+    raw = json.loads(json.dumps(RUNS[3]))
+    raw["device"].update(device)
+    return _yaml_text(raw).encode()
+
+
+# Inputs on which the property failed, kept so each failure stays fixed (tests/test_inputs_fuzz.py).
+FOUND: dict[str, tuple] = {
+    # A positive but subnormal bandwidth: every time bytes / 5e-324 = inf, printed as Infinity in --json.
+    "subnormal-bandwidth": (run_config_command, _spec_run(hbm_bandwidth_gbs=5e-324)),
+    "subnormal-efficiency": (run_config_command, _spec_run(comm_efficiency=5e-324)),
+}

@@ -1,0 +1,538 @@
+"""Bad, big and broken input (issue 16): every case is refused with exit status 2, one line on stderr
+naming the field (or the file, where the whole file is wrong), no traceback, nothing written, and
+within a generous time bound, before any work starts.
+
+Each case is a row: the files it writes into an empty folder (next to a copy of configs/hf), the
+`ppb` command line, and the words the one line must hold. The rows follow the issue's list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from test_census_record import _census
+
+import ppb_core.cli.main as cli_main
+from ppb_core import limits
+from ppb_core.errors import InputError
+from ppb_core.timing.calibration import read_calibration
+
+ROOT = Path(__file__).resolve().parents[1]
+HF = ROOT / "configs" / "hf"
+# Generous: every refusal here takes well under a second of work; the bound catches a hang.
+DEADLINE_S = 60
+
+
+def run_yaml(**sections: object) -> str:
+    """A small valid run config (Llama 3 8B on 2 stages), with *sections* replacing its own."""
+    raw: dict[str, object] = {
+        "models": [{"name": "llm", "config": "hf/llama3-8b.json"}],
+        "parallel": {"pp": 2},
+        "training": {"seq_length": 1024, "micro_batches": 4},
+        "device": {"name": "h100-80gb"},
+    }
+    raw.update(sections)
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def training(**fields: object) -> dict[str, object]:
+    return {"seq_length": 1024, "micro_batches": 4, **fields}
+
+
+def hf(name: str, **fields: object) -> str:
+    """A config.json of configs/hf with *fields* changed."""
+    return json.dumps({**json.loads((HF / name).read_text()), **fields})
+
+
+# Qwen1.5-MoE-A2.7B's config.json (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B), the fields ppb reads.
+QWEN2_MOE = {
+    "model_type": "qwen2_moe",
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "intermediate_size": 5632,
+    "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632,
+    "num_experts": 60,
+    "num_experts_per_tok": 4,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "max_position_embeddings": 8192,
+    "hidden_act": "silu",
+}
+
+
+def hf_run(name: str = "x.json", **parallel: object) -> str:
+    return run_yaml(models=[{"name": "llm", "config": f"hf/{name}"}], parallel={"pp": 2, **parallel})
+
+
+def bomb(levels: int = 9, width: int = 9) -> str:
+    """YAML's billion laughs as a flow list: level k holds *width* aliases of level k − 1."""
+    first = "&l0 [" + ", ".join(["lol"] * width) + "]"
+    rest = [f"&l{k} [" + ", ".join([f"*l{k - 1}"] * width) + "]" for k in range(1, levels)]
+    return "[" + ", ".join([first, *rest]) + "]"
+
+
+def layers_json(**fields: object) -> str:
+    body = {"name": "BODY", "type": "BODY", "nb_layer": 16, "time": 1.0, "memory_activation": 10.0}
+    return json.dumps({"layers_description": [{**body, "memory_parameter": 1.0, **fields}]})
+
+
+def census_json(change) -> str:
+    data = _census().to_dict()
+    change(data)
+    return json.dumps(data)
+
+
+class Sparse(int):
+    """A file of this many bytes, written as a hole: big to the size check, nothing on disk."""
+
+
+CSV_HEADER = "model_name,node,kind,option,forward_ms,backward_ms\n"
+DEEPSEEK_RUN = hf_run(tp=8, dp=8, ep=8)
+
+# (id, files, argv, words the one line holds)
+CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] = [
+    # One bad file in configs/: empty models, models a number, bytes that are not UTF-8.
+    (
+        "models-empty",
+        {"r.yaml": "models:\ntraining: {seq_length: 8}\ndevice: {name: h100-80gb}\n"},
+        ["estimate", "r.yaml"],
+        ["r.yaml", "models"],
+    ),
+    (
+        "models-a-number",
+        {"r.yaml": "models: 5\ntraining: {seq_length: 8}\ndevice: {name: h100-80gb}\n"},
+        ["estimate", "r.yaml"],
+        ["models"],
+    ),
+    ("run-config-not-utf8", {"r.yaml": b"models: \xff\xfe\n"}, ["estimate", "r.yaml"], ["r.yaml", "UTF-8"]),
+    # The alias bomb in name, seq_length, recompute and ppb.combined.
+    (
+        "alias-bomb-name",
+        {"r.yaml": run_yaml() + f"name: {bomb()}\n"},
+        ["estimate", "r.yaml"],
+        ["name", "aliases expanded"],
+    ),
+    (
+        "alias-bomb-seq-length",
+        {
+            "r.yaml": run_yaml(training={"micro_batches": 4}).replace(
+                "training:\n", f"training:\n  seq_length: {bomb()}\n"
+            )
+        },
+        ["estimate", "r.yaml"],
+        ["training.seq_length", "aliases expanded"],
+    ),
+    (
+        "alias-bomb-recompute",
+        {"r.yaml": run_yaml(training=training()).replace("training:\n", f"training:\n  recompute: {bomb()}\n")},
+        ["estimate", "r.yaml"],
+        ["training.recompute", "aliases expanded"],
+    ),
+    (
+        "alias-bomb-combined",
+        {"r.yaml": run_yaml() + f"ppb: {{combined: {bomb()}}}\n"},
+        ["describe", "r.yaml"],
+        ["ppb.combined", "aliases expanded"],
+    ),
+    # Small numbers, unbounded work.
+    (
+        "micro-batches-1e9",
+        {"r.yaml": run_yaml(training=training(micro_batches=10**9))},
+        ["estimate", "r.yaml"],
+        ["training.micro_batches", "65,536"],
+    ),
+    (
+        "micro-batches-1e6",
+        {"r.yaml": run_yaml(training=training(micro_batches=10**6))},
+        ["estimate", "r.yaml"],
+        ["training.micro_batches", "limit"],
+    ),
+    (
+        "schedule-cells",
+        {"r.yaml": run_yaml(parallel={"pp": 32}, training=training(micro_batches=8192))},
+        ["estimate", "r.yaml"],
+        ["training.micro_batches", "schedule cells"],
+    ),
+    (
+        "num-hidden-layers-1e5",
+        {"r.yaml": hf_run(), "hf/x.json": hf("llama3-8b.json", num_hidden_layers=100000)},
+        ["balance", "r.yaml", "-t", "5"],
+        ["hf/x.json", "num_hidden_layers", "1,024"],
+    ),
+    (
+        "nb-layer-1e6",
+        {"l.json": layers_json(nb_layer=10**6)},
+        ["balance", "l.json", "-t", "5"],
+        ["layers_description[0].nb_layer", "1,024"],
+    ),
+    ("flag-mb-1e5", {"l.json": layers_json()}, ["balance", "l.json", "-mb", "100000"], ["--micro-batches"]),
+    (
+        "flag-schedule-cells",
+        {"l.json": layers_json(nb_layer=1024)},
+        ["balance", "l.json", "-s", "512", "-i", "64", "-mb", "4096"],
+        ["-s/-i/-mb", "schedule cells"],
+    ),
+    ("flag-interleave-1000", {"l.json": layers_json()}, ["balance", "l.json", "-i", "1000"], ["--interleave"]),
+    (
+        "config-dev-zero",
+        {"r.yaml": hf_run().replace("hf/x.json", "/dev/zero")},
+        ["estimate", "r.yaml"],
+        ["/dev/zero", "not a regular file"],
+    ),
+    ("run-config-dev-zero", {}, ["estimate", "/dev/zero"], ["/dev/zero"]),
+    # A measured-peaks file (memory.calibration, read since) as the calibration CSV is.
+    (
+        "memory-calibration-extra-cells",
+        {"r.yaml": run_yaml(memory={"calibration": "m.csv"}), "m.csv": "stage,peak_gib\n0,70,1,2\n"},
+        ["estimate", "r.yaml"],
+        ["m.csv", "line 2"],
+    ),
+    (
+        "memory-calibration-nan",
+        {"r.yaml": run_yaml(memory={"calibration": "m.json"}), "m.json": '{"stages": [{"stage": 0, "peak_gib": NaN}]}'},
+        ["estimate", "r.yaml"],
+        ["m.json", "stages.0.peak_gib", "NaN"],
+    ),
+    # Tracebacks of the issue.
+    ("layers-json-not-utf8", {"l.json": b'{"layers_description": [\xff]}'}, ["balance", "l.json"], ["l.json", "UTF-8"]),
+    ("layers-json-nested", {"l.json": "[" * 100000 + "]" * 100000}, ["balance", "l.json"], ["l.json", "nested"]),
+    (
+        "hf-json-nested",
+        {"r.yaml": hf_run(), "hf/x.json": '{"a": ' + "[" * 100000 + "]" * 100000 + "}"},
+        ["estimate", "r.yaml"],
+        ["hf/x.json", "nested"],
+    ),
+    (
+        "yaml-nested",
+        {"r.yaml": "models: " + "[" * 100000 + "]" * 100000 + "\n"},
+        ["estimate", "r.yaml"],
+        ["models.0.0", "nested"],
+    ),
+    (
+        "model-type-a-list",
+        {"r.yaml": hf_run(), "hf/x.json": hf("llama3-8b.json", model_type=["llama"])},
+        ["estimate", "r.yaml"],
+        ["model_type"],
+    ),
+    (
+        "deepseek-moe-layer-freq-0",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", moe_layer_freq=0)},
+        ["estimate", "r.yaml"],
+        ["moe_layer_freq"],
+    ),
+    (
+        "census-settings-1",
+        {
+            "r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "c.json"}]),
+            "c.json": census_json(lambda d: d["kinds"][0].update(settings=[1])),
+        },
+        ["estimate", "r.yaml"],
+        ["c.json", "kinds.0.settings.0"],
+    ),
+    (
+        "census-micro-batch-size-infinity",
+        {
+            "r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "c.json"}]),
+            "c.json": census_json(lambda d: d.update(micro_batch_size=1)).replace(
+                '"micro_batch_size": 1', '"micro_batch_size": Infinity'
+            ),
+        },
+        ["estimate", "r.yaml"],
+        ["c.json", "micro_batch_size"],
+    ),
+    (
+        "calibration-field-over-128kb",
+        {
+            "r.yaml": run_yaml(timing={"calibration": "t.csv"}),
+            "t.csv": CSV_HEADER + "llm,BODY,dense,NONE,1," + "9" * 200_000 + "\n",
+        },
+        ["estimate", "r.yaml"],
+        ["t.csv", "line 2", "128 KB"],
+    ),
+    (
+        "flag-constant-memory-nan",
+        {"l.json": layers_json()},
+        ["balance", "l.json", "--constant-memory", "nan"],
+        ["--constant-memory"],
+    ),
+    ("flag-memory-inf", {"l.json": layers_json()}, ["balance", "l.json", "-mem", "inf"], ["--memory"]),
+    ("flag-time-limit-nan", {"r.yaml": run_yaml()}, ["plan", "r.yaml", "-t", "nan", "-o", "out"], ["--time-limit"]),
+    (
+        "hidden-size-1e18-plan",
+        {"r.yaml": hf_run(), "hf/x.json": hf("llama3-8b.json", hidden_size=10**18)},
+        ["plan", "r.yaml", "-o", "out"],
+        ["hidden_size", "131,072"],
+    ),
+    (
+        "capacity-factor-inf",
+        {"r.yaml": run_yaml(training=training(moe={"capacity_factor": float("inf")}))},
+        ["estimate", "r.yaml"],
+        ["training.moe.capacity_factor", "finite"],
+    ),
+    ("out-a-folder", {"r.yaml": run_yaml(), "d/keep": ""}, ["describe", "r.yaml", "-o", "d"], ["d", "folder"]),
+    (
+        "out-under-a-file",
+        {"r.yaml": run_yaml(), "f": "x"},
+        ["balance", "r.yaml", "-o", "f/plan.json"],
+        ["f/plan.json", "not a folder"],
+    ),
+    ("out-unwritable", {"r.yaml": run_yaml()}, ["plan", "r.yaml", "-o", "/proc/ppb/out"], ["/proc/ppb/out"]),
+    ("out-folder-is-a-file", {"r.yaml": run_yaml(), "f": "x"}, ["plan", "r.yaml", "-o", "f"], ["f", "is a file"]),
+    (
+        "census-layer-too-big",
+        {
+            "hf/big.json": hf(
+                "llama3-8b.json",
+                hidden_size=131072,
+                intermediate_size=2**20,
+                num_attention_heads=1024,
+                num_key_value_heads=8,
+            )
+        },
+        ["census", "hf/big.json", "-o", "c.json"],
+        ["hf/big.json", "GiB"],
+    ),
+    # Silent wrong answers of the issue.
+    (
+        "device-peak-inf",
+        {"r.yaml": run_yaml(device={"name": "h100-80gb", "peak_tflops": float("inf")})},
+        ["estimate", "r.yaml", "--json"],
+        ["device.peak_tflops"],
+    ),
+    (
+        "device-efficiency-nan",
+        {"r.yaml": run_yaml(device={"name": "h100-80gb", "memory_efficiency": float("nan")})},
+        ["estimate", "r.yaml", "--json"],
+        ["device.memory_efficiency"],
+    ),
+    (
+        "moe-imbalance-inf",
+        {"r.yaml": run_yaml(training=training(moe={"dropless_imbalance": float("inf")}))},
+        ["estimate", "r.yaml", "--json"],
+        ["training.moe.dropless_imbalance"],
+    ),
+    (
+        "seq-length-1e30",
+        {"r.yaml": run_yaml(training=training(seq_length=10**30))},
+        ["estimate", "r.yaml"],
+        ["training.seq_length", "31-digit"],
+    ),
+    (
+        "yaml-duplicate-key",
+        {"r.yaml": run_yaml().replace("  seq_length: 1024\n", "  seq_length: 1024\n  seq_length: 8\n")},
+        ["estimate", "r.yaml"],
+        ["training.seq_length", "twice"],
+    ),
+    (
+        "json-duplicate-key",
+        {
+            "r.yaml": hf_run(),
+            "hf/x.json": hf("llama3-8b.json").replace('"vocab_size"', '"hidden_size": 2048, "vocab_size"'),
+        },
+        ["estimate", "r.yaml"],
+        ["hf/x.json", "hidden_size"],
+    ),
+    (
+        "mixtral-no-experts",
+        {"r.yaml": hf_run(), "hf/x.json": hf("mixtral-8x7b.json", num_local_experts=0)},
+        ["estimate", "r.yaml"],
+        ["num_local_experts"],
+    ),
+    (
+        "mixtral-top-k-over-experts",
+        {"r.yaml": hf_run(), "hf/x.json": hf("mixtral-8x7b.json", num_experts_per_tok=9)},
+        ["estimate", "r.yaml"],
+        ["hf/x.json: num_experts_per_tok: ", "num_local_experts"],
+    ),
+    (
+        "deepseek-kv-lora-rank-0",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", kv_lora_rank=0)},
+        ["estimate", "r.yaml"],
+        ["kv_lora_rank"],
+    ),
+    (
+        "deepseek-moe-layer-freq-minus-1",
+        {"r.yaml": DEEPSEEK_RUN, "hf/x.json": hf("deepseek-v3.json", moe_layer_freq=-1)},
+        ["estimate", "r.yaml"],
+        ["moe_layer_freq"],
+    ),
+    (
+        "qwen-mlp-only-layers-out-of-range",
+        {"r.yaml": hf_run(), "hf/x.json": json.dumps({**QWEN2_MOE, "mlp_only_layers": [3, 24]})},
+        ["estimate", "r.yaml"],
+        ["mlp_only_layers", "24"],
+    ),
+    (
+        "qwen-decoder-sparse-step-0",
+        {"r.yaml": hf_run(), "hf/x.json": json.dumps({**QWEN2_MOE, "decoder_sparse_step": 0})},
+        ["estimate", "r.yaml"],
+        ["decoder_sparse_step"],
+    ),
+    (
+        "layers-json-misspelt-key",
+        {"l.json": layers_json(coef_select_rec=0.5)},
+        ["balance", "l.json"],
+        ["layers_description[0].coef_select_rec", "select_rec_coef"],
+    ),
+    # Errors that pointed elsewhere.
+    (
+        "num-hidden-layers-0",
+        {"r.yaml": hf_run(), "hf/x.json": hf("llama3-8b.json", num_hidden_layers=0)},
+        ["estimate", "r.yaml"],
+        ["num_hidden_layers"],
+    ),
+    (
+        "gpt2-n-layer-0",
+        {
+            "r.yaml": hf_run(),
+            "hf/x.json": json.dumps(
+                {
+                    "model_type": "gpt2",
+                    "vocab_size": 50257,
+                    "n_embd": 768,
+                    "n_layer": 0,
+                    "n_head": 12,
+                    "n_positions": 1024,
+                }
+            ),
+        },
+        ["estimate", "r.yaml"],
+        ["n_layer"],
+    ),
+    (
+        "census-a-folder",
+        {"r.yaml": run_yaml(models=[{"name": "llm", "config": "hf/llama3-8b.json", "census": "hf"}])},
+        ["estimate", "r.yaml"],
+        ["models.0.census", "folder"],
+    ),
+    (
+        "calibration-etc-passwd",
+        {"r.yaml": run_yaml(timing={"calibration": "/etc/passwd"})},
+        ["estimate", "r.yaml"],
+        ["/etc/passwd", "header"],
+    ),
+    ("bad-flag", {}, ["balance", "--nope", "x.json"], ["--nope"]),
+    ("bad-flag-value", {}, ["balance", "x.json", "-mb", "many"], ["-mb/--micro-batches", "many"]),
+    # Big valid-looking input: a run config of 100 MB is refused by its size, unread.
+    ("run-config-100mb", {"big.yaml": Sparse(100 * 2**20)}, ["estimate", "big.yaml"], ["big.yaml", "bytes"]),
+]
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail (rather than hang) when the block runs longer than *seconds*."""
+
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, float]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime) for p in folder.rglob("*")}
+
+
+def _lay_out(folder: Path, files: dict[str, str | bytes | Sparse]) -> None:
+    shutil.copytree(HF, folder / "hf")
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Sparse):
+            path.write_text(run_yaml())
+            os.truncate(path, content)
+        else:
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        return cli_main.main(argv)
+    except SystemExit as stop:  # argparse's own exit
+        return int(stop.code or 0)
+
+
+@pytest.mark.parametrize(("files", "argv", "words"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_bad_input_is_refused_in_one_line(tmp_path, monkeypatch, capsys, files, argv, words) -> None:
+    if any(arg.startswith("/proc/") for arg in argv) and not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc as a place no file can be made")
+    _lay_out(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    with deadline(DEADLINE_S):
+        code = _main(argv)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("ppb"), err
+    assert "Traceback" not in err and not out
+    for word in words:
+        assert word in lines[0]
+    assert _tree(tmp_path) == before  # nothing written, nothing left behind
+
+
+def test_the_issue_cases_are_all_here() -> None:
+    """One row per case of the issue in this scope (bench/inputs.py counts them)."""
+    assert len(CASES) == len({case[0] for case in CASES}) >= 50
+
+
+def test_calibration_errors_never_echo_the_file() -> None:
+    """`/etc/passwd` as a calibration CSV: the error names it, and shows nothing of its first line."""
+    if not Path("/etc/passwd").is_file():
+        pytest.skip("no /etc/passwd here")
+    with pytest.raises(InputError) as err:
+        read_calibration("/etc/passwd")
+    first = Path("/etc/passwd").read_text().splitlines()[0]
+    assert "/etc/passwd" in err.value.line()
+    assert not any(part in err.value.line() for part in first.split(":") if len(part) > 3)
+
+
+# The three refusals the issue asks to happen in under a second each (bench/inputs.py times them);
+# here as real processes, with a generous bound that a hang or a 3 GB expansion would break.
+PROCESS_CASES = ("alias-bomb-name", "micro-batches-1e9", "nb-layer-1e6", "bad-flag")
+
+
+@pytest.mark.parametrize("name", PROCESS_CASES)
+def test_refused_by_the_ppb_process(tmp_path, name) -> None:
+    _, files, argv, words = next(case for case in CASES if case[0] == name)
+    _lay_out(tmp_path, files)
+    before = _tree(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "ppb_core.cli.main", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr and all(word in lines[0] for word in words)
+    assert _tree(tmp_path) == before
+
+
+def test_limits_are_stated_once() -> None:
+    """The limits the messages cite are the module's (a changed limit changes every message)."""
+    assert limits.over(10**6, limits.LAYERS, "layers") == (
+        "1,000,000 is over ppb's limit of 1,024 layers (ppb_core/limits.py)"
+    )

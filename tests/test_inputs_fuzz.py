@@ -1,0 +1,42 @@
+"""The fuzzer over run configs, HuggingFace config.json files and SAPP layers.json files: whatever the
+file, `ppb` succeeds with strict JSON or refuses in one line with exit status 2, writes nothing,
+raises nothing else, and finishes (tests/fuzz_inputs.py holds the strategies and the property).
+
+Few examples and derandomized here, so the suite stays quick and repeatable; `python bench/inputs.py
+--examples N` runs the same property on fresh random examples.
+"""
+
+from __future__ import annotations
+
+import fuzz_inputs as fuzz
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+SUITE = settings(
+    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+
+
+@SUITE
+@given(fuzz.run_configs())
+def test_any_run_config(data: bytes) -> None:
+    fuzz.run_config_command(data)
+
+
+@SUITE
+@given(fuzz.hf_configs())
+def test_any_hf_config(data: bytes) -> None:
+    fuzz.hf_command(data)
+
+
+@settings(SUITE, max_examples=25)
+@given(fuzz.layer_files(), fuzz.balance_flags())
+def test_any_layers_json(data: bytes, flags: list[str]) -> None:
+    fuzz.layers_command(data, flags)
+
+
+@pytest.mark.parametrize("name", sorted(fuzz.FOUND))
+def test_found_failures_stay_fixed(name: str) -> None:
+    """The inputs on which the property failed, replayed (fuzz_inputs.FOUND)."""
+    command, *arguments = fuzz.FOUND[name]
+    assert command(*arguments) in (0, 2)
