@@ -127,6 +127,74 @@ def _megatron_rows() -> list[MeasuredPeak]:
     return rows
 
 
+# gpt/gpt3_mcore_*: 12 layers, h 512, 8 heads, sequence 1024, micro-batch 4, global batch 32, the
+# GPT-2 BPE vocabulary (50257 entries, tests/functional_tests/shared_data: gpt2 vocab.json), tied
+# embeddings (no --untie-embeddings-and-output-weights), attention without flash kernels
+# (`--attention-backend unfused`, or `--transformer-impl local`), Megatron's other defaults.
+GPT_SMALL = {
+    "vocab_size": 50257,
+    "hidden_size": 512,
+    "num_layers": 12,
+    "num_attention_heads": 8,
+    "intermediate_size": 2048,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "tied_embeddings": True,
+    "position_embedding": "learned",
+    "max_position_embeddings": 1024,
+    "attention_bias": True,
+    "attention_output_bias": True,
+    "mlp_bias": True,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+
+
+def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
+    data_parallel = 8 // pp
+    return {
+        "name": f"megatron-{case}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": GPT_SMALL, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": data_parallel,
+            "pp": pp,
+            "vpp": vpp,
+            "zero": zero,
+            **({"schedule": "interleaved"} if vpp > 1 else {}),
+        },
+        "training": {
+            "seq_length": 1024,
+            "micro_batch_size": 4,
+            "micro_batches": 32 // (4 * data_parallel),
+            "dtype": "bf16",
+            "flash_attention": False,
+        },
+        "device": {"name": "h100-80gb", "reserved_mb": 0},
+    }
+
+
+def _megatron_small_rows() -> list[MeasuredPeak]:
+    # (case, pp, vpp, zero: 1 with --use-distributed-optimizer, H100 last mem-max-allocated-bytes)
+    cases = (
+        ("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files", 1, 1, 1, 4702430720),
+        ("gpt3_mcore_te_tp1_pp4_vp1", 4, 3, 0, 4161191424),
+        ("gpt3_mcore_tp1_pp2", 2, 1, 0, 3633177600),
+    )
+    return [
+        MeasuredPeak(
+            f"Megatron {case.removeprefix('gpt3_mcore_')} (H100)",
+            f"{MEGATRON_TESTS}/gpt/{case}/golden_values_dev_dgx_h100.json",
+            _gpt_small(case, pp, vpp, zero),
+            stage=pp - 1,
+            measured_gib=peak / GIB,
+            assumptions=(f"dp {8 // pp} (one node of 8 GPUs)",),
+        )
+        for case, pp, vpp, zero, peak in cases
+    ]
+
+
 LLAMA31_8B = {
     "vocab_size": 128256,
     "hidden_size": 4096,
@@ -171,7 +239,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
 
 
 def measured_peaks() -> list[MeasuredPeak]:
-    return [*_megatron_rows(), *_torchtitan_rows()]
+    return [*_megatron_rows(), *_megatron_small_rows(), *_torchtitan_rows()]
 
 
 def config(row: MeasuredPeak) -> RunConfig:
