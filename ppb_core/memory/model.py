@@ -367,6 +367,13 @@ def run_working_set_bytes(
     return most
 
 
+def run_workspace_bytes(run: RunConfig, memory: MemoryModel | None = None) -> float:
+    """The GEMM libraries' workspaces every stage of the run holds at every moment, once per device
+    (`FrameworkRules.workspace_bytes`); no layer's description counts them."""
+    memory = memory if memory is not None else MemoryModel(run)
+    return memory.rules.workspace_bytes(memory.setup)
+
+
 def run_stage_peaks(
     run: RunConfig,
     memory: MemoryModel | None = None,

@@ -50,6 +50,8 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   while it is built, the 16-bit logits of the output layer are alive next to it, and in the
   backward the output layer casts the fp32 gradient (the softmax storage) to 16 bits again:
   either way `bc·T·⌈v/t⌉` beyond what the tail keeps.
+* **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
+  thread) and Transformer Engine's, allocated once and kept on every stage.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from collections.abc import Mapping
 from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes, transformer_engine_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
@@ -143,6 +146,13 @@ class MegatronRules(FrameworkRules):
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
+
+    def workspace_bytes(self, setup: MemorySetup) -> float:
+        """PyTorch's cuBLAS workspaces and Transformer Engine's (module docstring)."""
+        if setup.compute_capability <= 0:
+            return 0.0
+        capability = setup.compute_capability
+        return torch_training_workspace_bytes(capability) + transformer_engine_workspace_bytes(capability)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
