@@ -1,11 +1,15 @@
 """End to end through Dagster: every stage asset of two run configs materialized into a temporary
 folder, read back and compared with the core's own tables and with `ppb plan`'s files; one asset
 rerun alone from stored upstream; failed runs and failed blocking checks leave the previous
-Parquet in place."""
+Parquet in place; the temporary file of a write killed midway is removed by the next run."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +231,51 @@ def test_a_write_that_fails_midway_leaves_the_previous_parquet_in_place(small, m
     assert materialize(instance, storage, configs, "llama3-8b").success
     assert stored_files(storage) != before
     assert '"micro_batches": 16' in pd.read_parquet(storage / "run_config" / "llama3-8b.parquet")["config_json"][0]
+
+
+# A run killed (SIGKILL) after its table is written aside, before the rename: what a power cut or
+# the OOM killer leaves. Only the last step is ours; the rest is the run as Dagster makes it.
+KILLED_WRITE = """
+import os, signal, sys
+import dagster as dg
+import ppb_core.io
+from pipelines.assets import ALL_ASSETS
+from pipelines.definitions import resources
+from pipelines.partitions import PARTITIONS_NAME
+
+write_aside = ppb_core.io._write_aside
+
+
+def written_then_killed(path, data):
+    write_aside(path, data)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+ppb_core.io._write_aside = written_then_killed
+storage, configs = sys.argv[1:]
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
+    dg.materialize(ALL_ASSETS, selection=["run_config"], partition_key="llama3-8b", instance=instance,
+                   resources=resources(storage, configs))
+"""
+
+
+def test_the_temporary_of_a_killed_write_is_removed_by_the_next_run(small) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITE, str(storage), str(configs)], env=env, stderr=subprocess.PIPE, text=True
+    ) as killed:
+        stderr = killed.communicate()[1]
+    assert killed.returncode == -signal.SIGKILL, stderr[-2000:]
+    (left,) = set(stored_files(storage)) - set(before)
+    assert left.parent == storage / "run_config" and left.name.startswith(f".llama3-8b.parquet.{killed.pid}.")
+    assert left.suffix == ".tmp" and stored_files(storage)[left]  # the table written aside, never renamed
+    result = materialize(instance, storage, configs, "llama3-8b", selection=["run_config"])
+    assert result.success
+    assert not left.exists()
+    assert set(stored_files(storage)) == set(before)  # nothing else left behind
 
 
 def test_a_failing_blocking_check_keeps_the_last_good_table_and_stops_the_stages_after_it(small, monkeypatch) -> None:
