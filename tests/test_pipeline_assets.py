@@ -167,6 +167,19 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     assert scaled_event.metadata["file.json"].value == str(built.storage / "scaled_descriptions" / f"{key}.json")
 
 
+def test_the_solve_shows_its_progress_in_the_run_log(built: Built) -> None:
+    result = built.results["llama3-8b"]
+    lines = [
+        entry.user_message
+        for entry in built.instance.all_logs(result.run_id)
+        if entry.step_key == "pipeline_plan" and entry.dagster_event is None
+    ]
+    # The balancer's own steps, one line each, from its start to its end (ppb_core.balance.progress).
+    phases = [line.split("]", 1)[1].split(":")[0].split(" — ")[0].strip() for line in lines if line.startswith("[")]
+    assert phases[0] == "start" and phases[-1] == "done", lines
+    assert any("incumbent" in line for line in lines)
+
+
 @pytest.mark.parametrize("target", ["withdrawn_descriptions", STAGES[-1]])
 def test_one_asset_rerun_alone_reads_stored_upstream_and_writes_the_same_bytes(built: Built, target: str) -> None:
     key = "qwen2.5-7b"
