@@ -136,6 +136,13 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     (plan_event,) = materializations(built.instance, "pipeline_plan", key)
     report = plan_event.metadata["report"].value  # the report's picture and summary on the plan's own page
     assert "![memory and time per stage](data:image/png;base64," in report and "tightest stage" in report
+    (report_event,) = materializations(built.instance, "plan_report", key)
+    assert "![memory and time per stage](data:image/png;base64," in report_event.metadata["report"].value
+    plan = chain.read_stage(built.storage, "pipeline_plan", key).summary
+    for event in (plan_event, report_event):  # the time model's seconds, not the solver's time unit
+        assert event.metadata["iteration_s"].value == round(plan["iteration"]["seconds"], 3)
+        assert event.metadata["best_uniform_iteration_s"].value == round(plan["baseline_iteration"]["seconds"], 3)
+    assert plan_event.metadata["mfu"].value == round(plan["iteration"]["mfu"], 3)
     assert run_event.metadata["parallel"].value.startswith("dp 8 · tp 2 + sp · pp 4")
     (walk_event,) = materializations(built.instance, "layer_walk", key)
     # 32 body layers on 4 stages of one chunk: 8 per cell; plus the HEAD and the TAIL.
@@ -158,6 +165,19 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     first_body = next(d for d in unscaled if d["type"] == "BODY")
     assert scaled_event.metadata["time_unit_ms"].value == round(first_body["forward_time"], 4)
     assert scaled_event.metadata["file.json"].value == str(built.storage / "scaled_descriptions" / f"{key}.json")
+
+
+def test_the_solve_shows_its_progress_in_the_run_log(built: Built) -> None:
+    result = built.results["llama3-8b"]
+    lines = [
+        entry.user_message
+        for entry in built.instance.all_logs(result.run_id)
+        if entry.step_key == "pipeline_plan" and entry.dagster_event is None
+    ]
+    # The balancer's own steps, one line each, from its start to its end (ppb_core.balance.progress).
+    phases = [line.split("]", 1)[1].split(":")[0].split(" — ")[0].strip() for line in lines if line.startswith("[")]
+    assert phases[0] == "start" and phases[-1] == "done", lines
+    assert any("incumbent" in line for line in lines)
 
 
 @pytest.mark.parametrize("target", ["withdrawn_descriptions", STAGES[-1]])
