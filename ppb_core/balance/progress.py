@@ -75,6 +75,8 @@ class WorkLimits:
     # schedule ops the local search may run (plans evaluated × 2·m·V·P ops each)
     local_work: int = 20_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+    # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
+    listing_work: int = 300_000_000
 
     @staticmethod
     def nodes(work: int, size: int) -> int:
