@@ -11,6 +11,7 @@ from pydantic import Field
 from pipelines.assets.common import rounded, stage_asset, table_metadata
 from pipelines.checks import MEMORY_MODEL_AGREES_THE_PLAN_FITS, PLAN_FITS_THE_DEVICE, checked, verdict
 from ppb_core import chain
+from ppb_core.balance.progress import log_lines
 from ppb_core.report.render import embedded_markdown
 from ppb_core.tables.report import stage_memory_mb
 from ppb_core.tables.schema import Summarized
@@ -53,7 +54,12 @@ def plan_figures(plan: dict) -> dict[str, object]:
     check_specs=[PLAN_FITS_THE_DEVICE],
 )
 def pipeline_plan(config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame):
-    stored = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
+    stored = chain.pipeline_plan(
+        run_config,
+        scaled_descriptions,
+        time_limit_s=config.time_limit_s,
+        progress=log_lines(dg.get_dagster_logger().info),  # each step of the solve in the run's log
+    )
     yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored))
     report = chain.plan_report(run_config, stored)
     yield dg.Output(

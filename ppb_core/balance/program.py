@@ -588,6 +588,7 @@ def _solve(
         )
     if not all(choices):
         return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
+    report("listing", f"closed form: {sum(len(stage) for stage in choices)} stage choices listed")
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
     upper = max(start.stage_time(s) for s in range(problem.stages)) if start is not None else math.inf
     busiest = least_max_work(problem, choices, tau, upper, limits.check_work, clock)
@@ -656,6 +657,7 @@ def _solve(
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
         return _cut_short(problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True)
+    report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
