@@ -27,11 +27,35 @@ import numpy as np
 
 from ppb_core.balance.megatron import Setting
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.progress import Clock
 from ppb_core.dominance import undominated
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
+
+
+class ListingCut(Exception):
+    """The listing of stage choices ran past its work budget ("work_limit") or the clock ("time_limit")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ListingBudget:
+    """What the listing may spend: array elements grown (deterministic) and the wall clock (safety)."""
+
+    def __init__(self, elements: int, clock: Clock | None = None) -> None:
+        self.elements = elements
+        self.clock = clock
+
+    def spend(self, elements: int) -> None:
+        self.elements -= elements
+        if self.elements < 0:
+            raise ListingCut("work_limit")
+        if self.clock is not None and self.clock.out:
+            raise ListingCut("time_limit")
 
 
 @dataclass(frozen=True)
@@ -83,8 +107,9 @@ def _option_front(count: int, options: Sequence[int], backward: Sequence[float],
 class Catalogue:
     """Per-cell and per-stage choices for one problem, built lazily and cached."""
 
-    def __init__(self, problem: BalanceInput, setting: Setting | None = None) -> None:
+    def __init__(self, problem: BalanceInput, setting: Setting | None = None, budget: ListingBudget | None = None):
         self.p = problem
+        self.budget = budget if budget is not None else ListingBudget(10**18)
         self.setting = setting  # a Megatron-Core setting fixes each cell's options by position
         bodies = problem.layers.bodies
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
@@ -235,6 +260,7 @@ class Catalogue:
             kept_index, kept_work, kept_held = [], [], []
             step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
             for first in range(0, len(stage_work), step):
+                self.budget.spend(min(step, len(stage_work) - first) * len(options) * max(1, len(vectors)))
                 grown_work = stage_work[first : first + step, None] + work[None, :]
                 grown_held = (
                     held[first : first + step, None, :]

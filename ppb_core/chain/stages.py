@@ -271,14 +271,20 @@ def run_stage(name: str, tables: Mapping[str, Stored], path: str | Path | None =
 
 
 def run_chain(
-    path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
+    path: str | Path,
+    until: str | None = None,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    starting: Callable[[str], None] | None = None,
 ) -> dict[str, Stored]:
     """Every stage's table for one run config, in chain order (up to and including *until*).
 
-    *settings* maps a stage name to keyword settings of its function.
+    *settings* maps a stage name to keyword settings of its function; *starting* hears each
+    stage's name as it starts (progress on a terminal).
     """
     tables: dict[str, Stored] = {}
     for step in STAGES:
+        if starting is not None:
+            starting(step.name)
         tables[step.name] = run_stage(step.name, tables, path, **(settings or {}).get(step.name, {}))
         if step.name == until:
             break

@@ -33,6 +33,7 @@ def plan(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"seconds the balancer may search (default {TIME_LIMIT_S:g})",
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
 
 
 def estimate(parser: argparse.ArgumentParser) -> None:
