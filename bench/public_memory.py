@@ -198,6 +198,82 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
     ]
 
 
+# moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/model_config.yaml (tests/test_utils/recipes/
+# h100/moe.yaml: one node of 8, scope "mr-broken"): 16 layers (the first dense), h 1024, 32 heads,
+# MLA (q rank 1536, kv rank 512, heads 128 + 64 rotary, values 128), 32 experts of 1024, top 4 in
+# 4 groups (2 chosen), one shared expert of 1024, one MTP layer, SwiGLU, RMSNorm, no biases, no
+# dropout, untied, sequence 4096, micro-batch 4, global 32; TP 2 with SP, PP 2 with 4 virtual
+# stages, EP 4, ETP 1, distributed optimizer, `--attention-backend unfused`; the GPT-2 vocabulary
+# (50257) padded to a multiple of 3232·tp.
+MOE_MLA = {
+    "vocab_size": 50257,
+    "hidden_size": 1024,
+    "num_layers": 16,
+    "num_attention_heads": 32,
+    "intermediate_size": 4096,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "position_embedding": "rope",
+    "max_position_embeddings": 4096,
+    "num_experts": 32,
+    "experts_per_token": 4,
+    "moe_intermediate_size": 1024,
+    "shared_experts": 1,
+    "shared_expert_intermediate_size": 1024,
+    "expert_groups": 4,
+    "expert_group_limit": 2,
+    "first_dense_layers": 1,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "mtp_layers": 1,
+}
+
+
+def _megatron_moe_rows() -> list[MeasuredPeak]:
+    case = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
+    raw = {
+        "name": f"megatron-{case}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": MOE_MLA, "pad_vocab_multiple": 3232}],
+        "parallel": {
+            "dp": 2,
+            "tp": 2,
+            "pp": 2,
+            "vpp": 4,
+            "ep": 4,
+            "etp": 1,
+            "sequence_parallel": True,
+            "zero": 1,
+            "schedule": "interleaved",
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 4,
+            "micro_batches": 4,
+            "dtype": "bf16",
+            "flash_attention": False,
+        },
+        "device": {"name": "h100-80gb", "reserved_mb": 0},
+    }
+    return [
+        MeasuredPeak(
+            "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100)",
+            f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgx_h100.json",
+            raw,
+            stage=1,
+            measured_gib=60111630336 / GIB,
+            assumptions=(
+                "dp 2 (one node of 8 GPUs)",
+                "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
+                "the recipe lists the case under mr-broken",
+            ),
+        )
+    ]
+
+
 LLAMA31_8B = {
     "vocab_size": 128256,
     "hidden_size": 4096,
@@ -242,7 +318,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
 
 
 def measured_peaks() -> list[MeasuredPeak]:
-    return [*_megatron_rows(), *_megatron_small_rows(), *_torchtitan_rows()]
+    return [*_megatron_rows(), *_megatron_small_rows(), *_megatron_moe_rows(), *_torchtitan_rows()]
 
 
 def config(row: MeasuredPeak) -> RunConfig:

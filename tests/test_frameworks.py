@@ -354,3 +354,24 @@ def test_every_stage_holds_the_workspaces_once():
         peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
         assert sum(peak.static_bytes for peak in peaks) == bare + 2 * expected
         assert all(peak.step_static_bytes >= expected for peak in peaks)
+
+
+def test_megatron_workspaces_follow_the_stage_layers():
+    # MOE (2 MoE layers, hidden 32, vocabulary 1024) on 2 stages under Megatron, generic device
+    # (compute capability 9.0): each stage runs routed experts, so TE's grouped GEMM adds
+    # TE_COMPUTE_STREAMS = 4 workspaces of 33555456: 2·33554432 + 5·33555456 = 234886144.
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [234886144, 234886144]
+    # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
+    # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
+    # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).
+    run = make_run(DENSE, parallel={"pp": 2, "tp": 2, "sequence_parallel": True, "zero": 0}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
+    # the balancer charges every stage the most any stage could hold: the TAIL's stage's
+    assert run_workspace_bytes(run, memory) == 100664320 + 8192

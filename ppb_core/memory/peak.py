@@ -215,9 +215,12 @@ def stage_peaks(
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
         if option is not None:
             total["body"] += count
-    workspace = memory.rules.workspace_bytes(memory.setup)  # held once per device, at every moment
+    kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
+    for stage, _chunk, _model, _node, kind, *_ in groups:
+        kinds_of[stage].add(kind)
     peaks = []
     for stage, total in totals.items():
+        workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
         # the vector of the largest activations + buffers (on a tie, the first listed)
         index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
         peaks.append(

@@ -17,7 +17,7 @@ together:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import ActivationTerm, kept
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -85,9 +85,9 @@ class FrameworkRules:
         """
         return gathered * gathered_parameter_bytes(params, setup)
 
-    def workspace_bytes(self, setup: MemorySetup) -> float:
-        """Library workspaces the process keeps on every stage at every moment, once per device
-        (`workspaces.py`). SAPP counts none."""
+    def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
+        """Workspaces a stage running layers of *kinds* keeps at every moment, once per device: the
+        GEMM libraries' (`workspaces.py`) and the framework's persistent buffers. SAPP counts none."""
         return 0.0
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:

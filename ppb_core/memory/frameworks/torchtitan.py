@@ -52,7 +52,7 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -240,7 +240,7 @@ class TorchtitanRules(FrameworkRules):
         reducing_own = (bc + reduce) * own + bc * prefetched
         return max(computing, reducing_own)
 
-    def workspace_bytes(self, setup: MemorySetup) -> float:
+    def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
         """PyTorch's cuBLAS workspaces (module docstring)."""
         return float(torch_training_workspace_bytes(setup.compute_capability))
 

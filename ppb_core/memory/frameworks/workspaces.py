@@ -14,8 +14,11 @@ They are allocated at the first matrix multiply and never freed, so they count i
 * **Transformer Engine's cuBLAS workspace** (transformer_engine/pytorch/cpp_extensions/gemm.py at
   d0067d0d, `get_cublas_workspace_size_bytes` and `get_cublas_workspace`, cached per device by
   `functools.lru_cache`): 32 MiB + 1 KiB on compute capability 9 and later, 4 MiB before, for
-  every TE GEMM (Megatron's default `--transformer-impl transformer_engine`). Grouped GEMMs
-  (`--moe-grouped-gemm`) add one per cuBLAS stream; ppb leaves those out.
+  every TE GEMM (Megatron's default `--transformer-impl transformer_engine`). Its grouped GEMM
+  (`general_grouped_gemm`, which `GroupedLinear` runs for Megatron's `TEGroupedMLP` under
+  `--moe-grouped-gemm`) takes `get_cublas_workspace(device, False, True)`: one more workspace per
+  compute stream, `num_compute_streams = 4` (transformer_engine/common/util/multi_stream.cpp),
+  on every rank that runs routed experts.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 KIB = 1024
 MIB = KIB * KIB
 TRAINING_CUBLAS_HANDLES = 2  # the main thread's (forward) and autograd's device thread's (backward)
+TE_COMPUTE_STREAMS = 4  # Transformer Engine's grouped-GEMM streams, each with its own workspace
 
 
 def torch_cublas_workspace_bytes(compute_capability: float) -> int:
@@ -45,6 +49,7 @@ def torch_training_workspace_bytes(compute_capability: float) -> int:
 
 
 __all__ = [
+    "TE_COMPUTE_STREAMS",
     "torch_cublas_workspace_bytes",
     "torch_training_workspace_bytes",
     "transformer_engine_workspace_bytes",
