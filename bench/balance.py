@@ -155,6 +155,7 @@ def main() -> None:
     llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
+        ("dsv3-like P16 V2 m64", BalanceInput(layer_set(DSV3_LIKE), 16, 64, 2, 77559.0)),
         ("128 layers P64 V1", BalanceInput(layer_set(LAYERS_128), 64, 128, 1, 60000.0)),
         ("llama2_70b P16 V1", BalanceInput(llama, 16, 32, 1, 56000.0)),
         ("llama2_70b P16 V2", BalanceInput(llama, 16, 32, 2, 56000.0)),
