@@ -40,9 +40,9 @@ def _cli_json(capsys: pytest.CaptureFixture[str], time_limit: str) -> tuple[dict
 
 
 def test_same_json_from_two_runs_and_two_time_limits(capsys: pytest.CaptureFixture[str]) -> None:
-    first, first_text = _cli_json(capsys, "5")
-    _, second_text = _cli_json(capsys, "5")
-    longer, longer_text = _cli_json(capsys, "120")
+    first, first_text = _cli_json(capsys, "30")
+    _, second_text = _cli_json(capsys, "30")
+    longer, longer_text = _cli_json(capsys, "300")
     assert first["stopped_by"] == "optimal" and longer["stopped_by"] == "optimal"
     assert first_text == second_text == longer_text
 

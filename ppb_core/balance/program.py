@@ -618,6 +618,7 @@ def _solve(
                 model, closed.solver, catalogue, best, lambda plan: plan.closed_form_time, None, limits.tie_work, clock
             )
             notes += tie_notes
+        ties_cut = _ties_cut(tie_break and closed.status == "optimal", clock, notes)
         objective = best.closed_form_time
         bound_value = objective if closed.status == "optimal" else min(closed.bound, objective)
         return Solution(
@@ -634,7 +635,7 @@ def _solve(
             0,
             listed,
             clock.elapsed,
-            stopped_by=closed.status,
+            stopped_by="time_limit" if ties_cut else closed.status,
             notes=notes,
         )
 
@@ -710,7 +711,9 @@ def _solve(
         critical.paths,
         listed,
         clock.elapsed,
-        stopped_by="optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status),
+        stopped_by="time_limit"
+        if _ties_cut(tie_break and critical.solver is not None, clock, notes)
+        else ("optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status)),
         notes=notes,
     )
 
@@ -767,6 +770,15 @@ def _cut_short(
         seconds=clock.elapsed,
         notes=notes,
     )
+
+
+def _ties_cut(tried: bool, clock: Clock, notes: list[str]) -> bool:
+    """Whether the clock ran out before the tie-breaking among equally fast plans was done: another
+    run may then pick another of them, and the result must not claim to be repeatable."""
+    if tried and clock.out:
+        notes.append("the time limit cut the tie-breaking short: another run may pick another equally fast plan")
+        return True
+    return False
 
 
 def _gap(objective: float, bound: float) -> float:

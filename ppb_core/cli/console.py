@@ -41,7 +41,7 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
 
 
 # Steps worth a line of their own; the others only update the spinner's line.
-PRINTED_PHASES = ("start", "closed_form", "start_plan", "bound", "round", "stopped", "megatron", "done")
+PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "round", "stopped", "megatron", "done")
 
 
 @contextlib.contextmanager
