@@ -966,6 +966,70 @@ def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] |
     return ()
 
 
+def scaled(op: Op, share: float) -> Op:
+    """*share* of a matmul op: its output columns cut to that share (FLOPs and bytes with them), still
+    priced as its part of the GEMM the framework runs it in."""
+    if share >= 1.0 or op.gemm is None:
+        return op
+    m, k, n, groups, fused = op.gemm
+    return dataclasses.replace(
+        op,
+        flops=op.flops * share,
+        bytes=op.bytes * share,
+        backward_flops=op.backward_flops * share,
+        backward_bytes=op.backward_bytes * share,
+        gemm=(m, k, n * share, groups, fused),
+    )
+
+
+def op_policy_rerun(ops: Sequence[Op], kind: BodyKind) -> tuple[Op, ...]:
+    """What torchtitan's per-op selective checkpointing runs again in a dense block's backward.
+
+    torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
+    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
+    and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
+    attention kernels, matmuls (`aten.mm`) and reduce-scatters, except every second `aten.mm` of the
+    block (`meta[mm_count_key] % 2 == 0`: the forward counts wq 1, wk 2, wv 3, wo 4, w1 5, w3 6,
+    w2 7, as `Attention.forward` and `FeedForward.forward` (`w2(silu(w1(x)) * w3(x))`) call them). So
+    wk, wo and w3 run again, and so does every op outside the list: the norms, the rotary embedding,
+    the activation and product, the residual adds, a linear with a bias (`aten.addmm`, neither saved
+    nor counted), and the tensor-parallel all-gathers and all-reduces (not in the list; the
+    reduce-scatters are). ppb's op table holds wq and wk as one op (`qk_proj`) and w1 with w3 as
+    another (`mlp_in`): their rerun parts are those ops cut to the recomputed columns."""
+    att, mlp = kind.attention, kind.mlp
+    assert isinstance(mlp, Mlp)
+    heads, kv = att.num_heads, att.num_kv_heads
+    qk = heads + kv
+    order: list[tuple[str, float, bool]] = [  # (op, its share of the op, with a bias) in forward order
+        ("qk_proj", heads / qk, att.qkv_bias),
+        ("qk_proj", kv / qk, att.qkv_bias),
+        ("v_proj", 1.0, att.qkv_bias),
+        ("out_proj", 1.0, att.out_bias),
+    ]
+    if mlp.gated:
+        order += [("mlp_in", 0.5, mlp.bias), ("mlp_in", 0.5, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
+    else:
+        order += [("mlp_in", 1.0, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
+    rerun_share: dict[str, float] = {}
+    count = 0
+    for name, share, bias in order:
+        if not bias:
+            count += 1
+        if bias or count % 2 == 0:
+            rerun_share[name] = rerun_share.get(name, 0.0) + share
+    rerun: list[Op] = []
+    for op in ops:
+        if op.category == MATMUL:
+            if op.attention is None and op.name in rerun_share:
+                rerun.append(scaled(op, rerun_share[op.name]))
+        elif op.category == COMM:
+            if op.forward_comm is not None and op.forward_comm.kind in (ALL_GATHER, ALL_REDUCE):
+                rerun.append(op)
+        else:
+            rerun.append(op)
+    return tuple(rerun)
+
+
 # FLOP counting ------------------------------------------------------------------------------------
 
 

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, rerun_ops
+from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
 _STATES: dict[str, tuple[LayerType, ...]] = {
@@ -228,6 +229,18 @@ class TimeModel:
             return None
         return self._configured[layer.model_name] if switches is None else normalized(switches)
 
+    def _rerun(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple[Op, ...]:
+        """What the backward runs again. A selective setting that is the run's own (SLCT, or BOTH: it
+        and the gathers) follows the framework's selective units where ppb models them op by op
+        (torchtitan's per-op policy: `op_policy_rerun`); any other setting is ppb's switches alone."""
+        ops = self.ops(layer)
+        stated = self._switches(layer, state, switches)
+        if state is LayerType.SEL_REC_LAYER and "op" in self.run.recompute.modules and op_policy_supported(layer.kind):
+            configured = self._configured[layer.model_name]
+            if switches is None or stated in (configured, {**configured, "gather": 0}):
+                return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
+        return rerun_ops(ops, state, stated)
+
     def _key(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
         self._check(layer, state)
         stated = self._switches(layer, state, switches)
@@ -240,17 +253,21 @@ class TimeModel:
         parts = self._parts.get(key)
         if parts is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
-            rerun = rerun_ops(ops, state, self._switches(layer, state, switches))
+            full = state is LayerType.FULL_REC_LAYER
             parts = LayerParts(
                 sum(prices[op.name].forward_ms for op in ops),
                 sum(prices[op.name].backward_ms for op in ops),
-                sum(
-                    prices[op.name].forward_ms if state is LayerType.FULL_REC_LAYER else prices[op.name].recompute_ms
-                    for op in rerun
-                ),
+                sum(self._again_ms(op, layer, full) for op in self._rerun(layer, state, switches)),
             )
             self._parts[key] = parts
         return parts
+
+    def _again_ms(self, op: Op, layer: Layer, full: bool) -> float:
+        """An op's price when the backward runs it again; a part of an op (`flops.scaled`) at its own."""
+        price = self.op_prices(layer)[op.name]
+        if op.category != COMM and op not in self.ops(layer):
+            return self._phase_s(op, "forward") * 1e3
+        return price.forward_ms if full else price.recompute_ms
 
     def layer_times(
         self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None
@@ -294,7 +311,7 @@ class TimeModel:
         cached = self._links.get(key)
         if cached is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
-            rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+            rerun = {op.name for op in self._rerun(layer, state, switches)}
             full = state is LayerType.FULL_REC_LAYER
             link = exposed = again_link = again_exposed = 0.0
             for op in ops:
@@ -319,7 +336,8 @@ class TimeModel:
         recompute; uncalibrated."""
         self._check(layer, state)
         ops, prices = self.ops(layer), self.op_prices(layer)
-        rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+        rerun = {op.name: op for op in self._rerun(layer, state, switches)}
+        full = state is LayerType.FULL_REC_LAYER
         rows = []
         for op in ops:
             price = prices[op.name]
@@ -351,8 +369,8 @@ class TimeModel:
                     price.backward_ms,
                 )
             )
-            if op.name in rerun:
-                full = state is LayerType.FULL_REC_LAYER
+            again = rerun.get(op.name)
+            if again is not None:
                 again_comm = op.recompute_comm if op.recompute_comm is not None and not full else op.forward_comm
                 rows.append(
                     OpTime(
@@ -361,10 +379,10 @@ class TimeModel:
                         op.category,
                         op.switch,
                         "recompute",
-                        op.flops,
-                        op.bytes,
+                        again.flops,
+                        again.bytes,
                         again_comm.payload_bytes if again_comm else 0.0,
-                        price.forward_ms if full else price.recompute_ms,
+                        self._again_ms(again, layer, full),
                     )
                 )
         return rows
