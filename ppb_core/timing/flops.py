@@ -95,6 +95,9 @@ class Op:
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
+    # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
+    # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
+    side_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class OpGeometry(Geometry):
     # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
     # of one sample; 0 for a causal language model.
     block_pairs: float = 0.0
+    framework: str = "megatron"
+    transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -116,6 +121,8 @@ class OpGeometry(Geometry):
             **Geometry.run_fields(run),
             ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
             dispatcher=run.timing.moe_dispatcher,
+            framework=run.framework,
+            transformer_impl=run.timing.transformer_impl,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -141,6 +148,7 @@ def _matmul(
     inputs: Sequence[str] = (),
     groups: int = 1,
     fused_n: float | None = None,
+    side_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
@@ -159,7 +167,28 @@ def _matmul(
         2 * flops,
         2 * traffic,
         gemm=(rows / groups, k, n, groups, fused_n or n),
+        side_bytes=side_bytes,
     )
+
+
+def _bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, added_after: bool) -> tuple[float, float]:
+    """(forward, backward) bytes Megatron-LM moves for a linear's bias outside the GEMM kernel.
+
+    A bias the linear returns for a fused element-wise op to add (`skip_bias_add`: the output
+    projections' bias-dropout-add, fc1's bias-GeLU) gets its gradient from autograd's reduction of
+    that op's input gradient over the tokens (`sum_to_size`: one pass reading rows × n), with
+    either `--transformer-impl`. A bias the linear adds itself (the fused QKV projection) is, under
+    TransformerEngine, in the GEMM's epilogue forward and backward (cuBLASLt's bias and
+    bias-gradient epilogues); the local implementation
+    (megatron/core/tensor_parallel/layers.py `LinearWithGradAccumulationAndAsyncCommunication`, as
+    in Megatron-LM 2022's megatron/mpu/layers.py) adds it after `torch.matmul` (`output + bias`:
+    read and write rows × n) and reduces its gradient with `grad_output.sum(dim=0)`."""
+    if not bias or geo.framework != "megatron":
+        return (0.0, 0.0)
+    elements = rows * n * geo.dtype_bytes
+    if not added_after:
+        return (0.0, elements)
+    return (2 * elements, elements) if geo.transformer_impl == "local" else (0.0, 0.0)
 
 
 def _elementwise(
@@ -199,6 +228,28 @@ def _tp_entry(
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    if geo.gathers and geo.framework == "megatron":
+        # Megatron-LM keeps only the shard and all-gathers it again in every backward, behind the
+        # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
+        # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
+        # the `gather` switch has nothing to drop.
+        return [
+            Op(
+                f"{p}gather_{stem}",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
+            ),
+            Op(
+                f"{p}regather_{stem}",
+                block,
+                COMM,
+                inputs=(source,),
+                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+            ),
+        ]
     if geo.gathers:
         return [
             Op(
@@ -294,7 +345,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
         if entry:
-            ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key))]
+            ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
             if geo.gathers:
                 q_source = kv_source = rope_key = entry[0].name
         q_name = p + ("q_up" if att.q_lora_rank else "q_proj")
@@ -342,7 +393,20 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
 
         width = (heads + kv) * d
         qkv = (heads + 2 * kv) * d  # Megatron's linear_qkv: one GEMM for the three
-        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), fused_n=qkv, **qk_state("qk_proj")))
+        ops.append(
+            _matmul(
+                p + "qk_proj",
+                block,
+                n,
+                h,
+                width,
+                bc,
+                inputs=(source,),
+                fused_n=qkv,
+                side_bytes=_bias_passes(geo, att.qkv_bias, n, width, added_after=True),
+                **qk_state("qk_proj"),
+            )
+        )
         previous = p + "qk_proj"
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
@@ -363,6 +427,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                side_bytes=_bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True),
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -445,6 +510,14 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         ]
     else:
         scores, context = p + "scores", p + "context"
+        # Megatron's unfused core (megatron/core/transformer/dot_product_attention.py, as Megatron-LM
+        # 2022's CoreAttention): Q, K, V are strided views of the fused QKV output (`torch.split`), so
+        # their gradients are concatenated back into it (split's backward: read and write them once);
+        # the context is permuted to (s, b, heads, d) with `.contiguous()` (a copy, and its backward).
+        copies = geo.framework == "megatron" and not kind.attention.is_mla
+        q_k_grads = 2 * n * (heads * d_qk + kv_width / 2) * bc if copies else 0.0
+        v_grads = 2 * n * (kv_width / 2) * bc if copies else 0.0
+        permute = 2 * n * heads * d_v * bc if copies else 0.0
         ops.append(
             Op(
                 scores,
@@ -458,6 +531,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
+                side_bytes=(0.0, q_k_grads),
             )
         )
         # Scale, causal mask and softmax, fused, written in the compute dtype.
@@ -492,6 +566,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 gemm=(queries, mean_keys, d_v, round(sequences), d_v),
+                side_bytes=(permute, permute + v_grads),
             )
         )
     if geo.cp > 1 and geo.cp_variant == "ring":
@@ -540,7 +615,16 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
         *ops,
         *projections,
         *core,
-        _matmul(p + "out_proj", block, geo.tokens, heads * att.value_head_dim, h, bc, inputs=(out,)),
+        _matmul(
+            p + "out_proj",
+            block,
+            geo.tokens,
+            heads * att.value_head_dim,
+            h,
+            bc,
+            inputs=(out,),
+            side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
+        ),
         *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
@@ -563,6 +647,7 @@ def _ffn(
     width: int,
     gated: bool,
     source: str,
+    bias: bool = False,
     local_experts: int = 0,
 ) -> list[Op]:
     """Up (and gate) projection, activation, down projection over *rows* tokens; a grouped GEMM over
@@ -572,9 +657,31 @@ def _ffn(
     down_weights = local_experts * width * h if local_experts else None
     groups = max(1, local_experts)
     return [
-        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,), groups=groups),
+        _matmul(
+            p + "_in",
+            block,
+            rows,
+            h,
+            up_width,
+            bc,
+            weights=up_weights,
+            inputs=(source,),
+            groups=groups,
+            side_bytes=_bias_passes(geo, bias, rows, up_width, added_after=False),
+        ),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
-        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",), groups=groups),
+        _matmul(
+            p + "_out",
+            block,
+            rows,
+            width,
+            h,
+            bc,
+            weights=down_weights,
+            inputs=(p + "_act",),
+            groups=groups,
+            side_bytes=_bias_passes(geo, bias, geo.whole_tokens, h, added_after=False),
+        ),
     ]
 
 
@@ -583,10 +690,11 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     norm = p + "norm2"
     entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
     source = entry[0].name if geo.gathers else norm
+    width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, per_rank(mlp.intermediate_size, geo.tp), mlp.gated, source),
+        *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
@@ -979,6 +1087,7 @@ def scaled(op: Op, share: float) -> Op:
         backward_flops=op.backward_flops * share,
         backward_bytes=op.backward_bytes * share,
         gemm=(m, k, n * share, groups, fused),
+        side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
     )
 
 

@@ -139,13 +139,16 @@ class TimeModel:
             # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
             # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
             cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
+            side_forward, side_backward = op.side_bytes
             if phase == "forward":
                 compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
-                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups)
+                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
             dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
             dgrad += kernels.memory_s(cast * m * n * groups)
+            # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
+            wgrad += kernels.memory_s(side_backward)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion)
