@@ -534,9 +534,20 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 side_bytes=(0.0, q_k_grads),
             )
         )
-        # Scale, causal mask and softmax, fused, written in the compute dtype.
+        # Scale, causal mask and softmax, fused, written in the compute dtype: read the scores, write the
+        # probabilities; backward read both and write the gradient. Megatron's causal kernel
+        # (scaled_upper_triang_masked_softmax.h: a row's loads stop at the diagonal, `local_seq`; every
+        # element is stored) reads only the lower triangle, half of each read.
+        reads = 0.5 if copies and not geo.block_pairs else 1.0
         ops.append(
-            _elementwise(p + "softmax", block, 2 * pairs * bc, 3 * pairs * bc, switch="softmax", inputs=(scores,))
+            _elementwise(
+                p + "softmax",
+                block,
+                (reads + 1) * pairs * bc,
+                (2 * reads + 1) * pairs * bc,
+                switch="softmax",
+                inputs=(scores,),
+            )
         )
         probs = p + "softmax"
         if kind.attention_dropout > 0:

@@ -33,6 +33,15 @@ from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
+# The ops of the dense modules Megatron-Core's `recompute_modules` checkpoint whole
+# (megatron/core/transformer/transformer_layer.py: `recompute_mlp` checkpoints `self.mlp`, the
+# attention's `checkpoint_core_attention` `self.core_attention`): the unfused core's QKᵀ, softmax,
+# dropout and PV product with its copies, or the flash kernel; the MLP's GEMMs, activation and its
+# tensor-parallel collectives.
+MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("scores", "softmax", "dropout_mask", "dropout_probs", "context", "flash_scores", "flash_context"),
+    "mlp": ("gather_mlp", "mlp_in", "mlp_act", "mlp_out", "reduce_mlp"),
+}
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
     TAIL: (LayerType.OUTPUT_LAYER,),
@@ -238,11 +247,22 @@ class TimeModel:
         (torchtitan's per-op policy: `op_policy_rerun`); any other setting is ppb's switches alone."""
         ops = self.ops(layer)
         stated = self._switches(layer, state, switches)
-        if state is LayerType.SEL_REC_LAYER and "op" in self.run.recompute.modules and op_policy_supported(layer.kind):
-            configured = self._configured[layer.model_name]
-            if switches is None or stated in (configured, {**configured, "gather": 0}):
-                return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
-        return rerun_ops(ops, state, stated)
+        modules = self.run.recompute.modules
+        own = state is LayerType.SEL_REC_LAYER and (
+            switches is None
+            or stated in (self._configured[layer.model_name], {**self._configured[layer.model_name], "gather": 0})
+        )
+        if own and "op" in modules and op_policy_supported(layer.kind):
+            return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
+        rerun = rerun_ops(ops, state, stated)
+        if own and self.run.framework == "megatron" and modules:
+            # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward
+            # replays its forward, every op of it, kept outputs or not (`MEGATRON_REPLAYS`).
+            again = {op.name for op in rerun} | {
+                name for module in modules for name in MEGATRON_REPLAYS.get(module, ())
+            }
+            rerun = tuple(op for op in ops if op.name in again)
+        return rerun
 
     def _key(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
         self._check(layer, state)
