@@ -267,9 +267,12 @@ def _korthikanti_runs() -> list[PublicRun]:
                 "micro_batches": 1 if pp == 1 else batch,
                 "dtype": "fp16",
                 "flash_attention": False,
-                "recompute": {"softmax": 0, "headCast": 0, "dropout": 0, "gather": 0},
+                # the paper's "present work": selective recompute of the attention core, with SP
+                "recompute": {"granularity": "selective", "modules": ["core_attn"]},
             },
             "device": {"name": "a100-80gb"},
+            # Megatron-LM of 2022: its own modules (no TransformerEngine yet)
+            "timing": {"transformer_impl": "local"},
         }
         seconds = korthikanti_eq7(h, layers, 2048, 51200, batch) / (gpus * 312e12 * mfu)
         runs.append(

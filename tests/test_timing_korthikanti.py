@@ -15,10 +15,13 @@ layer, and the overhead is (forward + backward of the row) / (forward + backward
     selective + sequence         7.2 + 13.1 = 20.3    4%   (the paper's "present work")
 
 So "present work" is measured against the baseline without sequence parallelism: its 4% includes
-sequence parallelism's own −3%. Selective recompute recomputes the attention core (QKᵀ, softmax,
-its dropout), which in our switches is {softmax: 0, headCast: 0, dropout: 0} (the memory model's
-reading of Table 2). With sequence parallelism, Megatron-LM keeps only each rank's shard of the
-layer norms' outputs and all-gathers them again in the backward: that is gather 0.
+sequence parallelism's own −3%. Selective recompute checkpoints the attention core (Megatron's
+`core_attn` module: QKᵀ, softmax, its dropout, which in our switches is {softmax: 0, headCast: 0,
+dropout: 0}, and the backward replays the module whole, the PV product too). With sequence
+parallelism, Megatron-LM keeps only each rank's shard of the layer norms' outputs and all-gathers
+them again in every backward. The run is Megatron-LM's own modules of 2022
+(`timing.transformer_impl: local`): the QKV bias added after its GEMM, bias gradients reduced in
+their own kernels.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.timing.pricer import TimeModel
 
-CORE = {"softmax": 0, "headCast": 0, "dropout": 0}
 PAPER_MS = {  # Table 4: (forward, backward)
     "baseline": (7.7, 11.9),
     "sequence parallel": (7.2, 11.8),
@@ -141,9 +143,10 @@ def test_overheads_are_within_three_points_of_the_paper(table):
 
 
 def test_absolute_times_against_the_paper(table):
-    # Not a fit: catalog figures only (MAMF ceiling, tiles and waves, Ampere's epilogue). Forwards come
-    # within 7% of the paper, backwards within 13% (short of the 5% aimed at: docs/timing.md).
+    # Not a fit: catalog figures and the frameworks' code only (MAMF ceiling, tiles and waves, Ampere's
+    # epilogue, Megatron's kernels and overlaps). Every row comes out short of the paper: forwards by
+    # 5-7%, backwards by 6-10.5%, short of the 5% aimed at (docs/timing.md, "Limits").
     for row, (forward, backward) in table.items():
         paper_forward, paper_backward = PAPER_MS[row]
-        assert forward == pytest.approx(paper_forward, rel=0.07), row
-        assert backward == pytest.approx(paper_backward, rel=0.13), row
+        assert -0.07 <= forward / paper_forward - 1 < 0, row
+        assert -0.105 <= backward / paper_backward - 1 < 0, row
