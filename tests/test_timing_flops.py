@@ -17,7 +17,20 @@ from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_
 
 
 def gpt_run(
-    h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2, tp=1, sp=False, flash=False, dropout=0.1, **parallel
+    h=1024,
+    a=16,
+    layers=4,
+    s=512,
+    v=32000,
+    b=2,
+    m=3,
+    dp=2,
+    tp=1,
+    sp=False,
+    flash=False,
+    dropout=0.1,
+    framework="megatron",
+    **parallel,
 ):
     """A GPT-style run: LayerNorm, GeLU MLP of 4h, learned positions, biases, tied embeddings."""
     spec = {
@@ -41,6 +54,7 @@ def gpt_run(
     return parse_run_config(
         {
             "name": "gpt",
+            "framework": framework,
             "models": [{"name": "gpt", "spec": spec}],
             "parallel": {"dp": dp, "tp": tp, "sequence_parallel": sp, **parallel},
             "training": {"seq_length": s, "micro_batch_size": b, "micro_batches": m, "flash_attention": flash},
@@ -192,8 +206,20 @@ def _llama(**extra):
 
 # What each switch reruns (docs/timing.md, "Recompute"): the op producing each tensor the switch drops,
 # and whatever transient tensor that op needs.
+def test_megatron_gathers_the_shard_again_in_every_backward():
+    # Megatron keeps only the shard of an SP input and all-gathers it again behind the input gradient
+    # (LinearWithGradAccumulationAndAsyncCommunication.backward): no switch governs it.
+    ops = {op.name: op for op in ops_of(gpt_run(tp=2, sp=True))}
+    for stem, consumer in (("attention", "qk_proj"), ("mlp", "mlp_in")):
+        again = ops[f"regather_{stem}"]
+        assert again.switch is None and again.forward_comm is None
+        assert (again.backward_comm.kind, again.backward_comm.partner) == ("all_gather", (consumer, "dgrad"))
+        assert ops[f"gather_{stem}"].switch is None
+    assert recompute_set(tuple(ops.values()), {"gather": 0}) == ()
+
+
 def test_recompute_sets_of_an_eager_gpt_layer_with_sp_and_dropout():
-    ops = ops_of(gpt_run(tp=2, sp=True))
+    ops = ops_of(gpt_run(tp=2, sp=True, framework="mindformers"))
     expect = {
         "attBMM": {"qk_proj", "v_proj"},  # no rope: the projections hold Q, K, V
         "headCast": {"dropout_probs"},  # from the kept softmax output and mask

@@ -110,6 +110,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
         compute_capability=8.0,
+        # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
+        # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
+        # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
+        comm_sms=24,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:

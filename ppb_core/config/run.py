@@ -294,6 +294,11 @@ class TimingOptions(StrictModel):
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )
+    transformer_impl: Literal["transformer_engine", "local"] = Field(
+        "transformer_engine",
+        description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "
+        "before TransformerEngine), adding a linear's bias after its GEMM",
+    )
 
 
 class MemoryOptions(StrictModel):

@@ -95,6 +95,9 @@ class Op:
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
+    # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
+    # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
+    side_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class OpGeometry(Geometry):
     # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
     # of one sample; 0 for a causal language model.
     block_pairs: float = 0.0
+    framework: str = "megatron"
+    transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -116,6 +121,8 @@ class OpGeometry(Geometry):
             **Geometry.run_fields(run),
             ep_nodes=max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
             dispatcher=run.timing.moe_dispatcher,
+            framework=run.framework,
+            transformer_impl=run.timing.transformer_impl,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -141,6 +148,7 @@ def _matmul(
     inputs: Sequence[str] = (),
     groups: int = 1,
     fused_n: float | None = None,
+    side_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
@@ -159,7 +167,28 @@ def _matmul(
         2 * flops,
         2 * traffic,
         gemm=(rows / groups, k, n, groups, fused_n or n),
+        side_bytes=side_bytes,
     )
+
+
+def _bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, added_after: bool) -> tuple[float, float]:
+    """(forward, backward) bytes Megatron-LM moves for a linear's bias outside the GEMM kernel.
+
+    A bias the linear returns for a fused element-wise op to add (`skip_bias_add`: the output
+    projections' bias-dropout-add, fc1's bias-GeLU) gets its gradient from autograd's reduction of
+    that op's input gradient over the tokens (`sum_to_size`: one pass reading rows × n), with
+    either `--transformer-impl`. A bias the linear adds itself (the fused QKV projection) is, under
+    TransformerEngine, in the GEMM's epilogue forward and backward (cuBLASLt's bias and
+    bias-gradient epilogues); the local implementation
+    (megatron/core/tensor_parallel/layers.py `LinearWithGradAccumulationAndAsyncCommunication`, as
+    in Megatron-LM 2022's megatron/mpu/layers.py) adds it after `torch.matmul` (`output + bias`:
+    read and write rows × n) and reduces its gradient with `grad_output.sum(dim=0)`."""
+    if not bias or geo.framework != "megatron":
+        return (0.0, 0.0)
+    elements = rows * n * geo.dtype_bytes
+    if not added_after:
+        return (0.0, elements)
+    return (2 * elements, elements) if geo.transformer_impl == "local" else (0.0, 0.0)
 
 
 def _elementwise(
@@ -199,6 +228,28 @@ def _tp_entry(
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    if geo.gathers and geo.framework == "megatron":
+        # Megatron-LM keeps only the shard and all-gathers it again in every backward, behind the
+        # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
+        # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
+        # the `gather` switch has nothing to drop.
+        return [
+            Op(
+                f"{p}gather_{stem}",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
+            ),
+            Op(
+                f"{p}regather_{stem}",
+                block,
+                COMM,
+                inputs=(source,),
+                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+            ),
+        ]
     if geo.gathers:
         return [
             Op(
@@ -294,7 +345,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
         if entry:
-            ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key))]
+            ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
             if geo.gathers:
                 q_source = kv_source = rope_key = entry[0].name
         q_name = p + ("q_up" if att.q_lora_rank else "q_proj")
@@ -342,7 +393,20 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
 
         width = (heads + kv) * d
         qkv = (heads + 2 * kv) * d  # Megatron's linear_qkv: one GEMM for the three
-        ops.append(_matmul(p + "qk_proj", block, n, h, width, bc, inputs=(source,), fused_n=qkv, **qk_state("qk_proj")))
+        ops.append(
+            _matmul(
+                p + "qk_proj",
+                block,
+                n,
+                h,
+                width,
+                bc,
+                inputs=(source,),
+                fused_n=qkv,
+                side_bytes=_bias_passes(geo, att.qkv_bias, n, width, added_after=True),
+                **qk_state("qk_proj"),
+            )
+        )
         previous = p + "qk_proj"
         if att.qk_norm:
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
@@ -363,6 +427,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                side_bytes=_bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True),
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -445,6 +510,14 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         ]
     else:
         scores, context = p + "scores", p + "context"
+        # Megatron's unfused core (megatron/core/transformer/dot_product_attention.py, as Megatron-LM
+        # 2022's CoreAttention): Q, K, V are strided views of the fused QKV output (`torch.split`), so
+        # their gradients are concatenated back into it (split's backward: read and write them once);
+        # the context is permuted to (s, b, heads, d) with `.contiguous()` (a copy, and its backward).
+        copies = geo.framework == "megatron" and not kind.attention.is_mla
+        q_k_grads = 2 * n * (heads * d_qk + kv_width / 2) * bc if copies else 0.0
+        v_grads = 2 * n * (kv_width / 2) * bc if copies else 0.0
+        permute = 2 * n * heads * d_v * bc if copies else 0.0
         ops.append(
             Op(
                 scores,
@@ -458,11 +531,23 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
+                side_bytes=(0.0, q_k_grads),
             )
         )
-        # Scale, causal mask and softmax, fused, written in the compute dtype.
+        # Scale, causal mask and softmax, fused, written in the compute dtype: read the scores, write the
+        # probabilities; backward read both and write the gradient. Megatron's causal kernel
+        # (scaled_upper_triang_masked_softmax.h: a row's loads stop at the diagonal, `local_seq`; every
+        # element is stored) reads only the lower triangle, half of each read.
+        reads = 0.5 if copies and not geo.block_pairs else 1.0
         ops.append(
-            _elementwise(p + "softmax", block, 2 * pairs * bc, 3 * pairs * bc, switch="softmax", inputs=(scores,))
+            _elementwise(
+                p + "softmax",
+                block,
+                (reads + 1) * pairs * bc,
+                (2 * reads + 1) * pairs * bc,
+                switch="softmax",
+                inputs=(scores,),
+            )
         )
         probs = p + "softmax"
         if kind.attention_dropout > 0:
@@ -492,6 +577,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 gemm=(queries, mean_keys, d_v, round(sequences), d_v),
+                side_bytes=(permute, permute + v_grads),
             )
         )
     if geo.cp > 1 and geo.cp_variant == "ring":
@@ -540,7 +626,16 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
         *ops,
         *projections,
         *core,
-        _matmul(p + "out_proj", block, geo.tokens, heads * att.value_head_dim, h, bc, inputs=(out,)),
+        _matmul(
+            p + "out_proj",
+            block,
+            geo.tokens,
+            heads * att.value_head_dim,
+            h,
+            bc,
+            inputs=(out,),
+            side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
+        ),
         *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
@@ -563,6 +658,7 @@ def _ffn(
     width: int,
     gated: bool,
     source: str,
+    bias: bool = False,
     local_experts: int = 0,
 ) -> list[Op]:
     """Up (and gate) projection, activation, down projection over *rows* tokens; a grouped GEMM over
@@ -572,9 +668,31 @@ def _ffn(
     down_weights = local_experts * width * h if local_experts else None
     groups = max(1, local_experts)
     return [
-        _matmul(p + "_in", block, rows, h, up_width, bc, weights=up_weights, inputs=(source,), groups=groups),
+        _matmul(
+            p + "_in",
+            block,
+            rows,
+            h,
+            up_width,
+            bc,
+            weights=up_weights,
+            inputs=(source,),
+            groups=groups,
+            side_bytes=_bias_passes(geo, bias, rows, up_width, added_after=False),
+        ),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
-        _matmul(p + "_out", block, rows, width, h, bc, weights=down_weights, inputs=(p + "_act",), groups=groups),
+        _matmul(
+            p + "_out",
+            block,
+            rows,
+            width,
+            h,
+            bc,
+            weights=down_weights,
+            inputs=(p + "_act",),
+            groups=groups,
+            side_bytes=_bias_passes(geo, bias, geo.whole_tokens, h, added_after=False),
+        ),
     ]
 
 
@@ -583,10 +701,11 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     norm = p + "norm2"
     entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
     source = entry[0].name if geo.gathers else norm
+    width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, per_rank(mlp.intermediate_size, geo.tp), mlp.gated, source),
+        *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
@@ -964,6 +1083,71 @@ def rerun_ops(ops: Sequence[Op], state: LayerType, switches: Mapping[str, int] |
     if state is LayerType.SEL_REC_LAYER:
         return recompute_set(ops, switches or {})
     return ()
+
+
+def scaled(op: Op, share: float) -> Op:
+    """*share* of a matmul op: its output columns cut to that share (FLOPs and bytes with them), still
+    priced as its part of the GEMM the framework runs it in."""
+    if share >= 1.0 or op.gemm is None:
+        return op
+    m, k, n, groups, fused = op.gemm
+    return dataclasses.replace(
+        op,
+        flops=op.flops * share,
+        bytes=op.bytes * share,
+        backward_flops=op.backward_flops * share,
+        backward_bytes=op.backward_bytes * share,
+        gemm=(m, k, n * share, groups, fused),
+        side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
+    )
+
+
+def op_policy_rerun(ops: Sequence[Op], kind: BodyKind) -> tuple[Op, ...]:
+    """What torchtitan's per-op selective checkpointing runs again in a dense block's backward.
+
+    torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
+    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
+    and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
+    attention kernels, matmuls (`aten.mm`) and reduce-scatters, except every second `aten.mm` of the
+    block (`meta[mm_count_key] % 2 == 0`: the forward counts wq 1, wk 2, wv 3, wo 4, w1 5, w3 6,
+    w2 7, as `Attention.forward` and `FeedForward.forward` (`w2(silu(w1(x)) * w3(x))`) call them). So
+    wk, wo and w3 run again, and so does every op outside the list: the norms, the rotary embedding,
+    the activation and product, the residual adds, a linear with a bias (`aten.addmm`, neither saved
+    nor counted), and the tensor-parallel all-gathers and all-reduces (not in the list; the
+    reduce-scatters are). ppb's op table holds wq and wk as one op (`qk_proj`) and w1 with w3 as
+    another (`mlp_in`): their rerun parts are those ops cut to the recomputed columns."""
+    att, mlp = kind.attention, kind.mlp
+    assert isinstance(mlp, Mlp)
+    heads, kv = att.num_heads, att.num_kv_heads
+    qk = heads + kv
+    order: list[tuple[str, float, bool]] = [  # (op, its share of the op, with a bias) in forward order
+        ("qk_proj", heads / qk, att.qkv_bias),
+        ("qk_proj", kv / qk, att.qkv_bias),
+        ("v_proj", 1.0, att.qkv_bias),
+        ("out_proj", 1.0, att.out_bias),
+    ]
+    if mlp.gated:
+        order += [("mlp_in", 0.5, mlp.bias), ("mlp_in", 0.5, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
+    else:
+        order += [("mlp_in", 1.0, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
+    rerun_share: dict[str, float] = {}
+    count = 0
+    for name, share, bias in order:
+        if not bias:
+            count += 1
+        if bias or count % 2 == 0:
+            rerun_share[name] = rerun_share.get(name, 0.0) + share
+    rerun: list[Op] = []
+    for op in ops:
+        if op.category == MATMUL:
+            if op.attention is None and op.name in rerun_share:
+                rerun.append(scaled(op, rerun_share[op.name]))
+        elif op.category == COMM:
+            if op.forward_comm is not None and op.forward_comm.kind in (ALL_GATHER, ALL_REDUCE):
+                rerun.append(op)
+        else:
+            rerun.append(op)
+    return tuple(rerun)
 
 
 # FLOP counting ------------------------------------------------------------------------------------

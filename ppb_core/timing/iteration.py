@@ -50,6 +50,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.pricer import TimeModel
 
+MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
 BREAKDOWN_KEYS: tuple[str, ...] = ("compute", "bubble", "fsdp_communication", "p2p", "dp_communication", "optimizer")
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")
 MEGATRON_MIN_BUCKET = 40_000_000  # Megatron-Core DDP: bucket_size = max(40M, 1M · dp·cp) parameters
@@ -477,12 +478,26 @@ def bucket_tail(
     return link, overlap * (tail + contention * beside) + (1 - overlap) * link
 
 
-def optimizer_traffic(states_held: float, gradients_held: float, whole: float, setup) -> float:
+def optimizer_traffic(
+    states_held: float,
+    gradients_held: float,
+    whole: float,
+    setup,
+    master_copy: bool = False,
+    loss_scaled: bool = False,
+) -> float:
     """HBM bytes of one device's optimizer step: for each parameter whose states it holds, read the
     gradient, read and write the states (fp32 master copy and moments: `state_bytes`), write the
-    16-bit parameter; read each held gradient once more for the norm; zero the whole gradient buffer."""
-    per_state = setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes
-    return states_held * per_state + gradients_held * setup.grad_bytes + whole * setup.grad_bytes
+    16-bit parameter; read each held gradient once more for the norm; zero the whole gradient buffer.
+
+    Megatron's mixed-precision optimizers (megatron/core/optimizer/optimizer.py) do two passes more:
+    *master_copy*, `_copy_main_params_to_model_params` after the step reads the fp32 master copy
+    again (`_multi_tensor_copy_this_to_that`: read 4 bytes, the 16-bit write counted above);
+    *loss_scaled* (fp16's `DynamicGradScaler`), `_unscale_main_grads_and_check_for_nan` reads and
+    writes every held gradient (`torch._amp_foreach_non_finite_check_and_unscale_`)."""
+    per_state = setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes + (MASTER_BYTES if master_copy else 0)
+    per_gradient = setup.grad_bytes * (3 if loss_scaled else 1)
+    return states_held * per_state + gradients_held * per_gradient + whole * setup.grad_bytes
 
 
 def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
@@ -535,13 +550,19 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     read and write its states (master copy and moments), write the 16-bit parameter; then read every
     held gradient for the norm and zero the whole gradient buffer for the next iteration."""
     setup = memory.setup
+    megatron = run.framework == "megatron"
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
         traffic = 0.0
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
             traffic += optimizer_traffic(
-                static.optimizer_states, static.gradients, memory.parameters(layer).total, setup
+                static.optimizer_states,
+                static.gradients,
+                memory.parameters(layer).total,
+                setup,
+                master_copy=megatron,
+                loss_scaled=megatron and run.training.dtype == "fp16",
             )
         stages[stage] = stages.get(stage, 0.0) + traffic
     return kernels.memory_s(max(stages.values(), default=0.0))

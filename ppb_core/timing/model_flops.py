@@ -32,10 +32,11 @@ from collections.abc import Callable
 
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec, VisionSpec
+from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import vision_kinds
 from ppb_core.model.switches import LayerType, normalized, option_state
 from ppb_core.model.walk import model_kinds
-from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops
+from ppb_core.timing.flops import MATMUL, OpGeometry, layer_flops, layer_ops, op_policy_rerun
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -145,8 +146,18 @@ def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | No
             if key not in cache:
                 state, switches = option_state(option, configured)
                 ops = layer_ops(kind, geo)
-                plain = layer_flops(ops, LayerType.NOT_REC_LAYER)[1]
-                cache[key] = layer_flops(ops, state, switches)[1] - plain
+                # torchtitan's per-op policy on the run's own selective setting, as the pricer reruns it
+                op_policy = (
+                    state is LayerType.SEL_REC_LAYER
+                    and "op" in run.recompute.modules
+                    and op_policy_supported(kind)
+                    and switches in (configured, {**configured, "gather": 0})
+                )
+                if op_policy:
+                    rerun = op_policy_rerun(ops, kind)  # type: ignore[arg-type]
+                    cache[key] = sum(op.flops for op in rerun if op.category == MATMUL)
+                else:
+                    cache[key] = layer_flops(ops, state, switches)[1] - layer_flops(ops, LayerType.NOT_REC_LAYER)[1]
             total += cache[key]
     return total * global_batch_sequences(run) / run.training.micro_batch_size
 

@@ -24,14 +24,24 @@ from pathlib import Path
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
+from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, rerun_ops
+from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
+# The ops of the dense modules Megatron-Core's `recompute_modules` checkpoint whole
+# (megatron/core/transformer/transformer_layer.py: `recompute_mlp` checkpoints `self.mlp`, the
+# attention's `checkpoint_core_attention` `self.core_attention`): the unfused core's QKᵀ, softmax,
+# dropout and PV product with its copies, or the flash kernel; the MLP's GEMMs, activation and its
+# tensor-parallel collectives.
+MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("scores", "softmax", "dropout_mask", "dropout_probs", "context", "flash_scores", "flash_context"),
+    "mlp": ("gather_mlp", "mlp_in", "mlp_act", "mlp_out", "reduce_mlp"),
+}
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
     TAIL: (LayerType.OUTPUT_LAYER,),
@@ -138,13 +148,16 @@ class TimeModel:
             # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
             # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
             cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
+            side_forward, side_backward = op.side_bytes
             if phase == "forward":
                 compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
-                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups)
+                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
             dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
             dgrad += kernels.memory_s(cast * m * n * groups)
+            # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
+            wgrad += kernels.memory_s(side_backward)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion)
@@ -228,6 +241,29 @@ class TimeModel:
             return None
         return self._configured[layer.model_name] if switches is None else normalized(switches)
 
+    def _rerun(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple[Op, ...]:
+        """What the backward runs again. A selective setting that is the run's own (SLCT, or BOTH: it
+        and the gathers) follows the framework's selective units where ppb models them op by op
+        (torchtitan's per-op policy: `op_policy_rerun`); any other setting is ppb's switches alone."""
+        ops = self.ops(layer)
+        stated = self._switches(layer, state, switches)
+        modules = self.run.recompute.modules
+        own = state is LayerType.SEL_REC_LAYER and (
+            switches is None
+            or stated in (self._configured[layer.model_name], {**self._configured[layer.model_name], "gather": 0})
+        )
+        if own and "op" in modules and op_policy_supported(layer.kind):
+            return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
+        rerun = rerun_ops(ops, state, stated)
+        if own and self.run.framework == "megatron" and modules:
+            # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward
+            # replays its forward, every op of it, kept outputs or not (`MEGATRON_REPLAYS`).
+            again = {op.name for op in rerun} | {
+                name for module in modules for name in MEGATRON_REPLAYS.get(module, ())
+            }
+            rerun = tuple(op for op in ops if op.name in again)
+        return rerun
+
     def _key(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
         self._check(layer, state)
         stated = self._switches(layer, state, switches)
@@ -240,17 +276,21 @@ class TimeModel:
         parts = self._parts.get(key)
         if parts is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
-            rerun = rerun_ops(ops, state, self._switches(layer, state, switches))
+            full = state is LayerType.FULL_REC_LAYER
             parts = LayerParts(
                 sum(prices[op.name].forward_ms for op in ops),
                 sum(prices[op.name].backward_ms for op in ops),
-                sum(
-                    prices[op.name].forward_ms if state is LayerType.FULL_REC_LAYER else prices[op.name].recompute_ms
-                    for op in rerun
-                ),
+                sum(self._again_ms(op, layer, full) for op in self._rerun(layer, state, switches)),
             )
             self._parts[key] = parts
         return parts
+
+    def _again_ms(self, op: Op, layer: Layer, full: bool) -> float:
+        """An op's price when the backward runs it again; a part of an op (`flops.scaled`) at its own."""
+        price = self.op_prices(layer)[op.name]
+        if op.category != COMM and op not in self.ops(layer):
+            return self._phase_s(op, "forward") * 1e3
+        return price.forward_ms if full else price.recompute_ms
 
     def layer_times(
         self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None
@@ -294,7 +334,7 @@ class TimeModel:
         cached = self._links.get(key)
         if cached is None:
             ops, prices = self.ops(layer), self.op_prices(layer)
-            rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+            rerun = {op.name for op in self._rerun(layer, state, switches)}
             full = state is LayerType.FULL_REC_LAYER
             link = exposed = again_link = again_exposed = 0.0
             for op in ops:
@@ -319,7 +359,8 @@ class TimeModel:
         recompute; uncalibrated."""
         self._check(layer, state)
         ops, prices = self.ops(layer), self.op_prices(layer)
-        rerun = {op.name for op in rerun_ops(ops, state, self._switches(layer, state, switches))}
+        rerun = {op.name: op for op in self._rerun(layer, state, switches)}
+        full = state is LayerType.FULL_REC_LAYER
         rows = []
         for op in ops:
             price = prices[op.name]
@@ -351,8 +392,8 @@ class TimeModel:
                     price.backward_ms,
                 )
             )
-            if op.name in rerun:
-                full = state is LayerType.FULL_REC_LAYER
+            again = rerun.get(op.name)
+            if again is not None:
                 again_comm = op.recompute_comm if op.recompute_comm is not None and not full else op.forward_comm
                 rows.append(
                     OpTime(
@@ -361,10 +402,10 @@ class TimeModel:
                         op.category,
                         op.switch,
                         "recompute",
-                        op.flops,
-                        op.bytes,
+                        again.flops,
+                        again.bytes,
                         again_comm.payload_bytes if again_comm else 0.0,
-                        price.forward_ms if full else price.recompute_ms,
+                        self._again_ms(again, layer, full),
                     )
                 )
         return rows
