@@ -24,7 +24,7 @@ from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
 from ppb_core.search.outputs import write_ranking
-from ppb_core.search.rank import SearchResult, search
+from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
 
 
@@ -135,6 +135,12 @@ def render(result: SearchResult) -> None:
         console.print(
             f"places 1 to {result.proven} are proven; past them, the fastest found within the time budget "
             f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more)"
+        )
+    unanswered = result.rejected.get(BALANCER_TIMEOUT, 0) + result.rejected.get(BALANCER_FAILED, 0)
+    if unanswered:
+        console.print(
+            f"{unanswered} strategies gave no answer within {spec.search.evaluation_timeout_s:g} s: the ranking is "
+            "exact among the others (raise search.evaluation_timeout_s to include them)"
         )
     if result.reasons():
         refused = Table(title="strategies not ranked, by reason")
