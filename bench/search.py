@@ -68,7 +68,7 @@ def published(spec: SearchSpec, fields: dict) -> Strategy:
     )
 
 
-def place(result: SearchResult, spec: SearchSpec) -> None:
+def place_published(result: SearchResult, spec: SearchSpec) -> None:
     """Where each published setting of the spec ranks, and what our first gains over it."""
     for source, fields in PUBLISHED.get(spec.name, []):
         strategy = published(spec, fields)
@@ -111,8 +111,9 @@ def main() -> None:
         started = time.perf_counter()
 
         def progress(event: str, figures: dict, marks: dict[str, float] = marks, started: float = started) -> None:
-            if event == "screened" and figures["screened"] == figures["total"]:
-                marks.setdefault("screened", time.perf_counter() - started)
+            if event == "screening done":
+                marks["screened"] = time.perf_counter() - started
+                print(f"  {figures['screened']:,} screened at {marks['screened']:.1f} s", flush=True)
             if event == "balanced":
                 marks.setdefault("first balanced", time.perf_counter() - started)
 
@@ -135,7 +136,7 @@ def main() -> None:
                 f"  {place}. {entry.strategy.label(spec):40s} {entry.tokens_per_second_per_device:8,.0f} tokens/s/dev"
                 f"  {entry.seconds:7.3f} s  MFU {100 * entry.mfu:4.1f} %  peak {entry.peak_memory_mb / 1024:5.1f} GiB"
             )
-        place(result, spec)
+        place_published(result, spec)
 
 
 if __name__ == "__main__":

@@ -428,6 +428,7 @@ def search_points(
                 queue.append((item.bound_s, item.strategy, 1))
             _notify(progress, "screened", screened=counts["screened"], total=len(points))
         heapq.heapify(queue)
+        _notify(progress, "screening done", screened=counts["screened"], seconds=time.perf_counter() - started)
         ranked: list[Ranked] = []
 
         def beaten(bound: float, strategy: Strategy) -> bool:
@@ -439,6 +440,16 @@ def search_points(
                 break
             # a wave: the least bounds first; refine many at once, balance one per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
+            if len(ranked) < top:
+                # Until the ranking is full nothing can be pruned: dive, balancing the least relaxed bounds
+                # beside the refinement, so that times to prune against come early. The order of the
+                # work changes, not what is proven.
+                ready = heapq.nsmallest(workers, (item for item in queue if item[2] >= 2))
+                if ready:
+                    chosen = set(ready)
+                    queue = [item for item in queue if item not in chosen]
+                    heapq.heapify(queue)
+                    taken[3] += [(bound, strategy) for bound, strategy, _ in ready]
             while queue and len(taken[3]) < workers and len(taken[1]) + len(taken[2]) < 16 * workers:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):
