@@ -388,6 +388,80 @@ def simulate(
     return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
 
 
+@lru_cache(maxsize=64)
+def _flat(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, int, int], ...]:
+    """The ops in dependency order as (duration index, previous op's position, input's position),
+    positions in this same order, -1 for none; duration index kind·V·P + chunk·P + stage."""
+    orders, topo = _structure(name, stages, chunks, micro_batches)
+    if topo is None:
+        raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
+    position = {(stage, index): i for i, (stage, index, _) in enumerate(topo)}
+    flat = []
+    for stage, index, needed in topo:
+        op = orders[stage][index]
+        duration = (0 if op.kind == "F" else 1) * chunks * stages + op.chunk * stages + stage
+        previous = position[(stage, index - 1)] if index else -1
+        flat.append((duration, previous, position[needed] if needed is not None else -1))
+    return tuple(flat)
+
+
+def makespan(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> float:
+    """`simulate(...).makespan` without the timeline: the same longest path, several times faster."""
+    chunks, stages = len(forward), len(forward[0])
+    name = check(schedule, stages, chunks, micro_batches)
+    durations = [t for row in forward for t in row] + [t for row in backward for t in row]
+    ends = [0.0] * (len(_flat(name, stages, chunks, micro_batches)) + 1)  # ends[-1] = 0: "no op"
+    for i, (duration, previous, needed) in enumerate(_flat(name, stages, chunks, micro_batches)):
+        a, b = ends[previous], ends[needed]
+        ends[i] = (a if a > b else b) + durations[duration]
+    return max(ends)
+
+
+@lru_cache(maxsize=64)
+def _last_ops(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[int, ...]:
+    """Each stage's last op's position in `_flat`'s order, stage by stage."""
+    last: dict[int, int] = {}
+    for i, (duration, _, _) in enumerate(_flat(name, stages, chunks, micro_batches)):
+        last[duration % stages] = i
+    return tuple(last[stage] for stage in sorted(last))
+
+
+def critical_counts(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> dict[tuple[str, int, int], int]:
+    """`simulate(...).path_counts()` without the timeline: how many ops of each (kind, chunk, stage)
+    a longest path runs (ties broken as `simulate` breaks them: the stage's previous op first)."""
+    chunks, stages = len(forward), len(forward[0])
+    name = check(schedule, stages, chunks, micro_batches)
+    flat = _flat(name, stages, chunks, micro_batches)
+    durations = [t for row in forward for t in row] + [t for row in backward for t in row]
+    ends = [0.0] * (len(flat) + 1)
+    came = [-1] * len(flat)
+    for i, (duration, previous, needed) in enumerate(flat):
+        a, b = ends[previous], ends[needed]
+        if needed >= 0 and b > a:
+            ends[i], came[i] = b + durations[duration], needed
+        else:
+            ends[i], came[i] = a + durations[duration], previous
+    here = max(_last_ops(name, stages, chunks, micro_batches), key=lambda i: ends[i])
+    counts: dict[tuple[str, int, int], int] = {}
+    per_kind = chunks * stages
+    while here >= 0:
+        duration = flat[here][0]
+        key = ("F" if duration < per_kind else "B", (duration % per_kind) // stages, duration % stages)
+        counts[key] = counts.get(key, 0) + 1
+        here = came[here]
+    return counts
+
+
 def iteration_time(
     schedule: str,
     forward: Sequence[Sequence[float]],

@@ -58,6 +58,9 @@ def test_json_contract(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
         "constant_memory_mb": 0.0,
         "options": ["NONE", "SLCT", "COMM", "BOTH"],
         "bodies": [{"name": "DecodeLayer", "nb_layer": 96}],
+        # a SAPP file is MindFormers' own: its rules by default (every cell holds a layer)
+        "framework": "mindformers",
+        "mtp_layers": 0,
     }
     # [chunk][stage] lists with interleave; every stage within the device
     assert len(result["offset"]) == 2 and len(result["offset"][0]) == 16

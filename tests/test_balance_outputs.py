@@ -141,6 +141,8 @@ def test_megatron_layout_and_flags() -> None:
     plan = _plan_with_counts(problem, [[1, 2], [2, 1]])
     out = megatron(plan)
     assert out["layout"] == "Et|tt|tt|tL"
+    # quoted for a shell: the | would otherwise be pipes
+    assert out["flags"] == "--pipeline-model-parallel-layout 'Et|tt|tt|tL'"
     assert out["recompute"] == [] and out["recompute_expressible"]
     counts = [[[list(cell) for cell in row] for row in body] for body in plan.counts]
     for v, s in itertools.product(range(2), range(2)):  # the first layer of every virtual stage fully recomputed
@@ -148,9 +150,12 @@ def test_megatron_layout_and_flags() -> None:
         counts[0][v][s][OPTIONS.index("FULL")] += 1
     block = megatron(Plan(problem, freeze(counts)))
     assert block["recompute"] == [
-        "--recompute-granularity full",
-        "--recompute-method block",
-        "--recompute-num-layers 1",
+        "--recompute-granularity",
+        "full",
+        "--recompute-method",
+        "block",
+        "--recompute-num-layers",
+        "1",
     ]
     counts[0][0][1][OPTIONS.index("NONE")] -= 1
     counts[0][0][1][OPTIONS.index("SLCT")] += 1
@@ -160,7 +165,25 @@ def test_megatron_layout_and_flags() -> None:
 def test_first_and_last_stage_counts_when_the_middle_is_even() -> None:
     problem = _problem([14], 4, 1)
     out = megatron(_plan_with_counts(problem, [[2, 4, 4, 4]]))
-    assert out["first_last"] == ["--decoder-first-pipeline-num-layers 2", "--decoder-last-pipeline-num-layers 4"]
+    assert out["first_last"] == "--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4"
+
+
+def test_mtp_layers_count_in_the_yaml() -> None:
+    # 6 body layers and one MTP layer on P = 2, V = 1: MindFormers' LayerSetting counts 7 layers, so
+    # nass = 7 // 2 = 3; cells hold 3 and 3 body layers, the last also the MTP layer: offsets 0, 1.
+    problem = BalanceInput(_problem([6], 2, 1).layers, 2, 4, 1, 1e9, framework="mindformers", mtp_layers=1)
+    plan = _plan_with_counts(problem, [[3, 3]])
+    assert to_yaml(plan)["offset"] == [0, 1]
+    assert plan_from_yaml(problem, to_yaml(plan)).counts == plan.counts
+
+
+def test_mindformers_needs_a_layer_in_every_cell() -> None:
+    layers = _problem([6], 2, 1).layers
+    # Megatron-Core runs a virtual stage holding only the embedding; MindFormers places layers only
+    assert BalanceInput(layers, 2, 4, 1, 1e9, framework="megatron").reserved_cells == {(0, 0), (0, 1)}
+    assert BalanceInput(layers, 2, 4, 1, 1e9, framework="mindformers").reserved_cells == set()
+    # ... unless the last cell holds MTP layers, which MindFormers counts as layers
+    assert BalanceInput(layers, 2, 4, 1, 1e9, framework="mindformers", mtp_layers=1).reserved_cells == {(0, 1)}
 
 
 def test_stage_rows_by_hand() -> None:

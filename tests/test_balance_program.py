@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -10,9 +9,11 @@ import pytest
 
 from ppb_core.balance import BalanceInput, balance, solve
 from ppb_core.balance.baselines import uniform_layer_counts, uniform_plan
+from ppb_core.balance.bounds import least_max_work
 from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.outputs import plan_from_yaml, to_yaml
-from ppb_core.balance.program import _choices, least_max_work
+from ppb_core.balance.program import _choices
+from ppb_core.balance.progress import Clock
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set, read_layer_set
@@ -171,7 +172,6 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     # 45 MB and 10 MB per layer per micro-batch: stage 0 takes at most 2 layers (2·10·2 = 40), stage 1
     # at most 4 (40). So the split is (2, 4) and the busiest stage works 4·3 = 12 (an even split, 9,
     # does not fit). Closed form: Σ_s S_s + (m − 1)·max_s S_s = (6 + 12) + 12 = 30.
-
     descriptions = [
         {
             "name": "BODY_0",
@@ -185,7 +185,7 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
     ]
     problem = BalanceInput(layer_set(descriptions), 2, 2, 1, 45.0)
     choices = _choices(problem, Catalogue(problem), float("inf"), closed_form=True)
-    assert least_max_work(problem, choices, 1.0, float("inf"), time.perf_counter() + 30) == 12
+    assert least_max_work(problem, choices, 1.0, float("inf"), 100_000, Clock(30)) == 12
     solution = solve(problem, time_limit=30, exact=False)
     assert solution.status == "optimal" and solution.objective == 30
     assert [solution.plan.cell_layers(0, s) for s in (0, 1)] == [2, 4]

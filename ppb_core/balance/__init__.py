@@ -7,6 +7,18 @@ plan with its exact evaluation; `BalanceInput` the problem.
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import Solution, solve
+from ppb_core.balance.progress import Progress, ProgressHook, WorkLimits, log_lines
 from ppb_core.balance.result import balance, report
 
-__all__ = ["BalanceInput", "Plan", "Solution", "balance", "report", "solve"]
+__all__ = [
+    "BalanceInput",
+    "Plan",
+    "Progress",
+    "ProgressHook",
+    "Solution",
+    "WorkLimits",
+    "balance",
+    "log_lines",
+    "report",
+    "solve",
+]

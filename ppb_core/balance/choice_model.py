@@ -1,7 +1,10 @@
-"""The balancer's integer program over listed stage choices, as HiGHS columns and rows.
+"""The integer program's columns and rows, shared by every program the balancer solves.
 
-The balancer (`program`) adds critical paths or closed forms as rows bounding T; the memory
-floor (`memory_floor`) bounds T by each stage's memory instead: both read the same columns.
+Columns: y[s, j] = 1 when stage s runs its j-th listed choice (`choices.Catalogue`), the cell
+times D[F|B, v, s] = Σ_j y[s, j]·(cell time of choice j) + head/tail (in units of τ), frontier
+binaries g[b, p] that keep body types in pipeline order, and one objective column `top`. Rows:
+one choice per stage, every body type's layers placed, the order. Objectives add their own rows
+(`add_closed_form`, `path_terms`, `add_least_busiest`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import OPTIONS
 
-Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times the path runs that cell's op
+Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times a path runs that cell's op
 
 
 class ChoiceModel:
@@ -132,11 +135,14 @@ class ChoiceModel:
             terms[column] = -1.0 / chunks
         self._row((m - 1.0 / chunks) * work / self.tau, INF, terms)
 
+    def chosen(self, values: Sequence[float]) -> list[int]:
+        """Per stage, the index of the choice the solution takes (its largest y)."""
+        return [max(range(len(stage)), key=lambda j: values[self.y[s][j]]) for s, stage in enumerate(self.choices)]
+
     def plan(self, values: Sequence[float]) -> Plan:
         counts = empty_counts(self.p)
-        for s, stage in enumerate(self.choices):
-            j = max(range(len(stage)), key=lambda j: values[self.y[s][j]])
-            for v, cell in enumerate(stage[j].cells):
+        for s, j in enumerate(self.chosen(values)):
+            for v, cell in enumerate(self.choices[s][j].cells):
                 for body, row in zip(cell.bodies, cell.counts, strict=True):
                     counts[body][v][s] = list(row)
         return Plan(self.p, freeze(counts))

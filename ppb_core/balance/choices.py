@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ppb_core.balance.megatron import Setting
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.dominance import undominated
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -82,8 +83,9 @@ def _option_front(count: int, options: Sequence[int], backward: Sequence[float],
 class Catalogue:
     """Per-cell and per-stage choices for one problem, built lazily and cached."""
 
-    def __init__(self, problem: BalanceInput) -> None:
+    def __init__(self, problem: BalanceInput, setting: Setting | None = None) -> None:
         self.p = problem
+        self.setting = setting  # a Megatron-Core setting fixes each cell's options by position
         bodies = problem.layers.bodies
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
@@ -118,6 +120,9 @@ class Catalogue:
         key = (types, counts)
         if key in self._cell_cache:
             return self._cell_cache[key]
+        if self.setting is not None:
+            self._cell_cache[key] = self._forced(types, counts)
+            return self._cell_cache[key]
         bodies = self.p.layers.bodies
         candidates: list[tuple[float, float, tuple]] = []
         ranks = sorted({CELL_RANK[OPTIONS[k]] for k in self.p.option_indices})
@@ -136,6 +141,28 @@ class Catalogue:
         choices = [CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates)]
         self._cell_cache[key] = choices
         return choices
+
+    def _forced(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
+        """The one assignment the setting gives the cell: its options from the cell's first layer on
+        (full first), body types in pipeline order; none if it needs an option not considered."""
+        assert self.setting is not None
+        wanted = self.setting.cell_options(sum(counts))
+        if any(n and OPTIONS.index(o) not in self.p.option_indices for o, n in wanted.items()):
+            return []
+        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
+        rows, backward, activation, start = [], 0.0, 0.0, 0
+        for body, n in zip(types, counts, strict=True):
+            row = [0] * len(OPTIONS)
+            for k in along[start : start + n]:
+                row[k] += 1
+                backward += self.backward[body][k]
+                activation += self.activation[body][k]
+            start += n
+            rows.append(tuple(row))
+        bodies = self.p.layers.bodies
+        forward = sum(bodies[b].forward_time * n for b, n in zip(types, counts, strict=True))
+        parameters = sum(bodies[b].memory_parameter_mb * n for b, n in zip(types, counts, strict=True))
+        return [CellChoice(types, tuple(rows), forward, backward, activation, parameters)]
 
     def _front(self, body: int, count: int, allowed: tuple[int, ...]) -> list[tuple[float, float, tuple]]:
         """`_option_front` of `count` layers of one body type, once per (type, count, options)."""
@@ -231,7 +258,7 @@ class Catalogue:
         fits = used <= p.memory_mb
         for row in np.nonzero(close)[0]:
             fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
-        index = index[fits]
+        index, used = index[fits], used[fits]
         backward = _per_chunk(per_chunk, index, "backward")
         if reduce == "sum":
             bodies = len(p.layers.bodies)
@@ -262,9 +289,14 @@ class Catalogue:
         groups: dict[tuple, list[int]] = {}
         for row, key in enumerate(zip(*layout_columns, strict=True)):
             groups.setdefault(key, []).append(row)
+        # among equal backward times: one option on the whole stage first, then the least memory
+        option_sets = [[frozenset(k for row in c.counts for k, n in enumerate(row) if n) for c in o] for o in per_chunk]
+        mixed = np.array(
+            [len(frozenset().union(*(option_sets[v][j] for v, j in enumerate(row)))) > 1 for row in index], dtype=float
+        )
         result: list[StageChoice] = []
         for rows in groups.values():
-            for row in _undominated_rows(backward, rows):
+            for row in _undominated_rows(backward, rows, mixed, used):
                 result.append(StageChoice(self._cells(per_chunk, index[row])))
         return result
 
@@ -315,9 +347,13 @@ def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str)
     return np.column_stack(columns) if columns else np.zeros((len(index), 0))
 
 
-def _undominated_rows(backward: np.ndarray, rows: list[int]) -> list[int]:
-    """Rows whose per-chunk backward vector no other row beats or equals everywhere (the first of equals),
-    by total backward time."""
+def _undominated_rows(backward: np.ndarray, rows: list[int], mixed: np.ndarray, used: np.ndarray) -> list[int]:
+    """Rows whose per-chunk backward vector no other row beats or equals everywhere; of equal ones the
+    first with one option on the whole stage, then the least memory (the ties a user would break)."""
     vectors = [backward[i] for i in rows]
-    kept = undominated(vectors, scan=lambda j: (float(vectors[j].sum()), tuple(vectors[j]), rows[j]))
-    return [rows[j] for j in kept]
+
+    def scan(j: int) -> tuple:
+        i = rows[j]
+        return (float(vectors[j].sum()), tuple(vectors[j]), float(mixed[i]), float(used[i]), i)
+
+    return [rows[j] for j in undominated(vectors, scan=scan)]

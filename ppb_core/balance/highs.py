@@ -16,10 +16,13 @@ Column = tuple[float, float, bool]  # (lower, upper, integer)
 Row = tuple[float, float, list[int], list[float]]  # (lower, upper, columns, coefficients)
 
 
-def new_solver(time_limit: float) -> highspy.Highs:
+def new_solver(time_limit: float, nodes: int | None = None) -> highspy.Highs:
     """Gap 0 (optimality is proven, not estimated); the root's heavy heuristics off, they cost more
     than they save on these small programs. Tighter feasibility tolerances than 1e-7 make HiGHS
-    reject its own optima ("claims optimality, but with ... infeasibilities")."""
+    reject its own optima ("claims optimality, but with ... infeasibilities").
+
+    Repeatable: one thread and a fixed seed, and *nodes* (branch-and-bound nodes) as the limit that
+    ends a search; *time_limit* is only the wall-clock safety bound."""
     with silenced(1):  # HiGHS prints a banner on stdout when the first solver is made
         solver = highspy.Highs()
     for name, value in (
@@ -31,11 +34,15 @@ def new_solver(time_limit: float) -> highspy.Highs:
         # sub-MIP heuristics can run presolve for minutes past the time limit
         ("mip_heuristic_run_rens", False),
         ("mip_heuristic_run_rins", False),
+        # and the root reduced-cost sub-MIP, seeded with a start, can run on without end (HiGHS 1.16)
+        ("mip_heuristic_run_root_reduced_cost", False),
         ("mip_rel_gap", 0.0),
         ("mip_abs_gap", 1e-7),
         ("mip_feasibility_tolerance", TOLERANCE),
         ("primal_feasibility_tolerance", TOLERANCE),
         ("time_limit", max(0.01, time_limit)),
+        ("threads", 1),
+        ("mip_max_nodes", nodes if nodes is not None else highspy.kHighsIInf),
     ):
         solver.setOptionValue(name, value)
     return solver
@@ -65,19 +72,16 @@ def add_row(solver: highspy.Highs, lower: float, terms: dict[int, float]) -> Non
 
 
 def status(solver: highspy.Highs) -> str:
-    """ "optimal", "infeasible", "time_limit" or "error: ..."."""
+    """ "optimal", "infeasible", "work_limit" (a node or iteration limit), "time_limit" or "error: ..."."""
     model_status = solver.getModelStatus()
     if model_status == highspy.HighsModelStatus.kOptimal:
         return "optimal"
     if model_status in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
         return "infeasible"
-    if model_status in (
-        highspy.HighsModelStatus.kTimeLimit,
-        highspy.HighsModelStatus.kInterrupt,
-        highspy.HighsModelStatus.kSolutionLimit,
-        highspy.HighsModelStatus.kIterationLimit,
-    ):
+    if model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
         return "time_limit"
+    if model_status in (highspy.HighsModelStatus.kSolutionLimit, highspy.HighsModelStatus.kIterationLimit):
+        return "work_limit"
     return f"error: {solver.modelStatusToString(model_status)}"
 
 
@@ -90,3 +94,15 @@ def seed(solver: highspy.Highs, values: Sequence[float]) -> None:
     solution = highspy.HighsSolution()
     solution.col_value = list(values)
     solver.setSolution(solution)
+
+
+def add_row_upper(solver: highspy.Highs, terms: dict[int, float], upper: float) -> None:
+    solver.addRow(
+        -INF, upper, len(terms), np.array(list(terms), dtype=np.int32), np.array(list(terms.values()), dtype=float)
+    )
+
+
+def add_column(solver: highspy.Highs, lower: float, upper: float) -> None:
+    """One more continuous column, in no row and costing nothing."""
+    empty_int = np.array([], dtype=np.int32)
+    solver.addCols(1, np.array([0.0]), np.array([lower]), np.array([upper]), 0, empty_int, empty_int, np.array([]))

@@ -12,7 +12,6 @@ are relative; the answer is the plan found, re-evaluated exactly.
 from __future__ import annotations
 
 import itertools
-import time
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
@@ -88,9 +87,9 @@ def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, boun
     return [choice for _, choice in kept.values()]
 
 
-def memory_floor(problem: BalanceInput, time_limit: float) -> tuple[float | None, bool, float]:
-    """(MB the least-memory plan needs, whether that is proven least, seconds)."""
-    started = time.perf_counter()
+def memory_floor(problem: BalanceInput, nodes: int, time_limit: float) -> tuple[float | None, bool]:
+    """(MB the least-memory plan needs, whether that is proven least); *nodes* bounds the search,
+    *time_limit* is the wall-clock safety bound."""
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
     choices = [_stage_choices(problem, catalogue, s, bound) for s in range(problem.stages)]
@@ -101,10 +100,10 @@ def memory_floor(problem: BalanceInput, time_limit: float) -> tuple[float | None
         for j, choice in enumerate(stage):
             terms[model.y[s][j]] = -catalogue.stage_memory(s, choice.cells) / mu
         model.rows.append((0.0, INF, list(terms), list(terms.values())))
-    solver = highs.new_solver(time_limit)
+    solver = highs.new_solver(time_limit, nodes)
     highs.load(solver, model.columns, model.rows, model.top)
     solver.run()
     if not highs.has_solution(solver):
-        return None, False, time.perf_counter() - started
+        return None, False
     plan = model.plan(list(solver.getSolution().col_value))
-    return plan.peak_memory_mb, highs.status(solver) == "optimal", time.perf_counter() - started
+    return plan.peak_memory_mb, highs.status(solver) == "optimal"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ppb_core.balance.megatron import format_layout, quoted, setting_of
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.errors import InputError
@@ -49,8 +50,14 @@ def cell_from_yaml(offset: int, recompute: int, select: int, comm: int, nass: in
 
 
 def nass(problem: BalanceInput) -> int:
-    """Layers per cell of the even split the offsets count from: nb_layer // (P·V)."""
-    return problem.layers.nb_body_layers // (problem.stages * problem.chunks)
+    """Layers per cell of the even split the offsets count from: nb_layer // (P·V), MTP layers counted
+    (MindFormers' LayerSetting is built with num_layers + mtp_num_layers, transformer_block.py)."""
+    return (problem.layers.nb_body_layers + problem.mtp_layers) // (problem.stages * problem.chunks)
+
+
+def _mtp_in(problem: BalanceInput, chunk: int, stage: int) -> int:
+    """MTP layers the yaml counts in a cell: all of them in the tail's (the model's last layers)."""
+    return problem.mtp_layers if (chunk, stage) == problem.tail_cell else 0
 
 
 def _shape(values: list[list[int]], chunks: int) -> list[int] | list[list[int]]:
@@ -64,7 +71,9 @@ def to_yaml(plan: Plan) -> dict[str, Any]:
     table = {key: [[0] * p.stages for _ in range(p.chunks)] for key in YAML_KEYS}
     for v in range(p.chunks):
         for s in range(p.stages):
-            for key, value in yaml_from_cell(plan.cell_options(v, s), base).items():
+            options = list(plan.cell_options(v, s))
+            options[_N] += _mtp_in(p, v, s)  # the MTP layers come last in the cell and run NONE
+            for key, value in yaml_from_cell(options, base).items():
                 table[key][v][s] = value
     return {key: _shape(table[key], p.chunks) for key in YAML_KEYS}
 
@@ -117,9 +126,17 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
     remaining = [body.nb_layer for body in p.layers.bodies]
     body = 0
     for v, s in p.cells:
-        cell = cell_from_yaml(offsets[v][s], recompute[v][s], select[v][s], comm[v][s], base)
+        cell = list(cell_from_yaml(offsets[v][s], recompute[v][s], select[v][s], comm[v][s], base))
         if min(cell) < 0:
             raise InputError(None, f"cell (chunk {v}, stage {s})", f"counts give a negative option count: {cell}")
+        # the cell's last layers are its MTP layers, which ppb prices without recompute
+        mtp = _mtp_in(p, v, s)
+        for k in (_N, _S, _C, _B, _F):
+            taken = min(mtp, cell[k])
+            cell[k] -= taken
+            mtp -= taken
+        if mtp:
+            raise InputError(None, "offset", f"cell (chunk {v}, stage {s}) holds fewer layers than its MTP layers")
         # the cell's layers from its first: options by rank, body types in order
         sequence = [k for k in sorted(range(len(OPTIONS)), key=lambda k: CELL_RANK[OPTIONS[k]]) for _ in range(cell[k])]
         for k in sequence:
@@ -138,68 +155,92 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
 # Megatron-LM
 
 
-def megatron(plan: Plan) -> dict[str, Any]:
-    """`--pipeline-model-parallel-layout` and the recompute flags Megatron-LM can take for this plan.
+def virtual_stages(plan: Plan) -> list[str]:
+    """Each (chunk, stage) cell in model order as Megatron-Core's layout writes it: `E` on the first,
+    a `t` per body layer, an `m` per MTP layer and `L` on the last (Megatron always has both ends)."""
+    p = plan.problem
+    texts = []
+    last = len(p.cells) - 1
+    for position, (v, s) in enumerate(p.cells):
+        text = "E" if position == 0 else ""
+        text += "t" * plan.cell_layers(v, s)
+        if position == last:
+            text += "m" * p.mtp_layers + "L"
+        texts.append(text)
+    return texts
 
-    The layout lists the virtual stages in model order (chunk by chunk), `E` the embedding, `t`
-    a transformer layer, `L` the loss. Megatron-LM recomputes one way for every layer: full
-    (uniform over all layers, or block: the first N layers of every virtual stage) or selective
-    (one module list for all); it cannot mix options per layer.
+
+def cell_option_counts(plan: Plan) -> list[dict[str, int]]:
+    """Per cell in model order: option → body layers."""
+    return [{OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n} for v, s in plan.problem.cells]
+
+
+def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]:
+    """`--pipeline-model-parallel-layout` and the recompute flags Megatron-Core takes for this plan
+    (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`.
+
+    *modules* are the `--recompute-modules` SLCT stands for (known when the run config states its
+    recompute in Megatron's words); without them a plan using SLCT is not Megatron's to say.
     """
     p = plan.problem
     if p.schedule_name == "dualpipev":
-        return {"layout": None, "note": "Megatron-LM does not run DualPipeV"}
-    parts = []
-    for v, s in p.cells:
-        text = ""
-        if p.layers.heads and (v, s) == p.head_cell:
-            text += "E"
-        text += "t" * plan.cell_layers(v, s)
-        if p.layers.tails and (v, s) == p.tail_cell:
-            text += "L"
-        parts.append(text)
-    layout = "|".join(parts)
-    per_cell = [plan.cell_options(v, s) for v, s in p.cells]
-    used = {OPTIONS[k] for cell in per_cell for k, n in enumerate(cell) if n}
-    result: dict[str, Any] = {"layout": layout, "flags": [f"--pipeline-model-parallel-layout {layout}"]}
-    if p.chunks == 1:
-        layers = [plan.cell_layers(0, s) for s in range(p.stages)]
-        middle = layers[1:-1]
-        if p.stages > 2 and len(set(middle)) == 1:
-            result["first_last"] = [
-                f"--decoder-first-pipeline-num-layers {layers[0]}",
-                f"--decoder-last-pipeline-num-layers {layers[-1]}",
-            ]
-    if used <= {"NONE"}:
-        result["recompute"] = []
-        result["recompute_expressible"] = True
-    elif used == {"FULL"}:
-        result["recompute"] = ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-        result["recompute_expressible"] = True
-    elif used <= {"NONE", "FULL"} and len({cell[_F] for cell in per_cell if sum(cell)}) == 1:
-        count = next(cell[_F] for cell in per_cell if sum(cell))
-        result["recompute"] = [
-            "--recompute-granularity full",
-            "--recompute-method block",
-            f"--recompute-num-layers {count}",
-        ]
-        result["recompute_expressible"] = True
-    elif len(used) == 1:
-        (option,) = used
-        result["recompute"] = ["--recompute-granularity selective"]
-        result["recompute_expressible"] = True
-        result["note"] = (
-            f"every layer runs {option}: pick the --recompute-modules matching its switches "
-            "(SLCT: the configured ones; COMM: the tensor-parallel gathers)"
+        return {
+            "layout": None,
+            "flags": None,
+            "recompute": None,
+            "recompute_expressible": False,
+            "note": "Megatron-LM does not run DualPipeV",
+        }
+    models = {m for body in p.layers.bodies for m in (body.models or (body.model_name,)) if m}
+    if len(models) > 1:
+        return {
+            "layout": None,
+            "flags": None,
+            "recompute": None,
+            "recompute_expressible": False,
+            "note": "Megatron-Core's flexible layout places decoder layers only (validate_layer_layout refuses "
+            "encoder layers): a second model in the pipeline is not Megatron's to say",
+        }
+    layout = format_layout(virtual_stages(plan))
+    layout_args = ["--pipeline-model-parallel-layout", layout]
+    cells = cell_option_counts(plan)
+    setting = setting_of(cells, selective=modules is not None)
+    result: dict[str, Any] = {"layout": layout}
+    if setting is not None:
+        recompute = setting.flags(modules)
+        result.update(
+            recompute=recompute,
+            recompute_expressible=True,
+            setting=setting.describe(),
+            flags=quoted([*layout_args, *recompute]),
         )
     else:
-        result["recompute"] = None
-        result["recompute_expressible"] = False
-        result["note"] = (
-            f"the plan mixes {', '.join(o for o in OPTIONS if o in used)} across layers; "
-            "Megatron-LM takes one recompute setting for every layer (or full on the same "
-            "number of first layers per virtual stage): use the MindFormers yaml, or a uniform option"
-        )
+        used = [o for o in OPTIONS if any(cell.get(o) for cell in cells)]
+        if "COMM" in used or "BOTH" in used:
+            why = "Megatron-Core has no module that re-sends the tensor-parallel gathers (COMM, BOTH)"
+        elif used == ["SLCT"]:
+            why = (
+                "SLCT here is ppb's switch set; write training.recompute in Megatron's words "
+                "({granularity: selective, modules: [...]}) to plan with modules Megatron-Core takes"
+            )
+        else:
+            why = (
+                f"the plan uses {', '.join(used)} on different layers; Megatron-Core takes one setting for "
+                "every layer (none, full, full on the first N layers of every virtual stage, or selective)"
+            )
+        result.update(recompute=None, recompute_expressible=False, note=why, flags=quoted(layout_args))
+    if p.chunks == 1 and p.stages > 2:
+        layers = [plan.cell_layers(0, s) for s in range(p.stages)]
+        if len(set(layers[1:-1])) == 1 and not p.mtp_layers:
+            # instead of the layout, never with it (TransformerConfig refuses both together)
+            result["first_last"] = quoted(
+                [
+                    "--decoder-first-pipeline-num-layers",
+                    str(layers[0]),
+                    "--decoder-last-pipeline-num-layers",
+                    str(layers[-1]),
+                ]
+            )
     return result
 
 

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import CELL_RANK, OPTIONS
-from ppb_core.schedules import Timeline, closed_form_time, simulate
+from ppb_core.schedules import Timeline, closed_form_time, critical_counts, makespan, simulate
 
 Counts = tuple[tuple[tuple[tuple[int, ...], ...], ...], ...]  # [body][chunk][stage][option index]
 
@@ -124,10 +124,45 @@ class Plan:
     def timeline(self) -> Timeline:
         return simulate(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
 
-    @property
+    @cached_property
+    def cell_recompute(self) -> list[list[float]]:
+        """The part of each cell's backward spent recomputing: backward under its options less the
+        least backward its body types offer."""
+        p = self.problem
+        times = [[0.0] * p.stages for _ in range(p.chunks)]
+        for chunk, stage in p.cells:
+            for index, body in enumerate(p.layers.bodies):
+                least = min(body.backward_time[o] for o in p.options)
+                for k, n in enumerate(self.counts[index][chunk][stage]):
+                    if n:
+                        times[chunk][stage] += n * (body.backward_time[OPTIONS[k]] - least)
+        return times
+
+    def timeline_json(self) -> dict[str, object]:
+        """What the timeline picture needs: the schedule and each cell's times."""
+        p = self.problem
+        return {
+            "schedule": p.schedule_name,
+            "micro_batches": p.micro_batches,
+            "forward": self.cell_forward,
+            "backward": self.cell_backward,
+            "recompute": self.cell_recompute,
+            "iteration": self.iteration_time,
+        }
+
+    @cached_property
+    def critical_path_counts(self) -> dict[tuple[str, int, int], int]:
+        """How many forwards and backwards of each (kind, chunk, stage) a longest path runs."""
+        return critical_counts(
+            self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches
+        )
+
+    @cached_property
     def iteration_time(self) -> float:
         """The simulated iteration time: the schedule's critical path for this plan's cells."""
-        return self.timeline.makespan
+        if "timeline" in self.__dict__:
+            return self.timeline.makespan
+        return makespan(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
 
     @property
     def closed_form_time(self) -> float:

@@ -17,6 +17,10 @@ from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
 
+# Per framework whose plan it is: whether the head's and the tail's cells may hold no body layer
+# (None: SAPP's program, which exempts them).
+FRAMEWORK_RULES: dict[str | None, bool] = {None: True, "megatron": True, "torchtitan": True, "mindformers": False}
+
 
 @dataclass(frozen=True)
 class BalanceInput:
@@ -30,6 +34,9 @@ class BalanceInput:
     constant_memory_mb: float = 0.0
     schedule: str = "1f1b"
     source: str | None = field(default=None, compare=False)
+    # Whose rules the plan must follow (None: SAPP's), and the MTP modules the TAIL holds.
+    framework: str | None = None
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -39,6 +46,10 @@ class BalanceInput:
         ):
             if not isinstance(value, int) or value < 1:
                 raise InputError(self.source, name, f"must be a positive integer, got {value!r}")
+        if self.framework not in FRAMEWORK_RULES:
+            raise InputError(self.source, "framework", f"must be one of {', '.join(map(str, FRAMEWORK_RULES))}")
+        if not isinstance(self.mtp_layers, int) or self.mtp_layers < 0:
+            raise InputError(self.source, "mtp_layers", f"must be a non-negative integer, got {self.mtp_layers!r}")
         if not self.memory_mb > 0:
             raise InputError(self.source, "memory", f"must be positive, got {self.memory_mb}")
         if self.constant_memory_mb < 0:
@@ -75,11 +86,21 @@ class BalanceInput:
 
     @cached_property
     def reserved_cells(self) -> frozenset[tuple[int, int]]:
-        """Cells that may hold no body layer because the head or the tail already runs there."""
+        """Cells that may hold no body layer because the head or the tail already runs there.
+
+        Megatron-Core runs a virtual stage holding only the embedding or the loss (its layout
+        parser allows empty stages: docs/user-guide/features/pipeline_parallel_layout.md, `E||t|L`),
+        and so does SAPP's program (reference §6.4: the head's and tail's cells are exempt).
+        MindFormers places only transformer (and MTP) layers by its offsets (LayerSetting in
+        mindformers/parallel_core/training_graph/transformer/utils.py) and MindSpore's pipeline
+        interleave derives a stage's chunks from the layers it holds, so MindFormers needs a layer
+        in every cell; there the tail's cell counts its MTP layers (LayerSetting counts them too).
+        """
         reserved = set()
-        if self.layers.heads:
+        empty_ends = FRAMEWORK_RULES[self.framework]
+        if self.layers.heads and empty_ends:
             reserved.add(self.head_cell)
-        if self.layers.tails:
+        if self.layers.tails and (empty_ends or self.mtp_layers):
             reserved.add(self.tail_cell)
         return frozenset(reserved)
 
@@ -129,6 +150,8 @@ class BalanceInput:
             self.constant_memory_mb,
             self.schedule,
             self.source,
+            self.framework,
+            self.mtp_layers,
         )
 
     def describe(self) -> dict[str, object]:
@@ -145,6 +168,8 @@ class BalanceInput:
                 {"name": b.name, "nb_layer": b.nb_layer, **({"models": list(b.models)} if b.models else {})}
                 for b in self.layers.bodies
             ],
+            "framework": self.framework,
+            "mtp_layers": self.mtp_layers,
         }
 
 
@@ -179,6 +204,8 @@ def run_problem(
         float(constant_memory_mb),
         schedule or par.schedule,
         run.source,
+        run.framework,
+        sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names),
     )
 
 

@@ -1,9 +1,8 @@
 """The balancer's integer program, solved with HiGHS (docs/balance.md writes it down in full).
 
-Columns: y[s, j] = 1 when stage s runs its j-th listed choice (`choices.Catalogue`: layer counts
-per cell and body type, and options, already known to fit the device and not dominated), the
-cell times D[F|B, v, s] = Σ_j y[s, j]·(cell time of choice j) + head/tail, frontier binaries
-g[b, p] that keep body types in pipeline order, and T.
+Columns and rows are `choice_model.ChoiceModel`'s: one listed choice per stage
+(`choices.Catalogue`: layer counts per cell and body type, and options, already known to fit the
+device and not dominated), every layer placed, body types in pipeline order, cell times D, T.
 
 Two objectives, solved in turn:
 
@@ -12,44 +11,54 @@ Two objectives, solved in turn:
 2. The critical path (`exact=True`): T ≥ Σ over a path π of the schedule's dependency graph of
    the cell times π runs through. Every path bounds the iteration time from below for every
    plan, so a program with some paths is a relaxation. Paths are seeded from the schedule under
-   many cell weightings, then added lazily: solve, run the schedule on the plan found, and while
-   its critical path is longer than T add that path and solve again. A plan whose critical path
-   equals T is optimal. The closed form's plan seeds the solver and bounds the listed choices.
+   many cell weightings and from the path families of `bounds`, then added lazily: solve, run the
+   schedule on the plan found, and while its critical path is longer than T add that path and
+   solve again. A plan whose critical path equals T is optimal. `bounds` adds the rows that make
+   the relaxation see whole layers and the bubble.
 
-Scaling: times are divided by the largest per-layer forward + backward (so T is at most about
+Then `tiebreak` picks, among plans as fast, the least recompute, one option per stage, the most
+headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is solved beside it
+(`solve_setting`), and taken when it is as fast.
+
+Repeatable: every search stops on work limits (`progress.WorkLimits`: HiGHS nodes, rounds, local
+moves), never on the clock; the time limit is a safety bound and a solve it stops says so
+(`stopped_by: "time_limit"`).
+
+Scaling: times are divided by the largest per-layer forward + backward (τ, so T is at most about
 m·V·N) and memory never enters the program (it is checked exactly in the listing), so HiGHS's
-1e-9 tolerances are 1e-9 of a layer's time. Chosen plans are rebuilt from the integer columns
-and evaluated again in the original units (`Plan`): that evaluation is what is reported.
+tolerances are of a layer's time. Chosen plans are rebuilt from the integer columns and
+evaluated again in the original units (`Plan`): that evaluation is what is reported.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
-import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
+from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
 from ppb_core.balance.choice_model import ChoiceModel, Path
 from ppb_core.balance.choices import Catalogue, StageChoice
-from ppb_core.balance.local import improve
+from ppb_core.balance.local import Counts, improve
+from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.schedules import simulate
+from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
+from ppb_core.balance.tiebreak import break_ties
+from ppb_core.model.switches import CELL_RANK, OPTIONS
+from ppb_core.schedules import critical_counts
 
-SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program
+SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
 SEED_PLANS = 150  # random plans whose critical paths seed it too
-MAX_ROUNDS = 200  # paths added before giving up on proving a plan optimal
 NEARBY_PATHS = 20  # shaken copies of each round's plan whose critical paths are added with its own
 CONSISTENCY = 1e-6  # relative: a plan's critical path this close to T is taken as equal to it
-ROUND_SECONDS = 2.0  # the first rounds' time limit when paths are added lazily
-LOCAL_SEARCH_SECONDS = 10.0  # at most this long improving the starting plan by local moves
+GAP_TOLERANCE = 1e-6  # relative gap at which a plan counts as proven optimal
 
 
 @dataclass
@@ -57,7 +66,7 @@ class Solution:
     """What a solve found. Times in the descriptions' unit, memory in MB."""
 
     problem: BalanceInput
-    status: str  # "optimal" | "time_limit" | "infeasible"
+    status: str  # "optimal" | "time_limit" (stopped before the proof; `stopped_by` says why) | "infeasible"
     objective_kind: str = "critical_path"  # or "closed_form"
     plan: Plan | None = None
     objective: float | None = None  # the plan's value of what was minimised
@@ -71,12 +80,25 @@ class Solution:
     seconds: float = 0.0
     min_memory_mb: float | None = None
     message: str | None = None
+    # why the search ended: "optimal", "work_limit" (a deterministic limit), "time_limit" (the clock)
+    stopped_by: str = "optimal"
     notes: list[str] = field(default_factory=list)
+    # for a Megatron-Core run whose plan Megatron-Core cannot say: the fastest plan it can say
+    megatron_plan: Plan | None = None
+    megatron_setting: Setting | None = None
+    megatron_objective: float | None = None
+    megatron_status: str | None = None
 
-
-def _trace(text: str) -> None:
-    if os.environ.get("PPB_BALANCE_TRACE"):
-        print(text, file=sys.stderr)
+    def to_dict(self) -> dict[str, Any]:
+        """The solver's own figures (the plan's are `result.report`'s)."""
+        return {
+            "status": self.status,
+            "stopped_by": self.stopped_by,
+            "objective": self.objective,
+            "bound": self.bound,
+            "gap": self.gap,
+            "seconds": self.seconds,
+        }
 
 
 def _time_unit(problem: BalanceInput) -> float:
@@ -137,7 +159,7 @@ def _random_plan_times(problem: BalanceInput, rng: random.Random) -> tuple[list[
     return forward, backward
 
 
-def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]:
+def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds: int = SEED_PLANS) -> list[Path]:
     """Critical paths of the schedule under many weightings of its cells (a fixed random seed).
 
     Even cells; each stage heavy; random cell times; random plans; and the given plans. The paths
@@ -148,7 +170,7 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]
     seen: set[tuple] = set()
 
     def add(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> None:
-        counts = simulate(name, forward, backward, m).path_counts()
+        counts = critical_counts(name, forward, backward, m)
         key = tuple(sorted(counts.items()))
         if key not in seen:
             seen.add(key)
@@ -161,11 +183,11 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = ()) -> list[Path]
             [[2 * heavy if s == stage else 2.0 for s in range(stages)] for _ in range(chunks)],
         )
     rng = random.Random(0)
-    for _ in range(SEED_WEIGHTINGS):
+    for _ in range(min(SEED_WEIGHTINGS, random_seeds)):
         spread = rng.choice((0.1, 0.3, 1.0, 3.0))
         forward = [[math.exp(spread * rng.uniform(-1, 1)) for _ in range(stages)] for _ in range(chunks)]
         add(forward, [[f * (2.0 + rng.random()) for f in row] for row in forward])
-    for _ in range(SEED_PLANS):
+    for _ in range(min(SEED_PLANS, random_seeds)):
         add(*_random_plan_times(problem, rng))
     for plan in extra:
         add(plan.cell_forward, plan.cell_backward)
@@ -179,153 +201,8 @@ def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> 
     for _ in range(count):
         forward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_forward]
         backward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_backward]
-        found.append(dict(simulate(p.schedule_name, forward, backward, p.micro_batches).path_counts()))
+        found.append(dict(critical_counts(p.schedule_name, forward, backward, p.micro_batches)))
     return found
-
-
-@dataclass
-class _Run:
-    status: str
-    plan: Plan | None
-    bound: float
-    rounds: int
-    paths: int
-
-
-def _run(
-    model: ChoiceModel, exact: bool, time_limit: float, started: float, start: Plan | None, seeds: Sequence[Path]
-) -> _Run:
-    """Solve, and with `exact` keep adding the found plan's critical path until it equals T."""
-    tau = model.tau
-    solver = highs.new_solver(time_limit - (time.perf_counter() - started))
-    highs.load(solver, model.columns, model.rows, model.top)
-    added: set[tuple] = set()
-    for path in seeds:
-        highs.add_row(solver, 0.0, model.path_terms(path))
-        added.add(tuple(sorted(path.items())))
-    best, bound, rounds, paths = None, 0.0, 0, len(seeds)
-
-    def value(plan: Plan) -> float:
-        return plan.iteration_time if exact else plan.closed_form_time
-
-    rng = random.Random(1)
-    incumbent = start
-    # With lazy paths, short rounds first: a plan that exploits a missing path is caught early.
-    budget = ROUND_SECONDS
-    while True:
-        rounds += 1
-        remaining = time_limit - (time.perf_counter() - started)
-        if remaining <= 0:
-            return _Run("time_limit", best, bound, rounds, paths)
-        solver.setOptionValue("time_limit", min(remaining, budget) if exact else remaining)
-        if incumbent is not None:
-            values = model.assignment(incumbent, value(incumbent) / tau)
-            if values is not None:
-                highs.seed(solver, values)
-        tick = time.perf_counter()
-        solver.run()
-        outcome = highs.status(solver)
-        if outcome.startswith("error"):
-            # HiGHS rejects an optimum that sits exactly on its tolerance; presolve avoids it
-            solver.setOptionValue("presolve", "on")
-            solver.run()
-            outcome = highs.status(solver)
-            solver.setOptionValue("presolve", "off")
-        info = solver.getInfo()
-        _trace(
-            f"{'exact' if exact else 'closed form'} round {rounds}: {outcome} {time.perf_counter() - tick:.2f}s "
-            f"nodes {info.mip_node_count} T {info.objective_function_value * tau:.6g} "
-            f"bound {info.mip_dual_bound * tau:.6g}"
-        )
-        if outcome == "infeasible":
-            return _Run("infeasible" if best is None else "time_limit", best, bound, rounds, paths)
-        if outcome.startswith("error"):
-            if not highs.has_solution(solver):
-                raise RuntimeError(f"HiGHS failed: {outcome}")
-            outcome = "time_limit"  # a solution, but not a proven optimum
-        bound = max(bound, info.mip_dual_bound * tau)
-        if not highs.has_solution(solver):
-            if exact and outcome == "time_limit" and time.perf_counter() - started < time_limit:
-                budget *= 2  # a short round found no plan yet: give the next one longer
-                continue
-            return _Run("time_limit", best, bound, rounds, paths)
-        values = list(solver.getSolution().col_value)
-        plan = model.plan(values)
-        if best is None or value(plan) < value(best):
-            best = plan
-        incumbent = best
-        critical = plan.timeline.path_counts() if exact else {}
-        key = tuple(sorted(critical.items()))
-        # consistent: the plan's critical path is no longer than T (or is already a row, so only
-        # the solver's tolerance separates them)
-        consistent = plan.iteration_time <= values[model.top] * tau * (1 + CONSISTENCY) or key in added
-        if outcome == "time_limit":
-            if not exact or time.perf_counter() - started >= time_limit:
-                return _Run("time_limit", best, bound, rounds, paths)
-            if consistent:
-                budget *= 2  # the relaxation holds for the plan found: give the proof more time
-                continue
-        elif not exact or consistent:
-            return _Run("optimal", best, bound, rounds, paths)
-        if rounds >= MAX_ROUNDS:
-            return _Run("time_limit", best, bound, rounds, paths)
-        # the plan's critical path, and those of the plan with its cell times shaken a little: the
-        # paths the next plans (near this one) will run along
-        for path in [critical, *_nearby_paths(plan, rng)]:
-            path_key = tuple(sorted(path.items()))
-            if path_key not in added:
-                highs.add_row(solver, 0.0, model.path_terms(path))
-                added.add(path_key)
-                paths += 1
-
-
-def _stage_work(problem: BalanceInput, stage: int, choice: StageChoice) -> float:
-    """Forward + backward of one micro-batch through the stage's cells, head and tail included."""
-    return sum(cell.forward + cell.backward for cell in choice.cells) + problem.fixed_work(stage)
-
-
-def least_max_work(
-    problem: BalanceInput, choices: list[list[StageChoice]], tau: float, upper: float, deadline: float
-) -> float:
-    """A lower bound on the busiest stage's work per micro-batch in every plan that fits: the least
-    such work, found by bisection over the listed stage works with feasibility programs.
-
-    Layers are whole, so the busiest stage of any plan works more than the average; this is what
-    the closed form's LP relaxation misses (it mixes stage choices to even out the stages) and what
-    makes its proof slow. A feasibility check the deadline cuts short counts as feasible, which
-    keeps the result a lower bound.
-    """
-    works = [[_stage_work(problem, s, choice) for choice in stage] for s, stage in enumerate(choices)]
-    lowest = least_work(problem) / problem.stages
-    values = sorted({w for stage in works for w in stage if lowest * (1 - 1e-12) <= w <= upper * (1 + 1e-12)})
-    if not values:
-        return lowest
-    low, high = 0, len(values) - 1  # values[high] is feasible (the upper bound is a plan's)
-    while low < high:
-        middle = (low + high) // 2
-        limit = values[middle] * (1 + 1e-12)
-        subset = [
-            [c for c, w in zip(stage, stage_works, strict=True) if w <= limit]
-            for stage, stage_works in zip(choices, works, strict=True)
-        ]
-        feasible = True
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            break
-        if all(subset):
-            model = ChoiceModel(problem, subset, tau)
-            solver = highs.new_solver(remaining)
-            solver.setOptionValue("mip_max_improving_sols", 1)  # any plan proves feasibility
-            highs.load(solver, model.columns, model.rows, model.top)
-            solver.run()
-            feasible = highs.status(solver) != "infeasible"
-        else:
-            feasible = False
-        if feasible:
-            high = middle
-        else:
-            low = middle + 1
-    return values[low] if low == high else lowest
 
 
 def even_split_best_options(problem: BalanceInput, catalogue: Catalogue) -> Plan | None:
@@ -360,20 +237,260 @@ def _choices(problem: BalanceInput, catalogue: Catalogue, value: float, closed_f
     return [catalogue.stage_choices(s, limit, cap, reduce) for s in range(problem.stages)]
 
 
-def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -> Solution:
-    """The plan that fits with the least iteration time, proven optimal unless the time limit stops it.
+@dataclass
+class _Run:
+    status: str  # optimal | work_limit | time_limit | infeasible
+    plan: Plan | None
+    bound: float
+    rounds: int
+    paths: int
+    solver: Any = None
+
+
+def _solve_round(solver: Any) -> str:
+    solver.run()
+    outcome = highs.status(solver)
+    if outcome.startswith("error"):
+        # HiGHS rejects an optimum that sits exactly on its tolerance; presolve avoids it
+        solver.setOptionValue("presolve", "on")
+        solver.run()
+        outcome = highs.status(solver)
+        solver.setOptionValue("presolve", "off")
+    return outcome
+
+
+def _run(
+    model: ChoiceModel,
+    exact: bool,
+    limits: WorkLimits,
+    clock: Clock,
+    start: Plan | None,
+    seeds: Sequence[Path],
+    report: Reporter,
+) -> _Run:
+    """Solve, and with `exact` keep adding the found plan's critical path until it equals T.
+
+    Rounds stop on node limits, doubled while a round's plan already agrees with its T, within one
+    budget of nodes for the whole loop (`WorkLimits.node_work`): the same rounds, rows and plans on
+    every machine. Only the clock's safety bound can end it otherwise.
+    """
+    tau = model.tau
+    size = len(model.columns) + len(model.rows) + len(seeds)
+    budget = WorkLimits.nodes(limits.node_work, size) if exact else limits.closed_nodes
+    nodes = max(20, budget // limits.first_round_share) if exact else budget
+    solver = highs.new_solver(clock.remaining, nodes)
+    highs.load(solver, model.columns, model.rows, model.top)
+    added: set[tuple] = set()
+    for path in seeds:
+        key = tuple(sorted(path.items()))
+        if key not in added:
+            highs.add_row(solver, 0.0, model.path_terms(path))
+            added.add(key)
+    best, bound, rounds, paths, used = start, 0.0, 0, len(added), 0
+
+    def value(plan: Plan) -> float:
+        return plan.iteration_time if exact else plan.closed_form_time
+
+    rng = random.Random(1)
+    while True:
+        rounds += 1
+        if clock.out:
+            return _Run("time_limit", best, bound, rounds, paths, solver)
+        nodes = min(nodes, budget - used)
+        if nodes <= 0:
+            return _Run("work_limit", best, bound, rounds, paths, solver)
+        solver.setOptionValue("time_limit", max(0.01, clock.remaining))
+        solver.setOptionValue("mip_max_nodes", nodes)
+        if best is not None:
+            values = model.assignment(best, value(best) / tau)
+            if values is not None:
+                highs.seed(solver, values)
+        outcome = _solve_round(solver)
+        info = solver.getInfo()
+        used += max(1, info.mip_node_count)
+        if outcome == "infeasible":
+            return _Run("infeasible" if best is None else "optimal", best, bound, rounds, paths, solver)
+        if outcome.startswith("error"):
+            if not highs.has_solution(solver):
+                raise RuntimeError(f"HiGHS failed: {outcome}")
+            outcome = "work_limit"  # a solution, but not a proven optimum
+        bound = max(bound, info.mip_dual_bound * tau)
+        if not highs.has_solution(solver):
+            if outcome == "work_limit" and exact and rounds < limits.rounds:
+                nodes *= 2  # a short round found no plan yet: give the next one more nodes
+                continue
+            return _Run(outcome, best, bound, rounds, paths, solver)
+        values = list(solver.getSolution().col_value)
+        plan = model.plan(values)
+        if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
+            best = plan
+        incumbent = value(best)
+        report("round", f"round {rounds}, {paths} paths, {used} of {budget} nodes", incumbent, min(bound, incumbent))
+        if incumbent <= bound * (1 + GAP_TOLERANCE):
+            return _Run("optimal", best, bound, rounds, paths, solver)
+        critical = plan.critical_path_counts if exact else {}
+        key = tuple(sorted(critical.items()))
+        # consistent: the plan's critical path is no longer than T (or is already a row, so only
+        # the solver's tolerance separates them)
+        consistent = plan.iteration_time <= values[model.top] * tau * (1 + CONSISTENCY) or key in added
+        if outcome in ("work_limit", "time_limit"):
+            if not exact or outcome == "time_limit":
+                return _Run(outcome, best, bound, rounds, paths, solver)
+            if consistent:
+                if rounds >= limits.rounds:
+                    return _Run("work_limit", best, bound, rounds, paths, solver)
+                nodes *= 2  # the relaxation holds for the plan found: give the proof more nodes
+                continue
+        elif not exact or consistent:
+            return _Run("optimal", best, bound, rounds, paths, solver)
+        if rounds >= limits.rounds:
+            return _Run("work_limit", best, bound, rounds, paths, solver)
+        # the plan's critical path, and those of the plan with its cell times shaken a little: the
+        # paths the next plans (near this one) will run along
+        for path in [critical, *_nearby_paths(plan, rng)]:
+            path_key = tuple(sorted(path.items()))
+            if path_key not in added:
+                highs.add_row(solver, 0.0, model.path_terms(path))
+                added.add(path_key)
+                paths += 1
+
+
+def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Counts]:
+    """Counts with every cell's options given again by the setting (from the cell's first layer)."""
+
+    def apply(counts: Counts) -> Counts:
+        fresh = empty_counts(problem)
+        for v, s in problem.cells:
+            sizes = [sum(counts[b][v][s]) for b in range(len(counts))]
+            wanted = setting.cell_options(sum(sizes))
+            along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
+            start = 0
+            for b, n in enumerate(sizes):
+                for k in along[start : start + n]:
+                    fresh[b][v][s][k] += 1
+                start += n
+        return fresh
+
+    return apply
+
+
+def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
+    """The even split (as the baselines split) under a Megatron-Core setting."""
+    plan = uniform_plan(problem, problem.options[0])
+    return Plan(problem, freeze(_reoption(problem, setting)([[[list(c) for c in r] for r in b] for b in plan.counts])))
+
+
+def solve(
+    problem: BalanceInput,
+    time_limit: float = 90.0,
+    exact: bool = True,
+    progress: ProgressHook | None = None,
+    limits: WorkLimits | None = None,
+    selective_modules: Sequence[str] | None = None,
+) -> Solution:
+    """The plan that fits with the least iteration time, proven optimal unless a limit stops it, the
+    ties among equally fast plans broken for the user (`tiebreak`).
 
     `exact=False` stops after the closed form. With `exact`, the answer's objective is its
-    critical path and the closed form's optimum is reported beside it.
+    critical path and the closed form's optimum is reported beside it. For a Megatron-Core run
+    (`problem.framework == "megatron"`) the fastest plan Megatron-Core can say is solved too
+    (`selective_modules`: what SLCT stands for in `--recompute-modules`, when the run says so),
+    and taken when it is as fast.
     """
-    started = time.perf_counter()
-    catalogue = Catalogue(problem)
-    tau = _time_unit(problem)
-    notes: list[str] = []
+    clock = Clock(time_limit)
+    report = Reporter(progress, clock)
+    limits = limits or WorkLimits()
+    report(
+        "start",
+        f"P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}, "
+        f"{problem.layers.nb_body_layers} layers, {problem.memory_mb:g} MB",
+    )
+    solution = _solve(problem, Catalogue(problem), exact, limits, clock, report, tie_break=True)
+    if (
+        problem.framework == "megatron"
+        and exact is not None
+        and solution.plan is not None
+        and problem.schedule_name != "dualpipev"
+    ):
+        _megatron(problem, solution, exact, limits, clock, report, selective_modules)
+    solution.seconds = clock.elapsed
+    reason = {
+        "optimal": "proven optimal",
+        "work_limit": "stopped at its work limits (the same on every run)",
+        "time_limit": f"stopped by the time limit of {time_limit:g} s (another machine may stop elsewhere)",
+        "infeasible": "no plan fits",
+    }.get(solution.stopped_by, solution.stopped_by)
+    report("done", reason, solution.objective, solution.bound)
+    return solution
+
+
+def _megatron(
+    problem: BalanceInput,
+    solution: Solution,
+    exact: bool,
+    limits: WorkLimits,
+    clock: Clock,
+    report: Reporter,
+    modules: Sequence[str] | None,
+) -> None:
+    """The fastest plan Megatron-Core can say, beside the plan; it replaces the plan when as fast."""
+    plan = solution.plan
+    assert plan is not None
+    cells = [{OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n} for v, s in problem.cells]
+    if setting_of(cells, modules is not None) is not None:
+        return
+    most = max(plan.cell_layers(v, s) for v, s in problem.cells)
+    best: tuple[float, Solution, Setting] | None = None
+    for setting in settings(problem.options, most, modules is not None):
+        if clock.out:
+            solution.notes.append("Megatron-Core's settings: stopped by the time limit")
+            break
+        found = _solve(
+            problem, Catalogue(problem, setting), exact, limits, clock, report, tie_break=False, setting=setting
+        )
+        if found.plan is None or found.objective is None:
+            continue
+        report("megatron", f"{setting.describe()}: {found.status}", found.objective, found.bound)
+        if best is None or found.objective < best[0] - 1e-12 * best[0]:
+            best = (found.objective, found, setting)
+    if best is None:
+        solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
+        return
+    value, found, setting = best
+    solution.megatron_plan, solution.megatron_setting = found.plan, setting
+    solution.megatron_objective, solution.megatron_status = value, found.status
+    if solution.objective is not None and value <= solution.objective * (1 + GAP_TOLERANCE):
+        # as fast: the plan Megatron-Core can say is the plan
+        solution.notes.append(f"Megatron-Core's {setting.describe()} is as fast: taken")
+        solution.plan, solution.objective = found.plan, value
+
+
+def _start_plans(problem: BalanceInput, catalogue: Catalogue, setting: Setting | None) -> list[Plan]:
+    """Plans that fit without a program: each uniform split, the even split with each stage's
+    least-backward options that fit (for a setting: the even split under it)."""
+    if setting is not None:
+        plan = setting_plan(problem, setting)
+        return [plan] if plan.fits and not plan.problems() else []
     fitting = [plan for plan in (uniform_plan(problem, option) for option in problem.options) if plan.fits]
     even = even_split_best_options(problem, catalogue)
     if even is not None:
         fitting.append(even)
+    return fitting
+
+
+def _solve(
+    problem: BalanceInput,
+    catalogue: Catalogue,
+    exact: bool,
+    limits: WorkLimits,
+    clock: Clock,
+    report: Reporter,
+    tie_break: bool,
+    setting: Setting | None = None,
+) -> Solution:
+    tau = _time_unit(problem)
+    notes: list[str] = []
+    fitting = _start_plans(problem, catalogue, setting)
 
     # 1. The closed form, over choices reduced by stage totals.
     bound = min((plan.closed_form_time for plan in fitting), default=math.inf)
@@ -385,41 +502,48 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
         if all(choices):
             model = ChoiceModel(problem, choices, tau)
             model.add_closed_form()
-            first = _run(model, False, time_limit, started, None, ())
+            first = _run(model, False, limits, clock, None, (), report)
             if first.plan is not None:
                 bound = first.plan.closed_form_time
     choices = _choices(problem, catalogue, bound, closed_form=True)
     if not all(choices):
-        return _infeasible(problem, time_limit, started, notes)
+        return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
     upper = max(start.stage_time(s) for s in range(problem.stages)) if start is not None else math.inf
-    busiest = least_max_work(problem, choices, tau, upper, started + time_limit / 4)
+    busiest = least_max_work(problem, choices, tau, upper, limits.check_work, clock)
     model = ChoiceModel(problem, choices, tau)
     model.add_closed_form()
     model.add_least_busiest(busiest, closed_form=True)
-    closed = _run(model, False, time_limit, started, None, ())
+    closed = _run(model, False, limits, clock, start, (), report)
     listed = sum(len(stage) for stage in choices)
-    notes.append(f"closed form: {listed} stage choices, {closed.status} in {time.perf_counter() - started:.2f}s")
+    notes.append(f"closed form: {listed} stage choices, {closed.status}, least busiest stage {busiest:.6g}")
     if closed.plan is None:
         if closed.status == "infeasible":
-            return _infeasible(problem, time_limit, started, notes)
+            return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
         return Solution(
             problem,
             "time_limit",
             "closed_form",
-            seconds=time.perf_counter() - started,
-            message="no plan found within the time limit",
+            message=f"no plan found in {clock.elapsed:.1f} s",
+            stopped_by=closed.status,
             notes=notes,
         )
     closed_plan = closed.plan
+    report("closed_form", f"closed form {closed.status}", closed_plan.closed_form_time, closed.bound)
     if not exact:
-        objective = closed_plan.closed_form_time
+        best = closed_plan
+        if tie_break and closed.status == "optimal" and not clock.out:
+            best, tie_notes = break_ties(
+                model, closed.solver, catalogue, best, lambda plan: plan.closed_form_time, None, limits.tie_work, clock
+            )
+            notes += tie_notes
+        objective = best.closed_form_time
         bound_value = objective if closed.status == "optimal" else min(closed.bound, objective)
         return Solution(
             problem,
-            closed.status,
+            "optimal" if closed.status == "optimal" else "time_limit",
             "closed_form",
-            closed_plan,
+            best,
             objective,
             bound_value,
             _gap(objective, bound_value),
@@ -428,7 +552,8 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
             closed.rounds,
             0,
             listed,
-            time.perf_counter() - started,
+            clock.elapsed,
+            stopped_by=closed.status,
             notes=notes,
         )
 
@@ -437,40 +562,69 @@ def solve(problem: BalanceInput, time_limit: float = 90.0, exact: bool = True) -
     # The closed form does not see how a stage splits its work between chunks, nor the schedule's
     # fill and drain: moves judged by the schedule itself give the program a far better start.
     # They stop in local optima, so from two starts: the closed form's optimum and the best other.
-    polish = min(LOCAL_SEARCH_SECONDS, max(0.0, (time_limit - (time.perf_counter() - started)) / 6))
     others = [plan for plan in fitting if plan.counts != closed_plan.counts]
     starts = [closed_plan, *([min(others, key=lambda plan: plan.iteration_time)] if others else [])]
-    improved = [improve(plan, polish / len(starts), max_moves=10_000) for plan in starts]
-    incumbents += improved
+    reoption = _reoption(problem, setting) if setting is not None else None
+    ops = 2 * problem.micro_batches * problem.chunks * problem.stages
+    incumbents += [
+        improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption) for plan in starts
+    ]
     start = min(incumbents, key=lambda plan: plan.iteration_time)
-    notes.append(f"start: {start.iteration_time:.6g} after local moves")
+    report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
     choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
-    seeds = _path_seeds(problem, incumbents)
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
-    critical = _run(model, True, time_limit, started, start, seeds)
+    seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
+    if problem.chunks == 1 and not clock.out:
+        # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
+        # than the rows gain (docs/balance.md)
+        for family in (drain_family(problem), nudged_family(problem)):
+            common, level = family_row(problem, choices, family, tau, limits.check_work, clock)
+            terms = {model.top: 1.0}
+            for key, count in common.items():
+                terms[model.duration[key]] = terms.get(model.duration[key], 0.0) - count
+            model._row(level / tau, highs.INF, terms)
+            seeds += family
+            report("bound", f"path family: T ≥ common part + {level:.6g}", start.iteration_time)
+    critical = _run(model, True, limits, clock, start, seeds, report)
     listed = sum(len(stage) for stage in choices)
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
     )
     best = start if critical.plan is None or start.iteration_time <= critical.plan.iteration_time else critical.plan
     objective = best.iteration_time
-    status = critical.status if critical.status != "infeasible" else "time_limit"
-    bound_value = objective if status == "optimal" else min(critical.bound, objective)
+    proven = critical.status == "optimal"
+    bound_value = objective if proven else min(critical.bound, objective)
+    if tie_break and critical.solver is not None and not clock.out:
+        report("tie_break", "least recompute, one option per stage, most headroom", objective, bound_value)
+        tied, tie_notes = break_ties(
+            model,
+            critical.solver,
+            catalogue,
+            best,
+            lambda plan: plan.iteration_time,
+            lambda plan: plan.critical_path_counts,
+            limits.tie_work,
+            clock,
+        )
+        notes += tie_notes
+        if tied.iteration_time <= objective * (1 + CONSISTENCY):
+            best = tied
     return Solution(
         problem,
-        status,
+        "optimal" if proven else "time_limit",
         "critical_path",
         best,
-        objective,
+        best.iteration_time,
         bound_value,
-        _gap(objective, bound_value),
+        _gap(best.iteration_time, bound_value),
         closed_plan.closed_form_time if closed.status == "optimal" else None,
         closed.status,
         critical.rounds,
         critical.paths,
         listed,
-        time.perf_counter() - started,
+        clock.elapsed,
+        stopped_by="optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status),
         notes=notes,
     )
 
@@ -479,16 +633,22 @@ def _gap(objective: float, bound: float) -> float:
     return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
 
 
-def _infeasible(problem: BalanceInput, time_limit: float, started: float, notes: list[str]) -> Solution:
+def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str]) -> Solution:
     """No plan fits: say how much memory the least-memory plan needs."""
-    needed, proven, _ = memory_floor(problem, max(5.0, time_limit - (time.perf_counter() - started)))
+    needed, proven = memory_floor(problem, limits.closed_nodes, max(5.0, clock.remaining))
     if needed is None:
         message = f"no plan fits in {problem.memory_mb:g} MB per device"
     else:
         message = (
             f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
-            f"{needed:.1f} MB{'' if proven else ' (the least found within the time limit)'}"
+            f"{needed:.1f} MB{'' if proven else ' (the least found within the work limit)'}"
         )
     return Solution(
-        problem, "infeasible", min_memory_mb=needed, message=message, seconds=time.perf_counter() - started, notes=notes
+        problem,
+        "infeasible",
+        min_memory_mb=needed,
+        message=message,
+        seconds=clock.elapsed,
+        stopped_by="infeasible",
+        notes=notes,
     )

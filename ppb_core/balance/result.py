@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from typing import Any
 
 from ppb_core.balance.baselines import baselines, best_feasible
-from ppb_core.balance.outputs import cells, megatron, stage_rows, to_yaml
+from ppb_core.balance.megatron import format_layout, quoted
+from ppb_core.balance.outputs import cells, megatron, stage_rows, to_yaml, virtual_stages
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import Solution, solve
+from ppb_core.balance.progress import Clock, ProgressHook, WorkLimits
+from ppb_core.balance.tiebreak import plan_headroom_mb, plan_mixed_stages, plan_recompute, plan_recomputed_layers
 from ppb_core.errors import InputError
 
 MAX_INTERLEAVE = 4
 
 
-def report(solution: Solution) -> dict[str, Any]:
-    """The JSON of one solve (the `ppb balance --json` contract the README states)."""
+def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str, Any]:
+    """The JSON of one solve (the `ppb balance --json` contract the README states, extended)."""
     p = solution.problem
     found = baselines(p)
     best = best_feasible(found)
     out: dict[str, Any] = {
         "input": p.describe(),
         "status": solution.status,
+        "stopped_by": solution.stopped_by,
         "objective": solution.objective,
         "objective_kind": solution.objective_kind,
         "bound": solution.bound,
@@ -47,7 +51,32 @@ def report(solution: Solution) -> dict[str, Any]:
         out["stage_memory_mb"] = [row["memory_mb"] for row in rows]
         out["stage_time"] = [row["time"] for row in rows]
         out["peak_memory_mb"] = plan.peak_memory_mb
-        out["megatron"] = megatron(plan)
+        out["ties"] = {
+            "recompute_time": plan_recompute(plan),
+            "recomputed_layers": plan_recomputed_layers(plan),
+            "stages_mixing_options": plan_mixed_stages(plan),
+            "headroom_mb": plan_headroom_mb(plan),
+        }
+        out["megatron"] = megatron(plan, modules)
+        if solution.megatron_plan is not None and solution.megatron_setting is not None:
+            alternative = solution.megatron_plan
+            layout = format_layout(virtual_stages(alternative))
+            value = solution.megatron_objective or alternative.iteration_time
+            out["megatron"]["alternative"] = {
+                "setting": solution.megatron_setting.describe(),
+                "layout": layout,
+                "flags": quoted(
+                    ["--pipeline-model-parallel-layout", layout, *solution.megatron_setting.flags(modules)]
+                ),
+                "objective": value,
+                "status": solution.megatron_status,
+                "slower_by": value / plan.iteration_time - 1 if plan.iteration_time > 0 else None,
+                "peak_memory_mb": alternative.peak_memory_mb,
+            }
+    if plan is not None:
+        out["timeline"] = {"plan": plan.timeline_json()}
+        if best is not None:
+            out["timeline"]["baseline"] = {**best.plan.timeline_json(), "option": best.option}
     out["baselines"] = [b.to_dict() for b in found]
     out["best_baseline"] = best.option if best else None
     out["speedup"] = (
@@ -65,20 +94,29 @@ def report(solution: Solution) -> dict[str, Any]:
 
 
 def balance(
-    problem: BalanceInput, time_limit: float = 90.0, exact: bool = True, search_interleave: bool = False
+    problem: BalanceInput,
+    time_limit: float = 90.0,
+    exact: bool = True,
+    search_interleave: bool = False,
+    progress: ProgressHook | None = None,
+    modules: Sequence[str] | None = None,
+    limits: WorkLimits | None = None,
 ) -> dict[str, Any]:
-    """Solve one problem, or with `search_interleave` every V in 1..4 the sizes allow, keeping the fastest."""
+    """Solve one problem, or with `search_interleave` every V in 1..4 the sizes allow, keeping the fastest.
+
+    Every V gets the same work limits and what is left of the time limit, so which V wins does
+    not depend on the clock unless the clock stops a solve (its `stopped_by` then says so).
+    """
     if not search_interleave:
-        return report(solve(problem, time_limit, exact))
-    started = time.perf_counter()
+        return report(solve(problem, time_limit, exact, progress, limits, modules), modules)
+    clock = Clock(time_limit)
     candidates = []
     for chunks in range(1, MAX_INTERLEAVE + 1):
         try:
             candidates.append(problem.with_chunks(chunks))
         except InputError as err:
             candidates.append(err)
-    runnable = [c for c in candidates if isinstance(c, BalanceInput)]
-    if not runnable:
+    if not any(isinstance(c, BalanceInput) for c in candidates):
         raise next(c for c in candidates if isinstance(c, InputError))
     searched: list[dict[str, Any]] = []
     best: dict[str, Any] | None = None
@@ -86,13 +124,15 @@ def balance(
         if isinstance(candidate, InputError):
             searched.append({"interleave": chunks, "status": "skipped", "message": candidate.problem})
             continue
-        share = max(1.0, (time_limit - (time.perf_counter() - started)) / max(1, len(runnable)))
-        runnable = runnable[1:]
-        result = report(solve(candidate, share, exact))
+        if clock.out:
+            searched.append({"interleave": chunks, "status": "skipped", "message": "the time limit ran out"})
+            continue
+        result = report(solve(candidate, clock.remaining, exact, progress, limits, modules), modules)
         searched.append(
             {
                 "interleave": chunks,
                 "status": result["status"],
+                "stopped_by": result["stopped_by"],
                 "objective": result["objective"],
                 "bound": result["bound"],
                 "gap": result["gap"],

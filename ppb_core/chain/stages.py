@@ -185,6 +185,8 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "iteration_s": plan.get("iteration", {}).get("seconds"),
         "baseline": plan.get("baseline_iteration", {}).get("option"),
         "baseline_iteration_s": plan.get("baseline_iteration", {}).get("seconds"),
+        # the report's timeline picture: the plan's and the best uniform split's cell times, in seconds
+        "timeline": {**plan["timeline"], "time_unit_s": plan.get("time_unit_s")} if "timeline" in plan else None,
     }
     return Summarized(stages, json.loads(json.dumps(about)))
 

@@ -145,7 +145,21 @@ def balance(parser: argparse.ArgumentParser) -> None:
         metavar="SCHEDULE",
         help="pipeline schedule: 1f1b (default), interleaved (the default when V > 1), gpipe or dualpipev",
     )
-    parser.add_argument("-t", "--time-limit", type=float, help=f"seconds for the solver (default {TIME_LIMIT_S:g})")
+    parser.add_argument(
+        "--framework",
+        choices=("megatron", "mindformers", "torchtitan"),
+        help="whose rules the plan follows (default: the run config's; mindformers for a layers.json)",
+    )
+    parser.add_argument(
+        "--mtp-layers", type=int, help="MTP layers the TAIL holds (default: the run config's; 0 for a layers.json)"
+    )
+    parser.add_argument(
+        "-t",
+        "--time-limit",
+        type=float,
+        help=f"wall-clock seconds at most, every step included (default {TIME_LIMIT_S:g})",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
     parser.add_argument(
         "--closed-form",
         action="store_true",
@@ -161,6 +175,22 @@ def search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
     parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
     parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
+
+
+def check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN.yaml", help="the run config")
+    parser.add_argument("--plan", required=True, metavar="PLAN", help="a MindFormers yaml, or Megatron-LM flags")
+    parser.add_argument(
+        "-t",
+        "--time-limit",
+        type=float,
+        default=TIME_LIMIT_S,
+        metavar="SECONDS",
+        help=f"wall-clock seconds for the optimum at most (default {TIME_LIMIT_S:g})",
+    )
+    parser.add_argument("--no-optimum", action="store_true", help="do not solve for the optimum beside it")
+    parser.add_argument("--json", action="store_true", help="print the check as JSON")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
 
 
 class Command(NamedTuple):
@@ -219,9 +249,15 @@ names the file as `models[i].census` to price that model's activations from it."
 
 From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
 flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
-90 s). From a run config they come from the config (parallel.pp, training.micro_batches,
-parallel.vpp and parallel.schedule, device memory less reserved_mb) and the descriptions from the
-PPB builder; flags override. `--interleave auto` tries 1 to 4 chunks and keeps the fastest.""",
+90 s), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
+unless `--framework` says otherwise. From a run config they come from the config (parallel.pp,
+training.micro_batches, parallel.vpp and parallel.schedule, device memory less reserved_mb,
+framework, MTP layers) and the descriptions from the PPB builder; flags override.
+`--interleave auto` tries 1 to 4 chunks and keeps the fastest.
+
+The search stops on deterministic work limits, so the same input gives the same plan on every
+machine; `-t` bounds the wall-clock time of everything the command does, and a solve it stops
+says so.""",
         arguments=balance,
     ),
     "search": Command(
@@ -235,5 +271,17 @@ and the promising ones are balanced and timed; strategies are dropped only where
 they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
 Megatron-LM flags and MindFormers settings.""",
         arguments=search,
+    ),
+    "check": Command(
+        summary="check a plan you have (MindFormers yaml or Megatron-LM flags) against the device",
+        description="""A plan you already have, checked before you launch it.
+
+PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
+select_comm_recompute) or Megatron-LM flags (`--pipeline-model-parallel-layout ...` and the
+recompute flags), in a file or as the text itself. Every stage's memory is evaluated by the memory
+model against the device (which stage runs out, by how much, at which moment), the iteration in
+seconds by running the schedule on the time model's layer times, and the balancer's optimum for
+the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.""",
+        arguments=check,
     ),
 }

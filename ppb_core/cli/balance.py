@@ -2,31 +2,39 @@
 
 From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
 flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
-90 s). From a run config they come from the config (parallel.pp, training.micro_batches,
-parallel.vpp and parallel.schedule, device memory less reserved_mb) and the descriptions from the
-PPB builder; flags override. `--interleave auto` tries 1 to 4 chunks and keeps the fastest.
+90 s), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
+unless `--framework` says otherwise. From a run config they come from the config (parallel.pp,
+training.micro_batches, parallel.vpp and parallel.schedule, device memory less reserved_mb,
+framework, MTP layers) and the descriptions from the PPB builder; flags override.
+`--interleave auto` tries 1 to 4 chunks and keeps the fastest.
+
+The search stops on deterministic work limits, so the same input gives the same plan on every
+machine; `-t` bounds the wall-clock time, and a solve it stops says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from ppb_core import limits
+from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
-from ppb_core.cli.console import table_console
+from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import plan_iterations
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
-from ppb_core.payload.sapp import layer_set, read_layers_description
+from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
 
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
@@ -53,8 +61,9 @@ def _check_sizes(stages: int, chunks: int, micro_batches: int, args: argparse.Na
     limits.check_schedule(stages, chunks, micro_batches, source, field)
 
 
-def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
-    """The balancing problem the arguments describe, and whether to search the interleave."""
+def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
+    """The balancing problem the arguments describe, whether to search the interleave, and the run
+    config (None for a layers.json)."""
     source = str(args.source)
     path = Path(source)
     _positive(args.stages, "--stages", source, limits.STAGES, "pipeline stages")
@@ -70,6 +79,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             raise InputError(
                 source, "--constant-memory", limits.over(args.constant_memory, limits.DEVICE_MEMORY_MB, "MB")
             )
+    if args.mtp_layers is not None and args.mtp_layers < 0:
+        raise InputError(source, "--mtp-layers", f"must not be negative, got {args.mtp_layers}")
     if args.schedule is not None and args.schedule not in SCHEDULES:
         raise InputError(source, "--schedule", f"{shown(args.schedule)} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
@@ -108,7 +119,14 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             schedule=schedule,
             constant_memory_mb=args.constant_memory,
         )
+        if args.framework is not None or args.mtp_layers is not None:
+            problem = dataclasses.replace(
+                problem,
+                framework=args.framework or problem.framework,
+                mtp_layers=problem.mtp_layers if args.mtp_layers is None else args.mtp_layers,
+            )
     else:
+        run = None
         schedule = args.schedule or "1f1b"
         if search and schedule == "interleaved":
             schedule = "1f1b"
@@ -119,25 +137,36 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool]:
             args,
             source,
         )
+        descriptions, stage_const_mem = read_sapp_file(path)
         problem = BalanceInput(
-            layer_set(read_layers_description(path), source),
+            layer_set(descriptions, source),
             args.stages or SAPP_DEFAULTS["stages"],
             args.micro_batches or SAPP_DEFAULTS["micro_batches"],
             interleave or SAPP_DEFAULTS["interleave"],
             float(args.memory or SAPP_DEFAULTS["memory"]),
-            float(args.constant_memory or 0.0),
+            float(stage_const_mem if args.constant_memory is None else args.constant_memory),
             schedule,
             source,
+            args.framework or "mindformers",
+            args.mtp_layers or 0,
         )
-    return problem, search
+    return problem, search, run
 
 
 def run(args: argparse.Namespace) -> int:
-    problem, search = problem_from_args(args)
+    problem, search, run_config = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
-    result = balance(problem, time_limit, exact=not args.closed_form, search_interleave=search)
-    if result["status"] != "infeasible" and Path(str(args.source)).suffix.lower() in (".yaml", ".yml"):
-        result.update(plan_iterations(load_run(args.source), result))
+    with progress_hook(args.quiet) as hook:
+        result = balance(
+            problem,
+            time_limit,
+            exact=not args.closed_form,
+            search_interleave=search,
+            progress=hook,
+            modules=selective_modules(run_config),
+        )
+    if result["status"] != "infeasible" and run_config is not None:
+        result.update(plan_iterations(run_config, result))
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -153,6 +182,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+STOPPED = {
+    "optimal": "proven optimal",
+    "work_limit": "stopped at its work limits (the same plan on every run)",
+    "time_limit": "stopped by the time limit: the best plan found so far (another run may differ)",
+    "infeasible": "no plan fits",
+}
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -163,21 +200,23 @@ def render(result: dict[str, Any]) -> None:
     console = table_console()
     given = result["input"]
     console.print(
-        f"[bold]ppb balance[/bold] {given['source']}: P={given['stages']} m={given['micro_batches']} "
+        f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
         f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
         + (
             f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
             else ""
         )
+        + (f", {given['framework']}'s rules" if given.get("framework") else "")
     )
     console.print(
         f"status [bold]{result['status']}[/bold]  objective {_number(result['objective'])} "
         f"({result['objective_kind'].replace('_', ' ')})  bound {_number(result['bound'])}  "
-        f"gap {_number(result['gap'], 3)}  in {result['seconds']:.2f}s"
+        f"gap {_number(result['gap'], 3)}  in {result['seconds']:.2f} s: "
+        f"{STOPPED.get(result.get('stopped_by', ''), result.get('stopped_by', ''))}"
     )
     if result.get("message"):
-        console.print(result["message"])
+        console.print(escape(result["message"]))
     # From a run config the descriptions' unit is known: times in ms and seconds, not relative.
     unit_s = result.get("time_unit_s")
 
@@ -205,12 +244,26 @@ def render(result: dict[str, Any]) -> None:
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
         mega = result["megatron"]
-        if mega.get("layout"):
-            console.print(f'Megatron-LM: --pipeline-model-parallel-layout "{mega["layout"]}"')
-            if mega.get("recompute"):
-                console.print("  " + " ".join(mega["recompute"]))
+        if mega.get("flags"):
+            console.print("Megatron-LM:", escape(mega["flags"]), soft_wrap=True)
+        if mega.get("first_last"):
+            console.print("  or, instead of the layout:", escape(mega["first_last"]), soft_wrap=True)
         if mega.get("note"):
-            console.print(f"  ({mega['note']})")
+            console.print(f"  ({escape(mega['note'])})")
+        alternative = mega.get("alternative")
+        if alternative:
+            console.print(
+                f"  the fastest plan Megatron-LM can say ({alternative['setting']}), "
+                f"{alternative['slower_by']:.2%} slower: {escape(alternative['flags'])}",
+                soft_wrap=True,
+            )
+        ties = result.get("ties")
+        if ties:
+            console.print(
+                f"among equally fast plans: recompute time {_number(ties['recompute_time'])}, "
+                f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
+                f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
+            )
         closed = result["closed_form"]
         unit = "" if unit_s is None else " s of layers"
         console.print(

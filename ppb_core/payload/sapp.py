@@ -124,14 +124,39 @@ def validate_descriptions(descriptions: object, source: str | Path | None) -> li
 
 
 def read_layers_description(path: str | Path) -> list[dict[str, Any]]:
-    """The validated descriptions of a SAPP JSON file; other top-level keys are ignored."""
+    """The validated descriptions of a SAPP JSON file (`read_sapp_file` also reads its constant memory)."""
+    return read_sapp_file(path)[0]
+
+
+STAGE_CONST_MEM = "stage_const_mem"
+
+
+def read_sapp_file(path: str | Path) -> tuple[list[dict[str, Any]], float]:
+    """(the validated descriptions, `stage_const_mem`) of a SAPP JSON file.
+
+    `stage_const_mem` is the MB every stage holds besides its layers, written by MindFormers' own
+    description builder and read by its balancer as the constant memory of every stage
+    (mindspore-lab/mindformers, toolkit/pipeline_balance/utils/config.py `get_stage_const_mem`,
+    used by run_pipeline_balance.py as `constant_memory`); 0 when absent. Other top-level keys
+    (`name`, `pre_defined_layer`, `auto_partition_layer`) are ignored, as SAPP ignores them.
+    """
+    document = _read_document(path)
+    constant = document.get(STAGE_CONST_MEM, 0)
+    if constant is None:
+        constant = 0
+    if not _is_number(constant) or constant < 0:
+        raise InputError(path, STAGE_CONST_MEM, f"must be a non-negative number of MB, got {constant!r}")
+    return validate_descriptions(document[TOP_KEY], path), float(constant)
+
+
+def _read_document(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     document = read_json(path, "is a directory, not a layers description")
     if not isinstance(document, dict):
         raise InputError(path, None, f"must hold a JSON object, got {shown(document)}")
     if TOP_KEY not in document:
         raise InputError(path, TOP_KEY, "is missing")
-    return validate_descriptions(document[TOP_KEY], path)
+    return document
 
 
 def write_layers_description(path: str | Path, descriptions: Sequence[Mapping[str, Any]]) -> None:

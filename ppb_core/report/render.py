@@ -11,10 +11,12 @@ import base64
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ppb_core.schedules import simulate
 from ppb_core.tables.report import PLAN_REPORT, stage_memory_mb
 from ppb_core.tables.schema import Summarized
 
@@ -40,17 +42,33 @@ def check_report_table(stages: pd.DataFrame) -> None:
         raise ValueError("the report table has no stage")
 
 
-def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes:
+def figure_png(
+    stages: pd.DataFrame, title: str, time_unit: str = "ms", timeline: Mapping[str, Any] | None = None
+) -> bytes:
     """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
-    device limit, and each stage's forward + backward time of one micro-batch."""
+    device limit, and each stage's forward + backward time of one micro-batch. With *timeline*
+    (a balance result's `timeline`: the plan's and the best uniform split's cell times, and
+    `time_unit_s`), below them the iteration of each as a Gantt chart on one time axis."""
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
     held = held_models(stages)
     if held is not None:  # which sub-models each stage holds, under its number
         labels = [f"{label}\n" + value.replace(" · ", "\n") for label, value in zip(labels, held, strict=True)]
-    figure = Figure(figsize=(min(20.0, max(9.0, 1.4 * len(stages) + 3)), 4.4), dpi=100)
-    memory_axes, time_axes = figure.subplots(1, 2)
+    runs = [(key, timeline[key]) for key in ("plan", "baseline") if timeline and timeline.get(key)]
+    width = min(20.0, max(9.0, 1.4 * len(stages) + 3))
+    height = 4.4 + sum(1.0 + 0.28 * len(run["forward"][0]) for _, run in runs)
+    figure = Figure(figsize=(width, height), dpi=100)
+    grid = figure.add_gridspec(
+        1 + len(runs), 2, height_ratios=[4.4, *(1.0 + 0.28 * len(run["forward"][0]) for _, run in runs)]
+    )
+    memory_axes, time_axes = figure.add_subplot(grid[0, 0]), figure.add_subplot(grid[0, 1])
+    if runs:
+        longest = max(float(run["iteration"]) for _, run in runs)
+        unit_s = timeline.get("time_unit_s") if timeline else None
+        for row, (key, run) in enumerate(runs, start=1):
+            label = "plan" if key == "plan" else f"best uniform split ({run.get('option', '')})"
+            timeline_axes(figure.add_subplot(grid[row, :]), run, label, longest, unit_s)
 
     bottom = [0.0] * len(stages)
     for column, label, color in MEMORY_PARTS:
@@ -102,6 +120,47 @@ def figure_png(stages: pd.DataFrame, title: str, time_unit: str = "ms") -> bytes
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
+
+
+TIMELINE_COLORS = {"F": "#8172B3", "B": "#C44E52", "R": "#E5AE38"}
+
+
+def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest: float, unit_s: float | None = None) -> None:
+    """One schedule run as a Gantt chart: per stage a row, each forward, recompute (the start of a
+    backward) and backward a bar, idle time blank (the bubbles); in seconds when *unit_s* (seconds
+    per description unit) is known, else in the descriptions' unit."""
+    scale = unit_s or 1.0
+    forward = [[t * scale for t in row] for row in run["forward"]]
+    backward = [[t * scale for t in row] for row in run["backward"]]
+    recompute = [[t * scale for t in row] for row in run["recompute"]]
+    longest *= scale
+    timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]))
+    stages = len(timeline.orders)
+    bars: dict[str, list[tuple[int, float, float]]] = {"F": [], "R": [], "B": []}
+    for stage, (order, starts, ends) in enumerate(zip(timeline.orders, timeline.starts, timeline.ends, strict=True)):
+        for op, start, end in zip(order, starts, ends, strict=True):
+            if op.kind == "F":
+                bars["F"].append((stage, start, end - start))
+                continue
+            again = min(float(recompute[op.chunk][stage]), end - start)
+            if again > 0:
+                bars["R"].append((stage, start, again))
+            bars["B"].append((stage, start + again, end - start - again))
+    names = {"F": "forward", "R": "recompute", "B": "backward"}
+    for kind in ("F", "R", "B"):
+        for stage, start, length in bars[kind]:
+            axes.broken_barh([(start, length)], (stage - 0.4, 0.8), facecolors=TIMELINE_COLORS[kind])
+        axes.bar([0], [0], color=TIMELINE_COLORS[kind], label=names[kind])
+    busy = sum(timeline.busy(stage) for stage in range(stages))
+    idle = 1 - busy / (stages * timeline.makespan) if timeline.makespan > 0 else 0.0
+    unit = " s" if unit_s else ""
+    axes.set_title(f"{label}: iteration {timeline.makespan:.4g}{unit}, {idle:.1%} of the stages' time idle")
+    axes.set_xlim(0, longest * 1.01 if longest > 0 else 1)
+    axes.set_ylim(stages - 0.5, -0.5)
+    axes.set_yticks(range(stages))
+    axes.set_ylabel("stage")
+    axes.set_xlabel("seconds" if unit_s else "time (the descriptions' unit)")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 
 def _number(value: object, digits: int = 1) -> str:
@@ -159,7 +218,7 @@ def report_files(report: Summarized) -> dict[str, bytes]:
     """
     stages, about = report.frame, report.summary
     title = str(about.get("title", "plan"))
-    png = figure_png(stages, title)
+    png = figure_png(stages, title, timeline=about.get("timeline"))
     text = summary_markdown(stages, title, [tuple(pair) for pair in about.get("headline", [])], about.get("image"))
     return {".png": png, ".md": text.encode()}
 

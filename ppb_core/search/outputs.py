@@ -63,7 +63,7 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         flags.append(f'--pipeline-model-parallel-layout "{megatron["layout"]}"')
     elif s.vpp > 1:
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
-    flags += list(megatron.get("recompute", []))
+    flags += list(megatron.get("recompute") or [])  # None: not Megatron's to say (the plan's `note`)
     return flags
 
 
@@ -133,7 +133,15 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
     texts = {
         f"{stem}.yaml": yaml.safe_dump(raw, sort_keys=False),
         f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan)) + "\n",
+        f"{stem}.megatron.txt": _megatron_note(entry.plan)
+        + " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan))
+        + "\n",
         f"{stem}.mindformers.yaml": yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False),
     }
     return {folder / name: text.encode() for name, text in texts.items()}
+
+
+def _megatron_note(plan: dict[str, Any]) -> str:
+    """Why the flags lack the plan's layout or recompute, as a comment line (nothing when they have both)."""
+    note = plan.get("megatron", {}).get("note")
+    return f"# {note}\n" if note else ""

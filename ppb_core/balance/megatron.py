@@ -1,0 +1,303 @@
+"""A plan in Megatron-Core's words: `--pipeline-model-parallel-layout` and the recompute flags.
+
+The layout rules are Megatron-Core's, read from Megatron-LM core_v0.19.0 (commit 5be96267),
+megatron/core/transformer/pipeline_parallel_layer_layout.py:
+
+* `PipelineParallelLayerLayout.parse_str_to_list`: commas are cosmetic and dropped; `(...)*n`
+  (no nested parentheses) repeats its text n times, then `x*n` repeats one character; `|` splits
+  virtual stages; each character is `E` (embedding), `L` (loss), `t` (transformer decoder layer) or
+  `m` (multi-token-prediction layer); a stage may be empty.
+* `__init__`: the number of stages is a multiple of the pipeline size P; stage `v·P + p` of the
+  list is pipeline rank p's virtual stage v (model order is chunk by chunk).
+* `validate_layer_layout`: the model order starts with `E` and ends with `L`, each exactly once;
+  as many `t` as decoder layers and as many `m` as MTP layers; no `t` after the first `m`; `m`
+  only in a rank's last virtual stage, all of them in one stage, and never on rank 0 before its
+  last virtual stage.
+* megatron/training/arguments.py and `TransformerConfig.__post_init__`: the layout may not be
+  combined with `--decoder-first/last-pipeline-num-layers` nor `--account-for-*-in-pipeline-split`.
+
+Recompute (transformer_config.py `TransformerConfig.__post_init__`, megatron/core/recompute.py):
+`--recompute-granularity full` needs `--recompute-method uniform|block` and
+`--recompute-num-layers N` (uniform: groups of N layers checkpointed, every layer recomputed;
+block: the first N layers of every virtual stage's block, the rest not at all);
+`--recompute-granularity selective` takes `--recompute-modules` (default `core_attn`) and no
+method or count, and acts on every layer. One setting holds for every layer of the model.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ppb_core.config.recompute import MegatronRecompute
+
+LAYER_CHARACTERS: dict[str, str] = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+
+
+class LayoutError(ValueError):
+    """A layout Megatron-Core would refuse, with its reason."""
+
+
+def expand(text: str) -> str:
+    """The layout with its repetitions written out, as Megatron-Core unrolls them."""
+    text = text.replace(",", "")
+    group = re.compile(r"\(([^)]+)\)\*(\d+)")
+    text = group.sub(lambda found: found.group(1) * int(found.group(2)), text)
+    single = re.compile(r"(.)\*(\d+)")
+    return single.sub(lambda found: found.group(1) * int(found.group(2)), text)
+
+
+def parse_layout(text: str, pipeline_size: int) -> list[list[str]]:
+    """[pipeline rank][virtual stage] -> the stage's characters; LayoutError where Megatron-Core stops."""
+    stages = expand(text).split("|")
+    for stage in stages:
+        for character in stage:
+            if character not in LAYER_CHARACTERS:
+                raise LayoutError(f"invalid layer character {character!r} (known: E, L, t, m)")
+    if pipeline_size < 1 or len(stages) % pipeline_size:
+        raise LayoutError(f"{len(stages)} stages are not a multiple of the pipeline size {pipeline_size}")
+    chunks = len(stages) // pipeline_size
+    return [[stages[v * pipeline_size + p] for v in range(chunks)] for p in range(pipeline_size)]
+
+
+def model_order(layout: Sequence[Sequence[str]]) -> list[str]:
+    """The virtual stages in the order the model's layers run through them (chunk by chunk)."""
+    chunks = len(layout[0]) if layout else 0
+    return [layout[p][v] for v in range(chunks) for p in range(len(layout))]
+
+
+def validate_layout(layout: Sequence[Sequence[str]], num_layers: int, mtp_layers: int = 0) -> None:
+    """Megatron-Core's checks of a parsed layout; LayoutError naming the first one that fails."""
+    flat = "".join(model_order(layout))
+    if not flat or flat[0] != "E":
+        raise LayoutError("the first layer must be the embedding E")
+    if flat[-1] != "L":
+        raise LayoutError("the last layer must be the loss L")
+    if flat.count("E") != 1 or flat.count("L") != 1:
+        raise LayoutError("E and L must each appear exactly once")
+    if flat.count("t") != num_layers:
+        raise LayoutError(f"{flat.count('t')} decoder layers t, the model has {num_layers}")
+    if flat.count("m") != mtp_layers:
+        raise LayoutError(f"{flat.count('m')} MTP layers m, the model has {mtp_layers}")
+    if "m" in flat and "t" in flat[flat.index("m") :]:
+        raise LayoutError("decoder layers must come before the MTP layers")
+    for rank, stages in enumerate(layout):
+        if any("m" in stage for stage in stages[:-1]):
+            raise LayoutError(f"rank {rank}: MTP layers must be in the rank's last virtual stage")
+        if "m" in stages[-1] and stages[-1].count("m") != mtp_layers:
+            raise LayoutError("all MTP layers must be in one virtual stage")
+
+
+def format_layout(stages: Sequence[str]) -> str:
+    """Virtual stages (model order) as a layout string: `t*n` for runs of three or more layers and
+    `(S|)*r` for r identical stages in a row, as Megatron-Core's own examples write it."""
+
+    def stage_text(stage: str) -> str:
+        return re.sub(r"t{3,}", lambda found: f"t*{len(found.group(0))}", stage)
+
+    text_out = ""
+    index = 0
+    while index < len(stages):
+        run = 1
+        while index + run < len(stages) and stages[index + run] == stages[index]:
+            run += 1
+        text = stage_text(stages[index])
+        last = index + run == len(stages)
+        if run >= 3:
+            # the group's text ends with '|': a group that ends the layout leaves its last stage out
+            repeated = run - 1 if last else run
+            text_out += f"({text}|)*{repeated}" + (text if last else ",")
+        else:
+            text_out += "|".join([text] * run) + ("" if last else "|")
+        index += run
+    return text_out
+
+
+def quoted(arguments: Sequence[str]) -> str:
+    """Arguments as one line a POSIX shell reads back unchanged (`|`, `(`, `*` quoted)."""
+    return " ".join(shlex.quote(argument) for argument in arguments)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One recompute setting Megatron-Core applies to every layer, and the options it gives a cell."""
+
+    name: str  # none | full | block | selective
+    num_layers: int = 0  # block: the first N layers of each virtual stage
+
+    def cell_options(self, layers: int) -> dict[str, int]:
+        """Layers of a virtual stage under each ppb option, from its first layer on."""
+        if self.name == "none":
+            return {"NONE": layers}
+        if self.name == "full":
+            return {"FULL": layers}
+        if self.name == "selective":
+            return {"SLCT": layers}
+        full = min(self.num_layers, layers)
+        return {"FULL": full, "NONE": layers - full}
+
+    def flags(self, modules: Sequence[str] | None = None) -> list[str]:
+        if self.name == "none":
+            return []
+        if self.name == "full":
+            return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        if self.name == "block":
+            return [
+                "--recompute-granularity",
+                "full",
+                "--recompute-method",
+                "block",
+                "--recompute-num-layers",
+                str(self.num_layers),
+            ]
+        return ["--recompute-granularity", "selective", *(["--recompute-modules", *modules] if modules else [])]
+
+    def describe(self) -> str:
+        return {
+            "none": "no recompute",
+            "full": "every layer fully recomputed",
+            "block": f"the first {self.num_layers} layer(s) of every virtual stage fully recomputed",
+            "selective": "every layer selectively recomputed",
+        }[self.name]
+
+
+def settings(options: Sequence[str], most_layers: int, selective: bool) -> list[Setting]:
+    """The settings Megatron-Core can say with the options the descriptions consider: none, full,
+    block N for N below the most layers a virtual stage holds, and selective when SLCT is Megatron's."""
+    found = []
+    if "NONE" in options:
+        found.append(Setting("none"))
+    if "FULL" in options:
+        found.append(Setting("full"))
+        if "NONE" in options:
+            found += [Setting("block", n) for n in range(1, most_layers)]
+    if selective and "SLCT" in options:
+        found.append(Setting("selective"))
+    return found
+
+
+def setting_of(cells: Sequence[dict[str, int]], selective: bool) -> Setting | None:
+    """The one setting that gives every cell (option → layers, model order) its options, or None."""
+    used = {option for cell in cells for option, n in cell.items() if n}
+    if used <= {"NONE"}:
+        return Setting("none")
+    if used == {"FULL"}:
+        return Setting("full")
+    if used == {"SLCT"}:
+        return Setting("selective") if selective else None
+    if used == {"FULL", "NONE"}:
+        for n in sorted({cell.get("FULL", 0) for cell in cells}):
+            block = Setting("block", n)
+            if n and all(
+                block.cell_options(sum(cell.values())) == _nonzero(cell, sum(cell.values())) for cell in cells
+            ):
+                return block
+    return None
+
+
+def _nonzero(cell: dict[str, int], layers: int) -> dict[str, int]:
+    full = cell.get("FULL", 0)
+    return {"FULL": full, "NONE": layers - full}
+
+
+def selective_modules(run: object | None) -> tuple[str, ...] | None:
+    """The `--recompute-modules` that SLCT stands for, when the run states them in Megatron's words."""
+    if run is None or getattr(run, "framework", None) != "megatron":
+        return None
+    raw = run.training.recompute  # type: ignore[attr-defined]
+    if isinstance(raw, MegatronRecompute) and raw.granularity == "selective":
+        return tuple(raw.recomputed_modules)
+    return None
+
+
+@dataclass(frozen=True)
+class MegatronFlags:
+    """What a Megatron-LM command line says about the pipeline and recompute."""
+
+    layout: str | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    pipeline_size: int | None = None
+    virtual_stages: int | None = None
+    granularity: str | None = None
+    method: str | None = None
+    num_layers: int | None = None
+    modules: tuple[str, ...] | None = None
+
+    def setting(self) -> Setting:
+        """The recompute setting, checked as `TransformerConfig.__post_init__` checks it."""
+        if self.granularity is None:
+            return Setting("none")
+        if self.granularity == "selective":
+            if self.method is not None or self.num_layers is not None:
+                raise LayoutError("--recompute-granularity selective takes no --recompute-method nor -num-layers")
+            return Setting("selective")
+        if self.granularity != "full":
+            raise LayoutError(f"--recompute-granularity must be full or selective, got {self.granularity!r}")
+        if self.method not in ("uniform", "block") or self.num_layers is None:
+            raise LayoutError("--recompute-granularity full needs --recompute-method uniform|block and -num-layers")
+        if self.num_layers < 1:
+            raise LayoutError(f"--recompute-num-layers must be positive, got {self.num_layers}")
+        return Setting("full") if self.method == "uniform" else Setting("block", self.num_layers)
+
+
+_VALUED = {
+    "--pipeline-model-parallel-layout": "layout",
+    "--decoder-first-pipeline-num-layers": "first_stage_layers",
+    "--decoder-last-pipeline-num-layers": "last_stage_layers",
+    "--pipeline-model-parallel-size": "pipeline_size",
+    "--num-virtual-stages-per-pipeline-rank": "virtual_stages",
+    "--recompute-granularity": "granularity",
+    "--recompute-method": "method",
+    "--recompute-num-layers": "num_layers",
+}
+_INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "virtual_stages", "num_layers"}
+
+
+def parse_flags(text: str) -> MegatronFlags:
+    """The pipeline and recompute flags of a Megatron-LM command line (other flags are skipped);
+    `--recompute-modules` takes every word up to the next flag, as argparse's nargs='*' does."""
+    try:
+        words = shlex.split(text, comments=True)
+    except ValueError as err:
+        raise LayoutError(f"cannot read the flags: {err}") from None
+    found: dict[str, object] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        name, _, inline = word.partition("=")
+        if name == "--recompute-modules":
+            modules = [inline] if inline else []
+            index += 1
+            while index < len(words) and not words[index].startswith("--"):
+                modules.append(words[index])
+                index += 1
+            found["modules"] = tuple(modules)
+            continue
+        if name == "--recompute-activations":
+            found["granularity"] = "selective"  # arguments.py: --recompute-activations sets selective
+        elif name in _VALUED:
+            if inline:
+                value = inline
+            elif index + 1 < len(words):
+                index += 1
+                value = words[index]
+            else:
+                raise LayoutError(f"{name} needs a value")
+            key = _VALUED[name]
+            if key in _INTEGERS:
+                try:
+                    found[key] = int(value)
+                except ValueError:
+                    raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+            else:
+                found[key] = value
+        index += 1
+    flags = MegatronFlags(**found)  # type: ignore[arg-type]
+    if flags.layout is not None and (flags.first_stage_layers is not None or flags.last_stage_layers is not None):
+        raise LayoutError(
+            "--pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-num-layers"
+        )
+    return flags

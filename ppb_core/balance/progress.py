@@ -1,0 +1,116 @@
+"""How a solve tells the outside world what it is doing, and what bounds its work.
+
+The solver calls a `ProgressHook` with a `Progress` at every step it finishes: the best plan's
+value so far (incumbent), the best proven lower bound and the gap between them. Front ends
+decide how to show it: the CLI draws it with rich on a terminal, the Dagster asset routes
+`Progress.line()` to its log. Seconds are reported for people only; no decision depends on them.
+
+`WorkLimits` are the deterministic limits that end a solve (HiGHS branch-and-bound nodes, local
+moves, rounds of the lazy path loop): the same input gives the same plan on any machine and load.
+`Clock` is the wall-clock safety bound (`-t`); when it is what stops a solve, the solve says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One step of a solve. Times in the descriptions' unit; `seconds` since the solve started."""
+
+    phase: str  # start | closed_form | start_plan | bound | round | tie_break | megatron | done
+    message: str
+    seconds: float
+    incumbent: float | None = None
+    bound: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        if self.incumbent is None or self.bound is None or self.incumbent <= 0:
+            return None
+        return max(0.0, (self.incumbent - self.bound) / self.incumbent)
+
+    def line(self) -> str:
+        """One log line: `[12.3 s] round: incumbent 1490.74, bound 1358.95, gap 8.84% — ...`."""
+        figures = []
+        if self.incumbent is not None:
+            figures.append(f"incumbent {self.incumbent:.6g}")
+        if self.bound is not None:
+            figures.append(f"bound {self.bound:.6g}")
+        if self.gap is not None:
+            figures.append(f"gap {self.gap:.2%}")
+        text = f"[{self.seconds:.1f} s] {self.phase}"
+        if figures:
+            text += ": " + ", ".join(figures)
+        return f"{text} — {self.message}" if self.message else text
+
+
+ProgressHook = Callable[[Progress], None]
+
+
+def log_lines(write: Callable[[str], None]) -> ProgressHook:
+    """A hook that writes each step as one line (e.g. `context.log.info` in a Dagster asset)."""
+    return lambda progress: write(progress.line())
+
+
+@dataclass(frozen=True)
+class WorkLimits:
+    """What ends a solve deterministically.
+
+    Branch-and-bound work is counted in nodes × size^1.5, size the program's columns and rows (a
+    node's LP and its strong branching grow about so), so one budget stops small and large
+    programs after similar effort.
+    """
+
+    node_work: int = 12_000_000  # the lazy-path rounds of one solve, all together
+    first_round_share: int = 16  # the first round gets this fraction of it; a round agreeing with its T doubles
+    rounds: int = 40
+    check_work: int = 2_000_000  # each feasibility check of a bisection (cut short counts as feasible)
+    tie_work: int = 2_000_000  # each lexicographic tie-breaking criterion
+    closed_nodes: int = 100_000  # the closed form's program (it is solved to optimality in far fewer)
+    local_moves: int = 400  # improving moves of the local search that starts the program
+    # schedule ops the local search may run (plans evaluated × 2·m·V·P ops each)
+    local_work: int = 20_000_000
+    seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+
+    @staticmethod
+    def nodes(work: int, size: int) -> int:
+        """Nodes a budget of *work* buys in a program of *size* columns and rows."""
+        return max(20, int(work / max(1, size) ** 1.5))
+
+
+class Clock:
+    """The wall-clock safety bound: seconds left, and whether it has run out."""
+
+    def __init__(self, seconds: float) -> None:
+        self.started = time.perf_counter()
+        self.seconds = seconds
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def remaining(self) -> float:
+        return self.seconds - self.elapsed
+
+    @property
+    def out(self) -> bool:
+        return self.remaining <= 0
+
+
+class Reporter:
+    """Sends `Progress` to a hook (if any), stamping the seconds."""
+
+    def __init__(self, hook: ProgressHook | None, clock: Clock) -> None:
+        self.hook = hook
+        self.clock = clock
+
+    def __call__(
+        self, phase: str, message: str = "", incumbent: float | None = None, bound: float | None = None
+    ) -> None:
+        if self.hook is not None:
+            self.hook(Progress(phase, message, self.clock.elapsed, incumbent, bound))

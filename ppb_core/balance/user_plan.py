@@ -1,0 +1,173 @@
+"""A plan written in a framework's own words, read back into the balancer's `Plan`.
+
+Two forms, both what the balancer prints (and what users write today by hand):
+
+* a MindFormers/HyperParallel yaml with `offset`, `recompute`, `select_recompute` and
+  `select_comm_recompute`, at the top level or where a MindFormers training yaml keeps them
+  (`model.model_config.offset`, `recompute_config.*`); a `select_recompute` given per operator
+  pattern must use one list for every pattern (ppb's SLCT is one setting);
+* Megatron-LM flags: `--pipeline-model-parallel-layout` (or `--decoder-first/last-pipeline-num-layers`,
+  or neither: the even split) and `--recompute-granularity/-method/-num-layers/-modules`, in a file
+  or as the text itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ppb_core.balance.megatron import LayoutError, MegatronFlags, parse_flags, parse_layout, validate_layout
+from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.errors import InputError
+from ppb_core.io import read_text, read_yaml
+from ppb_core.model.switches import CELL_RANK, OPTIONS
+
+
+def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None = None) -> tuple[Plan, str]:
+    """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
+
+    *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
+    run config); selective flags naming others cannot be priced and are refused.
+    """
+    path = Path(plan)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers"
+    if path.is_file():
+        text, where = read_text(path), str(path)
+    elif plan.lstrip().startswith("--"):
+        text, where = plan, "--plan"
+    else:
+        raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
+    try:
+        flags = parse_flags(text)
+    except LayoutError as err:
+        raise InputError(where, None, str(err)) from None
+    return from_megatron(problem, flags, where, modules), "megatron"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    document = read_yaml(path)
+    if not isinstance(document, dict):
+        raise InputError(path, None, "must hold a mapping with offset and the recompute lists")
+    return document
+
+
+def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
+    """The four values, from the top level or a MindFormers training yaml's places."""
+    found = {key: document[key] for key in YAML_KEYS if key in document}
+    model_config = (document.get("model") or {}).get("model_config") or {}
+    if "offset" not in found and isinstance(model_config, dict) and "offset" in model_config:
+        found["offset"] = model_config["offset"]
+    recompute_config = document.get("recompute_config") or {}
+    if isinstance(recompute_config, dict):
+        for key in YAML_KEYS[1:]:
+            if key not in found and key in recompute_config:
+                found[key] = recompute_config[key]
+    if not found:
+        raise InputError(where, "offset", "missing: give offset and the recompute lists (top level or MindFormers')")
+    for key in ("select_recompute", "select_comm_recompute"):
+        value = found.get(key)
+        if isinstance(value, dict):
+            lists = list(value.values())
+            if any(item != lists[0] for item in lists[1:]):
+                raise InputError(
+                    where, key, "per-pattern lists differ; ppb prices one selective setting, so give one list"
+                )
+            found[key] = lists[0] if lists else False
+    return found
+
+
+def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str) -> Plan:
+    values = _mindformers_values(document, where)
+    parallel = document.get("parallel_config") or {}
+    stages = parallel.get("pipeline_stage") if isinstance(parallel, dict) else None
+    if stages is not None and stages != problem.stages:
+        raise InputError(where, "parallel_config.pipeline_stage", f"{stages}, the run config has pp {problem.stages}")
+    try:
+        plan = plan_from_yaml(problem, values)
+    except InputError as err:
+        raise InputError(where, err.field, err.problem) from None
+    _check(plan, where)
+    return plan
+
+
+def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: str) -> list[int]:
+    """Body layers per cell in model order."""
+    p = problem
+    total = p.layers.nb_body_layers
+    if flags.pipeline_size is not None and flags.pipeline_size != p.stages:
+        raise InputError(where, "--pipeline-model-parallel-size", f"{flags.pipeline_size}, the run has pp {p.stages}")
+    if flags.layout is not None:
+        try:
+            layout = parse_layout(flags.layout, p.stages)
+            validate_layout(layout, total, p.mtp_layers)
+        except LayoutError as err:
+            raise InputError(where, "--pipeline-model-parallel-layout", str(err)) from None
+        if len(layout[0]) != p.chunks:
+            raise InputError(
+                where,
+                "--pipeline-model-parallel-layout",
+                f"{len(layout[0])} virtual stages per rank, the run has {p.chunks}",
+            )
+        return [layout[s][v].count("t") for v, s in p.cells]
+    cells = len(p.cells)
+    if flags.first_stage_layers is not None or flags.last_stage_layers is not None:
+        if p.chunks > 1 or p.stages < 2:
+            raise InputError(where, "--decoder-first-pipeline-num-layers", "needs pp > 1 without virtual stages here")
+        first = flags.first_stage_layers
+        last = flags.last_stage_layers
+        middle_stages = p.stages - (first is not None) - (last is not None)
+        rest = total - (first or 0) - (last or 0)
+        if middle_stages <= 0 or rest < 0 or rest % middle_stages:
+            raise InputError(
+                where,
+                "--decoder-first-pipeline-num-layers",
+                f"{rest} layers do not split evenly over {middle_stages} stages",
+            )
+        each = rest // middle_stages
+        return [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]
+    if total % cells:
+        raise InputError(where, "--pipeline-model-parallel-layout", f"missing, and {total} layers do not split evenly")
+    return [total // cells] * cells
+
+
+def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modules: tuple[str, ...] | None) -> Plan:
+    p = problem
+    try:
+        setting = flags.setting()
+    except LayoutError as err:
+        raise InputError(where, "--recompute-granularity", str(err)) from None
+    if setting.name == "selective":
+        asked = flags.modules or ("core_attn",)  # Megatron-Core's default
+        if modules is None or tuple(sorted(asked)) != tuple(sorted(modules)):
+            raise InputError(
+                where,
+                "--recompute-modules",
+                f"{' '.join(asked)}: the run config's training.recompute must say these modules "
+                "({granularity: selective, modules: [...]}) for ppb to price them",
+            )
+    sizes = _cell_layers_from_flags(p, flags, where)
+    counts = empty_counts(p)
+    remaining = [body.nb_layer for body in p.layers.bodies]
+    body = 0
+    for (v, s), size in zip(p.cells, sizes, strict=True):
+        wanted = setting.cell_options(size)
+        for option in sorted(wanted, key=lambda o: CELL_RANK[o]):
+            if wanted[option] and option not in p.options:
+                raise InputError(where, "--recompute-granularity", f"needs {option}, which the descriptions lack")
+            for _ in range(wanted[option]):
+                while remaining[body] == 0:
+                    body += 1
+                counts[body][v][s][OPTIONS.index(option)] += 1
+                remaining[body] -= 1
+    plan = Plan(p, freeze(counts))
+    _check(plan, where)
+    return plan
+
+
+def _check(plan: Plan, where: str) -> None:
+    problems = [text for text in plan.problems() if "is empty" not in text]
+    if problems:
+        raise InputError(where, None, problems[0])

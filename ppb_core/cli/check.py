@@ -1,0 +1,131 @@
+"""`ppb check RUN.yaml --plan PLAN`: a plan you already have, checked before you launch it.
+
+PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
+select_comm_recompute) or Megatron-LM flags (`--pipeline-model-parallel-layout ...` and the
+recompute flags), in a file or as the text itself. Every stage's memory is evaluated by the memory
+model against the device (which stage runs out, by how much, at which moment), the iteration in
+seconds by running the schedule on the time model's layer times, and the balancer's optimum for
+the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.outputs import cells
+from ppb_core.balance.problem import run_problem
+from ppb_core.balance.result import balance
+from ppb_core.balance.user_plan import read_plan
+from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.errors import InputError
+from ppb_core.estimate.check import check_plan
+from ppb_core.estimate.inputs import load_run
+from ppb_core.payload.run import describe_run
+
+EXIT_DOES_NOT_FIT = 1
+
+
+def check(args: argparse.Namespace) -> dict[str, Any]:
+    """The check as JSON."""
+    if not args.time_limit > 0:
+        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
+    run = load_run(args.run)
+    problem = run_problem(run, describe_run(run))
+    modules = selective_modules(run)
+    plan, form = read_plan(problem, args.plan, modules)
+    bodies = problem.describe()["bodies"]
+    evaluated = check_plan(run, cells(plan), bodies)
+    out: dict[str, Any] = {
+        "run": str(args.run),
+        "plan": args.plan,
+        "form": form,
+        **evaluated.to_json(),
+        "balancer": {
+            "iteration": plan.iteration_time,
+            "stage_memory_mb": plan.stage_memory_mb,
+            "fits": plan.fits,
+        },
+    }
+    over = evaluated.overflowing
+    if over:
+        worst = min(over, key=lambda stage: stage.free_mb)
+        out["message"] = (
+            f"stage {worst.stage} runs out of memory by {-worst.free_mb:,.0f} MB at its {worst.moment} "
+            f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB)"
+            + (f"; {len(over) - 1} other stage(s) too" if len(over) > 1 else "")
+        )
+    if not args.no_optimum:
+        with progress_hook(args.quiet) as hook:
+            result = balance(problem, args.time_limit, progress=hook, modules=modules)
+        if result["status"] != "infeasible" and "cells" in result:
+            optimum = check_plan(run, result["cells"], result["input"]["bodies"])
+            out["optimum"] = {
+                "iteration_s": optimum.iteration_s,
+                "fits": optimum.fits,
+                "peak_mb": max(stage.peak_mb for stage in optimum.stages),
+                "status": result["status"],
+                "gap": result["gap"],
+                "speedup": evaluated.iteration_s / optimum.iteration_s if optimum.iteration_s > 0 else None,
+                "offset": result["offset"],
+                "recompute": result["recompute"],
+                "select_recompute": result["select_recompute"],
+                "select_comm_recompute": result["select_comm_recompute"],
+                "megatron": result["megatron"].get("flags"),
+            }
+        else:
+            out["optimum"] = {"status": result["status"], "message": result.get("message")}
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    out = check(args)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        render(out)
+    return 0 if out["fits"] else EXIT_DOES_NOT_FIT
+
+
+def render(out: dict[str, Any]) -> None:
+
+    console = table_console()
+    console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {out['form']} plan {escape(out['plan'])}")
+    table = Table(title="stages (memory model, usable device memory)")
+    for name in ("stage", "layers", "options", "peak MB", "device MB", "free MB", "moment", "fits"):
+        table.add_column(name, justify="left" if name in ("options", "moment") else "right")
+    for row in out["stages"]:
+        table.add_row(
+            str(row["stage"]),
+            str(row["layers"]),
+            " ".join(f"{k}:{v}" for k, v in row["options"].items()),
+            f"{row['peak_mb']:,.0f}",
+            f"{row['device_mb']:,.0f}",
+            f"{row['free_mb']:,.0f}",
+            row["moment"],
+            "yes" if row["fits"] else "[bold red]NO[/bold red]",
+        )
+    console.print(table)
+    console.print(f"iteration {out['iteration_s']:.3f} s (the pipeline schedule run on the layers' times)")
+    if out.get("message"):
+        console.print(f"[bold red]{escape(out['message'])}[/bold red]")
+    else:
+        console.print("every stage fits")
+    optimum = out.get("optimum")
+    if optimum and "iteration_s" in optimum:
+        console.print(
+            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:.3f} s, "
+            f"{optimum['speedup']:.3f}× yours, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
+            f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
+            f"select_comm_recompute {optimum['select_comm_recompute']}",
+            soft_wrap=True,
+        )
+        if optimum.get("megatron"):
+            console.print("  Megatron-LM:", escape(optimum["megatron"]), soft_wrap=True)
+    elif optimum:
+        console.print(f"the balancer: {optimum['status']} {escape(optimum.get('message') or '')}")

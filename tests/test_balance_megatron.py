@@ -1,0 +1,184 @@
+"""Megatron-Core's layout and recompute flags: the parser's rules, every shipped config's layout parsed back.
+
+The rules are Megatron-Core's (Megatron-LM core_v0.19.0, commit 5be96267,
+megatron/core/transformer/pipeline_parallel_layer_layout.py): the expected values below are its
+own documented examples (the `parse_str_to_list` docstring, docs/user-guide/features/
+pipeline_parallel_layout.md) and what `validate_layer_layout` asserts.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppb_core.balance.megatron import (
+    LayoutError,
+    Setting,
+    expand,
+    format_layout,
+    model_order,
+    parse_layout,
+    setting_of,
+    validate_layout,
+)
+from ppb_core.balance.outputs import megatron, virtual_stages
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.program import solve
+from ppb_core.config.run import load_run_config
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.run import describe_run
+from ppb_core.payload.sapp import layer_set
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+def test_megatrons_documented_example() -> None:
+    # parse_str_to_list's docstring: "Ettt|(tt|)*29,m|L" is [["E","t","t","t"]] + [["t","t"]]*29 + [["m"],["L"]]
+    assert expand("Ettt|(tt|)*29,m|L").split("|") == ["Ettt"] + ["tt"] * 29 + ["m", "L"]
+    # the DeepSeek-V3 layout of the docs, PP 16: rank 0 holds E + 3 t, then 2 t; rank 14 holds 2 t, then m;
+    # rank 15 holds 2 t, then L
+    layout = parse_layout("Et*3|(tt|)*29,m|L", 16)
+    assert layout[0] == ["Ettt", "tt"] and layout[14] == ["tt", "m"] and layout[15] == ["tt", "L"]
+    validate_layout(layout, 61, 1)
+    # "Empty stages are allowed, for example E||t|L"
+    validate_layout(parse_layout("E||t|L", 2), 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "pp", "layers", "mtp", "reason"),
+    [
+        ("Et|tL", 3, 2, 0, "not a multiple"),
+        ("Ex|tL", 2, 2, 0, "invalid layer character"),
+        ("tE|tL", 2, 2, 0, "first layer must be the embedding"),
+        ("Et|Lt", 2, 2, 0, "last layer must be the loss"),
+        ("Et|EtL", 2, 2, 0, "exactly once"),
+        ("Et|tL", 2, 3, 0, "decoder layers"),
+        ("Et|tL", 2, 2, 1, "MTP layers"),
+        ("Em|ttL", 2, 2, 1, "before the MTP"),
+        # V = 2, P = 2: stage 1 is rank 1's first virtual stage, where no m may go
+        ("Et|m||L", 2, 1, 1, "last virtual stage"),
+        ("Et|m|mL", 3, 1, 2, "one virtual stage"),
+    ],
+)
+def test_megatrons_refusals(text: str, pp: int, layers: int, mtp: int, reason: str) -> None:
+    with pytest.raises(LayoutError, match=reason):
+        validate_layout(parse_layout(text, pp), layers, mtp)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="t", max_size=7), min_size=1, max_size=40), st.integers(0, 3))
+def test_formatted_layouts_parse_back(middles: list[str], mtp: int) -> None:
+    stages = ["E" + middles[0], *middles[1:]]
+    stages[-1] += "m" * mtp + "L"
+    text = format_layout(stages)
+    assert expand(text).split("|") == stages
+    assert model_order(parse_layout(text, len(stages))) == stages
+
+
+def _plan(problem: BalanceInput, per_cell: list[list[dict[str, int]]]) -> Plan:
+    counts = empty_counts(problem)
+    for v, row in enumerate(per_cell):
+        for s, options in enumerate(row):
+            for option, n in options.items():
+                counts[0][v][s][OPTIONS.index(option)] = n
+    return Plan(problem, freeze(counts))
+
+
+def _problem(layers: int, stages: int, chunks: int, mtp: int = 0) -> BalanceInput:
+    body = {
+        "name": "BODY_0",
+        "type": "BODY",
+        "nb_layer": layers,
+        "time": 1,
+        "memory_parameter": 1,
+        "memory_activation": 1,
+        "memory_select_rec": 1,
+        "memory_select_comm": 1,
+        "memory_recompute": 1,
+    }
+    ends = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1},
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1},
+    ]
+    return BalanceInput(
+        layer_set([ends[0], body, ends[1]]), stages, 2 * stages, chunks, 1e9, framework="megatron", mtp_layers=mtp
+    )
+
+
+def test_layout_with_mtp_and_flags_quoted() -> None:
+    # P = 2, V = 2, 6 layers, one MTP layer: cells in model order (0,0) (0,1) (1,0) (1,1) hold 1, 2, 2, 1
+    problem = _problem(6, 2, 2, mtp=1)
+    plan = _plan(problem, [[{"NONE": 1}, {"NONE": 2}], [{"NONE": 2}, {"NONE": 1}]])
+    assert virtual_stages(plan) == ["Et", "tt", "tt", "tmL"]
+    out = megatron(plan)
+    assert out["layout"] == "Et|tt|tt|tmL" and out["recompute_expressible"] and out["recompute"] == []
+    # the flags survive a POSIX shell unchanged
+    assert shlex.split(out["flags"]) == ["--pipeline-model-parallel-layout", "Et|tt|tt|tmL"]
+    validate_layout(parse_layout(out["layout"], 2), 6, 1)
+
+
+def test_recompute_settings() -> None:
+    problem = _problem(6, 2, 2)
+    block = _plan(problem, [[{"FULL": 1}, {"FULL": 1, "NONE": 1}], [{"FULL": 1, "NONE": 1}, {"FULL": 1}]])
+    assert megatron(block)["recompute"] == [
+        "--recompute-granularity",
+        "full",
+        "--recompute-method",
+        "block",
+        "--recompute-num-layers",
+        "1",
+    ]
+    full = _plan(problem, [[{"FULL": 1}, {"FULL": 2}], [{"FULL": 2}, {"FULL": 1}]])
+    assert megatron(full)["recompute"][:4] == ["--recompute-granularity", "full", "--recompute-method", "uniform"]
+    # block 2 gives a one-layer virtual stage FULL 1, a two-layer one FULL 2: the same as all FULL here,
+    # so block 1 with a two-layer stage fully recomputed is not one setting
+    mixed = _plan(problem, [[{"FULL": 1}, {"FULL": 2}], [{"FULL": 1, "NONE": 1}, {"FULL": 1}]])
+    assert setting_of([{"FULL": 1}, {"FULL": 2}, {"FULL": 1, "NONE": 1}, {"FULL": 1}], False) is None
+    out = megatron(mixed)
+    assert out["recompute_expressible"] is False and "one setting" in out["note"]
+    # COMM re-sends the tensor-parallel gathers: no Megatron-Core module does
+    comm = _plan(problem, [[{"COMM": 1}, {"COMM": 2}], [{"COMM": 2}, {"COMM": 1}]])
+    assert megatron(comm)["recompute"] is None and "gathers" in megatron(comm)["note"]
+    # SLCT everywhere is selective recompute with the run's modules, and only with them
+    slct = _plan(problem, [[{"SLCT": 1}, {"SLCT": 2}], [{"SLCT": 2}, {"SLCT": 1}]])
+    assert megatron(slct)["recompute"] is None
+    assert megatron(slct, ("core_attn", "moe_act"))["recompute"] == [
+        "--recompute-granularity",
+        "selective",
+        "--recompute-modules",
+        "core_attn",
+        "moe_act",
+    ]
+    assert Setting("block", 2).cell_options(1) == {"FULL": 1, "NONE": 0}
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=lambda path: path.stem)
+def config_plan(request):
+    run = load_run_config(request.param)
+    problem = run_problem(run, describe_run(run))
+    return run, problem, solve(problem, time_limit=120, exact=False).plan
+
+
+def test_every_shipped_config_layout_parses_back(config_plan) -> None:
+    """The closed form's plan of each shipped config, its layout read back by Megatron-Core's rules."""
+    run, problem, plan = config_plan
+    assert plan is not None
+    out = megatron(plan)
+    if problem.schedule_name == "dualpipev" or len(run.model_names) > 1:
+        assert out["layout"] is None  # Megatron runs neither DualPipeV nor a tower in its decoder layout
+        return
+    arguments = shlex.split(out["flags"])
+    layout_text = arguments[arguments.index("--pipeline-model-parallel-layout") + 1]
+    layout = parse_layout(layout_text, run.parallel.pp)
+    layers = sum(run.spec(name).num_layers for name in run.model_names)
+    mtp = sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names)
+    validate_layout(layout, layers, mtp)
+    assert len(layout[0]) == run.parallel.vpp
+    # each virtual stage holds the plan's layers of its cell
+    for v, s in problem.cells:
+        assert layout[s][v].count("t") == plan.cell_layers(v, s)
