@@ -13,7 +13,12 @@ from test_memory_activations import MLA, MOE
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.estimate.run import estimate
-from ppb_core.memory import stage_peaks
+from ppb_core.memory import run_workspace_bytes, stage_peaks
+from ppb_core.memory.frameworks.workspaces import (
+    torch_cublas_workspace_bytes,
+    torch_training_workspace_bytes,
+    transformer_engine_workspace_bytes,
+)
 from ppb_core.model.switches import KEEP_ALL, LayerType
 from ppb_core.model.walk import walk
 
@@ -314,3 +319,59 @@ def test_fp8_caches_of_the_experts():
     assert after["moe.expert.gate_up_output"] == 1024 * 1.03125
     assert after["moe.norm_output"] == before["moe.norm_output"] == 16 * 32 * 2
     assert model(fp8).buffers(body(fp8, "moe"), NOT).kept_bytes() == 512 * 1.03125
+
+
+# --- GEMM workspaces (ppb_core/memory/frameworks/workspaces.py) ---------------------------------
+
+
+def test_gemm_workspaces_by_compute_capability():
+    # PyTorch CublasHandlePool.cpp parseChosenWorkspaceSize: 4096 KiB · 8 = 33554432 on 9.x/10.x/12.x,
+    # 4096 KiB · 2 + 16 KiB · 8 = 8388608 + 131072 = 8519680 before; TE gemm.py
+    # get_cublas_workspace_size_bytes: 32 MiB + 1 KiB = 33555456 on 9.0 and later, 4194304 before.
+    assert torch_cublas_workspace_bytes(9.0) == 33554432
+    assert torch_cublas_workspace_bytes(10.0) == 33554432
+    assert torch_cublas_workspace_bytes(8.0) == 8519680
+    assert transformer_engine_workspace_bytes(9.0) == 33555456
+    assert transformer_engine_workspace_bytes(8.0) == 4194304
+    # training: the forward thread's handle and autograd's device thread's handle
+    assert torch_training_workspace_bytes(8.0) == 2 * 8519680
+    assert torch_training_workspace_bytes(0.0) == 0
+
+
+def test_every_stage_holds_the_workspaces_once():
+    # DENSE on 2 stages. Megatron on an A100 (8.0): 2·8519680 + 4194304 = 21233664 a stage;
+    # torchtitan on an H100 (9.0): 2·33554432 = 67108864; MindFormers (SAPP's payload): none.
+    cases = (
+        ("megatron", "a100-80gb", 21233664),
+        ("torchtitan", "h100-80gb", 67108864),
+        ("mindformers", "h100-80gb", 0),
+    )
+    for framework, device, expected in cases:
+        run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, framework=framework, device={"name": device})
+        memory = model(run)
+        assert run_workspace_bytes(run, memory) == expected
+        bare = sum(memory.static_bytes(layer) for layer in walk(run))
+        peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+        assert sum(peak.static_bytes for peak in peaks) == bare + 2 * expected
+        assert all(peak.step_static_bytes >= expected for peak in peaks)
+
+
+def test_megatron_workspaces_follow_the_stage_layers():
+    # MOE (2 MoE layers, hidden 32, vocabulary 1024) on 2 stages under Megatron, generic device
+    # (compute capability 9.0): each stage runs routed experts, so TE's grouped GEMM adds
+    # TE_COMPUTE_STREAMS = 4 workspaces of 33555456: 2·33554432 + 5·33555456 = 234886144.
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [234886144, 234886144]
+    # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
+    # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
+    # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).
+    run = make_run(DENSE, parallel={"pp": 2, "tp": 2, "sequence_parallel": True, "zero": 0}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
+    # the balancer charges every stage the most any stage could hold: the TAIL's stage's
+    assert run_workspace_bytes(run, memory) == 100664320 + 8192

@@ -87,11 +87,16 @@ def test_census_seam_replaces_one_model_pricer():
     assert MemoryModel(run, activations={"m": Halved()}).activation_bytes(body(run), NOT) == 115712 / 2
 
 
+WORKSPACES = 2 * 32 * 2**20 + 32 * 2**20 + 1024
+
+
 def test_stage_peaks_by_hand():
     # DENSE (untied), 4 layers on 2 stages, tp 1, ZeRO-0, s 64, flash; hand-stated in-flight 2 and 1.
     # static: HEAD 1024·64·18 = 1179648, body 41088·18 = 739584, TAIL (1024·64 + 64)·18 = 1180800.
     # activations: HEAD 512, body 115712, TAIL 279040. No buffers (no TP, no DP reduce bucket).
     # working: a body's 32768; the TAIL's largest gradient is its logits', 64·1024·2 = 131072.
+    # Every stage also holds the GEMM workspaces on the generic device (compute capability 9.0):
+    # PyTorch's two cuBLAS handles' 2·32 MiB and Transformer Engine's 32 MiB + 1 KiB = 100664320.
     run = make_run(
         DENSE,
         parallel={"pp": 2, "zero": 0},
@@ -101,12 +106,12 @@ def test_stage_peaks_by_hand():
     memory = model(run)
     first, last = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=1000 * MB, reserved_bytes=100 * MB)
     assert (first.body_layers, first.in_flight, last.in_flight) == (2, (2,), (1,))
-    assert first.static_bytes == 1179648 + 2 * 739584
+    assert first.static_bytes == 1179648 + 2 * 739584 + WORKSPACES
     assert first.activation_bytes == 2 * (512 + 2 * 115712)
     assert first.buffer_bytes == 0
     assert first.working_bytes == 32768
-    assert first.peak_bytes == 1179648 + 2 * 739584 + 2 * (512 + 2 * 115712) + 32768 + 100 * MB
-    assert last.static_bytes == 2 * 739584 + 1180800
+    assert first.peak_bytes == 1179648 + 2 * 739584 + WORKSPACES + 2 * (512 + 2 * 115712) + 32768 + 100 * MB
+    assert last.static_bytes == 2 * 739584 + 1180800 + WORKSPACES
     assert last.activation_bytes == 2 * 115712 + 279040
     assert last.working_bytes == 131072
     assert first.fits and last.fits

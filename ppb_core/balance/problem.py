@@ -11,7 +11,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.memory import run_working_set_bytes
+from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
@@ -188,12 +188,13 @@ def run_problem(
     device's memory less reserved_mb; a keyword given overrides the run config's value.
 
     The constant memory every stage holds besides its layers' descriptions defaults to the largest
-    working set of one layer's backward (`memory.run_working_set_bytes`): SAPP descriptions do not
-    count it, and a stage's peak comes while a backward runs. With it, every stage of a plan fits
+    working set of one layer's backward (`memory.run_working_set_bytes`) and the GEMM libraries'
+    workspaces (`memory.run_workspace_bytes`): SAPP descriptions count neither, and a stage's peak
+    comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
     """
     if constant_memory_mb is None:
-        constant_memory_mb = math.ceil(run_working_set_bytes(run) / MB)
+        constant_memory_mb = math.ceil((run_working_set_bytes(run) + run_workspace_bytes(run)) / MB)
     par = run.parallel
     return BalanceInput(
         layer_set(descriptions, run.source),

@@ -76,6 +76,10 @@ class DeviceProfile:
     # --tp-comm-overlap) default to num_sm=16 for their bulk and pipelined methods
     # (transformer_engine/pytorch/module/base.py, initialize_ub). 16 taken for every collective.
     comm_sms: int = 16
+    # CUDA compute capability (NVIDIA's CUDA GPUs table: A100 8.0, H100/H200/H800 9.0, B200 10.0);
+    # 0 where the device is not a CUDA GPU (Ascend). Transformer Engine sizes its cuBLAS workspace by
+    # it (ppb_core.memory.frameworks.workspaces).
+    compute_capability: float = 9.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -105,6 +109,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         flash2_backward_efficiency=0.57,
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
+        compute_capability=8.0,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: 80GB HBM3 (81559 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
@@ -122,7 +127,16 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
     "b200": DeviceProfile(
-        "b200", 183359, 2250.0, 7672.0, 900.0, 50.0, sm_count=148, matmul_efficiency=0.776, fp8_matmul_efficiency=0.763
+        "b200",
+        183359,
+        2250.0,
+        7672.0,
+        900.0,
+        50.0,
+        sm_count=148,
+        matmul_efficiency=0.776,
+        fp8_matmul_efficiency=0.763,
+        compute_capability=10.0,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
@@ -145,6 +159,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         flash2_backward_efficiency=0.57,
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
+        compute_capability=0.0,
     ),
     # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved

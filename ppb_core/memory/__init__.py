@@ -2,7 +2,14 @@
 
 from ppb_core.memory.activations import ActivationFormulas, ActivationTerm
 from ppb_core.memory.buffers import Buffers, BufferTerm
-from ppb_core.memory.model import MemoryModel, StateMemory, run_memory_fit, run_stage_peaks, run_working_set_bytes
+from ppb_core.memory.model import (
+    MemoryModel,
+    StateMemory,
+    run_memory_fit,
+    run_stage_peaks,
+    run_working_set_bytes,
+    run_workspace_bytes,
+)
 from ppb_core.memory.peak import (
     MOMENTS,
     StagePeak,
@@ -36,5 +43,6 @@ __all__ = [
     "run_memory_fit",
     "run_stage_peaks",
     "run_working_set_bytes",
+    "run_workspace_bytes",
     "stage_peaks",
 ]

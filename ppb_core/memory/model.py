@@ -367,6 +367,16 @@ def run_working_set_bytes(
     return most
 
 
+def run_workspace_bytes(
+    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
+) -> float:
+    """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
+    layer kinds together ask (`FrameworkRules.workspace_bytes`); no layer's description counts it."""
+    memory = memory if memory is not None else MemoryModel(run)
+    layer_walk = layer_walk if layer_walk is not None else walk(run)
+    return memory.rules.workspace_bytes(memory.setup, {layer.kind for layer in layer_walk})
+
+
 def run_stage_peaks(
     run: RunConfig,
     memory: MemoryModel | None = None,

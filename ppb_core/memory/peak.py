@@ -3,7 +3,8 @@
 Each moment is what is alive then (docs/memory.md, "Stage peak"):
 
 * **backward** (as the first backward runs at the end of warm-up): static memory (every layer of
-  the stage, HEAD and TAIL included) + activations × micro-batches in flight of each layer's
+  the stage, HEAD and TAIL included, and the GEMM libraries' workspaces,
+  `FrameworkRules.workspace_bytes`) + activations × micro-batches in flight of each layer's
   chunk + kept buffers with that many in flight + the largest working set of one layer's
   backward (recompute, gradients, the framework's gathered parameters, gradient buffers and the
   workspaces it holds once per stage);
@@ -214,8 +215,12 @@ def stage_peaks(
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
         if option is not None:
             total["body"] += count
+    kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
+    for stage, _chunk, _model, _node, kind, *_ in groups:
+        kinds_of[stage].add(kind)
     peaks = []
     for stage, total in totals.items():
+        workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
         # the vector of the largest activations + buffers (on a tie, the first listed)
         index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
         peaks.append(
@@ -223,14 +228,14 @@ def stage_peaks(
                 stage=stage,
                 body_layers=total["body"],
                 in_flight=tuple(vectors[stage][index]),
-                static_bytes=total["static"],
+                static_bytes=total["static"] + workspace,
                 activation_bytes=dynamic[stage][index][0],
                 buffer_bytes=dynamic[stage][index][1],
                 working_bytes=total["work"],
                 reserved_bytes=reserved_bytes,
                 device_bytes=device_bytes,
                 loss_bytes=total["loss"],
-                step_static_bytes=total["step"],
+                step_static_bytes=total["step"] + workspace,
                 holds_tail=total["tail"],
             )
         )

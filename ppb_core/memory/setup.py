@@ -31,6 +31,7 @@ class MemorySetup(Geometry):
     shard_level: int = 1  # ZeRO: 1 optimizer states, 2 and gradients, 3 (or FSDP) and parameters
     buffer_rule: str = "layered"
     fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
+    compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
 
     def __post_init__(self) -> None:
@@ -51,6 +52,7 @@ class MemorySetup(Geometry):
             shard_level=run.shard_level,
             buffer_rule=buffer_rule,
             fp8_cache=train.fp8_cache,
+            compute_capability=run.device.profile().compute_capability,
             framework=run.framework,
         )
 

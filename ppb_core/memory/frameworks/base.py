@@ -11,12 +11,13 @@ together:
 * what it holds statically (`static`: parameters, gradients, optimizer states as sharded);
 * what its backward holds beyond that (`parameter_working_bytes`: gathered parameters,
   unsharded gradients, reduce-scatter buffers);
-* what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`).
+* what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`);
+* which library workspaces every stage keeps once (`workspace_bytes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import ActivationTerm, kept
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -83,6 +84,11 @@ class FrameworkRules:
         SAPP's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
         """
         return gathered * gathered_parameter_bytes(params, setup)
+
+    def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
+        """Workspaces a stage running layers of *kinds* keeps at every moment, once per device: the
+        GEMM libraries' (`workspaces.py`) and the framework's persistent buffers. SAPP counts none."""
+        return 0.0
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """What the loss's forward and backward hold at most beyond the tail's kept activations."""

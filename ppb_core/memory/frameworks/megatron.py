@@ -50,15 +50,29 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   while it is built, the 16-bit logits of the output layer are alive next to it, and in the
   backward the output layer casts the fp32 gradient (the softmax storage) to 16 bits again:
   either way `bc·T·⌈v/t⌉` beyond what the tail keeps.
+* **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
+  thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
+  routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
+* **The output layer's gathered input is a persistent buffer.** The output layer is Megatron's own
+  `ColumnParallelLinear` (gpt_model.py), whose `LinearWithGradAccumulationAndAsyncCommunication.
+  forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
+  "mpu")` (megatron/core/tensor_parallel/layers.py); `GlobalMemoryBuffer.get_tensor`
+  (megatron/core/utils.py) allocates the largest size asked for and never frees it: `T·h·bc` held
+  from then on by the stage holding the TAIL, under sequence parallelism.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.workspaces import (
+    TE_COMPUTE_STREAMS,
+    torch_training_workspace_bytes,
+    transformer_engine_workspace_bytes,
+)
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
@@ -115,6 +129,13 @@ def megatron_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[Activat
     return (*kept_terms, probs)
 
 
+def routes_experts(kind: LayerKind) -> bool:
+    """Whether a layer runs routed experts: an MoE body, or a TAIL whose MTP layer is one."""
+    if isinstance(kind, BodyKind):
+        return isinstance(kind.mlp, Moe)
+    return isinstance(kind, TailKind) and kind.mtp_body is not None and isinstance(kind.mtp_body.mlp, Moe)
+
+
 class MegatronRules(FrameworkRules):
     name = "megatron"
     transients_per_stage = True
@@ -143,6 +164,22 @@ class MegatronRules(FrameworkRules):
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
+
+    def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
+        """PyTorch's and Transformer Engine's cuBLAS workspaces, TE's grouped-GEMM ones where experts
+        run, and the output layer's persistent all-gather buffer (module docstring)."""
+        found = 0.0
+        capability = setup.compute_capability
+        if capability > 0:
+            te_workspace = transformer_engine_workspace_bytes(capability)
+            found += torch_training_workspace_bytes(capability) + te_workspace
+            if any(routes_experts(kind) for kind in kinds):
+                found += TE_COMPUTE_STREAMS * te_workspace
+        if setup.sp > 1:
+            tails = [kind.hidden_size for kind in kinds if isinstance(kind, TailKind)]
+            if tails:
+                found += setup.tokens * max(tails) * setup.dtype_bytes
+        return found
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""

@@ -46,15 +46,18 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   log-probabilities (8 bytes per logit, measured on the CPU in tests/test_frameworks.py). Without
   PP, torchtitan/train.py `forward_backward_step` deletes the logits before the backward; the
   pipeline's last stage keeps them in its forward cache (stage.py `fwd_cache`) until then.
+* **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
+  thread), allocated once and kept on every stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
@@ -236,6 +239,10 @@ class TorchtitanRules(FrameworkRules):
         computing = 2 * bc * own + bc * prefetched + reduce * reducing
         reducing_own = (bc + reduce) * own + bc * prefetched
         return max(computing, reducing_own)
+
+    def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
+        """PyTorch's cuBLAS workspaces (module docstring)."""
+        return float(torch_training_workspace_bytes(setup.compute_capability))
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)

@@ -1,0 +1,351 @@
+"""Our stage peaks against published peak-memory measurements of real training runs.
+
+    python bench/public_memory.py
+
+Each row is a measured peak of a named run, with the settings read from the same source, next to
+ppb's peak for the stage the measurement was taken on (reserved memory set to 0: the counters
+below leave the CUDA context and NCCL out). What the source does not state is an assumption,
+written in the row.
+
+Sources:
+- Megatron-LM functional tests (NVIDIA/Megatron-LM at d98e8a64, tests/functional_tests/test_cases/
+  <case>/model_config.yaml for the settings, golden_values_dev_dgx_<gpu>.json for the measurements,
+  tests/test_utils/recipes/h100/gpt.yaml: one node of 8 GPUs). `mem-max-allocated-bytes` is
+  `torch.cuda.max_memory_allocated()` logged by megatron/training/training.py `training_log`
+  with `--log-memory-to-tensorboard`, on the rank that writes the logs: the last rank (the last
+  pipeline stage). The value of the last logged iteration is taken (steady from the second).
+  Unstated flags take Megatron's defaults (megatron/training/arguments.py): attention and hidden
+  dropout 0.1, LayerNorm, GeLU MLP of 4h, biases, learned absolute positions, the vocabulary
+  padded to a multiple of 128·tp, fp32 main gradients (bf16 sets `--main-grads-dtype fp32`).
+- torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
+  "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
+  caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
+  not scored.
+
+Prints each row's measured and predicted GiB and the error, then the largest absolute error of
+the allocated rows.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.config.run import RunConfig, parse_run_config  # noqa: E402
+from ppb_core.memory.model import run_stage_peaks  # noqa: E402
+
+GIB = 2**30
+MEGATRON_TESTS = "NVIDIA/Megatron-LM d98e8a64 tests/functional_tests/test_cases"
+TORCHTITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    name: str
+    source: str  # file the measurement and its settings are read from
+    raw: dict[str, Any]  # the run config
+    stage: int  # the pipeline stage measured
+    measured_gib: float
+    allocated: bool = True  # False: the allocator's reserved peak (a bound on the allocated peak)
+    assumptions: tuple[str, ...] = field(default=())
+
+
+# gpt/gpt3_7b_tp{1,4}_pp{4,1}_memory_speed/model_config.yaml: 32 layers, h 4096, 32 heads, 8 query
+# groups, untied embeddings, sequence 8192, vocabulary 131073, no --swiglu/--normalization/
+# --position-embedding-type/--disable-bias-linear/dropout flags (Megatron's defaults).
+GPT_7B = {
+    "vocab_size": 131073,
+    "hidden_size": 4096,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 16384,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "position_embedding": "learned",
+    "max_position_embeddings": 8192,
+    "attention_bias": True,
+    "attention_output_bias": True,
+    "mlp_bias": True,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+
+
+def _gpt_7b(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> dict[str, Any]:
+    data_parallel = 8 // (tp * pp)
+    return {
+        "name": f"megatron-gpt3-7b-tp{tp}-pp{pp}-{gpu}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": GPT_7B, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": data_parallel,
+            "tp": tp,
+            "pp": pp,
+            "vpp": vpp,
+            "zero": 1,  # --use-distributed-optimizer
+            **({"schedule": "interleaved"} if vpp > 1 else {}),
+        },
+        "training": {
+            "seq_length": 8192,
+            "micro_batch_size": micro_batch_size,
+            # --global-batch-size 8 over the data-parallel ranks
+            "micro_batches": 8 // (micro_batch_size * data_parallel),
+            "dtype": "bf16",
+            "flash_attention": True,  # TE's fused attention (the default backend)
+        },
+        "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
+    }
+
+
+def _megatron_rows() -> list[MeasuredPeak]:
+    rows = []
+    # (case, tp, pp, vpp, micro-batch size, {gpu: last mem-max-allocated-bytes})
+    cases = (
+        ("gpt3_7b_tp1_pp4_memory_speed", 1, 4, 8, 1, {"h100": 60720852992, "a100": 60489064448}),
+        ("gpt3_7b_tp4_pp1_memory_speed", 4, 1, 1, 2, {"h100": 57143791616, "a100": 58188115968}),
+    )
+    for case, tp, pp, vpp, mbs, measured in cases:
+        for gpu, peak in measured.items():
+            rows.append(
+                MeasuredPeak(
+                    f"Megatron GPT 7B TP{tp} PP{pp} ({gpu.upper()})",
+                    f"{MEGATRON_TESTS}/gpt/{case}/golden_values_dev_dgx_{gpu}.json",
+                    _gpt_7b(tp, pp, vpp, mbs, gpu),
+                    stage=pp - 1,
+                    measured_gib=peak / GIB,
+                    assumptions=(
+                        "dp 2 (one node of 8 GPUs)",
+                        "PyTorch's default cuBLAS workspace (the test sets CUBLAS_WORKSPACE_CONFIG=:4096:8)",
+                    ),
+                )
+            )
+    return rows
+
+
+# gpt/gpt3_mcore_*: 12 layers, h 512, 8 heads, sequence 1024, micro-batch 4, global batch 32, the
+# GPT-2 BPE vocabulary (50257 entries, tests/functional_tests/shared_data: gpt2 vocab.json), tied
+# embeddings (no --untie-embeddings-and-output-weights), attention without flash kernels
+# (`--attention-backend unfused`, or `--transformer-impl local`), Megatron's other defaults.
+GPT_SMALL = {
+    "vocab_size": 50257,
+    "hidden_size": 512,
+    "num_layers": 12,
+    "num_attention_heads": 8,
+    "intermediate_size": 2048,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "tied_embeddings": True,
+    "position_embedding": "learned",
+    "max_position_embeddings": 1024,
+    "attention_bias": True,
+    "attention_output_bias": True,
+    "mlp_bias": True,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+
+
+def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
+    data_parallel = 8 // pp
+    return {
+        "name": f"megatron-{case}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": GPT_SMALL, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": data_parallel,
+            "pp": pp,
+            "vpp": vpp,
+            "zero": zero,
+            **({"schedule": "interleaved"} if vpp > 1 else {}),
+        },
+        "training": {
+            "seq_length": 1024,
+            "micro_batch_size": 4,
+            "micro_batches": 32 // (4 * data_parallel),
+            "dtype": "bf16",
+            "flash_attention": False,
+        },
+        "device": {"name": "h100-80gb", "reserved_mb": 0},
+    }
+
+
+def _megatron_small_rows() -> list[MeasuredPeak]:
+    # (case, pp, vpp, zero: 1 with --use-distributed-optimizer, H100 last mem-max-allocated-bytes)
+    cases = (
+        ("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files", 1, 1, 1, 4702430720),
+        ("gpt3_mcore_te_tp1_pp4_vp1", 4, 3, 0, 4161191424),
+        ("gpt3_mcore_tp1_pp2", 2, 1, 0, 3633177600),
+    )
+    return [
+        MeasuredPeak(
+            f"Megatron {case.removeprefix('gpt3_mcore_')} (H100)",
+            f"{MEGATRON_TESTS}/gpt/{case}/golden_values_dev_dgx_h100.json",
+            _gpt_small(case, pp, vpp, zero),
+            stage=pp - 1,
+            measured_gib=peak / GIB,
+            assumptions=(f"dp {8 // pp} (one node of 8 GPUs)", "Transformer Engine's workspace counted also for local"),
+        )
+        for case, pp, vpp, zero, peak in cases
+    ]
+
+
+# moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/model_config.yaml (tests/test_utils/recipes/
+# h100/moe.yaml: one node of 8, scope "mr-broken"): 16 layers (the first dense), h 1024, 32 heads,
+# MLA (q rank 1536, kv rank 512, heads 128 + 64 rotary, values 128), 32 experts of 1024, top 4 in
+# 4 groups (2 chosen), one shared expert of 1024, one MTP layer, SwiGLU, RMSNorm, no biases, no
+# dropout, untied, sequence 4096, micro-batch 4, global 32; TP 2 with SP, PP 2 with 4 virtual
+# stages, EP 4, ETP 1, distributed optimizer, `--attention-backend unfused`; the GPT-2 vocabulary
+# (50257) padded to a multiple of 3232·tp.
+MOE_MLA = {
+    "vocab_size": 50257,
+    "hidden_size": 1024,
+    "num_layers": 16,
+    "num_attention_heads": 32,
+    "intermediate_size": 4096,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "position_embedding": "rope",
+    "max_position_embeddings": 4096,
+    "num_experts": 32,
+    "experts_per_token": 4,
+    "moe_intermediate_size": 1024,
+    "shared_experts": 1,
+    "shared_expert_intermediate_size": 1024,
+    "expert_groups": 4,
+    "expert_group_limit": 2,
+    "first_dense_layers": 1,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "mtp_layers": 1,
+}
+
+
+def _megatron_moe_rows() -> list[MeasuredPeak]:
+    case = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
+    raw = {
+        "name": f"megatron-{case}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": MOE_MLA, "pad_vocab_multiple": 3232}],
+        "parallel": {
+            "dp": 2,
+            "tp": 2,
+            "pp": 2,
+            "vpp": 4,
+            "ep": 4,
+            "etp": 1,
+            "sequence_parallel": True,
+            "zero": 1,
+            "schedule": "interleaved",
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 4,
+            "micro_batches": 4,
+            "dtype": "bf16",
+            "flash_attention": False,
+        },
+        "device": {"name": "h100-80gb", "reserved_mb": 0},
+    }
+    return [
+        MeasuredPeak(
+            "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100)",
+            f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgx_h100.json",
+            raw,
+            stage=1,
+            measured_gib=60111630336 / GIB,
+            assumptions=(
+                "dp 2 (one node of 8 GPUs)",
+                "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
+                "the recipe lists the case under mr-broken",
+            ),
+        )
+    ]
+
+
+LLAMA31_8B = {
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+}
+
+
+def _torchtitan_rows() -> list[MeasuredPeak]:
+    rows = []
+    for gpus, reserved in ((8, 82.4), (128, 67.0)):
+        raw = {
+            "name": f"torchtitan-llama3.1-8b-fsdp{gpus}",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA31_8B}],
+            "parallel": {"dp": gpus, "fsdp": True, "zero": 3},
+            "training": {
+                "seq_length": 8192,
+                "micro_batch_size": 2,
+                "micro_batches": 1,
+                "dtype": "bf16",
+                "flash_attention": True,
+                "recompute": {"mode": "selective", "option": "op"},
+            },
+            "device": {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0},
+        }
+        rows.append(
+            MeasuredPeak(
+                f"torchtitan Llama 3.1 8B FSDP {gpus} (reserved)",
+                f"{TORCHTITAN}, Tables 1 and 3",
+                raw,
+                stage=0,
+                measured_gib=reserved,
+                allocated=False,
+                assumptions=("eager, no Float8", "ppb follows torchtitan v0.2.2's FSDP units, not 9dec370's"),
+            )
+        )
+    return rows
+
+
+def measured_peaks() -> list[MeasuredPeak]:
+    return [*_megatron_rows(), *_megatron_small_rows(), *_megatron_moe_rows(), *_torchtitan_rows()]
+
+
+def config(row: MeasuredPeak) -> RunConfig:
+    return parse_run_config(row.raw, row.name, ROOT / "configs")
+
+
+def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
+    """ppb's peak of the measured stage, in GiB, and the moment that sets it."""
+    peak = run_stage_peaks(config(row))[row.stage]
+    return peak.peak_bytes / GIB, peak.moment
+
+
+def main() -> int:
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    print(f"{'run':44s} {'stage':>5s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  moment")
+    errors = []
+    for row in measured_peaks():
+        predicted, moment = predicted_gib(row)
+        error = predicted / row.measured_gib - 1
+        if row.allocated:
+            errors.append(abs(error))
+        mark = "" if row.allocated else "  (reserved: a bound, not scored)"
+        print(f"{row.name:44s} {row.stage:5d} {row.measured_gib:9.2f} {predicted:7.2f} {error:+7.1%}  {moment}{mark}")
+        print(f"    {row.source}; {', '.join(row.assumptions)}")
+    print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
