@@ -55,6 +55,15 @@ FACTOR = 1e6  # capacity factors, imbalance, recompute coefficients, optimizer b
 DESCRIPTIONS = 4096  # entries of a layers.json (a description per distinct layer, merged by nb_layer)
 SAPP_NUMBER = 1e15  # times and MB of a layers.json entry (an exabyte in MB; 10^15 forward times)
 
+# --- strategy search ------------------------------------------------------------------------
+SEARCH_VALUES = 64  # values one dimension of a search spec's limits may list (a real one lists 1 to 6)
+# Points of a search's grid, each validated and screened: 10^7 (1,000× the 10,000 the largest
+# published searches screen); about an hour of screening on two cores.
+SEARCH_POINTS = 10**7
+RANKED = 1000  # strategies a search ranks (each balanced exactly)
+WORKERS = 1024  # processes one search starts
+SEARCH_SECONDS = 7 * 86400.0  # a search's time budget and each strategy's balancing or timeout: a week
+
 # --- files ----------------------------------------------------------------------------------
 FILE_BYTES = 16 * 2**20  # a JSON or CSV file: 16 MiB (a census, the largest, is under 1 MiB)
 YAML_BYTES = 2**20  # a run config: 1 MiB (a real one is under 4 KB)

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ppb_core.errors import InputError
+from ppb_core.search.enumerate import enumerate_strategies
 from ppb_core.search.spec import load_search_spec, parse_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -59,6 +60,14 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw.update(framework="jax"), "framework", "megatron"),
         (lambda raw: raw["device"].update(reserved_mb=9000), "device.memory_mb", "no memory left"),
         (lambda raw: raw["search"].update(top=0), "search.top", "greater than 0"),
+        # sizes no real search has (ppb_core/limits.py)
+        (lambda raw: raw.update(devices=2**21), "devices", "over ppb's limit of 1,048,576 devices"),
+        (lambda raw: raw["limits"].update(tp=[2**30]), "limits.tp.0", "over ppb's limit"),
+        (lambda raw: raw["limits"].update(pp=list(range(1, 66))), "limits.pp", "at most 64"),
+        (lambda raw: raw["search"].update(top=1001), "search.top", "over ppb's limit of 1,000 strategies"),
+        (lambda raw: raw["search"].update(time_budget_s=1e9), "search.time_budget_s", "over ppb's limit"),
+        (lambda raw: raw["training"].update(global_batch=2**60), "training.global_batch", "over ppb's limit"),
+        (lambda raw: raw["training"].update(global_batch="many"), "training.global_batch", "positive integer"),
     ],
 )
 def test_bad_specs_are_one_line_naming_the_field(change, field: str, words: str) -> None:
@@ -93,3 +102,14 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
     path.write_text("devices: [1,\n")
     with pytest.raises(InputError, match="not valid YAML at line"):
         load_search_spec(path)
+
+
+def test_a_grid_over_the_limit_is_refused_before_any_work() -> None:
+    # 64 values of tp, cp, pp and micro-batch size: 64^4 = 16,777,216 > 10^7 points already
+    raw = tiny()
+    every = list(range(1, 65))
+    raw["limits"].update(tp=every, cp=every, pp=every, micro_batch_size=every)
+    spec = parse_search_spec(raw, "big.yaml", DATA)
+    with pytest.raises(InputError) as caught:
+        next(enumerate_strategies(spec))
+    assert caught.value.field == "limits" and "points in the search's grid" in caught.value.problem

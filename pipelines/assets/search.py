@@ -177,7 +177,7 @@ def rank_shards(
         metadata={
             "preview": dg.MetadataValue.md(markdown_table(table.frame.drop(columns=["plan_json", "recompute_json"]))),
             "counts": dg.MetadataValue.json(merged.counts),
-            "rejected": dg.MetadataValue.json(dict(merged.rejected)),
+            "rejected": dg.MetadataValue.json(merged.reasons()),
             "best": best.strategy.label(spec) if best else "none",
             "best_tokens_per_second_per_device": float(best.tokens_per_second_per_device) if best else 0.0,
             "best_iteration_s": float(best.seconds) if best else 0.0,

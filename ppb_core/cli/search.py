@@ -19,19 +19,25 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ppb_core import limits
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
+from ppb_core.io import check_output
 from ppb_core.search.outputs import write_ranking
-from ppb_core.search.rank import SearchResult, search
+from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_search_spec(args.spec)
-    for name in ("workers", "top"):
+    for name, most, what in (("workers", limits.WORKERS, "processes"), ("top", limits.RANKED, "strategies")):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InputError(args.spec, f"--{name}", f"must be a positive integer, got {value}")
+        if value is not None and value > most:
+            raise InputError(args.spec, f"--{name}", limits.over(value, most, what))
+    if args.out:
+        check_output(args.out, folder=True)
     if args.top is not None:
         spec = spec.model_copy(update={"search": spec.search.model_copy(update={"top": args.top})})
     with _Progress(spec) as progress:
@@ -130,11 +136,17 @@ def render(result: SearchResult) -> None:
             f"places 1 to {result.proven} are proven; past them, the fastest found within the time budget "
             f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more)"
         )
-    if result.rejected:
+    unanswered = result.rejected.get(BALANCER_TIMEOUT, 0) + result.rejected.get(BALANCER_FAILED, 0)
+    if unanswered:
+        console.print(
+            f"{unanswered} strategies gave no answer within {spec.search.evaluation_timeout_s:g} s: the ranking is "
+            "exact among the others (raise search.evaluation_timeout_s to include them)"
+        )
+    if result.reasons():
         refused = Table(title="strategies not ranked, by reason")
         refused.add_column("count", justify="right")
         refused.add_column("reason")
-        for reason, count in sorted(result.rejected.items(), key=lambda item: (-item[1], item[0])):
+        for reason, count in result.reasons().items():
             refused.add_row(str(count), reason)
         console.print(refused)
     counts = result.counts

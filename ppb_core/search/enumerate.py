@@ -15,6 +15,7 @@ not dividing the heads) counts as one reason whatever the numbers.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -22,6 +23,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.limits import SEARCH_POINTS, over
 from ppb_core.search.spec import (
     DEFAULT_CP,
     DEFAULT_FSDP,
@@ -160,6 +162,14 @@ class Grid:
     cp_variant: tuple[str, ...]
     recompute: int  # how many settings
 
+    @property
+    def size(self) -> int:
+        """Points of the grid at most (before the batch and the devices rule some out)."""
+        pairs = len(self.schedules) * len(self.vpp) + 1
+        return math.prod(
+            map(len, (self.tp, self.cp, self.pp, self.ep, self.etp, self.shards, self.micro_batch_size))
+        ) * (pairs * len(self.sequence_parallel) * len(self.cp_variant) * self.recompute)
+
 
 def grid(spec: SearchSpec) -> Grid:
     limits, framework = spec.limits, spec.framework
@@ -174,7 +184,7 @@ def grid(spec: SearchSpec) -> Grid:
     zero = limits.zero or DEFAULT_ZERO[framework]
     fsdp = limits.fsdp or DEFAULT_FSDP[framework]
     shards = [(int(z), False) for z in sorted(set(zero))] + ([(3, True)] if True in fsdp else [])
-    return Grid(
+    found = Grid(
         tp=tuple(sorted(set(tp))),
         cp=tuple(sorted(set(limits.cp or DEFAULT_CP))),
         pp=tuple(sorted(set(pp))),
@@ -188,6 +198,9 @@ def grid(spec: SearchSpec) -> Grid:
         cp_variant=tuple(dict.fromkeys(limits.cp_variant)),
         recompute=len(spec.recompute_settings),
     )
+    if found.size > SEARCH_POINTS:
+        raise InputError(spec.source, "limits", over(found.size, SEARCH_POINTS, "points in the search's grid"))
+    return found
 
 
 def schedule_pairs(schedules: tuple[str, ...], vpps: tuple[int, ...], pp: int) -> list[tuple[str, int]]:

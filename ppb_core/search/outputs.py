@@ -15,7 +15,8 @@ For the strategy ranked n, `-o DIR` writes:
   `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
 
-and `search.json`, the whole result (`ppb search --json`).
+and `search.json`, the result with its details (`ppb search --json`'s keys, and each entry's name, HFU,
+time breakdown, headroom, uniform split and bound, every count, the places proven and the wall time).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ppb_core.io import atomic_write_text
+from ppb_core.io import write_files
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.rank import Ranked, SearchResult
 from ppb_core.search.spec import SearchSpec, relative_path
@@ -62,7 +63,7 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         flags.append(f'--pipeline-model-parallel-layout "{megatron["layout"]}"')
     elif s.vpp > 1:
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
-    flags += list(megatron.get("recompute", []))
+    flags += list(megatron.get("recompute") or [])  # None: not Megatron's to say (the plan's `note`)
     return flags
 
 
@@ -86,31 +87,35 @@ def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, 
     }
 
 
-def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:
-    """Every ranked strategy's run config, plan and framework settings, and the whole result; the paths."""
+def ranking_files(result: SearchResult, folder: str | Path) -> dict[Path, bytes]:
+    """Every ranked strategy's run config, plan and framework settings, and the result with its details."""
     folder = Path(folder)
     spec = result.spec
-    written: list[Path] = []
+    files: dict[Path, bytes] = {}
     for place, entry in enumerate(result.ranked, start=1):
         stem = f"{place:02d}-{entry.strategy.label(spec)}"
-        written += _write_entry(spec, entry, folder, stem)
-    path = folder / "search.json"
-    atomic_write_text(path, json.dumps(result.to_json(), indent=2) + "\n")
-    written.append(path)
-    return written
+        files.update(_entry_files(spec, entry, folder, stem))
+    files[folder / "search.json"] = (json.dumps(result.to_json(details=True), indent=2) + "\n").encode()
+    return files
+
+
+def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:
+    """`ranking_files` written all or nothing; the paths."""
+    files = ranking_files(result, folder)
+    write_files(files)
+    return list(files)
 
 
 def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, count: int) -> list[Path]:
     """The first *count* ranked strategies as run configs `<prefix><NN>.yaml` in *folder* (their model files
     named relative to it), for the chain to take up; the paths."""
     folder = Path(folder)
-    paths = []
+    files = {}
     for place, entry in enumerate(result.ranked[:count], start=1):
         raw = _run_config(result.spec, entry, folder, f"{prefix}{place:02d}")
-        path = folder / f"{prefix}{place:02d}.yaml"
-        atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
-        paths.append(path)
-    return paths
+        files[folder / f"{prefix}{place:02d}.yaml"] = yaml.safe_dump(raw, sort_keys=False).encode()
+    write_files(files)
+    return list(files)
 
 
 def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> dict[str, Any]:
@@ -123,16 +128,20 @@ def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> dic
     return raw
 
 
-def _write_entry(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> list[Path]:
+def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
     raw = _run_config(spec, entry, folder, stem)
-    files = {
+    texts = {
         f"{stem}.yaml": yaml.safe_dump(raw, sort_keys=False),
         f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan)) + "\n",
+        f"{stem}.megatron.txt": _megatron_note(entry.plan)
+        + " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan))
+        + "\n",
         f"{stem}.mindformers.yaml": yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False),
     }
-    paths = []
-    for name, text in files.items():
-        atomic_write_text(folder / name, text)
-        paths.append(folder / name)
-    return paths
+    return {folder / name: text.encode() for name, text in texts.items()}
+
+
+def _megatron_note(plan: dict[str, Any]) -> str:
+    """Why the flags lack the plan's layout or recompute, as a comment line (nothing when they have both)."""
+    note = plan.get("megatron", {}).get("note")
+    return f"# {note}\n" if note else ""

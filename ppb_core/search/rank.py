@@ -62,6 +62,7 @@ BALANCER_FAILED = "balancer: its process ended without an answer"
 WHOLE_LAYERS_SECONDS = 2.0
 OUT_OF_TIME = "budget: not examined within the search's time budget (its bound is below the ranking's last)"
 PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
+SLOWER = "ranking: balanced and timed, slower than the ranking's last"
 # A bound and the time it bounds add the same terms in different orders, so a bound equal to a time can
 # exceed it by rounding; a bound within this relative slack of the ranking's last is a tie, not a proof.
 BOUND_SLACK = 1e-9
@@ -97,23 +98,30 @@ class Ranked:
     def key(self) -> tuple:
         return (self.seconds, self.strategy)
 
-    def to_json(self, spec: SearchSpec) -> dict[str, Any]:
-        return {
-            "name": self.strategy.label(spec),
+    def to_json(self, spec: SearchSpec, details: bool = False) -> dict[str, Any]:
+        """The contract's entry (`ppb search --json`); with *details*, also its name, HFU, time breakdown,
+        headroom, uniform split and bound (`search.json` of `-o DIR`)."""
+        entry = {
             "parallel": self.strategy.parallel(spec),
             "training": self.strategy.training(spec),
             "tokens_per_second_per_device": self.tokens_per_second_per_device,
             "iteration_seconds": self.seconds,
             "mfu": self.mfu,
-            "hfu": self.hfu,
-            "breakdown": self.breakdown,
             "peak_memory_mb": self.peak_memory_mb,
-            "headroom_mb": self.headroom_mb,
-            "uniform_iteration_seconds": self.uniform_seconds,
-            "gain_over_uniform": self.gain,
-            "bound_seconds": self.bound_s,
             "plan": self.plan,
         }
+        if details:
+            entry = {
+                "name": self.strategy.label(spec),
+                **entry,
+                "hfu": self.hfu,
+                "breakdown": self.breakdown,
+                "headroom_mb": self.headroom_mb,
+                "uniform_iteration_seconds": self.uniform_seconds,
+                "gain_over_uniform": self.gain,
+                "bound_seconds": self.bound_s,
+            }
+        return entry
 
 
 def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None) -> Ranked | Refusal:
@@ -320,11 +328,29 @@ class SearchResult:
     proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
     unexamined_bound_s: float | None = None  # the least bound left when the time budget ran out
 
-    def to_json(self) -> dict[str, Any]:
+    def reasons(self) -> dict[str, int]:
+        """Why each strategy enumerated and not ranked is not, by reason, most frequent first: the refusals
+        and bounds, and the strategies balanced but slower than the ranking's last."""
+        reasons = Counter(self.rejected)
+        if len(self.balanced) > len(self.ranked):
+            reasons[SLOWER] += len(self.balanced) - len(self.ranked)
+        return dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+
+    def to_json(self, details: bool = False) -> dict[str, Any]:
+        """The contract's result (`ppb search --json`): ranked, rejected by reason, the four counts; with
+        *details*, every count, the places proven, the least bound left unexamined and the wall time."""
+        rejected = self.reasons()
+        ranked = [entry.to_json(self.spec, details) for entry in self.ranked]
+        if not details:
+            return {
+                "ranked": ranked,
+                "rejected": rejected,
+                "counts": {k: self.counts.get(k, 0) for k in CONTRACT_COUNTS},
+            }
         return {
             "search": self.spec.name,
-            "ranked": [entry.to_json(self.spec) for entry in self.ranked],
-            "rejected": dict(sorted(self.rejected.items(), key=lambda item: (-item[1], item[0]))),
+            "ranked": ranked,
+            "rejected": rejected,
             "counts": dict(self.counts),
             "proven": len(self.ranked) if self.proven is None else self.proven,
             "unexamined_bound_seconds": self.unexamined_bound_s,
@@ -332,6 +358,7 @@ class SearchResult:
         }
 
 
+CONTRACT_COUNTS: tuple[str, ...] = ("enumerated", "valid", "screened", "balanced")
 COUNTS: tuple[str, ...] = (
     "enumerated",
     "valid",
@@ -401,6 +428,7 @@ def search_points(
                 queue.append((item.bound_s, item.strategy, 1))
             _notify(progress, "screened", screened=counts["screened"], total=len(points))
         heapq.heapify(queue)
+        _notify(progress, "screening done", screened=counts["screened"], seconds=time.perf_counter() - started)
         ranked: list[Ranked] = []
 
         def beaten(bound: float, strategy: Strategy) -> bool:
@@ -412,6 +440,16 @@ def search_points(
                 break
             # a wave: the least bounds first; refine many at once, balance one per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
+            if len(ranked) < top:
+                # Until the ranking is full nothing can be pruned: dive, balancing the least relaxed bounds
+                # beside the refinement, so that times to prune against come early. The order of the
+                # work changes, not what is proven.
+                ready = heapq.nsmallest(workers, (item for item in queue if item[2] >= 2))
+                if ready:
+                    chosen = set(ready)
+                    queue = [item for item in queue if item not in chosen]
+                    heapq.heapify(queue)
+                    taken[3] += [(bound, strategy) for bound, strategy, _ in ready]
             while queue and len(taken[3]) < workers and len(taken[1]) + len(taken[2]) < 16 * workers:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):

@@ -18,10 +18,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
+from ppb_core import limits
 from ppb_core.config.hf import read_hf_config
 from ppb_core.config.recompute import Framework, RecomputeForm, framework_words
 from ppb_core.config.run import (
     Device,
+    Devices,
     PPBOptions,
     Schedule,
     SubModel,
@@ -30,7 +32,7 @@ from ppb_core.config.run import (
     pydantic_error,
 )
 from ppb_core.config.spec import ModelSpec, StrictModel
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.io import read_yaml
 
 # What the search chooses for each strategy: a spec's training section may not fix these.
@@ -66,7 +68,15 @@ DEFAULT_VPP: tuple[int, ...] = (1, 2, 4)
 DEFAULT_CP: tuple[int, ...] = (1, 2, 4, 8)
 DEFAULT_MICRO_BATCH_SIZE: tuple[int, ...] = (1, 2)
 
-Values = Annotated[list[PositiveInt], Field(min_length=1)]
+Value = Annotated[PositiveInt, limits.at_most(limits.DEVICES)]
+Values = Annotated[list[Value], Field(min_length=1, max_length=limits.SEARCH_VALUES)]
+Seconds = Annotated[PositiveFloat, limits.at_most(limits.SEARCH_SECONDS, "s")]
+Models = Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
+
+
+def _choices(item: Any) -> Any:
+    """A limit listing choices: at least one, at most `limits.SEARCH_VALUES`."""
+    return Annotated[list[item], Field(min_length=1, max_length=limits.SEARCH_VALUES)]
 
 
 class SearchLimits(StrictModel):
@@ -78,41 +88,43 @@ class SearchLimits(StrictModel):
     ep: Values | None = Field(None, description="expert parallel (MoE); default: powers of 2 dividing the experts")
     etp: Values | None = Field(None, description="expert tensor parallel (MoE); default 1")
     vpp: Values | None = Field(None, description="chunks per stage; default 1, 2, 4")
-    schedules: Annotated[list[Schedule], Field(min_length=1)] | None = None
-    zero: Annotated[list[Literal[0, 1, 2, 3]], Field(min_length=1)] | None = None
-    fsdp: Annotated[list[bool], Field(min_length=1)] | None = None
+    schedules: _choices(Schedule) | None = None
+    zero: _choices(Literal[0, 1, 2, 3]) | None = None
+    fsdp: _choices(bool) | None = None
     micro_batch_size: Values | None = Field(None, description="sequences per micro-batch; default 1, 2")
-    recompute: Annotated[list[RecomputeForm], Field(min_length=1)] | None = Field(
+    recompute: _choices(RecomputeForm) | None = Field(
         None, description="training.recompute settings; default: none and the framework's selective"
     )
-    sequence_parallel: Annotated[list[bool], Field(min_length=1)] = Field(
+    sequence_parallel: _choices(bool) = Field(
         default_factory=lambda: [True], description="with tp > 1; tp 1 runs without"
     )
-    cp_variant: Annotated[list[Literal["ring", "ulysses"]], Field(min_length=1)] = Field(
-        default_factory=lambda: ["ring"]
-    )
+    cp_variant: _choices(Literal["ring", "ulysses"]) = Field(default_factory=lambda: ["ring"])
     tp_within_node: bool = Field(True, description="keep tensor (and expert tensor) parallel groups in one node")
 
 
 class SearchOptions(StrictModel):
-    top: PositiveInt = Field(20, description="strategies ranked (and balanced at least)")
-    balance_time_limit_s: PositiveFloat = Field(10.0, description="seconds the balancer may spend on one strategy")
-    evaluation_timeout_s: PositiveFloat = Field(
+    top: Annotated[PositiveInt, limits.at_most(limits.RANKED, "strategies")] = Field(
+        20, description="strategies ranked (and balanced at least)"
+    )
+    balance_time_limit_s: Seconds = Field(10.0, description="seconds the balancer may spend on one strategy")
+    evaluation_timeout_s: Seconds = Field(
         60.0, description="seconds one strategy's balancing and timing may take before it is given up"
     )
-    time_budget_s: PositiveFloat | None = Field(
+    time_budget_s: Seconds | None = Field(
         None,
         description="stop bounding and balancing after this long; the ranking then says how many places are proven",
     )
-    workers: PositiveInt | None = Field(None, description="processes; default: the machine's CPUs")
+    workers: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "processes")] | None = Field(
+        None, description="processes; default: the machine's CPUs"
+    )
 
 
 class SearchSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     framework: Framework = "megatron"
-    models: Annotated[list[SubModel], Field(min_length=1)]
-    devices: PositiveInt
-    devices_per_node: PositiveInt = 8
+    models: Models
+    devices: Devices
+    devices_per_node: Devices = 8
     device: Device
     training: dict[str, Any]
     timing: TimingOptions = Field(default_factory=TimingOptions)
@@ -204,7 +216,12 @@ def _check_training(raw: Any, where: str) -> dict[str, Any]:
         raise InputError(where, "training", "give exactly one of global_batch (sequences) or global_batch_tokens")
     batch = raw[given[0]]
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(where, f"training.{given[0]}", f"must be a positive integer (got {batch!r})")
+        raise InputError(where, f"training.{given[0]}", f"must be a positive integer (got {shown(batch)})")
+    most = limits.MICRO_BATCH_SIZE * limits.MICRO_BATCHES * limits.DEVICES  # sequences: mbs · m · dp
+    if given[0] == "global_batch_tokens":
+        most *= limits.SEQUENCE
+    if batch > most:
+        raise InputError(where, f"training.{given[0]}", limits.over(batch, most, given[0].replace("_", " ")))
     rest = {key: value for key, value in raw.items() if key not in BATCH_FIELDS}
     try:
         Training(**rest)

@@ -88,6 +88,6 @@ def ranking_to_frame(result: SearchResult) -> Summarized:
                 "plan_json": json.dumps(entry.plan, sort_keys=True),
             }
         )
-    whole = result.to_json()
+    whole = result.to_json(details=True)
     summary = {key: value for key, value in whole.items() if key not in ("ranked", "seconds")}
     return Summarized(STRATEGY_SEARCH.frame(records), json.loads(json.dumps(summary, sort_keys=True)))

@@ -1,0 +1,143 @@
+"""Strategy search at scale: `python bench/search.py [SEARCH.yaml ...] [--workers N] [--budget S]`.
+
+Searches the shipped specs (default: searches/llama3-70b-1024.yaml, a Llama-3-70B on 1024 H100s, and
+searches/deepseek-v3-2048.yaml, DeepSeek-V3 on 2048 H100s), with `--devices N` the same specs on N
+devices instead, and prints for each: the machine, the strategies enumerated, valid, screened, bounded by
+the relaxed program, balanced and pruned, the wall time of screening and of the whole search, and the
+ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB), then where each published production
+setting of that search (`PUBLISHED`) ranks and what our first choice gains over it. The goal (issue 14): 10,000+
+strategies screened and the top 20 balanced in under 60 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ppb_core.search.enumerate import Strategy  # noqa: E402
+from ppb_core.search.rank import Ranked, SearchResult, evaluate, search  # noqa: E402
+from ppb_core.search.spec import SearchSpec, load_search_spec  # noqa: E402
+
+DEFAULT_SPECS = ("searches/llama3-70b-1024.yaml", "searches/deepseek-v3-2048.yaml")
+
+# Published production settings, placed in our ranking of the same search (the spec's batch and device):
+# each one's source, and its strategy (the spec's first recompute setting: the balancer still chooses
+# each layer's option).
+PUBLISHED: dict[str, list[tuple[str, dict]]] = {
+    "llama3-8b-64": [
+        (
+            "NVIDIA Megatron-Bridge perf recipe llama3_8b_pretrain_64gpu_h100_bf16_config: TP1 PP1 CP2",
+            dict(tp=1, cp=2, pp=1, vpp=1, schedule="1f1b", zero=1, micro_batch_size=1),
+        ),
+    ],
+    "llama3-70b-1024": [
+        (
+            "NVIDIA Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config: TP4 PP4 CP2 VP5, on 1024",
+            dict(tp=4, cp=2, pp=4, vpp=5, schedule="interleaved", zero=1, micro_batch_size=1),
+        ),
+    ],
+    "deepseek-v3-2048": [
+        (
+            "DeepSeek-V3 technical report (arXiv 2412.19437) §3.2: PP16 DualPipe, EP64, ZeRO-1 DP, no TP",
+            dict(tp=1, cp=1, pp=16, vpp=2, schedule="dualpipev", ep=64, zero=1, micro_batch_size=1),
+        ),
+    ],
+}
+
+
+def published(spec: SearchSpec, fields: dict) -> Strategy:
+    """The strategy of a published setting on the spec's devices and batch."""
+    dp = spec.devices // (fields["tp"] * fields["cp"] * fields["pp"])
+    return Strategy(
+        dp=dp,
+        ep=fields.get("ep", 1),
+        etp=1 if spec.moe else 0,
+        sequence_parallel=fields["tp"] > 1,
+        cp_variant="ring",
+        fsdp=False,
+        micro_batches=spec.global_batch // (dp * fields["micro_batch_size"]),
+        recompute=0,
+        **{key: value for key, value in fields.items() if key != "ep"},
+    )
+
+
+def place_published(result: SearchResult, spec: SearchSpec) -> None:
+    """Where each published setting of the spec ranks, and what our first gains over it."""
+    for source, fields in PUBLISHED.get(spec.name, []):
+        strategy = published(spec, fields)
+        entry = evaluate(spec, strategy)
+        print(f"  published: {source}\n    {strategy.label(spec)}: ", end="")
+        if not isinstance(entry, Ranked):
+            print(f"refused: {entry.reason}")
+            continue
+        faster = sum(1 for other in result.ranked if other.key() < entry.key())
+        where = f"place {faster + 1}" if faster < len(result.ranked) else f"below the top {len(result.ranked)}"
+        gain = entry.seconds / result.ranked[0].seconds if result.ranked else float("nan")
+        print(
+            f"{entry.seconds:.3f} s, {entry.tokens_per_second_per_device:,.0f} tokens/s/dev,"
+            f" MFU {100 * entry.mfu:.1f} %:"
+            f" {where}; our first is {gain:.3f}× as fast"
+        )
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {os.cpu_count()} CPUs, load {load:.1f}, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("specs", nargs="*", default=list(DEFAULT_SPECS))
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: the CPUs)")
+    parser.add_argument("--devices", type=int, default=None, help="search the specs on this many devices")
+    parser.add_argument("--budget", type=float, default=None, help="the search's time budget in seconds")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    for name in args.specs:
+        spec = load_search_spec(ROOT / name)
+        if args.devices:
+            spec = spec.model_copy(update={"devices": args.devices})
+        if args.budget:
+            spec = spec.model_copy(update={"search": spec.search.model_copy(update={"time_budget_s": args.budget})})
+        marks: dict[str, float] = {}
+        started = time.perf_counter()
+
+        def progress(event: str, figures: dict, marks: dict[str, float] = marks, started: float = started) -> None:
+            if event == "screening done":
+                marks["screened"] = time.perf_counter() - started
+                print(f"  {figures['screened']:,} screened at {marks['screened']:.1f} s", flush=True)
+            if event == "balanced":
+                marks.setdefault("first balanced", time.perf_counter() - started)
+
+        result = search(spec, args.workers, progress)
+        counts = result.counts
+        print(f"\n{spec.name}: {spec.devices} × {spec.device.name}, {spec.global_batch} sequences of {spec.seq_length}")
+        print(
+            "  enumerated {enumerated:,}, valid {valid:,}, screened {screened:,}, relaxed {relaxed:,}, "
+            "whole layers {whole_layers:,}, balanced {balanced:,}, pruned {pruned:,}, unexamined {unexamined:,}".format(
+                **counts
+            )
+        )
+        times = ", ".join(f"{key} at {value:.1f} s" for key, value in marks.items())
+        print(
+            f"  wall {result.seconds:.1f} s ({times}); top {len(result.ranked)} balanced, "
+            f"{result.to_json(True)['proven']} proven"
+        )
+        for place, entry in enumerate(result.ranked[:5], start=1):
+            print(
+                f"  {place}. {entry.strategy.label(spec):40s} {entry.tokens_per_second_per_device:8,.0f} tokens/s/dev"
+                f"  {entry.seconds:7.3f} s  MFU {100 * entry.mfu:4.1f} %  peak {entry.peak_memory_mb / 1024:5.1f} GiB"
+            )
+        place_published(result, spec)
+
+
+if __name__ == "__main__":
+    main()

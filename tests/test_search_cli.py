@@ -1,0 +1,59 @@
+"""`ppb search` as a user runs it: the ranking as JSON with the contract's keys, `-o DIR` written, bad
+input refused in one line with exit 2 and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ppb_core.cli.main import main
+from ppb_core.config.run import load_run_config
+
+DATA = Path(__file__).parent / "data" / "search"
+
+
+def test_json_and_the_files_of_a_search(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "top"
+    code = main(["search", str(DATA / "tiny-dense.yaml"), "--json", "-o", str(out), "--top", "2", "--workers", "1"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"ranked", "rejected", "counts"}
+    assert set(data["counts"]) == {"enumerated", "valid", "screened", "balanced"}
+    assert len(data["ranked"]) == 2
+    first, second = data["ranked"]
+    assert first["iteration_seconds"] <= second["iteration_seconds"]
+    # every strategy enumerated is either ranked, balanced or rejected for a reason
+    assert data["counts"]["enumerated"] >= data["counts"]["valid"] >= data["counts"]["balanced"] >= 2
+    assert sum(data["rejected"].values()) == data["counts"]["enumerated"] - 2
+    configs = sorted(out.glob("0?-*.yaml"))
+    configs = [path for path in configs if not path.name.endswith(".mindformers.yaml")]
+    assert len(configs) == 2
+    run = load_run_config(configs[0])
+    assert (
+        run.parallel.tp == first["parallel"]["tp"] and run.training.micro_batches == first["training"]["micro_batches"]
+    )
+    assert json.loads((out / "search.json").read_text())["ranked"][0]["plan"] == first["plan"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--top", "0"], "--top: must be a positive integer"),
+        (["--top", "1001"], "--top: 1,001 is over ppb's limit of 1,000 strategies"),
+        (["--workers", "0"], "--workers: must be a positive integer"),
+    ],
+)
+def test_bad_flags_are_one_line(tmp_path: Path, capsys, argv: list[str], words: str) -> None:
+    assert main(["search", str(DATA / "tiny-dense.yaml"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ppb: error: ") and words in err and "\n" not in err
+
+
+def test_an_output_folder_that_is_a_file_is_refused_before_any_work(tmp_path: Path, capsys) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    assert main(["search", str(DATA / "tiny-dense.yaml"), "-o", str(taken)]) == 2
+    assert "is a file, not an output folder" in capsys.readouterr().err
+    assert taken.read_text() == "mine" and sorted(tmp_path.iterdir()) == [taken]
