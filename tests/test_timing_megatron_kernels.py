@@ -3,15 +3,18 @@ its causal softmax, the SP re-gather and whole-module replays. Expected bytes de
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from ppb_core.config.run import parse_run_config
+from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.timing.pricer import TimeModel
 
 # GPT layer: h 1024, 16 heads of 64, fc 4096, biases everywhere; s 512, b 2, TP 2: n = 1024 tokens,
 # 8 heads (512 columns each of Q, K, V) and 2048 fc columns per rank; fp16 (2 bytes).
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 H, S, B, TP = 1024, 512, 2, 2
 N = S * B
 
@@ -109,3 +112,17 @@ def test_megatron_replays_a_checkpointed_module_whole():
     # Any other setting (a switch profile) is the switches alone: only the norms.
     rows = model.breakdown(layer, LayerType.SEL_REC_LAYER, {"normOp": 0})
     assert {r.name for r in rows if r.phase == "recompute"} == {"norm1", "norm2"}
+
+
+def test_a_checkpointed_moe_layer_is_replayed_whole():
+    # Megatron's `moe` module: router, permutation, dispatch, experts, combine run again; `shared_experts`
+    # (DeepSeek-style) only the shared experts. Mixtral has no shared experts.
+    raw = resolved_raw(load_run_config(CONFIGS / "mixtral-8x7b.yaml"))
+    raw["training"]["recompute"] = {"granularity": "selective", "modules": ["moe"]}
+    run = parse_run_config(raw)
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    again = {r.name for r in model.breakdown(layer, LayerType.SEL_REC_LAYER) if r.phase == "recompute"}
+    moe = {"router", "router_topk", "permute", "dispatch", "experts_in", "experts_act", "experts_out", "combine"}
+    assert moe | {"unpermute"} <= again
+    assert not again & {"norm1", "norm2", "qk_proj", "out_proj", "residual_moe"}

@@ -33,14 +33,32 @@ from ppb_core.timing.comm import Links, collective_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
 
-# The ops of the dense modules Megatron-Core's `recompute_modules` checkpoint whole
-# (megatron/core/transformer/transformer_layer.py: `recompute_mlp` checkpoints `self.mlp`, the
-# attention's `checkpoint_core_attention` `self.core_attention`): the unfused core's QKᵀ, softmax,
-# dropout and PV product with its copies, or the flash kernel; the MLP's GEMMs, activation and its
-# tensor-parallel collectives.
+# The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
+# checkpointing (megatron/core/transformer/transformer_config.py: '"core_attn", "mlp", "moe", and
+# "shared_experts" use normal checkpointing'; transformer_layer.py checkpoints `self.mlp` or the MoE
+# layer, attention.py `self.core_attention`): the unfused core's QKᵀ, softmax, dropout and PV product
+# with its copies, or the flash kernel; the MLP's GEMMs, activation and tensor-parallel collectives;
+# the MoE layer's router, permutation, dispatch, experts, combine and shared experts; the shared
+# experts alone.
+_SHARED = ("gather_shared", "shared_in", "shared_act", "shared_out", "reduce_shared")
 MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
     "core_attn": ("scores", "softmax", "dropout_mask", "dropout_probs", "context", "flash_scores", "flash_context"),
     "mlp": ("gather_mlp", "mlp_in", "mlp_act", "mlp_out", "reduce_mlp"),
+    "moe": (
+        "router",
+        "router_topk",
+        "permute",
+        "dispatch",
+        "gather_experts",
+        "experts_in",
+        "experts_act",
+        "experts_out",
+        "reduce_experts",
+        "combine",
+        "unpermute",
+        *_SHARED,
+    ),
+    "shared_experts": _SHARED,
 }
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
