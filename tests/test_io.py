@@ -217,6 +217,20 @@ def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
     assert live.exists() and kept.exists() and not dead.exists() and not old.exists()
 
 
+def test_ppb_plan_removes_what_a_killed_ppb_plan_left_in_its_stage_folders(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    gone = 2**22 + 12345  # no such process
+    dead = out / "run_config" / f".demo.parquet.{gone}@{host_tag()}.abcd1234.tmp"
+    writing = out / "layer_walk" / f".demo.parquet.{os.getpid()}@{host_tag()}.efgh5678.tmp"
+    not_ours = out / "notes" / f".n.txt.{gone}@{host_tag()}.ijkl9012.tmp"  # a folder of the user's
+    for path in (dead, writing, not_ours):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"partial")
+    run = ROOT / "configs" / "llama3-8b.yaml"
+    assert cli_main.main(["plan", str(run), "-o", str(out), "--until", "layer_walk"]) == 0
+    assert not dead.exists() and writing.exists() and not_ours.exists()
+
+
 def test_another_hosts_temporaries_are_judged_by_their_age_alone(tmp_path: Path) -> None:
     """A run in another container or machine writing to a shared folder: its pid means nothing here."""
     gone = 2**22 + 12345  # no such process here, whatever it is there
