@@ -82,7 +82,7 @@ class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     def create_io_manager(self, context: dg.InitResourceContext) -> PandasParquetIOManager:
         base = UPath(storage_location(self.base_dir))
         if base.protocol in LOCAL_PROTOCOLS:
-            # A killed write leaves its `.NAME.PID.X.tmp` beside the table; its process is gone now.
+            # A killed write leaves its `.NAME.PID@HOST.X.tmp` beside the table (ppb_core.io says which are stale).
             for removed in remove_stale_temporaries(base.path):
                 if context.log is not None:
                     context.log.info(f"removed {removed}, a temporary file a killed write left behind")

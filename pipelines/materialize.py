@@ -24,11 +24,12 @@ from pipelines.definitions import defs
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import CONFIG_DIR_ENV, PROJECT_ROOT, RunConfigs
 from ppb_core import chain
+from ppb_core.cli.arguments import EXIT_BAD_INPUT, OneLineParser
 from ppb_core.report.render import console_summary
 from ppb_core.tables.schema import Summarized
 
 PROG = "python -m pipelines"
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+EXIT_FAILED = 1
 # The run's events stay in the instance (the UI shows them); the terminal gets the summary alone.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 HOME_HINT = "DAGSTER_HOME is not set: Dagster keeps its runs there (export DAGSTER_HOME=$PWD/dagster_home)"
@@ -85,9 +86,7 @@ def build(instance: dg.DagsterInstance, key: str, time_limit_s: float) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "keys", nargs="+", metavar="RUN_CONFIG", help="a run config's name: its file stem under configs/"
     )

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import stat
 import sys
 import tempfile
@@ -320,8 +321,10 @@ def read_yaml(path: str | Path, directory_problem: str = "is a directory, not a 
 # ---------------------------------------------------------------------------------------------
 # Writing
 
-# A write in flight is `.<name>.<pid>.<random>.tmp` beside its target; a killed writer leaves it.
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.tmp$")
+# A write in flight is `.<name>.<pid>@<host>.<random>.tmp` beside its target; a killed writer leaves
+# it. The host, because a pid means something only there: runs in other containers or on other
+# machines may write to the same shared folder, each counting its pids from 1.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)(?:@(?P<host>[A-Za-z0-9-]{1,32}))?\.[A-Za-z0-9_]{8}\.tmp$")
 _umask_lock = threading.Lock()
 
 
@@ -337,8 +340,14 @@ def umask() -> int:
         return mask
 
 
+def host_tag() -> str:
+    """This machine's (or container's) name as a temporary file's name carries it: letters, digits, `-`."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "localhost"
+
+
 def _temporary_for(path: Path) -> tuple[int, str]:
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}.{os.getpid()}@{host_tag()}."
+    fd, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 would outlive the rename
     return fd, temporary
 
@@ -406,14 +415,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def remove_stale_temporaries(root: str | Path, older_than_s: float = 3600.0) -> list[Path]:
-    """Remove the temporary files killed writes left under *root* (`.<name>.<pid>.<random>.tmp`).
+    """Remove the temporary files killed writes left under *root* (`.<name>.<pid>@<host>.<random>.tmp`).
 
-    A file is stale when the process that wrote it is gone (same host), or, whatever its pid,
-    when it is older than *older_than_s*. Returns what was removed; never raises for a file
-    another process removed first.
+    A file is stale when it is older than *older_than_s*, or when it was written on this host
+    by a process that is gone. Another host's file is judged by its age alone: its pid means
+    nothing here. Returns what was removed; never raises for a file another process removed first.
     """
     removed: list[Path] = []
-    now = time.time()
+    now, here = time.time(), host_tag()
     for candidate in Path(root).rglob(".*.tmp"):
         match = _TEMPORARY.match(candidate.name)
         if match is None:
@@ -422,7 +431,8 @@ def remove_stale_temporaries(root: str | Path, older_than_s: float = 3600.0) -> 
             age = now - candidate.lstat().st_mtime
         except OSError:
             continue
-        if age <= older_than_s and _alive(int(match["pid"])):
+        ours = match["host"] in (None, here)  # without a host: written by a ppb that did not name it
+        if age <= older_than_s and (not ours or _alive(int(match["pid"]))):
             continue
         with contextlib.suppress(FileNotFoundError):
             candidate.unlink()

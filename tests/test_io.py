@@ -20,7 +20,9 @@ from ppb_core import chain, limits
 from ppb_core.config.run import config_hash, load_run_config
 from ppb_core.errors import InputError
 from ppb_core.io import (
+    atomic_write_bytes,
     check_output,
+    host_tag,
     parse_json,
     parse_yaml,
     read_bytes,
@@ -213,6 +215,52 @@ def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert sorted(remove_stale_temporaries(tmp_path, older_than_s=3600)) == sorted([dead, old])
     assert live.exists() and kept.exists() and not dead.exists() and not old.exists()
+
+
+def test_ppb_plan_removes_what_a_killed_ppb_plan_left_in_its_stage_folders(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    gone = 2**22 + 12345  # no such process
+    dead = out / "run_config" / f".demo.parquet.{gone}@{host_tag()}.abcd1234.tmp"
+    writing = out / "layer_walk" / f".demo.parquet.{os.getpid()}@{host_tag()}.efgh5678.tmp"
+    not_ours = out / "notes" / f".n.txt.{gone}@{host_tag()}.ijkl9012.tmp"  # a folder of the user's
+    for path in (dead, writing, not_ours):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"partial")
+    run = ROOT / "configs" / "llama3-8b.yaml"
+    assert cli_main.main(["plan", str(run), "-o", str(out), "--until", "layer_walk"]) == 0
+    assert not dead.exists() and writing.exists() and not_ours.exists()
+
+
+def test_another_hosts_temporaries_are_judged_by_their_age_alone(tmp_path: Path) -> None:
+    """A run in another container or machine writing to a shared folder: its pid means nothing here."""
+    gone = 2**22 + 12345  # no such process here, whatever it is there
+    here = host_tag()
+    elsewhere = "other-host" if here != "other-host" else "another-host"
+    writing = tmp_path / f".run.parquet.{gone}@{elsewhere}.abcd1234.tmp"
+    forgotten = tmp_path / f".old.parquet.{gone}@{elsewhere}.efgh5678.tmp"
+    killed_here = tmp_path / f".mine.parquet.{gone}@{here}.ijkl9012.tmp"
+    for path in (writing, forgotten, killed_here):
+        path.write_bytes(b"partial")
+    os.utime(forgotten, (time.time() - 7200, time.time() - 7200))
+    assert sorted(remove_stale_temporaries(tmp_path, older_than_s=3600)) == sorted([forgotten, killed_here])
+    assert writing.exists()
+
+
+def test_a_write_in_flight_names_its_process_and_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    real = ppb_io._write_aside
+
+    def aside(path: Path, data: bytes) -> str:
+        temporary = real(path, data)
+        seen.append(Path(temporary).name)
+        return temporary
+
+    monkeypatch.setattr(ppb_io, "_write_aside", aside)
+    atomic_write_bytes(tmp_path / "t.parquet", b"x")
+    (name,) = seen
+    assert name.startswith(f".t.parquet.{os.getpid()}@{host_tag()}.") and name.endswith(".tmp")
+    match = ppb_io._TEMPORARY.match(name)  # what remove_stale_temporaries reads back
+    assert match and (match["name"], int(match["pid"]), match["host"]) == ("t.parquet", os.getpid(), host_tag())
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from ppb_core import chain
 from ppb_core.cli.main import main
 from ppb_core.config.run import config_hash, load_run_config
 from ppb_core.estimate.run import estimate
+from ppb_core.io import host_tag
 from ppb_core.payload.run import describe_run
 from ppb_core.tables.payload import descriptions_from_frame
 from ppb_core.tables.schema import rows_of
@@ -290,7 +291,9 @@ def test_the_temporary_of_a_killed_write_is_removed_by_the_next_run(small) -> No
         stderr = killed.communicate()[1]
     assert killed.returncode == -signal.SIGKILL, stderr[-2000:]
     (left,) = set(stored_files(storage)) - set(before)
-    assert left.parent == storage / "run_config" and left.name.startswith(f".llama3-8b.parquet.{killed.pid}.")
+    assert left.parent == storage / "run_config" and left.name.startswith(
+        f".llama3-8b.parquet.{killed.pid}@{host_tag()}."
+    )
     assert left.suffix == ".tmp" and stored_files(storage)[left]  # the table written aside, never renamed
     result = materialize(instance, storage, configs, "llama3-8b", selection=["run_config"])
     assert result.success

@@ -1,5 +1,6 @@
 """The README's quick start as a new user runs it: `python -m pipelines llama3-8b` builds the run
-config through Dagster and ends with a short summary, no log noise; without DAGSTER_HOME, one line."""
+config through Dagster and ends with a short summary, no log noise; without DAGSTER_HOME, or with
+a flag it does not know, one line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from pipelines.materialize import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,6 +38,15 @@ def test_without_dagster_home_one_line_says_what_to_do(tmp_path: Path) -> None:
         "(export DAGSTER_HOME=$PWD/dagster_home)"
     ]
     assert not (tmp_path / "storage").exists()
+
+
+def test_a_bad_flag_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["llama3-8b", "--time-limt", "5"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m pipelines: error: unrecognized arguments: --time-limt 5 (see python -m pipelines --help)"
+    ]
 
 
 @pytest.mark.slow

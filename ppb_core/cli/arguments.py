@@ -10,7 +10,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
+
+# The exit status of bad input (a flag, a file, a field), as every command of ppb's returns it.
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a bad flag as one line, as any bad input (not the usage block before it);
+    sub-command parsers are of this class too (`add_subparsers` makes its parsers of the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())
+        line = line if len(line) <= 300 else line[:300] + "…"
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+
 
 # The balancer's time limit the commands default to (`ppb_core.chain.PLAN_TIME_LIMIT_S`;
 # tests/test_ppb_cli.py checks the two agree).

@@ -6,27 +6,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
-from ppb_core.cli.arguments import COMMANDS
+from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, OneLineParser
 from ppb_core.errors import InputError
-
-EXIT_BAD_INPUT = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a bad flag as one line, as any bad input (not the usage block before it);
-    sub-command parsers are of this class too (`add_subparsers` makes its parsers of the parent's)."""
-
-    def error(self, message: str) -> NoReturn:
-        line = " ".join(message.split())
-        line = line if len(line) <= 300 else line[:300] + "…"
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Every sub-command's arguments (`ppb_core.cli.arguments`, which imports nothing heavy)."""
-    parser = _Parser(prog="ppb", description=__doc__)
+    parser = OneLineParser(prog="ppb", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(

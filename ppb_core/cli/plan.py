@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 
 from rich.table import Table
 
 from ppb_core import chain
 from ppb_core.cli.console import chain_progress, table_console
 from ppb_core.errors import InputError, shown
-from ppb_core.io import check_output
+from ppb_core.io import check_output, remove_stale_temporaries
 from ppb_core.tables.schema import rows_of
 
 
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("stage")
     table.add_column("rows", justify="right")
     table.add_column("files")
+    for name in stages:  # only ppb's own folders: OUT_DIR may hold anything else
+        remove_stale_temporaries(Path(args.out) / name)
     written = chain.write_stages(args.out, key, tables)  # all or nothing
     for name, frame in tables.items():
         table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written[name]))
