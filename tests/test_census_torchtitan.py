@@ -13,6 +13,9 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import loss as loss_parallel
 
 from ppb_core.census.live import LiveBytes
 from ppb_core.census.torchtitan import BlockDims, measure_block
@@ -87,3 +90,29 @@ def test_torchtitan_cross_entropy_measured_on_the_cpu():
         loss.backward()
     # beyond the kept log-probabilities: nll_loss's gradient and log_softmax's, 8 bytes a logit
     assert live.peak == pytest.approx(8 * logits, rel=0.01)
+
+
+def test_torchtitan_loss_parallel_measured_on_the_cpu():
+    """Under TP, loss_parallel's own log-softmax and fused nll/log-softmax backward (torch/distributed/
+    tensor/parallel/loss.py), the functions its handlers run on the vocabulary shard, on a 1-rank mesh."""
+    tokens, vocab = 256, 1000
+    logits = tokens * vocab
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        copy = torch.randn(tokens, vocab)  # pred.float(), made before
+        with LiveBytes() as live:
+            log_probs = loss_parallel._log_softmax(copy, 1, False, mesh, 0)
+        assert live.now == pytest.approx(4 * logits, rel=0.01)  # kept: the fp32 log-probabilities
+        # shifted and exp(shifted) at once: with the copy and the bf16 logits, 2 + 4 + 8 = 14 a logit
+        assert live.peak == pytest.approx(8 * logits, rel=0.01)
+        target = torch.randint(0, vocab, (tokens,))
+        with LiveBytes() as live:
+            loss_parallel._nll_loss_and_log_softmax_backward(
+                torch.tensor(1.0), log_probs, target, None, 2, -100, torch.tensor(float(tokens)),
+                torch.Size([tokens, vocab]), 1, mesh, 0,
+            )  # fmt: skip
+        # beyond the kept log-probabilities: zeros, their sum with exp(x), the product: 12 a logit
+        assert live.peak == pytest.approx(12 * logits, rel=0.01)
+    finally:
+        dist.destroy_process_group()

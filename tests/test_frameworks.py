@@ -375,3 +375,12 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
     # the balancer charges every stage the most any stage could hold: the TAIL's stage's
     assert run_workspace_bytes(run, memory) == 100664320 + 8192
+
+
+def test_torchtitan_loss_under_tensor_parallelism():
+    # TP 2 turns loss_parallel on (torchtitan/train.py): per rank 64 tokens · 1024/2 = 32768 logits;
+    # beyond the kept log-probabilities the fused nll/log-softmax backward of torch/distributed/tensor/
+    # parallel/loss.py holds zeros, their sum with exp(x) and the product: 12 · 32768 = 393216; the
+    # norm and output unit gathered over dp: (64 + 512·64) · 2 = 65664
+    run = _titan(parallel={"dp": 2, "tp": 2, "sequence_parallel": True})
+    assert model(run).loss_bytes(layers(run)["TAIL"]) == 12 * 32768 + 65664

@@ -46,6 +46,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   log-probabilities (8 bytes per logit, measured on the CPU in tests/test_frameworks.py). Without
   PP, torchtitan/train.py `forward_backward_step` deletes the logits before the backward; the
   pipeline's last stage keeps them in its forward cache (stage.py `fwd_cache`) until then.
+* **The loss under tensor parallelism** (torchtitan/train.py: `loss_parallel_enabled` when TP is
+  on and `disable_loss_parallel` is not set; the output layer's `ColwiseParallel(output_layouts=
+  Shard(-1))`): `loss_parallel()` routes the cross-entropy to torch/distributed/tensor/parallel/
+  loss.py (torch 2.13), which works on the vocabulary shard with element-wise ops instead of the
+  fused kernels. `_log_softmax` makes `shifted = x - max`, `exp(shifted)` and the result next to
+  the fp32 copy; `_nll_loss_and_log_softmax_backward` returns `(grad_input + exp(x)) *
+  grad_output` with `grad_input = zeros_like(x)`: zeros, the sum and the product (the exp freed
+  before the product) next to the kept log-probabilities, 12 bytes a logit (measured on the CPU:
+  tests/test_census_torchtitan.py), above the forward's 10 (bf16 logits, copy, shifted).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread), allocated once and kept on every stage.
 """
@@ -70,6 +79,8 @@ FP32_BYTES = 4
 # nll_loss's gradient and log_softmax's (fp32 each); in the forward, the fp32 copy and the 16-bit
 # logits (6 at bf16), less.
 LOSS_BACKWARD_BYTES = 2 * FP32_BYTES
+# Under loss parallelism (TP): the backward's zeros, their sum with exp(x) and the product, fp32 each.
+LOSS_PARALLEL_BACKWARD_BYTES = 3 * FP32_BYTES
 
 
 def _gated_extra(name: str, rows: float, width: int, bc: int) -> ActivationTerm:
@@ -246,7 +257,7 @@ class TorchtitanRules(FrameworkRules):
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
-        extra = LOSS_BACKWARD_BYTES * logits
+        extra = (LOSS_PARALLEL_BACKWARD_BYTES if setup.tp > 1 else LOSS_BACKWARD_BYTES) * logits
         if setup.pp > 1:
             extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward
         elif fsdp(setup):
