@@ -3,7 +3,8 @@
 `<base>/<asset>/<partition>.parquet`, the same layout and bytes `ppb plan` writes (both go
 through `ppb_core.chain`), plus the artifacts a stage renders next to its table (the SAPP JSON,
 the report's image and summary). Every file is written aside and renamed into place, so a run
-that fails leaves the previous files whole.
+that fails leaves the previous files whole; the temporaries a killed run left behind are removed
+when the next run sets the IO manager up.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from upath import UPath
 from pipelines.columns import column_schema
 from pipelines.resources import STORAGE_DIR_ENV, storage_location
 from ppb_core import chain
-from ppb_core.io import atomic_write_bytes
+from ppb_core.io import atomic_write_bytes, remove_stale_temporaries
 from ppb_core.tables.schema import Stored, rows_of
 
 LOCAL_PROTOCOLS = ("", "file", "local")
@@ -47,7 +48,7 @@ class PandasParquetIOManager(dg.UPathIOManager):
             replace_file(self._sibling(path, suffix), data)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> Stored:
-        return chain.from_parquet_bytes(path.read_bytes())
+        return chain.from_parquet_bytes(path.read_bytes(), source=str(path))
 
     def get_metadata(self, context: dg.OutputContext, obj: Stored) -> dict[str, dg.RawMetadataValue]:
         frame = rows_of(obj)
@@ -79,4 +80,10 @@ class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     base_dir: str = Field(default="", description=f"where the tables go (${STORAGE_DIR_ENV}); empty: storage/")
 
     def create_io_manager(self, context: dg.InitResourceContext) -> PandasParquetIOManager:
-        return PandasParquetIOManager(base_path=UPath(storage_location(self.base_dir)))
+        base = UPath(storage_location(self.base_dir))
+        if base.protocol in LOCAL_PROTOCOLS:
+            # A killed write leaves its `.NAME.PID.X.tmp` beside the table; its process is gone now.
+            for removed in remove_stale_temporaries(base.path):
+                if context.log is not None:
+                    context.log.info(f"removed {removed}, a temporary file a killed write left behind")
+        return PandasParquetIOManager(base_path=base)

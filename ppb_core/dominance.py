@@ -40,8 +40,34 @@ def undominated(
                 least = second
         return kept
     array = np.asarray(points, dtype=float)
+    if tolerance == 0.0:
+        ordered = np.asarray(order)
+        return ordered[undominated_in_order(array[ordered])].tolist()
     kept_rows: list[int] = []
     for i in order:
         if not kept_rows or not (array[kept_rows] <= array[i] + tolerance).all(axis=1).any():
             kept_rows.append(i)
     return kept_rows
+
+
+def undominated_in_order(array: np.ndarray, block: int = 256) -> np.ndarray:
+    """Positions of the rows of *array* (already in scan order: a row's beaters come before it) that
+    no earlier row beats, as whole-array comparisons a block of rows at a time.
+
+    A row beaten by an earlier row that is itself beaten is beaten by that one's beater too (≤ is
+    transitive), so comparing with every earlier row, kept or not, is the same rule as above."""
+    rows = len(array)
+    kept: list[np.ndarray] = []
+    front = array[:0]
+    for start in range(0, rows, block):
+        chunk = array[start : start + block]
+        alive = np.arange(len(chunk))
+        if len(front):
+            alive = np.flatnonzero(~(front[None, :, :] <= chunk[:, None, :]).all(axis=2).any(axis=1))
+        # among the rest of the block: beaten by an earlier one ([i, j]: row j ≤ row i everywhere, j < i)
+        rest = chunk[alive]
+        beaten = np.tril((rest[None, :, :] <= rest[:, None, :]).all(axis=2), k=-1).any(axis=1)
+        survivors = alive[~beaten]
+        kept.append(start + survivors)
+        front = np.concatenate([front, chunk[survivors]])
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)

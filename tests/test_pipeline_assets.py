@@ -1,11 +1,15 @@
 """End to end through Dagster: every stage asset of two run configs materialized into a temporary
 folder, read back and compared with the core's own tables and with `ppb plan`'s files; one asset
 rerun alone from stored upstream; failed runs and failed blocking checks leave the previous
-Parquet in place."""
+Parquet in place; the temporary file of a write killed midway is removed by the next run."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +136,13 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     (plan_event,) = materializations(built.instance, "pipeline_plan", key)
     report = plan_event.metadata["report"].value  # the report's picture and summary on the plan's own page
     assert "![memory and time per stage](data:image/png;base64," in report and "tightest stage" in report
+    (report_event,) = materializations(built.instance, "plan_report", key)
+    assert "![memory and time per stage](data:image/png;base64," in report_event.metadata["report"].value
+    plan = chain.read_stage(built.storage, "pipeline_plan", key).summary
+    for event in (plan_event, report_event):  # the time model's seconds, not the solver's time unit
+        assert event.metadata["iteration_s"].value == round(plan["iteration"]["seconds"], 3)
+        assert event.metadata["best_uniform_iteration_s"].value == round(plan["baseline_iteration"]["seconds"], 3)
+    assert plan_event.metadata["mfu"].value == round(plan["iteration"]["mfu"], 3)
     assert run_event.metadata["parallel"].value.startswith("dp 8 · tp 2 + sp · pp 4")
     (walk_event,) = materializations(built.instance, "layer_walk", key)
     # 32 body layers on 4 stages of one chunk: 8 per cell; plus the HEAD and the TAIL.
@@ -154,6 +165,19 @@ def test_metadata_a_person_reads_in_the_ui(built: Built) -> None:
     first_body = next(d for d in unscaled if d["type"] == "BODY")
     assert scaled_event.metadata["time_unit_ms"].value == round(first_body["forward_time"], 4)
     assert scaled_event.metadata["file.json"].value == str(built.storage / "scaled_descriptions" / f"{key}.json")
+
+
+def test_the_solve_shows_its_progress_in_the_run_log(built: Built) -> None:
+    result = built.results["llama3-8b"]
+    lines = [
+        entry.user_message
+        for entry in built.instance.all_logs(result.run_id)
+        if entry.step_key == "pipeline_plan" and entry.dagster_event is None
+    ]
+    # The balancer's own steps, one line each, from its start to its end (ppb_core.balance.progress).
+    phases = [line.split("]", 1)[1].split(":")[0].split(" — ")[0].strip() for line in lines if line.startswith("[")]
+    assert phases[0] == "start" and phases[-1] == "done", lines
+    assert any("incumbent" in line for line in lines)
 
 
 @pytest.mark.parametrize("target", ["withdrawn_descriptions", STAGES[-1]])
@@ -227,6 +251,51 @@ def test_a_write_that_fails_midway_leaves_the_previous_parquet_in_place(small, m
     assert materialize(instance, storage, configs, "llama3-8b").success
     assert stored_files(storage) != before
     assert '"micro_batches": 16' in pd.read_parquet(storage / "run_config" / "llama3-8b.parquet")["config_json"][0]
+
+
+# A run killed (SIGKILL) after its table is written aside, before the rename: what a power cut or
+# the OOM killer leaves. Only the last step is ours; the rest is the run as Dagster makes it.
+KILLED_WRITE = """
+import os, signal, sys
+import dagster as dg
+import ppb_core.io
+from pipelines.assets import ALL_ASSETS
+from pipelines.definitions import resources
+from pipelines.partitions import PARTITIONS_NAME
+
+write_aside = ppb_core.io._write_aside
+
+
+def written_then_killed(path, data):
+    write_aside(path, data)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+ppb_core.io._write_aside = written_then_killed
+storage, configs = sys.argv[1:]
+with dg.DagsterInstance.ephemeral() as instance:
+    instance.add_dynamic_partitions(PARTITIONS_NAME, ["llama3-8b"])
+    dg.materialize(ALL_ASSETS, selection=["run_config"], partition_key="llama3-8b", instance=instance,
+                   resources=resources(storage, configs))
+"""
+
+
+def test_the_temporary_of_a_killed_write_is_removed_by_the_next_run(small) -> None:
+    instance, storage, configs = small
+    before = stored_files(storage)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITE, str(storage), str(configs)], env=env, stderr=subprocess.PIPE, text=True
+    ) as killed:
+        stderr = killed.communicate()[1]
+    assert killed.returncode == -signal.SIGKILL, stderr[-2000:]
+    (left,) = set(stored_files(storage)) - set(before)
+    assert left.parent == storage / "run_config" and left.name.startswith(f".llama3-8b.parquet.{killed.pid}.")
+    assert left.suffix == ".tmp" and stored_files(storage)[left]  # the table written aside, never renamed
+    result = materialize(instance, storage, configs, "llama3-8b", selection=["run_config"])
+    assert result.success
+    assert not left.exists()
+    assert set(stored_files(storage)) == set(before)  # nothing else left behind
 
 
 def test_a_failing_blocking_check_keeps_the_last_good_table_and_stops_the_stages_after_it(small, monkeypatch) -> None:

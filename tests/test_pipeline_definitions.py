@@ -30,7 +30,7 @@ def test_definitions_load_and_resolve() -> None:
     assert observe.partitions_def is not None and observe.partitions_def.name == PARTITIONS_NAME
     assert defs.executor is dg.in_process_executor
     sensors = {sensor.name: sensor for sensor in defs.sensors}
-    assert set(sensors) == {"run_config_sensor", "ppb_automation"}
+    assert set(sensors) == {"run_config_sensor", "ppb_automation", "search_spec_sensor"}
     assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in sensors.values())
     assert not defs.schedules  # the nightly re-estimation is an automation condition (pipelines/automation.py)
 
@@ -110,7 +110,8 @@ def test_discover_keys_each_yaml_by_its_stem(tmp_path) -> None:
 
 def test_resources_default_to_the_project_folders() -> None:
     bound = resources()
-    assert set(bound) == {"io_manager", "run_configs"}
+    # the chain's, and the search's: its specs, its shards between steps, its ranking table
+    assert set(bound) == {"io_manager", "run_configs", "search_specs", "search_shards_io", "search_ranking_io"}
 
 
 @pytest.mark.parametrize("base", ["local", "memory"])

@@ -148,7 +148,7 @@ def launches_no_run_until_a_config_changes(dagster: str, tmp_path: Path, home: P
         log.close()
 
     assets = {"/".join(node["assetKey"]["path"]): node for node in nodes}
-    assert set(assets) == {"run_config_file", *(step.name for step in chain.STAGES)}
+    assert set(assets) == {"run_config_file", "strategy_search", *(step.name for step in chain.STAGES)}
     for step in chain.STAGES:
         node = assets[step.name]
         assert node["groupName"] == "ppb" and node["isPartitioned"]

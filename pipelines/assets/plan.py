@@ -11,6 +11,7 @@ from pydantic import Field
 from pipelines.assets.common import rounded, stage_asset, table_metadata
 from pipelines.checks import MEMORY_MODEL_AGREES_THE_PLAN_FITS, PLAN_FITS_THE_DEVICE, checked, verdict
 from ppb_core import chain
+from ppb_core.balance.progress import log_lines
 from ppb_core.report.render import embedded_markdown
 from ppb_core.tables.report import stage_memory_mb
 from ppb_core.tables.schema import Summarized
@@ -29,8 +30,13 @@ def plan_figures(plan: dict) -> dict[str, object]:
     figures: dict[str, object] = {"solver_status": plan["status"]}
     if plan.get("gap") is not None:
         figures["gap"] = rounded(plan["gap"], 4)
-    if plan.get("objective") is not None:
-        figures["iteration_time"] = rounded(plan["objective"])
+    iteration, uniform = plan.get("iteration"), plan.get("baseline_iteration")
+    if iteration:  # by the time model, in seconds (the solver's objective is in its own time unit)
+        figures["iteration_s"] = rounded(iteration["seconds"])
+        figures["tokens_per_s_per_device"] = rounded(iteration["tokens_per_second_per_device"], 0)
+        figures["mfu"] = rounded(iteration["mfu"])
+    if uniform:
+        figures["best_uniform_iteration_s"] = rounded(uniform["seconds"])
     if plan.get("peak_memory_mb") is not None:
         figures["peak_stage_memory_mb"] = rounded(plan["peak_memory_mb"], 1)
         figures["device_memory_mb"] = rounded(plan["input"]["memory_mb"], 1)
@@ -52,8 +58,13 @@ def plan_figures(plan: dict) -> dict[str, object]:
     pool=SOLVER_POOL,
     check_specs=[PLAN_FITS_THE_DEVICE],
 )
-def pipeline_plan(config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame):
-    stored = chain.pipeline_plan(run_config, scaled_descriptions, time_limit_s=config.time_limit_s)
+def pipeline_plan(
+    context: dg.AssetExecutionContext, config: PlanConfig, run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame
+):
+    # The solve's steps (incumbent, bound, gap) in the run's log as they happen: a long solve shows progress.
+    stored = chain.pipeline_plan(
+        run_config, scaled_descriptions, time_limit_s=config.time_limit_s, progress=log_lines(context.log.info)
+    )
     yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored))
     report = chain.plan_report(run_config, stored)
     yield dg.Output(
@@ -82,6 +93,14 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized):
                 "peak_stage_memory_mb": rounded(stage_memory_mb(frame).max(), 1),
                 "device_memory_mb": rounded(frame["device_mb"].min(), 1),
                 "slowest_stage_ms": rounded((frame["forward_ms"] + frame["backward_ms"]).max()),
+                **{
+                    name: rounded(stored.summary[key])
+                    for name, key in (
+                        ("iteration_s", "iteration_s"),
+                        ("best_uniform_iteration_s", "baseline_iteration_s"),
+                    )
+                    if stored.summary.get(key) is not None
+                },
             },
         ),
     )

@@ -27,11 +27,35 @@ import numpy as np
 
 from ppb_core.balance.megatron import Setting
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.dominance import undominated
+from ppb_core.balance.progress import Clock
+from ppb_core.dominance import undominated, undominated_in_order
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
+
+
+class ListingCut(Exception):
+    """The listing of stage choices ran past its work budget ("work_limit") or the clock ("time_limit")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ListingBudget:
+    """What the listing may spend: array elements grown (deterministic) and the wall clock (safety)."""
+
+    def __init__(self, elements: int, clock: Clock | None = None) -> None:
+        self.elements = elements
+        self.clock = clock
+
+    def spend(self, elements: int) -> None:
+        self.elements -= elements
+        if self.elements < 0:
+            raise ListingCut("work_limit")
+        if self.clock is not None and self.clock.out:
+            raise ListingCut("time_limit")
 
 
 @dataclass(frozen=True)
@@ -83,8 +107,9 @@ def _option_front(count: int, options: Sequence[int], backward: Sequence[float],
 class Catalogue:
     """Per-cell and per-stage choices for one problem, built lazily and cached."""
 
-    def __init__(self, problem: BalanceInput, setting: Setting | None = None) -> None:
+    def __init__(self, problem: BalanceInput, setting: Setting | None = None, budget: ListingBudget | None = None):
         self.p = problem
+        self.budget = budget if budget is not None else ListingBudget(10**18)
         self.setting = setting  # a Megatron-Core setting fixes each cell's options by position
         bodies = problem.layers.bodies
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
@@ -235,6 +260,7 @@ class Catalogue:
             kept_index, kept_work, kept_held = [], [], []
             step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
             for first in range(0, len(stage_work), step):
+                self.budget.spend(min(step, len(stage_work) - first) * len(options) * max(1, len(vectors)))
                 grown_work = stage_work[first : first + step, None] + work[None, :]
                 grown_held = (
                     held[first : first + step, None, :]
@@ -286,17 +312,25 @@ class Catalogue:
             layouts = [(c.bodies, tuple(sum(r) for r in c.counts)) for c in options]
             codes = {layout: n for n, layout in enumerate(dict.fromkeys(layouts))}
             layout_columns.append(np.array([codes[layout] for layout in layouts])[index[:, chunk]])
-        groups: dict[tuple, list[int]] = {}
-        for row, key in enumerate(zip(*layout_columns, strict=True)):
-            groups.setdefault(key, []).append(row)
         # among equal backward times: one option on the whole stage first, then the least memory
-        option_sets = [[frozenset(k for row in c.counts for k, n in enumerate(row) if n) for c in o] for o in per_chunk]
-        mixed = np.array(
-            [len(frozenset().union(*(option_sets[v][j] for v, j in enumerate(row)))) > 1 for row in index], dtype=float
+        used_options = np.zeros(len(index), dtype=np.int64)  # a bit per option any cell uses
+        for chunk, options in enumerate(per_chunk):
+            bits = [sum(1 << k for row in c.counts for k, n in enumerate(row) if n) for c in options]
+            used_options |= np.array(bits, dtype=np.int64)[index[:, chunk]]
+        mixed = ((used_options & (used_options - 1)) != 0).astype(float)
+        # scan order per layout: Σ backward, the backward vector, mixed, memory, then listing order
+        order = np.lexsort(
+            (np.arange(len(index)), used, mixed, *backward.T[::-1], backward.sum(axis=1), *layout_columns[::-1])
         )
+        layout = np.column_stack(layout_columns)[order] if layout_columns else np.zeros((len(order), 0))
+        starts = np.flatnonzero(np.r_[True, (layout[1:] != layout[:-1]).any(axis=1)]) if len(order) else []
+        ends = np.r_[starts[1:], len(order)] if len(order) else []
+        groups = [order[first:last] for first, last in zip(starts, ends, strict=True)]
+        groups.sort(key=lambda rows: rows.min())  # layouts in the order the listing meets them
         result: list[StageChoice] = []
-        for rows in groups.values():
-            for row in _undominated_rows(backward, rows, mixed, used):
+        for rows in groups:
+            self.budget.spend(len(rows) * max(1, p.chunks))
+            for row in rows[undominated_in_order(backward[rows])]:
                 result.append(StageChoice(self._cells(per_chunk, index[row])))
         return result
 
@@ -345,15 +379,3 @@ def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str)
     """[row, chunk]: the field of the cell choice each listed stage choice takes in each chunk."""
     columns = [np.array([getattr(c, field) for c in options])[index[:, v]] for v, options in enumerate(per_chunk)]
     return np.column_stack(columns) if columns else np.zeros((len(index), 0))
-
-
-def _undominated_rows(backward: np.ndarray, rows: list[int], mixed: np.ndarray, used: np.ndarray) -> list[int]:
-    """Rows whose per-chunk backward vector no other row beats or equals everywhere; of equal ones the
-    first with one option on the whole stage, then the least memory (the ties a user would break)."""
-    vectors = [backward[i] for i in rows]
-
-    def scan(j: int) -> tuple:
-        i = rows[j]
-        return (float(vectors[j].sum()), tuple(vectors[j]), float(mixed[i]), float(used[i]), i)
-
-    return [rows[j] for j in undominated(vectors, scan=scan)]

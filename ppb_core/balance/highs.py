@@ -48,12 +48,17 @@ def new_solver(time_limit: float, nodes: int | None = None) -> highspy.Highs:
     return solver
 
 
-def load(solver: highspy.Highs, columns: Sequence[Column], rows: Sequence[Row], objective: int) -> None:
-    """Columns, integrality and rows into the solver; minimise one column."""
+def load(
+    solver: highspy.Highs, columns: Sequence[Column], rows: Sequence[Row], objective: int | Sequence[float]
+) -> None:
+    """Columns, integrality and rows into the solver; minimise one column, or Σ cost × column."""
     lower = np.array([c[0] for c in columns], dtype=float)
     upper = np.array([c[1] for c in columns], dtype=float)
-    cost = np.zeros(len(columns))
-    cost[objective] = 1.0
+    if isinstance(objective, int):
+        cost = np.zeros(len(columns))
+        cost[objective] = 1.0
+    else:
+        cost = np.array(objective, dtype=float)
     empty_int = np.array([], dtype=np.int32)
     solver.addCols(len(columns), cost, lower, upper, 0, empty_int, empty_int, np.array([], dtype=float))
     integer = np.array([i for i, c in enumerate(columns) if c[2]], dtype=np.int32)

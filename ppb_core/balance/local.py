@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ppb_core.balance.plan import Plan, freeze
+from ppb_core.balance.progress import Clock
 
 Counts = list[list[list[list[int]]]]
 
@@ -60,10 +61,12 @@ def improve(
     max_moves: int = 400,
     max_evaluations: int = 40_000,
     reoption: Callable[[Counts], Counts] | None = None,
+    clock: Clock | None = None,
 ) -> Plan:
     """A plan no slower than `plan`, by first-improvement moves until none helps or a limit is reached.
 
-    *reoption* gives the moved layers their options again (a Megatron setting fixes them by position).
+    *reoption* gives the moved layers their options again (a Megatron setting fixes them by position);
+    *clock*, when given, is the wall-clock safety bound.
     """
     best = plan
     moves = evaluations = 0
@@ -72,7 +75,7 @@ def improve(
         improved = False
         for counts in _neighbours(best, reoption is not None):
             evaluations += 1
-            if evaluations > max_evaluations:
+            if evaluations > max_evaluations or (clock is not None and clock.out):
                 return best
             if reoption is not None:
                 counts = reoption(counts)

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.choice_model import ChoiceModel  # the same columns and rows as the balancer's
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.progress import Clock
 from ppb_core.model.switches import CELL_RANK, OPTIONS
+
+GROUP_ROWS = 64  # undominated partial stages kept per kind (body types per cell, layers per type)
 
 
 def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ...]) -> CellChoice:
@@ -65,7 +70,17 @@ def _even_split_floor(problem: BalanceInput, catalogue: Catalogue) -> float:
     return peak
 
 
-def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, bound: float) -> list[StageChoice]:
+def _stage_choices(
+    problem: BalanceInput, catalogue: Catalogue, stage: int, bound: float, clock: Clock
+) -> tuple[list[StageChoice], bool]:
+    """The stage's choices no heavier than *bound*, one per (body types of each cell, layers of each
+    type), the lightest; and whether the listing is complete.
+
+    Grown chunk by chunk as whole arrays: a partial stage is dropped when it is already over the
+    bound, or when another with the same body types per cell and layers per type holds no more at
+    every in-flight vector (whatever the later chunks add, the other stays as light). Past
+    `GROUP_ROWS` undominated partials of one kind the lightest are kept, and the answer is no
+    longer proven least."""
     most = problem.layers.nb_body_layers - (len(problem.cells) - len(problem.reserved_cells) - 1)
     per_chunk = []
     for v in range(problem.chunks):
@@ -75,24 +90,90 @@ def _stage_choices(problem: BalanceInput, catalogue: Catalogue, stage: int, boun
             if cell.parameter_mb + problem.constant_memory_mb <= bound:
                 options.append(cell)
         per_chunk.append(options)
-    kept: dict[tuple, tuple[float, StageChoice]] = {}
-    for cells in itertools.product(*per_chunk):
-        used = catalogue.stage_memory(stage, cells)
-        if used > bound:
-            continue
-        totals = tuple(sum(c.body_count(b) for c in cells) for b in range(len(problem.layers.bodies)))
-        key = (tuple(c.bodies for c in cells), totals)
-        if key not in kept or used < kept[key][0]:
-            kept[key] = (used, StageChoice(tuple(cells)))
-    return [choice for _, choice in kept.values()]
+    vectors = problem.vectors[stage]
+    in_flight = np.array(vectors, dtype=float).reshape(len(vectors), problem.chunks)
+    limit = bound * (1 + 1e-9) + 1e-9
+    n_bodies = len(problem.layers.bodies)
+    complete = True
+    index = np.zeros((1, 0), dtype=np.int64)
+    kinds = np.zeros((1, 0), dtype=np.int64)  # per chunk, the code of its cell's body types
+    totals = np.zeros((1, n_bodies), dtype=np.int64)
+    held = np.array([[problem.head_stage_memory_mb(stage, v) + problem.constant_memory_mb for v in vectors]])
+    body_codes: dict[tuple[int, ...], int] = {}
+    for chunk, options in enumerate(per_chunk):
+        if not options or clock.out:
+            return [], not options
+        parameters = np.array([c.parameter_mb for c in options])
+        activation = np.array([c.activation_mb for c in options])
+        kind = np.array([body_codes.setdefault(c.bodies, len(body_codes)) for c in options], dtype=np.int64)
+        per_body = np.array([[c.body_count(b) for b in range(n_bodies)] for c in options], dtype=np.int64)
+        grown: list[tuple[np.ndarray, np.ndarray]] = []
+        step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
+        for first in range(0, len(held), step):
+            block = (
+                held[first : first + step, None, :]
+                + parameters[None, :, None]
+                + activation[None, :, None] * in_flight[None, None, :, chunk]
+            )
+            rows, columns = np.nonzero(block.max(axis=2, initial=0.0) <= limit)
+            grown.append((first + rows, columns, block[rows, columns]))
+        rows = np.concatenate([g[0] for g in grown])
+        columns = np.concatenate([g[1] for g in grown])
+        held = np.concatenate([g[2] for g in grown])
+        if not len(rows):
+            return [], complete
+        index = np.column_stack([index[rows], columns])
+        kinds = np.column_stack([kinds[rows], kind[columns]])
+        totals = totals[rows] + per_body[columns]
+        kept, whole = _undominated_per_kind(np.column_stack([kinds, totals]), held)
+        complete &= whole
+        index, kinds, totals, held = index[kept], kinds[kept], totals[kept], held[kept]
+    # the lightest of each kind: the first of its group (rows are sorted by peak within a kind)
+    keys = np.column_stack([kinds, totals])
+    firsts = np.ones(len(keys), dtype=bool)
+    firsts[1:] = (keys[1:] != keys[:-1]).any(axis=1)
+    return [
+        StageChoice(tuple(per_chunk[chunk][int(j)] for chunk, j in enumerate(index[row])))
+        for row in np.nonzero(firsts)[0]
+    ], complete
 
 
-def memory_floor(problem: BalanceInput, nodes: int, time_limit: float) -> tuple[float | None, bool]:
+def _undominated_per_kind(keys: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Rows to keep, grouped by key and sorted by peak within a group: those no other row of their
+    group beats at every vector (the first of equals), at most `GROUP_ROWS` per group; and whether
+    none was cut for the cap."""
+    peak = held.max(axis=1, initial=0.0)
+    order = np.lexsort((np.arange(len(keys)), held.sum(axis=1), peak, *keys.T[::-1]))
+    keys, held = keys[order], held[order]
+    starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)])
+    ends = np.r_[starts[1:], len(keys)]
+    kept: list[np.ndarray] = []
+    whole = True
+    for first, last in zip(starts, ends, strict=True):
+        if last - first > 4 * GROUP_ROWS:
+            last, whole = first + 4 * GROUP_ROWS, False
+        group = held[first:last]
+        # row i is dominated when an earlier row (lighter or as light) holds no more anywhere
+        covers = (group[None, :, :] <= group[:, None, :]).all(axis=2)  # [i, j]: row j covers row i
+        dominated = np.tril(covers, k=-1).any(axis=1)
+        survivors = np.flatnonzero(~dominated)
+        if len(survivors) > GROUP_ROWS:
+            survivors, whole = survivors[:GROUP_ROWS], False
+        kept.append(order[first + survivors])
+    return np.concatenate(kept), whole
+
+
+def memory_floor(problem: BalanceInput, nodes: int, clock: Clock) -> tuple[float | None, bool]:
     """(MB the least-memory plan needs, whether that is proven least); *nodes* bounds the search,
-    *time_limit* is the wall-clock safety bound."""
+    *clock* is the wall-clock safety bound. Cut short, the even split's least memory is the answer
+    (a plan that needs it exists), not proven least."""
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
-    choices = [_stage_choices(problem, catalogue, s, bound) for s in range(problem.stages)]
+    listed = [_stage_choices(problem, catalogue, s, bound, clock) for s in range(problem.stages)]
+    choices = [stage for stage, _ in listed]
+    complete = all(whole for _, whole in listed)
+    if clock.out or not all(choices):
+        return bound, False
     mu = float(problem.memory_mb)
     model = ChoiceModel(problem, choices, 1.0)
     for s, stage in enumerate(choices):
@@ -100,10 +181,10 @@ def memory_floor(problem: BalanceInput, nodes: int, time_limit: float) -> tuple[
         for j, choice in enumerate(stage):
             terms[model.y[s][j]] = -catalogue.stage_memory(s, choice.cells) / mu
         model.rows.append((0.0, INF, list(terms), list(terms.values())))
-    solver = highs.new_solver(time_limit, nodes)
+    solver = highs.new_solver(clock.remaining, nodes)
     highs.load(solver, model.columns, model.rows, model.top)
     solver.run()
     if not highs.has_solution(solver):
         return None, False
     plan = model.plan(list(solver.getSolution().col_value))
-    return plan.peak_memory_mb, highs.status(solver) == "optimal"
+    return plan.peak_memory_mb, complete and highs.status(solver) == "optimal"

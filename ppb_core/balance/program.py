@@ -32,7 +32,6 @@ evaluated again in the original units (`Plan`): that evaluation is what is repor
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
 from ppb_core.balance.choice_model import ChoiceModel, Path
-from ppb_core.balance.choices import Catalogue, StageChoice
+from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import Counts, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
@@ -205,28 +204,91 @@ def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> 
     return found
 
 
-def even_split_best_options(problem: BalanceInput, catalogue: Catalogue) -> Plan | None:
+def even_split_best_options(
+    problem: BalanceInput, catalogue: Catalogue, clock: Clock | None = None, nodes: int = 10_000
+) -> Plan | None:
     """The even split (as the baselines split), each stage under the options of least total backward
-    time that fit: the usual hand plan done well, and a strong start for the program."""
+    time that fit: the usual hand plan done well, and a strong start for the program.
+
+    Per stage this is a small multiple-choice knapsack (one option assignment per chunk, a memory
+    row per in-flight vector), solved as a program rather than by listing every combination of
+    chunks, whose number grows as choices^chunks; stages with the same cells and memory rows are
+    solved once."""
     layout = uniform_plan(problem, problem.options[0])
     counts = empty_counts(problem)
+    solved: dict[tuple, tuple[CellChoice, ...] | None] = {}
     for s in range(problem.stages):
         per_chunk = []
         for v in range(problem.chunks):
             bodies = tuple(l for l in range(len(layout.counts)) if layout.body_layers(l, v, s))
             sizes = tuple(layout.body_layers(l, v, s) for l in bodies)
             per_chunk.append(catalogue.cell_choices(bodies, sizes) if bodies else [catalogue.empty_cell()])
-        best = None
-        for cells in itertools.product(*per_chunk):
-            total = sum(cell.backward for cell in cells)
-            if (best is None or total < best[0]) and catalogue.fits(s, cells):
-                best = (total, cells)
+        key = (
+            tuple(tuple(cells) for cells in per_chunk),
+            tuple(problem.vectors[s]),
+            tuple(problem.head_stage_memory_mb(s, vector) for vector in problem.vectors[s]),
+        )
+        if key not in solved:
+            solved[key] = _least_backward_cells(catalogue, s, per_chunk, clock, nodes)
+        best = solved[key]
         if best is None:
             return None
-        for v, cell in enumerate(best[1]):
+        for v, cell in enumerate(best):
             for body, row in zip(cell.bodies, cell.counts, strict=True):
                 counts[body][v][s] = list(row)
     return Plan(problem, freeze(counts))
+
+
+def _least_backward_cells(
+    catalogue: Catalogue, stage: int, per_chunk: list[list[CellChoice]], clock: Clock | None, nodes: int
+) -> tuple[CellChoice, ...] | None:
+    """One cell choice per chunk: the least total backward time whose stage fits (None if none does,
+    or none is found within *nodes* branch-and-bound nodes or the clock)."""
+    p = catalogue.p
+    leanest = tuple(min(cells, key=lambda c: (c.activation_mb, c.parameter_mb, c.backward)) for cells in per_chunk)
+    if not catalogue.fits(stage, leanest):
+        return None  # every vector's memory is least under the leanest cells: nothing fits
+    quickest = tuple(min(cells, key=lambda c: (c.backward, c.activation_mb)) for cells in per_chunk)
+    if catalogue.fits(stage, quickest):
+        return quickest
+    columns: list[highs.Column] = []
+    cost: list[float] = []
+    where: list[tuple[int, int]] = []
+    for v, cells in enumerate(per_chunk):
+        for j, cell in enumerate(cells):
+            columns.append((0.0, 1.0, True))
+            cost.append(cell.backward)
+            where.append((v, j))
+    one_each: list[highs.Row] = []
+    first = 0
+    for cells in per_chunk:
+        one_each.append((1.0, 1.0, list(range(first, first + len(cells))), [1.0] * len(cells)))
+        first += len(cells)
+    room = p.memory_mb - p.constant_memory_mb
+    memory = [
+        (
+            room - p.head_stage_memory_mb(stage, vector),
+            [per_chunk[v][j].parameter_mb + vector[v] * per_chunk[v][j].activation_mb for v, j in where],
+        )
+        for vector in p.vectors[stage]
+    ]
+    everything = list(range(len(where)))
+    for shrink in (0.0, 1e-6):  # once more a hair inside the device when floating point let one too close in
+        solver = highs.new_solver(clock.remaining if clock is not None else highs.INF, nodes)
+        rows = one_each + [(-highs.INF, upper - shrink * room, everything, values) for upper, values in memory]
+        highs.load(solver, columns, rows, cost)
+        solver.run()
+        if not highs.has_solution(solver):
+            return None
+        values = solver.getSolution().col_value
+        chosen = [None] * len(per_chunk)
+        for (v, j), value in zip(where, values, strict=True):
+            if value > 0.5:
+                chosen[v] = per_chunk[v][j]
+        cells = tuple(chosen)
+        if all(c is not None for c in cells) and catalogue.fits(stage, cells):
+            return cells
+    return None
 
 
 def _choices(problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool) -> list[list[StageChoice]]:
@@ -405,7 +467,8 @@ def solve(
         f"P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}, "
         f"{problem.layers.nb_body_layers} layers, {problem.memory_mb:g} MB",
     )
-    solution = _solve(problem, Catalogue(problem), exact, limits, clock, report, tie_break=True)
+    catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
+    solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True)
     if (
         problem.framework == "megatron"
         and exact is not None
@@ -446,7 +509,14 @@ def _megatron(
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             break
         found = _solve(
-            problem, Catalogue(problem, setting), exact, limits, clock, report, tie_break=False, setting=setting
+            problem,
+            Catalogue(problem, setting, ListingBudget(limits.listing_work, clock)),
+            exact,
+            limits,
+            clock,
+            report,
+            tie_break=False,
+            setting=setting,
         )
         if found.plan is None or found.objective is None:
             continue
@@ -498,16 +568,27 @@ def _solve(
         # No even split fits: find some plan with few layers per cell first, to bound the listing.
         cells = max(1, len(problem.cells) - len(problem.reserved_cells))
         cap = 2 * math.ceil(problem.layers.nb_body_layers / cells) + 1
-        choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
+        try:
+            choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
+        except ListingCut as cut:
+            return _cut_short(
+                problem, fitting, cut.reason, _work_bound(problem), limits, clock, notes, report, setting is not None
+            )
         if all(choices):
             model = ChoiceModel(problem, choices, tau)
             model.add_closed_form()
             first = _run(model, False, limits, clock, None, (), report)
             if first.plan is not None:
                 bound = first.plan.closed_form_time
-    choices = _choices(problem, catalogue, bound, closed_form=True)
+    try:
+        choices = _choices(problem, catalogue, bound, closed_form=True)
+    except ListingCut as cut:
+        return _cut_short(
+            problem, fitting, cut.reason, _work_bound(problem), limits, clock, notes, report, setting is not None
+        )
     if not all(choices):
         return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
+    report("listing", f"closed form: {sum(len(stage) for stage in choices)} stage choices listed")
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
     upper = max(start.stage_time(s) for s in range(problem.stages)) if start is not None else math.inf
     busiest = least_max_work(problem, choices, tau, upper, limits.check_work, clock)
@@ -537,6 +618,7 @@ def _solve(
                 model, closed.solver, catalogue, best, lambda plan: plan.closed_form_time, None, limits.tie_work, clock
             )
             notes += tie_notes
+        ties_cut = _ties_cut(tie_break and closed.status == "optimal", clock, notes)
         objective = best.closed_form_time
         bound_value = objective if closed.status == "optimal" else min(closed.bound, objective)
         return Solution(
@@ -553,7 +635,7 @@ def _solve(
             0,
             listed,
             clock.elapsed,
-            stopped_by=closed.status,
+            stopped_by="time_limit" if ties_cut else closed.status,
             notes=notes,
         )
 
@@ -567,11 +649,16 @@ def _solve(
     reoption = _reoption(problem, setting) if setting is not None else None
     ops = 2 * problem.micro_batches * problem.chunks * problem.stages
     incumbents += [
-        improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption) for plan in starts
+        improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption, clock) for plan in starts
     ]
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
-    choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
+    try:
+        choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
+    except ListingCut as cut:
+        lower = max(_work_bound(problem), problem.micro_batches * busiest)
+        return _cut_short(problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True)
+    report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
@@ -624,9 +711,74 @@ def _solve(
         critical.paths,
         listed,
         clock.elapsed,
-        stopped_by="optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status),
+        stopped_by="time_limit"
+        if _ties_cut(tie_break and critical.solver is not None, clock, notes)
+        else ("optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status)),
         notes=notes,
     )
+
+
+def _work_bound(problem: BalanceInput) -> float:
+    """T ≥ m × (least work of one micro-batch) / P: some stage works at least the average, m times."""
+    layers = problem.layers
+    least = sum(
+        body.nb_layer * (body.forward_time + min(body.backward_time.get(o, math.inf) for o in problem.options))
+        for body in layers.bodies
+    )
+    fixed = layers.head_forward() + layers.head_backward() + layers.tail_forward() + layers.tail_backward()
+    return problem.micro_batches * (least + fixed) / problem.stages
+
+
+def _cut_short(
+    problem: BalanceInput,
+    plans: Sequence[Plan],
+    reason: str,
+    bound: float,
+    limits: WorkLimits,
+    clock: Clock,
+    notes: list[str],
+    report: Reporter,
+    improved: bool = False,
+) -> Solution:
+    """The listing of stage choices ran past its budget: the best plan known (improved by local
+    moves unless it already was) with a simple proven bound, or no plan."""
+    notes.append(f"stage listing stopped by the {reason.replace('_', ' ')}")
+    if not plans:
+        return Solution(
+            problem,
+            "time_limit",
+            message=f"no plan found in {clock.elapsed:.1f} s",
+            stopped_by=reason,
+            seconds=clock.elapsed,
+            notes=notes,
+        )
+    best = min(plans, key=lambda plan: plan.iteration_time)
+    if not improved:
+        ops = 2 * problem.micro_batches * problem.chunks * problem.stages
+        best = improve(best, limits.local_moves, limits.local_work // ops, clock=clock)
+    bound = min(bound, best.iteration_time)
+    report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
+    return Solution(
+        problem,
+        "time_limit",
+        "critical_path",
+        best,
+        best.iteration_time,
+        bound,
+        _gap(best.iteration_time, bound),
+        stopped_by=reason,
+        seconds=clock.elapsed,
+        notes=notes,
+    )
+
+
+def _ties_cut(tried: bool, clock: Clock, notes: list[str]) -> bool:
+    """Whether the clock ran out before the tie-breaking among equally fast plans was done: another
+    run may then pick another of them, and the result must not claim to be repeatable."""
+    if tried and clock.out:
+        notes.append("the time limit cut the tie-breaking short: another run may pick another equally fast plan")
+        return True
+    return False
 
 
 def _gap(objective: float, bound: float) -> float:
@@ -635,13 +787,13 @@ def _gap(objective: float, bound: float) -> float:
 
 def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str]) -> Solution:
     """No plan fits: say how much memory the least-memory plan needs."""
-    needed, proven = memory_floor(problem, limits.closed_nodes, max(5.0, clock.remaining))
+    needed, proven = memory_floor(problem, limits.closed_nodes, clock)
     if needed is None:
         message = f"no plan fits in {problem.memory_mb:g} MB per device"
     else:
         message = (
             f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
-            f"{needed:.1f} MB{'' if proven else ' (the least found within the work limit)'}"
+            f"{needed:.1f} MB{'' if proven else ' (the least found within the limits)'}"
         )
     return Solution(
         problem,

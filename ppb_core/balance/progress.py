@@ -33,13 +33,18 @@ class Progress:
             return None
         return max(0.0, (self.incumbent - self.bound) / self.incumbent)
 
-    def line(self) -> str:
-        """One log line: `[12.3 s] round: incumbent 1490.74, bound 1358.95, gap 8.84% — ...`."""
+    def line(self, unit_s: float | None = None) -> str:
+        """One log line: `[12.3 s] round: incumbent 1490.74, bound 1358.95, gap 8.84% — ...`; with
+        *unit_s* (the descriptions' time unit in seconds) the figures are seconds."""
+
+        def value(figure: float) -> str:
+            return f"{figure:.6g}" if unit_s is None else f"{figure * unit_s:,.3f} s"
+
         figures = []
         if self.incumbent is not None:
-            figures.append(f"incumbent {self.incumbent:.6g}")
+            figures.append(f"incumbent {value(self.incumbent)}")
         if self.bound is not None:
-            figures.append(f"bound {self.bound:.6g}")
+            figures.append(f"bound {value(self.bound)}")
         if self.gap is not None:
             figures.append(f"gap {self.gap:.2%}")
         text = f"[{self.seconds:.1f} s] {self.phase}"
@@ -75,6 +80,8 @@ class WorkLimits:
     # schedule ops the local search may run (plans evaluated × 2·m·V·P ops each)
     local_work: int = 20_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
+    # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
+    listing_work: int = 300_000_000
 
     @staticmethod
     def nodes(work: int, size: int) -> int:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
+from ppb_core.balance.progress import ProgressHook
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
@@ -134,16 +135,20 @@ PLAN_TIME_LIMIT_S = 90.0
 
 
 def pipeline_plan(
-    run_config: pd.DataFrame, scaled_descriptions: pd.DataFrame, time_limit_s: float = PLAN_TIME_LIMIT_S
+    run_config: pd.DataFrame,
+    scaled_descriptions: pd.DataFrame,
+    time_limit_s: float = PLAN_TIME_LIMIT_S,
+    progress: ProgressHook | None = None,
 ) -> Summarized:
     """The balancer's plan: layers per (chunk, stage) and their recompute options, the fastest that fits.
 
     The problem's sizes come from the run config as `ppb balance RUN.yaml` takes them: pp stages,
-    the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb.
+    the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb. The
+    solve's steps go to *progress* as they happen (the plan does not depend on it).
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    result = balance(problem, time_limit_s)
+    result = balance(problem, time_limit_s, progress=progress)
     if result["status"] != "infeasible":
         result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
     return plan_to_frame(result)
@@ -266,14 +271,20 @@ def run_stage(name: str, tables: Mapping[str, Stored], path: str | Path | None =
 
 
 def run_chain(
-    path: str | Path, until: str | None = None, settings: Mapping[str, Mapping[str, Any]] | None = None
+    path: str | Path,
+    until: str | None = None,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+    starting: Callable[[str], None] | None = None,
 ) -> dict[str, Stored]:
     """Every stage's table for one run config, in chain order (up to and including *until*).
 
-    *settings* maps a stage name to keyword settings of its function.
+    *settings* maps a stage name to keyword settings of its function; *starting* hears each
+    stage's name as it starts (progress on a terminal).
     """
     tables: dict[str, Stored] = {}
     for step in STAGES:
+        if starting is not None:
+            starting(step.name)
         tables[step.name] = run_stage(step.name, tables, path, **(settings or {}).get(step.name, {}))
         if step.name == until:
             break

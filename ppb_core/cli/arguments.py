@@ -33,6 +33,7 @@ def plan(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"seconds the balancer may search (default {TIME_LIMIT_S:g})",
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
 
 
 def estimate(parser: argparse.ArgumentParser) -> None:
@@ -185,6 +186,14 @@ def check(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
 
 
+def search(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", metavar="SEARCH.yaml", help="a search spec (searches/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
+    parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
+    parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
+
+
 class Command(NamedTuple):
     summary: str  # one line in `ppb --help`
     description: str  # `ppb COMMAND --help`
@@ -263,5 +272,17 @@ model against the device (which stage runs out, by how much, at which moment), t
 seconds by running the schedule on the time model's layer times, and the balancer's optimum for
 the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.""",
         arguments=check,
+    ),
+    "search": Command(
+        summary="rank parallel strategies for a model on N devices by tokens per second, each balanced",
+        description="""The best parallel layouts for a model on N devices, balanced and ranked.
+
+The search spec names the model(s), the device and how many, the global batch and the sequence
+length, the framework and optional limits (docs/search.md). Every strategy of the grid is checked
+by the run-config validator, screened with the memory model and a proven bound on its iteration,
+and the promising ones are balanced and timed; strategies are dropped only where a bound proves
+they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
+Megatron-LM flags and MindFormers settings.""",
+        arguments=search,
     ),
 }

@@ -31,7 +31,7 @@ from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import plan_iterations
+from ppb_core.estimate.plan import plan_iterations, time_unit_s
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
@@ -156,7 +156,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
 def run(args: argparse.Namespace) -> int:
     problem, search, run_config = problem_from_args(args)
     time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
-    with progress_hook(args.quiet) as hook:
+    unit_s = time_unit_s(run_config, problem.describe()) if run_config is not None else None
+    with progress_hook(args.quiet, unit_s) as hook:
         result = balance(
             problem,
             time_limit,
@@ -190,6 +191,9 @@ STOPPED = {
 }
 
 
+FILE_UNIT = ", in the file's time unit"
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -209,19 +213,24 @@ def render(result: dict[str, Any]) -> None:
         )
         + (f", {given['framework']}'s rules" if given.get("framework") else "")
     )
-    console.print(
-        f"status [bold]{result['status']}[/bold]  objective {_number(result['objective'])} "
-        f"({result['objective_kind'].replace('_', ' ')})  bound {_number(result['bound'])}  "
-        f"gap {_number(result['gap'], 3)}  in {result['seconds']:.2f} s: "
-        f"{STOPPED.get(result.get('stopped_by', ''), result.get('stopped_by', ''))}"
-    )
-    if result.get("message"):
-        console.print(escape(result["message"]))
-    # From a run config the descriptions' unit is known: times in ms and seconds, not relative.
+    # From a run config the descriptions' unit is known: times in ms and seconds, not relative; from
+    # a layers.json they stay in the file's own unit.
     unit_s = result.get("time_unit_s")
 
     def timed(value: float | None, scale: float = 1e3) -> str:
         return _number(value) if unit_s is None or value is None else f"{value * unit_s * scale:,.3f}"
+
+    def seconds(value: float | None) -> str:
+        return _number(value) if unit_s is None or value is None else f"{value * unit_s:,.3f} s"
+
+    console.print(
+        f"status [bold]{result['status']}[/bold]  objective {seconds(result['objective'])} "
+        f"({result['objective_kind'].replace('_', ' ')}{'' if unit_s else FILE_UNIT})  "
+        f"bound {seconds(result['bound'])}  gap {_number(result['gap'], 3)}  in {result['seconds']:.2f} s: "
+        f"{STOPPED.get(result.get('stopped_by', ''), result.get('stopped_by', ''))}"
+    )
+    if result.get("message"):
+        console.print(escape(result["message"]))
 
     time_name = "time" if unit_s is None else "time ms"
     if "stages" in result:
@@ -260,7 +269,7 @@ def render(result: dict[str, Any]) -> None:
         ties = result.get("ties")
         if ties:
             console.print(
-                f"among equally fast plans: recompute time {_number(ties['recompute_time'])}, "
+                f"among equally fast plans: recompute time {seconds(ties['recompute_time'])}, "
                 f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
                 f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
             )
@@ -293,6 +302,6 @@ def render(result: dict[str, Any]) -> None:
             )
     for entry in result.get("interleave_search", []):
         console.print(
-            f"  V={entry['interleave']}: {entry['status']} {_number(entry.get('objective'))}"
+            f"  V={entry['interleave']}: {entry['status']} {seconds(entry.get('objective'))}"
             f"{' — ' + entry['message'] if entry.get('message') else ''}"
         )

@@ -26,6 +26,7 @@ from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.plan import time_unit_s
 from ppb_core.payload.run import describe_run
 
 EXIT_DOES_NOT_FIT = 1
@@ -61,7 +62,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             + (f"; {len(over) - 1} other stage(s) too" if len(over) > 1 else "")
         )
     if not args.no_optimum:
-        with progress_hook(args.quiet) as hook:
+        with progress_hook(args.quiet, time_unit_s(run, problem.describe())) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
         if result["status"] != "infeasible" and "cells" in result:
             optimum = check_plan(run, result["cells"], result["input"]["bodies"])

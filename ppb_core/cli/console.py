@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from ppb_core.balance.progress import Progress, ProgressHook
+from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.plan import time_unit_s
 
 
 def table_console() -> Console:
@@ -18,9 +22,10 @@ def table_console() -> Console:
 
 
 @contextlib.contextmanager
-def progress_hook(quiet: bool = False) -> Iterator[ProgressHook | None]:
+def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[ProgressHook | None]:
     """A balancer progress hook drawing the latest step on the terminal's stderr (rich), or None when
-    stderr is not a terminal or *quiet*: piped output stays the plan alone."""
+    stderr is not a terminal or *quiet*: piped output stays the plan alone. With *unit_s* (the
+    descriptions' time unit in seconds) the figures are seconds."""
     console = Console(stderr=True)
     if quiet or not console.is_terminal:
         yield None
@@ -28,8 +33,42 @@ def progress_hook(quiet: bool = False) -> Iterator[ProgressHook | None]:
     with console.status("balancing…") as status:
 
         def show(progress: Progress) -> None:
-            status.update(escape(progress.line()))
-            if progress.phase in ("closed_form", "start_plan", "done"):
-                console.print(escape(progress.line()))
+            status.update(escape(progress.line(unit_s)))
+            if progress.phase in PRINTED_PHASES:
+                console.print(escape(progress.line(unit_s)))
 
         yield show
+
+
+# Steps worth a line of their own; the others only update the spinner's line.
+PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "round", "stopped", "megatron", "done")
+
+
+@contextlib.contextmanager
+def chain_progress(
+    quiet: bool, run_path: str | Path
+) -> Iterator[tuple[Callable[[str], None] | None, ProgressHook | None]]:
+    """For `ppb plan` on a terminal: a line as each stage of the chain starts and the balancer's steps
+    (in seconds of the run's layers), under one spinner on stderr; (None, None) when piped or *quiet*."""
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        yield None, None
+        return
+    started = time.perf_counter()
+    unit: dict[str, float] = {}
+    with console.status("planning…") as status:
+
+        def starting(name: str) -> None:
+            line = f"[{time.perf_counter() - started:.1f} s] {name}"
+            status.update(escape(line + "…"))
+            console.print(escape(line))
+            if name == "pipeline_plan" and not unit:
+                unit["s"] = time_unit_s(load_run(run_path), {})
+
+        def show(progress: Progress) -> None:
+            line = "  balance " + progress.line(unit.get("s"))
+            status.update(escape(line))
+            if progress.phase in PRINTED_PHASES:
+                console.print(escape(line))
+
+        yield starting, show

@@ -14,7 +14,7 @@ import time
 from rich.table import Table
 
 from ppb_core import chain
-from ppb_core.cli.console import table_console
+from ppb_core.cli.console import chain_progress, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.io import check_output
 from ppb_core.tables.schema import rows_of
@@ -28,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     check_output(args.out, folder=True)
     started = time.perf_counter()
-    tables = chain.run_chain(args.run, until=args.until, settings={"pipeline_plan": {"time_limit_s": args.time_limit}})
+    with chain_progress(args.quiet, args.run) as (starting, hook):
+        settings = {"pipeline_plan": {"time_limit_s": args.time_limit, "progress": hook}}
+        tables = chain.run_chain(args.run, until=args.until, settings=settings, starting=starting)
     elapsed_ms = (time.perf_counter() - started) * 1000
     key = chain.partition_key(args.run)
     table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed_ms:.0f} ms, written under {args.out}")

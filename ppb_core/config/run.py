@@ -411,7 +411,7 @@ def _is_field(part: Any, previous: Any) -> bool:
     return not any(mark in part for mark in ("[", "]", "-")) and part not in ("int", "str", "float", "bool", "none")
 
 
-def _pydantic_error(err: ValidationError, source: str) -> InputError:
+def pydantic_error(err: ValidationError, source: str) -> InputError:
     first = err.errors()[0]
     loc = first["loc"]
     parts = [p for i, p in enumerate(loc) if _is_field(p, loc[i - 1] if i else None)]
@@ -609,7 +609,7 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     try:
         run = RunConfig(**raw)
     except ValidationError as err:
-        raise _pydantic_error(err, where) from None
+        raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):

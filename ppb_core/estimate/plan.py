@@ -116,8 +116,7 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     """
     sized = sized_like(run, plan.get("input", {}))
     times, memory = TimeModel(sized), MemoryModel(sized)
-    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
-    out: dict[str, Any] = {"time_unit_s": times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3}
+    out: dict[str, Any] = {"time_unit_s": _first_forward_s(sized, times)}
     bodies = plan.get("input", {}).get("bodies", [])
 
     def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -132,6 +131,18 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)
         out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
     return out
+
+
+def _first_forward_s(sized: RunConfig, times: TimeModel) -> float:
+    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
+    return times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3
+
+
+def time_unit_s(run: RunConfig, given: Mapping[str, Any]) -> float:
+    """The balancer's time unit for this run, in seconds: the first body layer's forward time (the
+    scaled descriptions' 1.0), for the sizes *given* (a balance input's `describe()`)."""
+    sized = sized_like(run, given)
+    return _first_forward_s(sized, TimeModel(sized))
 
 
 def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -1,0 +1,143 @@
+"""`ppb search SEARCH.yaml [--json] [-o DIR]`: the best parallel layouts for a model on N devices, balanced and ranked.
+
+The search spec names the model(s), the device and how many, the global batch and the sequence
+length, the framework and optional limits (docs/search.md). Every strategy of the grid is checked
+by the run-config validator, screened with the memory model and a proven bound on its iteration,
+and the promising ones are balanced and timed; strategies are dropped only where a bound proves
+they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
+Megatron-LM flags and MindFormers settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ppb_core.cli.console import table_console
+from ppb_core.errors import InputError
+from ppb_core.search.outputs import write_ranking
+from ppb_core.search.rank import SearchResult, search
+from ppb_core.search.spec import SearchSpec, load_search_spec
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_search_spec(args.spec)
+    for name in ("workers", "top"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InputError(args.spec, f"--{name}", f"must be a positive integer, got {value}")
+    if args.top is not None:
+        spec = spec.model_copy(update={"search": spec.search.model_copy(update={"top": args.top})})
+    with _Progress(spec) as progress:
+        result = search(spec, args.workers, progress)
+    if args.out:
+        written = write_ranking(result, args.out)
+        if not args.json:
+            print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render(result)
+    return 0
+
+
+class _Progress:
+    """Strategies screened, then balanced with the best so far, on stderr (stdout stays the result)."""
+
+    def __init__(self, spec: SearchSpec) -> None:
+        self.spec = spec
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.screen = None
+        self.balance = None
+
+    def __enter__(self) -> _Progress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, event: str, figures: dict[str, Any]) -> None:
+        if event == "enumerated":
+            self.screen = self.progress.add_task("screening", total=figures["enumerated"])
+        elif event == "screened" and self.screen is not None:
+            self.progress.update(self.screen, completed=figures["screened"])
+        elif event == "balanced":
+            if self.balance is None:
+                self.balance = self.progress.add_task("balancing", total=None)
+            best = figures.get("best")
+            text = f"balancing (bounded {figures['relaxed']}, waiting {figures['waiting']})"
+            if best is not None:
+                text += f", best {best.strategy.label(self.spec)}: {best.seconds:.3f} s"
+            self.progress.update(self.balance, completed=figures["balanced"], description=text)
+
+
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f}"
+
+
+def render(result: SearchResult) -> None:
+    """The ranking, the refusals by reason, and the counts, as rich tables."""
+    console = table_console()
+    spec = result.spec
+    console.print(
+        f"[bold]ppb search[/bold] {spec.source}: {', '.join(spec.specs)} on {spec.devices} × "
+        f"{spec.device.name or 'device'}, {spec.global_batch} sequences of {spec.seq_length} tokens, "
+        f"{spec.framework}"
+    )
+    table = Table(title=f"the {len(result.ranked)} fastest strategies, each balanced")
+    for name in (
+        "#",
+        "strategy",
+        "tokens/s per device",
+        "iteration s",
+        "MFU %",
+        "peak GiB",
+        "headroom GiB",
+        "gain over uniform",
+        "bound s",
+    ):
+        table.add_column(name, justify="left" if name == "strategy" else "right")
+    for place, entry in enumerate(result.ranked, start=1):
+        table.add_row(
+            str(place),
+            entry.strategy.label(spec),
+            f"{entry.tokens_per_second_per_device:,.0f}",
+            f"{entry.seconds:.3f}",
+            f"{100 * entry.mfu:.1f}",
+            _gib(entry.peak_memory_mb),
+            _gib(entry.headroom_mb),
+            "—" if entry.gain is None else f"{entry.gain:.3f}×",
+            f"{entry.bound_s:.3f}",
+        )
+    console.print(table)
+    if result.proven is not None and result.proven < len(result.ranked):
+        console.print(
+            f"places 1 to {result.proven} are proven; past them, the fastest found within the time budget "
+            f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more)"
+        )
+    if result.rejected:
+        refused = Table(title="strategies not ranked, by reason")
+        refused.add_column("count", justify="right")
+        refused.add_column("reason")
+        for reason, count in sorted(result.rejected.items(), key=lambda item: (-item[1], item[0])):
+            refused.add_row(str(count), reason)
+        console.print(refused)
+    counts = result.counts
+    console.print(
+        ", ".join(f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in counts) + f"; {result.seconds:.1f} s"
+    )

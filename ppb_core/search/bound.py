@@ -1,0 +1,463 @@
+"""Proven lower bounds on a strategy's iteration time, whatever plan the balancer gives it.
+
+`ppb_core.timing.iteration.run_iteration` prices a plan as the schedule run op by op with every
+cell's forward and backward (its layers' times, head and tail included): `compute + bubble` is
+that schedule's makespan, and every other term of its breakdown (FSDP gathers, P2P, data-parallel
+communication, the optimizer) is a time the critical path spends on top, never below zero. So a
+lower bound on the makespan of the plain schedule, over every plan, is a lower bound on the
+iteration time of the plan the balancer returns.
+
+The schedule bound. Every op on a stage runs after the previous one, and an op waits for its input
+(`ppb_core.schedules.simulate`). For a stage s take its first backward o₁ (micro-batch j) and its
+last op oₗ (a backward, micro-batch l). o₁ cannot end before micro-batch j's forward has run
+through every cell along the model and its backward has come back to o₁'s cell; the ops the stage
+runs after o₁ follow one by one; and after oₗ, micro-batch l's backward still runs through every
+cell before oₗ's along the model:
+
+    A_s:  T ≥ Σ_c F_c + Σ_{c ≥ o₁} B_c + Σ_{ops of s after o₁} duration + Σ_{c < oₗ} B_c.
+
+Likewise the stage's first op waits for its micro-batch's forward through the cells before it, the
+stage then runs all its m·Σ_v (F_v,s + B_v,s) of work, and micro-batch l's backward still goes back:
+
+    B_s:  T ≥ Σ_{c < first} F_c + m·Σ_v (F_v,s + B_v,s) + Σ_{c < oₗ} B_c.
+
+No op is counted twice: an op of stage s on one of these chains would have to run before the
+stage's first backward or after its last op. Both forms are linear in the cells' times, and a cell's
+time is the sum of its layers' times at their options. (For even 1F1B cells A_{P−1} is exactly the
+makespan (m + P − 1)(f + b).)
+
+Over every plan. A plan puts each body layer in a cell under an option (`ppb_core.balance`), so:
+
+* `quick_bound` (every strategy): any average of the forms of one family is a bound; writing it
+  per layer, each layer contributes at least its least coefficient over the cells times its forward
+  plus its least backward over the options. No memory limit.
+* `lp_bound` (the promising ones): the linear-programming relaxation of the balancer's own problem
+  — layers of each kind split fractionally over cells and options, every cell not holding the head
+  or tail non-empty, every stage within the device at every in-flight vector of its schedule
+  (the balancer's memory rows, with the descriptions' MB) — minimising the largest form. Any plan
+  the balancer can return is a point of this program, so its optimum bounds the plan's makespan;
+  and when the program has no point, no plan fits the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import highspy
+import numpy as np
+
+from ppb_core.balance import highs
+from ppb_core.schedules import cell_order, check, in_flight_vectors, stage_orders
+
+# The relative slack given to the program's answer and its memory rows, above HiGHS's tolerances, so
+# that neither its optimum nor its infeasibility is claimed where exact arithmetic would differ.
+LP_MARGIN = 1e-6
+
+
+@dataclass(frozen=True)
+class Form:
+    """T ≥ Σ_c forward[c]·F_c + backward[c]·B_c + t·(links + [blocking]·sends) over the cells in layer order
+    (`ScheduleForms.cells`), t the time of one pipeline transfer."""
+
+    stage: int
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    links: int  # transfers between stages along the form's chains
+    sends: int  # the stage's own sends among the ops counted, which last as long with blocking P2P
+
+    def transfers(self, blocking: bool) -> int:
+        return self.links + (self.sends if blocking else 0)
+
+
+@dataclass(frozen=True)
+class ScheduleForms:
+    """A schedule's bound forms at given sizes: A_s then B_s for every stage, the cells in layer order
+    and each stage's in-flight vectors (micro-batches held per chunk at which its memory may peak)."""
+
+    schedule: str
+    stages: int
+    chunks: int
+    micro_batches: int
+    cells: tuple[tuple[int, int], ...]  # (chunk, stage) in layer order
+    forms: tuple[Form, ...]
+    families: int = 0  # how many of the forms are A forms (the rest are B forms)
+
+    @property
+    def vectors(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per stage, the in-flight vectors (micro-batches per chunk) at which its memory may peak."""
+        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches)
+
+    def family(self, name: str) -> tuple[Form, ...]:
+        """The A forms (chains to a backward) or the B forms (chains to a forward)."""
+        return self.forms[: self.families] if name == "A" else self.forms[self.families :]
+
+    def value(
+        self,
+        forward: Sequence[Sequence[float]],
+        backward: Sequence[Sequence[float]],
+        transfer: float = 0.0,
+        blocking: bool = True,
+    ) -> float:
+        """The bound for given cell times `[chunk][stage]` and one transfer's time: the largest form."""
+        f = [forward[c][s] for c, s in self.cells]
+        b = [backward[c][s] for c, s in self.cells]
+        return max(
+            float(np.dot(form.forward, f) + np.dot(form.backward, b)) + transfer * form.transfers(blocking)
+            for form in self.forms
+        )
+
+
+@lru_cache(maxsize=512)
+def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) -> ScheduleForms:
+    """The forms A_s and B_s of every stage (module docstring), from the schedule's own op orders."""
+    name = check(schedule, stages, chunks, micro_batches)
+    orders = stage_orders(name, stages, chunks, micro_batches)
+    cells = tuple(cell_order(name, stages, chunks))
+    position = {cell: i for i, cell in enumerate(cells)}
+    count = len(cells)
+    stage_of = [cell[1] for cell in cells]
+
+    def crossing(i: int, j: int) -> int:
+        """1 when positions i and j are cells of different stages (a transfer between them)."""
+        return int(0 <= i < count and 0 <= j < count and stage_of[i] != stage_of[j])
+
+    def sends(ops) -> int:
+        return sum(
+            crossing(position[(op.chunk, stage)], position[(op.chunk, stage)] + (1 if op.kind == "F" else -1))
+            for op in ops
+        )
+
+    def form(stage: int, order, k: int) -> Form:
+        """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
+        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k."""
+        op, last = order[k], order[-1]
+        p, pl = position[(op.chunk, stage)], position[(last.chunk, stage)]
+        forward, backward = [0.0] * count, [0.0] * count
+        if op.kind == "B":  # its micro-batch's forward through every cell, then its backward down to op
+            forward = [1.0] * count
+            for i in range(p, count):
+                backward[i] += 1.0
+            links = sum(crossing(i, i + 1) for i in range(count - 1)) + sum(
+                crossing(i + 1, i) for i in range(p, count - 1)
+            )
+            after = order[k + 1 :]
+        else:  # its micro-batch's forward up to op
+            for i in range(p):
+                forward[i] += 1.0
+            links = sum(crossing(i, i + 1) for i in range(p))
+            after = order[k:]
+        for later in after:
+            (forward if later.kind == "F" else backward)[position[(later.chunk, stage)]] += 1.0
+        for i in range(pl):
+            backward[i] += 1.0
+        links += sum(crossing(i + 1, i) for i in range(pl))
+        # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
+        counted = order[k:-1]
+        return Form(stage, tuple(forward), tuple(backward), links, sends(counted))
+
+    a_forms, b_forms = [], []
+    for stage, order in enumerate(orders):
+        # for each chunk the stage's first backward (A) and first forward (B): A_s and B_s of the docstring,
+        # and the same chains taken from the other chunks' first ops
+        for kind, forms_list in (("B", a_forms), ("F", b_forms)):
+            firsts: dict[int, int] = {}
+            for index, op in enumerate(order):
+                if op.kind == kind:
+                    firsts.setdefault(op.chunk, index)
+            for index in sorted(firsts.values()):
+                forms_list.append(form(stage, order, index))
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
+
+
+@lru_cache(maxsize=512)
+def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    return tuple(tuple(v) for v in in_flight_vectors(schedule, stages, chunks, micro_batches))
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One distinct body layer kind: how many layers, their times (ms) and the balancer's MB per option."""
+
+    name: str
+    count: int
+    forward_ms: dict[str, float]  # option -> forward of one micro-batch
+    backward_ms: dict[str, float]  # option -> backward (recompute included)
+    parameter_mb: float  # the description's memory_parameter: held once per layer
+    activation_mb: dict[str, float]  # option -> MB per micro-batch in flight
+    reduce_ms: float = 0.0  # its gradients' data-parallel reduction, bandwidth part (no per-bucket latency)
+
+
+@dataclass(frozen=True)
+class Ends:
+    """The head (in the first cell along the model) and the tail (in the last): times and MB held."""
+
+    head_forward_ms: float
+    head_backward_ms: float
+    head_mb: float
+    tail_forward_ms: float
+    tail_backward_ms: float
+    tail_mb: float
+    head_reduce_ms: float = 0.0
+    tail_reduce_ms: float = 0.0
+    cell_forward_ms: float = 0.0  # what every cell's forward takes beyond its layers (exposed FSDP gathers)
+    cell_backward_ms: float = 0.0
+
+
+def quick_bound(
+    forms: ScheduleForms, kinds: Sequence[Kind], ends: Ends, transfer_ms: float = 0.0, blocking: bool = True
+) -> float:
+    """Milliseconds no plan's schedule beats: the best of the two families' uniform averages, each
+    layer at its cheapest cell and option (module docstring). No memory limit."""
+    best = 0.0
+    head, tail = 0, len(forms.cells) - 1
+    for family in ("A", "B"):
+        forward, backward, links, sends = _averages(
+            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family
+        )
+        total = transfer_ms * (links + (sends if blocking else 0.0))
+        total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
+        total += forward[tail] * ends.tail_forward_ms + backward[tail] * ends.tail_backward_ms
+        total += float(np.sum(forward)) * ends.cell_forward_ms + float(np.sum(backward)) * ends.cell_backward_ms
+        for kind in kinds:
+            least_backward = min(kind.backward_ms.values())
+            least_forward = min(kind.forward_ms.values())
+            total += kind.count * float(np.min(forward * least_forward + backward * least_backward))
+        best = max(best, float(total))
+    return best
+
+
+@lru_cache(maxsize=1024)
+def _averages(
+    schedule: str, stages: int, chunks: int, micro_batches: int, family: str
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The family's forms averaged: coefficients per cell, links and sends."""
+    chosen = schedule_forms(schedule, stages, chunks, micro_batches).family(family)
+    return (
+        np.mean([form.forward for form in chosen], axis=0),
+        np.mean([form.backward for form in chosen], axis=0),
+        float(np.mean([form.links for form in chosen])),
+        float(np.mean([form.sends for form in chosen])),
+    )
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """The relaxed balancing program's answer: "optimal" (or "time_limit", the proven bound) with its value
+    (ms), "infeasible", or "unknown" when HiGHS gave no answer to trust (value 0: no bound)."""
+
+    status: str
+    value_ms: float | None
+
+
+def lp_bound(
+    forms: ScheduleForms,
+    kinds: Sequence[Kind],
+    ends: Ends,
+    memory_mb: float,
+    constant_mb: float,
+    transfer_ms: float = 0.0,
+    blocking: bool = True,
+    whole_layers: bool = False,
+    time_limit: float = 10.0,
+    reduction_floor_ms: float | None = None,
+) -> Relaxation:
+    """The linear relaxation of the balancer's program under the schedule forms (module docstring).
+
+    Columns: x[k, o, c] layers of kind k under option o in cell c; per cell its forward F_c and
+    backward B_c; prefix sums of F and B along the cells; T. Rows: F_c and B_c as their layers' times
+    (head and tail included), the prefix sums, T ≥ every form, every stage's memory at every
+    in-flight vector, every kind's layers placed, every cell without head or tail non-empty.
+    """
+    cells = forms.cells
+    count = len(cells)
+    position = {cell: i for i, cell in enumerate(cells)}
+    columns: list[tuple[float, float]] = []
+
+    def column(lower: float = 0.0, upper: float = highs.INF) -> int:
+        columns.append((lower, upper))
+        return len(columns) - 1
+
+    x: dict[tuple[int, str, int], int] = {}
+    for k, kind in enumerate(kinds):
+        for option in kind.backward_ms:
+            for c in range(count):
+                x[(k, option, c)] = column()
+    forward = [column() for _ in range(count)]
+    backward = [column() for _ in range(count)]
+    forward_prefix = [column() for _ in range(count + 1)]
+    backward_prefix = [column() for _ in range(count + 1)]
+    schedule_top = column()
+    rows: list[tuple[float, float, dict[int, float]]] = []
+    fixed_forward = [ends.cell_forward_ms] * count
+    fixed_backward = [ends.cell_backward_ms] * count
+    fixed_forward[0] += ends.head_forward_ms
+    fixed_backward[0] += ends.head_backward_ms
+    fixed_forward[-1] += ends.tail_forward_ms
+    fixed_backward[-1] += ends.tail_backward_ms
+    for c in range(count):
+        f_terms = {forward[c]: 1.0}
+        b_terms = {backward[c]: 1.0}
+        for k, kind in enumerate(kinds):
+            for option in kind.backward_ms:
+                f_terms[x[(k, option, c)]] = -kind.forward_ms[option]
+                b_terms[x[(k, option, c)]] = -kind.backward_ms[option]
+        rows.append((fixed_forward[c], fixed_forward[c], f_terms))
+        rows.append((fixed_backward[c], fixed_backward[c], b_terms))
+    rows.append((0.0, 0.0, {forward_prefix[0]: 1.0}))
+    rows.append((0.0, 0.0, {backward_prefix[0]: 1.0}))
+    for i in range(count):
+        rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
+        rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
+    for form in forms.forms:
+        terms = _form_terms(form, forward, backward, forward_prefix, backward_prefix, schedule_top)
+        rows.append((transfer_ms * form.transfers(blocking), highs.INF, terms))
+    head_stage, tail_stage = cells[0][1], cells[-1][1]
+    for stage in range(forms.stages):
+        held = (
+            constant_mb
+            + (ends.head_mb if stage == head_stage else 0.0)
+            + (ends.tail_mb if stage == tail_stage else 0.0)
+        )
+        for vector in forms.vectors[stage]:
+            terms: dict[int, float] = {}
+            for chunk, in_flight in enumerate(vector):
+                c = position[(chunk, stage)]
+                for k, kind in enumerate(kinds):
+                    for option in kind.backward_ms:
+                        # in units of the device, as the balancer writes its rows, for HiGHS's tolerances
+                        terms[x[(k, option, c)]] = (
+                            kind.parameter_mb + in_flight * kind.activation_mb[option]
+                        ) / memory_mb
+            rows.append((-highs.INF, (1 + LP_MARGIN) - held / memory_mb, terms))
+    for k, kind in enumerate(kinds):
+        placed = {x[(k, option, c)]: 1.0 for option in kind.backward_ms for c in range(count)}
+        rows.append((float(kind.count), float(kind.count), placed))
+    for c in range(1, count - 1):
+        rows.append(
+            (1.0, highs.INF, {x[(k, option, c)]: 1.0 for k, kind in enumerate(kinds) for option in kind.backward_ms})
+        )
+    integers: list[int] = []
+    if whole_layers:  # each cell holds whole layers of each kind (their options may still mix)
+        for k, kind in enumerate(kinds):
+            for c in range(count):
+                whole = column()
+                integers.append(whole)
+                terms = {x[(k, option, c)]: 1.0 for option in kind.backward_ms}
+                terms[whole] = -1.0
+                rows.append((0.0, 0.0, terms))
+    top = column()
+    if reduction_floor_ms is None:
+        rows.append((0.0, 0.0, {top: 1.0, schedule_top: -1.0}))
+    else:
+        # The gradient reduction's tail after the schedule (`reduction_tail`): at least the floor given
+        # (the head's whole reduction), and at least the first stage's reductions less its last backward.
+        tail = column(reduction_floor_ms)
+        rows.append((0.0, 0.0, {top: 1.0, schedule_top: -1.0, tail: -1.0}))
+        first_stage = [c for c, (_, stage) in enumerate(cells) if stage == 0]
+        terms = {tail: 1.0}
+        for c in first_stage:
+            for k, kind in enumerate(kinds):
+                for option in kind.backward_ms:
+                    terms[x[(k, option, c)]] = -(kind.reduce_ms - kind.backward_ms[option])
+        held = ends.head_reduce_ms - ends.head_backward_ms
+        if cells[-1][1] == 0:
+            held += ends.tail_reduce_ms - ends.tail_backward_ms
+        rows.append((held, highs.INF, terms))
+    return _solve(columns, rows, top, integers, time_limit)
+
+
+def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:
+    """T − (the form) ≥ 0, with the form's runs of ones along the cells written as prefix sums."""
+    terms: dict[int, float] = {top: 1.0}
+    count = len(forward)
+
+    def add(index: int, value: float) -> None:
+        terms[index] = terms.get(index, 0.0) + value
+
+    for coefficients, cell_columns, prefix in (
+        (form.forward, forward, forward_prefix),
+        (form.backward, backward, backward_prefix),
+    ):
+        ones = [1.0 if value >= 1.0 else 0.0 for value in coefficients]  # the chains' runs
+        # a run of ones from i to j−1 is prefix[j] − prefix[i]
+        i = 0
+        while i < count:
+            if ones[i]:
+                j = i
+                while j < count and ones[j]:
+                    j += 1
+                add(prefix[j], -1.0)
+                add(prefix[i], 1.0)
+                i = j
+            else:
+                i += 1
+        for c, value in enumerate(coefficients):
+            rest = value - ones[c]
+            if rest:
+                add(cell_columns[c], -rest)
+    return {index: value for index, value in terms.items() if value}
+
+
+def _solve(
+    columns: list[tuple[float, float]],
+    rows: list[tuple[float, float, dict[int, float]]],
+    top: int,
+    integers: Sequence[int] = (),
+    time_limit: float = 10.0,
+) -> Relaxation:
+    solver = highs.new_solver(time_limit)
+    solver.setOptionValue("presolve", "on")
+    n = len(columns)
+    cost = np.zeros(n)
+    cost[top] = 1.0
+    lower = np.array([c[0] for c in columns], dtype=float)
+    upper = np.array([c[1] for c in columns], dtype=float)
+    empty = np.array([], dtype=np.int32)
+    solver.addCols(n, cost, lower, upper, 0, empty, empty, np.array([], dtype=float))
+    starts, indices, values, row_lower, row_upper = [], [], [], [], []
+    for low, high, terms in rows:
+        starts.append(len(indices))
+        indices.extend(terms)
+        values.extend(terms.values())
+        row_lower.append(low)
+        row_upper.append(high)
+    solver.addRows(
+        len(rows),
+        np.array(row_lower, dtype=float),
+        np.array(row_upper, dtype=float),
+        len(indices),
+        np.array(starts, dtype=np.int32),
+        np.array(indices, dtype=np.int32),
+        np.array(values, dtype=float),
+    )
+    if integers:
+        solver.changeColsIntegrality(
+            len(integers),
+            np.array(integers, dtype=np.int32),
+            np.array([highspy.HighsVarType.kInteger] * len(integers)),
+        )
+    solver.run()
+    status = solver.getModelStatus()
+    if status not in _ANSWERS:  # a numerical failure: try once more from an interior point
+        solver.setOptionValue("solver", "ipm")
+        solver.clearSolver()
+        solver.run()
+        status = solver.getModelStatus()
+    if integers and status == highspy.HighsModelStatus.kTimeLimit:  # the proven bound so far
+        return Relaxation("time_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
+    if status == highspy.HighsModelStatus.kOptimal:
+        # HiGHS stops within its tolerances (1e-7): give that much back so the bound stays below
+        return Relaxation("optimal", float(solver.getInfo().objective_function_value) * (1 - LP_MARGIN))
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return Relaxation("infeasible", None)
+    # no answer to trust: the bound stays as it was (0 adds nothing), and nothing is claimed infeasible
+    return Relaxation("unknown", 0.0)
+
+
+_ANSWERS = (
+    highspy.HighsModelStatus.kOptimal,
+    highspy.HighsModelStatus.kInfeasible,
+    highspy.HighsModelStatus.kTimeLimit,
+)

@@ -1,0 +1,271 @@
+"""Every strategy of a search spec's grid, and the run-config validator's verdict on each.
+
+A strategy is one point of the grid: tp (with sequence parallelism), cp, pp, the data-parallel
+degree dp = devices / (tp·cp·pp), ep and etp for MoE models, vpp with a schedule that runs it,
+ZeRO stage or FSDP, micro-batch size, micro-batches from the global batch, and a recompute
+setting. Products tp·cp·pp that do not divide the devices are not strategies (no whole dp) and are
+not counted; neither are schedule/vpp pairs that do not go together (1F1B and GPipe run one chunk,
+the interleaved schedule two or more, DualPipeV exactly two). Every other point is enumerated, and
+is either refused — by the spec's limits (a TP group crossing a node), by the global batch (it
+does not split into dp·micro_batch_size), or by the run-config validator — or valid. Refusals are
+counted by reason: the field and the problem with its numbers written N, so one family (say, tp
+not dividing the heads) counts as one reason whatever the numbers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ppb_core.config.run import RunConfig, parse_run_config
+from ppb_core.errors import InputError
+from ppb_core.search.spec import (
+    DEFAULT_CP,
+    DEFAULT_FSDP,
+    DEFAULT_MICRO_BATCH_SIZE,
+    DEFAULT_SCHEDULES,
+    DEFAULT_VPP,
+    DEFAULT_ZERO,
+    SearchSpec,
+)
+
+
+@dataclass(frozen=True, order=True)
+class Strategy:
+    """One point of the grid. Ordered field by field, which settles ties between equal times."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    vpp: int
+    schedule: str
+    ep: int
+    etp: int
+    sequence_parallel: bool
+    cp_variant: str
+    zero: int
+    fsdp: bool
+    micro_batch_size: int
+    micro_batches: int
+    recompute: int  # index into the spec's recompute settings
+
+    def parallel(self, spec: SearchSpec) -> dict[str, Any]:
+        """The run config's `parallel` section."""
+        section: dict[str, Any] = {
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "cp": self.cp,
+            "cp_variant": self.cp_variant,
+            "ep": self.ep,
+            "sequence_parallel": self.sequence_parallel,
+            "zero": self.zero,
+            "fsdp": self.fsdp,
+            "schedule": self.schedule,
+            "world_size": spec.devices,
+            "devices_per_node": spec.devices_per_node,
+        }
+        if spec.moe:
+            section["etp"] = self.etp
+        return section
+
+    def training(self, spec: SearchSpec) -> dict[str, Any]:
+        """The run config's `training` section."""
+        return {
+            **spec.fixed_training,
+            "micro_batch_size": self.micro_batch_size,
+            "micro_batches": self.micro_batches,
+            "recompute": spec.recompute_settings[self.recompute],
+        }
+
+    def label(self, spec: SearchSpec) -> str:
+        """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1."""
+        schedule = {"1f1b": "", "interleaved": "i", "gpipe": "g", "dualpipev": "d"}[self.schedule]
+        parts = [
+            f"tp{self.tp}{'sp' if self.sequence_parallel else ''}",
+            f"cp{self.cp}{'u' if self.cp_variant == 'ulysses' else ''}",
+            f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "") + schedule,
+            f"dp{self.dp}",
+        ]
+        if spec.moe:
+            parts.append(f"ep{self.ep}" + (f"etp{self.etp}" if self.etp != 1 else ""))
+        parts += ["fsdp" if self.fsdp else f"z{self.zero}", f"b{self.micro_batch_size}m{self.micro_batches}"]
+        parts.append(f"r{self.recompute}")
+        return "-".join(parts)
+
+    def run_raw(self, spec: SearchSpec, models: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The strategy as a run config (plain data); *models* defaults to the architectures inlined."""
+        raw: dict[str, Any] = {
+            "name": f"{spec.name}-{self.label(spec)}",
+            "framework": spec.framework,
+            "models": models if models is not None else spec.model_entries(),
+            "parallel": self.parallel(spec),
+            "training": self.training(spec),
+            "device": spec.device.model_dump(mode="json", exclude_none=True),
+        }
+        timing = spec.timing.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+        if timing:
+            raw["timing"] = timing
+        ppb = spec.ppb.model_dump(mode="json", exclude_defaults=True)
+        if ppb:
+            raw["ppb"] = ppb
+        return raw
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A strategy the limits, the global batch or the validator refuse: its reason family and its line."""
+
+    strategy: Strategy
+    reason: str  # the family: "field: problem" with numbers as N
+    message: str  # the validator's own line
+
+
+def reason_family(field: str | None, problem: str) -> str:
+    """What counts refusals alike: the field and the problem, numbers written N."""
+    text = re.sub(r"\d+(\.\d+)?", "N", problem)
+    return f"{field}: {text}" if field else text
+
+
+def _powers_of_two(up_to: int) -> list[int]:
+    return [2**i for i in range(up_to.bit_length()) if 2**i <= up_to]
+
+
+def _divisors(n: int, up_to: int) -> list[int]:
+    return [d for d in range(1, min(n, up_to) + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The values each dimension takes: the spec's limits, else the defaults (docs/search.md)."""
+
+    tp: tuple[int, ...]
+    cp: tuple[int, ...]
+    pp: tuple[int, ...]
+    ep: tuple[int, ...]
+    etp: tuple[int, ...]
+    vpp: tuple[int, ...]
+    schedules: tuple[str, ...]
+    shards: tuple[tuple[int, bool], ...]  # (zero, fsdp)
+    micro_batch_size: tuple[int, ...]
+    sequence_parallel: tuple[bool, ...]
+    cp_variant: tuple[str, ...]
+    recompute: int  # how many settings
+
+
+def grid(spec: SearchSpec) -> Grid:
+    limits, framework = spec.limits, spec.framework
+    experts = [s.num_experts for s in spec.specs.values() if s.is_moe]
+    tp = limits.tp or _powers_of_two(spec.devices_per_node)
+    pp = limits.pp or _divisors(spec.devices, spec.total_body_layers)
+    if experts:
+        ep = limits.ep or [e for e in _powers_of_two(min(experts)) if all(n % e == 0 for n in experts)]
+        etp = limits.etp or [1]
+    else:
+        ep, etp = [1], [0]  # a dense model has no expert tensor parallelism: etp follows tp
+    zero = limits.zero or DEFAULT_ZERO[framework]
+    fsdp = limits.fsdp or DEFAULT_FSDP[framework]
+    shards = [(int(z), False) for z in sorted(set(zero))] + ([(3, True)] if True in fsdp else [])
+    return Grid(
+        tp=tuple(sorted(set(tp))),
+        cp=tuple(sorted(set(limits.cp or DEFAULT_CP))),
+        pp=tuple(sorted(set(pp))),
+        ep=tuple(sorted(set(ep))),
+        etp=tuple(sorted(set(etp))),
+        vpp=tuple(sorted(set(limits.vpp or DEFAULT_VPP))),
+        schedules=tuple(dict.fromkeys(limits.schedules or DEFAULT_SCHEDULES[framework])),
+        shards=tuple(shards),
+        micro_batch_size=tuple(sorted(set(limits.micro_batch_size or DEFAULT_MICRO_BATCH_SIZE))),
+        sequence_parallel=tuple(dict.fromkeys(limits.sequence_parallel)),
+        cp_variant=tuple(dict.fromkeys(limits.cp_variant)),
+        recompute=len(spec.recompute_settings),
+    )
+
+
+def schedule_pairs(schedules: tuple[str, ...], vpps: tuple[int, ...], pp: int) -> list[tuple[str, int]]:
+    """The (schedule, vpp) pairs that go together: 1F1B and GPipe at vpp 1, interleaved at vpp ≥ 2,
+    DualPipeV at vpp 2; without pipeline parallelism only 1F1B at vpp 1."""
+    if pp == 1:
+        return [("1f1b", 1)]
+    pairs = []
+    for schedule in schedules:
+        for vpp in vpps:
+            if (
+                (schedule in ("1f1b", "gpipe") and vpp == 1)
+                or (schedule == "interleaved" and vpp >= 2)
+                or (schedule == "dualpipev" and vpp == 2)
+            ):
+                pairs.append((schedule, vpp))
+    return pairs
+
+
+def enumerate_strategies(spec: SearchSpec) -> Iterator[Strategy | Refusal]:
+    """Every point of the grid in a fixed order: a `Strategy` to validate, or a `Refusal` by the spec's
+    limits or the global batch. Points that share tp, cp, ep, etp, micro-batch size and recompute
+    setting come together (they share layer times, `ppb_core.search.screen`)."""
+    g = grid(spec)
+    for tp, cp in itertools.product(g.tp, g.cp):
+        sequence_parallel = g.sequence_parallel if tp > 1 else (False,)  # tp 1: nothing to split
+        variants = g.cp_variant if cp > 1 else g.cp_variant[:1]  # cp 1: no variant to choose
+        for ep, etp, mbs, sp, variant, recompute in itertools.product(
+            g.ep, g.etp, g.micro_batch_size, sequence_parallel, variants, range(g.recompute)
+        ):
+            yield from _points(spec, g, tp, cp, ep, etp, mbs, sp, variant, recompute)
+
+
+def _points(
+    spec: SearchSpec, g: Grid, tp: int, cp: int, ep: int, etp: int, mbs: int, sp: bool, variant: str, recompute: int
+) -> Iterator[Strategy | Refusal]:
+    batch, node = spec.global_batch, spec.devices_per_node
+    expert_tp = etp if etp else tp
+    for pp in g.pp:
+        if spec.devices % (tp * cp * pp):
+            continue
+        dp = spec.devices // (tp * cp * pp)
+        for schedule, vpp in schedule_pairs(g.schedules, g.vpp, pp):
+            for zero, fsdp in g.shards:
+                micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
+                strategy = Strategy(
+                    tp=tp,
+                    cp=cp,
+                    pp=pp,
+                    dp=dp,
+                    vpp=vpp,
+                    schedule=schedule,
+                    ep=ep,
+                    etp=expert_tp,
+                    sequence_parallel=sp,
+                    cp_variant=variant,
+                    zero=zero,
+                    fsdp=fsdp,
+                    micro_batch_size=mbs,
+                    micro_batches=micro_batches,
+                    recompute=recompute,
+                )
+                if spec.limits.tp_within_node and max(tp, expert_tp) > node:
+                    which = "tp" if tp > node else "etp"
+                    message = f"{which} {max(tp, expert_tp)} spans more than a node of {node} devices"
+                    yield Refusal(strategy, reason_family("limits.tp_within_node", message), message)
+                elif not micro_batches:
+                    message = (
+                        f"{batch} sequences do not split into dp·micro_batch_size = {dp}·{mbs} whole micro-batches"
+                    )
+                    yield Refusal(strategy, reason_family("training.global_batch", message), message)
+                else:
+                    yield strategy
+
+
+def validate(spec: SearchSpec, strategy: Strategy) -> RunConfig | Refusal:
+    """The strategy's run config, or the validator's refusal (its one line)."""
+    try:
+        return parse_run_config(strategy.run_raw(spec), spec.source, spec.base_dir)
+    except InputError as err:
+        return Refusal(strategy, reason_family(err.field, err.problem), err.problem)

@@ -1,0 +1,138 @@
+"""The ranking written out: each top strategy as a ready run config, its plan, and the settings to paste.
+
+For the strategy ranked n, `-o DIR` writes:
+
+* `NN-<name>.yaml`: the run config (its model files named relative to DIR), so `ppb balance` or
+  `ppb plan` on it gives the plan again;
+* `NN-<name>.plan.json`: the balancer's JSON for it;
+* `NN-<name>.megatron.txt`: Megatron-LM flags: the parallel sizes (megatron/training/arguments.py:
+  `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, `--context-parallel-size`,
+  `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
+  `--use-distributed-optimizer` or Megatron-FSDP's `--data-parallel-sharding-strategy`), the batch,
+  and the plan's `--pipeline-model-parallel-layout` with its recompute flags;
+* `NN-<name>.mindformers.yaml`: MindFormers' `parallel_config` (data_parallel, model_parallel,
+  pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
+  `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
+  `recompute_config` (recompute, select_recompute, select_comm_recompute);
+
+and `search.json`, the whole result (`ppb search --json`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ppb_core.io import atomic_write_text
+from ppb_core.search.enumerate import Strategy
+from ppb_core.search.rank import Ranked, SearchResult
+from ppb_core.search.spec import SearchSpec, relative_path
+
+# Megatron-FSDP's sharding strategy for each ZeRO stage (megatron/training/arguments.py,
+# --data-parallel-sharding-strategy: no_shard, optim, optim_grads, optim_grads_params).
+MEGATRON_FSDP_SHARDING = {0: "no_shard", 1: "optim", 2: "optim_grads", 3: "optim_grads_params"}
+
+
+def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -> list[str]:
+    """The Megatron-LM command-line flags of a strategy and its balanced plan."""
+    s = strategy
+    flags = [
+        f"--tensor-model-parallel-size {s.tp}",
+        f"--pipeline-model-parallel-size {s.pp}",
+        f"--context-parallel-size {s.cp}",
+    ]
+    if spec.moe:
+        flags += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.etp}"]
+    if s.sequence_parallel:
+        flags.append("--sequence-parallel")
+    if s.fsdp or s.zero == 3:
+        flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP_SHARDING[3]}"]
+    elif s.zero >= 1:
+        flags.append("--use-distributed-optimizer")
+    flags += [
+        f"--micro-batch-size {s.micro_batch_size}",
+        f"--global-batch-size {s.micro_batch_size * s.micro_batches * s.dp}",
+        f"--seq-length {spec.seq_length}",
+    ]
+    megatron = plan.get("megatron", {})
+    if megatron.get("layout"):
+        flags.append(f'--pipeline-model-parallel-layout "{megatron["layout"]}"')
+    elif s.vpp > 1:
+        flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
+    flags += list(megatron.get("recompute", []))
+    return flags
+
+
+def mindformers_settings(strategy: Strategy, plan: dict[str, Any]) -> dict[str, Any]:
+    """The MindFormers yaml sections a strategy and its balanced plan set."""
+    s = strategy
+    return {
+        "parallel_config": {
+            "data_parallel": s.dp,
+            "model_parallel": s.tp,
+            "pipeline_stage": s.pp,
+            "context_parallel": s.cp,
+            "expert_parallel": s.ep,
+            "micro_batch_num": s.micro_batches,
+            "use_seq_parallel": s.sequence_parallel,
+        },
+        "parallel": {"enable_parallel_optimizer": s.zero >= 1 or s.fsdp},
+        "runner_config": {"batch_size": s.micro_batch_size},
+        "model": {"model_config": {"offset": plan.get("offset"), "pp_interleave_num": s.vpp}},
+        "recompute_config": {key: plan.get(key) for key in ("recompute", "select_recompute", "select_comm_recompute")},
+    }
+
+
+def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:
+    """Every ranked strategy's run config, plan and framework settings, and the whole result; the paths."""
+    folder = Path(folder)
+    spec = result.spec
+    written: list[Path] = []
+    for place, entry in enumerate(result.ranked, start=1):
+        stem = f"{place:02d}-{entry.strategy.label(spec)}"
+        written += _write_entry(spec, entry, folder, stem)
+    path = folder / "search.json"
+    atomic_write_text(path, json.dumps(result.to_json(), indent=2) + "\n")
+    written.append(path)
+    return written
+
+
+def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, count: int) -> list[Path]:
+    """The first *count* ranked strategies as run configs `<prefix><NN>.yaml` in *folder* (their model files
+    named relative to it), for the chain to take up; the paths."""
+    folder = Path(folder)
+    paths = []
+    for place, entry in enumerate(result.ranked[:count], start=1):
+        raw = _run_config(result.spec, entry, folder, f"{prefix}{place:02d}")
+        path = folder / f"{prefix}{place:02d}.yaml"
+        atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> dict[str, Any]:
+    """The strategy as a run config to be written in *folder*."""
+    raw = entry.strategy.run_raw(spec, models=spec.model_entries(relative_to=folder))
+    raw["name"] = name
+    calibration = raw.get("timing", {}).get("calibration")
+    if calibration:
+        raw["timing"]["calibration"] = relative_path(Path(spec.base_dir) / calibration, folder)
+    return raw
+
+
+def _write_entry(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> list[Path]:
+    raw = _run_config(spec, entry, folder, stem)
+    files = {
+        f"{stem}.yaml": yaml.safe_dump(raw, sort_keys=False),
+        f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
+        f"{stem}.megatron.txt": " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan)) + "\n",
+        f"{stem}.mindformers.yaml": yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False),
+    }
+    paths = []
+    for name, text in files.items():
+        atomic_write_text(folder / name, text)
+        paths.append(folder / name)
+    return paths

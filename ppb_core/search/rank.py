@@ -1,0 +1,549 @@
+"""The search: screen every valid strategy, balance the promising ones, rank them by iteration time.
+
+A strategy's result is its balanced plan's iteration as `run_iteration` prices it: the balancer
+(`run_problem`, `balance`) splits the layers and picks their recompute options, and the plan's
+cells are timed with the run's schedule, links, data-parallel communication and optimizer. The
+ranking is by seconds, ties settled by the strategy's fields.
+
+Branch and bound (docs/search.md). Every valid strategy gets a quick lower bound
+(`bound.quick_bound`, no memory limit) and a quick memory verdict (`screen.fits_somewhere`).
+Strategies wait in a queue ordered by their bound; the one with the least bound is taken: first its
+bound is refined with the relaxed balancing program (`bound.lp_bound`, memory included; when the
+program has no point no plan fits), then it is balanced and timed. The search stops when the queue's
+least bound is above the `top`-th best time found: no strategy left can enter the ranking, since each
+bound is proven below every plan's time (`ppb_core.search.bound`). So the ranking is the one an
+exhaustive search (`exhaustive`: balance and time every valid strategy) gives, which the tests
+check on small searches. Work goes out in waves to worker processes.
+
+Shards (Dagster): `shard` splits the grid in groups of strategies that share layer times,
+`search_points` runs the same search on one shard alone, and `merge` keeps the best `top` of the
+shards' rankings: each shard's ranking holds every strategy of the shard that can be in the
+overall ranking, so the merge is exact too.
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ppb_core.balance import balance
+from ppb_core.balance.problem import run_problem
+from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel
+from ppb_core.payload.run import describe_run
+from ppb_core.search.bound import lp_bound
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
+from ppb_core.search.screen import (
+    FigureCache,
+    after_schedule_ms,
+    blocking,
+    fits_somewhere,
+    run_forms,
+    screen,
+    time_key,
+)
+from ppb_core.search.spec import SearchSpec
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.pricer import TimeModel
+
+NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per cell, or all stages every layer)"
+NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
+NO_WHOLE_PLAN = "memory: no plan fits (the relaxed program with whole layers per cell has no point)"
+BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
+BALANCER_TIMEOUT = "balancer: no answer within the search's evaluation timeout"
+BALANCER_FAILED = "balancer: its process ended without an answer"
+# HiGHS's time for the whole-layer program; past it the proven bound so far is taken
+WHOLE_LAYERS_SECONDS = 2.0
+OUT_OF_TIME = "budget: not examined within the search's time budget (its bound is below the ranking's last)"
+PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
+# A bound and the time it bounds add the same terms in different orders, so a bound equal to a time can
+# exceed it by rounding; a bound within this relative slack of the ranking's last is a tie, not a proof.
+BOUND_SLACK = 1e-9
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A balanced strategy, timed: what `ppb search --json` lists under `ranked`."""
+
+    strategy: Strategy
+    seconds: float
+    tokens_per_second_per_device: float
+    mfu: float
+    hfu: float
+    breakdown: dict[str, float]
+    peak_memory_mb: float  # the plan's busiest stage as the balancer charges it
+    memory_mb: float  # what a stage may use: the device less reserved_mb
+    uniform_seconds: float | None  # the best uniform split with one option for every layer, if one fits
+    plan: dict[str, Any]  # the balancer's JSON
+    bound_s: float  # the lower bound the search held when it balanced this strategy
+
+    @property
+    def gain(self) -> float | None:
+        """The balanced plan's speed-up over its uniform split (>1: the plan is faster)."""
+        return None if self.uniform_seconds is None else self.uniform_seconds / self.seconds
+
+    @property
+    def headroom_mb(self) -> float:
+        return self.memory_mb - self.peak_memory_mb
+
+    def key(self) -> tuple:
+        return (self.seconds, self.strategy)
+
+    def to_json(self, spec: SearchSpec) -> dict[str, Any]:
+        return {
+            "name": self.strategy.label(spec),
+            "parallel": self.strategy.parallel(spec),
+            "training": self.strategy.training(spec),
+            "tokens_per_second_per_device": self.tokens_per_second_per_device,
+            "iteration_seconds": self.seconds,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "breakdown": self.breakdown,
+            "peak_memory_mb": self.peak_memory_mb,
+            "headroom_mb": self.headroom_mb,
+            "uniform_iteration_seconds": self.uniform_seconds,
+            "gain_over_uniform": self.gain,
+            "bound_seconds": self.bound_s,
+            "plan": self.plan,
+        }
+
+
+def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None) -> Ranked | Refusal:
+    """Balance the strategy and time its plan (and its best uniform split) with `run_iteration`."""
+    if run is None:
+        checked = validate(spec, strategy)
+        if isinstance(checked, Refusal):
+            return checked
+        run = checked
+    memory, times = MemoryModel(run), TimeModel(run)
+    problem = run_problem(run, describe_run(run, memory, times))
+    result = balance(problem, spec.search.balance_time_limit_s)
+    if result["status"] == "infeasible" or "cells" not in result:
+        return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
+    cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
+    iteration = run_iteration(run, cells, times, memory)
+    uniform = None
+    if result.get("best_baseline"):
+        best = result["best_baseline"]
+        baseline = next(b for b in result["baselines"] if b["option"] == best)
+        uniform_cells = [[{best: n} for n in row] for row in baseline["layers_per_cell"]]
+        uniform = run_iteration(run, uniform_cells, times, memory).seconds
+    return Ranked(
+        strategy=strategy,
+        seconds=iteration.seconds,
+        tokens_per_second_per_device=iteration.tokens_per_second_per_device,
+        mfu=iteration.mfu,
+        hfu=iteration.hfu,
+        breakdown=dict(iteration.breakdown),
+        peak_memory_mb=float(result["peak_memory_mb"]),
+        memory_mb=float(problem.memory_mb),
+        uniform_seconds=uniform,
+        plan=result,
+        bound_s=0.0,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Work done in worker processes: each keeps the spec and its own figure cache.
+
+_spec: SearchSpec | None = None
+_cache: FigureCache | None = None
+
+
+def _start(spec: SearchSpec) -> None:
+    global _spec, _cache
+    _spec, _cache = spec, FigureCache()
+
+
+def _screen_points(points: Sequence[Strategy | Refusal]) -> list[tuple[str, Any]]:
+    """("refused", Refusal) or ("screened", Screened) for each point, in order."""
+    assert _spec is not None and _cache is not None
+    out: list[tuple[str, Any]] = []
+    for point in points:
+        if isinstance(point, Refusal):
+            out.append(("refused", point))
+            continue
+        run = validate(_spec, point)
+        if isinstance(run, Refusal):
+            out.append(("refused", run))
+        else:
+            out.append(("screened", screen(point, run, _cache)))
+    return out
+
+
+def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
+    """The relaxed program's bound in seconds, or why no plan fits; with *whole_layers*, each cell's
+    layer counts are whole numbers (a small integer program)."""
+    assert _spec is not None and _cache is not None
+    run = validate(_spec, strategy)
+    assert not isinstance(run, Refusal)
+    found = _cache.of(strategy, run)
+    if not fits_somewhere(run_forms(strategy), found):
+        return NO_ROOM
+    relaxed = lp_bound(
+        run_forms(strategy),
+        found.kinds,
+        found.ends,
+        found.memory_mb,
+        found.constant_mb,
+        found.transfer_ms,
+        blocking(run),
+        whole_layers,
+        time_limit=WHOLE_LAYERS_SECONDS,
+        reduction_floor_ms=found.reduction_floor_ms,
+    )
+    if relaxed.value_ms is None:
+        return NO_WHOLE_PLAN if whole_layers else NO_RELAXED_PLAN
+    return (relaxed.value_ms + after_schedule_ms(strategy, found)) / 1e3
+
+
+def _evaluate(strategy: Strategy) -> Ranked | Refusal:
+    assert _spec is not None
+    return evaluate(_spec, strategy)
+
+
+def _run_task(task: tuple[str, Any]) -> Any:
+    kind, payload = task
+    if kind == "screen":
+        return _screen_points(payload)
+    if kind == "relax":
+        return [_relax(s) for s in payload]
+    if kind == "whole":
+        return [_relax(s, whole_layers=True) for s in payload]
+    return [_evaluate(s) for s in payload]
+
+
+def _child(connection: Any, spec: SearchSpec, strategy: Strategy) -> None:
+    _start(spec)
+    connection.send(_evaluate(strategy))
+    connection.close()
+
+
+def _context() -> Any:
+    """Processes started from a clean server process: a fork of this one could inherit HiGHS's worker
+    threads mid-use (a solve here, or in another asset of the same Dagster process) and hang on them."""
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" not in methods:
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ppb_core.search.rank"])
+    return context
+
+
+class _Workers:
+    """Screening and bounds run in a pool of processes (or here, with one worker). Each balancing
+    runs in a process of its own that is stopped past `SearchOptions.evaluation_timeout_s`: the
+    balancer's own time limit does not cover every phase of its solve."""
+
+    def __init__(self, spec: SearchSpec, workers: int) -> None:
+        self.workers = workers
+        self.timeout = spec.search.evaluation_timeout_s
+        self.spec = spec
+        self.pool = None
+        self.context = _context()
+        _start(spec)
+        if workers > 1:
+            self.pool = self.context.Pool(workers, initializer=_start, initargs=(spec,))
+
+    def map(self, tasks: list[tuple[str, Any]]) -> list[Any]:
+        """Each task's answer, in order; evaluations run beside the pool's tasks."""
+        evaluations = [i for i, (kind, _) in enumerate(tasks) if kind == "evaluate"]
+        others = [i for i in range(len(tasks)) if i not in evaluations]
+        pending = None
+        if self.pool is not None and others:
+            pending = self.pool.map_async(_run_task, [tasks[i] for i in others], chunksize=1)
+        answers: list[Any] = [None] * len(tasks)
+        for i, answer in zip(evaluations, self._evaluate([tasks[i][1] for i in evaluations]), strict=True):
+            answers[i] = answer
+        done = pending.get() if pending is not None else [_run_task(tasks[i]) for i in others]
+        for i, answer in zip(others, done, strict=True):
+            answers[i] = answer
+        return answers
+
+    def imap(self, tasks: list[tuple[str, Any]]) -> Iterable[Any]:
+        """Each (pool) task's answer, in order, as it comes."""
+        if self.pool is None:
+            return (_run_task(task) for task in tasks)
+        return self.pool.imap(_run_task, tasks, chunksize=1)
+
+    def _evaluate(self, parts: list[list[Strategy]]) -> list[list[Ranked | Refusal]]:
+        strategies = [strategy for part in parts for strategy in part]
+        children = []
+        for strategy in strategies:
+            here, there = self.context.Pipe(duplex=False)
+            process = self.context.Process(target=_child, args=(there, self.spec, strategy), daemon=False)
+            process.start()
+            there.close()
+            children.append((strategy, process, here))
+        deadline = time.monotonic() + self.timeout
+        answers: dict[Strategy, Ranked | Refusal] = {}
+        for strategy, process, here in children:
+            if here.poll(max(0.0, deadline - time.monotonic())):
+                try:
+                    answers[strategy] = here.recv()
+                except EOFError:
+                    answers[strategy] = Refusal(strategy, BALANCER_FAILED, "the balancing process ended without answer")
+            else:
+                answers[strategy] = Refusal(strategy, BALANCER_TIMEOUT, f"no answer within {self.timeout:g} s")
+            if process.is_alive():
+                process.kill()
+            process.join()
+            here.close()
+        return [[answers[s] for s in part] for part in parts]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+@dataclass
+class SearchResult:
+    spec: SearchSpec
+    ranked: list[Ranked]
+    rejected: Counter = field(default_factory=Counter)
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    balanced: list[Ranked] = field(default_factory=list)  # every strategy balanced, ranked or not, fastest first
+    proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
+    unexamined_bound_s: float | None = None  # the least bound left when the time budget ran out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "search": self.spec.name,
+            "ranked": [entry.to_json(self.spec) for entry in self.ranked],
+            "rejected": dict(sorted(self.rejected.items(), key=lambda item: (-item[1], item[0]))),
+            "counts": dict(self.counts),
+            "proven": len(self.ranked) if self.proven is None else self.proven,
+            "unexamined_bound_seconds": self.unexamined_bound_s,
+            "seconds": self.seconds,
+        }
+
+
+COUNTS: tuple[str, ...] = (
+    "enumerated",
+    "valid",
+    "screened",
+    "relaxed",
+    "whole_layers",
+    "balanced",
+    "pruned",
+    "unexamined",
+)
+
+
+def shard(points: Iterable[Strategy | Refusal], shards: int) -> list[list[Strategy | Refusal]]:
+    """The points in *shards* groups, whole groups of strategies sharing layer times dealt in turn."""
+    groups: dict[tuple, list[Strategy | Refusal]] = {}
+    for point in points:
+        strategy = point.strategy if isinstance(point, Refusal) else point
+        groups.setdefault(time_key(strategy), []).append(point)
+    out: list[list[Strategy | Refusal]] = [[] for _ in range(max(1, shards))]
+    for index, members in enumerate(groups.values()):
+        out[index % len(out)].extend(members)
+    return [members for members in out if members]
+
+
+def _by_schedule(points: Sequence[Strategy | Refusal], parts: int) -> list[list[Strategy | Refusal]]:
+    """The points in about *parts* chunks, each schedule shape (schedule, pp, vpp) whole in one: a worker
+    then builds the bound forms of its shapes alone (they cost more to build than a strategy to screen)."""
+    shapes: dict[tuple, list[Strategy | Refusal]] = {}
+    for point in points:
+        s = point.strategy if isinstance(point, Refusal) else point
+        shapes.setdefault((s.schedule, s.pp, s.vpp), []).append(point)
+    ordered = sorted(shapes.values(), key=len, reverse=True)
+    out: list[list[Strategy | Refusal]] = [[] for _ in range(min(parts, len(ordered)) or 1)]
+    for members in ordered:  # the largest shapes first, each to the lightest chunk
+        min(out, key=len).extend(members)
+    return out
+
+
+def _notify(progress: Progress | None, event: str, **figures: Any) -> None:
+    if progress is not None:
+        progress(event, figures)
+
+
+def search_points(
+    spec: SearchSpec,
+    points: Sequence[Strategy | Refusal],
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> SearchResult:
+    """The ranking of *points* (a grid or a shard of it): screen, then branch and bound."""
+    started = time.perf_counter()
+    top = spec.search.top
+    rejected: Counter = Counter()
+    counts = dict.fromkeys(COUNTS, 0)
+    counts["enumerated"] = len(points)
+    pool = _Workers(spec, workers)
+    try:
+        chunks = _by_schedule(points, max(1, workers * 4))
+        queue: list[tuple[float, Strategy, int]] = []  # (bound, strategy, level: 1 quick, 2 relaxed)
+        for results in pool.imap([("screen", chunk) for chunk in chunks]):
+            for kind, item in results:
+                if kind == "refused":
+                    rejected[item.reason] += 1
+                    continue
+                counts["valid"] += 1
+                counts["screened"] += 1
+                queue.append((item.bound_s, item.strategy, 1))
+            _notify(progress, "screened", screened=counts["screened"], total=len(points))
+        heapq.heapify(queue)
+        ranked: list[Ranked] = []
+
+        def beaten(bound: float, strategy: Strategy) -> bool:
+            return len(ranked) >= top and (bound * (1 - BOUND_SLACK), strategy) > ranked[top - 1].key()
+
+        budget = spec.search.time_budget_s
+        while queue and not beaten(queue[0][0], queue[0][1]):
+            if budget is not None and time.perf_counter() - started > budget:
+                break
+            # a wave: the least bounds first; refine many at once, balance one per worker
+            taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
+            while queue and len(taken[3]) < workers and len(taken[1]) + len(taken[2]) < 16 * workers:
+                bound, strategy, level = queue[0]
+                if beaten(bound, strategy):
+                    break
+                heapq.heappop(queue)
+                taken[level].append((bound, strategy))
+            tasks: list[tuple[str, Any]] = []
+            # the whole-layer program for one chunk per stage only: it tightens 1F1B's bound by several
+            # per cent in tens of milliseconds, but costs seconds on interleaved grids for little
+            direct = [(b, s) for b, s in taken[2] if s.vpp > 1]
+            for bound, strategy in direct:
+                heapq.heappush(queue, (bound, strategy, 3))
+            taken[2] = [(b, s) for b, s in taken[2] if s.vpp == 1]
+            for level, kind in ((1, "relax"), (2, "whole")):
+                tasks += [(kind, part) for part in _deal([s for _, s in taken[level]], workers)]
+            tasks += [("evaluate", [s]) for _, s in taken[3]]
+            bounds = {strategy: bound for level in taken.values() for bound, strategy in level}
+            for (kind, part), answers in zip(tasks, pool.map(tasks), strict=True):
+                for strategy, answer in zip(part, answers, strict=True):
+                    if kind in ("relax", "whole"):
+                        counts["relaxed" if kind == "relax" else "whole_layers"] += 1
+                        if isinstance(answer, str):
+                            rejected[answer] += 1
+                        else:
+                            level = 2 if kind == "relax" else 3
+                            heapq.heappush(queue, (max(bounds[strategy], answer), strategy, level))
+                        continue
+                    counts["balanced"] += 1
+                    if isinstance(answer, Refusal):
+                        rejected[answer.reason] += 1
+                    else:
+                        ranked.append(_with_bound(answer, bounds[strategy]))
+            ranked.sort(key=Ranked.key)
+            if taken[3]:
+                _notify(
+                    progress,
+                    "balanced",
+                    balanced=counts["balanced"],
+                    relaxed=counts["relaxed"],
+                    waiting=len(queue),
+                    best=ranked[0] if ranked else None,
+                )
+        waiting = [(bound, strategy) for bound, strategy, _ in queue if not beaten(bound, strategy)]
+        counts["pruned"] = len(queue) - len(waiting)
+        counts["unexamined"] = len(waiting)
+        if counts["pruned"]:
+            rejected[PRUNED] += counts["pruned"]
+        if waiting:
+            rejected[OUT_OF_TIME] += len(waiting)
+        least = min(waiting, default=None)
+        # a ranked place is proven when no strategy left unexamined can come before it
+        proven = sum(1 for entry in ranked[:top] if least is None or entry.key() <= least)
+    finally:
+        pool.close()
+    result = SearchResult(spec, ranked[:top], rejected, counts, time.perf_counter() - started, ranked)
+    result.proven = proven
+    result.unexamined_bound_s = None if least is None else least[0]
+    return result
+
+
+def _deal(items: list[Strategy], hands: int) -> list[list[Strategy]]:
+    """*items* dealt into at most *hands* non-empty parts."""
+    return [part for part in (items[i::hands] for i in range(hands)) if part]
+
+
+def _with_bound(entry: Ranked, bound: float) -> Ranked:
+    return replace(entry, bound_s=bound)
+
+
+def search(spec: SearchSpec, workers: int | None = None, progress: Progress | None = None) -> SearchResult:
+    """The search of a spec: every strategy of its grid, ranked."""
+    started = time.perf_counter()
+    workers = workers or spec.search.workers or os.cpu_count() or 1
+    points = list(enumerate_strategies(spec))
+    _notify(progress, "enumerated", enumerated=len(points))
+    result = search_points(spec, points, workers, progress)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def merge(spec: SearchSpec, results: Sequence[SearchResult]) -> SearchResult:
+    """The shards' rankings as one: the best `top` of all, counts and refusals added up."""
+    ranked = sorted((entry for result in results for entry in result.ranked), key=Ranked.key)
+    rejected: Counter = Counter()
+    counts = dict.fromkeys(COUNTS, 0)
+    for result in results:
+        rejected.update(result.rejected)
+        for key, value in result.counts.items():
+            counts[key] = counts.get(key, 0) + value
+    balanced = sorted((entry for result in results for entry in result.balanced), key=Ranked.key)
+    seconds = max((r.seconds for r in results), default=0.0)
+    merged = SearchResult(spec, ranked[: spec.search.top], rejected, counts, seconds, balanced)
+    left = [r.unexamined_bound_s for r in results if r.unexamined_bound_s is not None]
+    merged.unexamined_bound_s = min(left, default=None)
+    if merged.unexamined_bound_s is not None:
+        merged.proven = sum(1 for entry in merged.ranked if entry.seconds < merged.unexamined_bound_s)
+    return merged
+
+
+def exhaustive(spec: SearchSpec) -> SearchResult:
+    """Every valid strategy balanced and timed, no bound used: what the search must equal (tests)."""
+    started = time.perf_counter()
+    ranked: list[Ranked] = []
+    rejected: Counter = Counter()
+    counts = dict.fromkeys(COUNTS, 0)
+    for point in enumerate_strategies(spec):
+        counts["enumerated"] += 1
+        if isinstance(point, Refusal):
+            rejected[point.reason] += 1
+            continue
+        run = validate(spec, point)
+        if isinstance(run, Refusal):
+            rejected[run.reason] += 1
+            continue
+        counts["valid"] += 1
+        counts["balanced"] += 1
+        entry = evaluate(spec, point, run)
+        if isinstance(entry, Refusal):
+            rejected[entry.reason] += 1
+        else:
+            ranked.append(entry)
+    ranked.sort(key=Ranked.key)
+    return SearchResult(spec, ranked[: spec.search.top], rejected, counts, time.perf_counter() - started, ranked)
+
+
+__all__ = [
+    "Ranked",
+    "SearchResult",
+    "evaluate",
+    "exhaustive",
+    "merge",
+    "search",
+    "search_points",
+    "shard",
+]

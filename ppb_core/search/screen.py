@@ -1,0 +1,353 @@
+"""Screening: each valid strategy's layers as the balancer and the time model see them, a quick bound on
+its iteration and a quick memory verdict.
+
+For every distinct layer kind of a strategy the screen takes what the balancer would read — the
+description's MB (`ppb_core.payload.describe.describe_layer`: parameters held once, activations
+per micro-batch in flight under each option) and the constant MB every stage is charged (the
+largest backward working set, `ppb_core.memory.run_working_set_bytes`, as `run_problem` charges
+it) — and what `run_iteration` would price, each option's forward and backward milliseconds from
+`ppb_core.timing.TimeModel`. Both models are evaluated once per distinct kind, and shared between
+strategies that cannot differ in them:
+
+* layer times depend on tp, sp, cp, ep, etp, the micro-batch size and the recompute setting (the
+  time model's `Geometry` and `Links`), not on dp, pp, vpp, the schedule, the micro-batch count or
+  ZeRO: one `TimeModel` per `time_key`;
+* layer memory depends on all of those and dp, pp, ZeRO/FSDP and the micro-batch count, not on vpp
+  or the schedule: one `MemoryModel` per `memory_key`.
+
+tests/test_search_screen.py checks both on strategies drawn at random against models built for
+each strategy alone. The verdicts: `quick_bound` (`ppb_core.search.bound`, from the times alone) and `fits_somewhere`,
+a necessary condition for any plan to fit (each stage can hold its ends and at least one layer
+per cell, and the stages together can hold every layer at its least memory).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppb_core.config.run import RunConfig
+from ppb_core.memory import MemoryModel, run_working_set_bytes
+from ppb_core.model.switches import MEMORY_KEY, OPTIONS
+from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, walk
+from ppb_core.payload.describe import describe_layer, many_in_flight
+from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms
+from ppb_core.search.enumerate import Strategy
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
+    _data_links,
+    _dp_collective,
+    _optimizer_seconds,
+    _p2p_seconds,
+    _tied_embedding_sync,
+    framework_rules,
+)
+from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
+from ppb_core.units import MB
+
+
+def time_key(strategy: Strategy) -> tuple:
+    """What the layer times of a strategy depend on (beside the spec)."""
+    s = strategy
+    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute)
+
+
+def memory_key(strategy: Strategy) -> tuple:
+    """What the layer memory of a strategy depends on (beside the spec): all but vpp and the schedule."""
+    s = strategy
+    return (*time_key(s), s.dp, s.pp, s.zero, s.fsdp, s.micro_batches)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A strategy's layers for the bounds: body kinds, the ends, and the memory the balancer allows."""
+
+    kinds: tuple[Kind, ...]  # body kinds, plus any head or tail that is not the first head or last tail
+    ends: Ends
+    constant_mb: float  # every stage holds this besides its layers (run_problem's constant memory)
+    memory_mb: float  # the device memory less reserved_mb
+    transfer_ms: float  # one pipeline transfer (P2P) between two stages, the least of the models'
+    beyond_ms: float  # what every plan pays after its schedule (`beyond_schedule_ms`)
+    reduction_floor_ms: float | None  # the least exposed gradient reduction (None: no reduction to wait for)
+    per_cell_ms: float = 0.0  # paid once per (chunk, stage) cell (FSDP gathering once per iteration)
+    with_memory: bool = True  # False: times alone, the MB left at 0 (what the quick bound reads)
+
+
+@dataclass
+class FigureCache:
+    """Time and memory models shared by the strategies that cannot differ in them (module docstring)."""
+
+    times: dict[tuple, TimeModel] = field(default_factory=dict)
+    memories: dict[tuple, MemoryModel] = field(default_factory=dict)
+    figures: dict[tuple, Figures] = field(default_factory=dict)
+    timings: dict[tuple, Figures] = field(default_factory=dict)
+    slots: dict[tuple, list[KindSlot]] = field(default_factory=dict)
+
+    def kinds(self, run: RunConfig) -> list[KindSlot]:
+        """The run's distinct (model, node, kind) with counts; they change only with the vocabulary padding."""
+        key = tuple(run.vocab_size(name) for name in run.model_names)
+        if key not in self.slots:
+            self.slots[key] = walk(run).distinct()
+        return self.slots[key]
+
+    def models(self, strategy: Strategy, run: RunConfig) -> tuple[MemoryModel, TimeModel]:
+        times = self.times.get(time_key(strategy))
+        if times is None:
+            times = self.times[time_key(strategy)] = TimeModel(run)
+        memory = self.memories.get(memory_key(strategy))
+        if memory is None:
+            memory = self.memories[memory_key(strategy)] = MemoryModel(run)
+        return memory, times
+
+    def of(self, strategy: Strategy, run: RunConfig) -> Figures:
+        """The strategy's figures, memory included."""
+        key = memory_key(strategy)
+        found = self.figures.get(key)
+        if found is None:
+            found = self.figures[key] = figures(run, *self.models(strategy, run), self.kinds(run))
+        return found
+
+    def timing(self, strategy: Strategy, run: RunConfig) -> Figures:
+        """The strategy's figures without the descriptions' memory: what the quick bound needs."""
+        key = memory_key(strategy)
+        found = self.figures.get(key) or self.timings.get(key)
+        if found is None:
+            found = self.timings[key] = figures(run, *self.models(strategy, run), self.kinds(run), with_memory=False)
+        return found
+
+
+def _layer(slot: KindSlot, index: int) -> Layer:
+    return Layer(slot.model_name, slot.node, slot.kind, index, 0, 0)
+
+
+def figures(
+    run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot], with_memory: bool = True
+) -> Figures:
+    """A run's kinds as the balancer's descriptions state their memory and the time model their times
+    (without *with_memory*, the times alone: the memory model's activations are the costly part)."""
+    many = many_in_flight(run.parallel.pp, run.training.micro_batches)
+    links = _data_links(run, times.links, memory)
+    heads = [slot for slot in slots if slot.node == HEAD]
+    tails = [slot for slot in slots if slot.node == TAIL]
+    kinds: list[Kind] = []
+    held = {HEAD: 0.0, TAIL: 0.0}
+    ends: dict[str, tuple[float, float, float]] = {}
+    for slot in slots:
+        layer = _layer(slot, 0)
+        desc = (
+            describe_layer(layer, memory, times, many=many, configured=run.switches(slot.model_name))
+            if with_memory
+            else dict.fromkeys(("memory_parameter", *MEMORY_KEY.values()), 0)
+        )
+        option_times = times.option_times(layer)
+        reduce_ms = 1e3 * reduction_bandwidth_s(run, memory, links, layer)
+        name = f"{slot.model_name}:{slot.kind.name}"
+        if slot.node == BODY:
+            kinds.append(
+                Kind(
+                    name=name,
+                    count=slot.count,
+                    forward_ms={o: option_times[o][0] for o in OPTIONS},
+                    backward_ms={o: option_times[o][1] for o in OPTIONS},
+                    parameter_mb=float(desc["memory_parameter"]),
+                    activation_mb={o: float(desc[MEMORY_KEY[o]]) for o in OPTIONS},
+                    reduce_ms=reduce_ms,
+                )
+            )
+            continue
+        # the balancer charges every head on the head's stage and every tail on the tail's
+        held[slot.node] += desc["memory_parameter"] * slot.count
+        forward, backward = option_times["NONE"]
+        others = slot.count
+        if slot is (heads[0] if slot.node == HEAD else tails[-1]):  # the first head, the last tail
+            ends[slot.node] = (forward, backward, reduce_ms)
+            others -= 1
+        if others:  # another sub-model's head or tail: its time lands in whichever cell the plan gives it
+            kinds.append(Kind(name, others, {"NONE": forward}, {"NONE": backward}, 0.0, {"NONE": 0.0}, reduce_ms))
+    distinct = LayerWalk(run.parallel.pp, run.parallel.vpp, tuple(_layer(slot, 0) for slot in slots))
+    constant_mb = math.ceil(run_working_set_bytes(run, memory, distinct) / MB) if with_memory else 0
+    transfer_ms = 0.0
+    if run.parallel.pp > 1:
+        transfer_ms = 1e3 * min(_p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
+    head = ends.get(HEAD, (0.0, 0.0, 0.0))
+    tail = ends.get(TAIL, (0.0, 0.0, 0.0))
+    cell_forward, cell_backward, per_cell = fsdp_floor_s(run, memory, links, slots)
+    return Figures(
+        kinds=tuple(kinds),
+        ends=Ends(
+            head[0],
+            head[1],
+            held[HEAD],
+            tail[0],
+            tail[1],
+            held[TAIL],
+            head[2],
+            tail[2],
+            1e3 * cell_forward,
+            1e3 * cell_backward,
+        ),
+        constant_mb=float(constant_mb),
+        memory_mb=float(run.device.usable_mb),
+        transfer_ms=transfer_ms,
+        beyond_ms=beyond_schedule_ms(run, memory, times, slots),
+        per_cell_ms=1e3 * per_cell,
+        reduction_floor_ms=reduction_floor_ms(run, memory, links, _layer(heads[0], -1)),
+        with_memory=with_memory,
+    )
+
+
+def _reduction_kind(memory: MemoryModel) -> str | None:
+    """The data-parallel gradient reduction `run_iteration` charges after the backward (None: none,
+    under FSDP or without data parallelism): reduce-scatter with a distributed optimizer, else all-reduce."""
+    setup = memory.setup
+    if setup.shard_level >= 3 or (setup.data_group <= 1 and setup.expert_data_group <= 1):
+        return None
+    return REDUCE_SCATTER if setup.shard_level >= 1 else ALL_REDUCE
+
+
+def reduction_bandwidth_s(run: RunConfig, memory: MemoryModel, links: Any, layer: Layer) -> float:
+    """A layer's share of its bucket's reduction: the collective's time is affine in its bytes, so twice
+    the layer less the layer alone is its bandwidth part, what it adds to any bucket it joins."""
+    kind = _reduction_kind(memory)
+    if kind is None:
+        return 0.0
+    params, grad = memory.parameters(layer), memory.setup.grad_bytes
+    return _dp_collective(kind, params + params, grad, links) - _dp_collective(kind, params, grad, links)
+
+
+def reduction_floor_ms(run: RunConfig, memory: MemoryModel, links: Any, head: Layer) -> float | None:
+    """The least exposed tail of the gradient reduction: the first stage's last bucket holds the first head
+    and is ready only as the schedule ends, so its whole reduction is exposed (None: no reduction)."""
+    kind = _reduction_kind(memory)
+    if kind is None:
+        return None
+    return 1e3 * _dp_collective(kind, memory.parameters(head), memory.setup.grad_bytes, links)
+
+
+def fsdp_floor_s(
+    run: RunConfig, memory: MemoryModel, links: Any, slots: Sequence[KindSlot]
+) -> tuple[float, float, float]:
+    """Under ZeRO-3 / FSDP, the least each cell's forward and backward wait for parameters and gradients
+    per micro-batch, and the least paid once per cell and iteration (seconds), whatever the plan.
+
+    `run_iteration` prefetches each layer's gather behind the previous layer's compute, so a cell's first
+    layer waits for its whole gather; walking back, a resharding framework gathers its last layer again
+    before its backward, and one reducing every micro-batch exposes its first layer's reduce-scatter.
+    Every cell holds a layer (the head, the tail, or a body layer), at least the one of least
+    collective. A framework gathering once per iteration pays those first gathers once per cell, and one
+    reducing once (torchtitan under a pipeline) reduce-scatters each layer behind the next one's backward
+    in the last micro-batch, each cell's first layer's exposed: at least the least reduce-scatter per cell.
+    """
+    if memory.setup.shard_level < 3:
+        return 0.0, 0.0, 0.0
+    rules = framework_rules(run)
+    grad, dtype = memory.setup.grad_bytes, run.training.dtype_bytes
+    gathers, reduces = [], []
+    for slot in slots:
+        params = memory.parameters(_layer(slot, 0))
+        gathers.append(_dp_collective(ALL_GATHER, params, dtype, links))
+        reduces.append(_dp_collective(REDUCE_SCATTER, params, grad, links))
+    least_gather, least_reduce = min(gathers), min(reduces)
+    forward = least_gather if rules.fsdp_gather_every_micro_batch else 0.0
+    backward = (least_gather if rules.fsdp_reshard_after_forward else 0.0) + (
+        least_reduce if rules.fsdp_reduce_every_micro_batch else 0.0
+    )
+    per_cell = (0.0 if rules.fsdp_gather_every_micro_batch else least_gather) + (
+        0.0 if rules.fsdp_reduce_every_micro_batch else least_reduce
+    )
+    return forward, backward, per_cell
+
+
+def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, slots: Sequence[KindSlot]) -> float:
+    """Milliseconds every plan's iteration spends after its schedule besides the gradient reduction's
+    tail (`reduction_floor_ms`), whatever the plan (docs/search.md).
+
+    `run_iteration` adds to the schedule's makespan its data-parallel terms and the optimizer, each
+    computed from the plan's stages. Whatever the plan, the first stage holds the first head, so:
+
+    * the distributed optimizer's parameter all-gather waits at least for the first bucket of the
+      first stage, which holds the head: at least the head's gather;
+    * tied embeddings' gradient all-reduce between the first and last stage is the same for any plan;
+    * the optimizer step takes the slowest stage's bytes at HBM speed: at least the average stage's.
+    """
+    setup = memory.setup
+    links = _data_links(run, times.links, memory)
+    heads = [slot for slot in slots if slot.node == HEAD]
+    head = _layer(heads[0], -1)
+    seconds = 0.0
+    if setup.shard_level < 3 and setup.shard_level >= 1 and setup.data_group > 1:
+        seconds += _dp_collective(ALL_GATHER, memory.parameters(head), run.training.dtype_bytes, links)
+    seconds += _tied_embedding_sync(run, memory, links, [_layer(slot, 0) for slot in slots])
+    kernels = Kernels.from_device(times.device, run.training.dtype)
+    total = sum(
+        slot.count * _optimizer_seconds(run, memory, kernels, {(0, 0): [(_layer(slot, 0), 0.0, 0.0)]}) for slot in slots
+    )
+    return 1e3 * (seconds + total / run.parallel.pp)
+
+
+def blocking(run: RunConfig) -> bool:
+    """Whether the run's pipeline sends last as long as the op that sends them (its framework and schedule:
+    not shared between strategies, unlike the figures)."""
+    return framework_rules(run).p2p_blocking
+
+
+def run_forms(strategy: Strategy) -> ScheduleForms:
+    return schedule_forms(strategy.schedule, strategy.pp, strategy.vpp, strategy.micro_batches)
+
+
+def fits_somewhere(forms: ScheduleForms, figures: Figures) -> bool:
+    """A necessary condition for any plan to fit (module docstring); False proves that none does."""
+    kinds, ends = figures.kinds, figures.ends
+    cells = forms.cells
+    head_stage, tail_stage = cells[0][1], cells[-1][1]
+    # per stage, the in-flight vector keeping the most micro-batches in every chunk at once: at it,
+    # each layer of the stage holds at least its parameters and that many micro-batches' activations
+    held = [max(min(vector) for vector in forms.vectors[stage]) for stage in range(forms.stages)]
+    free_total = 0.0
+    for stage in range(forms.stages):
+        room = figures.memory_mb - figures.constant_mb
+        room -= (ends.head_mb if stage == head_stage else 0.0) + (ends.tail_mb if stage == tail_stage else 0.0)
+        lightest = min(kind.parameter_mb + held[stage] * min(kind.activation_mb.values()) for kind in kinds)
+        needed = sum(1 for chunk in range(forms.chunks) if (chunk, stage) not in (cells[0], cells[-1]))
+        if room < needed * lightest:
+            return False
+        free_total += room
+    least_total = sum(
+        kind.count * min(kind.parameter_mb + h * min(kind.activation_mb.values()) for h in held) for kind in kinds
+    )
+    return least_total <= free_total
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A valid strategy after the screen: its quick bound (seconds)."""
+
+    strategy: Strategy
+    bound_s: float
+
+
+def screen(strategy: Strategy, run: RunConfig, cache: FigureCache) -> Screened:
+    """The quick bound in seconds: the schedule's (no memory limit) and what every plan pays after it."""
+    found = cache.timing(strategy, run)
+    quick = quick_bound(run_forms(strategy), found.kinds, found.ends, found.transfer_ms, blocking(run))
+    return Screened(strategy, (quick + after_schedule_ms(strategy, found) + (found.reduction_floor_ms or 0.0)) / 1e3)
+
+
+def after_schedule_ms(strategy: Strategy, found: Figures) -> float:
+    """What every plan of the strategy pays after its schedule, the reduction's tail aside."""
+    return found.beyond_ms + found.per_cell_ms * strategy.pp * strategy.vpp
+
+
+def describe_figures(found: Figures) -> dict[str, Any]:
+    """The figures as plain data (for the bench and for tests that print what was screened)."""
+    return {
+        "kinds": [
+            {"name": k.name, "count": k.count, "parameter_mb": k.parameter_mb, "activation_mb": k.activation_mb}
+            for k in found.kinds
+        ],
+        "constant_mb": found.constant_mb,
+        "memory_mb": found.memory_mb,
+    }

@@ -1,0 +1,258 @@
+"""The search spec: the model(s), the device and how many, the global batch, and the limits of the strategy grid.
+
+A search spec names its models as a run config does (HuggingFace `config.json` files relative to
+the spec, or explicit `spec:` fields), the device and the number of devices, the global batch in
+sequences (`global_batch`) or tokens (`global_batch_tokens`) with the sequence length, the
+framework, and optional limits on every dimension the search walks. Everything a run config's
+`training` section holds besides what the search chooses (micro-batch size, micro-batches,
+recompute) is fixed here and validated by the run config's own `Training` model, so a spec
+accepts exactly the words a run config does. Bad input is one `InputError` line naming the file
+and the dotted field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+
+from ppb_core.config.hf import read_hf_config
+from ppb_core.config.recompute import Framework, RecomputeForm, framework_words
+from ppb_core.config.run import (
+    Device,
+    PPBOptions,
+    Schedule,
+    SubModel,
+    TimingOptions,
+    Training,
+    pydantic_error,
+)
+from ppb_core.config.spec import ModelSpec, StrictModel
+from ppb_core.errors import InputError
+from ppb_core.io import read_yaml
+
+# What the search chooses for each strategy: a spec's training section may not fix these.
+CHOSEN_TRAINING: tuple[str, ...] = ("micro_batch_size", "micro_batches", "recompute")
+BATCH_FIELDS: tuple[str, ...] = ("global_batch", "global_batch_tokens")
+
+# The recompute setting tried when the spec lists none: the framework's own selective recompute
+# (Megatron-Core's default `--recompute-modules core_attn`, torchtitan's per-op policy, HyperParallel's
+# selective set). The balancer picks NONE, SLCT (this setting's switches), COMM, BOTH or FULL for each
+# layer; with no recompute set, SLCT and BOTH would only repeat NONE and COMM, so the selective setting
+# offers every plan the empty one does, and `full` forms every plan FULL already offers.
+DEFAULT_RECOMPUTE: dict[str, tuple[Any, ...]] = {
+    "megatron": ({"granularity": "selective"},),
+    "torchtitan": ({"mode": "selective", "option": "op"},),
+    "mindformers": ({"headCast": 0, "dropout": 0, "softmax": 0, "normOp": 0, "gather": 0, "ffAct": 0},),
+}
+# The schedules tried when the spec lists none, per framework: Megatron-LM runs 1F1B and its
+# interleaved variant; torchtitan also GPipe (torch.distributed.pipelining ScheduleGPipe).
+DEFAULT_SCHEDULES: dict[str, tuple[str, ...]] = {
+    "megatron": ("1f1b", "interleaved"),
+    "torchtitan": ("1f1b", "interleaved", "gpipe"),
+    "mindformers": ("1f1b", "interleaved"),
+}
+# Data-parallel sharding tried by default: Megatron's plain DDP and distributed optimizer (ZeRO-1);
+# torchtitan's replicate (ZeRO-0) and FSDP2; MindFormers' optimizer parallelism (ZeRO-1) or none.
+DEFAULT_ZERO: dict[str, tuple[int, ...]] = {"megatron": (0, 1), "torchtitan": (0,), "mindformers": (0, 1)}
+DEFAULT_FSDP: dict[str, tuple[bool, ...]] = {
+    "megatron": (False,),
+    "torchtitan": (False, True),
+    "mindformers": (False,),
+}
+DEFAULT_VPP: tuple[int, ...] = (1, 2, 4)
+DEFAULT_CP: tuple[int, ...] = (1, 2, 4, 8)
+DEFAULT_MICRO_BATCH_SIZE: tuple[int, ...] = (1, 2)
+
+Values = Annotated[list[PositiveInt], Field(min_length=1)]
+
+
+class SearchLimits(StrictModel):
+    """Which values each dimension may take; a dimension left out takes its default (docs/search.md)."""
+
+    tp: Values | None = Field(None, description="tensor parallel; default: powers of 2 up to devices_per_node")
+    pp: Values | None = Field(None, description="pipeline stages; default: divisors of devices up to the layers")
+    cp: Values | None = Field(None, description="context parallel; default 1, 2, 4, 8")
+    ep: Values | None = Field(None, description="expert parallel (MoE); default: powers of 2 dividing the experts")
+    etp: Values | None = Field(None, description="expert tensor parallel (MoE); default 1")
+    vpp: Values | None = Field(None, description="chunks per stage; default 1, 2, 4")
+    schedules: Annotated[list[Schedule], Field(min_length=1)] | None = None
+    zero: Annotated[list[Literal[0, 1, 2, 3]], Field(min_length=1)] | None = None
+    fsdp: Annotated[list[bool], Field(min_length=1)] | None = None
+    micro_batch_size: Values | None = Field(None, description="sequences per micro-batch; default 1, 2")
+    recompute: Annotated[list[RecomputeForm], Field(min_length=1)] | None = Field(
+        None, description="training.recompute settings; default: none and the framework's selective"
+    )
+    sequence_parallel: Annotated[list[bool], Field(min_length=1)] = Field(
+        default_factory=lambda: [True], description="with tp > 1; tp 1 runs without"
+    )
+    cp_variant: Annotated[list[Literal["ring", "ulysses"]], Field(min_length=1)] = Field(
+        default_factory=lambda: ["ring"]
+    )
+    tp_within_node: bool = Field(True, description="keep tensor (and expert tensor) parallel groups in one node")
+
+
+class SearchOptions(StrictModel):
+    top: PositiveInt = Field(20, description="strategies ranked (and balanced at least)")
+    balance_time_limit_s: PositiveFloat = Field(10.0, description="seconds the balancer may spend on one strategy")
+    evaluation_timeout_s: PositiveFloat = Field(
+        60.0, description="seconds one strategy's balancing and timing may take before it is given up"
+    )
+    time_budget_s: PositiveFloat | None = Field(
+        None,
+        description="stop bounding and balancing after this long; the ranking then says how many places are proven",
+    )
+    workers: PositiveInt | None = Field(None, description="processes; default: the machine's CPUs")
+
+
+class SearchSpec(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    framework: Framework = "megatron"
+    models: Annotated[list[SubModel], Field(min_length=1)]
+    devices: PositiveInt
+    devices_per_node: PositiveInt = 8
+    device: Device
+    training: dict[str, Any]
+    timing: TimingOptions = Field(default_factory=TimingOptions)
+    ppb: PPBOptions = Field(default_factory=PPBOptions)
+    limits: SearchLimits = Field(default_factory=SearchLimits)
+    search: SearchOptions = Field(default_factory=SearchOptions)
+    # Filled by the loader: each sub-model's architecture, where the file was.
+    specs: dict[str, ModelSpec] = Field(default_factory=dict, exclude=True)
+    source: str = Field("", exclude=True)
+    base_dir: str = Field(".", exclude=True)
+
+    @model_validator(mode="after")
+    def _names(self) -> SearchSpec:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("two models share a name")
+        return self
+
+    @property
+    def seq_length(self) -> int:
+        return int(self.training["seq_length"])
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per iteration over all data-parallel ranks."""
+        if "global_batch" in self.training:
+            return int(self.training["global_batch"])
+        return int(self.training["global_batch_tokens"]) // self.seq_length
+
+    @property
+    def fixed_training(self) -> dict[str, Any]:
+        """The training fields every strategy shares (the spec's, less the global batch)."""
+        return {key: value for key, value in self.training.items() if key not in BATCH_FIELDS}
+
+    @property
+    def total_body_layers(self) -> int:
+        return sum(spec.num_layers for spec in self.specs.values())
+
+    @property
+    def moe(self) -> bool:
+        return any(spec.is_moe for spec in self.specs.values())
+
+    @property
+    def recompute_settings(self) -> list[Any]:
+        """The recompute settings to try, each as a run config writes it."""
+        if self.limits.recompute is not None:
+            return [_plain(form) for form in self.limits.recompute]
+        return list(DEFAULT_RECOMPUTE[self.framework])
+
+    def model_entries(self, relative_to: str | Path | None = None) -> list[dict[str, Any]]:
+        """The `models` section of a run config: with each architecture inlined (None), or with the
+        files it names given relative to *relative_to* so a run config written there finds them."""
+        entries = []
+        base = Path(self.base_dir)
+        for sub in self.models:
+            entry = sub.model_dump(mode="json", exclude_none=True)
+            if relative_to is None:
+                entry.pop("config", None)
+                entry["spec"] = self.specs[sub.name].model_dump(mode="json")
+                if sub.census is not None:
+                    entry["census"] = str((base / sub.census).resolve())
+            else:
+                for key in ("config", "census"):
+                    if key in entry:
+                        entry[key] = relative_path(base / entry[key], relative_to)
+            entries.append(entry)
+        return entries
+
+
+def _plain(form: Any) -> Any:
+    """A parsed recompute form back to what a run config writes."""
+    return form.model_dump(mode="json", exclude_none=True) if hasattr(form, "model_dump") else form
+
+
+def relative_path(path: Path, start: str | Path) -> str:
+    """*path* as seen from the folder *start*."""
+    return os.path.relpath(path.resolve(), Path(start).resolve())
+
+
+def _check_training(raw: Any, where: str) -> dict[str, Any]:
+    """The spec's training section, checked by the run config's own `Training` (global batch aside)."""
+    if not isinstance(raw, dict):
+        raise InputError(where, "training", "expected a mapping")
+    for key in CHOSEN_TRAINING:
+        if key in raw:
+            raise InputError(where, f"training.{key}", "chosen by the search: list the values to try under limits")
+    given = [key for key in BATCH_FIELDS if key in raw]
+    if len(given) != 1:
+        raise InputError(where, "training", "give exactly one of global_batch (sequences) or global_batch_tokens")
+    batch = raw[given[0]]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(where, f"training.{given[0]}", f"must be a positive integer (got {batch!r})")
+    rest = {key: value for key, value in raw.items() if key not in BATCH_FIELDS}
+    try:
+        Training(**rest)
+    except ValidationError as err:
+        error = pydantic_error(err, where)
+        raise InputError(where, f"training.{error.field}" if error.field else "training", error.problem) from None
+    if given[0] == "global_batch_tokens" and batch % rest["seq_length"]:
+        raise InputError(
+            where,
+            "training.global_batch_tokens",
+            f"{batch} tokens are not a whole number of {rest['seq_length']}-token sequences",
+        )
+    return dict(raw)
+
+
+def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: str | Path = ".") -> SearchSpec:
+    """A validated `SearchSpec` from parsed YAML; model files are read relative to *base_dir*."""
+    where = str(source)
+    if not isinstance(raw, dict):
+        raise InputError(where, None, "expected a mapping at the top level")
+    raw = dict(raw)
+    raw.setdefault("name", Path(where).stem)
+    if "training" in raw:
+        raw["training"] = _check_training(raw["training"], where)
+    try:
+        spec = SearchSpec(**raw)
+    except ValidationError as err:
+        raise pydantic_error(err, where) from None
+    for index, form in enumerate(spec.limits.recompute or ()):
+        words = framework_words(form)
+        if words is not None and words != spec.framework:
+            raise InputError(
+                where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
+            )
+    if spec.device.profile().memory_mb <= spec.device.reserved_mb:
+        raise InputError(where, "device.memory_mb", "no memory left after reserved_mb")
+    base = Path(base_dir)
+    specs: dict[str, ModelSpec] = {}
+    for index, sub in enumerate(spec.models):
+        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
+        if sub.census is not None and not (base / sub.census).is_file():
+            raise InputError(where, f"models.{index}.census", f"{base / sub.census} not found")
+    if spec.timing.calibration is not None and not (base / spec.timing.calibration).is_file():
+        raise InputError(where, "timing.calibration", f"{base / spec.timing.calibration} not found")
+    return spec.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+
+
+def load_search_spec(path: str | Path) -> SearchSpec:
+    """Read and validate a search spec file."""
+    path = Path(path)
+    return parse_search_spec(read_yaml(path, "is a directory, not a search spec"), path, path.parent)

@@ -1,0 +1,109 @@
+"""`ppb check RUN.yaml --plan PLAN`: a user's own plan (MindFormers yaml or Megatron-LM flags)
+checked against the device, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ppb_core.cli.main import main
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+
+
+@pytest.fixture(scope="module")
+def small_device(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """configs/llama3-8b.yaml (P=4, 32 layers, 1F1B, m=32) with 55000 MB of the H100's memory
+    reserved, so that a few layers more on the first stage overflow it."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    text = text.replace("reserved_mb: 4000", "reserved_mb: 55000")
+    path = tmp_path_factory.mktemp("check") / "llama3-8b-small.yaml"
+    path.write_text(text)
+    return path
+
+
+def _yaml_plan(folder: Path, offset: list[int], recompute: list[int] | bool = False) -> Path:
+    path = folder / "plan.yaml"
+    path.write_text(
+        f"offset: {offset}\nrecompute: {recompute}\nselect_recompute: False\nselect_comm_recompute: False\n"
+    )
+    return path
+
+
+def _check(capsys: pytest.CaptureFixture[str], run: Path, plan: str, *flags: str) -> tuple[int, dict[str, Any]]:
+    code = main(["check", str(run), "--plan", plan, "--json", *flags])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_plan_that_overflows_one_stage_says_which_and_exits_1(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    # offset +2 on stage 0 (10 layers), -2 on stage 3 (6), nothing recomputed
+    code, out = _check(capsys, small_device, str(_yaml_plan(tmp_path, [2, 0, 0, -2])), "--no-optimum")
+    assert code == 1
+    assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+    assert [stage["fits"] for stage in out["stages"]] == [False, True, True, True]
+    first = out["stages"][0]
+    over = first["peak_mb"] - first["device_mb"]
+    assert over > 0
+    assert out["message"].startswith(f"stage 0 runs out of memory by {over:,.0f} MB at its ")
+    assert out["iteration_s"] > 0
+
+
+def test_layers_cost_the_same_memory_each(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """The layers are identical: each one moved onto stage 0 adds the same MB to its peak."""
+    peaks = []
+    for extra in (0, 2, 4):
+        _, out = _check(capsys, small_device, str(_yaml_plan(tmp_path, [extra, 0, 0, -extra])), "--no-optimum")
+        peaks.append(out["stages"][0]["peak_mb"])
+    assert peaks[2] - peaks[1] == pytest.approx(peaks[1] - peaks[0], rel=1e-9)
+
+
+def test_recomputing_the_stage_makes_it_fit(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    code, out = _check(capsys, small_device, str(_yaml_plan(tmp_path, [2, 0, 0, -2], [10, 0, 0, 0])), "--no-optimum")
+    assert code == 0 and out["fits"]
+    assert out["stages"][0]["options"] == {"FULL": 10}
+
+
+def test_megatron_flags_give_what_the_same_mindformers_plan_gives(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    # the layout spells the same split: E and 10 layers | 8 | 8 | 6 layers and the loss
+    _, mindformers = _check(capsys, small_device, str(_yaml_plan(tmp_path, [2, 0, 0, -2])), "--no-optimum")
+    flags = "--pipeline-model-parallel-layout 'Et*10|t*8|t*8|t*6L'"
+    code, megatron = _check(capsys, small_device, flags, "--no-optimum")
+    assert code == 1 and megatron["form"] == "megatron" and mindformers["form"] == "mindformers"
+    assert [s["peak_mb"] for s in megatron["stages"]] == [s["peak_mb"] for s in mindformers["stages"]]
+    assert megatron["iteration_s"] == pytest.approx(mindformers["iteration_s"], rel=1e-12)
+    # Megatron's --recompute-num-layers counts per stage: 10 recomputes every layer of every stage here
+    full = flags + " --recompute-granularity full --recompute-method block --recompute-num-layers 10"
+    code, recomputed = _check(capsys, small_device, full, "--no-optimum")
+    assert code == 0
+    assert [s["options"] for s in recomputed["stages"]] == [{"FULL": n} for n in (10, 8, 8, 6)]
+
+
+def test_the_optimum_beside_a_plan_that_fits_is_no_slower(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    code, out = _check(capsys, small_device, str(_yaml_plan(tmp_path, [0, 0, 0, 0])), "-t", "30")
+    assert code == 0
+    optimum = out["optimum"]
+    assert optimum["fits"]
+    assert optimum["iteration_s"] <= out["iteration_s"] * (1 + 1e-9)
+
+
+def test_a_plan_that_is_neither_a_file_nor_flags_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path
+) -> None:
+    code = main(["check", str(small_device), "--plan", "no-such-plan.txt", "--no-optimum"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "no such file" in err

@@ -1,0 +1,42 @@
+"""The docs stand alone: every link between the repository's files resolves inside it, and nothing
+in it cites the notes a planning session kept outside the repository (they ship with no release)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("bench", "configs", "deploy", "docs", "pipelines", "ppb_core", "tests")
+TEXT = {".md", ".py", ".yaml", ".yml", ".toml", ".json", ".txt"}
+# Files of the planning notes, never part of the repository: a citation of one resolves nowhere.
+OUTSIDE = ("reference.md", "overview.md", "targets.md", "../shared", "/work/")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def repository_files(suffixes: set[str]) -> list[Path]:
+    found = [p for p in ROOT.glob("*") if p.is_file() and p.suffix in suffixes]
+    for folder in FOLDERS:
+        found += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in suffixes]
+    return sorted(p for p in found if "__pycache__" not in p.parts)
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    broken = []
+    for doc in repository_files({".md"}):
+        for target in LINK.findall(doc.read_text(encoding="utf-8")):
+            if ":" in target:  # https://..., mailto:, data: (a public source or inline)
+                continue
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+def test_nothing_cites_the_planning_notes_outside_the_repository() -> None:
+    found = []
+    for path in repository_files(TEXT):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{path.relative_to(ROOT)}: {name}" for name in OUTSIDE if name in text]
+    assert found == []

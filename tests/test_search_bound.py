@@ -1,0 +1,119 @@
+"""The bounds are below the time model's iteration: the schedule forms against the simulated schedule, and
+the search's bounds against `run_iteration` on strategies and plans drawn at random."""
+
+from __future__ import annotations
+
+import functools
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppb_core.model.switches import OPTIONS
+from ppb_core.schedules import check, simulate
+from ppb_core.search.bound import lp_bound, schedule_forms
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
+from ppb_core.search.screen import FigureCache, after_schedule_ms, blocking, run_forms, screen
+from ppb_core.search.spec import load_search_spec
+from ppb_core.timing.iteration import run_iteration
+
+DATA = Path(__file__).parent / "data" / "search"
+
+
+def test_one_f_one_b_forms_by_hand() -> None:
+    # P = 2, m = 2, stage 1 last: ops F0 B0 F1 B1. A_1 (its first backward B0): micro-batch 0 forward
+    # through both cells, its backward at cell 1, then F1 and B1 of stage 1, then B1 back through
+    # cell 0: F_0 + F_1 + B_1 + (F_1 + B_1) + B_0.
+    forms = schedule_forms("1f1b", 2, 1, 2)
+    a_last = forms.family("A")[1]
+    assert a_last.forward == (1.0, 2.0)
+    assert a_last.backward == (1.0, 2.0)
+    # B_0 (stage 0 from its first forward): nothing before it, all its 2·(F_0 + B_0), nothing after.
+    assert forms.family("B")[0].forward == (2.0, 0.0)
+    assert forms.family("B")[0].backward == (2.0, 0.0)
+    # even cells f = 1, b = 2: the makespan (m + P − 1)(f + b) = 9, which A_1 gives exactly
+    assert forms.value([[1.0, 1.0]], [[2.0, 2.0]]) == 9.0 == simulate("1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2).makespan
+
+
+@st.composite
+def schedules_and_cells(draw):
+    schedule = draw(st.sampled_from(["1f1b", "interleaved", "gpipe", "dualpipev"]))
+    stages = draw(st.integers(1 if schedule == "1f1b" else 2, 6))
+    chunks = {"1f1b": 1, "gpipe": 1, "dualpipev": 2}.get(schedule) or draw(st.integers(2, 3))
+    micro_batches = draw(st.integers(1, 12))
+    try:
+        check(schedule, stages, chunks, micro_batches)
+    except ValueError:
+        micro_batches = 2 * stages * chunks
+    times = st.floats(0.0, 5.0, allow_nan=False)
+    forward = [[draw(times) for _ in range(stages)] for _ in range(chunks)]
+    backward = [[draw(times) for _ in range(stages)] for _ in range(chunks)]
+    transfer = draw(st.floats(0.0, 1.0, allow_nan=False))
+    return schedule, stages, chunks, micro_batches, forward, backward, transfer, draw(st.booleans())
+
+
+@given(schedules_and_cells())
+@settings(max_examples=300, deadline=None)
+def test_the_forms_never_exceed_the_simulated_schedule(case) -> None:
+    schedule, stages, chunks, micro_batches, forward, backward, transfer, blocks = case
+    forms = schedule_forms(schedule, stages, chunks, micro_batches)
+    transfers = [[transfer] * stages for _ in range(chunks)]
+    makespan = simulate(schedule, forward, backward, micro_batches, transfers, blocks).makespan
+    assert forms.value(forward, backward, transfer, blocks) <= makespan * (1 + 1e-9) + 1e-12
+
+
+@functools.cache
+def _strategies(name: str) -> tuple:
+    spec = load_search_spec(DATA / f"{name}.yaml")
+    runs = []
+    for point in enumerate_strategies(spec):
+        if isinstance(point, Strategy):
+            run = validate(spec, point)
+            if not isinstance(run, Refusal):
+                runs.append((point, run))
+    return spec, runs
+
+
+def _random_plan(strategy: Strategy, layers: int, rng: random.Random) -> list[list[dict[str, int]]]:
+    """Whole layers over the cells (each cell but the head's and the tail's non-empty), random options."""
+    forms = run_forms(strategy)
+    cells = forms.cells
+    counts = {cell: (0 if i in (0, len(cells) - 1) and len(cells) > 1 else 1) for i, cell in enumerate(cells)}
+    for _ in range(layers - sum(counts.values())):
+        counts[rng.choice(cells)] += 1
+    plan = [[{} for _ in range(strategy.pp)] for _ in range(strategy.vpp)]
+    for (chunk, stage), count in counts.items():
+        for _ in range(count):
+            option = rng.choice(OPTIONS)
+            plan[chunk][stage][option] = plan[chunk][stage].get(option, 0) + 1
+    return plan
+
+
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-titan"])
+@given(data=st.data())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_bounds_never_exceed_run_iteration_on_any_plan(name: str, data) -> None:
+    _, runs = _strategies(name)
+    strategy, run = data.draw(st.sampled_from(runs))
+    rng = random.Random(data.draw(st.integers(0, 2**31)))
+    plan = _random_plan(strategy, run.total_body_layers, rng)
+    seconds = run_iteration(run, plan).seconds
+    cache = FigureCache()
+    found = cache.of(strategy, run)
+    assert screen(strategy, run, cache).bound_s <= seconds * (1 + 1e-9)
+    # a random plan need not fit the device: the programs are asked without the memory rows' limit
+    for whole in (False, True):
+        relaxed = lp_bound(
+            run_forms(strategy),
+            found.kinds,
+            found.ends,
+            1e12,
+            found.constant_mb,
+            found.transfer_ms,
+            blocking(run),
+            whole,
+            reduction_floor_ms=found.reduction_floor_ms,
+        )
+        assert (relaxed.value_ms + after_schedule_ms(strategy, found)) / 1e3 <= seconds * (1 + 1e-9)

@@ -1,0 +1,108 @@
+"""The strategy grid: every point counted by hand, every refusal's reason checked by hand."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, reason_family, schedule_pairs, validate
+from ppb_core.search.spec import parse_search_spec
+
+DATA = Path(__file__).parent / "data" / "search"
+
+
+def tiny(**limits):
+    raw = yaml.safe_load((DATA / "tiny-dense.yaml").read_text())
+    raw["limits"].update(limits)
+    return parse_search_spec(raw, DATA / "tiny-dense.yaml", DATA)
+
+
+def verdicts(spec) -> tuple[list[Strategy], Counter]:
+    valid, refused = [], Counter()
+    for point in enumerate_strategies(spec):
+        checked = point if isinstance(point, Refusal) else validate(spec, point)
+        if isinstance(checked, Refusal):
+            refused[checked.reason] += 1
+        else:
+            valid.append(point)
+    return valid, refused
+
+
+def test_the_tiny_grid_by_hand() -> None:
+    # (tp, pp) with tp·pp dividing 8: tp 1 and 2 with pp 1, 2, 4; tp 4 with pp 1, 2 (4·4 = 16 does not
+    # divide 8, no whole dp: not a strategy). Schedule pairs: pp 1 runs 1F1B alone; pp 2 and 4 run
+    # 1F1B at vpp 1 and interleaved at vpp 2. So 5 + 5 + 3 = 13 layouts, × 2 micro-batch sizes × 2 ZeRO
+    # stages = 52 points.
+    spec = tiny()
+    points = list(enumerate_strategies(spec))
+    assert len(points) == 52
+    valid, refused = verdicts(spec)
+    # tp 4 does not divide the 6 heads: its 3 layouts × 2 × 2 = 12 points.
+    assert refused["models.0.num_attention_heads: N heads are not divisible by tp N"] == 12
+    # pp 4 with vpp 2 makes 8 cells for 6 layers: tp 1 and 2, one layout each, × 2 × 2 = 8 points.
+    assert refused["parallel.pp: N layers are fewer than pp·vpp = N pipeline cells"] == 8
+    # 24 sequences over dp·mbs: only dp 8 (tp 1, pp 1) with mbs 2 = 16 fails, × 2 ZeRO stages = 2.
+    assert (
+        refused["training.global_batch: N sequences do not split into dp·micro_batch_size = N·N whole micro-batches"]
+        == 2
+    )
+    assert len(valid) == 52 - 12 - 8 - 2 == 30
+    assert sum(refused.values()) == 22
+
+
+def test_a_refusal_keeps_the_validators_own_line() -> None:
+    spec = tiny()
+    point = next(
+        p for p in enumerate_strategies(spec) if isinstance(p, Strategy) and p.tp == 4 and p.pp == 1 and p.zero == 1
+    )
+    refusal = validate(spec, point)
+    assert isinstance(refusal, Refusal)
+    assert refusal.message == "6 heads are not divisible by tp 4"
+
+
+def test_tp_beyond_a_node_is_refused_by_the_limit() -> None:
+    spec = tiny(tp=[8], pp=[1])  # devices_per_node is 4 in the tiny spec
+    _, refused = verdicts(spec)
+    # tp 8, pp 1: dp 1, one layout × 2 mbs × 2 ZeRO = 4 points, all past a node of 4
+    assert refused == Counter({"limits.tp_within_node: tp N spans more than a node of N devices": 4})
+
+
+def test_each_point_is_a_valid_run_config_with_the_stated_sizes() -> None:
+    spec = tiny()
+    valid, _ = verdicts(spec)
+    for strategy in valid:
+        run = validate(spec, strategy)
+        par, train = run.parallel, run.training
+        assert par.dp * par.tp * par.pp * par.cp == spec.devices
+        assert par.dp * train.micro_batch_size * train.micro_batches == spec.global_batch
+        assert par.sequence_parallel == (par.tp > 1)
+        assert (par.schedule == "interleaved") == (par.vpp > 1)
+
+
+def test_schedule_pairs() -> None:
+    assert schedule_pairs(("1f1b", "interleaved", "dualpipev", "gpipe"), (1, 2, 3), 4) == [
+        ("1f1b", 1),
+        ("interleaved", 2),
+        ("interleaved", 3),
+        ("dualpipev", 2),
+        ("gpipe", 1),
+    ]
+    assert schedule_pairs(("interleaved",), (2,), 1) == [("1f1b", 1)]
+
+
+def test_reason_family_writes_numbers_as_n() -> None:
+    assert reason_family("parallel.cp", "12 is not divisible by cp 5") == "parallel.cp: N is not divisible by cp N"
+    assert reason_family(None, "ratio 0.75 of 3") == "ratio N of N"
+
+
+def test_moe_grid_takes_ep_from_the_experts() -> None:
+    raw = yaml.safe_load((DATA / "tiny-dense.yaml").read_text())
+    raw["models"][0]["spec"].update(num_experts=4, experts_per_token=2, moe_intermediate_size=512)
+    raw["limits"].update(tp=[1], pp=[2], vpp=[1], zero=[1], micro_batch_size=[1])
+    spec = parse_search_spec(raw, "moe.yaml", DATA)
+    points = [p for p in enumerate_strategies(spec) if isinstance(p, Strategy)]
+    # ep: the powers of 2 dividing 4 experts (1, 2, 4), etp 1 by default
+    assert sorted(p.ep for p in points) == [1, 2, 4]
+    assert all(p.etp == 1 and "etp" in p.parallel(spec) for p in points)

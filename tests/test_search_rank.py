@@ -1,0 +1,157 @@
+"""The search equals an exhaustive search: on small grids, every valid strategy balanced and timed, no bound used."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ppb_core.config.run import load_run_config
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
+from ppb_core.search.outputs import megatron_flags, write_ranking
+from ppb_core.search.rank import (
+    BALANCER_NO_PLAN,
+    NO_RELAXED_PLAN,
+    NO_ROOM,
+    NO_WHOLE_PLAN,
+    PRUNED,
+    SearchResult,
+    evaluate,
+    exhaustive,
+    merge,
+    search,
+    search_points,
+    shard,
+)
+from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
+from ppb_core.search.spec import load_search_spec
+
+DATA = Path(__file__).parent / "data" / "search"
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan")
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, tuple[SearchResult, SearchResult]]:
+    """Each small spec searched (two workers) and searched exhaustively."""
+    found = {}
+    for name in SPECS:
+        spec = load_search_spec(DATA / f"{name}.yaml")
+        found[name] = (search(spec, workers=2), exhaustive(spec))
+    return found
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_ranking_is_the_exhaustive_ranking(results, name: str) -> None:
+    searched, everything = results[name]
+    assert [(e.strategy, e.seconds) for e in searched.ranked] == [(e.strategy, e.seconds) for e in everything.ranked]
+    assert len(searched.ranked) == searched.spec.search.top
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_search_balances_fewer_and_every_bound_is_below_its_time(results, name: str) -> None:
+    searched, everything = results[name]
+    assert searched.counts["balanced"] < everything.counts["balanced"]
+    for entry in searched.ranked:
+        assert 0 < entry.bound_s <= entry.seconds
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_counts_add_up(results, name: str) -> None:
+    searched, everything = results[name]
+    counts = searched.counts
+    assert counts["enumerated"] == everything.counts["enumerated"]
+    assert counts["valid"] == everything.counts["valid"] == counts["screened"]
+    grid_refusals = sum(n for reason, n in searched.rejected.items() if not reason.startswith(("memory", "bound")))
+    assert counts["enumerated"] == counts["valid"] + grid_refusals
+    # every valid strategy ends once: balanced (ranked, or refused by the balancer), refused for memory
+    # by a screen or a relaxed program, or left waiting when the search stopped (pruned)
+    refused_early = sum(searched.rejected.get(reason, 0) for reason in (NO_ROOM, NO_RELAXED_PLAN, NO_WHOLE_PLAN))
+    assert counts["valid"] == counts["balanced"] + refused_early + counts["pruned"] + counts["unexamined"]
+    assert counts["unexamined"] == 0 and searched.to_json()["proven"] == len(searched.ranked)
+    assert counts["pruned"] == searched.rejected.get(PRUNED, 0)
+
+
+def test_the_quick_memory_verdict_refuses_only_what_the_balancer_cannot_fit() -> None:
+    spec = load_search_spec(DATA / "tiny-tight.yaml")
+    cache = FigureCache()
+    verdicts = Counter()
+    for point in enumerate_strategies(spec):
+        if isinstance(point, Refusal):
+            continue
+        run = validate(spec, point)
+        if not fits_somewhere(run_forms(point), cache.of(point, run)):
+            result = evaluate(spec, point, run)
+            assert isinstance(result, Refusal) and result.reason == BALANCER_NO_PLAN
+            verdicts["refused"] += 1
+    assert verdicts["refused"] >= 1
+
+
+def test_shards_merge_to_the_whole_ranking(results) -> None:
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    points = list(enumerate_strategies(spec))
+    parts = shard(points, 3)
+    assert sorted(map(repr, (p for part in parts for p in part))) == sorted(map(repr, points))
+    merged = merge(spec, [search_points(spec, part, workers=1) for part in parts])
+    searched, _ = results["tiny-dense"]
+    assert [(e.strategy, e.seconds) for e in merged.ranked] == [(e.strategy, e.seconds) for e in searched.ranked]
+    assert merged.counts["enumerated"] == len(points)
+
+
+def test_json_has_the_contracts_keys(results) -> None:
+    searched, _ = results["tiny-moe"]
+    data = json.loads(json.dumps(searched.to_json()))
+    assert set(data) >= {"ranked", "rejected", "counts"}
+    assert set(data["counts"]) >= {"enumerated", "valid", "screened", "balanced"}
+    entry = data["ranked"][0]
+    for key in ("parallel", "training", "tokens_per_second_per_device", "iteration_seconds", "mfu", "peak_memory_mb"):
+        assert key in entry
+    assert entry["plan"]["status"] in ("optimal", "time_limit")
+    assert entry["parallel"]["ep"] >= 1 and "etp" in entry["parallel"]
+    assert entry["training"]["micro_batches"] * entry["training"]["micro_batch_size"] * entry["parallel"]["dp"] == 16
+    # tokens/s per device is the global batch's tokens over the iteration and the devices
+    tokens = 16 * 2048
+    assert entry["tokens_per_second_per_device"] == pytest.approx(tokens / entry["iteration_seconds"] / 8)
+
+
+def test_the_ranking_written_out_reads_back(results, tmp_path: Path) -> None:
+    searched, _ = results["tiny-dense"]
+    written = write_ranking(searched, tmp_path)
+    assert (tmp_path / "search.json") in written
+    for place, entry in enumerate(searched.ranked, start=1):
+        stem = f"{place:02d}-{entry.strategy.label(searched.spec)}"
+        run = load_run_config(tmp_path / f"{stem}.yaml")
+        assert run.parallel.model_dump(mode="json") == {
+            **run.parallel.model_dump(mode="json"),
+            **entry.strategy.parallel(searched.spec),
+        }
+        assert json.loads((tmp_path / f"{stem}.plan.json").read_text())["status"] == entry.plan["status"]
+        flags = (tmp_path / f"{stem}.megatron.txt").read_text()
+        assert f"--tensor-model-parallel-size {entry.strategy.tp}" in flags
+        assert (tmp_path / f"{stem}.mindformers.yaml").is_file()
+
+
+def test_megatron_flags_of_a_strategy() -> None:
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(2, 1, 2, 2, 2, "interleaved", 4, 1, True, "ring", 1, False, 1, 8, 0)
+    flags = megatron_flags(spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "recompute": []}})
+    assert flags == [
+        "--tensor-model-parallel-size 2",
+        "--pipeline-model-parallel-size 2",
+        "--context-parallel-size 1",
+        "--expert-model-parallel-size 4",
+        "--expert-tensor-parallel-size 1",
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--micro-batch-size 1",
+        "--global-batch-size 16",  # 1 · 8 · 2
+        "--seq-length 2048",
+        '--pipeline-model-parallel-layout "Et|t|t|tL"',
+    ]
+
+
+def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:
+    searched, everything = results["tiny-tight"]
+    assert searched.rejected[NO_ROOM] + searched.rejected.get(BALANCER_NO_PLAN, 0) >= 1
+    assert everything.rejected[BALANCER_NO_PLAN] >= 1

@@ -1,0 +1,61 @@
+"""Screening shares time and memory models between strategies that cannot differ in them: check that they
+do not, against models built for each strategy alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ppb_core.memory import MemoryModel
+from ppb_core.model.walk import walk
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
+from ppb_core.search.screen import FigureCache, figures, fits_somewhere, run_forms
+from ppb_core.search.spec import load_search_spec
+from ppb_core.timing.pricer import TimeModel
+
+DATA = Path(__file__).parent / "data" / "search"
+
+
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan"])
+def test_shared_figures_equal_each_strategys_own(name: str) -> None:
+    spec = load_search_spec(DATA / f"{name}.yaml")
+    cache = FigureCache()
+    checked = 0
+    for point in enumerate_strategies(spec):
+        if not isinstance(point, Strategy):
+            continue
+        run = validate(spec, point)
+        if isinstance(run, Refusal):
+            continue
+        alone = figures(run, MemoryModel(run), TimeModel(run), walk(run).distinct())
+        assert cache.of(point, run) == alone, point.label(spec)
+        checked += 1
+    assert len(cache.times) < checked  # the cache did share
+
+
+def test_a_device_too_small_for_the_layers_fits_nowhere() -> None:
+    spec = load_search_spec(DATA / "tiny-tight.yaml")
+    cache = FigureCache()
+    point = next(
+        p
+        for p in enumerate_strategies(spec)
+        if isinstance(p, Strategy) and (p.tp, p.cp, p.pp, p.zero, p.micro_batch_size) == (1, 1, 1, 0, 1)
+    )
+    found = cache.of(point, validate(spec, point))
+    kind = found.kinds[0]
+    # One stage holds all 6 layers, each at least its parameters and, with 1 micro-batch in flight (pp 1),
+    # its least activation (FULL keeps the layer's input alone), beside the head, the tail and the constant
+    # working set: 6·(parameters + least activation) against what the device leaves.
+    needed = 6 * (kind.parameter_mb + min(kind.activation_mb.values()))
+    room = found.memory_mb - found.constant_mb - found.ends.head_mb - found.ends.tail_mb
+    assert found.memory_mb == 1700 - 300
+    assert needed > room
+    assert not fits_somewhere(run_forms(point), found)
+    # with ZeRO-1 the optimizer states shard over the 8 data-parallel ranks and the layers fit
+    sharded = next(
+        p
+        for p in enumerate_strategies(spec)
+        if isinstance(p, Strategy) and (p.tp, p.cp, p.pp, p.zero, p.micro_batch_size) == (1, 1, 1, 1, 1)
+    )
+    assert fits_somewhere(run_forms(sharded), cache.of(sharded, validate(spec, sharded)))
