@@ -349,7 +349,7 @@ def test_every_stage_holds_the_workspaces_once():
     for framework, device, expected in cases:
         run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, framework=framework, device={"name": device})
         memory = model(run)
-        assert run_workspace_bytes(run, memory) == expected
+        assert memory.rules.workspace_bytes(memory.setup, {layer.kind for layer in walk(run)}) == expected
         bare = sum(memory.static_bytes(layer) for layer in walk(run))
         peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
         assert sum(peak.static_bytes for peak in peaks) == bare + 2 * expected
@@ -384,3 +384,23 @@ def test_torchtitan_loss_under_tensor_parallelism():
     # norm and output unit gathered over dp: (64 + 512·64) · 2 = 65664
     run = _titan(parallel={"dp": 2, "tp": 2, "sequence_parallel": True})
     assert model(run).loss_bytes(layers(run)["TAIL"]) == 12 * 32768 + 65664
+
+
+def test_torchtitan_pipeline_receive_buffers():
+    # DENSE on 2 stages, 4 micro-batches, in flight 2 and 1; the boundary tensor 64 tokens · 64 · 2 = 8192
+    # (pipelining/stage.py: one receive buffer per micro-batch, kept). Stage 0 (the HEAD's, not the
+    # last) holds 4 output-gradient buffers: 32768; stage 1 (the TAIL's, not the first) 4 activation
+    # buffers, 1 of them the in-flight input its first layer keeps already: 3 · 8192 = 24576.
+    run = _titan(parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4})
+    memory = model(run)
+    titan = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    plain = stage_peaks(
+        model(make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="mindformers")),
+        walk(run),
+        [[2, 1]],
+        device_bytes=80 * 2**30,
+    )
+    assert [peak.buffer_bytes for peak in titan] == [32768, 24576]
+    assert [peak.buffer_bytes for peak in plain] == [0, 0]
+    # the balancer's charge: vpp 1 chunk with nothing in flight, 4 · 8192 in and 4 · 8192 back, + GEMM workspaces
+    assert run_workspace_bytes(run, memory) == 8 * 8192 + 2 * 33554432

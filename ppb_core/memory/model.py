@@ -371,10 +371,15 @@ def run_workspace_bytes(
     run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
 ) -> float:
     """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
-    layer kinds together ask (`FrameworkRules.workspace_bytes`); no layer's description counts it."""
+    layer kinds together ask (`FrameworkRules.workspace_bytes`), and the pipeline buffers of its
+    vpp chunks with nothing in flight and no HEAD or TAIL among them (`pipeline_buffer_bytes`); no
+    layer's description counts them."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
-    return memory.rules.workspace_bytes(memory.setup, {layer.kind for layer in layer_walk})
+    kinds = {layer.kind for layer in layer_walk}
+    bodies = {kind for kind in kinds if isinstance(kind, BodyKind)}
+    chunk = memory.rules.pipeline_buffer_bytes(memory.setup, bodies, run.training.micro_batches, 0)
+    return memory.rules.workspace_bytes(memory.setup, kinds) + run.parallel.vpp * chunk
 
 
 def run_stage_peaks(

@@ -179,6 +179,9 @@ def stage_peaks(
         groups[(layer.stage, layer.chunk, layer.model_name, layer.node, layer.kind, option, before, after)] += 1
         if option == "FULL":
             full_in_cell[(layer.chunk, layer.stage)] += 1
+    cells: dict[tuple[int, int], set] = {}  # the kinds of each (stage, chunk): its pipeline buffers
+    for stage, chunk, _model, _node, kind, *_ in groups:
+        cells.setdefault((stage, chunk), set()).add(kind)
     group_size = _full_group(memory)
     chunks = len(in_flight)
     stages = layer_walk.stages
@@ -218,6 +221,10 @@ def stage_peaks(
     kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
     for stage, _chunk, _model, _node, kind, *_ in groups:
         kinds_of[stage].add(kind)
+    micro_batches = memory.run.training.micro_batches
+    for (stage, chunk), cell_kinds in cells.items():
+        for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
+            sums[1] += memory.rules.pipeline_buffer_bytes(memory.setup, cell_kinds, micro_batches, vector[chunk])
     peaks = []
     for stage, total in totals.items():
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always

@@ -12,7 +12,8 @@ together:
 * what its backward holds beyond that (`parameter_working_bytes`: gathered parameters,
   unsharded gradients, reduce-scatter buffers);
 * what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`);
-* which library workspaces every stage keeps once (`workspace_bytes`).
+* which library workspaces every stage keeps once (`workspace_bytes`), and which buffers each
+  pipeline chunk keeps for its sends and receives (`pipeline_buffer_bytes`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,13 @@ class FrameworkRules:
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
         """Workspaces a stage running layers of *kinds* keeps at every moment, once per device: the
         GEMM libraries' (`workspaces.py`) and the framework's persistent buffers. SAPP counts none."""
+        return 0.0
+
+    def pipeline_buffer_bytes(
+        self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
+    ) -> float:
+        """What a pipeline chunk of layers of *kinds* holds for its sends and receives beyond its layers'
+        kept inputs, with *in_flight* of its *micro_batches* in flight. SAPP counts none."""
         return 0.0
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:

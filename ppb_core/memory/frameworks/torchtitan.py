@@ -57,6 +57,14 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   tests/test_census_torchtitan.py), above the forward's 10 (bf16 logits, copy, shifted).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread), allocated once and kept on every stage.
+* **Pipeline receive buffers** (torch/distributed/pipelining/stage.py, torch 2.13, `PipelineStage.
+  _setup_forward_recv_info` and `_create_grad_recv_info`): every pipeline stage but the first
+  allocates one activation receive buffer per micro-batch, every stage but the last one output-
+  gradient receive buffer per micro-batch, at the first step, and keeps them (`clear_runtime_states`
+  only drops their `.grad`). A buffer is the boundary tensor, `whole_tokens·h·bc` (the block output,
+  a sequence shard under TP). An activation buffer in flight is the chunk's first layer's kept input,
+  counted there; the others, and every gradient buffer, are held besides. The input gradients
+  are not kept (`stage_backward` sets `val.grad = None` once it has read it).
 """
 
 from __future__ import annotations
@@ -70,7 +78,7 @@ from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
-from ppb_core.model.kinds import BodyKind, LayerKind, Mlp, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -254,6 +262,21 @@ class TorchtitanRules(FrameworkRules):
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
         """PyTorch's cuBLAS workspaces (module docstring)."""
         return float(torch_training_workspace_bytes(setup.compute_capability))
+
+    def pipeline_buffer_bytes(
+        self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
+    ) -> float:
+        """The receive buffers of a pipeline chunk beyond its in-flight inputs (module docstring)."""
+        hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
+        if setup.pp == 1 or not hidden:
+            return 0.0
+        boundary = setup.whole_tokens * hidden * setup.dtype_bytes
+        found = 0.0
+        if not any(isinstance(kind, HeadKind) for kind in kinds):  # not the first stage: activations come in
+            found += (micro_batches - in_flight) * boundary
+        if not any(isinstance(kind, TailKind) for kind in kinds):  # not the last: output gradients come in
+            found += micro_batches * boundary
+        return found
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
