@@ -132,6 +132,20 @@ def test_a_ring_leaving_the_node_uses_every_local_rank_s_nic():
     assert reduce_scatter(16, 16, fast_links) == pytest.approx(P * 15 / 16 / 5e10)
 
 
+def test_a_nic_runs_at_its_own_efficiency():
+    # H100's catalog entry: NVLink 450 GB/s at 0.8 = 3.6e11 B/s; a 400 Gb/s NIC (50 GB/s) at the 46-48
+    # GB/s NCCL's maintainers expect (nccl-tests issue #290): 0.94 → 4.7e10 B/s.
+    run = gelu_run(device={"name": "h100-80gb"})
+    links = Links.from_run(run, run.device.profile())
+    assert links.intra_node_bytes_per_s == pytest.approx(3.6e11)
+    assert links.inter_node_bytes_per_s == pytest.approx(4.7e10)
+    # Without its own figure a NIC follows comm_efficiency (the round device: 10 GB/s at 0.5); a run
+    # config may set it: 10 GB/s at 0.8.
+    assert Links.from_run(gelu_run(), gelu_run().device.profile()).inter_node_bytes_per_s == pytest.approx(5e9)
+    tuned = gelu_run(device=dict(ROUND_DEVICE, nic_efficiency=0.8))
+    assert Links.from_run(tuned, tuned.device.profile()).inter_node_bytes_per_s == pytest.approx(8e9)
+
+
 def test_latency_adds_one_step_per_hop():
     device = dict(ROUND_DEVICE, collective_latency_us=10.0)
     run = gelu_run(tp=4, device=device)

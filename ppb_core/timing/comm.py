@@ -5,7 +5,8 @@ context-parallel, then data-parallel; experts laid out as expert-tensor-parallel
 then expert-parallel): a group of *size* ranks spans `span` consecutive ranks, and sits inside
 one node when that span fits in `devices_per_node`.
 
-Costs (bandwidth per direction per device, times the device's `comm_efficiency`; one
+Costs (bandwidth per direction per device, times the device's `comm_efficiency`, over a NIC its
+`nic_efficiency`; one
 `collective_latency_us` per step, plus `inter_node_latency_us` when the group leaves the node):
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
@@ -62,7 +63,7 @@ class Links:
         }
         return cls(
             intra_node_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
-            inter_node_bytes_per_s=device.inter_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
+            inter_node_bytes_per_s=device.inter_node_bandwidth_gbs * 1e9 * device.inter_node_efficiency,
             latency_s=device.collective_latency_us * 1e-6,
             devices_per_node=par.devices_per_node,
             groups=groups,
