@@ -101,6 +101,42 @@ def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing
     assert sum(terms.values()) == sum(seed.values()) - 2048 + 64
 
 
+def test_megatron_mtp_layer_keeps_what_a_megatron_body_layer_keeps():
+    # The MTP module's transformer layer is a TransformerLayer built from the same config
+    # (megatron/core/transformer/multi_token_prediction.py `MultiTokenPredictionLayer`), so its MoE
+    # block keeps no combined rows and keeps its routed rows' probabilities as the decoder's do. MOE
+    # at s 16 with one MTP layer: the TAIL under Megatron = SAPP's TAIL - mtp0.moe.combined_tokens
+    # (16·2·32·2 = 2048) + mtp0.moe.expert.probs (32 rows · 2 bytes) + the hidden-state norm's input
+    # apart from the torch.cat copy (16·32·2 = 1024)
+    spec = {**MOE, "mtp_layers": 1}
+    run = make_run(spec, training={"seq_length": 16})
+    mind = make_run(spec, training={"seq_length": 16}, framework="mindformers")
+    tail, seed_tail = layers(run)["TAIL"], layers(mind)["TAIL"]
+    terms, seed = _terms(model(run), tail), _terms(model(mind), seed_tail)
+    assert "mtp0.moe.combined_tokens" not in terms and seed["mtp0.moe.combined_tokens"] == 2048
+    assert terms["mtp0.moe.expert.probs"] == 64 and terms["mtp0.hidden_norm_input"] == 1024
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 1024
+
+
+def test_megatron_recompute_modules_act_on_the_mtp_layer():
+    # --recompute-modules builds the MTP layer's TransformerLayer with the same checkpointing
+    # (transformer_layer.py `TransformerLayer.__init__` reads config.recompute_modules): moe_act drops
+    # the MTP layer's expert activation output too, 32 rows · 16 · 2 = 1024; `moe` also its kept
+    # dispatch buffer under EP (the remote half, 32·32·2/2 = 1024)
+    spec = {**MOE, "mtp_layers": 1}
+
+    def tail_kept(modules, parallel=None):
+        recompute = {"granularity": "selective", "modules": modules}
+        run = make_run(spec, parallel=parallel, training={"seq_length": 16, "recompute": recompute})
+        memory, tail = model(run), layers(run)["TAIL"]
+        return memory.activation_bytes(tail, LayerType.OUTPUT_LAYER), memory.buffers(tail, LayerType.OUTPUT_LAYER)
+
+    assert tail_kept(["core_attn"])[0] - tail_kept(["core_attn", "moe_act"])[0] == 1024
+    ep = {"dp": 2, "ep": 2}
+    assert tail_kept(["core_attn"], ep)[1].kept_bytes() == 1024
+    assert tail_kept(["moe"], ep)[1].kept_bytes() == 0
+
+
 def test_megatron_modules_drop_what_megatron_checkpoints():
     # MOE (h 32, 4 heads of 8, 4 experts, top-2, expert width 16) + one shared expert of 16, s 16.
     spec = {**MOE, "shared_experts": 1}

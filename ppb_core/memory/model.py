@@ -104,7 +104,9 @@ class MemoryModel:
         framework's selective units; any other setting (a switch profile) is ppb's switches alone.
         """
         if not isinstance(layer.kind, BodyKind):
-            return (layer.model_name, layer.kind, None, None, frozenset())  # HEAD and TAIL have one state
+            # HEAD and TAIL have one state; a TAIL's MTP layers follow the run's selective units
+            modules = self._modules if isinstance(layer.kind, TailKind) else frozenset()
+            return (layer.model_name, layer.kind, None, None, modules)
         if state not in BODY_STATES:
             raise ValueError(f"a body layer is evaluated NOT_REC, SEL_REC or FULL_REC, not {state.name}")
         if state is not LayerType.SEL_REC_LAYER:
@@ -196,7 +198,10 @@ class MemoryModel:
                 kind, self.setup, body_state, stated, key[4], base, self._buffer_terms[kind]
             )
         else:  # a census (it recomputes by its own measurements), or the HEAD and TAIL
-            terms = pricer.state_terms(kind, self.setup, body_state, stated)
+            if isinstance(kind, TailKind):  # priced by the formulas, its MTP layers by the framework's rules
+                terms = self.rules.tail_terms(kind, self.setup, key[4])
+            else:
+                terms = pricer.state_terms(kind, self.setup, body_state, stated)
             _, buffer_terms = self.rules.state(
                 kind, self.setup, body_state, stated, key[4], terms, self._buffer_terms[kind]
             )

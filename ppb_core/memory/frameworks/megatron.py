@@ -120,13 +120,33 @@ def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tup
     return tuple(out)
 
 
-def megatron_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+def megatron_body_terms(
+    kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it (module docstring)."""
     if not isinstance(kind.mlp, Moe):
         return terms
-    kept_terms = tuple(t for t in terms if not t.op.endswith("moe.combined_tokens"))
-    probs = ActivationTerm("moe.expert.probs", None, routed_rows(kind.mlp, setup), setup.dtype_bytes, False)
+    kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    rows = routed_rows(kind.mlp, setup)
+    probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
     return (*kept_terms, probs)
+
+
+def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, modules: frozenset[str]) -> tuple:
+    """The TAIL's terms (its MTP layers already as `megatron_body_terms` keeps them) as Megatron-Core
+    runs its MTP block (module docstring): each MTP layer's hidden-state norm keeps its input apart
+    from the concatenated copy the output layer keeps, and the run's `--recompute-modules` act on
+    the MTP layers' transformer layers as on the decoder's."""
+    if kind.mtp_body is None:
+        return terms
+    if modules:
+        terms = tuple(t for t in terms if not (t.op.startswith("mtp") and module_drops(t, modules, kind.mtp_body)))
+    whole = setup.whole_tokens * kind.hidden_size
+    norms = tuple(
+        ActivationTerm(f"mtp{index}.hidden_norm_input", None, whole, setup.dtype_bytes)
+        for index in range(kind.mtp_layers)
+    )
+    return (*terms, *norms)
 
 
 def routes_experts(kind: LayerKind) -> bool:
@@ -140,8 +160,13 @@ class MegatronRules(FrameworkRules):
     name = "megatron"
     transients_per_stage = True
 
-    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
-        return megatron_body_terms(kind, setup, terms)
+    def body_terms(
+        self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+    ) -> tuple:
+        return megatron_body_terms(kind, setup, terms, prefix)
+
+    def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
+        return megatron_tail_terms(kind, setup, super().tail_terms(kind, setup, modules), modules)
 
     def state(
         self,
@@ -154,6 +179,8 @@ class MegatronRules(FrameworkRules):
         buffers: tuple[BufferTerm, ...],
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         buffers = megatron_buffers(buffers, setup)
+        if isinstance(kind, TailKind) and "moe" in modules:  # the MTP layers' MoE blocks are checkpointed too
+            buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
         if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):
             terms = tuple(t for t in terms if not module_drops(t, modules, kind))
             if "moe" in modules:

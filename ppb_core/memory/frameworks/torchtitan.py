@@ -96,19 +96,21 @@ def _gated_extra(name: str, rows: float, width: int, bc: int) -> ActivationTerm:
     return ActivationTerm(f"{name}.silu_output", "ffAct", rows * width, bc)
 
 
-def torchtitan_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+def torchtitan_body_terms(
+    kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+) -> tuple:
     """The formulas' terms plus what torchtitan's unfused block keeps on top (module docstring)."""
     bc = setup.dtype_bytes
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
     if isinstance(mlp, Mlp) and mlp.gated:
-        extra.append(_gated_extra("mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
+        extra.append(_gated_extra(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
-        rows = next(t.elements for t in terms if t.op == "moe.expert.activation_output")
-        extra.append(ActivationTerm("moe.expert.silu_output", "ffAct", rows, bc))
+        rows = next(t.elements for t in terms if t.op == f"{prefix}moe.expert.activation_output")
+        extra.append(ActivationTerm(f"{prefix}moe.expert.silu_output", "ffAct", rows, bc))
         if mlp.shared_experts:
             width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
-            extra.append(_gated_extra("moe.shared", setup.tokens, width, bc))
+            extra.append(_gated_extra(f"{prefix}moe.shared", setup.tokens, width, bc))
     return terms + tuple(extra)
 
 
@@ -181,8 +183,10 @@ class TorchtitanRules(FrameworkRules):
     name = "torchtitan"
     transients_per_stage = True
 
-    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
-        return torchtitan_body_terms(kind, setup, terms)
+    def body_terms(
+        self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+    ) -> tuple:
+        return torchtitan_body_terms(kind, setup, terms, prefix)
 
     def state(
         self,
