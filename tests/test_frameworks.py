@@ -413,6 +413,28 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert run_workspace_bytes(run, memory) == 100664320 + 8192
 
 
+def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():
+    # schedules.py forward_step: set_input_tensor(input_tensor) stores the received activation on the
+    # chunk's TransformerBlock.input_tensor (transformer_block.py) until the next micro-batch's; and
+    # backward_step's retain_grad() leaves its .grad on it. DENSE on 2 stages, s 64, b 1, h 64: the
+    # boundary tensor is 64 · 64 · 2 = 8192. Stage 0 holds the HEAD (its first chunk receives nothing);
+    # stage 1 with nothing in flight holds the input and its gradient, 2 · 8192 = 16384.
+    run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="megatron")
+    memory = model(run)
+    # in flight 2 and 1: stage 1's stored input is its in-flight one, kept by its first layer
+    busy = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in busy] == [0, 0]
+    # ... and at the optimizer step (nothing in flight) stage 1 holds 16384 beyond its static memory
+    assert [peak.step_static_bytes - peak.static_bytes for peak in busy] == [0, 16384]
+    # a moment at which stage 1 has none in flight holds them too
+    idle = stage_peaks(memory, walk(run), [[2, 0]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in idle] == [0, 16384]
+    # SAPP (mindformers) counts none
+    seed = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="mindformers")
+    plain = stage_peaks(model(seed), walk(seed), [[2, 0]], device_bytes=80 * 2**30)
+    assert [peak.step_static_bytes - peak.static_bytes for peak in plain] == [0, 0]
+
+
 def test_torchtitan_loss_under_tensor_parallelism():
     # TP 2 turns loss_parallel on (torchtitan/train.py): per rank 64 tokens · 1024/2 = 32768 logits;
     # beyond the kept log-probabilities the fused nll/log-softmax backward of torch/distributed/tensor/
@@ -438,5 +460,9 @@ def test_torchtitan_pipeline_receive_buffers():
     )
     assert [peak.buffer_bytes for peak in titan] == [32768, 24576]
     assert [peak.buffer_bytes for peak in plain] == [0, 0]
-    # the balancer's charge: vpp 1 chunk with nothing in flight, 4 · 8192 in and 4 · 8192 back, + GEMM workspaces
-    assert run_workspace_bytes(run, memory) == 8 * 8192 + 2 * 33554432
+    # at the optimizer step nothing is in flight and every buffer is held: stage 0 its 4 gradient
+    # buffers (32768), stage 1 its 4 activation buffers (32768), beyond its static memory
+    assert [peak.step_static_bytes - peak.static_bytes for peak in titan] == [32768, 32768]
+    # the balancer's charge: a chunk taken as neither first nor last, at the schedule's vector that asks
+    # the most: stage 1's one micro-batch in flight, 3 · 8192 in and 4 · 8192 back, + GEMM workspaces
+    assert run_workspace_bytes(run, memory) == 7 * 8192 + 2 * 33554432

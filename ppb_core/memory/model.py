@@ -377,14 +377,26 @@ def run_workspace_bytes(
 ) -> float:
     """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
     layer kinds together ask (`FrameworkRules.workspace_bytes`), and the pipeline buffers of its
-    vpp chunks with nothing in flight and no HEAD or TAIL among them (`pipeline_buffer_bytes`); no
-    layer's description counts them."""
+    vpp chunks (`pipeline_buffer_bytes`, as if no HEAD or TAIL were among them) at the in-flight
+    counts of the schedule's vector that asks the most; no layer's description counts them."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     kinds = {layer.kind for layer in layer_walk}
     bodies = {kind for kind in kinds if isinstance(kind, BodyKind)}
-    chunk = memory.rules.pipeline_buffer_bytes(memory.setup, bodies, run.training.micro_batches, 0)
-    return memory.rules.workspace_bytes(memory.setup, kinds) + run.parallel.vpp * chunk
+    micro_batches = run.training.micro_batches
+    chunk = {
+        count: memory.rules.pipeline_buffer_bytes(memory.setup, bodies, micro_batches, count)
+        for count in range(micro_batches + 1)
+    }
+    held = max(
+        (
+            sum(chunk[min(count, micro_batches)] for count in vector)
+            for stage in run_in_flight_vectors(run)
+            for vector in stage
+        ),
+        default=0.0,
+    )
+    return memory.rules.workspace_bytes(memory.setup, kinds) + held
 
 
 def run_stage_peaks(

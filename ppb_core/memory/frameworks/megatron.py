@@ -53,6 +53,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
+* **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
+  hand each micro-batch's received activation to the chunk with `set_input_tensor`
+  (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
+  `TransformerBlock.input_tensor` (megatron/core/transformer/transformer_block.py
+  `set_input_tensor`) until the next micro-batch's replaces it; `backward_step` calls
+  `retain_grad()` on it, so after its backward the tensor also carries its `.grad`. A chunk with
+  none of its micro-batches in flight (and at the optimizer step every chunk that receives its
+  input, all but the first stage's first) holds both: `2·whole_tokens·h·bc`. With micro-batches in
+  flight the stored input is the latest one, which its first layer keeps anyway.
 * **The output layer's gathered input is a persistent buffer.** The output layer is Megatron's own
   `ColumnParallelLinear` (gpt_model.py), whose `LinearWithGradAccumulationAndAsyncCommunication.
   forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
@@ -75,7 +84,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -207,6 +216,17 @@ class MegatronRules(FrameworkRules):
             if tails:
                 found += setup.tokens * max(tails) * setup.dtype_bytes
         return found
+
+    def pipeline_buffer_bytes(
+        self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
+    ) -> float:
+        """A chunk that receives its input, with none of its micro-batches in flight, still holds the
+        last one it received and that input's gradient (module docstring); in flight, that input is
+        its first layer's kept input and its gradient is not yet made."""
+        hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
+        if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
+            return 0.0
+        return 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
