@@ -252,6 +252,30 @@ def test_torchtitan_op_policy_keeps_every_other_matmul_and_the_attention():
     assert memory.activation_bytes(layer, SEL) == 58368
 
 
+def test_torchtitan_op_policy_saves_the_expert_all_to_alls_where_its_list_holds_them():
+    # deepseek_v3 (and llama4, gpt_oss) infra/parallelize.py _op_sac_save_list holds
+    # _c10d_functional.all_to_all_single, which torchtitan/distributed/expert_parallel.py's dispatch and
+    # combine run (all_to_all_single_autograd); qwen3's list does not. MOE (h 32, 4 experts, top 2) at
+    # s 16 over ep 2 (dp 2): this rank's experts receive 16·2 = 32 rows (balanced) and send as many
+    # back: 32·32·2 = 2048 each. Qwen3 (GQA with qk norms) keeps neither.
+    op = {"mode": "selective", "option": "op"}
+
+    def kept(spec):
+        run = make_run(
+            spec,
+            parallel={"dp": 2, "ep": 2, "zero": 0},
+            training={"seq_length": 16, "recompute": op},
+            framework="torchtitan",
+        )
+        return _terms(model(run), body(run), SEL)
+
+    mla = {"q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+    deepseek = kept({**MOE, **mla})
+    assert deepseek["moe.dispatched_tokens"] == 2048 and deepseek["moe.combined_tokens"] == 2048
+    qwen3 = kept({**MOE, "qk_norm": True})
+    assert "moe.dispatched_tokens" not in qwen3 and "moe.combined_tokens" not in qwen3
+
+
 def test_torchtitan_layer_selective_checkpoints_every_nth_block():
     run = _titan(parallel={"zero": 0}, training={"recompute": {"mode": "selective", "option": 2}})
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
