@@ -137,6 +137,20 @@ def test_megatron_recompute_modules_act_on_the_mtp_layer():
     assert tail_kept(["moe"], ep)[1].kept_bytes() == 0
 
 
+def test_megatron_full_recompute_checkpoints_the_mtp_layer():
+    # multi_token_prediction.py MultiTokenPredictionLayer.forward: under --recompute-granularity full,
+    # _checkpointed_forward runs _proj_and_transformer_layer (concatenation, eh_proj, the transformer
+    # layer, the final norm) from the hidden state and the embedding. DENSE with one MTP layer at s 64
+    # (test_tail_with_a_multi_token_prediction_module): the TAIL keeps the main loss 279040, the MTP's
+    # token ids 512, its checkpoint inputs (the embedding 8192 and the hidden state 8192) and its loss
+    # without the final norm's input, 279040 - 8192; not the projection input (16384) nor the layer (115712)
+    spec = {**DENSE, "mtp_layers": 1}
+    full = {"granularity": "full", "method": "uniform", "num_layers": 1}
+    run = make_run(spec, training={"seq_length": 64, "recompute": full})
+    tail = layers(run)["TAIL"]
+    assert model(run).activation_bytes(tail, LayerType.OUTPUT_LAYER) == 279040 + 512 + 8192 + 8192 + 279040 - 8192
+
+
 def test_megatron_modules_drop_what_megatron_checkpoints():
     # MOE (h 32, 4 heads of 8, 4 experts, top-2, expert width 16) + one shared expert of 16, s 16.
     spec = {**MOE, "shared_experts": 1}

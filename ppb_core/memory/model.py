@@ -18,6 +18,7 @@ from ppb_core.memory.buffers import Buffers, BufferTerm, layer_buffers
 from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
 from ppb_core.memory.census import census_pricers
 from ppb_core.memory.frameworks import rules_for
+from ppb_core.memory.frameworks.base import FULL_UNIT
 from ppb_core.memory.peak import StagePeak, _full_group, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
@@ -83,6 +84,10 @@ class MemoryModel:
             correction = self.fit.correction
         self.correction = correction or MemoryCorrection()
         self._modules = run.recompute.modules  # the framework's selective units (Megatron modules, op)
+        # what a TAIL's MTP layers follow: the selective units, and FULL_UNIT where every layer is
+        # fully recomputed ("all", Megatron's uniform or block; not torchtitan's every N-th block)
+        full = run.recompute.full in ("all", "uniform", "block")
+        self._tail_units = self._modules | ({FULL_UNIT} if full else set())
         self._formulas = ActivationFormulas()
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
@@ -105,7 +110,7 @@ class MemoryModel:
         """
         if not isinstance(layer.kind, BodyKind):
             # HEAD and TAIL have one state; a TAIL's MTP layers follow the run's selective units
-            modules = self._modules if isinstance(layer.kind, TailKind) else frozenset()
+            modules = self._tail_units if isinstance(layer.kind, TailKind) else frozenset()
             return (layer.model_name, layer.kind, None, None, modules)
         if state not in BODY_STATES:
             raise ValueError(f"a body layer is evaluated NOT_REC, SEL_REC or FULL_REC, not {state.name}")

@@ -28,6 +28,9 @@ from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
+# The unit a TAIL's memory key adds to the run's selective units when every layer is fully recomputed.
+FULL_UNIT = "full"
+
 
 class FrameworkRules:
     """SAPP's conventions (its balancer and MindFormers/HyperParallel), the base of every framework."""
@@ -50,7 +53,8 @@ class FrameworkRules:
     def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
         """What the TAIL keeps: the loss, and each MTP module whose transformer layer keeps what
         `body_terms` says a body layer keeps. *modules* are the run's selective units
-        (`Recompute.modules`), which a framework may apply to the MTP layers; SAPP's are none."""
+        (`Recompute.modules`, with `FULL_UNIT` under full recompute), which a framework may apply to
+        the MTP layers; SAPP applies none."""
 
         def body(body_kind: BodyKind, body_setup: MemorySetup, prefix: str) -> tuple:
             return self.body_terms(body_kind, body_setup, tuple(body_terms(body_kind, body_setup, prefix)), prefix)

@@ -76,7 +76,7 @@ from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
-from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
     TE_COMPUTE_STREAMS,
     torch_training_workspace_bytes,
@@ -141,14 +141,29 @@ def megatron_body_terms(
     return (*kept_terms, probs)
 
 
+def _mtp_checkpointed(op: str) -> bool:
+    """Whether an MTP term lies inside `MultiTokenPredictionLayer._proj_and_transformer_layer`, which
+    `--recompute-granularity full` checkpoints (`_checkpointed_forward`) from the hidden state and
+    the embedding: the concatenation the projection keeps, the layer's terms, its final norm's input."""
+    if not op.startswith("mtp"):
+        return False
+    inner = op.split(".", 1)[1]
+    return inner.startswith(("attention.", "mlp.", "moe.")) or inner in ("projection_input", "output.norm_input")
+
+
 def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, modules: frozenset[str]) -> tuple:
     """The TAIL's terms (its MTP layers already as `megatron_body_terms` keeps them) as Megatron-Core
     runs its MTP block (module docstring): each MTP layer's hidden-state norm keeps its input apart
-    from the concatenated copy the output layer keeps, and the run's `--recompute-modules` act on
-    the MTP layers' transformer layers as on the decoder's."""
+    from the concatenated copy the output layer keeps, the run's `--recompute-modules` act on the
+    MTP layers' transformer layers as on the decoder's, and under `--recompute-granularity full`
+    (`MultiTokenPredictionLayer.forward` → `_checkpointed_forward`) each MTP layer keeps only the
+    inputs of its projection and transformer layer (the hidden state, the embedding) and what its
+    loss keeps."""
     if kind.mtp_body is None:
         return terms
-    if modules:
+    if FULL_UNIT in modules:  # the projection, the layer and its final norm checkpointed from their inputs
+        terms = tuple(t for t in terms if not _mtp_checkpointed(t.op))
+    elif modules:
         terms = tuple(t for t in terms if not (t.op.startswith("mtp") and module_drops(t, modules, kind.mtp_body)))
     whole = setup.whole_tokens * kind.hidden_size
     norms = tuple(
