@@ -23,7 +23,8 @@ Sources:
   not scored.
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
-the allocated rows.
+the allocated rows; then, for the Megatron rows, the memory after the optimizer step
+(`mem-allocated-bytes` of the same golden values) against ppb's optimizer moment.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class MeasuredPeak:
     stage: int | None  # the pipeline stage measured (None: the largest over the stages)
     measured_gib: float
     allocated: bool = True  # False: the allocator's reserved peak (a bound on the allocated peak)
+    # `mem-allocated-bytes` of the same run: `torch.cuda.memory_allocated()` right after the step
+    after_step_bytes: int | None = None
     assumptions: tuple[str, ...] = field(default=())
 
 
@@ -110,13 +113,19 @@ def _gpt_7b(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> dict
 
 def _megatron_rows() -> list[MeasuredPeak]:
     rows = []
-    # (case, tp, pp, vpp, micro-batch size, {gpu: last mem-max-allocated-bytes})
+    # (case, tp, pp, vpp, micro-batch size, {gpu: last (mem-max-allocated-bytes, mem-allocated-bytes)})
     cases = (
-        ("gpt3_7b_tp1_pp4_memory_speed", 1, 4, 8, 1, {"h100": 60720852992, "a100": 60489064448}),
-        ("gpt3_7b_tp4_pp1_memory_speed", 4, 1, 1, 2, {"h100": 57143791616, "a100": 58188115968}),
-    )
+        (
+            "gpt3_7b_tp1_pp4_memory_speed", 1, 4, 8, 1,
+            {"h100": (60720852992, 24808996864), "a100": (60489064448, 24510808064)},
+        ),
+        (
+            "gpt3_7b_tp4_pp1_memory_speed", 4, 1, 1, 2,
+            {"h100": (57143791616, 20663519232), "a100": (58188115968, 20634103808)},
+        ),
+    )  # fmt: skip
     for case, tp, pp, vpp, mbs, measured in cases:
-        for gpu, peak in measured.items():
+        for gpu, (peak, after_step) in measured.items():
             rows.append(
                 MeasuredPeak(
                     f"Megatron GPT 7B TP{tp} PP{pp} ({gpu.upper()})",
@@ -124,6 +133,7 @@ def _megatron_rows() -> list[MeasuredPeak]:
                     _gpt_7b(tp, pp, vpp, mbs, gpu),
                     stage=pp - 1,
                     measured_gib=peak / GIB,
+                    after_step_bytes=after_step,
                     assumptions=(
                         "dp 2 (one node of 8 GPUs)",
                         "PyTorch's default cuBLAS workspace (the test sets CUBLAS_WORKSPACE_CONFIG=:4096:8)",
@@ -182,11 +192,12 @@ def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
 
 
 def _megatron_small_rows() -> list[MeasuredPeak]:
-    # (case, pp, vpp, zero: 1 with --use-distributed-optimizer, H100 last mem-max-allocated-bytes)
+    # (case, pp, vpp, zero: 1 with --use-distributed-optimizer, H100 last mem-max-allocated-bytes and
+    # mem-allocated-bytes)
     cases = (
-        ("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files", 1, 1, 1, 4702430720),
-        ("gpt3_mcore_te_tp1_pp4_vp1", 4, 3, 0, 4161191424),
-        ("gpt3_mcore_tp1_pp2", 2, 1, 0, 3633177600),
+        ("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files", 1, 1, 1, 4702430720, 581489664),
+        ("gpt3_mcore_te_tp1_pp4_vp1", 4, 3, 0, 4161191424, 776656384),
+        ("gpt3_mcore_tp1_pp2", 2, 1, 0, 3633177600, 948653056),
     )
     return [
         MeasuredPeak(
@@ -195,9 +206,10 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
             _gpt_small(case, pp, vpp, zero),
             stage=pp - 1,
             measured_gib=peak / GIB,
+            after_step_bytes=after_step,
             assumptions=(f"dp {8 // pp} (one node of 8 GPUs)", "Transformer Engine's workspace counted also for local"),
         )
-        for case, pp, vpp, zero, peak in cases
+        for case, pp, vpp, zero, peak, after_step in cases
     ]
 
 
@@ -268,6 +280,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
             raw,
             stage=1,
             measured_gib=60111630336 / GIB,
+            after_step_bytes=6632031744,
             assumptions=(
                 "dp 2 (one node of 8 GPUs)",
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
@@ -388,6 +401,12 @@ def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
     return peak.peak_bytes / GIB, peak.moment
 
 
+def predicted_after_step_gib(row: MeasuredPeak) -> float:
+    """ppb's memory of the measured stage at the optimizer step (its `optimizer` moment), in GiB."""
+    assert row.stage is not None
+    return run_stage_peaks(config(row))[row.stage].moments["optimizer"] / GIB
+
+
 def main() -> int:
     print(f"machine: {platform.platform()}, Python {platform.python_version()}")
     print(f"{'run':44s} {'stage':>5s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  moment")
@@ -402,6 +421,14 @@ def main() -> int:
         print(f"{row.name:44s} {stage:>5} {row.measured_gib:9.2f} {predicted:7.2f} {error:+7.1%}  {moment}{mark}")
         print(f"    {row.source}; {', '.join(row.assumptions)}")
     print(f"largest absolute error over {len(errors)} allocated peaks: {max(errors):.1%}")
+    print()
+    print("after the step (mem-allocated-bytes, torch.cuda.memory_allocated() after the optimizer step) against")
+    print("ppb's optimizer moment of the same stage:")
+    for row in measured_peaks():
+        if row.after_step_bytes is None:
+            continue
+        measured, predicted = row.after_step_bytes / GIB, predicted_after_step_gib(row)
+        print(f"{row.name:44s} {row.stage:>5} {measured:9.3f} {predicted:7.3f} {predicted / measured - 1:+7.1%}")
     return 0
 
 

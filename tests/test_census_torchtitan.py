@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss as loss_parallel
 
 from ppb_core.census.live import LiveBytes
-from ppb_core.census.torchtitan import BlockDims, measure_block
+from ppb_core.census.torchtitan import BlockDims, MoeBlockDims, measure_block, measure_moe_block
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import walk
@@ -73,6 +73,73 @@ def test_op_policy_saves_every_other_matmul_as_measured():
     # output 256·2, wv's 128·2, the SDPA output 256·2 and log-sum-exp 4·4, w1's 704·2, w2's 256·2 a token
     dims = BlockDims(256, 4, 2, 704)
     assert measure_block(dims, 128, "op").kept_bytes == 128 * (512 + 512 + 256 + 512 + 16 + 1408 + 512)
+
+
+# torchtitan's MoE blocks (v0.2.2): DeepSeek-V3's MLA with and without a query LoRA, both with a
+# shared expert, and Qwen3's GQA with qk norms and no shared expert; 4 experts, top 2, sigmoid router.
+MOE_BLOCKS = {
+    "mla-q-lora": MoeBlockDims(64, 4, 4, 2, 32, shared_ffn=48, q_lora=32, kv_lora=16, nope=8, rope=8, v=16),
+    "mla": MoeBlockDims(64, 4, 4, 2, 32, shared_ffn=48, kv_lora=16, nope=8, rope=8, v=16),
+    "gqa-qk-norm": MoeBlockDims(64, 4, 4, 2, 32, kv_heads=2, head_dim=16),
+}
+
+
+def _moe_spec(dims: MoeBlockDims) -> dict:
+    spec = {
+        "vocab_size": 1024,
+        "hidden_size": dims.hidden,
+        "num_layers": 2,
+        "num_attention_heads": dims.heads,
+        "intermediate_size": 4 * dims.hidden,
+        "num_experts": dims.experts,
+        "experts_per_token": dims.top_k,
+        "moe_intermediate_size": dims.expert_ffn,
+    }
+    if dims.shared_ffn:
+        spec |= {"shared_experts": 1, "shared_expert_intermediate_size": dims.shared_ffn}
+    if dims.kv_lora:
+        spec |= {
+            "q_lora_rank": dims.q_lora,
+            "kv_lora_rank": dims.kv_lora,
+            "qk_nope_head_dim": dims.nope,
+            "qk_rope_head_dim": dims.rope,
+            "v_head_dim": dims.v,
+        }
+    else:
+        spec |= {"num_key_value_heads": dims.kv_heads, "head_dim": dims.head_dim, "qk_norm": True}
+    return spec
+
+
+@pytest.mark.parametrize("name", list(MOE_BLOCKS))
+def test_the_op_policy_of_moe_blocks_as_measured(name):
+    dims, tokens = MOE_BLOCKS[name], 32
+    run = parse_run_config(
+        {
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": _moe_spec(dims)}],
+            "parallel": {"zero": 0},
+            "training": {"seq_length": tokens, "recompute": RECOMPUTE["op"]},
+            "device": {"name": "h100-80gb"},
+        },
+        "titan.yaml",
+    )
+    memory = MemoryModel(run)
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    predicted = memory.activation_bytes(layer, *memory.option_state(layer, "SLCT"))
+    assert predicted == measure_moe_block(dims, tokens, "op")
+    # by hand, 32 tokens, bf16; the block's input 32·64·2 = 4096, the attention kernel's output 32·4·16·2
+    # = 4096 and fp32 log-sum-exp 32·4·4 = 512, then the odd matmuls of the forward order
+    # (deepseek_v3/model/model.py, moe/moe.py; the experts' _grouped_mm is no aten.mm):
+    # - MLA with LoRA: wq_a 1 (32·32·2), wq_b 2, wkv_a 3 (32·24·2), wkv_b 4, wo 5 (32·64·2), gate 6,
+    #   shared w1 7 (32·48·2), w3 8, w2 9 (32·64·2)
+    # - MLA: wq 1 (32·4·16·2), wkv_a 2, wkv_b 3 (32·4·24·2), wo 4, gate 5 (32·4·2), w1 6, w3 7 (32·48·2), w2 8
+    # - GQA with qk norms (qwen3): wq 1 (32·64·2), wk 2, wv 3 (32·32·2), wo 4, gate 5 (32·4·2)
+    by_hand = {
+        "mla-q-lora": 2048 + 1536 + 4096 + 3072 + 4096,
+        "mla": 4096 + 6144 + 256 + 3072,
+        "gqa-qk-norm": 4096 + 2048 + 256,
+    }
+    assert predicted == 4096 + 4096 + 512 + by_hand[name]
 
 
 def test_torchtitan_cross_entropy_measured_on_the_cpu():

@@ -101,6 +101,56 @@ def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing
     assert sum(terms.values()) == sum(seed.values()) - 2048 + 64
 
 
+def test_megatron_mtp_layer_keeps_what_a_megatron_body_layer_keeps():
+    # The MTP module's transformer layer is a TransformerLayer built from the same config
+    # (megatron/core/transformer/multi_token_prediction.py `MultiTokenPredictionLayer`), so its MoE
+    # block keeps no combined rows and keeps its routed rows' probabilities as the decoder's do. MOE
+    # at s 16 with one MTP layer: the TAIL under Megatron = SAPP's TAIL - mtp0.moe.combined_tokens
+    # (16·2·32·2 = 2048) + mtp0.moe.expert.probs (32 rows · 2 bytes) + the hidden-state norm's input
+    # apart from the torch.cat copy (16·32·2 = 1024)
+    spec = {**MOE, "mtp_layers": 1}
+    run = make_run(spec, training={"seq_length": 16})
+    mind = make_run(spec, training={"seq_length": 16}, framework="mindformers")
+    tail, seed_tail = layers(run)["TAIL"], layers(mind)["TAIL"]
+    terms, seed = _terms(model(run), tail), _terms(model(mind), seed_tail)
+    assert "mtp0.moe.combined_tokens" not in terms and seed["mtp0.moe.combined_tokens"] == 2048
+    assert terms["mtp0.moe.expert.probs"] == 64 and terms["mtp0.hidden_norm_input"] == 1024
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 1024
+
+
+def test_megatron_recompute_modules_act_on_the_mtp_layer():
+    # --recompute-modules builds the MTP layer's TransformerLayer with the same checkpointing
+    # (transformer_layer.py `TransformerLayer.__init__` reads config.recompute_modules): moe_act drops
+    # the MTP layer's expert activation output too, 32 rows · 16 · 2 = 1024; `moe` also its kept
+    # dispatch buffer under EP (the remote half, 32·32·2/2 = 1024)
+    spec = {**MOE, "mtp_layers": 1}
+
+    def tail_kept(modules, parallel=None):
+        recompute = {"granularity": "selective", "modules": modules}
+        run = make_run(spec, parallel=parallel, training={"seq_length": 16, "recompute": recompute})
+        memory, tail = model(run), layers(run)["TAIL"]
+        return memory.activation_bytes(tail, LayerType.OUTPUT_LAYER), memory.buffers(tail, LayerType.OUTPUT_LAYER)
+
+    assert tail_kept(["core_attn"])[0] - tail_kept(["core_attn", "moe_act"])[0] == 1024
+    ep = {"dp": 2, "ep": 2}
+    assert tail_kept(["core_attn"], ep)[1].kept_bytes() == 1024
+    assert tail_kept(["moe"], ep)[1].kept_bytes() == 0
+
+
+def test_megatron_full_recompute_checkpoints_the_mtp_layer():
+    # multi_token_prediction.py MultiTokenPredictionLayer.forward: under --recompute-granularity full,
+    # _checkpointed_forward runs _proj_and_transformer_layer (concatenation, eh_proj, the transformer
+    # layer, the final norm) from the hidden state and the embedding. DENSE with one MTP layer at s 64
+    # (test_tail_with_a_multi_token_prediction_module): the TAIL keeps the main loss 279040, the MTP's
+    # token ids 512, its checkpoint inputs (the embedding 8192 and the hidden state 8192) and its loss
+    # without the final norm's input, 279040 - 8192; not the projection input (16384) nor the layer (115712)
+    spec = {**DENSE, "mtp_layers": 1}
+    full = {"granularity": "full", "method": "uniform", "num_layers": 1}
+    run = make_run(spec, training={"seq_length": 64, "recompute": full})
+    tail = layers(run)["TAIL"]
+    assert model(run).activation_bytes(tail, LayerType.OUTPUT_LAYER) == 279040 + 512 + 8192 + 8192 + 279040 - 8192
+
+
 def test_megatron_modules_drop_what_megatron_checkpoints():
     # MOE (h 32, 4 heads of 8, 4 experts, top-2, expert width 16) + one shared expert of 16, s 16.
     spec = {**MOE, "shared_experts": 1}
@@ -214,6 +264,30 @@ def test_torchtitan_op_policy_keeps_every_other_matmul_and_the_attention():
         "mlp.w2_output": 8192,
     }
     assert memory.activation_bytes(layer, SEL) == 58368
+
+
+def test_torchtitan_op_policy_saves_the_expert_all_to_alls_where_its_list_holds_them():
+    # deepseek_v3 (and llama4, gpt_oss) infra/parallelize.py _op_sac_save_list holds
+    # _c10d_functional.all_to_all_single, which torchtitan/distributed/expert_parallel.py's dispatch and
+    # combine run (all_to_all_single_autograd); qwen3's list does not. MOE (h 32, 4 experts, top 2) at
+    # s 16 over ep 2 (dp 2): this rank's experts receive 16·2 = 32 rows (balanced) and send as many
+    # back: 32·32·2 = 2048 each. Qwen3 (GQA with qk norms) keeps neither.
+    op = {"mode": "selective", "option": "op"}
+
+    def kept(spec):
+        run = make_run(
+            spec,
+            parallel={"dp": 2, "ep": 2, "zero": 0},
+            training={"seq_length": 16, "recompute": op},
+            framework="torchtitan",
+        )
+        return _terms(model(run), body(run), SEL)
+
+    mla = {"q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+    deepseek = kept({**MOE, **mla})
+    assert deepseek["moe.dispatched_tokens"] == 2048 and deepseek["moe.combined_tokens"] == 2048
+    qwen3 = kept({**MOE, "qk_norm": True})
+    assert "moe.dispatched_tokens" not in qwen3 and "moe.combined_tokens" not in qwen3
 
 
 def test_torchtitan_layer_selective_checkpoints_every_nth_block():
@@ -377,6 +451,28 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert run_workspace_bytes(run, memory) == 100664320 + 8192
 
 
+def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():
+    # schedules.py forward_step: set_input_tensor(input_tensor) stores the received activation on the
+    # chunk's TransformerBlock.input_tensor (transformer_block.py) until the next micro-batch's; and
+    # backward_step's retain_grad() leaves its .grad on it. DENSE on 2 stages, s 64, b 1, h 64: the
+    # boundary tensor is 64 · 64 · 2 = 8192. Stage 0 holds the HEAD (its first chunk receives nothing);
+    # stage 1 with nothing in flight holds the input and its gradient, 2 · 8192 = 16384.
+    run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="megatron")
+    memory = model(run)
+    # in flight 2 and 1: stage 1's stored input is its in-flight one, kept by its first layer
+    busy = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in busy] == [0, 0]
+    # ... and at the optimizer step (nothing in flight) stage 1 holds 16384 beyond its static memory
+    assert [peak.step_static_bytes - peak.static_bytes for peak in busy] == [0, 16384]
+    # a moment at which stage 1 has none in flight holds them too
+    idle = stage_peaks(memory, walk(run), [[2, 0]], device_bytes=80 * 2**30)
+    assert [peak.buffer_bytes for peak in idle] == [0, 16384]
+    # SAPP (mindformers) counts none
+    seed = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="mindformers")
+    plain = stage_peaks(model(seed), walk(seed), [[2, 0]], device_bytes=80 * 2**30)
+    assert [peak.step_static_bytes - peak.static_bytes for peak in plain] == [0, 0]
+
+
 def test_torchtitan_loss_under_tensor_parallelism():
     # TP 2 turns loss_parallel on (torchtitan/train.py): per rank 64 tokens · 1024/2 = 32768 logits;
     # beyond the kept log-probabilities the fused nll/log-softmax backward of torch/distributed/tensor/
@@ -402,5 +498,9 @@ def test_torchtitan_pipeline_receive_buffers():
     )
     assert [peak.buffer_bytes for peak in titan] == [32768, 24576]
     assert [peak.buffer_bytes for peak in plain] == [0, 0]
-    # the balancer's charge: vpp 1 chunk with nothing in flight, 4 · 8192 in and 4 · 8192 back, + GEMM workspaces
-    assert run_workspace_bytes(run, memory) == 8 * 8192 + 2 * 33554432
+    # at the optimizer step nothing is in flight and every buffer is held: stage 0 its 4 gradient
+    # buffers (32768), stage 1 its 4 activation buffers (32768), beyond its static memory
+    assert [peak.step_static_bytes - peak.static_bytes for peak in titan] == [32768, 32768]
+    # the balancer's charge: a chunk taken as neither first nor last, at the schedule's vector that asks
+    # the most: stage 1's one micro-batch in flight, 3 · 8192 in and 4 · 8192 back, + GEMM workspaces
+    assert run_workspace_bytes(run, memory) == 7 * 8192 + 2 * 33554432

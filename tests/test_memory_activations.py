@@ -249,8 +249,15 @@ def test_tail_keeps_norm_and_fp32_softmax_of_the_logits():
 def test_tail_with_a_multi_token_prediction_module():
     run = make_run({**DENSE, "mtp_layers": 1}, training={"seq_length": 64})
     # main loss 279040; MTP: token ids 512, embedding 8192, projection input 64·128·2 = 16384, one
-    # body layer (115712, as test_dense_flash_layer_op_by_op) and its own loss 279040
+    # body layer (115712, as test_dense_flash_layer_op_by_op) and its own loss 279040; under Megatron
+    # (the default framework) the MTP's hidden-state norm keeps its input, 64·64·2 = 8192, apart from
+    # the copy torch.cat makes for the output layer (megatron/core/transformer/multi_token_prediction.py
+    # `MultiTokenPredictionBlock.forward` returns `torch.cat(hidden_states_list)`)
     assert model(run).activation_bytes(layers(run)["TAIL"], LayerType.OUTPUT_LAYER) == (
+        279040 + 512 + 8192 + 16384 + 115712 + 279040 + 8192
+    )
+    seed = make_run({**DENSE, "mtp_layers": 1}, training={"seq_length": 64}, framework="mindformers")
+    assert model(seed).activation_bytes(layers(seed)["TAIL"], LayerType.OUTPUT_LAYER) == (
         279040 + 512 + 8192 + 16384 + 115712 + 279040
     )
 

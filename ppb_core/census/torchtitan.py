@@ -208,3 +208,143 @@ def measure_block(dims: BlockDims, tokens: int, ac: str, dtype: torch.dtype = to
     input_bytes = x.untyped_storage().nbytes()
     out.backward(torch.ones_like(out))
     return BlockMeasurement(dims, tokens, ac, kept + input_bytes, input_bytes)
+
+
+# --- MoE blocks: torchtitan's DeepSeek-V3 (MLA) and Qwen3 (GQA with qk norms) ----------------------
+
+
+@dataclass(frozen=True)
+class MoeBlockDims:
+    """A torchtitan MoE block's sizes. MLA (DeepSeek-V3) when `kv_lora` > 0, with a query LoRA when
+    `q_lora` > 0; else GQA with per-head qk norms (Qwen3) of `kv_heads` heads of `head_dim`. The CPU's
+    flash kernel wants one head width for queries, keys and values: MLA's `v` = `nope` + `rope`."""
+
+    hidden: int
+    heads: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    q_lora: int = 0
+    kv_lora: int = 0
+    nope: int = 0
+    rope: int = 0
+    v: int = 0
+
+
+def _table(width: int, seq: int, theta: float = 10000.0) -> torch.Tensor:
+    freqs = 1.0 / (theta ** (torch.arange(0, width, 2)[: width // 2].float() / width))
+    return torch.polar(torch.ones(seq, width // 2), torch.outer(torch.arange(seq).float(), freqs))
+
+
+class MoeBlock(nn.Module):
+    """A torchtitan MoE TransformerBlock: the op sequence of deepseek_v3/model/model.py's `Attention`
+    or qwen3/model/model.py's, and moe/moe.py's `MoE` (sigmoid router in fp32, top-k, the tokens
+    sorted by expert, scored before the experts, `torch._grouped_mm` experts, a shared `FeedForward`,
+    the outputs unsorted and summed), in our own code."""
+
+    def __init__(self, dims: MoeBlockDims) -> None:
+        super().__init__()
+        self.dims = dims
+        h, d = dims.hidden, dims
+        self.attention_norm, self.ffn_norm = RMSNorm(h), RMSNorm(h)
+        if d.kv_lora:
+            width = d.nope + d.rope
+            if d.q_lora:
+                self.wq_a = nn.Linear(h, d.q_lora, bias=False)
+                self.q_norm = RMSNorm(d.q_lora)
+                self.wq_b = nn.Linear(d.q_lora, d.heads * width, bias=False)
+            else:
+                self.wq = nn.Linear(h, d.heads * width, bias=False)
+            self.wkv_a = nn.Linear(h, d.kv_lora + d.rope, bias=False)
+            self.kv_norm = RMSNorm(d.kv_lora)
+            self.wkv_b = nn.Linear(d.kv_lora, d.heads * (d.nope + d.v), bias=False)
+            self.wo = nn.Linear(d.heads * d.v, h, bias=False)
+        else:
+            self.wq = nn.Linear(h, d.heads * d.head_dim, bias=False)
+            self.wk = nn.Linear(h, d.kv_heads * d.head_dim, bias=False)
+            self.wv = nn.Linear(h, d.kv_heads * d.head_dim, bias=False)
+            self.q_norm, self.k_norm = RMSNorm(d.head_dim), RMSNorm(d.head_dim)
+            self.wo = nn.Linear(d.heads * d.head_dim, h, bias=False)
+        self.gate = nn.Linear(h, d.experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(d.experts, d.expert_ffn, h) * 0.02)
+        self.w2 = nn.Parameter(torch.randn(d.experts, h, d.expert_ffn) * 0.02)
+        self.w3 = nn.Parameter(torch.randn(d.experts, d.expert_ffn, h) * 0.02)
+        if d.shared_ffn:
+            self.s1 = nn.Linear(h, d.shared_ffn, bias=False)
+            self.s2 = nn.Linear(d.shared_ffn, h, bias=False)
+            self.s3 = nn.Linear(h, d.shared_ffn, bias=False)
+
+    def _mla(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        d = self.dims
+        q = self.wq_b(self.q_norm(self.wq_a(x))) if d.q_lora else self.wq(x)
+        q_nope, q_pe = torch.split(q.view(batch, seq, -1, d.nope + d.rope), [d.nope, d.rope], dim=-1)
+        table = _table(d.rope, seq)
+        q = torch.cat([q_nope, _rotate(q_pe, table)], dim=-1)
+        kv, k_pe = torch.split(self.wkv_a(x), [d.kv_lora, d.rope], dim=-1)
+        k_pe = _rotate(k_pe.unsqueeze(2), table)
+        kv = self.wkv_b(self.kv_norm(kv)).view(batch, seq, -1, d.nope + d.v)
+        k_nope, v = torch.split(kv, [d.nope, d.v], dim=-1)
+        k = torch.cat([k_nope, k_pe.expand(-1, -1, d.heads, -1)], dim=-1)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return self.wo(out.transpose(1, 2).contiguous().view(batch, seq, -1))
+
+    def _gqa(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        d = self.dims.head_dim
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        q, k = self.q_norm(q.view(batch, seq, -1, d)), self.k_norm(k.view(batch, seq, -1, d))
+        table = _table(d, seq)
+        q, k = _rotate(q, table), _rotate(k, table)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.view(batch, seq, -1, d).transpose(1, 2),
+            is_causal=True,
+            enable_gqa=self.dims.heads > self.dims.kv_heads,
+        )
+        return self.wo(out.transpose(1, 2).contiguous().view(batch, seq, -1))
+
+    def _moe(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, h = x.shape
+        d = self.dims
+        x = x.view(-1, h)
+        scores = torch.sigmoid(self.gate(x).to(torch.float32))
+        _, chosen = torch.topk(scores, k=d.top_k, dim=-1, sorted=False)
+        top = scores.gather(dim=1, index=chosen)
+        top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)
+        counts = torch.bincount(chosen.view(-1), minlength=d.experts)
+        order = torch.argsort(chosen.view(-1), stable=True)
+        routed = x[order // d.top_k]
+        routed = (routed.to(torch.float32) * top.view(-1)[order].reshape(-1, 1)).to(x.dtype)
+        offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        hidden = F.silu(torch._grouped_mm(routed, self.w1.transpose(-2, -1), offs=offsets))
+        hidden = hidden * torch._grouped_mm(routed, self.w3.transpose(-2, -1), offs=offsets)
+        routed_out = torch._grouped_mm(hidden, self.w2.transpose(-2, -1), offs=offsets)
+        shared = self.s2(F.silu(self.s1(x)) * self.s3(x)) if d.shared_ffn else None
+        unsorted = torch.zeros((batch * seq * d.top_k, h), dtype=routed_out.dtype)
+        unsorted[order] = routed_out
+        out = unsorted.reshape(-1, d.top_k, h).sum(dim=1)
+        return (out if shared is None else shared + out).view(batch, seq, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        attend = self._mla if self.dims.kv_lora else self._gqa
+        h = x + attend(self.attention_norm(x))
+        return h + self._moe(self.ffn_norm(h))
+
+
+def measure_moe_block(dims: MoeBlockDims, tokens: int, ac: str, dtype: torch.dtype = torch.bfloat16) -> int:
+    """What the MoE block keeps for its backward after one forward on *tokens* tokens under *ac*, its
+    input included, its output not. No backward runs: the CPU's `_grouped_mm` has none."""
+    if ac == "full":
+        raise ValueError("the MoE census measures none and op")
+    torch.manual_seed(0)
+    block = MoeBlock(dims).to(dtype)
+    module = block if ac == "none" else wrapped(block, ac)  # type: ignore[arg-type]
+    x = torch.randn(1, tokens, dims.hidden, dtype=dtype, requires_grad=True)
+    with LiveBytes() as live:
+        out = module(x)
+    return live.now - out.untyped_storage().nbytes() + x.untyped_storage().nbytes()

@@ -14,7 +14,7 @@ an object with the same three methods (for instance one priced from measured
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ppb_core.memory.setup import MemorySetup
@@ -189,6 +189,10 @@ def body_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Act
     return terms + mlp_terms(kind, kind.mlp, setup, prefix)
 
 
+# What a body layer keeps, given its kind, the setup and a name prefix (`body_terms`'s signature).
+BodyTerms = Callable[[BodyKind, MemorySetup, str], Sequence[ActivationTerm]]
+
+
 def full_recompute_terms(kind: BodyKind, setup: MemorySetup) -> list[ActivationTerm]:
     """A fully recomputed layer keeps its input, sequence-sharded under SP as Megatron-LM stores it."""
     return [ActivationTerm("layer.input", None, setup.whole_tokens * kind.hidden_size, setup.dtype_bytes)]
@@ -223,13 +227,16 @@ def _loss_terms(prefix: str, kind: TailKind, setup: MemorySetup) -> list[Activat
     ]
 
 
-def tail_terms(kind: TailKind, setup: MemorySetup) -> list[ActivationTerm]:
+def tail_terms(kind: TailKind, setup: MemorySetup, body: BodyTerms | None = None) -> list[ActivationTerm]:
     """Final norm and loss, then each multi-token-prediction module (DeepSeek-V3).
 
     An MTP module embeds the next tokens (its norm keeps the embedding), normalises them and the
     main model's hidden state (kept already as the final norm's input), projects the
-    concatenation (2h kept), runs one transformer layer and the shared head and loss.
+    concatenation (2h kept), runs one transformer layer and the shared head and loss. *body*
+    gives what that transformer layer keeps (default: `body_terms`; a framework passes its own
+    rules, `FrameworkRules.tail_terms`).
     """
+    body = body if body is not None else body_terms
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
     terms = _loss_terms("output", kind, setup)
     if kind.mtp_body is None:
@@ -240,7 +247,7 @@ def tail_terms(kind: TailKind, setup: MemorySetup) -> list[ActivationTerm]:
             ActivationTerm(f"{name}.token_ids", None, setup.tokens, INDEX_BYTES, False),
             ActivationTerm(f"{name}.embedding_norm_input", None, whole * h, bc),
             ActivationTerm(f"{name}.projection_input", None, whole * 2 * h, bc),
-            *body_terms(kind.mtp_body, setup, prefix=f"{name}."),
+            *body(kind.mtp_body, setup, f"{name}."),
             *_loss_terms(f"{name}.output", kind, setup),
         ]
     return terms

@@ -18,6 +18,7 @@ from ppb_core.memory.buffers import Buffers, BufferTerm, layer_buffers
 from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, read_measured_peaks
 from ppb_core.memory.census import census_pricers
 from ppb_core.memory.frameworks import rules_for
+from ppb_core.memory.frameworks.base import FULL_UNIT
 from ppb_core.memory.peak import StagePeak, _full_group, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
@@ -83,6 +84,10 @@ class MemoryModel:
             correction = self.fit.correction
         self.correction = correction or MemoryCorrection()
         self._modules = run.recompute.modules  # the framework's selective units (Megatron modules, op)
+        # what a TAIL's MTP layers follow: the selective units, and FULL_UNIT where every layer is
+        # fully recomputed ("all", Megatron's uniform or block; not torchtitan's every N-th block)
+        full = run.recompute.full in ("all", "uniform", "block")
+        self._tail_units = self._modules | ({FULL_UNIT} if full else set())
         self._formulas = ActivationFormulas()
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
@@ -104,7 +109,9 @@ class MemoryModel:
         framework's selective units; any other setting (a switch profile) is ppb's switches alone.
         """
         if not isinstance(layer.kind, BodyKind):
-            return (layer.model_name, layer.kind, None, None, frozenset())  # HEAD and TAIL have one state
+            # HEAD and TAIL have one state; a TAIL's MTP layers follow the run's selective units
+            modules = self._tail_units if isinstance(layer.kind, TailKind) else frozenset()
+            return (layer.model_name, layer.kind, None, None, modules)
         if state not in BODY_STATES:
             raise ValueError(f"a body layer is evaluated NOT_REC, SEL_REC or FULL_REC, not {state.name}")
         if state is not LayerType.SEL_REC_LAYER:
@@ -196,7 +203,10 @@ class MemoryModel:
                 kind, self.setup, body_state, stated, key[4], base, self._buffer_terms[kind]
             )
         else:  # a census (it recomputes by its own measurements), or the HEAD and TAIL
-            terms = pricer.state_terms(kind, self.setup, body_state, stated)
+            if isinstance(kind, TailKind):  # priced by the formulas, its MTP layers by the framework's rules
+                terms = self.rules.tail_terms(kind, self.setup, key[4])
+            else:
+                terms = pricer.state_terms(kind, self.setup, body_state, stated)
             _, buffer_terms = self.rules.state(
                 kind, self.setup, body_state, stated, key[4], terms, self._buffer_terms[kind]
             )
@@ -372,14 +382,26 @@ def run_workspace_bytes(
 ) -> float:
     """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
     layer kinds together ask (`FrameworkRules.workspace_bytes`), and the pipeline buffers of its
-    vpp chunks with nothing in flight and no HEAD or TAIL among them (`pipeline_buffer_bytes`); no
-    layer's description counts them."""
+    vpp chunks (`pipeline_buffer_bytes`, as if no HEAD or TAIL were among them) at the in-flight
+    counts of the schedule's vector that asks the most; no layer's description counts them."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     kinds = {layer.kind for layer in layer_walk}
     bodies = {kind for kind in kinds if isinstance(kind, BodyKind)}
-    chunk = memory.rules.pipeline_buffer_bytes(memory.setup, bodies, run.training.micro_batches, 0)
-    return memory.rules.workspace_bytes(memory.setup, kinds) + run.parallel.vpp * chunk
+    micro_batches = run.training.micro_batches
+    chunk = {
+        count: memory.rules.pipeline_buffer_bytes(memory.setup, bodies, micro_batches, count)
+        for count in range(micro_batches + 1)
+    }
+    held = max(
+        (
+            sum(chunk[min(count, micro_batches)] for count in vector)
+            for stage in run_in_flight_vectors(run)
+            for vector in stage
+        ),
+        default=0.0,
+    )
+    return memory.rules.workspace_bytes(memory.setup, kinds) + held
 
 
 def run_stage_peaks(

@@ -225,6 +225,8 @@ def stage_peaks(
     for (stage, chunk), cell_kinds in cells.items():
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
             sums[1] += memory.rules.pipeline_buffer_bytes(memory.setup, cell_kinds, micro_batches, vector[chunk])
+        # at the optimizer step nothing is in flight: what each chunk holds then
+        totals[stage]["step"] += memory.rules.pipeline_buffer_bytes(memory.setup, cell_kinds, micro_batches, 0)
     peaks = []
     for stage, total in totals.items():
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from ppb_core.memory.activations import ActivationTerm, kept
+from ppb_core.memory.activations import ActivationTerm, body_terms, kept, tail_terms
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
 from ppb_core.model.kinds import BodyKind, LayerKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
+
+# The unit a TAIL's memory key adds to the run's selective units when every layer is fully recomputed.
+FULL_UNIT = "full"
 
 
 class FrameworkRules:
@@ -38,9 +41,25 @@ class FrameworkRules:
     # layer's "once" part, as the SAPP payload counts them.
     transients_per_stage = False
 
-    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
-        """What a body layer keeps recomputing nothing, given the formulas' terms (docs/memory.md)."""
+    def body_terms(
+        self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+    ) -> tuple:
+        """What a body layer keeps recomputing nothing, given the formulas' terms (docs/memory.md).
+
+        *prefix* names the layer's terms where it sits inside another (an MTP module's `mtp0.`).
+        """
         return terms
+
+    def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
+        """What the TAIL keeps: the loss, and each MTP module whose transformer layer keeps what
+        `body_terms` says a body layer keeps. *modules* are the run's selective units
+        (`Recompute.modules`, with `FULL_UNIT` under full recompute), which a framework may apply to
+        the MTP layers; SAPP applies none."""
+
+        def body(body_kind: BodyKind, body_setup: MemorySetup, prefix: str) -> tuple:
+            return self.body_terms(body_kind, body_setup, tuple(body_terms(body_kind, body_setup, prefix)), prefix)
+
+        return tuple(tail_terms(kind, setup, body))
 
     def state(
         self,

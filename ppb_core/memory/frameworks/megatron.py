@@ -53,6 +53,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
+* **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
+  hand each micro-batch's received activation to the chunk with `set_input_tensor`
+  (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
+  `TransformerBlock.input_tensor` (megatron/core/transformer/transformer_block.py
+  `set_input_tensor`) until the next micro-batch's replaces it; `backward_step` calls
+  `retain_grad()` on it, so after its backward the tensor also carries its `.grad`. A chunk with
+  none of its micro-batches in flight (and at the optimizer step every chunk that receives its
+  input, all but the first stage's first) holds both: `2·whole_tokens·h·bc`. With micro-batches in
+  flight the stored input is the latest one, which its first layer keeps anyway.
 * **The output layer's gathered input is a persistent buffer.** The output layer is Megatron's own
   `ColumnParallelLinear` (gpt_model.py), whose `LinearWithGradAccumulationAndAsyncCommunication.
   forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
@@ -67,7 +76,7 @@ from collections.abc import Collection, Mapping
 
 from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
-from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
     TE_COMPUTE_STREAMS,
     torch_training_workspace_bytes,
@@ -75,7 +84,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -120,13 +129,48 @@ def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tup
     return tuple(out)
 
 
-def megatron_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+def megatron_body_terms(
+    kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it (module docstring)."""
     if not isinstance(kind.mlp, Moe):
         return terms
-    kept_terms = tuple(t for t in terms if not t.op.endswith("moe.combined_tokens"))
-    probs = ActivationTerm("moe.expert.probs", None, routed_rows(kind.mlp, setup), setup.dtype_bytes, False)
+    kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    rows = routed_rows(kind.mlp, setup)
+    probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
     return (*kept_terms, probs)
+
+
+def _mtp_checkpointed(op: str) -> bool:
+    """Whether an MTP term lies inside `MultiTokenPredictionLayer._proj_and_transformer_layer`, which
+    `--recompute-granularity full` checkpoints (`_checkpointed_forward`) from the hidden state and
+    the embedding: the concatenation the projection keeps, the layer's terms, its final norm's input."""
+    if not op.startswith("mtp"):
+        return False
+    inner = op.split(".", 1)[1]
+    return inner.startswith(("attention.", "mlp.", "moe.")) or inner in ("projection_input", "output.norm_input")
+
+
+def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, modules: frozenset[str]) -> tuple:
+    """The TAIL's terms (its MTP layers already as `megatron_body_terms` keeps them) as Megatron-Core
+    runs its MTP block (module docstring): each MTP layer's hidden-state norm keeps its input apart
+    from the concatenated copy the output layer keeps, the run's `--recompute-modules` act on the
+    MTP layers' transformer layers as on the decoder's, and under `--recompute-granularity full`
+    (`MultiTokenPredictionLayer.forward` → `_checkpointed_forward`) each MTP layer keeps only the
+    inputs of its projection and transformer layer (the hidden state, the embedding) and what its
+    loss keeps."""
+    if kind.mtp_body is None:
+        return terms
+    if FULL_UNIT in modules:  # the projection, the layer and its final norm checkpointed from their inputs
+        terms = tuple(t for t in terms if not _mtp_checkpointed(t.op))
+    elif modules:
+        terms = tuple(t for t in terms if not (t.op.startswith("mtp") and module_drops(t, modules, kind.mtp_body)))
+    whole = setup.whole_tokens * kind.hidden_size
+    norms = tuple(
+        ActivationTerm(f"mtp{index}.hidden_norm_input", None, whole, setup.dtype_bytes)
+        for index in range(kind.mtp_layers)
+    )
+    return (*terms, *norms)
 
 
 def routes_experts(kind: LayerKind) -> bool:
@@ -140,8 +184,13 @@ class MegatronRules(FrameworkRules):
     name = "megatron"
     transients_per_stage = True
 
-    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
-        return megatron_body_terms(kind, setup, terms)
+    def body_terms(
+        self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+    ) -> tuple:
+        return megatron_body_terms(kind, setup, terms, prefix)
+
+    def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
+        return megatron_tail_terms(kind, setup, super().tail_terms(kind, setup, modules), modules)
 
     def state(
         self,
@@ -154,6 +203,8 @@ class MegatronRules(FrameworkRules):
         buffers: tuple[BufferTerm, ...],
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         buffers = megatron_buffers(buffers, setup)
+        if isinstance(kind, TailKind) and "moe" in modules:  # the MTP layers' MoE blocks are checkpointed too
+            buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
         if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):
             terms = tuple(t for t in terms if not module_drops(t, modules, kind))
             if "moe" in modules:
@@ -180,6 +231,17 @@ class MegatronRules(FrameworkRules):
             if tails:
                 found += setup.tokens * max(tails) * setup.dtype_bytes
         return found
+
+    def pipeline_buffer_bytes(
+        self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
+    ) -> float:
+        """A chunk that receives its input, with none of its micro-batches in flight, still holds the
+        last one it received and that input's gradient (module docstring); in flight, that input is
+        its first layer's kept input and its gradient is not yet made."""
+        hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
+        if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
+            return 0.0
+        return 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""

@@ -71,14 +71,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept
+from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -96,78 +96,146 @@ def _gated_extra(name: str, rows: float, width: int, bc: int) -> ActivationTerm:
     return ActivationTerm(f"{name}.silu_output", "ffAct", rows * width, bc)
 
 
-def torchtitan_body_terms(kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
+def torchtitan_body_terms(
+    kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+) -> tuple:
     """The formulas' terms plus what torchtitan's unfused block keeps on top (module docstring)."""
     bc = setup.dtype_bytes
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
     if isinstance(mlp, Mlp) and mlp.gated:
-        extra.append(_gated_extra("mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
+        extra.append(_gated_extra(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
-        rows = next(t.elements for t in terms if t.op == "moe.expert.activation_output")
-        extra.append(ActivationTerm("moe.expert.silu_output", "ffAct", rows, bc))
+        rows = next(t.elements for t in terms if t.op == f"{prefix}moe.expert.activation_output")
+        extra.append(ActivationTerm(f"{prefix}moe.expert.silu_output", "ffAct", rows, bc))
         if mlp.shared_experts:
             width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
-            extra.append(_gated_extra("moe.shared", setup.tokens, width, bc))
+            extra.append(_gated_extra(f"{prefix}moe.shared", setup.tokens, width, bc))
     return terms + tuple(extra)
 
 
-def _matmuls(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
-    """A dense block's matmuls in the order its forward runs them: (name, output elements, with bias)."""
-    att, mlp, tokens = kind.attention, kind.mlp, setup.tokens
-    assert isinstance(mlp, Mlp)
-    heads, kv = per_rank(att.num_heads, setup.tp), kv_heads_per_rank(att.num_kv_heads, setup.tp)
-    width = per_rank(mlp.intermediate_size, setup.tp)
-    h = kind.hidden_size
-    found = [
-        ("attention.wq_output", tokens * heads * att.head_dim, att.qkv_bias),
-        ("attention.wk_output", tokens * kv * att.head_dim, att.qkv_bias),
-        ("attention.wv_output", tokens * kv * att.head_dim, att.qkv_bias),
-        ("attention.wo_output", tokens * h, att.out_bias),
-    ]
-    if mlp.gated:
+# Marks where the attention kernel runs among a block's matmuls (`_block_ops`).
+_SDPA = "attention.sdpa"
+
+
+def _attention_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+    """The attention's matmuls and kernel in forward order: (name, output elements, with bias).
+
+    GQA (llama3/qwen3 model.py `Attention.forward`): wq, wk, wv, the kernel, wo; the qk norms of
+    Qwen3 run between them and are no matmuls. MLA (deepseek_v3/model/model.py `Attention.forward`):
+    wq_a then wq_b (or wq without a query LoRA), wkv_a, wkv_b, the kernel, wo. Under TP (torchtitan's
+    DeepSeek-V3 plan) the down-projections wq_a and wkv_a are not sharded; the rest are by heads.
+    """
+    att, tokens = kind.attention, setup.tokens
+    heads = per_rank(att.num_heads, setup.tp)
+    out = ("attention.wo_output", tokens * kind.hidden_size, att.out_bias)
+    if not att.is_mla:
+        kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
+        return [
+            ("attention.wq_output", tokens * heads * att.head_dim, att.qkv_bias),
+            ("attention.wk_output", tokens * kv * att.head_dim, att.qkv_bias),
+            ("attention.wv_output", tokens * kv * att.head_dim, att.qkv_bias),
+            (_SDPA, 0.0, False),
+            out,
+        ]
+    found = []
+    if att.q_lora_rank:
         found += [
-            ("mlp.w1_output", tokens * width, mlp.bias),
-            ("mlp.w3_output", tokens * width, mlp.bias),
-            ("mlp.w2_output", tokens * h, mlp.bias),
+            ("attention.wq_a_output", tokens * att.q_lora_rank, False),
+            ("attention.wq_b_output", tokens * heads * att.q_head_dim, False),
         ]
     else:
-        found += [("mlp.fc1_output", tokens * width, mlp.bias), ("mlp.fc2_output", tokens * h, mlp.bias)]
+        found.append(("attention.wq_output", tokens * heads * att.q_head_dim, False))
+    found += [
+        ("attention.wkv_a_output", tokens * (att.kv_lora_rank + att.qk_rope_head_dim), False),
+        ("attention.wkv_b_output", tokens * heads * (att.qk_nope_head_dim + att.v_head_dim), False),
+        (_SDPA, 0.0, False),
+        out,
+    ]
     return found
 
 
+def _mlp_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+    """The MLP's matmuls in forward order. Dense (`FeedForward.forward`, `w2(silu(w1(x)) * w3(x))`):
+    w1, w3, w2. MoE (moe/moe.py `MoE.forward`): the router's gate, then the routed experts, which run
+    `torch._grouped_mm` (`use_grouped_mm`, the default; not `aten.mm`: neither saved nor counted),
+    then the shared experts, a `FeedForward`."""
+    mlp, tokens, h = kind.mlp, setup.tokens, kind.hidden_size
+
+    def feed_forward(prefix: str, width: int, gated: bool, bias: bool) -> list[tuple[str, float, bool]]:
+        if gated:
+            return [
+                (f"{prefix}.w1_output", tokens * width, bias),
+                (f"{prefix}.w3_output", tokens * width, bias),
+                (f"{prefix}.w2_output", tokens * h, bias),
+            ]
+        return [(f"{prefix}.fc1_output", tokens * width, bias), (f"{prefix}.fc2_output", tokens * h, bias)]
+
+    if isinstance(mlp, Mlp):
+        return feed_forward("mlp", per_rank(mlp.intermediate_size, setup.tp), mlp.gated, mlp.bias)
+    found = [("moe.router_logits", tokens * mlp.num_experts, False)]
+    if mlp.shared_experts:
+        width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
+        found += feed_forward("moe.shared", width, mlp.gated, False)
+    return found
+
+
+def _block_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+    """A block's matmuls and attention kernel in the order its forward runs them."""
+    return _attention_ops(kind, setup) + _mlp_ops(kind, setup)
+
+
 def op_policy_supported(kind: LayerKind) -> bool:
-    """The per-op policy is derived op by op for dense, non-MLA blocks (torchtitan's Llama)."""
+    """Whether the time model reruns the per-op policy op by op: dense, non-MLA blocks (torchtitan's
+    Llama; `ppb_core.timing.flops.op_policy_rerun`). The memory model derives every block's."""
     return isinstance(kind, BodyKind) and isinstance(kind.mlp, Mlp) and not kind.attention.is_mla
 
 
-def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
-    """What `_apply_op_sac` keeps of a dense block: its input and the outputs of the saved ops.
+def saves_all_to_all(kind: BodyKind) -> bool:
+    """Whether the model's save list holds `_c10d_functional.all_to_all_single` (the expert-parallel
+    dispatch and combine): DeepSeek-V3's, Llama 4's and gpt-oss's do (their infra/parallelize.py
+    `_op_sac_save_list`), Qwen3's does not; ppb tells Qwen3 (GQA with qk norms) from the others."""
+    return kind.attention.is_mla or not kind.attention.qk_norm
 
-    Every bias-free matmul counts (`aten.mm`); the odd ones (1st, 3rd, ...) are saved. The SDPA
-    kernel is saved with its outputs (flash: the output and the fp32 log-sum-exp; the math
-    kernel: the output and the attention probabilities). Under sequence parallelism the
-    row-parallel outputs' reduce-scatters are saved (`reduce_scatter_tensor`).
+
+def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm, ...]:
+    """What `_apply_op_sac` keeps of a block: its input and the outputs of the saved ops.
+
+    Every bias-free matmul counts (`aten.mm`), attention and MLP alike, in forward order; the odd
+    ones (1st, 3rd, ...) are saved (`_block_ops`). The SDPA kernel is saved with its outputs (flash:
+    the output and the fp32 log-sum-exp; the math kernel: the output and the attention
+    probabilities). Under expert parallelism the dispatch and combine all-to-alls' outputs are saved
+    where the model's list holds them (`saves_all_to_all`): the rows this rank's experts receive and
+    as many sent back (balanced routing). Under sequence parallelism the row-parallel outputs'
+    reduce-scatters are saved (`reduce_scatter_tensor`): the attention's and the dense or shared MLP's.
     """
-    bc, att = setup.dtype_bytes, kind.attention
+    bc, att, mlp = setup.dtype_bytes, kind.attention, kind.mlp
     heads = per_rank(att.num_heads, setup.tp)
     terms = [ActivationTerm("attention.norm_input", None, setup.whole_tokens * kind.hidden_size, bc)]
     count = 0
-    for name, elements, bias in _matmuls(kind, setup):
-        if bias:  # aten.addmm: neither saved nor counted
-            continue
-        count += 1
-        if count % 2:
-            terms.append(ActivationTerm(name, None, elements, bc))
-        if name == "attention.wv_output":  # the SDPA kernel runs after the three projections
+    for name, elements, bias in _block_ops(kind, setup):
+        if name == _SDPA:  # the kernel runs after the projections
             terms.append(ActivationTerm("attention.core_output", None, setup.tokens * heads * att.value_head_dim, bc))
             if setup.flash_attention:
                 terms.append(ActivationTerm("attention.softmax_lse", None, setup.tokens * heads, STATS_BYTES, False))
             else:
                 scores = setup.tokens * heads * setup.seq_length
                 terms.append(ActivationTerm("attention.softmax_output", None, scores, bc))
+            continue
+        if bias:  # aten.addmm: neither saved nor counted
+            continue
+        count += 1
+        if count % 2:
+            terms.append(ActivationTerm(name, None, elements, bc))
+    if isinstance(mlp, Moe) and setup.ep > 1 and saves_all_to_all(kind):
+        rows = routed_rows(mlp, setup)
+        terms.append(ActivationTerm("moe.dispatched_tokens", None, rows * kind.hidden_size, bc))
+        terms.append(ActivationTerm("moe.combined_tokens", None, rows * kind.hidden_size, bc))
     if setup.sp > 1:
-        for name in ("attention.reduce_scatter_output", "mlp.reduce_scatter_output"):
+        names = ["attention.reduce_scatter_output"]
+        if isinstance(mlp, Mlp) or mlp.shared_experts:
+            names.append("mlp.reduce_scatter_output")
+        for name in names:
             terms.append(ActivationTerm(name, None, setup.whole_tokens * kind.hidden_size, bc))
     return tuple(terms)
 
@@ -181,8 +249,10 @@ class TorchtitanRules(FrameworkRules):
     name = "torchtitan"
     transients_per_stage = True
 
-    def body_terms(self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]) -> tuple:
-        return torchtitan_body_terms(kind, setup, terms)
+    def body_terms(
+        self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
+    ) -> tuple:
+        return torchtitan_body_terms(kind, setup, terms, prefix)
 
     def state(
         self,
@@ -196,7 +266,8 @@ class TorchtitanRules(FrameworkRules):
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         # FSDP2's gradient reduce-scatter is in parameter_working_bytes, not a per-layer bucket.
         buffers = tuple(b for b in buffers if b.name != "dp.gradient_bucket")
-        if state is LayerType.SEL_REC_LAYER and "op" in modules and op_policy_supported(kind):
+        op_block = isinstance(kind, BodyKind) and not isinstance(kind, EncoderBodyKind)
+        if state is LayerType.SEL_REC_LAYER and "op" in modules and op_block:
             # the all-gathers are not in the save list: the gathered inputs are rebuilt in the backward
             return op_policy_terms(kind, setup), tuple(b for b in buffers if not b.kept)  # type: ignore[arg-type]
         if state is LayerType.SEL_REC_LAYER:
