@@ -81,7 +81,13 @@ def test_a_plan_from_a_run_config_is_in_seconds(llama_plan: dict[str, Any]) -> N
     names = {key.rsplit(".", 1)[-1] for key in keys}
     assert not names & RELATIVE, names & RELATIVE
     assert not {".timeline.plan.forward", ".timeline.plan.iteration", ".timeline.baseline.backward"} & keys
-    assert {".stages[].time_s", ".stage_time_s", ".simulated_time_s", ".bound_s", ".baselines[].iteration_time_s"} <= keys
+    assert {
+        ".stages[].time_s",
+        ".stage_time_s",
+        ".simulated_time_s",
+        ".bound_s",
+        ".baselines[].iteration_time_s",
+    } <= keys
     # The unit is the first body layer's forward by the time model, ms / 1e3.
     run = load_run(CONFIGS / "llama3-8b.yaml")
     times = TimeModel(run)
