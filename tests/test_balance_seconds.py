@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from ppb_core.balance.progress import Progress, in_seconds
-from ppb_core.balance.result import in_seconds as result_in_seconds
+from ppb_core.balance.progress import Progress, showing_seconds
 from ppb_core.cli.main import main
 from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.seconds import in_seconds
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.timing.pricer import TimeModel
@@ -50,7 +50,7 @@ def test_every_time_is_renamed_and_scaled_by_hand() -> None:
         "baselines": [{"option": "NONE", "iteration_time": 1000.0}],
         "interleave_search": [{"interleave": 1, "objective": 750.0, "bound": None}],
     }
-    out = result_in_seconds(result, unit)
+    out = in_seconds(result, unit)
     # 750 × 0.004 = 3 s; 700 × 0.004 = 2.8; 800 × 0.004 = 3.2; 790 × 0.004 = 3.16; 25 × 0.004 = 0.1;
     # 2.5 × 0.004 = 0.01; 775 × 0.004 = 3.1; 1 and 2 × 0.004 = 0.004, 0.008; 1000 × 0.004 = 4
     assert out["objective"] == 750.0 and out["objective_s"] == pytest.approx(3.0)
@@ -121,8 +121,8 @@ def test_progress_lines_give_seconds_once_the_unit_is_known() -> None:
     step = Progress("round", "", 1.25, incumbent=750.0, bound=700.0)
     assert step.line() == "[1.2 s] round: incumbent 750, bound 700, gap 6.67%"  # (750 − 700) / 750
     heard: list[str] = []
-    hook = in_seconds(lambda progress: heard.append(progress.line()), 0.004)
+    hook = showing_seconds(lambda progress: heard.append(progress.line()), 0.004)
     assert hook is not None
     hook(step)
     assert heard == ["[1.2 s] round: incumbent 3.000 s, bound 2.800 s, gap 6.67%"]  # 750 × 0.004, 700 × 0.004
-    assert in_seconds(None, 0.004) is None
+    assert showing_seconds(None, 0.004) is None

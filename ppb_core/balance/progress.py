@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 @dataclass(frozen=True)
 class Progress:
     """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
-    (`in_seconds`); `seconds` since the solve started."""
+    (`showing_seconds`); `seconds` since the solve started."""
 
     phase: str  # start | closed_form | start_plan | bound | round | tie_break | megatron | done
     message: str
@@ -58,7 +58,7 @@ class Progress:
 ProgressHook = Callable[[Progress], None]
 
 
-def in_seconds(hook: ProgressHook | None, unit_s: float | None) -> ProgressHook | None:
+def showing_seconds(hook: ProgressHook | None, unit_s: float | None) -> ProgressHook | None:
     """*hook* hearing each step with its descriptions' unit, *unit_s* seconds, so it shows seconds."""
     if hook is None or unit_s is None:
         return hook

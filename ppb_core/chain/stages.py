@@ -19,12 +19,13 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.progress import ProgressHook, in_seconds
+from ppb_core.balance.progress import ProgressHook, showing_seconds
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_headline, plan_in_seconds, plan_stages, time_unit_s
+from ppb_core.estimate.plan import iteration_headline, plan_stages, time_unit_s
 from ppb_core.estimate.run import estimate
+from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
 from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk
@@ -148,7 +149,7 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    hook = in_seconds(progress, time_unit_s(run, problem.describe()))
+    hook = showing_seconds(progress, time_unit_s(run, problem.describe()))
     result = balance(problem, time_limit_s, progress=hook)
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
 

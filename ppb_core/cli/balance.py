@@ -31,7 +31,8 @@ from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import plan_in_seconds, time_unit_s
+from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 from rich.markup import escape
 
-from ppb_core.balance.progress import Progress, ProgressHook, in_seconds
+from ppb_core.balance.progress import Progress, ProgressHook, showing_seconds
 
 
 def table_console() -> Console:
@@ -34,7 +34,7 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
             if progress.phase in PRINTED_PHASES:
                 console.print(escape(progress.line()))
 
-        yield in_seconds(show, unit_s)
+        yield showing_seconds(show, unit_s)
 
 
 # Steps worth a line of their own; the others only update the spinner's line.

@@ -1,8 +1,7 @@
 """A balancer plan re-evaluated by the memory and time models, one evaluation per pipeline stage.
 
 `plan_stages` places each layer and recomputes it as the plan says (`ppb_core.tables.report`
-makes the report's table of it); `plan_iterations` prices a plan's iteration in seconds and
-`plan_in_seconds` gives a balancer result in seconds.
+makes the report's table of it); `plan_iterations` prices a plan's iteration in seconds.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppb_core.balance.result import in_seconds
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, StagePeak, run_in_flight, run_in_flight_vectors, stage_peaks
 from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
@@ -130,17 +128,6 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     if best:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)
         out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
-    return out
-
-
-def plan_in_seconds(run: RunConfig, result: Mapping[str, Any]) -> dict[str, Any]:
-    """A `balance` result for *run* as people read it: every time in seconds under a `_s` key
-    (`ppb_core.balance.result.in_seconds`, the descriptions' unit from `time_unit_s`), and, when a
-    plan was found, its iteration and its best uniform split's priced by the time model
-    (`plan_iterations`). What `ppb balance RUN.yaml` and the chain's `pipeline_plan` give."""
-    out = in_seconds(dict(result), time_unit_s(run, result.get("input", {})))
-    if result.get("status") != "infeasible":
-        out.update(plan_iterations(run, result))
     return out
 
 

@@ -34,9 +34,9 @@ from typing import Any
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.result import in_seconds
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.seconds import in_seconds
 from ppb_core.memory import MemoryModel
 from ppb_core.payload.run import describe_run
 from ppb_core.search.bound import lp_bound
@@ -85,7 +85,7 @@ class Ranked:
     peak_memory_mb: float  # the plan's busiest stage as the balancer charges it
     memory_mb: float  # what a stage may use: the device less reserved_mb
     uniform_seconds: float | None  # the best uniform split with one option for every layer, if one fits
-    plan: dict[str, Any]  # the balancer's JSON, times in seconds (`balance.result.in_seconds`)
+    plan: dict[str, Any]  # the balancer's JSON, times in seconds (`estimate.seconds.in_seconds`)
     bound_s: float  # the lower bound the search held when it balanced this strategy
 
     @property
