@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fuzz_inputs import QWEN2_MOE
 from test_census_record import _census
 
 import ppb_core.cli.main as cli_main
@@ -52,26 +53,6 @@ def training(**fields: object) -> dict[str, object]:
 def hf(name: str, **fields: object) -> str:
     """A config.json of configs/hf with *fields* changed."""
     return json.dumps({**json.loads((HF / name).read_text()), **fields})
-
-
-# Qwen1.5-MoE-A2.7B's config.json (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B), the fields ppb reads.
-QWEN2_MOE = {
-    "model_type": "qwen2_moe",
-    "vocab_size": 151936,
-    "hidden_size": 2048,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "intermediate_size": 5632,
-    "moe_intermediate_size": 1408,
-    "shared_expert_intermediate_size": 5632,
-    "num_experts": 60,
-    "num_experts_per_tok": 4,
-    "decoder_sparse_step": 1,
-    "mlp_only_layers": [],
-    "max_position_embeddings": 8192,
-    "hidden_act": "silu",
-}
 
 
 def hf_run(name: str = "x.json", **parallel: object) -> str:
