@@ -263,6 +263,8 @@ def balance_flags(draw) -> list[str]:
 
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
+    """Fail (rather than hang) when the block runs longer than *seconds*."""
+
     def expired(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
 

@@ -8,19 +8,16 @@ Each case is a row: the files it writes into an empty folder (next to a copy of 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from fuzz_inputs import QWEN2_MOE
+from fuzz_inputs import QWEN2_MOE, deadline
 from test_census_record import _census
 
 import ppb_core.cli.main as cli_main
@@ -411,22 +408,6 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
     # Big valid-looking input: a run config of 100 MB is refused by its size, unread.
     ("run-config-100mb", {"big.yaml": Sparse(100 * 2**20)}, ["estimate", "big.yaml"], ["big.yaml", "bytes"]),
 ]
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Fail (rather than hang) when the block runs longer than *seconds*."""
-
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, float]]:

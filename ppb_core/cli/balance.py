@@ -1,15 +1,8 @@
 """`ppb balance (RUN.yaml | layers.json)`: split the layers over the pipeline and choose their recompute.
 
-From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
-flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
-90 s), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
-unless `--framework` says otherwise. From a run config they come from the config (parallel.pp,
-training.micro_batches, parallel.vpp and parallel.schedule, device memory less reserved_mb,
-framework, MTP layers) and the descriptions from the PPB builder; flags override.
-`--interleave auto` tries 1 to 4 chunks and keeps the fastest.
-
-The search stops on deterministic work limits, so the same input gives the same plan on every
-machine; `-t` bounds the wall-clock time, and a solve it stops says so.
+Where the sizes come from, and what stops a solve, is the command's help (`cli.arguments`). From a
+run config every time is given in seconds (`estimate.seconds.plan_in_seconds`); from a layers.json
+in the file's own unit.
 """
 
 from __future__ import annotations
