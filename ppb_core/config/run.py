@@ -231,6 +231,7 @@ class Device(StrictModel):
     )
     memory_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
+    nic_efficiency: Efficiency | None = Field(None, description="NCCL's share of a NIC's rate (else comm_efficiency)")
     collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")
     inter_node_latency_us: Latency | None = Field(None, description="added per step across nodes")
     sm_count: Devices | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")
@@ -243,6 +244,7 @@ class Device(StrictModel):
     flash2_backward_efficiency: Efficiency | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
+    fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
 
     @model_validator(mode="after")
     def _known(self) -> Device:
