@@ -24,10 +24,11 @@ import argparse
 import contextlib
 import itertools
 import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -165,10 +166,7 @@ def main() -> None:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {0})
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs ({cpus} used), "
-        f"Python {platform.python_version()}, {platform.platform()}"
-    )
+    print(f"machine: {machine()}; {cpus} CPUs used")
     from importlib.metadata import version
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -15,12 +15,12 @@ distinct kinds, the walk and the stage summary follow layers).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -82,8 +82,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
 
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
-    print(f"python:  {platform.python_implementation()} {platform.python_version()}")
+    print(f"machine: {machine()}")
 
     start = time.perf_counter()
     run = load_run_config(args.config)

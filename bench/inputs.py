@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -192,10 +193,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=500, help="fuzzer examples of each kind (default 500)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}"
-    )
+    print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="ppb-bench-inputs-") as name:
         folder = Path(name)
         fine = refusals(args.repeat, folder)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -25,17 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _measure import machine, python_env, wall_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def timed(command: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if done.returncode:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return elapsed
 
 
 def core_cold(config: Path, env: dict[str, str]) -> float:
@@ -57,10 +49,7 @@ def main() -> None:
 
     from ppb_core import chain
 
-    print(
-        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"load average {os.getloadavg()[0]:.2f} (other work on the machine slows every figure)"
-    )
+    print(f"machine: {machine()} (other work on the machine slows every figure)")
     import dagster
 
     print(f"dagster {dagster.__version__}; stages: {', '.join(step.name for step in chain.STAGES)}")
@@ -71,19 +60,14 @@ def main() -> None:
         home = Path(scratch) / "home"
         home.mkdir()
         shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-        env = {
-            **os.environ,
-            "DAGSTER_HOME": str(home),
-            "PPB_STORAGE_DIR": str(Path(scratch) / "storage"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
+        env = {**python_env(ROOT), "DAGSTER_HOME": str(home), "PPB_STORAGE_DIR": str(Path(scratch) / "storage")}
         module = ["-m", "pipelines.definitions"]
-        register = timed([dagster_cli, "job", "execute", *module, "-j", "register_run_configs"], env)
+        register = wall_seconds([dagster_cli, "job", "execute", *module, "-j", "register_run_configs"], ROOT, env)
         print(f"register_run_configs (once):                  {register:6.2f} s")
         command = [dagster_cli, "asset", "materialize", *module, "--select", "*", "--partition", args.config]
         print("$ DAGSTER_HOME=... " + shlex.join(["dagster", *command[1:]]))
         for _ in range(args.repeat):
-            walls.append(timed(command, env))
+            walls.append(wall_seconds(command, ROOT, env))
 
         from dagster import DagsterInstance, RunsFilter
 

@@ -10,12 +10,12 @@ each call builds its memory and time models afresh, so every kind is priced agai
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,10 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}"
-    )
+    print(f"machine: {machine()}")
     print(
         f"{'config':<16} {'layers':>6} {'bodies':>6}  {'load ms':>8} {'cold ms':>8} {'warm ms':>8} {'profile ms':>10}"
     )

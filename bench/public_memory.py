@@ -29,7 +29,6 @@ the allocated rows; then, for the Megatron rows, the memory after the optimizer 
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +37,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ppb_core.config.run import RunConfig, parse_run_config  # noqa: E402
+from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory.model import run_stage_peaks  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from public_runs import LLAMA3_405B, LLAMA31_8B  # noqa: E402  (the models as bench/public_runs.py states them)
+from _measure import machine  # noqa: E402
+from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, run_config, torchtitan_llama31_8b, torchtitan_run  # noqa: E402
+
+# torchtitan's H100 of 96 GB, nothing reserved: the measured peaks are the allocator's own.
+TITAN_H100_96GB = {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0}
 
 GIB = 2**30
 MEGATRON_TESTS = "NVIDIA/Megatron-LM d98e8a64 tests/functional_tests/test_cases"
@@ -293,21 +296,7 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
 def _torchtitan_rows() -> list[MeasuredPeak]:
     rows = []
     for gpus, reserved in ((8, 82.4), (128, 67.0)):
-        raw = {
-            "name": f"torchtitan-llama3.1-8b-fsdp{gpus}",
-            "framework": "torchtitan",
-            "models": [{"name": "llm", "spec": LLAMA31_8B}],
-            "parallel": {"dp": gpus, "fsdp": True, "zero": 3},
-            "training": {
-                "seq_length": 8192,
-                "micro_batch_size": 2,
-                "micro_batches": 1,
-                "dtype": "bf16",
-                "flash_attention": True,
-                "recompute": {"mode": "selective", "option": "op"},
-            },
-            "device": {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0},
-        }
+        raw = torchtitan_llama31_8b(gpus, TITAN_H100_96GB)
         rows.append(
             MeasuredPeak(
                 f"torchtitan Llama 3.1 8B FSDP {gpus} (reserved)",
@@ -320,35 +309,6 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
             )
         )
     return rows
-
-
-LLAMA31_70B = {
-    "vocab_size": 128256,
-    "hidden_size": 8192,
-    "num_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "intermediate_size": 28672,
-    "max_position_embeddings": 131072,
-}
-
-
-def _titan(name: str, spec: dict, parallel: dict, seq: int, batch: int, micro_batches: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "framework": "torchtitan",
-        "models": [{"name": "llm", "spec": spec}],
-        "parallel": {"fsdp": True, "zero": 3, **parallel},
-        "training": {
-            "seq_length": seq,
-            "micro_batch_size": batch // micro_batches,
-            "micro_batches": micro_batches,
-            "dtype": "bf16",
-            "flash_attention": True,
-            "recompute": "full",
-        },
-        "device": {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0},
-    }
 
 
 def _torchtitan_scale_rows() -> list[MeasuredPeak]:
@@ -370,7 +330,7 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
         MeasuredPeak(
             f"torchtitan {name} (reserved)",
             f"{TORCHTITAN}, {table}",
-            _titan(name, spec, par, seq, batch, micro_batches),
+            torchtitan_run(name, spec, par, seq, batch // micro_batches, micro_batches, "full", TITAN_H100_96GB),
             stage=None,
             measured_gib=gib,
             allocated=False,
@@ -391,7 +351,7 @@ def measured_peaks() -> list[MeasuredPeak]:
 
 
 def config(row: MeasuredPeak) -> RunConfig:
-    return parse_run_config(row.raw, row.name, ROOT / "configs")
+    return run_config(row.raw, row.name)
 
 
 def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
@@ -408,7 +368,7 @@ def predicted_after_step_gib(row: MeasuredPeak) -> float:
 
 
 def main() -> int:
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     print(f"{'run':44s} {'stage':>5s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  moment")
     errors = []
     for row in measured_peaks():

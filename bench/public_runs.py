@@ -36,7 +36,6 @@ Prints each row's published and predicted seconds and the error, then the mean a
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,8 +43,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by its path
 
-from ppb_core.config.run import RunConfig, parse_run_config  # noqa: E402
+from _measure import machine  # noqa: E402
+from _public import LLAMA3_405B, run_config, torchtitan_llama31_8b  # noqa: E402
+
+from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
@@ -157,24 +160,6 @@ def _megatron_runs() -> list[PublicRun]:
     return runs
 
 
-LLAMA31_8B = {
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "num_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "max_position_embeddings": 131072,
-}
-LLAMA3_405B = {
-    "vocab_size": 128256,
-    "hidden_size": 16384,
-    "num_layers": 126,
-    "num_attention_heads": 128,
-    "num_key_value_heads": 8,
-    "intermediate_size": 53248,
-    "max_position_embeddings": 131072,
-}
 # torchtitan's H100: 96 GB HBM2e at 2.4 TB/s, 500 W; "the actual peak TFLOPs number is between SXM
 # and NVL": the midpoint of SXM's 989 and NVL's 835 dense BF16 TFLOPS taken.
 # Its GEMMs run at a power-limited Hopper's rate, not at the 700 W SXM's MAMF. The nearest public
@@ -199,21 +184,7 @@ def _torchtitan_runs() -> list[PublicRun]:
     runs = []
     for gpus, tps in ((8, 5762), (128, 5605)):
         tokens = 2 * 8192 * gpus
-        raw = {
-            "name": f"torchtitan-llama3.1-8b-fsdp{gpus}",
-            "framework": "torchtitan",
-            "models": [{"name": "llm", "spec": LLAMA31_8B}],
-            "parallel": {"dp": gpus, "fsdp": True, "zero": 3},
-            "training": {
-                "seq_length": 8192,
-                "micro_batch_size": 2,
-                "micro_batches": 1,
-                "dtype": "bf16",
-                "flash_attention": True,
-                "recompute": {"mode": "selective", "option": "op"},
-            },
-            "device": TITAN_H100,
-        }
+        raw = torchtitan_llama31_8b(gpus, TITAN_H100)
         runs.append(
             PublicRun(
                 f"torchtitan Llama 3.1 8B FSDP ({gpus} H100)",
@@ -385,7 +356,7 @@ def public_runs() -> list[PublicRun]:
 
 
 def config(row: PublicRun) -> RunConfig:
-    return parse_run_config(row.raw, row.name, ROOT / "configs")
+    return run_config(row.raw, row.name)
 
 
 def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
@@ -398,11 +369,11 @@ def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
     raw = {**row.raw, "training": dict(row.raw["training"])}
     per_replica = raw["training"]["micro_batch_size"] * raw["training"]["micro_batches"]
     raw["training"].update(micro_batch_size=size, micro_batches=per_replica // size)
-    return parse_run_config(raw, row.name, ROOT / "configs")
+    return run_config(raw, row.name)
 
 
 def main() -> int:
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     errors = []
     print(f"{'run':48s} {'published':>22s} {'seconds':>8s} {'ours':>8s} {'error':>7s} {'mbs 2':>7s}")
     for row, predicted in evaluate():

@@ -12,11 +12,11 @@ strategies screened and the top 20 balanced in under 60 s on 2 cores.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,12 +85,6 @@ def place_published(result: SearchResult, spec: SearchSpec) -> None:
             f" MFU {100 * entry.mfu:.1f} %:"
             f" {where}; our first is {gain:.3f}× as fast"
         )
-
-
-def machine() -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {os.cpu_count()} CPUs, load {load:.1f}, Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -12,26 +12,16 @@ grows, the interpreter's floor with them, so read the figures against the floor.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _measure import machine, python_env, wall_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 AIM_S = 0.3
-
-
-def timed(command: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if done.returncode:
-        sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    return elapsed
 
 
 def slowest_imports(command: list[str], env: dict[str, str], count: int = 8) -> list[tuple[str, float]]:
@@ -53,15 +43,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=15, help="runs of each command (median and best reported)")
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = python_env(ROOT)
     ppb = shutil.which("ppb")
     if ppb is None:
         sys.exit("ppb is not installed: pip install -e .")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {load[0]:.2f}; "
-        f"Python {platform.python_version()}"
-    )
+    print(f"machine: {machine()}")
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
         "ppb --help": [ppb, "--help"],
@@ -70,8 +56,8 @@ def main() -> None:
     }
     results = {}
     for label, command in commands.items():
-        timed(command, env)  # warm the file cache
-        runs = [timed(command, env) for _ in range(args.repeat)]
+        wall_seconds(command, ROOT, env)  # warm the file cache
+        runs = [wall_seconds(command, ROOT, env) for _ in range(args.repeat)]
         results[label] = (statistics.median(runs), min(runs))
     floor = results["python -c pass"][0]
     print(f"{'command':<28} {'median s':>9} {'best s':>8} {'over the floor':>15}")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import multiprocessing
-import os
-import platform
 import random
 import sys
 import time
 from pathlib import Path
 
 import yaml
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -79,10 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     path = Path(args.config)
     base = yaml.safe_load(path.read_text())
-    print(
-        f"machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}"
-    )
+    print(f"machine: {machine()}")
     candidates = strategies(base, args.world)
     random.Random(0).shuffle(candidates)  # the kept ones spread over the whole grid
     started = time.perf_counter()

@@ -13,12 +13,12 @@ which follows stages × chunks × micro-batches.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,10 +59,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"
-    )
+    print(f"machine: {machine()}")
     print(f"{'config':28s} {'layers':>6s} {'kinds':>5s} {'priced':>6s} {'cold ms':>8s} {'warm ms':>8s}")
     results = {}
     for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):

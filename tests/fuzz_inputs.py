@@ -115,6 +115,7 @@ RUNS: list[dict[str, Any]] = [
     },
 ]
 
+# Qwen1.5-MoE-A2.7B's config.json (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B), the fields ppb reads.
 QWEN2_MOE = {
     "model_type": "qwen2_moe",
     "vocab_size": 151936,
@@ -262,6 +263,8 @@ def balance_flags(draw) -> list[str]:
 
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
+    """Fail (rather than hang) when the block runs longer than *seconds*."""
+
     def expired(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
 

@@ -8,21 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_models import SMALL_LLAMA
 
 from ppb_core.census.record import read_census
 from ppb_core.cli.main import main
-
-SMALL_LLAMA = {
-    "model_type": "llama",
-    "vocab_size": 1000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-}
 
 
 def _config(tmp_path: Path, raw: dict | str, name: str = "config.json") -> Path:

@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from small_models import SMALL_LLAMA  # noqa: E402
+
 from ppb_core.census.attribution import attribute, kept_storages  # noqa: E402
 from ppb_core.census.measure import LayerSetup, Measured, Shape, allocator_kept_bytes, build_layer, census, measure  # noqa: E402
 from ppb_core.census.record import Census, KindCensus, RankSplit, kept_bytes  # noqa: E402
@@ -22,17 +24,7 @@ from ppb_core.model.switches import HYPER_SELECTIVE_REC_OP  # noqa: E402
 pytestmark = pytest.mark.oracle
 
 CONFIGS = {
-    "llama": {
-        "model_type": "llama",
-        "vocab_size": 1000,
-        "hidden_size": 256,
-        "intermediate_size": 688,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "hidden_act": "silu",
-        "torch_dtype": "bfloat16",
-    },
+    "llama": SMALL_LLAMA,
     "qwen2": {
         "model_type": "qwen2",
         "vocab_size": 1000,

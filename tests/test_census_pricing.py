@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from small_models import SMALL_LLAMA
 
 from ppb_core.census.record import Census, Kept, KindCensus, Part, PerToken, Setting, WorkingLine
 from ppb_core.config.hf import spec_from_hf
@@ -23,17 +24,7 @@ from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.tables.estimate import estimate_from_frame, estimate_to_frame
 
-SMALL = {
-    "model_type": "llama",
-    "vocab_size": 1000,
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "hidden_act": "silu",
-    "torch_dtype": "bfloat16",
-}
+SMALL = SMALL_LLAMA
 SEQ = 1024  # one micro-batch of one sequence: 1024 tokens
 
 

@@ -52,6 +52,10 @@ def test_a_plan_that_overflows_one_stage_says_which_and_exits_1(
     assert over > 0
     assert out["message"].startswith(f"stage 0 runs out of memory by {over:,.0f} MB at its ")
     assert out["iteration_s"] > 0
+    # the balancer's own figure in seconds: the schedule on the layers' times, i.e. the time model's
+    # compute and bubble (its iteration adds P2P, the DP reduction and the optimizer step)
+    breakdown = out["iteration"]["breakdown"]
+    assert out["balancer"]["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=1e-6)
 
 
 def test_layers_cost_the_same_memory_each(

@@ -5,31 +5,13 @@ from __future__ import annotations
 import copy
 
 import pytest
+from test_config import BASE
 
 from ppb_core.config.recompute import MegatronRecompute, TorchtitanRecompute
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import SWITCHES
 from ppb_core.tables.run import run_from_frame, run_to_frame
-
-BASE = {
-    "models": [
-        {
-            "name": "llm",
-            "spec": {
-                "vocab_size": 32000,
-                "hidden_size": 1024,
-                "num_layers": 8,
-                "num_attention_heads": 16,
-                "num_key_value_heads": 4,
-                "intermediate_size": 2816,
-            },
-        }
-    ],
-    "parallel": {"dp": 2, "tp": 2, "pp": 2},
-    "training": {"seq_length": 2048, "micro_batches": 8},
-    "device": {"name": "h100-80gb"},
-}
 
 
 def _run(recompute=None, framework=None, **top):

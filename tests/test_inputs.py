@@ -8,18 +8,16 @@ Each case is a row: the files it writes into an empty folder (next to a copy of 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from fuzz_inputs import QWEN2_MOE, deadline
 from test_census_record import _census
 
 import ppb_core.cli.main as cli_main
@@ -52,26 +50,6 @@ def training(**fields: object) -> dict[str, object]:
 def hf(name: str, **fields: object) -> str:
     """A config.json of configs/hf with *fields* changed."""
     return json.dumps({**json.loads((HF / name).read_text()), **fields})
-
-
-# Qwen1.5-MoE-A2.7B's config.json (huggingface.co/Qwen/Qwen1.5-MoE-A2.7B), the fields ppb reads.
-QWEN2_MOE = {
-    "model_type": "qwen2_moe",
-    "vocab_size": 151936,
-    "hidden_size": 2048,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "intermediate_size": 5632,
-    "moe_intermediate_size": 1408,
-    "shared_expert_intermediate_size": 5632,
-    "num_experts": 60,
-    "num_experts_per_tok": 4,
-    "decoder_sparse_step": 1,
-    "mlp_only_layers": [],
-    "max_position_embeddings": 8192,
-    "hidden_act": "silu",
-}
 
 
 def hf_run(name: str = "x.json", **parallel: object) -> str:
@@ -430,22 +408,6 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
     # Big valid-looking input: a run config of 100 MB is refused by its size, unread.
     ("run-config-100mb", {"big.yaml": Sparse(100 * 2**20)}, ["estimate", "big.yaml"], ["big.yaml", "bytes"]),
 ]
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Fail (rather than hang) when the block runs longer than *seconds*."""
-
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, float]]:

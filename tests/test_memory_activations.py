@@ -6,6 +6,7 @@ bc = 2 (bf16) throughout; "tokens" are s·b/cp, "whole" tokens s·b/(cp·sp).
 from __future__ import annotations
 
 import pytest
+from small_models import SMALL_MLA
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.memory.activations import routed_rows
@@ -112,18 +113,7 @@ def test_context_parallel_ulysses_replicates_a_single_kv_head():
     assert difference == 2 * (2048 - 1024)
 
 
-MLA = {
-    "vocab_size": 1024,
-    "hidden_size": 64,
-    "num_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 128,
-    "q_lora_rank": 16,
-    "kv_lora_rank": 8,
-    "qk_nope_head_dim": 8,
-    "qk_rope_head_dim": 4,
-    "v_head_dim": 8,
-}
+MLA = SMALL_MLA
 
 
 def test_mla_latents_and_up_projected_heads():

@@ -10,6 +10,7 @@ output dropped (softmax 0, dropout 0, headCast 0), everything else kept.
 from __future__ import annotations
 
 import pytest
+from small_models import gpt_spec
 from test_memory_runs import body, make_run
 
 from ppb_core.memory import MemoryModel
@@ -20,23 +21,7 @@ ATTENTION_CORE = dict(KEEP_ALL, softmax=0, dropout=0, headCast=0)
 
 
 def gpt(h: int, a: int, s: int, layers: int = 4, vocab: int = 51200) -> dict:
-    return {
-        "vocab_size": vocab,
-        "hidden_size": h,
-        "num_layers": layers,
-        "num_attention_heads": a,
-        "intermediate_size": 4 * h,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "norm_bias": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": s,
-        "attention_bias": True,
-        "attention_output_bias": True,
-        "mlp_bias": True,
-        "attention_dropout": 0.1,
-        "hidden_dropout": 0.1,
-    }
+    return gpt_spec(h, a, s, layers, vocab)
 
 
 def layer_bytes(h: int, a: int, s: int, b: int, t: int, sp: bool, state: LayerType, switches=None) -> float:

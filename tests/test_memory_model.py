@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from small_models import SMALL_MLA
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.config.run import load_run_config
@@ -175,16 +176,7 @@ _ADDITIVE_RUNS = {
     ),
     "mla-moe-ep": (
         {
-            "vocab_size": 1024,
-            "hidden_size": 64,
-            "num_layers": 2,
-            "num_attention_heads": 4,
-            "intermediate_size": 128,
-            "q_lora_rank": 16,
-            "kv_lora_rank": 8,
-            "qk_nope_head_dim": 8,
-            "qk_rope_head_dim": 4,
-            "v_head_dim": 8,
+            **SMALL_MLA,
             "num_experts": 4,
             "experts_per_token": 2,
             "moe_intermediate_size": 16,

@@ -174,12 +174,13 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
     assert report["stage"].tolist() == plan["stage"].tolist()
     assert report["layers"].tolist() == plan["layers"].tolist()
     assert report["planned_mb"].tolist() == plan["memory_mb"].tolist()
-    # Times: the plan's are in units of the first body's forward time (scaling), the report's in
-    # ms from the time model; both sum the same layers' forward and backward, head and tail included.
+    # Times: the plan's in seconds (the balancer's relative times × the first body's forward, in s),
+    # the report's in ms from the time model; both sum the same layers' forward and backward, head
+    # and tail included, so seconds × 1e3 = ms.
     first_body = next(d for d in descriptions_from_frame(tables["withdrawn_descriptions"]) if d["type"] == "BODY")
-    unit_ms = first_body["forward_time"]
-    for report_ms, plan_time in zip(report["forward_ms"] + report["backward_ms"], plan["time"], strict=True):
-        assert report_ms == pytest.approx(plan_time * unit_ms, rel=1e-9)
+    assert tables["pipeline_plan"].summary["time_unit_s"] == pytest.approx(first_body["forward_time"] / 1e3, rel=1e-12)
+    for report_ms, plan_s in zip(report["forward_ms"] + report["backward_ms"], plan["time_s"], strict=True):
+        assert report_ms == pytest.approx(plan_s * 1e3, rel=1e-9)
     # Memory: the balancer's figures are whole MB per term, from buffers split at `many` micro-batches
     # (`_ppb.py` `_body_memory`), plus the constant it charges every stage for a backward's working set (the
     # largest of any layer and option: the descriptions do not count it); the memory model evaluates

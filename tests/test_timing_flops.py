@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from small_models import gpt_spec
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind
@@ -33,24 +34,7 @@ def gpt_run(
     **parallel,
 ):
     """A GPT-style run: LayerNorm, GeLU MLP of 4h, learned positions, biases, tied embeddings."""
-    spec = {
-        "vocab_size": v,
-        "hidden_size": h,
-        "num_layers": layers,
-        "num_attention_heads": a,
-        "intermediate_size": 4 * h,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "norm_bias": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": s,
-        "attention_bias": True,
-        "attention_output_bias": True,
-        "mlp_bias": True,
-        "attention_dropout": dropout,
-        "hidden_dropout": dropout,
-        "tied_embeddings": True,
-    }
+    spec = gpt_spec(h, a, s, layers, v, dropout=dropout, tied=True)
     return parse_run_config(
         {
             "name": "gpt",

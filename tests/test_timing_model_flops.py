@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from small_models import gpt_spec
 
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.timing.model_flops import (
@@ -24,18 +25,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def gpt_run(h=1024, a=16, layers=4, s=512, v=32000, b=2, m=3, dp=2, tp=1, flash=False):
-    spec = {
-        "vocab_size": v,
-        "hidden_size": h,
-        "num_layers": layers,
-        "num_attention_heads": a,
-        "intermediate_size": 4 * h,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "position_embedding": "learned",
-        "max_position_embeddings": s,
-        "tied_embeddings": True,
-    }
+    spec = gpt_spec(h, a, s, layers, v, biases=False, dropout=None, tied=True)
     return parse_run_config(
         {
             "name": "gpt",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from small_models import SMALL_QWEN25_VL
 
 from ppb_core import chain
 from ppb_core.config.hf_vision import spec_of_part, text_part, vision_spec_from_hf
@@ -119,17 +120,7 @@ def test_clip_and_llava_next_sequences_by_hand() -> None:
 
 
 def _small_qwen() -> tuple:
-    raw = {
-        "model_type": "qwen2_5_vl",
-        "vision_config": {
-            "depth": 2,
-            "hidden_size": 128,
-            "intermediate_size": 200,
-            "num_heads": 4,
-            "out_hidden_size": 96,
-            "fullatt_block_indexes": [1],
-        },
-    }
+    raw = SMALL_QWEN25_VL
     spec = vision_spec_from_hf(raw)
     return spec, vision_kinds(spec, vision_sequence(spec, 2, 224, 336))
 

@@ -15,23 +15,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from small_models import SMALL_QWEN25_VL
+
 from ppb_core.estimate.vision_census import SETTINGS, census_block
 
 pytestmark = pytest.mark.oracle
 
 _TEXT = {"model_type": "llama", "hidden_size": 96, "vocab_size": 1000, "num_hidden_layers": 1}
 TOWERS = {
-    "qwen2.5-vl": {
-        "model_type": "qwen2_5_vl",
-        "vision_config": {
-            "depth": 2,
-            "hidden_size": 128,
-            "intermediate_size": 200,
-            "num_heads": 4,
-            "out_hidden_size": 96,
-            "fullatt_block_indexes": [1],
-        },
-    },
+    "qwen2.5-vl": SMALL_QWEN25_VL,
     "qwen2-vl": {
         "model_type": "qwen2_vl",
         "vision_config": {"depth": 1, "embed_dim": 128, "hidden_size": 96, "num_heads": 4, "mlp_ratio": 4},

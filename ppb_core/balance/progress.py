@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
 class Progress:
-    """One step of a solve. Times in the descriptions' unit; `seconds` since the solve started."""
+    """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
+    (`showing_seconds`); `seconds` since the solve started."""
 
     phase: str  # start | closed_form | start_plan | bound | round | tie_break | megatron | done
     message: str
     seconds: float
     incumbent: float | None = None
     bound: float | None = None
+    unit_s: float | None = None
 
     @property
     def gap(self) -> float | None:
@@ -33,12 +35,12 @@ class Progress:
             return None
         return max(0.0, (self.incumbent - self.bound) / self.incumbent)
 
-    def line(self, unit_s: float | None = None) -> str:
-        """One log line: `[12.3 s] round: incumbent 1490.74, bound 1358.95, gap 8.84% — ...`; with
-        *unit_s* (the descriptions' time unit in seconds) the figures are seconds."""
+    def line(self) -> str:
+        """One log line: `[12.3 s] round: incumbent 3.271 s, bound 3.104 s, gap 5.11% — ...`, the
+        figures in seconds when `unit_s` is known, else in the descriptions' unit."""
 
         def value(figure: float) -> str:
-            return f"{figure:.6g}" if unit_s is None else f"{figure * unit_s:,.3f} s"
+            return f"{figure:.6g}" if self.unit_s is None else f"{figure * self.unit_s:,.3f} s"
 
         figures = []
         if self.incumbent is not None:
@@ -54,6 +56,14 @@ class Progress:
 
 
 ProgressHook = Callable[[Progress], None]
+
+
+def showing_seconds(hook: ProgressHook | None, unit_s: float | None) -> ProgressHook | None:
+    """*hook* hearing each step with its descriptions' unit, *unit_s* seconds, so it shows seconds."""
+    if hook is None or unit_s is None:
+        return hook
+    show = hook
+    return lambda progress: show(replace(progress, unit_s=unit_s))
 
 
 def log_lines(write: Callable[[str], None]) -> ProgressHook:

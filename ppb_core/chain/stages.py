@@ -19,12 +19,13 @@ import pandas as pd
 
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.progress import ProgressHook
+from ppb_core.balance.progress import ProgressHook, showing_seconds
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_headline, plan_iterations, plan_stages
+from ppb_core.estimate.plan import iteration_headline, plan_stages, time_unit_s
 from ppb_core.estimate.run import estimate
+from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
 from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk
@@ -148,10 +149,9 @@ def pipeline_plan(
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
-    result = balance(problem, time_limit_s, progress=progress)
-    if result["status"] != "infeasible":
-        result.update(plan_iterations(run, result))  # in seconds, as `ppb balance` prints it
-    return plan_to_frame(result)
+    hook = showing_seconds(progress, time_unit_s(run, problem.describe()))
+    result = balance(problem, time_limit_s, progress=hook)
+    return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
 
 
 def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
@@ -191,7 +191,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "baseline": plan.get("baseline_iteration", {}).get("option"),
         "baseline_iteration_s": plan.get("baseline_iteration", {}).get("seconds"),
         # the report's timeline picture: the plan's and the best uniform split's cell times, in seconds
-        "timeline": {**plan["timeline"], "time_unit_s": plan.get("time_unit_s")} if "timeline" in plan else None,
+        "timeline": plan.get("timeline"),
     }
     return Summarized(stages, json.loads(json.dumps(about)))
 

@@ -272,7 +272,8 @@ framework, MTP layers) and the descriptions from the PPB builder; flags override
 
 The search stops on deterministic work limits, so the same input gives the same plan on every
 machine; `-t` bounds the wall-clock time of everything the command does, and a solve it stops
-says so.""",
+says so. From a run config every time is in seconds, the unit in the key (`time_s`, ...); from
+a layers.json in the file's own unit.""",
         arguments=balance,
     ),
     "check": Command(

@@ -1,15 +1,8 @@
 """`ppb balance (RUN.yaml | layers.json)`: split the layers over the pipeline and choose their recompute.
 
-From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
-flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
-90 s), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
-unless `--framework` says otherwise. From a run config they come from the config (parallel.pp,
-training.micro_batches, parallel.vpp and parallel.schedule, device memory less reserved_mb,
-framework, MTP layers) and the descriptions from the PPB builder; flags override.
-`--interleave auto` tries 1 to 4 chunks and keeps the fastest.
-
-The search stops on deterministic work limits, so the same input gives the same plan on every
-machine; `-t` bounds the wall-clock time, and a solve it stops says so.
+Where the sizes come from, and what stops a solve, is the command's help (`cli.arguments`). From a
+run config every time is given in seconds (`estimate.seconds.plan_in_seconds`); from a layers.json
+in the file's own unit.
 """
 
 from __future__ import annotations
@@ -31,7 +24,8 @@ from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import plan_iterations, time_unit_s
+from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
@@ -166,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
             progress=hook,
             modules=selective_modules(run_config),
         )
-    if result["status"] != "infeasible" and run_config is not None:
-        result.update(plan_iterations(run_config, result))
+    if run_config is not None:  # every time in seconds, the plan's iteration priced
+        result = plan_in_seconds(run_config, result)
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -213,26 +207,31 @@ def render(result: dict[str, Any]) -> None:
         )
         + (f", {given['framework']}'s rules" if given.get("framework") else "")
     )
-    # From a run config the descriptions' unit is known: times in ms and seconds, not relative; from
-    # a layers.json they stay in the file's own unit.
-    unit_s = result.get("time_unit_s")
+    # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
+    # layers.json the times stay in the file's own unit, under the plain keys.
+    in_s = "time_unit_s" in result
+    suffix = "_s" if in_s else ""
+
+    def time_of(entry: dict[str, Any], key: str) -> float | None:
+        return entry.get(key + suffix)
 
     def timed(value: float | None, scale: float = 1e3) -> str:
-        return _number(value) if unit_s is None or value is None else f"{value * unit_s * scale:,.3f}"
+        return _number(value) if not in_s or value is None else f"{value * scale:,.3f}"
 
     def seconds(value: float | None) -> str:
-        return _number(value) if unit_s is None or value is None else f"{value * unit_s:,.3f} s"
+        return _number(value) if not in_s or value is None else f"{value:,.3f} s"
 
+    objective = result["objective_s"] if in_s else result["objective"]
     console.print(
-        f"status [bold]{result['status']}[/bold]  objective {seconds(result['objective'])} "
-        f"({result['objective_kind'].replace('_', ' ')}{'' if unit_s else FILE_UNIT})  "
-        f"bound {seconds(result['bound'])}  gap {_number(result['gap'], 3)}  in {result['seconds']:.2f} s: "
+        f"status [bold]{result['status']}[/bold]  objective {seconds(objective)} "
+        f"({result['objective_kind'].replace('_', ' ')}{'' if in_s else FILE_UNIT})  "
+        f"bound {seconds(time_of(result, 'bound'))}  gap {_number(result['gap'], 3)}  in {result['seconds']:.2f} s: "
         f"{STOPPED.get(result.get('stopped_by', ''), result.get('stopped_by', ''))}"
     )
     if result.get("message"):
         console.print(escape(result["message"]))
 
-    time_name = "time" if unit_s is None else "time ms"
+    time_name = "time ms" if in_s else "time"
     if "stages" in result:
         table = Table(title="stages")
         for name in ("stage", "layers", "per chunk", "options", "memory MB", time_name, "bubble"):
@@ -245,7 +244,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers_per_chunk"]),
                 options,
                 f"{row['memory_mb']:.0f}",
-                timed(row["time"]),
+                timed(time_of(row, "time")),
                 f"{row['bubble']:.1%}",
             )
         console.print(table)
@@ -269,25 +268,25 @@ def render(result: dict[str, Any]) -> None:
         ties = result.get("ties")
         if ties:
             console.print(
-                f"among equally fast plans: recompute time {seconds(ties['recompute_time'])}, "
+                f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
                 f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
                 f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
-        unit = "" if unit_s is None else " s of layers"
+        unit = " s of layers" if in_s else ""
         console.print(
-            f"simulated iteration {timed(result['simulated_time'], 1)}{unit}; closed form "
-            f"{timed(closed['value'], 1)} (its optimum {timed(closed['optimum'], 1)})"
+            f"simulated iteration {timed(time_of(result, 'simulated_time'), 1)}{unit}; closed form "
+            f"{timed(time_of(closed, 'value'), 1)} (its optimum {timed(time_of(closed, 'optimum'), 1)})"
         )
     table = Table(title="uniform split, one option for every layer")
-    for name in ("option", "fits", "peak MB", "iteration" if unit_s is None else "layers s"):
+    for name in ("option", "fits", "peak MB", "layers s" if in_s else "iteration"):
         table.add_column(name, justify="right")
     for row in result["baselines"]:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
             f"{row['peak_memory_mb']:.0f}",
-            timed(row["iteration_time"], 1),
+            timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)
     if result.get("speedup"):
@@ -302,6 +301,6 @@ def render(result: dict[str, Any]) -> None:
             )
     for entry in result.get("interleave_search", []):
         console.print(
-            f"  V={entry['interleave']}: {entry['status']} {seconds(entry.get('objective'))}"
+            f"  V={entry['interleave']}: {entry['status']} {seconds(time_of(entry, 'objective'))}"
             f"{' — ' + entry['message'] if entry.get('message') else ''}"
         )

@@ -41,6 +41,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     modules = selective_modules(run)
     plan, form = read_plan(problem, args.plan, modules)
     bodies = problem.describe()["bodies"]
+    unit_s = time_unit_s(run, problem.describe())
     evaluated = check_plan(run, cells(plan), bodies)
     out: dict[str, Any] = {
         "run": str(args.run),
@@ -48,7 +49,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         "form": form,
         **evaluated.to_json(),
         "balancer": {
-            "iteration": plan.iteration_time,
+            "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
             "stage_memory_mb": plan.stage_memory_mb,
             "fits": plan.fits,
         },
@@ -62,7 +63,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             + (f"; {len(over) - 1} other stage(s) too" if len(over) > 1 else "")
         )
     if not args.no_optimum:
-        with progress_hook(args.quiet, time_unit_s(run, problem.describe())) as hook:
+        with progress_hook(args.quiet, unit_s) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
         if result["status"] != "infeasible" and "cells" in result:
             optimum = check_plan(run, result["cells"], result["input"]["bodies"])

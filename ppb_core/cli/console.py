@@ -5,14 +5,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from ppb_core.balance.progress import Progress, ProgressHook
-from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import time_unit_s
+from ppb_core.balance.progress import Progress, ProgressHook, showing_seconds
 
 
 def table_console() -> Console:
@@ -33,11 +30,11 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
     with console.status("balancing…") as status:
 
         def show(progress: Progress) -> None:
-            status.update(escape(progress.line(unit_s)))
+            status.update(escape(progress.line()))
             if progress.phase in PRINTED_PHASES:
-                console.print(escape(progress.line(unit_s)))
+                console.print(escape(progress.line()))
 
-        yield show
+        yield showing_seconds(show, unit_s)
 
 
 # Steps worth a line of their own; the others only update the spinner's line.
@@ -45,28 +42,24 @@ PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "rou
 
 
 @contextlib.contextmanager
-def chain_progress(
-    quiet: bool, run_path: str | Path
-) -> Iterator[tuple[Callable[[str], None] | None, ProgressHook | None]]:
+def chain_progress(quiet: bool) -> Iterator[tuple[Callable[[str], None] | None, ProgressHook | None]]:
     """For `ppb plan` on a terminal: a line as each stage of the chain starts and the balancer's steps
-    (in seconds of the run's layers), under one spinner on stderr; (None, None) when piped or *quiet*."""
+    (in seconds: `chain.pipeline_plan` gives them the run's unit), under one spinner on stderr; (None,
+    None) when piped or *quiet*."""
     console = Console(stderr=True)
     if quiet or not console.is_terminal:
         yield None, None
         return
     started = time.perf_counter()
-    unit: dict[str, float] = {}
     with console.status("planning…") as status:
 
         def starting(name: str) -> None:
             line = f"[{time.perf_counter() - started:.1f} s] {name}"
             status.update(escape(line + "…"))
             console.print(escape(line))
-            if name == "pipeline_plan" and not unit:
-                unit["s"] = time_unit_s(load_run(run_path), {})
 
         def show(progress: Progress) -> None:
-            line = "  balance " + progress.line(unit.get("s"))
+            line = "  balance " + progress.line()
             status.update(escape(line))
             if progress.phase in PRINTED_PHASES:
                 console.print(escape(line))

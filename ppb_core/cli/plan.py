@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     check_output(args.out, folder=True)
     started = time.perf_counter()
-    with chain_progress(args.quiet, args.run) as (starting, hook):
+    with chain_progress(args.quiet) as (starting, hook):
         settings = {"pipeline_plan": {"time_limit_s": args.time_limit, "progress": hook}}
         tables = chain.run_chain(args.run, until=args.until, settings=settings, starting=starting)
     elapsed_ms = (time.perf_counter() - started) * 1000

@@ -110,13 +110,11 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     """A balancer result's iteration in seconds, beside its best uniform baseline's.
 
     `iteration` prices the plan's cells, `baseline_iteration` the uniform split under the best
-    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`); `time_unit_s` is the
-    descriptions' time unit (the first body's forward time) in seconds, what the plan's relative
-    times multiply by.
+    feasible baseline's option (`ppb_core.timing.iteration.run_iteration`).
     """
     sized = sized_like(run, plan.get("input", {}))
     times, memory = TimeModel(sized), MemoryModel(sized)
-    out: dict[str, Any] = {"time_unit_s": _first_forward_s(sized, times)}
+    out: dict[str, Any] = {}
     bodies = plan.get("input", {}).get("bodies", [])
 
     def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:

@@ -47,8 +47,8 @@ def figure_png(
 ) -> bytes:
     """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
     device limit, and each stage's forward + backward time of one micro-batch. With *timeline*
-    (a balance result's `timeline`: the plan's and the best uniform split's cell times, and
-    `time_unit_s`), below them the iteration of each as a Gantt chart on one time axis."""
+    (a balance result's `timeline` in seconds, `plan_in_seconds`: the plan's and the best uniform
+    split's cell times), below them the iteration of each as a Gantt chart on one time axis."""
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
@@ -57,18 +57,17 @@ def figure_png(
         labels = [f"{label}\n" + value.replace(" · ", "\n") for label, value in zip(labels, held, strict=True)]
     runs = [(key, timeline[key]) for key in ("plan", "baseline") if timeline and timeline.get(key)]
     width = min(20.0, max(9.0, 1.4 * len(stages) + 3))
-    height = 4.4 + sum(1.0 + 0.28 * len(run["forward"][0]) for _, run in runs)
+    height = 4.4 + sum(1.0 + 0.28 * len(run["forward_s"][0]) for _, run in runs)
     figure = Figure(figsize=(width, height), dpi=100)
     grid = figure.add_gridspec(
-        1 + len(runs), 2, height_ratios=[4.4, *(1.0 + 0.28 * len(run["forward"][0]) for _, run in runs)]
+        1 + len(runs), 2, height_ratios=[4.4, *(1.0 + 0.28 * len(run["forward_s"][0]) for _, run in runs)]
     )
     memory_axes, time_axes = figure.add_subplot(grid[0, 0]), figure.add_subplot(grid[0, 1])
     if runs:
-        longest = max(float(run["iteration"]) for _, run in runs)
-        unit_s = timeline.get("time_unit_s") if timeline else None
+        longest = max(float(run["iteration_s"]) for _, run in runs)
         for row, (key, run) in enumerate(runs, start=1):
             label = "plan" if key == "plan" else f"best uniform split ({run.get('option', '')})"
-            timeline_axes(figure.add_subplot(grid[row, :]), run, label, longest, unit_s)
+            timeline_axes(figure.add_subplot(grid[row, :]), run, label, longest)
 
     bottom = [0.0] * len(stages)
     for column, label, color in MEMORY_PARTS:
@@ -125,15 +124,10 @@ def figure_png(
 TIMELINE_COLORS = {"F": "#8172B3", "B": "#C44E52", "R": "#E5AE38"}
 
 
-def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest: float, unit_s: float | None = None) -> None:
-    """One schedule run as a Gantt chart: per stage a row, each forward, recompute (the start of a
-    backward) and backward a bar, idle time blank (the bubbles); in seconds when *unit_s* (seconds
-    per description unit) is known, else in the descriptions' unit."""
-    scale = unit_s or 1.0
-    forward = [[t * scale for t in row] for row in run["forward"]]
-    backward = [[t * scale for t in row] for row in run["backward"]]
-    recompute = [[t * scale for t in row] for row in run["recompute"]]
-    longest *= scale
+def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest_s: float) -> None:
+    """One schedule run as a Gantt chart in seconds: per stage a row, each forward, recompute (the
+    start of a backward) and backward a bar, idle time blank (the bubbles)."""
+    forward, backward, recompute = run["forward_s"], run["backward_s"], run["recompute_s"]
     timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]))
     stages = len(timeline.orders)
     bars: dict[str, list[tuple[int, float, float]]] = {"F": [], "R": [], "B": []}
@@ -153,13 +147,12 @@ def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest: float,
         axes.bar([0], [0], color=TIMELINE_COLORS[kind], label=names[kind])
     busy = sum(timeline.busy(stage) for stage in range(stages))
     idle = 1 - busy / (stages * timeline.makespan) if timeline.makespan > 0 else 0.0
-    unit = " s" if unit_s else ""
-    axes.set_title(f"{label}: iteration {timeline.makespan:.4g}{unit}, {idle:.1%} of the stages' time idle")
-    axes.set_xlim(0, longest * 1.01 if longest > 0 else 1)
+    axes.set_title(f"{label}: iteration {timeline.makespan:.4g} s, {idle:.1%} of the stages' time idle")
+    axes.set_xlim(0, longest_s * 1.01 if longest_s > 0 else 1)
     axes.set_ylim(stages - 0.5, -0.5)
     axes.set_yticks(range(stages))
     axes.set_ylabel("stage")
-    axes.set_xlabel("seconds" if unit_s else "time (the descriptions' unit)")
+    axes.set_xlabel("seconds")
     axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 

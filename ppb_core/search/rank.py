@@ -35,6 +35,8 @@ from typing import Any
 from ppb_core.balance import balance
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig
+from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.seconds import in_seconds
 from ppb_core.memory import MemoryModel
 from ppb_core.payload.run import describe_run
 from ppb_core.search.bound import lp_bound
@@ -83,7 +85,7 @@ class Ranked:
     peak_memory_mb: float  # the plan's busiest stage as the balancer charges it
     memory_mb: float  # what a stage may use: the device less reserved_mb
     uniform_seconds: float | None  # the best uniform split with one option for every layer, if one fits
-    plan: dict[str, Any]  # the balancer's JSON
+    plan: dict[str, Any]  # the balancer's JSON, times in seconds (`estimate.seconds.in_seconds`)
     bound_s: float  # the lower bound the search held when it balanced this strategy
 
     @property
@@ -154,7 +156,7 @@ def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None)
         peak_memory_mb=float(result["peak_memory_mb"]),
         memory_mb=float(problem.memory_mb),
         uniform_seconds=uniform,
-        plan=result,
+        plan=in_seconds(result, time_unit_s(run, problem.describe())),  # as `ppb balance RUN.yaml` gives it
         bound_s=0.0,
     )
 

@@ -11,16 +11,16 @@ from ppb_core.tables.schema import Column, Schema, Summarized
 
 PIPELINE_PLAN = Schema(
     "pipeline_plan",
-    "The balancer's plan, one row per pipeline stage. Summary: the whole `ppb balance --json` "
-    "result (status, objective, gap, speedup, the MindFormers yaml and Megatron-LM layout, ...), "
-    "less wall-clock seconds. No row when no plan fits.",
+    "The balancer's plan, one row per pipeline stage. Summary: the whole `ppb balance RUN.yaml --json` "
+    "result, times in seconds (status, objective, gap, speedup, the MindFormers yaml and Megatron-LM "
+    "layout, ...), less wall-clock seconds. No row when no plan fits.",
     (
         Column("stage", "int64", "the pipeline stage, from 0"),
         Column("layers", "int64", "body layers the stage holds, every chunk", "layers"),
         Column("layers_per_chunk", "string", "body layers of each chunk on this stage", "JSON"),
         *(Column(o.lower(), "int64", f"body layers of the stage under {o}", "layers") for o in OPTIONS),
         Column("memory_mb", "float64", "the stage's memory as the balancer predicts it from the descriptions", "MB"),
-        Column("time", "float64", "forward + backward of one micro-batch, in units of the first body's forward"),
+        Column("time_s", "float64", "forward + backward of one micro-batch through the stage's layers", "s"),
         Column("bubble", "float64", "the stage's idle share of the iteration", "share"),
         Column("cells_json", "string", "per chunk, the stage's body layers under each option", "JSON"),
     ),
@@ -50,7 +50,7 @@ def plan_to_frame(result: Mapping[str, Any]) -> Summarized:
                 "layers_per_chunk": json.dumps(row["layers_per_chunk"]),
                 **{o.lower(): sum(int(cell.get(o, 0)) for cell in cells) for o in OPTIONS},
                 "memory_mb": float(row["memory_mb"]),
-                "time": float(row["time"]),
+                "time_s": float(row["time_s"]),
                 "bubble": float(row["bubble"]),
                 "cells_json": json.dumps(cells, sort_keys=True),
             }

@@ -1,0 +1,70 @@
+"""Small HuggingFace config.json files that several tests build, measure or price: a two-layer
+Llama with grouped-query attention, quick on a CPU and on the meta device."""
+
+from __future__ import annotations
+
+SMALL_LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 1000,
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
+
+
+def gpt_spec(
+    h: int, heads: int, s: int, layers: int = 4, vocab: int = 51200, *, biases: bool = True, dropout=0.1, tied=False
+) -> dict:
+    """A GPT model in ppb's spec, as Megatron-LM builds one by its defaults: LayerNorm, GeLU MLP of
+    4h, learned positions; with *biases* in every linear and norm, *dropout* unless None, the
+    embeddings tied when *tied*."""
+    spec: dict = {
+        "vocab_size": vocab,
+        "hidden_size": h,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": 4 * h,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "position_embedding": "learned",
+        "max_position_embeddings": s,
+    }
+    if biases:
+        spec.update(norm_bias=True, attention_bias=True, attention_output_bias=True, mlp_bias=True)
+    if dropout is not None:
+        spec.update(attention_dropout=dropout, hidden_dropout=dropout)
+    if tied:
+        spec["tied_embeddings"] = True
+    return spec
+
+
+# A two-block Qwen2.5-VL vision tower (one window-attention block, one full), small enough to build.
+SMALL_QWEN25_VL = {
+    "model_type": "qwen2_5_vl",
+    "vision_config": {
+        "depth": 2,
+        "hidden_size": 128,
+        "intermediate_size": 200,
+        "num_heads": 4,
+        "out_hidden_size": 96,
+        "fullatt_block_indexes": [1],
+    },
+}
+
+# A two-layer MLA model (DeepSeek-V2/V3's attention) in ppb's spec.
+SMALL_MLA = {
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "q_lora_rank": 16,
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 8,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 8,
+}

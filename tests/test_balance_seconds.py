@@ -1,0 +1,128 @@
+"""Times a person reads are in seconds with the unit in the key; the descriptions' relative unit
+stays in the SAPP files (and a balance of one, which has no other unit) and in `objective`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ppb_core.balance.progress import Progress, showing_seconds
+from ppb_core.cli.main import main
+from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.seconds import in_seconds
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
+from ppb_core.timing.pricer import TimeModel
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+DATA = Path(__file__).parent / "data"
+
+# Keys that name a time in the descriptions' unit; none may be left once the unit is known.
+RELATIVE = {"time", "stage_time", "simulated_time", "bound", "iteration_time", "recompute_time", "value", "optimum"}
+
+
+def _keys(value: Any, path: str = "") -> set[str]:
+    """Every key path of a JSON value, lists collapsed: `stages[].time_s`."""
+    if isinstance(value, dict):
+        return {p for k, v in value.items() for p in {f"{path}.{k}", *_keys(v, f"{path}.{k}")}}
+    if isinstance(value, list):
+        return set().union(*(_keys(v, f"{path}[]") for v in value)) if value else set()
+    return set()
+
+
+def test_every_time_is_renamed_and_scaled_by_hand() -> None:
+    unit = 0.004  # 4 ms: the first body layer's forward
+    result = {
+        "status": "optimal",
+        "objective": 750.0,
+        "bound": 700.0,
+        "gap": 0.0,
+        "simulated_time": 750.0,
+        "closed_form": {"value": 800.0, "optimum": 790.0, "status": "optimal"},
+        "stages": [{"stage": 0, "memory_mb": 10.0, "time": 25.0, "bubble": 0.1}],
+        "stage_time": [25.0],
+        "ties": {"recompute_time": 2.5, "recomputed_layers": 1},
+        "megatron": {"layout": "Et|tL", "alternative": {"objective": 775.0, "slower_by": 0.0333}},
+        "timeline": {"plan": {"schedule": "1f1b", "forward": [[1.0, 2.0]], "iteration": 750.0}},
+        "baselines": [{"option": "NONE", "iteration_time": 1000.0}],
+        "interleave_search": [{"interleave": 1, "objective": 750.0, "bound": None}],
+    }
+    out = in_seconds(result, unit)
+    # 750 × 0.004 = 3 s; 700 × 0.004 = 2.8; 800 × 0.004 = 3.2; 790 × 0.004 = 3.16; 25 × 0.004 = 0.1;
+    # 2.5 × 0.004 = 0.01; 775 × 0.004 = 3.1; 1 and 2 × 0.004 = 0.004, 0.008; 1000 × 0.004 = 4
+    assert out["objective"] == 750.0 and out["objective_s"] == pytest.approx(3.0)
+    assert out["bound_s"] == pytest.approx(2.8) and out["simulated_time_s"] == pytest.approx(3.0)
+    assert out["closed_form"] == {"value_s": pytest.approx(3.2), "optimum_s": pytest.approx(3.16), "status": "optimal"}
+    assert out["stages"] == [{"stage": 0, "memory_mb": 10.0, "time_s": pytest.approx(0.1), "bubble": 0.1}]
+    assert out["stage_time_s"] == [pytest.approx(0.1)]
+    assert out["ties"] == {"recompute_time_s": pytest.approx(0.01), "recomputed_layers": 1}
+    assert out["megatron"]["alternative"] == {"objective_s": pytest.approx(3.1), "slower_by": 0.0333}
+    assert out["timeline"]["plan"]["forward_s"] == [[pytest.approx(0.004), pytest.approx(0.008)]]
+    assert out["timeline"]["plan"]["iteration_s"] == pytest.approx(3.0)
+    assert out["baselines"] == [{"option": "NONE", "iteration_time_s": pytest.approx(4.0)}]
+    assert out["interleave_search"] == [{"interleave": 1, "objective_s": pytest.approx(3.0), "bound_s": None}]
+    assert out["time_unit_s"] == unit and out["status"] == "optimal" and out["gap"] == 0.0
+    assert not {key.rsplit(".", 1)[-1] for key in _keys(out)} & RELATIVE
+    assert list(out)[:3] == ["status", "objective", "objective_s"]  # each in its place
+
+
+@pytest.fixture(scope="module")
+def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("seconds") / "plan.json"
+    assert main(["balance", str(CONFIGS / "llama3-8b.yaml"), "-q", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_a_plan_from_a_run_config_is_in_seconds(llama_plan: dict[str, Any]) -> None:
+    keys = _keys(llama_plan)
+    names = {key.rsplit(".", 1)[-1] for key in keys}
+    assert not names & RELATIVE, names & RELATIVE
+    assert not {".timeline.plan.forward", ".timeline.plan.iteration", ".timeline.baseline.backward"} & keys
+    assert {
+        ".stages[].time_s",
+        ".stage_time_s",
+        ".simulated_time_s",
+        ".bound_s",
+        ".baselines[].iteration_time_s",
+    } <= keys
+    # The unit is the first body layer's forward by the time model, ms / 1e3.
+    run = load_run(CONFIGS / "llama3-8b.yaml")
+    times = TimeModel(run)
+    first_body = next(layer for layer in walk(run) if layer.node == "BODY")
+    forward_ms, backward_ms = times.layer_times(first_body, LayerType.NOT_REC_LAYER)
+    unit = llama_plan["time_unit_s"]
+    assert unit == pytest.approx(forward_ms / 1e3, rel=1e-12)
+    assert llama_plan["objective_s"] == pytest.approx(llama_plan["objective"] * unit, rel=1e-12)
+    # A middle stage of NONE layers (no head, no tail: every llama layer is alike) takes its layers'
+    # forward + backward by the time model: n × (f + b) ms / 1e3.
+    middle = [row for row in llama_plan["stages"][1:-1] if row["options"].get("NONE") == row["layers"]]
+    assert middle
+    for row in middle:
+        assert row["time_s"] == pytest.approx(row["layers"] * (forward_ms + backward_ms) / 1e3, rel=1e-9)
+    # The balancer's simulated iteration is the time model's compute and bubble of the same plan
+    # (its own breakdown adds P2P, the DP reduction and the optimizer step on top).
+    breakdown = llama_plan["iteration"]["breakdown"]
+    assert llama_plan["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=1e-6)
+
+
+def test_a_plan_from_a_layers_file_keeps_the_files_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    # demo.json's times have no unit ppb knows: the plain keys, no `_s`, no `time_unit_s`
+    code = main(["balance", str(DATA / "demo.json"), "-s", "16", "-mb", "16", "-i", "2", "-t", "5", "--json", "-q"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert "time_unit_s" not in result and "stage_time" in result and "stage_time_s" not in result
+    assert all("time" in row and "time_s" not in row for row in result["stages"])
+
+
+def test_progress_lines_give_seconds_once_the_unit_is_known() -> None:
+    step = Progress("round", "", 1.25, incumbent=750.0, bound=700.0)
+    assert step.line() == "[1.2 s] round: incumbent 750, bound 700, gap 6.67%"  # (750 − 700) / 750
+    heard: list[str] = []
+    hook = showing_seconds(lambda progress: heard.append(progress.line()), 0.004)
+    assert hook is not None
+    hook(step)
+    assert heard == ["[1.2 s] round: incumbent 3.000 s, bound 2.800 s, gap 6.67%"]  # 750 × 0.004, 700 × 0.004
+    assert showing_seconds(None, 0.004) is None
