@@ -41,7 +41,7 @@ from typing import Any
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
-from ppb_core.balance.choice_model import ChoiceModel, Path
+from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import Counts, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
@@ -98,11 +98,6 @@ class Solution:
             "gap": self.gap,
             "seconds": self.seconds,
         }
-
-
-def _time_unit(problem: BalanceInput) -> float:
-    """The largest forward + backward of one body layer: times divided by it stay near m·V·N."""
-    return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
 
 
 def least_work(problem: BalanceInput) -> float:
@@ -291,7 +286,9 @@ def _least_backward_cells(
     return None
 
 
-def _choices(problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool) -> list[list[StageChoice]]:
+def choices_within(
+    problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool
+) -> list[list[StageChoice]]:
     """Every stage's choices that can be in a plan worth `value` or less."""
     limit = work_limit(problem, value, closed_form)
     cap = _cell_cap(problem, limit)
@@ -558,7 +555,7 @@ def _solve(
     tie_break: bool,
     setting: Setting | None = None,
 ) -> Solution:
-    tau = _time_unit(problem)
+    tau = time_unit(problem)
     notes: list[str] = []
     fitting = _start_plans(problem, catalogue, setting)
 
@@ -581,7 +578,7 @@ def _solve(
             if first.plan is not None:
                 bound = first.plan.closed_form_time
     try:
-        choices = _choices(problem, catalogue, bound, closed_form=True)
+        choices = choices_within(problem, catalogue, bound, closed_form=True)
     except ListingCut as cut:
         return _cut_short(
             problem, fitting, cut.reason, _work_bound(problem), limits, clock, notes, report, setting is not None
@@ -654,7 +651,7 @@ def _solve(
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
     try:
-        choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
+        choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
         return _cut_short(problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True)
