@@ -131,6 +131,14 @@ class ChoiceModel:
             self._row(0, INF, {self.top: 1.0, end: -1.0})
         return ends
 
+    def admits(self, plan: Plan) -> bool:
+        """Whether a plan read back from the program is one it may take (listed choices always fit)."""
+        return True
+
+    def add_lower_bound(self, value: float) -> None:
+        """T at least a bound proven elsewhere (in the descriptions' unit)."""
+        self._row(value / self.tau, INF, {self.top: 1.0})
+
     def add_closed_form(self) -> None:
         """T at least the closed form for each possible bottleneck stage."""
         p = self.p
