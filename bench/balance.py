@@ -13,9 +13,12 @@ Cases (descriptions written below; memory chosen so that it binds):
 Each case is solved twice: the closed form alone (`--closed-form`) and the default (the schedule's
 critical path), each with the time limit given (default 60 s). `proven at` is when the solve
 first proved its plan optimal (gap ≤ 1e-6), before the tie-breaking among equally fast plans
-that follows; the total is the seconds column. The issue's two instances are
-`dsv3-like P16 V2 m64` and `128 layers P64 V1`. Runs on one core (the process is
-pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
+that follows; the total is the seconds column. With `--ceiling`, each critical-path solve is
+followed by the least T of the program's relaxation with every path of the schedule as a row
+(`bounds.every_path_bound`, over the stage choices that can beat the plan found): no set of path
+rows proves more than this without branching, so a gap above it is the stage choices'
+integrality. The issue's two instances are `dsv3-like P16 V2 m64` and `128 layers P64 V1`. Runs
+on one core (the process is pinned to CPU 0 where the OS allows). Prints the machine, then one line per solve.
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ sys.path.insert(0, str(ROOT))
 
 from ppb_core.balance import BalanceInput, solve  # noqa: E402
 from ppb_core.balance.baselines import baselines, best_feasible  # noqa: E402
+from ppb_core.balance.bounds import every_path_bound  # noqa: E402
+from ppb_core.balance.choices import Catalogue  # noqa: E402
 from ppb_core.balance.outputs import plan_from_yaml  # noqa: E402
 from ppb_core.balance.plan import Plan, freeze  # noqa: E402
+from ppb_core.balance.program import choices_within  # noqa: E402
+from ppb_core.balance.progress import Clock  # noqa: E402
 from ppb_core.model.switches import OPTIONS  # noqa: E402
 from ppb_core.payload.sapp import layer_set, read_layer_set  # noqa: E402
 
@@ -161,6 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--ceiling", action="store_true", help="also the relaxation's bound with every path as a row")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError):
@@ -188,6 +196,14 @@ def main() -> None:
             started = time.perf_counter()
             solution = solve(problem, time_limit=args.time_limit, exact=exact, progress=proven)
             print(_line(name, mode, solution, time.perf_counter() - started, proven.seconds), flush=True)
+            if exact and args.ceiling and solution.objective is not None:
+                started = time.perf_counter()
+                choices = choices_within(problem, Catalogue(problem), solution.objective, closed_form=False)
+                ceiling = every_path_bound(problem, choices, Clock(10 * args.time_limit))
+                print(
+                    f"{'':<22} every path as a row, choices relaxed: bound "
+                    f"{'—' if ceiling is None else f'{ceiling:.6g}'} ({time.perf_counter() - started:.1f} s)"
+                )
             if exact and solution.plan is not None and best is not None:
                 print(
                     f"{'':<22} best uniform split ({best.option}) simulated {best.iteration_time:.6g}: "

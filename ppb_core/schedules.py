@@ -405,6 +405,22 @@ def _flat(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[tupl
     return tuple(flat)
 
 
+def op_graph(
+    schedule: str, stages: int, chunks: int, micro_batches: int
+) -> tuple[tuple[tuple[str, int, int], int, int], ...]:
+    """Every op of the schedule in an order that respects its dependencies, as ((kind, chunk, stage)
+    of the cell whose time it takes, position of the stage's previous op, position of its input),
+    positions in this same order and -1 for none. Each op ends at max(its two predecessors' ends) +
+    its cell's time, so the iteration is the longest path through this graph; the balancer's
+    every-path relaxation (`ChoiceModel.add_every_path`) is written from it."""
+    name = check(schedule, stages, chunks, micro_batches)
+    per_kind = chunks * stages
+    return tuple(
+        (("F" if duration < per_kind else "B", (duration % per_kind) // stages, duration % stages), previous, needed)
+        for duration, previous, needed in _flat(name, stages, chunks, micro_batches)
+    )
+
+
 def makespan(
     schedule: str,
     forward: Sequence[Sequence[float]],

@@ -75,6 +75,44 @@ def test_a_listing_cut_by_its_work_budget_is_repeatable() -> None:
     assert first.bound is not None and 0 < first.bound <= first.objective
 
 
+def _two_kinds(stages: int, chunks: int) -> list[dict]:
+    """2 light layers then P·V + 2 heavy ones; activations fall and backward grows with recompute."""
+    return [
+        {
+            "name": f"BODY_{i}",
+            "type": "BODY",
+            "nb_layer": n,
+            "time": forward,
+            "memory_parameter": 10,
+            "memory_activation": 30,
+            "memory_select_rec": 20,
+            "memory_select_comm": 25,
+            "memory_both_comm_select": 15,
+            "memory_recompute": 2,
+            "backward_time": 2 * forward,
+            "select_rec_time": 2 * forward + 0.2,
+            "select_comm_time": 2 * forward + 0.3,
+            "both_comm_select_time": 2 * forward + 0.4,
+            "recompute_time": 3 * forward,
+        }
+        for i, (n, forward) in enumerate([(2, 1.0), (stages * chunks + 2, 2.0)])
+    ]
+
+
+@pytest.mark.parametrize("memory_mb", [500.0, 700.0])
+def test_a_cut_listing_falls_back_on_the_cell_program_and_proves_the_same_optimum(memory_mb: float) -> None:
+    """V = 3 with the stage listing's budget too small for one stage: the program over cell choices
+    (`cell_model`) proves the optimum that the listed stage choices prove."""
+    problem = BalanceInput(layer_set(_two_kinds(2, 3)), 2, 4, 3, memory_mb)
+    listed = solve(problem, 60.0)
+    cut = solve(problem, 60.0, limits=WorkLimits(listing_work=200))
+    assert listed.status == "optimal"
+    assert "stage listing stopped by the work limit" in cut.notes
+    assert cut.status == "optimal" and cut.stopped_by == "optimal"
+    assert cut.objective == pytest.approx(listed.objective, rel=1e-9)
+    assert cut.plan is not None and cut.plan.fits and not cut.plan.problems()
+
+
 @pytest.mark.parametrize(
     ("stages", "chunks", "memory_mb"), [(4, 2, 125000.0), (4, 2, 140000.0), (8, 3, 100000.0), (8, 3, 110000.0)]
 )

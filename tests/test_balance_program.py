@@ -12,7 +12,7 @@ from ppb_core.balance.baselines import uniform_layer_counts, uniform_plan
 from ppb_core.balance.bounds import least_max_work
 from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.outputs import plan_from_yaml, to_yaml
-from ppb_core.balance.program import _choices
+from ppb_core.balance.program import choices_within
 from ppb_core.balance.progress import Clock
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS
@@ -184,7 +184,7 @@ def test_the_busiest_stage_bound_is_the_least_busiest_stage_that_fits() -> None:
         }
     ]
     problem = BalanceInput(layer_set(descriptions), 2, 2, 1, 45.0)
-    choices = _choices(problem, Catalogue(problem), float("inf"), closed_form=True)
+    choices = choices_within(problem, Catalogue(problem), float("inf"), closed_form=True)
     assert least_max_work(problem, choices, 1.0, float("inf"), 100_000, Clock(30)) == 12
     solution = solve(problem, time_limit=30, exact=False)
     assert solution.status == "optimal" and solution.objective == 30

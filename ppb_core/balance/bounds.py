@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ppb_core.balance import highs
-from ppb_core.balance.choice_model import ChoiceModel, Path
+from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import StageChoice
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, WorkLimits
@@ -189,3 +189,18 @@ def least_max_work(
     family's L* divided by m): layers are whole, so the busiest stage works more than the average."""
     values = [[stage_work(problem, s, c) for c in stage] for s, stage in enumerate(choices)]
     return least_level(problem, choices, values, tau, check_work, clock, upper)
+
+
+def every_path_bound(problem: BalanceInput, choices: list[list[StageChoice]], clock: Clock) -> float | None:
+    """The least T of the program's relaxation (stage choices mixed) with every path of the schedule
+    as a row (`ChoiceModel.add_every_path`): no set of path rows, families included, proves more
+    without branching. None when the clock ends the solve first. In the descriptions' time unit."""
+    tau = time_unit(problem)
+    model = ChoiceModel(problem, choices, tau)
+    model.add_every_path()
+    solver = highs.new_solver(clock.remaining)
+    highs.load(solver, [(lower, upper, False) for lower, upper, _ in model.columns], model.rows, model.top)
+    solver.run()
+    if highs.status(solver) != "optimal":
+        return None
+    return solver.getInfo().objective_function_value * tau

@@ -17,8 +17,14 @@ from ppb_core.balance.highs import INF
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import OPTIONS
+from ppb_core.schedules import op_graph
 
 Path = dict[tuple[str, int, int], float]  # (kind, chunk, stage) → times a path runs that cell's op
+
+
+def time_unit(problem: BalanceInput) -> float:
+    """τ, the largest forward + backward of one body layer: times divided by it stay near m·V·N."""
+    return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
 
 
 class ChoiceModel:
@@ -100,6 +106,38 @@ class ChoiceModel:
         for key, times in path.items():
             terms[self.duration[key]] = terms.get(self.duration[key], 0.0) - float(times)
         return terms
+
+    def add_every_path(self) -> list[int]:
+        """T at least every path of the schedule at once, without listing them: a column per op for
+        when it ends, at least its stage's previous op's end or its input's end plus its cell's
+        time, and T at least every stage's last end (`schedules.op_graph`). For fixed cell times
+        the least T is the longest path, the iteration time itself; over the choices relaxed it
+        is the best bound any set of path rows can give (docs/balance.md). Returns the end columns."""
+        p = self.p
+        graph = op_graph(p.schedule_name, p.stages, p.chunks, p.micro_batches)
+        ends: list[int] = []
+        last: dict[int, int] = {}
+        for cell, previous, needed in graph:
+            end = self._column(0, INF, False)
+            before = [ends[i] for i in (previous, needed) if i >= 0]
+            for other in before or [None]:
+                terms = {end: 1.0, self.duration[cell]: -1.0}
+                if other is not None:
+                    terms[other] = -1.0
+                self._row(0, INF, terms)
+            ends.append(end)
+            last[cell[2]] = end
+        for end in last.values():
+            self._row(0, INF, {self.top: 1.0, end: -1.0})
+        return ends
+
+    def admits(self, plan: Plan) -> bool:
+        """Whether a plan read back from the program is one it may take (listed choices always fit)."""
+        return True
+
+    def add_lower_bound(self, value: float) -> None:
+        """T at least a bound proven elsewhere (in the descriptions' unit)."""
+        self._row(value / self.tau, INF, {self.top: 1.0})
 
     def add_closed_form(self) -> None:
         """T at least the closed form for each possible bottleneck stage."""

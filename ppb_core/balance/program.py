@@ -41,7 +41,8 @@ from typing import Any
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nudged_family
-from ppb_core.balance.choice_model import ChoiceModel, Path
+from ppb_core.balance.cell_model import CellModel, cell_choices
+from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import Counts, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
@@ -98,11 +99,6 @@ class Solution:
             "gap": self.gap,
             "seconds": self.seconds,
         }
-
-
-def _time_unit(problem: BalanceInput) -> float:
-    """The largest forward + backward of one body layer: times divided by it stay near m·V·N."""
-    return max((b.forward_time + max(b.backward_time.values())) for b in problem.layers.bodies) or 1.0
 
 
 def least_work(problem: BalanceInput) -> float:
@@ -291,7 +287,9 @@ def _least_backward_cells(
     return None
 
 
-def _choices(problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool) -> list[list[StageChoice]]:
+def choices_within(
+    problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool
+) -> list[list[StageChoice]]:
     """Every stage's choices that can be in a plan worth `value` or less."""
     limit = work_limit(problem, value, closed_form)
     cap = _cell_cap(problem, limit)
@@ -384,6 +382,9 @@ def _run(
             return _Run(outcome, best, bound, rounds, paths, solver)
         values = list(solver.getSolution().col_value)
         plan = model.plan(values)
+        if not model.admits(plan):
+            # a plan the program's floating-point rows let in but that does not fit exactly
+            return _Run("work_limit", best, bound, rounds, paths, solver)
         if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
             best = plan
         incumbent = value(best)
@@ -558,7 +559,7 @@ def _solve(
     tie_break: bool,
     setting: Setting | None = None,
 ) -> Solution:
-    tau = _time_unit(problem)
+    tau = time_unit(problem)
     notes: list[str] = []
     fitting = _start_plans(problem, catalogue, setting)
 
@@ -572,7 +573,16 @@ def _solve(
             choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
         except ListingCut as cut:
             return _cut_short(
-                problem, fitting, cut.reason, _work_bound(problem), limits, clock, notes, report, setting is not None
+                problem,
+                fitting,
+                cut.reason,
+                _work_bound(problem),
+                limits,
+                clock,
+                notes,
+                report,
+                setting is not None,
+                catalogue,
             )
         if all(choices):
             model = ChoiceModel(problem, choices, tau)
@@ -581,10 +591,19 @@ def _solve(
             if first.plan is not None:
                 bound = first.plan.closed_form_time
     try:
-        choices = _choices(problem, catalogue, bound, closed_form=True)
+        choices = choices_within(problem, catalogue, bound, closed_form=True)
     except ListingCut as cut:
         return _cut_short(
-            problem, fitting, cut.reason, _work_bound(problem), limits, clock, notes, report, setting is not None
+            problem,
+            fitting,
+            cut.reason,
+            _work_bound(problem),
+            limits,
+            clock,
+            notes,
+            report,
+            setting is not None,
+            catalogue,
         )
     if not all(choices):
         return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
@@ -654,10 +673,12 @@ def _solve(
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
     try:
-        choices = _choices(problem, catalogue, start.iteration_time, closed_form=False)
+        choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
-        return _cut_short(problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True)
+        return _cut_short(
+            problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True, catalogue=catalogue
+        )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
@@ -739,9 +760,12 @@ def _cut_short(
     notes: list[str],
     report: Reporter,
     improved: bool = False,
+    catalogue: Catalogue | None = None,
 ) -> Solution:
     """The listing of stage choices ran past its budget: the best plan known (improved by local
-    moves unless it already was) with a simple proven bound, or no plan."""
+    moves unless it already was) with a simple proven bound, or no plan. With the catalogue, the
+    program over cell choices (`cell_model`) then searches from that plan within the work limits,
+    and may prove it optimal."""
     notes.append(f"stage listing stopped by the {reason.replace('_', ' ')}")
     if not plans:
         return Solution(
@@ -753,20 +777,45 @@ def _cut_short(
             notes=notes,
         )
     best = min(plans, key=lambda plan: plan.iteration_time)
+    ops = 2 * problem.micro_batches * problem.chunks * problem.stages
     if not improved:
-        ops = 2 * problem.micro_batches * problem.chunks * problem.stages
         best = improve(best, limits.local_moves, limits.local_work // ops, clock=clock)
     bound = min(bound, best.iteration_time)
     report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
+    stopped_by = reason
+    if catalogue is not None and not clock.out:
+        # the program over cell choices, which lists no product of chunks
+        fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
+        limit = work_limit(problem, best.iteration_time, closed_form=False)
+        try:
+            cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
+        except ListingCut as cut:
+            reason = f"more than {limits.cell_choices} cell choices" if cut.reason == "work_limit" else "the time limit"
+            notes.append(f"cell program: not built ({reason})")
+            cells = {}
+        listed = sum(len(options) for options in cells.values())
+        if cells and all(cells.values()):
+            model = CellModel(problem, cells, time_unit(problem))
+            model.add_lower_bound(bound)
+            report("listing", f"cell program: {listed} cell choices listed")
+            seeds = _path_seeds(problem, [*plans, best], max(10, limits.seed_work // ops // 2))
+            run = _run(model, True, limits, clock, best, seeds, report)
+            notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+            if run.plan is not None and run.plan.iteration_time < best.iteration_time:
+                best = run.plan
+            if run.status == "optimal":
+                bound, stopped_by = best.iteration_time, "optimal"
+            elif run.status in ("work_limit", "time_limit"):
+                bound, stopped_by = min(max(bound, run.bound), best.iteration_time), run.status
     return Solution(
         problem,
-        "time_limit",
+        "optimal" if stopped_by == "optimal" else "time_limit",
         "critical_path",
         best,
         best.iteration_time,
         bound,
         _gap(best.iteration_time, bound),
-        stopped_by=reason,
+        stopped_by=stopped_by,
         seconds=clock.elapsed,
         notes=notes,
     )

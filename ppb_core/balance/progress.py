@@ -92,6 +92,9 @@ class WorkLimits:
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
+    # the program over cell choices (when the stage listing is cut) lists at most this many cell
+    # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
+    cell_choices: int = 30_000
 
     @staticmethod
     def nodes(work: int, size: int) -> int:

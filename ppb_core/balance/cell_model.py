@@ -1,0 +1,171 @@
+"""The integer program over cell choices, for when a stage's choices are too many to list.
+
+A stage's listed choices (`choices.Catalogue.stage_choices`) are the product of its chunks' cell
+choices, which grows as choices^V: at V ≥ 3 the listing may run past its budget. Memory is linear
+in the cells' choices (a stage holds Σ_v parameters + in-flight(v)·activation at each in-flight
+vector), so the program can take one binary x[v, s, c] per cell choice instead and write each
+stage's memory as a row per in-flight vector. The rows that follow (cell times D, placement,
+body order, paths) are `ChoiceModel`'s, written per cell. Nothing is reduced across a stage's
+chunks, so the program is larger and its relaxation no tighter; the memory rows are checked in
+floating point, so every plan read back is checked again exactly (`admits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppb_core.balance.choice_model import ChoiceModel
+from ppb_core.balance.choices import Catalogue, CellChoice
+from ppb_core.balance.highs import INF
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
+
+Cell = tuple[int, int]  # (chunk, stage)
+
+
+def cell_choices(problem: BalanceInput, catalogue: Catalogue, work_limit: float, k_max: int) -> dict[Cell, list]:
+    """Every cell's choices of at most k_max layers whose forward + backward (head and tail
+    included) is within the stage work limit and whose parameters fit; the head's and tail's
+    cells may stay empty where the framework allows it."""
+    p = problem
+    found: dict[Cell, list[CellChoice]] = {}
+    compositions = catalogue.compositions(k_max)
+    for v, s in p.cells:
+        fixed = p.fixed_time("F", v, s) + p.fixed_time("B", v, s)
+        room = p.memory_mb - p.constant_memory_mb
+        options = [catalogue.empty_cell()] if (v, s) in p.reserved_cells else []
+        for types, counts in compositions:
+            for choice in catalogue.cell_choices(types, counts):
+                if choice.forward + choice.backward + fixed <= work_limit and choice.parameter_mb <= room:
+                    options.append(choice)
+        catalogue.budget.spend(len(options))
+        found[(v, s)] = options
+    return found
+
+
+class CellModel(ChoiceModel):
+    """`ChoiceModel`'s program with a binary per cell choice, memory as rows (module docstring)."""
+
+    def __init__(self, problem: BalanceInput, cells: dict[Cell, list[CellChoice]], tau: float) -> None:
+        self.p = problem
+        self.cell_choices = cells
+        self.choices = []  # no stage listing: tie-breaking, which works on stage choices, is not run
+        self.tau = tau
+        self.columns = []
+        self.rows = []
+        self.x = {cell: [self._column(0, 1, True) for _ in options] for cell, options in cells.items()}
+        self.y = []
+        self.top = self._column(0, INF, False)
+        self.g = {}
+        self.duration = {}
+        self._durations()
+        self._placement()
+        self._memory()
+        self._order()
+
+    def _durations(self) -> None:
+        for (v, s), options in self.cell_choices.items():
+            for kind in ("F", "B"):
+                column = self.duration[(kind, v, s)] = self._column(0, INF, False)
+                fixed = self.p.fixed_time(kind, v, s) / self.tau
+                terms = {column: 1.0}
+                for x, choice in zip(self.x[(v, s)], options, strict=True):
+                    length = choice.forward if kind == "F" else choice.backward
+                    if length:
+                        terms[x] = -length / self.tau
+                self._row(fixed, fixed, terms)
+
+    def _placement(self) -> None:
+        """One choice per cell; every body type's layers placed."""
+        for columns in self.x.values():
+            self._row(1, 1, dict.fromkeys(columns, 1.0))
+        for body, layers in enumerate(self.p.layers.bodies):
+            terms = {}
+            for cell, options in self.cell_choices.items():
+                for x, choice in zip(self.x[cell], options, strict=True):
+                    if choice.body_count(body):
+                        terms[x] = float(choice.body_count(body))
+            self._row(layers.nb_layer, layers.nb_layer, terms)
+
+    def _memory(self) -> None:
+        """Per stage and in-flight vector: parameters + in flight × activations, head and tail too,
+        within the device (in units of the device's memory)."""
+        p = self.p
+        scale = p.memory_mb
+        for s in range(p.stages):
+            for vector in p.vectors[s]:
+                terms: dict[int, float] = {}
+                for v in range(p.chunks):
+                    for x, choice in zip(self.x[(v, s)], self.cell_choices[(v, s)], strict=True):
+                        held = choice.parameter_mb + vector[v] * choice.activation_mb
+                        if held:
+                            terms[x] = held / scale
+                room = p.memory_mb - p.constant_memory_mb - p.head_stage_memory_mb(s, vector)
+                self._row(-INF, room / scale, terms)
+
+    def _order(self) -> None:
+        """g[b, p] = 1 from the first cell holding a type after b on (as `ChoiceModel._order`)."""
+        p = self.p
+        for b in range(len(p.layers.bodies) - 1):
+            for position, cell in enumerate(p.cells):
+                g = self.g[(b, position)] = self._column(0, 1, True)
+                options = self.cell_choices[cell]
+                later = {x: 1.0 for x, c in zip(self.x[cell], options, strict=True) if any(t > b for t in c.bodies)}
+                self._row(-INF, 0, {**later, g: -1.0})
+                if position:
+                    previous = self.g[(b, position - 1)]
+                    self._row(0, INF, {g: 1.0, previous: -1.0})
+                    early = {
+                        x: 1.0 for x, c in zip(self.x[cell], options, strict=True) if any(t <= b for t in c.bodies)
+                    }
+                    self._row(-INF, 1, {**early, previous: 1.0})
+
+    def _taken(self, values: Sequence[float]) -> dict[Cell, CellChoice]:
+        return {
+            cell: options[max(range(len(options)), key=lambda c: values[self.x[cell][c]])]
+            for cell, options in self.cell_choices.items()
+        }
+
+    def plan(self, values: Sequence[float]) -> Plan:
+        counts = empty_counts(self.p)
+        for (v, s), choice in self._taken(values).items():
+            for body, row in zip(choice.bodies, choice.counts, strict=True):
+                counts[body][v][s] = list(row)
+        return Plan(self.p, freeze(counts))
+
+    def admits(self, plan: Plan) -> bool:
+        """The memory rows were met in floating point: the plan must also fit exactly."""
+        return plan.fits and not plan.problems()
+
+    def assignment(self, plan: Plan, top: float) -> list[float] | None:
+        """Every column's value for a plan whose cells are all listed (None otherwise)."""
+        p = self.p
+        values = [0.0] * len(self.columns)
+        for (v, s), options in self.cell_choices.items():
+            wanted = tuple(tuple(plan.counts[b][v][s]) for b in range(len(plan.counts)))
+            found = next(
+                (
+                    c
+                    for c, choice in enumerate(options)
+                    if all(
+                        wanted[b] == (choice.counts[choice.bodies.index(b)] if b in choice.bodies else (0,) * len(row))
+                        for b, row in enumerate(wanted)
+                    )
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            values[self.x[(v, s)][found]] = 1.0
+            for kind in ("F", "B"):
+                time = options[found].forward if kind == "F" else options[found].backward
+                values[self.duration[(kind, v, s)]] = (time + p.fixed_time(kind, v, s)) / self.tau
+        values[self.top] = top
+        for (b, position), column in self.g.items():
+            later = [
+                q
+                for q, (v, s) in enumerate(p.cells)
+                if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))
+            ]
+            values[column] = 1.0 if later and position >= later[0] else 0.0
+        return values
