@@ -117,57 +117,57 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
     cells = tuple(cell_order(name, stages, chunks))
     position = {cell: i for i, cell in enumerate(cells)}
     count = len(cells)
-    stage_of = [cell[1] for cell in cells]
+    stage_of = np.array([cell[1] for cell in cells])
+    # crossing[i]: 1 when cells i and i + 1 sit on different stages (a transfer between them); its prefix
+    # sums count the transfers along any stretch of the model
+    crossing = (stage_of[1:] != stage_of[:-1]).astype(np.int64)
+    crossed = np.concatenate(([0], np.cumsum(crossing)))
 
-    def crossing(i: int, j: int) -> int:
-        """1 when positions i and j are cells of different stages (a transfer between them)."""
-        return int(0 <= i < count and 0 <= j < count and stage_of[i] != stage_of[j])
-
-    def sends(ops) -> int:
-        return sum(
-            crossing(position[(op.chunk, stage)], position[(op.chunk, stage)] + (1 if op.kind == "F" else -1))
-            for op in ops
-        )
-
-    def form(stage: int, order, k: int) -> Form:
+    def form(stage: int, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int) -> Form:
         """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
-        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k."""
-        op, last = order[k], order[-1]
-        p, pl = position[(op.chunk, stage)], position[(last.chunk, stage)]
-        forward, backward = [0.0] * count, [0.0] * count
-        if op.kind == "B":  # its micro-batch's forward through every cell, then its backward down to op
-            forward = [1.0] * count
-            for i in range(p, count):
-                backward[i] += 1.0
-            links = sum(crossing(i, i + 1) for i in range(count - 1)) + sum(
-                crossing(i + 1, i) for i in range(p, count - 1)
-            )
-            after = order[k + 1 :]
+        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k.
+        *at*: each op's cell position; *forward_op*: whether it is a forward; *sends*: whether it sends."""
+        p, pl = int(at[k]), int(at[-1])
+        if not forward_op[k]:  # its micro-batch's forward through every cell, then its backward down to op
+            forward = np.ones(count)
+            backward = np.zeros(count)
+            backward[p:] += 1.0
+            links = int(crossed[-1]) + int(crossed[-1] - crossed[p])
+            first = k + 1
         else:  # its micro-batch's forward up to op
-            for i in range(p):
-                forward[i] += 1.0
-            links = sum(crossing(i, i + 1) for i in range(p))
-            after = order[k:]
-        for later in after:
-            (forward if later.kind == "F" else backward)[position[(later.chunk, stage)]] += 1.0
-        for i in range(pl):
-            backward[i] += 1.0
-        links += sum(crossing(i + 1, i) for i in range(pl))
+            forward = np.zeros(count)
+            forward[:p] += 1.0
+            backward = np.zeros(count)
+            links = int(crossed[p])
+            first = k
+        later, later_forward = at[first:], forward_op[first:]
+        forward += np.bincount(later[later_forward], minlength=count)
+        backward += np.bincount(later[~later_forward], minlength=count)
+        backward[:pl] += 1.0
+        links += int(crossed[pl])
         # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
-        counted = order[k:-1]
-        return Form(stage, tuple(forward), tuple(backward), links, sends(counted))
+        return Form(stage, tuple(forward.tolist()), tuple(backward.tolist()), links, int(sends[k:-1].sum()))
 
     a_forms, b_forms = [], []
     for stage, order in enumerate(orders):
+        at_chunk = np.array([position[(chunk, stage)] for chunk in range(chunks)])
+        op_chunk = np.fromiter((op.chunk for op in order), dtype=np.int64, count=len(order))
+        at = at_chunk[op_chunk]
+        forward_op = np.fromiter((op.kind == "F" for op in order), dtype=bool, count=len(order))
+        # an op sends when the next cell along its direction (up for a forward, down for a backward) is on another stage
+        up = np.concatenate((crossing, [0]))[at]
+        down = np.concatenate(([0], crossing))[at]
+        sends = np.where(forward_op, up, down)
         # for each chunk the stage's first backward (A) and first forward (B): A_s and B_s of the docstring,
         # and the same chains taken from the other chunks' first ops
-        for kind, forms_list in (("B", a_forms), ("F", b_forms)):
-            firsts: dict[int, int] = {}
-            for index, op in enumerate(order):
-                if op.kind == kind:
-                    firsts.setdefault(op.chunk, index)
-            for index in sorted(firsts.values()):
-                forms_list.append(form(stage, order, index))
+        for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
+            firsts = [
+                int(np.argmax(mask))
+                for mask in ((op_chunk == chunk) & (forward_op == is_forward) for chunk in range(chunks))
+                if mask.any()
+            ]
+            for index in sorted(firsts):
+                forms_list.append(form(stage, at, forward_op, sends, index))
     return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
 
 
