@@ -15,6 +15,7 @@ from ppb_core.search.rank import (
     BALANCER_NO_PLAN,
     NO_RELAXED_PLAN,
     NO_ROOM,
+    NO_STAGE_ROOM,
     NO_WHOLE_PLAN,
     PRUNED,
     SearchResult,
@@ -67,7 +68,9 @@ def test_counts_add_up(results, name: str) -> None:
     assert counts["enumerated"] == counts["valid"] + grid_refusals
     # every valid strategy ends once: balanced (ranked, or refused by the balancer), refused for memory
     # by a screen or a relaxed program, or left waiting when the search stopped (pruned)
-    refused_early = sum(searched.rejected.get(reason, 0) for reason in (NO_ROOM, NO_RELAXED_PLAN, NO_WHOLE_PLAN))
+    refused_early = sum(
+        searched.rejected.get(reason, 0) for reason in (NO_ROOM, NO_STAGE_ROOM, NO_RELAXED_PLAN, NO_WHOLE_PLAN)
+    )
     assert counts["valid"] == counts["balanced"] + refused_early + counts["pruned"] + counts["unexamined"]
     assert counts["unexamined"] == 0 and searched.to_json(details=True)["proven"] == len(searched.ranked)
     assert counts["pruned"] == searched.rejected.get(PRUNED, 0)

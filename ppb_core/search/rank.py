@@ -24,6 +24,7 @@ overall ranking, so the merge is exact too.
 from __future__ import annotations
 
 import heapq
+import math
 import multiprocessing
 import os
 import time
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppb_core.balance import WorkLimits, balance
+from ppb_core.balance import WorkLimits, report, solve
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel
@@ -54,6 +55,7 @@ from ppb_core.search.spec import SearchSpec
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
 
+NO_STAGE_ROOM = "memory: no plan fits (whole layers: the stages' room cannot hold every layer)"
 NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
 NO_WHOLE_PLAN = "memory: no plan fits (the relaxed program with whole layers per cell has no point)"
 BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
@@ -163,7 +165,11 @@ def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None)
         run = checked
     memory, times = MemoryModel(run), TimeModel(run)
     problem = run_problem(run, describe_run(run, memory, times))
-    result = balance(problem, spec.search.balance_time_limit_s, limits=work_limits(spec.search.balance_work))
+    # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as fast
+    solution = solve(
+        problem, spec.search.balance_time_limit_s, limits=work_limits(spec.search.balance_work), megatron_settings=False
+    )
+    result = report(solution)
     if result["status"] == "infeasible" or "cells" not in result:
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
@@ -226,6 +232,9 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
     found = _cache.of(strategy, run)
     if not fits_somewhere(run_forms(strategy), found):
         return NO_ROOM
+    floor = schedule_floor_ms(strategy, run, found)
+    if math.isinf(floor):
+        return NO_STAGE_ROOM
     relaxed = lp_bound(
         run_forms(strategy),
         found.kinds,
@@ -238,7 +247,7 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
         time_limit=WHOLE_LAYERS_SECONDS,
         nodes=WHOLE_LAYERS_NODES,
         reduction_floor_ms=found.reduction_floor_ms,
-        schedule_floor_ms=schedule_floor_ms(strategy, run, found),
+        schedule_floor_ms=floor,
     )
     if relaxed.value_ms is None:
         return NO_WHOLE_PLAN if whole_layers else NO_RELAXED_PLAN
@@ -483,8 +492,10 @@ def search_points(
         limit = spec.search.balance_budget
 
         def room() -> int:
-            """Strategies a wave may balance: one per worker, within the balance budget."""
-            return workers if limit is None else max(0, min(workers, limit - counts["balanced"]))
+            """Strategies a wave may balance: two per worker (balances differ in length: the second keeps a
+            core busy while the first's partner still runs), within the balance budget."""
+            wave = 2 * workers
+            return wave if limit is None else max(0, min(wave, limit - counts["balanced"]))
 
         while queue and not beaten(queue[0][0], queue[0][1]):
             if budget is not None and time.perf_counter() - started > budget:
@@ -492,19 +503,9 @@ def search_points(
                 break
             if room() == 0:
                 break
-            # a wave: the least bounds first; refine many at once, balance one per worker
+            # a wave: the least bounds first; refine many at once, balance two per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
-            if len(ranked) < top:
-                # Until the ranking is full nothing can be pruned: dive, balancing the least relaxed bounds
-                # beside the refinement, so that times to prune against come early. The order of the
-                # work changes, not what is proven.
-                ready = heapq.nsmallest(room(), (item for item in queue if item[2] >= 2))
-                if ready:
-                    chosen = set(ready)
-                    queue = [item for item in queue if item not in chosen]
-                    heapq.heapify(queue)
-                    taken[3] += [(bound, strategy) for bound, strategy, _ in ready]
-            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 16 * workers:
+            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 64 * workers:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):
                     break

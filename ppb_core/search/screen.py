@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -178,6 +178,24 @@ def figures(
     head = ends.get(HEAD, (0.0, 0.0, 0.0))
     tail = ends.get(TAIL, (0.0, 0.0, 0.0))
     cell_forward, cell_backward, per_cell = fsdp_floor_s(run, memory, links, slots)
+    # ZeRO-3 / FSDP: each layer's collectives wait behind the previous layer's compute, so a cell of L layers
+    # takes at least w + Σ_{l<L} max(t_l, w) + t_L ≥ Σ_l max(t_l, w) + min(t_L, w), w the least collective
+    # every layer waits for (`fsdp_floor_s`) and t its forward (backward): each body layer's time is at
+    # least w, the cell's extra min(t, w) (in the backward the last reduce-scatter makes up for the first
+    # layer's, which has none before it).
+    if cell_forward > 0.0 or cell_backward > 0.0:
+        wait_f, wait_b = 1e3 * cell_forward, 1e3 * cell_backward
+        least_f = min([*(min(kind.forward_ms.values()) for kind in kinds), *(end[0] for end in ends.values())])
+        least_b = min([*(min(kind.backward_ms.values()) for kind in kinds), *(end[1] for end in ends.values())])
+        kinds = [
+            replace(
+                kind,
+                forward_ms={o: max(t, wait_f) for o, t in kind.forward_ms.items()},
+                backward_ms={o: max(t, wait_b) for o, t in kind.backward_ms.items()},
+            )
+            for kind in kinds
+        ]
+        cell_forward, cell_backward = min(least_f, wait_f) / 1e3, min(least_b, wait_b) / 1e3
     return Figures(
         kinds=tuple(kinds),
         ends=Ends(
