@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective, OpGeom
 from ppb_core.timing.iteration import (
     BREAKDOWN_KEYS,
     _fsdp_exposed,
+    bucket_ends,
     bucket_tail,
     framework_rules,
     optimizer_traffic,
@@ -122,6 +124,27 @@ def test_bucket_tail_by_hand():
     # Without overlap every bucket waits for the end: 5 exposed; half overlap, half of each.
     assert bucket_tail([(4, 2), (7, 2), (10, 1)], 10, 0.0) == (5, 5)
     assert bucket_tail([(4, 2), (7, 2), (10, 1)], 10, 0.5) == (5, 3)
+
+
+def test_megatron_cuts_buckets_on_the_first_stage_s_first_chunk_only():
+    """Megatron-Core r0.8 (distributed_data_parallel.py: no bucket size past pipeline rank 0;
+    training.py get_model: disable_bucketing=(model_chunk_idx > 0)) against MindFormers' buckets."""
+    megatron = dataclasses.replace(framework_rules(small_run()), bucket_parameters=70)
+    mindformers = dataclasses.replace(framework_rules(small_run(framework="mindformers")), bucket_parameters=70)
+    # Five layers of 30 parameters in backward order: chunk 1's two, then chunk 0's three.
+    gradients = [(30, 1), (30, 1), (30, 0), (30, 0), (30, 0)]
+    # Megatron, stage 0: chunk 1 is one bucket (closed by its end, index 1); chunk 0 is cut at 70:
+    # 30, 60, 90 reaches it at index 4, which is also the end.
+    assert bucket_ends(gradients, megatron, 0) == [1, 4]
+    # Stage 1: no cutting at all, one bucket a chunk.
+    assert bucket_ends(gradients, megatron, 1) == [1, 4]
+    # With 50 a bucket on stage 0: chunk 1 one bucket [1]; chunk 0: 30, 60 closes at 3, 30 at the end 4.
+    assert bucket_ends(gradients, dataclasses.replace(megatron, bucket_parameters=50), 0) == [1, 3, 4]
+    assert bucket_ends(gradients, dataclasses.replace(megatron, bucket_parameters=50), 1) == [1, 4]
+    # MindFormers fills across chunks: 30, 60, 90 closes at 2; 30, 60 at the end 4.
+    assert bucket_ends(gradients, mindformers, 0) == [2, 4]
+    # torchtitan (FSDP2) reduces every layer by itself.
+    assert bucket_ends(gradients, framework_rules(small_run(framework="torchtitan")), 0) == [0, 1, 2, 3, 4]
 
 
 def test_reduce_scatter_of_fp32_gradients_over_the_data_parallel_ring():

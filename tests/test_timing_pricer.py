@@ -10,7 +10,7 @@ from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
-from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import Collective
 from ppb_core.timing.pricer import TimeModel
 
@@ -102,6 +102,48 @@ def test_collectives_over_intra_and_inter_node_links():
     # ep=16 spans 16 ranks, two nodes of 8: a rank sends P/16 to each of 7 local and 8 remote peers at
     # the same time; the remote share (8P/16 at 5e9 B/s) is the slower one.
     assert collective_seconds(Collective("all_to_all", "ep", P, "ep"), links) == pytest.approx(P * 8 / 16 / 5e9)
+
+
+def test_a_ring_leaving_the_node_uses_every_local_rank_s_nic():
+    """NCCL sends each channel out of the node through the NIC of the rank it leaves from, so a group
+    with k ranks per node crosses through k NICs (nccl-tests issue #119: 24 A100 with 4 HDR NICs a
+    node reach 85-96 of 4 × 25 GB/s), never faster than NVLink."""
+    links = Links.from_run(gelu_run(), gelu_run().device.profile())  # 5e10 B/s NVLink, 5e9 B/s a NIC, 8 a node
+    P = 16_000_000
+
+    def reduce_scatter(size: int, span: int, base: Links = links) -> float:
+        groups = {**base.groups, "dp": Group(size, span)}
+        grouped = Links(
+            base.intra_node_bytes_per_s, base.inter_node_bytes_per_s, 0.0, base.devices_per_node, groups, 0.0
+        )
+        return collective_seconds(Collective("reduce_scatter", "dp", P, "dp"), grouped)
+
+    # 16 ranks side by side (TP 1): 8 in each node leave through 8 NICs, 4e10 B/s: P·15/16 / 4e10
+    assert reduce_scatter(16, 16) == pytest.approx(P * 15 / 16 / 4e10)
+    # 16 ranks two apart (TP 2): 4 a node, 2e10 B/s
+    assert reduce_scatter(16, 32) == pytest.approx(P * 15 / 16 / 2e10)
+    # 16 ranks eight apart (TP 8): one a node, one NIC, 5e9 B/s
+    assert reduce_scatter(16, 128) == pytest.approx(P * 15 / 16 / 5e9)
+    # inside one node: NVLink
+    assert reduce_scatter(8, 8) == pytest.approx(P * 7 / 8 / 5e10)
+    # with 20 GB/s NICs (1e10 B/s at 50%) 8 of them would give 8e10: NVLink's 5e10 caps the ring
+    fast = gelu_run(device=dict(ROUND_DEVICE, inter_node_bandwidth_gbs=20.0))
+    fast_links = Links.from_run(fast, fast.device.profile())
+    assert reduce_scatter(16, 16, fast_links) == pytest.approx(P * 15 / 16 / 5e10)
+
+
+def test_a_nic_runs_at_its_own_efficiency():
+    # H100's catalog entry: NVLink 450 GB/s at 0.8 = 3.6e11 B/s; a 400 Gb/s NIC (50 GB/s) at the 46-48
+    # GB/s NCCL's maintainers expect (nccl-tests issue #290): 0.94 → 4.7e10 B/s.
+    run = gelu_run(device={"name": "h100-80gb"})
+    links = Links.from_run(run, run.device.profile())
+    assert links.intra_node_bytes_per_s == pytest.approx(3.6e11)
+    assert links.inter_node_bytes_per_s == pytest.approx(4.7e10)
+    # Without its own figure a NIC follows comm_efficiency (the round device: 10 GB/s at 0.5); a run
+    # config may set it: 10 GB/s at 0.8.
+    assert Links.from_run(gelu_run(), gelu_run().device.profile()).inter_node_bytes_per_s == pytest.approx(5e9)
+    tuned = gelu_run(device=dict(ROUND_DEVICE, nic_efficiency=0.8))
+    assert Links.from_run(tuned, tuned.device.profile()).inter_node_bytes_per_s == pytest.approx(8e9)
 
 
 def test_latency_adds_one_step_per_hop():

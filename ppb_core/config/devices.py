@@ -23,6 +23,9 @@ Achieved fractions are measured, not datasheet figures:
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
   reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
+- `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
+  "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
+  2025): 0.94 of 50 GB/s on the NDR systems below.
 - `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
   reaches ~0.9, fused norms and activations less). An assumption, stated.
 
@@ -64,6 +67,7 @@ class DeviceProfile:
     gemm_epilogue_overlapped: bool = True
     memory_efficiency: float = 0.8
     comm_efficiency: float = 0.8
+    nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
     # the alpha of an alpha-beta fit to nccl-tests' ring collectives on 8 NVLink GPUs, whose bus
     # bandwidth at a few MB is about half its peak (an 8 MB all_reduce ~120 us against ~60 us of pure
@@ -83,6 +87,11 @@ class DeviceProfile:
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def inter_node_efficiency(self) -> float:
+        """NCCL's share of a scale-out NIC's rate (`nic_efficiency`, else `comm_efficiency`)."""
+        return self.nic_efficiency or self.comm_efficiency
 
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense tensor-core FLOP/s for *dtype* (bf16, fp16, fp32 as TF32, fp8)."""
@@ -119,11 +128,13 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
     # eight 400 Gb/s ConnectX-7 NDR adapters, one per GPU (50 GB/s). H100 whitepaper: 132 SMs (SXM5).
     # MAMF 794.5 TFLOPS (80.3%).
-    "h100-80gb": DeviceProfile("h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
+    "h100-80gb": DeviceProfile("h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, nic_efficiency=0.94),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
     # GH100 die as H100 SXM: 132 SMs, MAMF as H100's.
-    "h200": DeviceProfile("h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132, fp8_matmul_efficiency=0.734),
+    "h200": DeviceProfile(
+        "h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132, fp8_matmul_efficiency=0.734, nic_efficiency=0.94
+    ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
@@ -138,6 +149,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         900.0,
         50.0,
         sm_count=148,
+        nic_efficiency=0.94,
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
         compute_capability=10.0,
@@ -168,7 +180,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved
     # and 8 InfiniBand NICs of 400 Gb/s per node, one per GPU (50 GB/s).
-    "h800": DeviceProfile("h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132),
+    "h800": DeviceProfile("h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132, nic_efficiency=0.94),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
 }

@@ -231,6 +231,7 @@ class Device(StrictModel):
     )
     memory_efficiency: Efficiency | None = None
     comm_efficiency: Efficiency | None = None
+    nic_efficiency: Efficiency | None = Field(None, description="NCCL's share of a NIC's rate (else comm_efficiency)")
     collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")
     inter_node_latency_us: Latency | None = Field(None, description="added per step across nodes")
     sm_count: Devices | None = Field(None, description="SMs or AI cores: the slots GEMM tiles fill")

@@ -5,15 +5,25 @@ context-parallel, then data-parallel; experts laid out as expert-tensor-parallel
 then expert-parallel): a group of *size* ranks spans `span` consecutive ranks, and sits inside
 one node when that span fits in `devices_per_node`.
 
-Costs (bandwidth per direction per device, times the device's `comm_efficiency`; one
+Costs (bandwidth per direction per device, times the device's `comm_efficiency`, over a NIC its
+`nic_efficiency`; one
 `collective_latency_us` per step, plus `inter_node_latency_us` when the group leaves the node):
 - all-gather / reduce-scatter of a P-byte tensor over g ranks: a ring, P·(g−1)/g bytes, g−1 steps;
 - all-reduce: reduce-scatter then all-gather, 2·P·(g−1)/g bytes, 2(g−1) steps;
 - all-to-all: each rank sends P/g to each peer; peers in the node over the intra-node link and
   the rest over the inter-node link at the same time, g−1 steps (a dispatcher that sends a token
   once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`);
-- point-to-point ring exchange (ring attention): P bytes in g−1 steps.
-A ring that leaves the node runs at the inter-node bandwidth (its slowest hop).
+- point-to-point ring exchange (ring attention): P bytes in g−1 steps, over one NIC where a hop
+  leaves the node.
+A ring that leaves the node runs at the inter-node bandwidth of the NICs it can use: NCCL runs one
+ring per channel and sends each channel out of the node through the NIC nearest the GPU it leaves
+from, so a group with k ranks in each node leaves every node through those k ranks' NICs at once
+(one NIC per device on the catalog's systems): k times a device's inter-node bandwidth, never more
+than the NVLink hops inside the node carry. Public nccl-tests runs show it: 24 A100 on 3 nodes with
+4 HDR NICs each reach 84.8 GB/s average and 96 GB/s peak all_reduce bus bandwidth against the 100
+GB/s of 4 × 25 GB/s (NVIDIA/nccl-tests issue #119), and NCCL's maintainers expect 46-48 GB/s per
+400 Gb/s NIC (issue #290), which an 8-GPU node's ring multiplies by its 8 NICs. A group with one
+rank per node (data parallelism across tensor-parallel groups of 8) has one NIC.
 """
 
 from __future__ import annotations
@@ -53,12 +63,19 @@ class Links:
         }
         return cls(
             intra_node_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
-            inter_node_bytes_per_s=device.inter_node_bandwidth_gbs * 1e9 * device.comm_efficiency,
+            inter_node_bytes_per_s=device.inter_node_bandwidth_gbs * 1e9 * device.inter_node_efficiency,
             latency_s=device.collective_latency_us * 1e-6,
             devices_per_node=par.devices_per_node,
             groups=groups,
             inter_node_latency_s=device.inter_node_latency_us * 1e-6,
         )
+
+    def ring_bytes_per_s(self, local: int, size: int) -> float:
+        """A ring's bandwidth per direction: inside the node NVLink's; leaving it, the *local* ranks'
+        NICs together (NCCL's channels leave through every local rank's NIC), at most NVLink's."""
+        if local >= size:
+            return self.intra_node_bytes_per_s
+        return min(self.intra_node_bytes_per_s, local * self.inter_node_bytes_per_s)
 
     def in_node(self, group: Group) -> int:
         """How many of the group's ranks share a node with any one of them."""
@@ -81,11 +98,13 @@ def collective_seconds(collective: Collective, links: Links) -> float:
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
         inter = leaving / links.inter_node_bytes_per_s
         return max(intra, inter) + (size - 1) * step
-    bandwidth = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
+    bandwidth = links.ring_bytes_per_s(local, size)
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):
         return payload * (size - 1) / size / bandwidth + (size - 1) * step
     if collective.kind == ALL_REDUCE:
         return 2 * payload * (size - 1) / size / bandwidth + 2 * (size - 1) * step
     if collective.kind == P2P:
-        return payload / bandwidth + (size - 1) * step
+        # each rank sends its block to one neighbour: the hop that leaves the node has one NIC
+        link = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
+        return payload / link + (size - 1) * step
     raise ValueError(f"unknown collective {collective.kind!r}")

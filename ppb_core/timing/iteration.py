@@ -102,13 +102,21 @@ class FrameworkRules:
     fsdp_gather_every_micro_batch: bool
     fsdp_reduce_every_micro_batch: bool
     bucket_parameters: int  # DP gradient buckets (0: one per layer, as FSDP2 reduces per module)
+    # Megatron-Core r0.8: only the first pipeline stage's first model chunk is cut into buckets; every
+    # other stage and chunk reduces its gradients as one bucket once its last backward is done
+    buckets_first_chunk_only: bool = False
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
     """The run's framework's rules.
 
     - Megatron-LM (Megatron-Core DDP, distributed optimizer): gradients in buckets of
-      max(40M, 1M·dp·cp) parameters (distributed_data_parallel.py); P2P synchronous in 1F1B and
+      max(40M, 1M·dp·cp) parameters (distributed_data_parallel.py), on the first pipeline stage's
+      first model chunk only: `DistributedDataParallel.__init__` sets no bucket size on a stage
+      past the first and `get_model` passes `disable_bucketing=(model_chunk_idx > 0)` (training.py,
+      core_r0.8.0), and with `delay_grad_reduce` (on unless `--no-delay-grad-reduce`) the schedules
+      start those stages' and chunks' reductions only once their last backward is done
+      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B and
       overlapped in the interleaved schedule (`--overlap-p2p-communication` on by default there,
       forced off otherwise; arguments.py). Its FSDP (`--use-megatron-fsdp`) gathers per micro-batch.
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
@@ -128,7 +136,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
-    return FrameworkRules("megatron", not interleaved, True, True, True, bucket)
+    return FrameworkRules("megatron", not interleaved, True, True, True, bucket, buckets_first_chunk_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,29 +445,49 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         return 0.0, 0.0, 0.0
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
-        entries = [entry for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
+        entries = [(chunk, entry) for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
         # backward order: last layer first
-        clock = end - sum(b for _, _, b in entries)
-        ready: list[tuple[float, float]] = []  # (time its gradients are ready, parameters)
-        for layer, _, backward in reversed(entries):
+        clock = end - sum(b for _, (_, _, b) in entries)
+        ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
+        for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
-            ready.append((clock, memory.parameters(layer)))
+            ready.append((clock, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
-        filled, params_sum = 0.0, None
-        for when, params in ready:
-            params_sum = params if params_sum is None else params_sum + params
-            filled = params_sum.total
-            if rules.bucket_parameters and filled < rules.bucket_parameters:
-                continue
-            buckets.append((when, _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
-            params_sum = None
-        if params_sum is not None:
-            buckets.append((ready[-1][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+        start = 0
+        for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
+            params_sum = ready[start][1]
+            for _, params, _ in ready[start + 1 : last + 1]:
+                params_sum = params_sum + params
+            buckets.append((ready[last][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+            start = last + 1
         link, exposed = bucket_tail(buckets, end, overlap, contention)
         latest = max(latest, end + exposed)
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def bucket_ends(gradients: Sequence[tuple[float, int]], rules: FrameworkRules, stage: int) -> list[int]:
+    """The indices of the gradients (parameters, model chunk), in backward order, that close a bucket.
+
+    A bucket closes once it holds `rules.bucket_parameters` (every gradient is its own bucket when that
+    is 0); the last gradient closes the last one. Under Megatron-Core's rule
+    (`buckets_first_chunk_only`) a model chunk's buffer also ends its last bucket, and only the first
+    stage's first chunk is cut by size: every other chunk is one bucket."""
+    ends: list[int] = []
+    filled = 0.0
+    for index, (parameters, chunk) in enumerate(gradients):
+        filled += parameters
+        last = index + 1 == len(gradients)
+        if rules.buckets_first_chunk_only:
+            size = rules.bucket_parameters if (stage, chunk) == (0, 0) else 0
+            full = last or gradients[index + 1][1] != chunk or (bool(size) and filled >= size)
+        else:
+            full = last or not rules.bucket_parameters or filled >= rules.bucket_parameters
+        if full:
+            ends.append(index)
+            filled = 0.0
+    return ends
 
 
 def bucket_tail(
