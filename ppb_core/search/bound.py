@@ -260,8 +260,9 @@ def stage_bound(
     options = list(kinds[0].backward_ms)
     if any(list(kind.backward_ms) != options for kind in kinds):  # kinds with other options (a head or tail)
         options = sorted({o for kind in kinds for o in kind.backward_ms})
-    forward = np.array([[kind.forward_ms.get(o, np.inf) for o in options] for kind in kinds])
-    backward = np.array([[kind.backward_ms.get(o, np.inf) for o in options] for kind in kinds])
+    # an option a kind lacks (a head or tail runs NONE) counts as its slowest: the least over options stays
+    forward = np.array([[kind.forward_ms.get(o, max(kind.forward_ms.values())) for o in options] for kind in kinds])
+    backward = np.array([[kind.backward_ms.get(o, max(kind.backward_ms.values())) for o in options] for kind in kinds])
     fixed_f = np.full(count, ends.cell_forward_ms)
     fixed_b = np.full(count, ends.cell_backward_ms)
     fixed_f[0] += ends.head_forward_ms
