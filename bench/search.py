@@ -1,12 +1,15 @@
-"""Strategy search at scale: `python bench/search.py [SEARCH.yaml ...] [--workers N] [--budget S]`.
+"""Strategy search at scale: `python bench/search.py [SEARCH.yaml ...] [--workers N] [--devices N ...] [--balanced N]`.
 
 Searches the shipped specs (default: searches/llama3-70b-1024.yaml, a Llama-3-70B on 1024 H100s, and
-searches/deepseek-v3-2048.yaml, DeepSeek-V3 on 2048 H100s), with `--devices N` the same specs on N
-devices instead, and prints for each: the machine, the strategies enumerated, valid, screened, bounded by
-the relaxed program, balanced and pruned, the wall time of screening and of the whole search, and the
-ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB), then where each published production
-setting of that search (`PUBLISHED`) ranks and what our first choice gains over it. The goal (issue 14): 10,000+
-strategies screened and the top 20 balanced in under 60 s on 2 cores.
+searches/deepseek-v3-2048.yaml, DeepSeek-V3 on 2048 H100s), each on every device count of `--devices`
+(default: 1024 and 2048), and prints for each: the machine, the strategies enumerated, valid, screened,
+bounded by the relaxed program, balanced and pruned, the wall time of screening and of the whole search,
+how many places are proven and the proven gap (how much faster than our first an unexamined strategy could
+at most be), and the ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB, the balancer's
+own gap); then where each published production setting of that search (`PUBLISHED`) ranks and what our
+first choice gains over it. Every decision is deterministic (work limits, a balance budget: `--balanced`,
+default the spec's `top`); `--seconds` is only a wall-clock safety net, reported when it fires. The goal
+(issue 14): 10,000+ strategies screened and the top 20 balanced in under 60 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
     ],
     "llama3-70b-1024": [
         (
-            "NVIDIA Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config: TP4 PP4 CP2 VP5, on 1024",
+            "NVIDIA Megatron-Bridge perf recipe llama3_70b_pretrain_64gpu_h100_bf16_config: TP4 PP4 CP2 VP5",
             dict(tp=4, cp=2, pp=4, vpp=5, schedule="interleaved", zero=1, micro_batch_size=1),
+        ),
+        (
+            "Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K: TP8 CP1 PP16 (its layout, on this 70B)",
+            dict(tp=8, cp=1, pp=16, vpp=1, schedule="1f1b", zero=1, micro_batch_size=1),
         ),
     ],
     "deepseek-v3-2048": [
@@ -68,6 +75,13 @@ def published(spec: SearchSpec, fields: dict) -> Strategy:
     )
 
 
+def _gap_text(result: SearchResult) -> str:
+    gap = result.proven_gap
+    if gap is None:
+        return ""
+    return f"; proven gap {100 * gap:.1f} % (least bound left {result.unexamined_bound_s:.3f} s)"
+
+
 def place_published(result: SearchResult, spec: SearchSpec) -> None:
     """Where each published setting of the spec ranks, and what our first gains over it."""
     for source, fields in PUBLISHED.get(spec.name, []):
@@ -91,46 +105,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="*", default=list(DEFAULT_SPECS))
     parser.add_argument("--workers", type=int, default=None, help="processes (default: the CPUs)")
-    parser.add_argument("--devices", type=int, default=None, help="search the specs on this many devices")
-    parser.add_argument("--budget", type=float, default=None, help="the search's time budget in seconds")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1024, 2048], help="device counts to search on")
+    parser.add_argument("--balanced", type=int, default=None, help="balance budget (default: the spec's top)")
+    parser.add_argument("--seconds", type=float, default=None, help="wall-clock safety net of each search")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     for name in args.specs:
-        spec = load_search_spec(ROOT / name)
-        if args.devices:
-            spec = spec.model_copy(update={"devices": args.devices})
-        if args.budget:
-            spec = spec.model_copy(update={"search": spec.search.model_copy(update={"time_budget_s": args.budget})})
-        marks: dict[str, float] = {}
-        started = time.perf_counter()
+        for devices in args.devices:
+            run_one(load_search_spec(ROOT / name), devices, args)
 
-        def progress(event: str, figures: dict, marks: dict[str, float] = marks, started: float = started) -> None:
-            if event == "screening done":
-                marks["screened"] = time.perf_counter() - started
-                print(f"  {figures['screened']:,} screened at {marks['screened']:.1f} s", flush=True)
-            if event == "balanced":
-                marks.setdefault("first balanced", time.perf_counter() - started)
 
-        result = search(spec, args.workers, progress)
-        counts = result.counts
-        print(f"\n{spec.name}: {spec.devices} × {spec.device.name}, {spec.global_batch} sequences of {spec.seq_length}")
+def run_one(spec: SearchSpec, devices: int, args: argparse.Namespace) -> None:
+    """One search on *devices*, its figures and the published settings placed."""
+    options = {"balance_budget": args.balanced or spec.search.top}
+    if args.seconds:
+        options["time_budget_s"] = args.seconds
+    spec = spec.model_copy(update={"devices": devices, "search": spec.search.model_copy(update=options)})
+    marks: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def progress(event: str, figures: dict) -> None:
+        if event == "screening done":
+            marks["screened"] = time.perf_counter() - started
+        if event == "balanced":
+            marks.setdefault("first balanced", time.perf_counter() - started)
+
+    result = search(spec, args.workers, progress)
+    counts = result.counts
+    print(f"\n{spec.name} on {spec.devices} × {spec.device.name}, {spec.global_batch} sequences of {spec.seq_length}")
+    print(
+        "  enumerated {enumerated:,}, valid {valid:,}, screened {screened:,}, relaxed {relaxed:,}, "
+        "balanced {balanced:,}, pruned {pruned:,}, unexamined {unexamined:,}".format(**counts)
+    )
+    times = ", ".join(f"{key} at {value:.1f} s" for key, value in marks.items())
+    print(
+        f"  wall {result.seconds:.1f} s ({times}); top {len(result.ranked)} balanced, "
+        f"{result.to_json(True)['proven']} proven"
+        + _gap_text(result)
+        + ("; the wall-clock safety net stopped it" if result.clock_stopped else "")
+        + (f"; {counts['clock_stopped']} balances stopped by the clock" if counts.get("clock_stopped") else "")
+    )
+    for place, entry in enumerate(result.ranked[:5], start=1):
+        own = "" if entry.balance_gap is None else f"  balancer gap {100 * entry.balance_gap:4.1f} %"
         print(
-            "  enumerated {enumerated:,}, valid {valid:,}, screened {screened:,}, relaxed {relaxed:,}, "
-            "whole layers {whole_layers:,}, balanced {balanced:,}, pruned {pruned:,}, unexamined {unexamined:,}".format(
-                **counts
-            )
+            f"  {place}. {entry.strategy.label(spec):40s} {entry.tokens_per_second_per_device:8,.0f} tokens/s/dev"
+            f"  {entry.seconds:7.3f} s  MFU {100 * entry.mfu:4.1f} %  peak {entry.peak_memory_mb / 1024:5.1f} GiB{own}"
         )
-        times = ", ".join(f"{key} at {value:.1f} s" for key, value in marks.items())
-        print(
-            f"  wall {result.seconds:.1f} s ({times}); top {len(result.ranked)} balanced, "
-            f"{result.to_json(True)['proven']} proven"
-        )
-        for place, entry in enumerate(result.ranked[:5], start=1):
-            print(
-                f"  {place}. {entry.strategy.label(spec):40s} {entry.tokens_per_second_per_device:8,.0f} tokens/s/dev"
-                f"  {entry.seconds:7.3f} s  MFU {100 * entry.mfu:4.1f} %  peak {entry.peak_memory_mb / 1024:5.1f} GiB"
-            )
-        place_published(result, spec)
+    place_published(result, spec)
 
 
 if __name__ == "__main__":

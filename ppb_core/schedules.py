@@ -81,13 +81,19 @@ def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
     return name
 
 
-def _one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Op]:
-    warmup = min(stages - stage - 1, micro_batches)
-    order = [Op("F", 0, i) for i in range(warmup)]
-    for i in range(micro_batches - warmup):
-        order += [Op("F", 0, warmup + i), Op("B", 0, i)]
-    order += [Op("B", 0, i) for i in range(micro_batches - warmup, micro_batches)]
-    return order
+def _one_f_one_b(stages: int, micro_batches: int) -> list[list[Op]]:
+    """Every stage's 1F1B order (the ops built once and shared: they are immutable)."""
+    forwards = [Op("F", 0, i) for i in range(micro_batches)]
+    backwards = [Op("B", 0, i) for i in range(micro_batches)]
+    orders = []
+    for stage in range(stages):
+        warmup = min(stages - stage - 1, micro_batches)
+        order = forwards[:warmup]
+        for i in range(micro_batches - warmup):
+            order += [forwards[warmup + i], backwards[i]]
+        order += backwards[micro_batches - warmup :]
+        orders.append(order)
+    return orders
 
 
 def _interleaved_table(stages: int, chunks: int, micro_batches: int) -> list[tuple[int, int]]:
@@ -99,17 +105,22 @@ def _interleaved_table(stages: int, chunks: int, micro_batches: int) -> list[tup
     return table
 
 
-def _interleaved(stages: int, chunks: int, micro_batches: int, stage: int) -> list[Op]:
+def _interleaved(stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+    """Every stage's interleaved order: the same forward and backward slots (built once, ops are immutable),
+    each stage warming up with fewer forwards the later it sits."""
     table = _interleaved_table(stages, chunks, micro_batches)
     total = len(table)
     forwards = [Op("F", chunk, mb) for mb, chunk in table]
     backwards = [Op("B", chunks - 1 - chunk, mb) for mb, chunk in table]
-    warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
-    order = forwards[:warmup]
-    for i in range(total - warmup):
-        order += [forwards[warmup + i], backwards[i]]
-    order += backwards[total - warmup :]
-    return order
+    orders = []
+    for stage in range(stages):
+        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+        order = forwards[:warmup]
+        for i in range(total - warmup):
+            order += [forwards[warmup + i], backwards[i]]
+        order += backwards[total - warmup :]
+        orders.append(order)
+    return orders
 
 
 def _gpipe(chunks: int, micro_batches: int) -> list[Op]:
@@ -120,12 +131,13 @@ def _gpipe(chunks: int, micro_batches: int) -> list[Op]:
 
 def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
     """DualPipeV's eight steps on one rank; W (weight gradients) folded into B, overlapped pairs run F first."""
-    count = {"F0": 0, "F1": 0, "B0": 0, "B1": 0}
+    made = {(kind, chunk): [Op(kind, chunk, i) for i in range(micro_batches)] for kind in "FB" for chunk in (0, 1)}
+    count = dict.fromkeys(made, 0)
     order: list[Op] = []
 
     def run(kind: str, chunk: int) -> None:
-        key = f"{kind}{chunk}"
-        order.append(Op(kind, chunk, count[key]))
+        key = (kind, chunk)
+        order.append(made[key][count[key]])
         count[key] += 1
 
     rank, ranks = stage, stages
@@ -156,9 +168,9 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
 
 def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
     if name == "1f1b":
-        return [_one_f_one_b(stages, micro_batches, s) for s in range(stages)]
+        return _one_f_one_b(stages, micro_batches)
     if name == "interleaved":
-        return [_interleaved(stages, chunks, micro_batches, s) for s in range(stages)]
+        return _interleaved(stages, chunks, micro_batches)
     if name == "gpipe":
         return [_gpipe(chunks, micro_batches) for _ in range(stages)]
     return [_dualpipev(stages, micro_batches, s) for s in range(stages)]

@@ -15,6 +15,7 @@ from ppb_core.search.rank import (
     BALANCER_NO_PLAN,
     NO_RELAXED_PLAN,
     NO_ROOM,
+    NO_STAGE_ROOM,
     NO_WHOLE_PLAN,
     PRUNED,
     SearchResult,
@@ -67,7 +68,9 @@ def test_counts_add_up(results, name: str) -> None:
     assert counts["enumerated"] == counts["valid"] + grid_refusals
     # every valid strategy ends once: balanced (ranked, or refused by the balancer), refused for memory
     # by a screen or a relaxed program, or left waiting when the search stopped (pruned)
-    refused_early = sum(searched.rejected.get(reason, 0) for reason in (NO_ROOM, NO_RELAXED_PLAN, NO_WHOLE_PLAN))
+    refused_early = sum(
+        searched.rejected.get(reason, 0) for reason in (NO_ROOM, NO_STAGE_ROOM, NO_RELAXED_PLAN, NO_WHOLE_PLAN)
+    )
     assert counts["valid"] == counts["balanced"] + refused_early + counts["pruned"] + counts["unexamined"]
     assert counts["unexamined"] == 0 and searched.to_json(details=True)["proven"] == len(searched.ranked)
     assert counts["pruned"] == searched.rejected.get(PRUNED, 0)
@@ -159,3 +162,25 @@ def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:
     searched, everything = results["tiny-tight"]
     assert searched.rejected[NO_ROOM] + searched.rejected.get(BALANCER_NO_PLAN, 0) >= 1
     assert everything.rejected[BALANCER_NO_PLAN] >= 1
+
+
+def test_a_balance_budget_repeats_and_its_proven_places_are_exhaustive(results) -> None:
+    """With a balance budget the search stops early, deterministically: two runs agree; the places it says
+    are proven are the exhaustive ranking's; the proven gap bounds every strategy it left unexamined."""
+    full, everything = results["tiny-dense"]
+    spec = full.spec
+    budget = max(1, full.counts["balanced"] // 2)
+    limited = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_budget": budget})})
+    first, second = search(limited, workers=2), search(limited, workers=1)
+    assert first.counts["balanced"] == budget
+    assert [(e.strategy, e.seconds) for e in first.ranked] == [(e.strategy, e.seconds) for e in second.ranked]
+    assert first.counts == second.counts and first.proven == second.proven
+    exhaustive_ranking = [(e.strategy, e.seconds) for e in everything.ranked]
+    proven = [(e.strategy, e.seconds) for e in first.ranked[: first.proven]]
+    assert proven == exhaustive_ranking[: first.proven]
+    if first.unexamined_bound_s is not None:
+        # every strategy is balanced (no faster than our first), pruned (slower than the ranking's last) or left
+        # with a bound (no faster than the least bound left): the best of all is no faster than either
+        least = min(first.ranked[0].seconds, first.unexamined_bound_s)
+        assert everything.ranked[0].seconds >= least * (1 - 1e-9)
+        assert first.proven_gap is not None and 0.0 <= first.proven_gap < 1.0

@@ -450,6 +450,8 @@ def solve(
     progress: ProgressHook | None = None,
     limits: WorkLimits | None = None,
     selective_modules: Sequence[str] | None = None,
+    *,
+    megatron_settings: bool = True,
 ) -> Solution:
     """The plan that fits with the least iteration time, proven optimal unless a limit stops it, the
     ties among equally fast plans broken for the user (`tiebreak`).
@@ -458,7 +460,8 @@ def solve(
     critical path and the closed form's optimum is reported beside it. For a Megatron-Core run
     (`problem.framework == "megatron"`) the fastest plan Megatron-Core can say is solved too
     (`selective_modules`: what SLCT stands for in `--recompute-modules`, when the run says so),
-    and taken when it is as fast.
+    and taken when it is as fast; `megatron_settings=False` skips that (the strategy search ranks by the
+    plan's time, which that plan never beats).
     """
     clock = Clock(time_limit)
     report = Reporter(progress, clock)
@@ -472,6 +475,7 @@ def solve(
     solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True)
     if (
         problem.framework == "megatron"
+        and megatron_settings
         and exact is not None
         and solution.plan is not None
         and problem.schedule_name != "dualpipev"

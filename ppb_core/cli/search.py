@@ -132,9 +132,19 @@ def render(result: SearchResult) -> None:
         )
     console.print(table)
     if result.proven is not None and result.proven < len(result.ranked):
+        gap = result.proven_gap
         console.print(
-            f"places 1 to {result.proven} are proven; past them, the fastest found within the time budget "
-            f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more)"
+            f"places 1 to {result.proven} are proven; past them, the fastest found within the search's budget "
+            f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more"
+            + ("" if gap is None else f": none can be more than {100 * gap:.1f} % faster than the first")
+            + ")"
+        )
+    if result.clock_stopped:
+        console.print("the wall-clock safety net (search.time_budget_s) stopped the search: another run may differ")
+    if result.counts.get("clock_stopped"):
+        console.print(
+            f"{result.counts['clock_stopped']} balances were stopped by their wall-clock safety net "
+            "(search.balance_time_limit_s), not by their work limits: those plans depend on the machine"
         )
     unanswered = result.rejected.get(BALANCER_TIMEOUT, 0) + result.rejected.get(BALANCER_FAILED, 0)
     if unanswered:

@@ -117,57 +117,57 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
     cells = tuple(cell_order(name, stages, chunks))
     position = {cell: i for i, cell in enumerate(cells)}
     count = len(cells)
-    stage_of = [cell[1] for cell in cells]
+    stage_of = np.array([cell[1] for cell in cells])
+    # crossing[i]: 1 when cells i and i + 1 sit on different stages (a transfer between them); its prefix
+    # sums count the transfers along any stretch of the model
+    crossing = (stage_of[1:] != stage_of[:-1]).astype(np.int64)
+    crossed = np.concatenate(([0], np.cumsum(crossing)))
 
-    def crossing(i: int, j: int) -> int:
-        """1 when positions i and j are cells of different stages (a transfer between them)."""
-        return int(0 <= i < count and 0 <= j < count and stage_of[i] != stage_of[j])
-
-    def sends(ops) -> int:
-        return sum(
-            crossing(position[(op.chunk, stage)], position[(op.chunk, stage)] + (1 if op.kind == "F" else -1))
-            for op in ops
-        )
-
-    def form(stage: int, order, k: int) -> Form:
+    def form(stage: int, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int) -> Form:
         """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
-        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k."""
-        op, last = order[k], order[-1]
-        p, pl = position[(op.chunk, stage)], position[(last.chunk, stage)]
-        forward, backward = [0.0] * count, [0.0] * count
-        if op.kind == "B":  # its micro-batch's forward through every cell, then its backward down to op
-            forward = [1.0] * count
-            for i in range(p, count):
-                backward[i] += 1.0
-            links = sum(crossing(i, i + 1) for i in range(count - 1)) + sum(
-                crossing(i + 1, i) for i in range(p, count - 1)
-            )
-            after = order[k + 1 :]
+        chain the stage's last op starts; an op a chain runs on this stage is never one counted after k.
+        *at*: each op's cell position; *forward_op*: whether it is a forward; *sends*: whether it sends."""
+        p, pl = int(at[k]), int(at[-1])
+        if not forward_op[k]:  # its micro-batch's forward through every cell, then its backward down to op
+            forward = np.ones(count)
+            backward = np.zeros(count)
+            backward[p:] += 1.0
+            links = int(crossed[-1]) + int(crossed[-1] - crossed[p])
+            first = k + 1
         else:  # its micro-batch's forward up to op
-            for i in range(p):
-                forward[i] += 1.0
-            links = sum(crossing(i, i + 1) for i in range(p))
-            after = order[k:]
-        for later in after:
-            (forward if later.kind == "F" else backward)[position[(later.chunk, stage)]] += 1.0
-        for i in range(pl):
-            backward[i] += 1.0
-        links += sum(crossing(i + 1, i) for i in range(pl))
+            forward = np.zeros(count)
+            forward[:p] += 1.0
+            backward = np.zeros(count)
+            links = int(crossed[p])
+            first = k
+        later, later_forward = at[first:], forward_op[first:]
+        forward += np.bincount(later[later_forward], minlength=count)
+        backward += np.bincount(later[~later_forward], minlength=count)
+        backward[:pl] += 1.0
+        links += int(crossed[pl])
         # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
-        counted = order[k:-1]
-        return Form(stage, tuple(forward), tuple(backward), links, sends(counted))
+        return Form(stage, tuple(forward.tolist()), tuple(backward.tolist()), links, int(sends[k:-1].sum()))
 
     a_forms, b_forms = [], []
     for stage, order in enumerate(orders):
+        at_chunk = np.array([position[(chunk, stage)] for chunk in range(chunks)])
+        op_chunk = np.fromiter((op.chunk for op in order), dtype=np.int64, count=len(order))
+        at = at_chunk[op_chunk]
+        forward_op = np.fromiter((op.kind == "F" for op in order), dtype=bool, count=len(order))
+        # an op sends when the next cell along its direction (up for a forward, down for a backward) is on another stage
+        up = np.concatenate((crossing, [0]))[at]
+        down = np.concatenate(([0], crossing))[at]
+        sends = np.where(forward_op, up, down)
         # for each chunk the stage's first backward (A) and first forward (B): A_s and B_s of the docstring,
         # and the same chains taken from the other chunks' first ops
-        for kind, forms_list in (("B", a_forms), ("F", b_forms)):
-            firsts: dict[int, int] = {}
-            for index, op in enumerate(order):
-                if op.kind == kind:
-                    firsts.setdefault(op.chunk, index)
-            for index in sorted(firsts.values()):
-                forms_list.append(form(stage, order, index))
+        for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
+            firsts = [
+                int(np.argmax(mask))
+                for mask in ((op_chunk == chunk) & (forward_op == is_forward) for chunk in range(chunks))
+                if mask.any()
+            ]
+            for index in sorted(firsts):
+                forms_list.append(form(stage, at, forward_op, sends, index))
     return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
 
 
@@ -228,6 +228,110 @@ def quick_bound(
     return best
 
 
+def stage_bound(
+    forms: ScheduleForms,
+    kinds: Sequence[Kind],
+    ends: Ends,
+    transfer_ms: float = 0.0,
+    blocking: bool = True,
+    room_mb: Sequence[float] | None = None,
+    layer_mb: Sequence[Sequence[float]] | None = None,
+) -> float:
+    """Milliseconds no plan's schedule beats, layers being whole: each stage's own work comes in whole layers.
+
+    Take for every stage s its form that counts all its own ops (its first forward's B form). Under any
+    plan that form is at least a constant C_s — the transfers, the head and tail where they sit, and one
+    layer at its cheapest in every cell on its chains that must hold one (every cell but the head's and the
+    tail's) — plus, for every layer the stage holds, that layer's least coefficient-weighted time over the
+    stage's cells and options, c_{s,k}. So T ≥ max_s (C_s + Σ_{layers on s} c_{s,k}). For a kind j, the
+    layers whose c_{s,k} ≥ c_{s,j} on every stage (N_j of them) each take at least c_{s,j} of a stage;
+    stage s has room for n of them only once T ≥ C_s + n·c_{s,j}, so T is at least the N_j-th smallest of
+    those values over s and n ≥ 1. The largest over j is the bound.
+
+    With *room_mb* (per stage, what its layers may use) and *layer_mb* (per stage and kind, the least a
+    layer of the kind holds there), stage s has room for at most room_s / (the lightest of those layers)
+    of them, so n stops there; when all stages together cannot hold the N_j, no plan fits (infinity).
+    """
+    if not kinds:
+        return 0.0
+    chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches)
+    a, b, own, chain = chosen.forward, chosen.backward, chosen.own, chosen.chain  # [stage, cell]
+    count = len(forms.cells)
+    options = list(kinds[0].backward_ms)
+    if any(list(kind.backward_ms) != options for kind in kinds):  # kinds with other options (a head or tail)
+        options = sorted({o for kind in kinds for o in kind.backward_ms})
+    # an option a kind lacks (a head or tail runs NONE) counts as its slowest: the least over options stays
+    forward = np.array([[kind.forward_ms.get(o, max(kind.forward_ms.values())) for o in options] for kind in kinds])
+    backward = np.array([[kind.backward_ms.get(o, max(kind.backward_ms.values())) for o in options] for kind in kinds])
+    fixed_f = np.full(count, ends.cell_forward_ms)
+    fixed_b = np.full(count, ends.cell_backward_ms)
+    fixed_f[0] += ends.head_forward_ms
+    fixed_b[0] += ends.head_backward_ms
+    fixed_f[-1] += ends.tail_forward_ms
+    fixed_b[-1] += ends.tail_backward_ms
+    # [stage, cell, kind]: one layer's least time in the stage's form over its options
+    cheapest = np.min(a[:, :, None, None] * forward + b[:, :, None, None] * backward, axis=3)
+    constant = transfer_ms * chosen.transfers(blocking) + a @ fixed_f + b @ fixed_b
+    constant += np.where(chain, np.min(cheapest, axis=2), 0.0).sum(axis=1)
+    cost = np.min(np.where(own[:, :, None], cheapest, np.inf), axis=1)  # [stage, kind]
+    counts = np.array([kind.count for kind in kinds])
+    mb = None if room_mb is None or layer_mb is None else np.asarray(layer_mb, dtype=float)
+    best = 0.0
+    for j in range(len(kinds)):
+        size = cost[:, j]
+        if not np.all(size > 0):
+            continue
+        heavier = np.all(cost >= size[:, None], axis=0)
+        needed = int(counts[heavier].sum())
+        # the needed-th smallest of C_s + n·size_s over stages s and n = 1..needed (..room, with memory)
+        layers = np.arange(1, needed + 1)[None, :]
+        values = constant[:, None] + size[:, None] * layers
+        if mb is not None:
+            lightest = np.min(mb[:, heavier], axis=1)
+            if np.all(lightest > 0):
+                room = np.floor(np.maximum(np.asarray(room_mb, dtype=float), 0.0) / lightest * (1 + 1e-9))
+                values = np.where(layers <= room[:, None], values, np.inf)
+        best = max(best, float(np.partition(values.ravel(), needed - 1)[needed - 1]))
+    return best
+
+
+@dataclass(frozen=True)
+class _StageForms:
+    """Per stage, its B form counting the most of its own ops, as arrays [stage, cell]; which cells are the
+    stage's own, and which others its chains pass that must hold a layer (all but the head's and tail's)."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    own: np.ndarray
+    chain: np.ndarray
+    links: np.ndarray
+    sends: np.ndarray
+
+    def transfers(self, blocking: bool) -> np.ndarray:
+        return self.links + (self.sends if blocking else 0)
+
+
+@lru_cache(maxsize=512)
+def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int) -> _StageForms:
+    forms = schedule_forms(schedule, stages, chunks, micro_batches)
+    count = len(forms.cells)
+    own = np.array([[cell_stage == stage for _, cell_stage in forms.cells] for stage in range(stages)])
+    chosen = []
+    for stage in range(stages):
+        candidates = [form for form in forms.family("B") if form.stage == stage]
+        chosen.append(
+            max(candidates, key=lambda f: float(np.sum((np.array(f.forward) + np.array(f.backward))[own[stage]])))
+        )
+    forward = np.array([form.forward for form in chosen])
+    backward = np.array([form.backward for form in chosen])
+    must = np.ones(count, dtype=bool)
+    must[0] = must[-1] = False  # the head's and the tail's cells may hold no body layer
+    chain = must[None, :] & ~own & ((forward > 0) | (backward > 0))
+    links = np.array([form.links for form in chosen], dtype=float)
+    sends = np.array([form.sends for form in chosen], dtype=float)
+    return _StageForms(forward, backward, own, chain, links, sends)
+
+
 @lru_cache(maxsize=1024)
 def _averages(
     schedule: str, stages: int, chunks: int, micro_batches: int, family: str
@@ -262,6 +366,9 @@ def lp_bound(
     whole_layers: bool = False,
     time_limit: float = 10.0,
     reduction_floor_ms: float | None = None,
+    whole_stages: bool = False,
+    nodes: int | None = None,
+    schedule_floor_ms: float = 0.0,
 ) -> Relaxation:
     """The linear relaxation of the balancer's program under the schedule forms (module docstring).
 
@@ -288,7 +395,9 @@ def lp_bound(
     backward = [column() for _ in range(count)]
     forward_prefix = [column() for _ in range(count + 1)]
     backward_prefix = [column() for _ in range(count + 1)]
-    schedule_top = column()
+    schedule_top = column(
+        schedule_floor_ms
+    )  # a bound proven otherwise (`stage_bound`): any plan's schedule is above it
     rows: list[tuple[float, float, dict[int, float]]] = []
     fixed_forward = [ends.cell_forward_ms] * count
     fixed_backward = [ends.cell_backward_ms] * count
@@ -347,6 +456,19 @@ def lp_bound(
                 terms = {x[(k, option, c)]: 1.0 for option in kind.backward_ms}
                 terms[whole] = -1.0
                 rows.append((0.0, 0.0, terms))
+    elif whole_stages:  # each stage holds whole layers of each kind (any plan does): a few integers, not one per cell
+        for k, kind in enumerate(kinds):
+            for stage in range(forms.stages):
+                whole = column()
+                integers.append(whole)
+                terms = {
+                    x[(k, option, c)]: 1.0
+                    for c, (_, on) in enumerate(cells)
+                    if on == stage
+                    for option in kind.backward_ms
+                }
+                terms[whole] = -1.0
+                rows.append((0.0, 0.0, terms))
     top = column()
     if reduction_floor_ms is None:
         rows.append((0.0, 0.0, {top: 1.0, schedule_top: -1.0}))
@@ -365,7 +487,7 @@ def lp_bound(
         if cells[-1][1] == 0:
             held += ends.tail_reduce_ms - ends.tail_backward_ms
         rows.append((held, highs.INF, terms))
-    return _solve(columns, rows, top, integers, time_limit)
+    return _solve(columns, rows, top, integers, time_limit, nodes)
 
 
 def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:
@@ -406,8 +528,9 @@ def _solve(
     top: int,
     integers: Sequence[int] = (),
     time_limit: float = 10.0,
+    nodes: int | None = None,
 ) -> Relaxation:
-    solver = highs.new_solver(time_limit)
+    solver = highs.new_solver(time_limit, nodes)
     solver.setOptionValue("presolve", "on")
     n = len(columns)
     cost = np.zeros(n)
@@ -445,7 +568,7 @@ def _solve(
         solver.clearSolver()
         solver.run()
         status = solver.getModelStatus()
-    if integers and status == highspy.HighsModelStatus.kTimeLimit:  # the proven bound so far
+    if integers and status in _CUT_SHORT:  # the proven bound so far
         return Relaxation("time_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
     if status == highspy.HighsModelStatus.kOptimal:
         # HiGHS stops within its tolerances (1e-7): give that much back so the bound stays below
@@ -456,8 +579,6 @@ def _solve(
     return Relaxation("unknown", 0.0)
 
 
-_ANSWERS = (
-    highspy.HighsModelStatus.kOptimal,
-    highspy.HighsModelStatus.kInfeasible,
-    highspy.HighsModelStatus.kTimeLimit,
-)
+# an integer program stopped by its node limit (or the wall-clock safety bound): its dual bound holds
+_CUT_SHORT = (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kSolutionLimit)
+_ANSWERS = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kInfeasible, *_CUT_SHORT)

@@ -24,6 +24,7 @@ overall ranking, so the merge is exact too.
 from __future__ import annotations
 
 import heapq
+import math
 import multiprocessing
 import os
 import time
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppb_core.balance import balance
+from ppb_core.balance import WorkLimits, report, solve
 from ppb_core.balance.problem import run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import time_unit_s
@@ -42,11 +43,13 @@ from ppb_core.payload.run import describe_run
 from ppb_core.search.bound import lp_bound
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.screen import (
+    NO_ROOM,
     FigureCache,
     after_schedule_ms,
     blocking,
     fits_somewhere,
     run_forms,
+    schedule_floor_ms,
     screen,
     time_key,
 )
@@ -54,15 +57,19 @@ from ppb_core.search.spec import SearchSpec
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
 
-NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per cell, or all stages every layer)"
+NO_STAGE_ROOM = "memory: no plan fits (whole layers: the stages' room cannot hold every layer)"
 NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
 NO_WHOLE_PLAN = "memory: no plan fits (the relaxed program with whole layers per cell has no point)"
 BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
 BALANCER_TIMEOUT = "balancer: no answer within the search's evaluation timeout"
 BALANCER_FAILED = "balancer: its process ended without an answer"
-# HiGHS's time for the whole-layer program; past it the proven bound so far is taken
-WHOLE_LAYERS_SECONDS = 2.0
-OUT_OF_TIME = "budget: not examined within the search's time budget (its bound is below the ranking's last)"
+# The whole-layer program's branch-and-bound nodes (deterministic); past them its proven bound so far is
+# taken. The seconds are only the wall-clock safety net.
+WHOLE_LAYERS_NODES = 200
+WHOLE_LAYERS_SECONDS = 30.0
+OUT_OF_TIME = "budget: not examined within the search's budget (its bound is below the ranking's last)"
+# the balancer's limits that a share scales: the rest (rounds, the closed form's nodes) stay as they are
+SCALED_LIMITS = ("node_work", "check_work", "tie_work", "local_moves", "local_work", "seed_work", "listing_work")
 PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
 SLOWER = "ranking: balanced and timed, slower than the ranking's last"
 # A bound and the time it bounds add the same terms in different orders, so a bound equal to a time can
@@ -87,6 +94,17 @@ class Ranked:
     uniform_seconds: float | None  # the best uniform split with one option for every layer, if one fits
     plan: dict[str, Any]  # the balancer's JSON, times in seconds (`estimate.seconds.in_seconds`)
     bound_s: float  # the lower bound the search held when it balanced this strategy
+
+    @property
+    def stopped_by(self) -> str:
+        """What ended the balance: "optimal", "work_limit" (deterministic) or "time_limit" (the clock)."""
+        return str(self.plan.get("stopped_by", ""))
+
+    @property
+    def balance_gap(self) -> float | None:
+        """The balancer's proven gap: how far its plan may be from the best plan of this strategy."""
+        gap = self.plan.get("gap")
+        return None if gap is None else float(gap)
 
     @property
     def gain(self) -> float | None:
@@ -122,12 +140,26 @@ class Ranked:
                 "uniform_iteration_seconds": self.uniform_seconds,
                 "gain_over_uniform": self.gain,
                 "bound_seconds": self.bound_s,
+                "balance_stopped_by": self.stopped_by,
+                "balance_gap": self.balance_gap,
             }
         return entry
 
 
+def work_limits(share: float) -> WorkLimits:
+    """The balancer's default work limits, each scaled by *share* (at least 1): deterministic limits."""
+    default = WorkLimits()
+    if share >= 1.0:
+        return default
+    return replace(default, **{name: max(1, int(getattr(default, name) * share)) for name in SCALED_LIMITS})
+
+
 def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None) -> Ranked | Refusal:
-    """Balance the strategy and time its plan (and its best uniform split) with `run_iteration`."""
+    """Balance the strategy and time its plan (and its best uniform split) with `run_iteration`.
+
+    The balance is bounded by work (`search.balance_work`, a share of the balancer's limits), so the plan
+    is the same on any machine; `search.balance_time_limit_s` is only a safety net, and the plan's
+    `stopped_by` says "time_limit" when it fired."""
     if run is None:
         checked = validate(spec, strategy)
         if isinstance(checked, Refusal):
@@ -135,7 +167,11 @@ def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None)
         run = checked
     memory, times = MemoryModel(run), TimeModel(run)
     problem = run_problem(run, describe_run(run, memory, times))
-    result = balance(problem, spec.search.balance_time_limit_s)
+    # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as fast
+    solution = solve(
+        problem, spec.search.balance_time_limit_s, limits=work_limits(spec.search.balance_work), megatron_settings=False
+    )
+    result = report(solution)
     if result["status"] == "infeasible" or "cells" not in result:
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
@@ -198,6 +234,9 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
     found = _cache.of(strategy, run)
     if not fits_somewhere(run_forms(strategy), found):
         return NO_ROOM
+    floor = schedule_floor_ms(strategy, run, found)
+    if math.isinf(floor):
+        return NO_STAGE_ROOM
     relaxed = lp_bound(
         run_forms(strategy),
         found.kinds,
@@ -208,7 +247,9 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
         blocking(run),
         whole_layers,
         time_limit=WHOLE_LAYERS_SECONDS,
+        nodes=WHOLE_LAYERS_NODES,
         reduction_floor_ms=found.reduction_floor_ms,
+        schedule_floor_ms=floor,
     )
     if relaxed.value_ms is None:
         return NO_WHOLE_PLAN if whole_layers else NO_RELAXED_PLAN
@@ -328,7 +369,16 @@ class SearchResult:
     seconds: float = 0.0
     balanced: list[Ranked] = field(default_factory=list)  # every strategy balanced, ranked or not, fastest first
     proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
-    unexamined_bound_s: float | None = None  # the least bound left when the time budget ran out
+    unexamined_bound_s: float | None = None  # the least bound left when the budget ran out
+    clock_stopped: bool = False  # the wall-clock safety net (`time_budget_s`) ended the search: not repeatable
+
+    @property
+    def proven_gap(self) -> float | None:
+        """How much faster than the ranking's first an unexamined strategy could at most be (0: none can be
+        faster; None: nothing left unexamined): 1 − least bound left / first's seconds, at least 0."""
+        if self.unexamined_bound_s is None or not self.ranked:
+            return None
+        return max(0.0, 1.0 - self.unexamined_bound_s / self.ranked[0].seconds)
 
     def reasons(self) -> dict[str, int]:
         """Why each strategy enumerated and not ranked is not, by reason, most frequent first: the refusals
@@ -356,6 +406,8 @@ class SearchResult:
             "counts": dict(self.counts),
             "proven": len(self.ranked) if self.proven is None else self.proven,
             "unexamined_bound_seconds": self.unexamined_bound_s,
+            "proven_gap": self.proven_gap,
+            "clock_stopped": self.clock_stopped,
             "seconds": self.seconds,
         }
 
@@ -370,6 +422,7 @@ COUNTS: tuple[str, ...] = (
     "balanced",
     "pruned",
     "unexamined",
+    "clock_stopped",
 )
 
 
@@ -416,6 +469,7 @@ def search_points(
     rejected: Counter = Counter()
     counts = dict.fromkeys(COUNTS, 0)
     counts["enumerated"] = len(points)
+    clock_stopped = False
     pool = _Workers(spec, workers)
     try:
         chunks = _by_schedule(points, max(1, workers * 4))
@@ -437,22 +491,23 @@ def search_points(
             return len(ranked) >= top and (bound * (1 - BOUND_SLACK), strategy) > ranked[top - 1].key()
 
         budget = spec.search.time_budget_s
+        limit = spec.search.balance_budget
+
+        def room() -> int:
+            """Strategies a wave may balance: two per worker (balances differ in length: the second keeps a
+            core busy while the first's partner still runs), within the balance budget."""
+            wave = 2 * workers
+            return wave if limit is None else max(0, min(wave, limit - counts["balanced"]))
+
         while queue and not beaten(queue[0][0], queue[0][1]):
             if budget is not None and time.perf_counter() - started > budget:
+                clock_stopped = True
                 break
-            # a wave: the least bounds first; refine many at once, balance one per worker
+            if room() == 0:
+                break
+            # a wave: the least bounds first; refine many at once, balance two per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
-            if len(ranked) < top:
-                # Until the ranking is full nothing can be pruned: dive, balancing the least relaxed bounds
-                # beside the refinement, so that times to prune against come early. The order of the
-                # work changes, not what is proven.
-                ready = heapq.nsmallest(workers, (item for item in queue if item[2] >= 2))
-                if ready:
-                    chosen = set(ready)
-                    queue = [item for item in queue if item not in chosen]
-                    heapq.heapify(queue)
-                    taken[3] += [(bound, strategy) for bound, strategy, _ in ready]
-            while queue and len(taken[3]) < workers and len(taken[1]) + len(taken[2]) < 16 * workers:
+            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 64 * workers:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):
                     break
@@ -483,6 +538,7 @@ def search_points(
                     if isinstance(answer, Refusal):
                         rejected[answer.reason] += 1
                     else:
+                        counts["clock_stopped"] += answer.stopped_by == "time_limit"
                         ranked.append(_with_bound(answer, bounds[strategy]))
             ranked.sort(key=Ranked.key)
             if taken[3]:
@@ -509,6 +565,7 @@ def search_points(
     result = SearchResult(spec, ranked[:top], rejected, counts, time.perf_counter() - started, ranked)
     result.proven = proven
     result.unexamined_bound_s = None if least is None else least[0]
+    result.clock_stopped = clock_stopped
     return result
 
 
@@ -548,6 +605,7 @@ def merge(spec: SearchSpec, results: Sequence[SearchResult]) -> SearchResult:
     merged.unexamined_bound_s = min(left, default=None)
     if merged.unexamined_bound_s is not None:
         merged.proven = sum(1 for entry in merged.ranked if entry.seconds < merged.unexamined_bound_s)
+    merged.clock_stopped = any(result.clock_stopped for result in results)
     return merged
 
 

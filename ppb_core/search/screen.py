@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from ppb_core.config.run import RunConfig
@@ -33,7 +34,7 @@ from ppb_core.memory import MemoryModel, run_working_set_bytes
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, walk
 from ppb_core.payload.describe import describe_layer, many_in_flight
-from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms
+from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms, stage_bound
 from ppb_core.search.enumerate import Strategy
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
@@ -47,6 +48,8 @@ from ppb_core.timing.iteration import (  # the terms run_iteration charges, take
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
+
+NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per cell, or all stages every layer)"
 
 
 def time_key(strategy: Strategy) -> tuple:
@@ -175,6 +178,24 @@ def figures(
     head = ends.get(HEAD, (0.0, 0.0, 0.0))
     tail = ends.get(TAIL, (0.0, 0.0, 0.0))
     cell_forward, cell_backward, per_cell = fsdp_floor_s(run, memory, links, slots)
+    # ZeRO-3 / FSDP: each layer's collectives wait behind the previous layer's compute, so a cell of L layers
+    # takes at least w + Σ_{l<L} max(t_l, w) + t_L ≥ Σ_l max(t_l, w) + min(t_L, w), w the least collective
+    # every layer waits for (`fsdp_floor_s`) and t its forward (backward): each body layer's time is at
+    # least w, the cell's extra min(t, w) (in the backward the last reduce-scatter makes up for the first
+    # layer's, which has none before it).
+    if cell_forward > 0.0 or cell_backward > 0.0:
+        wait_f, wait_b = 1e3 * cell_forward, 1e3 * cell_backward
+        least_f = min([*(min(kind.forward_ms.values()) for kind in kinds), *(end[0] for end in ends.values())])
+        least_b = min([*(min(kind.backward_ms.values()) for kind in kinds), *(end[1] for end in ends.values())])
+        kinds = [
+            replace(
+                kind,
+                forward_ms={o: max(t, wait_f) for o, t in kind.forward_ms.items()},
+                backward_ms={o: max(t, wait_b) for o, t in kind.backward_ms.items()},
+            )
+            for kind in kinds
+        ]
+        cell_forward, cell_backward = min(least_f, wait_f) / 1e3, min(least_b, wait_b) / 1e3
     return Figures(
         kinds=tuple(kinds),
         ends=Ends(
@@ -298,27 +319,44 @@ def run_forms(strategy: Strategy) -> ScheduleForms:
     return schedule_forms(strategy.schedule, strategy.pp, strategy.vpp, strategy.micro_batches)
 
 
-def fits_somewhere(forms: ScheduleForms, figures: Figures) -> bool:
-    """A necessary condition for any plan to fit (module docstring); False proves that none does."""
+def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], list[list[float]]]:
+    """Per stage, the MB its layers may use (the device less the constant and the ends it holds), and per
+    stage and kind, the least MB a layer of the kind holds there: its parameters and, at the in-flight
+    vector keeping the most micro-batches in every chunk at once, that many micro-batches' activations
+    under its lightest option (the balancer's memory rows at that vector)."""
     kinds, ends = figures.kinds, figures.ends
     cells = forms.cells
     head_stage, tail_stage = cells[0][1], cells[-1][1]
-    # per stage, the in-flight vector keeping the most micro-batches in every chunk at once: at it,
-    # each layer of the stage holds at least its parameters and that many micro-batches' activations
-    held = [max(min(vector) for vector in forms.vectors[stage]) for stage in range(forms.stages)]
-    free_total = 0.0
+    held = _held(forms.schedule, forms.stages, forms.chunks, forms.micro_batches)
+    free = figures.memory_mb - figures.constant_mb
+    room = [
+        free - (ends.head_mb if stage == head_stage else 0.0) - (ends.tail_mb if stage == tail_stage else 0.0)
+        for stage in range(forms.stages)
+    ]
+    lightest = [(kind.parameter_mb, min(kind.activation_mb.values())) for kind in kinds]
+    layer = [[parameter + in_flight * activation for parameter, activation in lightest] for in_flight in held]
+    return room, layer
+
+
+@lru_cache(maxsize=1024)
+def _held(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[int, ...]:
+    """Per stage, the most micro-batches every chunk holds at once at one of its in-flight vectors."""
+    vectors = schedule_forms(schedule, stages, chunks, micro_batches).vectors
+    return tuple(max(min(vector) for vector in vectors[stage]) for stage in range(stages))
+
+
+def fits_somewhere(forms: ScheduleForms, figures: Figures) -> bool:
+    """A necessary condition for any plan to fit (module docstring); False proves that none does."""
+    cells = forms.cells
+    room, layer = stage_room(forms, figures)
     for stage in range(forms.stages):
-        room = figures.memory_mb - figures.constant_mb
-        room -= (ends.head_mb if stage == head_stage else 0.0) + (ends.tail_mb if stage == tail_stage else 0.0)
-        lightest = min(kind.parameter_mb + held[stage] * min(kind.activation_mb.values()) for kind in kinds)
         needed = sum(1 for chunk in range(forms.chunks) if (chunk, stage) not in (cells[0], cells[-1]))
-        if room < needed * lightest:
+        if room[stage] < needed * min(layer[stage]):
             return False
-        free_total += room
     least_total = sum(
-        kind.count * min(kind.parameter_mb + h * min(kind.activation_mb.values()) for h in held) for kind in kinds
+        kind.count * min(layer[stage][k] for stage in range(forms.stages)) for k, kind in enumerate(figures.kinds)
     )
-    return least_total <= free_total
+    return least_total <= sum(room)
 
 
 @dataclass(frozen=True)
@@ -330,10 +368,22 @@ class Screened:
 
 
 def screen(strategy: Strategy, run: RunConfig, cache: FigureCache) -> Screened:
-    """The quick bound in seconds: the schedule's (no memory limit) and what every plan pays after it."""
+    """The quick bound in seconds: the schedule's (`schedule_floor_ms`, from the times alone: the memory
+    descriptions cost more than the rest of the screen) and what every plan pays after it."""
     found = cache.timing(strategy, run)
-    quick = quick_bound(run_forms(strategy), found.kinds, found.ends, found.transfer_ms, blocking(run))
+    quick = schedule_floor_ms(strategy, run, found)
     return Screened(strategy, (quick + after_schedule_ms(strategy, found) + (found.reduction_floor_ms or 0.0)) / 1e3)
+
+
+def schedule_floor_ms(strategy: Strategy, run: RunConfig, found: Figures) -> float:
+    """The least schedule makespan of any plan: the per-layer average of the forms (`quick_bound`, memory
+    aside) or whole layers per stage within each stage's room (`stage_bound`), whichever is higher."""
+    forms, blocks = run_forms(strategy), blocking(run)
+    room, layer = stage_room(forms, found) if found.with_memory else (None, None)
+    return max(
+        quick_bound(forms, found.kinds, found.ends, found.transfer_ms, blocks),
+        stage_bound(forms, found.kinds, found.ends, found.transfer_ms, blocks, room, layer),
+    )
 
 
 def after_schedule_ms(strategy: Strategy, found: Figures) -> float:

@@ -106,13 +106,28 @@ class SearchOptions(StrictModel):
     top: Annotated[PositiveInt, limits.at_most(limits.RANKED, "strategies")] = Field(
         20, description="strategies ranked (and balanced at least)"
     )
-    balance_time_limit_s: Seconds = Field(10.0, description="seconds the balancer may spend on one strategy")
+    balance_work: Annotated[PositiveFloat, Field(le=1.0)] = Field(
+        0.02,
+        description="each strategy's balancing gets this share of the balancer's default work limits "
+        "(deterministic: the same plan on any machine and load); 1 is the balancer's own",
+    )
+    balance_budget: PositiveInt | None = Field(
+        None,
+        description="balance at most this many strategies, the least bounds first (deterministic); the ranking "
+        "then says how many places are proven and the least bound left",
+    )
+    balance_time_limit_s: Seconds = Field(
+        120.0,
+        description="the wall-clock safety net of one strategy's balancing; when it stops a balance, the result "
+        "says so (that plan then depends on the machine)",
+    )
     evaluation_timeout_s: Seconds = Field(
-        60.0, description="seconds one strategy's balancing and timing may take before it is given up"
+        300.0, description="seconds one strategy's balancing and timing may take before it is given up"
     )
     time_budget_s: Seconds | None = Field(
         None,
-        description="stop bounding and balancing after this long; the ranking then says how many places are proven",
+        description="a wall-clock safety net: stop bounding and balancing after this long (the ranking then says "
+        "how many places are proven, and that the clock stopped it)",
     )
     workers: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "processes")] | None = Field(
         None, description="processes; default: the machine's CPUs"
