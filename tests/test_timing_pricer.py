@@ -12,6 +12,7 @@ from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import Collective
+from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
@@ -144,6 +145,19 @@ def test_a_nic_runs_at_its_own_efficiency():
     assert Links.from_run(gelu_run(), gelu_run().device.profile()).inter_node_bytes_per_s == pytest.approx(5e9)
     tuned = gelu_run(device=dict(ROUND_DEVICE, nic_efficiency=0.8))
     assert Links.from_run(tuned, tuned.device.profile()).inter_node_bytes_per_s == pytest.approx(8e9)
+
+
+def test_an_fp8_kernel_pays_its_fixed_time_per_tile():
+    # FP8 peak 2 × 100 TFLOPS at 0.5 = 1e14 FLOP/s over 64 SMs: 1.5625e12 a SM. 2048×4096×1024 in
+    # 256×128 tiles: 8·32 = 256 tiles, 4 waves of 2·256·128·1024 / 1.5625e12 = 41.94 us, plus 10 us a
+    # tile: 4 × 51.94 = 207.8 us (128×128 tiles: 8 waves of 20.97 + 10 us, 247.8 us, slower).
+    device = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5, fp8_tile_overhead_us=10.0)).device
+    fp8 = Kernels.from_device(device.profile(), "bf16", matmul_dtype="fp8")
+    tile = 2 * 256 * 128 * 1024 / 1.5625e12
+    assert fp8.gemm_compute_s(2048, 4096, 1024) == pytest.approx(4 * (tile + 10e-6))
+    # BF16 GEMMs on the same device pay none.
+    bf16 = Kernels.from_device(device.profile(), "bf16")
+    assert bf16.gemm_compute_s(2048, 4096, 1024) == pytest.approx(2 * 2048 * 4096 * 1024 / 5e13)
 
 
 def test_latency_adds_one_step_per_hop():

@@ -61,6 +61,11 @@ class DeviceProfile:
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
+    # A fixed time an FP8 GEMM kernel spends per output tile beside its k loop (prologue, epilogue, scale
+    # factors): 0 unless measured. DeepSeek's fine-grained-scaled FP8 kernels (DeepGEMM) show it: their
+    # H800 rates fall with k at fixed m, n (deepseek-ai/DeepGEMM README, Feb 2025); a ceiling of 0.75 and
+    # 4.2 us a tile reproduce its ten DeepSeek-V3 shapes within 7% (tests/test_timing_public_runs.py).
+    fp8_tile_overhead_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).

@@ -5,7 +5,9 @@ batched one over heads): the output is cut into tiles of `TILES`; each tile runs
 core) and the device runs `sm_count` tiles at a time, so a GEMM takes ⌈tiles / sm_count⌉ waves of
 one tile's time (wave quantization), and a tile past the edge of the output computes in full
 (tile quantization). A tile computes at the device's large-GEMM ceiling (`matmul_efficiency`, the
-measured MAMF over peak) when it is at least 128×128; smaller tiles reuse each operand less and
+measured MAMF over peak) when it is at least 128×128, plus, where the device states one for its FP8
+kernels (`fp8_tile_overhead_us`), a fixed time per tile beside its k loop (a short k pays it
+relatively more); smaller tiles reuse each operand less and
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
 half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
 `SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
@@ -70,6 +72,7 @@ class Kernels:
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
+    tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
 
     @property
     def contention(self) -> float:
@@ -103,6 +106,7 @@ class Kernels:
             fused=compiled or not titan,
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
+            tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -134,7 +138,8 @@ class Kernels:
                 # split-K writes each slice's fp32 partial sums and reads them back to reduce them
                 reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
                 epilogue = 0.0 if self.epilogue_overlapped else self.memory_s(tiles * tm * tn * output_bytes)
-                best = min(best, waves * 2 * tm * tn * math.ceil(k / split) / rate + reduction + epilogue)
+                tile = 2 * tm * tn * math.ceil(k / split) / rate + self.tile_overhead_s
+                best = min(best, waves * tile + reduction + epilogue)
         return best
 
     def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:
