@@ -160,6 +160,20 @@ def test_an_fp8_kernel_pays_its_fixed_time_per_tile():
     assert bf16.gemm_compute_s(2048, 4096, 1024) == pytest.approx(2 * 2048 * 4096 * 1024 / 5e13)
 
 
+def test_a_causal_kernel_pays_half_its_diagonal_block():
+    # Forward efficiency 0.6 at head size 128; 33 (sequence, head) pairs of 2048 queries: 33·16 = 528
+    # query blocks, 4 full waves over 132 SMs. Each query attends to 1024 keys on average: 8 key blocks
+    # walked, ramp 8/9. Without the mask: 0.6·8/9 = 0.5333. Causal: the diagonal block adds half a block,
+    # 8/8.5: 0.6·8/9·16/17 = 0.50196.
+    kernels = Kernels(1e15, 0.8, 132, 3e12, 0.6, 0.5)
+    plain = kernels.attention_efficiency(False, 33, 2048, 1024, 128)
+    causal = kernels.attention_efficiency(False, 33, 2048, 1024, 128, causal=1.0)
+    assert plain == pytest.approx(0.6 * 8 / 9)
+    assert causal == pytest.approx(0.6 * 8 / 9 * 16 / 17)
+    # 1e12 FLOPs at 0.50196 of 1e15: 1.9922 ms.
+    assert kernels.attention_s(1e12, 0.0, False, 33, 2048, 1024, 128, 1.0) == pytest.approx(1e12 / (1e15 * causal))
+
+
 def test_latency_adds_one_step_per_hop():
     device = dict(ROUND_DEVICE, collective_latency_us=10.0)
     run = gelu_run(tp=4, device=device)

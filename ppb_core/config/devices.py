@@ -17,9 +17,13 @@ Achieved fractions are measured, not datasheet figures:
 - `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
   reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
   230 TFLOPs/s" forward, 73%; its forward+backward figures, ~190 TFLOPs/s causal at 16k, leave
-  the backward at ~57%). H100/H200: FlashAttention-3 (Shah et al. 2024, "up to 740 TFLOPs/s"
-  FP16 forward, 75%; backward 1.5-1.75x FlashAttention-2's, ~55%), the level of the cuDNN
-  kernels TransformerEngine runs. B200 and Ascend: assumed at H100's and A100's fractions.
+  the backward at ~57%). H100/H200: the cuDNN kernels TransformerEngine runs on sm90, as
+  FlashAttention-3's paper measured them on an H100 80GB SXM5 at head size 128, BF16, 16k tokens,
+  without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
+  backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
+  size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
+  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
+  Ascend: assumed at H100's and A100's fractions.
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
   reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
@@ -52,12 +56,13 @@ class DeviceProfile:
     inter_node_bandwidth_gbs: float  # per direction
     sm_count: int = 132  # streaming multiprocessors (NVIDIA) or AI cores (Ascend): the GEMM tiles' slots
     matmul_efficiency: float = 0.803  # MAMF / peak: the ceiling of a large GEMM
-    attention_forward_efficiency: float = 0.75
-    attention_backward_efficiency: float = 0.55
-    # FlashAttention-2 (PyTorch's SDPA flash backend): on Hopper "only 35% utilization" forward
-    # (FlashAttention-3 paper, Shah et al. 2024); its backward at FA2's A100 ratio (0.57/0.73).
-    flash2_forward_efficiency: float = 0.35
-    flash2_backward_efficiency: float = 0.27
+    # cuDNN's fused attention on H100 SXM5, head size 128, 16k tokens, no mask (Shah et al. 2024,
+    # FlashAttention-3, Fig. 5c and 6b): 595 and 516 of 989 TFLOPS/s.
+    attention_forward_efficiency: float = 0.602
+    attention_backward_efficiency: float = 0.522
+    # FlashAttention-2 (PyTorch's SDPA flash backend) in the same figures: 370 and 322 TFLOPS/s.
+    flash2_forward_efficiency: float = 0.374
+    flash2_backward_efficiency: float = 0.326
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709

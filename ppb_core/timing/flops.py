@@ -90,8 +90,8 @@ class Op:
     # its share n / fused n of it.
     gemm: tuple[float, float, float, int, float] | None = None
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
-    # head size of the scores).
-    attention: tuple[float, float, float, float] | None = None
+    # head size of the scores, 1 under the causal mask else 0).
+    attention: tuple[float, float, float, float, float] | None = None
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
@@ -473,6 +473,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     sequences = b * (heads / geo.cp if ulysses else heads)
     queries = s if ulysses else s / geo.cp
     mean_keys = pairs / (sequences * queries)
+    causal = 0.0 if geo.block_pairs else 1.0  # a language model's mask; a vision encoder's blocks are whole
     ops: list[Op] = []
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
@@ -492,7 +493,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 qk_bytes,
                 6 * pairs * d_qk,
                 2 * qk_bytes,
-                attention=(sequences, queries, mean_keys, d_qk),
+                attention=(sequences, queries, mean_keys, d_qk, causal),
             ),
             Op(
                 context,
@@ -505,7 +506,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 v_bytes,
                 4 * pairs * d_v,
                 2 * v_bytes,
-                attention=(sequences, queries, mean_keys, d_qk),
+                attention=(sequences, queries, mean_keys, d_qk, causal),
             ),
         ]
     else:

@@ -25,6 +25,11 @@ backward) at head size 128 and long sequences, scaled by
 - head size: d/(d+16) relative to 128's (smaller heads do less work per byte of Q, K, V loaded);
 - sequence: each query block of 128 rows walks its key blocks (about half of them under the causal
   mask), paying about one block's work to load Q, rescale and write O: blocks/(blocks + 1);
+- the causal mask's diagonal: the key block a query block shares with its own rows is computed in
+  full and half of it masked away, while FLOPs count only the unmasked pairs (the FlashAttention
+  papers' convention, and ours): half a block of wasted work, blocks/(blocks + 1/2). FlashAttention-3's
+  H100 SXM5 figures (Shah et al. 2024, Fig. 5, head size 128) show the cost: causal runs below
+  non-causal at every length (cuDNN at 2k 484 against 617 TFLOPS/s, FlashAttention-3 521 against 625);
 - waves: query blocks of every (sequence, head) over the SMs, as for GEMM tiles.
 """
 
@@ -44,6 +49,7 @@ SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
+DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves (torchtitan's model
 # code without torch.compile; Megatron-LM runs TransformerEngine's / Apex's fused kernels, MindSpore
@@ -147,7 +153,7 @@ class Kernels:
         return max(self.gemm_compute_s(m, n, k, groups), self.memory_s(traffic))
 
     def attention_efficiency(
-        self, backward: bool, sequences: float, s_q: float, mean_keys: float, head_dim: float
+        self, backward: bool, sequences: float, s_q: float, mean_keys: float, head_dim: float, causal: float = 0.0
     ) -> float:
         """The fraction of peak a flash-attention pass reaches (see the module's docstring); *mean_keys*
         is the keys one query attends to on average (about half the sequence under the causal mask)."""
@@ -156,9 +162,10 @@ class Kernels:
         query_blocks = math.ceil(s_q / ATTENTION_BLOCK)
         walked = mean_keys / ATTENTION_BLOCK
         ramp = walked / (walked + 1)
+        diagonal = walked / (walked + DIAGONAL_WASTE) if causal else 1.0
         tiles = max(1, math.ceil(sequences)) * query_blocks
         waves = tiles / (math.ceil(tiles / self.sms) * self.sms)
-        return base * min(1.0, size) * ramp * waves
+        return base * min(1.0, size) * ramp * diagonal * waves
 
     def attention_s(
         self,
@@ -169,10 +176,11 @@ class Kernels:
         s_q: float,
         mean_keys: float,
         head_dim: float,
+        causal: float = 0.0,
     ) -> float:
         """One flash-attention pass of *flops* over *sequences* (sequence, head) pairs of *s_q* queries:
         compute at the kernel's efficiency, or its bytes if those take longer."""
         if flops <= 0:
             return self.memory_s(traffic)
-        rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim)
+        rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim, causal)
         return max(flops / rate, self.memory_s(traffic))
