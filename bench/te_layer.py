@@ -27,10 +27,11 @@ rate nearest to it:
 
 from __future__ import annotations
 
-import platform
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from _measure import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -105,7 +106,7 @@ def layer_rows() -> list:
 
 
 def main() -> int:
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     ms: dict[tuple[str, str], float] = defaultdict(float)
     flops: dict[tuple[str, str], float] = defaultdict(float)
     moved: dict[tuple[str, str], float] = defaultdict(float)
