@@ -68,3 +68,28 @@ SMALL_MLA = {
     "qk_rope_head_dim": 4,
     "v_head_dim": 8,
 }
+
+
+def two_kind_bodies(heavy_layers: int) -> list[dict]:
+    """SAPP bodies: 2 light layers then `heavy_layers` heavy ones (twice the forward); activations fall
+    and the backward grows with recompute, so memory-tight stages must trade time for room."""
+    return [
+        {
+            "name": f"BODY_{i}",
+            "type": "BODY",
+            "nb_layer": n,
+            "time": forward,
+            "memory_parameter": 10,
+            "memory_activation": 30,
+            "memory_select_rec": 20,
+            "memory_select_comm": 25,
+            "memory_both_comm_select": 15,
+            "memory_recompute": 2,
+            "backward_time": 2 * forward,
+            "select_rec_time": 2 * forward + 0.2,
+            "select_comm_time": 2 * forward + 0.3,
+            "both_comm_select_time": 2 * forward + 0.4,
+            "recompute_time": 3 * forward,
+        }
+        for i, (n, forward) in enumerate([(2, 1.0), (heavy_layers, 2.0)])
+    ]

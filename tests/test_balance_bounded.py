@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from small_models import two_kind_bodies
 
 from ppb_core.balance import BalanceInput, solve
 from ppb_core.balance.baselines import uniform_plan
@@ -76,27 +77,8 @@ def test_a_listing_cut_by_its_work_budget_is_repeatable() -> None:
 
 
 def _two_kinds(stages: int, chunks: int) -> list[dict]:
-    """2 light layers then P·V + 2 heavy ones; activations fall and backward grows with recompute."""
-    return [
-        {
-            "name": f"BODY_{i}",
-            "type": "BODY",
-            "nb_layer": n,
-            "time": forward,
-            "memory_parameter": 10,
-            "memory_activation": 30,
-            "memory_select_rec": 20,
-            "memory_select_comm": 25,
-            "memory_both_comm_select": 15,
-            "memory_recompute": 2,
-            "backward_time": 2 * forward,
-            "select_rec_time": 2 * forward + 0.2,
-            "select_comm_time": 2 * forward + 0.3,
-            "both_comm_select_time": 2 * forward + 0.4,
-            "recompute_time": 3 * forward,
-        }
-        for i, (n, forward) in enumerate([(2, 1.0), (stages * chunks + 2, 2.0)])
-    ]
+    """2 light layers then P·V + 2 heavy ones."""
+    return two_kind_bodies(stages * chunks + 2)
 
 
 @pytest.mark.parametrize("memory_mb", [500.0, 700.0])

@@ -23,6 +23,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from small_models import two_kind_bodies
 
 from ppb_core.balance import highs
 from ppb_core.balance.baselines import uniform_plan
@@ -220,26 +221,7 @@ def test_every_path_rows_over_fixed_cells_give_the_iteration_time(case, seed) ->
 def test_the_every_path_bound_is_at_most_the_proven_optimum(stages, chunks, micro_batches) -> None:
     """Layers of two sizes, memory that forces recompute on early stages: the relaxation with every
     path bounds the proven optimum from below (and is a real bound: above the busiest-stage floor)."""
-    descriptions = [
-        {
-            "name": f"BODY_{i}",
-            "type": "BODY",
-            "nb_layer": n,
-            "time": forward,
-            "memory_parameter": 10,
-            "memory_activation": 30,
-            "memory_select_rec": 20,
-            "memory_select_comm": 25,
-            "memory_both_comm_select": 15,
-            "memory_recompute": 2,
-            "backward_time": 2 * forward,
-            "select_rec_time": 2 * forward + 0.2,
-            "select_comm_time": 2 * forward + 0.3,
-            "both_comm_select_time": 2 * forward + 0.4,
-            "recompute_time": 3 * forward,
-        }
-        for i, (n, forward) in enumerate([(2, 1.0), (stages * chunks + 1, 2.0)])
-    ]
+    descriptions = two_kind_bodies(stages * chunks + 1)
     problem = BalanceInput(layer_set(descriptions), stages, micro_batches, chunks, 600.0)
     solution = solve(problem, time_limit=60)
     assert solution.status == "optimal"

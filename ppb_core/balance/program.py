@@ -567,36 +567,8 @@ def _solve(
     notes: list[str] = []
     fitting = _start_plans(problem, catalogue, setting)
 
-    # 1. The closed form, over choices reduced by stage totals.
-    bound = min((plan.closed_form_time for plan in fitting), default=math.inf)
-    if not math.isfinite(bound):
-        # No even split fits: find some plan with few layers per cell first, to bound the listing.
-        cells = max(1, len(problem.cells) - len(problem.reserved_cells))
-        cap = 2 * math.ceil(problem.layers.nb_body_layers / cells) + 1
-        try:
-            choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
-        except ListingCut as cut:
-            return _cut_short(
-                problem,
-                fitting,
-                cut.reason,
-                _work_bound(problem),
-                limits,
-                clock,
-                notes,
-                report,
-                setting is not None,
-                catalogue,
-            )
-        if all(choices):
-            model = ChoiceModel(problem, choices, tau)
-            model.add_closed_form()
-            first = _run(model, False, limits, clock, None, (), report)
-            if first.plan is not None:
-                bound = first.plan.closed_form_time
-    try:
-        choices = choices_within(problem, catalogue, bound, closed_form=True)
-    except ListingCut as cut:
+    def cut_short(cut: ListingCut) -> Solution:
+        """The listing was cut: the best plan so far, with the cell program where it can be built."""
         return _cut_short(
             problem,
             fitting,
@@ -609,6 +581,27 @@ def _solve(
             setting is not None,
             catalogue,
         )
+
+    # 1. The closed form, over choices reduced by stage totals.
+    bound = min((plan.closed_form_time for plan in fitting), default=math.inf)
+    if not math.isfinite(bound):
+        # No even split fits: find some plan with few layers per cell first, to bound the listing.
+        cells = max(1, len(problem.cells) - len(problem.reserved_cells))
+        cap = 2 * math.ceil(problem.layers.nb_body_layers / cells) + 1
+        try:
+            choices = [catalogue.stage_choices(s, math.inf, cap, "sum") for s in range(problem.stages)]
+        except ListingCut as cut:
+            return cut_short(cut)
+        if all(choices):
+            model = ChoiceModel(problem, choices, tau)
+            model.add_closed_form()
+            first = _run(model, False, limits, clock, None, (), report)
+            if first.plan is not None:
+                bound = first.plan.closed_form_time
+    try:
+        choices = choices_within(problem, catalogue, bound, closed_form=True)
+    except ListingCut as cut:
+        return cut_short(cut)
     if not all(choices):
         return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
     report("listing", f"closed form: {sum(len(stage) for stage in choices)} stage choices listed")
