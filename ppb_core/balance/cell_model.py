@@ -161,11 +161,5 @@ class CellModel(ChoiceModel):
                 time = options[found].forward if kind == "F" else options[found].backward
                 values[self.duration[(kind, v, s)]] = (time + p.fixed_time(kind, v, s)) / self.tau
         values[self.top] = top
-        for (b, position), column in self.g.items():
-            later = [
-                q
-                for q, (v, s) in enumerate(p.cells)
-                if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))
-            ]
-            values[column] = 1.0 if later and position >= later[0] else 0.0
+        self._order_values(plan, values)
         return values

@@ -224,6 +224,12 @@ class ChoiceModel:
         for (kind, v, s), column in self.duration.items():
             values[column] = (durations[(kind, v, s)] + p.fixed_time(kind, v, s)) / self.tau
         values[self.top] = top
+        self._order_values(plan, values)
+        return values
+
+    def _order_values(self, plan: Plan, values: list[float]) -> None:
+        """The body-order columns a plan sets: 1 from the first cell holding a later body on."""
+        p = self.p
         for (b, position), column in self.g.items():
             later = [
                 q
@@ -231,7 +237,6 @@ class ChoiceModel:
                 if any(plan.body_layers(l, v, s) for l in range(b + 1, len(p.layers.bodies)))
             ]
             values[column] = 1.0 if later and position >= later[0] else 0.0
-        return values
 
 
 def _body_backward(plan: Plan, chunk: int, stage: int) -> float:
