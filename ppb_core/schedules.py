@@ -129,9 +129,14 @@ def _gpipe(chunks: int, micro_batches: int) -> list[Op]:
     return forwards + backwards
 
 
-def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
-    """DualPipeV's eight steps on one rank; W (weight gradients) folded into B, overlapped pairs run F first."""
+def _dualpipev(stages: int, micro_batches: int) -> list[list[Op]]:
+    """Every rank's DualPipeV order (the ops built once and shared between the ranks: they are immutable)."""
     made = {(kind, chunk): [Op(kind, chunk, i) for i in range(micro_batches)] for kind in "FB" for chunk in (0, 1)}
+    return [_dualpipev_rank(stages, micro_batches, rank, made) for rank in range(stages)]
+
+
+def _dualpipev_rank(stages: int, micro_batches: int, rank: int, made: dict[tuple[str, int], list[Op]]) -> list[Op]:
+    """DualPipeV's eight steps on one rank; W (weight gradients) folded into B, overlapped pairs run F first."""
     count = dict.fromkeys(made, 0)
     order: list[Op] = []
 
@@ -140,7 +145,7 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
         order.append(made[key][count[key]])
         count[key] += 1
 
-    rank, ranks = stage, stages
+    ranks = stages
     for _ in range((ranks - rank - 1) * 2):  # step 1: nF0
         run("F", 0)
     for _ in range(rank + 1):  # step 2: nF0F1
@@ -166,19 +171,26 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
     return order
 
 
-def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+@lru_cache(maxsize=64)
+def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[Op, ...], ...]:
+    """Every stage's order, once per size (a balance asks for them several times; at m = 960 and P = 16
+    building them costs a second)."""
     if name == "1f1b":
-        return _one_f_one_b(stages, micro_batches)
-    if name == "interleaved":
-        return _interleaved(stages, chunks, micro_batches)
-    if name == "gpipe":
-        return [_gpipe(chunks, micro_batches) for _ in range(stages)]
-    return [_dualpipev(stages, micro_batches, s) for s in range(stages)]
+        orders = _one_f_one_b(stages, micro_batches)
+    elif name == "interleaved":
+        orders = _interleaved(stages, chunks, micro_batches)
+    elif name == "gpipe":
+        orders = [_gpipe(chunks, micro_batches)] * stages
+    else:
+        orders = _dualpipev(stages, micro_batches)
+    return tuple(tuple(order) for order in orders)
 
 
 def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
     """Every stage's ops, in the order the schedule runs them."""
-    return _orders(check(schedule, stages, chunks, micro_batches), stages, chunks, micro_batches)
+    return [
+        list(order) for order in _orders(check(schedule, stages, chunks, micro_batches), stages, chunks, micro_batches)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +203,16 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
     A stage's activation memory peaks at one of these vectors whatever each chunk keeps per
     micro-batch, so charging every one of them is exact where one per-chunk count is not.
     """
-    vectors: list[list[tuple[int, ...]]] = []
-    for order in stage_orders(schedule, stages, chunks, micro_batches):
+    name = check(schedule, stages, chunks, micro_batches)
+    return [list(stage) for stage in _in_flight_vectors(name, stages, chunks, micro_batches)]
+
+
+@lru_cache(maxsize=64)
+def _in_flight_vectors(
+    name: str, stages: int, chunks: int, micro_batches: int
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    vectors: list[tuple[tuple[int, ...], ...]] = []
+    for order in _orders(name, stages, chunks, micro_batches):
         held = [0] * chunks
         seen: set[tuple[int, ...]] = set()
         for op in order:
@@ -203,8 +223,8 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 held[op.chunk] -= 1
         held_vectors = sorted(seen)
         maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
-        vectors.append(sorted(maximal, reverse=True))
-    return vectors
+        vectors.append(tuple(sorted(maximal, reverse=True)))
+    return tuple(vectors)
 
 
 def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[int]]:
@@ -216,7 +236,8 @@ def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batch
     is the first forward of the steady state, where chunk 0 holds the most.
     """
     result = [[0] * stages for _ in range(chunks)]
-    for stage, order in enumerate(stage_orders(schedule, stages, chunks, micro_batches)):
+    name = check(schedule, stages, chunks, micro_batches)
+    for stage, order in enumerate(_orders(name, stages, chunks, micro_batches)):
         held = [0] * chunks
         best: list[int] | None = None
         for op in order:
@@ -289,36 +310,56 @@ def cell_order(schedule: str, stages: int, chunks: int) -> list[tuple[int, int]]
 
 @lru_cache(maxsize=64)
 def _structure(name: str, stages: int, chunks: int, micro_batches: int) -> tuple:
-    """The ops in an order that respects every dependency, with each op's input; None if it deadlocks."""
+    """The ops in an order that respects every dependency, with each op's input; None if it deadlocks.
+
+    The stages are visited in turn, each running as many of its ops as have their input, until every op
+    has run (or none can: a deadlock). Ops are numbered ((kind·V + chunk)·P + stage)·m + micro-batch."""
     orders = _orders(name, stages, chunks, micro_batches)
+    m = micro_batches
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
     last = stages * chunks - 1
-    index_of: dict[tuple[str, int, int, int], tuple[int, int]] = {}
+
+    def number(kind: int, chunk: int, stage: int) -> int:
+        return ((kind * chunks + chunk) * stages + stage) * m
+
+    # per stage, each op's own number and its input's (-1 for none)
+    own: list[list[int]] = []
+    needs: list[list[int]] = []
+    for stage, order in enumerate(orders):
+        bases = {}
+        for kind, k in (("F", 0), ("B", 1)):
+            for chunk in range(chunks):
+                position = _position(name, stages, chunk, stage)
+                if kind == "F":
+                    need = -1 if position == 0 else number(0, *cell_at[position - 1])
+                else:
+                    need = number(0, chunk, stage) if position == last else number(1, *cell_at[position + 1])
+                bases[(kind, chunk)] = (number(k, chunk, stage), need)
+        own.append([bases[(op.kind, op.chunk)][0] + op.micro_batch for op in order])
+        needs.append([-1 if (need := bases[(op.kind, op.chunk)][1]) < 0 else need + op.micro_batch for op in order])
+    placed: list[tuple[int, int] | None] = [None] * (2 * chunks * stages * m)
     topo: list[tuple[int, int, tuple[int, int] | None]] = []
     cursor = [0] * stages
     remaining = sum(len(order) for order in orders)
     while remaining:
         progressed = False
         for stage in range(stages):
-            order = orders[stage]
-            while cursor[stage] < len(order):
-                op = order[cursor[stage]]
-                position = _position(name, stages, op.chunk, stage)
-                if op.kind == "F":
-                    needed = None if position == 0 else ("F", *cell_at[position - 1], op.micro_batch)
-                else:
-                    needed = (
-                        ("F", op.chunk, stage, op.micro_batch)
-                        if position == last
-                        else ("B", *cell_at[position + 1], op.micro_batch)
-                    )
-                if needed is not None and needed not in index_of:
-                    break
-                index_of[(op.kind, op.chunk, stage, op.micro_batch)] = (stage, cursor[stage])
-                topo.append((stage, cursor[stage], index_of[needed] if needed is not None else None))
-                cursor[stage] += 1
-                remaining -= 1
+            here, size, ops, inputs = cursor[stage], len(orders[stage]), own[stage], needs[stage]
+            start = here
+            while here < size:
+                need = inputs[here]
+                where = None
+                if need >= 0:
+                    where = placed[need]
+                    if where is None:
+                        break
+                placed[ops[here]] = (stage, here)
+                topo.append((stage, here, where))
+                here += 1
+            if here > start:
+                remaining -= here - start
                 progressed = True
+                cursor[stage] = here
         if not progressed:
             return orders, None
     return orders, topo
@@ -407,14 +448,21 @@ def _flat(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[tupl
     orders, topo = _structure(name, stages, chunks, micro_batches)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
-    position = {(stage, index): i for i, (stage, index, _) in enumerate(topo)}
-    flat = []
-    for stage, index, needed in topo:
-        op = orders[stage][index]
-        duration = (0 if op.kind == "F" else 1) * chunks * stages + op.chunk * stages + stage
-        previous = position[(stage, index - 1)] if index else -1
-        flat.append((duration, previous, position[needed] if needed is not None else -1))
-    return tuple(flat)
+    position = [[0] * len(order) for order in orders]
+    for i, (stage, index, _) in enumerate(topo):
+        position[stage][index] = i
+    durations = [
+        [(0 if op.kind == "F" else chunks * stages) + op.chunk * stages + stage for op in order]
+        for stage, order in enumerate(orders)
+    ]
+    return tuple(
+        (
+            durations[stage][index],
+            position[stage][index - 1] if index else -1,
+            position[needed[0]][needed[1]] if needed is not None else -1,
+        )
+        for stage, index, needed in topo
+    )
 
 
 def op_graph(
