@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 
 from ppb_core.dominance import undominated
 
@@ -481,6 +482,26 @@ def op_graph(
     )
 
 
+@lru_cache(maxsize=64)
+def _columns(name: str, stages: int, chunks: int, micro_batches: int) -> tuple:
+    """`_flat` as columns: each op's duration (a getter over the cell durations), previous op and input."""
+    flat = _flat(name, stages, chunks, micro_batches)
+    durations = itemgetter(*(duration for duration, _, _ in flat))
+    return durations, [previous for _, previous, _ in flat], [needed for _, _, needed in flat]
+
+
+def _ends(name: str, forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]], m: int) -> list[float]:
+    """Every op's end in `_flat`'s order, then a 0 for "no op": max(its two predecessors' ends) + its time."""
+    chunks, stages = len(forward), len(forward[0])
+    durations, previous, needed = _columns(name, stages, chunks, m)
+    ends = [0.0] * (len(previous) + 1)
+    cells = [t for row in forward for t in row] + [t for row in backward for t in row]
+    for i, (duration, p, q) in enumerate(zip(durations(cells), previous, needed, strict=True)):
+        a, b = ends[p], ends[q]
+        ends[i] = (a if a > b else b) + duration
+    return ends
+
+
 def makespan(
     schedule: str,
     forward: Sequence[Sequence[float]],
@@ -488,14 +509,8 @@ def makespan(
     micro_batches: int,
 ) -> float:
     """`simulate(...).makespan` without the timeline: the same longest path, several times faster."""
-    chunks, stages = len(forward), len(forward[0])
-    name = check(schedule, stages, chunks, micro_batches)
-    durations = [t for row in forward for t in row] + [t for row in backward for t in row]
-    ends = [0.0] * (len(_flat(name, stages, chunks, micro_batches)) + 1)  # ends[-1] = 0: "no op"
-    for i, (duration, previous, needed) in enumerate(_flat(name, stages, chunks, micro_batches)):
-        a, b = ends[previous], ends[needed]
-        ends[i] = (a if a > b else b) + durations[duration]
-    return max(ends)
+    name = check(schedule, len(forward[0]), len(forward), micro_batches)
+    return max(_ends(name, forward, backward, micro_batches))
 
 
 @lru_cache(maxsize=64)
@@ -518,23 +533,16 @@ def critical_counts(
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
     flat = _flat(name, stages, chunks, micro_batches)
-    durations = [t for row in forward for t in row] + [t for row in backward for t in row]
-    ends = [0.0] * (len(flat) + 1)
-    came = [-1] * len(flat)
-    for i, (duration, previous, needed) in enumerate(flat):
-        a, b = ends[previous], ends[needed]
-        if needed >= 0 and b > a:
-            ends[i], came[i] = b + durations[duration], needed
-        else:
-            ends[i], came[i] = a + durations[duration], previous
-    here = max(_last_ops(name, stages, chunks, micro_batches), key=lambda i: ends[i])
+    ends = _ends(name, forward, backward, micro_batches)
+    here = max(_last_ops(name, stages, chunks, micro_batches), key=ends.__getitem__)
     counts: dict[tuple[str, int, int], int] = {}
     per_kind = chunks * stages
     while here >= 0:
-        duration = flat[here][0]
+        duration, previous, needed = flat[here]
         key = ("F" if duration < per_kind else "B", (duration % per_kind) // stages, duration % stages)
         counts[key] = counts.get(key, 0) + 1
-        here = came[here]
+        # the op started at its input's end only when that came strictly later (ties: the previous op)
+        here = needed if needed >= 0 and ends[needed] > ends[previous] else previous
     return counts
 
 
