@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
 
+import numpy as np
+
 from ppb_core.dominance import undominated
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
@@ -532,8 +534,15 @@ def critical_counts(
     a longest path runs (ties broken as `simulate` breaks them: the stage's previous op first)."""
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
+    return _path_counts(name, stages, chunks, micro_batches, _ends(name, forward, backward, micro_batches))
+
+
+def _path_counts(
+    name: str, stages: int, chunks: int, micro_batches: int, ends: Sequence[float]
+) -> dict[tuple[str, int, int], int]:
+    """The counts of the longest path the ends (in `_flat`'s order, then 0) give, walked back from the last
+    op to end (the first stage's among equals)."""
     flat = _flat(name, stages, chunks, micro_batches)
-    ends = _ends(name, forward, backward, micro_batches)
     here = max(_last_ops(name, stages, chunks, micro_batches), key=ends.__getitem__)
     counts: dict[tuple[str, int, int], int] = {}
     per_kind = chunks * stages
@@ -544,6 +553,83 @@ def critical_counts(
         # the op started at its input's end only when that came strictly later (ties: the previous op)
         here = needed if needed >= 0 and ends[needed] > ends[previous] else previous
     return counts
+
+
+# Below this many weightings, running the ops one by one (`_ends`) is as quick as a level at a time.
+MANY_WEIGHTINGS = 8
+
+
+def critical_counts_many(
+    schedule: str,
+    weightings: Sequence[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
+    micro_batches: int,
+) -> list[dict[tuple[str, int, int], int]]:
+    """`critical_counts` of each (forward, backward) weighting: the same counts, computed for many
+    weightings at once a level of the schedule's graph at a time (`_levels`), several times faster."""
+    if not weightings:
+        return []
+    chunks, stages = len(weightings[0][0]), len(weightings[0][0][0])
+    name = check(schedule, stages, chunks, micro_batches)
+    if len(weightings) < MANY_WEIGHTINGS:
+        return [
+            _path_counts(name, stages, chunks, micro_batches, _ends(name, f, b, micro_batches)) for f, b in weightings
+        ]
+    graph = _levels(name, stages, chunks, micro_batches)
+    cells = np.array(
+        [[t for row in forward for t in row] + [t for row in backward for t in row] for forward, backward in weightings]
+    ).T
+    ends = np.zeros((graph.none + 1, len(weightings)))
+    op_times = cells[graph.duration]
+    for lo, hi, previous, needed in graph.spans:
+        # each op: max(its predecessors' ends) + its time, the very operations `_ends` runs, so the same numbers
+        here = ends[lo:hi]
+        np.maximum(ends[previous], ends[needed], out=here)
+        here += op_times[lo:hi]
+    in_flat_order = ends[graph.flat_to_level]
+    return [_path_counts(name, stages, chunks, micro_batches, column) for column in in_flat_order.T.tolist()]
+
+
+@dataclass(frozen=True)
+class _Levels:
+    """`_flat`'s ops numbered level by level (an op's level: one more than its predecessors' highest), so
+    that a whole level is computed at once. `duration`, `previous`, `needed` in that numbering, `none` (the
+    number of ops) for no predecessor; `spans` each level's range with its predecessors; `flat_to_level`
+    each op's number (`_flat`'s order, then `none`)."""
+
+    duration: np.ndarray
+    spans: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
+    flat_to_level: np.ndarray
+
+    @property
+    def none(self) -> int:
+        return len(self.duration)
+
+
+@lru_cache(maxsize=16)
+def _levels(name: str, stages: int, chunks: int, micro_batches: int) -> _Levels:
+    flat = _flat(name, stages, chunks, micro_batches)
+    n = len(flat)
+    level = [0] * (n + 1)  # level[-1] = 0: "no op"
+    for i, (_, previous, needed) in enumerate(flat):
+        a, b = level[previous], level[needed]
+        level[i] = (a if a > b else b) + 1
+    order = sorted(range(n), key=level.__getitem__)  # stable: `_flat`'s order within a level
+    number = [0] * (n + 1)
+    for new, old in enumerate(order):
+        number[old] = new
+    number[-1] = n
+    previous = np.array([number[flat[old][1]] for old in order], dtype=np.intp)
+    needed = np.array([number[flat[old][2]] for old in order], dtype=np.intp)
+    spans = []
+    lo = 0
+    while lo < n:
+        hi = lo
+        while hi < n and level[order[hi]] == level[order[lo]]:
+            hi += 1
+        spans.append((lo, hi, previous[lo:hi], needed[lo:hi]))
+        lo = hi
+    duration = np.array([flat[old][0] for old in order], dtype=np.intp)
+    return _Levels(duration, tuple(spans), np.array(number, dtype=np.intp))
 
 
 def iteration_time(
