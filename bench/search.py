@@ -3,12 +3,12 @@
 Searches the shipped specs (default: searches/llama3-70b-1024.yaml, a Llama-3-70B on 1024 H100s, and
 searches/deepseek-v3-2048.yaml, DeepSeek-V3 on 2048 H100s), each on every device count of `--devices`
 (default: 1024 and 2048; a spec whose batch is set for its own devices, `DEFAULT_DEVICES`, on those:
-searches/torchtitan-llama3.1-8b-128.yaml on 128), and prints for each: the machine, the strategies
-enumerated, valid, screened, bounded by the relaxed program, balanced and pruned, the wall time of
-screening and of the whole search, how many places are proven and the proven gap (how much faster than our first an unexamined strategy could
-at most be), and the ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB, the balancer's
-own gap); then where each published production setting of that search (`PUBLISHED`) ranks and what our
-first choice gains over it. Every decision is deterministic (work limits, a balance budget: `--balanced`,
+searches/torchtitan-llama3.1-8b-128.yaml on 128), and prints for each: the machine, the strategies enumerated,
+valid, screened, bounded by the relaxed program, balanced and pruned, the wall time of screening and of the
+whole search, how many places are proven and the proven gap (how much faster than our first an unexamined
+strategy could at most be), and the ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB, the
+balancer's own gap); then where each published production setting of that search (`PUBLISHED`) ranks and what
+our first choice gains over it. Every decision is deterministic (work limits, a balance budget: `--balanced`,
 default the spec's `top`); `--seconds` is only a wall-clock safety net, reported when it fires. The goal
 (issue 14): 10,000+ strategies screened and the top 20 balanced in under 60 s on 2 cores.
 """
