@@ -417,30 +417,37 @@ def simulate(
                     before = cell_at[position - 1]
                     send_backward[chunk][stage] = transfer[before[0]][before[1]]
 
-    def sent(op: Op, stage: int) -> float:
-        """Seconds the op's output spends on the link to the next (forward) or previous (backward) cell."""
-        return (send_forward if op.kind == "F" else send_backward)[op.chunk][stage]
-
-    starts = [[0.0] * len(order) for order in orders]
-    ends = [[0.0] * len(order) for order in orders]
-    binding: list[list[tuple[int, int] | None]] = [[None] * len(order) for order in orders]
-    for stage, index, needed in topo:
-        op = orders[stage][index]
-        start, by = 0.0, None
-        if index:
-            start, by = ends[stage][index - 1], (stage, index - 1)
-        if needed is not None:
-            ready = ends[needed[0]][needed[1]]
-            if not blocking and needed[0] != stage:
-                ready += sent(orders[needed[0]][needed[1]], needed[0])
+    # per op in dependency order (`_flat`): its time and what it sends (cells laid out kind·V·P + chunk·P + stage)
+    cells = [t for row in forward for t in row] + [t for row in backward for t in row]
+    sends = [t for row in send_forward for t in row] + [t for row in send_backward for t in row]
+    durations, previous, needed = _columns(name, stages, chunks, micro_batches)
+    places, crossing = _places(name, stages, chunks, micro_batches)
+    times, ready_after = durations(cells), None
+    if blocking:  # the sender waits for its send
+        times = [t + sent for t, sent in zip(times, durations(sends), strict=True)]
+    else:  # the receiver waits for it when it comes from another stage
+        ready_after = durations(sends)
+    n = len(previous)
+    flat_starts = [0.0] * n
+    flat_ends = [0.0] * (n + 1)  # [-1] = 0: "no op"
+    flat_binding: list[int] = [-1] * n
+    for i, (p, q, duration) in enumerate(zip(previous, needed, times, strict=True)):
+        start, by = flat_ends[p], p
+        if q >= 0:
+            ready = flat_ends[q]
+            if ready_after is not None and crossing[i]:
+                ready += ready_after[q]
             if ready > start:
-                start, by = ready, needed
-        duration = forward[op.chunk][stage] if op.kind == "F" else backward[op.chunk][stage]
-        if blocking:
-            duration += sent(op, stage)
-        starts[stage][index] = start
-        ends[stage][index] = start + duration
-        binding[stage][index] = by
+                start, by = ready, q
+        flat_starts[i] = start
+        flat_ends[i] = start + duration
+        flat_binding[i] = by
+    at = [[0] * len(order) for order in orders]
+    for i, (stage, index) in enumerate(places):
+        at[stage][index] = i
+    starts = [[flat_starts[i] for i in row] for row in at]
+    ends = [[flat_ends[i] for i in row] for row in at]
+    binding = [[places[flat_binding[i]] if flat_binding[i] >= 0 else None for i in row] for row in at]
     return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
 
 
@@ -482,6 +489,17 @@ def op_graph(
         (("F" if duration < per_kind else "B", (duration % per_kind) // stages, duration % stages), previous, needed)
         for duration, previous, needed in _flat(name, stages, chunks, micro_batches)
     )
+
+
+@lru_cache(maxsize=64)
+def _places(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[list[tuple[int, int]], list[bool]]:
+    """Per op in `_flat`'s order: its (stage, index in the stage's order), and whether its input comes from
+    another stage (a transfer over a link)."""
+    _, topo = _structure(name, stages, chunks, micro_batches)
+    assert topo is not None
+    places = [(stage, index) for stage, index, _ in topo]
+    crossing = [needed is not None and needed[0] != stage for stage, _, needed in topo]
+    return places, crossing
 
 
 @lru_cache(maxsize=64)
