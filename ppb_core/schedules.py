@@ -265,7 +265,7 @@ class Timeline:
     last op to end walks the critical path.
     """
 
-    orders: list[list[Op]]
+    orders: Sequence[Sequence[Op]]
     starts: list[list[float]]
     ends: list[list[float]]
     binding: list[list[tuple[int, int] | None]]
