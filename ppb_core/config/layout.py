@@ -25,6 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ppb_core import limits
+
+# A layout written out holds a character per layer (decoder, MTP, E, L) and a `|` per virtual stage.
+EXPANDED_CHARACTERS = 2 * limits.LAYERS + 2 + limits.STAGES * limits.CHUNKS
+
 LAYER_CHARACTERS: dict[str, str] = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 
 
@@ -33,12 +38,21 @@ class LayoutError(ValueError):
 
 
 def expand(text: str) -> str:
-    """The layout with its repetitions written out, as Megatron-Core unrolls them."""
+    """The layout with its repetitions written out, as Megatron-Core unrolls them; LayoutError
+    before writing out more than a layout of the largest model ppb takes can hold."""
     text = text.replace(",", "")
-    group = re.compile(r"\(([^)]+)\)\*(\d+)")
-    text = group.sub(lambda found: found.group(1) * int(found.group(2)), text)
-    single = re.compile(r"(.)\*(\d+)")
-    return single.sub(lambda found: found.group(1) * int(found.group(2)), text)
+    added = [0]
+
+    def repeated(found: re.Match[str]) -> str:
+        part, times = found.group(1), int(found.group(2))
+        added[0] += len(part) * max(times - 1, 0)
+        if len(text) + added[0] > EXPANDED_CHARACTERS:
+            raise LayoutError(f"the repetitions write out more than {EXPANDED_CHARACTERS} characters")
+        return part * times
+
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", repeated, text)
+    added[0] = 0  # the second pass grows the text the first wrote out
+    return re.sub(r"(.)\*(\d+)", repeated, text)
 
 
 def parse_layout(text: str, pipeline_size: int) -> list[list[str]]:
@@ -105,3 +119,9 @@ def format_layout(stages: Sequence[str]) -> str:
             text_out += "|".join([text] * run) + ("" if last else "|")
         index += run
     return text_out
+
+
+def cell_layers(layout: Sequence[Sequence[str]]) -> list[list[int]]:
+    """[chunk][stage] decoder layers of a parsed layout (ppb's cells are [chunk][stage])."""
+    chunks = len(layout[0]) if layout else 0
+    return [[layout[stage][chunk].count("t") for stage in range(len(layout))] for chunk in range(chunks)]
