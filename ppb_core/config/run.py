@@ -666,7 +666,7 @@ def _check_layout(run: RunConfig, where: str) -> None:
         validate_layout(layout, spec.num_layers, spec.mtp_layers)
     except LayoutError as err:
         raise InputError(where, "parallel.layout", str(err)) from None
-    if spec.mtp_layers and not layout[-1][-1].endswith("L"):
+    if layout[-1][-1].count("m") != spec.mtp_layers:  # L ends the model order: the last rank's last stage
         # ppb's TAIL holds the MTP layers with the output layer and the loss
         raise InputError(where, "parallel.layout", "ppb needs the MTP layers m in the virtual stage of the loss L")
 
