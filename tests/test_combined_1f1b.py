@@ -38,7 +38,8 @@ def test_steps_of_the_interleaved_schedule_with_one_more_warm_up_forward():
     assert steps[0][0] == ((3, 2, 2, 2), 0, 3)
     # between steps rank 1 never holds more than the steps start from (a step's forward runs beside
     # its backward), where the plain schedule's forward first reaches (2, 2, 2, 1) on its own
-    assert combined_in_flight_vectors(2, 4, 4, "interleaved")[1] == [(4, 3, 0, 0), (4, 2, 1, 0), (3, 2, 2, 0), (2, 2, 2, 1)]
+    between = [(4, 3, 0, 0), (4, 2, 1, 0), (3, 2, 2, 0), (2, 2, 2, 1)]
+    assert combined_in_flight_vectors(2, 4, 4, "interleaved")[1] == between
 
 
 def test_without_pipelining_the_first_forward_runs_alone():
