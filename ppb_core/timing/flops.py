@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ppb_core.config.run import RunConfig
+from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_all
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
     BodyKind,
@@ -1103,48 +1104,65 @@ def scaled(op: Op, share: float) -> Op:
     )
 
 
-def op_policy_rerun(ops: Sequence[Op], kind: BodyKind) -> tuple[Op, ...]:
-    """What torchtitan's per-op selective checkpointing runs again in a dense block's backward.
+def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[str, float]]:
+    """Each matmul torchtitan's block runs (by the memory rules' `_block_ops` name) as the op of ppb's
+    op table that holds it, and its share of that op: the table holds wq with wk (`qk_proj`), w1
+    with w3 (`mlp_in`, `shared_in`), and names MLA's wq_a / wq_b / wkv_a / wkv_b `q_down`, `q_up`
+    (`q_proj` without a query LoRA), `kv_down`, `kv_up`."""
+    att, mlp = kind.attention, kind.mlp
+    heads, kv = att.num_heads, att.num_kv_heads
+    parts = {
+        "attention.wq_output": ("q_proj" if att.is_mla else "qk_proj", 1.0 if att.is_mla else heads / (heads + kv)),
+        "attention.wk_output": ("qk_proj", kv / (heads + kv)),
+        "attention.wv_output": ("v_proj", 1.0),
+        "attention.wq_a_output": ("q_down", 1.0),
+        "attention.wq_b_output": ("q_up", 1.0),
+        "attention.wkv_a_output": ("kv_down", 1.0),
+        "attention.wkv_b_output": ("kv_up", 1.0),
+        "attention.wo_output": ("out_proj", 1.0),
+        "moe.router_logits": ("router", 1.0),
+    }
+    for prefix, op_in, op_out in (("mlp", "mlp_in", "mlp_out"), ("moe.shared", "shared_in", "shared_out")):
+        gated = mlp.gated
+        parts[f"{prefix}.w1_output"] = (op_in, 0.5 if gated else 1.0)
+        parts[f"{prefix}.w3_output"] = (op_in, 0.5)
+        parts[f"{prefix}.w2_output"] = (op_out, 1.0)
+        parts[f"{prefix}.fc1_output"] = (op_in, 1.0)
+        parts[f"{prefix}.fc2_output"] = (op_out, 1.0)
+    return parts
+
+
+def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tuple[Op, ...]:
+    """What torchtitan's per-op selective checkpointing runs again in a block's backward.
 
     torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
     v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
     and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
-    attention kernels, matmuls (`aten.mm`) and reduce-scatters, except every second `aten.mm` of the
-    block (`meta[mm_count_key] % 2 == 0`: the forward counts wq 1, wk 2, wv 3, wo 4, w1 5, w3 6,
-    w2 7, as `Attention.forward` and `FeedForward.forward` (`w2(silu(w1(x)) * w3(x))`) call them). So
-    wk, wo and w3 run again, and so does every op outside the list: the norms, the rotary embedding,
-    the activation and product, the residual adds, a linear with a bias (`aten.addmm`, neither saved
-    nor counted), and the tensor-parallel all-gathers and all-reduces (not in the list; the
-    reduce-scatters are). ppb's op table holds wq and wk as one op (`qk_proj`) and w1 with w3 as
-    another (`mlp_in`): their rerun parts are those ops cut to the recomputed columns."""
-    att, mlp = kind.attention, kind.mlp
-    assert isinstance(mlp, Mlp)
-    heads, kv = att.num_heads, att.num_kv_heads
-    qk = heads + kv
-    order: list[tuple[str, float, bool]] = [  # (op, its share of the op, with a bias) in forward order
-        ("qk_proj", heads / qk, att.qkv_bias),
-        ("qk_proj", kv / qk, att.qkv_bias),
-        ("v_proj", 1.0, att.qkv_bias),
-        ("out_proj", 1.0, att.out_bias),
-    ]
-    if mlp.gated:
-        order += [("mlp_in", 0.5, mlp.bias), ("mlp_in", 0.5, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
-    else:
-        order += [("mlp_in", 1.0, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
-    rerun_share: dict[str, float] = {}
-    count = 0
-    for name, share, bias in order:
-        if not bias:
-            count += 1
-        if bias or count % 2 == 0:
-            rerun_share[name] = rerun_share.get(name, 0.0) + share
+    attention kernels and reduce-scatters, the matmuls the memory rules save
+    (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
+    counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block; a linear
+    with a bias, `aten.addmm`, neither), and the expert all-to-alls where the model's list holds
+    `all_to_all_single` (`saves_all_to_all`: DeepSeek-V3, not Qwen3). Everything else runs again:
+    the rest of the matmuls (an op of ppb's table cut to its recomputed share, `_policy_op_parts`),
+    the routed experts (`torch._grouped_mm`, not in the list), the norms, the rotary embedding, the
+    activations and products, the router's top-k and the permutations, the residual adds, and the
+    tensor-parallel all-gathers and all-reduces (not in the list; the reduce-scatters are)."""
+    saved_share: dict[str, float] = {}
+    parts = _policy_op_parts(kind)
+    for name, saved in op_policy_saves(kind, geometry).items():
+        if saved:
+            op_name, share = parts[name]
+            saved_share[op_name] = saved_share.get(op_name, 0.0) + share
+    keeps_all_to_all = isinstance(kind.mlp, Moe) and saves_all_to_all(kind)
     rerun: list[Op] = []
     for op in ops:
         if op.category == MATMUL:
-            if op.attention is None and op.name in rerun_share:
-                rerun.append(scaled(op, rerun_share[op.name]))
+            share = 1.0 - saved_share.get(op.name, 0.0)
+            if op.attention is None and share > 1e-12:
+                rerun.append(scaled(op, share))
         elif op.category == COMM:
-            if op.forward_comm is not None and op.forward_comm.kind in (ALL_GATHER, ALL_REDUCE):
+            kind_of = op.forward_comm.kind if op.forward_comm is not None else None
+            if kind_of in (ALL_GATHER, ALL_REDUCE) or (kind_of == ALL_TO_ALL and not keeps_all_to_all):
                 rerun.append(op)
         else:
             rerun.append(op)

@@ -271,7 +271,7 @@ class TimeModel:
             or stated in (self._configured[layer.model_name], {**self._configured[layer.model_name], "gather": 0})
         )
         if own and "op" in modules and op_policy_supported(layer.kind):
-            return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
+            return op_policy_rerun(ops, layer.kind, self._geometry)  # type: ignore[arg-type]
         rerun = rerun_ops(ops, state, stated)
         if own and self.run.framework == "megatron" and modules:
             # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward
