@@ -31,6 +31,7 @@ ROUND_DEVICE = {
     "collective_latency_us": 0.0,
     "inter_node_latency_us": 0.0,
     "comm_sms": 0,
+    "gemm_kernel_us": 0.0,
 }
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 

@@ -79,6 +79,7 @@ class Kernels:
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
+    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
 
     @property
     def contention(self) -> float:
@@ -113,6 +114,7 @@ class Kernels:
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
+            kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -124,11 +126,15 @@ class Kernels:
         return self.memory_s(traffic * factor)
 
     def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:
-        """Seconds of the tensor-core work: the best tiling's waves (no HBM roofline), plus, where the
+        """Seconds of one GEMM kernel: the best tiling's waves (no HBM roofline), plus, where the
         device's kernels store each tile after its main loop (`epilogue_overlapped` False: Ampere's
-        and Ascend's), the tiles' *output_bytes* per element at the HBM rate."""
+        and Ascend's), the tiles' *output_bytes* per element at the HBM rate, plus the kernel's fixed
+        time (`kernel_s`)."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
+        return self._tiles_s(m, n, k, groups, output_bytes) + self.kernel_s
+
+    def _tiles_s(self, m: float, n: float, k: float, groups: int, output_bytes: float) -> float:
         peak = self.gemm_flops_per_s or self.flops_per_s
         if min(m, n) < SKINNY:
             return 2 * m * n * k * groups / (peak * self.gemm_ceiling)
