@@ -65,6 +65,10 @@ class Collective:
     # All-to-all: the bytes that leave the node, when fewer than the payload's share for remote
     # peers (a dispatcher that sends a token once per destination node); None: that share.
     inter_node_bytes: float | None = None
+    # How TransformerEngine's userbuffers overlap runs it beside its partner GEMM under Megatron's
+    # --tp-comm-overlap (`ppb_core.timing.userbuffers`): "ring_exchange" or "pipeline"; None: the
+    # generic overlap share.
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -220,11 +224,14 @@ def _tp_entry(
     source: str,
     consumer: str,
     switch: str | None = "gather",
+    userbuffers: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
-    all-reduced. Both backward collectives run behind the consumer's weight gradient."""
+    all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
+    the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
+    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
@@ -233,13 +240,14 @@ def _tp_entry(
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
         # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
         # the `gather` switch has nothing to drop.
+        method = "ring_exchange" if userbuffers and geo.transformer_impl == "transformer_engine" else None
         return [
             Op(
                 f"{p}gather_{stem}",
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward"), method=method),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
             ),
             Op(
@@ -274,21 +282,31 @@ def _tp_entry(
     ]
 
 
-def _tp_exit(name: str, block: str, geo: OpGeometry, width: float, producer: str) -> list[Op]:
+def _tp_exit(
+    name: str, block: str, geo: OpGeometry, width: float, producer: str, userbuffers: bool = False
+) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
-    SP the output gradient is all-gathered in the backward. Both sit on the critical path."""
+    SP the output gradient is all-gathered in the backward. Both sit on the critical path.
+    *userbuffers*: the producer is one of TransformerEngine's layer GEMMs (proj, fc2), whose forward
+    reduce-scatter Megatron's --tp-comm-overlap pipelines and whose input gradient's all-gather it
+    runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     if geo.gathers:
+        ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         return [
             Op(
                 name,
                 block,
                 COMM,
                 inputs=(producer,),
-                forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward")),
-                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (producer, "dgrad")),
+                forward_comm=Collective(
+                    REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
+                ),
+                backward_comm=Collective(
+                    ALL_GATHER, "tp", payload, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
+                ),
             )
         ]
     return [
@@ -378,7 +396,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj")
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -637,7 +655,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -700,14 +718,14 @@ def _ffn(
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
