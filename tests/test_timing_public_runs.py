@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "public_runs.py"
@@ -40,9 +41,9 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
     errors = [abs(predicted / row.seconds - 1) for row, predicted in results]
     assert len(errors) == len(public.public_runs())
-    # A guard, not a fit: the mean absolute error today is 16.3% (docs/timing.md: the H100 rows' layers
+    # A guard, not a fit: the mean absolute error today is 15.2% (docs/timing.md: the H100 rows' layers
     # run faster than Megatron's published runs); the aim is 5%.
-    assert sum(errors) / len(errors) < 0.17
+    assert sum(errors) / len(errors) < 0.16
 
 
 def test_the_power_limited_hopper_ceiling_reproduces_transformer_engine_s_h200_nvl_measurement(public):
@@ -186,3 +187,16 @@ def test_every_hopper_gemm_kernel_pays_the_fixed_time_xla_s_sm90_table_shows():
     # with it 7.3% off, from -25% (4096×4096×256: a k loop of 4 blocks) to +11% (2048×512×2048).
     assert sum(abs(e) for e in errors) / len(errors) < 0.08
     assert min(errors) > -0.26 and max(errors) < 0.12
+
+
+def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(public):
+    # torchtitan's published table (benchmarks/llama3_h100_202412_torchtitan.md, Table 1 and 3): FSDP
+    # 5,762 / 5,605 tokens/s per GPU eager, 6,667 / 6,514 with torch.compile (which fuses the
+    # element-wise ops our `EAGER_TRAFFIC` prices): the compiled runs take 1/1.157 and 1/1.162 of
+    # the eager ones' time. Ours: 1.224 (1.098 with the old RMSNorm count without its fp32 upcast and
+    # without repeat_kv); the compiled rows themselves come out 15% fast, as the eager ones were.
+    for row, published in zip(public._torchtitan_runs(), (6667 / 5762, 6514 / 5605), strict=True):
+        raw = dict(row.raw, timing={**row.raw.get("timing", {}), "torch_compile": True})
+        eager = run_iteration(public.config(row)).seconds
+        compiled = run_iteration(public.run_config(raw, row.name)).seconds
+        assert eager / compiled == pytest.approx(published, abs=0.08)

@@ -209,10 +209,12 @@ def _elementwise(
     return Op(name, block, MEMORY, switch, transient, tuple(inputs), 0.0, forward_bytes, 0.0, backward_bytes)
 
 
-def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
-    # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
+def _norm(name: str, block: str, rows: float, width: float, bc: int, rms: bool = True, **kw) -> Op:
+    """Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small). An
+    RMSNorm runs as several kernels in eager PyTorch (`EAGER_TRAFFIC`); a LayerNorm is one
+    (`native_layer_norm`) either way."""
     op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
-    return dataclasses.replace(op, fusion="norm")
+    return dataclasses.replace(op, fusion="norm") if rms else op
 
 
 def _tp_entry(
@@ -493,6 +495,13 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     mean_keys = pairs / (sequences * queries)
     causal = 0.0 if geo.block_pairs else 1.0  # a language model's mask; a vision encoder's blocks are whole
     ops: list[Op] = []
+    kv_heads = 0 if att.is_mla else kv_heads_per_rank(att.num_kv_heads, geo.tp)
+    if geo.framework == "torchtitan" and 0 < kv_heads < heads:
+        # torchtitan's `repeat_kv` (torchtitan/models/llama/model.py: unsqueeze, expand, reshape) copies
+        # K and V out to every query head before SDPA: reads kv heads, writes all heads, for each; its
+        # backward sums the heads' gradients back (reads all, writes kv heads).
+        copied = 2 * n * (kv_heads + heads) * att.head_dim * bc
+        ops.append(_elementwise(p + "repeat_kv", block, copied, copied, inputs=(*qk, *v)))
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
@@ -637,7 +646,8 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
 def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
-    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, switch="normOp")]
+    rms = kind.norm.kind == "rmsnorm"
+    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, rms, switch="normOp")]
     projections, qk, v = _projections(kind, geo, p, p + "norm1")
     core, out = _core(kind, geo, p, qk, v)
     heads = per_rank(att.num_heads, geo.tp)
@@ -665,7 +675,7 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
     op = _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
-    return dataclasses.replace(op, fusion="activation")
+    return dataclasses.replace(op, fusion="activation") if gated else op
 
 
 def _ffn(
@@ -722,7 +732,7 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
-        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
+        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True),
@@ -759,7 +769,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     rows = routed * geo.etp * geo.routing_factor  # token copies this rank's experts compute
     norm = p + "norm2"
     ops = [
-        _norm(norm, block, whole, h, bc, switch="normOp"),
+        _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
         _matmul(p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,)),
         # Router logits upcast, softmax and top-k in fp32.
         _elementwise(
@@ -944,7 +954,7 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) ->
     logits_source = entry[0].name if geo.gathers else norm
     elements = n * vocab
     ops = [
-        _norm(norm, block, geo.whole_tokens, h, bc, inputs=(source,) if source else ()),
+        _norm(norm, block, geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm", inputs=(source,) if source else ()),
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
         _elementwise(

@@ -180,7 +180,7 @@ class TimeModel:
             wgrad += kernels.memory_s(side_backward)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.elementwise_s(traffic, op.fusion)
+        seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
