@@ -397,6 +397,8 @@ def test_torchtitan_s_eager_kernels_move_the_bytes_its_model_code_moves():
     # Rotary on Q and K, (16 + 4) · 64 = 1280 values a token: 20 bytes each way (fused 4).
     assert eager["rope"].forward_ms == pytest.approx(20 * 2048 * 1280 / 5e11 * 1e3)
     assert eager["rope"].backward_ms == pytest.approx(20 * 2048 * 1280 / 5e11 * 1e3)
+    # The residual add (no bias, no dropout): its backward is autograd's sum of two gradients, 6 bytes.
+    assert eager["residual_attention"].backward_ms == pytest.approx(6 * x / 5e11 * 1e3)
     # repeat_kv: K and V read at 4 heads and written at 16, 2 · 2048 · (4 + 16) · 64 · 2 bytes, each way,
     # compiled or not (SDPA needs the copies either way).
     copied = 2 * 2048 * 20 * 64 * 2

@@ -328,11 +328,13 @@ def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: flo
     Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
     the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
     the two gradients that meet where the residual stream forks (the skip and the branch's norm:
-    reads two, writes one)."""
+    reads two, writes one). torchtitan's block adds plainly (`h = x + attention(norm(x))`, no bias
+    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
-    return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
+    branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
+    return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
 
 def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
