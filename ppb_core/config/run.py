@@ -285,6 +285,7 @@ class Device(StrictModel):
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
+    gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
 
     @model_validator(mode="after")
     def _known(self) -> Device:
