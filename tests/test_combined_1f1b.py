@@ -5,6 +5,7 @@ at Megatron-LM d98e8a64)."""
 
 from __future__ import annotations
 
+import pytest
 from test_memory_activations import MOE
 from test_memory_runs import DENSE, make_run, model
 
@@ -121,3 +122,10 @@ def test_a_stage_is_charged_at_its_steps():
     one = 512 + 4 * (50176 + 65536) + 279040
     assert plain[0].activation_bytes == one
     assert combined[0].activation_bytes == one + 512
+
+
+def test_megatron_runs_the_combined_schedule_only_interleaved_or_without_pipelining():
+    # transformer_config.py: with PP > 1 the virtual pipeline size must be set
+    for schedule, stages, chunks in (("1f1b", 2, 1), ("gpipe", 2, 1), ("dualpipev", 2, 2)):
+        with pytest.raises(ValueError, match="combined 1F1B"):
+            combined_steps(schedule, stages, chunks, 8)

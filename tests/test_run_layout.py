@@ -11,6 +11,7 @@ from ppb_core.config.layout import EXPANDED_CHARACTERS, LayoutError, expand
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
+from ppb_core.tables.run import run_from_frame, run_to_frame
 
 SPEC = {"vocab_size": 1024, "hidden_size": 64, "num_layers": 4, "num_attention_heads": 4, "intermediate_size": 128}
 MOE = {**SPEC, "num_experts": 4, "experts_per_token": 2, "moe_intermediate_size": 32, "mtp_layers": 1}
@@ -106,3 +107,12 @@ def test_the_combined_1f1b_schedule_is_stated_where_megatron_runs_it():
     raw["framework"] = "torchtitan"
     with pytest.raises(InputError, match="framework megatron"):
         parse_run_config(raw, "run.yaml")
+
+
+def test_the_layout_survives_the_chain_s_table():
+    # the Dagster chain stores the run config as a table (ppb_core.tables.run): what it reads back
+    # places the layers and runs the schedule the same way
+    run = _run(MOE, layout="Et|t|tt|mL", overlap_moe_expert_parallel_comm=True, dp=2, ep=2)
+    again = run_from_frame(run_to_frame(run))
+    assert again.parallel == run.parallel
+    assert walk(again).layers == walk(run).layers

@@ -167,8 +167,10 @@ class Parallel(StrictModel):
         if not isinstance(data, dict) or not isinstance(data.get("layout"), str):
             return data
         pp = data.get("pp", 1)
+        if not isinstance(pp, int) or pp < 1:
+            return data
         try:
-            chunks = len(parse_layout(data["layout"], pp)[0]) if isinstance(pp, int) and pp >= 1 else 0
+            chunks = len(parse_layout(data["layout"], pp)[0])
         except LayoutError:
             return data
         filled = dict(data)
@@ -208,10 +210,44 @@ class Parallel(StrictModel):
 
 
 class MoeTraining(StrictModel):
-    dropless: bool = True
-    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = 1.0
-    # Dropless routing is imbalanced: the busiest rank gets this many times its fair share.
-    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = 1.0
+    """How the router's tokens reach the experts, in Megatron's terms: dropless (no
+    `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor."""
+
+    dropless: bool = Field(True, description="no capacity: every routed token reaches its expert")
+    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = Field(
+        1.0, description="--moe-expert-capacity-factor: an expert takes at most this times its fair share"
+    )
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = Field(
+        1.0,
+        description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
+        "(1.0: balanced); with a capacity factor ppb charges the capacity",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capacity_means_dropping(cls, data: Any) -> Any:
+        """Megatron drops tokens exactly when a capacity factor is set (`moe_expert_capacity_factor`
+        not None: megatron/core/transformer/moe/moe_utils.py `get_capacity`; dropless otherwise)."""
+        if isinstance(data, dict) and "capacity_factor" in data and "dropless" not in data:
+            return {**data, "dropless": False}
+        return data
+
+    @model_validator(mode="after")
+    def _one_routing(self) -> MoeTraining:
+        if self.dropless and self.capacity_factor != 1.0:
+            raise ValueError("dropless routing has no capacity factor (Megatron drops tokens when one is set)")
+        if not self.dropless and self.dropless_imbalance != 1.0:
+            raise ValueError(
+                "dropless_imbalance is dropless routing's; with a capacity factor ppb charges the capacity "
+                "(the most an expert takes, what --moe-pad-expert-input-to-capacity pads to)"
+            )
+        return self
+
+    @property
+    def routed_share(self) -> float:
+        """The busiest rank's expert rows over their fair share: the stated imbalance of dropless
+        routing, or the capacity factor, which bounds every expert's tokens."""
+        return self.dropless_imbalance if self.dropless else self.capacity_factor
 
 
 class Training(StrictModel):

@@ -16,6 +16,9 @@ at Megatron-LM d98e8a64). `TransformerModelChunkSchedulePlan.run`
 3. the backward chunk's remaining layers, then the forward chunk's remaining layers;
 4. the forward chunk's post-process; the backward chunk's pre-process backward.
 
+(`ModelParallelConfig.ep_overlap_early_attn_memory_release`, off by default, runs the backward pre-dispatch node
+before the forward's experts; not modelled.)
+
 Which node keeps which tensor is the framework's rule (`frameworks.megatron.schedule_node`). The
 step starts with the backward's micro-batch still held and the forward's not yet: its peak is
 the kept memory as it starts plus the largest running sum of what the forward has added less
