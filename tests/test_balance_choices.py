@@ -20,7 +20,14 @@ from ppb_core.payload.sapp import layer_set
 
 def _descriptions(counts: list[int], head: bool, tail: bool) -> list[dict]:
     bodies = [
-        {"name": f"BODY_{i}", "type": "BODY", "nb_layer": n, "time": 1.0 + i, "memory_parameter": 1, "memory_activation": 1}
+        {
+            "name": f"BODY_{i}",
+            "type": "BODY",
+            "nb_layer": n,
+            "time": 1.0 + i,
+            "memory_parameter": 1,
+            "memory_activation": 1,
+        }
         for i, n in enumerate(counts)
     ]
     ends = []
