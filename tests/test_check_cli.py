@@ -111,3 +111,15 @@ def test_a_plan_that_is_neither_a_file_nor_flags_is_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "no such file" in err
+
+
+def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
+    capsys: pytest.CaptureFixture[str], small_device: Path
+) -> None:
+    """Megatron-Core's layout puts `L` (the output layer and the loss) in the last virtual stage even
+    when it holds no decoder layer; the re-evaluation did so only for plans not split per sub-model,
+    so DeepSeek-V3's plan ('Et|(tt|)*30,mL') had its loss charged on stage 14 and "ran out"."""
+    code, out = _check(capsys, small_device, "--pipeline-model-parallel-layout 'Et*8|t*12|t*12|L'", "--no-optimum")
+    assert [stage["layers"] for stage in out["stages"]] == [8, 12, 12, 0]
+    assert "loss" in out["stages"][3]["moments_mb"]
+    assert all("loss" not in stage["moments_mb"] for stage in out["stages"][:3])
