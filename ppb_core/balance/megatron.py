@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ppb_core.config.recompute import MegatronRecompute
+from ppb_core.limits import LAYOUT_CHARACTERS
 
 LAYER_CHARACTERS: dict[str, str] = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 
@@ -41,12 +42,30 @@ class LayoutError(ValueError):
 
 
 def expand(text: str) -> str:
-    """The layout with its repetitions written out, as Megatron-Core unrolls them."""
+    """The layout with its repetitions written out, as Megatron-Core unrolls them; LayoutError
+    before unrolling past `limits.LAYOUT_CHARACTERS` (`(t|)*99999999` would fill the memory)."""
     text = text.replace(",", "")
-    group = re.compile(r"\(([^)]+)\)\*(\d+)")
-    text = group.sub(lambda found: found.group(1) * int(found.group(2)), text)
-    single = re.compile(r"(.)\*(\d+)")
-    return single.sub(lambda found: found.group(1) * int(found.group(2)), text)
+    for pattern in (_GROUP, _SINGLE):
+        text = _unrolled(pattern, text)
+    return text
+
+
+_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
+_SINGLE = re.compile(r"(.)\*(\d+)")
+
+
+def _unrolled(pattern: re.Pattern[str], text: str) -> str:
+    found = list(pattern.finditer(text))
+    # a count of more digits than the limit's cannot be within it (int() refuses 4,300 digits)
+    counts = [int(m.group(2)) if len(m.group(2)) <= 9 else LAYOUT_CHARACTERS + 1 for m in found]
+    size = len(text) + sum(len(m.group(1)) * n - len(m.group(0)) for m, n in zip(found, counts, strict=True))
+    if size > LAYOUT_CHARACTERS:
+        raise LayoutError(
+            f"unrolls to over {LAYOUT_CHARACTERS:,} characters, more than any layout of ppb's limits "
+            "(ppb_core/limits.py)"
+        )
+    replaced = iter(counts)
+    return pattern.sub(lambda m: m.group(1) * next(replaced), text)
 
 
 def parse_layout(text: str, pipeline_size: int) -> list[list[str]]:
