@@ -251,12 +251,16 @@ class MegatronFlags:
             return Setting("none")
         if self.granularity == "selective":
             if self.method is not None or self.num_layers is not None:
-                raise LayoutError("--recompute-granularity selective takes no --recompute-method nor -num-layers")
+                raise LayoutError(
+                    "--recompute-granularity selective takes no --recompute-method nor --recompute-num-layers"
+                )
             return Setting("selective")
         if self.granularity != "full":
             raise LayoutError(f"--recompute-granularity must be full or selective, got {self.granularity!r}")
         if self.method not in ("uniform", "block") or self.num_layers is None:
-            raise LayoutError("--recompute-granularity full needs --recompute-method uniform|block and -num-layers")
+            raise LayoutError(
+                "--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers"
+            )
         if self.num_layers < 1:
             raise LayoutError(f"--recompute-num-layers must be positive, got {self.num_layers}")
         return Setting("full") if self.method == "uniform" else Setting("block", self.num_layers)
