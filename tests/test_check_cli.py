@@ -160,3 +160,20 @@ def test_first_and_last_stage_layers_on_two_stages(capsys: pytest.CaptureFixture
     flags = "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 18"
     code, out = _check(capsys, run, flags, "--no-optimum", "-q")
     assert code in (0, 1) and [stage["layers"] for stage in out["stages"]] == [14, 18]
+
+
+def test_flags_over_several_lines_are_all_read(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """A launch script's flags, one a line joined by backslashes (as `ppb search -o` writes them):
+    every flag is read, as the shell reads it. shlex kept the newline in the next word, so every flag
+    after the first line went unread and the even split [8, 8, 8, 8] was checked instead."""
+    flags = tmp_path / "flags.txt"
+    flags.write_text(
+        "--tensor-model-parallel-size 2 \\\n--pipeline-model-parallel-size 4 \\\n"
+        "--pipeline-model-parallel-layout 'Et*10|t*8|t*8|t*6L' \\\n"
+        "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1\n"
+    )
+    _, out = _check(capsys, small_device, str(flags), "--no-optimum")
+    assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+    assert [stage["options"] for stage in out["stages"]] == [{"FULL": n} for n in (10, 8, 8, 6)]

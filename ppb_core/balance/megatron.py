@@ -282,6 +282,9 @@ _INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "virtua
 def parse_flags(text: str) -> MegatronFlags:
     """The pipeline and recompute flags of a Megatron-LM command line (other flags are skipped);
     `--recompute-modules` takes every word up to the next flag, as argparse's nargs='*' does."""
+    # a launch script's lines joined as a shell joins them: a backslash before a newline is removed
+    # with it (shlex would keep the newline in the next word, and every flag after it go unread)
+    text = re.sub(r"\\\r?\n", "", text)
     try:
         words = shlex.split(text, comments=True)
     except ValueError as err:
