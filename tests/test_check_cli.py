@@ -177,3 +177,14 @@ def test_flags_over_several_lines_are_all_read(
     _, out = _check(capsys, small_device, str(flags), "--no-optimum")
     assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
     assert [stage["options"] for stage in out["stages"]] == [{"FULL": n} for n in (10, 8, 8, 6)]
+
+
+@pytest.mark.parametrize("text", ["model: 3\n", "model: [1, 2]\nrecompute_config: 4\n"])
+def test_a_mindformers_yaml_of_the_wrong_shape_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path, text: str
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)  # `model` not a mapping was an AttributeError traceback
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: offset: missing" in err, err

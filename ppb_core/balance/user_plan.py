@@ -58,7 +58,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
     """The four values, from the top level or a MindFormers training yaml's places."""
     found = {key: document[key] for key in YAML_KEYS if key in document}
-    model_config = (document.get("model") or {}).get("model_config") or {}
+    model = document.get("model")
+    model_config = model.get("model_config") if isinstance(model, dict) else None
     if "offset" not in found and isinstance(model_config, dict) and "offset" in model_config:
         found["offset"] = model_config["offset"]
     recompute_config = document.get("recompute_config") or {}
