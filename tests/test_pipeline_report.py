@@ -7,8 +7,9 @@ import struct
 import pandas as pd
 import pytest
 
-from ppb_core.report.render import figure_png, summary_markdown
+from ppb_core.report.render import console_summary, figure_png, summary_markdown
 from ppb_core.tables.report import PLAN_REPORT
+from ppb_core.tables.schema import Summarized
 
 
 @pytest.fixture
@@ -65,3 +66,25 @@ def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
     with pytest.raises(ValueError, match="buffers_mb"):
         figure_png(stages.drop(columns="buffers_mb"), "t")
     assert set(PLAN_REPORT.names) == set(stages.columns)
+
+
+@pytest.mark.parametrize(
+    ("planned", "uniform", "said"),
+    [
+        (3.265, 3.597, "1.102× faster than"),  # 3.597 / 3.265 = 1.1017
+        # qwen2.5-vl-7b's plan: faster by the balancer's layer times, slower by the whole time model;
+        # it read "1.00× faster" (3.680 / 3.693 = 0.9965 rounded up)
+        (3.693, 3.680, "1.004× slower than"),  # 3.693 / 3.680 = 1.0035
+    ],
+)
+def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: float, said: str) -> None:
+    frame = pd.DataFrame(
+        {"stage": [0], "parameters_mb": [1024.0], "activations_mb": [0.0], "buffers_mb": [0.0], "device_mb": [2048.0]}
+    )
+    summary = {"iteration_s": planned, "baseline_iteration_s": uniform, "baseline": "NONE"}
+    lines = console_summary(Summarized(frame, summary), "r.md")
+    assert lines == [
+        "stage 0: fits, 1.0 of 2.0 GiB",
+        f"plan: {planned:.3f} s an iteration, {said} the best uniform split (NONE everywhere, {uniform:.3f} s)",
+        "report: r.md",
+    ]
