@@ -41,9 +41,6 @@ CHUNKS = 64  # virtual pipeline chunks per stage
 # Stage × chunk × micro-batch cells of one iteration's schedule, each simulated op by op:
 # 131,072 (4× Megatron's 1T, pp 64 × 512 micro-batches × 1 chunk); about 3 s of `ppb estimate`.
 SCHEDULE_CELLS = 2**17
-# A Megatron-LM `--pipeline-model-parallel-layout` unrolled (`(...)*n`, `x*n` written out): E, L, a
-# `t` or `m` per layer and a `|` between virtual stages; longer cannot be a run's layout.
-LAYOUT_CHARACTERS = 2 + 2 * LAYERS + STAGES * CHUNKS
 DEVICES = 2**20  # dp, tp, cp, ep, world size: 1,048,576 (64× Llama 3's 16,384 GPUs)
 MODELS = 64  # sub-models of one run (a vision tower, a projector, a language model: 3)
 COMBINED = 1024  # (model, node) pairs ppb.combined may name

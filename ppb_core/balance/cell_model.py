@@ -35,6 +35,8 @@ def cell_choices(problem: BalanceInput, catalogue: Catalogue, work_limit: float,
         room = p.memory_mb - p.constant_memory_mb
         options = [catalogue.empty_cell()] if (v, s) in p.reserved_cells else []
         for types, counts in compositions:
+            if not catalogue.reachable((v, s), types, counts):
+                continue
             for choice in catalogue.cell_choices(types, counts):
                 if choice.forward + choice.backward + fixed <= work_limit and choice.parameter_mb <= room:
                     options.append(choice)

@@ -118,10 +118,29 @@ class Catalogue:
         self._front_cache: dict[tuple[int, int, tuple[int, ...]], list[tuple[float, float, tuple]]] = {}
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
+        # per cell: how many cells that must hold a layer come before it and after it along the model
+        open_cells = [cell not in problem.reserved_cells for cell in problem.cells]
+        self._around = {
+            cell: (sum(open_cells[:position]), sum(open_cells[position + 1 :]))
+            for position, cell in enumerate(problem.cells)
+        }
         if slct in considered and comm in considered:
             self.variants = [tuple(k for k in considered if k != comm), tuple(k for k in considered if k != slct)]
         else:
             self.variants = [tuple(considered)]
+
+    def reachable(self, cell: tuple[int, int], types: tuple[int, ...], counts: tuple[int, ...]) -> bool:
+        """Whether some plan can put this composition in this cell, by counting alone.
+
+        Body types run in pipeline order and every cell but the head's and the tail's holds a
+        layer, so the cells before this one hold only types up to its first, at least one layer
+        each, and the cells after it only types from its last on. A cell whose first type's layers
+        (with one per earlier cell) outnumber that type and every earlier one, or likewise at the
+        other end, is in no plan: DeepSeek-V3-like 3 dense + 58 MoE layers can have dense layers
+        in the first four cells only, which drops nine in ten of its stage choices."""
+        before, after = self._around[cell]
+        nb = [body.nb_layer for body in self.p.layers.bodies]
+        return before + counts[0] <= sum(nb[: types[0] + 1]) and after + counts[-1] <= sum(nb[types[-1] :])
 
     def compositions(self, k_max: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         """(body types, counts) a cell may hold with 1..k_max layers: contiguous types in order."""
@@ -223,6 +242,8 @@ class Catalogue:
             options = [self.empty_cell()] if (chunk, stage) in p.reserved_cells else []
             fewest = min((vector[chunk] for vector in vectors), default=0)
             for types, counts in compositions:
+                if not self.reachable((chunk, stage), types, counts):
+                    continue
                 # what the cell needs whatever its options: parameters, and its leanest activations
                 least = sum(
                     n * (bodies[b].memory_parameter_mb + fewest * least_activation[b])

@@ -86,6 +86,8 @@ def _stage_choices(
     for v in range(problem.chunks):
         options = [catalogue.empty_cell()] if (v, stage) in problem.reserved_cells else []
         for types, counts in catalogue.compositions(most):
+            if not catalogue.reachable((v, stage), types, counts):
+                continue
             cell = _leanest(catalogue, types, counts)
             if cell.parameter_mb + problem.constant_memory_mb <= bound:
                 options.append(cell)
