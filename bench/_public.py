@@ -180,6 +180,7 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
+        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
     }
 
 
@@ -218,6 +219,7 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
+        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
     }
 
 

@@ -378,6 +378,11 @@ class TimingOptions(StrictModel):
         description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "
         "before TransformerEngine), adding a linear's bias after its GEMM",
     )
+    cross_entropy_fusion: bool = Field(
+        False,
+        description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
+        "logits fused into three kernels, not run one by one",
+    )
 
 
 class MemoryOptions(StrictModel):
