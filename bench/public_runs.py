@@ -448,10 +448,7 @@ GOLDEN_MOE = {
     ),
 }  # fmt: skip
 # What the 7B cases set that ppb does not model (their model_config.yaml).
-_7B_UNMODELLED = (
-    "--deterministic-mode (torch.use_deterministic_algorithms) not modelled",
-    "--no-gradient-accumulation-fusion not modelled",
-)
+_7B_UNMODELLED = ("--deterministic-mode (torch.use_deterministic_algorithms) not modelled",)
 _MOE_UNMODELLED = ("routing balanced", "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 not modelled")
 
 

@@ -417,3 +417,19 @@ def test_a_layernorm_and_a_gelu_are_one_kernel_in_eager_pytorch_too():
     assert prices["mlp_act"].forward_ms == pytest.approx(4 * 2048 * 4096 / 5e11 * 1e3)
     assert prices["mlp_act"].backward_ms == pytest.approx(6 * 2048 * 4096 / 5e11 * 1e3)
     assert "repeat_kv" not in prices
+
+
+def test_without_gradient_accumulation_fusion_megatron_adds_each_weight_gradient_in_its_own_kernel():
+    raw = gelu_run().model_dump(mode="json", exclude_none=True)
+    fused = TimeModel(gelu_run()).op_prices(body(gelu_run()))
+    run = parse_run_config({**raw, "timing": {"gradient_accumulation_fusion": False}})
+    unfused = TimeModel(run).op_prices(body(run))
+    # mlp_in (1024 × 4096 weights): its weight gradient GEMM still compute-bound (2·2048·1024·4096 /
+    # 5e13 = 0.3436 ms), then `main_grad.add_(grad)` reads the fp32 main gradient and the bf16
+    # gradient and writes the fp32 one: (4 + 2 + 4) · 4,194,304 = 41,943,040 bytes / 5e11 = 0.0839 ms.
+    added_ms = 10 * 1024 * 4096 / 5e11 * 1e3
+    assert unfused["mlp_in"].backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3 + added_ms, rel=1e-12)
+    assert unfused["mlp_in"].forward_ms == fused["mlp_in"].forward_ms
+    # attention's batched products multiply two activations: no weight, nothing added
+    for name in ("scores", "context", "softmax"):
+        assert unfused[name] == fused[name]

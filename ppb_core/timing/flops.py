@@ -103,6 +103,9 @@ class Op:
     # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
     # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
     side_bytes: tuple[float, float] = (0.0, 0.0)
+    # A matmul's weight elements on this device (0: a product of two activations, attention's BMMs):
+    # what a framework accumulating its weight gradient outside the GEMM adds into the main gradient.
+    weight_elements: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ def _matmul(
         2 * traffic,
         gemm=(rows / groups, k, n, groups, fused_n or n),
         side_bytes=side_bytes,
+        weight_elements=k * n * groups if weights is None else weights,
     )
 
 
@@ -1148,6 +1152,7 @@ def scaled(op: Op, share: float) -> Op:
         backward_bytes=op.backward_bytes * share,
         gemm=(m, k, n * share, groups, fused),
         side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
+        weight_elements=op.weight_elements * share,
     )
 
 
