@@ -113,8 +113,8 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
             "flash_attention": True,  # TE's fused attention (the default backend)
         },
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
-        # --no-gradient-accumulation-fusion; no --cross-entropy-loss-fusion (--deterministic-mode forbids it)
-        "timing": {"gradient_accumulation_fusion": False},
+        # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion)
+        "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -44,10 +45,10 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     tables = [result for result in results if not result[0].source.startswith(public.MEGATRON_TESTS)]
     assert len(ci) == 6
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
-    # 31.7% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
+    # 28.5% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
     assert public.mean_error(tables) < 0.16
-    assert public.mean_error(ci) < 0.33
+    assert public.mean_error(ci) < 0.30
 
 
 def test_megatron_ci_seconds_are_the_median_of_the_steady_logged_iterations(public):
@@ -219,3 +220,15 @@ def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(publi
         eager = run_iteration(public.config(row)).seconds
         compiled = run_iteration(public.run_config(raw, row.name)).seconds
         assert eager / compiled == pytest.approx(published, abs=0.08)
+
+
+def test_flash_attention_2_s_deterministic_backward_follows_its_measured_h100_time():
+    # Dao-AILab/flash-attention PR #1893 (Sept 2025), H100: head size 128, causal, 8192 tokens,
+    # 16 heads, deterministic, batch 2 (its 306.2 TFLOP/s forward in 1.796 ms counts 4·2·16·8192²·128/2
+    # FLOPs): "Fav2 bwd: 8.279ms, 166.0 TFLOPS". FlashAttention-2's rates on H100 (SDPA's, FA3 paper)
+    # with its deterministic launch (⌈132/32⌉ = 5 splits: 160 blocks, 2 waves) give 7.77 ms (-6%).
+    flash2 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", "torchtitan")
+    kernels = dataclasses.replace(flash2, deterministic_backward=True)
+    flops = 2.5 * 4 * 2 * 16 * 8192**2 * 128 / 2
+    seconds = kernels.attention_s(flops, 0.0, True, 32, 8192, 4096, 128, 1)
+    assert seconds == pytest.approx(8.279e-3, rel=0.08)

@@ -135,6 +135,7 @@ class TimeModel:
             framework,
             run.timing.torch_compile,
             run.timing.matmul_dtype,
+            run.timing.deterministic,
         )
         self._geometry = OpGeometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
