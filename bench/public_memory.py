@@ -44,13 +44,25 @@ from ppb_core.model.walk import walk  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from _measure import machine  # noqa: E402
-from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, run_config, torchtitan_llama31_8b, torchtitan_run  # noqa: E402
+from _public import (  # noqa: E402
+    LLAMA3_405B,
+    LLAMA31_8B,
+    LLAMA31_70B,
+    MEGATRON_TESTS,
+    MOE_MLA_LAYOUT,
+    MOE_MLA_MEMORY_SPEED,
+    gpt3_7b_run,
+    moe_mla_layout_run,
+    moe_mla_memory_speed_run,
+    run_config,
+    torchtitan_llama31_8b,
+    torchtitan_run,
+)
 
 # torchtitan's H100 of 96 GB, nothing reserved: the measured peaks are the allocator's own.
 TITAN_H100_96GB = {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0}
 
 GIB = 2**30
-MEGATRON_TESTS = "NVIDIA/Megatron-LM d98e8a64 tests/functional_tests/test_cases"
 TORCHTITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 
 
@@ -67,55 +79,6 @@ class MeasuredPeak:
     # `mem-max-allocated-bytes` at the first iteration, before the optimizer's moments exist
     first_iteration_bytes: int | None = None
     assumptions: tuple[str, ...] = field(default=())
-
-
-# gpt/gpt3_7b_tp{1,4}_pp{4,1}_memory_speed/model_config.yaml: 32 layers, h 4096, 32 heads, 8 query
-# groups, untied embeddings, sequence 8192, vocabulary 131073, no --swiglu/--normalization/
-# --position-embedding-type/--disable-bias-linear/dropout flags (Megatron's defaults).
-GPT_7B = {
-    "vocab_size": 131073,
-    "hidden_size": 4096,
-    "num_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 16384,
-    "activation": "gelu",
-    "norm": "layernorm",
-    "norm_bias": True,
-    "position_embedding": "learned",
-    "max_position_embeddings": 8192,
-    "attention_bias": True,
-    "attention_output_bias": True,
-    "mlp_bias": True,
-    "attention_dropout": 0.1,
-    "hidden_dropout": 0.1,
-}
-
-
-def _gpt_7b(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> dict[str, Any]:
-    data_parallel = 8 // (tp * pp)
-    return {
-        "name": f"megatron-gpt3-7b-tp{tp}-pp{pp}-{gpu}",
-        "framework": "megatron",
-        "models": [{"name": "llm", "spec": GPT_7B, "pad_vocab_multiple": 128}],
-        "parallel": {
-            "dp": data_parallel,
-            "tp": tp,
-            "pp": pp,
-            "vpp": vpp,
-            "zero": 1,  # --use-distributed-optimizer
-            **({"schedule": "interleaved"} if vpp > 1 else {}),
-        },
-        "training": {
-            "seq_length": 8192,
-            "micro_batch_size": micro_batch_size,
-            # --global-batch-size 8 over the data-parallel ranks
-            "micro_batches": 8 // (micro_batch_size * data_parallel),
-            "dtype": "bf16",
-            "flash_attention": True,  # TE's fused attention (the default backend)
-        },
-        "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
-    }
 
 
 def _megatron_rows() -> list[MeasuredPeak]:
@@ -138,7 +101,7 @@ def _megatron_rows() -> list[MeasuredPeak]:
                 MeasuredPeak(
                     f"Megatron GPT 7B TP{tp} PP{pp} ({gpu.upper()})",
                     f"{MEGATRON_TESTS}/gpt/{case}/golden_values_dev_dgx_{gpu}.json",
-                    _gpt_7b(tp, pp, vpp, mbs, gpu),
+                    gpt3_7b_run(tp, pp, vpp, mbs, gpu),
                     stage=pp - 1,
                     measured_gib=peak / GIB,
                     after_step_bytes=after_step,
@@ -235,66 +198,9 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
     ]
 
 
-# moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/model_config.yaml (tests/test_utils/recipes/
-# h100/moe.yaml: one node of 8, scope "mr-broken"): 16 layers (the first dense), h 1024, 32 heads,
-# MLA (q rank 1536, kv rank 512, heads 128 + 64 rotary, values 128), 32 experts of 1024, top 4 in
-# 4 groups (2 chosen), one shared expert of 1024, one MTP layer, SwiGLU, RMSNorm, no biases, no
-# dropout, untied, sequence 4096, micro-batch 4, global 32; TP 2 with SP, PP 2 with 4 virtual
-# stages, EP 4, ETP 1, distributed optimizer, `--attention-backend unfused`; the GPT-2 vocabulary
-# (50257) padded to a multiple of 3232·tp.
-MOE_MLA = {
-    "vocab_size": 50257,
-    "hidden_size": 1024,
-    "num_layers": 16,
-    "num_attention_heads": 32,
-    "intermediate_size": 4096,
-    "activation": "swiglu",
-    "norm": "rmsnorm",
-    "position_embedding": "rope",
-    "max_position_embeddings": 4096,
-    "num_experts": 32,
-    "experts_per_token": 4,
-    "moe_intermediate_size": 1024,
-    "shared_experts": 1,
-    "shared_expert_intermediate_size": 1024,
-    "expert_groups": 4,
-    "expert_group_limit": 2,
-    "first_dense_layers": 1,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "mtp_layers": 1,
-}
-
-
 def _megatron_moe_rows() -> list[MeasuredPeak]:
-    case = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
-    raw = {
-        "name": f"megatron-{case}",
-        "framework": "megatron",
-        "models": [{"name": "llm", "spec": MOE_MLA, "pad_vocab_multiple": 3232}],
-        "parallel": {
-            "dp": 2,
-            "tp": 2,
-            "pp": 2,
-            "vpp": 4,
-            "ep": 4,
-            "etp": 1,
-            "sequence_parallel": True,
-            "zero": 1,
-            "schedule": "interleaved",
-        },
-        "training": {
-            "seq_length": 4096,
-            "micro_batch_size": 4,
-            "micro_batches": 4,
-            "dtype": "bf16",
-            "flash_attention": False,
-        },
-        "device": {"name": "h100-80gb", "reserved_mb": 0},
-    }
+    case = MOE_MLA_MEMORY_SPEED
+    raw = moe_mla_memory_speed_run()
     return [
         MeasuredPeak(
             "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100)",
@@ -316,39 +222,8 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
 def _megatron_moe_layout_rows() -> list[MeasuredPeak]:
     """The same MoE-MLA model under selective recompute, a Megatron pipeline layout and the combined
     1F1B schedule: its golden values are steady from the fifth iteration on (routing drifts less)."""
-    # moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental/model_config.yaml: as the
-    # memory_speed case, but the first 3 layers dense (--moe-layer-freq ([0]*3+[1]*13)),
-    # --pipeline-model-parallel-layout Et*3|(tt|)*6tmL (rank 1, measured, holds 7 MoE layers, the MTP
-    # layer and the loss), --recompute-modules layernorm mla_up_proj mlp moe_act and
-    # --overlap-moe-expert-parallel-comm. The golden values were recorded no later than adc69dba2d
-    # (Oct 2025, "Removal of JET Artifacts" brought them in; the case is commented out of
-    # tests/test_utils/recipes/h100/moe.yaml since), the settings that change memory the same since.
-    case = "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental"
-    raw = {
-        "name": f"megatron-{case}",
-        "framework": "megatron",
-        "models": [{"name": "llm", "spec": {**MOE_MLA, "first_dense_layers": 3}, "pad_vocab_multiple": 3232}],
-        "parallel": {
-            "dp": 2,
-            "tp": 2,
-            "pp": 2,
-            "ep": 4,
-            "etp": 1,
-            "sequence_parallel": True,
-            "zero": 1,
-            "layout": "Et*3|(tt|)*6tmL",
-            "overlap_moe_expert_parallel_comm": True,
-        },
-        "training": {
-            "seq_length": 4096,
-            "micro_batch_size": 4,
-            "micro_batches": 4,
-            "dtype": "bf16",
-            "flash_attention": False,
-            "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
-        },
-        "device": {"name": "h100-80gb", "reserved_mb": 0},
-    }
+    case = MOE_MLA_LAYOUT
+    raw = moe_mla_layout_run()
     return [
         MeasuredPeak(
             "Megatron MoE-MLA layout, combined 1F1B (H100)",

@@ -12,7 +12,7 @@ import pytest
 from small_models import gpt_spec
 
 from ppb_core.config.run import parse_run_config
-from ppb_core.model.kinds import body_kind
+from ppb_core.model.kinds import body_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 
@@ -292,3 +292,25 @@ def test_layer_flops_count_what_each_state_reruns():
     assert layer_flops(ops, LayerType.FULL_REC_LAYER) == (forward, 3 * forward)
     scores = next(op for op in ops if op.name == "scores").flops
     assert layer_flops(ops, LayerType.SEL_REC_LAYER, {"softmax": 0}) == (forward, 2 * forward + scores)
+
+
+@pytest.mark.parametrize(
+    ("framework", "fusion", "forward", "backward"),
+    [
+        # Megatron's VocabParallelCrossEntropy op by op, per logit (bf16 logits, fp32 copy):
+        # .float() 2 + 4, max 4, -= 4 + 4, exp 4 + 4, sum 4, div_ 4 + 4 = 38; mul_ 4 + 4, back to bf16 4 + 2 = 14
+        ("megatron", False, 38, 14),
+        # --cross-entropy-loss-fusion: upcast and max 2 + 4, shift-exp-sum 4 + 4, div 4 + 4 = 22; backward 4 + 2 = 6
+        ("megatron", True, 22, 6),
+        # other frameworks: read 2, write the fp32 softmax 4, rewrite it 4 + 4 = 14; its gradient 4 + 4 + 2 = 10
+        ("torchtitan", False, 14, 10),
+    ],
+)
+def test_the_loss_moves_the_bytes_of_its_framework_s_cross_entropy(framework, fusion, forward, backward):
+    run = gpt_run(v=32000, s=512, b=2, framework=framework)
+    run = run.model_copy(update={"timing": run.timing.model_copy(update={"cross_entropy_fusion": fusion})})
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    loss = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.loss")
+    logits = 2 * 512 * 32000  # b · s tokens × v (tp 1)
+    assert loss.bytes == logits * forward
+    assert loss.backward_bytes == logits * backward

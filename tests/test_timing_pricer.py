@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
@@ -417,3 +418,42 @@ def test_a_layernorm_and_a_gelu_are_one_kernel_in_eager_pytorch_too():
     assert prices["mlp_act"].forward_ms == pytest.approx(4 * 2048 * 4096 / 5e11 * 1e3)
     assert prices["mlp_act"].backward_ms == pytest.approx(6 * 2048 * 4096 / 5e11 * 1e3)
     assert "repeat_kv" not in prices
+
+
+def test_without_gradient_accumulation_fusion_megatron_adds_each_weight_gradient_in_its_own_kernel():
+    raw = gelu_run().model_dump(mode="json", exclude_none=True)
+    fused = TimeModel(gelu_run()).op_prices(body(gelu_run()))
+    run = parse_run_config({**raw, "timing": {"gradient_accumulation_fusion": False}})
+    unfused = TimeModel(run).op_prices(body(run))
+    # mlp_in (1024 × 4096 weights): its weight gradient GEMM still compute-bound (2·2048·1024·4096 /
+    # 5e13 = 0.3436 ms), then `main_grad.add_(grad)` reads the fp32 main gradient and the bf16
+    # gradient and writes the fp32 one: (4 + 2 + 4) · 4,194,304 = 41,943,040 bytes / 5e11 = 0.0839 ms.
+    added_ms = 10 * 1024 * 4096 / 5e11 * 1e3
+    assert unfused["mlp_in"].backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3 + added_ms, rel=1e-12)
+    assert unfused["mlp_in"].forward_ms == fused["mlp_in"].forward_ms
+    # attention's batched products multiply two activations: no weight, nothing added
+    for name in ("scores", "context", "softmax"):
+        assert unfused[name] == fused[name]
+
+
+def test_megatron_s_deterministic_mode_runs_flash_attention_2_s_deterministic_backward_below_hopper():
+    a100, h100 = DEVICE_CATALOG["a100-80gb"], DEVICE_CATALOG["h100-80gb"]
+    plain = Kernels.from_device(a100, "bf16")
+    deterministic = Kernels.from_device(a100, "bf16", deterministic=True)
+    # TransformerEngine keeps cuDNN attention on Hopper (its deterministic path), so nothing changes there
+    assert Kernels.from_device(h100, "bf16", deterministic=True) == Kernels.from_device(h100, "bf16")
+    assert deterministic.attention_backward == a100.flash2_backward_efficiency
+    # 32 (sequence, head) pairs of 8192 causal queries, head size 128, on 108 SMs: a plain backward runs
+    # 32 · 8192/128 = 2048 blocks in 19 waves (2052 slots); the deterministic one ⌈108/32⌉ = 4 splits of
+    # each pair, 128 blocks in 2 waves (216 slots), then zeroes and sums 3 more fp32 dQ slices than a
+    # plain one: 2 · 3 · 32 · 8192 · 128 · 4 bytes at 2039 GB/s · 0.8.
+    assert deterministic.deterministic_splits(32) == 4
+    flops = 2.5 * 4 * 32 * 8192 * 8192 * 128 / 2
+    plain_s = plain.attention_s(flops, 0.0, True, 32, 8192, 4096, 128, 1)
+    slices_s = 2 * 3 * 32 * 8192 * 128 * 4 / (2039e9 * 0.8)
+    expected = plain_s * (2048 / 2052) / (128 / 216) + slices_s
+    assert deterministic.attention_s(flops, 0.0, True, 32, 8192, 4096, 128, 1) == pytest.approx(expected, rel=1e-12)
+    # the forward is the same kernel as a plain run's (FlashAttention-2's, at the same rate on A100)
+    assert deterministic.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1) == pytest.approx(
+        plain.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -39,11 +40,30 @@ def test_published_throughput_becomes_seconds(public):
 
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
-    errors = [abs(predicted / row.seconds - 1) for row, predicted in results]
-    assert len(errors) == len(public.public_runs())
-    # A guard, not a fit: the mean absolute error today is 15.3% (docs/timing.md: the H100 rows' layers
-    # run faster than Megatron's published runs); the aim is 5%.
-    assert sum(errors) / len(errors) < 0.16
+    assert len(results) == len(public.public_runs())
+    ci = [result for result in results if result[0].source.startswith(public.MEGATRON_TESTS)]
+    tables = [result for result in results if not result[0].source.startswith(public.MEGATRON_TESTS)]
+    assert len(ci) == 6
+    # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
+    # 28.5% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
+    # both H100 and A100); the aim is 5%.
+    assert public.mean_error(tables) < 0.16
+    assert public.mean_error(ci) < 0.30
+
+
+def test_megatron_ci_seconds_are_the_median_of_the_steady_logged_iterations(public):
+    rows = {row.name: row for row in public.public_runs()}
+    # gpt3_7b_tp1_pp4 on H100: 11 values at iterations 4-24; sorted, the 6th is 1.15017
+    # (1.14861, 1.14909, 1.14912, 1.14967, 1.1501 below it; 1.15077, 1.15105, 1.15138, 1.15255, 1.16377 above).
+    assert rows["Megatron CI GPT 7B TP1 PP4 (H100)"].seconds == pytest.approx(1.15017)
+    # gpt3_7b_tp4_pp1 on A100: two values, at iterations 10 and 20: (2.57769 + 2.596) / 2 = 2.586845.
+    assert rows["Megatron CI GPT 7B TP4 PP1 (A100)"].seconds == pytest.approx(2.586845)
+    # the layout case, iterations 5-50 (10 values, the first still warming up at 2.06 s): the mean of
+    # the 5th and 6th sorted, (1.09805 + 1.10049) / 2 = 1.09927.
+    assert rows["Megatron CI MoE-MLA layout, combined 1F1B (H100)"].seconds == pytest.approx(1.09927)
+    for row in rows.values():
+        if row.source.startswith(public.MEGATRON_TESTS):
+            assert "golden_values_dev_dgx_" in row.source and "values of " in row.source
 
 
 def test_the_power_limited_hopper_ceiling_reproduces_transformer_engine_s_h200_nvl_measurement(public):
@@ -200,3 +220,15 @@ def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(publi
         eager = run_iteration(public.config(row)).seconds
         compiled = run_iteration(public.run_config(raw, row.name)).seconds
         assert eager / compiled == pytest.approx(published, abs=0.08)
+
+
+def test_flash_attention_2_s_deterministic_backward_follows_its_measured_h100_time():
+    # Dao-AILab/flash-attention PR #1893 (Sept 2025), H100: head size 128, causal, 8192 tokens,
+    # 16 heads, deterministic, batch 2 (its 306.2 TFLOP/s forward in 1.796 ms counts 4·2·16·8192²·128/2
+    # FLOPs): "Fav2 bwd: 8.279ms, 166.0 TFLOPS". FlashAttention-2's rates on H100 (SDPA's, FA3 paper)
+    # with its deterministic launch (⌈132/32⌉ = 5 splits: 160 blocks, 2 waves) give 7.77 ms (-6%).
+    flash2 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", "torchtitan")
+    kernels = dataclasses.replace(flash2, deterministic_backward=True)
+    flops = 2.5 * 4 * 2 * 16 * 8192**2 * 128 / 2
+    seconds = kernels.attention_s(flops, 0.0, True, 32, 8192, 4096, 128, 1)
+    assert seconds == pytest.approx(8.279e-3, rel=0.08)

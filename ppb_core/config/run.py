@@ -378,6 +378,22 @@ class TimingOptions(StrictModel):
         description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "
         "before TransformerEngine), adding a linear's bias after its GEMM",
     )
+    gradient_accumulation_fusion: bool = Field(
+        True,
+        description="Megatron's gradient accumulation fusion (off with --no-gradient-accumulation-fusion): the "
+        "weight-gradient GEMM adds into the fp32 main gradient; off, it writes a 16-bit gradient that Megatron's "
+        "DDP hook adds to the main gradient in its own kernel",
+    )
+    deterministic: bool = Field(
+        False,
+        description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
+        "TransformerEngine runs FlashAttention-2 with its deterministic backward",
+    )
+    cross_entropy_fusion: bool = Field(
+        False,
+        description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
+        "logits fused into three kernels, not run one by one",
+    )
 
 
 class MemoryOptions(StrictModel):

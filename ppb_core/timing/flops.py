@@ -103,6 +103,9 @@ class Op:
     # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
     # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
     side_bytes: tuple[float, float] = (0.0, 0.0)
+    # A matmul's weight elements on this device (0: a product of two activations, attention's BMMs):
+    # what a framework accumulating its weight gradient outside the GEMM adds into the main gradient.
+    weight_elements: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class OpGeometry(Geometry):
     block_pairs: float = 0.0
     framework: str = "megatron"
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
+    cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -128,6 +132,7 @@ class OpGeometry(Geometry):
             dispatcher=run.timing.moe_dispatcher,
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
+            cross_entropy_fusion=run.timing.cross_entropy_fusion,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -173,6 +178,7 @@ def _matmul(
         2 * traffic,
         gemm=(rows / groups, k, n, groups, fused_n or n),
         side_bytes=side_bytes,
+        weight_elements=k * n * groups if weights is None else weights,
     )
 
 
@@ -947,6 +953,26 @@ def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
     )
 
 
+def _loss_bytes(geo: OpGeometry) -> tuple[int, int]:
+    """Bytes the cross-entropy moves per logit (forward, backward).
+
+    Megatron-LM (megatron/core/tensor_parallel/cross_entropy.py `VocabParallelCrossEntropy`, the same
+    at core_r0.8.0 and d98e8a64) runs one PyTorch op at a time: `logits.float()` reads the 16-bit
+    logits and writes an fp32 copy (bc + 4), `torch.max` reads it (4), `-= logits_max` (4 + 4),
+    `torch.exp(out=)` (4 + 4), `.sum` (4), `.div_` (4 + 4): bc + 9·4; the backward's `grad_input.mul_`
+    (4 + 4) and the autograd of `.float()`, back to 16 bits (4 + bc): bc + 3·4. With
+    `--cross-entropy-loss-fusion` (megatron/core/fusions/fused_cross_entropy.py, `jit_fuser` functions)
+    the upcast and max are one kernel (bc + 4), the shift, exponential and sum another (4 + 4), the
+    division a third (4 + 4): bc + 5·4; the backward one kernel (4 + bc). Other frameworks: the
+    logits read, upcast and their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
+    bc = geo.dtype_bytes
+    if geo.framework != "megatron":
+        return bc + 3 * STATS_BYTES, 2 * STATS_BYTES + bc
+    if geo.cross_entropy_fusion:
+        return bc + 5 * STATS_BYTES, STATS_BYTES + bc
+    return bc + 9 * STATS_BYTES, bc + 3 * STATS_BYTES
+
+
 def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) -> list[Op]:
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
     and the loss's three small all-reduces (max, sum of exponentials, target logit)."""
@@ -956,17 +982,12 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) ->
     entry = _tp_entry(p, "output", block, geo, h, norm, p + "logits", switch=None)
     logits_source = entry[0].name if geo.gathers else norm
     elements = n * vocab
+    loss_forward, loss_backward = _loss_bytes(geo)
     ops = [
         _norm(norm, block, geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm", inputs=(source,) if source else ()),
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
-        _elementwise(
-            p + "loss",
-            block,
-            elements * (bc + 3 * STATS_BYTES),
-            elements * (2 * STATS_BYTES + bc),
-            inputs=(p + "logits",),
-        ),
+        _elementwise(p + "loss", block, elements * loss_forward, elements * loss_backward, inputs=(p + "logits",)),
     ]
     if geo.tp > 1:
         ops.append(
@@ -1131,6 +1152,7 @@ def scaled(op: Op, share: float) -> Op:
         backward_bytes=op.backward_bytes * share,
         gemm=(m, k, n * share, groups, fused),
         side_bytes=(op.side_bytes[0] * share, op.side_bytes[1] * share),
+        weight_elements=op.weight_elements * share,
     )
 
 

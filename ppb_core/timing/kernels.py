@@ -49,6 +49,7 @@ SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
+DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
@@ -94,6 +95,8 @@ class Kernels:
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
     kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
+    # FlashAttention-2's deterministic backward (`deterministic_splits`) instead of one block per key block
+    deterministic_backward: bool = False
 
     @property
     def contention(self) -> float:
@@ -108,27 +111,33 @@ class Kernels:
         framework: str = "megatron",
         compiled: bool = False,
         matmul_dtype: str | None = None,
+        deterministic: bool = False,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
         (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them. With
         *matmul_dtype* fp8 the GEMMs run on the FP8 tensor cores at their own measured ceiling
-        (attention stays in *dtype*)."""
+        (attention stays in *dtype*). *deterministic* (Megatron's --deterministic-mode with
+        NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
+        attention in training below compute capability 9.0 ("Disabling FusedAttention for determinism
+        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
+        flash2 = titan or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
         return cls(
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
             gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
-            attention_forward=device.flash2_forward_efficiency if titan else device.attention_forward_efficiency,
-            attention_backward=device.flash2_backward_efficiency if titan else device.attention_backward_efficiency,
+            attention_forward=device.flash2_forward_efficiency if flash2 else device.attention_forward_efficiency,
+            attention_backward=device.flash2_backward_efficiency if flash2 else device.attention_backward_efficiency,
             fused=compiled or not titan,
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
             kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
+            deterministic_backward=flash2 and deterministic and not titan,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -184,8 +193,18 @@ class Kernels:
         ramp = walked / (walked + 1)
         diagonal = walked / (walked + DIAGONAL_WASTE) if causal else 1.0
         tiles = max(1, math.ceil(sequences)) * query_blocks
+        if backward and self.deterministic_backward:
+            tiles = self.deterministic_splits(sequences) * max(1, math.ceil(sequences))
         waves = tiles / (math.ceil(tiles / self.sms) * self.sms)
         return base * min(1.0, size) * ramp * diagonal * waves
+
+    def deterministic_splits(self, sequences: float) -> int:
+        """FlashAttention-2's deterministic backward (csrc/flash_attn/flash_api.cpp `mha_bwd`,
+        src/flash_bwd_launch_template.h `run_flash_bwd_seqk_parallel`): one block per (sequence, head)
+        pair and split, ⌈SMs / pairs⌉ splits, each walking its share of the key blocks in turn and
+        adding into its own fp32 dQ slice; a last kernel sums the slices (`convert_dQ`)."""
+        pairs = max(1, math.ceil(sequences))
+        return -(-self.sms // pairs)
 
     def attention_s(
         self,
@@ -203,4 +222,9 @@ class Kernels:
         if flops <= 0:
             return self.memory_s(traffic)
         rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim, causal)
-        return max(flops / rate, self.memory_s(traffic))
+        seconds = max(flops / rate, self.memory_s(traffic))
+        if backward and self.deterministic_backward:
+            # the splits' fp32 dQ slices beyond the one a plain backward keeps: zeroed, then read to be summed
+            extra = self.deterministic_splits(sequences) - 1
+            seconds += self.memory_s(2 * extra * sequences * s_q * head_dim * DQ_ACCUM_BYTES)
+        return seconds

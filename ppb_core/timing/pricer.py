@@ -120,14 +120,22 @@ class TimeModel:
         self.links = Links.from_run(run, self.device)
         # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
         # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
+        # Megatron with --no-gradient-accumulation-fusion: TransformerEngine's GEMM writes a 16-bit
+        # gradient (fuse_wgrad_accumulation=False) and the DDP hook runs `param.main_grad.add_(param.grad)`
+        # (megatron/core/distributed/distributed_data_parallel.py `_make_backward_post_hook`): each
+        # weight element's main gradient read and written and the 16-bit one read, once per micro-batch.
         framework = run.framework
-        self._wgrad_bytes = 2 * run.training.grad_bytes if framework != "torchtitan" else run.training.dtype_bytes
+        fused = framework != "torchtitan" and run.timing.gradient_accumulation_fusion
+        self._wgrad_bytes = 2 * run.training.grad_bytes if fused else run.training.dtype_bytes
+        unfused_megatron = framework == "megatron" and not run.timing.gradient_accumulation_fusion
+        self._accumulate_bytes = 2 * run.training.grad_bytes + run.training.dtype_bytes if unfused_megatron else 0
         self.kernels = Kernels.from_device(
             self.device,
             run.training.dtype,
             framework,
             run.timing.torch_compile,
             run.timing.matmul_dtype,
+            run.timing.deterministic,
         )
         self._geometry = OpGeometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
@@ -177,7 +185,7 @@ class TimeModel:
             dgrad += kernels.memory_s(cast * m * n * groups)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
-            wgrad += kernels.memory_s(side_backward)
+            wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
