@@ -51,10 +51,14 @@ def test_a_cli_only_edit_stales_nothing() -> None:
         ("report/render.py", {"plan_report"}),
         # MindFormers' yaml and the plan's outputs: only the balancer's stage computes them.
         ("balance/outputs.py", {"pipeline_plan"}),
-        # combine, withdraw and scale: the three post-processing stages alone. Not describing or
-        # profiling (payload/describe.py does not import it) nor the balancer (it reads descriptions
-        # through payload/sapp.py, and what a combined body stands for through payload/combines.py).
-        ("payload/postprocess.py", {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"}),
+        # combine, withdraw and scale: the three post-processing stages, and the two that turn the
+        # balancer's relative times back into seconds (`estimate.plan` takes the time unit scaling
+        # divided by, the combined body's forward). Not describing or profiling (payload/describe.py
+        # does not import it).
+        (
+            "payload/postprocess.py",
+            {"combined_descriptions", "withdrawn_descriptions", "scaled_descriptions", "pipeline_plan", "plan_report"},
+        ),
         # Reading a run config: every stage that parses the run_config table; not withdrawal and
         # scaling, pure transforms of the descriptions table.
         ("config/run.py", set(STAGES) - {"withdrawn_descriptions", "scaled_descriptions"}),
