@@ -2,12 +2,13 @@
 
 Searches the shipped specs (default: searches/llama3-70b-1024.yaml, a Llama-3-70B on 1024 H100s, and
 searches/deepseek-v3-2048.yaml, DeepSeek-V3 on 2048 H100s), each on every device count of `--devices`
-(default: 1024 and 2048), and prints for each: the machine, the strategies enumerated, valid, screened,
-bounded by the relaxed program, balanced and pruned, the wall time of screening and of the whole search,
-how many places are proven and the proven gap (how much faster than our first an unexamined strategy could
-at most be), and the ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB, the balancer's
-own gap); then where each published production setting of that search (`PUBLISHED`) ranks and what our
-first choice gains over it. Every decision is deterministic (work limits, a balance budget: `--balanced`,
+(default: 1024 and 2048; a spec whose batch is set for its own devices, `DEFAULT_DEVICES`, on those:
+searches/torchtitan-llama3.1-8b-128.yaml on 128), and prints for each: the machine, the strategies enumerated,
+valid, screened, bounded by the relaxed program, balanced and pruned, the wall time of screening and of the
+whole search, how many places are proven and the proven gap (how much faster than our first an unexamined
+strategy could at most be), and the ranked top 5 (tokens/s per device, iteration seconds, MFU, peak GiB, the
+balancer's own gap); then where each published production setting of that search (`PUBLISHED`) ranks and what
+our first choice gains over it. Every decision is deterministic (work limits, a balance budget: `--balanced`,
 default the spec's `top`); `--seconds` is only a wall-clock safety net, reported when it fires. The goal
 (issue 14): 10,000+ strategies screened and the top 20 balanced in under 60 s on 2 cores.
 """
@@ -29,6 +30,8 @@ from ppb_core.search.rank import Ranked, SearchResult, evaluate, search  # noqa:
 from ppb_core.search.spec import SearchSpec, load_search_spec  # noqa: E402
 
 DEFAULT_SPECS = ("searches/llama3-70b-1024.yaml", "searches/deepseek-v3-2048.yaml")
+# Specs whose batch is set for their own devices (torchtitan's benchmark: local batch 2 on its 128 GPUs).
+DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {"torchtitan-llama3.1-8b-128": (128,), "llama3-8b-64": (64,)}
 
 # Published production settings, placed in our ranking of the same search (the spec's batch and device):
 # each one's source, and its strategy (the spec's first recompute setting: the balancer still chooses
@@ -50,6 +53,12 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
             dict(tp=8, cp=1, pp=16, vpp=1, schedule="1f1b", zero=1, micro_batch_size=1),
         ),
     ],
+    "torchtitan-llama3.1-8b-128": [
+        (
+            "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 3: FSDP 128, local batch 2, op-SAC",
+            dict(tp=1, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=2),
+        ),
+    ],
     "deepseek-v3-2048": [
         (
             "DeepSeek-V3 technical report (arXiv 2412.19437) §3.2: PP16 DualPipe, EP64, ZeRO-1 DP, no TP",
@@ -68,10 +77,10 @@ def published(spec: SearchSpec, fields: dict) -> Strategy:
         etp=1 if spec.moe else 0,
         sequence_parallel=fields["tp"] > 1,
         cp_variant="ring",
-        fsdp=False,
+        fsdp=fields.get("fsdp", False),
         micro_batches=spec.global_batch // (dp * fields["micro_batch_size"]),
         recompute=0,
-        **{key: value for key, value in fields.items() if key != "ep"},
+        **{key: value for key, value in fields.items() if key not in ("ep", "fsdp")},
     )
 
 
@@ -105,14 +114,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="*", default=list(DEFAULT_SPECS))
     parser.add_argument("--workers", type=int, default=None, help="processes (default: the CPUs)")
-    parser.add_argument("--devices", type=int, nargs="+", default=[1024, 2048], help="device counts to search on")
+    parser.add_argument(
+        "--devices", type=int, nargs="+", default=None, help="device counts to search on (default: 1024 and 2048)"
+    )
     parser.add_argument("--balanced", type=int, default=None, help="balance budget (default: the spec's top)")
     parser.add_argument("--seconds", type=float, default=None, help="wall-clock safety net of each search")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     for name in args.specs:
-        for devices in args.devices:
-            run_one(load_search_spec(ROOT / name), devices, args)
+        spec = load_search_spec(ROOT / name)
+        for devices in args.devices or DEFAULT_DEVICES.get(spec.name, (1024, 2048)):
+            run_one(spec, devices, args)
 
 
 def run_one(spec: SearchSpec, devices: int, args: argparse.Namespace) -> None:

@@ -34,7 +34,16 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import choices_within, solve
 from ppb_core.balance.progress import Clock
 from ppb_core.payload.sapp import layer_set
-from ppb_core.schedules import canonical, cell_order, critical_counts, makespan, simulate, stage_orders
+from ppb_core.schedules import (
+    MANY_WEIGHTINGS,
+    canonical,
+    cell_order,
+    critical_counts,
+    critical_counts_many,
+    makespan,
+    simulate,
+    stage_orders,
+)
 
 # (schedule, P, V, m) small enough to list every path of the graph
 SMALL = [
@@ -158,6 +167,27 @@ def test_the_critical_path_expression_is_the_iteration_time(case) -> None:
     counts = critical_counts(schedule, forward, backward, micro_batches)
     assert _length(counts, forward, backward) == pytest.approx(expected, rel=1e-9, abs=1e-9)
     assert makespan(schedule, forward, backward, micro_batches) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=schedules_and_times(), more=st.lists(st.integers(0, 10_000), min_size=MANY_WEIGHTINGS, max_size=12))
+def test_many_weightings_at_once_give_the_simulators_paths(case, more) -> None:
+    """`critical_counts_many` (a level of the graph at a time, every weighting side by side) gives, weighting by
+    weighting, the path the op-by-op simulator walks back (`Timeline.path_counts`), ties included: the drawn
+    times, even cells (every tie), and cells of few distinct values."""
+    schedule, micro_batches, forward, backward = case
+    weightings = [(forward, backward), ([[1.0] * len(row) for row in forward], [[2.0] * len(row) for row in forward])]
+    for seed in more:
+        rng = random.Random(seed)
+        weightings.append(
+            (
+                [[rng.choice((0.0, 0.5, 1.0, 0.1)) for _ in row] for row in forward],
+                [[rng.choice((1.0, 2.0, 0.3)) for _ in row] for row in forward],
+            )
+        )
+    found = critical_counts_many(schedule, weightings, micro_batches)
+    for (f, b), counts in zip(weightings, found, strict=True):
+        assert counts == simulate(schedule, f, b, micro_batches).path_counts()
 
 
 def _problem(schedule: str, stages: int, chunks: int, micro_batches: int, layers: int) -> BalanceInput:

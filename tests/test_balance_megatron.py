@@ -22,6 +22,7 @@ from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.program import solve
 from ppb_core.config.layout import LayoutError, expand, format_layout, model_order, parse_layout, validate_layout
 from ppb_core.config.run import load_run_config
+from ppb_core.limits import CHUNKS, LAYERS, STAGES
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set
@@ -60,6 +61,26 @@ def test_megatrons_documented_example() -> None:
 def test_megatrons_refusals(text: str, pp: int, layers: int, mtp: int, reason: str) -> None:
     with pytest.raises(LayoutError, match=reason):
         validate_layout(parse_layout(text, pp), layers, mtp)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(Et*8|)*99999999",  # unrolled: 99,999,999 × 5 characters, hundreds of MB
+        "Et*8|t*99999999999999999999L",  # a count Python cannot make a string of
+        "Et*8|t*" + "9" * 5000 + "L",  # a count int() refuses to read (4,300 digits)
+    ],
+)
+def test_a_layout_longer_than_any_run_is_refused_before_it_is_unrolled(text: str) -> None:
+    with pytest.raises(LayoutError, match="write out more than"):
+        expand(text)
+
+
+def test_a_layout_at_the_limit_unrolls() -> None:
+    # E, 1,024 t, L and one stage less than the limit's 512 × 64 stages: 2 + 1,024 + 32,767 = 33,793
+    # characters, within 2 + 2 × 1,024 + 512 × 64 = 34,818
+    text = "Et*1024|" + "|" * (STAGES * CHUNKS - 2) + "L"
+    assert len(expand(text)) == 2 + LAYERS + STAGES * CHUNKS - 1
 
 
 @settings(max_examples=300, deadline=None)

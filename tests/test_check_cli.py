@@ -111,3 +111,85 @@ def test_a_plan_that_is_neither_a_file_nor_flags_is_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "no such file" in err
+
+
+def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
+    capsys: pytest.CaptureFixture[str], small_device: Path
+) -> None:
+    """Megatron-Core's layout puts `L` (the output layer and the loss) in the last virtual stage even
+    when it holds no decoder layer; the re-evaluation did so only for plans not split per sub-model,
+    so DeepSeek-V3's plan ('Et|(tt|)*30,mL') had its loss charged on stage 14 and "ran out"."""
+    _, out = _check(capsys, small_device, "--pipeline-model-parallel-layout 'Et*8|t*12|t*12|L'", "--no-optimum")
+    assert [stage["layers"] for stage in out["stages"]] == [8, 12, 12, 0]
+    assert "loss" in out["stages"][3]["moments_mb"]
+    assert all("loss" not in stage["moments_mb"] for stage in out["stages"][:3])
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "problem"),
+    [
+        # TransformerConfig.__post_init__: "num_layers_in_first_pipeline_stage must be larger than 0"
+        ("--decoder-first-pipeline-num-layers -1", "--decoder-first-pipeline-num-layers", "must be positive"),
+        ("--decoder-last-pipeline-num-layers 0", "--decoder-last-pipeline-num-layers", "must be positive"),
+        ("--decoder-first-pipeline-num-layers 40", "--decoder-first-pipeline-num-layers", "the model has 32"),
+        # 16 + 16 leave the 2 middle stages no layer: Megatron-Core's "Mismatch: 0 middle layers remaining"
+        (
+            "--decoder-first-pipeline-num-layers 16 --decoder-last-pipeline-num-layers 16",
+            "--decoder-first-pipeline-num-layers",
+            "leaves 0 of",
+        ),
+        ("--pipeline-model-parallel-layout '(Et*8|)*99999999'", "--pipeline-model-parallel-layout", "write out"),
+        pytest.param(
+            "--pipeline-model-parallel-layout 'Et*" + "9" * 5000 + "L'",
+            "--pipeline-model-parallel-layout",
+            "write out",
+            id="a-5000-digit-count",
+        ),
+    ],
+)
+def test_megatron_flags_megatron_refuses_are_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, flags: str, field: str, problem: str
+) -> None:
+    code = main(["check", str(small_device), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and f"--plan: {field}: " in err and problem in err, err
+
+
+def test_first_and_last_stage_layers_on_two_stages(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """pp 2 with both counts given leaves no middle stage and no layer, which Megatron-Core accepts."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "pp2.yaml"
+    run.write_text(text.replace("pp: 4,", "pp: 2,").replace("world_size: 64", "world_size: 32"))
+    flags = "--decoder-first-pipeline-num-layers 14 --decoder-last-pipeline-num-layers 18"
+    code, out = _check(capsys, run, flags, "--no-optimum", "-q")
+    assert code in (0, 1) and [stage["layers"] for stage in out["stages"]] == [14, 18]
+
+
+def test_flags_over_several_lines_are_all_read(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """A launch script's flags, one a line joined by backslashes (as `ppb search -o` writes them):
+    every flag is read, as the shell reads it. shlex kept the newline in the next word, so every flag
+    after the first line went unread and the even split [8, 8, 8, 8] was checked instead."""
+    flags = tmp_path / "flags.txt"
+    flags.write_text(
+        "--tensor-model-parallel-size 2 \\\n--pipeline-model-parallel-size 4 \\\n"
+        "--pipeline-model-parallel-layout 'Et*10|t*8|t*8|t*6L' \\\n"
+        "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1\n"
+    )
+    _, out = _check(capsys, small_device, str(flags), "--no-optimum")
+    assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+    assert [stage["options"] for stage in out["stages"]] == [{"FULL": n} for n in (10, 8, 8, 6)]
+
+
+@pytest.mark.parametrize("text", ["model: 3\n", "model: [1, 2]\nrecompute_config: 4\n"])
+def test_a_mindformers_yaml_of_the_wrong_shape_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path, text: str
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)  # `model` not a mapping was an AttributeError traceback
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: offset: missing" in err, err

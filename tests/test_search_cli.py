@@ -18,7 +18,12 @@ def test_json_and_the_files_of_a_search(tmp_path: Path, capsys) -> None:
     out = tmp_path / "top"
     code = main(["search", str(DATA / "tiny-dense.yaml"), "--json", "-o", str(out), "--top", "2", "--workers", "1"])
     assert code == 0
-    data = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    # piped (no terminal), the progress is plain lines on stderr: screening, then each wave balanced
+    lines = captured.err.splitlines()
+    assert lines[0].endswith(f"screening {data['counts']['enumerated']:,} strategies")
+    assert any("balanced 2 " in line and ", best " in line for line in lines)
     assert set(data) == {"ranked", "rejected", "counts"}
     assert set(data["counts"]) == {"enumerated", "valid", "screened", "balanced"}
     assert len(data["ranked"]) == 2

@@ -184,3 +184,27 @@ def test_a_balance_budget_repeats_and_its_proven_places_are_exhaustive(results) 
         least = min(first.ranked[0].seconds, first.unexamined_bound_s)
         assert everything.ranked[0].seconds >= least * (1 - 1e-9)
         assert first.proven_gap is not None and 0.0 <= first.proven_gap < 1.0
+
+
+def test_one_balance_serves_strategies_with_the_same_problem() -> None:
+    """ZeRO-1 over a single data-parallel rank shards nothing, so tp2 pp4 dp1 under ZeRO-0 and ZeRO-1 pose the
+    same balancing problem: the second reuses the first's balance (nothing added to `solved`), and its plan and
+    time are what its own balance gives."""
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    grid = {p.label(spec): p for p in enumerate_strategies(spec) if not isinstance(p, Refusal)}
+    zero0, zero1 = grid["tp2sp-cp1-pp4-dp1-z0-b1m24-r0"], grid["tp2sp-cp1-pp4-dp1-z1-b1m24-r0"]
+    solved: dict[str, dict] = {}
+    evaluate(spec, zero0, solved=solved)
+    assert len(solved) == 1
+    reused = evaluate(spec, zero1, solved=solved)
+    assert len(solved) == 1
+    own = evaluate(spec, zero1)
+    assert not isinstance(reused, Refusal) and not isinstance(own, Refusal)
+    wall = ("seconds",)  # the balance's own wall time
+    assert {k: v for k, v in reused.plan.items() if k not in wall} == {
+        k: v for k, v in own.plan.items() if k not in wall
+    }
+    assert reused.seconds == own.seconds
+    # a different problem is balanced and added
+    evaluate(spec, grid["tp2sp-cp1-pp2-dp2-z1-b1m12-r0"], solved=solved)
+    assert len(solved) == 2

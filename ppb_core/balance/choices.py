@@ -88,20 +88,34 @@ def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float
 
 
 def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
-    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced."""
-    fronts: dict[int, list[tuple[float, float, tuple]]] = {0: [(0.0, 0.0, (0,) * len(OPTIONS))]}
-    for k in options:
-        grown: dict[int, list[tuple[float, float, tuple]]] = {}
-        for total in range(count + 1):
-            candidates = []
-            for used in range(total + 1):
-                for b, a, counts in fronts.get(total - used, ()):
-                    if used:
-                        counts = tuple(n + used if i == k else n for i, n in enumerate(counts))
-                    candidates.append((b + used * backward[k], a + used * activation[k], counts))
-            grown[total] = _pareto(candidates)
+    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced.
+
+    Options are added one at a time: the front of t layers under the first options is, over the layers u
+    the new option takes, the front of t − u layers before it with u of the new one added, Pareto-reduced
+    (`_pareto`'s rule: the first of equal points stays, in the order used = 0, 1, …, each front in its
+    order). Each total's candidates are whole arrays; the last option needs only the total `count`."""
+    width = len(OPTIONS)
+    fronts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+        0: (np.zeros(1), np.zeros(1), np.zeros((1, width), dtype=np.int64))
+    }
+    for position, k in enumerate(options):
+        totals = [count] if position == len(options) - 1 else range(count + 1)
+        grown: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for total in totals:
+            parts = [(used, fronts[total - used]) for used in range(total + 1) if total - used in fronts]
+            b = np.concatenate([front[0] + used * backward[k] if used else front[0] for used, front in parts])
+            a = np.concatenate([front[1] + used * activation[k] if used else front[1] for used, front in parts])
+            counts = np.concatenate([front[2] for _, front in parts])
+            counts[:, k] += np.repeat([used for used, _ in parts], [len(front[0]) for _, front in parts])
+            order = np.lexsort((a, b))  # by (B, A), equal ones in candidate order
+            least = np.minimum.accumulate(a[order])
+            keep = order[np.concatenate(([True], a[order][1:] < least[:-1]))]
+            grown[total] = (b[keep], a[keep], counts[keep])
         fronts = grown
-    return fronts.get(count, [])
+    if count not in fronts:
+        return []
+    b, a, counts = fronts[count]
+    return list(zip(b.tolist(), a.tolist(), map(tuple, counts.tolist()), strict=True))
 
 
 class Catalogue:

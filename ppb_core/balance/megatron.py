@@ -13,6 +13,7 @@ method or count, and acts on every layer. One setting holds for every layer of t
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,12 +139,16 @@ class MegatronFlags:
             return Setting("none")
         if self.granularity == "selective":
             if self.method is not None or self.num_layers is not None:
-                raise LayoutError("--recompute-granularity selective takes no --recompute-method nor -num-layers")
+                raise LayoutError(
+                    "--recompute-granularity selective takes no --recompute-method nor --recompute-num-layers"
+                )
             return Setting("selective")
         if self.granularity != "full":
             raise LayoutError(f"--recompute-granularity must be full or selective, got {self.granularity!r}")
         if self.method not in ("uniform", "block") or self.num_layers is None:
-            raise LayoutError("--recompute-granularity full needs --recompute-method uniform|block and -num-layers")
+            raise LayoutError(
+                "--recompute-granularity full needs --recompute-method uniform|block and --recompute-num-layers"
+            )
         if self.num_layers < 1:
             raise LayoutError(f"--recompute-num-layers must be positive, got {self.num_layers}")
         return Setting("full") if self.method == "uniform" else Setting("block", self.num_layers)
@@ -165,6 +170,9 @@ _INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "virtua
 def parse_flags(text: str) -> MegatronFlags:
     """The pipeline and recompute flags of a Megatron-LM command line (other flags are skipped);
     `--recompute-modules` takes every word up to the next flag, as argparse's nargs='*' does."""
+    # a launch script's lines joined as a shell joins them: a backslash before a newline is removed
+    # with it (shlex would keep the newline in the next word, and every flag after it go unread)
+    text = re.sub(r"\\\r?\n", "", text)
     try:
         words = shlex.split(text, comments=True)
     except ValueError as err:

@@ -52,7 +52,7 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import break_ties
 from ppb_core.model.switches import CELL_RANK, OPTIONS
-from ppb_core.schedules import critical_counts
+from ppb_core.schedules import critical_counts_many
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
 SEED_PLANS = 150  # random plans whose critical paths seed it too
@@ -161,15 +161,10 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds:
     that turn out critical for the plans the solver tries are mostly among these, saving rounds.
     """
     name, stages, chunks, m = problem.schedule_name, problem.stages, problem.chunks, problem.micro_batches
-    seeds: list[Path] = []
-    seen: set[tuple] = set()
+    weightings: list[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]] = []
 
     def add(forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]]) -> None:
-        counts = critical_counts(name, forward, backward, m)
-        key = tuple(sorted(counts.items()))
-        if key not in seen:
-            seen.add(key)
-            seeds.append(dict(counts))
+        weightings.append((forward, backward))
 
     heavy = float(stages * chunks * m)
     for stage in (None, *range(stages)):
@@ -186,18 +181,26 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds:
         add(*_random_plan_times(problem, rng))
     for plan in extra:
         add(plan.cell_forward, plan.cell_backward)
+    # all paths at once (`critical_counts_many`), then the distinct ones in the order of their weightings
+    seeds: list[Path] = []
+    seen: set[tuple] = set()
+    for counts in critical_counts_many(name, weightings, m):
+        key = tuple(sorted(counts.items()))
+        if key not in seen:
+            seen.add(key)
+            seeds.append(dict(counts))
     return seeds
 
 
 def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> list[Path]:
     """Critical paths of the plan's schedule with every cell time scaled by a random factor in [0.9, 1.1]."""
     p = plan.problem
-    found = []
+    weightings = []
     for _ in range(count):
         forward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_forward]
         backward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_backward]
-        found.append(dict(critical_counts(p.schedule_name, forward, backward, p.micro_batches)))
-    return found
+        weightings.append((forward, backward))
+    return [dict(counts) for counts in critical_counts_many(p.schedule_name, weightings, p.micro_batches)]
 
 
 def even_split_best_options(

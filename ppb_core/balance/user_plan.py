@@ -13,6 +13,7 @@ Two forms, both what the balancer prints (and what users write today by hand):
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,15 @@ def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None 
     *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
     run config); selective flags naming others cannot be priced and are refused.
     """
-    path = Path(plan)
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers"
-    if path.is_file():
-        text, where = read_text(path), str(path)
-    elif plan.lstrip().startswith("--"):
+    if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
     else:
-        raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
+        path = Path(plan)
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers"
+        if not os.path.exists(path):
+            raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
+        text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
     try:
         flags = parse_flags(text)
     except LayoutError as err:
@@ -58,7 +59,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
     """The four values, from the top level or a MindFormers training yaml's places."""
     found = {key: document[key] for key in YAML_KEYS if key in document}
-    model_config = (document.get("model") or {}).get("model_config") or {}
+    model = document.get("model")
+    model_config = model.get("model_config") if isinstance(model, dict) else None
     if "offset" not in found and isinstance(model_config, dict) and "offset" in model_config:
         found["offset"] = model_config["offset"]
     recompute_config = document.get("recompute_config") or {}
@@ -117,17 +119,26 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
     if flags.first_stage_layers is not None or flags.last_stage_layers is not None:
         if p.chunks > 1 or p.stages < 2:
             raise InputError(where, "--decoder-first-pipeline-num-layers", "needs pp > 1 without virtual stages here")
-        first = flags.first_stage_layers
-        last = flags.last_stage_layers
+        first, last = flags.first_stage_layers, flags.last_stage_layers
+        # TransformerConfig.__post_init__ (uneven PP): each given count positive; the layers left and
+        # the stages left are both none or both some, the layers an even share of the stages
+        for name, given in (("first", first), ("last", last)):
+            if given is not None and given <= 0:
+                raise InputError(where, f"--decoder-{name}-pipeline-num-layers", f"must be positive, got {given}")
         middle_stages = p.stages - (first is not None) - (last is not None)
         rest = total - (first or 0) - (last or 0)
-        if middle_stages <= 0 or rest < 0 or rest % middle_stages:
+        if rest < 0:
+            raise InputError(
+                where, "--decoder-first-pipeline-num-layers", f"{total - rest} layers, the model has {total}"
+            )
+        if bool(rest) != bool(middle_stages) or (middle_stages and rest % middle_stages):
             raise InputError(
                 where,
                 "--decoder-first-pipeline-num-layers",
-                f"{rest} layers do not split evenly over {middle_stages} stages",
+                f"leaves {rest} of the model's {total} layers to {middle_stages} other stage(s); Megatron-Core "
+                "needs as many on each (and none where no stage is left)",
             )
-        each = rest // middle_stages
+        each = rest // middle_stages if middle_stages else 0
         return [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]
     if total % cells:
         raise InputError(where, "--pipeline-model-parallel-layout", f"missing, and {total} layers do not split evenly")

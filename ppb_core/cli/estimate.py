@@ -118,7 +118,7 @@ def print_tables(result: Estimate) -> None:
     stages = Table(
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options})",
         caption="activations × micro-batches in flight per chunk; working: the largest backward's "
-        "working set; loss: what the loss adds on the stage of the head; peak: the largest moment "
+        "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
         "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
         "body layer fully recomputed",
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -55,29 +56,47 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """Strategies screened, then balanced with the best so far, on stderr (stdout stays the result)."""
+    """Strategies screened, then balanced with the best so far, on stderr (stdout stays the result): a live
+    bar on a terminal, else one plain line per step (screening done, each wave balanced) so that a search
+    piped or logged still shows where it is."""
 
     def __init__(self, spec: SearchSpec) -> None:
         self.spec = spec
+        self.console = Console(stderr=True)
+        self.live = self.console.is_terminal
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=self.console,
             transient=True,
         )
         self.screen = None
         self.balance = None
+        self.started = time.perf_counter()
 
     def __enter__(self) -> _Progress:
-        self.progress.__enter__()
+        if self.live:
+            self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
+        if self.live:
+            self.progress.__exit__(*exc)
+
+    def _line(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.started:.1f} s] {text}", file=sys.stderr, flush=True)
 
     def __call__(self, event: str, figures: dict[str, Any]) -> None:
+        if not self.live:
+            if event == "enumerated":
+                self._line(f"screening {figures['enumerated']:,} strategies")
+            elif event == "screening done":
+                self._line(f"screened {figures['screened']:,}; balancing the most promising")
+            elif event == "balanced":
+                self._line(self._balanced(figures))
+            return
         if event == "enumerated":
             self.screen = self.progress.add_task("screening", total=figures["enumerated"])
         elif event == "screened" and self.screen is not None:
@@ -85,11 +104,14 @@ class _Progress:
         elif event == "balanced":
             if self.balance is None:
                 self.balance = self.progress.add_task("balancing", total=None)
-            best = figures.get("best")
-            text = f"balancing (bounded {figures['relaxed']}, waiting {figures['waiting']})"
-            if best is not None:
-                text += f", best {best.strategy.label(self.spec)}: {best.seconds:.3f} s"
-            self.progress.update(self.balance, completed=figures["balanced"], description=text)
+            self.progress.update(self.balance, completed=figures["balanced"], description=self._balanced(figures))
+
+    def _balanced(self, figures: dict[str, Any]) -> str:
+        text = f"balanced {figures['balanced']} (bounded {figures['relaxed']}, waiting {figures['waiting']})"
+        best = figures.get("best")
+        if best is not None:
+            text += f", best {best.strategy.label(self.spec)}: {best.seconds:.3f} s"
+        return text
 
 
 def _gib(mb: float) -> str:

@@ -44,7 +44,9 @@ def expand(text: str) -> str:
     added = [0]
 
     def repeated(found: re.Match[str]) -> str:
-        part, times = found.group(1), int(found.group(2))
+        # a count of more digits than the limit has cannot be within it (int() refuses 4,300 digits)
+        digits = found.group(2)
+        part, times = found.group(1), int(digits) if len(digits) <= 9 else EXPANDED_CHARACTERS + 1
         added[0] += len(part) * max(times - 1, 0)
         if len(text) + added[0] > EXPANDED_CHARACTERS:
             raise LayoutError(f"the repetitions write out more than {EXPANDED_CHARACTERS} characters")

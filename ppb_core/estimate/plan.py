@@ -20,8 +20,10 @@ from ppb_core.memory import (
     stage_peaks,
 )
 from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
-from ppb_core.model.switches import OPTIONS, LayerType
-from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
+from ppb_core.model.switches import OPTIONS
+from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk
+from ppb_core.payload.describe import describe
+from ppb_core.payload.postprocess import combine, time_unit
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
@@ -139,16 +141,17 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _first_forward_s(sized: RunConfig, times: TimeModel) -> float:
-    first_body = next(layer for layer in walk(sized) if layer.node == "BODY")
-    return times.layer_times(first_body, LayerType.NOT_REC_LAYER)[0] / 1e3
-
-
 def time_unit_s(run: RunConfig, given: Mapping[str, Any]) -> float:
-    """The balancer's time unit for this run, in seconds: the first body layer's forward time (the
-    scaled descriptions' 1.0), for the sizes *given* (a balance input's `describe()`)."""
+    """The balancer's time unit for this run, in seconds, for the sizes *given* (a balance input's
+    `describe()`): what `payload.postprocess.scale` divided the descriptions' times by, the forward
+    time of the first body the balancer sees; with `ppb.combined` that body may be a combined one,
+    whose forward time sums one layer of each part."""
     sized = sized_like(run, given)
-    return _first_forward_s(sized, TimeModel(sized))
+    described = combine(describe(sized, MemoryModel(sized), TimeModel(sized)), sized.ppb.combined, sized.source)
+    unit_ms = time_unit(described)
+    if unit_ms is None:
+        raise ValueError(f"{run.source}: no body layer with a forward time")
+    return unit_ms / 1e3
 
 
 def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -25,10 +25,16 @@ def cell_layers(cell_options: CellOptions) -> list[list[int]]:
 
 
 def placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:
-    """The run's layers with the plan's body layers per [chunk][stage]; the first HEAD and the last
-    TAIL in the first and last cells, where the balancer charges them, even when those hold no body."""
+    """The run's layers with the plan's body layers per [chunk][stage], its ends where the balancer
+    charges them (`ends_in_end_cells`)."""
+    return ends_in_end_cells(run, walk(run, cell_layers))
+
+
+def ends_in_end_cells(run: RunConfig, placed: LayerWalk) -> LayerWalk:
+    """The first HEAD in the schedule's first cell and the last TAIL in its last, where the balancer
+    charges them (and Megatron-Core's layout puts `E` and `L`), even when those cells hold no body
+    layer: a plan may leave the last cell to the loss and the MTP layers ('Et|(tt|)*30,mL')."""
     par = run.parallel
-    placed = walk(run, cell_layers)
     cells = cell_order(par.schedule, par.pp, par.vpp)
     layers = list(placed.layers)
     first_head = next(i for i, layer in enumerate(layers) if layer.node == HEAD)
@@ -64,7 +70,9 @@ def place_plan(
     if by_model is None:
         placed = placed_walk(run, cell_layers(cell_options))
         return placed, options_along_cells(placed, cell_options)
-    placed = walk_by_model(run, {model: cell_layers(cells) for model, cells in by_model.items()})
+    placed = ends_in_end_cells(
+        run, walk_by_model(run, {model: cell_layers(cells) for model, cells in by_model.items()})
+    )
     chosen: dict[Layer, str] = {}
     for model, cells in by_model.items():
         own = LayerWalk(placed.stages, placed.chunks, tuple(layer for layer in placed if layer.model_name == model))

@@ -132,6 +132,14 @@ def withdraw(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
+def time_unit(descriptions: Sequence[Mapping[str, Any]]) -> float | None:
+    """What `scale` divides every time by: the forward time of the first body with a non-zero one
+    (after `combine`, a combined body's summed forward time), None without a timed body."""
+    return next(
+        (desc["forward_time"] for desc in descriptions if desc["type"] == BODY and desc.get("forward_time")), None
+    )
+
+
 def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Times in units of the first body's forward time (the first body that has a non-zero one).
 
@@ -140,7 +148,7 @@ def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     timed body the list is returned as it is (copied).
     """
     result = [dict(desc) for desc in descriptions]
-    unit = next((desc["forward_time"] for desc in result if desc["type"] == BODY and desc.get("forward_time")), None)
+    unit = time_unit(result)
     if not unit:
         return result
     for desc in result:

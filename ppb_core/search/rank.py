@@ -23,6 +23,7 @@ overall ranking, so the merge is exact too.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import multiprocessing
@@ -30,11 +31,11 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ppb_core.balance import WorkLimits, report, solve
-from ppb_core.balance.problem import run_problem
+from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import time_unit_s
 from ppb_core.estimate.seconds import in_seconds
@@ -154,12 +155,23 @@ def work_limits(share: float) -> WorkLimits:
     return replace(default, **{name: max(1, int(getattr(default, name) * share)) for name in SCALED_LIMITS})
 
 
-def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None) -> Ranked | Refusal:
+def payload_key(problem: BalanceInput) -> str:
+    """The balancing problem's identity (every field the balancer reads, floats exactly): strategies whose
+    problems are equal get the same plan, so one balance serves them all (DeepSeek-V3 at CP2 with one
+    sequence per micro-batch and at CP4 with two, say, hold the same tokens per device)."""
+    values = [getattr(problem, item.name) for item in fields(problem) if item.compare]
+    return hashlib.sha256(repr(values).encode()).hexdigest()
+
+
+def evaluate(
+    spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None, solved: dict[str, dict] | None = None
+) -> Ranked | Refusal:
     """Balance the strategy and time its plan (and its best uniform split) with `run_iteration`.
 
     The balance is bounded by work (`search.balance_work`, a share of the balancer's limits), so the plan
     is the same on any machine; `search.balance_time_limit_s` is only a safety net, and the plan's
-    `stopped_by` says "time_limit" when it fired."""
+    `stopped_by` says "time_limit" when it fired. *solved* holds balances already done, by `payload_key`:
+    a problem found there is not balanced again, and one balanced here is added."""
     if run is None:
         checked = validate(spec, strategy)
         if isinstance(checked, Refusal):
@@ -167,11 +179,19 @@ def evaluate(spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None)
         run = checked
     memory, times = MemoryModel(run), TimeModel(run)
     problem = run_problem(run, describe_run(run, memory, times))
-    # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as fast
-    solution = solve(
-        problem, spec.search.balance_time_limit_s, limits=work_limits(spec.search.balance_work), megatron_settings=False
-    )
-    result = report(solution)
+    key = payload_key(problem)
+    result = solved.get(key) if solved is not None else None
+    if result is None:
+        # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as fast
+        solution = solve(
+            problem,
+            spec.search.balance_time_limit_s,
+            limits=work_limits(spec.search.balance_work),
+            megatron_settings=False,
+        )
+        result = report(solution)
+        if solved is not None:
+            solved[key] = result
     if result["status"] == "infeasible" or "cells" not in result:
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
@@ -256,9 +276,9 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
     return (relaxed.value_ms + after_schedule_ms(strategy, found)) / 1e3
 
 
-def _evaluate(strategy: Strategy) -> Ranked | Refusal:
+def _evaluate(strategy: Strategy, solved: dict[str, dict] | None = None) -> Ranked | Refusal:
     assert _spec is not None
-    return evaluate(_spec, strategy)
+    return evaluate(_spec, strategy, solved=solved)
 
 
 def _run_task(task: tuple[str, Any]) -> Any:
@@ -272,9 +292,12 @@ def _run_task(task: tuple[str, Any]) -> Any:
     return [_evaluate(s) for s in payload]
 
 
-def _child(connection: Any, spec: SearchSpec, strategy: Strategy) -> None:
+def _child(connection: Any, spec: SearchSpec, strategy: Strategy, solved: dict[str, dict]) -> None:
+    """Balance one strategy; answer it with the balance it added to *solved*, if any."""
     _start(spec)
-    connection.send(_evaluate(strategy))
+    known = set(solved)
+    answer = _evaluate(strategy, solved)
+    connection.send((answer, {key: result for key, result in solved.items() if key not in known}))
     connection.close()
 
 
@@ -299,6 +322,9 @@ class _Workers:
         self.timeout = spec.search.evaluation_timeout_s
         self.spec = spec
         self.pool = None
+        self.solved: dict[
+            str, dict
+        ] = {}  # balances done, by payload_key: a later strategy with the same problem reuses one
         self.context = _context()
         _start(spec)
         if workers > 1:
@@ -330,7 +356,7 @@ class _Workers:
         children = []
         for strategy in strategies:
             here, there = self.context.Pipe(duplex=False)
-            process = self.context.Process(target=_child, args=(there, self.spec, strategy), daemon=False)
+            process = self.context.Process(target=_child, args=(there, self.spec, strategy, self.solved), daemon=False)
             process.start()
             there.close()
             children.append((strategy, process, here))
@@ -339,7 +365,8 @@ class _Workers:
         for strategy, process, here in children:
             if here.poll(max(0.0, deadline - time.monotonic())):
                 try:
-                    answers[strategy] = here.recv()
+                    answers[strategy], added = here.recv()
+                    self.solved.update(added)
                 except EOFError:
                     answers[strategy] = Refusal(strategy, BALANCER_FAILED, "the balancing process ended without answer")
             else:
