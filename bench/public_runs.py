@@ -1,6 +1,6 @@
 """Our iteration time against published measurements of large public training runs.
 
-    python bench/public_runs.py
+    python bench/public_runs.py [--classes]
 
 Each row is a published throughput (per-GPU TFLOP/s or tokens per second per GPU) of a named run,
 turned into the iteration's seconds with the FLOP formula its authors used (transcribed here
@@ -43,7 +43,9 @@ Sources:
   deepseekv3_proxy_*), whose recipes (node count) are not in the repository at d98e8a64.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
-each group of rows and of all; then the H100-vs-A100 pairs of identical configs.
+each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
+each Megatron CI row, how many times longer one op class alone (GEMMs, attention, memory-bound,
+communication) would have to take to match it: where the gap can sit.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from _public import (  # noqa: E402
     torchtitan_llama31_8b,
 )
 
+from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
@@ -540,6 +543,61 @@ def h100_over_a100() -> list[tuple[str, float, float]]:
     return pairs
 
 
+# The device fields that set each op class's rate (a diagnostic scales them; nothing is fitted).
+OP_CLASSES = {
+    "GEMMs": ("matmul_efficiency",),
+    "attention": (
+        "attention_forward_efficiency",
+        "attention_backward_efficiency",
+        "flash2_forward_efficiency",
+        "flash2_backward_efficiency",
+    ),
+    "memory-bound": ("memory_efficiency",),
+    "communication": ("comm_efficiency", "nic_efficiency"),
+}
+
+
+def _slowed(raw: dict[str, Any], op_class: str, factor: float) -> float:
+    """The run's seconds with one op class's rates divided by *factor*."""
+    device = dict(raw["device"])
+    profile = DEVICE_CATALOG[device["name"]]
+    for name in OP_CLASSES[op_class]:
+        value = device.get(name, getattr(profile, name))
+        if value:  # 0: unset (a NIC at comm_efficiency)
+            device[name] = value / factor
+    return run_iteration(run_config({**raw, "device": device}, raw["name"])).seconds
+
+
+def class_factor(raw: dict[str, Any], target_s: float, op_class: str) -> float | None:
+    """How many times longer one op class alone must take for the run to last *target_s* (bisection
+    between 1 and 5; None when even 5 is not enough or ppb is already slower)."""
+    low, high = 1.0, 5.0
+    if _slowed(raw, op_class, low) >= target_s or _slowed(raw, op_class, high) < target_s:
+        return None
+    for _ in range(20):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _slowed(raw, op_class, middle) < target_s else (low, middle)
+    return (low + high) / 2
+
+
+def print_class_factors() -> None:
+    """Each Megatron CI row: the factor one op class alone would need to match the measurement."""
+    print("one op class alone, times longer, to match (a diagnostic: rates divided, nothing adopted):")
+    print(f"{'run':48s} " + " ".join(f"{name:>13s}" for name in OP_CLASSES))
+    for row in _megatron_ci_runs():
+        factors = [class_factor(row.raw, row.seconds, name) for name in OP_CLASSES]
+        cells = " ".join(f"{'-' if f is None else f'x{f:.2f}':>13s}" for f in factors)
+        print(f"{row.name:48s} {cells}")
+    # the pairs: the H100 run against ppb's A100 time times the measured H100/A100 ratio
+    for tp, pp, vpp, mbs in ((1, 4, 8, 1), (4, 1, 1, 2)):
+        measured = GOLDEN_7B_H100_WITH_A100[tp].median_s / GOLDEN_7B[tp, "a100"].median_s
+        a100 = run_iteration(run_config(gpt3_7b_run(tp, pp, vpp, mbs, "a100"), "7b-a100")).seconds
+        h100 = gpt3_7b_run(tp, pp, vpp, mbs, "h100")
+        factors = [class_factor(h100, measured * a100, name) for name in OP_CLASSES]
+        cells = " ".join(f"{'-' if f is None else f'x{f:.2f}':>13s}" for f in factors)
+        print(f"{f'GPT 7B TP{tp} PP{pp}: H100 against the pair':48s} {cells}")
+
+
 def main() -> int:
     print(f"machine: {machine()}")
     results = evaluate()
@@ -565,6 +623,9 @@ def main() -> int:
     print("H100 over A100 seconds, identical configs, golden values of one commit (adc69dba2d):")
     for case, measured, ours in h100_over_a100():
         print(f"  {case:20s} measured {measured:.3f}  ppb {ours:.3f}  ({ours / measured - 1:+.1%})")
+    if "--classes" in sys.argv[1:]:
+        print()
+        print_class_factors()
     return 0
 
 

@@ -232,3 +232,12 @@ def test_flash_attention_2_s_deterministic_backward_follows_its_measured_h100_ti
     flops = 2.5 * 4 * 2 * 16 * 8192**2 * 128 / 2
     seconds = kernels.attention_s(flops, 0.0, True, 32, 8192, 4096, 128, 1)
     assert seconds == pytest.approx(8.279e-3, rel=0.08)
+
+
+def test_the_class_diagnostic_finds_the_factor_that_slows_a_run_to_a_target(public):
+    # slow the 7B TP4 A100 run's GEMMs by 1.5 by hand, then ask the bisection for that time back
+    raw = public.gpt3_7b_run(4, 1, 1, 2, "a100")
+    target = public._slowed(raw, "GEMMs", 1.5)
+    assert public.class_factor(raw, target, "GEMMs") == pytest.approx(1.5, rel=1e-4)
+    # a run already slower than its target needs no slowing: no factor
+    assert public.class_factor(raw, target / 10, "attention") is None
