@@ -655,30 +655,60 @@ def critical_counts_many(
         [[t for row in forward for t in row] + [t for row in backward for t in row] for forward, backward in weightings]
     ).T
     ends = np.zeros((graph.none + 1, len(weightings)))
-    op_times = cells[graph.duration]
+    op_times = cells[graph.duration[:-1]]
     for lo, hi, previous, needed in graph.spans:
         # each op: max(its predecessors' ends) + its time, the very operations `_ends` runs, so the same numbers
         here = ends[lo:hi]
         np.maximum(ends[previous], ends[needed], out=here)
         here += op_times[lo:hi]
-    in_flat_order = ends[graph.flat_to_level]
-    return [_path_counts(name, stages, chunks, micro_batches, column) for column in in_flat_order.T.tolist()]
+    return _walk_back(graph, ends, stages, chunks)
+
+
+def _walk_back(graph: _Levels, ends: np.ndarray, stages: int, chunks: int) -> list[dict[tuple[str, int, int], int]]:
+    """`_path_counts` for every column of *ends* at once: from each column's last op to end (the first stage's
+    among equals), back to its input when that ended strictly later, else to the stage's previous op; each
+    path's counts in the order `_path_counts` first meets them."""
+    width = ends.shape[1]
+    columns = np.arange(width)
+    here = graph.last[np.argmax(ends[graph.last], axis=0)]  # argmax: the first of equal ends
+    per_kind = 2 * chunks * stages
+    flat_ends = ends.ravel()  # [op · width + column]
+    counts = np.zeros((per_kind + 1) * width, dtype=np.int64)  # [kind · width + column]; the last kind: done
+    first = np.full((per_kind + 1) * width, np.iinfo(np.int64).max)
+    duration, previous_of, needed_of, none = graph.duration, graph.previous, graph.needed, graph.none
+    step = 0
+    while (here != none).any():
+        at = duration[here] * width + columns
+        counts[at] += 1
+        first[at] = np.minimum(first[at], step)
+        previous, needed = previous_of[here], needed_of[here]
+        later = (needed != none) & (flat_ends[needed * width + columns] > flat_ends[previous * width + columns])
+        here = np.where(later, needed, previous)
+        step += 1
+    counts = counts.reshape(per_kind + 1, width)
+    first = first.reshape(per_kind + 1, width)
+    keys = [("F" if d < per_kind // 2 else "B", (d % (per_kind // 2)) // stages, d % stages) for d in range(per_kind)]
+    found = []
+    for column in columns:
+        met = sorted((int(first[d, column]), d) for d in np.flatnonzero(counts[:per_kind, column]))
+        found.append({keys[d]: int(counts[d, column]) for _, d in met})
+    return found
 
 
 @dataclass(frozen=True)
 class _Levels:
     """`_flat`'s ops numbered level by level (an op's level: one more than its predecessors' highest), so
-    that a whole level is computed at once. `duration`, `previous`, `needed` in that numbering, `none` (the
-    number of ops) for no predecessor; `spans` each level's range with its predecessors; `flat_to_level`
-    each op's number (`_flat`'s order, then `none`)."""
+    that a whole level is computed at once. `none` (the number of ops) stands for no op; `duration`,
+    `previous`, `needed` per op in that numbering, with one more entry for `none` (a duration index past
+    the cells', and `none` itself as its predecessors); `spans` each level's range with its predecessors;
+    `last` each stage's last op, stage by stage."""
 
+    none: int
     duration: np.ndarray
+    previous: np.ndarray
+    needed: np.ndarray
     spans: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
-    flat_to_level: np.ndarray
-
-    @property
-    def none(self) -> int:
-        return len(self.duration)
+    last: np.ndarray
 
 
 @lru_cache(maxsize=16)
@@ -694,8 +724,8 @@ def _levels(name: str, stages: int, chunks: int, micro_batches: int) -> _Levels:
     for new, old in enumerate(order):
         number[old] = new
     number[-1] = n
-    previous = np.array([number[flat[old][1]] for old in order], dtype=np.intp)
-    needed = np.array([number[flat[old][2]] for old in order], dtype=np.intp)
+    previous = np.array([number[flat[old][1]] for old in order] + [n], dtype=np.intp)
+    needed = np.array([number[flat[old][2]] for old in order] + [n], dtype=np.intp)
     spans = []
     lo = 0
     while lo < n:
@@ -704,8 +734,9 @@ def _levels(name: str, stages: int, chunks: int, micro_batches: int) -> _Levels:
             hi += 1
         spans.append((lo, hi, previous[lo:hi], needed[lo:hi]))
         lo = hi
-    duration = np.array([flat[old][0] for old in order], dtype=np.intp)
-    return _Levels(duration, tuple(spans), np.array(number, dtype=np.intp))
+    duration = np.array([flat[old][0] for old in order] + [2 * chunks * stages], dtype=np.intp)
+    last = np.array([number[i] for i in _last_ops(name, stages, chunks, micro_batches)], dtype=np.intp)
+    return _Levels(n, duration, previous, needed, tuple(spans), last)
 
 
 def iteration_time(

@@ -9,7 +9,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppb_core.balance.choices import _option_front
+from ppb_core.balance.choices import _option_front, _option_fronts
 from ppb_core.model.switches import OPTIONS
 
 
@@ -67,8 +67,10 @@ values = st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 0.1, 0.3, 0.7])
 def test_the_front_is_the_exhaustive_one(
     count: int, options: tuple[int, ...], backward: list[float], activation: list[float]
 ) -> None:
-    """Same points, in order of backward time; each point's mix is one of the mixes that give it."""
+    """Same points, in order of backward time; each point's mix is one of the mixes that give it; and the same
+    front again out of a pass over more layers (what the catalogue keeps)."""
     front = _option_front(count, options, backward, activation)
+    assert _option_fronts(count + 3, options, backward, activation)[count] == front
     expected = _exhaustive(count, options, backward, activation)
     assert [(b, a) for b, a, _ in front] == [point for point, _ in expected]
     for (_, _, counts), (_, mixes) in zip(front, expected, strict=True):

@@ -88,34 +88,40 @@ def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float
 
 
 def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
-    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced.
+    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced."""
+    return _option_fronts(count, options, backward, activation)[count]
+
+
+def _option_fronts(most: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
+    """`_option_front` of 0, 1, …, `most` layers, all from one pass.
 
     Options are added one at a time: the front of t layers under the first options is, over the layers u
     the new option takes, the front of t − u layers before it with u of the new one added, Pareto-reduced
     (`_pareto`'s rule: the first of equal points stays, in the order used = 0, 1, …, each front in its
-    order). Each total's candidates are whole arrays; the last option needs only the total `count`."""
+    order). Each total's candidates are whole arrays."""
     width = len(OPTIONS)
     fronts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
         0: (np.zeros(1), np.zeros(1), np.zeros((1, width), dtype=np.int64))
     }
-    for position, k in enumerate(options):
-        totals = [count] if position == len(options) - 1 else range(count + 1)
+    for k in options:
         grown: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        for total in totals:
+        for total in range(most + 1):
             parts = [(used, fronts[total - used]) for used in range(total + 1) if total - used in fronts]
             b = np.concatenate([front[0] + used * backward[k] if used else front[0] for used, front in parts])
             a = np.concatenate([front[1] + used * activation[k] if used else front[1] for used, front in parts])
             counts = np.concatenate([front[2] for _, front in parts])
-            counts[:, k] += np.repeat([used for used, _ in parts], [len(front[0]) for _, front in parts])
+            counts[:, k] += np.repeat(np.array([used for used, _ in parts]), [len(front[0]) for _, front in parts])
             order = np.lexsort((a, b))  # by (B, A), equal ones in candidate order
             least = np.minimum.accumulate(a[order])
             keep = order[np.concatenate(([True], a[order][1:] < least[:-1]))]
             grown[total] = (b[keep], a[keep], counts[keep])
         fronts = grown
-    if count not in fronts:
-        return []
-    b, a, counts = fronts[count]
-    return list(zip(b.tolist(), a.tolist(), map(tuple, counts.tolist()), strict=True))
+    return [
+        list(zip(fronts[t][0].tolist(), fronts[t][1].tolist(), map(tuple, fronts[t][2].tolist()), strict=True))
+        if t in fronts
+        else []
+        for t in range(most + 1)
+    ]
 
 
 class Catalogue:
@@ -129,7 +135,7 @@ class Catalogue:
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self._cell_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], list[CellChoice]] = {}
-        self._front_cache: dict[tuple[int, int, tuple[int, ...]], list[tuple[float, float, tuple]]] = {}
+        self._front_cache: dict[tuple[int, tuple[int, ...]], list[list[tuple[float, float, tuple]]]] = {}
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
         # per cell: how many cells that must hold a layer come before it and after it along the model
@@ -223,11 +229,17 @@ class Catalogue:
         return [CellChoice(types, tuple(rows), forward, backward, activation, parameters)]
 
     def _front(self, body: int, count: int, allowed: tuple[int, ...]) -> list[tuple[float, float, tuple]]:
-        """`_option_front` of `count` layers of one body type, once per (type, count, options)."""
-        key = (body, count, allowed)
-        if key not in self._front_cache:
-            self._front_cache[key] = _option_front(count, allowed, self.backward[body], self.activation[body])
-        return self._front_cache[key]
+        """`_option_front` of `count` layers of one body type. The fronts of every count up to some most are
+        one pass (`_option_fronts`), kept per (type, options); asked for more, the most at least doubles
+        (a pipeline of one stage asks for 1, 2, …, 80 layers of a type: one pass, not 80)."""
+        key = (body, allowed)
+        known = self._front_cache.get(key)
+        if known is None or count >= len(known):
+            most = max(count, 2 * (len(known) - 1) if known else count)
+            most = min(most, max(count, self.p.layers.bodies[body].nb_layer))
+            known = _option_fronts(most, allowed, self.backward[body], self.activation[body])
+            self._front_cache[key] = known
+        return known[count]
 
     def empty_cell(self) -> CellChoice:
         return CellChoice((), (), 0.0, 0.0, 0.0, 0.0)
