@@ -44,7 +44,7 @@ from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nu
 from ppb_core.balance.cell_model import CellModel, cell_choices
 from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
-from ppb_core.balance.local import Counts, improve
+from ppb_core.balance.local import Counts, exchange, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
@@ -668,14 +668,25 @@ def _solve(
         improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption, clock) for plan in starts
     ]
     start = min(incumbents, key=lambda plan: plan.iteration_time)
-    report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
     try:
         choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
+        # whole stages swapped for listed choices reach plans the layer moves cannot; the listing
+        # then shrinks to what can beat the better plan
+        exchanged = exchange(start, choices, limits.exchange_work, clock)
+        if exchanged.iteration_time < start.iteration_time:
+            incumbents.append(exchanged)
+            start = exchanged
+            choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
         return _cut_short(
             problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True, catalogue=catalogue
         )
+    report(
+        "start_plan",
+        "best of the even splits, the closed form's optimum, local moves and stage exchanges",
+        start.iteration_time,
+    )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
