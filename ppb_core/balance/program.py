@@ -691,6 +691,9 @@ def _solve(
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
+    # the paths next to the start plan's critical path: when the start is already optimal, no round
+    # finds another plan whose paths would be added, and these are the rows its proof needs
+    seeds += _nearby_paths(start, random.Random(2))
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
