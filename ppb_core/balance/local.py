@@ -162,7 +162,13 @@ def improve(
     return best
 
 
-def exchange(plan: Plan, choices: Sequence[Sequence[StageChoice]], max_work: int, clock: Clock | None = None) -> Plan:
+def exchange(
+    plan: Plan,
+    choices: Sequence[Sequence[StageChoice]],
+    max_work: int,
+    clock: Clock | None = None,
+    visited: list[Plan] | None = None,
+) -> Plan:
     """A plan no slower than `plan`, by swapping whole stages for listed stage choices.
 
     A move gives one stage another of its listed choices with the same layers of each body type
@@ -173,7 +179,7 @@ def exchange(plan: Plan, choices: Sequence[Sequence[StageChoice]], max_work: int
     2534.3 to 2334.7). Every move is timed (`makespans`, in batches) and the fastest that improves
     and keeps the body types in order is taken, then the moves from it, until none improves or
     *max_work* schedule ops have been run (never the clock, which is only the safety bound): the
-    same plan on every machine.
+    same plan on every machine. *visited*, when given, collects every plan taken on the way.
     """
     p = plan.problem
     bodies = len(p.layers.bodies)
@@ -231,6 +237,8 @@ def exchange(plan: Plan, choices: Sequence[Sequence[StageChoice]], max_work: int
         if found is None:
             return best
         best = found
+        if visited is not None:
+            visited.append(found)
     return best
 
 
