@@ -81,13 +81,14 @@ def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
     return name
 
 
-def _one_f_one_b(stages: int, micro_batches: int) -> list[list[Op]]:
-    """Every stage's 1F1B order (the ops built once and shared: they are immutable)."""
+def _one_f_one_b(stages: int, micro_batches: int, extra_warmup: int = 0) -> list[list[Op]]:
+    """Every stage's 1F1B order (the ops built once and shared: they are immutable); *extra_warmup*
+    more warm-up forwards where Megatron's combined 1F1B runs them (`combined_steps`)."""
     forwards = [Op("F", 0, i) for i in range(micro_batches)]
     backwards = [Op("B", 0, i) for i in range(micro_batches)]
     orders = []
     for stage in range(stages):
-        warmup = min(stages - stage - 1, micro_batches)
+        warmup = min(stages - stage - 1 + extra_warmup, micro_batches)
         order = forwards[:warmup]
         for i in range(micro_batches - warmup):
             order += [forwards[warmup + i], backwards[i]]
@@ -105,7 +106,7 @@ def _interleaved_table(stages: int, chunks: int, micro_batches: int) -> list[tup
     return table
 
 
-def _interleaved(stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+def _interleaved(stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> list[list[Op]]:
     """Every stage's interleaved order: the same forward and backward slots (built once, ops are immutable),
     each stage warming up with fewer forwards the later it sits."""
     table = _interleaved_table(stages, chunks, micro_batches)
@@ -114,7 +115,7 @@ def _interleaved(stages: int, chunks: int, micro_batches: int) -> list[list[Op]]
     backwards = [Op("B", chunks - 1 - chunk, mb) for mb, chunk in table]
     orders = []
     for stage in range(stages):
-        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages + extra_warmup, total)
         order = forwards[:warmup]
         for i in range(total - warmup):
             order += [forwards[warmup + i], backwards[i]]
@@ -166,11 +167,11 @@ def _dualpipev(stages: int, micro_batches: int, stage: int) -> list[Op]:
     return order
 
 
-def _orders(name: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+def _orders(name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> list[list[Op]]:
     if name == "1f1b":
-        return _one_f_one_b(stages, micro_batches)
+        return _one_f_one_b(stages, micro_batches, extra_warmup)
     if name == "interleaved":
-        return _interleaved(stages, chunks, micro_batches)
+        return _interleaved(stages, chunks, micro_batches, extra_warmup)
     if name == "gpipe":
         return [_gpipe(chunks, micro_batches) for _ in range(stages)]
     return [_dualpipev(stages, micro_batches, s) for s in range(stages)]
@@ -201,6 +202,61 @@ def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: in
                 seen.add(tuple(held))
             else:
                 held[op.chunk] -= 1
+        held_vectors = sorted(seen)
+        maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
+        vectors.append(sorted(maximal, reverse=True))
+    return vectors
+
+
+def combined_steps(
+    schedule: str, stages: int, chunks: int, micro_batches: int
+) -> list[list[tuple[tuple[int, ...], int, int]]]:
+    """Per stage, the steps of Megatron-Core's combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`):
+    (micro-batches held per chunk as the step starts, the chunk of its forward, the chunk of its backward).
+
+    The order is the schedule's own with one more warm-up forward
+    (megatron/core/pipeline_parallel/schedules.py `get_pp_rank_microbatches`: "we schedule one extra
+    micro-batch forward step before the 1f1b stages"; without pipelining,
+    combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining` runs the first forward alone); each
+    steady forward-and-backward pair then runs as one step, layer beside layer
+    (`combined_forward_backward_step`). Before and after the steps the orders are the schedule's.
+    """
+    name = check(schedule, stages, chunks, micro_batches)
+    if name not in ("1f1b", "interleaved") or (name == "1f1b" and stages > 1):
+        raise ValueError(
+            f"Megatron-Core runs the combined 1F1B schedule only interleaved or without pipelining, not {name}"
+        )
+    steps: list[list[tuple[tuple[int, ...], int, int]]] = []
+    for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1):
+        held = [0] * chunks
+        found = []
+        for op, following in zip(order, [*order[1:], None], strict=True):
+            if op.kind == "F" and following is not None and following.kind == "B":
+                found.append((tuple(held), op.chunk, following.chunk))
+            held[op.chunk] += 1 if op.kind == "F" else -1
+        steps.append(found)
+    return steps
+
+
+def combined_in_flight_vectors(
+    stages: int, chunks: int, micro_batches: int, schedule: str
+) -> list[list[tuple[int, ...]]]:
+    """Per stage, the Pareto-maximal per-chunk counts the combined 1F1B schedule holds between its steps
+    (after each warm-up forward and as each step starts; within a step see `combined_steps`)."""
+    name = check(schedule, stages, chunks, micro_batches)
+    vectors: list[list[tuple[int, ...]]] = []
+    for order, steps in zip(
+        _orders(name, stages, chunks, micro_batches, extra_warmup=1),
+        combined_steps(schedule, stages, chunks, micro_batches),
+        strict=True,
+    ):
+        held = [0] * chunks
+        seen = {step[0] for step in steps}
+        for op, following in zip(order, [*order[1:], None], strict=True):
+            in_step = op.kind == "F" and following is not None and following.kind == "B"
+            held[op.chunk] += 1 if op.kind == "F" else -1
+            if not in_step:  # a step's forward runs beside its backward (`combined_steps`)
+                seen.add(tuple(held))
         held_vectors = sorted(seen)
         maximal = [held_vectors[i] for i in undominated([[-n for n in v] for v in held_vectors])]
         vectors.append(sorted(maximal, reverse=True))

@@ -15,20 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppb_core.balance.megatron import (
-    LayoutError,
-    Setting,
-    expand,
-    format_layout,
-    model_order,
-    parse_layout,
-    setting_of,
-    validate_layout,
-)
+from ppb_core.balance.megatron import Setting, setting_of
 from ppb_core.balance.outputs import megatron, virtual_stages
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.program import solve
+from ppb_core.config.layout import LayoutError, expand, format_layout, model_order, parse_layout, validate_layout
 from ppb_core.config.run import load_run_config
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.run import describe_run

@@ -283,3 +283,19 @@ def test_random_bad_values_give_one_line_naming_the_field(field, value):
     line = caught.value.line()
     assert "\n" not in line and line.startswith("fuzz.yaml: ")
     assert caught.value.field is not None and caught.value.field.startswith(field.replace("__", ".").rsplit(".", 1)[0])
+
+
+def test_routing_follows_megatrons_capacity_factor():
+    # Megatron drops tokens exactly when --moe-expert-capacity-factor is set (moe_utils.py get_capacity):
+    # a capacity factor alone means dropping, and bounds the busiest rank's rows at that factor
+    dropping = parse_run_config(_raw(training__moe={"capacity_factor": 1.25}), "run.yaml")
+    assert not dropping.training.moe.dropless and dropping.training.moe.routed_share == 1.25
+    # dropless routing (the default) charges the stated imbalance of the busiest rank, 1.0 unless stated
+    assert parse_run_config(_raw(), "run.yaml").training.moe.routed_share == 1.0
+    imbalanced = parse_run_config(_raw(training__moe={"dropless_imbalance": 1.3}), "run.yaml")
+    assert imbalanced.training.moe.routed_share == 1.3
+    # a capacity factor with dropless routing, or an imbalance beside a capacity, is refused in one line
+    error = _error(_raw(training__moe={"dropless": True, "capacity_factor": 1.25}))
+    assert error.field == "training.moe" and "no capacity factor" in error.problem
+    error = _error(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": 1.3}))
+    assert "ppb charges the capacity" in error.problem

@@ -31,6 +31,7 @@ ROUND_DEVICE = {
     "collective_latency_us": 0.0,
     "inter_node_latency_us": 0.0,
     "comm_sms": 0,
+    "gemm_kernel_us": 0.0,
 }
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 
@@ -354,3 +355,65 @@ def test_a_hidden_collective_costs_the_sms_it_takes():
     wgrad = 512 / 768 * 2 * 128 * 128 * 2048 * 64 / 5e13 * 1e3
     hidden = min(0.5 * c, wgrad)
     assert prices["reduce_attention_grad"].backward_ms == pytest.approx(c - hidden + hidden / 4, rel=1e-12)
+
+
+def _titan_llama(compiled: bool):
+    spec = {
+        "vocab_size": 4096,
+        "hidden_size": 1024,
+        "num_layers": 2,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 2048,
+        "max_position_embeddings": 2048,
+    }
+    raw = {
+        "name": "t",
+        "framework": "torchtitan",
+        "models": [{"name": "llm", "spec": spec}],
+        "training": {"seq_length": 2048, "flash_attention": True},
+        "device": ROUND_DEVICE,
+        "timing": {"torch_compile": compiled},
+    }
+    return parse_run_config(raw)
+
+
+def test_torchtitan_s_eager_kernels_move_the_bytes_its_model_code_moves():
+    # HBM at 1000 GB/s · 0.5 = 5e11 B/s; 2048 tokens, h 1024, 16 heads of 64 (4 for K and V), SwiGLU 2048.
+    eager = TimeModel(_titan_llama(False)).op_prices(body(_titan_llama(False)))
+    fused = TimeModel(_titan_llama(True)).op_prices(body(_titan_llama(True)))
+    x = 2048 * 1024
+    # RMSNorm (torchtitan 9dec370 norms.py, with its fp32 upcast): 36 bytes an element forward (float
+    # 2+4, pow 4+4, mean 4, mul 4+4, type_as 4+2, weight 2+2), 92 backward; fused 4 and 6.
+    assert eager["norm1"].forward_ms == pytest.approx(36 * x / 5e11 * 1e3)
+    assert eager["norm1"].backward_ms == pytest.approx(92 * x / 5e11 * 1e3)
+    assert fused["norm1"].forward_ms == pytest.approx(4 * x / 5e11 * 1e3)
+    assert fused["norm1"].backward_ms == pytest.approx(6 * x / 5e11 * 1e3)
+    # silu(w1 x) * w3 x over 2048 × 2048: 10 bytes an output element forward, 18 backward (fused 6, 10).
+    act = 2048 * 2048
+    assert eager["mlp_act"].forward_ms == pytest.approx(10 * act / 5e11 * 1e3)
+    assert eager["mlp_act"].backward_ms == pytest.approx(18 * act / 5e11 * 1e3)
+    assert fused["mlp_act"].backward_ms == pytest.approx(10 * act / 5e11 * 1e3)
+    # Rotary on Q and K, (16 + 4) · 64 = 1280 values a token: 20 bytes each way (fused 4).
+    assert eager["rope"].forward_ms == pytest.approx(20 * 2048 * 1280 / 5e11 * 1e3)
+    assert eager["rope"].backward_ms == pytest.approx(20 * 2048 * 1280 / 5e11 * 1e3)
+    # The residual add (no bias, no dropout): its backward is autograd's sum of two gradients, 6 bytes.
+    assert eager["residual_attention"].backward_ms == pytest.approx(6 * x / 5e11 * 1e3)
+    # repeat_kv: K and V read at 4 heads and written at 16, 2 · 2048 · (4 + 16) · 64 · 2 bytes, each way,
+    # compiled or not (SDPA needs the copies either way).
+    copied = 2 * 2048 * 20 * 64 * 2
+    for prices in (eager, fused):
+        assert prices["repeat_kv"].forward_ms == pytest.approx(copied / 5e11 * 1e3)
+        assert prices["repeat_kv"].backward_ms == pytest.approx(copied / 5e11 * 1e3)
+
+
+def test_a_layernorm_and_a_gelu_are_one_kernel_in_eager_pytorch_too():
+    run = gelu_run(framework="torchtitan")
+    prices = TimeModel(run).op_prices(body(run))
+    # LayerNorm over 2048 × 1024 bf16: 4 bytes an element forward, 6 backward; GeLU over 2048 × 4096:
+    # 4 and 6 (MHA: no repeat_kv).
+    assert prices["norm1"].forward_ms == pytest.approx(4 * 2048 * 1024 / 5e11 * 1e3)
+    assert prices["norm1"].backward_ms == pytest.approx(6 * 2048 * 1024 / 5e11 * 1e3)
+    assert prices["mlp_act"].forward_ms == pytest.approx(4 * 2048 * 4096 / 5e11 * 1e3)
+    assert prices["mlp_act"].backward_ms == pytest.approx(6 * 2048 * 4096 / 5e11 * 1e3)
+    assert "repeat_kv" not in prices

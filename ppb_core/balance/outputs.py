@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ppb_core.balance.megatron import format_layout, quoted, setting_of
+from ppb_core.balance.megatron import quoted, setting_of
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.config.layout import format_layout
 from ppb_core.errors import InputError
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppb_core.balance.baselines import baselines, best_feasible
-from ppb_core.balance.megatron import format_layout, quoted
+from ppb_core.balance.megatron import quoted
 from ppb_core.balance.outputs import cells, megatron, stage_rows, to_yaml, virtual_stages
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import Solution, solve
 from ppb_core.balance.progress import Clock, ProgressHook, WorkLimits
 from ppb_core.balance.tiebreak import plan_headroom_mb, plan_mixed_stages, plan_recompute, plan_recomputed_layers
+from ppb_core.config.layout import format_layout
 from ppb_core.errors import InputError
 
 MAX_INTERLEAVE = 4

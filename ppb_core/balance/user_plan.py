@@ -16,10 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ppb_core.balance.megatron import LayoutError, MegatronFlags, parse_flags, parse_layout, validate_layout
+from ppb_core.balance.megatron import MegatronFlags, parse_flags
 from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.config.layout import LayoutError, parse_layout, validate_layout
 from ppb_core.errors import InputError
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS

@@ -71,6 +71,13 @@ class DeviceProfile:
     # H800 rates fall with k at fixed m, n (deepseek-ai/DeepGEMM README, Feb 2025); a ceiling of 0.75 and
     # 4.2 us a tile reproduce its ten DeepSeek-V3 shapes within 7% (tests/test_timing_public_runs.py).
     fp8_tile_overhead_us: float = 0.0
+    # A fixed time every 16-bit GEMM kernel spends beside its tiles' work (launch ramp, the first loads,
+    # the last stores): XLA's measured sm_90 matmul table (tensorflow/tensorflow
+    # third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h at 372d578b; kernel times from
+    # CUPTI's tracer, xla/tools/matmul_perf_table_gen.cc) times its four smallest BF16 products, whose
+    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). 0 where
+    # no such measurement is public (Ampere, Blackwell, Ascend). FP8 kernels carry theirs per tile.
+    gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
@@ -138,12 +145,23 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # BF16 dense (1,979 with sparsity), 3.35 TB/s; NVLink 4 900 GB/s bidirectional; DGX H100:
     # eight 400 Gb/s ConnectX-7 NDR adapters, one per GPU (50 GB/s). H100 whitepaper: 132 SMs (SXM5).
     # MAMF 794.5 TFLOPS (80.3%).
-    "h100-80gb": DeviceProfile("h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, nic_efficiency=0.94),
+    "h100-80gb": DeviceProfile(
+        "h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, nic_efficiency=0.94, gemm_kernel_us=5.3
+    ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
     # GH100 die as H100 SXM: 132 SMs, MAMF as H100's.
     "h200": DeviceProfile(
-        "h200", 143771, 989.0, 4800.0, 450.0, 50.0, sm_count=132, fp8_matmul_efficiency=0.734, nic_efficiency=0.94
+        "h200",
+        143771,
+        989.0,
+        4800.0,
+        450.0,
+        50.0,
+        sm_count=132,
+        fp8_matmul_efficiency=0.734,
+        nic_efficiency=0.94,
+        gemm_kernel_us=5.3,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
@@ -190,7 +208,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved
     # and 8 InfiniBand NICs of 400 Gb/s per node, one per GPU (50 GB/s).
-    "h800": DeviceProfile("h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132, nic_efficiency=0.94),
+    "h800": DeviceProfile(
+        "h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132, nic_efficiency=0.94, gemm_kernel_us=5.3
+    ),
     # Fallback when a run config states only memory_mb: H100-like rates.
-    "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132),
+    "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),
 }

@@ -29,6 +29,7 @@ from pydantic import (
 from ppb_core import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
+from ppb_core.config.layout import LayoutError, cell_layers, parse_layout, validate_layout
 from ppb_core.config.recompute import (
     FORMS,
     SWITCHES,
@@ -129,6 +130,16 @@ class Parallel(StrictModel):
     schedule: Schedule = "1f1b"
     world_size: Devices | None = None
     devices_per_node: Devices = 8
+    layout: Annotated[str, Field(max_length=limits.YAML_BYTES)] | None = Field(
+        None,
+        description="Megatron's --pipeline-model-parallel-layout: the run's layers per virtual stage "
+        "(sets vpp and the interleaved schedule where not stated)",
+    )
+    overlap_moe_expert_parallel_comm: bool = Field(
+        False,
+        description="Megatron's --overlap-moe-expert-parallel-comm: the combined 1F1B schedule, one micro-batch's "
+        "forward beside another's backward layer by layer",
+    )
 
     @property
     def expert_tp(self) -> int:
@@ -144,8 +155,39 @@ class Parallel(StrictModel):
         """What DP shards: 1 optimizer states, 2 and gradients, 3 (or FSDP) and parameters."""
         return 3 if self.fsdp else self.zero
 
+    def layout_stages(self) -> list[list[str]] | None:
+        """The layout parsed: [pipeline rank][virtual stage] -> its characters (None: no layout)."""
+        return None if self.layout is None else parse_layout(self.layout, self.pp)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chunks_of_the_layout(cls, data: Any) -> Any:
+        """Megatron-Core takes the virtual stages from the layout: vpp, and the interleaved schedule
+        where there are several, unless stated (a layout it cannot parse is refused after)."""
+        if not isinstance(data, dict) or not isinstance(data.get("layout"), str):
+            return data
+        pp = data.get("pp", 1)
+        if not isinstance(pp, int) or pp < 1:
+            return data
+        try:
+            chunks = len(parse_layout(data["layout"], pp)[0])
+        except LayoutError:
+            return data
+        filled = dict(data)
+        filled.setdefault("vpp", chunks)
+        if chunks > 1:
+            filled.setdefault("schedule", "interleaved")
+        return filled
+
     @model_validator(mode="after")
     def _consistent(self) -> Parallel:
+        if self.layout is not None:
+            try:
+                chunks = len(parse_layout(self.layout, self.pp)[0])
+            except LayoutError as err:
+                raise ValueError(f"layout: {err}") from None
+            if self.vpp != chunks:
+                raise ValueError(f"the layout has {chunks} virtual stages per rank, vpp says {self.vpp}")
         if self.schedule == "interleaved" and self.vpp < 2:
             raise ValueError("schedule interleaved needs vpp >= 2")
         if self.schedule in ("1f1b", "gpipe") and self.vpp > 1:
@@ -168,10 +210,44 @@ class Parallel(StrictModel):
 
 
 class MoeTraining(StrictModel):
-    dropless: bool = True
-    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = 1.0
-    # Dropless routing is imbalanced: the busiest rank gets this many times its fair share.
-    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = 1.0
+    """How the router's tokens reach the experts, in Megatron's terms: dropless (no
+    `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor."""
+
+    dropless: bool = Field(True, description="no capacity: every routed token reaches its expert")
+    capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = Field(
+        1.0, description="--moe-expert-capacity-factor: an expert takes at most this times its fair share"
+    )
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = Field(
+        1.0,
+        description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
+        "(1.0: balanced); with a capacity factor ppb charges the capacity",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capacity_means_dropping(cls, data: Any) -> Any:
+        """Megatron drops tokens exactly when a capacity factor is set (`moe_expert_capacity_factor`
+        not None: megatron/core/transformer/moe/moe_utils.py `get_capacity`; dropless otherwise)."""
+        if isinstance(data, dict) and "capacity_factor" in data and "dropless" not in data:
+            return {**data, "dropless": False}
+        return data
+
+    @model_validator(mode="after")
+    def _one_routing(self) -> MoeTraining:
+        if self.dropless and self.capacity_factor != 1.0:
+            raise ValueError("dropless routing has no capacity factor (Megatron drops tokens when one is set)")
+        if not self.dropless and self.dropless_imbalance != 1.0:
+            raise ValueError(
+                "dropless_imbalance is dropless routing's; with a capacity factor ppb charges the capacity "
+                "(the most an expert takes, what --moe-pad-expert-input-to-capacity pads to)"
+            )
+        return self
+
+    @property
+    def routed_share(self) -> float:
+        """The busiest rank's expert rows over their fair share: the stated imbalance of dropless
+        routing, or the capacity factor, which bounds every expert's tokens."""
+        return self.dropless_imbalance if self.dropless else self.capacity_factor
 
 
 class Training(StrictModel):
@@ -245,6 +321,7 @@ class Device(StrictModel):
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
+    gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -361,6 +438,11 @@ class RunConfig(StrictModel):
         if self.framework == "torchtitan":
             return 0 if par.zero == 0 and not par.fsdp else 3
         return par.shard_level
+
+    def layout_cells(self) -> list[list[int]] | None:
+        """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""
+        layout = self.parallel.layout_stages()
+        return None if layout is None else cell_layers(layout)
 
     @property
     def recompute(self) -> Recompute:
@@ -569,8 +651,12 @@ def _check_run(run: RunConfig, where: str) -> None:
             "parallel.zero",
             f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
         )
+    if par.layout is not None:
+        _check_layout(run, where)
+    if par.overlap_moe_expert_parallel_comm:
+        _check_combined_1f1b(run, where)
     cells = par.pp * par.vpp
-    if run.total_body_layers < cells:
+    if par.layout is None and run.total_body_layers < cells:
         raise InputError(
             where, "parallel.pp", f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells"
         )
@@ -604,6 +690,44 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_layout(run: RunConfig, where: str) -> None:
+    """A layout names the layers of one language model, Megatron-Core's way (`config.layout`)."""
+    if len(run.models) != 1 or run.is_vision(run.models[0].name):
+        raise InputError(where, "parallel.layout", "a Megatron layout places the layers of one language model")
+    spec = run.spec(run.models[0].name)
+    layout = run.parallel.layout_stages()
+    assert layout is not None
+    try:
+        validate_layout(layout, spec.num_layers, spec.mtp_layers)
+    except LayoutError as err:
+        raise InputError(where, "parallel.layout", str(err)) from None
+    if layout[-1][-1].count("m") != spec.mtp_layers:  # L ends the model order: the last rank's last stage
+        # ppb's TAIL holds the MTP layers with the output layer and the loss
+        raise InputError(where, "parallel.layout", "ppb needs the MTP layers m in the virtual stage of the loss L")
+
+
+def _check_combined_1f1b(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of `--overlap-moe-expert-parallel-comm` (transformer_config.py
+    `TransformerConfig.__post_init__`, at d98e8a64), each refused in one line."""
+    par, recompute = run.parallel, run.recompute
+    field = "parallel.overlap_moe_expert_parallel_comm"
+    problem = None
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's combined 1F1B schedule: set framework megatron"
+    elif par.ep < 2:
+        problem = "needs expert parallelism (ep > 1)"
+    elif par.pp > 1 and par.schedule != "interleaved":
+        problem = "needs virtual pipeline stages when pp > 1 (Megatron's interleaved schedule)"
+    elif recompute.full is not None or "moe" in recompute.modules:
+        problem = "is refused with full recomputation and with the recompute module moe"
+    elif run.training.dtype == "fp32":
+        problem = "needs a bf16 or fp16 model"
+    elif any(not run.is_vision(name) and run.spec(name).mtp_layers > 1 for name in run.model_names):
+        problem = "supports at most one MTP layer"
+    if problem is not None:
+        raise InputError(where, field, problem)
 
 
 def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ppb_core.config.run import RunConfig
-from ppb_core.memory import MemoryModel, StagePeak, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.memory import (
+    MemoryModel,
+    StagePeak,
+    run_combined_steps,
+    run_in_flight,
+    run_in_flight_vectors,
+    stage_peaks,
+)
 from ppb_core.model.placement import CellOptions, model_cell_options, place_plan
 from ppb_core.model.switches import OPTIONS, LayerType
 from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk, walk
@@ -73,6 +80,7 @@ def plan_stages(
         device.reserved_mb * MB,
         option_of=lambda layer: chosen[layer],
         vectors=run_in_flight_vectors(run),
+        steps=run_combined_steps(run),
     )
     forward = [0.0] * par.pp
     backward = [0.0] * par.pp

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppb_core.config.run import RunConfig
-from ppb_core.memory import MemoryModel, StagePeak, configured_option, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.memory import (
+    MemoryModel,
+    StagePeak,
+    configured_option,
+    run_combined_steps,
+    run_in_flight,
+    run_in_flight_vectors,
+    stage_peaks,
+)
 from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
@@ -213,9 +221,9 @@ def estimate(
     if in_flight is not None:
         device = run.device
         sizes = (in_flight, device.profile().memory_mb * MB, device.reserved_mb * MB)
-        vectors = run_in_flight_vectors(run)
-        peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors))
-        at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors))
+        vectors, steps = run_in_flight_vectors(run), run_combined_steps(run)
+        peaks = tuple(stage_peaks(memory, layer_walk, *sizes, vectors=vectors, steps=steps))
+        at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors, steps=steps))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
     summary["activations"] = memory.activation_sources()

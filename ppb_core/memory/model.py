@@ -19,7 +19,14 @@ from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, 
 from ppb_core.memory.census import census_pricers
 from ppb_core.memory.frameworks import rules_for
 from ppb_core.memory.frameworks.base import FULL_UNIT
-from ppb_core.memory.peak import StagePeak, _full_group, run_in_flight, run_in_flight_vectors, stage_peaks
+from ppb_core.memory.peak import (
+    StagePeak,
+    _full_group,
+    run_combined_steps,
+    run_in_flight,
+    run_in_flight_vectors,
+    stage_peaks,
+)
 from ppb_core.memory.precision import cached_buffers, cached_terms
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, layer_params
@@ -422,6 +429,7 @@ def run_stage_peaks(
         reserved_bytes=device.reserved_mb * MB,
         option_of=option_of,
         vectors=run_in_flight_vectors(run),
+        steps=run_combined_steps(run),
     )
 
 

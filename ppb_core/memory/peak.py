@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.model.kinds import BodyKind, TailKind
+from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
+from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
 from ppb_core.model.walk import KindSlot, Layer, LayerWalk
-from ppb_core.schedules import in_flight_vectors, micro_batches_in_flight
+from ppb_core.schedules import combined_in_flight_vectors, combined_steps, in_flight_vectors, micro_batches_in_flight
 
 if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this module (model.py)
     from ppb_core.memory.model import MemoryModel
@@ -157,11 +158,15 @@ def stage_peaks(
     reserved_bytes: float = 0.0,
     option_of: Callable[[Layer], str] | None = None,
     vectors: Sequence[Sequence[Sequence[int]]] | None = None,
+    steps: Sequence[Sequence[tuple[Sequence[int], int, int]]] | None = None,
 ) -> list[StagePeak]:
     """Each stage's peak with *in_flight* [chunk][stage] micro-batches in flight, by moment.
 
     *vectors*, per stage, lists every per-chunk count at which the stage may peak (default: the
-    one of *in_flight*); the largest kept memory among them is the stage's. *option_of* gives a
+    one of *in_flight*); the largest kept memory among them is the stage's. *steps*, per stage,
+    lists the combined 1F1B steps of Megatron's `--overlap-moe-expert-parallel-comm` (the counts as
+    a step starts, its forward's chunk, its backward's: `schedules.combined_steps`), each charged
+    at its start's kept memory and what the step adds within (`memory.combined`). *option_of* gives a
     body layer's option (default: `configured_options`, what the run's recompute asks of each).
     Identical layers in one cell are evaluated once. Where Megatron's `uniform` method checkpoints
     N layers as one, a cell's fully recomputed layers keep ⌈n/N⌉ inputs and a backward rebuilds N.
@@ -187,6 +192,13 @@ def stage_peaks(
     stages = layer_walk.stages
     if vectors is None:
         vectors = [[tuple(in_flight[chunk][stage] for chunk in range(chunks))] for stage in range(stages)]
+    extras = [[0.0] * len(vectors[stage]) for stage in range(stages)]
+    if steps is not None:
+        vectors = [[*vectors[stage], *(tuple(start) for start, _, _ in steps[stage])] for stage in range(stages)]
+        extras = [
+            [*extras[stage], *_step_extras(memory, layer_walk, option_of, stage, steps[stage])]
+            for stage in range(stages)
+        ]
     totals = {
         stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "body": 0, "tail": False}
         for stage in range(stages)
@@ -231,14 +243,14 @@ def stage_peaks(
     for stage, total in totals.items():
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
         # the vector of the largest activations + buffers (on a tie, the first listed)
-        index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]), -i))
+        index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
         peaks.append(
             StagePeak(
                 stage=stage,
                 body_layers=total["body"],
                 in_flight=tuple(vectors[stage][index]),
                 static_bytes=total["static"] + workspace,
-                activation_bytes=dynamic[stage][index][0],
+                activation_bytes=dynamic[stage][index][0] + extras[stage][index],
                 buffer_bytes=dynamic[stage][index][1],
                 working_bytes=total["work"],
                 reserved_bytes=reserved_bytes,
@@ -249,6 +261,40 @@ def stage_peaks(
             )
         )
     return peaks
+
+
+def _chunk_nodes(
+    memory: MemoryModel, layer_walk: LayerWalk, option_of: Callable[[Layer], str], stage: int, chunk: int
+) -> ChunkNodes:
+    """One cell's layers as the combined 1F1B schedule's nodes hold them, one micro-batch each."""
+    head, bodies, tail = 0.0, [], None
+    for layer in layer_walk.in_cell(chunk, stage):
+        option = option_of(layer) if isinstance(layer.kind, BodyKind) else "NONE"
+        held = memory.state_memory(layer, *memory.option_state(layer, option))
+        if isinstance(layer.kind, HeadKind):
+            head += held.activation_bytes + held.buffers.kept_bytes()
+            continue
+        stated = sum(t.bytes for t in held.terms)
+        scale = held.activation_bytes / stated if stated else 0.0  # a memory correction scales them all
+        named = [(t.op, t.bytes * scale) for t in held.terms]
+        named += [(b.name, b.bytes) for b in held.buffers.terms if b.kept]
+        if isinstance(layer.kind, TailKind):
+            tail = node_bytes(named)
+        else:
+            bodies.append(node_bytes(named))
+    return chunk_nodes(head, bodies, tail)
+
+
+def _step_extras(
+    memory: MemoryModel,
+    layer_walk: LayerWalk,
+    option_of: Callable[[Layer], str],
+    stage: int,
+    steps: Sequence[tuple[Sequence[int], int, int]],
+) -> list[float]:
+    """What each combined 1F1B step of *stage* holds beyond its start (`memory.combined`)."""
+    cells = {chunk: _chunk_nodes(memory, layer_walk, option_of, stage, chunk) for chunk in range(layer_walk.chunks)}
+    return [step_extra_bytes(cells[forward], cells[backward]) for _, forward, backward in steps]
 
 
 @functools.lru_cache(maxsize=256)
@@ -272,17 +318,34 @@ def run_in_flight_counts(run: RunConfig) -> list[int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def _vectors(
+    schedule: str, stages: int, chunks: int, micro_batches: int, combined: bool
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    if combined:
+        return tuple(tuple(stage) for stage in combined_in_flight_vectors(stages, chunks, micro_batches, schedule))
     return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
 
 
 def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
-    """Per stage, every per-chunk count of micro-batches in flight at which the stage may peak."""
+    """Per stage, every per-chunk count of micro-batches in flight at which the stage may peak (under
+    Megatron's combined 1F1B, between its steps: `run_combined_steps` gives the steps)."""
     par = run.parallel
     try:
-        return [list(stage) for stage in _vectors(par.schedule, par.pp, par.vpp, run.training.micro_batches)]
+        found = _vectors(
+            par.schedule, par.pp, par.vpp, run.training.micro_batches, par.overlap_moe_expert_parallel_comm
+        )
     except ValueError as err:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
+    return [list(stage) for stage in found]
+
+
+def run_combined_steps(run: RunConfig) -> list[list[tuple[tuple[int, ...], int, int]]] | None:
+    """The steps of the run's combined 1F1B schedule per stage (`schedules.combined_steps`), or None
+    where the run does not overlap its expert all-to-alls (`--overlap-moe-expert-parallel-comm`)."""
+    par = run.parallel
+    if not par.overlap_moe_expert_parallel_comm:
+        return None
+    return combined_steps(par.schedule, par.pp, par.vpp, run.training.micro_batches)
 
 
 __all__ = [
@@ -290,6 +353,7 @@ __all__ = [
     "StagePeak",
     "configured_option",
     "configured_options",
+    "run_combined_steps",
     "run_in_flight",
     "run_in_flight_counts",
     "run_in_flight_vectors",

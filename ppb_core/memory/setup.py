@@ -33,6 +33,7 @@ class MemorySetup(Geometry):
     fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
     compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
+    combined_1f1b: bool = False  # Megatron's --overlap-moe-expert-parallel-comm (ppb_core.memory.combined)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,6 +55,7 @@ class MemorySetup(Geometry):
             fp8_cache=train.fp8_cache,
             compute_capability=run.device.profile().compute_capability,
             framework=run.framework,
+            combined_1f1b=par.overlap_moe_expert_parallel_comm,
         )
 
     @property

@@ -42,9 +42,8 @@ class Geometry:
     ep: int = 1
     etp: int = 1
     flash_attention: bool = True
-    dropless: bool = True
-    capacity_factor: float = 1.0
-    dropless_imbalance: float = 1.0
+    # the busiest expert-parallel rank's routed tokens over the fair share (`MoeTraining.routed_share`)
+    routing_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cp_variant not in CP_VARIANTS:
@@ -65,9 +64,7 @@ class Geometry:
             "ep": par.ep,
             "etp": par.expert_tp,
             "flash_attention": train.flash_attention,
-            "dropless": train.moe.dropless,
-            "capacity_factor": train.moe.capacity_factor,
-            "dropless_imbalance": train.moe.dropless_imbalance,
+            "routing_factor": train.moe.routed_share,
         }
 
     @classmethod
@@ -76,9 +73,7 @@ class Geometry:
 
     def whole_model(self) -> Geometry:
         """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
-        return dataclasses.replace(
-            self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, dropless=True, dropless_imbalance=1.0
-        )
+        return dataclasses.replace(self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, routing_factor=1.0)
 
     @property
     def sp(self) -> int:
@@ -99,11 +94,6 @@ class Geometry:
     def whole_tokens(self) -> float:
         """Tokens of the ops TP leaves whole (norms, residual, dropout masks): s·b/(cp·sp)."""
         return self.tokens / self.sp
-
-    @property
-    def routing_factor(self) -> float:
-        """Expert rows over their fair share: the busiest rank's imbalance, or the capacity padding."""
-        return self.dropless_imbalance if self.dropless else self.capacity_factor
 
     def attention_pairs(self) -> float:
         """(query, key) pairs per head one device computes: the whole square without flash (the mask

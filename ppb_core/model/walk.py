@@ -9,7 +9,7 @@ A sub-model's HEAD sits just before its first body layer and its TAIL just after
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import VisionSpec
@@ -88,16 +88,18 @@ def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b")
 def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> LayerWalk:
     """Every layer of the run in pipeline order, placed in its cell.
 
-    *cell_counts* ([chunk][stage] body layers) replaces the uniform split, e.g. with a plan's.
+    *cell_counts* ([chunk][stage] body layers) replaces the run's own split (its `parallel.layout`,
+    else the uniform split), e.g. with a plan's. A layout also places the HEAD (`E`) in the first
+    cell and the TAIL (`L`, with the MTP layers) in the last, empty of decoder layers or not.
     """
     par = run.parallel
     stages, chunks = par.pp, par.vpp
     total = run.total_body_layers
-    counts = (
-        [list(row) for row in cell_counts]
-        if cell_counts is not None
-        else uniform_split(total, stages, chunks, par.schedule)
-    )
+    layout = run.layout_cells() if cell_counts is None else None
+    if cell_counts is not None:
+        counts = [list(row) for row in cell_counts]
+    else:
+        counts = layout if layout is not None else uniform_split(total, stages, chunks, par.schedule)
     if len(counts) != chunks or any(len(row) != stages for row in counts):
         raise InputError(run.source, "cell_counts", f"expected {chunks} chunks of {stages} stages")
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
@@ -116,6 +118,10 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
             layers.append(Layer(sub.name, BODY, kind, index, *cells[position]))
             position += 1
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
+    if layout is not None:  # one language model (config._check_layout): E first, L last
+        order = cell_order(par.schedule, stages, chunks)
+        layers[0] = replace(layers[0], chunk=order[0][0], stage=order[0][1])
+        layers[-1] = replace(layers[-1], chunk=order[-1][0], stage=order[-1][1])
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
 
 

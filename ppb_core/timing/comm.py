@@ -108,3 +108,24 @@ def collective_seconds(collective: Collective, links: Links) -> float:
         link = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
         return payload / link + (size - 1) * step
     raise ValueError(f"unknown collective {collective.kind!r}")
+
+
+def hop_seconds(collective: Collective, links: Links) -> float:
+    """One hop of a ring exchange: a rank's shard of *collective*'s payload to its neighbour (one
+    step's latency), over the ring's bandwidth (a copy engine's peer copy, taken at NVLink's rate)."""
+    group = links.groups[collective.group]
+    if group.size <= 1 or collective.payload_bytes <= 0:
+        return 0.0
+    local = links.in_node(group)
+    return collective.payload_bytes / group.size / links.ring_bytes_per_s(local, group.size) + links.latency_s
+
+
+def one_shot_seconds(collective: Collective, links: Links) -> float:
+    """A reduce-scatter (or all-gather) done in one kernel that reads every peer's slice over NVLink
+    at once (TransformerEngine's userbuffers, `userbuffers_fp16_sum_inplace_gpu_rr_rs_oop_stride`):
+    a ring's bytes, P·(g-1)/g, but one step's latency instead of g-1."""
+    group = links.groups[collective.group]
+    if group.size <= 1 or collective.payload_bytes <= 0:
+        return 0.0
+    bandwidth = links.ring_bytes_per_s(links.in_node(group), group.size)
+    return collective.payload_bytes * (group.size - 1) / group.size / bandwidth + links.latency_s

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ppb_core.config.run import RunConfig
+from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_all
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
     BodyKind,
@@ -65,6 +66,10 @@ class Collective:
     # All-to-all: the bytes that leave the node, when fewer than the payload's share for remote
     # peers (a dispatcher that sends a token once per destination node); None: that share.
     inter_node_bytes: float | None = None
+    # How TransformerEngine's userbuffers overlap runs it beside its partner GEMM under Megatron's
+    # --tp-comm-overlap (`ppb_core.timing.userbuffers`): "ring_exchange" or "pipeline"; None: the
+    # generic overlap share.
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,10 +210,12 @@ def _elementwise(
     return Op(name, block, MEMORY, switch, transient, tuple(inputs), 0.0, forward_bytes, 0.0, backward_bytes)
 
 
-def _norm(name: str, block: str, rows: float, width: float, bc: int, **kw) -> Op:
-    # Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small).
+def _norm(name: str, block: str, rows: float, width: float, bc: int, rms: bool = True, **kw) -> Op:
+    """Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small). An
+    RMSNorm runs as several kernels in eager PyTorch (`EAGER_TRAFFIC`); a LayerNorm is one
+    (`native_layer_norm`) either way."""
     op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
-    return dataclasses.replace(op, fusion="norm")
+    return dataclasses.replace(op, fusion="norm") if rms else op
 
 
 def _tp_entry(
@@ -220,11 +227,14 @@ def _tp_entry(
     source: str,
     consumer: str,
     switch: str | None = "gather",
+    userbuffers: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
-    all-reduced. Both backward collectives run behind the consumer's weight gradient."""
+    all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
+    the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
+    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
@@ -233,13 +243,14 @@ def _tp_entry(
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
         # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
         # the `gather` switch has nothing to drop.
+        method = "ring_exchange" if userbuffers and geo.transformer_impl == "transformer_engine" else None
         return [
             Op(
                 f"{p}gather_{stem}",
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward"), method=method),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
             ),
             Op(
@@ -274,21 +285,31 @@ def _tp_entry(
     ]
 
 
-def _tp_exit(name: str, block: str, geo: OpGeometry, width: float, producer: str) -> list[Op]:
+def _tp_exit(
+    name: str, block: str, geo: OpGeometry, width: float, producer: str, userbuffers: bool = False
+) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
-    SP the output gradient is all-gathered in the backward. Both sit on the critical path."""
+    SP the output gradient is all-gathered in the backward. Both sit on the critical path.
+    *userbuffers*: the producer is one of TransformerEngine's layer GEMMs (proj, fc2), whose forward
+    reduce-scatter Megatron's --tp-comm-overlap pipelines and whose input gradient's all-gather it
+    runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     if geo.gathers:
+        ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         return [
             Op(
                 name,
                 block,
                 COMM,
                 inputs=(producer,),
-                forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward")),
-                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (producer, "dgrad")),
+                forward_comm=Collective(
+                    REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
+                ),
+                backward_comm=Collective(
+                    ALL_GATHER, "tp", payload, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
+                ),
             )
         ]
     return [
@@ -308,11 +329,13 @@ def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: flo
     Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
     the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
     the two gradients that meet where the residual stream forks (the skip and the branch's norm:
-    reads two, writes one)."""
+    reads two, writes one). torchtitan's block adds plainly (`h = x + attention(norm(x))`, no bias
+    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
-    return _elementwise(name, block, elements * (3 * bc + mask), elements * (5 * bc + mask))
+    branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
+    return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
 
 def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[list[Op], list[str], list[str]]:
@@ -378,7 +401,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj")
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -475,6 +498,13 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     mean_keys = pairs / (sequences * queries)
     causal = 0.0 if geo.block_pairs else 1.0  # a language model's mask; a vision encoder's blocks are whole
     ops: list[Op] = []
+    kv_heads = 0 if att.is_mla else kv_heads_per_rank(att.num_kv_heads, geo.tp)
+    if geo.framework == "torchtitan" and 0 < kv_heads < heads:
+        # torchtitan's `repeat_kv` (torchtitan/models/llama/model.py: unsqueeze, expand, reshape) copies
+        # K and V out to every query head before SDPA: reads kv heads, writes all heads, for each; its
+        # backward sums the heads' gradients back (reads all, writes kv heads).
+        copied = 2 * n * (kv_heads + heads) * att.head_dim * bc
+        ops.append(_elementwise(p + "repeat_kv", block, copied, copied, inputs=(*qk, *v)))
     if geo.flash_attention:
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
@@ -619,7 +649,8 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
 def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
-    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, switch="normOp")]
+    rms = kind.norm.kind == "rmsnorm"
+    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, rms, switch="normOp")]
     projections, qk, v = _projections(kind, geo, p, p + "norm1")
     core, out = _core(kind, geo, p, qk, v)
     heads = per_rank(att.num_heads, geo.tp)
@@ -637,7 +668,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj"),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -647,7 +678,7 @@ def _activation(name: str, block: str, rows: float, width: float, gated: bool, b
     elements = rows * width
     forward, backward = (3, 5) if gated else (2, 3)
     op = _elementwise(name, block, forward * elements * bc, backward * elements * bc, switch="ffAct", inputs=inputs)
-    return dataclasses.replace(op, fusion="activation")
+    return dataclasses.replace(op, fusion="activation") if gated else op
 
 
 def _ffn(
@@ -700,14 +731,14 @@ def _ffn(
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in")
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
-        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, switch="normOp"),
+        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out"),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -741,7 +772,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     rows = routed * geo.etp * geo.routing_factor  # token copies this rank's experts compute
     norm = p + "norm2"
     ops = [
-        _norm(norm, block, whole, h, bc, switch="normOp"),
+        _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
         _matmul(p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,)),
         # Router logits upcast, softmax and top-k in fp32.
         _elementwise(
@@ -926,7 +957,7 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) ->
     logits_source = entry[0].name if geo.gathers else norm
     elements = n * vocab
     ops = [
-        _norm(norm, block, geo.whole_tokens, h, bc, inputs=(source,) if source else ()),
+        _norm(norm, block, geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm", inputs=(source,) if source else ()),
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
         _elementwise(
@@ -1103,48 +1134,65 @@ def scaled(op: Op, share: float) -> Op:
     )
 
 
-def op_policy_rerun(ops: Sequence[Op], kind: BodyKind) -> tuple[Op, ...]:
-    """What torchtitan's per-op selective checkpointing runs again in a dense block's backward.
+def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[str, float]]:
+    """Each matmul torchtitan's block runs (by the memory rules' `_block_ops` name) as the op of ppb's
+    op table that holds it, and its share of that op: the table holds wq with wk (`qk_proj`), w1
+    with w3 (`mlp_in`, `shared_in`), and names MLA's wq_a / wq_b / wkv_a / wkv_b `q_down`, `q_up`
+    (`q_proj` without a query LoRA), `kv_down`, `kv_up`."""
+    att, mlp = kind.attention, kind.mlp
+    heads, kv = att.num_heads, att.num_kv_heads
+    parts = {
+        "attention.wq_output": ("q_proj" if att.is_mla else "qk_proj", 1.0 if att.is_mla else heads / (heads + kv)),
+        "attention.wk_output": ("qk_proj", kv / (heads + kv)),
+        "attention.wv_output": ("v_proj", 1.0),
+        "attention.wq_a_output": ("q_down", 1.0),
+        "attention.wq_b_output": ("q_up", 1.0),
+        "attention.wkv_a_output": ("kv_down", 1.0),
+        "attention.wkv_b_output": ("kv_up", 1.0),
+        "attention.wo_output": ("out_proj", 1.0),
+        "moe.router_logits": ("router", 1.0),
+    }
+    for prefix, op_in, op_out in (("mlp", "mlp_in", "mlp_out"), ("moe.shared", "shared_in", "shared_out")):
+        gated = mlp.gated
+        parts[f"{prefix}.w1_output"] = (op_in, 0.5 if gated else 1.0)
+        parts[f"{prefix}.w3_output"] = (op_in, 0.5)
+        parts[f"{prefix}.w2_output"] = (op_out, 1.0)
+        parts[f"{prefix}.fc1_output"] = (op_in, 1.0)
+        parts[f"{prefix}.fc2_output"] = (op_out, 1.0)
+    return parts
+
+
+def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tuple[Op, ...]:
+    """What torchtitan's per-op selective checkpointing runs again in a block's backward.
 
     torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
     v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
     and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
-    attention kernels, matmuls (`aten.mm`) and reduce-scatters, except every second `aten.mm` of the
-    block (`meta[mm_count_key] % 2 == 0`: the forward counts wq 1, wk 2, wv 3, wo 4, w1 5, w3 6,
-    w2 7, as `Attention.forward` and `FeedForward.forward` (`w2(silu(w1(x)) * w3(x))`) call them). So
-    wk, wo and w3 run again, and so does every op outside the list: the norms, the rotary embedding,
-    the activation and product, the residual adds, a linear with a bias (`aten.addmm`, neither saved
-    nor counted), and the tensor-parallel all-gathers and all-reduces (not in the list; the
-    reduce-scatters are). ppb's op table holds wq and wk as one op (`qk_proj`) and w1 with w3 as
-    another (`mlp_in`): their rerun parts are those ops cut to the recomputed columns."""
-    att, mlp = kind.attention, kind.mlp
-    assert isinstance(mlp, Mlp)
-    heads, kv = att.num_heads, att.num_kv_heads
-    qk = heads + kv
-    order: list[tuple[str, float, bool]] = [  # (op, its share of the op, with a bias) in forward order
-        ("qk_proj", heads / qk, att.qkv_bias),
-        ("qk_proj", kv / qk, att.qkv_bias),
-        ("v_proj", 1.0, att.qkv_bias),
-        ("out_proj", 1.0, att.out_bias),
-    ]
-    if mlp.gated:
-        order += [("mlp_in", 0.5, mlp.bias), ("mlp_in", 0.5, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
-    else:
-        order += [("mlp_in", 1.0, mlp.bias), ("mlp_out", 1.0, mlp.bias)]
-    rerun_share: dict[str, float] = {}
-    count = 0
-    for name, share, bias in order:
-        if not bias:
-            count += 1
-        if bias or count % 2 == 0:
-            rerun_share[name] = rerun_share.get(name, 0.0) + share
+    attention kernels and reduce-scatters, the matmuls the memory rules save
+    (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
+    counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block; a linear
+    with a bias, `aten.addmm`, neither), and the expert all-to-alls where the model's list holds
+    `all_to_all_single` (`saves_all_to_all`: DeepSeek-V3, not Qwen3). Everything else runs again:
+    the rest of the matmuls (an op of ppb's table cut to its recomputed share, `_policy_op_parts`),
+    the routed experts (`torch._grouped_mm`, not in the list), the norms, the rotary embedding, the
+    activations and products, the router's top-k and the permutations, the residual adds, and the
+    tensor-parallel all-gathers and all-reduces (not in the list; the reduce-scatters are)."""
+    saved_share: dict[str, float] = {}
+    parts = _policy_op_parts(kind)
+    for name, saved in op_policy_saves(kind, geometry).items():
+        if saved:
+            op_name, share = parts[name]
+            saved_share[op_name] = saved_share.get(op_name, 0.0) + share
+    keeps_all_to_all = isinstance(kind.mlp, Moe) and saves_all_to_all(kind)
     rerun: list[Op] = []
     for op in ops:
         if op.category == MATMUL:
-            if op.attention is None and op.name in rerun_share:
-                rerun.append(scaled(op, rerun_share[op.name]))
+            share = 1.0 - saved_share.get(op.name, 0.0)
+            if op.attention is None and share > 1e-12:
+                rerun.append(scaled(op, share))
         elif op.category == COMM:
-            if op.forward_comm is not None and op.forward_comm.kind in (ALL_GATHER, ALL_REDUCE):
+            kind_of = op.forward_comm.kind if op.forward_comm is not None else None
+            if kind_of in (ALL_GATHER, ALL_REDUCE) or (kind_of == ALL_TO_ALL and not keeps_all_to_all):
                 rerun.append(op)
         else:
             rerun.append(op)

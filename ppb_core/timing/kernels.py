@@ -51,17 +51,31 @@ REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are me
 HEAD_DIM_HALF = 16
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
 
-# Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves (torchtitan's model
-# code without torch.compile; Megatron-LM runs TransformerEngine's / Apex's fused kernels, MindSpore
-# fuses in graph mode). Per element, bf16:
-# - RMSNorm (`nn.RMSNorm`, composite in eager): pow (read 2, write 2), mean (read 2), mul by the
-#   reciprocal (read 2, write 2), mul by the weight (read 2, write 2): 14 bytes against the fused
-#   kernel's 4 (read x, write y): 3.5x; its autograd backward alike.
-# - SwiGLU (`F.silu(w1(x)) * w3(x)`): silu (read 2, write 2) and the product (read 4, write 2): 10
-#   bytes against 6: 5/3.
-# - Rotary embedding (torchtitan's `apply_rotary_emb`): upcast (read 2, write 4), complex product
-#   (read 4, write 4), downcast (read 4, write 2): 20 bytes against 4: 5x.
-EAGER_TRAFFIC: dict[str, float] = {"norm": 14 / 4, "activation": 10 / 6, "rope": 20 / 4}
+# Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
+# torchtitan's model code without torch.compile, at the commit of its published H100 runs
+# (pytorch/torchtitan 9dec370, benchmarks/llama3_h100_202412_torchtitan.md); Megatron-LM runs
+# TransformerEngine's / Apex's fused kernels, MindSpore fuses in graph mode. Per element, bf16
+# activations and weights (FSDP2's param_dtype), fp32 where the code upcasts; the backward is
+# autograd's formulas for each op (PyTorch tools/autograd/derivatives.yaml, FunctionsManual.cpp):
+# - RMSNorm (torchtitan/models/norms.py `RMSNorm`: `(x.float() * rsqrt(x.pow(2).mean(-1) + eps))
+#   .type_as(x) * weight`): forward float (read 2, write 4), pow (4, 4), mean (read 4), mul by the
+#   row's rsqrt (4, 4), type_as (4, 2), mul by the weight (2, 2): 36 bytes against the fused
+#   kernel's 4 (read x, write y). Backward: the weight's mul (g·w: 2, 2; g·a summed over the rows:
+#   4, 2 then 2), type_as's (2, 4), the rsqrt mul's (g·r: 4, 4; g·x summed over the row: 8, 4 then
+#   4), mean's (`grad.expand / n`: write 4), pow's (`pow_backward`: x.pow(1) 4, 4; times 2: 4, 4;
+#   times g: 8, 4), the two paths' sum (8, 4), float's (4, 2): 92 bytes against 6 (read x and dy,
+#   write dx).
+# - SwiGLU (`w2(F.silu(w1(x)) * w3(x))`): forward silu (read 2, write 2) and the product (read 4,
+#   write 2): 10 bytes against 6 (read gate and up, write); backward the product's two gradients
+#   (read 4, write 2 each) and `silu_backward` (read 4, write 2): 18 against 10 (read dy, gate,
+#   up; write both gradients). GeLU is one kernel either way.
+# - Rotary embedding (`apply_rotary_emb`): upcast (read 2, write 4), complex product (read 4, write
+#   4), downcast (read 4, write 2): 20 bytes against 4; its backward the same three: 20 against 4.
+EAGER_TRAFFIC: dict[str, tuple[float, float]] = {
+    "norm": (36 / 4, 92 / 6),
+    "activation": (10 / 6, 18 / 10),
+    "rope": (20 / 4, 20 / 4),
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,7 @@ class Kernels:
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
+    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
 
     @property
     def contention(self) -> float:
@@ -113,22 +128,27 @@ class Kernels:
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
+            kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
         )
 
     def memory_s(self, traffic: float) -> float:
         return traffic / self.hbm_bytes_per_s
 
-    def elementwise_s(self, traffic: float, fusion: str | None) -> float:
+    def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
         """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes."""
-        factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion]
+        factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion][backward]
         return self.memory_s(traffic * factor)
 
     def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:
-        """Seconds of the tensor-core work: the best tiling's waves (no HBM roofline), plus, where the
+        """Seconds of one GEMM kernel: the best tiling's waves (no HBM roofline), plus, where the
         device's kernels store each tile after its main loop (`epilogue_overlapped` False: Ampere's
-        and Ascend's), the tiles' *output_bytes* per element at the HBM rate."""
+        and Ascend's), the tiles' *output_bytes* per element at the HBM rate, plus the kernel's fixed
+        time (`kernel_s`)."""
         if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
             return 0.0
+        return self._tiles_s(m, n, k, groups, output_bytes) + self.kernel_s
+
+    def _tiles_s(self, m: float, n: float, k: float, groups: int, output_bytes: float) -> float:
         peak = self.gemm_flops_per_s or self.flops_per_s
         if min(m, n) < SKINNY:
             return 2 * m * n * k * groups / (peak * self.gemm_ceiling)

@@ -154,7 +154,7 @@ def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | No
                     and switches in (configured, {**configured, "gather": 0})
                 )
                 if op_policy:
-                    rerun = op_policy_rerun(ops, kind)  # type: ignore[arg-type]
+                    rerun = op_policy_rerun(ops, kind, geo)  # type: ignore[arg-type]
                     cache[key] = sum(op.flops for op in rerun if op.category == MATMUL)
                 else:
                     cache[key] = layer_flops(ops, state, switches)[1] - layer_flops(ops, LayerType.NOT_REC_LAYER)[1]

@@ -18,6 +18,7 @@ scales the three terms.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,10 @@ from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
-from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
 # The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
 # checkpointing (megatron/core/transformer/transformer_config.py: '"core_attn", "mlp", "moe", and
@@ -178,7 +180,7 @@ class TimeModel:
             wgrad += kernels.memory_s(side_backward)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.elementwise_s(traffic, op.fusion)
+        seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _exposed_s(
@@ -192,6 +194,8 @@ class TimeModel:
         instead of its partner op (DualPipe's expert all-to-alls)."""
         if collective is None:
             return 0.0
+        if collective.method is not None and self.overlap.tp > 0 and collective.partner is not None:
+            return self._userbuffers_s(collective, by_name[collective.partner[0]], collective.partner[1])
         seconds = collective_seconds(collective, self.links)
         share = getattr(self.overlap, collective.overlap) if overlap is None else overlap
         partner = 0.0
@@ -201,6 +205,24 @@ class TimeModel:
             partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
+
+    def _userbuffers_s(self, collective: Collective, partner: Op, phase: str) -> float:
+        """What TransformerEngine's userbuffers overlap (Megatron's --tp-comm-overlap) adds to its
+        partner GEMM: the method's time less the plain GEMM's (`ppb_core.timing.userbuffers`). The
+        GEMM is the whole (fused) product: its forward m×k by k×n, its input gradient m×n by n×k."""
+        assert partner.gemm is not None
+        m, k, _, groups, fused = partner.gemm
+        rows, out, inner = (m, fused, k) if phase == "forward" else (m, k, fused)
+        plain = self.kernels.gemm_compute_s(rows, out, inner, groups)
+        if collective.method == RING_EXCHANGE:
+            tp = self.links.groups[collective.group].size
+            seconds = ring_exchange_s(self.kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
+        elif collective.method == PIPELINE:
+            chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
+            seconds = pipeline_s(self.kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
+        else:
+            raise ValueError(f"unknown userbuffers method {collective.method!r}")
+        return max(0.0, seconds - plain)
 
     def _dualpipe_share(self, ops: tuple[Op, ...]) -> float | None:
         """Under DualPipeV (DeepSeek-V3) a forward chunk of one micro-batch runs beside a backward chunk
@@ -271,7 +293,7 @@ class TimeModel:
             or stated in (self._configured[layer.model_name], {**self._configured[layer.model_name], "gather": 0})
         )
         if own and "op" in modules and op_policy_supported(layer.kind):
-            return op_policy_rerun(ops, layer.kind)  # type: ignore[arg-type]
+            return op_policy_rerun(ops, layer.kind, self._geometry)  # type: ignore[arg-type]
         rerun = rerun_ops(ops, state, stated)
         if own and self.run.framework == "megatron" and modules:
             # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward

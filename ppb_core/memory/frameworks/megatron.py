@@ -138,7 +138,19 @@ def megatron_body_terms(
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
-    return (*kept_terms, probs)
+    if not setup.combined_1f1b:
+        return (*kept_terms, probs)
+    # The combined 1F1B schedule's nodes keep what they detach until the layer's backward
+    # (megatron/core/models/gpt/fine_grained_callables.py `submodule_pre_dispatch_forward`:
+    # `node.detach(shared_expert_output)`; `submodule_dispatch_forward`: `node.detach(dispatched_probs)`;
+    # models/common/utils.py `TransformerLayerNode.detach` holds both tensors, freed with the node):
+    # the shared experts' output, which the plain MoE layer only adds, and the probabilities as the
+    # all-to-all delivered them, before the experts sort them (what the experts keep is `probs`).
+    detached = [ActivationTerm(f"{prefix}moe.dispatched_probs_detached", None, rows, setup.dtype_bytes, False)]
+    if kind.mlp.shared_experts:
+        whole = setup.whole_tokens * kind.hidden_size
+        detached.append(ActivationTerm(f"{prefix}moe.detached_shared_output", None, whole, setup.dtype_bytes))
+    return (*kept_terms, probs, *detached)
 
 
 def _mtp_checkpointed(op: str) -> bool:
@@ -246,3 +258,34 @@ class MegatronRules(FrameworkRules):
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
         return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
+
+
+# The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;
+# models/common/model_chunk_schedule_plan.py `TransformerLayerSchedulePlan._build_callable_nodes`,
+# models/gpt/fine_grained_callables.py `build_transformer_layer_callables`), and the chunk's own
+# pre- and post-process (the embedding; the output layer and loss).
+PRE_PROCESS, PRE_DISPATCH, MLP_NODE, MTP_POST_PROCESS, POST_PROCESS = (
+    "pre_process",
+    "pre_dispatch",
+    "mlp",
+    "mtp_post_process",
+    "post_process",
+)
+
+
+def schedule_node(op: str) -> str:
+    """The combined-1F1B node of a TAIL or body layer that keeps the tensor named *op*.
+
+    `pre_dispatch_computation`: attention and, in an MoE layer, the pre-MLP norm, the shared
+    experts, the router and the permutation; `moe_dispatch` (the probabilities it detaches) and
+    `mlp`: the experts with the tokens they received (a dense layer's MLP with its norm, `_forward_mlp`),
+    counted as one (they run back to back in both directions between the other micro-batch's nodes);
+    an MTP layer's `mtp_post_process`: its output layer and loss; the chunk's `post_process`: the
+    model's output layer and loss.
+    """
+    inner = op.split(".", 1)[1] if op.startswith("mtp") else op
+    if inner.startswith("output."):
+        return MTP_POST_PROCESS if op.startswith("mtp") else POST_PROCESS
+    if inner.startswith(("mlp.", "moe.expert.", "moe.dispatched")):
+        return MLP_NODE
+    return PRE_DISPATCH

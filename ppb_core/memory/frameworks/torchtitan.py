@@ -77,7 +77,7 @@ from ppb_core.memory.frameworks.base import FrameworkRules
 from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
-from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Mlp, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -118,7 +118,7 @@ def torchtitan_body_terms(
 _SDPA = "attention.sdpa"
 
 
-def _attention_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+def _attention_ops(kind: BodyKind, setup: Geometry) -> list[tuple[str, float, bool]]:
     """The attention's matmuls and kernel in forward order: (name, output elements, with bias).
 
     GQA (llama3/qwen3 model.py `Attention.forward`): wq, wk, wv, the kernel, wo; the qk norms of
@@ -155,7 +155,7 @@ def _attention_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float,
     return found
 
 
-def _mlp_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+def _mlp_ops(kind: BodyKind, setup: Geometry) -> list[tuple[str, float, bool]]:
     """The MLP's matmuls in forward order. Dense (`FeedForward.forward`, `w2(silu(w1(x)) * w3(x))`):
     w1, w3, w2. MoE (moe/moe.py `MoE.forward`): the router's gate, then the routed experts, which run
     `torch._grouped_mm` (`use_grouped_mm`, the default; not `aten.mm`: neither saved nor counted),
@@ -180,15 +180,32 @@ def _mlp_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]
     return found
 
 
-def _block_ops(kind: BodyKind, setup: MemorySetup) -> list[tuple[str, float, bool]]:
+def _block_ops(kind: BodyKind, setup: Geometry) -> list[tuple[str, float, bool]]:
     """A block's matmuls and attention kernel in the order its forward runs them."""
     return _attention_ops(kind, setup) + _mlp_ops(kind, setup)
 
 
 def op_policy_supported(kind: LayerKind) -> bool:
-    """Whether the time model reruns the per-op policy op by op: dense, non-MLA blocks (torchtitan's
-    Llama; `ppb_core.timing.flops.op_policy_rerun`). The memory model derives every block's."""
-    return isinstance(kind, BodyKind) and isinstance(kind.mlp, Mlp) and not kind.attention.is_mla
+    """Whether the per-op policy applies op by op: every decoder block (torchtitan's Llama, Qwen3,
+    DeepSeek-V3 and their MoE layers); not a vision encoder's."""
+    return isinstance(kind, BodyKind) and not isinstance(kind, EncoderBodyKind)
+
+
+def op_policy_saves(kind: BodyKind, geometry: Geometry) -> dict[str, bool]:
+    """Each matmul of the block (by its `_block_ops` name, forward order) and whether `_apply_op_sac`
+    takes its output from the forward: a bias-free matmul (`aten.mm`) is counted and the odd ones
+    (1st, 3rd, ...) are saved (`meta[mm_count_key] % 2 == 0` recomputes the even ones); a matmul
+    with a bias (`aten.addmm`) is neither saved nor counted. The one rule both the memory model
+    (`op_policy_terms`) and the time model (`ppb_core.timing.flops.op_policy_rerun`) follow."""
+    saves: dict[str, bool] = {}
+    count = 0
+    for name, _elements, bias in _block_ops(kind, geometry):
+        if name == _SDPA:
+            continue
+        if not bias:
+            count += 1
+        saves[name] = not bias and count % 2 == 1
+    return saves
 
 
 def saves_all_to_all(kind: BodyKind) -> bool:
@@ -212,8 +229,8 @@ def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm,
     bc, att, mlp = setup.dtype_bytes, kind.attention, kind.mlp
     heads = per_rank(att.num_heads, setup.tp)
     terms = [ActivationTerm("attention.norm_input", None, setup.whole_tokens * kind.hidden_size, bc)]
-    count = 0
-    for name, elements, bias in _block_ops(kind, setup):
+    saves = op_policy_saves(kind, setup)
+    for name, elements, _bias in _block_ops(kind, setup):
         if name == _SDPA:  # the kernel runs after the projections
             terms.append(ActivationTerm("attention.core_output", None, setup.tokens * heads * att.value_head_dim, bc))
             if setup.flash_attention:
@@ -221,11 +238,7 @@ def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm,
             else:
                 scores = setup.tokens * heads * setup.seq_length
                 terms.append(ActivationTerm("attention.softmax_output", None, scores, bc))
-            continue
-        if bias:  # aten.addmm: neither saved nor counted
-            continue
-        count += 1
-        if count % 2:
+        elif saves[name]:
             terms.append(ActivationTerm(name, None, elements, bc))
     if isinstance(mlp, Moe) and setup.ep > 1 and saves_all_to_all(kind):
         rows = routed_rows(mlp, setup)
@@ -266,8 +279,7 @@ class TorchtitanRules(FrameworkRules):
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         # FSDP2's gradient reduce-scatter is in parameter_working_bytes, not a per-layer bucket.
         buffers = tuple(b for b in buffers if b.name != "dp.gradient_bucket")
-        op_block = isinstance(kind, BodyKind) and not isinstance(kind, EncoderBodyKind)
-        if state is LayerType.SEL_REC_LAYER and "op" in modules and op_block:
+        if state is LayerType.SEL_REC_LAYER and "op" in modules and op_policy_supported(kind):
             # the all-gathers are not in the save list: the gathered inputs are rebuilt in the backward
             return op_policy_terms(kind, setup), tuple(b for b in buffers if not b.kept)  # type: ignore[arg-type]
         if state is LayerType.SEL_REC_LAYER:
@@ -359,4 +371,4 @@ class TorchtitanRules(FrameworkRules):
         return extra
 
 
-__all__ = ["TorchtitanRules", "op_policy_terms", "torchtitan_body_terms"]
+__all__ = ["TorchtitanRules", "op_policy_saves", "op_policy_supported", "op_policy_terms", "torchtitan_body_terms"]

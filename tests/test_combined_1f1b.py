@@ -1,0 +1,131 @@
+"""Megatron-Core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm): its steps, what
+coexists within one, and what its nodes keep (megatron/core/pipeline_parallel/schedules.py,
+combined_1f1b.py, models/common/model_chunk_schedule_plan.py, models/gpt/fine_grained_callables.py
+at Megatron-LM d98e8a64)."""
+
+from __future__ import annotations
+
+import pytest
+from test_memory_activations import MOE
+from test_memory_runs import DENSE, make_run, model
+
+from ppb_core.memory import stage_peaks
+from ppb_core.memory.combined import ChunkNodes, LayerNodes, step_extra_bytes
+from ppb_core.memory.frameworks.megatron import schedule_node
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import BODY, walk
+from ppb_core.schedules import combined_in_flight_vectors, combined_steps
+
+
+def test_steps_of_the_interleaved_schedule_with_one_more_warm_up_forward():
+    # P 2, V 4, m 4, groups of P micro-batches. Forward slots (micro-batch, chunk): (0,0) (1,0) (0,1)
+    # (1,1) (0,2) (1,2) (0,3) (1,3) (2,0) (3,0) (2,1) ...; backward slots the same with the chunks
+    # reversed: (0,3) (1,3) (0,2) (1,2) (0,1) (1,1) (0,0) (1,0) (2,3) ... Rank 1 warms up with
+    # 2·(2−1−1) + (4−1)·2 = 6 forwards, + 1 under the flag (get_pp_rank_microbatches): 7, holding
+    # (2, 2, 2, 1); then step k runs forward slot 7+k beside backward slot k, 16 − 7 = 9 steps:
+    steps = combined_steps("interleaved", 2, 4, 4)
+    assert steps[1] == [
+        ((2, 2, 2, 1), 3, 3),  # F (1,3) beside B (0,3)
+        ((2, 2, 2, 1), 0, 3),  # F (2,0) beside B (1,3)
+        ((3, 2, 2, 0), 0, 2),
+        ((4, 2, 1, 0), 1, 2),
+        ((4, 3, 0, 0), 1, 1),
+        ((4, 3, 0, 0), 2, 1),
+        ((4, 2, 1, 0), 2, 0),
+        ((3, 2, 2, 0), 3, 0),
+        ((2, 2, 2, 1), 3, 3),  # F (3,3) beside B (2,3)
+    ]
+    # rank 0 warms up with 2·1 + 6 + 1 = 9 forwards: slots 0..8 hold (3, 2, 2, 2)
+    assert steps[0][0] == ((3, 2, 2, 2), 0, 3)
+    # between steps rank 1 never holds more than the steps start from (a step's forward runs beside
+    # its backward), where the plain schedule's forward first reaches (2, 2, 2, 1) on its own
+    between = [(4, 3, 0, 0), (4, 2, 1, 0), (3, 2, 2, 0), (2, 2, 2, 1)]
+    assert combined_in_flight_vectors(2, 4, 4, "interleaved")[1] == between
+
+
+def test_without_pipelining_the_first_forward_runs_alone():
+    # combined_1f1b_schedule_for_no_pipelining: F0, then (F1, B0), (F2, B1), (F3, B2), then B3
+    assert combined_steps("1f1b", 1, 1, 4) == [[((1,), 0, 0)] * 3]
+    assert combined_in_flight_vectors(1, 1, 4, "1f1b") == [[(1,)]]
+
+
+def test_a_step_adds_the_forward_layer_by_layer_as_the_backward_frees():
+    # TransformerLayerSchedulePlan.run: per pair, the backward MTP post-process, + forward pre-dispatch,
+    # − backward experts, + forward experts, − backward pre-dispatch, + forward MTP post-process.
+    plain = ChunkNodes(0, (LayerNodes(10, 3), LayerNodes(10, 3)), 0)
+    tail = ChunkNodes(0, (LayerNodes(10, 3), LayerNodes(12, 3, 8)), 9)
+    # forward of the TAIL's chunk beside a plain chunk's backward: pair 0 reaches 10 (+10, −3, +3, −10),
+    # pair 1 reaches 12 and ends at 12 − 3 + 3 − 10 + 8 = 10; the post-process then adds 9: 19, the
+    # forward's 45 less the backward's 26
+    assert step_extra_bytes(tail, plain) == 19
+    # the other way round the backward frees its post-process (9) and its MTP's (8) before the
+    # forward adds anything: the running sum never rises above the start
+    assert step_extra_bytes(plain, tail) == 0
+    # a longer backward finishes its layers before the forward's remaining ones run: 10 at pair 0,
+    # then −13 for the third backward layer, then +13 for the forward's own second layer: 10
+    three = ChunkNodes(0, (LayerNodes(10, 3),) * 3, 0)
+    one = ChunkNodes(0, (LayerNodes(10, 3),), 0)
+    assert step_extra_bytes(three, three) == 10
+    assert step_extra_bytes(one, three) == 10
+    # the forward's pre-process (the embedding) comes first, the backward's last
+    assert step_extra_bytes(ChunkNodes(4, (), 0), ChunkNodes(7, (), 0)) == 4
+
+
+def test_the_node_that_keeps_each_tensor():
+    # fine_grained_callables.py: attention, the pre-MLP norm, shared experts, router and permutation in
+    # pre_dispatch; the experts with their tokens (and a dense layer's MLP, `_forward_mlp`) in mlp;
+    # an MTP layer's output layer and loss in mtp_post_process; the model's in the chunk's post-process
+    assert schedule_node("attention.core_output") == "pre_dispatch"
+    assert schedule_node("moe.norm_input") == "pre_dispatch"
+    assert schedule_node("moe.shared.gate_up_output") == "pre_dispatch"
+    assert schedule_node("moe.detached_shared_output") == "pre_dispatch"
+    assert schedule_node("moe.dispatched_tokens_remote") == "mlp"
+    assert schedule_node("moe.dispatched_probs_detached") == "mlp"
+    assert schedule_node("mtp0.moe.expert.gate_up_output") == "mlp"
+    assert schedule_node("mlp.norm_input") == "mlp"
+    assert schedule_node("mtp0.output.logits_softmax") == "mtp_post_process"
+    assert schedule_node("mtp0.projection_input") == "pre_dispatch"
+    assert schedule_node("output.logits_softmax") == "post_process"
+
+
+def test_the_nodes_keep_what_they_detach():
+    # fine_grained_callables.py: node.detach(shared_expert_output) and node.detach(dispatched_probs),
+    # held by the node until the layer's backward. MOE with one shared expert of 16, h 32, s 64, b 1,
+    # dp 2, ep 2, top 2: the shared output 64 · 32 · 2 = 4096 bytes; the probabilities of the rows the
+    # rank's experts get, 64 · 2 = 128 rows of 2 bytes: 256. Without the flag neither.
+    spec = {**MOE, "shared_experts": 1, "shared_expert_intermediate_size": 16}
+    parallel = {"dp": 2, "ep": 2}
+    combined = make_run(spec, parallel={**parallel, "overlap_moe_expert_parallel_comm": True}, framework="megatron")
+    plain = make_run(spec, parallel=parallel, framework="megatron")
+    layer = next(x for x in walk(combined) if x.node == BODY)
+    terms = {t.op: t.bytes for t in model(combined).activation_terms(layer, LayerType.NOT_REC_LAYER)}
+    assert terms["moe.detached_shared_output"] == 4096
+    assert terms["moe.dispatched_probs_detached"] == 256
+    others = {t.op for t in model(plain).activation_terms(layer, LayerType.NOT_REC_LAYER)}
+    assert not others & {"moe.detached_shared_output", "moe.dispatched_probs_detached"}
+
+
+def test_a_stage_is_charged_at_its_steps():
+    # DENSE (h 64, s 64, b 1, vocabulary 1024) without pipelining, Megatron's rules. One micro-batch
+    # keeps: the HEAD its token ids 64 · 8 = 512; each layer, in pre_dispatch, its norm input and
+    # output, q, k, v and the attention output 6 · 8192 and the flash statistics 1024 (50176), in mlp
+    # its norm input and output 2 · 8192, the gate-up output 32768 and the SwiGLU output 16384 (65536);
+    # the TAIL, in the post-process, its norm input and output 2 · 8192, the fp32 logits
+    # 64 · 1024 · 4 = 262144 and the labels 512 (279040). A step of F beside B: +512 (the next
+    # micro-batch's token ids), −279040, then per layer +50176 −65536 +65536 −50176, then +279040 −512:
+    # it peaks at 512 above the one micro-batch the step starts with.
+    run = make_run(DENSE, training={"micro_batches": 4}, framework="megatron")
+    memory, layer_walk = model(run), walk(run)
+    plain = stage_peaks(memory, layer_walk, [[1]], device_bytes=80 * 2**30)
+    steps = [[((1,), 0, 0)] * 3]
+    combined = stage_peaks(memory, layer_walk, [[1]], device_bytes=80 * 2**30, steps=steps)
+    one = 512 + 4 * (50176 + 65536) + 279040
+    assert plain[0].activation_bytes == one
+    assert combined[0].activation_bytes == one + 512
+
+
+def test_megatron_runs_the_combined_schedule_only_interleaved_or_without_pipelining():
+    # transformer_config.py: with PP > 1 the virtual pipeline size must be set
+    for schedule, stages, chunks in (("1f1b", 2, 1), ("gpipe", 2, 1), ("dualpipev", 2, 2)):
+        with pytest.raises(ValueError, match="combined 1F1B"):
+            combined_steps(schedule, stages, chunks, 8)
