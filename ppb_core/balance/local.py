@@ -167,7 +167,6 @@ def exchange(
     choices: Sequence[Sequence[StageChoice]],
     max_work: int,
     clock: Clock | None = None,
-    visited: list[Plan] | None = None,
 ) -> Plan:
     """A plan no slower than `plan`, by swapping whole stages for listed stage choices.
 
@@ -179,7 +178,7 @@ def exchange(
     2534.3 to 2334.7). Every move is timed (`makespans`, in batches) and the fastest that improves
     and keeps the body types in order is taken, then the moves from it, until none improves or
     *max_work* schedule ops have been run (never the clock, which is only the safety bound): the
-    same plan on every machine. *visited*, when given, collects every plan taken on the way.
+    same plan on every machine.
     """
     p = plan.problem
     bodies = len(p.layers.bodies)
@@ -237,8 +236,6 @@ def exchange(
         if found is None:
             return best
         best = found
-        if visited is not None:
-            visited.append(found)
     return best
 
 

@@ -361,9 +361,7 @@ def _run(
             return _Run("work_limit", best, bound, rounds, paths, solver)
         solver.setOptionValue("time_limit", max(0.01, clock.remaining))
         solver.setOptionValue("mip_max_nodes", nodes)
-        # the first round of the critical path is not handed the start plan: the plans HiGHS finds
-        # for itself show the paths the program lacks (128 layers, P=64: 173 nodes to the proof, not 351)
-        if best is not None and (rounds > 1 or not exact):
+        if best is not None:
             values = model.assignment(best, value(best) / tau)
             if values is not None:
                 highs.seed(solver, values)
@@ -672,31 +670,26 @@ def _solve(
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     try:
         choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
-        # whole stages swapped for listed choices reach plans the layer moves cannot; the listing
-        # then shrinks to what can beat the better plan
-        visited: list[Plan] = []
-        exchanged = exchange(start, choices, limits.exchange_work, clock, visited)
-        if exchanged.iteration_time < start.iteration_time:
-            incumbents += visited  # the plans on the way seed the program's paths too
-            start = exchanged
-            choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
         return _cut_short(
             problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True, catalogue=catalogue
         )
+    # Whole stages swapped for listed choices reach plans the layer moves cannot. The program still
+    # starts from the plan above: it collects its path rows from the plans it finds on its way down,
+    # and a start that is already (near) optimal leaves it too few to prove anything (DeepSeek-V3's
+    # run config: proven optimal from the local moves' start, not within its work limits from the
+    # exchanges'). The exchanged plan is taken at the end when the program found none as fast.
+    exchanged = exchange(start, choices, limits.exchange_work, clock)
     report(
         "start_plan",
-        "best of the even splits, the closed form's optimum, local moves and stage exchanges",
-        start.iteration_time,
+        "best of the even splits, the closed form's optimum and local moves; stage exchanges beside it",
+        min(start.iteration_time, exchanged.iteration_time),
     )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
-    # the paths next to the start plan's critical path: when the start is already optimal, no round
-    # finds another plan whose paths would be added, and these are the rows its proof needs
-    seeds += _nearby_paths(start, random.Random(2))
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
@@ -713,7 +706,9 @@ def _solve(
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
     )
-    best = start if critical.plan is None or start.iteration_time <= critical.plan.iteration_time else critical.plan
+    best = min(
+        [plan for plan in (start, critical.plan, exchanged) if plan is not None], key=lambda plan: plan.iteration_time
+    )
     objective = best.iteration_time
     proven = critical.status == "optimal"
     bound_value = objective if proven else min(critical.bound, objective)
