@@ -93,31 +93,35 @@ class Plan:
 
     # -- time ----------------------------------------------------------------------------------
 
-    @cached_property
-    def cell_forward(self) -> list[list[float]]:
-        """Forward time of one micro-batch through each cell, head and tail included."""
+    def cell_time(self, kind: str, chunk: int, stage: int) -> float:
+        """Forward ("F") or backward ("B") time of one micro-batch through a cell, head and tail included."""
         p = self.problem
-        times = [[0.0] * p.stages for _ in range(p.chunks)]
-        for chunk, stage in p.cells:
+        total = 0.0
+        if kind == "F":
             total = sum(
                 body.forward_time * self.body_layers(index, chunk, stage) for index, body in enumerate(p.layers.bodies)
             )
-            total += p.fixed_time("F", chunk, stage)
-            times[chunk][stage] = total
-        return times
-
-    @cached_property
-    def cell_backward(self) -> list[list[float]]:
-        p = self.problem
-        times = [[0.0] * p.stages for _ in range(p.chunks)]
-        for chunk, stage in p.cells:
-            total = 0.0
+        else:
             for index, body in enumerate(p.layers.bodies):
                 for k, n in enumerate(self.counts[index][chunk][stage]):
                     if n:
                         total += n * body.backward_time[OPTIONS[k]]
-            total += p.fixed_time("B", chunk, stage)
-            times[chunk][stage] = total
+        return total + p.fixed_time(kind, chunk, stage)
+
+    @cached_property
+    def cell_forward(self) -> list[list[float]]:
+        """Forward time of one micro-batch through each cell, head and tail included."""
+        return self._cell_times("F")
+
+    @cached_property
+    def cell_backward(self) -> list[list[float]]:
+        return self._cell_times("B")
+
+    def _cell_times(self, kind: str) -> list[list[float]]:
+        p = self.problem
+        times = [[0.0] * p.stages for _ in range(p.chunks)]
+        for chunk, stage in p.cells:
+            times[chunk][stage] = self.cell_time(kind, chunk, stage)
         return times
 
     @cached_property

@@ -44,7 +44,7 @@ from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nu
 from ppb_core.balance.cell_model import CellModel, cell_choices
 from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
-from ppb_core.balance.local import Counts, improve
+from ppb_core.balance.local import Counts, exchange, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
@@ -671,7 +671,6 @@ def _solve(
         improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption, clock) for plan in starts
     ]
     start = min(incumbents, key=lambda plan: plan.iteration_time)
-    report("start_plan", "best of the even splits, the closed form's optimum and local moves", start.iteration_time)
     try:
         choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
     except ListingCut as cut:
@@ -679,6 +678,17 @@ def _solve(
         return _cut_short(
             problem, incumbents, cut.reason, lower, limits, clock, notes, report, improved=True, catalogue=catalogue
         )
+    # Whole stages swapped for listed choices reach plans the layer moves cannot. The program still
+    # starts from the plan above: it collects its path rows from the plans it finds on its way down,
+    # and a start that is already (near) optimal leaves it too few to prove anything (DeepSeek-V3's
+    # run config: proven optimal from the local moves' start, not within its work limits from the
+    # exchanges'). The exchanged plan is taken at the end when the program found none as fast.
+    exchanged = exchange(start, choices, limits.exchange_work, clock)
+    report(
+        "start_plan",
+        "best of the even splits, the closed form's optimum and local moves; stage exchanges beside it",
+        min(start.iteration_time, exchanged.iteration_time),
+    )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
@@ -699,7 +709,9 @@ def _solve(
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
     )
-    best = start if critical.plan is None or start.iteration_time <= critical.plan.iteration_time else critical.plan
+    best = min(
+        [plan for plan in (start, critical.plan, exchanged) if plan is not None], key=lambda plan: plan.iteration_time
+    )
     objective = best.iteration_time
     proven = critical.status == "optimal"
     bound_value = objective if proven else min(critical.bound, objective)

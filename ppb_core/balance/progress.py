@@ -89,6 +89,8 @@ class WorkLimits:
     local_moves: int = 400  # improving moves of the local search that starts the program
     # schedule ops the local search may run (plans evaluated × 2·m·V·P ops each)
     local_work: int = 20_000_000
+    # schedule ops the stage exchanges after the listing may run (`local.exchange`)
+    exchange_work: int = 200_000_000
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
