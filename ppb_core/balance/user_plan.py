@@ -14,6 +14,7 @@ Two forms, both what the balancer prints (and what users write today by hand):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,18 @@ from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
-def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None = None) -> tuple[Plan, str]:
+def read_plan(
+    problem: BalanceInput,
+    plan: str,
+    modules: tuple[str, ...] | None = None,
+    sizes: Mapping[str, int] | None = None,
+) -> tuple[Plan, str]:
     """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
 
     *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
-    run config); selective flags naming others cannot be priced and are refused.
+    run config); selective flags naming others cannot be priced and are refused. *sizes* are the
+    run config's sizes by Megatron flag (`megatron.run_sizes`): flags stating another are refused,
+    as the plan is checked at the run config's.
     """
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
@@ -46,6 +54,12 @@ def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None 
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
+    for flag, given in flags.sizes().items():
+        expected = (sizes or {}).get(flag)
+        if expected is not None and given != expected:
+            raise InputError(
+                where, flag, f"{given}, the run config has {expected}: ppb checks the plan at the run's sizes"
+            )
     return from_megatron(problem, flags, where, modules), "megatron"
 
 
