@@ -227,3 +227,14 @@ def test_flags_stating_the_runs_sizes_are_read(capsys: pytest.CaptureFixture[str
     )
     code, out = _check(capsys, small_device, flags, "--no-optimum")
     assert code == 1 and [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+
+
+def test_mtp_layers_apart_from_the_loss_are_refused_as_in_a_run_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """DeepSeek-V3 (61 layers, 1 MTP layer, pp 16 × 2): Megatron-Core runs `m` in rank 14's last virtual
+    stage and `L` in rank 15's, but ppb's TAIL holds the MTP layer with the loss, so the check priced it
+    on stage 15; `parallel.layout` refuses that layout, and so does `--plan` now (one rule)."""
+    flags = "--pipeline-model-parallel-layout 'Et|(tt|)*28,ttt|tm|L'"  # 1 + 56 + 3 + 1 = 61 t
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--pipeline-model-parallel-layout: ppb needs the MTP layers m in the virtual stage of the loss L" in err

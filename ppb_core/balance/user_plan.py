@@ -22,7 +22,7 @@ from ppb_core.balance.megatron import MegatronFlags, parse_flags
 from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.config.layout import LayoutError, parse_layout, validate_layout
+from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
 from ppb_core.errors import InputError
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -120,6 +120,7 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
         try:
             layout = parse_layout(flags.layout, p.stages)
             validate_layout(layout, total, p.mtp_layers)
+            check_mtp_with_loss(layout, p.mtp_layers)
         except LayoutError as err:
             raise InputError(where, "--pipeline-model-parallel-layout", str(err)) from None
         if len(layout[0]) != p.chunks:
