@@ -238,3 +238,22 @@ def test_mtp_layers_apart_from_the_loss_are_refused_as_in_a_run_config(capsys: p
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "--pipeline-model-parallel-layout: ppb needs the MTP layers m in the virtual stage of the loss L" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        ("deepseek-v3-report.yaml", "Megatron-LM does not run DualPipeV"),
+        ("qwen2.5-vl-7b.yaml", "a second model in the pipeline is not Megatron's to say"),
+    ],
+)
+def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
+    capsys: pytest.CaptureFixture[str], config: str, why: str
+) -> None:
+    """`ppb balance` prints no Megatron flags for these runs, for these reasons; read anyway, a layout
+    was mapped onto DualPipeV's V-shaped cells (the loss on rank 15, where DualPipeV has it on rank 0)
+    and the tower's blocks counted as decoder layers."""
+    flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    code = main(["check", str(CONFIGS / config), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and why in err and "MindFormers yaml" in err, err

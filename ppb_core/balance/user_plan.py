@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
-from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
+from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
@@ -50,6 +50,9 @@ def read_plan(
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
+    unsaid = not_megatrons(problem)
+    if unsaid is not None:
+        raise InputError(where, None, f"Megatron-LM flags, but {unsaid}: give the plan as a MindFormers yaml")
     try:
         flags = parse_flags(text)
     except LayoutError as err:
