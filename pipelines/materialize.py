@@ -30,8 +30,10 @@ from ppb_core.tables.schema import Summarized
 
 PROG = "python -m pipelines"
 EXIT_FAILED = 1
-# The run's events stay in the instance (the UI shows them); the terminal gets the summary alone.
+# The run's events stay in the instance (the UI shows them); the terminal gets the summary, and on a
+# terminal the solve's steps as they go (the plan asset logs them at INFO, Dagster's own events are DEBUG).
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+STEPS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 HOME_HINT = "DAGSTER_HOME is not set: Dagster keeps its runs there (export DAGSTER_HOME=$PWD/dagster_home)"
 
 
@@ -54,8 +56,9 @@ def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
     return "the run failed", False
 
 
-def build(instance: dg.DagsterInstance, key: str, time_limit_s: float) -> int:
-    """One run config through every stage; its summary printed. The exit status."""
+def build(instance: dg.DagsterInstance, key: str, time_limit_s: float, steps: bool = False) -> int:
+    """One run config through every stage; its summary printed (with *steps*, the solve's steps
+    before it). The exit status."""
     if not instance.has_dynamic_partition(PARTITIONS_NAME, key):
         instance.add_dynamic_partitions(PARTITIONS_NAME, [key])
     started = time.perf_counter()
@@ -65,7 +68,10 @@ def build(instance: dg.DagsterInstance, key: str, time_limit_s: float) -> int:
         partition_key=key,
         instance=instance,
         resources=defs.resources,
-        run_config={**QUIET, "ops": {"pipeline_plan": {"config": {"time_limit_s": time_limit_s}}}},
+        run_config={
+            **(STEPS if steps else QUIET),
+            "ops": {"pipeline_plan": {"config": {"time_limit_s": time_limit_s}}},
+        },
         tags={"ppb/run_config": key, "ppb/trigger": PROG},
         raise_on_error=False,
     )
@@ -98,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SECONDS",
         help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="on a terminal too, the summary alone")
     args = parser.parse_args(argv)
     home = os.environ.get("DAGSTER_HOME")
     if not home:
@@ -115,5 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     with dg.DagsterInstance.get() as instance:
         for key in args.keys:
-            status = max(status, build(instance, key, args.time_limit))
+            steps = not args.quiet and sys.stderr.isatty()  # long solves show their progress
+            status = max(status, build(instance, key, args.time_limit, steps))
     return status

@@ -193,3 +193,67 @@ def test_a_mindformers_yaml_of_the_wrong_shape_is_one_line(
     code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"{plan}: offset: missing" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "given", "run_has"),
+    [
+        ("--tensor-model-parallel-size", "4", "2"),
+        ("--context-parallel-size", "2", "1"),
+        ("--micro-batch-size", "2", "1"),
+        ("--seq-length", "4096", "8192"),
+        ("--global-batch-size", "512", "256"),  # the run's 1 × 32 micro-batches × dp 8
+        ("--num-virtual-stages-per-pipeline-rank", "2", "1"),
+    ],
+)
+def test_flags_stating_other_sizes_than_the_run_are_refused(
+    capsys: pytest.CaptureFixture[str], small_device: Path, flag: str, given: str, run_has: str
+) -> None:
+    """A launch script pasted whole: its sizes are the run config's, or the check would price a run
+    other than the one launched (they were skipped without a word)."""
+    flags = f"--pipeline-model-parallel-size 4 {flag} {given}"
+    code = main(["check", str(small_device), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"--plan: {flag}: {given}, the run config has {run_has}" in err, err
+
+
+def test_flags_stating_the_runs_sizes_are_read(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    # the run: tp 2, cp 1, ep 1, micro-batch 1, 32 micro-batches over dp 8 (a global batch of 256), 8192 tokens
+    flags = (
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --context-parallel-size 1 "
+        "--expert-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 256 --seq-length 8192 "
+        "--pipeline-model-parallel-layout 'Et*10|t*8|t*8|t*6L'"
+    )
+    code, out = _check(capsys, small_device, flags, "--no-optimum")
+    assert code == 1 and [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+
+
+def test_mtp_layers_apart_from_the_loss_are_refused_as_in_a_run_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """DeepSeek-V3 (61 layers, 1 MTP layer, pp 16 × 2): Megatron-Core runs `m` in rank 14's last virtual
+    stage and `L` in rank 15's, but ppb's TAIL holds the MTP layer with the loss, so the check priced it
+    on stage 15; `parallel.layout` refuses that layout, and so does `--plan` now (one rule)."""
+    flags = "--pipeline-model-parallel-layout 'Et|(tt|)*28,ttt|tm|L'"  # 1 + 56 + 3 + 1 = 61 t
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--pipeline-model-parallel-layout: ppb needs the MTP layers m in the virtual stage of the loss L" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        ("deepseek-v3-report.yaml", "Megatron-LM does not run DualPipeV"),
+        ("qwen2.5-vl-7b.yaml", "a second model in the pipeline is not Megatron's to say"),
+    ],
+)
+def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
+    capsys: pytest.CaptureFixture[str], config: str, why: str
+) -> None:
+    """`ppb balance` prints no Megatron flags for these runs, for these reasons; read anyway, a layout
+    was mapped onto DualPipeV's V-shaped cells (the loss on rank 15, where DualPipeV has it on rank 0)
+    and the tower's blocks counted as decoder layers."""
+    flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    code = main(["check", str(CONFIGS / config), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and why in err and "MindFormers yaml" in err, err

@@ -4,6 +4,7 @@ project; the IO manager works on local and fsspec storage."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -159,3 +160,20 @@ def test_executor_is_chosen_by_environment(monkeypatch) -> None:
     monkeypatch.setenv("PPB_EXECUTOR", "threads")
     with pytest.raises(ValueError, match="PPB_EXECUTOR"):
         executor()
+
+
+def test_the_documented_materialize_selection_shares_the_run_config_partitions() -> None:
+    """`dagster asset materialize --partition KEY` needs every selected asset on one partitions
+    definition: the docs' `--select '*'` also took `strategy_search` (partitioned by search spec) and
+    the command failed ("There is no PartitionsDefinition shared by all the provided assets")."""
+    graph = defs.resolve_asset_graph()
+    for doc in ("pipeline.md", "vision.md"):
+        selections = re.findall(
+            r"dagster asset materialize .*--select '([^']+)' --partition", (ROOT / "docs" / doc).read_text()
+        )
+        assert selections, doc
+        for selection in selections:
+            keys = dg.AssetSelection.from_string(selection).resolve(graph)
+            names = {graph.get(key).partitions_def.name for key in keys}
+            assert names == {PARTITIONS_NAME}, (doc, selection, names)
+            assert {key.to_user_string() for key in keys} >= {step.name for step in chain.STAGES}, (doc, selection)

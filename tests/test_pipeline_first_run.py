@@ -5,8 +5,10 @@ a flag it does not know, one line."""
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -78,3 +80,43 @@ def test_a_bad_run_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith("python -m pipelines: error: bad: run_config: ") and "models" in line
+
+
+@pytest.mark.slow
+def test_on_a_terminal_the_solve_shows_its_steps(tmp_path: Path) -> None:
+    """Long work shows progress: on a terminal the balancer's steps come before the summary (a
+    DeepSeek-V3 run was silent for minutes); -q, or output that is not a terminal, keeps the summary alone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "PPB_CONFIG_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env.update(PPB_STORAGE_DIR=str(tmp_path / "storage"), DAGSTER_HOME=str(tmp_path / "home"))
+    master, terminal = pty.openpty()
+    heard: list[bytes] = []
+
+    def listen() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal's last writer closed it
+                return
+            if not chunk:
+                return
+            heard.append(chunk)
+
+    reader = threading.Thread(target=listen, daemon=True)
+    reader.start()
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines", "llama3-8b"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        text=True,
+        timeout=600,
+    )
+    os.close(terminal)
+    reader.join(timeout=30)
+    os.close(master)
+    steps = b"".join(heard).decode(errors="replace")
+    assert done.returncode == 0
+    assert "pipeline_plan - [" in steps and "done: incumbent" in steps, steps[-2000:]
+    assert done.stdout.startswith("llama3-8b: 11 tables in ")

@@ -121,7 +121,7 @@ def selective_modules(run: object | None) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class MegatronFlags:
-    """What a Megatron-LM command line says about the pipeline and recompute."""
+    """What a Megatron-LM command line says about the pipeline, recompute and the run's sizes."""
 
     layout: str | None = None
     first_stage_layers: int | None = None
@@ -132,6 +132,16 @@ class MegatronFlags:
     method: str | None = None
     num_layers: int | None = None
     modules: tuple[str, ...] | None = None
+    tensor_size: int | None = None
+    context_size: int | None = None
+    expert_size: int | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    seq_length: int | None = None
+
+    def sizes(self) -> dict[str, int]:
+        """The sizes the command line states that a run config states too, by flag."""
+        return {flag: getattr(self, key) for flag, key in _SIZES.items() if getattr(self, key) is not None}
 
     def setting(self) -> Setting:
         """The recompute setting, checked as `TransformerConfig.__post_init__` checks it."""
@@ -164,12 +174,39 @@ _VALUED = {
     "--recompute-method": "method",
     "--recompute-num-layers": "num_layers",
 }
-_INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "virtual_stages", "num_layers"}
+# Sizes a launch script states that the run config states too (megatron/training/arguments.py)
+# (the pipeline size is checked with the plan's stages, `user_plan`)
+_SIZES = {
+    "--num-virtual-stages-per-pipeline-rank": "virtual_stages",
+    "--tensor-model-parallel-size": "tensor_size",
+    "--context-parallel-size": "context_size",
+    "--expert-model-parallel-size": "expert_size",
+    "--micro-batch-size": "micro_batch_size",
+    "--global-batch-size": "global_batch_size",
+    "--seq-length": "seq_length",
+}
+_VALUED.update(_SIZES)
+_INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "num_layers", *_SIZES.values()}
+
+
+def run_sizes(run: object) -> dict[str, int]:
+    """What a run config says of each size in `_SIZES`, by flag: a plan's flags are checked at these."""
+    par, training = run.parallel, run.training  # type: ignore[attr-defined]
+    return {
+        "--num-virtual-stages-per-pipeline-rank": par.vpp,
+        "--tensor-model-parallel-size": par.tp,
+        "--context-parallel-size": par.cp,
+        "--expert-model-parallel-size": par.ep,
+        "--micro-batch-size": training.micro_batch_size,
+        "--global-batch-size": training.micro_batch_size * training.micro_batches * par.dp,
+        "--seq-length": training.seq_length,
+    }
 
 
 def parse_flags(text: str) -> MegatronFlags:
-    """The pipeline and recompute flags of a Megatron-LM command line (other flags are skipped);
-    `--recompute-modules` takes every word up to the next flag, as argparse's nargs='*' does."""
+    """The pipeline and recompute flags of a Megatron-LM command line, and the sizes a run config
+    states too (`_SIZES`; other flags are skipped); `--recompute-modules` takes every word up to
+    the next flag, as argparse's nargs='*' does."""
     # a launch script's lines joined as a shell joins them: a backslash before a newline is removed
     # with it (shlex would keep the newline in the next word, and every flag after it go unread)
     text = re.sub(r"\\\r?\n", "", text)
@@ -214,4 +251,6 @@ def parse_flags(text: str) -> MegatronFlags:
         raise LayoutError(
             "--pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-num-layers"
         )
+    if flags.layout is not None and flags.virtual_stages is not None:  # arguments.py: "No more than one of"
+        raise LayoutError("--pipeline-model-parallel-layout cannot be set with --num-virtual-stages-per-pipeline-rank")
     return flags

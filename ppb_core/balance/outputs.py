@@ -176,6 +176,20 @@ def cell_option_counts(plan: Plan) -> list[dict[str, int]]:
     return [{OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n} for v, s in plan.problem.cells]
 
 
+def not_megatrons(problem: BalanceInput) -> str | None:
+    """Why a plan of this problem is not Megatron-LM's to say (None when it is): the schedule or the
+    sub-models. `megatron` prints no flags for it, and `ppb check` reads none."""
+    if problem.schedule_name == "dualpipev":
+        return "Megatron-LM does not run DualPipeV"
+    models = {m for body in problem.layers.bodies for m in (body.models or (body.model_name,)) if m}
+    if len(models) > 1:
+        return (
+            "Megatron-Core's flexible layout places decoder layers only (validate_layer_layout refuses "
+            "encoder layers): a second model in the pipeline is not Megatron's to say"
+        )
+    return None
+
+
 def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]:
     """`--pipeline-model-parallel-layout` and the recompute flags Megatron-Core takes for this plan
     (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`.
@@ -184,24 +198,9 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
     recompute in Megatron's words); without them a plan using SLCT is not Megatron's to say.
     """
     p = plan.problem
-    if p.schedule_name == "dualpipev":
-        return {
-            "layout": None,
-            "flags": None,
-            "recompute": None,
-            "recompute_expressible": False,
-            "note": "Megatron-LM does not run DualPipeV",
-        }
-    models = {m for body in p.layers.bodies for m in (body.models or (body.model_name,)) if m}
-    if len(models) > 1:
-        return {
-            "layout": None,
-            "flags": None,
-            "recompute": None,
-            "recompute_expressible": False,
-            "note": "Megatron-Core's flexible layout places decoder layers only (validate_layer_layout refuses "
-            "encoder layers): a second model in the pipeline is not Megatron's to say",
-        }
+    unsaid = not_megatrons(p)
+    if unsaid is not None:
+        return {"layout": None, "flags": None, "recompute": None, "recompute_expressible": False, "note": unsaid}
     layout = format_layout(virtual_stages(plan))
     layout_args = ["--pipeline-model-parallel-layout", layout]
     cells = cell_option_counts(plan)

@@ -14,24 +14,32 @@ Two forms, both what the balancer prints (and what users write today by hand):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
-from ppb_core.balance.outputs import YAML_KEYS, plan_from_yaml
+from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.config.layout import LayoutError, parse_layout, validate_layout
+from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
 from ppb_core.errors import InputError
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
-def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None = None) -> tuple[Plan, str]:
+def read_plan(
+    problem: BalanceInput,
+    plan: str,
+    modules: tuple[str, ...] | None = None,
+    sizes: Mapping[str, int] | None = None,
+) -> tuple[Plan, str]:
     """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
 
     *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
-    run config); selective flags naming others cannot be priced and are refused.
+    run config); selective flags naming others cannot be priced and are refused. *sizes* are the
+    run config's sizes by Megatron flag (`megatron.run_sizes`): flags stating another are refused,
+    as the plan is checked at the run config's.
     """
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
@@ -42,10 +50,19 @@ def read_plan(problem: BalanceInput, plan: str, modules: tuple[str, ...] | None 
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
+    unsaid = not_megatrons(problem)
+    if unsaid is not None:
+        raise InputError(where, None, f"Megatron-LM flags, but {unsaid}: give the plan as a MindFormers yaml")
     try:
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
+    for flag, given in flags.sizes().items():
+        expected = (sizes or {}).get(flag)
+        if expected is not None and given != expected:
+            raise InputError(
+                where, flag, f"{given}, the run config has {expected}: ppb checks the plan at the run's sizes"
+            )
     return from_megatron(problem, flags, where, modules), "megatron"
 
 
@@ -106,6 +123,7 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
         try:
             layout = parse_layout(flags.layout, p.stages)
             validate_layout(layout, total, p.mtp_layers)
+            check_mtp_with_loss(layout, p.mtp_layers)
         except LayoutError as err:
             raise InputError(where, "--pipeline-model-parallel-layout", str(err)) from None
         if len(layout[0]) != p.chunks:

@@ -98,6 +98,13 @@ def validate_layout(layout: Sequence[Sequence[str]], num_layers: int, mtp_layers
             raise LayoutError("all MTP layers must be in one virtual stage")
 
 
+def check_mtp_with_loss(layout: Sequence[Sequence[str]], mtp_layers: int) -> None:
+    """ppb's TAIL holds the MTP layers with the output layer and the loss: LayoutError unless every `m`
+    is in the virtual stage of `L` (the last rank's last; Megatron-Core also runs them apart)."""
+    if layout[-1][-1].count("m") != mtp_layers:
+        raise LayoutError("ppb needs the MTP layers m in the virtual stage of the loss L")
+
+
 def format_layout(stages: Sequence[str]) -> str:
     """Virtual stages (model order) as a layout string: `t*n` for runs of three or more layers and
     `(S|)*r` for r identical stages in a row, as Megatron-Core's own examples write it."""

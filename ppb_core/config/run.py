@@ -29,7 +29,7 @@ from pydantic import (
 from ppb_core import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
-from ppb_core.config.layout import LayoutError, cell_layers, parse_layout, validate_layout
+from ppb_core.config.layout import LayoutError, cell_layers, check_mtp_with_loss, parse_layout, validate_layout
 from ppb_core.config.recompute import (
     FORMS,
     SWITCHES,
@@ -717,11 +717,9 @@ def _check_layout(run: RunConfig, where: str) -> None:
     assert layout is not None
     try:
         validate_layout(layout, spec.num_layers, spec.mtp_layers)
+        check_mtp_with_loss(layout, spec.mtp_layers)
     except LayoutError as err:
         raise InputError(where, "parallel.layout", str(err)) from None
-    if layout[-1][-1].count("m") != spec.mtp_layers:  # L ends the model order: the last rank's last stage
-        # ppb's TAIL holds the MTP layers with the output layer and the loss
-        raise InputError(where, "parallel.layout", "ppb needs the MTP layers m in the virtual stage of the loss L")
 
 
 def _check_combined_1f1b(run: RunConfig, where: str) -> None:
