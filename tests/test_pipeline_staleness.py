@@ -3,8 +3,7 @@
 A copy of the project materializes one partition into a fresh instance; then a function of the
 copy's core (`withdraw`, in payload/postprocess.py) changes, and Dagster's own stale status, asked
 through its public GraphQL API (`dagster-graphql`, what the UI asks), marks the stages whose code
-runs it, and no other. Dagster judges one step at a time: the stage that reads their tables turns
-stale once they are materialized again with the new code (new data versions), and no other.
+runs it, and no other; rebuilt, those stages are fresh again and no other stage turns stale.
 """
 
 from __future__ import annotations
@@ -98,13 +97,15 @@ def stales_exactly_the_dependent_assets(tmp_path: Path, home: Path) -> None:
         )
     )
 
-    # postprocess.py runs in combine, withdraw and scale: those three stages have new code. Nothing
-    # upstream of them, nor the memory and time tables, nor the profiles, which never import it.
+    # postprocess.py runs in combine, withdraw and scale, and in the balancer's and the report's
+    # stages, which take the scaled descriptions' time unit from it (`estimate.plan`): those five have
+    # new code. Nothing upstream of them, nor the memory and time tables, nor the profiles.
     changed = ["combined_descriptions", "withdrawn_descriptions", "scaled_descriptions"]
-    expected = {name: "STALE" if name in changed else "FRESH" for name in STAGES}
+    readers = ["pipeline_plan", "plan_report"]
+    expected = {name: "STALE" if name in changed + readers else "FRESH" for name in STAGES}
     assert stale_status(project, env) == {"run_config_file": "FRESH", **expected, **unbuilt}
-    # Rebuilt with the new code, they have new data versions: now the balancer, which reads the
-    # scaled descriptions, is stale, and nothing else (the report turns stale once the plan is rebuilt).
+    # The three post-processing stages rebuilt with the new code are fresh again; the balancer and
+    # the report stay stale (new code, and new data versions upstream), and nothing else turns stale.
     build(project, env, changed)
-    expected = {name: "STALE" if name == "pipeline_plan" else "FRESH" for name in STAGES}
+    expected = {name: "STALE" if name in readers else "FRESH" for name in STAGES}
     assert stale_status(project, env) == {"run_config_file": "FRESH", **expected, **unbuilt}
