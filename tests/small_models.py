@@ -93,3 +93,23 @@ def two_kind_bodies(heavy_layers: int) -> list[dict]:
         }
         for i, (n, forward) in enumerate([(2, 1.0), (heavy_layers, 2.0)])
     ]
+
+
+# A round device for hand-derived times: 100 TFLOPS, 1000 GB/s HBM at 50% (5e11 B/s), links 100 / 10 GB/s
+# at 50%, no latency, no fixed kernel time. 64 SMs: the test layers' GEMMs cut into whole waves of 128×128
+# tiles (e.g. 2048×4096: 512 tiles, 8 waves), so a GEMM takes exactly FLOPs / (peak · efficiency).
+ROUND_DEVICE = {
+    "sm_count": 64,
+    "memory_mb": 80000,
+    "peak_tflops": 100.0,
+    "hbm_bandwidth_gbs": 1000.0,
+    "intra_node_bandwidth_gbs": 100.0,
+    "inter_node_bandwidth_gbs": 10.0,
+    "matmul_efficiency": 0.5,
+    "memory_efficiency": 0.5,
+    "comm_efficiency": 0.5,
+    "collective_latency_us": 0.0,
+    "inter_node_latency_us": 0.0,
+    "comm_sms": 0,
+    "gemm_kernel_us": 0.0,
+}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from small_models import ROUND_DEVICE
 
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
@@ -32,22 +33,6 @@ from ppb_core.timing.iteration import (
 from ppb_core.timing.model_flops import model_flops_per_iteration
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
-# Round figures: 100 TFLOPS, 1000 GB/s HBM at 50% (5e11 B/s), links 100 / 10 GB/s at 50%, no latency.
-ROUND_DEVICE = {
-    "memory_mb": 80000,
-    "sm_count": 64,
-    "peak_tflops": 100.0,
-    "hbm_bandwidth_gbs": 1000.0,
-    "intra_node_bandwidth_gbs": 100.0,
-    "inter_node_bandwidth_gbs": 10.0,
-    "matmul_efficiency": 0.5,
-    "memory_efficiency": 0.5,
-    "comm_efficiency": 0.5,
-    "collective_latency_us": 0.0,
-    "inter_node_latency_us": 0.0,
-    "comm_sms": 0,
-}
 
 
 def small_run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from small_models import ROUND_DEVICE
 
 from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.run import load_run_config, parse_run_config
@@ -17,23 +18,6 @@ from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
-# 64 SMs: the test layer's GEMMs cut into whole waves of 128×128 tiles (e.g. 2048×4096: 512 tiles,
-# 8 waves), so a GEMM takes exactly FLOPs / (peak · efficiency).
-ROUND_DEVICE = {
-    "sm_count": 64,
-    "memory_mb": 80000,
-    "peak_tflops": 100.0,
-    "hbm_bandwidth_gbs": 1000.0,
-    "intra_node_bandwidth_gbs": 100.0,
-    "inter_node_bandwidth_gbs": 10.0,
-    "matmul_efficiency": 0.5,
-    "memory_efficiency": 0.5,
-    "comm_efficiency": 0.5,
-    "collective_latency_us": 0.0,
-    "inter_node_latency_us": 0.0,
-    "comm_sms": 0,
-    "gemm_kernel_us": 0.0,
-}
 CONFIGS = ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3")
 
 

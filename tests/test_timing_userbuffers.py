@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from small_models import ROUND_DEVICE
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.walk import walk
@@ -67,21 +68,7 @@ def _megatron_sp_run(overlap_tp: float, tp: int = 4):
         "position_embedding": "rope",
         "max_position_embeddings": 2048,
     }
-    device = {
-        "memory_mb": 80000,
-        "sm_count": 64,
-        "peak_tflops": 100.0,
-        "hbm_bandwidth_gbs": 1000.0,
-        "intra_node_bandwidth_gbs": 100.0,
-        "inter_node_bandwidth_gbs": 10.0,
-        "matmul_efficiency": 0.5,
-        "memory_efficiency": 0.5,
-        "comm_efficiency": 0.5,
-        "collective_latency_us": 0.0,
-        "inter_node_latency_us": 0.0,
-        "comm_sms": 16,
-        "gemm_kernel_us": 0.0,
-    }
+    device = dict(ROUND_DEVICE, comm_sms=16)
     raw = {
         "name": "ub",
         "framework": "megatron",
