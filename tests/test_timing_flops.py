@@ -12,7 +12,7 @@ import pytest
 from small_models import gpt_spec
 
 from ppb_core.config.run import parse_run_config
-from ppb_core.model.kinds import body_kind, tail_kind
+from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 
@@ -314,3 +314,20 @@ def test_the_loss_moves_the_bytes_of_its_framework_s_cross_entropy(framework, fu
     logits = 2 * 512 * 32000  # b · s tokens × v (tp 1)
     assert loss.bytes == logits * forward
     assert loss.backward_bytes == logits * backward
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_megatron_s_embedding_gradient_is_dense(framework):
+    """Megatron's VocabParallelEmbedding runs F.embedding (megatron/core/tensor_parallel/layers.py): its
+    backward fills a bf16 gradient of the whole local table with zeros, scatters the tokens' rows into
+    it, and DDP's hook adds it to the fp32 main gradient (`param.main_grad.add_(param.grad.data)`)."""
+    run = gpt_run(v=32000, s=512, b=2, tp=2, dropout=None, framework=framework)
+    head = head_kind(run.spec(run.model_names[0]), 32000)
+    lookup = next(op for op in layer_ops(head, OpGeometry.from_run(run)) if op.name == "embedding.lookup")
+    rows = 2 * 512 * 1024  # b · s tokens × h
+    # scatter: read each token row's gradient (2) and accumulate it (4 + 4), twice with learned positions
+    scatter = rows * (2 + 2 * 4) * 2
+    # the dense table: 32000 / 2 vocabulary rows and 512 position rows of h, zeroed (2), read (2) and
+    # added into the main gradient (4 + 4): 12 bytes an element
+    table = (32000 // 2 + 512) * 1024 * (2 + 2 + 4 + 4)
+    assert lookup.backward_bytes == scatter + (table if framework == "megatron" else 0)

@@ -122,6 +122,7 @@ class OpGeometry(Geometry):
     framework: str = "megatron"
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
+    main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -133,6 +134,7 @@ class OpGeometry(Geometry):
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            main_grad_bytes=train.grad_bytes,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -918,14 +920,26 @@ def body_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> tuple[Op, ...]:
     return (*attention_ops(kind, geo, p), *ffn)
 
 
-def _embedding(p: str, block: str, geo: OpGeometry, h: int, learned_positions: bool, dropout: float) -> list[Op]:
+def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float) -> list[Op]:
     """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
 
-    The backward scatter-adds the output gradient into the fp32 gradient of the table rows."""
+    The backward scatter-adds the output gradient into the gradient of the table rows. Under
+    Megatron that gradient is dense: `VocabParallelEmbedding.forward` (megatron/core/tensor_parallel/
+    layers.py, core_r0.8.0 and d98e8a64) runs `F.embedding` (`weight[masked_input]` in deterministic
+    mode), whose backward (`embedding_dense_backward`, or `index_put_` with accumulate) fills a
+    16-bit gradient of the whole local table (vocab/t rows, and the *positions* rows of a learned
+    position table) with zeros before the scatter, and the embedding has no gradient-accumulation
+    fusion, so DDP's backward hook (distributed_data_parallel.py `_make_backward_post_hook`:
+    `param.main_grad.add_(param.grad.data)`) reads the main gradient and the 16-bit one and writes the
+    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element."""
     bc, n = geo.dtype_bytes, geo.tokens
     rows = n * h
+    learned_positions = positions > 0
     forward = n * INDEX_BYTES + rows * 2 * bc + (2 * rows * bc if learned_positions else 0)
     backward = rows * (bc + 2 * STATS_BYTES) * (2 if learned_positions else 1)
+    if geo.framework == "megatron":
+        table = (per_rank(vocab, geo.tp) + positions) * h
+        backward += table * (2 * bc + 2 * geo.main_grad_bytes)
     ops = [_elementwise(p + "lookup", block, forward, backward)]
     if geo.tp > 1:
         payload = rows * bc
@@ -949,7 +963,15 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, learned_positions: b
 
 def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
     return tuple(
-        _embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0, kind.hidden_dropout)
+        _embedding(
+            "embedding.",
+            "embedding",
+            geo,
+            kind.hidden_size,
+            kind.vocab_size,
+            kind.learned_positions,
+            kind.hidden_dropout,
+        )
     )
 
 
@@ -1010,7 +1032,7 @@ def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
     h, bc = kind.hidden_size, geo.dtype_bytes
     for index in range(kind.mtp_layers if kind.mtp_body is not None else 0):
         p, block = f"mtp{index}.", f"mtp{index}"
-        ops += _embedding(p + "embedding.", block, geo, h, False, 0.0)
+        ops += _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
         ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
         entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
         ops += entry

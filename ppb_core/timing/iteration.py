@@ -353,7 +353,7 @@ def run_iteration(
         run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks
     )
     dp_term = max(0.0, dp_tail - timeline.makespan)
-    gather_exposed, gather_link = _param_gather(run, rules, memory, links, per_cell, fsdp)
+    gather_exposed, gather_link = _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline)
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
     optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
@@ -426,14 +426,31 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
+def grad_pass_bytes(run: RunConfig) -> int:
+    """HBM bytes per parameter that Megatron-Core's DDP moves over a gradient bucket before reducing it,
+    on the compute stream (param_and_grad_buffer.py `start_grad_sync`, core_r0.8.0 and d98e8a64): the
+    NaN check reads the bucket for its norm (`grad_data.norm(p=2)`, unless
+    `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss scaling turns it off: arguments.py),
+    and `grad_data *= gradient_scaling_factor` reads and writes it, the factor being 1/(dp·cp)
+    (distributed_data_parallel.py, `average_in_collective` off by default) and so 1 only without data
+    parallelism. Other frameworks: none."""
+    if run.framework != "megatron":
+        return 0
+    grad = run.training.grad_bytes
+    check = run.timing.check_for_nan_in_grad and run.training.dtype != "fp16"
+    scaled = run.parallel.dp * run.parallel.cp > 1
+    return (grad if check else 0) + (2 * grad if scaled else 0)
+
+
 def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks):
     """(latest end of a stage's reduction, link seconds, exposed seconds) over every stage.
 
     Buckets fill in backward order (the stage's last chunk's last layer first); a bucket's
     reduction starts when its last gradient is ready and after the previous bucket's, on one
-    communication stream. The last micro-batch's backward of a stage is taken to run back to back
-    at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
-    backward to end."""
+    communication stream. Megatron's passes over a full bucket (`grad_pass_bytes`) run first on the
+    compute stream, so they delay the rest of the backward and the bucket's own reduction. The last
+    micro-batch's backward of a stage is taken to run back to back at the end of the stage's
+    timeline. With `timing.overlap.dp` 0 every reduction waits for the backward to end."""
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
@@ -441,7 +458,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     link_total = exposed_total = 0.0
     if fsdp:
         return 0.0, 0.0, 0.0
-    if memory.setup.data_group <= 1 and memory.setup.expert_data_group <= 1:
+    reduces = memory.setup.data_group > 1 or memory.setup.expert_data_group > 1
+    per_parameter = grad_pass_bytes(run)
+    if not reduces and not per_parameter:
         return 0.0, 0.0, 0.0
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
@@ -454,12 +473,16 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
             ready.append((clock, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
+        passes = 0.0  # the compute stream's time in bucket passes so far
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
                 params_sum = params_sum + params
-            buckets.append((ready[last][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+            passes += kernels.memory_s(params_sum.total * per_parameter)
+            seconds = _dp_collective(kind, params_sum, memory.setup.grad_bytes, links) if reduces else 0.0
+            buckets.append((ready[last][0] + passes, seconds))
             start = last + 1
+        end += passes
         link, exposed = bucket_tail(buckets, end, overlap, contention)
         latest = max(latest, end + exposed)
         link_total += link
@@ -528,34 +551,75 @@ def optimizer_traffic(
     return states_held * per_state + gradients_held * per_gradient + whole * setup.grad_bytes
 
 
-def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
-    """The distributed optimizer's all-gather of the updated (bf16) parameters, per device: exposed and
-    link seconds. With `timing.overlap.param_gather` it runs behind the next iteration's forward,
-    bucket by bucket, so only the first bucket waits."""
+def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) -> tuple[float, float]:
+    """The distributed optimizer's all-gather of the updated (16-bit) parameters: the exposed seconds of
+    the stage it delays most, and that stage's link seconds.
+
+    Megatron-Core (core_r0.8.0, `DistributedOptimizer`; the same rule in d98e8a64's
+    param_and_grad_buffer.py `finish_param_sync`) gathers the gradient buckets' parameters bucket by
+    bucket in forward order (each chunk's buckets reversed, chunk after chunk:
+    `_get_model_param_buffer_dp_views`). With `--overlap-param-gather` the first bucket's gather is
+    launched before the forward (`zero_grad`); a module's forward pre-hook waits for its bucket's
+    gather (a stream wait: the host goes on) and then launches the next bucket's
+    (`_finish_param_sync_helper`). The host runs ahead of the GPU, so the gathers run back to back on
+    the communication stream from the start of the iteration, one bucket ahead of the forward of the
+    first micro-batch, and a bucket's forward waits until its gather is in: the stage's forwards wait
+    max over buckets of (gathers up to it − the time of its first use), plus the SMs the gathers take
+    beside compute. The first bucket's gather is exposed on the first stage; on a later stage it runs
+    while the stage waits for its first input. With `timing.overlap.param_gather` 0 every gather is
+    exposed (without the flag the optimizer step gathers synchronously)."""
     if fsdp or memory.setup.shard_level < 1 or memory.setup.data_group <= 1:
         return 0.0, 0.0
+    share = run.timing.overlap.param_gather
+    dtype_bytes = run.training.dtype_bytes
     worst_link = worst_exposed = 0.0
-    stages: dict[int, list] = {}
-    for (_, stage), entries in per_cell.items():
-        stages.setdefault(stage, []).extend(entries)
-    for entries in stages.values():
-        total = None
-        first = None
-        for layer, _, _ in entries:
-            params = memory.parameters(layer)
-            total = params if total is None else total + params
-            if first is None and (not rules.bucket_parameters or total.total >= rules.bucket_parameters):
-                first = total
-        if total is None:
+    for stage in range(run.parallel.pp):
+        first_forward: dict[int, float] = {}
+        for op, begin in zip(timeline.orders[stage], timeline.starts[stage], strict=True):
+            if op.kind == "F":
+                first_forward.setdefault(op.chunk, begin)
+        gathers: list[tuple[float, float]] = []  # (first use in the timeline, gather seconds), forward order
+        for chunk in range(run.parallel.vpp):
+            entries = per_cell.get((chunk, stage), [])
+            if not entries:
+                continue
+            backward_order = list(reversed(entries))
+            ends = bucket_ends(
+                [(memory.parameters(layer).total, chunk) for layer, _, _ in backward_order], rules, stage
+            )
+            buckets, first = [], 0
+            for last in ends:  # backward order: bucket = layers first..last of backward_order
+                params = memory.parameters(backward_order[first][0])
+                for layer, _, _ in backward_order[first + 1 : last + 1]:
+                    params = params + memory.parameters(layer)
+                buckets.append((len(entries) - 1 - last, params))  # its first layer in forward order
+                first = last + 1
+            offsets = [0.0]
+            for _, forward, _ in entries:
+                offsets.append(offsets[-1] + forward)
+            for index, params in reversed(buckets):
+                use = first_forward.get(chunk, 0.0) + offsets[index]
+                gathers.append((use, _dp_collective(ALL_GATHER, params, dtype_bytes, links)))
+        if not gathers:
             continue
-        first = first or total
-        link = _dp_collective(ALL_GATHER, total, run.training.dtype_bytes, links)
-        head = _dp_collective(ALL_GATHER, first, run.training.dtype_bytes, links)
-        share = run.timing.overlap.param_gather
-        exposed = share * head + (1 - share) * link
+        link = sum(seconds for _, seconds in gathers)
+        delay = gather_wait(gathers, kernels.contention)
+        exposed = share * delay + (1 - share) * link
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
+
+
+def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0) -> float:
+    """Seconds a stage's forwards wait for parameter all-gathers (first use, seconds) in forward order,
+    run back to back from 0 on one stream: the most any bucket's gathers-so-far run past its first use,
+    plus *contention* of the gathers' time beside compute (the SMs they take)."""
+    done = waited = 0.0
+    for use, seconds in gathers:
+        done += seconds
+        waited = max(waited, done - use)
+    link = sum(seconds for _, seconds in gathers)
+    return waited + contention * max(0.0, link - waited)
 
 
 def _tied_embedding_sync(run, memory, links, placed) -> float:
