@@ -152,6 +152,9 @@ MOE_MLA = {
 }
 
 
+# Both cases' --no-rope-fusion, --moe-router-dtype fp32 and --moe-permute-fusion.
+MOE_MLA_TRAINING = {"rope_fusion": False, "moe": {"router_dtype": "fp32", "permute_fusion": True}}
+
 MOE_MLA_MEMORY_SPEED = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
 MOE_MLA_LAYOUT = "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental"
 
@@ -180,6 +183,7 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             "micro_batches": 4,
             "dtype": "bf16",
             "flash_attention": False,
+            **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
         "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
@@ -219,6 +223,7 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "dtype": "bf16",
             "flash_attention": False,
             "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
+            **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
         "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion

@@ -222,6 +222,16 @@ class MoeTraining(StrictModel):
         description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
         "(1.0: balanced); with a capacity factor ppb charges the capacity",
     )
+    router_dtype: Literal["fp32", "fp64"] | None = Field(
+        None,
+        description="Megatron's --moe-router-dtype: the router's logits and probabilities in this dtype "
+        "(unset: the training dtype)",
+    )
+    permute_fusion: bool = Field(
+        False,
+        description="Megatron's --moe-permute-fusion: Transformer Engine's fused permute, whose row map is "
+        "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +259,19 @@ class MoeTraining(StrictModel):
         routing, or the capacity factor, which bounds every expert's tokens."""
         return self.dropless_imbalance if self.dropless else self.capacity_factor
 
+    def routed_share_bound(self, num_experts: int, experts_per_token: int, ep: int) -> float:
+        """The most any expert-parallel rank can receive over its fair share (what `dropless_imbalance`
+        may be set to for a guarantee). With a capacity factor every source rank sends each expert at
+        most ⌈tokens·k/experts · factor⌉ rows (megatron/core/transformer/moe/moe_utils.py
+        `get_capacity`, token_dispatcher.py `MoEAlltoAllTokenDispatcher.preprocess`): the factor.
+        Dropless, nothing but the routing itself bounds it: a token's k experts are distinct, so a rank
+        holding experts/ep of them receives at most min(k, experts/ep) copies of each token, against
+        the k/ep of balanced routing (group-limited routing, `--moe-router-group-topk`, limits the
+        ranks a token reaches, not its copies on one)."""
+        if not self.dropless:
+            return self.capacity_factor
+        return ep * min(experts_per_token, num_experts // ep) / experts_per_token
+
 
 class Training(StrictModel):
     seq_length: Annotated[PositiveInt, limits.at_most(limits.SEQUENCE, "tokens")]
@@ -261,6 +284,10 @@ class Training(StrictModel):
         None, description="overrides the optimizer's default"
     )
     flash_attention: bool = True
+    rope_fusion: bool = Field(
+        True,
+        description="Megatron's rope fusion (off with --no-rope-fusion): where its cos/sin tables are built",
+    )
     fp8_cache: Literal["none", "linear", "deepseek"] = Field(
         "none",
         description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
