@@ -152,6 +152,8 @@ GPT_SMALL = {
 
 def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
     data_parallel = 8 // pp
+    # gpt3_mcore_tp1_pp2 runs --transformer-impl local; the te_ cases transformer_engine
+    impl = "transformer_engine" if "_te_" in case else "local"
     return {
         "name": f"megatron-{case}",
         "framework": "megatron",
@@ -171,6 +173,7 @@ def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
+        "timing": {"transformer_impl": impl},
     }
 
 
@@ -193,7 +196,6 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
             first_iteration_bytes=first,
             assumptions=(
                 f"dp {8 // pp} (one node of 8 GPUs)",
-                "Transformer Engine's workspace counted also for local",
                 *((_BATCHES_KEPT,) if case == "gpt3_mcore_te_tp1_pp4_vp1" else ()),
             ),
         )

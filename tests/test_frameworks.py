@@ -523,6 +523,30 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert run_workspace_bytes(run, memory) == 100664320 + 8192
 
 
+def test_megatron_local_implementation_keeps_the_attention_score_buffer():
+    # --transformer-impl local: Megatron's own DotProductAttention takes the baddbmm input
+    # [b·heads/t, s, s] from the global "mpu" buffer (dot_product_attention.py), which keeps the largest
+    # request (utils.py GlobalMemoryBuffer.get_tensor); no Transformer Engine GEMM runs, so no TE
+    # workspace. DENSE (4 heads), s 64, b 1, unfused attention, one stage on an H100:
+    # 2·33554432 + 1·4·64·64·2 = 67108864 + 32768
+    local = {"transformer_impl": "local"}
+    run = make_run(DENSE, training={"flash_attention": False}, timing=local)
+    memory = model(run)
+    assert run_workspace_bytes(run, memory) == 67108864 + 32768
+    # Transformer Engine's unfused attention allocates its scores fresh: its workspace, no buffer
+    run = make_run(DENSE, training={"flash_attention": False})
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456
+    # tp 2 with SP, b 2: the gathered inputs, 128 tokens · 64 · 2 = 16384, against the scores
+    # 2 · 2 heads · 64 · 64 · 2 = 32768: the buffer holds the larger
+    sp = {"tp": 2, "sequence_parallel": True, "dp": 2}
+    run = make_run(DENSE, parallel=sp, training={"flash_attention": False, "micro_batch_size": 2}, timing=local)
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768
+    # with s 32 the scores, 2 · 2 · 32 · 32 · 2 = 8192, are smaller than the gathered inputs 64 · 64 · 2
+    training = {"flash_attention": False, "micro_batch_size": 2, "seq_length": 32}
+    run = make_run(DENSE, parallel=sp, training=training, timing=local)
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192
+
+
 def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():
     # schedules.py forward_step: set_input_tensor(input_tensor) stores the received activation on the
     # chunk's TransformerBlock.input_tensor (transformer_block.py) until the next micro-batch's; and

@@ -19,6 +19,7 @@ def make_run(
     device: dict[str, Any] | None = None,
     name: str = "m",
     framework: str | None = None,
+    timing: dict[str, Any] | None = None,
 ) -> RunConfig:
     raw = {
         "name": "memory-test",
@@ -29,6 +30,8 @@ def make_run(
     }
     if framework is not None:
         raw["framework"] = framework
+    if timing is not None:
+        raw["timing"] = timing
     return parse_run_config(raw, "memory-test.yaml")
 
 

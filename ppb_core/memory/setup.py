@@ -39,6 +39,7 @@ class MemorySetup(Geometry):
     router_bytes: int = 0  # the router's probabilities (--moe-router-dtype); 0: dtype_bytes
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's row map)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
+    transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -64,6 +65,7 @@ class MemorySetup(Geometry):
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),
             permute_fusion=train.moe.permute_fusion,
             rope_fusion=train.rope_fusion,
+            transformer_impl=run.timing.transformer_impl,
         )
 
     @property

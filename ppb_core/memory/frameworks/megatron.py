@@ -91,7 +91,12 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
   "mpu")` (megatron/core/tensor_parallel/layers.py); `GlobalMemoryBuffer.get_tensor`
   (megatron/core/utils.py) allocates the largest size asked for and never frees it: `T·h·bc` held
-  from then on by the stage holding the TAIL, under sequence parallelism.
+  from then on by the stage holding the TAIL, under sequence parallelism. Under
+  `--transformer-impl local` every layer's linears are Megatron's own (the same gather into the
+  same buffer), and its unfused `DotProductAttention.forward` (megatron/core/transformer/
+  dot_product_attention.py) takes the `baddbmm` input `[b·heads/t, s, s]` from it too: the buffer
+  is the largest of these requests. The local implementation runs no Transformer Engine GEMM, so
+  it holds no TE workspace.
 """
 
 from __future__ import annotations
@@ -263,6 +268,23 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
     return (*terms, *norms)
 
 
+def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """Megatron's global "mpu" buffer on a stage running layers of *kinds* (module docstring): the
+    largest request, `T·h` for a sequence-parallel gather by Megatron's own column-parallel linears (the
+    output layer's; under --transformer-impl local every layer's), and under the local implementation
+    the unfused attention's score buffer `b·(heads/t)·s·s`."""
+    local = setup.transformer_impl == "local"
+    requests = [0.0]
+    if setup.sp > 1:
+        gathers = [kind for kind in kinds if isinstance(kind, TailKind) or (local and isinstance(kind, BodyKind))]
+        requests += [setup.tokens * kind.hidden_size for kind in gathers]
+    if local and not setup.flash_attention:
+        b, s = setup.micro_batch_size, setup.seq_length
+        bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
+        requests += [b * per_rank(kind.attention.num_heads, setup.tp) * s * s for kind in bodies]
+    return max(requests) * setup.dtype_bytes
+
+
 def routes_experts(kind: LayerKind) -> bool:
     """Whether a layer runs routed experts: an MoE body, or a TAIL whose MTP layer is one."""
     if isinstance(kind, BodyKind):
@@ -316,20 +338,19 @@ class MegatronRules(FrameworkRules):
         return 0.0, 0.0
 
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
-        """PyTorch's and Transformer Engine's cuBLAS workspaces, TE's grouped-GEMM ones where experts
-        run, and the output layer's persistent all-gather buffer (module docstring)."""
+        """PyTorch's and (under --transformer-impl transformer_engine) Transformer Engine's cuBLAS
+        workspaces, TE's grouped-GEMM ones where experts run, and Megatron's persistent global buffer
+        (module docstring)."""
         found = 0.0
         capability = setup.compute_capability
         if capability > 0:
-            te_workspace = transformer_engine_workspace_bytes(capability)
-            found += torch_training_workspace_bytes(capability) + te_workspace
-            if any(routes_experts(kind) for kind in kinds):
-                found += TE_COMPUTE_STREAMS * te_workspace
-        if setup.sp > 1:
-            tails = [kind.hidden_size for kind in kinds if isinstance(kind, TailKind)]
-            if tails:
-                found += setup.tokens * max(tails) * setup.dtype_bytes
-        return found
+            found += torch_training_workspace_bytes(capability)
+            if setup.transformer_impl == "transformer_engine":
+                te_workspace = transformer_engine_workspace_bytes(capability)
+                found += te_workspace
+                if any(routes_experts(kind) for kind in kinds):
+                    found += TE_COMPUTE_STREAMS * te_workspace
+        return found + global_buffer_bytes(setup, kinds)
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
