@@ -115,6 +115,7 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
         # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion)
         "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
+        "memory": {"cublas_workspace_config": ":4096:8"},  # the case's ENV_VARS
     }
 
 

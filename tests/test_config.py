@@ -315,6 +315,16 @@ def test_routed_share_bound_follows_the_routing_settings():
     assert dropless.routed_share_bound(8, 4, 1) == 1.0
 
 
+def test_cublas_workspace_config_is_read_as_pytorch_reads_it():
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: the sum of SIZE KiB × COUNT over ":SIZE:COUNT"
+    # pairs: ":4096:2:16:8" = 4096·1024·2 + 16·1024·8 = 8519680
+    run = parse_run_config(_raw(memory={"cublas_workspace_config": ":4096:2:16:8"}), "run.yaml")
+    assert run.memory.cublas_workspace_bytes == 8519680
+    assert parse_run_config(_raw(), "run.yaml").memory.cublas_workspace_bytes == 0
+    error = _error(_raw(memory={"cublas_workspace_config": "4096:8"}))
+    assert error.field == "memory.cublas_workspace_config" and "SIZE:COUNT" in error.problem
+
+
 def test_megatron_moe_kernels_are_stated():
     # --moe-router-dtype and --moe-permute-fusion read into the memory setup (training.moe); unknown
     # dtypes are refused in one line naming the field

@@ -484,6 +484,18 @@ def test_gemm_workspaces_by_compute_capability():
     assert torch_training_workspace_bytes(0.0) == 0
 
 
+def test_cublas_workspace_config_sets_pytorch_s_workspace():
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: CUBLAS_WORKSPACE_CONFIG's ":SIZE:COUNT" pairs sum
+    # SIZE KiB × COUNT whatever the device. Megatron's CI sets :4096:8: on an A100 (8.0) each of the
+    # two handles holds 4096·1024·8 = 33554432, not the default 8519680: with TE's 4194304,
+    # 2·33554432 + 4194304 = 71303168 a stage; ":4096:2:16:8" is the pre-Hopper default again
+    for config, expected in ((":4096:8", 71303168), (":4096:2:16:8", 2 * 8519680 + 4194304)):
+        memory = {"cublas_workspace_config": config}
+        run = make_run(DENSE, framework="megatron", device={"name": "a100-80gb"}, memory=memory)
+        assert run_workspace_bytes(run, model(run)) == expected
+    assert torch_training_workspace_bytes(8.0, 33554432) == 2 * 33554432
+
+
 def test_every_stage_holds_the_workspaces_once():
     # DENSE on 2 stages. Megatron on an A100 (8.0): 2·8519680 + 4194304 = 21233664 a stage;
     # torchtitan on an H100 (9.0): 2·33554432 = 67108864; MindFormers (SAPP's payload): none.

@@ -20,6 +20,7 @@ def make_run(
     name: str = "m",
     framework: str | None = None,
     timing: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> RunConfig:
     raw = {
         "name": "memory-test",
@@ -32,6 +33,8 @@ def make_run(
         raw["framework"] = framework
     if timing is not None:
         raw["timing"] = timing
+    if memory is not None:
+        raw["memory"] = memory
     return parse_run_config(raw, "memory-test.yaml")
 
 

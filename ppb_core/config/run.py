@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -423,12 +424,39 @@ class TimingOptions(StrictModel):
     )
 
 
+# CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
+_CUBLAS_CONFIG = re.compile(r"(:([0-9]+):([0-9]+))+")
+_CUBLAS_PAIR = re.compile(r":([0-9]+):([0-9]+)")
+
+
 class MemoryOptions(StrictModel):
     calibration: str | None = Field(
         None,
         description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
         "(ppb_core.memory.calibration)",
     )
+    cublas_workspace_config: str | None = Field(
+        None,
+        max_length=100,
+        description="the run's CUBLAS_WORKSPACE_CONFIG (e.g. ':4096:8'): PyTorch's cuBLAS workspace per handle "
+        "is the sum of SIZE KiB × COUNT; unset, PyTorch's default for the device",
+    )
+
+    @field_validator("cublas_workspace_config")
+    @classmethod
+    def _cublas_pairs(cls, value: str | None) -> str | None:
+        if value is not None and not _CUBLAS_CONFIG.fullmatch(value):
+            raise ValueError("CUBLAS_WORKSPACE_CONFIG is ':SIZE:COUNT' pairs (SIZE in KiB), e.g. ':4096:8'")
+        return value
+
+    @property
+    def cublas_workspace_bytes(self) -> int:
+        """PyTorch's workspace per cuBLAS handle under the stated config (aten/src/ATen/cuda/
+        CublasHandlePool.cpp `parseChosenWorkspaceSize`: the sum of SIZE·COUNT KiB), 0 when unset."""
+        if self.cublas_workspace_config is None:
+            return 0
+        pairs = _CUBLAS_PAIR.findall(self.cublas_workspace_config)
+        return sum(int(size) * int(count) * 1024 for size, count in pairs)
 
 
 class PPBOptions(StrictModel):

@@ -40,6 +40,7 @@ class MemorySetup(Geometry):
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's row map)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
+    cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,6 +67,7 @@ class MemorySetup(Geometry):
             permute_fusion=train.moe.permute_fusion,
             rope_fusion=train.rope_fusion,
             transformer_impl=run.timing.transformer_impl,
+            cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
         )
 
     @property

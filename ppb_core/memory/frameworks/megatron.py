@@ -344,7 +344,7 @@ class MegatronRules(FrameworkRules):
         found = 0.0
         capability = setup.compute_capability
         if capability > 0:
-            found += torch_training_workspace_bytes(capability)
+            found += torch_training_workspace_bytes(capability, setup.cublas_workspace_bytes)
             if setup.transformer_impl == "transformer_engine":
                 te_workspace = transformer_engine_workspace_bytes(capability)
                 found += te_workspace
