@@ -77,3 +77,14 @@ def test_a_multi_stage_row_is_refused(bench):
     (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron GPT 70B")]
     with pytest.raises(SystemExit, match="one pipeline stage"):
         bench.decompose(row)
+
+
+def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(bench):
+    # H100, iterations 2-50 (49 values): the 25th sorted is 0.24667. A100, iterations 5-50 every 5
+    # (10 values): (0.40582 + 0.40585) / 2 = 0.405835.
+    assert bench.SMALL_TP4_GOLDEN["h100"].median_s == pytest.approx(0.24667)
+    assert bench.SMALL_TP4_GOLDEN["a100"].median_s == pytest.approx(0.405835)
+    # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
+    # of milliseconds, a tenth of what the harness measures
+    for _, measured, ours in bench.small_case():
+        assert ours < measured / 5
