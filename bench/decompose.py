@@ -3,8 +3,8 @@
     python bench/decompose.py [ROW ...]
 
 ROW: a substring of a row's name in bench/public_runs.py (default: the Megatron GPT 1.7B TP1 PP1 row
-and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows with one pipeline stage and no recompute only: the
-busiest stage's work is then every layer's forward and backward over every micro-batch.
+and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without recompute only; a pipelined row's layer
+classes are its busiest stage's (the iteration's `compute` term), the schedule's idle time `bubble`.
 
 For each row: the measured seconds, ours, and ours split into
 - GEMMs (every matmul op: its kernels, plus what ppb prices beside them: bias-gradient reductions and
@@ -103,19 +103,31 @@ def op_class(op: Op) -> str:
     return "memory-bound: other"
 
 
+def _state(layer) -> LayerType:
+    return {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}.get(layer.node, LayerType.NOT_REC_LAYER)
+
+
 def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
-    """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds."""
+    """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds. The
+    classes of the layers are the busiest pipeline stage's, as the iteration's `compute` term counts
+    them; the schedule's idle time is `bubble`."""
     run = config(row)
-    if run.parallel.pp != 1 or run.recompute.full is not None or run.recompute.selective:
-        raise SystemExit(f"{row.name}: one pipeline stage without recompute only")
+    if run.recompute.full is not None or run.recompute.selective:
+        raise SystemExit(f"{row.name}: rows without recompute only")
     iteration = run_iteration(run)
     times = TimeModel(run)
     m = run.training.micro_batches
+    placed = list(walk(run))
+    work = defaultdict(float)
+    for layer in placed:
+        work[layer.stage] += sum(times.layer_times(layer, _state(layer)))
+    busiest = max(work, key=work.__getitem__)
     classes: dict[str, Share] = defaultdict(Share)
-    for layer in walk(run):
-        state = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}.get(layer.node, LayerType.NOT_REC_LAYER)
+    for layer in placed:
+        if layer.stage != busiest:
+            continue
         ops = {op.name: op for op in times.ops(layer)}
-        for timed in times.breakdown(layer, state):
+        for timed in times.breakdown(layer, _state(layer)):
             share = classes[op_class(ops[timed.name])]
             share.seconds += timed.ms / 1e3 * m
             share.flops += timed.flops * m

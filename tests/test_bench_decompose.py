@@ -73,9 +73,22 @@ def test_ops_fall_in_their_classes(bench):
     assert classes["embedding.lookup"] == "memory-bound: embedding"
 
 
-def test_a_multi_stage_row_is_refused(bench):
-    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron GPT 70B")]
-    with pytest.raises(SystemExit, match="one pipeline stage"):
+def test_a_pipelined_row_counts_its_busiest_stage_and_its_bubble(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron CI GPT 7B TP1 PP4 (H100)")]
+    classes, _ = bench.decompose(row)  # asserts the classes add up to the iteration
+    assert classes["bubble"].seconds > 0
+    # 32 layers over 4 stages: the busiest stage is the last, 8 layers and the loss; 4 micro-batches
+    # of one 8192-token sequence. A layer's matmuls at TP 1: QKV 2·n·h·(h + 2·1024), projection
+    # 2·n·h·h, MLP 2·n·h·4h twice, and the backward twice that: 6·n·h·(10h + 2048); the logits
+    # 6·n·h·V with V = 131073 padded to a multiple of 128: 131200.
+    n, h = 8192, 4096
+    layer = 6 * n * h * (10 * h + 2048)
+    assert classes["GEMMs"].flops == pytest.approx(4 * (8 * layer + 6 * n * h * 131200), rel=1e-12)
+
+
+def test_a_row_with_recompute_is_refused(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Korthikanti GPT 175B")]
+    with pytest.raises(SystemExit, match="without recompute"):
         bench.decompose(row)
 
 
