@@ -73,7 +73,31 @@ def test_ops_fall_in_their_classes(bench):
     assert classes["embedding.lookup"] == "memory-bound: embedding"
 
 
-def test_a_multi_stage_row_is_refused(bench):
-    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron GPT 70B")]
-    with pytest.raises(SystemExit, match="one pipeline stage"):
+def test_a_pipelined_row_counts_its_busiest_stage_and_its_bubble(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron CI GPT 7B TP1 PP4 (H100)")]
+    classes, _ = bench.decompose(row)  # asserts the classes add up to the iteration
+    assert classes["bubble"].seconds > 0
+    # 32 layers over 4 stages: the busiest stage is the last, 8 layers and the loss; 4 micro-batches
+    # of one 8192-token sequence. A layer's matmuls at TP 1: QKV 2·n·h·(h + 2·1024), projection
+    # 2·n·h·h, MLP 2·n·h·4h twice, and the backward twice that: 6·n·h·(10h + 2048); the logits
+    # 6·n·h·V with V = 131073 padded to a multiple of 128: 131200.
+    n, h = 8192, 4096
+    layer = 6 * n * h * (10 * h + 2048)
+    assert classes["GEMMs"].flops == pytest.approx(4 * (8 * layer + 6 * n * h * 131200), rel=1e-12)
+
+
+def test_a_row_with_recompute_is_refused(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Korthikanti GPT 175B")]
+    with pytest.raises(SystemExit, match="without recompute"):
         bench.decompose(row)
+
+
+def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(bench):
+    # H100, iterations 2-50 (49 values): the 25th sorted is 0.24667. A100, iterations 5-50 every 5
+    # (10 values): (0.40582 + 0.40585) / 2 = 0.405835.
+    assert bench.SMALL_TP4_GOLDEN["h100"].median_s == pytest.approx(0.24667)
+    assert bench.SMALL_TP4_GOLDEN["a100"].median_s == pytest.approx(0.405835)
+    # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
+    # of milliseconds, a tenth of what the harness measures
+    for _, measured, ours in bench.small_case():
+        assert ours < measured / 5
