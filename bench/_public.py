@@ -182,8 +182,8 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad
-        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False},
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 
@@ -222,8 +222,8 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad
-        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False},
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 
