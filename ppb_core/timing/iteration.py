@@ -37,7 +37,8 @@ from ppb_core.model.kinds import EncoderBodyKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
-from ppb_core.schedules import canonical, simulate
+from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.timing.combined import layer_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
 from ppb_core.timing.kernels import Kernels
@@ -105,6 +106,9 @@ class FrameworkRules:
     # Megatron-Core r0.8: only the first pipeline stage's first model chunk is cut into buckets; every
     # other stage and chunk reduces its gradients as one bucket once its last backward is done
     buckets_first_chunk_only: bool = False
+    # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): steady forward-backward pairs
+    # run as one step, layer beside layer (`ppb_core.timing.combined`)
+    combined_1f1b: bool = False
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -136,7 +140,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
-    return FrameworkRules("megatron", not interleaved, True, True, True, bucket, buckets_first_chunk_only=True)
+    return FrameworkRules(
+        "megatron",
+        not interleaved,
+        True,
+        True,
+        True,
+        bucket,
+        buckets_first_chunk_only=True,
+        combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +306,9 @@ def run_iteration(
     cells = _Cells(*([row[:] for row in zeros] for _ in range(5)))
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
+    states: dict[Layer, tuple[LayerType, dict | None]] = {}
     for layer in placed:
-        state = _state(layer, chosen, memory)
+        state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, f_ms / 1e3, b_ms / 1e3))
         cells.forward[layer.chunk][layer.stage] += f_ms / 1e3
@@ -333,16 +347,31 @@ def run_iteration(
                 cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
-    plain = simulate(schedule, cells.forward, cells.backward, m)
+    combined = _combined_savings(run, times, per_cell, states) if rules.combined_1f1b else None
+    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
-    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m) if fsdp else plain
+    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
     timeline = (
-        simulate(schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=rules.p2p_blocking)
+        simulate(
+            schedule,
+            with_fsdp_f,
+            with_fsdp_b,
+            m,
+            transfer=cells.transfer,
+            blocking=rules.p2p_blocking,
+            combined=combined,
+        )
         if stages > 1
         else gathered
     )
-    work = max(sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m for s in range(stages))
+    saved = [0.0] * stages  # what each stage's combined steps save
+    if combined is not None:
+        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
+            saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
+    work = max(
+        sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
+    )
     compute = work
     bubble = plain.makespan - work
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
@@ -400,6 +429,25 @@ def run_iteration(
         hardware_flops=hardware,
         framework=rules.name,
     )
+
+
+def _combined_savings(run, times, per_cell, states) -> list[list[list[float]]]:
+    """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
+    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone)."""
+    stages, chunks = run.parallel.pp, run.parallel.vpp
+    segments: dict[tuple[int, int], list] = {}
+    for (chunk, stage), entries in per_cell.items():
+        segments[(chunk, stage)] = [
+            layer_segments(times, layer, *states[layer]) for layer, _, _ in entries if layer.node == BODY
+        ]
+    contention = times.kernels.contention
+    return [
+        [
+            [step_saving(segments.get((f, s), []), segments.get((b, s), [])[::-1], contention) for s in range(stages)]
+            for b in range(chunks)
+        ]
+        for f in range(chunks)
+    ]
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
