@@ -417,6 +417,11 @@ class TimingOptions(StrictModel):
         description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
         "TransformerEngine runs FlashAttention-2 with its deterministic backward",
     )
+    host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
+        5.0,
+        description="the host's time to launch one kernel, paid where the GPU waits for the host (after "
+        "Megatron's alltoall dispatcher synchronizes): Holistic Trace Analysis's 5-20 us, its lower bound",
+    )
     rope_fusion: bool = Field(
         True,
         description="Megatron's fused rotary embedding (off with --no-rope-fusion): unfused, the rotation runs "
