@@ -160,6 +160,26 @@ def test_a_causal_kernel_pays_half_its_diagonal_block():
     assert kernels.attention_s(1e12, 0.0, False, 33, 2048, 1024, 128, 1.0) == pytest.approx(1e12 / (1e15 * causal))
 
 
+def test_a_measured_head_64_rate_sets_smaller_heads():
+    # The generic law: d/(d+16) over 128/144. Head 64: 0.8/0.8889 = 0.9; head 256: 256/272 over
+    # 0.8889 = 1.0588, held at 1; head 32: (32/48)/0.8889 = 0.75.
+    law = Kernels.head_size_factor
+    assert law(64) == pytest.approx(0.9)
+    assert law(256) == 1.0
+    assert law(32) == pytest.approx(0.75)
+    # A kernel measured at 0.694 of its head-128 rate at 64: 0.694 there, 1 at 128, halfway at 96
+    # (0.694 + 0.306/2 = 0.847); at 32, 0.694 times the law's 32 over 64: (32/48)/(64/80) = 0.8333,
+    # 0.5783; at and above 128 the law, as without a measurement.
+    assert law(64, 0.694) == pytest.approx(0.694)
+    assert law(96, 0.694) == pytest.approx(0.847)
+    assert law(32, 0.694) == pytest.approx(0.694 * 0.8333333)
+    assert law(128, 0.694) == law(256, 0.694) == 1.0
+    # The pass picks its own ratio: 33 pairs of 2048 queries at 1024 keys (ramp 8/9, 4 full waves).
+    kernels = Kernels(1e15, 0.8, 132, 3e12, 0.6, 0.5, attention_head64_forward=0.7, attention_head64_backward=0.85)
+    assert kernels.attention_efficiency(False, 33, 2048, 1024, 64) == pytest.approx(0.6 * 0.7 * 8 / 9)
+    assert kernels.attention_efficiency(True, 33, 2048, 1024, 64) == pytest.approx(0.5 * 0.85 * 8 / 9)
+
+
 def test_latency_adds_one_step_per_hop():
     device = dict(ROUND_DEVICE, collective_latency_us=10.0)
     run = gelu_run(tp=4, device=device)
