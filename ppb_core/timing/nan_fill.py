@@ -19,9 +19,11 @@ ppb's table under Megatron with TransformerEngine:
   accumulates into the existing fp32 main gradient: nothing new);
 - a norm (TE's LayerNorm/RMSNorm, in LayerNormLinear or TENorm): its output forward, its input
   gradient backward (a norm op's bytes are x and y forward, x, dy and dx backward: `flops._norm`);
-- fused attention (cuDNN, dense MHA/GQA): the output O and the fp32 softmax statistics forward,
-  dQ, dK and dV backward, the sizes of the QKV projection's output and the output projection's
-  input;
+- flash attention (dense MHA/GQA; TE's cuDNN kernel on Hopper, flash-attn 2 below it, whose
+  csrc/flash_attn/flash_api.cpp allocates `out`, `softmax_lse`, `dq`, `dk`, `dv` with
+  `torch::empty` / `torch::empty_like` alike): the output O and the fp32 softmax statistics
+  forward, dQ, dK and dV backward, the sizes of the QKV projection's output and the output
+  projection's input;
 - rotary embedding (Megatron's default rope fusion, TE's fused kernel): Q and K, forward and backward.
 
 Not counted: Megatron's TorchScript-fused bias-GeLU and bias-dropout-add (which allocator their
