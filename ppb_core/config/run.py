@@ -69,6 +69,9 @@ def _none_or_efficiency(value: float) -> float:
     return value
 
 
+ZeroOrEfficiency = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)]
+
+
 class Images(StrictModel):
     """What a vision sub-model sees per sample: how many images, and their size before the processor resizes them."""
 
@@ -346,6 +349,11 @@ class Device(StrictModel):
     attention_backward_efficiency: Efficiency | None = None
     flash2_forward_efficiency: Efficiency | None = None
     flash2_backward_efficiency: Efficiency | None = None
+    # head size 64's flash-attention rate over head size 128's (0: the generic head-size law)
+    attention_head64_forward: ZeroOrEfficiency | None = None
+    attention_head64_backward: ZeroOrEfficiency | None = None
+    flash2_head64_forward: ZeroOrEfficiency | None = None
+    flash2_head64_backward: ZeroOrEfficiency | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
