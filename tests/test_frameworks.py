@@ -124,6 +124,10 @@ def test_megatron_dispatcher_keeps_its_last_routing():
     run = make_run(MOE, parallel={**SP, "dp": 2}, training={"seq_length": 16, "moe": moe})
     static = model(run).static_breakdown(body(run, "moe"))
     assert (static.module_bytes, static.idle_bytes) == (160, 288)
+    # DeepEP's flex dispatcher keeps other tensors, not counted (timing.moe_dispatcher deepep)
+    run = make_run(MOE, training={"seq_length": 16}, timing={"moe_dispatcher": "deepep"})
+    memory, layer = model(run), body(run, "moe")
+    assert memory.static_breakdown(layer).module_bytes == 0 and "moe.row_map" not in _terms(memory, layer)
     # MindFormers' conventions count none; a dense layer has no dispatcher
     mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
     assert model(mind).static_breakdown(body(mind, "moe")).module_bytes == 0

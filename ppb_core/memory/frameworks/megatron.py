@@ -74,7 +74,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   (transformer_engine/pytorch/triton/permutation.py `make_row_id_map`, saved by
   pytorch/permutation.py `_moe_permute_mask_map_setup_context`), unfused the sorted indices, one
   int64 per routed copy (moe_utils.py `permute`, `index_select`). Tokens are the layer's sequence
-  shard (the dispatcher gathers over TP after its all-to-all).
+  shard (the dispatcher gathers over TP after its all-to-all). DeepEP's `MoEFlexTokenDispatcher`
+  keeps other tensors (`_DeepepManager`: top-k probabilities and indices, the received tokens'
+  routing map and mapping), not counted.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -204,7 +206,7 @@ def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
 def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]:
     """A body layer's module state (`MegatronRules.module_state_bytes`)."""
     always, idle = yarn_table_bytes(kind, setup), 0.0
-    if isinstance(kind.mlp, Moe):
+    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "alltoall":
         held, idle = dispatcher_state_bytes(kind.mlp, setup)
         always += held
     return always, idle
@@ -220,7 +222,8 @@ def megatron_body_terms(
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
-    kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
+    if setup.moe_dispatcher == "alltoall":
+        kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
     # The combined 1F1B schedule's nodes keep what they detach until the layer's backward
