@@ -187,7 +187,9 @@ def dispatcher_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
 
 def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
     """What an MLA layer's `YarnRotaryEmbedding` holds (module docstring): cos and sin tables in the
-    training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows."""
+    training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows.
+    The cache holds 32 entries a process: a rank of more than 32 MLA layers keeps 32 frequency
+    tables, where this counts one a layer (over by (n − 32)·s/cp·d·4 bytes)."""
     attention = kind.attention
     if not (attention.is_mla and attention.rope):
         return 0.0
