@@ -120,6 +120,10 @@ def test_megatron_dispatcher_keeps_its_last_routing():
     static = memory.static_breakdown(layer)
     assert (static.module_bytes, static.idle_bytes) == (320, 576)
     assert _terms(memory, layer)["moe.row_map"] == 576
+    # the router in fp32 (router.py gating): its kept scores 16·4·4 = 256 and top-k probabilities
+    # 16·2·4 = 128, not 128 and 64 in bf16
+    terms = _terms(memory, layer)
+    assert (terms["moe.router_scores"], terms["moe.topk_probabilities"]) == (256, 128)
     # tp 2 with SP: the dispatcher sees the layer's sequence shard, 8 tokens: half of each
     run = make_run(MOE, parallel={**SP, "dp": 2}, training={"seq_length": 16, "moe": moe})
     static = model(run).static_breakdown(body(run, "moe"))

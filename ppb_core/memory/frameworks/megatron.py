@@ -62,6 +62,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   none of its micro-batches in flight (and at the optimizer step every chunk that receives its
   input, all but the first stage's first) holds both: `2·whole_tokens·h·bc`. With micro-batches in
   flight the stored input is the latest one, which its first layer keeps anyway.
+* **The router computes in `--moe-router-dtype`** (moe/router.py `TopKRouter.gating`:
+  `router_gating_linear(..., router_dtype)`; moe_utils.py `topk_routing_with_score_function` keeps
+  the scores and probabilities in the logits' dtype): the router's kept scores and top-k
+  probabilities are in it.
 * **The token dispatcher keeps its last micro-batch's routing.** `MoEAlltoAllTokenDispatcher.
   dispatch_preprocess` (megatron/core/transformer/moe/token_dispatcher.py) stores the router's
   `probs` and `routing_map` (`[tokens, experts]`, the probabilities in the router's dtype,
@@ -104,6 +108,7 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 from ppb_core.memory.activations import INDEX_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -222,6 +227,11 @@ def megatron_body_terms(
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    if setup.router_bytes:  # --moe-router-dtype: the router's logits, scores and probabilities in it
+        routed = (f"{prefix}moe.router_scores", f"{prefix}moe.topk_probabilities")
+        kept_terms = tuple(
+            replace(t, element_bytes=setup.router_element_bytes) if t.op in routed else t for t in kept_terms
+        )
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
     if setup.moe_dispatcher == "alltoall":
