@@ -120,7 +120,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -283,6 +283,23 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
     return (*terms, *norms)
 
 
+def rope_cache_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """The rotary frequencies a pipeline chunk's model keeps: `GPTModel.__init__` (megatron/core/models/
+    gpt/gpt_model.py) builds one `RotaryEmbedding` for a rope model without MLA, and `_preprocess` calls
+    its `forward` every micro-batch, an `lru_cache` (models/common/embeddings/rotary_pos_embedding.py, 32
+    entries a process) that keeps the fp32 frequencies `[s/cp, 1, 1, d]` it returned (`inv_freq` is a
+    plain fp32 attribute, never cast; d the head dimension at --rotary-percent 1). Counted for a chunk
+    of rotary body layers (a chunk of only the embedding or the loss holds one too, not counted); MLA
+    layers hold their own (`yarn_table_bytes`)."""
+    dims = [
+        kind.attention.head_dim
+        for kind in kinds
+        if isinstance(kind, BodyKind) and not isinstance(kind, EncoderBodyKind)
+        if kind.attention.rope and not kind.attention.is_mla
+    ]
+    return setup.seq_length / setup.cp * max(dims) * ROTARY_FREQUENCY_BYTES if dims else 0.0
+
+
 def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
     """Megatron's global "mpu" buffer on a stage running layers of *kinds* (module docstring): the
     largest request, `T·h` for a sequence-parallel gather by Megatron's own column-parallel linears (the
@@ -372,11 +389,13 @@ class MegatronRules(FrameworkRules):
     ) -> float:
         """A chunk that receives its input, with none of its micro-batches in flight, still holds the
         last one it received and that input's gradient (module docstring); in flight, that input is
-        its first layer's kept input and its gradient is not yet made."""
+        its first layer's kept input and its gradient is not yet made. Every chunk of rotary layers
+        holds its model's cached rotary frequencies (`rope_cache_bytes`)."""
+        found = rope_cache_bytes(setup, kinds)
         hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
         if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
-            return 0.0
-        return 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
+            return found
+        return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
