@@ -130,6 +130,13 @@ def test_megatron_dispatcher_keeps_its_last_routing():
     run = make_run(MOE, parallel={**SP, "dp": 2}, training={"seq_length": 16, "moe": moe})
     static = model(run).static_breakdown(body(run, "moe"))
     assert (static.module_bytes, static.idle_bytes) == (160, 288)
+    # a stage whose chunk has none of its micro-batches in flight holds the mapping too: MOE on 2
+    # stages, stage 1 (one MoE layer and the TAIL) at 0 in flight against 1 holds 256 more beyond its
+    # last received input and gradient, 2 · 16 · 32 · 2 = 2048
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"seq_length": 16, "micro_batches": 4})
+    memory = model(run)
+    idle, busy = (stage_peaks(memory, walk(run), [[2, n]], 80 * 2**30)[1] for n in (0, 1))
+    assert idle.buffer_bytes - busy.buffer_bytes == 2048 + 256
     # DeepEP's flex dispatcher keeps other tensors, not counted (timing.moe_dispatcher deepep)
     run = make_run(MOE, training={"seq_length": 16}, timing={"moe_dispatcher": "deepep"})
     memory, layer = model(run), body(run, "moe")
