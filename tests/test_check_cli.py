@@ -296,3 +296,18 @@ def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
     captured = capsys.readouterr()
     assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
     assert f"{plan}: {line}" in captured.err, captured.err
+
+
+def test_one_megatron_flag_as_the_plan_is_read(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """`--plan --sequence-parallel`: argparse took the one word for an option and said "argument --plan:
+    expected one argument"; a text with a space it already read."""
+    code = main(["check", str(small_device), "--plan", "--sequence-parallel", "--no-optimum", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code in (0, 1) and out["form"] == "megatron" and [s["layers"] for s in out["stages"]] == [8, 8, 8, 8]
+
+
+def test_check_options_after_plan_are_still_options(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """A forgotten plan (`--plan --no-optimum`) stays argparse's one-line error, not an empty plan."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", str(small_device), "--plan", "--no-optimum"])
+    assert exit_.value.code == 2 and "argument --plan: expected one argument" in capsys.readouterr().err
