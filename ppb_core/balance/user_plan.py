@@ -23,7 +23,7 @@ from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
-from ppb_core.errors import InputError, shown, shown_key
+from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
@@ -84,25 +84,15 @@ _RECOMPUTE_CONFIG_KEYS = (
 _EXCLUSIONS = ("select_recompute_exclude", "select_comm_recompute_exclude")
 
 
-def _edits(a: str, b: str) -> int:
-    """Levenshtein distance: how many one-character edits turn *a* into *b*."""
-    row = list(range(len(b) + 1))
-    for i, char in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (char != other))
-    return row[-1]
-
-
 def _check_keys(document: dict[str, Any], where: str) -> None:
     """A misspelt plan key would be skipped and the plan checked without it: a top-level key within
     two edits of one of the four is refused, as is a recompute_config key MindFormers refuses, and
     an exclusion from selective recompute (ppb prices one selective setting for every layer)."""
     for key in document:
         if isinstance(key, str) and key not in YAML_KEYS:
-            near = [name for name in YAML_KEYS if _edits(key, name) <= 2]
+            near = misspelt(key, YAML_KEYS)
             if near:
-                raise InputError(where, key, f"not a key ppb reads: did you mean {near[0]}?")
+                raise InputError(where, key, f"not a key ppb reads: did you mean {near}?")
     recompute_config = document.get("recompute_config")
     if isinstance(recompute_config, dict):
         for key, value in recompute_config.items():
