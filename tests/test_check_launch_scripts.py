@@ -99,7 +99,23 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
         ("--bf16", "--fp16", "--fp16: given, the run config has dtype bf16 (training.dtype)"),
         ("--bf16", "", "--bf16: neither --bf16 nor --fp16 (Megatron-LM trains in fp32), the run config has dtype bf16"),
         ("    --sequence-parallel\n", "", "--sequence-parallel: not given, the run config has true"),
-        ("    --use-distributed-optimizer\n", "", "--use-distributed-optimizer: not given, the run config has zero 1"),
+        (
+            "    --use-distributed-optimizer\n",
+            "",
+            "--use-distributed-optimizer: not given (nothing sharded): shard level 0, the run config has 1 (zero 1",
+        ),
+        # arguments.py: Megatron-FSDP's default --data-parallel-sharding-strategy is optim_grads_params
+        (
+            "    --use-distributed-optimizer\n",
+            "    --use-megatron-fsdp\n",
+            "--use-megatron-fsdp: --data-parallel-sharding-strategy optim_grads_params: shard level 3, the run config "
+            "has 1",
+        ),
+        (
+            "    --use-distributed-optimizer\n",
+            "    --use-megatron-fsdp --data-parallel-sharding-strategy optim\n",
+            "",
+        ),
         ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
         ("    --group-query-attention\n", "", "--group-query-attention: not given, the run config has 8 key/value"),
         ("    --untie-embeddings-and-output-weights\n", "", "--untie-embeddings-and-output-weights: not given"),
@@ -128,6 +144,9 @@ def test_a_launch_script_stating_another_size_is_one_line(
     script = tmp_path / "train.sh"
     script.write_text(LLAMA_SCRIPT.replace(old, new, 1))
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    if not line:  # the same run said otherwise: read
+        assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+        return
     if line.startswith("--hidden-size: must"):  # `--hidden-size --ffn-hidden-size`: the next flag is no value
         line = "--hidden-size must be an integer, got '--ffn-hidden-size'"
     assert code == 2 and out == "" and err.count("\n") == 1, err

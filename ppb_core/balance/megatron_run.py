@@ -289,23 +289,39 @@ def _check_parallel(flags: MegatronFlags, run: object, where: str) -> None:
         raise _refuse(
             where, "--sequence-parallel", sequence_parallel, par.sequence_parallel, "parallel.sequence_parallel", True
         )
-    fsdp = switches & {"--use-megatron-fsdp", "--use-torch-fsdp2"}
-    if (fsdp or complete) and bool(fsdp) != par.fsdp:
-        flag = min(fsdp) if fsdp else "--use-megatron-fsdp"
-        raise _refuse(where, flag, bool(fsdp), par.fsdp, "parallel.fsdp", True)
-    distributed = par.zero >= 1 or par.fsdp
-    if ("--use-distributed-optimizer" in switches or complete) and (
-        "--use-distributed-optimizer" in switches
-    ) != distributed:
-        raise _refuse(
-            where,
-            "--use-distributed-optimizer",
-            "--use-distributed-optimizer" in switches,
-            f"zero {par.zero}",
-            "parallel.zero",
-            True,
-        )
+    _check_sharding(flags, run, where)
     _check_virtual_stages(flags, run, where)
+
+
+# What data parallelism shards (ppb's shard level: 1 optimizer states, 2 and gradients, 3 and
+# parameters) under Megatron-FSDP's --data-parallel-sharding-strategy (arguments.py: default
+# optim_grads_params); torch FSDP2 shards all three; the distributed optimizer the optimizer states.
+_FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _check_sharding(flags: MegatronFlags, run: object, where: str) -> None:
+    switches, level = flags.switches, run.shard_level  # type: ignore[attr-defined]
+    shown_run = f"{level} (zero {run.parallel.zero}, fsdp {str(run.parallel.fsdp).lower()})"  # type: ignore[attr-defined]
+    if "--use-megatron-fsdp" in switches:
+        strategy = str(flags.stated.get("--data-parallel-sharding-strategy", "optim_grads_params"))
+        if strategy not in _FSDP_LEVELS:
+            raise InputError(
+                where, "--data-parallel-sharding-strategy", f"{strategy!r} is none of {', '.join(_FSDP_LEVELS)}"
+            )
+        given, said = _FSDP_LEVELS[strategy], f"--data-parallel-sharding-strategy {strategy}"
+        flag = "--use-megatron-fsdp"
+    elif "--use-torch-fsdp2" in switches:
+        given, said, flag = 3, "given (parameters, gradients and optimizer states sharded)", "--use-torch-fsdp2"
+    elif "--use-distributed-optimizer" in switches:
+        given, said, flag = 1, "given (the optimizer states sharded)", "--use-distributed-optimizer"
+        if not flags.complete and level >= 1:
+            return  # a partial text may leave out the FSDP flags that shard more
+    elif flags.complete:
+        given, said, flag = 0, "not given (nothing sharded)", "--use-distributed-optimizer"
+    else:
+        return
+    if given != level:
+        raise InputError(where, flag, f"{said}: shard level {given}, the run config has {shown_run}: {WHY}")
 
 
 def _check_virtual_stages(flags: MegatronFlags, run: object, where: str) -> None:
