@@ -214,7 +214,7 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
 )
-TEXT_FLAGS = ("--moe-layer-freq",)
+TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy")
 SWITCH_FLAGS = (
     "--sequence-parallel",
     "--use-distributed-optimizer",

@@ -74,7 +74,6 @@ _RULES = (
         False,
         "{spec.kv_heads} key/value heads for {spec.num_attention_heads} heads",
     ),
-    Rule("--kv-channels", "head_dim", lambda run, spec: None if spec.is_mla else spec.attention_head_dim),
     Rule("--vocab-size", "vocab_size", lambda run, spec: spec.vocab_size),
     Rule("--swiglu", "activation", lambda run, spec: spec.activation == "swiglu", False, "{spec.activation}"),
     Rule(
@@ -85,7 +84,6 @@ _RULES = (
         "{spec.tied_embeddings}",
     ),
     Rule("--num-experts", "num_experts", lambda run, spec: spec.num_experts, 0),
-    Rule("--moe-ffn-hidden-size", "moe_intermediate_size", _moe(lambda spec: spec.moe_intermediate_size)),
     Rule("--moe-router-topk", "experts_per_token", _moe(lambda spec: spec.experts_per_token), 2),
     Rule("--moe-shared-expert-intermediate-size", "shared experts' width", _moe(_shared_width), 0),
     Rule("--multi-latent-attention", "kv_lora_rank", lambda run, spec: spec.is_mla, False, "{spec.kv_lora_rank}"),
@@ -154,14 +152,32 @@ def check_against_run(flags: MegatronFlags, run: object, where: str) -> None:
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
-    given = flags.stated.get("--ffn-hidden-size")
-    if given is None:
-        return
-    expected, field = _dense_ffn(None, spec), "intermediate_size"
-    if expected is None and "--moe-ffn-hidden-size" not in flags.stated:
-        expected, field = spec.moe_intermediate_size, "moe_intermediate_size (the experts' width defaults to it)"
-    if expected is not None and given != expected:
-        raise _refuse(where, "--ffn-hidden-size", given, expected, field, True)
+    """The widths Megatron-LM builds (arguments.py `validate_args`): `--ffn-hidden-size` defaults to
+    int(4h·2/3 / 64)·64 with `--swiglu`, else 4h; the experts' `--moe-ffn-hidden-size` defaults to
+    `--ffn-hidden-size`; `--kv-channels` to h / heads."""
+    stated, complete = flags.stated, flags.complete
+    hidden = int(stated.get("--hidden-size", spec.hidden_size))
+    heads = int(stated.get("--num-attention-heads", spec.num_attention_heads))
+    ffn = stated.get("--ffn-hidden-size")
+    if ffn is None and complete:
+        ffn = int(4 * hidden * 2 / 3 / 64) * 64 if "--swiglu" in flags.switches else 4 * hidden
+    dense = _dense_ffn(None, spec)
+    if ffn is not None and dense is not None and ffn != dense:
+        raise _refuse(where, "--ffn-hidden-size", ffn, dense, "intermediate_size", "--ffn-hidden-size" in stated)
+    if spec.is_moe:
+        flag = "--moe-ffn-hidden-size" if "--moe-ffn-hidden-size" in stated else "--ffn-hidden-size"
+        experts = stated.get("--moe-ffn-hidden-size", ffn)
+        if experts is not None and experts != spec.moe_intermediate_size:
+            field = "moe_intermediate_size" + (
+                "" if flag == "--moe-ffn-hidden-size" else "; the experts' width defaults to it"
+            )
+            raise _refuse(where, flag, experts, spec.moe_intermediate_size, field, flag in stated)
+    if not spec.is_mla and ("--kv-channels" in stated or complete):
+        channels = stated.get("--kv-channels", hidden // heads)
+        if channels != spec.attention_head_dim:
+            raise _refuse(
+                where, "--kv-channels", channels, spec.attention_head_dim, "head_dim", "--kv-channels" in stated
+            )
 
 
 def _check_query_groups(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
@@ -273,23 +289,39 @@ def _check_parallel(flags: MegatronFlags, run: object, where: str) -> None:
         raise _refuse(
             where, "--sequence-parallel", sequence_parallel, par.sequence_parallel, "parallel.sequence_parallel", True
         )
-    fsdp = switches & {"--use-megatron-fsdp", "--use-torch-fsdp2"}
-    if (fsdp or complete) and bool(fsdp) != par.fsdp:
-        flag = min(fsdp) if fsdp else "--use-megatron-fsdp"
-        raise _refuse(where, flag, bool(fsdp), par.fsdp, "parallel.fsdp", True)
-    distributed = par.zero >= 1 or par.fsdp
-    if ("--use-distributed-optimizer" in switches or complete) and (
-        "--use-distributed-optimizer" in switches
-    ) != distributed:
-        raise _refuse(
-            where,
-            "--use-distributed-optimizer",
-            "--use-distributed-optimizer" in switches,
-            f"zero {par.zero}",
-            "parallel.zero",
-            True,
-        )
+    _check_sharding(flags, run, where)
     _check_virtual_stages(flags, run, where)
+
+
+# What data parallelism shards (ppb's shard level: 1 optimizer states, 2 and gradients, 3 and
+# parameters) under Megatron-FSDP's --data-parallel-sharding-strategy (arguments.py: default
+# optim_grads_params); torch FSDP2 shards all three; the distributed optimizer the optimizer states.
+_FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _check_sharding(flags: MegatronFlags, run: object, where: str) -> None:
+    switches, level = flags.switches, run.shard_level  # type: ignore[attr-defined]
+    shown_run = f"{level} (zero {run.parallel.zero}, fsdp {str(run.parallel.fsdp).lower()})"  # type: ignore[attr-defined]
+    if "--use-megatron-fsdp" in switches:
+        strategy = str(flags.stated.get("--data-parallel-sharding-strategy", "optim_grads_params"))
+        if strategy not in _FSDP_LEVELS:
+            raise InputError(
+                where, "--data-parallel-sharding-strategy", f"{strategy!r} is none of {', '.join(_FSDP_LEVELS)}"
+            )
+        given, said = _FSDP_LEVELS[strategy], f"--data-parallel-sharding-strategy {strategy}"
+        flag = "--use-megatron-fsdp"
+    elif "--use-torch-fsdp2" in switches:
+        given, said, flag = 3, "given (parameters, gradients and optimizer states sharded)", "--use-torch-fsdp2"
+    elif "--use-distributed-optimizer" in switches:
+        given, said, flag = 1, "given (the optimizer states sharded)", "--use-distributed-optimizer"
+        if not flags.complete and level >= 1:
+            return  # a partial text may leave out the FSDP flags that shard more
+    elif flags.complete:
+        given, said, flag = 0, "not given (nothing sharded)", "--use-distributed-optimizer"
+    else:
+        return
+    if given != level:
+        raise InputError(where, flag, f"{said}: shard level {given}, the run config has {shown_run}: {WHY}")
 
 
 def _check_virtual_stages(flags: MegatronFlags, run: object, where: str) -> None:
