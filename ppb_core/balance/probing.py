@@ -12,7 +12,7 @@ probing; every step is a lower bound argument, so nothing faster is ever lost.
 
 The relaxation is solved with its path rows added lazily, and separation is exact: the cell times
 of a fractional solution are cell times like any other, so running the schedule on them
-(`schedules.makespan`) gives the longest path, and when that exceeds T it is the most violated
+(`schedules.longest_path`) gives the longest path, and when that exceeds T it is the most violated
 path row. Two early stops keep probes short, both sound: T at or above the cut-off (the
 relaxation with some paths is already a lower bound: drop), or the schedule on the solution's
 cell times already below it (the relaxation with every path has that solution, so its bound is
@@ -35,7 +35,7 @@ from ppb_core.balance.choice_model import ChoiceModel, Path
 from ppb_core.balance.choices import StageChoice
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock
-from ppb_core.schedules import critical_counts, makespan
+from ppb_core.schedules import longest_path
 
 # A choice is dropped when its probe's bound is at least the known value × (1 − MARGIN): half the
 # reported gap tolerance (1e-6), the other half left for the LP's own tolerances (1e-7 of τ).
@@ -106,10 +106,9 @@ class PathRelaxation:
                 return value
             forward = [[x[model.duration[("F", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
             backward = [[x[model.duration[("B", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
-            longest = makespan(p.schedule_name, forward, backward, p.micro_batches)
+            longest, counts = longest_path(p.schedule_name, forward, backward, p.micro_batches)
             if longest <= value * (1 + CONVERGED) or (longest < cutoff and not settle):
                 return value
-            counts = critical_counts(p.schedule_name, forward, backward, p.micro_batches)
             self.add_path({key: float(n) for key, n in counts.items()})
         return value
 

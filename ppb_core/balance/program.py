@@ -14,7 +14,8 @@ Two objectives, solved in turn:
    many cell weightings and from the path families of `bounds`, then added lazily: solve, run the
    schedule on the plan found, and while its critical path is longer than T add that path and
    solve again. A plan whose critical path equals T is optimal. `bounds` adds the rows that make
-   the relaxation see whole layers and the bubble.
+   the relaxation see whole layers and the bubble. Before the rounds, `probing` tries to prove
+   the best known plan optimal by holding each stage choice against the relaxation.
 
 Then `tiebreak` picks, among plans as fast, the least recompute, one option per stage, the most
 headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is solved beside it
