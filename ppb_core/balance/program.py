@@ -14,7 +14,8 @@ Two objectives, solved in turn:
    many cell weightings and from the path families of `bounds`, then added lazily: solve, run the
    schedule on the plan found, and while its critical path is longer than T add that path and
    solve again. A plan whose critical path equals T is optimal. `bounds` adds the rows that make
-   the relaxation see whole layers and the bubble.
+   the relaxation see whole layers and the bubble. Before the rounds, `probing` tries to prove
+   the best known plan optimal by holding each stage choice against the relaxation.
 
 Then `tiebreak` picks, among plans as fast, the least recompute, one option per stage, the most
 headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is solved beside it
@@ -48,6 +49,7 @@ from ppb_core.balance.local import Counts, exchange, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import break_ties
@@ -426,6 +428,20 @@ def _run(
                 paths += 1
 
 
+def _proven(model: ChoiceModel, plan: Plan, paths: Sequence[Path], rounds: int, clock: Clock) -> _Run:
+    """The run of a plan proven optimal elsewhere: the program loaded with the paths found, for the
+    tie-breaking among equally fast plans."""
+    solver = highs.new_solver(clock.remaining)
+    highs.load(solver, model.columns, model.rows, model.top)
+    added: set[tuple] = set()
+    for path in paths:
+        key = tuple(sorted(path.items()))
+        if key not in added:
+            added.add(key)
+            highs.add_row(solver, 0.0, model.path_terms(path))
+    return _Run("optimal", plan, plan.iteration_time, rounds, len(added), solver)
+
+
 def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Counts]:
     """Counts with every cell's options given again by the setting (from the cell's first layer)."""
 
@@ -737,7 +753,25 @@ def _solve(
                 start.iteration_time,
                 figures=(("level", level),),
             )
-    critical = _run(model, True, limits, clock, start, seeds, report)
+    # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
+    # a plan faster than the best known, that plan is proven optimal without the program's search.
+    known = min(start, exchanged, key=lambda plan: plan.iteration_time)
+    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work, clock)
+    report(
+        "bound",
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}",
+        known.iteration_time,
+        known.iteration_time if probed.proven else probed.bound,
+    )
+    notes.append(
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}, "
+        f"bound {probed.bound:.6g}"
+    )
+    if probed.proven:
+        critical = _proven(model, known, [*seeds, *probed.paths], probed.rounds, clock)
+    else:
+        critical = _run(model, True, limits, clock, start, [*seeds, *probed.paths], report)
+        critical.bound = max(critical.bound, probed.bound)
     listed = sum(len(stage) for stage in choices)
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
