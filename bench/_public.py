@@ -187,7 +187,8 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 
@@ -227,7 +228,8 @@ def moe_mla_layout_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 

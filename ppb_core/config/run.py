@@ -430,6 +430,16 @@ class TimingOptions(StrictModel):
         description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
         "TransformerEngine runs FlashAttention-2 with its deterministic backward",
     )
+    rope_fusion: bool = Field(
+        True,
+        description="Megatron's fused rotary embedding (off with --no-rope-fusion): unfused, the rotation runs "
+        "one PyTorch op at a time",
+    )
+    check_for_nan_in_grad: bool = Field(
+        True,
+        description="Megatron's gradient NaN check (off with --no-check-for-nan-in-loss-and-grad, and under fp16's "
+        "dynamic loss scaling): DDP reads each gradient bucket for its norm before reducing it",
+    )
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
