@@ -221,10 +221,11 @@ class MoeTraining(StrictModel):
     capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = Field(
         1.0, description="--moe-expert-capacity-factor: an expert takes at most this times its fair share"
     )
-    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = Field(
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] | Literal["bound"] = Field(
         1.0,
         description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
-        "(1.0: balanced); with a capacity factor ppb charges the capacity",
+        "(1.0: balanced; bound: the most the routing allows, RunConfig.routed_share); with a capacity "
+        "factor ppb charges the capacity",
     )
     router_dtype: Literal["fp32", "fp64"] | None = Field(
         None,
@@ -236,6 +237,13 @@ class MoeTraining(StrictModel):
         description="Megatron's --moe-permute-fusion: Transformer Engine's fused permute, whose row map is "
         "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
     )
+
+    @field_validator("dropless_imbalance", mode="before")
+    @classmethod
+    def _factor_or_bound(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "bound":
+            raise ValueError(f"a factor of at least 1 or bound, got {shown(value)}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -260,8 +268,13 @@ class MoeTraining(StrictModel):
     @property
     def routed_share(self) -> float:
         """The busiest rank's expert rows over their fair share: the stated imbalance of dropless
-        routing, or the capacity factor, which bounds every expert's tokens."""
-        return self.dropless_imbalance if self.dropless else self.capacity_factor
+        routing, or the capacity factor, which bounds every expert's tokens (`bound` needs the
+        model's experts: `RunConfig.routed_share`)."""
+        if not self.dropless:
+            return self.capacity_factor
+        if self.dropless_imbalance == "bound":
+            raise ValueError("dropless_imbalance bound is resolved with the model's experts (RunConfig.routed_share)")
+        return self.dropless_imbalance
 
     def routed_share_bound(self, num_experts: int, experts_per_token: int, ep: int) -> float:
         """The most any expert-parallel rank can receive over its fair share (what `dropless_imbalance`
@@ -532,6 +545,17 @@ class RunConfig(StrictModel):
         if self.framework == "torchtitan":
             return 0 if par.zero == 0 and not par.fsdp else 3
         return par.shard_level
+
+    @property
+    def routed_share(self) -> float:
+        """`training.moe.routed_share`, with `dropless_imbalance: bound` resolved as the most any MoE
+        model's routing allows one expert-parallel rank (`MoeTraining.routed_share_bound`)."""
+        moe = self.training.moe
+        if not (moe.dropless and moe.dropless_imbalance == "bound"):
+            return moe.routed_share
+        specs = [spec for spec in self.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
+        bounds = [moe.routed_share_bound(s.num_experts, s.experts_per_token, self.parallel.ep) for s in specs]
+        return max(bounds, default=1.0)
 
     def layout_cells(self) -> list[list[int]] | None:
         """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""
