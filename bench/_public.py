@@ -113,8 +113,14 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
             "flash_attention": True,  # TE's fused attention (the default backend)
         },
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
-        # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion)
-        "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
+        # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion),
+        # --log-params-norm, --log-num-zeros-in-grad (NaN checks of the loss on: Megatron's default)
+        "timing": {
+            "gradient_accumulation_fusion": False,
+            "deterministic": True,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+        },
     }
 
 
@@ -182,7 +188,14 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --log-params-norm, --log-num-zeros-in-grad,
+        # --no-check-for-nan-in-loss-and-grad
+        "timing": {
+            "cross_entropy_fusion": True,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "check_for_nan_in_loss_and_grad": False,
+        },
     }
 
 
@@ -221,7 +234,14 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --log-params-norm, --log-num-zeros-in-grad,
+        # --no-check-for-nan-in-loss-and-grad
+        "timing": {
+            "cross_entropy_fusion": True,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "check_for_nan_in_loss_and_grad": False,
+        },
     }
 
 
