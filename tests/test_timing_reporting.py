@@ -68,7 +68,7 @@ def test_scalar_all_reduces_and_syncs_by_flag():
     assert plain.syncs == 4 + 6
     # The zero count: its sum over the statistics group and maximum over model parallel, two .item();
     # the parameter norm: dp·cp then model parallel (experts' group too in a MoE), one .item().
-    flags = {"log_params_norm": True, "log_num_zeros_in_grad": True, "check_for_nan_in_loss_and_grad": False}
+    flags = {"log_params_norm": True, "log_num_zeros_in_grad": True, "check_for_nan_in_grad": False}
     logged = bookkeeping(run_with(flags), 0.0, 3, moe=True)
     extra = [STATISTICS, MODEL_PARALLEL, DATA, MODEL_PARALLEL, EXPERT_MODEL_PARALLEL]
     assert sorted(logged.all_reduces) == sorted(list(plain.all_reduces) + extra)

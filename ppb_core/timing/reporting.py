@@ -22,7 +22,7 @@ May 2026), megatron/training/training.py `train_step` and the loop in `train`, p
   `reduce_max_stat_across_model_parallel_group(grad_norm)`, `training_log`'s maximum of the
   learning rate (three model-parallel all-reduces, each followed by `.item()`); the last stage's
   loss all-reduce over dp·cp; `optimizer.get_loss_scale().item()` in the loop.
-- `--check-for-nan-in-loss-and-grad` (Megatron's default; `timing.check_for_nan_in_loss_and_grad`):
+- `--check-for-nan-in-loss-and-grad` (Megatron's default; `timing.check_for_nan_in_grad`):
   `loss_func` validates every micro-batch's loss with `torch.isnan` and `torch.isinf` through the
   rerun state machine, which reads each result on the host: two syncs per micro-batch.
 
@@ -91,7 +91,7 @@ def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: i
     if timing.log_params_norm:
         reduces += [DATA, MODEL_PARALLEL] + ([EXPERT_MODEL_PARALLEL] if moe else [])
         syncs += 1
-    if timing.check_for_nan_in_loss_and_grad:
+    if timing.check_for_nan_in_grad:
         syncs += 2 * last_stage_micro_batches  # isnan and isinf of every micro-batch's loss
     return Bookkeeping(pass_traffic, tuple(reduces), syncs)
 
