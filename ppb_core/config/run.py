@@ -450,13 +450,30 @@ class TimingOptions(StrictModel):
     )
     check_for_nan_in_grad: bool = Field(
         True,
-        description="Megatron's gradient NaN check (off with --no-check-for-nan-in-loss-and-grad, and under fp16's "
-        "dynamic loss scaling): DDP reads each gradient bucket for its norm before reducing it",
+        description="Megatron's NaN check (--check-for-nan-in-loss-and-grad, on by default; off with --no-check-"
+        "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
+        "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
     )
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
         "logits fused into three kernels, not run one by one",
+    )
+    log_params_norm: bool = Field(
+        False,
+        description="Megatron's --log-params-norm: every iteration an L2 norm over the fp32 main parameters a "
+        "device holds, two scalar all-reduces and a host sync",
+    )
+    log_num_zeros_in_grad: bool = Field(
+        False,
+        description="Megatron's --log-num-zeros-in-grad: every iteration a zero count over the held main "
+        "gradients (count_nonzero), two scalar all-reduces and two host syncs",
+    )
+    host_launch_us: float = Field(
+        5.0,
+        ge=0.0,
+        description="what the GPU waits after a host sync for the next kernel's launch (Holistic Trace "
+        "Analysis docs: 5-20 us launch time on the CPU side; the low end)",
     )
 
 

@@ -19,6 +19,8 @@ that adds up to the iteration:
 - `optimizer`: the step, memory-bound: bytes of the gradients, master weights and moments a
   device holds, read and written at the achieved HBM bandwidth, plus the gradient norm and the
   zeroing of the gradient buffers.
+- `bookkeeping`: Megatron's per-iteration statistics beside the step (`--log-params-norm`,
+  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`).
 
 `hidden` states, per kind of communication, the share of its link time hidden behind compute.
 Framework rules (`framework_rules`): which overlaps each framework runs. docs/timing.md has
@@ -51,9 +53,18 @@ from ppb_core.timing.model_flops import (
     utilization,
 )
 from ppb_core.timing.pricer import TimeModel
+from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
-BREAKDOWN_KEYS: tuple[str, ...] = ("compute", "bubble", "fsdp_communication", "p2p", "dp_communication", "optimizer")
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "compute",
+    "bubble",
+    "fsdp_communication",
+    "p2p",
+    "dp_communication",
+    "optimizer",
+    "bookkeeping",
+)
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")
 MEGATRON_MIN_BUCKET = 40_000_000  # Megatron-Core DDP: bucket_size = max(40M, 1M · dp·cp) parameters
 MEGATRON_BUCKET_PER_RANK = 1_000_000
@@ -395,6 +406,7 @@ def run_iteration(
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
     optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
+    extra = _bookkeeping_seconds(run, memory, kernels, links, per_cell)
 
     breakdown = {
         "compute": compute,
@@ -403,6 +415,7 @@ def run_iteration(
         "p2p": p2p,
         "dp_communication": dp_term,
         "optimizer": optimizer,
+        "bookkeeping": extra,
     }
     seconds = sum(breakdown.values())
     tokens = global_batch_sequences(run) * train.seq_length
@@ -740,6 +753,24 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
             )
         stages[stage] = stages.get(stage, 0.0) + traffic
     return kernels.memory_s(max(stages.values(), default=0.0))
+
+
+def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
+    """Megatron's per-iteration statistics, scalar all-reduces and host syncs (`timing.reporting`), on
+    the stage whose statistics passes are the largest; other frameworks: none modelled."""
+    if run.framework != "megatron":
+        return 0.0
+    setup = memory.setup
+    stages: dict[int, float] = {}
+    for (_, stage), entries in per_cell.items():
+        for layer, _, _ in entries:
+            static = memory.static_breakdown(layer)
+            traffic = pass_bytes(static.optimizer_states, static.parameters, setup.grad_bytes, run.training.dtype, run)
+            stages[stage] = stages.get(stage, 0.0) + traffic
+    moe = any(run.spec(name).is_moe for name in run.model_names if not run.is_vision(name))
+    work = bookkeeping(run, max(stages.values(), default=0.0), run.training.micro_batches, moe)
+    links = with_statistics_groups(run, links, setup.shard_level >= 1)
+    return bookkeeping_seconds(work, links, kernels.hbm_bytes_per_s, run.timing.host_launch_us)
 
 
 def iteration_summary(iteration: Iteration, digits: int = 4) -> dict[str, Any]:
