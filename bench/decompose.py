@@ -60,7 +60,7 @@ MEMORY_KINDS = (
     ("loss", ("loss",)),
     ("embedding", ("embedding.lookup",)),
 )
-ITERATION_TERMS = ("bubble", "p2p", "fsdp_communication", "dp_communication", "optimizer")
+ITERATION_TERMS = ("bubble", "p2p", "fsdp_communication", "dp_communication", "optimizer", "bookkeeping")
 
 # Public per-kernel rates on an H100 SXM (BF16) for each class.
 REFERENCES = (
