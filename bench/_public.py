@@ -194,13 +194,14 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
         # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
-        # --log-params-norm, --log-num-zeros-in-grad
+        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
         "timing": {
             "cross_entropy_fusion": True,
             "check_for_nan_in_grad": False,
             "rope_fusion": False,
             "log_params_norm": True,
             "log_num_zeros_in_grad": True,
+            "exit_duration_in_mins": 230.0,
         },
     }
 
@@ -242,13 +243,14 @@ def moe_mla_layout_run() -> dict[str, Any]:
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
         # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
-        # --log-params-norm, --log-num-zeros-in-grad
+        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
         "timing": {
             "cross_entropy_fusion": True,
             "check_for_nan_in_grad": False,
             "rope_fusion": False,
             "log_params_norm": True,
             "log_num_zeros_in_grad": True,
+            "exit_duration_in_mins": 230.0,
         },
     }
 

@@ -16,6 +16,7 @@ from ppb_core.timing.reporting import (
     EXPERT_MODEL_PARALLEL,
     MODEL_PARALLEL,
     STATISTICS,
+    WORLD,
     bookkeeping,
     pass_bytes,
     scalar_all_reduce_seconds,
@@ -73,6 +74,10 @@ def test_scalar_all_reduces_and_syncs_by_flag():
     extra = [STATISTICS, MODEL_PARALLEL, DATA, MODEL_PARALLEL, EXPERT_MODEL_PARALLEL]
     assert sorted(logged.all_reduces) == sorted(list(plain.all_reduces) + extra)
     assert logged.syncs == 4 + 2 + 1
+    # --exit-duration-in-mins: the exit decision all-reduced over every rank and read, each iteration.
+    timed = bookkeeping(run_with({"exit_duration_in_mins": 230.0}), 0.0, 3, moe=False)
+    assert sorted(timed.all_reduces) == sorted([*plain.all_reduces, WORLD])
+    assert timed.syncs == plain.syncs + 1
 
 
 def test_scalar_all_reduce_latency_by_hand():

@@ -469,6 +469,12 @@ class TimingOptions(StrictModel):
         description="Megatron's --log-num-zeros-in-grad: every iteration a zero count over the held main "
         "gradients (count_nonzero), two scalar all-reduces and two host syncs",
     )
+    exit_duration_in_mins: float | None = Field(
+        None,
+        gt=0.0,
+        description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
+        "exit decision and a host sync (the duration itself costs nothing)",
+    )
     host_launch_us: float = Field(
         5.0,
         ge=0.0,

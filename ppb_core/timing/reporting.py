@@ -22,6 +22,8 @@ May 2026), megatron/training/training.py `train_step` and the loop in `train`, p
   `reduce_max_stat_across_model_parallel_group(grad_norm)`, `training_log`'s maximum of the
   learning rate (three model-parallel all-reduces, each followed by `.item()`); the last stage's
   loss all-reduce over dp·cp; `optimizer.get_loss_scale().item()` in the loop.
+- `--exit-duration-in-mins` (`timing.exit_duration_in_mins`): `checkpoint_and_decide_exit`
+  all-reduces the exit decision over every rank (MAX) and reads it, `.item()`, every iteration.
 - `--check-for-nan-in-loss-and-grad` (Megatron's default; `timing.check_for_nan_in_grad`):
   `loss_func` validates every micro-batch's loss with `torch.isnan` and `torch.isinf` through the
   rerun state machine, which reads each result on the host: two syncs per micro-batch.
@@ -49,7 +51,7 @@ BOOL_BYTES = 1  # count_nonzero's `grad != 0` writes one bool per element, its s
 MAIN_PARAM_BYTES = 4  # bf16 runs: the norm reads the fp32 main copy
 
 # The groups of the scalar all-reduces (`Links.groups` names; `with_statistics_groups` adds them).
-MODEL_PARALLEL, STATISTICS, DATA, EXPERT_MODEL_PARALLEL = "mp", "stats", "dp", "emp"
+MODEL_PARALLEL, STATISTICS, DATA, EXPERT_MODEL_PARALLEL, WORLD = "mp", "stats", "dp", "emp", "world"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: i
     if timing.log_params_norm:
         reduces += [DATA, MODEL_PARALLEL] + ([EXPERT_MODEL_PARALLEL] if moe else [])
         syncs += 1
+    if timing.exit_duration_in_mins is not None:
+        reduces.append(WORLD)
+        syncs += 1
     if timing.check_for_nan_in_grad:
         syncs += 2 * last_stage_micro_batches  # isnan and isinf of every micro-batch's loss
     return Bookkeeping(pass_traffic, tuple(reduces), syncs)
@@ -99,7 +104,7 @@ def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: i
 def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: bool) -> Links:
     """*links* with the groups of Megatron's scalar all-reduces: model parallel (tp·pp ranks, across
     the pipeline), the gradient statistics group (every rank with the distributed optimizer, else the
-    model-parallel group), experts' model-parallel group (etp·ep·pp)."""
+    model-parallel group), experts' model-parallel group (etp·ep·pp), every rank."""
     par = run.parallel
     world = par.tp * par.cp * par.dp * par.pp
     across = world if par.pp > 1 else par.tp
@@ -110,6 +115,7 @@ def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: 
         MODEL_PARALLEL: model_parallel,
         STATISTICS: statistics,
         EXPERT_MODEL_PARALLEL: expert,
+        WORLD: Group(world, world),
     }
     return Links(
         links.intra_node_bytes_per_s,
