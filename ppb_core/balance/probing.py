@@ -55,6 +55,8 @@ class Probing:
     relaxations: int = 0  # LPs solved
     rounds: int = 0
     stopped_by: str = "proven"  # proven | settled (a round dropped nothing) | work_limit | time_limit
+    # per stage, the choices that may be in a plan at most `probe`'s `ties` (all alive without it)
+    alive_ties: list[list[int]] = field(default_factory=list)
 
 
 class PathRelaxation:
@@ -121,71 +123,88 @@ def probe(
     work: int,
     clock: Clock,
     seeds: Sequence[Path] = (),
+    ties: float | None = None,
 ) -> Probing:
     """Try to prove that no plan over `choices` is faster than `value` (module docstring).
 
     `model` is the program over `choices` (its rows, such as the least busiest stage's, are kept);
-    `work` bounds the relaxations solved."""
+    `work` bounds the relaxations solved. With `ties` (at least `value`), the probes first drop
+    the choices no plan at most `ties` uses (`Probing.alive_ties`: what the tie-breaking among
+    equally fast plans needs), then go on towards the proof."""
     cutoff = value * (1 - MARGIN)
     relaxation = PathRelaxation(problem, choices, model)
     for path in seeds:
         relaxation.add_path(path)
     stage_of = relaxation.stage_of
     alive = np.ones(len(stage_of), dtype=bool)
+    alive_ties: np.ndarray | None = None
 
-    def result(proven: bool, bound: float, rounds: int, stopped_by: str) -> Probing:
-        per_stage = [[j for j, i in enumerate(np.flatnonzero(stage_of == s)) if alive[i]] for s in range(len(choices))]
+    def per_stage(mask: np.ndarray) -> list[list[int]]:
+        return [[j for j, i in enumerate(np.flatnonzero(stage_of == s)) if mask[i]] for s in range(len(choices))]
+
+    def result(proven: bool, bound: float, stopped_by: str) -> Probing:
         return Probing(
             proven,
             cutoff,
             cutoff if proven else min(bound, cutoff),
-            per_stage,
+            per_stage(alive),
             relaxation.paths,
             relaxation.solved,
             rounds,
             stopped_by,
+            per_stage(alive_ties if alive_ties is not None else alive),
         )
 
     # probes of whole layouts (a stage's layers per cell, options free) first, then of single choices
-    layout_of = np.array(
-        [
-            hash((s, tuple((c.bodies, tuple(sum(r) for r in c.counts)) for c in choice.cells)))
-            for s, stage in enumerate(choices)
-            for choice in stage
-        ]
-    )
-    groups = [np.flatnonzero(layout_of == key) for key in dict.fromkeys(layout_of.tolist())]
-    singles = [np.array([i]) for i in range(len(stage_of))]
+    keys = [
+        (s, tuple((c.bodies, tuple(sum(r) for r in c.counts)) for c in choice.cells))
+        for s, stage in enumerate(choices)
+        for choice in stage
+    ]
+    code = {key: n for n, key in enumerate(dict.fromkeys(keys))}
+    layout_of = np.array([code[key] for key in keys], dtype=np.int64)
+    levels = [
+        [np.flatnonzero(layout_of == n) for n in range(len(code))],
+        [np.array([i]) for i in range(len(stage_of))],
+    ]
     rounds = 0
-    level = 0
-    while True:
-        rounds += 1
-        relaxation.allow(alive)
-        root = relaxation.bound(cutoff, True, clock, work - relaxation.solved)
-        if root is None or root >= cutoff:
-            return result(True, cutoff, rounds, "proven")
-        dropped = False
-        for members in groups if level == 0 else singles:
-            members = members[alive[members]]
-            if not len(members):
-                continue
-            if relaxation.solved >= work or clock.out:
-                relaxation.allow(alive)
-                return result(False, root, rounds, "time_limit" if clock.out else "work_limit")
-            stage = stage_of[members[0]]
-            trial = alive.copy()
-            trial[stage_of == stage] = False
-            trial[members] = True
-            relaxation.allow(trial)
-            found = relaxation.bound(cutoff, False, clock, work - relaxation.solved)
-            if found is None or found >= cutoff:
-                alive[members] = False
-                dropped = True
-                if not alive[stage_of == stage].any():
-                    return result(True, cutoff, rounds, "proven")
-        if not dropped:
-            if level == 1:
-                return result(False, root, rounds, "settled")
-            level = 1
-        else:
-            level = 0
+    phases = ([(ties * (1 + MARGIN), False)] if ties is not None else []) + [(cutoff, True)]
+    for level_cut, final in phases:
+        level = 0
+        while True:
+            rounds += 1
+            relaxation.allow(alive)
+            root = relaxation.bound(level_cut, True, clock, work - relaxation.solved)
+            if root is None or root >= level_cut:
+                if final:
+                    return result(True, cutoff, "proven")
+                break  # no plan at most `ties`: nothing for the tie-breaking to keep
+            dropped = False
+            for members in levels[level]:
+                members = members[alive[members]]
+                if not len(members):
+                    continue
+                if relaxation.solved >= work or clock.out:
+                    relaxation.allow(alive)
+                    return result(False, root if final else 0.0, "time_limit" if clock.out else "work_limit")
+                stage = stage_of[members[0]]
+                trial = alive.copy()
+                trial[stage_of == stage] = False
+                trial[members] = True
+                relaxation.allow(trial)
+                found = relaxation.bound(level_cut, False, clock, work - relaxation.solved)
+                if found is None or found >= level_cut:
+                    alive[members] = False
+                    dropped = True
+                    if not alive[stage_of == stage].any():
+                        if final:
+                            return result(True, cutoff, "proven")
+                        break
+            if not dropped and level == len(levels) - 1:
+                if final:
+                    return result(False, root, "settled")
+                break
+            level = 0 if dropped else level + 1
+        if not final:
+            alive_ties = alive.copy()
+    raise AssertionError("the last phase returns")
