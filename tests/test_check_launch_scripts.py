@@ -273,6 +273,7 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
         ("TP=${TP:-4}\n--tp $TP ${PP:-2} $UNSET", ["--tp", "4", "2", "$UNSET"]),  # the script's default
         ('X=(\n  "--vocab-size 128256"\n)', ["--vocab-size", "128256"]),  # split as ${X[@]} splits it
         ("--a 1 \\\n  --b 2 # --c 3", ["--a", "1", "--b", "2"]),  # joined lines, a comment
+        ("X=${X:-${Y:-3}}\n--tp $X", ["--tp", "3"]),  # nested defaults, from the inside
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:
@@ -295,3 +296,24 @@ def test_kv_channels_left_out_default_to_hidden_over_heads(capsys: pytest.Captur
     script.write_text(LLAMA_SCRIPT.replace("--kv-channels 128", ""))
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
     assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # each variable twice the last: 10 · 2^39 characters were being built
+        (
+            "\n".join(["A0=xxxxxxxxxx", *(f"A{i}=$A{i - 1}$A{i - 1}" for i in range(1, 40)), "--num-layers $A39"]),
+            "variables expanded: 1,310,720 is over ppb's limit of 1,048,576 characters",
+        ),
+        # a 5,000-digit count was echoed whole in the message
+        ("--num-layers " + "9" * 5000, "--num-layers must be an integer, got a 5,000-character string"),
+    ],
+)
+def test_a_script_past_the_limits_is_one_short_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, line: str
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(text)
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 300 and line in err, err

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
+from ppb_core.errors import shown
 
 
 def quoted(arguments: Sequence[str]) -> str:
@@ -238,9 +239,9 @@ def _integer(name: str, value: str) -> int:
     except ValueError:
         if "$" in value:
             raise LayoutError(
-                f"{name} is {value!r}, a shell variable the script does not assign: give the number"
+                f"{name} is {shown(value)}, a shell variable the script does not assign: give the number"
             ) from None
-        raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
 
 
 def parse_flags(text: str) -> MegatronFlags:
