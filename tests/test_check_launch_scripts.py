@@ -117,7 +117,14 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
             "",
         ),
         ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
-        ("    --group-query-attention\n", "", "--group-query-attention: not given, the run config has 8 key/value"),
+        (
+            "    --group-query-attention\n",
+            "",
+            "--group-query-attention: not given (Megatron-LM then builds a key/value head per head: 32, and ignores "
+            "--num-query-groups), the run config has 8 key/value heads",
+        ),
+        # 8 groups said as 8 groups: the same model (a refusal of the switch alone was no mismatch)
+        ("--num-query-groups 8", "--num-query-groups 8", ""),
         ("    --untie-embeddings-and-output-weights\n", "", "--untie-embeddings-and-output-weights: not given"),
         ("--kv-channels 128", "--num-experts 8", "--num-experts: 8, the run config has 0 (num_experts)"),
         ("--kv-channels 128", "--mtp-num-layers 1", "--mtp-num-layers: 1, the run config has 0"),
@@ -317,3 +324,16 @@ def test_a_script_past_the_limits_is_one_short_line(
     script.write_text(text)
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
     assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 300 and line in err, err
+
+
+def test_as_many_query_groups_as_heads_is_the_same_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """GPT-3 175B has a key/value head per head: `--group-query-attention --num-query-groups 96` builds
+    the same attention (argument_utils.py), so it is read; 48 groups are not the run's."""
+    run = tmp_path / "gpt3.yaml"
+    run.write_text("name: gpt3\n" + _SCRIPTS["examples/gpt3/train_gpt3_175b_distributed.sh"])
+    for groups, code_wanted in (("96", (0, 1)), ("48", (2,))):
+        flags = f"--group-query-attention --num-query-groups {groups}"
+        code = main(["check", str(run), "--plan", flags, "--no-optimum", "-q", "--json"])
+        captured = capsys.readouterr()
+        assert code in code_wanted, captured.err
+    assert "--num-query-groups: 48, the run config has 96 (num_key_value_heads)" in captured.err
