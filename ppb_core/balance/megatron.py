@@ -136,6 +136,7 @@ class MegatronFlags:
     modules: tuple[str, ...] | None = None
     stated: dict[str, int | str] = field(default_factory=dict)  # SIZE_FLAGS and TEXT_FLAGS given, by flag
     switches: frozenset[str] = frozenset()  # SWITCH_FLAGS given
+    flag_words: int = 0  # words starting with `--`, read or read past
 
     @property
     def complete(self) -> bool:
@@ -289,7 +290,8 @@ def parse_flags(text: str) -> MegatronFlags:
             if key is not None:
                 found[key] = _integer(name, value) if key in _INTEGERS else value
         index += 1
-    flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches))  # type: ignore[arg-type]
+    flag_words = sum(word.startswith("--") for word in words)
+    flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches), flag_words=flag_words)  # type: ignore[arg-type]
     if flags.layout is not None and (flags.first_stage_layers is not None or flags.last_stage_layers is not None):
         raise LayoutError(
             "--pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-num-layers"

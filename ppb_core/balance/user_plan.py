@@ -58,6 +58,10 @@ def read_plan(
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
+    if not flags.flag_words:  # read as flags it stated nothing: the even split, unrecomputed, was checked
+        raise InputError(
+            where, None, "holds no Megatron-LM flag (--...); a MindFormers yaml plan needs a .yaml or .yml name"
+        )
     if run is not None:
         check_against_run(flags, run, where)
     return from_megatron(problem, flags, where, modules), "megatron"
