@@ -178,6 +178,7 @@ def fuzzer(examples: int) -> bool:
         "config.json": (fuzz.hf_configs(), None, fuzz.hf_command),
         "layers.json": (fuzz.layer_files(), fuzz.balance_flags(), fuzz.layers_command),
         "launch script": (fuzz.launch_scripts(), None, fuzz.plan_command),
+        "plan yaml": (fuzz.mindformers_plans(), None, fuzz.mindformers_command),
     }
     for label, (files, flags, command) in targets.items():
         codes, failures = _fuzz(files, flags, command, examples)

@@ -408,6 +408,29 @@ def plan_command(data: bytes) -> int:
     return check_command({"r.yaml": run, "plan.sh": data}, argv, succeeded=(0, 1))
 
 
+# MindFormers plans for RUNS[0] (32 layers, pp 2): ppb's top-level form and a training yaml's places.
+MINDFORMERS_PLANS: list[dict[str, Any]] = [
+    {"offset": [1, -1], "recompute": [4, 0], "select_recompute": [2, 2], "select_comm_recompute": False},
+    {
+        "model": {"model_config": {"offset": [0, 0]}},
+        "parallel_config": {"pipeline_stage": 2, "data_parallel": 2},
+        "recompute_config": {"recompute": [[3, 1]], "select_recompute": {".*norm": [1, 1], ".*act": [1, 1]}},
+    },
+]
+MINDFORMERS_KEYS = ["offset", "ofset", "recompute", "select_recompute", "pipeline_stage", "mp_comm_recompute", "x"]
+
+
+def mindformers_plans() -> st.SearchStrategy[bytes]:
+    return mutated(MINDFORMERS_PLANS, MINDFORMERS_KEYS).flatmap(lambda data: spoiled(_yaml_text(data)))
+
+
+def mindformers_command(data: bytes) -> int:
+    """`ppb check` of a MindFormers plan against the Llama run of RUNS (exit 1: a stage does not fit)."""
+    run = _yaml_text(RUNS[0]).encode()
+    argv = ["check", "r.yaml", "--plan", "plan.yaml", "--no-optimum", "--json", "-q"]
+    return check_command({"r.yaml": run, "plan.yaml": data}, argv, succeeded=(0, 1))
+
+
 def _spec_run(**device: object) -> bytes:
     raw = json.loads(json.dumps(RUNS[3]))
     raw["device"].update(device)
@@ -419,4 +442,11 @@ FOUND: dict[str, tuple] = {
     # A positive but subnormal bandwidth: every time bytes / 5e-324 = inf, printed as Infinity in --json.
     "subnormal-bandwidth": (run_config_command, _spec_run(hbm_bandwidth_gbs=5e-324)),
     "subnormal-efficiency": (run_config_command, _spec_run(comm_efficiency=5e-324)),
+    # A MindFormers offset of 10^30 layers: the cell's layers were walked one by one (hung).
+    "mindformers-huge-offset": (
+        mindformers_command,
+        b"model:\n  model_config:\n    offset: [0, 1000000000000000000000000000000]\n",
+    ),
+    # select_recompute a float: `value[0]` of it, a TypeError traceback.
+    "mindformers-float-select": (mindformers_command, b"offset: [1, -1]\nrecompute: [4, 0]\nselect_recompute: 0.5\n"),
 }

@@ -1,7 +1,7 @@
-"""The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files and Megatron-LM
-launch scripts (`ppb check --plan`): whatever the file, `ppb` succeeds with strict JSON or refuses
-in one line with exit status 2, writes nothing, raises nothing else, and finishes
-(tests/fuzz_inputs.py holds the strategies and the property).
+"""The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files, and Megatron-LM
+launch scripts and MindFormers plans (`ppb check --plan`): whatever the file, `ppb` succeeds with
+strict JSON or refuses in one line with exit status 2, writes nothing, raises nothing else, and
+finishes (tests/fuzz_inputs.py holds the strategies and the property).
 
 Few examples and derandomized here, so the suite stays quick and repeatable; `python bench/inputs.py
 --examples N` runs the same property on fresh random examples.
@@ -40,6 +40,12 @@ def test_any_layers_json(data: bytes, flags: list[str]) -> None:
 @given(fuzz.launch_scripts())
 def test_any_launch_script(data: bytes) -> None:
     fuzz.plan_command(data)
+
+
+@settings(SUITE, max_examples=30)
+@given(fuzz.mindformers_plans())
+def test_any_mindformers_plan(data: bytes) -> None:
+    fuzz.mindformers_command(data)
 
 
 @pytest.mark.parametrize("name", sorted(fuzz.FOUND))
