@@ -311,3 +311,16 @@ def test_check_options_after_plan_are_still_options(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as exit_:
         main(["check", str(small_device), "--plan", "--no-optimum"])
     assert exit_.value.code == 2 and "argument --plan: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["offset: [2, 0, 0, -2]\nrecompute: [10, 0, 0, 0]\n", "hello\n", ""])
+def test_a_plan_file_with_no_megatron_flag_is_refused(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path, text: str
+) -> None:
+    """A MindFormers yaml named plan.txt was read as Megatron-LM flags stating nothing, and the even
+    split without recompute checked in its place (exit 0)."""
+    plan = tmp_path / "plan.txt"
+    plan.write_text(text)
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: holds no Megatron-LM flag" in err, err

@@ -117,7 +117,14 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
             "",
         ),
         ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
-        ("    --group-query-attention\n", "", "--group-query-attention: not given, the run config has 8 key/value"),
+        (
+            "    --group-query-attention\n",
+            "",
+            "--group-query-attention: not given (Megatron-LM then builds a key/value head per head: 32, and ignores "
+            "--num-query-groups), the run config has 8 key/value heads",
+        ),
+        # 8 groups said as 8 groups: the same model (a refusal of the switch alone was no mismatch)
+        ("--num-query-groups 8", "--num-query-groups 8", ""),
         ("    --untie-embeddings-and-output-weights\n", "", "--untie-embeddings-and-output-weights: not given"),
         ("--kv-channels 128", "--num-experts 8", "--num-experts: 8, the run config has 0 (num_experts)"),
         ("--kv-channels 128", "--mtp-num-layers 1", "--mtp-num-layers: 1, the run config has 0"),
@@ -273,6 +280,7 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
         ("TP=${TP:-4}\n--tp $TP ${PP:-2} $UNSET", ["--tp", "4", "2", "$UNSET"]),  # the script's default
         ('X=(\n  "--vocab-size 128256"\n)', ["--vocab-size", "128256"]),  # split as ${X[@]} splits it
         ("--a 1 \\\n  --b 2 # --c 3", ["--a", "1", "--b", "2"]),  # joined lines, a comment
+        ("X=${X:-${Y:-3}}\n--tp $X", ["--tp", "3"]),  # nested defaults, from the inside
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:
@@ -295,3 +303,37 @@ def test_kv_channels_left_out_default_to_hidden_over_heads(capsys: pytest.Captur
     script.write_text(LLAMA_SCRIPT.replace("--kv-channels 128", ""))
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
     assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # each variable twice the last: 10 · 2^39 characters were being built
+        (
+            "\n".join(["A0=xxxxxxxxxx", *(f"A{i}=$A{i - 1}$A{i - 1}" for i in range(1, 40)), "--num-layers $A39"]),
+            "variables expanded: 1,310,720 is over ppb's limit of 1,048,576 characters",
+        ),
+        # a 5,000-digit count was echoed whole in the message
+        ("--num-layers " + "9" * 5000, "--num-layers must be an integer, got a 5,000-character string"),
+    ],
+)
+def test_a_script_past_the_limits_is_one_short_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, line: str
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(text)
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 300 and line in err, err
+
+
+def test_as_many_query_groups_as_heads_is_the_same_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """GPT-3 175B has a key/value head per head: `--group-query-attention --num-query-groups 96` builds
+    the same attention (argument_utils.py), so it is read; 48 groups are not the run's."""
+    run = tmp_path / "gpt3.yaml"
+    run.write_text("name: gpt3\n" + _SCRIPTS["examples/gpt3/train_gpt3_175b_distributed.sh"])
+    for groups, code_wanted in (("96", (0, 1)), ("48", (2,))):
+        flags = f"--group-query-attention --num-query-groups {groups}"
+        code = main(["check", str(run), "--plan", flags, "--no-optimum", "-q", "--json"])
+        captured = capsys.readouterr()
+        assert code in code_wanted, captured.err
+    assert "--num-query-groups: 48, the run config has 96 (num_key_value_heads)" in captured.err

@@ -94,6 +94,9 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
         if key != "offset":
             raise InputError(None, key, "must be a bool or a list")
         return [[value] * p.stages for _ in range(p.chunks)]
+    if not isinstance(value, list):  # a float, a text or a mapping (a TypeError traceback)
+        wanted = "an integer or a list of integers" if key == "offset" else "a bool or a list"
+        raise InputError(None, key, f"must be {wanted}, got {shown(value)}")
     rows = [value] if p.chunks == 1 and value and not isinstance(value[0], list) else value
     if len(rows) != p.chunks or any(not isinstance(row, list) or len(row) != p.stages for row in rows):
         raise InputError(None, key, f"must have {p.chunks} list(s) of {p.stages} entries")
@@ -124,10 +127,15 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
     base = nass(p)
     offsets = _grid(yaml.get("offset", 0), "offset", p, None)
     layers = [[offsets[v][s] + base for s in range(p.stages)] for v in range(p.chunks)]
+    total = p.layers.nb_body_layers + p.mtp_layers
     for v, s in p.cells:
         if layers[v][s] < 0:
             raise InputError(
                 None, f"offset[{v}][{s}]", f"{offsets[v][s]} leaves the cell {layers[v][s]} layers (even split {base})"
+            )
+        if layers[v][s] > total:  # before a cell's layers are walked one by one (10^30 of them hung)
+            raise InputError(
+                None, f"offset[{v}][{s}]", f"{shown(offsets[v][s])} gives the cell more layers than the model's {total}"
             )
     recompute = _grid(yaml.get("recompute"), "recompute", p, layers)
     select = _grid(yaml.get("select_recompute"), "select_recompute", p, layers)

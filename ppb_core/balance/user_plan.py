@@ -23,6 +23,7 @@ from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
+from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -32,7 +33,7 @@ def read_plan(
     problem: BalanceInput,
     plan: str,
     modules: tuple[str, ...] | None = None,
-    run: object | None = None,
+    run: RunConfig | None = None,
 ) -> tuple[Plan, str]:
     """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
 
@@ -57,6 +58,10 @@ def read_plan(
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
+    if not flags.flag_words:  # read as flags it stated nothing: the even split, unrecomputed, was checked
+        raise InputError(
+            where, None, "holds no Megatron-LM flag (--...); a MindFormers yaml plan needs a .yaml or .yml name"
+        )
     if run is not None:
         check_against_run(flags, run, where)
     return from_megatron(problem, flags, where, modules), "megatron"
