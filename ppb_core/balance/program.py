@@ -331,6 +331,7 @@ def _run(
     seeds: Sequence[Path],
     report: Reporter,
     cutoff: float = math.inf,
+    known: float = math.inf,
 ) -> _Run:
     """Solve, and with `exact` keep adding the found plan's critical path until it equals T.
 
@@ -395,11 +396,12 @@ def _run(
         if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
             best = plan
         incumbent = value(best)
+        shown = min(incumbent, known)  # the best plan the solve knows, for progress (*known*: found beside)
         report(
             "round",
             f"round {rounds}: {paths} path rows, {used:,} of {budget:,} branch-and-bound nodes",
-            incumbent,
-            min(bound, incumbent),
+            shown,
+            min(bound, shown),
         )
         if incumbent <= bound * (1 + GAP_TOLERANCE):
             return _Run("optimal", best, bound, rounds, paths, solver)
@@ -530,8 +532,11 @@ def _megatron(
     # the settings' solves share one solve's work budgets: their plans are repeatable, and the
     # clock (the safety bound) does not decide which settings are tried
     shared = limits.scaled(1 / max(1, len(candidates)))
-    best: tuple[float, Solution, Setting] | None = None
-    for setting in candidates:
+    best: tuple[float, int, Solution, Setting] | None = None
+    # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
+    # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
+    for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
+        setting = candidates[index]
         # a setting proven no faster than the best so far is not searched further: it would not be taken
         cutoff = best[0] if best is not None else math.inf
         if clock.out:
@@ -559,12 +564,16 @@ def _megatron(
             found.objective,
             found.bound,
         )
-        if best is None or found.objective < best[0] - 1e-12 * best[0]:
-            best = (found.objective, found, setting)
+        if (
+            best is None
+            or found.objective < best[0] - 1e-12 * best[0]
+            or (found.objective <= best[0] + 1e-12 * best[0] and index < best[1])
+        ):
+            best = (found.objective, index, found, setting)
     if best is None:
         solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
-    value, found, setting = best
+    value, _, found, setting = best
     solution.megatron_plan, solution.megatron_setting = found.plan, setting
     solution.megatron_objective, solution.megatron_status = value, found.status
     if solution.objective is not None and value <= solution.objective * (1 + GAP_TOLERANCE):
@@ -755,7 +764,7 @@ def _solve(
                 start.iteration_time,
                 figures=(("level", level),),
             )
-    critical = _run(model, True, limits, clock, start, seeds, report, cutoff)
+    critical = _run(model, True, limits, clock, start, seeds, report, cutoff, exchanged.iteration_time)
     listed = sum(len(stage) for stage in choices)
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
