@@ -8,20 +8,23 @@ neighbours in batches; it must take the same moves as trying them one by one, wr
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from small_models import two_kind_bodies
 
-from ppb_core.balance import local
+from ppb_core.balance import local, program
 from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.choices import Catalogue
 from ppb_core.balance.local import exchange, improve
 from ppb_core.balance.makespans import makespans
+from ppb_core.balance.megatron import Setting
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import choices_within
+from ppb_core.model.switches import ALONG_A_CELL, OPTIONS
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import check, makespan
 
@@ -49,18 +52,26 @@ def test_makespans_equal_the_schedule_run_op_by_op(shape, seed, plans) -> None:
     assert makespans(name, forward, backward, m) == expected  # exactly: the same float arithmetic
 
 
-def _one_by_one(plan: Plan, max_moves: int, max_evaluations: int) -> Plan:
-    """`improve` as first written: each neighbour timed alone, the first that helps and fits taken."""
+def _one_by_one(plan: Plan, max_moves: int, max_evaluations: int, setting: Setting | None = None) -> Plan:
+    """`improve` as first written: each neighbour timed alone, the first that helps and fits taken;
+    under a Megatron-Core setting every cell of every neighbour given its options again."""
     best, moves, evaluations, improved = plan, 0, 0, True
     while improved and moves < max_moves:
         improved = False
-        for move in local._neighbours(best, False):
+        for move in local._neighbours(best, setting is not None):
             evaluations += 1
             if evaluations > max_evaluations:
                 return best
             counts = [[[list(cell) for cell in row] for row in body] for body in best.counts]
             for body, v, s, k, step in move:
                 counts[body][v][s][k] += step
+            if setting is not None:
+                for v, s in plan.problem.cells:
+                    sizes = [sum(counts[b][v][s]) for b in range(len(counts))]
+                    along = [o for o in ALONG_A_CELL for _ in range(setting.cell_options(sum(sizes)).get(o, 0))]
+                    for b in range(len(counts)):
+                        before = sum(sizes[:b])
+                        counts[b][v][s] = [along[before : before + sizes[b]].count(o) for o in OPTIONS]
             candidate = Plan(plan.problem, tuple(tuple(tuple(map(tuple, row)) for row in body) for body in counts))
             if candidate.iteration_time >= best.iteration_time - 1e-12 * max(1.0, best.iteration_time):
                 continue
@@ -82,6 +93,23 @@ def test_improve_takes_the_moves_trying_them_one_by_one_would(stages, chunks, m,
     assert found.iteration_time == Plan(problem, found.counts).iteration_time
 
 
+@pytest.mark.parametrize("setting", [Setting("full"), Setting("block", 1), Setting("block", 2), Setting("none")])
+def test_improve_under_a_setting_takes_the_moves_one_by_one_would(setting: Setting) -> None:
+    """Under a Megatron-Core setting a move rewrites only its own cells' options (a cell's follow from
+    its layers): the plans are those of giving every cell its options again, from the even split
+    under the setting (19 layers over 8 cells: moves help under every setting) and from the even
+    split under block 1, whose options are not those of the other settings."""
+    problem = BalanceInput(layer_set(two_kind_bodies(17)), 4, 8, 2, 2000.0)
+    reoption = program._reoption(setting)
+    own, other = program.setting_plan(problem, setting), program.setting_plan(problem, Setting("block", 1))
+    for start in (own, other):
+        assert start.fits
+        found = improve(start, 400, 10_000, reoption)
+        assert found.counts == _one_by_one(start, 400, 10_000, setting).counts
+        assert found.cell_backward == Plan(problem, found.counts).cell_backward
+        assert found.iteration_time < start.iteration_time or start is other
+
+
 @pytest.mark.parametrize("chunks", [1, 2])
 def test_exchange_only_improves_and_keeps_plans_valid(chunks: int) -> None:
     problem = BalanceInput(layer_set(two_kind_bodies(14)), 4, 8, chunks, 700.0)
@@ -100,3 +128,27 @@ def test_exchange_only_improves_and_keeps_plans_valid(chunks: int) -> None:
             other = local._with_choices(found, [(s, stage.index(choice))], choices)
             if other.fits and not other.problems():
                 assert other.iteration_time >= found.iteration_time - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), chunks=st.integers(1, 3), nudge=st.sampled_from((-1e-7, 0.0, 1e-7, None)))
+def test_a_stage_fits_as_its_exact_memory_says(seed: int, chunks: int, nudge: float | None) -> None:
+    """`Plan.stage_fits` (floating point, exact only near the device) agrees with the exact peak, with
+    the device set exactly at a stage's peak, a hair either side, or anywhere."""
+    rng = random.Random(seed)
+    bodies = two_kind_bodies(9)
+    for body in bodies:  # memory in odd fractions of a MB, as a profiler writes them
+        for key in [k for k in body if k.startswith("memory")]:
+            body[key] = rng.uniform(0.1, 50.0)
+    base = BalanceInput(layer_set(bodies), 3, 6, chunks, 1e6)
+    counts = [[[[0] * 5 for _ in range(3)] for _ in range(chunks)] for _ in bodies]
+    for index, body in enumerate(bodies):
+        for _ in range(body["nb_layer"]):
+            counts[index][rng.randrange(chunks)][rng.randrange(3)][rng.choice(base.option_indices)] += 1
+    plan = Plan(base, tuple(tuple(tuple(map(tuple, row)) for row in body) for body in counts))
+    peaks = [float(plan.exact_stage_memory(stage)) for stage in range(3)]
+    peak = rng.choice([value for value in peaks if value > 0])
+    memory = peak * (1 + nudge) if nudge is not None else rng.uniform(0.5, 1.5) * peak
+    fitted = Plan(BalanceInput(layer_set(bodies), 3, 6, chunks, memory), plan.counts)
+    for stage in range(3):
+        assert fitted.stage_fits(stage) == (fitted.exact_stage_memory(stage) <= Fraction(memory))

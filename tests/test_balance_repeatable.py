@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -130,3 +131,26 @@ def test_scaled_limits_scale_every_budget_once() -> None:
     assert half.rounds == WorkLimits().rounds and half.cell_choices == WorkLimits().cell_choices
     # a strategy search's share of the balancer's work is the same helper, never above the defaults
     assert work_limits(0.5) == half and work_limits(3.0) == WorkLimits()
+
+
+def test_settings_cut_short_leave_the_alternative_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting's solve stops once it is proven no faster than the best setting before it: the
+    alternative (and everything else in the JSON) is that of searching every setting to its end."""
+    real = program._solve
+    stopped: list[str] = []
+
+    def heard(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        stopped.append(found.stopped_by)
+        return found
+
+    monkeypatch.setattr(program, "_solve", heard)
+    _, cut_text = _megatron_run(600.0)
+    assert "cutoff" in stopped  # some settings were cut short here
+
+    def uncut(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **{**kwargs, "cutoff": math.inf})
+
+    monkeypatch.setattr(program, "_solve", uncut)
+    _, whole_text = _megatron_run(600.0)
+    assert whole_text == cut_text

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from fractions import Fraction
 
 import numpy as np
 
 from ppb_core.balance.choices import StageChoice
 from ppb_core.balance.makespans import makespans
-from ppb_core.balance.plan import Plan, freeze
+from ppb_core.balance.plan import Counts as PlanCounts
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock
 
 Counts = list[list[list[list[int]]]]
+# a cell's options from its layers: per body type in the cell, layers under each option (a Megatron setting)
+CellOptions = Callable[[Sequence[int]], list[list[int]]]
 FIRST_BATCH = 8  # neighbours timed together at first; doubled while none improves, up to LAST_BATCH
 LAST_BATCH = 256
 EXCHANGE_BATCH = 512  # stage exchanges timed together
@@ -63,17 +66,39 @@ def _neighbours(plan: Plan, options_fixed: bool) -> Iterator[Move]:
                         yield ((body, v, s, k, -1), (body, v, s, k2, 1))
 
 
-def _moved(plan: Plan, move: Move, reoption: Callable[[Counts], Counts] | None) -> Plan:
-    """The plan after a move. Without *reoption* only the moved cells change: their counts and times
-    are written again (`Plan.cell_time`), the others shared with the plan."""
-    if reoption is not None:
+def reoptioned(
+    problem: BalanceInput, counts: Sequence[Sequence[Sequence[Sequence[int]]]], reoption: CellOptions
+) -> PlanCounts:
+    """*counts* with every cell's options given again by *reoption* from its layers of each body type."""
+    fresh = empty_counts(problem)
+    for v, s in problem.cells:
+        rows = reoption([sum(counts[b][v][s]) for b in range(len(counts))])
+        for b, row in enumerate(rows):
+            fresh[b][v][s] = row
+    return freeze(fresh)
+
+
+def _moved(plan: Plan, move: Move, reoption: CellOptions | None, whole: bool = False) -> Plan:
+    """The plan after a move: only the moved cells change, their counts (given their options again
+    by *reoption*, if any) and times written again (`Plan.cell_time`), the others shared with the
+    plan. A cell's options under *reoption* follow from its own layers, so this is the whole plan
+    given its options again when the plan already was; *whole* does that for a plan that was not."""
+    if reoption is not None and whole:
         counts = _mutable(plan.counts)
         for body, v, s, k, step in move:
             counts[body][v][s][k] += step
-        return Plan(plan.problem, freeze(reoption(counts)))
+        return Plan(plan.problem, reoptioned(plan.problem, freeze(counts), reoption))
     cells = {(body, v, s): list(plan.counts[body][v][s]) for body, v, s, _, _ in move}
     for body, v, s, k, step in move:
         cells[(body, v, s)][k] += step
+    if reoption is not None:
+        for v, s in {(v, s) for _, v, s in cells}:
+            sizes = [
+                sum(cells[(b, v, s)]) if (b, v, s) in cells else sum(plan.counts[b][v][s])
+                for b in range(len(plan.counts))
+            ]
+            for b, row in enumerate(reoption(sizes)):
+                cells[(b, v, s)] = row
     bodies = [list(body) for body in plan.counts]
     for (body, v, s), cell in cells.items():
         row = list(bodies[body][v])
@@ -94,8 +119,6 @@ def _fits(candidate: Plan, reference: Plan, reference_fits: bool) -> bool:
     (a stage's memory depends on its own cells only)."""
     if not reference_fits:
         return candidate.fits
-    p = candidate.problem
-    room = Fraction(p.memory_mb)
     changed = {
         s
         for body, reference_body in zip(candidate.counts, reference.counts, strict=True)
@@ -103,14 +126,14 @@ def _fits(candidate: Plan, reference: Plan, reference_fits: bool) -> bool:
         for s, (cell, reference_cell) in enumerate(zip(row, reference_row, strict=True))
         if cell != reference_cell
     }
-    return all(candidate.exact_stage_memory(s) <= room for s in sorted(changed))
+    return all(candidate.stage_fits(s) for s in sorted(changed))
 
 
 def improve(
     plan: Plan,
     max_moves: int = 400,
     max_evaluations: int = 40_000,
-    reoption: Callable[[Counts], Counts] | None = None,
+    reoption: CellOptions | None = None,
     clock: Clock | None = None,
 ) -> Plan:
     """A plan no slower than `plan`, by first-improvement moves until none helps or a limit is reached.
@@ -122,6 +145,8 @@ def improve(
     """
     best = plan
     best_fits = best.fits
+    # whether the plan's options are already the setting's (then a move rewrites its own cells only)
+    given = reoption is None or reoptioned(plan.problem, plan.counts, reoption) == plan.counts
     moves = evaluations = 0
     batch = FIRST_BATCH
     improved = True
@@ -134,7 +159,7 @@ def improve(
             room = max_evaluations - evaluations
             candidates = []
             for move in itertools.islice(neighbours, min(batch, room)):
-                candidates.append(_moved(best, move, reoption))
+                candidates.append(_moved(best, move, reoption, whole=not given))
             if not candidates:
                 return best  # no neighbour left, or the evaluation limit reached
             p = plan.problem
@@ -148,7 +173,7 @@ def improve(
             for index, (candidate, time) in enumerate(zip(candidates, times, strict=True)):
                 if time < threshold and _fits(candidate, best, best_fits) and not candidate.problems():
                     candidate.__dict__["iteration_time"] = time  # the cached property, computed already
-                    best, best_fits = candidate, True
+                    best, best_fits, given = candidate, True, True
                     evaluations += index + 1
                     moves += 1
                     improved = True

@@ -225,7 +225,36 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return all(self.exact_stage_memory(s) <= Fraction(self.problem.memory_mb) for s in range(self.problem.stages))
+        return all(self.stage_fits(s) for s in range(self.problem.stages))
+
+    def stage_fits(self, stage: int) -> bool:
+        """Whether the stage's exact peak is at most the device: summed in floating point first,
+        where rounding (relative 1e-15 a term) cannot cross a margin of 1e-9 of the device; in
+        `Fraction`s only within that margin."""
+        p = self.problem
+        room = p.memory_mb
+        base = p.constant_memory_mb
+        activations = [0.0] * p.chunks
+        for index, body in enumerate(p.layers.bodies):
+            for chunk in range(p.chunks):
+                for k, n in enumerate(self.counts[index][chunk][stage]):
+                    if n:
+                        base += n * body.memory_parameter_mb
+                        activations[chunk] += n * body.memory_mb[OPTIONS[k]]
+        peak = max(
+            (
+                base
+                + sum(n * a for n, a in zip(vector, activations, strict=True))
+                + p.head_stage_memory_mb(stage, vector)
+                for vector in p.vectors[stage]
+            ),
+            default=base,
+        )
+        if peak <= room * (1 - 1e-9):
+            return True
+        if peak > room * (1 + 1e-9):
+            return False
+        return self.exact_stage_memory(stage) <= Fraction(room)
 
     def memory_over_time(self, stage: int) -> list[tuple[float, float]]:
         """(time, MB) after every op of a stage: activations come with a forward and go with its backward."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from ppb_core.balance.bounds import drain_family, family_row, least_max_work, nu
 from ppb_core.balance.cell_model import CellModel, cell_choices
 from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
-from ppb_core.balance.local import Counts, exchange, improve
+from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
@@ -333,12 +333,15 @@ def _run(
     start: Plan | None,
     seeds: Sequence[Path],
     report: Reporter,
+    cutoff: float = math.inf,
+    known: float = math.inf,
 ) -> _Run:
     """Solve, and with `exact` keep adding the found plan's critical path until it equals T.
 
     Rounds stop on node limits, doubled while a round's plan already agrees with its T, within one
     budget of nodes for the whole loop (`WorkLimits.node_work`): the same rounds, rows and plans on
-    every machine. Only the clock's safety bound can end it otherwise.
+    every machine. Only the clock's safety bound can end it otherwise, or a proven bound above
+    *cutoff* (status "cutoff": no plan of this program beats a plan found elsewhere).
     """
     tau = model.tau
     size = len(model.columns) + len(model.rows) + len(seeds)
@@ -381,6 +384,8 @@ def _run(
                 raise RuntimeError(f"HiGHS failed: {outcome}")
             outcome = "work_limit"  # a solution, but not a proven optimum
         bound = max(bound, info.mip_dual_bound * tau)
+        if bound >= cutoff * (1 + GAP_TOLERANCE):
+            return _Run("cutoff", best, bound, rounds, paths, solver)
         if not highs.has_solution(solver):
             if outcome == "work_limit" and exact and rounds < limits.rounds:
                 nodes *= 2  # a short round found no plan yet: give the next one more nodes
@@ -394,11 +399,12 @@ def _run(
         if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
             best = plan
         incumbent = value(best)
+        shown = min(incumbent, known)  # the best plan the solve knows, for progress (*known*: found beside)
         report(
             "round",
             f"round {rounds}: {paths} path rows, {used:,} of {budget:,} branch-and-bound nodes",
-            incumbent,
-            min(bound, incumbent),
+            shown,
+            min(bound, shown),
         )
         if incumbent <= bound * (1 + GAP_TOLERANCE):
             return _Run("optimal", best, bound, rounds, paths, solver)
@@ -450,21 +456,20 @@ def _add_family_row(model: ChoiceModel, common: dict, level: float) -> None:
     model._row(level / model.tau, highs.INF, terms)
 
 
-def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Counts]:
-    """Counts with every cell's options given again by the setting (from the cell's first layer)."""
+def _reoption(setting: Setting) -> CellOptions:
+    """A cell's options given again by the setting (from the cell's first layer): per body type in the
+    cell, its layers under each option, from its layers."""
 
-    def apply(counts: Counts) -> Counts:
-        fresh = empty_counts(problem)
-        for v, s in problem.cells:
-            sizes = [sum(counts[b][v][s]) for b in range(len(counts))]
-            wanted = setting.cell_options(sum(sizes))
-            along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
-            start = 0
-            for b, n in enumerate(sizes):
-                for k in along[start : start + n]:
-                    fresh[b][v][s][k] += 1
-                start += n
-        return fresh
+    def apply(sizes: Sequence[int]) -> list[list[int]]:
+        wanted = setting.cell_options(sum(sizes))
+        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
+        rows = [[0] * len(OPTIONS) for _ in sizes]
+        start = 0
+        for b, n in enumerate(sizes):
+            for k in along[start : start + n]:
+                rows[b][k] += 1
+            start += n
+        return rows
 
     return apply
 
@@ -475,13 +480,14 @@ STOPPED = {
     "work_limit": "stopped at its work limits (the same on every run)",
     "time_limit": "stopped by the time limit (another machine may stop elsewhere)",
     "infeasible": "no plan fits",
+    "cutoff": "proven no faster than a setting before it",
 }
 
 
 def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
     """The even split (as the baselines split) under a Megatron-Core setting."""
     plan = uniform_plan(problem, problem.options[0])
-    return Plan(problem, freeze(_reoption(problem, setting)([[[list(c) for c in r] for r in b] for b in plan.counts])))
+    return Plan(problem, reoptioned(problem, plan.counts, _reoption(setting)))
 
 
 def solve(
@@ -550,8 +556,13 @@ def _megatron(
     # the settings' solves share one solve's work budgets: their plans are repeatable, and the
     # clock (the safety bound) does not decide which settings are tried
     shared = limits.scaled(1 / max(1, len(candidates)))
-    best: tuple[float, Solution, Setting] | None = None
-    for setting in candidates:
+    best: tuple[float, int, Solution, Setting] | None = None
+    # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
+    # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
+    for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
+        setting = candidates[index]
+        # a setting proven no faster than the best so far is not searched further: it would not be taken
+        cutoff = best[0] if best is not None else math.inf
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             break
@@ -564,7 +575,11 @@ def _megatron(
             report,
             tie_break=False,
             setting=setting,
+            cutoff=cutoff,
         )
+        if found.stopped_by == "cutoff":
+            report("megatron", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", cutoff),))
+            continue
         if found.plan is None or found.objective is None:
             continue
         report(
@@ -573,12 +588,16 @@ def _megatron(
             found.objective,
             found.bound,
         )
-        if best is None or found.objective < best[0] - 1e-12 * best[0]:
-            best = (found.objective, found, setting)
+        if (
+            best is None
+            or found.objective < best[0] - 1e-12 * best[0]
+            or (found.objective <= best[0] + 1e-12 * best[0] and index < best[1])
+        ):
+            best = (found.objective, index, found, setting)
     if best is None:
         solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
-    value, found, setting = best
+    value, _, found, setting = best
     solution.megatron_plan, solution.megatron_setting = found.plan, setting
     solution.megatron_objective, solution.megatron_status = value, found.status
     if solution.objective is not None and value <= solution.objective * (1 + GAP_TOLERANCE):
@@ -609,7 +628,10 @@ def _solve(
     report: Reporter,
     tie_break: bool,
     setting: Setting | None = None,
+    cutoff: float = math.inf,
 ) -> Solution:
+    """The plan (under *setting*, if given); with a finite *cutoff* the search ends once it proves
+    that no plan beats *cutoff* (`stopped_by: "cutoff"`, the plan found so far, if any)."""
     tau = time_unit(problem)
     notes: list[str] = []
     fitting = _start_plans(problem, catalogue, setting)
@@ -702,6 +724,11 @@ def _solve(
             notes=notes,
         )
 
+    if exact and problem.micro_batches * busiest >= cutoff * (1 + GAP_TOLERANCE):
+        # the busiest stage alone takes longer than the plan to beat: T ≥ m·S*
+        notes.append(f"critical path: not searched, T ≥ m·S* = {problem.micro_batches * busiest:.6g}")
+        return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
+
     # 2. The critical path, over choices Pareto-reduced per cell, bounded by the best plan so far.
     incumbents = [closed_plan, *fitting]
     # The closed form does not see how a stage splits its work between chunks, nor the schedule's
@@ -709,7 +736,7 @@ def _solve(
     # They stop in local optima, so from two starts: the closed form's optimum and the best other.
     others = [plan for plan in fitting if plan.counts != closed_plan.counts]
     starts = [closed_plan, *([min(others, key=lambda plan: plan.iteration_time)] if others else [])]
-    reoption = _reoption(problem, setting) if setting is not None else None
+    reoption = _reoption(setting) if setting is not None else None
     ops = 2 * problem.micro_batches * problem.chunks * problem.stages
     incumbents += [
         improve(plan, limits.local_moves, limits.local_work // ops // len(starts), reoption, clock) for plan in starts
@@ -790,7 +817,9 @@ def _solve(
     else:
         # a faster plan, if any, uses only the choices left: the program searches them alone, and
         # its bound (over them) holds for every plan up to the probing's cut-off
-        critical = _run(program_over(probed.alive), True, limits, clock, start, paths, report)
+        critical = _run(
+            program_over(probed.alive), True, limits, clock, start, paths, report, cutoff, known.iteration_time
+        )
         critical.bound = max(min(critical.bound, probed.cutoff), probed.bound)
     # the tie-breaking needs only the choices a plan as fast as the best may use (probing's first phase)
     if all(probed.alive_ties):
