@@ -19,7 +19,7 @@ cell times already below it (the relaxation with every path has that solution, s
 below the cut-off too: keep).
 
 Repeatable: the probes run in listing order, HiGHS single-threaded, and the work is counted in
-relaxations solved (`WorkLimits.probe_work`), never in seconds.
+relaxations solved (`WorkLimits.probe_work` buys one per run of the schedule), never in seconds.
 """
 
 from __future__ import annotations
