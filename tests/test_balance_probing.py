@@ -101,3 +101,33 @@ def test_first_pass_keeps_every_choice_of_an_equally_fast_plan(instance) -> None
         kept += 1
         assert all(j in found.alive_ties[s] for s, j in enumerate(picked))
     event(f"equally fast plans checked: {'some' if kept else 'none'}")
+
+
+def test_probing_is_repeatable() -> None:
+    """The same input gives the same drops, rows and relaxations (no decision reads the clock)."""
+    descriptions = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 5},
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 9,
+            "time": 3,
+            "memory_parameter": 10,
+            "memory_activation": 30,
+            "memory_select_rec": 20,
+            "memory_select_comm": 25,
+            "memory_both_comm_select": 15,
+            "memory_recompute": 2,
+        },
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 2, "memory_parameter": 8},
+    ]
+    problem = BalanceInput(layer_set(descriptions), 3, 6, 2, 400.0)
+    value = solve(problem, time_limit=60).objective
+    runs = []
+    for _ in range(2):
+        choices = choices_within(problem, Catalogue(problem), value, closed_form=False)
+        model = ChoiceModel(problem, choices, time_unit(problem))
+        found = probe(problem, choices, model, value, 10_000, Clock(60), ties=value * (1 + 1e-6))
+        runs.append((found.proven, found.alive, found.alive_ties, found.relaxations, found.paths, found.bound))
+    assert runs[0] == runs[1]
+    assert runs[0][3] > len(runs[0][1])  # more relaxations than stages: the probes ran
