@@ -9,6 +9,7 @@ the plan's iteration time as the schedule simulator runs it.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ from test_balance_optimality import exhaustive, instances
 
 from ppb_core.balance.choice_model import ChoiceModel, time_unit
 from ppb_core.balance.choices import Catalogue
+from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN, PathRelaxation, probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import choices_within, solve
@@ -68,3 +70,64 @@ def test_relaxation_of_one_plan_settles_at_its_iteration_time(instance) -> None:
     value = relaxation.bound(math.inf, True, Clock(60), 10_000)
     expected = simulate(canonical("1f1b", chunks), plan.cell_forward, plan.cell_backward, micro_batches).makespan
     assert value == pytest.approx(expected, rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=instances())
+def test_first_pass_keeps_every_choice_of_an_equally_fast_plan(instance) -> None:
+    """Every plan over the listed choices (all of them, run through the simulator) whose iteration
+    is within the tie-breaking's tolerance of the optimum keeps each of its stage choices."""
+    descriptions, stages, chunks, micro_batches, memory = instance
+    optimum = exhaustive(descriptions, stages, chunks, micro_batches, memory)
+    if math.isinf(optimum):
+        return
+    problem = BalanceInput(layer_set(descriptions), stages, micro_batches, chunks, memory)
+    choices = choices_within(problem, Catalogue(problem), optimum * 1.1, closed_form=False)
+    if math.prod(len(stage) for stage in choices) > 5_000:
+        return
+    model = ChoiceModel(problem, choices, time_unit(problem))
+    ties = optimum * (1 + 1e-6)
+    found = probe(problem, choices, model, optimum, 10_000, Clock(60), ties=ties)
+    kept = 0
+    for picked in itertools.product(*(range(len(stage)) for stage in choices)):
+        counts = empty_counts(problem)
+        for s, j in enumerate(picked):
+            for v, cell in enumerate(choices[s][j].cells):
+                for body, row in zip(cell.bodies, cell.counts, strict=True):
+                    counts[body][v][s] = list(row)
+        plan = Plan(problem, freeze(counts))
+        if plan.problems() or plan.iteration_time > ties:
+            continue
+        kept += 1
+        assert all(j in found.alive_ties[s] for s, j in enumerate(picked))
+    event(f"equally fast plans checked: {'some' if kept else 'none'}")
+
+
+def test_probing_is_repeatable() -> None:
+    """The same input gives the same drops, rows and relaxations (no decision reads the clock)."""
+    descriptions = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 5},
+        {
+            "name": "BODY_0",
+            "type": "BODY",
+            "nb_layer": 9,
+            "time": 3,
+            "memory_parameter": 10,
+            "memory_activation": 30,
+            "memory_select_rec": 20,
+            "memory_select_comm": 25,
+            "memory_both_comm_select": 15,
+            "memory_recompute": 2,
+        },
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 2, "memory_parameter": 8},
+    ]
+    problem = BalanceInput(layer_set(descriptions), 3, 6, 2, 400.0)
+    value = solve(problem, time_limit=60).objective
+    runs = []
+    for _ in range(2):
+        choices = choices_within(problem, Catalogue(problem), value, closed_form=False)
+        model = ChoiceModel(problem, choices, time_unit(problem))
+        found = probe(problem, choices, model, value, 10_000, Clock(60), ties=value * (1 + 1e-6))
+        runs.append((found.proven, found.alive, found.alive_ties, found.relaxations, found.paths, found.bound))
+    assert runs[0] == runs[1]
+    assert runs[0][3] > len(runs[0][1])  # more relaxations than stages: the probes ran

@@ -791,7 +791,7 @@ def _solve(
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
     ties = known.iteration_time * (1 + TIE_TOLERANCE) if tie_break else None
-    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work, clock, ties=ties)
+    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work // ops, clock, ties=ties)
     report(
         "bound",
         f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}",
