@@ -512,9 +512,11 @@ def _megatron(
         return
     most = max(plan.cell_layers(v, s) for v, s in problem.cells)
     best: tuple[float, Solution, Setting] | None = None
+    stopped = False
     for setting in settings(problem.options, most, modules is not None):
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
+            stopped = True
             break
         found = _solve(
             problem,
@@ -532,7 +534,8 @@ def _megatron(
         if best is None or found.objective < best[0] - 1e-12 * best[0]:
             best = (found.objective, found, setting)
     if best is None:
-        solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
+        if not stopped:  # cut short, it tried too few settings to say none fits
+            solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
     value, found, setting = best
     solution.megatron_plan, solution.megatron_setting = found.plan, setting
