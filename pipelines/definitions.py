@@ -15,7 +15,7 @@ from pipelines.assets.search import (
 from pipelines.automation import automation_sensor
 from pipelines.io_managers import ParquetIOManager
 from pipelines.jobs import observe_job, register_job
-from pipelines.resources import CONFIG_DIR_ENV, STORAGE_DIR_ENV, RunConfigs, env_setting
+from pipelines.resources import CONFIG_DIR_ENV, STORAGE_DIR_ENV, RunConfigs, SettingError, env_setting
 from pipelines.sensors import run_config_sensor
 
 
@@ -37,7 +37,7 @@ EXECUTOR_ENV = "PPB_EXECUTOR"
 def executor() -> dg.ExecutorDefinition:
     name = dg.EnvVar(EXECUTOR_ENV).get_value("in_process") or "in_process"
     if name not in EXECUTORS:
-        raise ValueError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
+        raise SettingError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
     return EXECUTORS[name]
 
 
