@@ -15,13 +15,50 @@ records why each request was made (the automation sensor's evaluations in the UI
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 import dagster as dg
 
+from pipelines.resources import SettingError
+
 CONFIG_FILE = "run_config_file"  # the observable source asset run_config reads
-NIGHTLY_CRON = dg.EnvVar("PPB_NIGHTLY_CRON").get_value("0 2 * * *") or "0 2 * * *"
-NIGHTLY_TIMEZONE = dg.EnvVar("PPB_NIGHTLY_TIMEZONE").get_value("UTC") or "UTC"
+
+
+def _setting(name: str, default: str) -> str:
+    return dg.EnvVar(name).get_value(default) or default
+
+
+def _nightly() -> tuple[str, str]:
+    """$PPB_NIGHTLY_CRON and $PPB_NIGHTLY_TIMEZONE, checked: a bad cron was Dagster's traceback at
+    import, an unknown time zone went unnoticed."""
+    cron, timezone = _setting("PPB_NIGHTLY_CRON", "0 2 * * *"), _setting("PPB_NIGHTLY_TIMEZONE", "UTC")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SettingError(
+            f"$PPB_NIGHTLY_TIMEZONE={timezone!r}: not an IANA time zone (e.g. UTC, Europe/Paris)"
+        ) from None
+    try:
+        dg.AutomationCondition.cron_tick_passed(cron, timezone)
+    except Exception:  # Dagster's check error: the cron string it cannot read
+        raise SettingError(f"$PPB_NIGHTLY_CRON={cron!r}: not a cron schedule (e.g. '0 2 * * *')") from None
+    return cron, timezone
+
+
+def _interval_s() -> int:
+    text = _setting("PPB_SENSOR_INTERVAL_S", "30")
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise SettingError(f"$PPB_SENSOR_INTERVAL_S={text!r}: expected a positive whole number of seconds")
+    return seconds
+
+
+NIGHTLY_CRON, NIGHTLY_TIMEZONE = _nightly()
 # How often the sensors look: the run config files, and the automation condition.
-SENSOR_INTERVAL_S = int(dg.EnvVar("PPB_SENSOR_INTERVAL_S").get_value("30") or "30")
+SENSOR_INTERVAL_S = _interval_s()
 
 
 def rebuild_when_changed(cron: str = NIGHTLY_CRON, timezone: str = NIGHTLY_TIMEZONE) -> dg.AutomationCondition:

@@ -16,6 +16,8 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.resources import SettingError
+
 EXECUTOR_ENV = "PPB_EXECUTOR"
 CELERY_BROKER_ENV = "PPB_CELERY_BROKER"
 CELERY_BACKEND_ENV = "PPB_CELERY_BACKEND"
@@ -33,7 +35,7 @@ def executor_name() -> str:
     """`$PPB_EXECUTOR`, checked: in_process when unset."""
     name = _setting(EXECUTOR_ENV) or "in_process"
     if name not in NAMES:
-        raise ValueError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(NAMES)}")
+        raise SettingError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(NAMES)}")
     return name
 
 
@@ -42,7 +44,7 @@ def celery_app_args() -> dict[str, Any]:
     backend and, for a filesystem broker, the folders its messages and results go through."""
     broker = _setting(CELERY_BROKER_ENV)
     if not broker:
-        raise ValueError(
+        raise SettingError(
             f"${EXECUTOR_ENV}=celery needs ${CELERY_BROKER_ENV} (a Celery broker URL, or filesystem:///dir)"
         )
     backend = _setting(CELERY_BACKEND_ENV)
@@ -72,7 +74,7 @@ def celery_executor() -> dg.ExecutorDefinition:
     try:
         from dagster_celery import celery_executor as executor
     except ImportError as err:
-        raise ValueError(f"${EXECUTOR_ENV}=celery needs dagster-celery: pip install -e '.[cluster]'") from err
+        raise SettingError(f"${EXECUTOR_ENV}=celery needs dagster-celery: pip install -e '.[cluster]'") from err
     return executor.configured(args, name="celery")
 
 

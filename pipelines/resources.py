@@ -26,6 +26,10 @@ STORAGE_DIR_ENV = "PPB_STORAGE_DIR"
 INVALID_KEY_CHARACTERS = ("|", ",", "[", "]")
 
 
+class SettingError(ValueError):
+    """A PPB_* environment setting the definitions cannot use (`python -m pipelines` says it in one line)."""
+
+
 def env_setting(name: str) -> str:
     """$name as a resource setting Dagster resolves at launch (`dg.EnvVar`), or "" (the default) when unset."""
     return dg.EnvVar(name) if name in os.environ else ""

@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppb_core.balance.megatron import Setting, setting_of
-from ppb_core.balance.outputs import megatron, virtual_stages
+from ppb_core.balance.outputs import megatron, plan_from_yaml, virtual_stages
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput, run_problem
-from ppb_core.balance.program import solve
+from ppb_core.balance.program import Solution, _megatron, solve
+from ppb_core.balance.progress import Clock, Reporter, WorkLimits
+from ppb_core.balance.result import report
 from ppb_core.config.layout import LayoutError, expand, format_layout, model_order, parse_layout, validate_layout
 from ppb_core.config.run import load_run_config
 from ppb_core.limits import CHUNKS, LAYERS, STAGES
@@ -195,3 +197,17 @@ def test_every_shipped_config_layout_parses_back(config_plan) -> None:
     # each virtual stage holds the plan's layers of its cell
     for v, s in problem.cells:
         assert layout[s][v].count("t") == plan.cell_layers(v, s)
+
+
+def test_megatron_settings_cut_short_say_so_and_claim_nothing_else() -> None:
+    """A plan Megatron-Core cannot say (SLCT on stage 0 only), the clock out before any setting was
+    tried: the notes said "stopped by the time limit" and then "no plan fits under one setting for
+    every layer", which nothing showed; the report now says why no alternative stands beside it."""
+    run = load_run_config(Path(__file__).parent.parent / "configs" / "llama3-8b.yaml")
+    problem = run_problem(run, describe_run(run))
+    plan = plan_from_yaml(problem, {"offset": [0, 0, 0, 0], "select_recompute": [8, 0, 0, 0]})
+    solution = Solution(problem, "time_limit", plan=plan, objective=plan.iteration_time, stopped_by="time_limit")
+    _megatron(problem, solution, True, WorkLimits(), Clock(0.0), Reporter(None, Clock(0.0)), None)
+    assert solution.notes == ["Megatron-Core's settings: stopped by the time limit"]
+    said = report(solution)["megatron"]
+    assert not said["recompute_expressible"] and said["no_alternative"] == "stopped by the time limit"

@@ -186,3 +186,15 @@ def test_the_comparison_puts_formulas_and_census_side_by_side(tmp_path) -> None:
     assert row.census["NONE"] == 1024 * 7540 and row.census["FULL"] == 1024 * 256
     assert row.census_working == 1024 * 13692 + 1024 * 256 * 2  # and the gathered input (above)
     assert "census.input_layernorm:_to_copy [normOp]" in report([row])
+
+
+def test_the_comparison_of_a_run_config_with_a_census_still_shows_the_formulas(tmp_path) -> None:
+    """A run config that names a census for the model (as docs/census.md shows) gave the census on
+    both sides, census/formulas 1.00: the formulas' side is the run without it."""
+    census_path = tmp_path / "small-census.json"
+    census_path.write_text(_census(_kind()).to_json())
+    (row,) = compare(_run(tmp_path, _census(_kind())), census_path)
+    (tmp_path / "formulas").mkdir()
+    formulas_only = load_run_config(_run(tmp_path / "formulas", None))
+    assert row.formulas == MemoryModel(formulas_only).option_activation_bytes(_body(formulas_only))
+    assert row.formulas != row.census

@@ -337,3 +337,25 @@ def test_as_many_query_groups_as_heads_is_the_same_model(capsys: pytest.CaptureF
         captured = capsys.readouterr()
         assert code in code_wanted, captured.err
     assert "--num-query-groups: 48, the run config has 96 (num_key_value_heads)" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ("--cp-comm-type p2p", ""),  # Megatron's ring: the run's cp_variant
+        ("--cp-comm-type p2p p2p p2p", ""),  # one type a layer, all the same
+        ("--cp-comm-type a2a", "--cp-comm-type: a2a is the ulysses, the run config has ring (parallel.cp_variant)"),
+        ("--cp-comm-type allgather", "--cp-comm-type: allgather: ppb prices one type for every layer"),
+        ("--cp-comm-type p2p a2a", "--cp-comm-type: p2p a2a: ppb prices one type for every layer"),
+    ],
+)
+def test_the_context_parallel_communication_is_the_runs(
+    capsys: pytest.CaptureFixture[str], flags: str, said: str
+) -> None:
+    """configs/qwen2.5-7b.yaml runs cp 2 as a ring: Megatron-LM's --cp-comm-type p2p (its default)."""
+    code = main(["check", str(CONFIGS / "qwen2.5-7b.yaml"), "--plan", flags, "--no-optimum", "-q", "--json"])
+    captured = capsys.readouterr()
+    if said:
+        assert code == 2 and captured.err.count("\n") == 1 and f"--plan: {said}" in captured.err, captured.err
+    else:
+        assert code in (0, 1) and json.loads(captured.out)["form"] == "megatron", captured.err

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.cli.main import main
+from ppb_core.cli.plan import wall_time
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -28,3 +29,9 @@ def test_the_balance_closed_form_is_in_seconds(capsys: pytest.CaptureFixture[str
     assert main(["balance", str(CONFIGS / "llama3-8b.yaml"), "-q"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if "closed form" in line)
     assert re.search(r"closed form [\d,]+\.\d{3} s \(its optimum [\d,]+\.\d{3} s\)", line), line
+
+
+@pytest.mark.parametrize(("seconds", "said"), [(0.676, "676 ms"), (91.013, "91.0 s"), (1234.5, "1,234.5 s")])
+def test_ppb_plan_says_its_wall_time_in_seconds_past_one(seconds: float, said: str) -> None:
+    """`ppb plan configs/deepseek-v3.yaml -o DIR` titled its table '11 stages in 91013 ms'."""
+    assert wall_time(seconds) == said

@@ -4,7 +4,10 @@ project; the IO manager works on local and fsspec storage."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -13,13 +16,14 @@ import pytest
 import yaml
 from upath import UPath
 
+from pipelines import automation
 from pipelines.assets import STAGE_ASSETS
 from pipelines.assets.plan import SOLVER_POOL
 from pipelines.definitions import defs, executor, resources
 from pipelines.executors import celery_app_args, search_executor
 from pipelines.io_managers import PandasParquetIOManager, replace_file
 from pipelines.partitions import PARTITIONS_NAME
-from pipelines.resources import PROJECT_ROOT, RunConfigs, env_setting, storage_location
+from pipelines.resources import PROJECT_ROOT, RunConfigs, SettingError, env_setting, storage_location
 from ppb_core import chain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,3 +215,29 @@ def test_the_documented_materialize_selection_shares_the_run_config_partitions()
             names = {graph.get(key).partitions_def.name for key in keys}
             assert names == {PARTITIONS_NAME}, (doc, selection, names)
             assert {key.to_user_string() for key in keys} >= {step.name for step in chain.STAGES}, (doc, selection)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("PPB_SENSOR_INTERVAL_S", "abc", "expected a positive whole number of seconds"),  # was int()'s traceback
+        ("PPB_SENSOR_INTERVAL_S", "-5", "expected a positive whole number of seconds"),  # was taken
+        ("PPB_NIGHTLY_CRON", "notacron", "not a cron schedule"),  # was Dagster's ParameterCheckError
+        ("PPB_NIGHTLY_TIMEZONE", "Mars/Olympus", "not an IANA time zone"),  # was taken
+    ],
+)
+def test_a_bad_automation_setting_is_named(monkeypatch, name: str, value: str, said: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingError, match=re.escape(f"${name}={value!r}: {said}")):
+        automation._interval_s() if name == "PPB_SENSOR_INTERVAL_S" else automation._nightly()
+
+
+def test_python_m_pipelines_says_a_bad_setting_in_one_line(tmp_path: Path) -> None:
+    """A PPB_* setting the definitions refuse as they load was a traceback, exit 1."""
+    env = {**os.environ, "PPB_EXECUTOR": "threads", "DAGSTER_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines", "llama3-8b"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    said = "python -m pipelines: error: $PPB_EXECUTOR='threads': expected one of in_process, multiprocess\n"
+    assert done.stderr == said

@@ -208,3 +208,23 @@ def test_one_balance_serves_strategies_with_the_same_problem() -> None:
     # a different problem is balanced and added
     evaluate(spec, grid["tp2sp-cp1-pp2-dp2-z1-b1m12-r0"], solved=solved)
     assert len(solved) == 2
+
+
+@pytest.mark.parametrize(
+    ("zero", "fsdp", "said"),
+    [
+        (0, False, []),
+        (1, False, ["--use-distributed-optimizer"]),
+        # the distributed optimizer keeps the fp32 gradient buffer whole (ZeRO-1): ZeRO-2, ranked with its
+        # gradients sharded, was written as --use-distributed-optimizer, a run holding them whole
+        (2, False, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads"]),
+        (3, False, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]),
+        (3, True, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]),
+    ],
+)
+def test_megatron_flags_shard_what_the_strategy_shards(zero: int, fsdp: bool, said: list[str]) -> None:
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(2, 1, 2, 2, 2, "interleaved", 4, 1, True, "ring", zero, fsdp, 1, 8, 0)
+    flags = megatron_flags(spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "recompute": []}})
+    sharding = [flag for flag in flags if "fsdp" in flag or "optimizer" in flag or "sharding" in flag]
+    assert sharding == said

@@ -216,7 +216,7 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
 )
-TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy")
+TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy", "--cp-comm-type")
 SWITCH_FLAGS = (
     "--sequence-parallel",
     "--use-distributed-optimizer",
@@ -262,13 +262,16 @@ def parse_flags(text: str) -> MegatronFlags:
     while index < len(words):
         word = words[index]
         name, _, inline = word.partition("=")
-        if name == "--recompute-modules":
-            modules = [inline] if inline else []
+        if name in ("--recompute-modules", "--cp-comm-type"):  # nargs: every word up to the next flag
+            values = [inline] if inline else []
             index += 1
             while index < len(words) and not words[index].startswith("--"):
-                modules.append(words[index])
+                values.append(words[index])
                 index += 1
-            found["modules"] = tuple(modules)
+            if name == "--recompute-modules":
+                found["modules"] = tuple(values)
+            else:
+                stated[name] = " ".join(values)
             continue
         if name == "--recompute-activations":
             found["granularity"] = "selective"  # arguments.py: --recompute-activations sets selective

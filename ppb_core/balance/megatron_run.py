@@ -291,6 +291,7 @@ def _check_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
             where, "--sequence-parallel", sequence_parallel, par.sequence_parallel, "parallel.sequence_parallel", True
         )
     _check_sharding(flags, run, where)
+    _check_context_parallel(flags, run, where)
     _check_virtual_stages(flags, run, where)
 
 
@@ -323,6 +324,30 @@ def _check_sharding(flags: MegatronFlags, run: RunConfig, where: str) -> None:
         return
     if given != level:
         raise InputError(where, flag, f"{said}: shard level {given}, the run config has {shown_run}: {WHY}")
+
+
+# Megatron-LM's --cp-comm-type (default p2p, one type a layer allowed) as ppb's parallel.cp_variant:
+# p2p is the ring, a2a Ulysses' all-to-all; allgather and a2a+p2p are not priced by ppb.
+_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
+
+
+def _check_context_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    par = run.parallel
+    text = flags.stated.get("--cp-comm-type")
+    if par.cp < 2 or (text is None and not flags.complete):
+        return
+    kinds = sorted(set(str(text or "p2p").split())) or ["p2p"]
+    if len(kinds) > 1 or kinds[0] not in _CP_VARIANTS:
+        raise InputError(
+            where, "--cp-comm-type", f"{text}: ppb prices one type for every layer, p2p (ring) or a2a (ulysses)"
+        )
+    if _CP_VARIANTS[kinds[0]] != par.cp_variant:
+        said = kinds[0] if text is not None else "not given (Megatron-LM's default p2p)"
+        raise InputError(
+            where,
+            "--cp-comm-type",
+            f"{said} is the {_CP_VARIANTS[kinds[0]]}, the run config has {par.cp_variant} (parallel.cp_variant): {WHY}",
+        )
 
 
 def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> None:

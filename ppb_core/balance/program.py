@@ -557,6 +557,7 @@ def _megatron(
     # clock (the safety bound) does not decide which settings are tried
     shared = limits.scaled(1 / max(1, len(candidates)))
     best: tuple[float, int, Solution, Setting] | None = None
+    stopped = False
     # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
     # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
     for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
@@ -565,6 +566,7 @@ def _megatron(
         cutoff = best[0] if best is not None else math.inf
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
+            stopped = True
             break
         found = _solve(
             problem,
@@ -595,7 +597,8 @@ def _megatron(
         ):
             best = (found.objective, index, found, setting)
     if best is None:
-        solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
+        if not stopped:  # cut short, it tried too few settings to say none fits
+            solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
     value, _, found, setting = best
     solution.megatron_plan, solution.megatron_setting = found.plan, setting

@@ -74,6 +74,12 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
                 "slower_by": value / plan.iteration_time - 1 if plan.iteration_time > 0 else None,
                 "peak_memory_mb": alternative.peak_memory_mb,
             }
+        said = out["megatron"]
+        if said.get("layout") and not said.get("recompute_expressible") and "alternative" not in said:
+            # why no plan Megatron-Core can say stands beside it: its flags carry the layout alone
+            why = [note.split(": ", 1)[1] for note in solution.notes if note.startswith("Megatron-Core's settings:")]
+            if why:
+                said["no_alternative"] = why[-1]
     if plan is not None:
         out["timeline"] = {"plan": plan.timeline_json()}
         if best is not None:

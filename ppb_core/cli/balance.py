@@ -258,6 +258,12 @@ def render(result: dict[str, Any]) -> None:
             console.print("  or, instead of the layout:", escape(mega["first_last"]), soft_wrap=True)
         if mega.get("note"):
             console.print(f"  ({escape(mega['note'])})")
+        if mega.get("no_alternative"):
+            console.print(
+                f"  no plan Megatron-LM can say beside it ({escape(mega['no_alternative'])}): the flags above "
+                "carry the layout, not the plan's recompute",
+                soft_wrap=True,
+            )
         alternative = mega.get("alternative")
         if alternative:
             console.print(

@@ -21,6 +21,11 @@ from ppb_core.io import check_output, remove_stale_temporaries
 from ppb_core.tables.schema import rows_of
 
 
+def wall_time(seconds: float) -> str:
+    """Wall time as a person reads it: ms below a second, seconds above (91.0 s, not 91013 ms)."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:,.1f} s"
+
+
 def run(args: argparse.Namespace) -> int:
     stages = [step.name for step in chain.STAGES]
     if args.until is not None and args.until not in stages:
@@ -32,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     with chain_progress(args.quiet) as (starting, hook):
         settings = {"pipeline_plan": {"time_limit_s": args.time_limit, "progress": hook}}
         tables = chain.run_chain(args.run, until=args.until, settings=settings, starting=starting)
-    elapsed_ms = (time.perf_counter() - started) * 1000
     key = chain.partition_key(args.run)
-    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed_ms:.0f} ms, written under {args.out}")
+    elapsed = wall_time(time.perf_counter() - started)
+    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed}, written under {args.out}")
     table.add_column("stage")
     table.add_column("rows", justify="right")
     table.add_column("files")

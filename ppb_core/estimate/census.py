@@ -34,22 +34,29 @@ class KindComparison:
     census_working: float
 
 
-def with_census(run_path: str | Path, census_path: str | Path, model: str | None = None) -> RunConfig:
-    """The run config at *run_path* with *census_path* named for *model* (the first model by default)."""
+def with_census(run_path: str | Path, census_path: str | Path | None, model: str | None = None) -> RunConfig:
+    """The run config at *run_path* with *census_path* named for *model* (the first model by default);
+    None: the model's own census left out, its activations by the formulas."""
     run_path = Path(run_path)
     raw = yaml.safe_load(run_path.read_text(encoding="utf-8"))
     names = [entry.get("name") for entry in raw.get("models", [])]
     target = model or names[0]
     if target not in names:
         raise InputError(run_path, "models", f"no model named {target!r}")
-    raw["models"][names.index(target)]["census"] = str(Path(census_path).resolve())
+    entry = raw["models"][names.index(target)]
+    if census_path is None:
+        entry.pop("census", None)
+    else:
+        entry["census"] = str(Path(census_path).resolve())
     return parse_run_config(raw, run_path, run_path.parent)
 
 
 def compare(run_path: str | Path, census_path: str | Path, model: str | None = None) -> list[KindComparison]:
-    formulas_run = load_run_config(run_path)
-    census_run = with_census(run_path, census_path, model)
-    target = model or formulas_run.model_names[0]
+    target = model or load_run_config(run_path).model_names[0]  # the run config checked first
+    # the formulas' side without the census the run config may name for the model (it printed the
+    # census twice, "census/formulas 1.00", for a run config that uses one)
+    formulas_run = with_census(run_path, None, target)
+    census_run = with_census(run_path, census_path, target)
     formulas, census = MemoryModel(formulas_run), MemoryModel(census_run)
     rows = []
     for slot in walk(formulas_run).distinct():

@@ -8,7 +8,8 @@ For the strategy ranked n, `-o DIR` writes:
 * `NN-<name>.megatron.txt`: Megatron-LM flags: the parallel sizes (megatron/training/arguments.py:
   `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, `--context-parallel-size`,
   `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
-  `--use-distributed-optimizer` or Megatron-FSDP's `--data-parallel-sharding-strategy`), the batch,
+  `--use-distributed-optimizer` for ZeRO-1, Megatron-FSDP's `--data-parallel-sharding-strategy`
+  optim_grads for ZeRO-2 and optim_grads_params for ZeRO-3 or FSDP), the batch,
   and the plan's `--pipeline-model-parallel-layout` with its recompute flags;
 * `NN-<name>.mindformers.yaml`: MindFormers' `parallel_config` (data_parallel, model_parallel,
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
@@ -49,9 +50,12 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         flags += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.etp}"]
     if s.sequence_parallel:
         flags.append("--sequence-parallel")
-    if s.fsdp or s.zero == 3:
-        flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {MEGATRON_FSDP_SHARDING[3]}"]
-    elif s.zero >= 1:
+    # Megatron-LM's distributed optimizer shards the optimizer states only (ZeRO-1: the fp32 gradient
+    # buffer stays whole, docs/frameworks.md); sharded gradients (ZeRO-2) are Megatron-FSDP's optim_grads
+    if s.fsdp or s.zero >= 2:
+        strategy = MEGATRON_FSDP_SHARDING[3 if s.fsdp else s.zero]
+        flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+    elif s.zero == 1:
         flags.append("--use-distributed-optimizer")
     flags += [
         f"--micro-batch-size {s.micro_batch_size}",
