@@ -115,6 +115,7 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
         # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion)
         "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
+        "memory": {"cublas_workspace_config": ":4096:8"},  # the case's ENV_VARS
     }
 
 
@@ -152,6 +153,9 @@ MOE_MLA = {
 }
 
 
+# Both cases' --no-rope-fusion, --moe-router-dtype fp32 and --moe-permute-fusion.
+MOE_MLA_TRAINING = {"rope_fusion": False, "moe": {"router_dtype": "fp32", "permute_fusion": True}}
+
 MOE_MLA_MEMORY_SPEED = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
 MOE_MLA_LAYOUT = "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental"
 
@@ -180,9 +184,11 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             "micro_batches": 4,
             "dtype": "bf16",
             "flash_attention": False,
+            **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 
@@ -219,9 +225,11 @@ def moe_mla_layout_run() -> dict[str, Any]:
             "dtype": "bf16",
             "flash_attention": False,
             "recompute": {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "mlp", "moe_act"]},
+            **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"cross_entropy_fusion": True},  # --cross-entropy-loss-fusion
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
+        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
     }
 
 

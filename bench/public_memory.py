@@ -25,11 +25,14 @@ Sources:
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
 the allocated rows; then, for the Megatron rows, the memory after the optimizer step
 (`mem-allocated-bytes` of the same golden values) against ppb's optimizer moment, and the first
-iteration's peak (before the first step allocates Adam's moments) against ppb's peak without them.
+iteration's peak (before the first step allocates Adam's moments) against ppb's peak without them;
+then each MoE row's peak at balanced routing and at the most one expert-parallel rank can receive
+under the run's own routing settings (`MoeTraining.routed_share_bound`), which brackets it.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +111,7 @@ def _megatron_rows() -> list[MeasuredPeak]:
                     first_iteration_bytes=first,
                     assumptions=(
                         "dp 2 (one node of 8 GPUs)",
-                        "PyTorch's default cuBLAS workspace (the test sets CUBLAS_WORKSPACE_CONFIG=:4096:8)",
+                        "CUBLAS_WORKSPACE_CONFIG=:4096:8 (the case's ENV_VARS)",
                         *((_BATCHES_KEPT,) if tp == 1 and gpu == "h100" else ()),
                     ),
                 )
@@ -149,6 +152,8 @@ GPT_SMALL = {
 
 def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
     data_parallel = 8 // pp
+    # gpt3_mcore_tp1_pp2 runs --transformer-impl local; the te_ cases transformer_engine
+    impl = "transformer_engine" if "_te_" in case else "local"
     return {
         "name": f"megatron-{case}",
         "framework": "megatron",
@@ -168,6 +173,8 @@ def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
+        "timing": {"transformer_impl": impl},
+        "memory": {"cublas_workspace_config": ":4096:8"},  # the cases' ENV_VARS
     }
 
 
@@ -190,7 +197,6 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
             first_iteration_bytes=first,
             assumptions=(
                 f"dp {8 // pp} (one node of 8 GPUs)",
-                "Transformer Engine's workspace counted also for local",
                 *((_BATCHES_KEPT,) if case == "gpt3_mcore_te_tp1_pp4_vp1" else ()),
             ),
         )
@@ -331,6 +337,28 @@ def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
     return max(*before_step, peak.moments["optimizer"]) / GIB
 
 
+def routing_bound(row: MeasuredPeak) -> float | None:
+    """The most one expert-parallel rank can receive over its fair share under the row's own routing
+    settings (`MoeTraining.routed_share_bound`: the capacity factor where the run drops tokens; dropless,
+    only the routing itself bounds it), or None for a dense run."""
+    run = config(row)
+    specs = [model.spec for model in run.models if model.spec.is_moe]
+    if not specs:
+        return None
+    spec = specs[0]
+    return run.training.moe.routed_share_bound(spec.num_experts, spec.experts_per_token, run.parallel.ep)
+
+
+def predicted_at_share_gib(row: MeasuredPeak, share: float) -> float:
+    """ppb's peak of the measured stage with the busiest rank receiving *share* times its fair share."""
+    raw = copy.deepcopy(row.raw)
+    moe = raw["training"].setdefault("moe", {})
+    if moe.get("dropless", True) and "capacity_factor" not in moe:
+        moe["dropless_imbalance"] = share
+    assert row.stage is not None
+    return run_stage_peaks(run_config(raw, row.name))[row.stage].peak_bytes / GIB
+
+
 def main() -> int:
     print(f"machine: {machine()}")
     print(f"{'run':44s} {'stage':>5s} {'measured':>9s} {'ppb':>7s} {'error':>7s}  moment")
@@ -361,6 +389,19 @@ def main() -> int:
             continue
         measured, predicted = row.first_iteration_bytes / GIB, predicted_first_iteration_gib(row)
         print(f"{row.name:44s} {row.stage:>5} {measured:9.3f} {predicted:7.3f} {predicted / measured - 1:+7.1%}")
+    print()
+    print("MoE rows between balanced routing and the most one rank can receive under the run's routing settings")
+    print("(the bound: the capacity factor where tokens are dropped; dropless, ep·min(k, experts/ep)/k):")
+    print(f"{'run':44s} {'stage':>5} {'measured':>9s} {'balanced':>9s} {'bound':>6s} {'at bound':>9s}  within")
+    for row in measured_peaks():
+        bound = routing_bound(row) if row.allocated and row.stage is not None else None
+        if bound is None:
+            continue
+        balanced, worst = predicted_at_share_gib(row, 1.0), predicted_at_share_gib(row, bound)
+        within = "yes" if balanced <= row.measured_gib <= worst else "no"
+        print(
+            f"{row.name:44s} {row.stage:>5} {row.measured_gib:9.2f} {balanced:9.2f} {bound:6.2f} {worst:9.2f}  {within}"
+        )
     return 0
 
 

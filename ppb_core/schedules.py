@@ -263,6 +263,16 @@ def combined_steps(
     return steps
 
 
+def combined_pairs(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[tuple[int, int]]]:
+    """Per stage, the (forward chunk, backward chunk) of each step of Megatron-Core's combined 1F1B that
+    runs a forward beside a backward (`_steady_backwards`), in order."""
+    name = check(schedule, stages, chunks, micro_batches)
+    return [
+        [(order[i - 1].chunk, order[i].chunk) for i in sorted(_steady_backwards(order))]
+        for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1)
+    ]
+
+
 def combined_in_flight_vectors(
     stages: int, chunks: int, micro_batches: int, schedule: str
 ) -> list[list[tuple[int, ...]]]:
@@ -370,12 +380,12 @@ def cell_order(schedule: str, stages: int, chunks: int) -> list[tuple[int, int]]
 
 
 @lru_cache(maxsize=64)
-def _structure(name: str, stages: int, chunks: int, micro_batches: int) -> tuple:
+def _structure(name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> tuple:
     """The ops in an order that respects every dependency, with each op's input; None if it deadlocks.
 
     The stages are visited in turn, each running as many of its ops as have their input, until every op
     has run (or none can: a deadlock). Ops are numbered ((kind·V + chunk)·P + stage)·m + micro-batch."""
-    orders = _orders(name, stages, chunks, micro_batches)
+    orders = _orders(name, stages, chunks, micro_batches, extra_warmup)
     m = micro_batches
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
     last = stages * chunks - 1
@@ -437,6 +447,7 @@ def simulate(
     micro_batches: int,
     transfer: Sequence[Sequence[float]] | None = None,
     blocking: bool = True,
+    combined: Sequence[Sequence[Sequence[float]]] | None = None,
 ) -> Timeline:
     """Run the schedule with per-cell times `forward[chunk][stage]`, `backward[chunk][stage]`.
 
@@ -452,10 +463,17 @@ def simulate(
     lasts that much longer; otherwise the send runs in the background and only the receiver
     waits for it (interleaved 1F1B with overlapped P2P, torch.distributed.pipelining's isend).
     A transfer between two cells of one stage (DualPipeV's turn) costs nothing.
+
+    *combined* `[forward chunk][backward chunk][stage]`: Megatron-Core's combined 1F1B
+    (`--overlap-moe-expert-parallel-comm`, `combined_steps`): one more warm-up forward, and each steady
+    forward-and-backward pair runs as one step, the backward that much shorter than alone (the pair's
+    overlap, `ppb_core.timing.combined`). The step's backward starts when its forward ends here (in
+    Megatron both wait for their inputs at the step's start).
     """
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
-    orders, topo = _structure(name, stages, chunks, micro_batches)
+    extra = 0 if combined is None else 1
+    orders, topo = _structure(name, stages, chunks, micro_batches, extra)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
     last = stages * chunks - 1
@@ -478,9 +496,14 @@ def simulate(
     # per op in dependency order (`_flat`): its time and what it sends (cells laid out kind·V·P + chunk·P + stage)
     cells = [t for row in forward for t in row] + [t for row in backward for t in row]
     sends = [t for row in send_forward for t in row] + [t for row in send_backward for t in row]
-    durations, previous, needed = _columns(name, stages, chunks, micro_batches)
-    places, crossing = _places(name, stages, chunks, micro_batches)
-    times, ready_after = durations(cells), None
+    durations, previous, needed = _columns(name, stages, chunks, micro_batches, extra)
+    places, crossing = _places(name, stages, chunks, micro_batches, extra)
+    times, ready_after = list(durations(cells)), None
+    if combined is not None:
+        steady = [_steady_backwards(order) for order in orders]
+        for i, (stage, index) in enumerate(places):
+            if index in steady[stage]:
+                times[i] -= combined[orders[stage][index - 1].chunk][orders[stage][index].chunk][stage]
     if blocking:  # the sender waits for its send
         times = [t + sent for t, sent in zip(times, durations(sends), strict=True)]
     else:  # the receiver waits for it when it comes from another stage
@@ -509,11 +532,24 @@ def simulate(
     return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
 
 
+def _steady_backwards(order: Sequence[Op]) -> set[int]:
+    """Indices of the backwards a stage runs right after a forward in its steady phase (each pair one step
+    of the combined 1F1B). A stage whose forwards all come first has no steady phase: its last warm-up
+    forward and first backward run apart (combined_1f1b.py: the first forward and the last backward
+    alone)."""
+    forwards = sum(1 for op in order if op.kind == "F")
+    if all(op.kind == "F" for op in order[:forwards]):
+        return set()
+    return {i for i in range(1, len(order)) if order[i].kind == "B" and order[i - 1].kind == "F"}
+
+
 @lru_cache(maxsize=64)
-def _flat(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, int, int], ...]:
+def _flat(
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0
+) -> tuple[tuple[int, int, int], ...]:
     """The ops in dependency order as (duration index, previous op's position, input's position),
     positions in this same order, -1 for none; duration index kind·V·P + chunk·P + stage."""
-    orders, topo = _structure(name, stages, chunks, micro_batches)
+    orders, topo = _structure(name, stages, chunks, micro_batches, extra_warmup)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
     position = [[0] * len(order) for order in orders]
@@ -550,10 +586,12 @@ def op_graph(
 
 
 @lru_cache(maxsize=64)
-def _places(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[list[tuple[int, int]], list[bool]]:
+def _places(
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0
+) -> tuple[list[tuple[int, int]], list[bool]]:
     """Per op in `_flat`'s order: its (stage, index in the stage's order), and whether its input comes from
     another stage (a transfer over a link)."""
-    _, topo = _structure(name, stages, chunks, micro_batches)
+    _, topo = _structure(name, stages, chunks, micro_batches, extra_warmup)
     assert topo is not None
     places = [(stage, index) for stage, index, _ in topo]
     crossing = [needed is not None and needed[0] != stage for stage, _, needed in topo]
@@ -561,9 +599,9 @@ def _places(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[li
 
 
 @lru_cache(maxsize=64)
-def _columns(name: str, stages: int, chunks: int, micro_batches: int) -> tuple:
+def _columns(name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> tuple:
     """`_flat` as columns: each op's duration (a getter over the cell durations), previous op and input."""
-    flat = _flat(name, stages, chunks, micro_batches)
+    flat = _flat(name, stages, chunks, micro_batches, extra_warmup)
     durations = itemgetter(*(duration for duration, _, _ in flat))
     return durations, [previous for _, previous, _ in flat], [needed for _, _, needed in flat]
 

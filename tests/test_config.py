@@ -299,3 +299,36 @@ def test_routing_follows_megatrons_capacity_factor():
     assert error.field == "training.moe" and "no capacity factor" in error.problem
     error = _error(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": 1.3}))
     assert "ppb charges the capacity" in error.problem
+
+
+def test_routed_share_bound_follows_the_routing_settings():
+    # with a capacity factor every source rank sends an expert at most ⌈T·k/E · factor⌉ rows
+    # (moe_utils.py get_capacity): a rank receives at most the factor times its share
+    dropping = parse_run_config(_raw(training__moe={"capacity_factor": 1.25}), "run.yaml").training.moe
+    assert dropping.routed_share_bound(32, 4, 4) == 1.25
+    # dropless: a token's k experts are distinct, so a rank of E/ep experts gets at most min(k, E/ep) of
+    # its copies against k/ep balanced. 32 experts, top 4, ep 4: 4·min(4, 8)/4 = 4
+    dropless = parse_run_config(_raw(), "run.yaml").training.moe
+    assert dropless.routed_share_bound(32, 4, 4) == 4.0
+    # 8 experts, top 4, ep 8 (one expert a rank): 8·min(4, 1)/4 = 2; ep 1: the rank holds every copy, 1
+    assert dropless.routed_share_bound(8, 4, 8) == 2.0
+    assert dropless.routed_share_bound(8, 4, 1) == 1.0
+
+
+def test_cublas_workspace_config_is_read_as_pytorch_reads_it():
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: the sum of SIZE KiB × COUNT over ":SIZE:COUNT"
+    # pairs: ":4096:2:16:8" = 4096·1024·2 + 16·1024·8 = 8519680
+    run = parse_run_config(_raw(memory={"cublas_workspace_config": ":4096:2:16:8"}), "run.yaml")
+    assert run.memory.cublas_workspace_bytes == 8519680
+    assert parse_run_config(_raw(), "run.yaml").memory.cublas_workspace_bytes == 0
+    error = _error(_raw(memory={"cublas_workspace_config": "4096:8"}))
+    assert error.field == "memory.cublas_workspace_config" and "SIZE:COUNT" in error.problem
+
+
+def test_megatron_moe_kernels_are_stated():
+    # --moe-router-dtype and --moe-permute-fusion read into the memory setup (training.moe); unknown
+    # dtypes are refused in one line naming the field
+    run = parse_run_config(_raw(training__moe={"router_dtype": "fp32", "permute_fusion": True}), "run.yaml")
+    assert run.training.moe.router_dtype == "fp32" and run.training.moe.permute_fusion
+    error = _error(_raw(training__moe={"router_dtype": "fp16"}))
+    assert error.field == "training.moe.router_dtype"

@@ -98,7 +98,77 @@ def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing
     terms, seed = _terms(model(run), body(run, "moe")), _terms(model(mind), body(mind, "moe"))
     assert "moe.combined_tokens" not in terms and seed["moe.combined_tokens"] == 2048
     assert terms["moe.expert.probs"] == 64
-    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64
+    # and the permutation's reverse mapping, unfused one int64 per routed copy: 16 · 2 · 8 = 256
+    assert terms["moe.row_map"] == 256
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 256
+
+
+def test_megatron_dispatcher_keeps_its_last_routing():
+    # token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_preprocess stores probs, routing_map and
+    # permute's reverse mapping until the layer's next forward. MOE (4 experts, top 2) at s 16, the
+    # defaults (router in bf16, unfused permute): probs 16·4·2 = 128 + the bool map 16·4 = 64 at every
+    # moment; the sorted indices 16·2·8 = 256 only while none of the layer's micro-batches is in flight
+    run = make_run(MOE, training={"seq_length": 16})
+    static = model(run).static_breakdown(body(run, "moe"))
+    assert (static.module_bytes, static.idle_bytes) == (192, 256)
+    assert static.step_bytes - static.total == 256
+    # --moe-router-dtype fp32 and --moe-permute-fusion: probs 16·4·4 = 256 + 64; TE's row_id_map
+    # (triton/permutation.py make_row_id_map) [16, 2·4 + 1] int32 = 576, also the kept moe.row_map
+    moe = {"router_dtype": "fp32", "permute_fusion": True}
+    run = make_run(MOE, training={"seq_length": 16, "moe": moe})
+    memory, layer = model(run), body(run, "moe")
+    static = memory.static_breakdown(layer)
+    assert (static.module_bytes, static.idle_bytes) == (320, 576)
+    assert _terms(memory, layer)["moe.row_map"] == 576
+    # tp 2 with SP: the dispatcher sees the layer's sequence shard, 8 tokens: half of each
+    run = make_run(MOE, parallel={**SP, "dp": 2}, training={"seq_length": 16, "moe": moe})
+    static = model(run).static_breakdown(body(run, "moe"))
+    assert (static.module_bytes, static.idle_bytes) == (160, 288)
+    # MindFormers' conventions count none; a dense layer has no dispatcher
+    mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
+    assert model(mind).static_breakdown(body(mind, "moe")).module_bytes == 0
+    dense = make_run(DENSE)
+    assert model(dense).static_breakdown(body(dense)).module_bytes == 0
+
+
+def test_megatron_mla_keeps_yarn_tables():
+    # multi_latent_attention.py builds a YarnRotaryEmbedding per layer; yarn_rotary_pos_embedding.py
+    # _set_cos_sin_cache registers cos and sin of 4096 (original_max_position_embeddings) × the rotary
+    # dimension, cast to bf16 by Float16Module; the lru-cached forward keeps its fp32 frequencies.
+    # MLA: rotary dimension 4, s 64.
+    def held(training, parallel=None):
+        run = make_run(MLA, parallel=parallel, training={"seq_length": 64, **training})
+        return model(run).static_breakdown(body(run)).module_bytes
+
+    # --no-rope-fusion: 2 · 4096 · 4 · 2 = 65536 + the cached frequencies 64 · 4 · 4 = 1024
+    assert held({"rope_fusion": False}) == 65536 + 1024
+    # rope fusion (the default): get_cached_cos_sin rebuilds the tables in bf16 at 64 rows through the
+    # cached forward: 2 · 64 · 4 · 2 = 1024 + 1024
+    assert held({}) == 2048
+    # in fp32 the init's tables serve (4096 rows, 2 · 4096 · 4 · 4 = 131072) and forward is not called
+    assert held({"dtype": "fp32"}) == 131072
+    # cp 2: this rank's rows, 2 · 2048 · 4 · 2 = 32768 + 32 · 4 · 4 = 512
+    assert held({"rope_fusion": False}, {"cp": 2}) == 32768 + 512
+    # an MTP layer's MLA holds its own: the TAIL of one MTP layer holds one layer's tables
+    run = make_run({**MLA, "mtp_layers": 1}, training={"seq_length": 64})
+    assert model(run).static_breakdown(layers(run)["TAIL"]).module_bytes == 2048
+
+
+def test_megatron_module_state_at_the_ci_moe_mla_shapes():
+    # Megatron CI's moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: s 4096, micro-batch 4, tp 2 with
+    # SP, 32 experts top 4, rotary dimension 64, --moe-router-dtype fp32, --moe-permute-fusion,
+    # --no-rope-fusion. The dispatcher's tokens: 4096 · 4 / 2 = 8192; probs 8192 · 32 · 4 = 1,048,576,
+    # the map 8192 · 32 = 262,144, the row_id_map 8192 · 65 · 4 = 2,129,920: 3,440,640 a MoE layer.
+    # YaRN: cos and sin 2 · 4096 · 64 · 2 = 1,048,576 + frequencies 4096 · 64 · 4 = 1,048,576.
+    spec = {**MLA, "hidden_size": 1024, "num_attention_heads": 32, "qk_nope_head_dim": 128}
+    spec |= {"qk_rope_head_dim": 64, "v_head_dim": 128, "q_lora_rank": 1536, "kv_lora_rank": 512}
+    spec |= {"num_experts": 32, "experts_per_token": 4, "moe_intermediate_size": 1024}
+    moe = {"router_dtype": "fp32", "permute_fusion": True}
+    training = {"seq_length": 4096, "micro_batch_size": 4, "rope_fusion": False, "moe": moe}
+    run = make_run(spec, parallel={**SP, "dp": 4, "ep": 4}, training=training)
+    static = model(run).static_breakdown(body(run, "moe_mla"))
+    assert static.module_bytes == 1_048_576 + 262_144 + 2_097_152
+    assert static.idle_bytes == 2_129_920
 
 
 def test_megatron_mtp_layer_keeps_what_a_megatron_body_layer_keeps():
@@ -115,7 +185,8 @@ def test_megatron_mtp_layer_keeps_what_a_megatron_body_layer_keeps():
     terms, seed = _terms(model(run), tail), _terms(model(mind), seed_tail)
     assert "mtp0.moe.combined_tokens" not in terms and seed["mtp0.moe.combined_tokens"] == 2048
     assert terms["mtp0.moe.expert.probs"] == 64 and terms["mtp0.hidden_norm_input"] == 1024
-    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 1024
+    # + the reverse mapping of its permutation, 16 · 2 int64 = 256
+    assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 1024 + 256
 
 
 def test_megatron_recompute_modules_act_on_the_mtp_layer():
@@ -169,8 +240,9 @@ def test_megatron_modules_drop_what_megatron_checkpoints():
     # shared_experts: gate/up 16·32·2 and the activation 16·16·2
     assert dropped(["shared_experts"]) == 1024 + 512
     # moe: the block from its input (moe_layer.py): router 16·4·2, top-k 16·2·2 and 16·2·8, dispatched
-    # 32·32·2, gate/up 32·32·2, activation 32·16·2, the rows' probabilities 32·2, the shared expert 1536
-    assert dropped(["moe"]) == 128 + 64 + 256 + 2048 + 2048 + 1024 + 64 + 1536
+    # 32·32·2, gate/up 32·32·2, activation 32·16·2, the rows' probabilities 32·2, the shared expert 1536,
+    # the permutation's sorted indices 32·8
+    assert dropped(["moe"]) == 128 + 64 + 256 + 2048 + 2048 + 1024 + 64 + 1536 + 256
     # layernorm: only a norm that is its own module (gpt_layer_specs.py, TE spec): the MoE layer's
     # pre-MLP norm (16·32·2), not the attention's input norm, which TELayerNormColumnParallelLinear fuses
     assert dropped(["layernorm"]) == 1024
@@ -412,6 +484,18 @@ def test_gemm_workspaces_by_compute_capability():
     assert torch_training_workspace_bytes(0.0) == 0
 
 
+def test_cublas_workspace_config_sets_pytorch_s_workspace():
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: CUBLAS_WORKSPACE_CONFIG's ":SIZE:COUNT" pairs sum
+    # SIZE KiB × COUNT whatever the device. Megatron's CI sets :4096:8: on an A100 (8.0) each of the
+    # two handles holds 4096·1024·8 = 33554432, not the default 8519680: with TE's 4194304,
+    # 2·33554432 + 4194304 = 71303168 a stage; ":4096:2:16:8" is the pre-Hopper default again
+    for config, expected in ((":4096:8", 71303168), (":4096:2:16:8", 2 * 8519680 + 4194304)):
+        memory = {"cublas_workspace_config": config}
+        run = make_run(DENSE, framework="megatron", device={"name": "a100-80gb"}, memory=memory)
+        assert run_workspace_bytes(run, model(run)) == expected
+    assert torch_training_workspace_bytes(8.0, 33554432) == 2 * 33554432
+
+
 def test_every_stage_holds_the_workspaces_once():
     # DENSE on 2 stages. Megatron on an A100 (8.0): 2·8519680 + 4194304 = 21233664 a stage;
     # torchtitan on an H100 (9.0): 2·33554432 = 67108864; MindFormers (SAPP's payload): none.
@@ -449,6 +533,30 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
     # the balancer charges every stage the most any stage could hold: the TAIL's stage's
     assert run_workspace_bytes(run, memory) == 100664320 + 8192
+
+
+def test_megatron_local_implementation_keeps_the_attention_score_buffer():
+    # --transformer-impl local: Megatron's own DotProductAttention takes the baddbmm input
+    # [b·heads/t, s, s] from the global "mpu" buffer (dot_product_attention.py), which keeps the largest
+    # request (utils.py GlobalMemoryBuffer.get_tensor); no Transformer Engine GEMM runs, so no TE
+    # workspace. DENSE (4 heads), s 64, b 1, unfused attention, one stage on an H100:
+    # 2·33554432 + 1·4·64·64·2 = 67108864 + 32768
+    local = {"transformer_impl": "local"}
+    run = make_run(DENSE, training={"flash_attention": False}, timing=local)
+    memory = model(run)
+    assert run_workspace_bytes(run, memory) == 67108864 + 32768
+    # Transformer Engine's unfused attention allocates its scores fresh: its workspace, no buffer
+    run = make_run(DENSE, training={"flash_attention": False})
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456
+    # tp 2 with SP, b 2: the gathered inputs, 128 tokens · 64 · 2 = 16384, against the scores
+    # 2 · 2 heads · 64 · 64 · 2 = 32768: the buffer holds the larger
+    sp = {"tp": 2, "sequence_parallel": True, "dp": 2}
+    run = make_run(DENSE, parallel=sp, training={"flash_attention": False, "micro_batch_size": 2}, timing=local)
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768
+    # with s 32 the scores, 2 · 2 · 32 · 32 · 2 = 8192, are smaller than the gathered inputs 64 · 64 · 2
+    training = {"flash_attention": False, "micro_batch_size": 2, "seq_length": 32}
+    run = make_run(DENSE, parallel=sp, training=training, timing=local)
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192
 
 
 def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():

@@ -19,6 +19,8 @@ def make_run(
     device: dict[str, Any] | None = None,
     name: str = "m",
     framework: str | None = None,
+    timing: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
 ) -> RunConfig:
     raw = {
         "name": "memory-test",
@@ -29,6 +31,10 @@ def make_run(
     }
     if framework is not None:
         raw["framework"] = framework
+    if timing is not None:
+        raw["timing"] = timing
+    if memory is not None:
+        raw["memory"] = memory
     return parse_run_config(raw, "memory-test.yaml")
 
 

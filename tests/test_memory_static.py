@@ -84,14 +84,15 @@ def test_expert_tensor_parallel_and_zero3():
     run = make_run(MOE, parallel={"dp": 4, "tp": 2, "ep": 2, "etp": 2, "zero": 3})
     breakdown = model(run).static_breakdown(body(run, "moe"))
     assert breakdown.parameters == 2208 + 6144
-    assert breakdown.total == (2208 + 6144) * 18
+    # (the token dispatcher's state apart: test_frameworks)
+    assert breakdown.total - breakdown.module_bytes == (2208 + 6144) * 18
 
 
 def test_expert_tp_one_under_tensor_parallel():
     # dp 4, tp 2, ep 4, etp 1: experts 8/4 = 2 per rank of 3·64·32 = 12288, expert group 4·2/4 = 2.
     run = make_run(MOE, parallel={"dp": 4, "tp": 2, "ep": 4, "etp": 1, "zero": 1})
     breakdown = model(run).static_breakdown(body(run, "moe"))
-    assert breakdown.total == (8832 + 12288) * 6 + (2208 + 6144) * 12
+    assert breakdown.total - breakdown.module_bytes == (8832 + 12288) * 6 + (2208 + 6144) * 12
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from small_models import gpt_spec
 
 from ppb_core.config.run import parse_run_config
-from ppb_core.model.kinds import body_kind, tail_kind
+from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
 
@@ -314,3 +314,65 @@ def test_the_loss_moves_the_bytes_of_its_framework_s_cross_entropy(framework, fu
     logits = 2 * 512 * 32000  # b · s tokens × v (tp 1)
     assert loss.bytes == logits * forward
     assert loss.backward_bytes == logits * backward
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_megatron_s_embedding_gradient_is_dense(framework):
+    """Megatron's VocabParallelEmbedding runs F.embedding (megatron/core/tensor_parallel/layers.py): its
+    backward fills a bf16 gradient of the whole local table with zeros, scatters the tokens' rows into
+    it, and DDP's hook adds it to the fp32 main gradient (`param.main_grad.add_(param.grad.data)`)."""
+    run = gpt_run(v=32000, s=512, b=2, tp=2, dropout=None, framework=framework)
+    head = head_kind(run.spec(run.model_names[0]), 32000)
+    lookup = next(op for op in layer_ops(head, OpGeometry.from_run(run)) if op.name == "embedding.lookup")
+    rows = 2 * 512 * 1024  # b · s tokens × h
+    # scatter: read each token row's gradient (2) and accumulate it (4 + 4), twice with learned positions
+    scatter = rows * (2 + 2 * 4) * 2
+    # the dense table: 32000 / 2 vocabulary rows and 512 position rows of h, zeroed (2), read (2) and
+    # added into the main gradient (4 + 4): 12 bytes an element
+    table = (32000 // 2 + 512) * 1024 * (2 + 2 + 4 + 4)
+    assert lookup.backward_bytes == scatter + (table if framework == "megatron" else 0)
+
+
+def _with_timing(run, **timing):
+    return run.model_copy(update={"timing": run.timing.model_copy(update=timing)})
+
+
+@pytest.mark.parametrize(("fusion", "forward", "backward"), [(True, 2, 2), (False, 12, 13)])
+def test_megatron_s_unfused_rotary_embedding_moves_each_op_s_bytes(fusion, forward, backward):
+    """`--no-rope-fusion`: rope_utils.py `_apply_rotary_pos_emb_bshd` one op at a time, per element of Q
+    and K read + written: t·cos 2, −x2 1, cat 2, ·sin 2, sum 3, final cat 2 = 12; backward ·sin 2,
+    negation 1, halves joined 2, ·cos 2, two gradients summed 3, the slice's zero-filled gradient 3 = 13.
+    Fused: read and write once."""
+    run = _with_timing(spec_run(_llama(), s=1024), rope_fusion=fusion)
+    rope = {op.name: op for op in ops_of(run)}["rope"]
+    elements = 1024 * (8 + 2) * 64  # n tokens × (heads + kv heads) · head size 512/8
+    assert rope.bytes == elements * 2 * forward
+    assert rope.backward_bytes == elements * 2 * backward
+
+
+def test_mla_s_unfused_rotary_embedding_by_hand():
+    # The MLA layer of test_per_device_flops_of_an_mla_layer at t = 1: 8 heads, nope 64, rope 32,
+    # v 64, n = 1024 tokens, bf16.
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 1024,
+        "num_layers": 1,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "q_lora_rank": 256,
+        "kv_lora_rank": 128,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+    }
+    n, heads = 1024, 8
+    fused = {op.name: op for op in ops_of(spec_run(spec, s=1024))}["rope"]
+    # fused: Q and K (8 heads × 96) read and written once
+    assert fused.bytes == fused.backward_bytes == 2 * 2 * n * heads * 96 * 2
+    unfused = {op.name: op for op in ops_of(_with_timing(spec_run(spec, s=1024), rope_fusion=False))}["rope"]
+    # forward per token: rotary steps 14 × 32 on 8 query heads and the one key part (9 × 448 = 4032);
+    # Q and K concatenated, 2 × 2 × 8 × 96 = 3072; V made contiguous, 2 × 8 × 64 = 1024: 8128 elements
+    assert unfused.bytes == n * 8128 * 2
+    # backward per token: rotary steps 20 × 32 on 9 parts (5760); q's split joined 2 × 8 × 96 (1536);
+    # kv's split joined 2 × 8 × (64 + 64) (2048); the expanded key part summed over heads 9 × 32 (288): 9632
+    assert unfused.backward_bytes == n * 9632 * 2

@@ -27,6 +27,8 @@ from ppb_core.timing.iteration import (
     bucket_ends,
     bucket_tail,
     framework_rules,
+    gather_wait,
+    grad_pass_bytes,
     optimizer_traffic,
     run_iteration,
 )
@@ -36,7 +38,18 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def small_run(
-    dp=2, tp=1, pp=2, m=4, zero=None, overlap=None, framework="megatron", device=None, recompute=None, **extra
+    dp=2,
+    tp=1,
+    pp=2,
+    m=4,
+    zero=None,
+    overlap=None,
+    framework="megatron",
+    device=None,
+    recompute=None,
+    timing=None,
+    dtype="bf16",
+    **extra,
 ):
     spec = {
         "vocab_size": 4096,
@@ -54,11 +67,18 @@ def small_run(
         # zero None: the framework's own default (Megatron's distributed optimizer ZeRO-1, torchtitan's FSDP2)
         "parallel": {"dp": dp, "tp": tp, "pp": pp, "sequence_parallel": tp > 1, **extra}
         | ({} if zero is None else {"zero": zero}),
-        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "recompute": recompute or {}},
+        "training": {
+            "seq_length": 2048,
+            "micro_batch_size": 1,
+            "micro_batches": m,
+            "recompute": recompute or {},
+            "dtype": dtype,
+        },
         "device": device or ROUND_DEVICE,
+        "timing": dict(timing or {}),
     }
     if overlap is not None:
-        raw["timing"] = {"overlap": overlap}
+        raw["timing"]["overlap"] = overlap
     return parse_run_config(raw)
 
 
@@ -150,14 +170,49 @@ def test_the_dp_tail_is_what_the_last_backward_does_not_hide():
     exposed = run_iteration(small_run(pp=1, m=1, overlap={"dp": 0.0, "param_gather": 0.0}))
     hidden = run_iteration(small_run(pp=1, m=1, overlap={"dp": 1.0, "param_gather": 1.0}))
     assert exposed.link_seconds["dp_communication"] == pytest.approx(hidden.link_seconds["dp_communication"])
-    assert exposed.breakdown["dp_communication"] == pytest.approx(exposed.link_seconds["dp_communication"])
+    # Besides the link time, Megatron's DDP passes over every gradient bucket on the compute stream
+    # (norm 4 bytes + scale 8 bytes a parameter at dp 2: 12) at 1000 GB/s · 0.5.
+    run = small_run(pp=1, m=1)
+    memory = MemoryModel(run)
+    params = sum(memory.parameters(layer).total for layer in walk(run))
+    passes = params * 12 / 5e11
+    assert exposed.breakdown["dp_communication"] == pytest.approx(exposed.link_seconds["dp_communication"] + passes)
     assert hidden.breakdown["dp_communication"] <= exposed.breakdown["dp_communication"]
     assert hidden.seconds <= exposed.seconds
 
 
 def test_no_data_parallel_no_reduction():
-    it = run_iteration(small_run(dp=1, pp=2))
+    it = run_iteration(small_run(dp=1, pp=2, timing={"check_for_nan_in_grad": False}))
     assert it.breakdown["dp_communication"] == 0.0
+
+
+def test_megatron_passes_over_each_gradient_bucket():
+    """param_and_grad_buffer.py `start_grad_sync` (core_r0.8.0, d98e8a64): the NaN check's norm reads
+    the fp32 bucket (4 bytes a parameter), scaling by 1/(dp·cp) reads and writes it (8), on the
+    compute stream; no scaling with one data-parallel rank, no check when it is turned off or under
+    fp16's dynamic loss scaling; other frameworks run neither."""
+    assert grad_pass_bytes(small_run(dp=2)) == 4 + 8
+    assert grad_pass_bytes(small_run(dp=1)) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"check_for_nan_in_grad": False})) == 8
+    assert grad_pass_bytes(small_run(dp=1, timing={"check_for_nan_in_grad": False})) == 0
+    assert grad_pass_bytes(small_run(dp=2, dtype="fp16")) == 8
+    assert grad_pass_bytes(small_run(dp=2, framework="torchtitan")) == 0
+    # One stage, one data-parallel rank: the norm alone, 4 bytes a parameter at 1000 GB/s · 0.5, adds
+    # to the iteration after the last backward.
+    on, off = small_run(dp=1, pp=1), small_run(dp=1, pp=1, timing={"check_for_nan_in_grad": False})
+    memory = MemoryModel(on)
+    params = sum(memory.parameters(layer).total for layer in walk(on))
+    assert run_iteration(on).seconds - run_iteration(off).seconds == pytest.approx(params * 4 / 5e11)
+
+
+def test_parameter_gathers_run_one_bucket_ahead_by_hand():
+    # Gathers of 1.5, 1.5 and 0.5 back to back from 0: in at 1.5, 3 and 3.5. Buckets first used at 0, 1
+    # and 3: the first waits 1.5, the second 3 − 1 = 2, the third 0.5: the forwards wait 2 (the largest).
+    assert gather_wait([(0.0, 1.5), (1.0, 1.5), (3.0, 0.5)]) == pytest.approx(2.0)
+    # A later stage first uses its parameters at 4 (its first input): nothing waits.
+    assert gather_wait([(4.0, 1.5), (5.0, 1.5)]) == pytest.approx(0.0)
+    # With a tenth of the SMs taken: the 3.5 s of gathers less the 2 s waited ran beside compute: +0.15.
+    assert gather_wait([(0.0, 1.5), (1.0, 1.5), (3.0, 0.5)], 0.1) == pytest.approx(2.15)
 
 
 # --- ZeRO-3 / FSDP --------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ method or count, and acts on every layer. One setting holds for every layer of t
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
 
@@ -121,7 +121,8 @@ def selective_modules(run: object | None) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class MegatronFlags:
-    """What a Megatron-LM command line says about the pipeline, recompute and the run's sizes."""
+    """What a Megatron-LM command line says about the pipeline and recompute, and every other flag
+    it states that a run config states too (`stated`, `switches`; compared by `megatron_run`)."""
 
     layout: str | None = None
     first_stage_layers: int | None = None
@@ -132,16 +133,22 @@ class MegatronFlags:
     method: str | None = None
     num_layers: int | None = None
     modules: tuple[str, ...] | None = None
-    tensor_size: int | None = None
-    context_size: int | None = None
-    expert_size: int | None = None
-    micro_batch_size: int | None = None
-    global_batch_size: int | None = None
-    seq_length: int | None = None
+    stated: dict[str, int | str] = field(default_factory=dict)  # SIZE_FLAGS and TEXT_FLAGS given, by flag
+    switches: frozenset[str] = frozenset()  # SWITCH_FLAGS given
 
-    def sizes(self) -> dict[str, int]:
-        """The sizes the command line states that a run config states too, by flag."""
-        return {flag: getattr(self, key) for flag, key in _SIZES.items() if getattr(self, key) is not None}
+    @property
+    def complete(self) -> bool:
+        """A whole command line: Megatron-LM requires `--num-layers` (arguments.py `required_args`),
+        so a text stating it says everything, and a flag it leaves out takes Megatron-LM's default."""
+        return "--num-layers" in self.stated
+
+    @property
+    def split_adds(self) -> tuple[int, int]:
+        """(embedding, loss) counted as a layer in the even split (`--account-for-*-in-pipeline-split`)."""
+        return (
+            int("--account-for-embedding-in-pipeline-split" in self.switches),
+            int("--account-for-loss-in-pipeline-split" in self.switches),
+        )
 
     def setting(self) -> Setting:
         """The recompute setting, checked as `TransformerConfig.__post_init__` checks it."""
@@ -174,47 +181,81 @@ _VALUED = {
     "--recompute-method": "method",
     "--recompute-num-layers": "num_layers",
 }
-# Sizes a launch script states that the run config states too (megatron/training/arguments.py)
-# (the pipeline size is checked with the plan's stages, `user_plan`)
-_SIZES = {
-    "--num-virtual-stages-per-pipeline-rank": "virtual_stages",
-    "--tensor-model-parallel-size": "tensor_size",
-    "--context-parallel-size": "context_size",
-    "--expert-model-parallel-size": "expert_size",
-    "--micro-batch-size": "micro_batch_size",
-    "--global-batch-size": "global_batch_size",
-    "--seq-length": "seq_length",
-}
-_VALUED.update(_SIZES)
-_INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "num_layers", *_SIZES.values()}
+_INTEGERS = {"first_stage_layers", "last_stage_layers", "pipeline_size", "virtual_stages", "num_layers"}
+# Flags of megatron/training/arguments.py that state what a run config states too: integers, texts
+# and store_true switches. `megatron_run.check_against_run` compares them; every other flag is
+# read past (docs/balance.md lists the ones that bear on memory or time and are not compared).
+SIZE_FLAGS = (
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--num-query-groups",
+    "--kv-channels",
+    "--vocab-size",
+    "--num-experts",
+    "--moe-ffn-hidden-size",
+    "--moe-router-topk",
+    "--moe-shared-expert-intermediate-size",
+    "--q-lora-rank",
+    "--kv-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
+    "--mtp-num-layers",
+    "--seq-length",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--num-layers-per-virtual-pipeline-stage",
+)
+TEXT_FLAGS = ("--moe-layer-freq",)
+SWITCH_FLAGS = (
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--use-torch-fsdp2",
+    "--bf16",
+    "--fp16",
+    "--swiglu",
+    "--untie-embeddings-and-output-weights",
+    "--group-query-attention",
+    "--multi-latent-attention",
+    "--overlap-moe-expert-parallel-comm",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+)
 
 
-def run_sizes(run: object) -> dict[str, int]:
-    """What a run config says of each size in `_SIZES`, by flag: a plan's flags are checked at these."""
-    par, training = run.parallel, run.training  # type: ignore[attr-defined]
-    return {
-        "--num-virtual-stages-per-pipeline-rank": par.vpp,
-        "--tensor-model-parallel-size": par.tp,
-        "--context-parallel-size": par.cp,
-        "--expert-model-parallel-size": par.ep,
-        "--micro-batch-size": training.micro_batch_size,
-        "--global-batch-size": training.micro_batch_size * training.micro_batches * par.dp,
-        "--seq-length": training.seq_length,
-    }
+def _integer(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        if "$" in value:
+            raise LayoutError(
+                f"{name} is {value!r}, a shell variable the script does not assign: give the number"
+            ) from None
+        raise LayoutError(f"{name} must be an integer, got {value!r}") from None
 
 
 def parse_flags(text: str) -> MegatronFlags:
-    """The pipeline and recompute flags of a Megatron-LM command line, and the sizes a run config
-    states too (`_SIZES`; other flags are skipped); `--recompute-modules` takes every word up to
-    the next flag, as argparse's nargs='*' does."""
-    # a launch script's lines joined as a shell joins them: a backslash before a newline is removed
-    # with it (shlex would keep the newline in the next word, and every flag after it go unread)
-    text = re.sub(r"\\\r?\n", "", text)
+    """The flags of a Megatron-LM command line or launch script (`launch_script.script_words`):
+    the pipeline and recompute flags, and the ones a run config states too (`SIZE_FLAGS`,
+    `TEXT_FLAGS`, `SWITCH_FLAGS`); other flags are read past. `--recompute-modules` takes every
+    word up to the next flag, as argparse's nargs='*' does; a flag given twice keeps its last value,
+    as argparse does."""
     try:
-        words = shlex.split(text, comments=True)
-    except ValueError as err:
-        raise LayoutError(f"cannot read the flags: {err}") from None
+        words = script_words(text)
+    except ScriptError as err:
+        raise LayoutError(str(err)) from None
     found: dict[str, object] = {}
+    stated: dict[str, int | str] = {}
+    switches: set[str] = set()
     index = 0
     while index < len(words):
         word = words[index]
@@ -229,7 +270,9 @@ def parse_flags(text: str) -> MegatronFlags:
             continue
         if name == "--recompute-activations":
             found["granularity"] = "selective"  # arguments.py: --recompute-activations sets selective
-        elif name in _VALUED:
+        elif name in SWITCH_FLAGS:
+            switches.add(name)
+        elif name in _VALUED or name in SIZE_FLAGS or name in TEXT_FLAGS:
             if inline:
                 value = inline
             elif index + 1 < len(words):
@@ -237,20 +280,33 @@ def parse_flags(text: str) -> MegatronFlags:
                 value = words[index]
             else:
                 raise LayoutError(f"{name} needs a value")
-            key = _VALUED[name]
-            if key in _INTEGERS:
-                try:
-                    found[key] = int(value)
-                except ValueError:
-                    raise LayoutError(f"{name} must be an integer, got {value!r}") from None
-            else:
-                found[key] = value
+            if name in SIZE_FLAGS:
+                stated[name] = _integer(name, value)
+            elif name in TEXT_FLAGS:
+                stated[name] = value
+            key = _VALUED.get(name)
+            if key is not None:
+                found[key] = _integer(name, value) if key in _INTEGERS else value
         index += 1
-    flags = MegatronFlags(**found)  # type: ignore[arg-type]
+    flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches))  # type: ignore[arg-type]
     if flags.layout is not None and (flags.first_stage_layers is not None or flags.last_stage_layers is not None):
         raise LayoutError(
             "--pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-num-layers"
         )
-    if flags.layout is not None and flags.virtual_stages is not None:  # arguments.py: "No more than one of"
-        raise LayoutError("--pipeline-model-parallel-layout cannot be set with --num-virtual-stages-per-pipeline-rank")
+    virtual = [
+        flag
+        for flag in ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+        if flag in stated
+    ]
+    if flags.layout is not None:
+        virtual.insert(0, "--pipeline-model-parallel-layout")
+    if len(virtual) > 1:  # arguments.py: "No more than one of the following arguments can be set"
+        raise LayoutError(f"{virtual[0]} cannot be set with {virtual[1]}")
+    if any(flags.split_adds) and (
+        flags.layout is not None or flags.first_stage_layers is not None or flags.last_stage_layers is not None
+    ):  # TransformerConfig.__post_init__ and transformer_block.get_num_layers_to_build refuse it
+        raise LayoutError(
+            "--account-for-embedding/loss-in-pipeline-split cannot be set with --pipeline-model-parallel-layout "
+            "or --decoder-first/last-pipeline-num-layers"
+        )
     return flags

@@ -14,11 +14,11 @@ Two forms, both what the balancer prints (and what users write today by hand):
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
+from ppb_core.balance.megatron_run import check_against_run
 from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
@@ -32,14 +32,14 @@ def read_plan(
     problem: BalanceInput,
     plan: str,
     modules: tuple[str, ...] | None = None,
-    sizes: Mapping[str, int] | None = None,
+    run: object | None = None,
 ) -> tuple[Plan, str]:
     """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
 
     *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
-    run config); selective flags naming others cannot be priced and are refused. *sizes* are the
-    run config's sizes by Megatron flag (`megatron.run_sizes`): flags stating another are refused,
-    as the plan is checked at the run config's.
+    run config); selective flags naming others cannot be priced and are refused. Flags stating
+    another model or size than *run*'s are refused (`megatron_run.check_against_run`), as the plan
+    is checked at the run config's.
     """
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
@@ -57,12 +57,8 @@ def read_plan(
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
-    for flag, given in flags.sizes().items():
-        expected = (sizes or {}).get(flag)
-        if expected is not None and given != expected:
-            raise InputError(
-                where, flag, f"{given}, the run config has {expected}: ppb checks the plan at the run's sizes"
-            )
+    if run is not None:
+        check_against_run(flags, run, where)
     return from_megatron(problem, flags, where, modules), "megatron"
 
 
@@ -158,9 +154,18 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
             )
         each = rest // middle_stages if middle_stages else 0
         return [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]
-    if total % cells:
-        raise InputError(where, "--pipeline-model-parallel-layout", f"missing, and {total} layers do not split evenly")
-    return [total // cells] * cells
+    # the even split (transformer_block.get_num_layers_to_build): the embedding and the loss count as
+    # a layer each where `--account-for-*-in-pipeline-split` says so, taken from the first and last cell
+    embedding, loss = flags.split_adds
+    counted = total + embedding + loss
+    if counted % cells or (counted // cells) < max(embedding, loss):
+        raise InputError(
+            where, "--pipeline-model-parallel-layout", f"missing, and {counted} layers do not split evenly"
+        )
+    sizes = [counted // cells] * cells
+    sizes[0] -= embedding
+    sizes[-1] -= loss
+    return sizes
 
 
 def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modules: tuple[str, ...] | None) -> Plan:

@@ -17,7 +17,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from ppb_core.balance.megatron import run_sizes, selective_modules
+from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
@@ -39,7 +39,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     run = load_run(args.run)
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
-    plan, form = read_plan(problem, args.plan, modules, run_sizes(run))
+    plan, form = read_plan(problem, args.plan, modules, run)
     bodies = problem.describe()["bodies"]
     unit_s = time_unit_s(run, problem.describe())
     evaluated = check_plan(run, cells(plan), bodies)

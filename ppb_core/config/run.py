@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -222,6 +223,16 @@ class MoeTraining(StrictModel):
         description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
         "(1.0: balanced); with a capacity factor ppb charges the capacity",
     )
+    router_dtype: Literal["fp32", "fp64"] | None = Field(
+        None,
+        description="Megatron's --moe-router-dtype: the router's logits and probabilities in this dtype "
+        "(unset: the training dtype)",
+    )
+    permute_fusion: bool = Field(
+        False,
+        description="Megatron's --moe-permute-fusion: Transformer Engine's fused permute, whose row map is "
+        "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +260,19 @@ class MoeTraining(StrictModel):
         routing, or the capacity factor, which bounds every expert's tokens."""
         return self.dropless_imbalance if self.dropless else self.capacity_factor
 
+    def routed_share_bound(self, num_experts: int, experts_per_token: int, ep: int) -> float:
+        """The most any expert-parallel rank can receive over its fair share (what `dropless_imbalance`
+        may be set to for a guarantee). With a capacity factor every source rank sends each expert at
+        most ⌈tokens·k/experts · factor⌉ rows (megatron/core/transformer/moe/moe_utils.py
+        `get_capacity`, token_dispatcher.py `MoEAlltoAllTokenDispatcher.preprocess`): the factor.
+        Dropless, nothing but the routing itself bounds it: a token's k experts are distinct, so a rank
+        holding experts/ep of them receives at most min(k, experts/ep) copies of each token, against
+        the k/ep of balanced routing (group-limited routing, `--moe-router-group-topk`, limits the
+        ranks a token reaches, not its copies on one)."""
+        if not self.dropless:
+            return self.capacity_factor
+        return ep * min(experts_per_token, num_experts // ep) / experts_per_token
+
 
 class Training(StrictModel):
     seq_length: Annotated[PositiveInt, limits.at_most(limits.SEQUENCE, "tokens")]
@@ -261,6 +285,10 @@ class Training(StrictModel):
         None, description="overrides the optimizer's default"
     )
     flash_attention: bool = True
+    rope_fusion: bool = Field(
+        True,
+        description="Megatron's rope fusion (off with --no-rope-fusion): where its cos/sin tables are built",
+    )
     fp8_cache: Literal["none", "linear", "deepseek"] = Field(
         "none",
         description="linear layers' cached inputs in FP8 (linear), and DeepSeek-V3's MoE SwiGLU inputs in FP8 "
@@ -389,11 +417,26 @@ class TimingOptions(StrictModel):
         description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
         "TransformerEngine runs FlashAttention-2 with its deterministic backward",
     )
+    rope_fusion: bool = Field(
+        True,
+        description="Megatron's fused rotary embedding (off with --no-rope-fusion): unfused, the rotation runs "
+        "one PyTorch op at a time",
+    )
+    check_for_nan_in_grad: bool = Field(
+        True,
+        description="Megatron's gradient NaN check (off with --no-check-for-nan-in-loss-and-grad, and under fp16's "
+        "dynamic loss scaling): DDP reads each gradient bucket for its norm before reducing it",
+    )
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
         "logits fused into three kernels, not run one by one",
     )
+
+
+# CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
+_CUBLAS_CONFIG = re.compile(r"(:([0-9]+):([0-9]+))+")
+_CUBLAS_PAIR = re.compile(r":([0-9]+):([0-9]+)")
 
 
 class MemoryOptions(StrictModel):
@@ -402,6 +445,28 @@ class MemoryOptions(StrictModel):
         description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
         "(ppb_core.memory.calibration)",
     )
+    cublas_workspace_config: str | None = Field(
+        None,
+        max_length=100,
+        description="the run's CUBLAS_WORKSPACE_CONFIG (e.g. ':4096:8'): PyTorch's cuBLAS workspace per handle "
+        "is the sum of SIZE KiB × COUNT; unset, PyTorch's default for the device",
+    )
+
+    @field_validator("cublas_workspace_config")
+    @classmethod
+    def _cublas_pairs(cls, value: str | None) -> str | None:
+        if value is not None and not _CUBLAS_CONFIG.fullmatch(value):
+            raise ValueError("CUBLAS_WORKSPACE_CONFIG is ':SIZE:COUNT' pairs (SIZE in KiB), e.g. ':4096:8'")
+        return value
+
+    @property
+    def cublas_workspace_bytes(self) -> int:
+        """PyTorch's workspace per cuBLAS handle under the stated config (aten/src/ATen/cuda/
+        CublasHandlePool.cpp `parseChosenWorkspaceSize`: the sum of SIZE·COUNT KiB), 0 when unset."""
+        if self.cublas_workspace_config is None:
+            return 0
+        pairs = _CUBLAS_PAIR.findall(self.cublas_workspace_config)
+        return sum(int(size) * int(count) * 1024 for size, count in pairs)
 
 
 class PPBOptions(StrictModel):

@@ -152,6 +152,9 @@ class MemoryModel:
         kind = layer.kind
         if kind not in self._static:
             static = self.rules.static(self.parameters(layer), self.setup)
+            module_bytes, idle_bytes = self.rules.module_state_bytes(kind, self.setup)
+            if module_bytes or idle_bytes:
+                static = dataclasses.replace(static, module_bytes=module_bytes, idle_bytes=idle_bytes)
             factor = self.correction.static
             if factor != 1.0:
                 static = dataclasses.replace(
@@ -160,6 +163,8 @@ class MemoryModel:
                     gradient_bytes=static.gradient_bytes * factor,
                     optimizer_bytes=static.optimizer_bytes * factor,
                     held_through_step_bytes=static.held_through_step_bytes * factor,
+                    module_bytes=static.module_bytes * factor,
+                    idle_bytes=static.idle_bytes * factor,
                 )
             self._static[kind] = static
         return self._static[kind]

@@ -19,6 +19,8 @@ from ppb_core.model.geometry import Geometry
 # "reference": hyper-parallel's MemEst expression max(dp, tp, cp) + ep over whole groups
 # (`comm_expr`, sapp_nd/memory_estimation/evaluators/comm.py).
 BUFFER_RULES: tuple[str, ...] = ("layered", "reference")
+# --moe-router-dtype's bytes per element
+ROUTER_BYTES = {"fp32": 4, "fp64": 8}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class MemorySetup(Geometry):
     compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
     combined_1f1b: bool = False  # Megatron's --overlap-moe-expert-parallel-comm (ppb_core.memory.combined)
+    router_bytes: int = 0  # the router's probabilities (--moe-router-dtype); 0: dtype_bytes
+    permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's row map)
+    rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
+    transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
+    cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,7 +63,17 @@ class MemorySetup(Geometry):
             compute_capability=run.device.profile().compute_capability,
             framework=run.framework,
             combined_1f1b=par.overlap_moe_expert_parallel_comm,
+            router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),
+            permute_fusion=train.moe.permute_fusion,
+            rope_fusion=train.rope_fusion,
+            transformer_impl=run.timing.transformer_impl,
+            cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
         )
+
+    @property
+    def router_element_bytes(self) -> int:
+        """Bytes of one router logit or probability: --moe-router-dtype's, else the training dtype's."""
+        return self.router_bytes or self.dtype_bytes
 
     @property
     def data_group(self) -> int:

@@ -60,15 +60,27 @@ class StaticBytes:
     # held from the first forward to the gradient reduction, not at the optimizer step (torchtitan's
     # gathered parameters and unsharded gradient accumulators under pipeline parallelism)
     held_through_step_bytes: int = 0
+    # what the layer's modules keep from their last forward at every moment, beyond their parameters
+    # (Megatron's token dispatcher state, rotary tables: `FrameworkRules.module_state_bytes`)
+    module_bytes: float = 0
+    # kept from the last forward only while none of the layer's micro-batches is in flight (in flight,
+    # the same tensor is the latest micro-batch's kept activation): counted at the optimizer step
+    idle_bytes: float = 0
 
     @property
-    def total(self) -> int:
-        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.held_through_step_bytes
+    def total(self) -> float:
+        return (
+            self.parameter_bytes
+            + self.gradient_bytes
+            + self.optimizer_bytes
+            + self.held_through_step_bytes
+            + self.module_bytes
+        )
 
     @property
-    def step_bytes(self) -> int:
+    def step_bytes(self) -> float:
         """What the layer holds statically at the optimizer step."""
-        return self.total - self.held_through_step_bytes
+        return self.total - self.held_through_step_bytes + self.idle_bytes
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:

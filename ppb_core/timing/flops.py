@@ -122,6 +122,8 @@ class OpGeometry(Geometry):
     framework: str = "megatron"
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
+    main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
+    rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -133,6 +135,8 @@ class OpGeometry(Geometry):
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            main_grad_bytes=train.grad_bytes,
+            rope_fusion=run.timing.rope_fusion,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -396,8 +400,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             _elementwise(
                 p + "rope",
                 block,
-                2 * 2 * n * heads * d_qk * bc,
-                2 * 2 * n * heads * d_qk * bc,
+                *_mla_rope_bytes(geo, n, heads, att.qk_nope_head_dim, att.qk_rope_head_dim, att.value_head_dim),
                 switch=None if ulysses else "attUp",
                 transient=ulysses,
                 inputs=(q_name, up, rope_key),
@@ -441,10 +444,17 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             ops.append(_norm(p + "qk_norm", block, n, width, bc, inputs=(previous,), **qk_state("qk_norm")))
             previous = p + "qk_norm"
         if att.rope:
+            unfused = _megatron_unfused_rope(geo)
+            forward, backward = (UNFUSED_ROPE_FORWARD, UNFUSED_ROPE_BACKWARD) if unfused else (2, 2)
             rope = _elementwise(
-                p + "rope", block, 2 * n * width * bc, 2 * n * width * bc, inputs=(previous,), **qk_state("rope")
+                p + "rope",
+                block,
+                forward * n * width * bc,
+                backward * n * width * bc,
+                inputs=(previous,),
+                **qk_state("rope"),
             )
-            ops.append(dataclasses.replace(rope, fusion="rope"))
+            ops.append(rope if unfused else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -918,14 +928,71 @@ def body_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> tuple[Op, ...]:
     return (*attention_ops(kind, geo, p), *ffn)
 
 
-def _embedding(p: str, block: str, geo: OpGeometry, h: int, learned_positions: bool, dropout: float) -> list[Op]:
+# Megatron's unfused rotary embedding (`--no-rope-fusion`: megatron/core/models/common/embeddings/
+# rope_utils.py `_apply_rotary_pos_emb_bshd`, d98e8a64; the same steps at core_r0.8.0), one PyTorch op
+# at a time, in elements of the rotated tensor read + written. Forward: t·cos (1 + 1), `_rotate_half`'s
+# −x2 (½ + ½) and cat (1 + 1), ·sin (1 + 1), the sum (2 + 1), the final `torch.cat((t, t_pass))`
+# (1 + 1): 12. Backward (autograd): ·sin (1 + 1), the negation (½ + ½), the halves' gradients joined
+# (1 + 1), ·cos (1 + 1), the two gradients of t summed (2 + 1), the `t[..., :rot_dim]` slice's
+# backward (zeros 1, then 1 + 1 copied in): 13. The fused kernel reads and writes once: 2 and 2.
+UNFUSED_ROPE_FORWARD = 12
+UNFUSED_ROPE_BACKWARD = 13
+# MLA's interleaved rotary part adds `torch.cat((x1, x2))` of the even and odd halves (1 + 1) forward,
+# and backward the two strided slices' zero-filled gradients (2 × (1 + ½ + ½)) summed (2 + 1): 14 and 20.
+UNFUSED_MLA_ROPE_FORWARD = UNFUSED_ROPE_FORWARD + 2
+UNFUSED_MLA_ROPE_BACKWARD = UNFUSED_ROPE_BACKWARD + 7
+
+
+def _megatron_unfused_rope(geo: OpGeometry) -> bool:
+    return geo.framework == "megatron" and not geo.rope_fusion
+
+
+def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int, value: int) -> tuple[float, float]:
+    """HBM bytes (forward, backward) of assembling MLA's Q, K and V from the up-projections.
+
+    Fused (TransformerEngine's `fused_apply_mla_rope_for_q` / `_for_kv`): Q and K read and written
+    once. Unfused (Megatron's `--no-rope-fusion`, multi_latent_attention.py
+    `qkv_up_proj_and_rope_apply`, d98e8a64): the rotary steps (`UNFUSED_MLA_ROPE_*`) on each head's
+    query part and on the one shared key part; `torch.cat` of the no-position and rotated parts into
+    Q and into K (the key part expanded to every head: read and write heads·(nope + rope) each);
+    `value.contiguous()` copies V out of the key-value projection (heads·value, read and write).
+    Backward: the rotary steps' gradients; the query projection's and the key-value projection's
+    split views joined into one gradient each (torch.cat, read and write heads·(nope + rope) and
+    heads·(nope + value)); the expanded key part's gradient summed over the heads."""
+    bc = geo.dtype_bytes
+    qk = nope + rope
+    if not _megatron_unfused_rope(geo):
+        return 2 * 2 * n * heads * qk * bc, 2 * 2 * n * heads * qk * bc
+    forward = (heads + 1) * UNFUSED_MLA_ROPE_FORWARD * rope + 2 * 2 * heads * qk + 2 * heads * value
+    backward = (
+        (heads + 1) * UNFUSED_MLA_ROPE_BACKWARD * rope
+        + 2 * heads * qk
+        + 2 * heads * (nope + value)
+        + (heads + 1) * rope
+    )
+    return n * forward * bc, n * backward * bc
+
+
+def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, positions: int, dropout: float) -> list[Op]:
     """Vocabulary-parallel lookup (every rank writes all tokens, zero outside its shard), summed over TP.
 
-    The backward scatter-adds the output gradient into the fp32 gradient of the table rows."""
+    The backward scatter-adds the output gradient into the gradient of the table rows. Under
+    Megatron that gradient is dense: `VocabParallelEmbedding.forward` (megatron/core/tensor_parallel/
+    layers.py, core_r0.8.0 and d98e8a64) runs `F.embedding` (`weight[masked_input]` in deterministic
+    mode), whose backward (`embedding_dense_backward`, or `index_put_` with accumulate) fills a
+    16-bit gradient of the whole local table (vocab/t rows, and the *positions* rows of a learned
+    position table) with zeros before the scatter, and the embedding has no gradient-accumulation
+    fusion, so DDP's backward hook (distributed_data_parallel.py `_make_backward_post_hook`:
+    `param.main_grad.add_(param.grad.data)`) reads the main gradient and the 16-bit one and writes the
+    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element."""
     bc, n = geo.dtype_bytes, geo.tokens
     rows = n * h
+    learned_positions = positions > 0
     forward = n * INDEX_BYTES + rows * 2 * bc + (2 * rows * bc if learned_positions else 0)
     backward = rows * (bc + 2 * STATS_BYTES) * (2 if learned_positions else 1)
+    if geo.framework == "megatron":
+        table = (per_rank(vocab, geo.tp) + positions) * h
+        backward += table * (2 * bc + 2 * geo.main_grad_bytes)
     ops = [_elementwise(p + "lookup", block, forward, backward)]
     if geo.tp > 1:
         payload = rows * bc
@@ -949,7 +1016,15 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, learned_positions: b
 
 def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
     return tuple(
-        _embedding("embedding.", "embedding", geo, kind.hidden_size, kind.learned_positions > 0, kind.hidden_dropout)
+        _embedding(
+            "embedding.",
+            "embedding",
+            geo,
+            kind.hidden_size,
+            kind.vocab_size,
+            kind.learned_positions,
+            kind.hidden_dropout,
+        )
     )
 
 
@@ -1010,7 +1085,7 @@ def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
     h, bc = kind.hidden_size, geo.dtype_bytes
     for index in range(kind.mtp_layers if kind.mtp_body is not None else 0):
         p, block = f"mtp{index}.", f"mtp{index}"
-        ops += _embedding(p + "embedding.", block, geo, h, False, 0.0)
+        ops += _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
         ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
         entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
         ops += entry

@@ -37,7 +37,8 @@ from ppb_core.model.kinds import EncoderBodyKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
-from ppb_core.schedules import canonical, simulate
+from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.timing.combined import layer_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
 from ppb_core.timing.kernels import Kernels
@@ -105,6 +106,9 @@ class FrameworkRules:
     # Megatron-Core r0.8: only the first pipeline stage's first model chunk is cut into buckets; every
     # other stage and chunk reduces its gradients as one bucket once its last backward is done
     buckets_first_chunk_only: bool = False
+    # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): steady forward-backward pairs
+    # run as one step, layer beside layer (`ppb_core.timing.combined`)
+    combined_1f1b: bool = False
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -136,7 +140,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
-    return FrameworkRules("megatron", not interleaved, True, True, True, bucket, buckets_first_chunk_only=True)
+    return FrameworkRules(
+        "megatron",
+        not interleaved,
+        True,
+        True,
+        True,
+        bucket,
+        buckets_first_chunk_only=True,
+        combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +306,9 @@ def run_iteration(
     cells = _Cells(*([row[:] for row in zeros] for _ in range(5)))
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
+    states: dict[Layer, tuple[LayerType, dict | None]] = {}
     for layer in placed:
-        state = _state(layer, chosen, memory)
+        state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, f_ms / 1e3, b_ms / 1e3))
         cells.forward[layer.chunk][layer.stage] += f_ms / 1e3
@@ -333,16 +347,31 @@ def run_iteration(
                 cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
-    plain = simulate(schedule, cells.forward, cells.backward, m)
+    combined = _combined_savings(run, times, per_cell, states) if rules.combined_1f1b else None
+    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
-    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m) if fsdp else plain
+    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
     timeline = (
-        simulate(schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=rules.p2p_blocking)
+        simulate(
+            schedule,
+            with_fsdp_f,
+            with_fsdp_b,
+            m,
+            transfer=cells.transfer,
+            blocking=rules.p2p_blocking,
+            combined=combined,
+        )
         if stages > 1
         else gathered
     )
-    work = max(sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m for s in range(stages))
+    saved = [0.0] * stages  # what each stage's combined steps save
+    if combined is not None:
+        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
+            saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
+    work = max(
+        sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
+    )
     compute = work
     bubble = plain.makespan - work
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
@@ -353,7 +382,7 @@ def run_iteration(
         run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks
     )
     dp_term = max(0.0, dp_tail - timeline.makespan)
-    gather_exposed, gather_link = _param_gather(run, rules, memory, links, per_cell, fsdp)
+    gather_exposed, gather_link = _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline)
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
     optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
@@ -402,6 +431,25 @@ def run_iteration(
     )
 
 
+def _combined_savings(run, times, per_cell, states) -> list[list[list[float]]]:
+    """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
+    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone)."""
+    stages, chunks = run.parallel.pp, run.parallel.vpp
+    segments: dict[tuple[int, int], list] = {}
+    for (chunk, stage), entries in per_cell.items():
+        segments[(chunk, stage)] = [
+            layer_segments(times, layer, *states[layer]) for layer, _, _ in entries if layer.node == BODY
+        ]
+    contention = times.kernels.contention
+    return [
+        [
+            [step_saving(segments.get((f, s), []), segments.get((b, s), [])[::-1], contention) for s in range(stages)]
+            for b in range(chunks)
+        ]
+        for f in range(chunks)
+    ]
+
+
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
     """The state (and switches) a layer runs at: a body layer's option, a HEAD's embedding, a TAIL's output."""
     if layer.node == BODY:
@@ -426,14 +474,31 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
+def grad_pass_bytes(run: RunConfig) -> int:
+    """HBM bytes per parameter that Megatron-Core's DDP moves over a gradient bucket before reducing it,
+    on the compute stream (param_and_grad_buffer.py `start_grad_sync`, core_r0.8.0 and d98e8a64): the
+    NaN check reads the bucket for its norm (`grad_data.norm(p=2)`, unless
+    `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss scaling turns it off: arguments.py),
+    and `grad_data *= gradient_scaling_factor` reads and writes it, the factor being 1/(dp·cp)
+    (distributed_data_parallel.py, `average_in_collective` off by default) and so 1 only without data
+    parallelism. Other frameworks: none."""
+    if run.framework != "megatron":
+        return 0
+    grad = run.training.grad_bytes
+    check = run.timing.check_for_nan_in_grad and run.training.dtype != "fp16"
+    scaled = run.parallel.dp * run.parallel.cp > 1
+    return (grad if check else 0) + (2 * grad if scaled else 0)
+
+
 def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, stages, chunks):
     """(latest end of a stage's reduction, link seconds, exposed seconds) over every stage.
 
     Buckets fill in backward order (the stage's last chunk's last layer first); a bucket's
     reduction starts when its last gradient is ready and after the previous bucket's, on one
-    communication stream. The last micro-batch's backward of a stage is taken to run back to back
-    at the end of the stage's timeline. With `timing.overlap.dp` 0 every reduction waits for the
-    backward to end."""
+    communication stream. Megatron's passes over a full bucket (`grad_pass_bytes`) run first on the
+    compute stream, so they delay the rest of the backward and the bucket's own reduction. The last
+    micro-batch's backward of a stage is taken to run back to back at the end of the stage's
+    timeline. With `timing.overlap.dp` 0 every reduction waits for the backward to end."""
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
@@ -441,7 +506,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     link_total = exposed_total = 0.0
     if fsdp:
         return 0.0, 0.0, 0.0
-    if memory.setup.data_group <= 1 and memory.setup.expert_data_group <= 1:
+    reduces = memory.setup.data_group > 1 or memory.setup.expert_data_group > 1
+    per_parameter = grad_pass_bytes(run)
+    if not reduces and not per_parameter:
         return 0.0, 0.0, 0.0
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
@@ -454,12 +521,16 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
             ready.append((clock, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
+        passes = 0.0  # the compute stream's time in bucket passes so far
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
                 params_sum = params_sum + params
-            buckets.append((ready[last][0], _dp_collective(kind, params_sum, memory.setup.grad_bytes, links)))
+            passes += kernels.memory_s(params_sum.total * per_parameter)
+            seconds = _dp_collective(kind, params_sum, memory.setup.grad_bytes, links) if reduces else 0.0
+            buckets.append((ready[last][0] + passes, seconds))
             start = last + 1
+        end += passes
         link, exposed = bucket_tail(buckets, end, overlap, contention)
         latest = max(latest, end + exposed)
         link_total += link
@@ -528,34 +599,75 @@ def optimizer_traffic(
     return states_held * per_state + gradients_held * per_gradient + whole * setup.grad_bytes
 
 
-def _param_gather(run, rules, memory, links, per_cell, fsdp) -> tuple[float, float]:
-    """The distributed optimizer's all-gather of the updated (bf16) parameters, per device: exposed and
-    link seconds. With `timing.overlap.param_gather` it runs behind the next iteration's forward,
-    bucket by bucket, so only the first bucket waits."""
+def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) -> tuple[float, float]:
+    """The distributed optimizer's all-gather of the updated (16-bit) parameters: the exposed seconds of
+    the stage it delays most, and that stage's link seconds.
+
+    Megatron-Core (core_r0.8.0, `DistributedOptimizer`; the same rule in d98e8a64's
+    param_and_grad_buffer.py `finish_param_sync`) gathers the gradient buckets' parameters bucket by
+    bucket in forward order (each chunk's buckets reversed, chunk after chunk:
+    `_get_model_param_buffer_dp_views`). With `--overlap-param-gather` the first bucket's gather is
+    launched before the forward (`zero_grad`); a module's forward pre-hook waits for its bucket's
+    gather (a stream wait: the host goes on) and then launches the next bucket's
+    (`_finish_param_sync_helper`). The host runs ahead of the GPU, so the gathers run back to back on
+    the communication stream from the start of the iteration, one bucket ahead of the forward of the
+    first micro-batch, and a bucket's forward waits until its gather is in: the stage's forwards wait
+    max over buckets of (gathers up to it − the time of its first use), plus the SMs the gathers take
+    beside compute. The first bucket's gather is exposed on the first stage; on a later stage it runs
+    while the stage waits for its first input. With `timing.overlap.param_gather` 0 every gather is
+    exposed (without the flag the optimizer step gathers synchronously)."""
     if fsdp or memory.setup.shard_level < 1 or memory.setup.data_group <= 1:
         return 0.0, 0.0
+    share = run.timing.overlap.param_gather
+    dtype_bytes = run.training.dtype_bytes
     worst_link = worst_exposed = 0.0
-    stages: dict[int, list] = {}
-    for (_, stage), entries in per_cell.items():
-        stages.setdefault(stage, []).extend(entries)
-    for entries in stages.values():
-        total = None
-        first = None
-        for layer, _, _ in entries:
-            params = memory.parameters(layer)
-            total = params if total is None else total + params
-            if first is None and (not rules.bucket_parameters or total.total >= rules.bucket_parameters):
-                first = total
-        if total is None:
+    for stage in range(run.parallel.pp):
+        first_forward: dict[int, float] = {}
+        for op, begin in zip(timeline.orders[stage], timeline.starts[stage], strict=True):
+            if op.kind == "F":
+                first_forward.setdefault(op.chunk, begin)
+        gathers: list[tuple[float, float]] = []  # (first use in the timeline, gather seconds), forward order
+        for chunk in range(run.parallel.vpp):
+            entries = per_cell.get((chunk, stage), [])
+            if not entries:
+                continue
+            backward_order = list(reversed(entries))
+            ends = bucket_ends(
+                [(memory.parameters(layer).total, chunk) for layer, _, _ in backward_order], rules, stage
+            )
+            buckets, first = [], 0
+            for last in ends:  # backward order: bucket = layers first..last of backward_order
+                params = memory.parameters(backward_order[first][0])
+                for layer, _, _ in backward_order[first + 1 : last + 1]:
+                    params = params + memory.parameters(layer)
+                buckets.append((len(entries) - 1 - last, params))  # its first layer in forward order
+                first = last + 1
+            offsets = [0.0]
+            for _, forward, _ in entries:
+                offsets.append(offsets[-1] + forward)
+            for index, params in reversed(buckets):
+                use = first_forward.get(chunk, 0.0) + offsets[index]
+                gathers.append((use, _dp_collective(ALL_GATHER, params, dtype_bytes, links)))
+        if not gathers:
             continue
-        first = first or total
-        link = _dp_collective(ALL_GATHER, total, run.training.dtype_bytes, links)
-        head = _dp_collective(ALL_GATHER, first, run.training.dtype_bytes, links)
-        share = run.timing.overlap.param_gather
-        exposed = share * head + (1 - share) * link
+        link = sum(seconds for _, seconds in gathers)
+        delay = gather_wait(gathers, kernels.contention)
+        exposed = share * delay + (1 - share) * link
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
+
+
+def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0) -> float:
+    """Seconds a stage's forwards wait for parameter all-gathers (first use, seconds) in forward order,
+    run back to back from 0 on one stream: the most any bucket's gathers-so-far run past its first use,
+    plus *contention* of the gathers' time beside compute (the SMs they take)."""
+    done = waited = 0.0
+    for use, seconds in gathers:
+        done += seconds
+        waited = max(waited, done - use)
+    link = sum(seconds for _, seconds in gathers)
+    return waited + contention * max(0.0, link - waited)
 
 
 def _tied_embedding_sync(run, memory, links, placed) -> float:

@@ -8,7 +8,8 @@ together:
 * what a layer keeps for its backward in each recompute state (`state`: activation terms and
   communication buffers), and which of its buffers are workspaces held once per stage rather
   than once per layer (`transients_per_stage`);
-* what it holds statically (`static`: parameters, gradients, optimizer states as sharded);
+* what it holds statically (`static`: parameters, gradients, optimizer states as sharded), and
+  what its modules keep from their last forward (`module_state_bytes`: buffers, dispatcher state);
 * what its backward holds beyond that (`parameter_working_bytes`: gathered parameters,
   unsharded gradients, reduce-scatter buffers);
 * what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`);
@@ -83,6 +84,12 @@ class FrameworkRules:
 
     def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
         return static_bytes(params, setup)
+
+    def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
+        """What a layer's modules keep from their last forward beyond parameters and kept activations:
+        (held at every moment, held only while none of the layer's micro-batches is in flight). SAPP
+        counts none."""
+        return 0.0, 0.0
 
     def uses_neighbours(self, setup: MemorySetup) -> bool:
         """Whether `parameter_working_bytes` depends on the layers around one (else they are not asked)."""

@@ -62,19 +62,48 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   none of its micro-batches in flight (and at the optimizer step every chunk that receives its
   input, all but the first stage's first) holds both: `2·whole_tokens·h·bc`. With micro-batches in
   flight the stored input is the latest one, which its first layer keeps anyway.
+* **The token dispatcher keeps its last micro-batch's routing.** `MoEAlltoAllTokenDispatcher.
+  dispatch_preprocess` (megatron/core/transformer/moe/token_dispatcher.py) stores the router's
+  `probs` and `routing_map` (`[tokens, experts]`, the probabilities in the router's dtype,
+  `--moe-router-dtype`: moe_utils.py `topk_routing_with_score_function` scatters them into a dense
+  tensor `type_as(logits)`; the map bool) and `permute`'s reverse mapping
+  (`reversed_local_input_permutation_mapping`) on the dispatcher until the layer's next forward
+  replaces them: held at every moment, the optimizer step included. The mapping is what the
+  permutation saves for its backward, one per micro-batch in flight (`moe.row_map`): with
+  `--moe-permute-fusion` Transformer Engine's `row_id_map`, `[tokens, 2·experts + 1]` int32
+  (transformer_engine/pytorch/triton/permutation.py `make_row_id_map`, saved by
+  pytorch/permutation.py `_moe_permute_mask_map_setup_context`), unfused the sorted indices, one
+  int64 per routed copy (moe_utils.py `permute`, `index_select`). Tokens are the layer's sequence
+  shard (the dispatcher gathers over TP after its all-to-all).
+* **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
+  multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
+  default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
+  `original_max_position_embeddings` (4096, no training flag sets it) × the rotary dimension,
+  this CP rank's rows (models/common/embeddings/yarn_rotary_pos_embedding.py `_set_cos_sin_cache`),
+  cast to the training dtype with the model (module.py `Float16Module`,
+  `convert_module_to_dtype_except_fp32_marked` casts buffers too). Without rope fusion the layer's
+  forward calls `YarnRotaryEmbedding.forward`, an `lru_cache` (32 entries a process) that keeps the
+  fp32 frequencies `[s/cp, 1, 1, d]` it returned; with rope fusion (the default)
+  `get_cached_cos_sin` rebuilds the tables at the sequence length in the activations' dtype
+  (through the same cached `forward`) where the dtype or the length differs from the init's.
 * **The output layer's gathered input is a persistent buffer.** The output layer is Megatron's own
   `ColumnParallelLinear` (gpt_model.py), whose `LinearWithGradAccumulationAndAsyncCommunication.
   forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
   "mpu")` (megatron/core/tensor_parallel/layers.py); `GlobalMemoryBuffer.get_tensor`
   (megatron/core/utils.py) allocates the largest size asked for and never frees it: `T·h·bc` held
-  from then on by the stage holding the TAIL, under sequence parallelism.
+  from then on by the stage holding the TAIL, under sequence parallelism. Under
+  `--transformer-impl local` every layer's linears are Megatron's own (the same gather into the
+  same buffer), and its unfused `DotProductAttention.forward` (megatron/core/transformer/
+  dot_product_attention.py) takes the `baddbmm` input `[b·heads/t, s, s]` from it too: the buffer
+  is the largest of these requests. The local implementation runs no Transformer Engine GEMM, so
+  it holds no TE workspace.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from ppb_core.memory.activations import ActivationTerm, kept, routed_rows
+from ppb_core.memory.activations import INDEX_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
@@ -129,15 +158,69 @@ def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tup
     return tuple(out)
 
 
+# MLATransformerConfig.original_max_position_embeddings (transformer_config.py): the YaRN tables' length
+YARN_ORIGINAL_POSITIONS = 4096
+ROTARY_FREQUENCY_BYTES = 4  # YaRN's frequencies are fp32 (`inv_freq_extra`, not a buffer: never cast)
+ROW_ID_BYTES = 4  # Transformer Engine's row_id_map is int32
+BOOL_BYTES = 1
+
+
+def row_map(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """The permutation's reverse mapping of one micro-batch as (elements, bytes each): Transformer
+    Engine's row_id_map `[tokens, 2·experts + 1]` int32 under --moe-permute-fusion, else one int64
+    sorted index per routed copy (tokens·k, dropless; a capacity keeps at most as many)."""
+    if setup.permute_fusion:
+        return setup.whole_tokens * (2 * moe.num_experts + 1), ROW_ID_BYTES
+    return setup.whole_tokens * moe.experts_per_token, INDEX_BYTES
+
+
+def dispatcher_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """What `MoEAlltoAllTokenDispatcher` keeps of its last micro-batch (module docstring): the dense
+    probabilities and the routing map at every moment; the reverse mapping, which is that micro-batch's
+    kept `moe.row_map` while it is in flight, held beyond the activations only when none is."""
+    cells = setup.whole_tokens * moe.num_experts
+    elements, element_bytes = row_map(moe, setup)
+    return cells * (setup.router_element_bytes + BOOL_BYTES), elements * element_bytes
+
+
+def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
+    """What an MLA layer's `YarnRotaryEmbedding` holds (module docstring): cos and sin tables in the
+    training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows."""
+    attention = kind.attention
+    if not (attention.is_mla and attention.rope):
+        return 0.0
+    dim = attention.qk_rope_head_dim
+    rows = setup.seq_length / setup.cp
+    original = YARN_ORIGINAL_POSITIONS / setup.cp
+    if setup.rope_fusion:
+        # get_cached_cos_sin rebuilds (through forward) unless the init's fp32 tables of 4096 rows serve
+        rebuilt = setup.dtype_bytes != ROTARY_FREQUENCY_BYTES or setup.seq_length > YARN_ORIGINAL_POSITIONS
+        tables, cached = (rows, rows) if rebuilt else (original, 0.0)
+    else:  # the init's tables, cast with the model; the forward's frequencies cached
+        tables, cached = original, rows
+    return 2 * tables * dim * setup.dtype_bytes + cached * dim * ROTARY_FREQUENCY_BYTES
+
+
+def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]:
+    """A body layer's module state (`MegatronRules.module_state_bytes`)."""
+    always, idle = yarn_table_bytes(kind, setup), 0.0
+    if isinstance(kind.mlp, Moe):
+        held, idle = dispatcher_state_bytes(kind.mlp, setup)
+        always += held
+    return always, idle
+
+
 def megatron_body_terms(
     kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
 ) -> tuple:
-    """The formulas' terms with the MoE combine as Megatron-Core runs it (module docstring)."""
+    """The formulas' terms with the MoE combine as Megatron-Core runs it, and the permutation's reverse
+    mapping it saves (module docstring)."""
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
+    kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
     # The combined 1F1B schedule's nodes keep what they detach until the layer's backward
@@ -185,6 +268,23 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
     return (*terms, *norms)
 
 
+def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """Megatron's global "mpu" buffer on a stage running layers of *kinds* (module docstring): the
+    largest request, `T·h` for a sequence-parallel gather by Megatron's own column-parallel linears (the
+    output layer's; under --transformer-impl local every layer's), and under the local implementation
+    the unfused attention's score buffer `b·(heads/t)·s·s`."""
+    local = setup.transformer_impl == "local"
+    requests = [0.0]
+    if setup.sp > 1:
+        gathers = [kind for kind in kinds if isinstance(kind, TailKind) or (local and isinstance(kind, BodyKind))]
+        requests += [setup.tokens * kind.hidden_size for kind in gathers]
+    if local and not setup.flash_attention:
+        b, s = setup.micro_batch_size, setup.seq_length
+        bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
+        requests += [b * per_rank(kind.attention.num_heads, setup.tp) * s * s for kind in bodies]
+    return max(requests) * setup.dtype_bytes
+
+
 def routes_experts(kind: LayerKind) -> bool:
     """Whether a layer runs routed experts: an MoE body, or a TAIL whose MTP layer is one."""
     if isinstance(kind, BodyKind):
@@ -228,21 +328,29 @@ class MegatronRules(FrameworkRules):
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
 
+    def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
+        """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
+        if isinstance(kind, BodyKind):
+            return body_module_state(kind, setup)
+        if isinstance(kind, TailKind) and kind.mtp_body is not None:
+            always, idle = body_module_state(kind.mtp_body, setup)
+            return kind.mtp_layers * always, kind.mtp_layers * idle
+        return 0.0, 0.0
+
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
-        """PyTorch's and Transformer Engine's cuBLAS workspaces, TE's grouped-GEMM ones where experts
-        run, and the output layer's persistent all-gather buffer (module docstring)."""
+        """PyTorch's and (under --transformer-impl transformer_engine) Transformer Engine's cuBLAS
+        workspaces, TE's grouped-GEMM ones where experts run, and Megatron's persistent global buffer
+        (module docstring)."""
         found = 0.0
         capability = setup.compute_capability
         if capability > 0:
-            te_workspace = transformer_engine_workspace_bytes(capability)
-            found += torch_training_workspace_bytes(capability) + te_workspace
-            if any(routes_experts(kind) for kind in kinds):
-                found += TE_COMPUTE_STREAMS * te_workspace
-        if setup.sp > 1:
-            tails = [kind.hidden_size for kind in kinds if isinstance(kind, TailKind)]
-            if tails:
-                found += setup.tokens * max(tails) * setup.dtype_bytes
-        return found
+            found += torch_training_workspace_bytes(capability, setup.cublas_workspace_bytes)
+            if setup.transformer_impl == "transformer_engine":
+                te_workspace = transformer_engine_workspace_bytes(capability)
+                found += te_workspace
+                if any(routes_experts(kind) for kind in kinds):
+                    found += TE_COMPUTE_STREAMS * te_workspace
+        return found + global_buffer_bytes(setup, kinds)
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int

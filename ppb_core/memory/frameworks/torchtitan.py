@@ -344,7 +344,7 @@ class TorchtitanRules(FrameworkRules):
 
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
         """PyTorch's cuBLAS workspaces (module docstring)."""
-        return float(torch_training_workspace_bytes(setup.compute_capability))
+        return float(torch_training_workspace_bytes(setup.compute_capability, setup.cublas_workspace_bytes))
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int

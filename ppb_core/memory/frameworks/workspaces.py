@@ -7,10 +7,12 @@ They are allocated at the first matrix multiply and never freed, so they count i
   `parseChosenWorkspaceSize` and `getNewWorkspace`, PyTorch main of 2026): one per (cuBLAS handle,
   stream), allocated through `CUDACachingAllocator`; `CUBLAS_WORKSPACE_CONFIG` unset, 4096 KiB × 8
   = 32 MiB on compute capability 9, 10 and 12 (Hopper, Blackwell) and 4096 KiB × 2 + 16 KiB × 8
-  = 8,519,680 bytes before. cuBLASLt shares it (`getCUDABlasLtWorkspaceSize`, unified unless
-  `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0`). Handles are per thread (`thread_local` PoolWindow): the
-  forward runs GEMMs on the main thread and autograd's backward on its device thread, each with
-  its own handle on the same stream: two workspaces in training.
+  = 8,519,680 bytes before; set, the sum of its `:SIZE:COUNT` pairs whatever the device
+  (`memory.cublas_workspace_config`: Megatron's CI sets `:4096:8`, 32 MiB). cuBLASLt shares it
+  (`getCUDABlasLtWorkspaceSize`, unified unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0`). Handles are
+  per thread (`thread_local` PoolWindow): the forward runs GEMMs on the main thread and autograd's
+  backward on its device thread, each with its own handle on the same stream: two workspaces in
+  training.
 * **Transformer Engine's cuBLAS workspace** (transformer_engine/pytorch/cpp_extensions/gemm.py at
   d0067d0d, `get_cublas_workspace_size_bytes` and `get_cublas_workspace`, cached per device by
   `functools.lru_cache`): 32 MiB + 1 KiB on compute capability 9 and later, 4 MiB before, for
@@ -41,11 +43,12 @@ def transformer_engine_workspace_bytes(compute_capability: float) -> int:
     return 32 * MIB + KIB if compute_capability >= 9 else 4 * MIB
 
 
-def torch_training_workspace_bytes(compute_capability: float) -> int:
-    """What PyTorch's GEMMs hold in a training process: one workspace per cuBLAS handle (0 off CUDA)."""
+def torch_training_workspace_bytes(compute_capability: float, configured_bytes: int = 0) -> int:
+    """What PyTorch's GEMMs hold in a training process: one workspace per cuBLAS handle (0 off CUDA),
+    each *configured_bytes* where the run sets CUBLAS_WORKSPACE_CONFIG, else the device's default."""
     if compute_capability <= 0:
         return 0
-    return TRAINING_CUBLAS_HANDLES * torch_cublas_workspace_bytes(compute_capability)
+    return TRAINING_CUBLAS_HANDLES * (configured_bytes or torch_cublas_workspace_bytes(compute_capability))
 
 
 __all__ = [

@@ -1,0 +1,270 @@
+"""Where a published run's predicted seconds go, op class by op class, beside public per-kernel rates.
+
+    python bench/decompose.py [ROW ...]
+
+ROW: a substring of a row's name in bench/public_runs.py (default: the Megatron GPT 1.7B TP1 PP1 row
+and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without recompute only; a pipelined row's layer
+classes are its busiest stage's (the iteration's `compute` term), the schedule's idle time `bubble`.
+
+For each row: the measured seconds, ours, and ours split into
+- GEMMs (every matmul op: its kernels, plus what ppb prices beside them: bias-gradient reductions and
+  Megatron's main-gradient accumulation under --no-gradient-accumulation-fusion);
+- attention (the flash kernels, forward and backward);
+- memory-bound ops by kind: norms, activation (bias-GeLU, SwiGLU), residual adds with their bias and
+  dropout, rotary embedding, the loss (cross-entropy over the vocabulary), the embedding lookup;
+- exposed layer collectives (TP all-reduces, reduce-scatters, all-gathers);
+- the iteration's other terms: bubble, p2p, data-parallel communication, optimizer;
+each with its achieved rate (TFLOP/s of its FLOPs, or TB/s of its HBM bytes) and its share. The
+public per-kernel rates on H100 SXM they compare with are printed under the table (`REFERENCES`).
+Then the measured minus ours, and what one class alone would have to take to close it (its seconds
+times that factor).
+
+Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
+measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class
+running slower than ours) is larger on the A100; a gap of the same seconds on both is time that
+does not depend on the GPU's rates. Beside them, the same harness's 12-layer, hidden-512 case with
+the 7B TP4 case's parallel and optimizer flags (gpt/gpt3_mcore_te_tp4_pp1_dist_optimizer_overlap_
+grad_reduce_param_gather, values of the same commit): a model whose GPU work ppb puts at a few tens
+of milliseconds, so its measured seconds show what the harness spends an iteration beyond them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _measure import machine  # noqa: E402
+from _public import gpt3_7b_run, run_config  # noqa: E402
+from public_runs import GOLDEN_7B, GOLDEN_7B_H100_WITH_A100, GoldenTimes, PublicRun, config, public_runs  # noqa: E402
+
+from ppb_core.model.switches import LayerType  # noqa: E402
+from ppb_core.model.walk import HEAD, TAIL, walk  # noqa: E402
+from ppb_core.timing.flops import COMM, Op  # noqa: E402
+from ppb_core.timing.iteration import run_iteration  # noqa: E402
+from ppb_core.timing.pricer import TimeModel  # noqa: E402
+
+DEFAULT_ROWS = ("Megatron GPT 1.7B", "Megatron CI GPT 7B TP4 PP1 (H100)")
+# Memory-bound ops by kind, matched on the op's name (ppb_core.timing.flops op tables).
+MEMORY_KINDS = (
+    ("norm", ("norm",)),
+    ("activation", ("_act",)),
+    ("residual, bias, dropout", ("residual", "dropout")),
+    ("rotary", ("rope",)),
+    ("loss", ("loss",)),
+    ("embedding", ("embedding.lookup",)),
+)
+ITERATION_TERMS = ("bubble", "p2p", "fsdp_communication", "dp_communication", "optimizer")
+
+# Public per-kernel rates on an H100 SXM (BF16) for each class.
+REFERENCES = (
+    (
+        "GEMMs",
+        "cuBLAS in short loops (XLA's measured sm_90 table, tensorflow third_party/xla/xla/service/gpu/model/"
+        "matmul_interpolator_data.h at 372d578b): 2048^3 632, 2x4096x4096x2048 763 TFLOP/s; MAMF 794.5 "
+        "(ml-engineering); a 600 W H200 NVL, same die, ~600 at a 4096/16384 layer's shapes (TransformerEngine "
+        "docs/examples/gemm_profiling)",
+    ),
+    (
+        "attention",
+        "cuDNN, head size 128 (FlashAttention-3 paper, Shah et al. 2024, Fig. 5-6): causal forward 518 (4k) / "
+        "529 (8k), backward without the mask 499 / 518 TFLOP/s; at 8k causal 566 forward, 470 backward "
+        "(Dao-AILab/flash-attention PR #1893)",
+    ),
+    ("memory-bound", "HBM3 3.35 TB/s (datasheet); ppb takes 0.8 of it (memory_efficiency, an assumption)"),
+)
+
+
+@dataclass
+class Share:
+    """One class's seconds over the iteration, with the FLOPs and HBM bytes of its ops."""
+
+    seconds: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+def op_class(op: Op) -> str:
+    """The class an op of ppb's table belongs to."""
+    if op.category == COMM:
+        return "layer collectives (exposed)"
+    if op.gemm is not None:
+        return "GEMMs"
+    if op.attention is not None:
+        return "attention"
+    for kind, names in MEMORY_KINDS:
+        if any(name in op.name for name in names):
+            return f"memory-bound: {kind}"
+    return "memory-bound: other"
+
+
+def _state(layer) -> LayerType:
+    return {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}.get(layer.node, LayerType.NOT_REC_LAYER)
+
+
+def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
+    """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds. The
+    classes of the layers are the busiest pipeline stage's, as the iteration's `compute` term counts
+    them; the schedule's idle time is `bubble`."""
+    run = config(row)
+    if run.recompute.full is not None or run.recompute.selective:
+        raise SystemExit(f"{row.name}: rows without recompute only")
+    iteration = run_iteration(run)
+    times = TimeModel(run)
+    m = run.training.micro_batches
+    placed = list(walk(run))
+    work = defaultdict(float)
+    for layer in placed:
+        work[layer.stage] += sum(times.layer_times(layer, _state(layer)))
+    busiest = max(work, key=work.__getitem__)
+    classes: dict[str, Share] = defaultdict(Share)
+    for layer in placed:
+        if layer.stage != busiest:
+            continue
+        ops = {op.name: op for op in times.ops(layer)}
+        for timed in times.breakdown(layer, _state(layer)):
+            share = classes[op_class(ops[timed.name])]
+            share.seconds += timed.ms / 1e3 * m
+            share.flops += timed.flops * m
+            share.bytes += timed.bytes * m
+    for term in ITERATION_TERMS:
+        if iteration.breakdown[term]:
+            classes[term].seconds += iteration.breakdown[term]
+    total = sum(share.seconds for share in classes.values())
+    assert abs(total - iteration.seconds) < 1e-6 * iteration.seconds, (total, iteration.seconds)
+    return dict(classes), iteration.seconds
+
+
+def rate(share: Share) -> str:
+    if share.flops and share.seconds:
+        return f"{share.flops / share.seconds / 1e12:6.0f} TFLOP/s"
+    if share.bytes and share.seconds:
+        return f"{share.bytes / share.seconds / 1e12:6.2f} TB/s"
+    return ""
+
+
+def report(row: PublicRun) -> None:
+    classes, seconds = decompose(row)
+    gap = row.seconds - seconds
+    print(f"{row.name}: measured {row.seconds:.3f} s, ppb {seconds:.3f} s ({seconds / row.seconds - 1:+.1%})")
+    print(f"  {'class':36s} {'seconds':>8s} {'share':>6s} {'rate':>16s} {'x to close':>10s}")
+    for name, share in sorted(classes.items(), key=lambda item: -item[1].seconds):
+        # the factor this class alone would need to take the measured seconds (its rate divided by it)
+        factor = f"x{(share.seconds + gap) / share.seconds:.2f}" if share.seconds > 0 and gap > 0 else ""
+        print(f"  {name:36s} {share.seconds:8.4f} {share.seconds / seconds:6.1%} {rate(share):>16s} {factor:>10s}")
+    print(f"  {'measured minus ppb':36s} {gap:8.4f} {gap / seconds:6.1%}")
+    print()
+
+
+# gpt/gpt3_mcore_te_tp4_pp1_dist_optimizer_overlap_grad_reduce_param_gather/model_config.yaml at
+# adc69dba2d: 12 layers, hidden 512, 8 heads, sequence 1024, micro-batch 4, global batch 32, TP 4, DP 2,
+# distributed optimizer, --overlap-grad-reduce --overlap-param-gather, --deterministic-mode,
+# --no-gradient-accumulation-fusion, --attention-backend unfused, the GPT-2 vocabulary (50257, padded
+# to 128·tp), Megatron's defaults otherwise (learned positions, tied embeddings, LayerNorm, GeLU,
+# biases, dropout 0.1); --log-interval 1, --log-params-norm, --log-num-zeros-in-grad as the 7B cases.
+_SMALL_TP4 = "gpt/gpt3_mcore_te_tp4_pp1_dist_optimizer_overlap_grad_reduce_param_gather"
+SMALL_TP4_GOLDEN = {
+    "h100": GoldenTimes(
+        f"{_SMALL_TP4}/golden_values_dev_dgx_h100.json", "adc69dba2d", "2-50",
+        (0.26175, 0.24794, 0.24501, 0.24845, 0.2486, 0.24727, 0.24913, 0.25845, 0.25285, 0.24913, 0.24699,
+         0.2473, 0.25154, 0.24973, 0.24744, 0.24812, 0.25005, 0.24688, 0.2449, 0.24547, 0.24699, 0.24408,
+         0.24933, 0.24233, 0.2452, 0.24682, 0.24269, 0.24203, 0.2418, 0.25702, 0.24123, 0.24439, 0.24088,
+         0.24457, 0.24197, 0.24309, 0.24278, 0.24374, 0.2478, 0.2422, 0.24357, 0.24957, 0.24752, 0.24273,
+         0.24413, 0.24327, 0.24256, 0.24524, 0.24667),
+    ),
+    "a100": GoldenTimes(
+        f"{_SMALL_TP4}/golden_values_dev_dgx_a100.json", "adc69dba2d", "5-50",
+        (0.40308, 0.40585, 0.40679, 0.40532, 0.40582, 0.40467, 0.40915, 0.40822, 0.40852, 0.40432),
+    ),
+}  # fmt: skip
+
+
+def small_tp4_run(gpu: str) -> dict:
+    """The 12-layer TP4 case's run config on one node of 8 *gpu*s."""
+    spec = {
+        "vocab_size": 50257,
+        "hidden_size": 512,
+        "num_layers": 12,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": 1024,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "mlp_bias": True,
+        "attention_dropout": 0.1,
+        "hidden_dropout": 0.1,
+        "tied_embeddings": True,
+    }
+    return {
+        "name": f"megatron-ci-small-tp4-{gpu}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": spec, "pad_vocab_multiple": 128}],
+        "parallel": {"dp": 2, "tp": 4, "pp": 1, "zero": 1},
+        "training": {
+            "seq_length": 1024,
+            "micro_batch_size": 4,
+            "micro_batches": 4,
+            "dtype": "bf16",
+            "flash_attention": False,
+        },
+        "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
+        "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
+    }
+
+
+def small_case() -> list[tuple[str, float, float]]:
+    """(GPU, measured seconds, ppb's) of the 12-layer TP4 case, values of adc69dba2d."""
+    return [
+        (gpu, golden.median_s, run_iteration(run_config(small_tp4_run(gpu), f"small-{gpu}")).seconds)
+        for gpu, golden in SMALL_TP4_GOLDEN.items()
+    ]
+
+
+def pair_gaps() -> list[tuple[str, float, float]]:
+    """(case, H100 measured minus ppb, A100 measured minus ppb) in seconds, values of one commit."""
+    gaps = []
+    for tp, pp, vpp, mbs in ((1, 4, 8, 1), (4, 1, 1, 2)):
+        measured = {"h100": GOLDEN_7B_H100_WITH_A100[tp].median_s, "a100": GOLDEN_7B[tp, "a100"].median_s}
+        ours = {
+            gpu: run_iteration(run_config(gpt3_7b_run(tp, pp, vpp, mbs, gpu), f"7b-{gpu}")).seconds for gpu in measured
+        }
+        gaps.append((f"GPT 7B TP{tp} PP{pp}", measured["h100"] - ours["h100"], measured["a100"] - ours["a100"]))
+    return gaps
+
+
+def main(argv: list[str]) -> int:
+    print(f"machine: {machine()}")
+    wanted = argv or list(DEFAULT_ROWS)
+    rows = public_runs()
+    for pattern in wanted:
+        matches = [row for row in rows if pattern in row.name]
+        if not matches:
+            raise SystemExit(f"bench/decompose.py: no row of bench/public_runs.py matches {pattern!r}")
+        for row in matches:
+            report(row)
+    print("public per-kernel rates on H100 SXM:")
+    for name, text in REFERENCES:
+        print(f"  {name}: {text}")
+    print()
+    print("Megatron CI, identical configs on both GPUs (values of adc69dba2d): measured minus ppb, seconds")
+    for case, h100, a100 in pair_gaps():
+        print(f"  {case:20s} H100 {h100:+.3f} s   A100 {a100:+.3f} s")
+    print(f"the same harness's 12-layer hidden-512 TP4 PP1 case ({_SMALL_TP4}), same commit:")
+    for gpu, measured, ours in small_case():
+        print(
+            f"  {gpu.upper()}: measured {measured:.3f} s, ppb {ours:.3f} s, measured minus ppb {measured - ours:+.3f} s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""The words a Megatron-LM launch script hands `pretrain_gpt.py`, read without running the script.
+
+A real launch script (Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh,
+examples/llama/train_llama3_8b_h100_fp8.sh, examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh)
+keeps its flags in bash arrays and its sizes in variables (`NUM_LAYERS=32`, `TP=${TP:-1}`,
+`--num-layers $NUM_LAYERS`). The words are read as the shell reads them (lines joined by `\\`,
+quotes, `#` comments) and each variable takes the value the script assigns it, its default where
+it reads the environment (`${TP:-1}` is 1): the check is of the script as written, not of the
+caller's environment. An array element quoted with its value (`"--vocab-size 128256"`) is split
+as the unquoted `${ARGS[@]}` splits it. Both branches of an `if` are read (the last value given
+wins, as argparse keeps the last); a variable the script never assigns stays `$NAME`, and a size
+flag holding one is refused by the flag reader.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=(.*)", re.DOTALL)
+# ${NAME}, ${NAME:-default} / ${NAME-default}, $NAME (bash's parameter expansion, the forms scripts use)
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class ScriptError(ValueError):
+    """Text the shell itself could not read (an unclosed quote)."""
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(3)
+        if name in variables:
+            return variables[name]
+        if match.group(2) is not None:  # the default of ${NAME:-default}
+            return match.group(2)
+        return match.group(0)
+
+    return _REFERENCE.sub(value, word)
+
+
+def script_words(text: str) -> list[str]:
+    """The words of *text* (flags, or a whole launch script) with the script's variables expanded."""
+    # a backslash before a newline is removed with it, as the shell joins lines (shlex would keep
+    # the newline in the next word)
+    text = re.sub(r"\\\r?\n", "", text)
+    try:
+        words = shlex.split(text, comments=True)
+    except ValueError as err:
+        raise ScriptError(f"cannot read the flags: {err}") from None
+    variables: dict[str, str] = {}
+    found: list[str] = []
+    in_array = False
+    for word in words:
+        assignment = None if in_array else _ASSIGNMENT.fullmatch(word)
+        if assignment is not None:
+            name, raw = assignment.groups()
+            if not raw.startswith("("):
+                variables[name] = _expand(raw, variables)
+                continue
+            # ARGS=( opens an array, its elements words of their own (`ARGS=(--a 1 --b)` too)
+            in_array, word = True, raw[1:]
+        if in_array and word.endswith(")") and word.count(")") > word.count("("):  # "([0]+[1]*3)" stays
+            in_array, word = False, word[:-1]
+        if not word:
+            continue
+        expanded = _expand(word, variables)
+        if expanded.startswith("--") and len(expanded.split()) > 1:
+            found.extend(expanded.split())
+        else:
+            found.append(expanded)
+    return found

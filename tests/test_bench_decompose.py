@@ -1,0 +1,103 @@
+"""bench/decompose.py: a published run's predicted seconds by op class, the classes' FLOPs and bytes by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("decompose", BENCH / "decompose.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["decompose"] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def gpt_1_7b(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron GPT 1.7B")]
+    return row, *bench.decompose(row)
+
+
+def test_the_classes_add_up_to_the_iteration(bench, gpt_1_7b):
+    row, classes, seconds = gpt_1_7b
+    assert sum(share.seconds for share in classes.values()) == pytest.approx(seconds, rel=1e-9)
+    assert seconds == pytest.approx(bench.run_iteration(bench.config(row)).seconds, rel=1e-12)
+
+
+def test_gemm_and_attention_flops_of_the_1_7b_row_by_hand(gpt_1_7b):
+    _, classes, _ = gpt_1_7b
+    # h 2048, 16 heads of 128, MLP 4h, n = 4096 tokens a micro-batch, 4 micro-batches, 24 layers.
+    # A layer's forward matmuls: QKV 2·n·h·3h, projection 2·n·h·h, MLP 2·n·h·4h twice: 24·n·h²; with
+    # the backward's two products each, 72·n·h² = 72·4096·2048² = 1.23695e12 a layer and micro-batch.
+    # The logits: 6·n·h·V = 6·4096·2048·131072 a micro-batch.
+    n, h, vocab = 4096, 2048, 131072
+    assert classes["GEMMs"].flops == pytest.approx(4 * (24 * 72 * n * h * h + 6 * n * h * vocab), rel=1e-12)
+    # Flash attention over the causal pairs s(s+1)/2 = 8,390,656 per head: QKᵀ and PV 4·pairs·heads·d
+    # forward, 2.5 times that backward.
+    pairs = 4096 * 4097 / 2
+    assert classes["attention"].flops == pytest.approx(4 * 24 * 3.5 * 4 * pairs * 16 * 128, rel=1e-12)
+
+
+def test_the_unfused_loss_moves_what_megatron_s_cross_entropy_moves(gpt_1_7b):
+    _, classes, _ = gpt_1_7b
+    # Megatron's vocab-parallel cross-entropy one op at a time: per logit 2 + 9·4 = 38 bytes forward,
+    # 2 + 3·4 = 14 backward; 4 micro-batches of 4096 tokens × 131072 logits: 111,669,149,696 bytes, at
+    # 0.8 of 3.35 TB/s (2.68e12 B/s) 41.67 ms.
+    loss = classes["memory-bound: loss"]
+    assert loss.bytes == pytest.approx(4 * 4096 * 131072 * 52, rel=1e-12)
+    assert loss.seconds == pytest.approx(111_669_149_696 / 2.68e12, rel=1e-9)
+
+
+def test_ops_fall_in_their_classes(bench):
+    classes = {
+        op.name: bench.op_class(op)
+        for layer in bench.walk(bench.config(bench.public_runs()[0]))
+        for op in bench.TimeModel(bench.config(bench.public_runs()[0])).ops(layer)
+    }
+    assert classes["mlp_in"] == "GEMMs" and classes["output.logits"] == "GEMMs"
+    assert classes["flash_scores"] == "attention"
+    assert classes["norm1"] == classes["output.final_norm"] == "memory-bound: norm"
+    assert classes["mlp_act"] == "memory-bound: activation"
+    assert classes["residual_mlp"] == "memory-bound: residual, bias, dropout"
+    assert classes["rope"] == "memory-bound: rotary"
+    assert classes["output.loss"] == "memory-bound: loss"
+    assert classes["embedding.lookup"] == "memory-bound: embedding"
+
+
+def test_a_pipelined_row_counts_its_busiest_stage_and_its_bubble(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron CI GPT 7B TP1 PP4 (H100)")]
+    classes, _ = bench.decompose(row)  # asserts the classes add up to the iteration
+    assert classes["bubble"].seconds > 0
+    # 32 layers over 4 stages: the busiest stage is the last, 8 layers and the loss; 4 micro-batches
+    # of one 8192-token sequence. A layer's matmuls at TP 1: QKV 2·n·h·(h + 2·1024), projection
+    # 2·n·h·h, MLP 2·n·h·4h twice, and the backward twice that: 6·n·h·(10h + 2048); the logits
+    # 6·n·h·V with V = 131073 padded to a multiple of 128: 131200.
+    n, h = 8192, 4096
+    layer = 6 * n * h * (10 * h + 2048)
+    assert classes["GEMMs"].flops == pytest.approx(4 * (8 * layer + 6 * n * h * 131200), rel=1e-12)
+
+
+def test_a_row_with_recompute_is_refused(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Korthikanti GPT 175B")]
+    with pytest.raises(SystemExit, match="without recompute"):
+        bench.decompose(row)
+
+
+def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(bench):
+    # H100, iterations 2-50 (49 values): the 25th sorted is 0.24667. A100, iterations 5-50 every 5
+    # (10 values): (0.40582 + 0.40585) / 2 = 0.405835.
+    assert bench.SMALL_TP4_GOLDEN["h100"].median_s == pytest.approx(0.24667)
+    assert bench.SMALL_TP4_GOLDEN["a100"].median_s == pytest.approx(0.405835)
+    # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
+    # of milliseconds, a tenth of what the harness measures
+    for _, measured, ours in bench.small_case():
+        assert ours < measured / 5

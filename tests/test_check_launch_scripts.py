@@ -1,0 +1,254 @@
+"""`ppb check RUN.yaml --plan SCRIPT`: a whole Megatron-LM launch script as the plan. Its model and
+parallel sizes are compared with the run config's (a mismatch is one line naming the flag and both
+values), flags that do not concern the plan are read past, and the script's variables and arrays are
+read as the shell reads them (ppb_core.balance.launch_script, megatron_run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ppb_core.balance.launch_script import script_words
+from ppb_core.balance.megatron_run import moe_pattern
+from ppb_core.cli.main import main
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+HF = CONFIGS / "hf"
+# a Megatron-LM git repository (a clone or a bare mirror) holding commit d98e8a64, for its launch scripts
+MEGATRON = os.environ.get("PPB_MEGATRON_LM")
+
+# A launch script in the shape of Megatron-LM's examples (variables with defaults, bash arrays, a
+# quoted "--flag value" element, torchrun's own flags, flags ppb does not compare), stating
+# configs/llama3-8b.yaml's run: Llama-3-8B (configs/hf/llama3-8b.json: 32 layers, hidden 4096,
+# ffn 14336, 32 heads over 8 key/value heads of 128, vocabulary 128256, untied), tp 2 + SP, pp 4,
+# ZeRO-1, 8192 tokens, micro-batch 1, 1 × 32 micro-batches × dp 8 = a global batch of 256, bf16.
+LLAMA_SCRIPT = """#!/bin/bash
+TP=${TP:-2}
+PP=4
+NUM_LAYERS=32
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+MODEL_ARGS=(
+    --num-layers $NUM_LAYERS
+    --hidden-size 4096
+    --ffn-hidden-size 14336
+    --num-attention-heads 32
+    --group-query-attention
+    --num-query-groups 8
+    --kv-channels 128
+    --seq-length 8192
+    --max-position-embeddings 8192   # not the plan's concern
+    --position-embedding-type rope
+    --swiglu
+    --untie-embeddings-and-output-weights
+    "--vocab-size 128256"
+)
+TRAINING_ARGS=(--micro-batch-size 1 --global-batch-size 256 --bf16 --lr 3e-4 --clip-grad 1.0)
+PARALLEL_ARGS=(
+    --tensor-model-parallel-size ${TP}
+    --pipeline-model-parallel-size $PP
+    --sequence-parallel
+    --use-distributed-optimizer
+    --overlap-grad-reduce
+)
+torchrun --nproc_per_node 8 --nnodes $NUM_NODES pretrain_gpt.py \\
+    ${MODEL_ARGS[@]} ${TRAINING_ARGS[@]} ${PARALLEL_ARGS[@]}
+"""
+
+
+def _run_check(capsys: pytest.CaptureFixture[str], run: Path, plan: Path) -> tuple[int, str, str]:
+    code = main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q", "--json"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(LLAMA_SCRIPT)
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    assert code in (0, 1), err
+    checked = json.loads(out)
+    assert checked["form"] == "megatron"
+    assert [stage["layers"] for stage in checked["stages"]] == [8, 8, 8, 8]  # the even split of 32 over pp 4
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [
+        ("--num-layers $NUM_LAYERS", "--num-layers 30", "--num-layers: 30, the run config has 32 (num_layers)"),
+        ("--hidden-size 4096", "--hidden-size 5120", "--hidden-size: 5120, the run config has 4096 (hidden_size)"),
+        ("--ffn-hidden-size 14336", "--ffn-hidden-size 11008", "--ffn-hidden-size: 11008, the run config has 14336"),
+        ("--num-attention-heads 32", "--num-attention-heads 64", "--num-attention-heads: 64, the run config has 32"),
+        ("--num-query-groups 8", "--num-query-groups 4", "--num-query-groups: 4, the run config has 8"),
+        ("--kv-channels 128", "--kv-channels 64", "--kv-channels: 64, the run config has 128 (head_dim)"),
+        ("--seq-length 8192", "--seq-length 4096", "--seq-length: 4096, the run config has 8192"),
+        ('"--vocab-size 128256"', '"--vocab-size 32000"', "--vocab-size: 32000, the run config has 128256"),
+        ("TP=${TP:-2}", "TP=${TP:-4}", "--tensor-model-parallel-size: 4, the run config has 2 (parallel.tp)"),
+        ("PP=4", "PP=8", "--pipeline-model-parallel-size: 8, the run config has 4 (parallel.pp)"),
+        ("--micro-batch-size 1", "--micro-batch-size 2", "--micro-batch-size: 2, the run config has 1"),
+        ("--global-batch-size 256", "--global-batch-size 512", "--global-batch-size: 512, the run config has 256"),
+        ("--bf16", "--fp16", "--fp16: given, the run config has dtype bf16 (training.dtype)"),
+        ("--bf16", "", "--bf16: neither --bf16 nor --fp16 (Megatron-LM trains in fp32), the run config has dtype bf16"),
+        ("    --sequence-parallel\n", "", "--sequence-parallel: not given, the run config has true"),
+        ("    --use-distributed-optimizer\n", "", "--use-distributed-optimizer: not given, the run config has zero 1"),
+        ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
+        ("    --group-query-attention\n", "", "--group-query-attention: not given, the run config has 8 key/value"),
+        ("    --untie-embeddings-and-output-weights\n", "", "--untie-embeddings-and-output-weights: not given"),
+        ("--kv-channels 128", "--num-experts 8", "--num-experts: 8, the run config has 0 (num_experts)"),
+        ("--kv-channels 128", "--mtp-num-layers 1", "--mtp-num-layers: 1, the run config has 0"),
+        (
+            "--overlap-grad-reduce",
+            "--num-layers-per-virtual-pipeline-stage 4",
+            "--num-layers-per-virtual-pipeline-stage: 4 gives 2 virtual stage(s) per rank (32 layers over pp 4), "
+            "the run config has 1 (parallel.vpp)",
+        ),
+        (
+            "--overlap-grad-reduce",
+            "--num-layers-per-virtual-pipeline-stage 3",
+            "--num-layers-per-virtual-pipeline-stage: 3 does not divide the 32 layers' share of pp 4",
+        ),
+        ("NUM_LAYERS=32\n", "", "--num-layers is '$NUM_LAYERS', a shell variable the script does not assign"),
+        ("--seq-length 8192", "--seq-length 8k", "--seq-length must be an integer, got '8k'"),
+        ("--hidden-size 4096", "--hidden-size", "--hidden-size: must be an integer"),
+    ],
+)
+def test_a_launch_script_stating_another_size_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, old: str, new: str, line: str
+) -> None:
+    assert old in LLAMA_SCRIPT
+    script = tmp_path / "train.sh"
+    script.write_text(LLAMA_SCRIPT.replace(old, new, 1))
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    if line.startswith("--hidden-size: must"):  # `--hidden-size --ffn-hidden-size`: the next flag is no value
+        line = "--hidden-size must be an integer, got '--ffn-hidden-size'"
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{script}: " in err and line in err, err
+
+
+def test_flags_not_given_are_not_compared_in_a_partial_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without `--num-layers` the text is not a whole command line (Megatron-LM requires it), so a
+    flag it leaves out is not taken at Megatron-LM's default: layout and recompute flags alone are read."""
+    flags = "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L' --recompute-granularity selective"
+    code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", flags, "--no-optimum", "-q", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and "--recompute-modules: core_attn" in captured.err  # the recompute refusal, not a size
+
+
+@pytest.mark.parametrize(
+    ("flags", "layers"),
+    [
+        # transformer_block.get_num_layers_to_build: (32 + 1) / 3 = 11 a stage, one fewer where the
+        # embedding (first) or the loss (last) is counted
+        ("--account-for-embedding-in-pipeline-split", [10, 11, 11]),
+        ("--account-for-loss-in-pipeline-split", [11, 11, 10]),
+    ],
+)
+def test_the_embedding_or_loss_counted_in_the_even_split(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: str, layers: list[int]
+) -> None:
+    text = (CONFIGS / "llama3-8b.yaml").read_text().replace("config: hf/", f"config: {HF}/")
+    run = tmp_path / "pp3.yaml"
+    run.write_text(text.replace("pp: 4,", "pp: 3,").replace("world_size: 64", "world_size: 48"))
+    code = main(["check", str(run), "--plan", flags + " --pipeline-model-parallel-size 3", "--no-optimum", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code in (0, 1) and [stage["layers"] for stage in out["stages"]] == layers
+
+
+def test_the_embedding_counted_with_a_layout_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = "--account-for-embedding-in-pipeline-split --pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'"
+    code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot be set with --pipeline-model-parallel-layout" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("1", [1, 1, 1, 1]),
+        ("2", [1, 0, 1, 0]),  # gpt_layer_specs.get_moe_layer_pattern: MoE where i % 2 == 0
+        ("[0]*1+[1]*3", [0, 1, 1, 1]),
+        ("([1]*1+[0]*1)*2", [1, 0, 1, 0]),
+        ("'[0,1,1,0]'", [0, 1, 1, 0]),
+    ],
+)
+def test_moe_layer_freq_as_megatron_reads_it(text: str, pattern: list[int]) -> None:
+    assert moe_pattern(text, 4) == pattern
+
+
+@pytest.mark.parametrize("text", ["[0]*", "__import__('os')", "[0]*999999999", "0"])
+def test_moe_layer_freq_that_is_no_pattern_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        moe_pattern(text, 4)
+
+
+# Megatron-LM's own launch scripts (commit d98e8a64), each against a run config stating what it runs:
+# sizes read off the script; the vocabulary padded to 128·tp as Megatron does by default.
+_SCRIPTS = {
+    "examples/gpt3/train_gpt3_175b_distributed.sh": """
+models:
+  - name: gpt3
+    pad_vocab_multiple: 128
+    spec: {vocab_size: 50257, hidden_size: 12288, num_layers: 96, num_attention_heads: 96, intermediate_size: 49152,
+           activation: gelu, norm: layernorm, norm_bias: true, tied_embeddings: true, position_embedding: learned,
+           max_position_embeddings: 2048, attention_bias: true, attention_output_bias: true, mlp_bias: true}
+parallel: {dp: 8, tp: 8, pp: 16, zero: 0}
+training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 192, dtype: fp16}
+device: {name: a100-80gb}
+""",
+    "examples/llama/train_llama3_8b_h100_fp8.sh": """
+models: [{name: llm, config: HF/llama3-8b.json}]
+parallel: {dp: 8, tp: 1, pp: 1, zero: 1}
+training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16}
+device: {name: h100-80gb}
+""",
+    "examples/mixtral/train_mixtral_8x7b_distributed.sh": """
+models: [{name: llm, config: HF/mixtral-8x7b.json}]
+parallel: {dp: 8, tp: 1, pp: 4, ep: 8, zero: 1}
+training: {seq_length: 4096, micro_batch_size: 1, micro_batches: 32, dtype: bf16}
+device: {name: h100-80gb}
+""",
+    "examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh": """
+models: [{name: llm, config: HF/deepseek-v3.json}]
+parallel: {dp: 8, tp: 1, pp: 1, ep: 8, etp: 1, fsdp: true}
+training: {seq_length: 4096, micro_batch_size: 4, micro_batches: 64, dtype: bf16,
+           recompute: {granularity: selective, modules: [mlp, moe, mla_up_proj, layernorm]}}
+device: {name: h100-80gb}
+""",
+}
+
+
+@pytest.mark.skipif(MEGATRON is None, reason="PPB_MEGATRON_LM (a Megatron-LM git repository) is not set")
+@pytest.mark.parametrize("script", sorted(_SCRIPTS))
+def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str], tmp_path: Path, script: str) -> None:
+    text = subprocess.run(
+        ["git", "-C", str(MEGATRON), "show", f"d98e8a64ddf34856e74b24714e3bedb2f5a39553:{script}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    plan = tmp_path / Path(script).name
+    plan.write_text(text)
+    run = tmp_path / "run.yaml"
+    run.write_text(f"name: {plan.stem}\n" + _SCRIPTS[script].replace("HF/", f"{HF}/"))
+    code, out, err = _run_check(capsys, run, plan)
+    assert code in (0, 1), err
+    assert json.loads(out)["form"] == "megatron"
+    # the same script under a run config of other sizes is refused in one line naming a flag
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", plan)
+    assert code == 2 and out == "" and err.count("\n") == 1 and f"{plan}: --" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('A=(--x "([0]+[1]*3)" --y 1.0)', ["--x", "([0]+[1]*3)", "--y", "1.0"]),  # an array on one line
+        ("TP=${TP:-4}\n--tp $TP ${PP:-2} $UNSET", ["--tp", "4", "2", "$UNSET"]),  # the script's default
+        ('X=(\n  "--vocab-size 128256"\n)', ["--vocab-size", "128256"]),  # split as ${X[@]} splits it
+        ("--a 1 \\\n  --b 2 # --c 3", ["--a", "1", "--b", "2"]),  # joined lines, a comment
+    ],
+)
+def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:
+    assert script_words(text) == words
