@@ -25,13 +25,18 @@ from _measure import machine
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ppb_core.search.enumerate import Strategy  # noqa: E402
+from ppb_core.search.enumerate import Strategy, enumerate_strategies  # noqa: E402
 from ppb_core.search.rank import Ranked, SearchResult, evaluate, search  # noqa: E402
 from ppb_core.search.spec import SearchSpec, load_search_spec  # noqa: E402
 
 DEFAULT_SPECS = ("searches/llama3-70b-1024.yaml", "searches/deepseek-v3-2048.yaml")
 # Specs whose batch is set for their own devices (torchtitan's benchmark: local batch 2 on its 128 GPUs).
-DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {"torchtitan-llama3.1-8b-128": (128,), "llama3-8b-64": (64,)}
+DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {
+    "torchtitan-llama3.1-8b-8": (8,),
+    "torchtitan-llama3.1-8b-128": (128,),
+    "torchtitan-llama3.1-70b-256": (256,),
+    "llama3-8b-64": (64,),
+}
 
 # Published production settings, placed in our ranking of the same search (the spec's batch and device):
 # each one's source, and its strategy (the spec's first recompute setting: the balancer still chooses
@@ -53,10 +58,22 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
             dict(tp=8, cp=1, pp=16, vpp=1, schedule="1f1b", zero=1, micro_batch_size=1),
         ),
     ],
+    "torchtitan-llama3.1-8b-8": [
+        (
+            "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 1: FSDP 8, local batch 2, op-SAC",
+            dict(tp=1, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=2),
+        ),
+    ],
     "torchtitan-llama3.1-8b-128": [
         (
             "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 3: FSDP 128, local batch 2, op-SAC",
             dict(tp=1, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=2),
+        ),
+    ],
+    "torchtitan-llama3.1-70b-256": [
+        (
+            "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 4: FSDP 32 × TP 8, local batch 16, full AC",
+            dict(tp=8, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=16),
         ),
     ],
     "deepseek-v3-2048": [
@@ -74,7 +91,7 @@ def published(spec: SearchSpec, fields: dict) -> Strategy:
     return Strategy(
         dp=dp,
         ep=fields.get("ep", 1),
-        etp=1 if spec.moe else 0,
+        etp=1 if spec.moe else fields["tp"],  # a dense model's expert tp follows tp, as the grid writes it
         sequence_parallel=fields["tp"] > 1,
         cp_variant="ring",
         fsdp=fields.get("fsdp", False),
@@ -93,10 +110,14 @@ def _gap_text(result: SearchResult) -> str:
 
 def place_published(result: SearchResult, spec: SearchSpec) -> None:
     """Where each published setting of the spec ranks, and what our first gains over it."""
-    for source, fields in PUBLISHED.get(spec.name, []):
+    settings = PUBLISHED.get(spec.name, [])
+    grid = {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)} if settings else set()
+    for source, fields in settings:
         strategy = published(spec, fields)
         entry = evaluate(spec, strategy)
         print(f"  published: {source}\n    {strategy.label(spec)}: ", end="")
+        if strategy not in grid:
+            print("not in the searched grid (the spec's limits leave it out), ", end="")
         if not isinstance(entry, Ranked):
             print(f"refused: {entry.reason}")
             continue
@@ -105,7 +126,7 @@ def place_published(result: SearchResult, spec: SearchSpec) -> None:
         gain = entry.seconds / result.ranked[0].seconds if result.ranked else float("nan")
         print(
             f"{entry.seconds:.3f} s, {entry.tokens_per_second_per_device:,.0f} tokens/s/dev,"
-            f" MFU {100 * entry.mfu:.1f} %:"
+            f" MFU {100 * entry.mfu:.1f} %, peak {entry.peak_memory_mb / 1024:.1f} GiB:"
             f" {where}; our first is {gain:.3f}× as fast"
         )
 

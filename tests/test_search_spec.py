@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ppb_core.errors import InputError
-from ppb_core.search.enumerate import enumerate_strategies
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.spec import load_search_spec, parse_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -152,3 +152,27 @@ def test_a_grid_over_the_limit_is_refused_before_any_work() -> None:
     with pytest.raises(InputError) as caught:
         next(enumerate_strategies(spec))
     assert caught.value.field == "limits" and "points in the search's grid" in caught.value.problem
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        # pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, written from its tables by hand:
+        # Table 1, 8B on 8 GPUs: FSDP 8, local batch 2 (global 16) -> one micro-batch of 2
+        ("torchtitan-llama3.1-8b-8", dict(tp=1, cp=1, pp=1, dp=8, micro_batch_size=2, micro_batches=1)),
+        # Table 3, 8B on 128 GPUs: FSDP 128, local batch 2 (global 256)
+        ("torchtitan-llama3.1-8b-128", dict(tp=1, cp=1, pp=1, dp=128, micro_batch_size=2, micro_batches=1)),
+        # Table 4, 70B on 256 GPUs: FSDP 32 × TP 8, local batch 16 (global 512 = 32 · 16)
+        ("torchtitan-llama3.1-70b-256", dict(tp=8, cp=1, pp=1, dp=32, micro_batch_size=16, micro_batches=1)),
+    ],
+)
+def test_torchtitans_published_settings_are_in_their_searches_grid(name: str, fields: dict) -> None:
+    spec = load_search_spec(ROOT / "searches" / f"{name}.yaml")
+    wanted = {**fields, "fsdp": True, "schedule": "1f1b", "vpp": 1, "sequence_parallel": fields["tp"] > 1}
+    found = [
+        point
+        for point in enumerate_strategies(spec)
+        if isinstance(point, Strategy) and all(getattr(point, key) == value for key, value in wanted.items())
+    ]
+    assert len(found) == 1  # one recompute setting (the framework's selective), one cp variant
+    assert not isinstance(validate(spec, found[0]), Refusal)

@@ -23,6 +23,7 @@ overall ranking, so the merge is exact too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import math
@@ -288,13 +289,35 @@ def _run_task(task: tuple[str, Any]) -> Any:
     return [_evaluate(s) for s in payload]
 
 
-def _child(connection: Any, spec: SearchSpec, strategy: Strategy, solved: dict[str, dict]) -> None:
-    """Balance one strategy; answer it with the balance it added to *solved*, if any."""
+def _evaluator(connection: Any, spec: SearchSpec) -> None:
+    """Balance strategy after strategy as they come, until told to stop: each arrives with the balances
+    done elsewhere since the last (so it sees every balance the search holds, as a fresh process given
+    them would), and is answered with the balance it added, if any. The process stays, so the schedule's
+    orders, graph and in-flight vectors of a size (`ppb_core.schedules`, cached per size) are built once
+    for all the strategies it balances, not once each: the answers are the same, the work less."""
     _start(spec)
-    known = set(solved)
-    answer = _evaluate(strategy, solved)
-    connection.send((answer, {key: result for key, result in solved.items() if key not in known}))
-    connection.close()
+    solved: dict[str, dict] = {}
+    while True:
+        try:
+            message = connection.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        strategy, added = message
+        solved.update(added)
+        known = set(solved)
+        answer = _evaluate(strategy, solved)
+        connection.send((answer, {key: result for key, result in solved.items() if key not in known}))
+
+
+@dataclass
+class _Evaluator:
+    """A balancing process and the balances it holds (their keys)."""
+
+    process: Any
+    connection: Any
+    holds: set[str] = field(default_factory=set)
 
 
 def _context() -> Any:
@@ -309,9 +332,10 @@ def _context() -> Any:
 
 
 class _Workers:
-    """Screening and bounds run in a pool of processes (or here, with one worker). Each balancing
-    runs in a process of its own that is stopped past `SearchOptions.evaluation_timeout_s`: the
-    balancer's own time limit does not cover every phase of its solve."""
+    """Screening and bounds run in a pool of processes (or here, with one worker). Balancing runs in
+    processes of its own, one strategy at a time each, and one that is still balancing past
+    `SearchOptions.evaluation_timeout_s` is stopped (the balancer's own time limit does not cover every
+    phase of its solve) and replaced by a fresh one for the next wave."""
 
     def __init__(self, spec: SearchSpec, workers: int) -> None:
         self.workers = workers
@@ -322,6 +346,7 @@ class _Workers:
             str, dict
         ] = {}  # balances done, by payload_key: a later strategy with the same problem reuses one
         self.context = _context()
+        self.evaluators: list[_Evaluator | None] = []
         _start(spec)
         if workers > 1:
             self.pool = self.context.Pool(workers, initializer=_start, initargs=(spec,))
@@ -347,33 +372,67 @@ class _Workers:
             return (_run_task(task) for task in tasks)
         return self.pool.imap(_run_task, tasks, chunksize=1)
 
-    def _evaluate(self, parts: list[list[Strategy]]) -> list[list[Ranked | Refusal]]:
-        strategies = [strategy for part in parts for strategy in part]
-        children = []
-        for strategy in strategies:
-            here, there = self.context.Pipe(duplex=False)
-            process = self.context.Process(target=_child, args=(there, self.spec, strategy, self.solved), daemon=False)
+    def _evaluator(self, index: int) -> _Evaluator:
+        """The index-th balancing process, started when there is none (or it was stopped)."""
+        while len(self.evaluators) <= index:
+            self.evaluators.append(None)
+        found = self.evaluators[index]
+        if found is None:
+            here, there = self.context.Pipe(duplex=True)
+            process = self.context.Process(target=_evaluator, args=(there, self.spec), daemon=False)
             process.start()
             there.close()
-            children.append((strategy, process, here))
+            found = self.evaluators[index] = _Evaluator(process, here)
+        return found
+
+    def _stop(self, index: int) -> None:
+        found = self.evaluators[index]
+        if found is not None:
+            if found.process.is_alive():
+                found.process.kill()
+            found.process.join()
+            found.connection.close()
+            self.evaluators[index] = None
+
+    def _evaluate(self, parts: list[list[Strategy]]) -> list[list[Ranked | Refusal]]:
+        """A wave: every strategy balanced side by side, each by a process of its own, all given the balances
+        held when the wave starts (a strategy's answer does not depend on which process balanced it)."""
+        strategies = [strategy for part in parts for strategy in part]
+        held = dict(self.solved)
+        for index, strategy in enumerate(strategies):
+            evaluator = self._evaluator(index)
+            try:
+                evaluator.connection.send((strategy, {k: v for k, v in held.items() if k not in evaluator.holds}))
+            except OSError:  # it ended since its last answer: a fresh one
+                self._stop(index)
+                evaluator = self._evaluator(index)
+                evaluator.connection.send((strategy, held))
+            evaluator.holds |= held.keys()
         deadline = time.monotonic() + self.timeout
         answers: dict[Strategy, Ranked | Refusal] = {}
-        for strategy, process, here in children:
-            if here.poll(max(0.0, deadline - time.monotonic())):
+        for index, strategy in enumerate(strategies):
+            evaluator = self.evaluators[index]
+            assert evaluator is not None
+            if evaluator.connection.poll(max(0.0, deadline - time.monotonic())):
                 try:
-                    answers[strategy], added = here.recv()
+                    answers[strategy], added = evaluator.connection.recv()
                     self.solved.update(added)
+                    evaluator.holds |= added.keys()
+                    continue
                 except EOFError:
                     answers[strategy] = Refusal(strategy, BALANCER_FAILED, "the balancing process ended without answer")
             else:
                 answers[strategy] = Refusal(strategy, BALANCER_TIMEOUT, f"no answer within {self.timeout:g} s")
-            if process.is_alive():
-                process.kill()
-            process.join()
-            here.close()
+            self._stop(index)
         return [[answers[s] for s in part] for part in parts]
 
     def close(self) -> None:
+        for index, evaluator in enumerate(self.evaluators):
+            if evaluator is not None:
+                with contextlib.suppress(OSError):  # it ended already
+                    evaluator.connection.send(None)
+                evaluator.process.join(5.0)
+                self._stop(index)
         if self.pool is not None:
             self.pool.close()
             self.pool.join()
