@@ -31,7 +31,11 @@ from ppb_core.search.spec import SearchSpec, load_search_spec  # noqa: E402
 
 DEFAULT_SPECS = ("searches/llama3-70b-1024.yaml", "searches/deepseek-v3-2048.yaml")
 # Specs whose batch is set for their own devices (torchtitan's benchmark: local batch 2 on its 128 GPUs).
-DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {"torchtitan-llama3.1-8b-128": (128,), "llama3-8b-64": (64,)}
+DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {
+    "torchtitan-llama3.1-8b-128": (128,),
+    "llama3-8b-64": (64,),
+    "llama3.1-405b-16384": (16384,),
+}
 
 # Published production settings, placed in our ranking of the same search (the spec's batch and device):
 # each one's source, and its strategy (the spec's first recompute setting: the balancer still chooses
@@ -51,6 +55,13 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
         (
             "Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K: TP8 CP1 PP16 (its layout, on this 70B)",
             dict(tp=8, cp=1, pp=16, vpp=1, schedule="1f1b", zero=1, micro_batch_size=1),
+        ),
+    ],
+    "llama3.1-405b-16384": [
+        (
+            "Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K on 16,384 GPUs: TP8 CP1 PP16 DP128, "
+            "optimizer states and gradients sharded (§3.3.2)",
+            dict(tp=8, cp=1, pp=16, vpp=1, schedule="1f1b", zero=2, micro_batch_size=1),
         ),
     ],
     "torchtitan-llama3.1-8b-128": [
@@ -74,7 +85,7 @@ def published(spec: SearchSpec, fields: dict) -> Strategy:
     return Strategy(
         dp=dp,
         ep=fields.get("ep", 1),
-        etp=1 if spec.moe else 0,
+        etp=1 if spec.moe else fields["tp"],  # a dense model's expert tp follows tp, as the grid writes it
         sequence_parallel=fields["tp"] > 1,
         cp_variant="ring",
         fsdp=fields.get("fsdp", False),
