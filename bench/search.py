@@ -36,6 +36,7 @@ DEFAULT_DEVICES: dict[str, tuple[int, ...]] = {
     "torchtitan-llama3.1-8b-128": (128,),
     "torchtitan-llama3.1-70b-256": (256,),
     "llama3-8b-64": (64,),
+    "llama3.1-405b-16384": (16384,),
 }
 
 # Published production settings, placed in our ranking of the same search (the spec's batch and device):
@@ -63,6 +64,15 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
             "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 1: FSDP 8, local batch 2, op-SAC",
             dict(tp=1, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=2),
         ),
+    ],
+    # §3.3.2: an interleaved schedule with V stages per pipeline rank (V not published: 2 and 4 placed),
+    # optimizer states and gradients sharded over DP (ZeRO-2); Table 4: 16 sequences per DP rank.
+    "llama3.1-405b-16384": [
+        (
+            f"Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K on 16,384 GPUs: TP8 CP1 PP16 DP128, V={vpp}",
+            dict(tp=8, cp=1, pp=16, vpp=vpp, schedule="interleaved", zero=2, micro_batch_size=1),
+        )
+        for vpp in (2, 4)
     ],
     "torchtitan-llama3.1-8b-128": [
         (

@@ -1,0 +1,70 @@
+"""The Llama 3 paper's 405B layouts are points of searches/llama3.1-405b-16384.yaml, valid, and the ones
+bench/search.py places (no search here: enumeration and one validation are cheap)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from ppb_core.config.run import RunConfig
+from ppb_core.search.enumerate import Strategy, enumerate_strategies, validate
+from ppb_core.search.spec import load_search_spec
+
+ROOT = Path(__file__).parent.parent
+SPEC = ROOT / "searches" / "llama3.1-405b-16384.yaml"
+
+# arXiv 2407.21783, Table 4, the 8K row on 16,384 GPUs: TP8 CP1 PP16 DP128, 16 sequences per DP rank,
+# 16M tokens per batch. By hand: 16,777,216 tokens / 8,192 = 2,048 sequences; 16,384 / (8·1·16) = 128
+# data-parallel ranks; 2,048 / (128·1) = 16 micro-batches of one sequence (the table's 16 per DP rank).
+# §3.3.2: an interleaved schedule with V stages per rank (V not given: 2 and 4), optimizer states and
+# gradients sharded (ZeRO-2). Dense model: expert tp follows tp (8); sequence parallelism with tp 8.
+PAPER = [
+    Strategy(
+        tp=8,
+        cp=1,
+        pp=16,
+        dp=128,
+        vpp=vpp,
+        schedule="interleaved",
+        ep=1,
+        etp=8,
+        sequence_parallel=True,
+        cp_variant="ring",
+        zero=2,
+        fsdp=False,
+        micro_batch_size=1,
+        micro_batches=16,
+        recompute=0,
+    )
+    for vpp in (2, 4)
+]
+
+
+def test_the_spec_holds_the_papers_batch_and_devices() -> None:
+    spec = load_search_spec(SPEC)
+    assert spec.global_batch == 2048
+    assert spec.seq_length == 8192
+    assert spec.devices == 16384
+    assert spec.specs["llm"].num_layers == 126
+
+
+def test_the_papers_layout_is_enumerated_and_valid() -> None:
+    spec = load_search_spec(SPEC)
+    points = {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)}
+    for strategy in PAPER:
+        assert strategy in points
+        assert isinstance(validate(spec, strategy), RunConfig)
+
+
+def test_bench_places_that_strategy() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        bench = importlib.import_module("search")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    spec = load_search_spec(SPEC)
+    settings = bench.PUBLISHED[spec.name]
+    assert all("2407.21783" in source for source, _ in settings)
+    assert [bench.published(spec, fields) for _, fields in settings] == PAPER
+    assert bench.DEFAULT_DEVICES[spec.name] == (16384,)
