@@ -2,8 +2,9 @@
 
 For the strategy ranked n, `-o DIR` writes:
 
-* `NN-<name>.yaml`: the run config (its model files named relative to DIR), so `ppb balance` or
-  `ppb plan` on it gives the plan again;
+* `NN-<name>.yaml`: the run config (its model files named relative to DIR) stating the balanced plan's
+  layout and recompute where a run config can (`plan_config`), so `ppb estimate` on it prices the ranked
+  plan; its opening comment says what it cannot state and points at the plan files;
 * `NN-<name>.plan.json`: the balancer's JSON for it;
 * `NN-<name>.megatron.txt`: Megatron-LM flags: the parallel sizes (megatron/training/arguments.py:
   `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, `--context-parallel-size`,
@@ -30,6 +31,7 @@ import yaml
 
 from ppb_core.io import write_files
 from ppb_core.search.enumerate import Strategy
+from ppb_core.search.plan_config import PlanFields, apply_plan, comment, plan_fields
 from ppb_core.search.rank import Ranked, SearchResult
 from ppb_core.search.spec import SearchSpec, relative_path
 
@@ -116,31 +118,51 @@ def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, cou
     folder = Path(folder)
     files = {}
     for place, entry in enumerate(result.ranked[:count], start=1):
-        raw = _run_config(result.spec, entry, folder, f"{prefix}{place:02d}")
-        files[folder / f"{prefix}{place:02d}.yaml"] = yaml.safe_dump(raw, sort_keys=False).encode()
+        stem = f"{prefix}{place:02d}"
+        # `.yml`: the chain takes every `*.yaml` of its folder as a run config
+        text, fields = _run_config_text(result.spec, entry, folder, stem, f"{stem}.mindformers.yml")
+        files[folder / f"{stem}.yaml"] = text.encode()
+        if not fields.complete:
+            files[folder / f"{stem}.mindformers.yml"] = _mindformers_text(result.spec, entry).encode()
     write_files(files)
-    return list(files)
+    return [path for path in files if path.suffix == ".yaml"]
 
 
-def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> dict[str, Any]:
-    """The strategy as a run config to be written in *folder*."""
+def _run_config(spec: SearchSpec, entry: Ranked, folder: Path, name: str) -> tuple[dict[str, Any], PlanFields]:
+    """The strategy as a run config to be written in *folder*, with what it can state of its balanced plan
+    (`plan_config`: the layout and a run-wide recompute), so `ppb estimate` on it prices the ranked plan."""
     raw = entry.strategy.run_raw(spec, models=spec.model_entries(relative_to=folder))
     raw["name"] = name
     calibration = raw.get("timing", {}).get("calibration")
     if calibration:
         raw["timing"]["calibration"] = relative_path(Path(spec.base_dir) / calibration, folder)
-    return raw
+    fields = plan_fields(spec, entry.strategy, entry.plan)
+    return apply_plan(raw, fields), fields
+
+
+def _run_config_text(
+    spec: SearchSpec, entry: Ranked, folder: Path, name: str, plan_file: str
+) -> tuple[str, PlanFields]:
+    """The run config as YAML under its comment (the ranked figures; where the plan is when it cannot say it)."""
+    raw, fields = _run_config(spec, entry, folder, name)
+    figures = [f"{entry.seconds:.3f} s per iteration", f"peak {entry.peak_memory_mb / 1024:.1f} GiB"]
+    head = comment(entry.strategy.label(spec), figures, fields, plan_file)
+    return head + yaml.safe_dump(raw, sort_keys=False), fields
+
+
+def _mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
+    return yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
 
 
 def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
-    raw = _run_config(spec, entry, folder, stem)
+    config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}.mindformers.yaml")
     texts = {
-        f"{stem}.yaml": yaml.safe_dump(raw, sort_keys=False),
+        f"{stem}.yaml": config,
         f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
         f"{stem}.megatron.txt": _megatron_note(entry.plan)
         + " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan))
         + "\n",
-        f"{stem}.mindformers.yaml": yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False),
+        f"{stem}.mindformers.yaml": _mindformers_text(spec, entry),
     }
     return {folder / name: text.encode() for name, text in texts.items()}
 

@@ -1,0 +1,117 @@
+"""The ranking written out states its plans: `ppb estimate` on a written run config prices the ranked plan.
+
+The ranked figures come from the plan's cells (`run_iteration` and the memory model on the balancer's
+[chunk][stage] options); the written config is read back and estimated through its own `parallel.layout`
+and `training.recompute` (`walk` and the recompute rule), a separate path that must land on the same
+seconds and the same stage peaks as `ppb check` gives for the plan.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ppb_core.cli.main import main
+from ppb_core.config.run import load_run_config
+from ppb_core.estimate.check import check_plan
+from ppb_core.search.enumerate import Strategy
+from ppb_core.search.outputs import write_ranking, write_run_configs
+from ppb_core.search.plan_config import plan_fields
+from ppb_core.search.rank import SearchResult, search
+from ppb_core.search.spec import load_search_spec
+
+DATA = Path(__file__).parent / "data" / "search"
+
+
+@pytest.fixture(scope="module")
+def tight() -> SearchResult:
+    """The tight search: its plans recompute the first layers fully and others nothing (hand-read below)."""
+    return search(load_search_spec(DATA / "tiny-tight.yaml"), workers=1)
+
+
+def _estimate(path: Path, capsys) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["estimate", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_written_config_estimates_to_its_ranked_figures(tight: SearchResult, tmp_path: Path, capsys) -> None:
+    write_ranking(tight, tmp_path)
+    used = set()
+    for place, entry in enumerate(tight.ranked, start=1):
+        path = tmp_path / f"{place:02d}-{entry.strategy.label(tight.spec)}.yaml"
+        assert "`ppb estimate` on this file prices it" in path.read_text().splitlines()[1]
+        estimated = _estimate(path, capsys)
+        assert estimated["iteration"]["seconds"] == pytest.approx(entry.seconds, rel=1e-9)
+        # the stage peaks the memory model gives the plan's own cells (what `ppb check` reports)
+        checked = check_plan(load_run_config(path), entry.plan["cells"])
+        peaks = [(s["peak_bytes"] - s["reserved_bytes"]) / 2**20 for s in estimated["stages"]]
+        assert peaks == pytest.approx([stage.peak_mb for stage in checked.stages], rel=1e-9)
+        used |= {option for row in entry.plan["cells"] for cell in row for option in cell["options"]}
+    assert used == {"NONE", "FULL"}  # the ranked plans of this search recompute some layers, not all
+
+
+def test_the_first_layers_recomputed_are_megatrons_block_method(tight: SearchResult, tmp_path: Path) -> None:
+    entry = tight.ranked[0]
+    cells = [[cell["options"] for cell in row] for row in entry.plan["cells"]]
+    # one stage, 6 layers: 4 fully recomputed (the first, as a cell places FULL first) and 2 not
+    assert cells == [[{"NONE": 2, "FULL": 4}]]
+    [path] = write_run_configs(tight, tmp_path, "tight-top", 1)
+    raw = yaml.safe_load(path.read_text())
+    assert raw["parallel"]["layout"] == "Et*6L"
+    assert raw["training"]["recompute"] == {"granularity": "full", "method": "block", "num_layers": 4}
+    assert [p.name for p in tmp_path.iterdir()] == ["tight-top01.yaml"]  # stated whole: no plan file beside
+
+
+def _plan(*rows: list[dict[str, int]]) -> dict[str, Any]:
+    return {"cells": [[{"options": cell, "layers": {}} for cell in row] for row in rows]}
+
+
+def test_what_a_run_config_cannot_say_goes_beside_it(tight: SearchResult, tmp_path: Path) -> None:
+    spec = tight.spec
+    strategy = Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 1, False, 1, 2, 0)
+    # stage 0 recomputes its first layer fully, stage 1 none: no block N gives both (block 1 would
+    # recompute stage 1's first too), so Megatron's one setting cannot say it
+    mixed = _plan([{"FULL": 1, "NONE": 2}, {"NONE": 3}])
+    fields = plan_fields(spec, strategy, mixed)
+    assert fields.layout == "Et*3|t*3L" and fields.recompute is None and not fields.complete
+    assert fields.unsaid == ["the recompute (FULL, NONE on different layers; a run config's is one run-wide setting)"]
+    # every layer selectively recomputed: the strategy's own selective setting, which priced SLCT
+    assert plan_fields(spec, strategy, _plan([{"SLCT": 3}, {"SLCT": 3}])).recompute == {"granularity": "selective"}
+    assert plan_fields(spec, strategy, _plan([{"NONE": 3}, {"NONE": 3}])).recompute == {}
+    assert plan_fields(spec, strategy, _plan([{"FULL": 3}, {"FULL": 3}])).recompute == {
+        "granularity": "full",
+        "method": "uniform",
+        "num_layers": 1,
+    }
+    assert plan_fields(spec, strategy, _plan([{"FULL": 1, "NONE": 2}, {"FULL": 1, "NONE": 2}])).recompute == {
+        "granularity": "full",
+        "method": "block",
+        "num_layers": 1,
+    }
+    assert plan_fields(spec, strategy, _plan([{"FULL": 1, "SLCT": 2}, {"SLCT": 3}])).recompute is None
+    # written for the chain: the config keeps the strategy's setting, says so, and has the plan beside it
+    ranked = replace(tight.ranked[0], plan={**tight.ranked[0].plan, "cells": _plan([{"FULL": 4, "SLCT": 2}])["cells"]})
+    result = replace(tight, ranked=[ranked])
+    assert write_run_configs(result, tmp_path, "tight-top", 1) == [tmp_path / "tight-top01.yaml"]
+    text = (tmp_path / "tight-top01.yaml").read_text()
+    assert "# Not stated here: the recompute (FULL, SLCT on different layers" in text
+    assert "`ppb check THIS.yaml --plan tight-top01.mindformers.yml`" in text
+    assert yaml.safe_load(text)["training"]["recompute"] == {"granularity": "selective"}
+    beside = yaml.safe_load((tmp_path / "tight-top01.mindformers.yml").read_text())
+    assert beside["recompute_config"]["recompute"] == tight.ranked[0].plan["recompute"]
+
+
+def test_torchtitan_says_no_recompute_in_its_words() -> None:
+    spec = load_search_spec(DATA / "tiny-titan.yaml")
+    strategy = Strategy(1, 1, 1, 8, 1, "1f1b", 1, 1, False, "ring", 0, True, 1, 2, 0)
+    assert plan_fields(spec, strategy, _plan([{"NONE": 6}])).recompute == {"mode": "none"}
+    assert plan_fields(spec, strategy, _plan([{"SLCT": 6}])).recompute == {"mode": "selective", "option": "op"}
+    assert plan_fields(spec, strategy, _plan([{"FULL": 6}])).recompute == {"mode": "full"}
+    # torchtitan's layer-selective rule counts every N-th block of a rank: not Megatron's block method
+    assert plan_fields(spec, strategy, _plan([{"FULL": 2, "NONE": 4}])).recompute is None
