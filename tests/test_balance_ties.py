@@ -86,3 +86,34 @@ def test_one_setting_per_stage_before_headroom() -> None:
         "stages_mixing_options": 0,
         "headroom_mb": 5,
     }
+
+
+def test_megatron_takes_its_least_recompute_setting_when_as_fast() -> None:
+    # The same layers, H's full recompute stated as free (recompute_time 40 = its backward), 85 MB,
+    # a Megatron-Core run. The per-stage plan above (1 | 2 | 1, stage 1's L under FULL, H and stage
+    # 2 under NONE) is 240 but Megatron-Core takes one setting for every layer (transformer_config.py
+    # TransformerConfig.__post_init__), so the fastest settings it can say are solved:
+    #   none: does not fit (1 | 1 | 2 stage 1: 90 > 85; 1 | 2 | 1 stage 1: 180).
+    #   full (uniform): every layer FULL; 1 | 2 | 1 fits (3, 20 + 2·2·15 = 80, 10 + 15 = 25), 240;
+    #     recompute time 0 (H) + 3·(6 − 4) = 6, 4 layers recomputed.
+    #   block 1 (the first layer of every stage): 1 | 2 | 1 has stage 1 at 20 + 2·(15 + 40) = 130,
+    #     too much; 1 | 1 | 2 fits (3, 10 + 2·15 = 40, 20 + 15 + 40 = 75), 240;
+    #     recompute time 0 + 2 + 2 = 4, 3 layers recomputed (stage 2 mixes FULL and NONE).
+    # (Block N runs below the most layers a stage holds, 2: block 1 only.) Both are as fast as the
+    # per-stage plan; the least recompute is block 1, and it is taken.
+    free_h = H | {"recompute_time": 40}
+    problem = BalanceInput(layer_set([free_h, L]), 3, 4, 1, 85, framework="megatron")
+    result = balance(problem, time_limit=60)
+    assert result["status"] == "optimal" and result["objective"] == 240
+    assert [stage["layers"] for stage in result["stages"]] == [1, 1, 2]
+    assert result["megatron"]["recompute"] == [
+        "--recompute-granularity",
+        "full",
+        "--recompute-method",
+        "block",
+        "--recompute-num-layers",
+        "1",
+    ]
+    assert result["stage_memory_mb"] == [3, 40, 75]
+    assert result["ties"]["recompute_time"] == 4 and result["ties"]["recomputed_layers"] == 3
+    assert "as fast: taken" in result["solver"]["notes"][-1]

@@ -50,7 +50,7 @@ from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
-from ppb_core.balance.tiebreak import break_ties
+from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts_many
 
@@ -529,7 +529,7 @@ def _megatron(
         if found.plan is None or found.objective is None:
             continue
         report("megatron", f"{setting.describe()}: {found.status}", found.objective, found.bound)
-        if best is None or found.objective < best[0] - 1e-12 * best[0]:
+        if best is None or _before(found, best[1]):
             best = (found.objective, found, setting)
     if best is None:
         solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
@@ -541,6 +541,16 @@ def _megatron(
         # as fast: the plan Megatron-Core can say is the plan
         solution.notes.append(f"Megatron-Core's {setting.describe()} is as fast: taken")
         solution.plan, solution.objective = found.plan, value
+
+
+def _before(found: Solution, best: Solution) -> bool:
+    """Whether one Megatron-Core setting's plan goes before another: faster, or as fast (the tie
+    tolerance) and first by the tie-breaking's order (least recompute, ..., most headroom)."""
+    assert found.objective is not None and best.objective is not None
+    assert found.plan is not None and best.plan is not None
+    if found.objective < best.objective * (1 - TOLERANCE):
+        return True
+    return found.objective <= best.objective * (1 + TOLERANCE) and tie_key(found.plan) < tie_key(best.plan)
 
 
 def _start_plans(problem: BalanceInput, catalogue: Catalogue, setting: Setting | None) -> list[Plan]:
