@@ -52,7 +52,8 @@ def test_piped_balance_writes_progress_lines_to_stderr(
 
 def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)
-    code = main(["balance", str(DATA / "demo.json"), "-s", "4", "-mb", "8", "-mem", "150000", "-t", "60", "--json", "-q"])
+    argv = ["balance", str(DATA / "demo.json"), "-s", "4", "-mb", "8", "-mem", "150000", "-t", "60", "--json", "-q"]
+    code = main(argv)
     assert code == 0 and capsys.readouterr().err == ""
     with progress_hook(quiet=True) as hook:
         assert hook is None
