@@ -166,7 +166,9 @@ def test_flags_not_given_are_not_compared_in_a_partial_plan(capsys: pytest.Captu
     flags = "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L' --recompute-granularity selective"
     code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", flags, "--no-optimum", "-q", "--json"])
     captured = capsys.readouterr()
-    assert code == 2 and "--recompute-modules: core_attn" in captured.err  # the recompute refusal, not a size
+    out = json.loads(captured.out)  # no size refused; the plan's recompute priced in place of the run config's
+    assert code == 0 and out["plan_recompute"] == {"granularity": "selective"}
+    assert [stage["options"] for stage in out["stages"]] == [{"SLCT": 8}] * 4
 
 
 @pytest.mark.parametrize(

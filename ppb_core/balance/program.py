@@ -52,8 +52,7 @@ from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
-from ppb_core.balance.tiebreak import TOLERANCE as TIE_TOLERANCE
-from ppb_core.balance.tiebreak import break_ties
+from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts_many
 
@@ -590,11 +589,8 @@ def _megatron(
             found.objective,
             found.bound,
         )
-        if (
-            best is None
-            or found.objective < best[0] - 1e-12 * best[0]
-            or (found.objective <= best[0] + 1e-12 * best[0] and index < best[1])
-        ):
+        # faster, or as fast and first by the tie-breaking's order; then the setting listed first
+        if best is None or _before(found, best[2]) or (index < best[1] and not _before(best[2], found)):
             best = (found.objective, index, found, setting)
     if best is None:
         if not stopped:  # cut short, it tried too few settings to say none fits
@@ -607,6 +603,16 @@ def _megatron(
         # as fast: the plan Megatron-Core can say is the plan
         solution.notes.append(f"Megatron-Core's {setting.describe()} is as fast: taken")
         solution.plan, solution.objective = found.plan, value
+
+
+def _before(found: Solution, best: Solution) -> bool:
+    """Whether one Megatron-Core setting's plan goes before another: faster, or as fast (the tie
+    tolerance) and first by the tie-breaking's order (least recompute, ..., most headroom)."""
+    assert found.objective is not None and best.objective is not None
+    assert found.plan is not None and best.plan is not None
+    if found.objective < best.objective * (1 - TOLERANCE):
+        return True
+    return found.objective <= best.objective * (1 + TOLERANCE) and tie_key(found.plan) < tie_key(best.plan)
 
 
 def _start_plans(problem: BalanceInput, catalogue: Catalogue, setting: Setting | None) -> list[Plan]:
@@ -793,7 +799,7 @@ def _solve(
     # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
-    ties = known.iteration_time * (1 + TIE_TOLERANCE) if tie_break else None
+    ties = known.iteration_time * (1 + TOLERANCE) if tie_break else None
     probed = probe(problem, choices, model, known.iteration_time, limits.probe_work // ops, clock, ties=ties)
     report(
         "bound",

@@ -47,7 +47,9 @@ def plan(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"seconds the balancer may search (default {TIME_LIMIT_S:g})",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
+    )
 
 
 def estimate(parser: argparse.ArgumentParser) -> None:
@@ -174,7 +176,9 @@ def balance(parser: argparse.ArgumentParser) -> None:
         type=float,
         help=f"wall-clock seconds at most, every step included (default {TIME_LIMIT_S:g})",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
+    )
     parser.add_argument(
         "--closed-form",
         action="store_true",
@@ -197,7 +201,9 @@ def check(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-optimum", action="store_true", help="do not solve for the optimum beside it")
     parser.add_argument("--json", action="store_true", help="print the check as JSON")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on the terminal")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
+    )
 
 
 def search(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
+from ppb_core.balance.plan_recompute import run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.user_plan import read_plan
@@ -36,18 +37,21 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
     if not args.time_limit > 0:
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
-    run = load_run(args.run)
-    problem = run_problem(run, describe_run(run))
+    run, recompute = run_for_plan(load_run(args.run), args.plan)
+    # the plan read over every option (one the balancer would never choose is still the user's)
+    every_option = run_problem(run, describe_run(run, withdrawing=False))
     modules = selective_modules(run)
-    plan, form = read_plan(problem, args.plan, modules, run)
-    bodies = problem.describe()["bodies"]
-    unit_s = time_unit_s(run, problem.describe())
+    plan, form = read_plan(every_option, args.plan, modules, run)
+    bodies = every_option.describe()["bodies"]
+    unit_s = time_unit_s(run, every_option.describe())
     evaluated = check_plan(run, cells(plan), bodies)
     out: dict[str, Any] = {
         "run": str(args.run),
         "plan": args.plan,
         "form": form,
         **evaluated.to_json(),
+        # the plan's recompute, priced in place of the run config's (None: the run config's holds)
+        "plan_recompute": recompute,
         "balancer": {
             "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
             "stage_memory_mb": plan.stage_memory_mb,
@@ -63,6 +67,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             + (f"; {len(over) - 1} other stage(s) too" if len(over) > 1 else "")
         )
     if not args.no_optimum:
+        problem = run_problem(run, describe_run(run))
         with progress_hook(args.quiet, unit_s) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
         if result["status"] != "infeasible" and "cells" in result:
@@ -112,6 +117,9 @@ def render(out: dict[str, Any]) -> None:
             row["moment"],
             "yes" if row["fits"] else "[bold red]NO[/bold red]",
         )
+    if out.get("plan_recompute"):
+        words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
+        console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
     console.print(table)
     console.print(f"iteration {out['iteration_s']:.3f} s (the pipeline schedule run on the layers' times)")
     if out.get("message"):

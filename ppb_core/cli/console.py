@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -20,12 +21,17 @@ def table_console() -> Console:
 
 @contextlib.contextmanager
 def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[ProgressHook | None]:
-    """A balancer progress hook drawing the latest step on the terminal's stderr (rich), or None when
-    stderr is not a terminal or *quiet*: piped output stays the plan alone. With *unit_s* (the
-    descriptions' time unit in seconds) the figures are seconds."""
+    """A balancer progress hook drawing the latest step on the terminal's stderr (rich); when stderr
+    is not a terminal (CI logs, pipes), plain lines at most every `PIPED_EVERY_S` (`PlainLines`);
+    None when *quiet*. stdout stays the plan alone. With *unit_s* (the descriptions' time unit in
+    seconds) the figures are seconds."""
     console = Console(stderr=True)
-    if quiet or not console.is_terminal:
+    if quiet:
         yield None
+        return
+    if not console.is_terminal:
+        lines = PlainLines()
+        yield showing_seconds(lambda progress: lines(progress.line(), progress.phase == "done"), unit_s)
         return
     with console.status("balancing…") as status:
 
@@ -44,11 +50,19 @@ PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "rou
 @contextlib.contextmanager
 def chain_progress(quiet: bool) -> Iterator[tuple[Callable[[str], None] | None, ProgressHook | None]]:
     """For `ppb plan` on a terminal: a line as each stage of the chain starts and the balancer's steps
-    (in seconds: `chain.pipeline_plan` gives them the run's unit), under one spinner on stderr; (None,
-    None) when piped or *quiet*."""
+    (in seconds: `chain.pipeline_plan` gives them the run's unit), under one spinner on stderr; when
+    stderr is not a terminal, the same as plain lines at most every `PIPED_EVERY_S` (`PlainLines`);
+    (None, None) when *quiet*."""
     console = Console(stderr=True)
-    if quiet or not console.is_terminal:
+    if quiet:
         yield None, None
+        return
+    if not console.is_terminal:
+        lines = PlainLines()
+        yield (
+            lambda name: lines(f"[{lines.now() - lines.started:.1f} s] {name}"),
+            lambda progress: lines("  balance " + progress.line(), progress.phase == "done"),
+        )
         return
     started = time.perf_counter()
     with console.status("planning…") as status:
@@ -65,3 +79,30 @@ def chain_progress(quiet: bool) -> Iterator[tuple[Callable[[str], None] | None, 
                 console.print(escape(line))
 
         yield starting, show
+
+
+# Piped progress: at most one line per this many seconds, so a CI log shows a long solve going
+# without one line per step (a solve has hundreds); a command done sooner prints none.
+PIPED_EVERY_S = 5.0
+
+
+class PlainLines:
+    """Progress as plain lines on stderr when it is not a terminal: a line when `PIPED_EVERY_S`
+    have passed since the last one (or the start), the latest step; the end of a solve (*last*)
+    whenever a line came before it, so a log that showed a solve going says why it stopped."""
+
+    def __init__(
+        self, now: Callable[[], float] = time.perf_counter, write: Callable[[str], None] | None = None
+    ) -> None:
+        self.now = now
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.started = now()
+        self.last = self.started
+        self.printed = False
+
+    def __call__(self, line: str, last: bool = False) -> None:
+        moment = self.now()
+        if moment - self.last >= PIPED_EVERY_S or (last and self.printed):
+            self.write(line)
+            self.last = moment
+            self.printed = True

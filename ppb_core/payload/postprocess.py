@@ -178,7 +178,13 @@ def scale(descriptions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def postprocess(
-    descriptions: Sequence[Mapping[str, Any]], groups: Groups = (), source: str | None = None
+    descriptions: Sequence[Mapping[str, Any]],
+    groups: Groups = (),
+    source: str | None = None,
+    *,
+    withdrawing: bool = True,
 ) -> list[dict[str, Any]]:
-    """Combine, then withdraw on the bodies the balancer will see, then scale."""
-    return scale(withdraw(combine(descriptions, groups, source)))
+    """Combine, then withdraw on the bodies the balancer will see, then scale. `withdrawing=False`
+    keeps every option: a user's plan may use one the balancer would never choose (`ppb check`)."""
+    combined = combine(descriptions, groups, source)
+    return scale(withdraw(combined) if withdrawing else combined)

@@ -22,12 +22,14 @@ def describe_run(
     times: TimeSource | None = None,
     *,
     timed: bool = True,
+    withdrawing: bool = True,
 ) -> list[dict[str, Any]]:
     """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
 
     *memory* defaults to `ppb_core.memory.MemoryModel(run)`, and with *timed*, *times* to
     `ppb_core.timing.pricer.TimeModel(run)`; `timed=False` gives the untimed descriptions (NONE, SLCT
-    and FULL only, `time` 1).
+    and FULL only, `time` 1); `withdrawing=False` keeps the selective options no body is better off
+    with (a user's plan may use them).
     """
     if memory is None:
         memory = MemoryModel(run)
@@ -35,4 +37,4 @@ def describe_run(
         times = None
     elif times is None:
         times = TimeModel(run)
-    return postprocess(describe(run, memory, times), run.ppb.combined, run.source)
+    return postprocess(describe(run, memory, times), run.ppb.combined, run.source, withdrawing=withdrawing)

@@ -1,0 +1,97 @@
+"""A Megatron-LM plan's selective recompute priced as the plan says it, whatever the run config says.
+
+The plan's layout overrides the run config's split; its recompute overrides the run config's
+recompute the same way: `ppb check RUN.yaml --plan "--recompute-granularity selective"` prices
+Megatron-Core's selective recompute of the modules the flags name (`core_attn` when none,
+transformer_config.py `TransformerConfig.__post_init__`, Megatron-LM d98e8a64), not the run
+config's recompute. The run config is read again with `training.recompute` in Megatron's words,
+so every rule a run config's Megatron recompute meets applies to the flags too (module names,
+no `--recompute-method`/`--recompute-num-layers` with selective: megatron/training/arguments.py
+`validate_args` asserts "recompute method is not yet supported for selective recomputing
+granularity", and `__post_init__` refuses `recompute_num_layers` with selective, and
+`mla_up_proj` without multi-latent attention). Full recompute
+and none need no such step: a plan's FULL and NONE layers are priced the same whatever the run
+config's selective recompute.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ppb_core.balance.megatron import MegatronFlags, parse_flags
+from ppb_core.config.layout import LayoutError
+from ppb_core.config.run import RunConfig, parse_run_config
+from ppb_core.errors import InputError
+from ppb_core.io import read_text, read_yaml
+
+
+def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
+    """The plan's Megatron flags and where they come from, or None (a yaml, or anything `read_plan`
+    refuses with its own line)."""
+    if plan.lstrip().startswith("--"):
+        text, where = plan, "--plan"
+    else:
+        path = Path(plan)
+        if path.suffix.lower() in (".yaml", ".yml") or not os.path.isfile(path):
+            return None
+        try:
+            text, where = read_text(path), str(path)
+        except InputError:
+            return None
+    try:
+        return parse_flags(text), where
+    except LayoutError:
+        return None
+
+
+def selective_words(flags: MegatronFlags) -> dict[str, object] | None:
+    """`training.recompute` in Megatron's words for selective flags (None for any other recompute)."""
+    if flags.granularity != "selective":
+        return None
+    words: dict[str, object] = {"granularity": "selective"}
+    if flags.modules is not None:
+        words["modules"] = list(flags.modules)
+    if flags.method is not None:
+        words["method"] = flags.method
+    if flags.num_layers is not None:
+        words["num_layers"] = flags.num_layers
+    return words
+
+
+def run_for_plan(run: RunConfig, plan: str) -> tuple[RunConfig, dict[str, object] | None]:
+    """(the run the plan is priced at, the recompute the plan put in place of the run config's, or None)."""
+    found = _flags(plan)
+    if found is None:
+        return run, None
+    flags, where = found
+    words = selective_words(flags)
+    if words is None:
+        return run, None
+    if run.framework != "megatron":
+        raise InputError(
+            where,
+            "--recompute-granularity",
+            f"Megatron-LM's selective recompute, but the run's framework is {run.framework}",
+        )
+    if "mla_up_proj" in (flags.modules or ()):
+        # transformer_config.py TransformerConfig.__post_init__: "mla_up_proj in recompute_modules is
+        # only supported with multi_latent_attention"
+        plain = [name for name in run.model_names if not run.is_vision(name) and not run.spec(name).is_mla]
+        if plain:
+            raise InputError(
+                where, "--recompute-modules", f"mla_up_proj needs multi-latent attention, which {plain[0]} has not"
+            )
+    raw = read_yaml(Path(run.source))
+    if not isinstance(raw, dict) or not isinstance(raw.get("training"), dict):
+        return run, None  # the run config was read once already; it cannot have changed shape unseen
+    raw = {**raw, "training": {**raw["training"], "recompute": words}}
+    try:
+        priced = parse_run_config(raw, run.source, run.base_dir)
+    except InputError as err:
+        said = f"{err.field or ''} {err.problem}"
+        field = "--recompute-modules" if "modules" in said or "module " in said else "--recompute-granularity"
+        raise InputError(
+            where, field, f"as Megatron-LM's words in the run config, {err.field}: {err.problem}"
+        ) from None
+    return priced, words

@@ -1,0 +1,69 @@
+"""Progress when stderr is not a terminal (CI logs, pipes): plain lines, throttled, and why it stopped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ppb_core.balance.progress import Progress
+from ppb_core.cli import console
+from ppb_core.cli.console import PlainLines, progress_hook
+from ppb_core.cli.main import main
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_plain_lines_come_at_most_every_few_seconds_and_end_with_why() -> None:
+    moments = iter([0.0, 1.0, 4.9, 5.0, 6.0, 9.9, 10.0, 11.0])  # the start, then one per step
+    written: list[str] = []
+    lines = PlainLines(now=lambda: next(moments), write=written.append)
+    for step in ("a", "b", "c", "d", "e", "f"):  # at 1.0, 4.9, 5.0, 6.0, 9.9, 10.0
+        lines(step)
+    lines("done", last=True)  # at 11.0: shown, since lines came before
+    # 5 s after the start (c at 5.0), 5 s after c (f at 10.0), and the end
+    assert written == ["c", "f", "done"]
+
+
+def test_a_quick_command_prints_no_progress() -> None:
+    moments = iter([0.0, 0.5, 1.0])
+    written: list[str] = []
+    lines = PlainLines(now=lambda: next(moments), write=written.append)
+    lines("round")
+    lines("done", last=True)
+    assert written == []
+
+
+def test_piped_balance_writes_progress_lines_to_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)  # every step, for the test
+    code = main(["balance", str(DATA / "demo.json"), "-s", "4", "-mb", "8", "-mem", "150000", "-t", "60", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0
+    result = json.loads(captured.out)  # stdout is the plan alone
+    lines = captured.err.splitlines()
+    assert lines and all(line.startswith("[") for line in lines)
+    assert any("incumbent" in line and "bound" in line and "gap" in line for line in lines)
+    assert lines[-1].split("] ", 1)[1].startswith("done") and "proven optimal" in lines[-1]
+    assert f"incumbent {result['objective']:.6g}" in lines[-1]
+
+
+def test_quiet_prints_nothing(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)
+    argv = ["balance", str(DATA / "demo.json"), "-s", "4", "-mb", "8", "-mem", "150000", "-t", "60", "--json", "-q"]
+    code = main(argv)
+    assert code == 0 and capsys.readouterr().err == ""
+    with progress_hook(quiet=True) as hook:
+        assert hook is None
+
+
+def test_the_hook_shows_seconds_when_the_unit_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "PIPED_EVERY_S", 0.0)
+    written: list[str] = []
+    monkeypatch.setattr(console, "PlainLines", lambda: PlainLines(write=written.append))
+    with progress_hook(unit_s=1e-3) as hook:
+        assert hook is not None
+        hook(Progress("round", "round 1", 2.0, incumbent=3271.0, bound=3104.0))
+    assert written == ["[2.0 s] round: incumbent 3.271 s, bound 3.104 s, gap 5.11% — round 1"]
