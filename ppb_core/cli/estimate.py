@@ -166,6 +166,8 @@ def print_tables(result: Estimate) -> None:
             f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
             f"rms {100 * fit['rms_relative']:.2f}%"
         )
+        for warning in fit.get("warnings", []):
+            console.print(f"[yellow]memory calibration warning:[/yellow] {warning}")
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
         configured = max(result.stages, key=lambda peak: peak.peak_bytes)
