@@ -10,7 +10,9 @@ of `peak_bytes`, `peak_mb` (MB of 2**20 bytes) or `peak_gib`:
     1,58010
 
 or JSON, `{"stages": [{"stage": 0, "peak_mb": 61234}, ...]}` (or the list alone), with the same
-fields. A stage left out is not fitted; each stage at most once.
+fields. A stage left out is not fitted; each stage at most once. MindFormers' dry-run reports are
+read too (`ppb_core.memory.dryrun`): the `grep -rn 'peak memory usage'` lines of its stage logs, or
+its pipeline-balance tool's `memory_usage` YAML block.
 
 The model's peak of a stage is a sum of terms at the moment that sets it: static memory,
 activations, kept buffers, and the moment's working memory (a backward's working set, or what the
@@ -50,6 +52,7 @@ import numpy as np
 
 from ppb_core.errors import InputError, shown_name
 from ppb_core.io import parse_json, read_text
+from ppb_core.memory.dryrun import dryrun_log_rows, is_dryrun_log, is_sapp_memory_usage, sapp_memory_usage_rows
 from ppb_core.units import GIB, MB
 
 TERMS: tuple[str, ...] = ("static", "activations", "buffers", "working")
@@ -142,7 +145,11 @@ def _peak(row: Mapping[str, Any], source: str, where: str) -> MeasuredPeak:
 def parse_measured_peaks(text: str, source: str, stages: int) -> tuple[MeasuredPeak, ...]:
     """The measured peaks of a CSV or JSON text, checked against a run of *stages* stages."""
     rows: list[tuple[str, Mapping[str, Any]]] = []
-    if text.lstrip().startswith(("{", "[")):
+    if is_dryrun_log(text):
+        rows = list(dryrun_log_rows(text, source))
+    elif is_sapp_memory_usage(text):
+        rows = list(sapp_memory_usage_rows(text, source, stages))
+    elif text.lstrip().startswith(("{", "[")):
         data = parse_json(text, source)
         listed = data.get("stages") if isinstance(data, dict) else data
         if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
