@@ -119,7 +119,7 @@ def print_tables(result: Estimate) -> None:
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options})",
         caption="activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
-        "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
+        "(backward, loss, gradient reduction, optimizer step), reserved memory included; at full: the peak with every "
         "body layer fully recomputed",
     )
     for name in (
