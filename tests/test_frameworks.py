@@ -7,6 +7,7 @@ torchtitan v0.2.2 on torch 2.13; MindFormers at fd4deebc (docs/frameworks.md).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from test_memory_activations import MLA, MOE
@@ -651,3 +652,64 @@ def test_torchtitan_pipeline_receive_buffers():
     # the balancer's charge: a chunk taken as neither first nor last, at the schedule's vector that asks
     # the most: stage 1's one micro-batch in flight, 3 · 8192 in and 4 · 8192 back, + GEMM workspaces
     assert run_workspace_bytes(run, memory) == 7 * 8192 + 2 * 33554432
+
+
+# --- the gradient reduction ----------------------------------------------------------------------------
+
+
+def test_torchtitan_reduction_under_pp_unit_by_unit():
+    # torch 2.13 pipelining/stage.py perform_reduce_grad → _fsdp_param_group.py post_backward per unit in
+    # named_modules() pre-order (the forward order): unit i resharded (−bc·P_i), its fp32 reduce-scatter
+    # input allocated (+4·P_i, _fsdp_collectives.py foreach_reduce) while its accumulator is still held;
+    # units before it already freed (bc + 4)·P_j each. DENSE, pp 2, dp 2 (FSDP), bc = 2:
+    # stage 0 = HEAD 65536, BODY 41088, BODY 41088:
+    #   i = 1: 6·(65536 + 2·41088) + 2·65536 = 886272 + 131072 = 1017344
+    #   i = 2: 6·(2·41088) + 2·41088 = 575232;  i = 3: 6·41088 + 2·41088 = 328704  → 1017344
+    # stage 1 = BODY 41088, BODY 41088, TAIL 65600 (norm 64 + output 65536):
+    #   i = 1: 6·(2·41088 + 65600) + 2·41088 = 886656 + 82176 = 968832
+    #   i = 3: 6·65600 + 2·65600 = 524800  → 968832
+    run = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
+    peaks = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)
+    assert [p.reduction_bytes for p in peaks] == [1017344, 968832]
+    for peak in peaks:
+        step = peak.step_static_bytes
+        assert peak.moments["reduction"] == step + peak.reduction_bytes
+        # at bf16 the backward holds the same accumulators and gathered parameters (static under PP)
+        # + a working set of at least bc·P of its largest unit: the reduction stays under it here
+        assert peak.moments["reduction"] < peak.moments["backward"]
+    # the estimate names the moment in --json; without PP the reduce-scatters are in the backward
+    data = estimate(run).to_json()["stages"]
+    assert [s["moments"]["reduction"] for s in data] == [p.moments["reduction"] for p in peaks]
+    assert [s["reduction_bytes"] for s in data] == [1017344, 968832]
+    flat = _titan(parallel={"dp": 2})
+    (alone,) = stage_peaks(model(flat), walk(flat), [[1]], 80 * 2**30)
+    assert alone.reduction_bytes is None and "reduction" not in alone.moments
+
+
+def test_the_reduction_sets_the_peak_where_it_holds_the_most():
+    # A stage with nothing kept beyond its static memory: the reduction's 1017344 bytes above the
+    # step's static memory exceed what the backward adds (here forced to 0), so it names the moment.
+    run = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4})
+    first = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)[0]
+    idle = dataclasses.replace(first, activation_bytes=0.0, buffer_bytes=0.0, working_bytes=0.0)
+    # backward = static (the held 886272 included) + 0; reduction = step + 1017344, and
+    # step = static − 886272 + 32768 (stage 0's 4 gradient receive buffers, test above)
+    assert idle.moments["backward"] == first.static_bytes
+    assert idle.moments["reduction"] == first.static_bytes - 886272 + 32768 + 1017344
+    assert idle.moment == "reduction"
+    assert idle.terms() == {
+        "static": idle.step_static_bytes + 1017344,
+        "activations": 0.0,
+        "buffers": 0.0,
+        "working": 0.0,
+    }
+
+
+def test_megatron_and_mindformers_have_no_reduction_moment():
+    # Megatron: start_grad_sync reduce-scatters into local_data_view, a shard view of the same grad_data
+    # (param_and_grad_buffer.py): 0 bytes added, so the reduction is the optimizer step's memory (or,
+    # overlapped, the backward's). SAPP counts buckets in each layer's backward.
+    for framework in ("megatron", "mindformers"):
+        run = make_run(DENSE, parallel={"pp": 2, "dp": 2}, training={"micro_batches": 4}, framework=framework)
+        peaks = stage_peaks(model(run), walk(run), [[2, 1]], 80 * 2**30)
+        assert all(p.reduction_bytes is None and "reduction" not in p.moments for p in peaks)

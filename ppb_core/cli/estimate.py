@@ -119,7 +119,7 @@ def print_tables(result: Estimate) -> None:
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",
         caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
-        "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
+        "(backward, loss, gradient reduction, optimizer step), reserved memory included; at full: the peak with every "
         "body layer fully recomputed",
     )
     for name in (
@@ -166,6 +166,8 @@ def print_tables(result: Estimate) -> None:
             f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
             f"rms {100 * fit['rms_relative']:.2f}%"
         )
+        for warning in fit.get("warnings", []):
+            console.print(f"[yellow]memory calibration warning:[/yellow] {warning}")
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
         configured = max(result.stages, key=lambda peak: peak.peak_bytes)

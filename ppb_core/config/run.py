@@ -491,7 +491,8 @@ _CUBLAS_PAIR = re.compile(r":([0-9]+):([0-9]+)")
 class MemoryOptions(StrictModel):
     calibration: str | None = Field(
         None,
-        description="measured per-stage peaks of one run (CSV or JSON), relative to the run config "
+        description="measured per-stage peaks of one run (CSV, JSON, or a MindFormers dry run's "
+        "'peak memory usage' grep lines or memory_usage YAML), relative to the run config "
         "(ppb_core.memory.calibration)",
     )
     cublas_workspace_config: str | None = Field(

@@ -126,6 +126,7 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "fits": peak.fits,
         "step_static_bytes": None if peak.step_static_bytes is None else _number(peak.step_static_bytes),
         "holds_tail": peak.holds_tail,
+        "reduction_bytes": None if peak.reduction_bytes is None else _number(peak.reduction_bytes),
     }
 
 

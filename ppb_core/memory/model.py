@@ -7,7 +7,7 @@ behind each figure (static parts, activations op by op with their switch, buffer
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -321,6 +321,13 @@ class MemoryModel:
             node = _node(layer)
             return (None if node == "HEAD" else own), (None if node == "TAIL" else own)
         return tuple(None if n is None else self.parameters(n) for n in neighbours)  # type: ignore[return-value]
+
+    def reduction_bytes(self, layers: Sequence[LayerLike]) -> float | None:
+        """What a stage of *layers* (in forward order) holds at its gradient reduction beyond the
+        optimizer step's static memory, or None where the framework's reduction is no moment of its
+        own (`FrameworkRules.reduction_bytes`); scaled as static memory is."""
+        found = self.rules.reduction_bytes(self.setup, [self.parameters(layer) for layer in layers])
+        return None if found is None else found * self.correction.static
 
     def loss_bytes(self, layer: LayerLike) -> float:
         """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""

@@ -10,6 +10,9 @@ Each moment is what is alive then (docs/memory.md, "Stage peak"):
   workspaces it holds once per stage);
 * **loss** (the stage holding a TAIL): the same kept memory + what the loss's forward and
   backward hold beyond the TAIL's kept activations (`FrameworkRules.loss_bytes`);
+* **reduction** (where the framework's gradient reduction is a moment of its own: torchtitan's
+  FSDP2 under PP, `perform_reduce_grad` after the last backward, nothing in flight): the step's
+  static memory + what the reduction holds beyond it (`FrameworkRules.reduction_bytes`);
 * **optimizer** (the step, every micro-batch's activations freed): the static memory held then;
 
 each + the device's reserved memory. The peak is the largest; `moment` names it.
@@ -40,7 +43,7 @@ if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this
     from ppb_core.memory.model import MemoryModel
 
 
-MOMENTS: tuple[str, ...] = ("backward", "loss", "optimizer")
+MOMENTS: tuple[str, ...] = ("backward", "loss", "reduction", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,13 @@ class StagePeak:
     loss_bytes: float = 0.0  # what the loss adds beyond the TAIL's kept activations (the TAIL's stage)
     step_static_bytes: float | None = None  # static memory at the optimizer step (None: static_bytes)
     holds_tail: bool = False
+    # what the gradient reduction holds beyond the step's static memory (None: no moment of its own)
+    reduction_bytes: float | None = None
+
+    @property
+    def step_bytes(self) -> float:
+        """Static memory at the optimizer step."""
+        return self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
 
     @property
     def kept_bytes(self) -> float:
@@ -66,10 +76,12 @@ class StagePeak:
     @property
     def moments(self) -> dict[str, float]:
         """Bytes at each moment the stage reaches, reserved memory included."""
-        step = self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
+        step = self.step_bytes
         found = {"backward": self.kept_bytes + self.working_bytes + self.reserved_bytes}
         if self.holds_tail:
             found["loss"] = self.kept_bytes + self.loss_bytes + self.reserved_bytes
+        if self.reduction_bytes is not None:
+            found["reduction"] = step + self.reduction_bytes + self.reserved_bytes
         found["optimizer"] = step + self.reserved_bytes
         return found
 
@@ -90,9 +102,9 @@ class StagePeak:
     def terms(self) -> dict[str, float]:
         """The terms of the peak at its moment, reserved memory aside (`memory.calibration.TERMS`)."""
         moment = self.moment
-        if moment == "optimizer":
-            step = self.static_bytes if self.step_static_bytes is None else self.step_static_bytes
-            return {"static": step, "activations": 0.0, "buffers": 0.0, "working": 0.0}
+        if moment in ("optimizer", "reduction"):
+            held = (self.reduction_bytes or 0.0) if moment == "reduction" else 0.0
+            return {"static": self.step_bytes + held, "activations": 0.0, "buffers": 0.0, "working": 0.0}
         extra = self.loss_bytes if moment == "loss" else self.working_bytes
         return {
             "static": self.static_bytes,
@@ -184,6 +196,9 @@ def stage_peaks(
         groups[(layer.stage, layer.chunk, layer.model_name, layer.node, layer.kind, option, before, after)] += 1
         if option == "FULL":
             full_in_cell[(layer.chunk, layer.stage)] += 1
+    in_stage: dict[int, list[Layer]] = {}  # each stage's layers in the walk's (forward) order
+    for layer in ordered:
+        in_stage.setdefault(layer.stage, []).append(layer)
     cells: dict[tuple[int, int], set] = {}  # the kinds of each (stage, chunk): its pipeline buffers
     for stage, chunk, _model, _node, kind, *_ in groups:
         cells.setdefault((stage, chunk), set()).add(kind)
@@ -260,6 +275,7 @@ def stage_peaks(
                 loss_bytes=total["loss"],
                 step_static_bytes=total["step"] + workspace,
                 holds_tail=total["tail"],
+                reduction_bytes=memory.reduction_bytes(in_stage.get(stage, [])),
             )
         )
     return peaks

@@ -100,10 +100,16 @@ STAGE_PEAKS = Schema(
         Column("loss_bytes", "float64", "what the loss holds beyond the TAIL's kept activations", "bytes"),
         Column("step_static_bytes", "float64", "static memory at the optimizer step", "bytes"),
         Column("holds_tail", "bool", "whether the stage holds a TAIL (and so the loss)"),
+        Column(
+            "reduction_bytes",
+            "Float64",
+            "what the gradient reduction holds beyond the step's static memory (null: no moment of its own)",
+            "bytes",
+        ),
         Column("reserved_bytes", "float64", "what the run config reserves (reserved_mb)", "bytes"),
         Column("device_bytes", "float64", "the device's memory", "bytes"),
         Column("peak_bytes", "float64", "the stage's peak: the largest of its moments", "bytes"),
-        Column("moment", "string", "the moment that sets the peak: backward, loss or optimizer"),
+        Column("moment", "string", "the moment that sets the peak: backward, loss, reduction or optimizer"),
         Column("fits", "bool", "whether the peak is within the device's memory"),
     ),
 )
@@ -220,8 +226,18 @@ def stages_from_frame(frame: pd.DataFrame, recompute: str = "configured") -> tup
     """The stages of *recompute* ("configured" or "full") back from their table."""
     STAGE_PEAKS.require(frame)
     fields = [f.name for f in dataclasses.fields(StagePeak)]
+
+    def reduction(value: object) -> float | None:  # a nullable column: <NA> where no such moment
+        return None if value is None or pd.isna(value) else float(value)  # type: ignore[arg-type]
+
     return tuple(
-        peak_from_json({**{k: r[k] for k in fields if k in r}, "in_flight": json.loads(r["in_flight_json"])})
+        peak_from_json(
+            {
+                **{k: r[k] for k in fields if k in r},
+                "in_flight": json.loads(r["in_flight_json"]),
+                "reduction_bytes": reduction(r.get("reduction_bytes")),
+            }
+        )
         for r in frame.to_dict("records")
         if r["recompute"] == recompute
     )

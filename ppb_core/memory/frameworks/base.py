@@ -13,13 +13,15 @@ together:
 * what its backward holds beyond that (`parameter_working_bytes`: gathered parameters,
   unsharded gradients, reduce-scatter buffers);
 * what the loss adds at its forward and backward on the stage that holds the head (`loss_bytes`);
+* what the gradient reduction holds beyond the optimizer step's static memory, where it is a
+  moment of its own (`reduction_bytes`);
 * which library workspaces every stage keeps once (`workspace_bytes`), and which buffers each
   pipeline chunk keeps for its sends and receives (`pipeline_buffer_bytes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from ppb_core.memory.activations import ActivationTerm, body_terms, kept, tail_terms
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -128,3 +130,9 @@ class FrameworkRules:
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """What the loss's forward and backward hold at most beyond the tail's kept activations."""
         return 0.0
+
+    def reduction_bytes(self, setup: MemorySetup, units: Sequence[LayerParams]) -> float | None:
+        """What a stage holds at its gradient reduction beyond the optimizer step's static memory, its
+        reduced units (*units*, in the order they reduce) given; None where the reduction is no moment
+        of its own. SAPP counts gradient buckets in each layer's backward: None."""
+        return None

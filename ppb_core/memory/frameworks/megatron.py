@@ -44,6 +44,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
   whole on every rank, the distributed optimizer reduce-scatters into its shard in place), the
   fp32 main parameters and Adam moments sharded by the distributed optimizer (ZeRO-1).
+* **The gradient reduction is no moment of its own.** `_ParamAndGradBucketGroup.start_grad_sync`
+  (megatron/core/distributed/param_and_grad_buffer.py) reduce-scatters each bucket's `grad_data`
+  into `local_data_view`, this rank's shard of that same buffer (`shard_buffer`), or all-reduces
+  it in place without the distributed optimizer: it allocates nothing. Without
+  `--overlap-grad-reduce` it runs from `finalize_model_grads` after the last backward, with what the
+  optimizer step holds (static memory, each chunk's last input and its gradient, the dispatcher
+  state): that moment's bytes + 0. With it, it runs inside the backward: that moment's + 0. So
+  neither exceeds the moments already counted (`reduce_scatter_with_fp32_accumulation`, which
+  stages an all-to-all output, is not modelled).
 * **The loss** (megatron/core/tensor_parallel/cross_entropy.py `_VocabParallelCrossEntropy`, and
   the fused megatron/core/fusions/fused_cross_entropy.py): the logits are upcast to an fp32 copy
   that becomes, in place, the softmax saved for the backward (the TAIL's `logits_softmax`);

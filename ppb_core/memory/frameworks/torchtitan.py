@@ -39,6 +39,16 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `set_reshard_after_backward(False)`, reducing only in `perform_reduce_grad` after the last
   one: the stage holds its gathered bf16 parameters and fp32 unsharded gradient accumulators
   (`FSDPParam.to_accumulated_grad_if_needed`) from its first forward to the reduction.
+* **The gradient reduction under PP is a moment of its own.** `perform_reduce_grad` runs, with no
+  micro-batch in flight, `FSDPParamGroup.post_backward` for each unit of the stage in
+  `named_modules()` pre-order (`FSDPStateContext.all_states`, _fsdp_state.py `_lazy_init`: the
+  forward order): it reshards the unit (its bf16 parameters freed), then `foreach_reduce`
+  (_fsdp_collectives.py) allocates the fp32 reduce-scatter input and copies the accumulators into
+  it before freeing them; the previous unit's input is released first
+  (`reduce_scatter_max_input_buffers` = 1), the sharded output is the gradient static memory
+  counts. At unit i, with P the units' parameters in order and g the reduce dtype's bytes:
+  `Σ_{j≥i} (bc + g)·P_j − bc·P_i + g·P_i` beyond the step's static memory, the largest over i.
+  Without PP the reduce-scatters run inside the backward, unit by unit (`parameter_working_bytes`).
 * **The loss** (torchtitan/components/loss.py `cross_entropy_loss`:
   `F.cross_entropy(pred.flatten(0, 1).float(), ...)`): the fp32 log-probabilities are kept (the
   TAIL's `logits_softmax`); the forward adds the fp32 copy and the 16-bit logits (6 bytes per
@@ -69,7 +79,7 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -359,6 +369,18 @@ class TorchtitanRules(FrameworkRules):
             found += (micro_batches - in_flight) * boundary
         if not any(isinstance(kind, TailKind) for kind in kinds):  # not the last: output gradients come in
             found += micro_batches * boundary
+        return found
+
+    def reduction_bytes(self, setup: MemorySetup, units: Sequence[LayerParams]) -> float | None:
+        """FSDP2's `perform_reduce_grad` under PP, unit by unit (module docstring); None otherwise."""
+        if not fsdp(setup) or setup.pp == 1 or not units:
+            return None
+        bc, reduce = setup.dtype_bytes, setup.grad_bytes
+        held = sum((bc + reduce) * unit.total for unit in units)  # gathered + accumulators of units not yet reduced
+        found = 0.0
+        for unit in units:
+            found = max(found, held - bc * unit.total + reduce * unit.total)
+            held -= (bc + reduce) * unit.total
         return found
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
