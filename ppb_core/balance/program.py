@@ -14,7 +14,8 @@ Two objectives, solved in turn:
    many cell weightings and from the path families of `bounds`, then added lazily: solve, run the
    schedule on the plan found, and while its critical path is longer than T add that path and
    solve again. A plan whose critical path equals T is optimal. `bounds` adds the rows that make
-   the relaxation see whole layers and the bubble.
+   the relaxation see whole layers and the bubble. Before the rounds, `probing` tries to prove
+   the best known plan optimal by holding each stage choice against the relaxation.
 
 Then `tiebreak` picks, among plans as fast, the least recompute, one option per stage, the most
 headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is solved beside it
@@ -48,8 +49,10 @@ from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
+from ppb_core.balance.tiebreak import TOLERANCE as TIE_TOLERANCE
 from ppb_core.balance.tiebreak import break_ties
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts_many
@@ -338,7 +341,8 @@ def _run(
     Rounds stop on node limits, doubled while a round's plan already agrees with its T, within one
     budget of nodes for the whole loop (`WorkLimits.node_work`): the same rounds, rows and plans on
     every machine. Only the clock's safety bound can end it otherwise, or a proven bound above
-    *cutoff* (status "cutoff": no plan of this program beats a plan found elsewhere).
+    *cutoff* while every plan known (*known*: found beside the program) is too (status "cutoff":
+    no plan of this solve beats a plan found elsewhere).
     """
     tau = model.tau
     size = len(model.columns) + len(model.rows) + len(seeds)
@@ -381,7 +385,10 @@ def _run(
                 raise RuntimeError(f"HiGHS failed: {outcome}")
             outcome = "work_limit"  # a solution, but not a proven optimum
         bound = max(bound, info.mip_dual_bound * tau)
-        if bound >= cutoff * (1 + GAP_TOLERANCE):
+        # every plan of this program is at least the bound; the plans known beside it (*known*, and
+        # the start, which may use choices the program was not given) count too
+        least = min(bound, known, value(best) if best is not None else math.inf)
+        if least >= cutoff * (1 + GAP_TOLERANCE):
             return _Run("cutoff", best, bound, rounds, paths, solver)
         if not highs.has_solution(solver):
             if outcome == "work_limit" and exact and rounds < limits.rounds:
@@ -430,6 +437,27 @@ def _run(
                 highs.add_row(solver, 0.0, model.path_terms(path))
                 added.add(path_key)
                 paths += 1
+
+
+def _loaded(model: ChoiceModel, paths: Sequence[Path], clock: Clock) -> Any:
+    """A HiGHS solver holding the program and the path rows given (each once)."""
+    solver = highs.new_solver(clock.remaining)
+    highs.load(solver, model.columns, model.rows, model.top)
+    added: set[tuple] = set()
+    for path in paths:
+        key = tuple(sorted(path.items()))
+        if key not in added:
+            added.add(key)
+            highs.add_row(solver, 0.0, model.path_terms(path))
+    return solver
+
+
+def _add_family_row(model: ChoiceModel, common: dict, level: float) -> None:
+    """T − U·D ≥ L* (`bounds.family_row`) in the model's columns."""
+    terms = {model.top: 1.0}
+    for key, count in common.items():
+        terms[model.duration[key]] = terms.get(model.duration[key], 0.0) - count
+    model._row(level / model.tau, highs.INF, terms)
 
 
 def _reoption(setting: Setting) -> CellOptions:
@@ -748,15 +776,14 @@ def _solve(
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
+    family_rows: list[tuple[dict, float]] = []  # (U, L*): T − U·D ≥ L*, valid for every plan
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
         for family in (drain_family(problem), nudged_family(problem)):
             common, level = family_row(problem, choices, family, tau, limits.check_work, clock)
-            terms = {model.top: 1.0}
-            for key, count in common.items():
-                terms[model.duration[key]] = terms.get(model.duration[key], 0.0) - count
-            model._row(level / tau, highs.INF, terms)
+            family_rows.append((common, level))
+            _add_family_row(model, common, level)
             seeds += family
             report(
                 "bound",
@@ -764,7 +791,43 @@ def _solve(
                 start.iteration_time,
                 figures=(("level", level),),
             )
-    critical = _run(model, True, limits, clock, start, seeds, report, cutoff, exchanged.iteration_time)
+    # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
+    # a plan faster than the best known, that plan is proven optimal without the program's search.
+    known = min(start, exchanged, key=lambda plan: plan.iteration_time)
+    ties = known.iteration_time * (1 + TIE_TOLERANCE) if tie_break else None
+    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work, clock, ties=ties)
+    report(
+        "bound",
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}",
+        known.iteration_time,
+        known.iteration_time if probed.proven else probed.bound,
+    )
+    notes.append(
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}, "
+        f"bound {probed.bound:.6g}"
+    )
+
+    def program_over(kept: list[list[int]]) -> ChoiceModel:
+        """The program over the choices probing kept (every stage keeps one), with the same rows."""
+        sub = ChoiceModel(problem, [[stage[j] for j in js] for stage, js in zip(choices, kept, strict=True)], tau)
+        sub.add_least_busiest(busiest, closed_form=False)
+        for common, level in family_rows:
+            _add_family_row(sub, common, level)
+        return sub
+
+    paths = [*seeds, *probed.paths]
+    if probed.proven:
+        critical = _Run("optimal", known, known.iteration_time, probed.rounds, len(probed.paths))
+    else:
+        # a faster plan, if any, uses only the choices left: the program searches them alone, and
+        # its bound (over them) holds for every plan up to the probing's cut-off
+        critical = _run(
+            program_over(probed.alive), True, limits, clock, start, paths, report, cutoff, known.iteration_time
+        )
+        critical.bound = max(min(critical.bound, probed.cutoff), probed.bound)
+    # the tie-breaking needs only the choices a plan as fast as the best may use (probing's first phase)
+    if all(probed.alive_ties):
+        model = program_over(probed.alive_ties)
     listed = sum(len(stage) for stage in choices)
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
@@ -775,11 +838,11 @@ def _solve(
     objective = best.iteration_time
     proven = critical.status == "optimal"
     bound_value = objective if proven else min(critical.bound, objective)
-    if tie_break and critical.solver is not None and not clock.out:
+    if tie_break and not clock.out:
         report("tie_break", "least recompute, one option per stage, most headroom", objective, bound_value)
         tied, tie_notes = break_ties(
             model,
-            critical.solver,
+            _loaded(model, [*paths, best.critical_path_counts], clock),
             catalogue,
             best,
             lambda plan: plan.iteration_time,
@@ -805,7 +868,7 @@ def _solve(
         listed,
         clock.elapsed,
         stopped_by="time_limit"
-        if _ties_cut(tie_break and critical.solver is not None, clock, notes)
+        if _ties_cut(tie_break, clock, notes)
         else ("optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status)),
         notes=notes,
     )

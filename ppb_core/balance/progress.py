@@ -100,6 +100,8 @@ class WorkLimits:
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000
+    # relaxations the probing of stage choices may solve (`probing.probe`) before the program runs
+    probe_work: int = 8_000
 
     def scaled(self, share: float) -> WorkLimits:
         """These limits with every budget of work (`WORK_BUDGETS`) times *share*, each at least 1:
@@ -123,6 +125,7 @@ WORK_BUDGETS = (
     "exchange_work",
     "seed_work",
     "listing_work",
+    "probe_work",
 )
 
 
