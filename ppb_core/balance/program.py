@@ -49,6 +49,7 @@ from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
 from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
@@ -794,6 +795,14 @@ def _solve(
     # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
+    if known.iteration_time >= cutoff * (1 + GAP_TOLERANCE):
+        # to be taken a plan must beat *cutoff* (`_megatron`): first try to prove that none does,
+        # probing a hair above it (a proof holds below value·(1 − MARGIN)); the probing below is
+        # left as it would be without a cutoff, so the plans found do not depend on it
+        early = probe(problem, choices, model, cutoff * (1 + 4 * PROBE_MARGIN), limits.probe_work, clock)
+        if early.proven:
+            notes.append(f"critical path: not searched, no plan faster than {cutoff:.6g} (probing)")
+            return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
     ties = known.iteration_time * (1 + TIE_TOLERANCE) if tie_break else None
     probed = probe(problem, choices, model, known.iteration_time, limits.probe_work, clock, ties=ties)
     report(
