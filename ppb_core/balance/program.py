@@ -49,6 +49,7 @@ from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
 from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
@@ -340,7 +341,8 @@ def _run(
     Rounds stop on node limits, doubled while a round's plan already agrees with its T, within one
     budget of nodes for the whole loop (`WorkLimits.node_work`): the same rounds, rows and plans on
     every machine. Only the clock's safety bound can end it otherwise, or a proven bound above
-    *cutoff* (status "cutoff": no plan of this program beats a plan found elsewhere).
+    *cutoff* while every plan known (*known*: found beside the program) is too (status "cutoff":
+    no plan of this solve beats a plan found elsewhere).
     """
     tau = model.tau
     size = len(model.columns) + len(model.rows) + len(seeds)
@@ -383,7 +385,10 @@ def _run(
                 raise RuntimeError(f"HiGHS failed: {outcome}")
             outcome = "work_limit"  # a solution, but not a proven optimum
         bound = max(bound, info.mip_dual_bound * tau)
-        if bound >= cutoff * (1 + GAP_TOLERANCE):
+        # every plan of this program is at least the bound; the plans known beside it (*known*, and
+        # the start, which may use choices the program was not given) count too
+        least = min(bound, known, value(best) if best is not None else math.inf)
+        if least >= cutoff * (1 + GAP_TOLERANCE):
             return _Run("cutoff", best, bound, rounds, paths, solver)
         if not highs.has_solution(solver):
             if outcome == "work_limit" and exact and rounds < limits.rounds:
@@ -799,6 +804,14 @@ def _solve(
     # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
+    if known.iteration_time >= cutoff * (1 + GAP_TOLERANCE):
+        # to be taken a plan must beat *cutoff* (`_megatron`): first try to prove that none does,
+        # probing a hair above it (a proof holds below value·(1 − MARGIN)); the probing below is
+        # left as it would be without a cutoff, so the plans found do not depend on it
+        early = probe(problem, choices, model, cutoff * (1 + 4 * PROBE_MARGIN), limits.probe_work // ops, clock)
+        if early.proven:
+            notes.append(f"critical path: not searched, no plan faster than {cutoff:.6g} (probing)")
+            return Solution(problem, "time_limit", "critical_path", stopped_by="cutoff", notes=notes)
     ties = known.iteration_time * (1 + TOLERANCE) if tie_break else None
     probed = probe(problem, choices, model, known.iteration_time, limits.probe_work // ops, clock, ties=ties)
     report(
