@@ -394,7 +394,12 @@ def _run(
         if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
             best = plan
         incumbent = value(best)
-        report("round", f"round {rounds}, {paths} paths, {used} of {budget} nodes", incumbent, min(bound, incumbent))
+        report(
+            "round",
+            f"round {rounds}: {paths} path rows, {used:,} of {budget:,} branch-and-bound nodes",
+            incumbent,
+            min(bound, incumbent),
+        )
         if incumbent <= bound * (1 + GAP_TOLERANCE):
             return _Run("optimal", best, bound, rounds, paths, solver)
         critical = plan.critical_path_counts if exact else {}
@@ -464,6 +469,15 @@ def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Cou
     return apply
 
 
+# why a solve ended, in the progress lines
+STOPPED = {
+    "optimal": "proven optimal",
+    "work_limit": "stopped at its work limits (the same on every run)",
+    "time_limit": "stopped by the time limit (another machine may stop elsewhere)",
+    "infeasible": "no plan fits",
+}
+
+
 def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
     """The even split (as the baselines split) under a Megatron-Core setting."""
     plan = uniform_plan(problem, problem.options[0])
@@ -509,12 +523,9 @@ def solve(
     ):
         _megatron(problem, solution, exact, limits, clock, report, selective_modules)
     solution.seconds = clock.elapsed
-    reason = {
-        "optimal": "proven optimal",
-        "work_limit": "stopped at its work limits (the same on every run)",
-        "time_limit": f"stopped by the time limit of {time_limit:g} s (another machine may stop elsewhere)",
-        "infeasible": "no plan fits",
-    }.get(solution.stopped_by, solution.stopped_by)
+    reason = STOPPED.get(solution.stopped_by, solution.stopped_by)
+    if solution.stopped_by == "time_limit":
+        reason = reason.replace("the time limit", f"the time limit of {time_limit:g} s")
     report("done", reason, solution.objective, solution.bound)
     return solution
 
@@ -535,16 +546,20 @@ def _megatron(
     if setting_of(cells, modules is not None) is not None:
         return
     most = max(plan.cell_layers(v, s) for v, s in problem.cells)
+    candidates = settings(problem.options, most, modules is not None)
+    # the settings' solves share one solve's work budgets: their plans are repeatable, and the
+    # clock (the safety bound) does not decide which settings are tried
+    shared = limits.scaled(1 / max(1, len(candidates)))
     best: tuple[float, Solution, Setting] | None = None
-    for setting in settings(problem.options, most, modules is not None):
+    for setting in candidates:
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             break
         found = _solve(
             problem,
-            Catalogue(problem, setting, ListingBudget(limits.listing_work, clock)),
+            Catalogue(problem, setting, ListingBudget(shared.listing_work, clock)),
             exact,
-            limits,
+            shared,
             clock,
             report,
             tie_break=False,
@@ -552,7 +567,12 @@ def _megatron(
         )
         if found.plan is None or found.objective is None:
             continue
-        report("megatron", f"{setting.describe()}: {found.status}", found.objective, found.bound)
+        report(
+            "megatron",
+            f"{setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            found.objective,
+            found.bound,
+        )
         if best is None or found.objective < best[0] - 1e-12 * best[0]:
             best = (found.objective, found, setting)
     if best is None:
@@ -707,11 +727,19 @@ def _solve(
     # and a start that is already (near) optimal leaves it too few to prove anything (DeepSeek-V3's
     # run config: proven optimal from the local moves' start, not within its work limits from the
     # exchanges'). The exchanged plan is taken at the end when the program found none as fast.
-    exchanged = exchange(start, choices, limits.exchange_work, clock)
+    exchanges: list[Plan] = []
+
+    def exchanged_to(plan: Plan) -> None:
+        exchanges.append(plan)
+        report("exchange", f"stage exchange {len(exchanges)}", plan.iteration_time)
+
+    exchanged = exchange(start, choices, limits.exchange_work, clock, exchanged_to)
     report(
         "start_plan",
-        "best of the even splits, the closed form's optimum and local moves; stage exchanges beside it",
+        f"best of the even splits, the closed form's optimum and local moves; {len(exchanges)} stage "
+        "exchange(s) from it beside it",
         min(start.iteration_time, exchanged.iteration_time),
+        figures=(("before the exchanges", start.iteration_time),),
     )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
@@ -726,7 +754,12 @@ def _solve(
             family_rows.append((common, level))
             _add_family_row(model, common, level)
             seeds += family
-            report("bound", f"path family: T ≥ common part + {level:.6g}", start.iteration_time)
+            report(
+                "bound",
+                f"{len(family)} paths as one row: T ≥ their common part + level",
+                start.iteration_time,
+                figures=(("level", level),),
+            )
     # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
     # a plan faster than the best known, that plan is proven optimal without the program's search.
     known = min(start, exchanged, key=lambda plan: plan.iteration_time)
