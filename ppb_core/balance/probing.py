@@ -24,6 +24,7 @@ relaxations solved (`WorkLimits.probe_work` buys one per run of the schedule), n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -98,11 +99,15 @@ class PathRelaxation:
         for _ in range(max(1, budget)):
             if clock.out:
                 return value
+            # the dual simplex stops once its objective (a lower bound on the optimum) reaches the cut-off
+            self.solver.setOptionValue("objective_bound", cutoff / tau if math.isfinite(cutoff) else highs.INF)
             self.solver.run()  # no time limit of its own: HiGHS counts it over every run of the solver
             self.solved += 1
             status = self.solver.getModelStatus()
             if status == highspy.HighsModelStatus.kInfeasible:
                 return None
+            if status == highspy.HighsModelStatus.kObjectiveBound:
+                return cutoff
             if status != highspy.HighsModelStatus.kOptimal:
                 return value  # a limit: what was proven before it
             x = self.solver.getSolution().col_value
