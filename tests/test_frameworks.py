@@ -22,6 +22,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.model.switches import KEEP_ALL, LayerType
 from ppb_core.model.walk import walk
+from ppb_core.tables.estimate import stages_from_frame, stages_to_frame
 
 NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
 MB = 2**20
@@ -681,6 +682,8 @@ def test_torchtitan_reduction_under_pp_unit_by_unit():
     data = estimate(run).to_json()["stages"]
     assert [s["moments"]["reduction"] for s in data] == [p.moments["reduction"] for p in peaks]
     assert [s["reduction_bytes"] for s in data] == [1017344, 968832]
+    # and back from the stage table (a nullable column: <NA> where there is no such moment)
+    assert stages_from_frame(stages_to_frame(estimate(run))) == tuple(estimate(run).stages)
     flat = _titan(parallel={"dp": 2})
     (alone,) = stage_peaks(model(flat), walk(flat), [[1]], 80 * 2**30)
     assert alone.reduction_bytes is None and "reduction" not in alone.moments
