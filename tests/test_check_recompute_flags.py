@@ -56,6 +56,8 @@ def _estimated(capsys: pytest.CaptureFixture[str], run: Path) -> tuple[list[floa
     ("flags", "words"),
     [
         ("--recompute-granularity selective", {"granularity": "selective"}),
+        # megatron/training/arguments.py validate_args: --recompute-activations sets granularity selective
+        ("--recompute-activations", {"granularity": "selective"}),
         (
             "--recompute-granularity selective --recompute-modules core_attn mlp",
             {"granularity": "selective", "modules": ["core_attn", "mlp"]},
