@@ -129,6 +129,11 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
         ("--kv-channels 128", "--num-experts 8", "--num-experts: 8, the run config has 0 (num_experts)"),
         ("--kv-channels 128", "--mtp-num-layers 1", "--mtp-num-layers: 1, the run config has 0"),
         (
+            "--lr 3e-4",
+            "--fp8-format hybrid",
+            "--fp8-format: hybrid (FP8 linears keep their inputs in FP8), the run config has fp8_cache none",
+        ),
+        (
             "--overlap-grad-reduce",
             "--num-layers-per-virtual-pipeline-stage 4",
             "--num-layers-per-virtual-pipeline-stage: 4 gives 2 virtual stage(s) per rank (32 layers over pp 4), "
@@ -235,7 +240,7 @@ device: {name: a100-80gb}
     "examples/llama/train_llama3_8b_h100_fp8.sh": """
 models: [{name: llm, config: HF/llama3-8b.json}]
 parallel: {dp: 8, tp: 1, pp: 1, zero: 1}
-training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16}
+training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16, fp8_cache: linear}
 device: {name: h100-80gb}
 """,
     "examples/mixtral/train_mixtral_8x7b_distributed.sh": """

@@ -239,5 +239,5 @@ def test_python_m_pipelines_says_a_bad_setting_in_one_line(tmp_path: Path) -> No
         [sys.executable, "-m", "pipelines", "llama3-8b"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True
     )
     assert done.returncode == 2 and done.stdout == ""
-    said = "python -m pipelines: error: $PPB_EXECUTOR='threads': expected one of in_process, multiprocess\n"
+    said = "python -m pipelines: error: $PPB_EXECUTOR='threads': expected one of in_process, multiprocess, celery\n"
     assert done.stderr == said

@@ -216,7 +216,7 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
 )
-TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy", "--cp-comm-type")
+TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy", "--cp-comm-type", "--fp8-format")
 SWITCH_FLAGS = (
     "--sequence-parallel",
     "--use-distributed-optimizer",

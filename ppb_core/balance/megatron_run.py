@@ -387,6 +387,14 @@ def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:
             flag = f"--{given_dtype}" if given_dtype else "--bf16"
             said = "given" if given_dtype else "neither --bf16 nor --fp16 (Megatron-LM trains in fp32)"
             raise InputError(where, flag, f"{said}, the run config has dtype {training.dtype} (training.dtype): {WHY}")
+    # --fp8-format runs Transformer Engine's FP8 linears, which keep their inputs in FP8 for the weight
+    # gradient (memory/precision.py): training.fp8_cache prices that, none prices 16-bit inputs
+    fp8 = flags.stated.get("--fp8-format")
+    if (fp8 is not None or flags.complete) and (fp8 is not None) != (training.fp8_cache != "none"):
+        said = f"{fp8} (FP8 linears keep their inputs in FP8)" if fp8 is not None else "not given (16-bit linears)"
+        raise InputError(
+            where, "--fp8-format", f"{said}, the run config has fp8_cache {training.fp8_cache} (training): {WHY}"
+        )
     if "--global-batch-size" in flags.stated:
         expected = training.micro_batch_size * training.micro_batches * par.dp
         given = flags.stated["--global-batch-size"]
