@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ppb_core.config.devices import DeviceProfile
 
@@ -169,7 +168,24 @@ class Kernels:
         return self._tiles_s(m, n, k, groups, output_bytes) + self.kernel_s
 
     def _tiles_s(self, m: float, n: float, k: float, groups: int, output_bytes: float) -> float:
-        return _best_tiling_s(self, m, n, k, groups, output_bytes)
+        peak = self.gemm_flops_per_s or self.flops_per_s
+        if min(m, n) < SKINNY:
+            return 2 * m * n * k * groups / (peak * self.gemm_ceiling)
+        per_sm = peak * self.gemm_ceiling / self.sms
+        best = math.inf
+        for tm, tn in TILES:
+            tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
+            rate = per_sm * min(1.0, tm * tn / (tm + tn) / FULL_INTENSITY)
+            for split in SPLIT_K:
+                if split > 1 and tiles * split > 2 * self.sms:
+                    break
+                waves = math.ceil(tiles * split / self.sms)
+                # split-K writes each slice's fp32 partial sums and reads them back to reduce them
+                reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
+                epilogue = 0.0 if self.epilogue_overlapped else self.memory_s(tiles * tm * tn * output_bytes)
+                tile = 2 * tm * tn * math.ceil(k / split) / rate + self.tile_overhead_s
+                best = min(best, waves * tile + reduction + epilogue)
+        return best
 
     def gemm_s(self, m: float, n: float, k: float, groups: int = 1, traffic: float = 0.0) -> float:
         """One GEMM (or *groups* of that shape): the best tiling, or its bytes if those take longer."""
@@ -240,28 +256,3 @@ class Kernels:
             extra = self.deterministic_splits(sequences) - 1
             seconds += self.memory_s(2 * extra * sequences * s_q * head_dim * DQ_ACCUM_BYTES)
         return seconds
-
-
-# A search prices the same GEMM shapes for thousands of strategies (96 % of the calls screening DeepSeek-V3's
-# grid repeat one): the best tiling of a shape on a device is computed once. `typed`: an int and a float
-# argument that compare equal are kept apart, since their products may round differently.
-@lru_cache(maxsize=8192, typed=True)
-def _best_tiling_s(kernels: Kernels, m: float, n: float, k: float, groups: int, output_bytes: float) -> float:
-    peak = kernels.gemm_flops_per_s or kernels.flops_per_s
-    if min(m, n) < SKINNY:
-        return 2 * m * n * k * groups / (peak * kernels.gemm_ceiling)
-    per_sm = peak * kernels.gemm_ceiling / kernels.sms
-    best = math.inf
-    for tm, tn in TILES:
-        tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
-        rate = per_sm * min(1.0, tm * tn / (tm + tn) / FULL_INTENSITY)
-        for split in SPLIT_K:
-            if split > 1 and tiles * split > 2 * kernels.sms:
-                break
-            waves = math.ceil(tiles * split / kernels.sms)
-            # split-K writes each slice's fp32 partial sums and reads them back to reduce them
-            reduction = kernels.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
-            epilogue = 0.0 if kernels.epilogue_overlapped else kernels.memory_s(tiles * tm * tn * output_bytes)
-            tile = 2 * tm * tn * math.ceil(k / split) / rate + kernels.tile_overhead_s
-            best = min(best, waves * tile + reduction + epilogue)
-    return best
