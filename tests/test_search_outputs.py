@@ -48,10 +48,12 @@ def test_a_written_config_estimates_to_its_ranked_figures(tight: SearchResult, t
         assert "`ppb estimate` on this file prices it" in path.read_text().splitlines()[1]
         estimated = _estimate(path, capsys)
         assert estimated["iteration"]["seconds"] == pytest.approx(entry.seconds, rel=1e-9)
-        # the stage peaks the memory model gives the plan's own cells (what `ppb check` reports)
+        # the stage peaks the memory model gives the plan's own cells (what `ppb check` reports), the
+        # busiest of which the ranking shows
         checked = check_plan(load_run_config(path), entry.plan["cells"])
         peaks = [(s["peak_bytes"] - s["reserved_bytes"]) / 2**20 for s in estimated["stages"]]
         assert peaks == pytest.approx([stage.peak_mb for stage in checked.stages], rel=1e-9)
+        assert max(peaks) == pytest.approx(entry.peak_memory_mb, rel=1e-9)
         used |= {option for row in entry.plan["cells"] for cell in row for option in cell["options"]}
     assert used == {"NONE", "FULL"}  # the ranked plans of this search recompute some layers, not all
 
