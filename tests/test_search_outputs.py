@@ -103,7 +103,7 @@ def test_what_a_run_config_cannot_say_goes_beside_it(tight: SearchResult, tmp_pa
     assert write_run_configs(result, tmp_path, "tight-top", 1) == [tmp_path / "tight-top01.yaml"]
     text = (tmp_path / "tight-top01.yaml").read_text()
     assert "# Not stated here: the recompute (FULL, SLCT on different layers" in text
-    assert "`ppb check THIS.yaml --plan tight-top01.mindformers.yml`" in text
+    assert "`ppb check tight-top01.yaml --plan tight-top01.mindformers.yml`" in text
     assert yaml.safe_load(text)["training"]["recompute"] == {"granularity": "selective"}
     beside = yaml.safe_load((tmp_path / "tight-top01.mindformers.yml").read_text())
     assert beside["recompute_config"]["recompute"] == tight.ranked[0].plan["recompute"]
