@@ -22,7 +22,7 @@ from ppb_core.estimate.check import check_plan
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.outputs import write_ranking, write_run_configs
 from ppb_core.search.plan_config import plan_fields
-from ppb_core.search.rank import SearchResult, search
+from ppb_core.search.rank import Ranked, SearchResult, evaluate, search
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -48,10 +48,12 @@ def test_a_written_config_estimates_to_its_ranked_figures(tight: SearchResult, t
         assert "`ppb estimate` on this file prices it" in path.read_text().splitlines()[1]
         estimated = _estimate(path, capsys)
         assert estimated["iteration"]["seconds"] == pytest.approx(entry.seconds, rel=1e-9)
-        # the stage peaks the memory model gives the plan's own cells (what `ppb check` reports)
+        # the stage peaks the memory model gives the plan's own cells (what `ppb check` reports), the
+        # busiest of which the ranking shows
         checked = check_plan(load_run_config(path), entry.plan["cells"])
         peaks = [(s["peak_bytes"] - s["reserved_bytes"]) / 2**20 for s in estimated["stages"]]
         assert peaks == pytest.approx([stage.peak_mb for stage in checked.stages], rel=1e-9)
+        assert max(peaks) == pytest.approx(entry.peak_memory_mb, rel=1e-9)
         used |= {option for row in entry.plan["cells"] for cell in row for option in cell["options"]}
     assert used == {"NONE", "FULL"}  # the ranked plans of this search recompute some layers, not all
 
@@ -72,7 +74,7 @@ def _plan(*rows: list[dict[str, int]]) -> dict[str, Any]:
     return {"cells": [[{"options": cell, "layers": {}} for cell in row] for row in rows]}
 
 
-def test_what_a_run_config_cannot_say_goes_beside_it(tight: SearchResult, tmp_path: Path) -> None:
+def test_what_a_run_config_can_say_of_a_plan(tight: SearchResult) -> None:
     spec = tight.spec
     strategy = Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 1, False, 1, 2, 0)
     # stage 0 recomputes its first layer fully, stage 1 none: no block N gives both (block 1 would
@@ -95,16 +97,33 @@ def test_what_a_run_config_cannot_say_goes_beside_it(tight: SearchResult, tmp_pa
         "num_layers": 1,
     }
     assert plan_fields(spec, strategy, _plan([{"FULL": 1, "SLCT": 2}, {"SLCT": 3}])).recompute is None
+
+
+def test_a_plan_beside_its_config_checks_to_the_ranked_figures(tight: SearchResult, tmp_path: Path, capsys) -> None:
+    spec = tight.spec
+    # tp1 cp1 pp2 dp4, ZeRO-0, 4 micro-batches of 1: 1F1B's first stage holds two micro-batches, the
+    # second one, so the balancer recomputes on the first stage only (read off the plan below)
+    strategy = Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 4, 0)
+    ranked = evaluate(spec, strategy)
+    assert isinstance(ranked, Ranked)
+    assert [[cell["options"] for cell in row] for row in ranked.plan["cells"]] == [
+        [{"NONE": 1, "FULL": 3}, {"NONE": 2}]
+    ]
     # written for the chain: the config keeps the strategy's setting, says so, and has the plan beside it
-    ranked = replace(tight.ranked[0], plan={**tight.ranked[0].plan, "cells": _plan([{"FULL": 4, "SLCT": 2}])["cells"]})
     result = replace(tight, ranked=[ranked])
     assert write_run_configs(result, tmp_path, "tight-top", 1) == [tmp_path / "tight-top01.yaml"]
     text = (tmp_path / "tight-top01.yaml").read_text()
-    assert "# Not stated here: the recompute (FULL, SLCT on different layers" in text
-    assert "`ppb check THIS.yaml --plan tight-top01.mindformers.yml`" in text
-    assert yaml.safe_load(text)["training"]["recompute"] == {"granularity": "selective"}
-    beside = yaml.safe_load((tmp_path / "tight-top01.mindformers.yml").read_text())
-    assert beside["recompute_config"]["recompute"] == tight.ranked[0].plan["recompute"]
+    assert "# Not stated here: the recompute (FULL, NONE on different layers" in text
+    assert "`ppb check tight-top01.yaml --plan tight-top01.mindformers.yml`" in text
+    raw = yaml.safe_load(text)
+    assert raw["parallel"]["layout"] == "Et*4|ttL"
+    assert raw["training"]["recompute"] == {"granularity": "selective"}
+    capsys.readouterr()
+    config, plan = tmp_path / "tight-top01.yaml", tmp_path / "tight-top01.mindformers.yml"
+    assert main(["check", str(config), "--plan", str(plan), "--no-optimum", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["iteration_s"] == pytest.approx(ranked.seconds, rel=1e-9)
+    assert max(stage["peak_mb"] for stage in checked["stages"]) == pytest.approx(ranked.peak_memory_mb, rel=1e-9)
 
 
 def test_torchtitan_says_no_recompute_in_its_words() -> None:

@@ -14,9 +14,12 @@ from pipelines.assets.search import SEARCH_PARTITIONS, SearchSpecs, search_spec_
 from pipelines.definitions import search_job
 from pipelines.partitions import PARTITIONS_NAME
 from ppb_core.config.run import load_run_config
+from ppb_core.memory import MemoryModel
 from ppb_core.search.enumerate import enumerate_strategies
 from ppb_core.search.rank import search_points
 from ppb_core.search.spec import load_search_spec
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.pricer import TimeModel
 
 DATA = Path(__file__).parent / "data" / "search"
 
@@ -82,6 +85,10 @@ def test_a_search_runs_through_dagster_with_the_multiprocess_executor(folders, s
             entry.strategy.pp,
             entry.strategy.vpp,
         )
+        # the chain's run config states the ranked plan: estimated as `ppb estimate` does, its ranked seconds
+        assert run.parallel.layout is not None
+        estimated = run_iteration(run, times=TimeModel(run), memory=MemoryModel(run))
+        assert estimated.seconds == pytest.approx(entry.seconds, rel=1e-9)
 
 
 def test_the_sensor_keeps_one_partition_per_spec_file(folders) -> None:

@@ -118,12 +118,12 @@ def apply_plan(raw: dict[str, Any], fields: PlanFields) -> dict[str, Any]:
     return raw
 
 
-def comment(label: str, entry_figures: Sequence[str], fields: PlanFields, plan_file: str) -> str:
+def comment(label: str, entry_figures: Sequence[str], fields: PlanFields, config_file: str, plan_file: str) -> str:
     """The run config's opening comment: which plan it states, and where the rest of it is."""
     lines = [f"# {label}: the balanced plan ranked at {', '.join(entry_figures)}."]
     if fields.complete:
         lines.append("# parallel.layout and training.recompute state it: `ppb estimate` on this file prices it.")
     else:
         lines.append(f"# Not stated here: {'; '.join(fields.unsaid)}.")
-        lines.append(f"# The whole plan is in {plan_file}: `ppb check THIS.yaml --plan {plan_file}` prices it.")
+        lines.append(f"# The whole plan is in {plan_file}: `ppb check {config_file} --plan {plan_file}` prices it.")
     return "\n".join(lines) + "\n"

@@ -38,7 +38,7 @@ from typing import Any
 from ppb_core.balance import WorkLimits, report, solve
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.config.run import RunConfig
-from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.plan import plan_stages, time_unit_s
 from ppb_core.estimate.seconds import in_seconds
 from ppb_core.memory import MemoryModel
 from ppb_core.payload.run import describe_run
@@ -58,6 +58,7 @@ from ppb_core.search.screen import (
 from ppb_core.search.spec import SearchSpec
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
+from ppb_core.units import MB
 
 NO_STAGE_ROOM = "memory: no plan fits (whole layers: the stages' room cannot hold every layer)"
 NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
@@ -89,11 +90,12 @@ class Ranked:
     mfu: float
     hfu: float
     breakdown: dict[str, float]
-    peak_memory_mb: float  # the plan's busiest stage as the balancer charges it
+    peak_memory_mb: float  # the plan's busiest stage as the memory model gives it (`ppb estimate`, `ppb check`)
     memory_mb: float  # what a stage may use: the device less reserved_mb
     uniform_seconds: float | None  # the best uniform split with one option for every layer, if one fits
     plan: dict[str, Any]  # the balancer's JSON, times in seconds (`estimate.seconds.in_seconds`)
     bound_s: float  # the lower bound the search held when it balanced this strategy
+    balancer_peak_memory_mb: float = 0.0  # the busiest stage as the balancer's descriptions charge it
 
     @property
     def stopped_by(self) -> str:
@@ -140,6 +142,7 @@ class Ranked:
                 "uniform_iteration_seconds": self.uniform_seconds,
                 "gain_over_uniform": self.gain,
                 "bound_seconds": self.bound_s,
+                "balancer_peak_memory_mb": self.balancer_peak_memory_mb,
                 "balance_stopped_by": self.stopped_by,
                 "balance_gap": self.balance_gap,
             }
@@ -193,6 +196,9 @@ def evaluate(
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
     iteration = run_iteration(run, cells, times, memory)
+    # the peak as the plan's run config gives it (`ppb estimate`, `ppb check`): the memory model's stage
+    # peaks, with the backward's working set the balancer's descriptions leave out
+    peak_mb = max((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in plan_stages(run, cells))
     uniform = None
     if result.get("best_baseline"):
         best = result["best_baseline"]
@@ -206,7 +212,8 @@ def evaluate(
         mfu=iteration.mfu,
         hfu=iteration.hfu,
         breakdown=dict(iteration.breakdown),
-        peak_memory_mb=float(result["peak_memory_mb"]),
+        peak_memory_mb=peak_mb,
+        balancer_peak_memory_mb=float(result["peak_memory_mb"]),
         memory_mb=float(problem.memory_mb),
         uniform_seconds=uniform,
         plan=in_seconds(result, time_unit_s(run, problem.describe())),  # as `ppb balance RUN.yaml` gives it

@@ -36,7 +36,7 @@ STRATEGY_SEARCH = Schema(
         Column("iteration_s", "float64", "the balanced plan's iteration by the time model", "s"),
         Column("mfu", "float64", "model FLOPs utilization (no recompute counted)", "share"),
         Column("hfu", "float64", "hardware FLOPs utilization (recompute counted)", "share"),
-        Column("peak_memory_mb", "float64", "the plan's busiest stage, as the balancer charges it", "MB"),
+        Column("peak_memory_mb", "float64", "the plan's busiest stage, as the memory model gives it", "MB"),
         Column("headroom_mb", "float64", "what that stage leaves of the device, less reserved_mb", "MB"),
         Column(
             "uniform_iteration_s",
