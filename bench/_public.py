@@ -113,8 +113,14 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
             "flash_attention": True,  # TE's fused attention (the default backend)
         },
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
-        # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion)
-        "timing": {"gradient_accumulation_fusion": False, "deterministic": True},
+        # --no-gradient-accumulation-fusion, --deterministic-mode (so no --cross-entropy-loss-fusion),
+        # --log-params-norm, --log-num-zeros-in-grad (NaN checks on: Megatron's default)
+        "timing": {
+            "gradient_accumulation_fusion": False,
+            "deterministic": True,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+        },
         "memory": {"cublas_workspace_config": ":4096:8"},  # the case's ENV_VARS
     }
 
@@ -187,8 +193,16 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
-        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
+        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
+        "timing": {
+            "cross_entropy_fusion": True,
+            "check_for_nan_in_grad": False,
+            "rope_fusion": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "exit_duration_in_mins": 230.0,
+        },
     }
 
 
@@ -228,8 +242,16 @@ def moe_mla_layout_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion
-        "timing": {"cross_entropy_fusion": True, "check_for_nan_in_grad": False, "rope_fusion": False},
+        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
+        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
+        "timing": {
+            "cross_entropy_fusion": True,
+            "check_for_nan_in_grad": False,
+            "rope_fusion": False,
+            "log_params_norm": True,
+            "log_num_zeros_in_grad": True,
+            "exit_duration_in_mins": 230.0,
+        },
     }
 
 

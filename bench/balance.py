@@ -12,8 +12,9 @@ Cases (descriptions written below; memory chosen so that it binds):
 
 Each case is solved twice: the closed form alone (`--closed-form`) and the default (the schedule's
 critical path), each with the time limit given (default 60 s). `proven at` is when the solve
-first proved its plan optimal (gap ≤ 1e-6), before the tie-breaking among equally fast plans
-that follows, with this process's CPU seconds by then beside it (on a loaded machine the wall
+first proved its plan optimal (gap ≤ 1e-6: a round of the program, or the probing of the stage
+choices, `balance.probing`), before the tie-breaking among equally fast plans that follows, with
+this process's CPU seconds by then beside it (on a loaded machine the wall
 clock says more about the other processes); the total is the seconds column. With `--ceiling`,
 each critical-path solve is followed by the least T of the program's relaxation with every path of the schedule as a row
 (`bounds.every_path_bound`, over the stage choices that can beat the plan found): no set of path
@@ -148,7 +149,7 @@ class _ProvenAt:
 
     def __call__(self, progress) -> None:
         self.armed = self.armed or progress.phase == "start_plan"
-        if self.armed and self.seconds is None and progress.phase in ("round", "closed_form", "done"):
+        if self.armed and self.seconds is None and progress.phase in ("round", "bound", "closed_form", "done"):
             gap = progress.gap
             if gap is not None and gap <= 1e-6:
                 self.seconds = progress.seconds

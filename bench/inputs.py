@@ -177,11 +177,13 @@ def fuzzer(examples: int) -> bool:
         "run configs": (fuzz.run_configs(), None, fuzz.run_config_command),
         "config.json": (fuzz.hf_configs(), None, fuzz.hf_command),
         "layers.json": (fuzz.layer_files(), fuzz.balance_flags(), fuzz.layers_command),
+        "launch script": (fuzz.launch_scripts(), None, fuzz.plan_command),
+        "plan yaml": (fuzz.mindformers_plans(), None, fuzz.mindformers_command),
     }
     for label, (files, flags, command) in targets.items():
         codes, failures = _fuzz(files, flags, command, examples)
         spent = codes.pop("seconds")
-        print(f"   {label:<12} exit statuses {dict(sorted(codes.items(), key=str))} in {spent:.0f} s")
+        print(f"   {label:<13} exit statuses {dict(sorted(codes.items(), key=str))} in {spent:.0f} s")
         for key, trace in failures.items():
             fine = False
             print(f"   FAILURE {key}\n{trace}")

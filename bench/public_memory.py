@@ -337,26 +337,30 @@ def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
     return max(*before_step, peak.moments["optimizer"]) / GIB
 
 
-def routing_bound(row: MeasuredPeak) -> float | None:
-    """The most one expert-parallel rank can receive over its fair share under the row's own routing
-    settings (`MoeTraining.routed_share_bound`: the capacity factor where the run drops tokens; dropless,
-    only the routing itself bounds it), or None for a dense run."""
-    run = config(row)
-    specs = [model.spec for model in run.models if model.spec.is_moe]
-    if not specs:
-        return None
-    spec = specs[0]
-    return run.training.moe.routed_share_bound(spec.num_experts, spec.experts_per_token, run.parallel.ep)
-
-
-def predicted_at_share_gib(row: MeasuredPeak, share: float) -> float:
-    """ppb's peak of the measured stage with the busiest rank receiving *share* times its fair share."""
+def _at_share(row: MeasuredPeak, share: float | str) -> RunConfig:
+    """The row's run with the busiest expert-parallel rank receiving *share* times its fair share
+    (`bound`: the most the run's routing settings allow), where its routing is dropless."""
     raw = copy.deepcopy(row.raw)
     moe = raw["training"].setdefault("moe", {})
     if moe.get("dropless", True) and "capacity_factor" not in moe:
         moe["dropless_imbalance"] = share
+    return run_config(raw, row.name)
+
+
+def routing_bound(row: MeasuredPeak) -> float | None:
+    """The most one expert-parallel rank can receive over its fair share under the row's own routing
+    settings (`dropless_imbalance: bound`, `RunConfig.routed_share`: the capacity factor where the run
+    drops tokens; dropless, only the routing itself bounds it), or None for a dense run."""
+    run = config(row)
+    if not any(model.spec.is_moe for model in run.models):
+        return None
+    return _at_share(row, "bound").routed_share
+
+
+def predicted_at_share_gib(row: MeasuredPeak, share: float | str) -> float:
+    """ppb's peak of the measured stage with the busiest rank receiving *share* times its fair share."""
     assert row.stage is not None
-    return run_stage_peaks(run_config(raw, row.name))[row.stage].peak_bytes / GIB
+    return run_stage_peaks(_at_share(row, share))[row.stage].peak_bytes / GIB
 
 
 def main() -> int:
@@ -397,7 +401,7 @@ def main() -> int:
         bound = routing_bound(row) if row.allocated and row.stage is not None else None
         if bound is None:
             continue
-        balanced, worst = predicted_at_share_gib(row, 1.0), predicted_at_share_gib(row, bound)
+        balanced, worst = predicted_at_share_gib(row, 1.0), predicted_at_share_gib(row, "bound")
         within = "yes" if balanced <= row.measured_gib <= worst else "no"
         print(
             f"{row.name:44s} {row.stage:>5} {row.measured_gib:9.2f} {balanced:9.2f} {bound:6.2f} {worst:9.2f}  {within}"

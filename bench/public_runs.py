@@ -451,7 +451,7 @@ GOLDEN_MOE = {
     ),
 }  # fmt: skip
 # What the 7B cases set that ppb does not model (their model_config.yaml).
-_7B_UNMODELLED = ("--deterministic-mode: PyTorch's NaN fill of allocations not modelled",)
+_7B_UNMODELLED = ("--deterministic-mode: PyTorch's NaN fill counted on TransformerEngine's outputs only",)
 _MOE_UNMODELLED = ("routing balanced", "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 not modelled")
 
 

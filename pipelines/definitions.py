@@ -13,6 +13,7 @@ from pipelines.assets.search import (
     strategy_search_job,
 )
 from pipelines.automation import automation_sensor
+from pipelines.executors import executor
 from pipelines.io_managers import ParquetIOManager
 from pipelines.jobs import observe_job, register_job
 from pipelines.resources import CONFIG_DIR_ENV, STORAGE_DIR_ENV, RunConfigs, env_setting
@@ -28,26 +29,14 @@ def resources(storage_dir: str = "", config_dir: str = "", search_dir: str = "")
     }
 
 
-# The chain is a line of quick stages: a process per step (multiprocess) costs more than the steps,
-# so runs execute in process unless PPB_EXECUTOR says otherwise (deploy/README.md: scaling out).
-EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
-EXECUTOR_ENV = "PPB_EXECUTOR"
-
-
-def executor() -> dg.ExecutorDefinition:
-    name = dg.EnvVar(EXECUTOR_ENV).get_value("in_process") or "in_process"
-    if name not in EXECUTORS:
-        raise ValueError(f"${EXECUTOR_ENV}={name!r}: expected one of {', '.join(EXECUTORS)}")
-    return EXECUTORS[name]
-
-
 def definitions(storage_dir: str = "", config_dir: str = "", search_dir: str = "") -> dg.Definitions:
     """Every asset, job and sensor, with the resources reading and writing these folders."""
     return dg.Definitions(
         assets=[*ALL_ASSETS, strategy_search],
-        jobs=[observe_job, register_job, strategy_search_job],
+        jobs=[observe_job, register_job, strategy_search_job()],
         sensors=[run_config_sensor, automation_sensor, search_spec_sensor],
         resources=resources(storage_dir, config_dir, search_dir),
+        # the chain is a line of quick stages: in process unless PPB_EXECUTOR says otherwise (deploy/README.md)
         executor=executor(),
     )
 
@@ -56,6 +45,7 @@ defs = definitions(env_setting(STORAGE_DIR_ENV), env_setting(CONFIG_DIR_ENV), en
 
 
 def search_job() -> dg.JobDefinition:
-    """The search job with this module's resources (folders from the PPB_* variables): what
-    `dagster.reconstructable` points each step's process at to run it with the multiprocess executor."""
-    return defs.resolve_job_def("search_strategies")
+    """The search job with the resources and executor the PPB_* variables say now: what
+    `dagster.reconstructable` points each step's process (or Celery worker) at to run it."""
+    settings = (env_setting(STORAGE_DIR_ENV), env_setting(CONFIG_DIR_ENV), env_setting(SEARCH_DIR_ENV))
+    return definitions(*settings).resolve_job_def("search_strategies")

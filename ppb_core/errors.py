@@ -74,3 +74,24 @@ def shown_name(value: object) -> str:
         return "an empty value"
     size = f"{len(value):,} characters" if isinstance(value, str) else shown(value)
     return f"a value that is not a name ({size})"
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: how many one-character edits turn *a* into *b*."""
+    row = list(range(len(b) + 1))
+    for i, char in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (char != other))
+    return row[-1]
+
+
+def misspelt(word: str, names: object, most_edits: int = 2) -> str | None:
+    """The first of *names* that *word* is within *most_edits* one-character edits of (not itself):
+    a key a person meant to write, for a "did you mean" (keys of 5 characters or more only)."""
+    if len(word) < 5 or len(word) > 64:
+        return None
+    for name in names:  # type: ignore[attr-defined]
+        if name != word and abs(len(name) - len(word)) <= most_edits and _edits(word, name) <= most_edits:
+            return name
+    return None

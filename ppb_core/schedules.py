@@ -651,6 +651,19 @@ def critical_counts(
     return _path_counts(name, stages, chunks, micro_batches, _ends(name, forward, backward, micro_batches))
 
 
+def longest_path(
+    schedule: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    micro_batches: int,
+) -> tuple[float, dict[tuple[str, int, int], int]]:
+    """`makespan` and `critical_counts` from one run of the ops (a separation step needs both)."""
+    chunks, stages = len(forward), len(forward[0])
+    name = check(schedule, stages, chunks, micro_batches)
+    ends = _ends(name, forward, backward, micro_batches)
+    return max(ends), _path_counts(name, stages, chunks, micro_batches, ends)
+
+
 def _path_counts(
     name: str, stages: int, chunks: int, micro_batches: int, ends: Sequence[float]
 ) -> dict[tuple[str, int, int], int]:

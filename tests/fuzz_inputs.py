@@ -1,7 +1,7 @@
 """Hypothesis strategies and the one property of bad input, shared by the suite's fuzzer
 (tests/test_inputs_fuzz.py, few examples) and the bigger run (bench/inputs.py).
 
-The property: whatever the run config, config.json or layers.json, `ppb` either succeeds (exit 0,
+The property: whatever the run config, config.json, layers.json or launch script, `ppb` either succeeds (exit 0,
 its `--json` strict JSON: no NaN, no Infinity) or refuses (exit 2, one line on stderr, nothing
 written), never raises anything else, and finishes within a deadline.
 """
@@ -288,9 +288,9 @@ def _tree(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*")}
 
 
-def check_command(files: dict[str, bytes], argv: list[str]) -> int:
+def check_command(files: dict[str, bytes], argv: list[str], succeeded: tuple[int, ...] = (0,)) -> int:
     """Lay *files* out next to configs/hf in a fresh folder, run `ppb argv` there, and check the
-    property; returns the exit status."""
+    property (*succeeded*: the exit statuses of an answer, `ppb check`'s 1 too); returns the exit status."""
     with tempfile.TemporaryDirectory(prefix="ppb-fuzz-") as name:
         folder = Path(name)
         shutil.copytree(HF, folder / "hf")
@@ -314,7 +314,7 @@ def check_command(files: dict[str, bytes], argv: list[str]) -> int:
             assert len(lines[0]) < 1000, lines[0][:200]  # never an echo of the input
             assert _tree(folder) == before
         else:
-            assert code == 0, (code, err.getvalue())
+            assert code in succeeded, (code, err.getvalue())
             if "--json" in argv:
                 _strict(out.getvalue())
         return code
@@ -338,6 +338,99 @@ def layers_command(data: bytes, flags: list[str]) -> int:
     return check_command({"l.json": data}, ["balance", "l.json", "-t", "1", "--json", *flags])
 
 
+# Megatron-LM launch scripts: the flags `ppb check --plan` reads (the pipeline, recompute and the
+# sizes it compares with the run config), some read past, shell variables, arrays and quoting.
+MEGATRON_FLAGS = [
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--num-query-groups",
+    "--kv-channels",
+    "--num-experts",
+    "--moe-layer-freq",
+    "--mtp-num-layers",
+    "--seq-length",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
+    "--decoder-first-pipeline-num-layers",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--recompute-modules",
+    "--data-parallel-sharding-strategy",
+    "--lr",
+]
+MEGATRON_SWITCHES = [
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
+    "--bf16",
+    "--fp16",
+    "--swiglu",
+    "--group-query-attention",
+    "--untie-embeddings-and-output-weights",
+    "--account-for-embedding-in-pipeline-split",
+    "--recompute-activations",
+]
+MEGATRON_VALUES = st.one_of(
+    st.sampled_from(["1", "2", "4", "8", "32", "0", "-1", "4096", "14336", "128256", "8192", "99999999999999999999"]),
+    st.sampled_from(["full", "selective", "uniform", "block", "core_attn", "mlp", "x", "", "1.5", "$UNSET", "${N:-4}"]),
+    st.sampled_from(["'Et*8|t*8L'", "'Et*2|t*2|t*2|t*2L'", "'(t|)*9'", "[0]*3+[1]*29", "'([1]*1+[0]*1)*16'", "optim"]),
+    st.sampled_from(['"unclosed', "\\\n", "${A:-${B:-2}}", "$((1+1))", "#", "(", ")"]),
+)
+
+
+@st.composite
+def launch_scripts(draw) -> bytes:
+    """A Megatron-LM launch script: assignments, an array of flags with values, some quoted."""
+    lines = [f"N={draw(MEGATRON_VALUES)}"] if draw(st.booleans()) else []
+    words = []
+    for _ in range(draw(st.integers(0, 12))):
+        if draw(st.integers(0, 3)) == 0:
+            words.append(draw(st.sampled_from(MEGATRON_SWITCHES)))
+        else:
+            flag, value = draw(st.sampled_from(MEGATRON_FLAGS)), draw(MEGATRON_VALUES)
+            words.append(f'"{flag} {value}"' if draw(st.integers(0, 5)) == 0 else f"{flag} {value}")
+    lines += ["ARGS=(", *(f"    {word}" for word in words), ")", "torchrun pretrain_gpt.py ${ARGS[@]}"]
+    return draw(spoiled("\n".join(lines) + "\n"))
+
+
+def plan_command(data: bytes) -> int:
+    """`ppb check` of a launch script against the Llama run of RUNS (exit 1: a stage does not fit)."""
+    run = _yaml_text(RUNS[0]).encode()
+    argv = ["check", "r.yaml", "--plan", "plan.sh", "--no-optimum", "--json", "-q"]
+    return check_command({"r.yaml": run, "plan.sh": data}, argv, succeeded=(0, 1))
+
+
+# MindFormers plans for RUNS[0] (32 layers, pp 2): ppb's top-level form and a training yaml's places.
+MINDFORMERS_PLANS: list[dict[str, Any]] = [
+    {"offset": [1, -1], "recompute": [4, 0], "select_recompute": [2, 2], "select_comm_recompute": False},
+    {
+        "model": {"model_config": {"offset": [0, 0]}},
+        "parallel_config": {"pipeline_stage": 2, "data_parallel": 2},
+        "recompute_config": {"recompute": [[3, 1]], "select_recompute": {".*norm": [1, 1], ".*act": [1, 1]}},
+    },
+]
+MINDFORMERS_KEYS = ["offset", "ofset", "recompute", "select_recompute", "pipeline_stage", "mp_comm_recompute", "x"]
+
+
+def mindformers_plans() -> st.SearchStrategy[bytes]:
+    return mutated(MINDFORMERS_PLANS, MINDFORMERS_KEYS).flatmap(lambda data: spoiled(_yaml_text(data)))
+
+
+def mindformers_command(data: bytes) -> int:
+    """`ppb check` of a MindFormers plan against the Llama run of RUNS (exit 1: a stage does not fit)."""
+    run = _yaml_text(RUNS[0]).encode()
+    argv = ["check", "r.yaml", "--plan", "plan.yaml", "--no-optimum", "--json", "-q"]
+    return check_command({"r.yaml": run, "plan.yaml": data}, argv, succeeded=(0, 1))
+
+
 def _spec_run(**device: object) -> bytes:
     raw = json.loads(json.dumps(RUNS[3]))
     raw["device"].update(device)
@@ -349,4 +442,11 @@ FOUND: dict[str, tuple] = {
     # A positive but subnormal bandwidth: every time bytes / 5e-324 = inf, printed as Infinity in --json.
     "subnormal-bandwidth": (run_config_command, _spec_run(hbm_bandwidth_gbs=5e-324)),
     "subnormal-efficiency": (run_config_command, _spec_run(comm_efficiency=5e-324)),
+    # A MindFormers offset of 10^30 layers: the cell's layers were walked one by one (hung).
+    "mindformers-huge-offset": (
+        mindformers_command,
+        b"model:\n  model_config:\n    offset: [0, 1000000000000000000000000000000]\n",
+    ),
+    # select_recompute a float: `value[0]` of it, a TypeError traceback.
+    "mindformers-float-select": (mindformers_command, b"offset: [1, -1]\nrecompute: [4, 0]\nselect_recompute: 0.5\n"),
 }

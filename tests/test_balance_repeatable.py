@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from ppb_core.balance import BalanceInput
-from ppb_core.balance.progress import WorkLimits
+from ppb_core.balance import BalanceInput, program
+from ppb_core.balance.progress import WORK_BUDGETS, WorkLimits
 from ppb_core.balance.result import balance
 from ppb_core.cli.main import main
 from ppb_core.payload.sapp import layer_set, read_sapp_file
+from ppb_core.search.rank import work_limits
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,3 +78,55 @@ def test_same_plan_under_load() -> None:
         loaded = _work_limited()
         assert spinner.poll() is None
     assert loaded == quiet
+
+
+def _megatron_run(time_limit: float) -> tuple[dict[str, Any], str]:
+    """llama2_70b.json at P=4, m=8, 56,000 MB for a Megatron-Core run: the plan mixes full recompute
+    and none over the stages, which Megatron-Core cannot say, so the fastest plan under each of its
+    settings (none, full, block 1..24) is solved beside it."""
+    descriptions, constant = read_sapp_file(DATA / "llama2_70b.json")
+    problem = BalanceInput(
+        layer_set(descriptions, "llama2_70b.json"), 4, 8, 1, 56000.0, constant, "1f1b", "l.json", framework="megatron"
+    )
+    result = balance(problem, time_limit)
+    return result, json.dumps(_without_seconds(result), indent=2, sort_keys=True)
+
+
+def test_the_megatron_alternative_is_the_same_whatever_the_time_limit() -> None:
+    short, short_text = _megatron_run(30.0)
+    _, long_text = _megatron_run(600.0)
+    assert short["megatron"]["recompute_expressible"] is False and short["megatron"]["alternative"] is not None
+    assert short_text == long_text
+    with busy_core() as spinner:
+        _, loaded_text = _megatron_run(30.0)
+        assert spinner.poll() is None
+    assert loaded_text == short_text
+
+
+def test_the_megatron_settings_share_one_solves_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each setting's solve gets 1/n of every work budget (n settings), so together they may spend
+    what one solve spends, whatever their number: the time limit stays a safety bound only."""
+    heard: list[WorkLimits] = []
+    real = program._solve
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        heard.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(program, "_solve", recording)
+    _megatron_run(600.0)
+    full, *settings = heard
+    assert full == WorkLimits() and len(settings) > 2
+    for name in WORK_BUDGETS:
+        assert sum(getattr(limits, name) for limits in settings) <= getattr(full, name), name
+    # the limits that are not a budget of work stay
+    assert all(limits.rounds == full.rounds and limits.closed_nodes == full.closed_nodes for limits in settings)
+
+
+def test_scaled_limits_scale_every_budget_once() -> None:
+    half = WorkLimits().scaled(0.5)
+    for name in WORK_BUDGETS:
+        assert getattr(half, name) == max(1, getattr(WorkLimits(), name) // 2), name
+    assert half.rounds == WorkLimits().rounds and half.cell_choices == WorkLimits().cell_choices
+    # a strategy search's share of the balancer's work is the same helper, never above the defaults
+    assert work_limits(0.5) == half and work_limits(3.0) == WorkLimits()

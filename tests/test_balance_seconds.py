@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 
+from ppb_core.balance import BalanceInput
+from ppb_core.balance.program import solve
 from ppb_core.balance.progress import Progress, showing_seconds
 from ppb_core.cli.main import main
 from ppb_core.estimate.inputs import load_run
+from ppb_core.estimate.plan import plan_stages
 from ppb_core.estimate.seconds import in_seconds
+from ppb_core.model.placement import model_cell_options
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
+from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.timing.pricer import TimeModel
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -126,6 +131,25 @@ def test_progress_lines_give_seconds_once_the_unit_is_known() -> None:
     hook(step)
     assert heard == ["[1.2 s] round: incumbent 3.000 s, bound 2.800 s, gap 6.67%"]  # 750 × 0.004, 700 × 0.004
     assert showing_seconds(None, 0.004) is None
+    # a step's other figures (a bound's level, the plan before the exchanges) are shown the same way
+    heard.clear()
+    hook(Progress("bound", "a family", 2.0, incumbent=750.0, figures=(("level", 725.0),)))
+    assert heard == ["[2.0 s] bound: incumbent 3.000 s, level 2.900 s — a family"]  # 725 × 0.004
+
+
+def test_a_solve_says_what_it_did_and_why_it_stopped() -> None:
+    """Every step of a small solve in seconds: the exchanges counted, the rounds' path rows, and a
+    last line saying why the search ended."""
+    descriptions, constant = read_sapp_file(DATA / "demo.json")
+    problem = BalanceInput(layer_set(descriptions, "demo.json"), 4, 8, 1, 100000.0, constant, "1f1b", "demo.json")
+    heard: list[Progress] = []
+    solve(problem, 60.0, progress=showing_seconds(heard.append, 0.001))
+    lines = [step.line() for step in heard]
+    assert all(step.unit_s == 0.001 for step in heard)
+    [start_plan] = [line for line in lines if " start_plan: " in line]
+    assert "stage exchange(s)" in start_plan and "before the exchanges" in start_plan and " s," in start_plan
+    assert any(" round: " in line and "path rows" in line for line in lines)
+    assert heard[-1].phase == "done" and lines[-1].endswith("— proven optimal")
 
 
 def test_a_combined_body_sets_the_unit(tmp_path: Path) -> None:
@@ -146,8 +170,14 @@ def test_a_combined_body_sets_the_unit(tmp_path: Path) -> None:
         for model in ("vit", "llm")
     }
     assert plan["time_unit_s"] == pytest.approx((forward_ms["vit"] + forward_ms["llm"]) / 1e3, rel=1e-12)
-    # the schedule on the layers' times is then the time model's compute and bubble of the plan, up to
-    # where each sub-model's layers fall in the cells (the balancer orders body types, the model
-    # has a full-attention block every 8th of the tower's)
+    # the schedule on the layers' times is then the time model's compute and bubble of the plan: the
+    # body types keep the model's order (a full-attention block every 8th of the tower's), so each
+    # sub-model's layers fall in the cells where the balancer put them (0.9% apart when the
+    # descriptions merged the window blocks and put the full-attention ones after them all)
     breakdown = plan["iteration"]["breakdown"]
-    assert plan["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=0.03)
+    assert plan["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=1e-9)
+    # and so is every stage's forward and backward, layer by layer where the model has them
+    cells = [[dict(cell["options"]) for cell in row] for row in plan["cells"]]
+    evaluated = plan_stages(run, cells, model_cell_options(plan["cells"], plan["input"]["bodies"]))
+    for stage, evaluation in zip(plan["stages"], evaluated, strict=True):
+        assert stage["time_s"] == pytest.approx((evaluation.forward_ms + evaluation.backward_ms) / 1e3, rel=1e-9)

@@ -257,3 +257,70 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
     code = main(["check", str(CONFIGS / config), "--plan", flags, "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and why in err and "MindFormers yaml" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # a misspelt key was skipped: the plan was checked with nothing recomputed, exit 0
+        ("offset: [0, 0, 0, 0]\nrecomptue: [8, 0, 0, 0]\n", "recomptue: not a key ppb reads: did you mean recompute?"),
+        ("ofset: [1, 0, 0, -1]\n", "ofset: not a key ppb reads: did you mean offset?"),
+        (
+            "offset: [0, 0, 0, 0]\nrecompute_config: {recompute: [8, 0, 0, 0], recompute_typo: true}\n",
+            "recompute_config.recompute_typo: not a TransformerRecomputeConfig key (MindFormers refuses it)",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nrecompute_config: {select_recompute: true, select_recompute_exclude: {'.*': [1]}}\n",
+            "recompute_config.select_recompute_exclude: ppb prices one selective setting",
+        ),
+        # counts beyond a cell were "cell (chunk 0, stage 0): counts give a negative option count: [...]"
+        (
+            "offset: [0, 0, 0, 0]\nrecompute: [100, 0, 0, 0]\n",
+            "recompute[0][0]: 100 layers; the cell (chunk 0, stage 0) has 8",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nrecompute: [-3, 0, 0, 0]\n",
+            "recompute[0][0]: -3 layers; the cell (chunk 0, stage 0) has 8",
+        ),
+        ("offset: [-9, 0, 0, 9]\n", "offset[0][0]: -9 leaves the cell -1 layers (even split 8)"),
+        # a parallel_config that is no mapping was skipped without a word
+        ("offset: [0, 0, 0, 0]\nparallel_config: [1]\n", "parallel_config: must be a mapping, got a list of 1 item"),
+    ],
+)
+def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path, text: str, line: str
+) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(text)
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert f"{plan}: {line}" in captured.err, captured.err
+
+
+def test_one_megatron_flag_as_the_plan_is_read(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """`--plan --sequence-parallel`: argparse took the one word for an option and said "argument --plan:
+    expected one argument"; a text with a space it already read."""
+    code = main(["check", str(small_device), "--plan", "--sequence-parallel", "--no-optimum", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code in (0, 1) and out["form"] == "megatron" and [s["layers"] for s in out["stages"]] == [8, 8, 8, 8]
+
+
+def test_check_options_after_plan_are_still_options(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """A forgotten plan (`--plan --no-optimum`) stays argparse's one-line error, not an empty plan."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", str(small_device), "--plan", "--no-optimum"])
+    assert exit_.value.code == 2 and "argument --plan: expected one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["offset: [2, 0, 0, -2]\nrecompute: [10, 0, 0, 0]\n", "hello\n", ""])
+def test_a_plan_file_with_no_megatron_flag_is_refused(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path, text: str
+) -> None:
+    """A MindFormers yaml named plan.txt was read as Megatron-LM flags stating nothing, and the even
+    split without recompute checked in its place (exit 0)."""
+    plan = tmp_path / "plan.txt"
+    plan.write_text(text)
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: holds no Megatron-LM flag" in err, err

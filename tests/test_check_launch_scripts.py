@@ -84,6 +84,12 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
         ("--num-attention-heads 32", "--num-attention-heads 64", "--num-attention-heads: 64, the run config has 32"),
         ("--num-query-groups 8", "--num-query-groups 4", "--num-query-groups: 4, the run config has 8"),
         ("--kv-channels 128", "--kv-channels 64", "--kv-channels: 64, the run config has 128 (head_dim)"),
+        # arguments.py validate_args: with --swiglu, int(4·4096·2/3 / 64)·64 = 170·64 = 10880
+        (
+            "--ffn-hidden-size 14336",
+            "",
+            "--ffn-hidden-size: not given (Megatron-LM's default 10880), the run config has 14336",
+        ),
         ("--seq-length 8192", "--seq-length 4096", "--seq-length: 4096, the run config has 8192"),
         ('"--vocab-size 128256"', '"--vocab-size 32000"', "--vocab-size: 32000, the run config has 128256"),
         ("TP=${TP:-2}", "TP=${TP:-4}", "--tensor-model-parallel-size: 4, the run config has 2 (parallel.tp)"),
@@ -93,9 +99,32 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
         ("--bf16", "--fp16", "--fp16: given, the run config has dtype bf16 (training.dtype)"),
         ("--bf16", "", "--bf16: neither --bf16 nor --fp16 (Megatron-LM trains in fp32), the run config has dtype bf16"),
         ("    --sequence-parallel\n", "", "--sequence-parallel: not given, the run config has true"),
-        ("    --use-distributed-optimizer\n", "", "--use-distributed-optimizer: not given, the run config has zero 1"),
+        (
+            "    --use-distributed-optimizer\n",
+            "",
+            "--use-distributed-optimizer: not given (nothing sharded): shard level 0, the run config has 1 (zero 1",
+        ),
+        # arguments.py: Megatron-FSDP's default --data-parallel-sharding-strategy is optim_grads_params
+        (
+            "    --use-distributed-optimizer\n",
+            "    --use-megatron-fsdp\n",
+            "--use-megatron-fsdp: --data-parallel-sharding-strategy optim_grads_params: shard level 3, the run config "
+            "has 1",
+        ),
+        (
+            "    --use-distributed-optimizer\n",
+            "    --use-megatron-fsdp --data-parallel-sharding-strategy optim\n",
+            "",
+        ),
         ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
-        ("    --group-query-attention\n", "", "--group-query-attention: not given, the run config has 8 key/value"),
+        (
+            "    --group-query-attention\n",
+            "",
+            "--group-query-attention: not given (Megatron-LM then builds a key/value head per head: 32, and ignores "
+            "--num-query-groups), the run config has 8 key/value heads",
+        ),
+        # 8 groups said as 8 groups: the same model (a refusal of the switch alone was no mismatch)
+        ("--num-query-groups 8", "--num-query-groups 8", ""),
         ("    --untie-embeddings-and-output-weights\n", "", "--untie-embeddings-and-output-weights: not given"),
         ("--kv-channels 128", "--num-experts 8", "--num-experts: 8, the run config has 0 (num_experts)"),
         ("--kv-channels 128", "--mtp-num-layers 1", "--mtp-num-layers: 1, the run config has 0"),
@@ -122,6 +151,9 @@ def test_a_launch_script_stating_another_size_is_one_line(
     script = tmp_path / "train.sh"
     script.write_text(LLAMA_SCRIPT.replace(old, new, 1))
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    if not line:  # the same run said otherwise: read
+        assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+        return
     if line.startswith("--hidden-size: must"):  # `--hidden-size --ffn-hidden-size`: the next flag is no value
         line = "--hidden-size must be an integer, got '--ffn-hidden-size'"
     assert code == 2 and out == "" and err.count("\n") == 1, err
@@ -248,7 +280,60 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
         ("TP=${TP:-4}\n--tp $TP ${PP:-2} $UNSET", ["--tp", "4", "2", "$UNSET"]),  # the script's default
         ('X=(\n  "--vocab-size 128256"\n)', ["--vocab-size", "128256"]),  # split as ${X[@]} splits it
         ("--a 1 \\\n  --b 2 # --c 3", ["--a", "1", "--b", "2"]),  # joined lines, a comment
+        ("X=${X:-${Y:-3}}\n--tp $X", ["--tp", "3"]),  # nested defaults, from the inside
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:
     assert script_words(text) == words
+
+
+def test_the_experts_width_defaults_to_the_dense_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """DeepSeek-V3 (dense layers 18432 wide, experts 2048): without `--moe-ffn-hidden-size`
+    Megatron-LM builds the experts `--ffn-hidden-size` wide (arguments.py validate_args)."""
+    flags = "--ffn-hidden-size 18432 --num-experts 256"
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--plan: --ffn-hidden-size: 18432, the run config has 2048 (moe_intermediate_size; the experts'" in err, err
+
+
+def test_kv_channels_left_out_default_to_hidden_over_heads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """4096 / 32 = 128, Llama-3-8B's head_dim: a whole command line without `--kv-channels` is read."""
+    script = tmp_path / "train.sh"
+    script.write_text(LLAMA_SCRIPT.replace("--kv-channels 128", ""))
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        # each variable twice the last: 10 · 2^39 characters were being built
+        (
+            "\n".join(["A0=xxxxxxxxxx", *(f"A{i}=$A{i - 1}$A{i - 1}" for i in range(1, 40)), "--num-layers $A39"]),
+            "variables expanded: 1,310,720 is over ppb's limit of 1,048,576 characters",
+        ),
+        # a 5,000-digit count was echoed whole in the message
+        ("--num-layers " + "9" * 5000, "--num-layers must be an integer, got a 5,000-character string"),
+    ],
+)
+def test_a_script_past_the_limits_is_one_short_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, line: str
+) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(text)
+    code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", script)
+    assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 300 and line in err, err
+
+
+def test_as_many_query_groups_as_heads_is_the_same_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """GPT-3 175B has a key/value head per head: `--group-query-attention --num-query-groups 96` builds
+    the same attention (argument_utils.py), so it is read; 48 groups are not the run's."""
+    run = tmp_path / "gpt3.yaml"
+    run.write_text("name: gpt3\n" + _SCRIPTS["examples/gpt3/train_gpt3_175b_distributed.sh"])
+    for groups, code_wanted in (("96", (0, 1)), ("48", (2,))):
+        flags = f"--group-query-attention --num-query-groups {groups}"
+        code = main(["check", str(run), "--plan", flags, "--no-optimum", "-q", "--json"])
+        captured = capsys.readouterr()
+        assert code in code_wanted, captured.err
+    assert "--num-query-groups: 48, the run config has 96 (num_key_value_heads)" in captured.err

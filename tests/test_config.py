@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ppb_core.config.hf import read_hf_config, spec_from_hf
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.memory.setup import MemorySetup
 from ppb_core.tables.run import run_from_frame, run_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,6 +314,19 @@ def test_routed_share_bound_follows_the_routing_settings():
     # 8 experts, top 4, ep 8 (one expert a rank): 8·min(4, 1)/4 = 2; ep 1: the rank holds every copy, 1
     assert dropless.routed_share_bound(8, 4, 8) == 2.0
     assert dropless.routed_share_bound(8, 4, 1) == 1.0
+    # dropless_imbalance: bound resolves it with the run's MoE model: 8 experts, top 2, ep 4 (dp 2 ·
+    # tp 2): 4·min(2, 2)/2 = 4; the memory model's routing factor follows
+    spec = {**BASE["models"][0]["spec"], "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 512}
+    raw = _raw(models__0__spec=spec, parallel__ep=4, parallel__etp=1, training__moe={"dropless_imbalance": "bound"})
+    run = parse_run_config(raw, "run.yaml")
+    assert run.routed_share == 4.0
+    assert MemorySetup.from_run(run).routing_factor == 4.0
+    # a dense model has nothing to bound; beside a capacity factor the word is refused in one line
+    assert parse_run_config(_raw(training__moe={"dropless_imbalance": "bound"}), "run.yaml").routed_share == 1.0
+    error = _error(_raw(training__moe={"capacity_factor": 1.25, "dropless_imbalance": "bound"}))
+    assert "ppb charges the capacity" in error.problem
+    error = _error(_raw(training__moe={"dropless_imbalance": "worst"}))
+    assert error.field == "training.moe.dropless_imbalance" and "or bound" in error.problem
 
 
 def test_cublas_workspace_config_is_read_as_pytorch_reads_it():

@@ -65,9 +65,10 @@ def test_megatron_holds_a_stage_s_workspaces_once():
     # (body 41088 · 4 = 164352, HEAD 65536 · 4 = 262144, TAIL 65600 · 4 = 262400). SAPP counts
     # each layer's in the stage's buffers; Megatron holds one at a time: the stage's buffers are 0 and
     # its working set is the TAIL's, its logits' gradient 64·1024·2 = 131072 + its bucket 262400.
+    # (The chunk's buffers are only its cached rotary frequencies, 64 · 16 · 4 = 4096.)
     run = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4})
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
-    assert peak.buffer_bytes == 0
+    assert peak.buffer_bytes == 4096
     assert peak.working_bytes == 131072 + 262400
     mind = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4}, framework="mindformers")
     (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
@@ -83,8 +84,9 @@ def test_megatron_all_to_all_staging_once_per_stage():
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
     # kept per micro-batch: the remote half of the dispatched rows, 32·32·2/2 = 1024 a layer (Megatron's
-    # combine keeps nothing, below); SAPP also keeps the combined rows' remote half, 1024
-    assert peak.buffer_bytes == 2 * 1024
+    # combine keeps nothing, below); SAPP also keeps the combined rows' remote half, 1024. Megatron's
+    # chunk also holds its cached rotary frequencies, 16 · 8 · 4 = 512
+    assert peak.buffer_bytes == 2 * 1024 + 512
     assert seed.buffer_bytes == 2 * 2 * 1024 + 2 * 2048
     assert model(run).state_memory(body(run, "moe"), NOT).transient_bytes == 2048
 
@@ -120,10 +122,25 @@ def test_megatron_dispatcher_keeps_its_last_routing():
     static = memory.static_breakdown(layer)
     assert (static.module_bytes, static.idle_bytes) == (320, 576)
     assert _terms(memory, layer)["moe.row_map"] == 576
+    # the router in fp32 (router.py gating): its kept scores 16·4·4 = 256 and top-k probabilities
+    # 16·2·4 = 128, not 128 and 64 in bf16
+    terms = _terms(memory, layer)
+    assert (terms["moe.router_scores"], terms["moe.topk_probabilities"]) == (256, 128)
     # tp 2 with SP: the dispatcher sees the layer's sequence shard, 8 tokens: half of each
     run = make_run(MOE, parallel={**SP, "dp": 2}, training={"seq_length": 16, "moe": moe})
     static = model(run).static_breakdown(body(run, "moe"))
     assert (static.module_bytes, static.idle_bytes) == (160, 288)
+    # a stage whose chunk has none of its micro-batches in flight holds the mapping too: MOE on 2
+    # stages, stage 1 (one MoE layer and the TAIL) at 0 in flight against 1 holds 256 more beyond its
+    # last received input and gradient, 2 · 16 · 32 · 2 = 2048
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"seq_length": 16, "micro_batches": 4})
+    memory = model(run)
+    idle, busy = (stage_peaks(memory, walk(run), [[2, n]], 80 * 2**30)[1] for n in (0, 1))
+    assert idle.buffer_bytes - busy.buffer_bytes == 2048 + 256
+    # DeepEP's flex dispatcher keeps other tensors, not counted (timing.moe_dispatcher deepep)
+    run = make_run(MOE, training={"seq_length": 16}, timing={"moe_dispatcher": "deepep"})
+    memory, layer = model(run), body(run, "moe")
+    assert memory.static_breakdown(layer).module_bytes == 0 and "moe.row_map" not in _terms(memory, layer)
     # MindFormers' conventions count none; a dense layer has no dispatcher
     mind = make_run(MOE, training={"seq_length": 16}, framework="mindformers")
     assert model(mind).static_breakdown(body(mind, "moe")).module_bytes == 0
@@ -488,8 +505,9 @@ def test_cublas_workspace_config_sets_pytorch_s_workspace():
     # CublasHandlePool.cpp parseChosenWorkspaceSize: CUBLAS_WORKSPACE_CONFIG's ":SIZE:COUNT" pairs sum
     # SIZE KiB × COUNT whatever the device. Megatron's CI sets :4096:8: on an A100 (8.0) each of the
     # two handles holds 4096·1024·8 = 33554432, not the default 8519680: with TE's 4194304,
-    # 2·33554432 + 4194304 = 71303168 a stage; ":4096:2:16:8" is the pre-Hopper default again
-    for config, expected in ((":4096:8", 71303168), (":4096:2:16:8", 2 * 8519680 + 4194304)):
+    # 2·33554432 + 4194304 = 71303168 a stage; ":4096:2:16:8" is the pre-Hopper default again. (Each
+    # with the chunk's cached rotary frequencies, 64 · 16 · 4 = 4096.)
+    for config, expected in ((":4096:8", 71303168 + 4096), (":4096:2:16:8", 2 * 8519680 + 4194304 + 4096)):
         memory = {"cublas_workspace_config": config}
         run = make_run(DENSE, framework="megatron", device={"name": "a100-80gb"}, memory=memory)
         assert run_workspace_bytes(run, model(run)) == expected
@@ -531,8 +549,27 @@ def test_megatron_workspaces_follow_the_stage_layers():
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
-    # the balancer charges every stage the most any stage could hold: the TAIL's stage's
-    assert run_workspace_bytes(run, memory) == 100664320 + 8192
+    # the balancer charges every stage the most any stage could hold: the TAIL's stage's, with a chunk's
+    # cached rotary frequencies 64 · 16 · 4 = 4096
+    assert run_workspace_bytes(run, memory) == 100664320 + 8192 + 4096
+
+
+def test_megatron_chunk_keeps_its_cached_rotary_frequencies():
+    # gpt_model.py GPTModel builds one RotaryEmbedding (rope, no MLA) whose lru-cached forward keeps
+    # the fp32 frequencies [s/cp, 1, 1, d] (rotary_pos_embedding.py): DENSE, head 16, s 64: 64·16·4
+    # = 4096 a chunk, held with micro-batches in flight or not; cp 2: this rank's 32 rows, 2048
+    run = make_run(DENSE)
+    memory = model(run)
+    kinds = {layer.kind for layer in walk(run)}
+    assert [memory.rules.pipeline_buffer_bytes(memory.setup, kinds, 4, count) for count in (0, 1)] == [4096] * 2
+    run = make_run(DENSE, parallel={"cp": 2})
+    memory = model(run)
+    assert memory.rules.pipeline_buffer_bytes(memory.setup, {layer.kind for layer in walk(run)}, 4, 1) == 2048
+    # learned positions hold none; MLA layers hold their own YaRN tables instead (above)
+    for spec in ({**DENSE, "position_embedding": "learned", "max_position_embeddings": 64}, MLA):
+        run = make_run(spec)
+        memory = model(run)
+        assert memory.rules.pipeline_buffer_bytes(memory.setup, {layer.kind for layer in walk(run)}, 4, 1) == 0
 
 
 def test_megatron_local_implementation_keeps_the_attention_score_buffer():
@@ -540,23 +577,24 @@ def test_megatron_local_implementation_keeps_the_attention_score_buffer():
     # [b·heads/t, s, s] from the global "mpu" buffer (dot_product_attention.py), which keeps the largest
     # request (utils.py GlobalMemoryBuffer.get_tensor); no Transformer Engine GEMM runs, so no TE
     # workspace. DENSE (4 heads), s 64, b 1, unfused attention, one stage on an H100:
-    # 2·33554432 + 1·4·64·64·2 = 67108864 + 32768
+    # 2·33554432 + 1·4·64·64·2 = 67108864 + 32768 (each run here with its chunk's cached rotary
+    # frequencies, s · 16 · 4: 4096 at s 64)
     local = {"transformer_impl": "local"}
     run = make_run(DENSE, training={"flash_attention": False}, timing=local)
     memory = model(run)
-    assert run_workspace_bytes(run, memory) == 67108864 + 32768
+    assert run_workspace_bytes(run, memory) == 67108864 + 32768 + 4096
     # Transformer Engine's unfused attention allocates its scores fresh: its workspace, no buffer
     run = make_run(DENSE, training={"flash_attention": False})
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456 + 4096
     # tp 2 with SP, b 2: the gathered inputs, 128 tokens · 64 · 2 = 16384, against the scores
     # 2 · 2 heads · 64 · 64 · 2 = 32768: the buffer holds the larger
     sp = {"tp": 2, "sequence_parallel": True, "dp": 2}
     run = make_run(DENSE, parallel=sp, training={"flash_attention": False, "micro_batch_size": 2}, timing=local)
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768 + 4096
     # with s 32 the scores, 2 · 2 · 32 · 32 · 2 = 8192, are smaller than the gathered inputs 64 · 64 · 2
     training = {"flash_attention": False, "micro_batch_size": 2, "seq_length": 32}
     run = make_run(DENSE, parallel=sp, training=training, timing=local)
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192 + 32 * 16 * 4
 
 
 def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():
@@ -564,17 +602,18 @@ def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():
     # chunk's TransformerBlock.input_tensor (transformer_block.py) until the next micro-batch's; and
     # backward_step's retain_grad() leaves its .grad on it. DENSE on 2 stages, s 64, b 1, h 64: the
     # boundary tensor is 64 · 64 · 2 = 8192. Stage 0 holds the HEAD (its first chunk receives nothing);
-    # stage 1 with nothing in flight holds the input and its gradient, 2 · 8192 = 16384.
+    # stage 1 with nothing in flight holds the input and its gradient, 2 · 8192 = 16384. Each chunk
+    # also holds its cached rotary frequencies at every moment (rope_cache_bytes), 64 · 16 · 4 = 4096.
     run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="megatron")
     memory = model(run)
     # in flight 2 and 1: stage 1's stored input is its in-flight one, kept by its first layer
     busy = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
-    assert [peak.buffer_bytes for peak in busy] == [0, 0]
+    assert [peak.buffer_bytes for peak in busy] == [4096, 4096]
     # ... and at the optimizer step (nothing in flight) stage 1 holds 16384 beyond its static memory
-    assert [peak.step_static_bytes - peak.static_bytes for peak in busy] == [0, 16384]
+    assert [peak.step_static_bytes - peak.static_bytes for peak in busy] == [4096, 16384 + 4096]
     # a moment at which stage 1 has none in flight holds them too
     idle = stage_peaks(memory, walk(run), [[2, 0]], device_bytes=80 * 2**30)
-    assert [peak.buffer_bytes for peak in idle] == [0, 16384]
+    assert [peak.buffer_bytes for peak in idle] == [4096, 16384 + 4096]
     # SAPP (mindformers) counts none
     seed = make_run(DENSE, parallel={"pp": 2, "zero": 0}, training={"micro_batches": 4}, framework="mindformers")
     plain = stage_peaks(model(seed), walk(seed), [[2, 0]], device_bytes=80 * 2**30)

@@ -134,3 +134,41 @@ def test_an_alias_and_its_attribute_must_agree():
     assert caught.value.field == "num_experts" and "name the same field" in caught.value.problem
     # the same count under both names is one field
     assert spec_from_hf({"model_type": "qwen3_moe", "num_experts": 64, "num_local_experts": 64}).num_experts == 64
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED)
+def test_no_attribute_of_the_config_class_is_taken_for_a_misspelt_field(model_type):
+    """Every key transformers writes for the class (`to_dict`, `attribute_map`) is read as a file
+    would carry it, every field ppb reads absent: none is refused as a misspelling of one."""
+    config = CONFIG_MAPPING[model_type]()
+    for key in sorted({*config.to_dict(), *type(config).attribute_map}):
+        if key == "model_type":
+            continue
+        value = config.to_dict().get(key)
+        raw = {"model_type": model_type, key: value}
+        try:
+            spec_from_hf(raw, "config.json")
+        except InputError as err:
+            assert "did you mean" not in err.problem, (key, err.line())
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        # LlamaConfig's default 32 layers were planned for a 48-layer file with one letter missing
+        (
+            {"model_type": "llama", "num_hidden_layer": 48},
+            "config.json: num_hidden_layer: not a field ppb reads: did you mean num_hidden_layers? "
+            "(without it, the class default 32)",
+        ),
+        (
+            {"model_type": "mixtral", "num_local_expert": 16},
+            "did you mean num_local_experts? (without it, the class default 8)",
+        ),
+        ({"model_type": "qwen2", "intermediate_sizes": 8192}, "did you mean intermediate_size?"),
+    ],
+)
+def test_a_misspelt_field_is_one_line(raw, line):
+    with pytest.raises(InputError) as caught:
+        spec_from_hf(raw, "config.json")
+    assert line in caught.value.line()

@@ -1,6 +1,7 @@
-"""The fuzzer over run configs, HuggingFace config.json files and SAPP layers.json files: whatever the
-file, `ppb` succeeds with strict JSON or refuses in one line with exit status 2, writes nothing,
-raises nothing else, and finishes (tests/fuzz_inputs.py holds the strategies and the property).
+"""The fuzzer over run configs, HuggingFace config.json files, SAPP layers.json files, and Megatron-LM
+launch scripts and MindFormers plans (`ppb check --plan`): whatever the file, `ppb` succeeds with
+strict JSON or refuses in one line with exit status 2, writes nothing, raises nothing else, and
+finishes (tests/fuzz_inputs.py holds the strategies and the property).
 
 Few examples and derandomized here, so the suite stays quick and repeatable; `python bench/inputs.py
 --examples N` runs the same property on fresh random examples.
@@ -33,6 +34,18 @@ def test_any_hf_config(data: bytes) -> None:
 @given(fuzz.layer_files(), fuzz.balance_flags())
 def test_any_layers_json(data: bytes, flags: list[str]) -> None:
     fuzz.layers_command(data, flags)
+
+
+@settings(SUITE, max_examples=30)
+@given(fuzz.launch_scripts())
+def test_any_launch_script(data: bytes) -> None:
+    fuzz.plan_command(data)
+
+
+@settings(SUITE, max_examples=30)
+@given(fuzz.mindformers_plans())
+def test_any_mindformers_plan(data: bytes) -> None:
+    fuzz.mindformers_command(data)
 
 
 @pytest.mark.parametrize("name", sorted(fuzz.FOUND))

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for folder in ("ppb_core", "pipelines", "tests", "bench") for p in (ROOT / folder).rglob("*.py"))
 # What may be imported inside a function: a dependency some installs lack (the torch extra).
 # The benchmarks may also import inside functions: they time imports themselves.
-OPTIONAL = ("torch", "transformers")
+OPTIONAL = ("torch", "transformers", "dagster_celery")  # the torch and cluster extras
 
 
 def test_import_linter_contracts_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,7 +58,9 @@ def test_peaks_measured_as_modelled_leave_the_model_as_it_is(tmp_path):
     run = _run(tmp_path, f"stage,peak_bytes\n{rows}\n")
     memory = MemoryModel(run)
     assert memory.fit is not None
-    assert tuple(memory.fit.correction.as_dict().values()) == pytest.approx((1, 1, 1, 1), rel=1e-12)
+    # (to 1e-9: a term of a few KiB beside ~100 MB ones, Megatron's chunk rotary cache, conditions the
+    # least squares less well than exact zeros did)
+    assert tuple(memory.fit.correction.as_dict().values()) == pytest.approx((1, 1, 1, 1), rel=1e-9)
     assert memory.fit.residual_bytes == pytest.approx((0.0, 0.0), abs=1e-3)
     assert [p.peak_bytes for p in run_stage_peaks(run, memory)] == pytest.approx([p.peak_bytes for p in plain])
     assert MemoryModel(_run(tmp_path, None)).correction == MemoryCorrection()

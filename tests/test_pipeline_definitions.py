@@ -16,6 +16,7 @@ from upath import UPath
 from pipelines.assets import STAGE_ASSETS
 from pipelines.assets.plan import SOLVER_POOL
 from pipelines.definitions import defs, executor, resources
+from pipelines.executors import celery_app_args, search_executor
 from pipelines.io_managers import PandasParquetIOManager, replace_file
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import PROJECT_ROOT, RunConfigs, env_setting, storage_location
@@ -160,6 +161,39 @@ def test_executor_is_chosen_by_environment(monkeypatch) -> None:
     monkeypatch.setenv("PPB_EXECUTOR", "threads")
     with pytest.raises(ValueError, match="PPB_EXECUTOR"):
         executor()
+
+
+def test_the_search_runs_its_shards_side_by_side_unless_celery_is_asked_for(monkeypatch) -> None:
+    monkeypatch.delenv("PPB_EXECUTOR", raising=False)
+    assert search_executor() is dg.multiprocess_executor
+    monkeypatch.setenv("PPB_EXECUTOR", "in_process")  # the chain's choice; the shards still get processes
+    assert search_executor() is dg.multiprocess_executor
+    monkeypatch.setenv("PPB_EXECUTOR", "celery")
+    monkeypatch.delenv("PPB_CELERY_BROKER", raising=False)
+    with pytest.raises(ValueError, match="needs \\$PPB_CELERY_BROKER"):
+        search_executor()
+
+
+def test_a_filesystem_broker_is_one_queue_folder_with_results_beside_it(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PPB_CELERY_BROKER", f"filesystem://{tmp_path}/celery")
+    monkeypatch.delenv("PPB_CELERY_BACKEND", raising=False)
+    queue = tmp_path / "celery" / "queue"
+    assert celery_app_args() == {
+        "broker": "filesystem://",
+        "backend": f"file://{tmp_path}/celery/results",
+        "config_source": {
+            "broker_transport_options": {
+                "data_folder_in": str(queue),
+                "data_folder_out": str(queue),
+                "control_folder": f"{tmp_path}/celery/control",
+            }
+        },
+    }
+    assert queue.is_dir() and (tmp_path / "celery" / "results").is_dir()
+    monkeypatch.setenv("PPB_CELERY_BROKER", "redis://broker:6379/0")
+    assert celery_app_args() == {"broker": "redis://broker:6379/0", "backend": "rpc://", "config_source": {}}
+    monkeypatch.setenv("PPB_CELERY_BACKEND", "redis://broker:6379/1")
+    assert celery_app_args()["backend"] == "redis://broker:6379/1"
 
 
 def test_the_documented_materialize_selection_shares_the_run_config_partitions() -> None:

@@ -108,3 +108,20 @@ def test_the_timeline_draws_a_collection_per_stage_and_kind_not_per_bar() -> Non
     bars = [collection for collection in axes.collections if len(collection.get_paths())]
     assert len(bars) == 3 * 4
     assert sum(len(collection.get_paths()) for collection in bars) == 3 * 4 * 64
+
+
+def test_the_timeline_title_names_the_layers_schedule_not_the_iteration() -> None:
+    """The Gantt chart runs the layers' times alone: 1F1B with P = 2, m = 2, F = 1 s and B = 2 s ends
+    at (P − 1)·F + m·(F + B) + (P − 1)·B = 1 + 6 + 2 = 9 s. The report's iteration adds P2P, the DP
+    reduction and the optimizer step; the chart titled its 9 s "iteration" beside the text's larger one."""
+    axes = Figure().subplots()
+    run = {
+        "schedule": "1f1b",
+        "micro_batches": 2,
+        "forward_s": [[1.0] * 2],
+        "backward_s": [[2.0] * 2],
+        "recompute_s": [[0.0] * 2],
+    }
+    timeline_axes(axes, run, "plan", longest_s=9.0)
+    title = axes.get_title()
+    assert title.startswith("plan: layers scheduled in 9 s, ") and "iteration" not in title, title

@@ -197,11 +197,13 @@ def test_identical_layers_merge_with_a_count_and_bodies_are_numbered_in_order():
     other = dict(body, memory_activation=11)
     for desc in (head, body, body, other, body, {}):
         add_to_list(listed, desc)
-    assert [(d["name"], d["nb_layer"]) for d in listed] == [("HEAD", 1), ("BODY_0", 3), ("BODY_1", 1)]
+    # the body after `other` is not counted with the first two: the list keeps the model's order
+    # (body, body, other, body), which the balancer places along the pipeline
+    assert [(d["name"], d["nb_layer"]) for d in listed] == [("HEAD", 1), ("BODY_0", 2), ("BODY_1", 1), ("BODY_2", 1)]
     assert "nb_layer" not in body and "name" not in body  # the caller's description is copied
     # A second model's head is another description with the same name (SAPP's behaviour).
     add_to_list(listed, dict(head, model_name="b"))
-    assert [d["name"] for d in listed] == ["HEAD", "BODY_0", "BODY_1", "HEAD"]
+    assert [d["name"] for d in listed] == ["HEAD", "BODY_0", "BODY_1", "BODY_2", "HEAD"]
 
 
 def test_the_walk_describes_heads_bodies_and_tails_in_pipeline_order():

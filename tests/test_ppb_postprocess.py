@@ -9,6 +9,8 @@ import json
 import pytest
 from test_ppb_fakes import SPEC, FakeMemory, FakePricer, layer_of, small_run
 
+from ppb_core.balance import BalanceInput
+from ppb_core.balance.program import solve
 from ppb_core.errors import InputError
 from ppb_core.model.switches import KEEP_ALL, MEMORY_KEY, OPTIONS, TIME_KEY
 from ppb_core.model.walk import BODY, HEAD, TAIL
@@ -208,3 +210,65 @@ def test_the_balancer_reads_every_option_and_time_back(tmp_path):
 def test_describe_run_without_times_gives_what_the_untimed_builder_gives():
     run = small_run(recompute={"softmax": 0})
     assert describe_run(run, FakeMemory(), timed=False) == describe(run, FakeMemory())
+
+
+def _kind(name: str, memory: int, time: float) -> dict:
+    """A hand-made body description: NONE and FULL, every number stated."""
+    return {
+        "type": BODY,
+        "memory_parameter": 10,
+        "memory_activation": memory,
+        "memory_recompute": 1,
+        "time": time,
+        "forward_time": time,
+        "backward_time": 2 * time,
+        "recompute_time": 3 * time,
+        "model_name": name,
+    }
+
+
+def test_bodies_stay_in_model_order_through_combination_and_the_plan():
+    """A tower of 8 blocks, window (w) and full attention (F) as Qwen2.5-VL interleaves them
+    (w w w F w w w F), before a 6-layer language model whose layers pair with the 6 window blocks.
+    The descriptions, the combined bodies and the balancer's plan keep the tower's order: along
+    the pipeline, a cell's tower layers are the model's next ones. Merged with the earlier equal
+    description (SAPP's builder), the 6 window blocks were one body type and both F blocks came
+    after all of them: on the last stage, where the model does not have them."""
+    window, full, decoder = _kind("vit", 5, 1.0), _kind("vit", 9, 2.0), _kind("llm", 7, 3.0)
+    listed: list[dict] = []
+    add_to_list(listed, {"type": HEAD, "model_name": "vit", "memory_parameter": 1, "time": 0.1})
+    for block in "wwwFwwwF":
+        add_to_list(listed, window if block == "w" else full)
+    for _ in range(6):
+        add_to_list(listed, decoder)
+    add_to_list(listed, {"type": TAIL, "model_name": "llm", "memory_parameter": 1, "time": 0.1})
+    assert [(d["name"], d["nb_layer"]) for d in listed] == [
+        ("HEAD", 1),
+        ("BODY_0", 3),
+        ("BODY_1", 1),
+        ("BODY_2", 3),
+        ("BODY_3", 1),
+        ("BODY_4", 6),
+        ("TAIL", 1),
+    ]
+    combined = combine(listed, [[("vit", "body"), ("llm", "body")]])
+    assert [(d["name"], d["nb_layer"], d.get("combines")) for d in combined] == [
+        ("HEAD", 1, None),
+        ("COMBINED_BODY_0_BODY_4", 3, "vit BODY_0 + llm BODY_4"),
+        ("BODY_1", 1, None),
+        ("COMBINED_BODY_2_BODY_4", 3, "vit BODY_2 + llm BODY_4"),
+        ("BODY_3", 1, None),
+        ("TAIL", 1, None),
+    ]
+    # one window block and one decoder layer each: forward 1 + 3, activation 5 + 7
+    assert combined[1]["forward_time"] == 4.0 and combined[1]["memory_activation"] == 12
+    problem = BalanceInput(sapp.layer_set(combined), 4, 8, 1, 1e6)
+    solution = solve(problem, 60.0)
+    assert solution.plan is not None
+    tower = "wFwF"  # the tower block each body type of the balancer stands for
+    along = "".join(
+        tower[body] * solution.plan.body_layers(body, 0, s)
+        for s in range(problem.stages)
+        for body in range(len(problem.layers.bodies))
+    )
+    assert along == "wwwFwwwF"

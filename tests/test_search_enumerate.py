@@ -62,13 +62,6 @@ def test_a_refusal_keeps_the_validators_own_line() -> None:
     assert refusal.message == "6 heads are not divisible by tp 4"
 
 
-def test_tp_beyond_a_node_is_refused_by_the_limit() -> None:
-    spec = tiny(tp=[8], pp=[1])  # devices_per_node is 4 in the tiny spec
-    _, refused = verdicts(spec)
-    # tp 8, pp 1: dp 1, one layout × 2 mbs × 2 ZeRO = 4 points, all past a node of 4
-    assert refused == Counter({"limits.tp_within_node: tp N spans more than a node of N devices": 4})
-
-
 def test_each_point_is_a_valid_run_config_with_the_stated_sizes() -> None:
     spec = tiny()
     valid, _ = verdicts(spec)

@@ -68,6 +68,18 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["search"].update(time_budget_s=1e9), "search.time_budget_s", "over ppb's limit"),
         (lambda raw: raw["training"].update(global_batch=2**60), "training.global_batch", "over ppb's limit"),
         (lambda raw: raw["training"].update(global_batch="many"), "training.global_batch", "positive integer"),
+        # nodes are whole: the tiny spec's 8 devices are two nodes of 4; 6 are one and a half
+        (lambda raw: raw.update(devices=6), "devices", "6 devices are not whole nodes of 4"),
+        (lambda raw: raw.update(devices_per_node=16), "devices", "set partial_nodes: true"),
+        (lambda raw: raw.update(partial_nodes="some"), "partial_nodes", "boolean"),
+        # TP inside a node of 4: tp 8 spans two nodes; tp 3 would put ranks 3-5 across nodes 0 and 1
+        (lambda raw: raw["limits"].update(tp=[1, 8]), "limits.tp", "tp 8 spans more than a node of 4 devices"),
+        (lambda raw: raw.update(devices=12) or raw["limits"].update(tp=[3]), "limits.tp", "its groups cross nodes"),
+        (lambda raw: raw["limits"].update(etp=[8]), "limits.etp", "etp 8 spans more than a node of 4"),
+        # a size that does not divide the 8 devices leaves no whole data-parallel degree
+        (lambda raw: raw["limits"].update(pp=[1, 3]), "limits.pp", "pp 3 does not divide the 8 devices"),
+        (lambda raw: raw["limits"].update(cp=[16]), "limits.cp", "cp 16 does not divide the 8 devices"),
+        (lambda raw: raw["limits"].update(ep=[5]), "limits.ep", "ep 5 does not divide the 8 devices"),
     ],
 )
 def test_bad_specs_are_one_line_naming_the_field(change, field: str, words: str) -> None:
@@ -104,11 +116,38 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
         load_search_spec(path)
 
 
-def test_a_grid_over_the_limit_is_refused_before_any_work() -> None:
-    # 64 values of tp, cp, pp and micro-batch size: 64^4 = 16,777,216 > 10^7 points already
+def test_partial_nodes_and_tp_across_nodes_when_the_spec_says_so() -> None:
     raw = tiny()
-    every = list(range(1, 65))
-    raw["limits"].update(tp=every, cp=every, pp=every, micro_batch_size=every)
+    raw.update(devices=6, partial_nodes=True)  # a node of 4 and half of another
+    raw["limits"].update(tp=[1, 2], pp=[1, 2, 3])
+    assert parse_search_spec(raw, "s.yaml", DATA).devices == 6
+    raw = tiny()
+    raw["limits"].update(tp=[8], tp_within_node=False)  # tp 8 over two nodes of 4, as asked
+    spec = parse_search_spec(raw, "s.yaml", DATA)
+    assert {point.tp for point in enumerate_strategies(spec)} == {8}
+
+
+def test_default_tp_divides_a_node_when_tp_stays_inside() -> None:
+    # nodes of 6: powers of two up to 6 are 1, 2, 4; 4 does not divide 6 (ranks 4-7 cross nodes 0 and 1)
+    raw = tiny()
+    raw.update(devices=12, devices_per_node=6)
+    raw["limits"].pop("tp")
+    raw["limits"].update(pp=[1], micro_batch_size=[1])
+    within = parse_search_spec(raw, "s.yaml", DATA)
+    assert {point.tp for point in enumerate_strategies(within)} == {1, 2}
+    raw["limits"]["tp_within_node"] = False
+    across = parse_search_spec(raw, "s.yaml", DATA)
+    assert {point.tp for point in enumerate_strategies(across)} == {1, 2, 4}
+
+
+def test_a_grid_over_the_limit_is_refused_before_any_work() -> None:
+    # 64 values of tp, cp, pp and micro-batch size: 64^4 = 16,777,216 > 10^7 points already. Each size
+    # must divide the devices: 720,720 = 2^4·3^2·5·7·11·13 has 240 divisors, of which the first 64.
+    raw = tiny()
+    devices = 720720
+    every = [d for d in range(1, devices + 1) if devices % d == 0][:64]
+    raw.update(devices=devices)
+    raw["limits"].update(tp=every, cp=every, pp=every, micro_batch_size=every, tp_within_node=False)
     spec = parse_search_spec(raw, "big.yaml", DATA)
     with pytest.raises(InputError) as caught:
         next(enumerate_strategies(spec))

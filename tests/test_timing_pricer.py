@@ -160,6 +160,26 @@ def test_a_causal_kernel_pays_half_its_diagonal_block():
     assert kernels.attention_s(1e12, 0.0, False, 33, 2048, 1024, 128, 1.0) == pytest.approx(1e12 / (1e15 * causal))
 
 
+def test_a_measured_head_64_rate_sets_smaller_heads():
+    # The generic law: d/(d+16) over 128/144. Head 64: 0.8/0.8889 = 0.9; head 256: 256/272 over
+    # 0.8889 = 1.0588, held at 1; head 32: (32/48)/0.8889 = 0.75.
+    law = Kernels.head_size_factor
+    assert law(64) == pytest.approx(0.9)
+    assert law(256) == 1.0
+    assert law(32) == pytest.approx(0.75)
+    # A kernel measured at 0.694 of its head-128 rate at 64: 0.694 there, 1 at 128, halfway at 96
+    # (0.694 + 0.306/2 = 0.847); at 32, 0.694 times the law's 32 over 64: (32/48)/(64/80) = 0.8333,
+    # 0.5783; at and above 128 the law, as without a measurement.
+    assert law(64, 0.694) == pytest.approx(0.694)
+    assert law(96, 0.694) == pytest.approx(0.847)
+    assert law(32, 0.694) == pytest.approx(0.694 * 0.8333333)
+    assert law(128, 0.694) == law(256, 0.694) == 1.0
+    # The pass picks its own ratio: 33 pairs of 2048 queries at 1024 keys (ramp 8/9, 4 full waves).
+    kernels = Kernels(1e15, 0.8, 132, 3e12, 0.6, 0.5, attention_head64_forward=0.7, attention_head64_backward=0.85)
+    assert kernels.attention_efficiency(False, 33, 2048, 1024, 64) == pytest.approx(0.6 * 0.7 * 8 / 9)
+    assert kernels.attention_efficiency(True, 33, 2048, 1024, 64) == pytest.approx(0.5 * 0.85 * 8 / 9)
+
+
 def test_latency_adds_one_step_per_hop():
     device = dict(ROUND_DEVICE, collective_latency_us=10.0)
     run = gelu_run(tp=4, device=device)
@@ -441,3 +461,56 @@ def test_megatron_s_deterministic_mode_runs_flash_attention_2_s_deterministic_ba
     assert deterministic.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1) == pytest.approx(
         plain.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1)
     )
+
+
+def _deterministic_run(deterministic: bool, wgrad_fusion: bool = False, impl: str = "transformer_engine"):
+    raw = {
+        "name": "g",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": gelu_run().spec("llm").model_dump(exclude_none=True)}],
+        "training": {"seq_length": 2048, "flash_attention": True},
+        "device": ROUND_DEVICE,
+        "timing": {
+            "deterministic": deterministic,
+            "gradient_accumulation_fusion": wgrad_fusion,
+            "transformer_impl": impl,
+        },
+    }
+    return parse_run_config(raw)
+
+
+def test_deterministic_mode_writes_nan_over_what_transformer_engine_allocates():
+    # PyTorch's NaN fill (ppb_core.timing.nan_fill) at 5e11 B/s; h 1024, 16 heads of 64, 2048 tokens, MLP
+    # 4096, bf16. Each priced op gains its fill's bytes / 5e11, nothing else changes.
+    plain, fill = (TimeModel(_deterministic_run(flag)) for flag in (False, True))
+    layer = body(plain.run)
+    before, after = plain.op_prices(layer), fill.op_prices(body(fill.run))
+
+    def added(name):
+        return ((after[name].forward_ms - before[name].forward_ms) * 1e-3 * 5e11,
+                (after[name].backward_ms - before[name].backward_ms) * 1e-3 * 5e11)  # fmt: skip
+
+    # norm1: its output forward, its input gradient backward, 2048·1024·2 = 4,194,304 bytes each
+    assert added("norm1") == pytest.approx((4_194_304, 4_194_304))
+    # qk_proj, Q and K: 2048 of the fused QKV GEMM's 3072 columns. Forward its output 2048·2048·2 =
+    # 8,388,608; backward its share 2/3 of the input gradient 2048·1024·2 (2,796,202.7) and its 16-bit
+    # weight gradient 1024·2048·2 = 4,194,304 (no gradient-accumulation fusion).
+    assert added("qk_proj") == pytest.approx((8_388_608, 2_796_202.67 + 4_194_304))
+    # the cuDNN kernel: O (2048·1024·2 = 4,194,304) and its fp32 statistics (16 heads · 2048 · 4 =
+    # 131,072) forward; dQ, dK, dV (2048·3072·2 = 12,582,912) backward; the score half adds nothing.
+    assert added("flash_context") == pytest.approx((4_325_376, 12_582_912))
+    assert added("flash_scores") == pytest.approx((0, 0), abs=1e-3)
+    # fc1: output 2048·4096·2 = 16,777,216; input gradient 4,194,304 and weight gradient 8,388,608
+    assert added("mlp_in") == pytest.approx((16_777_216, 12_582_912))
+    # Megatron's own fused bias-GeLU and residual kernels, and the logits (Megatron's linear), none
+    for name in ("mlp_act", "residual_mlp"):
+        assert added(name) == pytest.approx((0, 0), abs=1e-3)
+    tail = next(layer for layer in walk(plain.run) if layer.node == "TAIL")
+    assert fill.op_prices(tail)["output.logits"] == plain.op_prices(tail)["output.logits"]
+    # With gradient-accumulation fusion the weight gradient lands in the fp32 main gradient: no new tensor.
+    fused_plain, fused_fill = (TimeModel(_deterministic_run(flag, wgrad_fusion=True)) for flag in (False, True))
+    qk_before, qk_after = fused_plain.op_prices(layer)["qk_proj"], fused_fill.op_prices(layer)["qk_proj"]
+    assert (qk_after.backward_ms - qk_before.backward_ms) * 1e-3 * 5e11 == pytest.approx(2_796_202.67)
+    # Megatron's own modules (--transformer-impl local) allocate through PyTorch's operators: no fill.
+    local_plain, local_fill = (TimeModel(_deterministic_run(flag, impl="local")) for flag in (False, True))
+    assert local_fill.op_prices(layer) == local_plain.op_prices(layer)

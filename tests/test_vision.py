@@ -311,8 +311,12 @@ def test_the_example_balances_with_a_memory_model_that_agrees() -> None:
     """The shipped example end to end without Dagster: every stage fits as the memory model re-evaluates it."""
     tables = chain.run_chain(EXAMPLE)
     combined = tables["combined_descriptions"]
-    row = combined[combined["name"] == "COMBINED_BODY_0_BODY_2"].iloc[0]
-    assert int(row["nb_layer"]) == 28 and json.loads(row["combines"]) == "vit BODY_0 + llm BODY_2"
+    # the tower in model order (7 window blocks, a full-attention one, four times): its window blocks
+    # pair with the decoder's 28 layers (BODY_8), 7 to a combined description
+    rows = combined[combined["model_name"] == "combined_vit_llm"]
+    assert list(rows["name"]) == [f"COMBINED_BODY_{n}_BODY_8" for n in (0, 2, 4, 6)]
+    assert list(rows["nb_layer"]) == [7] * 4
+    assert [json.loads(text) for text in rows["combines"]] == [f"vit BODY_{n} + llm BODY_8" for n in (0, 2, 4, 6)]
     report = tables["plan_report"].frame
     assert (report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"] <= report["device_mb"]).all()
     assert report["layers"].sum() == 60  # 32 tower blocks and 28 decoder layers

@@ -10,6 +10,8 @@ where CUDA's keeps them in fp32, as the formulas count.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torch")
@@ -17,7 +19,7 @@ pytest.importorskip("transformers")
 
 from small_models import SMALL_QWEN25_VL
 
-from ppb_core.estimate.vision_census import SETTINGS, census_block
+from ppb_core.estimate.vision_census import SETTINGS, census_block, main
 
 pytestmark = pytest.mark.oracle
 
@@ -81,3 +83,21 @@ def test_window_and_full_blocks_differ_only_in_eager_scores() -> None:
     assert window.kind == "vit_window" and full.kind == "vit_full"
     # 224×224 is 8×8 merged tokens: 4 windows of 4×4 merged = 64 patches; the full block sees 256.
     assert full.census["NONE"] - window.census["NONE"] == tokens * 4 * 6 * (256 - 64)
+
+
+@pytest.mark.parametrize(
+    ("images", "problem"),
+    [
+        # -1 images reached torch: "RuntimeError: Trying to create tensor with negative dimension"
+        (["-1", "448x448"], "images: N HxW must be positive, got -1 448x448"),
+        (["1", "0x448"], "images: N HxW must be positive, got 1 0x448"),
+        (["1", "448xfoo"], "--images: N HxW of integers, got '1' '448xfoo'"),
+        (["100000", "448x448"], "is over ppb's limit of 16,777,216 tokens a sample"),
+    ],
+)
+def test_bad_images_are_one_line(tmp_path, capsys, images, problem):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TOWERS["qwen2.5-vl"]))
+    assert main([str(config), "--images", *images]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and problem in err, err

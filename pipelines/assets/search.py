@@ -9,7 +9,8 @@ be in the overall ranking), stores the table as Parquet, writes every ranked str
 plan and framework settings under `<storage>/strategy_search/<key>/`, and hands the ranked run
 configs to the chain: each is written to the run-config folder as `<key>-top<NN>.yaml` and added
 as a `run_configs` partition. The shards run side by side under the multiprocess executor (the
-`search_strategies` job), or on other machines under a cluster executor (deploy/README.md).
+`search_strategies` job), or on other machines under dagster-celery's executor (`PPB_EXECUTOR=celery`,
+`pipelines.executors`, deploy/README.md).
 """
 
 import json
@@ -23,6 +24,7 @@ from upath import UPath
 from pipelines.assets.common import markdown_table
 from pipelines.automation import SENSOR_INTERVAL_S
 from pipelines.columns import column_schema
+from pipelines.executors import search_executor
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import INVALID_KEY_CHARACTERS, RunConfigs, project_path, storage_location
 from ppb_core import chain
@@ -201,12 +203,15 @@ def strategy_search():
     return rank_shards(results.collect())
 
 
-strategy_search_job = dg.define_asset_job(
-    "search_strategies",
-    selection=[strategy_search],
-    executor_def=dg.multiprocess_executor,
-    description="A search spec's strategies, the shards side by side in processes of their own.",
-)
+def strategy_search_job():
+    """The search job, its executor as `PPB_EXECUTOR` says when called (`pipelines.executors`)."""
+    return dg.define_asset_job(
+        "search_strategies",
+        selection=[strategy_search],
+        executor_def=search_executor(),
+        description="A search spec's strategies, the shards side by side in processes of their own "
+        "(or on Celery workers: PPB_EXECUTOR=celery).",
+    )
 
 
 @dg.sensor(

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from ppb_core import limits
+
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=(.*)", re.DOTALL)
 # ${NAME}, ${NAME:-default} / ${NAME-default}, $NAME (bash's parameter expansion, the forms scripts use)
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -24,6 +26,12 @@ _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-([^}]*))?\}|\
 
 class ScriptError(ValueError):
     """Text the shell itself could not read (an unclosed quote)."""
+
+
+# A word or a variable expanded beyond this is refused: variables of doubling variables would
+# otherwise grow without bound (`A=$B$B`, thirty times over).
+EXPANDED_CHARACTERS = limits.YAML_BYTES
+_PASSES = 8  # nested defaults (`${X:-${Y:-3}}`) expand from the inside, one level a pass
 
 
 def _expand(word: str, variables: dict[str, str]) -> str:
@@ -35,7 +43,14 @@ def _expand(word: str, variables: dict[str, str]) -> str:
             return match.group(2)
         return match.group(0)
 
-    return _REFERENCE.sub(value, word)
+    for _ in range(_PASSES):
+        expanded = _REFERENCE.sub(value, word)
+        if len(expanded) > EXPANDED_CHARACTERS:
+            raise ScriptError(f"variables expanded: {limits.over(len(expanded), EXPANDED_CHARACTERS, 'characters')}")
+        if expanded == word:
+            break
+        word = expanded
+    return word
 
 
 def script_words(text: str) -> list[str]:

@@ -167,8 +167,10 @@ def exchange(
     choices: Sequence[Sequence[StageChoice]],
     max_work: int,
     clock: Clock | None = None,
+    taken: Callable[[Plan], None] | None = None,
 ) -> Plan:
-    """A plan no slower than `plan`, by swapping whole stages for listed stage choices.
+    """A plan no slower than `plan`, by swapping whole stages for listed stage choices (*taken*
+    hears each plan a move reaches, for progress).
 
     A move gives one stage another of its listed choices with the same layers of each body type
     (its chunks split or its options set otherwise), or gives two stages choices that move one
@@ -236,6 +238,8 @@ def exchange(
         if found is None:
             return best
         best = found
+        if taken is not None:
+            taken(best)
     return best
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
+from ppb_core.errors import shown
 
 
 def quoted(arguments: Sequence[str]) -> str:
@@ -135,6 +136,7 @@ class MegatronFlags:
     modules: tuple[str, ...] | None = None
     stated: dict[str, int | str] = field(default_factory=dict)  # SIZE_FLAGS and TEXT_FLAGS given, by flag
     switches: frozenset[str] = frozenset()  # SWITCH_FLAGS given
+    flag_words: int = 0  # words starting with `--`, read or read past
 
     @property
     def complete(self) -> bool:
@@ -214,7 +216,7 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
 )
-TEXT_FLAGS = ("--moe-layer-freq",)
+TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy")
 SWITCH_FLAGS = (
     "--sequence-parallel",
     "--use-distributed-optimizer",
@@ -238,9 +240,9 @@ def _integer(name: str, value: str) -> int:
     except ValueError:
         if "$" in value:
             raise LayoutError(
-                f"{name} is {value!r}, a shell variable the script does not assign: give the number"
+                f"{name} is {shown(value)}, a shell variable the script does not assign: give the number"
             ) from None
-        raise LayoutError(f"{name} must be an integer, got {value!r}") from None
+        raise LayoutError(f"{name} must be an integer, got {shown(value)}") from None
 
 
 def parse_flags(text: str) -> MegatronFlags:
@@ -288,7 +290,8 @@ def parse_flags(text: str) -> MegatronFlags:
             if key is not None:
                 found[key] = _integer(name, value) if key in _INTEGERS else value
         index += 1
-    flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches))  # type: ignore[arg-type]
+    flag_words = sum(word.startswith("--") for word in words)
+    flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches), flag_words=flag_words)  # type: ignore[arg-type]
     if flags.layout is not None and (flags.first_stage_layers is not None or flags.last_stage_layers is not None):
         raise LayoutError(
             "--pipeline-model-parallel-layout cannot be set with --decoder-first/last-pipeline-num-layers"

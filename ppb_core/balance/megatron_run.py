@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppb_core.balance.megatron import MegatronFlags
+from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
 
@@ -34,23 +35,22 @@ class Rule:
 
     flag: str
     field: str
-    run_says: Callable[[object, ModelSpec], int | bool | None]
+    run_says: Callable[[RunConfig, ModelSpec], int | bool | None]
     default: int | bool | None = None
     says: str = ""  # a switch: what the run config has, `str.format`ted with spec and run
 
 
-def _dense_ffn(run: object, spec: ModelSpec) -> int | None:
-    del run
+def _dense_ffn(spec: ModelSpec) -> int | None:
     if not spec.is_moe or any(not spec.layer_is_moe(i) for i in range(spec.num_layers)):
         return spec.intermediate_size
     return None
 
 
-def _moe(value: Callable[[ModelSpec], int | None]) -> Callable[[object, ModelSpec], int | None]:
+def _moe(value: Callable[[ModelSpec], int | None]) -> Callable[[RunConfig, ModelSpec], int | None]:
     return lambda run, spec: value(spec) if spec.is_moe else None
 
 
-def _mla(value: Callable[[ModelSpec], int | None]) -> Callable[[object, ModelSpec], int | None]:
+def _mla(value: Callable[[ModelSpec], int | None]) -> Callable[[RunConfig, ModelSpec], int | None]:
     return lambda run, spec: value(spec) if spec.is_mla else None
 
 
@@ -59,22 +59,10 @@ def _shared_width(spec: ModelSpec) -> int:
     return spec.shared_experts * (spec.shared_expert_intermediate_size or spec.moe_intermediate_size or 0)
 
 
-def _gqa(spec: ModelSpec) -> bool:
-    return not spec.is_mla and spec.kv_heads != spec.num_attention_heads
-
-
 _RULES = (
     Rule("--num-layers", "num_layers", lambda run, spec: spec.num_layers),
     Rule("--hidden-size", "hidden_size", lambda run, spec: spec.hidden_size),
     Rule("--num-attention-heads", "num_attention_heads", lambda run, spec: spec.num_attention_heads),
-    Rule(
-        "--group-query-attention",
-        "num_key_value_heads",
-        lambda run, spec: _gqa(spec),
-        False,
-        "{spec.kv_heads} key/value heads for {spec.num_attention_heads} heads",
-    ),
-    Rule("--kv-channels", "head_dim", lambda run, spec: None if spec.is_mla else spec.attention_head_dim),
     Rule("--vocab-size", "vocab_size", lambda run, spec: spec.vocab_size),
     Rule("--swiglu", "activation", lambda run, spec: spec.activation == "swiglu", False, "{spec.activation}"),
     Rule(
@@ -85,7 +73,6 @@ _RULES = (
         "{spec.tied_embeddings}",
     ),
     Rule("--num-experts", "num_experts", lambda run, spec: spec.num_experts, 0),
-    Rule("--moe-ffn-hidden-size", "moe_intermediate_size", _moe(lambda spec: spec.moe_intermediate_size)),
     Rule("--moe-router-topk", "experts_per_token", _moe(lambda spec: spec.experts_per_token), 2),
     Rule("--moe-shared-expert-intermediate-size", "shared experts' width", _moe(_shared_width), 0),
     Rule("--multi-latent-attention", "kv_lora_rank", lambda run, spec: spec.is_mla, False, "{spec.kv_lora_rank}"),
@@ -95,16 +82,16 @@ _RULES = (
     Rule("--qk-pos-emb-head-dim", "qk_rope_head_dim", _mla(lambda spec: spec.qk_rope_head_dim), 64),
     Rule("--v-head-dim", "v_head_dim", _mla(lambda spec: spec.v_head_dim), 128),
     Rule("--mtp-num-layers", "mtp_layers", lambda run, spec: spec.mtp_layers, 0),
-    Rule("--seq-length", "training.seq_length", lambda run, spec: run.training.seq_length),  # type: ignore[attr-defined]
-    Rule("--micro-batch-size", "training.micro_batch_size", lambda run, spec: run.training.micro_batch_size, 1),  # type: ignore[attr-defined]
-    Rule("--tensor-model-parallel-size", "parallel.tp", lambda run, spec: run.parallel.tp, 1),  # type: ignore[attr-defined]
-    Rule("--pipeline-model-parallel-size", "parallel.pp", lambda run, spec: run.parallel.pp, 1),  # type: ignore[attr-defined]
-    Rule("--context-parallel-size", "parallel.cp", lambda run, spec: run.parallel.cp, 1),  # type: ignore[attr-defined]
-    Rule("--expert-model-parallel-size", "parallel.ep", lambda run, spec: run.parallel.ep, 1),  # type: ignore[attr-defined]
+    Rule("--seq-length", "training.seq_length", lambda run, spec: run.training.seq_length),
+    Rule("--micro-batch-size", "training.micro_batch_size", lambda run, spec: run.training.micro_batch_size, 1),
+    Rule("--tensor-model-parallel-size", "parallel.tp", lambda run, spec: run.parallel.tp, 1),
+    Rule("--pipeline-model-parallel-size", "parallel.pp", lambda run, spec: run.parallel.pp, 1),
+    Rule("--context-parallel-size", "parallel.cp", lambda run, spec: run.parallel.cp, 1),
+    Rule("--expert-model-parallel-size", "parallel.ep", lambda run, spec: run.parallel.ep, 1),
     Rule(
         "--overlap-moe-expert-parallel-comm",
         "parallel.overlap_moe_expert_parallel_comm",
-        lambda run, spec: run.parallel.overlap_moe_expert_parallel_comm,  # type: ignore[attr-defined]
+        lambda run, spec: run.parallel.overlap_moe_expert_parallel_comm,
         False,
     ),
 )
@@ -122,10 +109,10 @@ def _refuse(where: str, flag: str, given: object, expected: object, field: str, 
     return InputError(where, flag, f"{said}, the run config has {has} ({field}): {WHY}")
 
 
-def check_against_run(flags: MegatronFlags, run: object, where: str) -> None:
+def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     """Refuse the first flag (stated, or left at Megatron-LM's default by a whole command line)
     whose value is not the run config's, in one line naming the flag and both values."""
-    spec = run.specs[run.models[0].name]  # type: ignore[attr-defined]
+    spec = run.specs[run.models[0].name]
     if not isinstance(spec, ModelSpec):
         return  # a vision tower: flags are refused before (outputs.not_megatrons)
     stated, switches, complete = flags.stated, flags.switches, flags.complete
@@ -154,24 +141,54 @@ def check_against_run(flags: MegatronFlags, run: object, where: str) -> None:
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
-    given = flags.stated.get("--ffn-hidden-size")
-    if given is None:
-        return
-    expected, field = _dense_ffn(None, spec), "intermediate_size"
-    if expected is None and "--moe-ffn-hidden-size" not in flags.stated:
-        expected, field = spec.moe_intermediate_size, "moe_intermediate_size (the experts' width defaults to it)"
-    if expected is not None and given != expected:
-        raise _refuse(where, "--ffn-hidden-size", given, expected, field, True)
+    """The widths Megatron-LM builds (arguments.py `validate_args`): `--ffn-hidden-size` defaults to
+    int(4h·2/3 / 64)·64 with `--swiglu`, else 4h; the experts' `--moe-ffn-hidden-size` defaults to
+    `--ffn-hidden-size`; `--kv-channels` to h / heads."""
+    stated, complete = flags.stated, flags.complete
+    hidden = int(stated.get("--hidden-size", spec.hidden_size))
+    heads = int(stated.get("--num-attention-heads", spec.num_attention_heads))
+    ffn = stated.get("--ffn-hidden-size")
+    if ffn is None and complete:
+        ffn = int(4 * hidden * 2 / 3 / 64) * 64 if "--swiglu" in flags.switches else 4 * hidden
+    dense = _dense_ffn(spec)
+    if ffn is not None and dense is not None and ffn != dense:
+        raise _refuse(where, "--ffn-hidden-size", ffn, dense, "intermediate_size", "--ffn-hidden-size" in stated)
+    if spec.is_moe:
+        flag = "--moe-ffn-hidden-size" if "--moe-ffn-hidden-size" in stated else "--ffn-hidden-size"
+        experts = stated.get("--moe-ffn-hidden-size", ffn)
+        if experts is not None and experts != spec.moe_intermediate_size:
+            field = "moe_intermediate_size" + (
+                "" if flag == "--moe-ffn-hidden-size" else "; the experts' width defaults to it"
+            )
+            raise _refuse(where, flag, experts, spec.moe_intermediate_size, field, flag in stated)
+    if not spec.is_mla and ("--kv-channels" in stated or complete):
+        channels = stated.get("--kv-channels", hidden // heads)
+        if channels != spec.attention_head_dim:
+            raise _refuse(
+                where, "--kv-channels", channels, spec.attention_head_dim, "head_dim", "--kv-channels" in stated
+            )
 
 
 def _check_query_groups(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
-    """`--num-query-groups` counts with `--group-query-attention` only (default 1 then)."""
-    if spec.is_mla or "--group-query-attention" not in flags.switches:
+    """The key/value heads Megatron-LM builds: `--num-query-groups` (default 1) with
+    `--group-query-attention`, else one a head, the count ignored (argument_utils.py)."""
+    if spec.is_mla:
         return
-    stated = "--num-query-groups" in flags.stated
-    given = flags.stated.get("--num-query-groups", 1)
-    if given != spec.kv_heads:
-        raise _refuse(where, "--num-query-groups", given, spec.kv_heads, "num_key_value_heads", stated)
+    gqa, stated = "--group-query-attention" in flags.switches, "--num-query-groups" in flags.stated
+    if gqa:
+        groups = int(flags.stated.get("--num-query-groups", 1))
+        if groups != spec.kv_heads:
+            raise _refuse(where, "--num-query-groups", groups, spec.kv_heads, "num_key_value_heads", stated)
+    elif flags.complete or stated:
+        heads = int(flags.stated.get("--num-attention-heads", spec.num_attention_heads))
+        if heads != spec.kv_heads:
+            raise InputError(
+                where,
+                "--group-query-attention",
+                f"not given (Megatron-LM then builds a key/value head per head: {heads}"
+                + (", and ignores --num-query-groups" if stated else "")
+                + f"), the run config has {spec.kv_heads} key/value heads (num_key_value_heads): {WHY}",
+            )
 
 
 def moe_pattern(text: str, layers: int) -> list[int]:
@@ -260,8 +277,8 @@ def _check_moe_pattern(flags: MegatronFlags, spec: ModelSpec, where: str) -> Non
         )
 
 
-def _check_parallel(flags: MegatronFlags, run: object, where: str) -> None:
-    par = run.parallel  # type: ignore[attr-defined]
+def _check_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    par = run.parallel
     stated, switches, complete = flags.stated, flags.switches, flags.complete
     tp = int(stated.get("--tensor-model-parallel-size", par.tp))
     if "--expert-tensor-parallel-size" in stated or complete:
@@ -273,28 +290,44 @@ def _check_parallel(flags: MegatronFlags, run: object, where: str) -> None:
         raise _refuse(
             where, "--sequence-parallel", sequence_parallel, par.sequence_parallel, "parallel.sequence_parallel", True
         )
-    fsdp = switches & {"--use-megatron-fsdp", "--use-torch-fsdp2"}
-    if (fsdp or complete) and bool(fsdp) != par.fsdp:
-        flag = min(fsdp) if fsdp else "--use-megatron-fsdp"
-        raise _refuse(where, flag, bool(fsdp), par.fsdp, "parallel.fsdp", True)
-    distributed = par.zero >= 1 or par.fsdp
-    if ("--use-distributed-optimizer" in switches or complete) and (
-        "--use-distributed-optimizer" in switches
-    ) != distributed:
-        raise _refuse(
-            where,
-            "--use-distributed-optimizer",
-            "--use-distributed-optimizer" in switches,
-            f"zero {par.zero}",
-            "parallel.zero",
-            True,
-        )
+    _check_sharding(flags, run, where)
     _check_virtual_stages(flags, run, where)
 
 
-def _check_virtual_stages(flags: MegatronFlags, run: object, where: str) -> None:
+# What data parallelism shards (ppb's shard level: 1 optimizer states, 2 and gradients, 3 and
+# parameters) under Megatron-FSDP's --data-parallel-sharding-strategy (arguments.py: default
+# optim_grads_params); torch FSDP2 shards all three; the distributed optimizer the optimizer states.
+_FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _check_sharding(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    switches, level = flags.switches, run.shard_level
+    shown_run = f"{level} (zero {run.parallel.zero}, fsdp {str(run.parallel.fsdp).lower()})"
+    if "--use-megatron-fsdp" in switches:
+        strategy = str(flags.stated.get("--data-parallel-sharding-strategy", "optim_grads_params"))
+        if strategy not in _FSDP_LEVELS:
+            raise InputError(
+                where, "--data-parallel-sharding-strategy", f"{strategy!r} is none of {', '.join(_FSDP_LEVELS)}"
+            )
+        given, said = _FSDP_LEVELS[strategy], f"--data-parallel-sharding-strategy {strategy}"
+        flag = "--use-megatron-fsdp"
+    elif "--use-torch-fsdp2" in switches:
+        given, said, flag = 3, "given (parameters, gradients and optimizer states sharded)", "--use-torch-fsdp2"
+    elif "--use-distributed-optimizer" in switches:
+        given, said, flag = 1, "given (the optimizer states sharded)", "--use-distributed-optimizer"
+        if not flags.complete and level >= 1:
+            return  # a partial text may leave out the FSDP flags that shard more
+    elif flags.complete:
+        given, said, flag = 0, "not given (nothing sharded)", "--use-distributed-optimizer"
+    else:
+        return
+    if given != level:
+        raise InputError(where, flag, f"{said}: shard level {given}, the run config has {shown_run}: {WHY}")
+
+
+def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     """The virtual stages per rank the flags give (arguments.py `validate_args`), against vpp."""
-    par, stated = run.parallel, flags.stated  # type: ignore[attr-defined]
+    par, stated = run.parallel, flags.stated
     if flags.layout is not None:
         return  # the layout's own count is checked with its cells (user_plan)
     pp = int(stated.get("--pipeline-model-parallel-size", par.pp))
@@ -305,7 +338,7 @@ def _check_virtual_stages(flags: MegatronFlags, run: object, where: str) -> None
     elif "--num-layers-per-virtual-pipeline-stage" in stated:
         flag = "--num-layers-per-virtual-pipeline-stage"
         per_virtual = int(stated[flag])
-        layers = int(stated.get("--num-layers", run.total_body_layers)) + sum(flags.split_adds)  # type: ignore[attr-defined]
+        layers = int(stated.get("--num-layers", run.total_body_layers)) + sum(flags.split_adds)
         if per_virtual < 1 or layers % pp or (layers // pp) % per_virtual:
             raise InputError(
                 where, flag, f"{per_virtual} does not divide the {layers} layers' share of pp {pp}, as Megatron needs"
@@ -320,8 +353,8 @@ def _check_virtual_stages(flags: MegatronFlags, run: object, where: str) -> None
         raise InputError(where, flag, f"{said}, the run config has {par.vpp} (parallel.vpp): {WHY}")
 
 
-def _check_training(flags: MegatronFlags, run: object, where: str) -> None:
-    training, par = run.training, run.parallel  # type: ignore[attr-defined]
+def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    training, par = run.training, run.parallel
     given_dtype = "bf16" if "--bf16" in flags.switches else "fp16" if "--fp16" in flags.switches else None
     if given_dtype is not None or flags.complete:
         dtype = given_dtype or "fp32"

@@ -21,7 +21,7 @@ from ppb_core.balance.megatron import quoted, setting_of
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import format_layout
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
@@ -94,6 +94,9 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
         if key != "offset":
             raise InputError(None, key, "must be a bool or a list")
         return [[value] * p.stages for _ in range(p.chunks)]
+    if not isinstance(value, list):  # a float, a text or a mapping (a TypeError traceback)
+        wanted = "an integer or a list of integers" if key == "offset" else "a bool or a list"
+        raise InputError(None, key, f"must be {wanted}, got {shown(value)}")
     rows = [value] if p.chunks == 1 and value and not isinstance(value[0], list) else value
     if len(rows) != p.chunks or any(not isinstance(row, list) or len(row) != p.stages for row in rows):
         raise InputError(None, key, f"must have {p.chunks} list(s) of {p.stages} entries")
@@ -106,9 +109,13 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
                     raise InputError(None, key, "True needs the cells' layer counts (give offset first)")
                 out.append(layers[v][s] if entry else 0)
             elif isinstance(entry, int):
+                if layers is not None and not 0 <= entry <= max(layers[v][s], 0):
+                    raise InputError(
+                        None, f"{key}[{v}][{s}]", f"{entry} layers; the cell (chunk {v}, stage {s}) has {layers[v][s]}"
+                    )
                 out.append(entry)
             else:
-                raise InputError(None, f"{key}[{v}][{s}]", f"must be an integer or a bool, got {entry!r}")
+                raise InputError(None, f"{key}[{v}][{s}]", f"must be an integer or a bool, got {shown(entry)}")
         grid.append(out)
     return grid
 
@@ -120,6 +127,16 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
     base = nass(p)
     offsets = _grid(yaml.get("offset", 0), "offset", p, None)
     layers = [[offsets[v][s] + base for s in range(p.stages)] for v in range(p.chunks)]
+    total = p.layers.nb_body_layers + p.mtp_layers
+    for v, s in p.cells:
+        if layers[v][s] < 0:
+            raise InputError(
+                None, f"offset[{v}][{s}]", f"{offsets[v][s]} leaves the cell {layers[v][s]} layers (even split {base})"
+            )
+        if layers[v][s] > total:  # before a cell's layers are walked one by one (10^30 of them hung)
+            raise InputError(
+                None, f"offset[{v}][{s}]", f"{shown(offsets[v][s])} gives the cell more layers than the model's {total}"
+            )
     recompute = _grid(yaml.get("recompute"), "recompute", p, layers)
     select = _grid(yaml.get("select_recompute"), "select_recompute", p, layers)
     comm = _grid(yaml.get("select_comm_recompute"), "select_comm_recompute", p, layers)

@@ -14,7 +14,8 @@ Two objectives, solved in turn:
    many cell weightings and from the path families of `bounds`, then added lazily: solve, run the
    schedule on the plan found, and while its critical path is longer than T add that path and
    solve again. A plan whose critical path equals T is optimal. `bounds` adds the rows that make
-   the relaxation see whole layers and the bubble.
+   the relaxation see whole layers and the bubble. Before the rounds, `probing` tries to prove
+   the best known plan optimal by holding each stage choice against the relaxation.
 
 Then `tiebreak` picks, among plans as fast, the least recompute, one option per stage, the most
 headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is solved beside it
@@ -48,8 +49,10 @@ from ppb_core.balance.local import Counts, exchange, improve
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
 from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
+from ppb_core.balance.tiebreak import TOLERANCE as TIE_TOLERANCE
 from ppb_core.balance.tiebreak import break_ties
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts_many
@@ -391,7 +394,12 @@ def _run(
         if best is None or value(plan) < value(best) - 1e-12 * abs(value(best)):
             best = plan
         incumbent = value(best)
-        report("round", f"round {rounds}, {paths} paths, {used} of {budget} nodes", incumbent, min(bound, incumbent))
+        report(
+            "round",
+            f"round {rounds}: {paths} path rows, {used:,} of {budget:,} branch-and-bound nodes",
+            incumbent,
+            min(bound, incumbent),
+        )
         if incumbent <= bound * (1 + GAP_TOLERANCE):
             return _Run("optimal", best, bound, rounds, paths, solver)
         critical = plan.critical_path_counts if exact else {}
@@ -421,6 +429,27 @@ def _run(
                 paths += 1
 
 
+def _loaded(model: ChoiceModel, paths: Sequence[Path], clock: Clock) -> Any:
+    """A HiGHS solver holding the program and the path rows given (each once)."""
+    solver = highs.new_solver(clock.remaining)
+    highs.load(solver, model.columns, model.rows, model.top)
+    added: set[tuple] = set()
+    for path in paths:
+        key = tuple(sorted(path.items()))
+        if key not in added:
+            added.add(key)
+            highs.add_row(solver, 0.0, model.path_terms(path))
+    return solver
+
+
+def _add_family_row(model: ChoiceModel, common: dict, level: float) -> None:
+    """T − U·D ≥ L* (`bounds.family_row`) in the model's columns."""
+    terms = {model.top: 1.0}
+    for key, count in common.items():
+        terms[model.duration[key]] = terms.get(model.duration[key], 0.0) - count
+    model._row(level / model.tau, highs.INF, terms)
+
+
 def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Counts]:
     """Counts with every cell's options given again by the setting (from the cell's first layer)."""
 
@@ -438,6 +467,15 @@ def _reoption(problem: BalanceInput, setting: Setting) -> Callable[[Counts], Cou
         return fresh
 
     return apply
+
+
+# why a solve ended, in the progress lines
+STOPPED = {
+    "optimal": "proven optimal",
+    "work_limit": "stopped at its work limits (the same on every run)",
+    "time_limit": "stopped by the time limit (another machine may stop elsewhere)",
+    "infeasible": "no plan fits",
+}
 
 
 def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
@@ -485,12 +523,9 @@ def solve(
     ):
         _megatron(problem, solution, exact, limits, clock, report, selective_modules)
     solution.seconds = clock.elapsed
-    reason = {
-        "optimal": "proven optimal",
-        "work_limit": "stopped at its work limits (the same on every run)",
-        "time_limit": f"stopped by the time limit of {time_limit:g} s (another machine may stop elsewhere)",
-        "infeasible": "no plan fits",
-    }.get(solution.stopped_by, solution.stopped_by)
+    reason = STOPPED.get(solution.stopped_by, solution.stopped_by)
+    if solution.stopped_by == "time_limit":
+        reason = reason.replace("the time limit", f"the time limit of {time_limit:g} s")
     report("done", reason, solution.objective, solution.bound)
     return solution
 
@@ -511,16 +546,20 @@ def _megatron(
     if setting_of(cells, modules is not None) is not None:
         return
     most = max(plan.cell_layers(v, s) for v, s in problem.cells)
+    candidates = settings(problem.options, most, modules is not None)
+    # the settings' solves share one solve's work budgets: their plans are repeatable, and the
+    # clock (the safety bound) does not decide which settings are tried
+    shared = limits.scaled(1 / max(1, len(candidates)))
     best: tuple[float, Solution, Setting] | None = None
-    for setting in settings(problem.options, most, modules is not None):
+    for setting in candidates:
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             break
         found = _solve(
             problem,
-            Catalogue(problem, setting, ListingBudget(limits.listing_work, clock)),
+            Catalogue(problem, setting, ListingBudget(shared.listing_work, clock)),
             exact,
-            limits,
+            shared,
             clock,
             report,
             tie_break=False,
@@ -528,7 +567,12 @@ def _megatron(
         )
         if found.plan is None or found.objective is None:
             continue
-        report("megatron", f"{setting.describe()}: {found.status}", found.objective, found.bound)
+        report(
+            "megatron",
+            f"{setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            found.objective,
+            found.bound,
+        )
         if best is None or found.objective < best[0] - 1e-12 * best[0]:
             best = (found.objective, found, setting)
     if best is None:
@@ -683,28 +727,74 @@ def _solve(
     # and a start that is already (near) optimal leaves it too few to prove anything (DeepSeek-V3's
     # run config: proven optimal from the local moves' start, not within its work limits from the
     # exchanges'). The exchanged plan is taken at the end when the program found none as fast.
-    exchanged = exchange(start, choices, limits.exchange_work, clock)
+    exchanges: list[Plan] = []
+
+    def exchanged_to(plan: Plan) -> None:
+        exchanges.append(plan)
+        report("exchange", f"stage exchange {len(exchanges)}", plan.iteration_time)
+
+    exchanged = exchange(start, choices, limits.exchange_work, clock, exchanged_to)
     report(
         "start_plan",
-        "best of the even splits, the closed form's optimum and local moves; stage exchanges beside it",
+        f"best of the even splits, the closed form's optimum and local moves; {len(exchanges)} stage "
+        "exchange(s) from it beside it",
         min(start.iteration_time, exchanged.iteration_time),
+        figures=(("before the exchanges", start.iteration_time),),
     )
     report("listing", f"critical path: {sum(len(stage) for stage in choices)} stage choices listed")
     model = ChoiceModel(problem, choices, tau)
     model.add_least_busiest(busiest, closed_form=False)
     seeds = _path_seeds(problem, incumbents, max(10, limits.seed_work // ops // 2))
+    family_rows: list[tuple[dict, float]] = []  # (U, L*): T − U·D ≥ L*, valid for every plan
     if problem.chunks == 1 and not clock.out:
         # families that pay off where a stage is a cell (V = 1); for V > 1 the bisection costs more
         # than the rows gain (docs/balance.md)
         for family in (drain_family(problem), nudged_family(problem)):
             common, level = family_row(problem, choices, family, tau, limits.check_work, clock)
-            terms = {model.top: 1.0}
-            for key, count in common.items():
-                terms[model.duration[key]] = terms.get(model.duration[key], 0.0) - count
-            model._row(level / tau, highs.INF, terms)
+            family_rows.append((common, level))
+            _add_family_row(model, common, level)
             seeds += family
-            report("bound", f"path family: T ≥ common part + {level:.6g}", start.iteration_time)
-    critical = _run(model, True, limits, clock, start, seeds, report)
+            report(
+                "bound",
+                f"{len(family)} paths as one row: T ≥ their common part + level",
+                start.iteration_time,
+                figures=(("level", level),),
+            )
+    # Probing (`probing`): each stage choice held against the path relaxation; when none can be in
+    # a plan faster than the best known, that plan is proven optimal without the program's search.
+    known = min(start, exchanged, key=lambda plan: plan.iteration_time)
+    ties = known.iteration_time * (1 + TIE_TOLERANCE) if tie_break else None
+    probed = probe(problem, choices, model, known.iteration_time, limits.probe_work, clock, ties=ties)
+    report(
+        "bound",
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}",
+        known.iteration_time,
+        known.iteration_time if probed.proven else probed.bound,
+    )
+    notes.append(
+        f"probing: {probed.relaxations} relaxations, {probed.rounds} rounds, {probed.stopped_by}, "
+        f"bound {probed.bound:.6g}"
+    )
+
+    def program_over(kept: list[list[int]]) -> ChoiceModel:
+        """The program over the choices probing kept (every stage keeps one), with the same rows."""
+        sub = ChoiceModel(problem, [[stage[j] for j in js] for stage, js in zip(choices, kept, strict=True)], tau)
+        sub.add_least_busiest(busiest, closed_form=False)
+        for common, level in family_rows:
+            _add_family_row(sub, common, level)
+        return sub
+
+    paths = [*seeds, *probed.paths]
+    if probed.proven:
+        critical = _Run("optimal", known, known.iteration_time, probed.rounds, len(probed.paths))
+    else:
+        # a faster plan, if any, uses only the choices left: the program searches them alone, and
+        # its bound (over them) holds for every plan up to the probing's cut-off
+        critical = _run(program_over(probed.alive), True, limits, clock, start, paths, report)
+        critical.bound = max(min(critical.bound, probed.cutoff), probed.bound)
+    # the tie-breaking needs only the choices a plan as fast as the best may use (probing's first phase)
+    if all(probed.alive_ties):
+        model = program_over(probed.alive_ties)
     listed = sum(len(stage) for stage in choices)
     notes.append(
         f"critical path: {listed} stage choices, {critical.paths} paths, {critical.rounds} rounds, {critical.status}"
@@ -715,11 +805,11 @@ def _solve(
     objective = best.iteration_time
     proven = critical.status == "optimal"
     bound_value = objective if proven else min(critical.bound, objective)
-    if tie_break and critical.solver is not None and not clock.out:
+    if tie_break and not clock.out:
         report("tie_break", "least recompute, one option per stage, most headroom", objective, bound_value)
         tied, tie_notes = break_ties(
             model,
-            critical.solver,
+            _loaded(model, [*paths, best.critical_path_counts], clock),
             catalogue,
             best,
             lambda plan: plan.iteration_time,
@@ -745,7 +835,7 @@ def _solve(
         listed,
         clock.elapsed,
         stopped_by="time_limit"
-        if _ties_cut(tie_break and critical.solver is not None, clock, notes)
+        if _ties_cut(tie_break, clock, notes)
         else ("optimal" if proven else ("infeasible" if critical.status == "infeasible" else critical.status)),
         notes=notes,
     )

@@ -22,12 +22,14 @@ class Progress:
     """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
     (`showing_seconds`); `seconds` since the solve started."""
 
-    phase: str  # start | closed_form | start_plan | bound | round | tie_break | megatron | done
+    phase: str  # start | listing | closed_form | exchange | start_plan | bound | round | tie_break | megatron | done
     message: str
     seconds: float
     incumbent: float | None = None
     bound: float | None = None
     unit_s: float | None = None
+    # more named times in the descriptions' unit (a bound's level, a setting's plan), shown like the incumbent
+    figures: tuple[tuple[str, float], ...] = ()
 
     @property
     def gap(self) -> float | None:
@@ -49,6 +51,7 @@ class Progress:
             figures.append(f"bound {value(self.bound)}")
         if self.gap is not None:
             figures.append(f"gap {self.gap:.2%}")
+        figures += [f"{name} {value(figure)}" for name, figure in self.figures]
         text = f"[{self.seconds:.1f} s] {self.phase}"
         if figures:
             text += ": " + ", ".join(figures)
@@ -97,11 +100,33 @@ class WorkLimits:
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000
+    # relaxations the probing of stage choices may solve (`probing.probe`) before the program runs
+    probe_work: int = 8_000
+
+    def scaled(self, share: float) -> WorkLimits:
+        """These limits with every budget of work (`WORK_BUDGETS`) times *share*, each at least 1:
+        searches that together may spend what one search spends (the Megatron-Core alternatives
+        beside a plan, each balance of a strategy search). Rounds and the closed form's nodes stay."""
+        return replace(self, **{name: max(1, int(getattr(self, name) * share)) for name in WORK_BUDGETS})
 
     @staticmethod
     def nodes(work: int, size: int) -> int:
         """Nodes a budget of *work* buys in a program of *size* columns and rows."""
         return max(20, int(work / max(1, size) ** 1.5))
+
+
+# the limits that are a budget of work, which `WorkLimits.scaled` shares out
+WORK_BUDGETS = (
+    "node_work",
+    "check_work",
+    "tie_work",
+    "local_moves",
+    "local_work",
+    "exchange_work",
+    "seed_work",
+    "listing_work",
+    "probe_work",
+)
 
 
 class Clock:
@@ -132,7 +157,12 @@ class Reporter:
         self.clock = clock
 
     def __call__(
-        self, phase: str, message: str = "", incumbent: float | None = None, bound: float | None = None
+        self,
+        phase: str,
+        message: str = "",
+        incumbent: float | None = None,
+        bound: float | None = None,
+        figures: tuple[tuple[str, float], ...] = (),
     ) -> None:
         if self.hook is not None:
-            self.hook(Progress(phase, message, self.clock.elapsed, incumbent, bound))
+            self.hook(Progress(phase, message, self.clock.elapsed, incumbent, bound, figures=figures))

@@ -23,7 +23,8 @@ from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
-from ppb_core.errors import InputError
+from ppb_core.config.run import RunConfig
+from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
@@ -32,7 +33,7 @@ def read_plan(
     problem: BalanceInput,
     plan: str,
     modules: tuple[str, ...] | None = None,
-    run: object | None = None,
+    run: RunConfig | None = None,
 ) -> tuple[Plan, str]:
     """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
 
@@ -57,6 +58,10 @@ def read_plan(
         flags = parse_flags(text)
     except LayoutError as err:
         raise InputError(where, None, str(err)) from None
+    if not flags.flag_words:  # read as flags it stated nothing: the even split, unrecomputed, was checked
+        raise InputError(
+            where, None, "holds no Megatron-LM flag (--...); a MindFormers yaml plan needs a .yaml or .yml name"
+        )
     if run is not None:
         check_against_run(flags, run, where)
     return from_megatron(problem, flags, where, modules), "megatron"
@@ -69,8 +74,51 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return document
 
 
+# TransformerRecomputeConfig.__init__'s arguments (MindFormers, commit fd4deebc,
+# mindformers/modules/transformer/transformer.py): MindFormers refuses any other key of recompute_config.
+_RECOMPUTE_CONFIG_KEYS = (
+    "recompute",
+    "select_recompute",
+    "parallel_optimizer_comm_recompute",
+    "select_comm_recompute",
+    "mp_comm_recompute",
+    "recompute_slice_activation",
+    "select_recompute_exclude",
+    "select_comm_recompute_exclude",
+)
+_EXCLUSIONS = ("select_recompute_exclude", "select_comm_recompute_exclude")
+
+
+def _check_keys(document: dict[str, Any], where: str) -> None:
+    """A misspelt plan key would be skipped and the plan checked without it: a top-level key within
+    two edits of one of the four is refused, as is a recompute_config key MindFormers refuses, and
+    an exclusion from selective recompute (ppb prices one selective setting for every layer)."""
+    for key in document:
+        if isinstance(key, str) and key not in YAML_KEYS:
+            near = misspelt(key, YAML_KEYS)
+            if near:
+                raise InputError(where, key, f"not a key ppb reads: did you mean {near}?")
+    recompute_config = document.get("recompute_config")
+    if isinstance(recompute_config, dict):
+        for key, value in recompute_config.items():
+            if key not in _RECOMPUTE_CONFIG_KEYS:
+                raise InputError(
+                    where,
+                    f"recompute_config.{shown_key(key)}",
+                    "not a TransformerRecomputeConfig key (MindFormers refuses it): "
+                    + ", ".join(_RECOMPUTE_CONFIG_KEYS),
+                )
+            if key in _EXCLUSIONS and value not in (None, False, [], {}):
+                raise InputError(
+                    where,
+                    f"recompute_config.{key}",
+                    "ppb prices one selective setting on every layer and cannot price exclusions from it",
+                )
+
+
 def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
     """The four values, from the top level or a MindFormers training yaml's places."""
+    _check_keys(document, where)
     found = {key: document[key] for key in YAML_KEYS if key in document}
     model = document.get("model")
     model_config = model.get("model_config") if isinstance(model, dict) else None
@@ -98,7 +146,9 @@ def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
 def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str) -> Plan:
     values = _mindformers_values(document, where)
     parallel = document.get("parallel_config") or {}
-    stages = parallel.get("pipeline_stage") if isinstance(parallel, dict) else None
+    if not isinstance(parallel, dict):
+        raise InputError(where, "parallel_config", f"must be a mapping, got {shown(parallel)}")
+    stages = parallel.get("pipeline_stage")
     if stages is not None and stages != problem.stages:
         raise InputError(where, "parallel_config.pipeline_stage", f"{stages}, the run config has pp {problem.stages}")
     try:

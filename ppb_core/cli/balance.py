@@ -276,7 +276,7 @@ def render(result: dict[str, Any]) -> None:
         unit = " s of layers" if in_s else ""
         console.print(
             f"simulated iteration {timed(time_of(result, 'simulated_time'), 1)}{unit}; closed form "
-            f"{timed(time_of(closed, 'value'), 1)} (its optimum {timed(time_of(closed, 'optimum'), 1)})"
+            f"{seconds(time_of(closed, 'value'))} (its optimum {seconds(time_of(closed, 'optimum'))})"
         )
     table = Table(title="uniform split, one option for every layer")
     for name in ("option", "fits", "peak MB", "layers s" if in_s else "iteration"):

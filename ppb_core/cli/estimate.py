@@ -116,8 +116,8 @@ def print_tables(result: Estimate) -> None:
     options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
     at_full = {peak.stage: peak for peak in result.stages_at_full}
     stages = Table(
-        title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options})",
-        caption="activations × micro-batches in flight per chunk; working: the largest backward's "
+        title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",
+        caption="MB of 2**20 bytes; activations × micro-batches in flight per chunk; working: the largest backward's "
         "working set; loss: what the loss adds on the stage of the TAIL (the output layer); peak: the largest moment "
         "(backward, loss, optimizer step), reserved memory included; at full: the peak with every "
         "body layer fully recomputed",

@@ -26,8 +26,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# `ppb check`'s own options: a word after --plan that is one of them is not the plan
+_CHECK_OPTIONS = frozenset({"--json", "--no-optimum", "-q", "--quiet", "-t", "--time-limit", "-h", "--help"})
+
+
+def _plan_text(argv: Sequence[str]) -> list[str]:
+    """`--plan --recompute-activations`: argparse takes a single word starting with `--` for an option
+    and says "expected one argument"; a Megatron-LM flag given as the plan is the plan's value (a
+    text with a space argparse already takes)."""
+    words = list(argv)
+    for index, word in enumerate(words[:-1]):
+        following = words[index + 1]
+        if word == "--plan" and following.startswith("--") and following.split("=")[0] not in _CHECK_OPTIONS:
+            words[index : index + 2] = [f"--plan={following}"]
+            break
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_plan_text(sys.argv[1:] if argv is None else argv))
     # The command's module (and pandas, the models, Dagster-free as it is) loads only now, so that
     # `ppb --help` and `ppb COMMAND --help` start at once.
     command = importlib.import_module(f"ppb_core.cli.{args.command}")

@@ -23,7 +23,8 @@ Achieved fractions are measured, not datasheet figures:
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
   PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
-  Ascend: assumed at H100's and A100's fractions.
+  Ascend: assumed at H100's and A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
+  size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
   reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
@@ -63,6 +64,15 @@ class DeviceProfile:
     # FlashAttention-2 (PyTorch's SDPA flash backend) in the same figures: 370 and 322 TFLOPS/s.
     flash2_forward_efficiency: float = 0.374
     flash2_backward_efficiency: float = 0.326
+    # Head size 64's rate over head size 128's, where measured (0: the generic law of
+    # `ppb_core.timing.kernels`, d/(d+16)). The same figures at head size 64, 16k tokens, no mask
+    # (Shah et al. 2024, Fig. 5a and 6a): cuDNN forward 413 and backward 433 TFLOPS/s against 595 and
+    # 516 at 128 (0.694, 0.839: far below the law's 0.90 forward); FlashAttention-2 324 and 291
+    # against 370 and 322 (0.876, 0.904).
+    attention_head64_forward: float = 0.694
+    attention_head64_backward: float = 0.839
+    flash2_head64_forward: float = 0.876
+    flash2_head64_backward: float = 0.904
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
@@ -133,6 +143,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=0.57,
         flash2_forward_efficiency=0.73,
         flash2_backward_efficiency=0.57,
+        # no measured head-size-64 rates on A100: the generic law
+        attention_head64_forward=0.0,
+        attention_head64_backward=0.0,
+        flash2_head64_forward=0.0,
+        flash2_head64_backward=0.0,
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
         compute_capability=8.0,
@@ -201,6 +216,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_backward_efficiency=0.57,
         flash2_forward_efficiency=0.73,
         flash2_backward_efficiency=0.57,
+        attention_head64_forward=0.0,
+        attention_head64_backward=0.0,
+        flash2_head64_forward=0.0,
+        flash2_head64_backward=0.0,
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
         compute_capability=0.0,

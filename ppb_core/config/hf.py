@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from ppb_core import limits
 from ppb_core.config.spec import ModelSpec
-from ppb_core.errors import InputError, shown
+from ppb_core.errors import InputError, misspelt, shown
 from ppb_core.io import read_json
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
@@ -195,9 +195,11 @@ class _Fields:
                 )
             resolved[attribute] = resolved[alias]
         self.raw = resolved
+        self.asked: dict[str, None] = {}  # the keys read, in order
 
     def need(self, name: str, kind: type = int) -> Any:
         """A field the architecture needs: the file's, else the class default; null is refused."""
+        self.asked[name] = None
         value = self.raw[name] if name in self.raw else self.defaults.get(name)
         if value is None:
             said = "null" if name in self.raw else "missing"
@@ -206,6 +208,7 @@ class _Fields:
 
     def get(self, name: str, default: Any, kind: type = int) -> Any:
         """A field the file may leave out (the class default) or set to null (*default*: what null means)."""
+        self.asked[name] = None
         value = self.raw[name] if name in self.raw else self.defaults.get(name, default)
         return default if value is None else self._typed(name, value, kind)
 
@@ -483,6 +486,28 @@ def _spec_error(err: ValidationError, model_type: str, source: str) -> InputErro
     return InputError(source, where, problem)
 
 
+# Attributes of the config classes within two edits of a field ppb reads (transformers 5.25's
+# DeepseekV3Config: head_dim and qk_head_dim, derived from v_head_dim and qk_*_head_dim): no typos.
+_NOT_MISSPELT: dict[str, tuple[str, ...]] = {"deepseek_v3": ("head_dim", "qk_head_dim")}
+
+
+def _check_misspelt(fields: _Fields, raw: Mapping[str, Any], model_type: str) -> None:
+    """A key the file has within two edits of a field ppb reads and the file lacks (`num_hidden_layer`):
+    transformers keeps it as an attribute of its own and takes the class default for the field, so the
+    model planned would silently be another. Refused, naming both and the default."""
+    absent = [name for name in fields.asked if name not in fields.raw]
+    if not absent:
+        return
+    for key in raw:
+        if key in fields.asked or key in ALIASES.get(model_type, {}) or key in _NOT_MISSPELT.get(model_type, ()):
+            continue
+        meant = misspelt(key, absent)
+        if meant is not None:
+            default = fields.defaults.get(meant)
+            taken = f"the class default {shown(default)}" if default is not None else "no value"
+            raise InputError(fields.source, key, f"not a field ppb reads: did you mean {meant}? (without it, {taken})")
+
+
 def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSpec:
     """The `ModelSpec` of a parsed HuggingFace config.json."""
     if not isinstance(raw, Mapping):
@@ -494,6 +519,7 @@ def spec_from_hf(raw: Mapping[str, Any], source: str = "config.json") -> ModelSp
     fields = _Fields(raw, source, model_type)
     _check_values(fields, model_type)
     read = _READERS[model_type](fields)
+    _check_misspelt(fields, raw, model_type)
     try:
         return ModelSpec(**{k: v for k, v in read.items() if v is not None})
     except ValidationError as err:

@@ -69,6 +69,9 @@ def _none_or_efficiency(value: float) -> float:
     return value
 
 
+ZeroOrEfficiency = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)]
+
+
 class Images(StrictModel):
     """What a vision sub-model sees per sample: how many images, and their size before the processor resizes them."""
 
@@ -218,10 +221,11 @@ class MoeTraining(StrictModel):
     capacity_factor: Annotated[PositiveFloat, limits.at_most(limits.FACTOR)] = Field(
         1.0, description="--moe-expert-capacity-factor: an expert takes at most this times its fair share"
     )
-    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] = Field(
+    dropless_imbalance: Annotated[Factor, Field(ge=1.0)] | Literal["bound"] = Field(
         1.0,
         description="dropless routing: the busiest expert-parallel rank's routed tokens over the mean "
-        "(1.0: balanced); with a capacity factor ppb charges the capacity",
+        "(1.0: balanced; bound: the most the routing allows, RunConfig.routed_share); with a capacity "
+        "factor ppb charges the capacity",
     )
     router_dtype: Literal["fp32", "fp64"] | None = Field(
         None,
@@ -233,6 +237,13 @@ class MoeTraining(StrictModel):
         description="Megatron's --moe-permute-fusion: Transformer Engine's fused permute, whose row map is "
         "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
     )
+
+    @field_validator("dropless_imbalance", mode="before")
+    @classmethod
+    def _factor_or_bound(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "bound":
+            raise ValueError(f"a factor of at least 1 or bound, got {shown(value)}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -257,8 +268,13 @@ class MoeTraining(StrictModel):
     @property
     def routed_share(self) -> float:
         """The busiest rank's expert rows over their fair share: the stated imbalance of dropless
-        routing, or the capacity factor, which bounds every expert's tokens."""
-        return self.dropless_imbalance if self.dropless else self.capacity_factor
+        routing, or the capacity factor, which bounds every expert's tokens (`bound` needs the
+        model's experts: `RunConfig.routed_share`)."""
+        if not self.dropless:
+            return self.capacity_factor
+        if self.dropless_imbalance == "bound":
+            raise ValueError("dropless_imbalance bound is resolved with the model's experts (RunConfig.routed_share)")
+        return self.dropless_imbalance
 
     def routed_share_bound(self, num_experts: int, experts_per_token: int, ep: int) -> float:
         """The most any expert-parallel rank can receive over its fair share (what `dropless_imbalance`
@@ -346,6 +362,11 @@ class Device(StrictModel):
     attention_backward_efficiency: Efficiency | None = None
     flash2_forward_efficiency: Efficiency | None = None
     flash2_backward_efficiency: Efficiency | None = None
+    # head size 64's flash-attention rate over head size 128's (0: the generic head-size law)
+    attention_head64_forward: ZeroOrEfficiency | None = None
+    attention_head64_backward: ZeroOrEfficiency | None = None
+    flash2_head64_forward: ZeroOrEfficiency | None = None
+    flash2_head64_backward: ZeroOrEfficiency | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
@@ -417,6 +438,11 @@ class TimingOptions(StrictModel):
         description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
         "TransformerEngine runs FlashAttention-2 with its deterministic backward",
     )
+    host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
+        5.0,
+        description="the host's time to launch one kernel, paid where the GPU waits for the host (after "
+        "Megatron's alltoall dispatcher synchronizes): Holistic Trace Analysis's 5-20 us, its lower bound",
+    )
     rope_fusion: bool = Field(
         True,
         description="Megatron's fused rotary embedding (off with --no-rope-fusion): unfused, the rotation runs "
@@ -424,13 +450,36 @@ class TimingOptions(StrictModel):
     )
     check_for_nan_in_grad: bool = Field(
         True,
-        description="Megatron's gradient NaN check (off with --no-check-for-nan-in-loss-and-grad, and under fp16's "
-        "dynamic loss scaling): DDP reads each gradient bucket for its norm before reducing it",
+        description="Megatron's NaN check (--check-for-nan-in-loss-and-grad, on by default; off with --no-check-"
+        "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
+        "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
     )
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
         "logits fused into three kernels, not run one by one",
+    )
+    log_params_norm: bool = Field(
+        False,
+        description="Megatron's --log-params-norm: every iteration an L2 norm over the fp32 main parameters a "
+        "device holds, two scalar all-reduces and a host sync",
+    )
+    log_num_zeros_in_grad: bool = Field(
+        False,
+        description="Megatron's --log-num-zeros-in-grad: every iteration a zero count over the held main "
+        "gradients (count_nonzero), two scalar all-reduces and two host syncs",
+    )
+    exit_duration_in_mins: float | None = Field(
+        None,
+        gt=0.0,
+        description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
+        "exit decision and a host sync (the duration itself costs nothing)",
+    )
+    host_launch_us: float = Field(
+        5.0,
+        ge=0.0,
+        description="what the GPU waits after a host sync for the next kernel's launch (Holistic Trace "
+        "Analysis docs: 5-20 us launch time on the CPU side; the low end)",
     )
 
 
@@ -519,6 +568,17 @@ class RunConfig(StrictModel):
         if self.framework == "torchtitan":
             return 0 if par.zero == 0 and not par.fsdp else 3
         return par.shard_level
+
+    @property
+    def routed_share(self) -> float:
+        """`training.moe.routed_share`, with `dropless_imbalance: bound` resolved as the most any MoE
+        model's routing allows one expert-parallel rank (`MoeTraining.routed_share_bound`)."""
+        moe = self.training.moe
+        if not (moe.dropless and moe.dropless_imbalance == "bound"):
+            return moe.routed_share
+        specs = [spec for spec in self.specs.values() if isinstance(spec, ModelSpec) and spec.is_moe]
+        bounds = [moe.routed_share_bound(s.num_experts, s.experts_per_token, self.parallel.ep) for s in specs]
+        return max(bounds, default=1.0)
 
     def layout_cells(self) -> list[list[int]] | None:
         """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""

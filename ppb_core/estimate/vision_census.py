@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppb_core import limits
 from ppb_core.census.attribution import attribute, kept_storages
 from ppb_core.census.measure import DTYPES, LayerInputs, record_inputs, require_torch
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, vision_spec_from_hf
 from ppb_core.config.spec import VisionSpec
 from ppb_core.config.vision import VisionSequence, vision_sequence
-from ppb_core.errors import InputError
+from ppb_core.errors import InputError, shown
 from ppb_core.io import read_json
 from ppb_core.memory.activations import encoder_setup, encoder_terms, full_recompute_terms, kept
 from ppb_core.memory.setup import MemorySetup
@@ -161,10 +162,14 @@ def census_block(
     spec = vision_spec_from_hf(raw, source)
     if not 0 <= layer < spec.num_layers:
         raise InputError(source, "layer", f"{layer} is not a block of the tower's {spec.num_layers}")
+    if min(images, height, width) < 1:
+        raise InputError(source, "images", f"N HxW must be positive, got {images} {height}x{width}")
     try:
         sequence = vision_sequence(spec, images, height, width)
     except ValueError as err:
         raise InputError(source, "images", str(err)) from None
+    if sequence.tokens > limits.SEQUENCE:
+        raise InputError(source, "images", limits.over(sequence.tokens, limits.SEQUENCE, "tokens a sample"))
     tower, blocks = build_tower(raw, spec, layer, attention, dtype)
     inputs = block_inputs(tower, blocks, layer, _pixels(torch, spec, sequence, getattr(torch, DTYPES[dtype])))
     graph = record_inputs(blocks[layer], inputs)
@@ -203,9 +208,14 @@ def report(comparison: BlockComparison) -> str:
 
 
 def _images(value: Sequence[str]) -> tuple[int, int, int]:
+    """`--images N HxW` (or `N S` for S×S): positive integers, else one line naming the option."""
     count, size = value
     height, _, width = size.partition("x")
-    return int(count), int(height), int(width or height)
+    try:
+        numbers = int(count), int(height), int(width or height)
+    except ValueError:
+        raise InputError(None, "--images", f"N HxW of integers, got {shown(count)} {shown(size)}") from None
+    return numbers
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,11 +213,13 @@ def stage_peaks(
             full = full_in_cell[(chunk, stage)]
             kept_count, group = count * math.ceil(full / group_size) / full, group_size
         held = memory.state_memory(layer, state, switches)  # what dynamic_bytes gives, looked up once
+        static = memory.static_breakdown(layer)
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
             sums[0] += kept_count * held.activation_bytes * vector[chunk]
             sums[1] += count * held.buffers.at(vector[chunk])
+            if not vector[chunk]:  # what the layer's modules keep while none of its micro-batches is in flight
+                sums[1] += count * static.idle_bytes
         total = totals[stage]
-        static = memory.static_breakdown(layer)
         total["static"] += count * static.total
         total["step"] += count * static.step_bytes
         neighbours = (before, after) if beside else None

@@ -40,6 +40,7 @@ class MemorySetup(Geometry):
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's row map)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
+    moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | deepep (timing.moe_dispatcher)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
 
     def __post_init__(self) -> None:
@@ -67,6 +68,7 @@ class MemorySetup(Geometry):
             permute_fusion=train.moe.permute_fusion,
             rope_fusion=train.rope_fusion,
             transformer_impl=run.timing.transformer_impl,
+            moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
         )
 

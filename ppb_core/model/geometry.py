@@ -42,7 +42,7 @@ class Geometry:
     ep: int = 1
     etp: int = 1
     flash_attention: bool = True
-    # the busiest expert-parallel rank's routed tokens over the fair share (`MoeTraining.routed_share`)
+    # the busiest expert-parallel rank's routed tokens over the fair share (`RunConfig.routed_share`)
     routing_factor: float = 1.0
 
     def __post_init__(self) -> None:
@@ -64,7 +64,7 @@ class Geometry:
             "ep": par.ep,
             "etp": par.expert_tp,
             "flash_attention": train.flash_attention,
-            "routing_factor": train.moe.routed_share,
+            "routing_factor": run.routed_share,
         }
 
     @classmethod

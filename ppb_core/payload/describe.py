@@ -172,25 +172,27 @@ def _body_or_end_times(desc: dict[str, Any], layer: Layer, times: TimeSource, co
 def add_to_list(descriptions: list[dict[str, Any]], desc: Mapping[str, Any]) -> None:
     """Count *desc* in *descriptions* (the builder's own list, updated in place).
 
-    A description equal, on every key of *desc*, to one already listed adds 1 to its `nb_layer`;
+    A description equal, on every key of *desc*, to the last one listed adds 1 to its `nb_layer`;
     otherwise a copy is appended with `nb_layer` 1, named `BODY_<n>` (n: the bodies listed before
     it) or after its type. An empty *desc* counts nothing.
+
+    Only the last: the balancer places body types in list order, so a layer equal to an earlier
+    but not the last one (Qwen2.5-VL's window blocks after a full-attention block) starts a new
+    description, and the list keeps the model's layer order. Counted in the earlier one (as
+    `_ppb.py`'s `add_to_ppb_list` in mindspore-ai/hyper-parallel does), its layers would be placed
+    after the layers between them, where the model does not have them.
     """
     if not desc:
         return
-    matched = False
-    bodies = 0
-    for listed in descriptions:
-        if all(key in listed and listed[key] == value for key, value in desc.items()):
-            listed["nb_layer"] += 1
-            matched = True
-        if listed["type"] == BODY:
-            bodies += 1
-    if not matched:
-        entry = dict(desc)
-        entry["nb_layer"] = 1
-        entry["name"] = f"BODY_{bodies}" if entry["type"] == BODY else entry["type"]
-        descriptions.append(entry)
+    last = descriptions[-1] if descriptions else None
+    if last is not None and all(key in last and last[key] == value for key, value in desc.items()):
+        last["nb_layer"] += 1
+        return
+    bodies = sum(1 for listed in descriptions if listed["type"] == BODY)
+    entry = dict(desc)
+    entry["nb_layer"] = 1
+    entry["name"] = f"BODY_{bodies}" if entry["type"] == BODY else entry["type"]
+    descriptions.append(entry)
 
 
 SwitchesOf = Callable[[str], Mapping[str, int]]

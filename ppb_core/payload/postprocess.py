@@ -29,31 +29,25 @@ def combine(
 ) -> list[dict[str, Any]]:
     """Bodies of several sub-models described as one, for each group of (model name, node) pairs.
 
-    A combined body stands for one layer of each of its parts: for each group, the first
-    description of each (model, node) is taken out of the list, and one BODY named
-    `COMBINED_<their names>`, of model `combined_<their models>`, takes the place of the first of
-    them. Every memory key and every `*_time` is the sum of one layer of each part, `time` the
-    summed forward time (1 without times), and it counts as many layers as each part has: the
-    parts must have as many layers each, or the combination would lose (or invent) layers, which
-    is refused. Its `combines` key says what it stands for ("vit BODY_0 + llm BODY_2"). A part
-    that names nothing listed is refused too. Without groups the list is returned as it is (copied).
+    A combined body stands for one layer of each of its parts: a part is the first description of
+    its (model, node) and every later one of that model equal to it but for its name and count
+    (the same layers, split by others in model order: Qwen2.5-VL's window blocks between its
+    full-attention ones). The parts are taken out of the list, and BODYs named `COMBINED_<their
+    names>`, of model `combined_<their models>`, take the places of the part listed first, one per
+    description of it with its count: the k-th combined layer is the k-th layer of each part, so
+    every sub-model's layers stay in model order along the pipeline (`model.placement` places them
+    so). Every memory key and every `*_time` is the sum of one layer of each part, `time` the
+    summed forward time (1 without times). The parts must have as many layers each, or the
+    combination would lose (or invent) layers, which is refused. Its `combines` key says what it
+    stands for ("vit BODY_0 + llm BODY_2"). A part that names nothing listed is refused too.
+    Without groups the list is returned as it is (copied).
 
     The seed (`ppb_combine_bodies`) counts a combined body once whatever its parts count, so two
     32-layer bodies became one layer; with parts of one layer each the two agree.
     """
     result = [dict(desc) for desc in descriptions]
     for group in groups:
-        combined: dict[str, Any] = {
-            "model_name": "combined",
-            "type": BODY,
-            "memory_parameter": 0,
-            "memory_activation": 0,
-            "memory_recompute": 0,
-            "time": 1,
-            "nb_layer": 1,
-            "name": "COMBINED",
-        }
-        parts: list[dict[str, Any]] = []
+        parts: list[list[dict[str, Any]]] = []  # each part's descriptions, in list order
         for model_name, node in group:
             target = next(
                 (desc for desc in result if desc.get("model_name") == model_name and desc["type"] == node.upper()), None
@@ -65,33 +59,58 @@ def combine(
                     "ppb.combined",
                     f"nothing to combine as {model_name} {node} (described: {', '.join(listed)})",
                 )
-            if any(part is target for part in parts):
+            if any(desc is target for part in parts for desc in part):
                 raise InputError(source, "ppb.combined", f"{model_name} {node} is named twice in one group")
-            parts.append(target)
-        counts = {int(part["nb_layer"]) for part in parts}
-        if len(counts) > 1:
-            stated = " and ".join(f"{p['model_name']} {p['name']} has {p['nb_layer']}" for p in parts)
-            lost = sum(int(p["nb_layer"]) for p in parts) - min(counts) * len(parts)
+            parts.append([desc for desc in result if desc is target or _same_layers(desc, target)])
+        firsts = [part[0] for part in parts]
+        counts = [sum(int(desc["nb_layer"]) for desc in part) for part in parts]
+        if len(set(counts)) > 1:
+            stated = " and ".join(f"{p['model_name']} {p['name']} has {n}" for p, n in zip(firsts, counts, strict=True))
+            lost = sum(counts) - min(counts) * len(parts)
             raise InputError(
                 source,
                 "ppb.combined",
                 f"a combined body stands for one layer of each part, but {stated} layers: {lost} would be lost; "
                 "combine parts with as many layers each",
             )
-        index = min(next(i for i, desc in enumerate(result) if desc is part) for part in parts)
-        for part in parts:
-            combined["model_name"] += "_" + part["model_name"]
-            combined["name"] += "_" + part["name"]
-            for key, value in part.items():
+        combined: dict[str, Any] = {
+            "model_name": "combined",
+            "type": BODY,
+            "memory_parameter": 0,
+            "memory_activation": 0,
+            "memory_recompute": 0,
+            "time": 1,
+            "nb_layer": 1,
+        }
+        for first in firsts:
+            combined["model_name"] += "_" + first["model_name"]
+            for key, value in first.items():
                 if key.startswith("memory") or key.endswith("_time"):
                     combined[key] = combined.get(key, 0) + value
         if "forward_time" in combined:
             combined["time"] = combined["forward_time"]
-        combined["nb_layer"] = counts.pop()
-        combined[COMBINES_KEY] = combines_text(parts)
-        result = [desc for desc in result if not any(desc is part for part in parts)]
-        result.insert(index, combined)
+        position = {id(desc): i for i, desc in enumerate(result)}
+        anchor = min(range(len(parts)), key=lambda k: position[id(firsts[k])])
+        placed: dict[int, dict[str, Any]] = {}
+        for desc in parts[anchor]:
+            named = [desc if k == anchor else first for k, first in enumerate(firsts)]
+            placed[id(desc)] = dict(
+                combined,
+                name="COMBINED_" + "_".join(part["name"] for part in named),
+                nb_layer=int(desc["nb_layer"]),
+                **{COMBINES_KEY: combines_text(named)},
+            )
+        taken = {id(desc) for part in parts for desc in part}
+        result = [placed.get(id(desc), desc) for desc in result if id(desc) in placed or id(desc) not in taken]
     return result
+
+
+def _same_layers(desc: Mapping[str, Any], first: Mapping[str, Any]) -> bool:
+    """Whether *desc* describes the layers *first* does (of its model), but for its name and count."""
+    ignored = ("name", "nb_layer")
+    return desc.get("model_name") == first.get("model_name") and {
+        k: v for k, v in desc.items() if k not in ignored
+    } == {k: v for k, v in first.items() if k not in ignored}
 
 
 def _option_cost(desc: Mapping[str, Any], option: str) -> tuple[Any, Any] | None:

@@ -6,8 +6,9 @@ ZeRO stage or FSDP, micro-batch size, micro-batches from the global batch, and a
 setting. Products tp·cp·pp that do not divide the devices are not strategies (no whole dp) and are
 not counted; neither are schedule/vpp pairs that do not go together (1F1B and GPipe run one chunk,
 the interleaved schedule two or more, DualPipeV exactly two). Every other point is enumerated, and
-is either refused — by the spec's limits (a TP group crossing a node), by the global batch (it
-does not split into dp·micro_batch_size), or by the run-config validator — or valid. Refusals are
+is either refused — by the global batch (it does not split into dp·micro_batch_size) or by the
+run-config validator — or valid (a listed size that crosses a node or cannot divide the devices is
+the spec's error: `ppb_core.search.spec`). Refusals are
 counted by reason: the field and the problem with its numbers written N, so one family (say, tp
 not dividing the heads) counts as one reason whatever the numbers.
 """
@@ -174,7 +175,9 @@ class Grid:
 def grid(spec: SearchSpec) -> Grid:
     limits, framework = spec.limits, spec.framework
     experts = [s.num_experts for s in spec.specs.values() if s.is_moe]
-    tp = limits.tp or _powers_of_two(spec.devices_per_node)
+    # default: the powers of two up to a node; with TP kept in a node, those dividing it (the sizes that can be)
+    node = spec.devices_per_node
+    tp = limits.tp or [t for t in _powers_of_two(node) if not limits.tp_within_node or node % t == 0]
     pp = limits.pp or _divisors(spec.devices, spec.total_body_layers)
     if experts:
         ep = limits.ep or [e for e in _powers_of_two(min(experts)) if all(n % e == 0 for n in experts)]
@@ -237,7 +240,7 @@ def enumerate_strategies(spec: SearchSpec) -> Iterator[Strategy | Refusal]:
 def _points(
     spec: SearchSpec, g: Grid, tp: int, cp: int, ep: int, etp: int, mbs: int, sp: bool, variant: str, recompute: int
 ) -> Iterator[Strategy | Refusal]:
-    batch, node = spec.global_batch, spec.devices_per_node
+    batch = spec.global_batch
     expert_tp = etp if etp else tp
     for pp in g.pp:
         if spec.devices % (tp * cp * pp):
@@ -263,11 +266,7 @@ def _points(
                     micro_batches=micro_batches,
                     recompute=recompute,
                 )
-                if spec.limits.tp_within_node and max(tp, expert_tp) > node:
-                    which = "tp" if tp > node else "etp"
-                    message = f"{which} {max(tp, expert_tp)} spans more than a node of {node} devices"
-                    yield Refusal(strategy, reason_family("limits.tp_within_node", message), message)
-                elif not micro_batches:
+                if not micro_batches:
                     message = (
                         f"{batch} sequences do not split into dp·micro_batch_size = {dp}·{mbs} whole micro-batches"
                     )

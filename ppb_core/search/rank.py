@@ -69,8 +69,6 @@ BALANCER_FAILED = "balancer: its process ended without an answer"
 WHOLE_LAYERS_NODES = 200
 WHOLE_LAYERS_SECONDS = 30.0
 OUT_OF_TIME = "budget: not examined within the search's budget (its bound is below the ranking's last)"
-# the balancer's limits that a share scales: the rest (rounds, the closed form's nodes) stay as they are
-SCALED_LIMITS = ("node_work", "check_work", "tie_work", "local_moves", "local_work", "seed_work", "listing_work")
 PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
 SLOWER = "ranking: balanced and timed, slower than the ranking's last"
 # A bound and the time it bounds add the same terms in different orders, so a bound equal to a time can
@@ -148,11 +146,9 @@ class Ranked:
 
 
 def work_limits(share: float) -> WorkLimits:
-    """The balancer's default work limits, each scaled by *share* (at least 1): deterministic limits."""
-    default = WorkLimits()
-    if share >= 1.0:
-        return default
-    return replace(default, **{name: max(1, int(getattr(default, name) * share)) for name in SCALED_LIMITS})
+    """The balancer's default work limits, each budget scaled by *share* (never above the defaults):
+    deterministic limits (`WorkLimits.scaled`)."""
+    return WorkLimits().scaled(min(1.0, share))
 
 
 def payload_key(problem: BalanceInput) -> str:

@@ -82,7 +82,7 @@ def _choices(item: Any) -> Any:
 class SearchLimits(StrictModel):
     """Which values each dimension may take; a dimension left out takes its default (docs/search.md)."""
 
-    tp: Values | None = Field(None, description="tensor parallel; default: powers of 2 up to devices_per_node")
+    tp: Values | None = Field(None, description="tensor parallel; default: powers of 2 dividing devices_per_node")
     pp: Values | None = Field(None, description="pipeline stages; default: divisors of devices up to the layers")
     cp: Values | None = Field(None, description="context parallel; default 1, 2, 4, 8")
     ep: Values | None = Field(None, description="expert parallel (MoE); default: powers of 2 dividing the experts")
@@ -140,6 +140,7 @@ class SearchSpec(StrictModel):
     models: Models
     devices: Devices
     devices_per_node: Devices = 8
+    partial_nodes: bool = Field(False, description="devices need not be whole nodes (a part of one node, or the last)")
     device: Device
     training: dict[str, Any]
     timing: TimingOptions = Field(default_factory=TimingOptions)
@@ -252,6 +253,39 @@ def _check_training(raw: Any, where: str) -> dict[str, Any]:
     return dict(raw)
 
 
+def _check_devices(spec: SearchSpec, where: str) -> None:
+    """Nodes are whole unless the spec says otherwise; each listed size can split the devices (a size
+    that does not divide them gives no whole data-parallel degree: no strategy); with
+    `tp_within_node`, a listed tensor (or expert tensor) parallel size fits a node and divides it, so
+    that every group of consecutive ranks (TP is the innermost dimension, Megatron-Core's
+    `RankGenerator` order tp-cp-ep-dp-pp) stays inside a node."""
+    devices, node = spec.devices, spec.devices_per_node
+    if devices % node and not spec.partial_nodes:
+        raise InputError(
+            where,
+            "devices",
+            f"{devices} devices are not whole nodes of {node} (devices_per_node); "
+            "set partial_nodes: true to search on part of a node",
+        )
+    for dimension in ("tp", "cp", "pp", "ep", "etp"):
+        for value in getattr(spec.limits, dimension) or ():
+            if devices % value:
+                raise InputError(
+                    where, f"limits.{dimension}", f"{dimension} {value} does not divide the {devices} devices"
+                )
+    if not spec.limits.tp_within_node:
+        return
+    for dimension in ("tp", "etp"):
+        for value in getattr(spec.limits, dimension) or ():
+            if value > node:
+                problem = f"{dimension} {value} spans more than a node of {node} devices"
+            elif node % value:
+                problem = f"{dimension} {value} does not divide a node of {node} devices: its groups cross nodes"
+            else:
+                continue
+            raise InputError(where, f"limits.{dimension}", f"{problem} (limits.tp_within_node is true)")
+
+
 def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: str | Path = ".") -> SearchSpec:
     """A validated `SearchSpec` from parsed YAML; model files are read relative to *base_dir*."""
     where = str(source)
@@ -271,6 +305,7 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
+    _check_devices(spec, where)
     if spec.device.profile().memory_mb <= spec.device.reserved_mb:
         raise InputError(where, "device.memory_mb", "no memory left after reserved_mb")
     base = Path(base_dir)

@@ -19,6 +19,8 @@ that adds up to the iteration:
 - `optimizer`: the step, memory-bound: bytes of the gradients, master weights and moments a
   device holds, read and written at the achieved HBM bandwidth, plus the gradient norm and the
   zeroing of the gradient buffers.
+- `bookkeeping`: Megatron's per-iteration statistics beside the step (`--log-params-norm`,
+  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`).
 
 `hidden` states, per kind of communication, the share of its link time hidden behind compute.
 Framework rules (`framework_rules`): which overlaps each framework runs. docs/timing.md has
@@ -41,6 +43,7 @@ from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.combined import layer_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
+from ppb_core.timing.host import dispatcher_wait_s
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.model_flops import (
     devices,
@@ -50,9 +53,18 @@ from ppb_core.timing.model_flops import (
     utilization,
 )
 from ppb_core.timing.pricer import TimeModel
+from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
-BREAKDOWN_KEYS: tuple[str, ...] = ("compute", "bubble", "fsdp_communication", "p2p", "dp_communication", "optimizer")
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "compute",
+    "bubble",
+    "fsdp_communication",
+    "p2p",
+    "dp_communication",
+    "optimizer",
+    "bookkeeping",
+)
 FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan", "mindformers")
 MEGATRON_MIN_BUCKET = 40_000_000  # Megatron-Core DDP: bucket_size = max(40M, 1M · dp·cp) parameters
 MEGATRON_BUCKET_PER_RANK = 1_000_000
@@ -307,12 +319,20 @@ def run_iteration(
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
     states: dict[Layer, tuple[LayerType, dict | None]] = {}
+    waits: dict[Layer, float] = {}  # the GPU's wait for the host in the layer's forward (`host`)
+    host_waits: dict[tuple, tuple[float, float]] = {}  # per distinct (model, kind, state)
     for layer in placed:
         state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
-        per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, f_ms / 1e3, b_ms / 1e3))
-        cells.forward[layer.chunk][layer.stage] += f_ms / 1e3
-        cells.backward[layer.chunk][layer.stage] += b_ms / 1e3
+        key = (layer.model_name, layer.node, layer.kind, state[0], tuple(sorted((state[1] or {}).items())))
+        if key not in host_waits:
+            host_waits[key] = _host_wait(run, times, layer, state)
+        wait, again = host_waits[key]
+        waits[layer] = wait
+        forward_s, backward_s = f_ms / 1e3 + wait, b_ms / 1e3 + again
+        per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
+        cells.forward[layer.chunk][layer.stage] += forward_s
+        cells.backward[layer.chunk][layer.stage] += backward_s
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
@@ -347,7 +367,7 @@ def run_iteration(
                 cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
-    combined = _combined_savings(run, times, per_cell, states) if rules.combined_1f1b else None
+    combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
     plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
@@ -386,6 +406,7 @@ def run_iteration(
     embedding_sync = _tied_embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
     optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
+    extra = _bookkeeping_seconds(run, memory, kernels, links, per_cell)
 
     breakdown = {
         "compute": compute,
@@ -394,6 +415,7 @@ def run_iteration(
         "p2p": p2p,
         "dp_communication": dp_term,
         "optimizer": optimizer,
+        "bookkeeping": extra,
     }
     seconds = sum(breakdown.values())
     tokens = global_batch_sequences(run) * train.seq_length
@@ -431,23 +453,48 @@ def run_iteration(
     )
 
 
-def _combined_savings(run, times, per_cell, states) -> list[list[list[float]]]:
+def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[float]]]:
     """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
-    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone)."""
+    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone).
+
+    A paired forward layer's wait for the host is saved too: when its dispatcher synchronizes, the
+    backward layer's experts are already launched on the compute stream
+    (`TransformerLayerSchedulePlan.run` launches mlp_bwd before dispatch_fwd), so the GPU works on while
+    the host resumes."""
     stages, chunks = run.parallel.pp, run.parallel.vpp
     segments: dict[tuple[int, int], list] = {}
+    bodies: dict[tuple[int, int], list[Layer]] = {}
     for (chunk, stage), entries in per_cell.items():
-        segments[(chunk, stage)] = [
-            layer_segments(times, layer, *states[layer]) for layer, _, _ in entries if layer.node == BODY
-        ]
+        bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
+        segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
     contention = times.kernels.contention
-    return [
-        [
-            [step_saving(segments.get((f, s), []), segments.get((b, s), [])[::-1], contention) for s in range(stages)]
-            for b in range(chunks)
-        ]
-        for f in range(chunks)
-    ]
+
+    def saving(f: int, b: int, s: int) -> float:
+        forwards, backwards = segments.get((f, s), []), segments.get((b, s), [])
+        pairs = min(len(forwards), len(backwards))
+        hidden_waits = sum(waits[layer] for layer in bodies.get((f, s), [])[:pairs])
+        return step_saving(forwards, backwards[::-1], contention) + hidden_waits
+
+    return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
+
+
+def _host_wait(run, times, layer, state) -> tuple[float, float]:
+    """(forward, recompute) seconds a layer's GPU waits for the host (`ppb_core.timing.host`): after
+    Megatron's alltoall dispatcher synchronizes with the device, once in the forward and again in a
+    backward that reruns the dispatch (full recompute, the `moe` module)."""
+    if run.framework != "megatron" or run.timing.moe_dispatcher != "alltoall" or layer.node != BODY:
+        return 0.0, 0.0
+    ops = times.ops(layer)
+    prices = times.op_prices(layer)
+    forward_s = {name: price.forward_ms / 1e3 for name, price in prices.items()}
+    wait = dispatcher_wait_s(ops, forward_s, run.timing.host_launch_us * 1e-6, run.training.moe.dropless)
+    if not wait:
+        return 0.0, 0.0
+    rerun = any(
+        row.phase == "recompute" and row.name.endswith("permute") and not row.name.endswith("unpermute")
+        for row in times.breakdown(layer, *state)
+    )
+    return wait, wait if rerun else 0.0
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
@@ -706,6 +753,24 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
             )
         stages[stage] = stages.get(stage, 0.0) + traffic
     return kernels.memory_s(max(stages.values(), default=0.0))
+
+
+def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
+    """Megatron's per-iteration statistics, scalar all-reduces and host syncs (`timing.reporting`), on
+    the stage whose statistics passes are the largest; other frameworks: none modelled."""
+    if run.framework != "megatron":
+        return 0.0
+    setup = memory.setup
+    stages: dict[int, float] = {}
+    for (_, stage), entries in per_cell.items():
+        for layer, _, _ in entries:
+            static = memory.static_breakdown(layer)
+            traffic = pass_bytes(static.optimizer_states, static.parameters, setup.grad_bytes, run.training.dtype, run)
+            stages[stage] = stages.get(stage, 0.0) + traffic
+    moe = any(run.spec(name).is_moe for name in run.model_names if not run.is_vision(name))
+    work = bookkeeping(run, max(stages.values(), default=0.0), run.training.micro_batches, moe)
+    links = with_statistics_groups(run, links, setup.shard_level >= 1)
+    return bookkeeping_seconds(work, links, kernels.hbm_bytes_per_s, run.timing.host_launch_us)
 
 
 def iteration_summary(iteration: Iteration, digits: int = 4) -> dict[str, Any]:

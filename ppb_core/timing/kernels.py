@@ -22,7 +22,11 @@ achieved bandwidth.
 
 Flash attention: FLOPs over the device's measured flash efficiency for the pass (forward,
 backward) at head size 128 and long sequences, scaled by
-- head size: d/(d+16) relative to 128's (smaller heads do less work per byte of Q, K, V loaded);
+- head size: between 64 and 128, linearly from the kernel's measured head-64 rate over its head-128
+  rate (where the device states one: Hopper's cuDNN forward 0.694, far below the generic law) to 1;
+  below 64 that times the generic law's d/(d+16) relative to 64's; elsewhere, and above 128, the
+  generic law d/(d+16) relative to 128's, at most 1 (smaller heads do less work per byte of Q, K, V
+  loaded);
 - sequence: each query block of 128 rows walks its key blocks (about half of them under the causal
   mask), paying about one block's work to load Q, rescale and write O: blocks/(blocks + 1);
 - the causal mask's diagonal: the key block a query block shares with its own rows is computed in
@@ -49,6 +53,7 @@ SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
+MEASURED_SMALL_HEAD = 64  # the smaller head size a device's `*_head64_*` ratios are measured at
 DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
 
@@ -97,6 +102,9 @@ class Kernels:
     kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
     # FlashAttention-2's deterministic backward (`deterministic_splits`) instead of one block per key block
     deterministic_backward: bool = False
+    # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
+    attention_head64_forward: float = 0.0
+    attention_head64_backward: float = 0.0
 
     @property
     def contention(self) -> float:
@@ -138,6 +146,8 @@ class Kernels:
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
             kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
             deterministic_backward=flash2 and deterministic and not titan,
+            attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
+            attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -187,7 +197,9 @@ class Kernels:
         """The fraction of peak a flash-attention pass reaches (see the module's docstring); *mean_keys*
         is the keys one query attends to on average (about half the sequence under the causal mask)."""
         base = self.attention_backward if backward else self.attention_forward
-        size = (head_dim / (head_dim + HEAD_DIM_HALF)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + HEAD_DIM_HALF))
+        size = self.head_size_factor(
+            head_dim, self.attention_head64_backward if backward else self.attention_head64_forward
+        )
         query_blocks = math.ceil(s_q / ATTENTION_BLOCK)
         walked = mean_keys / ATTENTION_BLOCK
         ramp = walked / (walked + 1)
@@ -196,7 +208,23 @@ class Kernels:
         if backward and self.deterministic_backward:
             tiles = self.deterministic_splits(sequences) * max(1, math.ceil(sequences))
         waves = tiles / (math.ceil(tiles / self.sms) * self.sms)
-        return base * min(1.0, size) * ramp * diagonal * waves
+        return base * size * ramp * diagonal * waves
+
+    @staticmethod
+    def head_size_factor(head_dim: float, head64: float = 0.0) -> float:
+        """A flash kernel's rate at *head_dim* over its rate at head size 128: the generic law
+        d/(d+16) relative to 128's (at most 1), or, below 128 where the kernel's head-64 ratio
+        *head64* is measured, linear from it at 64 to 1 at 128, and that times the law below 64."""
+
+        def law(d: float) -> float:
+            return d / (d + HEAD_DIM_HALF)
+
+        if head_dim >= REFERENCE_HEAD_DIM or not head64:
+            return min(1.0, law(head_dim) / law(REFERENCE_HEAD_DIM))
+        if head_dim >= MEASURED_SMALL_HEAD:
+            share = (head_dim - MEASURED_SMALL_HEAD) / (REFERENCE_HEAD_DIM - MEASURED_SMALL_HEAD)
+            return head64 + (1.0 - head64) * share
+        return head64 * law(head_dim) / law(MEASURED_SMALL_HEAD)
 
     def deterministic_splits(self, sequences: float) -> int:
         """FlashAttention-2's deterministic backward (csrc/flash_attn/flash_api.cpp `mha_bwd`,

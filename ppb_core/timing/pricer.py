@@ -33,6 +33,7 @@ from ppb_core.timing.calibration import Calibration, Measurement, fit_calibratio
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
 # The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
@@ -129,6 +130,11 @@ class TimeModel:
         self._wgrad_bytes = 2 * run.training.grad_bytes if fused else run.training.dtype_bytes
         unfused_megatron = framework == "megatron" and not run.timing.gradient_accumulation_fusion
         self._accumulate_bytes = 2 * run.training.grad_bytes + run.training.dtype_bytes if unfused_megatron else 0
+        # Megatron's --deterministic-mode turns on PyTorch's NaN fill of what TransformerEngine allocates
+        # (`ppb_core.timing.nan_fill`): one more write of those outputs before the kernels that produce them.
+        self._nan_fill = (
+            framework == "megatron" and run.timing.deterministic and run.timing.transformer_impl == "transformer_engine"
+        )
         self.kernels = Kernels.from_device(
             self.device,
             run.training.dtype,
@@ -258,6 +264,13 @@ class TimeModel:
             ops = self.ops(layer)
             by_name = {op.name: op for op in ops}
             paired = self._dualpipe_share(ops)
+            fills = (
+                deterministic_fill_bytes(
+                    ops, self.run.training.dtype_bytes, self.run.timing.gradient_accumulation_fusion
+                )
+                if self._nan_fill
+                else {}
+            )
             prices = {}
             for op in ops:
                 if op.category == COMM:
@@ -271,8 +284,9 @@ class TimeModel:
                         )
                         again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
                 else:
-                    forward = again = self._phase_s(op, "forward")
-                    backward = self._phase_s(op, "backward")
+                    fill_forward, fill_backward = fills.get(op.name, (0.0, 0.0))
+                    forward = again = self._phase_s(op, "forward") + self.kernels.memory_s(fill_forward)
+                    backward = self._phase_s(op, "backward") + self.kernels.memory_s(fill_backward)
                 prices[op.name] = OpPrice(forward * 1e3, backward * 1e3, again * 1e3)
             self._prices[key] = prices
         return prices

@@ -121,7 +121,8 @@ class FrameworkRules:
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
     ) -> float:
         """What a pipeline chunk of layers of *kinds* holds for its sends and receives beyond its layers'
-        kept inputs, with *in_flight* of its *micro_batches* in flight. SAPP counts none."""
+        kept inputs, and of its own beyond its layers (the chunk's model's caches), with *in_flight* of
+        its *micro_batches* in flight. SAPP counts none."""
         return 0.0
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:

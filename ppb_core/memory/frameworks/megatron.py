@@ -62,6 +62,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   none of its micro-batches in flight (and at the optimizer step every chunk that receives its
   input, all but the first stage's first) holds both: `2·whole_tokens·h·bc`. With micro-batches in
   flight the stored input is the latest one, which its first layer keeps anyway.
+* **The router computes in `--moe-router-dtype`** (moe/router.py `TopKRouter.gating`:
+  `router_gating_linear(..., router_dtype)`; moe_utils.py `topk_routing_with_score_function` keeps
+  the scores and probabilities in the logits' dtype): the router's kept scores and top-k
+  probabilities are in it.
 * **The token dispatcher keeps its last micro-batch's routing.** `MoEAlltoAllTokenDispatcher.
   dispatch_preprocess` (megatron/core/transformer/moe/token_dispatcher.py) stores the router's
   `probs` and `routing_map` (`[tokens, experts]`, the probabilities in the router's dtype,
@@ -74,7 +78,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   (transformer_engine/pytorch/triton/permutation.py `make_row_id_map`, saved by
   pytorch/permutation.py `_moe_permute_mask_map_setup_context`), unfused the sorted indices, one
   int64 per routed copy (moe_utils.py `permute`, `index_select`). Tokens are the layer's sequence
-  shard (the dispatcher gathers over TP after its all-to-all).
+  shard (the dispatcher gathers over TP after its all-to-all). DeepEP's `MoEFlexTokenDispatcher`
+  keeps other tensors (`_DeepepManager`: top-k probabilities and indices, the received tokens'
+  routing map and mapping), not counted.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -102,6 +108,7 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 
 from ppb_core.memory.activations import INDEX_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
@@ -113,7 +120,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -185,7 +192,9 @@ def dispatcher_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
 
 def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
     """What an MLA layer's `YarnRotaryEmbedding` holds (module docstring): cos and sin tables in the
-    training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows."""
+    training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows.
+    The cache holds 32 entries a process: a rank of more than 32 MLA layers keeps 32 frequency
+    tables, where this counts one a layer (over by (n − 32)·s/cp·d·4 bytes)."""
     attention = kind.attention
     if not (attention.is_mla and attention.rope):
         return 0.0
@@ -204,7 +213,7 @@ def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
 def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]:
     """A body layer's module state (`MegatronRules.module_state_bytes`)."""
     always, idle = yarn_table_bytes(kind, setup), 0.0
-    if isinstance(kind.mlp, Moe):
+    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "alltoall":
         held, idle = dispatcher_state_bytes(kind.mlp, setup)
         always += held
     return always, idle
@@ -218,9 +227,15 @@ def megatron_body_terms(
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    if setup.router_bytes:  # --moe-router-dtype: the router's logits, scores and probabilities in it
+        routed = (f"{prefix}moe.router_scores", f"{prefix}moe.topk_probabilities")
+        kept_terms = tuple(
+            replace(t, element_bytes=setup.router_element_bytes) if t.op in routed else t for t in kept_terms
+        )
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
-    kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
+    if setup.moe_dispatcher == "alltoall":
+        kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
     # The combined 1F1B schedule's nodes keep what they detach until the layer's backward
@@ -266,6 +281,23 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
         for index in range(kind.mtp_layers)
     )
     return (*terms, *norms)
+
+
+def rope_cache_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """The rotary frequencies a pipeline chunk's model keeps: `GPTModel.__init__` (megatron/core/models/
+    gpt/gpt_model.py) builds one `RotaryEmbedding` for a rope model without MLA, and `_preprocess` calls
+    its `forward` every micro-batch, an `lru_cache` (models/common/embeddings/rotary_pos_embedding.py, 32
+    entries a process) that keeps the fp32 frequencies `[s/cp, 1, 1, d]` it returned (`inv_freq` is a
+    plain fp32 attribute, never cast; d the head dimension at --rotary-percent 1). Counted for a chunk
+    of rotary body layers (a chunk of only the embedding or the loss holds one too, not counted); MLA
+    layers hold their own (`yarn_table_bytes`)."""
+    dims = [
+        kind.attention.head_dim
+        for kind in kinds
+        if isinstance(kind, BodyKind) and not isinstance(kind, EncoderBodyKind)
+        if kind.attention.rope and not kind.attention.is_mla
+    ]
+    return setup.seq_length / setup.cp * max(dims) * ROTARY_FREQUENCY_BYTES if dims else 0.0
 
 
 def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
@@ -357,11 +389,13 @@ class MegatronRules(FrameworkRules):
     ) -> float:
         """A chunk that receives its input, with none of its micro-batches in flight, still holds the
         last one it received and that input's gradient (module docstring); in flight, that input is
-        its first layer's kept input and its gradient is not yet made."""
+        its first layer's kept input and its gradient is not yet made. Every chunk of rotary layers
+        holds its model's cached rotary frequencies (`rope_cache_bytes`)."""
+        found = rope_cache_bytes(setup, kinds)
         hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
         if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
-            return 0.0
-        return 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
+            return found
+        return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""

@@ -1,0 +1,67 @@
+"""The host on the critical path: where the GPU waits for the CPU to launch its kernels.
+
+The host normally runs ahead of the GPU, so a kernel's launch costs nothing. It falls behind after it
+waits for the device: Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/
+token_dispatcher.py `MoEAlltoAllTokenDispatcher`, d98e8a64) copies the routing's counts to the host
+(`_maybe_dtoh_and_synchronize` at `cuda_dtoh_point`, "before_permutation_1": `tokens_per_expert`,
+the all-to-all's `input_splits` / `output_splits` moved to the CPU on a side stream) and, dropless,
+waits for that copy (`d2h_event.synchronize()`) just before the expert all-to-all
+(`cuda_sync_point` "before_ep_alltoall" with EP or TP, "before_finish" without), since the
+all-to-all's split sizes must be known on the host; with a capacity factor the output size is
+synchronized before the permutation already ("before_permutation_1"). When the host resumes the
+GPU holds only what was launched between the copy and the wait (the permutation), then waits for
+each next kernel's launch until the host is ahead again.
+
+Each launch costs the host `timing.host_launch_us`: Holistic Trace Analysis (facebookresearch/
+HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the CPU side of a
+kernel launch "usually between 5-20 microseconds"; the default takes its lower bound, so the waits
+here are a floor. Kernels a launch: one an op, a grouped GEMM one cuBLAS GEMM per group
+(TransformerEngine's `general_grouped_gemm` → `nvte_multi_stream_cublas_gemm`); the ops after the
+wait are the layer's own (the wait is taken to end within the layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ppb_core.timing.flops import Op
+
+
+def kernels(op: Op) -> int:
+    """Kernel launches of an op's forward: a grouped GEMM one per group, anything else one."""
+    return op.gemm[3] if op.gemm is not None else 1
+
+
+def launch_wait_s(queued_s: float, after: Sequence[tuple[int, float]], launch_s: float) -> float:
+    """Seconds the GPU waits for the host after a host-device synchronization: *queued_s* of work were
+    launched before it, then the ops *after* it, each (kernels, seconds), launch by launch, the k-th
+    kernel launched k·launch_s after the wait ends. The GPU then ends at max over k of (k·launch_s +
+    the kernels from k on) instead of *queued_s* + all of them: the wait is the most any launch comes
+    after the GPU would have reached it."""
+    wait = 0.0
+    ready = queued_s  # when the GPU would reach the next kernel, the host not in the way
+    launched = 0
+    for count, seconds in after:
+        each = seconds / count if count else 0.0
+        for _ in range(count):
+            launched += 1
+            wait = max(wait, launched * launch_s - ready)
+            ready += each
+    return wait
+
+
+def dispatcher_wait_s(ops: Sequence[Op], forward_s: dict[str, float], launch_s: float, dropless: bool) -> float:
+    """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
+    forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
+    the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
+    permutation."""
+    names = [op.name for op in ops]
+    permute = next(
+        (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
+    )
+    if permute is None:
+        return 0.0
+    start = permute + 1 if dropless else permute
+    queued = forward_s[names[permute]] if dropless else 0.0
+    after = [(kernels(op), forward_s[op.name]) for op in ops[start:]]
+    return launch_wait_s(queued, after, launch_s)

@@ -1,0 +1,145 @@
+"""What Megatron-LM's training loop does every iteration besides forward, backward and the step:
+the statistics its flags switch on, the scalar all-reduces and the host syncs of its bookkeeping.
+
+Read from Megatron-LM at the commits of the CI golden values (adc69dba2d, Oct 2025; 6e091e1b68,
+May 2026), megatron/training/training.py `train_step` and the loop in `train`, pretrain_gpt.py
+`loss_func`, megatron/core/optimizer/clip_grads.py and megatron/training/utils
+(`calc_params_l2_norm`, `reduce_max_stat_across_model_parallel_group`,
+`logical_and_across_model_parallel_group`):
+
+- `--log-params-norm` (`timing.log_params_norm`): `calc_params_l2_norm` runs
+  `multi_tensor_l2norm` over the fp32 main copy of the parameters whose optimizer states the
+  device holds (`param.main_param`, sharded under the distributed optimizer; without bf16 the
+  parameters themselves, every one the device holds), all-reduces the square over dp·cp and then
+  over the model-parallel group (tp·pp; experts' group once more when it differs), `.item()`.
+- `--log-num-zeros-in-grad` (`timing.log_num_zeros_in_grad`): `count_zeros_fp32` runs
+  `grad.numel() - torch.count_nonzero(grad)` per held main gradient (`!= 0` reads the gradient and
+  writes a bool, the sum reads the bool), all-reduces the count over the gradient-statistics group
+  (every rank of the distributed optimizer's instance; model parallel otherwise), `.item()`; then
+  `train_step` takes its maximum over the model-parallel group (all-reduce, `.item()`).
+- Always: the gradient norm's all-reduce over the same statistics group (its passes are in the
+  optimizer term); `train_step`'s `logical_and_across_model_parallel_group(update_successful)` and
+  `reduce_max_stat_across_model_parallel_group(grad_norm)`, `training_log`'s maximum of the
+  learning rate (three model-parallel all-reduces, each followed by `.item()`); the last stage's
+  loss all-reduce over dp·cp; `optimizer.get_loss_scale().item()` in the loop.
+- `--exit-duration-in-mins` (`timing.exit_duration_in_mins`): `checkpoint_and_decide_exit`
+  all-reduces the exit decision over every rank (MAX) and reads it, `.item()`, every iteration.
+- `--check-for-nan-in-loss-and-grad` (Megatron's default; `timing.check_for_nan_in_grad`):
+  `loss_func` validates every micro-batch's loss with `torch.isnan` and `torch.isinf` through the
+  rerun state machine, which reads each result on the host: two syncs per micro-batch.
+
+A scalar all-reduce costs its latency (`scalar_all_reduce_seconds`): inside a node 2(g−1) steps, a
+ring's and NCCL's intra-node chain alike (the CI cases set `NCCL_ALGO=Ring`, all on one node); across
+nodes NCCL's double binary tree adds 2·⌈log2 nodes⌉ steps, each with the inter-node latency too
+(NVIDIA developer blog "Massively Scale Your Deep Learning Training with NCCL 2.4", Feb 2019: trees
+for latency that grows logarithmically with the node count; NCCL's tuner picks them for small data).
+A host sync drains the GPU's queue; the GPU then waits at least the launch of the next kernel,
+`timing.host_launch_us` (5 µs, the low end of the 5–20 µs "launch time on the CPU side" of the
+Holistic Trace Analysis docs, docs/source/features/cuda_kernel_launch_stats.rst).
+The Python work between a sync and the next launch is not counted: no public measurement of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ppb_core.config.run import RunConfig
+from ppb_core.timing.comm import Group, Links
+
+BOOL_BYTES = 1  # count_nonzero's `grad != 0` writes one bool per element, its sum reads it back
+MAIN_PARAM_BYTES = 4  # bf16 runs: the norm reads the fp32 main copy
+
+# The groups of the scalar all-reduces (`Links.groups` names; `with_statistics_groups` adds them).
+MODEL_PARALLEL, STATISTICS, DATA, EXPERT_MODEL_PARALLEL, WORLD = "mp", "stats", "dp", "emp", "world"
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """One iteration's extra work on the slowest device: HBM bytes of the flag-switched passes, the
+    scalar all-reduces by group, and the host syncs."""
+
+    pass_bytes: float
+    all_reduces: tuple[str, ...]
+    syncs: int
+
+
+def pass_bytes(states_held: float, parameters_held: float, grad_bytes: int, dtype: str, run: RunConfig) -> float:
+    """HBM bytes of the statistics passes *run*'s flags switch on, for a device holding the optimizer
+    states of *states_held* parameters and *parameters_held* parameters: the parameter norm reads each
+    fp32 main parameter (bf16) or each held parameter in its own dtype; the zero count reads each held
+    main gradient (*grad_bytes*) and writes and reads one bool per element."""
+    timing = run.timing
+    total = 0.0
+    if timing.log_params_norm:
+        if dtype == "bf16":
+            total += states_held * MAIN_PARAM_BYTES
+        else:
+            total += parameters_held * run.training.dtype_bytes
+    if timing.log_num_zeros_in_grad:
+        total += states_held * (grad_bytes + 2 * BOOL_BYTES)
+    return total
+
+
+def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: int, moe: bool) -> Bookkeeping:
+    """Megatron's per-iteration statistics and syncs on the device that has the most of them (a last
+    stage, which also holds the loss): its scalar all-reduces and `.item()` calls, as listed above."""
+    timing = run.timing
+    reduces = [STATISTICS, MODEL_PARALLEL, MODEL_PARALLEL, MODEL_PARALLEL, DATA]  # grad norm, 3 maxima, loss
+    syncs = 4  # update_successful, grad norm and learning-rate maxima, loss scale
+    if timing.log_num_zeros_in_grad:
+        reduces += [STATISTICS, MODEL_PARALLEL]
+        syncs += 2  # the count's .item(), its model-parallel maximum's
+    if timing.log_params_norm:
+        reduces += [DATA, MODEL_PARALLEL] + ([EXPERT_MODEL_PARALLEL] if moe else [])
+        syncs += 1
+    if timing.exit_duration_in_mins is not None:
+        reduces.append(WORLD)
+        syncs += 1
+    if timing.check_for_nan_in_grad:
+        syncs += 2 * last_stage_micro_batches  # isnan and isinf of every micro-batch's loss
+    return Bookkeeping(pass_traffic, tuple(reduces), syncs)
+
+
+def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: bool) -> Links:
+    """*links* with the groups of Megatron's scalar all-reduces: model parallel (tp·pp ranks, across
+    the pipeline), the gradient statistics group (every rank with the distributed optimizer, else the
+    model-parallel group), experts' model-parallel group (etp·ep·pp), every rank."""
+    par = run.parallel
+    world = par.tp * par.cp * par.dp * par.pp
+    across = world if par.pp > 1 else par.tp
+    model_parallel = Group(par.tp * par.pp, across)
+    statistics = Group(world, world) if distributed_optimizer else model_parallel
+    expert = Group(par.expert_tp * par.ep * par.pp, world if par.pp > 1 else par.expert_tp * par.ep)
+    groups = dict(links.groups) | {
+        MODEL_PARALLEL: model_parallel,
+        STATISTICS: statistics,
+        EXPERT_MODEL_PARALLEL: expert,
+        WORLD: Group(world, world),
+    }
+    return Links(
+        links.intra_node_bytes_per_s,
+        links.inter_node_bytes_per_s,
+        links.latency_s,
+        links.devices_per_node,
+        groups,
+        links.inter_node_latency_s,
+    )
+
+
+def scalar_all_reduce_seconds(group: Group, links: Links) -> float:
+    """A few bytes all-reduced over *group*: latency only, 2(local−1) steps inside the node and
+    2·⌈log2 nodes⌉ across nodes (NCCL's tree), the latter paying the inter-node latency as well."""
+    if group.size <= 1:
+        return 0.0
+    local = links.in_node(group)
+    nodes = math.ceil(group.size / local)
+    across = 2 * math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    return 2 * (local - 1) * links.latency_s + across * (links.latency_s + links.inter_node_latency_s)
+
+
+def bookkeeping_seconds(work: Bookkeeping, links: Links, hbm_bytes_per_s: float, host_launch_us: float) -> float:
+    """The passes at the HBM rate, each scalar all-reduce's latency, one launch per host sync: serial,
+    the queue drained before each."""
+    reduces = sum(scalar_all_reduce_seconds(links.groups[group], links) for group in work.all_reduces)
+    return work.pass_bytes / hbm_bytes_per_s + reduces + work.syncs * host_launch_us * 1e-6

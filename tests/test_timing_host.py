@@ -1,0 +1,63 @@
+"""The GPU's wait for the host after Megatron's alltoall dispatcher synchronizes with the device
+(token_dispatcher.py `_maybe_dtoh_and_synchronize`, d98e8a64), launch by launch."""
+
+from __future__ import annotations
+
+import pytest
+from test_memory_activations import MOE
+from test_memory_runs import make_run
+
+from ppb_core.timing.flops import COMM, Op
+from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s
+from ppb_core.timing.iteration import run_iteration
+
+
+def test_launch_wait_by_hand():
+    # Nothing queued, three 10 us kernels, 5 us a launch: the first waits 5 us for its launch; the
+    # second is launched at 10, when the GPU reaches it (5 + 10 = 15 > 10); the third at 15 < 25.
+    assert launch_wait_s(0.0, [(1, 10e-6)] * 3, 5e-6) == pytest.approx(5e-6)
+    # 2 queued, then one op of four kernels taking 4 (1 each), 1.5 a launch: kernel k is launched at
+    # 1.5k and reached at 2 + (k − 1): 1.5 < 2, 3 = 3, 4.5 > 4 by 0.5, 6 > 5 by 1: the GPU waits 1.
+    assert launch_wait_s(2.0, [(4, 4.0)], 1.5) == pytest.approx(1.0)
+    # launched faster than the GPU runs them: no wait
+    assert launch_wait_s(0.0, [(1, 10e-6)] * 3, 0.0) == 0.0
+
+
+def test_the_dispatcher_s_wait_follows_its_synchronization_point():
+    ops = [
+        Op("moe.router_topk", "moe", "memory"),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.dispatch", "moe", COMM),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.unpermute", "moe", "memory"),
+    ]
+    assert [kernels(op) for op in ops] == [1, 1, 1, 2, 1]  # a grouped GEMM launches one GEMM a group
+    forward = {"moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
+               "moe.unpermute": 1.0}  # fmt: skip
+    # Dropless: the wait comes before the all-to-all, the permutation (2) still to run. Launches at
+    # 1.5, 3, 4.5, 6 (dispatch, the two GEMMs, unpermute) against the GPU reaching them at 2, 3, 4, 5:
+    # the GPU waits 1.
+    assert dispatcher_wait_s(ops, forward, 1.5, dropless=True) == pytest.approx(1.0)
+    # A capacity factor: the wait comes before the permutation, nothing queued: launches at 1.5 ... 7.5
+    # against 0, 2, 3, 4, 5: the GPU waits 7.5 − 5 = 2.5.
+    assert dispatcher_wait_s(ops, forward, 1.5, dropless=False) == pytest.approx(2.5)
+    # A dense layer has no dispatcher
+    assert dispatcher_wait_s(ops[2:], forward, 1.5, dropless=True) == 0.0
+
+
+def test_the_host_s_launches_cost_only_where_the_gpu_waits():
+    # MOE's tiny layers (h 32, s 64): their kernels take less than a launch, so the host is on the
+    # critical path after every synchronization; a free launch costs nothing.
+    def run(launch_us):
+        return make_run(MOE, parallel={"dp": 2, "ep": 2}, framework="megatron").model_copy(
+            update={"timing": make_run(MOE).timing.model_copy(update={"host_launch_us": launch_us})}
+        )
+
+    slow, free = run_iteration(run(20.0)), run_iteration(run(0.0))
+    assert slow.seconds > free.seconds
+    torchtitan = make_run(MOE, parallel={"dp": 2, "ep": 2}, framework="torchtitan")
+    assert run_iteration(torchtitan).seconds == pytest.approx(
+        run_iteration(
+            torchtitan.model_copy(update={"timing": torchtitan.timing.model_copy(update={"host_launch_us": 0.0})})
+        ).seconds
+    )

@@ -1,0 +1,103 @@
+"""Megatron's per-iteration bookkeeping (ppb_core/timing/reporting.py), derived by hand from
+Megatron-LM's training loop (training.py `train_step`, `train`; clip_grads.py; calc_params_l2_norm)."""
+
+from __future__ import annotations
+
+import pytest
+from small_models import ROUND_DEVICE
+
+from ppb_core.config.run import parse_run_config
+from ppb_core.memory import MemoryModel
+from ppb_core.model.walk import walk
+from ppb_core.timing.comm import Group, Links
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.reporting import (
+    DATA,
+    EXPERT_MODEL_PARALLEL,
+    MODEL_PARALLEL,
+    STATISTICS,
+    WORLD,
+    bookkeeping,
+    pass_bytes,
+    scalar_all_reduce_seconds,
+)
+
+SPEC = {
+    "vocab_size": 4096,
+    "hidden_size": 1024,
+    "num_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "intermediate_size": 2816,
+    "max_position_embeddings": 2048,
+}
+
+
+def run_with(timing: dict, framework: str = "megatron", dtype: str = "bf16", m: int = 4):
+    raw = {
+        "name": "small",
+        "framework": framework,
+        "models": [{"name": "llm", "spec": SPEC}],
+        "parallel": {"dp": 1, "tp": 1, "pp": 1},
+        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "dtype": dtype},
+        "device": ROUND_DEVICE,
+        "timing": timing,
+    }
+    return parse_run_config(raw)
+
+
+def test_statistics_passes_by_hand():
+    # 1M parameters' states held of 4M parameters held, fp32 main gradients. calc_params_l2_norm reads
+    # the fp32 main copy (bf16): 4 B · 1M; count_zeros_fp32's `grad != 0` reads 4 B and writes a 1 B
+    # bool, its sum reads the bool: 6 B · 1M. Without bf16 the norm reads the held parameters
+    # themselves: fp16, 2 B · 4M.
+    both = run_with({"log_params_norm": True, "log_num_zeros_in_grad": True})
+    assert pass_bytes(1e6, 4e6, 4, "bf16", both) == pytest.approx(10e6)
+    assert pass_bytes(1e6, 4e6, 4, "bf16", run_with({"log_params_norm": True})) == pytest.approx(4e6)
+    assert pass_bytes(1e6, 4e6, 4, "bf16", run_with({"log_num_zeros_in_grad": True})) == pytest.approx(6e6)
+    fp16 = run_with({"log_params_norm": True}, dtype="fp16")
+    assert pass_bytes(1e6, 4e6, 4, "fp16", fp16) == pytest.approx(8e6)
+    assert pass_bytes(1e6, 4e6, 4, "bf16", run_with({})) == 0.0
+
+
+def test_scalar_all_reduces_and_syncs_by_flag():
+    # Always: the grad norm over the statistics group; update_successful, grad norm and learning-rate
+    # maxima over the model-parallel group; the loss over dp·cp. Syncs: those three maxima and the loss
+    # scale (4), and isnan + isinf of each of the 3 micro-batches' losses (6).
+    plain = bookkeeping(run_with({}), 0.0, 3, moe=False)
+    assert sorted(plain.all_reduces) == sorted([STATISTICS, MODEL_PARALLEL, MODEL_PARALLEL, MODEL_PARALLEL, DATA])
+    assert plain.syncs == 4 + 6
+    # The zero count: its sum over the statistics group and maximum over model parallel, two .item();
+    # the parameter norm: dp·cp then model parallel (experts' group too in a MoE), one .item().
+    flags = {"log_params_norm": True, "log_num_zeros_in_grad": True, "check_for_nan_in_grad": False}
+    logged = bookkeeping(run_with(flags), 0.0, 3, moe=True)
+    extra = [STATISTICS, MODEL_PARALLEL, DATA, MODEL_PARALLEL, EXPERT_MODEL_PARALLEL]
+    assert sorted(logged.all_reduces) == sorted(list(plain.all_reduces) + extra)
+    assert logged.syncs == 4 + 2 + 1
+    # --exit-duration-in-mins: the exit decision all-reduced over every rank and read, each iteration.
+    timed = bookkeeping(run_with({"exit_duration_in_mins": 230.0}), 0.0, 3, moe=False)
+    assert sorted(timed.all_reduces) == sorted([*plain.all_reduces, WORLD])
+    assert timed.syncs == plain.syncs + 1
+
+
+def test_scalar_all_reduce_latency_by_hand():
+    links = Links(1e11, 1e10, 5e-6, 8, {}, inter_node_latency_s=5e-6)
+    # 8 ranks in one node: 2·7 steps of 5 us = 70 us (a ring and NCCL's chain alike).
+    assert scalar_all_reduce_seconds(Group(8, 8), links) == pytest.approx(70e-6)
+    # 64 ranks, 8 per node over 8 nodes: 70 us in the node + 2·log2(8) = 6 tree steps of 5 + 5 us.
+    assert scalar_all_reduce_seconds(Group(64, 64), links) == pytest.approx(130e-6)
+    assert scalar_all_reduce_seconds(Group(1, 1), links) == 0.0
+
+
+def test_the_bookkeeping_of_a_run_by_hand():
+    # One device (no collectives; the round device has no latency): every parameter P's states held,
+    # fp32 gradients: 10 B · P at 5e11 B/s; syncs 4 + 2 + 1 + 2·4 (4 micro-batches) at 5 us.
+    flags = {"log_params_norm": True, "log_num_zeros_in_grad": True}
+    run = run_with(flags)
+    params = sum(MemoryModel(run).parameters(layer).total for layer in walk(run))
+    expected = 10 * params / 5e11 + 15 * 5e-6
+    assert run_iteration(run).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)
+    # Megatron's defaults log neither: only the syncs, 4 + 8.
+    assert run_iteration(run_with({})).breakdown["bookkeeping"] == pytest.approx(12 * 5e-6, rel=1e-9)
+    # torchtitan has none of Megatron's statistics
+    assert run_iteration(run_with(flags, framework="torchtitan")).breakdown["bookkeeping"] == 0.0
