@@ -73,7 +73,8 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
     # optimizer states and gradients sharded over DP (ZeRO-2); Table 4: 16 sequences per DP rank.
     "llama3.1-405b-16384": [
         (
-            f"Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K: TP8 CP1 PP16 (DP64 on 8,192, DP128 on 16,384), V={vpp}",
+            f"Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K: TP8 CP1 PP16 (DP64 on 8,192 GPUs, DP128 on 16,384),"
+            f" V={vpp}",
             dict(tp=8, cp=1, pp=16, vpp=vpp, schedule="interleaved", zero=2, micro_batch_size=1),
         )
         for vpp in (2, 4)
