@@ -65,15 +65,6 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
             dict(tp=1, cp=1, pp=1, vpp=1, schedule="1f1b", zero=3, fsdp=True, micro_batch_size=2),
         ),
     ],
-    # §3.3.2: an interleaved schedule with V stages per pipeline rank (V not published: 2 and 4 placed),
-    # optimizer states and gradients sharded over DP (ZeRO-2); Table 4: 16 sequences per DP rank.
-    "llama3.1-405b-16384": [
-        (
-            f"Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K on 16,384 GPUs: TP8 CP1 PP16 DP128, V={vpp}",
-            dict(tp=8, cp=1, pp=16, vpp=vpp, schedule="interleaved", zero=2, micro_batch_size=1),
-        )
-        for vpp in (2, 4)
-    ],
     "torchtitan-llama3.1-8b-128": [
         (
             "torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 3: FSDP 128, local batch 2, op-SAC",
@@ -91,6 +82,16 @@ PUBLISHED: dict[str, list[tuple[str, dict]]] = {
             "DeepSeek-V3 technical report (arXiv 2412.19437) §3.2: PP16 DualPipe, EP64, ZeRO-1 DP, no TP",
             dict(tp=1, cp=1, pp=16, vpp=2, schedule="dualpipev", ep=64, zero=1, micro_batch_size=1),
         ),
+    ],
+    # §3.3.2: an interleaved schedule with V stages per pipeline rank (V not published: 2 and 4 placed),
+    # optimizer states and gradients sharded over DP (ZeRO-2); Table 4: 16 sequences per DP rank.
+    "llama3.1-405b-16384": [
+        (
+            f"Llama 3 paper (arXiv 2407.21783) Table 4, 405B at 8K: TP8 CP1 PP16 (DP64 on 8,192 GPUs, DP128 on 16,384),"
+            f" V={vpp}",
+            dict(tp=8, cp=1, pp=16, vpp=vpp, schedule="interleaved", zero=2, micro_batch_size=1),
+        )
+        for vpp in (2, 4)
     ],
 }
 
