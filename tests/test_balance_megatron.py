@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ppb_core.balance.program as program_module
 from ppb_core.balance.megatron import Setting, setting_of
 from ppb_core.balance.outputs import megatron, not_megatrons, plan_from_yaml, virtual_stages
 from ppb_core.balance.plan import Plan, empty_counts, freeze
@@ -218,12 +219,11 @@ def test_no_megatron_settings_are_searched_for_a_second_model_in_the_pipeline(mo
     run has no flags to give: `ppb balance` on qwen2.5-vl-7b without its `ppb:` line spent its whole
     90 s on Megatron-Core's settings and printed an "alternative" layout counting the tower's blocks
     as decoder layers. The settings are now not searched for such a run, as for DualPipeV."""
-    import ppb_core.balance.program as program
 
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("Megatron-Core's settings searched for a two-model pipeline")
 
-    monkeypatch.setattr(program, "_megatron", fail)
+    monkeypatch.setattr(program_module, "_megatron", fail)
     body = {"type": "BODY", "time": 1, "memory_parameter": 1, "memory_activation": 1, "memory_recompute": 1}
     layers = [
         {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "model_name": "vit"},
