@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ppb_core.balance.program as program_module
 from ppb_core.balance.megatron import Setting, setting_of
-from ppb_core.balance.outputs import megatron, plan_from_yaml, virtual_stages
+from ppb_core.balance.outputs import megatron, not_megatrons, plan_from_yaml, virtual_stages
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.program import Solution, _megatron, solve
@@ -211,3 +212,27 @@ def test_megatron_settings_cut_short_say_so_and_claim_nothing_else() -> None:
     assert solution.notes == ["Megatron-Core's settings: stopped by the time limit"]
     said = report(solution)["megatron"]
     assert not said["recompute_expressible"] and said["no_alternative"] == "stopped by the time limit"
+
+
+def test_no_megatron_settings_are_searched_for_a_second_model_in_the_pipeline(monkeypatch) -> None:
+    """Megatron-Core's layout places decoder layers only (`outputs.not_megatrons`), so a two-model
+    run has no flags to give: `ppb balance` on qwen2.5-vl-7b without its `ppb:` line spent its whole
+    90 s on Megatron-Core's settings and printed an "alternative" layout counting the tower's blocks
+    as decoder layers. The settings are now not searched for such a run, as for DualPipeV."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Megatron-Core's settings searched for a two-model pipeline")
+
+    monkeypatch.setattr(program_module, "_megatron", fail)
+    body = {"type": "BODY", "time": 1, "memory_parameter": 1, "memory_activation": 1, "memory_recompute": 1}
+    layers = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "model_name": "vit"},
+        {**body, "name": "BODY_0", "nb_layer": 4, "model_name": "vit"},
+        {**body, "name": "BODY_1", "nb_layer": 4, "model_name": "llm"},
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1, "model_name": "llm"},
+    ]
+    problem = BalanceInput(layer_set(layers), 2, 4, 1, 1e9, framework="megatron")
+    assert not_megatrons(problem) is not None
+    solution = solve(problem, time_limit=30)
+    assert solution.plan is not None
+    assert "alternative" not in report(solution)["megatron"]

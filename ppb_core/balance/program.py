@@ -48,6 +48,7 @@ from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, Listi
 from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
 from ppb_core.balance.memory_floor import memory_floor
+from ppb_core.balance.outputs import not_megatrons
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
 from ppb_core.balance.probing import probe
@@ -529,7 +530,7 @@ def solve(
         and megatron_settings
         and exact is not None
         and solution.plan is not None
-        and problem.schedule_name != "dualpipev"
+        and not_megatrons(problem) is None  # DualPipeV or a second model: no setting is Megatron's to say
     ):
         _megatron(problem, solution, exact, limits, clock, report, selective_modules)
     solution.seconds = clock.elapsed
