@@ -132,6 +132,30 @@ def gpt3_7b_run(tp: int, pp: int, vpp: int, micro_batch_size: int, gpu: str) -> 
 # dropout, untied, sequence 4096, micro-batch 4, global 32; TP 2 with SP, PP 2 with 4 virtual
 # stages, EP 4, ETP 1, distributed optimizer, `--attention-backend unfused`; the GPT-2 vocabulary
 # (50257) padded to a multiple of 3232·tp.
+# gpt/gpt3_mcore_*: 12 layers, h 512, 8 heads, sequence 1024, micro-batch 4, global batch 32, the
+# GPT-2 BPE vocabulary (50257 entries, tests/functional_tests/shared_data: gpt2 vocab.json), tied
+# embeddings (no --untie-embeddings-and-output-weights), attention without flash kernels
+# (`--attention-backend unfused`, or `--transformer-impl local`), Megatron's other defaults.
+GPT_SMALL = {
+    "vocab_size": 50257,
+    "hidden_size": 512,
+    "num_layers": 12,
+    "num_attention_heads": 8,
+    "intermediate_size": 2048,
+    "activation": "gelu",
+    "norm": "layernorm",
+    "norm_bias": True,
+    "tied_embeddings": True,
+    "position_embedding": "learned",
+    "max_position_embeddings": 1024,
+    "attention_bias": True,
+    "attention_output_bias": True,
+    "mlp_bias": True,
+    "attention_dropout": 0.1,
+    "hidden_dropout": 0.1,
+}
+
+
 MOE_MLA = {
     "vocab_size": 50257,
     "hidden_size": 1024,

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
-from _public import gpt3_7b_run, run_config  # noqa: E402
+from _public import GPT_SMALL, gpt3_7b_run, run_config  # noqa: E402
 from public_runs import GOLDEN_7B, GOLDEN_7B_H100_WITH_A100, GoldenTimes, PublicRun, config, public_runs  # noqa: E402
 
 from ppb_core.model.switches import LayerType  # noqa: E402
@@ -187,28 +187,10 @@ SMALL_TP4_GOLDEN = {
 
 def small_tp4_run(gpu: str) -> dict:
     """The 12-layer TP4 case's run config on one node of 8 *gpu*s."""
-    spec = {
-        "vocab_size": 50257,
-        "hidden_size": 512,
-        "num_layers": 12,
-        "num_attention_heads": 8,
-        "intermediate_size": 2048,
-        "activation": "gelu",
-        "norm": "layernorm",
-        "norm_bias": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": 1024,
-        "attention_bias": True,
-        "attention_output_bias": True,
-        "mlp_bias": True,
-        "attention_dropout": 0.1,
-        "hidden_dropout": 0.1,
-        "tied_embeddings": True,
-    }
     return {
         "name": f"megatron-ci-small-tp4-{gpu}",
         "framework": "megatron",
-        "models": [{"name": "llm", "spec": spec, "pad_vocab_multiple": 128}],
+        "models": [{"name": "llm", "spec": GPT_SMALL, "pad_vocab_multiple": 128}],
         "parallel": {"dp": 2, "tp": 4, "pp": 1, "zero": 1},
         "training": {
             "seq_length": 1024,

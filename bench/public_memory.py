@@ -48,6 +48,7 @@ from ppb_core.model.walk import walk  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 from _measure import machine  # noqa: E402
 from _public import (  # noqa: E402
+    GPT_SMALL,
     LLAMA3_405B,
     LLAMA31_8B,
     LLAMA31_70B,
@@ -124,30 +125,6 @@ def _megatron_rows() -> list[MeasuredPeak]:
 # tensor-parallel rank 0 of the last stage holds the iteration's micro-batches, attention masks
 # included, after the step. d98e8a64, which ppb follows, does not.
 _BATCHES_KEPT = "after the step the run kept its micro-batches on the GPU (Megatron 5e4fc931ba..bf32f4415e), ppb not"
-
-
-# gpt/gpt3_mcore_*: 12 layers, h 512, 8 heads, sequence 1024, micro-batch 4, global batch 32, the
-# GPT-2 BPE vocabulary (50257 entries, tests/functional_tests/shared_data: gpt2 vocab.json), tied
-# embeddings (no --untie-embeddings-and-output-weights), attention without flash kernels
-# (`--attention-backend unfused`, or `--transformer-impl local`), Megatron's other defaults.
-GPT_SMALL = {
-    "vocab_size": 50257,
-    "hidden_size": 512,
-    "num_layers": 12,
-    "num_attention_heads": 8,
-    "intermediate_size": 2048,
-    "activation": "gelu",
-    "norm": "layernorm",
-    "norm_bias": True,
-    "tied_embeddings": True,
-    "position_embedding": "learned",
-    "max_position_embeddings": 1024,
-    "attention_bias": True,
-    "attention_output_bias": True,
-    "mlp_bias": True,
-    "attention_dropout": 0.1,
-    "hidden_dropout": 0.1,
-}
 
 
 def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:

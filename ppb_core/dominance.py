@@ -3,7 +3,8 @@
 Minimizing every coordinate, point *a* beats point *b* when a ≤ b in each coordinate and a ≠ b,
 or a = b and *a* comes first: of equal points the first stays. To maximize, negate the points.
 Used for recompute settings (`payload.front`), withdrawn options (`payload.postprocess`), the
-balancer's cell and stage choices (`balance.choices`), a schedule's in-flight peaks
+balancer's stage choices (`balance.choices`; its cell fronts add the tie-break's recompute rule,
+`choices._kept`), a schedule's in-flight peaks
 (`schedules`) and a census's working-set lines (`census.fit`).
 """
 

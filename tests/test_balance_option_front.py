@@ -1,6 +1,6 @@
 """`choices._option_front` (one body type's (backward, activation) front over option mixes) against the
 exhaustive listing: every way of giving `count` layers the allowed options, reduced by the definition
-of dominance written out here (no point at most as large in both and smaller in one)."""
+of dominance written out here (`_exhaustive`: at most as large in both and no worse for the tie-break)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from ppb_core.model.switches import OPTIONS
 
 
 def _exhaustive(count: int, options: tuple[int, ...], backward: list[float], activation: list[float]) -> list:
-    """(B, A) of every undominated mix, sorted, with the mixes giving each: B and A summed option by option
-    in `options` order, as the balancer sums them."""
-    points: dict[tuple[float, float], list[tuple[int, ...]]] = {}
+    """(B, A, recomputed layers, options used) of every mix no other beats, sorted, with the mixes giving
+    each: B and A summed option by option in `options` order, as the balancer sums them. Mix q beats p
+    when q ≤ p in B and A and q is no worse for the tie-break (`balance/tiebreak.py`): smaller B, or
+    fewer layers off NONE (OPTIONS[0]), or as many and only options p uses (issue 13)."""
+    points: dict[tuple[float, float, int, tuple[int, ...]], list[tuple[int, ...]]] = {}
     for split in itertools.product(range(count + 1), repeat=len(options)):
         if sum(split) != count:
             continue
@@ -26,9 +28,20 @@ def _exhaustive(count: int, options: tuple[int, ...], backward: list[float], act
             b += n * backward[k]
             a += n * activation[k]
             counts[k] = n
-        points.setdefault((b, a), []).append(tuple(counts))
-    kept = [p for p in points if not any(q != p and q[0] <= p[0] and q[1] <= p[1] for q in points)]
+        used = tuple(k for k, n in enumerate(counts) if n)
+        points.setdefault((b, a, count - counts[0], used), []).append(tuple(counts))
+
+    def beats(q: tuple, p: tuple) -> bool:
+        no_worse = q[0] < p[0] or q[2] < p[2] or (q[2] == p[2] and set(q[3]) <= set(p[3]))
+        return q != p and q[0] <= p[0] and q[1] <= p[1] and no_worse
+
+    kept = [p for p in points if not any(beats(q, p) for q in points)]
     return sorted((p, points[p]) for p in kept)
+
+
+def _described(front: list) -> list:
+    """The front's points as `_exhaustive` keys them, sorted."""
+    return sorted((b, a, sum(c) - c[0], tuple(k for k, n in enumerate(c) if n)) for b, a, c in front)
 
 
 def test_two_options_by_hand() -> None:
@@ -72,6 +85,8 @@ def test_the_front_is_the_exhaustive_one(
     front = _option_front(count, options, backward, activation)
     assert _option_fronts(count + 3, options, backward, activation)[count] == front
     expected = _exhaustive(count, options, backward, activation)
-    assert [(b, a) for b, a, _ in front] == [point for point, _ in expected]
-    for (_, _, counts), (_, mixes) in zip(front, expected, strict=True):
-        assert counts in mixes
+    assert _described(front) == [point for point, _ in expected]
+    assert [b for b, _, _ in front] == sorted(b for b, _, _ in front)
+    mixes = dict(expected)
+    for b, a, counts in front:
+        assert counts in mixes[(b, a, sum(counts) - counts[0], tuple(k for k, n in enumerate(counts) if n))]

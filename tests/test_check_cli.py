@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ppb_core.cli.main import main
+from ppb_core.config.layout import parse_layout, validate_layout
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -238,6 +239,52 @@ def test_mtp_layers_apart_from_the_loss_are_refused_as_in_a_run_config(capsys: p
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "--pipeline-model-parallel-layout: ppb needs the MTP layers m in the virtual stage of the loss L" in err
+
+
+def test_megatrons_deepseek_v3_layout_is_megatrons_and_its_refusal_names_one_ppb_prices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Megatron-LM's own DeepSeek-V3 layout (docs/user-guide/features/pipeline_parallel_layout.md,
+    commit d98e8a64) passes Megatron-Core's rules (`validate_layer_layout`): rank 14's last virtual
+    stage holds the MTP layer alone, rank 15's the loss. ppb refuses it in one line naming the layout
+    with the MTP layer beside the loss, and that layout is priced: rank 0 holds `Ettt` and `tt` (5
+    decoder layers), ranks 1-13 `tt` twice (4), rank 14 `tt` and an empty stage (2), rank 15 `tt` and
+    `mL` (2): 5 + 13·4 + 2 + 2 = 61."""
+    megatrons = "Et*3|(tt|)*29,m|L"
+    layout = parse_layout(megatrons, 16)
+    validate_layout(layout, 61, 1)  # Megatron-Core accepts it
+    assert (layout[14][1], layout[15][1], layout[0][0]) == ("m", "L", "Ettt")
+    code = main(
+        ["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", f"--pipeline-model-parallel-layout '{megatrons}'"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "priced beside the loss the layout is 'Et*3|(tt|)*29,|mL'" in err
+    _, out = _check(
+        capsys, CONFIGS / "deepseek-v3.yaml", "--pipeline-model-parallel-layout 'Et*3|(tt|)*29,|mL'", "--no-optimum"
+    )
+    assert [stage["layers"] for stage in out["stages"]] == [5, *[4] * 13, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("layout", "why"),
+    [
+        # validate_layer_layout: "decoder layers must be placed before MTP layers"
+        ("Et*3|(tt|)*28,tm|t|L", "decoder layers must come before the MTP layers"),
+        # validate_layer_layout: "the MTP should be always in the last virtual pipeline stage of that rank"
+        # (rank 15's first virtual stage holds 30 t and the m; every later stage is empty but the last)
+        ("Et*3|(tt|)*14,t*30m|" + "|" * 15 + "L", "rank 15: MTP layers must be in the rank's last virtual stage"),
+        # "Number of mtp layers in layout must match mtp_num_layers"
+        ("Et*3|(tt|)*29,mm|L", "2 MTP layers m, the model has 1"),
+    ],
+)
+def test_mtp_layouts_megatron_refuses_are_refused_with_its_reason(
+    capsys: pytest.CaptureFixture[str], layout: str, why: str
+) -> None:
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", f"--pipeline-model-parallel-layout '{layout}'"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"--pipeline-model-parallel-layout: {why}" in err, err
 
 
 @pytest.mark.parametrize(

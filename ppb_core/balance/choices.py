@@ -28,11 +28,12 @@ import numpy as np
 from ppb_core.balance.megatron import Setting
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock
-from ppb_core.dominance import undominated, undominated_in_order
+from ppb_core.dominance import undominated_in_order
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
+NONE = OPTIONS.index("NONE")  # the option that recomputes nothing (`tiebreak._base_option`)
 
 
 class ListingCut(Exception):
@@ -82,17 +83,56 @@ class StageChoice:
     cells: tuple[CellChoice, ...]  # one per chunk
 
 
-def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float, tuple]]:
-    """Points not dominated in (backward, activation), the first of equal ones kept, by backward time."""
-    return [points[i] for i in undominated([(b, a) for b, a, _ in points])]
+def _pareto(points: list[tuple[float, float, tuple]], base: int = NONE) -> list[tuple[float, float, tuple]]:
+    """Points not beaten (`_kept`) in (backward, activation, recompute), the first of equal ones kept.
+    A point's third element holds one row of per-option counts per body type."""
+    rows = [tuple(map(sum, zip(*counts, strict=True))) if counts else () for _, _, counts in points]
+    layers = [sum(n for k, n in enumerate(row) if k != base) for row in rows]
+    masks = [sum(1 << k for k, n in enumerate(row) if n) for row in rows]
+    keep = _kept(
+        np.array([b for b, _, _ in points]), np.array([a for _, a, _ in points]), np.array(layers), np.array(masks)
+    )
+    return [points[i] for i in keep]
 
 
-def _option_front(count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
-    """(B, A, per-option counts) of `count` layers of one type under the given options, Pareto-reduced."""
-    return _option_fronts(count, options, backward, activation)[count]
+def _kept(backward: np.ndarray, activation: np.ndarray, layers: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Positions of the option mixes that can be in a plan the tie-break (`tiebreak.py`) picks, by backward.
+
+    Mix j beats mix i (same layers) when it is no slower and no larger (B_j ≤ B_i, A_j ≤ A_i) and no
+    worse for the tie-break: faster (B_j < B_i, so less recompute time), or as fast with fewer layers
+    recomputed, or as fast and as many with only options i uses (a stage with j mixes no more options).
+    Dropping i for j then never costs time, memory or any tie-break criterion. B and A alone would drop
+    NONE beside an option as fast and leaner that still recomputes (issue 13's needless recompute)."""
+    if not len(backward):
+        return np.zeros(0, dtype=np.int64)
+    popcount = np.array([bin(int(m)).count("1") for m in masks])
+    order = np.lexsort((np.arange(len(backward)), popcount, activation, layers, backward))
+    b, a, n, m = backward[order], activation[order], layers[order], masks[order]
+    starts = np.r_[True, (b[1:] != b[:-1]) | (n[1:] != n[:-1])]  # first of each (B, layers) group
+    group = np.cumsum(starts) - 1
+    group_least = np.minimum.reduceat(a, np.flatnonzero(starts))
+    before = np.r_[np.inf, np.minimum.accumulate(group_least)[:-1]]  # least A of the earlier groups
+    alive = a < before[group]
+    for first in np.flatnonzero(starts):  # within a group (same B, layers; A ascending): option subsets
+        last = first + 1
+        while last < len(b) and not starts[last]:
+            last += 1
+        for i in range(first + 1, last):
+            if alive[i] and any((m[j] & ~m[i]) == 0 for j in range(first, i)):
+                alive[i] = False
+    return order[alive]
 
 
-def _option_fronts(most: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float]):
+def _option_front(
+    count: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float], base: int = NONE
+):
+    """(B, A, per-option counts) of `count` layers of one type under the given options, reduced by `_kept`."""
+    return _option_fronts(count, options, backward, activation, base)[count]
+
+
+def _option_fronts(
+    most: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float], base: int = NONE
+):
     """`_option_front` of 0, 1, …, `most` layers, all from one pass.
 
     Options are added one at a time: the front of t layers under the first options is, over the layers u
@@ -111,9 +151,9 @@ def _option_fronts(most: int, options: Sequence[int], backward: Sequence[float],
             a = np.concatenate([front[1] + used * activation[k] if used else front[1] for used, front in parts])
             counts = np.concatenate([front[2] for _, front in parts])
             counts[:, k] += np.repeat(np.array([used for used, _ in parts]), [len(front[0]) for _, front in parts])
-            order = np.lexsort((a, b))  # by (B, A), equal ones in candidate order
-            least = np.minimum.accumulate(a[order])
-            keep = order[np.concatenate(([True], a[order][1:] < least[:-1]))]
+            layers = counts.sum(axis=1) - counts[:, base]
+            masks = ((counts > 0) * (1 << np.arange(width))).sum(axis=1)
+            keep = _kept(b, a, layers, masks)
             grown[total] = (b[keep], a[keep], counts[keep])
         fronts = grown
     return [
@@ -138,6 +178,7 @@ class Catalogue:
         self._front_cache: dict[tuple[int, tuple[int, ...]], list[list[tuple[float, float, tuple]]]] = {}
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
+        self.base = NONE if NONE in considered else considered[0]  # as `tiebreak._base_option`
         # per cell: how many cells that must hold a layer come before it and after it along the model
         open_cells = [cell not in problem.reserved_cells for cell in problem.cells]
         self._around = {
@@ -198,11 +239,15 @@ class Catalogue:
                 for i, (body, n) in enumerate(zip(types, counts, strict=True)):
                     allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
                     front = self._front(body, n, tuple(allowed))
-                    partial = _pareto([(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front])
+                    partial = _pareto(
+                        [(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front], self.base
+                    )
                 candidates += partial
         forward = sum(bodies[body].forward_time * n for body, n in zip(types, counts, strict=True))
         parameters = sum(bodies[body].memory_parameter_mb * n for body, n in zip(types, counts, strict=True))
-        choices = [CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates)]
+        choices = [
+            CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates, self.base)
+        ]
         self._cell_cache[key] = choices
         return choices
 
@@ -237,7 +282,7 @@ class Catalogue:
         if known is None or count >= len(known):
             most = max(count, 2 * (len(known) - 1) if known else count)
             most = min(most, max(count, self.p.layers.bodies[body].nb_layer))
-            known = _option_fronts(most, allowed, self.backward[body], self.activation[body])
+            known = _option_fronts(most, allowed, self.backward[body], self.activation[body], self.base)
             self._front_cache[key] = known
         return known[count]
 
@@ -333,6 +378,17 @@ class Catalogue:
             fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
         index, used = index[fits], used[fits]
         backward = _per_chunk(per_chunk, index, "backward")
+        # Among equal backward times (so equal recompute time, the layouts being equal) the tie-break's
+        # order (`tiebreak.py`): the fewest recomputed layers, one option on the whole stage, the least
+        # memory. A faster vector means less recompute time, so keeping the first is exact for it.
+        used_options = np.zeros(len(index), dtype=np.int64)  # a bit per option any cell uses
+        recomputed = np.zeros(len(index), dtype=np.int64)
+        for chunk, options in enumerate(per_chunk):
+            bits = [sum(1 << k for row in c.counts for k, n in enumerate(row) if n) for c in options]
+            used_options |= np.array(bits, dtype=np.int64)[index[:, chunk]]
+            layers = [sum(n for row in c.counts for k, n in enumerate(row) if k != self.base) for c in options]
+            recomputed += np.array(layers, dtype=np.int64)[index[:, chunk]]
+        mixed = ((used_options & (used_options - 1)) != 0).astype(float)
         if reduce == "sum":
             bodies = len(p.layers.bodies)
             key_columns = []
@@ -345,9 +401,17 @@ class Catalogue:
                 totals += per_body[index[:, chunk]]
             keys = np.column_stack([*key_columns, totals]) if len(index) else np.zeros((0, 1))
             forward = _per_chunk(per_chunk, index, "forward")
-            # least total backward, then the most even chunks, then the first listed
+            # least total backward, then the most even chunks, then as above, then the first listed
             order = np.lexsort(
-                (np.arange(len(index)), (forward + backward).max(axis=1), backward.sum(axis=1), *keys.T[::-1])
+                (
+                    np.arange(len(index)),
+                    used,
+                    mixed,
+                    recomputed,
+                    (forward + backward).max(axis=1),
+                    backward.sum(axis=1),
+                    *keys.T[::-1],
+                )
             )
             ordered = keys[order]
             starts = np.ones(len(order), dtype=bool)  # the first row of each key
@@ -359,15 +423,17 @@ class Catalogue:
             layouts = [(c.bodies, tuple(sum(r) for r in c.counts)) for c in options]
             codes = {layout: n for n, layout in enumerate(dict.fromkeys(layouts))}
             layout_columns.append(np.array([codes[layout] for layout in layouts])[index[:, chunk]])
-        # among equal backward times: one option on the whole stage first, then the least memory
-        used_options = np.zeros(len(index), dtype=np.int64)  # a bit per option any cell uses
-        for chunk, options in enumerate(per_chunk):
-            bits = [sum(1 << k for row in c.counts for k, n in enumerate(row) if n) for c in options]
-            used_options |= np.array(bits, dtype=np.int64)[index[:, chunk]]
-        mixed = ((used_options & (used_options - 1)) != 0).astype(float)
-        # scan order per layout: Σ backward, the backward vector, mixed, memory, then listing order
+        # scan order per layout: Σ backward, the backward vector, recomputed, mixed, memory, listing order
         order = np.lexsort(
-            (np.arange(len(index)), used, mixed, *backward.T[::-1], backward.sum(axis=1), *layout_columns[::-1])
+            (
+                np.arange(len(index)),
+                used,
+                mixed,
+                recomputed,
+                *backward.T[::-1],
+                backward.sum(axis=1),
+                *layout_columns[::-1],
+            )
         )
         layout = np.column_stack(layout_columns)[order] if layout_columns else np.zeros((len(order), 0))
         starts = np.flatnonzero(np.r_[True, (layout[1:] != layout[:-1]).any(axis=1)]) if len(order) else []

@@ -100,9 +100,18 @@ def validate_layout(layout: Sequence[Sequence[str]], num_layers: int, mtp_layers
 
 def check_mtp_with_loss(layout: Sequence[Sequence[str]], mtp_layers: int) -> None:
     """ppb's TAIL holds the MTP layers with the output layer and the loss: LayoutError unless every `m`
-    is in the virtual stage of `L` (the last rank's last; Megatron-Core also runs them apart)."""
-    if layout[-1][-1].count("m") != mtp_layers:
-        raise LayoutError("ppb needs the MTP layers m in the virtual stage of the loss L")
+    is in the virtual stage of `L` (the last rank's last). Megatron-Core also runs them apart
+    (`validate_layer_layout` accepts `m` in any rank's last virtual stage but rank 0's earlier ones and
+    marks it `mtp_standalone`, as its DeepSeek-V3 example 'Et*3|(tt|)*29,m|L' does); ppb cannot price
+    that yet, so the refusal says so and names the layout with the MTP layers moved beside the loss."""
+    if layout[-1][-1].count("m") == mtp_layers:
+        return
+    stages = [stage.replace("m", "") for stage in model_order(layout)]
+    stages[-1] = stages[-1].replace("L", "m" * mtp_layers + "L")
+    raise LayoutError(
+        "ppb needs the MTP layers m in the virtual stage of the loss L (Megatron-Core runs them apart, "
+        f"ppb does not price that yet); priced beside the loss the layout is {format_layout(stages)!r}"
+    )
 
 
 def format_layout(stages: Sequence[str]) -> str:

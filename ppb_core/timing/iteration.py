@@ -30,7 +30,7 @@ every term and its source.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ppb_core.config.run import RunConfig
@@ -203,14 +203,7 @@ def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     groups["edp"] = Group(max(1, setup.expert_data_group), span)
     groups["pp"] = Group(2, span * 2)  # two neighbouring stages, span = ranks from one to the other
     groups["first_last"] = Group(2, span * par.pp)
-    return Links(
-        links.intra_node_bytes_per_s,
-        links.inter_node_bytes_per_s,
-        links.latency_s,
-        links.devices_per_node,
-        groups,
-        links.inter_node_latency_s,
-    )
+    return replace(links, groups=groups)
 
 
 def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:

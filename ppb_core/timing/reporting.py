@@ -42,7 +42,7 @@ The Python work between a sync and the next launch is not counted: no public mea
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppb_core.config.run import RunConfig
 from ppb_core.timing.comm import Group, Links
@@ -117,14 +117,7 @@ def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: 
         EXPERT_MODEL_PARALLEL: expert,
         WORLD: Group(world, world),
     }
-    return Links(
-        links.intra_node_bytes_per_s,
-        links.inter_node_bytes_per_s,
-        links.latency_s,
-        links.devices_per_node,
-        groups,
-        links.inter_node_latency_s,
-    )
+    return replace(links, groups=groups)
 
 
 def scalar_all_reduce_seconds(group: Group, links: Links) -> float:
