@@ -185,6 +185,17 @@ MOE_MLA = {
 
 # Both cases' --no-rope-fusion, --moe-router-dtype fp32 and --moe-permute-fusion.
 MOE_MLA_TRAINING = {"rope_fusion": False, "moe": {"router_dtype": "fp32", "permute_fusion": True}}
+# Both MoE-MLA cases' flags that bear on time: --cross-entropy-loss-fusion,
+# --no-check-for-nan-in-loss-and-grad, --no-rope-fusion, --log-params-norm, --log-num-zeros-in-grad,
+# --exit-duration-in-mins 230.
+MOE_MLA_TIMING = {
+    "cross_entropy_fusion": True,
+    "check_for_nan_in_grad": False,
+    "rope_fusion": False,
+    "log_params_norm": True,
+    "log_num_zeros_in_grad": True,
+    "exit_duration_in_mins": 230.0,
+}
 
 MOE_MLA_MEMORY_SPEED = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
 MOE_MLA_LAYOUT = "gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental"
@@ -217,16 +228,7 @@ def moe_mla_memory_speed_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
-        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
-        "timing": {
-            "cross_entropy_fusion": True,
-            "check_for_nan_in_grad": False,
-            "rope_fusion": False,
-            "log_params_norm": True,
-            "log_num_zeros_in_grad": True,
-            "exit_duration_in_mins": 230.0,
-        },
+        "timing": {**MOE_MLA_TIMING},
     }
 
 
@@ -266,16 +268,7 @@ def moe_mla_layout_run() -> dict[str, Any]:
             **MOE_MLA_TRAINING,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        # --cross-entropy-loss-fusion, --no-check-for-nan-in-loss-and-grad, --no-rope-fusion,
-        # --log-params-norm, --log-num-zeros-in-grad, --exit-duration-in-mins 230
-        "timing": {
-            "cross_entropy_fusion": True,
-            "check_for_nan_in_grad": False,
-            "rope_fusion": False,
-            "log_params_norm": True,
-            "log_num_zeros_in_grad": True,
-            "exit_duration_in_mins": 230.0,
-        },
+        "timing": {**MOE_MLA_TIMING},
     }
 
 
