@@ -69,6 +69,17 @@ SMALL_MLA = {
     "v_head_dim": 8,
 }
 
+# Four GQA layers (h 1024, 16 heads, 4 KV heads) in ppb's spec: the time tests' small model.
+SMALL_GQA = {
+    "vocab_size": 4096,
+    "hidden_size": 1024,
+    "num_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "intermediate_size": 2816,
+    "max_position_embeddings": 2048,
+}
+
 
 def two_kind_bodies(heavy_layers: int) -> list[dict]:
     """SAPP bodies: 2 light layers then `heavy_layers` heavy ones (twice the forward); activations fall

@@ -142,7 +142,7 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
 
 
 # A small DeepSeek-style MLA layer: h=1024, a=8, q latent 256, kv latent 128, nope 64, rope 32, v 64.
-SMALL_MLA = {
+MLA_H1024 = {
     "vocab_size": 1000,
     "hidden_size": 1024,
     "num_layers": 1,
@@ -160,7 +160,7 @@ def test_per_device_flops_of_an_mla_layer():
     # DeepSeek-style MLA, small: h=1024, a=8 → 4 heads at t=2, q latent 256, kv latent 128, nope 64,
     # rope 32, v 64; SP: down-projections (replicated) run on the n/t = 512 local tokens; the
     # up-projections on all n = 1024 gathered tokens.
-    spec = dict(SMALL_MLA)
+    spec = dict(MLA_H1024)
     run = spec_run(spec, s=1024, tp=2, sequence_parallel=True)
     n, local, heads = 1024, 512, 4
     pairs = 1024 * 1025 / 2
@@ -357,7 +357,7 @@ def test_megatron_s_unfused_rotary_embedding_moves_each_op_s_bytes(fusion, forwa
 def test_mla_s_unfused_rotary_embedding_by_hand():
     # The MLA layer of test_per_device_flops_of_an_mla_layer at t = 1: 8 heads, nope 64, rope 32,
     # v 64, n = 1024 tokens, bf16.
-    spec = dict(SMALL_MLA)
+    spec = dict(MLA_H1024)
     n, heads = 1024, 8
     fused = {op.name: op for op in ops_of(spec_run(spec, s=1024))}["rope"]
     # fused: Q and K (8 heads × 96) read and written once

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from small_models import ROUND_DEVICE
+from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
@@ -51,15 +51,7 @@ def small_run(
     dtype="bf16",
     **extra,
 ):
-    spec = {
-        "vocab_size": 4096,
-        "hidden_size": 1024,
-        "num_layers": 4,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "intermediate_size": 2816,
-        "max_position_embeddings": 2048,
-    }
+    spec = dict(SMALL_GQA)
     raw = {
         "name": "small",
         "framework": framework,

@@ -4,7 +4,7 @@ Megatron-LM's training loop (training.py `train_step`, `train`; clip_grads.py; c
 from __future__ import annotations
 
 import pytest
-from small_models import ROUND_DEVICE
+from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
@@ -22,22 +22,12 @@ from ppb_core.timing.reporting import (
     scalar_all_reduce_seconds,
 )
 
-SPEC = {
-    "vocab_size": 4096,
-    "hidden_size": 1024,
-    "num_layers": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 4,
-    "intermediate_size": 2816,
-    "max_position_embeddings": 2048,
-}
-
 
 def run_with(timing: dict, framework: str = "megatron", dtype: str = "bf16", m: int = 4):
     raw = {
         "name": "small",
         "framework": framework,
-        "models": [{"name": "llm", "spec": SPEC}],
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
         "parallel": {"dp": 1, "tp": 1, "pp": 1},
         "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "dtype": dtype},
         "device": ROUND_DEVICE,
