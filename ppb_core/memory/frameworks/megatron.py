@@ -129,7 +129,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -278,12 +278,14 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
     (`MultiTokenPredictionLayer.forward` → `_checkpointed_forward`) each MTP layer keeps only the
     inputs of its projection and transformer layer (the hidden state, the embedding) and what its
     loss keeps."""
-    if kind.mtp_body is None:
+    if not kind.has_mtp_modules:  # no MTP layer (a standalone MTP's loss chunk runs only their heads)
         return terms
     if FULL_UNIT in modules:  # the projection, the layer and its final norm checkpointed from their inputs
         terms = tuple(t for t in terms if not _mtp_checkpointed(t.op))
     elif modules:
         terms = tuple(t for t in terms if not (t.op.startswith("mtp") and module_drops(t, modules, kind.mtp_body)))
+    if kind.part == MTP_PART:  # the received hidden state is the norm's own input there (`tail_terms`)
+        return terms
     whole = setup.whole_tokens * kind.hidden_size
     norms = tuple(
         ActivationTerm(f"mtp{index}.hidden_norm_input", None, whole, setup.dtype_bytes)
@@ -317,7 +319,11 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
     local = setup.transformer_impl == "local"
     requests = [0.0]
     if setup.sp > 1:
-        gathers = [kind for kind in kinds if isinstance(kind, TailKind) or (local and isinstance(kind, BodyKind))]
+        gathers = [
+            kind
+            for kind in kinds
+            if (isinstance(kind, TailKind) and kind.has_output) or (local and isinstance(kind, BodyKind))
+        ]
         requests += [setup.tokens * kind.hidden_size for kind in gathers]
     if local and not setup.flash_attention:
         b, s = setup.micro_batch_size, setup.seq_length
@@ -326,11 +332,18 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
     return max(requests) * setup.dtype_bytes
 
 
+def received_width(kind: TailKind) -> int:
+    """Features per token a chunk starting with this TAIL part receives: h, or (1 + mtp)·h on a
+    standalone MTP's loss chunk (multi_token_prediction.py `MultiTokenPredictionBlock.forward`,
+    `torch.cat(hidden_states_list, dim=0)`, commit d98e8a64)."""
+    return kind.hidden_size * (1 + kind.mtp_layers if kind.part == OUTPUT_PART else 1)
+
+
 def routes_experts(kind: LayerKind) -> bool:
     """Whether a layer runs routed experts: an MoE body, or a TAIL whose MTP layer is one."""
     if isinstance(kind, BodyKind):
         return isinstance(kind.mlp, Moe)
-    return isinstance(kind, TailKind) and kind.mtp_body is not None and isinstance(kind.mtp_body.mlp, Moe)
+    return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
 
 
 class MegatronRules(FrameworkRules):
@@ -373,7 +386,8 @@ class MegatronRules(FrameworkRules):
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
         if isinstance(kind, BodyKind):
             return body_module_state(kind, setup)
-        if isinstance(kind, TailKind) and kind.mtp_body is not None:
+        if isinstance(kind, TailKind) and kind.has_mtp_modules:
+            assert kind.mtp_body is not None
             always, idle = body_module_state(kind.mtp_body, setup)
             return kind.mtp_layers * always, kind.mtp_layers * idle
         return 0.0, 0.0
@@ -402,12 +416,18 @@ class MegatronRules(FrameworkRules):
         holds its model's cached rotary frequencies (`rope_cache_bytes`)."""
         found = rope_cache_bytes(setup, kinds)
         hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
+        if not hidden:  # a chunk of the TAIL alone receives the hidden state too; a standalone MTP's loss
+            # chunk receives (1 + mtp)·h per token (`MultiTokenPredictionBlock.forward` concatenates them)
+            hidden = max((received_width(kind) for kind in kinds if isinstance(kind, TailKind)), default=0)
         if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
             return found
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
+        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward); none
+        on a standalone MTP's MTP chunk (no output layer)."""
+        if not kind.has_output:
+            return 0.0
         return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
 
 
