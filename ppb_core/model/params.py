@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
     MTP_PART,
+    NORM_PART,
+    OUTPUT_PART,
     Attention,
     BodyKind,
     HeadKind,
@@ -123,12 +125,17 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     stages the last one keeps its own copy. MTP modules embed tokens too, so across stages the
     last one also holds the embedding table when the head is untied.
 
-    Megatron-Core's standalone MTP splits them (`TailKind.part`; gpt_model.py `GPTModel.__init__`,
-    commit d98e8a64): the MTP chunk builds its own embedding (`pre_process or mtp_process`) beside
-    the MTP modules, tied or not (another chunk than the first, whose table it cannot share); the
-    loss chunk builds the output layer (`post_process`) and keeps the final norm, as the fused TAIL does.
+    Megatron-Core's standalone MTP splits them (`TailKind.part`, `kinds.standalone_parts`; gpt_model.py
+    `GPTModel.__init__`, commit d98e8a64): the final norm goes with the last decoder layer; the MTP
+    chunk builds its own embedding (`pre_process or mtp_process`) beside the MTP modules, tied or not
+    (another chunk than the first, whose table it cannot share); the loss chunk builds the output
+    layer (`post_process`).
     """
     table = per_rank(kind.vocab_size, tp) * kind.hidden_size
+    if kind.part == NORM_PART:
+        return LayerParams(non_expert=norm_params(kind.norm, kind.hidden_size))
+    if kind.part == OUTPUT_PART:
+        return LayerParams(non_expert=table)
     if kind.part == MTP_PART:
         params = LayerParams(non_expert=table)
         for _ in range(kind.mtp_layers):
@@ -138,8 +145,6 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     if not kind.tied or pp > 1:
         count += table
     params = LayerParams(non_expert=count)
-    if not kind.has_mtp_modules:
-        return params
     for _ in range(kind.mtp_layers):
         params = params + mtp_module_params(kind, tp, ep, etp)
     if kind.mtp_layers and pp > 1 and not kind.tied:

@@ -99,8 +99,9 @@ def walk(
     cell and the TAIL (`L`, with the MTP layers) in the last, empty of decoder layers or not.
 
     Where the MTP layers run apart from the loss (Megatron-Core's standalone MTP: the run's layout
-    says so, or *mtp_cell* does for *cell_counts*), the TAIL is two layers, the MTP part in their
-    cell and the output part in the loss's (`kinds.standalone_parts`). *fused_tail* keeps one TAIL
+    says so, or *mtp_cell* does for *cell_counts*), the TAIL is three layers (`kinds.standalone_parts`):
+    the final norm in the last body layer's cell, the MTP part in their cell and the output part in
+    the loss's. *fused_tail* keeps one TAIL
     whatever the layout: the balancer's descriptions price the MTP layers with the loss.
     """
     par = run.parallel
@@ -133,9 +134,9 @@ def walk(
             layers.append(Layer(sub.name, BODY, kind, index, *cells[position]))
             position += 1
         if mtp_cell is not None and isinstance(tail, TailKind) and tail.mtp_layers:
-            mtp_part, output_part = standalone_parts(tail)
+            norm_part, mtp_part, tail = standalone_parts(tail)
+            layers.append(Layer(sub.name, TAIL, norm_part, len(bodies), *cells[position - 1]))
             layers.append(Layer(sub.name, TAIL, mtp_part, len(bodies), *mtp_cell))
-            tail = output_part
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
     if layout is not None:  # one language model (config._check_layout): E first, L last
         order = cell_order(par.schedule, stages, chunks)
@@ -172,7 +173,8 @@ def walk_by_model(
             layers.append(Layer(sub.name, BODY, kind, index, *cell))
             totals[cell[0]][cell[1]] += 1
         if mtp_cell is not None and isinstance(tail, TailKind) and tail.mtp_layers:
-            mtp_part, tail = standalone_parts(tail)
+            norm_part, mtp_part, tail = standalone_parts(tail)
+            layers.append(Layer(sub.name, TAIL, norm_part, len(bodies), *cells[-1]))
             layers.append(Layer(sub.name, TAIL, mtp_part, len(bodies), *mtp_cell))
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[-1]))
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in totals))

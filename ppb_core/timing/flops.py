@@ -25,6 +25,7 @@ from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
     MTP_PART,
+    NORM_PART,
     OUTPUT_PART,
     BodyKind,
     EncoderBodyKind,
@@ -1126,11 +1127,14 @@ def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
     tokens, normalise them and the hidden state, project the concatenation (2h → h, column-parallel,
     then gathered), one transformer layer, and the shared head and loss.
 
-    Megatron-Core's standalone MTP (`TailKind.part`): the MTP chunk runs each module up to its own
-    final norm (`MultiTokenPredictionLayer._postprocess`), the loss chunk the main head and every MTP
-    head's logits and loss (`process_mtp_loss`, multi_token_prediction.py, commit d98e8a64)."""
-    ops = _output("output.", "output", kind, geo, "") if kind.has_output else []
+    Megatron-Core's standalone MTP (`TailKind.part`): the model's final norm runs with the last decoder
+    layer, the MTP chunk each module up to its own final norm (`MultiTokenPredictionLayer._postprocess`),
+    the loss chunk every head's logits and loss (`process_mtp_loss`, multi_token_prediction.py, commit
+    d98e8a64)."""
     h, bc = kind.hidden_size, geo.dtype_bytes
+    if kind.part == NORM_PART:
+        return (_norm("output.final_norm", "output", geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm"),)
+    ops = _output("output.", "output", kind, geo, "", with_norm=kind.has_final_norm) if kind.has_output else []
     for index in range(kind.mtp_layers if kind.mtp_body is not None else 0):
         p, block = f"mtp{index}.", f"mtp{index}"
         if kind.part == MTP_PART:
