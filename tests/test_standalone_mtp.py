@@ -98,19 +98,34 @@ def test_stage_parameters_against_a_hand_count(run, placed):
 
 
 def test_activations_of_the_loss_chunk_by_hand(run, placed):
-    """The loss chunk keeps, per micro-batch (T = 4096 tokens): what it received, (1 + 1)·T·h·2 =
-    117,440,512 bytes, and its clone, whose two chunks the heads' output layer keeps, 117,440,512; both
-    heads' fp32 softmax 2·T·V·4 = 4,236,247,040; both heads' int64 labels 2·T·8 = 65,536 ->
-    4,471,193,600. The final norm keeps its input, T·h·2 = 58,720,256, beside the last decoder layer.
-    The three parts keep the fused TAIL's terms and the two received inputs beyond it, T·h·2 on the
-    MTP chunk and 2·T·h·2 on the loss chunk: 176,160,768 more."""
+    """The loss chunk keeps, per micro-batch (T = 4096 tokens): the heads' output-layer inputs (the two
+    chunks of its empty block's clone), 2·T·h·2 = 117,440,512 bytes; both heads' fp32 softmax 2·T·V·4 =
+    4,236,247,040; both heads' int64 labels 2·T·8 = 65,536 -> 4,353,753,088. The final norm keeps its
+    input, T·h·2 = 58,720,256, beside the last decoder layer. The three parts keep the fused TAIL's
+    terms, nothing twice."""
     memory = MemoryModel(run)
     norm, mtp, output = _tails(placed)
     (whole,) = _tails(walk(run))
     kept = {layer: memory.activation_bytes(layer, LayerType.OUTPUT_LAYER, None) for layer in (norm, mtp, output, whole)}
-    assert kept[output] == 4_471_193_600
+    assert kept[output] == 4_353_753_088
     assert kept[norm] == 58_720_256
-    assert kept[norm] + kept[mtp] + kept[output] == kept[whole] + 176_160_768
+    assert kept[norm] + kept[mtp] + kept[output] == kept[whole]
+
+
+def test_a_chunk_of_no_decoder_layer_keeps_what_it_received(run, placed):
+    """Its empty block clones its input (`TransformerBlock.forward`), which its layers keep; the received
+    tensor stays for its gradient: per micro-batch in flight T·h·2 = 58,720,256 bytes on the MTP chunk,
+    (1 + 1)·T·h·2 = 117,440,512 on the loss chunk; with none in flight the last one received and its
+    gradient, twice that. A chunk with decoder layers keeps no more than they do."""
+    memory = MemoryModel(run)
+    rules, setup = memory.rules, memory.setup
+    _, mtp, output = _tails(placed)
+    body = next(layer for layer in placed if layer.stage == 14 and layer.chunk == 0)
+    assert rules.pipeline_buffer_bytes(setup, {mtp.kind}, 128, 3) == 3 * 58_720_256
+    assert rules.pipeline_buffer_bytes(setup, {output.kind}, 128, 3) == 3 * 117_440_512
+    assert rules.pipeline_buffer_bytes(setup, {output.kind}, 128, 0) == 2 * 117_440_512
+    with_bodies = rules.pipeline_buffer_bytes(setup, {body.kind, mtp.kind}, 128, 3)
+    assert with_bodies == rules.pipeline_buffer_bytes(setup, {body.kind}, 128, 3)
 
 
 def test_the_ops_split_between_the_chunks(run, placed):

@@ -241,23 +241,15 @@ def tail_terms(kind: TailKind, setup: MemorySetup, body: BodyTerms | None = None
     rules, `FrameworkRules.tail_terms`).
 
     A standalone MTP's parts (`TailKind.part`): the final norm keeps its input beside the last decoder
-    layer; the MTP chunk keeps what it received, each module's terms up to its final norm's input, and
-    the hidden-state norm's input (the received clone); the loss chunk keeps what it received and each
-    head's output-layer input (the clone's chunks), softmax and labels.
+    layer; the MTP chunk each module's terms up to its final norm's input, and the hidden-state norm's
+    input; the loss chunk each head's output-layer input, softmax and labels (what a chunk of no
+    decoder layer received besides: `MegatronRules.pipeline_buffer_bytes`).
     """
     body = body if body is not None else body_terms
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
     if kind.part == NORM_PART:
         return [ActivationTerm("output.norm_input", None, whole * h, bc)]
-    terms = []
-    if kind.part in (MTP_PART, OUTPUT_PART):
-        # a chunk of no decoder layer clones what it received (transformer_block.py `TransformerBlock.forward`:
-        # "If this TransformerBlock is empty, ... hidden_states.clone()", commit d98e8a64); its layers keep
-        # the clone, the schedule keeps the received tensor for its gradient: h, or (1 + mtp)·h on the loss chunk
-        width = h * (1 + kind.mtp_layers if kind.part == OUTPUT_PART else 1)
-        terms.append(ActivationTerm("received_input", None, whole * width, bc))
-    if kind.has_output:
-        terms += _loss_terms("output", kind, setup, with_norm=kind.has_final_norm)
+    terms = _loss_terms("output", kind, setup, with_norm=kind.has_final_norm) if kind.has_output else []
     if kind.mtp_body is None:
         return terms
     for index in range(kind.mtp_layers):

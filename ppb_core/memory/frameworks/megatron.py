@@ -412,15 +412,24 @@ class MegatronRules(FrameworkRules):
     ) -> float:
         """A chunk that receives its input, with none of its micro-batches in flight, still holds the
         last one it received and that input's gradient (module docstring); in flight, that input is
-        its first layer's kept input and its gradient is not yet made. Every chunk of rotary layers
-        holds its model's cached rotary frequencies (`rope_cache_bytes`)."""
+        its first layer's kept input and its gradient is not yet made. A chunk of a TAIL with MTP
+        layers and no decoder layer (the MTP or loss chunk of a standalone MTP, or `mL` alone) runs an
+        empty block without the final norm, which clones its input (transformer_block.py
+        `TransformerBlock.forward`, commit d98e8a64): its layers keep the clone, so each micro-batch
+        in flight holds what it received too, h per token, or (1 + mtp)·h on a standalone MTP's loss
+        chunk (`received_width`). Every chunk of rotary layers holds its model's cached rotary
+        frequencies (`rope_cache_bytes`)."""
         found = rope_cache_bytes(setup, kinds)
         hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
-        if not hidden:  # a chunk of the TAIL alone receives the hidden state too; a standalone MTP's loss
-            # chunk receives (1 + mtp)·h per token (`MultiTokenPredictionBlock.forward` concatenates them)
-            hidden = max((received_width(kind) for kind in kinds if isinstance(kind, TailKind)), default=0)
-        if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
+        clones = False
+        if not hidden:  # a chunk of the TAIL alone receives the hidden state too
+            tails = [kind for kind in kinds if isinstance(kind, TailKind)]
+            hidden = max((received_width(kind) for kind in tails), default=0)
+            clones = any(kind.mtp_layers for kind in tails)
+        if setup.pp == 1 or not hidden or any(isinstance(kind, HeadKind) for kind in kinds):
             return found
+        if in_flight > 0:
+            return found + (in_flight * setup.whole_tokens * hidden * setup.dtype_bytes if clones else 0.0)
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
