@@ -200,5 +200,5 @@ def test_the_balancers_descriptions_keep_one_tail(run, tmp_path: Path) -> None:
     with_layout = load_run(path)
     assert [layer.kind.part for layer in _tails(walk(with_layout))] == ["final_norm", "mtp", "output"]
     memory = MemoryModel(with_layout)
-    tails = [d for d in describe(with_layout, memory) if d["type"] == "TAIL"]
-    assert len(tails) == 1
+    descriptions = describe(with_layout, memory)
+    assert len([d for d in descriptions if d["type"] == "TAIL"]) == 1
