@@ -202,3 +202,19 @@ def test_the_balancers_descriptions_keep_one_tail(run, tmp_path: Path) -> None:
     memory = MemoryModel(with_layout)
     descriptions = describe(with_layout, memory)
     assert len([d for d in descriptions if d["type"] == "TAIL"]) == 1
+
+
+def test_standalone_mtp_flags_for_another_framework_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """torchtitan runs no standalone MTP: its rules would price the MTP and loss chunks unfounded."""
+    text = (CONFIGS / "deepseek-v3.yaml").read_text()
+    text = text.replace("config: hf/deepseek-v3.json", f"config: {CONFIGS / 'hf' / 'deepseek-v3.json'}")
+    text = text.replace("zero: 1, ", "").replace("parallel: {", "parallel: {fsdp: true, ")
+    path = tmp_path / "ds-torchtitan.yaml"
+    path.write_text("framework: torchtitan\n" + text)
+    flags = f"--pipeline-model-parallel-layout '{MEGATRONS}'"
+    code = main(["check", str(path), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "MTP layers m apart from the loss L are Megatron-Core's; the run's framework is torchtitan" in err

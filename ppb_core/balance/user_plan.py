@@ -66,6 +66,12 @@ def read_plan(
     if run is not None:
         check_against_run(flags, run, where)
     plan_read, mtp_cell = from_megatron(problem, flags, where, modules)
+    if mtp_cell is not None and run is not None and run.framework != "megatron":
+        raise InputError(
+            where,
+            "--pipeline-model-parallel-layout",
+            f"MTP layers m apart from the loss L are Megatron-Core's; the run's framework is {run.framework}",
+        )
     return plan_read, "megatron", mtp_cell
 
 
