@@ -457,7 +457,8 @@ class TimingOptions(StrictModel):
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
-        "logits fused into three kernels, not run one by one",
+        "logits fused into three kernels, not run one by one; memory: its compiled backward scatters into an "
+        "fp32 copy of the softmax",
     )
     log_params_norm: bool = Field(
         False,

@@ -58,7 +58,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   that becomes, in place, the softmax saved for the backward (the TAIL's `logits_softmax`);
   while it is built, the 16-bit logits of the output layer are alive next to it, and in the
   backward the output layer casts the fp32 gradient (the softmax storage) to 16 bits again:
-  either way `bc·T·⌈v/t⌉` beyond what the tail keeps.
+  either way `bc·T·⌈v/t⌉` beyond what the tail keeps. Under `--cross-entropy-loss-fusion` (the
+  default `--cross-entropy-fusion-impl native`) the backward is `calculate_gradients`, a
+  `jit_fuser` function, which is `torch.compile` from torch 2.2 on (megatron/core/jit.py
+  `enable_jit_fuser`): its `grad_2d[arange_1d, masked_target_1d] -= softmax_update` on a view of
+  the saved softmax stays a functional `index_put` after Inductor's reinplacing (the input is
+  written again by the later `mul_`'s copy-back), so Inductor scatters into a fresh fp32 copy of
+  the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
+  generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
+  device's). The plain path does both in place, eagerly.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
@@ -119,7 +127,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
-from ppb_core.memory.activations import INDEX_BYTES, ActivationTerm, kept, routed_rows
+from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
@@ -433,11 +441,14 @@ class MegatronRules(FrameworkRules):
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward); none
-        on a standalone MTP's MTP chunk (no output layer)."""
+        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the
+        fused loss's fp32 scatter copy beside the gradient (module docstring); none on a standalone MTP's MTP
+        chunk (no output layer)."""
         if not kind.has_output:
             return 0.0
-        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
+        return setup.dtype_bytes * logits + scatter_copy
 
 
 # The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;
