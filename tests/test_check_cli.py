@@ -114,6 +114,17 @@ def test_a_plan_that_is_neither_a_file_nor_flags_is_one_line(
     assert err.count("\n") == 1 and "no such file" in err
 
 
+@pytest.mark.parametrize("plan", ["", "   "])
+def test_an_empty_plan_is_one_line_naming_the_option(
+    capsys: pytest.CaptureFixture[str], small_device: Path, plan: str
+) -> None:
+    """`--plan ""` was read as the working folder: ".: is a directory, not a file"."""
+    code = main(["check", str(small_device), "--plan", plan, "--no-optimum"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "--plan: is empty" in err, err
+
+
 def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
     capsys: pytest.CaptureFixture[str], small_device: Path
 ) -> None:
@@ -140,6 +151,14 @@ def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
             "leaves 0 of",
         ),
         ("--pipeline-model-parallel-layout '(Et*8|)*99999999'", "--pipeline-model-parallel-layout", "write out"),
+        # the recompute flag at fault is the field, said once (arguments.py choices=['full', 'selective'];
+        # TransformerConfig.__post_init__ wants recompute_num_layers between 1 and the stage's layers)
+        ("--recompute-granularity partial", "--recompute-granularity", "must be full or selective, got 'partial'"),
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 0",
+            "--recompute-num-layers",
+            "must be positive, got 0",
+        ),
         pytest.param(
             "--pipeline-model-parallel-layout 'Et*" + "9" * 5000 + "L'",
             "--pipeline-model-parallel-layout",

@@ -42,6 +42,8 @@ def read_plan(
     another model or size than *run*'s are refused (`megatron_run.check_against_run`), as the plan
     is checked at the run config's.
     """
+    if not plan.strip():  # Path("") is the working folder: say what is missing instead
+        raise InputError(None, "--plan", "is empty: give a MindFormers yaml (.yaml, .yml) or Megatron-LM flags (--...)")
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
     else:
@@ -222,8 +224,9 @@ def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modul
     p = problem
     try:
         setting = flags.setting()
-    except LayoutError as err:
-        raise InputError(where, "--recompute-granularity", str(err)) from None
+    except LayoutError as err:  # "--recompute-num-layers must be ...": the flag it names is the field
+        flag, _, problem = str(err).partition(" ")
+        raise InputError(where, flag, problem) from None
     if setting.name == "selective":
         asked = flags.modules or ("core_attn",)  # Megatron-Core's default
         if modules is None or tuple(sorted(asked)) != tuple(sorted(modules)):
