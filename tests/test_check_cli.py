@@ -390,3 +390,17 @@ def test_a_plan_file_with_no_megatron_flag_is_refused(
     code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"{plan}: holds no Megatron-LM flag" in err, err
+
+
+def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """The table's iteration line is `iteration.seconds` (schedule, P2P, DP reduction, optimizer),
+    with its tokens/s per device; it said "(the pipeline schedule run on the layers' times)"."""
+    plan = "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'"
+    _, out = _check(capsys, small_device, plan, "--no-optimum")
+    breakdown = out["iteration"]["breakdown"]
+    assert breakdown["p2p"] > 0 and breakdown["optimizer"] > 0
+    assert out["iteration_s"] == pytest.approx(sum(breakdown.values()), rel=1e-9)
+    main(["check", str(small_device), "--plan", plan, "--no-optimum"])
+    text = capsys.readouterr().out
+    tokens = out["iteration"]["tokens_per_second_per_device"]
+    assert f"iteration {out['iteration_s']:.3f} s, {tokens:,.0f} tokens/s per device, MFU " in text
