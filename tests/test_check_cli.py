@@ -404,3 +404,36 @@ def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     tokens = out["iteration"]["tokens_per_second_per_device"]
     assert f"iteration {out['iteration_s']:.3f} s, {tokens:,.0f} tokens/s per device, MFU " in text
+
+
+FIRST_LAST = "--decoder-first-pipeline-num-layers 10 --decoder-last-pipeline-num-layers 6"
+
+
+def test_the_plan_json_ppb_balance_writes_is_checked_as_it_is(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """`ppb balance RUN -o plan.json`, then `ppb check RUN --plan plan.json`: the JSON's offset and
+    recompute lists are read as a MindFormers yaml's. Its Megatron flags' texts were read as flags
+    (`--decoder-last-pipeline-num-layers must be an integer, got '6,'`)."""
+    written = tmp_path / "plan.json"
+    written.write_text(
+        json.dumps(
+            {
+                "offset": [2, 0, 0, -2],
+                "recompute": [2, 0, 0, 0],
+                "select_recompute": [0, 0, 0, 0],
+                "select_comm_recompute": [0, 0, 0, 0],
+                "megatron": {"first_last": FIRST_LAST},
+            }
+        )
+    )
+    code, out = _check(capsys, small_device, str(written), "--no-optimum")
+    assert code in (0, 1) and out["form"] == "mindformers"
+    # 32 layers over 4 stages: 8 each, plus the offsets; the first 2 of stage 0 fully recomputed
+    assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+    assert out["stages"][0]["options"] == {"NONE": 8, "FULL": 2}
+    assert out["plan_recompute"] is None  # no flag text was taken for the plan's recompute
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert main(["check", str(small_device), "--plan", str(tmp_path / "list.json"), "--no-optimum"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "list.json: must hold an object with offset" in err
