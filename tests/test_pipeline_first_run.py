@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.materialize import main
+from pipelines.materialize import main, partition_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,8 +138,6 @@ def test_an_unknown_run_config_is_one_line_and_makes_no_instance(tmp_path: Path)
 def test_a_run_config_named_by_its_path_is_its_partition(tmp_path: Path) -> None:
     """`python -m pipelines configs/x.yaml`, as `ppb` takes it, names partition x (it was looked up
     as configs/configs/x.yaml.yaml); a yaml outside the folder is no partition."""
-    from pipelines.materialize import partition_of
-
     configs = tmp_path / "configs"
     configs.mkdir()
     (configs / "x.yaml").write_text("")
