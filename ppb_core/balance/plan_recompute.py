@@ -42,7 +42,7 @@ def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
         text, where = plan, "--plan"
     else:
         path = Path(plan)
-        if path.suffix.lower() in (".yaml", ".yml") or not os.path.isfile(path):
+        if path.suffix.lower() in (".yaml", ".yml", ".json") or not os.path.isfile(path):
             return None
         try:
             text, where = read_text(path), str(path)
