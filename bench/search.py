@@ -127,9 +127,12 @@ def place_published(result: SearchResult, spec: SearchSpec) -> None:
     """Where each published setting of the spec ranks, and what our first gains over it."""
     settings = PUBLISHED.get(spec.name, [])
     grid = {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)} if settings else set()
+    balanced = {entry.strategy: entry for entry in result.balanced if entry.stopped_by != "time_limit"}
     for source, fields in settings:
         strategy = published(spec, fields)
-        entry = evaluate(spec, strategy)
+        # a setting the search balanced is not balanced again: `evaluate` is deterministic (work limits), so
+        # the search's entry is what it would give (unless the wall-clock safety net stopped that balance)
+        entry = balanced.get(strategy) or evaluate(spec, strategy)
         print(f"  published: {source}\n    {strategy.label(spec)}: ", end="")
         if strategy not in grid:
             print("not in the searched grid (the spec's limits leave it out), ", end="")
