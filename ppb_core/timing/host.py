@@ -22,7 +22,7 @@ wait are the layer's own (the wait is taken to end within the layer).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ppb_core.timing.flops import Op
 
@@ -32,29 +32,45 @@ def kernels(op: Op) -> int:
     return op.gemm[3] if op.gemm is not None else 1
 
 
-def launch_wait_s(queued_s: float, after: Sequence[tuple[int, float]], launch_s: float) -> float:
+def launch_wait_s(queued_s: float, after: Sequence[tuple[float, float]], launch_s: float) -> float:
     """Seconds the GPU waits for the host after a host-device synchronization: *queued_s* of work were
     launched before it, then the ops *after* it, each (kernels, seconds), launch by launch, the k-th
     kernel launched k·launch_s after the wait ends. The GPU then ends at max over k of (k·launch_s +
     the kernels from k on) instead of *queued_s* + all of them: the wait is the most any launch comes
-    after the GPU would have reached it."""
+    after the GPU would have reached it. A fractional count (a fused GEMM's share) launches its share."""
     wait = 0.0
     ready = queued_s  # when the GPU would reach the next kernel, the host not in the way
-    launched = 0
+    launched = 0.0
     for count, seconds in after:
-        each = seconds / count if count else 0.0
-        for _ in range(count):
-            launched += 1
+        whole = int(count)
+        steps = [1.0] * whole + ([count - whole] if count > whole else [])
+        for step in steps:
+            launched += step
             wait = max(wait, launched * launch_s - ready)
-            ready += each
+            ready += seconds * step / count
     return wait
 
 
-def dispatcher_wait_s(ops: Sequence[Op], forward_s: dict[str, float], launch_s: float, dropless: bool) -> float:
+def host_excess_s(device_s: float, launches: float, launch_s: float) -> float:
+    """What a pass without a synchronization takes beyond its GPU work when the host launches its
+    kernels more slowly than the GPU runs them: launches × launch_s − device_s, at least 0."""
+    return max(0.0, launches * launch_s - device_s)
+
+
+def dispatcher_wait_s(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launch_s: float,
+    dropless: bool,
+    launches: Mapping[str, float] | None = None,
+    wrap: bool = False,
+) -> float:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
-    permutation."""
+    permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
+    `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
+    synchronization (the segment between two), not only to this layer's end."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -63,5 +79,10 @@ def dispatcher_wait_s(ops: Sequence[Op], forward_s: dict[str, float], launch_s: 
         return 0.0
     start = permute + 1 if dropless else permute
     queued = forward_s[names[permute]] if dropless else 0.0
-    after = [(kernels(op), forward_s[op.name]) for op in ops[start:]]
+    segment = list(ops[start:]) + (list(ops[:start]) if wrap else [])
+
+    def count(op: Op) -> float:
+        return launches[op.name] if launches is not None else kernels(op)
+
+    after = [(count(op), forward_s[op.name]) for op in segment if count(op) > 0]
     return launch_wait_s(queued, after, launch_s)
