@@ -124,8 +124,8 @@ def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
     work = defaultdict(float)
     waits = {}  # (forward, backward) seconds the layer's GPU waits for the host (`iteration.host_waits`)
     for layer in placed:
-        forward_wait, backward_wait, _ = host_waits(run, times, layer, (_state(layer), None))
-        waits[layer] = forward_wait + backward_wait
+        host = host_waits(run, times, layer, (_state(layer), None))
+        waits[layer] = host.forward + host.backward
         work[layer.stage] += sum(times.layer_times(layer, _state(layer))) / 1e3 + waits[layer]
     busiest = max(work, key=work.__getitem__)
     classes: dict[str, Share] = defaultdict(Share)

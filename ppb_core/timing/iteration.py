@@ -314,16 +314,16 @@ def run_iteration(
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
     states: dict[Layer, tuple[LayerType, dict | None]] = {}
-    waits: dict[Layer, float] = {}  # the GPU's wait for the host in the layer's forward (`host`)
-    host: dict[tuple, tuple[float, float, float]] = {}  # per distinct (model, kind, state)
+    waits: dict[Layer, HostWaits] = {}  # the GPU's waits for the host in the layer (`host_waits`)
+    host: dict[tuple, HostWaits] = {}  # per distinct (model, kind, state)
     for layer in placed:
         state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
         key = (layer.model_name, layer.node, layer.kind, state[0], tuple(sorted((state[1] or {}).items())))
         if key not in host:
             host[key] = host_waits(run, times, layer, state)
-        forward_wait, backward_wait, waits[layer] = host[key]
-        forward_s, backward_s = f_ms / 1e3 + forward_wait, b_ms / 1e3 + backward_wait
+        waits[layer] = host[key]
+        forward_s, backward_s = f_ms / 1e3 + host[key].forward, b_ms / 1e3 + host[key].backward
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
@@ -454,7 +454,9 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     A paired forward layer's wait for the host is saved too: when its dispatcher synchronizes, the
     backward layer's experts are already launched on the compute stream
     (`TransformerLayerSchedulePlan.run` launches mlp_bwd before dispatch_fwd), so the GPU works on while
-    the host resumes."""
+    the host resumes. But one host thread launches both layers of a pair: the paired layers take at
+    least the host's time to launch them all (`HostWaits.launch_forward` + `launch_backward`), so a
+    step never saves more than their times (with their waits for the host) beyond that."""
     stages, chunks = run.parallel.pp, run.parallel.vpp
     segments: dict[tuple[int, int], list] = {}
     bodies: dict[tuple[int, int], list[Layer]] = {}
@@ -462,14 +464,37 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
         segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
     contention = times.kernels.contention
+    totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
     def saving(f: int, b: int, s: int) -> float:
         forwards, backwards = segments.get((f, s), []), segments.get((b, s), [])
         pairs = min(len(forwards), len(backwards))
-        hidden_waits = sum(waits[layer] for layer in bodies.get((f, s), [])[:pairs])
-        return step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        paired_forward = bodies.get((f, s), [])[:pairs]
+        paired_backward = bodies.get((b, s), [])[::-1][:pairs]
+        hidden_waits = sum(waits[layer].dispatcher for layer in paired_forward)
+        saved = step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        launching = sum(waits[layer].launch_forward for layer in paired_forward) + sum(
+            waits[layer].launch_backward for layer in paired_backward
+        )
+        if launching <= 0:
+            return saved
+        timed = sum(totals[layer][0] for layer in paired_forward) + sum(totals[layer][1] for layer in paired_backward)
+        return min(saved, max(0.0, timed - launching))
 
     return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
+
+
+@dataclass(frozen=True)
+class HostWaits:
+    """A layer's seconds with the host on its critical path (`host_waits`): what its forward and its
+    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
+    launch the forward's and the backward's kernels (with what the backward reruns)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    dispatcher: float = 0.0
+    launch_forward: float = 0.0
+    launch_backward: float = 0.0
 
 
 def host_launch_s(run: RunConfig, times: TimeModel) -> float:
@@ -479,8 +504,8 @@ def host_launch_s(run: RunConfig, times: TimeModel) -> float:
     return (times.device.host_kernel_us or run.timing.host_launch_us) * 1e-6
 
 
-def host_waits(run, times, layer, state) -> tuple[float, float, float]:
-    """(forward, backward, dispatcher) seconds a layer's GPU waits for the host (`ppb_core.timing.host`),
+def host_waits(run, times, layer, state) -> HostWaits:
+    """The seconds a layer's GPU waits for the host (`ppb_core.timing.host`),
     Megatron only, uncalibrated layers only (measured layer times hold their own waits):
 
     - after Megatron's alltoall dispatcher synchronizes with the device, the kernels launched from there
@@ -489,7 +514,7 @@ def host_waits(run, times, layer, state) -> tuple[float, float, float]:
       host's time: its launches (`ppb_core.timing.launches`) × the time a launch takes, the backward's
       with what it reruns; and a backward that reruns the dispatch waits again."""
     if run.framework != "megatron" or times.calibration is not None:
-        return 0.0, 0.0, 0.0
+        return HostWaits()
     ops = times.ops(layer)
     prices = times.op_prices(layer)
     launch_s = host_launch_s(run, times)
@@ -513,14 +538,14 @@ def host_waits(run, times, layer, state) -> tuple[float, float, float]:
         wait = dispatcher_wait_s(ops, forward_s, launch_s, run.training.moe.dropless, forward_launches, wrap=True)
     rerun = [row.name for row in times.breakdown(layer, *state) if row.phase == "recompute"]
     f_ms, b_ms = times.layer_times(layer, *state)
-    forward = wait if wait else host_excess_s(f_ms / 1e3, sum(count[0] for count in counts.values()), launch_s)
-    backward_launches = sum(count[1] for count in counts.values()) + sum(
-        counts.get(name, (1.0, 0.0))[0] for name in rerun
-    )
+    forward_launches = sum(count[0] for count in counts.values())
+    forward = wait if wait else host_excess_s(f_ms / 1e3, forward_launches, launch_s)
+    again = sum(counts.get(name, (1.0, 0.0))[0] for name in rerun)
+    backward_launches = sum(count[1] for count in counts.values()) + again
     backward = host_excess_s(b_ms / 1e3, backward_launches, launch_s)
     if wait and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun):
         backward += wait
-    return forward, backward, wait
+    return HostWaits(forward, backward, wait, forward_launches * launch_s, backward_launches * launch_s)
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
