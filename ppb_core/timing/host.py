@@ -23,6 +23,7 @@ wait are the layer's own (the wait is taken to end within the layer).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ppb_core.timing.flops import Op
 
@@ -79,10 +80,59 @@ def dispatcher_wait_s(
         return 0.0
     start = permute + 1 if dropless else permute
     queued = forward_s[names[permute]] if dropless else 0.0
-    segment = list(ops[start:]) + (list(ops[:start]) if wrap else [])
+    segment = [(op, forward_s[op.name]) for op in ops[start:]]
+    if wrap:
+        # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
+        # runs while the host waits there (that wait's queued work), so none of its seconds count here
+        segment += [(op, 0.0 if dropless and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
 
     def count(op: Op) -> float:
         return launches[op.name] if launches is not None else kernels(op)
 
-    after = [(count(op), forward_s[op.name]) for op in segment if count(op) > 0]
+    after = [(count(op), seconds) for op, seconds in segment if count(op) > 0]
     return launch_wait_s(queued, after, launch_s)
+
+
+@dataclass(frozen=True)
+class HostWaits:
+    """A layer's seconds with the host on its critical path (`layer_host_waits`): what its forward and its
+    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
+    launch the forward's and the backward's kernels (with what the backward reruns)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    dispatcher: float = 0.0
+    launch_forward: float = 0.0
+    launch_backward: float = 0.0
+
+
+def layer_host_waits(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launches: Mapping[str, tuple[float, float]],
+    rerun: Sequence[str],
+    device_s: tuple[float, float, float],
+    launch_s: float,
+    dispatcher: bool,
+    dropless: bool,
+) -> HostWaits:
+    """A layer's waits for the host. Three passes, each at least its launches (*launches*: each op's
+    forward and backward, `ppb_core.timing.launches`) × *launch_s* against its GPU work (*device_s*:
+    forward, plain backward, recompute): the forward, the backward, and the forward ops the backward
+    reruns first (*rerun*). After an alltoall dispatcher's synchronization (*dispatcher*) the forward's
+    wait is instead the launches from there to the next layer's, launch by launch, and a rerun of the
+    dispatch waits so again."""
+    wait = 0.0
+    if dispatcher:
+        forward_launches = {name: count[0] for name, count in launches.items()}
+        wait = dispatcher_wait_s(ops, forward_s, launch_s, dropless, forward_launches, wrap=True)
+    launched_forward = sum(count[0] for count in launches.values())
+    launched_backward = sum(count[1] for count in launches.values())
+    launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
+    forward = wait if wait else host_excess_s(device_s[0], launched_forward, launch_s)
+    redispatch = wait and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
+    again = wait if redispatch else host_excess_s(device_s[2], launched_again, launch_s)
+    backward = host_excess_s(device_s[1], launched_backward, launch_s) + again
+    return HostWaits(
+        forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
+    )

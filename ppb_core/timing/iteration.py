@@ -43,9 +43,8 @@ from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.combined import layer_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
-from ppb_core.timing.host import dispatcher_wait_s, host_excess_s
+from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
-from ppb_core.timing.launches import layer_launches
 from ppb_core.timing.model_flops import (
     devices,
     global_batch_sequences,
@@ -53,7 +52,6 @@ from ppb_core.timing.model_flops import (
     model_flops_per_iteration,
     utilization,
 )
-from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 
@@ -314,16 +312,12 @@ def run_iteration(
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
     states: dict[Layer, tuple[LayerType, dict | None]] = {}
-    waits: dict[Layer, HostWaits] = {}  # the GPU's waits for the host in the layer (`host_waits`)
-    host: dict[tuple, HostWaits] = {}  # per distinct (model, kind, state)
+    waits: dict[Layer, HostWaits] = {}  # the GPU's waits for the host in the layer (`TimeModel.host`)
     for layer in placed:
         state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
-        key = (layer.model_name, layer.node, layer.kind, state[0], tuple(sorted((state[1] or {}).items())))
-        if key not in host:
-            host[key] = host_waits(run, times, layer, state)
-        waits[layer] = host[key]
-        forward_s, backward_s = f_ms / 1e3 + host[key].forward, b_ms / 1e3 + host[key].backward
+        waits[layer] = times.host(layer, *state)
+        forward_s, backward_s = f_ms / 1e3, b_ms / 1e3  # with the layer's waits for the host
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
@@ -482,70 +476,6 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         return min(saved, max(0.0, timed - launching))
 
     return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
-
-
-@dataclass(frozen=True)
-class HostWaits:
-    """A layer's seconds with the host on its critical path (`host_waits`): what its forward and its
-    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
-    launch the forward's and the backward's kernels (with what the backward reruns)."""
-
-    forward: float = 0.0
-    backward: float = 0.0
-    dispatcher: float = 0.0
-    launch_forward: float = 0.0
-    launch_backward: float = 0.0
-
-
-def host_launch_s(run: RunConfig, times: TimeModel) -> float:
-    """The host's seconds per kernel launch under Megatron: the device's measured figure
-    (`DeviceProfile.host_kernel_us`, Megatron CI's systems), else `timing.host_launch_us` (the low end
-    of a launch's CPU time, Holistic Trace Analysis)."""
-    return (times.device.host_kernel_us or run.timing.host_launch_us) * 1e-6
-
-
-def host_waits(run, times, layer, state) -> HostWaits:
-    """The seconds a layer's GPU waits for the host (`ppb_core.timing.host`),
-    Megatron only, uncalibrated layers only (measured layer times hold their own waits):
-
-    - after Megatron's alltoall dispatcher synchronizes with the device, the kernels launched from there
-      to the next layer's synchronization, launch by launch (the dispatcher wait, also the forward's);
-    - elsewhere, a pass whose kernels the host launches more slowly than the GPU runs them takes the
-      host's time: its launches (`ppb_core.timing.launches`) × the time a launch takes, the backward's
-      with what it reruns; and a backward that reruns the dispatch waits again."""
-    if run.framework != "megatron" or times.calibration is not None:
-        return HostWaits()
-    ops = times.ops(layer)
-    prices = times.op_prices(layer)
-    launch_s = host_launch_s(run, times)
-    fills = (
-        deterministic_fill_bytes(ops, run.training.dtype_bytes, run.timing.gradient_accumulation_fusion)
-        if run.timing.deterministic and run.timing.transformer_impl == "transformer_engine"
-        else None
-    )
-    counts = layer_launches(
-        ops,
-        tp=run.parallel.tp,
-        rope_fusion=run.timing.rope_fusion,
-        cross_entropy_fusion=run.timing.cross_entropy_fusion,
-        wgrad_fused=run.timing.gradient_accumulation_fusion,
-        fills=fills,
-    )
-    forward_s = {name: price.forward_ms / 1e3 for name, price in prices.items()}
-    wait = 0.0
-    if run.timing.moe_dispatcher == "alltoall" and layer.node == BODY:
-        forward_launches = {name: count[0] for name, count in counts.items()}
-        wait = dispatcher_wait_s(ops, forward_s, launch_s, run.training.moe.dropless, forward_launches, wrap=True)
-    rerun = [row.name for row in times.breakdown(layer, *state) if row.phase == "recompute"]
-    f_ms, b_ms = times.layer_times(layer, *state)
-    forward_launches = sum(count[0] for count in counts.values())
-    forward = wait if wait else host_excess_s(f_ms / 1e3, forward_launches, launch_s)
-    again = sum(counts.get(name, (1.0, 0.0))[0] for name in rerun)
-    backward_launches = sum(count[1] for count in counts.values()) + again
-    backward = host_excess_s(b_ms / 1e3, backward_launches, launch_s)
-    if wait and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun):
-        backward += wait
-    return HostWaits(forward, backward, wait, forward_launches * launch_s, backward_launches * launch_s)
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
