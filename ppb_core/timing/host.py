@@ -116,12 +116,13 @@ def layer_host_waits(
     dispatcher: bool,
     dropless: bool,
 ) -> HostWaits:
-    """A layer's waits for the host. Three passes, each at least its launches (*launches*: each op's
-    forward and backward, `ppb_core.timing.launches`) × *launch_s* against its GPU work (*device_s*:
-    forward, plain backward, recompute): the forward, the backward, and the forward ops the backward
-    reruns first (*rerun*). After an alltoall dispatcher's synchronization (*dispatcher*) the forward's
-    wait is instead the launches from there to the next layer's, launch by launch, and a rerun of the
-    dispatch waits so again."""
+    """A layer's waits for the host. The forward and the plain backward each take at least their
+    launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
+    against their GPU work (*device_s*: forward, plain backward, recompute); after an alltoall
+    dispatcher's synchronization (*dispatcher*) the forward's wait is instead the launches from there to
+    the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
+    the backward, beside its launches, and waits only where it reruns the dispatch; its launches count
+    in the host's time of the backward (`launch_backward`, what a combined step cannot beat)."""
     wait = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
@@ -130,9 +131,13 @@ def layer_host_waits(
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
     forward = wait if wait else host_excess_s(device_s[0], launched_forward, launch_s)
-    redispatch = wait and any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
-    again = wait if redispatch else host_excess_s(device_s[2], launched_again, launch_s)
-    backward = host_excess_s(device_s[1], launched_backward, launch_s) + again
+    # A replay inside the backward is priced at its GPU work, which the backward's own launches run
+    # beside (its launches are not added: the host's time for them would make a setting's recompute no
+    # sum of its switches' parts where the backward is launch-bound); a rerun dispatch synchronizes
+    # again and waits as the forward's did.
+    redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
+    again = wait if redispatch else 0.0
+    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward, launch_s)
     return HostWaits(
         forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
     )
