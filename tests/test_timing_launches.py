@@ -99,6 +99,7 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
         assert figure == pytest.approx((SMALL_TP4_GOLDEN[gpu].median_s - outside) / launches * 1e6, abs=0.05)
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
+    assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
     assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement
 
 

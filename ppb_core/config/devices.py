@@ -201,6 +201,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        # the host of DGX H100: NVIDIA's 8-GPU H200 system runs the same two Xeon Platinum 8480C
+        # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;
+        # DGX H100 datasheet: dual Xeon Platinum 8480C)
+        host_kernel_us=HOST_KERNEL_US_DGX_H100,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
