@@ -116,3 +116,15 @@ def test_host_bound_passes_by_hand():
 def test_a_slower_host_never_shortens_the_iteration():
     fast, slow = run_iteration(_small("h100", 10.0)), run_iteration(_small("h100", 100.0))
     assert slow.seconds > fast.seconds
+
+
+def test_the_iteration_states_the_host_s_part_of_compute():
+    # The small case is launch-bound throughout: every layer's forward and backward wait for the host, so
+    # of `compute` all but the layers' GPU work is the wait (3,436 launches × 71.6 us − 27.6 ms of GPU work)
+    host_bound = run_iteration(_small("h100"))
+    gpu_only = run_iteration(_small("h100", 0.0))
+    assert host_bound.host_wait_seconds == pytest.approx(
+        host_bound.breakdown["compute"] - gpu_only.breakdown["compute"], rel=1e-9
+    )
+    assert gpu_only.host_wait_seconds == 0.0
+    assert host_bound.to_json()["host_wait_seconds"] == host_bound.host_wait_seconds

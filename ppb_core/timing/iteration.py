@@ -87,6 +87,8 @@ class Iteration:
     model_flops: float = 0.0
     hardware_flops: float = 0.0
     framework: str = "megatron"
+    # of `compute`, the seconds the busiest stage's GPU waits for Megatron's host to launch its kernels
+    host_wait_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class Iteration:
             "model_flops": self.model_flops,
             "hardware_flops": self.hardware_flops,
             "framework": self.framework,
+            "host_wait_seconds": self.host_wait_seconds,
         }
 
 
@@ -390,10 +393,15 @@ def run_iteration(
     if combined is not None:
         for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
             saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
-    work = max(
+    stage_work = [
         sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
-    )
+    ]
+    busiest = max(range(stages), key=stage_work.__getitem__)
+    work = stage_work[busiest]
     compute = work
+    # of it, the busiest stage's GPU waiting for Megatron's host to launch its kernels (`TimeModel.host`)
+    waiting = sum(host.forward + host.backward for layer, host in waits.items() if layer.stage == busiest)
+    host_wait = min(compute, m * waiting)
     bubble = plain.makespan - work
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
     p2p = timeline.makespan - gathered.makespan
@@ -451,6 +459,7 @@ def run_iteration(
         model_flops=flops,
         hardware_flops=hardware,
         framework=rules.name,
+        host_wait_seconds=host_wait,
     )
 
 
