@@ -45,6 +45,13 @@ def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
         return None
 
 
+def ignored_flags(plan: str) -> list[str]:
+    """The plan's recompute flags Megatron-LM reads past (`MegatronFlags.ignored_recompute_flags`):
+    priced as Megatron-LM runs them, and said, since a user who wrote them meant something."""
+    found = _flags(plan)
+    return found[0].ignored_recompute_flags if found is not None else []
+
+
 def selective_words(flags: MegatronFlags) -> dict[str, object] | None:
     """`training.recompute` in Megatron's words for selective flags (None for any other recompute)."""
     if flags.granularity != "selective":
