@@ -162,4 +162,5 @@ def render(out: dict[str, Any]) -> None:
         if optimum.get("megatron"):
             console.print("  Megatron-LM:", escape(optimum["megatron"]), soft_wrap=True)
     elif optimum:
-        console.print(f"the balancer: {optimum['status']} {escape(optimum.get('message') or '')}")
+        said = f": {optimum['message']}" if optimum.get("message") else ""
+        console.print(f"the balancer's plan: {optimum['status']}{escape(said)}")
