@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
+from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
@@ -41,10 +42,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     # the plan read over every option (one the balancer would never choose is still the user's)
     every_option = run_problem(run, describe_run(run, withdrawing=False))
     modules = selective_modules(run)
-    plan, form = read_plan(every_option, args.plan, modules, run)
+    plan, form, mtp_cell = read_plan(every_option, args.plan, modules, run)
     bodies = every_option.describe()["bodies"]
     unit_s = time_unit_s(run, every_option.describe())
-    evaluated = check_plan(run, cells(plan), bodies)
+    evaluated = check_plan(run, cells(plan), bodies, mtp_cell)
     out: dict[str, Any] = {
         "run": str(args.run),
         "plan": args.plan,
@@ -53,11 +54,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         # the plan's recompute, priced in place of the run config's (None: the run config's holds)
         "plan_recompute": recompute,
         "notes": _notes(args.plan, form),
-        "balancer": {
-            "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
-            "stage_memory_mb": plan.stage_memory_mb,
-            "fits": plan.fits,
-        },
+        "balancer": _balancer_figures(plan, unit_s, mtp_cell),
     }
     over = evaluated.overflowing
     if over:
@@ -107,6 +104,22 @@ def _notes(plan: str, form: str) -> list[str]:
     ]
 
 
+def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
+    """The plan as the balancer's descriptions price it; for MTP layers apart from the loss, the one
+    line saying why not (the descriptions hold them in the loss's cell, `BalanceInput.tail_cell`)."""
+    if mtp_cell is not None:
+        chunk, stage = mtp_cell
+        return {
+            "unpriced": f"the balancer's descriptions price the MTP layers with the loss, not apart in chunk "
+            f"{chunk} of stage {stage}: no balancer figures for this plan"
+        }
+    return {
+        "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
+        "stage_memory_mb": plan.stage_memory_mb,
+        "fits": plan.fits,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     out = check(args)
     if args.json:
@@ -146,6 +159,8 @@ def render(out: dict[str, Any]) -> None:
         f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}% (the schedule on the layers' times, "
         "P2P, data-parallel reduction, optimizer: docs/timing.md)"
     )
+    if "unpriced" in out["balancer"]:
+        console.print(escape(out["balancer"]["unpriced"]))
     if out.get("message"):
         console.print(f"[bold red]{escape(out['message'])}[/bold red]")
     else:
