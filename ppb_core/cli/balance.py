@@ -201,9 +201,9 @@ def render(result: dict[str, Any]) -> None:
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
-        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
+        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:,g} MB"
         + (
-            f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
+            f", {given['constant_memory_mb']:,g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
             else ""
         )
@@ -245,7 +245,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers"]),
                 str(row["layers_per_chunk"]),
                 options,
-                f"{row['memory_mb']:.0f}",
+                f"{row['memory_mb']:,.0f}",
                 timed(time_of(row, "time")),
                 f"{row['bubble']:.1%}",
             )
@@ -278,7 +278,7 @@ def render(result: dict[str, Any]) -> None:
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
                 f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
-                f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
+                f"options, {ties['headroom_mb']:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
@@ -293,7 +293,7 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
-            f"{row['peak_memory_mb']:.0f}",
+            f"{row['peak_memory_mb']:,.0f}",
             timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)

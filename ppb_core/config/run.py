@@ -906,6 +906,11 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     try:
         run = RunConfig(**raw)
     except ValidationError as err:
+        if "parallel" not in raw and ("devices" in raw or "limits" in raw):  # `ppb estimate searches/x.yaml`
+            field = "devices" if "devices" in raw else "limits"
+            raise InputError(
+                where, field, "a search spec's field: this is a search spec, not a run config (ppb search reads it)"
+            ) from None
         raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
