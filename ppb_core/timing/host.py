@@ -1,8 +1,10 @@
 """The host on the critical path: where the GPU waits for the CPU to launch its kernels.
 
-The host normally runs ahead of the GPU, so a kernel's launch costs nothing. It falls behind after it
-waits for the device: Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/
-token_dispatcher.py `MoEAlltoAllTokenDispatcher`, d98e8a64) copies the routing's counts to the host
+The host normally runs ahead of the GPU, so a kernel's launch costs nothing, unless a pass's kernels
+take the GPU less time than the host takes to launch them (`host_excess_s`: Megatron's small layers;
+launches counted by `ppb_core.timing.launches`). It also falls behind after it waits for the device:
+Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py
+`MoEAlltoAllTokenDispatcher`, d98e8a64) copies the routing's counts to the host
 (`_maybe_dtoh_and_synchronize` at `cuda_dtoh_point`, "before_permutation_1": `tokens_per_expert`,
 the all-to-all's `input_splits` / `output_splits` moved to the CPU on a side stream) and, dropless,
 waits for that copy (`d2h_event.synchronize()`) just before the expert all-to-all
@@ -10,14 +12,13 @@ waits for that copy (`d2h_event.synchronize()`) just before the expert all-to-al
 all-to-all's split sizes must be known on the host; with a capacity factor the output size is
 synchronized before the permutation already ("before_permutation_1"). When the host resumes the
 GPU holds only what was launched between the copy and the wait (the permutation), then waits for
-each next kernel's launch until the host is ahead again.
+each next kernel's launch until the host is ahead again (`dispatcher_wait_s`, up to the next
+layer's synchronization).
 
-Each launch costs the host `timing.host_launch_us`: Holistic Trace Analysis (facebookresearch/
-HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the CPU side of a
-kernel launch "usually between 5-20 microseconds"; the default takes its lower bound, so the waits
-here are a floor. Kernels a launch: one an op, a grouped GEMM one cuBLAS GEMM per group
-(TransformerEngine's `general_grouped_gemm` → `nvte_multi_stream_cublas_gemm`); the ops after the
-wait are the layer's own (the wait is taken to end within the layer).
+Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 71.6 µs,
+DGX A100 117.9: Megatron CI's 12-layer case), else `timing.host_launch_us`: Holistic Trace Analysis
+(facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
+CPU side of a kernel launch "usually between 5-20 microseconds"; the default takes its lower bound.
 """
 
 from __future__ import annotations
