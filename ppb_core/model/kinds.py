@@ -145,6 +145,11 @@ class TailKind:
     part: str = WHOLE
 
     @property
+    def whole_name(self) -> str:
+        """The fused TAIL's name, whatever part this is (`tail_kind`): what a calibration row names."""
+        return "output" + ("_mtp" if self.mtp_layers else "")
+
+    @property
     def has_output(self) -> bool:
         """Whether this part holds the output layer and the losses (of every head)."""
         return self.part in (WHOLE, OUTPUT_PART, UNNORMED)
@@ -339,7 +344,7 @@ def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
         # An MTP module's transformer layer is one of the model's last (MoE, where there are experts).
         mtp_body = body_kind(spec, spec.num_layers - 1, dropout)
     return TailKind(
-        name="output" + ("_mtp" if spec.mtp_layers else ""),
+        name="output_mtp" if spec.mtp_layers else "output",
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         norm=_norm(spec),
