@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from test_memory_activations import MOE
 from test_memory_runs import DENSE, make_run, model
+from test_run_layout import MOE as MOE_MTP
+from test_run_layout import _run
 
 from ppb_core.estimate.inputs import load_run
 from ppb_core.memory import MemoryModel, stage_peaks
@@ -17,8 +19,11 @@ from ppb_core.memory.combined import ChunkNodes, LayerNodes, step_extra_bytes
 from ppb_core.memory.frameworks.megatron import schedule_node
 from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
-from ppb_core.model.walk import BODY, walk
+from ppb_core.model.walk import BODY, TAIL, walk
 from ppb_core.schedules import combined_in_flight_vectors, combined_steps
+from ppb_core.timing.combined import layer_segments, mtp_segments
+from ppb_core.timing.iteration import _combined_savings, _state
+from ppb_core.timing.pricer import TimeModel
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -184,3 +189,38 @@ def test_a_cell_of_the_last_decoder_layer_and_the_mtp_layer_holds_both_tail_part
     cell = _chunk_nodes(memory, placed, lambda layer: "NONE", 14, 1)
     assert len(cell.layers) == 2 and cell.layers[-1].mtp_post_process == 58_720_256
     assert cell.post_process == 58_720_256
+
+
+def test_an_mtp_layer_pairs_like_a_decoder_layer_in_the_time_model():
+    """Megatron-Core's combined schedule builds a layer plan for each MTP layer after the decoder's
+    (model_chunk_schedule_plan.py `_build_layer_schedule_plan(model.mtp)`); its pre-dispatch node wraps
+    the MTP's embedding, norms and projection around the layer's pre-dispatch computation
+    (common/fine_grained_callables.py `build_mtp_layer_callables`), the rest is its MoE layer's. So the
+    MTP layer's parts are a decoder MoE layer's (the same kind: the model's last layer) with its
+    embedding lookup, norms and projection added to the pre-dispatch part, its final norm and head
+    left out (they run alone). Layout 'Et|t|t|t|m|L' (pp 2, three virtual stages): the MTP layer alone
+    in rank 0's chunk 2, whose steps beside the backward of rank 0's other chunks now save time."""
+    run = _run(MOE_MTP, layout="Et|t|t|t|m|L", overlap_moe_expert_parallel_comm=True, dp=2, ep=2)
+    times, memory = TimeModel(run), MemoryModel(run)
+    placed = walk(run)
+    mtp = next(layer for layer in placed if layer.node == TAIL and layer.kind.part == "mtp")
+    assert (mtp.chunk, mtp.stage) == (2, 0)
+    decoder = [layer for layer in placed if layer.node == BODY][-1]
+    (cut,) = mtp_segments(times, mtp, LayerType.OUTPUT_LAYER)
+    body = layer_segments(times, decoder, LayerType.NOT_REC_LAYER)
+    prices = times.op_prices(mtp)
+    wrapped = sum(prices[name].forward_ms for name in ("mtp0.embedding.lookup", "mtp0.norms", "mtp0.projection"))
+    assert cut.pre_forward == pytest.approx(body.pre_forward + wrapped / 1e3, rel=1e-9)
+    assert (cut.dispatch_forward, cut.mlp_forward, cut.combine_forward) == pytest.approx(
+        (body.dispatch_forward, body.mlp_forward, body.combine_forward), rel=1e-9
+    )
+    head = sum(prices[name].forward_ms for name in prices if name.startswith(("output.", "mtp0.output.")))
+    whole_forward = sum(price.forward_ms for price in prices.values())
+    assert cut.forward_alone == pytest.approx((whole_forward - head) / 1e3, rel=1e-9)
+    # the time model's steps: the MTP chunk's forward beside chunk 1's backward on rank 0 saves time
+    states = {layer: _state(layer, {x: "NONE" for x in placed if x.node == BODY}, memory) for layer in placed}
+    per_cell: dict = {}
+    for layer in placed:
+        per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, 0.0, 0.0))
+    saved = _combined_savings(run, times, per_cell, states, dict.fromkeys(placed, 0.0))
+    assert saved[2][1][0] > 0

@@ -41,7 +41,7 @@ from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.schedules import canonical, combined_pairs, simulate
-from ppb_core.timing.combined import layer_segments, step_saving
+from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
 from ppb_core.timing.host import dispatcher_wait_s
@@ -461,7 +461,8 @@ def run_iteration(
 
 def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[float]]]:
     """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
-    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone).
+    (`combined.step_saving` over the cells' transformer layers, the decoder's then the MTP layers a
+    TAIL part in the cell runs, `combined.mtp_segments`; the embedding and the heads' losses run alone).
 
     A paired forward layer's wait for the host is saved too: when its dispatcher synchronizes, the
     backward layer's experts are already launched on the compute stream
@@ -473,6 +474,8 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     for (chunk, stage), entries in per_cell.items():
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
         segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
+        for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
+            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0])
     contention = times.kernels.contention
 
     def saving(f: int, b: int, s: int) -> float:
