@@ -22,6 +22,7 @@ from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, TAIL, walk
 from ppb_core.schedules import combined_in_flight_vectors, combined_steps
 from ppb_core.timing.combined import layer_segments, mtp_segments
+from ppb_core.timing.host import HostWaits
 from ppb_core.timing.iteration import _combined_savings, _state
 from ppb_core.timing.pricer import TimeModel
 
@@ -222,5 +223,5 @@ def test_an_mtp_layer_pairs_like_a_decoder_layer_in_the_time_model():
     per_cell: dict = {}
     for layer in placed:
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, 0.0, 0.0))
-    saved = _combined_savings(run, times, per_cell, states, dict.fromkeys(placed, 0.0))
+    saved = _combined_savings(run, times, per_cell, states, dict.fromkeys(placed, HostWaits()))  # no host waits
     assert saved[2][1][0] > 0
