@@ -163,12 +163,14 @@ def test_recompute_settings() -> None:
     # SLCT everywhere is selective recompute with the run's modules, and only with them
     slct = _plan(problem, [[{"SLCT": 1}, {"SLCT": 2}], [{"SLCT": 2}, {"SLCT": 1}]])
     assert megatron(slct)["recompute"] is None
+    # moe_act needs --moe-grouped-gemm (transformer_config.py TransformerConfig.__post_init__, d98e8a64)
     assert megatron(slct, ("core_attn", "moe_act"))["recompute"] == [
         "--recompute-granularity",
         "selective",
         "--recompute-modules",
         "core_attn",
         "moe_act",
+        "--moe-grouped-gemm",
     ]
     assert Setting("block", 2).cell_options(1) == {"FULL": 1, "NONE": 0}
 

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from ppb_core.cli.main import main
-from ppb_core.config.layout import parse_layout, validate_layout
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -228,42 +227,6 @@ def test_flags_stating_the_runs_sizes_are_read(capsys: pytest.CaptureFixture[str
     )
     code, out = _check(capsys, small_device, flags, "--no-optimum")
     assert code == 1 and [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
-
-
-def test_mtp_layers_apart_from_the_loss_are_refused_as_in_a_run_config(capsys: pytest.CaptureFixture[str]) -> None:
-    """DeepSeek-V3 (61 layers, 1 MTP layer, pp 16 × 2): Megatron-Core runs `m` in rank 14's last virtual
-    stage and `L` in rank 15's, but ppb's TAIL holds the MTP layer with the loss, so the check priced it
-    on stage 15; `parallel.layout` refuses that layout, and so does `--plan` now (one rule)."""
-    flags = "--pipeline-model-parallel-layout 'Et|(tt|)*28,ttt|tm|L'"  # 1 + 56 + 3 + 1 = 61 t
-    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1
-    assert "--pipeline-model-parallel-layout: ppb needs the MTP layers m in the virtual stage of the loss L" in err
-
-
-def test_megatrons_deepseek_v3_layout_is_megatrons_and_its_refusal_names_one_ppb_prices(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """Megatron-LM's own DeepSeek-V3 layout (docs/user-guide/features/pipeline_parallel_layout.md,
-    commit d98e8a64) passes Megatron-Core's rules (`validate_layer_layout`): rank 14's last virtual
-    stage holds the MTP layer alone, rank 15's the loss. ppb refuses it in one line naming the layout
-    with the MTP layer beside the loss, and that layout is priced: rank 0 holds `Ettt` and `tt` (5
-    decoder layers), ranks 1-13 `tt` twice (4), rank 14 `tt` and an empty stage (2), rank 15 `tt` and
-    `mL` (2): 5 + 13·4 + 2 + 2 = 61."""
-    megatrons = "Et*3|(tt|)*29,m|L"
-    layout = parse_layout(megatrons, 16)
-    validate_layout(layout, 61, 1)  # Megatron-Core accepts it
-    assert (layout[14][1], layout[15][1], layout[0][0]) == ("m", "L", "Ettt")
-    code = main(
-        ["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", f"--pipeline-model-parallel-layout '{megatrons}'"]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1
-    assert "priced beside the loss the layout is 'Et*3|(tt|)*29,|mL'" in err
-    _, out = _check(
-        capsys, CONFIGS / "deepseek-v3.yaml", "--pipeline-model-parallel-layout 'Et*3|(tt|)*29,|mL'", "--no-optimum"
-    )
-    assert [stage["layers"] for stage in out["stages"]] == [5, *[4] * 13, 2, 2]
 
 
 @pytest.mark.parametrize(

@@ -299,6 +299,22 @@ def test_megatron_loss_holds_the_16_bit_logits_next_to_the_fp32_softmax():
     assert memory.loss_bytes(body(run)) == 0
 
 
+def test_megatron_fused_loss_backward_scatters_into_an_fp32_copy():
+    # --cross-entropy-loss-fusion: fused_cross_entropy.py `calculate_gradients` runs under torch.compile
+    # (megatron/core/jit.py); its index_put on a view of the saved softmax stays functional, so Inductor
+    # scatters into a fresh fp32 copy and returns the bf16 gradient beside it: (4 + 2)·64·1024 = 393216
+    # (the plain loss: the bf16 gradient alone, 2·64·1024 = 131072). At tp 2 the vocabulary shard is
+    # 512 and T stays 64 (the output layer's input is gathered): 6·64·512 = 196608.
+    fused = {"cross_entropy_fusion": True}
+    run = make_run(DENSE, timing=fused)
+    assert model(run).loss_bytes(layers(run)["TAIL"]) == 393216
+    tp = make_run(DENSE, parallel=SP, timing=fused)
+    assert model(tp).loss_bytes(layers(tp)["TAIL"]) == 196608
+    # SAPP's (mindformers) rules have no loss moment of their own, fused or not
+    mind = make_run(DENSE, timing=fused, framework="mindformers")
+    assert model(mind).loss_bytes(layers(mind)["TAIL"]) == 0
+
+
 def test_megatron_full_recompute_methods():
     # recompute.py: uniform checkpoints groups of num_layers from the group's input; block the first
     # num_layers of each chunk. DENSE, 4 layers on one stage, one micro-batch in flight.

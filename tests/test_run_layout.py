@@ -71,11 +71,28 @@ def test_layouts_megatron_refuses_are_refused_in_one_line():
     assert "invalid layer character" in _error(layout="Et|t|tx|L").problem
 
 
-def test_the_mtp_layers_sit_with_the_loss_in_ppb():
-    # Megatron accepts m in rank 0's last virtual stage and L on rank 1; ppb's TAIL holds both
-    error = _error(MOE, layout="Ett|t|tm|L")
-    assert error.field == "parallel.layout" and "MTP layers m in the virtual stage of the loss L" in error.problem
-    assert walk(_run(MOE, layout="Ett|t|t|mL")).layers[-1].stage == 1
+def test_mtp_layers_apart_from_the_loss_walk_as_three_tail_parts():
+    # Megatron accepts m in rank 0's last virtual stage and L on rank 1 (standalone MTP): stage v·2 + p
+    # is rank p's virtual stage v, so 'tm' (stage 2) is rank 0's chunk 1 and 'L' (stage 3) rank 1's
+    # the final norm stays with the last decoder layer (rank 0's chunk 1, 'tm'), as Megatron-Core puts it
+    tails = [layer for layer in walk(_run(MOE, layout="Ett|t|tm|L")) if layer.node == TAIL]
+    assert [(t.kind.part, t.chunk, t.stage) for t in tails] == [("final_norm", 1, 0), ("mtp", 1, 0), ("output", 1, 1)]
+    # beside the loss, one TAIL as before
+    tails = [layer for layer in walk(_run(MOE, layout="Ett|t|t|mL")) if layer.node == TAIL]
+    assert [(t.kind.part, t.chunk, t.stage) for t in tails] == [("whole", 1, 1)]
+    # the balancer's descriptions keep one TAIL whatever the layout
+    fused = [layer for layer in walk(_run(MOE, layout="Ett|t|tm|L"), fused_tail=True) if layer.node == TAIL]
+    assert [t.kind.part for t in fused] == ["whole"]
+
+
+def test_standalone_mtp_is_megatrons_only():
+    raw = copy.deepcopy(BASE)
+    raw["models"][0]["spec"] = MOE
+    raw["parallel"]["layout"] = "Ett|t|tm|L"
+    raw["framework"] = "torchtitan"
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    assert caught.value.field == "parallel.layout" and "set framework megatron" in caught.value.problem
 
 
 def test_expansion_is_bounded():

@@ -8,7 +8,10 @@ and under which options. Two facts make the set small without losing any optimum
   backward time grows, and the forward time of a cell does not depend on options.
 
 So among choices with the same layer counts per cell, only those whose vector of per-chunk
-backward times is not dominated by another choice that fits can be optimal. Per cell, option
+backward times is not dominated by another choice that fits can be optimal. Dominance compares
+backward times as the tie-break does (`tie_units`): a layer's backward under an option faster than
+NONE's by at most `TOLERANCE` (relative) counts as NONE's, so NONE is not dropped for a saving the
+tie-break would call a tie; the plan stays within `TOLERANCE` of the optimum. Per cell, option
 multisets dominated in (backward time, activation per micro-batch) are dropped first, since the
 stage's memory grows with every chunk's activation. And a stage whose work per micro-batch
 Σ_v (F_v + B_v) is above what a known plan's value allows (`program.work_limit`) cannot be in a
@@ -33,6 +36,28 @@ from ppb_core.model.switches import CELL_RANK, OPTIONS
 # One cell's options: per body type in the cell, layers under each option (OPTIONS order).
 CellCounts = tuple[tuple[int, ...], ...]
 NONE = OPTIONS.index("NONE")  # the option that recomputes nothing (`tiebreak._base_option`)
+TOLERANCE = 1e-6  # relative: plans (and layer times) this close count as equally fast
+UNITS = 1e12  # tie units per largest layer backward: sums of them stay exact integers in float64
+
+
+def tied_times(times: Sequence[float], base: int) -> list[float]:
+    """A body's backward time per option, one faster than the base option's (NONE) by at most
+    `TOLERANCE` (relative) counted as the base's: such a saving is rounding, not a reason to recompute."""
+    return [times[base] if t < times[base] <= t * (1 + TOLERANCE) else t for t in times]
+
+
+def tie_units(backward: Sequence[Sequence[float]], base: int) -> list[list[float]]:
+    """Per body type and option, `tied_times` as whole numbers of one unit (the largest time / `UNITS`).
+    Sums of whole numbers below 2**53 are exact, so mixes and stages that tie compare equal whatever
+    the order of their sums (with raw times, 3·t + t and 4·t may differ in the last bit)."""
+    unit = tie_unit(backward)
+    return [[float(round(t / unit)) for t in tied_times(row, base)] for row in backward]
+
+
+def tie_unit(backward: Sequence[Sequence[float]]) -> float:
+    """One tie unit in the times' own unit: the largest time / `UNITS` (1 when every time is 0)."""
+    largest = max((t for row in backward for t in row), default=0.0)
+    return largest / UNITS if largest > 0 else 1.0
 
 
 class ListingCut(Exception):
@@ -68,6 +93,12 @@ class CellChoice:
     backward: float
     activation_mb: float  # per micro-batch in flight
     parameter_mb: float
+    tied: float | None = None  # backward in tie units (`tie_units`), what dominance compares
+
+    @property
+    def rank(self) -> float:
+        """What dominance compares: the backward in tie units, or the backward itself when not given."""
+        return self.backward if self.tied is None else self.tied
 
     @property
     def layers(self) -> int:
@@ -82,14 +113,20 @@ class StageChoice:
     cells: tuple[CellChoice, ...]  # one per chunk
 
 
-def _pareto(points: list[tuple[float, float, tuple]], base: int = NONE) -> list[tuple[float, float, tuple]]:
-    """Points not beaten (`_kept`) in (backward, activation, recompute), the first of equal ones kept.
+Point = tuple[float, float, tuple, float]  # (backward, activation, per-option counts, backward in tie units)
+
+
+def _pareto(points: list[Point], base: int = NONE) -> list[Point]:
+    """Points not beaten (`_kept`) in (tie units, activation, recompute), the first of equal ones kept.
     A point's third element holds one row of per-option counts per body type."""
-    rows = [tuple(map(sum, zip(*counts, strict=True))) if counts else () for _, _, counts in points]
+    rows = [tuple(map(sum, zip(*counts, strict=True))) if counts else () for _, _, counts, _ in points]
     layers = [sum(n for k, n in enumerate(row) if k != base) for row in rows]
     masks = [sum(1 << k for k, n in enumerate(row) if n) for row in rows]
     keep = _kept(
-        np.array([b for b, _, _ in points]), np.array([a for _, a, _ in points]), np.array(layers), np.array(masks)
+        np.array([r for _, _, _, r in points]),
+        np.array([a for _, a, _, _ in points]),
+        np.array(layers),
+        np.array(masks),
     )
     return [points[i] for i in keep]
 
@@ -97,6 +134,7 @@ def _pareto(points: list[tuple[float, float, tuple]], base: int = NONE) -> list[
 def _kept(backward: np.ndarray, activation: np.ndarray, layers: np.ndarray, masks: np.ndarray) -> np.ndarray:
     """Positions of the option mixes that can be in a plan the tie-break (`tiebreak.py`) picks, by backward.
 
+    *backward* is in tie units (`tie_units`) where the catalogue gives them, so near-ties are ties.
     Mix j beats mix i (same layers) when it is no slower and no larger (B_j ≤ B_i, A_j ≤ A_i) and no
     worse for the tie-break: faster (B_j < B_i, so less recompute time), or as fast with fewer layers
     recomputed, or as fast and as many with only options i uses (a stage with j mixes no more options).
@@ -132,31 +170,53 @@ def _option_front(
 def _option_fronts(
     most: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float], base: int = NONE
 ):
-    """`_option_front` of 0, 1, …, `most` layers, all from one pass.
+    """`_option_front` of 0, 1, …, `most` layers, all from one pass, backward times compared as they are."""
+    fronts = _ranked_fronts(most, options, backward, activation, backward, base)
+    return [[(b, a, counts) for b, a, counts, _ in front] for front in fronts]
+
+
+def _ranked_fronts(
+    most: int,
+    options: Sequence[int],
+    backward: Sequence[float],
+    activation: Sequence[float],
+    rank: Sequence[float],
+    base: int = NONE,
+) -> list[list[Point]]:
+    """(B, A, per-option counts, Σ rank) fronts of 0, 1, …, `most` layers, dominance on *rank* (per option:
+    the backward in tie units, or the backward itself).
 
     Options are added one at a time: the front of t layers under the first options is, over the layers u
     the new option takes, the front of t − u layers before it with u of the new one added, Pareto-reduced
     (`_pareto`'s rule: the first of equal points stays, in the order used = 0, 1, …, each front in its
     order). Each total's candidates are whole arrays."""
     width = len(OPTIONS)
-    fronts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
-        0: (np.zeros(1), np.zeros(1), np.zeros((1, width), dtype=np.int64))
-    }
+    Front = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    fronts: dict[int, Front] = {0: (np.zeros(1), np.zeros(1), np.zeros((1, width), dtype=np.int64), np.zeros(1))}
     for k in options:
-        grown: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        grown: dict[int, Front] = {}
         for total in range(most + 1):
             parts = [(used, fronts[total - used]) for used in range(total + 1) if total - used in fronts]
             b = np.concatenate([front[0] + used * backward[k] if used else front[0] for used, front in parts])
             a = np.concatenate([front[1] + used * activation[k] if used else front[1] for used, front in parts])
+            r = np.concatenate([front[3] + used * rank[k] if used else front[3] for used, front in parts])
             counts = np.concatenate([front[2] for _, front in parts])
             counts[:, k] += np.repeat(np.array([used for used, _ in parts]), [len(front[0]) for _, front in parts])
             layers = counts.sum(axis=1) - counts[:, base]
             masks = ((counts > 0) * (1 << np.arange(width))).sum(axis=1)
-            keep = _kept(b, a, layers, masks)
-            grown[total] = (b[keep], a[keep], counts[keep])
+            keep = _kept(r, a, layers, masks)
+            grown[total] = (b[keep], a[keep], counts[keep], r[keep])
         fronts = grown
     return [
-        list(zip(fronts[t][0].tolist(), fronts[t][1].tolist(), map(tuple, fronts[t][2].tolist()), strict=True))
+        list(
+            zip(
+                fronts[t][0].tolist(),
+                fronts[t][1].tolist(),
+                map(tuple, fronts[t][2].tolist()),
+                fronts[t][3].tolist(),
+                strict=True,
+            )
+        )
         if t in fronts
         else []
         for t in range(most + 1)
@@ -174,12 +234,15 @@ class Catalogue:
         self.backward = [[body.backward_time.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self._cell_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], list[CellChoice]] = {}
-        self._front_cache: dict[tuple[int, tuple[int, ...]], list[list[tuple[float, float, tuple]]]] = {}
-        self._prefix_cache: dict[tuple, dict[int, list[tuple[float, float, tuple]]]] = {}
+        self._front_cache: dict[tuple[int, tuple[int, ...]], list[list[Point]]] = {}
+        self._prefix_cache: dict[tuple, dict[int, list[Point]]] = {}
         self._ranks = sorted({CELL_RANK[OPTIONS[k]] for k in problem.option_indices})
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
         self.base = NONE if NONE in considered else considered[0]  # as `tiebreak._base_option`
+        self.tied_s = [tied_times(row, self.base) for row in self.backward]  # near-ties to NONE equal
+        self.tied = tie_units(self.backward, self.base)  # the same in whole units: what dominance compares
+        self.unit = tie_unit(self.backward)
         # per cell: how many cells that must hold a layer come before it and after it along the model
         open_cells = [cell not in problem.reserved_cells for cell in problem.cells]
         self._around = {
@@ -230,7 +293,7 @@ class Catalogue:
             self._cell_cache[key] = self._forced(types, counts)
             return self._cell_cache[key]
         bodies = self.p.layers.bodies
-        candidates: list[tuple[float, float, tuple]] = []
+        candidates: list[Point] = []
         for variant in self.variants:
             # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}], the last up to
             # the last rank. The prefix's fronts per t_{i+1} (`_prefix`) are shared by every cell that
@@ -239,13 +302,13 @@ class Catalogue:
             for rank, partial in self._prefix(variant, types[:-1], counts[:-1]).items():
                 front = self._front(types[-1], counts[-1], self._allowed(variant, rank, last))
                 candidates += _pareto(
-                    [(b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front], self.base
+                    [(b0 + b1, a0 + a1, (*c0, c1), r0 + r1) for b0, a0, c0, r0 in partial for b1, a1, c1, r1 in front],
+                    self.base,
                 )
         forward = sum(bodies[body].forward_time * n for body, n in zip(types, counts, strict=True))
         parameters = sum(bodies[body].memory_parameter_mb * n for body, n in zip(types, counts, strict=True))
-        choices = [
-            CellChoice(types, counts_, forward, b, a, parameters) for b, a, counts_ in _pareto(candidates, self.base)
-        ]
+        kept = _pareto(candidates, self.base)
+        choices = [CellChoice(types, counts_, forward, b, a, parameters, r) for b, a, counts_, r in kept]
         self._cell_cache[key] = choices
         return choices
 
@@ -254,30 +317,31 @@ class Catalogue:
 
     def _prefix(
         self, variant: tuple[int, ...], types: tuple[int, ...], counts: tuple[int, ...]
-    ) -> dict[int, list[tuple[float, float, tuple]]]:
+    ) -> dict[int, list[Point]]:
         """The first body types of a cell under the variant's options, ranks never going back: per rank r
         the next body may start from, the front of the assignments whose last body uses ranks up to r.
 
         One step per body type (a dynamic programme over the rank reached), where listing every
         sequence of rank cuts grows as C(ranks + types, types): a cell of 12 alternating dense and MoE
         layers, each its own body type, had 78 cut sequences per variant, each a chain of fronts.
-        Dropping a dominated prefix within one rank is exact: every completion adds the same backward,
-        activation, recomputed layers and options to both (`_kept`'s rule survives the addition)."""
+        Dropping a dominated prefix within one rank is exact: every completion adds the same backward
+        (and tie units), activation, recomputed layers and options to both (`_kept`'s rule survives the
+        addition)."""
         key = (variant, types, counts)
         known = self._prefix_cache.get(key)
         if known is not None:
             return known
         if not types:
-            states = {self._ranks[0]: [(0.0, 0.0, ())]}
+            states = {self._ranks[0]: [(0.0, 0.0, (), 0.0)]}
         else:
-            grown: dict[int, list[tuple[float, float, tuple]]] = {}
+            grown: dict[int, list[Point]] = {}
             for rank, partial in self._prefix(variant, types[:-1], counts[:-1]).items():
                 for reach in self._ranks:
                     if reach < rank:
                         continue
                     front = self._front(types[-1], counts[-1], self._allowed(variant, rank, reach))
                     grown.setdefault(reach, []).extend(
-                        (b0 + b1, a0 + a1, (*c0, c1)) for b0, a0, c0 in partial for b1, a1, c1 in front
+                        (b0 + b1, a0 + a1, (*c0, c1), r0 + r1) for b0, a0, c0, r0 in partial for b1, a1, c1, r1 in front
                     )
             states = {rank: kept for rank, points in grown.items() if (kept := _pareto(points, self.base))}
         self._prefix_cache[key] = states
@@ -291,21 +355,22 @@ class Catalogue:
         if any(n and OPTIONS.index(o) not in self.p.option_indices for o, n in wanted.items()):
             return []
         along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
-        rows, backward, activation, start = [], 0.0, 0.0, 0
+        rows, backward, activation, tied, start = [], 0.0, 0.0, 0.0, 0
         for body, n in zip(types, counts, strict=True):
             row = [0] * len(OPTIONS)
             for k in along[start : start + n]:
                 row[k] += 1
                 backward += self.backward[body][k]
                 activation += self.activation[body][k]
+                tied += self.tied[body][k]
             start += n
             rows.append(tuple(row))
         bodies = self.p.layers.bodies
         forward = sum(bodies[b].forward_time * n for b, n in zip(types, counts, strict=True))
         parameters = sum(bodies[b].memory_parameter_mb * n for b, n in zip(types, counts, strict=True))
-        return [CellChoice(types, tuple(rows), forward, backward, activation, parameters)]
+        return [CellChoice(types, tuple(rows), forward, backward, activation, parameters, tied)]
 
-    def _front(self, body: int, count: int, allowed: tuple[int, ...]) -> list[tuple[float, float, tuple]]:
+    def _front(self, body: int, count: int, allowed: tuple[int, ...]) -> list[Point]:
         """`_option_front` of `count` layers of one body type. The fronts of every count up to some most are
         one pass (`_option_fronts`), kept per (type, options); asked for more, the most at least doubles
         (a pipeline of one stage asks for 1, 2, …, 80 layers of a type: one pass, not 80)."""
@@ -314,12 +379,14 @@ class Catalogue:
         if known is None or count >= len(known):
             most = max(count, 2 * (len(known) - 1) if known else count)
             most = min(most, max(count, self.p.layers.bodies[body].nb_layer))
-            known = _option_fronts(most, allowed, self.backward[body], self.activation[body], self.base)
+            known = _ranked_fronts(
+                most, allowed, self.backward[body], self.activation[body], self.tied[body], self.base
+            )
             self._front_cache[key] = known
         return known[count]
 
     def empty_cell(self) -> CellChoice:
-        return CellChoice((), (), 0.0, 0.0, 0.0, 0.0)
+        return CellChoice((), (), 0.0, 0.0, 0.0, 0.0, 0.0)
 
     def stage_choices(self, stage: int, work_limit: float, k_max: int, reduce: str = "pareto") -> list[StageChoice]:
         """Every choice for a stage that fits and is not dominated, each cell holding at most k_max layers
@@ -409,7 +476,8 @@ class Catalogue:
         for row in np.nonzero(close)[0]:
             fits[row] = self.exact_memory(stage, self._cells(per_chunk, index[row])) <= Fraction(p.memory_mb)
         index, used = index[fits], used[fits]
-        backward = _per_chunk(per_chunk, index, "backward")
+        # backward in tie units (`tie_units`: near-ties equal), as the tie-break's recompute time counts it
+        backward = _per_chunk(per_chunk, index, "rank")
         # Among equal backward times (so equal recompute time, the layouts being equal) the tie-break's
         # order (`tiebreak.py`): the fewest recomputed layers, one option on the whole stage, the least
         # memory. A faster vector means less recompute time, so keeping the first is exact for it.
@@ -432,15 +500,16 @@ class Catalogue:
                 per_body = np.array([[c.body_count(b) for b in range(bodies)] for c in options], dtype=np.int64)
                 totals += per_body[index[:, chunk]]
             keys = np.column_stack([*key_columns, totals]) if len(index) else np.zeros((0, 1))
-            forward = _per_chunk(per_chunk, index, "forward")
-            # least total backward, then the most even chunks, then as above, then the first listed
+            chunk_time = _per_chunk(per_chunk, index, "forward") + backward * self.unit
+            # least total backward (tie units), then the most even chunks (seconds), then as above, then
+            # the first listed
             order = np.lexsort(
                 (
                     np.arange(len(index)),
                     used,
                     mixed,
                     recomputed,
-                    (forward + backward).max(axis=1),
+                    chunk_time.max(axis=1),
                     backward.sum(axis=1),
                     *keys.T[::-1],
                 )

@@ -9,6 +9,10 @@ Recompute (transformer_config.py `TransformerConfig.__post_init__`, megatron/cor
 block: the first N layers of every virtual stage's block, the rest not at all);
 `--recompute-granularity selective` takes `--recompute-modules` (default `core_attn`) and no
 method or count, and acts on every layer. One setting holds for every layer of the model.
+`moe_act` among the modules needs `--moe-grouped-gemm` (`__post_init__`: "moe_act in
+recompute_modules is only supported with moe_grouped_gemm"), so the flags printed for it carry
+that switch too; ppb prices Megatron's routed experts as the `TEGroupedMLP` it builds
+(ppb_core/memory/frameworks/megatron.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
 from ppb_core.errors import shown
+
+GROUPED_GEMM = "--moe-grouped-gemm"  # what Megatron-Core's moe_act recompute needs (TransformerConfig)
 
 
 def quoted(arguments: Sequence[str]) -> str:
@@ -60,7 +66,9 @@ class Setting:
                 "--recompute-num-layers",
                 str(self.num_layers),
             ]
-        return ["--recompute-granularity", "selective", *(["--recompute-modules", *modules] if modules else [])]
+        grouped = [GROUPED_GEMM] if modules and "moe_act" in modules else []
+        listed = ["--recompute-modules", *modules] if modules else []
+        return ["--recompute-granularity", "selective", *listed, *grouped]
 
     def describe(self) -> str:
         return {
@@ -231,6 +239,7 @@ SWITCH_FLAGS = (
     "--overlap-moe-expert-parallel-comm",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
+    GROUPED_GEMM,
 )
 
 

@@ -13,6 +13,7 @@ from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
+from ppb_core.model.walk import walk
 from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
@@ -194,7 +195,10 @@ def run_problem(
     when the memory model evaluates it again layer by layer.
     """
     if constant_memory_mb is None:
-        constant_memory_mb = math.ceil((run_working_set_bytes(run) + run_workspace_bytes(run)) / MB)
+        fused = walk(run, fused_tail=True)  # the descriptions' layers: one TAIL, whatever the layout
+        constant_memory_mb = math.ceil(
+            (run_working_set_bytes(run, layer_walk=fused) + run_workspace_bytes(run, layer_walk=fused)) / MB
+        )
     par = run.parallel
     return BalanceInput(
         layer_set(descriptions, run.source),

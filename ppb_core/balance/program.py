@@ -585,7 +585,7 @@ def _megatron(
             shared,
             clock,
             report,
-            tie_break=False,
+            tie_break=True,
             setting=setting,
             cutoff=cutoff,
         )

@@ -4,7 +4,9 @@ Many plans often share the optimum: a stage that is not on the critical path may
 not without changing the iteration. The solver keeps the objective within 1e-6 (relative) of
 the best plan's and then, one criterion after the other (each fixed before the next):
 
-1. the least recompute time: Σ over layers of (backward under its option − its least backward);
+1. the least recompute time: Σ over layers of (backward under its option − its least backward), a
+   backward faster than NONE's by at most TOLERANCE counted as NONE's (`choices.tied_times`: a
+   saving that small is rounding, and NONE must not lose to it);
 2. the fewest recomputed layers (an option that costs no time still changes the run);
 3. the fewest stages that mix options (one setting per stage is easier to write and check);
 4. the most memory headroom: the largest least free memory over the stages.
@@ -20,20 +22,19 @@ from collections.abc import Callable
 
 from ppb_core.balance import highs
 from ppb_core.balance.choice_model import ChoiceModel
-from ppb_core.balance.choices import Catalogue, StageChoice
+from ppb_core.balance.choices import TOLERANCE, Catalogue, StageChoice, tied_times
 from ppb_core.balance.highs import INF
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.progress import Clock, WorkLimits
 from ppb_core.model.switches import OPTIONS
 
-TOLERANCE = 1e-6  # relative: plans this close to the best objective count as equally fast
 ATTEMPTS = 8  # rounds of path rows per criterion before keeping the plan already held
 
 
 def least_backward(catalogue: Catalogue) -> list[float]:
-    """Per body type, its least backward time over the options considered."""
+    """Per body type, its least backward time over the options considered (near-ties to NONE as NONE's)."""
     considered = catalogue.p.option_indices
-    return [min(row[k] for k in considered) for row in catalogue.backward]
+    return [min(row[k] for k in considered) for row in catalogue.tied_s]
 
 
 def _base_option(catalogue: Catalogue) -> int:
@@ -44,7 +45,7 @@ def _base_option(catalogue: Catalogue) -> int:
 def choice_recompute(catalogue: Catalogue, choice: StageChoice) -> float:
     base = least_backward(catalogue)
     return sum(
-        n * (catalogue.backward[body][k] - base[body])
+        n * (catalogue.tied_s[body][k] - base[body])
         for cell in choice.cells
         for body, row in zip(cell.bodies, cell.counts, strict=True)
         for k, n in enumerate(row)
@@ -63,14 +64,17 @@ def choice_mixed(choice: StageChoice) -> int:
 
 
 def plan_recompute(plan: Plan) -> float:
-    """The plan's recompute time: Σ over layers of backward under its option − the type's least."""
+    """The plan's recompute time: Σ over layers of backward under its option − the type's least
+    (`choices.tied_times`: near-ties to NONE as NONE's, as `choice_recompute` counts them)."""
     p = plan.problem
+    base = OPTIONS.index("NONE") if "NONE" in p.options else p.option_indices[0]
     total = 0.0
     for body_index, body in enumerate(p.layers.bodies):
-        least = min(body.backward_time[o] for o in p.options)
+        times = tied_times([body.backward_time.get(o, 0.0) for o in OPTIONS], base)
+        least = min(times[k] for k in p.option_indices)
         for row in plan.counts[body_index]:
             for cell in row:
-                total += sum(n * (body.backward_time[OPTIONS[k]] - least) for k, n in enumerate(cell) if n)
+                total += sum(n * (times[k] - least) for k, n in enumerate(cell) if n)
     return total
 
 

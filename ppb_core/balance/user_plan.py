@@ -22,7 +22,7 @@ from ppb_core.balance.megatron_run import check_against_run
 from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.config.layout import LayoutError, check_mtp_with_loss, parse_layout, validate_layout
+from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_text, read_yaml
@@ -34,8 +34,9 @@ def read_plan(
     plan: str,
     modules: tuple[str, ...] | None = None,
     run: RunConfig | None = None,
-) -> tuple[Plan, str]:
-    """(the plan, "mindformers" or "megatron") that *plan* (a file, or Megatron flags as text) describes.
+) -> tuple[Plan, str, tuple[int, int] | None]:
+    """(the plan, "mindformers" or "megatron", the MTP layers' [chunk][stage] where a Megatron layout
+    runs them apart from the loss, else None) that *plan* (a file, or Megatron flags as text) describes.
 
     *modules* are the `--recompute-modules` the run's SLCT stands for (Megatron's words in the
     run config); selective flags naming others cannot be priced and are refused. Flags stating
@@ -47,7 +48,7 @@ def read_plan(
     else:
         path = Path(plan)
         if path.suffix.lower() in (".yaml", ".yml"):
-            return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers"
+            return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers", None
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
@@ -64,7 +65,14 @@ def read_plan(
         )
     if run is not None:
         check_against_run(flags, run, where)
-    return from_megatron(problem, flags, where, modules), "megatron"
+    plan_read, mtp_cell = from_megatron(problem, flags, where, modules)
+    if mtp_cell is not None and run is not None and run.framework != "megatron":
+        raise InputError(
+            where,
+            "--pipeline-model-parallel-layout",
+            f"MTP layers m apart from the loss L are Megatron-Core's; the run's framework is {run.framework}",
+        )
+    return plan_read, "megatron", mtp_cell
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -159,8 +167,11 @@ def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str
     return plan
 
 
-def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: str) -> list[int]:
-    """Body layers per cell in model order."""
+def _cell_layers_from_flags(
+    problem: BalanceInput, flags: MegatronFlags, where: str
+) -> tuple[list[int], tuple[int, int] | None]:
+    """Body layers per cell in model order, and the MTP layers' cell where the layout runs them apart
+    from the loss (Megatron-Core's standalone MTP, `config.layout.standalone_mtp_cell`)."""
     p = problem
     total = p.layers.nb_body_layers
     if flags.pipeline_size is not None and flags.pipeline_size != p.stages:
@@ -169,7 +180,6 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
         try:
             layout = parse_layout(flags.layout, p.stages)
             validate_layout(layout, total, p.mtp_layers)
-            check_mtp_with_loss(layout, p.mtp_layers)
         except LayoutError as err:
             raise InputError(where, "--pipeline-model-parallel-layout", str(err)) from None
         if len(layout[0]) != p.chunks:
@@ -178,7 +188,7 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
                 "--pipeline-model-parallel-layout",
                 f"{len(layout[0])} virtual stages per rank, the run has {p.chunks}",
             )
-        return [layout[s][v].count("t") for v, s in p.cells]
+        return [layout[s][v].count("t") for v, s in p.cells], standalone_mtp_cell(layout)
     cells = len(p.cells)
     if flags.first_stage_layers is not None or flags.last_stage_layers is not None:
         if p.chunks > 1 or p.stages < 2:
@@ -203,7 +213,8 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
                 "needs as many on each (and none where no stage is left)",
             )
         each = rest // middle_stages if middle_stages else 0
-        return [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]
+        sizes = [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]
+        return sizes, None
     # the even split (transformer_block.get_num_layers_to_build): the embedding and the loss count as
     # a layer each where `--account-for-*-in-pipeline-split` says so, taken from the first and last cell
     embedding, loss = flags.split_adds
@@ -215,10 +226,13 @@ def _cell_layers_from_flags(problem: BalanceInput, flags: MegatronFlags, where: 
     sizes = [counted // cells] * cells
     sizes[0] -= embedding
     sizes[-1] -= loss
-    return sizes
+    return sizes, None
 
 
-def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modules: tuple[str, ...] | None) -> Plan:
+def from_megatron(
+    problem: BalanceInput, flags: MegatronFlags, where: str, modules: tuple[str, ...] | None
+) -> tuple[Plan, tuple[int, int] | None]:
+    """The plan the flags describe, and the MTP layers' cell where the layout runs them apart from the loss."""
     p = problem
     try:
         setting = flags.setting()
@@ -233,7 +247,7 @@ def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modul
                 f"{' '.join(asked)}: the run config's training.recompute must say these modules "
                 "({granularity: selective, modules: [...]}) for ppb to price them",
             )
-    sizes = _cell_layers_from_flags(p, flags, where)
+    sizes, mtp_cell = _cell_layers_from_flags(p, flags, where)
     counts = empty_counts(p)
     remaining = [body.nb_layer for body in p.layers.bodies]
     body = 0
@@ -249,7 +263,7 @@ def from_megatron(problem: BalanceInput, flags: MegatronFlags, where: str, modul
                 remaining[body] -= 1
     plan = Plan(p, freeze(counts))
     _check(plan, where)
-    return plan
+    return plan, mtp_cell
 
 
 def _check(plan: Plan, where: str) -> None:

@@ -14,12 +14,14 @@ from ppb_core.tables.schema import Summarized
 
 
 def walk_problems(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> list[str]:
-    """Each sub-model walked whole (one HEAD, its body layers, one TAIL) and no empty cell."""
+    """Each sub-model walked whole (one HEAD, its body layers, one TAIL: three parts where the run's
+    layout runs the MTP layers apart from the loss, `walk`) and no empty cell."""
     run = run_from_frame(run_config)
     problems = []
+    tails = 3 if run.layout_mtp_cell() is not None else 1
     for model in run.model_names:
         rows = layer_walk[layer_walk["model_name"] == model]
-        for node, expected in (("HEAD", 1), ("BODY", run.spec(model).num_layers), ("TAIL", 1)):
+        for node, expected in (("HEAD", 1), ("BODY", run.spec(model).num_layers), ("TAIL", tails)):
             found = int((rows["node"] == node).sum())
             if found != expected:
                 problems.append(f"{model}: {found} {node} layers, expected {expected}")

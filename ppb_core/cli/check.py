@@ -20,6 +20,7 @@ from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
+from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
@@ -42,10 +43,10 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     # the plan read over every option (one the balancer would never choose is still the user's)
     every_option = run_problem(run, describe_run(run, withdrawing=False))
     modules = selective_modules(run)
-    plan, form = read_plan(every_option, args.plan, modules, run)
+    plan, form, mtp_cell = read_plan(every_option, args.plan, modules, run)
     bodies = every_option.describe()["bodies"]
     unit_s = time_unit_s(run, every_option.describe())
-    evaluated = check_plan(run, cells(plan), bodies)
+    evaluated = check_plan(run, cells(plan), bodies, mtp_cell)
     out: dict[str, Any] = {
         "run": str(args.run),
         "plan": args.plan,
@@ -53,11 +54,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         **evaluated.to_json(),
         # the plan's recompute, priced in place of the run config's (None: the run config's holds)
         "plan_recompute": recompute,
-        "balancer": {
-            "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
-            "stage_memory_mb": plan.stage_memory_mb,
-            "fits": plan.fits,
-        },
+        "balancer": _balancer_figures(plan, unit_s, mtp_cell),
     }
     over = evaluated.overflowing
     if over:
@@ -92,6 +89,22 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
+    """The plan as the balancer's descriptions price it; for MTP layers apart from the loss, the one
+    line saying why not (the descriptions hold them in the loss's cell, `BalanceInput.tail_cell`)."""
+    if mtp_cell is not None:
+        chunk, stage = mtp_cell
+        return {
+            "unpriced": f"the balancer's descriptions price the MTP layers with the loss, not apart in chunk "
+            f"{chunk} of stage {stage}: no balancer figures for this plan"
+        }
+    return {
+        "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times
+        "stage_memory_mb": plan.stage_memory_mb,
+        "fits": plan.fits,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     out = check(args)
     if args.json:
@@ -124,6 +137,8 @@ def render(out: dict[str, Any]) -> None:
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
     console.print(table)
     console.print(f"iteration {out['iteration_s']:.3f} s (the pipeline schedule run on the layers' times)")
+    if "unpriced" in out["balancer"]:
+        console.print(escape(out["balancer"]["unpriced"]))
     if out.get("message"):
         console.print(f"[bold red]{escape(out['message'])}[/bold red]")
     else:

@@ -98,20 +98,20 @@ def validate_layout(layout: Sequence[Sequence[str]], num_layers: int, mtp_layers
             raise LayoutError("all MTP layers must be in one virtual stage")
 
 
-def check_mtp_with_loss(layout: Sequence[Sequence[str]], mtp_layers: int) -> None:
-    """ppb's TAIL holds the MTP layers with the output layer and the loss: LayoutError unless every `m`
-    is in the virtual stage of `L` (the last rank's last). Megatron-Core also runs them apart
-    (`validate_layer_layout` accepts `m` in any rank's last virtual stage but rank 0's earlier ones and
-    marks it `mtp_standalone`, as its DeepSeek-V3 example 'Et*3|(tt|)*29,m|L' does); ppb cannot price
-    that yet, so the refusal says so and names the layout with the MTP layers moved beside the loss."""
-    if layout[-1][-1].count("m") == mtp_layers:
-        return
-    stages = [stage.replace("m", "") for stage in model_order(layout)]
-    stages[-1] = stages[-1].replace("L", "m" * mtp_layers + "L")
-    raise LayoutError(
-        "ppb needs the MTP layers m in the virtual stage of the loss L (Megatron-Core runs them apart, "
-        f"ppb does not price that yet); priced beside the loss the layout is {format_layout(stages)!r}"
-    )
+def standalone_mtp_cell(layout: Sequence[Sequence[str]]) -> tuple[int, int] | None:
+    """The [chunk][stage] cell of the MTP layers when they sit apart from the loss `L`, else None.
+
+    Megatron-Core runs such a layout as standalone MTP (`PipelineParallelLayerLayout.
+    validate_layer_layout` sets `mtp_standalone` when `m` is on a rank other than the last, commit
+    d98e8a64; `validate_layout` keeps `m` in a rank's last virtual stage, so apart from `L` means
+    on another rank), as its DeepSeek-V3 example 'Et*3|(tt|)*29,m|L' does: the MTP chunk holds an
+    embedding copy and the MTP layers, the loss chunk every head's logits and loss
+    (`ppb_core.model.kinds.standalone_parts`).
+    """
+    for stage, stages in enumerate(layout):
+        if "m" in stages[-1] and "L" not in stages[-1]:
+            return len(stages) - 1, stage
+    return None
 
 
 def format_layout(stages: Sequence[str]) -> str:

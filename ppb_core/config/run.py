@@ -30,7 +30,7 @@ from pydantic import (
 from ppb_core import limits
 from ppb_core.config.devices import DEVICE_CATALOG, DeviceProfile
 from ppb_core.config.hf_vision import VISION_LANGUAGE_TYPES, spec_of_part
-from ppb_core.config.layout import LayoutError, cell_layers, check_mtp_with_loss, parse_layout, validate_layout
+from ppb_core.config.layout import LayoutError, cell_layers, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.recompute import (
     FORMS,
     SWITCHES,
@@ -457,7 +457,8 @@ class TimingOptions(StrictModel):
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
-        "logits fused into three kernels, not run one by one",
+        "logits fused into three kernels, not run one by one; memory: its compiled backward scatters into an "
+        "fp32 copy of the softmax",
     )
     log_params_norm: bool = Field(
         False,
@@ -585,6 +586,12 @@ class RunConfig(StrictModel):
         """[chunk][stage] body layers the run's `parallel.layout` places (None: no layout)."""
         layout = self.parallel.layout_stages()
         return None if layout is None else cell_layers(layout)
+
+    def layout_mtp_cell(self) -> tuple[int, int] | None:
+        """[chunk][stage] of the MTP layers where the run's layout puts them apart from the loss
+        (Megatron-Core's standalone MTP, `config.layout.standalone_mtp_cell`), else None."""
+        layout = self.parallel.layout_stages()
+        return None if layout is None else standalone_mtp_cell(layout)
 
     @property
     def recompute(self) -> Recompute:
@@ -843,9 +850,12 @@ def _check_layout(run: RunConfig, where: str) -> None:
     assert layout is not None
     try:
         validate_layout(layout, spec.num_layers, spec.mtp_layers)
-        check_mtp_with_loss(layout, spec.mtp_layers)
     except LayoutError as err:
         raise InputError(where, "parallel.layout", str(err)) from None
+    if standalone_mtp_cell(layout) is not None and run.framework != "megatron":
+        raise InputError(
+            where, "parallel.layout", "MTP layers m apart from the loss L are Megatron-Core's: set framework megatron"
+        )
 
 
 def _check_combined_1f1b(run: RunConfig, where: str) -> None:

@@ -99,13 +99,17 @@ class PlanCheck:
 
 
 def check_plan(
-    run: RunConfig, plan_cells: Sequence[Sequence[Mapping[str, Any]]], bodies: Sequence[Mapping[str, Any]] = ()
+    run: RunConfig,
+    plan_cells: Sequence[Sequence[Mapping[str, Any]]],
+    bodies: Sequence[Mapping[str, Any]] = (),
+    mtp_cell: tuple[int, int] | None = None,
 ) -> PlanCheck:
     """The plan's stages against the device and its iteration. *plan_cells*: [chunk][stage] cells as the
     balancer writes them (`options`: option → body layers; `layers`: per body type), *bodies* the
-    plan's `input.bodies` (their sub-models place a combined body model by model)."""
+    plan's `input.bodies` (their sub-models place a combined body model by model), *mtp_cell* the
+    [chunk][stage] where a Megatron layout runs the MTP layers apart from the loss (None: beside it)."""
     cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
     by_model = model_cell_options(plan_cells, bodies) if bodies else None
-    evaluations = plan_stages(run, cells, by_model)
-    iteration = run_iteration(run, cells, TimeModel(run), MemoryModel(run), by_model)
+    evaluations = plan_stages(run, cells, by_model, mtp_cell)
+    iteration = run_iteration(run, cells, TimeModel(run), MemoryModel(run), by_model, mtp_cell)
     return PlanCheck(tuple(StageCheck.of(e) for e in evaluations), iteration)

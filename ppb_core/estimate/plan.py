@@ -59,6 +59,7 @@ def plan_stages(
     run: RunConfig,
     cell_options: Sequence[Sequence[Mapping[str, int]]],
     by_model: Mapping[str, CellOptions] | None = None,
+    mtp_cell: tuple[int, int] | None = None,
 ) -> list[StageEvaluation]:
     """Each stage of a plan as the memory and time models see it.
 
@@ -67,10 +68,10 @@ def plan_stages(
     memory is the memory model's stage peak (with the backward's working set, which SAPP's
     descriptions do not count; the device limit is its memory less what the run config reserves).
     *by_model* places each sub-model on its own (`model.placement.model_cell_options`), as
-    combined bodies need.
+    combined bodies need. *mtp_cell*: the plan runs the MTP layers there, apart from the loss.
     """
     par = run.parallel
-    placed, chosen = place_plan(run, cell_options, by_model)
+    placed, chosen = place_plan(run, cell_options, by_model, mtp_cell)
     held = stage_models(placed)
     memory, times = MemoryModel(run), TimeModel(run)
     device = run.device

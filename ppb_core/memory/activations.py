@@ -20,6 +20,9 @@ from dataclasses import dataclass, replace
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
+    MTP_PART,
+    NORM_PART,
+    OUTPUT_PART,
     BodyKind,
     EncoderBodyKind,
     HeadKind,
@@ -210,15 +213,16 @@ def head_terms(kind: HeadKind, setup: MemorySetup) -> list[ActivationTerm]:
     return terms
 
 
-def _loss_terms(prefix: str, kind: TailKind, setup: MemorySetup) -> list[ActivationTerm]:
+def _loss_terms(prefix: str, kind: TailKind, setup: MemorySetup, with_norm: bool = True) -> list[ActivationTerm]:
     """Final norm, output projection and the vocabulary-parallel cross-entropy.
 
     The loss upcasts the logits and keeps their softmax in fp32 (Megatron-LM's
-    vocab_parallel_cross_entropy); the 16-bit logits are not kept.
+    vocab_parallel_cross_entropy); the 16-bit logits are not kept. Without *with_norm* (an MTP head
+    on a standalone MTP's loss chunk) the output layer keeps its input as it came.
     """
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
     return [
-        ActivationTerm(f"{prefix}.norm_input", None, whole * h, bc),
+        *([ActivationTerm(f"{prefix}.norm_input", None, whole * h, bc)] if with_norm else []),
         ActivationTerm(f"{prefix}.norm_output", None, whole * h, bc),
         ActivationTerm(
             f"{prefix}.logits_softmax", None, setup.tokens * per_rank(kind.vocab_size, setup.tp), STATS_BYTES
@@ -235,21 +239,35 @@ def tail_terms(kind: TailKind, setup: MemorySetup, body: BodyTerms | None = None
     concatenation (2h kept), runs one transformer layer and the shared head and loss. *body*
     gives what that transformer layer keeps (default: `body_terms`; a framework passes its own
     rules, `FrameworkRules.tail_terms`).
+
+    A standalone MTP's parts (`TailKind.part`): the final norm keeps its input beside the last decoder
+    layer; the MTP chunk each module's terms up to its final norm's input, and the hidden-state norm's
+    input; the loss chunk each head's output-layer input, softmax and labels (what a chunk of no
+    decoder layer received besides: `MegatronRules.pipeline_buffer_bytes`).
     """
     body = body if body is not None else body_terms
     h, bc, whole = kind.hidden_size, setup.dtype_bytes, setup.whole_tokens
-    terms = _loss_terms("output", kind, setup)
+    if kind.part == NORM_PART:
+        return [ActivationTerm("output.norm_input", None, whole * h, bc)]
+    terms = _loss_terms("output", kind, setup, with_norm=kind.has_final_norm) if kind.has_output else []
     if kind.mtp_body is None:
         return terms
     for index in range(kind.mtp_layers):
         name = f"mtp{index}"
+        if kind.part == OUTPUT_PART:
+            terms += _loss_terms(f"{name}.output", kind, setup, with_norm=False)
+            continue
         terms += [
             ActivationTerm(f"{name}.token_ids", None, setup.tokens, INDEX_BYTES, False),
             ActivationTerm(f"{name}.embedding_norm_input", None, whole * h, bc),
+            *([ActivationTerm(f"{name}.hidden_norm_input", None, whole * h, bc)] if kind.part == MTP_PART else []),
             ActivationTerm(f"{name}.projection_input", None, whole * 2 * h, bc),
             *body(kind.mtp_body, setup, f"{name}."),
-            *_loss_terms(f"{name}.output", kind, setup),
         ]
+        if kind.part == MTP_PART:
+            terms.append(ActivationTerm(f"{name}.output.norm_input", None, whole * h, bc))
+        else:
+            terms += _loss_terms(f"{name}.output", kind, setup)
     return terms
 
 

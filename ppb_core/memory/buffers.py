@@ -119,23 +119,25 @@ def head_buffers(kind: HeadKind, setup: MemorySetup) -> list[BufferTerm]:
 
 
 def tail_buffers(kind: TailKind, setup: MemorySetup) -> list[BufferTerm]:
-    """The output head's gathered input (never recomputed); each MTP module's projection input, layer and head."""
+    """The output head's gathered input (never recomputed); each MTP module's projection input, layer and head.
+    A standalone MTP's parts (`TailKind.part`): the projections and layers on the MTP chunk, the heads
+    on the loss chunk."""
     h = kind.hidden_size
     terms: list[BufferTerm] = []
-    if setup.gathers:
+    if setup.gathers and kind.has_output:
         terms.append(BufferTerm("tp", "output.gathered_input", _gathered(setup, h), True))
     if kind.mtp_body is not None:
         for index in range(kind.mtp_layers):
             name = f"mtp{index}"
-            if setup.gathers:
+            if setup.gathers and kind.has_mtp_modules:
+                terms.append(BufferTerm("tp", f"{name}.projection_gathered_input", _gathered(setup, 2 * h), True))
+            if setup.gathers and kind.has_output:
+                terms.append(BufferTerm("tp", f"{name}.output.gathered_input", _gathered(setup, h), True))
+            if kind.has_mtp_modules:
                 terms += [
-                    BufferTerm("tp", f"{name}.projection_gathered_input", _gathered(setup, 2 * h), True),
-                    BufferTerm("tp", f"{name}.output.gathered_input", _gathered(setup, h), True),
+                    BufferTerm(b.group, b.name, b.bytes, b.kept)  # an MTP layer is never recomputed
+                    for b in body_buffers(kind.mtp_body, setup, prefix=f"{name}.")
                 ]
-            terms += [
-                BufferTerm(b.group, b.name, b.bytes, b.kept)  # an MTP layer is never recomputed
-                for b in body_buffers(kind.mtp_body, setup, prefix=f"{name}.")
-            ]
     return terms
 
 

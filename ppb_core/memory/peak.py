@@ -242,7 +242,7 @@ def stage_peaks(
             layer, state, switches, 2, on_saved=True, group=group, neighbours=neighbours
         )
         total["work"] = max(total["work"], working)
-        if isinstance(kind, TailKind):
+        if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
         if option is not None:

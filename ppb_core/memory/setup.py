@@ -42,6 +42,7 @@ class MemorySetup(Geometry):
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | deepep (timing.moe_dispatcher)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
+    cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,6 +71,7 @@ class MemorySetup(Geometry):
             transformer_impl=run.timing.transformer_impl,
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
+            cross_entropy_fusion=run.timing.cross_entropy_fusion,
         )
 
     @property

@@ -13,6 +13,8 @@ from ppb_core.config.vision import VisionSequence
 
 # Where a layer sits in its model: the embedding, a transformer layer, or the final norm, output and loss.
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
+# The parts of a TAIL (`TailKind.part`): whole, or as Megatron-Core's standalone MTP places it.
+WHOLE, NORM_PART, MTP_PART, OUTPUT_PART = "whole", "final_norm", "mtp", "output"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,38 @@ class TailKind:
     tied: bool
     mtp_layers: int = 0
     mtp_body: BodyKind | None = None
+    # WHOLE: all of it in one cell. Megatron-Core's standalone MTP (a layout with `m` apart from `L`)
+    # splits it (`standalone_parts`): NORM_PART, MTP_PART and OUTPUT_PART.
+    part: str = WHOLE
+
+    @property
+    def has_output(self) -> bool:
+        """Whether this part holds the output layer and the losses (of every head)."""
+        return self.part in (WHOLE, OUTPUT_PART)
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether this part holds the model's final norm."""
+        return self.part in (WHOLE, NORM_PART)
+
+    @property
+    def has_mtp_modules(self) -> bool:
+        """Whether this part runs the MTP layers (their embedding, norms, projection, transformer layer)."""
+        return self.part in (WHOLE, MTP_PART) and self.mtp_body is not None and self.mtp_layers > 0
+
+
+def standalone_parts(kind: TailKind) -> tuple[TailKind, TailKind, TailKind]:
+    """The TAIL as Megatron-Core's standalone MTP places it (commit d98e8a64): the model's final norm
+    with the last decoder layer (transformer_block.py `has_final_layernorm_in_this_stage`, where the
+    model has MTP layers); the MTP chunk with an embedding copy and the MTP layers, sending
+    (1 + mtp)·h per token on (gpt_model.py `GPTModel.__init__` builds the embedding where
+    `mtp_process`; multi_token_prediction.py `MultiTokenPredictionBlock.forward`); the loss chunk with
+    the output layer, computing every head's logits and loss (`GPTModel._postprocess`, `process_mtp_loss`)."""
+    return (
+        dataclasses.replace(kind, name="final_norm", part=NORM_PART),
+        dataclasses.replace(kind, name="mtp", part=MTP_PART),
+        dataclasses.replace(kind, name="output_heads", part=OUTPUT_PART),
+    )
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ppb_core.model.geometry import kv_heads_per_rank, per_rank
-from ppb_core.model.kinds import Attention, BodyKind, HeadKind, Mlp, Moe, Norm, PatchEmbedKind, ProjectorKind, TailKind
+from ppb_core.model.kinds import (
+    MTP_PART,
+    NORM_PART,
+    OUTPUT_PART,
+    Attention,
+    BodyKind,
+    HeadKind,
+    Mlp,
+    Moe,
+    Norm,
+    PatchEmbedKind,
+    ProjectorKind,
+    TailKind,
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +124,23 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
     A tied output head is the embedding table: on a single stage the HEAD holds it; across
     stages the last one keeps its own copy. MTP modules embed tokens too, so across stages the
     last one also holds the embedding table when the head is untied.
+
+    Megatron-Core's standalone MTP splits them (`TailKind.part`, `kinds.standalone_parts`; gpt_model.py
+    `GPTModel.__init__`, commit d98e8a64): the final norm goes with the last decoder layer; the MTP
+    chunk builds its own embedding (`pre_process or mtp_process`) beside the MTP modules, tied or not
+    (another chunk than the first, whose table it cannot share); the loss chunk builds the output
+    layer (`post_process`).
     """
     table = per_rank(kind.vocab_size, tp) * kind.hidden_size
+    if kind.part == NORM_PART:
+        return LayerParams(non_expert=norm_params(kind.norm, kind.hidden_size))
+    if kind.part == OUTPUT_PART:
+        return LayerParams(non_expert=table)
+    if kind.part == MTP_PART:
+        params = LayerParams(non_expert=table)
+        for _ in range(kind.mtp_layers):
+            params = params + mtp_module_params(kind, tp, ep, etp)
+        return params
     count = norm_params(kind.norm, kind.hidden_size)
     if not kind.tied or pp > 1:
         count += table

@@ -24,10 +24,13 @@ def cell_layers(cell_options: CellOptions) -> list[list[int]]:
     return [[sum(int(n) for n in cell.values()) for cell in row] for row in cell_options]
 
 
-def placed_walk(run: RunConfig, cell_layers: Sequence[Sequence[int]]) -> LayerWalk:
+def placed_walk(
+    run: RunConfig, cell_layers: Sequence[Sequence[int]], mtp_cell: tuple[int, int] | None = None
+) -> LayerWalk:
     """The run's layers with the plan's body layers per [chunk][stage], its ends where the balancer
-    charges them (`ends_in_end_cells`)."""
-    return ends_in_end_cells(run, walk(run, cell_layers))
+    charges them (`ends_in_end_cells`); *mtp_cell*: the MTP layers apart from the loss there
+    (Megatron-Core's standalone MTP, `walk`)."""
+    return ends_in_end_cells(run, walk(run, cell_layers, mtp_cell))
 
 
 def ends_in_end_cells(run: RunConfig, placed: LayerWalk) -> LayerWalk:
@@ -60,18 +63,22 @@ def options_along_cells(placed: LayerWalk, cell_options: CellOptions) -> dict[La
 
 
 def place_plan(
-    run: RunConfig, cell_options: CellOptions, by_model: Mapping[str, CellOptions] | None = None
+    run: RunConfig,
+    cell_options: CellOptions,
+    by_model: Mapping[str, CellOptions] | None = None,
+    mtp_cell: tuple[int, int] | None = None,
 ) -> tuple[LayerWalk, dict[Layer, str]]:
     """The plan's layers in their cells, and each body layer's option.
 
     *by_model* (`model_cell_options`) places each sub-model along the cells on its own, as a plan
-    whose body types stand for layers of several sub-models (combined bodies) needs.
+    whose body types stand for layers of several sub-models (combined bodies) needs. *mtp_cell*: the
+    plan runs the MTP layers there, apart from the loss (a Megatron layout's standalone MTP).
     """
     if by_model is None:
-        placed = placed_walk(run, cell_layers(cell_options))
+        placed = placed_walk(run, cell_layers(cell_options), mtp_cell)
         return placed, options_along_cells(placed, cell_options)
     placed = ends_in_end_cells(
-        run, walk_by_model(run, {model: cell_layers(cells) for model, cells in by_model.items()})
+        run, walk_by_model(run, {model: cell_layers(cells) for model, cells in by_model.items()}, mtp_cell)
     )
     chosen: dict[Layer, str] = {}
     for model, cells in by_model.items():

@@ -24,6 +24,7 @@ from ppb_core.model.kinds import (
     TailKind,
     body_kind,
     head_kind,
+    standalone_parts,
     tail_kind,
     vision_kinds,
 )
@@ -85,17 +86,32 @@ def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b")
     return counts
 
 
-def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> LayerWalk:
+def walk(
+    run: RunConfig,
+    cell_counts: Sequence[Sequence[int]] | None = None,
+    mtp_cell: tuple[int, int] | None = None,
+    fused_tail: bool = False,
+) -> LayerWalk:
     """Every layer of the run in pipeline order, placed in its cell.
 
     *cell_counts* ([chunk][stage] body layers) replaces the run's own split (its `parallel.layout`,
     else the uniform split), e.g. with a plan's. A layout also places the HEAD (`E`) in the first
     cell and the TAIL (`L`, with the MTP layers) in the last, empty of decoder layers or not.
+
+    Where the MTP layers run apart from the loss (Megatron-Core's standalone MTP: the run's layout
+    says so, or *mtp_cell* does for *cell_counts*), the TAIL is three layers (`kinds.standalone_parts`):
+    the final norm in the last body layer's cell, the MTP part in their cell and the output part in
+    the loss's. *fused_tail* keeps one TAIL
+    whatever the layout: the balancer's descriptions price the MTP layers with the loss.
     """
     par = run.parallel
     stages, chunks = par.pp, par.vpp
     total = run.total_body_layers
     layout = run.layout_cells() if cell_counts is None else None
+    if cell_counts is None:
+        mtp_cell = run.layout_mtp_cell()
+    if fused_tail:
+        mtp_cell = None
     if cell_counts is not None:
         counts = [list(row) for row in cell_counts]
     else:
@@ -117,6 +133,10 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
         for index, kind in enumerate(bodies):
             layers.append(Layer(sub.name, BODY, kind, index, *cells[position]))
             position += 1
+        if mtp_cell is not None and isinstance(tail, TailKind) and tail.mtp_layers:
+            norm_part, mtp_part, tail = standalone_parts(tail)
+            layers.append(Layer(sub.name, TAIL, norm_part, len(bodies), *cells[position - 1]))
+            layers.append(Layer(sub.name, TAIL, mtp_part, len(bodies), *mtp_cell))
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[position - 1]))
     if layout is not None:  # one language model (config._check_layout): E first, L last
         order = cell_order(par.schedule, stages, chunks)
@@ -125,13 +145,15 @@ def walk(run: RunConfig, cell_counts: Sequence[Sequence[int]] | None = None) -> 
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
 
 
-def walk_by_model(run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[int]]]) -> LayerWalk:
+def walk_by_model(
+    run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[int]]], mtp_cell: tuple[int, int] | None = None
+) -> LayerWalk:
     """Every layer of the run, each sub-model's body layers filling the cells by its own [chunk][stage] counts.
 
     A plan whose body types hold layers of several sub-models at once (a combined body stands for
     one layer of each part) places each sub-model along the cells on its own; each sub-model's
     HEAD sits in its first layer's cell and its TAIL in its last's. A sub-model without counts
-    is refused.
+    is refused. *mtp_cell*: the MTP layers stand apart from the loss there (as in `walk`).
     """
     par = run.parallel
     stages, chunks = par.pp, par.vpp
@@ -150,6 +172,10 @@ def walk_by_model(run: RunConfig, model_counts: Mapping[str, Sequence[Sequence[i
         for index, (kind, cell) in enumerate(zip(bodies, cells, strict=True)):
             layers.append(Layer(sub.name, BODY, kind, index, *cell))
             totals[cell[0]][cell[1]] += 1
+        if mtp_cell is not None and isinstance(tail, TailKind) and tail.mtp_layers:
+            norm_part, mtp_part, tail = standalone_parts(tail)
+            layers.append(Layer(sub.name, TAIL, norm_part, len(bodies), *cells[-1]))
+            layers.append(Layer(sub.name, TAIL, mtp_part, len(bodies), *mtp_cell))
         layers.append(Layer(sub.name, TAIL, tail, len(bodies), *cells[-1]))
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in totals))
 

@@ -221,9 +221,10 @@ def describe_layers(
 
 
 def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = None) -> list[dict[str, Any]]:
-    """The run's layers described and merged, before any post-processing."""
+    """The run's layers described and merged, before any post-processing. One TAIL, the MTP layers
+    with the loss, whatever the run's layout: the balancer's cells hold it whole (`BalanceInput.tail_cell`)."""
     return describe_layers(
-        walk(run),
+        walk(run, fused_tail=True),
         memory,
         times,
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),

@@ -183,5 +183,11 @@ def profile_run(
         times = TimeModel(run)
     many = max(2, most_in_flight) if most_in_flight else many_in_flight(run.parallel.pp, run.training.micro_batches)
     return profile_layers(
-        walk(run), memory, times, many=many, counts=in_flight, switches_of=run.switches, each_switch=each_switch
+        walk(run, fused_tail=True),  # the balancer's descriptions hold one TAIL (`payload.describe.describe`)
+        memory,
+        times,
+        many=many,
+        counts=in_flight,
+        switches_of=run.switches,
+        each_switch=each_switch,
     )

@@ -93,7 +93,7 @@ class FigureCache:
         """The run's distinct (model, node, kind) with counts; they change only with the vocabulary padding."""
         key = tuple(run.vocab_size(name) for name in run.model_names)
         if key not in self.slots:
-            self.slots[key] = walk(run).distinct()
+            self.slots[key] = walk(run, fused_tail=True).distinct()  # as the balancer describes them
         return self.slots[key]
 
     def models(self, strategy: Strategy, run: RunConfig) -> tuple[MemoryModel, TimeModel]:

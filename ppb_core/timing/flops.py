@@ -24,6 +24,9 @@ from ppb_core.config.run import RunConfig
 from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_all
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
+    MTP_PART,
+    NORM_PART,
+    OUTPUT_PART,
     BodyKind,
     EncoderBodyKind,
     HeadKind,
@@ -1048,22 +1051,27 @@ def _loss_bytes(geo: OpGeometry) -> tuple[int, int]:
     return bc + 9 * STATS_BYTES, bc + 3 * STATS_BYTES
 
 
-def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) -> list[Op]:
+def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, with_norm: bool = True) -> list[Op]:
     """Final norm, vocabulary-parallel logits and cross-entropy (logits upcast to fp32, softmax kept),
-    and the loss's three small all-reduces (max, sum of exponentials, target logit)."""
+    and the loss's three small all-reduces (max, sum of exponentials, target logit). Without
+    *with_norm* the head reads *source* as it came (an MTP head on the loss chunk of a standalone
+    MTP: its MTP layer's final norm ran on the MTP chunk)."""
     h, bc, n = kind.hidden_size, geo.dtype_bytes, geo.tokens
     vocab = per_rank(kind.vocab_size, geo.tp)
     norm = p + "final_norm"
-    entry = _tp_entry(p, "output", block, geo, h, norm, p + "logits", switch=None)
-    logits_source = entry[0].name if geo.gathers else norm
+    head_input = norm if with_norm else source
+    entry = _tp_entry(p, "output", block, geo, h, head_input, p + "logits", switch=None)
+    logits_source = entry[0].name if geo.gathers else head_input
     elements = n * vocab
     loss_forward, loss_backward = _loss_bytes(geo)
     ops = [
-        _norm(norm, block, geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm", inputs=(source,) if source else ()),
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
         _elementwise(p + "loss", block, elements * loss_forward, elements * loss_backward, inputs=(p + "logits",)),
     ]
+    if with_norm:
+        rms = kind.norm.kind == "rmsnorm"
+        ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
     if geo.tp > 1:
         ops.append(
             Op(
@@ -1077,43 +1085,67 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str) ->
     return ops
 
 
+def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
+    """One MTP module up to its final norm: embed the next tokens, normalise them and the hidden state,
+    project the concatenation (2h → h, column-parallel, then gathered), one transformer layer."""
+    assert kind.mtp_body is not None
+    h, bc = kind.hidden_size, geo.dtype_bytes
+    p, block = f"mtp{index}.", f"mtp{index}"
+    ops = _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
+    ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
+    entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
+    ops += entry
+    ops.append(
+        _matmul(
+            p + "projection",
+            block,
+            geo.tokens,
+            2 * h,
+            per_rank(h, geo.tp),
+            bc,
+            inputs=(entry[0].name if geo.gathers else p + "norms",),
+        )
+    )
+    if geo.tp > 1:
+        payload = geo.tokens * h * bc
+        ops.append(
+            Op(
+                p + "gather_projected",
+                block,
+                COMM,
+                inputs=(p + "projection",),
+                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
+                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp"),
+            )
+        )
+    ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
+    return ops
+
+
 def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
     """The output head and loss, then each multi-token-prediction module (DeepSeek-V3): embed the next
     tokens, normalise them and the hidden state, project the concatenation (2h → h, column-parallel,
-    then gathered), one transformer layer, and the shared head and loss."""
-    ops = _output("output.", "output", kind, geo, "")
+    then gathered), one transformer layer, and the shared head and loss.
+
+    Megatron-Core's standalone MTP (`TailKind.part`): the model's final norm runs with the last decoder
+    layer, the MTP chunk each module up to its own final norm (`MultiTokenPredictionLayer._postprocess`),
+    the loss chunk every head's logits and loss (`process_mtp_loss`, multi_token_prediction.py, commit
+    d98e8a64)."""
     h, bc = kind.hidden_size, geo.dtype_bytes
+    if kind.part == NORM_PART:
+        return (_norm("output.final_norm", "output", geo.whole_tokens, h, bc, kind.norm.kind == "rmsnorm"),)
+    ops = _output("output.", "output", kind, geo, "", with_norm=kind.has_final_norm) if kind.has_output else []
     for index in range(kind.mtp_layers if kind.mtp_body is not None else 0):
         p, block = f"mtp{index}.", f"mtp{index}"
-        ops += _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
-        ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
-        entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
-        ops += entry
-        ops.append(
-            _matmul(
-                p + "projection",
-                block,
-                geo.tokens,
-                2 * h,
-                per_rank(h, geo.tp),
-                bc,
-                inputs=(entry[0].name if geo.gathers else p + "norms",),
-            )
-        )
-        if geo.tp > 1:
-            payload = geo.tokens * h * bc
-            ops.append(
-                Op(
-                    p + "gather_projected",
-                    block,
-                    COMM,
-                    inputs=(p + "projection",),
-                    forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
-                    backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp"),
-                )
-            )
-        ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
-        ops += _output(p + "output.", block, kind, geo, p + "residual")
+        if kind.part == MTP_PART:
+            ops += _mtp_module_ops(kind, geo, index)
+            rms = kind.norm.kind == "rmsnorm"
+            ops.append(_norm(p + "output.final_norm", block, geo.whole_tokens, h, bc, rms, inputs=(p + "residual",)))
+        elif kind.part == OUTPUT_PART:
+            ops += _output(p + "output.", block, kind, geo, "", with_norm=False)
+        else:
+            ops += _mtp_module_ops(kind, geo, index)
+            ops += _output(p + "output.", block, kind, geo, p + "residual")
     return tuple(ops)
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
-from ppb_core.model.kinds import EncoderBodyKind
+from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
@@ -173,12 +173,13 @@ def _layers_and_options(
     memory: MemoryModel,
     cell_options: CellOptions | None,
     by_model: Mapping[str, CellOptions] | None = None,
+    mtp_cell: tuple[int, int] | None = None,
 ) -> tuple[LayerWalk, dict[Layer, str]]:
     """The layers in their cells and each body layer's option. As configured: full recompute where the
     run's rule puts it (all layers, Megatron's uniform or block, torchtitan's every N-th block), the
     model's configured option (SLCT when a switch recomputes, else NONE) elsewhere."""
     if cell_options is not None:
-        return place_plan(run, cell_options, by_model)
+        return place_plan(run, cell_options, by_model, mtp_cell)
     placed = walk(run)
     configured = {name: configured_option(memory, name) for name in run.model_names}
     rule = run.recompute
@@ -206,15 +207,25 @@ def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     return replace(links, groups=groups)
 
 
-def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """One micro-batch's activations (or their gradient) from a cell ending in *layer* to the next stage:
-    b·s/cp tokens of the hidden size, split over TP under sequence parallelism."""
+def p2p_bytes(run: RunConfig, layer: Layer) -> float:
+    """One micro-batch's activations (or their gradient) a cell ending in *layer* sends the next stage:
+    b·s/cp tokens of the hidden size, split over TP under sequence parallelism; (1 + mtp)·h per token
+    out of a standalone MTP's chunk (multi_token_prediction.py `MultiTokenPredictionBlock.forward`
+    concatenates the hidden state and each MTP layer's; p2p_communication.py `_communicate` exchanges
+    the shapes first under `mtp_standalone`, Megatron-LM commit d98e8a64)."""
     par, train = run.parallel, run.training
     hidden = run.spec(layer.model_name).hidden_size
     tokens = train.micro_batch_size * train.seq_length / par.cp / (par.tp if par.sequence_parallel else 1)
     if isinstance(layer.kind, EncoderBodyKind):  # a vision block hands on the tower's own tokens, whole over CP
         tokens = train.micro_batch_size * layer.kind.tokens / (par.tp if par.sequence_parallel else 1)
-    payload = tokens * hidden * train.dtype_bytes
+    if isinstance(layer.kind, TailKind) and layer.kind.part == MTP_PART:
+        hidden *= 1 + layer.kind.mtp_layers
+    return tokens * hidden * train.dtype_bytes
+
+
+def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
+    """`p2p_bytes` over the link two neighbouring stages share, with its latency."""
+    payload = p2p_bytes(run, layer)
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
     bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
@@ -290,17 +301,19 @@ def run_iteration(
     times: TimeModel | None = None,
     memory: MemoryModel | None = None,
     by_model: Mapping[str, CellOptions] | None = None,
+    mtp_cell: tuple[int, int] | None = None,
 ) -> Iteration:
     """The iteration of the run as configured (*cell_options* None) or of a plan's cells.
 
     *by_model* places each sub-model along the cells on its own (`model.placement.model_cell_options`),
-    as a plan whose combined bodies stand for layers of several sub-models needs.
+    as a plan whose combined bodies stand for layers of several sub-models needs. *mtp_cell*: the
+    plan runs the MTP layers there, apart from the loss (Megatron-Core's standalone MTP).
     """
     par, train = run.parallel, run.training
     times = times if times is not None else TimeModel(run)
     memory = memory if memory is not None else MemoryModel(run)
     rules = framework_rules(run)
-    placed, chosen = _layers_and_options(run, memory, cell_options, by_model)
+    placed, chosen = _layers_and_options(run, memory, cell_options, by_model, mtp_cell)
     links = _data_links(run, times.links, memory)
     kernels = times.kernels
     stages, chunks, m = par.pp, par.vpp, train.micro_batches

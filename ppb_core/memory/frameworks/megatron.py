@@ -58,7 +58,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   that becomes, in place, the softmax saved for the backward (the TAIL's `logits_softmax`);
   while it is built, the 16-bit logits of the output layer are alive next to it, and in the
   backward the output layer casts the fp32 gradient (the softmax storage) to 16 bits again:
-  either way `bc·T·⌈v/t⌉` beyond what the tail keeps.
+  either way `bc·T·⌈v/t⌉` beyond what the tail keeps. Under `--cross-entropy-loss-fusion` (the
+  default `--cross-entropy-fusion-impl native`) the backward is `calculate_gradients`, a
+  `jit_fuser` function, which is `torch.compile` from torch 2.2 on (megatron/core/jit.py
+  `enable_jit_fuser`): its `grad_2d[arange_1d, masked_target_1d] -= softmax_update` on a view of
+  the saved softmax stays a functional `index_put` after Inductor's reinplacing (the input is
+  written again by the later `mul_`'s copy-back), so Inductor scatters into a fresh fp32 copy of
+  the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
+  generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
+  device's). The plain path does both in place, eagerly.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
@@ -119,7 +127,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
-from ppb_core.memory.activations import INDEX_BYTES, ActivationTerm, kept, routed_rows
+from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
@@ -129,7 +137,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
@@ -278,12 +286,14 @@ def megatron_tail_terms(kind: TailKind, setup: MemorySetup, terms: tuple, module
     (`MultiTokenPredictionLayer.forward` → `_checkpointed_forward`) each MTP layer keeps only the
     inputs of its projection and transformer layer (the hidden state, the embedding) and what its
     loss keeps."""
-    if kind.mtp_body is None:
+    if not kind.has_mtp_modules:  # no MTP layer (a standalone MTP's loss chunk runs only their heads)
         return terms
     if FULL_UNIT in modules:  # the projection, the layer and its final norm checkpointed from their inputs
         terms = tuple(t for t in terms if not _mtp_checkpointed(t.op))
     elif modules:
         terms = tuple(t for t in terms if not (t.op.startswith("mtp") and module_drops(t, modules, kind.mtp_body)))
+    if kind.part == MTP_PART:  # the received hidden state is the norm's own input there (`tail_terms`)
+        return terms
     whole = setup.whole_tokens * kind.hidden_size
     norms = tuple(
         ActivationTerm(f"mtp{index}.hidden_norm_input", None, whole, setup.dtype_bytes)
@@ -317,7 +327,11 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
     local = setup.transformer_impl == "local"
     requests = [0.0]
     if setup.sp > 1:
-        gathers = [kind for kind in kinds if isinstance(kind, TailKind) or (local and isinstance(kind, BodyKind))]
+        gathers = [
+            kind
+            for kind in kinds
+            if (isinstance(kind, TailKind) and kind.has_output) or (local and isinstance(kind, BodyKind))
+        ]
         requests += [setup.tokens * kind.hidden_size for kind in gathers]
     if local and not setup.flash_attention:
         b, s = setup.micro_batch_size, setup.seq_length
@@ -326,11 +340,18 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
     return max(requests) * setup.dtype_bytes
 
 
+def received_width(kind: TailKind) -> int:
+    """Features per token a chunk starting with this TAIL part receives: h, or (1 + mtp)·h on a
+    standalone MTP's loss chunk (multi_token_prediction.py `MultiTokenPredictionBlock.forward`,
+    `torch.cat(hidden_states_list, dim=0)`, commit d98e8a64)."""
+    return kind.hidden_size * (1 + kind.mtp_layers if kind.part == OUTPUT_PART else 1)
+
+
 def routes_experts(kind: LayerKind) -> bool:
     """Whether a layer runs routed experts: an MoE body, or a TAIL whose MTP layer is one."""
     if isinstance(kind, BodyKind):
         return isinstance(kind.mlp, Moe)
-    return isinstance(kind, TailKind) and kind.mtp_body is not None and isinstance(kind.mtp_body.mlp, Moe)
+    return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
 
 
 class MegatronRules(FrameworkRules):
@@ -373,7 +394,8 @@ class MegatronRules(FrameworkRules):
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
         if isinstance(kind, BodyKind):
             return body_module_state(kind, setup)
-        if isinstance(kind, TailKind) and kind.mtp_body is not None:
+        if isinstance(kind, TailKind) and kind.has_mtp_modules:
+            assert kind.mtp_body is not None
             always, idle = body_module_state(kind.mtp_body, setup)
             return kind.mtp_layers * always, kind.mtp_layers * idle
         return 0.0, 0.0
@@ -398,17 +420,35 @@ class MegatronRules(FrameworkRules):
     ) -> float:
         """A chunk that receives its input, with none of its micro-batches in flight, still holds the
         last one it received and that input's gradient (module docstring); in flight, that input is
-        its first layer's kept input and its gradient is not yet made. Every chunk of rotary layers
-        holds its model's cached rotary frequencies (`rope_cache_bytes`)."""
+        its first layer's kept input and its gradient is not yet made. A chunk of a TAIL with MTP
+        layers and no decoder layer (the MTP or loss chunk of a standalone MTP, or `mL` alone) runs an
+        empty block without the final norm, which clones its input (transformer_block.py
+        `TransformerBlock.forward`, commit d98e8a64): its layers keep the clone, so each micro-batch
+        in flight holds what it received too, h per token, or (1 + mtp)·h on a standalone MTP's loss
+        chunk (`received_width`). Every chunk of rotary layers holds its model's cached rotary
+        frequencies (`rope_cache_bytes`)."""
         found = rope_cache_bytes(setup, kinds)
         hidden = max((kind.hidden_size for kind in kinds if isinstance(kind, BodyKind)), default=0)
-        if setup.pp == 1 or not hidden or in_flight > 0 or any(isinstance(kind, HeadKind) for kind in kinds):
+        clones = False
+        if not hidden:  # a chunk of the TAIL alone receives the hidden state too
+            tails = [kind for kind in kinds if isinstance(kind, TailKind)]
+            hidden = max((received_width(kind) for kind in tails), default=0)
+            clones = any(kind.mtp_layers for kind in tails)
+        if setup.pp == 1 or not hidden or any(isinstance(kind, HeadKind) for kind in kinds):
             return found
+        if in_flight > 0:
+            return found + (in_flight * setup.whole_tokens * hidden * setup.dtype_bytes if clones else 0.0)
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward)."""
-        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the
+        fused loss's fp32 scatter copy beside the gradient (module docstring); none on a standalone MTP's MTP
+        chunk (no output layer)."""
+        if not kind.has_output:
+            return 0.0
+        logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
+        return setup.dtype_bytes * logits + scatter_copy
 
 
 # The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;

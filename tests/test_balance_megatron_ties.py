@@ -1,0 +1,56 @@
+"""The Megatron-Core alternative's own split is tie-broken too (issue 13): among its equally fast
+splits, the most headroom.
+
+Hand-made descriptions (SAPP keys), four body types of one layer each, in pipeline order Z1 H1 Z2 H2;
+P = 2, m = 4, 1F1B (stage 0 keeps 2 micro-batches in flight, stage 1 one), 1000 MB:
+
+- Z (time 0): forward and backward 0 under every option; 10,000 MB per micro-batch under NONE, 20
+  under FULL and COMM; parameters Z1 1 MB, Z2 30 MB.
+- H (time 10): forward 10, backward 20 (NONE), 30 (FULL), 25 (COMM); 10,000 MB under NONE, 5 under
+  FULL and COMM; parameters H1 1 MB, H2 500 MB.
+
+No layer fits under NONE, so Megatron-Core's settings none and block N have no plan, and selective is
+not Megatron's here (no modules): the alternative is full recompute on every layer. COMM is faster
+than FULL on H, so the plan uses COMM, which Megatron cannot say. Under full recompute each stage
+needs one H: 2 | 2 (Z1 H1 | Z2 H2) and 3 | 1 (Z1 H1 Z2 | H2) both run (m + P − 1)·(F + B) =
+5·(10 + 30) = 200 (checked with the simulator below); 1 | 3 puts both H on stage 1. Their memory:
+  2 | 2: stage 0 1 + 1 + 2·(20 + 5) = 52, stage 1 30 + 500 + (20 + 5) = 555 → peak 555;
+  3 | 1: stage 0 1 + 1 + 30 + 2·(20 + 5 + 20) = 122, stage 1 500 + 5 = 505 → peak 505.
+Equal recompute (every layer FULL), no stage mixing options: the most headroom is 3 | 1. Without the
+tie-break inside the setting's solve the alternative was 2 | 2, the even split it starts from.
+"""
+
+from __future__ import annotations
+
+from ppb_core.balance import BalanceInput, balance
+from ppb_core.payload.sapp import layer_set
+from ppb_core.schedules import simulate
+
+
+def _z(name: str, parameters: float) -> dict:
+    body = {"name": name, "type": "BODY", "nb_layer": 1, "time": 0, "memory_parameter": parameters}
+    body |= {"backward_time": 0, "memory_activation": 10000, "recompute_time": 0, "memory_recompute": 20}
+    return body | {"select_comm_time": 0, "memory_select_comm": 20}
+
+
+def _h(name: str, parameters: float) -> dict:
+    body = {"name": name, "type": "BODY", "nb_layer": 1, "time": 10, "memory_parameter": parameters}
+    body |= {"backward_time": 20, "memory_activation": 10000, "recompute_time": 30, "memory_recompute": 5}
+    return body | {"select_comm_time": 25, "memory_select_comm": 5}
+
+
+def test_the_two_splits_tie_under_full_recompute() -> None:
+    assert simulate("1f1b", [[10, 10]], [[30, 30]], 4).makespan == 200  # 2 | 2 and 3 | 1 alike
+
+
+def test_the_alternative_takes_the_most_headroom() -> None:
+    bodies = [_z("Z1", 1), _h("H1", 1), _z("Z2", 30), _h("H2", 500)]
+    result = balance(BalanceInput(layer_set(bodies), 2, 4, 1, 1000.0, framework="megatron"), time_limit=60)
+    assert result["status"] == "optimal"
+    said = result["megatron"]
+    assert said["recompute_expressible"] is False and "gathers" in said["note"]
+    alternative = said["alternative"]
+    assert alternative["setting"] == "every layer fully recomputed"
+    assert alternative["objective"] == 200
+    assert alternative["layout"] == "Et*3|tL"
+    assert alternative["peak_memory_mb"] == 505
