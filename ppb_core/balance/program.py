@@ -303,9 +303,11 @@ def choices_within(
     limit = work_limit(problem, value, closed_form)
     cap = _cell_cap(problem, limit)
     reduce = "sum" if closed_form else "pareto"
-    choices = [catalogue.stage_choices(s, limit, cap, reduce) for s in range(problem.stages)]
-    if most is not None and sum(len(stage) for stage in choices) > most:
-        raise ListingCut("work_limit")
+    choices: list[list[StageChoice]] = []
+    for s in range(problem.stages):
+        choices.append(catalogue.stage_choices(s, limit, cap, reduce))
+        if most is not None and sum(len(stage) for stage in choices) > most:
+            raise ListingCut("work_limit")  # as soon as it is known: the stages left would only add
     return choices
 
 
