@@ -426,3 +426,14 @@ def test_recompute_flags_megatron_reads_past_are_said_and_priced_as_it_runs(
     assert [stage["options"] for stage in out["stages"]] == [{"FULL": 8} if full else {"NONE": 8}] * 4
     _, plain = _check(capsys, small_device, "--recompute-granularity selective", "--no-optimum")
     assert plain["notes"] == []
+
+
+@pytest.mark.parametrize("limit", ["0", "inf", "nan"])
+def test_a_time_limit_of_no_seconds_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, limit: str
+) -> None:
+    """`-t inf` passed (`not inf > 0` is False) as ppb plan and balance refuse it."""
+    code = main(["check", str(small_device), "--plan", "--recompute-granularity selective", "-t", limit])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--time-limit: must be a positive number of seconds, got " in err

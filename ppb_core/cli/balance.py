@@ -39,7 +39,7 @@ def _positive(value: Any, name: str, source: str, limit: float = math.inf, what:
     if value is None:
         return
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InputError(source, name, f"must be positive, got {shown(value)}")
+        raise InputError(source, name, f"must be positive and finite, got {shown(value)}")
     if value > limit:
         raise InputError(source, name, limits.over(value, limit, what))
 

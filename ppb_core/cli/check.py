@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from rich.markup import escape
@@ -36,8 +37,8 @@ EXIT_DOES_NOT_FIT = 1
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
-    if not args.time_limit > 0:
-        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
+    if not (math.isfinite(args.time_limit) and args.time_limit > 0):  # as ppb plan and balance refuse it
+        raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
     every_option = run_problem(run, describe_run(run, withdrawing=False))
