@@ -314,6 +314,24 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
         ("offset: [-9, 0, 0, 9]\n", "offset[0][0]: -9 leaves the cell -1 layers (even split 8)"),
         # a parallel_config that is no mapping was skipped without a word
         ("offset: [0, 0, 0, 0]\nparallel_config: [1]\n", "parallel_config: must be a mapping, got a list of 1 item"),
+        # sizes the yaml states other than the run config's were priced at the run's without a word
+        # (the run: dp 8, tp 2, pp 4, one chunk, 32 micro-batches; MindFormers' keys for them)
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {model_parallel: 4}\n",
+            "parallel_config.model_parallel: 4, the run config has tp 2",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {data_parallel: 4, pipeline_stage: 4}\n",
+            "parallel_config.data_parallel: 4, the run config has dp 8",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {micro_batch_num: 16}\n",
+            "parallel_config.micro_batch_num: 16, the run config has micro_batches 32",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], pp_interleave_num: 2}}\n",
+            "model.model_config.pp_interleave_num: 2, the run config has vpp 1",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
