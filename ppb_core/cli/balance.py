@@ -205,7 +205,7 @@ def render(result: dict[str, Any]) -> None:
             if given["constant_memory_mb"]
             else ""
         )
-        + (f", {given['framework']}'s rules" if given.get("framework") else "")
+        + (f", the {given['framework']} rules" if given.get("framework") else "")
     )
     # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
     # layers.json the times stay in the file's own unit, under the plain keys.
