@@ -21,7 +21,7 @@ from ppb_core import limits
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
-from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import speedup_words, time_unit_s
@@ -31,7 +31,8 @@ from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
 
-SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
+# SAPP's own defaults (`run_pipeline_balance.py`) but its 90 s time limit: ppb's search ends on work limits
+SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0}
 
 
 def _positive(value: Any, name: str, source: str, limit: float = math.inf, what: str = "") -> None:
@@ -149,7 +150,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
 
 def run(args: argparse.Namespace) -> int:
     problem, search, run_config = problem_from_args(args)
-    time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
+    time_limit = args.time_limit
     unit_s = time_unit_s(run_config, problem.describe()) if run_config is not None else None
     with progress_hook(args.quiet, unit_s) as hook:
         result = balance(
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             progress=hook,
             modules=selective_modules(run_config),
         )
+    warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:  # every time in seconds, the plan's iteration priced
         result = plan_in_seconds(run_config, result)
     text = json.dumps(result, indent=2)

@@ -27,7 +27,7 @@ from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.user_plan import read_plan
-from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
@@ -39,7 +39,7 @@ EXIT_DOES_NOT_FIT = 1
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
-    if not (math.isfinite(args.time_limit) and args.time_limit > 0):  # as ppb plan and balance refuse it
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
@@ -71,6 +71,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         problem = run_problem(run, describe_run(run))
         with progress_hook(args.quiet, unit_s) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
+        warn_if_clock_stopped("ppb check", result, args.time_limit)
         if result["status"] != "infeasible" and "cells" in result:
             optimum = check_plan(run, result["cells"], result["input"]["bodies"])
             out["optimum"] = {

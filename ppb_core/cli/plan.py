@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     stages = [step.name for step in chain.STAGES]
     if args.until is not None and args.until not in stages:
         raise InputError(None, "--until", f"no stage {shown(args.until)} (stages: {', '.join(stages)})")
-    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     check_output(args.out, folder=True)
     started = time.perf_counter()
