@@ -314,6 +314,24 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
         ("offset: [-9, 0, 0, 9]\n", "offset[0][0]: -9 leaves the cell -1 layers (even split 8)"),
         # a parallel_config that is no mapping was skipped without a word
         ("offset: [0, 0, 0, 0]\nparallel_config: [1]\n", "parallel_config: must be a mapping, got a list of 1 item"),
+        # sizes the yaml states other than the run config's were priced at the run's without a word
+        # (the run: dp 8, tp 2, pp 4, one chunk, 32 micro-batches; MindFormers' keys for them)
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {model_parallel: 4}\n",
+            "parallel_config.model_parallel: 4, the run config has tp 2",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {data_parallel: 4, pipeline_stage: 4}\n",
+            "parallel_config.data_parallel: 4, the run config has dp 8",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {micro_batch_num: 16}\n",
+            "parallel_config.micro_batch_num: 16, the run config has micro_batches 32",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], pp_interleave_num: 2}}\n",
+            "model.model_config.pp_interleave_num: 2, the run config has vpp 1",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
@@ -400,3 +418,40 @@ def test_the_plan_json_ppb_balance_writes_is_checked_as_it_is(
     assert main(["check", str(small_device), "--plan", str(tmp_path / "list.json"), "--no-optimum"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "list.json: must hold an object with offset" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # no granularity: Megatron-LM recomputes nothing (TransformerConfig.__post_init__)
+        ("--recompute-method block --recompute-num-layers 2", "--recompute-method, --recompute-num-layers without"),
+        ("--recompute-modules mlp", "--recompute-modules without effect"),
+        # full: the modules' switches ask for selective (attention.py checkpoint_core_attention)
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --recompute-modules mlp",
+            "--recompute-modules without effect",
+        ),
+    ],
+)
+def test_recompute_flags_megatron_reads_past_are_said_and_priced_as_it_runs(
+    capsys: pytest.CaptureFixture[str], small_device: Path, flags: str, said: str
+) -> None:
+    _, out = _check(capsys, small_device, flags, "--no-optimum")
+    (note,) = out["notes"]
+    assert note.startswith(said)
+    full = "full" in flags
+    # 32 layers, 8 a stage: all FULL under full uniform 1, none recomputed without a granularity
+    assert [stage["options"] for stage in out["stages"]] == [{"FULL": 8} if full else {"NONE": 8}] * 4
+    _, plain = _check(capsys, small_device, "--recompute-granularity selective", "--no-optimum")
+    assert plain["notes"] == []
+
+
+@pytest.mark.parametrize("limit", ["0", "inf", "nan"])
+def test_a_time_limit_of_no_seconds_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, limit: str
+) -> None:
+    """`-t inf` passed (`not inf > 0` is False) as ppb plan and balance refuse it."""
+    code = main(["check", str(small_device), "--plan", "--recompute-granularity selective", "-t", limit])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--time-limit: must be a positive number of seconds, got " in err

@@ -40,7 +40,7 @@ def _positive(value: Any, name: str, source: str, limit: float = math.inf, what:
     if value is None:
         return
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InputError(source, name, f"must be positive, got {shown(value)}")
+        raise InputError(source, name, f"must be positive and finite, got {shown(value)}")
     if value > limit:
         raise InputError(source, name, limits.over(value, limit, what))
 
@@ -201,13 +201,13 @@ def render(result: dict[str, Any]) -> None:
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
-        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
+        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:,g} MB"
         + (
-            f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
+            f", {given['constant_memory_mb']:,g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
             else ""
         )
-        + (f", {given['framework']}'s rules" if given.get("framework") else "")
+        + (f", the {given['framework']} rules" if given.get("framework") else "")
     )
     # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
     # layers.json the times stay in the file's own unit, under the plain keys.
@@ -245,7 +245,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers"]),
                 str(row["layers_per_chunk"]),
                 options,
-                f"{row['memory_mb']:.0f}",
+                f"{row['memory_mb']:,.0f}",
                 timed(time_of(row, "time")),
                 f"{row['bubble']:.1%}",
             )
@@ -278,7 +278,7 @@ def render(result: dict[str, Any]) -> None:
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
                 f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
-                f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
+                f"options, {ties['headroom_mb']:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
@@ -293,7 +293,7 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
-            f"{row['peak_memory_mb']:.0f}",
+            f"{row['peak_memory_mb']:,.0f}",
             timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)

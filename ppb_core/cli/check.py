@@ -1,11 +1,13 @@
 """`ppb check RUN.yaml --plan PLAN`: a plan you already have, checked before you launch it.
 
 PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
-select_comm_recompute) or Megatron-LM flags (`--pipeline-model-parallel-layout ...` and the
-recompute flags), in a file or as the text itself. Every stage's memory is evaluated by the memory
-model against the device (which stage runs out, by how much, at which moment), the iteration in
-seconds by running the schedule on the time model's layer times, and the balancer's optimum for
-the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.
+select_comm_recompute; or the plan JSON `ppb balance -o` writes) or Megatron-LM flags
+(`--pipeline-model-parallel-layout ...` and the recompute flags, up to a launch script), in a file
+or as the text itself. Every stage's memory is evaluated by the memory model against the device
+(which stage runs out, by how much, at which moment), the iteration in seconds by the time model
+(the schedule on the layers' times, P2P, data-parallel reduction, optimizer), and the balancer's
+optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
+fit, 2 when the plan cannot be read.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from rich.table import Table
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
-from ppb_core.balance.plan_recompute import run_for_plan
+from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.user_plan import read_plan
@@ -38,7 +40,7 @@ EXIT_DOES_NOT_FIT = 1
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
-        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
+        raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
     every_option = run_problem(run, describe_run(run, withdrawing=False))
@@ -54,6 +56,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         **evaluated.to_json(),
         # the plan's recompute, priced in place of the run config's (None: the run config's holds)
         "plan_recompute": recompute,
+        "notes": _notes(args.plan, form),
         "balancer": _balancer_figures(plan, unit_s, mtp_cell),
     }
     over = evaluated.overflowing
@@ -87,6 +90,22 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
     return out
+
+
+def _notes(plan: str, form: str) -> list[str]:
+    """What the user wrote that the check priced otherwise than they may think."""
+    ignored = ignored_flags(plan) if form == "megatron" else []
+    if not ignored:
+        return []
+    return [
+        f"{', '.join(ignored)} without effect: Megatron-LM applies them only under "
+        + (
+            "--recompute-granularity"
+            if "--recompute-method" in ignored or "--recompute-num-layers" in ignored
+            else "--recompute-granularity selective"
+        )
+        + ", and this plan is priced as it runs"
+    ]
 
 
 def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
@@ -135,6 +154,8 @@ def render(out: dict[str, Any]) -> None:
     if out.get("plan_recompute"):
         words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
+    for note in out.get("notes", []):
+        console.print(f"note: {escape(note)}")
     console.print(table)
     it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
     console.print(
@@ -160,4 +181,5 @@ def render(out: dict[str, Any]) -> None:
         if optimum.get("megatron"):
             console.print("  Megatron-LM:", escape(optimum["megatron"]), soft_wrap=True)
     elif optimum:
-        console.print(f"the balancer: {optimum['status']} {escape(optimum.get('message') or '')}")
+        said = f": {optimum['message']}" if optimum.get("message") else ""
+        console.print(f"the balancer's plan: {optimum['status']}{escape(said)}")

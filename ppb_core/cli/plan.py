@@ -12,13 +12,15 @@ import math
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from ppb_core import chain
 from ppb_core.cli.console import chain_progress, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.io import check_output, remove_stale_temporaries
-from ppb_core.tables.schema import rows_of
+from ppb_core.report.render import console_summary
+from ppb_core.tables.schema import Summarized, rows_of
 
 
 def wall_time(seconds: float) -> str:
@@ -48,5 +50,11 @@ def run(args: argparse.Namespace) -> int:
     written = chain.write_stages(args.out, key, tables)  # all or nothing
     for name, frame in tables.items():
         table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written[name]))
-    table_console().print(table)
+    console = table_console()
+    console.print(table)
+    report = tables.get("plan_report")
+    if isinstance(report, Summarized):  # what `python -m pipelines` ends with: fits? iteration? the report
+        markdown = next(path for path in written["plan_report"] if path.suffix == ".md")
+        for line in console_summary(report, markdown):
+            console.print(f"  {escape(line)}", soft_wrap=True)
     return 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -371,6 +373,9 @@ class Device(StrictModel):
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
+    host_kernel_us: Latency | None = Field(
+        None, description="Megatron's host time per kernel launch, where the GPU waits for it (0: not modelled)"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -440,8 +445,8 @@ class TimingOptions(StrictModel):
     )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
-        description="the host's time to launch one kernel, paid where the GPU waits for the host (after "
-        "Megatron's alltoall dispatcher synchronizes): Holistic Trace Analysis's 5-20 us, its lower bound",
+        description="the host's time to launch one kernel where the device states no host_kernel_us, and the "
+        "GPU's wait after a host sync: Holistic Trace Analysis's 5-20 us, its lower bound",
     )
     rope_fusion: bool = Field(
         True,
@@ -475,12 +480,6 @@ class TimingOptions(StrictModel):
         gt=0.0,
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
-    )
-    host_launch_us: float = Field(
-        5.0,
-        ge=0.0,
-        description="what the GPU waits after a host sync for the next kernel's launch (Holistic Trace "
-        "Analysis docs: 5-20 us launch time on the CPU side; the low end)",
     )
 
 
@@ -909,11 +908,20 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     try:
         run = RunConfig(**raw)
     except ValidationError as err:
+        if "parallel" not in raw and ("devices" in raw or "limits" in raw):  # `ppb estimate searches/x.yaml`
+            field = "devices" if "devices" in raw else "limits"
+            raise InputError(
+                where, field, "a search spec's field: this is a search spec, not a run config (ppb search reads it)"
+            ) from None
         raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):
-        specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
+        if sub.spec is not None:
+            specs[sub.name] = sub.spec
+        else:
+            with named_by(where, f"models.{index}.config", base / sub.config):
+                specs[sub.name] = _read_config(base / sub.config, sub.part, where, index)
         if sub.census is not None and not isinstance(specs[sub.name], VisionSpec):  # a tower's is refused below
             _check_file(base / sub.census, where, f"models.{index}.census", "census")
     if run.timing.calibration is not None:
@@ -926,6 +934,19 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         _check_model(run, index, sub, specs[sub.name], where)
     _check_run(run, where)
     return run
+
+
+@contextmanager
+def named_by(where: str, field: str, path: Path) -> Iterator[None]:
+    """A file the run config (or search spec) names that cannot be read is said with the field that
+    names it (`run.yaml: models.0.config: hf/none.json: file not found`); it was the file alone. A
+    problem inside the file keeps that file and its own field."""
+    try:
+        yield
+    except InputError as err:
+        if err.field is not None or err.source != str(path):
+            raise
+        raise InputError(where, field, f"{err.source}: {err.problem}") from None
 
 
 def _check_file(path: Path, where: str, field: str, kind: str) -> None:

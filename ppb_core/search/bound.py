@@ -123,10 +123,11 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
     crossing = (stage_of[1:] != stage_of[:-1]).astype(np.int64)
     crossed = np.concatenate(([0], np.cumsum(crossing)))
 
-    def form(stage: int, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int) -> Form:
+    def form(stage: int, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int, suffix: dict) -> Form:
         """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
         chain the stage's last op starts; an op a chain runs on this stage is never one counted after k.
-        *at*: each op's cell position; *forward_op*: whether it is a forward; *sends*: whether it sends."""
+        *at*: each op's cell position; *forward_op*: whether it is a forward; *sends*: whether it sends;
+        *suffix*: per op index i, the forwards and backwards per cell of the stage's ops from i on."""
         p, pl = int(at[k]), int(at[-1])
         if not forward_op[k]:  # its micro-batch's forward through every cell, then its backward down to op
             forward = np.ones(count)
@@ -140,9 +141,9 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
             backward = np.zeros(count)
             links = int(crossed[p])
             first = k
-        later, later_forward = at[first:], forward_op[first:]
-        forward += np.bincount(later[later_forward], minlength=count)
-        backward += np.bincount(later[~later_forward], minlength=count)
+        later_forwards, later_backwards = suffix[first]
+        forward += later_forwards
+        backward += later_backwards
         backward[:pl] += 1.0
         links += int(crossed[pl])
         # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
@@ -151,23 +152,30 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
     a_forms, b_forms = [], []
     for stage, order in enumerate(orders):
         at_chunk = np.array([position[(chunk, stage)] for chunk in range(chunks)])
-        op_chunk = np.fromiter((op.chunk for op in order), dtype=np.int64, count=len(order))
+        op_chunk = np.array([op.chunk for op in order], dtype=np.int64)
         at = at_chunk[op_chunk]
-        forward_op = np.fromiter((op.kind == "F" for op in order), dtype=bool, count=len(order))
+        forward_op = np.array([op.kind == "F" for op in order], dtype=bool)
         # an op sends when the next cell along its direction (up for a forward, down for a backward) is on another stage
         up = np.concatenate((crossing, [0]))[at]
         down = np.concatenate(([0], crossing))[at]
         sends = np.where(forward_op, up, down)
         # for each chunk the stage's first backward (A) and first forward (B): A_s and B_s of the docstring,
-        # and the same chains taken from the other chunks' first ops
+        # and the same chains taken from the other chunks' first ops (np.unique: each key's first index)
+        _, first_of = np.unique(op_chunk * 2 + forward_op, return_index=True)
+        firsts = {(bool(forward_op[i]), int(i)) for i in first_of}
+        # the counts per cell of the ops from each form's start on, summed segment by segment from the end
+        # (integers, so the same floats as counting each suffix alone)
+        starts = sorted({k if is_forward else k + 1 for is_forward, k in firsts}, reverse=True)
+        suffix: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        forwards, backwards, end = np.zeros(count), np.zeros(count), len(order)
+        for start in starts:
+            segment, segment_forward = at[start:end], forward_op[start:end]
+            forwards = forwards + np.bincount(segment[segment_forward], minlength=count)
+            backwards = backwards + np.bincount(segment[~segment_forward], minlength=count)
+            suffix[start], end = (forwards, backwards), start
         for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
-            firsts = [
-                int(np.argmax(mask))
-                for mask in ((op_chunk == chunk) & (forward_op == is_forward) for chunk in range(chunks))
-                if mask.any()
-            ]
-            for index in sorted(firsts):
-                forms_list.append(form(stage, at, forward_op, sends, index))
+            for index in sorted(k for kind, k in firsts if kind == is_forward):
+                forms_list.append(form(stage, at, forward_op, sends, index, suffix))
     return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
 
 
