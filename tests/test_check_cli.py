@@ -156,7 +156,7 @@ def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
         (
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 0",
             "--recompute-num-layers",
-            "got 0",
+            "must be positive, got 0",
         ),
         pytest.param(
             "--pipeline-model-parallel-layout 'Et*" + "9" * 5000 + "L'",
