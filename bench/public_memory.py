@@ -198,7 +198,23 @@ def _megatron_moe_rows() -> list[MeasuredPeak]:
                 "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
                 "the recipe lists the case under mr-broken",
             ),
-        )
+        ),
+        # The same case's golden values on DGX Cloud H100 (recorded with the code of Oct 2025, unchanged
+        # since a3a1f06787): the same first iteration and plateau, but no step up after iteration 29.
+        MeasuredPeak(
+            "Megatron MoE-MLA 16L TP2 PP2 EP4 (H100, DGX Cloud)",
+            f"{MEGATRON_TESTS}/moe/{case}/golden_values_dev_dgxh100_dgxc.json",
+            raw,
+            stage=1,
+            measured_gib=57961472000 / GIB,
+            after_step_bytes=6637274624,
+            first_iteration_bytes=55056003072,
+            assumptions=(
+                "dp 2 (one node of 8 GPUs)",
+                "routing balanced (dropless_imbalance 1.0; the run's own imbalance is not published)",
+                "the same case and settings as the row above, another cluster's run",
+            ),
+        ),
     ]
 
 

@@ -91,6 +91,16 @@ def build(instance: dg.DagsterInstance, key: str, time_limit_s: float, steps: bo
     return 0
 
 
+def partition_of(given: str, found: dict[str, Path]) -> str:
+    """The partition a run config argument names: its stem, or the path of one of the folder's files
+    (`configs/llama3-8b.yaml`, as `ppb` takes it; it was looked up as `configs/configs/llama3-8b.yaml.yaml`)."""
+    if given.endswith((".yaml", ".yml")):
+        for key, path in found.items():
+            if Path(given).resolve() == path.resolve():
+                return key
+    return given
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -110,18 +120,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not home:
         error(HOME_HINT)
         return EXIT_BAD_INPUT
+    run_configs = RunConfigs(config_dir=dg.EnvVar(CONFIG_DIR_ENV).get_value("") or "")
+    found = run_configs.discover()
+    keys = [partition_of(key, found) for key in args.keys]
+    for key in keys:
+        if key not in found:
+            named = key if key.endswith((".yaml", ".yml")) else run_configs.path(key)
+            error(
+                f"{named}: no such run config: give a file stem under {run_configs.directory()} "
+                f"(found: {', '.join(found) or 'none'})"
+            )
+            return EXIT_BAD_INPUT  # before the instance is made: nothing written
     if not Path(home).exists():  # a new instance, set as the project's (telemetry off, one solve at a time)
         Path(home).mkdir(parents=True)
         shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", Path(home) / "dagster.yaml")
-    run_configs = RunConfigs(config_dir=dg.EnvVar(CONFIG_DIR_ENV).get_value("") or "")
-    found = run_configs.discover()
-    for key in args.keys:
-        if key not in found:
-            error(f"{run_configs.path(key)}: no such run config (found: {', '.join(found) or 'none'})")
-            return EXIT_BAD_INPUT
     status = 0
     with dg.DagsterInstance.get() as instance:
-        for key in args.keys:
+        for key in keys:
             steps = not args.quiet and sys.stderr.isatty()  # long solves show their progress
             status = max(status, build(instance, key, args.time_limit, steps))
     return status

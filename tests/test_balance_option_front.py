@@ -5,11 +5,13 @@ of dominance written out here (`_exhaustive`: at most as large in both and no wo
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppb_core.balance.choices import _option_front, _option_fronts
+from ppb_core.balance.choices import _option_front, _option_fronts, _ranked_fronts, tie_units
 from ppb_core.model.switches import OPTIONS
 
 
@@ -22,7 +24,7 @@ def _exhaustive(count: int, options: tuple[int, ...], backward: list[float], act
     for split in itertools.product(range(count + 1), repeat=len(options)):
         if sum(split) != count:
             continue
-        b = a = 0.0
+        b, a = 0 * backward[0], 0.0  # a Fraction when the times are (exact sums)
         counts = [0] * len(OPTIONS)
         for k, n in zip(options, split, strict=True):
             b += n * backward[k]
@@ -90,3 +92,39 @@ def test_the_front_is_the_exhaustive_one(
     mixes = dict(expected)
     for b, a, counts in front:
         assert counts in mixes[(b, a, sum(counts) - counts[0], tuple(k for k, n in enumerate(counts) if n))]
+
+
+def _snapped(backward: list[float]) -> list[float]:
+    """docs/balance.md: a backward faster than NONE's (OPTIONS[0]) by at most 1e-6 (relative) counts as NONE's."""
+    return [backward[0] if b < backward[0] <= b * (1 + 1e-6) else b for b in backward]
+
+
+# no two mixes of these tie in exact sums unless in tie units too (1 + 1e-7 with 1 - 1e-7 would not, rounded)
+near = st.sampled_from([1.0, 1.0 - 1e-7, 1.0 - 9e-7, 1.0 - 1e-5, 0.5, 2.0, 1.0 + 1e-3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=st.integers(0, 5),
+    options=st.lists(st.integers(0, len(OPTIONS) - 1), min_size=1, max_size=len(OPTIONS), unique=True).map(
+        lambda xs: tuple(sorted(xs))
+    ),
+    backward=st.lists(near, min_size=len(OPTIONS), max_size=len(OPTIONS)),
+    activation=st.lists(values, min_size=len(OPTIONS), max_size=len(OPTIONS)),
+)
+def test_near_ties_are_ties_in_the_front(
+    count: int, options: tuple[int, ...], backward: list[float], activation: list[float]
+) -> None:
+    """With tie units (`choices.tie_units`) the front is the exhaustive one of the snapped times: the
+    same (snapped B, A, recomputed, options used) points, each point's true B that of one of its mixes."""
+    rank = tie_units([backward], 0)[0]
+    front = _ranked_fronts(count, options, backward, activation, rank, 0)[count]
+    snapped = [Fraction(b) for b in _snapped(backward)]  # exact sums: in floats 2·x + 2·y ≠ 2·x + y + y'
+    expected = _exhaustive(count, options, snapped, activation)  # type: ignore[arg-type]
+    described = sorted(
+        (sum(n * snapped[k] for k, n in enumerate(c)), a, sum(c) - c[0], tuple(k for k, n in enumerate(c) if n))
+        for _, a, c, _ in front
+    )
+    assert described == [point for point, _ in expected]
+    for b, _, counts, _ in front:
+        assert b == pytest.approx(sum(n * backward[k] for k, n in enumerate(counts)), rel=1e-12)

@@ -113,6 +113,17 @@ def test_a_plan_that_is_neither_a_file_nor_flags_is_one_line(
     assert err.count("\n") == 1 and "no such file" in err
 
 
+@pytest.mark.parametrize("plan", ["", "   "])
+def test_an_empty_plan_is_one_line_naming_the_option(
+    capsys: pytest.CaptureFixture[str], small_device: Path, plan: str
+) -> None:
+    """`--plan ""` was read as the working folder: ".: is a directory, not a file"."""
+    code = main(["check", str(small_device), "--plan", plan, "--no-optimum"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "--plan: is empty" in err, err
+
+
 def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
     capsys: pytest.CaptureFixture[str], small_device: Path
 ) -> None:
@@ -139,6 +150,14 @@ def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
             "leaves 0 of",
         ),
         ("--pipeline-model-parallel-layout '(Et*8|)*99999999'", "--pipeline-model-parallel-layout", "write out"),
+        # the recompute flag at fault is the field, said once (arguments.py choices=['full', 'selective'];
+        # TransformerConfig.__post_init__ wants recompute_num_layers between 1 and the stage's layers)
+        ("--recompute-granularity partial", "--recompute-granularity", "must be full or selective, got 'partial'"),
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 0",
+            "--recompute-num-layers",
+            "must be positive, got 0",
+        ),
         pytest.param(
             "--pipeline-model-parallel-layout 'Et*" + "9" * 5000 + "L'",
             "--pipeline-model-parallel-layout",
@@ -334,3 +353,50 @@ def test_a_plan_file_with_no_megatron_flag_is_refused(
     code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"{plan}: holds no Megatron-LM flag" in err, err
+
+
+def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
+    """The table's iteration line is `iteration.seconds` (schedule, P2P, DP reduction, optimizer),
+    with its tokens/s per device; it said "(the pipeline schedule run on the layers' times)"."""
+    plan = "--pipeline-model-parallel-layout 'Et*8|t*8|t*8|t*8L'"
+    _, out = _check(capsys, small_device, plan, "--no-optimum")
+    breakdown = out["iteration"]["breakdown"]
+    assert breakdown["p2p"] > 0 and breakdown["optimizer"] > 0
+    assert out["iteration_s"] == pytest.approx(sum(breakdown.values()), rel=1e-9)
+    main(["check", str(small_device), "--plan", plan, "--no-optimum"])
+    text = capsys.readouterr().out
+    tokens = out["iteration"]["tokens_per_second_per_device"]
+    assert f"iteration {out['iteration_s']:.3f} s, {tokens:,.0f} tokens/s per device, MFU " in text
+
+
+FIRST_LAST = "--decoder-first-pipeline-num-layers 10 --decoder-last-pipeline-num-layers 6"
+
+
+def test_the_plan_json_ppb_balance_writes_is_checked_as_it_is(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """`ppb balance RUN -o plan.json`, then `ppb check RUN --plan plan.json`: the JSON's offset and
+    recompute lists are read as a MindFormers yaml's. Its Megatron flags' texts were read as flags
+    (`--decoder-last-pipeline-num-layers must be an integer, got '6,'`)."""
+    written = tmp_path / "plan.json"
+    written.write_text(
+        json.dumps(
+            {
+                "offset": [2, 0, 0, -2],
+                "recompute": [2, 0, 0, 0],
+                "select_recompute": [0, 0, 0, 0],
+                "select_comm_recompute": [0, 0, 0, 0],
+                "megatron": {"first_last": FIRST_LAST},
+            }
+        )
+    )
+    code, out = _check(capsys, small_device, str(written), "--no-optimum")
+    assert code in (0, 1) and out["form"] == "mindformers"
+    # 32 layers over 4 stages: 8 each, plus the offsets; the first 2 of stage 0 fully recomputed
+    assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
+    assert out["stages"][0]["options"] == {"NONE": 8, "FULL": 2}
+    assert out["plan_recompute"] is None  # no flag text was taken for the plan's recompute
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert main(["check", str(small_device), "--plan", str(tmp_path / "list.json"), "--no-optimum"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "list.json: must hold an object with offset" in err

@@ -139,6 +139,12 @@ def test_model_switches_override_training_switches():
         ({"parallel__dp": -2}, "parallel.dp", "greater than 0"),
         ({"parallel__bogus": 1}, "parallel.bogus", "unknown field"),
         ({"training__seq_length": _DELETE}, "training.seq_length", "missing"),
+        # a required field misspelt is one mistake: the unknown key named, not only the missing one
+        (
+            {"training__seq_length": _DELETE, "training__seq_lenght": 4096},
+            "training.seq_lenght",
+            "unknown field: did you mean seq_length?",
+        ),
         ({"training__recompute": {"softmax": 2}}, "training.recompute.softmax", "less than or equal to 1"),
         ({"training__recompute": {"softmx": 0}}, "training.recompute", "unknown switch 'softmx'"),
         ({"training__dropout": 1.5}, "training.dropout", "rate below 1"),

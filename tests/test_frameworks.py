@@ -275,6 +275,27 @@ def test_megatron_modules_drop_what_megatron_checkpoints():
     assert dropped(["mla_up_proj"], MLA, None, 32) == 9728
 
 
+def test_megatron_unfused_rope_keeps_cos_and_sin_of_each_call():
+    # rope_utils.py _apply_rotary_pos_emb_bshd: cos_ and sin_ [s/cp, 1, 1, d] in bf16, built afresh for the
+    # query's call and the key's, kept by t·cos_ + rotate_half(t)·sin_. DENSE (head 16) at s 64:
+    # 4 · 64 · 16 · 2 = 8192, whatever the micro-batch size; at cp 2 the rows halve: 4 · 32 · 16 · 2 = 4096.
+    def rotary(spec, seq, parallel=None, training=None, state=NOT):
+        train = {"seq_length": seq, "rope_fusion": False, **(training or {})}
+        run = make_run(spec, parallel=parallel, training=train)
+        return _terms(model(run), body(run), state).get("attention.rotary_cos_sin")
+
+    assert rotary(DENSE, 64) == 8192
+    assert rotary(DENSE, 64, training={"micro_batch_size": 2}) == 8192
+    assert rotary(DENSE, 64, parallel={"cp": 2}) == 4096
+    # the fused kernel keeps the cached tables only (module state), no term
+    run = make_run(DENSE, training={"seq_length": 64})
+    assert "attention.rotary_cos_sin" not in _terms(model(run), body(run))
+    # MLA (s 32): the rotary part, 4 wide: 4 · 32 · 4 · 2 = 1024, inside mla_up_proj's checkpoint
+    assert rotary(MLA, 32) == 1024
+    up_proj = {"recompute": {"granularity": "selective", "modules": ["mla_up_proj"]}}
+    assert rotary(MLA, 32, training=up_proj, state=SEL) is None
+
+
 def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():
     spec = {**MOE}
     run = make_run(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.materialize import main
+from pipelines.materialize import main, partition_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,3 +120,28 @@ def test_on_a_terminal_the_solve_shows_its_steps(tmp_path: Path) -> None:
     assert done.returncode == 0
     assert "pipeline_plan - [" in steps and "done: incumbent" in steps, steps[-2000:]
     assert done.stdout.startswith("llama3-8b: 11 tables in ")
+
+
+def test_an_unknown_run_config_is_one_line_and_makes_no_instance(tmp_path: Path) -> None:
+    """Found before DAGSTER_HOME is made: nothing written."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    done = run(tmp_path, "llama3-9b", configs=configs)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        f"python -m pipelines: error: {configs / 'llama3-9b.yaml'}: no such run config: give a file stem"
+    )
+    assert not (tmp_path / "home").exists() and not (tmp_path / "storage").exists()
+
+
+def test_a_run_config_named_by_its_path_is_its_partition(tmp_path: Path) -> None:
+    """`python -m pipelines configs/x.yaml`, as `ppb` takes it, names partition x (it was looked up
+    as configs/configs/x.yaml.yaml); a yaml outside the folder is no partition."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "x.yaml").write_text("")
+    found = {"x": configs / "x.yaml"}
+    assert partition_of(str(configs / "x.yaml"), found) == "x"
+    assert partition_of("x", found) == "x"
+    assert partition_of(str(tmp_path / "x.yaml"), found) == str(tmp_path / "x.yaml")

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from ppb_core.estimate.plan import speedup_words
 from ppb_core.report.render import console_summary, figure_png, summary_markdown, timeline_axes
 from ppb_core.tables.report import PLAN_REPORT
 from ppb_core.tables.schema import Summarized
@@ -125,3 +126,17 @@ def test_the_timeline_title_names_the_layers_schedule_not_the_iteration() -> Non
     timeline_axes(axes, run, "plan", longest_s=9.0)
     title = axes.get_title()
     assert title.startswith("plan: layers scheduled in 9 s, ") and "iteration" not in title, title
+
+
+def test_the_speedup_line_agrees_with_the_iterations_above_it() -> None:
+    """llama3-8b's report gave 1.160× (the layers' schedule, 3.749 / 3.232 s) under iterations of
+    3.303 s and 3.798 s; the line now leads with 3.798 / 3.303 = 1.150× and names the other."""
+    plan = {
+        "speedup": 3.749 / 3.232,
+        "best_baseline": "NONE",
+        "iteration": {"seconds": 3.303},
+        "baseline_iteration": {"seconds": 3.798, "option": "NONE"},
+    }
+    assert speedup_words(plan) == "1.150× by the iteration (NONE); 1.160× by the layers' schedule alone"
+    assert speedup_words({"speedup": 1.5, "best_baseline": "FULL"}) == "1.500× (FULL)"  # from a layers.json
+    assert speedup_words({"speedup": None}) == "none"

@@ -54,6 +54,13 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["training"].update(dtype="fp8"), "training.dtype", "bf16"),
         (lambda raw: raw["training"].update(seq_lenght=8), "training.seq_lenght", "unknown field"),
         (lambda raw: raw.update(devices=0), "devices", "greater than 0"),
+        (lambda raw: raw.update(devics=raw.pop("devices")), "devics", "unknown field: did you mean devices?"),
+        # torchtitan shards with FSDP2 or replicates (run.py refuses its ZeRO-1/2): no strategy could come of it
+        (
+            lambda raw: raw.update(framework="torchtitan") or raw["limits"].update(zero=[0, 1]),
+            "limits.zero",
+            "torchtitan has no ZeRO-1",
+        ),
         (lambda raw: raw["limits"].update(tp=[]), "limits.tp", "at least 1"),
         (lambda raw: raw["limits"].update(schedules=["zigzag"]), "limits.schedules.0", "1f1b"),
         (lambda raw: raw["limits"].update(recompute=[{"mode": "full"}]), "limits.recompute.0", "torchtitan's words"),

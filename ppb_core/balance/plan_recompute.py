@@ -42,7 +42,7 @@ def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
         text, where = plan, "--plan"
     else:
         path = Path(plan)
-        if path.suffix.lower() in (".yaml", ".yml") or not os.path.isfile(path):
+        if path.suffix.lower() in (".yaml", ".yml", ".json") or not os.path.isfile(path):
             return None
         try:
             text, where = read_text(path), str(path)
@@ -63,7 +63,7 @@ def _group(run: RunConfig) -> int:
 def full_words(flags: MegatronFlags, run: RunConfig) -> dict[str, object] | None:
     """`training.recompute` in Megatron's words for full flags where a group of layers is priced as one
     (uniform over N > 1, by the flags or by the run config's own recompute), else None."""
-    if flags.granularity != "full" or flags.method not in ("uniform", "block") or flags.num_layers is None:
+    if flags.granularity != "full" or flags.method not in ("uniform", "block") or (flags.num_layers or 0) < 1:
         return None  # not full, or refused with its own line when the plan is read
     group = flags.num_layers if flags.method == "uniform" else 1
     if group == 1 and _group(run) == 1:

@@ -5,7 +5,8 @@ Two forms, both what the balancer prints (and what users write today by hand):
 * a MindFormers/HyperParallel yaml with `offset`, `recompute`, `select_recompute` and
   `select_comm_recompute`, at the top level or where a MindFormers training yaml keeps them
   (`model.model_config.offset`, `recompute_config.*`); a `select_recompute` given per operator
-  pattern must use one list for every pattern (ppb's SLCT is one setting);
+  pattern must use one list for every pattern (ppb's SLCT is one setting); a `.json` file is read
+  the same way, so the plan `ppb balance -o plan.json` wrote checks as it is;
 * Megatron-LM flags: `--pipeline-model-parallel-layout` (or `--decoder-first/last-pipeline-num-layers`,
   or neither: the even split) and `--recompute-granularity/-method/-num-layers/-modules`, in a file
   or as the text itself.
@@ -25,7 +26,7 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
-from ppb_core.io import read_text, read_yaml
+from ppb_core.io import read_json, read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 
 
@@ -43,12 +44,16 @@ def read_plan(
     another model or size than *run*'s are refused (`megatron_run.check_against_run`), as the plan
     is checked at the run config's.
     """
+    if not plan.strip():  # Path("") is the working folder: say what is missing instead
+        raise InputError(None, "--plan", "is empty: give a MindFormers yaml (.yaml, .yml) or Megatron-LM flags (--...)")
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
         text, where = plan, "--plan"
     else:
         path = Path(plan)
         if path.suffix.lower() in (".yaml", ".yml"):
             return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers", None
+        if path.suffix.lower() == ".json":  # `ppb balance -o plan.json`: its MindFormers keys, read as a yaml's
+            return from_mindformers(problem, _read_json(path), str(path)), "mindformers", None
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
@@ -79,6 +84,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     document = read_yaml(path)
     if not isinstance(document, dict):
         raise InputError(path, None, "must hold a mapping with offset and the recompute lists")
+    return document
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A plan JSON as `ppb balance` writes it (its flags' texts were once read as flags: `--decoder-last-
+    pipeline-num-layers must be an integer, got '6,'`)."""
+    document = read_json(path)
+    if not isinstance(document, dict):
+        raise InputError(path, None, "must hold an object with offset and the recompute lists (ppb balance --json)")
     return document
 
 
@@ -236,8 +250,9 @@ def from_megatron(
     p = problem
     try:
         setting = flags.setting()
-    except LayoutError as err:
-        raise InputError(where, "--recompute-granularity", str(err)) from None
+    except LayoutError as err:  # "--recompute-num-layers must be ...": the flag it names is the field
+        flag, _, problem = str(err).partition(" ")
+        raise InputError(where, flag, problem) from None
     if setting.name == "selective":
         asked = flags.modules or ("core_attn",)  # Megatron-Core's default
         if modules is None or tuple(sorted(asked)) != tuple(sorted(modules)):

@@ -23,7 +23,7 @@ from ppb_core.balance.progress import ProgressHook, showing_seconds
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_headline, plan_stages, time_unit_s
+from ppb_core.estimate.plan import iteration_headline, plan_stages, speedup_words, time_unit_s
 from ppb_core.estimate.run import estimate
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
@@ -172,11 +172,10 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     cells = plan_cells(pipeline_plan)
     by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
     stages = report_to_frame(plan_stages(run, cells, by_model), pipeline_plan.frame["memory_mb"].tolist())
-    best = plan.get("best_baseline")
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
         *iteration_headline(plan),
-        ("speedup over the best uniform split", f"{plan['speedup']:.3f}× ({best})" if plan.get("speedup") else "none"),
+        ("speedup over the best uniform split", speedup_words(plan)),
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]

@@ -24,7 +24,7 @@ from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.plan import speedup_words, time_unit_s
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
@@ -296,7 +296,7 @@ def render(result: dict[str, Any]) -> None:
         )
     console.print(table)
     if result.get("speedup"):
-        console.print(f"speedup over the best uniform split ({result['best_baseline']}): {result['speedup']:.3f}×")
+        console.print(f"speedup over the best uniform split: {speedup_words(result)}")
     for key, label in (("iteration", "plan"), ("baseline_iteration", "best uniform split")):
         if key in result:
             it = result[key]

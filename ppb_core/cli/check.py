@@ -134,7 +134,12 @@ def render(out: dict[str, Any]) -> None:
         words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
     console.print(table)
-    console.print(f"iteration {out['iteration_s']:.3f} s (the pipeline schedule run on the layers' times)")
+    it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
+    console.print(
+        f"iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+        f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}% (the schedule on the layers' times, "
+        "P2P, data-parallel reduction, optimizer: docs/timing.md)"
+    )
     if "unpriced" in out["balancer"]:
         console.print(escape(out["balancer"]["unpriced"]))
     if out.get("message"):

@@ -43,7 +43,7 @@ from ppb_core.config.recompute import (
 )
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
-from ppb_core.errors import InputError, shown
+from ppb_core.errors import InputError, misspelt, shown
 from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
 
@@ -649,14 +649,33 @@ def _is_field(part: Any, previous: Any) -> bool:
     return not any(mark in part for mark in ("[", "]", "-")) and part not in ("int", "str", "float", "bool", "none")
 
 
+def _misspelling(errors: list[Any]) -> tuple[Any, str] | None:
+    """(the unknown-field error, the required field it misspells) when the first error is a required
+    field missing beside an unknown one within two edits of it: `devics: 64` is one mistake, and
+    "devices: missing" alone hid which key was at fault."""
+    missing = errors[0]["loc"]
+    if errors[0]["type"] != "missing" or not missing or not isinstance(missing[-1], str):
+        return None
+    for other in errors[1:]:
+        loc = other["loc"]
+        same_place = other["type"] == "extra_forbidden" and loc[:-1] == missing[:-1] and isinstance(loc[-1], str)
+        if same_place and misspelt(loc[-1], [missing[-1]]):
+            return other, missing[-1]
+    return None
+
+
 def pydantic_error(err: ValidationError, source: str) -> InputError:
-    first = err.errors()[0]
+    errors = err.errors()
+    first, meant = errors[0], None
+    typo = _misspelling(errors)
+    if typo is not None:
+        first, meant = typo
     loc = first["loc"]
     parts = [p for i, p in enumerate(loc) if _is_field(p, loc[i - 1] if i else None)]
     where = ".".join(str(p) for p in parts) or None
     kind = first["type"]
     if kind == "extra_forbidden":
-        problem = "unknown field"
+        problem = "unknown field" + (f": did you mean {meant}?" if meant else "")
     elif kind == "missing":
         problem = "missing, and required"
     else:

@@ -306,6 +306,16 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
     _check_devices(spec, where)
+    if spec.framework == "torchtitan":
+        # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2
+        # (torchtitan shards with FSDP2 or replicates): such a value can never give a strategy
+        for value in spec.limits.zero or ():
+            if value in (1, 2):
+                raise InputError(
+                    where,
+                    "limits.zero",
+                    f"torchtitan has no ZeRO-{value}: list 0 (replicate), or FSDP2 under limits.fsdp",
+                )
     if spec.device.profile().memory_mb <= spec.device.reserved_mb:
         raise InputError(where, "device.memory_mb", "no memory left after reserved_mb")
     base = Path(base_dir)

@@ -98,6 +98,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   shard (the dispatcher gathers over TP after its all-to-all). DeepEP's `MoEFlexTokenDispatcher`
   keeps other tensors (`_DeepepManager`: top-k probabilities and indices, the received tokens'
   routing map and mapping), not counted.
+* **Unfused rotary embedding keeps its cos and sin.** Under `--no-rope-fusion` (or where the fused
+  kernel does not apply) `apply_rotary_pos_emb` runs `_apply_rotary_pos_emb_bshd` (megatron/core/
+  models/common/embeddings/rope_utils.py), which builds `cos_ = (cos(freqs)·mscale).to(t.dtype)` and
+  `sin_` afresh, `[s/cp, 1, 1, d]`, for each call, and `t·cos_ + rotate_half(t)·sin_` keeps both for
+  the backward (the products' gradient with respect to `t`); a layer calls it for the query and the
+  key (transformer/attention.py `Attention.forward`; MLA's `get_query_key_value_tensors`, on the
+  rotary part `qk_pos_emb_head_dim`): `4·(s/cp)·d·bc` a layer and micro-batch, whatever the
+  micro-batch size. MLA runs it inside the `mla_up_proj` checkpoint. With rope fusion the fused
+  kernels keep the cached tables only.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -236,11 +245,25 @@ def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]
     return always, idle
 
 
+def rotary_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[ActivationTerm, ...]:
+    """What unfused rotary embedding keeps (module docstring): cos and sin of the query's call and of the
+    key's, `[s/cp, 1, 1, d]` each in the activations' dtype, `d` MLA's rotary part or the head dimension.
+    Under MLA they lie inside `mla_up_proj`'s checkpoint; without MLA outside the core's."""
+    attention = kind.attention
+    if setup.rope_fusion or not attention.rope or isinstance(kind, EncoderBodyKind):
+        return ()
+    dim = attention.qk_rope_head_dim if attention.is_mla else attention.head_dim
+    switch = "attUp" if attention.is_mla else None
+    elements = 4 * setup.seq_length / setup.cp * dim
+    return (ActivationTerm(f"{prefix}attention.rotary_cos_sin", switch, elements, setup.dtype_bytes, False),)
+
+
 def megatron_body_terms(
     kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
 ) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it, and the permutation's reverse
-    mapping it saves (module docstring)."""
+    mapping it saves, and what unfused rotary embedding keeps (module docstring)."""
+    terms = (*terms, *rotary_terms(kind, setup, prefix))
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
