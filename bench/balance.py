@@ -5,13 +5,18 @@ Cases (descriptions written below; memory chosen so that it binds):
 * dsv3-like: 61 layers of two body kinds (3 dense + 58 MoE, five options, DeepSeek-V3-like figures
   from ppb describe on configs/deepseek-v3.yaml with COMM and BOTH added), P=16, V=2, m=32 and 64;
 * 128 layers, one kind, five options, P=64, V=1, m=128;
+* alternating kinds: 32 layers, light and heavy taking turns (dense and MoE every other layer, kept in
+  model order, so a body type per layer), three options, P=4, V=1, m=8, 800 MB; beside it the same
+  16 light and 16 heavy layers grouped as two body types (another model: what model order costs);
 * SAPP's example llama2_70b.json (mindspore-ai/hyper-parallel `sapp_ppb/layers/llama2_70b.json`, in
   tests/data) at P=16, m=32, V=1 and V=2, 56000 MB; at V=2 the plan SAPP
   printed (offset and recompute; its other layers given the fastest options that fit, the most
   favourable reading) is simulated beside ours.
 
 Each case is solved twice: the closed form alone (`--closed-form`) and the default (the schedule's
-critical path), each with the time limit given (default 60 s). `proven at` is when the solve
+critical path), each with no wall-clock limit unless `--time-limit` gives one (the solver's own
+default: its work limits end it). The seconds column is wall-clock, with the process's CPU seconds
+beside it. `proven at` is when the solve
 first proved its plan optimal (gap ≤ 1e-6: a round of the program, or the probing of the stage
 choices, `balance.probing`), before the tie-breaking among equally fast plans that follows, with
 this process's CPU seconds by then beside it (on a loaded machine the wall
@@ -105,6 +110,34 @@ LAYERS_128 = [
 ]
 
 
+def _alternating_kinds(grouped: bool = False) -> list[dict]:
+    """32 body layers, light and heavy taking turns (a body type each, as a model whose kinds alternate is
+    described), or with *grouped* the 16 light then the 16 heavy as two body types."""
+
+    def kind(name: str, count: int, time_: float, parameter: int, activation: int, slct: int, full: int) -> dict:
+        return {
+            "name": name,
+            "type": "BODY",
+            "nb_layer": count,
+            "time": time_,
+            "memory_parameter": parameter,
+            "memory_activation": activation,
+            "memory_select_rec": slct,
+            "memory_recompute": full,
+        }
+
+    light, heavy = (1.0, 20, 30, 14, 2), (2.5, 45, 50, 26, 3)
+    if grouped:
+        bodies = [kind("BODY_0", 16, *light), kind("BODY_1", 16, *heavy)]
+    else:
+        bodies = [kind(f"BODY_{i}", 1, *(light if i % 2 == 0 else heavy)) for i in range(32)]
+    return [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.5, "memory_parameter": 60},
+        *bodies,
+        {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1.5, "memory_parameter": 120},
+    ]
+
+
 def _sapp_printed_plan(problem: BalanceInput) -> Plan:
     """SAPP's printed llama2_70b V=2 plan; the layers it does not fully recompute get, per stage,
     the options of least total backward time that fit (select_recompute was not printed)."""
@@ -156,14 +189,15 @@ class _ProvenAt:
                 self.cpu_seconds = time.process_time() - self.cpu_started
 
 
-def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt) -> str:
+def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt, cpu_seconds: float) -> str:
     plan = solution.plan
     simulated = f"{plan.iteration_time:.6g}" if plan else "—"
     objective = f"{solution.objective:.6g}" if solution.objective is not None else "—"
     bound = f"{solution.bound:.6g}" if solution.bound is not None else "—"
     gap = f"{solution.gap:.4f}" if solution.gap is not None else "—"
     return (
-        f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s  objective {objective:<10} "
+        f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s (CPU {cpu_seconds:.2f}s)  "
+        f"objective {objective:<10} "
         f"bound {bound:<10} gap {gap:<7} simulated {simulated:<10} choices {solution.choices}  "
         f"proven {'no' if proven.seconds is None else f'at {proven.seconds:.2f}s (CPU {proven.cpu_seconds:.2f}s)'}"
     )
@@ -171,7 +205,7 @@ def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--time-limit", type=float, default=None, help="a wall-clock limit per solve (default: none)")
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--ceiling", action="store_true", help="also the relaxation's bound with every path as a row")
     args = parser.parse_args()
@@ -183,12 +217,15 @@ def main() -> None:
     from importlib.metadata import version
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"highspy {version('highspy')}; time limit {args.time_limit:g} s per solve; load average {load:.2f}")
+    limit = "none" if args.time_limit is None else f"{args.time_limit:g} s"
+    print(f"highspy {version('highspy')}; time limit {limit} per solve; load average {load:.2f}")
     llama = read_layer_set(ROOT / "tests" / "data" / "llama2_70b.json")
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
         ("dsv3-like P16 V2 m64", BalanceInput(layer_set(DSV3_LIKE), 16, 64, 2, 77559.0)),
         ("128 layers P64 V1", BalanceInput(layer_set(LAYERS_128), 64, 128, 1, 60000.0)),
+        ("alternating 32 P4 V1", BalanceInput(layer_set(_alternating_kinds()), 4, 8, 1, 800.0)),
+        ("grouped 16+16 P4 V1", BalanceInput(layer_set(_alternating_kinds(grouped=True)), 4, 8, 1, 800.0)),
         ("llama2_70b P16 V1", BalanceInput(llama, 16, 32, 1, 56000.0)),
         ("llama2_70b P16 V2", BalanceInput(llama, 16, 32, 2, 56000.0)),
     ]
@@ -198,13 +235,16 @@ def main() -> None:
         best = best_feasible(baselines(problem))
         for mode, exact in (("closed-form", False), ("critical", True)):
             proven = _ProvenAt(exact)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             solution = solve(problem, time_limit=args.time_limit, exact=exact, progress=proven)
-            print(_line(name, mode, solution, time.perf_counter() - started, proven), flush=True)
+            cpu = time.process_time() - cpu_started
+            print(_line(name, mode, solution, time.perf_counter() - started, proven, cpu), flush=True)
             if exact and args.ceiling and solution.objective is not None:
                 started = time.perf_counter()
                 choices = choices_within(problem, Catalogue(problem), solution.objective, closed_form=False)
-                ceiling = every_path_bound(problem, choices, Clock(10 * args.time_limit))
+                ceiling = every_path_bound(
+                    problem, choices, Clock(None if args.time_limit is None else 10 * args.time_limit)
+                )
                 print(
                     f"{'':<22} every path as a row, choices relaxed: bound "
                     f"{'—' if ceiling is None else f'{ceiling:.6g}'} ({time.perf_counter() - started:.1f} s)"

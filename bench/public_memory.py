@@ -181,6 +181,52 @@ def _megatron_small_rows() -> list[MeasuredPeak]:
     ]
 
 
+def _loss_fusion_run(case: str, fusion: bool) -> dict[str, Any]:
+    """The 12-layer GPT at TP2 PP2 (dp 2, no distributed optimizer, no SP, TE's default attention backend),
+    with or without --cross-entropy-loss-fusion; both cases run --no-gradient-accumulation-fusion."""
+    return {
+        "name": f"megatron-{case}",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": GPT_SMALL, "pad_vocab_multiple": 128}],
+        "parallel": {"dp": 2, "tp": 2, "pp": 2, "zero": 0},
+        "training": {"seq_length": 1024, "micro_batch_size": 4, "micro_batches": 4, "dtype": "bf16"},
+        "device": {"name": "h100-80gb", "reserved_mb": 0},
+        "timing": {
+            "cross_entropy_fusion": fusion,
+            "gradient_accumulation_fusion": False,
+            "deterministic": not fusion,  # the unfused case runs --deterministic-mode
+        },
+        # the unfused case's ENV_VARS state CUBLAS_WORKSPACE_CONFIG; the fused case's take PyTorch's default
+        **({} if fusion else {"memory": {"cublas_workspace_config": ":4096:8"}}),
+    }
+
+
+def _megatron_loss_fusion_rows() -> list[MeasuredPeak]:
+    """A pair of Megatron CI cases that differ by --cross-entropy-loss-fusion (and --deterministic-mode):
+    gpt3_mcore_te_tp2_pp2_resume_torch_dist and gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion, H100
+    golden values at d98e8a64 (the fused case's unchanged since ad2ab2ca12, Jan 2026, the other's since
+    5fe3f06658, May 2026; both within 0.2% of their Oct 2025 values). The unfused case is the first run of
+    a checkpoint-resume test: its last iteration is 100 (the save at 50 moves no peak)."""
+    # (case, fusion, last mem-max-allocated-bytes, mem-allocated-bytes, the first iteration's peak)
+    cases = (
+        ("gpt3_mcore_te_tp2_pp2_resume_torch_dist", False, 1428171264, 517243392, 1245477376),
+        ("gpt3_mcore_te_tp2_pp2_cross_entropy_loss_fusion", True, 1837640192, 514359808, 1670148096),
+    )
+    return [
+        MeasuredPeak(
+            f"Megatron {case.removeprefix('gpt3_mcore_')} (H100)",
+            f"{MEGATRON_TESTS}/gpt/{case}/golden_values_dev_dgx_h100.json",
+            _loss_fusion_run(case, fusion),
+            stage=1,
+            measured_gib=peak / GIB,
+            after_step_bytes=after_step,
+            first_iteration_bytes=first,
+            assumptions=("dp 2 (one node of 8 GPUs)", "TE's default attention backend taken as flash"),
+        )
+        for case, fusion, peak, after_step, first in cases
+    ]
+
+
 def _megatron_moe_rows() -> list[MeasuredPeak]:
     case = MOE_MLA_MEMORY_SPEED
     raw = moe_mla_memory_speed_run()
@@ -292,6 +338,7 @@ def measured_peaks() -> list[MeasuredPeak]:
     return [
         *_megatron_rows(),
         *_megatron_small_rows(),
+        *_megatron_loss_fusion_rows(),
         *_megatron_moe_rows(),
         *_megatron_moe_layout_rows(),
         *_torchtitan_rows(),

@@ -56,7 +56,7 @@ def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
     return "the run failed", False
 
 
-def build(instance: dg.DagsterInstance, key: str, time_limit_s: float, steps: bool = False) -> int:
+def build(instance: dg.DagsterInstance, key: str, time_limit_s: float | None, steps: bool = False) -> int:
     """One run config through every stage; its summary printed (with *steps*, the solve's steps
     before it). The exit status."""
     if not instance.has_dynamic_partition(PARTITIONS_NAME, key):
@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=chain.PLAN_TIME_LIMIT_S,
         metavar="SECONDS",
-        help=f"seconds the balancer may search (default {chain.PLAN_TIME_LIMIT_S:g})",
+        help="a wall-clock limit on the balancer's search, a last-resort safety net (default: none; it ends on "
+        "deterministic work limits)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="on a terminal too, the summary alone")
     args = parser.parse_args(argv)

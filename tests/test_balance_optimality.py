@@ -248,3 +248,50 @@ def test_program_optimum_equals_exhaustive_search(objective, instance) -> None:
     assert solution.status == "optimal"
     assert solution.objective == pytest.approx(expected, rel=1e-9)
     assert solution.plan.fits and not solution.plan.problems()
+
+
+@st.composite
+def alternating_instances(draw):
+    """Two layer kinds taking turns (dense and MoE every other layer, kept in model order): every
+    layer is a body type of its own, as a model whose kinds alternate is described."""
+    stages = draw(st.integers(1, 3))
+    chunks = draw(st.integers(1, 2)) if stages > 1 else 1
+    cells = stages * chunks
+    micro_batches = stages * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, 2 * stages))
+    total = draw(st.integers(max(2, cells), min(8, cells + 3)))
+    kinds = []
+    for _ in range(2):
+        forward = draw(st.integers(1, 10))
+        activation = sorted(draw(st.lists(st.integers(1, 40), min_size=5, max_size=5)), reverse=True)
+        slowdown = sorted(draw(st.lists(st.integers(0, 10), min_size=4, max_size=4)))
+        kind = {"type": "BODY", "nb_layer": 1, "time": forward, "memory_parameter": draw(st.integers(1, 30))}
+        order = ["NONE", *draw(st.permutations(["SLCT", "COMM"])), "BOTH", "FULL"]
+        for rank, option in enumerate(order):
+            kind[MEMORY[option]] = activation[rank]
+            kind[TIME[option]] = 2 * forward + (slowdown[rank - 1] if rank else 0)
+        kinds.append(kind)
+    descriptions: list[dict] = [
+        {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": draw(st.integers(0, 3)), "memory_parameter": 5}
+    ]
+    descriptions += [{**kinds[i % 2], "name": f"BODY_{i}"} for i in range(total)]
+    per_layer_max = max(k["memory_parameter"] + micro_batches * max(k[MEMORY[o]] for o in OPTIONS) for k in kinds)
+    ceiling = (total // cells + 1) * per_layer_max * 2 + 20
+    memory = draw(st.integers(ceiling // 6, ceiling))
+    return descriptions, stages, chunks, micro_batches, float(memory)
+
+
+# a model whose layer kinds alternate: a body type per layer, cells holding runs of many types
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=alternating_instances())
+def test_alternating_kinds_optimum_equals_exhaustive_search(instance) -> None:
+    descriptions, stages, chunks, micro_batches, memory = instance
+    expected = exhaustive(descriptions, stages, chunks, micro_batches, memory)
+    problem = BalanceInput(layer_set(descriptions), stages, micro_batches, chunks, memory)
+    solution = solve(problem)
+    event(f"P={stages} V={chunks}, {solution.status}")
+    if math.isinf(expected):
+        assert solution.status == "infeasible"
+        return
+    assert solution.status == "optimal"
+    assert solution.objective == pytest.approx(expected, rel=1e-9)
+    assert solution.plan.fits and not solution.plan.problems()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from ppb_core.balance import BalanceInput, program
-from ppb_core.balance.progress import WORK_BUDGETS, WorkLimits
+from ppb_core.balance import BalanceInput, highs, program
+from ppb_core.balance.progress import WORK_BUDGETS, Clock, WorkLimits
 from ppb_core.balance.result import balance
 from ppb_core.cli.main import main
 from ppb_core.payload.sapp import layer_set, read_sapp_file
@@ -154,3 +154,65 @@ def test_settings_cut_short_leave_the_alternative_as_it_was(monkeypatch: pytest.
     monkeypatch.setattr(program, "_solve", uncut)
     _, whole_text = _megatron_run(600.0)
     assert whole_text == cut_text
+
+
+def test_every_solver_is_made_deterministic_and_without_a_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every HiGHS solver a default solve makes runs on one thread with the fixed seed, no restart, and
+    no time limit (HiGHS reads its clock only for `time_limit`): its searches end on node and
+    relaxation counts, the same on any machine and load."""
+    made: list[Any] = []
+    real = highs.new_solver
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        solver = real(*args, **kwargs)
+        made.append(solver)
+        return solver
+
+    monkeypatch.setattr(highs, "new_solver", recording)
+    descriptions, constant = read_sapp_file(DATA / "llama2_70b.json")
+    problem = BalanceInput(layer_set(descriptions, "llama2_70b.json"), 4, 8, 1, 56000.0, constant)
+    solution = program.solve(problem)
+    assert solution.stopped_by == "optimal" and len(made) > 3
+    wanted = {"threads": 1, "parallel": "off", "simplex_strategy": 1, "random_seed": 0, "mip_allow_restart": False}
+    assert wanted == highs.DETERMINISTIC
+    for solver in made:
+        for name, value in wanted.items():
+            assert solver.getOptionValue(name)[1] == value, name
+        assert solver.getOptionValue("time_limit")[1] == math.inf
+    assert Clock().seconds == math.inf  # no wall-clock limit unless one is asked for
+
+
+def _alternating(chunks: int) -> BalanceInput:
+    """Ten layers, light and heavy taking turns (a body type each), on three stages: memory binds."""
+    light = {"time": 1.0, "memory_parameter": 20, "memory_activation": 30, "memory_select_rec": 14}
+    heavy = {"time": 2.5, "memory_parameter": 45, "memory_activation": 50, "memory_select_rec": 26}
+    descriptions = [{"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.5, "memory_parameter": 60}]
+    for i in range(10):
+        kind = light if i % 2 == 0 else heavy
+        descriptions.append({"name": f"BODY_{i}", "type": "BODY", "nb_layer": 1, **kind, "memory_recompute": 2})
+    descriptions.append({"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1.5, "memory_parameter": 120})
+    return BalanceInput(layer_set(descriptions), 3, 6, chunks, 700.0)
+
+
+def test_same_plan_without_a_time_limit_quiet_and_under_load() -> None:
+    """The default solve (no wall-clock limit) of alternating kinds: the same JSON on a quiet machine and
+    with another process spinning on a core."""
+    for chunks in (1, 2):
+        quiet = json.dumps(_without_seconds(balance(_alternating(chunks))), sort_keys=True)
+        with busy_core() as spinner:
+            loaded = json.dumps(_without_seconds(balance(_alternating(chunks))), sort_keys=True)
+            assert spinner.poll() is None
+        assert loaded == quiet
+        assert json.loads(quiet)["stopped_by"] == "optimal"
+
+
+def test_a_solve_the_clock_stops_says_so_loudly(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-t` is a last resort: when it stops the search the JSON says so and stderr warns, even with -q."""
+    argv = ["balance", str(DATA / "demo.json"), "-s", "8", "-mb", "16", "-mem", "100000", "-t", "0.05", "--json", "-q"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["stopped_by"] == "time_limit"
+    assert "warning: the wall-clock limit (-t 0.05 s) stopped the search" in captured.err
+    assert main([*argv[:-4], "--json", "-q"]) == 0  # no -t: the work limits end it, no warning
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["stopped_by"] == "optimal" and "warning" not in captured.err

@@ -98,6 +98,8 @@ def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(ben
     assert bench.SMALL_TP4_GOLDEN["h100"].median_s == pytest.approx(0.24667)
     assert bench.SMALL_TP4_GOLDEN["a100"].median_s == pytest.approx(0.405835)
     # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
-    # of milliseconds, a tenth of what the harness measures
-    for _, measured, ours in bench.small_case():
-        assert ours < measured / 5
+    # of milliseconds, a tenth of what the harness measures; the rest is the host launching its kernels,
+    # which this case measures (`host_kernel_us`), so with it ppb gives the measured seconds back
+    for _, measured, gpu_only, ours in bench.small_case():
+        assert gpu_only < measured / 5
+        assert ours == pytest.approx(measured, rel=2e-3)

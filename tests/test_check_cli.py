@@ -400,3 +400,29 @@ def test_the_plan_json_ppb_balance_writes_is_checked_as_it_is(
     assert main(["check", str(small_device), "--plan", str(tmp_path / "list.json"), "--no-optimum"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "list.json: must hold an object with offset" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # no granularity: Megatron-LM recomputes nothing (TransformerConfig.__post_init__)
+        ("--recompute-method block --recompute-num-layers 2", "--recompute-method, --recompute-num-layers without"),
+        ("--recompute-modules mlp", "--recompute-modules without effect"),
+        # full: the modules' switches ask for selective (attention.py checkpoint_core_attention)
+        (
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --recompute-modules mlp",
+            "--recompute-modules without effect",
+        ),
+    ],
+)
+def test_recompute_flags_megatron_reads_past_are_said_and_priced_as_it_runs(
+    capsys: pytest.CaptureFixture[str], small_device: Path, flags: str, said: str
+) -> None:
+    _, out = _check(capsys, small_device, flags, "--no-optimum")
+    (note,) = out["notes"]
+    assert note.startswith(said)
+    full = "full" in flags
+    # 32 layers, 8 a stage: all FULL under full uniform 1, none recomputed without a granularity
+    assert [stage["options"] for stage in out["stages"]] == [{"FULL": 8} if full else {"NONE": 8}] * 4
+    _, plain = _check(capsys, small_device, "--recompute-granularity selective", "--no-optimum")
+    assert plain["notes"] == []

@@ -125,7 +125,15 @@ def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, ca
         assert stored.read_bytes() == chain.stage_files(name, frame)[chain.PARQUET]
         for suffix, data in chain.stage_artifacts(name, frame).items():
             assert (tmp_path / name / f"llama3-8b{suffix}").read_bytes() == data
-    assert "layer_walk" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "layer_walk" in out
+    # it ends as `python -m pipelines` does: a line a stage (GiB of 2**30 bytes: MB / 1024), the plan, the report
+    report = tables["plan_report"].frame
+    used = (report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]) / 1024
+    for stage, gib, device in zip(report["stage"], used, report["device_mb"] / 1024, strict=True):
+        assert f"  stage {stage}: fits, {gib:,.1f} of {device:,.1f} GiB\n" in out
+    assert "  plan: " in out and " faster than the best uniform split" in out
+    assert f"  report: {tmp_path / 'plan_report' / 'llama3-8b.md'}\n" in out
 
 
 def test_ppb_plan_on_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.spec import load_search_spec, parse_search_spec
@@ -183,3 +184,15 @@ def test_torchtitans_published_settings_are_in_their_searches_grid(name: str, fi
     ]
     assert len(found) == 1  # one recompute setting (the framework's selective), one cp variant
     assert not isinstance(validate(spec, found[0]), Refusal)
+
+
+def test_a_run_config_given_as_a_search_spec_and_back_is_named_so() -> None:
+    """`ppb search configs/x.yaml` said "training.micro_batch_size: chosen by the search", and
+    `ppb estimate searches/x.yaml` "training.global_batch_tokens: unknown field": true, not the mistake."""
+    run = yaml.safe_load((ROOT / "configs" / "llama3-8b.yaml").read_text())
+    with pytest.raises(InputError) as caught:
+        parse_search_spec(run, "run.yaml", ROOT / "configs")
+    assert caught.value.field == "parallel" and "this is a run config, not a search spec" in caught.value.problem
+    with pytest.raises(InputError) as caught:
+        parse_run_config(tiny(), "spec.yaml", DATA)
+    assert caught.value.field == "devices" and "this is a search spec, not a run config" in caught.value.problem

@@ -113,7 +113,8 @@ def test_more_recompute_never_lowers_the_backward(spec, layout, flash, first, mo
         most = model.layer_times(layer, LayerType.SEL_REC_LAYER, dict.fromkeys(first | more, 0))
         full = model.layer_times(layer, LayerType.FULL_REC_LAYER)
         assert some[0] == most[0] == full[0] == forward
-        assert plain <= some[1] <= most[1] <= full[1] + 1e-12
+        # equal where the host's launches bound the backward (`TimeModel.host`), up to round-off
+        assert plain <= some[1] + 1e-12 and some[1] <= most[1] + 1e-12 and most[1] <= full[1] + 1e-12
 
 
 @PROPERTY

@@ -17,12 +17,17 @@ from ppb_core.tables.report import stage_memory_mb
 from ppb_core.tables.schema import Summarized
 
 # The solver runs in this pool: `concurrency.pools.default_limit` in dagster.yaml bounds how many
-# solves run at once on the instance (each takes a core for up to the time limit).
+# solves run at once on the instance (each takes a core until its work limits end it).
 SOLVER_POOL = "ppb_solver"
 
 
 class PlanConfig(dg.Config):
-    time_limit_s: float = Field(default=chain.PLAN_TIME_LIMIT_S, gt=0, description="seconds the balancer may search")
+    time_limit_s: float | None = Field(
+        default=chain.PLAN_TIME_LIMIT_S,
+        gt=0,
+        description="a wall-clock limit on the balancer's search, a last-resort safety net (none: it ends on "
+        "deterministic work limits, the same plan on any machine)",
+    )
 
 
 def plan_figures(plan: dict) -> dict[str, object]:

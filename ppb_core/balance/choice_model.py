@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ppb_core.balance import highs
 from ppb_core.balance.choices import CellChoice, StageChoice
 from ppb_core.balance.highs import INF
@@ -71,33 +73,43 @@ class ChoiceModel:
         """One choice per stage; every body type's layers placed."""
         for s, stage in enumerate(self.choices):
             self._row(1, 1, {self.y[s][j]: 1.0 for j in range(len(stage))})
+        # per stage, [choice, body type]: the choice's layers of that type (a model whose kinds alternate
+        # has a body type per layer: counted once here, not once per type)
+        bodies = len(self.p.layers.bodies)
+        held = []
+        for stage in self.choices:
+            table = np.zeros((len(stage), bodies), dtype=np.int64)
+            for j, choice in enumerate(stage):
+                for cell in choice.cells:
+                    for body, row in zip(cell.bodies, cell.counts, strict=True):
+                        table[j, body] += sum(row)
+            held.append(table)
         for l, body in enumerate(self.p.layers.bodies):
             terms = {}
-            for s, stage in enumerate(self.choices):
-                for j, choice in enumerate(stage):
-                    n = sum(cell.body_count(l) for cell in choice.cells)
-                    if n:
-                        terms[self.y[s][j]] = float(n)
+            for s, table in enumerate(held):
+                for j in np.flatnonzero(table[:, l]).tolist():
+                    terms[self.y[s][j]] = float(table[j, l])
             self._row(body.nb_layer, body.nb_layer, terms)
 
     def _order(self) -> None:
         """g[b, p] = 1 from the first cell holding a type after b on: later types only there, b only up to it."""
         p = self.p
-        for b in range(len(p.layers.bodies) - 1):
-            for position, (v, s) in enumerate(p.cells):
+        types = len(p.layers.bodies)
+        # per cell position, the first and last body type each choice of its stage puts there
+        first_type, last_type = [], []
+        for v, s in p.cells:
+            cells = [choice.cells[v] for choice in self.choices[s]]
+            first_type.append(np.array([min(c.bodies, default=types) for c in cells], dtype=np.int64))
+            last_type.append(np.array([max(c.bodies, default=-1) for c in cells], dtype=np.int64))
+        for b in range(types - 1):
+            for position, (_, s) in enumerate(p.cells):
                 g = self.g[(b, position)] = self._column(0, 1, True)
-                later = {
-                    self.y[s][j]: 1.0 for j, c in enumerate(self.choices[s]) if any(t > b for t in c.cells[v].bodies)
-                }
+                later = {self.y[s][j]: 1.0 for j in np.flatnonzero(last_type[position] > b).tolist()}
                 self._row(-INF, 0, {**later, g: -1.0})
                 if position:
                     previous = self.g[(b, position - 1)]
                     self._row(0, INF, {g: 1.0, previous: -1.0})
-                    early = {
-                        self.y[s][j]: 1.0
-                        for j, c in enumerate(self.choices[s])
-                        if any(t <= b for t in c.cells[v].bodies)
-                    }
+                    early = {self.y[s][j]: 1.0 for j in np.flatnonzero(first_type[position] <= b).tolist()}
                     self._row(-INF, 1, {**early, previous: 1.0})
 
     def path_terms(self, path: Path) -> dict[int, float]:

@@ -20,7 +20,6 @@ better plan.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -236,6 +235,8 @@ class Catalogue:
         self.activation = [[body.memory_mb.get(o, 0.0) for o in OPTIONS] for body in bodies]
         self._cell_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], list[CellChoice]] = {}
         self._front_cache: dict[tuple[int, tuple[int, ...]], list[list[Point]]] = {}
+        self._prefix_cache: dict[tuple, dict[int, list[Point]]] = {}
+        self._ranks = sorted({CELL_RANK[OPTIONS[k]] for k in problem.option_indices})
         slct, comm = OPTIONS.index("SLCT"), OPTIONS.index("COMM")
         considered = problem.option_indices
         self.base = NONE if NONE in considered else considered[0]  # as `tiebreak._base_option`
@@ -293,30 +294,57 @@ class Catalogue:
             return self._cell_cache[key]
         bodies = self.p.layers.bodies
         candidates: list[Point] = []
-        ranks = sorted({CELL_RANK[OPTIONS[k]] for k in self.p.option_indices})
         for variant in self.variants:
-            # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}].
-            for cuts in itertools.combinations_with_replacement(ranks, len(types) - 1):
-                bounds = [ranks[0], *cuts, ranks[-1]]
-                partial: list[Point] = [(0.0, 0.0, (), 0.0)]
-                for i, (body, n) in enumerate(zip(types, counts, strict=True)):
-                    allowed = [k for k in variant if bounds[i] <= CELL_RANK[OPTIONS[k]] <= bounds[i + 1]]
-                    front = self._front(body, n, tuple(allowed))
-                    partial = _pareto(
-                        [
-                            (b0 + b1, a0 + a1, (*c0, c1), r0 + r1)
-                            for b0, a0, c0, r0 in partial
-                            for b1, a1, c1, r1 in front
-                        ],
-                        self.base,
-                    )
-                candidates += partial
+            # Along the cell, ranks never go back: body i uses ranks within [t_i, t_{i+1}], the last up to
+            # the last rank. The prefix's fronts per t_{i+1} (`_prefix`) are shared by every cell that
+            # starts the same way.
+            last = self._ranks[-1]
+            for rank, partial in self._prefix(variant, types[:-1], counts[:-1]).items():
+                front = self._front(types[-1], counts[-1], self._allowed(variant, rank, last))
+                candidates += _pareto(
+                    [(b0 + b1, a0 + a1, (*c0, c1), r0 + r1) for b0, a0, c0, r0 in partial for b1, a1, c1, r1 in front],
+                    self.base,
+                )
         forward = sum(bodies[body].forward_time * n for body, n in zip(types, counts, strict=True))
         parameters = sum(bodies[body].memory_parameter_mb * n for body, n in zip(types, counts, strict=True))
         kept = _pareto(candidates, self.base)
         choices = [CellChoice(types, counts_, forward, b, a, parameters, r) for b, a, counts_, r in kept]
         self._cell_cache[key] = choices
         return choices
+
+    def _allowed(self, variant: tuple[int, ...], low: int, high: int) -> tuple[int, ...]:
+        return tuple(k for k in variant if low <= CELL_RANK[OPTIONS[k]] <= high)
+
+    def _prefix(
+        self, variant: tuple[int, ...], types: tuple[int, ...], counts: tuple[int, ...]
+    ) -> dict[int, list[Point]]:
+        """The first body types of a cell under the variant's options, ranks never going back: per rank r
+        the next body may start from, the front of the assignments whose last body uses ranks up to r.
+
+        One step per body type (a dynamic programme over the rank reached), where listing every
+        sequence of rank cuts grows as C(ranks + types, types): a cell of 12 alternating dense and MoE
+        layers, each its own body type, had 78 cut sequences per variant, each a chain of fronts.
+        Dropping a dominated prefix within one rank is exact: every completion adds the same backward,
+        activation, recomputed layers and options to both (`_kept`'s rule survives the addition)."""
+        key = (variant, types, counts)
+        known = self._prefix_cache.get(key)
+        if known is not None:
+            return known
+        if not types:
+            states = {self._ranks[0]: [(0.0, 0.0, (), 0.0)]}
+        else:
+            grown: dict[int, list[Point]] = {}
+            for rank, partial in self._prefix(variant, types[:-1], counts[:-1]).items():
+                for reach in self._ranks:
+                    if reach < rank:
+                        continue
+                    front = self._front(types[-1], counts[-1], self._allowed(variant, rank, reach))
+                    grown.setdefault(reach, []).extend(
+                        (b0 + b1, a0 + a1, (*c0, c1), r0 + r1) for b0, a0, c0, r0 in partial for b1, a1, c1, r1 in front
+                    )
+            states = {rank: kept for rank, points in grown.items() if (kept := _pareto(points, self.base))}
+        self._prefix_cache[key] = states
+        return states
 
     def _forced(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
         """The one assignment the setting gives the cell: its options from the cell's first layer on

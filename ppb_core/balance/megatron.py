@@ -153,6 +153,24 @@ class MegatronFlags:
         return "--num-layers" in self.stated
 
     @property
+    def ignored_recompute_flags(self) -> list[str]:
+        """Recompute flags given that Megatron-LM reads past (Megatron-LM d98e8a64): without
+        `--recompute-granularity` it recomputes nothing whatever the method, count or modules
+        (`TransformerConfig.__post_init__` checks them only under a granularity), and each module's
+        switch also asks for selective (attention.py `checkpoint_core_attention = recompute_granularity
+        == 'selective' and "core_attn" in recompute_modules`), so full ignores `--recompute-modules`."""
+        given = {
+            "--recompute-method": self.method is not None,
+            "--recompute-num-layers": self.num_layers is not None,
+            "--recompute-modules": self.modules is not None,
+        }
+        if self.granularity is None:
+            return [flag for flag, said in given.items() if said]
+        if self.granularity == "full" and self.modules is not None:
+            return ["--recompute-modules"]
+        return []
+
+    @property
     def split_adds(self) -> tuple[int, int]:
         """(embedding, loss) counted as a layer in the even split (`--account-for-*-in-pipeline-split`)."""
         return (

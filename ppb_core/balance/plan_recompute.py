@@ -54,6 +54,13 @@ def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
         return None
 
 
+def ignored_flags(plan: str) -> list[str]:
+    """The plan's recompute flags Megatron-LM reads past (`MegatronFlags.ignored_recompute_flags`):
+    priced as Megatron-LM runs them, and said, since a user who wrote them meant something."""
+    found = _flags(plan)
+    return found[0].ignored_recompute_flags if found is not None else []
+
+
 def _group(run: RunConfig) -> int:
     """Layers the run's own recompute checkpoints as one (Megatron's uniform method; else 1)."""
     recompute = run.recompute
@@ -119,7 +126,12 @@ def run_for_plan(run: RunConfig, plan: str) -> tuple[RunConfig, dict[str, object
         priced = parse_run_config(raw, run.source, run.base_dir)
     except InputError as err:
         said = f"{err.field or ''} {err.problem}"
-        field = "--recompute-modules" if "modules" in said or "module " in said else "--recompute-granularity"
+        field = "--recompute-granularity"  # the flag behind the run config's field at fault
+        for word, flag in (("num_layers", "--recompute-num-layers"), ("method", "--recompute-method")):
+            if (err.field or "").endswith(word):
+                field = flag
+        if "modules" in said or "module " in said:
+            field = "--recompute-modules"
         raise InputError(
             where, field, f"as Megatron-LM's words in the run config, {err.field}: {err.problem}"
         ) from None

@@ -22,8 +22,9 @@ headroom; and for a Megatron-Core run the fastest plan Megatron-Core can say is 
 (`solve_setting`), and taken when it is as fast.
 
 Repeatable: every search stops on work limits (`progress.WorkLimits`: HiGHS nodes, rounds, local
-moves), never on the clock; the time limit is a safety bound and a solve it stops says so
-(`stopped_by: "time_limit"`).
+moves, relaxations), never on the clock; HiGHS runs single-threaded with a fixed seed
+(`highs.DETERMINISTIC`). There is no wall-clock limit unless one is given (`time_limit`), and a
+solve it stops says so (`stopped_by: "time_limit"`).
 
 Scaling: times are divided by the largest per-layer forward + backward (τ, so T is at most about
 m·V·N) and memory never enters the program (it is checked exactly in the listing), so HiGHS's
@@ -497,7 +498,7 @@ def setting_plan(problem: BalanceInput, setting: Setting) -> Plan:
 
 def solve(
     problem: BalanceInput,
-    time_limit: float = 90.0,
+    time_limit: float | None = None,
     exact: bool = True,
     progress: ProgressHook | None = None,
     limits: WorkLimits | None = None,

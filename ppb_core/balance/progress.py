@@ -7,11 +7,13 @@ decide how to show it: the CLI draws it with rich on a terminal, the Dagster ass
 
 `WorkLimits` are the deterministic limits that end a solve (HiGHS branch-and-bound nodes, local
 moves, rounds of the lazy path loop): the same input gives the same plan on any machine and load.
-`Clock` is the wall-clock safety bound (`-t`); when it is what stops a solve, the solve says so.
+`Clock` is the wall-clock safety bound (`-t`), none unless asked for; when it is what stops a solve,
+the solve says so.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -131,11 +133,14 @@ WORK_BUDGETS = (
 
 
 class Clock:
-    """The wall-clock safety bound: seconds left, and whether it has run out."""
+    """The wall-clock safety bound: seconds left, and whether it has run out. None (the default of every
+    command) is no bound at all: the work limits alone end a solve, so its plan is the same on any
+    machine and load. A bound given is a last resort; a solve it stops says so (`stopped_by:
+    "time_limit"`, and the commands print a warning)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float | None = None) -> None:
         self.started = time.perf_counter()
-        self.seconds = seconds
+        self.seconds = math.inf if seconds is None else seconds
 
     @property
     def elapsed(self) -> float:

@@ -102,7 +102,7 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
 
 def balance(
     problem: BalanceInput,
-    time_limit: float = 90.0,
+    time_limit: float | None = None,
     exact: bool = True,
     search_interleave: bool = False,
     progress: ProgressHook | None = None,

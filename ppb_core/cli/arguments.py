@@ -27,8 +27,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # The balancer's time limit the commands default to (`ppb_core.chain.PLAN_TIME_LIMIT_S`;
-# tests/test_ppb_cli.py checks the two agree).
-TIME_LIMIT_S = 90.0
+# tests/test_ppb_cli.py checks the two agree): none, the work limits end every solve.
+TIME_LIMIT_S: float | None = None
+TIME_LIMIT_HELP = (
+    "a wall-clock limit in seconds, a last-resort safety net (default: none; the search ends on "
+    "deterministic work limits, so the plan is the same on any machine and load; a plan the limit "
+    "cuts short may differ from run to run, and says so)"
+)
 # Sequence lengths `ppb census` measures at by default.
 DEFAULT_SEQ = (128, 256, 512)
 
@@ -45,7 +50,7 @@ def plan(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=TIME_LIMIT_S,
         metavar="SECONDS",
-        help=f"seconds the balancer may search (default {TIME_LIMIT_S:g})",
+        help=TIME_LIMIT_HELP,
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
@@ -174,7 +179,8 @@ def balance(parser: argparse.ArgumentParser) -> None:
         "-t",
         "--time-limit",
         type=float,
-        help=f"wall-clock seconds at most, every step included (default {TIME_LIMIT_S:g})",
+        metavar="SECONDS",
+        help=TIME_LIMIT_HELP,
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
@@ -197,7 +203,7 @@ def check(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=TIME_LIMIT_S,
         metavar="SECONDS",
-        help=f"wall-clock seconds for the optimum at most (default {TIME_LIMIT_S:g})",
+        help=TIME_LIMIT_HELP,
     )
     parser.add_argument("--no-optimum", action="store_true", help="do not solve for the optimum beside it")
     parser.add_argument("--json", action="store_true", help="print the check as JSON")
@@ -270,16 +276,16 @@ names the file as `models[i].census` to price that model's activations from it."
 
 From a SAPP layers.json the sizes come from the flags, with SAPP's command-line defaults when a
 flag is left out (`run_pipeline_balance.py`: 4 stages, 4 micro-batches, no interleave, 56000 MB,
-90 s), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
+no time limit), the constant memory from its `stage_const_mem`, and the plan follows MindFormers' rules
 unless `--framework` says otherwise. From a run config they come from the config (parallel.pp,
 training.micro_batches, parallel.vpp and parallel.schedule, device memory less reserved_mb,
 framework, MTP layers) and the descriptions from the PPB builder; flags override.
 `--interleave auto` tries 1 to 4 chunks and keeps the fastest.
 
 The search stops on deterministic work limits, so the same input gives the same plan on every
-machine; `-t` bounds the wall-clock time of everything the command does, and a solve it stops
-says so. From a run config every time is in seconds, the unit in the key (`time_s`, ...); from
-a layers.json in the file's own unit.""",
+machine and load; `-t` (none by default) bounds the wall-clock time of everything the command does,
+and a solve it stops says so, with a warning on stderr. From a run config every time is in
+seconds, the unit in the key (`time_s`, ...); from a layers.json in the file's own unit.""",
         arguments=balance,
     ),
     "check": Command(

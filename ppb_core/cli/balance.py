@@ -21,7 +21,7 @@ from ppb_core import limits
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
-from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import speedup_words, time_unit_s
@@ -31,7 +31,8 @@ from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
 
-SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0, "time_limit": 90.0}
+# SAPP's own defaults (`run_pipeline_balance.py`) but its 90 s time limit: ppb's search ends on work limits
+SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0}
 
 
 def _positive(value: Any, name: str, source: str, limit: float = math.inf, what: str = "") -> None:
@@ -149,7 +150,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
 
 def run(args: argparse.Namespace) -> int:
     problem, search, run_config = problem_from_args(args)
-    time_limit = args.time_limit or SAPP_DEFAULTS["time_limit"]
+    time_limit = args.time_limit
     unit_s = time_unit_s(run_config, problem.describe()) if run_config is not None else None
     with progress_hook(args.quiet, unit_s) as hook:
         result = balance(
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             progress=hook,
             modules=selective_modules(run_config),
         )
+    warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:  # every time in seconds, the plan's iteration priced
         result = plan_in_seconds(run_config, result)
     text = json.dumps(result, indent=2)
@@ -199,9 +201,9 @@ def render(result: dict[str, Any]) -> None:
     given = result["input"]
     console.print(
         f"[bold]ppb balance[/bold] {escape(str(given['source']))}: P={given['stages']} m={given['micro_batches']} "
-        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:g} MB"
+        f"V={given['interleave']} {given['schedule']} memory {given['memory_mb']:,g} MB"
         + (
-            f", {given['constant_memory_mb']:g} MB of it held by every stage besides its layers"
+            f", {given['constant_memory_mb']:,g} MB of it held by every stage besides its layers"
             if given["constant_memory_mb"]
             else ""
         )
@@ -243,7 +245,7 @@ def render(result: dict[str, Any]) -> None:
                 str(row["layers"]),
                 str(row["layers_per_chunk"]),
                 options,
-                f"{row['memory_mb']:.0f}",
+                f"{row['memory_mb']:,.0f}",
                 timed(time_of(row, "time")),
                 f"{row['bubble']:.1%}",
             )
@@ -276,7 +278,7 @@ def render(result: dict[str, Any]) -> None:
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
                 f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
-                f"options, {ties['headroom_mb']:.0f} MB free on the fullest stage"
+                f"options, {ties['headroom_mb']:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
@@ -291,7 +293,7 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(
             row["option"],
             "yes" if row["feasible"] else "no",
-            f"{row['peak_memory_mb']:.0f}",
+            f"{row['peak_memory_mb']:,.0f}",
             timed(time_of(row, "iteration_time"), 1),
         )
     console.print(table)

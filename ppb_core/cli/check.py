@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from typing import Any
 
 from rich.markup import escape
@@ -20,11 +21,11 @@ from rich.table import Table
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
-from ppb_core.balance.plan_recompute import run_for_plan
+from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.user_plan import read_plan
-from ppb_core.cli.console import progress_hook, table_console
+from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
@@ -36,7 +37,7 @@ EXIT_DOES_NOT_FIT = 1
 
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
-    if not args.time_limit > 0:
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
@@ -53,6 +54,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         **evaluated.to_json(),
         # the plan's recompute, priced in place of the run config's (None: the run config's holds)
         "plan_recompute": recompute,
+        "notes": _notes(args.plan, form),
         "balancer": _balancer_figures(plan, unit_s, mtp_cell),
     }
     over = evaluated.overflowing
@@ -67,6 +69,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         problem = run_problem(run, describe_run(run))
         with progress_hook(args.quiet, unit_s) as hook:
             result = balance(problem, args.time_limit, progress=hook, modules=modules)
+        warn_if_clock_stopped("ppb check", result, args.time_limit)
         if result["status"] != "infeasible" and "cells" in result:
             optimum = check_plan(run, result["cells"], result["input"]["bodies"])
             out["optimum"] = {
@@ -85,6 +88,22 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
     return out
+
+
+def _notes(plan: str, form: str) -> list[str]:
+    """What the user wrote that the check priced otherwise than they may think."""
+    ignored = ignored_flags(plan) if form == "megatron" else []
+    if not ignored:
+        return []
+    return [
+        f"{', '.join(ignored)} without effect: Megatron-LM applies them only under "
+        + (
+            "--recompute-granularity"
+            if "--recompute-method" in ignored or "--recompute-num-layers" in ignored
+            else "--recompute-granularity selective"
+        )
+        + ", and this plan is priced as it runs"
+    ]
 
 
 def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
@@ -133,6 +152,8 @@ def render(out: dict[str, Any]) -> None:
     if out.get("plan_recompute"):
         words = ", ".join(f"{key} {value}" for key, value in out["plan_recompute"].items())
         console.print(f"recompute priced as the plan says ({escape(words)}), in place of the run config's")
+    for note in out.get("notes", []):
+        console.print(f"note: {escape(note)}")
     console.print(table)
     it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
     console.print(
@@ -158,4 +179,5 @@ def render(out: dict[str, Any]) -> None:
         if optimum.get("megatron"):
             console.print("  Megatron-LM:", escape(optimum["megatron"]), soft_wrap=True)
     elif optimum:
-        console.print(f"the balancer: {optimum['status']} {escape(optimum.get('message') or '')}")
+        said = f": {optimum['message']}" if optimum.get("message") else ""
+        console.print(f"the balancer's plan: {optimum['status']}{escape(said)}")

@@ -43,6 +43,23 @@ def progress_hook(quiet: bool = False, unit_s: float | None = None) -> Iterator[
         yield showing_seconds(show, unit_s)
 
 
+def clock_stopped(result: dict) -> bool:
+    """Whether the wall-clock limit (`-t`) ended a solve of this balance result, or a V it searched."""
+    searched = result.get("interleave_search") or []
+    return result.get("stopped_by") == "time_limit" or any(r.get("stopped_by") == "time_limit" for r in searched)
+
+
+def warn_if_clock_stopped(command: str, result: dict, time_limit: float | None) -> None:
+    """One line on stderr, even with -q: a plan the wall clock cut short is not the repeatable one."""
+    if clock_stopped(result):
+        print(
+            f"{command}: warning: the wall-clock limit (-t {time_limit:g} s) stopped the search: this plan "
+            "depends on the machine and its load; without -t the search ends on its work limits, the same "
+            "plan on every run",
+            file=sys.stderr,
+        )
+
+
 # Steps worth a line of their own; the others only update the spinner's line.
 PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "round", "stopped", "megatron", "done")
 

@@ -193,6 +193,9 @@ def print_iteration(console, iteration: dict) -> None:
     for key in BREAKDOWN_KEYS:
         value = iteration["breakdown"].get(key, 0.0)
         table.add_row(key.replace("_", " "), f"{value:.4f}", f"{value / total:.1%}" if total else "-")
+        host = iteration.get("host_wait_seconds", 0.0)
+        if key == "compute" and host > 0:  # Megatron's host launching kernels (docs/timing.md)
+            table.add_row("  of it, waiting for the host", f"{host:.4f}", f"{host / total:.1%}" if total else "-")
     for key, share in iteration.get("hidden", {}).items():
         table.add_row(f"hidden: {key.replace('_', ' ')}", "", f"{share:.0%}")
     console.print(table)

@@ -12,13 +12,15 @@ import math
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from ppb_core import chain
 from ppb_core.cli.console import chain_progress, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.io import check_output, remove_stale_temporaries
-from ppb_core.tables.schema import rows_of
+from ppb_core.report.render import console_summary
+from ppb_core.tables.schema import Summarized, rows_of
 
 
 def wall_time(seconds: float) -> str:
@@ -30,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     stages = [step.name for step in chain.STAGES]
     if args.until is not None and args.until not in stages:
         raise InputError(None, "--until", f"no stage {shown(args.until)} (stages: {', '.join(stages)})")
-    if not (math.isfinite(args.time_limit) and args.time_limit > 0):
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     check_output(args.out, folder=True)
     started = time.perf_counter()
@@ -48,5 +50,11 @@ def run(args: argparse.Namespace) -> int:
     written = chain.write_stages(args.out, key, tables)  # all or nothing
     for name, frame in tables.items():
         table.add_row(name, str(len(rows_of(frame))), " ".join(f"{name}/{path.name}" for path in written[name]))
-    table_console().print(table)
+    console = table_console()
+    console.print(table)
+    report = tables.get("plan_report")
+    if isinstance(report, Summarized):  # what `python -m pipelines` ends with: fits? iteration? the report
+        markdown = next(path for path in written["plan_report"] if path.suffix == ".md")
+        for line in console_summary(report, markdown):
+            console.print(f"  {escape(line)}", soft_wrap=True)
     return 0

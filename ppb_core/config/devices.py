@@ -46,6 +46,11 @@ from dataclasses import dataclass
 # TF32 is half of BF16/FP16, FP8 twice it; Ascend 910B runs FP32 matmuls through HF32 at half too).
 DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.0}
 
+# Megatron-LM's host time per kernel launch on Megatron CI's DGX H100 and DGX A100 systems
+# (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
+HOST_KERNEL_US_DGX_H100 = 71.6
+HOST_KERNEL_US_DGX_A100 = 117.9
+
 
 @dataclass(frozen=True)
 class DeviceProfile:
@@ -111,6 +116,15 @@ class DeviceProfile:
     # 0 where the device is not a CUDA GPU (Ascend). Transformer Engine sizes its cuBLAS workspace by
     # it (ppb_core.memory.frameworks.workspaces).
     compute_capability: float = 9.0
+    # Megatron-LM's host time per kernel launch on the device's system (Python, PyTorch's dispatcher,
+    # TransformerEngine's wrappers, the launch), where the GPU waits for it (`ppb_core.timing.host`); 0:
+    # no public measurement, the host taken to run ahead. Measured by Megatron CI's 12-layer, hidden-512
+    # case gpt/gpt3_mcore_te_tp4_pp1_dist_optimizer_overlap_grad_reduce_param_gather (golden values of
+    # adc69dba2d: 0.247 s an iteration on DGX H100, 0.406 s on DGX A100), whose GPU work ppb prices at
+    # 0.028 / 0.043 s: what is left over the 3,436 launches an iteration of its busiest rank
+    # (`ppb_core.timing.launches`; tests/test_timing_launches.py derives both by hand). Its other
+    # per-iteration host work (data, optimizer, logging) is spread over those launches, so an upper bound.
+    host_kernel_us: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -151,6 +165,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
         compute_capability=8.0,
+        host_kernel_us=HOST_KERNEL_US_DGX_A100,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
@@ -161,7 +176,16 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # eight 400 Gb/s ConnectX-7 NDR adapters, one per GPU (50 GB/s). H100 whitepaper: 132 SMs (SXM5).
     # MAMF 794.5 TFLOPS (80.3%).
     "h100-80gb": DeviceProfile(
-        "h100-80gb", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, nic_efficiency=0.94, gemm_kernel_us=5.3
+        "h100-80gb",
+        81559,
+        989.0,
+        3350.0,
+        450.0,
+        50.0,
+        sm_count=132,
+        nic_efficiency=0.94,
+        gemm_kernel_us=5.3,
+        host_kernel_us=HOST_KERNEL_US_DGX_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -177,6 +201,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        # the host of DGX H100: NVIDIA's 8-GPU H200 system runs the same two Xeon Platinum 8480C
+        # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;
+        # DGX H100 datasheet: dual Xeon Platinum 8480C)
+        host_kernel_us=HOST_KERNEL_US_DGX_H100,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;

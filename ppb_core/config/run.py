@@ -371,6 +371,9 @@ class Device(StrictModel):
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
+    host_kernel_us: Latency | None = Field(
+        None, description="Megatron's host time per kernel launch, where the GPU waits for it (0: not modelled)"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -440,8 +443,8 @@ class TimingOptions(StrictModel):
     )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
-        description="the host's time to launch one kernel, paid where the GPU waits for the host (after "
-        "Megatron's alltoall dispatcher synchronizes): Holistic Trace Analysis's 5-20 us, its lower bound",
+        description="the host's time to launch one kernel where the device states no host_kernel_us, and the "
+        "GPU's wait after a host sync: Holistic Trace Analysis's 5-20 us, its lower bound",
     )
     rope_fusion: bool = Field(
         True,
@@ -475,12 +478,6 @@ class TimingOptions(StrictModel):
         gt=0.0,
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
-    )
-    host_launch_us: float = Field(
-        5.0,
-        ge=0.0,
-        description="what the GPU waits after a host sync for the next kernel's launch (Holistic Trace "
-        "Analysis docs: 5-20 us launch time on the CPU side; the low end)",
     )
 
 
@@ -909,6 +906,11 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     try:
         run = RunConfig(**raw)
     except ValidationError as err:
+        if "parallel" not in raw and ("devices" in raw or "limits" in raw):  # `ppb estimate searches/x.yaml`
+            field = "devices" if "devices" in raw else "limits"
+            raise InputError(
+                where, field, "a search spec's field: this is a search spec, not a run config (ppb search reads it)"
+            ) from None
         raise pydantic_error(err, where) from None
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}

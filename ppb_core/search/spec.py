@@ -293,6 +293,11 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
         raise InputError(where, None, "expected a mapping at the top level")
     raw = dict(raw)
     raw.setdefault("name", Path(where).stem)
+    if "parallel" in raw and "devices" not in raw:  # `ppb search configs/x.yaml`: its first line was
+        # "training.micro_batch_size: chosen by the search", true but not the mistake
+        raise InputError(
+            where, "parallel", "a run config's section: this is a run config, not a search spec (searches/*.yaml)"
+        )
     if "training" in raw:
         raw["training"] = _check_training(raw["training"], where)
     try:

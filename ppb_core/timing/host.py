@@ -1,8 +1,10 @@
 """The host on the critical path: where the GPU waits for the CPU to launch its kernels.
 
-The host normally runs ahead of the GPU, so a kernel's launch costs nothing. It falls behind after it
-waits for the device: Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/
-token_dispatcher.py `MoEAlltoAllTokenDispatcher`, d98e8a64) copies the routing's counts to the host
+The host normally runs ahead of the GPU, so a kernel's launch costs nothing, unless a pass's kernels
+take the GPU less time than the host takes to launch them (`host_excess_s`: Megatron's small layers;
+launches counted by `ppb_core.timing.launches`). It also falls behind after it waits for the device:
+Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py
+`MoEAlltoAllTokenDispatcher`, d98e8a64) copies the routing's counts to the host
 (`_maybe_dtoh_and_synchronize` at `cuda_dtoh_point`, "before_permutation_1": `tokens_per_expert`,
 the all-to-all's `input_splits` / `output_splits` moved to the CPU on a side stream) and, dropless,
 waits for that copy (`d2h_event.synchronize()`) just before the expert all-to-all
@@ -10,19 +12,19 @@ waits for that copy (`d2h_event.synchronize()`) just before the expert all-to-al
 all-to-all's split sizes must be known on the host; with a capacity factor the output size is
 synchronized before the permutation already ("before_permutation_1"). When the host resumes the
 GPU holds only what was launched between the copy and the wait (the permutation), then waits for
-each next kernel's launch until the host is ahead again.
+each next kernel's launch until the host is ahead again (`dispatcher_wait_s`, up to the next
+layer's synchronization).
 
-Each launch costs the host `timing.host_launch_us`: Holistic Trace Analysis (facebookresearch/
-HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the CPU side of a
-kernel launch "usually between 5-20 microseconds"; the default takes its lower bound, so the waits
-here are a floor. Kernels a launch: one an op, a grouped GEMM one cuBLAS GEMM per group
-(TransformerEngine's `general_grouped_gemm` → `nvte_multi_stream_cublas_gemm`); the ops after the
-wait are the layer's own (the wait is taken to end within the layer).
+Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 71.6 µs,
+DGX A100 117.9: Megatron CI's 12-layer case), else `timing.host_launch_us`: Holistic Trace Analysis
+(facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
+CPU side of a kernel launch "usually between 5-20 microseconds"; the default takes its lower bound.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ppb_core.timing.flops import Op
 
@@ -32,29 +34,45 @@ def kernels(op: Op) -> int:
     return op.gemm[3] if op.gemm is not None else 1
 
 
-def launch_wait_s(queued_s: float, after: Sequence[tuple[int, float]], launch_s: float) -> float:
+def launch_wait_s(queued_s: float, after: Sequence[tuple[float, float]], launch_s: float) -> float:
     """Seconds the GPU waits for the host after a host-device synchronization: *queued_s* of work were
     launched before it, then the ops *after* it, each (kernels, seconds), launch by launch, the k-th
     kernel launched k·launch_s after the wait ends. The GPU then ends at max over k of (k·launch_s +
     the kernels from k on) instead of *queued_s* + all of them: the wait is the most any launch comes
-    after the GPU would have reached it."""
+    after the GPU would have reached it. A fractional count (a fused GEMM's share) launches its share."""
     wait = 0.0
     ready = queued_s  # when the GPU would reach the next kernel, the host not in the way
-    launched = 0
+    launched = 0.0
     for count, seconds in after:
-        each = seconds / count if count else 0.0
-        for _ in range(count):
-            launched += 1
+        whole = int(count)
+        steps = [1.0] * whole + ([count - whole] if count > whole else [])
+        for step in steps:
+            launched += step
             wait = max(wait, launched * launch_s - ready)
-            ready += each
+            ready += seconds * step / count
     return wait
 
 
-def dispatcher_wait_s(ops: Sequence[Op], forward_s: dict[str, float], launch_s: float, dropless: bool) -> float:
+def host_excess_s(device_s: float, launches: float, launch_s: float) -> float:
+    """What a pass without a synchronization takes beyond its GPU work when the host launches its
+    kernels more slowly than the GPU runs them: launches × launch_s − device_s, at least 0."""
+    return max(0.0, launches * launch_s - device_s)
+
+
+def dispatcher_wait_s(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launch_s: float,
+    dropless: bool,
+    launches: Mapping[str, float] | None = None,
+    wrap: bool = False,
+) -> float:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
-    permutation."""
+    permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
+    `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
+    synchronization (the segment between two), not only to this layer's end."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -63,5 +81,64 @@ def dispatcher_wait_s(ops: Sequence[Op], forward_s: dict[str, float], launch_s: 
         return 0.0
     start = permute + 1 if dropless else permute
     queued = forward_s[names[permute]] if dropless else 0.0
-    after = [(kernels(op), forward_s[op.name]) for op in ops[start:]]
+    segment = [(op, forward_s[op.name]) for op in ops[start:]]
+    if wrap:
+        # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
+        # runs while the host waits there (that wait's queued work), so none of its seconds count here
+        segment += [(op, 0.0 if dropless and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
+
+    def count(op: Op) -> float:
+        return launches[op.name] if launches is not None else kernels(op)
+
+    after = [(count(op), seconds) for op, seconds in segment if count(op) > 0]
     return launch_wait_s(queued, after, launch_s)
+
+
+@dataclass(frozen=True)
+class HostWaits:
+    """A layer's seconds with the host on its critical path (`layer_host_waits`): what its forward and its
+    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
+    launch the forward's and the backward's kernels (with what the backward reruns)."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    dispatcher: float = 0.0
+    launch_forward: float = 0.0
+    launch_backward: float = 0.0
+
+
+def layer_host_waits(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launches: Mapping[str, tuple[float, float]],
+    rerun: Sequence[str],
+    device_s: tuple[float, float, float],
+    launch_s: float,
+    dispatcher: bool,
+    dropless: bool,
+) -> HostWaits:
+    """A layer's waits for the host. The forward and the plain backward each take at least their
+    launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
+    against their GPU work (*device_s*: forward, plain backward, recompute); after an alltoall
+    dispatcher's synchronization (*dispatcher*) the forward's wait is instead the launches from there to
+    the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
+    the backward, beside its launches, and waits only where it reruns the dispatch; its launches count
+    in the host's time of the backward (`launch_backward`, what a combined step cannot beat)."""
+    wait = 0.0
+    if dispatcher:
+        forward_launches = {name: count[0] for name, count in launches.items()}
+        wait = dispatcher_wait_s(ops, forward_s, launch_s, dropless, forward_launches, wrap=True)
+    launched_forward = sum(count[0] for count in launches.values())
+    launched_backward = sum(count[1] for count in launches.values())
+    launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
+    forward = wait if wait else host_excess_s(device_s[0], launched_forward, launch_s)
+    # A replay inside the backward is priced at its GPU work, which the backward's own launches run
+    # beside (its launches are not added: the host's time for them would make a setting's recompute no
+    # sum of its switches' parts where the backward is launch-bound); a rerun dispatch synchronizes
+    # again and waits as the forward's did.
+    redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
+    again = wait if redispatch else 0.0
+    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward, launch_s)
+    return HostWaits(
+        forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
+    )

@@ -43,7 +43,7 @@ from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.combined import layer_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
-from ppb_core.timing.host import dispatcher_wait_s
+from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.model_flops import (
     devices,
@@ -87,6 +87,8 @@ class Iteration:
     model_flops: float = 0.0
     hardware_flops: float = 0.0
     framework: str = "megatron"
+    # of `compute`, the seconds the busiest stage's GPU waits for Megatron's host to launch its kernels
+    host_wait_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class Iteration:
             "model_flops": self.model_flops,
             "hardware_flops": self.hardware_flops,
             "framework": self.framework,
+            "host_wait_seconds": self.host_wait_seconds,
         }
 
 
@@ -325,17 +328,12 @@ def run_iteration(
     per_cell: dict[tuple[int, int], list[tuple[Layer, float, float]]] = {}
     link = exposed = again_link = again_exposed = 0.0
     states: dict[Layer, tuple[LayerType, dict | None]] = {}
-    waits: dict[Layer, float] = {}  # the GPU's wait for the host in the layer's forward (`host`)
-    host_waits: dict[tuple, tuple[float, float]] = {}  # per distinct (model, kind, state)
+    waits: dict[Layer, HostWaits] = {}  # the GPU's waits for the host in the layer (`TimeModel.host`)
     for layer in placed:
         state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
-        key = (layer.model_name, layer.node, layer.kind, state[0], tuple(sorted((state[1] or {}).items())))
-        if key not in host_waits:
-            host_waits[key] = _host_wait(run, times, layer, state)
-        wait, again = host_waits[key]
-        waits[layer] = wait
-        forward_s, backward_s = f_ms / 1e3 + wait, b_ms / 1e3 + again
+        waits[layer] = times.host(layer, *state)
+        forward_s, backward_s = f_ms / 1e3, b_ms / 1e3  # with the layer's waits for the host
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
@@ -395,10 +393,15 @@ def run_iteration(
     if combined is not None:
         for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
             saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
-    work = max(
+    stage_work = [
         sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
-    )
+    ]
+    busiest = max(range(stages), key=stage_work.__getitem__)
+    work = stage_work[busiest]
     compute = work
+    # of it, the busiest stage's GPU waiting for Megatron's host to launch its kernels (`TimeModel.host`)
+    waiting = sum(host.forward + host.backward for layer, host in waits.items() if layer.stage == busiest)
+    host_wait = min(compute, m * waiting)
     bubble = plain.makespan - work
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
     p2p = timeline.makespan - gathered.makespan
@@ -456,6 +459,7 @@ def run_iteration(
         model_flops=flops,
         hardware_flops=hardware,
         framework=rules.name,
+        host_wait_seconds=host_wait,
     )
 
 
@@ -466,7 +470,9 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     A paired forward layer's wait for the host is saved too: when its dispatcher synchronizes, the
     backward layer's experts are already launched on the compute stream
     (`TransformerLayerSchedulePlan.run` launches mlp_bwd before dispatch_fwd), so the GPU works on while
-    the host resumes."""
+    the host resumes. But one host thread launches both layers of a pair: the paired layers take at
+    least the host's time to launch them all (`HostWaits.launch_forward` + `launch_backward`), so a
+    step never saves more than their times (with their waits for the host) beyond that."""
     stages, chunks = run.parallel.pp, run.parallel.vpp
     segments: dict[tuple[int, int], list] = {}
     bodies: dict[tuple[int, int], list[Layer]] = {}
@@ -474,33 +480,24 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
         segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
     contention = times.kernels.contention
+    totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
     def saving(f: int, b: int, s: int) -> float:
         forwards, backwards = segments.get((f, s), []), segments.get((b, s), [])
         pairs = min(len(forwards), len(backwards))
-        hidden_waits = sum(waits[layer] for layer in bodies.get((f, s), [])[:pairs])
-        return step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        paired_forward = bodies.get((f, s), [])[:pairs]
+        paired_backward = bodies.get((b, s), [])[::-1][:pairs]
+        hidden_waits = sum(waits[layer].dispatcher for layer in paired_forward)
+        saved = step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        launching = sum(waits[layer].launch_forward for layer in paired_forward) + sum(
+            waits[layer].launch_backward for layer in paired_backward
+        )
+        if launching <= 0:
+            return saved
+        timed = sum(totals[layer][0] for layer in paired_forward) + sum(totals[layer][1] for layer in paired_backward)
+        return min(saved, max(0.0, timed - launching))
 
     return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
-
-
-def _host_wait(run, times, layer, state) -> tuple[float, float]:
-    """(forward, recompute) seconds a layer's GPU waits for the host (`ppb_core.timing.host`): after
-    Megatron's alltoall dispatcher synchronizes with the device, once in the forward and again in a
-    backward that reruns the dispatch (full recompute, the `moe` module)."""
-    if run.framework != "megatron" or run.timing.moe_dispatcher != "alltoall" or layer.node != BODY:
-        return 0.0, 0.0
-    ops = times.ops(layer)
-    prices = times.op_prices(layer)
-    forward_s = {name: price.forward_ms / 1e3 for name, price in prices.items()}
-    wait = dispatcher_wait_s(ops, forward_s, run.timing.host_launch_us * 1e-6, run.training.moe.dropless)
-    if not wait:
-        return 0.0, 0.0
-    rerun = any(
-        row.phase == "recompute" and row.name.endswith("permute") and not row.name.endswith("unpermute")
-        for row in times.breakdown(layer, *state)
-    )
-    return wait, wait if rerun else 0.0
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:

@@ -32,7 +32,9 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
+from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.launches import layer_launches
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
@@ -149,6 +151,7 @@ class TimeModel:
         self._parts: dict[tuple, LayerParts] = {}
         self._links: dict[tuple, tuple[float, float, float, float]] = {}
         self._times: dict[tuple, tuple[float, float]] = {}
+        self._host: dict[tuple, HostWaits] = {}
         self._options: dict[tuple, dict[str, tuple[float, float]]] = {}
         self._option_states = {
             name: {option: option_state(option, configured) for option in OPTIONS}
@@ -363,7 +366,8 @@ class TimeModel:
         if times is None:
             parts = self.parts(layer, state, switches)
             if self.calibration is None:
-                times = (parts.forward_ms, parts.total_backward_ms)
+                host = self.host(layer, state, switches)
+                times = (parts.forward_ms + host.forward * 1e3, parts.total_backward_ms + host.backward * 1e3)
             else:
                 factors = self.calibration.factors(layer.model_name, layer.node, layer.kind.name)
                 option = self._measured_option(layer, state, switches)
@@ -371,6 +375,49 @@ class TimeModel:
                 times = factors.times(option, parts.forward_ms, parts.backward_ms, parts.recompute_ms, recomputes)
             self._times[key] = times
         return times
+
+    def launch_s(self) -> float:
+        """The host's seconds per kernel launch under Megatron: the device's measured figure
+        (`DeviceProfile.host_kernel_us`, Megatron CI's systems), else `timing.host_launch_us` (the low
+        end of a launch's CPU time, Holistic Trace Analysis)."""
+        return (self.device.host_kernel_us or self.run.timing.host_launch_us) * 1e-6
+
+    def host(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None = None) -> HostWaits:
+        """The layer's waits for Megatron's host to launch its kernels (`ppb_core.timing.host`), part of
+        `layer_times`, not of `parts` or `breakdown` (the GPU's work). None under other frameworks or
+        with a calibration (measured layer times hold their own waits). Memoized."""
+        key = self._key(layer, state, switches)
+        waits = self._host.get(key)
+        if waits is None:
+            waits = HostWaits()
+            if self.run.framework == "megatron" and self.calibration is None:
+                run, ops = self.run, self.ops(layer)
+                fills = (
+                    deterministic_fill_bytes(ops, run.training.dtype_bytes, run.timing.gradient_accumulation_fusion)
+                    if self._nan_fill
+                    else None
+                )
+                launches = layer_launches(
+                    ops,
+                    tp=run.parallel.tp,
+                    rope_fusion=run.timing.rope_fusion,
+                    cross_entropy_fusion=run.timing.cross_entropy_fusion,
+                    wgrad_fused=run.timing.gradient_accumulation_fusion,
+                    fills=fills,
+                )
+                parts = self.parts(layer, state, switches)
+                waits = layer_host_waits(
+                    ops,
+                    {name: price.forward_ms / 1e3 for name, price in self.op_prices(layer).items()},
+                    launches,
+                    [op.name for op in self._rerun(layer, state, switches)],
+                    (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
+                    self.launch_s(),
+                    dispatcher=run.timing.moe_dispatcher == "alltoall" and layer.node == BODY,
+                    dropless=run.training.moe.dropless,
+                )
+            self._host[key] = waits
+        return waits
 
     def option_times(self, layer: Layer) -> dict[str, tuple[float, float]]:
         """{option: (forward_ms, backward_ms)} for NONE, SLCT, COMM, BOTH, FULL. A HEAD or TAIL is never

@@ -1,0 +1,167 @@
+"""Kernel launches per op: how much the host must do before the GPU can run a layer.
+
+Megatron-LM drives every kernel from Python: a layer's forward is TransformerEngine modules, Megatron's
+own fused or unfused PyTorch ops and NCCL calls, each launched one by one; its backward runs those
+modules' autograd functions. The host's time per launch (`DeviceProfile.host_kernel_us`: Python,
+PyTorch's dispatcher, TransformerEngine's wrappers, the launch itself) is spent whatever the kernel's
+size, so a layer whose kernels are small takes the host's time, not the GPU's (`ppb_core.timing.host`).
+
+Counts follow the code path of Megatron-Core with TransformerEngine (NVIDIA/Megatron-LM d98e8a64 and
+the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d), one per kernel:
+
+- a linear layer (TE Linear / LayerNormLinear / GroupedLinear): one GEMM forward per weight (a grouped
+  GEMM one per local expert: `general_grouped_gemm`), input and weight gradient backward; Megatron's
+  fused QKV projection is one GEMM whose parts (`qk_proj`, `v_proj`) each carry their share; a bias
+  added or reduced outside the GEMM (`Op.side_bytes`) one more; without gradient-accumulation fusion
+  DDP's hook adds each weight's 16-bit gradient into its main gradient (`param.main_grad.add_`), one
+  more backward;
+- a norm (TE's LayerNorm/RMSNorm): one forward; backward its kernel and the finalize kernel that sums
+  the per-block weight-gradient partials (TE common/normalization `*_bwd_finalize*`), and DDP's hook
+  adding the weight's gradient into its main gradient (TE's norms do not accumulate into it);
+- attention: flash one forward; backward three (FlashAttention-2's `flash_bwd_dot_do_o_kernel`, the
+  main kernel, `flash_bwd_convert_dq_kernel`: csrc/flash_attn/src/flash_bwd_launch_template.h; cuDNN's
+  SDPA backward graph likewise preprocesses dO·O first); unfused, each BMM one (its backward two), the
+  fused scale-mask-softmax one each way, the attention dropout one (`native_dropout` writes the output
+  and the mask) each way;
+- rotary: fused one kernel for Q and one for K each way; unfused (`--no-rope-fusion`, rope_utils.py
+  `_apply_rotary_pos_emb_bshd`, the steps `flops.UNFUSED_ROPE_*` counts in bytes) per tensor t·cos,
+  `_rotate_half`'s negation and cat, ·sin, the sum and the final cat (6) forward, their gradients, the
+  two gradients of t summed and the slice's zero-filled gradient (7) backward; MLA
+  (multi_latent_attention.py `qkv_up_proj_and_rope_apply`) the interleaving cat more (7 and 10), then Q
+  and K concatenated and V copied out (3), the split gradients joined and the key part summed (3);
+- element-wise ops (bias-GeLU, SwiGLU, bias-dropout-add, residual adds, embedding dropout): one each way;
+- a collective: one NCCL kernel in each pass it runs; the loss's three all-reduces (max, target logit,
+  sum of exponentials) three, two fused (`fused_cross_entropy.py` joins the last two);
+- the loss: Megatron's `VocabParallelCrossEntropy` (cross_entropy.py) one PyTorch op at a time: the
+  upcast, max, shift, the target mask (two compares and an or), the shifted target (clone, subtract,
+  masked zero), the index of the target logits (arange, gather, copy, masked zero), exp, sum, log,
+  subtract, divide, then pretrain_gpt.py `loss_func`'s masked sum (casts, multiply, two sums, cat):
+  25 forward; backward arange, the one-hot update (cast, subtract, index_put), the scale and the cast
+  back, the loss mask's gradient: 10. Fused (`--cross-entropy-loss-fusion`): its three kernels and
+  the same target handling and `loss_func`: 16 and 8;
+- the embedding: `VocabParallelEmbedding` under TP masks the ids (two compares, or, clone, subtract,
+  masked zero), looks up and zeroes the rows outside its shard (8; 1 without TP); backward the dense
+  embedding gradient (zero-fill, sort, segment offsets, sums, scatter: 6) and DDP's main-gradient add;
+- the MoE router (router.py `TopKRouter`, the bench's cases at 11debfa7b4: fp32 logits, sigmoid
+  scores, expert bias, group-limited top-k, scaling, the sequence auxiliary loss and the tokens-per-
+  expert tally): the input and weight cast to fp32 (2) beside its GEMM, 40 launches in
+  `router_topk` forward, 16 backward;
+- the alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`): the routing map's counts,
+  their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
+  `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
+  and back and the fused unpermutation in `unpermute` (3); backward 3 each.
+
+Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
+(0 launches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ppb_core.timing.flops import COMM, Op
+
+# Named ops' (forward, backward) launches beside the generic rules (module docstring).
+LOSS = (25, 10)
+LOSS_FUSED = (16, 8)
+ROUTER_TOPK = (40, 16)
+PERMUTE = (16, 3)
+UNPERMUTE = (3, 3)
+ROPE_FUSED = (2, 2)
+ROPE_UNFUSED = (12, 14)
+ROPE_UNFUSED_MLA = (17, 23)
+EMBEDDING_TP = (8, 7)
+EMBEDDING = (1, 7)
+NORM = (1, 3)
+FLASH = (1, 3)
+REDUCE_LOSS = 3
+REDUCE_LOSS_FUSED = 2
+ROUTER_CASTS = 2
+
+
+def op_launches(
+    op: Op, *, tp: int, mla: bool, rope_fusion: bool, cross_entropy_fusion: bool, wgrad_fused: bool
+) -> tuple[float, float]:
+    """(forward, backward) kernel launches of one op under Megatron with TransformerEngine."""
+    last = op.name.rsplit(".", 1)[-1]
+    if op.category == COMM:
+        if last == "reduce_loss":
+            return float(REDUCE_LOSS_FUSED if cross_entropy_fusion else REDUCE_LOSS), 0.0
+        return float(op.forward_comm is not None), float(op.backward_comm is not None)
+    if op.attention is not None:
+        return float(FLASH[0]), float(FLASH[1])
+    if op.gemm is not None:
+        _, _, n, groups, fused = op.gemm
+        if op.weight_elements:
+            kernels = groups * n / fused
+            forward, backward = kernels, 2 * kernels + (0.0 if wgrad_fused else kernels)
+            if last == "router":
+                forward, backward = forward + ROUTER_CASTS, backward + ROUTER_CASTS
+        else:  # a batched product of two activations: one strided-batched GEMM
+            forward, backward = 1.0, 2.0
+        side_forward, side_backward = op.side_bytes
+        return forward + (side_forward > 0), backward + (side_backward > 0)
+    table = {
+        "loss": LOSS_FUSED if cross_entropy_fusion else LOSS,
+        "router_topk": ROUTER_TOPK,
+        "permute": PERMUTE,
+        "unpermute": UNPERMUTE,
+        "rope": ROPE_FUSED if rope_fusion else (ROPE_UNFUSED_MLA if mla else ROPE_UNFUSED),
+        "lookup": EMBEDDING_TP if tp > 1 else EMBEDDING,
+        "dropout_mask": (0, 0),  # written by the dropout kernel that applies it (`dropout_probs`)
+        "norms": (2 * NORM[0], 2 * NORM[1]),  # an MTP module's two norms
+    }
+    if last in table:
+        forward, backward = table[last]
+        return float(forward), float(backward)
+    if "norm" in last:
+        return float(NORM[0]), float(NORM[1])
+    return 1.0, 1.0
+
+
+def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple[float, float]:
+    """The NaN-fill kernels PyTorch's deterministic mode runs for an op's TransformerEngine buffers
+    (`ppb_core.timing.nan_fill`): one a buffer. Flash attention: O and the statistics forward, dQ, dK,
+    dV backward; rotary: Q and K each way; a linear layer: its output forward, its input gradient (and
+    its 16-bit weight gradient unfused) backward; a norm: its output and its input gradient."""
+    forward, backward = fill
+    last = op.name.rsplit(".", 1)[-1]
+    if op.attention is not None:
+        counts = (2.0, 3.0)
+    elif last == "rope":
+        counts = (2.0, 2.0)
+    elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts
+        _, _, n, _, fused = op.gemm
+        counts = (n / fused, (1.0 if wgrad_fused else 2.0) * n / fused)
+    else:
+        counts = (1.0, 1.0)
+    return (counts[0] if forward > 0 else 0.0), (counts[1] if backward > 0 else 0.0)
+
+
+def layer_launches(
+    ops: Sequence[Op],
+    *,
+    tp: int,
+    rope_fusion: bool,
+    cross_entropy_fusion: bool,
+    wgrad_fused: bool,
+    fills: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
+    *fills* (`nan_fill.deterministic_fill_bytes`) names them."""
+    mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
+    counts = {}
+    for op in ops:
+        forward, backward = op_launches(
+            op,
+            tp=tp,
+            mla=mla,
+            rope_fusion=rope_fusion,
+            cross_entropy_fusion=cross_entropy_fusion,
+            wgrad_fused=wgrad_fused,
+        )
+        if fills and op.name in fills:
+            extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)
+            forward, backward = forward + extra_forward, backward + extra_backward
+        counts[op.name] = (forward, backward)
+    return counts

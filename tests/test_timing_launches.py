@@ -1,0 +1,130 @@
+"""Kernel launches per op under Megatron with TransformerEngine, and the host's time per launch measured
+by Megatron CI's 12-layer case (`ppb_core.timing.launches`, `DeviceProfile.host_kernel_us`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppb_core.config.devices import DEVICE_CATALOG, HOST_KERNEL_US_DGX_A100, HOST_KERNEL_US_DGX_H100
+from ppb_core.model.walk import walk
+from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
+from ppb_core.timing.host import host_excess_s, launch_wait_s
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.launches import layer_launches, op_launches
+from ppb_core.timing.nan_fill import deterministic_fill_bytes
+from ppb_core.timing.pricer import TimeModel
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+from _public import run_config  # noqa: E402
+from decompose import SMALL_TP4_GOLDEN, small_tp4_run  # noqa: E402
+
+
+def _small(gpu: str, host_kernel_us: float | None = None):
+    return run_config(small_tp4_run(gpu, host_kernel_us), f"small-{gpu}")
+
+
+def _launches(run, layer):
+    ops = TimeModel(run).ops(layer)
+    return layer_launches(
+        ops,
+        tp=run.parallel.tp,
+        rope_fusion=run.timing.rope_fusion,
+        cross_entropy_fusion=run.timing.cross_entropy_fusion,
+        wgrad_fused=run.timing.gradient_accumulation_fusion,
+        fills=deterministic_fill_bytes(ops, run.training.dtype_bytes, run.timing.gradient_accumulation_fusion),
+    )
+
+
+def test_a_dense_layer_s_launches_by_hand():
+    # Megatron CI's 12-layer case: TE, TP 4 without SP, unfused attention with dropout, biases,
+    # --deterministic-mode (NaN fills), --no-gradient-accumulation-fusion. Forward:
+    #   LayerNormLinear qkv: norm 1 + its NaN fill 1, the fused QKV GEMM 1 + its output's fill 1    4
+    #   baddbmm 1, fused softmax 1, dropout 1, bmm 1 + the context's .contiguous() copy 1           5
+    #   proj GEMM 1 + fill 1, all-reduce 1, bias-dropout-add 1                                     4
+    #   LayerNormLinear fc1: norm 1 + fill 1, GEMM 1 + fill 1; bias-GeLU 1                         5
+    #   fc2 GEMM 1 + fill 1, all-reduce 1, bias-dropout-add 1                                      4   = 22
+    # Backward:
+    #   each norm: its kernel, the weight-gradient finalize, DDP's main-grad add, dx's fill       2 × 4
+    #   qkv: dgrad, wgrad, main-grad add, fills of dgrad and the 16-bit wgrad; the dgrad's all-reduce 6
+    #   scores 2 + the Q/K/V gradients' concatenation 1; softmax 1; dropout 1; context 2 + copy 1    8
+    #   proj, fc1, fc2: dgrad, wgrad, main-grad add, bias-gradient pass, two fills               3 × 6
+    #   fc1's dgrad all-reduce 1, bias-GeLU 1, the two bias-dropout-adds 2                          4   = 44
+    run = _small("h100")
+    body = next(layer for layer in walk(run).layers if layer.node == "BODY")
+    counts = _launches(run, body)
+    assert sum(f for f, _ in counts.values()) == pytest.approx(22)
+    assert sum(b for _, b in counts.values()) == pytest.approx(44)
+
+
+def test_named_ops_follow_the_code_path():
+    kw = {"tp": 2, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    # a grouped GEMM of 8 local experts: 8 GEMMs forward, 16 backward (fused wgrad: no main-grad add)
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    assert op_launches(experts, **kw) == (8.0, 16.0)
+    # unfused, each expert's weight gradient is added into its main gradient: 8 more
+    assert op_launches(experts, **{**kw, "wgrad_fused": False}) == (8.0, 24.0)
+    # the loss's all-reduces: max, target logit, sum of exponentials; fused two
+    loss_reduce = Op("output.reduce_loss", "output", COMM, forward_comm=Collective(ALL_REDUCE, "tp", 12.0, "tp"))
+    assert op_launches(loss_reduce, **kw) == (3.0, 0.0)
+    assert op_launches(loss_reduce, **{**kw, "cross_entropy_fusion": True}) == (2.0, 0.0)
+    # unfused rotary: six PyTorch ops per tensor, Q and K; fused one kernel each
+    rope = Op("rope", "attention", "memory")
+    assert op_launches(rope, **kw) == (2.0, 2.0)
+    assert op_launches(rope, **{**kw, "rope_fusion": False}) == (12.0, 14.0)
+    assert op_launches(rope, **{**kw, "rope_fusion": False, "mla": True}) == (17.0, 23.0)
+
+
+def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():
+    # Launches of one micro-batch on a rank of the 12-layer TP4 case (one stage):
+    #   embedding: forward the masked lookup under TP 8, the all-reduce 1, dropout 1 = 10; backward the
+    #     dense gradient 6 + main-grad add 1, dropout 1 = 8                                         18
+    #   12 layers × (22 + 44) (test above)                                                        792
+    #   output: forward the final norm 1 + fill 1, the logits' GEMM 1 (Megatron's own linear: no
+    #     fill), the unfused loss 25, its three all-reduces 3 = 31; backward the norm 3 + fill 1, the
+    #     output gradient's all-reduce 1, the logits' dgrad, wgrad and main-grad add 3, the loss 10 = 18  49
+    # = 859 a micro-batch, × 4 micro-batches = 3,436 an iteration.
+    launches = 4 * (18 + 12 * (22 + 44) + 49)
+    run = _small("h100")
+    total = sum(f + b for layer in walk(run).layers for f, b in _launches(run, layer).values())
+    assert 4 * total == pytest.approx(launches)
+    # The catalog's figure: (measured − ppb's terms outside the layers) / launches, on each system
+    for gpu, figure in (("h100", HOST_KERNEL_US_DGX_H100), ("a100", HOST_KERNEL_US_DGX_A100)):
+        gpu_only = run_iteration(_small(gpu, 0.0))
+        outside = gpu_only.seconds - gpu_only.breakdown["compute"]
+        assert figure == pytest.approx((SMALL_TP4_GOLDEN[gpu].median_s - outside) / launches * 1e6, abs=0.05)
+    assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
+    assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
+    assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
+    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement
+
+
+def test_host_bound_passes_by_hand():
+    # 100 launches at 70 us: 7 ms of host time against 5 ms of GPU work: 2 ms more; against 9: none
+    assert host_excess_s(5e-3, 100, 70e-6) == pytest.approx(2e-3)
+    assert host_excess_s(9e-3, 100, 70e-6) == 0.0
+    # a fused GEMM's two parts carry 2/3 and 1/3 of its one launch: at 1.5 a launch, nothing queued,
+    # the first part is launched at 1.5 · 2/3 = 1 (the GPU waits 1), the second at 1.5, when the GPU
+    # is still on the first part's 2 units: no more wait
+    assert launch_wait_s(0.0, [(2 / 3, 2.0), (1 / 3, 1.0)], 1.5) == pytest.approx(1.0)
+
+
+def test_a_slower_host_never_shortens_the_iteration():
+    fast, slow = run_iteration(_small("h100", 10.0)), run_iteration(_small("h100", 100.0))
+    assert slow.seconds > fast.seconds
+
+
+def test_the_iteration_states_the_host_s_part_of_compute():
+    # The small case is launch-bound throughout: every layer's forward and backward wait for the host, so
+    # of `compute` all but the layers' GPU work is the wait (3,436 launches × 71.6 us − 27.6 ms of GPU work)
+    host_bound = run_iteration(_small("h100"))
+    gpu_only = run_iteration(_small("h100", 0.0))
+    assert host_bound.host_wait_seconds == pytest.approx(
+        host_bound.breakdown["compute"] - gpu_only.breakdown["compute"], rel=1e-9
+    )
+    assert gpu_only.host_wait_seconds == 0.0
+    assert host_bound.to_json()["host_wait_seconds"] == host_bound.host_wait_seconds
