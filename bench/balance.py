@@ -1,4 +1,4 @@
-"""Balancer solve times for the sizes users ask of it, with status and gap: `python bench/balance.py`.
+"""Balancer solve times for the sizes users ask of it, why each stopped and its gap: `python bench/balance.py`.
 
 Cases (descriptions written below; memory chosen so that it binds):
 
@@ -196,7 +196,7 @@ def _line(name: str, mode: str, solution, seconds: float, proven: _ProvenAt, cpu
     bound = f"{solution.bound:.6g}" if solution.bound is not None else "—"
     gap = f"{solution.gap:.4f}" if solution.gap is not None else "—"
     return (
-        f"{name:<22} {mode:<12} {solution.status:<10} {seconds:7.2f}s (CPU {cpu_seconds:.2f}s)  "
+        f"{name:<22} {mode:<12} {solution.stopped_by:<10} {seconds:7.2f}s (CPU {cpu_seconds:.2f}s)  "
         f"objective {objective:<10} "
         f"bound {bound:<10} gap {gap:<7} simulated {simulated:<10} choices {solution.choices}  "
         f"proven {'no' if proven.seconds is None else f'at {proven.seconds:.2f}s (CPU {proven.cpu_seconds:.2f}s)'}"

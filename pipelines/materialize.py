@@ -10,6 +10,7 @@ that says what went wrong.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -41,6 +42,14 @@ def error(line: str) -> None:
     print(f"{PROG}: error: {line}", file=sys.stderr)
 
 
+def last_line(message: str) -> str:
+    """The last line of an exception's message that says something: pydantic's end with a link to
+    its docs ("For further information visit https://errors.pydantic.dev/..."), which was all it said."""
+    said = [line.strip() for line in message.splitlines() if line.strip()]
+    said = [line for line in said if not line.startswith("For further information")]
+    return said[-1] if said else "failed"
+
+
 def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
     """The run's first failure in one line, and whether it is bad input (the run config's)."""
     for event in result.all_events:
@@ -51,7 +60,7 @@ def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
             error = data.error
             while error is not None and error.cause is not None:  # the exception the stage raised
                 error = error.cause
-            message = error.message.strip().splitlines()[-1] if error is not None else "failed"
+            message = last_line(error.message) if error is not None else "failed"
             return f"{event.step_key}: {message}", False
     return "the run failed", False
 
@@ -117,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="on a terminal too, the summary alone")
     args = parser.parse_args(argv)
+    limit = args.time_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):  # as `ppb plan` refuses it, before any run
+        error(f"--time-limit: must be a positive number of seconds, got {args.time_limit}")
+        return EXIT_BAD_INPUT
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         error(HOME_HINT)

@@ -96,6 +96,18 @@ def test_a_cut_listing_falls_back_on_the_cell_program_and_proves_the_same_optimu
     assert cut.plan is not None and cut.plan.fits and not cut.plan.problems()
 
 
+def test_too_many_stage_choices_count_as_a_cut_listing() -> None:
+    """Past `WorkLimits.stage_choices` the listing counts as cut (the program over them would be too
+    large): the cell program proves the same optimum, and the solve says why it took that path."""
+    problem = BalanceInput(layer_set(_two_kinds(2, 3)), 2, 4, 3, 700.0)
+    listed = solve(problem)
+    assert listed.status == "optimal" and listed.choices > 10
+    cut = solve(problem, limits=WorkLimits(stage_choices=10))
+    assert "stage listing stopped by the work limit" in cut.notes
+    assert cut.stopped_by == "optimal" and cut.objective == pytest.approx(listed.objective, rel=1e-9)
+    assert cut.plan is not None and cut.plan.fits and not cut.plan.problems()
+
+
 @pytest.mark.parametrize(
     ("stages", "chunks", "memory_mb"), [(4, 2, 125000.0), (4, 2, 140000.0), (8, 3, 100000.0), (8, 3, 110000.0)]
 )

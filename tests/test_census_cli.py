@@ -48,7 +48,9 @@ def test_writes_a_census_the_reader_accepts(tmp_path, capsys) -> None:
         ),
         ({**SMALL_LLAMA, "hidden_size": "x"}, [], "hidden_size"),
         (SMALL_LLAMA, ["--seq", "64"], "two sequence lengths"),
-        (SMALL_LLAMA, ["--batch", "0"], "--batch"),
+        (SMALL_LLAMA, ["--batch", "0"], "--batch: must be positive, got 0"),
+        # the batch's line said "must be positive (seq ≥ 2)", of both flags at once
+        (SMALL_LLAMA, ["--seq", "1", "64"], "--seq: each sequence length must be 2 or more, got 1"),
         (SMALL_LLAMA, ["--dropout", "1.5"], "--dropout"),
     ],
 )

@@ -314,6 +314,24 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
         ("offset: [-9, 0, 0, 9]\n", "offset[0][0]: -9 leaves the cell -1 layers (even split 8)"),
         # a parallel_config that is no mapping was skipped without a word
         ("offset: [0, 0, 0, 0]\nparallel_config: [1]\n", "parallel_config: must be a mapping, got a list of 1 item"),
+        # sizes the yaml states other than the run config's were priced at the run's without a word
+        # (the run: dp 8, tp 2, pp 4, one chunk, 32 micro-batches; MindFormers' keys for them)
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {model_parallel: 4}\n",
+            "parallel_config.model_parallel: 4, the run config has tp 2",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {data_parallel: 4, pipeline_stage: 4}\n",
+            "parallel_config.data_parallel: 4, the run config has dp 8",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {micro_batch_num: 16}\n",
+            "parallel_config.micro_batch_num: 16, the run config has micro_batches 32",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], pp_interleave_num: 2}}\n",
+            "model.model_config.pp_interleave_num: 2, the run config has vpp 1",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
@@ -426,3 +444,14 @@ def test_recompute_flags_megatron_reads_past_are_said_and_priced_as_it_runs(
     assert [stage["options"] for stage in out["stages"]] == [{"FULL": 8} if full else {"NONE": 8}] * 4
     _, plain = _check(capsys, small_device, "--recompute-granularity selective", "--no-optimum")
     assert plain["notes"] == []
+
+
+@pytest.mark.parametrize("limit", ["0", "inf", "nan"])
+def test_a_time_limit_of_no_seconds_is_one_line(
+    capsys: pytest.CaptureFixture[str], small_device: Path, limit: str
+) -> None:
+    """`-t inf` passed (`not inf > 0` is False) as ppb plan and balance refuse it."""
+    code = main(["check", str(small_device), "--plan", "--recompute-granularity selective", "-t", limit])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--time-limit: must be a positive number of seconds, got " in err

@@ -5,16 +5,28 @@ at Megatron-LM d98e8a64)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_memory_activations import MOE
 from test_memory_runs import DENSE, make_run, model
+from test_run_layout import MOE as MOE_MTP
+from test_run_layout import _run
 
-from ppb_core.memory import stage_peaks
+from ppb_core.estimate.inputs import load_run
+from ppb_core.memory import MemoryModel, stage_peaks
 from ppb_core.memory.combined import ChunkNodes, LayerNodes, step_extra_bytes
 from ppb_core.memory.frameworks.megatron import schedule_node
+from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
-from ppb_core.model.walk import BODY, walk
+from ppb_core.model.walk import BODY, TAIL, walk
 from ppb_core.schedules import combined_in_flight_vectors, combined_steps
+from ppb_core.timing.combined import layer_segments, mtp_segments
+from ppb_core.timing.host import HostWaits
+from ppb_core.timing.iteration import _combined_savings, _state
+from ppb_core.timing.pricer import TimeModel
+
+CONFIGS = Path(__file__).parent.parent / "configs"
 
 
 def test_steps_of_the_interleaved_schedule_with_one_more_warm_up_forward():
@@ -74,7 +86,10 @@ def test_a_step_adds_the_forward_layer_by_layer_as_the_backward_frees():
 def test_the_node_that_keeps_each_tensor():
     # fine_grained_callables.py: attention, the pre-MLP norm, shared experts, router and permutation in
     # pre_dispatch; the experts with their tokens (and a dense layer's MLP, `_forward_mlp`) in mlp;
-    # an MTP layer's output layer and loss in mtp_post_process; the model's in the chunk's post-process
+    # an MTP layer's final norm in mtp_post_process (common/fine_grained_callables.py
+    # `submodule_mtp_postprocess_forward` runs `MultiTokenPredictionLayer._postprocess`); every head's
+    # output layer and loss, the model's and each MTP layer's, in the chunk's post-process
+    # (common/utils.py `PostProcessNode.forward_impl` → `GPTModel._postprocess` → `process_mtp_loss`)
     assert schedule_node("attention.core_output") == "pre_dispatch"
     assert schedule_node("moe.norm_input") == "pre_dispatch"
     assert schedule_node("moe.shared.gate_up_output") == "pre_dispatch"
@@ -83,7 +98,9 @@ def test_the_node_that_keeps_each_tensor():
     assert schedule_node("moe.dispatched_probs_detached") == "mlp"
     assert schedule_node("mtp0.moe.expert.gate_up_output") == "mlp"
     assert schedule_node("mlp.norm_input") == "mlp"
-    assert schedule_node("mtp0.output.logits_softmax") == "mtp_post_process"
+    assert schedule_node("mtp0.output.norm_input") == "mtp_post_process"
+    assert schedule_node("mtp0.output.logits_softmax") == "post_process"
+    assert schedule_node("mtp0.output.norm_output") == "post_process"
     assert schedule_node("mtp0.projection_input") == "pre_dispatch"
     assert schedule_node("output.logits_softmax") == "post_process"
 
@@ -129,3 +146,82 @@ def test_megatron_runs_the_combined_schedule_only_interleaved_or_without_pipelin
     for schedule, stages, chunks in (("1f1b", 2, 1), ("gpipe", 2, 1), ("dualpipev", 2, 2)):
         with pytest.raises(ValueError, match="combined 1F1B"):
             combined_steps(schedule, stages, chunks, 8)
+
+
+def _deepseek(tmp_path: Path, layout: str):
+    """configs/deepseek-v3.yaml on *layout* under --overlap-moe-expert-parallel-comm."""
+    text = (CONFIGS / "deepseek-v3.yaml").read_text()
+    text = text.replace("config: hf/deepseek-v3.json", f"config: {CONFIGS / 'hf' / 'deepseek-v3.json'}")
+    text = text.replace("pp: 16, vpp: 2,", f"pp: 16, layout: '{layout}', overlap_moe_expert_parallel_comm: true,")
+    path = tmp_path / "ds.yaml"
+    path.write_text(text)
+    run = load_run(path)
+    return MemoryModel(run), walk(run)
+
+
+@pytest.mark.parametrize(
+    ("layout", "mtp_cell", "loss_cell"),
+    [
+        ("Et*3|(tt|)*29,m|L", (1, 14), (1, 15)),  # standalone: the MTP layer on rank 14, the loss on 15
+        ("Et*3|(tt|)*29,|mL", (1, 15), (1, 15)),  # fused, in a chunk of no decoder layer
+    ],
+)
+def test_the_mtp_heads_run_in_the_loss_chunks_post_process(tmp_path: Path, layout, mtp_cell, loss_cell):
+    """DeepSeek-V3 (h 7168, vocabulary 129,280, T = 4096 tokens a micro-batch, bf16, one MTP layer). The
+    MTP layer's node keeps, in its mtp_post_process, only its final norm's input T·h·2 = 58,720,256 B;
+    the loss chunk's post-process every head's output-layer input 2·T·h·2 = 117,440,512, fp32 softmax
+    2·T·V·4 = 4,236,247,040 and int64 labels 2·T·8 = 65,536 -> 4,353,753,088 (the fused chunk besides
+    keeps the MTP layer's hidden-state norm input in its pre-dispatch node). Standalone, the loss chunk
+    runs no layer: before, its MTP head was a layer paired with the other micro-batch's."""
+    memory, placed = _deepseek(tmp_path, layout)
+    mtp = _chunk_nodes(memory, placed, lambda layer: "NONE", mtp_cell[1], mtp_cell[0])
+    assert mtp.layers[-1].mtp_post_process == 58_720_256
+    loss = _chunk_nodes(memory, placed, lambda layer: "NONE", loss_cell[1], loss_cell[0])
+    assert loss.post_process == 4_353_753_088
+    if mtp_cell != loss_cell:
+        assert loss.layers == () and mtp.post_process == 0
+
+
+def test_a_cell_of_the_last_decoder_layer_and_the_mtp_layer_holds_both_tail_parts(tmp_path: Path):
+    """'Et*3|(tt|)*28,t|tm|L': rank 14's chunk 1 holds the last decoder layer, the model's final norm
+    (its input T·h·2 = 58,720,256 B, as post-process) and the MTP layer (its own final norm's input,
+    58,720,256, as its mtp_post_process): neither part is lost."""
+    memory, placed = _deepseek(tmp_path, "Et*3|(tt|)*28,t|tm|L")
+    cell = _chunk_nodes(memory, placed, lambda layer: "NONE", 14, 1)
+    assert len(cell.layers) == 2 and cell.layers[-1].mtp_post_process == 58_720_256
+    assert cell.post_process == 58_720_256
+
+
+def test_an_mtp_layer_pairs_like_a_decoder_layer_in_the_time_model():
+    """Megatron-Core's combined schedule builds a layer plan for each MTP layer after the decoder's
+    (model_chunk_schedule_plan.py `_build_layer_schedule_plan(model.mtp)`); its pre-dispatch node wraps
+    the MTP's embedding, norms and projection around the layer's pre-dispatch computation
+    (common/fine_grained_callables.py `build_mtp_layer_callables`), the rest is its MoE layer's. So the
+    MTP layer's parts are a decoder MoE layer's (the same kind: the model's last layer) with its
+    embedding lookup, norms and projection added to the pre-dispatch part, its final norm and head
+    left out (they run alone). Layout 'Et|t|t|t|m|L' (pp 2, three virtual stages): the MTP layer alone
+    in rank 0's chunk 2, whose steps beside the backward of rank 0's other chunks now save time."""
+    run = _run(MOE_MTP, layout="Et|t|t|t|m|L", overlap_moe_expert_parallel_comm=True, dp=2, ep=2)
+    times, memory = TimeModel(run), MemoryModel(run)
+    placed = walk(run)
+    mtp = next(layer for layer in placed if layer.node == TAIL and layer.kind.part == "mtp")
+    assert (mtp.chunk, mtp.stage) == (2, 0)
+    decoder = [layer for layer in placed if layer.node == BODY][-1]
+    (cut,) = mtp_segments(times, mtp, LayerType.OUTPUT_LAYER)
+    body = layer_segments(times, decoder, LayerType.NOT_REC_LAYER)
+    prices = times.op_prices(mtp)
+    wrapped = sum(prices[name].forward_ms for name in ("mtp0.embedding.lookup", "mtp0.norms", "mtp0.projection"))
+    assert cut.pre_forward == pytest.approx(body.pre_forward + wrapped / 1e3, rel=1e-9)
+    assert (cut.dispatch_forward, cut.mlp_forward, cut.combine_forward) == pytest.approx(
+        (body.dispatch_forward, body.mlp_forward, body.combine_forward), rel=1e-9
+    )
+    head = sum(prices[name].forward_ms for name in prices if name.startswith(("output.", "mtp0.output.")))
+    whole_forward = sum(price.forward_ms for price in prices.values())
+    assert cut.forward_alone == pytest.approx((whole_forward - head) / 1e3, rel=1e-9)
+    # the time model's steps: the MTP chunk's forward beside chunk 1's backward on rank 0 saves time
+    states = {layer: _state(layer, {x: "NONE" for x in placed if x.node == BODY}, memory) for layer in placed}
+    per_cell: dict = {}
+    for layer in placed:
+        per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, 0.0, 0.0))
+    saved = _combined_savings(run, times, per_cell, states, dict.fromkeys(placed, HostWaits()))  # no host waits
+    assert saved[2][1][0] > 0

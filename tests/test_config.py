@@ -202,8 +202,10 @@ def test_files_missing_unreadable_or_malformed(tmp_path):
         load_run_config(listed)
     missing_hf = tmp_path / "run.yaml"
     missing_hf.write_text(yaml.safe_dump({**BASE, "models": [{"name": "llm", "config": "hf/none.json"}]}))
-    with pytest.raises(InputError, match=r"none\.json: file not found"):
+    with pytest.raises(InputError, match=r"none\.json: file not found") as caught:
         load_run_config(missing_hf)
+    # said with the run config and the field that names the file (it was the file's path alone)
+    assert caught.value.source == str(missing_hf) and caught.value.field == "models.0.config"
     both = tmp_path / "both.yaml"
     both.write_text(yaml.safe_dump({**BASE, "models": [{**BASE["models"][0], "config": "x.json"}]}))
     with pytest.raises(InputError, match="exactly one of config"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.materialize import main, partition_of
+from pipelines.materialize import last_line, main, partition_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,3 +145,20 @@ def test_a_run_config_named_by_its_path_is_its_partition(tmp_path: Path) -> None
     assert partition_of(str(configs / "x.yaml"), found) == "x"
     assert partition_of("x", found) == "x"
     assert partition_of(str(tmp_path / "x.yaml"), found) == str(tmp_path / "x.yaml")
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "nan"])
+def test_a_time_limit_of_no_time_is_one_line_before_any_run(capsys: pytest.CaptureFixture[str], limit: str) -> None:
+    """`-t 0` started a Dagster run that failed in pipeline_plan with pydantic's docs link as its line."""
+    assert main(["llama3-8b", "-t", limit]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("python -m pipelines: error: --time-limit: must be a positive number of seconds, got ")
+
+
+def test_the_failure_line_is_what_the_error_says_not_pydantics_link() -> None:
+    message = (
+        "1 validation error for PlanConfig\ntime_limit_s\n  Input should be greater than 0 [type=greater_than]\n"
+        "    For further information visit https://errors.pydantic.dev/2.13/v/greater_than\n"
+    )
+    assert last_line(message) == "Input should be greater than 0 [type=greater_than]"
+    assert last_line("\n \n") == "failed"

@@ -77,8 +77,11 @@ def test_mtp_layers_apart_from_the_loss_walk_as_three_tail_parts():
     # the final norm stays with the last decoder layer (rank 0's chunk 1, 'tm'), as Megatron-Core puts it
     tails = [layer for layer in walk(_run(MOE, layout="Ett|t|tm|L")) if layer.node == TAIL]
     assert [(t.kind.part, t.chunk, t.stage) for t in tails] == [("final_norm", 1, 0), ("mtp", 1, 0), ("output", 1, 1)]
-    # beside the loss, one TAIL as before
+    # beside the loss in a chunk of no decoder layer: the final norm still with the last decoder layer
     tails = [layer for layer in walk(_run(MOE, layout="Ett|t|t|mL")) if layer.node == TAIL]
+    assert [(t.kind.part, t.chunk, t.stage) for t in tails] == [("final_norm", 1, 0), ("mtp_output", 1, 1)]
+    # beside the loss and the last decoder layer, one TAIL as before
+    tails = [layer for layer in walk(_run(MOE, layout="Et|t|t|tmL")) if layer.node == TAIL]
     assert [(t.kind.part, t.chunk, t.stage) for t in tails] == [("whole", 1, 1)]
     # the balancer's descriptions keep one TAIL whatever the layout
     fused = [layer for layer in walk(_run(MOE, layout="Ett|t|tm|L"), fused_tail=True) if layer.node == TAIL]

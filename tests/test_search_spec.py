@@ -113,8 +113,9 @@ def test_a_missing_model_file_names_it(tmp_path: Path) -> None:
     raw["models"] = [{"name": "llm", "config": "nowhere.json"}]
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(InputError, match=r"nowhere\.json"):
+    with pytest.raises(InputError, match=r"nowhere\.json") as caught:
         load_search_spec(path)
+    assert caught.value.source == str(path) and caught.value.field == "models.0.config"
 
 
 def test_bad_yaml_names_the_line(tmp_path: Path) -> None:

@@ -158,8 +158,8 @@ def test_p2p_bytes_out_of_the_mtp_chunk(run, placed):
 def test_megatrons_layout_checked_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     """`ppb check` prices the layout Megatron-LM ships for DeepSeek-V3: 5 + 13·4 + 2 + 2 = 61 decoder
     layers per stage, every stage's peak; the balancer's figures (its fused TAIL) left out in one
-    line. Stages 0-12 hold the same layers as with the MTP layer beside the loss and peak the same;
-    stage 13 gains the final norm, stage 14 the MTP chunk, and stage 15 loses both."""
+    line. Stages 0-13 hold the same layers as with the MTP layer beside the loss and peak the same
+    (the final norm with the last decoder layer in both); stage 14 gains the MTP chunk, stage 15 loses it."""
     figures = {}
     for layout in (MEGATRONS, BESIDE):
         code = main(
@@ -181,12 +181,11 @@ def test_megatrons_layout_checked_end_to_end(capsys: pytest.CaptureFixture[str])
     assert "simulated_time_s" in beside["balancer"]
     peaks = [[stage["peak_mb"] for stage in out["stages"]] for out in (apart, beside)]
     assert peaks[0][:13] == pytest.approx(peaks[1][:13])
-    assert peaks[0][13] >= peaks[1][13]  # the final norm's input, beside the last decoder layer
+    # the final norm beside the last decoder layer in both (tests/test_final_norm_placement.py)
+    assert peaks[0][13] == pytest.approx(peaks[1][13])
     assert peaks[0][14] > peaks[1][14] and peaks[0][15] < peaks[1][15]
-    # at the optimizer step stage 13 holds the final norm's 7168 parameters more: bf16 weight 2 B, fp32 main
-    # gradient 4 B, fp32 master copy and two moments 12 B sharded over dp 128 (ZeRO-1) -> 6.09375 B each
     step = [out["stages"][13]["moments_mb"]["optimizer"] for out in (apart, beside)]
-    assert step[0] - step[1] == pytest.approx(H * (2 + 4 + 12 / 128) / 2**20, abs=1e-6)
+    assert step[0] == pytest.approx(step[1])
     assert apart["iteration_s"] > 0
 
 

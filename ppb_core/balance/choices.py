@@ -324,8 +324,9 @@ class Catalogue:
         One step per body type (a dynamic programme over the rank reached), where listing every
         sequence of rank cuts grows as C(ranks + types, types): a cell of 12 alternating dense and MoE
         layers, each its own body type, had 78 cut sequences per variant, each a chain of fronts.
-        Dropping a dominated prefix within one rank is exact: every completion adds the same backward,
-        activation, recomputed layers and options to both (`_kept`'s rule survives the addition)."""
+        Dropping a dominated prefix within one rank is exact: every completion adds the same backward
+        (and tie units), activation, recomputed layers and options to both (`_kept`'s rule survives the
+        addition)."""
         key = (variant, types, counts)
         known = self._prefix_cache.get(key)
         if known is not None:

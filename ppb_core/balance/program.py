@@ -296,13 +296,19 @@ def _least_backward_cells(
 
 
 def choices_within(
-    problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool
+    problem: BalanceInput, catalogue: Catalogue, value: float, closed_form: bool, most: int | None = None
 ) -> list[list[StageChoice]]:
-    """Every stage's choices that can be in a plan worth `value` or less."""
+    """Every stage's choices that can be in a plan worth `value` or less; past *most* in all, the
+    listing is cut (`ListingCut("work_limit")`): the program over them would be too large to search."""
     limit = work_limit(problem, value, closed_form)
     cap = _cell_cap(problem, limit)
     reduce = "sum" if closed_form else "pareto"
-    return [catalogue.stage_choices(s, limit, cap, reduce) for s in range(problem.stages)]
+    choices: list[list[StageChoice]] = []
+    for s in range(problem.stages):
+        choices.append(catalogue.stage_choices(s, limit, cap, reduce))
+        if most is not None and sum(len(stage) for stage in choices) > most:
+            raise ListingCut("work_limit")  # as soon as it is known: the stages left would only add
+    return choices
 
 
 @dataclass
@@ -684,7 +690,7 @@ def _solve(
             if first.plan is not None:
                 bound = first.plan.closed_form_time
     try:
-        choices = choices_within(problem, catalogue, bound, closed_form=True)
+        choices = choices_within(problem, catalogue, bound, closed_form=True, most=limits.stage_choices)
     except ListingCut as cut:
         return cut_short(cut)
     if not all(choices):
@@ -759,7 +765,7 @@ def _solve(
     ]
     start = min(incumbents, key=lambda plan: plan.iteration_time)
     try:
-        choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False)
+        choices = choices_within(problem, catalogue, start.iteration_time, closed_form=False, most=limits.stage_choices)
     except ListingCut as cut:
         lower = max(_work_bound(problem), problem.micro_batches * busiest)
         return _cut_short(

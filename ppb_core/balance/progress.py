@@ -99,6 +99,10 @@ class WorkLimits:
     seed_work: int = 4_000_000  # schedule ops run to find seed paths under random weightings
     # array elements the listing of stage choices may grow (numpy, ~1e8 a second), per catalogue
     listing_work: int = 300_000_000
+    # stage choices listed in all, at most, else the listing counts as cut: a program over more is too
+    # large to search (32 alternating layers, a body type each, at P=4, V=2: 70,108 for the closed form,
+    # whose first bisection step's program ran minutes); the instances list at most 1,000
+    stage_choices: int = 20_000
     # the program over cell choices (when the stage listing is cut) lists at most this many cell
     # choices, else it is not built: its nodes grow slow past that (27,687 choices: 20 nodes, ~45 s)
     cell_choices: int = 30_000

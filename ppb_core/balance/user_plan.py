@@ -51,9 +51,9 @@ def read_plan(
     else:
         path = Path(plan)
         if path.suffix.lower() in (".yaml", ".yml"):
-            return from_mindformers(problem, _read_yaml(path), str(path)), "mindformers", None
+            return from_mindformers(problem, _read_yaml(path), str(path), run), "mindformers", None
         if path.suffix.lower() == ".json":  # `ppb balance -o plan.json`: its MindFormers keys, read as a yaml's
-            return from_mindformers(problem, _read_json(path), str(path)), "mindformers", None
+            return from_mindformers(problem, _read_json(path), str(path), run), "mindformers", None
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
@@ -165,14 +165,48 @@ def _mindformers_values(document: dict[str, Any], where: str) -> dict[str, Any]:
     return found
 
 
-def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str) -> Plan:
-    values = _mindformers_values(document, where)
+# MindFormers' parallel_config keys (mindformers/modules/transformer/transformer.py
+# `TransformerOpParallelConfig`, commit fd4deebc) and the run config's field each states.
+_PARALLEL_SIZES = (
+    ("data_parallel", "dp"),
+    ("model_parallel", "tp"),
+    ("context_parallel", "cp"),
+    ("expert_parallel", "ep"),
+)
+
+
+def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig | None, where: str) -> None:
+    """The sizes a MindFormers yaml states are the run config's, as Megatron flags' must be
+    (`megatron_run.check_against_run`): a yaml of 3 interleaved chunks or another micro-batch count
+    was priced at the run's without a word."""
     parallel = document.get("parallel_config") or {}
     if not isinstance(parallel, dict):
         raise InputError(where, "parallel_config", f"must be a mapping, got {shown(parallel)}")
-    stages = parallel.get("pipeline_stage")
-    if stages is not None and stages != problem.stages:
-        raise InputError(where, "parallel_config.pipeline_stage", f"{stages}, the run config has pp {problem.stages}")
+    model = document.get("model")
+    model_config = model.get("model_config") if isinstance(model, dict) else None
+    interleave = model_config.get("pp_interleave_num") if isinstance(model_config, dict) else None
+    stated: list[tuple[str, object, str, int]] = [
+        ("parallel_config.pipeline_stage", parallel.get("pipeline_stage"), "pp", problem.stages),
+        ("parallel_config.micro_batch_num", parallel.get("micro_batch_num"), "micro_batches", problem.micro_batches),
+        ("model.model_config.pp_interleave_num", interleave, "vpp", problem.chunks),
+    ]
+    if run is not None:
+        stated += [
+            (f"parallel_config.{key}", parallel.get(key), name, getattr(run.parallel, name))
+            for key, name in _PARALLEL_SIZES
+        ]
+    for field, value, name, expected in stated:
+        if value is not None and value != expected:
+            raise InputError(
+                where,
+                field,
+                f"{shown(value)}, the run config has {name} {expected}: ppb checks the plan at the run's sizes",
+            )
+
+
+def from_mindformers(problem: BalanceInput, document: dict[str, Any], where: str, run: RunConfig | None = None) -> Plan:
+    values = _mindformers_values(document, where)
+    _check_sizes(document, problem, run, where)
     try:
         plan = plan_from_yaml(problem, values)
     except InputError as err:

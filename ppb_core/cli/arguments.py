@@ -196,7 +196,12 @@ def balance(parser: argparse.ArgumentParser) -> None:
 
 def check(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("--plan", required=True, metavar="PLAN", help="a MindFormers yaml, or Megatron-LM flags")
+    parser.add_argument(
+        "--plan",
+        required=True,
+        metavar="PLAN",
+        help="a MindFormers yaml (or ppb balance's plan JSON), or Megatron-LM flags or launch script",
+    )
     parser.add_argument(
         "-t",
         "--time-limit",
@@ -293,11 +298,13 @@ seconds, the unit in the key (`time_s`, ...); from a layers.json in the file's o
         description="""A plan you already have, checked before you launch it.
 
 PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
-select_comm_recompute) or Megatron-LM flags (`--pipeline-model-parallel-layout ...` and the
-recompute flags), in a file or as the text itself. Every stage's memory is evaluated by the memory
-model against the device (which stage runs out, by how much, at which moment), the iteration in
-seconds by running the schedule on the time model's layer times, and the balancer's optimum for
-the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.""",
+select_comm_recompute; or the plan JSON `ppb balance -o` writes) or Megatron-LM flags
+(`--pipeline-model-parallel-layout ...` and the recompute flags, up to a launch script), in a file
+or as the text itself. Every stage's memory is evaluated by the memory model against the device
+(which stage runs out, by how much, at which moment), the iteration in seconds by the time model
+(the schedule on the layers' times, P2P, data-parallel reduction, optimizer), and the balancer's
+optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
+fit, 2 when the plan cannot be read.""",
         arguments=check,
     ),
     "search": Command(

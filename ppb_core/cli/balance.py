@@ -40,7 +40,7 @@ def _positive(value: Any, name: str, source: str, limit: float = math.inf, what:
     if value is None:
         return
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InputError(source, name, f"must be positive, got {shown(value)}")
+        raise InputError(source, name, f"must be positive and finite, got {shown(value)}")
     if value > limit:
         raise InputError(source, name, limits.over(value, limit, what))
 
@@ -207,7 +207,7 @@ def render(result: dict[str, Any]) -> None:
             if given["constant_memory_mb"]
             else ""
         )
-        + (f", {given['framework']}'s rules" if given.get("framework") else "")
+        + (f", the {given['framework']} rules" if given.get("framework") else "")
     )
     # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
     # layers.json the times stay in the file's own unit, under the plain keys.

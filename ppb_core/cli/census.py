@@ -87,8 +87,10 @@ def _check(args: argparse.Namespace) -> None:
             "--seq",
             "give two sequence lengths at least (the fit has a term that grows with the sequence)",
         )
-    if min(args.seq) < 2 or args.batch < 1:
-        raise InputError("ppb census", "--seq" if min(args.seq) < 2 else "--batch", "must be positive (seq ≥ 2)")
+    if min(args.seq) < 2:
+        raise InputError("ppb census", "--seq", f"each sequence length must be 2 or more, got {min(args.seq)}")
+    if args.batch < 1:
+        raise InputError("ppb census", "--batch", f"must be positive, got {args.batch}")
     for flag, values, limit in (
         ("--seq", args.seq, limits.SEQUENCE),
         ("--batch", [args.batch], limits.MICRO_BATCH_SIZE),

@@ -1,11 +1,13 @@
 """`ppb check RUN.yaml --plan PLAN`: a plan you already have, checked before you launch it.
 
 PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
-select_comm_recompute) or Megatron-LM flags (`--pipeline-model-parallel-layout ...` and the
-recompute flags), in a file or as the text itself. Every stage's memory is evaluated by the memory
-model against the device (which stage runs out, by how much, at which moment), the iteration in
-seconds by running the schedule on the time model's layer times, and the balancer's optimum for
-the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not fit.
+select_comm_recompute; or the plan JSON `ppb balance -o` writes) or Megatron-LM flags
+(`--pipeline-model-parallel-layout ...` and the recompute flags, up to a launch script), in a file
+or as the text itself. Every stage's memory is evaluated by the memory model against the device
+(which stage runs out, by how much, at which moment), the iteration in seconds by the time model
+(the schedule on the layers' times, P2P, data-parallel reduction, optimizer), and the balancer's
+optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
+fit, 2 when the plan cannot be read.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ EXIT_DOES_NOT_FIT = 1
 def check(args: argparse.Namespace) -> dict[str, Any]:
     """The check as JSON."""
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
-        raise InputError(None, "--time-limit", f"must be positive, got {args.time_limit}")
+        raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
     every_option = run_problem(run, describe_run(run, withdrawing=False))

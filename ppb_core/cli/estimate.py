@@ -184,7 +184,7 @@ def print_iteration(console, iteration: dict) -> None:
         f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:.3f} s, "
         f"{iteration['tokens_per_second_per_device']:,.0f} tokens/s per device, "
         f"MFU {100 * iteration['mfu']:.1f}%, HFU {100 * iteration['hfu']:.1f}% "
-        f"({iteration['tokens']:,} tokens on {iteration['devices']:,} devices)"
+        f"({iteration['tokens']:,} tokens on {iteration['devices']:,} device{'s' if iteration['devices'] != 1 else ''})"
     )
     table = Table(caption="hidden: the share of each communication's link time spent behind compute")
     for name in ("term", "seconds", "share"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -915,7 +917,11 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(run.models):
-        specs[sub.name] = sub.spec if sub.spec is not None else _read_config(base / sub.config, sub.part, where, index)
+        if sub.spec is not None:
+            specs[sub.name] = sub.spec
+        else:
+            with named_by(where, f"models.{index}.config", base / sub.config):
+                specs[sub.name] = _read_config(base / sub.config, sub.part, where, index)
         if sub.census is not None and not isinstance(specs[sub.name], VisionSpec):  # a tower's is refused below
             _check_file(base / sub.census, where, f"models.{index}.census", "census")
     if run.timing.calibration is not None:
@@ -928,6 +934,19 @@ def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: st
         _check_model(run, index, sub, specs[sub.name], where)
     _check_run(run, where)
     return run
+
+
+@contextmanager
+def named_by(where: str, field: str, path: Path) -> Iterator[None]:
+    """A file the run config (or search spec) names that cannot be read is said with the field that
+    names it (`run.yaml: models.0.config: hf/none.json: file not found`); it was the file alone. A
+    problem inside the file keeps that file and its own field."""
+    try:
+        yield
+    except InputError as err:
+        if err.field is not None or err.source != str(path):
+            raise
+        raise InputError(where, field, f"{err.source}: {err.problem}") from None
 
 
 def _check_file(path: Path, where: str, field: str, kind: str) -> None:

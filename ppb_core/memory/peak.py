@@ -296,8 +296,9 @@ def _chunk_nodes(
         scale = held.activation_bytes / stated if stated else 0.0  # a memory correction scales them all
         named = [(t.op, t.bytes * scale) for t in held.terms]
         named += [(b.name, b.bytes) for b in held.buffers.terms if b.kept]
-        if isinstance(layer.kind, TailKind):
-            tail = node_bytes(named)
+        if isinstance(layer.kind, TailKind):  # a cell may hold two parts of a split TAIL ('tm': norm and MTP)
+            parts = node_bytes(named)
+            tail = parts if tail is None else {node: tail[node] + parts[node] for node in tail}
         else:
             bodies.append(node_bytes(named))
     return chunk_nodes(head, bodies, tail)

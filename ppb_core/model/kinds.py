@@ -15,6 +15,7 @@ from ppb_core.config.vision import VisionSequence
 HEAD, BODY, TAIL = "HEAD", "BODY", "TAIL"
 # The parts of a TAIL (`TailKind.part`): whole, or as Megatron-Core's standalone MTP places it.
 WHOLE, NORM_PART, MTP_PART, OUTPUT_PART = "whole", "final_norm", "mtp", "output"
+UNNORMED = "mtp_output"  # the MTP layers and the loss without the final norm (`norm_apart`)
 
 
 @dataclass(frozen=True)
@@ -139,13 +140,19 @@ class TailKind:
     mtp_layers: int = 0
     mtp_body: BodyKind | None = None
     # WHOLE: all of it in one cell. Megatron-Core's standalone MTP (a layout with `m` apart from `L`)
-    # splits it (`standalone_parts`): NORM_PART, MTP_PART and OUTPUT_PART.
+    # splits it (`standalone_parts`): NORM_PART, MTP_PART and OUTPUT_PART; with `mL` in a cell of no
+    # decoder layer the final norm stays with the last one (`norm_apart`): NORM_PART and UNNORMED.
     part: str = WHOLE
+
+    @property
+    def whole_name(self) -> str:
+        """The fused TAIL's name, whatever part this is (`tail_kind`): what a calibration row names."""
+        return "output" + ("_mtp" if self.mtp_layers else "")
 
     @property
     def has_output(self) -> bool:
         """Whether this part holds the output layer and the losses (of every head)."""
-        return self.part in (WHOLE, OUTPUT_PART)
+        return self.part in (WHOLE, OUTPUT_PART, UNNORMED)
 
     @property
     def has_final_norm(self) -> bool:
@@ -155,7 +162,7 @@ class TailKind:
     @property
     def has_mtp_modules(self) -> bool:
         """Whether this part runs the MTP layers (their embedding, norms, projection, transformer layer)."""
-        return self.part in (WHOLE, MTP_PART) and self.mtp_body is not None and self.mtp_layers > 0
+        return self.part in (WHOLE, MTP_PART, UNNORMED) and self.mtp_body is not None and self.mtp_layers > 0
 
 
 def standalone_parts(kind: TailKind) -> tuple[TailKind, TailKind, TailKind]:
@@ -170,6 +177,14 @@ def standalone_parts(kind: TailKind) -> tuple[TailKind, TailKind, TailKind]:
         dataclasses.replace(kind, name="mtp", part=MTP_PART),
         dataclasses.replace(kind, name="output_heads", part=OUTPUT_PART),
     )
+
+
+def norm_apart(kind: TailKind) -> tuple[TailKind, TailKind]:
+    """A fused `mL` TAIL in a cell of no decoder layer, as Megatron-Core places it: with MTP layers the
+    model's final norm is built in the chunk of the last decoder layer (transformer_block.py
+    `TransformerBlock.has_final_layernorm_in_this_stage`, commit d98e8a64), the MTP layers, output
+    layer and losses in the `mL` chunk (its name kept, `output_mtp`: what the two run is the TAIL's)."""
+    return dataclasses.replace(kind, name="final_norm", part=NORM_PART), dataclasses.replace(kind, part=UNNORMED)
 
 
 @dataclass(frozen=True)
@@ -329,7 +344,7 @@ def tail_kind(spec: ModelSpec, vocab_size: int, dropout: float | None = None) ->
         # An MTP module's transformer layer is one of the model's last (MoE, where there are experts).
         mtp_body = body_kind(spec, spec.num_layers - 1, dropout)
     return TailKind(
-        name="output" + ("_mtp" if spec.mtp_layers else ""),
+        name="output_mtp" if spec.mtp_layers else "output",
         vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         norm=_norm(spec),

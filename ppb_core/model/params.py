@@ -141,7 +141,7 @@ def tail_params(kind: TailKind, tp: int = 1, pp: int = 1, ep: int = 1, etp: int 
         for _ in range(kind.mtp_layers):
             params = params + mtp_module_params(kind, tp, ep, etp)
         return params
-    count = norm_params(kind.norm, kind.hidden_size)
+    count = norm_params(kind.norm, kind.hidden_size) if kind.has_final_norm else 0  # UNNORMED: with the decoder
     if not kind.tied or pp > 1:
         count += table
     params = LayerParams(non_expert=count)

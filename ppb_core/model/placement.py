@@ -13,7 +13,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.model.switches import ALONG_A_CELL
-from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, walk, walk_by_model
+from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, LayerWalk, final_norm_with_last_decoder, walk, walk_by_model
 from ppb_core.schedules import cell_order
 
 CellOptions = Sequence[Sequence[Mapping[str, int]]]
@@ -44,6 +44,7 @@ def ends_in_end_cells(run: RunConfig, placed: LayerWalk) -> LayerWalk:
     last_tail = max(i for i, layer in enumerate(layers) if layer.node == TAIL)
     layers[first_head] = replace(layers[first_head], chunk=cells[0][0], stage=cells[0][1])
     layers[last_tail] = replace(layers[last_tail], chunk=cells[-1][0], stage=cells[-1][1])
+    layers = final_norm_with_last_decoder(run, layers)  # an `mL` cell of no decoder layer: the norm apart
     return LayerWalk(placed.stages, placed.chunks, tuple(layers), placed.cell_counts)
 
 

@@ -18,12 +18,14 @@ from ppb_core.model.kinds import (
     BODY,
     HEAD,
     TAIL,
+    WHOLE,
     BodyKind,
     HeadKind,
     LayerKind,
     TailKind,
     body_kind,
     head_kind,
+    norm_apart,
     standalone_parts,
     tail_kind,
     vision_kinds,
@@ -142,7 +144,32 @@ def walk(
         order = cell_order(par.schedule, stages, chunks)
         layers[0] = replace(layers[0], chunk=order[0][0], stage=order[0][1])
         layers[-1] = replace(layers[-1], chunk=order[-1][0], stage=order[-1][1])
+    if not fused_tail:
+        layers = final_norm_with_last_decoder(run, layers)
     return LayerWalk(stages, chunks, tuple(layers), tuple(tuple(row) for row in counts))
+
+
+def final_norm_with_last_decoder(run: RunConfig, layers: Sequence[Layer]) -> list[Layer]:
+    """Under Megatron, a model with MTP layers whose fused TAIL (`mL`) sits in another cell than its last
+    decoder layer has its final norm there (`kinds.norm_apart`; transformer_block.py
+    `has_final_layernorm_in_this_stage`, d98e8a64). The balancer's descriptions keep the norm in the
+    TAIL (`walk(fused_tail=True)`): they charge the TAIL to the last cell whatever the plan, and
+    which cell holds the last decoder layer is the plan's."""
+    if run.framework != "megatron":
+        return list(layers)
+    result: list[Layer] = []
+    for layer in layers:
+        kind = layer.kind
+        if layer.node == TAIL and isinstance(kind, TailKind) and kind.mtp_layers and kind.part == WHOLE:
+            last = max(
+                (x for x in layers if x.model_name == layer.model_name and x.node == BODY), key=lambda x: x.index
+            )
+            if (last.chunk, last.stage) != (layer.chunk, layer.stage):
+                norm, rest = norm_apart(kind)
+                result += [replace(layer, kind=norm, chunk=last.chunk, stage=last.stage), replace(layer, kind=rest)]
+                continue
+        result.append(layer)
+    return result
 
 
 def walk_by_model(

@@ -40,9 +40,9 @@ from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
     _data_links,
     _dp_collective,
+    _embedding_sync,
     _optimizer_seconds,
     _p2p_seconds,
-    _tied_embedding_sync,
     framework_rules,
 )
 from ppb_core.timing.kernels import Kernels
@@ -291,7 +291,8 @@ def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, sl
 
     * the distributed optimizer's parameter all-gather waits at least for the first bucket of the
       first stage, which holds the head: at least the head's gather;
-    * tied embeddings' gradient all-reduce between the first and last stage is the same for any plan;
+    * the word-embedding gradient all-reduce (tied embeddings, MTP layers) between the first and last
+      stage is the same for any plan (the screen walks the fused TAIL);
     * the optimizer step takes the slowest stage's bytes at HBM speed: at least the average stage's.
     """
     setup = memory.setup
@@ -301,7 +302,7 @@ def beyond_schedule_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, sl
     seconds = 0.0
     if setup.shard_level < 3 and setup.shard_level >= 1 and setup.data_group > 1:
         seconds += _dp_collective(ALL_GATHER, memory.parameters(head), run.training.dtype_bytes, links)
-    seconds += _tied_embedding_sync(run, memory, links, [_layer(slot, 0) for slot in slots])
+    seconds += _embedding_sync(run, memory, links, [_layer(slot, 0) for slot in slots])
     kernels = Kernels.from_device(times.device, run.training.dtype)
     total = sum(
         slot.count * _optimizer_seconds(run, memory, kernels, {(0, 0): [(_layer(slot, 0), 0.0, 0.0)]}) for slot in slots

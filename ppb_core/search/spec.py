@@ -29,6 +29,7 @@ from ppb_core.config.run import (
     SubModel,
     TimingOptions,
     Training,
+    named_by,
     pydantic_error,
 )
 from ppb_core.config.spec import ModelSpec, StrictModel
@@ -326,7 +327,11 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
     base = Path(base_dir)
     specs: dict[str, ModelSpec] = {}
     for index, sub in enumerate(spec.models):
-        specs[sub.name] = sub.spec if sub.spec is not None else read_hf_config(base / sub.config)
+        if sub.spec is not None:
+            specs[sub.name] = sub.spec
+        else:
+            with named_by(where, f"models.{index}.config", base / sub.config):
+                specs[sub.name] = read_hf_config(base / sub.config)
         if sub.census is not None and not (base / sub.census).is_file():
             raise InputError(where, f"models.{index}.census", f"{base / sub.census} not found")
     if spec.timing.calibration is not None and not (base / spec.timing.calibration).is_file():

@@ -9,7 +9,8 @@ The CSV has one row per measured (model, node, kind, option), one micro-batch on
     llm,TAIL,output,NONE,4.10,8.00
 
 `node` is HEAD, BODY or TAIL; `kind` is the layer kind's name (`BodyKind.name` such as dense,
-moe, dense_mla, moe_mla; "embedding" for a HEAD; "output" or "output_mtp" for a TAIL); `option`
+moe, dense_mla, moe_mla; "embedding" for a HEAD; "output" or "output_mtp" for a TAIL, the whole
+TAIL, whose factors each part of a split TAIL takes: `pricer.calibrated_name`); `option`
 is NONE, SLCT, COMM, BOTH or FULL (HEAD and TAIL: NONE only), each option meaning the switch
 setting the run config gives it (`ppb_core.model.switches.option_state`). Column order is free; no
 other column, no repeated row.

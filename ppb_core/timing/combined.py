@@ -26,9 +26,10 @@ their SMs from it (`Kernels.contention`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ppb_core.model.kinds import TailKind
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import Layer
 from ppb_core.timing.comm import collective_seconds
@@ -68,11 +69,16 @@ def _part(name: str, seen_dispatch: bool, seen_combine: bool) -> str:
 
 
 def layer_segments(
-    times: TimeModel, layer: Layer, state: LayerType, switches: dict[str, int] | None = None
+    times: TimeModel,
+    layer: Layer,
+    state: LayerType,
+    switches: dict[str, int] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> Segments:
     """The layer's parts (seconds): each op's forward, and its backward with what recompute reruns of it,
-    in the part of the layer it belongs to; the expert all-to-alls at their link time."""
-    ops = {op.name: op for op in times.ops(layer)}
+    in the part of the layer it belongs to; the expert all-to-alls at their link time. *keep*: only the
+    ops whose names it keeps (an MTP layer out of its TAIL, `mtp_segments`)."""
+    ops = {op.name: op for op in times.ops(layer) if keep is None or keep(op.name)}
     has_dispatch = any(
         name.endswith("dispatch") and op.forward_comm is not None and op.forward_comm.kind == ALL_TO_ALL
         for name, op in ops.items()
@@ -82,6 +88,8 @@ def layer_segments(
     forward_alone = backward_alone = 0.0
     seen_dispatch = seen_combine = False
     for row in times.breakdown(layer, state, switches):
+        if row.name not in ops:
+            continue
         op = ops[row.name]
         if has_dispatch and row.name.endswith("dispatch"):
             seen_dispatch = True
@@ -118,6 +126,27 @@ def layer_segments(
         forward_alone,
         backward_alone,
     )
+
+
+def mtp_segments(times: TimeModel, layer: Layer, state: LayerType) -> list[Segments]:
+    """Each MTP layer a TAIL part runs, cut like a decoder layer: the combined schedule builds a layer
+    plan for each (model_chunk_schedule_plan.py `_build_layer_schedule_plan(model.mtp)`, after the
+    decoder's), whose pre-dispatch node wraps the MTP's embedding, norms and projection around its
+    layer's (common/fine_grained_callables.py `build_mtp_layer_callables`, d98e8a64). Its own final norm
+    (`mtp_post_process`) and its head's output layer and loss (the chunk's post-process) are left out:
+    they run alone, as the embedding and the loss do."""
+    kind = layer.kind
+    if not isinstance(kind, TailKind) or not kind.has_mtp_modules:
+        return []
+    return [
+        layer_segments(
+            times,
+            layer,
+            state,
+            keep=lambda name, p=f"mtp{index}.": name.startswith(p) and not name.startswith(p + "output."),
+        )
+        for index in range(kind.mtp_layers)
+    ]
 
 
 @dataclass

@@ -35,12 +35,13 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.schedules import canonical, combined_pairs, simulate
-from ppb_core.timing.combined import layer_segments, step_saving
+from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
 from ppb_core.timing.host import HostWaits
@@ -206,7 +207,6 @@ def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     groups["dp"] = Group(setup.data_group, span)
     groups["edp"] = Group(max(1, setup.expert_data_group), span)
     groups["pp"] = Group(2, span * 2)  # two neighbouring stages, span = ranks from one to the other
-    groups["first_last"] = Group(2, span * par.pp)
     return replace(links, groups=groups)
 
 
@@ -412,7 +412,7 @@ def run_iteration(
     )
     dp_term = max(0.0, dp_tail - timeline.makespan)
     gather_exposed, gather_link = _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline)
-    embedding_sync = _tied_embedding_sync(run, memory, links, placed)
+    embedding_sync = _embedding_sync(run, memory, links, placed)
     dp_term += gather_exposed + embedding_sync
     optimizer = _optimizer_seconds(run, memory, kernels, per_cell)
     extra = _bookkeeping_seconds(run, memory, kernels, links, per_cell)
@@ -465,7 +465,8 @@ def run_iteration(
 
 def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[float]]]:
     """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
-    (`combined.step_saving` over the cells' transformer layers; the embedding and the loss run alone).
+    (`combined.step_saving` over the cells' transformer layers, the decoder's then the MTP layers a
+    TAIL part in the cell runs, `combined.mtp_segments`; the embedding and the heads' losses run alone).
 
     A paired forward layer's wait for the host is saved too: when its dispatcher synchronizes, the
     backward layer's experts are already launched on the compute stream
@@ -479,6 +480,8 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     for (chunk, stage), entries in per_cell.items():
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
         segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
+        for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
+            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0])
     contention = times.kernels.contention
     totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
@@ -720,18 +723,53 @@ def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0)
     return waited + contention * max(0.0, link - waited)
 
 
-def _tied_embedding_sync(run, memory, links, placed) -> float:
-    """Tied input and output embeddings on different stages: Megatron all-reduces their gradients
-    between the first and the last stage after the pipeline (finalize_model_grads)."""
+def embedding_sync_stages(run: RunConfig, placed: Sequence[Layer], model_name: str) -> list[int]:
+    """The pipeline stages whose word-embedding gradients Megatron all-reduces after the pipeline:
+    Megatron-LM d98e8a64 pretrain_gpt.py `get_embedding_ranks` takes the first stage, the last one when
+    the output layer is tied to the embedding, and every stage that builds MTP layers
+    (multi_token_prediction.py `get_mtp_ranks`: the last stage without a layout, else each stage whose
+    layout holds an `m`), tied or not, since the MTP chunk builds its own embedding (gpt_model.py
+    `GPTModel.__init__`, `pre_process or mtp_process`). ppb's HEAD is on the first stage and its loss
+    on the last (a layout's `E` first and `L` last); a standalone MTP part sits in its own cell.
+    Other frameworks: the tied pair only."""
+    spec = run.spec(model_name)
+    stages = {0}
+    if spec.tied_embeddings:
+        stages.add(run.parallel.pp - 1)
+    tails = [layer for layer in placed if layer.model_name == model_name and isinstance(layer.kind, TailKind)]
+    if run.framework == "megatron" and any(tail.kind.mtp_layers for tail in tails):
+        standalone = [tail.stage for tail in tails if tail.kind.part == MTP_PART]
+        stages.update(standalone or [run.parallel.pp - 1])
+    return sorted(stages)
+
+
+def embedding_sync_bytes(run: RunConfig, memory: MemoryModel, model_name: str) -> float:
+    """The word-embedding gradient one rank all-reduces: its vocab/tp × h shard (padded vocabulary) in
+    the gradient's dtype (`main_grad`, finalize_model_grads.py `_allreduce_embedding_grad`)."""
+    vocab, hidden = run.vocab_size(model_name), run.spec(model_name).hidden_size
+    return per_rank(vocab, run.parallel.tp) * hidden * memory.setup.grad_bytes
+
+
+def _embedding_sync(run, memory, links, placed) -> float:
+    """Seconds of the word-embedding gradient all-reduce between the stages that hold a copy
+    (`embedding_sync_stages`). Megatron runs it in finalize_model_grads.py `finalize_model_grads`
+    (`_allreduce_word_embedding_grads`, d98e8a64) after `finish_grad_sync` has waited for every
+    data-parallel bucket, on the compute stream before the optimizer step: outside the DDP overlap,
+    all of it exposed."""
     if run.parallel.pp < 2:
         return 0.0
+    span = run.parallel.tp * run.parallel.cp * run.parallel.dp  # ranks from one stage to the next
     seconds = 0.0
     for name in run.model_names:
-        if run.is_vision(name) or not run.spec(name).tied_embeddings:
+        if run.is_vision(name):
             continue
-        head = next(layer for layer in placed if layer.model_name == name and layer.node == "HEAD")
-        payload = memory.parameters(head).total * memory.setup.grad_bytes
-        seconds += collective_seconds(Collective(ALL_REDUCE, "first_last", payload, "dp"), links)
+        stages = embedding_sync_stages(run, placed, name)
+        if len(stages) < 2:
+            continue
+        group = Group(len(stages), span * (stages[-1] - stages[0] + 1))
+        sync_links = replace(links, groups={**links.groups, "embedding": group})
+        payload = embedding_sync_bytes(run, memory, name)
+        seconds += collective_seconds(Collective(ALL_REDUCE, "embedding", payload, "dp"), sync_links)
     return seconds
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
-from ppb_core.model.kinds import LayerKind
+from ppb_core.model.kinds import LayerKind, TailKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
@@ -70,6 +70,14 @@ _STATES: dict[str, tuple[LayerType, ...]] = {
     TAIL: (LayerType.OUTPUT_LAYER,),
     BODY: (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER),
 }
+
+
+def calibrated_name(kind: LayerKind) -> str:
+    """The kind a calibration row names for a layer of *kind*: its own name, or for a part of a split
+    TAIL (Megatron's standalone MTP, or the final norm apart from `mL`) the whole TAIL's (`output_mtp`).
+    The row measures the whole TAIL on one device, as the balancer describes it; each part takes its
+    factors, so the parts, which partition the TAIL's ops, add up to the measurement."""
+    return kind.whole_name if isinstance(kind, TailKind) else kind.name
 
 
 @dataclass(frozen=True)
@@ -369,7 +377,7 @@ class TimeModel:
                 host = self.host(layer, state, switches)
                 times = (parts.forward_ms + host.forward * 1e3, parts.total_backward_ms + host.backward * 1e3)
             else:
-                factors = self.calibration.factors(layer.model_name, layer.node, layer.kind.name)
+                factors = self.calibration.factors(layer.model_name, layer.node, calibrated_name(layer.kind))
                 option = self._measured_option(layer, state, switches)
                 recomputes = state in (LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
                 times = factors.times(option, parts.forward_ms, parts.backward_ms, parts.recompute_ms, recomputes)
@@ -524,7 +532,7 @@ class TimeModel:
     def _measured_option(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> str | None:
         """The measured option whose setting the state runs, if any (of several alike, the first measured)."""
         assert self.calibration is not None
-        measured = self.calibration.measured(layer.model_name, layer.node, layer.kind.name)
+        measured = self.calibration.measured(layer.model_name, layer.node, calibrated_name(layer.kind))
         if state is not LayerType.SEL_REC_LAYER:
             option = {LayerType.FULL_REC_LAYER: "FULL"}.get(state, "NONE")
             return option if option in measured else None
@@ -539,7 +547,7 @@ class TimeModel:
         where = "<calibration>" if isinstance(source, tuple) else str(source)
         measurements = source if isinstance(source, tuple) else read_calibration(source)
         layers: dict[tuple[str, str, str], Layer] = {}
-        for layer in walk(self.run):
+        for layer in walk(self.run, fused_tail=True):  # a TAIL row measures the whole TAIL (`calibrated_name`)
             layers.setdefault((layer.model_name, layer.node, layer.kind.name), layer)
         for m in measurements:
             if m.model_name not in self._configured:
@@ -550,10 +558,11 @@ class TimeModel:
                 )
             if m.key not in layers:
                 names = sorted({k for (model, node, k) in layers if model == m.model_name and node == m.node})
+                part = " (a TAIL row measures the whole TAIL; its parts take its factors)" if m.node == TAIL else ""
                 raise InputError(
                     where,
                     f"line {m.line}: kind",
-                    f"{m.model_name} has no {m.node} kind {m.kind!r} (kinds: {', '.join(names)})",
+                    f"{m.model_name} has no {m.node} kind {m.kind!r} (kinds: {', '.join(names)}){part}",
                 )
         self._check_alike(measurements, where)
 

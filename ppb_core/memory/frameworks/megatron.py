@@ -494,12 +494,18 @@ def schedule_node(op: str) -> str:
     experts, the router and the permutation; `moe_dispatch` (the probabilities it detaches) and
     `mlp`: the experts with the tokens they received (a dense layer's MLP with its norm, `_forward_mlp`),
     counted as one (they run back to back in both directions between the other micro-batch's nodes);
-    an MTP layer's `mtp_post_process`: its output layer and loss; the chunk's `post_process`: the
-    model's output layer and loss.
+    an MTP layer's `mtp_post_process`: its own final norm (common/fine_grained_callables.py
+    `build_mtp_layer_callables`: `submodule_mtp_postprocess_forward` runs
+    `MultiTokenPredictionLayer._postprocess`, d98e8a64); the chunk's `post_process`: the model's output
+    layer and loss and every MTP head's (common/utils.py `PostProcessNode.forward_impl` calls
+    `GPTModel._postprocess`, whose `process_mtp_loss` runs each head's output layer and loss), on the
+    loss chunk whether the MTP layers run there or in a chunk of their own.
     """
     inner = op.split(".", 1)[1] if op.startswith("mtp") else op
+    if inner == "output.norm_input" and op.startswith("mtp"):
+        return MTP_POST_PROCESS
     if inner.startswith("output."):
-        return MTP_POST_PROCESS if op.startswith("mtp") else POST_PROCESS
+        return POST_PROCESS
     if inner.startswith(("mlp.", "moe.expert.", "moe.dispatched")):
         return MLP_NODE
     return PRE_DISPATCH
