@@ -180,8 +180,24 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
-    if plan.get("megatron", {}).get("layout"):
-        headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
+    said = plan.get("megatron", {})
+    if said.get("layout"):
+        # the flags that run as they stand first (megatron_text): the plan's, or the fastest plan
+        # Megatron-Core can say; the plan's layout alone is marked as not runnable
+        if said.get("flags"):
+            headline.append(("Megatron-LM", f"`{said['flags']}`"))
+        alternative = said.get("alternative")
+        if said.get("flags_of") == "alternative" and alternative:
+            headline.append(
+                (
+                    "Megatron-LM flags are",
+                    f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower",
+                )
+            )
+        if said.get("layout_only"):
+            headline.append(("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`"))
+        if said.get("note"):
+            headline.append(("Megatron-LM cannot say the plan", said["note"]))
     about = {
         "title": f"{run.name}: pipeline plan",
         "headline": headline,
