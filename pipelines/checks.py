@@ -51,6 +51,10 @@ MEMORY_MODEL_AGREES_THE_PLAN_FITS = dg.AssetCheckSpec(
 )
 
 
+# the failure's metadata key saying the run config is at fault, not the code
+BAD_INPUT = "bad_input"
+
+
 def verdict(spec: dg.AssetCheckSpec, problems: Sequence[str], warn: bool = False) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=spec.name,
@@ -60,13 +64,16 @@ def verdict(spec: dg.AssetCheckSpec, problems: Sequence[str], warn: bool = False
     )
 
 
-def checked(spec: dg.AssetCheckSpec, problems: Sequence[str]) -> Iterator[dg.AssetCheckResult]:
-    """The check's result; then, if it found problems, the step's failure (nothing is stored)."""
+def checked(spec: dg.AssetCheckSpec, problems: Sequence[str], bad_input: bool = False) -> Iterator[dg.AssetCheckResult]:
+    """The check's result; then, if it found problems, the step's failure (nothing is stored).
+
+    *bad_input*: the problems are the run config's (no plan fits its device), so `python -m
+    pipelines` exits 2 as `ppb balance` and `ppb plan` do (materialize.failure_line reads it)."""
     yield verdict(spec, problems)
     if problems:
         listed = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise dg.Failure(
             description=f"{spec.asset_key.to_user_string()} not stored, {spec.name} failed: {listed}",
-            metadata={"problems": len(problems)},
+            metadata={"problems": len(problems), BAD_INPUT: bad_input},
             allow_retries=False,
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.assets import ALL_ASSETS, STAGE_ASSETS
+from pipelines.checks import BAD_INPUT
 from pipelines.definitions import defs
 from pipelines.partitions import PARTITIONS_NAME
 from pipelines.resources import CONFIG_DIR_ENV, PROJECT_ROOT, RunConfigs
@@ -56,7 +57,9 @@ def failure_line(result: dg.ExecuteInProcessResult) -> tuple[str, bool]:
         if event.is_step_failure:
             data = event.step_failure_data
             if data.user_failure_data and data.user_failure_data.description:
-                return f"{event.step_key}: {data.user_failure_data.description}", event.step_key == "run_config"
+                marked = data.user_failure_data.metadata.get(BAD_INPUT)
+                bad_input = event.step_key == "run_config" or bool(marked is not None and marked.value)
+                return f"{event.step_key}: {data.user_failure_data.description}", bad_input
             error = data.error
             while error is not None and error.cause is not None:  # the exception the stage raised
                 error = error.cause

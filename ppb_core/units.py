@@ -8,3 +8,9 @@ from __future__ import annotations
 
 MB = 2**20
 GIB = 2**30
+
+
+def mb_words(value_mb: float) -> str:
+    """A memory figure as a person reads it: thousands separated, whole MB (`9,991 MB`), three
+    significant figures below 10 MB (a toy device's `4.5 MB`), never a bare float's `9991.0`."""
+    return f"{value_mb:,.0f} MB" if abs(value_mb) >= 10 else f"{value_mb:.3g} MB"

@@ -72,7 +72,7 @@ def test_sapp_defaults_for_a_layers_file(capsys: pytest.CaptureFixture[str]) -> 
     # SAPP's defaults (4 stages, 4 micro-batches, V = 1, 56000 MB) cannot hold demo.json's 96 layers
     code, out, err = _run(capsys, str(DATA / "demo.json"), "--json", "-t", "30")
     result = json.loads(out)
-    assert code == 2 and "the least-memory plan needs 82238.0 MB" in err
+    assert code == 2 and "the least-memory plan needs 82,238 MB" in err
     assert (
         result["input"]["stages"],
         result["input"]["micro_batches"],
@@ -129,7 +129,7 @@ def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.Capture
         str(out_file),
     )
     assert code == 2
-    assert "no plan fits in 20000 MB per device: the least-memory plan needs 36255.0 MB" in err
+    assert "no plan fits in 20,000 MB per device: the least-memory plan needs 36,255 MB" in err
     assert err.count("\n") == 1
     assert json.loads(out)["status"] == "infeasible"
     assert not out_file.exists()

@@ -190,8 +190,10 @@ def test_every_shipped_config_layout_parses_back(config_plan) -> None:
     if problem.schedule_name == "dualpipev" or len(run.model_names) > 1:
         assert out["layout"] is None  # Megatron runs neither DualPipeV nor a tower in its decoder layout
         return
-    arguments = shlex.split(out["flags"])
+    # the whole flags when Megatron-Core can say the plan, else its layout alone, marked as such
+    arguments = shlex.split(out["flags"] or out["layout_only"])
     layout_text = arguments[arguments.index("--pipeline-model-parallel-layout") + 1]
+    assert (out["flags"] is None) == (not out["recompute_expressible"])
     layout = parse_layout(layout_text, run.parallel.pp)
     layers = sum(run.spec(name).num_layers for name in run.model_names)
     mtp = sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names)

@@ -23,6 +23,8 @@ tie-break inside the setting's solve the alternative was 2 | 2, the even split i
 from __future__ import annotations
 
 from ppb_core.balance import BalanceInput, balance
+from ppb_core.balance.megatron_text import megatron_lines
+from ppb_core.chain.stages import megatron_headline
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import simulate
 
@@ -54,3 +56,24 @@ def test_the_alternative_takes_the_most_headroom() -> None:
     assert alternative["objective"] == 200
     assert alternative["layout"] == "Et*3|tL"
     assert alternative["peak_memory_mb"] == 505
+
+
+def test_what_is_printed_first_is_the_alternative_whole() -> None:
+    """The plan uses COMM, which Megatron cannot say: `flags`, the first Megatron-LM line of the CLI
+    and of the report, are the alternative's layout with its recompute flags (every layer fully
+    recomputed: granularity full, method uniform, one layer a group); the plan's layout alone is
+    only under `layout_only`, marked not runnable."""
+    bodies = [_z("Z1", 1), _h("H1", 1), _z("Z2", 30), _h("H2", 500)]
+    said = balance(BalanceInput(layer_set(bodies), 2, 4, 1, 1000.0, framework="megatron"), time_limit=60)["megatron"]
+    assert said["flags_of"] == "alternative"
+    assert said["flags"] == (
+        "--pipeline-model-parallel-layout 'Et*3|tL' --recompute-granularity full --recompute-method uniform "
+        "--recompute-num-layers 1"
+    )
+    assert said["layout_only"] == f"--pipeline-model-parallel-layout '{said['layout']}'"
+    text = megatron_lines(said)
+    assert text[0] == f"Megatron-LM: {said['flags']}" and "slower than the plan above" in text[1]
+    assert "NOT runnable alone" in text[2] and said["layout_only"] in text[2]
+    report = megatron_headline(said)
+    assert report[0] == ("Megatron-LM", f"`{said['flags']}`")
+    assert report[2] == ("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`")

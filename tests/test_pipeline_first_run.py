@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from pipelines.materialize import last_line, main, partition_of
+from ppb_core.cli.main import main as ppb_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,3 +163,19 @@ def test_the_failure_line_is_what_the_error_says_not_pydantics_link() -> None:
     )
     assert last_line(message) == "Input should be greater than 0 [type=greater_than]"
     assert last_line("\n \n") == "failed"
+
+
+def test_a_run_config_no_plan_fits_exits_2_as_ppb_does(tmp_path: Path) -> None:
+    """No plan fits the device: the run config's fault, exit 2 with one line, as `ppb balance` and
+    `ppb plan` say it (it exited 1, as for a failure of the code)."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    text = (ROOT / "configs" / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {ROOT / 'configs' / 'hf' / 'llama3-8b.json'}")
+    # 80 GB less 76 GB reserved: too little for any plan of Llama-3-8B on 4 stages
+    (configs / "small.yaml").write_text(text.replace("reserved_mb: 4000", "reserved_mb: 76000"))
+    done = run(tmp_path, "small", "-q", configs=configs)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("python -m pipelines: error: small: pipeline_plan: ") and "least-memory plan needs" in line
+    assert ppb_main(["balance", str(configs / "small.yaml"), "-q"]) == 2

@@ -111,6 +111,32 @@ def test_the_timeline_draws_a_collection_per_stage_and_kind_not_per_bar() -> Non
     assert sum(len(collection.get_paths()) for collection in bars) == 3 * 4 * 64
 
 
+def test_the_timeline_tells_interleaved_chunks_apart() -> None:
+    """V = 2 (interleaved, P = 2, m = 4): each chunk's forward and backward one labelled artist of its
+    own colour, recompute one. The bars of a colour hold that chunk's ops and no other: per chunk
+    m · Σ_stages of its forward (4 · (1 + 1) = 8 s, 4 · (1.5 + 1.5) = 12 s) and of its backward less
+    the recompute drawn apart (4 · (2 + 2) = 16 s, 4 · (2.5 + 2.5) = 20 s); recompute 4 · (0.5 + 0.5) = 4 s."""
+    axes = Figure().subplots()
+    run = {
+        "schedule": "interleaved",
+        "micro_batches": 4,
+        "forward_s": [[1.0, 1.0], [1.5, 1.5]],
+        "backward_s": [[2.0, 2.0], [3.0, 3.0]],
+        "recompute_s": [[0.0, 0.0], [0.5, 0.5]],
+    }
+    timeline_axes(axes, run, "plan", longest_s=100.0)
+    handles, labels = axes.get_legend_handles_labels()
+    assert labels == ["forward, chunk 0", "forward, chunk 1", "recompute", "backward, chunk 0", "backward, chunk 1"]
+    colors = [tuple(handle.get_facecolor()[0]) for handle in handles]
+    assert len(set(colors)) == len(colors)  # one colour each
+    drawn = dict.fromkeys(colors, 0.0)
+    for collection in axes.collections:
+        for path in collection.get_paths():
+            drawn[tuple(collection.get_facecolor()[0])] += path.get_extents().width
+    assert [round(drawn[color], 9) for color in colors] == [8.0, 12.0, 4.0, 16.0, 20.0]
+    assert axes.get_legend() is not None and len(axes.get_legend().get_texts()) == 5
+
+
 def test_the_timeline_title_names_the_layers_schedule_not_the_iteration() -> None:
     """The Gantt chart runs the layers' times alone: 1F1B with P = 2, m = 2, F = 1 s and B = 2 s ends
     at (P − 1)·F + m·(F + B) + (P − 1)·B = 1 + 6 + 2 = 9 s. The report's iteration adds P2P, the DP

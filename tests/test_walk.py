@@ -31,13 +31,29 @@ def _run(**parallel):
     return parse_run_config(raw, "walk.yaml")
 
 
-def test_uniform_split_puts_the_remainder_on_the_last_cells():
-    # 30 layers over 4 stages: 7 each, 2 left over for the last two stages.
-    assert uniform_split(30, 4, 1) == [[7, 7, 8, 8]]
-    # 61 layers over 16·2 cells: 1 each plus 29 on the last 29 cells in pipeline order, so the
-    # first 3 cells of chunk 0 keep 1.
-    split = uniform_split(61, 16, 2)
-    assert split[0][:4] == [1, 1, 1, 2] and split[1] == [2] * 16 and sum(map(sum, split)) == 61
+def test_uniform_split_puts_the_remainder_on_the_middle_cells_earliest_first():
+    # 30 layers over 4 stages, no end cells: 7 each, 2 left over for the first two stages.
+    assert uniform_split(30, 4, 1) == [[8, 8, 7, 7]]
+    # the head's and tail's cells get theirs last: the 2 go to stages 1 and 2
+    assert uniform_split(30, 4, 1, ends=frozenset({(0, 0), (0, 3)})) == [[7, 8, 8, 7]]
+    # and when the middle cells are served, the end cells in pipeline order: 3 left over on 4 stages
+    assert uniform_split(31, 4, 1, ends=frozenset({(0, 0), (0, 3)})) == [[8, 8, 8, 7]]
+    # DeepSeek-V3: 61 layers over 16·2 cells: 1 each, 29 over; the 30 cells holding neither head
+    # (0, 0) nor tail (1, 15) take one each in pipeline order, (0, 1)..(0, 15) then (1, 0)..(1, 13)
+    split = uniform_split(61, 16, 2, "interleaved", frozenset({(0, 0), (1, 15)}))
+    assert split == [[1] + [2] * 15, [2] * 14 + [1, 1]]
+
+
+def test_a_run_without_layout_is_walked_as_the_balancer_splits_its_baselines() -> None:
+    """`ppb estimate` and the balancer's uniform baselines price one split (issue 13: DeepSeek-V3's
+    estimate put 4 MoE layers beside the TAIL, 54.53 s at SLCT against the baseline's 46.17 s)."""
+    run = load_run_config(ROOT / "configs" / "deepseek-v3.yaml")
+    assert run.parallel.layout is None
+    counts = [[0] * run.parallel.pp for _ in range(run.parallel.vpp)]
+    for layer in walk(run):
+        if layer.node == BODY:
+            counts[layer.chunk][layer.stage] += 1
+    assert counts == [[1] + [2] * 15, [2] * 14 + [1, 1]]  # as derived above
 
 
 def test_cell_order_of_dualpipev_comes_back():
@@ -51,8 +67,8 @@ def test_walk_places_head_first_and_tail_last_and_counts_kinds():
     assert nodes[0] == HEAD and nodes[-1] == TAIL and nodes.count(BODY) == 10
     assert (layer_walk.layers[0].chunk, layer_walk.layers[0].stage) == (0, 0)
     assert (layer_walk.layers[-1].chunk, layer_walk.layers[-1].stage) == (0, 3)
-    # 10 over 4 stages: 2, 2, 3, 3.
-    assert [len([x for x in layer_walk.in_cell(0, s) if x.node == BODY]) for s in range(4)] == [2, 2, 3, 3]
+    # 10 over 4 stages: 2 each, the 2 over to the stages holding neither head nor tail: 2, 3, 3, 2.
+    assert [len([x for x in layer_walk.in_cell(0, s) if x.node == BODY]) for s in range(4)] == [2, 3, 3, 2]
     slots = layer_walk.distinct()
     assert [(s.node, s.count) for s in slots] == [(HEAD, 1), (BODY, 10), (TAIL, 1)]
 

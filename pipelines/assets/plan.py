@@ -70,7 +70,9 @@ def pipeline_plan(
     stored = chain.pipeline_plan(
         run_config, scaled_descriptions, time_limit_s=config.time_limit_s, progress=log_lines(context.log.info)
     )
-    yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored))
+    # no plan fits: the run config's device is too small for it, bad input as `ppb balance` says
+    infeasible = stored.summary["status"] == "infeasible"
+    yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored), bad_input=infeasible)
     report = chain.plan_report(run_config, stored)
     yield dg.Output(
         stored,

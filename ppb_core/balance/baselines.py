@@ -8,20 +8,17 @@ from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.model.switches import OPTIONS
+from ppb_core.model.walk import uniform_split
 
 
 def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:
     """Body layers per cell: N // cells each, the remainder one each to the cells without head or
     tail, earliest first (then to those with them); cells with the head or tail stay empty when
-    there are fewer layers than cells."""
-    cells = problem.cells
-    total = problem.layers.nb_body_layers
-    base, extra = divmod(total, len(cells))
-    counts = {cell: base for cell in cells}
-    order = [c for c in cells if c not in problem.reserved_cells] + [c for c in cells if c in problem.reserved_cells]
-    for cell in order[:extra]:
-        counts[cell] += 1
-    return counts
+    there are fewer layers than cells. The walk's rule (`model.walk.uniform_split`), so `ppb
+    estimate` prices the split the baselines do."""
+    p = problem
+    split = uniform_split(p.layers.nb_body_layers, p.stages, p.chunks, p.schedule_name, p.reserved_cells)
+    return {(chunk, stage): split[chunk][stage] for chunk, stage in p.cells}
 
 
 def uniform_plan(problem: BalanceInput, option: str) -> Plan:

@@ -209,7 +209,9 @@ def not_megatrons(problem: BalanceInput) -> str | None:
 
 def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]:
     """`--pipeline-model-parallel-layout` and the recompute flags Megatron-Core takes for this plan
-    (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`.
+    (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`: the whole of it, or None
+    when Megatron-Core cannot say the plan's recompute (then `layout_only` holds the layout, marked
+    as not runnable alone).
 
     *modules* are the `--recompute-modules` SLCT stands for (known when the run config states its
     recompute in Megatron's words); without them a plan using SLCT is not Megatron's to say.
@@ -245,7 +247,12 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
                 f"the plan uses {', '.join(used)} on different layers; Megatron-Core takes one setting for "
                 "every layer (none, full, full on the first N layers of every virtual stage, or selective)"
             )
-        result.update(recompute=None, recompute_expressible=False, note=why, flags=quoted(layout_args))
+        # the layout alone runs every layer with no recompute: not this plan, and it may not fit, so
+        # nothing here is to paste as it stands (`result.report` puts the fastest plan Megatron-Core
+        # can say under `flags` when there is one)
+        result.update(
+            recompute=None, recompute_expressible=False, note=why, flags=None, layout_only=quoted(layout_args)
+        )
     if p.chunks == 1 and p.stages > 2:
         layers = [plan.cell_layers(0, s) for s in range(p.stages)]
         if len(set(layers[1:-1])) == 1 and not p.mtp_layers:

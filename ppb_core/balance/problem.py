@@ -13,14 +13,10 @@ from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
-from ppb_core.model.walk import walk
+from ppb_core.model.walk import FRAMEWORK_RULES, walk
 from ppb_core.payload.sapp import LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
-
-# Per framework whose plan it is: whether the head's and the tail's cells may hold no body layer
-# (None: SAPP's program, which exempts them).
-FRAMEWORK_RULES: dict[str | None, bool] = {None: True, "megatron": True, "torchtitan": True, "mindformers": False}
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
 from ppb_core.model.switches import CELL_RANK, OPTIONS
 from ppb_core.schedules import critical_counts_many
+from ppb_core.units import mb_words
 
 SEED_WEIGHTINGS = 150  # random cell weightings whose critical paths seed the program (fixed seed)
 SEED_PLANS = 150  # random plans whose critical paths seed it too
@@ -528,7 +529,7 @@ def solve(
     report(
         "start",
         f"P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}, "
-        f"{problem.layers.nb_body_layers} layers, {problem.memory_mb:g} MB",
+        f"{problem.layers.nb_body_layers} layers, {mb_words(problem.memory_mb)}",
     )
     catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
     solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True)
@@ -999,11 +1000,11 @@ def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: 
     """No plan fits: say how much memory the least-memory plan needs."""
     needed, proven = memory_floor(problem, limits.closed_nodes, clock)
     if needed is None:
-        message = f"no plan fits in {problem.memory_mb:g} MB per device"
+        message = f"no plan fits in {mb_words(problem.memory_mb)} per device"
     else:
         message = (
-            f"no plan fits in {problem.memory_mb:g} MB per device: the least-memory plan needs "
-            f"{needed:.1f} MB{'' if proven else ' (the least found within the limits)'}"
+            f"no plan fits in {mb_words(problem.memory_mb)} per device: the least-memory plan needs "
+            f"{mb_words(needed)}{'' if proven else ' (the least found within the limits)'}"
         )
     return Solution(
         problem,

@@ -75,6 +75,13 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
                 "peak_memory_mb": alternative.peak_memory_mb,
             }
         said = out["megatron"]
+        if said.get("flags"):
+            said["flags_of"] = "plan"
+        elif "alternative" in said:
+            # what a user pastes comes first and runs as it stands: the fastest plan Megatron-Core can
+            # say, whole (layout and recompute); the plan's own layout alone (`layout_only`) runs no
+            # recompute and may not fit
+            said["flags"], said["flags_of"] = said["alternative"]["flags"], "alternative"
         if said.get("layout") and not said.get("recompute_expressible") and "alternative" not in said:
             # why no plan Megatron-Core can say stands beside it: its flags carry the layout alone
             why = [note.split(": ", 1)[1] for note in solution.notes if note.startswith("Megatron-Core's settings:")]

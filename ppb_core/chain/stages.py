@@ -180,8 +180,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
-    if plan.get("megatron", {}).get("layout"):
-        headline.append(("Megatron-LM layout", f"`{plan['megatron']['layout']}`"))
+    headline += megatron_headline(plan.get("megatron", {}))
     about = {
         "title": f"{run.name}: pipeline plan",
         "headline": headline,
@@ -294,3 +293,27 @@ def run_chain(
 def partition_key(path: str | Path) -> str:
     """The key a run config's tables are stored under: its file stem (also the Dagster partition)."""
     return Path(path).stem
+
+
+def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report's Megatron-LM lines: the flags that run as they stand first (the plan's, or the
+    fastest plan Megatron-Core can say, with its cost); the plan's own layout alone, when Megatron
+    cannot say its recompute, marked as not runnable (`balance.megatron_text` says why)."""
+    if not said.get("layout"):
+        return []
+    lines = []
+    if said.get("flags"):
+        lines.append(("Megatron-LM", f"`{said['flags']}`"))
+    alternative = said.get("alternative")
+    if said.get("flags_of") == "alternative" and alternative:
+        lines.append(
+            (
+                "Megatron-LM flags are",
+                f"the fastest plan it can say ({alternative['setting']}), {alternative['slower_by']:.2%} slower",
+            )
+        )
+    if said.get("layout_only"):
+        lines.append(("the plan's own layout, NOT runnable alone (no recompute)", f"`{said['layout_only']}`"))
+    if said.get("note"):
+        lines.append(("Megatron-LM cannot say the plan", said["note"]))
+    return lines

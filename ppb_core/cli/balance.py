@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ppb_core import limits
 from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -253,26 +254,8 @@ def render(result: dict[str, Any]) -> None:
         console.print("To put in the MindFormers / HyperParallel yaml:")
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
-        mega = result["megatron"]
-        if mega.get("flags"):
-            console.print("Megatron-LM:", escape(mega["flags"]), soft_wrap=True)
-        if mega.get("first_last"):
-            console.print("  or, instead of the layout:", escape(mega["first_last"]), soft_wrap=True)
-        if mega.get("note"):
-            console.print(f"  ({escape(mega['note'])})")
-        if mega.get("no_alternative"):
-            console.print(
-                f"  no plan Megatron-LM can say beside it ({escape(mega['no_alternative'])}): the flags above "
-                "carry the layout, not the plan's recompute",
-                soft_wrap=True,
-            )
-        alternative = mega.get("alternative")
-        if alternative:
-            console.print(
-                f"  the fastest plan Megatron-LM can say ({alternative['setting']}), "
-                f"{alternative['slower_by']:.2%} slower: {escape(alternative['flags'])}",
-                soft_wrap=True,
-            )
+        for line in megatron_lines(result["megatron"]):
+            console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:
             console.print(

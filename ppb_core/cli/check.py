@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
@@ -86,6 +87,8 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "select_recompute": result["select_recompute"],
                 "select_comm_recompute": result["select_comm_recompute"],
                 "megatron": result["megatron"].get("flags"),
+                "megatron_flags_of": result["megatron"].get("flags_of"),
+                "megatron_lines": megatron_lines(result["megatron"]),
             }
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
@@ -178,8 +181,8 @@ def render(out: dict[str, Any]) -> None:
             f"select_comm_recompute {optimum['select_comm_recompute']}",
             soft_wrap=True,
         )
-        if optimum.get("megatron"):
-            console.print("  Megatron-LM:", escape(optimum["megatron"]), soft_wrap=True)
+        for line in optimum.get("megatron_lines", []):
+            console.print("  " + escape(line), soft_wrap=True)
     elif optimum:
         said = f": {optimum['message']}" if optimum.get("message") else ""
         console.print(f"the balancer's plan: {optimum['status']}{escape(said)}")

@@ -2,7 +2,8 @@
 
 Body layers of all sub-models, in pipeline order, fill the P·V cells in the order the schedule
 runs them (chunk by chunk; DualPipe-V's second chunk comes back from the last stage). The
-default split is uniform with the extra layers on the last cells, as hand-written offsets do.
+default split is uniform, the extra layers one each to the cells holding neither head nor tail,
+earliest first (`uniform_split`, the balancer's uniform baselines' rule).
 A sub-model's HEAD sits just before its first body layer and its TAIL just after its last.
 """
 
@@ -78,14 +79,55 @@ class LayerWalk:
         return [layer for layer in self.layers if layer.chunk == chunk and layer.stage == stage]
 
 
-def uniform_split(layers: int, stages: int, chunks: int, schedule: str = "1f1b") -> list[list[int]]:
-    """Body layers per [chunk][stage]: the same in every cell, the remainder on the last cells."""
+# Per framework whose plan it is: whether the head's and the tail's cells may hold no body layer
+# (None: SAPP's program, which exempts them; `balance.problem.BalanceInput.reserved_cells` says why).
+FRAMEWORK_RULES: dict[str | None, bool] = {None: True, "megatron": True, "torchtitan": True, "mindformers": False}
+
+
+def end_cells(stages: int, chunks: int, schedule: str, framework: str | None, mtp: bool) -> frozenset[tuple[int, int]]:
+    """The head's and the tail's cells where they may hold no body layer (the balancer's
+    `reserved_cells` for a run with a head and a tail): both where the framework allows it, the
+    tail's alone where MTP layers sit there (MindFormers' LayerSetting counts them)."""
+    cells = cell_order(schedule, stages, chunks)
+    ends = set()
+    if FRAMEWORK_RULES[framework]:
+        ends |= {cells[0], cells[-1]}
+    if mtp:
+        ends.add(cells[-1])
+    return frozenset(ends)
+
+
+def uniform_split(
+    layers: int,
+    stages: int,
+    chunks: int,
+    schedule: str = "1f1b",
+    ends: frozenset[tuple[int, int]] = frozenset(),
+) -> list[list[int]]:
+    """Body layers per [chunk][stage]: layers // cells in every cell, the remainder one each to the
+    cells in pipeline order, earliest first, the cells in *ends* (the head's and tail's, which
+    carry the embedding or the loss already) after every other.
+
+    One rule for `ppb estimate` (a run without a layout) and the balancer's uniform baselines, so
+    both price the same split. Megatron-Core has no rule of its own to follow for an uneven split:
+    without a layout or first/last-stage counts it asserts `num_layers % pipeline_model_parallel_size
+    == 0` (and the per-rank count divisible by the virtual stages), Megatron-LM d98e8a64,
+    megatron/core/transformer/transformer_block.py `get_num_layers_to_build`; there every rule gives
+    layers // cells everywhere."""
     cells = cell_order(schedule, stages, chunks)
     base, extra = divmod(layers, len(cells))
-    counts = [[0] * stages for _ in range(chunks)]
-    for position, (chunk, stage) in enumerate(cells):
-        counts[chunk][stage] = base + (1 if position >= len(cells) - extra else 0)
+    counts = [[base] * stages for _ in range(chunks)]
+    order = [cell for cell in cells if cell not in ends] + [cell for cell in cells if cell in ends]
+    for chunk, stage in order[:extra]:
+        counts[chunk][stage] += 1
     return counts
+
+
+def run_ends(run: RunConfig) -> frozenset[tuple[int, int]]:
+    """The run's `end_cells`: its framework's rule, and whether its language model has MTP layers."""
+    par = run.parallel
+    mtp = any(not run.is_vision(name) and run.spec(name).mtp_layers for name in run.model_names)
+    return end_cells(par.pp, par.vpp, par.schedule, run.framework, mtp)
 
 
 def walk(
@@ -117,7 +159,7 @@ def walk(
     if cell_counts is not None:
         counts = [list(row) for row in cell_counts]
     else:
-        counts = layout if layout is not None else uniform_split(total, stages, chunks, par.schedule)
+        counts = layout if layout is not None else uniform_split(total, stages, chunks, par.schedule, run_ends(run))
     if len(counts) != chunks or any(len(row) != stages for row in counts):
         raise InputError(run.source, "cell_counts", f"expected {chunks} chunks of {stages} stages")
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):

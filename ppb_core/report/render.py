@@ -122,32 +122,54 @@ def figure_png(
 
 
 TIMELINE_COLORS = {"F": "#8172B3", "B": "#C44E52", "R": "#E5AE38"}
+# with interleaving (V > 1) each chunk's forward and backward in its own colour, so a reader tells
+# the virtual stages' ops apart (chunk 0 keeps the colours a V = 1 chart uses); recompute stays one
+CHUNK_COLORS = {
+    "F": ("#8172B3", "#4C72B0", "#64B5CD", "#2A3F8F"),
+    "B": ("#C44E52", "#7A1F3D", "#937860", "#DA8BC3"),
+}
+KIND_NAMES = {"F": "forward", "R": "recompute", "B": "backward"}
+
+
+def timeline_style(kind: str, chunk: int, chunks: int) -> tuple[str, str]:
+    """The colour and legend label of one chunk's forward or backward bars (recompute: one for all)."""
+    if kind == "R" or chunks == 1:
+        return TIMELINE_COLORS[kind], KIND_NAMES[kind]
+    palette = CHUNK_COLORS[kind]
+    return palette[chunk % len(palette)], f"{KIND_NAMES[kind]}, chunk {chunk}"
 
 
 def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest_s: float) -> None:
     """One schedule run as a Gantt chart in seconds: per stage a row, each forward, recompute (the
-    start of a backward) and backward a bar, idle time blank (the bubbles)."""
+    start of a backward) and backward a bar, idle time blank (the bubbles); with V > 1 chunks each
+    chunk's forward and backward in its own colour, one legend entry each."""
     forward, backward, recompute = run["forward_s"], run["backward_s"], run["recompute_s"]
     timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]))
-    stages = len(timeline.orders)
-    # one collection per (kind, stage): a collection per bar made matplotlib rescale over every bar
-    # drawn so far, quadratic in the bars (DeepSeek-V3's 24,000 took 8 minutes)
-    bars: dict[str, list[list[tuple[float, float]]]] = {kind: [[] for _ in range(stages)] for kind in "FRB"}
+    stages, chunks = len(timeline.orders), len(forward)
+    # one collection per (kind, chunk, stage): a collection per bar made matplotlib rescale over
+    # every bar drawn so far, quadratic in the bars (DeepSeek-V3's 24,000 took 8 minutes)
+    bars: dict[tuple[str, int], list[list[tuple[float, float]]]] = {
+        (kind, chunk): [[] for _ in range(stages)] for kind in "FRB" for chunk in range(chunks)
+    }
     for stage, (order, starts, ends) in enumerate(zip(timeline.orders, timeline.starts, timeline.ends, strict=True)):
         for op, start, end in zip(order, starts, ends, strict=True):
             if op.kind == "F":
-                bars["F"][stage].append((start, end - start))
+                bars["F", op.chunk][stage].append((start, end - start))
                 continue
             again = min(float(recompute[op.chunk][stage]), end - start)
             if again > 0:
-                bars["R"][stage].append((start, again))
-            bars["B"][stage].append((start + again, end - start - again))
-    names = {"F": "forward", "R": "recompute", "B": "backward"}
+                bars["R", op.chunk][stage].append((start, again))
+            bars["B", op.chunk][stage].append((start + again, end - start - again))
+    labelled: set[str] = set()
     for kind in ("F", "R", "B"):
-        for stage, ranges in enumerate(bars[kind]):
-            if ranges:
-                axes.broken_barh(ranges, (stage - 0.4, 0.8), facecolors=TIMELINE_COLORS[kind])
-        axes.bar([0], [0], color=TIMELINE_COLORS[kind], label=names[kind])
+        for chunk in range(chunks):
+            color, name = timeline_style(kind, chunk, chunks)
+            for stage, ranges in enumerate(bars[kind, chunk]):
+                if ranges:
+                    # the first collection of a colour carries its legend label, the others none
+                    tag = name if name not in labelled else "_nolegend_"
+                    labelled.add(name)
+                    axes.broken_barh(ranges, (stage - 0.4, 0.8), facecolors=color, label=tag)
     busy = sum(timeline.busy(stage) for stage in range(stages))
     idle = 1 - busy / (stages * timeline.makespan) if timeline.makespan > 0 else 0.0
     # the schedule of the layers' times alone: the iteration in the report adds P2P, the data-parallel
