@@ -10,7 +10,7 @@ import pytest
 
 from ppb_core.config.run import load_run_config
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
-from ppb_core.search.outputs import megatron_flags, write_ranking
+from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
     BALANCER_NO_PLAN,
     NO_RELAXED_PLAN,
@@ -228,3 +228,31 @@ def test_megatron_flags_shard_what_the_strategy_shards(zero: int, fsdp: bool, sa
     flags = megatron_flags(spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "recompute": []}})
     sharding = [flag for flag in flags if "fsdp" in flag or "optimizer" in flag or "sharding" in flag]
     assert sharding == said
+
+
+def test_megatron_flags_of_a_plan_megatron_cannot_say_are_the_alternatives_whole() -> None:
+    """A plan mixing options per stage is not Megatron's to say: the written flags are the fastest plan it
+    can say (layout and recompute, as `ppb balance` prints them first), with comment lines saying so."""
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(2, 1, 2, 2, 2, "interleaved", 4, 1, True, "ring", 1, False, 1, 8, 0)
+    alternative = (
+        "--pipeline-model-parallel-layout 'Et|t|t|tL' "
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 1"
+    )
+    plan = {
+        "megatron": {
+            "layout": "Ett|t|t|L",
+            "recompute": None,
+            "note": "the plan uses NONE, FULL on different layers",
+            "flags": alternative,
+            "flags_of": "alternative",
+            "layout_only": "--pipeline-model-parallel-layout 'Ett|t|t|L'",
+            "alternative": {"setting": "full, block 1", "flags": alternative, "slower_by": 0.125},
+        }
+    }
+    flags = megatron_flags(spec, strategy, plan)
+    assert flags[-1] == alternative and not any("Ett|t|t|L" in flag for flag in flags)
+    note = _megatron_note(plan)
+    # two comment lines: the plan's note, then whose flags these are and their cost (0.125 → 12.50%)
+    assert note.count("\n") == 2 and all(line.startswith("# ") for line in note.splitlines())
+    assert "12.50% slower" in note and "not runnable as priced" in note

@@ -65,6 +65,11 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         f"--seq-length {spec.seq_length}",
     ]
     megatron = plan.get("megatron", {})
+    if megatron.get("flags_of") == "alternative":
+        # the plan is not Megatron's to say: the fastest plan it can say, whole and shell-quoted
+        # (`balance.result`), so that what is pasted runs as priced
+        flags.append(megatron["flags"])
+        return flags
     if megatron.get("layout"):
         flags.append(f'--pipeline-model-parallel-layout "{megatron["layout"]}"')
     elif s.vpp > 1:
@@ -168,6 +173,16 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
 
 
 def _megatron_note(plan: dict[str, Any]) -> str:
-    """Why the flags lack the plan's layout or recompute, as a comment line (nothing when they have both)."""
-    note = plan.get("megatron", {}).get("note")
-    return f"# {note}\n" if note else ""
+    """Why the flags lack the plan's layout or recompute, or are another plan's, as comment lines (nothing
+    when they are the plan's whole)."""
+    said = plan.get("megatron", {})
+    lines = [f"# {said['note']}"] if said.get("note") else []
+    alternative = said.get("alternative")
+    if said.get("flags_of") == "alternative" and alternative:
+        slower = alternative.get("slower_by")
+        cost = f", {100 * slower:.2f}% slower than the plan" if slower is not None else ""
+        lines.append(
+            f"# so these flags are the fastest plan Megatron-Core can say ({alternative.get('setting', '')}){cost}; "
+            f"the plan's own layout alone, {said.get('layout_only', '')}, is not runnable as priced"
+        )
+    return "".join(line + "\n" for line in lines)
