@@ -466,3 +466,16 @@ def test_recompute_modules_without_a_module_is_refused_as_megatron_refuses_it(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "--plan: --recompute-modules needs one module or more" in err
+
+
+def test_the_text_says_an_overflowing_plan_does_not_fit_rather_than_a_speedup_over_it(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """Beside a plan that runs out of memory a speedup means nothing (it cannot run): the balancer's line
+    says so instead, and keeps the speedup for a plan that fits."""
+    main(["check", str(small_device), "--plan", str(_yaml_plan(tmp_path, [2, 0, 0, -2]))])
+    text = capsys.readouterr().out
+    assert "yours does not fit" in text and "× yours" not in text
+    main(["check", str(small_device), "--plan", str(_yaml_plan(tmp_path, [2, 0, 0, -2], [10, 0, 0, 0]))])
+    text = capsys.readouterr().out
+    assert "× yours" in text and "does not fit" not in text

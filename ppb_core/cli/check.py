@@ -174,9 +174,11 @@ def render(out: dict[str, Any]) -> None:
         console.print("every stage fits")
     optimum = out.get("optimum")
     if optimum and "iteration_s" in optimum:
+        # beside a plan that does not fit, a speedup over it means nothing: the fitting plan's time stands alone
+        versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
         console.print(
             f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:.3f} s, "
-            f"{optimum['speedup']:.3f}× yours, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
+            f"{versus}, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
             f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
             f"select_comm_recompute {optimum['select_comm_recompute']}",
             soft_wrap=True,
