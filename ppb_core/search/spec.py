@@ -117,13 +117,15 @@ class SearchOptions(StrictModel):
         description="balance at most this many strategies, the least bounds first (deterministic); the ranking "
         "then says how many places are proven and the least bound left",
     )
-    balance_time_limit_s: Seconds = Field(
-        120.0,
-        description="the wall-clock safety net of one strategy's balancing; when it stops a balance, the result "
-        "says so (that plan then depends on the machine)",
+    balance_time_limit_s: Seconds | None = Field(
+        None,
+        description="opt-in wall-clock safety net of one strategy's balancing (none by default: work limits end "
+        "it); when it stops a balance, the result says so (that plan then depends on the machine)",
     )
-    evaluation_timeout_s: Seconds = Field(
-        300.0, description="seconds one strategy's balancing and timing may take before it is given up"
+    evaluation_timeout_s: Seconds | None = Field(
+        None,
+        description="opt-in: seconds one strategy's balancing and timing may take before it is given up (none by "
+        "default; when it fires, the ranking says so: it then depends on the machine)",
     )
     time_budget_s: Seconds | None = Field(
         None,
