@@ -314,6 +314,17 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
     _check_devices(spec, where)
+    fsdp_only = spec.limits.fsdp is not None and False not in spec.limits.fsdp
+    others = sorted(set(spec.limits.zero or ()) - {3})
+    if fsdp_only and others:
+        # the grid pairs each listed zero with fsdp false: under fsdp [true] alone those points are what the
+        # spec ruled out, and every FSDP point is ZeRO-3 whatever zero lists
+        raise InputError(
+            where,
+            "limits.zero",
+            f"zero {others} contradicts limits.fsdp [true] (FSDP shards as ZeRO-3): list zero [3], or fsdp "
+            "[false, true] to try both",
+        )
     if spec.framework == "torchtitan":
         # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2
         # (torchtitan shards with FSDP2 or replicates): such a value can never give a strategy
