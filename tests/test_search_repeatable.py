@@ -84,6 +84,17 @@ def test_a_search_under_load_gives_the_same_json() -> None:
     assert _without_timing(quiet) == _without_timing(loaded)
 
 
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe"])
+def test_the_workers_do_not_change_the_result(name: str) -> None:
+    # the waves are the spec's (`search.wave`), not the CPUs': one worker and three give the same counts,
+    # the same strategies balanced, pruned and ranked; with a balance budget too
+    spec = load_search_spec(DATA / f"{name}.yaml")
+    budgeted = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_budget": 5})})
+    for searched in (spec, budgeted):
+        one, three = (search(searched, workers=w).to_json(details=True) for w in (1, 3))
+        assert _without_timing(one) == _without_timing(three)
+
+
 @pytest.mark.parametrize("name", ["tiny-dense", "tiny-tight"])
 def test_each_reason_shows_one_instance_with_its_numbers(name: str) -> None:
     # the family writes numbers as N; its example is a strategy the reason rejected, with the line it got

@@ -599,10 +599,13 @@ def search_points(
         budget = spec.search.time_budget_s
         limit = spec.search.balance_budget
 
+        wave = spec.search.wave
+
         def room() -> int:
-            """Strategies a wave may balance: two per worker (balances differ in length: the second keeps a
-            core busy while the first's partner still runs), within the balance budget."""
-            wave = 2 * workers
+            """Strategies a wave may balance: the spec's `search.wave` (4 by default: two per core of a
+            2-core machine, where balances of different lengths keep both busy), within the balance budget.
+            Not the worker count: which strategies are balanced, and so the counts and a budgeted ranking,
+            would then depend on the machine's CPUs."""
             return wave if limit is None else max(0, min(wave, limit - counts["balanced"]))
 
         while queue and not beaten(queue[0][0], queue[0][1]):
@@ -613,7 +616,7 @@ def search_points(
                 break
             # a wave: the least bounds first; refine many at once, balance two per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
-            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 64 * workers:
+            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 32 * wave:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):
                     break

@@ -132,8 +132,14 @@ class SearchOptions(StrictModel):
         description="a wall-clock safety net: stop bounding and balancing after this long (the ranking then says "
         "how many places are proven, and that the clock stopped it)",
     )
+    wave: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "strategies")] = Field(
+        4,
+        description="strategies balanced side by side in each wave of the branch and bound (and 32 times as many "
+        "bounds refined): the waves decide which strategies are balanced, so they are the spec's, not the "
+        "machine's CPUs, and the result is the same with any number of workers",
+    )
     workers: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "processes")] | None = Field(
-        None, description="processes; default: the machine's CPUs"
+        None, description="processes; default: the machine's CPUs (the result does not depend on it)"
     )
 
 
