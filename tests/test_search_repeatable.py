@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ppb_core.balance import highs
-from ppb_core.search import rank
+from ppb_core.search import bound, rank
 from ppb_core.search.enumerate import Refusal, enumerate_strategies, validate
 from ppb_core.search.rank import exhaustive, search
 from ppb_core.search.spec import SearchOptions, load_search_spec
@@ -110,3 +110,23 @@ def test_each_reason_shows_one_instance_with_its_numbers(name: str) -> None:
             assert re.sub(r"\d+(\.\d+)?", "N", line) in reason and re.search(r"\d", line)
             numbered += 1
     assert numbered or name == "tiny-tight"
+
+
+def test_relaxations_cut_short_by_their_iterations_keep_the_ranking_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no simplex iteration at all: every relaxation presolve does not end is cut short, gives no bound
+    # ("iteration_limit", 0), and the strategy keeps its schedule bound; pruning stays sound, so the ranking
+    # is still the exhaustive one (one worker: the relaxations run in this process, under the patch)
+    monkeypatch.setattr(bound, "LP_ITERATIONS_PER_ROW", 0)
+    statuses: list[str] = []
+    solve = bound._solve
+
+    def recorded(*args: Any, **kwargs: Any) -> bound.Relaxation:
+        answer = solve(*args, **kwargs)
+        statuses.append(answer.status)
+        return answer
+
+    monkeypatch.setattr(bound, "_solve", recorded)
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    searched, every = search(spec, workers=1), exhaustive(spec)
+    assert "iteration_limit" in statuses
+    assert [(e.strategy, e.seconds) for e in searched.ranked] == [(e.strategy, e.seconds) for e in every.ranked]
