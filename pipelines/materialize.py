@@ -126,8 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="on a terminal too, the summary alone")
     args = parser.parse_args(argv)
-    limit = args.time_limit
-    if limit is not None and not (math.isfinite(limit) and limit > 0):  # as `ppb plan` refuses it, before any run
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):  # as ppb plan
         error(f"--time-limit: must be a positive number of seconds, got {args.time_limit}")
         return EXIT_BAD_INPUT
     home = os.environ.get("DAGSTER_HOME")

@@ -455,3 +455,14 @@ def test_a_time_limit_of_no_seconds_is_one_line(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "--time-limit: must be a positive number of seconds, got " in err
+
+
+def test_recompute_modules_without_a_module_is_refused_as_megatron_refuses_it(
+    capsys: pytest.CaptureFixture[str], small_device: Path
+) -> None:
+    """Megatron-LM's argparse takes `--recompute-modules` with nargs '+' (TransformerConfig's List[str]);
+    empty, ppb took it for the default core_attn and then said the run config must name core_attn."""
+    code = main(["check", str(small_device), "--plan", "--recompute-granularity selective --recompute-modules"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--plan: --recompute-modules needs one module or more" in err

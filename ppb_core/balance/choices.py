@@ -170,8 +170,9 @@ def _option_front(
 def _option_fronts(
     most: int, options: Sequence[int], backward: Sequence[float], activation: Sequence[float], base: int = NONE
 ):
-    """`_option_front` of 0, 1, …, `most` layers, all from one pass, backward times compared as they are."""
-    fronts = _ranked_fronts(most, options, backward, activation, backward, base)
+    """`_option_front` of 0, 1, …, `most` layers, all from one pass, backward times compared in tie units
+    (`tie_units`, as the catalogue compares them): raw float sums make 5·t + 2·t and 7·t differ."""
+    fronts = _ranked_fronts(most, options, backward, activation, tie_units([backward], base)[0], base)
     return [[(b, a, counts) for b, a, counts, _ in front] for front in fronts]
 
 

@@ -276,7 +276,7 @@ def parse_flags(text: str) -> MegatronFlags:
     """The flags of a Megatron-LM command line or launch script (`launch_script.script_words`):
     the pipeline and recompute flags, and the ones a run config states too (`SIZE_FLAGS`,
     `TEXT_FLAGS`, `SWITCH_FLAGS`); other flags are read past. `--recompute-modules` takes every
-    word up to the next flag, as argparse's nargs='*' does; a flag given twice keeps its last value,
+    word up to the next flag, one at least, as argparse's nargs='+' does; a flag given twice keeps its last value,
     as argparse does."""
     try:
         words = script_words(text)
@@ -296,6 +296,9 @@ def parse_flags(text: str) -> MegatronFlags:
                 values.append(words[index])
                 index += 1
             if name == "--recompute-modules":
+                if not values:  # TransformerConfig.recompute_modules is a List[str]: argparse nargs '+'
+                    # (training/argument_utils.py `_extract_type`, Megatron-LM d98e8a64) refuses it empty
+                    raise LayoutError("--recompute-modules needs one module or more, as Megatron-LM's argparse does")
                 found["modules"] = tuple(values)
             else:
                 stated[name] = " ".join(values)
