@@ -180,6 +180,17 @@ def test_a_models_switches_refine_only_the_switch_form():
     assert caught.value.field == "models.0.recompute" and "run-wide" in caught.value.problem
 
 
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "mindformers"])
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_a_zero_stage_beside_fsdp_is_refused_in_one_line(framework: str, zero: int):
+    # FSDP is ZeRO-3 (parameters, gradients and optimizer states sharded): zero 0-2 beside it contradicts it
+    with pytest.raises(InputError) as caught:
+        _run(framework=framework, parallel={"dp": 2, "zero": zero, "fsdp": True})
+    assert caught.value.source == "run.yaml" and caught.value.field == "parallel.zero"
+    assert f"zero {zero} contradicts fsdp true" in caught.value.problem and "\n" not in str(caught.value)
+    assert _run(framework=framework, parallel={"dp": 2, "zero": 3, "fsdp": True}).shard_level == 3
+
+
 def test_torchtitan_shards_with_fsdp_or_replicates():
     # torchtitan's data parallelism is fully_shard (FSDP2) or replicate: no ZeRO-1/2.
     assert _run(framework="torchtitan").shard_level == 3  # zero left at its default: FSDP

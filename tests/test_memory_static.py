@@ -21,8 +21,8 @@ P = DENSE_BODY_PARAMS  # 41088
         ({"dp": 4, "zero": 2}, 82176 + 164352),
         # ZeRO-3: parameters too: 10272·18
         ({"dp": 4, "zero": 3}, 10272 * 18),
-        # FSDP shards like ZeRO-3 whatever `zero` says
-        ({"dp": 4, "zero": 1, "fsdp": True}, 10272 * 18),
+        # FSDP shards like ZeRO-3 (zero left unstated: a stated zero other than 3 is refused)
+        ({"dp": 4, "fsdp": True}, 10272 * 18),
         # context-parallel ranks shard with the data-parallel ones: dp 2 · cp 2 is a group of 4
         ({"dp": 2, "cp": 2, "zero": 1}, 246528 + 123264),
         # a shard rounds up: 41088/5 = 8217.6 -> 8218 elements

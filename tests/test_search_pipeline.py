@@ -16,7 +16,7 @@ from pipelines.partitions import PARTITIONS_NAME
 from ppb_core.config.run import load_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.search.enumerate import enumerate_strategies
-from ppb_core.search.rank import search_points
+from ppb_core.search.rank import OUT_OF_TIME, PRUNED, SLOWER, search_points
 from ppb_core.search.spec import load_search_spec
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
@@ -67,12 +67,21 @@ def test_a_search_runs_through_dagster_with_the_multiprocess_executor(folders, s
         }
         assert len(pids) >= 3
         chained = sorted(instance.get_dynamic_partitions(PARTITIONS_NAME))
+        event = instance.get_latest_materialization_event(dg.AssetKey("strategy_search"))
+        assert event is not None and event.asset_materialization is not None
+        metadata = event.asset_materialization.metadata
 
     spec = load_search_spec(folders["searches"] / "tiny.yaml")
     expected = search_points(spec, list(enumerate_strategies(spec)), workers=1)
     table = pd.read_parquet(folders["storage"] / "strategy_search" / "tiny.parquet")
     assert list(table["name"]) == [entry.strategy.label(spec) for entry in expected.ranked]
     assert list(table["iteration_s"]) == [entry.seconds for entry in expected.ranked]
+    # the shards' reasons merged, each with one instance; a refusal's is the whole search's (its least
+    # strategy), while what each shard pruned or found slower depends on the shard's own ranking
+    shown = metadata["rejected_examples"].value
+    assert set(shown) == set(metadata["rejected"].value) and all(shown.values())
+    refused = {reason for reason in expected.reasons() if reason not in (PRUNED, SLOWER, OUT_OF_TIME)}
+    assert {reason: shown[reason] for reason in refused} == {r: expected.example(r) for r in refused}
     # every ranked strategy's files, and the two best as the chain's run configs and partitions
     files = folders["storage"] / "strategy_search" / "tiny"
     assert (files / "search.json").is_file()

@@ -62,6 +62,8 @@ def test_every_shipped_search_loads() -> None:
             "limits.zero",
             "torchtitan has no ZeRO-1",
         ),
+        # fsdp [true] alone makes every point ZeRO-3: a zero 1 beside it is a contradiction, not a grid
+        (lambda raw: raw["limits"].update(zero=[1], fsdp=[True]), "limits.zero", "zero [1] contradicts limits.fsdp"),
         (lambda raw: raw["limits"].update(tp=[]), "limits.tp", "at least 1"),
         (lambda raw: raw["limits"].update(schedules=["zigzag"]), "limits.schedules.0", "1f1b"),
         (lambda raw: raw["limits"].update(recompute=[{"mode": "full"}]), "limits.recompute.0", "torchtitan's words"),

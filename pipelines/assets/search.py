@@ -180,6 +180,7 @@ def rank_shards(
             "preview": dg.MetadataValue.md(markdown_table(table.frame.drop(columns=["plan_json", "recompute_json"]))),
             "counts": dg.MetadataValue.json(merged.counts),
             "rejected": dg.MetadataValue.json(merged.reasons()),
+            "rejected_examples": dg.MetadataValue.json({reason: merged.example(reason) for reason in merged.reasons()}),
             "best": best.strategy.label(spec) if best else "none",
             "best_tokens_per_second_per_device": float(best.tokens_per_second_per_device) if best else 0.0,
             "best_iteration_s": float(best.seconds) if best else 0.0,

@@ -168,18 +168,25 @@ def render(result: SearchResult) -> None:
             f"{result.counts['clock_stopped']} balances were stopped by their wall-clock safety net "
             "(search.balance_time_limit_s), not by their work limits: those plans depend on the machine"
         )
-    unanswered = result.rejected.get(BALANCER_TIMEOUT, 0) + result.rejected.get(BALANCER_FAILED, 0)
-    if unanswered:
+    timed_out = result.rejected.get(BALANCER_TIMEOUT, 0)
+    if timed_out:
         console.print(
-            f"{unanswered} strategies gave no answer within {spec.search.evaluation_timeout_s:g} s: the ranking is "
-            "exact among the others (raise search.evaluation_timeout_s to include them)"
+            f"{timed_out} strategies gave no answer within {spec.search.evaluation_timeout_s:g} s (the opt-in "
+            "wall-clock search.evaluation_timeout_s): the ranking is exact among the others and depends on the "
+            "machine (drop the timeout to include them)"
+        )
+    failed = result.rejected.get(BALANCER_FAILED, 0)
+    if failed:
+        console.print(
+            f"{failed} strategies' balancing processes ended without an answer: the ranking is exact among the others"
         )
     if result.reasons():
-        refused = Table(title="strategies not ranked, by reason")
+        refused = Table(title="strategies not ranked, by reason (numbers as N; one instance each)")
         refused.add_column("count", justify="right")
         refused.add_column("reason")
+        refused.add_column("for instance")
         for reason, count in result.reasons().items():
-            refused.add_row(str(count), reason)
+            refused.add_row(str(count), reason, result.example(reason))
         console.print(refused)
     counts = result.counts
     console.print(

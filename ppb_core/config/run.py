@@ -810,6 +810,15 @@ def _check_run(run: RunConfig, where: str) -> None:
                 f"models.{index}.recompute",
                 "a model's switches refine ppb's switch dict; training.recompute in another form is run-wide",
             )
+    if par.fsdp and "zero" in par.model_fields_set and par.zero != 3:
+        # FSDP shards parameters, gradients and optimizer states (`shard_level` 3): a ZeRO stage stated beside
+        # it says otherwise, and taking either silently prices a run the user did not ask for
+        raise InputError(
+            where,
+            "parallel.zero",
+            f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
+            "or set fsdp false",
+        )
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.

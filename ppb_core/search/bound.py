@@ -54,6 +54,11 @@ from ppb_core.schedules import cell_order, check, in_flight_vectors, stage_order
 # The relative slack given to the program's answer and its memory rows, above HiGHS's tolerances, so
 # that neither its optimum nor its infeasibility is claimed where exact arithmetic would differ.
 LP_MARGIN = 1e-6
+# The relaxed program's work limit (deterministic, no clock): simplex iterations per row and column. The
+# dual simplex ends these programs in about one iteration per row; past the limit its objective is not a
+# proven bound (phase 1 is not dual feasible), so the answer is "unknown" and the strategy keeps the bound
+# it had (the schedule bound, proven without the program).
+LP_ITERATIONS_PER_ROW = 50
 
 
 @dataclass(frozen=True)
@@ -356,8 +361,9 @@ def _averages(
 
 @dataclass(frozen=True)
 class Relaxation:
-    """The relaxed balancing program's answer: "optimal" (or "time_limit", the proven bound) with its value
-    (ms), "infeasible", or "unknown" when HiGHS gave no answer to trust (value 0: no bound)."""
+    """The relaxed balancing program's answer: "optimal" (or "node_limit", the integer program's proven
+    bound so far) with its value (ms), "infeasible", or "unknown" / "iteration_limit" when HiGHS gave no
+    answer to trust (value 0: no bound beyond the one the strategy had)."""
 
     status: str
     value_ms: float | None
@@ -372,7 +378,7 @@ def lp_bound(
     transfer_ms: float = 0.0,
     blocking: bool = True,
     whole_layers: bool = False,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     reduction_floor_ms: float | None = None,
     whole_stages: bool = False,
     nodes: int | None = None,
@@ -535,7 +541,7 @@ def _solve(
     rows: list[tuple[float, float, dict[int, float]]],
     top: int,
     integers: Sequence[int] = (),
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     nodes: int | None = None,
 ) -> Relaxation:
     solver = highs.new_solver(time_limit, nodes)
@@ -569,15 +575,22 @@ def _solve(
             np.array(integers, dtype=np.int32),
             np.array([highspy.HighsVarType.kInteger] * len(integers)),
         )
+    if not integers:  # the relaxation ends on its iterations; the integer program on its nodes
+        iterations = LP_ITERATIONS_PER_ROW * (n + len(rows))
+        solver.setOptionValue("simplex_iteration_limit", iterations)
+        solver.setOptionValue("ipm_iteration_limit", iterations)
     solver.run()
     status = solver.getModelStatus()
+    if status == highspy.HighsModelStatus.kIterationLimit:
+        # cut short: the simplex's objective there bounds nothing; the strategy keeps its proven bound
+        return Relaxation("iteration_limit", 0.0)
     if status not in _ANSWERS:  # a numerical failure: try once more from an interior point
         solver.setOptionValue("solver", "ipm")
         solver.clearSolver()
         solver.run()
         status = solver.getModelStatus()
     if integers and status in _CUT_SHORT:  # the proven bound so far
-        return Relaxation("time_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
+        return Relaxation("node_limit", float(solver.getInfo().mip_dual_bound) * (1 - LP_MARGIN))
     if status == highspy.HighsModelStatus.kOptimal:
         # HiGHS stops within its tolerances (1e-7): give that much back so the bound stays below
         return Relaxation("optimal", float(solver.getInfo().objective_function_value) * (1 - LP_MARGIN))
@@ -587,6 +600,6 @@ def _solve(
     return Relaxation("unknown", 0.0)
 
 
-# an integer program stopped by its node limit (or the wall-clock safety bound): its dual bound holds
+# an integer program stopped by its node limit (or an opt-in wall-clock limit): its dual bound holds
 _CUT_SHORT = (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kSolutionLimit)
 _ANSWERS = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kInfeasible, *_CUT_SHORT)

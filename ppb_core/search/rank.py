@@ -67,9 +67,8 @@ BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
 BALANCER_TIMEOUT = "balancer: no answer within the search's evaluation timeout"
 BALANCER_FAILED = "balancer: its process ended without an answer"
 # The whole-layer program's branch-and-bound nodes (deterministic); past them its proven bound so far is
-# taken. The seconds are only the wall-clock safety net.
+# taken. No clock: every bound, and so every pruning, is the same on any machine and load.
 WHOLE_LAYERS_NODES = 200
-WHOLE_LAYERS_SECONDS = 30.0
 OUT_OF_TIME = "budget: not examined within the search's budget (its bound is below the ranking's last)"
 PRUNED = "bound: cannot beat the ranking's last (schedule bound)"
 SLOWER = "ranking: balanced and timed, slower than the ranking's last"
@@ -169,9 +168,9 @@ def evaluate(
     """Balance the strategy and time its plan (and its best uniform split) with `run_iteration`.
 
     The balance is bounded by work (`search.balance_work`, a share of the balancer's limits), so the plan
-    is the same on any machine; `search.balance_time_limit_s` is only a safety net, and the plan's
-    `stopped_by` says "time_limit" when it fired. *solved* holds balances already done, by `payload_key`:
-    a problem found there is not balanced again, and one balanced here is added."""
+    is the same on any machine; `search.balance_time_limit_s` (none unless the spec gives one) is only a
+    safety net, and the plan's `stopped_by` says "time_limit" when it fired. *solved* holds balances already
+    done, by `payload_key`: a problem found there is not balanced again, and one balanced here is added."""
     if run is None:
         checked = validate(spec, strategy)
         if isinstance(checked, Refusal):
@@ -270,7 +269,7 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
         found.transfer_ms,
         blocking(run),
         whole_layers,
-        time_limit=WHOLE_LAYERS_SECONDS,
+        time_limit=None,
         nodes=WHOLE_LAYERS_NODES,
         reduction_floor_ms=found.reduction_floor_ms,
         schedule_floor_ms=floor,
@@ -340,9 +339,9 @@ def _context() -> Any:
 
 class _Workers:
     """Screening and bounds run in a pool of processes (or here, with one worker). Balancing runs in
-    processes of its own, one strategy at a time each, and one that is still balancing past
-    `SearchOptions.evaluation_timeout_s` is stopped (the balancer's own time limit does not cover every
-    phase of its solve) and replaced by a fresh one for the next wave."""
+    processes of its own, one strategy at a time each. With the opt-in `SearchOptions.evaluation_timeout_s`
+    (none by default: every answer is awaited, so the ranking is the same on any machine and load), one
+    still balancing past it is stopped and replaced by a fresh one for the next wave."""
 
     def __init__(self, spec: SearchSpec, workers: int) -> None:
         self.workers = workers
@@ -415,18 +414,19 @@ class _Workers:
                 evaluator = self._evaluator(index)
                 evaluator.connection.send((strategy, held))
             evaluator.holds |= held.keys()
-        deadline = time.monotonic() + self.timeout
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         answers: dict[Strategy, Ranked | Refusal] = {}
         for index, strategy in enumerate(strategies):
             evaluator = self.evaluators[index]
             assert evaluator is not None
-            if evaluator.connection.poll(max(0.0, deadline - time.monotonic())):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if evaluator.connection.poll(wait):
                 try:
                     answers[strategy], added = evaluator.connection.recv()
                     self.solved.update(added)
                     evaluator.holds |= added.keys()
                     continue
-                except EOFError:
+                except (EOFError, ConnectionResetError):  # the process ended mid-answer
                     answers[strategy] = Refusal(strategy, BALANCER_FAILED, "the balancing process ended without answer")
             else:
                 answers[strategy] = Refusal(strategy, BALANCER_TIMEOUT, f"no answer within {self.timeout:g} s")
@@ -460,6 +460,8 @@ class SearchResult:
     proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
     unexamined_bound_s: float | None = None  # the least bound left when the budget ran out
     clock_stopped: bool = False  # the wall-clock safety net (`time_budget_s`) ended the search: not repeatable
+    # one concrete instance of each reason (its family writes numbers as N): the least strategy, with its line
+    examples: dict[str, tuple[Strategy, str]] = field(default_factory=dict)
 
     @property
     def proven_gap(self) -> float | None:
@@ -477,11 +479,23 @@ class SearchResult:
             reasons[SLOWER] += len(self.balanced) - len(self.ranked)
         return dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
+    def example(self, reason: str) -> str:
+        """One strategy the reason rejected, numbers kept: its label and its own line."""
+        found = self.examples.get(reason)
+        if found is None and reason == SLOWER and len(self.balanced) > len(self.ranked):
+            first = self.balanced[len(self.ranked)]
+            found = (first.strategy, f"{first.seconds:.4g} s")
+        if found is None:
+            return ""
+        strategy, line = found
+        return f"{strategy.label(self.spec)}: {line}" if line else strategy.label(self.spec)
+
     def to_json(self, details: bool = False) -> dict[str, Any]:
         """The contract's result (`ppb search --json`): ranked, rejected by reason, the four counts; with
         *details*, every count, the places proven, the least bound left unexamined and the wall time."""
         rejected = self.reasons()
         ranked = [entry.to_json(self.spec, details) for entry in self.ranked]
+        examples = {reason: self.example(reason) for reason in rejected}
         if not details:
             return {
                 "ranked": ranked,
@@ -492,6 +506,7 @@ class SearchResult:
             "search": self.spec.name,
             "ranked": ranked,
             "rejected": rejected,
+            "rejected_examples": examples,
             "counts": dict(self.counts),
             "proven": len(self.ranked) if self.proven is None else self.proven,
             "unexamined_bound_seconds": self.unexamined_bound_s,
@@ -556,6 +571,7 @@ def search_points(
     started = time.perf_counter()
     top = spec.search.top
     rejected: Counter = Counter()
+    examples: dict[str, tuple[Strategy, str]] = {}
     counts = dict.fromkeys(COUNTS, 0)
     counts["enumerated"] = len(points)
     clock_stopped = False
@@ -567,6 +583,7 @@ def search_points(
             for kind, item in results:
                 if kind == "refused":
                     rejected[item.reason] += 1
+                    _note(examples, item.reason, item.strategy, item.message)
                     continue
                 counts["valid"] += 1
                 counts["screened"] += 1
@@ -582,10 +599,13 @@ def search_points(
         budget = spec.search.time_budget_s
         limit = spec.search.balance_budget
 
+        wave = spec.search.wave
+
         def room() -> int:
-            """Strategies a wave may balance: two per worker (balances differ in length: the second keeps a
-            core busy while the first's partner still runs), within the balance budget."""
-            wave = 2 * workers
+            """Strategies a wave may balance: the spec's `search.wave` (4 by default: two per core of a
+            2-core machine, where balances of different lengths keep both busy), within the balance budget.
+            Not the worker count: which strategies are balanced, and so the counts and a budgeted ranking,
+            would then depend on the machine's CPUs."""
             return wave if limit is None else max(0, min(wave, limit - counts["balanced"]))
 
         while queue and not beaten(queue[0][0], queue[0][1]):
@@ -596,7 +616,7 @@ def search_points(
                 break
             # a wave: the least bounds first; refine many at once, balance two per worker
             taken: dict[int, list[tuple[float, Strategy]]] = {1: [], 2: [], 3: []}
-            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 64 * workers:
+            while queue and len(taken[3]) < room() and len(taken[1]) + len(taken[2]) < 32 * wave:
                 bound, strategy, level = queue[0]
                 if beaten(bound, strategy):
                     break
@@ -619,6 +639,7 @@ def search_points(
                         counts["relaxed" if kind == "relax" else "whole_layers"] += 1
                         if isinstance(answer, str):
                             rejected[answer] += 1
+                            _note(examples, answer, strategy, "")
                         else:
                             level = 2 if kind == "relax" else 3
                             heapq.heappush(queue, (max(bounds[strategy], answer), strategy, level))
@@ -626,6 +647,7 @@ def search_points(
                     counts["balanced"] += 1
                     if isinstance(answer, Refusal):
                         rejected[answer.reason] += 1
+                        _note(examples, answer.reason, strategy, answer.message)
                     else:
                         counts["clock_stopped"] += answer.stopped_by == "time_limit"
                         ranked.append(_with_bound(answer, bounds[strategy]))
@@ -642,6 +664,12 @@ def search_points(
         waiting = [(bound, strategy) for bound, strategy, _ in queue if not beaten(bound, strategy)]
         counts["pruned"] = len(queue) - len(waiting)
         counts["unexamined"] = len(waiting)
+        last = ranked[top - 1].seconds if len(ranked) >= top else None
+        for bound, strategy, _ in queue:
+            if last is not None and beaten(bound, strategy):
+                _note(examples, PRUNED, strategy, f"bound {bound:.4g} s > the ranking's last {last:.4g} s")
+            else:
+                _note(examples, OUT_OF_TIME, strategy, f"bound {bound:.4g} s")
         if counts["pruned"]:
             rejected[PRUNED] += counts["pruned"]
         if waiting:
@@ -655,7 +683,15 @@ def search_points(
     result.proven = proven
     result.unexamined_bound_s = None if least is None else least[0]
     result.clock_stopped = clock_stopped
+    result.examples = examples
     return result
+
+
+def _note(examples: dict[str, tuple[Strategy, str]], reason: str, strategy: Strategy, line: str) -> None:
+    """Keep the least strategy of each reason as its example (the same whatever order answers come in)."""
+    held = examples.get(reason)
+    if held is None or strategy < held[0]:
+        examples[reason] = (strategy, line)
 
 
 def _deal(items: list[Strategy], hands: int) -> list[list[Strategy]]:
@@ -682,9 +718,12 @@ def merge(spec: SearchSpec, results: Sequence[SearchResult]) -> SearchResult:
     """The shards' rankings as one: the best `top` of all, counts and refusals added up."""
     ranked = sorted((entry for result in results for entry in result.ranked), key=Ranked.key)
     rejected: Counter = Counter()
+    examples: dict[str, tuple[Strategy, str]] = {}
     counts = dict.fromkeys(COUNTS, 0)
     for result in results:
         rejected.update(result.rejected)
+        for reason, (strategy, line) in result.examples.items():
+            _note(examples, reason, strategy, line)
         for key, value in result.counts.items():
             counts[key] = counts.get(key, 0) + value
     balanced = sorted((entry for result in results for entry in result.balanced), key=Ranked.key)
@@ -695,6 +734,7 @@ def merge(spec: SearchSpec, results: Sequence[SearchResult]) -> SearchResult:
     if merged.unexamined_bound_s is not None:
         merged.proven = sum(1 for entry in merged.ranked if entry.seconds < merged.unexamined_bound_s)
     merged.clock_stopped = any(result.clock_stopped for result in results)
+    merged.examples = examples
     return merged
 
 
@@ -703,25 +743,31 @@ def exhaustive(spec: SearchSpec) -> SearchResult:
     started = time.perf_counter()
     ranked: list[Ranked] = []
     rejected: Counter = Counter()
+    examples: dict[str, tuple[Strategy, str]] = {}
     counts = dict.fromkeys(COUNTS, 0)
     for point in enumerate_strategies(spec):
         counts["enumerated"] += 1
         if isinstance(point, Refusal):
             rejected[point.reason] += 1
+            _note(examples, point.reason, point.strategy, point.message)
             continue
         run = validate(spec, point)
         if isinstance(run, Refusal):
             rejected[run.reason] += 1
+            _note(examples, run.reason, run.strategy, run.message)
             continue
         counts["valid"] += 1
         counts["balanced"] += 1
         entry = evaluate(spec, point, run)
         if isinstance(entry, Refusal):
             rejected[entry.reason] += 1
+            _note(examples, entry.reason, entry.strategy, entry.message)
         else:
             ranked.append(entry)
     ranked.sort(key=Ranked.key)
-    return SearchResult(spec, ranked[: spec.search.top], rejected, counts, time.perf_counter() - started, ranked)
+    result = SearchResult(spec, ranked[: spec.search.top], rejected, counts, time.perf_counter() - started, ranked)
+    result.examples = examples
+    return result
 
 
 __all__ = [

@@ -117,21 +117,29 @@ class SearchOptions(StrictModel):
         description="balance at most this many strategies, the least bounds first (deterministic); the ranking "
         "then says how many places are proven and the least bound left",
     )
-    balance_time_limit_s: Seconds = Field(
-        120.0,
-        description="the wall-clock safety net of one strategy's balancing; when it stops a balance, the result "
-        "says so (that plan then depends on the machine)",
+    balance_time_limit_s: Seconds | None = Field(
+        None,
+        description="opt-in wall-clock safety net of one strategy's balancing (none by default: work limits end "
+        "it); when it stops a balance, the result says so (that plan then depends on the machine)",
     )
-    evaluation_timeout_s: Seconds = Field(
-        300.0, description="seconds one strategy's balancing and timing may take before it is given up"
+    evaluation_timeout_s: Seconds | None = Field(
+        None,
+        description="opt-in: seconds one strategy's balancing and timing may take before it is given up (none by "
+        "default; when it fires, the ranking says so: it then depends on the machine)",
     )
     time_budget_s: Seconds | None = Field(
         None,
         description="a wall-clock safety net: stop bounding and balancing after this long (the ranking then says "
         "how many places are proven, and that the clock stopped it)",
     )
+    wave: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "strategies")] = Field(
+        4,
+        description="strategies balanced side by side in each wave of the branch and bound (and 32 times as many "
+        "bounds refined): the waves decide which strategies are balanced, so they are the spec's, not the "
+        "machine's CPUs, and the result is the same with any number of workers",
+    )
     workers: Annotated[PositiveInt, limits.at_most(limits.WORKERS, "processes")] | None = Field(
-        None, description="processes; default: the machine's CPUs"
+        None, description="processes; default: the machine's CPUs (the result does not depend on it)"
     )
 
 
@@ -312,6 +320,17 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
     _check_devices(spec, where)
+    fsdp_only = spec.limits.fsdp is not None and False not in spec.limits.fsdp
+    others = sorted(set(spec.limits.zero or ()) - {3})
+    if fsdp_only and others:
+        # the grid pairs each listed zero with fsdp false: under fsdp [true] alone those points are what the
+        # spec ruled out, and every FSDP point is ZeRO-3 whatever zero lists
+        raise InputError(
+            where,
+            "limits.zero",
+            f"zero {others} contradicts limits.fsdp [true] (FSDP shards as ZeRO-3): list zero [3], or fsdp "
+            "[false, true] to try both",
+        )
     if spec.framework == "torchtitan":
         # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2
         # (torchtitan shards with FSDP2 or replicates): such a value can never give a strategy
