@@ -11,48 +11,19 @@ peaks and iteration seconds (tests/test_check_recompute_flags.py does the same f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from check_runs import CONFIGS, LAYOUT, SPLIT, check_json, estimated, figures, llama_run
 
 from ppb_core.cli.main import main
 
-CONFIGS = Path(__file__).parent.parent / "configs"
-SPLIT = "Et*9|t*8|t*8|t*7L"
-LAYOUT = f"--pipeline-model-parallel-layout '{SPLIT}'"
-
 
 def _run_config(folder: Path, recompute: object, layout: str | None = None) -> Path:
-    """configs/llama3-8b.yaml with *recompute* (and *layout*) in place of its own."""
-    raw = yaml.safe_load((CONFIGS / "llama3-8b.yaml").read_text())
-    raw["models"][0]["config"] = str(CONFIGS / "hf" / "llama3-8b.json")
-    raw["training"]["recompute"] = recompute if recompute is not None else {}  # {}: no recompute
-    raw["framework"] = "megatron"
-    if layout is not None:
-        raw["parallel"]["layout"] = layout
-    path = folder / f"llama3-8b-{len(list(folder.iterdir()))}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def _check(capsys: pytest.CaptureFixture[str], run: Path, plan: str) -> tuple[int, dict[str, Any]]:
-    code = main(["check", str(run), "--plan", plan, "--json", "--no-optimum", "-q"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def _figures(out: dict[str, Any]) -> tuple[list[float], float]:
-    return [stage["peak_mb"] for stage in out["stages"]], out["iteration_s"]
-
-
-def _estimated(capsys: pytest.CaptureFixture[str], run: Path) -> tuple[list[float], float]:
-    """`ppb estimate`'s stage peaks (less what the run reserves, as `ppb check` shows them) and seconds."""
-    assert main(["estimate", str(run), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    peaks = [(stage["peak_bytes"] - stage["reserved_bytes"]) / 2**20 for stage in out["stages"]]
-    return peaks, out["iteration"]["seconds"]
+    """configs/llama3-8b.yaml as a Megatron run with *recompute* (None: none) and *layout* in place of its own."""
+    return llama_run(folder, recompute if recompute is not None else {}, layout, framework="megatron")
 
 
 def _full(method: str, layers: int) -> tuple[str, dict[str, Any]]:
@@ -65,13 +36,13 @@ def test_full_flags_are_priced_as_the_run_config_would_price_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, method: str, layers: int
 ) -> None:
     flags, words = _full(method, layers)
-    code, given = _check(capsys, _run_config(tmp_path, None), f"{LAYOUT} {flags}")
+    code, given = check_json(capsys, _run_config(tmp_path, None), f"{LAYOUT} {flags}")
     assert code == 0
     full = [min(layers, n) if method == "block" else n for n in (9, 8, 8, 7)]
     assert [stage["options"] for stage in given["stages"]] == [
         {"FULL": f, **({"NONE": n - f} if n > f else {})} for f, n in zip(full, (9, 8, 8, 7), strict=True)
     ]
-    assert _figures(given) == _estimated(capsys, _run_config(tmp_path, words, SPLIT))
+    assert figures(given) == estimated(capsys, _run_config(tmp_path, words, SPLIT))
 
 
 @pytest.mark.parametrize(("layers", "inputs"), [(1, 8), (2, 4), (3, 3), (4, 2), (8, 1)])
@@ -82,11 +53,11 @@ def test_a_group_keeps_one_input(capsys: pytest.CaptureFixture[str], tmp_path: P
     s·b·h·2 bytes, divided by t under sequence parallelism (Korthikanti et al. 2022, §4.1):
     8192·1·4096·2 / 2 B = 32 MiB, and uniform over N keeps ⌈8/N⌉ of them: 8, 4, 3, 2, 1 for
     N = 1, 2, 3, 4, 8. The seconds do not change: every layer is recomputed once either way."""
-    _, given = _check(capsys, _run_config(tmp_path, None), f"{LAYOUT} {_full('uniform', layers)[0]}")
+    _, given = check_json(capsys, _run_config(tmp_path, None), f"{LAYOUT} {_full('uniform', layers)[0]}")
     peaks = [stage["peak_mb"] for stage in given["stages"]]
     assert [stage["in_flight"] for stage in given["stages"]][1:3] == [[3], [2]]
     assert peaks[1] - peaks[2] == pytest.approx(inputs * 32, abs=1e-6)
-    _, single = _check(capsys, _run_config(tmp_path, None), f"{LAYOUT} {_full('uniform', 1)[0]}")
+    _, single = check_json(capsys, _run_config(tmp_path, None), f"{LAYOUT} {_full('uniform', 1)[0]}")
     assert given["iteration_s"] == pytest.approx(single["iteration_s"], rel=1e-12)
 
 
@@ -95,9 +66,9 @@ def test_the_flags_group_replaces_the_run_configs(capsys: pytest.CaptureFixture[
     run = _run_config(tmp_path, _full("uniform", 4)[1])
     for method, layers in (("uniform", 1), ("block", 3)):
         flags, words = _full(method, layers)
-        code, given = _check(capsys, run, f"{LAYOUT} {flags}")
+        code, given = check_json(capsys, run, f"{LAYOUT} {flags}")
         assert code == 0 and given["plan_recompute"] == words
-        assert _figures(given) == _estimated(capsys, _run_config(tmp_path, words, SPLIT))
+        assert figures(given) == estimated(capsys, _run_config(tmp_path, words, SPLIT))
 
 
 def test_uniform_groups_need_a_megatron_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -9,47 +9,13 @@ same stage peaks and iteration seconds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from check_runs import CONFIGS, LAYOUT, SPLIT, check_json, estimated, figures, llama_run
 
 from ppb_core.cli.main import main
-
-CONFIGS = Path(__file__).parent.parent / "configs"
-SPLIT = "Et*9|t*8|t*8|t*7L"
-LAYOUT = f"--pipeline-model-parallel-layout '{SPLIT}'"
-
-
-def _run_config(folder: Path, recompute: object, layout: str | None = None) -> Path:
-    """configs/llama3-8b.yaml (recompute in ppb's switches) with *recompute* in its place."""
-    raw = yaml.safe_load((CONFIGS / "llama3-8b.yaml").read_text())
-    raw["models"][0]["config"] = str(CONFIGS / "hf" / "llama3-8b.json")
-    raw["training"]["recompute"] = recompute
-    if layout is not None:
-        raw["parallel"]["layout"] = layout
-    path = folder / f"llama3-8b-{len(list(folder.iterdir()))}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def _check(capsys: pytest.CaptureFixture[str], run: Path, plan: str) -> tuple[int, dict[str, Any]]:
-    code = main(["check", str(run), "--plan", plan, "--json", "--no-optimum", "-q"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def _figures(out: dict[str, Any]) -> tuple[list[float], float]:
-    return [stage["peak_mb"] for stage in out["stages"]], out["iteration_s"]
-
-
-def _estimated(capsys: pytest.CaptureFixture[str], run: Path) -> tuple[list[float], float]:
-    """`ppb estimate`'s stage peaks (less what the run reserves, as `ppb check` shows them) and seconds."""
-    assert main(["estimate", str(run), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    peaks = [(stage["peak_bytes"] - stage["reserved_bytes"]) / 2**20 for stage in out["stages"]]
-    return peaks, out["iteration"]["seconds"]
 
 
 @pytest.mark.parametrize(
@@ -68,29 +34,29 @@ def test_selective_flags_are_priced_as_the_run_config_would_price_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: str, words: dict[str, Any]
 ) -> None:
     # the shipped config says ppb's switches, not Megatron's words: once refused, now priced
-    code, given = _check(capsys, CONFIGS / "llama3-8b.yaml", f"{LAYOUT} {flags}")
+    code, given = check_json(capsys, CONFIGS / "llama3-8b.yaml", f"{LAYOUT} {flags}")
     assert code == 0 and given["plan_recompute"] == words
     assert [stage["options"] for stage in given["stages"]] == [{"SLCT": n} for n in (9, 8, 8, 7)]
     # the same recompute and split written in the run config, estimated
-    assert _figures(given) == _estimated(capsys, _run_config(tmp_path, words, SPLIT))
+    assert figures(given) == estimated(capsys, llama_run(tmp_path, words, SPLIT))
 
 
 def test_the_flags_modules_replace_the_run_configs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     # the run config says core_attn; the flags say core_attn and mlp: the flags' modules are priced
-    run = _run_config(tmp_path, {"granularity": "selective", "modules": ["core_attn"]})
-    _, given = _check(capsys, run, f"{LAYOUT} --recompute-granularity selective --recompute-modules core_attn mlp")
-    _, own = _check(capsys, run, f"{LAYOUT} --recompute-granularity selective")
-    wider = _run_config(tmp_path, {"granularity": "selective", "modules": ["core_attn", "mlp"]}, SPLIT)
-    assert _figures(given) == _estimated(capsys, wider)
+    run = llama_run(tmp_path, {"granularity": "selective", "modules": ["core_attn"]})
+    _, given = check_json(capsys, run, f"{LAYOUT} --recompute-granularity selective --recompute-modules core_attn mlp")
+    _, own = check_json(capsys, run, f"{LAYOUT} --recompute-granularity selective")
+    wider = llama_run(tmp_path, {"granularity": "selective", "modules": ["core_attn", "mlp"]}, SPLIT)
+    assert figures(given) == estimated(capsys, wider)
     # recomputing the MLP's activation too keeps less on every stage
-    assert all(a < b for a, b in zip(_figures(given)[0], _figures(own)[0], strict=True))
+    assert all(a < b for a, b in zip(figures(given)[0], figures(own)[0], strict=True))
 
 
 def test_no_recompute_flag_prices_no_recompute_whatever_the_run_config(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    run = _run_config(tmp_path, {"granularity": "selective"})
-    _, out = _check(capsys, run, LAYOUT)
+    run = llama_run(tmp_path, {"granularity": "selective"})
+    _, out = check_json(capsys, run, LAYOUT)
     assert [stage["options"] for stage in out["stages"]] == [{"NONE": n} for n in (9, 8, 8, 7)]
 
 

@@ -1,14 +1,5 @@
-"""`ppb check RUN.yaml --plan PLAN`: a plan you already have, checked before you launch it.
-
-PLAN is a MindFormers/HyperParallel yaml (offset, recompute, select_recompute,
-select_comm_recompute; or the plan JSON `ppb balance -o` writes) or Megatron-LM flags
-(`--pipeline-model-parallel-layout ...` and the recompute flags, up to a launch script), in a file
-or as the text itself. Every stage's memory is evaluated by the memory model against the device
-(which stage runs out, by how much, at which moment), the iteration in seconds by the time model
-(the schedule on the layers' times, P2P, data-parallel reduction, optimizer), and the balancer's
-optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
-fit, 2 when the plan cannot be read.
-"""
+"""`ppb check RUN.yaml --plan PLAN`: a plan you already have, checked before you launch it (what PLAN may
+be and what is checked: the command's description in `cli.arguments`)."""
 
 from __future__ import annotations
 
