@@ -63,3 +63,22 @@ def test_an_output_folder_that_is_a_file_is_refused_before_any_work(tmp_path: Pa
     assert main(["search", str(DATA / "tiny-dense.yaml"), "-o", str(taken)]) == 2
     assert "is a file, not an output folder" in capsys.readouterr().err
     assert taken.read_text() == "mine" and sorted(tmp_path.iterdir()) == [taken]
+
+
+def test_quiet_searches_without_progress(capsys) -> None:
+    """`-q`, as `ppb balance`/`check`/`plan` take it: nothing on stderr, the same JSON on stdout."""
+    argv = ["search", str(DATA / "tiny-dense.yaml"), "--json", "--top", "2", "--workers", "1"]
+    assert main([*argv, "-q"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert shown.err != ""
+    without_seconds = [
+        [
+            {**entry, "plan": {k: v for k, v in entry["plan"].items() if k != "seconds"}}
+            for entry in json.loads(out)["ranked"]
+        ]
+        for out in (quiet.out, shown.out)
+    ]
+    assert without_seconds[0] == without_seconds[1]

@@ -223,6 +223,9 @@ def search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
     parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
     parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
+    )
 
 
 class Command(NamedTuple):

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.out, folder=True)
     if args.top is not None:
         spec = spec.model_copy(update={"search": spec.search.model_copy(update={"top": args.top})})
-    with _Progress(spec) as progress:
+    with _Progress(spec, quiet=args.quiet) as progress:
         result = search(spec, args.workers, progress)
     if args.out:
         written = write_ranking(result, args.out)
@@ -60,10 +60,11 @@ class _Progress:
     bar on a terminal, else one plain line per step (screening done, each wave balanced) so that a search
     piped or logged still shows where it is."""
 
-    def __init__(self, spec: SearchSpec) -> None:
+    def __init__(self, spec: SearchSpec, quiet: bool = False) -> None:
         self.spec = spec
+        self.quiet = quiet
         self.console = Console(stderr=True)
-        self.live = self.console.is_terminal
+        self.live = self.console.is_terminal and not quiet
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -89,6 +90,8 @@ class _Progress:
         print(f"[{time.perf_counter() - self.started:.1f} s] {text}", file=sys.stderr, flush=True)
 
     def __call__(self, event: str, figures: dict[str, Any]) -> None:
+        if self.quiet:
+            return
         if not self.live:
             if event == "enumerated":
                 self._line(f"screening {figures['enumerated']:,} strategies")
