@@ -146,6 +146,24 @@ def test_an_fp8_kernel_pays_its_fixed_time_per_tile():
     assert bf16.gemm_compute_s(2048, 4096, 1024) == pytest.approx(2 * 2048 * 4096 * 1024 / 5e13)
 
 
+def test_fp8_training_leaves_the_output_layer_in_16_bits():
+    # Megatron-Core's output layer is its own ColumnParallelLinear, outside TransformerEngine's FP8
+    # (gpt_model.py); the layers' GEMMs run in FP8. The round device: BF16 0.5 × 100 TFLOPS = 5e13,
+    # FP8 0.5 × 200 = 1e14, HBM 5e11 B/s. The output layer's 2048×1024 by 1024×4096 forward:
+    # 2·2048·1024·4096 = 17,179,869,184 FLOPs / 5e13 = 0.343597 ms, no cast; backward twice that.
+    # mlp_in, the same shape in FP8: 17,179,869,184 / 1e14 = 0.171799 ms plus its input's cast, 2048·1024
+    # values read in bf16 and written in one byte: 6,291,456 B / 5e11 = 0.012583 ms.
+    raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5)).model_dump(mode="json", exclude_none=True)
+    run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8"}})
+    model = TimeModel(run)
+    layers = walk(run)
+    logits = model.op_prices(next(layer for layer in layers if layer.node == "TAIL"))["output.logits"]
+    assert logits.forward_ms == pytest.approx(17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    assert logits.backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    mlp_in = model.op_prices(body(run))["mlp_in"]
+    assert mlp_in.forward_ms == pytest.approx((17_179_869_184 / 1e14 + 6_291_456 / 5e11) * 1e3, rel=1e-12)
+
+
 def test_a_causal_kernel_pays_half_its_diagonal_block():
     # Forward efficiency 0.6 at head size 128; 33 (sequence, head) pairs of 2048 queries: 33·16 = 528
     # query blocks, 4 full waves over 132 SMs. Each query attends to 1024 keys on average: 8 key blocks

@@ -153,6 +153,14 @@ class TimeModel:
             run.timing.matmul_dtype,
             run.timing.deterministic,
         )
+        # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
+        self._kernels_16 = (
+            Kernels.from_device(
+                self.device, run.training.dtype, framework, run.timing.torch_compile, None, run.timing.deterministic
+            )
+            if run.timing.matmul_dtype == "fp8"
+            else self.kernels
+        )
         self._geometry = OpGeometry.from_run(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -190,9 +198,10 @@ class TimeModel:
             m, k, n, groups, fused = op.gemm
             share = n / fused
             out = self.run.training.dtype_bytes
+            kernels = self._gemm_kernels(op)
             # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
             # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
-            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
+            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" and op.fp8 else 0
             side_forward, side_backward = op.side_bytes
             if phase == "forward":
                 compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
@@ -207,6 +216,11 @@ class TimeModel:
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _gemm_kernels(self, op: Op) -> Kernels:
+        """The kernels an op's GEMM runs on: FP8 ones under FP8 training unless the framework keeps it
+        in 16 bits (`Op.fp8`)."""
+        return self.kernels if op.fp8 else self._kernels_16
 
     def _exposed_s(
         self,
@@ -238,13 +252,14 @@ class TimeModel:
         assert partner.gemm is not None
         m, k, _, groups, fused = partner.gemm
         rows, out, inner = (m, fused, k) if phase == "forward" else (m, k, fused)
-        plain = self.kernels.gemm_compute_s(rows, out, inner, groups)
+        kernels = self._gemm_kernels(partner)
+        plain = kernels.gemm_compute_s(rows, out, inner, groups)
         if collective.method == RING_EXCHANGE:
             tp = self.links.groups[collective.group].size
-            seconds = ring_exchange_s(self.kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
+            seconds = ring_exchange_s(kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
         elif collective.method == PIPELINE:
             chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
-            seconds = pipeline_s(self.kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
+            seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
         else:
             raise ValueError(f"unknown userbuffers method {collective.method!r}")
         return max(0.0, seconds - plain)
