@@ -83,6 +83,7 @@ def _llama_run(
         "timing": {
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
+            "fp8_recipe": "tensorwise",  # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
@@ -171,6 +172,7 @@ def _qwen3_run(
     *,
     a2a_overlap: bool,
     layout: str | None = None,
+    fp8_recipe: str = "tensorwise",
 ) -> dict[str, Any]:
     """A Qwen3 MoE run at sequence 4096 (set_qwen3_common_configs: no recompute, router fusion, forced
     load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs."""
@@ -207,6 +209,7 @@ def _qwen3_run(
         "timing": {
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
+            "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0},
         },
@@ -270,6 +273,9 @@ def nemo_rows() -> list[dict[str, Any]]:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, **options)
         rows.append(_row(label, raw, gpus, gbs, tps, assumptions))
     for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, assumptions in _QWEN3_ROWS:
-        raw = _qwen3_run(label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout)
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe
+        )
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
     return rows

@@ -427,6 +427,7 @@ class TimeModel:
                     cross_entropy_fusion=run.timing.cross_entropy_fusion,
                     wgrad_fused=run.timing.gradient_accumulation_fusion,
                     fills=fills,
+                    fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                 )
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(
