@@ -179,6 +179,17 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
     return (counts[0] if forward > 0 else 0.0), (counts[1] if backward > 0 else 0.0)
 
 
+def norm_fed(ops: Sequence[Op]) -> set[str]:
+    """The ops whose every input a TE norm wrote, directly or through the sequence-parallel all-gather
+    after it (the GEMMs of TE's LayerNormLinear: a recipe's norm can quantize or take the amax)."""
+    normed: set[str] = set()
+    for op in ops:
+        last = op.name.rsplit(".", 1)[-1]
+        if (op.category != COMM and "norm" in last) or (op.category == COMM and normed.intersection(op.inputs)):
+            normed.add(op.name)
+    return {op.name for op in ops if op.inputs and all(name in normed for name in op.inputs)}
+
+
 def layer_launches(
     ops: Sequence[Op],
     *,
@@ -193,12 +204,7 @@ def layer_launches(
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
     under *fp8_recipe*."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
-    # what a TE norm wrote, directly or through the sequence-parallel all-gather after it
-    normed: set[str] = set()
-    for op in ops:
-        last = op.name.rsplit(".", 1)[-1]
-        if (op.category != COMM and "norm" in last) or (op.category == COMM and normed.intersection(op.inputs)):
-            normed.add(op.name)
+    fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
     for op in ops:
         forward, backward = op_launches(
@@ -209,7 +215,7 @@ def layer_launches(
             cross_entropy_fusion=cross_entropy_fusion,
             wgrad_fused=wgrad_fused,
             fp8_recipe=fp8_recipe,
-            norm_fed=bool(op.inputs) and all(name in normed for name in op.inputs),
+            norm_fed=op.name in fed,
         )
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)

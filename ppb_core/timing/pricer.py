@@ -34,7 +34,7 @@ from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_sho
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
-from ppb_core.timing.launches import layer_launches
+from ppb_core.timing.launches import layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
@@ -162,6 +162,8 @@ class TimeModel:
             else self.kernels
         )
         self._geometry = OpGeometry.from_run(run)
+        self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
+        self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -182,7 +184,33 @@ class TimeModel:
     # The op table and its prices ------------------------------------------------------------------
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
-        return layer_ops(layer.kind, self._geometry)
+        ops = layer_ops(layer.kind, self._geometry)
+        if self._fp8_recipe == "tensorwise":
+            self._norm_fed |= norm_fed(ops)
+        return ops
+
+    def _cast_bytes(self, op: Op, gradient: bool) -> float:
+        """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
+        TransformerEngine v2.9 (NeMo 25.11's). By default, and under delayed or blockwise scaling, one
+        pass: read in the compute dtype, write a byte. Tensorwise (current) scaling reads the tensor once
+        more for its amax first (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`:
+        `nvte_compute_amax`, then the cast), but after a TE norm, which takes the amax beside its output
+        (normalization.cpp FUSED_NORM_AMAX_FP8); MXFP8 writes a row-wise and a column-wise copy in its
+        one pass (the weight gradient's operand; its scales, 1/32 a byte, not counted). Per-tensor FP8 on
+        Hopper also writes the transpose the weight-gradient GEMM reads: cuBLASLt runs only TN FP8 GEMMs
+        below Blackwell (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute
+        capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data)."""
+        if self.run.timing.matmul_dtype != "fp8" or not op.fp8:
+            return 0.0
+        read = self.run.training.dtype_bytes
+        recipe = self._fp8_recipe
+        if recipe == "mxfp8":
+            return read + 2.0
+        if recipe != "tensorwise":
+            return read + 1.0
+        transpose = 1.0 if 9.0 <= self.device.compute_capability < 10.0 else 0.0
+        amax = read if gradient or op.name not in self._norm_fed else 0.0
+        return amax + read + 1.0 + transpose
 
     def _phase_s(self, op: Op, phase: str) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""
@@ -199,16 +227,16 @@ class TimeModel:
             share = n / fused
             out = self.run.training.dtype_bytes
             kernels = self._gemm_kernels(op)
-            # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
-            # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
-            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" and op.fp8 else 0
+            # FP8 GEMMs: each input is quantized first (`_cast_bytes`): the activations in the forward,
+            # the output gradient in the backward (TransformerEngine's casts).
             side_forward, side_backward = op.side_bytes
             if phase == "forward":
+                cast = self._cast_bytes(op, gradient=False)
                 compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
                 return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
             dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
-            dgrad += kernels.memory_s(cast * m * n * groups)
+            dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
