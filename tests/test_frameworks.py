@@ -598,6 +598,12 @@ def test_megatron_workspaces_follow_the_stage_layers():
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [234886144, 234886144]
+    # without --moe-grouped-gemm the experts are a SequentialMLP of TE linears (transformer_engine_spec_provider.py
+    # `grouped_mlp_modules`): no grouped-GEMM workspaces, 2·33554432 + 33555456 = 100664320
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"moe": {"grouped_gemm": False}}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
     # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
     # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
     # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).

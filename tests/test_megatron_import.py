@@ -9,7 +9,7 @@ import yaml
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.cli.main import main
-from ppb_core.config.run import load_run_config
+from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 
 # tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_resume_torch_dist/model_config.yaml, as the CI's
@@ -165,7 +165,7 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
     assert training["micro_batches"] == 4  # 32 / (4 · 2)
     assert training["flash_attention"] is False  # --attention-backend unfused keeps the scores
     assert training["rope_fusion"] is False
-    assert training["moe"] == {"router_dtype": "fp32", "permute_fusion": True}
+    assert training["moe"] == {"router_dtype": "fp32", "permute_fusion": True, "grouped_gemm": True}
     timing = imported.raw["timing"]
     assert timing["overlap"] == {"dp": 1.0, "param_gather": 1.0, "tp": 0.0}
     assert (timing["cross_entropy_fusion"], timing["check_for_nan_in_grad"]) == (True, False)
@@ -263,3 +263,15 @@ def test_bad_input_to_the_command_is_one_line_exit_2_and_nothing_written(tmp_pat
     assert main(["import", "megatron", BASE, "--device", "h100-80gb", "-o", str(out)]) == 2
     assert "--gpus" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_run_config_refuses_moe_act_without_grouped_gemm() -> None:
+    # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only supported
+    # with moe_grouped_gemm"
+    recompute = "--recompute-granularity selective --recompute-modules moe_act"
+    imported = import_megatron(f"{MOE_MLA} {recompute}", 8, "h100-80gb")
+    run_config_of(imported, "case")  # the case runs --moe-grouped-gemm
+    imported.raw["training"]["moe"]["grouped_gemm"] = False
+    with pytest.raises(InputError) as caught:
+        parse_run_config(imported.raw, "run.yaml")
+    assert caught.value.field == "training.recompute"

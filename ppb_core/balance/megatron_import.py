@@ -592,8 +592,8 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     capacity = args.text("--moe-expert-capacity-factor")
     if capacity is not None:
         moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
-    if moe and "num_experts" in spec:
-        training["moe"] = moe
+    if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
+        training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     return training
 
 
@@ -645,8 +645,8 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
             timing["moe_dispatcher"] = "deepep"
         elif dispatcher != "alltoall":
             notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
-        if not args.has("--moe-grouped-gemm"):  # gpt_layer_specs.py: SequentialMLP, one expert at a time
-            notes.append("--moe-grouped-gemm not given: the experts run one by one (SequentialMLP), priced grouped")
+        if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
+            notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing
 
 

@@ -77,7 +77,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   device's). The plain path does both in place, eagerly.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
-  routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
+  routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
+  grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
+  TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
+  `grouped_mlp_modules`).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
   hand each micro-batch's received activation to the chunk with `set_input_tensor`
   (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
@@ -445,7 +448,7 @@ class MegatronRules(FrameworkRules):
             if setup.transformer_impl == "transformer_engine":
                 te_workspace = transformer_engine_workspace_bytes(capability)
                 found += te_workspace
-                if any(routes_experts(kind) for kind in kinds):
+                if setup.moe_grouped_gemm and any(routes_experts(kind) for kind in kinds):
                     found += TE_COMPUTE_STREAMS * te_workspace
         return found + global_buffer_bytes(setup, kinds)
 
