@@ -455,7 +455,7 @@ class SearchResult:
     ranked: list[Ranked]
     rejected: Counter = field(default_factory=Counter)
     counts: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock, shown to a person (progress, table), never in the JSON
     balanced: list[Ranked] = field(default_factory=list)  # every strategy balanced, ranked or not, fastest first
     proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
     unexamined_bound_s: float | None = None  # the least bound left when the budget ran out
@@ -492,7 +492,9 @@ class SearchResult:
 
     def to_json(self, details: bool = False) -> dict[str, Any]:
         """The contract's result (`ppb search --json`): ranked, rejected by reason, the four counts; with
-        *details*, every count, the places proven, the least bound left unexamined and the wall time."""
+        *details*, every count, the places proven and the least bound left unexamined. Results only: the
+        wall-clock `seconds` the search took are the progress's and the table's, so the same spec gives the
+        same bytes on every run."""
         rejected = self.reasons()
         ranked = [entry.to_json(self.spec, details) for entry in self.ranked]
         examples = {reason: self.example(reason) for reason in rejected}
@@ -512,7 +514,6 @@ class SearchResult:
             "unexamined_bound_seconds": self.unexamined_bound_s,
             "proven_gap": self.proven_gap,
             "clock_stopped": self.clock_stopped,
-            "seconds": self.seconds,
         }
 
 
