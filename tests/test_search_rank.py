@@ -282,7 +282,10 @@ def test_a_plan_megatron_cannot_say_with_no_alternative_writes_no_layout() -> No
 def test_a_plan_replaced_by_an_equally_fast_megatron_plan_says_so() -> None:
     spec = load_search_spec(DATA / "tiny-moe.yaml")
     strategy = Strategy(2, 1, 2, 2, 1, "1f1b", 4, 1, True, "ring", 1, False, 1, 8, 0)
-    flags = "--pipeline-model-parallel-layout 'Et|t|t|tL' --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    flags = (
+        "--pipeline-model-parallel-layout 'Et|t|t|tL' "
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    )
     plan = {"megatron": {"layout": "Et|t|t|tL", "flags": flags, "flags_of": "plan", "alternative": {"setting": "full"}}}
     assert megatron_flags(spec, strategy, plan)[-1] == flags
     assert _megatron_note(plan) == (
