@@ -56,6 +56,8 @@ HEAD_DIM_HALF = 16
 MEASURED_SMALL_HEAD = 64  # the smaller head size a device's `*_head64_*` ratios are measured at
 DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
+DP_WORKSPACE_PAD = 64  # rows and columns the dP workspace pads queries and keys to (cudnn-frontend, see below)
+DP_BYTES = 2  # dS stored in the 16-bit I/O type
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
 # torchtitan's model code without torch.compile, at the commit of its published H100 runs
@@ -105,6 +107,8 @@ class Kernels:
     # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
     attention_head64_forward: float = 0.0
     attention_head64_backward: float = 0.0
+    # cuDNN's deterministic backward on Hopper: the dP-workspace decomposition (`dp_workspace_bytes`)
+    dp_workspace: bool = False
 
     @property
     def contention(self) -> float:
@@ -120,6 +124,7 @@ class Kernels:
         compiled: bool = False,
         matmul_dtype: str | None = None,
         deterministic: bool = False,
+        transformer_engine: bool = True,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -128,10 +133,13 @@ class Kernels:
         (attention stays in *dtype*). *deterministic* (Megatron's --deterministic-mode with
         NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
         attention in training below compute capability 9.0 ("Disabling FusedAttention for determinism
-        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`."""
+        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`;
+        on Hopper (compute capability 9.x) it keeps cuDNN attention, whose deterministic backward is the
+        dP-workspace decomposition (`dp_workspace_bytes`), TransformerEngine's (*transformer_engine*)."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         flash2 = titan or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
+        hopper = 9.0 <= device.compute_capability < 10.0
         return cls(
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
@@ -148,6 +156,7 @@ class Kernels:
             deterministic_backward=flash2 and deterministic and not titan,
             attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
             attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
+            dp_workspace=deterministic and framework == "megatron" and transformer_engine and hopper and not flash2,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -244,11 +253,27 @@ class Kernels:
         mean_keys: float,
         head_dim: float,
         causal: float = 0.0,
+        carries_dq: bool = False,
     ) -> float:
         """One flash-attention pass of *flops* over *sequences* (sequence, head) pairs of *s_q* queries:
-        compute at the kernel's efficiency, or its bytes if those take longer."""
+        compute at the kernel's efficiency, or its bytes if those take longer. *carries_dq*: the pass's
+        FLOPs hold the backward's dQ = dS·K product, which the dP-workspace decomposition
+        (`dp_workspace`) takes out of the fused kernel into a GEMM of its own (`dq_product_s`)."""
         if flops <= 0:
             return self.memory_s(traffic)
+        if backward and carries_dq and self.dp_workspace:
+            stored = dp_stored_bytes(sequences, s_q, mean_keys)
+            fused = self.attention_s(
+                flops - 2 * sequences * s_q * mean_keys * head_dim,
+                traffic + stored,
+                backward,
+                sequences,
+                s_q,
+                mean_keys,
+                head_dim,
+                causal,
+            )
+            return fused + self.dq_product_s(sequences, s_q, mean_keys, head_dim, causal)
         rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim, causal)
         seconds = max(flops / rate, self.memory_s(traffic))
         if backward and self.deterministic_backward:
@@ -256,3 +281,52 @@ class Kernels:
             extra = self.deterministic_splits(sequences) - 1
             seconds += self.memory_s(2 * extra * sequences * s_q * head_dim * DQ_ACCUM_BYTES)
         return seconds
+
+    def dq_product_s(self, sequences: float, s_q: float, mean_keys: float, head_dim: float, causal: float) -> float:
+        """The dP-workspace decomposition's second kernel: dQ = dS·K per (sequence, head), an
+        s_q × head_dim product over the *mean_keys* stored key columns of each query row, reading the
+        stored dS (`dp_stored_bytes`) and the sequence's K once, writing dQ once; its bytes bind at head
+        size 128 (about 128 FLOPs a byte of dS against Hopper's ~300 at the ridge)."""
+        groups = max(1, math.ceil(sequences))
+        operands = sequences * (dp_keys(mean_keys, causal) + s_q) * head_dim * DP_BYTES
+        traffic = dp_stored_bytes(sequences, s_q, mean_keys) + operands
+        return self.gemm_s(s_q, head_dim, mean_keys, groups, traffic)
+
+
+def dp_keys(mean_keys: float, causal: float) -> float:
+    """Keys per sequence: a causal mask's mean keys per query are (s_kv + 1)/2, so s_kv = 2·mean − 1;
+    without one every query sees all *mean_keys*."""
+    return 2 * mean_keys - 1 if causal else mean_keys
+
+
+def dp_stored_bytes(sequences: float, s_q: float, mean_keys: float) -> float:
+    """dS bytes the fused backward stores and the dQ product reads back: one 16-bit element per
+    (query, key) pair it computes (the unmasked pairs, as FLOPs count them)."""
+    return sequences * s_q * mean_keys * DP_BYTES
+
+
+def dp_workspace_bytes(sequences: float, s_q: float, mean_keys: float, causal: float) -> float:
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper, b·h·s_q_pad·s_kv_pad·2 bytes.
+
+    TransformerEngine (release_v2.16, f8a01cd5, the Megatron CI's H100 runs; release_v2.8 alike) runs
+    its FusedAttention (cuDNN, sub-backend 1 "F16_arbitrary_seqlen") on sm90 under
+    NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (pytorch/attention/dot_product_attention/utils.py
+    `get_attention_backend`, "Filter: Determinism": "workspace optimization path and sm90: yes") and
+    passes `set_deterministic_algorithm(deterministic)` to the backward graph
+    (common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu `fused_attn_arbitrary_seqlen_bwd_impl`). The
+    cudnn-frontend it builds (3rdparty/cudnn-frontend 97f6cb3, v1.22.0;
+    include/cudnn_frontend/node/scaled_dot_product_flash_attention.h `CompositeSDPABackwardNode`) forces
+    the dP-workspace implementation when the deterministic algorithm is requested: the fused kernel
+    stores dS for every (query, key) it computes, and dQ = dS·K runs as a separate product into dQ (no
+    fp32 dQ accumulator, no atomics). The same file's sizing of that workspace (for cuDNN 8.9.5–9.0's
+    limit) is b·h_q·⌈s_q/64⌉·64·⌈s_kv/64⌉·64·2 bytes; NVIDIA/cudnn-frontend PR #398 (2026-07, for
+    cuDNN 9.25, after these runs) names the same size for this path. TransformerEngine allocates the
+    graph's workspace with `allocateSpace` (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`):
+    `at::empty`, through PyTorch's caching allocator, which under PyTorch's deterministic mode fills it
+    (uint8: 0xFF) before the kernels run (`ppb_core.timing.nan_fill`). s_kv: `dp_keys`."""
+    keys = dp_keys(mean_keys, causal)
+
+    def pad(rows: float) -> float:
+        return math.ceil(rows / DP_WORKSPACE_PAD) * DP_WORKSPACE_PAD
+
+    return sequences * pad(s_q) * pad(keys) * DP_BYTES
