@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
+from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -56,7 +57,6 @@ HEAD_DIM_HALF = 16
 MEASURED_SMALL_HEAD = 64  # the smaller head size a device's `*_head64_*` ratios are measured at
 DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
-DP_WORKSPACE_PAD = 64  # rows and columns the dP workspace pads queries and keys to (cudnn-frontend, see below)
 DP_BYTES = 2  # dS stored in the 16-bit I/O type
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
@@ -306,27 +306,9 @@ def dp_stored_bytes(sequences: float, s_q: float, mean_keys: float) -> float:
 
 
 def dp_workspace_bytes(sequences: float, s_q: float, mean_keys: float, causal: float) -> float:
-    """The workspace of cuDNN's deterministic SDPA backward on Hopper, b·h·s_q_pad·s_kv_pad·2 bytes.
-
-    TransformerEngine (release_v2.16, f8a01cd5, the Megatron CI's H100 runs; release_v2.8 alike) runs
-    its FusedAttention (cuDNN, sub-backend 1 "F16_arbitrary_seqlen") on sm90 under
-    NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (pytorch/attention/dot_product_attention/utils.py
-    `get_attention_backend`, "Filter: Determinism": "workspace optimization path and sm90: yes") and
-    passes `set_deterministic_algorithm(deterministic)` to the backward graph
-    (common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu `fused_attn_arbitrary_seqlen_bwd_impl`). The
-    cudnn-frontend it builds (3rdparty/cudnn-frontend 97f6cb3, v1.22.0;
-    include/cudnn_frontend/node/scaled_dot_product_flash_attention.h `CompositeSDPABackwardNode`) forces
-    the dP-workspace implementation when the deterministic algorithm is requested: the fused kernel
-    stores dS for every (query, key) it computes, and dQ = dS·K runs as a separate product into dQ (no
-    fp32 dQ accumulator, no atomics). The same file's sizing of that workspace (for cuDNN 8.9.5–9.0's
-    limit) is b·h_q·⌈s_q/64⌉·64·⌈s_kv/64⌉·64·2 bytes; NVIDIA/cudnn-frontend PR #398 (2026-07, for
-    cuDNN 9.25, after these runs) names the same size for this path. TransformerEngine allocates the
-    graph's workspace with `allocateSpace` (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`):
-    `at::empty`, through PyTorch's caching allocator, which under PyTorch's deterministic mode fills it
-    (uint8: 0xFF) before the kernels run (`ppb_core.timing.nan_fill`). s_kv: `dp_keys`."""
-    keys = dp_keys(mean_keys, causal)
-
-    def pad(rows: float) -> float:
-        return math.ceil(rows / DP_WORKSPACE_PAD) * DP_WORKSPACE_PAD
-
-    return sequences * pad(s_q) * pad(keys) * DP_BYTES
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper (`memory.frameworks.workspaces.
+    cudnn_dp_workspace_bytes`, which cites TransformerEngine's and cudnn-frontend's code) for a pass's
+    (sequence, head) pairs: the same size the memory model holds. TransformerEngine allocates it with
+    `at::empty` (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`), which PyTorch's deterministic
+    mode fills (uint8: 0xFF) before the kernels run (`ppb_core.timing.nan_fill`). s_kv: `dp_keys`."""
+    return cudnn_dp_workspace_bytes(sequences, s_q, dp_keys(mean_keys, causal))
