@@ -26,6 +26,7 @@ ROW_TIMES: dict[str, tuple[str, ...]] = {
     "stages": ("time",),
     "baselines": ("iteration_time",),
     "interleave_search": ("objective", "bound"),
+    "mtp_placement": ("objective", "bound"),
 }
 TIMELINE_TIMES: tuple[str, ...] = ("forward", "backward", "recompute", "iteration")
 

@@ -1,0 +1,135 @@
+"""The balancer weighs Megatron-Core's standalone MTP (`m` on rank P − 2's last virtual stage, `L` alone
+on rank P − 1's, DeepSeek-V3's own `...,m|L`) against the MTP layers with the loss, and keeps the
+faster plan (`balance.mtp_apart`).
+
+Small instances: 3 stages, 1F1B, m = 4, four body layers (forward 1, backward 2: work 3 each, one
+option), no HEAD; the TAIL is an MTP part and an output part. The expected optima are worked out by
+hand under the closed form (Σ_s S_s + (m − 1)·max_s S_s, S_s a stage's forward + backward, docs/balance.md),
+and checked under the critical path against an exhaustive search over every split of both placements,
+each simulated by `schedules.simulate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+from check_runs import CONFIGS
+
+from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.result import balance
+from ppb_core.estimate.inputs import load_run
+from ppb_core.payload.describe import MTP_APART_NAME
+from ppb_core.payload.run import describe_run
+from ppb_core.payload.sapp import layer_set
+from ppb_core.schedules import simulate
+
+STAGES, MICRO_BATCHES, LAYERS = 3, 4, 4
+
+
+def _tail(name: str, forward: float) -> dict:
+    # backward twice the forward (SAPP's fallback when not stated); 1 MB held, nothing per micro-batch
+    return {"name": name, "type": "TAIL", "nb_layer": 1, "time": forward, "memory_parameter": 1}
+
+
+def _problems(mtp_forward: float, output_forward: float) -> tuple[BalanceInput, BalanceInput]:
+    """(the MTP layers with the loss, one TAIL; the MTP part apart on stage 1, the loss alone on stage 2)."""
+    body = {"name": "BODY_0", "type": "BODY", "nb_layer": LAYERS, "time": 1.0, "backward_time": 2.0}
+    body |= {"memory_parameter": 1, "memory_activation": 1}
+    fused = BalanceInput(
+        layer_set([body, _tail("TAIL", mtp_forward + output_forward)]),
+        STAGES,
+        MICRO_BATCHES,
+        memory_mb=1000.0,
+        framework="megatron",
+        mtp_layers=1,
+    )
+    parts = layer_set([body, _tail(MTP_APART_NAME, mtp_forward), _tail("TAIL", output_forward)])
+    apart_records = tuple(t for t in parts.tails if t.name == MTP_APART_NAME)
+    output = dataclasses.replace(parts, tails=tuple(t for t in parts.tails if t.name != MTP_APART_NAME))
+    apart = dataclasses.replace(fused, layers=output, mtp_cell=(0, 1), mtp_apart=apart_records)
+    return fused, apart
+
+
+def _chosen(fused: BalanceInput, apart: BalanceInput, exact: bool) -> dict:
+    return faster_placement(fused, apart, lambda placed, **cuts: balance(placed, exact=exact, **cuts))
+
+
+def _exhaustive(mtp_forward: float, output_forward: float) -> tuple[float, float]:
+    """(least critical path with the MTP layers with the loss, least with them apart), every split simulated."""
+    best = {False: math.inf, True: math.inf}
+    for apart in (False, True):
+        for split in itertools.product(range(LAYERS + 1), repeat=STAGES):
+            if sum(split) != LAYERS or split[0] < 1:
+                continue
+            if not apart and split[1] < 1:  # stage 1 holds neither end: it needs a layer
+                continue
+            if apart and split[2]:  # no decoder layer after the MTP layers
+                continue
+            forward = [float(n) for n in split]
+            if apart:
+                forward[1] += mtp_forward
+                forward[2] += output_forward
+            else:
+                forward[2] += mtp_forward + output_forward
+            backward = [2 * f for f in forward]
+            best[apart] = min(best[apart], simulate("1f1b", [forward], [backward], MICRO_BATCHES).makespan)
+    return best[False], best[True]
+
+
+def test_a_heavy_mtp_layer_runs_apart_closed_form_by_hand() -> None:
+    # MTP part and output part each forward 2, backward 4 (work 6). Σ_s S_s = 4·3 + 12 = 24 either way.
+    # With the loss: S = (3·k0, 3·k1, 3·k2 + 12), k0, k1 ≥ 1: the last stage at least 12 (k2 = 0):
+    #   T = 24 + 3·12 = 60, splits (2, 2, 0) or (1, 3, 0), (3, 1, 0).
+    # Apart: S = (3·k0, 3·k1 + 6, 6), k2 = 0: (3, 1) gives (9, 9, 6): T = 24 + 3·9 = 51.
+    fused, apart = _problems(2.0, 2.0)
+    result = _chosen(fused, apart, exact=False)
+    rows = {row["mtp"]: row for row in result["mtp_placement"]}
+    assert rows["with_loss"]["objective"] == pytest.approx(60.0)
+    assert rows["apart"]["objective"] == pytest.approx(51.0) and rows["apart"]["chosen"]
+    assert result["objective"] == pytest.approx(51.0)
+    assert [[sum(cell["options"].values()) for cell in row] for row in result["cells"]] == [[3, 1, 0]]
+    assert result["megatron"]["layout"] == "Et*3|tm|L"
+    assert result["input"]["mtp_cell"] == [0, 1]
+
+
+def test_a_light_mtp_layer_stays_with_the_loss_closed_form_by_hand() -> None:
+    # MTP and output parts each forward 0.1, backward 0.2 (work 0.3). Σ_s S_s = 12.6 either way.
+    # With the loss: (1, 2, 1) gives S = (3, 6, 3.6): T = 12.6 + 3·6 = 30.6 (no split has max below 6:
+    #   four layers of 3 on three stages put two on one of them).
+    # Apart: S = (3·k0, 3·k1 + 0.3, 0.3), k0 + k1 = 4: (2, 2) gives max 6.3, T = 12.6 + 3·6.3 = 31.5.
+    fused, apart = _problems(0.1, 0.1)
+    result = _chosen(fused, apart, exact=False)
+    rows = {row["mtp"]: row for row in result["mtp_placement"]}
+    assert rows["with_loss"]["chosen"] and result["objective"] == pytest.approx(30.6)
+    assert "mtp_cell" not in result["input"]
+    assert result["megatron"]["layout"].endswith("mL")
+
+
+@pytest.mark.parametrize("mtp_forward, output_forward", [(2.0, 2.0), (0.1, 0.1), (3.0, 0.5), (0.5, 1.5)])
+def test_the_faster_placement_equals_an_exhaustive_search(mtp_forward: float, output_forward: float) -> None:
+    fused, apart = _problems(mtp_forward, output_forward)
+    with_loss, standalone = _exhaustive(mtp_forward, output_forward)
+    result = _chosen(fused, apart, exact=True)
+    assert result["objective"] == pytest.approx(min(with_loss, standalone), rel=1e-9)
+    assert ("mtp_cell" in result["input"]) == (standalone < with_loss)
+
+
+def test_deepseek_v3_standalone_problem_splits_the_tail() -> None:
+    run = load_run(CONFIGS / "deepseek-v3.yaml")
+    fused = run_problem(run, describe_run(run))
+    apart = standalone_problem(run, fused)
+    assert apart is not None and apart.mtp_cell == (1, 14)  # P = 16, V = 2: rank 14's last virtual stage
+    assert apart.closed_cells == {(1, 15)} and apart.reserved_cells == {(0, 0), (1, 14), (1, 15)}
+    # at one micro-batch in flight the parts hold what the one TAIL holds, within a MB per part truncated
+    whole = fused.layers.tail_memory_mb(1)
+    parts = apart.layers.tail_memory_mb(1) + apart.head_stage_memory_mb(14, (0, 1))  # stage 14: the MTP part
+    assert whole - 3 <= parts <= whole
+
+
+def test_a_model_without_mtp_layers_is_solved_once() -> None:
+    run = load_run(CONFIGS / "llama3-8b.yaml")
+    assert standalone_problem(run, run_problem(run, describe_run(run))) is None
