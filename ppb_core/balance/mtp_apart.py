@@ -29,13 +29,14 @@ from ppb_core.payload.sapp import layer_set
 NOT_SEARCHED = "m on a rank before P - 2 (a whole virtual stage between m and L holding no layer) is not searched"
 
 
-def standalone_problem(run: RunConfig, problem: BalanceInput) -> BalanceInput | None:
+def standalone_problem(run: RunConfig, problem: BalanceInput, withdrawing: bool = True) -> BalanceInput | None:
     """*problem* (a run config's, one TAIL) with the MTP layers apart on rank P − 2's last chunk and
     the loss alone on rank P − 1's, or None where Megatron-Core cannot run that: no MTP layers, not
-    Megatron, DualPipeV or several models, fewer than two stages, or too few layers for the cells."""
+    Megatron, DualPipeV or several models, fewer than two stages, or too few layers for the cells.
+    *withdrawing*: as `describe_run` takes it (`ppb check` keeps every option)."""
     if not problem.mtp_layers or problem.framework != "megatron" or problem.stages < 2 or not_megatrons(problem):
         return None
-    layers = layer_set(describe_run(run, mtp_apart=True), run.source)
+    layers = layer_set(describe_run(run, mtp_apart=True, withdrawing=withdrawing), run.source)
     apart = tuple(t for t in layers.tails if t.name == MTP_APART_NAME)
     kept = dataclasses.replace(layers, tails=tuple(t for t in layers.tails if t.name != MTP_APART_NAME))
     try:
