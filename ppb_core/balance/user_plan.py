@@ -80,6 +80,11 @@ def read_plan(
             "--pipeline-model-parallel-layout",
             f"MTP layers m apart from the loss L are Megatron-Core's; the run's framework is {run.framework}",
         )
+    if mtp_cell is not None and run is not None:
+        # on rank P - 2's last virtual stage the balancer prices the MTP layers apart (`balance.mtp_apart`)
+        standalone = standalone_problem(run, problem, withdrawing=False)
+        if standalone is not None and standalone.mtp_cell == mtp_cell:
+            plan_read = Plan(standalone, plan_read.counts)
     return plan_read, "megatron", mtp_cell
 
 
