@@ -18,7 +18,7 @@ import math
 import pytest
 from check_runs import CONFIGS
 
-from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.mtp_apart import _bound_over, faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import balance
 from ppb_core.estimate.inputs import load_run
@@ -133,3 +133,14 @@ def test_deepseek_v3_standalone_problem_splits_the_tail() -> None:
 def test_a_model_without_mtp_layers_is_solved_once() -> None:
     run = load_run(CONFIGS / "llama3-8b.yaml")
     assert standalone_problem(run, run_problem(run, describe_run(run))) is None
+
+
+def test_the_answer_is_proven_over_both_placements_only_when_each_is() -> None:
+    # with the loss proven at 100 (bound 100); apart stopped by its work limits at 101 with bound 97:
+    # no plan is proven below 97, so the chosen 100 is within (100 - 97) / 100 = 3% of the optimum
+    chosen = {"objective": 100.0}
+    rows = [{"status": "optimal", "bound": 100.0}, {"status": "work_limit", "bound": 97.0}]
+    assert _bound_over(rows, 100.0, chosen) == (97.0, pytest.approx(0.03))
+    # apart proven no faster than the first plan (cut off): proven over both
+    rows[1] = {"status": "no_faster", "bound": 97.0}
+    assert _bound_over(rows, 100.0, chosen) == (100.0, 0.0)

@@ -112,12 +112,23 @@ def faster_placement(
         simulated = chosen.get("simulated_time")
         chosen["speedup"] = best["iteration_time"] / simulated if best is not None and simulated else None
     _fastest_flags(chosen, beside)
-    chosen["mtp_placement"] = [
-        {**_placement(result, False), "chosen": not better},
-        {**_placement(other, True), "chosen": better},
-    ]
+    rows = [{**_placement(result, False), "chosen": not better}, {**_placement(other, True), "chosen": better}]
+    chosen["mtp_placement"] = rows
     chosen["mtp_placement_note"] = NOT_SEARCHED
+    chosen["mtp_placement_bound"], chosen["mtp_placement_gap"] = _bound_over(rows, result["objective"], chosen)
     return chosen
+
+
+def _bound_over(rows: list[dict[str, Any]], first: float, chosen: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The least iteration any plan of either placement can have, as proven, and the chosen plan's gap to
+    it: the answer is proven optimal over both placements only when each solve proved its part (a
+    placement cut off is proven no faster than *first*, the first placement's plan)."""
+    bounds = [first if row["status"] == "no_faster" else row["bound"] for row in rows]
+    objective = chosen["objective"]
+    if any(bound is None for bound in bounds) or not objective:
+        return None, None
+    bound = min(objective, *bounds)
+    return bound, max(0.0, (objective - bound) / objective)
 
 
 def _fastest_flags(chosen: dict[str, Any], beside: dict[str, Any]) -> None:

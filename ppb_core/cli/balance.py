@@ -298,6 +298,11 @@ def render(result: dict[str, Any]) -> None:
                 f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
                 f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
             )
+    if result.get("mtp_placement_gap"):
+        console.print(
+            f"over both MTP placements: bound {seconds(time_of(result, 'mtp_placement_bound'))}, "
+            f"gap {_number(result['mtp_placement_gap'], 3)} (a placement's solve ended unproven)"
+        )
     for entry in result.get("mtp_placement", []):
         console.print(
             f"  MTP {'apart from the loss' if entry['mtp'] == 'apart' else 'with the loss'}: {entry['status']} "
