@@ -189,6 +189,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
+    headline += _mtp_headline(plan)
     headline += megatron_headline(plan.get("megatron", {}))
     about = {
         "title": f"{run.name}: pipeline plan",
@@ -202,6 +203,27 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "timeline": plan.get("timeline"),
     }
     return Summarized(stages, json.loads(json.dumps(about)))
+
+
+def _mtp_headline(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Where the plan runs the MTP layers, beside the other placement's layers' schedule (`balance.mtp_apart`)."""
+    rows = plan.get("mtp_placement") or []
+    if not rows:
+        return []
+    words = {"apart": "apart from the loss", "with_loss": "with the loss"}
+    chosen = next(row for row in rows if row["chosen"])
+    where = words[chosen["mtp"]]
+    if chosen["mtp"] == "apart":
+        chunk, stage = plan["input"]["mtp_cell"]
+        where += f" (stage {stage}, chunk {chunk})"
+    others = [
+        f"{words[row['mtp']]} {row['objective_s']:.3f} s"
+        if row.get("objective_s") is not None
+        else f"{words[row['mtp']]} {row['status'].replace('_', ' ')}"
+        for row in rows
+        if not row["chosen"]
+    ]
+    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:.3f} s, " + ", ".join(others))]
 
 
 @dataclass(frozen=True)
