@@ -21,6 +21,7 @@ from check_runs import CONFIGS
 from ppb_core.balance.mtp_apart import _bound_over, faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import balance
+from ppb_core.config.layout import parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.estimate.inputs import load_run
 from ppb_core.payload.describe import MTP_APART_NAME
 from ppb_core.payload.run import describe_run
@@ -144,3 +145,13 @@ def test_the_answer_is_proven_over_both_placements_only_when_each_is() -> None:
     # apart proven no faster than the first plan (cut off): proven over both
     rows[1] = {"status": "no_faster", "bound": 97.0}
     assert _bound_over(rows, 100.0, chosen) == (100.0, 0.0)
+
+
+def test_the_printed_layout_is_one_megatron_core_takes_and_ppb_check_reads_back() -> None:
+    # the heavy instance's plan, 'Et*3|tm|L': Megatron-Core's rules (config.layout) accept it, and the
+    # MTP layer is read back apart from the loss in the cell the balancer placed it (chunk 0, stage 1)
+    fused, apart = _problems(2.0, 2.0)
+    layout = _chosen(fused, apart, exact=False)["megatron"]["layout"]
+    parsed = parse_layout(layout, STAGES)
+    validate_layout(parsed, LAYERS, 1)
+    assert standalone_mtp_cell(parsed) == (0, 1) == apart.mtp_cell
