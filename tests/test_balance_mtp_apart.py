@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 
 import pytest
@@ -21,6 +22,7 @@ from check_runs import CONFIGS
 from ppb_core.balance.mtp_apart import _bound_over, faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import balance
+from ppb_core.cli.main import main
 from ppb_core.config.layout import parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.estimate.inputs import load_run
 from ppb_core.payload.describe import MTP_APART_NAME
@@ -155,3 +157,44 @@ def test_the_printed_layout_is_one_megatron_core_takes_and_ppb_check_reads_back(
     parsed = parse_layout(layout, STAGES)
     validate_layout(parsed, LAYERS, 1)
     assert standalone_mtp_cell(parsed) == (0, 1) == apart.mtp_cell
+
+
+SMALL_MTP = """name: small-mtp
+framework: megatron
+models:
+  - name: llm
+    spec: {vocab_size: 65536, hidden_size: 1024, num_layers: 8, num_attention_heads: 16, num_key_value_heads: 4,
+           intermediate_size: 2816, max_position_embeddings: 4096, mtp_layers: 1}
+parallel: {pp: 4}
+training: {seq_length: 4096, micro_batch_size: 1, micro_batches: 8}
+device: {name: h100-80gb}
+"""
+
+
+def test_a_small_mtp_run_prints_standalone_flags_ppb_check_fits(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """A run whose vocabulary makes the MTP part (an embedding copy, a layer) and the loss (two heads'
+    logits) heavy: the balancer puts `m` on rank 2 and `L` alone on rank 3. The flags it prints are
+    read by `ppb check` as they stand and fit; the check's time model (the TAIL split priced layer by
+    layer, another path than the descriptions) gives the same iteration and finds it faster than the
+    plan with the MTP layer beside the loss; its balancer figures are the plan's own."""
+    config = tmp_path / "small-mtp.yaml"
+    config.write_text(SMALL_MTP)
+    assert main(["balance", str(config), "--json", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = {row["mtp"]: row for row in result["mtp_placement"]}
+    assert rows["apart"]["chosen"] and result["megatron"]["flags_of"] == "plan"
+    flags = result["megatron"]["flags"]
+    assert flags.endswith("m|L'")
+
+    def check(plan: str) -> dict:
+        code = main(["check", str(config), "--plan", plan, "--no-optimum", "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and out["fits"]
+        return out
+
+    apart = check(flags)
+    assert apart["iteration_s"] == pytest.approx(result["iteration"]["seconds"], rel=1e-12)
+    assert apart["balancer"]["simulated_time_s"] == pytest.approx(result["objective_s"], rel=1e-12)
+    # the other placement's layout without recompute: as fast as that plan or faster (recompute only adds)
+    beside = check(f"--pipeline-model-parallel-layout '{rows['with_loss']['layout']}'")
+    assert apart["iteration_s"] < beside["iteration_s"]
