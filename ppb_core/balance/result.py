@@ -150,7 +150,8 @@ def balance(
         searched.append(
             {
                 "interleave": chunks,
-                "status": result["status"],
+                # proven no faster than *cutoff* (another MTP placement's plan, `mtp_apart`)
+                "status": "no_faster" if result["stopped_by"] == "cutoff" else result["status"],
                 "stopped_by": result["stopped_by"],
                 "objective": result["objective"],
                 "bound": result["bound"],
