@@ -33,24 +33,27 @@ from ppb_core.schedules import simulate
 STAGES, MICRO_BATCHES, LAYERS = 3, 4, 4
 
 
-def _tail(name: str, forward: float) -> dict:
-    # backward twice the forward (SAPP's fallback when not stated); 1 MB held, nothing per micro-batch
-    return {"name": name, "type": "TAIL", "nb_layer": 1, "time": forward, "memory_parameter": 1}
+def _tail(name: str, forward: float, held_mb: float = 1) -> dict:
+    # backward twice the forward (SAPP's fallback when not stated); MB held once, nothing per micro-batch
+    return {"name": name, "type": "TAIL", "nb_layer": 1, "time": forward, "memory_parameter": held_mb}
 
 
-def _problems(mtp_forward: float, output_forward: float) -> tuple[BalanceInput, BalanceInput]:
-    """(the MTP layers with the loss, one TAIL; the MTP part apart on stage 1, the loss alone on stage 2)."""
+def _problems(
+    mtp_forward: float, output_forward: float, part_mb: float = 1, memory_mb: float = 1000.0
+) -> tuple[BalanceInput, BalanceInput]:
+    """(the MTP layers with the loss, one TAIL; the MTP part apart on stage 1, the loss alone on stage 2).
+    Each part holds *part_mb*, the one TAIL both."""
     body = {"name": "BODY_0", "type": "BODY", "nb_layer": LAYERS, "time": 1.0, "backward_time": 2.0}
     body |= {"memory_parameter": 1, "memory_activation": 1}
     fused = BalanceInput(
-        layer_set([body, _tail("TAIL", mtp_forward + output_forward)]),
+        layer_set([body, _tail("TAIL", mtp_forward + output_forward, 2 * part_mb)]),
         STAGES,
         MICRO_BATCHES,
-        memory_mb=1000.0,
+        memory_mb=memory_mb,
         framework="megatron",
         mtp_layers=1,
     )
-    parts = layer_set([body, _tail(MTP_APART_NAME, mtp_forward), _tail("TAIL", output_forward)])
+    parts = layer_set([body, _tail(MTP_APART_NAME, mtp_forward, part_mb), _tail("TAIL", output_forward, part_mb)])
     apart_records = tuple(t for t in parts.tails if t.name == MTP_APART_NAME)
     output = dataclasses.replace(parts, tails=tuple(t for t in parts.tails if t.name != MTP_APART_NAME))
     apart = dataclasses.replace(fused, layers=output, mtp_cell=(0, 1), mtp_apart=apart_records)
@@ -112,6 +115,20 @@ def test_a_light_mtp_layer_stays_with_the_loss_closed_form_by_hand() -> None:
     assert result["megatron"]["layout"].endswith("mL")
 
 
+def test_when_nothing_fits_with_the_loss_the_mtp_layers_run_apart() -> None:
+    # 100 MB per device; a body layer holds 1 MB and 1 MB per micro-batch in flight; the MTP part and the
+    # output part 60 MB each. With the loss stage 2 holds 120 MB whatever its layers: no plan fits.
+    # Apart, stage 2 holds 60 MB and stage 1 60 + its layers (k·1 + k·2 at 1F1B's 2 micro-batches in
+    # flight on stage 1 of 3): (3, 1, 0) puts 63 MB there; the closed form gives 24 + 3·9 = 51 as in the
+    # heavy instance above.
+    fused, apart = _problems(2.0, 2.0, part_mb=60, memory_mb=100.0)
+    result = _chosen(fused, apart, exact=False)
+    rows = {row["mtp"]: row for row in result["mtp_placement"]}
+    assert rows["with_loss"]["status"] == "infeasible" and rows["apart"]["chosen"]
+    assert result["objective"] == pytest.approx(51.0) and result["input"]["mtp_cell"] == [0, 1]
+    assert result["mtp_placement_gap"] == 0.0
+
+
 @pytest.mark.parametrize("mtp_forward, output_forward", [(2.0, 2.0), (0.1, 0.1), (3.0, 0.5), (0.5, 1.5)])
 def test_the_faster_placement_equals_an_exhaustive_search(mtp_forward: float, output_forward: float) -> None:
     fused, apart = _problems(mtp_forward, output_forward)
@@ -146,6 +163,9 @@ def test_the_answer_is_proven_over_both_placements_only_when_each_is() -> None:
     assert _bound_over(rows, 100.0, chosen) == (97.0, pytest.approx(0.03))
     # apart proven no faster than the first plan (cut off): proven over both
     rows[1] = {"status": "no_faster", "bound": 97.0}
+    assert _bound_over(rows, 100.0, chosen) == (100.0, 0.0)
+    # no plan fits apart: nothing there to be faster
+    rows[1] = {"status": "infeasible", "bound": None}
     assert _bound_over(rows, 100.0, chosen) == (100.0, 0.0)
 
 

@@ -90,16 +90,22 @@ def faster_placement(
     The apart placement's solve is cut off at the fused plan's time (a tie keeps the MTP layers
     with the loss) and its Megatron-Core settings at the fused placement's fastest plan Megatron-LM
     can say; the flags printed are the fastest plan Megatron-LM can say over both placements.
+    When no plan fits with the loss, the apart one is solved in full and taken if a plan fits there.
     Without *apart* the fused result is returned as it is."""
     result = solve(fused, cutoff=math.inf, megatron_cutoff=math.inf)
-    if apart is None or result.get("objective") is None:
+    if apart is None:
         return result
+    first = result.get("objective")  # None: no plan fits with the loss; apart may (another stage's memory)
     runnable = _runnable(result)
-    other = solve(apart, cutoff=result["objective"], megatron_cutoff=runnable[0] if runnable else math.inf)
+    other = solve(
+        apart,
+        cutoff=math.inf if first is None else first,
+        megatron_cutoff=runnable[0] if runnable else math.inf,
+    )
     better = (
         other.get("stopped_by") != "cutoff"
         and other.get("objective") is not None
-        and other["objective"] < result["objective"]
+        and (first is None or other["objective"] < first)
     )
     chosen, beside = (other, result) if better else (result, other)
     if better:
@@ -115,15 +121,19 @@ def faster_placement(
     rows = [{**_placement(result, False), "chosen": not better}, {**_placement(other, True), "chosen": better}]
     chosen["mtp_placement"] = rows
     chosen["mtp_placement_note"] = NOT_SEARCHED
-    chosen["mtp_placement_bound"], chosen["mtp_placement_gap"] = _bound_over(rows, result["objective"], chosen)
+    chosen["mtp_placement_bound"], chosen["mtp_placement_gap"] = _bound_over(rows, first, chosen)
     return chosen
 
 
-def _bound_over(rows: list[dict[str, Any]], first: float, chosen: dict[str, Any]) -> tuple[float | None, float | None]:
+def _bound_over(
+    rows: list[dict[str, Any]], first: float | None, chosen: dict[str, Any]
+) -> tuple[float | None, float | None]:
     """The least iteration any plan of either placement can have, as proven, and the chosen plan's gap to
     it: the answer is proven optimal over both placements only when each solve proved its part (a
-    placement cut off is proven no faster than *first*, the first placement's plan)."""
-    bounds = [first if row["status"] == "no_faster" else row["bound"] for row in rows]
+    placement cut off is proven no faster than *first*, the first placement's plan; one where no plan
+    fits has none to be faster)."""
+    proven = {"no_faster": first, "infeasible": math.inf}
+    bounds = [proven.get(row["status"], row["bound"]) for row in rows]
     objective = chosen["objective"]
     if any(bound is None for bound in bounds) or not objective:
         return None, None
