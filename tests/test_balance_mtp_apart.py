@@ -218,3 +218,20 @@ def test_a_small_mtp_run_prints_standalone_flags_ppb_check_fits(capsys: pytest.C
     # the other placement's layout without recompute: as fast as that plan or faster (recompute only adds)
     beside = check(f"--pipeline-model-parallel-layout '{rows['with_loss']['layout']}'")
     assert apart["iteration_s"] < beside["iteration_s"]
+
+
+def test_a_plan_json_placing_the_mtp_layers_where_the_run_cannot_is_refused(tmp_path, capsys) -> None:
+    config = tmp_path / "small-mtp.yaml"
+    config.write_text(SMALL_MTP)
+    plan = tmp_path / "plan.json"
+    assert main(["balance", str(config), "--quiet", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    written = json.loads(plan.read_text())
+    assert written["input"]["mtp_cell"] == [0, 2]  # rank 2 of 4: read back and checked as it was written
+    assert main(["check", str(config), "--plan", str(plan), "--no-optimum", "--json"]) == 0
+    capsys.readouterr()
+    written["input"]["mtp_cell"] = [0, 1]
+    plan.write_text(json.dumps(written))
+    assert main(["check", str(config), "--plan", str(plan), "--no-optimum"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "input.mtp_cell" in err[0] and "plan.json" in err[0]
