@@ -57,7 +57,6 @@ def _placement(result: dict[str, Any], apart: bool) -> dict[str, Any]:
         "bound": result.get("bound"),
         "gap": None if no_faster else result.get("gap"),
         "stopped_by": result.get("stopped_by"),
-        "seconds": result.get("seconds"),
         **({"message": result["message"]} if "message" in result else {}),
     }
 
