@@ -1,4 +1,4 @@
-"""One Dagster partition, every asset of the chain (group ppb), from the CLI with the in-process executor; and the core's share.
+"""One partition, every asset of the chain (group ppb), from the CLI with the in-process executor; and the core's share.
 
     python bench/pipeline.py [--config llama3-8b] [--repeat 3]
 
@@ -89,7 +89,7 @@ def main() -> None:
         warm.append(time.perf_counter() - started)
 
     wall, run, core = statistics.median(walls), statistics.median(runs), statistics.median(cold)
-    print(f"dagster asset materialize, {args.config}, every asset of the chain, in-process executor (median of {len(walls)}):")
+    print(f"dagster asset materialize, {args.config}, the chain, in-process executor (median of {len(walls)}):")
     each = ", ".join(f"{w:.2f}" for w in walls)
     print(f"  command wall time:                            {wall:6.2f} s   (runs: {each})")
     print(f"  the run itself (start to end in the event log): {run:6.2f} s")
