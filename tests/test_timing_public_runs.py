@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.config.devices import DEVICE_CATALOG, GEMM_KERNEL_US_B200
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
@@ -264,6 +264,34 @@ def test_every_hopper_gemm_kernel_pays_the_fixed_time_xla_s_sm90_table_shows():
     # with it 7.3% off, from -25% (4096×4096×256: a k loop of 4 blocks) to +11% (2048×512×2048).
     assert sum(abs(e) for e in errors) / len(errors) < 0.08
     assert min(errors) > -0.26 and max(errors) < 0.12
+
+
+def test_every_blackwell_gemm_kernel_pays_the_fixed_time_xla_s_sm100_table_shows():
+    # XLA's sm_100_B200 table (openxla/xla default_matmul_perf_table.txtpb at 336bb15c), BF16, b = 1:
+    # 256x256x256 at 6.765e12 FLOP/s: 2·256³ = 33,554,432 FLOPs in 4.960 us. Ppb's tiles without a fixed
+    # time: 64×64 tiles, 16 of them split 2 ways over k (32 ≤ 2·148 SMs: one wave), each 2·64·64·128 =
+    # 1,048,576 FLOPs at half a SM's rate, 2250e12·0.776·0.5/148 = 5.899e12: 0.178 us; the split's fp32
+    # partial sums written and read back, 2·2·256·256·4 = 1,048,576 B at 7672e9·0.8: 0.171 us; 0.349 us
+    # in all (every other tiling is slower): 4.61 us beyond it. The three of twice its work, 256x512x256
+    # at 13.400e12, 256x256x512 at 12.593e12, 512x256x256 at 13.568e12 (5.008, 5.329, 4.946 us against
+    # tiles of 0.356, 0.519, 0.356): 4.65, 4.81, 4.59. Median of the four: (4.61 + 4.65)/2 = 4.63 → 4.6.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.gemm_kernel_us == GEMM_KERNEL_US_B200 == pytest.approx(4.6)
+    tiles_only = Kernels.from_device(b200.replace(gemm_kernel_us=0.0), "bf16")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.178 + 0.171, abs=0.002)
+    measured_us = 2 * 256**3 / 6765006451612 * 1e6
+    assert measured_us == pytest.approx(4.960, abs=0.001)
+    kernels = Kernels.from_device(b200, "bf16")
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.349 + 4.6, abs=0.002)
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.01)
+
+
+def test_b200_collectives_run_at_nccl_s_nvlink5_link_figure():
+    # NCCL src/graph/topo.h: SM100_NVLINK_BW 40.1 GB/s a link, NVLink 5's 50 per direction: 0.802
+    assert DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(40.1 / 50)
+    assert DEVICE_CATALOG["b200"].intra_node_bandwidth_gbs * DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(
+        18 * 40.1
+    )
 
 
 def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(public):

@@ -26,11 +26,13 @@ Achieved fractions are measured, not datasheet figures:
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
   PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
-  Ascend: assumed at H100's and A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
+  Ascend: assumed at H100's and A100's fractions (no public cuDNN rate on B200 at these shapes: the
+  catalog entry says what is known). `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
-  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
+  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
+  NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
   2025): 0.94 of 50 GB/s on the NDR systems below.
@@ -53,6 +55,14 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
 HOST_KERNEL_US_DGX_H100 = 71.6
 HOST_KERNEL_US_DGX_A100 = 117.9
+
+# The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
+# (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
+# kernel times from CUPTI) times its smallest BF16 product, 256x256x256, at 4.96 us and the three of
+# twice its work (256x512x256, 256x256x512, 512x256x256) at 4.95-5.33 us, whose tiles ppb's model
+# puts at 0.35-0.52 us on B200: 4.59, 4.61, 4.65 and 4.81 us beyond them, median 4.6
+# (tests/test_timing_public_runs.py derives it by hand).
+GEMM_KERNEL_US_B200 = 4.6
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,9 @@ class DeviceProfile:
     # the last stores): XLA's measured sm_90 matmul table (tensorflow/tensorflow
     # third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h at 372d578b; kernel times from
     # CUPTI's tracer, xla/tools/matmul_perf_table_gen.cc) times its four smallest BF16 products, whose
-    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). 0 where
-    # no such measurement is public (Ampere, Blackwell, Ascend). FP8 kernels carry theirs per tile.
+    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). B200: XLA's
+    # measured sm_100 table (`GEMM_KERNEL_US_B200`). 0 where no such measurement is public (Ampere,
+    # Ascend). FP8 kernels carry theirs per tile.
     gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
@@ -227,6 +238,19 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
         compute_capability=10.0,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        # NCCL's own model of an NVLink 5 link: SM100_NVLINK_BW 40.1 GB/s of its 50 per direction (NVIDIA/
+        # nccl src/graph/topo.h, v2.27; 18 links: "maxBw 721.8" of 900 in a DGX B200's NCCL log, NVIDIA/nccl
+        # issue #1807): 0.802, as H100's 20.6 of 25 (0.824) sits by the 0.8 measured there. (That issue's
+        # all_reduce_perf on 8 B200 reaches 830 GB/s busbw: NVLink SHARP's in-switch reduction, not a ring.)
+        comm_efficiency=0.802,
+        # Attention: cuDNN (TransformerEngine's backend on sm100) at H100's fractions, 0.602 and 0.522 of
+        # 2250 (1354 and 1174 TFLOP/s). No public table gives cuDNN's B200 rates at head size 128 and long
+        # sequences; FlashAttention-4's paper (Zadouri et al. 2026, arXiv 2603.05451) states only that FA4's
+        # best forward, 1613 TFLOP/s, is "up to 1.3x" cuDNN 9.13's, so cuDNN's forward at that shape is at
+        # least 1613/1.3 = 1241 (0.55): a bound, not a rate. The head-size-64 ratios and FlashAttention-2's
+        # rates stay H100's too. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
+        # values are DGX GB200's, a Grace host: dgx_gb200).
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
