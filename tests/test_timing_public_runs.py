@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config.devices import DEVICE_CATALOG, GEMM_KERNEL_US_B200
+from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
@@ -284,6 +284,30 @@ def test_every_blackwell_gemm_kernel_pays_the_fixed_time_xla_s_sm100_table_shows
     kernels = Kernels.from_device(b200, "bf16")
     assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.349 + 4.6, abs=0.002)
     assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.01)
+
+
+def test_a_blackwell_fp8_gemm_kernel_pays_its_fixed_time_too():
+    # The same table's e4m3 x e4m3 -> bf16 products: 256x256x256 at 6.920e12 FLOP/s, 4.849 us. FP8 tiles
+    # on B200: 64×64, 16 split 2 ways, each 1,048,576 FLOPs at half a SM's FP8 rate, 4500e12·0.763·0.5/148
+    # = 11.600e12: 0.0904 us, plus the same 0.171 us of fp32 partial sums: 0.261; 128×128 tiles (4, split
+    # 8: 32 ≤ 296), 2·128·128·32 = 1,048,576 FLOPs at a full SM's 23.199e12: 0.0452 us, partials
+    # 2·8·65,536·4 = 4,194,304 B: 0.683 us; unsplit 64×64: 16 tiles of 2·64·64·256 at 11.600e12 = 0.181 us,
+    # the best: 4.849 − 0.181 = 4.67 beyond. 256x512x256 at 12.405e12 (5.410 us), 256x256x512 at 13.187e12
+    # (5.089), 512x256x256 at 12.863e12 (5.217), tiles 0.181, 0.352, 0.181: 5.23, 4.74, 5.04.
+    # Median of the four: (4.74 + 5.04)/2 = 4.89 → 4.9.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.fp8_gemm_kernel_us == FP8_GEMM_KERNEL_US_B200 == pytest.approx(4.9)
+    tiles_only = Kernels.from_device(b200.replace(fp8_gemm_kernel_us=0.0), "bf16", matmul_dtype="fp8")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(
+        2 * 64 * 64 * 256 / 11.600e12 * 1e6, rel=1e-3
+    )
+    kernels = Kernels.from_device(b200, "bf16", matmul_dtype="fp8")
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.181 + 4.9, abs=0.002)
+    measured_us = 2 * 256**3 / 6919866364198 * 1e6  # 4.849: the median's 4.9 puts this shape 5% slow
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.05)
+    # H100's FP8 kernels keep no per-kernel time (none measured): only their tiles
+    h100 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", matmul_dtype="fp8")
+    assert h100.kernel_s == 0.0
 
 
 def test_b200_collectives_run_at_nccl_s_nvlink5_link_figure():

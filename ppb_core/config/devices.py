@@ -63,6 +63,10 @@ HOST_KERNEL_US_DGX_A100 = 117.9
 # puts at 0.35-0.52 us on B200: 4.59, 4.61, 4.65 and 4.81 us beyond them, median 4.6
 # (tests/test_timing_public_runs.py derives it by hand).
 GEMM_KERNEL_US_B200 = 4.6
+# The same for its FP8 GEMMs (`fp8_gemm_kernel_us`): the table's e4m3 x e4m3 -> bf16 products (per-tensor
+# scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
+# 5.22, against 0.18-0.35 us of FP8 tiles: 4.67, 5.23, 4.74, 5.04 beyond them, median 4.9.
+FP8_GEMM_KERNEL_US_B200 = 4.9
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,10 @@ class DeviceProfile:
     # measured sm_100 table (`GEMM_KERNEL_US_B200`). 0 where no such measurement is public (Ampere,
     # Ascend). FP8 kernels carry theirs per tile.
     gemm_kernel_us: float = 0.0
+    # The same fixed time for an FP8 GEMM kernel, where measured: B200, XLA's sm_100 table
+    # (`FP8_GEMM_KERNEL_US_B200`), per-tensor scales; MXFP8's block-scaled kernels are taken alike (no
+    # public small-shape table). 0 elsewhere (H800's DeepGEMM kernels carry `fp8_tile_overhead_us`).
+    fp8_gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
@@ -239,6 +247,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.763,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
         # NCCL's own model of an NVLink 5 link: SM100_NVLINK_BW 40.1 GB/s of its 50 per direction (NVIDIA/
         # nccl src/graph/topo.h, v2.27; 18 links: "maxBw 721.8" of 900 in a DGX B200's NCCL log, NVIDIA/nccl
         # issue #1807): 0.802, as H100's 20.6 of 25 (0.824) sits by the 0.8 measured there. (That issue's
