@@ -25,9 +25,10 @@ Achieved fractions are measured, not datasheet figures:
   without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
-  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
-  Ascend: assumed at H100's and A100's fractions (no public cuDNN rate on B200 at these shapes: the
-  catalog entry says what is known). `attention_head64_*` / `flash2_head64_*`: head
+  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200: cuDNN
+  9.22 on a GB200 in NVIDIA's cudnn-frontend benchmark (1697 and 1374 at head size 128, 16k, no
+  mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
+  figures at H100's. Ascend: assumed at A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
@@ -67,6 +68,10 @@ GEMM_KERNEL_US_B200 = 4.6
 # scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
 # 5.22, against 0.18-0.35 us of FP8 tiles: 4.67, 5.23, 4.74, 5.04 beyond them, median 4.9.
 FP8_GEMM_KERNEL_US_B200 = 4.9
+# cuDNN attention on B200 at head size 128, 16k tokens, no mask (the catalog entry derives them): NVIDIA's
+# GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
+ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
+ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
 
 
 @dataclass(frozen=True)
@@ -253,13 +258,21 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # issue #1807): 0.802, as H100's 20.6 of 25 (0.824) sits by the 0.8 measured there. (That issue's
         # all_reduce_perf on 8 B200 reaches 830 GB/s busbw: NVLink SHARP's in-switch reduction, not a ring.)
         comm_efficiency=0.802,
-        # Attention: cuDNN (TransformerEngine's backend on sm100) at H100's fractions, 0.602 and 0.522 of
-        # 2250 (1354 and 1174 TFLOP/s). No public table gives cuDNN's B200 rates at head size 128 and long
-        # sequences; FlashAttention-4's paper (Zadouri et al. 2026, arXiv 2603.05451) states only that FA4's
-        # best forward, 1613 TFLOP/s, is "up to 1.3x" cuDNN 9.13's, so cuDNN's forward at that shape is at
-        # least 1613/1.3 = 1241 (0.55): a bound, not a rate. The head-size-64 ratios and FlashAttention-2's
-        # rates stay H100's too. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
+        # Attention: cuDNN, TransformerEngine's backend on sm100, measured by NVIDIA on a GB200 (the same
+        # sm_100 GPU at a higher clock): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+        # llama3.1/gb200/llama3.1_20260424_100750.csv (fb682ce; cuDNN 9.22, frontend 1.21.1), BF16, head
+        # size 128, 16k tokens, no mask (Llama 3.1 405B's 64 query and 8 KV heads), FLOPs counted as the
+        # FlashAttention-3 figures above (backward 2.5x): forward 1697, backward 1374 TFLOP/s. On B200 at
+        # GB200's sustained tensor rate over B200's: MAMF 1745 against 1822 (ml-engineering's table; the
+        # two parts' device-reported maximum clocks, 1965 and 2062 MHz, differ alike): 1697 · 1745/1822 =
+        # 1625 (0.722 of 2250), 1374 · 1745/1822 = 1316 (0.585). (FlashAttention-4's paper, Zadouri et
+        # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
+        # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
+        # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
+        # rates H100's fractions. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
         # values are DGX GB200's, a Grace host: dgx_gb200).
+        attention_forward_efficiency=ATTENTION_FORWARD_B200,
+        attention_backward_efficiency=ATTENTION_BACKWARD_B200,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
