@@ -170,11 +170,8 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
     assert timing["overlap"] == {"dp": 1.0, "param_gather": 1.0, "tp": 0.0}
     assert (timing["cross_entropy_fusion"], timing["check_for_nan_in_grad"]) == (True, False)
     assert timing["exit_duration_in_mins"] == 230.0
-    assert [note.split(":")[0] for note in imported.notes] == [
-        "--manual-gc",
-        "--manual-gc-interval 100",
-        "--moe-aux-loss-coeff 1e-4",
-    ]
+    # --manual-gc and its interval change nothing ppb prices (NOTHING_PRICED): not reported
+    assert [note.split(":")[0] for note in imported.notes] == ["--moe-aux-loss-coeff 1e-4"]
     run = run_config_of(imported, "case")
     assert run.vocab_size("gpt") == 51712  # ⌈50257 / (3232·2)⌉ · 6464 = 8 · 6464
 
@@ -216,9 +213,35 @@ def test_recompute_is_said_in_megatrons_words() -> None:
     assert ignored.notes == ["--recompute-method: Megatron-LM ignores it here (no recompute it applies to)"]
 
 
+def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
+    # Megatron-LM d98e8a64: --no-bias-gelu-fusion sets bias_gelu_fusion False (arguments.py, store_false);
+    # --calculate-per-token-loss and --ddp-average-in-collective are TransformerConfig / DDPConfig booleans;
+    # --fp8-recipe one of transformer_config.py's recipes ("delayed" when not given).
+    plain = import_megatron(BASE, 8, "h100-80gb").raw["timing"]
+    assert not {"bias_gelu_fusion", "calculate_per_token_loss", "ddp_average_in_collective", "fp8_recipe"} & set(plain)
+    flags = "--no-bias-gelu-fusion --calculate-per-token-loss --fp8-format hybrid --fp8-recipe tensorwise"
+    imported = import_megatron(f"{BASE} {flags}", 8, "h100-80gb")
+    timing = imported.raw["timing"]
+    assert (timing["bias_gelu_fusion"], timing["calculate_per_token_loss"]) == (False, True)
+    assert (timing["matmul_dtype"], timing["fp8_recipe"]) == ("fp8", "tensorwise")
+    assert imported.notes == []
+    run = run_config_of(imported, "launch")
+    assert (run.timing.bias_gelu_fusion, run.timing.calculate_per_token_loss, run.timing.fp8_recipe) == (
+        False,
+        True,
+        "tensorwise",
+    )
+    collected = "--ddp-average-in-collective --manual-gc --manual-gc-interval 10"
+    averaged = import_megatron(f"{BASE} {collected}", 8, "h100-80gb")
+    assert averaged.raw["timing"]["ddp_average_in_collective"] is True
+    assert averaged.notes == []  # the collections change nothing ppb prices
+
+
 @pytest.mark.parametrize(
     ("flags", "flag"),
     [
+        ("--calculate-per-token-loss --ddp-average-in-collective", "--ddp-average-in-collective"),  # DDP asserts
+        ("--fp8-format hybrid --fp8-recipe custom", "--fp8-recipe"),  # its quantizers are the user's code
         ("--fp16", "--fp16"),  # with BASE's --bf16
         ("--global-batch-size 6 --micro-batch-size 4", "--global-batch-size"),
         ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),
@@ -240,15 +263,15 @@ def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> No
 
 def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -> None:
     script = tmp_path / "train.sh"
-    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion\n")
+    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion --fim-rate 0.5\n")
     out = tmp_path / "run.yaml"
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines() == [
-        "ppb: not modelled: --no-bias-gelu-fusion: not modelled by ppb (priced as if not given)"
-    ]
+    unmodelled = "ppb: not modelled: --fim-rate 0.5: not modelled by ppb (priced as if not given)"
+    assert captured.err.strip().splitlines() == [unmodelled]
     run = load_run_config(out)
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
+    assert run.timing.bias_gelu_fusion is False
     assert yaml.safe_load(out.read_text())["memory"] == {"cublas_workspace_config": ":4096:8"}
 
 

@@ -189,6 +189,12 @@ def test_megatron_passes_over_each_gradient_bucket():
     assert grad_pass_bytes(small_run(dp=1, timing={"check_for_nan_in_grad": False})) == 0
     assert grad_pass_bytes(small_run(dp=2, dtype="fp16")) == 8
     assert grad_pass_bytes(small_run(dp=2, framework="torchtitan")) == 0
+    # --ddp-average-in-collective: non-expert factor 1 (NCCL's AVG), experts' expert-dp/(dp·cp) =
+    # tp/(ep·etp), 1 at tp = ep = etp = 1; --calculate-per-token-loss: factor 1 (distributed_data_parallel.py)
+    assert grad_pass_bytes(small_run(dp=2, timing={"ddp_average_in_collective": True})) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"ddp_average_in_collective": True}), expert=True) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"calculate_per_token_loss": True})) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"calculate_per_token_loss": True}), expert=True) == 4
     # One stage, one data-parallel rank: the norm alone, 4 bytes a parameter at 1000 GB/s · 0.5, adds
     # to the iteration after the last backward; the same flag's loss checks (isnan, isinf) sync the
     # host twice for each of the 4 micro-batches, 5 us each (timing/reporting.py).

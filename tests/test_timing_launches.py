@@ -151,3 +151,37 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     assert layer_launches([norm, qkv], **layer_kw)["qkv"] == (1.0, 2.0)
     logits = Op("logits", "output", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096, fp8=False)
     assert op_launches(logits, **kw, fp8_recipe="tensorwise") == (1.0, 2.0)
+
+
+def test_unfused_bias_gelu_adds_the_bias_in_its_own_kernel():
+    """Megatron-LM d98e8a64 megatron/core/transformer/mlp.py `MLP.forward`: with bias_activation_fusion
+    off (--no-bias-gelu-fusion) fc1's bias is added by `intermediate_parallel + bias_parallel` before
+    `F.gelu`: one more forward kernel reading and writing the fc1 output, 2048 tokens × 2816 × 2 bytes
+    each way: 2 · 2048 · 2816 · 2 = 23,068,672 bytes; the backward is unchanged (the add passes the
+    gradient through; the bias's reduction, 2048 · 2816 · 2 = 11,534,336 bytes, is there either way).
+    Without a bias, or under SwiGLU (bias_swiglu_fusion decides there), nothing changes."""
+    from small_models import ROUND_DEVICE, SMALL_GQA
+
+    from ppb_core.config.run import parse_run_config
+
+    def fc1(fusion: bool, **spec):
+        raw = {
+            "name": "s",
+            "models": [{"name": "llm", "spec": {**SMALL_GQA, **spec}}],
+            "parallel": {"dp": 1, "tp": 1, "pp": 1},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": 1, "dtype": "bf16"},
+            "device": ROUND_DEVICE,
+            "timing": {"bias_gelu_fusion": fusion},
+        }
+        run = parse_run_config(raw)
+        body = next(layer for layer in walk(run).layers if layer.node == "BODY")
+        ops = TimeModel(run).ops(body)
+        counts = layer_launches(ops, tp=1, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True)
+        op = next(op for op in ops if op.name.endswith("mlp_in"))
+        return op.side_bytes, counts[op.name]
+
+    gelu = {"mlp_bias": True, "activation": "gelu"}
+    assert fc1(True, **gelu) == ((0.0, 11_534_336.0), (1.0, 3.0))
+    assert fc1(False, **gelu) == ((23_068_672.0, 11_534_336.0), (2.0, 3.0))
+    assert fc1(False, mlp_bias=True) == fc1(True, mlp_bias=True)  # SwiGLU
+    assert fc1(False, activation="gelu") == fc1(True, activation="gelu")  # no bias

@@ -27,11 +27,14 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
   `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
   `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
-  (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher;
+  (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
+  `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
+  `--ddp-average-in-collective`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
-flag with no bearing on either (logging, checkpoints, data, learning-rate schedule) is read past;
+flag that changes nothing ppb prices (`NOTHING_PRICED`, each with why) and a flag with no bearing
+on either (logging, checkpoints, data, learning-rate schedule) are read past;
 a contradiction or a flag ppb cannot price is refused in one line naming it.
 """
 
@@ -110,6 +113,14 @@ MODELLED = frozenset(
         "--max-position-embeddings",
     }
 )  # fmt: skip
+# Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
+NOTHING_PRICED = {
+    # training.py `pretrain`: gc.disable() and one gc.collect() before training; ppb prices no
+    # garbage collection (the automatic collector's pauses are the host's, unmodelled either way)
+    "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
+    # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
+    "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
+}
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
 NOT_PRICED = {
     "--hybrid-layer-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
@@ -397,6 +408,7 @@ def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
     spec["v_head_dim"] = args.integer("--v-head-dim", 128)
 
 
+_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")  # not "custom": its quantizers are the user's
 _FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
 
@@ -638,6 +650,20 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
+    recipe = args.text("--fp8-recipe")
+    if recipe is not None:  # transformer_config.py `fp8_recipe`, "delayed" by default
+        if recipe not in _FP8_RECIPES:
+            raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: ppb prices {', '.join(_FP8_RECIPES)}")
+        timing["fp8_recipe"] = recipe
+    if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
+        timing["bias_gelu_fusion"] = False
+    per_token, average = args.has("--calculate-per-token-loss"), args.has("--ddp-average-in-collective")
+    if per_token and average:  # distributed_data_parallel.py asserts it
+        raise InputError(args.where, "--ddp-average-in-collective", "cannot be set with --calculate-per-token-loss")
+    if per_token:
+        timing["calculate_per_token_loss"] = True
+    if average:
+        timing["ddp_average_in_collective"] = True
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")
@@ -655,6 +681,8 @@ def _unmodelled(args: _Args) -> list[str]:
     lines = []
     for flag, values in args.given.items():
         if flag in MODELLED or flag in args.read or flag in NO_BEARING or flag.startswith(NO_BEARING_PREFIXES):
+            continue
+        if flag in NOTHING_PRICED:
             continue
         value = f" {' '.join(values)}" if values else ""
         lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")

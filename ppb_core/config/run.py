@@ -493,6 +493,29 @@ class TimingOptions(StrictModel):
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
     )
+    bias_gelu_fusion: bool = Field(
+        True,
+        description="Megatron's bias-GeLU fusion (off with --no-bias-gelu-fusion; Megatron turns it off without "
+        "biases): unfused, fc1's bias is added by its own kernel before the GeLU",
+    )
+    calculate_per_token_loss: bool = Field(
+        False,
+        description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
+        "count is broadcast over the pipeline and all-reduced over dp·cp, and every held gradient divided by it",
+    )
+    ddp_average_in_collective: bool = Field(
+        False,
+        description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
+        "of DDP scaling each bucket by 1/(dp·cp) before it",
+    )
+
+    @model_validator(mode="after")
+    def _loss_scaling(self) -> TimingOptions:
+        if self.calculate_per_token_loss and self.ddp_average_in_collective:
+            # distributed_data_parallel.py asserts it ("Cannot average in collective when calculating
+            # per-token loss!")
+            raise ValueError("ddp_average_in_collective cannot be set with calculate_per_token_loss")
+        return self
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it

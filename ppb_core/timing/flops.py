@@ -134,6 +134,7 @@ class OpGeometry(Geometry):
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
+    bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -147,6 +148,7 @@ class OpGeometry(Geometry):
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             main_grad_bytes=train.grad_bytes,
             rope_fusion=run.timing.rope_fusion,
+            bias_gelu_fusion=run.timing.bias_gelu_fusion,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -216,6 +218,21 @@ def _bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, added_after
     if not added_after:
         return (0.0, elements)
     return (2 * elements, elements) if geo.transformer_impl == "local" else (0.0, 0.0)
+
+
+def _fc1_bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, gated: bool) -> tuple[float, float]:
+    """fc1's bias passes (`_bias_passes`), and, where Megatron-LM does not fuse it into the GeLU, its add.
+
+    megatron/core/transformer/mlp.py `MLP.forward` (d98e8a64): under `bias_activation_fusion` (from
+    `--no-bias-gelu-fusion`'s `bias_gelu_fusion` without `--swiglu`: training/argument_utils.py) the
+    bias goes into `bias_gelu_impl`, one kernel; otherwise `intermediate_parallel + bias_parallel`
+    runs first as its own kernel (read and write rows × n) and `F.gelu` after it. Its backward adds
+    nothing: the add passes the gradient through and the bias's reduction is the one counted either
+    way. The GeLU's saved input is the sum instead of the GEMM's output: the same bytes."""
+    forward, backward = _bias_passes(geo, bias, rows, n, added_after=False)
+    if bias and not gated and not geo.bias_gelu_fusion and geo.framework == "megatron":
+        forward += 2 * rows * n * geo.dtype_bytes
+    return forward, backward
 
 
 def _elementwise(
@@ -738,7 +755,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            side_bytes=_bias_passes(geo, bias, rows, up_width, added_after=False),
+            side_bytes=_fc1_bias_passes(geo, bias, rows, up_width, gated),
         ),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
         _matmul(

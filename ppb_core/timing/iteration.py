@@ -527,19 +527,28 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
-def grad_pass_bytes(run: RunConfig) -> int:
-    """HBM bytes per parameter that Megatron-Core's DDP moves over a gradient bucket before reducing it,
-    on the compute stream (param_and_grad_buffer.py `start_grad_sync`, core_r0.8.0 and d98e8a64): the
-    NaN check reads the bucket for its norm (`grad_data.norm(p=2)`, unless
-    `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss scaling turns it off: arguments.py),
-    and `grad_data *= gradient_scaling_factor` reads and writes it, the factor being 1/(dp·cp)
-    (distributed_data_parallel.py, `average_in_collective` off by default) and so 1 only without data
-    parallelism. Other frameworks: none."""
+def grad_pass_bytes(run: RunConfig, expert: bool = False) -> int:
+    """HBM bytes per parameter (an expert's where *expert*) that Megatron-Core's DDP moves over a
+    gradient bucket before reducing it, on the compute stream (param_and_grad_buffer.py
+    `start_grad_sync`, core_r0.8.0 and d98e8a64): the NaN check reads the bucket for its norm
+    (`grad_data.norm(p=2)`, unless `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss
+    scaling turns it off: arguments.py), and `grad_data *= gradient_scaling_factor` reads and writes
+    it unless the factor is 1 (distributed_data_parallel.py `DistributedDataParallel.__init__`): 1/(dp·cp)
+    by default, so 1 only without data parallelism; 1 under `--calculate-per-token-loss` (its
+    division comes after the reduction, `per_token_scale_bytes`); under `--ddp-average-in-collective`
+    1 for non-expert parameters (NCCL averages) and expert-dp / (dp·cp) for experts. Other
+    frameworks: none."""
     if run.framework != "megatron":
         return 0
+    par, timing = run.parallel, run.timing
     grad = run.training.grad_bytes
-    check = run.timing.check_for_nan_in_grad and run.training.dtype != "fp16"
-    scaled = run.parallel.dp * run.parallel.cp > 1
+    check = timing.check_for_nan_in_grad and run.training.dtype != "fp16"
+    if timing.calculate_per_token_loss:
+        scaled = False
+    elif timing.ddp_average_in_collective:
+        scaled = expert and par.tp != par.ep * par.expert_tp  # expert-dp = dp·cp·tp/(ep·etp)
+    else:
+        scaled = par.dp * par.cp > 1
     return (grad if check else 0) + (2 * grad if scaled else 0)
 
 
@@ -560,8 +569,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     if fsdp:
         return 0.0, 0.0, 0.0
     reduces = memory.setup.data_group > 1 or memory.setup.expert_data_group > 1
-    per_parameter = grad_pass_bytes(run)
-    if not reduces and not per_parameter:
+    per_parameter, per_expert = grad_pass_bytes(run), grad_pass_bytes(run, expert=True)
+    if not reduces and not per_parameter and not per_expert:
         return 0.0, 0.0, 0.0
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
@@ -579,7 +588,7 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
                 params_sum = params_sum + params
-            passes += kernels.memory_s(params_sum.total * per_parameter)
+            passes += kernels.memory_s(params_sum.non_expert * per_parameter + params_sum.expert * per_expert)
             seconds = _dp_collective(kind, params_sum, memory.setup.grad_bytes, links) if reduces else 0.0
             buckets.append((ready[last][0] + passes, seconds))
             start = last + 1
@@ -806,7 +815,14 @@ def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) 
     for (_, stage), entries in per_cell.items():
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
-            traffic = pass_bytes(static.optimizer_states, static.parameters, setup.grad_bytes, run.training.dtype, run)
+            traffic = pass_bytes(
+                static.optimizer_states,
+                static.parameters,
+                setup.grad_bytes,
+                run.training.dtype,
+                run,
+                gradients_held=static.gradients,
+            )
             stages[stage] = stages.get(stage, 0.0) + traffic
     moe = any(run.spec(name).is_moe for name in run.model_names if not run.is_vision(name))
     work = bookkeeping(run, max(stages.values(), default=0.0), run.training.micro_batches, moe)
