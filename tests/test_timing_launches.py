@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.devices import DEVICE_CATALOG, HOST_KERNEL_US_DGX_A100, HOST_KERNEL_US_DGX_H100
+from ppb_core.config.run import parse_run_config
 from ppb_core.model.walk import walk
 from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
 from ppb_core.timing.host import host_excess_s, launch_wait_s
@@ -160,9 +162,6 @@ def test_unfused_bias_gelu_adds_the_bias_in_its_own_kernel():
     each way: 2 · 2048 · 2816 · 2 = 23,068,672 bytes; the backward is unchanged (the add passes the
     gradient through; the bias's reduction, 2048 · 2816 · 2 = 11,534,336 bytes, is there either way).
     Without a bias, or under SwiGLU (bias_swiglu_fusion decides there), nothing changes."""
-    from small_models import ROUND_DEVICE, SMALL_GQA
-
-    from ppb_core.config.run import parse_run_config
 
     def fc1(fusion: bool, **spec):
         raw = {
