@@ -91,6 +91,7 @@ def test_a_small_gpt_case_becomes_the_run_config_derived_by_hand() -> None:
         "log_num_zeros_in_grad": True,
         "rope_fusion": True,
         "overlap": {"dp": 0.0, "param_gather": 0.0, "tp": 0.0},  # no --overlap-grad-reduce / -param-gather
+        "attention_softmax_in_fp32": True,  # read by Megatron's own attention only (not TE's)
     }
     assert raw["memory"] == {"cublas_workspace_config": ":4096:8"}
     assert imported.notes == []  # every other flag logs, saves or schedules the learning rate
@@ -235,6 +236,26 @@ def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
     averaged = import_megatron(f"{BASE} {collected}", 8, "h100-80gb")
     assert averaged.raw["timing"]["ddp_average_in_collective"] is True
     assert averaged.notes == []  # the collections change nothing ppb prices
+
+
+def test_megatron_s_own_attention_and_norm_flags() -> None:
+    # --no-masked-softmax-fusion, --attention-softmax-in-fp32 and --apply-query-key-layer-scaling are
+    # carried (dot_product_attention.py reads them under --transformer-impl local).
+    flags = "--transformer-impl local --no-masked-softmax-fusion --attention-softmax-in-fp32"
+    flags += " --apply-query-key-layer-scaling"
+    imported = import_megatron(f"{BASE} {flags}", 8, "a100-80gb")
+    timing = imported.raw["timing"]
+    assert (timing["masked_softmax_fusion"], timing["attention_softmax_in_fp32"]) == (False, True)
+    assert timing["apply_query_key_layer_scaling"] is True
+    assert run_config_of(imported, "launch").torch_masked_softmax
+    # --no-persist-layer-norm: apex's persistent kernel takes hidden sizes in fused_layer_norm.py's
+    # persist_ln_hidden_sizes only (256 is not; 1024 is), and TE's norms never read the flag
+    assert import_megatron(f"{BASE} --transformer-impl local --no-persist-layer-norm", 8, "a100-80gb").notes == []
+    assert import_megatron(f"{BASE} --hidden-size 1024 --no-persist-layer-norm", 8, "a100-80gb").notes == []
+    noted = import_megatron(
+        f"{BASE} --hidden-size 1024 --transformer-impl local --no-persist-layer-norm", 8, "a100-80gb"
+    )
+    assert [note.split(":")[0] for note in noted.notes] == ["--no-persist-layer-norm"]
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,7 @@ NO_BEARING = frozenset(
         "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
         "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
         "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
-        "--moe-router-bias-update-rate", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--moe-router-bias-update-rate",
         "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
         "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
         "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
@@ -657,6 +657,14 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["fp8_recipe"] = recipe
     if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
         timing["bias_gelu_fusion"] = False
+    # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
+    if args.has("--no-masked-softmax-fusion"):
+        timing["masked_softmax_fusion"] = False
+    if args.has("--attention-softmax-in-fp32"):
+        timing["attention_softmax_in_fp32"] = True
+    if args.has("--apply-query-key-layer-scaling"):
+        timing["apply_query_key_layer_scaling"] = True
+    _persist_layer_norm(args, impl, notes)
     per_token, average = args.has("--calculate-per-token-loss"), args.has("--ddp-average-in-collective")
     if per_token and average:  # distributed_data_parallel.py asserts it
         raise InputError(args.where, "--ddp-average-in-collective", "cannot be set with --calculate-per-token-loss")
@@ -674,6 +682,25 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
             notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing
+
+
+# Hidden sizes apex's persistent LayerNorm kernel takes (megatron/core/fusions/fused_layer_norm.py
+# `FusedLayerNorm.__init__`, `persist_ln_hidden_sizes`, d98e8a64)
+PERSIST_LN_HIDDEN_SIZES = frozenset(
+    {1024, 1536, 2048, 2304, 3072, 3840, 4096, 5120, 6144, 8192, 10240, 12288, 12800, 15360, 16384, 18432,
+     20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536}
+)  # fmt: skip
+
+
+def _persist_layer_norm(args: _Args, impl: str, notes: list[str]) -> None:
+    """`--no-persist-layer-norm` reaches only Megatron's FusedLayerNorm (the local implementation's
+    norm with apex), and there only at a hidden size its persistent kernel takes: elsewhere apex's
+    non-persistent kernel, or TE's norm, or torch's (no apex: torch_norm.py asserts the flag) runs
+    either way, and the flag changes nothing ppb prices."""
+    if not args.has("--no-persist-layer-norm"):
+        return
+    if impl == "local" and args.integer("--hidden-size") in PERSIST_LN_HIDDEN_SIZES:
+        notes.append("--no-persist-layer-norm: apex's non-persistent LayerNorm kernels, not modelled (priced as TE's)")
 
 
 def _unmodelled(args: _Args) -> list[str]:

@@ -503,6 +503,20 @@ class TimingOptions(StrictModel):
         description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
         "count is broadcast over the pipeline and all-reduced over dp·cp, and every held gradient divided by it",
     )
+    masked_softmax_fusion: bool = Field(
+        True,
+        description="Megatron's scale-mask-softmax fusion (off with --no-masked-softmax-fusion): read only by "
+        "Megatron's own attention (--transformer-impl local, unfused); off, the cast, scale, mask, softmax and "
+        "cast back run as PyTorch ops",
+    )
+    attention_softmax_in_fp32: bool = Field(
+        False,
+        description="Megatron's --attention-softmax-in-fp32 (--apply-query-key-layer-scaling sets it): the "
+        "unfused softmax in fp32",
+    )
+    apply_query_key_layer_scaling: bool = Field(
+        False, description="Megatron's --apply-query-key-layer-scaling: the unfused softmax's input scaled first"
+    )
     ddp_average_in_collective: bool = Field(
         False,
         description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
@@ -631,6 +645,23 @@ class RunConfig(StrictModel):
     def recompute(self) -> Recompute:
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
+
+    @property
+    def torch_masked_softmax(self) -> bool:
+        """Whether Megatron's own attention (dot_product_attention.py `DotProductAttention`, run under
+        --transformer-impl local with no flash kernel) takes FusedScaleMaskSoftmax's PyTorch path
+        (fused_softmax.py `forward_torch_softmax`, Megatron-LM d98e8a64): with the fusion off."""
+        return (
+            self.framework == "megatron"
+            and self.timing.transformer_impl == "local"
+            and not self.training.flash_attention
+            and not self.timing.masked_softmax_fusion
+        )
+
+    @property
+    def softmax_in_fp32(self) -> bool:
+        """TransformerConfig `attention_softmax_in_fp32`, which `apply_query_key_layer_scaling` sets."""
+        return self.timing.attention_softmax_in_fp32 or self.timing.apply_query_key_layer_scaling
 
     def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]

@@ -116,6 +116,9 @@ class Op:
     # (megatron/core/transformer/moe/router.py, `TopKRouter.gating`). DeepSeek-V3 keeps "the output
     # head, MoE gating modules" in their original precision too (its report, §3.3.1).
     fp8: bool = True
+    # Kernels this op runs each way where it is several PyTorch ops priced as one (None: the generic
+    # rules of `ppb_core.timing.launches`).
+    launches: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,9 @@ class OpGeometry(Geometry):
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
     bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
+    torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
+    softmax_fp32: bool = False  # ... in fp32 (attention_softmax_in_fp32)
+    softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -149,6 +155,9 @@ class OpGeometry(Geometry):
             main_grad_bytes=train.grad_bytes,
             rope_fusion=run.timing.rope_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
+            torch_softmax=run.torch_masked_softmax,
+            softmax_fp32=run.softmax_in_fp32,
+            softmax_scaled=run.timing.apply_query_key_layer_scaling,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -615,16 +624,15 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # (scaled_upper_triang_masked_softmax.h: a row's loads stop at the diagonal, `local_seq`; every
         # element is stored) reads only the lower triangle, half of each read.
         reads = 0.5 if copies and not geo.block_pairs else 1.0
-        ops.append(
-            _elementwise(
-                p + "softmax",
-                block,
-                (reads + 1) * pairs * bc,
-                (2 * reads + 1) * pairs * bc,
-                switch="softmax",
-                inputs=(scores,),
-            )
+        softmax = _elementwise(
+            p + "softmax",
+            block,
+            (reads + 1) * pairs * bc,
+            (2 * reads + 1) * pairs * bc,
+            switch="softmax",
+            inputs=(scores,),
         )
+        ops.append(_torch_softmax(softmax, geo, pairs) if geo.torch_softmax else softmax)
         probs = p + "softmax"
         if kind.attention_dropout > 0:
             ops += [
@@ -689,6 +697,28 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         )
         out = p + "cp_a2a_out"
     return ops, out
+
+
+def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:
+    """Megatron's scale-mask-softmax as PyTorch ops (fused_softmax.py `forward_torch_softmax`,
+    Megatron-LM d98e8a64), per score element: the upcast to fp32 where the softmax runs in fp32 on
+    16-bit scores (read bc, write 4), the scale (`input * self.scale`, under query-key layer
+    scaling: read and write), `attention_mask_func`'s in-place `masked_fill_` (read and write; its
+    broadcast mask not counted), the softmax (read and write), the cast back (read 4, write bc), each
+    one kernel. Backward autograd's formula for each in turn: the casts' (read, write), the softmax's
+    (read the gradient and the output, write), the masked fill's (`grad.masked_fill(mask, 0)`) and
+    the scale's (read, write)."""
+    bc = geo.dtype_bytes
+    element = 4 if geo.softmax_fp32 else bc
+    upcast = geo.softmax_fp32 and bc < 4
+    casts = 2 * (bc + 4) if upcast else 0
+    scale = 2 * element if geo.softmax_scaled else 0
+    kernels = 2 * upcast + geo.softmax_scaled + 2
+    forward = casts + scale + 2 * element + 2 * element
+    backward = casts + scale + 2 * element + 3 * element
+    return dataclasses.replace(
+        op, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(float(kernels), float(kernels))
+    )
 
 
 def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
