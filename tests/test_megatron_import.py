@@ -234,6 +234,10 @@ def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
     )
     collected = "--ddp-average-in-collective --manual-gc --manual-gc-interval 10"
     averaged = import_megatron(f"{BASE} {collected}", 8, "h100-80gb")
+    overlap = "--use-distributed-optimizer --overlap-param-gather --overlap-param-gather-with-optimizer-step"
+    virtual = "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 7"
+    early = import_megatron(f"{BASE} {overlap} {virtual}", 8, "h100-80gb")
+    assert early.raw["timing"]["overlap_param_gather_with_optimizer_step"] is True
     assert averaged.raw["timing"]["ddp_average_in_collective"] is True
     assert averaged.notes == []  # the collections change nothing ppb prices
 
@@ -263,6 +267,15 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
     [
         ("--calculate-per-token-loss --ddp-average-in-collective", "--ddp-average-in-collective"),  # DDP asserts
         ("--fp8-format hybrid --fp8-recipe custom", "--fp8-recipe"),  # its quantizers are the user's code
+        # arguments.py validate_args: the distributed optimizer, --overlap-param-gather, virtual stages
+        (
+            "--overlap-param-gather-with-optimizer-step --overlap-param-gather",
+            "--overlap-param-gather-with-optimizer-step",
+        ),
+        (
+            "--overlap-param-gather-with-optimizer-step --use-distributed-optimizer --overlap-param-gather",
+            "--overlap-param-gather-with-optimizer-step",
+        ),
         ("--fp16", "--fp16"),  # with BASE's --bf16
         ("--global-batch-size 6 --micro-batch-size 4", "--global-batch-size"),
         ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),

@@ -29,7 +29,9 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
-  `--ddp-average-in-collective`;
+  `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`, and for Megatron's
+  own attention `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32`,
+  `--apply-query-key-layer-scaling`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
@@ -665,6 +667,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
     if args.has("--apply-query-key-layer-scaling"):
         timing["apply_query_key_layer_scaling"] = True
     _persist_layer_norm(args, impl, notes)
+    if args.has("--overlap-param-gather-with-optimizer-step"):
+        _optimizer_step_overlap(args)
+        timing["overlap_param_gather_with_optimizer_step"] = True
     per_token, average = args.has("--calculate-per-token-loss"), args.has("--ddp-average-in-collective")
     if per_token and average:  # distributed_data_parallel.py asserts it
         raise InputError(args.where, "--ddp-average-in-collective", "cannot be set with --calculate-per-token-loss")
@@ -701,6 +706,18 @@ def _persist_layer_norm(args: _Args, impl: str, notes: list[str]) -> None:
         return
     if impl == "local" and args.integer("--hidden-size") in PERSIST_LN_HIDDEN_SIZES:
         notes.append("--no-persist-layer-norm: apex's non-persistent LayerNorm kernels, not modelled (priced as TE's)")
+
+
+def _optimizer_step_overlap(args: _Args) -> None:
+    """What arguments.py `validate_args` asserts of --overlap-param-gather-with-optimizer-step."""
+    flag = "--overlap-param-gather-with-optimizer-step"
+    if not args.has("--use-distributed-optimizer"):
+        raise InputError(args.where, flag, "needs --use-distributed-optimizer, as Megatron-LM asserts")
+    if not args.has("--overlap-param-gather"):
+        raise InputError(args.where, flag, "needs --overlap-param-gather, as Megatron-LM asserts")
+    virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+    if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
+        raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
 
 
 def _unmodelled(args: _Args) -> list[str]:

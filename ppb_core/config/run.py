@@ -503,6 +503,12 @@ class TimingOptions(StrictModel):
         description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
         "count is broadcast over the pipeline and all-reduced over dp·cp, and every held gradient divided by it",
     )
+    overlap_param_gather_with_optimizer_step: bool = Field(
+        False,
+        description="Megatron's --overlap-param-gather-with-optimizer-step (interleaved schedule, distributed "
+        "optimizer): the first model chunk's parameter all-gathers launched after its own optimizer step, beside "
+        "the other chunks' steps",
+    )
     masked_softmax_fusion: bool = Field(
         True,
         description="Megatron's scale-mask-softmax fusion (off with --no-masked-softmax-fusion): read only by "

@@ -677,7 +677,9 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
     max over buckets of (gathers up to it − the time of its first use), plus the SMs the gathers take
     beside compute. The first bucket's gather is exposed on the first stage; on a later stage it runs
     while the stage waits for its first input. With `timing.overlap.param_gather` 0 every gather is
-    exposed (without the flag the optimizer step gathers synchronously)."""
+    exposed (without the flag the optimizer step gathers synchronously). Under
+    `--overlap-param-gather-with-optimizer-step` the first chunk's gathers start early
+    (`gather_head_start`)."""
     if fsdp or memory.setup.shard_level < 1 or memory.setup.data_group <= 1:
         return 0.0, 0.0
     share = run.timing.overlap.param_gather
@@ -713,18 +715,19 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
         if not gathers:
             continue
         link = sum(seconds for _, seconds in gathers)
-        delay = gather_wait(gathers, kernels.contention)
+        delay = gather_wait(gathers, kernels.contention, gather_head_start(run, memory, kernels, per_cell, stage))
         exposed = share * delay + (1 - share) * link
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
 
 
-def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0) -> float:
+def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0, head_start: float = 0.0) -> float:
     """Seconds a stage's forwards wait for parameter all-gathers (first use, seconds) in forward order,
-    run back to back from 0 on one stream: the most any bucket's gathers-so-far run past its first use,
-    plus *contention* of the gathers' time beside compute (the SMs they take)."""
-    done = waited = 0.0
+    run back to back on one stream from *head_start* seconds before the forward: the most any bucket's
+    gathers-so-far run past its first use, plus *contention* of the gathers' time beside compute (the
+    SMs they take)."""
+    done, waited = -head_start, 0.0
     for use, seconds in gathers:
         done += seconds
         waited = max(waited, done - use)
@@ -782,27 +785,46 @@ def _embedding_sync(run, memory, links, placed) -> float:
     return seconds
 
 
+def _cell_optimizer_traffic(run, memory, entries) -> float:
+    """HBM bytes of the optimizer step over one cell's layers (`optimizer_traffic`)."""
+    megatron = run.framework == "megatron"
+    traffic = 0.0
+    for layer, _, _ in entries:
+        static = memory.static_breakdown(layer)
+        traffic += optimizer_traffic(
+            static.optimizer_states,
+            static.gradients,
+            memory.parameters(layer).total,
+            memory.setup,
+            master_copy=megatron,
+            loss_scaled=megatron and run.training.dtype == "fp16",
+        )
+    return traffic
+
+
 def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     """The slowest stage's optimizer step: per parameter whose states the device holds, read its gradient,
     read and write its states (master copy and moments), write the 16-bit parameter; then read every
     held gradient for the norm and zero the whole gradient buffer for the next iteration."""
-    setup = memory.setup
-    megatron = run.framework == "megatron"
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
-        traffic = 0.0
-        for layer, _, _ in entries:
-            static = memory.static_breakdown(layer)
-            traffic += optimizer_traffic(
-                static.optimizer_states,
-                static.gradients,
-                memory.parameters(layer).total,
-                setup,
-                master_copy=megatron,
-                loss_scaled=megatron and run.training.dtype == "fp16",
-            )
-        stages[stage] = stages.get(stage, 0.0) + traffic
+        stages[stage] = stages.get(stage, 0.0) + _cell_optimizer_traffic(run, memory, entries)
     return kernels.memory_s(max(stages.values(), default=0.0))
+
+
+def gather_head_start(run, memory, kernels: Kernels, per_cell, stage: int) -> float:
+    """Seconds the first model chunk's parameter gathers run before the forward under Megatron's
+    `--overlap-param-gather-with-optimizer-step` (`timing.overlap_param_gather_with_optimizer_step`):
+    the first chunk has an optimizer of its own, stepped first, after which it launches every bucket's
+    all-gather of that chunk (megatron/core/optimizer/optimizer.py `ChainedOptimizer._step`:
+    `start_param_sync(force_dispatch=True)`; optimizer/__init__.py splits `model_chunks[0]` off,
+    Megatron-LM d98e8a64) while the other chunks' steps run: their step's seconds on *stage*."""
+    if not run.timing.overlap_param_gather_with_optimizer_step:
+        return 0.0
+    rest = sum(
+        _cell_optimizer_traffic(run, memory, per_cell.get((chunk, stage), [])) for chunk in range(1, run.parallel.vpp)
+    )
+    return kernels.memory_s(rest)
 
 
 def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
