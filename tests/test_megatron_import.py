@@ -238,6 +238,8 @@ def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
     virtual = "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 7"
     early = import_megatron(f"{BASE} {overlap} {virtual}", 8, "h100-80gb")
     assert early.raw["timing"]["overlap_param_gather_with_optimizer_step"] is True
+    delayed = import_megatron(f"{BASE} --overlap-moe-expert-parallel-comm --delay-wgrad-compute", 8, "h100-80gb")
+    assert delayed.raw["timing"]["delay_wgrad_compute"] is True
     assert averaged.raw["timing"]["ddp_average_in_collective"] is True
     assert averaged.notes == []  # the collections change nothing ppb prices
 
@@ -267,6 +269,7 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
     [
         ("--calculate-per-token-loss --ddp-average-in-collective", "--ddp-average-in-collective"),  # DDP asserts
         ("--fp8-format hybrid --fp8-recipe custom", "--fp8-recipe"),  # its quantizers are the user's code
+        ("--delay-wgrad-compute", "--delay-wgrad-compute"),  # transformer_config.py: needs the EP overlap
         # arguments.py validate_args: the distributed optimizer, --overlap-param-gather, virtual stages
         (
             "--overlap-param-gather-with-optimizer-step --overlap-param-gather",

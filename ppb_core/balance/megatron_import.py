@@ -29,7 +29,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
-  `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`, and for Megatron's
+  `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
+  `--delay-wgrad-compute`, and for Megatron's
   own attention `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32`,
   `--apply-query-key-layer-scaling`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
@@ -667,6 +668,10 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
     if args.has("--apply-query-key-layer-scaling"):
         timing["apply_query_key_layer_scaling"] = True
     _persist_layer_norm(args, impl, notes)
+    if args.has("--delay-wgrad-compute"):
+        if not args.has("--overlap-moe-expert-parallel-comm"):  # transformer_config.py asserts it
+            raise InputError(args.where, "--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm")
+        timing["delay_wgrad_compute"] = True
     if args.has("--overlap-param-gather-with-optimizer-step"):
         _optimizer_step_overlap(args)
         timing["overlap_param_gather_with_optimizer_step"] = True

@@ -509,6 +509,12 @@ class TimingOptions(StrictModel):
         "optimizer): the first model chunk's parameter all-gathers launched after its own optimizer step, beside "
         "the other chunks' steps",
     )
+    delay_wgrad_compute: bool = Field(
+        False,
+        description="Megatron's --delay-wgrad-compute (with --overlap-moe-expert-parallel-comm): in the combined "
+        "1F1B the experts' and the pre-dispatch part's weight gradients run after their input gradients, off the "
+        "all-to-alls' path (ppb_core.timing.combined)",
+    )
     masked_softmax_fusion: bool = Field(
         True,
         description="Megatron's scale-mask-softmax fusion (off with --no-masked-softmax-fusion): read only by "

@@ -475,13 +475,16 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     least the host's time to launch them all (`HostWaits.launch_forward` + `launch_backward`), so a
     step never saves more than their times (with their waits for the host) beyond that."""
     stages, chunks = run.parallel.pp, run.parallel.vpp
+    delay = run.timing.delay_wgrad_compute
     segments: dict[tuple[int, int], list] = {}
     bodies: dict[tuple[int, int], list[Layer]] = {}
     for (chunk, stage), entries in per_cell.items():
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
-        segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
+        segments[(chunk, stage)] = [
+            layer_segments(times, layer, *states[layer], delay_wgrad=delay) for layer in bodies[(chunk, stage)]
+        ]
         for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
-            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0])
+            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0], delay)
     contention = times.kernels.contention
     totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
@@ -491,7 +494,7 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         paired_forward = bodies.get((f, s), [])[:pairs]
         paired_backward = bodies.get((b, s), [])[::-1][:pairs]
         hidden_waits = sum(waits[layer].dispatcher for layer in paired_forward)
-        saved = step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        saved = step_saving(forwards, backwards[::-1], contention, delay) + hidden_waits
         launching = sum(waits[layer].launch_forward for layer in paired_forward) + sum(
             waits[layer].launch_backward for layer in paired_backward
         )
