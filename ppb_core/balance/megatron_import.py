@@ -118,7 +118,7 @@ MODELLED = frozenset(
 )  # fmt: skip
 # Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
 NOTHING_PRICED = {
-    # training.py `pretrain`: gc.disable() and one gc.collect() before training; ppb prices no
+    # training.py `train`: gc.disable() and one gc.collect() before the loop; ppb prices no
     # garbage collection (the automatic collector's pauses are the host's, unmodelled either way)
     "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
     # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
