@@ -237,7 +237,12 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
     # HBM: the datasheet says 8 TB/s; the driver's 7680-bit bus at 3996 MHz DDR gives 7.67 TB/s
-    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
+    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that. Its share
+    # element-wise kernels reach stays the catalog's 0.8 (`memory_efficiency`), which NVIDIA's cuDNN
+    # RMSNorm measurement on a GB200 (the same 8 TB/s HBM3e; NVIDIA/cudnn-frontend benchmark/norms/
+    # results/gb200/all_models_20260226_180237.csv at df73764) bears out for the forward: 5.99-6.42 TB/s
+    # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
+    # (mean 5.28, 0.69), runs below it.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
     "b200": DeviceProfile(
         "b200",
