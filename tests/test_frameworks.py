@@ -107,6 +107,24 @@ def test_megatron_experts_weight_their_activations_and_the_combine_keeps_nothing
     assert sum(terms.values()) == sum(seed.values()) - 2048 + 64 + 256
 
 
+def test_megatron_experts_without_a_gated_activation_keep_it_before_and_after_the_weighting():
+    # experts.py TEGroupedMLP.forward `bias_act_func` (and mlp.py MLP.forward for SequentialMLP), d98e8a64:
+    # a non-gated activation takes the unfused branch, `activation_func(fc1_output) * permuted_probs`;
+    # the product keeps the activation's output for the probabilities' gradient and fc2 keeps the
+    # product. MOE with GeLU experts at s 16: 16 tokens · top 2 = 32 rows of width 16 in bf16,
+    # 32 · 16 · 2 = 1024 bytes each, one more than SwiGLU's fused weighting keeps.
+    gelu = make_run({**MOE, "activation": "gelu"}, training={"seq_length": 16})
+    terms = _terms(model(gelu), body(gelu, "moe"))
+    assert terms["moe.expert.unweighted_activation"] == terms["moe.expert.activation_output"] == 1024
+    swiglu = make_run(MOE, training={"seq_length": 16})
+    assert "moe.expert.unweighted_activation" not in _terms(model(swiglu), body(swiglu, "moe"))
+    # --recompute-modules moe_act checkpoints bias_act_func: both go
+    selective = {"granularity": "selective", "modules": ["moe_act"]}
+    gelu = make_run({**MOE, "activation": "gelu"}, training={"seq_length": 16, "recompute": selective})
+    recomputed = _terms(model(gelu), body(gelu, "moe"), SEL)
+    assert "moe.expert.unweighted_activation" not in recomputed and "moe.expert.activation_output" not in recomputed
+
+
 def test_megatron_dispatcher_keeps_its_last_routing():
     # token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_preprocess stores probs, routing_map and
     # permute's reverse mapping until the layer's next forward. MOE (4 experts, top 2) at s 16, the
@@ -580,6 +598,12 @@ def test_megatron_workspaces_follow_the_stage_layers():
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [234886144, 234886144]
+    # without --moe-grouped-gemm the experts are a SequentialMLP of TE linears (transformer_engine_spec_provider.py
+    # `grouped_mlp_modules`): no grouped-GEMM workspaces, 2·33554432 + 33555456 = 100664320
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"moe": {"grouped_gemm": False}}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
     # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
     # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
     # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).

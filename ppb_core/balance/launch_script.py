@@ -55,6 +55,12 @@ def _expand(word: str, variables: dict[str, str]) -> str:
 
 def script_words(text: str) -> list[str]:
     """The words of *text* (flags, or a whole launch script) with the script's variables expanded."""
+    return script_words_and_variables(text)[0]
+
+
+def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
+    """The words of *text* with its variables expanded, and the variables it assigns (expanded):
+    `export CUBLAS_WORKSPACE_CONFIG=:4096:8` is a variable the run's environment holds."""
     # a backslash before a newline is removed with it, as the shell joins lines (shlex would keep
     # the newline in the next word)
     text = re.sub(r"\\\r?\n", "", text)
@@ -83,4 +89,4 @@ def script_words(text: str) -> list[str]:
             found.extend(expanded.split())
         else:
             found.append(expanded)
-    return found
+    return found, variables

@@ -228,6 +228,28 @@ def search(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def imports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "framework", choices=("megatron",), help="whose launch: megatron (Megatron-LM's pretrain_gpt.py)"
+    )
+    parser.add_argument("launch", metavar="LAUNCH", help="a launch script, or the flags themselves as one text")
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs the launch runs on: the world size (default: torchrun's --nproc-per-node × --nnodes in the script)",
+    )
+    parser.add_argument("--device", required=True, metavar="NAME", help="the device, a catalog name (h100-80gb, ...)")
+    parser.add_argument(
+        "--tokenizer-vocab",
+        type=int,
+        metavar="N",
+        help="the tokenizer's vocabulary, where Megatron-LM reads it from a file (HuggingFace, SentencePiece)",
+    )
+    parser.add_argument("--name", help="the run config's name (default: the script's file name)")
+    parser.add_argument("-o", "--output", metavar="RUN.yaml", help="where to write the run config (default: print)")
+
+
 class Command(NamedTuple):
     summary: str  # one line in `ppb --help`
     description: str  # `ppb COMMAND --help`
@@ -309,6 +331,18 @@ or as the text itself. Every stage's memory is evaluated by the memory model aga
 optimum for the same run beside it (`--no-optimum` skips it). Exit status 1 when a stage does not
 fit, 2 when the plan cannot be read.""",
         arguments=check,
+    ),
+    "import": Command(
+        summary="write the run config of a Megatron-LM launch (its flags or launch script)",
+        description="""The run config a Megatron-LM launch says, for every other command.
+
+LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would, its
+variables at their defaults). Every flag ppb models is carried over, Megatron-LM's default where the
+launch leaves it out (Megatron-LM d98e8a64); the vocabulary comes from the tokenizer, padded as
+Megatron pads it. Each flag that bears on memory or time and that ppb does not model is said on
+stderr, one line each; a contradiction, or a model ppb does not price, is refused in one line
+naming the flag, and nothing is written.""",
+        arguments=imports,
     ),
     "search": Command(
         summary="rank parallel strategies for a model on N devices by tokens per second, each balanced",

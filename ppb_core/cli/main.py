@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A command whose module is not named as the command (`import` is a Python keyword)
+_MODULES = {"import": "imports"}
+
 # `ppb check`'s own options: a word after --plan that is one of them is not the plan
 _CHECK_OPTIONS = frozenset({"--json", "--no-optimum", "-q", "--quiet", "-t", "--time-limit", "-h", "--help"})
 
@@ -47,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_plan_text(sys.argv[1:] if argv is None else argv))
     # The command's module (and pandas, the models, Dagster-free as it is) loads only now, so that
     # `ppb --help` and `ppb COMMAND --help` start at once.
-    command = importlib.import_module(f"ppb_core.cli.{args.command}")
+    command = importlib.import_module(f"ppb_core.cli.{_MODULES.get(args.command, args.command)}")
     try:
         return int(command.run(args) or 0)
     except InputError as err:

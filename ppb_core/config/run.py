@@ -240,6 +240,13 @@ class MoeTraining(StrictModel):
         "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
     )
 
+    grouped_gemm: bool = Field(
+        True,
+        description="Megatron's --moe-grouped-gemm: the local experts as one TEGroupedMLP, whose grouped GEMM "
+        "holds Transformer Engine's per-stream workspaces; false: SequentialMLP, each expert's own linears "
+        "(Megatron's default)",
+    )
+
     @field_validator("dropless_imbalance", mode="before")
     @classmethod
     def _factor_or_bound(cls, value: Any) -> Any:
@@ -426,6 +433,11 @@ class TimingOptions(StrictModel):
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
+    )
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = Field(
+        "delayed",
+        description="Megatron's --fp8-recipe under FP8 training (matmul_dtype fp8): how TransformerEngine scales "
+        "its FP8 tensors, which sets the quantization kernels the host launches (ppb_core.timing.launches)",
     )
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         "transformer_engine",
@@ -826,6 +838,12 @@ def _check_run(run: RunConfig, where: str) -> None:
             where,
             "parallel.zero",
             f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
+        )
+    if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
+        # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
+        # supported with moe_grouped_gemm"
+        raise InputError(
+            where, "training.recompute", "moe_act needs training.moe.grouped_gemm (Megatron's --moe-grouped-gemm)"
         )
     if par.layout is not None:
         _check_layout(run, where)

@@ -38,6 +38,7 @@ class MemorySetup(Geometry):
     combined_1f1b: bool = False  # Megatron's --overlap-moe-expert-parallel-comm (ppb_core.memory.combined)
     router_bytes: int = 0  # the router's probabilities (--moe-router-dtype); 0: dtype_bytes
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's row map)
+    moe_grouped_gemm: bool = True  # Megatron's --moe-grouped-gemm (TEGroupedMLP; else SequentialMLP)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | deepep (timing.moe_dispatcher)
@@ -67,6 +68,7 @@ class MemorySetup(Geometry):
             combined_1f1b=par.overlap_moe_expert_parallel_comm,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),
             permute_fusion=train.moe.permute_fusion,
+            moe_grouped_gemm=train.moe.grouped_gemm,
             rope_fusion=train.rope_fusion,
             transformer_impl=run.timing.transformer_impl,
             moe_dispatcher=run.timing.moe_dispatcher,

@@ -38,7 +38,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   unpermute without probabilities (token_dispatcher.py `MoEAlltoAllTokenDispatcher.
   combine_postprocess`: `unpermute(...)` with no `probs`), which keeps nothing for its backward.
   So the combine keeps no expert outputs (SAPP's `moe.combined_tokens` and its remote part);
-  the experts keep their rows' probabilities (`moe.expert.probs`, one per routed row).
+  the experts keep their rows' probabilities (`moe.expert.probs`, one per routed row). The fused
+  weighting is SwiGLU's (and quick GEGLU's) alone: a non-gated activation (GeLU) takes the unfused
+  branch of `bias_act_func` (`TransformerConfig.__post_init__` refuses `bias_activation_fusion` for a
+  bias-free GeLU, and `TEGroupedMLP` for any non-gated one, so such a run passes
+  `--no-bias-gelu-fusion`), `intermediate = activation_func(fc1_output)` then `intermediate *
+  permuted_probs`: the product saves the activation's output for the probabilities' gradient, and
+  the down-projection saves the product, its input. The experts keep both
+  (`moe.expert.unweighted_activation`, `[rows, ffn/etp]` in the training dtype, beside
+  `moe.expert.activation_output`); `moe_act` recompute drops both.
 * **Static memory** is SAPP's: bf16 parameters, the contiguous fp32 `main_grad` buffer
   (megatron/core/distributed/param_and_grad_buffer.py, `_ParamAndGradBuffer` and
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
@@ -69,7 +77,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   device's). The plain path does both in place, eagerly.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
-  routed experts (`TEGroupedMLP`), TE's grouped GEMM's four more.
+  routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
+  grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
+  TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
+  `grouped_mlp_modules`).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
   hand each micro-batch's received activation to the chunk with `set_input_tensor`
   (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
@@ -274,6 +285,9 @@ def megatron_body_terms(
         )
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
+    if not kind.mlp.gated:  # the unfused weighting keeps the activation's output too (module docstring)
+        output = next(t for t in kept_terms if t.op == f"{prefix}moe.expert.activation_output")
+        kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
     if setup.moe_dispatcher == "alltoall":
         kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     if not setup.combined_1f1b:
@@ -434,7 +448,7 @@ class MegatronRules(FrameworkRules):
             if setup.transformer_impl == "transformer_engine":
                 te_workspace = transformer_engine_workspace_bytes(capability)
                 found += te_workspace
-                if any(routes_experts(kind) for kind in kinds):
+                if setup.moe_grouped_gemm and any(routes_experts(kind) for kind in kinds):
                     found += TE_COMPUTE_STREAMS * te_workspace
         return found + global_buffer_bytes(setup, kinds)
 

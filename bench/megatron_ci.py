@@ -1,0 +1,296 @@
+"""Every Megatron-LM functional-test case ppb's Megatron reader accepts, priced against its golden values.
+
+    PPB_MEGATRON_LM=DIR python bench/megatron_ci.py [--cases SUBSTRING] [--verbose]
+
+Source: NVIDIA/Megatron-LM at d98e8a64 (DIR: a clone or bare mirror holding that commit, read with git),
+tests/functional_tests/test_cases/<family>/<case>/: model_config.yaml's MODEL_ARGS (pretrain_gpt.py's
+flags, turned into words as tests/functional_tests/shell_test_utils/_run_training.sh does: `true` is
+the bare flag, a `[...]` list its words) and ENV_VARS (exported before the launch), read by
+`ppb import megatron` (`ppb_core.balance.megatron_import`) on one node of 8 GPUs
+(tests/test_utils/recipes/h100/*.yaml: `nodes: 1`, `gpus: 8`); golden_values_dev_dgx_h100.json and
+_dgx_a100.json hold each logged iteration's `mem-max-allocated-bytes`, `mem-allocated-bytes` and
+`iteration-time`. The conventions are bench/public_memory.py's and bench/public_runs.py's (their
+docstrings): the logging rank is the last (the last pipeline stage); the peak is the last logged
+iteration's `mem-max-allocated-bytes` against ppb's stage peak, the after-step memory its
+`mem-allocated-bytes` against ppb's optimizer moment; the seconds are the median of the logged
+`iteration-time` values without iteration 1, against `run_iteration`. Reserved memory 0 (the
+counters leave the CUDA context and NCCL out).
+
+Families whose script is not pretrain_gpt.py (bert, t5, hybrid, multimodal, mimo) are counted as
+refused; so are the release cases (mixtral/), whose recipes (node count) are not in the repository,
+cases without training golden values (inference), and cases the reader refuses, grouped by the flag
+it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
+shows the date of the last commit that set them.
+
+Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
+absolute and the largest error of each, then the refusals by reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _measure import machine  # noqa: E402
+from public_memory import GIB, MeasuredPeak, predicted_after_step_gib, predicted_gib  # noqa: E402
+
+from ppb_core.balance.megatron_import import import_megatron, run_config_of  # noqa: E402
+from ppb_core.errors import InputError  # noqa: E402
+from ppb_core.timing.iteration import run_iteration  # noqa: E402
+
+# a Megatron-LM git repository holding the commit (as tests/test_check_launch_scripts.py takes it)
+MIRROR = os.environ.get("PPB_MEGATRON_LM", "")
+COMMIT = "d98e8a64"
+CASES = "tests/functional_tests/test_cases"
+GPT_FAMILIES = ("gpt", "moe")  # trained by pretrain_gpt.py (recipes/h100/gpt.yaml, moe.yaml)
+GPUS = {"h100": "h100-80gb", "a100": "a100-80gb"}
+NODE_GPUS = 8
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", MIRROR, *args], capture_output=True, text=True, check=True).stdout
+
+
+def case_files() -> dict[str, set[str]]:
+    """<family>/<case> → its file names, at the commit."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in _git("ls-tree", "-r", "--name-only", COMMIT, CASES + "/").split():
+        parts = path.split("/")
+        if len(parts) == 6:
+            found[f"{parts[3]}/{parts[4]}"].add(parts[5])
+    return found
+
+
+@dataclass(frozen=True)
+class Recipe:
+    script: str  # TRAINING_SCRIPT_PATH
+    gpus: int  # nodes × gpus
+
+
+def recipes() -> dict[tuple[str, str], Recipe]:
+    """(family, case) → the script and GPU count of the h100 recipe that lists it
+    (tests/test_utils/recipes/h100/*.yaml: spec.model, spec.nodes, spec.gpus, the script's
+    TRAINING_SCRIPT_PATH, products[].test_case); pretrain_gpt.py's recipe wins a case listed twice."""
+    found: dict[tuple[str, str], Recipe] = {}
+    for path in _git("ls-tree", "--name-only", COMMIT, "tests/test_utils/recipes/h100/").split():
+        recipe = yaml.safe_load(_git("show", f"{COMMIT}:{path}"))
+        spec = recipe.get("spec") or {}
+        match = re.search(r"TRAINING_SCRIPT_PATH=([^\"\s]+)", str(spec.get("script", "")))
+        script = match.group(1) if match else "(none stated)"
+        gpus = int(spec.get("nodes", 1)) * int(spec.get("gpus", 8))
+        for product in recipe.get("products") or []:
+            for case in product.get("test_case") or []:
+                key = (str(spec.get("model")), str(case))
+                if key not in found or script == "pretrain_gpt.py":
+                    found[key] = Recipe(script, gpus)
+    return found
+
+
+def launch_text(config: dict[str, Any]) -> str:
+    """The case's environment and flags as the CI's launch hands them to pretrain_gpt.py
+    (_run_training.sh: `true` is the bare flag, a `[a, b]` list its words, other values one word)."""
+    lines = [f"export {name}={shlex.quote(str(value))}" for name, value in (config.get("ENV_VARS") or {}).items()]
+    words = ["pretrain_gpt.py"]
+    for flag, value in (config.get("MODEL_ARGS") or {}).items():
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *(shlex.quote(str(v)) for v in value)]
+        elif value is not None and value != "":
+            text = str(value)
+            if text.startswith("[") and text.endswith("]"):
+                words += [flag, *text[1:-1].replace(",", " ").split()]
+            else:
+                words += [flag, shlex.quote(text)]
+    return "\n".join([*lines, " ".join(words)])
+
+
+@dataclass(frozen=True)
+class Golden:
+    peak_bytes: int | None
+    after_step_bytes: int | None
+    seconds: float | None
+    commit: str  # the last commit that set the file, and its date
+
+    @classmethod
+    def read(cls, path: str) -> Golden:
+        data = json.loads(_git("show", f"{COMMIT}:{path}"))
+        commit = _git("log", "-1", "--format=%h %ad", "--date=short", COMMIT, "--", path).strip()
+
+        def last(metric: str) -> int | None:
+            values = _numbers(data.get(metric))
+            return int(values[max(values)]) if values else None
+
+        times = _numbers(data.get("iteration-time"))
+        kept = [value for step, value in times.items() if step > 1]
+        return cls(
+            last("mem-max-allocated-bytes"),
+            last("mem-allocated-bytes"),
+            statistics.median(kept) if kept else None,
+            commit,
+        )
+
+
+def _numbers(metric: Any) -> dict[int, float]:
+    """A golden metric's logged values by iteration ("nan" and missing ones left out)."""
+    if not isinstance(metric, dict):
+        return {}
+    out = {}
+    for step, value in (metric.get("values") or {}).items():
+        if isinstance(value, int | float) and value == value:
+            out[int(step)] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    family: str
+    case: str
+    gpu: str
+    golden: Golden
+    peak: tuple[float, float] | None  # (measured, ppb) GiB
+    after_step: tuple[float, float] | None
+    seconds: tuple[float, float] | None
+    moment: str
+    notes: tuple[str, ...]  # the flags ppb does not model (`Imported.notes`)
+
+
+def _error(pair: tuple[float, float] | None) -> float | None:
+    return None if pair is None else pair[1] / pair[0] - 1
+
+
+def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int) -> Row:
+    where = f"{family}/{case}"
+    imported = import_megatron(text, gpus, GPUS[gpu], where)
+    imported.raw["name"] = case
+    run = run_config_of(imported, where)
+    stage = run.parallel.pp - 1
+    row = MeasuredPeak(case, where, imported.raw, stage, (golden.peak_bytes or 0) / GIB)
+    peak = after = seconds = None
+    moment = ""
+    if golden.peak_bytes:
+        predicted, moment = predicted_gib(row)
+        peak = (golden.peak_bytes / GIB, predicted)
+    if golden.after_step_bytes:
+        after = (golden.after_step_bytes / GIB, predicted_after_step_gib(row))
+    if golden.seconds:
+        seconds = (golden.seconds, run_iteration(run).seconds)
+    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes))
+
+
+def sweep(only: str | None = None) -> tuple[list[Row], list[tuple[str, str, str]]]:
+    """(priced rows, refused (case, reason group, example line))."""
+    rows: list[Row] = []
+    refused: list[tuple[str, str, str]] = []
+    listed = recipes()
+    for name, files in sorted(case_files().items()):
+        family, case = name.split("/")
+        if only and only not in name:
+            continue
+        goldens = {gpu: f"golden_values_dev_dgx_{gpu}.json" for gpu in GPUS}
+        goldens = {gpu: file for gpu, file in goldens.items() if file in files}
+        if not goldens:
+            continue
+        recipe = listed.get((family, case))
+        if recipe is None and family in GPT_FAMILIES:  # a case no recipe lists now: its family's
+            recipe = Recipe("pretrain_gpt.py", NODE_GPUS)
+        if recipe is None:
+            refused.append((name, "in no h100 recipe (release cases: node count not in the repository)", ""))
+            continue
+        if recipe.script != "pretrain_gpt.py":
+            refused.append((name, f"trained by {recipe.script}, not pretrain_gpt.py", ""))
+            continue
+        config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
+        text = launch_text(config)
+        for gpu, file in goldens.items():
+            golden = Golden.read(f"{CASES}/{name}/{file}")
+            if not (golden.peak_bytes or golden.seconds):
+                refused.append((f"{name} ({gpu})", "no training golden values (memory, iteration time)", ""))
+                continue
+            try:
+                rows.append(price(family, case, gpu, text, golden, recipe.gpus))
+            except InputError as err:
+                refused.append((f"{name} ({gpu})", f"refused at {err.field or 'the launch'}", err.problem))
+    return rows, refused
+
+
+def _cell(pair: tuple[float, float] | None, digits: int) -> str:
+    if pair is None:
+        return f"{'-':>8s} {'-':>8s} {'-':>7s}"
+    return f"{pair[0]:8.{digits}f} {pair[1]:8.{digits}f} {_error(pair):+7.1%}"
+
+
+def _summary(rows: list[Row], label: str) -> str:
+    parts = []
+    for name in ("peak", "after_step", "seconds"):
+        errors = [abs(e) for row in rows if (e := _error(getattr(row, name))) is not None]
+        if errors:
+            parts.append(f"{name} {sum(errors) / len(errors):5.1%} mean, {max(errors):6.1%} largest ({len(errors)})")
+    return f"{label:20s} " + "; ".join(parts)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    only = argv[argv.index("--cases") + 1] if "--cases" in argv else None
+    verbose = "--verbose" in argv
+    if not MIRROR:
+        print("set PPB_MEGATRON_LM to a Megatron-LM git repository holding commit d98e8a64", file=sys.stderr)
+        return 2
+    print(f"machine: {machine()}")
+    print(f"Megatron-LM {COMMIT} functional tests, one node of {NODE_GPUS} GPUs")
+    rows, refused = sweep(only)
+    head = f"{'case':62s} {'gpu':4s} {'peak GiB: measured':>18s} {'ppb':>8s} {'error':>7s} "
+    print(
+        head + f"{'after step':>8s} {'ppb':>8s} {'error':>7s} {'seconds':>8s} {'ppb':>8s} {'error':>7s} "
+        f"{'unmod.':>6s}  golden of"
+    )
+    for row in rows:
+        print(
+            f"{row.family + '/' + row.case:62s} {row.gpu:4s} {_cell(row.peak, 2):>34s} {_cell(row.after_step, 3)} "
+            f"{_cell(row.seconds, 3)} {len(row.notes):6d}  {row.golden.commit}"
+        )
+        if verbose:
+            for note in row.notes:
+                print(f"    not modelled: {note}")
+    print()
+    print("mean absolute and largest error, per family and GPU:")
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[row.family, row.gpu].append(row)
+    for (family, gpu), members in sorted(groups.items()):
+        print(_summary(members, f"{family} {gpu}"))
+    print(_summary(rows, "all"))
+    modelled = [row for row in rows if not row.notes]
+    print(_summary(modelled, "every flag modelled"))
+    print(f"({len(rows) - len(modelled)} rows carry flags ppb does not model (column unmod.); --verbose names them)")
+    flags = Counter(note.split(":")[0].split()[0] for row in rows for note in row.notes)
+    print("flags not modelled, by rows: " + ", ".join(f"{flag} {count}" for flag, count in flags.most_common()))
+    print()
+    reasons = Counter(reason for _, reason, _ in refused)
+    print(f"refused: {len(refused)} (case, gpu) pairs or cases")
+    for reason, count in reasons.most_common():
+        example = next((case, line) for case, why, line in refused if why == reason)
+        print(f"  {count:3d}  {reason}" + (f": e.g. {example[0]}: {example[1]}" if example[1] else ""))
+    if verbose:
+        for case, reason, line in refused:
+            print(f"    {case}: {reason} {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,672 @@
+"""A run config from a Megatron-LM launch: `pretrain_gpt.py`'s flags (a command line or a launch
+script, `launch_script`) read as Megatron-LM d98e8a64 reads them.
+
+Every flag ppb models is carried into the run config, its default Megatron's where the launch
+leaves it out (megatron/training/arguments.py `validate_args`, TransformerConfig's fields,
+argument_utils.py `core_transformer_config_from_args`; the same sources as `megatron_run`):
+
+* the model: `--num-layers`, `--hidden-size`, `--num-attention-heads`, `--ffn-hidden-size` (4h, or
+  int(4h·2/3/64)·64 with `--swiglu`), `--group-query-attention --num-query-groups`, `--kv-channels`,
+  `--normalization` (LayerNorm), `--position-embedding-type` (learned_absolute),
+  `--disable-bias-linear`, `--add-qkv-bias`, `--qk-layernorm`, dropouts (0.1 each),
+  `--untie-embeddings-and-output-weights`, MoE (`--num-experts`, `--moe-router-topk` 2,
+  `--moe-ffn-hidden-size`, `--moe-shared-expert-intermediate-size` as one shared expert,
+  `--moe-layer-freq`, `--moe-router-num-groups/--moe-router-group-topk`), MLA, `--mtp-num-layers`;
+* the vocabulary from the tokenizer (megatron/core/tokenizers/utils/build_tokenizer.py): the GPT-2
+  BPE (`pretrain_gpt.py`'s default tokenizer, 50257 entries), NullTokenizer's `--vocab-size`
+  (exactly, since c9dfe34798), TikTokenizer's `--vocab-size` or 2**17; a tokenizer read from a
+  file (HuggingFace, SentencePiece) needs its size given; padded to `--make-vocab-size-divisible-by`
+  (128) times TP (`vocab_size_with_padding`);
+* parallelism: TP, PP, CP (`--cp-comm-type`), EP, ETP (defaults to TP), SP (dropped at TP 1),
+  virtual stages, the layout (`--decoder-first/last-pipeline-num-layers` and
+  `--account-for-*-in-pipeline-split` written as one), the distributed optimizer and FSDP, DP
+  from the GPU count;
+* training: sequence, micro-batch, micro-batches from `--global-batch-size` (default: one a DP
+  rank), dtype, optimizer, attention backend, recompute in Megatron's words, rope fusion, FP8,
+  the router dtype, permute fusion, the capacity factor;
+* time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
+  `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
+  `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
+  (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher;
+* the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
+
+A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
+flag with no bearing on either (logging, checkpoints, data, learning-rate schedule) is read past;
+a contradiction or a flag ppb cannot price is refused in one line naming it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
+from ppb_core.balance.megatron import parse_flags
+from ppb_core.balance.megatron_run import moe_pattern
+from ppb_core.config.layout import LayoutError
+from ppb_core.config.run import RunConfig, parse_run_config
+from ppb_core.errors import InputError, shown
+
+GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE's vocab.json entries (pretrain_gpt.py's default tokenizer)
+TIKTOKEN_DEFAULT_VOCAB = 2**17  # tiktoken_tokenizer.py DEFAULT_TIKTOKEN_MAX_VOCAB
+FILE_TOKENIZERS = ("HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
+
+# Flags with no bearing on a training iteration's memory or time: logging, checkpoints, data,
+# the learning-rate schedule and optimizer hyper-parameters, evaluation, inference-only settings.
+NO_BEARING = frozenset(
+    {
+        "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--init-method-std", "--seed", "--split",
+        "--train-iters", "--train-samples", "--exit-interval", "--vocab-file", "--merge-file",
+        "--tokenizer-model", "--tiktoken-pattern", "--distributed-backend", "--timing-log-level",
+        "--timing-log-option", "--use-mcore-models", "--load", "--save", "--finetune", "--no-load-optim",
+        "--no-load-rng", "--async-save", "--use-persistent-ckpt-worker", "--verify-integrity",
+        "--mock-data", "--num-workers", "--distributed-timeout-minutes", "--tensorboard-dir",
+        "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
+        "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
+        "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
+        "--moe-router-bias-update-rate", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
+        "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
+        "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
+        "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
+        "--use-tp-pp-dp-mapping", "--data-path", "--data-cache-path", "--mtp-loss-scaling-factor",
+        "--apply-layernorm-1p", "--rotary-interleaved", "--disable-gloo-process-groups",
+    }
+)  # fmt: skip
+NO_BEARING_PREFIXES = (
+    "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
+    "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
+    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash",
+)  # fmt: skip
+# Flags ppb carries into the run config (read below); the rest are noted or read past.
+MODELLED = frozenset(
+    {
+        "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--group-query-attention",
+        "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
+        "--use-rotary-position-embeddings", "--disable-bias-linear", "--add-bias-linear", "--add-qkv-bias",
+        "--qk-layernorm", "--attention-dropout", "--hidden-dropout", "--untie-embeddings-and-output-weights",
+        "--swiglu", "--squared-relu", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+        "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-num-groups",
+        "--moe-router-group-topk", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+        "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--seq-length",
+        "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size", "--context-parallel-size", "--cp-comm-type",
+        "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
+        "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+        "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split", "--use-distributed-optimizer", "--use-torch-fsdp2",
+        "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--optimizer",
+        "--attention-backend", "--use-flash-attn", "--transformer-impl", "--recompute-granularity",
+        "--recompute-activations", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+        "--no-rope-fusion", "--fp8-format", "--moe-router-dtype", "--moe-permute-fusion",
+        "--moe-expert-capacity-factor", "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
+        "--no-gradient-accumulation-fusion", "--deterministic-mode", "--cross-entropy-loss-fusion",
+        "--cross-entropy-fusion-impl", "--no-check-for-nan-in-loss-and-grad", "--log-params-norm",
+        "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+        "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
+        "--max-position-embeddings",
+    }
+)  # fmt: skip
+# Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
+NOT_PRICED = {
+    "--hybrid-layer-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
+    "--hybrid-override-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
+    "--is-hybrid-model": "a hybrid Mamba model",
+    "--encoder-num-layers": "an encoder-decoder model (T5)",
+    "--spec": "a layer spec of its own (its layers are not the GPT decoder layer ppb prices)",
+    "--heterogeneous-layers-config-path": "layers of different shapes",
+    "--experimental-attention-variant": "an attention variant ppb does not price",
+}
+# Run config fields a validation error may name, and the flag that sets each.
+FIELD_FLAGS = {
+    "parallel.tp": "--tensor-model-parallel-size",
+    "parallel.pp": "--pipeline-model-parallel-size",
+    "parallel.cp": "--context-parallel-size",
+    "parallel.ep": "--expert-model-parallel-size",
+    "parallel.etp": "--expert-tensor-parallel-size",
+    "parallel.vpp": "--num-virtual-stages-per-pipeline-rank",
+    "parallel.layout": "--pipeline-model-parallel-layout",
+    "parallel.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
+    "training.seq_length": "--seq-length",
+    "training.micro_batches": "--global-batch-size",
+    "training.recompute": "--recompute-granularity",
+    "models.0.num_attention_heads": "--num-attention-heads",
+    "models.0.num_key_value_heads": "--num-query-groups",
+    "models.0.vocab_size": "--vocab-size",
+    "models.0.num_experts": "--num-experts",
+    "timing.matmul_dtype": "--fp8-format",
+    "device": "--device",
+}
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The run config a launch says (raw, as a run config file holds it), and one line for each
+    flag that bears on memory or time that ppb does not model."""
+
+    raw: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+class _Args:
+    """A launch's flags as argparse keeps them: the last occurrence wins; a flag's values are the
+    words up to the next flag (`None`: given as `--flag=value`, one value)."""
+
+    def __init__(self, words: list[str], where: str) -> None:
+        self.where = where
+        self.given: dict[str, list[str]] = {}
+        index = 0
+        while index < len(words):
+            word = words[index]
+            index += 1
+            if not word.startswith("--"):
+                continue
+            name, equals, inline = word.partition("=")
+            values = [inline] if equals else []
+            while not equals and index < len(words) and not words[index].startswith("--"):
+                values.append(words[index])
+                index += 1
+            self.given[name] = values
+        self.read: set[str] = set()
+
+    def has(self, flag: str) -> bool:
+        self.read.add(flag)
+        return flag in self.given
+
+    def text(self, flag: str, default: str | None = None) -> str | None:
+        self.read.add(flag)
+        if flag not in self.given:
+            return default
+        values = self.given[flag]
+        if not values:
+            raise InputError(self.where, flag, "needs a value")
+        return values[0]
+
+    def words(self, flag: str) -> list[str] | None:
+        self.read.add(flag)
+        return self.given.get(flag)
+
+    def integer(self, flag: str, default: int | None = None) -> int | None:
+        value = self.text(flag)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            why = "a shell variable the script does not assign" if "$" in value else "not an integer"
+            raise InputError(self.where, flag, f"{shown(value)} is {why}: give the number") from None
+
+    def number(self, flag: str, default: float) -> float:
+        value = self.text(flag)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise InputError(self.where, flag, f"{shown(value)} is not a number") from None
+
+    def required(self, flag: str) -> int:
+        value = self.integer(flag)
+        if value is None:
+            raise InputError(self.where, flag, "missing: Megatron-LM requires it")
+        return value
+
+
+def import_megatron(
+    text: str, gpus: int | None, device: str, where: str = "<flags>", tokenizer_vocab: int | None = None
+) -> Imported:
+    """The run config *text* (Megatron-LM flags or a launch script) launches on *gpus* devices of the
+    catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script)."""
+    try:
+        words, variables = script_words_and_variables(text)
+    except ScriptError as err:
+        raise InputError(where, None, str(err)) from None
+    args = _Args(words, where)
+    for flag, what in NOT_PRICED.items():
+        if flag in args.given:
+            raise InputError(where, flag, f"{what}: ppb prices GPT decoder layers")
+    notes: list[str] = []
+    spec, pad_multiple = _model(args, notes, tokenizer_vocab)
+    world = gpus if gpus is not None else _torchrun_world(args)
+    parallel, dp = _parallel(args, spec, world, notes)
+    training = _training(args, spec, dp, notes)
+    raw: dict[str, Any] = {
+        "name": "megatron-launch",
+        "framework": "megatron",
+        "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
+        "parallel": parallel,
+        "training": training,
+        "device": {"name": device},
+        "timing": _timing(args, notes),
+    }
+    cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
+    if cublas:
+        raw["memory"] = {"cublas_workspace_config": cublas}
+    notes.extend(_unmodelled(args))
+    return Imported(raw, notes)
+
+
+def _torchrun_world(args: _Args) -> int:
+    per_node = args.integer("--nproc-per-node") or args.integer("--nproc_per_node")
+    nodes = args.integer("--nnodes", 1)
+    if per_node is None:
+        raise InputError(args.where, "--gpus", "the launch does not say its GPU count: give --gpus N")
+    return per_node * (nodes or 1)
+
+
+def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
+    """The tokenizer's vocabulary (build_tokenizer.py), before Megatron pads it."""
+    kind = args.text("--tokenizer-type", "GPT2BPETokenizer")
+    given = args.integer("--vocab-size")
+    if tokenizer_vocab is not None:
+        return tokenizer_vocab
+    if kind == "GPT2BPETokenizer":
+        return GPT2_BPE_VOCAB
+    if kind == "NullTokenizer":
+        if given is None:
+            raise InputError(args.where, "--vocab-size", "NullTokenizer needs --vocab-size")
+        return given
+    if kind == "TikTokenizer":
+        return given or TIKTOKEN_DEFAULT_VOCAB
+    if kind in FILE_TOKENIZERS:
+        raise InputError(
+            args.where,
+            "--tokenizer-model",
+            f"{kind} reads its vocabulary from the tokenizer's file: give its size with --tokenizer-vocab N",
+        )
+    raise InputError(args.where, "--tokenizer-type", f"{shown(kind)} is not a GPT tokenizer ppb knows the size of")
+
+
+def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[dict[str, Any], int]:
+    where = args.where
+    layers = args.required("--num-layers")
+    hidden = args.required("--hidden-size")
+    heads = args.required("--num-attention-heads")
+    swiglu, squared = args.has("--swiglu"), args.has("--squared-relu")
+    if swiglu and squared:
+        raise InputError(where, "--squared-relu", "cannot be set with --swiglu (one activation)")
+    default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden  # arguments.py validate_args
+    ffn = args.integer("--ffn-hidden-size", default_ffn)
+    norm = args.text("--normalization", "LayerNorm")
+    if norm not in ("LayerNorm", "RMSNorm"):
+        raise InputError(where, "--normalization", f"{shown(norm)}: LayerNorm or RMSNorm")
+    position = args.text("--position-embedding-type", "learned_absolute")
+    if args.has("--use-rotary-position-embeddings"):
+        position = "rope"
+    positions = {"learned_absolute": "learned", "rope": "rope", "none": "none", "yarn": "rope", "mrope": "rope"}
+    if position not in positions:
+        raise InputError(where, "--position-embedding-type", f"{shown(position)} is none of {', '.join(positions)}")
+    if position in ("yarn", "mrope"):
+        notes.append(f"--position-embedding-type {position}: priced as rope")
+    seq = args.required("--seq-length")
+    max_positions = args.integer("--max-position-embeddings")
+    if position == "learned_absolute" and max_positions is None:
+        raise InputError(where, "--max-position-embeddings", "missing: learned positions need it")
+    if max_positions is not None and max_positions < seq:  # arguments.py validate_args asserts it
+        raise InputError(where, "--max-position-embeddings", f"{max_positions} is below --seq-length {seq}")
+    bias = not args.has("--disable-bias-linear")
+    spec: dict[str, Any] = {
+        "vocab_size": _vocabulary(args, tokenizer_vocab),
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": ffn,
+        "activation": "swiglu" if swiglu else "relu" if squared else "gelu",
+        "norm": "rmsnorm" if norm == "RMSNorm" else "layernorm",
+        "norm_bias": norm == "LayerNorm",
+        "tied_embeddings": not args.has("--untie-embeddings-and-output-weights"),
+        "position_embedding": positions[position],
+        "max_position_embeddings": max(max_positions or seq, seq),
+        "attention_bias": bias or args.has("--add-qkv-bias"),
+        "attention_output_bias": bias,
+        "mlp_bias": bias,
+        "qk_norm": args.has("--qk-layernorm"),
+        "attention_dropout": args.number("--attention-dropout", 0.1),
+        "hidden_dropout": args.number("--hidden-dropout", 0.1),
+    }
+    if squared:
+        notes.append("--squared-relu: priced as relu (the square's extra elementwise pass is not)")
+    channels = args.integer("--kv-channels")
+    mla = args.has("--multi-latent-attention")
+    if channels is None and not mla and hidden % heads:  # validate_args: kv_channels = hidden / heads
+        raise InputError(where, "--num-attention-heads", f"{heads} does not divide --hidden-size {hidden}")
+    if channels is not None and channels != hidden // heads and not mla:  # MLA's head sizes are its own
+        spec["head_dim"] = channels
+    groups = args.integer("--num-query-groups")
+    if args.has("--group-query-attention"):
+        spec["num_key_value_heads"] = groups or 1
+    elif groups is not None:
+        notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores it")
+    _moe_spec(args, spec, layers, ffn)
+    _mla_spec(args, spec, notes)
+    mtp = args.integer("--mtp-num-layers", 0)
+    if mtp:
+        spec["mtp_layers"] = mtp
+    return spec, args.integer("--make-vocab-size-divisible-by", 128) or 128
+
+
+def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
+    experts = args.integer("--num-experts", 0) or 0
+    if not experts:
+        for flag in ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-layer-freq"):
+            if flag in args.given:
+                raise InputError(args.where, flag, "is a MoE setting, and --num-experts is not given")
+        return
+    spec["num_experts"] = experts
+    spec["experts_per_token"] = args.integer("--moe-router-topk", 2)
+    spec["moe_intermediate_size"] = args.integer("--moe-ffn-hidden-size", ffn)
+    shared = args.integer("--moe-shared-expert-intermediate-size")
+    if shared:  # Megatron's shared experts are one MLP of this width (moe/shared_experts.py)
+        spec["shared_experts"] = 1
+        spec["shared_expert_intermediate_size"] = shared
+    groups = args.integer("--moe-router-num-groups")
+    if groups:
+        spec["expert_groups"] = groups
+        spec["expert_group_limit"] = args.integer("--moe-router-group-topk", 0)
+    text = args.text("--moe-layer-freq", "1")
+    try:
+        pattern = moe_pattern(str(text), layers)
+    except ValueError as err:
+        raise InputError(args.where, "--moe-layer-freq", f"cannot read {shown(text)}: {err}") from None
+    if len(pattern) != layers:
+        raise InputError(args.where, "--moe-layer-freq", f"gives {len(pattern)} layers, --num-layers is {layers}")
+    dense = [index for index, moe in enumerate(pattern) if not moe]
+    leading = next((index for index, moe in enumerate(pattern) if moe), layers)
+    if leading:
+        spec["first_dense_layers"] = leading
+    if dense[leading:]:
+        spec["dense_layers"] = dense[leading:]
+
+
+def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
+    """MLA's sizes (TransformerConfig's MLA fields). Megatron's `--qk-layernorm` is, under MLA, the
+    norms of the compressed query and key/value (multi_latent_attention.py `q_layernorm`,
+    `kv_layernorm`), which ppb's MLA always has (DeepSeek-V3's), not per-head norms (`qk_norm`)."""
+    if not args.has("--multi-latent-attention"):
+        return
+    spec["qk_norm"] = False
+    if not args.has("--qk-layernorm"):
+        notes.append("--multi-latent-attention without --qk-layernorm: priced with the latent norms ppb's MLA has")
+    spec["q_lora_rank"] = args.integer("--q-lora-rank", 0) or 0  # None: no query compression
+    spec["kv_lora_rank"] = args.integer("--kv-lora-rank", 32)
+    spec["qk_nope_head_dim"] = args.integer("--qk-head-dim", 128)
+    spec["qk_rope_head_dim"] = args.integer("--qk-pos-emb-head-dim", 64)
+    spec["v_head_dim"] = args.integer("--v-head-dim", 128)
+
+
+_FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
+
+
+def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
+    where = args.where
+    tp = args.integer("--tensor-model-parallel-size", 1) or 1
+    pp = args.integer("--pipeline-model-parallel-size", 1) or 1
+    cp = args.integer("--context-parallel-size", 1) or 1
+    if world % (tp * pp * cp):
+        raise InputError(
+            where, "--tensor-model-parallel-size", f"tp·pp·cp = {tp * pp * cp} does not divide {world} GPUs"
+        )
+    dp = world // (tp * pp * cp)
+    parallel: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "world_size": world}
+    if "num_experts" in spec:
+        parallel["ep"] = args.integer("--expert-model-parallel-size", 1)
+        parallel["etp"] = args.integer("--expert-tensor-parallel-size", tp)  # validate_args: defaults to TP
+    parallel["sequence_parallel"] = args.has("--sequence-parallel") and tp > 1  # dropped at TP 1
+    if cp > 1:
+        kinds = sorted(set(args.words("--cp-comm-type") or ["p2p"]))
+        if len(kinds) > 1 or kinds[0] not in _CP_VARIANTS:
+            raise InputError(where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices p2p (ring) or a2a (ulysses)")
+        parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
+    parallel.update(_sharding(args))
+    parallel.update(_pipeline(args, spec, pp))
+    if args.has("--overlap-moe-expert-parallel-comm"):
+        parallel["overlap_moe_expert_parallel_comm"] = True
+    return parallel, dp
+
+
+def _sharding(args: _Args) -> dict[str, Any]:
+    where = args.where
+    fsdp2, megatron_fsdp = args.has("--use-torch-fsdp2"), args.has("--use-megatron-fsdp")
+    if fsdp2 and megatron_fsdp:
+        raise InputError(where, "--use-torch-fsdp2", "cannot be set with --use-megatron-fsdp")
+    if megatron_fsdp:
+        strategy = args.text("--data-parallel-sharding-strategy", "optim_grads_params")
+        if strategy not in _FSDP_LEVELS:
+            raise InputError(
+                where, "--data-parallel-sharding-strategy", f"{shown(strategy)} is none of {', '.join(_FSDP_LEVELS)}"
+            )
+        level = _FSDP_LEVELS[strategy]
+        return {"fsdp": True, "zero": 3} if level == 3 else {"zero": level}
+    if fsdp2:
+        return {"fsdp": True, "zero": 3}
+    return {"zero": 1 if args.has("--use-distributed-optimizer") else 0}
+
+
+def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
+    """Virtual stages, and the layers each holds where the launch places them unevenly."""
+    try:
+        flags = parse_flags(" ".join(_quoted(args)))
+    except LayoutError as err:
+        raise InputError(args.where, None, str(err)) from None
+    layers = spec["num_layers"]
+    if flags.layout is not None:
+        return {"layout": flags.layout}
+    vpp = 1
+    if flags.virtual_stages is not None:
+        vpp = flags.virtual_stages
+    per_virtual = args.integer("--num-layers-per-virtual-pipeline-stage")
+    adds = flags.split_adds
+    if per_virtual is not None:
+        total = layers + sum(adds)
+        if per_virtual < 1 or total % pp or (total // pp) % per_virtual:
+            raise InputError(
+                args.where,
+                "--num-layers-per-virtual-pipeline-stage",
+                f"{per_virtual} does not divide the {total} layers' share of pp {pp}",
+            )
+        vpp = total // pp // per_virtual
+    first, last = flags.first_stage_layers, flags.last_stage_layers
+    if first is not None or last is not None or any(adds):
+        return {"layout": _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds), "vpp": vpp}
+    return {"vpp": vpp, "schedule": "interleaved"} if vpp > 1 else {}
+
+
+def _layout(
+    args: _Args, layers: int, mtp: int, pp: int, vpp: int, first: int | None, last: int | None, adds: tuple[int, int]
+) -> str:
+    """The even split Megatron-Core makes around an uneven first or last stage, or with the embedding
+    and loss counted as layers (transformer_block.py `get_num_layers_to_build`), as a layout."""
+    flag = "--decoder-first-pipeline-num-layers" if first is not None else "--decoder-last-pipeline-num-layers"
+    if first is not None or last is not None:
+        if vpp > 1:
+            raise InputError(args.where, flag, "with virtual stages: ppb takes the uneven split without them")
+        middle = layers - (first or 0) - (last or 0)
+        inner = pp - (first is not None) - (last is not None)
+        if middle < 0 or (inner and middle % inner) or (not inner and middle):
+            raise InputError(args.where, flag, f"leaves {middle} layers for {inner} middle stage(s): not even")
+        each = middle // inner if inner else 0
+        counts = [each] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+    else:
+        total = layers + sum(adds)
+        cells = pp * vpp
+        if total % cells:
+            flag = "--account-for-embedding-in-pipeline-split"
+            raise InputError(
+                args.where, flag, f"{total} layers with the embedding/loss do not split over {cells} stages"
+            )
+        counts = [total // cells] * cells
+        counts[0] -= adds[0]
+        counts[-1] -= adds[1]
+    # model order is chunk by chunk: cell v·pp + p is rank p's virtual stage v
+    cells = ["t" * count for count in counts]
+    cells[0] = "E" + cells[0]
+    cells[-1] = cells[-1] + "m" * mtp + "L"
+    return "|".join(cells)
+
+
+def _quoted(args: _Args) -> list[str]:
+    """The pipeline and recompute flags, as `megatron.parse_flags` reads them."""
+    words: list[str] = []
+    for flag in (
+        "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-size",
+        "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+        "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+        "--recompute-activations", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split", "--num-layers",
+    ):  # fmt: skip
+        if args.has(flag):
+            words += [flag, *(shlex.quote(value) for value in args.given[flag])]
+    return words
+
+
+def _recompute(args: _Args, notes: list[str]) -> dict[str, Any] | None:
+    try:
+        flags = parse_flags(" ".join(_quoted(args)))
+        setting = flags.setting()
+    except LayoutError as err:
+        raise InputError(args.where, "--recompute-granularity", str(err)) from None
+    notes.extend(
+        f"{flag}: Megatron-LM ignores it here (no recompute it applies to)" for flag in flags.ignored_recompute_flags
+    )
+    if setting.name == "none":
+        return None
+    if setting.name == "selective":
+        modules = flags.modules or ("core_attn",)
+        if "moe_act" in modules and not args.has("--moe-grouped-gemm"):
+            raise InputError(
+                args.where, "--recompute-modules", "moe_act needs --moe-grouped-gemm, as Megatron-Core asserts"
+            )
+        return {"granularity": "selective", "modules": list(modules)}
+    return {"granularity": "full", "method": flags.method, "num_layers": flags.num_layers}
+
+
+def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> dict[str, Any]:
+    where = args.where
+    bf16, fp16 = args.has("--bf16"), args.has("--fp16")
+    if bf16 and fp16:  # arguments.py validate_args: one of them
+        raise InputError(where, "--fp16", "cannot be set with --bf16")
+    micro = args.integer("--micro-batch-size", 1) or 1
+    batch = args.integer("--global-batch-size", micro * dp) or micro * dp
+    if batch % (micro * dp):  # arguments.py validate_args / the microbatch calculator
+        raise InputError(
+            where, "--global-batch-size", f"{batch} is not a multiple of micro-batch {micro} × data-parallel {dp}"
+        )
+    training: dict[str, Any] = {
+        "seq_length": args.required("--seq-length"),
+        "micro_batch_size": micro,
+        "micro_batches": batch // (micro * dp),
+        "dtype": "bf16" if bf16 else "fp16" if fp16 else "fp32",
+        "flash_attention": _flash(args),
+    }
+    optimizer = args.text("--optimizer", "adam")
+    if optimizer in ("adam", "sgd"):
+        training["optimizer"] = optimizer
+    else:
+        notes.append(f"--optimizer {optimizer}: priced as adam's states")
+    if args.text("--main-grads-dtype", "fp32") == "bf16":
+        training["grad_bytes"] = 2
+    recompute = _recompute(args, notes)
+    if recompute is not None:
+        training["recompute"] = recompute
+    if args.has("--no-rope-fusion"):
+        training["rope_fusion"] = False
+    if args.text("--fp8-format") is not None:
+        training["fp8_cache"] = "linear"
+    moe: dict[str, Any] = {}
+    router_dtype = args.text("--moe-router-dtype")
+    if router_dtype is not None:
+        if router_dtype not in ("fp32", "fp64"):
+            raise InputError(where, "--moe-router-dtype", f"{shown(router_dtype)}: fp32 or fp64")
+        moe["router_dtype"] = router_dtype
+    if args.has("--moe-permute-fusion"):
+        moe["permute_fusion"] = True
+    capacity = args.text("--moe-expert-capacity-factor")
+    if capacity is not None:
+        moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
+    if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
+        training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
+    return training
+
+
+def _flash(args: _Args) -> bool:
+    """Whether attention runs a fused kernel that keeps no score matrix: TE's flash or cuDNN fused
+    attention (`--attention-backend` auto, flash, fused); `unfused` and `local`, and
+    `--transformer-impl local`, run Megatron's DotProductAttention, which keeps the scores."""
+    backend = args.text("--attention-backend", "auto")
+    if backend not in ("auto", "flash", "fused", "unfused", "local"):
+        raise InputError(args.where, "--attention-backend", f"{shown(backend)}: auto, flash, fused, unfused or local")
+    if args.text("--transformer-impl", "transformer_engine") == "local" and not args.has("--use-flash-attn"):
+        return False
+    return backend in ("auto", "flash", "fused")
+
+
+def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
+    impl = args.text("--transformer-impl", "transformer_engine")
+    if impl not in ("transformer_engine", "local"):
+        raise InputError(args.where, "--transformer-impl", f"{shown(impl)}: transformer_engine or local")
+    timing: dict[str, Any] = {
+        "transformer_impl": impl,
+        "gradient_accumulation_fusion": not args.has("--no-gradient-accumulation-fusion"),
+        "deterministic": args.has("--deterministic-mode"),
+        "cross_entropy_fusion": args.has("--cross-entropy-loss-fusion"),
+        "check_for_nan_in_grad": not args.has("--no-check-for-nan-in-loss-and-grad"),
+        "log_params_norm": args.has("--log-params-norm"),
+        "log_num_zeros_in_grad": args.has("--log-num-zeros-in-grad"),
+        "rope_fusion": not args.has("--no-rope-fusion"),
+        # Megatron's DDP reduces the gradients after the backward unless --overlap-grad-reduce, and
+        # the distributed optimizer gathers parameters after the step unless --overlap-param-gather
+        "overlap": {
+            "dp": 1.0 if args.has("--overlap-grad-reduce") else 0.0,
+            "param_gather": 1.0 if args.has("--overlap-param-gather") else 0.0,
+            "tp": 1.0 if args.has("--tp-comm-overlap") else 0.0,
+        },
+    }
+    impl_ce = args.text("--cross-entropy-fusion-impl", "native")
+    if timing["cross_entropy_fusion"] and impl_ce != "native":
+        notes.append(f"--cross-entropy-fusion-impl {impl_ce}: priced as the native fused loss")
+    exit_minutes = args.text("--exit-duration-in-mins")
+    if exit_minutes is not None:
+        timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
+    if args.text("--fp8-format") is not None:
+        timing["matmul_dtype"] = "fp8"
+    dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
+    if args.has("--num-experts"):
+        backend = args.text("--moe-flex-dispatcher-backend", "deepep")
+        if dispatcher == "flex" and backend == "deepep":
+            timing["moe_dispatcher"] = "deepep"
+        elif dispatcher != "alltoall":
+            notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
+        if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
+            notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
+    return timing
+
+
+def _unmodelled(args: _Args) -> list[str]:
+    """One line for each flag given that bears on memory or time and that ppb does not model."""
+    lines = []
+    for flag, values in args.given.items():
+        if flag in MODELLED or flag in args.read or flag in NO_BEARING or flag.startswith(NO_BEARING_PREFIXES):
+            continue
+        value = f" {' '.join(values)}" if values else ""
+        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")
+    return lines
+
+
+def run_config_of(imported: Imported, where: str) -> RunConfig:
+    """The imported run config validated, a problem said with the flag that sets the field."""
+    try:
+        return parse_run_config(imported.raw, where)
+    except InputError as err:
+        flag = FIELD_FLAGS.get(err.field or "")
+        if flag is None:
+            raise
+        raise InputError(where, flag, f"{err.problem} (run config field {err.field})") from None

@@ -1,0 +1,45 @@
+"""`ppb import megatron LAUNCH --gpus N --device NAME -o RUN.yaml`: the run config a Megatron-LM launch
+says (`ppb_core.balance.megatron_import`); each flag that bears on memory or time and that ppb does
+not model is said on stderr, one line each."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.errors import InputError
+from ppb_core.io import check_output, read_text
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.output:
+        check_output(args.output)
+    if args.gpus is not None and args.gpus < 1:
+        raise InputError(None, "--gpus", f"must be a positive count, got {args.gpus}")
+    source: str = args.launch
+    if not source.strip():
+        raise InputError(None, "LAUNCH", "is empty: give Megatron-LM flags (--...) or a launch script")
+    if source.lstrip().startswith("--"):
+        text, where = source, "LAUNCH"
+    else:
+        if not os.path.exists(source):
+            raise InputError(source, None, "no such file (and not Megatron-LM flags)")
+        text, where = read_text(source), source
+    imported = import_megatron(text, args.gpus, args.device, where, args.tokenizer_vocab)
+    name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
+    imported.raw["name"] = name
+    run_config_of(imported, where)  # every check before anything is written
+    document = yaml.safe_dump(imported.raw, sort_keys=False, allow_unicode=True)
+    for note in imported.notes:
+        print(f"ppb: not modelled: {note}", file=sys.stderr)
+    if args.output:
+        Path(args.output).write_text(document)
+        print(f"wrote {args.output} ({len(imported.notes)} flag(s) not modelled)")
+    else:
+        print(document, end="")
+    return 0

@@ -1,0 +1,277 @@
+"""`ppb import megatron`: Megatron-LM launches turned into run configs, the expected configs derived by
+hand from Megatron-LM d98e8a64's defaults (megatron/training/arguments.py `validate_args`,
+TransformerConfig's fields, megatron/core/tokenizers/utils/build_tokenizer.py)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.cli.main import main
+from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.errors import InputError
+
+# tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2_resume_torch_dist/model_config.yaml, as the CI's
+# _run_training.sh hands it to pretrain_gpt.py (ENV_VARS exported first), paths left as variables.
+SMALL_GPT = """
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export NVTE_ALLOW_NONDETERMINISTIC_ALGO=0
+export CUBLAS_WORKSPACE_CONFIG=:4096:8
+pretrain_gpt.py --num-layers 12 --hidden-size 512 --num-attention-heads 8 --log-params-norm \\
+  --log-num-zeros-in-grad --log-validation-ppl-to-tensorboard --log-timers-to-tensorboard \\
+  --tensorboard-dir ${TENSORBOARD_PATH} --micro-batch-size 4 --global-batch-size 32 --seq-length 1024 \\
+  --max-position-embeddings 1024 --train-iters 100 --timing-log-level 0 --lr-decay-iters 320000 \\
+  --save ${CHECKPOINT_SAVE_PATH} --load ${CHECKPOINT_LOAD_PATH} --data-path ${DATA_PATH}/my-gpt3_00_text_document \\
+  --vocab-file ${DATA_PATH}/bpe/vocab.json --merge-file ${DATA_PATH}/bpe/merges.txt --split 949,50,1 \\
+  --distributed-backend nccl --lr 0.00015 --lr-decay-style cosine --min-lr 1.0e-5 --weight-decay 1e-2 \\
+  --clip-grad 1.0 --lr-warmup-fraction .01 --log-interval 1 --save-interval 50 --eval-interval 1000 \\
+  --eval-iters 10 --transformer-impl transformer_engine --tensor-model-parallel-size 2 \\
+  --pipeline-model-parallel-size 2 --deterministic-mode --no-gradient-accumulation-fusion \\
+  --attention-softmax-in-fp32 --use-checkpoint-opt_param-scheduler --use-mcore-models --ckpt-format torch_dist \\
+  --dist-ckpt-strictness log_all --data-cache-path ${DATA_CACHE_PATH} --bf16 --log-memory-to-tensorboard \\
+  --async-save --use-persistent-ckpt-worker --verify-integrity
+"""
+
+
+def test_a_small_gpt_case_becomes_the_run_config_derived_by_hand() -> None:
+    imported = import_megatron(SMALL_GPT, 8, "h100-80gb")
+    raw = imported.raw
+    assert raw["models"] == [
+        {
+            "name": "gpt",
+            "spec": {
+                "vocab_size": 50257,  # pretrain_gpt.py's default tokenizer, the GPT-2 BPE
+                "hidden_size": 512,
+                "num_layers": 12,
+                "num_attention_heads": 8,
+                "intermediate_size": 2048,  # validate_args: 4h without --swiglu
+                "activation": "gelu",
+                "norm": "layernorm",  # TransformerConfig.normalization
+                "norm_bias": True,
+                "tied_embeddings": True,  # no --untie-embeddings-and-output-weights
+                "position_embedding": "learned",  # learned_absolute
+                "max_position_embeddings": 1024,
+                "attention_bias": True,  # add_bias_linear
+                "attention_output_bias": True,
+                "mlp_bias": True,
+                "qk_norm": False,
+                "attention_dropout": 0.1,
+                "hidden_dropout": 0.1,
+            },
+            "pad_vocab_multiple": 128,  # --make-vocab-size-divisible-by's default
+        }
+    ]
+    # 8 GPUs over tp 2 · pp 2: dp 2; no --use-distributed-optimizer
+    assert raw["parallel"] == {
+        "dp": 2,
+        "tp": 2,
+        "pp": 2,
+        "cp": 1,
+        "world_size": 8,
+        "sequence_parallel": False,
+        "zero": 0,
+    }
+    # 32 sequences over micro-batches of 4 on 2 DP ranks: 4 micro-batches; TE's auto backend: flash/fused
+    assert raw["training"] == {
+        "seq_length": 1024,
+        "micro_batch_size": 4,
+        "micro_batches": 4,
+        "dtype": "bf16",
+        "flash_attention": True,
+        "optimizer": "adam",
+    }
+    assert raw["timing"] == {
+        "transformer_impl": "transformer_engine",
+        "gradient_accumulation_fusion": False,
+        "deterministic": True,
+        "cross_entropy_fusion": False,
+        "check_for_nan_in_grad": True,
+        "log_params_norm": True,
+        "log_num_zeros_in_grad": True,
+        "rope_fusion": True,
+        "overlap": {"dp": 0.0, "param_gather": 0.0, "tp": 0.0},  # no --overlap-grad-reduce / -param-gather
+    }
+    assert raw["memory"] == {"cublas_workspace_config": ":4096:8"}
+    assert imported.notes == []  # every other flag logs, saves or schedules the learning rate
+    run = run_config_of(imported, "case")
+    assert run.vocab_size("gpt") == 50432  # ⌈50257 / (128·2)⌉ · 256 = 197 · 256
+
+
+# moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed/model_config.yaml's flags that bear on the run (the
+# learning-rate, logging and checkpoint flags dropped), and three that bear on time ppb does not model.
+MOE_MLA = """
+--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 4
+--expert-model-parallel-size 4 --context-parallel-size 1 --expert-tensor-parallel-size 1
+--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --attention-backend unfused
+--sequence-parallel --disable-bias-linear --micro-batch-size 4 --global-batch-size 32
+--exit-duration-in-mins 230 --no-check-for-nan-in-loss-and-grad --no-rope-fusion --cross-entropy-loss-fusion
+--cross-entropy-fusion-impl native --manual-gc --manual-gc-interval 100 --transformer-impl transformer_engine
+--seq-length 4096 --num-layers 16 --hidden-size 1024 --ffn-hidden-size 4096 --num-attention-heads 32
+--kv-channels 128 --max-position-embeddings 4096 --position-embedding-type rope --rotary-base 10000
+--make-vocab-size-divisible-by 3232 --normalization RMSNorm --norm-epsilon 1e-6 --swiglu
+--untie-embeddings-and-output-weights --multi-latent-attention --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1
+--attention-dropout 0.0 --hidden-dropout 0.0 --qk-layernorm --num-experts 32 --moe-layer-freq "([0]*1+[1]*15)"
+--moe-ffn-hidden-size 1024 --moe-shared-expert-intermediate-size 1024 --moe-router-load-balancing-type seq_aux_loss
+--moe-router-topk 4 --moe-token-dispatcher-type alltoall --moe-router-pre-softmax --moe-grouped-gemm
+--moe-aux-loss-coeff 1e-4 --moe-router-group-topk 2 --moe-router-num-groups 4 --moe-router-dtype fp32
+--moe-permute-fusion --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64
+--v-head-dim 128 --bf16
+"""
+
+
+def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() -> None:
+    imported = import_megatron(MOE_MLA, 8, "h100-80gb")
+    spec = imported.raw["models"][0]["spec"]
+    expected = {
+        "intermediate_size": 4096,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_bias": False,
+        "tied_embeddings": False,
+        "position_embedding": "rope",
+        "attention_bias": False,  # --disable-bias-linear
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "num_experts": 32,
+        "experts_per_token": 4,
+        "moe_intermediate_size": 1024,
+        "shared_experts": 1,  # one shared MLP of 1024
+        "shared_expert_intermediate_size": 1024,
+        "expert_groups": 4,
+        "expert_group_limit": 2,
+        "first_dense_layers": 1,  # ([0]*1+[1]*15): layer 0 dense, the rest MoE
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mtp_layers": 1,
+        "qk_norm": False,  # under MLA, --qk-layernorm norms the latents, which ppb's MLA has
+    }
+    assert {key: spec[key] for key in expected} == expected
+    assert "dense_layers" not in spec and "head_dim" not in spec
+    parallel = imported.raw["parallel"]
+    assert {key: parallel[key] for key in ("dp", "ep", "etp", "sequence_parallel", "zero", "vpp", "schedule")} == {
+        "dp": 2,  # 8 / (tp 2 · pp 2)
+        "ep": 4,
+        "etp": 1,
+        "sequence_parallel": True,
+        "zero": 1,
+        "vpp": 4,
+        "schedule": "interleaved",
+    }
+    training = imported.raw["training"]
+    assert training["micro_batches"] == 4  # 32 / (4 · 2)
+    assert training["flash_attention"] is False  # --attention-backend unfused keeps the scores
+    assert training["rope_fusion"] is False
+    assert training["moe"] == {"router_dtype": "fp32", "permute_fusion": True, "grouped_gemm": True}
+    timing = imported.raw["timing"]
+    assert timing["overlap"] == {"dp": 1.0, "param_gather": 1.0, "tp": 0.0}
+    assert (timing["cross_entropy_fusion"], timing["check_for_nan_in_grad"]) == (True, False)
+    assert timing["exit_duration_in_mins"] == 230.0
+    assert [note.split(":")[0] for note in imported.notes] == [
+        "--manual-gc",
+        "--manual-gc-interval 100",
+        "--moe-aux-loss-coeff 1e-4",
+    ]
+    run = run_config_of(imported, "case")
+    assert run.vocab_size("gpt") == 51712  # ⌈50257 / (3232·2)⌉ · 6464 = 8 · 6464
+
+
+BASE = "--num-layers 14 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512 --bf16"
+
+
+@pytest.mark.parametrize(
+    ("flags", "layout"),
+    [
+        # 14 layers over pp 4 with 2 first and 2 last: 10 for the two middle stages, 5 each
+        (
+            "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 "
+            "--decoder-last-pipeline-num-layers 2",
+            "Ett|ttttt|ttttt|ttL",
+        ),
+        # 14 layers + embedding + loss = 16 over pp 4: 4 a stage, the first and last one layer fewer
+        (
+            "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split "
+            "--account-for-loss-in-pipeline-split",
+            "Ettt|tttt|tttt|tttL",
+        ),
+    ],
+)
+def test_an_uneven_split_becomes_the_layout_megatron_builds(flags: str, layout: str) -> None:
+    imported = import_megatron(f"{BASE} {flags}", 8, "h100-80gb")
+    assert imported.raw["parallel"]["layout"] == layout
+    run_config_of(imported, "case")  # the layout is one the run config accepts
+
+
+def test_recompute_is_said_in_megatrons_words() -> None:
+    selective = import_megatron(f"{BASE} --recompute-activations", 8, "h100-80gb")
+    assert selective.raw["training"]["recompute"] == {"granularity": "selective", "modules": ["core_attn"]}
+    full = "--recompute-granularity full --recompute-method block --recompute-num-layers 2"
+    blocked = import_megatron(f"{BASE} {full}", 8, "h100-80gb")
+    assert blocked.raw["training"]["recompute"] == {"granularity": "full", "method": "block", "num_layers": 2}
+    ignored = import_megatron(f"{BASE} --recompute-method uniform", 8, "h100-80gb")
+    assert "recompute" not in ignored.raw["training"]
+    assert ignored.notes == ["--recompute-method: Megatron-LM ignores it here (no recompute it applies to)"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        ("--fp16", "--fp16"),  # with BASE's --bf16
+        ("--global-batch-size 6 --micro-batch-size 4", "--global-batch-size"),
+        ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),
+        ("--hybrid-layer-pattern M*14", "--hybrid-layer-pattern"),
+        ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Llama-3.1-8B", "--tokenizer-model"),
+        ("--recompute-granularity full", "--recompute-granularity"),
+        ("--recompute-granularity selective --recompute-modules moe_act", "--recompute-modules"),
+        ("--num-experts 8 --moe-layer-freq ([0]+[1]*3)", "--moe-layer-freq"),
+        ("--num-attention-heads 6", "--num-attention-heads"),
+    ],
+)
+def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> None:
+    with pytest.raises(InputError) as caught:
+        imported = import_megatron(f"{BASE} {flags}", 8, "h100-80gb")
+        run_config_of(imported, "launch")
+    assert caught.value.field == flag
+    assert "\n" not in caught.value.line()
+
+
+def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion\n")
+    out = tmp_path / "run.yaml"
+    assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "ppb: not modelled: --no-bias-gelu-fusion: not modelled by ppb (priced as if not given)"
+    ]
+    run = load_run_config(out)
+    assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
+    assert yaml.safe_load(out.read_text())["memory"] == {"cublas_workspace_config": ":4096:8"}
+
+
+def test_bad_input_to_the_command_is_one_line_exit_2_and_nothing_written(tmp_path, capsys) -> None:
+    out = tmp_path / "run.yaml"
+    argv = ["import", "megatron", f"{BASE} --fp16", "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--fp16: cannot be set with --bf16" in err
+    assert not out.exists()
+    # no GPU count given, and none in the launch (torchrun's --nproc-per-node)
+    assert main(["import", "megatron", BASE, "--device", "h100-80gb", "-o", str(out)]) == 2
+    assert "--gpus" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_run_config_refuses_moe_act_without_grouped_gemm() -> None:
+    # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only supported
+    # with moe_grouped_gemm"
+    recompute = "--recompute-granularity selective --recompute-modules moe_act"
+    imported = import_megatron(f"{MOE_MLA} {recompute}", 8, "h100-80gb")
+    run_config_of(imported, "case")  # the case runs --moe-grouped-gemm
+    imported.raw["training"]["moe"]["grouped_gemm"] = False
+    with pytest.raises(InputError) as caught:
+        parse_run_config(imported.raw, "run.yaml")
+    assert caught.value.field == "training.recompute"
