@@ -56,6 +56,9 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
 HOST_KERNEL_US_DGX_H100 = 71.6
 HOST_KERNEL_US_DGX_A100 = 117.9
+# The same on Megatron CI's DGX GB200 (a Grace host), from that case's dgx_gb200 golden values (93ebf8d72f:
+# 0.309 s, GPU work 0.020 s on the gb200 entry below).
+HOST_KERNEL_US_DGX_GB200 = 89.8
 
 # The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
 # (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
@@ -278,6 +281,36 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # values are DGX GB200's, a Grace host: dgx_gb200).
         attention_forward_efficiency=ATTENTION_FORWARD_B200,
         attention_backward_efficiency=ATTENTION_BACKWARD_B200,
+    ),
+    # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
+    # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
+    # (compute/accelerator/README.md): 2,500 TFLOPS dense BF16 per GPU, 186 GB HBM3e at 8.00 TB/s, a
+    # device-reported maximum SM clock of 2062 MHz (B200 1965), MAMF 1822.0 BF16 (72.9%) and 3615.6 FP8
+    # of 5000 (72.3%). Memory: the 186 GB label read as GiB (B200's 180 GB label is 183,359 MiB in
+    # nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction, all 72 GPUs of
+    # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
+    # label, links and sm_100 kernels). SMs: B200's 148, no public count found for GB200's GPU. A
+    # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
+    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s. Host: Grace
+    # (Arm Neoverse V2), measured by Megatron CI's 12-layer case (`HOST_KERNEL_US_DGX_GB200`).
+    "gb200": DeviceProfile(
+        "gb200",
+        190464,
+        2500.0,
+        7672.0,
+        900.0,
+        50.0,
+        sm_count=148,
+        nic_efficiency=0.94,
+        matmul_efficiency=0.729,
+        fp8_matmul_efficiency=0.723,
+        compute_capability=10.0,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        comm_efficiency=0.802,
+        attention_forward_efficiency=round(1697 / 2500, 3),
+        attention_backward_efficiency=round(1374 / 2500, 3),
+        host_kernel_us=HOST_KERNEL_US_DGX_GB200,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS
