@@ -444,6 +444,17 @@ class TimingOptions(StrictModel):
         description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "
         "before TransformerEngine), adding a linear's bias after its GEMM",
     )
+    cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] = Field(
+        "none",
+        description="Megatron's --cuda-graph-impl (off by default; --enable-cuda-graph = local, --external-cuda-graph "
+        "= transformer_engine): each graphed layer's captured ops replay as one CUDA graph, one launch on the host; "
+        "full_iteration graphs the whole forward-backward (ppb_core.timing.graphs)",
+    )
+    cuda_graph_modules: list[Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess"]] = Field(
+        default_factory=list,
+        description="Megatron's --cuda-graph-modules (--cuda-graph-scope before): what a layer's graph captures; "
+        "empty, the whole layer (as Megatron)",
+    )
     gradient_accumulation_fusion: bool = Field(
         True,
         description="Megatron's gradient accumulation fusion (off with --no-gradient-accumulation-fusion): the "
@@ -493,6 +504,16 @@ class TimingOptions(StrictModel):
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
     )
+
+    @model_validator(mode="after")
+    def _graph_modules(self) -> TimingOptions:
+        """Megatron's own checks (megatron/training/arguments.py validate_args, d98e8a64)."""
+        modules = self.cuda_graph_modules
+        if modules and self.cuda_graph_impl == "full_iteration":
+            raise ValueError("cuda_graph_modules must be empty with cuda_graph_impl full_iteration")
+        if "moe_preprocess" in modules and "moe_router" not in modules:
+            raise ValueError("cuda_graph_modules: moe_preprocess must be given with moe_router")
+        return self
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
