@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
-from ppb_core.config.run import TimingOptions
+from ppb_core.config.run import TimingOptions, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.memory.model import run_stage_peaks
 from ppb_core.model.walk import walk
@@ -136,3 +136,11 @@ def test_the_static_buffers_te_s_graphs_hold_by_hand() -> None:
     # the local implementation's and full_iteration's buffers are not modelled (ppb_core.memory.graphs)
     for impl in ("local", "full_iteration"):
         assert _graphed_peaks(impl, [])[0].moments["optimizer"] == pytest.approx(eager[0].moments["optimizer"])
+
+
+def test_graphs_under_another_framework_are_refused_in_one_line() -> None:
+    raw = import_megatron(SMALL_GPT, 8, "h100-80gb").raw
+    raw["framework"] = "torchtitan"
+    raw["timing"]["cuda_graph_impl"] = "local"
+    with pytest.raises(InputError, match=r"timing\.cuda_graph_impl.*set framework megatron"):
+        parse_run_config(raw, "case")

@@ -17,7 +17,11 @@ NVIDIA/TransformerEngine d0067d0d):
   always; the routed experts and the token dispatcher's all-to-alls under `moe_router`.
 - A replay (TE graph.py `Graphed.forward` / `Graphed.backward`; Megatron's `_CudagraphReplayNode`
   likewise) copies the incoming tensor into the graph's static input (forward: the hidden states;
-  backward: the output gradient), then replays: two launches each way. The captured parameters'
+  backward: the output gradient), then replays: two launches each way, whatever the graph's size (CUDA
+  12.6 launches a straight-line graph in constant time: NVIDIA technical blog "Constant Time Launch for
+  Straight-Line CUDA Graphs and Other Performance Enhancements", 2024; the local implementation may skip
+  the copy where the previous graph's output buffer is the input, `can_skip_replay_copy`: still
+  counted). The captured parameters'
   gradients come out of the graph as its static outputs and Megatron's DDP hook
   (distributed_data_parallel.py `_make_backward_post_hook`) adds each into its main gradient after it,
   eagerly: a norm's weight always, a linear layer's without gradient-accumulation fusion (with it the
