@@ -123,4 +123,5 @@ ROUND_DEVICE = {
     "inter_node_latency_us": 0.0,
     "comm_sms": 0,
     "gemm_kernel_us": 0.0,
+    "fp8_gemm_kernel_us": 0.0,
 }

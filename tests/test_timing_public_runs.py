@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
@@ -166,6 +166,38 @@ def test_hopper_attention_follows_cudnn_s_measured_rates():
             assert rate == pytest.approx(measured, rel=0.05 if causal else 0.12), (series, s, rate)
 
 
+# cuDNN 9.22 on a GB200, BF16, head size 128, Llama 3.1 405B's 64 query and 8 KV heads, batch 2, TFLOP/s
+# (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/llama3.1/gb200/
+# llama3.1_20260424_100750.csv at fb682ce; causal = its top_left mask, FLOPs halved)
+CUDNN_GB200 = {
+    "forward": {2048: 1433, 4096: 1599, 8192: 1771, 16384: 1697, 32768: 1634},
+    "backward": {2048: 1124, 4096: 1350, 8192: 1404, 16384: 1374, 32768: 1262},
+    "forward causal": {2048: 1097, 4096: 1408, 8192: 1574, 16384: 1708, 32768: 1622},
+    "backward causal": {2048: 885, 4096: 1148, 8192: 1332, 16384: 1328, 32768: 1226},
+}
+
+
+def test_blackwell_attention_follows_cudnn_s_measured_gb200_rates():
+    """B200's levels: the GB200 16k no-mask points at B200's sustained tensor rate, MAMF 1745 over
+    GB200's 1822: forward 1697·1745/1822 = 1625.3, / 2250 = 0.722; backward 1374·1745/1822 = 1315.9,
+    / 2250 = 0.585. With them the ramp gives every point from 8k to 32k, masked or not, within 11%
+    (−6.8% to +10.5%). Shorter sequences come out fast: at 4k +9% causal, at 2k +10% to +14% without
+    the mask and +28% with it: cuDNN's sm100 kernels reach their level later than the ramp fitted on
+    sm90's, a gap left open (a 2k-token run on B200 is priced fast)."""
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.attention_forward_efficiency == pytest.approx(1697 * 1745 / 1822 / 2250, abs=5e-4) == 0.722
+    assert b200.attention_backward_efficiency == pytest.approx(1374 * 1745 / 1822 / 2250, abs=5e-4) == 0.585
+    kernels = Kernels.from_device(b200)
+    for series, points in CUDNN_GB200.items():
+        causal = "causal" in series
+        for s, measured in points.items():
+            if s < 8192:
+                continue
+            mean_keys = (s + 1) / 2 if causal else s
+            rate = 2250 * kernels.attention_efficiency("backward" in series, 2 * 64, s, mean_keys, 128, causal)
+            assert rate == pytest.approx(measured * 1745 / 1822, rel=0.11), (series, s, rate)
+
+
 # The same figures at head size 64 (Fig. 5a and 6a: 32 heads of 64, 16k tokens a batch, no mask), cuDNN
 # and FlashAttention-2, TFLOPS/s by sequence length.
 HEAD64_H100 = {
@@ -264,6 +296,58 @@ def test_every_hopper_gemm_kernel_pays_the_fixed_time_xla_s_sm90_table_shows():
     # with it 7.3% off, from -25% (4096×4096×256: a k loop of 4 blocks) to +11% (2048×512×2048).
     assert sum(abs(e) for e in errors) / len(errors) < 0.08
     assert min(errors) > -0.26 and max(errors) < 0.12
+
+
+def test_every_blackwell_gemm_kernel_pays_the_fixed_time_xla_s_sm100_table_shows():
+    # XLA's sm_100_B200 table (openxla/xla default_matmul_perf_table.txtpb at 336bb15c), BF16, b = 1:
+    # 256x256x256 at 6.765e12 FLOP/s: 2·256³ = 33,554,432 FLOPs in 4.960 us. Ppb's tiles without a fixed
+    # time: 64×64 tiles, 16 of them split 2 ways over k (32 ≤ 2·148 SMs: one wave), each 2·64·64·128 =
+    # 1,048,576 FLOPs at half a SM's rate, 2250e12·0.776·0.5/148 = 5.899e12: 0.178 us; the split's fp32
+    # partial sums written and read back, 2·2·256·256·4 = 1,048,576 B at 7672e9·0.8: 0.171 us; 0.349 us
+    # in all (every other tiling is slower): 4.61 us beyond it. The three of twice its work, 256x512x256
+    # at 13.400e12, 256x256x512 at 12.593e12, 512x256x256 at 13.568e12 (5.008, 5.329, 4.946 us against
+    # tiles of 0.356, 0.519, 0.356): 4.65, 4.81, 4.59. Median of the four: (4.61 + 4.65)/2 = 4.63 → 4.6.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.gemm_kernel_us == GEMM_KERNEL_US_B200 == pytest.approx(4.6)
+    tiles_only = Kernels.from_device(b200.replace(gemm_kernel_us=0.0), "bf16")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.178 + 0.171, abs=0.002)
+    measured_us = 2 * 256**3 / 6765006451612 * 1e6
+    assert measured_us == pytest.approx(4.960, abs=0.001)
+    kernels = Kernels.from_device(b200, "bf16")
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.349 + 4.6, abs=0.002)
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.01)
+
+
+def test_a_blackwell_fp8_gemm_kernel_pays_its_fixed_time_too():
+    # The same table's e4m3 x e4m3 -> bf16 products: 256x256x256 at 6.920e12 FLOP/s, 4.849 us. FP8 tiles
+    # on B200: 64×64, 16 split 2 ways, each 1,048,576 FLOPs at half a SM's FP8 rate, 4500e12·0.763·0.5/148
+    # = 11.600e12: 0.0904 us, plus the same 0.171 us of fp32 partial sums: 0.261; 128×128 tiles (4, split
+    # 8: 32 ≤ 296), 2·128·128·32 = 1,048,576 FLOPs at a full SM's 23.199e12: 0.0452 us, partials
+    # 2·8·65,536·4 = 4,194,304 B: 0.683 us; unsplit 64×64: 16 tiles of 2·64·64·256 at 11.600e12 = 0.181 us,
+    # the best: 4.849 − 0.181 = 4.67 beyond. 256x512x256 at 12.405e12 (5.410 us), 256x256x512 at 13.187e12
+    # (5.089), 512x256x256 at 12.863e12 (5.217), tiles 0.181, 0.352, 0.181: 5.23, 4.74, 5.04.
+    # Median of the four: (4.74 + 5.04)/2 = 4.89 → 4.9.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.fp8_gemm_kernel_us == FP8_GEMM_KERNEL_US_B200 == pytest.approx(4.9)
+    tiles_only = Kernels.from_device(b200.replace(fp8_gemm_kernel_us=0.0), "bf16", matmul_dtype="fp8")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(
+        2 * 64 * 64 * 256 / 11.600e12 * 1e6, rel=1e-3
+    )
+    kernels = Kernels.from_device(b200, "bf16", matmul_dtype="fp8")
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.181 + 4.9, abs=0.002)
+    measured_us = 2 * 256**3 / 6919866364198 * 1e6  # 4.849: the median's 4.9 puts this shape 5% slow
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.05)
+    # H100's FP8 kernels keep no per-kernel time (none measured): only their tiles
+    h100 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", matmul_dtype="fp8")
+    assert h100.kernel_s == 0.0
+
+
+def test_b200_collectives_run_at_nccl_s_nvlink5_link_figure():
+    # NCCL src/graph/topo.h: SM100_NVLINK_BW 40.1 GB/s a link, NVLink 5's 50 per direction: 0.802
+    assert DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(40.1 / 50)
+    assert DEVICE_CATALOG["b200"].intra_node_bandwidth_gbs * DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(
+        18 * 40.1
+    )
 
 
 def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(public):

@@ -25,12 +25,15 @@ Achieved fractions are measured, not datasheet figures:
   without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
-  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
-  Ascend: assumed at H100's and A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
+  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200: cuDNN
+  9.22 on a GB200 in NVIDIA's cudnn-frontend benchmark (1697 and 1374 at head size 128, 16k, no
+  mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
+  figures at H100's. Ascend: assumed at A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
-  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
+  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
+  NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
   2025): 0.94 of 50 GB/s on the NDR systems below.
@@ -53,6 +56,22 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
 HOST_KERNEL_US_DGX_H100 = 71.6
 HOST_KERNEL_US_DGX_A100 = 117.9
+
+# The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
+# (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
+# kernel times from CUPTI) times its smallest BF16 product, 256x256x256, at 4.96 us and the three of
+# twice its work (256x512x256, 256x256x512, 512x256x256) at 4.95-5.33 us, whose tiles ppb's model
+# puts at 0.35-0.52 us on B200: 4.59, 4.61, 4.65 and 4.81 us beyond them, median 4.6
+# (tests/test_timing_public_runs.py derives it by hand).
+GEMM_KERNEL_US_B200 = 4.6
+# The same for its FP8 GEMMs (`fp8_gemm_kernel_us`): the table's e4m3 x e4m3 -> bf16 products (per-tensor
+# scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
+# 5.22, against 0.18-0.35 us of FP8 tiles: 4.67, 5.23, 4.74, 5.04 beyond them, median 4.9.
+FP8_GEMM_KERNEL_US_B200 = 4.9
+# cuDNN attention on B200 at head size 128, 16k tokens, no mask (the catalog entry derives them): NVIDIA's
+# GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
+ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
+ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
 
 
 @dataclass(frozen=True)
@@ -93,9 +112,14 @@ class DeviceProfile:
     # the last stores): XLA's measured sm_90 matmul table (tensorflow/tensorflow
     # third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h at 372d578b; kernel times from
     # CUPTI's tracer, xla/tools/matmul_perf_table_gen.cc) times its four smallest BF16 products, whose
-    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). 0 where
-    # no such measurement is public (Ampere, Blackwell, Ascend). FP8 kernels carry theirs per tile.
+    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). B200: XLA's
+    # measured sm_100 table (`GEMM_KERNEL_US_B200`). 0 where no such measurement is public (Ampere,
+    # Ascend). FP8 kernels carry theirs per tile.
     gemm_kernel_us: float = 0.0
+    # The same fixed time for an FP8 GEMM kernel, where measured: B200, XLA's sm_100 table
+    # (`FP8_GEMM_KERNEL_US_B200`), per-tensor scales; MXFP8's block-scaled kernels are taken alike (no
+    # public small-shape table). 0 elsewhere (H800's DeepGEMM kernels carry `fp8_tile_overhead_us`).
+    fp8_gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
@@ -213,7 +237,12 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
     # HBM: the datasheet says 8 TB/s; the driver's 7680-bit bus at 3996 MHz DDR gives 7.67 TB/s
-    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
+    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that. Its share
+    # element-wise kernels reach stays the catalog's 0.8 (`memory_efficiency`), which NVIDIA's cuDNN
+    # RMSNorm measurement on a GB200 (the same 8 TB/s HBM3e; NVIDIA/cudnn-frontend benchmark/norms/
+    # results/gb200/all_models_20260226_180237.csv at df73764) bears out for the forward: 5.99-6.42 TB/s
+    # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
+    # (mean 5.28, 0.69), runs below it.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
     "b200": DeviceProfile(
         "b200",
@@ -227,6 +256,28 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
         compute_capability=10.0,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        # NCCL's own model of an NVLink 5 link: SM100_NVLINK_BW 40.1 GB/s of its 50 per direction (NVIDIA/
+        # nccl src/graph/topo.h, v2.27; 18 links: "maxBw 721.8" of 900 in a DGX B200's NCCL log, NVIDIA/nccl
+        # issue #1807): 0.802, as H100's 20.6 of 25 (0.824) sits by the 0.8 measured there. (That issue's
+        # all_reduce_perf on 8 B200 reaches 830 GB/s busbw: NVLink SHARP's in-switch reduction, not a ring.)
+        comm_efficiency=0.802,
+        # Attention: cuDNN, TransformerEngine's backend on sm100, measured by NVIDIA on a GB200 (the same
+        # sm_100 GPU at a higher clock): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+        # llama3.1/gb200/llama3.1_20260424_100750.csv (fb682ce; cuDNN 9.22, frontend 1.21.1), BF16, head
+        # size 128, 16k tokens, no mask (Llama 3.1 405B's 64 query and 8 KV heads), FLOPs counted as the
+        # FlashAttention-3 figures above (backward 2.5x): forward 1697, backward 1374 TFLOP/s. On B200 at
+        # GB200's sustained tensor rate over B200's: MAMF 1745 against 1822 (ml-engineering's table; the
+        # two parts' device-reported maximum clocks, 1965 and 2062 MHz, differ alike): 1697 · 1745/1822 =
+        # 1625 (0.722 of 2250), 1374 · 1745/1822 = 1316 (0.585). (FlashAttention-4's paper, Zadouri et
+        # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
+        # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
+        # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
+        # rates H100's fractions. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
+        # values are DGX GB200's, a Grace host: dgx_gb200).
+        attention_forward_efficiency=ATTENTION_FORWARD_B200,
+        attention_backward_efficiency=ATTENTION_BACKWARD_B200,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS

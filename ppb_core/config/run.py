@@ -380,6 +380,7 @@ class Device(StrictModel):
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
+    fp8_gemm_kernel_us: Latency | None = Field(None, description="fixed time of every FP8 GEMM kernel")
     host_kernel_us: Latency | None = Field(
         None, description="Megatron's host time per kernel launch, where the GPU waits for it (0: not modelled)"
     )

@@ -101,7 +101,7 @@ class Kernels:
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
-    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
+    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (where the device states it)
     # FlashAttention-2's deterministic backward (`deterministic_splits`) instead of one block per key block
     deterministic_backward: bool = False
     # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
@@ -152,7 +152,7 @@ class Kernels:
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
-            kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
+            kernel_s=(device.fp8_gemm_kernel_us if fp8 else device.gemm_kernel_us) * 1e-6,
             deterministic_backward=flash2 and deterministic and not titan,
             attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
             attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
