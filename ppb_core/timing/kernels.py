@@ -9,7 +9,10 @@ measured MAMF over peak) when it is at least 128×128, plus, where the device st
 kernels (`fp8_tile_overhead_us`), a fixed time per tile beside its k loop (a short k pays it
 relatively more); smaller tiles reuse each operand less and
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
-half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
+half of a 128×128's). On Blackwell the full-rate intensity is the device's (`gemm_full_intensity`:
+its SMs' tensor rate doubled, their shared memory did not) and a pair of SMs may share one 256-wide
+tile (`PAIR_TILES`, the 2-SM MMA), each loading half of its operands. When the output has fewer
+tiles than SMs, the k loop may be split over
 `SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
 (their bytes at the HBM rate). On devices whose GEMM kernels store a tile's output after its main
 loop before the SM takes the next tile (Ampere's cuBLAS/CUTLASS 2 kernels, unlike Hopper's
