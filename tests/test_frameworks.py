@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from test_memory_activations import MLA, MOE
 from test_memory_runs import DENSE, body, layers, make_run, model
 
+from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_workspace_bytes, stage_peaks
 from ppb_core.memory.frameworks.workspaces import (
@@ -20,6 +22,7 @@ from ppb_core.memory.frameworks.workspaces import (
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
+from ppb_core.memory.model import run_stage_peaks
 from ppb_core.model.switches import KEEP_ALL, LayerType
 from ppb_core.model.walk import walk
 from ppb_core.tables.estimate import stages_from_frame, stages_to_frame
@@ -123,6 +126,48 @@ def test_megatron_experts_without_a_gated_activation_keep_it_before_and_after_th
     gelu = make_run({**MOE, "activation": "gelu"}, training={"seq_length": 16, "recompute": selective})
     recomputed = _terms(model(gelu), body(gelu, "moe"), SEL)
     assert "moe.expert.unweighted_activation" not in recomputed and "moe.expert.activation_output" not in recomputed
+
+
+def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush():
+    # tensor_parallel/layers.py (d98e8a64): under --defer-embedding-wgrad-compute the output layer keeps
+    # its input (ColumnParallelLinear.forward, embedding_activation_buffer) and its logits' gradient
+    # (LinearWithGradAccumulationAndAsyncCommunication.backward, grad_output_buffer) for the first
+    # --wgrad-deferral-limit micro-batches; schedules.py finish_embedding_wgrad_compute drains them before
+    # the step. DENSE at pp 2, s 64, b 1, 4 micro-batches, limit 2: at the last micro-batch 2 are held,
+    # each 64 tokens · (vocabulary 1024 + h 64) · 2 bytes = 139264, 278528 in all, at the backward and the
+    # loss of the TAIL's stage, not at the step; limit 0 defers all, 3 = m − 1 held at the last
+    base = {"micro_batches": 4}
+    plain = make_run(DENSE, parallel={"pp": 2}, training=base)
+    deferred = make_run(
+        DENSE, parallel={"pp": 2}, training={**base, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 2}
+    )
+    every = make_run(DENSE, parallel={"pp": 2}, training={**base, "defer_embedding_wgrad_compute": True})
+    (p0, p1), (d0, d1), (_, e1) = (run_stage_peaks(run) for run in (plain, deferred, every))
+    assert d0.moments == p0.moments
+    assert {name: d1.moments[name] - p1.moments[name] for name in d1.moments} == {
+        "backward": 278528,
+        "loss": 278528,
+        "optimizer": 0,
+    }
+    assert e1.moments["loss"] - p1.moments["loss"] == 3 * 139264
+
+
+def test_megatron_deferral_is_refused_where_megatron_refuses_it():
+    # model_parallel_config.py ModelParallelConfig.__post_init__: pipeline parallelism and gradient
+    # accumulation fusion needed; the limit means nothing without the deferral
+    for parallel, training, timing, field in (
+        ({}, {"defer_embedding_wgrad_compute": True}, None, "training.defer_embedding_wgrad_compute"),
+        (
+            {"pp": 2},
+            {"defer_embedding_wgrad_compute": True},
+            {"gradient_accumulation_fusion": False},
+            "training.defer_embedding_wgrad_compute",
+        ),
+        ({"pp": 2}, {"wgrad_deferral_limit": 2}, None, "training.wgrad_deferral_limit"),
+    ):
+        with pytest.raises(InputError) as caught:
+            make_run(DENSE, parallel=parallel, training=training, timing=timing)
+        assert caught.value.field == field
 
 
 def test_megatron_dispatcher_keeps_its_last_routing():

@@ -275,3 +275,18 @@ def test_a_run_config_refuses_moe_act_without_grouped_gemm() -> None:
     with pytest.raises(InputError) as caught:
         parse_run_config(imported.raw, "run.yaml")
     assert caught.value.field == "training.recompute"
+
+
+def test_the_deferred_output_layer_weight_gradients_are_carried_and_checked() -> None:
+    flags = f"{BASE} --pipeline-model-parallel-size 2 --defer-embedding-wgrad-compute --wgrad-deferral-limit 2"
+    imported = import_megatron(flags, 8, "h100-80gb")
+    training = imported.raw["training"]
+    assert (training["defer_embedding_wgrad_compute"], training["wgrad_deferral_limit"]) == (True, 2)
+    assert imported.notes == []
+    run_config_of(imported, "case")
+    # ModelParallelConfig.__post_init__: "Cannot defer embedding wgrad compute when gradient accumulation
+    # fusion is not used"
+    imported = import_megatron(f"{flags} --no-gradient-accumulation-fusion", 8, "h100-80gb")
+    with pytest.raises(InputError) as caught:
+        run_config_of(imported, "case")
+    assert caught.value.field == "--defer-embedding-wgrad-compute"

@@ -107,7 +107,7 @@ MODELLED = frozenset(
         "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--overlap-grad-reduce", "--overlap-param-gather",
         "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
         "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
-        "--max-position-embeddings",
+        "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -138,6 +138,8 @@ FIELD_FLAGS = {
     "models.0.vocab_size": "--vocab-size",
     "models.0.num_experts": "--num-experts",
     "timing.matmul_dtype": "--fp8-format",
+    "training.defer_embedding_wgrad_compute": "--defer-embedding-wgrad-compute",
+    "training.wgrad_deferral_limit": "--wgrad-deferral-limit",
     "device": "--device",
 }
 
@@ -579,6 +581,9 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         training["recompute"] = recompute
     if args.has("--no-rope-fusion"):
         training["rope_fusion"] = False
+    if args.has("--defer-embedding-wgrad-compute"):
+        training["defer_embedding_wgrad_compute"] = True
+        training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
     moe: dict[str, Any] = {}

@@ -326,6 +326,14 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    defer_embedding_wgrad_compute: bool = Field(
+        False,
+        description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "
+        "the pipeline's flush, its inputs and logits' gradients held until then",
+    )
+    wgrad_deferral_limit: Annotated[NonNegativeInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = Field(
+        0, description="Megatron's --wgrad-deferral-limit: micro-batches deferred (0: every one)"
+    )
 
     @field_validator("dropout")
     @classmethod
@@ -834,6 +842,8 @@ def _check_run(run: RunConfig, where: str) -> None:
             "parallel.zero",
             f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
         )
+    if train.defer_embedding_wgrad_compute or train.wgrad_deferral_limit:
+        _check_deferral(run, where)
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
         # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
         # supported with moe_grouped_gemm"
@@ -879,6 +889,23 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_deferral(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of `--defer-embedding-wgrad-compute` (model_parallel_config.py
+    `ModelParallelConfig.__post_init__`, d98e8a64), each refused in one line."""
+    train, field = run.training, "training.defer_embedding_wgrad_compute"
+    problem = None
+    if not train.defer_embedding_wgrad_compute:
+        field, problem = "training.wgrad_deferral_limit", "applies with defer_embedding_wgrad_compute true"
+    elif run.framework != "megatron":
+        problem = "is Megatron-Core's: set framework megatron"
+    elif run.parallel.pp == 1:
+        problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
+    elif not run.timing.gradient_accumulation_fusion:
+        problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
 
 
 def _check_layout(run: RunConfig, where: str) -> None:

@@ -215,7 +215,7 @@ def stage_peaks(
             for stage in range(stages)
         ]
     totals = {
-        stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "body": 0, "tail": False}
+        stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "deferred": 0.0, "body": 0, "tail": False}
         for stage in range(stages)
     }
     # activations and buffers at each candidate vector of the stage
@@ -245,6 +245,8 @@ def stage_peaks(
         if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
+            deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
+            total["deferred"] = max(total["deferred"], deferred)
         if option is not None:
             total["body"] += count
     kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
@@ -268,7 +270,7 @@ def stage_peaks(
                 in_flight=tuple(vectors[stage][index]),
                 static_bytes=total["static"] + workspace,
                 activation_bytes=dynamic[stage][index][0] + extras[stage][index],
-                buffer_bytes=dynamic[stage][index][1],
+                buffer_bytes=dynamic[stage][index][1] + total["deferred"],  # held to the flush, not the step
                 working_bytes=total["work"],
                 reserved_bytes=reserved_bytes,
                 device_bytes=device_bytes,

@@ -44,6 +44,8 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | deepep (timing.moe_dispatcher)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
+    wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +76,8 @@ class MemorySetup(Geometry):
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
+            wgrad_deferral_limit=train.wgrad_deferral_limit,
         )
 
     @property

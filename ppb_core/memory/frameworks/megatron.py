@@ -75,6 +75,17 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **Deferred output-layer weight gradients.** Under `--defer-embedding-wgrad-compute` the output
+  layer (`ColumnParallelLinear` with `embedding_activation_buffer` and `grad_output_buffer`,
+  gpt_model.py) appends its input in the forward (`ColumnParallelLinear.forward`) and its output's
+  gradient, the 16-bit logits' gradient `[T, ⌈v/t⌉]`, in the backward
+  (`LinearWithGradAccumulationAndAsyncCommunication.backward`, skipping the weight-gradient GEMM) for
+  the first `--wgrad-deferral-limit` micro-batches (0: every one), megatron/core/tensor_parallel/
+  layers.py; `finish_embedding_wgrad_compute` (pipeline_parallel/schedules.py) runs them at the
+  pipeline's flush (utils.py `drain_embedding_wgrad_compute`), before the step. On the stage of the
+  loss, the last micro-batch's loss and backward run beside min(limit, m − 1) of them:
+  `(T·⌈v/t⌉ + T/sp·h)·bc` each (`deferred_bytes`; an MTP head's pass through the same output layer
+  would count against the limit too, not modelled).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
@@ -476,6 +487,16 @@ class MegatronRules(FrameworkRules):
         if in_flight > 0:
             return found + (in_flight * setup.whole_tokens * hidden * setup.dtype_bytes if clones else 0.0)
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
+
+    def deferred_bytes(self, kind: TailKind, setup: MemorySetup, micro_batches: int) -> float:
+        """`--defer-embedding-wgrad-compute`: the output layer's inputs and logits' gradients of the first
+        `--wgrad-deferral-limit` micro-batches (0: all), held to the pipeline's flush (module docstring);
+        at the last micro-batch's loss and backward, min(limit, m − 1) of them."""
+        if not setup.defer_embedding_wgrad or not kind.has_output:
+            return 0.0
+        held = min(setup.wgrad_deferral_limit or micro_batches, micro_batches - 1)
+        gradient = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        return held * setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the
