@@ -150,6 +150,8 @@ def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush()
         "optimizer": 0,
     }
     assert e1.moments["loss"] - p1.moments["loss"] == 3 * 139264
+    # the balancer charges every stage the most any could hold: the deferred bytes too
+    assert run_workspace_bytes(deferred) - run_workspace_bytes(plain) == 278528
 
 
 def test_megatron_deferral_is_refused_where_megatron_refuses_it():
