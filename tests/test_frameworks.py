@@ -172,6 +172,25 @@ def test_megatron_deferral_is_refused_where_megatron_refuses_it():
         assert caught.value.field == field
 
 
+def test_megatron_optimizer_instances_shard_within_an_instance():
+    # parallel_state.py initialize_model_parallel (d98e8a64): --num-distributed-optimizer-instances N splits
+    # dp·cp into N intra-partial groups, over which the distributed optimizer shards. DENSE's body layer,
+    # 41088 parameters, dp 4, zero 1: its fp32 master copy and Adam moments (12 bytes each) over 4 ranks,
+    # 10272 · 12 = 123264; with 2 instances over 2, 20544 · 12 = 246528; parameters and main gradients whole
+    one = make_run(DENSE, parallel={"dp": 4, "zero": 1})
+    two = make_run(DENSE, parallel={"dp": 4, "zero": 1, "distributed_optimizer_instances": 2})
+    static_one, static_two = (model(run).static_breakdown(body(run)) for run in (one, two))
+    assert (static_one.optimizer_bytes, static_two.optimizer_bytes) == (123264, 246528)
+    assert (static_two.parameter_bytes, static_two.gradient_bytes) == (41088 * 2, 41088 * 4)
+    for parallel in (
+        {"dp": 4, "zero": 0, "distributed_optimizer_instances": 2},
+        {"dp": 4, "distributed_optimizer_instances": 3},
+    ):
+        with pytest.raises(InputError) as caught:
+            make_run(DENSE, parallel=parallel)
+        assert caught.value.field == "parallel.distributed_optimizer_instances"
+
+
 def test_megatron_dispatcher_keeps_its_last_routing():
     # token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_preprocess stores probs, routing_map and
     # permute's reverse mapping until the layer's next forward. MOE (4 experts, top 2) at s 16, the

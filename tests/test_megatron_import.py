@@ -290,3 +290,13 @@ def test_the_deferred_output_layer_weight_gradients_are_carried_and_checked() ->
     with pytest.raises(InputError) as caught:
         run_config_of(imported, "case")
     assert caught.value.field == "--defer-embedding-wgrad-compute"
+
+
+def test_optimizer_instances_are_carried() -> None:
+    flags = f"{BASE} --use-distributed-optimizer --num-distributed-optimizer-instances 2"
+    imported = import_megatron(flags, 8, "h100-80gb")
+    assert imported.raw["parallel"]["distributed_optimizer_instances"] == 2
+    run_config_of(imported, "case")
+    with pytest.raises(InputError) as caught:  # without the distributed optimizer: nothing to shard
+        run_config_of(import_megatron(f"{BASE} --num-distributed-optimizer-instances 2", 8, "h100-80gb"), "case")
+    assert caught.value.field == "--num-distributed-optimizer-instances"

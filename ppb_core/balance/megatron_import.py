@@ -108,6 +108,7 @@ MODELLED = frozenset(
         "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
         "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
         "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
+        "--num-distributed-optimizer-instances",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -140,6 +141,7 @@ FIELD_FLAGS = {
     "timing.matmul_dtype": "--fp8-format",
     "training.defer_embedding_wgrad_compute": "--defer-embedding-wgrad-compute",
     "training.wgrad_deferral_limit": "--wgrad-deferral-limit",
+    "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
     "device": "--device",
 }
 
@@ -424,6 +426,9 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
             raise InputError(where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices p2p (ring) or a2a (ulysses)")
         parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
     parallel.update(_sharding(args))
+    instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
+    if instances > 1:
+        parallel["distributed_optimizer_instances"] = instances
     parallel.update(_pipeline(args, spec, pp))
     if args.has("--overlap-moe-expert-parallel-comm"):
         parallel["overlap_moe_expert_parallel_comm"] = True

@@ -141,6 +141,11 @@ class Parallel(StrictModel):
         description="Megatron's --pipeline-model-parallel-layout: the run's layers per virtual stage "
         "(sets vpp and the interleaved schedule where not stated)",
     )
+    distributed_optimizer_instances: Devices = Field(
+        1,
+        description="Megatron's --num-distributed-optimizer-instances: the distributed optimizer shards over "
+        "dp·cp / N ranks (each of the N instances a replica)",
+    )
     overlap_moe_expert_parallel_comm: bool = Field(
         False,
         description="Megatron's --overlap-moe-expert-parallel-comm: the combined 1F1B schedule, one micro-batch's "
@@ -842,6 +847,8 @@ def _check_run(run: RunConfig, where: str) -> None:
             "parallel.zero",
             f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
         )
+    if par.distributed_optimizer_instances > 1:
+        _check_optimizer_instances(run, where)
     if train.defer_embedding_wgrad_compute or train.wgrad_deferral_limit:
         _check_deferral(run, where)
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
@@ -889,6 +896,23 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_optimizer_instances(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of `--num-distributed-optimizer-instances` (parallel_state.py
+    `initialize_model_parallel`, d98e8a64): the data-parallel (and expert-data-parallel) ranks split
+    into the instances evenly; it is the distributed optimizer's (ZeRO-1 here)."""
+    par, field = run.parallel, "parallel.distributed_optimizer_instances"
+    instances, problem = par.distributed_optimizer_instances, None
+    expert_data = par.dp * par.cp * par.tp // (par.ep * par.expert_tp)
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's: set framework megatron"
+    elif run.shard_level != 1:
+        problem = "applies to the distributed optimizer: zero 1"
+    elif (par.dp * par.cp) % instances or expert_data % instances:
+        problem = f"{instances} does not divide dp·cp = {par.dp * par.cp} (or the experts' data-parallel {expert_data})"
+    if problem is not None:
+        raise InputError(where, field, problem)
 
 
 def _check_deferral(run: RunConfig, where: str) -> None:

@@ -45,6 +45,7 @@ class MemorySetup(Geometry):
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
+    optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
 
     def __post_init__(self) -> None:
@@ -77,6 +78,7 @@ class MemorySetup(Geometry):
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
+            optimizer_instances=par.distributed_optimizer_instances,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
         )
 

@@ -86,10 +86,14 @@ class StaticBytes:
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:
     """Bytes of parameters (`dtype_bytes`), gradients (`grad_bytes`) and optimizer states (`state_bytes`)."""
     level = setup.shard_level
+    # Megatron's --num-distributed-optimizer-instances N: each instance shards over its dp·cp/N ranks
+    # (parallel_state.py `initialize_model_parallel`, the intra-partial data-parallel groups, which
+    # distributed_data_parallel.py hands the gradient buffers and the distributed optimizer)
+    instances = setup.optimizer_instances
 
     def held(sharded: bool) -> int:
-        return _shard(params.non_expert, setup.data_group, sharded) + _shard(
-            params.expert, setup.expert_data_group, sharded
+        return _shard(params.non_expert, setup.data_group // instances, sharded) + _shard(
+            params.expert, max(1, setup.expert_data_group // instances), sharded
         )
 
     parameters, gradients, states = held(level >= 3), held(level >= 2), held(level >= 1)
