@@ -191,6 +191,28 @@ def test_megatron_optimizer_instances_shard_within_an_instance():
         assert caught.value.field == "parallel.distributed_optimizer_instances"
 
 
+def test_megatron_allgather_dispatcher_gathers_into_the_global_buffer_and_combines_in_the_probs_dtype():
+    # token_dispatcher.py MoEAllGatherTokenDispatcher (d98e8a64): token_dispatch all-gathers the layer's
+    # tokens over etp·ep into the never-freed global "mpu" buffer (use_global_buffer=True); token_combine
+    # reduce-scatters in the probabilities' dtype, so its backward gathers the gradient in it and casts it
+    # back. MOE at ep 2 (dp 2), s 16, bf16 router: 16 tokens · 2 ranks · h 32 · 2 = 2048 bytes held
+    # always, and 32 · 32 · (2 + 2) = 4096 the layer's workspace, in place of the all-to-all's staging
+    # (2048, test_megatron_all_to_all_staging_once_per_stage)
+    training = {"seq_length": 16}
+    alltoall = make_run(MOE, parallel={"dp": 2, "ep": 2}, training=training)
+    allgather = make_run(MOE, parallel={"dp": 2, "ep": 2}, training=training, timing={"moe_dispatcher": "allgather"})
+    assert run_workspace_bytes(allgather, model(allgather)) - run_workspace_bytes(alltoall, model(alltoall)) == 2048
+    assert model(allgather).state_memory(body(allgather, "moe"), NOT).transient_bytes == 4096
+    # with --moe-router-dtype fp32 the gradient is gathered in fp32: 32 · 32 · (4 + 2) = 6144
+    fp32 = make_run(
+        MOE,
+        parallel={"dp": 2, "ep": 2},
+        training={**training, "moe": {"router_dtype": "fp32"}},
+        timing={"moe_dispatcher": "allgather"},
+    )
+    assert model(fp32).state_memory(body(fp32, "moe"), NOT).transient_bytes == 6144
+
+
 def test_megatron_dispatcher_keeps_its_last_routing():
     # token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_preprocess stores probs, routing_map and
     # permute's reverse mapping until the layer's next forward. MOE (4 experts, top 2) at s 16, the

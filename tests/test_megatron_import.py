@@ -300,3 +300,13 @@ def test_optimizer_instances_are_carried() -> None:
     with pytest.raises(InputError) as caught:  # without the distributed optimizer: nothing to shard
         run_config_of(import_megatron(f"{BASE} --num-distributed-optimizer-instances 2", 8, "h100-80gb"), "case")
     assert caught.value.field == "--num-distributed-optimizer-instances"
+
+
+def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
+    # transformer_config.py: moe_token_dispatcher_type defaults to allgather
+    imported = import_megatron(f"{BASE} --num-experts 4 --moe-grouped-gemm", 8, "h100-80gb")
+    assert imported.raw["timing"]["moe_dispatcher"] == "allgather"
+    assert imported.notes == [
+        "--moe-token-dispatcher-type allgather: its memory modelled, its time priced as alltoall's"
+    ]
+    run_config_of(imported, "case")

@@ -441,8 +441,11 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
-    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
-        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+        "alltoall",
+        description="expert dispatch: all-to-all of every copy, Megatron's all-gather over the expert-parallel "
+        "group (--moe-token-dispatcher-type allgather, its memory modelled, its time priced as the all-to-all's), "
+        "or DeepEP's one per node",
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"

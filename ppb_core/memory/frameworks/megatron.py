@@ -120,6 +120,18 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   shard (the dispatcher gathers over TP after its all-to-all). DeepEP's `MoEFlexTokenDispatcher`
   keeps other tensors (`_DeepepManager`: top-k probabilities and indices, the received tokens'
   routing map and mapping), not counted.
+* **The all-gather token dispatcher** (`--moe-token-dispatcher-type allgather`, Megatron's default;
+  `timing.moe_dispatcher: allgather`), token_dispatcher.py `MoEAllGatherTokenDispatcher`:
+  `token_dispatch` all-gathers the layer's tokens over the expert-tensor × expert-parallel group
+  into Megatron's global "mpu" buffer (`gather_from_sequence_parallel_region(...,
+  use_global_buffer=True)`, tensor_parallel/mappings.py `_gather_along_first_dim`), which is never
+  freed: `whole_tokens·etp·ep·h·bc` among the buffer's requests (**The output layer's gathered input**
+  below); the experts' rows are permuted out of it as the all-to-all's are (the same kept rows,
+  reverse mapping and module state, the latter counted as the all-to-all dispatcher's). `token_combine`
+  reduce-scatters the unpermuted outputs cast to the probabilities' dtype
+  (`hidden_states.to(self.local_probs.dtype)`), so its backward all-gathers the gradient in that dtype
+  and casts it back: `whole_tokens·etp·ep·h·(pb + bc)` is the layer's expert-parallel workspace, in
+  place of the all-to-all's staging.
 * **Unfused rotary embedding keeps its cos and sin.** Under `--no-rope-fusion` (or where the fused
   kernel does not apply) `apply_rotary_pos_emb` runs `_apply_rotary_pos_emb_bshd` (megatron/core/
   models/common/embeddings/rope_utils.py), which builds `cos_ = (cos(freqs)·mscale).to(t.dtype)` and
@@ -198,11 +210,29 @@ def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) 
     return "shared_experts" in modules and op.startswith("moe.shared")
 
 
-def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tuple[BufferTerm, ...]:
-    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept."""
+# The token dispatchers whose permutation and module state the rules below count (the all-gather one's
+# state, its local map and probabilities and the same reverse mapping, counted as the all-to-all's).
+TOKEN_DISPATCHERS = ("alltoall", "allgather")
+
+
+def allgathered_rows(setup: MemorySetup) -> float:
+    """Tokens `MoEAllGatherTokenDispatcher.token_dispatch` gathers over the expert-tensor × expert-parallel
+    group (the layer's sequence shard from each of its etp·ep ranks), 0 where that group is one rank."""
+    group = setup.etp * setup.ep
+    return setup.whole_tokens * group if group > 1 else 0.0
+
+
+def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup, hidden: int) -> tuple[BufferTerm, ...]:
+    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept; under
+    the all-gather dispatcher its combine's gradient (rows of width *hidden*) is the expert-parallel
+    workspace in place of the all-to-all's staging (module docstring)."""
     out: list[BufferTerm] = []
     for buffer in buffers:
-        if buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
+        if setup.moe_dispatcher == "allgather" and buffer.name.endswith("moe.all_to_all_staging"):
+            gathered = allgathered_rows(setup) * hidden
+            name = buffer.name.replace("all_to_all_staging", "allgather_combine_gradient")
+            out.append(BufferTerm("ep", name, gathered * (setup.router_element_bytes + setup.dtype_bytes), False))
+        elif buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
             # SAPP counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
             whole = buffer.bytes * setup.tp / (setup.tp - 1)
             out.append(BufferTerm("tp", buffer.name, whole, False))
@@ -261,7 +291,7 @@ def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
 def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]:
     """A body layer's module state (`MegatronRules.module_state_bytes`)."""
     always, idle = yarn_table_bytes(kind, setup), 0.0
-    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "alltoall":
+    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher in TOKEN_DISPATCHERS:
         held, idle = dispatcher_state_bytes(kind.mlp, setup)
         always += held
     return always, idle
@@ -299,7 +329,7 @@ def megatron_body_terms(
     if not kind.mlp.gated:  # the unfused weighting keeps the activation's output too (module docstring)
         output = next(t for t in kept_terms if t.op == f"{prefix}moe.expert.activation_output")
         kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
-    if setup.moe_dispatcher == "alltoall":
+    if setup.moe_dispatcher in TOKEN_DISPATCHERS:
         kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
@@ -381,6 +411,8 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
             if (isinstance(kind, TailKind) and kind.has_output) or (local and isinstance(kind, BodyKind))
         ]
         requests += [setup.tokens * kind.hidden_size for kind in gathers]
+    if setup.moe_dispatcher == "allgather":  # token_dispatch gathers the tokens into it (use_global_buffer)
+        requests += [allgathered_rows(setup) * kind.hidden_size for kind in kinds if routes_experts(kind)]
     if local and not setup.flash_attention:
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
@@ -424,7 +456,7 @@ class MegatronRules(FrameworkRules):
         terms: tuple[ActivationTerm, ...],
         buffers: tuple[BufferTerm, ...],
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
-        buffers = megatron_buffers(buffers, setup)
+        buffers = megatron_buffers(buffers, setup, getattr(kind, "hidden_size", 0))
         if isinstance(kind, TailKind) and "moe" in modules:  # the MTP layers' MoE blocks are checkpointed too
             buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
         if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):
