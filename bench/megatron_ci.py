@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
 from public_memory import GIB, MeasuredPeak, predicted_after_step_gib, predicted_gib  # noqa: E402
+from public_runs import GoldenTimes  # noqa: E402
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
@@ -136,14 +136,19 @@ class Golden:
             values = _numbers(data.get(metric))
             return int(values[max(values)]) if values else None
 
-        times = _numbers(data.get("iteration-time"))
-        kept = [value for step, value in times.items() if step > 1]
         return cls(
             last("mem-max-allocated-bytes"),
             last("mem-allocated-bytes"),
-            statistics.median(kept) if kept else None,
+            seconds_of(data.get("iteration-time"), path, commit),
             commit,
         )
+
+
+def seconds_of(metric: Any, path: str = "", commit: str = "") -> float | None:
+    """The logged `iteration-time` values' median without iteration 1 (bench/public_runs.py's
+    `GoldenTimes.median_s`), None where none is logged."""
+    kept = tuple(value for step, value in _numbers(metric).items() if step > 1)
+    return GoldenTimes(path, commit, "2-", kept).median_s if kept else None
 
 
 def _numbers(metric: Any) -> dict[int, float]:
