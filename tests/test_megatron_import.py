@@ -228,6 +228,11 @@ def test_recompute_is_said_in_megatrons_words() -> None:
         ("--recompute-granularity selective --recompute-modules moe_act", "--recompute-modules"),
         ("--num-experts 8 --moe-layer-freq ([0]+[1]*3)", "--moe-layer-freq"),
         ("--num-attention-heads 6", "--num-attention-heads"),
+        (
+            "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+            "--microbatch-group-size-per-virtual-pipeline-stage 3",
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+        ),
     ],
 )
 def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> None:

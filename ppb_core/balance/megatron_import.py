@@ -108,7 +108,7 @@ MODELLED = frozenset(
         "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
         "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
         "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
-        "--num-distributed-optimizer-instances",
+        "--num-distributed-optimizer-instances", "--microbatch-group-size-per-virtual-pipeline-stage",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -476,6 +476,13 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
                 f"{per_virtual} does not divide the {total} layers' share of pp {pp}",
             )
         vpp = total // pp // per_virtual
+    group = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
+    if vpp > 1 and group is not None and group != pp:  # schedules.py: the interleaved order's group, default pp
+        raise InputError(
+            args.where,
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            f"{group}: ppb's interleaved schedule runs Megatron's default group, pp = {pp} micro-batches",
+        )
     first, last = flags.first_stage_layers, flags.last_stage_layers
     if first is not None or last is not None or any(adds):
         return {"layout": _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds), "vpp": vpp}
