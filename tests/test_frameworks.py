@@ -692,6 +692,12 @@ def test_megatron_workspaces_follow_the_stage_layers():
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
+    # under --transformer-impl local the layers run no TE GEMM, but the router's RouterGatingLinearFunction
+    # (moe/moe_utils.py) runs te_general_gemm on TE's get_workspace(): PyTorch's two + TE's one, 100664320
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, timing={"transformer_impl": "local"}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
     # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
     # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
     # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).

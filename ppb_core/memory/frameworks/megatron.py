@@ -91,7 +91,10 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
-  `grouped_mlp_modules`).
+  `grouped_mlp_modules`). Under `--transformer-impl local` an MoE stage still holds TE's workspace
+  where Transformer Engine is installed (as in Megatron's containers): the router's
+  `RouterGatingLinearFunction` (moe/moe_utils.py) runs `te_general_gemm`, which takes TE's
+  `get_workspace()` (extensions/transformer_engine.py).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
   hand each micro-batch's received activation to the chunk with `set_input_tensor`
   (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
@@ -488,11 +491,14 @@ class MegatronRules(FrameworkRules):
         capability = setup.compute_capability
         if capability > 0:
             found += torch_training_workspace_bytes(capability, setup.cublas_workspace_bytes)
+            te_workspace = transformer_engine_workspace_bytes(capability)
+            experts = any(routes_experts(kind) for kind in kinds)
             if setup.transformer_impl == "transformer_engine":
-                te_workspace = transformer_engine_workspace_bytes(capability)
                 found += te_workspace
-                if setup.moe_grouped_gemm and any(routes_experts(kind) for kind in kinds):
+                if setup.moe_grouped_gemm and experts:
                     found += TE_COMPUTE_STREAMS * te_workspace
+            elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
+                found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
 
     def pipeline_buffer_bytes(
