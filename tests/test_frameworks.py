@@ -213,6 +213,35 @@ def test_megatron_allgather_dispatcher_gathers_into_the_global_buffer_and_combin
     assert model(fp32).state_memory(body(fp32, "moe"), NOT).transient_bytes == 6144
 
 
+def test_megatron_16_bit_gradient_buffer_makes_fp32_main_gradients_at_the_step():
+    # optimizer.py Float16OptimizerWithFloat16Params / distrib_optimizer.py DistributedOptimizer
+    # _copy_model_grads_to_main_grads (d98e8a64): main_param.grad = main_grad.float(), a new fp32 tensor when the
+    # buffer is 16-bit, alive from the step to the next zero_grad. DENSE's body layer, 41088 parameters: at
+    # zero 0, 4 · 41088 = 164352 bytes at the step only; at zero 1 over dp 4, 4 · 10272 = 41088
+    for parallel, copies in (({"zero": 0}, 164352), ({"dp": 4, "zero": 1}, 41088)):
+        fp32 = make_run(DENSE, parallel=parallel)
+        bf16 = make_run(DENSE, parallel=parallel, training={"grad_bytes": 2})
+        wide, narrow = (model(run).static_breakdown(body(run)) for run in (fp32, bf16))
+        assert narrow.step_only_bytes == copies and wide.step_only_bytes == 0
+        assert narrow.total == wide.total - 2 * 41088  # the buffer itself: 2 bytes a parameter, not 4
+        assert narrow.step_bytes == narrow.total + copies
+
+
+def test_megatron_local_softmax_in_fp32_keeps_an_fp32_output():
+    # fusions/fused_softmax.py FusedScaleMaskSoftmax (d98e8a64): without the fused kernel (off, or outside
+    # is_kernel_available's shapes) forward_torch_softmax upcasts under attention_softmax_in_fp32 and
+    # torch.nn.Softmax keeps its fp32 output. DENSE, local, unfused, s 64, b 1, 4 heads: 64 · 4 · 64 =
+    # 16384 scores, 65536 bytes in fp32; with the fusion (16 < 64 <= 4096, 64 % 4, 1 · 4 % 4 all hold) 32768
+    training = {"flash_attention": False, "attention_softmax_in_fp32": True}
+    timing = {"transformer_impl": "local"}
+    for fusion, expected in ((False, 65536), (True, 32768)):
+        run = make_run(DENSE, training={**training, "masked_softmax_fusion": fusion}, timing=timing)
+        assert _terms(model(run), body(run))["attention.softmax_output"] == expected
+    # Transformer Engine's unfused attention keeps its own kernel's 16-bit output whatever the flag
+    run = make_run(DENSE, training={**training, "masked_softmax_fusion": False})
+    assert _terms(model(run), body(run))["attention.softmax_output"] == 32768
+
+
 def test_megatron_dispatcher_keeps_its_last_routing():
     # token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_preprocess stores probs, routing_map and
     # permute's reverse mapping until the layer's next forward. MOE (4 experts, top 2) at s 16, the

@@ -80,6 +80,7 @@ def test_a_small_gpt_case_becomes_the_run_config_derived_by_hand() -> None:
         "dtype": "bf16",
         "flash_attention": True,
         "optimizer": "adam",
+        "attention_softmax_in_fp32": True,  # --attention-softmax-in-fp32
     }
     assert raw["timing"] == {
         "transformer_impl": "transformer_engine",
@@ -305,6 +306,22 @@ def test_optimizer_instances_are_carried() -> None:
     with pytest.raises(InputError) as caught:  # without the distributed optimizer: nothing to shard
         run_config_of(import_megatron(f"{BASE} --num-distributed-optimizer-instances 2", 8, "h100-80gb"), "case")
     assert caught.value.field == "--num-distributed-optimizer-instances"
+
+
+def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:
+    # arguments.py validate_args and training.py (DDP grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32):
+    # bf16 accumulates in fp32 unless --grad-reduce-in-bf16; fp16 does not unless asked; fp16 without
+    # --loss-scale turns the NaN check off (dynamic loss scaling)
+    def grad_bytes(flags: str) -> int:
+        return import_megatron(flags, 8, "h100-80gb").raw["training"].get("grad_bytes", 4)
+
+    assert grad_bytes(BASE) == 4
+    assert grad_bytes(f"{BASE} --grad-reduce-in-bf16") == 2
+    fp16 = BASE.replace("--bf16", "--fp16")
+    assert grad_bytes(fp16) == 2
+    assert grad_bytes(f"{fp16} --accumulate-allreduce-grads-in-fp32") == 4
+    assert import_megatron(fp16, 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"] is False
+    assert import_megatron(f"{fp16} --loss-scale 4096", 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"]
 
 
 def test_megatrons_default_dispatcher_is_the_all_gather() -> None:

@@ -65,13 +65,17 @@ NO_BEARING = frozenset(
         "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
         "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
         "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
-        "--moe-router-bias-update-rate", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--moe-router-bias-update-rate",
         "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
         "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
         "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
         "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
         "--use-tp-pp-dp-mapping", "--data-path", "--data-cache-path", "--mtp-loss-scaling-factor",
         "--apply-layernorm-1p", "--rotary-interleaved", "--disable-gloo-process-groups",
+        # torchrun's own (the launcher's): the GPU count is read from them where --gpus is not given
+        "--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank", "--master_addr",
+        "--master-addr", "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
+        "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--standalone",
     }
 )  # fmt: skip
 NO_BEARING_PREFIXES = (
@@ -109,6 +113,8 @@ MODELLED = frozenset(
         "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
         "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
         "--num-distributed-optimizer-instances", "--microbatch-group-size-per-virtual-pipeline-stage",
+        "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
+        "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -586,13 +592,24 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         training["optimizer"] = optimizer
     else:
         notes.append(f"--optimizer {optimizer}: priced as adam's states")
-    if args.text("--main-grads-dtype", "fp32") == "bf16":
+    # the gradient buffer's dtype (training.py: DDP's grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32,
+    # which validate_args sets under bf16 unless --grad-reduce-in-bf16 or --main-grads-dtype bf16; fp16
+    # keeps it off unless --accumulate-allreduce-grads-in-fp32)
+    fp32_buffer = args.has("--accumulate-allreduce-grads-in-fp32") or (
+        bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
+    )
+    if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)
     if recompute is not None:
         training["recompute"] = recompute
     if args.has("--no-rope-fusion"):
         training["rope_fusion"] = False
+    if args.has("--no-masked-softmax-fusion"):
+        training["masked_softmax_fusion"] = False
+        notes.append("--no-masked-softmax-fusion: its memory modelled, its time priced as the fused kernel's")
+    if args.has("--attention-softmax-in-fp32") or args.has("--apply-query-key-layer-scaling"):
+        training["attention_softmax_in_fp32"] = True  # TransformerConfig.__post_init__ sets it for the scaling
     if args.has("--defer-embedding-wgrad-compute"):
         training["defer_embedding_wgrad_compute"] = True
         training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
@@ -635,7 +652,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         "gradient_accumulation_fusion": not args.has("--no-gradient-accumulation-fusion"),
         "deterministic": args.has("--deterministic-mode"),
         "cross_entropy_fusion": args.has("--cross-entropy-loss-fusion"),
-        "check_for_nan_in_grad": not args.has("--no-check-for-nan-in-loss-and-grad"),
+        # validate_args turns the NaN check off under fp16's dynamic loss scaling (no --loss-scale)
+        "check_for_nan_in_grad": not args.has("--no-check-for-nan-in-loss-and-grad")
+        and not (args.has("--fp16") and not args.has("--loss-scale")),
         "log_params_norm": args.has("--log-params-norm"),
         "log_num_zeros_in_grad": args.has("--log-num-zeros-in-grad"),
         "rope_fusion": not args.has("--no-rope-fusion"),

@@ -331,6 +331,16 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    masked_softmax_fusion: bool = Field(
+        True,
+        description="Megatron's masked-softmax fusion (off with --no-masked-softmax-fusion): under "
+        "--transformer-impl local and unfused attention, off (or beyond its shapes) the softmax runs in PyTorch",
+    )
+    attention_softmax_in_fp32: bool = Field(
+        False,
+        description="Megatron's --attention-softmax-in-fp32 (set by --apply-query-key-layer-scaling too): "
+        "PyTorch's softmax in fp32, whose fp32 output the backward keeps",
+    )
     defer_embedding_wgrad_compute: bool = Field(
         False,
         description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "

@@ -165,6 +165,7 @@ class MemoryModel:
                     held_through_step_bytes=static.held_through_step_bytes * factor,
                     module_bytes=static.module_bytes * factor,
                     idle_bytes=static.idle_bytes * factor,
+                    step_only_bytes=static.step_only_bytes * factor,
                 )
             self._static[kind] = static
         return self._static[kind]

@@ -46,6 +46,8 @@ class MemorySetup(Geometry):
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
+    masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
+    softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
 
     def __post_init__(self) -> None:
@@ -79,6 +81,8 @@ class MemorySetup(Geometry):
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,
+            masked_softmax_fusion=train.masked_softmax_fusion,
+            softmax_in_fp32=train.attention_softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
         )
 

@@ -66,6 +66,9 @@ class StaticBytes:
     # kept from the last forward only while none of the layer's micro-batches is in flight (in flight,
     # the same tensor is the latest micro-batch's kept activation): counted at the optimizer step
     idle_bytes: float = 0
+    # held at the optimizer step only (Megatron's fp32 main-gradient copies of a 16-bit gradient buffer,
+    # alive from the step to the next iteration's zero_grad)
+    step_only_bytes: float = 0
 
     @property
     def total(self) -> float:
@@ -80,7 +83,7 @@ class StaticBytes:
     @property
     def step_bytes(self) -> float:
         """What the layer holds statically at the optimizer step."""
-        return self.total - self.held_through_step_bytes + self.idle_bytes
+        return self.total - self.held_through_step_bytes + self.idle_bytes + self.step_only_bytes
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:

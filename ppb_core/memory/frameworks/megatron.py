@@ -52,6 +52,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
   whole on every rank, the distributed optimizer reduce-scatters into its shard in place), the
   fp32 main parameters and Adam moments sharded by the distributed optimizer (ZeRO-1).
+* **A 16-bit gradient buffer's fp32 main gradients are copies.** The buffer is fp32 where
+  `accumulate_allreduce_grads_in_fp32` holds (`DistributedDataParallelConfig.grad_reduce_in_fp32`,
+  training.py): bf16's default (arguments.py `validate_args`), not fp16's nor `--grad-reduce-in-bf16`'s
+  nor `--main-grads-dtype bf16`'s (`training.grad_bytes: 2`). Then the mixed-precision optimizers'
+  `_copy_model_grads_to_main_grads` (optimizer/optimizer.py `Float16OptimizerWithFloat16Params`,
+  distrib_optimizer.py `DistributedOptimizer`) set each fp32 main parameter's `.grad` to
+  `main_grad.float()`, a new fp32 tensor (the same tensor when the buffer is fp32), over the
+  parameters whose optimizer states the rank holds; it lives from the step to the next iteration's
+  `zero_grad` (set to None): 4 bytes a parameter at the optimizer moment (`step_only_bytes`).
 * **The gradient reduction is no moment of its own.** `_ParamAndGradBucketGroup.start_grad_sync`
   (megatron/core/distributed/param_and_grad_buffer.py) reduce-scatters each bucket's `grad_data`
   into `local_data_view`, this rank's shard of that same buffer (`shard_buffer`), or all-reduces
@@ -135,6 +144,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   (`hidden_states.to(self.local_probs.dtype)`), so its backward all-gathers the gradient in that dtype
   and casts it back: `whole_tokens·etp·ep·h·(pb + bc)` is the layer's expert-parallel workspace, in
   place of the all-to-all's staging.
+* **The local implementation's softmax in fp32.** `--transformer-impl local` with unfused attention
+  runs `FusedScaleMaskSoftmax` (megatron/core/fusions/fused_softmax.py): its fused kernel where
+  `is_kernel_available` (the fusion on, `16 < s ≤ 4096`, `s % 4 == 0`, `b·heads/t % 4 == 0`), which
+  keeps a 16-bit output; otherwise `forward_torch_softmax`, which upcasts the scores to fp32 under
+  `attention_softmax_in_fp32` (`--attention-softmax-in-fp32`, or `--apply-query-key-layer-scaling`:
+  `TransformerConfig.__post_init__`) and runs `torch.nn.Softmax`, whose fp32 output its backward
+  keeps before the 16-bit cast the dropout and the `bmm` take: `attention.softmax_output` in 4 bytes.
 * **Unfused rotary embedding keeps its cos and sin.** Under `--no-rope-fusion` (or where the fused
   kernel does not apply) `apply_rotary_pos_emb` runs `_apply_rotary_pos_emb_bshd` (megatron/core/
   models/common/embeddings/rope_utils.py), which builds `cos_ = (cos(freqs)·mscale).to(t.dtype)` and
@@ -182,6 +198,7 @@ from ppb_core.memory.frameworks.workspaces import (
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.memory.static import StaticBytes
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
@@ -313,12 +330,27 @@ def rotary_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[
     return (ActivationTerm(f"{prefix}attention.rotary_cos_sin", switch, elements, setup.dtype_bytes, False),)
 
 
+def torch_softmax_in_fp32(kind: BodyKind, setup: MemorySetup) -> bool:
+    """Whether the local implementation's unfused attention runs PyTorch's softmax in fp32 (module
+    docstring): the fused kernel off or outside its shapes, and `attention_softmax_in_fp32`."""
+    if setup.transformer_impl != "local" or setup.flash_attention or not setup.softmax_in_fp32:
+        return False
+    if isinstance(kind, EncoderBodyKind):
+        return False
+    s, batches = setup.seq_length, setup.micro_batch_size * per_rank(kind.attention.num_heads, setup.tp)
+    fused = setup.masked_softmax_fusion and 16 < s <= 4096 and s % 4 == 0 and batches % 4 == 0
+    return setup.dtype_bytes < STATS_BYTES and not fused
+
+
 def megatron_body_terms(
     kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
 ) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it, and the permutation's reverse
     mapping it saves, and what unfused rotary embedding keeps (module docstring)."""
     terms = (*terms, *rotary_terms(kind, setup, prefix))
+    if torch_softmax_in_fp32(kind, setup):
+        softmax = f"{prefix}attention.softmax_output"
+        terms = tuple(replace(t, element_bytes=STATS_BYTES) if t.op == softmax else t for t in terms)
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
@@ -472,6 +504,14 @@ class MegatronRules(FrameworkRules):
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
+
+    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+        """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
+        step (module docstring)."""
+        found = super().static(params, setup)
+        if setup.grad_bytes < STATS_BYTES and setup.dtype_bytes < STATS_BYTES:
+            return replace(found, step_only_bytes=STATS_BYTES * found.optimizer_states)
+        return found
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
