@@ -42,6 +42,11 @@ Sources:
   of them measures the host's time a launch (`host_kernel_us`, bench/decompose.py) and
   bench/host_cases.py checks others against it; so are the release cases (gpt3_15b_8t_release, mixtral_*,
   deepseekv3_proxy_*), whose recipes (node count) are not in the repository at d98e8a64.
+- NVIDIA's NeMo performance summary, 25.11 container (NVIDIA-NeMo/Megatron-Bridge
+  docs/performance-summary.md at 5776a6d90): Llama 3 8B / 70B / 405B and Qwen3 30B-A3B / 235B-A22B
+  pre-training on DGX H100 (FP8 current scaling) and DGX B200 (FP8, MXFP8), tokens/s per GPU; the
+  parallel sizes from the table, every other flag from the release's recipes (Megatron-Bridge
+  v0.2.0): bench/_nemo.py.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -62,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by its path
 
 from _measure import machine  # noqa: E402
+from _nemo import NEMO, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -499,6 +505,11 @@ def _megatron_ci_runs() -> list[PublicRun]:
     return runs
 
 
+def _nemo_runs() -> list[PublicRun]:
+    """NeMo's 25.11 performance summary (bench/_nemo.py: the table, the release's recipes)."""
+    return [PublicRun(**row) for row in nemo_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -507,6 +518,7 @@ def public_runs() -> list[PublicRun]:
         *_korthikanti_runs(),
         *_deepseek_runs(),
         *_megatron_ci_runs(),
+        *_nemo_runs(),
     ]
 
 
@@ -612,9 +624,11 @@ def main() -> int:
         )
         print(f"{row.name:48s} {row.published:>26s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%} {other:>7s}")
     ci = [(row, predicted) for row, predicted in results if row.source.startswith(MEGATRON_TESTS)]
-    tables = [(row, predicted) for row, predicted in results if not row.source.startswith(MEGATRON_TESTS)]
+    nemo = [(row, predicted) for row, predicted in results if row.source == NEMO]
+    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo]
     print(f"mean absolute error over the {len(tables)} published tables' runs: {mean_error(tables):.1%}")
     print(f"mean absolute error over the {len(ci)} Megatron CI runs: {mean_error(ci):.1%}")
+    print(f"mean absolute error over the {len(nemo)} NeMo 25.11 performance-summary runs: {mean_error(nemo):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

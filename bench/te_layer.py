@@ -3,7 +3,9 @@
     python bench/te_layer.py
 
 The layer is TransformerEngine's getting-started benchmark (NVIDIA/TransformerEngine,
-docs/getting_started/getting_started_pytorch.py and .out, commit a97674070, "an NVIDIA H100"):
+docs/getting_started/getting_started_pytorch.py and .out, commit a97674070, "on an NVIDIA H100
+GPU", docs/getting_started/index.rst: the variant, SXM 700 W, NVL 350-400 W or PCIe 300-350 W, unstated;
+priced here as the H100 SXM):
 hidden 4096, FFN 16384 (GeLU, biases), 32 heads of 128, LayerNorm, sequence 2048, batch 8, BF16,
 attention and hidden dropout 0.1, `te.Linear` GEMMs, `te.DotProductAttention` (causal; cuDNN on
 sm90), eager GeLU and dropout. "TE Unfused + TE Attention" measures 35.709 ms forward + backward
@@ -11,9 +13,11 @@ sm90), eager GeLU and dropout. "TE Unfused + TE Attention" measures 35.709 ms fo
 
 Each op class is printed with our milliseconds and TFLOP/s (or TB/s) beside the public per-kernel
 rate nearest to it:
-- GEMMs: cuBLAS BF16 on H100 SXM in short loops reaches ~783 TFLOP/s at 4096³ (XLA's measured
+- GEMMs: cuBLAS BF16 on H100 SXM reaches ~783 TFLOP/s at 4096³ in short loops (XLA's measured
   sm_90 table, tensorflow/tensorflow third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h,
-  commit 372d578b) and 794.5 at its best shape (ml-engineering MAMF table); a 600 W H200 NVL, the
+  commit 372d578b) and 794.5 warm at its best shape (ml-engineering MAMF table, after 30 s of
+  matmuls; H100 SXM training logs read 1920-1980 MHz, docs/timing.md "Sustained clocks": the
+  700 W limit can hold at most ~3% of the gap below); a 600 W H200 NVL, the
   same die, runs these very shapes at ~600 (TransformerEngine docs/examples/gemm_profiling). What
   the benchmark's own GEMMs ran at follows from its BF16 and FP8 rows: TE's profiling example
   measures the FP8 (delayed scaling, autocast) GEMMs of this layer at 0.593 of their BF16 time on

@@ -73,12 +73,5 @@ def test_quiet_searches_without_progress(capsys) -> None:
     assert quiet.err == ""
     assert main(argv) == 0
     shown = capsys.readouterr()
-    assert shown.err != ""
-    without_seconds = [
-        [
-            {**entry, "plan": {k: v for k, v in entry["plan"].items() if k != "seconds"}}
-            for entry in json.loads(out)["ranked"]
-        ]
-        for out in (quiet.out, shown.out)
-    ]
-    assert without_seconds[0] == without_seconds[1]
+    assert shown.err.splitlines()[-1].endswith("] done")  # the wall clock is said on stderr, not in the JSON
+    assert shown.out == quiet.out  # byte for byte

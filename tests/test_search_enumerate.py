@@ -52,6 +52,18 @@ def test_the_tiny_grid_by_hand() -> None:
     assert sum(refused.values()) == 22
 
 
+def test_a_strategy_the_global_batch_refuses_is_named_by_what_was_tried() -> None:
+    # dp 8 (tp 1, pp 1) with micro-batch size 2: 24 / (8·2) = 1.5 micro-batches, no whole count, so the name
+    # says the size tried and no count (it said m0 before: a count of none)
+    spec = tiny()
+    refused = [p for p in enumerate_strategies(spec) if isinstance(p, Refusal) and p.reason.startswith("training.")]
+    assert [p.strategy.label(spec) for p in refused] == ["tp1-cp1-pp1-dp8-z0-b2-r0", "tp1-cp1-pp1-dp8-z1-b2-r0"]
+    assert refused[0].message == "24 sequences do not split into dp·micro_batch_size = 8·2 whole micro-batches"
+    # a strategy with its count keeps it: 24 / (8·1) = 3
+    kept = next(p for p in enumerate_strategies(spec) if isinstance(p, Strategy) and p.dp == 8 and p.zero == 0)
+    assert kept.label(spec) == "tp1-cp1-pp1-dp8-z0-b1m3-r0"
+
+
 def test_a_refusal_keeps_the_validators_own_line() -> None:
     spec = tiny()
     point = next(

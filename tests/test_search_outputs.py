@@ -134,3 +134,33 @@ def test_torchtitan_says_no_recompute_in_its_words() -> None:
     assert plan_fields(spec, strategy, _plan([{"FULL": 6}])).recompute == {"mode": "full"}
     # torchtitan's layer-selective rule counts every N-th block of a rank: not Megatron's block method
     assert plan_fields(spec, strategy, _plan([{"FULL": 2, "NONE": 4}])).recompute is None
+
+
+def _checked(config: Path, flags: Path, capsys) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["check", str(config), "--plan", str(flags), "--no-optimum", "--json", "-q"]) == 0  # every stage fits
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_megatron_flags_written_are_what_ppb_check_accepts(tight: SearchResult, tmp_path: Path, capsys) -> None:
+    """What `NN-<name>.megatron.txt` holds is pasted as it stands: `ppb check` reads it back beside its run
+    config and every stage fits. A plan Megatron-Core can say (block N here) checks to its ranked seconds; a
+    plan it cannot (FULL on 3 of stage 0's 4 layers, none on stage 1's) writes the fastest plan it can say,
+    never the plan's layout alone."""
+    write_ranking(tight, tmp_path / "ranked")
+    for place, entry in enumerate(tight.ranked, start=1):
+        stem = tmp_path / "ranked" / f"{place:02d}-{entry.strategy.label(tight.spec)}"
+        assert entry.plan["megatron"]["flags_of"] == "plan"
+        checked = _checked(stem.with_suffix(".yaml"), stem.with_suffix(".megatron.txt"), capsys)
+        assert checked["iteration_s"] == pytest.approx(entry.seconds, rel=1e-9)
+    strategy = Strategy(1, 1, 2, 4, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 4, 0)
+    mixed = evaluate(tight.spec, strategy)
+    assert isinstance(mixed, Ranked) and mixed.plan["megatron"]["flags"] is None
+    write_ranking(replace(tight, ranked=[mixed]), tmp_path / "mixed")
+    stem = tmp_path / "mixed" / f"01-{strategy.label(tight.spec)}"
+    text = stem.with_suffix(".megatron.txt").read_text()
+    assert "--recompute-granularity full" in text and "not runnable as priced" in text
+    layout_lines = [line for line in text.splitlines() if not line.startswith("#") and "layout" in line]
+    assert len(layout_lines) == 1 and "--recompute-" in layout_lines[0]  # the layout never alone
+    checked = _checked(stem.with_suffix(".yaml"), stem.with_suffix(".megatron.txt"), capsys)
+    assert checked["iteration_s"] >= mixed.seconds  # Megatron's one setting is no faster than the ranked plan

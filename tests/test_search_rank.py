@@ -142,7 +142,8 @@ def test_the_ranking_written_out_reads_back(results, tmp_path: Path) -> None:
 def test_megatron_flags_of_a_strategy() -> None:
     spec = load_search_spec(DATA / "tiny-moe.yaml")
     strategy = Strategy(2, 1, 2, 2, 2, "interleaved", 4, 1, True, "ring", 1, False, 1, 8, 0)
-    flags = megatron_flags(spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "recompute": []}})
+    said = {"layout": "Et|t|t|tL", "recompute": [], "flags": "--pipeline-model-parallel-layout 'Et|t|t|tL'"}
+    flags = megatron_flags(spec, strategy, {"megatron": said})
     assert flags == [
         "--tensor-model-parallel-size 2",
         "--pipeline-model-parallel-size 2",
@@ -154,7 +155,7 @@ def test_megatron_flags_of_a_strategy() -> None:
         "--micro-batch-size 1",
         "--global-batch-size 16",  # 1 · 8 · 2
         "--seq-length 2048",
-        '--pipeline-model-parallel-layout "Et|t|t|tL"',
+        "--pipeline-model-parallel-layout 'Et|t|t|tL'",  # `megatron.flags`, as `ppb balance` prints it
     ]
 
 
@@ -200,10 +201,7 @@ def test_one_balance_serves_strategies_with_the_same_problem() -> None:
     assert len(solved) == 1
     own = evaluate(spec, zero1)
     assert not isinstance(reused, Refusal) and not isinstance(own, Refusal)
-    wall = ("seconds",)  # the balance's own wall time
-    assert {k: v for k, v in reused.plan.items() if k not in wall} == {
-        k: v for k, v in own.plan.items() if k not in wall
-    }
+    assert reused.plan == own.plan
     assert reused.seconds == own.seconds
     # a different problem is balanced and added
     evaluate(spec, grid["tp2sp-cp1-pp2-dp2-z1-b1m12-r0"], solved=solved)
@@ -225,7 +223,9 @@ def test_one_balance_serves_strategies_with_the_same_problem() -> None:
 def test_megatron_flags_shard_what_the_strategy_shards(zero: int, fsdp: bool, said: list[str]) -> None:
     spec = load_search_spec(DATA / "tiny-moe.yaml")
     strategy = Strategy(2, 1, 2, 2, 2, "interleaved", 4, 1, True, "ring", zero, fsdp, 1, 8, 0)
-    flags = megatron_flags(spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "recompute": []}})
+    flags = megatron_flags(
+        spec, strategy, {"megatron": {"layout": "Et|t|t|tL", "flags": "--pipeline-model-parallel-layout 'Et|t|t|tL'"}}
+    )
     sharding = [flag for flag in flags if "fsdp" in flag or "optimizer" in flag or "sharding" in flag]
     assert sharding == said
 
@@ -256,3 +256,39 @@ def test_megatron_flags_of_a_plan_megatron_cannot_say_are_the_alternatives_whole
     # two comment lines: the plan's note, then whose flags these are and their cost (0.125 → 12.50%)
     assert note.count("\n") == 2 and all(line.startswith("# ") for line in note.splitlines())
     assert "12.50% slower" in note and "not runnable as priced" in note
+
+
+def test_a_plan_megatron_cannot_say_with_no_alternative_writes_no_layout() -> None:
+    """No plan Megatron-Core can say beside it: the flags are the sizes and the batch, never the plan's layout
+    alone (it runs every layer with no recompute, not the plan priced); the comment lines say so."""
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(2, 1, 2, 2, 1, "1f1b", 4, 1, True, "ring", 1, False, 1, 8, 0)
+    plan = {
+        "megatron": {
+            "layout": "Ett|t|t|L",
+            "recompute": None,
+            "note": "the plan uses NONE, FULL on different layers",
+            "flags": None,
+            "layout_only": "--pipeline-model-parallel-layout 'Ett|t|t|L'",
+            "no_alternative": "no plan fits under one setting for every layer",
+        }
+    }
+    flags = megatron_flags(spec, strategy, plan)
+    assert flags[-1] == "--seq-length 2048" and not any("layout" in flag for flag in flags)
+    note = _megatron_note(plan)
+    assert note.count("\n") == 2 and "no plan fits under one setting" in note and "not runnable as priced" in note
+
+
+def test_a_plan_replaced_by_an_equally_fast_megatron_plan_says_so() -> None:
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    strategy = Strategy(2, 1, 2, 2, 1, "1f1b", 4, 1, True, "ring", 1, False, 1, 8, 0)
+    flags = (
+        "--pipeline-model-parallel-layout 'Et|t|t|tL' "
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    )
+    plan = {"megatron": {"layout": "Et|t|t|tL", "flags": flags, "flags_of": "plan", "alternative": {"setting": "full"}}}
+    assert megatron_flags(spec, strategy, plan)[-1] == flags
+    assert _megatron_note(plan) == (
+        "# the ranked plan mixes what Megatron-Core takes one setting for; these flags are an equally fast plan it "
+        "can say (full)\n"
+    )

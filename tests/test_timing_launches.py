@@ -128,3 +128,26 @@ def test_the_iteration_states_the_host_s_part_of_compute():
     )
     assert gpu_only.host_wait_seconds == 0.0
     assert host_bound.to_json()["host_wait_seconds"] == host_bound.host_wait_seconds
+
+
+def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    # 8 GEMMs forward, 16 backward (above). Tensorwise (current) scaling quantizes each expert's input
+    # and output gradient on its own, amax + scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 3 = 24
+    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert.
+    assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 24.0, 16.0 + 24.0)
+    assert op_launches(experts, **kw, fp8_recipe="delayed") == (9.0, 17.0)
+    assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (16.0, 24.0)
+    # A GEMM fed by a TE norm: the norm writes FP8 itself under delayed scaling (no cast), and its amax
+    # under tensorwise scaling (scale + cast: 2); the output gradient is quantized in full (3, delayed 1).
+    norm = Op("norm1", "attention", "memory")
+    qkv = Op("qkv", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 96.0), weight_elements=3072)
+    layer_kw = {key: value for key, value in kw.items() if key != "mla"}
+    tensorwise = layer_launches([norm, qkv], **layer_kw, fp8_recipe="tensorwise")
+    assert tensorwise["qkv"] == (1.0 + 2.0, 2.0 + 3.0)
+    assert layer_launches([norm, qkv], **layer_kw, fp8_recipe="delayed")["qkv"] == (1.0, 3.0)
+    # Without FP8 training, and for the GEMMs FP8 training leaves in 16 bits (the output layer), none.
+    assert layer_launches([norm, qkv], **layer_kw)["qkv"] == (1.0, 2.0)
+    logits = Op("logits", "output", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096, fp8=False)
+    assert op_launches(logits, **kw, fp8_recipe="tensorwise") == (1.0, 2.0)

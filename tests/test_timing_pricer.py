@@ -146,6 +146,47 @@ def test_an_fp8_kernel_pays_its_fixed_time_per_tile():
     assert bf16.gemm_compute_s(2048, 4096, 1024) == pytest.approx(2 * 2048 * 4096 * 1024 / 5e13)
 
 
+def test_fp8_training_leaves_the_output_layer_in_16_bits():
+    # Megatron-Core's output layer is its own ColumnParallelLinear, outside TransformerEngine's FP8
+    # (gpt_model.py); the layers' GEMMs run in FP8. The round device: BF16 0.5 × 100 TFLOPS = 5e13,
+    # FP8 0.5 × 200 = 1e14, HBM 5e11 B/s. The output layer's 2048×1024 by 1024×4096 forward:
+    # 2·2048·1024·4096 = 17,179,869,184 FLOPs / 5e13 = 0.343597 ms, no cast; backward twice that.
+    # mlp_in, the same shape in FP8: 17,179,869,184 / 1e14 = 0.171799 ms plus its input's cast, 2048·1024
+    # values read in bf16 and written in one byte: 6,291,456 B / 5e11 = 0.012583 ms.
+    raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5)).model_dump(mode="json", exclude_none=True)
+    run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8"}})
+    model = TimeModel(run)
+    layers = walk(run)
+    logits = model.op_prices(next(layer for layer in layers if layer.node == "TAIL"))["output.logits"]
+    assert logits.forward_ms == pytest.approx(17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    assert logits.backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3, rel=1e-12)
+    mlp_in = model.op_prices(body(run))["mlp_in"]
+    assert mlp_in.forward_ms == pytest.approx((17_179_869_184 / 1e14 + 6_291_456 / 5e11) * 1e3, rel=1e-12)
+
+
+def test_fp8_quantization_moves_the_bytes_of_its_recipe():
+    # TransformerEngine v2.9: tensorwise (current) scaling reads a tensor for its amax, then casts it
+    # (read 2, write 1), and on Hopper writes the transpose the weight-gradient GEMM reads (1); after a
+    # TE norm the amax comes with the norm. Round device: FP8 1e14 FLOP/s, HBM 5e11 B/s. mlp_out's input
+    # (2048 × 4096, after the activation) forward: 2·2048·4096·1024 / 1e14 = 0.171799 ms, plus
+    # (2 + 2 + 1 + 1) · 8,388,608 B / 5e11 = 0.100663 ms; mlp_in (2048 × 1024 after norm2): 0.171799 +
+    # (2 + 1 + 1) · 2,097,152 / 5e11 = 0.016777 ms. On Blackwell no transpose (5 bytes: 0.083886 ms);
+    # MXFP8 one pass writing a row-wise and a column-wise copy (4 bytes: 0.067109 ms); delayed 3 bytes.
+    def forward_ms(recipe: str, op: str, name: str | None = None) -> float:
+        device = dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5, **({"name": name} if name else {}))
+        raw = gelu_run(device=device).model_dump(mode="json", exclude_none=True)
+        run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})
+        return TimeModel(run).op_prices(body(run))[op].forward_ms
+
+    gemm = 2 * 2048 * 4096 * 1024 / 1e14
+    act, normed = 2048 * 4096, 2048 * 1024
+    assert forward_ms("tensorwise", "mlp_out") == pytest.approx((gemm + 6 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("tensorwise", "mlp_in") == pytest.approx((gemm + 4 * normed / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("tensorwise", "mlp_out", "b200") == pytest.approx((gemm + 5 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("mxfp8", "mlp_out", "b200") == pytest.approx((gemm + 4 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("delayed", "mlp_out") == pytest.approx((gemm + 3 * act / 5e11) * 1e3, rel=1e-12)
+
+
 def test_a_causal_kernel_pays_half_its_diagonal_block():
     # Forward efficiency 0.6 at head size 128; 33 (sequence, head) pairs of 2048 queries: 33·16 = 528
     # query blocks, 4 full waves over 132 SMs. Each query attends to 1024 keys on average: 8 key blocks

@@ -36,19 +36,41 @@ def test_published_throughput_becomes_seconds(public):
     # DeepSeek-V3: 15360 sequences of 4096 on 2048 GPUs at 1e12 / (180,000 · 3600) tokens/s each.
     tps = 1e12 / (180_000 * 3600)
     assert rows["DeepSeek-V3 671B (2048 H800, PP16 EP64 DP128)"].seconds == pytest.approx(15360 * 4096 / (tps * 2048))
+    # NeMo 25.11, DGX-B200 Llama 3 8B: GBS 128 of 8192 tokens on 8 GPUs at 30,624 tokens/s each:
+    # 1,048,576 / 244,992 = 4.2801 s. Qwen3 235B on 256 H100: 2048 · 4096 / (1575 · 256) = 20.805 s.
+    assert rows["NeMo Llama 3 8B FP8 (8 B200)"].seconds == pytest.approx(4.2801, rel=1e-4)
+    assert rows["NeMo Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)"].seconds == pytest.approx(20.805, rel=1e-4)
+
+
+def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
+    rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
+    assert len(rows) == 9
+    # 405B on 1024 H100: TP 8 · PP 8 · CP 2 = 128 a replica, DP 8; GBS 512 / 8 = 64 micro-batches of one;
+    # the embedding and the loss counted as layers: 126 + 2 over 8 · 8 virtual stages of two.
+    llama = rows["NeMo Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)"]
+    assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (8, 2, 64)
+    assert llama.layout_cells() is not None and sum(map(sum, llama.layout_cells())) == 126
+    assert llama.timing.matmul_dtype == "fp8" and llama.timing.overlap.tp == 1.0
+    # Qwen3 30B on 16 H100: PP 2, so DP 8; GBS 512 / (MBS 2 · 8) = 32; EP 8 with the combined 1F1B.
+    qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
+    assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
+    assert qwen.parallel.overlap_moe_expert_parallel_comm
 
 
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     results = public.evaluate()
     assert len(results) == len(public.public_runs())
     ci = [result for result in results if result[0].source.startswith(public.MEGATRON_TESTS)]
-    tables = [result for result in results if not result[0].source.startswith(public.MEGATRON_TESTS)]
-    assert len(ci) == 6
+    nemo = [result for result in results if result[0].source == public.NEMO]
+    tables = [result for result in results if result not in ci + nemo]
+    assert len(ci) == 6 and len(tables) == 18
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
     # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
     assert public.mean_error(tables) < 0.16
     assert public.mean_error(ci) < 0.30
+    # NeMo 25.11's rows, held out: 26.3% today (docs/timing.md), the B200 MoE rows the worst
+    assert public.mean_error(nemo) < 0.40
 
 
 def test_megatron_ci_seconds_are_the_median_of_the_steady_logged_iterations(public):

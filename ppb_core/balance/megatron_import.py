@@ -115,6 +115,7 @@ MODELLED = frozenset(
         "--num-distributed-optimizer-instances", "--microbatch-group-size-per-virtual-pipeline-stage",
         "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
         "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--fp8-recipe",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -674,6 +675,10 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
+        recipe = args.text("--fp8-recipe", "delayed")
+        if recipe not in ("delayed", "tensorwise", "mxfp8", "blockwise"):
+            raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: delayed, tensorwise, mxfp8 or blockwise")
+        timing["fp8_recipe"] = recipe
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")

@@ -96,14 +96,13 @@ class Solution:
     megatron_status: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The solver's own figures (the plan's are `result.report`'s)."""
+        """The solver's own figures (the plan's are `result.report`'s), less the wall-clock `seconds`."""
         return {
             "status": self.status,
             "stopped_by": self.stopped_by,
             "objective": self.objective,
             "bound": self.bound,
             "gap": self.gap,
-            "seconds": self.seconds,
         }
 
 

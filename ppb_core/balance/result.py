@@ -19,7 +19,11 @@ MAX_INTERLEAVE = 4
 
 
 def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str, Any]:
-    """The JSON of one solve (the `ppb balance --json` contract the README states, extended)."""
+    """The JSON of one solve (the `ppb balance --json` contract the README states, extended).
+
+    Results only: the wall-clock seconds the solve took (`solution.seconds`) are not among them, so the
+    same input gives the same bytes on every run; a person reads them in the progress on stderr and in
+    `ppb balance`'s text summary."""
     p = solution.problem
     found = baselines(p)
     best = best_feasible(found)
@@ -31,7 +35,6 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
         "objective_kind": solution.objective_kind,
         "bound": solution.bound,
         "gap": solution.gap,
-        "seconds": solution.seconds,
     }
     if solution.message:
         out["message"] = solution.message
@@ -150,7 +153,6 @@ def balance(
                 "objective": result["objective"],
                 "bound": result["bound"],
                 "gap": result["gap"],
-                "seconds": result["seconds"],
                 "speedup": result["speedup"],
                 **({"message": result["message"]} if "message" in result else {}),
             }

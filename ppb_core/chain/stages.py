@@ -156,7 +156,7 @@ def pipeline_plan(
 
 
 def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
-    """The plan as `ppb balance --json` prints it (less wall-clock seconds)."""
+    """The plan as `ppb balance --json` prints it."""
     return {".json": (json.dumps(pipeline_plan.summary, indent=2, sort_keys=True) + "\n").encode()}
 
 

@@ -85,6 +85,9 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         if self.live:
             self.progress.__exit__(*exc)
+        if not self.quiet and exc[0] is None:
+            # the search's wall clock is read here (and in the table's last line), never in its JSON
+            self._line("done")
 
     def _line(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.started:.1f} s] {text}", file=sys.stderr, flush=True)

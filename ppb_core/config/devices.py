@@ -14,6 +14,9 @@ Achieved fractions are measured, not datasheet figures:
   table" (compute/accelerator/README.md, BF16, torch 2.6-2.7): A100 SXM 271.2 of 312 (86.9%),
   H100 SXM 794.5 of 989 (80.3%, "H200 is the same"), B200 SXM 1745 of 2250 (77.6%). The GEMM
   model (`ppb_core.timing.kernels`) loses more to tile and wave quantization over `sm_count`.
+  MAMF is measured warm (mamf-finder.py runs 30 s of matmuls before its sweep) on random data, so
+  it carries the clock a GPU holds on GEMMs under its power limit; public H100 SXM training logs
+  read 1920-1980 MHz (docs/timing.md, Validation), so there is no separate sustained-clock figure.
 - `attention_forward_efficiency` / `attention_backward_efficiency`: what a flash-attention kernel
   reaches at head size 128 and long sequences. A100: FlashAttention-2 (Dao 2023, "reaching up to
   230 TFLOPs/s" forward, 73%; its forward+backward figures, ~190 TFLOPs/s causal at 16k, leave

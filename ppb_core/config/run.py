@@ -460,6 +460,11 @@ class TimingOptions(StrictModel):
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = Field(
+        "delayed",
+        description="Megatron's --fp8-recipe under FP8 training (matmul_dtype fp8): how TransformerEngine scales "
+        "its FP8 tensors, which sets the quantization kernels the host launches (ppb_core.timing.launches)",
+    )
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         "transformer_engine",
         description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "

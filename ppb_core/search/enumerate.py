@@ -87,7 +87,9 @@ class Strategy:
         }
 
     def label(self, spec: SearchSpec) -> str:
-        """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1."""
+        """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1. A strategy the global batch
+        refuses has no micro-batch count (`micro_batches` 0): its name says the micro-batch size tried
+        alone, `-b2-`, never a count it does not have."""
         schedule = {"1f1b": "", "interleaved": "i", "gpipe": "g", "dualpipev": "d"}[self.schedule]
         parts = [
             f"tp{self.tp}{'sp' if self.sequence_parallel else ''}",
@@ -97,7 +99,8 @@ class Strategy:
         ]
         if spec.moe:
             parts.append(f"ep{self.ep}" + (f"etp{self.etp}" if self.etp != 1 else ""))
-        parts += ["fsdp" if self.fsdp else f"z{self.zero}", f"b{self.micro_batch_size}m{self.micro_batches}"]
+        batch = f"b{self.micro_batch_size}" + (f"m{self.micro_batches}" if self.micro_batches else "")
+        parts += ["fsdp" if self.fsdp else f"z{self.zero}", batch]
         parts.append(f"r{self.recompute}")
         return "-".join(parts)
 

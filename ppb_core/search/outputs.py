@@ -11,14 +11,17 @@ For the strategy ranked n, `-o DIR` writes:
   `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
   `--use-distributed-optimizer` for ZeRO-1, Megatron-FSDP's `--data-parallel-sharding-strategy`
   optim_grads for ZeRO-2 and optim_grads_params for ZeRO-3 or FSDP), the batch,
-  and the plan's `--pipeline-model-parallel-layout` with its recompute flags;
+  and the plan's `--pipeline-model-parallel-layout` with its recompute flags, as `ppb balance` prints them first
+  (`megatron.flags`: the fastest plan Megatron-Core can say when it cannot say the plan; with none, no
+  layout: the plan's layout without its recompute does not run as priced);
 * `NN-<name>.mindformers.yaml`: MindFormers' `parallel_config` (data_parallel, model_parallel,
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
   `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
 
 and `search.json`, the result with its details (`ppb search --json`'s keys, and each entry's name, HFU,
-time breakdown, headroom, uniform split and bound, every count, the places proven and the wall time).
+time breakdown, headroom, uniform split and bound, every count and the places proven; no wall-clock time,
+so a search run twice writes the same bytes).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import yaml
 from ppb_core.io import write_files
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.plan_config import PlanFields, apply_plan, comment, plan_fields
-from ppb_core.search.rank import Ranked, SearchResult
+from ppb_core.search.rank import Ranked, SearchResult, megatron_said
 from ppb_core.search.spec import SearchSpec, relative_path
 
 # Megatron-FSDP's sharding strategy for each ZeRO stage (megatron/training/arguments.py,
@@ -65,16 +68,15 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         f"--seq-length {spec.seq_length}",
     ]
     megatron = plan.get("megatron", {})
-    if megatron.get("flags_of") == "alternative":
-        # the plan is not Megatron's to say: the fastest plan it can say, whole and shell-quoted
-        # (`balance.result`), so that what is pasted runs as priced
+    if megatron.get("flags"):
+        # what `ppb balance` prints first after `Megatron-LM:` (`balance.result.report`, `flags_of`): the plan's
+        # layout and recompute, or the fastest plan Megatron-Core can say when it cannot say this one, whole
+        # and shell-quoted, so that what is pasted runs as priced
         flags.append(megatron["flags"])
-        return flags
-    if megatron.get("layout"):
-        flags.append(f'--pipeline-model-parallel-layout "{megatron["layout"]}"')
     elif s.vpp > 1:
+        # no layout to paste (the comment lines above the flags say why): the chunks per rank alone
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
-    flags += list(megatron.get("recompute") or [])  # None: not Megatron's to say (the plan's `note`)
+    # never `layout_only` as a flag: the plan's layout without its recompute runs every layer with none
     return flags
 
 
@@ -161,12 +163,12 @@ def _mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
 
 def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
     config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}.mindformers.yaml")
+    # the flags `ppb balance` prints first: for a plan Megatron-Core cannot say, the fastest it can say
+    said = {**entry.plan, "megatron": megatron_said(spec, entry)}
     texts = {
         f"{stem}.yaml": config,
         f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": _megatron_note(entry.plan)
-        + " \\\n".join(megatron_flags(spec, entry.strategy, entry.plan))
-        + "\n",
+        f"{stem}.megatron.txt": _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n",
         f"{stem}.mindformers.yaml": _mindformers_text(spec, entry),
     }
     return {folder / name: text.encode() for name, text in texts.items()}
@@ -178,11 +180,23 @@ def _megatron_note(plan: dict[str, Any]) -> str:
     said = plan.get("megatron", {})
     lines = [f"# {said['note']}"] if said.get("note") else []
     alternative = said.get("alternative")
-    if said.get("flags_of") == "alternative" and alternative:
+    if said.get("flags_of") == "plan" and alternative:
+        # Megatron-Core's setting was as fast as the ranked plan and replaced it (`balance.program._megatron`)
+        lines.append(
+            f"# the ranked plan mixes what Megatron-Core takes one setting for; these flags are an equally fast plan "
+            f"it can say ({alternative.get('setting', '')})"
+        )
+    elif said.get("flags_of") == "alternative" and alternative:
         slower = alternative.get("slower_by")
         cost = f", {100 * slower:.2f}% slower than the plan" if slower is not None else ""
         lines.append(
             f"# so these flags are the fastest plan Megatron-Core can say ({alternative.get('setting', '')}){cost}; "
             f"the plan's own layout alone, {said.get('layout_only', '')}, is not runnable as priced"
+        )
+    elif said.get("layout_only"):
+        why = f" ({said['no_alternative']})" if said.get("no_alternative") else ""
+        lines.append(
+            f"# and no plan Megatron-Core can say stands beside it{why}: these flags state the parallel sizes and "
+            f"the batch alone; the plan's own layout alone, {said['layout_only']}, is not runnable as priced"
         )
     return "".join(line + "\n" for line in lines)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ppb_core.balance import WorkLimits, report, solve
+from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import plan_stages, time_unit_s
@@ -178,17 +179,20 @@ def evaluate(
         run = checked
     memory, times = MemoryModel(run), TimeModel(run)
     problem = run_problem(run, describe_run(run, memory, times))
-    key = payload_key(problem)
+    # the `--recompute-modules` SLCT stands for, so the plan's flags say a selective plan as `ppb balance` does
+    modules = selective_modules(run)
+    key = f"{payload_key(problem)} {modules}"
     result = solved.get(key) if solved is not None else None
     if result is None:
-        # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as fast
+        # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as
+        # fast; `megatron_said` solves it for a ranked plan written out
         solution = solve(
             problem,
             spec.search.balance_time_limit_s,
             limits=work_limits(spec.search.balance_work),
             megatron_settings=False,
         )
-        result = report(solution)
+        result = report(solution, modules)
         if solved is not None:
             solved[key] = result
     if result["status"] == "infeasible" or "cells" not in result:
@@ -218,6 +222,24 @@ def evaluate(
         plan=in_seconds(result, time_unit_s(run, problem.describe())),  # as `ppb balance RUN.yaml` gives it
         bound_s=0.0,
     )
+
+
+def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
+    """The `megatron` section whose `flags` a ranked plan's Megatron-LM file takes: the plan's own when
+    Megatron-Core can say it; else, for a plan mixing what Megatron-Core takes one setting for, the same
+    balance (the search's work share) with Megatron-Core's settings solved beside it, as `ppb balance`
+    gives them (`flags_of` "alternative": the fastest plan it can say; or "plan" when such a plan is as
+    fast and replaced the plan)."""
+    said = entry.plan.get("megatron", {})
+    if said.get("flags") or not said.get("layout_only"):
+        return said  # the plan's own flags, or none Megatron-LM takes under any setting (`note`)
+    run = validate(spec, entry.strategy)
+    assert not isinstance(run, Refusal)  # it was ranked
+    problem = run_problem(run, describe_run(run))
+    modules = selective_modules(run)
+    limits = work_limits(spec.search.balance_work)
+    solution = solve(problem, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules)
+    return in_seconds(report(solution, modules), time_unit_s(run, problem.describe()))["megatron"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,7 +477,7 @@ class SearchResult:
     ranked: list[Ranked]
     rejected: Counter = field(default_factory=Counter)
     counts: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock, shown to a person (progress, table), never in the JSON
     balanced: list[Ranked] = field(default_factory=list)  # every strategy balanced, ranked or not, fastest first
     proven: int | None = None  # leading places no strategy left unexamined can take (None: all of them)
     unexamined_bound_s: float | None = None  # the least bound left when the budget ran out
@@ -492,7 +514,9 @@ class SearchResult:
 
     def to_json(self, details: bool = False) -> dict[str, Any]:
         """The contract's result (`ppb search --json`): ranked, rejected by reason, the four counts; with
-        *details*, every count, the places proven, the least bound left unexamined and the wall time."""
+        *details*, every count, the places proven and the least bound left unexamined. Results only: the
+        wall-clock `seconds` the search took are the progress's and the table's, so the same spec gives the
+        same bytes on every run."""
         rejected = self.reasons()
         ranked = [entry.to_json(self.spec, details) for entry in self.ranked]
         examples = {reason: self.example(reason) for reason in rejected}
@@ -512,7 +536,6 @@ class SearchResult:
             "unexamined_bound_seconds": self.unexamined_bound_s,
             "proven_gap": self.proven_gap,
             "clock_stopped": self.clock_stopped,
-            "seconds": self.seconds,
         }
 
 

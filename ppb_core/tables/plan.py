@@ -13,7 +13,7 @@ PIPELINE_PLAN = Schema(
     "pipeline_plan",
     "The balancer's plan, one row per pipeline stage. Summary: the whole `ppb balance RUN.yaml --json` "
     "result, times in seconds (status, objective, gap, speedup, the MindFormers yaml and Megatron-LM "
-    "layout, ...), less wall-clock seconds. No row when no plan fits.",
+    "layout, ...). No row when no plan fits.",
     (
         Column("stage", "int64", "the pipeline stage, from 0"),
         Column("layers", "int64", "body layers the stage holds, every chunk", "layers"),
@@ -26,19 +26,10 @@ PIPELINE_PLAN = Schema(
     ),
 )
 
-# What the balancer reports that differs from one solve to the next: wall-clock seconds.
-_VOLATILE = ("seconds",)
-
 
 def plan_to_frame(result: Mapping[str, Any]) -> Summarized:
-    """One row per stage of a `ppb balance --json` result, the result itself as the summary.
-
-    Wall-clock seconds are left out of the stored result (the solver's notes too, which quote
-    them), so equal plans give equal bytes.
-    """
-    stable = {key: value for key, value in result.items() if key not in _VOLATILE}
-    if "solver" in stable:
-        stable["solver"] = {key: value for key, value in stable["solver"].items() if key != "notes"}
+    """One row per stage of a `ppb balance --json` result, the result itself as the summary (it holds no
+    wall-clock time, `balance.result.report`: equal plans give equal bytes)."""
     records = []
     for row in result.get("stages", []):
         stage_index = row["stage"]
@@ -55,7 +46,7 @@ def plan_to_frame(result: Mapping[str, Any]) -> Summarized:
                 "cells_json": json.dumps(cells, sort_keys=True),
             }
         )
-    return Summarized(PIPELINE_PLAN.frame(records), json.loads(json.dumps(stable, sort_keys=True)))
+    return Summarized(PIPELINE_PLAN.frame(records), json.loads(json.dumps(result, sort_keys=True)))
 
 
 def plan_cells(plan: Summarized) -> list[list[dict[str, int]]]:

@@ -52,7 +52,7 @@ STRATEGY_SEARCH = Schema(
 
 
 def ranking_to_frame(result: SearchResult) -> Summarized:
-    """The ranked strategies, one row each; the whole result less the rows and wall time as the summary."""
+    """The ranked strategies, one row each; the whole result less the rows as the summary."""
     spec = result.spec
     records: list[dict[str, Any]] = []
     for place, entry in enumerate(result.ranked, start=1):
@@ -89,5 +89,5 @@ def ranking_to_frame(result: SearchResult) -> Summarized:
             }
         )
     whole = result.to_json(details=True)
-    summary = {key: value for key, value in whole.items() if key not in ("ranked", "seconds")}
+    summary = {key: value for key, value in whole.items() if key != "ranked"}
     return Summarized(STRATEGY_SEARCH.frame(records), json.loads(json.dumps(summary, sort_keys=True)))

@@ -109,6 +109,13 @@ class Op:
     # A matmul's weight elements on this device (0: a product of two activations, attention's BMMs):
     # what a framework accumulating its weight gradient outside the GEMM adds into the main gradient.
     weight_elements: float = 0.0
+    # Whether FP8 training (`timing.matmul_dtype: fp8`) runs this GEMM in FP8. TransformerEngine's
+    # modules do under its fp8_autocast; Megatron-Core's output layer is its own ColumnParallelLinear
+    # (megatron/core/models/gpt/gpt_model.py at 0d8e0714cd, NeMo 25.11's Megatron-LM, and at core_v0.14.0),
+    # a 16-bit matmul, and the router's gating is `router_gating_linear` in the router dtype
+    # (megatron/core/transformer/moe/router.py, `TopKRouter.gating`). DeepSeek-V3 keeps "the output
+    # head, MoE gating modules" in their original precision too (its report, §3.3.1).
+    fp8: bool = True
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ def _matmul(
     groups: int = 1,
     fused_n: float | None = None,
     side_bytes: tuple[float, float] = (0.0, 0.0),
+    fp8: bool = True,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
@@ -186,6 +194,7 @@ def _matmul(
         gemm=(rows / groups, k, n, groups, fused_n or n),
         side_bytes=side_bytes,
         weight_elements=k * n * groups if weights is None else weights,
+        fp8=fp8,
     )
 
 
@@ -792,7 +801,9 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     norm = p + "norm2"
     ops = [
         _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
-        _matmul(p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,)),
+        _matmul(
+            p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,), fp8=False
+        ),
         # Router logits upcast, softmax and top-k in fp32.
         _elementwise(
             p + "router_topk",
@@ -1066,7 +1077,7 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     loss_forward, loss_backward = _loss_bytes(geo)
     ops = [
         *entry,
-        _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,)),
+        _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,), fp8=False),
         _elementwise(p + "loss", block, elements * loss_forward, elements * loss_backward, inputs=(p + "logits",)),
     ]
     if with_norm:

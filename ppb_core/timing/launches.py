@@ -49,7 +49,22 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
 - the alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`): the routing map's counts,
   their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
   `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
-  and back and the fused unpermutation in `unpermute` (3); backward 3 each.
+  and back and the fused unpermutation in `unpermute` (3); backward 3 each;
+- FP8 training (`timing.matmul_dtype: fp8`, `timing.fp8_recipe`, Megatron's --fp8-recipe): every FP8
+  GEMM's input is quantized before it forward and its output gradient backward (TransformerEngine
+  v2.9, the NeMo 25.11 container's, transformer_engine/pytorch/csrc). Delayed scaling casts in one
+  kernel (cast-transpose), none where a TE norm writes FP8 itself (extensions/normalization.cpp:
+  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs three
+  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`,
+  `nvte_compute_scale_from_amax`, `nvte_quantize_v2`), two where a TE norm computes the amax
+  beside its BF16 output (FUSED_NORM_AMAX_FP8, then `quantize_with_amax`); MXFP8 and blockwise one
+  (their quantize kernel; the norm is unfused for MXFP8 without NVTE_NORM_FWD_USE_CUDNN). A grouped
+  GEMM's per-expert inputs (`split_quantize`, extensions/cast.cpp `multi_tensor_quantize_impl`):
+  one fused `nvte_multi_cast_transpose` for them all under delayed scaling ("only have fused kernel
+  for FP8 delayed scaling"), else each expert's quantized on its own. The output gradients of
+  Megatron's layers come from BF16 ops (residual, attention, Megatron's own SwiGLU): never fused.
+  Weights are quantized on an iteration's first micro-batch only (TE's `is_first_microbatch`
+  cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`).
 
 Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
 (0 launches).
@@ -77,12 +92,35 @@ FLASH = (1, 3)
 REDUCE_LOSS = 3
 REDUCE_LOSS_FUSED = 2
 ROUTER_CASTS = 2
+# FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
+FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
+
+
+def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, float]:
+    """(forward, backward) quantization kernels of an FP8 GEMM op: its input and its output gradient
+    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches."""
+    assert op.gemm is not None
+    _, _, n, groups, fused = op.gemm
+    plain, fed = FP8_QUANTIZE[recipe]
+    tensors = 1 if recipe == "delayed" else groups  # split_quantize: one fused kernel only when delayed
+    share = n / fused
+    return (fed if norm_fed else plain) * tensors * share, plain * tensors * share
 
 
 def op_launches(
-    op: Op, *, tp: int, mla: bool, rope_fusion: bool, cross_entropy_fusion: bool, wgrad_fused: bool
+    op: Op,
+    *,
+    tp: int,
+    mla: bool,
+    rope_fusion: bool,
+    cross_entropy_fusion: bool,
+    wgrad_fused: bool,
+    fp8_recipe: str | None = None,
+    norm_fed: bool = False,
 ) -> tuple[float, float]:
-    """(forward, backward) kernel launches of one op under Megatron with TransformerEngine."""
+    """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
+    *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
+    input written by a TE norm)."""
     last = op.name.rsplit(".", 1)[-1]
     if op.category == COMM:
         if last == "reduce_loss":
@@ -97,6 +135,9 @@ def op_launches(
             forward, backward = kernels, 2 * kernels + (0.0 if wgrad_fused else kernels)
             if last == "router":
                 forward, backward = forward + ROUTER_CASTS, backward + ROUTER_CASTS
+            if fp8_recipe is not None and op.fp8:
+                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed)
+                forward, backward = forward + extra_forward, backward + extra_backward
         else:  # a batched product of two activations: one strided-batched GEMM
             forward, backward = 1.0, 2.0
         side_forward, side_backward = op.side_bytes
@@ -138,6 +179,17 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
     return (counts[0] if forward > 0 else 0.0), (counts[1] if backward > 0 else 0.0)
 
 
+def norm_fed(ops: Sequence[Op]) -> set[str]:
+    """The ops whose every input a TE norm wrote, directly or through the sequence-parallel all-gather
+    after it (the GEMMs of TE's LayerNormLinear: a recipe's norm can quantize or take the amax)."""
+    normed: set[str] = set()
+    for op in ops:
+        last = op.name.rsplit(".", 1)[-1]
+        if (op.category != COMM and "norm" in last) or (op.category == COMM and normed.intersection(op.inputs)):
+            normed.add(op.name)
+    return {op.name for op in ops if op.inputs and all(name in normed for name in op.inputs)}
+
+
 def layer_launches(
     ops: Sequence[Op],
     *,
@@ -146,10 +198,13 @@ def layer_launches(
     cross_entropy_fusion: bool,
     wgrad_fused: bool,
     fills: Mapping[str, tuple[float, float]] | None = None,
+    fp8_recipe: str | None = None,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
-    *fills* (`nan_fill.deterministic_fill_bytes`) names them."""
+    *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
+    under *fp8_recipe*."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
+    fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
     for op in ops:
         forward, backward = op_launches(
@@ -159,6 +214,8 @@ def layer_launches(
             rope_fusion=rope_fusion,
             cross_entropy_fusion=cross_entropy_fusion,
             wgrad_fused=wgrad_fused,
+            fp8_recipe=fp8_recipe,
+            norm_fed=op.name in fed,
         )
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)

@@ -34,7 +34,7 @@ from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_sho
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
-from ppb_core.timing.launches import layer_launches
+from ppb_core.timing.launches import layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
@@ -153,7 +153,17 @@ class TimeModel:
             run.timing.matmul_dtype,
             run.timing.deterministic,
         )
+        # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
+        self._kernels_16 = (
+            Kernels.from_device(
+                self.device, run.training.dtype, framework, run.timing.torch_compile, None, run.timing.deterministic
+            )
+            if run.timing.matmul_dtype == "fp8"
+            else self.kernels
+        )
         self._geometry = OpGeometry.from_run(run)
+        self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
+        self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -174,7 +184,33 @@ class TimeModel:
     # The op table and its prices ------------------------------------------------------------------
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
-        return layer_ops(layer.kind, self._geometry)
+        ops = layer_ops(layer.kind, self._geometry)
+        if self._fp8_recipe == "tensorwise":
+            self._norm_fed |= norm_fed(ops)
+        return ops
+
+    def _cast_bytes(self, op: Op, gradient: bool) -> float:
+        """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
+        TransformerEngine v2.9 (NeMo 25.11's). By default, and under delayed or blockwise scaling, one
+        pass: read in the compute dtype, write a byte. Tensorwise (current) scaling reads the tensor once
+        more for its amax first (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`:
+        `nvte_compute_amax`, then the cast), but after a TE norm, which takes the amax beside its output
+        (normalization.cpp FUSED_NORM_AMAX_FP8); MXFP8 writes a row-wise and a column-wise copy in its
+        one pass (the weight gradient's operand; its scales, 1/32 a byte, not counted). Per-tensor FP8 on
+        Hopper also writes the transpose the weight-gradient GEMM reads: cuBLASLt runs only TN FP8 GEMMs
+        below Blackwell (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute
+        capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data)."""
+        if self.run.timing.matmul_dtype != "fp8" or not op.fp8:
+            return 0.0
+        read = self.run.training.dtype_bytes
+        recipe = self._fp8_recipe
+        if recipe == "mxfp8":
+            return read + 2.0
+        if recipe != "tensorwise":
+            return read + 1.0
+        transpose = 1.0 if 9.0 <= self.device.compute_capability < 10.0 else 0.0
+        amax = read if gradient or op.name not in self._norm_fed else 0.0
+        return amax + read + 1.0 + transpose
 
     def _phase_s(self, op: Op, phase: str) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""
@@ -190,16 +226,17 @@ class TimeModel:
             m, k, n, groups, fused = op.gemm
             share = n / fused
             out = self.run.training.dtype_bytes
-            # FP8 GEMMs: each input is cast first (read in the compute dtype, write one byte): the
-            # activations in the forward, the output gradient in the backward (TransformerEngine's casts).
-            cast = out + 1 if self.run.timing.matmul_dtype == "fp8" else 0
+            kernels = self._gemm_kernels(op)
+            # FP8 GEMMs: each input is quantized first (`_cast_bytes`): the activations in the forward,
+            # the output gradient in the backward (TransformerEngine's casts).
             side_forward, side_backward = op.side_bytes
             if phase == "forward":
+                cast = self._cast_bytes(op, gradient=False)
                 compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
                 return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
             dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
-            dgrad += kernels.memory_s(cast * m * n * groups)
+            dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
@@ -207,6 +244,11 @@ class TimeModel:
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _gemm_kernels(self, op: Op) -> Kernels:
+        """The kernels an op's GEMM runs on: FP8 ones under FP8 training unless the framework keeps it
+        in 16 bits (`Op.fp8`)."""
+        return self.kernels if op.fp8 else self._kernels_16
 
     def _exposed_s(
         self,
@@ -238,13 +280,14 @@ class TimeModel:
         assert partner.gemm is not None
         m, k, _, groups, fused = partner.gemm
         rows, out, inner = (m, fused, k) if phase == "forward" else (m, k, fused)
-        plain = self.kernels.gemm_compute_s(rows, out, inner, groups)
+        kernels = self._gemm_kernels(partner)
+        plain = kernels.gemm_compute_s(rows, out, inner, groups)
         if collective.method == RING_EXCHANGE:
             tp = self.links.groups[collective.group].size
-            seconds = ring_exchange_s(self.kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
+            seconds = ring_exchange_s(kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
         elif collective.method == PIPELINE:
             chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
-            seconds = pipeline_s(self.kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
+            seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
         else:
             raise ValueError(f"unknown userbuffers method {collective.method!r}")
         return max(0.0, seconds - plain)
@@ -412,6 +455,7 @@ class TimeModel:
                     cross_entropy_fusion=run.timing.cross_entropy_fusion,
                     wgrad_fused=run.timing.gradient_accumulation_fusion,
                     fills=fills,
+                    fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                 )
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(

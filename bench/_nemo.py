@@ -1,0 +1,281 @@
+"""NVIDIA's NeMo / Megatron-Bridge performance summary, 25.11 container: pre-training throughput of
+Llama 3 and Qwen3 runs on DGX H100 and DGX B200, as run configs for bench/public_runs.py.
+
+Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 5776a6d90 (2025-12-10), section
+"25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100": per row the GPUs, precision,
+GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP and tokens/s per GPU (seconds = GBS · sequence /
+(tokens/s per GPU · GPUs)). The recipes are the release's, Megatron-Bridge v0.2.0 (7af9601c9, the
+25.11 container's): scripts/performance/configs/<model>/workload_base_configs.py (what each row sets
+beyond the table: recompute, CUDA graphs, dispatcher), <model>_llm_pretrain.py (TP communication
+overlap, FSDP switches), utils/helpers.py `set_common_perf_overrides` (every run: rope fusion,
+TransformerEngine's fused cross-entropy, no NaN checks), `set_user_overrides` (the parameter gather
+overlapped with the optimizer step when DP, PP and VP all exceed 1), `get_precision_config`
+("fp8_cs": BF16 with FP8 current scaling on every layer, first_last_layers_bf16 off; "fp8_mx":
+MXFP8), and src/megatron/bridge/recipes/<model> (the distributed optimizer with
+overlap_grad_reduce and overlap_param_gather; grad_reduce_in_fp32 off in the perf configs).
+Where the table and the recipe differ the table's parallel sizes are taken (it is what ran).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B
+
+NEMO = "NeMo 25.11 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 5776a6d90)"
+
+# What every 25.11 Megatron-Bridge perf run sets (helpers.py set_common_perf_overrides; the recipes'
+# DDP config): TE's fused cross-entropy, fused rotary, no NaN checks on loss or gradients, and the
+# data-parallel gradient reduce-scatter and parameter all-gather overlapped (distributed optimizer).
+_COMMON_TIMING: dict[str, Any] = {
+    "cross_entropy_fusion": True,
+    "rope_fusion": True,
+    "check_for_nan_in_grad": False,
+    "overlap": {"dp": 1.0, "param_gather": 1.0},
+}
+# Llama 3 8B's config.json: as 3.1's but its rope theta and 8192 positions (no bearing on time).
+_LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
+
+
+def _llama_run(
+    name: str,
+    spec: dict[str, Any],
+    gpus: int,
+    gbs: int,
+    mbs: int,
+    parallel: dict[str, int],
+    device: str,
+    *,
+    recompute: dict[str, Any] | None = None,
+    fsdp: bool = False,
+    layout: str | None = None,
+) -> dict[str, Any]:
+    """A Llama 3 run at sequence 8192 in BF16 with FP8 current-scaling GEMMs (the table's FP8-CS)."""
+    tp, pp, cp, vp = (parallel.get(key, 1) for key in ("tp", "pp", "cp", "vp"))
+    dp = gpus // (tp * pp * cp)
+    sharding: dict[str, Any] = {"fsdp": True, "zero": 3} if fsdp else {"zero": 1}
+    schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 else {}
+    return {
+        "name": name,
+        "framework": "megatron",
+        # should_pad_vocab: Megatron pads 128,256 to a multiple of 128 · TP
+        "models": [{"name": "llm", "spec": spec, "pad_vocab_multiple": 128}],
+        "parallel": {
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "sequence_parallel": tp > 1,
+            **sharding,
+            **schedule,
+            **({"layout": layout} if layout else {}),
+        },
+        "training": {
+            "seq_length": 8192,
+            "micro_batch_size": mbs,
+            "micro_batches": gbs // (mbs * dp),
+            "dtype": "bf16",
+            "grad_bytes": 2,  # grad_reduce_in_fp32 = False (set_llama3_common_configs)
+            "flash_attention": True,
+            **({"recompute": recompute} if recompute else {}),
+        },
+        "device": {"name": device},
+        "timing": {
+            **_COMMON_TIMING,
+            "matmul_dtype": "fp8",
+            "fp8_recipe": "tensorwise",  # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed
+            # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
+            "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
+            # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
+            **({"gradient_accumulation_fusion": False} if fsdp else {}),
+        },
+    }
+
+
+# Llama 3.1 405B's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
+# (recipes/llama/llama3.py, llama31_405b_pretrain_config): the embedding and the loss each count as a
+# layer, 126 + 2 = 128 over PP 8 × VP 8 = 64 virtual stages of two, so the first holds the embedding
+# and one layer, the last one layer and the loss.
+_405B_LAYOUT = "Et|" + "tt|" * 62 + "tL"
+
+# (label, spec, GPUs, GBS, MBS, parallel, device, published tokens/s per GPU, options, assumptions)
+_LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
+    (
+        "Llama 3 8B FP8 FSDP (8 H100)",
+        _LLAMA3_8B, 8, 128, 1, {}, "h100-80gb", 14451.0,
+        # LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: recompute_num_layers=5 (full, block); the table's FSDP 8
+        {"recompute": {"granularity": "full", "method": "block", "num_layers": 5}, "fsdp": True},
+        ("the table's FSDP 8 as Megatron FSDP over all 8 (the recipe's FSDP branch)",),
+    ),
+    (
+        "Llama 3 70B FP8 TP4 PP8 (64 H100)",
+        LLAMA31_70B, 64, 128, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb", 1602.0, {}, (),
+    ),
+    (
+        "Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)",
+        LLAMA3_405B, 1024, 512, 1, {"tp": 8, "pp": 8, "cp": 2, "vp": 8}, "h100-80gb", 292.0,
+        {"layout": _405B_LAYOUT}, (),
+    ),
+    (
+        "Llama 3 8B FP8 (8 B200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "b200", 30624.0, {},
+        ("CUDA graphs over the full iteration not modelled (B200 has no host launch cost in the catalog)",),
+    ),
+    (
+        "Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)",
+        LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 661.0,
+        {"layout": _405B_LAYOUT}, (),
+    ),
+)  # fmt: skip
+
+
+# Qwen3 MoE (Megatron-Bridge v0.2.0 models/qwen/qwen_provider.py, Qwen3MoEModelProvider and its
+# 30B_A3B / 235B_A22B subclasses; the HF config.json files agree): RMSNorm, SwiGLU, no biases, per-head
+# q/k RMSNorm, head size 128, untied embeddings of 151,936, 128 experts, top 8, grouped GEMMs,
+# the alltoall dispatcher with permute fusion.
+_QWEN3 = {
+    "vocab_size": 151936,
+    "head_dim": 128,
+    "qk_norm": True,
+    "max_position_embeddings": 40960,
+    "num_experts": 128,
+    "experts_per_token": 8,
+}
+QWEN3_30B_A3B = {
+    **_QWEN3,
+    "hidden_size": 2048,
+    "num_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+}
+QWEN3_235B_A22B = {
+    **_QWEN3,
+    "hidden_size": 4096,
+    "num_layers": 94,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+}
+
+
+def _qwen3_run(
+    name: str,
+    spec: dict[str, Any],
+    gpus: int,
+    gbs: int,
+    mbs: int,
+    parallel: dict[str, int],
+    device: str,
+    *,
+    a2a_overlap: bool,
+    layout: str | None = None,
+    fp8_recipe: str = "tensorwise",
+) -> dict[str, Any]:
+    """A Qwen3 MoE run at sequence 4096 (set_qwen3_common_configs: no recompute, router fusion, forced
+    load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs."""
+    tp, pp, vp, ep = (parallel.get(key, 1) for key in ("tp", "pp", "vp", "ep"))
+    dp = gpus // (tp * pp)
+    schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 and not layout else {}
+    return {
+        "name": name,
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": spec}],
+        "parallel": {
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "ep": ep,
+            "etp": 1,
+            "sequence_parallel": tp > 1,
+            "zero": 1,
+            **schedule,
+            **({"layout": layout} if layout else {}),
+            # moe_a2a_overlap: overlap_moe_expert_parallel_comm and delay_wgrad_compute (helpers.py)
+            **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": mbs,
+            "micro_batches": gbs // (mbs * dp),
+            "dtype": "bf16",
+            "grad_bytes": 2,
+            "flash_attention": True,
+            "moe": {"permute_fusion": True},
+        },
+        "device": {"name": device},
+        "timing": {
+            **_COMMON_TIMING,
+            "matmul_dtype": "fp8",
+            "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
+            # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
+            "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0},
+        },
+    }
+
+
+# 235B: the recipe's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
+# (recipes/qwen/qwen3_moe.py): 94 + 2 = 96 layers over the virtual stages.
+def _split_layout(stages: int, per_stage: int) -> str:
+    """Megatron's layout when the embedding and the loss each count as a layer: *stages* virtual
+    stages of *per_stage*, the first holding the embedding, the last the loss."""
+    middle = ("t" * per_stage + "|") * (stages - 2)
+    return "E" + "t" * (per_stage - 1) + "|" + middle + "t" * (per_stage - 1) + "L"
+
+
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, assumptions)
+_QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
+    (
+        "Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)",
+        QWEN3_30B_A3B, 16, 512, 2, {"pp": 2, "vp": 24, "ep": 8}, "h100-80gb", 5275.0, True, None,
+        ("the table's MBS 2 and VP 24 (the recipe's 1 and 12)",),
+    ),
+    (
+        "Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)",
+        QWEN3_235B_A22B, 256, 2048, 1, {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1575.0, True,
+        _split_layout(32, 3), (),
+    ),
+    (
+        "Qwen3 30B-A3B MXFP8 EP8 (8 B200)",
+        QWEN3_30B_A3B, 8, 512, 1, {"ep": 8}, "b200", 9299.0, False, None,
+        ("CUDA graphs of the router and preprocessing not modelled"),
+    ),
+    (
+        "Qwen3 235B MXFP8 PP8 EP8 (64 B200)",
+        QWEN3_235B_A22B, 64, 1024, 1, {"pp": 8, "vp": 2, "ep": 8}, "b200", 3269.0, True, _split_layout(16, 6),
+        ("the table's VP 2 (the recipe's 4)"),
+    ),
+)  # fmt: skip
+
+
+def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assumptions: tuple[str, ...]):
+    sequence = raw["training"]["seq_length"]
+    return {
+        "name": f"NeMo {label}",
+        "source": NEMO,
+        "raw": raw,
+        "published": f"{tps:,.0f} tokens/s per GPU",
+        "seconds": gbs * sequence / (tps * gpus),
+        "assumptions": (
+            f"{'MXFP8' if 'MXFP8' in label else 'FP8 current scaling'} as ppb's FP8 GEMMs with their casts",
+            "attention in BF16 (TE's default for FP8 recipes)",
+            *assumptions,
+        ),
+    }
+
+
+def nemo_rows() -> list[dict[str, Any]]:
+    """Each row's fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, options, assumptions in _LLAMA_ROWS:
+        raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, **options)
+        rows.append(_row(label, raw, gpus, gbs, tps, assumptions))
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, assumptions in _QWEN3_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe
+        )
+        rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
+    return rows
