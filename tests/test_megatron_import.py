@@ -332,3 +332,15 @@ def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
         "--moe-token-dispatcher-type allgather: its memory modelled, its time priced as alltoall's"
     ]
     run_config_of(imported, "case")
+
+
+def test_notes_name_only_flags_that_change_what_ppb_prices() -> None:
+    # no bias to fuse under --disable-bias-linear; --rotary-percent 1.0 is every channel (the default)
+    quiet = import_megatron(f"{BASE} --disable-bias-linear --no-bias-gelu-fusion --rotary-percent 1.0", 8, "h100-80gb")
+    assert quiet.notes == []
+    loud = import_megatron(f"{BASE} --no-bias-gelu-fusion --rotary-percent 0.5", 8, "h100-80gb")
+    assert [note.split(":")[0] for note in loud.notes] == ["--no-bias-gelu-fusion", "--rotary-percent 0.5"]
+    # a flag in an `if` branch: the shell's `fi` that follows is not its value
+    script = f'ARGS=({BASE})\nif [ "$FP8" = 1 ]; then\n  ARGS+=(--manual-gc)\nfi\npretrain_gpt.py "${{ARGS[@]}}"\n'
+    notes = import_megatron(script, 8, "h100-80gb").notes
+    assert notes == ["--manual-gc: not modelled by ppb (priced as if not given)"]

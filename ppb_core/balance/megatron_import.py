@@ -66,7 +66,8 @@ NO_BEARING = frozenset(
         "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
         "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
         "--moe-router-bias-update-rate",
-        "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
+        "--logging-level", "--log-progress", "--no-record-throughput", "--profile", "--profile-step-start",
+        "--profile-step-end", "--profile-ranks", "--override-opt_param-scheduler",
         "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
         "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
         "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
@@ -83,6 +84,11 @@ NO_BEARING_PREFIXES = (
     "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
     "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash",
 )  # fmt: skip
+# Fusions of a linear's bias with what follows it (megatron/core/fusions: fused_bias_gelu, fused_bias_swiglu,
+# fused_bias_dropout): without biases (--disable-bias-linear) turning them off changes no kernel ppb prices.
+BIAS_FUSIONS = frozenset({"--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion"})
+# Flags given at the value that changes nothing ppb prices (--rotary-percent 1.0 rotates every channel).
+AT_DEFAULT = {"--rotary-percent": "1.0"}
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(
     {
@@ -153,6 +159,14 @@ FIELD_FLAGS = {
 }
 
 
+# The shell's reserved words and operators a launch script's branches leave among the words
+# (`launch_script` reads both branches of an `if`): never a flag's value.
+SHELL_WORDS = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "for", "while", "until", "in", "function",
+     "{", "}", "!", "[[", "]]", "[", "]", ";", ";;", "&&", "||", "|"}
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Imported:
     """The run config a launch says (raw, as a run config file holds it), and one line for each
@@ -178,6 +192,8 @@ class _Args:
             name, equals, inline = word.partition("=")
             values = [inline] if equals else []
             while not equals and index < len(words) and not words[index].startswith("--"):
+                if words[index] in SHELL_WORDS:  # `fi` after a flag in an `if` branch is the shell's
+                    break
                 values.append(words[index])
                 index += 1
             self.given[name] = values
@@ -697,8 +713,13 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
 def _unmodelled(args: _Args) -> list[str]:
     """One line for each flag given that bears on memory or time and that ppb does not model."""
     lines = []
+    biases = "--disable-bias-linear" not in args.given
     for flag, values in args.given.items():
         if flag in MODELLED or flag in args.read or flag in NO_BEARING or flag.startswith(NO_BEARING_PREFIXES):
+            continue
+        if flag in BIAS_FUSIONS and not biases:  # no bias to fuse: the same kernels either way
+            continue
+        if flag in AT_DEFAULT and values == [AT_DEFAULT[flag]]:
             continue
         value = f" {' '.join(values)}" if values else ""
         lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")
