@@ -77,12 +77,15 @@ NO_BEARING = frozenset(
         "--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank", "--master_addr",
         "--master-addr", "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
         "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--standalone",
+        # srun's / sbatch's own
+        "--mpi", "--nodes", "--ntasks", "--ntasks-per-node", "--gpus-per-node", "--account", "--partition",
+        "--job-name", "--time", "--output", "--error", "--exclusive", "--dependency", "--no-container-mount-home",
     }
 )  # fmt: skip
 NO_BEARING_PREFIXES = (
     "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
     "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
-    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash",
+    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash", "--container-",
 )  # fmt: skip
 # Fusions of a linear's bias with what follows it (megatron/core/fusions: fused_bias_gelu, fused_bias_swiglu,
 # fused_bias_dropout): without biases (--disable-bias-linear) turning them off changes no kernel ppb prices.
@@ -323,6 +326,8 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     position = args.text("--position-embedding-type", "learned_absolute")
     if args.has("--use-rotary-position-embeddings"):
         position = "rope"
+    if args.has("--no-position-embedding") and position != "rope":  # arguments.py validate_args refuses it
+        raise InputError(where, "--no-position-embedding", "is deprecated: use --position-embedding-type")
     positions = {"learned_absolute": "learned", "rope": "rope", "none": "none", "yarn": "rope", "mrope": "rope"}
     if position not in positions:
         raise InputError(where, "--position-embedding-type", f"{shown(position)} is none of {', '.join(positions)}")
