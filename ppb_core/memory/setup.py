@@ -49,6 +49,9 @@ class MemorySetup(Geometry):
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
+    deterministic: bool = (
+        False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,6 +87,7 @@ class MemorySetup(Geometry):
             masked_softmax_fusion=train.masked_softmax_fusion,
             softmax_in_fp32=train.attention_softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
+            deterministic=run.timing.deterministic,
         )
 
     @property

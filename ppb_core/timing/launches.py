@@ -168,7 +168,9 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
     forward, backward = fill
     last = op.name.rsplit(".", 1)[-1]
     if op.attention is not None:
-        counts = (2.0, 3.0)
+        # the score op's only fill is cuDNN's deterministic dP workspace (Hopper), in the backward; that
+        # path's dQ product replaces the plain path's dQ conversion kernel, so the backward's count stays
+        counts = (0.0, 1.0) if last == "flash_scores" else (2.0, 3.0)
     elif last == "rope":
         counts = (2.0, 2.0)
     elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts
