@@ -30,7 +30,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
-  `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`);
+  `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
+  (without it a `SequentialMLP`, its experts one by one);
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
   `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
@@ -636,8 +637,6 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
             notes.append("--moe-token-dispatcher-type allgather: its memory modelled, its time priced as alltoall's")
         elif dispatcher != "alltoall":
             notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
-        if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
-            notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing
 
 
