@@ -100,6 +100,65 @@ def test_the_imported_8b_counts_transformers_llama_parameters() -> None:
     assert _total_params(_imported((SHIPPED / "llama3_8b.toml").read_text(), 8)) == expected
 
 
+def _meta_count(config: Any) -> int:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_the_imported_deepseek_16b_and_qwen3_count_transformers_parameters() -> None:
+    transformers = pytest.importorskip("transformers")
+    # deepseekv3_args["16B"] in transformers' words: no query compression, 2 shared experts of 1408,
+    # the first layer dense, one expert group (no grouped routing)
+    deepseek = transformers.DeepseekV3Config(
+        vocab_size=102400,
+        hidden_size=2048,
+        intermediate_size=10944,
+        moe_intermediate_size=1408,
+        num_hidden_layers=27,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        n_shared_experts=2,
+        n_routed_experts=64,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        tie_word_embeddings=False,
+    )
+    job = '[model]\nname = "deepseek_v3"\nflavor = "16B"\n[training]\nseq_len = 4096\n'
+    assert _total_params(_imported(job, 8)) == _meta_count(deepseek)
+    # qwen3_args["0.6B"]: head_dim 128, per-head q/k norms, the embedding tied to the output
+    qwen = transformers.Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    )
+    job = '[model]\nname = "qwen3"\nflavor = "0.6B"\n[training]\nseq_len = 4096\n'
+    assert _total_params(_imported(job, 8)) == _meta_count(qwen)
+
+
+def test_replicas_alone_are_ddp_and_with_shards_hsdp_is_said() -> None:
+    # parallel_dims.py: dp_shard 1 and no CP is DDP (nothing sharded); both degrees > 1 is HSDP
+    raw = _imported("[parallelism]\ndata_parallel_replicate_degree = 8\ndata_parallel_shard_degree = 1", 8)
+    assert (raw["parallel"]["dp"], raw["parallel"]["zero"], "fsdp" in raw["parallel"]) == (8, 0, False)
+    imported = import_torchtitan("[parallelism]\ndata_parallel_replicate_degree = 2", 16, "h100-80gb")
+    assert (imported.raw["parallel"]["dp"], imported.raw["parallel"]["fsdp"]) == (16, True)
+    assert imported.notes == ["parallelism.data_parallel_replicate_degree 2: HSDP, priced as FSDP over dp 16"]
+
+
 def _comparable(raw: dict[str, Any]) -> dict[str, Any]:
     """A run config as ppb reads it, less what does not bear on the comparison: the name, the world
     size (derived from the degrees), the rope model's position limit (read only by learned

@@ -191,12 +191,10 @@ def _parallel(toml: _Toml, spec: dict[str, Any], gpus: int | None, notes: list[s
         raise InputError(where, "parallelism", f"the degrees multiply to {world}, not --gpus {gpus}")
     dp = replicate * shard
     parallel: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "world_size": world}
-    if shard > 1 or cp > 1:  # parallel_dims.py fsdp_enabled: FSDP2 over dp_shard × cp
+    if shard > 1 or cp > 1:  # parallel_dims.py fsdp_enabled: FSDP2 over dp_shard × cp, as ppb shards over dp·cp
         parallel |= {"fsdp": True, "zero": 3}
-        if replicate > 1:
+        if replicate > 1:  # HSDP: sharded over dp_shard × cp only, replicated across dp_replicate
             notes.append(f"parallelism.data_parallel_replicate_degree {replicate}: HSDP, priced as FSDP over dp {dp}")
-        if shard == 1:
-            notes.append(f"parallelism.context_parallel_degree {cp}: FSDP over the CP ranks, priced without it")
     else:
         parallel["zero"] = 0  # DDP (replicate) or no data parallelism: nothing sharded
     if tp > 1:
@@ -450,8 +448,7 @@ def _other(toml: _Toml, notes: list[str]) -> None:
         notes.append("experimental: a custom module, priced as the named model")
     if document.get("debug", {}).get("deterministic"):
         notes.append("debug.deterministic: deterministic kernels, not modelled")
-    if document.get("debug", {}).get("moe_force_load_balance"):
-        notes.append("debug.moe_force_load_balance: routing forced even, priced as the run's routing")
+    # debug.moe_force_load_balance routes evenly: ppb's default (training.moe.dropless_imbalance 1.0)
 
 
 def torchtitan_run_config(imported: Imported, where: str) -> RunConfig:
