@@ -320,6 +320,9 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "Zigzag"', 8,
          "parallelism.pipeline_parallel_schedule"),
         ("[parallelism]\ndata_parallel_shard_degree = -1", None, "parallelism.data_parallel_shard_degree"),
+        ('[model]\nname = ["llama3"]', 8, "model.name"),
+        ('[compile]\nenable = true\ncomponents = "model"', 8, "compile.components"),
+        ("training = 5", 8, "training"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_toml_key(text: str, gpus: int | None, key: str) -> None:

@@ -101,13 +101,26 @@ class _Toml:
         self.document, self.where = document, where
 
     def section(self, name: str, keys: dict[str, Any]) -> dict[str, Any]:
-        given = self.document.get(name, {})
-        if not isinstance(given, dict):
-            raise InputError(self.where, name, "is a TOML table ([section]) in torchtitan's job config")
+        given = self.table(name)
         for key in given:
             if key not in keys:
                 raise InputError(self.where, f"{name}.{key}", f"is not a key of {RELEASE}'s [{name}]")
         return {**keys, **given}
+
+    def table(self, *path: str) -> dict[str, Any]:
+        """The nested table at *path* ({} where absent); a value that is not a table refused."""
+        table: Any = self.document
+        for depth, name in enumerate(path):
+            table = table.get(name, {})
+            if not isinstance(table, dict):
+                raise InputError(self.where, ".".join(path[: depth + 1]), "is a TOML table in torchtitan's job config")
+        return table
+
+    def text(self, table: dict[str, Any], section: str, key: str) -> str:
+        value = table[key]
+        if not isinstance(value, str):
+            raise InputError(self.where, f"{section}.{key}", f"{shown(value)} is not a string")
+        return value
 
     def integer(self, table: dict[str, Any], section: str, key: str, least: int = 1) -> int:
         value = table[key]
@@ -131,7 +144,7 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
     model = toml.section("model", MODEL_KEYS)
     training = toml.section("training", TRAINING_KEYS)
     seq = toml.integer(training, "training", "seq_len")
-    spec = _model(model, seq, where, notes)
+    spec = _model(toml, model, seq, notes)
     parallel, dp = _parallel(toml, spec, gpus, notes)
     raw: dict[str, Any] = {
         "name": "torchtitan-job",
@@ -152,8 +165,9 @@ _READ = ("model", "training", "parallelism", "activation_checkpoint", "optimizer
 _READ += ("fault_tolerance", "experimental", "debug", "float8", "mx")  # v0.1.0's [float8], [mx]
 
 
-def _model(model: dict[str, Any], seq: int, where: str, notes: list[str]) -> dict[str, Any]:
-    name, flavor = model["name"], model["flavor"]
+def _model(toml: _Toml, model: dict[str, Any], seq: int, notes: list[str]) -> dict[str, Any]:
+    where = toml.where
+    name, flavor = toml.text(model, "model", "name"), toml.text(model, "model", "flavor")
     if name not in MODELS:
         raise InputError(where, "model.name", f"{shown(name)}: ppb imports {', '.join(MODELS)}")
     if flavor not in MODELS[name]:
@@ -240,7 +254,7 @@ def _experts(
 def _fsdp_reshard(par: dict[str, Any], pp: int, where: str, notes: list[str]) -> None:
     """llama3/infra/parallelize.py `apply_fsdp`: "default" reshards after the forward without PP and
     not with it, which ppb models; "always"/"never" against that default are not."""
-    policy = par["fsdp_reshard_after_forward"]
+    policy = str(par["fsdp_reshard_after_forward"])
     if policy not in ("default", "always", "never"):
         raise InputError(where, "parallelism.fsdp_reshard_after_forward", f"{shown(policy)}: default, always or never")
     if (policy == "always" and pp > 1) or (policy == "never" and pp == 1):
@@ -249,7 +263,7 @@ def _fsdp_reshard(par: dict[str, Any], pp: int, where: str, notes: list[str]) ->
 
 def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: list[str]) -> dict[str, Any]:
     where = toml.where
-    schedule = par["pipeline_parallel_schedule"]
+    schedule = toml.text(par, "parallelism", "pipeline_parallel_schedule")
     if schedule not in SCHEDULES:
         raise InputError(
             where, "parallelism.pipeline_parallel_schedule", f"{shown(schedule)} is none of {', '.join(SCHEDULES)}"
@@ -340,7 +354,7 @@ def _training(
         raise InputError(where, "training.global_batch_size", f"{total} is not a multiple of local {local} × dp {dp}")
     steps = total // (local * dp)
     if parallel["pp"] > 1:
-        par = toml.document.get("parallelism", {})
+        par = toml.table("parallelism")
         micro = toml.integer({**PARALLELISM_KEYS, **par}, "parallelism", "pipeline_parallel_microbatch_size")
         if local % micro:  # pipeline_parallel.py pipeline_llm raises
             key = "parallelism.pipeline_parallel_microbatch_size"
@@ -350,7 +364,7 @@ def _training(
             notes.append(f"training.global_batch_size {total}: {steps} pipeline flushes a step, priced as one")
     else:
         micro, micro_batches = local, steps
-    param = training["mixed_precision_param"]
+    param = toml.text(training, "training", "mixed_precision_param")
     if param not in ("bfloat16", "float32"):
         raise InputError(where, "training.mixed_precision_param", f"{shown(param)}: bfloat16 or float32")
     if training["dtype"] == "bfloat16":
@@ -372,7 +386,7 @@ def _training(
 def _optimizer(toml: _Toml, notes: list[str]) -> str:
     optimizer = toml.section("optimizer", OPTIMIZER_KEYS)
     names = {"Adam": "adam", "AdamW": "adamw"}  # components/optimizer.py build_optimizers
-    if optimizer["name"] not in names:
+    if toml.text(optimizer, "optimizer", "name") not in names:
         raise InputError(toml.where, "optimizer.name", f"{shown(optimizer['name'])}: ppb prices Adam and AdamW")
     if optimizer["early_step_in_backward"]:
         notes.append("optimizer.early_step_in_backward: gradients freed in the backward, not modelled")
@@ -382,7 +396,7 @@ def _optimizer(toml: _Toml, notes: list[str]) -> str:
 def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
     """`[activation_checkpoint]` in torchtitan's words (ppb_core.config.recompute)."""
     ac = toml.section("activation_checkpoint", AC_KEYS)
-    mode = ac["mode"]
+    mode = toml.text(ac, "activation_checkpoint", "mode")
     if mode == "memory_budget":
         raise InputError(
             toml.where, "activation_checkpoint.mode", "memory_budget (the compiler's min-cut) ppb cannot price"
@@ -409,6 +423,8 @@ def _timing(toml: _Toml, model: dict[str, Any], notes: list[str]) -> dict[str, A
     compiled = toml.section("compile", COMPILE_KEYS)
     if compiled["enable"]:
         components = compiled["components"]
+        if not isinstance(components, list):
+            raise InputError(toml.where, "compile.components", "is a list: model, loss")
         if "model" in components:
             timing["torch_compile"] = True
         if "loss" in components:
@@ -417,7 +433,7 @@ def _timing(toml: _Toml, model: dict[str, Any], notes: list[str]) -> dict[str, A
     if not isinstance(converters, list):
         raise InputError(toml.where, "model.converters", "is a list of converter names")
     for given in converters:
-        converter = OLD_CONVERTERS.get(given, given)
+        converter = OLD_CONVERTERS.get(given, given) if isinstance(given, str) else ""
         if converter not in CONVERTERS:
             raise InputError(toml.where, "model.converters", f"{shown(given)} is none of {', '.join(CONVERTERS)}")
         if converter == "quantize.linear.float8":
@@ -429,7 +445,7 @@ def _timing(toml: _Toml, model: dict[str, Any], notes: list[str]) -> dict[str, A
 
 
 def _float8(toml: _Toml, notes: list[str]) -> None:
-    linear = toml.document.get("quantize", {}).get("linear", {}).get("float8") or toml.document.get("float8", {})
+    linear = toml.table("quantize", "linear", "float8") or toml.table("float8")
     if linear.get("enable_fsdp_float8_all_gather"):
         notes.append("quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP's fp8 gather, priced in bf16")
     if linear.get("recipe_name") not in (None, "tensorwise"):
@@ -439,14 +455,12 @@ def _float8(toml: _Toml, notes: list[str]) -> None:
 
 
 def _other(toml: _Toml, notes: list[str]) -> None:
-    document = toml.document
-    if document.get("fault_tolerance", {}).get("enable"):
+    experimental = toml.table("experimental")
+    if toml.table("fault_tolerance").get("enable"):
         notes.append("fault_tolerance.enable: torchft's replica groups, not modelled")
-    if document.get("experimental", {}).get("custom_import") or document.get("experimental", {}).get(
-        "custom_args_module"
-    ):
+    if experimental.get("custom_import") or experimental.get("custom_args_module"):
         notes.append("experimental: a custom module, priced as the named model")
-    if document.get("debug", {}).get("deterministic"):
+    if toml.table("debug").get("deterministic"):
         notes.append("debug.deterministic: deterministic kernels, not modelled")
     # debug.moe_force_load_balance routes evenly: ppb's default (training.moe.dropless_imbalance 1.0)
 
