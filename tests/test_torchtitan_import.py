@@ -247,15 +247,15 @@ def test_the_405b_job_says_what_is_not_modelled() -> None:
     imported = import_torchtitan((SHIPPED / "llama3_405b.toml").read_text(), 512, "h100-80gb")
     raw = imported.raw
     # `converters = ["float8"]`: v0.1.0's name of the float8 linear converter; [compile] the model
-    assert raw["timing"] == {"torch_compile": True, "matmul_dtype": "fp8"}
+    # Float8LinearConfig's default recipe, per-tensor scaling (TE calls it tensorwise)
+    assert raw["timing"] == {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
     assert raw["parallel"]["tp"] == 8 and raw["parallel"]["dp"] == 64 and raw["parallel"]["sequence_parallel"]
     assert raw["training"]["recompute"] == {"mode": "full"}
     assert [note.split(":")[0] for note in imported.notes] == [
         "parallelism.enable_async_tensor_parallel",
         "compile.components loss",
         "quantize.linear.float8.enable_fsdp_float8_all_gather",
-        "quantize.linear.float8.filter_fqns ['output']",
-    ]
+    ]  # filter_fqns ["output"]: the output layer in 16 bits, as ppb prices it
 
 
 def test_deepseek_v3_flavors_carry_experts_and_latent_attention() -> None:
@@ -352,3 +352,15 @@ def test_the_written_run_config_reads_back(tmp_path: Path) -> None:
     out = tmp_path / "run.yaml"
     out.write_text(yaml.safe_dump(imported.raw, sort_keys=False))
     assert load_run_config(out).model_dump() == run.model_dump() | {"name": "job"}
+
+
+def test_float8_without_filters_says_the_output_and_router_ppb_keeps_in_16_bits() -> None:
+    # Float8Linear's filter_fqns defaults to [] (job_config.py): torchtitan converts the output
+    # layer and the router's gate too, which ppb prices in 16 bits (timing/flops.py Op.fp8)
+    job = '[model]\nname = "deepseek_v3"\nflavor = "16B"\nconverters = ["quantize.linear.float8"]\n'
+    imported = import_torchtitan(job, 8, "h100-80gb")
+    assert imported.raw["timing"] == {"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+    assert imported.notes[1:] == [
+        "quantize.linear.float8.filter_fqns: the output layer in fp8, priced in 16 bits",
+        "quantize.linear.float8.filter_fqns: the MoE router in fp8, priced in 16 bits",
+    ]

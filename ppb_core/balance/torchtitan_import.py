@@ -154,7 +154,7 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         "training": _training(toml, training, parallel, dp, seq, notes),
         "device": {"name": device},
     }
-    timing = _timing(toml, model, notes)
+    timing = _timing(toml, model, bool(spec.get("num_experts")), notes)
     if timing:
         raw["timing"] = timing
     _other(toml, notes)
@@ -418,7 +418,7 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
     return {"mode": "selective", "option": option if option == "op" else int(option)}
 
 
-def _timing(toml: _Toml, model: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str]) -> dict[str, Any]:
     timing: dict[str, Any] = {}
     compiled = toml.section("compile", COMPILE_KEYS)
     if compiled["enable"]:
@@ -438,20 +438,33 @@ def _timing(toml: _Toml, model: dict[str, Any], notes: list[str]) -> dict[str, A
             raise InputError(toml.where, "model.converters", f"{shown(given)} is none of {', '.join(CONVERTERS)}")
         if converter == "quantize.linear.float8":
             timing["matmul_dtype"] = "fp8"  # components/quantization/float8.py Float8LinearConverter
-            _float8(toml, notes)
+            _float8(toml, timing, experts, notes)
         else:
             notes.append(f"model.converters {converter}: not modelled")
     return timing
 
 
-def _float8(toml: _Toml, notes: list[str]) -> None:
+def _float8(toml: _Toml, timing: dict[str, Any], experts: bool, notes: list[str]) -> None:
+    """Float8LinearConverter (components/quantization/float8.py): every `nn.Linear` but the
+    `filter_fqns` to torchao's Float8Linear, dynamically scaled per tensor unless `recipe_name` says
+    (Float8LinearConfig's default: tensorwise). ppb runs the body's GEMMs in FP8 and keeps the output
+    layer and the MoE router in 16 bits (`ppb_core.timing.flops` `Op.fp8`)."""
     linear = toml.table("quantize", "linear", "float8") or toml.table("float8")
+    timing["fp8_recipe"] = "tensorwise"  # per-tensor current scaling, TE's name for it
     if linear.get("enable_fsdp_float8_all_gather"):
         notes.append("quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP's fp8 gather, priced in bf16")
     if linear.get("recipe_name") not in (None, "tensorwise"):
         notes.append(f"quantize.linear.float8.recipe_name {linear['recipe_name']}: priced as tensorwise")
-    if linear.get("filter_fqns"):
-        notes.append(f"quantize.linear.float8.filter_fqns {linear['filter_fqns']}: every linear priced in fp8")
+    filtered = linear.get("filter_fqns") or []
+    if not isinstance(filtered, list):
+        raise InputError(toml.where, "quantize.linear.float8.filter_fqns", "is a list of module names")
+    if "output" not in filtered:
+        notes.append("quantize.linear.float8.filter_fqns: the output layer in fp8, priced in 16 bits")
+    if experts and "router.gate" not in filtered:
+        notes.append("quantize.linear.float8.filter_fqns: the MoE router in fp8, priced in 16 bits")
+    others = [name for name in filtered if name not in ("output", "router.gate")]
+    if others:
+        notes.append(f"quantize.linear.float8.filter_fqns {others}: these linears priced in fp8")
 
 
 def _other(toml: _Toml, notes: list[str]) -> None:
