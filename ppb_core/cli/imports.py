@@ -23,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output)
     if args.gpus is not None and args.gpus < 1:
         raise InputError(None, "--gpus", f"must be a positive count, got {args.gpus}")
+    if args.tokenizer_vocab is not None and args.tokenizer_vocab < 1:
+        raise InputError(None, "--tokenizer-vocab", f"must be a positive size, got {args.tokenizer_vocab}")
     source: str = args.launch
     if args.framework == "torchtitan":
         return _torchtitan(args, source)

@@ -480,7 +480,7 @@ class TimeModel:
                     [op.name for op in self._rerun(layer, state, switches)],
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
-                    dispatcher=run.timing.moe_dispatcher == "alltoall"
+                    dispatcher=run.timing.moe_dispatcher in ("alltoall", "allgather")
                     and layer.node == BODY
                     and not (graphs != "none" and dispatch_captured(ops, modules, graphs)),
                     dropless=run.training.moe.dropless,
