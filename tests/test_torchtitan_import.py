@@ -364,3 +364,51 @@ def test_float8_without_filters_says_the_output_and_router_ppb_keeps_in_16_bits(
         "quantize.linear.float8.filter_fqns: the output layer in fp8, priced in 16 bits",
         "quantize.linear.float8.filter_fqns: the MoE router in fp8, priced in 16 bits",
     ]
+
+
+def test_layers_per_stage_and_named_parts_give_the_split() -> None:
+    job = """
+[model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 8
+[parallelism]
+data_parallel_shard_degree = 8
+pipeline_parallel_degree = 3
+pipeline_parallel_schedule = "Interleaved1F1B"
+pipeline_parallel_layers_per_stage = 4
+"""
+    raw = _imported(job, 24)
+    # ceil((32 + 1 + 1) / 4) = 9 stages, 3 a rank; 34 // 9 = 3 rest 7: stages 0-6 take 4, 7-8 take 3;
+    # stage 0 the embedding and 3 layers, stages 1-6 4 layers, stage 7 3, stage 8 2 and the output
+    assert raw["parallel"]["layout"] == "Ettt|tttt|tttt|tttt|tttt|tttt|tttt|ttt|ttL"
+    assert raw["parallel"]["vpp"] == 3
+    parse_run_config(raw)
+    named = """
+[model]
+name = "llama3"
+flavor = "debugmodel"
+[parallelism]
+pipeline_parallel_degree = 2
+module_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1"],
+                              ["layers.2", "layers.3", "layers.4", "layers.5", "norm", "output"]]
+"""
+    assert _imported(named, 2)["parallel"]["layout"] == "Ett|ttttL"
+    with pytest.raises(InputError) as err:
+        import_torchtitan(named.replace('"layers.4", ', ""), 2, "h100-80gb")
+    assert err.value.field == "parallelism.module_fqns_per_model_part"
+    with pytest.raises(InputError) as err:  # ceil(34 / 5) = 7 stages do not split over 2 ranks
+        import_torchtitan(job.replace("= 4", "= 5").replace("degree = 3", "degree = 2"), 16, "h100-80gb")
+    assert err.value.field == "parallelism.pipeline_parallel_layers_per_stage"
+
+
+def test_qwen3_moe_takes_expert_parallelism() -> None:
+    job = '[model]\nname = "qwen3"\nflavor = "30B-A3B"\n[parallelism]\nexpert_parallel_degree = 8\n'
+    raw = _imported(job, 16)
+    # qwen3_args["30B-A3B"]: 128 experts of 768, top 8, every block MoE; EP 8 out of the 16 FSDP ranks
+    spec = raw["models"][0]["spec"]
+    assert (spec["num_experts"], spec["experts_per_token"], spec["moe_intermediate_size"]) == (128, 8, 768)
+    assert "first_dense_layers" not in spec and spec["num_key_value_heads"] == 4
+    assert (raw["parallel"]["dp"], raw["parallel"]["ep"], raw["parallel"]["etp"]) == (16, 8, 1)
+    parse_run_config(raw)

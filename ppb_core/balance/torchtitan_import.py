@@ -274,7 +274,7 @@ def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: lis
         notes.append("parallelism.pipeline_parallel_schedule_csv: a schedule from a file, not modelled")
     fqns = par["module_fqns_per_model_part"]
     if fqns is not None:
-        stages = _stages_of_fqns(fqns, where)
+        stages = _stages_of_fqns(fqns, layers, where)
     else:
         first = toml.integer(par, "parallelism", "pipeline_parallel_first_stage_less_layers", 0)
         last = toml.integer(par, "parallelism", "pipeline_parallel_last_stage_less_layers", 0)
@@ -286,7 +286,8 @@ def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: lis
             count = -(-(layers + first + last) // per_stage)
         stages = _even_split(count, layers, first, last, where)
     if len(stages) % pp:
-        raise InputError(where, "parallelism.pipeline_parallel_layers_per_stage", f"{len(stages)} stages over pp {pp}")
+        key = "module_fqns_per_model_part" if fqns is not None else "pipeline_parallel_layers_per_stage"
+        raise InputError(where, f"parallelism.{key}", f"{len(stages)} stages do not split over pp {pp}")
     vpp = len(stages) // pp
     if schedule in SINGLE_STAGE and vpp != 1:
         raise InputError(
@@ -317,12 +318,13 @@ def _even_split(stages: int, layers: int, first: int, last: int, where: str) -> 
     return text
 
 
-def _stages_of_fqns(fqns: Any, where: str) -> list[str]:
-    """`module_fqns_per_model_part`: each part's modules, `tok_embeddings`, `layers.N`, `norm`, `output`."""
+def _stages_of_fqns(fqns: Any, layers: int, where: str) -> list[str]:
+    """`module_fqns_per_model_part`: each part's modules, `tok_embeddings`, `layers.N`, `norm`,
+    `output`; the layers in model order, each once (pipeline_module_split keeps the named modules)."""
     key = "parallelism.module_fqns_per_model_part"
     if not isinstance(fqns, list) or not all(isinstance(part, list) for part in fqns):
         raise InputError(where, key, "is a list of lists of module names")
-    text = []
+    text, order = [], []
     for part in fqns:
         words = []
         for name in part:
@@ -330,12 +332,19 @@ def _stages_of_fqns(fqns: Any, where: str) -> list[str]:
                 words.append("E")
             elif name == "output":
                 words.append("L")
-            elif isinstance(name, str) and name.startswith("layers."):
+            elif isinstance(name, str) and name.startswith("layers.") and name[7:].isdigit():
                 words.append("t")
+                order.append(int(name[7:]))
             elif name != "norm":
                 raise InputError(where, key, f"{shown(name)} is not a module of torchtitan's decoder")
         text.append("".join(words))
+    if order != list(range(layers)):
+        raise InputError(where, key, f"names the layers {_span(order)}, not layers.0 to layers.{layers - 1} in order")
     return text
+
+
+def _span(order: list[int]) -> str:
+    return ", ".join(map(str, order[:6])) + (", ..." if len(order) > 6 else "") if order else "none"
 
 
 def _training(
