@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from bench._public import LLAMA31_8B, LLAMA31_70B, torchtitan_llama31_8b, torchtitan_run
+from bench._public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_llama31_8b, torchtitan_run
 from ppb_core.balance.torchtitan_flavors import llama3_ffn, model_spec
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.estimate.run import estimate
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.params import body_params, head_params, tail_params
 
@@ -230,6 +231,35 @@ def test_the_cp_and_tp_benchmarks_are_reproduced_by_their_toml() -> None:
     # 512 = 16 × dp 32: one step; TP 8 always with sequence parallelism (apply_tp)
     tp = torchtitan_run("tp", LLAMA31_70B, {"dp": 32, "tp": 8, "sequence_parallel": True}, 8192, 16, 1, "full", H100)
     assert _comparable(_imported(TABLE_4)) == _comparable(tp)
+
+
+TABLE_5 = """
+[model]
+name = "llama3"
+flavor = "405B"
+[training]
+local_batch_size = 32
+global_batch_size = 256
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 8
+pipeline_parallel_degree = 8
+pipeline_parallel_schedule = "SCHEDULE"
+pipeline_parallel_microbatch_size = 4
+[activation_checkpoint]
+mode = "full"
+"""
+
+
+@pytest.mark.parametrize(("schedule", "ours", "vpp"), [("1F1B", "1f1b", 1), ("Interleaved1F1B", "interleaved", 2)])
+def test_the_pipeline_benchmark_is_reproduced_by_its_toml(schedule: str, ours: str, vpp: int) -> None:
+    # Table 5: 32 a rank in micro-batches of 4, 8 of them; torchtitan's split (126 layers + embedding +
+    # output = 128 over 8 or 16 stages) is the even one the bench row leaves to ppb, written as a layout
+    imported = parse_run_config({**_imported(TABLE_5.replace("SCHEDULE", schedule), 512), "device": H100})
+    par = {"dp": 8, "tp": 8, "pp": 8, "vpp": vpp, "schedule": ours, "sequence_parallel": True}
+    bench = parse_run_config(torchtitan_run("405b", LLAMA3_405B, par, 8192, 4, 8, "full", H100))
+    assert [s.peak_bytes for s in estimate(imported).stages] == [s.peak_bytes for s in estimate(bench).stages]
 
 
 @pytest.mark.parametrize("name", sorted(path.stem for path in SHIPPED.glob("*.toml")))
