@@ -106,9 +106,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `get_workspace()` (extensions/transformer_engine.py).
 * **cuDNN's deterministic attention backward takes a dS workspace** (`workspaces.
   cudnn_dp_workspace_bytes`): under `--deterministic-mode` with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 on
-  Hopper, Transformer Engine's cuDNN backward runs the dP-workspace path and allocates its workspace,
-  b·heads·s²·2 bytes, from PyTorch's caching allocator for the kernel's duration
-  (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`). It is held while one body layer's
+  Hopper and sm100 (`CUDNN_DETERMINISTIC_CAPABILITIES`), Transformer Engine's cuDNN backward runs the
+  dP-workspace path and allocates its workspace, b·heads·s²·2 bytes, from PyTorch's caching allocator
+  for the kernel's duration (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`). It is held while one body layer's
   attention backward runs: on the stage holding the loss, the first backward reaches it after the
   loss's backward has freed the TAIL's kept activations of that micro-batch (`stage_peaks`).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
@@ -200,6 +200,7 @@ from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
+    CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
     cudnn_dp_workspace_bytes,
     torch_training_workspace_bytes,
@@ -553,12 +554,12 @@ class MegatronRules(FrameworkRules):
         return found + global_buffer_bytes(setup, kinds)
 
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
-        """cuDNN's deterministic backward's dS workspace on Hopper (module docstring), for a body layer's
+        """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
         kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
-        hopper = 9.0 <= setup.compute_capability < 10.0
+        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-        if not (setup.deterministic and hopper and engine) or not isinstance(kind, BodyKind):
+        if not (setup.deterministic and cudnn and engine) or not isinstance(kind, BodyKind):
             return 0.0
         if isinstance(kind, EncoderBodyKind):
             return 0.0
