@@ -393,6 +393,15 @@ def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
     run_config_of(imported, "case")
 
 
+def test_without_grouped_gemm_the_experts_are_a_sequential_mlp_priced_as_such() -> None:
+    # no --moe-grouped-gemm: Megatron builds a SequentialMLP (transformer_engine_spec_provider.py
+    # `grouped_mlp_modules`, d98e8a64), its memory and its time both modelled: no note for the flag
+    imported = import_megatron(f"{BASE} --num-experts 4 --moe-token-dispatcher-type alltoall", 8, "h100-80gb")
+    assert imported.raw["training"]["moe"]["grouped_gemm"] is False
+    assert imported.notes == []
+    run_config_of(imported, "case")
+
+
 def test_notes_name_only_flags_that_change_what_ppb_prices() -> None:
     # no bias to fuse under --disable-bias-linear; --rotary-percent 1.0 is every channel (the default)
     # (--no-bias-gelu-fusion is priced, timing.bias_gelu_fusion; the dropout fusion's is not)
