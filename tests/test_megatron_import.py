@@ -418,3 +418,37 @@ def test_notes_name_only_flags_that_change_what_ppb_prices() -> None:
     )
     notes = import_megatron(script, 8, "h100-80gb").notes
     assert notes == ["--no-bias-dropout-fusion: not modelled by ppb (priced as if not given)"]
+
+
+def test_another_entry_point_is_refused_not_priced_as_gpt() -> None:
+    # examples/bert/train_bert_340m_distributed.sh runs pretrain_bert.py: BERT's layers, not GPT's
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"torchrun --nproc_per_node 8 ../pretrain_bert.py {BASE}", 8, "h100-80gb")
+    assert caught.value.field == "pretrain_bert.py"
+    import_megatron(f"torchrun --nproc_per_node 8 ../pretrain_gpt.py {BASE}", 8, "h100-80gb")  # accepted
+
+
+def test_a_profiler_s_options_are_not_megatron_flags() -> None:
+    # examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh: nsys's own options before the launch
+    script = (
+        f"TRAINING_ARGS=({BASE} --record-memory-history)\n"
+        "PROFILE_CMD=(nsys profile --sample=none --trace=cuda,nvtx -o out)\n"
+        '"${PROFILE_CMD[@]}" torchrun --nproc_per_node 8 pretrain_gpt.py ${TRAINING_ARGS[@]}\n'
+        "nsys profile --cuda-memory-usage=true python -m torch.distributed.run pretrain_gpt.py --fim-rate 0.5\n"
+    )
+    noted = [note.split()[0].rstrip(":") for note in import_megatron(script, None, "h100-80gb").notes]
+    assert noted == ["--record-memory-history", "--fim-rate"]  # no --sample, --trace, -o, --cuda-memory-usage
+
+
+def test_an_expert_group_that_does_not_divide_names_the_expert_flag() -> None:
+    # 8 GPUs, pp 4: dp 2, so ep 8 · etp 1 does not divide dp·cp·tp = 2 (examples/mixtral on one node)
+    flags = f"{BASE} --pipeline-model-parallel-size 2 --num-experts 8 --expert-model-parallel-size 8"
+    with pytest.raises(InputError) as caught:
+        run_config_of(import_megatron(flags.replace("size 2 ", "size 4 ", 1), 8, "h100-80gb"), "launch")
+    assert caught.value.field == "--expert-model-parallel-size"
+
+
+def test_an_output_in_a_missing_folder_is_written_there(tmp_path, capsys) -> None:
+    out = tmp_path / "new" / "run.yaml"
+    assert main(["import", "megatron", BASE, "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+    assert load_run_config(out).parallel.dp == 8

@@ -24,6 +24,13 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=(.*)", re.DOTALL)
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# A profiler wrapping the launch (examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh's
+# `PROFILE_CMD=(nsys profile --sample=none ...)`): its options are its own, not pretrain_gpt.py's,
+# up to the launcher it runs or the array's end.
+_PROFILERS = frozenset({"nsys", "ncu"})
+_LAUNCHERS = frozenset({"torchrun", "python", "python3", "uv"})
+
+
 class ScriptError(ValueError):
     """Text the shell itself could not read (an unclosed quote)."""
 
@@ -70,7 +77,7 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
         raise ScriptError(f"cannot read the flags: {err}") from None
     variables: dict[str, str] = {}
     found: list[str] = []
-    in_array = False
+    in_array = profiler = False
     for word in words:
         assignment = None if in_array else _ASSIGNMENT.fullmatch(word)
         if assignment is not None:
@@ -80,11 +87,19 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
                 continue
             # ARGS=( opens an array, its elements words of their own (`ARGS=(--a 1 --b)` too)
             in_array, word = True, raw[1:]
-        if in_array and word.endswith(")") and word.count(")") > word.count("("):  # "([0]+[1]*3)" stays
+        closed = in_array and word.endswith(")") and word.count(")") > word.count("(")  # "([0]+[1]*3)" stays
+        if closed:
             in_array, word = False, word[:-1]
         if not word:
+            profiler = profiler and not closed
             continue
         expanded = _expand(word, variables)
+        if expanded in _PROFILERS:
+            profiler = True
+        if profiler:
+            profiler = not closed and expanded not in _LAUNCHERS and not expanded.endswith(".py")
+            if profiler or closed:
+                continue
         if expanded.startswith("--") and len(expanded.split()) > 1:
             found.extend(expanded.split())
         else:

@@ -159,6 +159,7 @@ def import_megatron(
         words, variables = script_words_and_variables(text)
     except ScriptError as err:
         raise InputError(where, None, str(err)) from None
+    _refuse_other_entry(words, where)
     args = _Args(words, where)
     for flag, what in NOT_PRICED.items():
         if flag in args.given:
@@ -182,6 +183,16 @@ def import_megatron(
         raw["memory"] = {"cublas_workspace_config": cublas}
     notes.extend(_unmodelled(args))
     return Imported(raw, notes)
+
+
+def _refuse_other_entry(words: list[str], where: str) -> None:
+    """A launch of another Megatron-LM entry point (examples/bert/train_bert_340m_distributed.sh runs
+    pretrain_bert.py, examples/mamba/train.sh pretrain_mamba.py) builds other layers than the GPT
+    decoder ppb prices: refused, not priced as pretrain_gpt.py."""
+    for word in words:
+        name = word.rsplit("/", 1)[-1]
+        if name.startswith("pretrain_") and name.endswith(".py") and name != "pretrain_gpt.py":
+            raise InputError(where, name, "is not pretrain_gpt.py: ppb prices GPT decoder layers")
 
 
 def _torchrun_world(args: _Args) -> int:
@@ -729,6 +740,8 @@ def run_config_of(imported: Imported, where: str) -> RunConfig:
         return parse_run_config(imported.raw, where)
     except InputError as err:
         flag = FIELD_FLAGS.get(err.field or "")
+        if err.field == "parallel" and err.problem.startswith("ep·etp"):  # RunParallel's expert-group check
+            flag = "--expert-model-parallel-size"
         if flag is None:
             raise
         raise InputError(where, flag, f"{err.problem} (run config field {err.field})") from None

@@ -15,7 +15,7 @@ import yaml
 from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.errors import InputError
-from ppb_core.io import check_output, read_text
+from ppb_core.io import atomic_write_text, check_output, read_text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +59,7 @@ def _write(args: argparse.Namespace, imported: Imported, what: str) -> int:
     for note in imported.notes:
         print(f"ppb: not modelled: {note}", file=sys.stderr)
     if args.output:
-        Path(args.output).write_text(document)
+        atomic_write_text(args.output, document)  # its folders made, as `ppb balance -o` makes them
         print(f"wrote {args.output} ({len(imported.notes)} {what}(s) not modelled)")
     else:
         print(document, end="")
