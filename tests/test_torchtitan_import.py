@@ -353,6 +353,8 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ('[model]\nname = ["llama3"]', 8, "model.name"),
         ('[compile]\nenable = true\ncomponents = "model"', 8, "compile.components"),
         ("training = 5", 8, "training"),
+        ("[compiel]\nenable = true", 8, "compiel"),  # manager.py _dict_to_dataclass: "Invalid field names"
+        ("seq_len = 4096", 8, "seq_len"),  # a key above every section is JobConfig's field too
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_toml_key(text: str, gpus: int | None, key: str) -> None:
@@ -442,3 +444,10 @@ def test_qwen3_moe_takes_expert_parallelism() -> None:
     assert "first_dense_layers" not in spec and spec["num_key_value_heads"] == 4
     assert (raw["parallel"]["dp"], raw["parallel"]["ep"], raw["parallel"]["etp"]) == (16, 8, 1)
     parse_run_config(raw)
+
+
+def test_a_custom_config_module_s_section_is_said_not_refused() -> None:
+    # manager.py _maybe_add_custom_config merges the module's dataclass: its sections are valid there
+    text = '[job]\ncustom_config_module = "my.config"\n[my_extension]\nknob = 1'
+    notes = import_torchtitan(text, 8, "h100-80gb", "job.toml").notes
+    assert notes == ["[my_extension]: job.custom_config_module's section, not read by ppb (priced as if absent)"]

@@ -138,9 +138,16 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         raise InputError(where, None, f"not TOML: {err}") from None
     toml = _Toml(document, where)
     notes: list[str] = []
+    job = document.get("job")
+    custom = isinstance(job, dict) and bool(job.get("custom_config_module"))
     for section in document:
-        if section not in NO_BEARING and section not in _READ:
-            notes.append(f"[{section}]: not a section ppb reads (priced as if absent)")
+        if section in NO_BEARING or section in _READ:
+            continue
+        # manager.py ConfigManager._dict_to_dataclass refuses a name JobConfig lacks ("Invalid field
+        # names"), unless job.custom_config_module merges in a dataclass that has it
+        if not custom:
+            raise InputError(where, section, "is not a section of torchtitan v0.2.2's job config")
+        notes.append(f"[{section}]: job.custom_config_module's section, not read by ppb (priced as if absent)")
     model = toml.section("model", MODEL_KEYS)
     training = toml.section("training", TRAINING_KEYS)
     seq = toml.integer(training, "training", "seq_len")
