@@ -253,7 +253,9 @@ def imports(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the tokenizer's vocabulary, where Megatron-LM reads it from a file (HuggingFace, SentencePiece)",
     )
-    parser.add_argument("--name", help="the run config's name (default: the script's file name)")
+    parser.add_argument(
+        "--name", help="the run config's name (default: the file's name without its suffix; megatron-launch for flags)"
+    )
     parser.add_argument("-o", "--output", metavar="RUN.yaml", help="where to write the run config (default: print)")
 
 
@@ -343,16 +345,17 @@ fit, 2 when the plan cannot be read.""",
         summary="write the run config of a Megatron-LM launch (flags or script) or a torchtitan job TOML",
         description="""The run config a Megatron-LM launch or a torchtitan job says, for every other command.
 
-LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would, its
-variables at their defaults). Every flag ppb models is carried over, Megatron-LM's default where the
+LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would without
+running it: its variables at their defaults, both branches of an `if`, a profiler's own options
+such as nsys's left out). Every flag ppb models is carried over, Megatron-LM's default where the
 launch leaves it out (Megatron-LM d98e8a64); the vocabulary comes from the tokenizer, padded as
 Megatron pads it. Each flag that bears on memory or time and that ppb does not model is said on
-stderr, one line each; a contradiction, or a model ppb does not price, is refused in one line
-naming the flag, and nothing is written.
+stderr, one line each; a contradiction, another entry point (pretrain_bert.py, pretrain_hybrid.py)
+or a model ppb does not price is refused in one line naming the flag, and nothing is written.
 
 For torchtitan, LAUNCH is the job's TOML (train.py --job.config_file), read with torchtitan v0.2.2's
 defaults and its model flavors (llama3, deepseek_v3, qwen3); the same rules hold, naming the TOML
-key.""",
+key (a key or section torchtitan does not have is refused). -o makes the folders it names.""",
         arguments=imports,
     ),
     "search": Command(
