@@ -452,3 +452,10 @@ def test_an_output_in_a_missing_folder_is_written_there(tmp_path, capsys) -> Non
     out = tmp_path / "new" / "run.yaml"
     assert main(["import", "megatron", BASE, "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     assert load_run_config(out).parallel.dp == 8
+
+
+def test_an_empty_launch_script_is_said_to_be_empty(tmp_path, capsys) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("\n")
+    assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb"]) == 2
+    assert capsys.readouterr().err == f"ppb: error: {script}: is empty: no Megatron-LM flags\n"

@@ -451,3 +451,15 @@ def test_a_custom_config_module_s_section_is_said_not_refused() -> None:
     text = '[job]\ncustom_config_module = "my.config"\n[my_extension]\nknob = 1'
     notes = import_torchtitan(text, 8, "h100-80gb", "job.toml").notes
     assert notes == ["[my_extension]: job.custom_config_module's section, not read by ppb (priced as if absent)"]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_an_empty_job_is_refused_not_priced_as_torchtitans_debugmodel(text: str) -> None:
+    with pytest.raises(InputError) as err:
+        import_torchtitan(text, 8, "h100-80gb", "job.toml")
+    assert (err.value.source, err.value.field) == ("job.toml", None)
+
+
+def test_a_folder_given_as_the_job_is_said_to_be_a_folder(tmp_path: Path, capsys) -> None:
+    assert main(["import", "torchtitan", str(tmp_path), "--gpus", "8", "--device", "h100-80gb"]) == 2
+    assert capsys.readouterr().err == f"ppb: error: {tmp_path}: is a directory, not a file\n"

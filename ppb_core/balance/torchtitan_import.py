@@ -136,6 +136,8 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise InputError(where, None, f"not TOML: {err}") from None
+    if not document:  # torchtitan would train its debugmodel on every default: not what a job file means
+        raise InputError(where, None, "holds no keys: an empty torchtitan job")
     toml = _Toml(document, where)
     notes: list[str] = []
     job = document.get("job")

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.exists(source):
             raise InputError(source, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(source), source
+        if not text.strip():
+            raise InputError(source, None, "is empty: no Megatron-LM flags")
     imported = import_megatron(text, args.gpus, args.device, where, args.tokenizer_vocab)
     name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
     imported.raw["name"] = name
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 def _torchtitan(args: argparse.Namespace, source: str) -> int:
     if args.tokenizer_vocab is not None:
         raise InputError(None, "--tokenizer-vocab", "is Megatron's: torchtitan's vocabulary is its model flavor's")
-    if not os.path.isfile(source):
+    if not os.path.exists(source):
         raise InputError(source, None, "no such file (a torchtitan job TOML)")
     imported = import_torchtitan(read_text(source), args.gpus, args.device, source)
     imported.raw["name"] = args.name or Path(source).stem
