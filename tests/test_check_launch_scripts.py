@@ -288,6 +288,19 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
         ('X=(\n  "--vocab-size 128256"\n)', ["--vocab-size", "128256"]),  # split as ${X[@]} splits it
         ("--a 1 \\\n  --b 2 # --c 3", ["--a", "1", "--b", "2"]),  # joined lines, a comment
         ("X=${X:-${Y:-3}}\n--tp $X", ["--tp", "3"]),  # nested defaults, from the inside
+        # bash arithmetic (examples/gptoss/02_train.sh): 8·1 = 8; 64/4 = 16; (8+1)·3 = 27; -7/2 truncates
+        # to -3 and 7 % -3 is 7 - (-2)(-3) = 1 as C computes them; $RANDOM is never assigned: left as is
+        ("G=8\nN=1\nW=$(($G*$N))\nPP=${W}\n--pp $PP", ["--pp", "8"]),
+        (
+            "PP=4\n--tp $((64/PP)) --a $(( (8+1) * 3 )) --b $((-7/2)) --c $((7%-3))",
+            ["--tp", "16", "--a", "27", "--b", "-3", "--c", "1"],
+        ),
+        ("--port $(($RANDOM + 1024))", ["--port", "$(($RANDOM+1024))"]),
+        # a `case` arm's pattern is the script's own option, not pretrain_gpt.py's
+        (
+            'case $1 in\n  --checkpoint-path)\n    CKPT="$2"\n    shift 2\n    ;;\nesac\n--tp 2',
+            ["case", "$1", "in", "shift", "2", ";;", "esac", "--tp", "2"],
+        ),
     ],
 )
 def test_a_scripts_words_as_the_shell_reads_them(text: str, words: list[str]) -> None:

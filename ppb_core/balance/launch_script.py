@@ -14,6 +14,7 @@ flag holding one is refused by the flag reader.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 
@@ -57,7 +58,61 @@ def _expand(word: str, variables: dict[str, str]) -> str:
         if expanded == word:
             break
         word = expanded
-    return word
+    return _ARITHMETIC.sub(lambda match: _arithmetic(match, variables), word)
+
+
+# $(( expression )): bash's integer arithmetic (examples/gptoss/02_train.sh `WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))`,
+# a pipeline size of `${WORLD_SIZE}`), with one level of parentheses inside
+_ARITHMETIC = re.compile(r"\$\(\(((?:[^()]|\([^()]*\))*)\)\)")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT64 = 2**63  # bash's arithmetic is in 64-bit integers
+_ARITHMETIC_CHARACTERS = 200
+
+
+def _arithmetic(match: re.Match[str], variables: dict[str, str]) -> str:
+    """The value of `$((...))` as bash computes it (+ - * / %, division truncating toward zero, a bare
+    name its variable's value); left as written where a name is not assigned (`$RANDOM`)."""
+    if len(match.group(1)) > _ARITHMETIC_CHARACTERS:  # a launch script's sums are short; the parser recurses
+        return match.group(0)
+    names = {name: variables.get(name) for name in _NAME.findall(match.group(1))}
+    if any(value is None or not value.strip().lstrip("-").isdigit() for value in names.values()):
+        return match.group(0)
+    expression = _NAME.sub(lambda name: f"({names[name.group(0)].strip()})", match.group(1))
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        return match.group(0)
+    result = _evaluate(tree.body, match.group(0))
+    return match.group(0) if result is None else str(result)
+
+
+def _evaluate(node: ast.expr, shown: str) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _evaluate(node.operand, shown)
+        return None if operand is None else -operand if isinstance(node.op, ast.USub) else operand
+    if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div | ast.Mod):
+        return None
+    left, right = _evaluate(node.left, shown), _evaluate(node.right, shown)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Div | ast.Mod) and right == 0:
+        raise ScriptError(f"{shown}: division by 0")
+    if isinstance(node.op, ast.Add | ast.Sub | ast.Mult):
+        result = (
+            left + right
+            if isinstance(node.op, ast.Add)
+            else left - right
+            if isinstance(node.op, ast.Sub)
+            else left * right
+        )
+    else:
+        quotient = abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)  # C's truncation
+        result = quotient if isinstance(node.op, ast.Div) else left - quotient * right
+    if abs(result) >= _INT64:
+        raise ScriptError(f"{shown}: over bash's 64-bit integers")
+    return result
 
 
 def script_words(text: str) -> list[str]:
@@ -71,6 +126,8 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
     # a backslash before a newline is removed with it, as the shell joins lines (shlex would keep
     # the newline in the next word)
     text = re.sub(r"\\\r?\n", "", text)
+    # `$(( 3 * PP ))` is one word to bash; shlex would split it at its spaces
+    text = _ARITHMETIC.sub(lambda match: "".join(match.group(0).split()), text)
     try:
         words = shlex.split(text, comments=True)
     except ValueError as err:
@@ -93,6 +150,8 @@ def script_words_and_variables(text: str) -> tuple[list[str], dict[str, str]]:
         if not word:
             profiler = profiler and not closed
             continue
+        if not in_array and word.endswith(")") and "(" not in word:
+            continue  # a `case` arm's pattern (`--checkpoint-path)`: the script's own option, 02_train.sh)
         expanded = _expand(word, variables)
         if expanded in _PROFILERS:
             profiler = True
