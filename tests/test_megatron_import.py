@@ -459,3 +459,13 @@ def test_an_empty_launch_script_is_said_to_be_empty(tmp_path, capsys) -> None:
     script.write_text("\n")
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb"]) == 2
     assert capsys.readouterr().err == f"ppb: error: {script}: is empty: no Megatron-LM flags\n"
+
+
+def test_a_flag_a_letter_off_one_ppb_carries_is_said_as_a_likely_typo() -> None:
+    # --num-layer is --num-layers less its s (difflib ratio 2·11/23 = 0.96 > 0.9); --fim-rate is near none
+    notes = import_megatron(f"{BASE} --num-layer 4 --fim-rate 0.5", 8, "h100-80gb").notes
+    assert notes == [
+        "--num-layer 4: not modelled by ppb (priced as if not given); a typo of --num-layers? "
+        "Megatron-LM refuses a flag it does not have",
+        "--fim-rate 0.5: not modelled by ppb (priced as if not given)",
+    ]

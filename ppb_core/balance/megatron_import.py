@@ -47,6 +47,7 @@ line naming it.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -730,8 +731,17 @@ def _unmodelled(args: _Args) -> list[str]:
         if flag in AT_DEFAULT and values == [AT_DEFAULT[flag]]:
             continue
         value = f" {' '.join(values)}" if values else ""
-        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")
+        # a flag a letter off one ppb carries is likelier a typo, which Megatron-LM's parser refuses
+        # (arguments.py: ArgumentParser(allow_abbrev=False), parse_args), than a flag of its own
+        near = difflib.get_close_matches(flag, sorted(MODELLED | args.read), 1, TYPO_SIMILARITY)
+        typo = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
+        lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){typo}")
     return lines
+
+
+# difflib's ratio above which an unknown flag is said as a likely typo: no flag of Megatron-LM's
+# arguments.py (d98e8a64) that ppb does not carry comes this close to one it carries
+TYPO_SIMILARITY = 0.9
 
 
 def run_config_of(imported: Imported, where: str) -> RunConfig:
