@@ -288,6 +288,7 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--recompute-granularity selective --recompute-modules moe_act", "--recompute-modules"),
         ("--num-experts 8 --moe-layer-freq ([0]+[1]*3)", "--moe-layer-freq"),
         ("--num-attention-heads 6", "--num-attention-heads"),
+        ("--fp8-format hybird", "--fp8-format"),  # transformer_config.py fp8: Literal['e4m3', 'hybrid']
         (
             "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
             "--microbatch-group-size-per-virtual-pipeline-stage 3",

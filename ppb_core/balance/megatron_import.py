@@ -548,7 +548,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if args.has("--defer-embedding-wgrad-compute"):
         training["defer_embedding_wgrad_compute"] = True
         training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
-    if args.text("--fp8-format") is not None:
+    fp8_format = args.text("--fp8-format")
+    if fp8_format is not None:
+        if fp8_format not in ("e4m3", "hybrid"):  # transformer_config.py `fp8`: Literal['e4m3', 'hybrid']
+            raise InputError(where, "--fp8-format", f"{shown(fp8_format)}: e4m3 or hybrid")
         training["fp8_cache"] = "linear"
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
