@@ -289,6 +289,11 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--num-experts 8 --moe-layer-freq ([0]+[1]*3)", "--moe-layer-freq"),
         ("--num-attention-heads 6", "--num-attention-heads"),
         ("--fp8-format hybird", "--fp8-format"),  # transformer_config.py fp8: Literal['e4m3', 'hybrid']
+        ("--recompute-granularity full --recompute-method unifrm --recompute-num-layers 1", "--recompute-method"),
+        ("--num-experts 8 --moe-token-dispatcher-type all2all", "--moe-token-dispatcher-type"),
+        ("--main-grads-dtype bf17", "--main-grads-dtype"),  # arguments.py choices=['fp32', 'bf16']
+        ("--recompute-granularity selective --recompute-modules core_atn", "--recompute-modules"),
+        ("--num-layers-per-virtual-pipeline-stage 2", "--pipeline-model-parallel-size"),  # pp 1
         (
             "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
             "--microbatch-group-size-per-virtual-pipeline-stage 3",

@@ -59,12 +59,14 @@ from ppb_core.balance.megatron_run import moe_pattern
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
+    CHOICES,
     FIELD_FLAGS,
     MODELLED,
     NO_BEARING,
     NO_BEARING_PREFIXES,
     NOT_PRICED,
     NOTHING_PRICED,
+    PARALLEL_PROBLEMS,
     SHELL_WORDS,
 )
 from ppb_core.config.layout import LayoutError
@@ -165,6 +167,10 @@ def import_megatron(
     for flag, what in NOT_PRICED.items():
         if flag in args.given:
             raise InputError(where, flag, f"{what}: ppb prices GPT decoder layers")
+    for flag, choices in CHOICES.items():  # read from `given`: a flag ppb does not carry stays noted
+        value = (args.given.get(flag) or [None])[0]
+        if value is not None and value not in choices:
+            raise InputError(where, flag, f"{shown(value)} is none of Megatron-LM's {', '.join(choices)}")
     notes: list[str] = []
     spec, pad_multiple = _model(args, notes, tokenizer_vocab)
     world = gpus if gpus is not None else _torchrun_world(args)
@@ -548,10 +554,7 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if args.has("--defer-embedding-wgrad-compute"):
         training["defer_embedding_wgrad_compute"] = True
         training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
-    fp8_format = args.text("--fp8-format")
-    if fp8_format is not None:
-        if fp8_format not in ("e4m3", "hybrid"):  # transformer_config.py `fp8`: Literal['e4m3', 'hybrid']
-            raise InputError(where, "--fp8-format", f"{shown(fp8_format)}: e4m3 or hybrid")
+    if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
@@ -752,9 +755,11 @@ def run_config_of(imported: Imported, where: str) -> RunConfig:
     try:
         return parse_run_config(imported.raw, where)
     except InputError as err:
-        flag = FIELD_FLAGS.get(err.field or "")
-        if err.field == "parallel" and err.problem.startswith("ep·etp"):  # RunParallel's expert-group check
-            flag = "--expert-model-parallel-size"
+        named = err.field or ""
+        prefixes = [known for known in FIELD_FLAGS if named.startswith(f"{known}.")]  # a list's item: its list's flag
+        flag = FIELD_FLAGS.get(named) or (FIELD_FLAGS[max(prefixes, key=len)] if prefixes else None)
+        if named == "parallel":  # RunParallel's checks across fields: the flag its problem starts from
+            flag = next((flag for start, flag in PARALLEL_PROBLEMS if err.problem.startswith(start)), None)
         if flag is None:
             raise
         raise InputError(where, flag, f"{err.problem} (run config field {err.field})") from None

@@ -96,6 +96,15 @@ NOT_PRICED = {
     "--heterogeneous-layers-config-path": "layers of different shapes",
     "--experimental-attention-variant": "an attention variant ppb does not price",
 }
+# Flags whose value Megatron-LM's parser takes from a list (d98e8a64: transformer_config.py's Literal
+# fields, arguments.py's `choices=`): another value is a typo Megatron-LM refuses, not a run to price.
+CHOICES = {
+    "--fp8-format": ("e4m3", "hybrid"),  # transformer_config.py fp8
+    "--recompute-method": ("uniform", "block"),  # transformer_config.py recompute_method
+    "--moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),  # moe_token_dispatcher_type
+    "--main-grads-dtype": ("fp32", "bf16"),  # arguments.py
+    "--main-params-dtype": ("fp32", "fp16"),  # arguments.py
+}
 # Run config fields a validation error may name, and the flag that sets each.
 FIELD_FLAGS = {
     "parallel.tp": "--tensor-model-parallel-size",
@@ -109,6 +118,7 @@ FIELD_FLAGS = {
     "training.seq_length": "--seq-length",
     "training.micro_batches": "--global-batch-size",
     "training.recompute": "--recompute-granularity",
+    "training.recompute.modules": "--recompute-modules",
     "models.0.num_attention_heads": "--num-attention-heads",
     "models.0.num_key_value_heads": "--num-query-groups",
     "models.0.vocab_size": "--vocab-size",
@@ -119,6 +129,11 @@ FIELD_FLAGS = {
     "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
     "device": "--device",
 }
+# RunParallel's checks across its fields (config/run.py), by how the problem starts, and the flag to name.
+PARALLEL_PROBLEMS = (
+    ("ep·etp", "--expert-model-parallel-size"),
+    ("schedule interleaved needs pp > 1", "--pipeline-model-parallel-size"),
+)
 
 
 # The shell's reserved words and operators a launch script's branches leave among the words
