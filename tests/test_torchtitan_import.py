@@ -355,6 +355,11 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ("training = 5", 8, "training"),
         ("[compiel]\nenable = true", 8, "compiel"),  # manager.py _dict_to_dataclass: "Invalid field names"
         ("seq_len = 4096", 8, "seq_len"),  # a key above every section is JobConfig's field too
+        # job_config.py Float8Linear has enable_fsdp_float8_all_gather; _dict_to_dataclass recurses
+        ("[quantize.linear.float8]\nenable_fsdp_float8_all_gathr = true", 8,
+         "quantize.linear.float8.enable_fsdp_float8_all_gathr"),
+        ("[quantize.linear.fp8]\nemulate = true", 8, "quantize.linear.fp8"),
+        ("[quantize.linar.float8]\nemulate = true", 8, "quantize.linar"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_toml_key(text: str, gpus: int | None, key: str) -> None:

@@ -438,6 +438,7 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
 
 def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str]) -> dict[str, Any]:
     timing: dict[str, Any] = {}
+    _check_quantize(toml)
     compiled = toml.section("compile", COMPILE_KEYS)
     if compiled["enable"]:
         components = compiled["components"]
@@ -460,6 +461,36 @@ def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str])
         else:
             notes.append(f"model.converters {converter}: not modelled")
     return timing
+
+
+# job_config.py's [quantize] (v0.2.2): Quantize's tables, and the keys of each converter's dataclass
+# (Float8Linear, MXLinear, Float8GroupedMM, MXGroupedMM)
+QUANTIZE_KEYS = {
+    "linear": {
+        "float8": {"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "recipe_name",
+                   "filter_fqns", "emulate"},
+        "mx": {"mxfp8_dim1_cast_kernel_choice", "recipe_name", "filter_fqns"},
+    },
+    "grouped_mm": {"float8": {"fqns"}, "mx": {"recipe_name", "fqns"}},
+}  # fmt: skip
+
+
+def _check_quantize(toml: _Toml) -> None:
+    """A key [quantize] does not have refused, as ConfigManager._dict_to_dataclass refuses it at
+    every depth (`enable_fsdp_float8_all_gathr` would otherwise be priced as its default)."""
+    quantize = toml.table("quantize")
+    for kind in quantize:
+        if kind not in QUANTIZE_KEYS:
+            raise InputError(toml.where, f"quantize.{kind}", f"is not a table of {RELEASE}'s [quantize]")
+        for converter in toml.table("quantize", kind):
+            if converter not in QUANTIZE_KEYS[kind]:
+                raise InputError(
+                    toml.where, f"quantize.{kind}.{converter}", f"is not a table of {RELEASE}'s [quantize.{kind}]"
+                )
+            for key in toml.table("quantize", kind, converter):
+                if key not in QUANTIZE_KEYS[kind][converter]:
+                    where = f"quantize.{kind}.{converter}"
+                    raise InputError(toml.where, f"{where}.{key}", f"is not a key of {RELEASE}'s [{where}]")
 
 
 def _float8(toml: _Toml, timing: dict[str, Any], experts: bool, notes: list[str]) -> None:
