@@ -643,8 +643,11 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")
         if dispatcher == "flex" and backend == "deepep":
             timing["moe_dispatcher"] = "deepep"
-        elif dispatcher != "alltoall":
-            notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
+        elif dispatcher in ("alltoall", "allgather"):  # Megatron's default: allgather (transformer_config.py)
+            timing["moe_dispatcher"] = dispatcher
+        else:
+            notes.append(f"--moe-token-dispatcher-type {dispatcher} ({backend}): priced as alltoall")
+            timing["moe_dispatcher"] = "alltoall"
         if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
             notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing

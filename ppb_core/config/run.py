@@ -428,8 +428,11 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
-    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
-        "alltoall", description="expert dispatch: all-to-all of every copy, or DeepEP's one per node"
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+        "alltoall",
+        description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
+        "allgather (Megatron's default: every token of the expert-TP × EP group gathered, the outputs "
+        "reduce-scattered) or deepep (flex with DeepEP: one copy per destination node)",
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
@@ -845,6 +848,10 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", "moe_act needs training.moe.grouped_gemm (Megatron's --moe-grouped-gemm)"
         )
+    if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
+        raise InputError(
+            where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
+        )
     if par.layout is not None:
         _check_layout(run, where)
     if par.overlap_moe_expert_parallel_comm:
@@ -913,6 +920,8 @@ def _check_combined_1f1b(run: RunConfig, where: str) -> None:
         problem = "is Megatron-Core's combined 1F1B schedule: set framework megatron"
     elif par.ep < 2:
         problem = "needs expert parallelism (ep > 1)"
+    elif run.timing.moe_dispatcher == "allgather":
+        problem = "needs the alltoall or flex token dispatcher, not allgather (timing.moe_dispatcher)"
     elif par.pp > 1 and par.schedule != "interleaved":
         problem = "needs virtual pipeline stages when pp > 1 (Megatron's interleaved schedule)"
     elif recompute.full is not None or "moe" in recompute.modules:

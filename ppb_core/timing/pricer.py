@@ -53,13 +53,18 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "router",
         "router_topk",
         "permute",
+        "dispatch_map",  # the allgather dispatcher's (flops._allgather_dispatch)
+        "dispatch_probs",
         "dispatch",
+        "local_permute",
         "gather_experts",
         "experts_in",
         "experts_act",
         "experts_out",
         "reduce_experts",
+        "local_unpermute",
         "combine",
+        "combine_cast",
         "unpermute",
         *_SHARED,
     ),
@@ -465,7 +470,9 @@ class TimeModel:
                     [op.name for op in self._rerun(layer, state, switches)],
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
-                    dispatcher=run.timing.moe_dispatcher == "alltoall" and layer.node == BODY,
+                    dispatcher=run.timing.moe_dispatcher
+                    if run.timing.moe_dispatcher != "deepep" and layer.node == BODY
+                    else None,
                     dropless=run.training.moe.dropless,
                 )
             self._host[key] = waits

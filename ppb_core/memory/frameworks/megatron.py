@@ -227,6 +227,31 @@ def dispatcher_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
     return cells * (setup.router_element_bytes + BOOL_BYTES), elements * element_bytes
 
 
+def allgather_row_map(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """Megatron's allgather dispatcher's reverse mapping of one micro-batch, (elements, bytes each):
+    `permute` runs on the local experts' columns of the group's gathered map (token_dispatcher.py
+    `MoEAllGatherTokenDispatcher.dispatch_postprocess`, d98e8a64), so Transformer Engine's row map is
+    `[T, 2·local experts + 1]` int32 with T = (s·b/cp/t)·etp·ep the gathered tokens, and the unfused
+    sorted indices one int64 per row this rank's experts compute."""
+    if setup.permute_fusion:
+        gathered = setup.tokens / setup.tp * setup.ep * setup.etp
+        return gathered * (2 * per_rank(moe.num_experts, setup.ep) + 1), ROW_ID_BYTES
+    return routed_rows(moe, setup), INDEX_BYTES
+
+
+def allgather_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """What `MoEAllGatherTokenDispatcher` keeps of its last micro-batch until the layer's next forward
+    (`dispatch_postprocess`: `self.local_map`, the local experts' columns of the gathered map, bool
+    `[T, local experts]`; `self.local_probs`, one probability per row in the router's dtype; the reverse
+    mapping, held beyond the activations only when no micro-batch is in flight; `self.routing_map` is
+    dropped): (held at every moment, held when idle)."""
+    gathered = setup.tokens / setup.tp * setup.ep * setup.etp
+    local = per_rank(moe.num_experts, setup.ep)
+    elements, element_bytes = allgather_row_map(moe, setup)
+    held = gathered * local * BOOL_BYTES + routed_rows(moe, setup) * setup.router_element_bytes
+    return held, elements * element_bytes
+
+
 def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
     """What an MLA layer's `YarnRotaryEmbedding` holds (module docstring): cos and sin tables in the
     training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows.
@@ -252,6 +277,9 @@ def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]
     always, idle = yarn_table_bytes(kind, setup), 0.0
     if isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "alltoall":
         held, idle = dispatcher_state_bytes(kind.mlp, setup)
+        always += held
+    elif isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "allgather":
+        held, idle = allgather_state_bytes(kind.mlp, setup)
         always += held
     return always, idle
 
@@ -290,6 +318,13 @@ def megatron_body_terms(
         kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
     if setup.moe_dispatcher == "alltoall":
         kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
+    elif setup.moe_dispatcher == "allgather":  # its map, and masked_select's saved mask `[local experts, T]`
+        mask = setup.tokens / setup.tp * setup.ep * setup.etp * per_rank(kind.mlp.num_experts, setup.ep)
+        kept_terms = (
+            *kept_terms,
+            ActivationTerm(f"{prefix}moe.row_map", None, *allgather_row_map(kind.mlp, setup), False),
+            ActivationTerm(f"{prefix}moe.local_map", None, mask, BOOL_BYTES, False),
+        )
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
     # The combined 1F1B schedule's nodes keep what they detach until the layer's backward
@@ -370,6 +405,12 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
             if (isinstance(kind, TailKind) and kind.has_output) or (local and isinstance(kind, BodyKind))
         ]
         requests += [setup.tokens * kind.hidden_size for kind in gathers]
+    if setup.moe_dispatcher == "allgather" and setup.ep * setup.etp > 1:
+        # the allgather dispatcher gathers the group's tokens into it (token_dispatcher.py
+        # `MoEAllGatherTokenDispatcher.token_dispatch`, `use_global_buffer=True`): (s·b/cp/t)·etp·ep rows
+        group = setup.ep * setup.etp
+        moes = [kind for kind in kinds if isinstance(kind, BodyKind) and isinstance(kind.mlp, Moe)]
+        requests += [setup.tokens / setup.tp * group * kind.hidden_size for kind in moes]
     if local and not setup.flash_attention:
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
