@@ -53,6 +53,11 @@ def test_the_allgather_dispatcher_gathers_the_groups_tokens_and_reduce_scatters_
     assert combine.backward_comm.kind == ALL_GATHER
     # and the result cast back to bf16: 2048 rows · 1024 · (4 + 2) = 12,582,912 B
     assert ops["combine_cast"].bytes == 12_582_912
+    # Without expert TP or EP nothing is gathered, reduced or cast (`token_dispatch`, `token_combine`:
+    # `if self.tp_size > 1 or self.ep_size > 1`); the unpermute still fills its zeros and adds the rows.
+    alone = _ops(ep=1, tp=1, sequence_parallel=False)
+    assert not {"dispatch", "dispatch_probs", "dispatch_map", "combine", "combine_cast"} & set(alone)
+    assert alone["local_unpermute"].launches == (2, 1)
     # no all-to-all and no expert-TP gather of its own
     assert not {"permute", "unpermute", "gather_experts", "reduce_experts"} & set(ops)
     # the experts compute this rank's copies: 2048 tokens · 2 copies · etp 1 = 4096 rows (T·k/ep)

@@ -1052,9 +1052,10 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         local_experts=local,
     )
     # unpermute: the [T, h] zeros written, the rows added in (read + read-modify-write); backward the
-    # output gradient's rows gathered (read + write). Then, where the probabilities' dtype differs, the
-    # cast to it before the reduce-scatter (T·h read, written in pb) and of its result back (s·b/cp/tp rows).
-    cast = pb != bc
+    # output gradient's rows gathered (read + write). Then, where there is a reduce-scatter and the
+    # probabilities' dtype differs, the cast to it before (T·h read, written in pb) and of its result
+    # back after (s·b/cp/tp rows): `token_combine` casts only with expert TP or EP.
+    cast = pb != bc and group > 1
     ops.append(
         Op(
             p + "local_unpermute",
