@@ -4,6 +4,8 @@ Cases (descriptions written below; memory chosen so that it binds):
 
 * dsv3-like: 61 layers of two body kinds (3 dense + 58 MoE, five options, DeepSeek-V3-like figures
   from ppb describe on configs/deepseek-v3.yaml with COMM and BOTH added), P=16, V=2, m=32 and 64;
+* the same at m=64 with the MTP layers apart from the loss (`mtp-apart`: the TAIL split, the MTP part on
+  rank 14's last virtual stage), the second solve `ppb balance` makes for a Megatron run with MTP layers;
 * 128 layers, one kind, five options, P=64, V=1, m=128;
 * alternating kinds: 32 layers, light and heavy taking turns (dense and MoE every other layer, kept in
   model order, so a body type per layer), three options, P=4, V=1, m=8, 800 MB; beside it the same
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import os
 import sys
@@ -92,6 +95,23 @@ DSV3_LIKE = [
     },
     {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 6.43, "backward_time": 10.06, "memory_parameter": 21846},
 ]
+# The same with Megatron-Core's standalone MTP (`balance.mtp_apart`): the TAIL split as `ppb describe`
+# splits configs/deepseek-v3.yaml's (describe_mtp_apart: the MTP part 45.7% of the TAIL's forward and
+# 49.3% of its backward, 44.5% of its memory held once and 10.1% per micro-batch in flight), on rank 14's
+# last virtual stage, the loss alone on rank 15's.
+MTP_PART = {"name": "MTP", "type": "TAIL", "nb_layer": 1, "time": 2.94, "backward_time": 4.96}
+MTP_PART |= {"memory_parameter": 9729, "memory_activation": 2201}
+OUTPUT_PART = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 3.49, "backward_time": 5.10}
+OUTPUT_PART |= {"memory_parameter": 9916}
+
+
+def _mtp_apart(micro_batches: int) -> BalanceInput:
+    parts = layer_set([*DSV3_LIKE[:-1], MTP_PART, OUTPUT_PART])
+    apart = tuple(t for t in parts.tails if t.name == "MTP")
+    output = dataclasses.replace(parts, tails=tuple(t for t in parts.tails if t.name != "MTP"))
+    return BalanceInput(output, 16, micro_batches, 2, 77559.0, mtp_layers=1, mtp_cell=(1, 14), mtp_apart=apart)
+
+
 LAYERS_128 = [
     {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 0.5, "memory_parameter": 4000},
     {
@@ -223,6 +243,7 @@ def main() -> None:
     cases = [
         ("dsv3-like P16 V2 m32", BalanceInput(layer_set(DSV3_LIKE), 16, 32, 2, 77559.0)),
         ("dsv3-like P16 V2 m64", BalanceInput(layer_set(DSV3_LIKE), 16, 64, 2, 77559.0)),
+        ("mtp-apart dsv3-like P16 V2", _mtp_apart(64)),
         ("128 layers P64 V1", BalanceInput(layer_set(LAYERS_128), 64, 128, 1, 60000.0)),
         ("alternating 32 P4 V1", BalanceInput(layer_set(_alternating_kinds()), 4, 8, 1, 800.0)),
         ("grouped 16+16 P4 V1", BalanceInput(layer_set(_alternating_kinds(grouped=True)), 4, 8, 1, 800.0)),

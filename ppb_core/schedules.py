@@ -233,6 +233,39 @@ def _in_flight_vectors(
     return tuple(vectors)
 
 
+def backward_vectors(
+    schedule: str, stages: int, chunks: int, micro_batches: int
+) -> list[list[tuple[tuple[int, ...], int]]]:
+    """Per stage, the micro-batches held per chunk as each backward starts (its own micro-batch still
+    held) and that backward's chunk: for each chunk, the Pareto-maximal such vectors. What is alive
+    while one chunk's backward runs, where a chunk's working set matters more than the peak vector's."""
+    name = check(schedule, stages, chunks, micro_batches)
+    return [list(stage) for stage in _backward_vectors(name, stages, chunks, micro_batches)]
+
+
+@lru_cache(maxsize=64)
+def _backward_vectors(
+    name: str, stages: int, chunks: int, micro_batches: int
+) -> tuple[tuple[tuple[tuple[int, ...], int], ...], ...]:
+    found: list[tuple[tuple[tuple[int, ...], int], ...]] = []
+    for order in _orders(name, stages, chunks, micro_batches):
+        held = [0] * chunks
+        seen: dict[int, set[tuple[int, ...]]] = {}
+        for op in order:
+            if op.kind == "F":
+                held[op.chunk] += 1
+            else:
+                seen.setdefault(op.chunk, set()).add(tuple(held))
+                held[op.chunk] -= 1
+        stage: list[tuple[tuple[int, ...], int]] = []
+        for chunk in sorted(seen):
+            vectors = sorted(seen[chunk])
+            maximal = [vectors[i] for i in undominated([[-n for n in v] for v in vectors])]
+            stage += [(vector, chunk) for vector in sorted(maximal, reverse=True)]
+        found.append(tuple(stage))
+    return tuple(found)
+
+
 def combined_steps(
     schedule: str, stages: int, chunks: int, micro_batches: int
 ) -> list[list[tuple[tuple[int, ...], int, int]]]:

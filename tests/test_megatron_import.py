@@ -91,6 +91,7 @@ def test_a_small_gpt_case_becomes_the_run_config_derived_by_hand() -> None:
         "log_num_zeros_in_grad": True,
         "rope_fusion": True,
         "overlap": {"dp": 0.0, "param_gather": 0.0, "tp": 0.0},  # no --overlap-grad-reduce / -param-gather
+        "attention_softmax_in_fp32": True,  # read by Megatron's own attention only (not TE's)
     }
     assert raw["memory"] == {"cublas_workspace_config": ":4096:8"}
     assert imported.notes == []  # every other flag logs, saves or schedules the learning rate
@@ -170,11 +171,8 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
     assert timing["overlap"] == {"dp": 1.0, "param_gather": 1.0, "tp": 0.0}
     assert (timing["cross_entropy_fusion"], timing["check_for_nan_in_grad"]) == (True, False)
     assert timing["exit_duration_in_mins"] == 230.0
-    assert [note.split(":")[0] for note in imported.notes] == [
-        "--manual-gc",
-        "--manual-gc-interval 100",
-        "--moe-aux-loss-coeff 1e-4",
-    ]
+    # --manual-gc and its interval change nothing ppb prices (NOTHING_PRICED): not reported
+    assert [note.split(":")[0] for note in imported.notes] == ["--moe-aux-loss-coeff 1e-4"]
     run = run_config_of(imported, "case")
     assert run.vocab_size("gpt") == 51712  # ⌈50257 / (3232·2)⌉ · 6464 = 8 · 6464
 
@@ -216,9 +214,71 @@ def test_recompute_is_said_in_megatrons_words() -> None:
     assert ignored.notes == ["--recompute-method: Megatron-LM ignores it here (no recompute it applies to)"]
 
 
+def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
+    # Megatron-LM d98e8a64: --no-bias-gelu-fusion sets bias_gelu_fusion False (arguments.py, store_false);
+    # --calculate-per-token-loss and --ddp-average-in-collective are TransformerConfig / DDPConfig booleans;
+    # --fp8-recipe one of transformer_config.py's recipes ("delayed" when not given).
+    plain = import_megatron(BASE, 8, "h100-80gb").raw["timing"]
+    assert not {"bias_gelu_fusion", "calculate_per_token_loss", "ddp_average_in_collective", "fp8_recipe"} & set(plain)
+    flags = "--no-bias-gelu-fusion --calculate-per-token-loss --fp8-format hybrid --fp8-recipe tensorwise"
+    imported = import_megatron(f"{BASE} {flags}", 8, "h100-80gb")
+    timing = imported.raw["timing"]
+    assert (timing["bias_gelu_fusion"], timing["calculate_per_token_loss"]) == (False, True)
+    assert (timing["matmul_dtype"], timing["fp8_recipe"]) == ("fp8", "tensorwise")
+    assert imported.notes == []
+    run = run_config_of(imported, "launch")
+    assert (run.timing.bias_gelu_fusion, run.timing.calculate_per_token_loss, run.timing.fp8_recipe) == (
+        False,
+        True,
+        "tensorwise",
+    )
+    collected = "--ddp-average-in-collective --manual-gc --manual-gc-interval 10"
+    averaged = import_megatron(f"{BASE} {collected}", 8, "h100-80gb")
+    overlap = "--use-distributed-optimizer --overlap-param-gather --overlap-param-gather-with-optimizer-step"
+    virtual = "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 7"
+    early = import_megatron(f"{BASE} {overlap} {virtual}", 8, "h100-80gb")
+    assert early.raw["timing"]["overlap_param_gather_with_optimizer_step"] is True
+    delayed = import_megatron(f"{BASE} --overlap-moe-expert-parallel-comm --delay-wgrad-compute", 8, "h100-80gb")
+    assert delayed.raw["timing"]["delay_wgrad_compute"] is True
+    assert averaged.raw["timing"]["ddp_average_in_collective"] is True
+    assert averaged.notes == []  # the collections change nothing ppb prices
+
+
+def test_megatron_s_own_attention_and_norm_flags() -> None:
+    # --no-masked-softmax-fusion, --attention-softmax-in-fp32 and --apply-query-key-layer-scaling are
+    # carried (dot_product_attention.py reads them under --transformer-impl local).
+    flags = "--transformer-impl local --no-masked-softmax-fusion --attention-softmax-in-fp32"
+    flags += " --apply-query-key-layer-scaling"
+    imported = import_megatron(f"{BASE} {flags}", 8, "a100-80gb")
+    timing = imported.raw["timing"]
+    assert (timing["masked_softmax_fusion"], timing["attention_softmax_in_fp32"]) == (False, True)
+    assert timing["apply_query_key_layer_scaling"] is True
+    assert run_config_of(imported, "launch").torch_masked_softmax
+    # --no-persist-layer-norm: apex's persistent kernel takes hidden sizes in fused_layer_norm.py's
+    # persist_ln_hidden_sizes only (256 is not; 1024 is), and TE's norms never read the flag
+    assert import_megatron(f"{BASE} --transformer-impl local --no-persist-layer-norm", 8, "a100-80gb").notes == []
+    assert import_megatron(f"{BASE} --hidden-size 1024 --no-persist-layer-norm", 8, "a100-80gb").notes == []
+    noted = import_megatron(
+        f"{BASE} --hidden-size 1024 --transformer-impl local --no-persist-layer-norm", 8, "a100-80gb"
+    )
+    assert [note.split(":")[0] for note in noted.notes] == ["--no-persist-layer-norm"]
+
+
 @pytest.mark.parametrize(
     ("flags", "flag"),
     [
+        ("--calculate-per-token-loss --ddp-average-in-collective", "--ddp-average-in-collective"),  # DDP asserts
+        ("--fp8-format hybrid --fp8-recipe custom", "--fp8-recipe"),  # its quantizers are the user's code
+        ("--delay-wgrad-compute", "--delay-wgrad-compute"),  # transformer_config.py: needs the EP overlap
+        # arguments.py validate_args: the distributed optimizer, --overlap-param-gather, virtual stages
+        (
+            "--overlap-param-gather-with-optimizer-step --overlap-param-gather",
+            "--overlap-param-gather-with-optimizer-step",
+        ),
+        (
+            "--overlap-param-gather-with-optimizer-step --use-distributed-optimizer --overlap-param-gather",
+            "--overlap-param-gather-with-optimizer-step",
+        ),
         ("--fp16", "--fp16"),  # with BASE's --bf16
         ("--global-batch-size 6 --micro-batch-size 4", "--global-batch-size"),
         ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),
@@ -240,15 +300,15 @@ def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> No
 
 def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -> None:
     script = tmp_path / "train.sh"
-    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion\n")
+    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion --fim-rate 0.5\n")
     out = tmp_path / "run.yaml"
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines() == [
-        "ppb: not modelled: --no-bias-gelu-fusion: not modelled by ppb (priced as if not given)"
-    ]
+    unmodelled = "ppb: not modelled: --fim-rate 0.5: not modelled by ppb (priced as if not given)"
+    assert captured.err.strip().splitlines() == [unmodelled]
     run = load_run_config(out)
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
+    assert run.timing.bias_gelu_fusion is False
     assert yaml.safe_load(out.read_text())["memory"] == {"cublas_workspace_config": ":4096:8"}
 
 

@@ -157,8 +157,8 @@ def test_p2p_bytes_out_of_the_mtp_chunk(run, placed):
 
 def test_megatrons_layout_checked_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     """`ppb check` prices the layout Megatron-LM ships for DeepSeek-V3: 5 + 13·4 + 2 + 2 = 61 decoder
-    layers per stage, every stage's peak; the balancer's figures (its fused TAIL) left out in one
-    line. Stages 0-13 hold the same layers as with the MTP layer beside the loss and peak the same
+    layers per stage, every stage's peak; the balancer's figures with its TAIL split the same way
+    (`balance.mtp_apart`). Stages 0-13 hold the same layers as with the MTP layer beside the loss and peak the same
     (the final norm with the last decoder layer in both); stage 14 gains the MTP chunk, stage 15 loses it."""
     figures = {}
     for layout in (MEGATRONS, BESIDE):
@@ -177,8 +177,10 @@ def test_megatrons_layout_checked_end_to_end(capsys: pytest.CaptureFixture[str])
         assert [stage["layers"] for stage in out["stages"]] == [5, *[4] * 13, 2, 2]
         figures[layout] = out
     apart, beside = figures[MEGATRONS], figures[BESIDE]
-    assert list(apart["balancer"]) == ["unpriced"] and "chunk 1 of stage 14" in apart["balancer"]["unpriced"]
-    assert "simulated_time_s" in beside["balancer"]
+    # the balancer prices `m` on rank P - 2 apart (balance.mtp_apart): its MTP part on stage 14
+    assert "simulated_time_s" in apart["balancer"] and "simulated_time_s" in beside["balancer"]
+    mb = [out["balancer"]["stage_memory_mb"] for out in (apart, beside)]
+    assert mb[0][:14] == mb[1][:14] and mb[0][14] > mb[1][14] and mb[0][15] < mb[1][15]
     peaks = [[stage["peak_mb"] for stage in out["stages"]] for out in (apart, beside)]
     assert peaks[0][:13] == pytest.approx(peaks[1][:13])
     # the final norm beside the last decoder layer in both (tests/test_final_norm_placement.py)

@@ -39,6 +39,25 @@ def test_a_layer_pair_on_two_streams_by_hand():
     assert step_saving([], [B]) == 0.0
 
 
+def test_delayed_weight_gradients_leave_the_dispatch_s_backward_by_hand():
+    """model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` (d98e8a64): without
+    --delay-wgrad-compute the experts' weight gradient is part of `mlp.backward`, which the dispatch's
+    backward waits for; with it, `mlp.backward_dw()` runs on the compute stream beside it."""
+    # B with a dispatch backward of 5 (backward alone 16; the pair alone 7 + 16 = 23).
+    long = Segments(0, 0, 0, 0, 1, 4, 2, 5, 4, forward_alone=0, backward_alone=16)
+    # Delayed: combine_bwd [0, 1]; pre_fwd [0, 2]; mlp_bwd [2, 6]; dispatch_fwd [2, 3]; mlp_bwd_dw
+    # [6, 8]; dispatch_bwd after mlp_bwd [6, 11]; mlp_fwd [8, 11]; combine_fwd [11, 12]; pre_bwd after
+    # dispatch_bwd [11, 15]: step 15, saving 8.
+    assert step_saving([F], [long], delay_wgrad=True) == pytest.approx(8.0)
+    # Megatron's default: mlp_bwd with its weight gradient [2, 8]; dispatch_bwd [8, 13]; mlp_fwd [8, 11];
+    # combine_fwd after dispatch_bwd on the comm stream [13, 14]; pre_bwd [13, 17]: step 17, saving 6.
+    assert step_saving([F], [long]) == pytest.approx(6.0)
+    # The pre-dispatch part's delayed weight gradient runs last, on the compute stream: 1.5 of pre_bwd's 4
+    # moved after it, the step still 15 ([11, 13.5] then [13.5, 15]).
+    split = Segments(0, 0, 0, 0, 1, 4, 2, 5, 2.5, forward_alone=0, backward_alone=16, pre_backward_dw=1.5)
+    assert step_saving([F], [split], delay_wgrad=True) == pytest.approx(8.0)
+
+
 def test_the_schedule_runs_its_steady_pairs_as_steps_by_hand():
     # No pipelining, m = 3: F0, then (F1, B0), (F2, B1), then B2 (combined_1f1b.py
     # `combined_1f1b_schedule_for_no_pipelining`). Forward 1, backward 2, each step saving 0.5:
@@ -79,6 +98,11 @@ def test_a_combined_run_saves_its_steps_overlap():
         assert part.dispatch_forward > 0 and part.combine_backward > 0
     saving = step_saving(segments, segments[::-1], times.kernels.contention)
     assert saving > 0
+    # --delay-wgrad-compute parts the pre-dispatch weight gradients out of its backward, nothing lost
+    for layer, part in zip(bodies, segments, strict=True):
+        delayed = layer_segments(times, layer, LayerType.NOT_REC_LAYER, delay_wgrad=True)
+        assert delayed.pre_backward_dw > 0
+        assert delayed.pre_backward + delayed.pre_backward_dw == pytest.approx(part.pre_backward)
     # one stage, m = 3: two steps, each saving that much of the busiest stage's work
     assert run_iteration(plain).breakdown["compute"] - run_iteration(combined).breakdown["compute"] == pytest.approx(
         2 * saving

@@ -189,6 +189,12 @@ def test_megatron_passes_over_each_gradient_bucket():
     assert grad_pass_bytes(small_run(dp=1, timing={"check_for_nan_in_grad": False})) == 0
     assert grad_pass_bytes(small_run(dp=2, dtype="fp16")) == 8
     assert grad_pass_bytes(small_run(dp=2, framework="torchtitan")) == 0
+    # --ddp-average-in-collective: non-expert factor 1 (NCCL's AVG), experts' expert-dp/(dp·cp) =
+    # tp/(ep·etp), 1 at tp = ep = etp = 1; --calculate-per-token-loss: factor 1 (distributed_data_parallel.py)
+    assert grad_pass_bytes(small_run(dp=2, timing={"ddp_average_in_collective": True})) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"ddp_average_in_collective": True}), expert=True) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"calculate_per_token_loss": True})) == 4
+    assert grad_pass_bytes(small_run(dp=2, timing={"calculate_per_token_loss": True}), expert=True) == 4
     # One stage, one data-parallel rank: the norm alone, 4 bytes a parameter at 1000 GB/s · 0.5, adds
     # to the iteration after the last backward; the same flag's loss checks (isnan, isinf) sync the
     # host twice for each of the 4 micro-batches, 5 us each (timing/reporting.py).
@@ -207,6 +213,26 @@ def test_parameter_gathers_run_one_bucket_ahead_by_hand():
     assert gather_wait([(4.0, 1.5), (5.0, 1.5)]) == pytest.approx(0.0)
     # With a tenth of the SMs taken: the 3.5 s of gathers less the 2 s waited ran beside compute: +0.15.
     assert gather_wait([(0.0, 1.5), (1.0, 1.5), (3.0, 0.5)], 0.1) == pytest.approx(2.15)
+    # --overlap-param-gather-with-optimizer-step: the gathers start 1 s before the forward (the other
+    # chunks' optimizer step): in at 0.5, 2 and 2.5 against uses at 0, 1 and 3: waits 0.5, 1, 0 → 1;
+    # with a tenth of the SMs taken, 0.1 · (3.5 − 1) more: 1.25.
+    assert gather_wait([(0.0, 1.5), (1.0, 1.5), (3.0, 0.5)], head_start=1.0) == pytest.approx(1.0)
+    assert gather_wait([(0.0, 1.5), (1.0, 1.5), (3.0, 0.5)], 0.1, head_start=1.0) == pytest.approx(1.25)
+
+
+def test_gathers_beside_the_optimizer_step_never_wait_longer():
+    """optimizer.py `ChainedOptimizer._step` (d98e8a64): the first chunk's gathers start after its own
+    step, beside the other chunks': they wait less than when launched at the forward's start; one
+    chunk, no change."""
+    flag = {"overlap_param_gather_with_optimizer_step": True}
+    for vpp, schedule in ((2, "interleaved"), (1, "1f1b")):
+        extra = {"vpp": vpp, "schedule": schedule}
+        plain = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, **extra)).breakdown["dp_communication"]
+        early = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, timing=flag, **extra)).breakdown["dp_communication"]
+        if vpp == 1:
+            assert early == pytest.approx(plain)
+        else:  # the second chunk's step (its layer's states) runs beside the first chunk's gathers
+            assert early < plain
 
 
 # --- ZeRO-3 / FSDP --------------------------------------------------------------------------------

@@ -7,8 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.devices import DEVICE_CATALOG, HOST_KERNEL_US_DGX_A100, HOST_KERNEL_US_DGX_H100
+from ppb_core.config.run import parse_run_config
+from ppb_core.memory import MemoryModel
+from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
 from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
 from ppb_core.timing.host import host_excess_s, launch_wait_s
@@ -151,3 +155,83 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     assert layer_launches([norm, qkv], **layer_kw)["qkv"] == (1.0, 2.0)
     logits = Op("logits", "output", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096, fp8=False)
     assert op_launches(logits, **kw, fp8_recipe="tensorwise") == (1.0, 2.0)
+
+
+def test_unfused_bias_gelu_adds_the_bias_in_its_own_kernel():
+    """Megatron-LM d98e8a64 megatron/core/transformer/mlp.py `MLP.forward`: with bias_activation_fusion
+    off (--no-bias-gelu-fusion) fc1's bias is added by `intermediate_parallel + bias_parallel` before
+    `F.gelu`: one more forward kernel reading and writing the fc1 output, 2048 tokens × 2816 × 2 bytes
+    each way: 2 · 2048 · 2816 · 2 = 23,068,672 bytes; the backward is unchanged (the add passes the
+    gradient through; the bias's reduction, 2048 · 2816 · 2 = 11,534,336 bytes, is there either way).
+    Without a bias, or under SwiGLU (bias_swiglu_fusion decides there), nothing changes."""
+
+    def fc1(fusion: bool, **spec):
+        raw = {
+            "name": "s",
+            "models": [{"name": "llm", "spec": {**SMALL_GQA, **spec}}],
+            "parallel": {"dp": 1, "tp": 1, "pp": 1},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": 1, "dtype": "bf16"},
+            "device": ROUND_DEVICE,
+            "timing": {"bias_gelu_fusion": fusion},
+        }
+        run = parse_run_config(raw)
+        body = next(layer for layer in walk(run).layers if layer.node == "BODY")
+        ops = TimeModel(run).ops(body)
+        counts = layer_launches(ops, tp=1, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True)
+        op = next(op for op in ops if op.name.endswith("mlp_in"))
+        return op.side_bytes, counts[op.name]
+
+    gelu = {"mlp_bias": True, "activation": "gelu"}
+    assert fc1(True, **gelu) == ((0.0, 11_534_336.0), (1.0, 3.0))
+    assert fc1(False, **gelu) == ((23_068_672.0, 11_534_336.0), (2.0, 3.0))
+    assert fc1(False, mlp_bias=True) == fc1(True, mlp_bias=True)  # SwiGLU
+    assert fc1(False, activation="gelu") == fc1(True, activation="gelu")  # no bias
+
+
+def _local_softmax(dtype: str, **timing):
+    """The small GQA layer under Megatron's own attention (--transformer-impl local, no flash), tp 1:
+    its softmax op, its launches, and the layer's activation terms at one micro-batch."""
+    raw = {
+        "name": "s",
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 1, "tp": 1, "pp": 1},
+        "training": {
+            "seq_length": 2048,
+            "micro_batch_size": 1,
+            "micro_batches": 1,
+            "dtype": dtype,
+            "flash_attention": False,
+        },
+        "device": ROUND_DEVICE,
+        "timing": {"transformer_impl": "local", **timing},
+    }
+    run = parse_run_config(raw)
+    body = next(layer for layer in walk(run).layers if layer.node == "BODY")
+    ops = TimeModel(run).ops(body)
+    counts = layer_launches(ops, tp=1, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True)
+    op = next(op for op in ops if op.name.endswith("softmax"))
+    terms = {term.op: term.bytes for term in MemoryModel(run).activation_terms(body, LayerType.NOT_REC_LAYER)}
+    return op, counts[op.name], terms
+
+
+def test_unfused_masked_softmax_runs_pytorch_ops_and_keeps_its_fp32_output():
+    """Megatron-LM d98e8a64 fused_softmax.py `FusedScaleMaskSoftmax.forward_torch_softmax` (with
+    --no-masked-softmax-fusion): per score element, fp16 scores with the softmax in fp32 and query-key
+    layer scaling: upcast 2 + 4, scale 4 + 4, masked_fill_ 4 + 4, softmax 4 + 4, cast back 4 + 2 = 36
+    bytes in 5 kernels forward; backward the casts' 6 + 6, scale 8, masked fill 8, softmax 4 + 4 + 4:
+    40 in 5. Without fp32 (bf16) the masked fill and softmax alone: 8 bytes and 10, 2 kernels each way.
+    Fused (the default), the causal kernel reads the lower triangle: (0.5 + 1)·2 = 3 and (1 + 1)·2 = 4.
+    Score elements: 16 heads × 2048 × 2048 = 67,108,864. Memory: `_softmax` keeps its fp32 output (4
+    bytes an element, 268,435,456) and, without attention dropout, the bmm keeps the fp16 cast (2)."""
+    pairs = 16 * 2048 * 2048
+    scaled = {"masked_softmax_fusion": False, "apply_query_key_layer_scaling": True}
+    op, launches, terms = _local_softmax("fp16", **scaled)
+    assert (op.bytes, op.backward_bytes, launches) == (36 * pairs, 40 * pairs, (5.0, 5.0))
+    assert terms["attention.softmax_output"] == 4 * pairs
+    assert terms["attention.probabilities"] == 2 * pairs
+    op, launches, _ = _local_softmax("bf16", masked_softmax_fusion=False)
+    assert (op.bytes, op.backward_bytes, launches) == (8 * pairs, 10 * pairs, (2.0, 2.0))
+    op, launches, terms = _local_softmax("fp16", apply_query_key_layer_scaling=True)
+    assert (op.bytes, op.backward_bytes, launches) == (3 * pairs, 4 * pairs, (1.0, 1.0))
+    assert terms["attention.softmax_output"] == 2 * pairs
+    assert "attention.probabilities" not in terms

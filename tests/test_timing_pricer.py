@@ -14,7 +14,8 @@ from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import Collective
-from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.kernels import Kernels, dp_workspace_bytes
+from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
 
 # 100 TFLOPS at 50% = 5e13 FLOP/s; 1000 GB/s HBM at 50% = 5e11 B/s; links 100 / 10 GB/s at 50%.
@@ -487,8 +488,11 @@ def test_megatron_s_deterministic_mode_runs_flash_attention_2_s_deterministic_ba
     a100, h100 = DEVICE_CATALOG["a100-80gb"], DEVICE_CATALOG["h100-80gb"]
     plain = Kernels.from_device(a100, "bf16")
     deterministic = Kernels.from_device(a100, "bf16", deterministic=True)
-    # TransformerEngine keeps cuDNN attention on Hopper (its deterministic path), so nothing changes there
-    assert Kernels.from_device(h100, "bf16", deterministic=True) == Kernels.from_device(h100, "bf16")
+    # TransformerEngine keeps cuDNN attention on Hopper: the same kernels' rates, its backward decomposed
+    hopper = Kernels.from_device(h100, "bf16", deterministic=True)
+    assert hopper.attention_backward == h100.attention_backward_efficiency and not hopper.deterministic_backward
+    assert hopper.dp_workspace and not Kernels.from_device(h100, "bf16").dp_workspace
+    assert not deterministic.dp_workspace
     assert deterministic.attention_backward == a100.flash2_backward_efficiency
     # 32 (sequence, head) pairs of 8192 causal queries, head size 128, on 108 SMs: a plain backward runs
     # 32 · 8192/128 = 2048 blocks in 19 waves (2052 slots); the deterministic one ⌈108/32⌉ = 4 splits of
@@ -503,6 +507,39 @@ def test_megatron_s_deterministic_mode_runs_flash_attention_2_s_deterministic_ba
     # the forward is the same kernel as a plain run's (FlashAttention-2's, at the same rate on A100)
     assert deterministic.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1) == pytest.approx(
         plain.attention_s(flops / 2.5, 0.0, False, 32, 8192, 4096, 128, 1)
+    )
+
+
+def test_cudnn_s_deterministic_backward_on_hopper_stores_dp_and_runs_dq_as_its_own_product():
+    # Megatron CI's 7B at TP 1 on H100: 32 (sequence, head) pairs of 8192 causal queries, mean keys
+    # 8193/2 = 4096.5, head size 128; H100 HBM 3350 GB/s · 0.8 = 2.68e12 B/s achieved. cudnn-frontend
+    # v1.22.0 (TE release_v2.16's 3rdparty) forces the dP-workspace path under the deterministic
+    # algorithm (scaled_dot_product_flash_attention.h `CompositeSDPABackwardNode`).
+    h100 = DEVICE_CATALOG["h100-80gb"]
+    plain = Kernels.from_device(h100, "bf16")
+    hopper = Kernels.from_device(h100, "bf16", deterministic=True)
+    pairs = 32 * 8192 * 4096.5
+    flops = 6 * pairs * 128  # the score op's backward: S again, dQ and dK
+    args = (True, 32, 8192, 4096.5, 128, 1)
+    # the workspace: 32 · 8192 · 8192 (8192 is a multiple of 64; keys = 2 · 4096.5 − 1) · 2 = 4 GiB
+    assert dp_workspace_bytes(32, 8192, 4096.5, 1) == 4 * 2**30
+    # non-causal keys are the mean keys; 100 queries and keys pad to 128: 2 · 128 · 128 · 2 = 65,536
+    assert dp_workspace_bytes(2, 100, 100, 0) == 65_536
+    # dQ = dS·K: reads dS (pairs · 2 = 2,147,745,792 B) and each sequence's K once (32 · 8192 · 128 · 2 =
+    # 67,108,864), writes dQ once (67,108,864): 2,281,963,520 B at 2.68e12 = 0.8515 ms, over its
+    # compute (2 · pairs · 128 = 275 GFLOP at 989 TFLOP/s · 0.803 ≈ 0.35 ms): bound by its bytes.
+    dq_bytes = pairs * 2 + 2 * 32 * 8192 * 128 * 2
+    assert dq_bytes == 2_281_963_520
+    assert hopper.dq_product_s(32, 8192, 4096.5, 128, 1) == pytest.approx(dq_bytes / 2.68e12, rel=1e-12)
+    assert hopper.gemm_compute_s(8192, 128, 4096.5, 32) < dq_bytes / 2.68e12 / 2
+    # the fused kernel keeps S and dK (4 of the 6 units) at its measured rate; storing dS (2.15 GB,
+    # 0.80 ms) hides under that compute (2/3 of the plain kernel's 1.73 ms)
+    fused = plain.attention_s(flops, 0.0, *args) * 4 / 6
+    assert hopper.attention_s(flops, 0.0, *args, carries_dq=True) == pytest.approx(fused + dq_bytes / 2.68e12)
+    # the value half (dV, dP) and the forward are the plain kernel's
+    assert hopper.attention_s(flops, 0.0, *args) == plain.attention_s(flops, 0.0, *args)
+    assert hopper.attention_s(flops / 3, 0.0, False, *args[1:], carries_dq=True) == plain.attention_s(
+        flops / 3, 0.0, False, *args[1:]
     )
 
 
@@ -542,7 +579,12 @@ def test_deterministic_mode_writes_nan_over_what_transformer_engine_allocates():
     # the cuDNN kernel: O (2048·1024·2 = 4,194,304) and its fp32 statistics (16 heads · 2048 · 4 =
     # 131,072) forward; dQ, dK, dV (2048·3072·2 = 12,582,912) backward; the score half adds nothing.
     assert added("flash_context") == pytest.approx((4_325_376, 12_582_912))
-    assert added("flash_scores") == pytest.approx((0, 0), abs=1e-3)
+    assert added("flash_scores")[0] == pytest.approx(0, abs=1e-3)
+    # the test device states no compute capability (9.0, Hopper): the score op's backward carries
+    # cuDNN's deterministic dP workspace, 16 heads · 2048 · 2048 · 2 = 134,217,728 bytes of 0xFF
+    ops = plain.ops(layer)
+    assert deterministic_fill_bytes(ops, 2, False, True)["flash_scores"] == (0.0, 134_217_728)
+    assert "flash_scores" not in deterministic_fill_bytes(ops, 2, False, False)
     # fc1: output 2048·4096·2 = 16,777,216; input gradient 4,194,304 and weight gradient 8,388,608
     assert added("mlp_in") == pytest.approx((16_777_216, 12_582_912))
     # Megatron's own fused bias-GeLU and residual kernels, and the logits (Megatron's linear), none

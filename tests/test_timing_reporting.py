@@ -20,6 +20,7 @@ from ppb_core.timing.reporting import (
     bookkeeping,
     pass_bytes,
     scalar_all_reduce_seconds,
+    scalar_broadcast_seconds,
 )
 
 
@@ -91,3 +92,24 @@ def test_the_bookkeeping_of_a_run_by_hand():
     assert run_iteration(run_with({})).breakdown["bookkeeping"] == pytest.approx(12 * 5e-6, rel=1e-9)
     # torchtitan has none of Megatron's statistics
     assert run_iteration(run_with(flags, framework="torchtitan")).breakdown["bookkeeping"] == 0.0
+
+
+def test_per_token_loss_divides_every_held_gradient_after_the_reduction():
+    """finalize_model_grads.py `finalize_model_grads` (Megatron-LM d98e8a64): the token count broadcast
+    over the pipeline (NCCL's ring, g−1 steps) and all-reduced over dp·cp, then `grad_data *= 1/n`."""
+    links = Links(1e11, 1e10, 5e-6, 8, {}, inter_node_latency_s=5e-6)
+    # 4 stages in one node: 3 steps of 5 us; 4 stages 8 ranks apart over 4 nodes: 3 steps, 3 between nodes
+    assert scalar_broadcast_seconds(Group(4, 4), links) == pytest.approx(15e-6)
+    assert scalar_broadcast_seconds(Group(4, 32), links) == pytest.approx(30e-6)
+    assert scalar_broadcast_seconds(Group(1, 1), links) == 0.0
+    # 1M held gradients, fp32: read and write each, 8 MB
+    per_token = run_with({"calculate_per_token_loss": True})
+    assert pass_bytes(0.0, 0.0, 4, "bf16", per_token, gradients_held=1e6) == pytest.approx(8e6)
+    work = bookkeeping(per_token, 0.0, 3, moe=False)
+    assert work.broadcasts == ("pipeline",)
+    assert work.all_reduces[-1] == DATA
+    # one device: every parameter P's gradient held, fp32: 8 · P bytes at 5e11 B/s beside Megatron's
+    # default syncs (4 + 2 · 4 micro-batches, 5 us each); the round device has no latency
+    params = sum(MemoryModel(per_token).parameters(layer).total for layer in walk(per_token))
+    expected = 8 * params / 5e11 + 12 * 5e-6
+    assert run_iteration(per_token).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)

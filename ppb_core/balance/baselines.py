@@ -17,6 +17,11 @@ def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:
     there are fewer layers than cells. The walk's rule (`model.walk.uniform_split`), so `ppb
     estimate` prices the split the baselines do."""
     p = problem
+    if p.closed_cells:  # a standalone MTP: the same rule over the cells that may hold layers
+        open_cells = [cell for cell in p.cells if cell not in p.closed_cells]
+        base, extra = divmod(p.layers.nb_body_layers, len(open_cells))
+        order = [c for c in open_cells if c not in p.reserved_cells] + [c for c in open_cells if c in p.reserved_cells]
+        return {cell: (base + (cell in order[:extra]) if cell in open_cells else 0) for cell in p.cells}
     split = uniform_split(p.layers.nb_body_layers, p.stages, p.chunks, p.schedule_name, p.reserved_cells)
     return {(chunk, stage): split[chunk][stage] for chunk, stage in p.cells}
 

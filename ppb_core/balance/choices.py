@@ -264,6 +264,8 @@ class Catalogue:
         (with one per earlier cell) outnumber that type and every earlier one, or likewise at the
         other end, is in no plan: DeepSeek-V3-like 3 dense + 58 MoE layers can have dense layers
         in the first four cells only, which drops nine in ten of its stage choices."""
+        if cell in self.p.closed_cells:  # after a standalone MTP's cell: no body layer (Megatron-Core)
+            return False
         before, after = self._around[cell]
         nb = [body.nb_layer for body in self.p.layers.bodies]
         return before + counts[0] <= sum(nb[: types[0] + 1]) and after + counts[-1] <= sum(nb[types[-1] :])

@@ -51,6 +51,7 @@ def _neighbours(plan: Plan, options_fixed: bool) -> Iterator[Move]:
         position = position_of[(v, s)]
         targets = [cells[position + step] for step in (1, -1) if 0 <= position + step < len(cells)]
         targets += [(other, s) for other in range(p.chunks) if other != v and (other, s) not in targets]
+        targets = [target for target in targets if target not in p.closed_cells]
         for body in bodies:
             row = plan.counts[body][v][s]
             for k in considered:

@@ -27,11 +27,17 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
   `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
   `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
-  (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher;
+  (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
+  `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
+  `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
+  `--delay-wgrad-compute`, and for Megatron's
+  own attention `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32`,
+  `--apply-query-key-layer-scaling`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
-flag with no bearing on either (logging, checkpoints, data, learning-rate schedule) is read past;
+flag that changes nothing ppb prices (`NOTHING_PRICED`, each with why) and a flag with no bearing
+on either (logging, checkpoints, data, learning-rate schedule) are read past;
 a contradiction or a flag ppb cannot price is refused in one line naming it.
 """
 
@@ -65,7 +71,7 @@ NO_BEARING = frozenset(
         "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
         "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
         "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
-        "--moe-router-bias-update-rate", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--moe-router-bias-update-rate",
         "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
         "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
         "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
@@ -110,6 +116,14 @@ MODELLED = frozenset(
         "--max-position-embeddings",
     }
 )  # fmt: skip
+# Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
+NOTHING_PRICED = {
+    # training.py `train`: gc.disable() and one gc.collect() before the loop; ppb prices no
+    # garbage collection (the automatic collector's pauses are the host's, unmodelled either way)
+    "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
+    # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
+    "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
+}
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
 NOT_PRICED = {
     "--hybrid-layer-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
@@ -397,6 +411,7 @@ def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
     spec["v_head_dim"] = args.integer("--v-head-dim", 128)
 
 
+_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")  # not "custom": its quantizers are the user's
 _FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
 
@@ -638,6 +653,35 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
+    recipe = args.text("--fp8-recipe")
+    if recipe is not None:  # transformer_config.py `fp8_recipe`, "delayed" by default
+        if recipe not in _FP8_RECIPES:
+            raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: ppb prices {', '.join(_FP8_RECIPES)}")
+        timing["fp8_recipe"] = recipe
+    if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
+        timing["bias_gelu_fusion"] = False
+    # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
+    if args.has("--no-masked-softmax-fusion"):
+        timing["masked_softmax_fusion"] = False
+    if args.has("--attention-softmax-in-fp32"):
+        timing["attention_softmax_in_fp32"] = True
+    if args.has("--apply-query-key-layer-scaling"):
+        timing["apply_query_key_layer_scaling"] = True
+    _persist_layer_norm(args, impl, notes)
+    if args.has("--delay-wgrad-compute"):
+        if not args.has("--overlap-moe-expert-parallel-comm"):  # transformer_config.py asserts it
+            raise InputError(args.where, "--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm")
+        timing["delay_wgrad_compute"] = True
+    if args.has("--overlap-param-gather-with-optimizer-step"):
+        _optimizer_step_overlap(args)
+        timing["overlap_param_gather_with_optimizer_step"] = True
+    per_token, average = args.has("--calculate-per-token-loss"), args.has("--ddp-average-in-collective")
+    if per_token and average:  # distributed_data_parallel.py asserts it
+        raise InputError(args.where, "--ddp-average-in-collective", "cannot be set with --calculate-per-token-loss")
+    if per_token:
+        timing["calculate_per_token_loss"] = True
+    if average:
+        timing["ddp_average_in_collective"] = True
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")
@@ -653,11 +697,44 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
     return timing
 
 
+# Hidden sizes apex's persistent LayerNorm kernel takes (megatron/core/fusions/fused_layer_norm.py
+# `FusedLayerNorm.__init__`, `persist_ln_hidden_sizes`, d98e8a64)
+PERSIST_LN_HIDDEN_SIZES = frozenset(
+    {1024, 1536, 2048, 2304, 3072, 3840, 4096, 5120, 6144, 8192, 10240, 12288, 12800, 15360, 16384, 18432,
+     20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536}
+)  # fmt: skip
+
+
+def _persist_layer_norm(args: _Args, impl: str, notes: list[str]) -> None:
+    """`--no-persist-layer-norm` reaches only Megatron's FusedLayerNorm (the local implementation's
+    norm with apex), and there only at a hidden size its persistent kernel takes: elsewhere apex's
+    non-persistent kernel, or TE's norm, or torch's (no apex: torch_norm.py asserts the flag) runs
+    either way, and the flag changes nothing ppb prices."""
+    if not args.has("--no-persist-layer-norm"):
+        return
+    if impl == "local" and args.integer("--hidden-size") in PERSIST_LN_HIDDEN_SIZES:
+        notes.append("--no-persist-layer-norm: apex's non-persistent LayerNorm kernels, not modelled (priced as TE's)")
+
+
+def _optimizer_step_overlap(args: _Args) -> None:
+    """What arguments.py `validate_args` asserts of --overlap-param-gather-with-optimizer-step."""
+    flag = "--overlap-param-gather-with-optimizer-step"
+    if not args.has("--use-distributed-optimizer"):
+        raise InputError(args.where, flag, "needs --use-distributed-optimizer, as Megatron-LM asserts")
+    if not args.has("--overlap-param-gather"):
+        raise InputError(args.where, flag, "needs --overlap-param-gather, as Megatron-LM asserts")
+    virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+    if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
+        raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
+
+
 def _unmodelled(args: _Args) -> list[str]:
     """One line for each flag given that bears on memory or time and that ppb does not model."""
     lines = []
     for flag, values in args.given.items():
         if flag in MODELLED or flag in args.read or flag in NO_BEARING or flag.startswith(NO_BEARING_PREFIXES):
+            continue
+        if flag in NOTHING_PRICED:
             continue
         value = f" {' '.join(values)}" if values else ""
         lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")

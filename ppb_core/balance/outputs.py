@@ -58,7 +58,7 @@ def nass(problem: BalanceInput) -> int:
 
 def _mtp_in(problem: BalanceInput, chunk: int, stage: int) -> int:
     """MTP layers the yaml counts in a cell: all of them in the tail's (the model's last layers)."""
-    return problem.mtp_layers if (chunk, stage) == problem.tail_cell else 0
+    return problem.mtp_layers if (chunk, stage) == (problem.mtp_cell or problem.tail_cell) else 0
 
 
 def _shape(values: list[list[int]], chunks: int) -> list[int] | list[list[int]]:
@@ -182,8 +182,10 @@ def virtual_stages(plan: Plan) -> list[str]:
     for position, (v, s) in enumerate(p.cells):
         text = "E" if position == 0 else ""
         text += "t" * plan.cell_layers(v, s)
+        if (v, s) == p.mtp_cell:
+            text += "m" * p.mtp_layers
         if position == last:
-            text += "m" * p.mtp_layers + "L"
+            text += ("" if p.mtp_cell else "m" * p.mtp_layers) + "L"
         texts.append(text)
     return texts
 

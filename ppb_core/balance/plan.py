@@ -64,6 +64,8 @@ class Plan:
         for chunk, stage in p.cells:
             if (chunk, stage) not in p.reserved_cells and self.cell_layers(chunk, stage) < 1:
                 found.append(f"cell (chunk {chunk}, stage {stage}) is empty")
+            if (chunk, stage) in p.closed_cells and self.cell_layers(chunk, stage):
+                found.append(f"cell (chunk {chunk}, stage {stage}) holds body layers after the MTP layers")
             options = self.cell_options(chunk, stage)
             if options[OPTIONS.index("SLCT")] and options[OPTIONS.index("COMM")]:
                 found.append(f"cell (chunk {chunk}, stage {stage}) mixes SLCT and COMM, which the yaml cannot say")

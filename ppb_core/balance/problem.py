@@ -14,7 +14,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import FRAMEWORK_RULES, walk
-from ppb_core.payload.sapp import LayerSet, layer_set
+from ppb_core.payload.sapp import LayerRecord, LayerSet, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
 
@@ -34,6 +34,12 @@ class BalanceInput:
     # Whose rules the plan must follow (None: SAPP's), and the MTP modules the TAIL holds.
     framework: str | None = None
     mtp_layers: int = 0
+    # Megatron-Core's standalone MTP: the TAIL parts in `mtp_apart` (the MTP layers, with the model's
+    # final norm) run in `mtp_cell`, a last-chunk cell of an earlier stage, and the TAIL left is the
+    # output layer and every head's loss; the cells after `mtp_cell` hold no body layer
+    # (`PipelineParallelLayerLayout.validate_layer_layout`: no decoder layer after an MTP layer).
+    mtp_cell: tuple[int, int] | None = None
+    mtp_apart: tuple[LayerRecord, ...] = ()
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -47,6 +53,14 @@ class BalanceInput:
             raise InputError(self.source, "framework", f"must be one of {', '.join(map(str, FRAMEWORK_RULES))}")
         if not isinstance(self.mtp_layers, int) or self.mtp_layers < 0:
             raise InputError(self.source, "mtp_layers", f"must be a non-negative integer, got {self.mtp_layers!r}")
+        if self.mtp_cell is not None and (
+            self.mtp_cell not in self.cells[:-1] or self.mtp_cell[0] != self.chunks - 1 or not self.mtp_apart
+        ):
+            raise InputError(
+                self.source,
+                "mtp_cell",
+                f"{self.mtp_cell} must be a last-chunk cell before the loss's, holding the MTP part",
+            )
         if not self.memory_mb > 0:
             raise InputError(self.source, "memory", f"must be positive, got {self.memory_mb}")
         if self.constant_memory_mb < 0:
@@ -99,7 +113,17 @@ class BalanceInput:
             reserved.add(self.head_cell)
         if self.layers.tails and (empty_ends or self.mtp_layers):
             reserved.add(self.tail_cell)
+        if self.mtp_cell is not None:  # Megatron-Core runs `m` alone (its DeepSeek-V3 layout `...,m|L`)
+            reserved |= {self.mtp_cell, *self.closed_cells}
         return frozenset(reserved)
+
+    @cached_property
+    def closed_cells(self) -> frozenset[tuple[int, int]]:
+        """Cells that hold no body layer: those after a standalone MTP's cell (Megatron-Core places no
+        decoder layer after an MTP layer), the loss's among them."""
+        if self.mtp_cell is None:
+            return frozenset()
+        return frozenset(self.cells[self.cells.index(self.mtp_cell) + 1 :])
 
     @cached_property
     def vectors(self) -> list[list[tuple[int, ...]]]:
@@ -122,6 +146,10 @@ class BalanceInput:
             total += layers.head_forward() if kind == "F" else layers.head_backward()
         if layers.tails and (chunk, stage) == self.tail_cell:
             total += layers.tail_forward() if kind == "F" else layers.tail_backward()
+        if (chunk, stage) == self.mtp_cell:
+            total += sum(
+                (r.forward_time if kind == "F" else r.backward_time["NONE"]) * r.nb_layer for r in self.mtp_apart
+            )
         return total
 
     def fixed_work(self, stage: int) -> float:
@@ -135,6 +163,12 @@ class BalanceInput:
             total += self.layers.head_memory_mb(vector[self.head_cell[0]])
         if self.layers.tails and self.tail_cell[1] == stage:
             total += self.layers.tail_memory_mb(vector[self.tail_cell[0]])
+        if self.mtp_cell is not None and self.mtp_cell[1] == stage:
+            # the MTP layers keep their activations per micro-batch in flight in their chunk
+            held = vector[self.mtp_cell[0]]
+            total += sum(
+                (r.memory_parameter_mb + held * r.memory_mb.get("NONE", 0.0)) * r.nb_layer for r in self.mtp_apart
+            )
         return total
 
     def with_chunks(self, chunks: int) -> BalanceInput:
@@ -149,6 +183,8 @@ class BalanceInput:
             self.source,
             self.framework,
             self.mtp_layers,
+            None if self.mtp_cell is None else (chunks - 1, self.mtp_cell[1]),
+            self.mtp_apart,
         )
 
     def describe(self) -> dict[str, object]:
@@ -167,6 +203,7 @@ class BalanceInput:
             ],
             "framework": self.framework,
             "mtp_layers": self.mtp_layers,
+            **({"mtp_cell": list(self.mtp_cell)} if self.mtp_cell is not None else {}),
         }
 
 

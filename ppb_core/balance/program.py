@@ -148,7 +148,7 @@ def _random_plan_times(problem: BalanceInput, rng: random.Random) -> tuple[list[
     for cell in open_cells:
         sizes[cell] = 1
     for _ in range(len(layers) - len(open_cells)):
-        sizes[rng.choice(p.cells)] += 1
+        sizes[rng.choice([c for c in p.cells if c not in p.closed_cells])] += 1
     index = 0
     for v, s in p.cells:
         for _ in range(sizes[(v, s)]):
@@ -511,6 +511,8 @@ def solve(
     selective_modules: Sequence[str] | None = None,
     *,
     megatron_settings: bool = True,
+    cutoff: float = math.inf,
+    megatron_cutoff: float = math.inf,
 ) -> Solution:
     """The plan that fits with the least iteration time, proven optimal unless a limit stops it, the
     ties among equally fast plans broken for the user (`tiebreak`).
@@ -520,7 +522,9 @@ def solve(
     (`problem.framework == "megatron"`) the fastest plan Megatron-Core can say is solved too
     (`selective_modules`: what SLCT stands for in `--recompute-modules`, when the run says so),
     and taken when it is as fast; `megatron_settings=False` skips that (the strategy search ranks by the
-    plan's time, which that plan never beats).
+    plan's time, which that plan never beats). A finite *cutoff* ends the search once it proves no
+    plan beats it (`stopped_by: "cutoff"`), and *megatron_cutoff* the settings' likewise: another
+    placement of the MTP layers already has a plan that fast (`mtp_apart.faster_placement`).
     """
     clock = Clock(time_limit)
     report = Reporter(progress, clock)
@@ -531,15 +535,16 @@ def solve(
         f"{problem.layers.nb_body_layers} layers, {mb_words(problem.memory_mb)}",
     )
     catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
-    solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True)
+    solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True, cutoff=cutoff)
     if (
         problem.framework == "megatron"
         and megatron_settings
         and exact is not None
         and solution.plan is not None
+        and solution.stopped_by != "cutoff"
         and not_megatrons(problem) is None  # DualPipeV or a second model: no setting is Megatron's to say
     ):
-        _megatron(problem, solution, exact, limits, clock, report, selective_modules)
+        _megatron(problem, solution, exact, limits, clock, report, selective_modules, megatron_cutoff)
     solution.seconds = clock.elapsed
     reason = STOPPED.get(solution.stopped_by, solution.stopped_by)
     if solution.stopped_by == "time_limit":
@@ -556,8 +561,10 @@ def _megatron(
     clock: Clock,
     report: Reporter,
     modules: Sequence[str] | None,
+    beat: float = math.inf,
 ) -> None:
-    """The fastest plan Megatron-Core can say, beside the plan; it replaces the plan when as fast."""
+    """The fastest plan Megatron-Core can say, beside the plan; it replaces the plan when as fast.
+    Settings proven no faster than *beat* are not searched further (none may be taken then)."""
     plan = solution.plan
     assert plan is not None
     cells = [{OPTIONS[k]: n for k, n in enumerate(plan.cell_options(v, s)) if n} for v, s in problem.cells]
@@ -569,13 +576,13 @@ def _megatron(
     # clock (the safety bound) does not decide which settings are tried
     shared = limits.scaled(1 / max(1, len(candidates)))
     best: tuple[float, int, Solution, Setting] | None = None
-    stopped = False
+    stopped = cut = False
     # Full recompute last: it is rarely the fastest, and then its search stops as soon as it is proven
     # no faster than a setting before it. Ties go to the setting listed first, whatever the order.
     for index in sorted(range(len(candidates)), key=lambda i: candidates[i].name == "full"):
         setting = candidates[index]
         # a setting proven no faster than the best so far is not searched further: it would not be taken
-        cutoff = best[0] if best is not None else math.inf
+        cutoff = best[0] if best is not None else beat
         if clock.out:
             solution.notes.append("Megatron-Core's settings: stopped by the time limit")
             stopped = True
@@ -592,6 +599,7 @@ def _megatron(
             cutoff=cutoff,
         )
         if found.stopped_by == "cutoff":
+            cut = True
             report("megatron", f"{setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", cutoff),))
             continue
         if found.plan is None or found.objective is None:
@@ -606,7 +614,9 @@ def _megatron(
         if best is None or _before(found, best[2]) or (index < best[1] and not _before(best[2], found)):
             best = (found.objective, index, found, setting)
     if best is None:
-        if not stopped:  # cut short, it tried too few settings to say none fits
+        if cut and not stopped:
+            solution.notes.append(f"Megatron-Core's settings: none faster than {beat:.6g}, another MTP placement's")
+        elif not stopped:  # cut short, it tried too few settings to say none fits
             solution.notes.append("Megatron-Core's settings: no plan fits under one setting for every layer")
         return
     value, _, found, setting = best

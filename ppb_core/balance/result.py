@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,14 +119,18 @@ def balance(
     progress: ProgressHook | None = None,
     modules: Sequence[str] | None = None,
     limits: WorkLimits | None = None,
+    cutoff: float = math.inf,
+    megatron_cutoff: float = math.inf,
 ) -> dict[str, Any]:
     """Solve one problem, or with `search_interleave` every V in 1..4 the sizes allow, keeping the fastest.
 
     Every V gets the same work limits and what is left of the time limit, so which V wins does
     not depend on the clock unless the clock stops a solve (its `stopped_by` then says so).
+    *cutoff* and *megatron_cutoff*: as `program.solve` takes them.
     """
+    cuts = {"cutoff": cutoff, "megatron_cutoff": megatron_cutoff}
     if not search_interleave:
-        return report(solve(problem, time_limit, exact, progress, limits, modules), modules)
+        return report(solve(problem, time_limit, exact, progress, limits, modules, **cuts), modules)
     clock = Clock(time_limit)
     candidates = []
     for chunks in range(1, MAX_INTERLEAVE + 1):
@@ -144,11 +149,12 @@ def balance(
         if clock.out:
             searched.append({"interleave": chunks, "status": "skipped", "message": "the time limit ran out"})
             continue
-        result = report(solve(candidate, clock.remaining, exact, progress, limits, modules), modules)
+        result = report(solve(candidate, clock.remaining, exact, progress, limits, modules, **cuts), modules)
         searched.append(
             {
                 "interleave": chunks,
-                "status": result["status"],
+                # proven no faster than *cutoff* (another MTP placement's plan, `mtp_apart`)
+                "status": "no_faster" if result["stopped_by"] == "cutoff" else result["status"],
                 "stopped_by": result["stopped_by"],
                 "objective": result["objective"],
                 "bound": result["bound"],

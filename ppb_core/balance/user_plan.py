@@ -20,6 +20,7 @@ from typing import Any
 
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
 from ppb_core.balance.megatron_run import check_against_run
+from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
@@ -53,7 +54,9 @@ def read_plan(
         if path.suffix.lower() in (".yaml", ".yml"):
             return from_mindformers(problem, _read_yaml(path), str(path), run), "mindformers", None
         if path.suffix.lower() == ".json":  # `ppb balance -o plan.json`: its MindFormers keys, read as a yaml's
-            return from_mindformers(problem, _read_json(path), str(path), run), "mindformers", None
+            document = _read_json(path)
+            standalone, mtp_cell = _mtp_apart_of(problem, document, path, run)
+            return from_mindformers(standalone, document, str(path), run), "mindformers", mtp_cell
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
@@ -77,7 +80,29 @@ def read_plan(
             "--pipeline-model-parallel-layout",
             f"MTP layers m apart from the loss L are Megatron-Core's; the run's framework is {run.framework}",
         )
+    if mtp_cell is not None and run is not None:
+        # on rank P - 2's last virtual stage the balancer prices the MTP layers apart (`balance.mtp_apart`)
+        standalone = standalone_problem(run, problem, withdrawing=False)
+        if standalone is not None and standalone.mtp_cell == mtp_cell:
+            plan_read = Plan(standalone, plan_read.counts)
     return plan_read, "megatron", mtp_cell
+
+
+def _mtp_apart_of(
+    problem: BalanceInput, document: dict[str, Any], path: Path, run: RunConfig | None
+) -> tuple[BalanceInput, tuple[int, int] | None]:
+    """A plan JSON whose MTP layers run apart from the loss (`input.mtp_cell`, `balance.mtp_apart`): the
+    problem with its TAIL split there, and the cell; else *problem* and None."""
+    given = document.get("input")
+    cell = given.get("mtp_cell") if isinstance(given, dict) else None
+    if cell is None:
+        return problem, None
+    standalone = standalone_problem(run, problem, withdrawing=False) if run is not None else None
+    if standalone is None or standalone.mtp_cell is None or cell != [*standalone.mtp_cell]:
+        raise InputError(
+            path, "input.mtp_cell", f"{cell!r}: not where this run can place its MTP layers apart from the loss"
+        )
+    return standalone, standalone.mtp_cell
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ppb_core.balance import balance
+from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, showing_seconds
 from ppb_core.config.run import RunConfig
@@ -151,7 +152,13 @@ def pipeline_plan(
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
     hook = showing_seconds(progress, time_unit_s(run, problem.describe()))
-    result = balance(problem, time_limit_s, progress=hook)
+    # a Megatron run with MTP layers: also the MTP layers apart from the loss (described again with
+    # the TAIL split, `payload.describe.describe_mtp_apart`), the faster plan kept
+    result = faster_placement(
+        problem,
+        standalone_problem(run, problem),
+        lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, **cuts),
+    )
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
 
 
@@ -172,7 +179,9 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
     cells = plan_cells(pipeline_plan)
     by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
-    stages = report_to_frame(plan_stages(run, cells, by_model), pipeline_plan.frame["memory_mb"].tolist())
+    apart = plan["input"].get("mtp_cell")  # the MTP layers apart from the loss (`balance.mtp_apart`)
+    mtp_cell = None if apart is None else (int(apart[0]), int(apart[1]))
+    stages = report_to_frame(plan_stages(run, cells, by_model, mtp_cell), pipeline_plan.frame["memory_mb"].tolist())
     headline = [
         ("balancer", f"{plan['status']}, gap {plan['gap']:.3g}" if plan.get("gap") is not None else plan["status"]),
         *iteration_headline(plan),
@@ -180,6 +189,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         ("peak memory (balancer)", f"{plan['peak_memory_mb']:,.0f} of {plan['input']['memory_mb']:,.0f} MB"),
         *((key, str(plan[key])) for key in ("offset", "recompute", "select_recompute", "select_comm_recompute")),
     ]
+    headline += _mtp_headline(plan)
     headline += megatron_headline(plan.get("megatron", {}))
     about = {
         "title": f"{run.name}: pipeline plan",
@@ -193,6 +203,27 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
         "timeline": plan.get("timeline"),
     }
     return Summarized(stages, json.loads(json.dumps(about)))
+
+
+def _mtp_headline(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Where the plan runs the MTP layers, beside the other placement's layers' schedule (`balance.mtp_apart`)."""
+    rows = plan.get("mtp_placement") or []
+    if not rows:
+        return []
+    words = {"apart": "apart from the loss", "with_loss": "with the loss"}
+    chosen = next(row for row in rows if row["chosen"])
+    where = words[chosen["mtp"]]
+    if chosen["mtp"] == "apart":
+        chunk, stage = plan["input"]["mtp_cell"]
+        where += f" (stage {stage}, chunk {chunk})"
+    others = [
+        f"{words[row['mtp']]} {row['objective_s']:.3f} s"
+        if row.get("objective_s") is not None
+        else f"{words[row['mtp']]} {row['status'].replace('_', ' ')}"
+        for row in rows
+        if not row["chosen"]
+    ]
+    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:.3f} s, " + ", ".join(others))]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from rich.table import Table
 from ppb_core import limits
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
+from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -154,15 +155,22 @@ def run(args: argparse.Namespace) -> int:
     problem, search, run_config = problem_from_args(args)
     time_limit = args.time_limit
     unit_s = time_unit_s(run_config, problem.describe()) if run_config is not None else None
+    # a Megatron run with MTP layers: also the MTP layers apart from the loss, the faster kept
+    apart = standalone_problem(run_config, problem) if run_config is not None else None
     started = time.perf_counter()
     with progress_hook(args.quiet, unit_s) as hook:
-        result = balance(
+        result = faster_placement(
             problem,
-            time_limit,
-            exact=not args.closed_form,
-            search_interleave=search,
-            progress=hook,
-            modules=selective_modules(run_config),
+            apart,
+            lambda placed, **cuts: balance(
+                placed,
+                time_limit,
+                exact=not args.closed_form,
+                search_interleave=search,
+                progress=hook,
+                modules=selective_modules(run_config),
+                **cuts,
+            ),
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
@@ -294,6 +302,16 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
                 f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
             )
+    if result.get("mtp_placement_gap"):
+        console.print(
+            f"over both MTP placements: bound {seconds(time_of(result, 'mtp_placement_bound'))}, "
+            f"gap {_number(result['mtp_placement_gap'], 3)} (a placement's solve ended unproven)"
+        )
+    for entry in result.get("mtp_placement", []):
+        console.print(
+            f"  MTP {'apart from the loss' if entry['mtp'] == 'apart' else 'with the loss'}: {entry['status']} "
+            f"{seconds(time_of(entry, 'objective'))}{' (chosen)' if entry['chosen'] else ''}, layout {entry['layout']}"
+        )
     for entry in result.get("interleave_search", []):
         console.print(
             f"  V={entry['interleave']}: {entry['status']} {seconds(time_of(entry, 'objective'))}"

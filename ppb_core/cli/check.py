@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
+from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
@@ -62,10 +63,16 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_optimum:
         problem = run_problem(run, describe_run(run))
         with progress_hook(args.quiet, unit_s) as hook:
-            result = balance(problem, args.time_limit, progress=hook, modules=modules)
+            result = faster_placement(
+                problem,
+                standalone_problem(run, problem),
+                lambda placed, **cuts: balance(placed, args.time_limit, progress=hook, modules=modules, **cuts),
+            )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
         if result["status"] != "infeasible" and "cells" in result:
-            optimum = check_plan(run, result["cells"], result["input"]["bodies"])
+            apart = result["input"].get("mtp_cell")
+            at = None if apart is None else (int(apart[0]), int(apart[1]))
+            optimum = check_plan(run, result["cells"], result["input"]["bodies"], at)
             out["optimum"] = {
                 "iteration_s": optimum.iteration_s,
                 "fits": optimum.fits,
@@ -103,13 +110,14 @@ def _notes(plan: str, form: str) -> list[str]:
 
 
 def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
-    """The plan as the balancer's descriptions price it; for MTP layers apart from the loss, the one
-    line saying why not (the descriptions hold them in the loss's cell, `BalanceInput.tail_cell`)."""
-    if mtp_cell is not None:
+    """The plan as the balancer's descriptions price it; for MTP layers apart from the loss elsewhere
+    than the balancer places them (rank P - 2's last virtual stage, `balance.mtp_apart`), the one
+    line saying why not."""
+    if mtp_cell is not None and plan.problem.mtp_cell != mtp_cell:
         chunk, stage = mtp_cell
         return {
-            "unpriced": f"the balancer's descriptions price the MTP layers with the loss, not apart in chunk "
-            f"{chunk} of stage {stage}: no balancer figures for this plan"
+            "unpriced": f"the balancer's descriptions price the MTP layers with the loss or apart on the "
+            f"last stage but one, not apart in chunk {chunk} of stage {stage}: no balancer figures for this plan"
         }
     return {
         "simulated_time_s": plan.iteration_time * unit_s,  # the schedule on the descriptions' times

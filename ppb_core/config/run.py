@@ -496,6 +496,55 @@ class TimingOptions(StrictModel):
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
     )
+    bias_gelu_fusion: bool = Field(
+        True,
+        description="Megatron's bias-GeLU fusion (off with --no-bias-gelu-fusion; Megatron turns it off without "
+        "biases): unfused, fc1's bias is added by its own kernel before the GeLU",
+    )
+    calculate_per_token_loss: bool = Field(
+        False,
+        description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
+        "count is broadcast over the pipeline and all-reduced over dp·cp, and every held gradient divided by it",
+    )
+    overlap_param_gather_with_optimizer_step: bool = Field(
+        False,
+        description="Megatron's --overlap-param-gather-with-optimizer-step (interleaved schedule, distributed "
+        "optimizer): the first model chunk's parameter all-gathers launched after its own optimizer step, beside "
+        "the other chunks' steps",
+    )
+    delay_wgrad_compute: bool = Field(
+        False,
+        description="Megatron's --delay-wgrad-compute (with --overlap-moe-expert-parallel-comm): in the combined "
+        "1F1B the experts' and the pre-dispatch part's weight gradients run after their input gradients, off the "
+        "all-to-alls' path (ppb_core.timing.combined)",
+    )
+    masked_softmax_fusion: bool = Field(
+        True,
+        description="Megatron's scale-mask-softmax fusion (off with --no-masked-softmax-fusion): read only by "
+        "Megatron's own attention (--transformer-impl local, unfused); off, the cast, scale, mask, softmax and "
+        "cast back run as PyTorch ops",
+    )
+    attention_softmax_in_fp32: bool = Field(
+        False,
+        description="Megatron's --attention-softmax-in-fp32 (--apply-query-key-layer-scaling sets it): the "
+        "unfused softmax in fp32",
+    )
+    apply_query_key_layer_scaling: bool = Field(
+        False, description="Megatron's --apply-query-key-layer-scaling: the unfused softmax's input scaled first"
+    )
+    ddp_average_in_collective: bool = Field(
+        False,
+        description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
+        "of DDP scaling each bucket by 1/(dp·cp) before it",
+    )
+
+    @model_validator(mode="after")
+    def _loss_scaling(self) -> TimingOptions:
+        if self.calculate_per_token_loss and self.ddp_average_in_collective:
+            # distributed_data_parallel.py asserts it ("Cannot average in collective when calculating
+            # per-token loss!")
+            raise ValueError("ddp_average_in_collective cannot be set with calculate_per_token_loss")
+        return self
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
@@ -611,6 +660,23 @@ class RunConfig(StrictModel):
     def recompute(self) -> Recompute:
         """training.recompute resolved: SLCT's switches, the framework's selective units, the full rule."""
         return resolve(self.training.recompute)
+
+    @property
+    def torch_masked_softmax(self) -> bool:
+        """Whether Megatron's own attention (dot_product_attention.py `DotProductAttention`, run under
+        --transformer-impl local with no flash kernel) takes FusedScaleMaskSoftmax's PyTorch path
+        (fused_softmax.py `forward_torch_softmax`, Megatron-LM d98e8a64): with the fusion off."""
+        return (
+            self.framework == "megatron"
+            and self.timing.transformer_impl == "local"
+            and not self.training.flash_attention
+            and not self.timing.masked_softmax_fusion
+        )
+
+    @property
+    def softmax_in_fp32(self) -> bool:
+        """TransformerConfig `attention_softmax_in_fp32`, which `apply_query_key_layer_scaling` sets."""
+        return self.timing.attention_softmax_in_fp32 or self.timing.apply_query_key_layer_scaling
 
     def spec(self, model: str) -> ModelSpec | VisionSpec:
         return self.specs[model]

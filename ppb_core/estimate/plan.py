@@ -128,13 +128,16 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     bodies = plan.get("input", {}).get("bodies", [])
 
-    def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    mtp_cell = plan.get("input", {}).get("mtp_cell")  # the MTP layers apart from the loss (standalone)
+
+    def priced(plan_cells: Sequence[Sequence[Mapping[str, Any]]], apart: Sequence[int] | None = None) -> dict[str, Any]:
         cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
         by_model = model_cell_options(plan_cells, bodies)
-        return run_iteration(sized, cells, times, memory, by_model).to_json()
+        at = None if apart is None else (int(apart[0]), int(apart[1]))
+        return run_iteration(sized, cells, times, memory, by_model, at).to_json()
 
     if plan.get("cells"):
-        out["iteration"] = priced(plan["cells"])
+        out["iteration"] = priced(plan["cells"], mtp_cell)
     best = plan.get("best_baseline")
     if best:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)

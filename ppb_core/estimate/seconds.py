@@ -17,7 +17,7 @@ from ppb_core.estimate.plan import plan_iterations, time_unit_s
 # Every time a result carries, in the descriptions' unit: the key, and where it sits.
 # `in_seconds` renames each to `<key>_s`; `objective` stays as well (the `ppb balance --json`
 # contract states it in the descriptions' unit), `objective_s` beside it.
-TOP_TIMES: tuple[str, ...] = ("bound", "simulated_time", "stage_time")
+TOP_TIMES: tuple[str, ...] = ("bound", "simulated_time", "stage_time", "mtp_placement_bound")
 NESTED_TIMES: dict[str, tuple[str, ...]] = {
     "closed_form": ("value", "optimum"),
     "ties": ("recompute_time",),
@@ -26,6 +26,7 @@ ROW_TIMES: dict[str, tuple[str, ...]] = {
     "stages": ("time",),
     "baselines": ("iteration_time",),
     "interleave_search": ("objective", "bound"),
+    "mtp_placement": ("objective", "bound"),
 }
 TIMELINE_TIMES: tuple[str, ...] = ("forward", "backward", "recompute", "iteration")
 

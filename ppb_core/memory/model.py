@@ -329,6 +329,11 @@ class MemoryModel:
         found = self.rules.reduction_bytes(self.setup, [self.parameters(layer) for layer in layers])
         return None if found is None else found * self.correction.static
 
+    def attention_workspace_bytes(self, layer: LayerLike) -> float:
+        """What the layer's attention backward takes for its kernels beyond its working set
+        (`FrameworkRules.attention_workspace_bytes`), scaled as working sets are."""
+        return self.rules.attention_workspace_bytes(layer.kind, self.setup) * self.correction.working
+
     def loss_bytes(self, layer: LayerLike) -> float:
         """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""
         if not isinstance(layer.kind, TailKind):
@@ -377,7 +382,9 @@ def run_working_set_bytes(
 ) -> float:
     """The most any one layer's backward (or the loss) holds beyond what its stage keeps, over every
     layer kind of the run and every recompute option: what a stage peak adds to its kept memory,
-    whatever layers and options a plan gives it (each distinct kind evaluated once)."""
+    whatever layers and options a plan gives it (each distinct kind evaluated once). A body's attention
+    workspace (`MemoryModel.attention_workspace_bytes`) counts on top of its working set, as on a stage
+    without the loss; `stage_peaks` credits the loss's stage with what is freed before it runs."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     most = 0.0
@@ -392,7 +399,8 @@ def run_working_set_bytes(
         for option in OPTIONS if isinstance(layer.kind, BodyKind) else ("NONE",):
             state, switches = memory.option_state(layer, option)
             rebuilt = group if option == "FULL" else 1
-            most = max(most, memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt))
+            working = memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt)
+            most = max(most, working + memory.attention_workspace_bytes(layer))
     return most
 
 

@@ -37,7 +37,13 @@ from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
 from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
 from ppb_core.model.walk import KindSlot, Layer, LayerWalk
-from ppb_core.schedules import combined_in_flight_vectors, combined_steps, in_flight_vectors, micro_batches_in_flight
+from ppb_core.schedules import (
+    backward_vectors,
+    combined_in_flight_vectors,
+    combined_steps,
+    in_flight_vectors,
+    micro_batches_in_flight,
+)
 
 if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this module (model.py)
     from ppb_core.memory.model import MemoryModel
@@ -218,6 +224,14 @@ def stage_peaks(
         stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "body": 0, "tail": False}
         for stage in range(stages)
     }
+    candidates = [len(vectors[stage]) for stage in range(stages)]  # the peak vector is one of these
+    attention = _attention_workspaces(memory, groups)
+    backward_starts = _backward_starts(memory, stages, chunks) if attention and steps is None else None
+    if backward_starts is not None:  # kept memory as each backward starts, for the attention workspaces
+        vectors = [[*vectors[stage], *(v for v, _ in backward_starts[stage])] for stage in range(stages)]
+        extras = [[*extras[stage], *(0.0 for _ in backward_starts[stage])] for stage in range(stages)]
+    cell_workspace: dict[tuple[int, int], float] = {}  # a body's working set + its attention workspace
+    tail_held: dict[tuple[int, int], float] = {}  # the TAIL's kept memory of one micro-batch
     # activations and buffers at each candidate vector of the stage
     dynamic = {stage: [[0.0, 0.0] for _ in vectors[stage]] for stage in range(stages)}
     for (stage, chunk, model_name, node, kind, option, before, after), count in groups.items():
@@ -242,7 +256,12 @@ def stage_peaks(
             layer, state, switches, 2, on_saved=True, group=group, neighbours=neighbours
         )
         total["work"] = max(total["work"], working)
+        if attention.get(kind):
+            cell = (stage, chunk)
+            cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), working + attention[kind])
         if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
+            one = held.activation_bytes + held.buffers.at(1) - held.buffers.at(0)
+            tail_held[(stage, chunk)] = tail_held.get((stage, chunk), 0.0) + count * one
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
         if option is not None:
@@ -260,7 +279,18 @@ def stage_peaks(
     for stage, total in totals.items():
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
         # the vector of the largest activations + buffers (on a tie, the first listed)
-        index = max(range(len(vectors[stage])), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
+        index = max(range(candidates[stage]), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
+        peak_kept = sum(dynamic[stage][index]) + extras[stage][index]
+        working = total["work"]
+        if backward_starts is not None:
+            # a chunk's attention workspace while its backward runs, with what is kept as it starts; in the
+            # TAIL's chunk the loss's backward has freed that micro-batch's TAIL first
+            for i, (_, chunk) in enumerate(backward_starts[stage], start=candidates[stage]):
+                if (stage, chunk) in cell_workspace:
+                    held = sum(dynamic[stage][i]) - tail_held.get((stage, chunk), 0.0)
+                    working = max(working, held + cell_workspace[(stage, chunk)] - peak_kept)
+        elif cell_workspace:  # no schedule to follow (combined 1F1B): at the peak vector, no credit
+            working = max(working, *(ws for (s, _), ws in cell_workspace.items() if s == stage), 0.0)
         peaks.append(
             StagePeak(
                 stage=stage,
@@ -269,7 +299,7 @@ def stage_peaks(
                 static_bytes=total["static"] + workspace,
                 activation_bytes=dynamic[stage][index][0] + extras[stage][index],
                 buffer_bytes=dynamic[stage][index][1],
-                working_bytes=total["work"],
+                working_bytes=working,
                 reserved_bytes=reserved_bytes,
                 device_bytes=device_bytes,
                 loss_bytes=total["loss"],
@@ -279,6 +309,25 @@ def stage_peaks(
             )
         )
     return peaks
+
+
+def _attention_workspaces(memory: MemoryModel, groups: Counter) -> dict:
+    """{layer kind: its attention backward's workspace} for the kinds that take one (none: empty)."""
+    found = {}
+    for stage, chunk, model_name, node, kind, *_ in groups:
+        if kind not in found:
+            found[kind] = memory.attention_workspace_bytes(Layer(model_name, node, kind, 0, chunk, stage))
+    return {kind: bytes_ for kind, bytes_ in found.items() if bytes_ > 0}
+
+
+def _backward_starts(memory: MemoryModel, stages: int, chunks: int) -> list[list[tuple[tuple[int, ...], int]]] | None:
+    """Per stage, the counts in flight as each chunk's backward starts (`schedules.backward_vectors`), or
+    None where the run's schedule cannot say (sizes it refuses)."""
+    run = memory.run
+    try:
+        return backward_vectors(run.parallel.schedule, stages, chunks, run.training.micro_batches)
+    except ValueError:
+        return None
 
 
 def _chunk_nodes(

@@ -44,6 +44,12 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    # The bytes an element of the saved softmax output takes where Megatron runs its scale-mask-softmax
+    # as PyTorch ops in fp32 (RunConfig.torch_masked_softmax, softmax_in_fp32); 0: the compute dtype's
+    softmax_saved_bytes: int = 0
+    deterministic: bool = (
+        False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +80,8 @@ class MemorySetup(Geometry):
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            softmax_saved_bytes=4 if run.torch_masked_softmax and run.softmax_in_fp32 else 0,
+            deterministic=run.timing.deterministic,
         )
 
     @property

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ppb_core.config.run import RunConfig
+from ppb_core.model.kinds import TailKind, standalone_parts
 from ppb_core.model.switches import (
     MEMORY_KEY,
     OPTIONS,
@@ -230,3 +231,40 @@ def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = No
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),
         switches_of=run.switches,
     )
+
+
+# The name of the TAIL descriptions that run apart from the loss under Megatron-Core's standalone MTP.
+MTP_APART_NAME = "MTP"
+
+
+def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource | None = None) -> list[dict[str, Any]]:
+    """The run's descriptions with the TAIL split as Megatron-Core runs a standalone MTP (`m` on a rank
+    before the loss's, `kinds.standalone_parts`): the TAIL is the output layer and every head's loss,
+    and two TAIL entries named `MTP_APART_NAME` hold the MTP layers (with their embedding copy) and the
+    model's final norm, which the balancer places in the MTP layers' cell (`BalanceInput.mtp_cell`).
+
+    Those two keep their activations per micro-batch in flight (`memory_activation`): their chunk is
+    not the last one, so it holds several, where the loss's TAIL holds one (its activations are
+    charged once, as `describe_layer` does). The final norm runs in the last decoder layer's cell
+    (transformer_block.py `has_final_layernorm_in_this_stage`, d98e8a64): the MTP cell when that
+    holds a decoder layer, the cell before it otherwise; the balancer charges it to the MTP cell,
+    one norm's parameters and input per micro-batch (`ppb check` prices the plan exactly)."""
+    many = many_in_flight(run.parallel.pp, run.training.micro_batches)
+    layers: list[Layer] = []
+    apart: list[Layer] = []
+    for layer in walk(run, fused_tail=True):
+        if layer.node == TAIL and isinstance(layer.kind, TailKind) and layer.kind.mtp_layers:
+            norm, mtp, output = standalone_parts(layer.kind)
+            apart += [dataclasses.replace(layer, kind=norm), dataclasses.replace(layer, kind=mtp)]
+            layers.append(dataclasses.replace(layer, kind=output))
+        else:
+            layers.append(layer)
+    descriptions = describe_layers(layers, memory, times, many=many, switches_of=run.switches)
+    for layer in apart:
+        desc = describe_layer(layer, memory, times, many=many, configured=run.switches(layer.model_name))
+        context = Evaluation(memory, layer, normalized(run.switches(layer.model_name)))
+        split = context.at(LayerType.OUTPUT_LAYER).split(many)
+        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(split.once)
+        desc[MEMORY_KEY["NONE"]] = mb(split.activation) + mb(split.per_micro_batch)
+        descriptions.append({**desc, "nb_layer": 1, "name": MTP_APART_NAME})
+    return descriptions

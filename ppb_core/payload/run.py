@@ -10,7 +10,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel
-from ppb_core.payload.describe import describe
+from ppb_core.payload.describe import describe, describe_mtp_apart
 from ppb_core.payload.postprocess import postprocess
 from ppb_core.payload.sources import MemorySource, TimeSource
 from ppb_core.timing.pricer import TimeModel
@@ -23,6 +23,7 @@ def describe_run(
     *,
     timed: bool = True,
     withdrawing: bool = True,
+    mtp_apart: bool = False,
 ) -> list[dict[str, Any]]:
     """The descriptions the balancer reads for a run: described, combined, withdrawn, scaled.
 
@@ -37,4 +38,5 @@ def describe_run(
         times = None
     elif times is None:
         times = TimeModel(run)
-    return postprocess(describe(run, memory, times), run.ppb.combined, run.source, withdrawing=withdrawing)
+    described = (describe_mtp_apart if mtp_apart else describe)(run, memory, times)
+    return postprocess(described, run.ppb.combined, run.source, withdrawing=withdrawing)

@@ -15,8 +15,11 @@ micro-batch and chunk, waited on before a submodule and recorded after it). The 
 the attention, the MLP's norm, the router, the permutation and the shared experts
 (fine_grained_callables.py `submodule_pre_dispatch_forward`); the MLP part the experts; the combine
 part the all-to-all with the unpermutation and the residual add after it, on the comm stream
-(`submodule_combine_forward`). A dense layer is all pre-dispatch. The mlp's weight gradient runs
-after its input gradient on the compute stream without holding up the dispatch's backward.
+(`submodule_combine_forward`). A dense layer is all pre-dispatch. The experts' weight gradient is
+part of their backward, which the dispatch's backward waits for; under `--delay-wgrad-compute`
+(`timing.delay_wgrad_compute`) it runs after their input gradient on the compute stream without
+holding up the dispatch's backward, and the pre-dispatch part's weight gradients after its input
+gradients (`pair_step`).
 
 `layer_segments` cuts a priced layer (`TimeModel.breakdown`, uncalibrated) into those parts, the
 all-to-alls at their link time; `step_saving` runs the two streams over a step's layer pairs and
@@ -52,6 +55,9 @@ class Segments:
     pre_backward: float
     forward_alone: float  # the layer's forward and backward as priced alone
     backward_alone: float
+    # the pre-dispatch part's delayed weight gradients (attention, shared experts) under
+    # --delay-wgrad-compute; 0 otherwise, where they are in `pre_backward`
+    pre_backward_dw: float = 0.0
 
     @property
     def communication(self) -> float:
@@ -74,17 +80,21 @@ def layer_segments(
     state: LayerType,
     switches: dict[str, int] | None = None,
     keep: Callable[[str], bool] | None = None,
+    delay_wgrad: bool = False,
 ) -> Segments:
     """The layer's parts (seconds): each op's forward, and its backward with what recompute reruns of it,
     in the part of the layer it belongs to; the expert all-to-alls at their link time. *keep*: only the
-    ops whose names it keeps (an MTP layer out of its TAIL, `mtp_segments`)."""
+    ops whose names it keeps (an MTP layer out of its TAIL, `mtp_segments`). *delay_wgrad*
+    (`--delay-wgrad-compute`): the pre-dispatch part's weight gradients apart (`pre_backward_dw`): its
+    TE linears' (attention's, the shared experts': models/common/utils.py `_BackwardDWWrapper`), not
+    the router's (`router_gating_linear`, plain PyTorch autograd)."""
     ops = {op.name: op for op in times.ops(layer) if keep is None or keep(op.name)}
     has_dispatch = any(
         name.endswith("dispatch") and op.forward_comm is not None and op.forward_comm.kind == ALL_TO_ALL
         for name, op in ops.items()
     )
     forward = dict.fromkeys(("pre", "dispatch", "mlp", "combine"), 0.0)
-    backward = dict.fromkeys(("pre", "dispatch", "mlp", "mlp_dw", "combine"), 0.0)
+    backward = dict.fromkeys(("pre", "pre_dw", "dispatch", "mlp", "mlp_dw", "combine"), 0.0)
     forward_alone = backward_alone = 0.0
     seen_dispatch = seen_combine = False
     for row in times.breakdown(layer, state, switches):
@@ -111,6 +121,10 @@ def layer_segments(
             dgrad = times._phase_s(op, "dgrad")
             backward["mlp"] += dgrad
             backward["mlp_dw"] += max(0.0, seconds - dgrad)
+        elif delay_wgrad and part == "pre" and _delayed(row.name, op) and row.phase == "backward":
+            dgrad = times._phase_s(op, "dgrad")
+            backward["pre"] += dgrad
+            backward["pre_dw"] += max(0.0, seconds - dgrad)
         else:
             backward[part] += seconds
     return Segments(
@@ -125,10 +139,16 @@ def layer_segments(
         backward["pre"],
         forward_alone,
         backward_alone,
+        backward["pre_dw"],
     )
 
 
-def mtp_segments(times: TimeModel, layer: Layer, state: LayerType) -> list[Segments]:
+def _delayed(name: str, op) -> bool:
+    """A TE linear whose weight gradient `--delay-wgrad-compute` defers: a GEMM with weights, not the router."""
+    return op.gemm is not None and op.weight_elements > 0 and not name.endswith("router")
+
+
+def mtp_segments(times: TimeModel, layer: Layer, state: LayerType, delay_wgrad: bool = False) -> list[Segments]:
     """Each MTP layer a TAIL part runs, cut like a decoder layer: the combined schedule builds a layer
     plan for each (model_chunk_schedule_plan.py `_build_layer_schedule_plan(model.mtp)`, after the
     decoder's), whose pre-dispatch node wraps the MTP's embedding, norms and projection around its
@@ -144,6 +164,7 @@ def mtp_segments(times: TimeModel, layer: Layer, state: LayerType) -> list[Segme
             layer,
             state,
             keep=lambda name, p=f"mtp{index}.": name.startswith(p) and not name.startswith(p + "output."),
+            delay_wgrad=delay_wgrad,
         )
         for index in range(kind.mtp_layers)
     ]
@@ -164,20 +185,34 @@ class _Streams:
         setattr(self, chain, start + seconds)
 
 
-def pair_step(streams: _Streams, f: Segments, b: Segments) -> None:
-    """One forward layer beside one backward layer, in `TransformerLayerSchedulePlan.run`'s order."""
+def pair_step(streams: _Streams, f: Segments, b: Segments, delay_wgrad: bool = False) -> None:
+    """One forward layer beside one backward layer, in `TransformerLayerSchedulePlan.run`'s order.
+
+    Without `--delay-wgrad-compute` (Megatron's default) the experts' weight gradients are computed in
+    `b_layer.mlp.backward` with their input gradients (TE's `backward_dw` does nothing:
+    extensions/transformer_engine.py `TEGroupedLinear.backward_dw`), so the dispatch's backward waits
+    for both; with it, `mlp.backward_dw()` runs them on the compute stream after the dispatch's
+    backward is queued, and the pre-dispatch part's (attention's, shared experts') last, after its
+    input gradients (`pre_dispatch_computation.backward_dw()`)."""
     streams.run("comm", "backward", b.combine_backward)
     streams.run("compute", "forward", f.pre_forward)
-    streams.run("compute", "backward", b.mlp_backward)
+    if delay_wgrad:
+        streams.run("compute", "backward", b.mlp_backward)
+    else:
+        streams.run("compute", "backward", b.mlp_backward + b.mlp_backward_dw)
     streams.run("comm", "forward", f.dispatch_forward)
-    streams.compute += b.mlp_backward_dw  # mlp_bwd_dw: the compute stream only
+    if delay_wgrad:
+        streams.compute += b.mlp_backward_dw  # mlp_bwd_dw: the compute stream only
     streams.run("comm", "backward", b.dispatch_backward)
     streams.run("compute", "forward", f.mlp_forward)
     streams.run("comm", "forward", f.combine_forward)
     streams.run("compute", "backward", b.pre_backward)
+    streams.compute += b.pre_backward_dw  # 0 without --delay-wgrad-compute
 
 
-def step_saving(forwards: Sequence[Segments], backwards: Sequence[Segments], contention: float = 0.0) -> float:
+def step_saving(
+    forwards: Sequence[Segments], backwards: Sequence[Segments], contention: float = 0.0, delay_wgrad: bool = False
+) -> float:
     """Seconds a combined step saves over its forward chunk's layers (forward order) and its backward
     chunk's layers (backward order: last layer first) run one after the other: layer i of each runs
     beside layer i of the other; what one has beyond the other runs alone and saves nothing. The
@@ -187,11 +222,11 @@ def step_saving(forwards: Sequence[Segments], backwards: Sequence[Segments], con
         return 0.0
     streams = _Streams()
     for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True):
-        pair_step(streams, f, b)
+        pair_step(streams, f, b, delay_wgrad)
     step = max(streams.compute, streams.comm, streams.forward, streams.backward)
     alone = sum(f.forward_alone for f in forwards[:pairs]) + sum(b.backward_alone for b in backwards[:pairs])
     computing = sum(
-        f.pre_forward + f.mlp_forward + b.mlp_backward + b.mlp_backward_dw + b.pre_backward
+        f.pre_forward + f.mlp_forward + b.mlp_backward + b.mlp_backward_dw + b.pre_backward + b.pre_backward_dw
         for f, b in zip(forwards[:pairs], backwards[:pairs], strict=True)
     )
     communication = sum(

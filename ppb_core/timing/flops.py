@@ -118,8 +118,9 @@ class Op:
     # (megatron/core/transformer/moe/router.py, `TopKRouter.gating`). DeepSeek-V3 keeps "the output
     # head, MoE gating modules" in their original precision too (its report, §3.3.1).
     fp8: bool = True
-    # (forward, backward) kernel launches where the op's builder counts them from the framework's code
-    # (Megatron's allgather dispatcher: `_allgather_dispatch`); None: `ppb_core.timing.launches`' rules.
+    # Kernels this op runs each way where it is several PyTorch ops priced as one, counted where the op
+    # is built (e.g. Megatron's allgather dispatcher, `_allgather_dispatch`); None: the generic rules of
+    # `ppb_core.timing.launches`.
     launches: tuple[float, float] | None = None
 
 
@@ -141,6 +142,10 @@ class OpGeometry(Geometry):
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
+    bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
+    torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
+    softmax_fp32: bool = False  # ... in fp32 (attention_softmax_in_fp32)
+    softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -156,6 +161,10 @@ class OpGeometry(Geometry):
             rope_fusion=run.timing.rope_fusion,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
             permute_fusion=train.moe.permute_fusion,
+            bias_gelu_fusion=run.timing.bias_gelu_fusion,
+            torch_softmax=run.torch_masked_softmax,
+            softmax_fp32=run.softmax_in_fp32,
+            softmax_scaled=run.timing.apply_query_key_layer_scaling,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -225,6 +234,21 @@ def _bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, added_after
     if not added_after:
         return (0.0, elements)
     return (2 * elements, elements) if geo.transformer_impl == "local" else (0.0, 0.0)
+
+
+def _fc1_bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, gated: bool) -> tuple[float, float]:
+    """fc1's bias passes (`_bias_passes`), and, where Megatron-LM does not fuse it into the GeLU, its add.
+
+    megatron/core/transformer/mlp.py `MLP.forward` (d98e8a64): under `bias_activation_fusion` (from
+    `--no-bias-gelu-fusion`'s `bias_gelu_fusion` without `--swiglu`: training/argument_utils.py) the
+    bias goes into `bias_gelu_impl`, one kernel; otherwise `intermediate_parallel + bias_parallel`
+    runs first as its own kernel (read and write rows × n) and `F.gelu` after it. Its backward adds
+    nothing: the add passes the gradient through and the bias's reduction is the one counted either
+    way. The GeLU's saved input is the sum instead of the GEMM's output: the same bytes."""
+    forward, backward = _bias_passes(geo, bias, rows, n, added_after=False)
+    if bias and not gated and not geo.bias_gelu_fusion and geo.framework == "megatron":
+        forward += 2 * rows * n * geo.dtype_bytes
+    return forward, backward
 
 
 def _elementwise(
@@ -607,16 +631,15 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # (scaled_upper_triang_masked_softmax.h: a row's loads stop at the diagonal, `local_seq`; every
         # element is stored) reads only the lower triangle, half of each read.
         reads = 0.5 if copies and not geo.block_pairs else 1.0
-        ops.append(
-            _elementwise(
-                p + "softmax",
-                block,
-                (reads + 1) * pairs * bc,
-                (2 * reads + 1) * pairs * bc,
-                switch="softmax",
-                inputs=(scores,),
-            )
+        softmax = _elementwise(
+            p + "softmax",
+            block,
+            (reads + 1) * pairs * bc,
+            (2 * reads + 1) * pairs * bc,
+            switch="softmax",
+            inputs=(scores,),
         )
+        ops.append(_torch_softmax(softmax, geo, pairs) if geo.torch_softmax else softmax)
         probs = p + "softmax"
         if kind.attention_dropout > 0:
             ops += [
@@ -683,6 +706,28 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     return ops, out
 
 
+def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:
+    """Megatron's scale-mask-softmax as PyTorch ops (fused_softmax.py `forward_torch_softmax`,
+    Megatron-LM d98e8a64), per score element: the upcast to fp32 where the softmax runs in fp32 on
+    16-bit scores (read bc, write 4), the scale (`input * self.scale`, under query-key layer
+    scaling: read and write), `attention_mask_func`'s in-place `masked_fill_` (read and write; its
+    broadcast mask not counted), the softmax (read and write), the cast back (read 4, write bc), each
+    one kernel. Backward autograd's formula for each in turn: the casts' (read, write), the softmax's
+    (read the gradient and the output, write), the masked fill's (`grad.masked_fill(mask, 0)`) and
+    the scale's (read, write)."""
+    bc = geo.dtype_bytes
+    element = 4 if geo.softmax_fp32 else bc
+    upcast = geo.softmax_fp32 and bc < 4
+    casts = 2 * (bc + 4) if upcast else 0
+    scale = 2 * element if geo.softmax_scaled else 0
+    kernels = 2 * upcast + geo.softmax_scaled + 2
+    forward = casts + scale + 2 * element + 2 * element
+    backward = casts + scale + 2 * element + 3 * element
+    return dataclasses.replace(
+        op, bytes=forward * pairs, backward_bytes=backward * pairs, launches=(float(kernels), float(kernels))
+    )
+
+
 def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
@@ -747,7 +792,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            side_bytes=_bias_passes(geo, bias, rows, up_width, added_after=False),
+            side_bytes=_fc1_bias_passes(geo, bias, rows, up_width, gated),
         ),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
         _matmul(

@@ -475,13 +475,16 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
     least the host's time to launch them all (`HostWaits.launch_forward` + `launch_backward`), so a
     step never saves more than their times (with their waits for the host) beyond that."""
     stages, chunks = run.parallel.pp, run.parallel.vpp
+    delay = run.timing.delay_wgrad_compute
     segments: dict[tuple[int, int], list] = {}
     bodies: dict[tuple[int, int], list[Layer]] = {}
     for (chunk, stage), entries in per_cell.items():
         bodies[(chunk, stage)] = [layer for layer, _, _ in entries if layer.node == BODY]
-        segments[(chunk, stage)] = [layer_segments(times, layer, *states[layer]) for layer in bodies[(chunk, stage)]]
+        segments[(chunk, stage)] = [
+            layer_segments(times, layer, *states[layer], delay_wgrad=delay) for layer in bodies[(chunk, stage)]
+        ]
         for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
-            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0])
+            segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0], delay)
     contention = times.kernels.contention
     totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
@@ -491,7 +494,7 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         paired_forward = bodies.get((f, s), [])[:pairs]
         paired_backward = bodies.get((b, s), [])[::-1][:pairs]
         hidden_waits = sum(waits[layer].dispatcher for layer in paired_forward)
-        saved = step_saving(forwards, backwards[::-1], contention) + hidden_waits
+        saved = step_saving(forwards, backwards[::-1], contention, delay) + hidden_waits
         launching = sum(waits[layer].launch_forward for layer in paired_forward) + sum(
             waits[layer].launch_backward for layer in paired_backward
         )
@@ -527,19 +530,28 @@ def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float
     return seconds
 
 
-def grad_pass_bytes(run: RunConfig) -> int:
-    """HBM bytes per parameter that Megatron-Core's DDP moves over a gradient bucket before reducing it,
-    on the compute stream (param_and_grad_buffer.py `start_grad_sync`, core_r0.8.0 and d98e8a64): the
-    NaN check reads the bucket for its norm (`grad_data.norm(p=2)`, unless
-    `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss scaling turns it off: arguments.py),
-    and `grad_data *= gradient_scaling_factor` reads and writes it, the factor being 1/(dp·cp)
-    (distributed_data_parallel.py, `average_in_collective` off by default) and so 1 only without data
-    parallelism. Other frameworks: none."""
+def grad_pass_bytes(run: RunConfig, expert: bool = False) -> int:
+    """HBM bytes per parameter (an expert's where *expert*) that Megatron-Core's DDP moves over a
+    gradient bucket before reducing it, on the compute stream (param_and_grad_buffer.py
+    `start_grad_sync`, core_r0.8.0 and d98e8a64): the NaN check reads the bucket for its norm
+    (`grad_data.norm(p=2)`, unless `--no-check-for-nan-in-loss-and-grad` or fp16's dynamic loss
+    scaling turns it off: arguments.py), and `grad_data *= gradient_scaling_factor` reads and writes
+    it unless the factor is 1 (distributed_data_parallel.py `DistributedDataParallel.__init__`): 1/(dp·cp)
+    by default, so 1 only without data parallelism; 1 under `--calculate-per-token-loss` (its
+    division comes after the reduction, `per_token_scale_bytes`); under `--ddp-average-in-collective`
+    1 for non-expert parameters (NCCL averages) and expert-dp / (dp·cp) for experts. Other
+    frameworks: none."""
     if run.framework != "megatron":
         return 0
+    par, timing = run.parallel, run.timing
     grad = run.training.grad_bytes
-    check = run.timing.check_for_nan_in_grad and run.training.dtype != "fp16"
-    scaled = run.parallel.dp * run.parallel.cp > 1
+    check = timing.check_for_nan_in_grad and run.training.dtype != "fp16"
+    if timing.calculate_per_token_loss:
+        scaled = False
+    elif timing.ddp_average_in_collective:
+        scaled = expert and par.tp != par.ep * par.expert_tp  # expert-dp = dp·cp·tp/(ep·etp)
+    else:
+        scaled = par.dp * par.cp > 1
     return (grad if check else 0) + (2 * grad if scaled else 0)
 
 
@@ -560,8 +572,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     if fsdp:
         return 0.0, 0.0, 0.0
     reduces = memory.setup.data_group > 1 or memory.setup.expert_data_group > 1
-    per_parameter = grad_pass_bytes(run)
-    if not reduces and not per_parameter:
+    per_parameter, per_expert = grad_pass_bytes(run), grad_pass_bytes(run, expert=True)
+    if not reduces and not per_parameter and not per_expert:
         return 0.0, 0.0, 0.0
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
@@ -579,7 +591,7 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
                 params_sum = params_sum + params
-            passes += kernels.memory_s(params_sum.total * per_parameter)
+            passes += kernels.memory_s(params_sum.non_expert * per_parameter + params_sum.expert * per_expert)
             seconds = _dp_collective(kind, params_sum, memory.setup.grad_bytes, links) if reduces else 0.0
             buckets.append((ready[last][0] + passes, seconds))
             start = last + 1
@@ -668,7 +680,9 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
     max over buckets of (gathers up to it − the time of its first use), plus the SMs the gathers take
     beside compute. The first bucket's gather is exposed on the first stage; on a later stage it runs
     while the stage waits for its first input. With `timing.overlap.param_gather` 0 every gather is
-    exposed (without the flag the optimizer step gathers synchronously)."""
+    exposed (without the flag the optimizer step gathers synchronously). Under
+    `--overlap-param-gather-with-optimizer-step` the first chunk's gathers start early
+    (`gather_head_start`)."""
     if fsdp or memory.setup.shard_level < 1 or memory.setup.data_group <= 1:
         return 0.0, 0.0
     share = run.timing.overlap.param_gather
@@ -704,18 +718,19 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
         if not gathers:
             continue
         link = sum(seconds for _, seconds in gathers)
-        delay = gather_wait(gathers, kernels.contention)
+        delay = gather_wait(gathers, kernels.contention, gather_head_start(run, memory, kernels, per_cell, stage))
         exposed = share * delay + (1 - share) * link
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
 
 
-def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0) -> float:
+def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0, head_start: float = 0.0) -> float:
     """Seconds a stage's forwards wait for parameter all-gathers (first use, seconds) in forward order,
-    run back to back from 0 on one stream: the most any bucket's gathers-so-far run past its first use,
-    plus *contention* of the gathers' time beside compute (the SMs they take)."""
-    done = waited = 0.0
+    run back to back on one stream from *head_start* seconds before the forward: the most any bucket's
+    gathers-so-far run past its first use, plus *contention* of the gathers' time beside compute (the
+    SMs they take)."""
+    done, waited = -head_start, 0.0
     for use, seconds in gathers:
         done += seconds
         waited = max(waited, done - use)
@@ -773,27 +788,46 @@ def _embedding_sync(run, memory, links, placed) -> float:
     return seconds
 
 
+def _cell_optimizer_traffic(run, memory, entries) -> float:
+    """HBM bytes of the optimizer step over one cell's layers (`optimizer_traffic`)."""
+    megatron = run.framework == "megatron"
+    traffic = 0.0
+    for layer, _, _ in entries:
+        static = memory.static_breakdown(layer)
+        traffic += optimizer_traffic(
+            static.optimizer_states,
+            static.gradients,
+            memory.parameters(layer).total,
+            memory.setup,
+            master_copy=megatron,
+            loss_scaled=megatron and run.training.dtype == "fp16",
+        )
+    return traffic
+
+
 def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     """The slowest stage's optimizer step: per parameter whose states the device holds, read its gradient,
     read and write its states (master copy and moments), write the 16-bit parameter; then read every
     held gradient for the norm and zero the whole gradient buffer for the next iteration."""
-    setup = memory.setup
-    megatron = run.framework == "megatron"
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
-        traffic = 0.0
-        for layer, _, _ in entries:
-            static = memory.static_breakdown(layer)
-            traffic += optimizer_traffic(
-                static.optimizer_states,
-                static.gradients,
-                memory.parameters(layer).total,
-                setup,
-                master_copy=megatron,
-                loss_scaled=megatron and run.training.dtype == "fp16",
-            )
-        stages[stage] = stages.get(stage, 0.0) + traffic
+        stages[stage] = stages.get(stage, 0.0) + _cell_optimizer_traffic(run, memory, entries)
     return kernels.memory_s(max(stages.values(), default=0.0))
+
+
+def gather_head_start(run, memory, kernels: Kernels, per_cell, stage: int) -> float:
+    """Seconds the first model chunk's parameter gathers run before the forward under Megatron's
+    `--overlap-param-gather-with-optimizer-step` (`timing.overlap_param_gather_with_optimizer_step`):
+    the first chunk has an optimizer of its own, stepped first, after which it launches every bucket's
+    all-gather of that chunk (megatron/core/optimizer/optimizer.py `ChainedOptimizer._step`:
+    `start_param_sync(force_dispatch=True)`; optimizer/__init__.py splits `model_chunks[0]` off,
+    Megatron-LM d98e8a64) while the other chunks' steps run: their step's seconds on *stage*."""
+    if not run.timing.overlap_param_gather_with_optimizer_step:
+        return 0.0
+    rest = sum(
+        _cell_optimizer_traffic(run, memory, per_cell.get((chunk, stage), [])) for chunk in range(1, run.parallel.vpp)
+    )
+    return kernels.memory_s(rest)
 
 
 def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
@@ -806,7 +840,14 @@ def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) 
     for (_, stage), entries in per_cell.items():
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
-            traffic = pass_bytes(static.optimizer_states, static.parameters, setup.grad_bytes, run.training.dtype, run)
+            traffic = pass_bytes(
+                static.optimizer_states,
+                static.parameters,
+                setup.grad_bytes,
+                run.training.dtype,
+                run,
+                gradients_held=static.gradients,
+            )
             stages[stage] = stages.get(stage, 0.0) + traffic
     moe = any(run.spec(name).is_moe for name in run.model_names if not run.is_vision(name))
     work = bookkeeping(run, max(stages.values(), default=0.0), run.training.micro_batches, moe)

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
+from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -56,6 +57,7 @@ HEAD_DIM_HALF = 16
 MEASURED_SMALL_HEAD = 64  # the smaller head size a device's `*_head64_*` ratios are measured at
 DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
 DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
+DP_BYTES = 2  # dS stored in the 16-bit I/O type
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
 # torchtitan's model code without torch.compile, at the commit of its published H100 runs
@@ -105,6 +107,8 @@ class Kernels:
     # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
     attention_head64_forward: float = 0.0
     attention_head64_backward: float = 0.0
+    # cuDNN's deterministic backward on Hopper: the dP-workspace decomposition (`dp_workspace_bytes`)
+    dp_workspace: bool = False
 
     @property
     def contention(self) -> float:
@@ -120,6 +124,7 @@ class Kernels:
         compiled: bool = False,
         matmul_dtype: str | None = None,
         deterministic: bool = False,
+        transformer_engine: bool = True,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -128,10 +133,13 @@ class Kernels:
         (attention stays in *dtype*). *deterministic* (Megatron's --deterministic-mode with
         NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
         attention in training below compute capability 9.0 ("Disabling FusedAttention for determinism
-        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`."""
+        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`;
+        on Hopper (compute capability 9.x) it keeps cuDNN attention, whose deterministic backward is the
+        dP-workspace decomposition (`dp_workspace_bytes`), TransformerEngine's (*transformer_engine*)."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         flash2 = titan or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
+        hopper = 9.0 <= device.compute_capability < 10.0
         return cls(
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
@@ -148,6 +156,7 @@ class Kernels:
             deterministic_backward=flash2 and deterministic and not titan,
             attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
             attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
+            dp_workspace=deterministic and framework == "megatron" and transformer_engine and hopper and not flash2,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -244,11 +253,29 @@ class Kernels:
         mean_keys: float,
         head_dim: float,
         causal: float = 0.0,
+        carries_dq: bool = False,
     ) -> float:
         """One flash-attention pass of *flops* over *sequences* (sequence, head) pairs of *s_q* queries:
-        compute at the kernel's efficiency, or its bytes if those take longer."""
+        compute at the kernel's efficiency, or its bytes if those take longer. *carries_dq*: the pass's
+        FLOPs hold the backward's dQ = dS·K product, which the dP-workspace decomposition
+        (`dp_workspace`) takes out of the fused kernel into a GEMM of its own (`dq_product_s`). The
+        fused kernel keeps its measured rate, which includes the plain path's fp32 dQ accumulation and
+        its conversion kernel, gone on this path (6 bytes a dQ element: ~0.08 ms of a 7B layer at TP 1)."""
         if flops <= 0:
             return self.memory_s(traffic)
+        if backward and carries_dq and self.dp_workspace:
+            stored = dp_stored_bytes(sequences, s_q, mean_keys)
+            fused = self.attention_s(
+                flops - 2 * sequences * s_q * mean_keys * head_dim,
+                traffic + stored,
+                backward,
+                sequences,
+                s_q,
+                mean_keys,
+                head_dim,
+                causal,
+            )
+            return fused + self.dq_product_s(sequences, s_q, mean_keys, head_dim, causal)
         rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim, causal)
         seconds = max(flops / rate, self.memory_s(traffic))
         if backward and self.deterministic_backward:
@@ -256,3 +283,34 @@ class Kernels:
             extra = self.deterministic_splits(sequences) - 1
             seconds += self.memory_s(2 * extra * sequences * s_q * head_dim * DQ_ACCUM_BYTES)
         return seconds
+
+    def dq_product_s(self, sequences: float, s_q: float, mean_keys: float, head_dim: float, causal: float) -> float:
+        """The dP-workspace decomposition's second kernel: dQ = dS·K per (sequence, head), an
+        s_q × head_dim product over the *mean_keys* stored key columns of each query row, reading the
+        stored dS (`dp_stored_bytes`) and the sequence's K once, writing dQ once; its bytes bind at head
+        size 128 (about 128 FLOPs a byte of dS against Hopper's ~300 at the ridge)."""
+        groups = max(1, math.ceil(sequences))
+        operands = sequences * (dp_keys(mean_keys, causal) + s_q) * head_dim * DP_BYTES
+        traffic = dp_stored_bytes(sequences, s_q, mean_keys) + operands
+        return self.gemm_s(s_q, head_dim, mean_keys, groups, traffic)
+
+
+def dp_keys(mean_keys: float, causal: float) -> float:
+    """Keys per sequence: a causal mask's mean keys per query are (s_kv + 1)/2, so s_kv = 2·mean − 1;
+    without one every query sees all *mean_keys*."""
+    return 2 * mean_keys - 1 if causal else mean_keys
+
+
+def dp_stored_bytes(sequences: float, s_q: float, mean_keys: float) -> float:
+    """dS bytes the fused backward stores and the dQ product reads back: one 16-bit element per
+    (query, key) pair it computes (the unmasked pairs, as FLOPs count them)."""
+    return sequences * s_q * mean_keys * DP_BYTES
+
+
+def dp_workspace_bytes(sequences: float, s_q: float, mean_keys: float, causal: float) -> float:
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper (`memory.frameworks.workspaces.
+    cudnn_dp_workspace_bytes`, which cites TransformerEngine's and cudnn-frontend's code) for a pass's
+    (sequence, head) pairs: the same size the memory model holds. TransformerEngine allocates it with
+    `at::empty` (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`), which PyTorch's deterministic
+    mode fills (uint8: 0xFF) before the kernels run (`ppb_core.timing.nan_fill`). s_kv: `dp_keys`."""
+    return cudnn_dp_workspace_bytes(sequences, s_q, dp_keys(mean_keys, causal))

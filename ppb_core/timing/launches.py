@@ -30,6 +30,10 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   (multi_latent_attention.py `qkv_up_proj_and_rope_apply`) the interleaving cat more (7 and 10), then Q
   and K concatenated and V copied out (3), the split gradients joined and the key part summed (3);
 - element-wise ops (bias-GeLU, SwiGLU, bias-dropout-add, residual adds, embedding dropout): one each way;
+  Megatron's unfused scale-mask-softmax (`--no-masked-softmax-fusion` under `--transformer-impl
+  local`: fused_softmax.py `forward_torch_softmax`) one per PyTorch op each way, the casts to and
+  from fp32 (under `--attention-softmax-in-fp32`), the scale (under `--apply-query-key-layer-
+  scaling`), the masked fill and the softmax (`Op.launches`, `flops._torch_softmax`);
 - a collective: one NCCL kernel in each pass it runs; the loss's three all-reduces (max, target logit,
   sum of exponentials) three, two fused (`fused_cross_entropy.py` joins the last two);
 - the loss: Megatron's `VocabParallelCrossEntropy` (cross_entropy.py) one PyTorch op at a time: the
@@ -125,7 +129,7 @@ def op_launches(
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
     input written by a TE norm)."""
     last = op.name.rsplit(".", 1)[-1]
-    if op.launches is not None:  # counted where the op is built (Megatron's allgather dispatcher)
+    if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
     if op.category == COMM:
         if last == "reduce_loss":
@@ -173,7 +177,9 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
     forward, backward = fill
     last = op.name.rsplit(".", 1)[-1]
     if op.attention is not None:
-        counts = (2.0, 3.0)
+        # the score op's only fill is cuDNN's deterministic dP workspace (Hopper), in the backward; that
+        # path's dQ product replaces the plain path's dQ conversion kernel, so the backward's count stays
+        counts = (0.0, 1.0) if last == "flash_scores" else (2.0, 3.0)
     elif last == "rope":
         counts = (2.0, 2.0)
     elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts

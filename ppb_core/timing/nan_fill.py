@@ -24,7 +24,10 @@ ppb's table under Megatron with TransformerEngine:
   `torch::empty` / `torch::empty_like` alike): the output O and the fp32 softmax statistics
   forward, dQ, dK and dV backward, the sizes of the QKV projection's output and the output
   projection's input;
-- rotary embedding (Megatron's default rope fusion, TE's fused kernel): Q and K, forward and backward.
+- rotary embedding (Megatron's default rope fusion, TE's fused kernel): Q and K, forward and backward;
+- with *dp_workspace* (cuDNN's deterministic backward on Hopper, `kernels.dp_workspace_bytes`): the
+  backward's workspace, b·h·s_q·s_kv·2 bytes that TE's `fused_attn_bwd` allocates with `at::empty`
+  (a uint8 tensor, filled with 0xFF), on the score op, whose backward carries dQ.
 
 Not counted: Megatron's TorchScript-fused bias-GeLU and bias-dropout-add (which allocator their
 fuser's outputs go through is not established), the unfused attention's score buffers, MLA's
@@ -37,11 +40,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ppb_core.timing.flops import Op
+from ppb_core.timing.kernels import dp_workspace_bytes
 
 FP32 = 4
 
 
-def deterministic_fill_bytes(ops: Sequence[Op], dtype_bytes: int, wgrad_fused: bool) -> dict[str, tuple[float, float]]:
+def deterministic_fill_bytes(
+    ops: Sequence[Op], dtype_bytes: int, wgrad_fused: bool, dp_workspace: bool = False
+) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) bytes the NaN fill writes} for a layer's ops (module docstring)."""
     by_name = {op.name: op for op in ops}
     fills: dict[str, tuple[float, float]] = {}
@@ -52,6 +58,9 @@ def deterministic_fill_bytes(ops: Sequence[Op], dtype_bytes: int, wgrad_fused: b
             dgrad = m * k * groups * dtype_bytes * n / fused
             wgrad = 0.0 if wgrad_fused else k * n * groups * dtype_bytes
             fills[op.name] = (m * n * groups * dtype_bytes, dgrad + wgrad)
+        elif last == "flash_scores" and dp_workspace and op.attention is not None:
+            sequences, queries, mean_keys, _, causal = op.attention
+            fills[op.name] = (0.0, dp_workspace_bytes(sequences, queries, mean_keys, causal))
         elif op.category == "memory" and "norm" in last:
             fills[op.name] = (op.bytes / 2, op.backward_bytes / 3)
         elif last in ("flash_context", "rope"):

@@ -157,6 +157,7 @@ class TimeModel:
             run.timing.torch_compile,
             run.timing.matmul_dtype,
             run.timing.deterministic,
+            run.timing.transformer_impl == "transformer_engine",
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -225,7 +226,8 @@ class TimeModel:
         if op.attention is not None:
             backward = phase != "forward"
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
-            seconds = kernels.attention_s(flops, traffic, backward, *op.attention)
+            carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
+            seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
             return seconds if phase in ("forward", "backward") else seconds / 2
         if op.gemm is not None:
             m, k, n, groups, fused = op.gemm
@@ -325,7 +327,10 @@ class TimeModel:
             paired = self._dualpipe_share(ops)
             fills = (
                 deterministic_fill_bytes(
-                    ops, self.run.training.dtype_bytes, self.run.timing.gradient_accumulation_fusion
+                    ops,
+                    self.run.training.dtype_bytes,
+                    self.run.timing.gradient_accumulation_fusion,
+                    self.kernels.dp_workspace,
                 )
                 if self._nan_fill
                 else {}
@@ -449,7 +454,12 @@ class TimeModel:
             if self.run.framework == "megatron" and self.calibration is None:
                 run, ops = self.run, self.ops(layer)
                 fills = (
-                    deterministic_fill_bytes(ops, run.training.dtype_bytes, run.timing.gradient_accumulation_fusion)
+                    deterministic_fill_bytes(
+                        ops,
+                        run.training.dtype_bytes,
+                        run.timing.gradient_accumulation_fusion,
+                        self.kernels.dp_workspace,
+                    )
                     if self._nan_fill
                     else None
                 )

@@ -27,7 +27,16 @@ May 2026), megatron/training/training.py `train_step` and the loop in `train`, p
 - `--check-for-nan-in-loss-and-grad` (Megatron's default; `timing.check_for_nan_in_grad`):
   `loss_func` validates every micro-batch's loss with `torch.isnan` and `torch.isinf` through the
   rerun state machine, which reads each result on the host: two syncs per micro-batch.
+- `--calculate-per-token-loss` (`timing.calculate_per_token_loss`; Megatron-LM d98e8a64,
+  megatron/core/distributed/finalize_model_grads.py `finalize_model_grads`): after the gradient
+  reduction the token count is broadcast from the last stage over the pipeline group and
+  all-reduced over dp·cp, and every held main gradient is multiplied by its inverse
+  (`scale_gradients`: `grad_data *= scaling`, the whole buffer under DDP, the shard under Megatron
+  FSDP), reading and writing each; DDP's own 1/(dp·cp) pass before the reduction is then skipped
+  (`timing.iteration.grad_pass_bytes`). No host sync.
 
+A scalar broadcast runs NCCL's ring (its only broadcast algorithm): g−1 steps, those between nodes
+paying the inter-node latency too (`scalar_broadcast_seconds`).
 A scalar all-reduce costs its latency (`scalar_all_reduce_seconds`): inside a node 2(g−1) steps, a
 ring's and NCCL's intra-node chain alike (the CI cases set `NCCL_ALGO=Ring`, all on one node); across
 nodes NCCL's double binary tree adds 2·⌈log2 nodes⌉ steps, each with the inter-node latency too
@@ -52,6 +61,7 @@ MAIN_PARAM_BYTES = 4  # bf16 runs: the norm reads the fp32 main copy
 
 # The groups of the scalar all-reduces (`Links.groups` names; `with_statistics_groups` adds them).
 MODEL_PARALLEL, STATISTICS, DATA, EXPERT_MODEL_PARALLEL, WORLD = "mp", "stats", "dp", "emp", "world"
+PIPELINE = "pipeline"
 
 
 @dataclass(frozen=True)
@@ -62,15 +72,26 @@ class Bookkeeping:
     pass_bytes: float
     all_reduces: tuple[str, ...]
     syncs: int
+    broadcasts: tuple[str, ...] = ()
 
 
-def pass_bytes(states_held: float, parameters_held: float, grad_bytes: int, dtype: str, run: RunConfig) -> float:
+def pass_bytes(
+    states_held: float,
+    parameters_held: float,
+    grad_bytes: int,
+    dtype: str,
+    run: RunConfig,
+    gradients_held: float = 0.0,
+) -> float:
     """HBM bytes of the statistics passes *run*'s flags switch on, for a device holding the optimizer
-    states of *states_held* parameters and *parameters_held* parameters: the parameter norm reads each
-    fp32 main parameter (bf16) or each held parameter in its own dtype; the zero count reads each held
-    main gradient (*grad_bytes*) and writes and reads one bool per element."""
+    states of *states_held* parameters, *parameters_held* parameters and *gradients_held* gradients:
+    the parameter norm reads each fp32 main parameter (bf16) or each held parameter in its own dtype;
+    the zero count reads each held main gradient (*grad_bytes*) and writes and reads one bool per
+    element; per-token loss's scaling reads and writes each held gradient."""
     timing = run.timing
     total = 0.0
+    if timing.calculate_per_token_loss:
+        total += 2 * gradients_held * grad_bytes
     if timing.log_params_norm:
         if dtype == "bf16":
             total += states_held * MAIN_PARAM_BYTES
@@ -98,7 +119,11 @@ def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: i
         syncs += 1
     if timing.check_for_nan_in_grad:
         syncs += 2 * last_stage_micro_batches  # isnan and isinf of every micro-batch's loss
-    return Bookkeeping(pass_traffic, tuple(reduces), syncs)
+    broadcasts: tuple[str, ...] = ()
+    if timing.calculate_per_token_loss:  # the token count: over the pipeline, then over dp·cp
+        broadcasts = (PIPELINE,)
+        reduces.append(DATA)
+    return Bookkeeping(pass_traffic, tuple(reduces), syncs, broadcasts)
 
 
 def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: bool) -> Links:
@@ -116,6 +141,7 @@ def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: 
         STATISTICS: statistics,
         EXPERT_MODEL_PARALLEL: expert,
         WORLD: Group(world, world),
+        PIPELINE: Group(par.pp, world if par.pp > 1 else 1),
     }
     return replace(links, groups=groups)
 
@@ -131,8 +157,18 @@ def scalar_all_reduce_seconds(group: Group, links: Links) -> float:
     return 2 * (local - 1) * links.latency_s + across * (links.latency_s + links.inter_node_latency_s)
 
 
+def scalar_broadcast_seconds(group: Group, links: Links) -> float:
+    """A few bytes broadcast over *group* on NCCL's ring: g−1 steps, the nodes−1 between nodes paying
+    the inter-node latency as well."""
+    if group.size <= 1:
+        return 0.0
+    nodes = math.ceil(group.size / links.in_node(group))
+    return (group.size - 1) * links.latency_s + (nodes - 1) * links.inter_node_latency_s
+
+
 def bookkeeping_seconds(work: Bookkeeping, links: Links, hbm_bytes_per_s: float, host_launch_us: float) -> float:
-    """The passes at the HBM rate, each scalar all-reduce's latency, one launch per host sync: serial,
+    """The passes at the HBM rate, each scalar collective's latency, one launch per host sync: serial,
     the queue drained before each."""
     reduces = sum(scalar_all_reduce_seconds(links.groups[group], links) for group in work.all_reduces)
+    reduces += sum(scalar_broadcast_seconds(links.groups[group], links) for group in work.broadcasts)
     return work.pass_bytes / hbm_bytes_per_s + reduces + work.syncs * host_launch_us * 1e-6

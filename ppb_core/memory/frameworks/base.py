@@ -119,6 +119,11 @@ class FrameworkRules:
         GEMM libraries' (`workspaces.py`) and the framework's persistent buffers. SAPP counts none."""
         return 0.0
 
+    def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
+        """A workspace a layer's attention backward takes for its kernels alone, beyond its working set
+        (`stage_peaks` charges it where that backward runs). SAPP counts none."""
+        return 0.0
+
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
     ) -> float:

@@ -81,6 +81,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
   `grouped_mlp_modules`).
+* **cuDNN's deterministic attention backward takes a dS workspace** (`workspaces.
+  cudnn_dp_workspace_bytes`): under `--deterministic-mode` with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 on
+  Hopper, Transformer Engine's cuDNN backward runs the dP-workspace path and allocates its workspace,
+  b·heads·s²·2 bytes, from PyTorch's caching allocator for the kernel's duration
+  (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`). It is held while one body layer's
+  attention backward runs: on the stage holding the loss, the first backward reaches it after the
+  loss's backward has freed the TAIL's kept activations of that micro-batch (`stage_peaks`).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
   hand each micro-batch's received activation to the chunk with `set_input_tensor`
   (megatron/core/pipeline_parallel/schedules.py `forward_step`), which stores it on the chunk's
@@ -152,6 +159,7 @@ from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
     TE_COMPUTE_STREAMS,
+    cudnn_dp_workspace_bytes,
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
@@ -492,6 +500,22 @@ class MegatronRules(FrameworkRules):
                 if setup.moe_grouped_gemm and any(routes_experts(kind) for kind in kinds):
                     found += TE_COMPUTE_STREAMS * te_workspace
         return found + global_buffer_bytes(setup, kinds)
+
+    def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
+        """cuDNN's deterministic backward's dS workspace on Hopper (module docstring), for a body layer's
+        flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
+        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
+        hopper = 9.0 <= setup.compute_capability < 10.0
+        engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
+        if not (setup.deterministic and hopper and engine) or not isinstance(kind, BodyKind):
+            return 0.0
+        if isinstance(kind, EncoderBodyKind):
+            return 0.0
+        heads = per_rank(kind.attention.num_heads, setup.tp)
+        s, b = setup.seq_length, setup.micro_batch_size
+        if setup.cp_variant == "ulysses":
+            return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
+        return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int

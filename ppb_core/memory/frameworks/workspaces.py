@@ -25,6 +25,8 @@ They are allocated at the first matrix multiply and never freed, so they count i
 
 from __future__ import annotations
 
+import math
+
 KIB = 1024
 MIB = KIB * KIB
 TRAINING_CUBLAS_HANDLES = 2  # the main thread's (forward) and autograd's device thread's (backward)
@@ -57,3 +59,29 @@ __all__ = [
     "torch_training_workspace_bytes",
     "transformer_engine_workspace_bytes",
 ]
+
+
+DP_WORKSPACE_PAD = 64  # rows and columns cuDNN's dP workspace pads queries and keys to
+DP_WORKSPACE_ELEMENT_BYTES = 2  # dS in the 16-bit I/O type
+
+
+def cudnn_dp_workspace_bytes(sequences: float, queries: float, keys: float) -> float:
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper for *sequences* (sequence, head)
+    pairs of *queries* × *keys*: b·h·⌈s_q/64⌉·64·⌈s_kv/64⌉·64·2 bytes.
+
+    TransformerEngine (release_v2.16 at f8a01cd5, the Megatron CI's H100 runs; release_v2.8 alike)
+    keeps its cuDNN FusedAttention (sub-backend 1) on sm90 under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0
+    (pytorch/attention/dot_product_attention/utils.py `get_attention_backend`, "Filter: Determinism")
+    and sets `set_deterministic_algorithm` on the backward graph (common/fused_attn/
+    fused_attn_f16_arbitrary_seqlen.cu `fused_attn_arbitrary_seqlen_bwd_impl`); the cudnn-frontend it
+    builds (3rdparty v1.22.0, include/cudnn_frontend/node/scaled_dot_product_flash_attention.h
+    `CompositeSDPABackwardNode`) then forces the dP-workspace implementation, whose dS workspace the
+    same file sizes as above (NVIDIA/cudnn-frontend PR #398, 2026-07, names the same size for the path).
+    TransformerEngine takes the graph's workspace from PyTorch's caching allocator
+    (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`: `allocateSpace`, `at::empty`) for the
+    kernel's duration: it counts in `torch.cuda.max_memory_allocated()`."""
+
+    def pad(rows: float) -> float:
+        return math.ceil(rows / DP_WORKSPACE_PAD) * DP_WORKSPACE_PAD
+
+    return sequences * pad(queries) * pad(keys) * DP_WORKSPACE_ELEMENT_BYTES
