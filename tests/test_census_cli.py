@@ -11,6 +11,7 @@ import pytest
 from small_models import SMALL_LLAMA
 
 from ppb_core.census.record import read_census
+from ppb_core.cli.census import lacks_bf16_arithmetic
 from ppb_core.cli.main import main
 
 
@@ -85,3 +86,19 @@ def test_without_torch_one_line_says_how_to_install(tmp_path) -> None:
         "ppb: error: ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
     ]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "lacking"),
+    [
+        ("fpu sse2 avx avx2 fma", True),  # this machine's kind: AVX2 alone (docs/census.md: 77 s for one matmul)
+        ("fpu avx2 avx512f avx512_bf16", False),  # AVX-512 BF16
+        ("fpu avx2 avx512f amx_bf16 amx_tile", False),  # AMX
+        ("fpu sse2", False),  # no AVX2: not the x86 CPU the rule knows, so no claim
+    ],
+)
+def test_a_cpu_without_bf16_arithmetic_is_told_apart(tmp_path, flags: str, lacking: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert lacks_bf16_arithmetic(cpuinfo) is lacking
+    assert lacks_bf16_arithmetic(tmp_path / "absent") is False  # nothing said where /proc/cpuinfo is not

@@ -645,6 +645,13 @@ def _splittable(raw: Mapping[str, Any], tp: int) -> bool:
     return not heads % tp and not kv % tp and not shared_single and all(not w or not int(w) % tp for w in widths)
 
 
+def census_dtype(raw: dict[str, Any], dtype: str | None = None) -> str:
+    """The dtype a census measures in: *dtype* as given, else the config's `torch_dtype`, else bf16."""
+    return dtype or {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
+        str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"), "bf16"
+    )
+
+
 def census(
     raw: Mapping[str, Any],
     *,
@@ -688,9 +695,7 @@ def census(
             "model_type",
             f"{raw.get('model_type')!r}: the census builds {', '.join(CENSUS_MODEL_TYPES)}",
         )
-    dtype = dtype or {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-        str(raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"), "bf16"
-    )
+    dtype = census_dtype(raw, dtype)
     first_index: dict[Any, int] = {}
     for index in range(spec.num_layers):
         first_index.setdefault(body_kind(spec, index, dropout), index)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ppb_core import limits
-from ppb_core.census.measure import CENSUS_MODEL_TYPES, Shape, census, expert_counts, require_torch
+from ppb_core.census.measure import CENSUS_MODEL_TYPES, Shape, census, census_dtype, expert_counts, require_torch
 from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError, shown
 from ppb_core.io import atomic_write_text, check_output, read_json
@@ -108,6 +108,17 @@ def _check(args: argparse.Namespace) -> None:
     check_output(args.out)
 
 
+def lacks_bf16_arithmetic(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this x86 CPU has no bf16 arithmetic (its flags name neither avx512_bf16 nor amx_bf16), where
+    PyTorch's CPU bf16 matmuls run orders of magnitude slower (docs/census.md); False where it cannot say."""
+    try:
+        flags = next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return False
+    words = set(flags.split(":", 1)[-1].split())
+    return "avx2" in words and not words & {"avx512_bf16", "amx_bf16"}
+
+
 def run(args: argparse.Namespace) -> int:
     _check(args)
     raw = _read_config(args.model_config)
@@ -116,6 +127,13 @@ def run(args: argparse.Namespace) -> int:
     _check_fits(raw, args)
 
     require_torch()
+    if census_dtype(raw, args.dtype) == "bf16" and lacks_bf16_arithmetic():
+        # one line, even with -q: such a CPU ran one bf16 matmul of a Llama-3-8B layer in 77 s (0.18 s in fp32)
+        print(
+            "ppb census: warning: this CPU has no bf16 arithmetic (neither avx512_bf16 nor amx_bf16): a bf16 "
+            "census of a 7-8B layer does not finish in minutes here (docs/census.md)",
+            file=sys.stderr,
+        )
     progress = None if args.quiet else (lambda line: print(f"ppb census: {line}", file=sys.stderr, flush=True))
     started = time.perf_counter()
     shapes = [Shape(args.batch, seq) for seq in sorted(set(args.seq))]
