@@ -190,13 +190,26 @@ SMALL_TP4_GOLDEN = {
         f"{_SMALL_TP4}/golden_values_dev_dgx_a100.json", "adc69dba2d", "5-50",
         (0.40308, 0.40585, 0.40679, 0.40532, 0.40582, 0.40467, 0.40915, 0.40822, 0.40852, 0.40432),
     ),
+    # DGX GB200 (two 4-GPU trays of an NVL72 rack, one NVLink domain: tests/test_utils/recipes/gb200/
+    # gpt.yaml), values set by 93ebf8d72f (2026-08-19); the model flags unchanged at d98e8a64. Iteration 2
+    # (6.04 s) and 41-47 (0.54-2.19 s) are the run's stalls; the median holds 0.309.
+    "gb200": GoldenTimes(
+        f"{_SMALL_TP4}/golden_values_dev_dgx_gb200.json", "93ebf8d72f", "2-50",
+        (6.04321, 0.34208, 0.302, 0.30312, 0.30227, 0.30196, 0.3057, 0.30558, 0.30899, 0.31083, 0.30792,
+         0.30764, 0.30685, 0.30575, 0.30715, 0.30759, 0.30822, 0.31104, 0.30948, 0.30856, 0.31013, 0.31365,
+         0.30796, 0.30845, 0.30861, 0.31111, 0.31017, 0.30932, 0.30995, 0.30863, 0.30778, 0.31052, 0.30812,
+         0.30872, 0.3084, 0.30897, 0.30975, 0.31057, 0.309, 0.58135, 0.30758, 0.30793, 0.54104, 0.8862,
+         1.39773, 2.19087, 0.30966, 0.36344, 0.31364),
+    ),
 }  # fmt: skip
+# the catalog's device of each system
+SMALL_TP4_DEVICE = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
 
 
 def small_tp4_run(gpu: str, host_kernel_us: float | None = None) -> dict:
     """The 12-layer TP4 case's run config on one node of 8 *gpu*s (*host_kernel_us*: the host's time per
     launch, the catalog's when None, 0 for the GPU's work alone)."""
-    device: dict = {"name": f"{gpu}-80gb", "reserved_mb": 0}
+    device: dict = {"name": SMALL_TP4_DEVICE[gpu], "reserved_mb": 0}
     if host_kernel_us is not None:
         device["host_kernel_us"] = host_kernel_us
     return {

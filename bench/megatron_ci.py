@@ -1,6 +1,6 @@
 """Every Megatron-LM functional-test case ppb's Megatron reader accepts, priced against its golden values.
 
-    PPB_MEGATRON_LM=DIR python bench/megatron_ci.py [--cases SUBSTRING] [--verbose]
+    PPB_MEGATRON_LM=DIR python bench/megatron_ci.py [--cases SUBSTRING] [--gpus h100,a100,gb200] [--verbose]
 
 Source: NVIDIA/Megatron-LM at d98e8a64 (DIR: a clone or bare mirror holding that commit, read with git),
 tests/functional_tests/test_cases/<family>/<case>/: model_config.yaml's MODEL_ARGS (pretrain_gpt.py's
@@ -9,12 +9,15 @@ the bare flag, a `[...]` list its words) and ENV_VARS (exported before the launc
 `ppb import megatron` (`ppb_core.balance.megatron_import`) on one node of 8 GPUs
 (tests/test_utils/recipes/h100/*.yaml: `nodes: 1`, `gpus: 8`); golden_values_dev_dgx_h100.json and
 _dgx_a100.json hold each logged iteration's `mem-max-allocated-bytes`, `mem-allocated-bytes` and
-`iteration-time`. The conventions are bench/public_memory.py's and bench/public_runs.py's (their
-docstrings): the logging rank is the last (the last pipeline stage); the peak is the last logged
-iteration's `mem-max-allocated-bytes` against ppb's stage peak, the after-step memory its
-`mem-allocated-bytes` against ppb's optimizer moment; the seconds are the median of the logged
-`iteration-time` values without iteration 1, against `run_iteration`. Reserved memory 0 (the
-counters leave the CUDA context and NCCL out).
+`iteration-time`. With `--gpus ...,gb200` also golden_values_dev_dgx_gb200.json, the cases of the gb200
+recipes (tests/test_utils/recipes/gb200: two 4-GPU trays of one NVL72 NVLink domain, priced as one node
+of 8) on the catalog's `gb200` entry: held out, nothing in it is set from these cases but the host's
+time a launch, from the 12-layer TP4 case (bench/decompose.py). The conventions are
+bench/public_memory.py's and bench/public_runs.py's (their docstrings): the logging rank is the last
+(the last pipeline stage); the peak is the last logged iteration's `mem-max-allocated-bytes` against
+ppb's stage peak, the after-step memory its `mem-allocated-bytes` against ppb's optimizer moment; the
+seconds are the median of the logged `iteration-time` values without iteration 1, against
+`run_iteration`. Reserved memory 0 (the counters leave the CUDA context and NCCL out).
 
 Families whose script is not pretrain_gpt.py (bert, t5, hybrid, multimodal, mimo) are counted as
 refused; so are the release cases (mixtral/), whose recipes (node count) are not in the repository,
@@ -58,7 +61,11 @@ MIRROR = os.environ.get("PPB_MEGATRON_LM", "")
 COMMIT = "d98e8a64"
 CASES = "tests/functional_tests/test_cases"
 GPT_FAMILIES = ("gpt", "moe")  # trained by pretrain_gpt.py (recipes/h100/gpt.yaml, moe.yaml)
-GPUS = {"h100": "h100-80gb", "a100": "a100-80gb"}
+GPUS = {"h100": "h100-80gb", "a100": "a100-80gb", "gb200": "gb200"}
+DEFAULT_GPUS = ("h100", "a100")  # --gpus h100,a100,gb200 adds the DGX GB200 golden values
+# the recipes directory that lists a system's cases (A100 runs the h100 recipes' cases; DGX GB200 its own,
+# two 4-GPU trays of one NVL72 NVLink domain: tests/test_utils/recipes/gb200/gpt.yaml nodes 2, gpus 4)
+RECIPE_DIRS = {"h100": "h100", "a100": "h100", "gb200": "gb200"}
 NODE_GPUS = 8
 
 
@@ -82,12 +89,12 @@ class Recipe:
     gpus: int  # nodes × gpus
 
 
-def recipes() -> dict[tuple[str, str], Recipe]:
-    """(family, case) → the script and GPU count of the h100 recipe that lists it
-    (tests/test_utils/recipes/h100/*.yaml: spec.model, spec.nodes, spec.gpus, the script's
+def recipes(platform: str = "h100") -> dict[tuple[str, str], Recipe]:
+    """(family, case) → the script and GPU count of the *platform* recipe that lists it
+    (tests/test_utils/recipes/<platform>/*.yaml: spec.model, spec.nodes, spec.gpus, the script's
     TRAINING_SCRIPT_PATH, products[].test_case); pretrain_gpt.py's recipe wins a case listed twice."""
     found: dict[tuple[str, str], Recipe] = {}
-    for path in _git("ls-tree", "--name-only", COMMIT, "tests/test_utils/recipes/h100/").split():
+    for path in _git("ls-tree", "--name-only", COMMIT, f"tests/test_utils/recipes/{platform}/").split():
         recipe = yaml.safe_load(_git("show", f"{COMMIT}:{path}"))
         spec = recipe.get("spec") or {}
         match = re.search(r"TRAINING_SCRIPT_PATH=([^\"\s]+)", str(spec.get("script", "")))
@@ -168,6 +175,7 @@ class Row:
     seconds: tuple[float, float] | None
     moment: str
     notes: tuple[str, ...]  # the flags ppb does not model (`Imported.notes`)
+    gpus: int = NODE_GPUS  # the recipe's GPUs
 
 
 def _error(pair: tuple[float, float] | None) -> float | None:
@@ -190,34 +198,43 @@ def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int
         after = (golden.after_step_bytes / GIB, predicted_after_step_gib(row))
     if golden.seconds:
         seconds = (golden.seconds, run_iteration(run).seconds)
-    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes))
+    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus)
 
 
-def sweep(only: str | None = None) -> tuple[list[Row], list[tuple[str, str, str]]]:
-    """(priced rows, refused (case, reason group, example line))."""
+def sweep(
+    only: str | None = None, gpus: tuple[str, ...] = DEFAULT_GPUS
+) -> tuple[list[Row], list[tuple[str, str, str]]]:
+    """(priced rows, refused (case, reason group, example line)) on the systems *gpus*."""
     rows: list[Row] = []
     refused: list[tuple[str, str, str]] = []
-    listed = recipes()
+    listed = {platform: recipes(platform) for platform in set(RECIPE_DIRS.values())}
     for name, files in sorted(case_files().items()):
         family, case = name.split("/")
         if only and only not in name:
             continue
-        goldens = {gpu: f"golden_values_dev_dgx_{gpu}.json" for gpu in GPUS}
+        goldens = {gpu: f"golden_values_dev_dgx_{gpu}.json" for gpu in gpus}
         goldens = {gpu: file for gpu, file in goldens.items() if file in files}
         if not goldens:
             continue
-        recipe = listed.get((family, case))
-        if recipe is None and family in GPT_FAMILIES:  # a case no recipe lists now: its family's
-            recipe = Recipe("pretrain_gpt.py", NODE_GPUS)
-        if recipe is None:
-            refused.append((name, "in no h100 recipe (release cases: node count not in the repository)", ""))
-            continue
-        if recipe.script != "pretrain_gpt.py":
-            refused.append((name, f"trained by {recipe.script}, not pretrain_gpt.py", ""))
+        for platform in dict.fromkeys(RECIPE_DIRS[gpu] for gpu in goldens):  # a case refused once a platform
+            recipe = listed[platform].get((family, case))
+            if recipe is None and family in GPT_FAMILIES:  # a case no recipe lists now: its family's
+                recipe = Recipe("pretrain_gpt.py", NODE_GPUS)
+            shown = name if platform == "h100" else f"{name} ({platform})"
+            if recipe is None:
+                why = f"in no {platform} recipe (release cases: node count not in the repository)"
+                refused.append((shown, why, ""))
+            elif recipe.script != "pretrain_gpt.py":
+                refused.append((shown, f"trained by {recipe.script}, not pretrain_gpt.py", ""))
+            else:
+                continue
+            goldens = {gpu: file for gpu, file in goldens.items() if RECIPE_DIRS[gpu] != platform}
+        if not goldens:
             continue
         config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
         text = launch_text(config)
         for gpu, file in goldens.items():
+            recipe = listed[RECIPE_DIRS[gpu]].get((family, case)) or Recipe("pretrain_gpt.py", NODE_GPUS)
             golden = Golden.read(f"{CASES}/{name}/{file}")
             if not (golden.peak_bytes or golden.seconds):
                 refused.append((f"{name} ({gpu})", "no training golden values (memory, iteration time)", ""))
@@ -248,12 +265,16 @@ def main() -> int:
     argv = sys.argv[1:]
     only = argv[argv.index("--cases") + 1] if "--cases" in argv else None
     verbose = "--verbose" in argv
+    gpus = tuple(argv[argv.index("--gpus") + 1].split(",")) if "--gpus" in argv else DEFAULT_GPUS
+    if not set(gpus) <= set(GPUS):
+        print(f"--gpus: {','.join(gpus)}: known systems are {', '.join(GPUS)}", file=sys.stderr)
+        return 2
     if not MIRROR:
         print("set PPB_MEGATRON_LM to a Megatron-LM git repository holding commit d98e8a64", file=sys.stderr)
         return 2
     print(f"machine: {machine()}")
     print(f"Megatron-LM {COMMIT} functional tests, one node of {NODE_GPUS} GPUs")
-    rows, refused = sweep(only)
+    rows, refused = sweep(only, gpus)
     head = f"{'case':62s} {'gpu':4s} {'peak GiB: measured':>18s} {'ppb':>8s} {'error':>7s} "
     print(
         head + f"{'after step':>8s} {'ppb':>8s} {'error':>7s} {'seconds':>8s} {'ppb':>8s} {'error':>7s} "
@@ -277,6 +298,11 @@ def main() -> int:
     print(_summary(rows, "all"))
     modelled = [row for row in rows if not row.notes]
     print(_summary(modelled, "every flag modelled"))
+    trays = [row for row in rows if row.gpu == "gb200" and row.gpus == NODE_GPUS]
+    if trays:
+        # the gb200 1-node recipe's cases (one 4-GPU tray) log 3-7x their two-tray twins' seconds with
+        # identical model configs (e.g. the 12-layer TP4 case: 2.19 s against 0.309): not the model's
+        print(_summary(trays, "gb200, two trays"))
     print(f"({len(rows) - len(modelled)} rows carry flags ppb does not model (column unmod.); --verbose names them)")
     flags = Counter(note.split(":")[0].split()[0] for row in rows for note in row.notes)
     print("flags not modelled, by rows: " + ", ".join(f"{flag} {count}" for flag, count in flags.most_common()))

@@ -107,8 +107,9 @@ def two_kind_bodies(heavy_layers: int) -> list[dict]:
 
 
 # A round device for hand-derived times: 100 TFLOPS, 1000 GB/s HBM at 50% (5e11 B/s), links 100 / 10 GB/s
-# at 50%, no latency, no fixed kernel time. 64 SMs: the test layers' GEMMs cut into whole waves of 128×128
-# tiles (e.g. 2048×4096: 512 tiles, 8 waves), so a GEMM takes exactly FLOPs / (peak · efficiency).
+# at 50%, no latency, no fixed kernel time, a 128×128 tile at full rate. 64 SMs: the test layers' GEMMs
+# cut into whole waves of 128×128 tiles (e.g. 2048×4096: 512 tiles, 8 waves), so a GEMM takes exactly
+# FLOPs / (peak · efficiency).
 ROUND_DEVICE = {
     "sm_count": 64,
     "memory_mb": 80000,
@@ -123,4 +124,6 @@ ROUND_DEVICE = {
     "inter_node_latency_us": 0.0,
     "comm_sms": 0,
     "gemm_kernel_us": 0.0,
+    "fp8_gemm_kernel_us": 0.0,
+    "gemm_full_intensity": 64.0,
 }

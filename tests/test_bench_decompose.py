@@ -97,6 +97,8 @@ def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(ben
     # (10 values): (0.40582 + 0.40585) / 2 = 0.405835.
     assert bench.SMALL_TP4_GOLDEN["h100"].median_s == pytest.approx(0.24667)
     assert bench.SMALL_TP4_GOLDEN["a100"].median_s == pytest.approx(0.405835)
+    # GB200, iterations 2-50 (49 values, stalls included): the 25th sorted is 0.30897
+    assert bench.SMALL_TP4_GOLDEN["gb200"].median_s == pytest.approx(0.30897)
     # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
     # of milliseconds, a tenth of what the harness measures; the rest is the host launching its kernels,
     # which this case measures (`host_kernel_us`), so with it ppb gives the measured seconds back

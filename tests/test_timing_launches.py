@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
 
-from ppb_core.config.devices import DEVICE_CATALOG, HOST_KERNEL_US_DGX_A100, HOST_KERNEL_US_DGX_H100
+from ppb_core.config.devices import (
+    DEVICE_CATALOG,
+    HOST_KERNEL_US_DGX_A100,
+    HOST_KERNEL_US_DGX_GB200,
+    HOST_KERNEL_US_DGX_H100,
+)
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import LayerType
@@ -96,15 +101,22 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
     run = _small("h100")
     total = sum(f + b for layer in walk(run).layers for f, b in _launches(run, layer).values())
     assert 4 * total == pytest.approx(launches)
-    # The catalog's figure: (measured − ppb's terms outside the layers) / launches, on each system
-    for gpu, figure in (("h100", HOST_KERNEL_US_DGX_H100), ("a100", HOST_KERNEL_US_DGX_A100)):
+    # The catalog's figure: (measured − ppb's terms outside the layers) / launches, on each system. DGX
+    # GB200 (Grace): (0.30897 − 0.0004) / 3,436 = 89.8 us, its GPU work 0.020 s on the gb200 entry.
+    systems = (
+        ("h100", HOST_KERNEL_US_DGX_H100),
+        ("a100", HOST_KERNEL_US_DGX_A100),
+        ("gb200", HOST_KERNEL_US_DGX_GB200),
+    )
+    for gpu, figure in systems:
         gpu_only = run_iteration(_small(gpu, 0.0))
         outside = gpu_only.seconds - gpu_only.breakdown["compute"]
         assert figure == pytest.approx((SMALL_TP4_GOLDEN[gpu].median_s - outside) / launches * 1e6, abs=0.05)
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
     assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
-    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement
+    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement (DGX B200: no CI values)
+    assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(89.8)
 
 
 def test_host_bound_passes_by_hand():

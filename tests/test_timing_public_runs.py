@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
@@ -166,6 +166,38 @@ def test_hopper_attention_follows_cudnn_s_measured_rates():
             assert rate == pytest.approx(measured, rel=0.05 if causal else 0.12), (series, s, rate)
 
 
+# cuDNN 9.22 on a GB200, BF16, head size 128, Llama 3.1 405B's 64 query and 8 KV heads, batch 2, TFLOP/s
+# (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/llama3.1/gb200/
+# llama3.1_20260424_100750.csv at fb682ce; causal = its top_left mask, FLOPs halved)
+CUDNN_GB200 = {
+    "forward": {2048: 1433, 4096: 1599, 8192: 1771, 16384: 1697, 32768: 1634},
+    "backward": {2048: 1124, 4096: 1350, 8192: 1404, 16384: 1374, 32768: 1262},
+    "forward causal": {2048: 1097, 4096: 1408, 8192: 1574, 16384: 1708, 32768: 1622},
+    "backward causal": {2048: 885, 4096: 1148, 8192: 1332, 16384: 1328, 32768: 1226},
+}
+
+
+def test_blackwell_attention_follows_cudnn_s_measured_gb200_rates():
+    """B200's levels: the GB200 16k no-mask points at B200's sustained tensor rate, MAMF 1745 over
+    GB200's 1822: forward 1697·1745/1822 = 1625.3, / 2250 = 0.722; backward 1374·1745/1822 = 1315.9,
+    / 2250 = 0.585. With them the ramp gives every point from 8k to 32k, masked or not, within 11%
+    (−6.8% to +10.5%). Shorter sequences come out fast: at 4k +9% causal, at 2k +10% to +14% without
+    the mask and +28% with it: cuDNN's sm100 kernels reach their level later than the ramp fitted on
+    sm90's, a gap left open (a 2k-token run on B200 is priced fast)."""
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.attention_forward_efficiency == pytest.approx(1697 * 1745 / 1822 / 2250, abs=5e-4) == 0.722
+    assert b200.attention_backward_efficiency == pytest.approx(1374 * 1745 / 1822 / 2250, abs=5e-4) == 0.585
+    kernels = Kernels.from_device(b200)
+    for series, points in CUDNN_GB200.items():
+        causal = "causal" in series
+        for s, measured in points.items():
+            if s < 8192:
+                continue
+            mean_keys = (s + 1) / 2 if causal else s
+            rate = 2250 * kernels.attention_efficiency("backward" in series, 2 * 64, s, mean_keys, 128, causal)
+            assert rate == pytest.approx(measured * 1745 / 1822, rel=0.11), (series, s, rate)
+
+
 # The same figures at head size 64 (Fig. 5a and 6a: 32 heads of 64, 16k tokens a batch, no mask), cuDNN
 # and FlashAttention-2, TFLOPS/s by sequence length.
 HEAD64_H100 = {
@@ -264,6 +296,118 @@ def test_every_hopper_gemm_kernel_pays_the_fixed_time_xla_s_sm90_table_shows():
     # with it 7.3% off, from -25% (4096×4096×256: a k loop of 4 blocks) to +11% (2048×512×2048).
     assert sum(abs(e) for e in errors) / len(errors) < 0.08
     assert min(errors) > -0.26 and max(errors) < 0.12
+
+
+def test_every_blackwell_gemm_kernel_pays_the_fixed_time_xla_s_sm100_table_shows():
+    # XLA's sm_100_B200 table (openxla/xla default_matmul_perf_table.txtpb at 336bb15c), BF16, b = 1:
+    # 256x256x256 at 6.765e12 FLOP/s: 2·256³ = 33,554,432 FLOPs in 4.960 us. Ppb's tiles without a fixed
+    # time (Blackwell's rule: a tile runs at min(1, Tm·Tn/(Tm+Tn) / 130) of a SM's ceiling): 64×64 tiles,
+    # 16 of them split 4 ways over k (64 ≤ 2·148 SMs: one wave), each 2·64·64·64 = 524,288 FLOPs at
+    # 2250e12·0.776/148 · 32/130 = 2.9039e12: 0.1805 us; the split's fp32 partial sums written and read
+    # back, 2·4·256·256·4 = 2,097,152 B at 7672e9·0.8: 0.3417 us; 0.5222 us in all (every other tiling is
+    # slower): 4.44 us beyond it. The three of twice its work, 256x512x256 at 13.400e12, 256x256x512 at
+    # 12.593e12, 512x256x256 at 13.568e12 (5.008, 5.329, 4.946 us against tiles of 0.703): 4.31, 4.63,
+    # 4.24. Median of the four: (4.31 + 4.44)/2 = 4.37 → 4.4.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.gemm_kernel_us == GEMM_KERNEL_US_B200 == pytest.approx(4.4)
+    tiles_only = Kernels.from_device(b200.replace(gemm_kernel_us=0.0), "bf16")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.1805 + 0.3417, abs=0.001)
+    measured_us = 2 * 256**3 / 6765006451612 * 1e6
+    assert measured_us == pytest.approx(4.960, abs=0.001)
+    kernels = Kernels.from_device(b200, "bf16")
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.5222 + 4.4, abs=0.002)
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.01)
+
+
+def test_a_blackwell_fp8_gemm_kernel_pays_its_fixed_time_too():
+    # The same table's e4m3 x e4m3 -> bf16 products: 256x256x256 at 6.920e12 FLOP/s, 4.849 us. FP8 tiles
+    # on B200: 64×64, 16 split 2 ways, each 1,048,576 FLOPs at 4500e12·0.763/148 · 32/130 = 5.7106e12:
+    # 0.1836 us, plus the split's 0.1708 us of fp32 partial sums (1,048,576 B): 0.3545, the best tiling:
+    # 4.849 − 0.354 = 4.50 beyond. 256x512x256 at 12.405e12 (5.410 us), 256x256x512 at 13.187e12 (5.089),
+    # 512x256x256 at 12.863e12 (5.217), tiles 0.367, 0.525, 0.367: 5.04, 4.56, 4.85.
+    # Median of the four: (4.56 + 4.85)/2 = 4.71 → 4.7.
+    b200 = DEVICE_CATALOG["b200"]
+    assert b200.fp8_gemm_kernel_us == FP8_GEMM_KERNEL_US_B200 == pytest.approx(4.7)
+    tiles_only = Kernels.from_device(b200.replace(fp8_gemm_kernel_us=0.0), "bf16", matmul_dtype="fp8")
+    assert tiles_only.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(0.1836 + 0.1708, abs=0.001)
+    kernels = Kernels.from_device(b200, "bf16", matmul_dtype="fp8")
+    measured_us = 2 * 256**3 / 6919866364198 * 1e6  # 4.849: the median's 4.7 puts this shape 4% slow
+    assert kernels.gemm_compute_s(256, 256, 256) * 1e6 == pytest.approx(measured_us, rel=0.05)
+    # H100's FP8 kernels keep no per-kernel time (none measured): only their tiles
+    h100 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", matmul_dtype="fp8")
+    assert h100.kernel_s == 0.0
+
+
+# XLA's measured sm_100_B200 table (openxla/xla default_matmul_perf_table.txtpb at 336bb15c), b = 1:
+# (m, n, k, BF16 FLOP/s) for m = 4096 and 2048×4096×4096, and the largest FP8 (e4m3 × e4m3 → bf16) products
+XLA_SM100_BF16 = (
+    (4096, 256, 256, 89717732620320),
+    (4096, 512, 256, 161708106024096),
+    (4096, 1024, 256, 271112693851786),
+    (4096, 2048, 256, 403586477729750),
+    (4096, 4096, 256, 514706368985559),
+    (4096, 256, 512, 160884300869044),
+    (4096, 512, 512, 287943637436310),
+    (4096, 1024, 512, 465175706270984),
+    (4096, 2048, 512, 652334036452004),
+    (4096, 4096, 512, 805318951108611),
+    (4096, 256, 1024, 283683440951122),
+    (4096, 512, 1024, 490573077784123),
+    (4096, 1024, 1024, 715648970424060),
+    (4096, 2048, 1024, 913822828936170),
+    (4096, 4096, 1024, 1075624166291009),
+    (4096, 256, 2048, 458766000427259),
+    (4096, 512, 2048, 762397673914972),
+    (4096, 1024, 2048, 990308345861194),
+    (4096, 2048, 2048, 1170011862566826),
+    (4096, 4096, 2048, 1277788708367422),
+    (4096, 256, 4096, 645132151107773),
+    (4096, 512, 4096, 991451361034164),
+    (4096, 1024, 4096, 1204928403983728),
+    (4096, 2048, 4096, 1343541814655509),
+    (4096, 4096, 4096, 1416867213789406),
+    (2048, 4096, 4096, 1342544381979447),
+)
+XLA_SM100_FP8 = (
+    (4096, 4096, 4096, 2764981863158106), (4096, 2048, 4096, 2499435394486069), (4096, 4096, 2048, 2484974207564909),
+    (4096, 1024, 4096, 1951814267666439), (4096, 2048, 2048, 1833497244823906), (4096, 4096, 1024, 1895395982347749),
+    (2048, 4096, 4096, 2491280334106728),
+)  # fmt: skip
+
+
+def test_blackwell_gemms_follow_xla_s_sm100_table():
+    """Held out (only the four smallest products set the fixed time): with Blackwell's tile rule (2-SM
+    256-wide tiles, a full-rate intensity of 130 a SM) the 26 BF16 shapes come out 6.9% fast on average
+    (|error| 14.3%, from −39% at 4096×256×4096 to +24% at 4096×4096×256), 4096³ at 1419 TFLOP/s against
+    1417 measured; the 7 FP8 ones 2.5% fast (|error| 5.5%). Under Hopper's rule (128×128 at full rate,
+    no pair tiles) the same shapes were 16.7% and 7.9% fast, 4096³ at 1632."""
+    b200 = DEVICE_CATALOG["b200"]
+    hopper_rule = b200.replace(gemm_full_intensity=64.0, compute_capability=9.0)
+    means = {}
+    for device in (b200, hopper_rule):
+        for table, matmul, io_bytes in ((XLA_SM100_BF16, None, 2), (XLA_SM100_FP8, "fp8", 1)):
+            kernels = Kernels.from_device(device, "bf16", matmul_dtype=matmul)
+            errors = [
+                max(kernels.gemm_compute_s(m, n, k), kernels.memory_s((m * k + k * n + m * n) * io_bytes))
+                / (2 * m * n * k / rate)
+                - 1
+                for m, n, k, rate in table
+            ]
+            means[device.compute_capability, matmul] = sum(errors) / len(errors)
+    assert means[10.0, None] == pytest.approx(-0.069, abs=0.005)
+    assert means[10.0, "fp8"] == pytest.approx(-0.025, abs=0.005)
+    assert means[9.0, None] == pytest.approx(-0.167, abs=0.005)
+    assert means[9.0, "fp8"] == pytest.approx(-0.079, abs=0.005)
+    ours_4096 = 2 * 4096**3 / Kernels.from_device(b200, "bf16").gemm_compute_s(4096, 4096, 4096) / 1e12
+    assert ours_4096 == pytest.approx(1417, rel=0.01)
+
+
+def test_b200_collectives_run_at_nccl_s_nvlink5_link_figure():
+    # NCCL src/graph/topo.h: SM100_NVLINK_BW 40.1 GB/s a link, NVLink 5's 50 per direction: 0.802
+    assert DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(40.1 / 50)
+    assert DEVICE_CATALOG["b200"].intra_node_bandwidth_gbs * DEVICE_CATALOG["b200"].comm_efficiency == pytest.approx(
+        18 * 40.1
+    )
 
 
 def test_torchtitan_s_eager_kernels_cost_about_what_its_compiled_runs_save(public):

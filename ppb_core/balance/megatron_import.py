@@ -43,6 +43,7 @@ a contradiction or a flag ppb cannot price is refused in one line naming it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -645,6 +646,7 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
             "tp": 1.0 if args.has("--tp-comm-overlap") else 0.0,
         },
     }
+    timing.update(_cuda_graphs(args, notes))
     impl_ce = args.text("--cross-entropy-fusion-impl", "native")
     if timing["cross_entropy_fusion"] and impl_ce != "native":
         notes.append(f"--cross-entropy-fusion-impl {impl_ce}: priced as the native fused loss")
@@ -695,6 +697,40 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
             notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing
+
+
+GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+
+
+def _cuda_graphs(args: _Args, notes: list[str]) -> dict[str, Any]:
+    """Megatron's CUDA graphs (megatron/training/arguments.py validate_args, d98e8a64): --enable-cuda-graph
+    is --cuda-graph-impl local, --external-cuda-graph transformer_engine; --cuda-graph-scope is the old
+    spelling of --cuda-graph-modules, whose "full" is the whole layer (empty) and "full_iteration" the
+    full_iteration impl (cuda_graph_config.py CUDA_GRAPH_MODULES_DEPRECATIONS)."""
+    impl = args.text("--cuda-graph-impl", "none")
+    if impl not in GRAPH_IMPLS:
+        raise InputError(args.where, "--cuda-graph-impl", f"{shown(impl)}: {', '.join(GRAPH_IMPLS)}")
+    if args.has("--enable-cuda-graph"):
+        impl = "local"
+    if args.has("--external-cuda-graph"):
+        impl = "transformer_engine"
+    flag = "--cuda-graph-modules" if args.has("--cuda-graph-modules") else "--cuda-graph-scope"
+    words = [w for word in args.words(flag) or [] for w in re.split(r"[\s,\[\]'\"]+", word) if w]
+    modules: list[str] = []
+    for word in words:
+        if word == "full_iteration":
+            impl = "full_iteration" if impl in ("none", "local", "full_iteration") else impl
+        elif word not in ("full", "full_iteration_inference"):
+            if word not in GRAPH_MODULES:
+                raise InputError(args.where, flag, f"{shown(word)}: {', '.join(GRAPH_MODULES)} (mamba is not priced)")
+            modules.append(word)
+    warmup = args.text("--cuda-graph-warmup-steps")
+    if impl != "none" and warmup is not None:
+        notes.append(f"--cuda-graph-warmup-steps {warmup}: the steps before capture, priced as graphed (steady state)")
+    if impl == "none":
+        return {}
+    return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
 
 
 # Hidden sizes apex's persistent LayerNorm kernel takes (megatron/core/fusions/fused_layer_norm.py

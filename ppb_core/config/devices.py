@@ -25,12 +25,15 @@ Achieved fractions are measured, not datasheet figures:
   without the causal mask (Shah et al. 2024, Fig. 5 and 6): forward 595 TFLOPS/s (0.602 of 989),
   backward 516 (0.522). (FlashAttention-3 itself: 648 and 561. Its "up to 740 TFLOPs/s" is head
   size 256; our head-size law does not raise 128's level, so 0.75 overstated every 128 head.)
-  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200 and
-  Ascend: assumed at H100's and A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
+  PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200: cuDNN
+  9.22 on a GB200 in NVIDIA's cudnn-frontend benchmark (1697 and 1374 at head size 128, 16k, no
+  mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
+  figures at H100's. Ascend: assumed at A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
-  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link.
+  reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
+  NCCL's own per-link figure for NVLink 5 (src/graph/topo.h SM100_NVLINK_BW, 40.1 of 50 GB/s).
 - `nic_efficiency`: the same over a scale-out NIC (0: `comm_efficiency`): NCCL's maintainers expect
   "46-48GB/s per NIC" from 400 Gb/s NDR InfiniBand in a ring (NVIDIA/nccl-tests issue #290, March
   2025): 0.94 of 50 GB/s on the NDR systems below.
@@ -53,6 +56,29 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
 HOST_KERNEL_US_DGX_H100 = 71.6
 HOST_KERNEL_US_DGX_A100 = 117.9
+# The same on Megatron CI's DGX GB200 (a Grace host), from that case's dgx_gb200 golden values (93ebf8d72f:
+# 0.309 s, GPU work 0.020 s on the gb200 entry below).
+HOST_KERNEL_US_DGX_GB200 = 89.8
+
+# The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
+# (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
+# kernel times from CUPTI) times its smallest BF16 product, 256x256x256, at 4.96 us and the three of
+# twice its work (256x512x256, 256x256x512, 512x256x256) at 4.95-5.33 us, whose tiles ppb's model
+# (Blackwell's tile rule, `GEMM_FULL_INTENSITY_B200`) puts at 0.52-0.70 us: 4.24, 4.31, 4.44 and 4.63 us
+# beyond them, median 4.4 (tests/test_timing_public_runs.py derives it by hand).
+GEMM_KERNEL_US_B200 = 4.4
+# The same for its FP8 GEMMs (`fp8_gemm_kernel_us`): the table's e4m3 x e4m3 -> bf16 products (per-tensor
+# scales, cuBLASLt), 256x256x256 at 4.85 us, 256x512x256 at 5.41, 256x256x512 at 5.09, 512x256x256 at
+# 5.22, against 0.35-0.53 us of FP8 tiles: 4.50, 5.04, 4.56, 4.85 beyond them, median 4.7.
+FP8_GEMM_KERNEL_US_B200 = 4.7
+# A full-rate tile's intensity on B200: H100's 64 times the per-SM 16-bit rate over H100's, with the
+# shared memory bandwidth per SM unchanged: (2250/148) / (989/132) = 15.20 / 7.49 = 2.03, 64 · 2.03 = 130:
+# a 2-SM 256×256 tile (128 a SM) runs at 128/130 of the ceiling, a 1-SM 128×128 one (64) at half.
+GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
+# cuDNN attention on B200 at head size 128, 16k tokens, no mask (the catalog entry derives them): NVIDIA's
+# GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
+ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
+ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
 
 
 @dataclass(frozen=True)
@@ -93,13 +119,25 @@ class DeviceProfile:
     # the last stores): XLA's measured sm_90 matmul table (tensorflow/tensorflow
     # third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h at 372d578b; kernel times from
     # CUPTI's tracer, xla/tools/matmul_perf_table_gen.cc) times its four smallest BF16 products, whose
-    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). 0 where
-    # no such measurement is public (Ampere, Blackwell, Ascend). FP8 kernels carry theirs per tile.
+    # work the tile model puts under 1 us, at 5.9-6.4 us: 5.2-5.6 us beyond it (median 5.3). B200: XLA's
+    # measured sm_100 table (`GEMM_KERNEL_US_B200`). 0 where no such measurement is public (Ampere,
+    # Ascend). FP8 kernels carry theirs per tile.
     gemm_kernel_us: float = 0.0
+    # The same fixed time for an FP8 GEMM kernel, where measured: B200, XLA's sm_100 table
+    # (`FP8_GEMM_KERNEL_US_B200`), per-tensor scales; MXFP8's block-scaled kernels are taken alike (no
+    # public small-shape table). 0 elsewhere (H800's DeepGEMM kernels carry `fp8_tile_overhead_us`).
+    fp8_gemm_kernel_us: float = 0.0
     # Whether a GEMM tile's store overlaps the next tile's main loop: CUTLASS 3's warp-specialized
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
     gemm_epilogue_overlapped: bool = True
+    # The operand intensity Tm·Tn/(Tm+Tn) a GEMM tile needs to run at the ceiling, its shared-memory
+    # traffic against the tensor cores' rate: 64, a 128×128 tile, on Ampere and Hopper
+    # (`ppb_core.timing.kernels.FULL_INTENSITY`). Blackwell doubled each SM's tensor rate but not its shared
+    # memory bandwidth (FlashAttention-4's paper, Zadouri et al. 2026, §1: "tensor core throughput doubles
+    # while ... shared memory bandwidth ... remain unchanged"), so its tiles need the intensity in
+    # proportion to the per-SM rate (`GEMM_FULL_INTENSITY_B200`).
+    gemm_full_intensity: float = 64.0
     memory_efficiency: float = 0.8
     comm_efficiency: float = 0.8
     nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
@@ -213,7 +251,12 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
     # also torchao's roofline table), NVLink 5 1.8 TB/s bidirectional, 400 Gb/s ConnectX-7 per GPU.
     # HBM: the datasheet says 8 TB/s; the driver's 7680-bit bus at 3996 MHz DDR gives 7.67 TB/s
-    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that.
+    # (pytorch/ao pull request #4002), which is what kernels can approach, so we use that. Its share
+    # element-wise kernels reach stays the catalog's 0.8 (`memory_efficiency`), which NVIDIA's cuDNN
+    # RMSNorm measurement on a GB200 (the same 8 TB/s HBM3e; NVIDIA/cudnn-frontend benchmark/norms/
+    # results/gb200/all_models_20260226_180237.csv at df73764) bears out for the forward: 5.99-6.42 TB/s
+    # on the four Llama-sized norms, 0.78-0.84 of 7.67 (mean 6.13, 0.80); their backward, 4.79-6.19
+    # (mean 5.28, 0.69), runs below it.
     # 148 SMs (NVIDIA Blackwell architecture technical brief: two dies of 74). MAMF 1745 (77.6%).
     "b200": DeviceProfile(
         "b200",
@@ -227,6 +270,61 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
         compute_capability=10.0,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
+        # NCCL's own model of an NVLink 5 link: SM100_NVLINK_BW 40.1 GB/s of its 50 per direction (NVIDIA/
+        # nccl src/graph/topo.h, v2.27; 18 links: "maxBw 721.8" of 900 in a DGX B200's NCCL log, NVIDIA/nccl
+        # issue #1807): 0.802, as H100's 20.6 of 25 (0.824) sits by the 0.8 measured there. (That issue's
+        # all_reduce_perf on 8 B200 reaches 830 GB/s busbw: NVLink SHARP's in-switch reduction, not a ring.)
+        comm_efficiency=0.802,
+        # Attention: cuDNN, TransformerEngine's backend on sm100, measured by NVIDIA on a GB200 (the same
+        # sm_100 GPU at a higher clock): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+        # llama3.1/gb200/llama3.1_20260424_100750.csv (fb682ce; cuDNN 9.22, frontend 1.21.1), BF16, head
+        # size 128, 16k tokens, no mask (Llama 3.1 405B's 64 query and 8 KV heads), FLOPs counted as the
+        # FlashAttention-3 figures above (backward 2.5x): forward 1697, backward 1374 TFLOP/s. On B200 at
+        # GB200's sustained tensor rate over B200's: MAMF 1745 against 1822 (ml-engineering's table; the
+        # two parts' device-reported maximum clocks, 1965 and 2062 MHz, differ alike): 1697 · 1745/1822 =
+        # 1625 (0.722 of 2250), 1374 · 1745/1822 = 1316 (0.585). (FlashAttention-4's paper, Zadouri et
+        # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
+        # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
+        # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
+        # rates H100's fractions. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
+        # values are DGX GB200's, a Grace host: dgx_gb200).
+        attention_forward_efficiency=ATTENTION_FORWARD_B200,
+        attention_backward_efficiency=ATTENTION_BACKWARD_B200,
+    ),
+    # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
+    # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
+    # (compute/accelerator/README.md): 2,500 TFLOPS dense BF16 per GPU, 186 GB HBM3e at 8.00 TB/s, a
+    # device-reported maximum SM clock of 2062 MHz (B200 1965), MAMF 1822.0 BF16 (72.9%) and 3615.6 FP8
+    # of 5000 (72.3%). Memory: the 186 GB label read as GiB (B200's 180 GB label is 183,359 MiB in
+    # nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction, all 72 GPUs of
+    # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
+    # label, links and sm_100 kernels). SMs: B200's 148, no public count found for GB200's GPU. A
+    # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
+    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s. Host: Grace
+    # (Arm Neoverse V2), measured by Megatron CI's 12-layer case (`HOST_KERNEL_US_DGX_GB200`).
+    "gb200": DeviceProfile(
+        "gb200",
+        190464,
+        2500.0,
+        7672.0,
+        900.0,
+        50.0,
+        sm_count=148,
+        nic_efficiency=0.94,
+        matmul_efficiency=0.729,
+        fp8_matmul_efficiency=0.723,
+        compute_capability=10.0,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        comm_efficiency=0.802,
+        # B200's derivation at GB200's per-SM rate: 64 · (2500/148) / (989/132) = 144
+        gemm_full_intensity=round(64 * (2500 / 148) / (989 / 132)),
+        attention_forward_efficiency=round(1697 / 2500, 3),
+        attention_backward_efficiency=round(1374 / 2500, 3),
+        host_kernel_us=HOST_KERNEL_US_DGX_GB200,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e
     # (65536 MiB), 1.6 TB/s; about 313 TFLOPS FP16 for the 910B3 (the 910B2 measures ~315 TFLOPS

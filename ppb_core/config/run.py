@@ -380,6 +380,10 @@ class Device(StrictModel):
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
+    fp8_gemm_kernel_us: Latency | None = Field(None, description="fixed time of every FP8 GEMM kernel")
+    gemm_full_intensity: Annotated[float, Field(gt=0.0, le=1024.0)] | None = Field(
+        None, description="operand intensity Tm·Tn/(Tm+Tn) from which a GEMM tile runs at the ceiling"
+    )
     host_kernel_us: Latency | None = Field(
         None, description="Megatron's host time per kernel launch, where the GPU waits for it (0: not modelled)"
     )
@@ -446,6 +450,17 @@ class TimingOptions(StrictModel):
         "transformer_engine",
         description="Megatron's --transformer-impl: local runs Megatron's own modules (as Megatron-LM did "
         "before TransformerEngine), adding a linear's bias after its GEMM",
+    )
+    cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] = Field(
+        "none",
+        description="Megatron's --cuda-graph-impl (off by default; --enable-cuda-graph = local, --external-cuda-graph "
+        "= transformer_engine): each graphed layer's captured ops replay as one CUDA graph, one launch on the host; "
+        "full_iteration graphs the whole forward-backward (ppb_core.timing.graphs)",
+    )
+    cuda_graph_modules: list[Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess"]] = Field(
+        default_factory=list,
+        description="Megatron's --cuda-graph-modules (--cuda-graph-scope before): what a layer's graph captures; "
+        "empty, the whole layer (as Megatron)",
     )
     gradient_accumulation_fusion: bool = Field(
         True,
@@ -544,6 +559,16 @@ class TimingOptions(StrictModel):
             # distributed_data_parallel.py asserts it ("Cannot average in collective when calculating
             # per-token loss!")
             raise ValueError("ddp_average_in_collective cannot be set with calculate_per_token_loss")
+        return self
+
+    @model_validator(mode="after")
+    def _graph_modules(self) -> TimingOptions:
+        """Megatron's own checks (megatron/training/arguments.py validate_args, d98e8a64)."""
+        modules = self.cuda_graph_modules
+        if modules and self.cuda_graph_impl == "full_iteration":
+            raise ValueError("cuda_graph_modules must be empty with cuda_graph_impl full_iteration")
+        if "moe_preprocess" in modules and "moe_router" not in modules:
+            raise ValueError("cuda_graph_modules: moe_preprocess must be given with moe_router")
         return self
 
 
@@ -918,6 +943,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
+        raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
     if par.layout is not None:
         _check_layout(run, where)
     if par.overlap_moe_expert_parallel_comm:

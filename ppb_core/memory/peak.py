@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
+from ppb_core.memory.graphs import graph_buffer_bytes, graphed_layers
 from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
 from ppb_core.model.walk import KindSlot, Layer, LayerWalk
 from ppb_core.schedules import (
@@ -278,6 +279,7 @@ def stage_peaks(
     peaks = []
     for stage, total in totals.items():
         workspace = memory.rules.workspace_bytes(memory.setup, kinds_of[stage])  # once per device, always
+        workspace += _graph_buffers(memory.run, groups, stage, vectors[stage])  # CUDA graphs' static buffers
         # the vector of the largest activations + buffers (on a tie, the first listed)
         index = max(range(candidates[stage]), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
         peak_kept = sum(dynamic[stage][index]) + extras[stage][index]
@@ -309,6 +311,20 @@ def stage_peaks(
             )
         )
     return peaks
+
+
+def _graph_buffers(run: RunConfig, groups: Counter, stage: int, vectors: Sequence[Sequence[int]]) -> float:
+    """The static buffers Megatron's CUDA graphs hold on *stage* for the run (`ppb_core.memory.graphs`)."""
+    if run.timing.cuda_graph_impl == "none":
+        return 0.0
+    modules = run.timing.cuda_graph_modules
+    per_chunk: Counter = Counter()
+    hidden = 0
+    for (at, chunk, _model, _node, kind, *_), count in groups.items():
+        if at == stage and graphed_layers(kind, modules):
+            per_chunk[chunk] += count * graphed_layers(kind, modules)
+            hidden = max(hidden, kind.hidden_size)
+    return graph_buffer_bytes(run, per_chunk, vectors, hidden)
 
 
 def _attention_workspaces(memory: MemoryModel, groups: Counter) -> dict:

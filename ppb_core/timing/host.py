@@ -52,6 +52,9 @@ def launch_wait_s(queued_s: float, after: Sequence[tuple[float, float]], launch_
     ready = queued_s  # when the GPU would reach the next kernel, the host not in the way
     launched = 0.0
     for count, seconds in after:
+        if count <= 0:  # GPU work with no launch of its own (a CUDA graph's, `ppb_core.timing.graphs`)
+            ready += seconds
+            continue
         whole = int(count)
         steps = [1.0] * whole + ([count - whole] if count > whole else [])
         for step in steps:
@@ -101,7 +104,7 @@ def dispatcher_wait_s(
     def count(op: Op) -> float:
         return launches[op.name] if launches is not None else kernels(op)
 
-    after = [(count(op), seconds) for op, seconds in segment if count(op) > 0]
+    after = [(count(op), seconds) for op, seconds in segment]
     if allgather and after:  # the permutation's own segment, then from an idle GPU again
         return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s)
     return launch_wait_s(queued, after, launch_s)

@@ -9,7 +9,10 @@ measured MAMF over peak) when it is at least 128×128, plus, where the device st
 kernels (`fp8_tile_overhead_us`), a fixed time per tile beside its k loop (a short k pays it
 relatively more); smaller tiles reuse each operand less and
 are held back in proportion to their arithmetic intensity Tm·Tn/(Tm+Tn) (a 64×64 tile reaches
-half of a 128×128's). When the output has fewer tiles than SMs, the k loop may be split over
+half of a 128×128's). On Blackwell the full-rate intensity is the device's (`gemm_full_intensity`:
+its SMs' tensor rate doubled, their shared memory did not) and a pair of SMs may share one 256-wide
+tile (`PAIR_TILES`, the 2-SM MMA), each loading half of its operands. When the output has fewer
+tiles than SMs, the k loop may be split over
 `SPLIT_K` slices (cuBLAS's split-K), each writing fp32 partial sums that a last pass reduces
 (their bytes at the HBM rate). On devices whose GEMM kernels store a tile's output after its main
 loop before the SM takes the next tile (Ampere's cuBLAS/CUTLASS 2 kernels, unlike Hopper's
@@ -49,6 +52,9 @@ from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
 FULL_INTENSITY = 128 * 128 / (128 + 128)  # the smallest tile that keeps the tensor cores fed
 SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+# Blackwell's (sm_100) 2-SM tiles, one per CTA pair: tcgen05.mma with cta_group::2 takes M = 256 across
+# the pair (CUTLASS docs, "Blackwell SM100 GEMMs"; the PTX ISA's tcgen05.mma), N up to 256.
+PAIR_TILES: tuple[tuple[int, int], ...] = ((256, 256), (256, 128))
 SKINNY = 64  # fewer output rows or columns than this: a GEMV-like kernel, bound by its bytes, not tiled
 SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
 ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
@@ -101,7 +107,7 @@ class Kernels:
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
-    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (16-bit GEMMs that state it)
+    kernel_s: float = 0.0  # a fixed time every GEMM kernel spends beside its tiles (where the device states it)
     # FlashAttention-2's deterministic backward (`deterministic_splits`) instead of one block per key block
     deterministic_backward: bool = False
     # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
@@ -109,6 +115,11 @@ class Kernels:
     attention_head64_backward: float = 0.0
     # cuDNN's deterministic backward on Hopper: the dP-workspace decomposition (`dp_workspace_bytes`)
     dp_workspace: bool = False
+    # a tile's operand intensity Tm·Tn/(Tm+Tn) from which it runs at the ceiling (`gemm_full_intensity`)
+    full_intensity: float = FULL_INTENSITY
+    # Blackwell's 2-SM MMA (tcgen05.mma cta_group::2): a CTA pair computes one tile, each SM loading half of
+    # each operand, so a pair's 256×256 tile feeds each SM at that tile's intensity (`PAIR_TILES`)
+    pair_tiles: bool = False
 
     @property
     def contention(self) -> float:
@@ -152,11 +163,13 @@ class Kernels:
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
-            kernel_s=0.0 if fp8 else device.gemm_kernel_us * 1e-6,
+            kernel_s=(device.fp8_gemm_kernel_us if fp8 else device.gemm_kernel_us) * 1e-6,
             deterministic_backward=flash2 and deterministic and not titan,
             attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
             attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
             dp_workspace=deterministic and framework == "megatron" and transformer_engine and hopper and not flash2,
+            full_intensity=device.gemm_full_intensity,
+            pair_tiles=device.compute_capability >= 10.0,
         )
 
     def memory_s(self, traffic: float) -> float:
@@ -182,13 +195,15 @@ class Kernels:
             return 2 * m * n * k * groups / (peak * self.gemm_ceiling)
         per_sm = peak * self.gemm_ceiling / self.sms
         best = math.inf
-        for tm, tn in TILES:
+        shapes = [(tm, tn, 1) for tm, tn in TILES] + ([(tm, tn, 2) for tm, tn in PAIR_TILES] if self.pair_tiles else [])
+        for tm, tn, width in shapes:
             tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
-            rate = per_sm * min(1.0, tm * tn / (tm + tn) / FULL_INTENSITY)
+            # a tile's SMs together (a pair splits its operands' loads, so each SM sees the tile's intensity)
+            rate = width * per_sm * min(1.0, tm * tn / (tm + tn) / self.full_intensity)
             for split in SPLIT_K:
-                if split > 1 and tiles * split > 2 * self.sms:
+                if split > 1 and tiles * split * width > 2 * self.sms:
                     break
-                waves = math.ceil(tiles * split / self.sms)
+                waves = math.ceil(tiles * split * width / self.sms)
                 # split-K writes each slice's fp32 partial sums and reads them back to reduce them
                 reduction = self.memory_s(2 * split * m * n * groups * SPLIT_K_PARTIAL_BYTES) if split > 1 else 0.0
                 epilogue = 0.0 if self.epilogue_overlapped else self.memory_s(tiles * tm * tn * output_bytes)

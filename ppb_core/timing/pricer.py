@@ -32,6 +32,7 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
+from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import layer_launches, norm_fed
@@ -451,7 +452,8 @@ class TimeModel:
         waits = self._host.get(key)
         if waits is None:
             waits = HostWaits()
-            if self.run.framework == "megatron" and self.calibration is None:
+            graphed_iteration = self.run.timing.cuda_graph_impl == "full_iteration"  # one launch an iteration
+            if self.run.framework == "megatron" and self.calibration is None and not graphed_iteration:
                 run, ops = self.run, self.ops(layer)
                 fills = (
                     deterministic_fill_bytes(
@@ -472,6 +474,9 @@ class TimeModel:
                     fills=fills,
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                 )
+                graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
+                if graphs != "none":  # `ppb_core.timing.graphs`
+                    launches = graphed_launches(ops, launches, modules, run.timing.gradient_accumulation_fusion)
                 parts = self.parts(layer, state, switches)
                 waits = layer_host_waits(
                     ops,
@@ -481,7 +486,9 @@ class TimeModel:
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
                     dispatcher=run.timing.moe_dispatcher
-                    if run.timing.moe_dispatcher != "deepep" and layer.node == BODY
+                    if run.timing.moe_dispatcher != "deepep"
+                    and layer.node == BODY
+                    and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
                     else None,
                     dropless=run.training.moe.dropless,
                 )
