@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -51,6 +50,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
 from public_memory import GIB, MeasuredPeak, predicted_after_step_gib, predicted_gib  # noqa: E402
+from public_runs import GoldenTimes  # noqa: E402
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
@@ -143,14 +143,19 @@ class Golden:
             values = _numbers(data.get(metric))
             return int(values[max(values)]) if values else None
 
-        times = _numbers(data.get("iteration-time"))
-        kept = [value for step, value in times.items() if step > 1]
         return cls(
             last("mem-max-allocated-bytes"),
             last("mem-allocated-bytes"),
-            statistics.median(kept) if kept else None,
+            seconds_of(data.get("iteration-time"), path, commit),
             commit,
         )
+
+
+def seconds_of(metric: Any, path: str = "", commit: str = "") -> float | None:
+    """The logged `iteration-time` values' median without iteration 1 (bench/public_runs.py's
+    `GoldenTimes.median_s`), None where none is logged."""
+    kept = tuple(value for step, value in _numbers(metric).items() if step > 1)
+    return GoldenTimes(path, commit, "2-", kept).median_s if kept else None
 
 
 def _numbers(metric: Any) -> dict[int, float]:
@@ -232,6 +237,10 @@ def sweep(
         if not goldens:
             continue
         config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
+        if any(re.fullmatch(r"MODEL_ARGS_\d+", str(key)) for key in config):
+            # _run_training.sh runs MODEL_ARGS_<n> for run n: the golden values span several launches
+            refused.append((name, "several launches (MODEL_ARGS_<n>), one golden file", ""))
+            continue
         text = launch_text(config)
         for gpu, file in goldens.items():
             recipe = listed[RECIPE_DIRS[gpu]].get((family, case)) or Recipe("pretrain_gpt.py", NODE_GPUS)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from test_memory_activations import MLA, MOE
 from test_memory_runs import DENSE, body, layers, make_run, model
 
+from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_workspace_bytes, stage_peaks
 from ppb_core.memory.frameworks.workspaces import (
@@ -20,6 +22,7 @@ from ppb_core.memory.frameworks.workspaces import (
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
+from ppb_core.memory.model import run_stage_peaks
 from ppb_core.model.switches import KEEP_ALL, LayerType
 from ppb_core.model.walk import walk
 from ppb_core.tables.estimate import stages_from_frame, stages_to_frame
@@ -123,6 +126,120 @@ def test_megatron_experts_without_a_gated_activation_keep_it_before_and_after_th
     gelu = make_run({**MOE, "activation": "gelu"}, training={"seq_length": 16, "recompute": selective})
     recomputed = _terms(model(gelu), body(gelu, "moe"), SEL)
     assert "moe.expert.unweighted_activation" not in recomputed and "moe.expert.activation_output" not in recomputed
+
+
+def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush():
+    # tensor_parallel/layers.py (d98e8a64): under --defer-embedding-wgrad-compute the output layer keeps
+    # its input (ColumnParallelLinear.forward, embedding_activation_buffer) and its logits' gradient
+    # (LinearWithGradAccumulationAndAsyncCommunication.backward, grad_output_buffer) for the first
+    # --wgrad-deferral-limit micro-batches; schedules.py finish_embedding_wgrad_compute drains them before
+    # the step. DENSE at pp 2, s 64, b 1, 4 micro-batches, limit 2: at the last micro-batch 2 are held,
+    # each 64 tokens · (vocabulary 1024 + h 64) · 2 bytes = 139264, 278528 in all, at the backward and the
+    # loss of the TAIL's stage, not at the step; limit 0 defers all, 3 = m − 1 held at the last
+    base = {"micro_batches": 4}
+    plain = make_run(DENSE, parallel={"pp": 2}, training=base)
+    deferred = make_run(
+        DENSE, parallel={"pp": 2}, training={**base, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 2}
+    )
+    every = make_run(DENSE, parallel={"pp": 2}, training={**base, "defer_embedding_wgrad_compute": True})
+    (p0, p1), (d0, d1), (_, e1) = (run_stage_peaks(run) for run in (plain, deferred, every))
+    assert d0.moments == p0.moments
+    assert {name: d1.moments[name] - p1.moments[name] for name in d1.moments} == {
+        "backward": 278528,
+        "loss": 278528,
+        "optimizer": 0,
+    }
+    assert e1.moments["loss"] - p1.moments["loss"] == 3 * 139264
+    # the balancer charges every stage the most any could hold: the deferred bytes too
+    assert run_workspace_bytes(deferred) - run_workspace_bytes(plain) == 278528
+
+
+def test_megatron_deferral_is_refused_where_megatron_refuses_it():
+    # model_parallel_config.py ModelParallelConfig.__post_init__: pipeline parallelism and gradient
+    # accumulation fusion needed; the limit means nothing without the deferral
+    for parallel, training, timing, field in (
+        ({}, {"defer_embedding_wgrad_compute": True}, None, "training.defer_embedding_wgrad_compute"),
+        (
+            {"pp": 2},
+            {"defer_embedding_wgrad_compute": True},
+            {"gradient_accumulation_fusion": False},
+            "training.defer_embedding_wgrad_compute",
+        ),
+        ({"pp": 2}, {"wgrad_deferral_limit": 2}, None, "training.wgrad_deferral_limit"),
+    ):
+        with pytest.raises(InputError) as caught:
+            make_run(DENSE, parallel=parallel, training=training, timing=timing)
+        assert caught.value.field == field
+
+
+def test_megatron_optimizer_instances_shard_within_an_instance():
+    # parallel_state.py initialize_model_parallel (d98e8a64): --num-distributed-optimizer-instances N splits
+    # dp·cp into N intra-partial groups, over which the distributed optimizer shards. DENSE's body layer,
+    # 41088 parameters, dp 4, zero 1: its fp32 master copy and Adam moments (12 bytes each) over 4 ranks,
+    # 10272 · 12 = 123264; with 2 instances over 2, 20544 · 12 = 246528; parameters and main gradients whole
+    one = make_run(DENSE, parallel={"dp": 4, "zero": 1})
+    two = make_run(DENSE, parallel={"dp": 4, "zero": 1, "distributed_optimizer_instances": 2})
+    static_one, static_two = (model(run).static_breakdown(body(run)) for run in (one, two))
+    assert (static_one.optimizer_bytes, static_two.optimizer_bytes) == (123264, 246528)
+    assert (static_two.parameter_bytes, static_two.gradient_bytes) == (41088 * 2, 41088 * 4)
+    for parallel in (
+        {"dp": 4, "zero": 0, "distributed_optimizer_instances": 2},
+        {"dp": 4, "distributed_optimizer_instances": 3},
+    ):
+        with pytest.raises(InputError) as caught:
+            make_run(DENSE, parallel=parallel)
+        assert caught.value.field == "parallel.distributed_optimizer_instances"
+
+
+def test_megatron_allgather_dispatcher_gathers_into_the_global_buffer_and_combines_in_the_probs_dtype():
+    # token_dispatcher.py MoEAllGatherTokenDispatcher (d98e8a64): token_dispatch all-gathers the layer's
+    # tokens over etp·ep into the never-freed global "mpu" buffer (use_global_buffer=True); token_combine
+    # reduce-scatters in the probabilities' dtype, so its backward gathers the gradient in it and casts it
+    # back. MOE at ep 2 (dp 2), s 16, bf16 router: 16 tokens · 2 ranks · h 32 · 2 = 2048 bytes held
+    # always, and 32 · 32 · (2 + 2) = 4096 the layer's workspace, in place of the all-to-all's staging
+    # (2048, test_megatron_all_to_all_staging_once_per_stage)
+    training = {"seq_length": 16}
+    alltoall = make_run(MOE, parallel={"dp": 2, "ep": 2}, training=training)
+    allgather = make_run(MOE, parallel={"dp": 2, "ep": 2}, training=training, timing={"moe_dispatcher": "allgather"})
+    assert run_workspace_bytes(allgather, model(allgather)) - run_workspace_bytes(alltoall, model(alltoall)) == 2048
+    assert model(allgather).state_memory(body(allgather, "moe"), NOT).transient_bytes == 4096
+    # with --moe-router-dtype fp32 the gradient is gathered in fp32: 32 · 32 · (4 + 2) = 6144
+    fp32 = make_run(
+        MOE,
+        parallel={"dp": 2, "ep": 2},
+        training={**training, "moe": {"router_dtype": "fp32"}},
+        timing={"moe_dispatcher": "allgather"},
+    )
+    assert model(fp32).state_memory(body(fp32, "moe"), NOT).transient_bytes == 6144
+
+
+def test_megatron_16_bit_gradient_buffer_makes_fp32_main_gradients_at_the_step():
+    # optimizer.py Float16OptimizerWithFloat16Params / distrib_optimizer.py DistributedOptimizer
+    # _copy_model_grads_to_main_grads (d98e8a64): main_param.grad = main_grad.float(), a new fp32 tensor when the
+    # buffer is 16-bit, alive from the step to the next zero_grad. DENSE's body layer, 41088 parameters: at
+    # zero 0, 4 · 41088 = 164352 bytes at the step only; at zero 1 over dp 4, 4 · 10272 = 41088
+    for parallel, copies in (({"zero": 0}, 164352), ({"dp": 4, "zero": 1}, 41088)):
+        fp32 = make_run(DENSE, parallel=parallel)
+        bf16 = make_run(DENSE, parallel=parallel, training={"grad_bytes": 2})
+        wide, narrow = (model(run).static_breakdown(body(run)) for run in (fp32, bf16))
+        assert narrow.step_only_bytes == copies and wide.step_only_bytes == 0
+        assert narrow.total == wide.total - 2 * 41088  # the buffer itself: 2 bytes a parameter, not 4
+        assert narrow.step_bytes == narrow.total + copies
+
+
+def test_megatron_local_softmax_in_fp32_keeps_an_fp32_output():
+    # fusions/fused_softmax.py FusedScaleMaskSoftmax (d98e8a64): without the fused kernel (off, or outside
+    # is_kernel_available's shapes) forward_torch_softmax upcasts under attention_softmax_in_fp32 and
+    # torch.nn.Softmax keeps its fp32 output. DENSE, local, unfused, s 64, b 1, 4 heads: 64 · 4 · 64 =
+    # 16384 scores, 65536 bytes in fp32; with the fusion (16 < 64 <= 4096, 64 % 4, 1 · 4 % 4 all hold) 32768
+    training = {"flash_attention": False}
+    timing = {"transformer_impl": "local", "attention_softmax_in_fp32": True}
+    for fusion, expected in ((False, 65536), (True, 32768)):
+        run = make_run(DENSE, training=training, timing={**timing, "masked_softmax_fusion": fusion})
+        assert _terms(model(run), body(run))["attention.softmax_output"] == expected
+    # Transformer Engine's unfused attention keeps its own kernel's 16-bit output whatever the flag
+    run = make_run(DENSE, training=training, timing={"attention_softmax_in_fp32": True, "masked_softmax_fusion": False})
+    assert _terms(model(run), body(run))["attention.softmax_output"] == 32768
 
 
 def test_megatron_dispatcher_keeps_its_last_routing():
@@ -601,6 +718,12 @@ def test_megatron_workspaces_follow_the_stage_layers():
     # without --moe-grouped-gemm the experts are a SequentialMLP of TE linears (transformer_engine_spec_provider.py
     # `grouped_mlp_modules`): no grouped-GEMM workspaces, 2·33554432 + 33555456 = 100664320
     run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"moe": {"grouped_gemm": False}}, framework="megatron")
+    memory = model(run)
+    peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
+    # under --transformer-impl local the layers run no TE GEMM, but the router's RouterGatingLinearFunction
+    # (moe/moe_utils.py) runs te_general_gemm on TE's get_workspace(): PyTorch's two + TE's one, 100664320
+    run = make_run(MOE, parallel={"pp": 2, "zero": 0}, timing={"transformer_impl": "local"}, framework="megatron")
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]

@@ -288,6 +288,11 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--recompute-granularity selective --recompute-modules moe_act", "--recompute-modules"),
         ("--num-experts 8 --moe-layer-freq ([0]+[1]*3)", "--moe-layer-freq"),
         ("--num-attention-heads 6", "--num-attention-heads"),
+        (
+            "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+            "--microbatch-group-size-per-virtual-pipeline-stage 3",
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+        ),
     ],
 )
 def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> None:
@@ -335,3 +340,79 @@ def test_a_run_config_refuses_moe_act_without_grouped_gemm() -> None:
     with pytest.raises(InputError) as caught:
         parse_run_config(imported.raw, "run.yaml")
     assert caught.value.field == "training.recompute"
+
+
+def test_the_deferred_output_layer_weight_gradients_are_carried_and_checked() -> None:
+    flags = f"{BASE} --pipeline-model-parallel-size 2 --defer-embedding-wgrad-compute --wgrad-deferral-limit 2"
+    imported = import_megatron(flags, 8, "h100-80gb")
+    training = imported.raw["training"]
+    assert (training["defer_embedding_wgrad_compute"], training["wgrad_deferral_limit"]) == (True, 2)
+    assert imported.notes == []
+    run_config_of(imported, "case")
+    # ModelParallelConfig.__post_init__: "Cannot defer embedding wgrad compute when gradient accumulation
+    # fusion is not used"
+    imported = import_megatron(f"{flags} --no-gradient-accumulation-fusion", 8, "h100-80gb")
+    with pytest.raises(InputError) as caught:
+        run_config_of(imported, "case")
+    assert caught.value.field == "--defer-embedding-wgrad-compute"
+
+
+def test_optimizer_instances_are_carried() -> None:
+    flags = f"{BASE} --use-distributed-optimizer --num-distributed-optimizer-instances 2"
+    imported = import_megatron(flags, 8, "h100-80gb")
+    assert imported.raw["parallel"]["distributed_optimizer_instances"] == 2
+    run_config_of(imported, "case")
+    with pytest.raises(InputError) as caught:  # without the distributed optimizer: nothing to shard
+        run_config_of(import_megatron(f"{BASE} --num-distributed-optimizer-instances 2", 8, "h100-80gb"), "case")
+    assert caught.value.field == "--num-distributed-optimizer-instances"
+
+
+def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:
+    # arguments.py validate_args and training.py (DDP grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32):
+    # bf16 accumulates in fp32 unless --grad-reduce-in-bf16; fp16 does not unless asked; fp16 without
+    # --loss-scale turns the NaN check off (dynamic loss scaling)
+    def grad_bytes(flags: str) -> int:
+        return import_megatron(flags, 8, "h100-80gb").raw["training"].get("grad_bytes", 4)
+
+    assert grad_bytes(BASE) == 4
+    assert grad_bytes(f"{BASE} --grad-reduce-in-bf16") == 2
+    fp16 = BASE.replace("--bf16", "--fp16")
+    assert grad_bytes(fp16) == 2
+    assert grad_bytes(f"{fp16} --accumulate-allreduce-grads-in-fp32") == 4
+    assert import_megatron(fp16, 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"] is False
+    assert import_megatron(f"{fp16} --loss-scale 4096", 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"]
+
+
+def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
+    # transformer_config.py: moe_token_dispatcher_type defaults to allgather
+    imported = import_megatron(f"{BASE} --num-experts 4 --moe-grouped-gemm", 8, "h100-80gb")
+    assert imported.raw["timing"]["moe_dispatcher"] == "allgather"
+    assert imported.notes == []  # its time and memory priced as it runs (tests/test_moe_dispatchers.py)
+    run_config_of(imported, "case")
+
+
+def test_without_grouped_gemm_the_experts_are_a_sequential_mlp_priced_as_such() -> None:
+    # no --moe-grouped-gemm: Megatron builds a SequentialMLP (transformer_engine_spec_provider.py
+    # `grouped_mlp_modules`, d98e8a64), its memory and its time both modelled: no note for the flag
+    imported = import_megatron(f"{BASE} --num-experts 4 --moe-token-dispatcher-type alltoall", 8, "h100-80gb")
+    assert imported.raw["training"]["moe"]["grouped_gemm"] is False
+    assert imported.notes == []
+    run_config_of(imported, "case")
+
+
+def test_notes_name_only_flags_that_change_what_ppb_prices() -> None:
+    # no bias to fuse under --disable-bias-linear; --rotary-percent 1.0 is every channel (the default)
+    # (--no-bias-gelu-fusion is priced, timing.bias_gelu_fusion; the dropout fusion's is not)
+    quiet = import_megatron(
+        f"{BASE} --disable-bias-linear --no-bias-dropout-fusion --rotary-percent 1.0", 8, "h100-80gb"
+    )
+    assert quiet.notes == []
+    loud = import_megatron(f"{BASE} --no-bias-dropout-fusion --rotary-percent 0.5", 8, "h100-80gb")
+    assert [note.split(":")[0] for note in loud.notes] == ["--no-bias-dropout-fusion", "--rotary-percent 0.5"]
+    # a flag in an `if` branch: the shell's `fi` that follows is not its value
+    script = (
+        f'ARGS=({BASE})\nif [ "$FP8" = 1 ]; then\n  ARGS+=(--no-bias-dropout-fusion)\nfi\n'
+        'pretrain_gpt.py "${ARGS[@]}"\n'
+    )
+    notes = import_megatron(script, 8, "h100-80gb").notes
+    assert notes == ["--no-bias-dropout-fusion: not modelled by ppb (priced as if not given)"]

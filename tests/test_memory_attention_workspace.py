@@ -1,7 +1,8 @@
-"""cuDNN's deterministic attention backward on Hopper: its dS workspace in the stage peaks, by hand.
+"""cuDNN's deterministic attention backward on Hopper and sm100: its dS workspace in the stage peaks, by hand.
 
 TransformerEngine (release_v2.16) runs its cuDNN backward with the deterministic algorithm on sm90
-under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; cudnn-frontend v1.22.0 (`CompositeSDPABackwardNode`)
+under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, and release 2.18 on sm100 too from cuDNN 9.18.1
+(fused_attn.cpp `nvte_get_fused_attn_backend`); cudnn-frontend v1.22.0 (`CompositeSDPABackwardNode`)
 then takes the dP-workspace path, b·h·⌈s_q/64⌉64·⌈s_kv/64⌉64·2 bytes, which TE allocates from
 PyTorch's caching allocator (`fused_attn_bwd`, `allocateSpace`).
 """
@@ -40,7 +41,7 @@ def test_the_workspace_pads_queries_and_keys_to_64():
     assert cudnn_dp_workspace_bytes(2, 100, 100) == 65_536
 
 
-def test_megatron_holds_it_only_for_te_s_deterministic_cudnn_backward_on_hopper():
+def test_megatron_holds_it_only_for_te_s_deterministic_cudnn_backward_on_hopper_and_sm100():
     rules = MegatronRules()
     run = _run(4, 1, 1, 2)
     memory = MemoryModel(run)
@@ -50,11 +51,18 @@ def test_megatron_holds_it_only_for_te_s_deterministic_cudnn_backward_on_hopper(
     setup = memory.setup
     assert rules.attention_workspace_bytes(body.kind, setup) == 2 * GIB
     # below sm90 TE runs flash-attn 2 instead; without the flag cuDNN's plain backward; Megatron's own
-    # attention (--transformer-impl local) no cuDNN; Blackwell's deterministic engines are others
-    for changed in ({"compute_capability": 8.0}, {"deterministic": False}, {"transformer_impl": "local"}):
+    # attention (--transformer-impl local) no cuDNN; sm120 has no deterministic fused backend (TE 2.18)
+    for changed in (
+        {"compute_capability": 8.0},
+        {"deterministic": False},
+        {"transformer_impl": "local"},
+        {"compute_capability": 12.0},
+    ):
         assert rules.attention_workspace_bytes(body.kind, MemorySetup(**{**setup.__dict__, **changed})) == 0
+    # sm100 (GB200, B200): the same path and size (TE 2.18 keeps cuDNN there from 9.18.1)
     assert (
-        rules.attention_workspace_bytes(body.kind, MemorySetup(**{**setup.__dict__, "compute_capability": 10.0})) == 0
+        rules.attention_workspace_bytes(body.kind, MemorySetup(**{**setup.__dict__, "compute_capability": 10.0}))
+        == 2 * GIB
     )
     # ring CP 2: each step's call is 4096 queries against 4096 keys: 16 · 4096² · 2 = 0.5 GiB;
     # Ulysses CP 2: 8 of the 16 (sequence, head) pairs, all 8192: 8 · 8192² · 2 = 1 GiB

@@ -12,7 +12,6 @@ from test_memory_runs import make_run
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.errors import InputError
 from ppb_core.memory.activations import routed_rows
-from ppb_core.memory.buffers import allgather_buffers
 from ppb_core.memory.frameworks.megatron import allgather_row_map, allgather_state_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import body_kind
@@ -132,7 +131,6 @@ def test_the_allgather_dispatcher_waits_for_the_host_twice() -> None:
 
 def test_the_allgather_dispatchers_memory_by_hand() -> None:
     setup = MemorySetup(**GEOMETRY, framework="megatron", moe_dispatcher="allgather", router_bytes=4)
-    h = 1024
     rows = routed_rows(MOE, setup)  # 4096/2 · 2 · 1 = 4096
     assert rows == 4096
     # unfused: one int64 sorted index per row; fused: TE's row_id_map [T, 2·2 + 1] int32, T = 8192
@@ -141,12 +139,6 @@ def test_the_allgather_dispatchers_memory_by_hand() -> None:
     assert allgather_row_map(MOE, fused) == (8192 * 5, 4)
     # module state: local_map 8192·2 bool + local_probs 4096 fp32 = 16,384 + 16,384; idle the row map 4096·8
     assert allgather_state_bytes(MOE, setup) == (16_384 + 16_384, 32_768)
-    kept, staging = allgather_buffers(MOE, setup, h)
-    # the permuted rows beyond the 1/(ep·etp) share the activations count: 4096·1024·2·3/4
-    assert kept.bytes == 6_291_456 and kept.kept
-    # the larger of the gathered probabilities and map (8192·8·(4 + 1) = 327,680) and the combine's
-    # zero-filled [T, h] with its fp32 cast (8192·1024·(2 + 4) = 50,331,648)
-    assert staging.bytes == 50_331_648 and not staging.kept
 
 
 @pytest.mark.parametrize(
@@ -179,3 +171,12 @@ def test_the_allgather_dispatcher_is_megatrons_and_not_under_combined_1f1b() -> 
             timing={"moe_dispatcher": "allgather"},
         )
     assert caught.value.field == "parallel.overlap_moe_expert_parallel_comm"
+
+
+def test_the_allgather_dispatcher_runs_a_sequential_mlps_experts_one_by_one() -> None:
+    # no --moe-grouped-gemm: SequentialMLP loops over its 8/4 = 2 local experts (experts.py
+    # SequentialMLP.forward), then torch.cat of their outputs feeds the unpermute, as under the all-to-all
+    ops = _ops(sequential_experts=True)
+    assert [ops[name].sequential for name in ("experts_in", "experts_act", "experts_out")] == [2, 2, 2]
+    assert ops["local_unpermute"].inputs == ("experts_cat",)
+    assert _ops()["local_unpermute"].inputs == ("experts_out",)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from small_models import ROUND_DEVICE
@@ -541,6 +542,50 @@ def test_cudnn_s_deterministic_backward_on_hopper_stores_dp_and_runs_dq_as_its_o
     assert hopper.attention_s(flops / 3, 0.0, False, *args[1:], carries_dq=True) == plain.attention_s(
         flops / 3, 0.0, False, *args[1:]
     )
+
+
+def test_cudnn_s_deterministic_backward_on_sm100_is_the_same_decomposition_and_matches_nvidia_s_gb200_table():
+    # TE release 2.18 (e7c550c5, Megatron CI's GB200 pin) keeps cuDNN for a deterministic backward on
+    # sm100 from cuDNN 9.18.1 (fused_attn.cpp `nvte_get_fused_attn_backend`); cudnn-frontend forces the
+    # dP workspace for any deterministic backward. sm120: no deterministic fused backend, not modelled.
+    gb200 = DEVICE_CATALOG["gb200"]
+    plain = Kernels.from_device(gb200, "bf16")
+    blackwell = Kernels.from_device(gb200, "bf16", deterministic=True)
+    assert blackwell.dp_workspace and not plain.dp_workspace and not blackwell.deterministic_backward
+    assert not Kernels.from_device(replace(gb200, compute_capability=12.0), "bf16", deterministic=True).dp_workspace
+    # NVIDIA's cuDNN 9.22 table on a GB200 (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/
+    # results/llama3.1/gb200/llama3.1_20260424_100750.csv at fb682ce): batch 2, 64 query heads (128
+    # (sequence, head) pairs), head size 128, BF16. Its 8192 causal backward: 4.127 ms plain, 4.754 ms
+    # deterministic. By hand: 128 · 8192 · 4096.5 = 4,295,491,584 pairs; dQ = dS·K reads dS (8,590,983,168
+    # B) and K, writes dQ (2 · 128 · 8192 · 128 · 2 = 536,870,912 B): 9,127,854,080 B at 7672e9 · 0.8 =
+    # 1.4872 ms, over its compute (2 · pairs · 128 = 1.10e12 FLOP at 2500e12 · 0.729 ≈ 0.60
+    # ms); the fused kernel keeps 8 of the backward's 10 units (S again, dK, dV, dP) at its measured rate.
+    pairs = 128 * 8192 * 4096.5
+    dq_bytes = 2 * pairs + 2 * 128 * 8192 * 128 * 2
+    assert dq_bytes == 9_127_854_080
+    assert blackwell.dq_product_s(128, 8192, 4096.5, 128, 1) == pytest.approx(dq_bytes / 6.1376e12, rel=1e-12)
+    whole = 10 * pairs * 128  # the whole backward's FLOPs (2.5 forwards)
+    args = (True, 128, 8192, 4096.5, 128, 1)
+    expected = plain.attention_s(whole, 0.0, *args) * 8 / 10 + dq_bytes / 6.1376e12
+    assert blackwell.attention_s(whole, 0.0, *args, carries_dq=True) == pytest.approx(expected, rel=1e-12)
+    # Not fitted, checked: the deterministic backward over the plain one against the table's at 4k-32k
+    # (queries, mask: plain ms, deterministic ms), each within 5% (measured 1.13-1.20, priced ~1.15).
+    measured = {
+        (4096, 1): (1.198, 1.352),
+        (4096, 0): (2.037, 2.339),
+        (8192, 1): (4.127, 4.754),
+        (8192, 0): (7.831, 9.306),
+        (16384, 1): (16.554, 19.007),
+        (16384, 0): (32.014, 38.480),
+        (32768, 1): (71.756, 82.343),
+        (32768, 0): (139.364, 159.976),
+    }
+    for (s, causal), (plain_ms, deterministic_ms) in measured.items():
+        mean = (s + 1) / 2 if causal else s
+        flops = 10 * 128 * s * mean * 128
+        shape = (True, 128, s, mean, 128, causal)
+        ratio = blackwell.attention_s(flops, 0.0, *shape, carries_dq=True) / plain.attention_s(flops, 0.0, *shape)
+        assert ratio == pytest.approx(deterministic_ms / plain_ms, rel=0.05), (s, causal)
 
 
 def _deterministic_run(deterministic: bool, wgrad_fusion: bool = False, impl: str = "transformer_engine"):

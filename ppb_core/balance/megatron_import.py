@@ -30,15 +30,19 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
-  `--delay-wgrad-compute`, and for Megatron's
-  own attention `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32`,
-  `--apply-query-key-layer-scaling`;
+  `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
+  (without it a `SequentialMLP`, its experts one by one);
+* memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
+  `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
+  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
+  `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`);
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
-flag that changes nothing ppb prices (`NOTHING_PRICED`, each with why) and a flag with no bearing
-on either (logging, checkpoints, data, learning-rate schedule) are read past;
-a contradiction or a flag ppb cannot price is refused in one line naming it.
+flag with no bearing on either (logging, checkpoints, data, learning-rate schedule, the launcher's)
+and a flag that changes nothing ppb prices (`NOTHING_PRICED`, each with why)
+are read past (`megatron_vocabulary`); a contradiction or a flag ppb cannot price is refused in one
+line naming it.
 """
 
 from __future__ import annotations
@@ -51,6 +55,17 @@ from typing import Any
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
+from ppb_core.balance.megatron_vocabulary import (
+    AT_DEFAULT,
+    BIAS_FUSIONS,
+    FIELD_FLAGS,
+    MODELLED,
+    NO_BEARING,
+    NO_BEARING_PREFIXES,
+    NOT_PRICED,
+    NOTHING_PRICED,
+    SHELL_WORDS,
+)
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
@@ -58,103 +73,6 @@ from ppb_core.errors import InputError, shown
 GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE's vocab.json entries (pretrain_gpt.py's default tokenizer)
 TIKTOKEN_DEFAULT_VOCAB = 2**17  # tiktoken_tokenizer.py DEFAULT_TIKTOKEN_MAX_VOCAB
 FILE_TOKENIZERS = ("HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
-
-# Flags with no bearing on a training iteration's memory or time: logging, checkpoints, data,
-# the learning-rate schedule and optimizer hyper-parameters, evaluation, inference-only settings.
-NO_BEARING = frozenset(
-    {
-        "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--init-method-std", "--seed", "--split",
-        "--train-iters", "--train-samples", "--exit-interval", "--vocab-file", "--merge-file",
-        "--tokenizer-model", "--tiktoken-pattern", "--distributed-backend", "--timing-log-level",
-        "--timing-log-option", "--use-mcore-models", "--load", "--save", "--finetune", "--no-load-optim",
-        "--no-load-rng", "--async-save", "--use-persistent-ckpt-worker", "--verify-integrity",
-        "--mock-data", "--num-workers", "--distributed-timeout-minutes", "--tensorboard-dir",
-        "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
-        "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
-        "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
-        "--moe-router-bias-update-rate",
-        "--logging-level", "--log-progress", "--no-record-throughput", "--override-opt_param-scheduler",
-        "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
-        "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
-        "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
-        "--use-tp-pp-dp-mapping", "--data-path", "--data-cache-path", "--mtp-loss-scaling-factor",
-        "--apply-layernorm-1p", "--rotary-interleaved", "--disable-gloo-process-groups",
-    }
-)  # fmt: skip
-NO_BEARING_PREFIXES = (
-    "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
-    "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
-    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash",
-)  # fmt: skip
-# Flags ppb carries into the run config (read below); the rest are noted or read past.
-MODELLED = frozenset(
-    {
-        "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--group-query-attention",
-        "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
-        "--use-rotary-position-embeddings", "--disable-bias-linear", "--add-bias-linear", "--add-qkv-bias",
-        "--qk-layernorm", "--attention-dropout", "--hidden-dropout", "--untie-embeddings-and-output-weights",
-        "--swiglu", "--squared-relu", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-        "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-num-groups",
-        "--moe-router-group-topk", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
-        "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--seq-length",
-        "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
-        "--pipeline-model-parallel-size", "--context-parallel-size", "--cp-comm-type",
-        "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
-        "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-        "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
-        "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
-        "--account-for-loss-in-pipeline-split", "--use-distributed-optimizer", "--use-torch-fsdp2",
-        "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--optimizer",
-        "--attention-backend", "--use-flash-attn", "--transformer-impl", "--recompute-granularity",
-        "--recompute-activations", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
-        "--no-rope-fusion", "--fp8-format", "--moe-router-dtype", "--moe-permute-fusion",
-        "--moe-expert-capacity-factor", "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
-        "--no-gradient-accumulation-fusion", "--deterministic-mode", "--cross-entropy-loss-fusion",
-        "--cross-entropy-fusion-impl", "--no-check-for-nan-in-loss-and-grad", "--log-params-norm",
-        "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--overlap-grad-reduce", "--overlap-param-gather",
-        "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
-        "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
-        "--max-position-embeddings",
-    }
-)  # fmt: skip
-# Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
-NOTHING_PRICED = {
-    # training.py `train`: gc.disable() and one gc.collect() before the loop; ppb prices no
-    # garbage collection (the automatic collector's pauses are the host's, unmodelled either way)
-    "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
-    # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
-    "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
-}
-# Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
-NOT_PRICED = {
-    "--hybrid-layer-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
-    "--hybrid-override-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
-    "--is-hybrid-model": "a hybrid Mamba model",
-    "--encoder-num-layers": "an encoder-decoder model (T5)",
-    "--spec": "a layer spec of its own (its layers are not the GPT decoder layer ppb prices)",
-    "--heterogeneous-layers-config-path": "layers of different shapes",
-    "--experimental-attention-variant": "an attention variant ppb does not price",
-}
-# Run config fields a validation error may name, and the flag that sets each.
-FIELD_FLAGS = {
-    "parallel.tp": "--tensor-model-parallel-size",
-    "parallel.pp": "--pipeline-model-parallel-size",
-    "parallel.cp": "--context-parallel-size",
-    "parallel.ep": "--expert-model-parallel-size",
-    "parallel.etp": "--expert-tensor-parallel-size",
-    "parallel.vpp": "--num-virtual-stages-per-pipeline-rank",
-    "parallel.layout": "--pipeline-model-parallel-layout",
-    "parallel.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
-    "training.seq_length": "--seq-length",
-    "training.micro_batches": "--global-batch-size",
-    "training.recompute": "--recompute-granularity",
-    "models.0.num_attention_heads": "--num-attention-heads",
-    "models.0.num_key_value_heads": "--num-query-groups",
-    "models.0.vocab_size": "--vocab-size",
-    "models.0.num_experts": "--num-experts",
-    "timing.matmul_dtype": "--fp8-format",
-    "device": "--device",
-}
 
 
 @dataclass(frozen=True)
@@ -182,6 +100,8 @@ class _Args:
             name, equals, inline = word.partition("=")
             values = [inline] if equals else []
             while not equals and index < len(words) and not words[index].startswith("--"):
+                if words[index] in SHELL_WORDS:  # `fi` after a flag in an `if` branch is the shell's
+                    break
                 values.append(words[index])
                 index += 1
             self.given[name] = values
@@ -311,6 +231,8 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     position = args.text("--position-embedding-type", "learned_absolute")
     if args.has("--use-rotary-position-embeddings"):
         position = "rope"
+    if args.has("--no-position-embedding") and position != "rope":  # arguments.py validate_args refuses it
+        raise InputError(where, "--no-position-embedding", "is deprecated: use --position-embedding-type")
     positions = {"learned_absolute": "learned", "rope": "rope", "none": "none", "yarn": "rope", "mrope": "rope"}
     if position not in positions:
         raise InputError(where, "--position-embedding-type", f"{shown(position)} is none of {', '.join(positions)}")
@@ -438,6 +360,9 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
             raise InputError(where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices p2p (ring) or a2a (ulysses)")
         parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
     parallel.update(_sharding(args))
+    instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
+    if instances > 1:
+        parallel["distributed_optimizer_instances"] = instances
     parallel.update(_pipeline(args, spec, pp))
     if args.has("--overlap-moe-expert-parallel-comm"):
         parallel["overlap_moe_expert_parallel_comm"] = True
@@ -485,6 +410,13 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
                 f"{per_virtual} does not divide the {total} layers' share of pp {pp}",
             )
         vpp = total // pp // per_virtual
+    group = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
+    if vpp > 1 and group is not None and group != pp:  # schedules.py: the interleaved order's group, default pp
+        raise InputError(
+            args.where,
+            "--microbatch-group-size-per-virtual-pipeline-stage",
+            f"{group}: ppb's interleaved schedule runs Megatron's default group, pp = {pp} micro-batches",
+        )
     first, last = flags.first_stage_layers, flags.last_stage_layers
     if first is not None or last is not None or any(adds):
         return {"layout": _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds), "vpp": vpp}
@@ -588,13 +520,22 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         training["optimizer"] = optimizer
     else:
         notes.append(f"--optimizer {optimizer}: priced as adam's states")
-    if args.text("--main-grads-dtype", "fp32") == "bf16":
+    # the gradient buffer's dtype (training.py: DDP's grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32,
+    # which validate_args sets under bf16 unless --grad-reduce-in-bf16 or --main-grads-dtype bf16; fp16
+    # keeps it off unless --accumulate-allreduce-grads-in-fp32)
+    fp32_buffer = args.has("--accumulate-allreduce-grads-in-fp32") or (
+        bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
+    )
+    if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)
     if recompute is not None:
         training["recompute"] = recompute
     if args.has("--no-rope-fusion"):
         training["rope_fusion"] = False
+    if args.has("--defer-embedding-wgrad-compute"):
+        training["defer_embedding_wgrad_compute"] = True
+        training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
     moe: dict[str, Any] = {}
@@ -634,7 +575,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         "gradient_accumulation_fusion": not args.has("--no-gradient-accumulation-fusion"),
         "deterministic": args.has("--deterministic-mode"),
         "cross_entropy_fusion": args.has("--cross-entropy-loss-fusion"),
-        "check_for_nan_in_grad": not args.has("--no-check-for-nan-in-loss-and-grad"),
+        # validate_args turns the NaN check off under fp16's dynamic loss scaling (no --loss-scale)
+        "check_for_nan_in_grad": not args.has("--no-check-for-nan-in-loss-and-grad")
+        and not (args.has("--fp16") and not args.has("--loss-scale")),
         "log_params_norm": args.has("--log-params-norm"),
         "log_num_zeros_in_grad": args.has("--log-num-zeros-in-grad"),
         "rope_fusion": not args.has("--no-rope-fusion"),
@@ -694,8 +637,6 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         else:
             notes.append(f"--moe-token-dispatcher-type {dispatcher} ({backend}): priced as alltoall")
             timing["moe_dispatcher"] = "alltoall"
-        if not args.has("--moe-grouped-gemm"):  # SequentialMLP: its memory modelled, not its time
-            notes.append("--moe-grouped-gemm not given: SequentialMLP's experts one by one, timed as grouped GEMMs")
     return timing
 
 
@@ -767,10 +708,15 @@ def _optimizer_step_overlap(args: _Args) -> None:
 def _unmodelled(args: _Args) -> list[str]:
     """One line for each flag given that bears on memory or time and that ppb does not model."""
     lines = []
+    biases = "--disable-bias-linear" not in args.given
     for flag, values in args.given.items():
         if flag in MODELLED or flag in args.read or flag in NO_BEARING or flag.startswith(NO_BEARING_PREFIXES):
             continue
         if flag in NOTHING_PRICED:
+            continue
+        if flag in BIAS_FUSIONS and not biases:  # no bias to fuse: the same kernels either way
+            continue
+        if flag in AT_DEFAULT and values == [AT_DEFAULT[flag]]:
             continue
         value = f" {' '.join(values)}" if values else ""
         lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given)")

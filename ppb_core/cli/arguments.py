@@ -230,14 +230,21 @@ def search(parser: argparse.ArgumentParser) -> None:
 
 def imports(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "framework", choices=("megatron",), help="whose launch: megatron (Megatron-LM's pretrain_gpt.py)"
+        "framework",
+        choices=("megatron", "torchtitan"),
+        help="whose launch: megatron (Megatron-LM's pretrain_gpt.py) or torchtitan (a job TOML)",
     )
-    parser.add_argument("launch", metavar="LAUNCH", help="a launch script, or the flags themselves as one text")
+    parser.add_argument(
+        "launch",
+        metavar="LAUNCH",
+        help="megatron: a launch script, or the flags themselves as one text; torchtitan: the job's TOML file",
+    )
     parser.add_argument(
         "--gpus",
         type=int,
         metavar="N",
-        help="GPUs the launch runs on: the world size (default: torchrun's --nproc-per-node × --nnodes in the script)",
+        help="GPUs the launch runs on: the world size (default: torchrun's --nproc-per-node × --nnodes in the "
+        "script; for torchtitan, the product of the TOML's degrees)",
     )
     parser.add_argument("--device", required=True, metavar="NAME", help="the device, a catalog name (h100-80gb, ...)")
     parser.add_argument(
@@ -333,15 +340,19 @@ fit, 2 when the plan cannot be read.""",
         arguments=check,
     ),
     "import": Command(
-        summary="write the run config of a Megatron-LM launch (its flags or launch script)",
-        description="""The run config a Megatron-LM launch says, for every other command.
+        summary="write the run config of a Megatron-LM launch (flags or script) or a torchtitan job TOML",
+        description="""The run config a Megatron-LM launch or a torchtitan job says, for every other command.
 
 LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would, its
 variables at their defaults). Every flag ppb models is carried over, Megatron-LM's default where the
 launch leaves it out (Megatron-LM d98e8a64); the vocabulary comes from the tokenizer, padded as
 Megatron pads it. Each flag that bears on memory or time and that ppb does not model is said on
 stderr, one line each; a contradiction, or a model ppb does not price, is refused in one line
-naming the flag, and nothing is written.""",
+naming the flag, and nothing is written.
+
+For torchtitan, LAUNCH is the job's TOML (train.py --job.config_file), read with torchtitan v0.2.2's
+defaults and its model flavors (llama3, deepseek_v3, qwen3); the same rules hold, naming the TOML
+key.""",
         arguments=imports,
     ),
     "search": Command(

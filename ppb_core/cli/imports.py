@@ -1,6 +1,7 @@
 """`ppb import megatron LAUNCH --gpus N --device NAME -o RUN.yaml`: the run config a Megatron-LM launch
-says (`ppb_core.balance.megatron_import`); each flag that bears on memory or time and that ppb does
-not model is said on stderr, one line each."""
+says (`ppb_core.balance.megatron_import`), and `ppb import torchtitan JOB.toml` the run config of a
+torchtitan job (`ppb_core.balance.torchtitan_import`); each flag or key that bears on memory or time
+and that ppb does not model is said on stderr, one line each."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of
+from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.errors import InputError
 from ppb_core.io import check_output, read_text
 
@@ -21,7 +23,11 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output)
     if args.gpus is not None and args.gpus < 1:
         raise InputError(None, "--gpus", f"must be a positive count, got {args.gpus}")
+    if args.tokenizer_vocab is not None and args.tokenizer_vocab < 1:
+        raise InputError(None, "--tokenizer-vocab", f"must be a positive size, got {args.tokenizer_vocab}")
     source: str = args.launch
+    if args.framework == "torchtitan":
+        return _torchtitan(args, source)
     if not source.strip():
         raise InputError(None, "LAUNCH", "is empty: give Megatron-LM flags (--...) or a launch script")
     if source.lstrip().startswith("--"):
@@ -34,12 +40,27 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
     imported.raw["name"] = name
     run_config_of(imported, where)  # every check before anything is written
+    return _write(args, imported, "flag")
+
+
+def _torchtitan(args: argparse.Namespace, source: str) -> int:
+    if args.tokenizer_vocab is not None:
+        raise InputError(None, "--tokenizer-vocab", "is Megatron's: torchtitan's vocabulary is its model flavor's")
+    if not os.path.isfile(source):
+        raise InputError(source, None, "no such file (a torchtitan job TOML)")
+    imported = import_torchtitan(read_text(source), args.gpus, args.device, source)
+    imported.raw["name"] = args.name or Path(source).stem
+    torchtitan_run_config(imported, source)  # every check before anything is written
+    return _write(args, imported, "key")
+
+
+def _write(args: argparse.Namespace, imported: Imported, what: str) -> int:
     document = yaml.safe_dump(imported.raw, sort_keys=False, allow_unicode=True)
     for note in imported.notes:
         print(f"ppb: not modelled: {note}", file=sys.stderr)
     if args.output:
         Path(args.output).write_text(document)
-        print(f"wrote {args.output} ({len(imported.notes)} flag(s) not modelled)")
+        print(f"wrote {args.output} ({len(imported.notes)} {what}(s) not modelled)")
     else:
         print(document, end="")
     return 0

@@ -141,6 +141,11 @@ class Parallel(StrictModel):
         description="Megatron's --pipeline-model-parallel-layout: the run's layers per virtual stage "
         "(sets vpp and the interleaved schedule where not stated)",
     )
+    distributed_optimizer_instances: Devices = Field(
+        1,
+        description="Megatron's --num-distributed-optimizer-instances: the distributed optimizer shards over "
+        "dp·cp / N ranks (each of the N instances a replica)",
+    )
     overlap_moe_expert_parallel_comm: bool = Field(
         False,
         description="Megatron's --overlap-moe-expert-parallel-comm: the combined 1F1B schedule, one micro-batch's "
@@ -326,6 +331,14 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    defer_embedding_wgrad_compute: bool = Field(
+        False,
+        description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "
+        "the pipeline's flush, its inputs and logits' gradients held until then",
+    )
+    wgrad_deferral_limit: Annotated[NonNegativeInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = Field(
+        0, description="Megatron's --wgrad-deferral-limit: micro-batches deferred (0: every one)"
+    )
 
     @field_validator("dropout")
     @classmethod
@@ -933,6 +946,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             "parallel.zero",
             f"torchtitan has no ZeRO-{par.zero}: fsdp (zero 3, the default) or replicate (zero 0)",
         )
+    if par.distributed_optimizer_instances > 1:
+        _check_optimizer_instances(run, where)
+    if train.defer_embedding_wgrad_compute or train.wgrad_deferral_limit:
+        _check_deferral(run, where)
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
         # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
         # supported with moe_grouped_gemm"
@@ -984,6 +1001,40 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_optimizer_instances(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of `--num-distributed-optimizer-instances` (parallel_state.py
+    `initialize_model_parallel`, d98e8a64): the data-parallel (and expert-data-parallel) ranks split
+    into the instances evenly; it is the distributed optimizer's (ZeRO-1 here)."""
+    par, field = run.parallel, "parallel.distributed_optimizer_instances"
+    instances, problem = par.distributed_optimizer_instances, None
+    expert_data = par.dp * par.cp * par.tp // (par.ep * par.expert_tp)
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's: set framework megatron"
+    elif run.shard_level != 1:
+        problem = "applies to the distributed optimizer: zero 1"
+    elif (par.dp * par.cp) % instances or expert_data % instances:
+        problem = f"{instances} does not divide dp·cp = {par.dp * par.cp} (or the experts' data-parallel {expert_data})"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_deferral(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of `--defer-embedding-wgrad-compute` (model_parallel_config.py
+    `ModelParallelConfig.__post_init__`, d98e8a64), each refused in one line."""
+    train, field = run.training, "training.defer_embedding_wgrad_compute"
+    problem = None
+    if not train.defer_embedding_wgrad_compute:
+        field, problem = "training.wgrad_deferral_limit", "applies with defer_embedding_wgrad_compute true"
+    elif run.framework != "megatron":
+        problem = "is Megatron-Core's: set framework megatron"
+    elif run.parallel.pp == 1:
+        problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
+    elif not run.timing.gradient_accumulation_fusion:
+        problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
 
 
 def _check_layout(run: RunConfig, where: str) -> None:

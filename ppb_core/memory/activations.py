@@ -101,17 +101,12 @@ def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> lis
         # Local queries against every key of the sequence: (s/cp)·s per head (ring), or s·s per
         # head over heads/cp (Ulysses); the same count either way.
         scores = tokens * heads * setup.seq_length
-        # Megatron's softmax as PyTorch ops in fp32 (fused_softmax.py `forward_torch_softmax`): the
-        # softmax keeps its fp32 output, and the cast back is a copy the next op keeps.
-        softmax_bytes = max(bc, setup.softmax_saved_bytes)
-        terms.append(ActivationTerm(f"{prefix}attention.softmax_output", "softmax", scores, softmax_bytes))
+        terms.append(ActivationTerm(f"{prefix}attention.softmax_output", "softmax", scores, bc))
         if kind.attention_dropout > 0:
             terms += [
                 ActivationTerm(f"{prefix}attention.dropout_mask", "dropout", scores, MASK_BYTES, False),
                 ActivationTerm(f"{prefix}attention.dropout_output", "headCast", scores, bc),
             ]
-        elif softmax_bytes > bc:
-            terms.append(ActivationTerm(f"{prefix}attention.probabilities", "headCast", scores, bc))
     terms.append(ActivationTerm(f"{prefix}attention.core_output", None, tokens * heads * d_v, bc))
     if kind.hidden_dropout > 0:
         terms.append(

@@ -86,8 +86,6 @@ def ffn_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Bu
     if moe is None:
         return terms
     rows = routed_rows(moe, setup)  # after the expert-tensor-parallel all-gather
-    if setup.moe_dispatcher == "allgather":
-        return terms + allgather_buffers(moe, setup, h, prefix)
     dispatched = rows / setup.etp  # what this rank's dispatch brought in
     if setup.ep > 1:
         remote = (setup.ep - 1) / setup.ep
@@ -102,31 +100,6 @@ def ffn_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[Bu
             BufferTerm("tp", f"{prefix}moe.expert_gathered_tokens", (rows - dispatched) * h * bc, True, "gather")
         )
     return terms
-
-
-def allgather_buffers(moe: Moe, setup: MemorySetup, h: int, prefix: str = "") -> list[BufferTerm]:
-    """Megatron's allgather dispatcher (megatron/core/transformer/moe/token_dispatcher.py
-    `MoEAllGatherTokenDispatcher`, d98e8a64). Its experts' input is the permutation of the gathered
-    tokens, `rows` copies (kept for their backward, `index_select`'s output): beyond the 1/(ep·etp)
-    share `moe.dispatched_tokens` counts, an ep buffer, so the parts add up to `rows` as the
-    all-to-all's do. While it dispatches it holds the gathered probabilities (router dtype) and
-    routing map (bool), `[T, experts]` with T = (s·b/cp/t)·etp·ep the group's tokens (`token_dispatch`;
-    freed once the local columns are copied out), and while it combines the zero-filled `[T, h]`
-    output of `unpermute` and its cast to the probabilities' dtype for the reduce-scatter
-    (`combine_preprocess`, `token_combine`): transient. The gathered hidden states lie in Megatron's
-    global buffer (`use_global_buffer=True`, `ppb_core.memory.frameworks.megatron.global_buffer_bytes`)."""
-    bc, pb = setup.dtype_bytes, setup.router_element_bytes
-    group = setup.ep * setup.etp
-    if group == 1:
-        return []
-    gathered = setup.tokens / setup.tp * group
-    rows = routed_rows(moe, setup)
-    combining = gathered * h * (bc + (pb if pb != bc else 0))
-    dispatching = gathered * moe.num_experts * (pb + 1)
-    return [
-        BufferTerm("ep", f"{prefix}moe.permuted_tokens_gathered", rows * h * bc * (1 - 1 / group), True),
-        BufferTerm("ep", f"{prefix}moe.allgather_staging", max(dispatching, combining), False),
-    ]
 
 
 def gradient_bucket(params: LayerParams, setup: MemorySetup) -> list[BufferTerm]:

@@ -165,6 +165,7 @@ class MemoryModel:
                     held_through_step_bytes=static.held_through_step_bytes * factor,
                     module_bytes=static.module_bytes * factor,
                     idle_bytes=static.idle_bytes * factor,
+                    step_only_bytes=static.step_only_bytes * factor,
                 )
             self._static[kind] = static
         return self._static[kind]
@@ -410,7 +411,8 @@ def run_workspace_bytes(
     """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
     layer kinds together ask (`FrameworkRules.workspace_bytes`), and the pipeline buffers of its
     vpp chunks (`pipeline_buffer_bytes`, as if no HEAD or TAIL were among them) at the in-flight
-    counts of the schedule's vector that asks the most; no layer's description counts them."""
+    counts of the schedule's vector that asks the most, and what the loss's stage holds to the flush; no
+    layer's description counts them."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     kinds = {layer.kind for layer in layer_walk}
@@ -428,7 +430,16 @@ def run_workspace_bytes(
         ),
         default=0.0,
     )
-    return memory.rules.workspace_bytes(memory.setup, kinds) + held
+    # what the stage of the loss holds to the pipeline's flush (`FrameworkRules.deferred_bytes`)
+    deferred = max(
+        (
+            memory.rules.deferred_bytes(kind, memory.setup, micro_batches)
+            for kind in kinds
+            if isinstance(kind, TailKind)
+        ),
+        default=0.0,
+    )
+    return memory.rules.workspace_bytes(memory.setup, kinds) + held + deferred
 
 
 def run_stage_peaks(

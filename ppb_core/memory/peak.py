@@ -222,7 +222,7 @@ def stage_peaks(
             for stage in range(stages)
         ]
     totals = {
-        stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "body": 0, "tail": False}
+        stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "deferred": 0.0, "body": 0, "tail": False}
         for stage in range(stages)
     }
     candidates = [len(vectors[stage]) for stage in range(stages)]  # the peak vector is one of these
@@ -265,6 +265,8 @@ def stage_peaks(
             tail_held[(stage, chunk)] = tail_held.get((stage, chunk), 0.0) + count * one
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
+            deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
+            total["deferred"] = max(total["deferred"], deferred)
         if option is not None:
             total["body"] += count
     kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
@@ -300,7 +302,7 @@ def stage_peaks(
                 in_flight=tuple(vectors[stage][index]),
                 static_bytes=total["static"] + workspace,
                 activation_bytes=dynamic[stage][index][0] + extras[stage][index],
-                buffer_bytes=dynamic[stage][index][1],
+                buffer_bytes=dynamic[stage][index][1] + total["deferred"],  # held to the flush, not the step
                 working_bytes=working,
                 reserved_bytes=reserved_bytes,
                 device_bytes=device_bytes,

@@ -49,7 +49,7 @@ _LINEAR_INPUTS = frozenset(
     }
 )
 _SWIGLU_INPUTS = frozenset({"moe.expert.gate_up_output", "moe.shared.gate_up_output"})
-_BUFFERS = frozenset({"moe.dispatched_tokens_remote", "moe.expert_gathered_tokens", "moe.permuted_tokens_gathered"})
+_BUFFERS = frozenset({"moe.dispatched_tokens_remote", "moe.expert_gathered_tokens"})
 
 
 def _name(op: str) -> str:

@@ -44,9 +44,11 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
-    # The bytes an element of the saved softmax output takes where Megatron runs its scale-mask-softmax
-    # as PyTorch ops in fp32 (RunConfig.torch_masked_softmax, softmax_in_fp32); 0: the compute dtype's
-    softmax_saved_bytes: int = 0
+    defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
+    optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
+    masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
+    softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
+    wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
     deterministic: bool = (
         False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
     )
@@ -80,7 +82,11 @@ class MemorySetup(Geometry):
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
-            softmax_saved_bytes=4 if run.torch_masked_softmax and run.softmax_in_fp32 else 0,
+            defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
+            optimizer_instances=par.distributed_optimizer_instances,
+            masked_softmax_fusion=run.timing.masked_softmax_fusion,
+            softmax_in_fp32=run.softmax_in_fp32,
+            wgrad_deferral_limit=train.wgrad_deferral_limit,
             deterministic=run.timing.deterministic,
         )
 

@@ -66,6 +66,9 @@ class StaticBytes:
     # kept from the last forward only while none of the layer's micro-batches is in flight (in flight,
     # the same tensor is the latest micro-batch's kept activation): counted at the optimizer step
     idle_bytes: float = 0
+    # held at the optimizer step only (Megatron's fp32 main-gradient copies of a 16-bit gradient buffer,
+    # alive from the step to the next iteration's zero_grad)
+    step_only_bytes: float = 0
 
     @property
     def total(self) -> float:
@@ -80,16 +83,20 @@ class StaticBytes:
     @property
     def step_bytes(self) -> float:
         """What the layer holds statically at the optimizer step."""
-        return self.total - self.held_through_step_bytes + self.idle_bytes
+        return self.total - self.held_through_step_bytes + self.idle_bytes + self.step_only_bytes
 
 
 def static_bytes(params: LayerParams, setup: MemorySetup) -> StaticBytes:
     """Bytes of parameters (`dtype_bytes`), gradients (`grad_bytes`) and optimizer states (`state_bytes`)."""
     level = setup.shard_level
+    # Megatron's --num-distributed-optimizer-instances N: each instance shards over its dp·cp/N ranks
+    # (parallel_state.py `initialize_model_parallel`, the intra-partial data-parallel groups, which
+    # distributed_data_parallel.py hands the gradient buffers and the distributed optimizer)
+    instances = setup.optimizer_instances
 
     def held(sharded: bool) -> int:
-        return _shard(params.non_expert, setup.data_group, sharded) + _shard(
-            params.expert, setup.expert_data_group, sharded
+        return _shard(params.non_expert, setup.data_group // instances, sharded) + _shard(
+            params.expert, max(1, setup.expert_data_group // instances), sharded
         )
 
     parameters, gradients, states = held(level >= 3), held(level >= 2), held(level >= 1)

@@ -122,6 +122,10 @@ class Op:
     # is built (e.g. Megatron's allgather dispatcher, `_allgather_dispatch`); None: the generic rules of
     # `ppb_core.timing.launches`.
     launches: tuple[float, float] | None = None
+    # Where the framework runs this op once per local expert, one module after another (Megatron's
+    # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
+    # rows (a GEMM's `groups` priced as that many separate GEMMs); 0: one kernel (a grouped GEMM).
+    sequential: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ class OpGeometry(Geometry):
     torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
     softmax_fp32: bool = False  # ... in fp32 (attention_softmax_in_fp32)
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
+    # Megatron's routed experts as a `SequentialMLP` (no --moe-grouped-gemm: training.moe.grouped_gemm false)
+    sequential_experts: bool = False
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -165,6 +171,7 @@ class OpGeometry(Geometry):
             torch_softmax=run.torch_masked_softmax,
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
+            sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -840,6 +847,17 @@ def _remote_nodes(moe: Moe, geo: OpGeometry) -> float | None:
     return reached * (nodes - 1) / nodes
 
 
+def _expert_outputs_cat(name: str, block: str, output_bytes: float, inputs: Sequence[str]) -> Op:
+    """What Megatron's `SequentialMLP` does around its loop over more than one local expert
+    (megatron/core/transformer/moe/experts.py `SequentialMLP.forward`, d98e8a64): `torch.split` of the
+    tokens and probs by `tokens_per_expert` (views, no kernel), then `torch.cat` of the experts' outputs,
+    one kernel reading and writing them. Backward, cat's gradient is views again and each split's
+    gradient is a cat (autograd's `split_with_sizes_backward`): the tokens' gradient (read, write) and
+    the probs' (one element a token against the tokens' hidden size: its bytes left out), two kernels."""
+    op = _elementwise(name, block, 2 * output_bytes, 2 * output_bytes, inputs=inputs)
+    return dataclasses.replace(op, launches=(1.0, 2.0))
+
+
 def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
@@ -934,6 +952,10 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         local_experts=local,
     )
     source = p + "experts_out"
+    if geo.sequential_experts and local > 1:
+        ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
+        ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h * bc, (source,)))
+        source = p + "experts_cat"
     if geo.etp > 1:
         ops.append(
             Op(
@@ -1096,6 +1118,11 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         p + "local_permute",
         local_experts=local,
     )
+    source = p + "experts_out"
+    if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
+        ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
+        ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h_bytes * bc, (source,)))
+        source = p + "experts_cat"
     # unpermute: the [T, h] zeros written, the rows added in (read + read-modify-write); backward the
     # output gradient's rows gathered (read + write). Then, where there is a reduce-scatter and the
     # probabilities' dtype differs, the cast to it before (T·h read, written in pb) and of its result
@@ -1106,7 +1133,7 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
             p + "local_unpermute",
             block,
             MEMORY,
-            inputs=(p + "experts_out",),
+            inputs=(source,),
             bytes=gathered * h_bytes * bc + 3 * rows * h_bytes * bc + (gathered * h_bytes * (bc + pb) if cast else 0),
             backward_bytes=2 * rows * h_bytes * bc + (gathered * h_bytes * (bc + pb) if cast else 0),
             launches=(

@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
-from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes
+from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -113,7 +113,7 @@ class Kernels:
     # the flash kernel's head-64 rate over its head-128 rate, per pass (0: the generic law)
     attention_head64_forward: float = 0.0
     attention_head64_backward: float = 0.0
-    # cuDNN's deterministic backward on Hopper: the dP-workspace decomposition (`dp_workspace_bytes`)
+    # cuDNN's deterministic backward on Hopper and sm100: the dP-workspace decomposition (`dp_workspace_bytes`)
     dp_workspace: bool = False
     # a tile's operand intensity Tm·Tn/(Tm+Tn) from which it runs at the ceiling (`gemm_full_intensity`)
     full_intensity: float = FULL_INTENSITY
@@ -145,12 +145,19 @@ class Kernels:
         NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
         attention in training below compute capability 9.0 ("Disabling FusedAttention for determinism
         reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`;
-        on Hopper (compute capability 9.x) it keeps cuDNN attention, whose deterministic backward is the
-        dP-workspace decomposition (`dp_workspace_bytes`), TransformerEngine's (*transformer_engine*)."""
+        on Hopper (compute capability 9.x) and Blackwell's sm100 (10.x) it keeps cuDNN attention, whose
+        deterministic backward is the dP-workspace decomposition (`dp_workspace_bytes`), TransformerEngine's
+        (*transformer_engine*). Blackwell (`CUDNN_DETERMINISTIC_CAPABILITIES`): TE release 2.18 (e7c550c5,
+        Megatron CI's pin for its GB200 golden values, 7e6a045a2a) keeps sub-backend 1 for a deterministic
+        training backward on sm_arch >= 100 from cuDNN 9.18.1 (common/fused_attn/fused_attn.cpp
+        `nvte_get_fused_attn_backend`, "determinism on Blackwell"; its NGC PyTorch 26.06 base ships a later
+        cuDNN), and cudnn-frontend forces the dP workspace for any deterministic backward, whatever the arch
+        (scaled_dot_product_flash_attention.h, v1.23.0, "Force dP workspace implementation"). SM120 gets no
+        deterministic fused backend (the same function): not modelled."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         flash2 = titan or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
-        hopper = 9.0 <= device.compute_capability < 10.0
+        cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         return cls(
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
@@ -167,7 +174,7 @@ class Kernels:
             deterministic_backward=flash2 and deterministic and not titan,
             attention_head64_forward=device.flash2_head64_forward if flash2 else device.attention_head64_forward,
             attention_head64_backward=device.flash2_head64_backward if flash2 else device.attention_head64_backward,
-            dp_workspace=deterministic and framework == "megatron" and transformer_engine and hopper and not flash2,
+            dp_workspace=deterministic and framework == "megatron" and transformer_engine and cudnn_det and not flash2,
             full_intensity=device.gemm_full_intensity,
             pair_tiles=device.compute_capability >= 10.0,
         )
@@ -323,7 +330,7 @@ def dp_stored_bytes(sequences: float, s_q: float, mean_keys: float) -> float:
 
 
 def dp_workspace_bytes(sequences: float, s_q: float, mean_keys: float, causal: float) -> float:
-    """The workspace of cuDNN's deterministic SDPA backward on Hopper (`memory.frameworks.workspaces.
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper and sm100 (`memory.frameworks.workspaces.
     cudnn_dp_workspace_bytes`, which cites TransformerEngine's and cudnn-frontend's code) for a pass's
     (sequence, head) pairs: the same size the memory model holds. TransformerEngine allocates it with
     `at::empty` (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`), which PyTorch's deterministic

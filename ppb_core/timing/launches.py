@@ -15,6 +15,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   added or reduced outside the GEMM (`Op.side_bytes`) one more; without gradient-accumulation fusion
   DDP's hook adds each weight's 16-bit gradient into its main gradient (`param.main_grad.add_`), one
   more backward;
+- Megatron's `SequentialMLP` (routed experts without `--moe-grouped-gemm`; experts.py
+  `SequentialMLP.forward`): each local expert's MLP of TE linears in turn, so per expert its two
+  GEMMs' kernels as above (the count a grouped GEMM has too), its activation's kernels and, under FP8,
+  its own inputs' quantization (no fused multi-tensor cast); around the loop one `torch.cat` forward and
+  the splits' two gradient cats backward (`flops._expert_outputs_cat`);
 - a norm (TE's LayerNorm/RMSNorm): one forward; backward its kernel and the finalize kernel that sums
   the per-block weight-gradient partials (TE common/normalization `*_bwd_finalize*`), and DDP's hook
   adding the weight's gradient into its main gradient (TE's norms do not accumulate into it);
@@ -109,7 +114,8 @@ def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, f
     assert op.gemm is not None
     _, _, n, groups, fused = op.gemm
     plain, fed = FP8_QUANTIZE[recipe]
-    tensors = 1 if recipe == "delayed" else groups  # split_quantize: one fused kernel only when delayed
+    # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
+    tensors = 1 if recipe == "delayed" and not op.sequential else groups
     share = n / fused
     return (fed if norm_fed else plain) * tensors * share, plain * tensors * share
 
@@ -182,9 +188,10 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
         counts = (0.0, 1.0) if last == "flash_scores" else (2.0, 3.0)
     elif last == "rope":
         counts = (2.0, 2.0)
-    elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts
+    elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts; a SequentialMLP's per expert
         _, _, n, _, fused = op.gemm
-        counts = (n / fused, (1.0 if wgrad_fused else 2.0) * n / fused)
+        each = max(1, op.sequential)
+        counts = (each * n / fused, each * (1.0 if wgrad_fused else 2.0) * n / fused)
     else:
         counts = (1.0, 1.0)
     return (counts[0] if forward > 0 else 0.0), (counts[1] if backward > 0 else 0.0)
@@ -228,6 +235,8 @@ def layer_launches(
             fp8_recipe=fp8_recipe,
             norm_fed=op.name in fed,
         )
+        if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
+            forward, backward = op.sequential * forward, op.sequential * backward
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)
             forward, backward = forward + extra_forward, backward + extra_backward

@@ -25,7 +25,7 @@ ppb's table under Megatron with TransformerEngine:
   forward, dQ, dK and dV backward, the sizes of the QKV projection's output and the output
   projection's input;
 - rotary embedding (Megatron's default rope fusion, TE's fused kernel): Q and K, forward and backward;
-- with *dp_workspace* (cuDNN's deterministic backward on Hopper, `kernels.dp_workspace_bytes`): the
+- with *dp_workspace* (cuDNN's deterministic backward on Hopper and sm100, `kernels.dp_workspace_bytes`): the
   backward's workspace, b·h·s_q·s_kv·2 bytes that TE's `fused_attn_bwd` allocates with `at::empty`
   (a uint8 tensor, filled with 0xFF), on the score op, whose backward carries dQ.
 

@@ -62,6 +62,7 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "experts_in",
         "experts_act",
         "experts_out",
+        "experts_cat",
         "reduce_experts",
         "local_unpermute",
         "combine",
@@ -235,18 +236,21 @@ class TimeModel:
             share = n / fused
             out = self.run.training.dtype_bytes
             kernels = self._gemm_kernels(op)
+            # a SequentialMLP's experts: `groups` separate GEMMs, each with its own waves and fixed time
+            groups, each = (1, groups) if op.sequential else (groups, 1)
             # FP8 GEMMs: each input is quantized first (`_cast_bytes`): the activations in the forward,
             # the output gradient in the backward (TransformerEngine's casts).
             side_forward, side_backward = op.side_bytes
             if phase == "forward":
                 cast = self._cast_bytes(op, gradient=False)
-                compute = share * kernels.gemm_compute_s(m, fused, k, groups, out)
-                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast * m * k * groups + side_forward)
+                compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out)
+                cast_bytes = cast * m * k * groups * each
+                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast_bytes + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
-            dgrad = max(share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
-            dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups)
+            dgrad = max(each * share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
+            dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
-            wgrad = max(share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
+            wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes

@@ -136,6 +136,11 @@ class FrameworkRules:
         """What the loss's forward and backward hold at most beyond the tail's kept activations."""
         return 0.0
 
+    def deferred_bytes(self, kind: TailKind, setup: MemorySetup, micro_batches: int) -> float:
+        """What the stage holding the loss keeps beyond its layers through its backwards and losses, of
+        micro-batches whose backward has run, freed before the optimizer step. SAPP counts none."""
+        return 0.0
+
     def reduction_bytes(self, setup: MemorySetup, units: Sequence[LayerParams]) -> float | None:
         """What a stage holds at its gradient reduction beyond the optimizer step's static memory, its
         reduced units (*units*, in the order they reduce) given; None where the reduction is no moment

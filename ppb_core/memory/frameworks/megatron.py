@@ -52,6 +52,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
   whole on every rank, the distributed optimizer reduce-scatters into its shard in place), the
   fp32 main parameters and Adam moments sharded by the distributed optimizer (ZeRO-1).
+* **A 16-bit gradient buffer's fp32 main gradients are copies.** The buffer is fp32 where
+  `accumulate_allreduce_grads_in_fp32` holds (`DistributedDataParallelConfig.grad_reduce_in_fp32`,
+  training.py): bf16's default (arguments.py `validate_args`), not fp16's nor `--grad-reduce-in-bf16`'s
+  nor `--main-grads-dtype bf16`'s (`training.grad_bytes: 2`). Then the mixed-precision optimizers'
+  `_copy_model_grads_to_main_grads` (optimizer/optimizer.py `Float16OptimizerWithFloat16Params`,
+  distrib_optimizer.py `DistributedOptimizer`) set each fp32 main parameter's `.grad` to
+  `main_grad.float()`, a new fp32 tensor (the same tensor when the buffer is fp32), over the
+  parameters whose optimizer states the rank holds; it lives from the step to the next iteration's
+  `zero_grad` (set to None): 4 bytes a parameter at the optimizer moment (`step_only_bytes`).
 * **The gradient reduction is no moment of its own.** `_ParamAndGradBucketGroup.start_grad_sync`
   (megatron/core/distributed/param_and_grad_buffer.py) reduce-scatters each bucket's `grad_data`
   into `local_data_view`, this rank's shard of that same buffer (`shard_buffer`), or all-reduces
@@ -75,17 +84,31 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **Deferred output-layer weight gradients.** Under `--defer-embedding-wgrad-compute` the output
+  layer (`ColumnParallelLinear` with `embedding_activation_buffer` and `grad_output_buffer`,
+  gpt_model.py) appends its input in the forward (`ColumnParallelLinear.forward`) and its output's
+  gradient, the 16-bit logits' gradient `[T, ⌈v/t⌉]`, in the backward
+  (`LinearWithGradAccumulationAndAsyncCommunication.backward`, skipping the weight-gradient GEMM) for
+  the first `--wgrad-deferral-limit` micro-batches (0: every one), megatron/core/tensor_parallel/
+  layers.py; `finish_embedding_wgrad_compute` (pipeline_parallel/schedules.py) runs them at the
+  pipeline's flush (utils.py `drain_embedding_wgrad_compute`), before the step. On the stage of the
+  loss, the last micro-batch's loss and backward run beside min(limit, m − 1) of them:
+  `(T·⌈v/t⌉ + T/sp·h)·bc` each (`deferred_bytes`; an MTP head's pass through the same output layer
+  would count against the limit too, not modelled).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
-  `grouped_mlp_modules`).
+  `grouped_mlp_modules`). Under `--transformer-impl local` an MoE stage still holds TE's workspace
+  where Transformer Engine is installed (as in Megatron's containers): the router's
+  `RouterGatingLinearFunction` (moe/moe_utils.py) runs `te_general_gemm`, which takes TE's
+  `get_workspace()` (extensions/transformer_engine.py).
 * **cuDNN's deterministic attention backward takes a dS workspace** (`workspaces.
   cudnn_dp_workspace_bytes`): under `--deterministic-mode` with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 on
-  Hopper, Transformer Engine's cuDNN backward runs the dP-workspace path and allocates its workspace,
-  b·heads·s²·2 bytes, from PyTorch's caching allocator for the kernel's duration
-  (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`). It is held while one body layer's
+  Hopper and sm100 (`CUDNN_DETERMINISTIC_CAPABILITIES`), Transformer Engine's cuDNN backward runs the
+  dP-workspace path and allocates its workspace, b·heads·s²·2 bytes, from PyTorch's caching allocator
+  for the kernel's duration (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`). It is held while one body layer's
   attention backward runs: on the stage holding the loss, the first backward reaches it after the
   loss's backward has freed the TAIL's kept activations of that micro-batch (`stage_peaks`).
 * **A pipeline chunk keeps its last received input and that input's gradient.** The schedules
@@ -116,6 +139,28 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   shard (the dispatcher gathers over TP after its all-to-all). DeepEP's `MoEFlexTokenDispatcher`
   keeps other tensors (`_DeepepManager`: top-k probabilities and indices, the received tokens'
   routing map and mapping), not counted.
+* **The all-gather token dispatcher** (`--moe-token-dispatcher-type allgather`, Megatron's default;
+  `timing.moe_dispatcher: allgather`), token_dispatcher.py `MoEAllGatherTokenDispatcher`:
+  `token_dispatch` all-gathers the layer's tokens over the expert-tensor × expert-parallel group
+  into Megatron's global "mpu" buffer (`gather_from_sequence_parallel_region(...,
+  use_global_buffer=True)`, tensor_parallel/mappings.py `_gather_along_first_dim`), which is never
+  freed: `whole_tokens·etp·ep·h·bc` among the buffer's requests (**The output layer's gathered input**
+  below); the experts' rows are permuted out of it (the same kept rows as the all-to-all brings). Its
+  module state is its own (`dispatch_postprocess`: `local_map`, the local experts' columns of the
+  gathered map, `local_probs`, one per row, and the reverse mapping over the gathered rows:
+  `allgather_state_bytes`), and each micro-batch in flight keeps that mapping and `masked_select`'s
+  mask `[local experts, T]` (`allgather_row_map`, `moe.local_map`). `token_combine`
+  reduce-scatters the unpermuted outputs cast to the probabilities' dtype
+  (`hidden_states.to(self.local_probs.dtype)`), so its backward all-gathers the gradient in that dtype
+  and casts it back: `whole_tokens·etp·ep·h·(pb + bc)` is the layer's expert-parallel workspace, in
+  place of the all-to-all's staging.
+* **The local implementation's softmax in fp32.** `--transformer-impl local` with unfused attention
+  runs `FusedScaleMaskSoftmax` (megatron/core/fusions/fused_softmax.py): its fused kernel where
+  `is_kernel_available` (the fusion on, `16 < s ≤ 4096`, `s % 4 == 0`, `b·heads/t % 4 == 0`), which
+  keeps a 16-bit output; otherwise `forward_torch_softmax`, which upcasts the scores to fp32 under
+  `attention_softmax_in_fp32` (`--attention-softmax-in-fp32`, or `--apply-query-key-layer-scaling`:
+  `TransformerConfig.__post_init__`) and runs `torch.nn.Softmax`, whose fp32 output its backward
+  keeps before the 16-bit cast the dropout and the `bmm` take: `attention.softmax_output` in 4 bytes.
 * **Unfused rotary embedding keeps its cos and sin.** Under `--no-rope-fusion` (or where the fused
   kernel does not apply) `apply_rotary_pos_emb` runs `_apply_rotary_pos_emb_bshd` (megatron/core/
   models/common/embeddings/rope_utils.py), which builds `cos_ = (cos(freqs)·mscale).to(t.dtype)` and
@@ -158,12 +203,14 @@ from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.workspaces import (
+    CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
     cudnn_dp_workspace_bytes,
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.memory.static import StaticBytes
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
@@ -195,11 +242,24 @@ def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) 
     return "shared_experts" in modules and op.startswith("moe.shared")
 
 
-def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup) -> tuple[BufferTerm, ...]:
-    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept."""
+def allgathered_rows(setup: MemorySetup) -> float:
+    """Tokens `MoEAllGatherTokenDispatcher.token_dispatch` gathers over the expert-tensor × expert-parallel
+    group (the layer's sequence shard from each of its etp·ep ranks), 0 where that group is one rank."""
+    group = setup.etp * setup.ep
+    return setup.whole_tokens * group if group > 1 else 0.0
+
+
+def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup, hidden: int) -> tuple[BufferTerm, ...]:
+    """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept; under
+    the all-gather dispatcher its combine's gradient (rows of width *hidden*) is the expert-parallel
+    workspace in place of the all-to-all's staging (module docstring)."""
     out: list[BufferTerm] = []
     for buffer in buffers:
-        if buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
+        if setup.moe_dispatcher == "allgather" and buffer.name.endswith("moe.all_to_all_staging"):
+            gathered = allgathered_rows(setup) * hidden
+            name = buffer.name.replace("all_to_all_staging", "allgather_combine_gradient")
+            out.append(BufferTerm("ep", name, gathered * (setup.router_element_bytes + setup.dtype_bytes), False))
+        elif buffer.kept and buffer.group == "tp" and buffer.name.endswith("gathered_input"):
             # SAPP counts the gathered copy beyond the shard, (t-1)/t of it; the workspace is all of it.
             whole = buffer.bytes * setup.tp / (setup.tp - 1)
             out.append(BufferTerm("tp", buffer.name, whole, False))
@@ -305,12 +365,30 @@ def rotary_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[
     return (ActivationTerm(f"{prefix}attention.rotary_cos_sin", switch, elements, setup.dtype_bytes, False),)
 
 
+def torch_softmax_in_fp32(kind: BodyKind, setup: MemorySetup) -> bool:
+    """Whether the local implementation's unfused attention runs PyTorch's softmax in fp32 (module
+    docstring): the fused kernel off or outside its shapes, and `attention_softmax_in_fp32`."""
+    if setup.transformer_impl != "local" or setup.flash_attention or not setup.softmax_in_fp32:
+        return False
+    if isinstance(kind, EncoderBodyKind):
+        return False
+    s, batches = setup.seq_length, setup.micro_batch_size * per_rank(kind.attention.num_heads, setup.tp)
+    fused = setup.masked_softmax_fusion and 16 < s <= 4096 and s % 4 == 0 and batches % 4 == 0
+    return setup.dtype_bytes < STATS_BYTES and not fused
+
+
 def megatron_body_terms(
     kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
 ) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it, and the permutation's reverse
     mapping it saves, and what unfused rotary embedding keeps (module docstring)."""
     terms = (*terms, *rotary_terms(kind, setup, prefix))
+    if torch_softmax_in_fp32(kind, setup):
+        softmax = f"{prefix}attention.softmax_output"
+        output = next(t for t in terms if t.op == softmax)
+        terms = tuple(replace(t, element_bytes=STATS_BYTES) if t.op == softmax else t for t in terms)
+        if kind.attention_dropout == 0:  # no dropout copy: the cast back to 16 bits is what the bmm keeps
+            terms = (*terms, replace(output, op=f"{prefix}attention.probabilities", switch="headCast"))
     if not isinstance(kind.mlp, Moe):
         return terms
     kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
@@ -413,12 +491,8 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
             if (isinstance(kind, TailKind) and kind.has_output) or (local and isinstance(kind, BodyKind))
         ]
         requests += [setup.tokens * kind.hidden_size for kind in gathers]
-    if setup.moe_dispatcher == "allgather" and setup.ep * setup.etp > 1:
-        # the allgather dispatcher gathers the group's tokens into it (token_dispatcher.py
-        # `MoEAllGatherTokenDispatcher.token_dispatch`, `use_global_buffer=True`): (s·b/cp/t)·etp·ep rows
-        group = setup.ep * setup.etp
-        moes = [kind for kind in kinds if isinstance(kind, BodyKind) and isinstance(kind.mlp, Moe)]
-        requests += [setup.tokens / setup.tp * group * kind.hidden_size for kind in moes]
+    if setup.moe_dispatcher == "allgather":  # token_dispatch gathers the tokens into it (use_global_buffer)
+        requests += [allgathered_rows(setup) * kind.hidden_size for kind in kinds if routes_experts(kind)]
     if local and not setup.flash_attention:
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
@@ -462,7 +536,7 @@ class MegatronRules(FrameworkRules):
         terms: tuple[ActivationTerm, ...],
         buffers: tuple[BufferTerm, ...],
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
-        buffers = megatron_buffers(buffers, setup)
+        buffers = megatron_buffers(buffers, setup, getattr(kind, "hidden_size", 0))
         if isinstance(kind, TailKind) and "moe" in modules:  # the MTP layers' MoE blocks are checkpointed too
             buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
         if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):
@@ -475,6 +549,14 @@ class MegatronRules(FrameworkRules):
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
+
+    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+        """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
+        step (module docstring)."""
+        found = super().static(params, setup)
+        if setup.grad_bytes < STATS_BYTES and setup.dtype_bytes < STATS_BYTES:
+            return replace(found, step_only_bytes=STATS_BYTES * found.optimizer_states)
+        return found
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
@@ -494,20 +576,23 @@ class MegatronRules(FrameworkRules):
         capability = setup.compute_capability
         if capability > 0:
             found += torch_training_workspace_bytes(capability, setup.cublas_workspace_bytes)
+            te_workspace = transformer_engine_workspace_bytes(capability)
+            experts = any(routes_experts(kind) for kind in kinds)
             if setup.transformer_impl == "transformer_engine":
-                te_workspace = transformer_engine_workspace_bytes(capability)
                 found += te_workspace
-                if setup.moe_grouped_gemm and any(routes_experts(kind) for kind in kinds):
+                if setup.moe_grouped_gemm and experts:
                     found += TE_COMPUTE_STREAMS * te_workspace
+            elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
+                found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
 
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
-        """cuDNN's deterministic backward's dS workspace on Hopper (module docstring), for a body layer's
+        """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
         kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
-        hopper = 9.0 <= setup.compute_capability < 10.0
+        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-        if not (setup.deterministic and hopper and engine) or not isinstance(kind, BodyKind):
+        if not (setup.deterministic and cudnn and engine) or not isinstance(kind, BodyKind):
             return 0.0
         if isinstance(kind, EncoderBodyKind):
             return 0.0
@@ -541,6 +626,16 @@ class MegatronRules(FrameworkRules):
         if in_flight > 0:
             return found + (in_flight * setup.whole_tokens * hidden * setup.dtype_bytes if clones else 0.0)
         return found + 2.0 * setup.whole_tokens * hidden * setup.dtype_bytes
+
+    def deferred_bytes(self, kind: TailKind, setup: MemorySetup, micro_batches: int) -> float:
+        """`--defer-embedding-wgrad-compute`: the output layer's inputs and logits' gradients of the first
+        `--wgrad-deferral-limit` micro-batches (0: all), held to the pipeline's flush (module docstring);
+        at the last micro-batch's loss and backward, min(limit, m − 1) of them."""
+        if not setup.defer_embedding_wgrad or not kind.has_output:
+            return 0.0
+        held = min(setup.wgrad_deferral_limit or micro_batches, micro_batches - 1)
+        gradient = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        return held * setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the

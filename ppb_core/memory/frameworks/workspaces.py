@@ -54,6 +54,7 @@ def torch_training_workspace_bytes(compute_capability: float, configured_bytes: 
 
 
 __all__ = [
+    "CUDNN_DETERMINISTIC_CAPABILITIES",
     "TE_COMPUTE_STREAMS",
     "torch_cublas_workspace_bytes",
     "torch_training_workspace_bytes",
@@ -62,11 +63,17 @@ __all__ = [
 
 
 DP_WORKSPACE_PAD = 64  # rows and columns cuDNN's dP workspace pads queries and keys to
+# Compute capabilities (major) on which TransformerEngine keeps cuDNN attention for a deterministic training
+# backward: sm90, and sm100 from cuDNN 9.18.1 (TE release 2.18 at e7c550c5, the pin of Megatron CI's GB200
+# golden values at 7e6a045a2a: common/fused_attn/fused_attn.cpp `nvte_get_fused_attn_backend`, "determinism
+# on Blackwell ... 9.18.1+: bwd: non-deterministic/deterministic"; before it, TE PR #2130 disabled the fused
+# backend there). Below sm90 `get_attention_backend` drops it; sm120 gets No_Backend (the same function).
+CUDNN_DETERMINISTIC_CAPABILITIES = (9, 10)
 DP_WORKSPACE_ELEMENT_BYTES = 2  # dS in the 16-bit I/O type
 
 
 def cudnn_dp_workspace_bytes(sequences: float, queries: float, keys: float) -> float:
-    """The workspace of cuDNN's deterministic SDPA backward on Hopper for *sequences* (sequence, head)
+    """The workspace of cuDNN's deterministic SDPA backward on Hopper and sm100 for *sequences* (sequence, head)
     pairs of *queries* × *keys*: b·h·⌈s_q/64⌉·64·⌈s_kv/64⌉·64·2 bytes.
 
     TransformerEngine (release_v2.16 at f8a01cd5, the Megatron CI's H100 runs; release_v2.8 alike)
@@ -79,7 +86,10 @@ def cudnn_dp_workspace_bytes(sequences: float, queries: float, keys: float) -> f
     same file sizes as above (NVIDIA/cudnn-frontend PR #398, 2026-07, names the same size for the path).
     TransformerEngine takes the graph's workspace from PyTorch's caching allocator
     (pytorch/csrc/extensions/attention.cpp `fused_attn_bwd`: `allocateSpace`, `at::empty`) for the
-    kernel's duration: it counts in `torch.cuda.max_memory_allocated()`."""
+    kernel's duration: it counts in `torch.cuda.max_memory_allocated()`. On sm100 the same graph
+    (`CUDNN_DETERMINISTIC_CAPABILITIES`): cudnn-frontend's forcing does not look at the arch (v1.23.0, the
+    same node: dBias "or" `is_deterministic_algorithm`), only the engine it then asks for does
+    (`override_heuristics_query`, engine 5 on sm100)."""
 
     def pad(rows: float) -> float:
         return math.ceil(rows / DP_WORKSPACE_PAD) * DP_WORKSPACE_PAD

@@ -1,0 +1,129 @@
+"""Which Megatron-LM flags `megatron_import` carries into a run config, reads past, or refuses, and the
+run config fields whose errors it says with the flag that sets them."""
+
+from __future__ import annotations
+
+# Flags with no bearing on a training iteration's memory or time: logging, checkpoints, data,
+# the learning-rate schedule and optimizer hyper-parameters, evaluation, inference-only settings.
+NO_BEARING = frozenset(
+    {
+        "--lr", "--min-lr", "--weight-decay", "--clip-grad", "--init-method-std", "--seed", "--split",
+        "--train-iters", "--train-samples", "--exit-interval", "--vocab-file", "--merge-file",
+        "--tokenizer-model", "--tiktoken-pattern", "--distributed-backend", "--timing-log-level",
+        "--timing-log-option", "--use-mcore-models", "--load", "--save", "--finetune", "--no-load-optim",
+        "--no-load-rng", "--async-save", "--use-persistent-ckpt-worker", "--verify-integrity",
+        "--mock-data", "--num-workers", "--distributed-timeout-minutes", "--tensorboard-dir",
+        "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
+        "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
+        "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
+        "--moe-router-bias-update-rate",
+        "--logging-level", "--log-progress", "--no-record-throughput", "--profile", "--profile-step-start",
+        "--profile-step-end", "--profile-ranks", "--override-opt_param-scheduler",
+        "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
+        "--max-position-embeddings", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
+        "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
+        "--use-tp-pp-dp-mapping", "--data-path", "--data-cache-path", "--mtp-loss-scaling-factor",
+        "--apply-layernorm-1p", "--rotary-interleaved", "--disable-gloo-process-groups",
+        # torchrun's own (the launcher's): the GPU count is read from them where --gpus is not given
+        "--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank", "--master_addr",
+        "--master-addr", "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
+        "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--standalone",
+        # srun's / sbatch's own
+        "--mpi", "--nodes", "--ntasks", "--ntasks-per-node", "--gpus-per-node", "--account", "--partition",
+        "--job-name", "--time", "--output", "--error", "--exclusive", "--dependency", "--no-container-mount-home",
+    }
+)  # fmt: skip
+NO_BEARING_PREFIXES = (
+    "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
+    "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
+    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash", "--container-",
+)  # fmt: skip
+# Fusions of a linear's bias with what follows it (megatron/core/fusions: fused_bias_gelu, fused_bias_swiglu,
+# fused_bias_dropout): without biases (--disable-bias-linear) turning them off changes no kernel ppb prices.
+BIAS_FUSIONS = frozenset({"--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion"})
+# Flags given at the value that changes nothing ppb prices (--rotary-percent 1.0 rotates every channel).
+AT_DEFAULT = {"--rotary-percent": "1.0"}
+# Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
+NOTHING_PRICED = {
+    # training.py `train`: gc.disable() and one gc.collect() before the loop; ppb prices no
+    # garbage collection (the automatic collector's pauses are the host's, unmodelled either way)
+    "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
+    # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
+    "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
+}
+# Flags ppb carries into the run config (read below); the rest are noted or read past.
+MODELLED = frozenset(
+    {
+        "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--group-query-attention",
+        "--num-query-groups", "--kv-channels", "--normalization", "--position-embedding-type",
+        "--use-rotary-position-embeddings", "--disable-bias-linear", "--add-bias-linear", "--add-qkv-bias",
+        "--qk-layernorm", "--attention-dropout", "--hidden-dropout", "--untie-embeddings-and-output-weights",
+        "--swiglu", "--squared-relu", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+        "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-num-groups",
+        "--moe-router-group-topk", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+        "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--seq-length",
+        "--micro-batch-size", "--global-batch-size", "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size", "--context-parallel-size", "--cp-comm-type",
+        "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
+        "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+        "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split", "--use-distributed-optimizer", "--use-torch-fsdp2",
+        "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--optimizer",
+        "--attention-backend", "--use-flash-attn", "--transformer-impl", "--recompute-granularity",
+        "--recompute-activations", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+        "--no-rope-fusion", "--fp8-format", "--moe-router-dtype", "--moe-permute-fusion",
+        "--moe-expert-capacity-factor", "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
+        "--no-gradient-accumulation-fusion", "--deterministic-mode", "--cross-entropy-loss-fusion",
+        "--cross-entropy-fusion-impl", "--no-check-for-nan-in-loss-and-grad", "--log-params-norm",
+        "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+        "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
+        "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
+        "--num-distributed-optimizer-instances", "--microbatch-group-size-per-virtual-pipeline-stage",
+        "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
+        "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+        "--fp8-recipe",
+    }
+)  # fmt: skip
+# Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
+NOT_PRICED = {
+    "--hybrid-layer-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
+    "--hybrid-override-pattern": "a hybrid Mamba model (pretrain_mamba.py)",
+    "--is-hybrid-model": "a hybrid Mamba model",
+    "--encoder-num-layers": "an encoder-decoder model (T5)",
+    "--spec": "a layer spec of its own (its layers are not the GPT decoder layer ppb prices)",
+    "--heterogeneous-layers-config-path": "layers of different shapes",
+    "--experimental-attention-variant": "an attention variant ppb does not price",
+}
+# Run config fields a validation error may name, and the flag that sets each.
+FIELD_FLAGS = {
+    "parallel.tp": "--tensor-model-parallel-size",
+    "parallel.pp": "--pipeline-model-parallel-size",
+    "parallel.cp": "--context-parallel-size",
+    "parallel.ep": "--expert-model-parallel-size",
+    "parallel.etp": "--expert-tensor-parallel-size",
+    "parallel.vpp": "--num-virtual-stages-per-pipeline-rank",
+    "parallel.layout": "--pipeline-model-parallel-layout",
+    "parallel.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
+    "training.seq_length": "--seq-length",
+    "training.micro_batches": "--global-batch-size",
+    "training.recompute": "--recompute-granularity",
+    "models.0.num_attention_heads": "--num-attention-heads",
+    "models.0.num_key_value_heads": "--num-query-groups",
+    "models.0.vocab_size": "--vocab-size",
+    "models.0.num_experts": "--num-experts",
+    "timing.matmul_dtype": "--fp8-format",
+    "training.defer_embedding_wgrad_compute": "--defer-embedding-wgrad-compute",
+    "training.wgrad_deferral_limit": "--wgrad-deferral-limit",
+    "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
+    "device": "--device",
+}
+
+
+# The shell's reserved words and operators a launch script's branches leave among the words
+# (`launch_script` reads both branches of an `if`): never a flag's value.
+SHELL_WORDS = frozenset(
+    {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "for", "while", "until", "in", "function",
+     "{", "}", "!", "[[", "]]", "[", "]", ";", ";;", "&&", "||", "|"}
+)  # fmt: skip
