@@ -48,7 +48,16 @@ _MOE_SMALL = {
 }
 
 
-def _run(name: str, gpu: str, spec: dict[str, Any], parallel: dict[str, Any], flash: bool, **training: Any) -> dict:
+def _run(
+    name: str,
+    gpu: str,
+    spec: dict[str, Any],
+    parallel: dict[str, Any],
+    flash: bool,
+    dispatcher: str = "alltoall",
+    **training: Any,
+) -> dict:
+    """*dispatcher*: the case's --moe-token-dispatcher-type (Megatron's default allgather where none is given)."""
     dp = 8 // (parallel.get("tp", 1) * parallel.get("pp", 1))
     return {
         "name": name,
@@ -64,7 +73,7 @@ def _run(name: str, gpu: str, spec: dict[str, Any], parallel: dict[str, Any], fl
             **training,
         },
         "device": {"name": f"{gpu}-80gb", "reserved_mb": 0},
-        "timing": dict(_TIMING),
+        "timing": {**_TIMING, "moe_dispatcher": dispatcher},
     }
 
 
@@ -92,7 +101,8 @@ CASES: list[tuple[str, str, str, tuple[float, ...], dict]] = [
         _run("tp1", "a100", GPT_SMALL, {"tp": 1}, True),
     ),
     # moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4: TP 2 with SP, EP 4, ETP 1, DP 4 (two micro-batches),
-    # experts of the FFN width (2048), aux-loss routing, unfused attention.
+    # experts of the FFN width (2048), aux-loss routing, unfused attention, no --moe-token-dispatcher-type:
+    # Megatron's default allgather dispatcher (megatron/core/transformer/transformer_config.py).
     (
         "moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4",
         "h100",
@@ -104,6 +114,7 @@ CASES: list[tuple[str, str, str, tuple[float, ...], dict]] = [
             {**_MOE_SMALL, "moe_intermediate_size": 2048},
             {"tp": 2, "ep": 4, "etp": 1, "sequence_parallel": True},
             False,
+            "allgather",
         ),
     ),
     (
@@ -117,11 +128,12 @@ CASES: list[tuple[str, str, str, tuple[float, ...], dict]] = [
             {**_MOE_SMALL, "moe_intermediate_size": 2048},
             {"tp": 2, "ep": 4, "etp": 1, "sequence_parallel": True},
             False,
+            "allgather",
         ),
     ),
     # moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer: TP 4 with SP, EP 2, ETP 2,
     # PP 2 (DP 1, eight micro-batches), experts of 1024, a shared expert of 512, fp32 router, TE's fused
-    # attention, --no-bias-gelu-fusion; 100 iterations, the first 49 values (2-50) kept.
+    # attention, --no-bias-gelu-fusion, the alltoall dispatcher; 100 iterations, the first 49 values (2-50) kept.
     (
         "moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer",
         "h100",

@@ -393,9 +393,7 @@ def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
     # transformer_config.py: moe_token_dispatcher_type defaults to allgather
     imported = import_megatron(f"{BASE} --num-experts 4 --moe-grouped-gemm", 8, "h100-80gb")
     assert imported.raw["timing"]["moe_dispatcher"] == "allgather"
-    assert imported.notes == [
-        "--moe-token-dispatcher-type allgather: its memory modelled, its time priced as alltoall's"
-    ]
+    assert imported.notes == []  # its time and memory priced as it runs (tests/test_moe_dispatchers.py)
     run_config_of(imported, "case")
 
 

@@ -650,11 +650,11 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")
         if dispatcher == "flex" and backend == "deepep":
             timing["moe_dispatcher"] = "deepep"
-        elif dispatcher == "allgather":  # Megatron's default
-            timing["moe_dispatcher"] = "allgather"
-            notes.append("--moe-token-dispatcher-type allgather: its memory modelled, its time priced as alltoall's")
-        elif dispatcher != "alltoall":
-            notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
+        elif dispatcher in ("alltoall", "allgather"):  # Megatron's default: allgather (transformer_config.py)
+            timing["moe_dispatcher"] = dispatcher
+        else:
+            notes.append(f"--moe-token-dispatcher-type {dispatcher} ({backend}): priced as alltoall")
+            timing["moe_dispatcher"] = "alltoall"
     return timing
 
 

@@ -447,9 +447,9 @@ class TimingOptions(StrictModel):
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall",
-        description="expert dispatch: all-to-all of every copy, Megatron's all-gather over the expert-parallel "
-        "group (--moe-token-dispatcher-type allgather, its memory modelled, its time priced as the all-to-all's), "
-        "or DeepEP's one per node",
+        description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
+        "allgather (Megatron's default: every token of the expert-TP × EP group gathered, the outputs "
+        "reduce-scattered) or deepep (flex with DeepEP: one copy per destination node)",
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
@@ -956,6 +956,10 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", "moe_act needs training.moe.grouped_gemm (Megatron's --moe-grouped-gemm)"
         )
+    if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
+        raise InputError(
+            where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
+        )
     if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
     if par.layout is not None:
@@ -1060,6 +1064,8 @@ def _check_combined_1f1b(run: RunConfig, where: str) -> None:
         problem = "is Megatron-Core's combined 1F1B schedule: set framework megatron"
     elif par.ep < 2:
         problem = "needs expert parallelism (ep > 1)"
+    elif run.timing.moe_dispatcher == "allgather":
+        problem = "needs the alltoall or flex token dispatcher, not allgather (timing.moe_dispatcher)"
     elif par.pp > 1 and par.schedule != "interleaved":
         problem = "needs virtual pipeline stages when pp > 1 (Megatron's interleaved schedule)"
     elif recompute.full is not None or "moe" in recompute.modules:

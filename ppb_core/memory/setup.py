@@ -41,7 +41,7 @@ class MemorySetup(Geometry):
     moe_grouped_gemm: bool = True  # Megatron's --moe-grouped-gemm (TEGroupedMLP; else SequentialMLP)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
-    moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | deepep (timing.moe_dispatcher)
+    moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute

@@ -60,6 +60,8 @@ class Links:
             "cp": Group(par.cp, par.tp * par.cp),
             "ep": Group(par.ep, etp * par.ep),
             "etp": Group(etp, etp),
+            # Megatron's expert-TP × EP group (the allgather dispatcher's `tp_ep_group`), expert TP innermost
+            "tp_ep": Group(etp * par.ep, etp * par.ep),
         }
         return cls(
             intra_node_bytes_per_s=device.intra_node_bandwidth_gbs * 1e9 * device.comm_efficiency,

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_all
+from ppb_core.memory.setup import ROUTER_BYTES
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import (
     MTP_PART,
@@ -40,6 +41,7 @@ from ppb_core.model.kinds import (
 from ppb_core.model.switches import LayerType
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
+BOOL_BYTES = 1  # a routing map's cell
 STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's softmax
 MASK_BYTES = 1  # dropout masks
 INDEX_BYTES = 8  # int64 token ids
@@ -61,7 +63,7 @@ class Collective:
     a ring sends). *overlap* names the `Overlap` setting that hides it behind *partner*'s compute."""
 
     kind: str
-    group: str  # tp | cp | ep | etp
+    group: str  # tp | cp | ep | etp | tp_ep (expert TP × EP)
     payload_bytes: float
     overlap: str
     # (op name, phase): the op's forward, its whole backward, or one half of it (dgrad, wgrad).
@@ -116,8 +118,9 @@ class Op:
     # (megatron/core/transformer/moe/router.py, `TopKRouter.gating`). DeepSeek-V3 keeps "the output
     # head, MoE gating modules" in their original precision too (its report, §3.3.1).
     fp8: bool = True
-    # Kernels this op runs each way where it is several PyTorch ops priced as one (None: the generic
-    # rules of `ppb_core.timing.launches`).
+    # Kernels this op runs each way where it is several PyTorch ops priced as one, counted where the op
+    # is built (e.g. Megatron's allgather dispatcher, `_allgather_dispatch`); None: the generic rules of
+    # `ppb_core.timing.launches`.
     launches: tuple[float, float] | None = None
     # Where the framework runs this op once per local expert, one module after another (Megatron's
     # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
@@ -131,8 +134,10 @@ class OpGeometry(Geometry):
     travel, and a vision encoder's attention within images or windows (`encoder_geometry`)."""
 
     ep_nodes: int = 1  # nodes the expert-parallel group spans
-    dispatcher: str = "alltoall"  # alltoall (Megatron's default) | deepep (one copy per destination node)
+    dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep (one copy per node)
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
+    router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
+    permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's permute kernels)
     # A vision encoder's bidirectional attention within images or windows: (query, key) pairs per head
     # of one sample; 0 for a causal language model.
     block_pairs: float = 0.0
@@ -160,6 +165,8 @@ class OpGeometry(Geometry):
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             main_grad_bytes=train.grad_bytes,
             rope_fusion=run.timing.rope_fusion,
+            router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
+            permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
             torch_softmax=run.torch_masked_softmax,
             softmax_fp32=run.softmax_in_fp32,
@@ -877,8 +884,13 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
             whole * experts * (bc + 2 * STATS_BYTES),
             inputs=(p + "router",),
         ),
-        _elementwise(p + "permute", block, 2 * routed * h * bc, 2 * routed * h * bc, inputs=(norm, p + "router_topk")),
     ]
+    if geo.dispatcher == "allgather":
+        ops += _allgather_dispatch(moe, geo, h, (norm, p + "router_topk"), p)
+        return _shared_and_residual(ops, kind, moe, geo, norm, p)
+    ops.append(
+        _elementwise(p + "permute", block, 2 * routed * h * bc, 2 * routed * h * bc, inputs=(norm, p + "router_topk"))
+    )
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
     dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
@@ -992,6 +1004,166 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(source,),
         )
     )
+    return _shared_and_residual(ops, kind, moe, geo, norm, p)
+
+
+# Kernel launches of Megatron's allgather dispatcher's local steps (token_dispatcher.py
+# `MoEAllGatherTokenDispatcher.dispatch_postprocess` and `combine_preprocess`, moe_utils.py `permute` /
+# `unpermute`, d98e8a64), (forward, backward). The permutation: the local experts' columns of the gathered
+# map and probabilities copied out (`[:, a:b].contiguous()`, 2, only with EP: all columns are already
+# contiguous), their counts (`sum`, 1) copied to the host (`.cpu()`, 1); unfused `permute` the map's
+# transpose (1), `argsort` (PyTorch's radix sort: the index fill, CUB's histogram, scan and one-sweep pass
+# for one-byte keys, 4), `% num_tokens` (1) and `index_select` (1), fused Transformer Engine's row map and
+# permute (3, as the alltoall dispatcher's); then the probabilities' and the map's transposes (2) and
+# `masked_select` (nonzero's count, its device-to-host copy and select, then the gather: 4). Backward: the
+# probabilities' (masked_scatter into zeros: 3, the slice's zero-filled gradient: 2; the transposed
+# copy's gradient is a view) and the
+# tokens' (`index_select`'s zero-filled index_add: 2; fused one kernel). `unpermute`: zeros and
+# `scatter_add_` (2; fused 1) forward, the gather of the output gradient (1) backward.
+ALLGATHER_PERMUTE_SLICES = 2
+ALLGATHER_PERMUTE_COUNTS = 2
+ALLGATHER_PERMUTE = {False: (7, 2), True: (3, 1)}  # (unfused, fused) permute, without the probabilities'
+ALLGATHER_PROBS = (6, 5)
+ALLGATHER_UNPERMUTE = {False: (2, 1), True: (1, 1)}
+
+
+def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ...], p: str) -> list[Op]:
+    """Megatron's default token dispatcher, `MoEAllGatherTokenDispatcher` (megatron/core/transformer/moe/
+    token_dispatcher.py, d98e8a64), from the routing to the routed experts' output back in token order.
+
+    With TP or EP it all-gathers over the expert-TP × EP group (g = etp·ep ranks, `tp_ep_group`) the
+    routing map (bool, under no_grad), the probabilities (`[tokens, E]` in the router's dtype) and the
+    hidden states of every rank's tokens, T = (s·b/cp/tp)·g rows (`token_dispatch`,
+    `gather_from_sequence_parallel_region`; backward each gradient reduce-scattered, the map none). It then
+    keeps only its local experts' columns and permutes their copies, the rows its experts compute
+    (`dispatch_postprocess`), runs the experts (which weight their outputs by the probabilities), puts the
+    rows back into a zero-filled `[T, h]` tensor (`combine_preprocess`, `unpermute`'s scatter_add), casts it
+    to the probabilities' dtype, reduce-scatters it over the group (`token_combine`, that dtype's bytes
+    sent) and casts the result back. All on the compute stream: nothing hides its collectives. No ETP
+    gather or reduce of its own: the group's gather already brings every expert-TP peer's tokens."""
+    h_bytes, bc, pb, block = h, geo.dtype_bytes, geo.router_bytes, "moe"
+    k, experts = moe.experts_per_token, moe.num_experts
+    group = geo.etp * geo.ep
+    gathered = geo.tokens / geo.tp * group  # T rows after the group's all-gather
+    local = per_rank(experts, geo.ep)
+    rows = geo.tokens / geo.tp * k * geo.etp * geo.routing_factor  # copies this rank's experts compute
+    cells = gathered * local  # the local experts' columns of the gathered map
+    ops: list[Op] = []
+    source = inputs[0]
+    if group > 1:
+        ops += [
+            Op(
+                p + "dispatch_map",
+                block,
+                COMM,
+                inputs=inputs,
+                forward_comm=Collective(ALL_GATHER, "tp_ep", gathered * experts * BOOL_BYTES, "ep"),
+            ),
+            Op(
+                p + "dispatch_probs",
+                block,
+                COMM,
+                inputs=inputs,
+                forward_comm=Collective(ALL_GATHER, "tp_ep", gathered * experts * pb, "ep"),
+                backward_comm=Collective(REDUCE_SCATTER, "tp_ep", gathered * experts * pb, "ep"),
+            ),
+            Op(
+                p + "dispatch",
+                block,
+                COMM,
+                inputs=inputs,
+                forward_comm=Collective(ALL_GATHER, "tp_ep", gathered * h_bytes * bc, "ep"),
+                backward_comm=Collective(REDUCE_SCATTER, "tp_ep", gathered * h_bytes * bc, "ep"),
+            ),
+        ]
+        source = p + "dispatch"
+    # Forward HBM bytes: the columns' copies (map 1 + 1, probabilities pb + pb, with EP), their count (1),
+    # the map's transpose (1 + 1), the argsort's one-byte keys read and int64 indices written (1 + 8), the
+    # rows gathered (index_select: rows·h read + written); the probabilities' transposes (pb + pb, 1 + 1)
+    # and masked_select's read of both and its rows written. Backward: the tokens' gradient zero-filled
+    # (T·h) and the rows added in (read + read-modify-write: 3·rows·h), the probabilities' gradient
+    # scattered into zeros (cells·pb written, the mask and the rows read, the rows written) and copied
+    # into the slice's zero-filled `[T, E]` gradient (T·E·pb written, cells·pb read and written).
+    sliced = 2 * cells * (1 + pb) if geo.ep > 1 else 0.0
+    probs_forward = cells * (2 * pb + 2 + pb + 1) + rows * pb
+    permute_fusion = geo.permute_fusion
+    slices = ALLGATHER_PERMUTE_SLICES if geo.ep > 1 else 0
+    permute_launches = ALLGATHER_PERMUTE[permute_fusion]
+    ops.append(
+        Op(
+            p + "local_permute",
+            block,
+            MEMORY,
+            inputs=(source, *inputs[1:]),
+            bytes=sliced + cells + cells * (2 + 9) + 2 * rows * h_bytes * bc + probs_forward,
+            backward_bytes=gathered * h_bytes * bc
+            + 3 * rows * h_bytes * bc
+            + cells * (3 * pb + 1)
+            + 2 * rows * pb
+            + gathered * experts * pb,
+            launches=(
+                slices + ALLGATHER_PERMUTE_COUNTS + permute_launches[0] + ALLGATHER_PROBS[0],
+                permute_launches[1] + ALLGATHER_PROBS[1],
+            ),
+        )
+    )
+    ops += _ffn(
+        p + "experts",
+        block,
+        geo,
+        rows,
+        h,
+        per_rank(moe.expert_intermediate_size, geo.etp),
+        moe.gated,
+        p + "local_permute",
+        local_experts=local,
+    )
+    source = p + "experts_out"
+    if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
+        ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
+        ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h_bytes * bc, (source,)))
+        source = p + "experts_cat"
+    # unpermute: the [T, h] zeros written, the rows added in (read + read-modify-write); backward the
+    # output gradient's rows gathered (read + write). Then, where there is a reduce-scatter and the
+    # probabilities' dtype differs, the cast to it before (T·h read, written in pb) and of its result
+    # back after (s·b/cp/tp rows): `token_combine` casts only with expert TP or EP.
+    cast = pb != bc and group > 1
+    ops.append(
+        Op(
+            p + "local_unpermute",
+            block,
+            MEMORY,
+            inputs=(source,),
+            bytes=gathered * h_bytes * bc + 3 * rows * h_bytes * bc + (gathered * h_bytes * (bc + pb) if cast else 0),
+            backward_bytes=2 * rows * h_bytes * bc + (gathered * h_bytes * (bc + pb) if cast else 0),
+            launches=(
+                ALLGATHER_UNPERMUTE[permute_fusion][0] + cast,
+                ALLGATHER_UNPERMUTE[permute_fusion][1] + cast,
+            ),
+        )
+    )
+    source = p + "local_unpermute"
+    if group > 1:
+        ops.append(
+            Op(
+                p + "combine",
+                block,
+                COMM,
+                inputs=(source,),
+                forward_comm=Collective(REDUCE_SCATTER, "tp_ep", gathered * h_bytes * pb, "ep"),
+                backward_comm=Collective(ALL_GATHER, "tp_ep", gathered * h_bytes * pb, "ep"),
+            )
+        )
+        source = p + "combine"
+    if cast:
+        moved = geo.tokens / geo.tp * h_bytes * (pb + bc)
+        ops.append(_elementwise(p + "combine_cast", block, moved, moved, inputs=(source,)))
+    return ops
+
+
+def _shared_and_residual(ops: list[Op], kind: BodyKind, moe: Moe, geo: OpGeometry, norm: str, p: str) -> list[Op]:
+    """The MoE layer's shared experts and residual add after its routed experts' ops."""
+    h, block = kind.hidden_size, "moe"
     if moe.shared_experts:
         width = moe.shared_experts * per_rank(moe.shared_intermediate_size, geo.tp)
         entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")

@@ -15,6 +15,14 @@ GPU holds only what was launched between the copy and the wait (the permutation)
 each next kernel's launch until the host is ahead again (`dispatcher_wait_s`, up to the next
 layer's synchronization).
 
+Megatron's default allgather dispatcher (`MoEAllGatherTokenDispatcher.dispatch_postprocess`, same
+commit) synchronizes twice, whatever the routing: after its all-gathers it copies its local experts'
+token counts to the host (`tokens_per_expert = local_map.sum(dim=0).long().cpu()`, a blocking copy:
+`num_out_tokens` must be a host integer) before the permutation, and the probabilities' boolean
+`masked_select` after it waits again for the selected count (a nonzero's device-to-host copy). The
+GPU holds nothing when the host resumes from either: the permutation's launches are all exposed
+but its own kernels, and the experts' launches start from an idle GPU.
+
 Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 71.6 µs,
 DGX A100 117.9: Megatron CI's 12-layer case), else `timing.host_launch_us`: Holistic Trace Analysis
 (facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
@@ -69,21 +77,24 @@ def dispatcher_wait_s(
     dropless: bool,
     launches: Mapping[str, float] | None = None,
     wrap: bool = False,
+    dispatcher: str = "alltoall",
 ) -> float:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
     permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
     `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
-    synchronization (the segment between two), not only to this layer's end."""
+    synchronization (the segment between two), not only to this layer's end. *dispatcher* allgather:
+    synchronized before the permutation and again at its end (module docstring), the routing aside."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
     )
     if permute is None:
         return 0.0
-    start = permute + 1 if dropless else permute
-    queued = forward_s[names[permute]] if dropless else 0.0
+    allgather = dispatcher == "allgather"
+    start = permute + 1 if dropless and not allgather else permute
+    queued = forward_s[names[permute]] if dropless and not allgather else 0.0
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
@@ -94,6 +105,8 @@ def dispatcher_wait_s(
         return launches[op.name] if launches is not None else kernels(op)
 
     after = [(count(op), seconds) for op, seconds in segment]
+    if allgather and after:  # the permutation's own segment, then from an idle GPU again
+        return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s)
     return launch_wait_s(queued, after, launch_s)
 
 
@@ -117,20 +130,21 @@ def layer_host_waits(
     rerun: Sequence[str],
     device_s: tuple[float, float, float],
     launch_s: float,
-    dispatcher: bool,
+    dispatcher: str | None,
     dropless: bool,
 ) -> HostWaits:
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
-    against their GPU work (*device_s*: forward, plain backward, recompute); after an alltoall
-    dispatcher's synchronization (*dispatcher*) the forward's wait is instead the launches from there to
+    against their GPU work (*device_s*: forward, plain backward, recompute); after a Megatron token
+    dispatcher's synchronization (*dispatcher*: alltoall or allgather; None: a layer without one, or
+    DeepEP's, not modelled) the forward's wait is instead the launches from there to
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
     the backward, beside its launches, and waits only where it reruns the dispatch; its launches count
     in the host's time of the backward (`launch_backward`, what a combined step cannot beat)."""
     wait = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
-        wait = dispatcher_wait_s(ops, forward_s, launch_s, dropless, forward_launches, wrap=True)
+        wait = dispatcher_wait_s(ops, forward_s, launch_s, dropless, forward_launches, wrap=True, dispatcher=dispatcher)
     launched_forward = sum(count[0] for count in launches.values())
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)

@@ -59,6 +59,9 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
   `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
   and back and the fused unpermutation in `unpermute` (3); backward 3 each;
+- the allgather dispatcher (`MoEAllGatherTokenDispatcher`, Megatron's default): its three all-gathers
+  (map, probabilities, tokens) and its reduce-scatter as collectives, its local permutation and
+  unpermutation as `ppb_core.timing.flops.ALLGATHER_*` counts them (`Op.launches`);
 - FP8 training (`timing.matmul_dtype: fp8`, `timing.fp8_recipe`, Megatron's --fp8-recipe): every FP8
   GEMM's input is quantized before it forward and its output gradient backward (TransformerEngine
   v2.9, the NeMo 25.11 container's, transformer_engine/pytorch/csrc). Delayed scaling casts in one

@@ -54,14 +54,19 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "router",
         "router_topk",
         "permute",
+        "dispatch_map",  # the allgather dispatcher's (flops._allgather_dispatch)
+        "dispatch_probs",
         "dispatch",
+        "local_permute",
         "gather_experts",
         "experts_in",
         "experts_act",
         "experts_out",
         "experts_cat",
         "reduce_experts",
+        "local_unpermute",
         "combine",
+        "combine_cast",
         "unpermute",
         *_SHARED,
     ),
@@ -484,9 +489,11 @@ class TimeModel:
                     [op.name for op in self._rerun(layer, state, switches)],
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
-                    dispatcher=run.timing.moe_dispatcher in ("alltoall", "allgather")
+                    dispatcher=run.timing.moe_dispatcher
+                    if run.timing.moe_dispatcher != "deepep"
                     and layer.node == BODY
-                    and not (graphs != "none" and dispatch_captured(ops, modules, graphs)),
+                    and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
+                    else None,
                     dropless=run.training.moe.dropless,
                 )
             self._host[key] = waits

@@ -145,8 +145,11 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   into Megatron's global "mpu" buffer (`gather_from_sequence_parallel_region(...,
   use_global_buffer=True)`, tensor_parallel/mappings.py `_gather_along_first_dim`), which is never
   freed: `whole_tokens·etp·ep·h·bc` among the buffer's requests (**The output layer's gathered input**
-  below); the experts' rows are permuted out of it as the all-to-all's are (the same kept rows,
-  reverse mapping and module state, the latter counted as the all-to-all dispatcher's). `token_combine`
+  below); the experts' rows are permuted out of it (the same kept rows as the all-to-all brings). Its
+  module state is its own (`dispatch_postprocess`: `local_map`, the local experts' columns of the
+  gathered map, `local_probs`, one per row, and the reverse mapping over the gathered rows:
+  `allgather_state_bytes`), and each micro-batch in flight keeps that mapping and `masked_select`'s
+  mask `[local experts, T]` (`allgather_row_map`, `moe.local_map`). `token_combine`
   reduce-scatters the unpermuted outputs cast to the probabilities' dtype
   (`hidden_states.to(self.local_probs.dtype)`), so its backward all-gathers the gradient in that dtype
   and casts it back: `whole_tokens·etp·ep·h·(pb + bc)` is the layer's expert-parallel workspace, in
@@ -239,11 +242,6 @@ def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) 
     return "shared_experts" in modules and op.startswith("moe.shared")
 
 
-# The token dispatchers whose permutation and module state the rules below count (the all-gather one's
-# state, its local map and probabilities and the same reverse mapping, counted as the all-to-all's).
-TOKEN_DISPATCHERS = ("alltoall", "allgather")
-
-
 def allgathered_rows(setup: MemorySetup) -> float:
     """Tokens `MoEAllGatherTokenDispatcher.token_dispatch` gathers over the expert-tensor × expert-parallel
     group (the layer's sequence shard from each of its etp·ep ranks), 0 where that group is one rank."""
@@ -297,6 +295,31 @@ def dispatcher_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
     return cells * (setup.router_element_bytes + BOOL_BYTES), elements * element_bytes
 
 
+def allgather_row_map(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """Megatron's allgather dispatcher's reverse mapping of one micro-batch, (elements, bytes each):
+    `permute` runs on the local experts' columns of the group's gathered map (token_dispatcher.py
+    `MoEAllGatherTokenDispatcher.dispatch_postprocess`, d98e8a64), so Transformer Engine's row map is
+    `[T, 2·local experts + 1]` int32 with T = (s·b/cp/t)·etp·ep the gathered tokens, and the unfused
+    sorted indices one int64 per row this rank's experts compute."""
+    if setup.permute_fusion:
+        gathered = setup.tokens / setup.tp * setup.ep * setup.etp
+        return gathered * (2 * per_rank(moe.num_experts, setup.ep) + 1), ROW_ID_BYTES
+    return routed_rows(moe, setup), INDEX_BYTES
+
+
+def allgather_state_bytes(moe: Moe, setup: MemorySetup) -> tuple[float, float]:
+    """What `MoEAllGatherTokenDispatcher` keeps of its last micro-batch until the layer's next forward
+    (`dispatch_postprocess`: `self.local_map`, the local experts' columns of the gathered map, bool
+    `[T, local experts]`; `self.local_probs`, one probability per row in the router's dtype; the reverse
+    mapping, held beyond the activations only when no micro-batch is in flight; `self.routing_map` is
+    dropped): (held at every moment, held when idle)."""
+    gathered = setup.tokens / setup.tp * setup.ep * setup.etp
+    local = per_rank(moe.num_experts, setup.ep)
+    elements, element_bytes = allgather_row_map(moe, setup)
+    held = gathered * local * BOOL_BYTES + routed_rows(moe, setup) * setup.router_element_bytes
+    return held, elements * element_bytes
+
+
 def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
     """What an MLA layer's `YarnRotaryEmbedding` holds (module docstring): cos and sin tables in the
     training dtype, and the fp32 frequencies its cached `forward` keeps, each of this CP rank's rows.
@@ -320,8 +343,11 @@ def yarn_table_bytes(kind: BodyKind, setup: MemorySetup) -> float:
 def body_module_state(kind: BodyKind, setup: MemorySetup) -> tuple[float, float]:
     """A body layer's module state (`MegatronRules.module_state_bytes`)."""
     always, idle = yarn_table_bytes(kind, setup), 0.0
-    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher in TOKEN_DISPATCHERS:
+    if isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "alltoall":
         held, idle = dispatcher_state_bytes(kind.mlp, setup)
+        always += held
+    elif isinstance(kind.mlp, Moe) and setup.moe_dispatcher == "allgather":
+        held, idle = allgather_state_bytes(kind.mlp, setup)
         always += held
     return always, idle
 
@@ -376,8 +402,15 @@ def megatron_body_terms(
     if not kind.mlp.gated:  # the unfused weighting keeps the activation's output too (module docstring)
         output = next(t for t in kept_terms if t.op == f"{prefix}moe.expert.activation_output")
         kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
-    if setup.moe_dispatcher in TOKEN_DISPATCHERS:
+    if setup.moe_dispatcher == "alltoall":
         kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
+    elif setup.moe_dispatcher == "allgather":  # its map, and masked_select's saved mask `[local experts, T]`
+        mask = setup.tokens / setup.tp * setup.ep * setup.etp * per_rank(kind.mlp.num_experts, setup.ep)
+        kept_terms = (
+            *kept_terms,
+            ActivationTerm(f"{prefix}moe.row_map", None, *allgather_row_map(kind.mlp, setup), False),
+            ActivationTerm(f"{prefix}moe.local_map", None, mask, BOOL_BYTES, False),
+        )
     if not setup.combined_1f1b:
         return (*kept_terms, probs)
     # The combined 1F1B schedule's nodes keep what they detach until the layer's backward

@@ -1,0 +1,182 @@
+"""Megatron-Core's token dispatchers priced as each runs (megatron/core/transformer/moe/token_dispatcher.py,
+moe_utils.py, d98e8a64): the allgather dispatcher, Megatron's default (`--moe-token-dispatcher-type`,
+megatron/core/transformer/transformer_config.py `moe_token_dispatcher_type`), against the alltoall one.
+Expected figures derived by hand in comments."""
+
+from __future__ import annotations
+
+import pytest
+from test_megatron_import import MOE_MLA
+from test_memory_runs import make_run
+
+from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.errors import InputError
+from ppb_core.memory.activations import routed_rows
+from ppb_core.memory.frameworks.megatron import allgather_row_map, allgather_state_bytes
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.kinds import body_kind
+from ppb_core.timing.comm import Links, collective_seconds
+from ppb_core.timing.flops import ALL_GATHER, COMM, REDUCE_SCATTER, Collective, Op, OpGeometry, moe_ops
+from ppb_core.timing.host import dispatcher_wait_s
+from ppb_core.timing.launches import layer_launches
+
+# 8 experts, top-2, h 1024, expert width 2048 (SwiGLU); s 4096, b 1, TP 2 (sequence parallel), EP 4, ETP 1.
+SPEC = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+        "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 2048}  # fmt: skip
+RUN = make_run(SPEC, parallel={"tp": 2, "dp": 4, "ep": 4, "sequence_parallel": True}, training={"seq_length": 4096})
+KIND = body_kind(RUN.spec("m"), 0, RUN.training.dropout)
+MOE = KIND.mlp
+GEOMETRY = {"seq_length": 4096, "micro_batch_size": 1, "dtype_bytes": 2, "tp": 2, "sequence_parallel": True,
+            "ep": 4, "etp": 1}  # fmt: skip
+
+
+def _ops(**fields) -> dict[str, Op]:
+    geo = OpGeometry(**{**GEOMETRY, "dispatcher": "allgather", "router_bytes": 4, **fields})
+    return {op.name: op for op in moe_ops(KIND, MOE, geo)}
+
+
+def test_the_allgather_dispatcher_gathers_the_groups_tokens_and_reduce_scatters_in_the_probs_dtype() -> None:
+    ops = _ops()
+    # token_dispatch: [S/TP·B, H] gathered over the tp_ep group (etp·ep = 4): T = 4096/2 · 4 = 8192 rows.
+    # Tokens bf16: 8192·1024·2 = 16,777,216 B; probabilities fp32 (--moe-router-dtype fp32): 8192·8·4
+    # = 262,144 B; the routing map bool: 8192·8 = 65,536 B, forward only (gathered under no_grad).
+    assert ops["dispatch"].forward_comm == Collective(ALL_GATHER, "tp_ep", 16_777_216, "ep")
+    assert ops["dispatch"].backward_comm.kind == REDUCE_SCATTER
+    assert ops["dispatch_probs"].forward_comm.payload_bytes == 262_144
+    assert ops["dispatch_map"].forward_comm.payload_bytes == 65_536
+    assert ops["dispatch_map"].backward_comm is None
+    # token_combine: `hidden_states.to(self.local_probs.dtype)` before the reduce-scatter: fp32,
+    # 8192·1024·4 = 33,554,432 B; its backward the all-gather of as many.
+    combine = ops["combine"]
+    assert (combine.forward_comm.kind, combine.forward_comm.payload_bytes) == (REDUCE_SCATTER, 33_554_432)
+    assert combine.backward_comm.kind == ALL_GATHER
+    # and the result cast back to bf16: 2048 rows · 1024 · (4 + 2) = 12,582,912 B
+    assert ops["combine_cast"].bytes == 12_582_912
+    # Without expert TP or EP nothing is gathered, reduced or cast (`token_dispatch`, `token_combine`:
+    # `if self.tp_size > 1 or self.ep_size > 1`); the unpermute still fills its zeros and adds the rows.
+    alone = _ops(ep=1, tp=1, sequence_parallel=False)
+    assert not {"dispatch", "dispatch_probs", "dispatch_map", "combine", "combine_cast"} & set(alone)
+    assert alone["local_unpermute"].launches == (2, 1)
+    # no all-to-all and no expert-TP gather of its own
+    assert not {"permute", "unpermute", "gather_experts", "reduce_experts"} & set(ops)
+    # the experts compute this rank's copies: 2048 tokens · 2 copies · etp 1 = 4096 rows (T·k/ep)
+    assert ops["experts_in"].gemm[0] * ops["experts_in"].gemm[3] == 4096
+
+
+def test_the_allgather_dispatchers_collectives_run_over_expert_tp_times_ep() -> None:
+    run = make_run(
+        {"vocab_size": 1024, "hidden_size": 64, "num_layers": 2, "num_attention_heads": 4,
+         "intermediate_size": 64, "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 32},
+        parallel={"tp": 2, "dp": 4, "ep": 4, "etp": 2, "sequence_parallel": True},
+        timing={"moe_dispatcher": "allgather"},
+    )  # fmt: skip
+    links = Links.from_run(run)
+    assert (links.groups["tp_ep"].size, links.groups["tp_ep"].span) == (8, 8)
+    # a ring all-gather of P bytes over 8 ranks in one node: P·7/8 over NVLink plus 7 steps' latency
+    gather = Collective(ALL_GATHER, "tp_ep", 8e6, "ep")
+    seconds = 8e6 * 7 / 8 / links.intra_node_bytes_per_s + 7 * links.latency_s
+    assert collective_seconds(gather, links) == pytest.approx(seconds)
+
+
+def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
+    launches = layer_launches(
+        tuple(_ops().values()), tp=2, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True
+    )
+    # dispatch_postprocess with EP: the two column copies, the count and its copy to the host (2 + 2);
+    # unfused permute: transpose, argsort's index fill + radix sort's histogram, scan, one pass (4),
+    # modulo, index_select (7); the probabilities' and the map's transposes and masked_select (2 + 4).
+    # Backward: index_select's zero-filled index_add (2), masked_scatter into zeros (3), the slice's
+    # zero-filled gradient (2).
+    assert launches["local_permute"] == (2 + 2 + 7 + 6, 2 + 3 + 2)
+    # unpermute: zeros and scatter_add_, then the cast to fp32 (3); backward the gather and the cast (2)
+    assert launches["local_unpermute"] == (3, 2)
+    # one NCCL kernel per gather; the map's none backward
+    assert [launches[name] for name in ("dispatch_map", "dispatch_probs", "dispatch", "combine")] == [
+        (1, 0),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+    ]
+    # --moe-permute-fusion: Transformer Engine's row map and permute (3), its unpermute backward (1)
+    fused = layer_launches(
+        tuple(_ops(permute_fusion=True).values()),
+        tp=2,
+        rope_fusion=True,
+        cross_entropy_fusion=False,
+        wgrad_fused=True,
+    )
+    assert fused["local_permute"] == (2 + 2 + 3 + 6, 1 + 5)
+    assert fused["local_unpermute"] == (1 + 1, 1 + 1)
+
+
+def test_the_allgather_dispatcher_waits_for_the_host_twice() -> None:
+    ops = [
+        Op("moe.router_topk", "moe", "memory"),
+        Op("moe.dispatch", "moe", COMM),
+        Op("moe.local_permute", "moe", "memory"),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.local_unpermute", "moe", "memory"),
+    ]
+    forward = {"moe.router_topk": 1.0, "moe.dispatch": 1.0, "moe.local_permute": 0.5, "moe.experts_in": 2.0,
+               "moe.local_unpermute": 1.0}  # fmt: skip
+    launches = {"moe.router_topk": 1, "moe.dispatch": 1, "moe.local_permute": 2, "moe.experts_in": 2,
+                "moe.local_unpermute": 1}  # fmt: skip
+    # `.cpu()` before the permutation: nothing queued; its two launches at 1.5 and 3 against the GPU
+    # reaching them at 0 and 0.25: 2.75. masked_select at its end waits again: the experts' GEMMs and
+    # the unpermute launched at 1.5, 3, 4.5 against 0, 1, 2: 2.5. Dropless or not, 2.75 + 2.5 = 5.25.
+    for dropless in (True, False):
+        wait = dispatcher_wait_s(ops, forward, 1.5, dropless, launches, dispatcher="allgather")
+        assert wait == pytest.approx(5.25)
+
+
+def test_the_allgather_dispatchers_memory_by_hand() -> None:
+    setup = MemorySetup(**GEOMETRY, framework="megatron", moe_dispatcher="allgather", router_bytes=4)
+    rows = routed_rows(MOE, setup)  # 4096/2 · 2 · 1 = 4096
+    assert rows == 4096
+    # unfused: one int64 sorted index per row; fused: TE's row_id_map [T, 2·2 + 1] int32, T = 8192
+    assert allgather_row_map(MOE, setup) == (4096, 8)
+    fused = MemorySetup(**GEOMETRY, framework="megatron", moe_dispatcher="allgather", permute_fusion=True)
+    assert allgather_row_map(MOE, fused) == (8192 * 5, 4)
+    # module state: local_map 8192·2 bool + local_probs 4096 fp32 = 16,384 + 16,384; idle the row map 4096·8
+    assert allgather_state_bytes(MOE, setup) == (16_384 + 16_384, 32_768)
+
+
+@pytest.mark.parametrize(
+    ("flags", "dispatcher", "noted"),
+    [
+        ("", "allgather", False),  # Megatron's default (transformer_config.py moe_token_dispatcher_type)
+        ("--moe-token-dispatcher-type allgather", "allgather", False),
+        ("--moe-token-dispatcher-type alltoall", "alltoall", False),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", "deepep", False),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "alltoall", True),
+    ],
+)
+def test_the_import_carries_the_dispatcher(flags: str, dispatcher: str, noted: bool) -> None:
+    text = MOE_MLA.replace("--moe-token-dispatcher-type alltoall", flags)
+    imported = import_megatron(text, 8, "h100-80gb")
+    assert imported.raw["timing"]["moe_dispatcher"] == dispatcher
+    assert any(note.startswith("--moe-token-dispatcher-type") for note in imported.notes) == noted
+    assert run_config_of(imported, "case").timing.moe_dispatcher == dispatcher
+
+
+def test_the_allgather_dispatcher_is_megatrons_and_not_under_combined_1f1b() -> None:
+    with pytest.raises(InputError) as caught:
+        make_run(SPEC, parallel={"dp": 4, "ep": 4}, timing={"moe_dispatcher": "allgather"}, framework="torchtitan")
+    assert caught.value.field == "timing.moe_dispatcher"
+    # transformer_config.py __post_init__: "overlap_moe_expert_parallel_comm is supported with alltoall/flex"
+    with pytest.raises(InputError) as caught:
+        make_run(
+            SPEC,
+            parallel={"dp": 4, "ep": 4, "overlap_moe_expert_parallel_comm": True},
+            timing={"moe_dispatcher": "allgather"},
+        )
+    assert caught.value.field == "parallel.overlap_moe_expert_parallel_comm"
+
+
+def test_the_allgather_dispatcher_runs_a_sequential_mlps_experts_one_by_one() -> None:
+    # no --moe-grouped-gemm: SequentialMLP loops over its 8/4 = 2 local experts (experts.py
+    # SequentialMLP.forward), then torch.cat of their outputs feeds the unpermute, as under the all-to-all
+    ops = _ops(sequential_experts=True)
+    assert [ops[name].sequential for name in ("experts_in", "experts_act", "experts_out")] == [2, 2, 2]
+    assert ops["local_unpermute"].inputs == ("experts_cat",)
+    assert _ops()["local_unpermute"].inputs == ("experts_out",)
