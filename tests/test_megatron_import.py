@@ -473,3 +473,11 @@ def test_a_flag_a_letter_off_one_ppb_carries_is_said_as_a_likely_typo() -> None:
         "Megatron-LM refuses a flag it does not have",
         "--fim-rate 0.5: not modelled by ppb (priced as if not given)",
     ]
+
+
+def test_a_gpu_count_past_ppbs_limit_is_refused_naming_gpus(capsys) -> None:
+    # limits.DEVICES = 2**20 = 1,048,576; one more is refused before the launch is read
+    argv = ["import", "megatron", BASE, "--gpus", "1048577", "--device", "h100-80gb"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == "ppb: error: --gpus: 1,048,577 is over ppb's limit of 1,048,576 devices (ppb_core/limits.py)\n"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from ppb_core import limits
 from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.errors import InputError
@@ -23,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output)
     if args.gpus is not None and args.gpus < 1:
         raise InputError(None, "--gpus", f"must be a positive count, got {args.gpus}")
+    if args.gpus is not None and args.gpus > limits.DEVICES:
+        raise InputError(None, "--gpus", limits.over(args.gpus, limits.DEVICES, "devices"))
     if args.tokenizer_vocab is not None and args.tokenizer_vocab < 1:
         raise InputError(None, "--tokenizer-vocab", f"must be a positive size, got {args.tokenizer_vocab}")
     source: str = args.launch
