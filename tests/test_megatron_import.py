@@ -481,3 +481,13 @@ def test_a_gpu_count_past_ppbs_limit_is_refused_naming_gpus(capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == "ppb: error: --gpus: 1,048,577 is over ppb's limit of 1,048,576 devices (ppb_core/limits.py)\n"
+
+
+def test_flags_only_assigned_to_a_variable_are_said_to_be_unused() -> None:
+    # examples/post_training/modelopt/conf/Qwen/Qwen3-0.6B.sh: MODEL_ARGS=" ... --num-layers 28 ...", no command
+    with pytest.raises(InputError) as caught:
+        import_megatron(f'MODEL_ARGS=" \\\n    {BASE} \\\n"\n', 8, "h100-80gb")
+    assert caught.value.field == "--num-layers" and "$MODEL_ARGS" in caught.value.problem
+    # the same variable handed to pretrain_gpt.py is read (14 layers)
+    imported = import_megatron(f'MODEL_ARGS="{BASE}"\npretrain_gpt.py ${{MODEL_ARGS}}\n', 8, "h100-80gb")
+    assert imported.raw["models"][0]["spec"]["num_layers"] == 14

@@ -171,6 +171,8 @@ def import_megatron(
         value = (args.given.get(flag) or [None])[0]
         if value is not None and value not in choices:
             raise InputError(where, flag, f"{shown(value)} is none of Megatron-LM's {', '.join(choices)}")
+    if "--num-layers" not in args.given:
+        _unused_flag_variable(variables, where)
     notes: list[str] = []
     spec, pad_multiple = _model(args, notes, tokenizer_vocab)
     world = gpus if gpus is not None else _torchrun_world(args)
@@ -190,6 +192,19 @@ def import_megatron(
         raw["memory"] = {"cublas_workspace_config": cublas}
     notes.extend(_unmodelled(args))
     return Imported(raw, notes)
+
+
+def _unused_flag_variable(variables: dict[str, str], where: str) -> None:
+    """A script that only assigns its flags (Megatron-LM's examples/post_training/modelopt/conf/*.sh:
+    `MODEL_ARGS=" --num-layers 28 ..."`, sourced by the script that launches) launches nothing: said,
+    rather than `--num-layers` missing."""
+    for name, value in variables.items():
+        if "--num-layers" in value.split():
+            raise InputError(
+                where,
+                "--num-layers",
+                f"only in ${name}, which no command here is given: import the launch that uses it",
+            )
 
 
 def _refuse_other_entry(words: list[str], where: str) -> None:
