@@ -355,6 +355,8 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ("training = 5", 8, "training"),
         ("[compiel]\nenable = true", 8, "compiel"),  # manager.py _dict_to_dataclass: "Invalid field names"
         ("seq_len = 4096", 8, "seq_len"),  # a key above every section is JobConfig's field too
+        ("[checkpoint]\nenabel = true", 8, "checkpoint.enabel"),  # job_config.py Checkpoint.enable
+        ("[job]\ndump_folder = 'x'\n[metrics]\nlog_frq = 1", 8, "metrics.log_frq"),  # Metrics.log_freq
         # job_config.py Float8Linear has enable_fsdp_float8_all_gather; _dict_to_dataclass recurses
         ("[quantize.linear.float8]\nenable_fsdp_float8_all_gathr = true", 8,
          "quantize.linear.float8.enable_fsdp_float8_all_gathr"),
@@ -453,7 +455,7 @@ def test_qwen3_moe_takes_expert_parallelism() -> None:
 
 def test_a_custom_config_module_s_section_is_said_not_refused() -> None:
     # manager.py _maybe_add_custom_config merges the module's dataclass: its sections are valid there
-    text = '[job]\ncustom_config_module = "my.config"\n[my_extension]\nknob = 1'
+    text = '[job]\ncustom_config_module = "my.config"\n[my_extension]\nknob = 1\n[checkpoint]\nmy_knob = 2'
     notes = import_torchtitan(text, 8, "h100-80gb", "job.toml").notes
     assert notes == ["[my_extension]: job.custom_config_module's section, not read by ppb (priced as if absent)"]
 

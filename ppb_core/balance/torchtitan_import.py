@@ -58,6 +58,29 @@ FIELD_KEYS = {
 NO_BEARING = frozenset(
     {"job", "profiling", "metrics", "lr_scheduler", "checkpoint", "validation", "comm", "memory_estimation"}
 )
+# job_config.py's keys (v0.2.2) of the sections ppb reads past or only glances at: a key outside them
+# is a typo torchtitan refuses (manager.py _dict_to_dataclass), whatever its bearing.
+OTHER_KEYS = {
+    "job": {"config_file", "dump_folder", "description", "print_config", "save_config_file", "custom_config_module"},
+    "profiling": {"enable_profiling", "save_traces_folder", "profile_freq", "profiler_active", "profiler_warmup",
+                  "enable_memory_snapshot", "save_memory_snapshot_folder"},
+    "metrics": {"log_freq", "enable_tensorboard", "disable_color_printing", "save_tb_folder", "save_for_all_ranks",
+                "enable_wandb"},
+    "lr_scheduler": {"warmup_steps", "total_steps", "decay_ratio", "decay_type", "min_lr_factor"},
+    "checkpoint": {"enable", "enable_ft_dataloader_checkpoints", "folder", "interval", "initial_load_path",
+                   "initial_load_model_only", "initial_load_in_hf", "initial_load_in_hf_quantized",
+                   "last_save_model_only", "last_save_in_hf", "export_dtype", "async_mode", "keep_latest_k",
+                   "load_step", "exclude_from_loading", "enable_first_step_checkpoint", "create_seed_checkpoint",
+                   "load_only"},
+    "validation": {"enable", "dataset", "dataset_path", "local_batch_size", "seq_len", "freq", "steps", "dataloader"},
+    "comm": {"init_timeout_seconds", "train_timeout_seconds", "trace_buf_size", "save_traces_folder",
+             "save_traces_file_prefix", "mode"},
+    "memory_estimation": {"enable", "disable_fake_mode"},
+    "fault_tolerance": {"enable", "process_group", "process_group_timeout_ms", "replica_id", "group_size",
+                        "min_replica_size", "semi_sync_method"},
+    "experimental": {"custom_import", "custom_args_module"},
+    "debug": {"seed", "deterministic", "deterministic_warn_only", "moe_force_load_balance"},
+}  # fmt: skip
 # job_config.py's keys of the sections ppb reads, with their defaults (v0.2.2).
 MODEL_KEYS = {"name": "llama3", "flavor": "debugmodel", "hf_assets_path": None, "tokenizer_path": None,
               "converters": [], "print_after_conversion": False}  # fmt: skip
@@ -148,8 +171,16 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         # manager.py ConfigManager._dict_to_dataclass refuses a name JobConfig lacks ("Invalid field
         # names"), unless job.custom_config_module merges in a dataclass that has it
         if not custom:
-            raise InputError(where, section, "is not a section of torchtitan v0.2.2's job config")
+            raise InputError(
+                where,
+                section,
+                f"is not a section of {RELEASE}'s job config (a custom module's: set job.custom_config_module)",
+            )
         notes.append(f"[{section}]: job.custom_config_module's section, not read by ppb (priced as if absent)")
+    for section, keys in OTHER_KEYS.items():
+        for key in toml.table(section):
+            if key not in keys and not custom:  # a custom module may add keys to a section too
+                raise InputError(where, f"{section}.{key}", f"is not a key of {RELEASE}'s [{section}]")
     model = toml.section("model", MODEL_KEYS)
     training = toml.section("training", TRAINING_KEYS)
     seq = toml.integer(training, "training", "seq_len")
