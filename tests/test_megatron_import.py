@@ -491,3 +491,10 @@ def test_flags_only_assigned_to_a_variable_are_said_to_be_unused() -> None:
     # the same variable handed to pretrain_gpt.py is read (14 layers)
     imported = import_megatron(f'MODEL_ARGS="{BASE}"\npretrain_gpt.py ${{MODEL_ARGS}}\n', 8, "h100-80gb")
     assert imported.raw["models"][0]["spec"]["num_layers"] == 14
+
+
+def test_a_pasted_command_line_is_read_as_flags_not_as_a_file_name(tmp_path) -> None:
+    out = tmp_path / "run.yaml"
+    line = f"torchrun --nproc_per_node 8 pretrain_gpt.py {BASE}"
+    assert main(["import", "megatron", line, "--device", "h100-80gb", "-o", str(out)]) == 0
+    assert load_run_config(out).parallel.dp == 8  # torchrun's 8 GPUs, tp = pp = 1

@@ -237,7 +237,8 @@ def imports(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "launch",
         metavar="LAUNCH",
-        help="megatron: a launch script, or the flags themselves as one text; torchtitan: the job's TOML file",
+        help="megatron: a launch script, or the flags (or the whole command line) as one quoted text; torchtitan: "
+        "the job's TOML file",
     )
     parser.add_argument(
         "--gpus",

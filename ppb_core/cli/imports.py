@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
         return _torchtitan(args, source)
     if not source.strip():
         raise InputError(None, "LAUNCH", "is empty: give Megatron-LM flags (--...) or a launch script")
-    if source.lstrip().startswith("--"):
+    pasted = not os.path.exists(source) and " --" in source  # a command line: `torchrun ... pretrain_gpt.py --...`
+    if source.lstrip().startswith("--") or pasted:
         text, where = source, "LAUNCH"
     else:
         if not os.path.exists(source):
