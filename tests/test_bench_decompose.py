@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("decompose", BENCH / "decompose.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["decompose"] = module  # its dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("decompose")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,15 @@ pretrain_gpt.py (tests/functional_tests/shell_test_utils/_run_training.sh, Megat
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_modules import load_bench
 
 from ppb_core.balance.megatron_import import import_megatron
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("megatron_ci", BENCH / "megatron_ci.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["megatron_ci"] = module  # its dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("megatron_ci")
 
 
 def test_the_ci_s_yaml_becomes_the_launch_it_runs(bench):

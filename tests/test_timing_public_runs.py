@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from bench_modules import load_bench
 
 from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "public_runs.py"
-
 
 @pytest.fixture(scope="module")
 def public():
-    spec = importlib.util.spec_from_file_location("public_runs", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["public_runs"] = module  # its dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("public_runs")
 
 
 def test_published_throughput_becomes_seconds(public):
@@ -234,9 +226,7 @@ def test_hopper_attention_at_head_size_64_follows_the_measured_rates():
 
 
 def test_the_transformer_engine_layer_bench_counts_the_layer_s_gemms_and_infers_their_time():
-    spec = importlib.util.spec_from_file_location("te_layer", BENCH.parent / "te_layer.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("te_layer")
     rows = bench.layer_rows()
     forward = sum(r.flops for r in rows if r.phase == "forward" and bench.op_class(r.name, r.category) == "gemm")
     # 16384 tokens × 4096 inputs into QKV 12288, projection 4096, FC1 16384; FC2 16384 → 4096.
