@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ppb_core.balance.torchtitan_import import import_torchtitan
-from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan
+from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
 from ppb_core.cli.main import main
 from ppb_core.config.recompute import TorchtitanRecompute
 
@@ -109,3 +109,29 @@ def test_the_printed_lines_import_back_to_the_plans_split(
         assert raw["training"]["recompute"] == {"mode": {"NONE": "none", "FULL": "full"}[used.pop()]}
     else:
         assert len(used) > 1 and "[activation_checkpoint]" not in said["lines"]
+        # beside it, the fastest plan torchtitan can say: one mode for every block, that fits, no faster
+        alternative = said["alternative"]
+        toml = REST + "\n".join(alternative["lines"]).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+        raw = import_torchtitan(toml, 8, "h100-80gb").raw
+        modes = {"no recompute": "none", "every layer fully recomputed": "full"}
+        assert raw["training"]["recompute"] == {"mode": modes[alternative["setting"]]}
+        assert raw["parallel"]["layout"].count("t") == 32 and raw["parallel"]["layout"].count("|") == len(counts) - 1
+        assert alternative["peak_memory_mb"] <= float(memory) and alternative["slower_by"] >= -1e-6
+
+
+def test_what_runs_as_it_stands_is_printed_first() -> None:
+    said = {
+        "lines": ["[parallelism]", "pipeline_parallel_degree = 2"],
+        "recompute_expressible": False,
+        "note": "why",
+        "alternative": {"lines": ["[activation_checkpoint]", 'mode = "full"'], "setting": "full", "slower_by": 0.125},
+    }
+    assert torchtitan_lines(said) == [
+        "torchtitan job TOML (the fastest plan torchtitan can say: full, 12.50% slower than the plan above):",
+        "  [activation_checkpoint]",
+        '  mode = "full"',
+        "torchtitan job TOML, the plan's split only, NOT runnable alone (it leaves out the plan's recompute):",
+        "  [parallelism]",
+        "  pipeline_parallel_degree = 2",
+        "  (why)",
+    ]

@@ -8,7 +8,8 @@
   chunk by chunk. V schedules (ZBVZeroBubble, DualPipeV) place stages as a V: not said here.
 * the recompute: `[activation_checkpoint] mode` is one setting for every block
   (torchtitan/distributed/activation_checkpoint.py `apply_ac`): none, full, or selective `op` when
-  the run's SLCT is torchtitan's per-op policy. A plan mixing options is not torchtitan's to say.
+  the run's SLCT is torchtitan's per-op policy. A plan mixing options is not torchtitan's to say:
+  then the fastest plan it can say is solved beside it (`add_alternative`).
 
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
 """
@@ -19,6 +20,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ppb_core.balance.outputs import cells
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.program import fastest_under
 from ppb_core.config.recompute import TorchtitanRecompute
 
 # ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
@@ -94,9 +98,47 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
     return out
 
 
+def add_alternative(
+    said: dict[str, Any], result: Mapping[str, Any], problem: BalanceInput, recompute: Any, time_limit: float | None
+) -> None:
+    """When torchtitan cannot say the plan's recompute: the fastest plan it can say (one mode for every
+    block: none, full, or the run's selective op policy), solved as the Megatron path solves its
+    settings (`program.fastest_under`), under `alternative` with how much slower it is."""
+    if said.get("recompute_expressible") or not said.get("lines") or result.get("objective") is None:
+        return
+    names = [name for name, option in (("none", "NONE"), ("full", "FULL")) if option in problem.options]
+    op = isinstance(recompute, TorchtitanRecompute) and recompute.mode == "selective" and recompute.option == "op"
+    if op and "SLCT" in problem.options:
+        names.append("selective")
+    found = fastest_under(problem, names, time_limit=time_limit)
+    if found is None:
+        said["no_alternative"] = "no plan fits under one mode for every block"
+        return
+    solution, setting = found
+    assert solution.plan is not None and solution.objective is not None
+    alternative = torchtitan({"input": result["input"], "cells": cells(solution.plan)}, recompute)
+    if alternative is None or not alternative.get("recompute_expressible"):
+        return
+    objective = result["objective"]
+    alternative.update(
+        setting=setting.describe(),
+        objective=solution.objective,
+        slower_by=solution.objective / objective - 1 if objective > 0 else None,
+        peak_memory_mb=solution.plan.peak_memory_mb,
+    )
+    said["alternative"] = alternative
+
+
 def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
-    """What `ppb balance` prints of the section."""
+    """What `ppb balance` prints of the section: what runs as it stands first."""
     lines: list[str] = []
+    alternative = said.get("alternative")
+    if alternative:
+        lines.append(
+            f"torchtitan job TOML (the fastest plan torchtitan can say: {alternative['setting']}, "
+            f"{alternative['slower_by']:.2%} slower than the plan above):"
+        )
+        lines += [f"  {line}" for line in alternative["lines"]]
     if said.get("lines"):
         if said.get("recompute_expressible"):
             lines.append("torchtitan job TOML:")
@@ -107,4 +149,6 @@ def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
         lines += [f"  {line}" for line in said["lines"]]
     if said.get("note"):
         lines.append(f"  ({said['note']})")
+    if said.get("no_alternative"):
+        lines.append(f"  (no plan torchtitan can say beside it: {said['no_alternative']})")
     return lines
