@@ -61,6 +61,7 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
     assert torchtitan(_result(grid, "interleaved", "megatron"), None) is None
     assert torchtitan(_result([[{"NONE": 6}]], "1f1b"), None) is None  # PP 1: no split to say
     assert torchtitan(_result(grid, "dualpipev"), None)["lines"] is None  # type: ignore[index]
+    assert torchtitan(_result(grid, "gpipe"), None)["lines"] is None  # type: ignore[index]
 
 
 def _balance(tmp_path: Path, parallelism: str, memory: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

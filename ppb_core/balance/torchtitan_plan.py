@@ -71,6 +71,8 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
         return None
     if schedule not in SCHEDULE_NAMES:
         return {"lines": None, "note": f"the {schedule} schedule's V placement is not said in torchtitan's TOML"}
+    if schedule == "gpipe" and chunks > 1:  # torchtitan's GPipe runs one stage a rank
+        return {"lines": None, "note": f"torchtitan's GPipe runs one stage a rank, not {chunks}"}
     if given.get("mtp_layers"):
         return {"lines": None, "note": "torchtitan v0.2.2's decoder has no MTP layers to place"}
     grid = result["cells"]  # [chunk][stage]; model order is chunk by chunk (loop style)
