@@ -1024,3 +1024,26 @@ def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: 
         stopped_by="infeasible",
         notes=notes,
     )
+
+
+def fastest_under(
+    problem: BalanceInput, names: Sequence[str], exact: bool = True, time_limit: float | None = None
+) -> tuple[Solution, Setting] | None:
+    """The fastest plan under one of the settings *names* (none, full, selective) for every layer, as
+    `_megatron` solves Megatron-Core's, for a framework whose recompute is one mode for every block
+    (torchtitan's `[activation_checkpoint]`); None when no plan fits under any of them."""
+    clock = Clock(time_limit)
+    report = Reporter(None, clock)
+    candidates = [Setting(name) for name in names]
+    shared = WorkLimits().scaled(1 / max(1, len(candidates)))
+    best: tuple[Solution, Setting] | None = None
+    for setting in candidates:
+        if clock.out:
+            break
+        catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
+        found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting)
+        if found.plan is None or found.objective is None:
+            continue
+        if best is None or _before(found, best[0]):
+            best = (found, setting)
+    return best

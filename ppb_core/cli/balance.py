@@ -24,6 +24,7 @@ from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
+from ppb_core.balance.torchtitan_plan import add_alternative, torchtitan, torchtitan_lines
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
@@ -174,8 +175,12 @@ def run(args: argparse.Namespace) -> int:
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
-    if run_config is not None:  # every time in seconds, the plan's iteration priced
-        result = plan_in_seconds(run_config, result)
+    if run_config is not None:
+        said = torchtitan(result, run_config.training.recompute)
+        if said is not None:  # a torchtitan run's plan in its job TOML's words, beside `megatron`
+            add_alternative(said, result, problem, run_config.training.recompute, time_limit)
+            result["torchtitan"] = said
+        result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -208,7 +213,7 @@ def _number(value: float | None, digits: int = 6) -> str:
 
 def render(result: dict[str, Any], solve_s: float) -> None:
     """The plan as rich tables: a summary (with the *solve_s* wall-clock seconds the solve took), the
-    stages, the yaml to paste, Megatron-LM flags, baselines."""
+    stages, the yaml to paste, Megatron-LM flags, torchtitan TOML lines, baselines."""
 
     console = table_console()
     given = result["input"]
@@ -267,6 +272,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
         for line in megatron_lines(result["megatron"]):
+            console.print(escape(line), soft_wrap=True)
+        for line in torchtitan_lines(result.get("torchtitan") or {}):
             console.print(escape(line), soft_wrap=True)
         ties = result.get("ties")
         if ties:

@@ -59,7 +59,7 @@ def in_seconds(result: dict[str, Any], unit_s: float) -> dict[str, Any]:
             out[key] = [_renamed(row, ROW_TIMES[key], unit_s) for row in value]
         elif key == "timeline":
             out[key] = {name: _renamed(run, TIMELINE_TIMES, unit_s) for name, run in value.items()}
-        elif key == "megatron" and "alternative" in value:
+        elif key in ("megatron", "torchtitan") and "alternative" in value:
             out[key] = {**value, "alternative": _renamed(value["alternative"], ("objective",), unit_s)}
         else:
             out[key] = value

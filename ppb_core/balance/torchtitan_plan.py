@@ -1,0 +1,156 @@
+"""The TOML lines torchtitan v0.2.2 (commit 73a0e697) takes for a balance plan's split and recompute.
+
+* the split: `[parallelism] module_fqns_per_model_part` (torchtitan/config/job_config.py), one list
+  of module names per stage in stage order, `tok_embeddings` on the first, `layers.N` for each body
+  layer, `norm` and `output` on the last (the names of pipeline_parallel.py
+  `generate_llm_fqn_per_model_part`). Looped schedules put stage `rank + chunk·P` on each rank
+  (pipeline_module_split `_get_stage_indices`, style "loop"), so stage order is ppb's model order,
+  chunk by chunk. V schedules (ZBVZeroBubble, DualPipeV) place stages as a V: not said here.
+* the recompute: `[activation_checkpoint] mode` is one setting for every block
+  (torchtitan/distributed/activation_checkpoint.py `apply_ac`): none, full, or selective `op` when
+  the run's SLCT is torchtitan's per-op policy. A plan mixing options is not torchtitan's to say:
+  then the fastest plan it can say is solved beside it (`add_alternative`).
+
+`ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ppb_core.balance.outputs import cells
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.program import fastest_under
+from ppb_core.config.recompute import TorchtitanRecompute
+
+# ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
+SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+
+
+def module_fqns(layers_per_stage: Sequence[int]) -> list[list[str]]:
+    """`module_fqns_per_model_part` for these body layers per stage (stage order)."""
+    parts, placed = [], 0
+    last = len(layers_per_stage) - 1
+    for index, count in enumerate(layers_per_stage):
+        names = ["tok_embeddings"] if index == 0 else []
+        names += [f"layers.{placed + n}" for n in range(count)]
+        placed += count
+        if index == last:
+            names += ["norm", "output"]
+        parts.append(names)
+    return parts
+
+
+def activation_checkpoint(used: set[str], recompute: Any) -> tuple[dict[str, str] | None, str | None]:
+    """The `[activation_checkpoint]` keys for a plan running the options *used*, or None and why not."""
+    if used <= {"NONE"}:
+        return {"mode": "none"}, None
+    if used == {"FULL"}:
+        return {"mode": "full"}, None
+    if used == {"SLCT"}:
+        if isinstance(recompute, TorchtitanRecompute) and recompute.mode == "selective" and recompute.option == "op":
+            return {"mode": "selective", "selective_ac_option": "op"}, None
+        return None, (
+            "SLCT here is ppb's switch set; write training.recompute in torchtitan's words "
+            "({mode: selective, option: op}) to plan with the policy torchtitan takes"
+        )
+    return None, (
+        f"the plan uses {', '.join(sorted(used))} on different layers; torchtitan's [activation_checkpoint] "
+        "takes one mode for every block: the recompute is not expressible, only the split is"
+    )
+
+
+def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | None:
+    """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's
+    with PP > 1), from the result's `input` and `cells`; *recompute* is the run's `training.recompute`."""
+    given = result["input"]
+    stages, chunks, schedule = given["stages"], given["interleave"], given["schedule"]
+    if given.get("framework") != "torchtitan" or stages < 2 or "cells" not in result:
+        return None
+    if schedule not in SCHEDULE_NAMES:
+        return {"lines": None, "note": f"the {schedule} schedule's V placement is not said in torchtitan's TOML"}
+    if schedule == "gpipe" and chunks > 1:  # torchtitan's GPipe runs one stage a rank
+        return {"lines": None, "note": f"torchtitan's GPipe runs one stage a rank, not {chunks}"}
+    if given.get("mtp_layers"):
+        return {"lines": None, "note": "torchtitan v0.2.2's decoder has no MTP layers to place"}
+    grid = result["cells"]  # [chunk][stage]; model order is chunk by chunk (loop style)
+    ordered = [grid[v][s] for v in range(chunks) for s in range(stages)]
+    layers = [sum(cell["options"].values()) for cell in ordered]
+    used = {option for cell in ordered for option, n in cell["options"].items() if n}
+    fqns = module_fqns(layers)
+    ac, why = activation_checkpoint(used, recompute)
+    lines = [
+        "[parallelism]",
+        f"pipeline_parallel_degree = {stages}",
+        f'pipeline_parallel_schedule = "{SCHEDULE_NAMES[schedule]}"',
+        f"module_fqns_per_model_part = {json.dumps(fqns)}",
+    ]
+    if ac is not None:
+        lines += ["[activation_checkpoint]", *(f'{key} = "{value}"' for key, value in ac.items())]
+    out: dict[str, Any] = {
+        "lines": lines,
+        "module_fqns_per_model_part": fqns,
+        "activation_checkpoint": ac,
+        "recompute_expressible": ac is not None,
+    }
+    if why is not None:
+        out["note"] = why
+    return out
+
+
+def add_alternative(
+    said: dict[str, Any], result: Mapping[str, Any], problem: BalanceInput, recompute: Any, time_limit: float | None
+) -> None:
+    """When torchtitan cannot say the plan's recompute: the fastest plan it can say (one mode for every
+    block: none, full, or the run's selective op policy), solved as the Megatron path solves its
+    settings (`program.fastest_under`), under `alternative` with how much slower it is."""
+    if said.get("recompute_expressible") or not said.get("lines") or result.get("objective") is None:
+        return
+    names = [name for name, option in (("none", "NONE"), ("full", "FULL")) if option in problem.options]
+    op = isinstance(recompute, TorchtitanRecompute) and recompute.mode == "selective" and recompute.option == "op"
+    if op and "SLCT" in problem.options:
+        names.append("selective")
+    found = fastest_under(problem, names, time_limit=time_limit)
+    if found is None:
+        said["no_alternative"] = "no plan fits under one mode for every block"
+        return
+    solution, setting = found
+    assert solution.plan is not None and solution.objective is not None
+    alternative = torchtitan({"input": result["input"], "cells": cells(solution.plan)}, recompute)
+    if alternative is None or not alternative.get("recompute_expressible"):
+        return
+    objective = result["objective"]
+    alternative.update(
+        setting=setting.describe(),
+        objective=solution.objective,
+        slower_by=solution.objective / objective - 1 if objective > 0 else None,
+        peak_memory_mb=solution.plan.peak_memory_mb,
+    )
+    said["alternative"] = alternative
+
+
+def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
+    """What `ppb balance` prints of the section: what runs as it stands first."""
+    lines: list[str] = []
+    alternative = said.get("alternative")
+    if alternative:
+        lines.append(
+            f"torchtitan job TOML (the fastest plan torchtitan can say: {alternative['setting']}, "
+            f"{alternative['slower_by']:.2%} slower than the plan above):"
+        )
+        lines += [f"  {line}" for line in alternative["lines"]]
+    if said.get("lines"):
+        if said.get("recompute_expressible"):
+            lines.append("torchtitan job TOML:")
+        else:  # the split under the run's own [activation_checkpoint] is not the plan and need not fit
+            lines.append(
+                "torchtitan job TOML, the plan's split only, NOT runnable alone (it leaves out the plan's recompute):"
+            )
+        lines += [f"  {line}" for line in said["lines"]]
+    if said.get("note"):
+        lines.append(f"  ({said['note']})")
+    if said.get("no_alternative"):
+        lines.append(f"  (no plan torchtitan can say beside it: {said['no_alternative']})")
+    return lines
