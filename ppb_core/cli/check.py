@@ -36,7 +36,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
-    every_option = run_problem(run, describe_run(run, withdrawing=False))
+    every_option = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
     modules = selective_modules(run)
     plan, form, mtp_cell = read_plan(every_option, args.plan, modules, run)
     bodies = every_option.describe()["bodies"]
