@@ -7,9 +7,18 @@ import dataclasses
 import pytest
 from bench_modules import load_bench
 
-from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
+from ppb_core.config.devices import (
+    ATTENTION_DROPOUT_COST_SM90,
+    DEVICE_CATALOG,
+    FP8_GEMM_KERNEL_US_B200,
+    GEMM_KERNEL_US_B200,
+)
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import BODY, walk
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +271,35 @@ def test_hopper_gemms_follow_transformer_engine_s_kernels_in_a_tp8_gpt3_layer():
     ms, _ = bench.priced(sequence_parallel=False)
     priced = sum(ms[op, "forward"] for ops in bench.GEMM_OPS.values() for op in ops) * 1e3
     assert priced == pytest.approx(sum(ours.values()), rel=1e-6)
+
+
+def _flash_ms(raw: dict) -> dict[tuple[str, str], float]:
+    """Our ms of a one-layer run's flash-attention ops, by (op, pass)."""
+    run = parse_run_config(raw, "test")
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run).layers if layer.node == BODY)
+    rows = model.breakdown(layer, LayerType.NOT_REC_LAYER)
+    return {(r.name, r.phase): r.ms for r in rows if r.name.endswith(("flash_scores", "flash_context"))}
+
+
+def test_attention_dropout_costs_cudnn_its_measured_share_on_hopper():
+    # NVIDIA/TransformerEngine issue #3312: FusedAttention, sbhd, H200, forward + backward 0.594 ms at
+    # dropout 0 and 0.614 ms at 0.1: 0.614 / 0.594 = 1.03367.
+    assert abs(ATTENTION_DROPOUT_COST_SM90 - 0.0337) < 1e-4
+    assert DEVICE_CATALOG["h100-80gb"].attention_dropout_cost == ATTENTION_DROPOUT_COST_SM90
+    bench = load_bench("te_layer_tp8")
+    with_dropout = bench.gpt3_layer(True)  # attention dropout 0.1
+    without = {**with_dropout, "models": [{**with_dropout["models"][0]}]}
+    without["models"][0]["spec"] = {**with_dropout["models"][0]["spec"], "attention_dropout": 0.0}
+    on, off = _flash_ms(with_dropout), _flash_ms(without)
+    assert set(on) == set(off) and len(on) == 4  # scores and context, forward and backward
+    for key in on:
+        assert on[key] == pytest.approx(off[key] * 1.0337, rel=1e-9)
+    # No measurement for FlashAttention-2 (torchtitan's SDPA) nor A100: priced as without dropout.
+    for framework, device in (("torchtitan", "h100-80gb"), ("megatron", "a100-80gb")):
+        edits = {"framework": framework, "device": {"name": device}}
+        on, off = _flash_ms({**with_dropout, **edits}), _flash_ms({**without, **edits})
+        assert on == off
 
 
 # XLA's measured sm_90 matmul table (tensorflow/tensorflow third_party/xla/xla/service/gpu/model/

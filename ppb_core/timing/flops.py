@@ -102,6 +102,9 @@ class Op:
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
     attention: tuple[float, float, float, float, float] | None = None
+    # Whether that kernel applies attention dropout (its mask drawn inside the kernel; priced by
+    # `Kernels.attention_dropout_cost`).
+    attention_dropout: bool = False
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
@@ -592,6 +595,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 6 * pairs * d_qk,
                 2 * qk_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
             Op(
                 context,
@@ -605,6 +609,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * v_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
         ]
     else:

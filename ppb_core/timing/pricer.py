@@ -230,6 +230,8 @@ class TimeModel:
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
             seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
+            if op.attention_dropout:
+                seconds *= 1 + kernels.attention_dropout_cost
             return seconds if phase in ("forward", "backward") else seconds / 2
         if op.gemm is not None:
             m, k, n, groups, fused = op.gemm
