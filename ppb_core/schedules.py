@@ -288,9 +288,10 @@ def combined_steps(
     for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1):
         held = [0] * chunks
         found = []
-        for op, following in zip(order, [*order[1:], None], strict=True):
-            if op.kind == "F" and following is not None and following.kind == "B":
-                found.append((tuple(held), op.chunk, following.chunk))
+        steady = _steady_backwards(order)  # a stage whose forwards all come first runs them apart
+        for index, op in enumerate(order):
+            if index + 1 in steady:
+                found.append((tuple(held), op.chunk, order[index + 1].chunk))
             held[op.chunk] += 1 if op.kind == "F" else -1
         steps.append(found)
     return steps
@@ -320,8 +321,9 @@ def combined_in_flight_vectors(
     ):
         held = [0] * chunks
         seen = {step[0] for step in steps}
-        for op, following in zip(order, [*order[1:], None], strict=True):
-            in_step = op.kind == "F" and following is not None and following.kind == "B"
+        steady = _steady_backwards(order)
+        for index, op in enumerate(order):
+            in_step = index + 1 in steady
             held[op.chunk] += 1 if op.kind == "F" else -1
             if not in_step:  # a step's forward runs beside its backward (`combined_steps`)
                 seen.add(tuple(held))
