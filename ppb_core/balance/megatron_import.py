@@ -35,7 +35,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
   `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
-  `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`);
+  `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
+  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
@@ -571,6 +572,7 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
+    training.update(_offload(args, notes))
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
     if router_dtype is not None:
@@ -585,6 +587,40 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     return training
+
+
+# --offload-modules' choices (transformer_config.py `offload_modules`, d98e8a64) ppb does not price
+_OFFLOAD_NOT_PRICED = {
+    "fused_group_mlp": "the op fuser's whole grouped MLP (--use-transformer-engine-op-fuser)",
+    "gdp_qkv": "the hybrid model's GatedDeltaProduct mixer",
+}
+_OFFLOAD_CHOICES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def _offload(args: _Args, notes: list[str]) -> dict[str, Any]:
+    """Fine-grained activation offloading (`--fine-grained-activation-offloading`, `--offload-modules`,
+    `--min-offloaded-tensor-size`: TransformerConfig's fields, d98e8a64); the module list without the
+    flag offloads nothing, as Megatron-Core reads it."""
+    modules = args.words("--offload-modules") or []
+    size = args.integer("--min-offloaded-tensor-size")
+    if not args.has("--fine-grained-activation-offloading"):
+        return {}
+    if not modules:  # transformer_config.py asserts a non-empty list
+        raise InputError(args.where, "--offload-modules", "needed with --fine-grained-activation-offloading")
+    priced = []
+    for module in modules:
+        if module in _OFFLOAD_NOT_PRICED:
+            why = _OFFLOAD_NOT_PRICED[module]
+            notes.append(f"--offload-modules {module}: {why}, not modelled (kept on the device)")
+        elif module not in _OFFLOAD_CHOICES:
+            choices = ", ".join((*_OFFLOAD_CHOICES, *_OFFLOAD_NOT_PRICED))
+            raise InputError(args.where, "--offload-modules", f"{shown(module)}: Megatron-Core's choices are {choices}")
+        elif module not in priced:
+            priced.append(module)
+    found: dict[str, Any] = {"offload_modules": priced} if priced else {}
+    if size is not None:
+        found["min_offloaded_tensor_size"] = size
+    return found
 
 
 def _flash(args: _Args) -> bool:

@@ -51,6 +51,9 @@ from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
 Dtype = Literal["bf16", "fp16", "fp32"]
+# Megatron-Core's fine-grained activation offloading modules ppb prices (transformer_config.py
+# `offload_modules`, d98e8a64; `fused_group_mlp` and the hybrid model's `gdp_qkv` are not priced)
+OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
@@ -338,6 +341,14 @@ class Training(StrictModel):
     )
     wgrad_deferral_limit: Annotated[NonNegativeInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = Field(
         0, description="Megatron's --wgrad-deferral-limit: micro-batches deferred (0: every one)"
+    )
+    offload_modules: list[OffloadModule] = Field(
+        default_factory=list,
+        description="Megatron's --fine-grained-activation-offloading --offload-modules: the modules whose saved "
+        "tensors go to host memory between their forward and backward (ppb_core.memory.frameworks.offload)",
+    )
+    min_offloaded_tensor_size: Annotated[NonNegativeInt, limits.at_most(limits.SEQUENCE**2, "elements")] = Field(
+        1024 * 1024, description="Megatron's --min-offloaded-tensor-size: smaller saved tensors stay on the device"
     )
 
     @field_validator("dropout")
@@ -950,6 +961,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_optimizer_instances(run, where)
     if train.defer_embedding_wgrad_compute or train.wgrad_deferral_limit:
         _check_deferral(run, where)
+    if train.offload_modules:
+        _check_offload(run, where)
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
         # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
         # supported with moe_grouped_gemm"
@@ -1033,6 +1046,22 @@ def _check_deferral(run: RunConfig, where: str) -> None:
         problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
     elif not run.timing.gradient_accumulation_fusion:
         problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_offload(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of fine-grained activation offloading (transformer_config.py
+    `TransformerConfig.__post_init__`, arguments.py `validate_args`, d98e8a64), each refused in one line."""
+    modules, field, problem = run.training.offload_modules, "training.offload_modules", None
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's fine-grained activation offloading: set framework megatron"
+    elif run.timing.transformer_impl != "transformer_engine":
+        problem = "needs timing.transformer_impl transformer_engine, as Megatron-LM asserts"
+    elif "attn_proj" in modules and "core_attn" not in modules:
+        problem = "attn_proj needs core_attn (its input is core_attn's output, which core_attn's backward needs)"
+    elif "moe" in run.recompute.modules and {"expert_fc1", "moe_act"} & set(modules):
+        problem = "expert_fc1 and moe_act cannot be offloaded while moe is recomputed, as Megatron-Core asserts"
     if problem is not None:
         raise InputError(where, field, problem)
 
