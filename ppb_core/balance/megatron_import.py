@@ -581,6 +581,9 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         moe["router_dtype"] = router_dtype
     if args.has("--moe-permute-fusion"):
         moe["permute_fusion"] = True
+    router = _router(args)
+    if router:
+        moe["router"] = router
     capacity = args.text("--moe-expert-capacity-factor")
     if capacity is not None:
         moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
@@ -621,6 +624,55 @@ def _offload(args: _Args, notes: list[str]) -> dict[str, Any]:
     if size is not None:
         found["min_offloaded_tensor_size"] = size
     return found
+
+
+ROUTER_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none")
+
+
+def _router(args: _Args) -> dict[str, Any]:
+    """`training.moe.router` from Megatron's router flags (arguments.py, transformer_config.py d98e8a64:
+    `--moe-router-load-balancing-type` aux_loss and `--moe-aux-loss-coeff` 0.0, one per type, by
+    default; router.py `get_aux_loss_coeff`: a loss runs where its coefficient is above 0)."""
+    where = args.where
+    types = args.words("--moe-router-load-balancing-type") or ["aux_loss"]
+    for kind in types:
+        if kind not in ROUTER_BALANCING:
+            why = f"{shown(kind)}: one of {', '.join(ROUTER_BALANCING)}"
+            raise InputError(where, "--moe-router-load-balancing-type", why)
+    if "quantile_balancing" in types:
+        why = "quantile_balancing: ppb does not price its routing"
+        raise InputError(where, "--moe-router-load-balancing-type", why)
+    words = args.words("--moe-aux-loss-coeff") or ["0.0"]
+    try:
+        coefficients = [float(word) for word in words]
+    except ValueError:
+        raise InputError(where, "--moe-aux-loss-coeff", f"{shown(' '.join(words))} is not a number") from None
+    if len(coefficients) == 1:
+        coefficients *= len(types)
+    if len(coefficients) != len(types):
+        why = f"{len(coefficients)} coefficients for {len(types)} load-balancing types"
+        raise InputError(where, "--moe-aux-loss-coeff", why)
+    router: dict[str, Any] = {}
+    aux = [kind for kind, coefficient in zip(types, coefficients, strict=True) if coefficient > 0 and "aux" in kind]
+    if aux:
+        router["aux_losses"] = aux
+    if "sinkhorn" in types:
+        router["sinkhorn"] = True
+    score = args.text("--moe-router-score-function", "softmax")
+    if score not in ("softmax", "sigmoid", "sqrtsoftplus"):
+        raise InputError(where, "--moe-router-score-function", f"{shown(score)}: softmax, sigmoid or sqrtsoftplus")
+    if score != "softmax":
+        router["score_function"] = score
+    for flag, name in (
+        ("--moe-z-loss-coeff", "z_loss"),
+        ("--moe-router-enable-expert-bias", "expert_bias"),
+        ("--moe-router-fusion", "fusion"),
+        ("--moe-router-pre-softmax", "pre_softmax"),
+        ("--moe-router-topk-scaling-factor", "topk_scaling"),
+    ):
+        if args.has(flag):
+            router[name] = True
+    return router
 
 
 def _flash(args: _Args) -> bool:

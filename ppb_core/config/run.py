@@ -223,6 +223,32 @@ class Parallel(StrictModel):
         return self
 
 
+class MoeRouter(StrictModel):
+    """Megatron's top-k router as configured (megatron/core/transformer/moe/router.py `TopKRouter`,
+    d98e8a64): which kernels it launches (`ppb_core.timing.router`). Defaults are Megatron's
+    (transformer_config.py: softmax scores, the aux_loss type at coefficient 0, so no auxiliary loss)."""
+
+    score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = Field(
+        "softmax", description="--moe-router-score-function"
+    )
+    aux_losses: list[Literal["aux_loss", "seq_aux_loss", "global_aux_loss"]] = Field(
+        default_factory=list,
+        description="the --moe-router-load-balancing-type losses whose --moe-aux-loss-coeff is above 0",
+    )
+    sinkhorn: bool = Field(False, description="--moe-router-load-balancing-type sinkhorn (S-BASE balancing)")
+    z_loss: bool = Field(False, description="--moe-z-loss-coeff given")
+    expert_bias: bool = Field(False, description="--moe-router-enable-expert-bias (aux-loss-free balancing)")
+    fusion: bool = Field(False, description="--moe-router-fusion: Transformer Engine's fused router kernels")
+    pre_softmax: bool = Field(False, description="--moe-router-pre-softmax")
+    topk_scaling: bool = Field(False, description="--moe-router-topk-scaling-factor given")
+
+    @model_validator(mode="after")
+    def _one_balancing(self) -> MoeRouter:
+        if self.sinkhorn and self.aux_losses:
+            raise ValueError("sinkhorn routing takes no aux loss (router.py asserts moe_aux_loss_coeff == 0)")
+        return self
+
+
 class MoeTraining(StrictModel):
     """How the router's tokens reach the experts, in Megatron's terms: dropless (no
     `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor."""
@@ -248,6 +274,7 @@ class MoeTraining(StrictModel):
         "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
     )
 
+    router: MoeRouter = Field(default_factory=MoeRouter, description="the router's settings (Megatron's flags)")
     grouped_gemm: bool = Field(
         True,
         description="Megatron's --moe-grouped-gemm: the local experts as one TEGroupedMLP, whose grouped GEMM "

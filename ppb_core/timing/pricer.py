@@ -479,6 +479,7 @@ class TimeModel:
                     wgrad_fused=run.timing.gradient_accumulation_fusion,
                     fills=fills,
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
+                    router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
