@@ -115,6 +115,13 @@ def test_torchtitan_modes_and_options():
         ({"granularity": "selective"}, "mindformers", "this run's framework is mindformers"),
         ({"mode": "full"}, "megatron", "mode, option are torchtitan's words; this run's framework is megatron"),
         ({"mode": "full"}, None, "torchtitan's words"),
+        # both frameworks' words at once: said so, whichever the run's framework (it read "mode: unknown field")
+        (
+            {"mode": "selective", "option": "op", "granularity": "full"},
+            "torchtitan",
+            "granularity (Megatron's words) beside mode, option (torchtitan's)",
+        ),
+        ({"granularity": "selective", "option": 2}, None, "granularity (Megatron's words) beside option"),
     ],
 )
 def test_words_of_another_framework_are_refused_in_one_line(recompute, framework, words):
