@@ -952,6 +952,23 @@ def _check_sizes(run: RunConfig, where: str) -> None:
     limits.check_schedule(par.pp, par.vpp, train.micro_batches, where, "training.micro_batches")
 
 
+def _check_megatron_modules(run: RunConfig, where: str) -> None:
+    """`--recompute-modules` as Megatron-Core refuses them (transformer_config.py
+    `TransformerConfig.__post_init__`, d98e8a64), as `ppb check --plan` does for the flags."""
+    modules = run.recompute.modules
+    plain = [name for name in run.model_names if not run.is_vision(name) and not run.spec(name).is_mla]
+    if "mla_up_proj" in modules and plain:
+        # "mla_up_proj in recompute_modules is only supported with multi_latent_attention"
+        said = f"mla_up_proj needs multi-latent attention, which {plain[0]} has not"
+        raise InputError(where, "training.recompute", said)
+    fp8_delayed = run.timing.matmul_dtype == "fp8" and run.timing.fp8_recipe == "delayed"
+    if fp8_delayed and modules & {"moe_act", "layernorm"}:
+        # "Delayed scaling does not support moe_act and layernorm recompute for fp8"
+        named = " and ".join(sorted(modules & {"moe_act", "layernorm"}))
+        said = f"{named} under FP8's delayed scaling (timing.fp8_recipe): Megatron-Core refuses it"
+        raise InputError(where, "training.recompute", said)
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -996,6 +1013,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", "moe_act needs training.moe.grouped_gemm (Megatron's --moe-grouped-gemm)"
         )
+    if run.framework == "megatron":
+        _check_megatron_modules(run, where)
     if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
