@@ -47,6 +47,9 @@ Sources:
   pre-training on DGX H100 (FP8 current scaling) and DGX B200 (FP8, MXFP8), tokens/s per GPU; the
   parallel sizes from the table, every other flag from the release's recipes (Megatron-Bridge
   v0.2.0): bench/_nemo.py.
+- torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
+  2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
+  June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -79,6 +82,7 @@ from _public import (  # noqa: E402
     run_config,
     torchtitan_llama31_8b,
 )
+from _titan import TITAN_SOURCES, titan_rows  # noqa: E402
 
 from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
@@ -510,6 +514,11 @@ def _nemo_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in nemo_rows()]
 
 
+def _titan_runs() -> list[PublicRun]:
+    """torchtitan's other published benchmark rows (bench/_titan.py), on its 500 W H100 (and Trainy's H200)."""
+    return [PublicRun(**row) for row in titan_rows(TITAN_H100)]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -519,6 +528,7 @@ def public_runs() -> list[PublicRun]:
         *_deepseek_runs(),
         *_megatron_ci_runs(),
         *_nemo_runs(),
+        *_titan_runs(),
     ]
 
 
@@ -614,7 +624,7 @@ def print_class_factors() -> None:
 def main() -> int:
     print(f"machine: {machine()}")
     results = evaluate()
-    print(f"{'run':48s} {'published':>26s} {'seconds':>8s} {'ours':>8s} {'error':>7s} {'mbs 2':>7s}")
+    print(f"{'run':56s} {'published':>26s} {'seconds':>8s} {'ours':>8s} {'error':>7s} {'mbs 2':>7s}")
     for row, predicted in results:
         error = predicted / row.seconds - 1
         other = (
@@ -622,13 +632,15 @@ def main() -> int:
             if row.source != MEGATRON_TABLE
             else f"{run_iteration(with_micro_batch(row, 2)).seconds / row.seconds - 1:+7.1%}"
         )
-        print(f"{row.name:48s} {row.published:>26s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%} {other:>7s}")
+        print(f"{row.name:56s} {row.published:>26s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%} {other:>7s}")
     ci = [(row, predicted) for row, predicted in results if row.source.startswith(MEGATRON_TESTS)]
     nemo = [(row, predicted) for row, predicted in results if row.source == NEMO]
-    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo]
+    titan = [(row, predicted) for row, predicted in results if row.source.startswith(TITAN_SOURCES)]
+    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo + titan]
     print(f"mean absolute error over the {len(tables)} published tables' runs: {mean_error(tables):.1%}")
     print(f"mean absolute error over the {len(ci)} Megatron CI runs: {mean_error(ci):.1%}")
     print(f"mean absolute error over the {len(nemo)} NeMo 25.11 performance-summary runs: {mean_error(nemo):.1%}")
+    print(f"mean absolute error over the {len(titan)} other torchtitan benchmark runs: {mean_error(titan):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "

@@ -34,6 +34,25 @@ def test_published_throughput_becomes_seconds(public):
     assert rows["NeMo Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)"].seconds == pytest.approx(20.805, rel=1e-4)
 
 
+def test_torchtitan_benchmark_rows_count_tokens_as_torchtitan_s_train_py(public):
+    rows = {row.name: row for row in public.public_runs() if row.source.startswith(public.TITAN_SOURCES)}
+    assert len(rows) == 26
+    # torchtitan train.py (9dec370): tps = labels of the local batch (before CP shards them) over the
+    # window's time and cp·tp·pp. Table 2, FSDP 4 CP 2: 1 · 65536 / (2540 · 2) = 12.9008 s.
+    assert rows["torchtitan 8B FSDP4 CP2 s65536 (8 H100)"].seconds == pytest.approx(12.9008, rel=1e-4)
+    # Table 5, interleaved: local batch 32 of 8192 at 128 tokens/s over tp 8 · pp 8: 262,144 / 8,192 = 32 s.
+    assert rows["torchtitan 405B FSDP8 TP8 PP8 interleaved (512 H100)"].seconds == pytest.approx(32.0)
+    # the async-TP file, 8B Float8 async: 12 · 8192 / (5570.1 · 8) = 98,304 / 44,560.8 = 2.2061 s.
+    assert rows["torchtitan 8B FSDP8 TP8 Float8 AsyncTP (64 H100, 2025)"].seconds == pytest.approx(2.2061, rel=1e-4)
+    # Trainy's H200, 4 nodes, no TP/PP/CP: 2 · 8192 / 10938 = 1.4979 s.
+    assert rows["torchtitan 8B FSDP32 compile + Float8 (32 H200)"].seconds == pytest.approx(1.4979, rel=1e-4)
+    # Table 5's local batch of 32 in the PP degree's 8 micro-batches of 4; FSDP over the 8 replicas
+    run = public.config(rows["torchtitan 405B FSDP8 TP8 PP8 1f1b (512 H100)"])
+    assert (run.training.micro_batch_size, run.training.micro_batches, run.parallel.dp) == (4, 8, 8)
+    compiled = public.config(rows["torchtitan 8B FSDP compile + Float8 (8 H100)"]).timing
+    assert compiled.torch_compile and compiled.matmul_dtype == "fp8" and compiled.fp8_recipe == "tensorwise"
+
+
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
     assert len(rows) == 9
@@ -54,7 +73,8 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     assert len(results) == len(public.public_runs())
     ci = [result for result in results if result[0].source.startswith(public.MEGATRON_TESTS)]
     nemo = [result for result in results if result[0].source == public.NEMO]
-    tables = [result for result in results if result not in ci + nemo]
+    titan = [result for result in results if result[0].source.startswith(public.TITAN_SOURCES)]
+    tables = [result for result in results if result not in ci + nemo + titan]
     assert len(ci) == 6 and len(tables) == 18
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
     # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
@@ -63,6 +83,8 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     assert public.mean_error(ci) < 0.30
     # NeMo 25.11's rows, held out: 26.3% today (docs/timing.md), the B200 MoE rows the worst
     assert public.mean_error(nemo) < 0.40
+    # torchtitan's compiled, Float8, 2D-4D rows, held out: 23.1% today, every row fast (docs/timing.md)
+    assert public.mean_error(titan) < 0.30
 
 
 def test_megatron_ci_seconds_are_the_median_of_the_steady_logged_iterations(public):
