@@ -50,6 +50,8 @@ Sources:
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
+- BLOOM 176B (BigScience tr11, Megatron-DeepSpeed, 384 A100 80GB): the logged seconds of one iteration
+  at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -69,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by its path
 
+from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
 from _nemo import NEMO, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
@@ -525,6 +528,11 @@ def _titan_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in titan_rows(TITAN_H100)]
 
 
+def _bloom_runs() -> list[PublicRun]:
+    """BLOOM 176B's logged iteration (bench/_bigscience.py)."""
+    return [PublicRun(**bloom_row())]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -535,6 +543,7 @@ def public_runs() -> list[PublicRun]:
         *_megatron_ci_runs(),
         *_nemo_runs(),
         *_titan_runs(),
+        *_bloom_runs(),
     ]
 
 
@@ -642,11 +651,13 @@ def main() -> int:
     ci = [(row, predicted) for row, predicted in results if row.source.startswith(MEGATRON_TESTS)]
     nemo = [(row, predicted) for row, predicted in results if row.source == NEMO]
     titan = [(row, predicted) for row, predicted in results if row.source.startswith(TITAN_SOURCES)]
-    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo + titan]
+    bloom = [(row, predicted) for row, predicted in results if row.source.startswith(BLOOM)]
+    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo + titan + bloom]
     print(f"mean absolute error over the {len(tables)} published tables' runs: {mean_error(tables):.1%}")
     print(f"mean absolute error over the {len(ci)} Megatron CI runs: {mean_error(ci):.1%}")
     print(f"mean absolute error over the {len(nemo)} NeMo 25.11 performance-summary runs: {mean_error(nemo):.1%}")
     print(f"mean absolute error over the {len(titan)} other torchtitan benchmark runs: {mean_error(titan):.1%}")
+    print(f"mean absolute error over the {len(bloom)} BLOOM run: {mean_error(bloom):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
