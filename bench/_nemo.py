@@ -2,7 +2,8 @@
 Llama 3 and Qwen3 runs on DGX H100 and DGX B200, as run configs for bench/public_runs.py.
 
 Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 5776a6d90 (2025-12-10), section
-"25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100": per row the GPUs, precision,
+"25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100" (and DGX-GB200's Llama 3 8B
+row, whose recipe is the B200's; the B200 and GB200 figures in parentheses, FP8-MX): per row the GPUs, precision,
 GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP and tokens/s per GPU (seconds = GBS · sequence /
 (tokens/s per GPU · GPUs)). The recipes are the release's, Megatron-Bridge v0.2.0 (7af9601c9, the
 25.11 container's): scripts/performance/configs/<model>/workload_base_configs.py (what each row sets
@@ -49,8 +50,10 @@ def _llama_run(
     recompute: dict[str, Any] | None = None,
     fsdp: bool = False,
     layout: str | None = None,
+    fp8_recipe: str = "tensorwise",
 ) -> dict[str, Any]:
-    """A Llama 3 run at sequence 8192 in BF16 with FP8 current-scaling GEMMs (the table's FP8-CS)."""
+    """A Llama 3 run at sequence 8192 in BF16 with FP8 GEMMs: current scaling (the table's FP8-CS) or,
+    for the table's parenthesized figures on B200 and GB200, MXFP8 (FP8-MX) with the same recipe."""
     tp, pp, cp, vp = (parallel.get(key, 1) for key in ("tp", "pp", "cp", "vp"))
     dp = gpus // (tp * pp * cp)
     sharding: dict[str, Any] = {"fsdp": True, "zero": 3} if fsdp else {"zero": 1}
@@ -83,7 +86,8 @@ def _llama_run(
         "timing": {
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
-            "fp8_recipe": "tensorwise",  # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed
+            # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
+            "fp8_recipe": fp8_recipe,
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
@@ -125,6 +129,28 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
         "Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)",
         LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 661.0,
         {"layout": _405B_LAYOUT}, (),
+    ),
+    # The table's figures in parentheses: the same rows in MXFP8 ("FP8-CS (FP8-MX)"); the release's
+    # FP8_MX configs are its FP8_CS ones (LLAMA3_8B_B200_FP8_MX_BASE_CONFIG =
+    # LLAMA3_8B_B200_FP8_CS_BASE_CONFIG; LLAMA31_405B_B200_FP8_MX_BASE_CONFIG likewise).
+    (
+        "Llama 3 8B MXFP8 (8 B200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "b200", 29521.0, {"fp8_recipe": "mxfp8"}, (),
+    ),
+    (
+        "Llama 3.1 405B MXFP8 TP4 PP8 CP2 (128 B200)",
+        LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 624.0,
+        {"layout": _405B_LAYOUT, "fp8_recipe": "mxfp8"}, (),
+    ),
+    # "System: DGX-GB200": LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG (MBS 2, CUDA graphs over the full
+    # iteration), its FP8_MX config the same; 8 GPUs of one NVLink domain.
+    (
+        "Llama 3 8B FP8 (8 GB200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "gb200", 31508.0, {}, (),
+    ),
+    (
+        "Llama 3 8B MXFP8 (8 GB200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "gb200", 29789.0, {"fp8_recipe": "mxfp8"}, (),
     ),
 )  # fmt: skip
 
@@ -271,6 +297,9 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
 # ["moe_router", "moe_preprocess"]); the other rows' configs set none (WorkloadBaseConfig: None).
 _GRAPHS: dict[str, dict[str, Any]] = {
     "Llama 3 8B FP8 (8 B200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B MXFP8 (8 B200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B FP8 (8 GB200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B MXFP8 (8 GB200)": {"cuda_graph_impl": "full_iteration"},
     "Qwen3 30B-A3B MXFP8 EP8 (8 B200)": {
         "cuda_graph_impl": "transformer_engine",
         "cuda_graph_modules": ["moe_router", "moe_preprocess"],
