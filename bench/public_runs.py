@@ -52,6 +52,8 @@ Sources:
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
 - BLOOM 176B (BigScience tr11, Megatron-DeepSpeed, 384 A100 80GB): the logged seconds of one iteration
   at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
+- MindFormers' Llama 3.1 8B fine-tuning throughput on 8 Ascend 910B (research/llama3_1/README.md and
+  its config, bench/_mindformers.py).
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -73,6 +75,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
+from _mindformers import MINDFORMERS, mindformers_rows  # noqa: E402
 from _nemo import NEMO, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
@@ -533,6 +536,11 @@ def _bloom_runs() -> list[PublicRun]:
     return [PublicRun(**bloom_row())]
 
 
+def _mindformers_runs() -> list[PublicRun]:
+    """MindFormers' published Ascend throughput (bench/_mindformers.py)."""
+    return [PublicRun(**row) for row in mindformers_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -544,6 +552,7 @@ def public_runs() -> list[PublicRun]:
         *_nemo_runs(),
         *_titan_runs(),
         *_bloom_runs(),
+        *_mindformers_runs(),
     ]
 
 
@@ -562,6 +571,23 @@ def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
     per_replica = raw["training"]["micro_batch_size"] * raw["training"]["micro_batches"]
     raw["training"].update(micro_batch_size=size, micro_batches=per_replica // size)
     return run_config(raw, row.name)
+
+
+# Each group's rows by their source (the published tables: every row no other group takes).
+GROUPS = {
+    "Megatron CI": lambda source: source.startswith(MEGATRON_TESTS),
+    "NeMo 25.11 performance-summary": lambda source: source == NEMO,
+    "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
+    "BLOOM": lambda source: source.startswith(BLOOM),
+    "MindFormers": lambda source: source.startswith(MINDFORMERS),
+}
+
+
+def groups(results: list[tuple[PublicRun, float]]) -> dict[str, list[tuple[PublicRun, float]]]:
+    """The results by group, the published tables' rows first."""
+    found = {label: [r for r in results if belongs(r[0].source)] for label, belongs in GROUPS.items()}
+    taken = [r for rows in found.values() for r in rows]
+    return {"published tables'": [r for r in results if r not in taken], **found}
 
 
 def mean_error(results: list[tuple[PublicRun, float]]) -> float:
@@ -648,16 +674,8 @@ def main() -> int:
             else f"{run_iteration(with_micro_batch(row, 2)).seconds / row.seconds - 1:+7.1%}"
         )
         print(f"{row.name:56s} {row.published:>26s} {row.seconds:8.3f} {predicted:8.3f} {error:+7.1%} {other:>7s}")
-    ci = [(row, predicted) for row, predicted in results if row.source.startswith(MEGATRON_TESTS)]
-    nemo = [(row, predicted) for row, predicted in results if row.source == NEMO]
-    titan = [(row, predicted) for row, predicted in results if row.source.startswith(TITAN_SOURCES)]
-    bloom = [(row, predicted) for row, predicted in results if row.source.startswith(BLOOM)]
-    tables = [(row, predicted) for row, predicted in results if (row, predicted) not in ci + nemo + titan + bloom]
-    print(f"mean absolute error over the {len(tables)} published tables' runs: {mean_error(tables):.1%}")
-    print(f"mean absolute error over the {len(ci)} Megatron CI runs: {mean_error(ci):.1%}")
-    print(f"mean absolute error over the {len(nemo)} NeMo 25.11 performance-summary runs: {mean_error(nemo):.1%}")
-    print(f"mean absolute error over the {len(titan)} other torchtitan benchmark runs: {mean_error(titan):.1%}")
-    print(f"mean absolute error over the {len(bloom)} BLOOM run: {mean_error(bloom):.1%}")
+    for label, rows in groups(results).items():
+        print(f"mean absolute error over the {len(rows)} {label} runs: {mean_error(rows):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
