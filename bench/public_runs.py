@@ -46,7 +46,8 @@ Sources:
   docs/performance-summary.md at 5776a6d90): Llama 3 8B / 70B / 405B and Qwen3 30B-A3B / 235B-A22B
   pre-training on DGX H100 (FP8 current scaling) and DGX B200 (FP8, MXFP8), tokens/s per GPU; the
   parallel sizes from the table, every other flag from the release's recipes (Megatron-Bridge
-  v0.2.0): bench/_nemo.py.
+  v0.2.0): bench/_nemo.py. And its 26.04 table's dense Llama rows on H100 and GB200 (docs/performance-
+  summary.md at 74695a06d, recipes v0.4.0), a group of their own.
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
@@ -76,7 +77,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import MINDFORMERS, mindformers_rows  # noqa: E402
-from _nemo import NEMO, nemo_rows  # noqa: E402
+from _nemo import NEMO, NEMO_2604, nemo_2604_rows, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -522,8 +523,8 @@ def _megatron_ci_runs() -> list[PublicRun]:
 
 
 def _nemo_runs() -> list[PublicRun]:
-    """NeMo's 25.11 performance summary (bench/_nemo.py: the table, the release's recipes)."""
-    return [PublicRun(**row) for row in nemo_rows()]
+    """NeMo's 25.11 and 26.04 performance summaries (bench/_nemo.py: the tables, the releases' recipes)."""
+    return [PublicRun(**row) for row in (*nemo_rows(), *nemo_2604_rows())]
 
 
 def _titan_runs() -> list[PublicRun]:
@@ -577,6 +578,7 @@ def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
 GROUPS = {
     "Megatron CI": lambda source: source.startswith(MEGATRON_TESTS),
     "NeMo 25.11 performance-summary": lambda source: source == NEMO,
+    "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),

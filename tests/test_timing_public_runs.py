@@ -69,6 +69,26 @@ def test_bloom_s_logged_seconds_agree_with_its_logged_throughput(public):
     assert run.device.profile().inter_node_bandwidth_gbs == pytest.approx(6.25)  # 4 × 100 Gb/s over 8 GPUs
 
 
+def test_nemo_26_04_rows_take_the_v0_4_0_presets(public):
+    rows = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2604}
+    assert len(rows) == 4
+    # GBS 1536 of 8192 on 256 GB200 at 842 tokens/s each: 12,582,912 / 215,552 = 58.375 s.
+    fp8 = rows["NeMo 26.04 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)"]
+    assert fp8.seconds == pytest.approx(58.375, rel=1e-4)
+    run = public.config(fp8)
+    # TP 4 · PP 16 = 64 a replica, DP 4, 1536 / 4 = 384 micro-batches; 126 layers over 16 · 4 cells
+    assert (run.parallel.dp, run.parallel.vpp, run.training.micro_batches) == (4, 4, 384)
+    assert sum(map(sum, run.layout_cells())) == 126
+    # set_post_overrides: the gathers ride the optimizer step (DP, PP, VP > 1), but not under fp8_mx
+    assert run.timing.overlap_param_gather_with_optimizer_step
+    mx = public.config(rows["NeMo 26.04 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)"])
+    assert (mx.parallel.vpp, mx.timing.fp8_recipe) == (8, "mxfp8")
+    assert not mx.timing.overlap_param_gather_with_optimizer_step
+    # 16 · 8 = 128 cells: the embedding's alone, 126 of one layer, the loss's alone
+    cells = [count for chunk in mx.layout_cells() for count in chunk]
+    assert (len(cells), sum(cells), mx.layout_cells()[0][0], mx.layout_cells()[-1][-1]) == (128, 126, 0, 0)
+
+
 def test_mindformers_row_counts_the_global_batch_as_its_trainer_does(public):
     (row,) = [row for row in public.public_runs() if row.source.startswith(public.MINDFORMERS)]
     # base_trainer.py (5175aff94), full batch, one stage: 1 · dp 8 · 1 · 1 = 8 sequences of 8192 a step,
