@@ -162,3 +162,76 @@ def titan_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )  # fmt: skip
     return rows
+
+
+# torchtitan's docs/performance.md of 2024 -------------------------------------------------------
+# At 1ea476e9f (2024-04-24): Llama 3 8B / 70B and Llama 2 13B / 70B, FSDP2 over 64 A100 80GB, WPS
+# (tokens per second per GPU: train.py then divides the rank's labels by the window's time and by
+# `model_parallel_size`, 1 here) and MFU. The configs of that commit: train_configs/llama3_8b.toml and
+# llama2_13b.toml (sequence 8192 / 4096, `norm_type = "fused_rmsnorm"`, no compile), the 70B tomls
+# (full checkpointing; their TP 8 replaced by the table's FSDP over 64). "selective layer" is the
+# integer option, config_manager.py's default "2" (every other block checkpointed). The MFU column
+# checks the transcription: utils.py `get_num_flop_per_token`, 6 · parameters + 12 · l · h · q · t.
+# At 3faaa1a0d (2024-08-23): Llama 3.1 405B on 128 H100 ("HBM2e based lower TDP SXM H100 (95GB)"),
+# FSDP 16 × TP 8, local batch 2 of 8192, full checkpointing; train_configs/llama3_405b.toml there:
+# compile on, Float8 with FSDP Float8 all-gather, async TP.
+DOCS_2024 = "pytorch/torchtitan docs/performance.md"
+DOCS_A100 = f"{DOCS_2024} at 1ea476e9f"
+DOCS_405B = f"{DOCS_2024} at 3faaa1a0d"
+DOCS_SOURCES = (DOCS_A100, DOCS_405B)
+
+# torchtitan's Llama 2 flavors (torchtitan/models/llama/__init__.py at 1ea476e9f): the FFN width
+# 4·dim·2/3 rounded up to `multiple_of` (256 by default; 70B: ×1.3, 4096); the Llama 2 tokenizer.
+LLAMA2_13B = {
+    "vocab_size": 32000,
+    "hidden_size": 5120,
+    "num_layers": 40,
+    "num_attention_heads": 40,
+    "intermediate_size": 13824,
+    "max_position_embeddings": 4096,
+}
+LLAMA2_70B = {"vocab_size": 32000, "hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "intermediate_size": 28672, "max_position_embeddings": 4096}  # fmt: skip
+
+
+def titan_docs_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
+    """docs/performance.md's rows for bench/public_runs.py's PublicRun; *h100*: torchtitan's 500 W H100."""
+    a100 = {"name": "a100-80gb"}
+    every_other = {"mode": "selective", "option": 2}
+    fused_norm = "fused_rmsnorm (one Triton kernel) priced as eager RMSNorm"
+    cases = (
+        # (label, spec, seq, local batch, recompute, WPS, MFU, notes)
+        ("Llama 3 8B selective layer", LLAMA31_8B, 8192, 1, every_other, 2904, 0.568, (fused_norm,)),
+        ("Llama 3 8B selective op", LLAMA31_8B, 8192, 1, _OP, 2973, 0.582, (fused_norm,)),
+        ("Llama 3 70B full", LLAMA31_70B, 8192, 1, "full", 331, 0.517, ()),
+        ("Llama 2 13B no AC", LLAMA2_13B, 4096, 2, {"mode": "none"}, 2162, 0.611, (fused_norm,)),
+        ("Llama 2 13B selective layer", LLAMA2_13B, 4096, 2, every_other, 1914, 0.541, (fused_norm,)),
+        ("Llama 2 13B selective op", LLAMA2_13B, 4096, 2, _OP, 1904, 0.538, (fused_norm,)),
+        ("Llama 2 70B selective op", LLAMA2_70B, 4096, 1, _OP, 355, 0.508, ()),
+    )
+    rows = []
+    for label, spec, seq, local, recompute, wps, mfu, notes in cases:
+        rows.append(
+            _row(
+                f"{label} FSDP64 (64 A100, 2024)", DOCS_A100, spec, {"dp": 64}, seq, local, 1, recompute, {},
+                float(wps), a100,
+                (f"MFU {100 * mfu:.1f}% as published", "eager (no compile)", *notes,
+                 "DGX A100's network (the doc names none)"),
+            )
+        )  # fmt: skip
+    sp = {"dp": 16, **_SP}
+    for label, timing, wps in (
+        ("compiled", {**COMPILED, "overlap": {"tp": 0.0}}, 109),
+        ("Float8", {**FLOAT8, "overlap": {"tp": 0.0}}, 177),
+        ("Float8 + AsyncTP", {**FLOAT8, "overlap": {"tp": 1.0}}, 185),
+    ):
+        rows.append(
+            _row(
+                f"Llama 3.1 405B FSDP16 TP8 {label} (128 H100, 2024)", DOCS_405B, LLAMA3_405B, sp, 8192, 2, 1,
+                "full", timing, float(wps), h100,
+                ("torch.compile on (the toml's; the table's 'None' row names no optimization beyond it)",
+                 "async TP as ppb's comm-GEMM overlap (overlap.tp 1.0)" if "Async" in label else "vanilla TP",
+                 *((_FLOAT8_GATHER,) if "Float8" in label else ())),
+            )
+        )  # fmt: skip
+    return rows

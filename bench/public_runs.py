@@ -51,6 +51,8 @@ Sources:
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
+  And its docs/performance.md of 2024 (Llama 3 8B/70B and Llama 2 13B/70B on 64 A100; Llama 3.1 405B
+  on 128 H100), a group of its own.
 - BLOOM 176B (BigScience tr11, Megatron-DeepSpeed, 384 A100 80GB): the logged seconds of one iteration
   at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
 - MindFormers' Llama 3.1 8B fine-tuning throughput on 8 Ascend 910B (research/llama3_1/README.md and
@@ -89,7 +91,7 @@ from _public import (  # noqa: E402
     run_config,
     torchtitan_llama31_8b,
 )
-from _titan import TITAN_SOURCES, titan_rows  # noqa: E402
+from _titan import DOCS_SOURCES, TITAN_SOURCES, titan_docs_rows, titan_rows  # noqa: E402
 
 from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
@@ -529,7 +531,7 @@ def _nemo_runs() -> list[PublicRun]:
 
 def _titan_runs() -> list[PublicRun]:
     """torchtitan's other published benchmark rows (bench/_titan.py), on its 500 W H100 (and Trainy's H200)."""
-    return [PublicRun(**row) for row in titan_rows(TITAN_H100)]
+    return [PublicRun(**row) for row in (*titan_rows(TITAN_H100), *titan_docs_rows(TITAN_H100))]
 
 
 def _bloom_runs() -> list[PublicRun]:
@@ -580,6 +582,7 @@ GROUPS = {
     "NeMo 25.11 performance-summary": lambda source: source == NEMO,
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
+    "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
 }

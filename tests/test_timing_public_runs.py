@@ -99,6 +99,31 @@ def test_mindformers_row_counts_the_global_batch_as_its_trainer_does(public):
     assert run.framework == "mindformers" and run.device.name == "ascend-910b"
 
 
+def test_torchtitan_2024_docs_rows_agree_with_their_own_mfu(public):
+    rows = {row.name: row for row in public.public_runs() if row.source.startswith(public.DOCS_SOURCES)}
+    assert len(rows) == 10
+    # utils.py get_num_flop_per_token (1ea476e9f): 6 · parameters + 12 · l · h · q · t. Llama 3 8B:
+    # embedding and output 2 · 128256 · 4096 = 1,050,673,152; a layer 2 · 4096² + 2 · 4096 · 1024
+    # + 3 · 4096 · 14336 + 2 · 4096 = 218,112,000, × 32; the final norm 4096: 8,030,261,248.
+    # 6 · that + 12 · 32 · 32 · 128 · 8192 = 61,066,469,376 FLOPs a token; at 2904 tokens/s on a
+    # 312 TFLOP/s A100: 56.8%, the doc's MFU.
+    params_8b = 2 * 128256 * 4096 + 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    assert params_8b == 8_030_261_248
+    flops_8b = 6 * params_8b + 12 * 32 * 32 * 128 * 8192
+    assert 2904 * flops_8b / 312e12 == pytest.approx(0.568, abs=5e-4)
+    # Llama 2 13B: 2 · 32000 · 5120 + 40 · (4 · 5120² + 3 · 5120 · 13824 + 2 · 5120) + 5120 = 13,015,864,320;
+    # 6 · that + 12 · 40 · 40 · 128 · 4096 = 88,161,515,520; at 2162 tokens/s: 61.1%.
+    params_13b = 2 * 32000 * 5120 + 40 * (4 * 5120**2 + 3 * 5120 * 13824 + 2 * 5120) + 5120
+    assert 2162 * (6 * params_13b + 12 * 40 * 40 * 128 * 4096) / 312e12 == pytest.approx(0.611, abs=5e-4)
+    # seconds: local batch · sequence / WPS (model_parallel_size 1): 8192 / 2904 and 2 · 4096 / 2162
+    assert rows["torchtitan Llama 3 8B selective layer FSDP64 (64 A100, 2024)"].seconds == pytest.approx(8192 / 2904)
+    assert rows["torchtitan Llama 2 13B no AC FSDP64 (64 A100, 2024)"].seconds == pytest.approx(8192 / 2162)
+    # 405B on 128 H100, FSDP 16 × TP 8: WPS divided by model_parallel_size 8: 2 · 8192 / (109 · 8)
+    assert rows["torchtitan Llama 3.1 405B FSDP16 TP8 compiled (128 H100, 2024)"].seconds == pytest.approx(16384 / 872)
+    layer = public.config(rows["torchtitan Llama 3 8B selective layer FSDP64 (64 A100, 2024)"])
+    assert layer.device.name == "a100-80gb" and layer.training.micro_batch_size == 1
+
+
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
     assert len(rows) == 13
