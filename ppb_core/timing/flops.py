@@ -162,6 +162,14 @@ class OpGeometry(Geometry):
     # reduces over (`ppb_core.timing.router`)
     router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
     dp: int = 1
+    # torchtitan's Float8 tensor parallelism: with tensorwise Float8 linears its TP plan is torchao's
+    # Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput (torchtitan v0.2.2
+    # models/llama3/infra/parallelize.py `enable_float8_tensorwise_tp`; 9dec370 likewise), which cast a
+    # block's sequence shard to float8 before its all-gather and the output gradient to float8 before
+    # the all-gather of its backward (torchao float8/float8_tensor_parallel.py, `NoopFwToFloat8BwDynamic`
+    # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
+    # an element; the reduce-scatters stay in the training dtype.
+    float8_tp: bool = False
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -184,6 +192,9 @@ class OpGeometry(Geometry):
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
             router=RouterSetting.of(train.moe.router),
             dp=par.dp,
+            float8_tp=run.framework == "torchtitan"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "tensorwise",
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -302,16 +313,20 @@ def _tp_entry(
     consumer: str,
     switch: str | None = "gather",
     userbuffers: bool = False,
+    float8: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
     all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
     the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
-    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
+    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`). *float8*: the
+    consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
+    float8."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    gathered = geo.tokens * width * (1 if float8 else geo.dtype_bytes)
     if geo.gathers and geo.framework == "megatron":
         # Megatron-LM keeps only the shard and all-gathers it again in every backward, behind the
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
@@ -343,9 +358,9 @@ def _tp_entry(
                 COMM,
                 switch=switch,
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                forward_comm=Collective(ALL_GATHER, "tp", gathered, "tp", (consumer, "forward")),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
-                recompute_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+                recompute_comm=Collective(ALL_GATHER, "tp", gathered, "tp_async", (consumer, "dgrad")),
             )
         ]
     return [
@@ -360,7 +375,13 @@ def _tp_entry(
 
 
 def _tp_exit(
-    name: str, block: str, geo: OpGeometry, width: float, producer: str, userbuffers: bool = False
+    name: str,
+    block: str,
+    geo: OpGeometry,
+    width: float,
+    producer: str,
+    userbuffers: bool = False,
+    float8: bool = False,
 ) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path.
@@ -370,6 +391,7 @@ def _tp_exit(
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    gradient = geo.tokens * width * (1 if float8 else geo.dtype_bytes)  # under Float8 TP: float8
     if geo.gathers:
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         return [
@@ -382,7 +404,7 @@ def _tp_exit(
                     REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
                 ),
                 backward_comm=Collective(
-                    ALL_GATHER, "tp", payload, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
+                    ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
                 ),
             )
         ]
@@ -474,7 +496,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True)
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True, float8=geo.float8_tp)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -771,7 +793,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True, float8=geo.float8_tp),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -834,14 +856,14 @@ def _ffn(
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True)
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True, float8=geo.float8_tp)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True, float8=geo.float8_tp),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
