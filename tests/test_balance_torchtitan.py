@@ -14,10 +14,12 @@ from ppb_core.balance.program import solve
 from ppb_core.balance.torchtitan_import import import_torchtitan
 from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import EveryNth, runnable, settings
+from ppb_core.chain.stages import run_chain
 from ppb_core.cli.main import main
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.model.switches import OPTIONS
 from ppb_core.payload.sapp import layer_set
+from ppb_core.report.render import report_files
 
 # The rest of a job TOML: Llama-3.1-8B (32 layers), TP 2, 8 GPUs (dp_shard 1 × tp 2 × pp 4, or pp 2 × dp 2).
 REST = """[model]
@@ -224,3 +226,56 @@ def test_a_plan_not_torchtitans_is_printed_as_its_split_only() -> None:
         "  pipeline_parallel_degree = 2",
         "  (why)",
     ]
+
+
+def _tight_run(tmp_path: Path) -> Path:
+    """Llama-3.1-8B TP 2 × PP 4 from the job TOML, on an H100 with 36,000 MB usable: its plan is every
+    3rd block full (`ppb balance --memory 36000` above, docs/balance.md)."""
+    job = tmp_path / "job.toml"
+    job.write_text(REST + PP4 + '[activation_checkpoint]\nmode = "full"\n')
+    run = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
+    text = run.read_text().replace(
+        "device:\n  name: h100-80gb", "device:\n  name: h100-80gb\n  memory_mb: 36000\n  reserved_mb: 0"
+    )
+    assert text != run.read_text()
+    run.write_text(text)
+    return run
+
+
+def _imported_layout(lines: list[str], dp: str = "data_parallel_shard_degree = 1\ntensor_parallel_degree = 2\n") -> Any:
+    toml = REST + "\n".join(lines).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+    return import_torchtitan(toml, 8, "h100-80gb").raw
+
+
+def test_check_and_the_report_give_the_optimums_torchtitan_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _tight_run(tmp_path)
+    capsys.readouterr()
+    plan = tmp_path / "plan.json"
+    assert main(["balance", str(run), "--json", "-o", str(plan)]) == 0
+    balanced = json.loads(capsys.readouterr().out)
+    lines = balanced["torchtitan"]["lines"]
+    assert 'selective_ac_option = "3"' in lines
+    # `ppb check` of that plan: its optimum is the same plan, with the same lines, printed as balance prints them
+    assert main(["check", str(run), "--plan", str(plan), "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)["optimum"]
+    assert checked["torchtitan"]["lines"] == lines
+    assert checked["torchtitan_lines"] == ["torchtitan job TOML:", *(f"  {line}" for line in lines)]
+    assert main(["check", str(run), "--plan", str(plan)]) == 0
+    text = capsys.readouterr().out
+    assert "torchtitan job TOML:" in text and 'selective_ac_option = "3"' in text
+    # the chain's report: the same lines as a TOML block, which `ppb import torchtitan` reads back to the split
+    tables = run_chain(run, until="plan_report")
+    markdown = report_files(tables["plan_report"])[".md"].decode()
+    block = markdown.split("```toml\n", 1)[1].split("```", 1)[0]
+    said = [line.strip() for line in block.splitlines() if line.strip()]
+    assert said == lines
+    rows = balanced["stages"]
+    split = "|".join(
+        ("E" if i == 0 else "") + "t" * row["layers"] + ("L" if i == len(rows) - 1 else "")
+        for i, row in enumerate(rows)
+    )
+    raw = _imported_layout(said)
+    assert raw["parallel"]["layout"] == split and raw["training"]["recompute"] == {"mode": "selective", "option": 3}

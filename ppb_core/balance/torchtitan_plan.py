@@ -103,6 +103,14 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
     return out
 
 
+def add_torchtitan(result: dict[str, Any], recompute: Any) -> None:
+    """The `torchtitan` section into a balance result of a torchtitan run (`ppb balance`, `ppb check`'s
+    optimum, the chain's plan), beside `megatron`; nothing for any other."""
+    said = torchtitan(result, recompute)
+    if said is not None:
+        result["torchtitan"] = said
+
+
 def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
     """What `ppb balance` prints of the section: what runs as it stands first."""
     lines: list[str] = []

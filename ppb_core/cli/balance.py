@@ -24,7 +24,7 @@ from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
-from ppb_core.balance.torchtitan_plan import torchtitan, torchtitan_lines
+from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
@@ -181,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:
-        said = torchtitan(result, run_config.training.recompute)
-        if said is not None:  # a torchtitan run's plan in its job TOML's words, beside `megatron`
-            result["torchtitan"] = said
+        add_torchtitan(result, run_config.training.recompute)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
