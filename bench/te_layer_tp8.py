@@ -22,7 +22,9 @@ three without, the output projection (2048 x 1536 -> 12288, a quarter of FC1's F
 109.7 us one (at 309 GFLOP, FC1's and FC2's, it would run at 2.8 PFLOP/s, above the 989 peak).
 The wall-clock times carry what a synchronized five-round microbenchmark carries beside the kernels:
 the host's first launches, and at every collective the other ranks' skew (the profiled all-reduce's
-shortest instance took 20.8 ms), so they bound the layer from above; printed, not fitted.
+shortest instance took 20.8 ms), so they bound the layer from above; printed, not fitted. Its backward
+also adds each weight gradient into `.grad` (the rounds never zero it), which Megatron does inside the
+GEMM into its main gradient: printed beside ours (`grad_accumulation_ms`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ def priced(sequence_parallel: bool) -> tuple[dict[tuple[str, str], float], tuple
     return ms, model.layer_times(layer, LayerType.NOT_REC_LAYER)
 
 
+def grad_accumulation_ms() -> float:
+    """What the benchmark's backward adds that Megatron's does not: its rounds never zero the gradients,
+    so autograd's AccumulateGrad adds each new BF16 weight gradient into the parameter's `.grad` (read
+    both, write one: 6 bytes a weight; Megatron accumulates inside the weight-gradient GEMM into its fp32
+    main_grad instead). A GPU holds 12·h²/8 weights: QKV 3h², projection h², FC1 and FC2 4h² each."""
+    weights = 12 * 12288**2 / 8
+    run = parse_run_config(gpt3_layer(True), "bench/te_layer_tp8.py")
+    return TimeModel(run).kernels.memory_s(6 * weights) * 1e3
+
+
 def main() -> int:
     print(f"machine: {machine()}")
     ms, _ = priced(sequence_parallel=False)
@@ -129,7 +141,13 @@ def main() -> int:
         f"  backward ours {backward_ms:.2f} ms, measured {MEASURED_BACKWARD_SP_MS} ms "
         f"({backward_ms / MEASURED_BACKWARD_SP_MS - 1:+.1%})"
     )
-    both = forward_ms + backward_ms
+    accumulate_ms = grad_accumulation_ms()
+    print(
+        f"  + autograd adding each weight gradient into .grad (the benchmark never zeroes them): "
+        f"{accumulate_ms:.2f} ms, backward ours {backward_ms + accumulate_ms:.2f} ms "
+        f"({(backward_ms + accumulate_ms) / MEASURED_BACKWARD_SP_MS - 1:+.1%})"
+    )
+    both = forward_ms + backward_ms + accumulate_ms
     measured_both = MEASURED_FORWARD_SP_MS + MEASURED_BACKWARD_SP_MS
     print(
         f"  both     ours {both:.2f} ms, measured {measured_both:.2f} ms: "
