@@ -6,7 +6,7 @@ the Megatron-LM d98e8a64 / Transformer Engine d0067d0d source each follows
 from __future__ import annotations
 
 import pytest
-from test_memory_activations import MOE
+from test_memory_activations import MLA, MOE
 from test_memory_runs import DENSE, body, make_run, model
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
@@ -116,3 +116,13 @@ def test_the_importer_reads_the_offload_flags():
         import_megatron(switch, 8, "h100-80gb")
     with pytest.raises(InputError, match="--offload-modules"):  # Megatron-Core's attn_proj check, said by flag
         run_config_of(import_megatron(f"{switch} --offload-modules attn_proj", 8, "h100-80gb"), "x")
+
+
+def test_attn_norm_is_mla_s_own_norm_and_not_under_attention_graphs():
+    # transformer_layer.py _set_offload_modules: attn_norm offloads the input norm's input where the norm
+    # is its own module (MLA: 64 tokens · h 64 · 2 = 8192 bytes), and not with `attn` graphed
+    run = _offload(MLA, ["attn_norm"])
+    assert model(run).state_memory(body(run), NOT).offloaded_bytes == 8192
+    graphs = {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"]}
+    graphed = make_run(MLA, training={"offload_modules": ["attn_norm"], "min_offloaded_tensor_size": 0}, timing=graphs)
+    assert model(graphed).state_memory(body(graphed), NOT).offloaded_bytes == 0

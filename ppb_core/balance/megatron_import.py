@@ -22,7 +22,7 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--account-for-*-in-pipeline-split` written as one), the distributed optimizer and FSDP, DP
   from the GPU count;
 * training: sequence, micro-batch, micro-batches from `--global-batch-size` (default: one a DP
-  rank), dtype, optimizer, attention backend, recompute in Megatron's words, rope fusion, FP8,
+  rank), dtype, optimizer (Adam, SGD, Muon), attention backend, recompute in Megatron's words, rope fusion, FP8,
   the router dtype, permute fusion, the capacity factor;
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
   `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
@@ -418,7 +418,9 @@ def _sharding(args: _Args) -> dict[str, Any]:
         return {"fsdp": True, "zero": 3} if level == 3 else {"zero": level}
     if fsdp2:
         return {"fsdp": True, "zero": 3}
-    return {"zero": 1 if args.has("--use-distributed-optimizer") else 0}
+    # dist_muon: Muon under the layer-wise distributed optimizer (arguments.py validate_args)
+    distributed = args.has("--use-distributed-optimizer") or args.text("--optimizer") == "dist_muon"
+    return {"zero": 1 if distributed else 0}
 
 
 def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
@@ -552,6 +554,11 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     optimizer = args.text("--optimizer", "adam")
     if optimizer in ("adam", "sgd"):
         training["optimizer"] = optimizer
+    elif optimizer in ("muon", "dist_muon"):  # arguments.py validate_args: dist_muon is muon, layer-wise distributed
+        training["optimizer"] = "muon"
+        scalar = args.text("--muon-scalar-optimizer", "adam")
+        if scalar != "adam":
+            notes.append(f"--muon-scalar-optimizer {scalar}: the non-matrix parameters priced as Adam's")
     else:
         notes.append(f"--optimizer {optimizer}: priced as adam's states")
     # the gradient buffer's dtype (training.py: DDP's grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32,

@@ -56,7 +56,9 @@ Dtype = Literal["bf16", "fp16", "fp32"]
 OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
-OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
+# fp32 master copy and moments per parameter; Muon's: Adam's, which its non-matrix parameters run, the
+# matrices' one momentum buffer is Megatron's rule (memory/frameworks/muon.py)
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4, "muon": 12}
 
 # Sizes bounded by `ppb_core.limits`, refused before any work.
 Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
@@ -340,7 +342,7 @@ class Training(StrictModel):
     micro_batches: Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = 1
     dtype: Dtype = "bf16"
     grad_bytes: Literal[2, 4] = Field(4, description="main-gradient bytes (fp32 accumulation is 4)")
-    optimizer: Literal["adam", "adamw", "sgd", "sgd_plain"] = "adam"
+    optimizer: Literal["adam", "adamw", "sgd", "sgd_plain", "muon"] = "adam"
     optimizer_state_bytes: Annotated[PositiveInt, limits.at_most(limits.FACTOR)] | None = Field(
         None, description="overrides the optimizer's default"
     )
@@ -1007,6 +1009,13 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if train.optimizer == "muon" and run.framework != "megatron":
+        raise InputError(
+            where, "training.optimizer", "muon is Megatron-Core's emerging optimizer: set framework megatron"
+        )
+    if train.optimizer == "muon" and par.fsdp:
+        # arguments.py validate_args: "Emerging optimizer does not support Torch-FSDP2 / Megatron-FSDP for now."
+        raise InputError(where, "training.optimizer", "muon does not run under FSDP, as Megatron-LM asserts")
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
         # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
         # supported with moe_grouped_gemm"

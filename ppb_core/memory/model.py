@@ -153,7 +153,7 @@ class MemoryModel:
         """Parameters, gradients and optimizer states as the run's framework holds and shards them."""
         kind = layer.kind
         if kind not in self._static:
-            static = self.rules.static(self.parameters(layer), self.setup)
+            static = self.rules.static(self.parameters(layer), self.setup, kind)
             module_bytes, idle_bytes = self.rules.module_state_bytes(kind, self.setup)
             if module_bytes or idle_bytes:
                 static = dataclasses.replace(static, module_bytes=module_bytes, idle_bytes=idle_bytes)

@@ -92,7 +92,8 @@ class FrameworkRules:
         SAPP moves none."""
         return terms, buffers, (), ()
 
-    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+    def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
+        """A layer's parameters, gradients and optimizer states (*kind*: the layer's, where a rule reads it)."""
         return static_bytes(params, setup)
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:

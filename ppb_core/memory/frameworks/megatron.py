@@ -205,6 +205,7 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
@@ -214,7 +215,7 @@ from ppb_core.memory.frameworks.workspaces import (
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.memory.static import StaticBytes
+from ppb_core.memory.static import StaticBytes, static_bytes
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
@@ -562,10 +563,13 @@ class MegatronRules(FrameworkRules):
             return terms, buffers, (), ()
         return offload_split(kind, setup, terms, buffers)
 
-    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+    def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
-        step (module docstring)."""
+        step (module docstring); under Muon one moment fewer for the matrices it steps (`muon.py`)."""
         found = super().static(params, setup)
+        if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:
+            matrices = static_bytes(matrix_params(kind, setup), setup).optimizer_states  # sharded as the states
+            found = replace(found, optimizer_bytes=found.optimizer_bytes - MUON_SAVING_BYTES * matrices)
         if setup.grad_bytes < STATS_BYTES and setup.dtype_bytes < STATS_BYTES:
             return replace(found, step_only_bytes=STATS_BYTES * found.optimizer_states)
         return found

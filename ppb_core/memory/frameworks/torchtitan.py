@@ -296,7 +296,7 @@ class TorchtitanRules(FrameworkRules):
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
 
-    def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
+    def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """fp32 parameters, fp32 gradients and optimizer moments without a master copy, sharded by
         FSDP2 over dp·cp (experts over their own group); under PP also the gathered bf16 parameters
         and fp32 gradient accumulators the stage holds through the step (module docstring)."""
