@@ -491,8 +491,7 @@ class TimeModel:
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
                     dispatcher=run.timing.moe_dispatcher
-                    if layer.node == BODY
-                    and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
+                    if layer.node == BODY and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
                     else None,
                     dropless=run.training.moe.dropless,
                 )
