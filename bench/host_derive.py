@@ -6,7 +6,8 @@ Megatron-LM's functional tests (NVIDIA/Megatron-LM d98e8a64, read as bench/megat
 `ppb import megatron`, the golden `iteration-time` median without iteration 1) include dozens of small
 GPT cases (12 layers of hidden 512) whose GPU work ppb puts at a small part of their measured seconds:
 their iterations are Megatron's host launching kernels. For each such case (family gpt, every flag
-modelled, ppb's GPU work alone under half the measured seconds) this finds the launch time that makes
+modelled, ppb's GPU work alone under half the measured seconds; plain PyTorch ops at
+`launches.PLAIN_OP_SHARE` of a launch) this finds the launch time that makes
 ppb give the measured seconds back (ppb's seconds grow with it piecewise linearly: a secant, then
 Newton steps), then prints per GPU the median over the cases (the catalog's figure), the quartiles,
 and the correlation of the cases' figures with the GPU's share of their seconds: were the figure GPU

@@ -126,3 +126,21 @@ def test_a_sinkhorn_router_run_prices_its_launches():
         assert op.syncs == syncs
         seconds.append(run_iteration(config).seconds)
     assert seconds[1] > seconds[0]  # more kernels and a host wait at the router's sync
+
+
+def test_deepep_s_dispatch_waits_for_its_counts_from_an_idle_gpu():
+    ops = [
+        Op("moe.norm2", "moe", "memory"),
+        Op("moe.router_topk", "moe", "memory"),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.dispatch", "moe", "comm"),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.unpermute", "moe", "memory"),
+    ]
+    forward = {"moe.norm2": 1.0, "moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0,
+               "moe.experts_in": 2.0, "moe.unpermute": 1.0}  # fmt: skip
+    # DeepEP (fused_a2a.py FusedDispatch: the CPU spins until notify_dispatch wrote the counts): nothing
+    # queued when the host resumes at the dispatch. Launches at 1.5, 3, ..., 10.5 (dispatch, the two GEMMs,
+    # unpermute, the next layer's norm, router and permutation) against the GPU reaching them at 0, 1, 2,
+    # 3, 4, 5, 6 (the permutation ran before the wait, so its 2 count): the GPU waits 10.5 − 6 = 4.5.
+    assert dispatcher_wait_s(ops, forward, 1.5, dropless=True, wrap=True, dispatcher="deepep") == pytest.approx(4.5)

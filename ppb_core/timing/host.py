@@ -23,12 +23,22 @@ token counts to the host (`tokens_per_expert = local_map.sum(dim=0).long().cpu()
 GPU holds nothing when the host resumes from either: the permutation's launches are all exposed
 but its own kernels, and the experts' launches start from an idle GPU.
 
+DeepEP's dispatch (Megatron's flex dispatcher, fused_a2a.py `FusedDispatch.forward`, d98e8a64: "the
+CPU will wait for GPU's signal to arrive") synchronizes inside the dispatch call: DeepEP's
+`Buffer::intranode_dispatch` / `internode_dispatch` (deepseek-ai/DeepEP dd758ca, csrc/legacy/buffer.hpp)
+launch `notify_dispatch` behind the previous work and spin on host-mapped counters until it has written
+the received token counts ("Synchronize total received tokens and tokens per expert"; Megatron passes no
+`num_worst_tokens`, the one way around it). The GPU has drained when the host resumes; the dispatch's
+and everything after it wait for their launches from an idle GPU. Its backward reuses the handle's
+counts (cached mode): no wait.
+
 The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_utils.py `sinkhorn`:
 its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
 waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU.
 
-Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 85.5 µs,
-DGX A100 116.8: the median over Megatron CI's host-bound dense cases, bench/host_derive.py), else
+Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 87.3 µs,
+DGX A100 117.7: the median over Megatron CI's host-bound dense cases, bench/host_derive.py; a plain
+PyTorch op half that, `launches.PLAIN_OP_SHARE`), else
 `timing.host_launch_us`: Holistic Trace Analysis
 (facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
 CPU side of a kernel launch "usually between 5-20 microseconds"; the default takes its lower bound.
@@ -92,7 +102,7 @@ def dispatcher_wait_s(
     synchronization (the segment between two), not only to this layer's end; where the router
     synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
     the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
-    end (module docstring)."""
+    end; deepep: at the dispatch, from an idle GPU (module docstring)."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -102,6 +112,11 @@ def dispatcher_wait_s(
     allgather = dispatcher == "allgather"
     start = permute + 1 if dropless and not allgather else permute
     queued = forward_s[names[permute]] if dropless and not allgather else 0.0
+    if dispatcher == "deepep":  # the host waits inside the dispatch for its counts: nothing queued after
+        dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
+        if dispatch is None:
+            return 0.0
+        start, queued, permute = dispatch, 0.0, -1  # the permutation ran before the wait: its seconds count
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
     # a router that synchronizes (sinkhorn's loop, `Op.syncs`) ends the wrap: the host waits there, and
     # resumes from an idle GPU up to the dispatcher's synchronization
@@ -150,8 +165,8 @@ def layer_host_waits(
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
     against their GPU work (*device_s*: forward, plain backward, recompute); after a Megatron token
-    dispatcher's synchronization (*dispatcher*: alltoall or allgather; None: a layer without one, or
-    DeepEP's, not modelled) the forward's wait is instead the launches from there to
+    dispatcher's synchronization (*dispatcher*: alltoall, allgather or deepep; None: a layer without
+    one) the forward's wait is instead the launches from there to
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
     the backward, beside its launches, and waits only where it reruns the dispatch; its launches count
     in the host's time of the backward (`launch_backward`, what a combined step cannot beat)."""

@@ -80,6 +80,9 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   Weights are quantized on an iteration's first micro-batch only (TE's `is_first_microbatch`
   cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`).
 
+Where the host time is measured a plain PyTorch op (the loss, the embedding's masking, unfused rotary and
+softmax, the router's routing, the dispatchers' permutations) counts `PLAIN_OP_SHARE` of a launch.
+
 Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
 (0 launches).
 """
@@ -105,6 +108,16 @@ FLASH = (1, 3)
 REDUCE_LOSS = 3
 REDUCE_LOSS_FUSED = 2
 ROUTER_CASTS = 4  # the gating GEMM's backward under --moe-router-dtype: weight, input, both gradients
+# A plain PyTorch op Megatron's Python functions run one after another (the loss, the embedding's masking,
+# unfused rotary and softmax, the MoE router's routing, the dispatchers' permutations, `Op.launches` ops)
+# costs the host this share of a TE module's kernel launch where the host time is measured
+# (`DeviceProfile.host_kernel_us`, the median of dense layers' launches, most of them TE modules'). From the
+# Megatron CI pairs that differ only by --no-rope-fusion (and --rotary-interleaved), golden values of one
+# commit each: 396 more launches an iteration (rope_utils.py's unfused ops), the measured seconds
+# 0.118 → 0.135 s on DGX H100 (93ebf8d72f: 17 ms / 396 = 43 us, 0.49 of 87.3), 0.159 → 0.185 and
+# 0.144 → 0.164 s on DGX A100 (adc69dba2d: 66 and 51 us, 0.56 and 0.43 of 117.7): mean 0.49, to one digit 0.5.
+PLAIN_OP_SHARE = 0.5
+PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
 
@@ -176,6 +189,15 @@ def op_launches(
     return 1.0, 1.0
 
 
+def plain(op: Op, rope_fusion: bool) -> bool:
+    """Whether the op's kernels are plain PyTorch ops in a row (`PLAIN_OP_SHARE`), not a TE module's or a
+    collective's."""
+    last = op.name.rsplit(".", 1)[-1]
+    if op.category == COMM:
+        return False
+    return op.launches is not None or last in PLAIN_OPS or (last == "rope" and not rope_fusion)
+
+
 def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple[float, float]:
     """The NaN-fill kernels PyTorch's deterministic mode runs for an op's TransformerEngine buffers
     (`ppb_core.timing.nan_fill`): one a buffer. Flash attention: O and the statistics forward, dQ, dK,
@@ -219,10 +241,12 @@ def layer_launches(
     fills: Mapping[str, tuple[float, float]] | None = None,
     fp8_recipe: str | None = None,
     router_cast: bool = False,
+    plain_share: float = 1.0,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
-    under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype."""
+    under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype;
+    *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -240,6 +264,8 @@ def layer_launches(
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward
+        if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth
+            forward, backward = plain_share * forward, plain_share * backward
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)
             forward, backward = forward + extra_forward, backward + extra_backward

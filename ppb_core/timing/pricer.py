@@ -35,7 +35,7 @@ from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, o
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
-from ppb_core.timing.launches import layer_launches, norm_fed
+from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
@@ -480,6 +480,7 @@ class TimeModel:
                     fills=fills,
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                     router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
+                    plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
@@ -493,9 +494,7 @@ class TimeModel:
                     (parts.forward_ms / 1e3, parts.backward_ms / 1e3, parts.recompute_ms / 1e3),
                     self.launch_s(),
                     dispatcher=run.timing.moe_dispatcher
-                    if run.timing.moe_dispatcher != "deepep"
-                    and layer.node == BODY
-                    and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
+                    if layer.node == BODY and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
                     else None,
                     dropless=run.training.moe.dropless,
                 )
