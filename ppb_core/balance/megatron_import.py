@@ -633,6 +633,7 @@ def _router(args: _Args) -> dict[str, Any]:
         ("--moe-router-fusion", "fusion"),
         ("--moe-router-pre-softmax", "pre_softmax"),
         ("--moe-router-topk-scaling-factor", "topk_scaling"),
+        ("--moe-router-force-load-balancing", "force_balance"),
     ):
         if args.has(flag):
             router[name] = True
