@@ -516,8 +516,9 @@ MOE = f"{BASE} --num-experts 8 --moe-router-topk 2"
             {"aux_losses": ["seq_aux_loss"]},
         ),
         (
-            "--moe-router-score-function sigmoid --moe-router-fusion --moe-z-loss-coeff 1e-3",
-            {"score_function": "sigmoid", "fusion": True, "z_loss": True},
+            "--moe-router-score-function sigmoid --moe-router-fusion --moe-z-loss-coeff 1e-3"
+            " --moe-router-force-load-balancing",
+            {"score_function": "sigmoid", "fusion": True, "z_loss": True, "force_balance": True},
         ),
     ],
 )

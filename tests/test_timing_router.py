@@ -60,6 +60,12 @@ def test_the_fused_router_by_hand():
     assert _counts(tp_cp=4, tp_dp_cp=4, fp32=True, **router) == (1 + 1 + 9 + 2, 1 + 2 + 3, 0)
 
 
+def test_forced_load_balancing_adds_the_random_logits():
+    # RandomSTE: logits.clone().normal_() forward (2), the gradient passed through (0)
+    plain, forced = _counts(), _counts(force_balance=True)
+    assert (forced[0] - plain[0], forced[1] - plain[1]) == (2, 0)
+
+
 def test_the_z_loss_adds_its_kernels():
     # logsumexp 9 + square + mean + coefficient 3 + record 3 = 15 forward, 10 backward (module docstring)
     plain, with_z = _counts(), _counts(z_loss=True)

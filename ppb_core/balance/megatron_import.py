@@ -23,7 +23,9 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   from the GPU count;
 * training: sequence, micro-batch, micro-batches from `--global-batch-size` (default: one a DP
   rank), dtype, optimizer (Adam, SGD, Muon), attention backend, recompute in Megatron's words, rope fusion, FP8,
-  the router dtype, permute fusion, the capacity factor;
+  the router dtype, permute fusion, the capacity factor, the router's settings (score function, the
+  load-balancing types whose `--moe-aux-loss-coeff` is above 0 or sinkhorn, z-loss, expert bias, fusion,
+  pre-softmax, top-k scaling, forced balancing; `training.moe.router`);
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
   `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
   `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
@@ -676,6 +678,7 @@ def _router(args: _Args) -> dict[str, Any]:
         ("--moe-router-fusion", "fusion"),
         ("--moe-router-pre-softmax", "pre_softmax"),
         ("--moe-router-topk-scaling-factor", "topk_scaling"),
+        ("--moe-router-force-load-balancing", "force_balance"),
     ):
         if args.has(flag):
             router[name] = True

@@ -243,6 +243,7 @@ class MoeRouter(StrictModel):
     fusion: bool = Field(False, description="--moe-router-fusion: Transformer Engine's fused router kernels")
     pre_softmax: bool = Field(False, description="--moe-router-pre-softmax")
     topk_scaling: bool = Field(False, description="--moe-router-topk-scaling-factor given")
+    force_balance: bool = Field(False, description="--moe-router-force-load-balancing (random logits, benchmarks)")
 
     @model_validator(mode="after")
     def _one_balancing(self) -> MoeRouter:

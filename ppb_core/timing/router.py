@@ -31,6 +31,8 @@ NVIDIA/Megatron-LM d98e8a64) runs as eager PyTorch ops, one kernel each, in trai
   by the batch, the global loss's running sums (add, step add, divide: 3), the record (3); backward
   `MoEAuxLossAutoScaler` (2) and the loss's gradient (2, the sequence loss's divide 1 more), the
   scores' gradient (softmax 1; sigmoid 5) and the sum into the logits' gradient (1);
+- `--moe-router-force-load-balancing` (router.py `forward`, moe_utils.py `RandomSTE`): the logits'
+  clone and `normal_` before the routing (2, none backward: the gradient passes through);
 - the expert bias's token tally (`_apply_expert_bias`: the map's sum and the add: 2, forward only);
 - sinkhorn (`--moe-router-load-balancing-type sinkhorn`: `sinkhorn_load_balancing`, moe_utils
   `sinkhorn`): the cast to fp32, exp, two `ones`, per iteration of its `while error > tol` loop 12
@@ -64,6 +66,7 @@ ROUTING_MAP = 4  # the aux-loss map: zeros, int cast, scatter, bool cast
 SWITCH_LOSS = 4  # switch_load_balancing_loss_func: sum over tokens, multiply, sum, scale
 EXPERT_BIAS = 2  # the routing map's sum and the add into local_tokens_per_expert
 SINKHORN_STEP = 12  # one loop iteration's kernels (module docstring)
+FORCE_BALANCE = 2  # --moe-router-force-load-balancing: the logits' clone and normal_ (RandomSTE.forward)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class RouterSetting:
     fusion: bool = False
     pre_softmax: bool = False
     topk_scaling: bool = False
+    force_balance: bool = False
 
     @classmethod
     def of(cls, router: MoeRouter) -> RouterSetting:
@@ -158,8 +162,10 @@ def router_launches(
     *group_topk* groups (0: no group limit), *fp32* logits (--moe-router-dtype fp32), the aux
     losses' reduction groups' sizes."""
     forward = backward = 0
+    if router.force_balance:  # moe_utils.py RandomSTE: logits.clone().normal_(), the gradient passed through
+        forward += FORCE_BALANCE
     if router.z_loss:
-        forward, backward = Z_LOSS
+        forward, backward = forward + Z_LOSS[0], backward + Z_LOSS[1]
     if router.sinkhorn:
         softmax = topk > 1
         forward += (0 if fp32 else 1) + 1 + 2 + SINKHORN_ITERATIONS * SINKHORN_STEP + 2
