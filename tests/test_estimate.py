@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from test_memory_runs import DENSE, make_run
 
 from ppb_core.cli.main import main
@@ -53,6 +55,40 @@ def test_json_contract(llama):
         assert row["buffer_bytes_one"] == row["buffer_bytes_per_micro_batch"] + row["buffer_bytes_once"]
     assert len(data["stages"]) == run.parallel.pp
     assert data["run"]["micro_batches_in_flight"] == [[4, 3, 2, 1]]
+
+
+@pytest.mark.parametrize(
+    ("framework", "parallel", "recompute", "expected"),
+    [
+        # Megatron's block method: the first 3 of each stage's 8 layers (recompute.py), 4 stages
+        ("megatron", {}, {"granularity": "full", "method": "block", "num_layers": 3}, {"NONE": 20, "FULL": 12}),
+        # torchtitan's every 2nd block of the one stage's 32 (activation_checkpoint.py `_apply_layer_sac`)
+        (
+            "torchtitan",
+            {"dp": 64, "tp": 1, "pp": 1, "sequence_parallel": False, "zero": 3},
+            {"mode": "selective", "option": 2},
+            {"NONE": 16, "FULL": 16},
+        ),
+        ("megatron", {}, "full", {"FULL": 32}),
+    ],
+)
+def test_the_summary_counts_the_layers_each_option_takes(framework, parallel, recompute, expected, capsys, tmp_path):
+    """`layer_options`: the mix the run's recompute gives, where `stage_options` names the most's."""
+    raw = {
+        "framework": framework,
+        "models": [{"name": "llm", "config": str(Path("configs/hf/llama3-8b.json").resolve())}],
+        # configs/llama3-8b.yaml's layout: 32 layers, 4 stages of 8
+        "parallel": {"dp": 8, "tp": 2, "pp": 4, "sequence_parallel": True, "world_size": 64, **parallel},
+        "training": {"seq_length": 8192, "micro_batches": 32, "recompute": recompute},
+        "device": {"name": "h100-80gb"},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    summary = estimate(load_run_config(path), stages=False).to_json()["run"]
+    assert summary["layer_options"] == {"llm": expected}
+    if len(expected) > 1:  # the table's title says the mix
+        assert main(["estimate", str(path), "--no-times"]) == 0
+        assert " · ".join(f"{o} {n}" for o, n in expected.items()) in capsys.readouterr().out
 
 
 def test_rows_equal_every_layer_evaluated(llama):

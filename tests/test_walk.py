@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model.walk import BODY, HEAD, TAIL, uniform_split, walk
+from ppb_core.model.walk import BODY, HEAD, TAIL, torchtitan_split, uniform_split, walk
 from ppb_core.schedules import cell_order
 from ppb_core.tables.walk import walk_from_frame, walk_to_frame
 
@@ -54,6 +56,47 @@ def test_a_run_without_layout_is_walked_as_the_balancer_splits_its_baselines() -
         if layer.node == BODY:
             counts[layer.chunk][layer.stage] += 1
     assert counts == [[1] + [2] * 15, [2] * 14 + [1, 1]]  # as derived above
+
+
+def test_torchtitan_splits_as_generate_llm_fqn_per_model_part():
+    """torchtitan v0.2.2 pipeline_parallel.py `generate_llm_fqn_per_model_part`, input and output
+    weights 1: (layers + 2) // stages each, the first (layers + 2) % stages one more, the first stage
+    less its embedding, the last less its norm and output."""
+    # Llama-3.1-8B over 4 stages: 34 // 4 = 8, 34 % 4 = 2: 9, 9, 8, 8, less one at each end
+    assert torchtitan_split(32, 4) == [8, 9, 8, 7]
+    # Llama 3 405B over 8: 128 // 8 = 16 even: 15, 16 × 6, 15 (ppb's even split gives the same)
+    assert torchtitan_split(126, 8) == [15] + [16] * 6 + [15]
+    assert torchtitan_split(4, 2) == [2, 2]  # 6 // 2 = 3 each, less one at each end
+    assert torchtitan_split(7, 1) == [7]  # one stage holds everything
+    # 2 layers over 4 stages: 1 each, the ends left with their embedding or output alone: not placed
+    assert torchtitan_split(2, 4) is None
+    assert torchtitan_split(1, 4) is None  # 3 weighted layers for 4 stages: torchtitan refuses it
+    # cells in pipeline order: 32 layers over 2 ranks × 2 virtual stages (interleaved, stage v·P + p)
+    assert uniform_split(32, 2, 2, "interleaved", framework="torchtitan") == [[8, 9], [8, 7]]
+    # where torchtitan's rule leaves an end empty, ppb's even split
+    assert uniform_split(2, 4, 1, framework="torchtitan") == uniform_split(2, 4, 1) == [[1, 1, 0, 0]]
+
+
+def test_a_torchtitan_run_without_layout_is_walked_as_ppb_import_torchtitan_writes_it(tmp_path: Path) -> None:
+    """A hand-written torchtitan run and the run `ppb import torchtitan` writes for the same job
+    (whose layout states torchtitan's split) put the same layers on each stage."""
+    toml = tmp_path / "job.toml"
+    toml.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nseq_len = 8192\nlocal_batch_size = 4\n'
+        "[parallelism]\npipeline_parallel_degree = 4\npipeline_parallel_microbatch_size = 1\n"
+    )
+    imported = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(toml), "--device", "h100-80gb", "--gpus", "8", "-o", str(imported)]) == 0
+    run = load_run_config(imported)
+    assert run.parallel.layout is not None and run.framework == "torchtitan"
+    raw = yaml.safe_load(imported.read_text())
+    del raw["parallel"]["layout"]
+    by_hand = parse_run_config(raw, "hand.yaml")
+
+    def per_stage(r) -> list[int]:
+        return [sum(1 for x in walk(r) if x.node == BODY and x.stage == s) for s in range(4)]
+
+    assert per_stage(by_hand) == per_stage(run) == [8, 9, 8, 7]
 
 
 def test_cell_order_of_dualpipev_comes_back():

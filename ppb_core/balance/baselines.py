@@ -14,15 +14,17 @@ from ppb_core.model.walk import uniform_split
 def uniform_layer_counts(problem: BalanceInput) -> dict[tuple[int, int], int]:
     """Body layers per cell: N // cells each, the remainder one each to the cells without head or
     tail, earliest first (then to those with them); cells with the head or tail stay empty when
-    there are fewer layers than cells. The walk's rule (`model.walk.uniform_split`), so `ppb
-    estimate` prices the split the baselines do."""
+    there are fewer layers than cells; under torchtitan its own default split. The walk's rule
+    (`model.walk.uniform_split`), so `ppb estimate` prices the split the baselines do."""
     p = problem
     if p.closed_cells:  # a standalone MTP: the same rule over the cells that may hold layers
         open_cells = [cell for cell in p.cells if cell not in p.closed_cells]
         base, extra = divmod(p.layers.nb_body_layers, len(open_cells))
         order = [c for c in open_cells if c not in p.reserved_cells] + [c for c in open_cells if c in p.reserved_cells]
         return {cell: (base + (cell in order[:extra]) if cell in open_cells else 0) for cell in p.cells}
-    split = uniform_split(p.layers.nb_body_layers, p.stages, p.chunks, p.schedule_name, p.reserved_cells)
+    models = {model for body in p.layers.bodies for model in (body.models or ())}
+    framework = p.framework if len(models) <= 1 else None  # torchtitan's own split for one model
+    split = uniform_split(p.layers.nb_body_layers, p.stages, p.chunks, p.schedule_name, p.reserved_cells, framework)
     return {(chunk, stage): split[chunk][stage] for chunk, stage in p.cells}
 
 

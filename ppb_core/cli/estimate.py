@@ -113,7 +113,13 @@ def print_tables(result: Estimate) -> None:
         print_iteration(console, result.iteration)
     if not result.stages:
         return
-    options = ", ".join(f"{model} {option}" for model, option in run.get("stage_options", {}).items())
+    mixed = run.get("layer_options", {})
+
+    def said(model: str, option: str) -> str:
+        counts = mixed.get(model, {})
+        return " · ".join(f"{o} {n}" for o, n in counts.items()) if len(counts) > 1 else option
+
+    options = ", ".join(f"{model} {said(model, option)}" for model, option in run.get("stage_options", {}).items())
     at_full = {peak.stage: peak for peak in result.stages_at_full}
     stages = Table(
         title=f"Stages ({run.get('framework', 'megatron')}; body layers at {options}), MB per device",

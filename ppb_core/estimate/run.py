@@ -22,6 +22,7 @@ from ppb_core.memory import (
     MemoryModel,
     StagePeak,
     configured_option,
+    configured_options,
     run_combined_steps,
     run_in_flight,
     run_in_flight_vectors,
@@ -227,6 +228,12 @@ def estimate(
         at_full = tuple(stage_peaks(memory, layer_walk, *sizes, option_of=_full, vectors=vectors, steps=steps))
     summary = run_summary(run, in_flight)
     summary["stage_options"] = {name: configured_option(memory, name) for name in run.model_names}
+    # each model's body layers per option as the run's recompute places them: Megatron's block method
+    # and torchtitan's every N-th block mix FULL with the rest, which `stage_options` (the most) hides
+    counted: dict[str, dict[str, int]] = {name: {} for name in run.model_names}
+    for layer, option in configured_options(run, layer_walk).items():
+        counted[layer.model_name][option] = counted[layer.model_name].get(option, 0) + 1
+    summary["layer_options"] = {name: {o: counted[name][o] for o in OPTIONS if o in counted[name]} for name in counted}
     summary["activations"] = memory.activation_sources()
     if memory.fit is not None:
         summary["memory_calibration"] = memory.fit.to_json()

@@ -103,10 +103,12 @@ def uniform_split(
     chunks: int,
     schedule: str = "1f1b",
     ends: frozenset[tuple[int, int]] = frozenset(),
+    framework: str | None = None,
 ) -> list[list[int]]:
     """Body layers per [chunk][stage]: layers // cells in every cell, the remainder one each to the
     cells in pipeline order, earliest first, the cells in *ends* (the head's and tail's, which
-    carry the embedding or the loss already) after every other.
+    carry the embedding or the loss already) after every other. Under torchtitan, its own default
+    split where it gives every cell a layer (`torchtitan_split`).
 
     One rule for `ppb estimate` (a run without a layout) and the balancer's uniform baselines, so
     both price the same split. Megatron-Core has no rule of its own to follow for an uneven split:
@@ -115,12 +117,32 @@ def uniform_split(
     megatron/core/transformer/transformer_block.py `get_num_layers_to_build`; there every rule gives
     layers // cells everywhere."""
     cells = cell_order(schedule, stages, chunks)
+    counts = [[0] * stages for _ in range(chunks)]
+    titan = torchtitan_split(layers, len(cells)) if framework == "torchtitan" else None
+    if titan is not None:
+        for (chunk, stage), size in zip(cells, titan, strict=True):
+            counts[chunk][stage] = size
+        return counts
     base, extra = divmod(layers, len(cells))
     counts = [[base] * stages for _ in range(chunks)]
     order = [cell for cell in cells if cell not in ends] + [cell for cell in cells if cell in ends]
     for chunk, stage in order[:extra]:
         counts[chunk][stage] += 1
     return counts
+
+
+def torchtitan_split(layers: int, cells: int) -> list[int] | None:
+    """Body layers per cell, in pipeline order, as torchtitan v0.2.2 splits a model it is given no
+    `module_fqns_per_model_part` for: pipeline_parallel.py `generate_llm_fqn_per_model_part` at its
+    defaults input_weight = output_weight = 1, the embedding and the norm-and-output counted as a
+    layer each, (layers + 2) // cells per stage, the first (layers + 2) % cells stages one more
+    (Llama-3.1-8B over 4 stages: 8, 9, 8, 7). None where torchtitan refuses the split (more stages than
+    weighted layers) or a stage would hold its embedding or output alone, which ppb's walk does not place."""
+    if cells == 1:
+        return [layers]
+    each, extra = divmod(layers + 2, cells)
+    sizes = [each + (index < extra) - (index == 0) - (index == cells - 1) for index in range(cells)]
+    return sizes if each >= 1 and min(sizes) >= 1 else None
 
 
 def run_ends(run: RunConfig) -> frozenset[tuple[int, int]]:
@@ -159,7 +181,13 @@ def walk(
     if cell_counts is not None:
         counts = [list(row) for row in cell_counts]
     else:
-        counts = layout if layout is not None else uniform_split(total, stages, chunks, par.schedule, run_ends(run))
+        # torchtitan's own split for one language model (it splits no vision tower with it)
+        framework = run.framework if len(run.models) == 1 else None
+        counts = (
+            layout
+            if layout is not None
+            else uniform_split(total, stages, chunks, par.schedule, run_ends(run), framework)
+        )
     if len(counts) != chunks or any(len(row) != stages for row in counts):
         raise InputError(run.source, "cell_counts", f"expected {chunks} chunks of {stages} stages")
     if sum(map(sum, counts)) != total or any(c < 0 for row in counts for c in row):
@@ -278,6 +306,7 @@ __all__ = [
     "Layer",
     "LayerWalk",
     "TailKind",
+    "torchtitan_split",
     "uniform_split",
     "walk",
 ]
