@@ -9,8 +9,11 @@ import pytest
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind
-from ppb_core.timing.flops import OpGeometry, layer_ops
+from ppb_core.model.walk import walk
+from ppb_core.timing.comm import collective_seconds
+from ppb_core.timing.flops import Collective, OpGeometry, layer_ops
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
 
 LLAMA_8B_LAYER = {
@@ -120,3 +123,28 @@ def test_what_each_framework_s_ring_sends():
         1,
     )
     assert (mega.backward_comm.payload_bytes, mega.backward_comm.exchanges) == (4_194_304, 2)
+
+
+def test_torchtitan_s_all_gather_hides_behind_step_0_only():
+    # TP 8 fills the node, so the CP 2 group leaves it: the all-gather of the widened K, V
+    # (1024 local tokens · 4 heads · 256 · 2 B · 2 ranks) runs over one NIC beside step 0 alone, the
+    # flash ops' forward over cp = 2 calls; what is longer shows, the hidden part costs 16 of the
+    # H100's 132 SMs (contention 16/132).
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": 2, "tp": 8, "dp": 1, "sequence_parallel": True},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+        }
+    )
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run) if layer.index == 0)
+    prices = model.op_prices(layer)
+    step_ms = (prices["flash_scores"].forward_ms + prices["flash_context"].forward_ms) / 2
+    gather_ms = collective_seconds(Collective("all_gather", "cp", 2 * 1024 * 4 * 256 * 2, "cp_ring"), model.links) * 1e3
+    hidden = min(gather_ms, step_ms)
+    assert gather_ms > step_ms  # the case this test is about
+    assert prices["cp_ring"].forward_ms == pytest.approx(gather_ms - hidden + 16 / 132 * hidden)
