@@ -13,6 +13,7 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.comm import collective_seconds
 from ppb_core.timing.flops import Collective, OpGeometry, layer_ops
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.launches import op_launches
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
 
@@ -148,3 +149,16 @@ def test_torchtitan_s_all_gather_hides_behind_step_0_only():
     hidden = min(gather_ms, step_ms)
     assert gather_ms > step_ms  # the case this test is about
     assert prices["cp_ring"].forward_ms == pytest.approx(gather_ms - hidden + 16 / 132 * hidden)
+
+
+def test_megatron_s_ring_launches_a_kernel_set_a_step():
+    # cp 2 under TE: two flash calls a pass, each one forward and three backward launches (launches.FLASH;
+    # the second call's on the scores op); corrections: step 0's, one output and one statistics
+    # correction for step 1, the cast: 4 = 2·cp forward; dQ, dK, dV summed a step: 6 = 3·cp backward;
+    # batch_isend_irecv once forward (step 0), twice backward (K, V at step 0; dK, dV at step 1).
+    ops = _ops("megatron", 2)
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    assert op_launches(ops["flash_scores"], **kw) == (2.0, 6.0)
+    assert op_launches(ops["flash_context"], **kw) == (1.0, 3.0)
+    assert op_launches(ops["cp_merge"], **kw) == (4.0, 6.0)
+    assert op_launches(ops["cp_ring"], **kw) == (1.0, 2.0)

@@ -143,8 +143,9 @@ def op_launches(
         if last == "reduce_loss":
             return float(REDUCE_LOSS_FUSED if cross_entropy_fusion else REDUCE_LOSS), 0.0
         return float(op.forward_comm is not None), float(op.backward_comm is not None)
-    if op.attention is not None:  # under ring CP one call a ring step (`Op.ring`)
-        calls = max(1, op.ring)
+    if op.attention is not None:
+        # ring CP: each of its cp calls (`Op.ring`) one flash kernel's launches, the extra calls on the scores op
+        calls = max(1, op.ring) if last.endswith("flash_scores") else 1
         return float(FLASH[0] * calls), float(FLASH[1] * calls)
     if op.gemm is not None:
         _, _, n, groups, fused = op.gemm
