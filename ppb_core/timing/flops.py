@@ -40,6 +40,7 @@ from ppb_core.model.kinds import (
 )
 from ppb_core.model.switches import LayerType
 from ppb_core.timing.router import RouterSetting, router_launches
+from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 BOOL_BYTES = 1  # a routing map's cell
@@ -76,6 +77,10 @@ class Collective:
     # --tp-comm-overlap (`ppb_core.timing.userbuffers`): "ring_exchange" or "pipeline"; None: the
     # generic overlap share.
     method: str | None = None
+    # Ring attention (`ppb_core.timing.ring`): the payload moves as this many equal exchanges, each
+    # beside one ring step of the attention core (its flash ops' time over cp), where an exchange
+    # longer than its step shows; 0: beside the whole partner.
+    exchanges: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,9 @@ class Op:
     sequential: int = 0
     # Host synchronizations in its forward under Megatron (the sinkhorn router's loop tests, `timing.router`)
     syncs: int = 0
+    # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
+    # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
+    ring: int = 0
 
 
 @dataclass(frozen=True)
@@ -714,7 +722,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 side_bytes=(permute, permute + v_grads),
             )
         )
-    if geo.cp > 1 and geo.cp_variant == "ring":
+    out = context
+    ring = geo.cp > 1 and geo.cp_variant == "ring"
+    if ring and geo.flash_attention and not geo.block_pairs and geo.framework in STEPPED:
+        ops, out = _stepped_ring(kind, geo, p, ops, qk, v)
+    elif ring:
         # cp-1 steps pass a chunk's keys and values around the ring behind the blocks' compute. The
         # chunks received are kept for the backward (`gather`); the backward passes their gradients
         # around, and at gather 0 the chunks once more.
@@ -732,7 +744,6 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 recompute_comm=Collective(P2P, "cp", chunk, "cp_ring", (context, "backward")),
             ),
         )
-    out = context
     if geo.cp > 1 and geo.cp_variant == "ulysses":
         payload = n * heads * d_v * bc
         ops.append(
@@ -747,6 +758,62 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         )
         out = p + "cp_a2a_out"
     return ops, out
+
+
+def _stepped_ring(
+    kind: BodyKind, geo: OpGeometry, p: str, ops: list[Op], qk: list[str], v: list[str]
+) -> tuple[list[Op], str]:
+    """Ring attention as Megatron (TransformerEngine's `AttnFuncWithCPAndKVP2P`) and torchtitan
+    (PyTorch's `context_parallel`) run it (`ppb_core.timing.ring`): the flash ops as cp calls a pass,
+    the merges and gradient sums beside them (`cp_merge`), and the exchanges:
+
+    - torchtitan passes the K and V `repeat_kv` widened to every query head (its model code repeats
+      them before SDPA, 9dec370 torchtitan/models/llama/model.py). Its default rotation
+      (`--experimental.context_parallel_rotate_method allgather`, 9dec370 config_manager.py; PyTorch's
+      `_cp_options.rotate_method` default ALL_GATHER) all-gathers every rank's K, V once, issued at
+      step 0 and waited for at step 1: it hides behind one step only. The backward gathers them again
+      (a fresh `_AllGatherRotater`) and passes the fp32 dK, dV sums to the next rank after each step
+      (`_AllToAllRotater`, `permute_tensor`, always all-to-all), each waited for after the next step's
+      kernel (hidden behind one step), the last right after the loop (`cp_ring_grads_last`, exposed).
+    - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
+      (`flash_attn_p2p_communicate`, batch_isend_irecv, waited at the next step): cp−1 exchanges, each
+      beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
+      K, V at steps 0…cp−2, dK, dV at steps 1…cp−1, cp exchanges beside one step each.
+    The received chunks are not kept for the backward by either (TE saves the local K, V; PyTorch's
+    backward re-gathers): the backward's exchange runs whatever `gather` says; a rerun forward repeats
+    the forward's."""
+    att, bc, block, cp = kind.attention, geo.dtype_bytes, "attention", geo.cp
+    n = geo.tokens
+    heads = per_rank(att.num_heads, geo.tp)
+    (d_qk, d_v), kv_width = _core_widths(kind, geo)
+    titan = geo.framework == "torchtitan"
+    kv_elements = n * (heads * (d_qk + d_v) if titan and not att.is_mla else kv_width)
+    scores, context = p + "flash_scores", p + "flash_context"
+    ops = [dataclasses.replace(op, ring=cp) if op.name in (scores, context) else op for op in ops]
+    forward_bytes, backward_bytes = merge_bytes(geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements)
+    merge = _elementwise(p + "cp_merge", block, forward_bytes, backward_bytes, switch="softmax", inputs=(context,))
+    if not titan:  # fused corrections: step 0's, then an output and a statistics correction a later step, the cast
+        merge = dataclasses.replace(merge, launches=(2.0 * cp, 3.0 * cp))
+    ops.append(merge)
+    chunk = kv_elements * bc
+    if titan:
+        gather = Collective(ALL_GATHER, "cp", cp * chunk, "cp_ring", (scores, "forward"), exchanges=1)
+        again = dataclasses.replace(gather, partner=(scores, "backward"))
+        sums = kv_elements * FP32_BYTES  # the fp32 dK, dV sums
+        grads = Collective(P2P, "cp", (cp - 1) * sums, "cp_ring", (scores, "backward"), exchanges=cp - 1)
+        last = Collective(P2P, "cp", sums, "cp_ring")
+    else:
+        gather = Collective(P2P, "cp", (cp - 1) * chunk, "cp_ring", (scores, "forward"), exchanges=cp - 1)
+        again = Collective(P2P, "cp", 2 * (cp - 1) * chunk, "cp_ring", (scores, "backward"), exchanges=cp)
+        grads = last = None
+    kv = (*qk, *v)
+    comms = [Op(p + "cp_ring", block, COMM, switch="gather", inputs=kv, forward_comm=gather, backward_comm=again)]
+    if not titan:  # a batch_isend_irecv a step: cp−1 forward, cp backward
+        comms[0] = dataclasses.replace(comms[0], launches=(float(cp - 1), float(cp)))
+    if grads is not None:
+        comms.append(Op(p + "cp_ring_grads", block, COMM, inputs=(context,), backward_comm=grads))
+        comms.append(Op(p + "cp_ring_grads_last", block, COMM, inputs=(context,), backward_comm=last))
+    return [*comms, *ops], p + "cp_merge"
 
 
 def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:

@@ -27,7 +27,9 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   main kernel, `flash_bwd_convert_dq_kernel`: csrc/flash_attn/src/flash_bwd_launch_template.h; cuDNN's
   SDPA backward graph likewise preprocesses dO·O first); unfused, each BMM one (its backward two), the
   fused scale-mask-softmax one each way, the attention dropout one (`native_dropout` writes the output
-  and the mask) each way;
+  and the mask) each way; under ring context parallelism each of the cp ring steps one call
+  (`ppb_core.timing.ring`), TransformerEngine's corrections and P2P exchanges as `flops._stepped_ring`
+  counts them;
 - rotary: fused one kernel for Q and one for K each way; unfused (`--no-rope-fusion`, rope_utils.py
   `_apply_rotary_pos_emb_bshd`, the steps `flops.UNFUSED_ROPE_*` counts in bytes) per tensor t·cos,
   `_rotate_half`'s negation and cat, ·sin, the sum and the final cat (6) forward, their gradients, the
@@ -157,7 +159,9 @@ def op_launches(
             return float(REDUCE_LOSS_FUSED if cross_entropy_fusion else REDUCE_LOSS), 0.0
         return float(op.forward_comm is not None), float(op.backward_comm is not None)
     if op.attention is not None:
-        return float(FLASH[0]), float(FLASH[1])
+        # ring CP: each of its cp calls (`Op.ring`) one flash kernel's launches, the extra calls on the scores op
+        calls = max(1, op.ring) if last.endswith("flash_scores") else 1
+        return float(FLASH[0] * calls), float(FLASH[1] * calls)
     if op.gemm is not None:
         _, _, n, groups, fused = op.gemm
         if op.weight_elements:

@@ -37,6 +37,7 @@ from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
+from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
 from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
 
 # The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
@@ -229,7 +230,10 @@ class TimeModel:
             backward = phase != "forward"
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
-            seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
+            if op.ring > 1:  # the ring's calls, each at its shape (`ppb_core.timing.ring`)
+                seconds = ring_attention_s(kernels, flops, traffic, backward, op.attention, op.ring, carries_dq)
+            else:
+                seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
             if op.attention_dropout:
                 seconds *= 1 + kernels.attention_dropout_cost
             return seconds if phase in ("forward", "backward") else seconds / 2
@@ -284,6 +288,13 @@ class TimeModel:
             share, partner = 1.0, paired
         elif collective.partner is not None and collective.partner[0] in by_name:
             partner = self._phase_s(by_name[collective.partner[0]], collective.partner[1])
+        if collective.exchanges and collective.partner is not None and collective.partner[0] in by_name:
+            # each exchange beside one ring step: the attention core's time over its cp calls
+            scores = by_name[collective.partner[0]]
+            context = by_name.get(collective.partner[0].replace("flash_scores", "flash_context"))
+            core = partner + (self._phase_s(context, collective.partner[1]) if context is not None else 0.0)
+            step = core / max(1, scores.ring)
+            return exposed_exchanges_s(seconds, collective.exchanges, step, share, self.kernels.contention)
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
 

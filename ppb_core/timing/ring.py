@@ -1,0 +1,147 @@
+"""Ring attention (context parallelism) as Megatron's TransformerEngine and torchtitan's PyTorch run it.
+
+Both shard a causal sequence of s tokens into 2·cp chunks and give rank r chunks r and 2cp−1−r
+(the load-balanced "head-tail" / round-robin sharding), so each rank holds s_l = s/cp queries and
+keys. A layer's attention then runs as cp flash-attention calls per pass, one per ring step, each
+followed by a merge of its partial output into the running one by the log-sum-exp:
+
+- step 0: the local queries against the local keys under the causal mask (an s_l × s_l triangle);
+- a step whose keys came from an earlier rank (i ≤ rank): every local query against the first of
+  the sender's two chunks, no mask (s_l × s_l/2);
+- a later rank's keys (i > rank): the second local chunk's queries against both of the sender's
+  chunks, no mask (s_l/2 × s_l); only that half of the output and its statistics are merged.
+
+Every step computes s_l²/2 (query, key) pairs; together s(s+1)/(2cp), the causal triangle's share,
+as ppb counts FLOPs. The last rank (r = cp−1) runs step 0 and cp−1 rectangles of s_l queries by
+s_l/2 keys, the first rank cp−1 of s_l/2 by s_l: ppb prices the last rank (`last_rank_steps`), whose
+key walks are the shorter (`Kernels.attention_efficiency`'s ramp) and whose merges cover every row.
+Sources: PyTorch's `_templated_ring_attention` and `_templated_ring_attention_backward`
+(torch/distributed/tensor/experimental/_context_parallel/_attention.py in torch 2.13;
+torch/distributed/tensor/experimental/_attention.py at pytorch/pytorch 0123248a the same loop,
+`_is_causal_behavior`, `_SDPAMerger`), and TransformerEngine's `AttnFuncWithCPAndKVP2P`
+(transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py at d0067d0d).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppb_core.timing.kernels import Kernels
+
+FP32_BYTES = 4
+# Frameworks whose ring attention ppb prices step by step (others: one kernel over all the keys).
+STEPPED = ("megatron", "torchtitan")
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """`count` flash-attention calls of one shape per (sequence, head): queries, mean keys a query
+    attends to, 1 under the causal mask."""
+
+    count: int
+    queries: float
+    mean_keys: float
+    causal: float
+
+    def pairs(self) -> float:
+        return self.count * self.queries * self.mean_keys
+
+
+def last_rank_steps(cp: int, local: float) -> tuple[RingStep, ...]:
+    """The last rank's cp calls for *local* = s/cp tokens a rank (module docstring)."""
+    return (RingStep(1, local, (local + 1) / 2, 1.0), RingStep(cp - 1, local, local / 2, 0.0))
+
+
+def ring_attention_s(
+    kernels: Kernels,
+    flops: float,
+    traffic: float,
+    backward: bool,
+    attention: tuple[float, float, float, float, float],
+    cp: int,
+    carries_dq: bool = False,
+) -> float:
+    """One pass of a flash op (`Op.attention`: sequences, s/cp queries, ...) as the ring's cp calls,
+    each at its own shape and rate; the op's FLOPs and bytes shared by the calls' pairs."""
+    sequences, local, _, head_dim, _ = attention
+    steps = last_rank_steps(cp, local)
+    total = sum(step.pairs() for step in steps)
+    seconds = 0.0
+    for step in steps:
+        share = step.queries * step.mean_keys / total
+        call = kernels.attention_s(
+            flops * share,
+            traffic * share,
+            backward,
+            sequences,
+            step.queries,
+            step.mean_keys,
+            head_dim,
+            step.causal,
+            carries_dq=carries_dq,
+        )
+        seconds += step.count * call
+    return seconds
+
+
+def merge_bytes(
+    framework: str, cp: int, out_elements: float, q_elements: float, kv_elements: float
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the last rank's merges and gradient sums beside its ring
+    steps, per layer; *out_elements* the local output's, *q_elements* the local queries',
+    *kv_elements* the local keys' and values' together (as the ring passes them), 16-bit I/O.
+
+    torchtitan (PyTorch, `_cp_options.convert_to_f32` True, eager kernels): forward, each step's
+    output cast to fp32 (read 2, write 4 a element); every later step merges it into the running
+    output, `out - sigmoid(block_lse - lse) * (out - block_out)`: a subtraction (read 8, write 4), the
+    product (read 4, write 4), the subtraction (read 8, write 4), 32 a element (the statistics' ops,
+    a row's, are left out); the result cast back (read 4, write 2); each step but the last
+    concatenates K and V to send them (`torch.cat`, read and write 2 an element) after
+    `key.contiguous()`/`value.contiguous()` copied the transposed views once. Backward: fp32 zeros
+    for dQ, dK, dV (write 4); each step adds its dQ into the fp32 sum (read 4 + 2, write 4); step 0
+    adds dK, dV likewise, each later one adds its half-chunk gradient into the received fp32 dK, dV
+    (`_partial_update`: half of read 6 write 4, then `torch.cat` of both halves, read 4 write 4) and
+    every step concatenates dK, dV to send them (read 4, write 4); dQ and the last dK, dV cast back
+    (read 4, write 2); the K, V concatenations as in the forward.
+
+    Megatron (TransformerEngine, fused `jit_fuser` corrections): forward, step 0's output scaled into
+    an fp32 output (`flash_attn_fwd_out_correction_init`: read 2, write 4), each later step's added
+    (`flash_attn_fwd_out_correction`: read 4 + 2, write 4), the result cast back (read 4, write 2);
+    the statistics' corrections (a row's) left out; K and V stacked into one buffer once (read and
+    write 2). Backward (16-bit, not FP8): step 0's dQ, dK, dV copied (read 2, write 2), each later
+    step's dQ added (read 2 + 2, write 2) and its dK, dV, half a chunk on the last rank, added into
+    the dK, dV sent on."""
+    later = cp - 1
+    if framework == "torchtitan":
+        forward = (
+            cp * 6 * out_elements
+            + later * 32 * out_elements
+            + 6 * out_elements
+            + 4 * kv_elements  # the contiguous() copies
+            + later * 4 * kv_elements
+        )
+        backward = (
+            4 * (q_elements + kv_elements)
+            + cp * 10 * q_elements
+            + 10 * kv_elements
+            + later * (5 + 8) * kv_elements
+            + cp * 8 * kv_elements
+            + 6 * (q_elements + kv_elements)
+            + 4 * kv_elements
+            + later * 4 * kv_elements
+        )
+        return forward, backward
+    forward = 6 * out_elements + later * 10 * out_elements + 6 * out_elements + 4 * kv_elements
+    backward = (4 + later * 6) * q_elements + (4 + later * 3) * kv_elements
+    return forward, backward
+
+
+def exposed_exchanges_s(seconds: float, exchanges: int, step_s: float, share: float, contention: float) -> float:
+    """What *exchanges* equal exchanges taking *seconds* together leave exposed when each runs beside
+    one ring step of *step_s* compute (*share* of it hideable; the hidden part slows the step by the
+    SMs the collective takes, *contention*): an exchange longer than its step shows the difference."""
+    if exchanges <= 0 or seconds <= 0:
+        return max(0.0, seconds)
+    each = seconds / exchanges
+    hidden = min(share * each, step_s)
+    return exchanges * (each - hidden + contention * hidden)

@@ -1,0 +1,164 @@
+"""Ring attention step by step (`ppb_core.timing.ring`), against values derived by hand from the
+frameworks' code: PyTorch's `_templated_ring_attention(_backward)` (torch 2.13,
+torch/distributed/tensor/experimental/_context_parallel/_attention.py) and TransformerEngine's
+`AttnFuncWithCPAndKVP2P` (d0067d0d, attention/dot_product_attention/context_parallel.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.kinds import body_kind
+from ppb_core.model.walk import walk
+from ppb_core.timing.comm import collective_seconds
+from ppb_core.timing.flops import Collective, OpGeometry, layer_ops
+from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.launches import op_launches
+from ppb_core.timing.pricer import TimeModel
+from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
+
+LLAMA_8B_LAYER = {
+    "vocab_size": 1024,
+    "hidden_size": 4096,
+    "num_layers": 2,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+}
+
+
+def _ops(framework: str, cp: int, s: int = 1024) -> dict:
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": framework,
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": cp, "dp": 8 // cp},
+            "training": {"seq_length": s, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+        }
+    )
+    ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+    return {op.name: op for op in ops}
+
+
+def test_the_ring_s_steps_cover_the_causal_triangle_s_share():
+    # cp 4, s = 4096, s_l = 1024: step 0's triangle 1024·1025/2 = 524,800 pairs, three rectangles of
+    # 1024 × 512 = 524,288 each: 2,097,664 = s(s+1)/(2cp) = 4096·4097/8.
+    steps = last_rank_steps(4, 1024)
+    assert [(st.count, st.queries, st.mean_keys, st.causal) for st in steps] == [
+        (1, 1024, 512.5, 1.0),
+        (3, 1024, 512, 0.0),
+    ]
+    assert sum(st.pairs() for st in steps) == 4096 * 4097 / 8
+
+
+def test_each_ring_step_runs_at_its_own_shape_s_rate():
+    # A device of 1e15 FLOP/s, flash forward 0.5 of it, 132 SMs; 32 (sequence, head) pairs, cp 2,
+    # s_l = 4096, head 128. kernels' docstring: rate = base · ramp · diagonal · waves, ramp = w/(w+1),
+    # w = mean keys / 128, diagonal w/(w + 1/2) under the mask; 32 query blocks × 32 = 1024 tiles, waves
+    # 1024 / (8·132). Step 0: mean keys 2048.5 (w = 16.00390625), causal; step 1: 2048 keys (w = 16).
+    kernels = Kernels(1e15, 0.8, 132, 3e12, 0.5, 0.4)
+    w0, w1, waves = 2048.5 / 128, 16.0, 1024 / 1056
+    rate0 = 1e15 * 0.5 * w0 / (w0 + 1) * w0 / (w0 + 0.5) * waves
+    rate1 = 1e15 * 0.5 * w1 / (w1 + 1) * waves
+    pairs0, pairs1 = 32 * 4096 * 2048.5, 32 * 4096 * 2048
+    flops = 4 * 128 * (pairs0 + pairs1)  # QKᵀ and PV, 2·d each a pair
+    expected = 4 * 128 * pairs0 / rate0 + 4 * 128 * pairs1 / rate1
+    attention = (32.0, 4096.0, (pairs0 + pairs1) / (32 * 4096), 128.0, 1.0)
+    assert ring_attention_s(kernels, flops, 0.0, False, attention, 2) == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_exchange_longer_than_its_step_shows_the_difference():
+    # 4 ms in 2 exchanges of 2 ms beside steps of 1.5 ms: 0.5 ms each shows, 1 ms; with a tenth of the
+    # SMs taken by the collective the hidden 1.5 ms cost 0.15 ms more each: 2·(0.5 + 0.15) = 1.3 ms.
+    assert exposed_exchanges_s(4e-3, 2, 1.5e-3, 1.0, 0.0) == pytest.approx(1e-3)
+    assert exposed_exchanges_s(4e-3, 2, 1.5e-3, 1.0, 0.1) == pytest.approx(1.3e-3)
+    assert exposed_exchanges_s(2e-3, 2, 1.5e-3, 1.0, 0.0) == 0.0
+
+
+def test_torchtitan_s_merges_and_gradient_sums_per_element():
+    # cp 2, the last rank (1), one element each of output (= queries) and of K, V together.
+    # Forward: step 0's `out.to(float32)` 6; step 1 (i ≤ rank, whole rows) its cast 6, `out - block_out`
+    # 12, the sigmoid's product 8, the subtraction 12; `results()` cast back 6: 50 an output element;
+    # K, V `.contiguous()` 4 and step 0's `torch.cat` to send them 4: 8 a K/V element.
+    # Backward: fp32 zeros 4 each; dQ `+=` 10 a step (2 steps) and cast back 6: 30; dK, dV: step 0's
+    # `+=` 10, step 1's `_partial_update` (half of 10, then `torch.cat` 8) 13, a `torch.cat` to send a
+    # step 8·2, the cast back 6, `.contiguous()` 4, step 0's K, V cat 4: 4 + 10 + 13 + 16 + 6 + 4 + 4 = 57.
+    assert merge_bytes("torchtitan", 2, 1.0, 0.0, 0.0) == (50.0, 0.0)
+    assert merge_bytes("torchtitan", 2, 0.0, 1.0, 0.0) == (0.0, 30.0)
+    assert merge_bytes("torchtitan", 2, 0.0, 0.0, 1.0) == (8.0, 57.0)
+
+
+def test_megatron_s_corrections_per_element():
+    # TE, cp 4: `flash_attn_fwd_out_correction_init` 6, three `flash_attn_fwd_out_correction` 10, the
+    # cast 6: 42 an output element; K, V stacked once 4. Backward: dQ copied 4 then added 3 × 6: 22;
+    # dK, dV copied 4 then half a chunk added 3 × 3: 13.
+    assert merge_bytes("megatron", 4, 1.0, 0.0, 0.0) == (42.0, 0.0)
+    assert merge_bytes("megatron", 4, 0.0, 1.0, 0.0) == (0.0, 22.0)
+    assert merge_bytes("megatron", 4, 0.0, 0.0, 1.0) == (4.0, 13.0)
+
+
+def test_what_each_framework_s_ring_sends():
+    # s 1024, cp 2: 512 local tokens. torchtitan repeats K, V to the 32 query heads before SDPA:
+    # 512 · 32 · 2 · 128 = 4,194,304 elements; its all-gather's gathered tensor twice that in bf16,
+    # 16,777,216 bytes, once before step 1 (one exchange), again in the backward; the fp32 dK, dV
+    # sums go to the next rank after each step (4 B an element, 16,777,216), the last one exposed.
+    titan = _ops("torchtitan", 2)
+    ring, grads, last = titan["cp_ring"], titan["cp_ring_grads"], titan["cp_ring_grads_last"]
+    assert (ring.forward_comm.kind, ring.forward_comm.payload_bytes, ring.forward_comm.exchanges) == (
+        "all_gather",
+        16_777_216,
+        1,
+    )
+    assert ring.backward_comm.payload_bytes == 16_777_216
+    assert (grads.backward_comm.payload_bytes, grads.backward_comm.exchanges) == (16_777_216, 1)
+    assert (last.backward_comm.payload_bytes, last.backward_comm.partner) == (16_777_216, None)
+    assert titan["flash_scores"].ring == titan["flash_context"].ring == 2
+    # Megatron sends the 8 KV heads: 512 · 8 · 2 · 128 · 2 B = 2,097,152 a step (one step at cp 2);
+    # the backward K, V at step 0 and dK, dV at step 1: twice that, in 2 exchanges.
+    mega = _ops("megatron", 2)["cp_ring"]
+    assert (mega.forward_comm.kind, mega.forward_comm.payload_bytes, mega.forward_comm.exchanges) == (
+        "p2p",
+        2_097_152,
+        1,
+    )
+    assert (mega.backward_comm.payload_bytes, mega.backward_comm.exchanges) == (4_194_304, 2)
+
+
+def test_torchtitan_s_all_gather_hides_behind_step_0_only():
+    # TP 8 fills the node, so the CP 2 group leaves it: the all-gather of the widened K, V
+    # (1024 local tokens · 4 heads · 256 · 2 B · 2 ranks) runs over one NIC beside step 0 alone, the
+    # flash ops' forward over cp = 2 calls; what is longer shows, the hidden part costs 16 of the
+    # H100's 132 SMs (contention 16/132).
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": 2, "tp": 8, "dp": 1, "sequence_parallel": True},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+        }
+    )
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run) if layer.index == 0)
+    prices = model.op_prices(layer)
+    step_ms = (prices["flash_scores"].forward_ms + prices["flash_context"].forward_ms) / 2
+    gather_ms = collective_seconds(Collective("all_gather", "cp", 2 * 1024 * 4 * 256 * 2, "cp_ring"), model.links) * 1e3
+    hidden = min(gather_ms, step_ms)
+    assert gather_ms > step_ms  # the case this test is about
+    assert prices["cp_ring"].forward_ms == pytest.approx(gather_ms - hidden + 16 / 132 * hidden)
+
+
+def test_megatron_s_ring_launches_a_kernel_set_a_step():
+    # cp 2 under TE: two flash calls a pass, each one forward and three backward launches (launches.FLASH;
+    # the second call's on the scores op); corrections: step 0's, one output and one statistics
+    # correction for step 1, the cast: 4 = 2·cp forward; dQ, dK, dV summed a step: 6 = 3·cp backward;
+    # batch_isend_irecv once forward (step 0), twice backward (K, V at step 0; dK, dV at step 1).
+    ops = _ops("megatron", 2)
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    assert op_launches(ops["flash_scores"], **kw) == (2.0, 6.0)
+    assert op_launches(ops["flash_context"], **kw) == (1.0, 3.0)
+    assert op_launches(ops["cp_merge"], **kw) == (4.0, 6.0)
+    assert op_launches(ops["cp_ring"], **kw) == (1.0, 2.0)
