@@ -39,8 +39,8 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
-from ppb_core.timing.router import RouterSetting, router_launches
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
+from ppb_core.timing.router import RouterSetting, router_launches
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 BOOL_BYTES = 1  # a routing map's cell
