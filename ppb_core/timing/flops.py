@@ -1328,7 +1328,7 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
         table = (per_rank(vocab, geo.tp) + positions) * h
         backward += table * (2 * bc + 2 * geo.main_grad_bytes)
     elif geo.framework == "torchtitan":
-        backward += per_rank(vocab, geo.tp) * h * bc
+        backward += (per_rank(vocab, geo.tp) + positions) * h * bc
     ops = [_elementwise(p + "lookup", block, forward, backward)]
     if geo.tp > 1:
         payload = rows * bc
