@@ -52,6 +52,7 @@ class OpCount:
     launches: int = 0
     read_bytes: int = 0
     written_bytes: int = 0
+    flops: int = 0  # a matmul's 2·m·k·n (per batch for bmm)
 
     @property
     def bytes(self) -> int:
@@ -125,6 +126,9 @@ class OpCounter(TorchDispatchMode):
         if not written_args:
             written = sum(t.numel() * t.element_size() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
         count = self.census.ops[self.phase][name]
+        if name in MATMULS:
+            first, second = args[-2], args[-1]
+            count.flops += 2 * first.numel() * second.shape[-1]
         count.launches += 1
         count.read_bytes += read
         count.written_bytes += written
@@ -211,12 +215,13 @@ def _run(fn: Callable[[OpCounter], None]) -> Census:
     return census
 
 
-def count_block(dims: BlockDims, batch: int, seq: int, ac: str = "none") -> Census:
+def count_block(dims: BlockDims, batch: int, seq: int, ac: str = "none", early_stop: bool = True) -> Census:
     """One block's forward and backward on *batch* × *seq* tokens under torchtitan's *ac* (none, op,
-    full: `ppb_core.census.torchtitan.wrapped`), bf16 as FSDP2's param_dtype computes it."""
+    full: `ppb_core.census.torchtitan.wrapped`, *early_stop* as there), bf16 as FSDP2's param_dtype
+    computes it."""
     with torch.device("meta"):
         block = TitanBlock(dims).to(torch.bfloat16)
-    module = wrapped(block, ac)  # type: ignore[arg-type]
+    module = wrapped(block, ac, early_stop)  # type: ignore[arg-type]
     x = torch.empty(batch, seq, dims.hidden, dtype=torch.bfloat16, device="meta", requires_grad=True)
     grad = torch.empty(batch, seq, dims.hidden, dtype=torch.bfloat16, device="meta")
     table = _table(dims, seq)

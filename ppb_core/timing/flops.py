@@ -1631,12 +1631,32 @@ def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[str, float]]:
     return parts
 
 
+def early_stop_tail(ops: Sequence[Op]) -> frozenset[str]:
+    """The ops at the end of a dense block that a checkpoint with early stop never replays.
+
+    torch.utils.checkpoint's non-reentrant recompute with `early_stop` (its default; torchtitan's
+    `early_stop` option, default False from 25413d224) stops once every tensor the block's forward
+    saved is back; autograd saves an op's inputs before the op runs (`VariableType`'s generated
+    kernels), so the block's last matmul (w2) and what follows it, the row-parallel reduction and
+    the residual add, which save nothing, do not run again. Counted: `ppb_core.census.ops.count_block`
+    (full: six of the seven `aten.mm`s and 143 of the forward's 149 element-wise bytes per token and
+    hidden unit; op: 143). Only for a block ending in its dense MLP's `mlp_out`; none otherwise."""
+    last = max((i for i, op in enumerate(ops) if op.category == MATMUL), default=-1)
+    if last < 0 or not ops[last].name.endswith("mlp_out"):
+        return frozenset()
+    tail = ops[last:]
+    if not all(op.category == COMM or op.name.split(".")[-1].startswith("residual") for op in tail[1:]):
+        return frozenset()
+    return frozenset(op.name for op in tail)
+
+
 def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tuple[Op, ...]:
     """What torchtitan's per-op selective checkpointing runs again in a block's backward.
 
     torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
-    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
-    and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
+    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`;
+    before 25413d224 torch's default early stop: `early_stop_tail`, applied by the pricer), and only
+    the ops its policy marks MUST_SAVE are taken from the forward: the save list's
     attention kernels and reduce-scatters, the matmuls the memory rules save
     (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
     counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block; a linear
