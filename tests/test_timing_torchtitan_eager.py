@@ -17,7 +17,7 @@ from ppb_core.timing.pricer import TimeModel
 TOKENS = 2048
 
 
-def _run(framework="torchtitan", compile_=False, recompute=None):
+def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm"):
     return parse_run_config(
         {
             "framework": framework,
@@ -25,7 +25,7 @@ def _run(framework="torchtitan", compile_=False, recompute=None):
             "parallel": {"dp": 2, "zero": 3, **({"fsdp": True} if framework == "torchtitan" else {})},
             "training": {"seq_length": TOKENS, "micro_batch_size": 1, "recompute": recompute or {}},
             "device": ROUND_DEVICE,
-            "timing": {"torch_compile": compile_} if framework == "torchtitan" else {},
+            "timing": {"torch_compile": compile_, "norm_type": norm_type} if framework == "torchtitan" else {},
         }
     )
 
@@ -76,3 +76,18 @@ def test_early_stop_does_not_replay_the_block_s_last_matmul_and_residual(recompu
     assert TimeModel(whole).parts(layer, state).recompute_ms - model.parts(layer, state).recompute_ms == (
         pytest.approx(difference)
     )
+
+
+def test_fused_rmsnorm_prices_the_triton_kernel_s_bytes():
+    """torchtitan's `norm_type = "fused_rmsnorm"` (norms.py at 1ea476e9f): one kernel each way, reading
+    x and writing y (2 + 2 an element) forward, reading x and dy and writing dx (2 + 2 + 2) backward;
+    eager `rmsnorm` moves 36 and 92 (`EAGER_TRAFFIC`). The rotary embedding stays eager either way."""
+    hbm = 1000e9 * 0.5
+    elements = TOKENS * 1024
+    fused, eager = (_run(norm_type=norm) for norm in ("fused_rmsnorm", "rmsnorm"))
+    for run, forward, backward in ((fused, 4, 6), (eager, 36, 92)):
+        prices = TimeModel(run).op_prices(_body(run))
+        assert prices["norm1"].forward_ms == pytest.approx(forward * elements / hbm * 1e3)
+        assert prices["norm1"].backward_ms == pytest.approx(backward * elements / hbm * 1e3)
+        # q and k: 2048 tokens × (16 + 4) heads of 64, 20 bytes an element each way
+        assert prices["rope"].forward_ms == pytest.approx(20 * TOKENS * 20 * 64 / hbm * 1e3)

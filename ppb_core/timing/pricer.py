@@ -169,11 +169,18 @@ class TimeModel:
             run.timing.matmul_dtype,
             run.timing.deterministic,
             run.timing.transformer_impl == "transformer_engine",
+            fused_norm=run.timing.norm_type == "fused_rmsnorm",
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
             Kernels.from_device(
-                self.device, run.training.dtype, framework, run.timing.torch_compile, None, run.timing.deterministic
+                self.device,
+                run.training.dtype,
+                framework,
+                run.timing.torch_compile,
+                None,
+                run.timing.deterministic,
+                fused_norm=run.timing.norm_type == "fused_rmsnorm",
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
