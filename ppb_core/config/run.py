@@ -486,7 +486,8 @@ class TimingOptions(StrictModel):
     norm_type: Literal["rmsnorm", "fused_rmsnorm"] = Field(
         "rmsnorm",
         description="torchtitan's [model] norm_type before 5078e92e4 (2025-04-17): fused_rmsnorm runs RMSNorm as "
-        "one Triton kernel each way (torchtitan/models/norms.py FusedRMSNorm), rmsnorm as eager PyTorch ops",
+        "one Triton kernel each way (torchtitan/models/norms.py FusedRMSNorm), rmsnorm as eager PyTorch ops; "
+        "later torchtitan's nn.RMSNorm runs PyTorch's fused CUDA kernel, priced as fused_rmsnorm",
     )
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall",
