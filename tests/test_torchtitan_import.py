@@ -168,7 +168,13 @@ def _comparable(raw: dict[str, Any]) -> dict[str, Any]:
     run = parse_run_config({**raw, "device": H100})
     dumped = run.model_dump()
     resolved = run.recompute
-    dumped["training"]["recompute"] = (resolved.switches, resolved.modules, resolved.full, resolved.num_layers)
+    dumped["training"]["recompute"] = (
+        resolved.switches,
+        resolved.modules,
+        resolved.full,
+        resolved.num_layers,
+        resolved.early_stop,
+    )
     dumped.pop("name")
     dumped["parallel"].pop("world_size")
     dumped["models"][0]["spec"].pop("max_position_embeddings")
@@ -177,7 +183,9 @@ def _comparable(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # torchtitan's published H100 runs (benchmarks/llama3_h100_202412_torchtitan.md) as a user writes them
-# in a v0.2.2 job TOML; torch.compile and Float8 are left out, as the bench rows leave them out.
+# in a v0.2.2 job TOML; torch.compile and Float8 are left out, as the bench rows leave them out. The
+# runs predate torchtitan's own early_stop (25413d224): torch.utils.checkpoint's default, early stop,
+# applied, which v0.2.2 spells `early_stop = true`.
 TABLE_1_AND_3 = """
 [model]
 name = "llama3"
@@ -190,6 +198,7 @@ data_parallel_shard_degree = -1
 [activation_checkpoint]
 mode = "selective"
 selective_ac_option = "op"
+early_stop = true
 """
 TABLE_2_CP2 = """
 [model]
@@ -203,6 +212,7 @@ data_parallel_shard_degree = 4
 context_parallel_degree = 2
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 TABLE_4 = """
 [model]
@@ -217,6 +227,7 @@ data_parallel_shard_degree = 32
 tensor_parallel_degree = 8
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 
 
@@ -249,6 +260,7 @@ pipeline_parallel_schedule = "SCHEDULE"
 pipeline_parallel_microbatch_size = 4
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 
 
@@ -343,6 +355,7 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ('[model]\nname = "llama4"', 8, "model.name"),
         ('[activation_checkpoint]\nmode = "memory_budget"', 8, "activation_checkpoint.mode"),
         ('[activation_checkpoint]\nselective_ac_option = "0"', 8, "activation_checkpoint.selective_ac_option"),
+        ('[activation_checkpoint]\nearly_stop = "yes"', 8, "activation_checkpoint.early_stop"),
         ('[model]\nconverters = ["fp4"]', 8, "model.converters"),
         ('[optimizer]\nname = "Lion"', 8, "optimizer.name"),
         ("[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3", 8,

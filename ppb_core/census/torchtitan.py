@@ -172,14 +172,18 @@ def _op_policy() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
-def wrapped(block: Block, ac: str) -> nn.Module:
-    """The block as activation_checkpoint.py wraps it for *ac* (none, op or full)."""
+def wrapped(block: Block, ac: str, early_stop: bool = True) -> nn.Module:
+    """The block as activation_checkpoint.py wraps it for *ac* (none, op or full). *early_stop*: the
+    recompute stops once every tensor the forward saved is back (torch.utils.checkpoint's default,
+    which torchtitan kept until it passed its own `early_stop`, default False: 25413d224, 2025-08-29)."""
     if ac == "none":
         return block
     if ac == "full":
-        return checkpoint_wrapper(block, preserve_rng_state=True)
+        return checkpoint_wrapper(block, preserve_rng_state=True, early_stop=early_stop)
     if ac == "op":
-        return checkpoint_wrapper(block, context_fn=functools.partial(_op_policy), preserve_rng_state=True)
+        return checkpoint_wrapper(
+            block, context_fn=functools.partial(_op_policy), preserve_rng_state=True, early_stop=early_stop
+        )
     raise ValueError(f"checkpointing is one of {', '.join(CHECKPOINTING)}, not {ac!r}")
 
 

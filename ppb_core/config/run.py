@@ -486,6 +486,12 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    norm_type: Literal["rmsnorm", "fused_rmsnorm"] = Field(
+        "rmsnorm",
+        description="torchtitan's [model] norm_type before 5078e92e4 (2025-04-17): fused_rmsnorm runs RMSNorm as "
+        "one Triton kernel each way (torchtitan/models/norms.py FusedRMSNorm), rmsnorm as eager PyTorch ops; "
+        "later torchtitan's nn.RMSNorm runs PyTorch's fused CUDA kernel, priced as fused_rmsnorm",
+    )
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall",
         description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
