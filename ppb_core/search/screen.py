@@ -10,8 +10,9 @@ it) — and what `run_iteration` would price, each option's forward and backward
 strategies that cannot differ in them:
 
 * layer times depend on tp, sp, cp, ep, etp, the micro-batch size and the recompute setting (the
-  time model's `Geometry` and `Links`), not on dp, pp, vpp, the schedule, the micro-batch count or
-  ZeRO: one `TimeModel` per `time_key`;
+  time model's `Geometry` and `Links`) and on whether the schedule is DualPipeV (its paired
+  micro-batches hide the expert all-to-alls), not on dp, pp, vpp, another schedule, the micro-batch
+  count or ZeRO: one `TimeModel` per `time_key`;
 * layer memory depends on all of those and dp, pp, ZeRO/FSDP and the micro-batch count, not on vpp
   or the schedule: one `MemoryModel` per `memory_key`.
 
@@ -54,9 +55,13 @@ NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per ce
 
 
 def time_key(strategy: Strategy) -> tuple:
-    """What the layer times of a strategy depend on (beside the spec)."""
+    """What the layer times of a strategy depend on (beside the spec): under DualPipeV each expert
+    all-to-all hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`), so its layer
+    times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B twin's, above its
+    own time)."""
     s = strategy
-    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute)
+    dualpipe = s.schedule == "dualpipev"
+    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute, dualpipe)
 
 
 def memory_key(strategy: Strategy) -> tuple:
