@@ -52,6 +52,8 @@ class MemorySetup(Geometry):
     deterministic: bool = (
         False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
     )
+    compiled_blocks: bool = False  # torchtitan's blocks under torch.compile (timing.torch_compile)
+    compiled_loss: bool = False  # torchtitan's loss under torch.compile (timing.compiled_loss)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,6 +90,8 @@ class MemorySetup(Geometry):
             softmax_in_fp32=run.softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
             deterministic=run.timing.deterministic,
+            compiled_blocks=run.timing.torch_compile,
+            compiled_loss=run.timing.compiled_loss,
         )
 
     @property
