@@ -20,7 +20,8 @@ Sources:
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
   caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
-  not scored. Likewise Trainy's H200 file in the same folder (torchtitan e7c0cae).
+  not scored; its torch.compile rows compile the blocks (9dec370 leaves the loss eager). Likewise
+  Trainy's H200 file in the same folder (torchtitan e7c0cae: the blocks and the loss compiled).
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
 the allocated rows; then, for the Megatron rows, the memory after the optimizer step
