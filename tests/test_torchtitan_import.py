@@ -14,7 +14,7 @@ from bench._public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_llama
 from ppb_core.balance.torchtitan_flavors import llama3_ffn, model_spec
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.cli.main import main
-from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.config.run import TimingOptions, load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
@@ -293,11 +293,32 @@ def test_the_405b_job_says_what_is_not_modelled() -> None:
     assert raw["timing"] == {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
     assert raw["parallel"]["tp"] == 8 and raw["parallel"]["dp"] == 64 and raw["parallel"]["sequence_parallel"]
     assert raw["training"]["recompute"] == {"mode": "full"}
+    # compile.components model and loss (the default): the loss compiled with the blocks, no key of its own
+    assert run_config_compiled_loss(raw)
     assert [note.split(":")[0] for note in imported.notes] == [
         "parallelism.enable_async_tensor_parallel",
-        "compile.components loss",
         "quantize.linear.float8.enable_fsdp_float8_all_gather",
     ]  # filter_fqns ["output"]: the output layer in 16 bits, as ppb prices it
+
+
+def run_config_compiled_loss(raw: dict) -> bool:
+    return TimingOptions(**raw["timing"]).compiled_loss
+
+
+@pytest.mark.parametrize(
+    ("components", "timing"),
+    [
+        ('["model"]', {"torch_compile": True, "compile_loss": False}),
+        ('["loss"]', {"compile_loss": True}),
+        ('["model", "loss"]', {"torch_compile": True}),
+    ],
+)
+def test_compile_components_say_what_is_compiled(components: str, timing: dict) -> None:
+    shipped = '[compile]\nenable=false\ncomponents = ["model", "loss"]'
+    toml = (SHIPPED / "llama3_8b.toml").read_text()
+    assert shipped in toml
+    toml = toml.replace(shipped, f"[compile]\nenable = true\ncomponents = {components}")
+    assert import_torchtitan(toml, 8, "h100-80gb").raw["timing"] == timing
 
 
 def test_deepseek_v3_flavors_carry_experts_and_latent_attention() -> None:

@@ -53,6 +53,7 @@ FIELD_KEYS = {
     "parallel.schedule": "parallelism.pipeline_parallel_schedule",
     "timing.matmul_dtype": "model.converters",
     "timing.torch_compile": "compile.enable",
+    "timing.compile_loss": "compile.components",
 }
 # JobConfig's sections ppb reads past: no bearing on an iteration's memory or time.
 NO_BEARING = frozenset(
@@ -482,8 +483,8 @@ def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str])
             raise InputError(toml.where, "compile.components", "is a list: model, loss")
         if "model" in components:
             timing["torch_compile"] = True
-        if "loss" in components:
-            notes.append("compile.components loss: the loss compiled, not modelled")
+        if ("loss" in components) != ("model" in components):  # timing.compiled_loss follows torch_compile
+            timing["compile_loss"] = "loss" in components
     converters = model["converters"]
     if not isinstance(converters, list):
         raise InputError(toml.where, "model.converters", "is a list of converter names")
