@@ -5,7 +5,7 @@ length, the framework and optional limits (docs/search.md). Every strategy of th
 by the run-config validator, screened with the memory model and a proven bound on its iteration,
 and the promising ones are balanced and timed; strategies are dropped only where a bound proves
 they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
-Megatron-LM flags and MindFormers settings.
+Megatron-LM flags, MindFormers settings and (torchtitan, PP > 1) job-TOML lines.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ppb_core import limits
+from ppb_core.balance.torchtitan_plan import torchtitan_lines
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
-from ppb_core.search.outputs import write_ranking
+from ppb_core.search.outputs import torchtitan_said, write_ranking
 from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
 
@@ -198,3 +199,19 @@ def render(result: SearchResult) -> None:
     console.print(
         ", ".join(f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in counts) + f"; {result.seconds:.1f} s"
     )
+    _torchtitan(console, spec, result)
+
+
+def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> None:
+    """The torchtitan job-TOML lines of the first ranked plan with PP > 1, as `ppb balance` prints them (every
+    such plan's: `-o DIR`'s `NN-<name>.torchtitan.toml`); nothing for another framework or when no plan pipelines."""
+    if spec.framework != "torchtitan":
+        return
+    for place, entry in enumerate(result.ranked, start=1):
+        said = torchtitan_said(spec, entry)
+        if said is None:
+            continue
+        console.print(f"#{place} {entry.strategy.label(spec)}:", markup=False, highlight=False)
+        for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
