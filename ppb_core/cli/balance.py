@@ -36,6 +36,7 @@ from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
+from ppb_core.units import counted
 
 # SAPP's own defaults (`run_pipeline_balance.py`) but its 90 s time limit: ppb's search ends on work limits
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0}
@@ -281,8 +282,9 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         if ties:
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
-                f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
-                f"options, {ties['headroom_mb']:,.0f} MB free on the fullest stage"
+                f"{counted(ties['recomputed_layers'], 'layer')} recomputed, "
+                f"{counted(ties['stages_mixing_options'], 'stage')} mixing options, "
+                f"{ties['headroom_mb']:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""
