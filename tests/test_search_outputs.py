@@ -226,7 +226,8 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         raw = yaml.safe_load(out.read_text())
         assert raw["parallel"]["layout"] == split
         assert raw["parallel"]["pp"] == 2 and raw["training"]["recompute"] == {"mode": "none"}
-    assert written == 2  # tiny-titan's ranking holds two pipelined plans (PP 2 × 2 chunks, ZeRO-0 and FSDP)
+    # every pipelined plan of the ranking gets its lines (tiny-titan's holds PP 2 × 2 chunks, ZeRO-0)
+    assert written == sum(entry.strategy.pp > 1 for entry in result.ranked) >= 1
     capsys.readouterr()
     assert main(["search", str(DATA / "tiny-titan.yaml"), "-q"]) == 0
     printed = capsys.readouterr().out
