@@ -242,7 +242,9 @@ def _qwen3_run(
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
-            "moe": {"permute_fusion": True},
+            # the router: TE's fused kernels (set_qwen3_common_configs' moe_router_fusion) and the aux loss
+            # Megatron-Bridge's Qwen3MoEBridge.provider_bridge sets (aux_loss at 1e-3, no pre-softmax)
+            "moe": {"permute_fusion": True, "router": {"fusion": True, "aux_losses": ["aux_loss"]}},
         },
         "device": {"name": device},
         "timing": {

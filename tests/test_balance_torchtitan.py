@@ -9,10 +9,17 @@ from typing import Any
 
 import pytest
 
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.program import solve
 from ppb_core.balance.torchtitan_import import import_torchtitan
 from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
+from ppb_core.balance.torchtitan_settings import EveryNth, runnable, settings
+from ppb_core.chain.stages import run_chain
 from ppb_core.cli.main import main
-from ppb_core.config.recompute import TorchtitanRecompute
+from ppb_core.config.recompute import TorchtitanRecompute, resolve
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.sapp import layer_set
+from ppb_core.report.render import report_files
 
 # The rest of a job TOML: Llama-3.1-8B (32 layers), TP 2, 8 GPUs (dp_shard 1 × tp 2 × pp 4, or pp 2 × dp 2).
 REST = """[model]
@@ -29,7 +36,7 @@ def test_module_names_per_stage_are_torchtitans() -> None:
     assert module_fqns([2, 0, 1]) == [["tok_embeddings", "layers.0", "layers.1"], [], ["layers.2", "norm", "output"]]
 
 
-def test_one_mode_for_every_block_or_none_said() -> None:
+def test_one_setting_for_every_block_or_none_said() -> None:
     op = TorchtitanRecompute(mode="selective", option="op")
     assert activation_checkpoint({"NONE"}, None) == ({"mode": "none"}, None)
     assert activation_checkpoint({"FULL"}, op) == ({"mode": "full"}, None)
@@ -38,6 +45,84 @@ def test_one_mode_for_every_block_or_none_said() -> None:
     assert ac is None and "torchtitan's words" in (why or "")
     ac, why = activation_checkpoint({"NONE", "FULL"}, op)
     assert ac is None and "FULL, NONE on different layers" in (why or "")
+    # the setting the balancer solved under says it: selective_ac_option is a string in job_config.py
+    every = {"name": "every", "num_layers": 3}
+    assert activation_checkpoint({"NONE", "FULL"}, None, every) == (
+        {"mode": "selective", "selective_ac_option": "3"},
+        None,
+    )
+
+
+def test_every_nth_block_is_torchtitans_layer_sac() -> None:
+    # torchtitan/distributed/activation_checkpoint.py `_apply_layer_sac` (v0.2.2, 73a0e697): the counter is
+    # incremented first, then `_layer_sac_count % ac_freq == 0` wraps the block: with N = 3 over 8 blocks
+    # the counts 3 and 6 are wrapped, the 3rd and 6th blocks (positions 2 and 5): 8 // 3 = 2 FULL, 6 NONE
+    assert EveryNth("every", 3).along(8) == ["NONE", "NONE", "FULL", "NONE", "NONE", "FULL", "NONE", "NONE"]
+    assert EveryNth("every", 3).cell_options(8) == {"FULL": 2, "NONE": 6}
+    assert EveryNth("every", 9).cell_options(8) == {"FULL": 0, "NONE": 8}
+    # the importer's reading of the same words (config.recompute, counted from the rank's first block)
+    assert resolve(TorchtitanRecompute(mode="selective", option=3)).chunk_options(8) == EveryNth("every", 3).along(8)
+    # the settings: none, the op policy, every N-th for 2 ≤ N ≤ the most layers a cell holds, full last;
+    # with several chunks a rank's count runs across them: not a cell's own, not offered
+    names = [(s.name, s.num_layers) for s in settings(("NONE", "SLCT", "FULL"), 1, 4)]
+    assert names == [("none", 0), ("selective", 0), ("every", 2), ("every", 3), ("every", 4), ("full", 0)]
+    assert [s.name for s in settings(("NONE", "FULL"), 2, 4)] == ["none", "full"]
+
+
+def _body(name: str, count: int) -> dict[str, Any]:
+    # per layer: forward 1, backward NONE 2 / SLCT 2.05 / COMM 2.1 / BOTH 2.2 / FULL 3; MB per micro-batch in
+    # flight NONE 10, SLCT 7, COMM 6, BOTH 5, FULL 1
+    return {
+        "name": name,
+        "type": "BODY",
+        "nb_layer": count,
+        "time": 1,
+        "memory_parameter": 0,
+        "memory_activation": 10,
+        "memory_select_rec": 7,
+        "memory_select_comm": 6,
+        "memory_both_comm_select": 5,
+        "memory_recompute": 1,
+        "backward_time": 2,
+        "select_rec_time": 2.05,
+        "select_comm_time": 2.1,
+        "both_comm_select_time": 2.2,
+        "recompute_time": 3,
+    }
+
+
+def test_the_balancer_picks_only_what_torchtitan_runs() -> None:
+    layers = layer_set([_body("BODY_0", 6)])
+    assert runnable(layers, op=False).options == ("NONE", "FULL")
+    assert runnable(layers, op=True).options == ("NONE", "SLCT", "FULL")
+    # one stage, 1F1B, m = 2: one micro-batch in flight, the iteration 2·(F + B) of the stage's 6 layers,
+    # memory Σ MB of the layers' options, 45 MB:
+    #   none 6·10 = 60 no; every 2nd: 3 FULL + 3 NONE = 33, 2·(6 + 3·3 + 3·2) = 42; every 3rd: 2 FULL + 4 NONE
+    #   = 42, 2·(6 + 2·3 + 4·2) = 40; every 4th to 6th: 1 FULL + 5 NONE = 51 no; full 6, 2·(6 + 18) = 48.
+    # Free of torchtitan's rules, 1 NONE + 5 SLCT (ppb's switch set, 45 MB: 15 MB saved at 0.05 per 3 MB, the
+    # cheapest saving) would take 2·(6 + 2 + 5·2.05) = 36.5.
+    free = solve(BalanceInput(layers, 1, 2, memory_mb=45.0))
+    assert free.objective == pytest.approx(36.5)
+    problem = BalanceInput(runnable(layers, op=False), 1, 2, memory_mb=45.0, framework="torchtitan")
+    solution = solve(problem)
+    assert solution.status == "optimal" and solution.objective == pytest.approx(40.0)
+    assert solution.setting == EveryNth("every", 3)
+    assert solution.plan is not None and solution.plan.cell_options(0, 0)[OPTIONS.index("FULL")] == 2
+
+
+def test_every_nth_places_full_by_position_across_body_types() -> None:
+    # 2 dense then 4 MoE blocks in one cell, every 2nd block full (blocks 2, 4, 6): dense 1 NONE + 1 FULL,
+    # MoE 2 NONE + 2 FULL (Megatron's block method would put the cell's first layers full instead).
+    # Memory 45 MB: none 60 no, every 2nd 33, every 3rd 42 but every 3rd takes 2·(6 + 2·3 + 4·2) = 40
+    # against every 2nd's 42, so 34 MB leaves every 2nd and full (48) only.
+    layers = layer_set([_body("BODY_0", 2), _body("BODY_1", 4)])
+    problem = BalanceInput(layers, 1, 2, memory_mb=34.0, framework="torchtitan")
+    solution = solve(problem)
+    assert solution.setting == EveryNth("every", 2) and solution.objective == pytest.approx(42.0)
+    assert solution.plan is not None and not solution.plan.problems()
+    full, none = OPTIONS.index("FULL"), OPTIONS.index("NONE")
+    dense, moe = (solution.plan.counts[b][0][0] for b in range(2))
+    assert (dense[none], dense[full], moe[none], moe[full]) == (1, 1, 2, 2)
 
 
 def _result(grid: list[list[dict[str, int]]], schedule: str, framework: str = "torchtitan") -> dict[str, Any]:
@@ -81,10 +166,19 @@ PP2V2 = (
 )
 
 
-# the device's memory, or less (MB) so that the plan mixes options on its layers
-@pytest.mark.parametrize(("parallelism", "memory"), [(PP4, ""), (PP4, "30000"), (PP2V2, ""), (PP2V2, "45000")])
-def test_the_printed_lines_import_back_to_the_plans_split(
-    tmp_path: Path, parallelism: str, memory: str, capsys: pytest.CaptureFixture[str]
+# the device's memory, or less (MB): at 30000 only full recompute fits, at 36000 every 3rd block full
+@pytest.mark.parametrize(
+    ("parallelism", "memory", "mode"),
+    [
+        (PP4, "", "none"),
+        (PP4, "30000", "full"),
+        (PP4, "36000", "selective"),
+        (PP2V2, "", "none"),
+        (PP2V2, "45000", "full"),
+    ],
+)
+def test_the_printed_lines_import_back_to_the_plan(
+    tmp_path: Path, parallelism: str, memory: str, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = _balance(tmp_path, parallelism, memory, capsys)
     said = result["torchtitan"]
@@ -100,39 +194,88 @@ def test_the_printed_lines_import_back_to_the_plans_split(
         if chunks == 1
         else ("data_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n")
     )
+    # a torchtitan run's plan is one of torchtitan's settings: never COMM or BOTH, always said whole
+    used = {o for row in rows for o, n in row["options"].items() if n}
+    assert used <= {"NONE", "FULL"} and said["recompute_expressible"]
     toml = REST + "\n".join(said["lines"]).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+    job = tmp_path / "back.toml"
+    job.write_text(toml)
+    back = tmp_path / "back.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(back)]) == 0
     raw = import_torchtitan(toml, 8, "h100-80gb").raw
     assert raw["parallel"]["layout"] == split
     assert raw["parallel"]["pp"] == len(rows) and raw["parallel"]["vpp"] == chunks
-    used = {o for row in rows for o, n in row["options"].items() if n}
-    assert said["recompute_expressible"] == (memory == "")
-    if said["recompute_expressible"]:
-        assert raw["training"]["recompute"] == {"mode": {"NONE": "none", "FULL": "full"}[used.pop()]}
-    else:
-        assert len(used) > 1 and "[activation_checkpoint]" not in said["lines"]
-        # beside it, the fastest plan torchtitan can say: one mode for every block, that fits, no faster
-        alternative = said["alternative"]
-        toml = REST + "\n".join(alternative["lines"]).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
-        raw = import_torchtitan(toml, 8, "h100-80gb").raw
-        modes = {"no recompute": "none", "every layer fully recomputed": "full"}
-        assert raw["training"]["recompute"] == {"mode": modes[alternative["setting"]]}
-        assert raw["parallel"]["layout"].count("t") == 32 and raw["parallel"]["layout"].count("|") == len(counts) - 1
-        assert alternative["peak_memory_mb"] <= float(memory) and alternative["slower_by"] >= -1e-6
+    assert raw["training"]["recompute"]["mode"] == mode
+    # what the imported job runs per rank (config.recompute counts a rank's blocks) is the plan's options
+    recompute = resolve(TorchtitanRecompute(**raw["training"]["recompute"]))
+    assert [row["options"].get("FULL", 0) for row in rows] == [
+        sum(option == "FULL" for option in recompute.chunk_options(row["layers"])) for row in rows
+    ]
+    # and `ppb estimate` of the imported job prices the plan's iteration
+    capsys.readouterr()
+    assert main(["estimate", str(back), "--json"]) == 0
+    estimated = json.loads(capsys.readouterr().out)
+    assert estimated["iteration"]["seconds"] == pytest.approx(result["iteration"]["seconds"], rel=1e-9)
 
 
-def test_what_runs_as_it_stands_is_printed_first() -> None:
-    said = {
-        "lines": ["[parallelism]", "pipeline_parallel_degree = 2"],
-        "recompute_expressible": False,
-        "note": "why",
-        "alternative": {"lines": ["[activation_checkpoint]", 'mode = "full"'], "setting": "full", "slower_by": 0.125},
-    }
+def test_a_plan_not_torchtitans_is_printed_as_its_split_only() -> None:
+    said = {"lines": ["[parallelism]", "pipeline_parallel_degree = 2"], "recompute_expressible": False, "note": "why"}
     assert torchtitan_lines(said) == [
-        "torchtitan job TOML (the fastest plan torchtitan can say: full, 12.50% slower than the plan above):",
-        "  [activation_checkpoint]",
-        '  mode = "full"',
         "torchtitan job TOML, the plan's split only, NOT runnable alone (it leaves out the plan's recompute):",
         "  [parallelism]",
         "  pipeline_parallel_degree = 2",
         "  (why)",
     ]
+
+
+def _tight_run(tmp_path: Path) -> Path:
+    """Llama-3.1-8B TP 2 × PP 4 from the job TOML, on an H100 with 36,000 MB usable: its plan is every
+    3rd block full (`ppb balance --memory 36000` above, docs/balance.md)."""
+    job = tmp_path / "job.toml"
+    job.write_text(REST + PP4 + '[activation_checkpoint]\nmode = "full"\n')
+    run = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
+    text = run.read_text().replace(
+        "device:\n  name: h100-80gb", "device:\n  name: h100-80gb\n  memory_mb: 36000\n  reserved_mb: 0"
+    )
+    assert text != run.read_text()
+    run.write_text(text)
+    return run
+
+
+def _imported_layout(lines: list[str], dp: str = "data_parallel_shard_degree = 1\ntensor_parallel_degree = 2\n") -> Any:
+    toml = REST + "\n".join(lines).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+    return import_torchtitan(toml, 8, "h100-80gb").raw
+
+
+def test_check_and_the_report_give_the_optimums_torchtitan_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _tight_run(tmp_path)
+    capsys.readouterr()
+    plan = tmp_path / "plan.json"
+    assert main(["balance", str(run), "--json", "-o", str(plan)]) == 0
+    balanced = json.loads(capsys.readouterr().out)
+    lines = balanced["torchtitan"]["lines"]
+    assert 'selective_ac_option = "3"' in lines
+    # `ppb check` of that plan: its optimum is the same plan, with the same lines, printed as balance prints them
+    assert main(["check", str(run), "--plan", str(plan), "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)["optimum"]
+    assert checked["torchtitan"]["lines"] == lines
+    assert checked["torchtitan_lines"] == ["torchtitan job TOML:", *(f"  {line}" for line in lines)]
+    assert main(["check", str(run), "--plan", str(plan)]) == 0
+    text = capsys.readouterr().out
+    assert "torchtitan job TOML:" in text and 'selective_ac_option = "3"' in text
+    # the chain's report: the same lines as a TOML block, which `ppb import torchtitan` reads back to the split
+    tables = run_chain(run, until="plan_report")
+    markdown = report_files(tables["plan_report"])[".md"].decode()
+    block = markdown.split("```toml\n", 1)[1].split("```", 1)[0]
+    said = [line.strip() for line in block.splitlines() if line.strip()]
+    assert said == lines
+    rows = balanced["stages"]
+    split = "|".join(
+        ("E" if i == 0 else "") + "t" * row["layers"] + ("L" if i == len(rows) - 1 else "")
+        for i, row in enumerate(rows)
+    )
+    raw = _imported_layout(said)
+    assert raw["parallel"]["layout"] == split and raw["training"]["recompute"] == {"mode": "selective", "option": 3}

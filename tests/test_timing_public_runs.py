@@ -7,9 +7,18 @@ import dataclasses
 import pytest
 from bench_modules import load_bench
 
-from ppb_core.config.devices import DEVICE_CATALOG, FP8_GEMM_KERNEL_US_B200, GEMM_KERNEL_US_B200
+from ppb_core.config.devices import (
+    ATTENTION_DROPOUT_COST_SM90,
+    DEVICE_CATALOG,
+    FP8_GEMM_KERNEL_US_B200,
+    GEMM_KERNEL_US_B200,
+)
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import BODY, walk
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
 
 
 @pytest.fixture(scope="module")
@@ -351,6 +360,63 @@ def test_the_transformer_engine_layer_bench_counts_the_layer_s_gemms_and_infers_
     # (35.709 − 23.406) / (1 − 18.978/32.014) = 12.303 / 0.40720 = 30.21 ms of BF16 GEMMs.
     inferred = (bench.MEASURED_MS - bench.MEASURED_FP8_MS) / (1 - bench.FP8_OVER_BF16_GEMMS)
     assert inferred == pytest.approx(30.21, abs=0.01)
+
+
+def test_hopper_gemms_follow_transformer_engine_s_kernels_in_a_tp8_gpt3_layer():
+    # NVIDIA/Fuser PR #4844 (nsys, one forward of te.TransformerLayer, GPT-3 175B layer, TP 8 without
+    # sequence parallelism, 2048 tokens, 8 H100 80GB HBM3): the QKV GEMM with its bias 288.415 us, the
+    # output projection 109.663, FC1 and FC2 384.733 and 401.214 (told apart by FLOPs: bench/te_layer_tp8.py).
+    bench = load_bench("te_layer_tp8")
+    kernels = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16")
+    shapes = {  # (m, n, k): 2048 tokens; QKV 3·12288/8 wide, projection from 12288/8, FC 4·12288/8 wide
+        "qkv": [(2048, 4608, 12288)],
+        "out_proj": [(2048, 12288, 1536)],
+        "mlp_in + mlp_out": [(2048, 6144, 12288), (2048, 12288, 6144)],
+    }
+    ours = {name: sum(kernels.gemm_compute_s(m, n, k) for m, n, k in gemms) * 1e6 for name, gemms in shapes.items()}
+    # QKV by hand: 128x128 tiles, 16·36 = 576, ⌈576/132⌉ = 5 waves of 2·128·128·12288 FLOPs at
+    # 989.4e12·0.803/132 = 6.019e12 a SM (66.9 us), plus 5.3 us: 339.8 us, 17.9% over the kernel cuBLAS ran,
+    # whose 192x192 tiles (a size our tile set lacks) make 11·24 = 264 = 2 exact waves.
+    assert ours["qkv"] == pytest.approx(339.8, abs=0.5)
+    errors = {name: ours[name] / bench.MEASURED_GEMM_US[name] - 1 for name in shapes}
+    assert errors["out_proj"] == pytest.approx(0.0, abs=0.05)
+    assert errors["mlp_in + mlp_out"] == pytest.approx(0.0, abs=0.05)
+    # the four kernels together: 1259 us against 1184 measured (+6.4%): these GEMMs run at our rates
+    total = sum(ours.values()) / sum(bench.MEASURED_GEMM_US.values()) - 1
+    assert 0.0 < total < 0.10
+    # the bench prices the same four through the layer's op table
+    ms, _ = bench.priced(sequence_parallel=False)
+    priced = sum(ms[op, "forward"] for ops in bench.GEMM_OPS.values() for op in ops) * 1e3
+    assert priced == pytest.approx(sum(ours.values()), rel=1e-6)
+
+
+def _flash_ms(raw: dict) -> dict[tuple[str, str], float]:
+    """Our ms of a one-layer run's flash-attention ops, by (op, pass)."""
+    run = parse_run_config(raw, "test")
+    model = TimeModel(run)
+    layer = next(layer for layer in walk(run).layers if layer.node == BODY)
+    rows = model.breakdown(layer, LayerType.NOT_REC_LAYER)
+    return {(r.name, r.phase): r.ms for r in rows if r.name.endswith(("flash_scores", "flash_context"))}
+
+
+def test_attention_dropout_costs_cudnn_its_measured_share_on_hopper():
+    # NVIDIA/TransformerEngine issue #3312: FusedAttention, sbhd, H200, forward + backward 0.594 ms at
+    # dropout 0 and 0.614 ms at 0.1: 0.614 / 0.594 = 1.03367.
+    assert abs(ATTENTION_DROPOUT_COST_SM90 - 0.0337) < 1e-4
+    assert DEVICE_CATALOG["h100-80gb"].attention_dropout_cost == ATTENTION_DROPOUT_COST_SM90
+    bench = load_bench("te_layer_tp8")
+    with_dropout = bench.gpt3_layer(True)  # attention dropout 0.1
+    without = {**with_dropout, "models": [{**with_dropout["models"][0]}]}
+    without["models"][0]["spec"] = {**with_dropout["models"][0]["spec"], "attention_dropout": 0.0}
+    on, off = _flash_ms(with_dropout), _flash_ms(without)
+    assert set(on) == set(off) and len(on) == 4  # scores and context, forward and backward
+    for key in on:
+        assert on[key] == pytest.approx(off[key] * 1.0337, rel=1e-9)
+    # No measurement for FlashAttention-2 (torchtitan's SDPA) nor A100: priced as without dropout.
+    for framework, device in (("torchtitan", "h100-80gb"), ("megatron", "a100-80gb")):
+        edits = {"framework": framework, "device": {"name": device}}
+        on, off = _flash_ms({**with_dropout, **edits}), _flash_ms({**without, **edits})
+        assert on == off
 
 
 # XLA's measured sm_90 matmul table (tensorflow/tensorflow third_party/xla/xla/service/gpu/model/

@@ -352,12 +352,11 @@ class Catalogue:
 
     def _forced(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
         """The one assignment the setting gives the cell: its options from the cell's first layer on
-        (full first), body types in pipeline order; none if it needs an option not considered."""
+        (`Setting.along`), body types in pipeline order; none if it needs an option not considered."""
         assert self.setting is not None
-        wanted = self.setting.cell_options(sum(counts))
-        if any(n and OPTIONS.index(o) not in self.p.option_indices for o, n in wanted.items()):
+        along = [OPTIONS.index(o) for o in self.setting.along(sum(counts))]
+        if any(k not in self.p.option_indices for k in along):
             return []
-        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
         rows, backward, activation, tied, start = [], 0.0, 0.0, 0.0, 0
         for body, n in zip(types, counts, strict=True):
             row = [0] * len(OPTIONS)

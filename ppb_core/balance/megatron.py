@@ -25,6 +25,7 @@ from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
 from ppb_core.errors import shown
+from ppb_core.model.switches import CELL_RANK
 
 GROUPED_GEMM = "--moe-grouped-gemm"  # what Megatron-Core's moe_act recompute needs (TransformerConfig)
 
@@ -51,6 +52,12 @@ class Setting:
             return {"SLCT": layers}
         full = min(self.num_layers, layers)
         return {"FULL": full, "NONE": layers - full}
+
+    def along(self, layers: int) -> list[str]:
+        """A virtual stage's options layer by layer from its first: full first (Megatron's block method
+        recomputes a chunk's first N layers, megatron/core/recompute.py)."""
+        wanted = self.cell_options(layers)
+        return [option for option in sorted(wanted, key=CELL_RANK.__getitem__) for _ in range(wanted[option])]
 
     def flags(self, modules: Sequence[str] | None = None) -> list[str]:
         if self.name == "none":

@@ -76,12 +76,15 @@ class Plan:
         """Body types in pipeline order, and within a cell options in MindFormers' order along the layers."""
         found: list[str] = []
         sequence: list[tuple[int, int]] = []  # (body, cell position) of every layer along the model
+        # torchtitan's every-N-th block setting puts FULL wherever the rank's count says
+        # (`torchtitan_settings.EveryNth`): MindFormers' order along a cell is not its rule
+        ordered = self.problem.framework != "torchtitan"
         for position, (chunk, stage) in enumerate(self.problem.cells):
             previous_ranks: list[int] = []
             for body in range(len(self.counts)):
                 sequence += [(body, position)] * self.body_layers(body, chunk, stage)
                 ranks = [CELL_RANK[OPTIONS[k]] for k, n in enumerate(self.counts[body][chunk][stage]) if n]
-                if ranks and previous_ranks and min(ranks) < max(previous_ranks):
+                if ordered and ranks and previous_ranks and min(ranks) < max(previous_ranks):
                     found.append(
                         f"cell (chunk {chunk}, stage {stage}): a later body type recomputes more than an "
                         "earlier one, which MindFormers' per-stage counts cannot say"

@@ -9,6 +9,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ppb_core.balance.torchtitan_settings import op_policy
+from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
@@ -217,6 +219,7 @@ def run_problem(
     memory_mb: float | None = None,
     schedule: str | None = None,
     constant_memory_mb: float | None = None,
+    runnable: bool = True,
 ) -> BalanceInput:
     """The problem a run config poses: pp stages, its micro-batches, vpp chunks, its schedule and the
     device's memory less reserved_mb; a keyword given overrides the run config's value.
@@ -226,6 +229,9 @@ def run_problem(
     workspaces (`memory.run_workspace_bytes`): SAPP descriptions count neither, and a stage's peak
     comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
+
+    For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`)
+    unless *runnable* is False (a user's plan priced whatever it says).
     """
     if constant_memory_mb is None:
         fused = walk(run, fused_tail=True)  # the descriptions' layers: one TAIL, whatever the layout
@@ -233,8 +239,11 @@ def run_problem(
             (run_working_set_bytes(run, layer_walk=fused) + run_workspace_bytes(run, layer_walk=fused)) / MB
         )
     par = run.parallel
+    layers = layer_set(descriptions, run.source)
+    if runnable and run.framework == "torchtitan":
+        layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
     return BalanceInput(
-        layer_set(descriptions, run.source),
+        layers,
         stages or par.pp,
         micro_batches or run.training.micro_batches,
         chunks or par.vpp,

@@ -56,7 +56,8 @@ from ppb_core.balance.probing import probe
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, ProgressHook, Reporter, WorkLimits
 from ppb_core.balance.tiebreak import TOLERANCE, break_ties, tie_key
-from ppb_core.model.switches import CELL_RANK, OPTIONS
+from ppb_core.balance.torchtitan_settings import settings as torchtitan_settings
+from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import critical_counts_many
 from ppb_core.units import mb_words
 
@@ -94,6 +95,8 @@ class Solution:
     megatron_setting: Setting | None = None
     megatron_objective: float | None = None
     megatron_status: str | None = None
+    # for a torchtitan run: the one setting of torchtitan's the plan runs under (`_torchtitan`)
+    setting: Setting | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The solver's own figures (the plan's are `result.report`'s), less the wall-clock `seconds`."""
@@ -473,8 +476,7 @@ def _reoption(setting: Setting) -> CellOptions:
     cell, its layers under each option, from its layers."""
 
     def apply(sizes: Sequence[int]) -> list[list[int]]:
-        wanted = setting.cell_options(sum(sizes))
-        along = [OPTIONS.index(o) for o in sorted(wanted, key=lambda o: CELL_RANK[o]) for _ in range(wanted[o])]
+        along = [OPTIONS.index(o) for o in setting.along(sum(sizes))]
         rows = [[0] * len(OPTIONS) for _ in sizes]
         start = 0
         for b, n in enumerate(sizes):
@@ -534,8 +536,11 @@ def solve(
         f"P={problem.stages} V={problem.chunks} m={problem.micro_batches} {problem.schedule_name}, "
         f"{problem.layers.nb_body_layers} layers, {mb_words(problem.memory_mb)}",
     )
-    catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
-    solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True, cutoff=cutoff)
+    if problem.framework == "torchtitan":
+        solution = _torchtitan(problem, exact, limits, clock, report, cutoff)
+    else:
+        catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
+        solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True, cutoff=cutoff)
     if (
         problem.framework == "megatron"
         and megatron_settings
@@ -626,6 +631,53 @@ def _megatron(
         # as fast: the plan Megatron-Core can say is the plan
         solution.notes.append(f"Megatron-Core's {setting.describe()} is as fast: taken")
         solution.plan, solution.objective = found.plan, value
+
+
+def _torchtitan(
+    problem: BalanceInput, exact: bool, limits: WorkLimits, clock: Clock, report: Reporter, cutoff: float
+) -> Solution:
+    """A torchtitan run's plan: the fastest under one of torchtitan's settings
+    (`torchtitan_settings.settings`; a plan mixing options per block otherwise is not torchtitan's to
+    run), solved as `_megatron` solves Megatron-Core's: the settings share one solve's work budgets,
+    each proven no faster than the best so far is not searched further, ties go to the setting listed
+    first. The plan carries its setting (`Solution.setting`)."""
+    candidates = torchtitan_settings(problem.options, problem.chunks, _cell_cap(problem, math.inf))
+    shared = limits.scaled(1 / max(1, len(candidates)))
+    best: tuple[Solution, Setting] | None = None
+    notes: list[str] = []
+    cut = False
+    for setting in candidates:
+        if clock.out:
+            notes.append("torchtitan's settings: stopped by the time limit")
+            break
+        catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
+        bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
+        found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting, cutoff=bar)
+        if found.stopped_by == "cutoff":
+            cut = True
+            report("megatron", f"torchtitan, {setting.describe()}: {STOPPED['cutoff']}", figures=(("to beat", bar),))
+            continue
+        if found.plan is None or found.objective is None:
+            continue
+        report(
+            "megatron",
+            f"torchtitan, {setting.describe()}: {STOPPED.get(found.stopped_by, found.stopped_by)}",
+            found.objective,
+            found.bound,
+        )
+        if best is None or _before(found, best[0]):
+            best = (found, setting)
+    if best is None:
+        if cut:  # every setting proven no faster than *cutoff* (another MTP placement's plan)
+            return Solution(problem, "time_limit", stopped_by="cutoff", notes=notes)
+        if clock.out:
+            message = f"no plan found in {clock.elapsed:.1f} s"
+            return Solution(problem, "time_limit", message=message, stopped_by="time_limit", notes=notes)
+        return _infeasible(problem, limits, clock, notes)
+    solution, setting = best
+    solution.setting = setting
+    solution.notes += [*notes, f"torchtitan's settings: {setting.describe()}, the fastest of {len(candidates)}"]
+    return solution
 
 
 def _before(found: Solution, best: Solution) -> bool:
@@ -1024,26 +1076,3 @@ def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: 
         stopped_by="infeasible",
         notes=notes,
     )
-
-
-def fastest_under(
-    problem: BalanceInput, names: Sequence[str], exact: bool = True, time_limit: float | None = None
-) -> tuple[Solution, Setting] | None:
-    """The fastest plan under one of the settings *names* (none, full, selective) for every layer, as
-    `_megatron` solves Megatron-Core's, for a framework whose recompute is one mode for every block
-    (torchtitan's `[activation_checkpoint]`); None when no plan fits under any of them."""
-    clock = Clock(time_limit)
-    report = Reporter(None, clock)
-    candidates = [Setting(name) for name in names]
-    shared = WorkLimits().scaled(1 / max(1, len(candidates)))
-    best: tuple[Solution, Setting] | None = None
-    for setting in candidates:
-        if clock.out:
-            break
-        catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
-        found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting)
-        if found.plan is None or found.objective is None:
-            continue
-        if best is None or _before(found, best[0]):
-            best = (found, setting)
-    return best

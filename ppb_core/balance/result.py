@@ -63,6 +63,12 @@ def report(solution: Solution, modules: Sequence[str] | None = None) -> dict[str
             "headroom_mb": plan_headroom_mb(plan),
         }
         out["megatron"] = megatron(plan, modules)
+        if solution.setting is not None:  # the framework's one setting the plan runs under (torchtitan's)
+            out["recompute_setting"] = {
+                "name": solution.setting.name,
+                "num_layers": solution.setting.num_layers,
+                "description": solution.setting.describe(),
+            }
         if solution.megatron_plan is not None and solution.megatron_setting is not None:
             alternative = solution.megatron_plan
             layout = format_layout(virtual_stages(alternative))

@@ -6,10 +6,11 @@
   `generate_llm_fqn_per_model_part`). Looped schedules put stage `rank + chunk·P` on each rank
   (pipeline_module_split `_get_stage_indices`, style "loop"), so stage order is ppb's model order,
   chunk by chunk. V schedules (ZBVZeroBubble, DualPipeV) place stages as a V: not said here.
-* the recompute: `[activation_checkpoint] mode` is one setting for every block
-  (torchtitan/distributed/activation_checkpoint.py `apply_ac`): none, full, or selective `op` when
-  the run's SLCT is torchtitan's per-op policy. A plan mixing options is not torchtitan's to say:
-  then the fastest plan it can say is solved beside it (`add_alternative`).
+* the recompute: `[activation_checkpoint]` (torchtitan/distributed/activation_checkpoint.py
+  `apply_ac`): the setting the balancer solved the plan under (`torchtitan_settings`: none, full,
+  selective `op`, or selective N, every N-th block of a rank), so the lines run as printed. A plan
+  solved without it (a result from elsewhere) is read from its options: one mode for every block,
+  or the split alone with why.
 
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
 """
@@ -20,10 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ppb_core.balance.outputs import cells
-from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.program import fastest_under
-from ppb_core.config.recompute import TorchtitanRecompute
+from ppb_core.balance.torchtitan_settings import op_policy, toml_keys
 
 # ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
 SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -43,22 +41,27 @@ def module_fqns(layers_per_stage: Sequence[int]) -> list[list[str]]:
     return parts
 
 
-def activation_checkpoint(used: set[str], recompute: Any) -> tuple[dict[str, str] | None, str | None]:
-    """The `[activation_checkpoint]` keys for a plan running the options *used*, or None and why not."""
+def activation_checkpoint(
+    used: set[str], recompute: Any, setting: Mapping[str, Any] | None = None
+) -> tuple[dict[str, str] | None, str | None]:
+    """The `[activation_checkpoint]` keys for a plan running the options *used* (under the balancer's
+    torchtitan *setting*, when given: `recompute_setting`), or None and why not."""
+    if setting is not None:
+        return toml_keys(setting["name"], setting["num_layers"]), None
     if used <= {"NONE"}:
         return {"mode": "none"}, None
     if used == {"FULL"}:
         return {"mode": "full"}, None
     if used == {"SLCT"}:
-        if isinstance(recompute, TorchtitanRecompute) and recompute.mode == "selective" and recompute.option == "op":
+        if op_policy(recompute):
             return {"mode": "selective", "selective_ac_option": "op"}, None
         return None, (
             "SLCT here is ppb's switch set; write training.recompute in torchtitan's words "
             "({mode: selective, option: op}) to plan with the policy torchtitan takes"
         )
     return None, (
-        f"the plan uses {', '.join(sorted(used))} on different layers; torchtitan's [activation_checkpoint] "
-        "takes one mode for every block: the recompute is not expressible, only the split is"
+        f"the plan uses {', '.join(sorted(used))} on different layers, not as one of torchtitan's "
+        "[activation_checkpoint] settings: the recompute is not expressible, only the split is"
     )
 
 
@@ -80,7 +83,7 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
     layers = [sum(cell["options"].values()) for cell in ordered]
     used = {option for cell in ordered for option, n in cell["options"].items() if n}
     fqns = module_fqns(layers)
-    ac, why = activation_checkpoint(used, recompute)
+    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"))
     lines = [
         "[parallelism]",
         f"pipeline_parallel_degree = {stages}",
@@ -100,47 +103,17 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
     return out
 
 
-def add_alternative(
-    said: dict[str, Any], result: Mapping[str, Any], problem: BalanceInput, recompute: Any, time_limit: float | None
-) -> None:
-    """When torchtitan cannot say the plan's recompute: the fastest plan it can say (one mode for every
-    block: none, full, or the run's selective op policy), solved as the Megatron path solves its
-    settings (`program.fastest_under`), under `alternative` with how much slower it is."""
-    if said.get("recompute_expressible") or not said.get("lines") or result.get("objective") is None:
-        return
-    names = [name for name, option in (("none", "NONE"), ("full", "FULL")) if option in problem.options]
-    op = isinstance(recompute, TorchtitanRecompute) and recompute.mode == "selective" and recompute.option == "op"
-    if op and "SLCT" in problem.options:
-        names.append("selective")
-    found = fastest_under(problem, names, time_limit=time_limit)
-    if found is None:
-        said["no_alternative"] = "no plan fits under one mode for every block"
-        return
-    solution, setting = found
-    assert solution.plan is not None and solution.objective is not None
-    alternative = torchtitan({"input": result["input"], "cells": cells(solution.plan)}, recompute)
-    if alternative is None or not alternative.get("recompute_expressible"):
-        return
-    objective = result["objective"]
-    alternative.update(
-        setting=setting.describe(),
-        objective=solution.objective,
-        slower_by=solution.objective / objective - 1 if objective > 0 else None,
-        peak_memory_mb=solution.plan.peak_memory_mb,
-    )
-    said["alternative"] = alternative
+def add_torchtitan(result: dict[str, Any], recompute: Any) -> None:
+    """The `torchtitan` section into a balance result of a torchtitan run (`ppb balance`, `ppb check`'s
+    optimum, the chain's plan), beside `megatron`; nothing for any other."""
+    said = torchtitan(result, recompute)
+    if said is not None:
+        result["torchtitan"] = said
 
 
 def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
     """What `ppb balance` prints of the section: what runs as it stands first."""
     lines: list[str] = []
-    alternative = said.get("alternative")
-    if alternative:
-        lines.append(
-            f"torchtitan job TOML (the fastest plan torchtitan can say: {alternative['setting']}, "
-            f"{alternative['slower_by']:.2%} slower than the plan above):"
-        )
-        lines += [f"  {line}" for line in alternative["lines"]]
     if said.get("lines"):
         if said.get("recompute_expressible"):
             lines.append("torchtitan job TOML:")
@@ -151,6 +124,4 @@ def torchtitan_lines(said: Mapping[str, Any]) -> list[str]:
         lines += [f"  {line}" for line in said["lines"]]
     if said.get("note"):
         lines.append(f"  ({said['note']})")
-    if said.get("no_alternative"):
-        lines.append(f"  (no plan torchtitan can say beside it: {said['no_alternative']})")
     return lines

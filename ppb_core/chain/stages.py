@@ -21,6 +21,7 @@ from ppb_core.balance import balance
 from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, showing_seconds
+from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
@@ -159,6 +160,7 @@ def pipeline_plan(
         standalone_problem(run, problem),
         lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, **cuts),
     )
+    add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
 
 
@@ -191,6 +193,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     ]
     headline += _mtp_headline(plan)
     headline += megatron_headline(plan.get("megatron", {}))
+    headline += torchtitan_headline(plan.get("torchtitan") or {})
     about = {
         "title": f"{run.name}: pipeline plan",
         "headline": headline,
@@ -348,3 +351,14 @@ def megatron_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
     if said.get("note"):
         lines.append(("Megatron-LM cannot say the plan", said["note"]))
     return lines
+
+
+def torchtitan_headline(said: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The report's torchtitan lines (a torchtitan run's plan): the job TOML to paste, as a TOML block
+    (`balance.torchtitan_plan`), or why it is not said."""
+    if not said.get("lines"):
+        return [("torchtitan", said["note"])] if said.get("note") else []
+    runnable = said.get("recompute_expressible")
+    key = "torchtitan job TOML" if runnable else "torchtitan job TOML, the plan's split only, NOT runnable alone"
+    block = "\n".join(["", "", "  ```toml", *(f"  {line}" for line in said["lines"]), "  ```"])
+    return [(key, block)] + ([("torchtitan cannot say the plan", said["note"])] if said.get("note") else [])

@@ -24,7 +24,9 @@ from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
-from ppb_core.balance.torchtitan_plan import add_alternative, torchtitan, torchtitan_lines
+from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
+from ppb_core.balance.torchtitan_settings import op_policy
+from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
@@ -149,6 +151,9 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             args.framework or "mindformers",
             args.mtp_layers or 0,
         )
+    if problem.framework == "torchtitan":  # what torchtitan cannot run is not offered (`torchtitan_settings`)
+        op = run is not None and op_policy(run.training.recompute)
+        problem = dataclasses.replace(problem, layers=torchtitan_runnable(problem.layers, op))
     return problem, search, run
 
 
@@ -176,10 +181,7 @@ def run(args: argparse.Namespace) -> int:
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:
-        said = torchtitan(result, run_config.training.recompute)
-        if said is not None:  # a torchtitan run's plan in its job TOML's words, beside `megatron`
-            add_alternative(said, result, problem, run_config.training.recompute, time_limit)
-            result["torchtitan"] = said
+        add_torchtitan(result, run_config.training.recompute)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":

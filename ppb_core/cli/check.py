@@ -19,6 +19,7 @@ from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
+from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.user_plan import read_plan
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError
@@ -36,7 +37,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     run, recompute = run_for_plan(load_run(args.run), args.plan)
     # the plan read over every option (one the balancer would never choose is still the user's)
-    every_option = run_problem(run, describe_run(run, withdrawing=False))
+    every_option = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
     modules = selective_modules(run)
     plan, form, mtp_cell = read_plan(every_option, args.plan, modules, run)
     bodies = every_option.describe()["bodies"]
@@ -69,6 +70,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 lambda placed, **cuts: balance(placed, args.time_limit, progress=hook, modules=modules, **cuts),
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
+        add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines for the optimum
         if result["status"] != "infeasible" and "cells" in result:
             apart = result["input"].get("mtp_cell")
             at = None if apart is None else (int(apart[0]), int(apart[1]))
@@ -87,6 +89,11 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 "megatron": result["megatron"].get("flags"),
                 "megatron_flags_of": result["megatron"].get("flags_of"),
                 "megatron_lines": megatron_lines(result["megatron"]),
+                **(
+                    {"torchtitan": result["torchtitan"], "torchtitan_lines": torchtitan_lines(result["torchtitan"])}
+                    if "torchtitan" in result
+                    else {}
+                ),
             }
         else:
             out["optimum"] = {"status": result["status"], "message": result.get("message")}
@@ -182,7 +189,7 @@ def render(out: dict[str, Any]) -> None:
             f"select_comm_recompute {optimum['select_comm_recompute']}",
             soft_wrap=True,
         )
-        for line in optimum.get("megatron_lines", []):
+        for line in [*optimum.get("megatron_lines", []), *optimum.get("torchtitan_lines", [])]:
             console.print("  " + escape(line), soft_wrap=True)
     elif optimum:
         said = f": {optimum['message']}" if optimum.get("message") else ""

@@ -9,7 +9,9 @@ run-wide `training.recompute` (`ppb_core.config.recompute`). So a plan goes into
   strategy's own selective setting, which is what the balancer's SLCT was priced with), FULL everywhere
   (`full`), or, in Megatron's words, FULL on the first N layers of every virtual stage and NONE on the
   rest (`--recompute-method block`, megatron/core/transformer/transformer_block.py `_checkpointed_forward`;
-  the rule `ppb_core.balance.megatron.setting_of` reads).
+  the rule `ppb_core.balance.megatron.setting_of` reads), or in torchtitan's words FULL on every N-th
+  block of a rank (`selective_ac_option = N`, the setting a torchtitan run's plan is solved under,
+  `ppb_core.balance.torchtitan_settings`).
 
 Anything else (options mixed per stage, the gathers re-sent, two models) is not a run config's to say:
 the plan then goes beside it as MindFormers yaml (offset and per-stage recompute lists), which
@@ -84,6 +86,10 @@ def plan_recompute(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
     if used == {"SLCT"}:
         resolved = resolve_setting(spec, setting)
         return setting if resolved.full is None and resolved.selective else None
+    every = plan.get("recompute_setting") or {}
+    if used == {"FULL", "NONE"} and spec.framework == "torchtitan" and every.get("name") == "every":
+        # torchtitan's `selective_ac_option = N`, the setting the plan was solved under (torchtitan_settings)
+        return {"mode": "selective", "option": every["num_layers"]}
     if used == {"FULL", "NONE"} and spec.framework == "megatron":
         block = setting_of(options, selective=False)
         if block is not None and block.name == "block":

@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.router import RouterSetting, router_launches
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 BOOL_BYTES = 1  # a routing map's cell
@@ -102,6 +103,9 @@ class Op:
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
     attention: tuple[float, float, float, float, float] | None = None
+    # Whether that kernel applies attention dropout (its mask drawn inside the kernel; priced by
+    # `Kernels.attention_dropout_cost`).
+    attention_dropout: bool = False
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
@@ -126,6 +130,8 @@ class Op:
     # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
     # rows (a GEMM's `groups` priced as that many separate GEMMs); 0: one kernel (a grouped GEMM).
     sequential: int = 0
+    # Host synchronizations in its forward under Megatron (the sinkhorn router's loop tests, `timing.router`)
+    syncs: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,10 @@ class OpGeometry(Geometry):
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
     # Megatron's routed experts as a `SequentialMLP` (no --moe-grouped-gemm: training.moe.grouped_gemm false)
     sequential_experts: bool = False
+    # Megatron's router settings (`training.moe.router`) and the data-parallel size its global aux loss
+    # reduces over (`ppb_core.timing.router`)
+    router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
+    dp: int = 1
     # torchtitan's Float8 tensor parallelism: with tensorwise Float8 linears its TP plan is torchao's
     # Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput (torchtitan v0.2.2
     # models/llama3/infra/parallelize.py `enable_float8_tensorwise_tp`; 9dec370 likewise), which cast a
@@ -180,6 +190,8 @@ class OpGeometry(Geometry):
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
+            router=RouterSetting.of(train.moe.router),
+            dp=par.dp,
             float8_tp=run.framework == "torchtitan"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
@@ -614,6 +626,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 6 * pairs * d_qk,
                 2 * qk_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
             Op(
                 context,
@@ -627,6 +640,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * v_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
         ]
     else:
@@ -880,6 +894,21 @@ def _expert_outputs_cat(name: str, block: str, output_bytes: float, inputs: Sequ
     return dataclasses.replace(op, launches=(1.0, 2.0))
 
 
+def _router_topk(name: str, block: str, traffic: float, moe: Moe, geo: OpGeometry, inputs: tuple[str, ...]) -> Op:
+    """The routing after the gating GEMM: its bytes, and Megatron's kernels and host syncs under the
+    run's router settings (`ppb_core.timing.router`)."""
+    counts = router_launches(
+        geo.router,
+        topk=moe.experts_per_token,
+        group_topk=moe.group_limit if moe.groups else 0,
+        fp32=geo.router_bytes >= 4,
+        tp_cp=geo.tp * geo.cp,
+        tp_dp_cp=geo.tp * geo.dp * geo.cp,
+    )
+    op = _elementwise(name, block, traffic, traffic, inputs=inputs)
+    return dataclasses.replace(op, launches=(float(counts.forward), float(counts.backward)), syncs=counts.syncs)
+
+
 def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
@@ -898,14 +927,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         _matmul(
             p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,), fp8=False
         ),
-        # Router logits upcast, softmax and top-k in fp32.
-        _elementwise(
-            p + "router_topk",
-            block,
-            whole * experts * (bc + 2 * STATS_BYTES),
-            whole * experts * (bc + 2 * STATS_BYTES),
-            inputs=(p + "router",),
-        ),
+        # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
+        _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
     ]
     if geo.dispatcher == "allgather":
         ops += _allgather_dispatch(moe, geo, h, (norm, p + "router_topk"), p)
