@@ -622,6 +622,14 @@ def test_torchtitan_compiled_blocks_keep_what_the_partitioner_saves():
     assert memory.activation_bytes(layer, FULL) == 8192  # full AC: the block input alone, as eager
 
 
+def test_torchtitan_compiled_moe_blocks_keep_their_eager_rules():
+    # MoE blocks were not measured compiled: their routed experts' SiLU output stays counted
+    eager = make_run(MOE, framework="torchtitan", parallel={"zero": 0})
+    compiled = make_run(MOE, framework="torchtitan", parallel={"zero": 0}, timing={"torch_compile": True})
+    assert _terms(model(compiled), body(compiled)) == _terms(model(eager), body(eager))
+    assert "moe.expert.silu_output" in _terms(model(compiled), body(compiled))
+
+
 def test_torchtitan_compiled_loss():
     # loss.py build_cross_entropy_loss compiles cross_entropy_loss when compile.components holds loss
     # (v0.2.2 default: with the blocks). Inductor's graphs (read on the CPU, tests/test_census_torchtitan.py)

@@ -70,7 +70,7 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   loss.py `build_cross_entropy_loss` when `compile.components` holds `loss`, v0.2.2's default):
   AOTAutograd's partitioner saves what the compiled backward reads. Measured on the CPU (Inductor,
   torch 2.13; `ppb_core.census.torchtitan.measure_block(compiled=True)`, tests/test_census_torchtitan.py):
-  a block without AC keeps no SiLU output (the SiLU and the product fused, the SiLU recomputed); under
+  a dense block without AC keeps no SiLU output (the SiLU and the product fused, the SiLU recomputed); under
   `op` w2's output, MUST_SAVE but read by no backward (it feeds the residual add), is not kept
   (torch/_functorch/partitioners.py `get_recomputable_banned_nodes` keeps a MUST_SAVE node only at a
   finite `dist_from_bw`), nor, by the same rule, its reduce-scatter under SP; `full` keeps the input
@@ -132,9 +132,8 @@ def torchtitan_body_terms(
     bc = setup.dtype_bytes
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
-    if setup.compiled_blocks:  # Inductor fuses silu and the product; the backward recomputes the SiLU
-        return terms
-    if isinstance(mlp, Mlp) and mlp.gated:
+    # compiled, Inductor fuses a dense block's silu and product and the backward recomputes the SiLU
+    if isinstance(mlp, Mlp) and mlp.gated and not setup.compiled_blocks:
         extra.append(_gated_extra(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
         rows = next(t.elements for t in terms if t.op == f"{prefix}moe.expert.activation_output")
