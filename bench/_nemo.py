@@ -2,7 +2,8 @@
 Llama 3 and Qwen3 runs on DGX H100 and DGX B200, as run configs for bench/public_runs.py.
 
 Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 5776a6d90 (2025-12-10), section
-"25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100": per row the GPUs, precision,
+"25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100" (and DGX-GB200's Llama 3 8B
+row, whose recipe is the B200's; the B200 and GB200 figures in parentheses, FP8-MX): per row the GPUs, precision,
 GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP and tokens/s per GPU (seconds = GBS · sequence /
 (tokens/s per GPU · GPUs)). The recipes are the release's, Megatron-Bridge v0.2.0 (7af9601c9, the
 25.11 container's): scripts/performance/configs/<model>/workload_base_configs.py (what each row sets
@@ -23,6 +24,7 @@ from typing import Any
 from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B
 
 NEMO = "NeMo 25.11 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 5776a6d90)"
+NEMO_2604 = "NeMo 26.04 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 74695a06d)"
 
 # What every 25.11 Megatron-Bridge perf run sets (helpers.py set_common_perf_overrides; the recipes'
 # DDP config): TE's fused cross-entropy, fused rotary, no NaN checks on loss or gradients, and the
@@ -49,10 +51,15 @@ def _llama_run(
     recompute: dict[str, Any] | None = None,
     fsdp: bool = False,
     layout: str | None = None,
+    fp8_recipe: str = "tensorwise",
+    mx_gathers_apart: bool = False,
 ) -> dict[str, Any]:
-    """A Llama 3 run at sequence 8192 in BF16 with FP8 current-scaling GEMMs (the table's FP8-CS)."""
+    """A Llama 3 run at sequence 8192 in BF16 with FP8 GEMMs: current scaling (the table's FP8-CS) or,
+    for the table's parenthesized figures on B200 and GB200, MXFP8 (FP8-MX) with the same recipe.
+    *mx_gathers_apart*: the release keeps MXFP8 runs' parameter gathers off the optimizer step (26.04)."""
     tp, pp, cp, vp = (parallel.get(key, 1) for key in ("tp", "pp", "cp", "vp"))
     dp = gpus // (tp * pp * cp)
+    with_step = gathers_with_optimizer_step(dp, pp, vp) and not (mx_gathers_apart and fp8_recipe == "mxfp8")
     sharding: dict[str, Any] = {"fsdp": True, "zero": 3} if fsdp else {"zero": 1}
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 else {}
     return {
@@ -83,13 +90,22 @@ def _llama_run(
         "timing": {
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
-            "fp8_recipe": "tensorwise",  # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed
+            # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
+            "fp8_recipe": fp8_recipe,
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
             **({"gradient_accumulation_fusion": False} if fsdp else {}),
+            "overlap_param_gather_with_optimizer_step": with_step,
         },
     }
+
+
+def gathers_with_optimizer_step(dp: int, pp: int, vp: int) -> bool:
+    """helpers.py `set_user_overrides` (v0.2.0; overrides.py `set_post_overrides` at v0.4.0, which
+    leaves out fp8_mx and nvfp4): `overlap_param_gather_with_optimizer_step` where DP, PP and VP all
+    exceed 1."""
+    return dp > 1 and pp > 1 and vp > 1
 
 
 # Llama 3.1 405B's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
@@ -125,6 +141,28 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
         "Llama 3.1 405B FP8 TP4 PP8 CP2 (128 B200)",
         LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 661.0,
         {"layout": _405B_LAYOUT}, (),
+    ),
+    # The table's figures in parentheses: the same rows in MXFP8 ("FP8-CS (FP8-MX)"); the release's
+    # FP8_MX configs are its FP8_CS ones (LLAMA3_8B_B200_FP8_MX_BASE_CONFIG =
+    # LLAMA3_8B_B200_FP8_CS_BASE_CONFIG; LLAMA31_405B_B200_FP8_MX_BASE_CONFIG likewise).
+    (
+        "Llama 3 8B MXFP8 (8 B200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "b200", 29521.0, {"fp8_recipe": "mxfp8"}, (),
+    ),
+    (
+        "Llama 3.1 405B MXFP8 TP4 PP8 CP2 (128 B200)",
+        LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 624.0,
+        {"layout": _405B_LAYOUT, "fp8_recipe": "mxfp8"}, (),
+    ),
+    # "System: DGX-GB200": LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG (MBS 2, CUDA graphs over the full
+    # iteration), its FP8_MX config the same; 8 GPUs of one NVLink domain.
+    (
+        "Llama 3 8B FP8 (8 GB200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "gb200", 31508.0, {}, (),
+    ),
+    (
+        "Llama 3 8B MXFP8 (8 GB200)",
+        _LLAMA3_8B, 8, 128, 2, {}, "gb200", 29789.0, {"fp8_recipe": "mxfp8"}, (),
     ),
 )  # fmt: skip
 
@@ -178,6 +216,7 @@ def _qwen3_run(
     load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs."""
     tp, pp, vp, ep = (parallel.get(key, 1) for key in ("tp", "pp", "vp", "ep"))
     dp = gpus // (tp * pp)
+    with_step = gathers_with_optimizer_step(dp, pp, vp)
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 and not layout else {}
     return {
         "name": name,
@@ -203,7 +242,9 @@ def _qwen3_run(
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
-            "moe": {"permute_fusion": True},
+            # the router: TE's fused kernels (set_qwen3_common_configs' moe_router_fusion) and the aux loss
+            # Megatron-Bridge's Qwen3MoEBridge.provider_bridge sets (aux_loss at 1e-3, no pre-softmax)
+            "moe": {"permute_fusion": True, "router": {"fusion": True, "aux_losses": ["aux_loss"]}},
         },
         "device": {"name": device},
         "timing": {
@@ -212,6 +253,7 @@ def _qwen3_run(
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0},
+            "overlap_param_gather_with_optimizer_step": with_step,
         },
     }
 
@@ -271,6 +313,9 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
 # ["moe_router", "moe_preprocess"]); the other rows' configs set none (WorkloadBaseConfig: None).
 _GRAPHS: dict[str, dict[str, Any]] = {
     "Llama 3 8B FP8 (8 B200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B MXFP8 (8 B200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B FP8 (8 GB200)": {"cuda_graph_impl": "full_iteration"},
+    "Llama 3 8B MXFP8 (8 GB200)": {"cuda_graph_impl": "full_iteration"},
     "Qwen3 30B-A3B MXFP8 EP8 (8 B200)": {
         "cuda_graph_impl": "transformer_engine",
         "cuda_graph_modules": ["moe_router", "moe_preprocess"],
@@ -292,4 +337,44 @@ def nemo_rows() -> list[dict[str, Any]]:
         )
         raw["timing"].update(_GRAPHS.get(label, {}))
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
+    return rows
+
+
+# NeMo 26.04 (docs/performance-summary.md at 74695a06d, 2026-04-17, "26.04 NeMo Container"), with the
+# recipes of Megatron-Bridge v0.4.0 (0fbfe7d3e, 2026-04-16): scripts/performance/configs/llama/
+# llama3_workload_base_configs.py and llama31_workload_base_configs.py, the V2 presets (GBS 256 for
+# the 70B, 256 GPUs and GBS 1536 for the 405B), llama3_llm_pretrain.py / llama31_llm_pretrain.py
+# (userbuffers TP overlap, set_llama3_common_configs: BF16 gradient reduction), utils/overrides.py
+# (`_set_common_perf_overrides`: TE's fused cross-entropy, rotary fusion, no NaN checks;
+# `set_post_overrides`: parameter gathers with the optimizer step where DP, PP and VP exceed 1, but
+# not for fp8_mx), utils/precision.py (fp8_cs: current scaling, no BF16 first/last layers). Dense
+# Llama rows whose preset is neither Megatron FSDP with CPU offloading (not modelled) nor NVFP4.
+# LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 keeps V1's VP 8: 16 · 8 = 128 virtual stages, one
+# layer each with the embedding and the loss counted as layers.
+_405B_ONE_A_STAGE = "E|" + "t|" * 126 + "L"
+
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options)
+_LLAMA_2604_ROWS: tuple[tuple[Any, ...], ...] = (
+    # LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2: TP 4, PP 8, VP 5, GBS 256
+    ("Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)", LLAMA31_70B, 64, 256, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb",
+     1633.0, {}),
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: TP 2, PP 4, VP 5, GBS 256
+    ("Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", LLAMA31_70B, 64, 256, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200",
+     3828.0, {"fp8_recipe": "mxfp8"}),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: TP 4, PP 16, VP 4, no FSDP, GBS 1536
+    ("Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4}, "gb200",
+     842.0, {"layout": _405B_LAYOUT}),
+    ("Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 8},
+     "gb200", 793.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}),
+)  # fmt: skip
+
+
+def nemo_2604_rows() -> list[dict[str, Any]]:
+    """The 26.04 rows' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, options in _LLAMA_2604_ROWS:
+        raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
+        notes = ("the 26.04 container's Megatron-Bridge taken as v0.4.0", "the table's FP8 as the FP8_CS preset")
+        row = _row(label, raw, gpus, gbs, tps, notes if "MXFP8" not in label else notes[:1])
+        rows.append({**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604})
     return rows

@@ -183,8 +183,20 @@ MOE_MLA = {
 }
 
 
-# Both cases' --no-rope-fusion, --moe-router-dtype fp32 and --moe-permute-fusion.
-MOE_MLA_TRAINING = {"rope_fusion": False, "moe": {"router_dtype": "fp32", "permute_fusion": True}}
+# Both cases' --no-rope-fusion, --moe-router-dtype fp32, --moe-permute-fusion and router: sigmoid scores,
+# --moe-router-enable-expert-bias, --moe-router-pre-softmax, --moe-router-topk-scaling-factor 2.0,
+# seq_aux_loss at --moe-aux-loss-coeff 1e-4 (the group limit is the spec's).
+MOE_MLA_ROUTER = {
+    "score_function": "sigmoid",
+    "aux_losses": ["seq_aux_loss"],
+    "expert_bias": True,
+    "pre_softmax": True,
+    "topk_scaling": True,
+}
+MOE_MLA_TRAINING = {
+    "rope_fusion": False,
+    "moe": {"router_dtype": "fp32", "permute_fusion": True, "router": MOE_MLA_ROUTER},
+}
 # Both MoE-MLA cases' flags that bear on time: --cross-entropy-loss-fusion,
 # --no-check-for-nan-in-loss-and-grad, --no-rope-fusion, --log-params-norm, --log-num-zeros-in-grad,
 # --exit-duration-in-mins 230.

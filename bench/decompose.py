@@ -26,8 +26,8 @@ running slower than ours) is larger on the A100; a gap of the same seconds on bo
 does not depend on the GPU's rates. Beside them, the same harness's 12-layer, hidden-512 case with
 the 7B TP4 case's parallel and optimizer flags (gpt/gpt3_mcore_te_tp4_pp1_dist_optimizer_overlap_
 grad_reduce_param_gather, values of the same commit): a model whose GPU work ppb puts at a few tens
-of milliseconds, so its measured seconds are what Megatron's host spends launching its kernels: the
-measurement of the catalog's `host_kernel_us` (ppb with it gives the case back by construction).
+of milliseconds, so its measured seconds are what Megatron's host spends launching its kernels: one of
+the cases the catalog's `host_kernel_us` is the median of (bench/host_derive.py; on DGX GB200 the only one).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def small_tp4_run(gpu: str, host_kernel_us: float | None = None) -> dict:
 
 def small_case() -> list[tuple[str, float, float, float]]:
     """(GPU, measured seconds, ppb's GPU work alone, ppb's with the host's launches) of the 12-layer TP4
-    case, values of adc69dba2d: the case the catalog's `host_kernel_us` is measured by."""
+    case, values of adc69dba2d: one of the cases the catalog's `host_kernel_us` is the median of."""
     return [
         (
             gpu,
@@ -273,7 +273,7 @@ def main(argv: list[str]) -> int:
     for case, h100, a100 in pair_gaps():
         print(f"  {case:20s} H100 {h100:+.3f} s   A100 {a100:+.3f} s")
     print(f"the same harness's 12-layer hidden-512 TP4 PP1 case ({_SMALL_TP4}), same commit")
-    print("(the measurement of the catalog's host_kernel_us: ppb with it reproduces the case by construction):")
+    print("(one of the cases the catalog's host_kernel_us is the median of, bench/host_derive.py):")
     for gpu, measured, gpu_only, ours in small_case():
         print(
             f"  {gpu.upper()}: measured {measured:.3f} s, ppb's GPU work {gpu_only:.3f} s "

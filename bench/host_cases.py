@@ -115,6 +115,7 @@ CASES: list[tuple[str, str, str, tuple[float, ...], dict]] = [
             {"tp": 2, "ep": 4, "etp": 1, "sequence_parallel": True},
             False,
             "allgather",
+            moe={"router": {"aux_losses": ["aux_loss"]}},  # --moe-aux-loss-coeff 1e-2
         ),
     ),
     (
@@ -129,6 +130,7 @@ CASES: list[tuple[str, str, str, tuple[float, ...], dict]] = [
             {"tp": 2, "ep": 4, "etp": 1, "sequence_parallel": True},
             False,
             "allgather",
+            moe={"router": {"aux_losses": ["aux_loss"]}},  # --moe-aux-loss-coeff 1e-2
         ),
     ),
     # moe/gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer: TP 4 with SP, EP 2, ETP 2,

@@ -20,7 +20,7 @@ Sources:
 - torchtitan benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, runs at 9dec370):
   "Memory(GiB)" is train.py's `max_reserved_gib`, torch.cuda `reserved_bytes.all.peak`: the
   caching allocator's reserved peak, which is at least the allocated peak. Shown as a bound,
-  not scored.
+  not scored. Likewise Trainy's H200 file in the same folder (torchtitan e7c0cae).
 
 Prints each row's measured and predicted GiB and the error, then the largest absolute error of
 the allocated rows; then, for the Megatron rows, the memory after the optimizer step
@@ -65,6 +65,7 @@ from _public import (  # noqa: E402
 
 # torchtitan's H100 of 96 GB, nothing reserved: the measured peaks are the allocator's own.
 TITAN_H100_96GB = {"name": "h100-80gb", "memory_mb": 98304, "reserved_mb": 0}
+H200 = {"name": "h200", "reserved_mb": 0}
 
 GIB = 2**30
 TORCHTITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
@@ -334,6 +335,35 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
     ]
 
 
+# pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae):
+# "Memory(GiB)" sampled at iteration 100, taken as train.py's figure, `max_reserved_gib`.
+TRAINY = "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
+
+
+def _torchtitan_h200_rows() -> list[MeasuredPeak]:
+    """Trainy's Llama 3.1 8B on 4 and 8 nodes of 8 H200 (141 GB): llama3_8b.toml at e7c0cae (FSDP over
+    all, per-op checkpointing, sequence 8192) with local batch 2, torch.compile and Float8."""
+    op = {"mode": "selective", "option": "op"}
+    return [
+        MeasuredPeak(
+            f"torchtitan 8B FSDP{8 * nodes} H200 (reserved)",
+            TRAINY,
+            {
+                **torchtitan_run(f"trainy-8b-{nodes}", LLAMA31_8B, {"dp": 8 * nodes}, 8192, 2, 1, op, H200),
+                "timing": {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"},
+            },
+            stage=0,
+            measured_gib=gib,
+            allocated=False,
+            assumptions=(
+                "torch.compile (the blocks and, at e7c0cae, the loss) and Float8 not modelled in memory",
+                "the reserved peak taken for the file's figure",
+            ),
+        )
+        for nodes, gib in ((4, 47.96), (8, 46.97))
+    ]
+
+
 def measured_peaks() -> list[MeasuredPeak]:
     return [
         *_megatron_rows(),
@@ -343,6 +373,7 @@ def measured_peaks() -> list[MeasuredPeak]:
         *_megatron_moe_layout_rows(),
         *_torchtitan_rows(),
         *_torchtitan_scale_rows(),
+        *_torchtitan_h200_rows(),
     ]
 
 

@@ -25,7 +25,8 @@ rate nearest to it:
   ~655 TFLOP/s (an inference from two public measurements, printed, not used by the model).
 - Attention: cuDNN on H100 SXM5 at head size 128 and 2k tokens, causal forward 484 TFLOP/s, and
   without the mask backward 465 (FlashAttention-3 paper, Shah et al. 2024, Fig. 5-6); attention
-  dropout costs cuDNN +3% on Hopper in this layout (NVIDIA/TransformerEngine issue #3312, H200, sbhd).
+  dropout costs cuDNN +3.4% on Hopper in this layout (NVIDIA/TransformerEngine issue #3312, H200, sbhd),
+  which ours includes (`attention_dropout_cost`).
 - Memory-bound ops: HBM3 3.35 TB/s; we take 0.8 of it.
 """
 

@@ -2,7 +2,7 @@
 
     python bench/timing.py [--repeat N]
 
-Prints the machine, then for each shipped config the median time to price every layer of the
+Prints the machine, then for each shipped config (every `configs/*.yaml`) the median time to price every layer of the
 walk (all five options), cold (a new TimeModel and empty op-table cache) and warm (the same
 model again), and DeepSeek-V3 at 61 and at 610 layers of the same kinds: pricing cost follows
 the distinct kinds, not the layers (the walk itself stays linear). Then the whole iteration
@@ -55,6 +55,9 @@ def measure(run, repeat: int) -> tuple[float, float, int, int, int]:
     return statistics.median(cold) * 1e3, statistics.median(warm) * 1e3, len(layers), kinds, priced
 
 
+SHIPPED = sorted(path.stem for path in (ROOT / "configs").glob("*.yaml"))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
@@ -62,7 +65,7 @@ def main() -> int:
     print(f"machine: {machine()}")
     print(f"{'config':28s} {'layers':>6s} {'kinds':>5s} {'priced':>6s} {'cold ms':>8s} {'warm ms':>8s}")
     results = {}
-    for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
+    for name in SHIPPED:
         run = load_run_config(ROOT / "configs" / f"{name}.yaml")
         results[name] = measure(run, args.repeat)
     raw = resolved_raw(load_run_config(ROOT / "configs" / "deepseek-v3.yaml"))
@@ -77,7 +80,7 @@ def main() -> int:
     )
     print("What grows with the layers is one memo lookup per layer (hashing its kind); the pricing does not.")
     print(f"{'iteration (models warm)':28s} {'ms':>8s} {'schedule ops':>12s}")
-    for name in ("llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"):
+    for name in SHIPPED:
         run = load_run_config(ROOT / "configs" / f"{name}.yaml")
         times, memory = TimeModel(run), MemoryModel(run)
         run_iteration(run, times=times, memory=memory)

@@ -288,12 +288,24 @@ def combined_steps(
     for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1):
         held = [0] * chunks
         found = []
-        for op, following in zip(order, [*order[1:], None], strict=True):
-            if op.kind == "F" and following is not None and following.kind == "B":
-                found.append((tuple(held), op.chunk, following.chunk))
+        for index, op in enumerate(order):
+            if _pairs(order, index):
+                found.append((tuple(held), op.chunk, order[index + 1].chunk))
             held[op.chunk] += 1 if op.kind == "F" else -1
         steps.append(found)
     return steps
+
+
+def _pairs(order: Sequence[Op], index: int) -> bool:
+    """Whether the forward at *index* runs beside the backward after it as one combined step: a backward
+    of another micro-batch (or chunk). A micro-batch's own backward never runs beside its forward: without
+    pipelining the first forward runs alone and the last backward too (combined_1f1b.py
+    `combined_1f1b_schedule_for_no_pipelining`), so a lone micro-batch's are apart."""
+    if index + 1 >= len(order):
+        return False
+    op, following = order[index], order[index + 1]
+    own = (op.chunk, op.micro_batch) == (following.chunk, following.micro_batch)
+    return op.kind == "F" and following.kind == "B" and not own
 
 
 def combined_pairs(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[tuple[int, int]]]:
@@ -320,8 +332,8 @@ def combined_in_flight_vectors(
     ):
         held = [0] * chunks
         seen = {step[0] for step in steps}
-        for op, following in zip(order, [*order[1:], None], strict=True):
-            in_step = op.kind == "F" and following is not None and following.kind == "B"
+        for index, op in enumerate(order):
+            in_step = _pairs(order, index)
             held[op.chunk] += 1 if op.kind == "F" else -1
             if not in_step:  # a step's forward runs beside its backward (`combined_steps`)
                 seen.add(tuple(held))

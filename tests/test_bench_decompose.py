@@ -90,8 +90,15 @@ def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(ben
     # GB200, iterations 2-50 (49 values, stalls included): the 25th sorted is 0.30897
     assert bench.SMALL_TP4_GOLDEN["gb200"].median_s == pytest.approx(0.30897)
     # 12 layers of hidden 512 over 4 micro-batches of 4096 tokens: ppb puts its GPU work at a few tens
-    # of milliseconds, a tenth of what the harness measures; the rest is the host launching its kernels,
-    # which this case measures (`host_kernel_us`), so with it ppb gives the measured seconds back
-    for _, measured, gpu_only, ours in bench.small_case():
+    # of milliseconds, a tenth of what the harness measures; the rest is the host launching its kernels.
+    # With the catalog's host time a launch (the median over every host-bound dense case, bench/
+    # host_derive.py) ppb gives A100 back within 1% (116.8 against this case's own 117.9 us), GB200 (whose
+    # figure is this case's) exactly, and H100 above by its case's distance from the median: 85.5 against
+    # 71.6 us, 3,436 launches × 13.9 us = 48 ms over 0.247 s, +19%
+    errors = {}
+    for gpu, measured, gpu_only, ours in bench.small_case():
         assert gpu_only < measured / 5
-        assert ours == pytest.approx(measured, rel=2e-3)
+        errors[gpu] = ours / measured - 1
+    assert abs(errors["a100"]) < 0.01
+    assert errors["h100"] == pytest.approx(3436 * (85.5 - 71.6) * 1e-6 / 0.24667, abs=0.01)
+    assert abs(errors["gb200"]) < 2e-3

@@ -59,6 +59,13 @@ def test_without_pipelining_the_first_forward_runs_alone():
     # combined_1f1b_schedule_for_no_pipelining: F0, then (F1, B0), (F2, B1), (F3, B2), then B3
     assert combined_steps("1f1b", 1, 1, 4) == [[((1,), 0, 0)] * 3]
     assert combined_in_flight_vectors(1, 1, 4, "1f1b") == [[(1,)]]
+    # one micro-batch: F0 alone, then B0 alone (its own backward never runs beside its forward); the
+    # stage holds that micro-batch between them (Megatron CI's deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap:
+    # global batch 32 = micro-batch 4 × dp 8)
+    assert combined_steps("1f1b", 1, 1, 1) == [[]]
+    assert combined_in_flight_vectors(1, 1, 1, "1f1b") == [[(1,)]]
+    # two: F0, (F1, B0), B1 (Megatron CI's gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4: 32 = 4 × dp 4 × 2)
+    assert combined_steps("1f1b", 1, 1, 2) == [[((1,), 0, 0)]]
 
 
 def test_a_step_adds_the_forward_layer_by_layer_as_the_backward_frees():

@@ -69,8 +69,24 @@ def test_megatron_selective_defaults_to_core_attn_as_megatron_does():
     assert run.recompute.chunk_options(2) == ["SLCT", "SLCT"]
 
 
+MLA_MODELS = [
+    {
+        "name": "llm",
+        "spec": {
+            **BASE["models"][0]["spec"],
+            "num_key_value_heads": 16,
+            "kv_lora_rank": 256,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": 64,
+        },
+    }
+]
+
+
 def test_megatron_modules_map_to_their_switches():
-    run = _run({"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "moe_act"]})
+    # mla_up_proj on a model with multi-latent attention, as Megatron-Core requires
+    run = _run({"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "moe_act"]}, models=MLA_MODELS)
     assert run.recompute.modules == frozenset({"layernorm", "mla_up_proj", "moe_act"})
     assert _recomputed(run.switches("llm")) == {"normOp", "attUp", "ffAct"}
     # an empty list recomputes nothing (Megatron skips every module check then)
@@ -115,6 +131,13 @@ def test_torchtitan_modes_and_options():
         ({"granularity": "selective"}, "mindformers", "this run's framework is mindformers"),
         ({"mode": "full"}, "megatron", "mode, option are torchtitan's words; this run's framework is megatron"),
         ({"mode": "full"}, None, "torchtitan's words"),
+        # both frameworks' words at once: said so, whichever the run's framework (it read "mode: unknown field")
+        (
+            {"mode": "selective", "option": "op", "granularity": "full"},
+            "torchtitan",
+            "granularity (Megatron's words) beside mode, option (torchtitan's)",
+        ),
+        ({"granularity": "selective", "option": 2}, None, "granularity (Megatron's words) beside option"),
     ],
 )
 def test_words_of_another_framework_are_refused_in_one_line(recompute, framework, words):
@@ -152,6 +175,23 @@ def test_bad_recompute_names_the_field(recompute, framework, field, words):
     err = _error(recompute, framework)
     assert err.field == field, err.line()
     assert words in err.problem, err.line()
+
+
+def test_megatron_refuses_modules_its_config_does_not_support():
+    """transformer_config.py `TransformerConfig.__post_init__` (d98e8a64): mla_up_proj only with
+    multi-latent attention; moe_act and layernorm not under FP8's delayed scaling (Megatron's default recipe)."""
+    with pytest.raises(InputError) as caught:
+        _run({"granularity": "selective", "modules": ["mla_up_proj"]})  # BASE's llm is GQA, not MLA
+    assert caught.value.field == "training.recompute"
+    assert "mla_up_proj needs multi-latent attention, which llm has not" in caught.value.problem
+    fp8 = {"matmul_dtype": "fp8"}  # fp8_recipe left at its default, delayed
+    for module in ("layernorm", "moe_act"):
+        with pytest.raises(InputError) as caught:
+            _run({"granularity": "selective", "modules": [module]}, timing=fp8)
+        assert f"{module} under FP8's delayed scaling" in caught.value.problem
+    # the current-scaling recipe takes it, and BF16 training takes layernorm whatever the recipe
+    assert _run({"granularity": "selective", "modules": ["layernorm"]}, timing={**fp8, "fp8_recipe": "tensorwise"})
+    assert _run({"granularity": "selective", "modules": ["layernorm"]}, timing={"fp8_recipe": "delayed"})
 
 
 def test_every_form_round_trips_through_the_run_config_table():

@@ -166,13 +166,15 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
     assert training["micro_batches"] == 4  # 32 / (4 · 2)
     assert training["flash_attention"] is False  # --attention-backend unfused keeps the scores
     assert training["rope_fusion"] is False
-    assert training["moe"] == {"router_dtype": "fp32", "permute_fusion": True, "grouped_gemm": True}
+    # its router flags here: pre-softmax, seq_aux_loss at --moe-aux-loss-coeff 1e-4 (softmax scores by default)
+    router = {"aux_losses": ["seq_aux_loss"], "pre_softmax": True}
+    assert training["moe"] == {"router_dtype": "fp32", "permute_fusion": True, "grouped_gemm": True, "router": router}
     timing = imported.raw["timing"]
     assert timing["overlap"] == {"dp": 1.0, "param_gather": 1.0, "tp": 0.0}
     assert (timing["cross_entropy_fusion"], timing["check_for_nan_in_grad"]) == (True, False)
     assert timing["exit_duration_in_mins"] == 230.0
     # --manual-gc and its interval change nothing ppb prices (NOTHING_PRICED): not reported
-    assert [note.split(":")[0] for note in imported.notes] == ["--moe-aux-loss-coeff 1e-4"]
+    assert imported.notes == []
     run = run_config_of(imported, "case")
     assert run.vocab_size("gpt") == 51712  # ⌈50257 / (3232·2)⌉ · 6464 = 8 · 6464
 
@@ -498,3 +500,41 @@ def test_a_pasted_command_line_is_read_as_flags_not_as_a_file_name(tmp_path) -> 
     line = f"torchrun --nproc_per_node 8 pretrain_gpt.py {BASE}"
     assert main(["import", "megatron", line, "--device", "h100-80gb", "-o", str(out)]) == 0
     assert load_run_config(out).parallel.dp == 8  # torchrun's 8 GPUs, tp = pp = 1
+
+
+MOE = f"{BASE} --num-experts 8 --moe-router-topk 2"
+
+
+@pytest.mark.parametrize(
+    "flags, router",
+    [
+        ("", {}),  # Megatron's default: aux_loss at coefficient 0.0, so no loss (router.py get_aux_loss_coeff)
+        ("--moe-router-load-balancing-type sinkhorn --moe-router-topk 1", {"sinkhorn": True}),
+        ("--moe-aux-loss-coeff 1e-2", {"aux_losses": ["aux_loss"]}),
+        (
+            "--moe-router-load-balancing-type seq_aux_loss global_aux_loss --moe-aux-loss-coeff 1e-4 0",
+            {"aux_losses": ["seq_aux_loss"]},
+        ),
+        (
+            "--moe-router-score-function sigmoid --moe-router-fusion --moe-z-loss-coeff 1e-3",
+            {"score_function": "sigmoid", "fusion": True, "z_loss": True},
+        ),
+    ],
+)
+def test_the_router_s_settings_are_carried(flags: str, router: dict) -> None:
+    moe = import_megatron(f"{MOE} {flags}", 8, "h100-80gb").raw["training"]["moe"]
+    assert moe.get("router", {}) == router
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        ("--moe-router-load-balancing-type aux_loss seq_aux_loss --moe-aux-loss-coeff 1 2 3", "--moe-aux-loss-coeff"),
+        ("--moe-router-load-balancing-type balanced", "--moe-router-load-balancing-type"),
+        ("--moe-router-score-function tanh", "--moe-router-score-function"),
+    ],
+)
+def test_a_bad_router_flag_is_refused_naming_it(flags: str, flag: str) -> None:
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{MOE} {flags}", 8, "h100-80gb")
+    assert caught.value.field == flag

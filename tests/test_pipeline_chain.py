@@ -129,7 +129,11 @@ def test_ppb_plan_writes_every_table_as_the_chain_computes_it(tmp_path: Path, ca
     assert "layer_walk" in out
     # it ends as `python -m pipelines` does: a line a stage (GiB of 2**30 bytes: MB / 1024), the plan, the report
     report = tables["plan_report"].frame
-    used = (report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]) / 1024
+    # the stage's peak, its largest moment; where the backward sets it, the three parts add up to it
+    parts = report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]
+    at_backward = report["moment"] == "backward"
+    assert (report["peak_mb"][at_backward] - parts[at_backward]).abs().max() < 1e-6
+    used = report["peak_mb"] / 1024
     for stage, gib, device in zip(report["stage"], used, report["device_mb"] / 1024, strict=True):
         assert f"  stage {stage}: fits, {gib:,.1f} of {device:,.1f} GiB\n" in out
     assert "  plan: " in out and " faster than the best uniform split" in out

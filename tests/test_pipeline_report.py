@@ -25,6 +25,9 @@ def stages() -> pd.DataFrame:
             "activations_mb": [40000.0, 15000.0, 10000.0, 5000.0],
             "buffers_mb": [2500.0, 2000.0, 2000.0, 2000.0],
             "working_mb": [500.0] * 4,
+            # stage 3's loss sets its peak: 35000 + 5000 + 1500 (buffers less the working set) + 3000 (loss)
+            "peak_mb": [72500.0, 44000.0, 39000.0, 44500.0],
+            "moment": ["backward", "backward", "backward", "loss"],
             "device_mb": [76000.0] * 4,
             "forward_ms": [10.0, 9.0, 9.0, 12.0],
             "backward_ms": [20.5, 18.0, 18.0, 24.0],
@@ -50,12 +53,25 @@ def test_figure_is_a_png_of_the_declared_size_and_deterministic(stages: pd.DataF
 def test_summary_names_the_tightest_and_slowest_stage(stages: pd.DataFrame) -> None:
     text = summary_markdown(stages, "llama3-8b plan", {"status": "optimal"}, image="plan.png")
     # Stage 0 holds 30000 + 40000 + 2500 = 72500 MB of 76000: 3500 left, the least of all.
-    assert "- **tightest stage**: 0 (72,500 of 76,000 MB, 3,500 MB left)" in text
+    assert "- **tightest stage**: 0 (72,500 of 76,000 MB at its backward, 3,500 MB left)" in text
     # Stage 3 takes 12 + 24 = 36 ms a micro-batch; stage 0 only 30.5.
     assert "- **slowest stage**: 3 (36.000 ms a micro-batch)" in text
     assert "- **status**: optimal" in text and "every stage fits: yes" in text
     assert "![memory and time per stage](plan.png)" in text
-    assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | 76,000 | 10.000 | 20.500 |" in text
+    assert "| 0 | 8 | SLCT 8 | 30,000.0 | 40,000.0 | 2,500.0 | 72,500.0 | backward | 76,000 | 10.000 | 20.500 |" in text
+    # stage 3's peak is its loss's, 44,500 MB, above the 42,000 its backward's parts add up to
+    assert "| 3 | 8 | NONE 8 | 35,000.0 | 5,000.0 | 2,000.0 | 44,500.0 | loss | 76,000 | 12.000 | 24.000 |" in text
+
+
+def test_a_stage_whose_loss_sets_its_peak_is_judged_by_it(stages: pd.DataFrame) -> None:
+    """A stage fits by its peak, the largest moment, not the backward's parts (issue 11): stage 3's
+    backward holds 35000 + 5000 + 2000 = 42000 MB, its loss 44500; on a device of 43000 MB it does not fit."""
+    tight = stages.assign(device_mb=[76000.0, 76000.0, 76000.0, 43000.0])
+    text = summary_markdown(tight, "t")
+    assert "every stage fits: NO" in text
+    assert "- **tightest stage**: 3 (44,500 of 43,000 MB at its loss, -1,500 MB left)" in text
+    lines = console_summary(Summarized(tight, {}), "r.md")
+    assert lines[3] == "stage 3: DOES NOT FIT, 43.5 of 42.0 GiB"  # 44500 / 1024, 43000 / 1024
 
 
 def test_summary_says_when_a_stage_does_not_fit(stages: pd.DataFrame) -> None:
@@ -80,9 +96,7 @@ def test_a_table_without_a_column_is_refused(stages: pd.DataFrame) -> None:
     ],
 )
 def test_the_closing_line_says_which_way_the_plan_goes(planned: float, uniform: float, said: str) -> None:
-    frame = pd.DataFrame(
-        {"stage": [0], "parameters_mb": [1024.0], "activations_mb": [0.0], "buffers_mb": [0.0], "device_mb": [2048.0]}
-    )
+    frame = pd.DataFrame({"stage": [0], "peak_mb": [1024.0], "device_mb": [2048.0]})
     summary = {"iteration_s": planned, "baseline_iteration_s": uniform, "baseline": "NONE"}
     lines = console_summary(Summarized(frame, summary), "r.md")
     assert lines == [

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.config.run import load_run_config
+from ppb_core.estimate.plan import plan_iterations
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
@@ -120,6 +121,21 @@ def test_json_has_the_contracts_keys(results) -> None:
     # tokens/s per device is the global batch's tokens over the iteration and the devices
     tokens = 16 * 2048
     assert entry["tokens_per_second_per_device"] == pytest.approx(tokens / entry["iteration_seconds"] / 8)
+
+
+@pytest.mark.parametrize("name", ("tiny-dense", "tiny-titan"))
+def test_each_plan_carries_its_iteration_as_ppb_balance_prices_it(results, name: str) -> None:
+    """A ranked plan's JSON has `iteration` and `baseline_iteration`, as `ppb balance RUN.yaml`'s has
+    (docs/search.md): the ranking's seconds, and what balance's own path prices from the plan's cells."""
+    searched, _ = results[name]
+    for entry in searched.ranked:
+        plan = entry.plan
+        assert plan["iteration"]["seconds"] == entry.seconds
+        assert plan["baseline_iteration"]["seconds"] == entry.uniform_seconds
+        assert plan["baseline_iteration"]["option"] == plan["best_baseline"]
+        again = plan_iterations(validate(searched.spec, entry.strategy), plan)  # `ppb balance`'s pricing
+        assert again["iteration"]["seconds"] == pytest.approx(entry.seconds, rel=1e-12)
+        assert again["baseline_iteration"]["seconds"] == pytest.approx(entry.uniform_seconds, rel=1e-12)
 
 
 def test_the_ranking_written_out_reads_back(results, tmp_path: Path) -> None:

@@ -369,3 +369,36 @@ def test_mla_s_unfused_rotary_embedding_by_hand():
     # backward per token: rotary steps 20 × 32 on 9 parts (5760); q's split joined 2 × 8 × 96 (1536);
     # kv's split joined 2 × 8 × (64 + 64) (2048); the expanded key part summed over heads 9 × 32 (288): 9632
     assert unfused.backward_bytes == n * 9632 * 2
+
+
+def test_torchtitan_s_float8_tensor_parallelism_gathers_float8():
+    # torchtitan v0.2.2 parallelize.py: tensorwise Float8 linears take torchao's Float8ColwiseParallel /
+    # Float8RowwiseParallel / PrepareFloat8ModuleInput (float8_tensor_parallel.py): the norm's sequence
+    # shard is cast to float8 before its all-gather, and the rowwise output's gradient is cast to float8
+    # (NoopFwToFloat8BwDynamic) before its backward all-gather; both reduce-scatters stay bf16.
+    # s = 1024, b = 1, h = 512 at t = 2: the gathered tensor is 1024 · 512 elements, 524,288 bytes
+    # in float8, 1,048,576 in bf16.
+    def comms(matmul_dtype):
+        run = parse_run_config(
+            {
+                "name": "tt",
+                "framework": "torchtitan",
+                "models": [{"name": "llm", "spec": _llama()}],
+                "parallel": {"tp": 2, "sequence_parallel": True},
+                "training": {"seq_length": 1024, "micro_batch_size": 1, "flash_attention": True},
+                "device": {"name": "h100-80gb"},
+                "timing": {"matmul_dtype": matmul_dtype, "fp8_recipe": "tensorwise"},
+            }
+        )
+        return {op.name: op for op in ops_of(run)}
+
+    elements = 1024 * 512
+    for dtype, gathered in (("fp8", elements), ("bf16", 2 * elements)):
+        ops = comms(dtype)
+        for entry in ("gather_attention", "gather_mlp"):
+            assert ops[entry].forward_comm.payload_bytes == gathered  # the forward all-gather
+            assert ops[entry].recompute_comm.payload_bytes == gathered  # and again when recomputed
+            assert ops[entry].backward_comm.payload_bytes == 2 * elements  # input gradient: bf16
+        for exit_ in ("reduce_attention", "reduce_mlp"):
+            assert ops[exit_].forward_comm.payload_bytes == 2 * elements  # partial sums: bf16
+            assert ops[exit_].backward_comm.payload_bytes == gathered  # the output gradient's gather

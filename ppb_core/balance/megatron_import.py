@@ -35,7 +35,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
   `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
-  `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`);
+  `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
+  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
@@ -571,6 +572,7 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         training["wgrad_deferral_limit"] = args.integer("--wgrad-deferral-limit", 0)
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
+    training.update(_offload(args, notes))
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
     if router_dtype is not None:
@@ -579,12 +581,98 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         moe["router_dtype"] = router_dtype
     if args.has("--moe-permute-fusion"):
         moe["permute_fusion"] = True
+    router = _router(args)
+    if router:
+        moe["router"] = router
     capacity = args.text("--moe-expert-capacity-factor")
     if capacity is not None:
         moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     return training
+
+
+# --offload-modules' choices (transformer_config.py `offload_modules`, d98e8a64) ppb does not price
+_OFFLOAD_NOT_PRICED = {
+    "fused_group_mlp": "the op fuser's whole grouped MLP (--use-transformer-engine-op-fuser)",
+    "gdp_qkv": "the hybrid model's GatedDeltaProduct mixer",
+}
+_OFFLOAD_CHOICES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def _offload(args: _Args, notes: list[str]) -> dict[str, Any]:
+    """Fine-grained activation offloading (`--fine-grained-activation-offloading`, `--offload-modules`,
+    `--min-offloaded-tensor-size`: TransformerConfig's fields, d98e8a64); the module list without the
+    flag offloads nothing, as Megatron-Core reads it."""
+    modules = args.words("--offload-modules") or []
+    size = args.integer("--min-offloaded-tensor-size")
+    if not args.has("--fine-grained-activation-offloading"):
+        return {}
+    if not modules:  # transformer_config.py asserts a non-empty list
+        raise InputError(args.where, "--offload-modules", "needed with --fine-grained-activation-offloading")
+    priced = []
+    for module in modules:
+        if module in _OFFLOAD_NOT_PRICED:
+            why = _OFFLOAD_NOT_PRICED[module]
+            notes.append(f"--offload-modules {module}: {why}, not modelled (kept on the device)")
+        elif module not in _OFFLOAD_CHOICES:
+            choices = ", ".join((*_OFFLOAD_CHOICES, *_OFFLOAD_NOT_PRICED))
+            raise InputError(args.where, "--offload-modules", f"{shown(module)}: Megatron-Core's choices are {choices}")
+        elif module not in priced:
+            priced.append(module)
+    found: dict[str, Any] = {"offload_modules": priced} if priced else {}
+    if size is not None:
+        found["min_offloaded_tensor_size"] = size
+    return found
+
+
+ROUTER_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none")
+
+
+def _router(args: _Args) -> dict[str, Any]:
+    """`training.moe.router` from Megatron's router flags (arguments.py, transformer_config.py d98e8a64:
+    `--moe-router-load-balancing-type` aux_loss and `--moe-aux-loss-coeff` 0.0, one per type, by
+    default; router.py `get_aux_loss_coeff`: a loss runs where its coefficient is above 0)."""
+    where = args.where
+    types = args.words("--moe-router-load-balancing-type") or ["aux_loss"]
+    for kind in types:
+        if kind not in ROUTER_BALANCING:
+            why = f"{shown(kind)}: one of {', '.join(ROUTER_BALANCING)}"
+            raise InputError(where, "--moe-router-load-balancing-type", why)
+    if "quantile_balancing" in types:
+        why = "quantile_balancing: ppb does not price its routing"
+        raise InputError(where, "--moe-router-load-balancing-type", why)
+    words = args.words("--moe-aux-loss-coeff") or ["0.0"]
+    try:
+        coefficients = [float(word) for word in words]
+    except ValueError:
+        raise InputError(where, "--moe-aux-loss-coeff", f"{shown(' '.join(words))} is not a number") from None
+    if len(coefficients) == 1:
+        coefficients *= len(types)
+    if len(coefficients) != len(types):
+        why = f"{len(coefficients)} coefficients for {len(types)} load-balancing types"
+        raise InputError(where, "--moe-aux-loss-coeff", why)
+    router: dict[str, Any] = {}
+    aux = [kind for kind, coefficient in zip(types, coefficients, strict=True) if coefficient > 0 and "aux" in kind]
+    if aux:
+        router["aux_losses"] = aux
+    if "sinkhorn" in types:
+        router["sinkhorn"] = True
+    score = args.text("--moe-router-score-function", "softmax")
+    if score not in ("softmax", "sigmoid", "sqrtsoftplus"):
+        raise InputError(where, "--moe-router-score-function", f"{shown(score)}: softmax, sigmoid or sqrtsoftplus")
+    if score != "softmax":
+        router["score_function"] = score
+    for flag, name in (
+        ("--moe-z-loss-coeff", "z_loss"),
+        ("--moe-router-enable-expert-bias", "expert_bias"),
+        ("--moe-router-fusion", "fusion"),
+        ("--moe-router-pre-softmax", "pre_softmax"),
+        ("--moe-router-topk-scaling-factor", "topk_scaling"),
+    ):
+        if args.has(flag):
+            router[name] = True
+    return router
 
 
 def _flash(args: _Args) -> bool:

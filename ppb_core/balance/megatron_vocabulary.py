@@ -14,9 +14,7 @@ NO_BEARING = frozenset(
         "--no-load-rng", "--async-save", "--use-persistent-ckpt-worker", "--verify-integrity",
         "--mock-data", "--num-workers", "--distributed-timeout-minutes", "--tensorboard-dir",
         "--no-mmap-bin-files", "--rotary-base", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
-        "--norm-epsilon", "--moe-router-load-balancing-type", "--moe-router-score-function",
-        "--moe-router-topk-scaling-factor", "--moe-router-pre-softmax", "--moe-router-enable-expert-bias",
-        "--moe-router-bias-update-rate",
+        "--norm-epsilon", "--moe-router-bias-update-rate",
         "--logging-level", "--log-progress", "--no-record-throughput", "--profile", "--profile-step-start",
         "--profile-step-end", "--profile-ranks", "--override-opt_param-scheduler",
         "--rerun-mode", "--test-mode", "--output-path", "--te-rng-tracker", "--inference-rng-tracker",
@@ -83,7 +81,7 @@ MODELLED = frozenset(
         "--num-distributed-optimizer-instances", "--microbatch-group-size-per-virtual-pipeline-stage",
         "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
         "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
-        "--fp8-recipe",
+        "--fp8-recipe", "--fine-grained-activation-offloading", "--offload-modules", "--min-offloaded-tensor-size",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -127,6 +125,8 @@ FIELD_FLAGS = {
     "training.defer_embedding_wgrad_compute": "--defer-embedding-wgrad-compute",
     "training.wgrad_deferral_limit": "--wgrad-deferral-limit",
     "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
+    "training.offload_modules": "--offload-modules",
+    "training.min_offloaded_tensor_size": "--min-offloaded-tensor-size",
     "device": "--device",
 }
 # RunParallel's checks across its fields (config/run.py), by how the problem starts, and the flag to name.

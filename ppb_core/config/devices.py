@@ -53,9 +53,13 @@ from dataclasses import dataclass
 DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.0}
 
 # Megatron-LM's host time per kernel launch on Megatron CI's DGX H100 and DGX A100 systems
-# (`DeviceProfile.host_kernel_us`): (measured seconds − ppb's GPU seconds) / launches of the 12-layer case.
-HOST_KERNEL_US_DGX_H100 = 71.6
-HOST_KERNEL_US_DGX_A100 = 117.9
+# (`DeviceProfile.host_kernel_us`): the median, over every host-bound dense functional-test case with
+# golden values on the system (ppb's GPU work under half the measured seconds, every flag modelled), of
+# the launch time that makes ppb give the case's measured seconds back (`PPB_MEGATRON_LM=DIR python
+# bench/host_derive.py`, Megatron-LM d98e8a64): DGX H100 50 cases, quartiles 75.4-92.2; DGX A100 80
+# cases, quartiles 101.7-130.3. The one 12-layer TP4 case that set them before gives 71.6 and 117.9.
+HOST_KERNEL_US_DGX_H100 = 85.5
+HOST_KERNEL_US_DGX_A100 = 116.8
 # The same on Megatron CI's DGX GB200 (a Grace host), from that case's dgx_gb200 golden values (93ebf8d72f:
 # 0.309 s, GPU work 0.020 s on the gb200 entry below).
 HOST_KERNEL_US_DGX_GB200 = 89.8
@@ -79,6 +83,12 @@ GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
 # GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
 ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
 ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
+# What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
+# NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
+# FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
+# on an H200 with TE 2.15: 0.594 ms at dropout 0, 0.614 ms at 0.1: 0.614 / 0.594 - 1 = 3.4%. The kernel
+# draws its mask from Philox inside, per score element, as its FLOPs go: taken as that share at any length.
+ATTENTION_DROPOUT_COST_SM90 = round(0.614 / 0.594 - 1, 4)  # 0.0337
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,10 @@ class DeviceProfile:
     attention_head64_backward: float = 0.839
     flash2_head64_forward: float = 0.876
     flash2_head64_backward: float = 0.904
+    # What attention dropout (> 0) adds to the fused attention kernel TransformerEngine runs (cuDNN),
+    # forward and backward, as a share of its time, where measured (`ATTENTION_DROPOUT_COST_SM90`);
+    # 0: not measured, priced as without dropout.
+    attention_dropout_cost: float = 0.0
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
@@ -226,6 +240,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         sm_count=132,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
@@ -242,6 +257,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         # the host of DGX H100: NVIDIA's 8-GPU H200 system runs the same two Xeon Platinum 8480C
         # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;
         # DGX H100 datasheet: dual Xeon Platinum 8480C)
@@ -357,7 +373,16 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved
     # and 8 InfiniBand NICs of 400 Gb/s per node, one per GPU (50 GB/s).
     "h800": DeviceProfile(
-        "h800", 81559, 989.0, 3350.0, 200.0, 50.0, sm_count=132, nic_efficiency=0.94, gemm_kernel_us=5.3
+        "h800",
+        81559,
+        989.0,
+        3350.0,
+        200.0,
+        50.0,
+        sm_count=132,
+        nic_efficiency=0.94,
+        gemm_kernel_us=5.3,
+        attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
     ),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),

@@ -213,6 +213,8 @@ def _form(value: Any) -> str:
         return "torchtitan"
     if isinstance(value, dict):
         keys = set(value)
+        if keys & MEGATRON_WORDS and keys & TORCHTITAN_WORDS:
+            return "mixed"
         if keys & MEGATRON_WORDS:
             return "megatron"
         if keys & TORCHTITAN_WORDS:
@@ -227,14 +229,25 @@ def _known_switches(switches: dict[str, int]) -> dict[str, int]:
     return switches
 
 
+def _mixed_words(value: dict[str, Any]) -> dict[str, Any]:
+    """Megatron's words beside torchtitan's: said as such, not as the other form's unknown field."""
+    keys = set(value)
+    megatron, torchtitan = sorted(keys & MEGATRON_WORDS), sorted(keys & TORCHTITAN_WORDS)
+    raise ValueError(
+        f"{', '.join(megatron)} (Megatron's words) beside {', '.join(torchtitan)} (torchtitan's): "
+        "give the run's framework's words alone"
+    )
+
+
 Switches = Annotated[dict[str, Annotated[int, Field(ge=0, le=1)]], AfterValidator(_known_switches)]
-FORMS: tuple[str, ...] = ("switches", "full", "megatron", "torchtitan")
+FORMS: tuple[str, ...] = ("switches", "full", "megatron", "torchtitan", "mixed")
 # training.recompute: one of the four forms, told apart before validation so errors name the right fields.
 RecomputeForm = Annotated[
     Annotated[Switches, Tag("switches")]
     | Annotated[Literal["full"], Tag("full")]
     | Annotated[MegatronRecompute, Tag("megatron")]
-    | Annotated[TorchtitanRecompute, Tag("torchtitan")],
+    | Annotated[TorchtitanRecompute, Tag("torchtitan")]
+    | Annotated[dict[str, Any], AfterValidator(_mixed_words), Tag("mixed")],
     Discriminator(_form),
 ]
 

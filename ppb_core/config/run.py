@@ -51,6 +51,9 @@ from ppb_core.schedules import check as check_schedule
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
 Dtype = Literal["bf16", "fp16", "fp32"]
+# Megatron-Core's fine-grained activation offloading modules ppb prices (transformer_config.py
+# `offload_modules`, d98e8a64; `fused_group_mlp` and the hybrid model's `gdp_qkv` are not priced)
+OffloadModule = Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"]
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Optimizer state bytes per parameter with mixed precision: an fp32 master copy plus moments.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4}
@@ -220,6 +223,32 @@ class Parallel(StrictModel):
         return self
 
 
+class MoeRouter(StrictModel):
+    """Megatron's top-k router as configured (megatron/core/transformer/moe/router.py `TopKRouter`,
+    d98e8a64): which kernels it launches (`ppb_core.timing.router`). Defaults are Megatron's
+    (transformer_config.py: softmax scores, the aux_loss type at coefficient 0, so no auxiliary loss)."""
+
+    score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = Field(
+        "softmax", description="--moe-router-score-function"
+    )
+    aux_losses: list[Literal["aux_loss", "seq_aux_loss", "global_aux_loss"]] = Field(
+        default_factory=list,
+        description="the --moe-router-load-balancing-type losses whose --moe-aux-loss-coeff is above 0",
+    )
+    sinkhorn: bool = Field(False, description="--moe-router-load-balancing-type sinkhorn (S-BASE balancing)")
+    z_loss: bool = Field(False, description="--moe-z-loss-coeff given")
+    expert_bias: bool = Field(False, description="--moe-router-enable-expert-bias (aux-loss-free balancing)")
+    fusion: bool = Field(False, description="--moe-router-fusion: Transformer Engine's fused router kernels")
+    pre_softmax: bool = Field(False, description="--moe-router-pre-softmax")
+    topk_scaling: bool = Field(False, description="--moe-router-topk-scaling-factor given")
+
+    @model_validator(mode="after")
+    def _one_balancing(self) -> MoeRouter:
+        if self.sinkhorn and self.aux_losses:
+            raise ValueError("sinkhorn routing takes no aux loss (router.py asserts moe_aux_loss_coeff == 0)")
+        return self
+
+
 class MoeTraining(StrictModel):
     """How the router's tokens reach the experts, in Megatron's terms: dropless (no
     `--moe-expert-capacity-factor`, the default) or dropping beyond a capacity factor."""
@@ -245,6 +274,7 @@ class MoeTraining(StrictModel):
         "tokens × (2·experts + 1) int32 (unfused: the sorted indices, one int64 per routed copy)",
     )
 
+    router: MoeRouter = Field(default_factory=MoeRouter, description="the router's settings (Megatron's flags)")
     grouped_gemm: bool = Field(
         True,
         description="Megatron's --moe-grouped-gemm: the local experts as one TEGroupedMLP, whose grouped GEMM "
@@ -338,6 +368,14 @@ class Training(StrictModel):
     )
     wgrad_deferral_limit: Annotated[NonNegativeInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] = Field(
         0, description="Megatron's --wgrad-deferral-limit: micro-batches deferred (0: every one)"
+    )
+    offload_modules: list[OffloadModule] = Field(
+        default_factory=list,
+        description="Megatron's --fine-grained-activation-offloading --offload-modules: the modules whose saved "
+        "tensors go to host memory between their forward and backward (ppb_core.memory.frameworks.offload)",
+    )
+    min_offloaded_tensor_size: Annotated[NonNegativeInt, limits.at_most(limits.SEQUENCE**2, "elements")] = Field(
+        1024 * 1024, description="Megatron's --min-offloaded-tensor-size: smaller saved tensors stay on the device"
     )
 
     @field_validator("dropout")
@@ -914,6 +952,23 @@ def _check_sizes(run: RunConfig, where: str) -> None:
     limits.check_schedule(par.pp, par.vpp, train.micro_batches, where, "training.micro_batches")
 
 
+def _check_megatron_modules(run: RunConfig, where: str) -> None:
+    """`--recompute-modules` as Megatron-Core refuses them (transformer_config.py
+    `TransformerConfig.__post_init__`, d98e8a64), as `ppb check --plan` does for the flags."""
+    modules = run.recompute.modules
+    plain = [name for name in run.model_names if not run.is_vision(name) and not run.spec(name).is_mla]
+    if "mla_up_proj" in modules and plain:
+        # "mla_up_proj in recompute_modules is only supported with multi_latent_attention"
+        said = f"mla_up_proj needs multi-latent attention, which {plain[0]} has not"
+        raise InputError(where, "training.recompute", said)
+    fp8_delayed = run.timing.matmul_dtype == "fp8" and run.timing.fp8_recipe == "delayed"
+    if fp8_delayed and modules & {"moe_act", "layernorm"}:
+        # "Delayed scaling does not support moe_act and layernorm recompute for fp8"
+        named = " and ".join(sorted(modules & {"moe_act", "layernorm"}))
+        said = f"{named} under FP8's delayed scaling (timing.fp8_recipe): Megatron-Core refuses it"
+        raise InputError(where, "training.recompute", said)
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -950,12 +1005,16 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_optimizer_instances(run, where)
     if train.defer_embedding_wgrad_compute or train.wgrad_deferral_limit:
         _check_deferral(run, where)
+    if train.offload_modules:
+        _check_offload(run, where)
     if run.framework == "megatron" and "moe_act" in run.recompute.modules and not train.moe.grouped_gemm:
         # transformer_config.py TransformerConfig.__post_init__: "moe_act in recompute_modules is only
         # supported with moe_grouped_gemm"
         raise InputError(
             where, "training.recompute", "moe_act needs training.moe.grouped_gemm (Megatron's --moe-grouped-gemm)"
         )
+    if run.framework == "megatron":
+        _check_megatron_modules(run, where)
     if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
@@ -1033,6 +1092,22 @@ def _check_deferral(run: RunConfig, where: str) -> None:
         problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
     elif not run.timing.gradient_accumulation_fusion:
         problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_offload(run: RunConfig, where: str) -> None:
+    """What Megatron-Core asserts of fine-grained activation offloading (transformer_config.py
+    `TransformerConfig.__post_init__`, arguments.py `validate_args`, d98e8a64), each refused in one line."""
+    modules, field, problem = run.training.offload_modules, "training.offload_modules", None
+    if run.framework != "megatron":
+        problem = "is Megatron-Core's fine-grained activation offloading: set framework megatron"
+    elif run.timing.transformer_impl != "transformer_engine":
+        problem = "needs timing.transformer_impl transformer_engine, as Megatron-LM asserts"
+    elif "attn_proj" in modules and "core_attn" not in modules:
+        problem = "attn_proj needs core_attn (its input is core_attn's output, which core_attn's backward needs)"
+    elif "moe" in run.recompute.modules and {"expert_fc1", "moe_act"} & set(modules):
+        problem = "expert_fc1 and moe_act cannot be offloaded while moe is recomputed, as Megatron-Core asserts"
     if problem is not None:
         raise InputError(where, field, problem)
 

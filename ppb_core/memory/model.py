@@ -58,6 +58,8 @@ class StateMemory:
     activation_bytes: float
     buffers: Buffers
     transient_bytes: float = 0.0
+    offloaded_bytes: float = 0.0  # moved to host memory between forward and backward (`offload_split`)
+    offloaded_terms: tuple[ActivationTerm, ...] = ()  # the terms moved (their gradients are the backward's)
 
     @property
     def kept_bytes(self) -> float:
@@ -226,6 +228,10 @@ class MemoryModel:
         if pricer is self._formulas or not isinstance(kind, BodyKind):  # a census measured its own dtype
             terms = cached_terms(terms, self.setup.fp8_cache)
         buffer_terms = cached_buffers(buffer_terms, self.setup.fp8_cache, self.setup.dtype_bytes)
+        terms, buffer_terms, moved, moved_buffers = self.rules.offload_split(
+            kind, self.setup, tuple(terms), tuple(buffer_terms)
+        )
+        offloaded = sum(t.bytes for t in moved) + sum(b.bytes for b in moved_buffers)
         transient = 0.0
         if self.rules.transients_per_stage:
             transient = max((b.bytes for b in buffer_terms if not b.kept), default=0.0)
@@ -237,7 +243,9 @@ class MemoryModel:
             )
         buffers = Buffers(tuple(buffer_terms), self.setup.buffer_rule)
         activation = sum(t.bytes for t in terms) * fix.activations
-        found = self._states[key] = StateMemory(tuple(terms), activation, buffers, transient * fix.working)
+        found = self._states[key] = StateMemory(
+            tuple(terms), activation, buffers, transient * fix.working, offloaded * fix.activations, moved
+        )
         return found
 
     def activation_terms(
@@ -272,7 +280,7 @@ class MemoryModel:
         """
         plain = self.state_memory(layer, LayerType.NOT_REC_LAYER)
         incoming = encoder_setup(layer.kind, self.setup).whole_tokens * layer.kind.hidden_size
-        largest = max((t.elements for t in plain.terms if t.gradient), default=0.0)
+        largest = max((t.elements for t in (*plain.terms, *plain.offloaded_terms) if t.gradient), default=0.0)
         return max(incoming, largest) * self.setup.dtype_bytes
 
     def working_extra_bytes(

@@ -235,6 +235,7 @@ def stage_peaks(
     tail_held: dict[tuple[int, int], float] = {}  # the TAIL's kept memory of one micro-batch
     # activations and buffers at each candidate vector of the stage
     dynamic = {stage: [[0.0, 0.0] for _ in vectors[stage]] for stage in range(stages)}
+    resident: dict[int, float] = {}  # one layer's offloaded groups, held while micro-batches are in flight
     for (stage, chunk, model_name, node, kind, option, before, after), count in groups.items():
         layer = Layer(model_name, node, kind, 0, chunk, stage)
         state, switches = memory.option_state(layer, option or "NONE")  # HEAD and TAIL have one state
@@ -244,6 +245,7 @@ def stage_peaks(
             kept_count, group = count * math.ceil(full / group_size) / full, group_size
         held = memory.state_memory(layer, state, switches)  # what dynamic_bytes gives, looked up once
         static = memory.static_breakdown(layer)
+        resident[stage] = max(resident.get(stage, 0.0), held.offloaded_bytes)
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
             sums[0] += kept_count * held.activation_bytes * vector[chunk]
             sums[1] += count * held.buffers.at(vector[chunk])
@@ -272,6 +274,9 @@ def stage_peaks(
     kinds_of: dict[int, set] = {stage: set() for stage in range(stages)}
     for stage, _chunk, _model, _node, kind, *_ in groups:
         kinds_of[stage].add(kind)
+    for stage, held_bytes in resident.items():  # frameworks/offload.py: the margin and the reload window
+        for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
+            sums[1] += held_bytes if any(vector) else 0.0
     micro_batches = memory.run.training.micro_batches
     for (stage, chunk), cell_kinds in cells.items():
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):

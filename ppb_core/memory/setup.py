@@ -52,6 +52,10 @@ class MemorySetup(Geometry):
     deterministic: bool = (
         False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
     )
+    # Megatron's fine-grained activation offloading (training.offload_modules, frameworks/offload.py)
+    offload_modules: tuple[str, ...] = ()
+    min_offloaded_elements: int = 1024 * 1024  # --min-offloaded-tensor-size
+    cuda_graph_modules: tuple[str, ...] | None = None  # Megatron's graphed scopes (None: no CUDA graphs)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,6 +92,9 @@ class MemorySetup(Geometry):
             softmax_in_fp32=run.softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
             deterministic=run.timing.deterministic,
+            offload_modules=tuple(train.offload_modules),
+            min_offloaded_elements=train.min_offloaded_tensor_size,
+            cuda_graph_modules=None if run.timing.cuda_graph_impl == "none" else tuple(run.timing.cuda_graph_modules),
         )
 
     @property

@@ -45,10 +45,11 @@ def check_report_table(stages: pd.DataFrame) -> None:
 def figure_png(
     stages: pd.DataFrame, title: str, time_unit: str = "ms", timeline: Mapping[str, Any] | None = None
 ) -> bytes:
-    """Two panels: each stage's memory stacked (parameters, activations, buffers) against the
-    device limit, and each stage's forward + backward time of one micro-batch. With *timeline*
-    (a balance result's `timeline` in seconds, `plan_in_seconds`: the plan's and the best uniform
-    split's cell times), below them the iteration of each as a Gantt chart on one time axis."""
+    """Two panels: each stage's memory stacked (parameters, activations, buffers: the backward's)
+    against the device limit, with a peak mark where another moment sets it higher, and each
+    stage's forward + backward time of one micro-batch. With *timeline* (a balance result's
+    `timeline` in seconds, `plan_in_seconds`: the plan's and the best uniform split's cell times),
+    below them the iteration of each as a Gantt chart on one time axis."""
     check_report_table(stages)
     x = list(range(len(stages)))
     labels = [str(s) for s in stages["stage"]]
@@ -84,6 +85,12 @@ def figure_png(
         linewidth=1.2,
         label="device limit",
     )
+    peaks = stages["peak_mb"].astype(float).tolist()
+    if any(peak > top + 0.5 for peak, top in zip(peaks, bottom, strict=True)):
+        # a stage whose peak is another moment than the backward's (the loss, the optimizer step)
+        memory_axes.plot(
+            x, peaks, linestyle="none", marker="_", markersize=28, markeredgewidth=2, color="#C44E52", label="peak"
+        )
     if stages["planned_mb"].notna().all():
         memory_axes.plot(
             x,
@@ -97,7 +104,7 @@ def figure_png(
     memory_axes.set_title("memory per stage")
     memory_axes.set_xlabel("stage")
     memory_axes.set_ylabel("MB")
-    memory_axes.set_ylim(0, max(max(bottom), max(limits)) * 1.35)
+    memory_axes.set_ylim(0, max(max(bottom), max(peaks), max(limits)) * 1.35)
     memory_axes.legend(loc="upper center", fontsize=8, ncols=2)
 
     bottom = [0.0] * len(stages)
@@ -206,7 +213,8 @@ def summary_markdown(
     lines += [
         f"- **stages**: {len(stages)}; every stage fits: {'yes' if (headroom >= 0).all() else 'NO'}",
         f"- **tightest stage**: {stages['stage'][tightest]} ({_number(memory[tightest], 0)} of "
-        f"{_number(stages['device_mb'][tightest], 0)} MB, {_number(headroom[tightest], 0)} MB left)",
+        f"{_number(stages['device_mb'][tightest], 0)} MB at its {stages['moment'][tightest]}, "
+        f"{_number(headroom[tightest], 0)} MB left)",
         f"- **slowest stage**: {stages['stage'][busiest]} "
         f"({_number(stages['forward_ms'][busiest] + stages['backward_ms'][busiest], 3)} {time_unit} a micro-batch)",
         "",
@@ -216,16 +224,17 @@ def summary_markdown(
     held = held_models(stages)
     models_header, models_rule = (" models |", "---|") if held is not None else ("", "")
     lines += [
-        f"| stage | layers |{models_header} options | parameters MB | activations MB | buffers MB | total MB "
-        f"| device MB | forward {time_unit} | backward {time_unit} |",
-        f"|---:|---:|{models_rule}---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| stage | layers |{models_header} options | parameters MB | activations MB | buffers MB | peak MB "
+        f"| moment | device MB | forward {time_unit} | backward {time_unit} |",
+        f"|---:|---:|{models_rule}---|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for index, row in stages.iterrows():
         models = f" {held[index]} |" if held is not None else ""
         lines.append(
             f"| {row['stage']} | {row['layers']} |{models} {row['options']} | {_number(row['parameters_mb'])} "
             f"| {_number(row['activations_mb'])} | {_number(row['buffers_mb'])} | {_number(memory[index])} "
-            f"| {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} | {_number(row['backward_ms'], 3)} |"
+            f"| {row['moment']} | {_number(row['device_mb'], 0)} | {_number(row['forward_ms'], 3)} "
+            f"| {_number(row['backward_ms'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -219,12 +219,16 @@ def evaluate(
     # peaks, with the backward's working set the balancer's descriptions leave out
     stages = plan_stages(run, cells, mtp_cell=mtp_cell)
     peak_mb = max((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in stages)
+    plan = in_seconds(result, time_unit_s(run, problem.describe()))  # as `ppb balance RUN.yaml` gives it,
+    plan["iteration"] = iteration.to_json()  # with the plan's iteration and its baseline's (`plan_iterations`)
     uniform = None
     if result.get("best_baseline"):
         best = result["best_baseline"]
         baseline = next(b for b in result["baselines"] if b["option"] == best)
         uniform_cells = [[{best: n} for n in row] for row in baseline["layers_per_cell"]]
-        uniform = run_iteration(run, uniform_cells, times, memory).seconds
+        priced = run_iteration(run, uniform_cells, times, memory)
+        uniform = priced.seconds
+        plan["baseline_iteration"] = {"option": best, **priced.to_json()}
     return Ranked(
         strategy=strategy,
         seconds=iteration.seconds,
@@ -236,7 +240,7 @@ def evaluate(
         balancer_peak_memory_mb=float(result["peak_memory_mb"]),
         memory_mb=float(problem.memory_mb),
         uniform_seconds=uniform,
-        plan=in_seconds(result, time_unit_s(run, problem.describe())),  # as `ppb balance RUN.yaml` gives it
+        plan=plan,
         bound_s=0.0,
     )
 

@@ -26,6 +26,14 @@ PLAN_REPORT = Schema(
         Column("activations_mb", "float64", "activations of the micro-batches in flight at the stage's peak", "MB"),
         Column("buffers_mb", "float64", "communication buffers and the backward's working set at the peak", "MB"),
         Column("working_mb", "float64", "of the buffers, the backward's working set (descriptions have none)", "MB"),
+        Column(
+            "peak_mb",
+            "float64",
+            "the stage's peak, its largest moment (backward, loss, gradient reduction, optimizer step), "
+            "reserved memory excluded: the three parts above at the backward, other terms at the others",
+            "MB",
+        ),
+        Column("moment", "string", "the moment that sets the peak: backward, loss, reduction or optimizer"),
         Column("device_mb", "float64", "the memory the stage must fit in: the device's less reserved_mb", "MB"),
         Column("forward_ms", "float64", "forward of one micro-batch through the stage, every chunk", "ms"),
         Column("backward_ms", "float64", "backward of one micro-batch, recomputation included", "ms"),
@@ -46,6 +54,8 @@ def report_to_frame(stages: Sequence[StageEvaluation], planned_mb: Sequence[floa
             "activations_mb": s.peak.activation_bytes / MB,
             "buffers_mb": (s.peak.buffer_bytes + s.peak.working_bytes) / MB,
             "working_mb": s.peak.working_bytes / MB,
+            "peak_mb": (s.peak.peak_bytes - s.peak.reserved_bytes) / MB,
+            "moment": s.peak.moment,
             "device_mb": (s.peak.device_bytes - s.peak.reserved_bytes) / MB,
             "forward_ms": s.forward_ms,
             "backward_ms": s.backward_ms,
@@ -57,5 +67,7 @@ def report_to_frame(stages: Sequence[StageEvaluation], planned_mb: Sequence[floa
 
 
 def stage_memory_mb(report: pd.DataFrame) -> pd.Series:
-    """Each stage's memory by the memory model: parameters, activations and buffers."""
-    return report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]
+    """Each stage's memory by the memory model: its peak, the largest moment (issue 11), which is
+    parameters + activations + buffers only where the backward sets it; the loss's transient
+    (torchtitan's fp32 logits) or the optimizer step can set it higher."""
+    return report["peak_mb"]

@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.router import RouterSetting, router_launches
 
 MATMUL, MEMORY, COMM = "matmul", "memory", "comm"
 BOOL_BYTES = 1  # a routing map's cell
@@ -102,6 +103,9 @@ class Op:
     # A flash-attention kernel: ((sequence, head) pairs, queries per sequence, mean keys per query,
     # head size of the scores, 1 under the causal mask else 0).
     attention: tuple[float, float, float, float, float] | None = None
+    # Whether that kernel applies attention dropout (its mask drawn inside the kernel; priced by
+    # `Kernels.attention_dropout_cost`).
+    attention_dropout: bool = False
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
@@ -126,6 +130,8 @@ class Op:
     # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
     # rows (a GEMM's `groups` priced as that many separate GEMMs); 0: one kernel (a grouped GEMM).
     sequential: int = 0
+    # Host synchronizations in its forward under Megatron (the sinkhorn router's loop tests, `timing.router`)
+    syncs: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,18 @@ class OpGeometry(Geometry):
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
     # Megatron's routed experts as a `SequentialMLP` (no --moe-grouped-gemm: training.moe.grouped_gemm false)
     sequential_experts: bool = False
+    # Megatron's router settings (`training.moe.router`) and the data-parallel size its global aux loss
+    # reduces over (`ppb_core.timing.router`)
+    router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
+    dp: int = 1
+    # torchtitan's Float8 tensor parallelism: with tensorwise Float8 linears its TP plan is torchao's
+    # Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput (torchtitan v0.2.2
+    # models/llama3/infra/parallelize.py `enable_float8_tensorwise_tp`; 9dec370 likewise), which cast a
+    # block's sequence shard to float8 before its all-gather and the output gradient to float8 before
+    # the all-gather of its backward (torchao float8/float8_tensor_parallel.py, `NoopFwToFloat8BwDynamic`
+    # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
+    # an element; the reduce-scatters stay in the training dtype.
+    float8_tp: bool = False
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -172,6 +190,11 @@ class OpGeometry(Geometry):
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
+            router=RouterSetting.of(train.moe.router),
+            dp=par.dp,
+            float8_tp=run.framework == "torchtitan"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "tensorwise",
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -290,16 +313,20 @@ def _tp_entry(
     consumer: str,
     switch: str | None = "gather",
     userbuffers: bool = False,
+    float8: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
     all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
     the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
-    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
+    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`). *float8*: the
+    consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
+    float8."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    gathered = geo.tokens * width * (1 if float8 else geo.dtype_bytes)
     if geo.gathers and geo.framework == "megatron":
         # Megatron-LM keeps only the shard and all-gathers it again in every backward, behind the
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
@@ -331,9 +358,9 @@ def _tp_entry(
                 COMM,
                 switch=switch,
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward")),
+                forward_comm=Collective(ALL_GATHER, "tp", gathered, "tp", (consumer, "forward")),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
-                recompute_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+                recompute_comm=Collective(ALL_GATHER, "tp", gathered, "tp_async", (consumer, "dgrad")),
             )
         ]
     return [
@@ -348,7 +375,13 @@ def _tp_entry(
 
 
 def _tp_exit(
-    name: str, block: str, geo: OpGeometry, width: float, producer: str, userbuffers: bool = False
+    name: str,
+    block: str,
+    geo: OpGeometry,
+    width: float,
+    producer: str,
+    userbuffers: bool = False,
+    float8: bool = False,
 ) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path.
@@ -358,6 +391,7 @@ def _tp_exit(
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
+    gradient = geo.tokens * width * (1 if float8 else geo.dtype_bytes)  # under Float8 TP: float8
     if geo.gathers:
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         return [
@@ -370,7 +404,7 @@ def _tp_exit(
                     REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
                 ),
                 backward_comm=Collective(
-                    ALL_GATHER, "tp", payload, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
+                    ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
                 ),
             )
         ]
@@ -462,7 +496,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True)
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True, float8=geo.float8_tp)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -592,6 +626,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 6 * pairs * d_qk,
                 2 * qk_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
             Op(
                 context,
@@ -605,6 +640,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * v_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
+                attention_dropout=kind.attention_dropout > 0,
             ),
         ]
     else:
@@ -757,7 +793,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True, float8=geo.float8_tp),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -820,14 +856,14 @@ def _ffn(
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True)
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True, float8=geo.float8_tp)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True, float8=geo.float8_tp),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -858,6 +894,21 @@ def _expert_outputs_cat(name: str, block: str, output_bytes: float, inputs: Sequ
     return dataclasses.replace(op, launches=(1.0, 2.0))
 
 
+def _router_topk(name: str, block: str, traffic: float, moe: Moe, geo: OpGeometry, inputs: tuple[str, ...]) -> Op:
+    """The routing after the gating GEMM: its bytes, and Megatron's kernels and host syncs under the
+    run's router settings (`ppb_core.timing.router`)."""
+    counts = router_launches(
+        geo.router,
+        topk=moe.experts_per_token,
+        group_topk=moe.group_limit if moe.groups else 0,
+        fp32=geo.router_bytes >= 4,
+        tp_cp=geo.tp * geo.cp,
+        tp_dp_cp=geo.tp * geo.dp * geo.cp,
+    )
+    op = _elementwise(name, block, traffic, traffic, inputs=inputs)
+    return dataclasses.replace(op, launches=(float(counts.forward), float(counts.backward)), syncs=counts.syncs)
+
+
 def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
@@ -876,14 +927,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         _matmul(
             p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,), fp8=False
         ),
-        # Router logits upcast, softmax and top-k in fp32.
-        _elementwise(
-            p + "router_topk",
-            block,
-            whole * experts * (bc + 2 * STATS_BYTES),
-            whole * experts * (bc + 2 * STATS_BYTES),
-            inputs=(p + "router",),
-        ),
+        # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
+        _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
     ]
     if geo.dispatcher == "allgather":
         ops += _allgather_dispatch(moe, geo, h, (norm, p + "router_topk"), p)

@@ -23,8 +23,13 @@ token counts to the host (`tokens_per_expert = local_map.sum(dim=0).long().cpu()
 GPU holds nothing when the host resumes from either: the permutation's launches are all exposed
 but its own kernels, and the experts' launches start from an idle GPU.
 
-Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 71.6 µs,
-DGX A100 117.9: Megatron CI's 12-layer case), else `timing.host_launch_us`: Holistic Trace Analysis
+The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_utils.py `sinkhorn`:
+its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
+waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU.
+
+Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 85.5 µs,
+DGX A100 116.8: the median over Megatron CI's host-bound dense cases, bench/host_derive.py), else
+`timing.host_launch_us`: Holistic Trace Analysis
 (facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
 CPU side of a kernel launch "usually between 5-20 microseconds"; the default takes its lower bound.
 """
@@ -84,8 +89,10 @@ def dispatcher_wait_s(
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
     permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
     `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
-    synchronization (the segment between two), not only to this layer's end. *dispatcher* allgather:
-    synchronized before the permutation and again at its end (module docstring), the routing aside."""
+    synchronization (the segment between two), not only to this layer's end; where the router
+    synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
+    the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
+    end (module docstring)."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -96,18 +103,25 @@ def dispatcher_wait_s(
     start = permute + 1 if dropless and not allgather else permute
     queued = forward_s[names[permute]] if dropless and not allgather else 0.0
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
+    # a router that synchronizes (sinkhorn's loop, `Op.syncs`) ends the wrap: the host waits there, and
+    # resumes from an idle GPU up to the dispatcher's synchronization
+    router = next((i for i, op in enumerate(ops[:start]) if op.syncs), None)
+    resumed: list[tuple[Op, float]] = []
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
         # runs while the host waits there (that wait's queued work), so none of its seconds count here
-        segment += [(op, 0.0 if dropless and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
+        wrapped = [(op, 0.0 if dropless and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
+        cut = len(wrapped) if router is None else router + 1
+        segment, resumed = segment + wrapped[:cut], wrapped[cut:]
 
     def count(op: Op) -> float:
         return launches[op.name] if launches is not None else kernels(op)
 
     after = [(count(op), seconds) for op, seconds in segment]
+    again = launch_wait_s(0.0, [(count(op), seconds) for op, seconds in resumed], launch_s)
     if allgather and after:  # the permutation's own segment, then from an idle GPU again
-        return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s)
-    return launch_wait_s(queued, after, launch_s)
+        return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s) + again
+    return launch_wait_s(queued, after, launch_s) + again
 
 
 @dataclass(frozen=True)

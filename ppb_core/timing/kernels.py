@@ -120,6 +120,8 @@ class Kernels:
     # Blackwell's 2-SM MMA (tcgen05.mma cta_group::2): a CTA pair computes one tile, each SM loading half of
     # each operand, so a pair's 256×256 tile feeds each SM at that tile's intensity (`PAIR_TILES`)
     pair_tiles: bool = False
+    # what attention dropout adds to a flash pass (TransformerEngine's cuDNN attention, where measured)
+    attention_dropout_cost: float = 0.0
 
     @property
     def contention(self) -> float:
@@ -177,6 +179,9 @@ class Kernels:
             dp_workspace=deterministic and framework == "megatron" and transformer_engine and cudnn_det and not flash2,
             full_intensity=device.gemm_full_intensity,
             pair_tiles=device.compute_capability >= 10.0,
+            attention_dropout_cost=(
+                device.attention_dropout_cost if framework == "megatron" and transformer_engine and not flash2 else 0.0
+            ),
         )
 
     def memory_s(self, traffic: float) -> float:

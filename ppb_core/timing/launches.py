@@ -51,10 +51,12 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
 - the embedding: `VocabParallelEmbedding` under TP masks the ids (two compares, or, clone, subtract,
   masked zero), looks up and zeroes the rows outside its shard (8; 1 without TP); backward the dense
   embedding gradient (zero-fill, sort, segment offsets, sums, scatter: 6) and DDP's main-gradient add;
-- the MoE router (router.py `TopKRouter`, the bench's cases at 11debfa7b4: fp32 logits, sigmoid
-  scores, expert bias, group-limited top-k, scaling, the sequence auxiliary loss and the tokens-per-
-  expert tally): the input and weight cast to fp32 (2) beside its GEMM, 40 launches in
-  `router_topk` forward, 16 backward;
+- the MoE router's gating GEMM (moe_utils.py `RouterGatingLinearFunction`, d98e8a64): one TE GEMM
+  forward, which writes the router dtype itself; backward its two GEMMs, under `--moe-router-dtype`
+  the weight and input cast to it and the two gradients cast back (4), and DDP's hook adding the
+  weight's gradient into its main gradient whatever the gradient-accumulation fusion (the function
+  returns the gradient: `grad_added_to_main_grad` is never set); the routing after it (`router_topk`)
+  by the router's settings, `ppb_core.timing.router` (`Op.launches`);
 - the alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`): the routing map's counts,
   their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
   `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
@@ -91,7 +93,6 @@ from ppb_core.timing.flops import COMM, Op
 # Named ops' (forward, backward) launches beside the generic rules (module docstring).
 LOSS = (25, 10)
 LOSS_FUSED = (16, 8)
-ROUTER_TOPK = (40, 16)
 PERMUTE = (16, 3)
 UNPERMUTE = (3, 3)
 ROPE_FUSED = (2, 2)
@@ -103,7 +104,7 @@ NORM = (1, 3)
 FLASH = (1, 3)
 REDUCE_LOSS = 3
 REDUCE_LOSS_FUSED = 2
-ROUTER_CASTS = 2
+ROUTER_CASTS = 4  # the gating GEMM's backward under --moe-router-dtype: weight, input, both gradients
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
 
@@ -130,10 +131,11 @@ def op_launches(
     wgrad_fused: bool,
     fp8_recipe: str | None = None,
     norm_fed: bool = False,
+    router_cast: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
-    input written by a TE norm)."""
+    input written by a TE norm); *router_cast*: the router's dtype is not the training dtype."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -148,8 +150,8 @@ def op_launches(
         if op.weight_elements:
             kernels = groups * n / fused
             forward, backward = kernels, 2 * kernels + (0.0 if wgrad_fused else kernels)
-            if last == "router":
-                forward, backward = forward + ROUTER_CASTS, backward + ROUTER_CASTS
+            if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
+                backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
                 extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed)
                 forward, backward = forward + extra_forward, backward + extra_backward
@@ -159,7 +161,6 @@ def op_launches(
         return forward + (side_forward > 0), backward + (side_backward > 0)
     table = {
         "loss": LOSS_FUSED if cross_entropy_fusion else LOSS,
-        "router_topk": ROUTER_TOPK,
         "permute": PERMUTE,
         "unpermute": UNPERMUTE,
         "rope": ROPE_FUSED if rope_fusion else (ROPE_UNFUSED_MLA if mla else ROPE_UNFUSED),
@@ -217,10 +218,11 @@ def layer_launches(
     wgrad_fused: bool,
     fills: Mapping[str, tuple[float, float]] | None = None,
     fp8_recipe: str | None = None,
+    router_cast: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
-    under *fp8_recipe*."""
+    under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -234,6 +236,7 @@ def layer_launches(
             wgrad_fused=wgrad_fused,
             fp8_recipe=fp8_recipe,
             norm_fed=op.name in fed,
+            router_cast=router_cast,
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward

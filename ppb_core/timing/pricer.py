@@ -230,6 +230,8 @@ class TimeModel:
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
             seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
+            if op.attention_dropout:
+                seconds *= 1 + kernels.attention_dropout_cost
             return seconds if phase in ("forward", "backward") else seconds / 2
         if op.gemm is not None:
             m, k, n, groups, fused = op.gemm
@@ -477,6 +479,7 @@ class TimeModel:
                     wgrad_fused=run.timing.gradient_accumulation_fusion,
                     fills=fills,
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
+                    router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`

@@ -84,6 +84,14 @@ class FrameworkRules:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
 
+    def offload_split(
+        self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], buffers: tuple[BufferTerm, ...]
+    ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...], tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
+        """What of a layer's kept terms and buffers (one micro-batch) the framework moves to host memory
+        between the forward and the backward: (kept terms, kept buffers, moved terms, moved buffers).
+        SAPP moves none."""
+        return terms, buffers, (), ()
+
     def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
         return static_bytes(params, setup)
 

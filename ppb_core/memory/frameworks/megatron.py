@@ -181,6 +181,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   fp32 frequencies `[s/cp, 1, 1, d]` it returned; with rope fusion (the default)
   `get_cached_cos_sin` rebuilds the tables at the sequence length in the activations' dtype
   (through the same cached `forward`) where the dtype or the length differs from the init's.
+* **Fine-grained activation offloading** (`--fine-grained-activation-offloading --offload-modules`,
+  `training.offload_modules`): what each group moves to host memory and what stays on the device,
+  `offload.py` (`MegatronRules.offload_split`).
 * **The output layer's gathered input is a persistent buffer.** The output layer is Megatron's own
   `ColumnParallelLinear` (gpt_model.py), whose `LinearWithGradAccumulationAndAsyncCommunication.
   forward` all-gathers a sequence-parallel input into `get_global_memory_buffer().get_tensor(...,
@@ -202,6 +205,7 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.offload import offload_split
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
@@ -549,6 +553,14 @@ class MegatronRules(FrameworkRules):
         if state is LayerType.SEL_REC_LAYER:
             terms = kept(terms, switches)
         return terms, state_buffers(buffers, state, switches)
+
+    def offload_split(
+        self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], buffers: tuple[BufferTerm, ...]
+    ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...], tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
+        """Fine-grained activation offloading's groups (`offload.py`), on a body layer and a TAIL's MTP layers."""
+        if not setup.offload_modules or not isinstance(kind, BodyKind | TailKind):
+            return terms, buffers, (), ()
+        return offload_split(kind, setup, terms, buffers)
 
     def static(self, params: LayerParams, setup: MemorySetup) -> StaticBytes:
         """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
