@@ -166,6 +166,22 @@ def test_the_megatron_flags_written_are_what_ppb_check_accepts(tight: SearchResu
     assert checked["iteration_s"] >= mixed.seconds  # Megatron's one setting is no faster than the ranked plan
 
 
+def test_a_plan_with_the_mtp_layers_apart_is_written_as_megatrons_standalone_layout(tmp_path: Path, capsys) -> None:
+    """tiny-mtp at PP 4: the balancer runs the MTP layer apart on rank 2 (`balance.mtp_apart`); the written
+    run config's layout puts `m` there and `L` alone on rank 3, and `ppb estimate` on it prices the ranked
+    iteration (walk's standalone MTP, another path than the balancer's cells)."""
+    spec = load_search_spec(DATA / "tiny-mtp.yaml")
+    strategy = Strategy(1, 1, 4, 2, 1, "1f1b", 1, 1, False, "ring", 1, False, 1, 16, 0)
+    ranked = evaluate(spec, strategy)
+    assert isinstance(ranked, Ranked) and ranked.mtp == "apart"
+    fields = plan_fields(spec, strategy, ranked.plan)
+    assert fields.layout is not None and fields.layout.endswith("m|L") and fields.complete
+    [path] = write_run_configs(SearchResult(spec, [ranked]), tmp_path, "mtp-top", 1)
+    assert "`ppb estimate` on this file prices it" in path.read_text()
+    estimated = _estimate(path, capsys)
+    assert estimated["iteration"]["seconds"] == pytest.approx(ranked.seconds, rel=1e-9)
+
+
 # The rest of a torchtitan job TOML around the written lines: its llama3 debugmodel has 6 layers
 # (torchtitan/models/llama3/__init__.py, flavor "debugmodel": n_layers 6), as tiny-titan's model does.
 TITAN_REST = """[model]
@@ -210,7 +226,8 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         raw = yaml.safe_load(out.read_text())
         assert raw["parallel"]["layout"] == split
         assert raw["parallel"]["pp"] == 2 and raw["training"]["recompute"] == {"mode": "none"}
-    assert written == 2  # tiny-titan's ranking holds two pipelined plans (PP 2 × 2 chunks, ZeRO-0 and FSDP)
+    # every pipelined plan of the ranking gets its lines (tiny-titan's holds PP 2 × 2 chunks, ZeRO-0)
+    assert written == sum(entry.strategy.pp > 1 for entry in result.ranked) >= 1
     capsys.readouterr()
     assert main(["search", str(DATA / "tiny-titan.yaml"), "-q"]) == 0
     printed = capsys.readouterr().out

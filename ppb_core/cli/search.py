@@ -127,6 +127,9 @@ def _were(count: int, word: str) -> str:
     return f"{counted(count, word)} {'was' if count == 1 else 'were'}"
 
 
+MTP_WORDS = {"apart": "apart (rank P − 2)", "with_loss": "with the loss"}
+
+
 def _gib(mb: float) -> str:
     return f"{mb / 1024:.1f}"
 
@@ -142,6 +145,8 @@ def render(result: SearchResult) -> None:
     )
     fastest = "the fastest strategy" if len(result.ranked) == 1 else f"the {len(result.ranked)} fastest strategies"
     table = Table(title=f"{fastest}, each balanced")
+    # the MTP layers' place, where the balancer weighed two (`balance.mtp_apart`)
+    mtp = any(entry.mtp for entry in result.ranked)
     for name in (
         "#",
         "strategy",
@@ -152,8 +157,9 @@ def render(result: SearchResult) -> None:
         "headroom GiB",
         "gain over uniform",
         "bound s",
+        *(["MTP layers"] if mtp else []),
     ):
-        table.add_column(name, justify="left" if name == "strategy" else "right")
+        table.add_column(name, justify="left" if name in ("strategy", "MTP layers") else "right")
     for place, entry in enumerate(result.ranked, start=1):
         table.add_row(
             str(place),
@@ -165,8 +171,14 @@ def render(result: SearchResult) -> None:
             _gib(entry.headroom_mb),
             "—" if entry.gain is None else f"{entry.gain:.3f}×",
             f"{entry.bound_s:.3f}",
+            *([MTP_WORDS.get(entry.mtp or "", "with the loss (one place)")] if mtp else []),
         )
     console.print(table)
+    if mtp:
+        console.print(
+            "MTP layers: each strategy with PP ≥ 2 (not DualPipeV) balanced with them beside the loss and apart on "
+            "rank P − 2's last virtual stage (Megatron-Core's standalone MTP, as `ppb balance` tries), the faster kept"
+        )
     if result.proven is not None and result.proven < len(result.ranked):
         gap = result.proven_gap
         console.print(
