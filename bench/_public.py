@@ -35,10 +35,19 @@ def torchtitan_run(
     seq_length: int,
     micro_batch_size: int,
     micro_batches: int,
-    recompute: str | dict[str, str],
+    recompute: str | dict[str, Any],
     device: dict[str, Any],
 ) -> dict[str, Any]:
-    """A torchtitan Llama run as its benchmarks run it: FSDP2 (ZeRO-3), bf16, flash attention."""
+    """A torchtitan Llama run as its benchmarks run it: FSDP2 (ZeRO-3), bf16, flash attention.
+
+    Every published torchtitan run priced here ran before torchtitan passed its own `early_stop`
+    (25413d224, 2025-08-29; 1ea476e9f to 820504e wrap blocks with `ptd_checkpoint_wrapper(module,
+    preserve_rng_state=False)` and the per-op context alone), so torch.utils.checkpoint's default
+    early stop applied to its checkpointed blocks."""
+    if recompute == "full":
+        recompute = {"mode": "full"}
+    if isinstance(recompute, dict) and recompute.get("mode") != "none":
+        recompute = {**recompute, "early_stop": True}
     return {
         "name": name,
         "framework": "torchtitan",

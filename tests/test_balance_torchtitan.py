@@ -149,9 +149,15 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
     assert torchtitan(_result(grid, "gpipe"), None)["lines"] is None  # type: ignore[index]
 
 
-def _balance(tmp_path: Path, parallelism: str, memory: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+FULL_AC = '[activation_checkpoint]\nmode = "full"\n'
+OP_AC = '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
+
+
+def _balance(
+    tmp_path: Path, parallelism: str, memory: str, capsys: pytest.CaptureFixture[str], ac: str = FULL_AC
+) -> dict[str, Any]:
     job = tmp_path / "job.toml"
-    job.write_text(REST + parallelism + '[activation_checkpoint]\nmode = "full"\n')
+    job.write_text(REST + parallelism + ac)
     run = tmp_path / "run.yaml"
     assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(run)]) == 0
     capsys.readouterr()
@@ -166,21 +172,23 @@ PP2V2 = (
 )
 
 
-# the device's memory, or less (MB): at 30000 only full recompute fits, at 36000 every 3rd block full
+# the device's memory, or less (MB): at 30000 only full recompute fits, at 36000 every 3rd block full, or
+# with the run's op policy offered every block under it
 @pytest.mark.parametrize(
-    ("parallelism", "memory", "mode"),
+    ("parallelism", "memory", "ac", "recompute"),
     [
-        (PP4, "", "none"),
-        (PP4, "30000", "full"),
-        (PP4, "36000", "selective"),
-        (PP2V2, "", "none"),
-        (PP2V2, "45000", "full"),
+        (PP4, "", FULL_AC, {"mode": "none"}),
+        (PP4, "30000", FULL_AC, {"mode": "full"}),
+        (PP4, "36000", FULL_AC, {"mode": "selective", "option": 3}),
+        (PP4, "36000", OP_AC, {"mode": "selective", "option": "op"}),
+        (PP2V2, "", FULL_AC, {"mode": "none"}),
+        (PP2V2, "45000", FULL_AC, {"mode": "full"}),
     ],
 )
 def test_the_printed_lines_import_back_to_the_plan(
-    tmp_path: Path, parallelism: str, memory: str, mode: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, parallelism: str, memory: str, ac: str, recompute: dict, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = _balance(tmp_path, parallelism, memory, capsys)
+    result = _balance(tmp_path, parallelism, memory, capsys, ac)
     said = result["torchtitan"]
     # the plan's split from its stage table, in model order (chunk by chunk), as a layout
     rows = result["stages"]
@@ -196,7 +204,8 @@ def test_the_printed_lines_import_back_to_the_plan(
     )
     # a torchtitan run's plan is one of torchtitan's settings: never COMM or BOTH, always said whole
     used = {o for row in rows for o, n in row["options"].items() if n}
-    assert used <= {"NONE", "FULL"} and said["recompute_expressible"]
+    assert used <= {"NONE", "SLCT", "FULL"} and said["recompute_expressible"]
+    assert "SLCT" not in used or ac == OP_AC  # SLCT only as the run's op policy
     toml = REST + "\n".join(said["lines"]).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
     job = tmp_path / "back.toml"
     job.write_text(toml)
@@ -205,7 +214,7 @@ def test_the_printed_lines_import_back_to_the_plan(
     raw = import_torchtitan(toml, 8, "h100-80gb").raw
     assert raw["parallel"]["layout"] == split
     assert raw["parallel"]["pp"] == len(rows) and raw["parallel"]["vpp"] == chunks
-    assert raw["training"]["recompute"]["mode"] == mode
+    assert raw["training"]["recompute"] == recompute
     # what the imported job runs per rank (config.recompute counts a rank's blocks) is the plan's options
     recompute = resolve(TorchtitanRecompute(**raw["training"]["recompute"]))
     assert [row["options"].get("FULL", 0) for row in rows] == [

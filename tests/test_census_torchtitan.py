@@ -18,7 +18,13 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss as loss_parallel
 
 from ppb_core.census.live import LiveBytes
-from ppb_core.census.torchtitan import BlockDims, MoeBlockDims, measure_block, measure_moe_block
+from ppb_core.census.torchtitan import (
+    BlockDims,
+    MoeBlockDims,
+    measure_block,
+    measure_moe_block,
+    saved_activation_bytes,
+)
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import walk
@@ -27,10 +33,11 @@ RECOMPUTE = {"none": {"mode": "none"}, "op": {"mode": "selective", "option": "op
 SHAPES = [(BlockDims(128, 2, 1, 352), 64), (BlockDims(192, 3, 3, 512), 96), (BlockDims(128, 4, 1, 256), 80)]
 
 
-def _predicted(dims: BlockDims, tokens: int, ac: str) -> float:
+def _predicted(dims: BlockDims, tokens: int, ac: str, compiled: bool = False) -> float:
     run = parse_run_config(
         {
             "framework": "torchtitan",
+            "timing": {"torch_compile": compiled},
             "models": [
                 {
                     "name": "llm",
@@ -66,6 +73,26 @@ def test_the_framework_module_predicts_the_measured_block(dims, tokens, ac):
     # bytes a token; op recomputes the norms; full keeps the input alone)
     statistics = {"none": 2 * 4 * tokens, "op": 0, "full": 0}[ac]
     assert measured.kept_bytes - predicted == statistics
+
+
+@pytest.mark.parametrize("ac", ["none", "op", "full"])
+def test_the_framework_module_predicts_the_compiled_block(ac):
+    """torchtitan's apply_compile: the wrapped block under torch.compile (Inductor on the CPU), what the
+    partitioner saves for the compiled backward against the rules with timing.torch_compile."""
+    dims, tokens = SHAPES[0]
+    measured = measure_block(dims, tokens, ac, compiled=True)
+    predicted = _predicted(dims, tokens, ac, compiled=True)
+    # the only differences: the norms' fp32 rstd (none, as eager), and under full the CPU generator's
+    # state the compiled checkpoint saves (preserve_rng_state; a GPU's philox seed and offset are 16 bytes)
+    extra = {"none": 2 * 4 * tokens, "op": 0, "full": torch.get_rng_state().numel()}[ac]
+    assert measured.kept_bytes - predicted == extra, (predicted, measured.kept_bytes)
+
+
+def test_the_compiled_op_policy_drops_the_unread_matmul_output_as_measured():
+    # the same block as below, compiled: w2's output (256·2 a token) is saved eagerly, not compiled;
+    # the rest as eager: 128 · (512 + 512 + 256 + 512 + 16 + 1408)
+    dims = BlockDims(256, 4, 2, 704)
+    assert measure_block(dims, 128, "op", compiled=True).kept_bytes == 128 * (512 + 512 + 256 + 512 + 16 + 1408)
 
 
 def test_op_policy_saves_every_other_matmul_as_measured():
@@ -157,6 +184,24 @@ def test_torchtitan_cross_entropy_measured_on_the_cpu():
         loss.backward()
     # beyond the kept log-probabilities: nll_loss's gradient and log_softmax's, 8 bytes a logit
     assert live.peak == pytest.approx(8 * logits, rel=0.01)
+
+
+def test_torchtitan_compiled_cross_entropy_measured_on_the_cpu():
+    """The compiled loss (loss.py build_cross_entropy_loss with compile): what the compiled forward saves,
+    and the gradient its backward returns."""
+    tokens, vocab = 256, 1000
+    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16).requires_grad_()
+    logits = pred * 1  # the output layer's bf16 logits, not a leaf
+    labels = torch.randint(0, vocab, (1, tokens))
+
+    def cross_entropy_loss(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+
+    loss = torch.compile(cross_entropy_loss)(logits, labels)
+    # saved: the bf16 logits themselves, the labels (8 a token) and two fp32 statistics a token
+    assert saved_activation_bytes(loss, []) == 2 * tokens * vocab + 8 * tokens + 2 * 4 * tokens
+    grads = torch.autograd.grad(loss, logits)
+    assert grads[0].dtype == torch.bfloat16  # the cast's backward fused: a bf16 gradient, 2 a logit
 
 
 def test_torchtitan_loss_parallel_measured_on_the_cpu():

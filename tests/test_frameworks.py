@@ -602,6 +602,49 @@ def test_torchtitan_loss():
     assert model(piped).loss_bytes(layers(piped)["TAIL"]) == 10 * 64 * 1024
 
 
+def test_torchtitan_compiled_blocks_keep_what_the_partitioner_saves():
+    # apply_compile (torch.compile(block, fullgraph=True) after the AC wrapper), as measured by the census
+    # (tests/test_census_torchtitan.py): Inductor fuses silu(w1(x)) * w3(x), the backward recomputes the
+    # SiLU from w1's output: no AC keeps 115712, not + 16384 (64 tokens · 128 · 2)
+    compiled = {"torch_compile": True}
+    run = _titan(parallel={"zero": 0}, timing=compiled)
+    memory, layer = model(run), body(run)
+    assert "mlp.silu_output" not in _terms(memory, layer)
+    assert memory.activation_bytes(layer, NOT) == 115712
+    # per-op AC: w2's output (7th mm, MUST_SAVE) only feeds the residual add, whose backward reads
+    # nothing: partitioners.py get_recomputable_banned_nodes drops it, 58368 - 64·64·2 = 50176
+    op = {"recompute": {"mode": "selective", "option": "op"}}
+    run = _titan(parallel={"zero": 0}, training=op, timing=compiled)
+    memory, layer = model(run), body(run)
+    assert "mlp.w2_output" not in _terms(memory, layer, SEL)
+    assert memory.activation_bytes(layer, SEL) == 58368 - 8192
+    assert memory.activation_bytes(layer, FULL) == 8192  # full AC: the block input alone, as eager
+
+
+def test_torchtitan_compiled_loss():
+    # loss.py build_cross_entropy_loss compiles cross_entropy_loss when compile.components holds loss
+    # (v0.2.2 default: with the blocks). Inductor's graphs (read on the CPU, tests/test_census_torchtitan.py)
+    # save the bf16 logits and two fp32 per-token statistics (max and log-sum-exp): 64·1024·2 = 131072 and
+    # 2·64·4 = 512 instead of the fp32 log-probabilities 64·1024·4; the backward allocates the bf16
+    # gradient (64·1024·2) and one fp32 a token (64·4); the norm and output unit gathered: 2 · 65600
+    run = _titan(parallel={"dp": 2}, timing={"torch_compile": True})
+    tail = layers(run)["TAIL"]
+    terms = _terms(model(run), tail)
+    assert "output.logits_softmax" not in terms
+    assert terms["output.logits"] == 131072 and terms["output.loss_statistics"] == 512
+    assert model(run).loss_bytes(tail) == 2 * 64 * 1024 + 4 * 64 + 2 * 65600
+    # under PP the forward cache's logits are the ones the compiled loss saves: counted once
+    piped = _titan(parallel={"dp": 2, "pp": 2}, training={"micro_batches": 4}, timing={"torch_compile": True})
+    assert model(piped).loss_bytes(layers(piped)["TAIL"]) == 2 * 64 * 1024 + 4 * 64
+    # compile.components = ["model"] (and torchtitan 9dec370's train.py, where the loss compile is commented
+    # out): the eager rule, 8 · 64 · 1024 + 2 · 65600
+    blocks_only = _titan(parallel={"dp": 2}, timing={"torch_compile": True, "compile_loss": False})
+    assert model(blocks_only).loss_bytes(layers(blocks_only)["TAIL"]) == 8 * 64 * 1024 + 2 * 65600
+    # under TP the DTensor loss (loss_parallel) keeps its eager rule: 12 · 64 · 512
+    tp = _titan(parallel={"tp": 2}, timing={"torch_compile": True})
+    assert model(tp).loss_bytes(layers(tp)["TAIL"]) == 12 * 64 * 512
+
+
 # --- moments and the estimate --------------------------------------------------------------------------
 
 

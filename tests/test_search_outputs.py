@@ -164,3 +164,19 @@ def test_the_megatron_flags_written_are_what_ppb_check_accepts(tight: SearchResu
     assert len(layout_lines) == 1 and "--recompute-" in layout_lines[0]  # the layout never alone
     checked = _checked(stem.with_suffix(".yaml"), stem.with_suffix(".megatron.txt"), capsys)
     assert checked["iteration_s"] >= mixed.seconds  # Megatron's one setting is no faster than the ranked plan
+
+
+def test_a_plan_with_the_mtp_layers_apart_is_written_as_megatrons_standalone_layout(tmp_path: Path, capsys) -> None:
+    """tiny-mtp at PP 4: the balancer runs the MTP layer apart on rank 2 (`balance.mtp_apart`); the written
+    run config's layout puts `m` there and `L` alone on rank 3, and `ppb estimate` on it prices the ranked
+    iteration (walk's standalone MTP, another path than the balancer's cells)."""
+    spec = load_search_spec(DATA / "tiny-mtp.yaml")
+    strategy = Strategy(1, 1, 4, 2, 1, "1f1b", 1, 1, False, "ring", 1, False, 1, 16, 0)
+    ranked = evaluate(spec, strategy)
+    assert isinstance(ranked, Ranked) and ranked.mtp == "apart"
+    fields = plan_fields(spec, strategy, ranked.plan)
+    assert fields.layout is not None and fields.layout.endswith("m|L") and fields.complete
+    [path] = write_run_configs(SearchResult(spec, [ranked]), tmp_path, "mtp-top", 1)
+    assert "`ppb estimate` on this file prices it" in path.read_text()
+    estimated = _estimate(path, capsys)
+    assert estimated["iteration"]["seconds"] == pytest.approx(ranked.seconds, rel=1e-9)

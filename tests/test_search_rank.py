@@ -31,7 +31,7 @@ from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
-SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan")
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp")
 
 
 @pytest.fixture(scope="module")
@@ -308,3 +308,18 @@ def test_a_plan_replaced_by_an_equally_fast_megatron_plan_says_so() -> None:
         "# the ranked plan mixes what Megatron-Core takes one setting for; these flags are an equally fast plan it "
         "can say (full)\n"
     )
+
+
+def test_the_search_weighs_the_mtp_layers_apart_as_ppb_balance_does(results) -> None:
+    """tiny-mtp: each strategy with PP ≥ 2 balanced with the MTP layers beside the loss and apart; at PP 4
+    apart is faster (the vocabulary makes the MTP part and the two heads' loss heavy, as
+    tests/test_balance_mtp_apart.py's small run), and its plan and bound are those of `ppb balance`."""
+    searched, everything = results["tiny-mtp"]
+    places = {entry.strategy.pp: entry.mtp for entry in everything.ranked}
+    assert places[1] is None and places[4] == "apart"
+    entry = next(e for e in searched.ranked if e.strategy.pp == 4)
+    rows = {row["mtp"]: row for row in entry.plan["mtp_placement"]}
+    assert rows["apart"]["chosen"] and rows["apart"]["objective_s"] < rows["with_loss"]["objective_s"]
+    assert entry.plan["input"]["mtp_cell"] == [0, 2]  # rank P − 2's last (only) chunk
+    assert 0 < entry.bound_s <= entry.seconds
+    assert searched.to_json(details=True)["ranked"][searched.ranked.index(entry)]["mtp"] == "apart"

@@ -14,7 +14,7 @@ from bench._public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_llama
 from ppb_core.balance.torchtitan_flavors import llama3_ffn, model_spec
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.cli.main import main
-from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.config.run import TimingOptions, load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
@@ -168,7 +168,13 @@ def _comparable(raw: dict[str, Any]) -> dict[str, Any]:
     run = parse_run_config({**raw, "device": H100})
     dumped = run.model_dump()
     resolved = run.recompute
-    dumped["training"]["recompute"] = (resolved.switches, resolved.modules, resolved.full, resolved.num_layers)
+    dumped["training"]["recompute"] = (
+        resolved.switches,
+        resolved.modules,
+        resolved.full,
+        resolved.num_layers,
+        resolved.early_stop,
+    )
     dumped.pop("name")
     dumped["parallel"].pop("world_size")
     dumped["models"][0]["spec"].pop("max_position_embeddings")
@@ -177,7 +183,9 @@ def _comparable(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # torchtitan's published H100 runs (benchmarks/llama3_h100_202412_torchtitan.md) as a user writes them
-# in a v0.2.2 job TOML; torch.compile and Float8 are left out, as the bench rows leave them out.
+# in a v0.2.2 job TOML; torch.compile and Float8 are left out, as the bench rows leave them out. The
+# runs predate torchtitan's own early_stop (25413d224): torch.utils.checkpoint's default, early stop,
+# applied, which v0.2.2 spells `early_stop = true`.
 TABLE_1_AND_3 = """
 [model]
 name = "llama3"
@@ -190,6 +198,7 @@ data_parallel_shard_degree = -1
 [activation_checkpoint]
 mode = "selective"
 selective_ac_option = "op"
+early_stop = true
 """
 TABLE_2_CP2 = """
 [model]
@@ -203,6 +212,7 @@ data_parallel_shard_degree = 4
 context_parallel_degree = 2
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 TABLE_4 = """
 [model]
@@ -217,6 +227,7 @@ data_parallel_shard_degree = 32
 tensor_parallel_degree = 8
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 
 
@@ -249,6 +260,7 @@ pipeline_parallel_schedule = "SCHEDULE"
 pipeline_parallel_microbatch_size = 4
 [activation_checkpoint]
 mode = "full"
+early_stop = true
 """
 
 
@@ -281,11 +293,32 @@ def test_the_405b_job_says_what_is_not_modelled() -> None:
     assert raw["timing"] == {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
     assert raw["parallel"]["tp"] == 8 and raw["parallel"]["dp"] == 64 and raw["parallel"]["sequence_parallel"]
     assert raw["training"]["recompute"] == {"mode": "full"}
+    # compile.components model and loss (the default): the loss compiled with the blocks, no key of its own
+    assert run_config_compiled_loss(raw)
     assert [note.split(":")[0] for note in imported.notes] == [
         "parallelism.enable_async_tensor_parallel",
-        "compile.components loss",
         "quantize.linear.float8.enable_fsdp_float8_all_gather",
     ]  # filter_fqns ["output"]: the output layer in 16 bits, as ppb prices it
+
+
+def run_config_compiled_loss(raw: dict) -> bool:
+    return TimingOptions(**raw["timing"]).compiled_loss
+
+
+@pytest.mark.parametrize(
+    ("components", "timing"),
+    [
+        ('["model"]', {"torch_compile": True, "compile_loss": False}),
+        ('["loss"]', {"compile_loss": True}),
+        ('["model", "loss"]', {"torch_compile": True}),
+    ],
+)
+def test_compile_components_say_what_is_compiled(components: str, timing: dict) -> None:
+    shipped = '[compile]\nenable=false\ncomponents = ["model", "loss"]'
+    toml = (SHIPPED / "llama3_8b.toml").read_text()
+    assert shipped in toml
+    toml = toml.replace(shipped, f"[compile]\nenable = true\ncomponents = {components}")
+    assert import_torchtitan(toml, 8, "h100-80gb").raw["timing"] == timing
 
 
 def test_deepseek_v3_flavors_carry_experts_and_latent_attention() -> None:
@@ -343,6 +376,7 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ('[model]\nname = "llama4"', 8, "model.name"),
         ('[activation_checkpoint]\nmode = "memory_budget"', 8, "activation_checkpoint.mode"),
         ('[activation_checkpoint]\nselective_ac_option = "0"', 8, "activation_checkpoint.selective_ac_option"),
+        ('[activation_checkpoint]\nearly_stop = "yes"', 8, "activation_checkpoint.early_stop"),
         ('[model]\nconverters = ["fp4"]', 8, "model.converters"),
         ('[optimizer]\nname = "Lion"', 8, "optimizer.name"),
         ("[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3", 8,

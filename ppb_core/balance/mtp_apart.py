@@ -25,18 +25,27 @@ from ppb_core.errors import InputError
 from ppb_core.payload.describe import MTP_APART_NAME
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set
+from ppb_core.payload.sources import MemorySource, TimeSource
 
 NOT_SEARCHED = "m on a rank before P - 2 (a whole virtual stage between m and L holding no layer) is not searched"
 
 
-def standalone_problem(run: RunConfig, problem: BalanceInput, withdrawing: bool = True) -> BalanceInput | None:
+def standalone_problem(
+    run: RunConfig,
+    problem: BalanceInput,
+    withdrawing: bool = True,
+    memory: MemorySource | None = None,
+    times: TimeSource | None = None,
+) -> BalanceInput | None:
     """*problem* (a run config's, one TAIL) with the MTP layers apart on rank P − 2's last chunk and
     the loss alone on rank P − 1's, or None where Megatron-Core cannot run that: no MTP layers, not
     Megatron, DualPipeV or several models, fewer than two stages, or too few layers for the cells.
-    *withdrawing*: as `describe_run` takes it (`ppb check` keeps every option)."""
+    *withdrawing*, *memory*, *times*: as `describe_run` takes them (`ppb check` keeps every option;
+    the search passes the models it priced the fused problem with)."""
     if not problem.mtp_layers or problem.framework != "megatron" or problem.stages < 2 or not_megatrons(problem):
         return None
-    layers = layer_set(describe_run(run, mtp_apart=True, withdrawing=withdrawing), run.source)
+    described = describe_run(run, memory, times, mtp_apart=True, withdrawing=withdrawing)
+    layers = layer_set(described, run.source)
     apart = tuple(t for t in layers.tails if t.name == MTP_APART_NAME)
     kept = dataclasses.replace(layers, tails=tuple(t for t in layers.tails if t.name != MTP_APART_NAME))
     try:

@@ -53,6 +53,7 @@ FIELD_KEYS = {
     "parallel.schedule": "parallelism.pipeline_parallel_schedule",
     "timing.matmul_dtype": "model.converters",
     "timing.torch_compile": "compile.enable",
+    "timing.compile_loss": "compile.components",
 }
 # JobConfig's sections ppb reads past: no bearing on an iteration's memory or time.
 NO_BEARING = frozenset(
@@ -452,8 +453,13 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
         )
     if mode not in ("none", "full", "selective"):
         raise InputError(toml.where, "activation_checkpoint.mode", f"{shown(mode)}: none, selective or full")
+    # early_stop (job_config.py, default false): the recompute stops once every saved tensor is back;
+    # ppb then does not replay a dense block's last matmul and residual add (`flops.early_stop_tail`)
+    if not isinstance(ac["early_stop"], bool):
+        raise InputError(toml.where, "activation_checkpoint.early_stop", f"{shown(ac['early_stop'])}: true or false")
+    stop = {"early_stop": True} if ac["early_stop"] and mode != "none" else {}
     if mode != "selective":
-        return {"mode": mode}
+        return {"mode": mode, **stop}
     option = str(ac["selective_ac_option"])
     if option != "op" and not (option.isdigit() and int(option) > 0):
         key = "activation_checkpoint.selective_ac_option"
@@ -464,7 +470,7 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
         != AC_KEYS["per_op_sac_force_recompute_mm_shapes_by_fqns"]
     ):
         notes.append("activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns: not modelled")
-    return {"mode": "selective", "option": option if option == "op" else int(option)}
+    return {"mode": "selective", "option": option if option == "op" else int(option), **stop}
 
 
 def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str]) -> dict[str, Any]:
@@ -477,8 +483,8 @@ def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str])
             raise InputError(toml.where, "compile.components", "is a list: model, loss")
         if "model" in components:
             timing["torch_compile"] = True
-        if "loss" in components:
-            notes.append("compile.components loss: the loss compiled, not modelled")
+        if ("loss" in components) != ("model" in components):  # timing.compiled_loss follows torch_compile
+            timing["compile_loss"] = "loss" in components
     converters = model["converters"]
     if not isinstance(converters, list):
         raise InputError(toml.where, "model.converters", "is a list of converter names")

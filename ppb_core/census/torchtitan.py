@@ -172,14 +172,18 @@ def _op_policy() -> Any:
     return create_selective_checkpoint_contexts(policy)
 
 
-def wrapped(block: Block, ac: str) -> nn.Module:
-    """The block as activation_checkpoint.py wraps it for *ac* (none, op or full)."""
+def wrapped(block: Block, ac: str, early_stop: bool = True) -> nn.Module:
+    """The block as activation_checkpoint.py wraps it for *ac* (none, op or full). *early_stop*: the
+    recompute stops once every tensor the forward saved is back (torch.utils.checkpoint's default,
+    which torchtitan kept until it passed its own `early_stop`, default False: 25413d224, 2025-08-29)."""
     if ac == "none":
         return block
     if ac == "full":
-        return checkpoint_wrapper(block, preserve_rng_state=True)
+        return checkpoint_wrapper(block, preserve_rng_state=True, early_stop=early_stop)
     if ac == "op":
-        return checkpoint_wrapper(block, context_fn=functools.partial(_op_policy), preserve_rng_state=True)
+        return checkpoint_wrapper(
+            block, context_fn=functools.partial(_op_policy), preserve_rng_state=True, early_stop=early_stop
+        )
     raise ValueError(f"checkpointing is one of {', '.join(CHECKPOINTING)}, not {ac!r}")
 
 
@@ -192,22 +196,52 @@ class BlockMeasurement:
     input_bytes: int
 
 
-def measure_block(dims: BlockDims, tokens: int, ac: str, dtype: torch.dtype = torch.bfloat16) -> BlockMeasurement:
+def measure_block(
+    dims: BlockDims, tokens: int, ac: str, dtype: torch.dtype = torch.bfloat16, compiled: bool = False
+) -> BlockMeasurement:
     """One forward of the block on *tokens* tokens (one sequence) under *ac*: what it keeps.
 
-    Runs a backward afterwards (so the graph the forward built can run), and checks nothing else.
+    *compiled* compiles the wrapped block as torchtitan's `apply_compile` does (`torch.compile(block,
+    fullgraph=True)` after the checkpoint wrapper; Inductor on the CPU): what it keeps is then what
+    AOTAutograd's partitioner saves for the compiled backward (`saved_activation_bytes`), the
+    storages Inductor allocates being out of a dispatch mode's sight. Runs a backward afterwards (so
+    the graph the forward built can run), and checks nothing else.
     """
     torch.manual_seed(0)
     block = Block(dims).to(dtype)
     module = wrapped(block, ac)
     table = rotary_table(dims, tokens)
     x = torch.randn(1, tokens, dims.hidden, dtype=dtype, requires_grad=True)
-    with LiveBytes() as live:
-        out = module(x, table)
-    kept = live.now - out.untyped_storage().nbytes()
     input_bytes = x.untyped_storage().nbytes()
+    if compiled:
+        out = torch.compile(module, fullgraph=True)(x, table)
+        # the block's input is among the saved tensors (the backward reads it)
+        kept = saved_activation_bytes(out, [*block.parameters(), table])
+    else:
+        with LiveBytes() as live:
+            out = module(x, table)
+        kept = live.now - out.untyped_storage().nbytes() + input_bytes
     out.backward(torch.ones_like(out))
-    return BlockMeasurement(dims, tokens, ac, kept + input_bytes, input_bytes)
+    return BlockMeasurement(dims, tokens, ac, kept, input_bytes)
+
+
+def saved_activation_bytes(out: torch.Tensor, besides: list[torch.Tensor]) -> int:
+    """Bytes of the distinct storages the autograd graph behind *out* saves for its backward, those of
+    *besides* (parameters, constant tables) left out."""
+    skip = {t.untyped_storage().data_ptr() for t in besides}
+    sizes: dict[int, int] = {}
+    seen: set[Any] = set()
+    stack = [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for tensor in getattr(node, "saved_tensors", None) or ():
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in skip:
+                sizes[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return sum(sizes.values())
 
 
 # --- MoE blocks: torchtitan's DeepSeek-V3 (MLA) and Qwen3 (GQA with qk norms) ----------------------

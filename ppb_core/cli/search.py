@@ -120,6 +120,9 @@ class _Progress:
         return text
 
 
+MTP_WORDS = {"apart": "apart (rank P − 2)", "with_loss": "with the loss"}
+
+
 def _gib(mb: float) -> str:
     return f"{mb / 1024:.1f}"
 
@@ -134,6 +137,8 @@ def render(result: SearchResult) -> None:
         f"{spec.framework}"
     )
     table = Table(title=f"the {len(result.ranked)} fastest strategies, each balanced")
+    # the MTP layers' place, where the balancer weighed two (`balance.mtp_apart`)
+    mtp = any(entry.mtp for entry in result.ranked)
     for name in (
         "#",
         "strategy",
@@ -144,8 +149,9 @@ def render(result: SearchResult) -> None:
         "headroom GiB",
         "gain over uniform",
         "bound s",
+        *(["MTP layers"] if mtp else []),
     ):
-        table.add_column(name, justify="left" if name == "strategy" else "right")
+        table.add_column(name, justify="left" if name in ("strategy", "MTP layers") else "right")
     for place, entry in enumerate(result.ranked, start=1):
         table.add_row(
             str(place),
@@ -157,8 +163,14 @@ def render(result: SearchResult) -> None:
             _gib(entry.headroom_mb),
             "—" if entry.gain is None else f"{entry.gain:.3f}×",
             f"{entry.bound_s:.3f}",
+            *([MTP_WORDS.get(entry.mtp or "", "with the loss (one place)")] if mtp else []),
         )
     console.print(table)
+    if mtp:
+        console.print(
+            "MTP layers: each strategy with PP ≥ 2 (not DualPipeV) balanced with them beside the loss and apart on "
+            "rank P − 2's last virtual stage (Megatron-Core's standalone MTP, as `ppb balance` tries), the faster kept"
+        )
     if result.proven is not None and result.proven < len(result.ranked):
         gap = result.proven_gap
         console.print(

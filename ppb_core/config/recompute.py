@@ -9,8 +9,8 @@
   `--recompute-granularity`, `--recompute-modules`, `--recompute-method` and
   `--recompute-num-layers` (megatron/core/transformer/transformer_config.py,
   `TransformerConfig.__post_init__`, Megatron-LM main at d98e8a64);
-* torchtitan's words `{mode, option}` (`framework: torchtitan`), as `[activation_checkpoint]
-  mode` and `selective_ac_option` (torchtitan/config/job_config.py `ActivationCheckpoint`,
+* torchtitan's words `{mode, option, early_stop}` (`framework: torchtitan`), as `[activation_checkpoint]
+  mode`, `selective_ac_option` and `early_stop` (torchtitan/config/job_config.py `ActivationCheckpoint`,
   torchtitan v0.2.2).
 
 Each resolves to a `Recompute`: the switches the SLCT option runs, the framework's selective
@@ -65,7 +65,7 @@ MEGATRON_MODULE_SWITCHES: dict[str, tuple[str, ...]] = {
 TORCHTITAN_OP_SWITCHES: tuple[str, ...] = ("normOp", "attBMM", "ffAct")
 
 MEGATRON_WORDS: frozenset[str] = frozenset({"granularity", "modules", "method", "num_layers"})
-TORCHTITAN_WORDS: frozenset[str] = frozenset({"mode", "option"})
+TORCHTITAN_WORDS: frozenset[str] = frozenset({"mode", "option", "early_stop"})
 # torchtitan's default `selective_ac_option` (job_config.py, v0.2.2): every second block checkpointed.
 TORCHTITAN_DEFAULT_EVERY = 2
 
@@ -119,6 +119,12 @@ class TorchtitanRecompute(StrictModel):
     option: Annotated[str | int | None, BeforeValidator(_option_word)] = Field(
         None, description="selective: 'op' (per-op policy) or N (every N-th block fully checkpointed)"
     )
+    early_stop: bool = Field(
+        False,
+        description="the recompute stops once every saved tensor is back: torchtitan's `early_stop` (v0.2.2 "
+        "job_config.py, default false); before 25413d224 (2025-08-29) torchtitan passed none, so "
+        "torch.utils.checkpoint's default, true, applied",
+    )
 
     @model_validator(mode="after")
     def _torchtitan_rules(self) -> TorchtitanRecompute:
@@ -155,6 +161,8 @@ class Recompute:
     modules: frozenset[str] = frozenset()
     full: FullRule | None = None
     num_layers: int | None = None
+    # torchtitan's checkpoint stops replaying a block once every tensor its forward saved is back
+    early_stop: bool = False
 
     @property
     def selective(self) -> bool:
@@ -193,13 +201,15 @@ def resolve(raw: Any) -> Recompute:
         switches = _switches_of(frozenset(s for m in modules for s in MEGATRON_MODULE_SWITCHES[m]))
         return Recompute("megatron", switches=switches, modules=modules)
     if isinstance(raw, TorchtitanRecompute):
+        stop = raw.early_stop
         if raw.mode == "none":
             return Recompute("torchtitan")
         if raw.mode == "full":
-            return Recompute("torchtitan", full="all")
+            return Recompute("torchtitan", full="all", early_stop=stop)
         if raw.option == "op":
-            return Recompute("torchtitan", switches=_switches_of(TORCHTITAN_OP_SWITCHES), modules=frozenset({"op"}))
-        return Recompute("torchtitan", full="every", num_layers=raw.every)
+            op = _switches_of(TORCHTITAN_OP_SWITCHES)
+            return Recompute("torchtitan", switches=op, modules=frozenset({"op"}), early_stop=stop)
+        return Recompute("torchtitan", full="every", num_layers=raw.every, early_stop=stop)
     return Recompute("switches", switches={name: int(raw.get(name, 1)) for name in SWITCHES})
 
 

@@ -486,6 +486,17 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    norm_type: Literal["rmsnorm", "fused_rmsnorm"] = Field(
+        "rmsnorm",
+        description="torchtitan's [model] norm_type before 5078e92e4 (2025-04-17): fused_rmsnorm runs RMSNorm as "
+        "one Triton kernel each way (torchtitan/models/norms.py FusedRMSNorm), rmsnorm as eager PyTorch ops; "
+        "later torchtitan's nn.RMSNorm runs PyTorch's fused CUDA kernel, priced as fused_rmsnorm",
+    )
+    compile_loss: bool | None = Field(
+        None,
+        description="torchtitan's compile.components holds loss (the cross-entropy compiled; memory: it keeps the "
+        "16-bit logits, not fp32 log-probabilities); unset, as torch_compile (torchtitan v0.2.2 compiles both)",
+    )
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall",
         description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
@@ -624,6 +635,11 @@ class TimingOptions(StrictModel):
         if "moe_preprocess" in modules and "moe_router" not in modules:
             raise ValueError("cuda_graph_modules: moe_preprocess must be given with moe_router")
         return self
+
+    @property
+    def compiled_loss(self) -> bool:
+        """Whether torchtitan compiles the loss (`compile_loss`, else with the blocks as v0.2.2 does)."""
+        return self.torch_compile if self.compile_loss is None else self.compile_loss
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it

@@ -57,6 +57,8 @@ class MemorySetup(Geometry):
     offload_modules: tuple[str, ...] = ()
     min_offloaded_elements: int = 1024 * 1024  # --min-offloaded-tensor-size
     cuda_graph_modules: tuple[str, ...] | None = None  # Megatron's graphed scopes (None: no CUDA graphs)
+    compiled_blocks: bool = False  # torchtitan's blocks under torch.compile (timing.torch_compile)
+    compiled_loss: bool = False  # torchtitan's loss under torch.compile (timing.compiled_loss)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,6 +99,8 @@ class MemorySetup(Geometry):
             offload_modules=tuple(train.offload_modules),
             min_offloaded_elements=train.min_offloaded_tensor_size,
             cuda_graph_modules=None if run.timing.cuda_graph_impl == "none" else tuple(run.timing.cuda_graph_modules),
+            compiled_blocks=run.timing.torch_compile,
+            compiled_loss=run.timing.compiled_loss,
         )
 
     @property

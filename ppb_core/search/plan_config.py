@@ -62,14 +62,20 @@ def cell_options(plan: dict[str, Any]) -> list[list[dict[str, int]]]:
 
 def plan_layout(spec: SearchSpec, plan: dict[str, Any]) -> str | None:
     """The plan's split as Megatron-Core's layout: virtual stage v·pp + p is rank p's chunk v (layout.py),
-    `E` in the first, the MTP layers and `L` in the last; None when the run is not one language model."""
+    `E` in the first, the MTP layers and `L` in the last, or the MTP layers in the cell the plan runs them
+    apart in (`input.mtp_cell`); None when the run is not one language model."""
     models = list(spec.specs.values())
     if len(models) != 1 or isinstance(models[0], VisionSpec):
         return None
     options = cell_options(plan)
     stages = [sum(cell.values()) * "t" for row in options for cell in row]
     stages[0] = "E" + stages[0]
-    stages[-1] += "m" * models[0].mtp_layers + "L"
+    apart = plan.get("input", {}).get("mtp_cell")  # the MTP layers apart from the loss (`balance.mtp_apart`)
+    if apart is not None:  # Megatron-Core's standalone MTP: `m` ends virtual stage chunk·pp + stage
+        stages[int(apart[0]) * len(options[0]) + int(apart[1])] += "m" * models[0].mtp_layers
+        stages[-1] += "L"
+    else:
+        stages[-1] += "m" * models[0].mtp_layers + "L"
     return format_layout(stages)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from ppb_core.balance import WorkLimits, report, solve
 from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.config.run import RunConfig
 from ppb_core.estimate.plan import plan_stages, time_unit_s
@@ -51,6 +52,7 @@ from ppb_core.search.screen import (
     after_schedule_ms,
     blocking,
     fits_somewhere,
+    placements,
     run_forms,
     schedule_floor_ms,
     screen,
@@ -114,6 +116,13 @@ class Ranked:
         return None if self.uniform_seconds is None else self.uniform_seconds / self.seconds
 
     @property
+    def mtp(self) -> str | None:
+        """Where the plan runs the MTP layers: "with_loss" or "apart" (`balance.mtp_apart`), None when the
+        balancer had one place only (no MTP layers, PP 1, DualPipeV, not Megatron)."""
+        rows = self.plan.get("mtp_placement") or []
+        return next((str(row["mtp"]) for row in rows if row.get("chosen")), None)
+
+    @property
     def headroom_mb(self) -> float:
         return self.memory_mb - self.peak_memory_mb
 
@@ -145,6 +154,7 @@ class Ranked:
                 "balancer_peak_memory_mb": self.balancer_peak_memory_mb,
                 "balance_stopped_by": self.stopped_by,
                 "balance_gap": self.balance_gap,
+                "mtp": self.mtp,
             }
         return entry
 
@@ -179,29 +189,36 @@ def evaluate(
         run = checked
     memory, times = MemoryModel(run), TimeModel(run)
     problem = run_problem(run, describe_run(run, memory, times))
+    # a Megatron run with MTP layers: also the MTP layers apart from the loss, as `ppb balance` tries them
+    apart = standalone_problem(run, problem, memory=memory, times=times)
     # the `--recompute-modules` SLCT stands for, so the plan's flags say a selective plan as `ppb balance` does
     modules = selective_modules(run)
-    key = f"{payload_key(problem)} {modules}"
+    key = f"{payload_key(problem)} {payload_key(apart) if apart is not None else ''} {modules}"
     result = solved.get(key) if solved is not None else None
     if result is None:
         # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as
-        # fast; `megatron_said` solves it for a ranked plan written out
-        solution = solve(
+        # fast; `megatron_said` solves it for a ranked plan written out. The apart placement's solve is cut
+        # off at the fused plan's time (`mtp_apart.faster_placement`): it costs a search only where it wins.
+        limits = work_limits(spec.search.balance_work)
+        result = faster_placement(
             problem,
-            spec.search.balance_time_limit_s,
-            limits=work_limits(spec.search.balance_work),
-            megatron_settings=False,
+            apart,
+            lambda placed, cutoff, megatron_cutoff: report(
+                solve(placed, spec.search.balance_time_limit_s, limits=limits, megatron_settings=False, cutoff=cutoff),
+                modules,
+            ),
         )
-        result = report(solution, modules)
         if solved is not None:
             solved[key] = result
     if result["status"] == "infeasible" or "cells" not in result:
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
-    iteration = run_iteration(run, cells, times, memory)
+    mtp_cell = mtp_cell_of(result)
+    iteration = run_iteration(run, cells, times, memory, mtp_cell=mtp_cell)
     # the peak as the plan's run config gives it (`ppb estimate`, `ppb check`): the memory model's stage
     # peaks, with the backward's working set the balancer's descriptions leave out
-    peak_mb = max((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in plan_stages(run, cells))
+    stages = plan_stages(run, cells, mtp_cell=mtp_cell)
+    peak_mb = max((stage.peak.peak_bytes - stage.peak.reserved_bytes) / MB for stage in stages)
     plan = in_seconds(result, time_unit_s(run, problem.describe()))  # as `ppb balance RUN.yaml` gives it,
     plan["iteration"] = iteration.to_json()  # with the plan's iteration and its baseline's (`plan_iterations`)
     uniform = None
@@ -242,8 +259,20 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
     limits = work_limits(spec.search.balance_work)
-    solution = solve(problem, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules)
-    return in_seconds(report(solution, modules), time_unit_s(run, problem.describe()))["megatron"]
+    result = faster_placement(  # both MTP placements, as the ranked plan was balanced (`evaluate`)
+        problem,
+        standalone_problem(run, problem),
+        lambda placed, **cuts: report(
+            solve(placed, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules, **cuts), modules
+        ),
+    )
+    return in_seconds(result, time_unit_s(run, problem.describe()))["megatron"]
+
+
+def mtp_cell_of(result: dict[str, Any]) -> tuple[int, int] | None:
+    """The (chunk, stage) a balance result runs the MTP layers in apart from the loss (None: with it)."""
+    apart = result["input"].get("mtp_cell")
+    return None if apart is None else (int(apart[0]), int(apart[1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,28 +310,37 @@ def _relax(strategy: Strategy, whole_layers: bool = False) -> float | str:
     run = validate(_spec, strategy)
     assert not isinstance(run, Refusal)
     found = _cache.of(strategy, run)
-    if not fits_somewhere(run_forms(strategy), found):
+    forms = run_forms(strategy)
+    # each place the balancer may run the MTP layers in (`screen.placements`): the least bound over them
+    places = [place for place in placements(strategy, found) if fits_somewhere(forms, *place)]
+    if not places:
         return NO_ROOM
-    floor = schedule_floor_ms(strategy, run, found)
-    if math.isinf(floor):
+    values = []
+    for figures, _ in places:
+        floor = schedule_floor_ms(strategy, run, figures, alone=True)
+        if math.isinf(floor):
+            continue
+        relaxed = lp_bound(
+            forms,
+            figures.kinds,
+            figures.ends,
+            figures.memory_mb,
+            figures.constant_mb,
+            figures.transfer_ms,
+            blocking(run),
+            whole_layers,
+            time_limit=None,
+            nodes=WHOLE_LAYERS_NODES,
+            reduction_floor_ms=figures.reduction_floor_ms,
+            schedule_floor_ms=floor,
+        )
+        values.append(relaxed.value_ms)
+    if not values:
         return NO_STAGE_ROOM
-    relaxed = lp_bound(
-        run_forms(strategy),
-        found.kinds,
-        found.ends,
-        found.memory_mb,
-        found.constant_mb,
-        found.transfer_ms,
-        blocking(run),
-        whole_layers,
-        time_limit=None,
-        nodes=WHOLE_LAYERS_NODES,
-        reduction_floor_ms=found.reduction_floor_ms,
-        schedule_floor_ms=floor,
-    )
-    if relaxed.value_ms is None:
+    if all(value is None for value in values):
         return NO_WHOLE_PLAN if whole_layers else NO_RELAXED_PLAN
-    return (relaxed.value_ms + after_schedule_ms(strategy, found)) / 1e3
+    least = min(value for value in values if value is not None)
+    return (least + after_schedule_ms(strategy, found)) / 1e3
 
 
 def _evaluate(strategy: Strategy, solved: dict[str, dict] | None = None) -> Ranked | Refusal:

@@ -10,8 +10,9 @@ it) — and what `run_iteration` would price, each option's forward and backward
 strategies that cannot differ in them:
 
 * layer times depend on tp, sp, cp, ep, etp, the micro-batch size and the recompute setting (the
-  time model's `Geometry` and `Links`), not on dp, pp, vpp, the schedule, the micro-batch count or
-  ZeRO: one `TimeModel` per `time_key`;
+  time model's `Geometry` and `Links`) and on whether the schedule is DualPipeV (its paired
+  micro-batches hide the expert all-to-alls), not on dp, pp, vpp, another schedule, the micro-batch
+  count or ZeRO: one `TimeModel` per `time_key`;
 * layer memory depends on all of those and dp, pp, ZeRO/FSDP and the micro-batch count, not on vpp
   or the schedule: one `MemoryModel` per `memory_key`.
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_working_set_bytes
+from ppb_core.model.kinds import TailKind, standalone_parts
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, walk
 from ppb_core.payload.describe import describe_layer, many_in_flight
@@ -53,9 +55,13 @@ NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per ce
 
 
 def time_key(strategy: Strategy) -> tuple:
-    """What the layer times of a strategy depend on (beside the spec)."""
+    """What the layer times of a strategy depend on (beside the spec): under DualPipeV each expert
+    all-to-all hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`), so its layer
+    times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B twin's, above its
+    own time)."""
     s = strategy
-    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute)
+    dualpipe = s.schedule == "dualpipev"
+    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute, dualpipe)
 
 
 def memory_key(strategy: Strategy) -> tuple:
@@ -77,6 +83,10 @@ class Figures:
     reduction_floor_ms: float | None  # the least exposed gradient reduction (None: no reduction to wait for)
     per_cell_ms: float = 0.0  # paid once per (chunk, stage) cell (FSDP gathering once per iteration)
     with_memory: bool = True  # False: times alone, the MB left at 0 (what the quick bound reads)
+    # Megatron-Core's standalone MTP (`balance.mtp_apart`): the figures of the MTP layers apart from the loss
+    # (`apart_figures`); its last `free_kinds` kinds are no body layer and fill no cell of their own
+    apart: Figures | None = None
+    free_kinds: int = 0
 
 
 @dataclass
@@ -196,7 +206,7 @@ def figures(
             for kind in kinds
         ]
         cell_forward, cell_backward = min(least_f, wait_f) / 1e3, min(least_b, wait_b) / 1e3
-    return Figures(
+    fused = Figures(
         kinds=tuple(kinds),
         ends=Ends(
             head[0],
@@ -218,6 +228,76 @@ def figures(
         reduction_floor_ms=reduction_floor_ms(run, memory, links, _layer(heads[0], -1)),
         with_memory=with_memory,
     )
+    tail_slot = tails[-1] if tails else None
+    if tail_slot is None or not _apart_runs(run, tail_slot):
+        return fused
+    return replace(fused, apart=apart_figures(run, fused, tail_slot, memory, times, links, many, with_memory))
+
+
+def _apart_runs(run: RunConfig, tail: KindSlot) -> bool:
+    """Whether the balancer also solves the MTP layers apart from the loss (`mtp_apart.standalone_problem`:
+    Megatron, MTP layers, PP ≥ 2, one model; DualPipeV is the strategy's, `placements` leaves it out)."""
+    kind = tail.kind
+    return (
+        run.framework == "megatron"
+        and run.parallel.pp >= 2
+        and len(run.model_names) == 1
+        and isinstance(kind, TailKind)
+        and kind.mtp_layers > 0
+    )
+
+
+def apart_figures(
+    run: RunConfig,
+    fused: Figures,
+    tail: KindSlot,
+    memory: MemoryModel,
+    times: TimeModel,
+    links: Any,
+    many: int,
+    with_memory: bool,
+) -> Figures:
+    """The figures that bound every plan with the MTP layers apart from the loss (`balance.mtp_apart`): the
+    tail is the loss's part (`kinds.standalone_parts`: output layer and every head's loss, its times and
+    MB as `describe_mtp_apart` gives them), and the final norm and the MTP chunk one more kind placed in
+    any cell at their times and reduction, with no MB and no cell of their own (the balancer's MTP cell
+    may hold no body layer). The program over these can place them in the MTP cell among others: a
+    relaxation of every apart plan, so its optimum bounds them. (Moving them off the last stage adds a
+    stage to the embedding all-reduce, `iteration._embedding_sync`: the fused figures' `beyond_ms`
+    stays below.)"""
+    assert isinstance(tail.kind, TailKind)
+    norm, mtp, output = (Layer(tail.model_name, TAIL, part, 0, 0, 0) for part in standalone_parts(tail.kind))
+    out_forward, out_backward = times.option_times(output)["NONE"]
+    parts = [times.option_times(layer)["NONE"] for layer in (norm, mtp)]
+    held = 0.0
+    if with_memory:
+        described = describe_layer(output, memory, times, many=many, configured=run.switches(output.model_name))
+        held = float(described["memory_parameter"]) * tail.count
+    free = Kind(
+        f"{tail.model_name}:mtp apart",
+        1,
+        {"NONE": sum(forward for forward, _ in parts)},
+        {"NONE": sum(backward for _, backward in parts)},
+        0.0,
+        {"NONE": 0.0},
+        1e3 * sum(reduction_bandwidth_s(run, memory, links, layer) for layer in (norm, mtp)),
+    )
+    ends = replace(
+        fused.ends,
+        tail_forward_ms=out_forward,
+        tail_backward_ms=out_backward,
+        tail_mb=held,
+        tail_reduce_ms=1e3 * reduction_bandwidth_s(run, memory, links, output),
+    )
+    return replace(fused, kinds=(*fused.kinds, free), ends=ends, free_kinds=1)
+
+
+def placements(strategy: Strategy, found: Figures) -> list[tuple[Figures, bool]]:
+    """The figures of each place the balancer may run the MTP layers in (with the loss; apart, unless the
+    strategy runs DualPipeV, which `mtp_apart.standalone_problem` leaves out), each with whether apart."""
+    if found.apart is None or strategy.schedule == "dualpipev":
+        return [(found, False)]
+    return [(found, False), (found.apart, True)]
 
 
 def _reduction_kind(memory: MemoryModel) -> str | None:
@@ -346,13 +426,16 @@ def _held(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[
     return tuple(max(min(vector) for vector in vectors[stage]) for stage in range(stages))
 
 
-def fits_somewhere(forms: ScheduleForms, figures: Figures) -> bool:
-    """A necessary condition for any plan to fit (module docstring); False proves that none does."""
+def fits_somewhere(forms: ScheduleForms, figures: Figures, apart: bool = False) -> bool:
+    """A necessary condition for any plan to fit (module docstring); False proves that none does. *apart*:
+    *figures* are `apart_figures`, whose MTP cell (rank P − 2's last chunk) needs no body layer."""
     cells = forms.cells
     room, layer = stage_room(forms, figures)
+    exempt = {cells[0], cells[-1], *([(forms.chunks - 1, forms.stages - 2)] if apart else [])}
+    bodies = len(figures.kinds) - figures.free_kinds
     for stage in range(forms.stages):
-        needed = sum(1 for chunk in range(forms.chunks) if (chunk, stage) not in (cells[0], cells[-1]))
-        if room[stage] < needed * min(layer[stage]):
+        needed = sum(1 for chunk in range(forms.chunks) if (chunk, stage) not in exempt)
+        if room[stage] < needed * min(layer[stage][:bodies]):
             return False
     least_total = sum(
         kind.count * min(layer[stage][k] for stage in range(forms.stages)) for k, kind in enumerate(figures.kinds)
@@ -376,15 +459,22 @@ def screen(strategy: Strategy, run: RunConfig, cache: FigureCache) -> Screened:
     return Screened(strategy, (quick + after_schedule_ms(strategy, found) + (found.reduction_floor_ms or 0.0)) / 1e3)
 
 
-def schedule_floor_ms(strategy: Strategy, run: RunConfig, found: Figures) -> float:
+def schedule_floor_ms(strategy: Strategy, run: RunConfig, found: Figures, alone: bool = False) -> float:
     """The least schedule makespan of any plan: the per-layer average of the forms (`quick_bound`, memory
-    aside) or whole layers per stage within each stage's room (`stage_bound`), whichever is higher."""
+    aside) or whole layers per stage within each stage's room (`stage_bound`), whichever is higher; with
+    the MTP layers apart as well (`placements`), the lower of the two places'."""
     forms, blocks = run_forms(strategy), blocking(run)
-    room, layer = stage_room(forms, found) if found.with_memory else (None, None)
-    return max(
-        quick_bound(forms, found.kinds, found.ends, found.transfer_ms, blocks),
-        stage_bound(forms, found.kinds, found.ends, found.transfer_ms, blocks, room, layer),
-    )
+    floors = []
+    # the least over the MTP layers' places (*alone*: the figures of one place only)
+    for figures, _ in [(found, False)] if alone else placements(strategy, found):
+        room, layer = stage_room(forms, figures) if figures.with_memory else (None, None)
+        floors.append(
+            max(
+                quick_bound(forms, figures.kinds, figures.ends, figures.transfer_ms, blocks),
+                stage_bound(forms, figures.kinds, figures.ends, figures.transfer_ms, blocks, room, layer),
+            )
+        )
+    return min(floors)
 
 
 def after_schedule_ms(strategy: Strategy, found: Figures) -> float:

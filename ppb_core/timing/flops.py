@@ -178,6 +178,9 @@ class OpGeometry(Geometry):
     # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
     # an element; the reduce-scatters stay in the training dtype.
     float8_tp: bool = False
+    # torchtitan without torch.compile: element-wise work as PyTorch's eager kernels (`EAGER_TRAFFIC`)
+    # and autograd's sums of the input gradients of linears that share an input (`_shared_input_sums`)
+    eager: bool = False
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -203,6 +206,7 @@ class OpGeometry(Geometry):
             float8_tp=run.framework == "torchtitan"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -252,6 +256,22 @@ def _matmul(
         weight_elements=k * n * groups if weights is None else weights,
         fp8=fp8,
     )
+
+
+def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int = 2) -> tuple[float, float]:
+    """(forward, backward) bytes of autograd summing the input gradients of *linears* separate linears
+    that read one input of *rows* × *width* (torchtitan's wq, wk, wv on the normed input; w1 and w3):
+    each input gradient past the first is added to the sum (`InputBuffer::accumulate`: read two, write
+    one, in the compute dtype). Counted from torchtitan's eager step (`ppb_core.census.ops`, the
+    backward's `aten.add`s: three a Llama block); Megatron's fused QKV and fc1 GEMMs have one input
+    gradient, and torch.compile fuses the sums into the kernels after them, so eager torchtitan only."""
+    if not geo.eager:
+        return 0.0, 0.0
+    return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+
+
+def _plus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] + b[0], a[1] + b[1]
 
 
 def _bias_passes(geo: OpGeometry, bias: bool, rows: float, n: float, added_after: bool) -> tuple[float, float]:
@@ -529,7 +549,10 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
-                side_bytes=_bias_passes(geo, att.qkv_bias, n, width, added_after=True),
+                # torchtitan's wq and wk: one sum of their input gradients (wv's below)
+                side_bytes=_plus(
+                    _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
+                ),
                 **qk_state("qk_proj"),
             )
         )
@@ -560,7 +583,9 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
-                side_bytes=_bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True),
+                side_bytes=_plus(
+                    _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
+                ),
                 **({"transient": True} if ulysses else {"switch": "attBMM"}),
             )
         )
@@ -902,7 +927,11 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            side_bytes=_fc1_bias_passes(geo, bias, rows, up_width, gated),
+            # w1 and w3 (gated) read one input: autograd sums their input gradients under eager torchtitan
+            side_bytes=_plus(
+                _fc1_bias_passes(geo, bias, rows, up_width, gated),
+                _shared_input_sums(geo, rows, h) if gated else (0.0, 0.0),
+            ),
         ),
         _activation(p + "_act", block, rows, width, gated, bc, (p + "_in",)),
         _matmul(
@@ -1351,7 +1380,12 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     position table) with zeros before the scatter, and the embedding has no gradient-accumulation
     fusion, so DDP's backward hook (distributed_data_parallel.py `_make_backward_post_hook`:
     `param.main_grad.add_(param.grad.data)`) reads the main gradient and the 16-bit one and writes the
-    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element."""
+    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element. torchtitan's
+    `nn.Embedding` runs the same CUDA backward (pytorch aten/src/ATen/native/cuda/
+    EmbeddingBackwardKernel.cu `embedding_backward_cuda_kernel`: `at::zeros` of the whole table in the
+    gradient's dtype, then the sorted rows' fp32 partial sums scattered in; 01b9dc565e): bc per table
+    element more, FSDP2 reduce-scattering that gradient itself (`ppb_core.census.ops` counts the
+    table written by `embedding_dense_backward`)."""
     bc, n = geo.dtype_bytes, geo.tokens
     rows = n * h
     learned_positions = positions > 0
@@ -1360,6 +1394,8 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     if geo.framework == "megatron":
         table = (per_rank(vocab, geo.tp) + positions) * h
         backward += table * (2 * bc + 2 * geo.main_grad_bytes)
+    elif geo.framework == "torchtitan":
+        backward += (per_rank(vocab, geo.tp) + positions) * h * bc
     ops = [_elementwise(p + "lookup", block, forward, backward)]
     if geo.tp > 1:
         payload = rows * bc
@@ -1405,9 +1441,16 @@ def _loss_bytes(geo: OpGeometry) -> tuple[int, int]:
     (4 + 4) and the autograd of `.float()`, back to 16 bits (4 + bc): bc + 3·4. With
     `--cross-entropy-loss-fusion` (megatron/core/fusions/fused_cross_entropy.py, `jit_fuser` functions)
     the upcast and max are one kernel (bc + 4), the shift, exponential and sum another (4 + 4), the
-    division a third (4 + 4): bc + 5·4; the backward one kernel (4 + bc). Other frameworks: the
-    logits read, upcast and their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
+    division a third (4 + 4): bc + 5·4; the backward one kernel (4 + bc). torchtitan without TP
+    (train.py's `cross_entropy(pred.flatten(0, 1).float(), ...)`, 9dec370 and v0.2.2), as counted op by
+    op (`ppb_core.census.ops.count_loss`): `_to_copy` (bc + 4) and `_log_softmax` (4 + 4) forward;
+    `nll_loss_backward` writes the whole fp32 gradient (4, zeros but the targets),
+    `_log_softmax_backward_data` reads it and the kept output and writes (3·4), the cast back (4 + bc):
+    bc + 5·4. Other frameworks (and torchtitan's loss_parallel under TP): the logits read, upcast and
+    their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
     bc = geo.dtype_bytes
+    if geo.framework == "torchtitan" and geo.tp == 1:
+        return bc + 3 * STATS_BYTES, 5 * STATS_BYTES + bc
     if geo.framework != "megatron":
         return bc + 3 * STATS_BYTES, 2 * STATS_BYTES + bc
     if geo.cross_entropy_fusion:
@@ -1655,12 +1698,32 @@ def _policy_op_parts(kind: BodyKind) -> dict[str, tuple[str, float]]:
     return parts
 
 
+def early_stop_tail(ops: Sequence[Op]) -> frozenset[str]:
+    """The ops at the end of a dense block that a checkpoint with early stop never replays.
+
+    torch.utils.checkpoint's non-reentrant recompute with `early_stop` (its default; torchtitan's
+    `early_stop` option, default False from 25413d224) stops once every tensor the block's forward
+    saved is back; autograd saves an op's inputs before the op runs (`VariableType`'s generated
+    kernels), so the block's last matmul (w2) and what follows it, the row-parallel reduction and
+    the residual add, which save nothing, do not run again. Counted: `ppb_core.census.ops.count_block`
+    (full: six of the seven `aten.mm`s and 143 of the forward's 149 element-wise bytes per token and
+    hidden unit; op: 143). Only for a block ending in its dense MLP's `mlp_out`; none otherwise."""
+    last = max((i for i, op in enumerate(ops) if op.category == MATMUL), default=-1)
+    if last < 0 or not ops[last].name.endswith("mlp_out"):
+        return frozenset()
+    tail = ops[last:]
+    if not all(op.category == COMM or op.name.split(".")[-1].startswith("residual") for op in tail[1:]):
+        return frozenset()
+    return frozenset(op.name for op in tail)
+
+
 def op_policy_rerun(ops: Sequence[Op], kind: BodyKind, geometry: Geometry) -> tuple[Op, ...]:
     """What torchtitan's per-op selective checkpointing runs again in a block's backward.
 
     torchtitan/distributed/activation_checkpoint.py (`_apply_op_sac`, its policy `wrapped_policy`,
-    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`),
-    and only the ops its policy marks MUST_SAVE are taken from the forward: the save list's
+    v0.2.2 and main alike): the wrapped block is replayed whole in the backward (`early_stop=False`;
+    before 25413d224 torch's default early stop: `early_stop_tail`, applied by the pricer), and only
+    the ops its policy marks MUST_SAVE are taken from the forward: the save list's
     attention kernels and reduce-scatters, the matmuls the memory rules save
     (`ppb_core.memory.frameworks.torchtitan.op_policy_saves`: every second `aten.mm` of the block
     counted in forward order, wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7 in a Llama block; a linear

@@ -352,6 +352,14 @@ def run_iteration(
             fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
             )
+            copies = [fsdp2_copy_seconds(run, memory.parameters(layer).total, kernels) for layer, _, _ in entries]
+            fe += sum(out for out, _ in copies)
+            be += sum(
+                (out if rules.fsdp_reshard_after_forward else 0.0)
+                + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
+                for out, reduce_in in copies
+            )
+            once_exposed += 0.0 if rules.fsdp_reduce_every_micro_batch else sum(r for _, r in copies)
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
@@ -518,6 +526,27 @@ def _share(link: float, exposed: float) -> float:
     if link <= 0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - exposed / link))
+
+
+def fsdp2_copy_seconds(run: RunConfig, parameters: float, kernels) -> tuple[float, float]:
+    """(all-gather copy-out, reduce-scatter copy-in) seconds of one FSDP2 unit of *parameters*
+    (their elements before data-parallel sharding), on the compute stream; torchtitan only.
+
+    torch.distributed.fsdp._fully_shard._fsdp_collectives (torch 2.13; the same functions since
+    torch 2.4): after each all-gather, `foreach_all_gather_copy_out` copies the gathered buffer into
+    every parameter's unsharded storage (`torch.ops.fsdp.split_with_sizes_copy`: read and write the
+    parameters in the compute dtype, bc + bc an element) on the current stream; before each
+    reduce-scatter `foreach_reduce` copies the bf16 gradients into the reduce-scatter input in the
+    reduce dtype (`foreach_reduce_scatter_copy_in`, `torch.ops.fsdp.chunk_cat`: bc + grad_bytes) on
+    the current stream. Not priced: the all-gather copy-in (`_get_param_all_gather_inputs` casts the
+    fp32 shard to bf16 and `all_gather_copy_in` copies it into the all-gather input: 1/dp of the
+    above each) runs on FSDP2's own copy-in stream beside the compute; the gradient division is
+    none for fp32 and bf16 reductions (`_get_gradient_divide_factors`: NCCL's ReduceOp.AVG); the
+    sharded gradient is assigned, not added, on the first micro-batch."""
+    if run.framework != "torchtitan":
+        return 0.0, 0.0
+    bc, grad = run.training.dtype_bytes, run.training.grad_bytes
+    return kernels.memory_s(2 * bc * parameters), kernels.memory_s((bc + grad) * parameters)
 
 
 def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float:

@@ -103,6 +103,11 @@ class Kernels:
     attention_forward: float
     attention_backward: float
     fused: bool = True  # element-wise ops as one fused kernel each (else `EAGER_TRAFFIC`)
+    # torchtitan's `norm_type = "fused_rmsnorm"` (torchtitan/models/norms.py at 1ea476e9f, `FusedRMSNorm`):
+    # RMSNorm as one Triton kernel each way, eager or not (`_rms_norm_fwd_kernel` reads x and the weight
+    # and writes y and the row's rstd; `_rms_norm_bwd_kernel_sm` reads x, dy and rstd and writes dx, the
+    # weight's gradient as one fp32 partial row an SM, summed after): a fused norm's bytes
+    fused_norm: bool = False
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
@@ -138,6 +143,7 @@ class Kernels:
         matmul_dtype: str | None = None,
         deterministic: bool = False,
         transformer_engine: bool = True,
+        fused_norm: bool = False,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -169,6 +175,7 @@ class Kernels:
             attention_forward=device.flash2_forward_efficiency if flash2 else device.attention_forward_efficiency,
             attention_backward=device.flash2_backward_efficiency if flash2 else device.attention_backward_efficiency,
             fused=compiled or not titan,
+            fused_norm=fused_norm,
             comm_sms=device.comm_sms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
@@ -189,7 +196,8 @@ class Kernels:
 
     def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
         """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes."""
-        factor = 1.0 if self.fused or fusion is None else EAGER_TRAFFIC[fusion][backward]
+        fused = self.fused or fusion is None or (fusion == "norm" and self.fused_norm)
+        factor = 1.0 if fused else EAGER_TRAFFIC[fusion][backward]
         return self.memory_s(traffic * factor)
 
     def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:

@@ -36,7 +36,7 @@ from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import vision_kinds
 from ppb_core.model.switches import LayerType, normalized, option_state
 from ppb_core.model.walk import model_kinds
-from ppb_core.timing.flops import MATMUL, OpGeometry, layer_flops, layer_ops, op_policy_rerun
+from ppb_core.timing.flops import MATMUL, OpGeometry, early_stop_tail, layer_flops, layer_ops, op_policy_rerun
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 
@@ -153,11 +153,15 @@ def recompute_flops_per_iteration(run: RunConfig, option_of: OptionOf | str | No
                     and op_policy_supported(kind)
                     and switches in (configured, {**configured, "gather": 0})
                 )
+                # torchtitan's checkpoint with early stop does not replay the block's last matmul (`early_stop_tail`)
+                stops = run.framework == "torchtitan" and run.recompute.early_stop
+                tail = early_stop_tail(ops) if stops and (op_policy or state is LayerType.FULL_REC_LAYER) else ()
                 if op_policy:
                     rerun = op_policy_rerun(ops, kind, geo)  # type: ignore[arg-type]
-                    cache[key] = sum(op.flops for op in rerun if op.category == MATMUL)
+                    cache[key] = sum(op.flops for op in rerun if op.category == MATMUL and op.name not in tail)
                 else:
                     cache[key] = layer_flops(ops, state, switches)[1] - layer_flops(ops, LayerType.NOT_REC_LAYER)[1]
+                    cache[key] -= sum(op.flops for op in ops if op.category == MATMUL and op.name in tail)
             total += cache[key]
     return total * global_batch_sequences(run) / run.training.micro_batch_size
 

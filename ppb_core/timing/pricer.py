@@ -31,7 +31,16 @@ from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, norma
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
-from ppb_core.timing.flops import COMM, Collective, Op, OpGeometry, layer_ops, op_policy_rerun, rerun_ops
+from ppb_core.timing.flops import (
+    COMM,
+    Collective,
+    Op,
+    OpGeometry,
+    early_stop_tail,
+    layer_ops,
+    op_policy_rerun,
+    rerun_ops,
+)
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
@@ -161,11 +170,18 @@ class TimeModel:
             run.timing.matmul_dtype,
             run.timing.deterministic,
             run.timing.transformer_impl == "transformer_engine",
+            fused_norm=run.timing.norm_type == "fused_rmsnorm",
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
             Kernels.from_device(
-                self.device, run.training.dtype, framework, run.timing.torch_compile, None, run.timing.deterministic
+                self.device,
+                run.training.dtype,
+                framework,
+                run.timing.torch_compile,
+                None,
+                run.timing.deterministic,
+                fused_norm=run.timing.norm_type == "fused_rmsnorm",
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
@@ -397,8 +413,10 @@ class TimeModel:
             or stated in (self._configured[layer.model_name], {**self._configured[layer.model_name], "gather": 0})
         )
         if own and "op" in modules and op_policy_supported(layer.kind):
-            return op_policy_rerun(ops, layer.kind, self._geometry)  # type: ignore[arg-type]
+            return self._early_stopped(ops, op_policy_rerun(ops, layer.kind, self._geometry))  # type: ignore[arg-type]
         rerun = rerun_ops(ops, state, stated)
+        if state is LayerType.FULL_REC_LAYER:
+            rerun = self._early_stopped(ops, rerun)
         if own and self.run.framework == "megatron" and modules:
             # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward
             # replays its forward, every op of it, kept outputs or not (`MEGATRON_REPLAYS`).
@@ -407,6 +425,13 @@ class TimeModel:
             }
             rerun = tuple(op for op in ops if op.name in again)
         return rerun
+
+    def _early_stopped(self, ops: tuple[Op, ...], rerun: tuple[Op, ...]) -> tuple[Op, ...]:
+        """*rerun* less what torchtitan's checkpoint never replays with early stop (`early_stop_tail`)."""
+        if self.run.framework != "torchtitan" or not self.run.recompute.early_stop:
+            return rerun
+        tail = early_stop_tail(ops)
+        return tuple(op for op in rerun if op.name not in tail)
 
     def _key(self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None) -> tuple:
         self._check(layer, state)

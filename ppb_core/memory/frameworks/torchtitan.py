@@ -65,6 +65,18 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   grad_output` with `grad_input = zeros_like(x)`: zeros, the sum and the product (the exp freed
   before the product) next to the kept log-probabilities, 12 bytes a logit (measured on the CPU:
   tests/test_census_torchtitan.py), above the forward's 10 (bf16 logits, copy, shifted).
+* **torch.compile** (`timing.torch_compile`: llama3/infra/parallelize.py `apply_compile`, each block
+  `torch.compile(block, fullgraph=True)` after the AC wrapper; `timing.compiled_loss`: components/
+  loss.py `build_cross_entropy_loss` when `compile.components` holds `loss`, v0.2.2's default):
+  AOTAutograd's partitioner saves what the compiled backward reads. Measured on the CPU (Inductor,
+  torch 2.13; `ppb_core.census.torchtitan.measure_block(compiled=True)`, tests/test_census_torchtitan.py):
+  a block without AC keeps no SiLU output (the SiLU and the product fused, the SiLU recomputed); under
+  `op` w2's output, MUST_SAVE but read by no backward (it feeds the residual add), is not kept
+  (torch/_functorch/partitioners.py `get_recomputable_banned_nodes` keeps a MUST_SAVE node only at a
+  finite `dist_from_bw`), nor, by the same rule, its reduce-scatter under SP; `full` keeps the input
+  as eager. The compiled loss saves the bf16 logits and two fp32 statistics a token (max and
+  log-sum-exp) and its backward allocates the bf16 gradient, `bc` a logit (without TP; under
+  `loss_parallel` the eager rule). MoE blocks keep their eager rules (not measured compiled).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread), allocated once and kept on every stage.
 * **Context parallelism** (torch 2.13's `context_parallel`, `ring.py`): the SDPA node keeps the local
@@ -117,6 +129,8 @@ def torchtitan_body_terms(
     bc = setup.dtype_bytes
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
+    if setup.compiled_blocks:  # Inductor fuses silu and the product; the backward recomputes the SiLU
+        return terms
     if isinstance(mlp, Mlp) and mlp.gated:
         extra.append(_gated_extra(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
@@ -264,7 +278,22 @@ def op_policy_terms(kind: BodyKind, setup: MemorySetup) -> tuple[ActivationTerm,
             names.append("mlp.reduce_scatter_output")
         for name in names:
             terms.append(ActivationTerm(name, None, setup.whole_tokens * kind.hidden_size, bc))
+    if setup.compiled_blocks and isinstance(mlp, Mlp):
+        return tuple(t for t in terms if t.op not in COMPILED_UNREAD)
     return tuple(terms)
+
+
+# What a compiled dense block saves although the policy says MUST_SAVE: the MLP's last matmul output
+# (and its reduce-scatter under SP) only feeds the residual add, whose backward reads nothing. torch
+# 2.13 torch/_functorch/partitioners.py `get_recomputable_banned_nodes` keeps a MUST_SAVE node only
+# where the backward needs it (`dist_from_bw`); measured: tests/test_census_torchtitan.py.
+COMPILED_UNREAD = frozenset({"mlp.w2_output", "mlp.fc2_output", "mlp.reduce_scatter_output"})
+
+
+def compiled_loss(setup: MemorySetup) -> bool:
+    """Whether the loss runs compiled as measured: `compile.components` holds loss, without TP (under
+    `loss_parallel` the DTensor cross-entropy is not measured compiled; its eager rule applies)."""
+    return setup.compiled_loss and setup.tp == 1
 
 
 def fsdp(setup: MemorySetup) -> bool:
@@ -280,6 +309,22 @@ class TorchtitanRules(FrameworkRules):
         self, kind: BodyKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], prefix: str = ""
     ) -> tuple:
         return torchtitan_body_terms(kind, setup, terms, prefix)
+
+    def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
+        """The formulas' TAIL; under the compiled loss (`compiled_loss_kept`) its 16-bit logits and two fp32
+        statistics a token instead of the fp32 log-probabilities (module docstring)."""
+        terms = super().tail_terms(kind, setup, modules)
+        if not compiled_loss(setup):
+            return terms
+        found: list[ActivationTerm] = []
+        for term in terms:
+            if term.op.endswith("logits_softmax"):
+                prefix = term.op.removesuffix("logits_softmax")
+                found.append(ActivationTerm(f"{prefix}logits", None, term.elements, setup.dtype_bytes))
+                found.append(ActivationTerm(f"{prefix}loss_statistics", None, 2 * setup.tokens, FP32_BYTES, False))
+            else:
+                found.append(term)
+        return tuple(found)
 
     def state(
         self,
@@ -390,10 +435,17 @@ class TorchtitanRules(FrameworkRules):
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
-        extra = (LOSS_PARALLEL_BACKWARD_BYTES if setup.tp > 1 else LOSS_BACKWARD_BYTES) * logits
+        if compiled_loss(setup):
+            # the compiled backward's one allocation a logit: the 16-bit gradient (and fp32 a token);
+            # the logits the pipeline's forward cache keeps are the ones the TAIL keeps already
+            extra = setup.dtype_bytes * logits + FP32_BYTES * setup.tokens
+        else:
+            extra = (LOSS_PARALLEL_BACKWARD_BYTES if setup.tp > 1 else LOSS_BACKWARD_BYTES) * logits
+            if setup.pp > 1:
+                extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward
         if setup.pp > 1:
-            extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward
-        elif fsdp(setup):
+            return extra
+        if fsdp(setup):
             extra += setup.dtype_bytes * params.total  # norm and output layer gathered, not resharded
         return extra
 

@@ -1,0 +1,207 @@
+"""torchtitan's eager step counted aten op by aten op (ppb_core.census.ops) against ppb's op table.
+
+The counter runs torchtitan 9dec370's Llama block, loss and embedding on the meta device and records
+every aten op's launch and bytes; ppb's torchtitan pricing (ppb_core.timing.flops, the eager factors
+of ppb_core.timing.kernels) must move the same bytes. Per-op figures are checked against hand
+derivations from autograd's formulas (PyTorch tools/autograd/derivatives.yaml).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+import torch.nn.functional as F
+
+from ppb_core.census.ops import (
+    EagerRMSNorm,
+    count_block,
+    count_embedding,
+    count_loss,
+    count_part,
+    repeat_kv,
+    rotate,
+)
+from ppb_core.census.torchtitan import BlockDims
+from ppb_core.config.run import parse_run_config
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
+from ppb_core.timing.flops import MATMUL, MEMORY, OpGeometry, early_stop_tail, layer_ops
+from ppb_core.timing.kernels import EAGER_TRAFFIC
+from ppb_core.timing.pricer import TimeModel
+
+# Llama 3.1 8B's block (h 4096, 32 heads, 8 key/value heads, width 14336) on 2 × 512 tokens: the
+# meta device allocates nothing, so the real widths cost no memory.
+DIMS = BlockDims(4096, 32, 8, 14336)
+BATCH, SEQ = 2, 512
+ELEMENTS = BATCH * SEQ * DIMS.hidden  # n·h: the unit the per-token figures are in
+
+
+def _run(recompute: dict, compile_: bool = False, vocab: int = 128256):
+    return parse_run_config(
+        {
+            "framework": "torchtitan",
+            "models": [
+                {
+                    "name": "llm",
+                    "spec": {
+                        "vocab_size": vocab,
+                        "hidden_size": DIMS.hidden,
+                        "num_layers": 2,
+                        "num_attention_heads": DIMS.heads,
+                        "num_key_value_heads": DIMS.kv_heads,
+                        "intermediate_size": DIMS.ffn,
+                    },
+                }
+            ],
+            "parallel": {"zero": 3, "fsdp": True, "dp": 8},
+            "training": {"seq_length": SEQ, "micro_batch_size": BATCH, "recompute": recompute, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+            "timing": {"torch_compile": compile_},
+        },
+        "titan.yaml",
+    )
+
+
+def _priced_elementwise(ops) -> tuple[float, float]:
+    """ppb's eager element-wise bytes of a layer (forward, backward): its memory ops with the eager
+    factors, and the backward's passes priced beside the matmuls (`side_bytes`)."""
+    forward = backward = 0.0
+    for op in ops:
+        factor = EAGER_TRAFFIC[op.fusion] if op.fusion else (1.0, 1.0)
+        if op.category == MEMORY:
+            forward += op.bytes * factor[0]
+            backward += op.backward_bytes * factor[1]
+        elif op.category == MATMUL:
+            forward += op.side_bytes[0]
+            backward += op.side_bytes[1]
+    return forward, backward
+
+
+def _body(run):
+    return next(layer for layer in walk(run) if layer.node == "BODY")
+
+
+def test_the_block_s_elementwise_bytes_are_what_torchtitan_runs():
+    counted = count_block(DIMS, BATCH, SEQ, "none")
+    run = _run({"mode": "none"})
+    forward, backward = _priced_elementwise(TimeModel(run).ops(_body(run)))
+    # ppb leaves out what is per row or per table, not per element: the norms' means and rsqrt, the
+    # rotary table's reads (under 0.2 bytes per token and hidden unit)
+    assert counted.elementwise_bytes("forward") == pytest.approx(forward, rel=2e-3)
+    assert counted.elementwise_bytes("backward") == pytest.approx(backward, rel=2e-3)
+    # by hand, per token and hidden unit: forward two norms 36 + 36, rotary 20 on q and k (1 + 1/4 of
+    # h), repeat_kv reads k and v (1/4 each, 2 bytes) and writes them per query head (2 + 2), two
+    # residual adds 6 + 6, SwiGLU 10 on the width (14336/4096 of h): 149
+    width = DIMS.ffn / DIMS.hidden
+    by_hand = 72 + 20 * 1.25 + (1 + 4) + 12 + 10 * width
+    assert forward == pytest.approx(by_hand * ELEMENTS)
+    # backward: norms 92 + 92, rotary 20 · 1.25, repeat_kv's sums (read 4, write 1), residual sums
+    # 6 + 6, SwiGLU 18 on the width, and the three input-gradient sums (wq+wk, +wv; w1+w3) 3 · 6
+    assert backward == pytest.approx((184 + 25 + 5 + 12 + 18 * width + 18) * ELEMENTS)
+
+
+def test_the_launches_of_a_block_by_hand():
+    """Forward: each norm 8 kernels (float, pow, mean, + eps, rsqrt, ·, type_as, · weight), 7 matmuls,
+    rotary 3 each on q and k, repeat_kv's 2 copies, the flash kernel, 2 residual adds, silu and the
+    product: 16 + 7 + 6 + 2 + 1 + 2 + 2 = 36."""
+    counted = {ac: count_block(DIMS, BATCH, SEQ, ac) for ac in ("none", "op", "full")}
+    assert counted["none"].launches("forward") == 36
+    assert {ac: c.count("backward", "mm").launches for ac, c in counted.items()} == {
+        "none": 14,  # input and weight gradient of each of the 7
+        "op": 17,  # the per-op policy saves every odd aten.mm (wq, wv, w1, w2) and recomputes wk, wo, w3
+        "full": 20,  # early stop: w2's inputs are saved before it runs, so w2 is never replayed
+    }
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+@pytest.mark.parametrize("ac", ["op", "full"])
+def test_the_recompute_is_what_torchtitan_s_checkpoint_replays(ac, early_stop):
+    plain = count_block(DIMS, BATCH, SEQ, "none")
+    counted = count_block(DIMS, BATCH, SEQ, ac, early_stop)
+    recomputed_bytes = counted.elementwise_bytes("backward") - plain.elementwise_bytes("backward")
+    recomputed_flops = counted.count("backward", "mm").flops - plain.count("backward", "mm").flops
+    recompute = {"mode": "full"} if ac == "full" else {"mode": "selective", "option": "op"}
+    run = _run({**recompute, "early_stop": early_stop})
+    model = TimeModel(run)
+    state = LayerType.FULL_REC_LAYER if ac == "full" else LayerType.SEL_REC_LAYER
+    rerun = model._rerun(_body(run), state, None)
+    priced_bytes = _priced_elementwise(op for op in rerun if op.category == MEMORY)[0]
+    priced_flops = sum(op.flops for op in rerun if op.category == MATMUL and op.attention is None)
+    assert recomputed_bytes == pytest.approx(priced_bytes, rel=2e-3)
+    assert recomputed_flops == pytest.approx(priced_flops)
+
+
+def test_the_loss_as_train_py_computes_it():
+    counted = count_loss(512, 1000)
+    logits = 512 * 1000
+    # forward: the fp32 copy 2 + 4, log_softmax 4 + 4; backward: nll_loss_backward writes the fp32
+    # gradient 4, _log_softmax_backward_data reads it and the output and writes 4 + 4 + 4, the cast
+    # back 4 + 2 (the targets and the scalar gradient aside)
+    assert counted.elementwise_bytes("forward") == pytest.approx(14 * logits, rel=1e-3)
+    assert counted.elementwise_bytes("backward") == pytest.approx(22 * logits, rel=1e-3)
+    run = _run({"mode": "none"}, vocab=1000)
+    tail = next(layer for layer in walk(run) if layer.node == "TAIL")
+    loss = next(op for op in layer_ops(tail.kind, OpGeometry.from_run(run)) if op.name == "output.loss")
+    tokens = BATCH * SEQ
+    assert loss.bytes == 14 * tokens * 1000
+    assert loss.backward_bytes == 22 * tokens * 1000
+
+
+def test_the_embedding_backward_writes_the_table():
+    counted = count_embedding(512, 1000, 64)
+    # the lookup reads the ids (8 a token) and the looked-up rows and writes them (2 + 2 an element);
+    # embedding_dense_backward reads the ids and the output gradient and writes the whole bf16 table
+    assert counted.count("forward", "embedding").bytes == 512 * 8 + 2 * 512 * 64 * 2
+    assert counted.count("backward", "embedding_dense_backward").written_bytes == 1000 * 64 * 2
+
+
+@pytest.mark.parametrize(
+    ("part", "shapes", "forward", "backward"),
+    [
+        # RMSNorm at 9dec370: forward 36 bytes an element, backward 92 (docstring of kernels.EAGER_TRAFFIC)
+        (EagerRMSNorm(256), [(4, 64, 256)], 36, 92),
+        # the gated activation on gate and up: forward silu 2 + 2, product 4 + 2 = 10 an element of one
+        # of them; backward the product's two gradients (4 + 2 each), silu_backward (4 + 2) = 18
+        (lambda gate, up: F.silu(gate) * up, [(4, 64, 256), (4, 64, 256)], 10, 18),
+        # repeat_kv of 2 heads to 8: reads 1/4 (2 bytes), writes 2 an element of the output; backward
+        # sums them back, read 2, write 1/4 of 2
+        (lambda x: repeat_kv(x, 4), [(4, 64, 2, 32)], 2 / 4 + 2, 2 + 2 / 4),
+    ],
+    ids=["rmsnorm", "swiglu", "repeat_kv"],
+)
+def test_the_eager_parts_by_hand(part, shapes, forward, backward):
+    inputs = [torch.empty(*shape, dtype=torch.bfloat16, device="meta", requires_grad=True) for shape in shapes]
+    if isinstance(part, torch.nn.Module):
+        part = part.to(device="meta", dtype=torch.bfloat16)
+    counted = count_part(part, *inputs)
+    first = shapes[0]
+    elements = first[0] * first[1] * first[2] * (first[3] if len(first) > 3 else 1)
+    if len(first) > 3:  # repeat_kv: per element of its output, 4 × the input
+        elements *= 4
+    # what is per row (the means, their rsqrt) or per weight (the norm weight's read and gradient) is
+    # not per element: within 2%
+    assert counted.elementwise_bytes("forward") == pytest.approx(forward * elements, rel=0.02)
+    assert counted.elementwise_bytes("backward") == pytest.approx(backward * elements, rel=0.02)
+
+
+def test_rotary_by_hand():
+    """apply_rotary_emb on one tensor: upcast 2 + 4, complex product 4 + 4, downcast 4 + 2 = 20 an
+    element, and the same three backward (the table is a buffer: no gradient)."""
+    x = torch.empty(2, 64, 4, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    table = torch.empty(64, 16, dtype=torch.complex64, device="meta")
+    counted = count_part(lambda t: rotate(t, table), x)
+    elements = x.numel()
+    table_bytes = table.numel() * 8
+    assert counted.elementwise_bytes("forward") == 20 * elements + table_bytes
+    # backward: the product's gradient multiplies by the conjugate table, copied first (read, write),
+    # then read by the product
+    assert counted.elementwise_bytes("backward") == 20 * elements + 3 * table_bytes
+
+
+def test_early_stop_drops_the_block_s_last_matmul_and_residual():
+    run = _run({"mode": "full", "early_stop": True})
+    ops = TimeModel(run).ops(_body(run))
+    assert early_stop_tail(ops) == {"mlp_out", "residual_mlp"}

@@ -1,0 +1,93 @@
+"""What ppb prices of torchtitan's eager step beyond its op-by-op factors, by hand: autograd's sums of
+shared-input gradients, FSDP2's copy kernels, and the checkpoint's early stop (the aten-op counts
+behind them: tests/test_census_ops.py, which needs torch)."""
+
+from __future__ import annotations
+
+import pytest
+from small_models import ROUND_DEVICE, SMALL_GQA
+
+from ppb_core.config.run import parse_run_config
+from ppb_core.memory import MemoryModel
+from ppb_core.model.switches import LayerType
+from ppb_core.model.walk import walk
+from ppb_core.timing.iteration import fsdp2_copy_seconds
+from ppb_core.timing.pricer import TimeModel
+
+TOKENS = 2048
+
+
+def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm"):
+    return parse_run_config(
+        {
+            "framework": framework,
+            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "parallel": {"dp": 2, "zero": 3, **({"fsdp": True} if framework == "torchtitan" else {})},
+            "training": {"seq_length": TOKENS, "micro_batch_size": 1, "recompute": recompute or {}},
+            "device": ROUND_DEVICE,
+            "timing": {"torch_compile": compile_, "norm_type": norm_type} if framework == "torchtitan" else {},
+        }
+    )
+
+
+def _body(run):
+    return next(layer for layer in walk(run) if layer.node == "BODY")
+
+
+@pytest.mark.parametrize(
+    ("framework", "compile_", "sums"), [("torchtitan", False, 1), ("torchtitan", True, 0), ("megatron", False, 0)]
+)
+def test_the_input_gradients_of_linears_sharing_an_input_are_summed_under_eager_torchtitan(framework, compile_, sums):
+    run = _run(framework, compile_)
+    ops = {op.name: op for op in TimeModel(run).ops(_body(run))}
+    # one add (read two bf16 gradients, write one) of 2048 tokens × h 1024 for wq+wk (on qk_proj), for
+    # wv (v_proj), for w1+w3 (mlp_in); none compiled (fused into the next kernel) nor under Megatron's
+    # fused QKV and fc1 GEMMs
+    add = 3 * TOKENS * 1024 * 2
+    for name in ("qk_proj", "v_proj", "mlp_in"):
+        assert ops[name].side_bytes == (0.0, sums * add)
+
+
+def test_fsdp2_copies_by_hand():
+    run = _run()
+    kernels = TimeModel(run).kernels
+    parameters = MemoryModel(run).parameters(_body(run)).total
+    # SMALL_GQA's block: wq and wo 1024², wk and wv 1024·256, w1, w3, w2 1024·2816, two norms 1024
+    assert parameters == 2 * 1024**2 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024
+    hbm = 1000e9 * 0.5  # ROUND_DEVICE: 1000 GB/s at memory_efficiency 0.5
+    # copy-out: read the gathered bf16 buffer and write the parameters, 2 + 2 bytes a parameter;
+    # reduce-scatter copy-in: read the bf16 gradients, write the fp32 reduce-scatter input, 2 + 4
+    out, reduce_in = fsdp2_copy_seconds(run, parameters, kernels)
+    assert out == pytest.approx(4 * parameters / hbm)
+    assert reduce_in == pytest.approx(6 * parameters / hbm)
+    assert fsdp2_copy_seconds(_run("megatron"), parameters, kernels) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("recompute", [{"mode": "full"}, {"mode": "selective", "option": "op"}])
+def test_early_stop_does_not_replay_the_block_s_last_matmul_and_residual(recompute):
+    stopped, whole = (_run(recompute={**recompute, "early_stop": stop}) for stop in (True, False))
+    layer = _body(stopped)
+    state = LayerType.FULL_REC_LAYER if recompute["mode"] == "full" else LayerType.SEL_REC_LAYER
+    model = TimeModel(stopped)
+    prices = model.op_prices(layer)
+    # the per-op policy saves w2's output (the 7th aten.mm), so only the residual add is spared there
+    spared = ("mlp_out", "residual_mlp") if recompute["mode"] == "full" else ("residual_mlp",)
+    difference = sum(prices[name].recompute_ms for name in spared)
+    assert TimeModel(whole).parts(layer, state).recompute_ms - model.parts(layer, state).recompute_ms == (
+        pytest.approx(difference)
+    )
+
+
+def test_fused_rmsnorm_prices_the_triton_kernel_s_bytes():
+    """torchtitan's `norm_type = "fused_rmsnorm"` (norms.py at 1ea476e9f): one kernel each way, reading
+    x and writing y (2 + 2 an element) forward, reading x and dy and writing dx (2 + 2 + 2) backward;
+    eager `rmsnorm` moves 36 and 92 (`EAGER_TRAFFIC`). The rotary embedding stays eager either way."""
+    hbm = 1000e9 * 0.5
+    elements = TOKENS * 1024
+    fused, eager = (_run(norm_type=norm) for norm in ("fused_rmsnorm", "rmsnorm"))
+    for run, forward, backward in ((fused, 4, 6), (eager, 36, 92)):
+        prices = TimeModel(run).op_prices(_body(run))
+        assert prices["norm1"].forward_ms == pytest.approx(forward * elements / hbm * 1e3)
+        assert prices["norm1"].backward_ms == pytest.approx(backward * elements / hbm * 1e3)
+        # q and k: 2048 tokens × (16 + 4) heads of 64, 20 bytes an element each way
+        assert prices["rope"].forward_ms == pytest.approx(20 * TOKENS * 20 * 64 / hbm * 1e3)
