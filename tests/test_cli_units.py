@@ -3,13 +3,16 @@ caption (the house rule: numbers people read in their units)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.balance import render
 from ppb_core.cli.main import main
 from ppb_core.cli.plan import wall_time
+from ppb_core.units import counted
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -35,3 +38,21 @@ def test_the_balance_closed_form_is_in_seconds(capsys: pytest.CaptureFixture[str
 def test_ppb_plan_says_its_wall_time_in_seconds_past_one(seconds: float, said: str) -> None:
     """`ppb plan configs/deepseek-v3.yaml -o DIR` titled its table '11 stages in 91013 ms'."""
     assert wall_time(seconds) == said
+
+
+def test_counts_take_their_nouns_number() -> None:
+    assert counted(0, "stage") == "0 stages"
+    assert counted(1, "stage") == "1 stage"
+    assert counted(2, "layer") == "2 layers"
+    assert counted(1, "strategy", "strategies") == "1 strategy"
+    assert counted(1234, "strategy", "strategies") == "1,234 strategies"
+
+
+def test_balance_says_one_stage_mixing_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """`ppb balance` printed "1 stages mixing options": its tie line with counts of one, from a real result."""
+    assert main(["balance", str(CONFIGS / "llama3-8b.yaml"), "--json", "-q"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    result["ties"].update(recomputed_layers=1, stages_mixing_options=1)
+    render(result, 1.0)
+    line = next(line for line in capsys.readouterr().out.splitlines() if "among equally fast plans" in line)
+    assert "1 layer recomputed, 1 stage mixing options" in line, line

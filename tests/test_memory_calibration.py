@@ -57,7 +57,7 @@ def test_a_tiny_term_cannot_absorb_the_residual():
     assert fit.correction.activations == 1.0  # 0 everywhere: nothing to fit, no warning
     assert fit.warnings[0] == "buffers: 0.1% of the modelled peak, too small to identify; kept at ×1"
     # one stage cannot separate static from working: said so
-    assert fit.warnings[1].startswith("1 measured stage(s) separate 1 of the 2 fitted terms (static, working)")
+    assert fit.warnings[1].startswith("1 measured stage separates 1 of the 2 fitted terms (static, working)")
     assert len(fit.warnings) == 2
 
 

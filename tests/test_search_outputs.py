@@ -180,3 +180,60 @@ def test_a_plan_with_the_mtp_layers_apart_is_written_as_megatrons_standalone_lay
     assert "`ppb estimate` on this file prices it" in path.read_text()
     estimated = _estimate(path, capsys)
     assert estimated["iteration"]["seconds"] == pytest.approx(ranked.seconds, rel=1e-9)
+
+
+# The rest of a torchtitan job TOML around the written lines: its llama3 debugmodel has 6 layers
+# (torchtitan/models/llama3/__init__.py, flavor "debugmodel": n_layers 6), as tiny-titan's model does.
+TITAN_REST = """[model]
+name = "llama3"
+flavor = "debugmodel"
+[training]
+local_batch_size = 4
+seq_len = 4096
+"""
+
+
+def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = search(load_search_spec(DATA / "tiny-titan.yaml"), workers=1)
+    write_ranking(result, tmp_path / "top")
+    written = 0
+    for place, entry in enumerate(result.ranked, start=1):
+        stem = tmp_path / "top" / f"{place:02d}-{entry.strategy.label(result.spec)}"
+        toml = stem.with_name(stem.name + ".torchtitan.toml")
+        if entry.strategy.pp == 1:  # nothing to place: the run config states the recompute
+            assert not toml.exists()
+            continue
+        written += 1
+        lines = toml.read_text().splitlines()
+        assert json.loads(stem.with_name(stem.name + ".plan.json").read_text())["torchtitan"]["lines"] == lines
+        # the plan's split, model order chunk by chunk (torchtitan's "loop" style): E on the first, L on the last
+        chunks, stages = len(entry.plan["cells"]), len(entry.plan["cells"][0])
+        counts = [entry.plan["cells"][v][s]["options"] for v in range(chunks) for s in range(stages)]
+        split = "|".join(
+            ("E" if i == 0 else "") + "t" * sum(c.values()) + ("L" if i == len(counts) - 1 else "")
+            for i, c in enumerate(counts)
+        )
+        dp = entry.strategy.dp
+        job = tmp_path / f"job{place}.toml"
+        text = "\n".join(lines).replace(
+            "[parallelism]\n", f"[parallelism]\ndata_parallel_shard_degree = {dp}\ntensor_parallel_degree = 1\n", 1
+        )
+        job.write_text(TITAN_REST + text + "\n")
+        out = tmp_path / f"imported{place}.yaml"
+        assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+        raw = yaml.safe_load(out.read_text())
+        assert raw["parallel"]["layout"] == split
+        assert raw["parallel"]["pp"] == 2 and raw["training"]["recompute"] == {"mode": "none"}
+    # every pipelined plan of the ranking gets its lines (tiny-titan's holds PP 2 × 2 chunks, ZeRO-0)
+    assert written == sum(entry.strategy.pp > 1 for entry in result.ranked) >= 1
+    capsys.readouterr()
+    assert main(["search", str(DATA / "tiny-titan.yaml"), "-q"]) == 0
+    printed = capsys.readouterr().out
+    first = next(place for place, entry in enumerate(result.ranked, start=1) if entry.strategy.pp > 1)
+    assert (
+        f"#{first} {result.ranked[first - 1].strategy.label(result.spec)}:\ntorchtitan job TOML:\n  [parallelism]\n"
+        in printed
+    )
+    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in printed

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ppb_core.cli.calibrations import time_line
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config, resolved_raw
 from ppb_core.errors import InputError
 from ppb_core.model.switches import LayerType
@@ -180,3 +183,64 @@ def test_options_running_the_same_switches_must_agree(tmp_path, llama):
         TimeModel(same, calibration=write(tmp_path, *rows))
     agreeing = TimeModel(same, calibration=write(tmp_path, *rows[:2], "llm,BODY,dense,BOTH,5,10"))
     assert agreeing.option_times(layer_of(same, "BODY"))["BOTH"] == pytest.approx((5.0, 10.0), rel=1e-12)
+
+
+def _calibrated_run(tmp_path: Path, *rows: str) -> Path:
+    """llama3-8b.yaml with `timing.calibration` naming *rows*."""
+    write(tmp_path, *rows, name="llama.csv")
+    raw = yaml.safe_load((CONFIGS / "llama3-8b.yaml").read_text())
+    raw["models"][0]["config"] = str(CONFIGS / "hf" / "llama3-8b.json")
+    raw["timing"] = {"calibration": "llama.csv"}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    return tmp_path / "run.yaml"
+
+
+def test_estimate_and_balance_say_which_time_calibration_they_applied(tmp_path, capsys):
+    """As the memory calibration's "memory calibrated by" line does: the file, its rows, the kinds, the residual."""
+    run = _calibrated_run(tmp_path, *MEASURED)
+    csv = tmp_path / "llama.csv"
+    assert main(["estimate", str(run), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["run"]["time_calibration"]
+    assert said["file"] == str(csv) and said["rows"] == 6
+    # the run's kinds: the embedding HEAD, the dense BODY, the output TAIL; every one measured
+    assert said["measured_kinds"] == [["llm", "BODY", "dense"], ["llm", "HEAD", "embedding"], ["llm", "TAIL", "output"]]
+    assert said["global_kinds"] == []
+    assert said["max_residual_ms"] < 1e-9  # the fit reproduces every measured point (`fit_calibration`)
+    line = (
+        f"time calibrated by {csv}: 6 rows over 3 kinds (llm BODY dense, llm HEAD embedding, llm TAIL output); "
+        "every kind of the run measured; residual per row at most 0.000 ms (rms 0.00%)"
+    )
+    assert main(["estimate", str(run)]) == 0
+    assert line in capsys.readouterr().out
+    assert main(["balance", str(run), "-q"]) == 0
+    assert line in capsys.readouterr().out
+    assert main(["balance", str(run), "-q", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_calibration"]["rows"] == 6
+
+
+def test_the_kinds_a_calibration_leaves_out_are_named_with_the_global_factors(tmp_path, deepseek):
+    model = TimeModel(
+        deepseek, calibration=write(tmp_path, "llm,BODY,moe_mla,NONE,40.0,60.0", "llm,BODY,moe_mla,FULL,41.0,95.0")
+    )
+    said = model.calibration_json()
+    raw = TimeModel(deepseek)
+    moe = layer_of(deepseek, "BODY", "moe_mla")
+    none, full = raw.parts(moe, LayerType.NOT_REC_LAYER), raw.parts(moe, LayerType.FULL_REC_LAYER)
+    # global factors (calibration.py): Σ measured / Σ modelled per term over the rows that have it
+    assert said["global_factors"] == pytest.approx(
+        {
+            "forward": (40.0 + 41.0) / (none.forward_ms + full.forward_ms),
+            "backward": 60.0 / none.backward_ms,
+            "recompute": (95.0 - 60.0) / full.recompute_ms,
+        },
+        rel=1e-12,
+    )
+    assert said["measured_kinds"] == [["llm", "BODY", "moe_mla"]]
+    # DeepSeek-V3's other kinds: the first three dense MLA layers, the embedding, the TAIL with its MTP layer
+    assert said["global_kinds"] == [
+        ["llm", "BODY", "dense_mla"],
+        ["llm", "HEAD", "embedding"],
+        ["llm", "TAIL", "output_mtp"],
+    ]
+    assert said["rows"] == 2 and said["max_residual_ms"] < 1e-9
+    assert "at the global factors (forward ×" in time_line(said)

@@ -35,6 +35,7 @@ from ppb_core.search.rank import Ranked, SearchResult, merge, search_points, sha
 from ppb_core.search.spec import SearchSpec, load_search_spec
 from ppb_core.tables.schema import Summarized
 from ppb_core.tables.search import STRATEGY_SEARCH, ranking_to_frame
+from ppb_core.units import counted
 
 SEARCH_DIR_ENV = "PPB_SEARCH_DIR"
 SEARCH_PARTITIONS = "search_specs"
@@ -121,7 +122,7 @@ def _log_progress(context: dg.OpExecutionContext, spec: SearchSpec, shard_name: 
 
     def progress(event: str, figures: dict) -> None:
         if event == "screened" and figures["screened"] == figures["total"]:
-            context.log.info(f"{shard_name}: {figures['screened']} strategies screened")
+            context.log.info(f"{shard_name}: {counted(figures['screened'], 'strategy', 'strategies')} screened")
         elif event == "balanced":
             best: Ranked | None = figures.get("best")
             context.log.info(
@@ -138,7 +139,7 @@ def search_shards(context: dg.OpExecutionContext, config: SearchRunConfig, searc
     spec = search_specs.load(context.partition_key)
     points = list(enumerate_strategies(spec))
     parts = shard(points, max(1, config.shards))
-    context.log.info(f"{spec.name}: {len(points)} strategies in {len(parts)} shards")
+    context.log.info(f"{spec.name}: {counted(len(points), 'strategy', 'strategies')} in {counted(len(parts), 'shard')}")
     for index, part in enumerate(parts):
         yield dg.DynamicOutput(part, mapping_key=f"shard_{index}")
 

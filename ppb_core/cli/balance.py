@@ -27,6 +27,8 @@ from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
+from ppb_core.cli.calibrations import applied as applied_calibrations
+from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
@@ -36,6 +38,7 @@ from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
 from ppb_core.payload.sapp import layer_set, read_sapp_file
 from ppb_core.schedules import SCHEDULES
+from ppb_core.units import counted
 
 # SAPP's own defaults (`run_pipeline_balance.py`) but its 90 s time limit: ppb's search ends on work limits
 SAPP_DEFAULTS = {"stages": 4, "micro_batches": 4, "interleave": 1, "memory": 56000.0}
@@ -183,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if run_config is not None:
         add_torchtitan(result, run_config.training.recompute)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
+        result.update(applied_calibrations(run_config))  # which measured files priced the plan, and their fit
     text = json.dumps(result, indent=2)
     if result["status"] == "infeasible":
         # the JSON still says why; no plan file, and the one-line error and exit status of bad input
@@ -229,6 +233,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         )
         + (f", the {given['framework']} rules" if given.get("framework") else "")
     )
+    print_memory_calibration(console, result)
+    print_time_calibration(console, result)
     # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
     # layers.json the times stay in the file's own unit, under the plain keys.
     in_s = "time_unit_s" in result
@@ -281,8 +287,9 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         if ties:
             console.print(
                 f"among equally fast plans: recompute time {seconds(time_of(ties, 'recompute_time'))}, "
-                f"{ties['recomputed_layers']} layers recomputed, {ties['stages_mixing_options']} stages mixing "
-                f"options, {ties['headroom_mb']:,.0f} MB free on the fullest stage"
+                f"{counted(ties['recomputed_layers'], 'layer')} recomputed, "
+                f"{counted(ties['stages_mixing_options'], 'stage')} mixing options, "
+                f"{ties['headroom_mb']:,.0f} MB free on the fullest stage"
             )
         closed = result["closed_form"]
         unit = " s of layers" if in_s else ""

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from rich.table import Table
 
+from ppb_core.cli.calibrations import print_memory_calibration, print_time_calibration
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
@@ -109,6 +110,7 @@ def print_tables(result: Estimate) -> None:
                 *(f"{row.backward_ms[o]:.3f}" for o in OPTIONS),
             )
         console.print(times)
+        print_time_calibration(console, run)
     if result.iteration is not None:
         print_iteration(console, result.iteration)
     if not result.stages:
@@ -164,16 +166,7 @@ def print_tables(result: Estimate) -> None:
             "yes" if peak.fits else "[red]no[/red]",
         )
     console.print(stages)
-    fit = run.get("memory_calibration")
-    if fit:
-        factors = ", ".join(f"{term} ×{factor:.3f}" for term, factor in fit["factors"].items())
-        residuals = ", ".join(f"{stage['stage']}: {stage['residual_bytes'] / MB:+,.0f}" for stage in fit["stages"])
-        console.print(
-            f"memory calibrated by {fit['file']}: {factors}; residual per stage (MB) {residuals}; "
-            f"rms {100 * fit['rms_relative']:.2f}%"
-        )
-        for warning in fit.get("warnings", []):
-            console.print(f"[yellow]memory calibration warning:[/yellow] {warning}")
+    print_memory_calibration(console, run)
     if result.stages_at_full:
         highest = max(result.stages_at_full, key=lambda peak: peak.peak_bytes)
         configured = max(result.stages, key=lambda peak: peak.peak_bytes)

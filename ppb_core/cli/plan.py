@@ -21,6 +21,7 @@ from ppb_core.errors import InputError, shown
 from ppb_core.io import check_output, remove_stale_temporaries
 from ppb_core.report.render import console_summary
 from ppb_core.tables.schema import Summarized, rows_of
+from ppb_core.units import counted
 
 
 def wall_time(seconds: float) -> str:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         tables = chain.run_chain(args.run, until=args.until, settings=settings, starting=starting)
     key = chain.partition_key(args.run)
     elapsed = wall_time(time.perf_counter() - started)
-    table = Table(title=f"ppb plan {key}: {len(tables)} stages in {elapsed}, written under {args.out}")
+    table = Table(title=f"ppb plan {key}: {counted(len(tables), 'stage')} in {elapsed}, written under {args.out}")
     table.add_column("stage")
     table.add_column("rows", justify="right")
     table.add_column("files")

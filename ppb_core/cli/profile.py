@@ -25,6 +25,7 @@ from ppb_core.payload.describe import MB
 from ppb_core.payload.front import LayerOption, build_front
 from ppb_core.payload.profile import Cost, SwitchProfile
 from ppb_core.payload.profiling import ProfileKey, profile_run
+from ppb_core.units import counted
 
 
 def _setting(recompute: frozenset[str] | None) -> list[str] | None:
@@ -130,7 +131,9 @@ def _print_tables(run: RunConfig, many: int, profiles, fronts) -> None:
                 _mb(cost.working),
             )
         console.print(table)
-        front = Table(title=f"{model_name} · {kind.name}: front ({len(fronts[(model_name, kind)])} settings)")
+        front = Table(
+            title=f"{model_name} · {kind.name}: front ({counted(len(fronts[(model_name, kind)]), 'setting')})"
+        )
         for column in ("option", "recomputes", "MB per µ-batch", "MB once", f"MB at {many}", "backward ms"):
             front.add_column(column, justify="left" if column in ("option", "recomputes") else "right")
         for option in fronts[(model_name, kind)]:

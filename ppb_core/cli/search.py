@@ -5,7 +5,7 @@ length, the framework and optional limits (docs/search.md). Every strategy of th
 by the run-config validator, screened with the memory model and a proven bound on its iteration,
 and the promising ones are balanced and timed; strategies are dropped only where a bound proves
 they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
-Megatron-LM flags and MindFormers settings.
+Megatron-LM flags, MindFormers settings and (torchtitan, PP > 1) job-TOML lines.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ppb_core import limits
+from ppb_core.balance.torchtitan_plan import torchtitan_lines
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
-from ppb_core.search.outputs import write_ranking
+from ppb_core.search.outputs import torchtitan_said, write_ranking
 from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
+from ppb_core.units import counted
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         written = write_ranking(result, args.out)
         if not args.json:
-            print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+            print(f"wrote {counted(len(written), 'file')} to {args.out}", file=sys.stderr)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -97,7 +99,7 @@ class _Progress:
             return
         if not self.live:
             if event == "enumerated":
-                self._line(f"screening {figures['enumerated']:,} strategies")
+                self._line(f"screening {counted(figures['enumerated'], 'strategy', 'strategies')}")
             elif event == "screening done":
                 self._line(f"screened {figures['screened']:,}; balancing the most promising")
             elif event == "balanced":
@@ -120,6 +122,11 @@ class _Progress:
         return text
 
 
+def _were(count: int, word: str) -> str:
+    """`1 balance was`, `2 balances were`."""
+    return f"{counted(count, word)} {'was' if count == 1 else 'were'}"
+
+
 MTP_WORDS = {"apart": "apart (rank P − 2)", "with_loss": "with the loss"}
 
 
@@ -136,7 +143,8 @@ def render(result: SearchResult) -> None:
         f"{spec.device.name or 'device'}, {spec.global_batch} sequences of {spec.seq_length} tokens, "
         f"{spec.framework}"
     )
-    table = Table(title=f"the {len(result.ranked)} fastest strategies, each balanced")
+    fastest = "the fastest strategy" if len(result.ranked) == 1 else f"the {len(result.ranked)} fastest strategies"
+    table = Table(title=f"{fastest}, each balanced")
     # the MTP layers' place, where the balancer weighed two (`balance.mtp_apart`)
     mtp = any(entry.mtp for entry in result.ranked)
     for name in (
@@ -183,20 +191,22 @@ def render(result: SearchResult) -> None:
         console.print("the wall-clock safety net (search.time_budget_s) stopped the search: another run may differ")
     if result.counts.get("clock_stopped"):
         console.print(
-            f"{result.counts['clock_stopped']} balances were stopped by their wall-clock safety net "
-            "(search.balance_time_limit_s), not by their work limits: those plans depend on the machine"
+            f"{_were(result.counts['clock_stopped'], 'balance')} stopped by the wall-clock safety net "
+            "(search.balance_time_limit_s), not by the work limits: those plans depend on the machine"
         )
     timed_out = result.rejected.get(BALANCER_TIMEOUT, 0)
     if timed_out:
         console.print(
-            f"{timed_out} strategies gave no answer within {spec.search.evaluation_timeout_s:g} s (the opt-in "
+            f"{counted(timed_out, 'strategy', 'strategies')} gave no answer within "
+            f"{spec.search.evaluation_timeout_s:g} s (the opt-in "
             "wall-clock search.evaluation_timeout_s): the ranking is exact among the others and depends on the "
             "machine (drop the timeout to include them)"
         )
     failed = result.rejected.get(BALANCER_FAILED, 0)
     if failed:
         console.print(
-            f"{failed} strategies' balancing processes ended without an answer: the ranking is exact among the others"
+            f"{counted(failed, 'balancing process', 'balancing processes')} ended without an answer: the ranking is "
+            "exact among the other strategies"
         )
     if result.reasons():
         refused = Table(title="strategies not ranked, by reason (numbers as N; one instance each)")
@@ -210,3 +220,19 @@ def render(result: SearchResult) -> None:
     console.print(
         ", ".join(f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in counts) + f"; {result.seconds:.1f} s"
     )
+    _torchtitan(console, spec, result)
+
+
+def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> None:
+    """The torchtitan job-TOML lines of the first ranked plan with PP > 1, as `ppb balance` prints them (every
+    such plan's: `-o DIR`'s `NN-<name>.torchtitan.toml`); nothing for another framework or when no plan pipelines."""
+    if spec.framework != "torchtitan":
+        return
+    for place, entry in enumerate(result.ranked, start=1):
+        said = torchtitan_said(spec, entry)
+        if said is None:
+            continue
+        console.print(f"#{place} {entry.strategy.label(spec)}:", markup=False, highlight=False)
+        for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return

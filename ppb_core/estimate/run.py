@@ -32,6 +32,7 @@ from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
 from ppb_core.payload.sources import TimeSource
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 
@@ -237,6 +238,8 @@ def estimate(
     summary["activations"] = memory.activation_sources()
     if memory.fit is not None:
         summary["memory_calibration"] = memory.fit.to_json()
+    if isinstance(times, TimeModel) and times.calibration is not None:
+        summary["time_calibration"] = times.calibration_json()
     return Estimate(summary, rows, peaks, stages_at_full=at_full)
 
 

@@ -53,7 +53,7 @@ import numpy as np
 from ppb_core.errors import InputError, shown_name
 from ppb_core.io import parse_json, read_text
 from ppb_core.memory.dryrun import dryrun_log_rows, is_dryrun_log, is_sapp_memory_usage, sapp_memory_usage_rows
-from ppb_core.units import GIB, MB
+from ppb_core.units import GIB, MB, counted
 
 TERMS: tuple[str, ...] = ("static", "activations", "buffers", "working")
 UNITS: dict[str, float] = {"peak_bytes": 1.0, "peak_mb": MB, "peak_gib": GIB}
@@ -251,7 +251,8 @@ def fit_peaks(
         if rank < len(fitted):
             names = ", ".join(TERMS[i] for i in fitted)
             warnings.append(
-                f"{len(peaks)} measured stage(s) separate {rank} of the {len(fitted)} fitted terms ({names}): "
+                f"{counted(len(peaks), 'measured stage')} {'separates' if len(peaks) == 1 else 'separate'} "
+                f"{rank} of the {len(fitted)} fitted terms ({names}): "
                 "their split is set by the pull toward ×1, not by the measurement"
             )
         warnings += [

@@ -18,6 +18,10 @@ For the strategy ranked n, `-o DIR` writes:
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
   `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
+* `NN-<name>.torchtitan.toml`, for a torchtitan search's strategy with PP > 1: the job-TOML lines of its
+  plan (`[parallelism]` degree, schedule and `module_fqns_per_model_part`, `[activation_checkpoint]`),
+  as `ppb balance` prints them (`balance.torchtitan_plan`), which `ppb import torchtitan` reads back to
+  the plan's split; the plan.json carries them as `torchtitan`, as `ppb balance`'s JSON does;
 
 and `search.json`, the result with its details (`ppb search --json`'s keys, and each entry's name, HFU,
 time breakdown, headroom, uniform split and bound, every count and the places proven; no wall-clock time,
@@ -32,8 +36,9 @@ from typing import Any
 
 import yaml
 
+from ppb_core.balance.torchtitan_plan import torchtitan
 from ppb_core.io import write_files
-from ppb_core.search.enumerate import Strategy
+from ppb_core.search.enumerate import Refusal, Strategy, validate
 from ppb_core.search.plan_config import PlanFields, apply_plan, comment, plan_fields
 from ppb_core.search.rank import Ranked, SearchResult, megatron_said
 from ppb_core.search.spec import SearchSpec, relative_path
@@ -161,16 +166,43 @@ def _mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
     return yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
 
 
+def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
+    """The `torchtitan` section `ppb balance` gives a torchtitan run's plan (`torchtitan_plan.torchtitan`:
+    the job-TOML lines, or why there are none), for a ranked plan; None for another framework or PP 1."""
+    if spec.framework != "torchtitan":
+        return None
+    run = validate(spec, entry.strategy)
+    assert not isinstance(run, Refusal)  # it was ranked
+    return torchtitan(entry.plan, run.training.recompute)
+
+
+def torchtitan_text(said: dict[str, Any]) -> str:
+    """The job-TOML lines of a `torchtitan` section as a file: why they are only the split, or why there
+    are none, as comment lines first."""
+    lines = []
+    if said.get("lines") and not said.get("recompute_expressible"):
+        lines.append("# the plan's split only, NOT runnable alone: it leaves out the plan's recompute")
+    if said.get("note"):
+        lines.append(f"# {said['note']}")
+    return "".join(line + "\n" for line in [*lines, *(said.get("lines") or [])])
+
+
 def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> dict[Path, bytes]:
     config, _ = _run_config_text(spec, entry, folder, stem, f"{stem}.mindformers.yaml")
     # the flags `ppb balance` prints first: for a plan Megatron-Core cannot say, the fastest it can say
     said = {**entry.plan, "megatron": megatron_said(spec, entry)}
+    plan = dict(entry.plan)
+    titan = torchtitan_said(spec, entry)
+    if titan is not None:
+        plan["torchtitan"] = titan  # as `ppb balance`'s JSON carries it (`add_torchtitan`)
     texts = {
         f"{stem}.yaml": config,
-        f"{stem}.plan.json": json.dumps(entry.plan, indent=2) + "\n",
+        f"{stem}.plan.json": json.dumps(plan, indent=2) + "\n",
         f"{stem}.megatron.txt": _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n",
         f"{stem}.mindformers.yaml": _mindformers_text(spec, entry),
     }
+    if titan is not None:
+        texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
 
 

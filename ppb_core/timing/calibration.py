@@ -26,15 +26,20 @@ what a recompute option runs again in the backward. Each measured kind gets a fa
   offset. Settings not measured (a profile's single switch, say) take the kind's pooled factor
   Σ measured increments / Σ modelled ones, else the global one.
 Kinds not measured take global factors: Σ measured / Σ modelled over every row of that term.
+
+`fit_report` says which calibration a run applies, as the memory calibration's fit does: the file, its
+rows, the run's kinds measured and those at the global factors, and each row's residual (the calibrated
+model's time of the measured layer less the measurement: zero to rounding, by the construction above).
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ppb_core.errors import InputError, shown_name
 from ppb_core.io import read_text
@@ -234,3 +239,48 @@ def fit_calibration(
         )
     default = KindFactors(forward_default=global_forward, backward=global_backward, recompute_default=global_recompute)
     return Calibration(source, measurements, kinds, default)
+
+
+def fit_report(
+    calibration: Calibration,
+    run_kinds: Sequence[tuple[str, str, str]],
+    priced: Callable[[Measurement], tuple[float, float]],
+) -> dict[str, Any]:
+    """What `ppb estimate` and `ppb balance` say of the time calibration they apply: the file, its rows, the
+    run's kinds (model, node, kind) it measures and those left at the global factors, and per row the
+    calibrated (forward, backward) ms the model gives (*priced*) beside the measured ones."""
+    measured = sorted({m.key for m in calibration.measurements})
+    rows = []
+    for m in calibration.measurements:
+        forward_ms, backward_ms = priced(m)
+        rows.append(
+            {
+                "line": m.line,
+                "model_name": m.model_name,
+                "node": m.node,
+                "kind": m.kind,
+                "option": m.option,
+                "measured_forward_ms": m.forward_ms,
+                "measured_backward_ms": m.backward_ms,
+                "residual_forward_ms": forward_ms - m.forward_ms,
+                "residual_backward_ms": backward_ms - m.backward_ms,
+            }
+        )
+    relative = [
+        row[f"residual_{term}_ms"] / row[f"measured_{term}_ms"] for row in rows for term in ("forward", "backward")
+    ]
+    default = calibration.default
+    return {
+        "file": calibration.source,
+        "rows": len(rows),
+        "measured_kinds": [list(key) for key in measured],
+        "global_kinds": [list(key) for key in run_kinds if key not in set(measured)],
+        "global_factors": {
+            "forward": default.forward_default,
+            "backward": default.backward,
+            "recompute": default.recompute_default,
+        },
+        "max_residual_ms": max(abs(row[f"residual_{term}_ms"]) for row in rows for term in ("forward", "backward")),
+        "rms_relative": math.sqrt(sum(e * e for e in relative) / len(relative)),
+        "residuals": rows,
+    }

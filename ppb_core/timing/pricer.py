@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -29,7 +30,7 @@ from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind, TailKind
 from ppb_core.model.switches import OPTIONS, SELECTIVE_OPTIONS, LayerType, normalized, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
-from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, read_calibration
+from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
     COMM,
@@ -201,6 +202,7 @@ class TimeModel:
             for name, configured in self._configured.items()
         }
         self.calibration: Calibration | None = None
+        self._calibrated_layers: dict[tuple[str, str, str], Layer] = {}  # the run's kinds a row may name
         if calibration is None and run.timing.calibration is not None:
             calibration = Path(run.base_dir) / run.timing.calibration
         if calibration is not None:
@@ -659,6 +661,7 @@ class TimeModel:
         layers: dict[tuple[str, str, str], Layer] = {}
         for layer in walk(self.run, fused_tail=True):  # a TAIL row measures the whole TAIL (`calibrated_name`)
             layers.setdefault((layer.model_name, layer.node, layer.kind.name), layer)
+        self._calibrated_layers = layers
         for m in measurements:
             if m.model_name not in self._configured:
                 raise InputError(
@@ -677,15 +680,30 @@ class TimeModel:
         self._check_alike(measurements, where)
 
         def modelled(m: Measurement) -> tuple[float, float, float]:
-            layer = layers[m.key]
-            if m.node != BODY:
-                parts = self.parts(layer, _STATES[m.node][0])
-            else:
-                state, switches = option_state(m.option, self._configured[m.model_name])
-                parts = self.parts(layer, state, switches)
+            parts = self.parts(*self._measured_state(m))
             return parts.forward_ms, parts.backward_ms, parts.recompute_ms
 
         return fit_calibration(measurements, modelled, where)
+
+    def _measured_state(self, m: Measurement) -> tuple[Layer, LayerType, Mapping[str, int] | None]:
+        """The layer, state and switches a calibration row measures."""
+        layer = self._calibrated_layers[m.key]
+        if m.node != BODY:
+            return layer, _STATES[m.node][0], None
+        state, switches = option_state(m.option, self._configured[m.model_name])
+        return layer, state, switches
+
+    def calibration_json(self) -> dict[str, Any] | None:
+        """Which time calibration this model applies (`calibration.fit_report`): its file, rows, the run's
+        kinds it measures and those left at the global factors, and each row's residual, the calibrated
+        model's time of the measured layer (`layer_times`, the path every price takes) less the measurement."""
+        if self.calibration is None:
+            return None
+        return fit_report(
+            self.calibration,
+            sorted(self._calibrated_layers),
+            lambda m: self.layer_times(*self._measured_state(m)),
+        )
 
     def _check_alike(self, measurements: tuple[Measurement, ...], where: str) -> None:
         """Two selective options of one kind that run the same switches must be measured alike."""
