@@ -44,7 +44,7 @@ def test_megatron_ring_workspaces(cp, forward, backward):
     assert terms == {"attention.ring_forward_steps": forward, "attention.ring_backward_buffers": backward}
     held = memory.state_memory(body(run), NOT)
     assert held.buffers.kept_bytes() == 0  # TE keeps the last chunk received in place of the local one
-    assert held.transient_bytes == max(forward, backward)
+    assert (held.forward_transient_bytes, held.transient_bytes) == (forward, backward)
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_torchtitan_ring_workspaces(cp, forward, backward):
     assert terms == {"attention.ring_forward_merge": forward, "attention.ring_backward_sums": backward}
     held = memory.state_memory(body(run), NOT)
     assert held.buffers.kept_bytes() == 0  # SAPP's 1·C received chunk a micro-batch is not kept
-    assert held.transient_bytes == forward
+    assert (held.forward_transient_bytes, held.transient_bytes) == (forward, backward)
 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
@@ -72,13 +72,25 @@ def test_ring_workspaces_stay_under_recompute(framework):
     # a workspace of the pass: no switch drops it, and full recompute runs the forward again
     run = _run(framework, 2)
     memory = model(run)
-    plain = memory.state_memory(body(run), NOT).transient_bytes
-    assert memory.state_memory(body(run), SEL, dict(KEEP_ALL, gather=0)).transient_bytes == plain
-    assert memory.state_memory(body(run), FULL).transient_bytes == plain
+
+    def both(state, switches=None):
+        held = memory.state_memory(body(run), state, switches)
+        return held.forward_transient_bytes, held.transient_bytes
+
+    assert both(SEL, dict(KEEP_ALL, gather=0)) == both(FULL) == both(NOT)
 
 
-def test_mindformers_keeps_sapps_ring():
-    # SAPP: the cp − 1 = 1 received chunk kept (C), a double buffer (2·C)
-    run = _run("mindformers", 2)
-    buffers = model(run).buffers(body(run), NOT)
-    assert (buffers.kept_bytes("cp"), buffers.transient_bytes("cp")) == (C, 2 * C)
+def test_forward_workspace_is_charged_without_the_backward_gradient():
+    # torchtitan cp 4 (forward 40960, backward 33792) with an MLP of 16 (fused gate/up 32 wide): the largest
+    # gradient is a hidden-wide one (q, the attention output, the layer's input), 32·64·2 = 4096. Nothing
+    # recomputed, replicated (zero 0: no FSDP parameters to gather): the backward holds 4096 + 33792 = 37888,
+    # the forward its 40960 alone.
+    run = make_run(
+        {**SPEC, "intermediate_size": 16},
+        parallel={"cp": 4, "zero": 0},
+        training={"seq_length": 128},
+        framework="torchtitan",
+    )
+    memory = model(run)
+    assert memory.largest_gradient_bytes(body(run)) == 4096
+    assert memory.working_extra_bytes(body(run), NOT, None, 2, True) == max(4096 + 33792, 40960) == 40960

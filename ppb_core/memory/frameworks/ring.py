@@ -41,10 +41,13 @@ non-CP flash backward holds (dQ, dK, dV: Q + C):
     concatenation to send and the collective's output, 2·C each (8·C); the step's dK, dV, half a
     chunk on the last rank (C/2): `2·Q + (cp + 8.5)·C` beyond a non-CP backward.
 
-Both are workspaces of one layer's attention at a time (`transient`): the stage's working set takes
-the largest of a layer's, charged at the backward moment. The forward's falls at the last forward
+Both are workspaces of one layer's attention at a time (`transient`), charged at the backward moment's
+kept memory: the backward's with the rest of that layer's backward working set, the forward's
+(`forward_only`) with what recompute rebuilds and the framework's parameter working set, not the
+backward's gradients (`MemoryModel.working_extra_bytes`). The forward's falls at the last forward
 before the first backward, with at most that layer's later activations fewer than the moment
-charges. Under full recompute the forward runs again inside the backward, as charged.
+charges; under full recompute it runs again inside the backward. torchtitan's merges are counted
+as eager PyTorch runs them; under `torch.compile` Inductor may fuse them (not measured): a bound there.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def te_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[
     """TransformerEngine's P2P ring (module docstring): the forward's and the backward's workspaces."""
     query, out, kv = ring_bytes(kind, setup)
     return [
-        BufferTerm("cp", f"{prefix}attention.ring_forward_steps", setup.cp * (kv + out), False),
+        BufferTerm("cp", f"{prefix}attention.ring_forward_steps", setup.cp * (kv + out), False, forward_only=True),
         BufferTerm("cp", f"{prefix}attention.ring_backward_buffers", query + TE_BACKWARD_KV_UNITS * kv, False),
     ]
 
@@ -93,7 +96,7 @@ def torch_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> li
     forward = setup.cp * kv + TORCH_FORWARD_OUT_UNITS * out
     backward = TORCH_BACKWARD_Q_UNITS * query + (setup.cp + TORCH_BACKWARD_KV_UNITS) * kv
     return [
-        BufferTerm("cp", f"{prefix}attention.ring_forward_merge", forward, False),
+        BufferTerm("cp", f"{prefix}attention.ring_forward_merge", forward, False, forward_only=True),
         BufferTerm("cp", f"{prefix}attention.ring_backward_sums", backward, False),
     ]
 
