@@ -586,9 +586,12 @@ def test_torchtitan_fsdp_backward_holds_gathered_parameters_and_reduce_scatter_i
     memory, found = model(run), layers(run)
     assert memory.working_extra_bytes(found["dense"], NOT, None, 2, True) == 32768 + 10 * 41088
     # one stage, the walk's neighbours: the TAIL (65600, after the last block 41088): computing
-    # 4·65600 + 2·41088, reducing 6·65600 + 2·41088; its largest gradient the logits', 64·1024·2
+    # 4·65600 + 2·41088, reducing 6·65600 + 2·41088, its largest gradient the logits', 64·1024·2, less
+    # the log-probabilities the loss's backward freed, 64·1024·4: 344704. The last block (V a block,
+    # W the TAIL, whose fp32 reduce-scatter input is held): 32768 + 2·2·41088 + 2·41088 + 4·65600 = 541696
+    assert 131072 + 6 * 65600 + 2 * 41088 - 262144 == 344704
     (peak,) = stage_peaks(memory, walk(run), [[1]], 80 * 2**30)
-    assert peak.working_bytes == 131072 + 6 * 65600 + 2 * 41088
+    assert peak.working_bytes == 32768 + 6 * 41088 + 4 * 65600
 
 
 def test_torchtitan_loss():
@@ -621,6 +624,14 @@ def test_torchtitan_compiled_blocks_keep_what_the_partitioner_saves():
     assert memory.activation_bytes(layer, FULL) == 8192  # full AC: the block input alone, as eager
 
 
+def test_torchtitan_compiled_moe_blocks_keep_their_eager_rules():
+    # MoE blocks were not measured compiled: their routed experts' SiLU output stays counted
+    eager = make_run(MOE, framework="torchtitan", parallel={"zero": 0})
+    compiled = make_run(MOE, framework="torchtitan", parallel={"zero": 0}, timing={"torch_compile": True})
+    assert _terms(model(compiled), body(compiled)) == _terms(model(eager), body(eager))
+    assert "moe.expert.silu_output" in _terms(model(compiled), body(compiled))
+
+
 def test_torchtitan_compiled_loss():
     # loss.py build_cross_entropy_loss compiles cross_entropy_loss when compile.components holds loss
     # (v0.2.2 default: with the blocks). Inductor's graphs (read on the CPU, tests/test_census_torchtitan.py)
@@ -650,11 +661,13 @@ def test_torchtitan_compiled_loss():
 
 def test_the_loss_moment_sets_the_last_stage_when_the_vocabulary_is_large():
     # torchtitan, replicate, pp 1, a 32k vocabulary at s 64: the loss adds 8 · 64 · 32768 = 16 MiB on top
-    # of what is kept; the largest backward working set is the logits' gradient, 2 · 64 · 32768 = 4 MiB
+    # of what is kept; the output layer's backward holds the logits' gradient, 2 · 64 · 32768, after the
+    # loss's backward freed the log-probabilities, 4 · 64 · 32768: below what is kept. The largest
+    # working set is a block's largest gradient, 32768 (test_torchtitan_fsdp_backward_holds_...)
     run = make_run({**DENSE, "vocab_size": 32768}, framework="torchtitan", parallel={"zero": 0})
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     assert peak.loss_bytes == 8 * 64 * 32768
-    assert peak.working_bytes == 2 * 64 * 32768
+    assert peak.working_bytes == 32768
     assert peak.moment == "loss"
     assert peak.peak_bytes == peak.kept_bytes + 16 * MB
     assert peak.moments["optimizer"] == peak.static_bytes

@@ -333,6 +333,9 @@ class MemoryModel:
         extra = max(backward, forward)
         if not on_saved:
             extra += memory.kept_bytes
+        else:  # what the layer keeps but frees before this backward (the loss's, on a TAIL); the stage counts it
+            freed = self.rules.freed_before_backward_bytes(layer.kind, memory.terms) * self.correction.activations
+            extra = max(0.0, extra - freed) if freed else extra
         return extra
 
     def _neighbour_params(
