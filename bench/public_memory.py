@@ -376,6 +376,8 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
             allocated=False,
             assumptions=(
                 "Float8 (FSDP's float8 all-gather) not modelled in memory",
+                "ppb follows torchtitan v0.2.2's FSDP units; e7c0cae's root unit (embedding, norm, output) stays "
+                "gathered from the forward to its backward (FSDP2's root is not resharded after the forward)",
                 "the reserved peak taken for the file's figure",
             ),
         )

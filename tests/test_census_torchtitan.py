@@ -8,6 +8,9 @@ The rules leave out the norms' fp32 statistics (4 bytes a token and norm): the o
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import pytest
 
 pytest.importorskip("torch")
@@ -202,6 +205,47 @@ def test_torchtitan_compiled_cross_entropy_measured_on_the_cpu():
     assert saved_activation_bytes(loss, []) == 2 * tokens * vocab + 8 * tokens + 2 * 4 * tokens
     grads = torch.autograd.grad(loss, logits)
     assert grads[0].dtype == torch.bfloat16  # the cast's backward fused: a bf16 gradient, 2 a logit
+
+
+def _output_and_loss() -> tuple[torch.nn.Linear, torch.Tensor, torch.Tensor, Any]:
+    output = torch.nn.Linear(64, 1000, bias=False).to(torch.bfloat16)
+    x = torch.randn(1, 128, 64, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 1000, (1, 128))
+
+    def cross_entropy_loss(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+
+    return output, x, labels, cross_entropy_loss
+
+
+def test_the_compiled_loss_frees_the_logits_before_the_output_layer_s_backward():
+    """torchtitan's `del pred; loss.backward()` with the compiled loss: when the output layer's weight
+    gradient forms, the logits the compiled loss saved are gone (TorchtitanRules.freed_before_backward_bytes)."""
+    output, x, labels, cross_entropy_loss = _output_and_loss()
+    pred = output(x)
+    alive = weakref.ref(pred)
+    loss = torch.compile(cross_entropy_loss)(pred, labels)
+    del pred
+    assert alive() is not None  # saved by the compiled forward
+    seen: list[bool] = []
+    output.weight.register_hook(lambda grad: seen.append(alive() is not None))
+    loss.backward()
+    assert seen == [False]
+
+
+def test_the_eager_loss_frees_the_log_probabilities_before_the_output_layer_s_backward():
+    """The same, eager: at the output layer's weight gradient less is alive than the fp32 log-probabilities
+    alone (4 · 128 · 1000 bytes): the bf16 logits' gradient (2 · 128 · 1000) and the weight's (2 · 64000)."""
+    output, x, labels, cross_entropy_loss = _output_and_loss()
+    seen: list[int] = []
+    with LiveBytes() as live:
+        pred = output(x)
+        loss = cross_entropy_loss(pred, labels)
+        del pred
+        output.weight.register_hook(lambda grad: seen.append(live.now))
+        loss.backward()
+    assert len(seen) == 1 and seen[0] < 4 * 128 * 1000, seen
+    assert seen[0] <= 2 * 128 * 1000 + 2 * 64000 + 2 * 128 * 64, seen
 
 
 def test_torchtitan_loss_parallel_measured_on_the_cpu():

@@ -690,8 +690,10 @@ def _router(args: _Args) -> dict[str, Any]:
 
 def _flash(args: _Args) -> bool:
     """Whether attention runs a fused kernel that keeps no score matrix: TE's flash or cuDNN fused
-    attention (`--attention-backend` auto, flash, fused); `unfused` and `local`, and
-    `--transformer-impl local`, run Megatron's DotProductAttention, which keeps the scores."""
+    attention (`--attention-backend` auto, flash, fused); `unfused` runs TransformerEngine's
+    UnfusedDotProductAttention under the TE spec (`flops.te_attention_mask`), `local` (only with
+    `--spec local`, arguments.py) and `--transformer-impl local` Megatron's DotProductAttention: both
+    keep the scores."""
     backend = args.text("--attention-backend", "auto")
     if backend not in ("auto", "flash", "fused", "unfused", "local"):
         raise InputError(args.where, "--attention-backend", f"{shown(backend)}: auto, flash, fused, unfused or local")

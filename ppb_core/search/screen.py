@@ -56,11 +56,11 @@ NO_ROOM = "memory: no plan fits (a stage cannot hold its ends and a layer per ce
 
 def time_key(strategy: Strategy) -> tuple:
     """What the layer times of a strategy depend on (beside the spec): under DualPipeV each expert
-    all-to-all hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`), so its layer
-    times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B twin's, above its
-    own time)."""
+    collective (over ep·etp > 1) hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`),
+    so its layer times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B
+    twin's, above its own time)."""
     s = strategy
-    dualpipe = s.schedule == "dualpipev"
+    dualpipe = s.schedule == "dualpipev" and s.ep * s.etp > 1
     return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute, dualpipe)
 
 

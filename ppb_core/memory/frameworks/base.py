@@ -145,6 +145,12 @@ class FrameworkRules:
         """What the loss's forward and backward hold at most beyond the tail's kept activations."""
         return 0.0
 
+    def freed_before_backward_bytes(self, kind: LayerKind, terms: tuple[ActivationTerm, ...]) -> float:
+        """What of the layer's kept *terms* is freed before its own backward's working set forms (on a
+        TAIL, what the loss's backward consumes before the output layer's), which its working set then
+        does not stand on. SAPP frees none."""
+        return 0.0
+
     def deferred_bytes(self, kind: TailKind, setup: MemorySetup, micro_batches: int) -> float:
         """What the stage holding the loss keeps beyond its layers through its backwards and losses, of
         micro-batches whose backward has run, freed before the optimizer step. SAPP counts none."""

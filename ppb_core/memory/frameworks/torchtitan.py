@@ -70,15 +70,23 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   loss.py `build_cross_entropy_loss` when `compile.components` holds `loss`, v0.2.2's default):
   AOTAutograd's partitioner saves what the compiled backward reads. Measured on the CPU (Inductor,
   torch 2.13; `ppb_core.census.torchtitan.measure_block(compiled=True)`, tests/test_census_torchtitan.py):
-  a block without AC keeps no SiLU output (the SiLU and the product fused, the SiLU recomputed); under
+  a dense block without AC keeps no SiLU output (the SiLU and the product fused, the SiLU recomputed); under
   `op` w2's output, MUST_SAVE but read by no backward (it feeds the residual add), is not kept
   (torch/_functorch/partitioners.py `get_recomputable_banned_nodes` keeps a MUST_SAVE node only at a
   finite `dist_from_bw`), nor, by the same rule, its reduce-scatter under SP; `full` keeps the input
   as eager. The compiled loss saves the bf16 logits and two fp32 statistics a token (max and
   log-sum-exp) and its backward allocates the bf16 gradient, `bc` a logit (without TP; under
   `loss_parallel` the eager rule). MoE blocks keep their eager rules (not measured compiled).
+* **The output layer's backward runs without what the loss saved**: autograd releases a node's saved
+  tensors once it has run (`retain_graph` unset), so when the output layer's backward forms the
+  logits' 16-bit gradient, the log-probabilities (eager) or the logits (compiled) the loss saved are
+  gone (checked on the CPU: a weak reference to the logits is dead at the output layer's weight
+  gradient, eager and compiled). The TAIL's working set does not stand on them.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread), allocated once and kept on every stage.
+* **Context parallelism** (torch 2.13's `context_parallel`, `ring.py`): the SDPA node keeps the local
+  q, k, v, output and log-sum-exp only; the forward's gathered K, V and fp32 merges and the backward's
+  second gather and fp32 dQ, dK, dV sums are workspaces of one layer's attention.
 * **Pipeline receive buffers** (torch/distributed/pipelining/stage.py, torch 2.13, `PipelineStage.
   _setup_forward_recv_info` and `_create_grad_recv_info`): every pipeline stage but the first
   allocates one activation receive buffer per micro-batch, every stage but the last one output-
@@ -96,6 +104,7 @@ from collections.abc import Collection, Mapping, Sequence
 from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.ring import framework_ring, torch_ring_terms
 from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
@@ -105,6 +114,8 @@ from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
 
 FP32_BYTES = 4
+# The TAIL's terms the loss saves for its own backward, freed when that has run (`freed_before_backward_bytes`).
+LOSS_SAVED = ("logits_softmax", "logits", "loss_statistics")
 # Bytes per logit the cross-entropy adds beyond the kept fp32 log-probabilities: in the backward,
 # nll_loss's gradient and log_softmax's (fp32 each); in the forward, the fp32 copy and the 16-bit
 # logits (6 at bf16), less.
@@ -125,9 +136,8 @@ def torchtitan_body_terms(
     bc = setup.dtype_bytes
     extra: list[ActivationTerm] = []
     mlp = kind.mlp
-    if setup.compiled_blocks:  # Inductor fuses silu and the product; the backward recomputes the SiLU
-        return terms
-    if isinstance(mlp, Mlp) and mlp.gated:
+    # compiled, Inductor fuses a dense block's silu and product and the backward recomputes the SiLU
+    if isinstance(mlp, Mlp) and mlp.gated and not setup.compiled_blocks:
         extra.append(_gated_extra(f"{prefix}mlp", setup.tokens, per_rank(mlp.intermediate_size, setup.tp), bc))
     if isinstance(mlp, Moe) and mlp.gated:
         rows = next(t.elements for t in terms if t.op == f"{prefix}moe.expert.activation_output")
@@ -322,6 +332,14 @@ class TorchtitanRules(FrameworkRules):
                 found.append(term)
         return tuple(found)
 
+    def freed_before_backward_bytes(self, kind: LayerKind, terms: tuple[ActivationTerm, ...]) -> float:
+        """On the TAIL, what the loss saved (the log-probabilities eager, the logits and their statistics
+        compiled): autograd releases a node's saved tensors once it has run, so the output layer's
+        backward holds the logits' gradient without them (module docstring)."""
+        if not isinstance(kind, TailKind):
+            return 0.0
+        return sum(t.bytes for t in terms if t.op.endswith(LOSS_SAVED))
+
     def state(
         self,
         kind: LayerKind,
@@ -334,6 +352,7 @@ class TorchtitanRules(FrameworkRules):
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         # FSDP2's gradient reduce-scatter is in parameter_working_bytes, not a per-layer bucket.
         buffers = tuple(b for b in buffers if b.name != "dp.gradient_bucket")
+        buffers = framework_ring(buffers, kind, setup, torch_ring_terms)  # nothing received is kept
         if state is LayerType.SEL_REC_LAYER and "op" in modules and op_policy_supported(kind):
             # the all-gathers are not in the save list: the gathered inputs are rebuilt in the backward
             return op_policy_terms(kind, setup), tuple(b for b in buffers if not b.kept)  # type: ignore[arg-type]
