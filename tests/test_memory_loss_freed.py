@@ -85,3 +85,41 @@ def test_torchtitan_under_pp_keeps_the_stage_output_through_the_backward():
     last = _peaks(piped, [[2, 1]])[1]
     assert one.working_bytes > 0
     assert last.working_bytes - one.working_bytes == 64 * 256 * 2
+
+
+def test_torchtitan_compiled_output_layer_backward_under_pp_keeps_the_logits():
+    # The compiled loss saves the bf16 logits (64·1024·2 = 131072) and two fp32 statistics a token (64·2·4
+    # = 512). Once its backward ran, the output layer's backward holds the logits' 16-bit gradient, 131072:
+    # without PP on neither (autograd released them; train.py deleted the logits), 131072 − 131072 − 512
+    # below 0; under PP on the logits still, the stage output backward_one_chunk holds: 131072 − 512.
+    def tail_working(parallel, training):
+        run = make_run(
+            DENSE,
+            framework="torchtitan",
+            parallel={"zero": 0, **parallel},
+            training=training,
+            timing={"torch_compile": True},
+        )
+        memory = model(run)
+        tail = next(layer for layer in walk(run) if layer.node == "TAIL")
+        return memory.working_extra_bytes(tail, *memory.option_state(tail, "NONE"), 2, on_saved=True)
+
+    assert tail_working({}, {}) == 0
+    assert tail_working({"pp": 2}, {"micro_batches": 4}) == 131072 - 512
+
+
+def test_an_interleaved_chunk_without_the_tail_runs_its_backward_on_it():
+    # pp 2, vpp 2: stage 1 holds layer 1 (chunk 0) and layer 3 with the TAIL (chunk 1), stated 2 and 1 in
+    # flight. Layer 3's backward follows the loss's of its micro-batch: its largest gradient, 32768, stands
+    # on what is kept less the TAIL's 279040 (below 0). Layer 1's runs at other times, with the TAIL's
+    # micro-batch in flight: 32768 on what is kept. Without the interleaving the stage's two layers share
+    # the TAIL's chunk: nothing on what is kept.
+    interleaved = make_run(
+        DENSE,
+        parallel={"zero": 0, "pp": 2, "vpp": 2, "schedule": "interleaved"},
+        training={"micro_batches": 4},
+    )
+    last = _peaks(interleaved, [[2, 2], [2, 1]])[1]
+    assert last.working_bytes == 32768
+    plain = make_run(DENSE, parallel={"zero": 0, "pp": 2}, training={"micro_batches": 4})
+    assert _peaks(plain, [[2, 1]])[1].working_bytes == 0
