@@ -221,7 +221,9 @@ def _qwen3_run(
     return {
         "name": name,
         "framework": "megatron",
-        "models": [{"name": "llm", "spec": spec}],
+        # Megatron-Bridge's GPTModelProvider leaves should_pad_vocab False unless the recipe sets it (Qwen3's
+        # do not): 151,936 as it stands, a multiple of every TP here (pad_vocab_multiple 1: TP's multiple only)
+        "models": [{"name": "llm", "spec": spec, "pad_vocab_multiple": 1}],
         "parallel": {
             "dp": dp,
             "tp": tp,

@@ -270,7 +270,8 @@ def _llama3_runs() -> list[PublicRun]:
         raw = {
             "name": f"llama3-405b-{gpus}",
             "framework": "megatron",
-            "models": [{"name": "llm", "spec": LLAMA3_405B}],
+            # Meta's own stack, not Megatron-LM: the vocabulary of 128,256 unpadded (a multiple of TP 8)
+            "models": [{"name": "llm", "spec": LLAMA3_405B, "pad_vocab_multiple": 1}],
             "parallel": {
                 "dp": dp,
                 "tp": 8,

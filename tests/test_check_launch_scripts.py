@@ -136,7 +136,7 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
         (
             "--overlap-grad-reduce",
             "--num-layers-per-virtual-pipeline-stage 4",
-            "--num-layers-per-virtual-pipeline-stage: 4 gives 2 virtual stage(s) per rank (32 layers over pp 4), "
+            "--num-layers-per-virtual-pipeline-stage: 4 gives 2 virtual stages per rank (32 layers over pp 4), "
             "the run config has 1 (parallel.vpp)",
         ),
         (

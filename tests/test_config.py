@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ppb_core.config.hf import read_hf_config, spec_from_hf
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.estimate.run import estimate
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.tables.run import run_from_frame, run_to_frame
 
@@ -106,7 +107,13 @@ def test_model_switches_override_training_switches():
             "neither divides",
         ),
         ({"parallel__tp": 8, "parallel__dp": 1}, None, None),  # 4 kv heads over 8 ranks: replicated
-        ({"models__0__spec__vocab_size": 32001}, "models.0.vocab_size", "not divisible by tp 2"),
+        # MindFormers does not pad (Megatron pads by default: `test_megatron_pads_the_vocabulary_by_default`)
+        (
+            {"framework": "mindformers", "models__0__spec__vocab_size": 32001},
+            "models.0.vocab_size",
+            "not divisible by tp 2",
+        ),
+        ({"models__0__spec__vocab_size": 32001}, None, None),
         ({"parallel__pp": 16}, "parallel.pp", "fewer than pp·vpp"),
         ({"parallel__pp": 4, "parallel__vpp": 2, "parallel__schedule": "interleaved"}, None, None),
         ({"parallel__pp": 4, "parallel__vpp": 4, "parallel__schedule": "interleaved"}, "parallel.pp", "16"),
@@ -256,6 +263,38 @@ def test_pad_vocab_multiple_pads_to_tp_multiples():
     assert run.vocab_size("llm") == 50432
 
 
+@pytest.mark.parametrize(
+    ("changes", "vocab"),
+    [
+        # Megatron-LM pads to --make-vocab-size-divisible-by (128) × tp unless told otherwise
+        # (d98e8a64 build_tokenizer.py `vocab_size_with_padding`: ceil(V / (128·tp)) · 128·tp):
+        ({}, 50432),  # tp 2: ceil(50257 / 256) = 197; 197 · 256 = 50432
+        ({"parallel__tp": 1, "parallel__dp": 4}, 50304),  # tp 1: ceil(50257 / 128) = 393; 393 · 128 = 50304
+        ({"models__0__pad_vocab_multiple": 1}, 50258),  # --make-vocab-size-divisible-by 1: a multiple of tp 2
+        # torchtitan and MindFormers build the embedding at the vocabulary as given
+        ({"framework": "torchtitan", "parallel__tp": 1, "parallel__dp": 4}, 50257),
+        ({"framework": "mindformers", "parallel__tp": 1, "parallel__dp": 4}, 50257),
+        (
+            {"framework": "torchtitan", "parallel__tp": 1, "parallel__dp": 4, "models__0__pad_vocab_multiple": 128},
+            50304,
+        ),
+    ],
+)
+def test_megatron_pads_the_vocabulary_by_default(changes: dict, vocab: int) -> None:
+    run = parse_run_config(_raw(models__0__spec__vocab_size=50257, **changes), "run.yaml")
+    assert run.vocab_size("llm") == vocab
+
+
+def test_llama3_at_tp8_trains_megatrons_padded_vocabulary() -> None:
+    # Megatron-LM logs " > padded vocab (size: 128256) with 768 dummy tokens (new size: 129024)" at tp 8:
+    # 128 · 8 = 1024; ceil(128256 / 1024) = 126; 126 · 1024 = 129024. At tp 2, 128256 = 501 · 256: none.
+    raw = _raw(
+        models__0__spec__vocab_size=128256, parallel__tp=8, parallel__dp=1, models__0__spec__num_key_value_heads=8
+    )
+    assert parse_run_config(raw, "run.yaml").vocab_size("llm") == 129024
+    assert parse_run_config(_raw(models__0__spec__vocab_size=128256), "run.yaml").vocab_size("llm") == 128256
+
+
 # Random bad values anywhere a positive integer is expected: always one line naming that field.
 _POSITIVE_FIELDS = [
     "parallel__dp",
@@ -354,3 +393,10 @@ def test_megatron_moe_kernels_are_stated():
     assert run.training.moe.router_dtype == "fp32" and run.training.moe.permute_fusion
     error = _error(_raw(training__moe={"router_dtype": "fp16"}))
     assert error.field == "training.moe.router_dtype"
+
+
+def test_the_padded_vocabulary_is_what_the_embedding_holds() -> None:
+    rows = estimate(parse_run_config(_raw(models__0__spec__vocab_size=50257), "run.yaml"), stages=False).layers
+    head = next(row for row in rows if row.node == "HEAD")
+    # the embedding's rows split over tp 2 (VocabParallelEmbedding): 50432 · 1024 / 2 = 25,821,184 parameters
+    assert head.parameters == 50432 * 1024 // 2

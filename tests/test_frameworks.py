@@ -55,14 +55,16 @@ def test_megatron_keeps_the_sequence_shard_and_gathers_again():
 
 
 def test_megatron_ring_attention_keeps_only_the_local_chunk():
-    # TE AttnFuncWithCPAndKVP2P saves the local q, kv, out and statistics; the backward circulates the
-    # key/value chunks again. cp 2, one kv head of 16, 32 tokens: a chunk 32·2·16·2 = 2048 bytes.
+    # TE AttnFuncWithCPAndKVP2P saves q, one kv chunk, out and statistics; the backward circulates the
+    # key/value chunks again. cp 2, one kv head of 16, 32 tokens: a chunk C = 32·2·16·2 = 2048 bytes,
+    # queries and output Q = O = 32·4·16·2 = 4096.
     spec = {**DENSE, "num_key_value_heads": 1}
     run = make_run(spec, parallel={"cp": 2})
     memory, layer = model(run), body(run)
     assert memory.buffers(layer, NOT).kept_bytes() == 0
-    # the double buffer (2·2048) is the layer's workspace: largest gradient gate/up 32·256·2 = 16384
-    assert memory.working_extra_bytes(layer, NOT, None, 2, True) == 16384 + 4096
+    # the ring's workspace (frameworks/ring.py): forward cp·(C + O) = 12288, backward Q + 4·C = 12288;
+    # beside the largest gradient gate/up 32·256·2 = 16384
+    assert memory.working_extra_bytes(layer, NOT, None, 2, True) == 16384 + 12288
 
 
 def test_megatron_holds_a_stage_s_workspaces_once():

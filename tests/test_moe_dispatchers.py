@@ -180,3 +180,18 @@ def test_the_allgather_dispatcher_runs_a_sequential_mlps_experts_one_by_one() ->
     assert [ops[name].sequential for name in ("experts_in", "experts_act", "experts_out")] == [2, 2, 2]
     assert ops["local_unpermute"].inputs == ("experts_cat",)
     assert _ops()["local_unpermute"].inputs == ("experts_out",)
+
+
+def test_the_alltoall_dispatcher_sorts_its_rows_by_local_expert_and_back() -> None:
+    # 8 experts over EP 4: 2 local experts, so dispatch_postprocess and combine_preprocess each copy the
+    # rows (sort_chunks_by_idxs). Rows: 4096/2 tokens · top-2 = 4096 (ETP 1, no padding). Permute before:
+    # read and write 4096·1024·2 = 16,777,216 B; the sort after the all-to-all read and write the rows
+    # and their fp32 probabilities: 2·4096·(1024·2 + 4) = 16,809,984 B. Unpermute: (2 + 1)·2048·1024·2
+    # = 12,582,912 B, and the sort back 16,777,216 B (no probabilities). Backward likewise.
+    ops = _ops(dispatcher="alltoall")
+    assert (ops["permute"].bytes, ops["permute"].backward_bytes) == (16_777_216 + 16_809_984,) * 2
+    assert (ops["unpermute"].bytes, ops["unpermute"].backward_bytes) == (12_582_912 + 16_777_216,) * 2
+    # one local expert (EP 8): no sort
+    single = _ops(dispatcher="alltoall", ep=8)
+    assert single["permute"].bytes == 16_777_216
+    assert single["unpermute"].bytes == 12_582_912

@@ -237,3 +237,11 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         in printed
     )
     assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in printed
+    # `--json` and search.json carry the same section in each plan, as `ppb balance`'s JSON does
+    assert main(["search", str(DATA / "tiny-titan.yaml"), "-q", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["ranked"]
+    stored = json.loads((tmp_path / "top" / "search.json").read_text())["ranked"]
+    for place, entry in enumerate(result.ranked):
+        said = shown[place]["plan"].get("torchtitan")
+        assert stored[place]["plan"].get("torchtitan") == said
+        assert (said is None) == (entry.strategy.pp == 1) and "torchtitan" not in entry.plan

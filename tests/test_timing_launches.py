@@ -53,21 +53,24 @@ def test_a_dense_layer_s_launches_by_hand():
     # Megatron CI's 12-layer case: TE, TP 4 without SP, unfused attention with dropout, biases,
     # --deterministic-mode (NaN fills), --no-gradient-accumulation-fusion. Forward:
     #   LayerNormLinear qkv: norm 1 + its NaN fill 1, the fused QKV GEMM 1 + its output's fill 1    4
-    #   baddbmm 1, fused softmax 1, dropout 1, bmm 1 + the context's .contiguous() copy 1           5
+    #   TE's unfused core (backends.py, TE d0067d0d): get_full_mask's 2 aranges and 8 ops 10, the scores'
+    #   torch.empty NaN fill 1, baddbmm 1, fused softmax 1, dropout 1, bmm 1 + the context's
+    #   .contiguous() copy 1                                                                      16
     #   proj GEMM 1 + fill 1, all-reduce 1, bias-dropout-add 1                                     4
     #   LayerNormLinear fc1: norm 1 + fill 1, GEMM 1 + fill 1; bias-GeLU 1                         5
-    #   fc2 GEMM 1 + fill 1, all-reduce 1, bias-dropout-add 1                                      4   = 22
+    #   fc2 GEMM 1 + fill 1, all-reduce 1, bias-dropout-add 1                                      4   = 33
     # Backward:
     #   each norm: its kernel, the weight-gradient finalize, DDP's main-grad add, dx's fill       2 × 4
     #   qkv: dgrad, wgrad, main-grad add, fills of dgrad and the 16-bit wgrad; the dgrad's all-reduce 6
-    #   scores 2 + the Q/K/V gradients' concatenation 1; softmax 1; dropout 1; context 2 + copy 1    8
+    #   scores 2 + baddbmm's alpha on dQ and dK 2 + the Q/K/V gradients' concatenation 1; softmax 1;
+    #   dropout 1; context 2 + the V gradient's part of the concatenation 1                      10
     #   proj, fc1, fc2: dgrad, wgrad, main-grad add, bias-gradient pass, two fills               3 × 6
-    #   fc1's dgrad all-reduce 1, bias-GeLU 1, the two bias-dropout-adds 2                          4   = 44
+    #   fc1's dgrad all-reduce 1, bias-GeLU 1, the two bias-dropout-adds 2                          4   = 46
     run = _small("h100")
     body = next(layer for layer in walk(run).layers if layer.node == "BODY")
     counts = _launches(run, body)
-    assert sum(f for f, _ in counts.values()) == pytest.approx(22)
-    assert sum(b for _, b in counts.values()) == pytest.approx(44)
+    assert sum(f for f, _ in counts.values()) == pytest.approx(33)
+    assert sum(b for _, b in counts.values()) == pytest.approx(46)
 
 
 def test_named_ops_follow_the_code_path():
@@ -92,35 +95,36 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
     # Launches of one micro-batch on a rank of the 12-layer TP4 case (one stage):
     #   embedding: forward the masked lookup under TP 8, the all-reduce 1, dropout 1 = 10; backward the
     #     dense gradient 6 + main-grad add 1, dropout 1 = 8                                         18
-    #   12 layers × (22 + 44) (test above)                                                        792
+    #   12 layers × (33 + 46) (test above)                                                        948
     #   output: forward the final norm 1 + fill 1, the logits' GEMM 1 (Megatron's own linear: no
     #     fill), the unfused loss 25, its three all-reduces 3 = 31; backward the norm 3 + fill 1, the
     #     output gradient's all-reduce 1, the logits' dgrad, wgrad and main-grad add 3, the loss 10 = 18  49
-    # = 859 a micro-batch, × 4 micro-batches = 3,436 an iteration.
-    launches = 4 * (18 + 12 * (22 + 44) + 49)
+    # = 1,015 a micro-batch, × 4 micro-batches = 4,060 an iteration.
+    launches = 4 * (18 + 12 * (33 + 46) + 49)
     run = _small("h100")
     total = sum(f + b for layer in walk(run).layers for f, b in _launches(run, layer).values())
     assert 4 * total == pytest.approx(launches)
     # Of them plain PyTorch ops (`PLAIN_OP_SHARE` of a launch each): the masked lookup 8 + its gradient 7,
-    # the loss 25 + 10: 50 a micro-batch, so 4 × (859 − 0.5 · 50) = 3,336 launches' worth.
-    worth = 4 * (859 - 0.5 * 50)
-    assert worth == 3336
-    # This case's own figure: (measured − ppb's terms outside the layers) / 3,336, on each system: DGX
-    # H100 (0.24667 − 0.0006) / 3,336 = 73.8 us, DGX A100 (0.405835 − 0.0008) / 3,336 = 121.4 (the catalog's
-    # figures are the median over every host-bound dense case, bench/host_derive.py: 87.3 and 117.7). DGX
-    # GB200 (Grace): (0.30897 − 0.0004) / 3,336 = 92.5 us, its GPU work 0.020 s on the gb200 entry: the
+    # the loss 25 + 10, the 12 layers' attention masks 12 × 10: 170 a micro-batch, so
+    # 4 × (1,015 − 0.5 · 170) = 3,720 launches' worth.
+    worth = 4 * (1015 - 0.5 * 170)
+    assert worth == 3720
+    # This case's own figure: (measured − ppb's terms outside the layers) / 3,720, on each system: DGX
+    # H100 (0.24667 − 0.0006) / 3,720 = 66.1 us, DGX A100 (0.405835 − 0.0008) / 3,720 = 108.9 (the catalog's
+    # figures are the median over every host-bound dense case, bench/host_derive.py: 86.8 and 113.3). DGX
+    # GB200 (Grace): (0.30897 − 0.0004) / 3,720 = 82.9 us, its GPU work 0.022 s on the gb200 entry: the
     # catalog's (the one case there).
-    systems = (("h100", 73.8), ("a100", 121.4), ("gb200", HOST_KERNEL_US_DGX_GB200))
+    systems = (("h100", 66.1), ("a100", 108.9), ("gb200", HOST_KERNEL_US_DGX_GB200))
     for gpu, figure in systems:
         gpu_only = run_iteration(_small(gpu, 0.0))
         outside = gpu_only.seconds - gpu_only.breakdown["compute"]
         assert figure == pytest.approx((SMALL_TP4_GOLDEN[gpu].median_s - outside) / worth * 1e6, abs=0.05)
-    assert (HOST_KERNEL_US_DGX_H100, HOST_KERNEL_US_DGX_A100) == (87.3, 117.7)  # bench/host_derive.py's medians
+    assert (HOST_KERNEL_US_DGX_H100, HOST_KERNEL_US_DGX_A100) == (86.8, 113.3)  # bench/host_derive.py's medians
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
     assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
     assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement (DGX B200: no CI values)
-    assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(92.5)
+    assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(82.9)
 
 
 def test_host_bound_passes_by_hand():
@@ -140,7 +144,7 @@ def test_a_slower_host_never_shortens_the_iteration():
 
 def test_the_iteration_states_the_host_s_part_of_compute():
     # The small case is launch-bound throughout: every layer's forward and backward wait for the host, so
-    # of `compute` all but the layers' GPU work is the wait (3,336 launches' worth × 87.3 us − 27.6 ms of GPU work)
+    # of `compute` all but the layers' GPU work is the wait (3,720 launches' worth × 86.8 us − GPU work)
     host_bound = run_iteration(_small("h100"))
     gpu_only = run_iteration(_small("h100", 0.0))
     assert host_bound.host_wait_seconds == pytest.approx(
@@ -256,9 +260,9 @@ def test_unfused_masked_softmax_runs_pytorch_ops_and_keeps_its_fp32_output():
 def test_plain_pytorch_ops_cost_half_a_module_launch_where_the_host_is_measured():
 
     # the three Megatron CI pairs that differ by --no-rope-fusion: 396 more launches an iteration cost
-    # 17 ms on DGX H100 (43 us, 0.49 of 87.3) and 26 and 20 ms on DGX A100 (66 and 51 us, 0.56 and 0.43 of
-    # 117.7): (0.49 + 0.56 + 0.43) / 3 = 0.49, to one digit 0.5
-    shares = (0.017 / 396 / 87.3e-6, 0.026 / 396 / 117.7e-6, 0.020 / 396 / 117.7e-6)
+    # 17 ms on DGX H100 (43 us, 0.49 of 86.8) and 26 and 20 ms on DGX A100 (66 and 51 us, 0.58 and 0.45 of
+    # 113.3): (0.49 + 0.58 + 0.45) / 3 = 0.51, to one digit 0.5
+    shares = (0.017 / 396 / 86.8e-6, 0.026 / 396 / 113.3e-6, 0.020 / 396 / 113.3e-6)
     assert round(sum(shares) / 3, 1) == PLAIN_OP_SHARE == 0.5
     loss = Op("output.loss", "output", "memory")
     rope = Op("rope", "attention", "memory")

@@ -86,15 +86,19 @@ def test_the_bias_passes_are_priced_at_the_hbm_rate():
 
 def test_the_unfused_core_copies_and_its_causal_softmax():
     megatron, other = ops(gpt()), ops(gpt(framework="mindformers"))
-    # Q|K gradients concatenated back: read and write n × (512 + 512) × 2; V's n × 512 × 2; the context
-    # permuted forward and backward: read and write n × 512 × 2.
-    assert megatron["scores"].side_bytes == (0.0, 2 * N * 1024 * 2)
-    assert megatron["context"].side_bytes == (2 * N * 512 * 2, 2 * N * 512 * 2 + 2 * N * 512 * 2)
+    # Q|K gradients concatenated back: read and write n × (512 + 512) × 2, and baddbmm's alpha on dQ and
+    # dK: read and write (n + n keys) × 512 × 2; V's n × 512 × 2; the context permuted forward (its
+    # backward views): read and write n × 512 × 2.
+    assert megatron["scores"].side_bytes == (0.0, 2 * N * 1024 * 2 + 2 * (N + N) * 512 * 2)
+    assert megatron["context"].side_bytes == (2 * N * 512 * 2, 2 * N * 512 * 2)
     assert other["scores"].side_bytes == (0.0, 0.0)
-    # Scores per rank: 8 heads × b 2 × 512² = 4,194,304 elements of 2 bytes. The causal kernel reads
-    # the lower half and writes all (1.5 passes; backward 0.5 + 0.5 + 1); elsewhere 2 and 3.
+    # Scores per rank: 8 heads × b 2 × 512² = 4,194,304 elements of 2 bytes. Megatron's own causal kernel
+    # (--transformer-impl local) reads the lower half and writes all (1.5 passes; backward 0.5 + 0.5 + 1);
+    # TransformerEngine's (the TE spec's, a full mask since v2.0) and elsewhere 2 and 3.
     scores = 8 * B * S * S * 2
-    assert (megatron["softmax"].bytes, megatron["softmax"].backward_bytes) == (1.5 * scores, 2 * scores)
+    local = ops(gpt(impl="local"))
+    assert (local["softmax"].bytes, local["softmax"].backward_bytes) == (1.5 * scores, 2 * scores)
+    assert (megatron["softmax"].bytes, megatron["softmax"].backward_bytes) == (2 * scores, 3 * scores)
     assert (other["softmax"].bytes, other["softmax"].backward_bytes) == (2 * scores, 3 * scores)
 
 
@@ -103,8 +107,9 @@ def test_megatron_replays_a_checkpointed_module_whole():
     model = TimeModel(core)
     layer = next(layer for layer in walk(core) if layer.node == "BODY")
     again = {r.name for r in model.breakdown(layer, LayerType.SEL_REC_LAYER) if r.phase == "recompute"}
-    # core_attn's switches drop the scores and probabilities (no dropout here); the replay runs PV too
-    assert again == {"scores", "softmax", "context"}
+    # core_attn's switches drop the scores and probabilities (no dropout here); the replay runs PV too,
+    # and TE's unfused core builds its mask again (`flops.te_attention_mask`)
+    assert again == {"attention_mask", "scores", "softmax", "context"}
     mlp = gpt(recompute={"granularity": "selective", "modules": ["mlp"]})
     model = TimeModel(mlp)
     again = {r.name for r in model.breakdown(layer, LayerType.SEL_REC_LAYER) if r.phase == "recompute"}

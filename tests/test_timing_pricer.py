@@ -62,9 +62,9 @@ def test_ops_are_priced_by_the_roofline_and_hbm_bytes():
     # norm1: reads and writes 2048·1024 bf16 values, 8,388,608 bytes → /5e11; backward 3 tensors.
     assert prices["norm1"].forward_ms == pytest.approx(8_388_608 / 5e11 * 1e3, rel=1e-12)
     assert prices["norm1"].backward_ms == pytest.approx(12_582_912 / 5e11 * 1e3, rel=1e-12)
-    # softmax (eager, Megatron's causal kernel): 16 heads × 2048² scores in bf16, the lower triangle
-    # read and every element written: 1.5 × 134,217,728 bytes.
-    assert prices["softmax"].forward_ms == pytest.approx(16 * 2048 * 2048 * 2 * 1.5 / 5e11 * 1e3, rel=1e-12)
+    # softmax (eager, TransformerEngine's masked kernel under the TE spec: the causal mask is a full
+    # mask since TE v2.0): 16 heads × 2048² scores in bf16, every element read and written: 2 × 134,217,728.
+    assert prices["softmax"].forward_ms == pytest.approx(16 * 2048 * 2048 * 2 * 2 / 5e11 * 1e3, rel=1e-12)
 
 
 def test_a_small_matmul_is_bound_by_its_bytes():
@@ -282,7 +282,8 @@ def test_states_add_what_they_rerun_to_the_backward():
     assert forward == pytest.approx(sum(p.forward_ms for p in prices.values()), rel=1e-12)
     assert backward == pytest.approx(sum(p.backward_ms for p in prices.values()), rel=1e-12)
     assert model.layer_times(layer, LayerType.FULL_REC_LAYER) == pytest.approx((forward, backward + forward))
-    rerun = ("scores", "softmax")  # softmax at 0: the scores are rebuilt, then the softmax
+    # softmax at 0: the scores are rebuilt, then TE's mask (`flops.te_attention_mask`), then the softmax
+    rerun = ("attention_mask", "scores", "softmax")
     selective = model.layer_times(layer, LayerType.SEL_REC_LAYER, {"softmax": 0})
     assert selective == pytest.approx((forward, backward + sum(prices[n].recompute_ms for n in rerun)))
 

@@ -26,6 +26,7 @@ from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
 from ppb_core.errors import shown
 from ppb_core.model.switches import CELL_RANK
+from ppb_core.units import counted
 
 GROUPED_GEMM = "--moe-grouped-gemm"  # what Megatron-Core's moe_act recompute needs (TransformerConfig)
 
@@ -81,7 +82,7 @@ class Setting:
         return {
             "none": "no recompute",
             "full": "every layer fully recomputed",
-            "block": f"the first {self.num_layers} layer(s) of every virtual stage fully recomputed",
+            "block": f"the first {counted(self.num_layers, 'layer')} of every virtual stage fully recomputed",
             "selective": "every layer selectively recomputed",
         }[self.name]
 

@@ -75,6 +75,7 @@ from ppb_core.balance.megatron_vocabulary import (
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
+from ppb_core.units import counted
 
 GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE's vocab.json entries (pretrain_gpt.py's default tokenizer)
 TIKTOKEN_DEFAULT_VOCAB = 2**17  # tiktoken_tokenizer.py DEFAULT_TIKTOKEN_MAX_VOCAB
@@ -473,7 +474,9 @@ def _layout(
         middle = layers - (first or 0) - (last or 0)
         inner = pp - (first is not None) - (last is not None)
         if middle < 0 or (inner and middle % inner) or (not inner and middle):
-            raise InputError(args.where, flag, f"leaves {middle} layers for {inner} middle stage(s): not even")
+            raise InputError(
+                args.where, flag, f"leaves {counted(middle, 'layer')} for {counted(inner, 'middle stage')}: not even"
+            )
         each = middle // inner if inner else 0
         counts = [each] * pp
         if first is not None:
@@ -687,8 +690,10 @@ def _router(args: _Args) -> dict[str, Any]:
 
 def _flash(args: _Args) -> bool:
     """Whether attention runs a fused kernel that keeps no score matrix: TE's flash or cuDNN fused
-    attention (`--attention-backend` auto, flash, fused); `unfused` and `local`, and
-    `--transformer-impl local`, run Megatron's DotProductAttention, which keeps the scores."""
+    attention (`--attention-backend` auto, flash, fused); `unfused` runs TransformerEngine's
+    UnfusedDotProductAttention under the TE spec (`flops.te_attention_mask`), `local` (only with
+    `--spec local`, arguments.py) and `--transformer-impl local` Megatron's DotProductAttention: both
+    keep the scores."""
     backend = args.text("--attention-backend", "auto")
     if backend not in ("auto", "flash", "fused", "unfused", "local"):
         raise InputError(args.where, "--attention-backend", f"{shown(backend)}: auto, flash, fused, unfused or local")

@@ -24,6 +24,7 @@ from ppb_core.balance.megatron import MegatronFlags
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
+from ppb_core.units import counted
 
 WHY = "ppb checks the plan at the run's sizes"
 
@@ -369,7 +370,7 @@ def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> N
                 where, flag, f"{per_virtual} does not divide the {layers} layers' share of pp {pp}, as Megatron needs"
             )
         given = layers // pp // per_virtual
-        said = f"{per_virtual} gives {given} virtual stage(s) per rank ({layers} layers over pp {pp})"
+        said = f"{per_virtual} gives {counted(given, 'virtual stage')} per rank ({layers} layers over pp {pp})"
     elif flags.complete:
         flag, given, said = "--num-virtual-stages-per-pipeline-rank", 1, "not given (no virtual stages)"
     else:

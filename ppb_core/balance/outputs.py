@@ -23,6 +23,7 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import format_layout
 from ppb_core.errors import InputError, shown
 from ppb_core.model.switches import CELL_RANK, OPTIONS
+from ppb_core.units import counted
 
 YAML_KEYS: tuple[str, ...] = ("offset", "recompute", "select_recompute", "select_comm_recompute")
 _N, _S, _C, _B, _F = (OPTIONS.index(o) for o in ("NONE", "SLCT", "COMM", "BOTH", "FULL"))
@@ -99,7 +100,7 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
         raise InputError(None, key, f"must be {wanted}, got {shown(value)}")
     rows = [value] if p.chunks == 1 and value and not isinstance(value[0], list) else value
     if len(rows) != p.chunks or any(not isinstance(row, list) or len(row) != p.stages for row in rows):
-        raise InputError(None, key, f"must have {p.chunks} list(s) of {p.stages} entries")
+        raise InputError(None, key, f"must have {counted(p.chunks, 'list')} of {counted(p.stages, 'entry', 'entries')}")
     grid = []
     for v, row in enumerate(rows):
         out = []
@@ -165,7 +166,12 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
             counts[body][v][s][k] += 1
             remaining[body] -= 1
     if any(remaining):
-        raise InputError(None, "offset", f"{sum(remaining)} layer(s) of the descriptions are in no cell")
+        raise InputError(
+            None,
+            "offset",
+            f"{counted(sum(remaining), 'layer')} of the descriptions "
+            f"{'is' if sum(remaining) == 1 else 'are'} in no cell",
+        )
     return Plan(p, freeze(counts))
 
 

@@ -29,6 +29,7 @@ from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_json, read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
+from ppb_core.units import counted as count_of
 
 
 def read_plan(
@@ -282,8 +283,8 @@ def _cell_layers_from_flags(
             raise InputError(
                 where,
                 "--decoder-first-pipeline-num-layers",
-                f"leaves {rest} of the model's {total} layers to {middle_stages} other stage(s); Megatron-Core "
-                "needs as many on each (and none where no stage is left)",
+                f"leaves {rest} of the model's {total} layers to {count_of(middle_stages, 'other stage')}; "
+                "Megatron-Core needs as many on each (and none where no stage is left)",
             )
         each = rest // middle_stages if middle_stages else 0
         sizes = [first if first is not None else each, *([each] * (p.stages - 2)), last if last is not None else each]

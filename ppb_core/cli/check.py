@@ -27,6 +27,7 @@ from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
 from ppb_core.estimate.plan import time_unit_s
 from ppb_core.payload.run import describe_run
+from ppb_core.units import counted
 
 EXIT_DOES_NOT_FIT = 1
 
@@ -59,7 +60,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         out["message"] = (
             f"stage {worst.stage} runs out of memory by {-worst.free_mb:,.0f} MB at its {worst.moment} "
             f"({worst.peak_mb:,.0f} of {worst.device_mb:,.0f} MB)"
-            + (f"; {len(over) - 1} other stage(s) too" if len(over) > 1 else "")
+            + (f"; {counted(len(over) - 1, 'other stage')} too" if len(over) > 1 else "")
         )
     if not args.no_optimum:
         problem = run_problem(run, describe_run(run))

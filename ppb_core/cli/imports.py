@@ -17,6 +17,7 @@ from ppb_core.balance.megatron_import import Imported, import_megatron, run_conf
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
 from ppb_core.errors import InputError
 from ppb_core.io import atomic_write_text, check_output, read_text
+from ppb_core.units import counted
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +67,7 @@ def _write(args: argparse.Namespace, imported: Imported, what: str) -> int:
         print(f"ppb: not modelled: {note}", file=sys.stderr)
     if args.output:
         atomic_write_text(args.output, document)  # its folders made, as `ppb balance -o` makes them
-        print(f"wrote {args.output} ({len(imported.notes)} {what}(s) not modelled)")
+        print(f"wrote {args.output} ({counted(len(imported.notes), what)} not modelled)")
     else:
         print(document, end="")
     return 0

@@ -25,7 +25,7 @@ from ppb_core.balance.torchtitan_plan import torchtitan_lines
 from ppb_core.cli.console import table_console
 from ppb_core.errors import InputError
 from ppb_core.io import check_output
-from ppb_core.search.outputs import torchtitan_said, write_ranking
+from ppb_core.search.outputs import result_json, torchtitan_said, write_ranking
 from ppb_core.search.rank import BALANCER_FAILED, BALANCER_TIMEOUT, SearchResult, search
 from ppb_core.search.spec import SearchSpec, load_search_spec
 from ppb_core.units import counted
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"wrote {counted(len(written), 'file')} to {args.out}", file=sys.stderr)
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
+        json.dump(result_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         render(result)

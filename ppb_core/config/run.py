@@ -59,6 +59,14 @@ DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # fp32 master copy and moments per parameter; Muon's: Adam's, which its non-matrix parameters run, the
 # matrices' one momentum buffer is Megatron's rule (memory/frameworks/muon.py)
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8, "sgd_plain": 4, "muon": 12}
+# The vocabulary padding each framework applies when the run config states none (`pad_vocab_multiple`):
+# Megatron-LM pads the tokenizer's vocabulary to a multiple of --make-vocab-size-divisible-by (default 128)
+# times the tensor-parallel size (d98e8a64: megatron/training/arguments.py `--make-vocab-size-divisible-by`,
+# megatron/core/tokenizers/utils/build_tokenizer.py `vocab_size_with_padding`, applied whenever
+# `pad_vocab_size`, True by default in training_config.py `TokenizerConfig`). torchtitan builds its embedding
+# and output layer at the model args' vocab_size as they stand (b5bcd76c6 torchtitan/models/llama3/__init__.py: no
+# padding rule anywhere in torchtitan), nor does MindFormers pad its yaml's vocab_size.
+DEFAULT_PAD_VOCAB_MULTIPLE: dict[str, int] = {"megatron": 128}
 
 # Sizes bounded by `ppb_core.limits`, refused before any work.
 Devices = Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]
@@ -112,7 +120,9 @@ class SubModel(StrictModel):
     census: str | None = Field(None, description="activations measured by `ppb census`, relative path")
     recompute: Switches | None = Field(None, description="this model's selective switches, over training's")
     pad_vocab_multiple: Annotated[PositiveInt, limits.at_most(limits.VOCABULARY)] | None = Field(
-        None, description="pad the vocabulary to a multiple of this times tp (Megatron's divisible-by)"
+        None,
+        description="pad the vocabulary to a multiple of this times tp (Megatron's --make-vocab-size-divisible-by; "
+        "unset: 128 under framework megatron, as Megatron-LM pads by default, no padding under the others)",
     )
 
     @model_validator(mode="after")
@@ -810,12 +820,14 @@ class RunConfig(StrictModel):
         return {name: int(stated.get(name, 1)) for name in SWITCHES}
 
     def vocab_size(self, model: str) -> int:
-        """The vocabulary as trained: padded where the model asks for it."""
+        """The vocabulary as trained: padded to `pad_vocab_multiple` × tp, whose default is the framework's
+        (`DEFAULT_PAD_VOCAB_MULTIPLE`)."""
         sub = next(m for m in self.models if m.name == model)
         vocab = self.specs[model].vocab_size
-        if sub.pad_vocab_multiple:
-            multiple = sub.pad_vocab_multiple * self.parallel.tp
-            vocab = math.ceil(vocab / multiple) * multiple
+        multiple = sub.pad_vocab_multiple or DEFAULT_PAD_VOCAB_MULTIPLE.get(self.framework)
+        if multiple:
+            step = multiple * self.parallel.tp
+            vocab = math.ceil(vocab / step) * step
         return vocab
 
     @property

@@ -41,6 +41,7 @@ class BufferTerm:
     bytes: float  # per micro-batch in flight when kept, else once
     kept: bool  # kept for the backward (grows with micro-batches in flight) or transient
     switch: str | None = None  # the switch whose 0 drops it
+    forward_only: bool = False  # a transient of the forward alone (held beside no backward gradient)
 
 
 def _gathered(setup: MemorySetup, width: float) -> float:

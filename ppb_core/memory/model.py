@@ -51,7 +51,8 @@ class StateMemory:
     """A layer in one state: what it keeps at one micro-batch, and its buffers.
 
     Where the framework holds workspaces once per stage (`FrameworkRules.transients_per_stage`),
-    `buffers` are the kept ones and `transient_bytes` the largest workspace, part of the working set.
+    `buffers` are the kept ones and `transient_bytes` the largest workspace, part of the working set;
+    `forward_transient_bytes` the largest a forward alone holds (beside no backward gradient).
     """
 
     terms: tuple[ActivationTerm, ...]
@@ -60,6 +61,7 @@ class StateMemory:
     transient_bytes: float = 0.0
     offloaded_bytes: float = 0.0  # moved to host memory between forward and backward (`offload_split`)
     offloaded_terms: tuple[ActivationTerm, ...] = ()  # the terms moved (their gradients are the backward's)
+    forward_transient_bytes: float = 0.0
 
     @property
     def kept_bytes(self) -> float:
@@ -232,9 +234,10 @@ class MemoryModel:
             kind, self.setup, tuple(terms), tuple(buffer_terms)
         )
         offloaded = sum(t.bytes for t in moved) + sum(b.bytes for b in moved_buffers)
-        transient = 0.0
+        transient = forward_transient = 0.0
         if self.rules.transients_per_stage:
-            transient = max((b.bytes for b in buffer_terms if not b.kept), default=0.0)
+            transient = max((b.bytes for b in buffer_terms if not b.kept and not b.forward_only), default=0.0)
+            forward_transient = max((b.bytes for b in buffer_terms if b.forward_only), default=0.0)
             buffer_terms = tuple(b for b in buffer_terms if b.kept)
         fix = self.correction
         if fix.buffers != 1.0:
@@ -244,7 +247,13 @@ class MemoryModel:
         buffers = Buffers(tuple(buffer_terms), self.setup.buffer_rule)
         activation = sum(t.bytes for t in terms) * fix.activations
         found = self._states[key] = StateMemory(
-            tuple(terms), activation, buffers, transient * fix.working, offloaded * fix.activations, moved
+            tuple(terms),
+            activation,
+            buffers,
+            transient * fix.working,
+            offloaded * fix.activations,
+            moved,
+            forward_transient * fix.working,
         )
         return found
 
@@ -311,13 +320,17 @@ class MemoryModel:
         )
         census = self.census_terms(layer, state, switches)
         working = self.correction.working
+        workspace = max(memory.transient_bytes, memory.forward_transient_bytes)
         if census is not None:  # the census measured what the backward holds (`_ppb.py` `_profile`)
             kept, held_census = census
             extra = max(0.0, held_census - kept) if on_saved else held_census
-            return (extra + parameters) * working + memory.transient_bytes
-        held = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes
-        extra = (held - memory.kept_bytes + self.largest_gradient_bytes(layer) + parameters) * working
-        extra += memory.transient_bytes  # corrected with the state
+            return (extra + parameters) * working + workspace
+        rebuilt = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes - memory.kept_bytes
+        backward = (rebuilt + self.largest_gradient_bytes(layer) + parameters) * working + memory.transient_bytes
+        # a forward's own workspace (ring attention's, frameworks/ring.py): beside what recompute rebuilds and
+        # the parameters (the backward's working set of them, a bound of the forward's), no gradient yet
+        forward = (rebuilt + parameters) * working + memory.forward_transient_bytes
+        extra = max(backward, forward)
         if not on_saved:
             extra += memory.kept_bytes
         else:  # what the layer keeps but frees before this backward (the loss's, on a TAIL); the stage counts it

@@ -113,8 +113,19 @@ def ranking_files(result: SearchResult, folder: str | Path) -> dict[Path, bytes]
     for place, entry in enumerate(result.ranked, start=1):
         stem = f"{place:02d}-{entry.strategy.label(spec)}"
         files.update(_entry_files(spec, entry, folder, stem))
-    files[folder / "search.json"] = (json.dumps(result.to_json(details=True), indent=2) + "\n").encode()
+    files[folder / "search.json"] = (json.dumps(result_json(result, details=True), indent=2) + "\n").encode()
     return files
+
+
+def result_json(result: SearchResult, details: bool = False) -> dict[str, Any]:
+    """`SearchResult.to_json` with each torchtitan plan's `torchtitan` section (`torchtitan_said`), as
+    `ppb balance`'s JSON carries it: `ppb search --json` and `search.json`."""
+    data = result.to_json(details)
+    for shown, entry in zip(data["ranked"], result.ranked, strict=True):
+        said = torchtitan_said(result.spec, entry)
+        if said is not None:
+            shown["plan"] = {**shown["plan"], "torchtitan": said}  # a copy: the ranked plan stays as balanced
+    return data
 
 
 def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:

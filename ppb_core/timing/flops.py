@@ -117,6 +117,8 @@ class Op:
     # A matmul's memory-bound passes outside its GEMM kernel, (forward, backward) HBM bytes: a bias
     # added after the product, its gradient reduced from the output gradient (`_bias_passes`).
     side_bytes: tuple[float, float] = (0.0, 0.0)
+    # The kernels those passes take (forward, backward), where not one each (`ppb_core.timing.launches`).
+    side_kernels: tuple[float, float] = (1.0, 1.0)
     # A matmul's weight elements on this device (0: a product of two activations, attention's BMMs):
     # what a framework accumulating its weight gradient outside the GEMM adds into the main gradient.
     weight_elements: float = 0.0
@@ -683,13 +685,25 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     else:
         scores, context = p + "scores", p + "context"
         # Megatron's unfused core (megatron/core/transformer/dot_product_attention.py, as Megatron-LM
-        # 2022's CoreAttention): Q, K, V are strided views of the fused QKV output (`torch.split`), so
+        # 2022's CoreAttention; TransformerEngine's UnfusedDotProductAttention under the TE spec,
+        # `te_unfused_attention_ops`): Q, K, V are strided views of the fused QKV output (`torch.split`), so
         # their gradients are concatenated back into it (split's backward: read and write them once);
-        # the context is permuted to (s, b, heads, d) with `.contiguous()` (a copy, and its backward).
-        copies = geo.framework == "megatron" and not kind.attention.is_mla
+        # the context is permuted to (s, b, heads, d) with `.contiguous()` (a copy forward, MLA's too; its
+        # backward is views: the gradient reaches the BMM strided, which cuBLAS takes as it is).
+        megatron = geo.framework == "megatron"
+        copies = megatron and not kind.attention.is_mla
+        te_unfused = megatron and geo.transformer_impl == "transformer_engine" and not geo.block_pairs
         q_k_grads = 2 * n * (heads * d_qk + kv_width / 2) * bc if copies else 0.0
         v_grads = 2 * n * (kv_width / 2) * bc if copies else 0.0
-        permute = 2 * n * heads * d_v * bc if copies else 0.0
+        permute = 2 * n * heads * d_v * bc if megatron else 0.0
+        # Both cores form the scores with `torch.baddbmm(..., beta=0.0, alpha=softmax_scale)`; autograd's
+        # baddbmm backward (PyTorch tools/autograd/derivatives.yaml: `maybe_multiply(grad.bmm(...),
+        # alpha)` for batch1 and batch2) scales dQ and dK in a kernel each when alpha is not 1: read
+        # and write each once.
+        alpha = 2 * (n + keys) * heads * d_qk * bc if megatron else 0.0
+        mask = (p + "attention_mask",) if te_unfused else ()
+        if te_unfused:  # rebuilt wherever the softmax runs again (its input)
+            ops.append(te_attention_mask(mask[0], block, queries * s))
         ops.append(
             Op(
                 scores,
@@ -703,21 +717,25 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
-                side_bytes=(0.0, q_k_grads),
+                side_bytes=(0.0, q_k_grads + alpha),
+                side_kernels=(1.0, (1.0 if copies else 0.0) + (2.0 if megatron else 0.0)),
+                # torch.bmm in the compute dtype: FP8 training's autocast does not reach it
+                fp8=False,
             )
         )
         # Scale, causal mask and softmax, fused, written in the compute dtype: read the scores, write the
-        # probabilities; backward read both and write the gradient. Megatron's causal kernel
+        # probabilities; backward read both and write the gradient. Megatron's own causal kernel
         # (scaled_upper_triang_masked_softmax.h: a row's loads stop at the diagonal, `local_seq`; every
-        # element is stored) reads only the lower triangle, half of each read.
-        reads = 0.5 if copies and not geo.block_pairs else 1.0
+        # element is stored) reads only the lower triangle, half of each read; TransformerEngine's
+        # (since v2.0) takes the causal mask as a full mask (`te_unfused_attention_ops`) and reads all.
+        reads = 0.5 if megatron and not te_unfused and not geo.block_pairs else 1.0
         softmax = _elementwise(
             p + "softmax",
             block,
             (reads + 1) * pairs * bc,
             (2 * reads + 1) * pairs * bc,
             switch="softmax",
-            inputs=(scores,),
+            inputs=(scores, *mask),
         )
         ops.append(_torch_softmax(softmax, geo, pairs) if geo.torch_softmax else softmax)
         probs = p + "softmax"
@@ -748,7 +766,8 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 4 * pairs * d_v,
                 2 * (pairs + keys * heads * d_v + n * heads * d_v) * bc,
                 gemm=(queries, mean_keys, d_v, round(sequences), d_v),
-                side_bytes=(permute, permute + v_grads),
+                side_bytes=(permute, v_grads),
+                fp8=False,
             )
         )
     out = context
@@ -844,6 +863,25 @@ def _stepped_ring(
         comms.append(Op(p + "cp_ring_grads", block, COMM, inputs=(context,), backward_comm=grads))
         comms.append(Op(p + "cp_ring_grads_last", block, COMM, inputs=(context,), backward_comm=last))
     return [*comms, *ops], p + "cp_merge"
+
+
+# TransformerEngine's UnfusedDotProductAttention (transformer_engine/pytorch/attention/
+# dot_product_attention/backends.py, d0067d0d; Megatron's TEDotProductAttention under --attention-backend
+# unfused) builds the full mask on every forward (utils.py `get_full_mask`, since v2.1; the causal mask
+# as a sliding window of (s_k, 0)): the int32 difference of two aranges (write 4 bytes an element),
+# `swa_left` and `swa_right` from it (read 4, write 4 each), the two comparisons (read 4, write 1 each),
+# the negation (1 + 1), the `&` (2 + 1) and `torch.logical_not` (1 + 1): 37 bytes per (query, key)
+# element of one [1, 1, s_q, s_k] mask, in 10 kernels (the two aranges' too). Since v2.0 its softmax
+# takes that mask, causal or not, through `scaled_masked_softmax_fwd` (softmax.py
+# `forward_fused_softmax`: "Disable for now" the aligned causal kernel), reading every score.
+TE_MASK_BYTES = 37
+TE_MASK_KERNELS = 10
+
+
+def te_attention_mask(name: str, block: str, elements: float) -> Op:
+    """TransformerEngine's unfused attention mask, built each forward for *elements* (query, key) pairs."""
+    op = _elementwise(name, block, TE_MASK_BYTES * elements, 0.0, transient=True)
+    return dataclasses.replace(op, launches=(float(TE_MASK_KERNELS), 0.0))
 
 
 def _torch_softmax(op: Op, geo: OpGeometry, pairs: float) -> Op:
@@ -1034,8 +1072,21 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     if geo.dispatcher == "allgather":
         ops += _allgather_dispatch(moe, geo, h, (norm, p + "router_topk"), p)
         return _shared_and_residual(ops, kind, moe, geo, norm, p)
+    # Megatron's alltoall dispatcher sorts the tokens it receives by local expert, and back before the
+    # combine (token_dispatcher.py `dispatch_postprocess` / `combine_preprocess`, d98e8a64:
+    # `sort_chunks_by_idxs`, TE's `fused_sort_chunks_by_index` under --moe-permute-fusion, else split and
+    # cat; with capacity padding a transposed `.contiguous()`): with more than one local expert, one more
+    # read and write of the rows each side, each way (their probabilities beside them, router dtype).
+    sorts = geo.framework == "megatron" and geo.dispatcher == "alltoall" and experts > geo.ep
+    sort = 2 * rows * (h * bc + geo.router_bytes) if sorts else 0.0
     ops.append(
-        _elementwise(p + "permute", block, 2 * routed * h * bc, 2 * routed * h * bc, inputs=(norm, p + "router_topk"))
+        _elementwise(
+            p + "permute",
+            block,
+            2 * routed * h * bc + sort,
+            2 * routed * h * bc + sort,
+            inputs=(norm, p + "router_topk"),
+        )
     )
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
@@ -1145,8 +1196,8 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         _elementwise(
             p + "unpermute",
             block,
-            (k + 1) * geo.tokens / geo.tp * h * bc,
-            (k + 1) * geo.tokens / geo.tp * h * bc,
+            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
             inputs=(source,),
         )
     )

@@ -27,9 +27,10 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   main kernel, `flash_bwd_convert_dq_kernel`: csrc/flash_attn/src/flash_bwd_launch_template.h; cuDNN's
   SDPA backward graph likewise preprocesses dO·O first); unfused, each BMM one (its backward two), the
   fused scale-mask-softmax one each way, the attention dropout one (`native_dropout` writes the output
-  and the mask) each way; under ring context parallelism each of the cp ring steps one call
-  (`ppb_core.timing.ring`), TransformerEngine's corrections and P2P exchanges as `flops._stepped_ring`
-  counts them;
+  and the mask) each way; both cores' `baddbmm` scales dQ and dK in a kernel each backward, and
+  TransformerEngine's (the TE spec's) builds its mask every forward (`flops.te_attention_mask`: 10);
+  under ring context parallelism each of the cp ring steps one call (`ppb_core.timing.ring`),
+  TransformerEngine's corrections and P2P exchanges as `flops._stepped_ring` counts them;
 - rotary: fused one kernel for Q and one for K each way; unfused (`--no-rope-fusion`, rope_utils.py
   `_apply_rotary_pos_emb_bshd`, the steps `flops.UNFUSED_ROPE_*` counts in bytes) per tensor t·cos,
   `_rotate_half`'s negation and cat, ·sin, the sum and the final cat (6) forward, their gradients, the
@@ -116,8 +117,8 @@ ROUTER_CASTS = 4  # the gating GEMM's backward under --moe-router-dtype: weight,
 # (`DeviceProfile.host_kernel_us`, the median of dense layers' launches, most of them TE modules'). From the
 # Megatron CI pairs that differ only by --no-rope-fusion (and --rotary-interleaved), golden values of one
 # commit each: 396 more launches an iteration (rope_utils.py's unfused ops), the measured seconds
-# 0.118 → 0.135 s on DGX H100 (93ebf8d72f: 17 ms / 396 = 43 us, 0.49 of 87.3), 0.159 → 0.185 and
-# 0.144 → 0.164 s on DGX A100 (adc69dba2d: 66 and 51 us, 0.56 and 0.43 of 117.7): mean 0.49, to one digit 0.5.
+# 0.118 → 0.135 s on DGX H100 (93ebf8d72f: 17 ms / 396 = 43 us, 0.49 of 86.8), 0.159 → 0.185 and
+# 0.144 → 0.164 s on DGX A100 (adc69dba2d: 66 and 51 us, 0.58 and 0.45 of 113.3): mean 0.51, to one digit 0.5.
 PLAIN_OP_SHARE = 0.5
 PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
@@ -175,7 +176,8 @@ def op_launches(
         else:  # a batched product of two activations: one strided-batched GEMM
             forward, backward = 1.0, 2.0
         side_forward, side_backward = op.side_bytes
-        return forward + (side_forward > 0), backward + (side_backward > 0)
+        kernels_forward, kernels_backward = op.side_kernels
+        return forward + kernels_forward * (side_forward > 0), backward + kernels_backward * (side_backward > 0)
     table = {
         "loss": LOSS_FUSED if cross_entropy_fusion else LOSS,
         "permute": PERMUTE,

@@ -29,8 +29,10 @@ ppb's table under Megatron with TransformerEngine:
   backward's workspace, b·h·s_q·s_kv·2 bytes that TE's `fused_attn_bwd` allocates with `at::empty`
   (a uint8 tensor, filled with 0xFF), on the score op, whose backward carries dQ.
 
+- TransformerEngine's unfused attention (the TE spec's, `flops.te_attention_mask`): its score buffer,
+  b·h·s_q·s_k in the compute dtype, forward (Megatron's own core reuses a global buffer).
 Not counted: Megatron's TorchScript-fused bias-GeLU and bias-dropout-add (which allocator their
-fuser's outputs go through is not established), the unfused attention's score buffers, MLA's
+fuser's outputs go through is not established), MLA's
 attention (its Q, K, V come from other ops), SP's gather buffers, and whatever PyTorch's own ops
 allocate through `torch.empty`.
 """
@@ -61,6 +63,11 @@ def deterministic_fill_bytes(
         elif last == "flash_scores" and dp_workspace and op.attention is not None:
             sequences, queries, mean_keys, _, causal = op.attention
             fills[op.name] = (0.0, dp_workspace_bytes(sequences, queries, mean_keys, causal))
+        elif last == "scores" and op.name[: len(op.name) - len(last)] + "attention_mask" in by_name:
+            # TransformerEngine's unfused core allocates the scores with `torch.empty` (backends.py
+            # `UnfusedDotProductAttention._forward`, `matmul_result`): its bytes of the op's forward traffic
+            m, _, n, groups, _ = op.gemm  # type: ignore[misc]
+            fills[op.name] = (m * n * groups * dtype_bytes, 0.0)
         elif op.category == "memory" and "norm" in last:
             fills[op.name] = (op.bytes / 2, op.backward_bytes / 3)
         elif last in ("flash_context", "rope"):

@@ -135,6 +135,10 @@ class OpTime:
     ms: float
 
 
+# TransformerEngine's compute streams for a grouped GEMM's per-expert GEMMs (`TimeModel._grouped_rounds`).
+TE_COMPUTE_STREAMS = 4
+
+
 class TimeModel:
     """Prices the layers of one run config; implements `ppb_core.payload.sources.TimeSource`.
 
@@ -267,21 +271,38 @@ class TimeModel:
             # FP8 GEMMs: each input is quantized first (`_cast_bytes`): the activations in the forward,
             # the output gradient in the backward (TransformerEngine's casts).
             side_forward, side_backward = op.side_bytes
+            # TE's grouped GEMM runs one cuBLAS GEMM per expert, expert i on compute stream i % 4 (its
+            # tiles share the SMs as the pooled waves price them): a stream's GEMMs one after another
+            # each pay the kernel's fixed time (`_grouped_rounds`)
+            rounds = self._grouped_rounds(op, groups) * kernels.kernel_s * share
             if phase == "forward":
                 cast = self._cast_bytes(op, gradient=False)
-                compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out)
+                compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out) + rounds
                 cast_bytes = cast * m * k * groups * each
                 return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast_bytes + side_forward)
             half = kernels.memory_s(op.backward_bytes / 2)
-            dgrad = max(each * share * kernels.gemm_compute_s(m, k, fused, groups, out), half)
+            dgrad = max(each * share * kernels.gemm_compute_s(m, k, fused, groups, out) + rounds, half)
             dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
-            wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes), half)
+            wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
+
+    def _grouped_rounds(self, op: Op, groups: int) -> int:
+        """The GEMM kernels beyond the first that one of TransformerEngine's compute streams runs in turn
+        for a grouped linear layer (Megatron's TEGroupedMLP): `nvte_multi_stream_cublas_gemm` puts GEMM i
+        on stream i % `TE_COMPUTE_STREAMS` (TE d0067d0d common/gemm/cublaslt_gemm.cu; util/
+        multi_stream.cpp `get_num_compute_streams`: 4), so ceil(groups / 4) − 1 more fixed times: the
+        default path (`general_grouped_gemm`; TE's cuBLASLt grouped-tensor GEMM, f8bda5d0a of May 2026,
+        runs only under Megatron's `moe_use_grouped_tensor`). A batched product of activations (no
+        weights) is one strided-batched kernel."""
+        te = self.run.framework == "megatron" and self.run.timing.transformer_impl == "transformer_engine"
+        if not te or op.sequential or not op.weight_elements or groups <= 1:
+            return 0
+        return -(-groups // TE_COMPUTE_STREAMS) - 1
 
     def _gemm_kernels(self, op: Op) -> Kernels:
         """The kernels an op's GEMM runs on: FP8 ones under FP8 training unless the framework keeps it

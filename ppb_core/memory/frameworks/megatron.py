@@ -12,10 +12,12 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `ln_out`, frees `ln_out_total` after the forward GEMM and gathers again in the backward
   (`ctx.ln_out_needs_gather`). The gathered copy is a workspace of one linear at a time:
   `T·width·bc`, in the forward and again in the backward.
-* **Ring attention keeps only the local key/value chunk.** Transformer Engine's
+* **Ring attention keeps one key/value chunk.** Transformer Engine's
   `AttnFuncWithCPAndKVP2P` (transformer_engine/pytorch/attention/dot_product_attention/
-  context_parallel.py) saves the local q, kv, out and softmax statistics; its backward
-  circulates the key/value chunks around the ring again.
+  context_parallel.py) saves q, the last chunk received (freeing the local one), out and the softmax
+  statistics; its backward circulates the key/value chunks around the ring again. What its forward
+  and backward hold meanwhile (every step's K, V and output; the dQ and K, V / dK, dV buffers) is
+  `ring.py`'s.
 * **Workspaces are held once per stage.** All-to-all staging, ring buffers, gradient buckets and
   the gathered inputs above live while one layer's pass runs; they are the largest of a stage's
   layers in its working set, not a sum over its layers.
@@ -207,6 +209,7 @@ from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
+from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
@@ -542,6 +545,7 @@ class MegatronRules(FrameworkRules):
         buffers: tuple[BufferTerm, ...],
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         buffers = megatron_buffers(buffers, setup, getattr(kind, "hidden_size", 0))
+        buffers = framework_ring(buffers, kind, setup, te_ring_terms)
         if isinstance(kind, TailKind) and "moe" in modules:  # the MTP layers' MoE blocks are checkpointed too
             buffers = tuple(b for b in buffers if not (b.kept and ".moe." in f".{b.name}"))
         if state is LayerType.SEL_REC_LAYER and modules and isinstance(kind, BodyKind):

@@ -84,6 +84,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   gradient, eager and compiled). The TAIL's working set does not stand on them.
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread), allocated once and kept on every stage.
+* **Context parallelism** (torch 2.13's `context_parallel`, `ring.py`): the SDPA node keeps the local
+  q, k, v, output and log-sum-exp only; the forward's gathered K, V and fp32 merges and the backward's
+  second gather and fp32 dQ, dK, dV sums are workspaces of one layer's attention.
 * **Pipeline receive buffers** (torch/distributed/pipelining/stage.py, torch 2.13, `PipelineStage.
   _setup_forward_recv_info` and `_create_grad_recv_info`): every pipeline stage but the first
   allocates one activation receive buffer per micro-batch, every stage but the last one output-
@@ -101,6 +104,7 @@ from collections.abc import Collection, Mapping, Sequence
 from ppb_core.memory.activations import STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.frameworks.ring import framework_ring, torch_ring_terms
 from ppb_core.memory.frameworks.workspaces import torch_training_workspace_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, _shard
@@ -348,6 +352,7 @@ class TorchtitanRules(FrameworkRules):
     ) -> tuple[tuple[ActivationTerm, ...], tuple[BufferTerm, ...]]:
         # FSDP2's gradient reduce-scatter is in parameter_working_bytes, not a per-layer bucket.
         buffers = tuple(b for b in buffers if b.name != "dp.gradient_bucket")
+        buffers = framework_ring(buffers, kind, setup, torch_ring_terms)  # nothing received is kept
         if state is LayerType.SEL_REC_LAYER and "op" in modules and op_policy_supported(kind):
             # the all-gathers are not in the save list: the gathered inputs are rebuilt in the backward
             return op_policy_terms(kind, setup), tuple(b for b in buffers if not b.kept)  # type: ignore[arg-type]

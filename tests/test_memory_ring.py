@@ -1,0 +1,96 @@
+"""Ring attention's memory as Megatron-Core (TransformerEngine) and torchtitan (PyTorch) hold it.
+
+DENSE with one key/value head (h 64, 4 query heads of 16), micro-batch 1, s = 32·cp: every rank holds
+T = 32 tokens. Q = O = 32·4·16·2 = 4096 bytes (queries, output), C = 32·(2·1·16)·2 = 2048 (keys and values).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_memory_runs import DENSE, body, make_run, model
+
+from ppb_core.memory.frameworks.ring import ring_bytes, te_ring_terms, torch_ring_terms
+from ppb_core.model.switches import KEEP_ALL, LayerType
+
+NOT, SEL, FULL = LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER
+SPEC = {**DENSE, "num_key_value_heads": 1}
+Q = O = 4096
+C = 2048
+
+
+def _run(framework: str, cp: int):
+    return make_run(SPEC, parallel={"cp": cp}, training={"seq_length": 32 * cp}, framework=framework)
+
+
+def test_ring_bytes_by_hand():
+    run = _run("megatron", 2)
+    memory = model(run)
+    assert ring_bytes(body(run).kind, memory.setup) == (Q, O, C)
+
+
+@pytest.mark.parametrize(
+    "cp, forward, backward",
+    [
+        # TE d0067d0d AttnFuncWithCPAndKVP2P: forward p2p_comm_buffers + out_per_step, cp·(C + O);
+        # backward dq_buffer (Q) + two (2, C) buffers (4·C)
+        (2, 2 * (C + O), Q + 4 * C),  # 12288, 12288
+        (4, 4 * (C + O), Q + 4 * C),  # 24576, 12288
+    ],
+)
+def test_megatron_ring_workspaces(cp, forward, backward):
+    run = _run("megatron", cp)
+    memory = model(run)
+    terms = {t.name: t.bytes for t in te_ring_terms(body(run).kind, memory.setup)}
+    assert terms == {"attention.ring_forward_steps": forward, "attention.ring_backward_buffers": backward}
+    held = memory.state_memory(body(run), NOT)
+    assert held.buffers.kept_bytes() == 0  # TE keeps the last chunk received in place of the local one
+    assert (held.forward_transient_bytes, held.transient_bytes) == (forward, backward)
+
+
+@pytest.mark.parametrize(
+    "cp, forward, backward",
+    [
+        # torch 2.13 _templated_ring_attention: gathered K, V (cp·C) + the fp32 merge (9·O less the kept O);
+        # backward: fp32 dQ (2·Q), gathered K, V (cp·C), the send cat (C), fp32 dK/dV exchange (8·C), half-chunk
+        # step dK, dV (C/2): 2·2048 + 8·4096 = 36864 and 2·4096 + 10.5·2048 = 29696 at cp 2
+        (2, 2 * C + 8 * O, 2 * Q + 10.5 * C),
+        (4, 4 * C + 8 * O, 2 * Q + 12.5 * C),  # 40960, 33792
+    ],
+)
+def test_torchtitan_ring_workspaces(cp, forward, backward):
+    run = _run("torchtitan", cp)
+    memory = model(run)
+    terms = {t.name: t.bytes for t in torch_ring_terms(body(run).kind, memory.setup)}
+    assert terms == {"attention.ring_forward_merge": forward, "attention.ring_backward_sums": backward}
+    held = memory.state_memory(body(run), NOT)
+    assert held.buffers.kept_bytes() == 0  # SAPP's 1·C received chunk a micro-batch is not kept
+    assert (held.forward_transient_bytes, held.transient_bytes) == (forward, backward)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_ring_workspaces_stay_under_recompute(framework):
+    # a workspace of the pass: no switch drops it, and full recompute runs the forward again
+    run = _run(framework, 2)
+    memory = model(run)
+
+    def both(state, switches=None):
+        held = memory.state_memory(body(run), state, switches)
+        return held.forward_transient_bytes, held.transient_bytes
+
+    assert both(SEL, dict(KEEP_ALL, gather=0)) == both(FULL) == both(NOT)
+
+
+def test_forward_workspace_is_charged_without_the_backward_gradient():
+    # torchtitan cp 4 (forward 40960, backward 33792) with an MLP of 16 (fused gate/up 32 wide): the largest
+    # gradient is a hidden-wide one (q, the attention output, the layer's input), 32·64·2 = 4096. Nothing
+    # recomputed, replicated (zero 0: no FSDP parameters to gather): the backward holds 4096 + 33792 = 37888,
+    # the forward its 40960 alone.
+    run = make_run(
+        {**SPEC, "intermediate_size": 16},
+        parallel={"cp": 4, "zero": 0},
+        training={"seq_length": 128},
+        framework="torchtitan",
+    )
+    memory = model(run)
+    assert memory.largest_gradient_bytes(body(run)) == 4096
+    assert memory.working_extra_bytes(body(run), NOT, None, 2, True) == max(4096 + 33792, 40960) == 40960
