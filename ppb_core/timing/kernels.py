@@ -147,10 +147,12 @@ class Kernels:
         deterministic: bool = False,
         transformer_engine: bool = True,
         fused_norm: bool = False,
+        sdpa_backend: str = "flash",
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
-        (FlashAttention-2) and eager element-wise kernels unless torch.compile fuses them. With
+        (*sdpa_backend*: FlashAttention-2, or cuDNN attention) and eager element-wise kernels unless
+        torch.compile fuses them. With
         *matmul_dtype* fp8 the GEMMs run on the FP8 tensor cores at their own measured ceiling
         (attention stays in *dtype*). *deterministic* (Megatron's --deterministic-mode with
         NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
@@ -167,7 +169,11 @@ class Kernels:
         deterministic fused backend (the same function): not modelled."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
-        flash2 = titan or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
+        # torchtitan's SDPA: FlashAttention-2, or cuDNN attention (`timing.sdpa_backend`) at the device's
+        # rates; PyTorch refuses cuDNN under deterministic algorithms (sdp_utils.cpp `check_cudnn_deterministic`)
+        flash2 = (titan and (sdpa_backend == "flash" or deterministic)) or (
+            deterministic and framework == "megatron" and device.compute_capability < 9.0
+        )
         cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         return cls(
             flops_per_s=device.peak_flops(dtype),
