@@ -28,6 +28,10 @@ LLAMA3_405B = {
 }
 
 
+# What torchtitan ran before v0.2.2 where ppb's defaults follow v0.2.2 (docs/frameworks.md, torchtitan versions)
+BEFORE_V022: dict[str, Any] = {"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"}
+
+
 def torchtitan_run(
     name: str,
     spec: dict[str, Any],
@@ -43,7 +47,11 @@ def torchtitan_run(
     Every published torchtitan run priced here ran before torchtitan passed its own `early_stop`
     (25413d224, 2025-08-29; 1ea476e9f to 820504e wrap blocks with `ptd_checkpoint_wrapper(module,
     preserve_rng_state=False)` and the per-op context alone), so torch.utils.checkpoint's default
-    early stop applied to its checkpointed blocks."""
+    early stop applied to its checkpointed blocks. They also ran before torchtitan passed `enable_gqa`
+    (ff0829c10, 2026-01-27: `repeat_kv` copies K and V), before cuDNN attention came first on an A100
+    or H100 (6a3a9da95, 2025-10-09: FlashAttention-2) and with an eager RMSNorm (torchtitan's own
+    norms.py before 3b39d7ab0; the later runs' nn.RMSNorm is compiled): `BEFORE_V022`, which a row's
+    own timing settings extend."""
     if recompute == "full":
         recompute = {"mode": "full"}
     if isinstance(recompute, dict) and recompute.get("mode") != "none":
@@ -62,6 +70,7 @@ def torchtitan_run(
             "recompute": recompute,
         },
         "device": device,
+        "timing": dict(BEFORE_V022),
     }
 
 

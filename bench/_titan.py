@@ -63,7 +63,7 @@ def _row(
 ) -> dict[str, Any]:
     name = f"torchtitan {label}"
     raw = torchtitan_run(name, spec, parallel, seq, local_batch // micro_batches, micro_batches, recompute, device)
-    raw["timing"] = timing
+    raw["timing"] |= timing
     return {
         "name": name,
         "source": source,

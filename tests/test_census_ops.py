@@ -1,9 +1,11 @@
 """torchtitan's eager step counted aten op by aten op (ppb_core.census.ops) against ppb's op table.
 
-The counter runs torchtitan 9dec370's Llama block, loss and embedding on the meta device and records
-every aten op's launch and bytes; ppb's torchtitan pricing (ppb_core.timing.flops, the eager factors
-of ppb_core.timing.kernels) must move the same bytes. Per-op figures are checked against hand
-derivations from autograd's formulas (PyTorch tools/autograd/derivatives.yaml).
+The counter runs torchtitan's Llama block at 9dec370 and at v0.2.2, its loss and embedding on the meta
+device and records every aten op's launch and bytes; ppb's torchtitan pricing (ppb_core.timing.flops,
+the eager factors of ppb_core.timing.kernels) must move the same bytes, with 9dec370's ops where the
+run says so (`timing`: norm_type rmsnorm, repeat_kv, sdpa_backend flash) and v0.2.2's by default.
+Per-op figures are checked against hand derivations from autograd's formulas (PyTorch
+tools/autograd/derivatives.yaml).
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ BATCH, SEQ = 2, 512
 ELEMENTS = BATCH * SEQ * DIMS.hidden  # n·h: the unit the per-token figures are in
 
 
-def _run(recompute: dict, compile_: bool = False, vocab: int = 128256):
+# torchtitan 9dec370's kernels in ppb's words (bench/_public.py BEFORE_V022); v0.2.2's are the defaults
+BEFORE_V022 = {"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"}
+
+
+def _run(recompute: dict, compile_: bool = False, vocab: int = 128256, version: str = "9dec370"):
+    timing = {"torch_compile": compile_, **(BEFORE_V022 if version == "9dec370" else {})}
     return parse_run_config(
         {
             "framework": "torchtitan",
@@ -59,18 +66,20 @@ def _run(recompute: dict, compile_: bool = False, vocab: int = 128256):
             "parallel": {"zero": 3, "fsdp": True, "dp": 8},
             "training": {"seq_length": SEQ, "micro_batch_size": BATCH, "recompute": recompute, "flash_attention": True},
             "device": {"name": "h100-80gb"},
-            "timing": {"torch_compile": compile_},
+            "timing": timing,
         },
         "titan.yaml",
     )
 
 
-def _priced_elementwise(ops) -> tuple[float, float]:
+def _priced_elementwise(ops, fused_norm: bool = False) -> tuple[float, float]:
     """ppb's eager element-wise bytes of a layer (forward, backward): its memory ops with the eager
-    factors, and the backward's passes priced beside the matmuls (`side_bytes`)."""
+    factors (a fused norm's own bytes under *fused_norm*), and the backward's passes priced beside the
+    matmuls (`side_bytes`)."""
     forward = backward = 0.0
     for op in ops:
-        factor = EAGER_TRAFFIC[op.fusion] if op.fusion else (1.0, 1.0)
+        fused = not op.fusion or (op.fusion == "norm" and fused_norm)
+        factor = (1.0, 1.0) if fused else EAGER_TRAFFIC[op.fusion]
         if op.category == MEMORY:
             forward += op.bytes * factor[0]
             backward += op.backward_bytes * factor[1]
@@ -103,6 +112,33 @@ def test_the_block_s_elementwise_bytes_are_what_torchtitan_runs():
     assert backward == pytest.approx((184 + 25 + 5 + 12 + 18 * width + 18) * ELEMENTS)
 
 
+def test_v0_2_2_s_block_is_what_ppb_prices_by_default():
+    """torchtitan v0.2.2: nn.RMSNorm as PyTorch's fused kernel, SDPA with enable_gqa (no repeat_kv)."""
+    counted = count_block(DIMS, BATCH, SEQ, "none", version="v0.2.2")
+    run = _run({"mode": "none"}, version="v0.2.2")
+    model = TimeModel(run)
+    assert model.kernels.fused_norm
+    forward, backward = _priced_elementwise(model.ops(_body(run)), fused_norm=True)
+    # what ppb leaves out (per row: rstd; per table: the rotary table and its conjugate copies, 0.39
+    # bytes per token and hidden unit here) is the same as at 9dec370, against totals half as large
+    assert counted.elementwise_bytes("forward") == pytest.approx(forward, rel=4e-3)
+    assert counted.elementwise_bytes("backward") == pytest.approx(backward, rel=4e-3)
+    # by hand, per token and hidden unit: forward each norm reads x and writes y (2 + 2), rotary
+    # 20 · 1.25, residual adds 12, SwiGLU 10 on the width: 80; backward each norm reads dy and x and
+    # writes dx (2 + 2 + 2), rotary 25, residual sums 12, SwiGLU 18 on the width, input-gradient sums 18
+    width = DIMS.ffn / DIMS.hidden
+    assert forward == pytest.approx((8 + 25 + 12 + 10 * width) * ELEMENTS)
+    assert backward == pytest.approx((12 + 25 + 12 + 18 + 18 * width) * ELEMENTS)
+    assert "repeat_kv" not in {op.name.split(".")[-1] for op in model.ops(_body(run))}
+    # K and V reach the attention kernel at their 8 heads: its gradients for them are 1/4 of q's
+    grads = counted.count("backward", "_scaled_dot_product_cudnn_attention_backward")
+    head = BATCH * SEQ * DIMS.head_dim * 2
+    assert grads.written_bytes == (DIMS.heads + 2 * DIMS.kv_heads) * head
+    # forward launches: 2 fused norms, 7 matmuls, rotary 3 each on q and k, the cuDNN kernel, 2 residual
+    # adds, silu and the product: 20
+    assert counted.launches("forward") == 20
+
+
 def test_the_launches_of_a_block_by_hand():
     """Forward: each norm 8 kernels (float, pow, mean, + eps, rsqrt, ·, type_as, · weight), 7 matmuls,
     rotary 3 each on q and k, repeat_kv's 2 copies, the flash kernel, 2 residual adds, silu and the
@@ -116,19 +152,20 @@ def test_the_launches_of_a_block_by_hand():
     }
 
 
+@pytest.mark.parametrize("version", ["9dec370", "v0.2.2"])
 @pytest.mark.parametrize("early_stop", [True, False])
 @pytest.mark.parametrize("ac", ["op", "full"])
-def test_the_recompute_is_what_torchtitan_s_checkpoint_replays(ac, early_stop):
-    plain = count_block(DIMS, BATCH, SEQ, "none")
-    counted = count_block(DIMS, BATCH, SEQ, ac, early_stop)
+def test_the_recompute_is_what_torchtitan_s_checkpoint_replays(ac, early_stop, version):
+    plain = count_block(DIMS, BATCH, SEQ, "none", version=version)
+    counted = count_block(DIMS, BATCH, SEQ, ac, early_stop, version)
     recomputed_bytes = counted.elementwise_bytes("backward") - plain.elementwise_bytes("backward")
     recomputed_flops = counted.count("backward", "mm").flops - plain.count("backward", "mm").flops
     recompute = {"mode": "full"} if ac == "full" else {"mode": "selective", "option": "op"}
-    run = _run({**recompute, "early_stop": early_stop})
+    run = _run({**recompute, "early_stop": early_stop}, version=version)
     model = TimeModel(run)
     state = LayerType.FULL_REC_LAYER if ac == "full" else LayerType.SEL_REC_LAYER
     rerun = model._rerun(_body(run), state, None)
-    priced_bytes = _priced_elementwise(op for op in rerun if op.category == MEMORY)[0]
+    priced_bytes = _priced_elementwise((op for op in rerun if op.category == MEMORY), model.kernels.fused_norm)[0]
     priced_flops = sum(op.flops for op in rerun if op.category == MATMUL and op.attention is None)
     assert recomputed_bytes == pytest.approx(priced_bytes, rel=2e-3)
     assert recomputed_flops == pytest.approx(priced_flops)

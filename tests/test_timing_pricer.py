@@ -424,7 +424,8 @@ def _titan_llama(compiled: bool):
         "models": [{"name": "llm", "spec": spec}],
         "training": {"seq_length": 2048, "flash_attention": True},
         "device": ROUND_DEVICE,
-        "timing": {"torch_compile": compiled},
+        # torchtitan 9dec370's kernels: eager RMSNorm, repeat_kv before FlashAttention-2
+        "timing": {"torch_compile": compiled, "norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"},
     }
     return parse_run_config(raw)
 

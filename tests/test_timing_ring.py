@@ -27,7 +27,8 @@ LLAMA_8B_LAYER = {
 }
 
 
-def _ops(framework: str, cp: int, s: int = 1024) -> dict:
+def _ops(framework: str, cp: int, s: int = 1024, repeat_kv: bool = True) -> dict:
+    """One layer's ops; torchtitan's with *repeat_kv* as before ff0829c10 (its published CP runs)."""
     run = parse_run_config(
         {
             "name": "x",
@@ -36,6 +37,7 @@ def _ops(framework: str, cp: int, s: int = 1024) -> dict:
             "parallel": {"cp": cp, "dp": 8 // cp},
             "training": {"seq_length": s, "micro_batch_size": 1, "flash_attention": True},
             "device": {"name": "h100-80gb"},
+            "timing": {"repeat_kv": repeat_kv} if framework == "torchtitan" else {},
         }
     )
     ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
@@ -115,6 +117,11 @@ def test_what_each_framework_s_ring_sends():
     assert (grads.backward_comm.payload_bytes, grads.backward_comm.exchanges) == (16_777_216, 1)
     assert (last.backward_comm.payload_bytes, last.backward_comm.partner) == (16_777_216, None)
     assert titan["flash_scores"].ring == titan["flash_context"].ring == 2
+    # v0.2.2 (enable_gqa): PyTorch's ring (torch 2.13 _context_parallel/_attention.py) gathers K and V
+    # as SDPA gets them, at the 8 heads: a quarter of the above, 4,194,304 bytes
+    gqa = _ops("torchtitan", 2, repeat_kv=False)
+    assert gqa["cp_ring"].forward_comm.payload_bytes == 4_194_304
+    assert gqa["cp_ring_grads_last"].backward_comm.payload_bytes == 4_194_304
     # Megatron sends the 8 KV heads: 512 · 8 · 2 · 128 · 2 B = 2,097,152 a step (one step at cp 2);
     # the backward K, V at step 0 and dK, dV at step 1: twice that, in 2 exchanges.
     mega = _ops("megatron", 2)["cp_ring"]
@@ -139,6 +146,7 @@ def test_torchtitan_s_all_gather_hides_behind_step_0_only():
             "parallel": {"cp": 2, "tp": 8, "dp": 1, "sequence_parallel": True},
             "training": {"seq_length": 2048, "micro_batch_size": 1, "flash_attention": True},
             "device": {"name": "h100-80gb"},
+            "timing": {"repeat_kv": True},  # K, V widened, as before ff0829c10
         }
     )
     model = TimeModel(run)

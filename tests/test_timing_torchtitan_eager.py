@@ -8,6 +8,7 @@ import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
@@ -91,3 +92,43 @@ def test_fused_rmsnorm_prices_the_triton_kernel_s_bytes():
         assert prices["norm1"].backward_ms == pytest.approx(backward * elements / hbm * 1e3)
         # q and k: 2048 tokens × (16 + 4) heads of 64, 20 bytes an element each way
         assert prices["rope"].forward_ms == pytest.approx(20 * TOKENS * 20 * 64 / hbm * 1e3)
+
+
+def _default_titan(timing: dict | None = None):
+    """A torchtitan run with only *timing* set: v0.2.2's kernels unless it says otherwise."""
+    return parse_run_config(
+        {
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "parallel": {"dp": 2, "zero": 3, "fsdp": True},
+            "training": {"seq_length": TOKENS, "micro_batch_size": 1},
+            "device": {"name": "h100-80gb"},
+            "timing": timing or {},
+        }
+    )
+
+
+def test_a_torchtitan_run_prices_v0_2_2_s_kernels_by_default():
+    """v0.2.2 (73a0e697): nn.RMSNorm, PyTorch's fused kernel (4 and 6 bytes an element); SDPA with
+    enable_gqa (ff0829c10: no repeat_kv op) under its cuDNN-first priority (6a3a9da95), priced at the
+    device's cuDNN rates (H100: 0.602 and 0.522 of peak, FlashAttention-2 0.374 and 0.326)."""
+    new, old = _default_titan(), _default_titan({"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"})
+    new_model, old_model = TimeModel(new), TimeModel(old)
+    new_prices, old_prices = new_model.op_prices(_body(new)), old_model.op_prices(_body(old))
+    assert "repeat_kv" not in new_prices and "repeat_kv" in old_prices
+    assert new_prices["norm1"].forward_ms / old_prices["norm1"].forward_ms == pytest.approx(4 / 36)
+    assert new_prices["norm1"].backward_ms / old_prices["norm1"].backward_ms == pytest.approx(6 / 92)
+    assert (new_model.kernels.attention_forward, new_model.kernels.attention_backward) == (0.602, 0.522)
+    assert (old_model.kernels.attention_forward, old_model.kernels.attention_backward) == (0.374, 0.326)
+    # PyTorch refuses cuDNN attention under deterministic algorithms (sdp_utils.cpp check_cudnn_deterministic)
+    assert TimeModel(_default_titan({"deterministic": True})).kernels.attention_forward == 0.374
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("norm_type", "fused"), ("sdpa_backend", "efficient"), ("repeat_kv", "sometimes")]
+)
+def test_a_bad_torchtitan_kernel_setting_is_one_line(field, value):
+    with pytest.raises(InputError) as caught:
+        _default_titan({field: value})
+    message = str(caught.value)
+    assert "\n" not in message and f"timing.{field}" in message

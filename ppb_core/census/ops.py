@@ -36,7 +36,14 @@ from torch.utils._pytree import tree_flatten
 from ppb_core.census.torchtitan import BlockDims, wrapped
 
 MATMULS = frozenset({"mm", "bmm", "addmm"})
-ATTENTION = frozenset({"_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward"})
+ATTENTION = frozenset(
+    {
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_cudnn_attention_backward",
+    }
+)
 NO_KERNEL = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "_unsafe_view"})
 # Ops that read one row (or element) of a source argument per output row, not the whole source: the
 # embedding's lookup reads the looked-up rows of its table, the loss's gather one logit a row; and
@@ -173,13 +180,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 
 
 class TitanBlock(nn.Module):
-    """model.py `TransformerBlock` at 9dec370 (our code, its op sequence)."""
+    """model.py `TransformerBlock` at 9dec370 or v0.2.2 (our code, its op sequence): *version* picks the
+    norm and how K and V reach SDPA."""
 
-    def __init__(self, dims: BlockDims) -> None:
+    def __init__(self, dims: BlockDims, version: str = "9dec370") -> None:
         super().__init__()
         self.dims = dims
+        self.v022 = version == "v0.2.2"
         h, d = dims.hidden, dims.head_dim
-        self.attention_norm, self.ffn_norm = EagerRMSNorm(h), EagerRMSNorm(h)
+        norm = NativeRMSNorm if self.v022 else EagerRMSNorm
+        self.attention_norm, self.ffn_norm = norm(h), norm(h)
         self.wq = nn.Linear(h, dims.heads * d, bias=False)
         self.wk = nn.Linear(h, dims.kv_heads * d, bias=False)
         self.wv = nn.Linear(h, dims.kv_heads * d, bias=False)
@@ -196,11 +206,92 @@ class TitanBlock(nn.Module):
         k = self.wk(normed).view(batch, seq, -1, d)
         v = self.wv(normed).view(batch, seq, -1, d)
         q, k = rotate(q, table), rotate(k, table)
-        k, v = repeat_kv(k, times), repeat_kv(v, times)
-        out = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        if self.v022:
+            out = cudnn_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        else:
+            k, v = repeat_kv(k, times), repeat_kv(v, times)
+            out = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         h = x + self.wo(out.transpose(1, 2).contiguous().view(batch, seq, -1))
         normed = self.ffn_norm(h)
         return h + self.w2(F.silu(self.w1(normed)) * self.w3(normed))
+
+
+# torchtitan v0.2.2's Llama (73a0e697 models/llama3/model/model.py), on the meta device -----------------
+# Two changes since 9dec370 reach the block's kernels: torch.nn.RMSNorm (3b39d7ab0), which on CUDA
+# dispatches to PyTorch's fused kernel (native/layer_norm.cpp `rms_norm_symint` → `_fused_rms_norm`,
+# pytorch#153666; torch 2.13), and SDPA with `enable_gqa=True` (ff0829c10): K and V stay at their heads,
+# and ScaledDotProductAttentionWrapper (models/attention.py) puts cuDNN attention first, which takes
+# GQA (pytorch sdp_utils.cpp `can_use_cudnn_attention`). The meta device has no `_fused_rms_norm`
+# kernel (it decomposes into the eager ops), so the two CUDA kernels are stood in for by ops with its
+# schema (aten::_fused_rms_norm and _fused_rms_norm_backward): what each reads and writes is counted
+# from their tensors as for any op.
+
+
+@torch.library.custom_op("ppb_census::fused_rms_norm", mutates_args=())
+def _fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten::_fused_rms_norm's outputs: the normalised, scaled rows and each row's fp32 rstd."""
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (x.float() * rstd).type_as(x) * weight, rstd
+
+
+@_fused_rms_norm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+@torch.library.custom_op("ppb_census::fused_rms_norm_backward", mutates_args=())
+def _fused_rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten::_fused_rms_norm_backward: reads the output gradient, the input, rstd and the weight; writes
+    the input's and the weight's gradients."""
+    normed = x.float() * rstd
+    dnormed = grad.float() * weight.float()
+    dx = rstd * (dnormed - normed * (dnormed * normed).mean(-1, keepdim=True))
+    return dx.type_as(x), (grad.float() * normed).flatten(0, -2).sum(0).type_as(weight)
+
+
+@_fused_rms_norm_backward.register_fake
+def _(
+    grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(weight)
+
+
+def _norm_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, output[1], weight)
+    ctx.set_materialize_grads(False)  # rstd gets no gradient: no zero tensor made for it
+
+
+def _norm_backward(ctx: Any, grad: torch.Tensor, _rstd_grad: Any) -> tuple:
+    x, rstd, weight = ctx.saved_tensors
+    dx, dweight = _fused_rms_norm_backward(grad, x, rstd, weight)
+    return dx, dweight, None
+
+
+_fused_rms_norm.register_autograd(_norm_backward, setup_context=_norm_setup)
+
+
+class NativeRMSNorm(nn.Module):
+    """torch.nn.RMSNorm as CUDA runs it in torch 2.13: one fused kernel each way."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _fused_rms_norm(x, self.weight, self.eps)[0]
+
+
+def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """What v0.2.2's `F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)` runs on an
+    H100 in bf16 under its backend priority: cuDNN attention, K and V at their own heads."""
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True)[0]
+
+
+VERSIONS = ("9dec370", "v0.2.2")
 
 
 def _table(dims: BlockDims, seq: int) -> torch.Tensor:
@@ -215,12 +306,14 @@ def _run(fn: Callable[[OpCounter], None]) -> Census:
     return census
 
 
-def count_block(dims: BlockDims, batch: int, seq: int, ac: str = "none", early_stop: bool = True) -> Census:
+def count_block(
+    dims: BlockDims, batch: int, seq: int, ac: str = "none", early_stop: bool = True, version: str = "9dec370"
+) -> Census:
     """One block's forward and backward on *batch* × *seq* tokens under torchtitan's *ac* (none, op,
     full: `ppb_core.census.torchtitan.wrapped`, *early_stop* as there), bf16 as FSDP2's param_dtype
-    computes it."""
+    computes it, with torchtitan *version*'s model code (`VERSIONS`)."""
     with torch.device("meta"):
-        block = TitanBlock(dims).to(torch.bfloat16)
+        block = TitanBlock(dims, version).to(torch.bfloat16)
     module = wrapped(block, ac, early_stop)  # type: ignore[arg-type]
     x = torch.empty(batch, seq, dims.hidden, dtype=torch.bfloat16, device="meta", requires_grad=True)
     grad = torch.empty(batch, seq, dims.hidden, dtype=torch.bfloat16, device="meta")

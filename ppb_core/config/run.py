@@ -423,6 +423,9 @@ class Device(StrictModel):
         None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
     memory_efficiency: Efficiency | None = None
+    eager_memory_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share PyTorch's eager element-wise kernels reach (0: memory_efficiency)"
+    )
     comm_efficiency: Efficiency | None = None
     nic_efficiency: Efficiency | None = Field(None, description="NCCL's share of a NIC's rate (else comm_efficiency)")
     collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")
@@ -496,11 +499,24 @@ class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
     torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
-    norm_type: Literal["rmsnorm", "fused_rmsnorm"] = Field(
-        "rmsnorm",
-        description="torchtitan's [model] norm_type before 5078e92e4 (2025-04-17): fused_rmsnorm runs RMSNorm as "
-        "one Triton kernel each way (torchtitan/models/norms.py FusedRMSNorm), rmsnorm as eager PyTorch ops; "
-        "later torchtitan's nn.RMSNorm runs PyTorch's fused CUDA kernel, priced as fused_rmsnorm",
+    norm_type: Literal["nn_rmsnorm", "rmsnorm", "fused_rmsnorm"] = Field(
+        "nn_rmsnorm",
+        description="torchtitan's RMSNorm: nn_rmsnorm (torch.nn.RMSNorm, from 3b39d7ab0, 2025-03-19; on CUDA "
+        "PyTorch's fused kernel aten._fused_rms_norm, pytorch#153666, one kernel each way), rmsnorm (eager "
+        "PyTorch ops: torchtitan's models/norms.py RMSNorm before it, or nn.RMSNorm on a PyTorch without the "
+        "fused kernel), fused_rmsnorm (its Triton FusedRMSNorm, [model] norm_type before 5078e92e4, 2025-04-17)",
+    )
+    repeat_kv: bool = Field(
+        False,
+        description="torchtitan copies K and V out to every query head before SDPA (model.py `repeat_kv`) "
+        "instead of passing enable_gqa: its Llama models until ff0829c10 (2026-01-27)",
+    )
+    sdpa_backend: Literal["cudnn", "flash"] = Field(
+        "cudnn",
+        description="the kernel torchtitan's SDPA runs: cudnn (cuDNN attention, first in v0.2.2's models/"
+        "attention.py ScaledDotProductAttentionWrapper on every GPU from 6a3a9da95, 2025-10-09, on B200 from "
+        "3b85aa31f; PyTorch's can_use_cudnn_attention takes GQA) or flash (FlashAttention-2, PyTorch's first "
+        "choice before)",
     )
     compile_loss: bool | None = Field(
         None,

@@ -183,6 +183,8 @@ class OpGeometry(Geometry):
     # torchtitan without torch.compile: element-wise work as PyTorch's eager kernels (`EAGER_TRAFFIC`)
     # and autograd's sums of the input gradients of linears that share an input (`_shared_input_sums`)
     eager: bool = False
+    # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
+    repeat_kv: bool = False
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -209,6 +211,7 @@ class OpGeometry(Geometry):
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
+            repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -636,10 +639,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     causal = 0.0 if geo.block_pairs else 1.0  # a language model's mask; a vision encoder's blocks are whole
     ops: list[Op] = []
     kv_heads = 0 if att.is_mla else kv_heads_per_rank(att.num_kv_heads, geo.tp)
-    if geo.framework == "torchtitan" and 0 < kv_heads < heads:
-        # torchtitan's `repeat_kv` (torchtitan/models/llama/model.py: unsqueeze, expand, reshape) copies
-        # K and V out to every query head before SDPA: reads kv heads, writes all heads, for each; its
-        # backward sums the heads' gradients back (reads all, writes kv heads).
+    if geo.repeat_kv and 0 < kv_heads < heads:
+        # torchtitan's `repeat_kv` (torchtitan/models/llama/model.py at 9dec370: unsqueeze, expand, reshape)
+        # copies K and V out to every query head before SDPA: reads kv heads, writes all heads, for each;
+        # its backward sums the heads' gradients back (reads all, writes kv heads). From ff0829c10
+        # (2026-01-27; v0.2.2) it passes `enable_gqa=True` instead, which SDPA's kernels take as is.
         copied = 2 * n * (kv_heads + heads) * att.head_dim * bc
         ops.append(_elementwise(p + "repeat_kv", block, copied, copied, inputs=(*qk, *v)))
     if geo.flash_attention:
@@ -811,8 +815,9 @@ def _stepped_ring(
     (PyTorch's `context_parallel`) run it (`ppb_core.timing.ring`): the flash ops as cp calls a pass,
     the merges and gradient sums beside them (`cp_merge`), and the exchanges:
 
-    - torchtitan passes the K and V `repeat_kv` widened to every query head (its model code repeats
-      them before SDPA, 9dec370 torchtitan/models/llama/model.py). Its default rotation
+    - torchtitan before ff0829c10 (`timing.repeat_kv`) passes the K and V `repeat_kv` widened to every
+      query head (its model code repeats them before SDPA, 9dec370 torchtitan/models/llama/model.py);
+      from it, at their key/value heads (`enable_gqa`). Its default rotation
       (`--experimental.context_parallel_rotate_method allgather`, 9dec370 config_manager.py; PyTorch's
       `_cp_options.rotate_method` default ALL_GATHER) all-gathers every rank's K, V once, issued at
       step 0 and waited for at step 1: it hides behind one step only. The backward gathers them again
@@ -831,7 +836,7 @@ def _stepped_ring(
     heads = per_rank(att.num_heads, geo.tp)
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
     titan = geo.framework == "torchtitan"
-    kv_elements = n * (heads * (d_qk + d_v) if titan and not att.is_mla else kv_width)
+    kv_elements = n * (heads * (d_qk + d_v) if geo.repeat_kv and not att.is_mla else kv_width)
     scores, context = p + "flash_scores", p + "flash_context"
     ops = [dataclasses.replace(op, ring=cp) if op.name in (scores, context) else op for op in ops]
     forward_bytes, backward_bytes = merge_bytes(geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements)

@@ -175,7 +175,8 @@ class TimeModel:
             run.timing.matmul_dtype,
             run.timing.deterministic,
             run.timing.transformer_impl == "transformer_engine",
-            fused_norm=run.timing.norm_type == "fused_rmsnorm",
+            fused_norm=run.timing.norm_type != "rmsnorm",
+            sdpa_backend=run.timing.sdpa_backend,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -186,7 +187,8 @@ class TimeModel:
                 run.timing.torch_compile,
                 None,
                 run.timing.deterministic,
-                fused_norm=run.timing.norm_type == "fused_rmsnorm",
+                fused_norm=run.timing.norm_type != "rmsnorm",
+                sdpa_backend=run.timing.sdpa_backend,
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
