@@ -132,3 +132,18 @@ def test_a_bad_torchtitan_kernel_setting_is_one_line(field, value):
         _default_titan({field: value})
     message = str(caught.value)
     assert "\n" not in message and f"timing.{field}" in message
+
+
+def test_torchtitan_s_kernel_settings_are_refused_under_another_framework():
+    raw = {
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 2},
+        "training": {"seq_length": TOKENS, "micro_batch_size": 1},
+        "device": {"name": "h100-80gb"},
+        "timing": {"repeat_kv": True},
+    }
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    message = str(caught.value)
+    assert "\n" not in message and "run.yaml" in message and "timing.repeat_kv" in message and "megatron" in message
