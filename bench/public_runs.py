@@ -622,7 +622,7 @@ OP_CLASSES = {
         "flash2_forward_efficiency",
         "flash2_backward_efficiency",
     ),
-    "memory-bound": ("memory_efficiency",),
+    "memory-bound": ("memory_efficiency", "eager_memory_efficiency"),
     "communication": ("comm_efficiency", "nic_efficiency"),
 }
 

@@ -39,6 +39,9 @@ Achieved fractions are measured, not datasheet figures:
   2025): 0.94 of 50 GB/s on the NDR systems below.
 - `memory_efficiency`: the share of HBM bandwidth element-wise kernels reach (0.8; a stream copy
   reaches ~0.9, fused norms and activations less). An assumption, stated.
+- `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
+  op each (torchtitan without torch.compile), where measured: Liger-Kernel's benchmarks of eager
+  modules (0: `memory_efficiency`). A100 0.68, H100 0.82 (`EAGER_MEMORY_EFFICIENCY_*`).
 
 A run config may override every figure (`device:` in the run config, `ppb_core.config.run.Device`).
 """
@@ -156,6 +159,9 @@ class DeviceProfile:
     # proportion to the per-SM rate (`GEMM_FULL_INTENSITY_B200`).
     gemm_full_intensity: float = 64.0
     memory_efficiency: float = 0.8
+    # The share PyTorch's eager kernels reach (`EAGER_MEMORY_EFFICIENCY_A100`, `_H100`); 0: no public
+    # measurement, `memory_efficiency`.
+    eager_memory_efficiency: float = 0.0
     comm_efficiency: float = 0.8
     nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
@@ -197,6 +203,26 @@ class DeviceProfile:
         return self.peak_tflops * 1e12 * DTYPE_RATE[dtype]
 
 
+# PyTorch's eager element-wise and reduction kernels (one aten op each, as torchtitan runs its norm,
+# activation and rotary without torch.compile): bytes each op reads and writes (counted as
+# `ppb_core.census.ops` counts, autograd's formulas included) over the measured time, from
+# linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv at ead96b6 (the "huggingface" / "torch"
+# providers, median of triton.testing.do_bench), at the sizes whose largest tensor (64 MiB and more)
+# exceeds the device's L2 cache, as a training step's do:
+# - A100-SXM4-80GB (2024-09-03, Liger 0.2.1; rows 293-295, 317-319): the Llama RMSNorm of
+#   benchmark_rms_norm.py at b5672a15 (bf16 x, fp32 weight; 2048 rows, hidden 8192-32768), 38 bytes an
+#   element forward, 114 backward: 0.60-0.65 forward, 0.69-0.75 backward, mean 0.68.
+# - H100 80GB HBM3 (2026-03/04, Liger 0.7.0): relu² (rows 1900-1901, 1932-1933; bf16 4096 × 8192 and
+#   16384; 8 / 20 bytes an element) 0.82-0.89, and the Llama add + RMSNorm of
+#   benchmark_fused_add_rms_norm.py at 1fdb668d (rows 1959-1961, 1995-1997; fp32, 2048 × 8192-32768;
+#   40 / 112 bytes an element, both outputs' gradients) 0.74-0.85: mean 0.82.
+# Left out: eager SwiGLU over `torch.chunk` halves (megatron_swiglu "torch", H100: 0.52-0.54 / 0.45),
+# whose strided inputs torchtitan's separate w1 and w3 outputs are not; fused kernels (Liger's Triton,
+# PyTorch's native LayerNorm and RMSNorm), which stay at `memory_efficiency`. tests/test_eager_rate.py
+# recomputes both means from the transcribed rows.
+EAGER_MEMORY_EFFICIENCY_A100 = 0.68
+EAGER_MEMORY_EFFICIENCY_H100 = 0.82
+
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
     # 312 TFLOPS BF16/FP16 dense, 2,039 GB/s; NVLink 3 600 GB/s bidirectional (300 per direction);
@@ -224,6 +250,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_epilogue_overlapped=False,
         compute_capability=8.0,
         host_kernel_us=HOST_KERNEL_US_DGX_A100,
+        eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
         # 80GB, Dec 2021): the SMs a collective takes from the GEMM it hides behind.
@@ -245,6 +272,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
+        eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -386,6 +414,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
+        eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,  # H100's die and HBM3
     ),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),

@@ -423,6 +423,9 @@ class Device(StrictModel):
         None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"
     )
     memory_efficiency: Efficiency | None = None
+    eager_memory_efficiency: ZeroOrEfficiency | None = Field(
+        None, description="HBM share PyTorch's eager element-wise kernels reach (0: memory_efficiency)"
+    )
     comm_efficiency: Efficiency | None = None
     nic_efficiency: Efficiency | None = Field(None, description="NCCL's share of a NIC's rate (else comm_efficiency)")
     collective_latency_us: Latency | None = Field(None, description="cost of one step of a collective")

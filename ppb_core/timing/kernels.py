@@ -127,6 +127,9 @@ class Kernels:
     pair_tiles: bool = False
     # what attention dropout adds to a flash pass (TransformerEngine's cuDNN attention, where measured)
     attention_dropout_cost: float = 0.0
+    # what PyTorch's eager element-wise kernels achieve (`DeviceProfile.eager_memory_efficiency`); 0: the
+    # fused rate (`hbm_bytes_per_s`)
+    eager_hbm_bytes_per_s: float = 0.0
 
     @property
     def contention(self) -> float:
@@ -178,6 +181,7 @@ class Kernels:
             gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
+            eager_hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.eager_memory_efficiency,
             attention_forward=device.flash2_forward_efficiency if flash2 else device.attention_forward_efficiency,
             attention_backward=device.flash2_backward_efficiency if flash2 else device.attention_backward_efficiency,
             fused=compiled or not titan,
@@ -201,10 +205,14 @@ class Kernels:
         return traffic / self.hbm_bytes_per_s
 
     def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
-        """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes."""
-        fused = self.fused or fusion is None or (fusion == "norm" and self.fused_norm)
-        factor = 1.0 if fused else EAGER_TRAFFIC[fusion][backward]
-        return self.memory_s(traffic * factor)
+        """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes,
+        at the rate eager kernels reach (`eager_hbm_bytes_per_s`), every eager op alike (residual adds,
+        gradient sums, loss), bar torchtitan's Triton norm (`fused_norm`)."""
+        triton_norm = fusion == "norm" and self.fused_norm
+        if self.fused or triton_norm:
+            return self.memory_s(traffic)
+        factor = 1.0 if fusion is None else EAGER_TRAFFIC[fusion][backward]
+        return traffic * factor / (self.eager_hbm_bytes_per_s or self.hbm_bytes_per_s)
 
     def gemm_compute_s(self, m: float, n: float, k: float, groups: int = 1, output_bytes: float = 0.0) -> float:
         """Seconds of one GEMM kernel: the best tiling's waves (no HBM roofline), plus, where the

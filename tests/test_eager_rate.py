@@ -1,0 +1,110 @@
+"""The share of HBM bandwidth PyTorch's eager element-wise kernels reach, recomputed by hand from Liger-Kernel's
+published benchmark rows (linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv at ead96b6, column
+y_value_50, the median of triton.testing.do_bench in ms), and how ppb prices an eager op with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppb_core.config.devices import (
+    DEVICE_CATALOG,
+    EAGER_MEMORY_EFFICIENCY_A100,
+    EAGER_MEMORY_EFFICIENCY_H100,
+)
+from ppb_core.timing.kernels import EAGER_TRAFFIC, Kernels
+
+# Bytes an element, op by op (aten ops under autograd's formulas; reads + writes of the full tensors):
+# - Llama RMSNorm of benchmark_rms_norm.py at b5672a15 (x bf16, weight an fp32 nn.Parameter, so the output
+#   and the benchmark's bf16 dy, cast to the output's fp32 by autograd, are fp32). Forward: x.to(fp32) 2+4,
+#   pow 4+4, mean 4, h·rsqrt 4+4, .to(bf16) 4+2, weight·that 2+4 = 38. Backward: dy to fp32 2+4; dy·w 4+4,
+#   its cast to bf16 4+2; dy·n 4+2+4 and its row sum 4 (the weight's gradient); the bf16→fp32 cast's
+#   gradient back 2+4; g·rsqrt 4+4; g·h 4+4+4 and its row sum 4; mean's expand / H 4; pow's h.pow(1) 4+4,
+#   ·2 4+4, ·grad 4+4+4; the two gradients of h summed 4+4+4; to bf16 4+2 = 114.
+RMSNORM_FORWARD, RMSNORM_BACKWARD = 38, 114
+# - relu² of benchmark_relu_squared.py at 39a1f454 (bf16): relu 2+2, square 2+2 = 8; backward r.pow(1)
+#   2+2, ·2 2+2, ·grad 2+2+2, threshold_backward 2+2+2 = 20.
+RELU2_FORWARD, RELU2_BACKWARD = 8, 20
+# - add + RMSNorm of benchmark_fused_add_rms_norm.py at 1fdb668d (fp32; the .to casts are no-ops): x+r 12,
+#   pow 8, mean 4, h·rsqrt 8, weight·that 8 = 40. Backward (both outputs' gradients): dy·w 8, dy·n 12 and
+#   sum 4, g·rsqrt 8, g·h 12 and sum 4, expand / H 4, pow's 8 + 8 + 12, the three gradients of h summed
+#   12 + 12, x's and r's gradient (one tensor, a copy for the second) 8 = 112.
+ADD_RMSNORM_FORWARD, ADD_RMSNORM_BACKWARD = 40, 112
+
+A100_BYTES_PER_S = 2039e9  # A100-SXM4-80GB datasheet
+H100_BYTES_PER_S = 3350e9  # H100 SXM5 datasheet
+
+# (bytes an element, elements, ms), transcribed from the CSV (row numbers at ead96b6)
+A100_ROWS = [
+    (RMSNORM_FORWARD, 2048 * 8192, 0.5190399885177612),  # row 293, huggingface forward, H 8192
+    (RMSNORM_FORWARD, 2048 * 16384, 0.9856320023536682),  # row 294
+    (RMSNORM_FORWARD, 2048 * 32768, 1.9190720319747925),  # row 295
+    (RMSNORM_BACKWARD, 2048 * 8192, 1.3515520095825195),  # row 317, huggingface backward
+    (RMSNORM_BACKWARD, 2048 * 16384, 2.569632053375244),  # row 318
+    (RMSNORM_BACKWARD, 2048 * 32768, 5.0147199630737305),  # row 319
+]
+H100_ROWS = [
+    (RELU2_FORWARD, 4096 * 8192, 0.0979200005531311),  # row 1900, torch forward, N 8192
+    (RELU2_FORWARD, 4096 * 16384, 0.1855359971523285),  # row 1901
+    (RELU2_BACKWARD, 4096 * 8192, 0.23548799753189087),  # row 1932
+    (RELU2_BACKWARD, 4096 * 16384, 0.4526720046997070),  # row 1933
+    (ADD_RMSNORM_FORWARD, 2048 * 8192, 0.2711359858512878),  # row 1959, huggingface forward, H 8192
+    (ADD_RMSNORM_FORWARD, 2048 * 16384, 0.509184002876281),  # row 1960
+    (ADD_RMSNORM_FORWARD, 2048 * 32768, 0.982847988605499),  # row 1961
+    (ADD_RMSNORM_BACKWARD, 2048 * 8192, 0.720736026763916),  # row 1995
+    (ADD_RMSNORM_BACKWARD, 2048 * 16384, 1.36684799194335),  # row 1996
+    (ADD_RMSNORM_BACKWARD, 2048 * 32768, 2.65427207946777),  # row 1997
+]
+
+
+def _mean_share(rows: list[tuple[int, int, float]], peak: float) -> float:
+    return sum(b * n / (ms * 1e-3) / peak for b, n, ms in rows) / len(rows)
+
+
+def test_a100_eager_share_is_the_mean_of_the_rmsnorm_rows():
+    # e.g. row 295: 38 · 2048 · 32768 = 2.550 GB in 1.919 ms = 1.329 TB/s, 0.652 of 2.039
+    share = RMSNORM_FORWARD * 2048 * 32768 / 1.9190720319747925e-3 / A100_BYTES_PER_S
+    assert share == pytest.approx(0.6517, abs=1e-4)
+    # the six: 0.602 0.635 0.652 / 0.694 0.730 0.748, mean 0.677
+    assert _mean_share(A100_ROWS, A100_BYTES_PER_S) == pytest.approx(EAGER_MEMORY_EFFICIENCY_A100, abs=0.005)
+
+
+def test_h100_eager_share_is_the_mean_of_the_relu2_and_add_rmsnorm_rows():
+    # relu² 0.818 0.864 / 0.851 0.885; add + RMSNorm 0.739 0.787 0.815 / 0.778 0.821 0.845: mean 0.820
+    assert _mean_share(H100_ROWS, H100_BYTES_PER_S) == pytest.approx(EAGER_MEMORY_EFFICIENCY_H100, abs=0.005)
+
+
+def test_the_catalog_carries_the_measured_shares_and_falls_back_elsewhere():
+    assert DEVICE_CATALOG["a100-80gb"].eager_memory_efficiency == EAGER_MEMORY_EFFICIENCY_A100
+    assert DEVICE_CATALOG["h100-80gb"].eager_memory_efficiency == EAGER_MEMORY_EFFICIENCY_H100
+    assert DEVICE_CATALOG["h800"].eager_memory_efficiency == EAGER_MEMORY_EFFICIENCY_H100
+    assert DEVICE_CATALOG["b200"].eager_memory_efficiency == 0.0  # unmeasured: memory_efficiency
+
+
+@pytest.mark.parametrize(
+    ("framework", "compiled", "fused_norm", "norm_share"),
+    [
+        ("torchtitan", False, False, EAGER_MEMORY_EFFICIENCY_A100),  # eager: every op at the eager share
+        ("torchtitan", False, True, 0.8),  # torchtitan's Triton RMSNorm: a fused kernel
+        ("torchtitan", True, False, 0.8),  # torch.compile's kernels
+        ("megatron", False, False, 0.8),  # fused kernels
+    ],
+)
+def test_pricing_an_element_wise_op_on_a100(framework, compiled, fused_norm, norm_share):
+    kernels = Kernels.from_device(
+        DEVICE_CATALOG["a100-80gb"], framework=framework, compiled=compiled, fused_norm=fused_norm
+    )
+    eager = framework == "torchtitan" and not compiled
+    traffic = 1e9
+    # a norm's fused bytes, times 9 forward (36 / 4 bytes an element) when eager and not the Triton norm
+    factor = EAGER_TRAFFIC["norm"][0] if eager and not fused_norm else 1.0
+    assert factor in (1.0, 9.0)
+    assert kernels.elementwise_s(traffic, "norm") == pytest.approx(traffic * factor / (2039e9 * norm_share))
+    # an op with no eager factor (a residual gradient sum) is still one eager kernel when eager
+    plain_share = EAGER_MEMORY_EFFICIENCY_A100 if eager else 0.8
+    assert kernels.elementwise_s(traffic, None) == pytest.approx(traffic / (2039e9 * plain_share))
+
+
+def test_a_device_without_a_measurement_prices_eager_ops_at_memory_efficiency():
+    device = DEVICE_CATALOG["b200"]
+    kernels = Kernels.from_device(device, framework="torchtitan")
+    assert kernels.elementwise_s(1e9, None) == pytest.approx(1e9 / (7672e9 * 0.8))
