@@ -71,12 +71,15 @@ def test_megatron_holds_a_stage_s_workspaces_once():
     # ZeRO-2 over dp 2, one stage: a layer's gradient bucket is a workspace of its backward
     # (body 41088 · 4 = 164352, HEAD 65536 · 4 = 262144, TAIL 65600 · 4 = 262400). SAPP counts
     # each layer's in the stage's buffers; Megatron holds one at a time: the stage's buffers are 0 and
-    # its working set is the TAIL's, its logits' gradient 64·1024·2 = 131072 + its bucket 262400.
+    # its working set is the TAIL's, its logits' gradient 64·1024·2 = 131072 + its bucket 262400, less
+    # what the cross-entropy saved and its backward freed first (cross_entropy.py
+    # `_VocabParallelCrossEntropy`: the fp32 softmax 64·1024·4 = 262144, the labels 64·8 = 512); the
+    # HEAD's and bodies' backwards run after the TAIL's, without its 742400/4 kept of that micro-batch.
     # (The chunk's buffers are only its cached rotary frequencies, 64 · 16 · 4 = 4096.)
     run = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4})
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     assert peak.buffer_bytes == 4096
-    assert peak.working_bytes == 131072 + 262400
+    assert peak.working_bytes == 131072 + 262400 - 262144 - 512
     mind = make_run(DENSE, parallel={"dp": 2, "zero": 2}, training={"micro_batches": 4}, framework="mindformers")
     (seed,) = stage_peaks(model(mind), walk(mind), [[1]], 80 * 2**30)
     assert seed.buffer_bytes == 4 * 164352 + 262144 + 262400
@@ -480,8 +483,16 @@ def test_megatron_full_recompute_methods():
     (peak,) = stage_peaks(model(uniform), walk(uniform), [[1]], 80 * 2**30)
     # activations: HEAD 512 (token ids), ⌈4/2⌉ = 2 group inputs of 8192, TAIL 279040
     assert peak.activation_bytes == 512 + 2 * 8192 + 279040
-    # a backward rebuilds its group: 2 · 115712 − 8192 + the largest gradient 32768
-    assert peak.working_bytes == 2 * 115712 - 8192 + 32768
+    # a backward rebuilds its group: 2 · 115712 − 8192 + the largest gradient 32768 = 256000; on the
+    # loss's stage it runs after the TAIL's, whose kept 279040 the loss's and the output layer's backward
+    # freed (cross_entropy.py `_VocabParallelCrossEntropy`'s saved softmax, the output layer's and the
+    # final norm's saved inputs): 256000 − 279040 < 0. The TAIL's own, its logits' gradient 64·1024·2,
+    # runs without the softmax 64·1024·4 and labels 64·8: below 0 too.
+    memory = model(uniform)
+    group = next(layer for layer in walk(uniform) if layer.node == "BODY")
+    rebuilt = memory.working_extra_bytes(group, *memory.option_state(group, "FULL"), 2, on_saved=True, group=2)
+    assert rebuilt == 2 * 115712 - 8192 + 32768
+    assert peak.working_bytes == 0
     block = make_run(
         DENSE,
         parallel={"pp": 2},
@@ -588,10 +599,13 @@ def test_torchtitan_fsdp_backward_holds_gathered_parameters_and_reduce_scatter_i
     # one stage, the walk's neighbours: the TAIL (65600, after the last block 41088): computing
     # 4·65600 + 2·41088, reducing 6·65600 + 2·41088, its largest gradient the logits', 64·1024·2, less
     # the log-probabilities the loss's backward freed, 64·1024·4: 344704. The last block (V a block,
-    # W the TAIL, whose fp32 reduce-scatter input is held): 32768 + 2·2·41088 + 2·41088 + 4·65600 = 541696
+    # W the TAIL, whose fp32 reduce-scatter input is held): 32768 + 2·2·41088 + 2·41088 + 4·65600 = 541696,
+    # but it runs after the TAIL's backward, which freed the TAIL's kept 279040 (norm input and output
+    # 64·64·2 each, log-probabilities 64·1024·4, labels 64·8; train.py deletes the logits first): 262656
     assert 131072 + 6 * 65600 + 2 * 41088 - 262144 == 344704
+    assert 32768 + 6 * 41088 + 4 * 65600 - 279040 == 262656
     (peak,) = stage_peaks(memory, walk(run), [[1]], 80 * 2**30)
-    assert peak.working_bytes == 32768 + 6 * 41088 + 4 * 65600
+    assert peak.working_bytes == 344704
 
 
 def test_torchtitan_loss():
@@ -662,12 +676,12 @@ def test_torchtitan_compiled_loss():
 def test_the_loss_moment_sets_the_last_stage_when_the_vocabulary_is_large():
     # torchtitan, replicate, pp 1, a 32k vocabulary at s 64: the loss adds 8 · 64 · 32768 = 16 MiB on top
     # of what is kept; the output layer's backward holds the logits' gradient, 2 · 64 · 32768, after the
-    # loss's backward freed the log-probabilities, 4 · 64 · 32768: below what is kept. The largest
-    # working set is a block's largest gradient, 32768 (test_torchtitan_fsdp_backward_holds_...)
+    # loss's backward freed the log-probabilities, 4 · 64 · 32768: below what is kept. A block's largest
+    # gradient, 32768, forms after the TAIL's backward freed the log-probabilities: below what is kept too.
     run = make_run({**DENSE, "vocab_size": 32768}, framework="torchtitan", parallel={"zero": 0})
     (peak,) = stage_peaks(model(run), walk(run), [[1]], 80 * 2**30)
     assert peak.loss_bytes == 8 * 64 * 32768
-    assert peak.working_bytes == 32768
+    assert peak.working_bytes == 0
     assert peak.moment == "loss"
     assert peak.peak_bytes == peak.kept_bytes + 16 * MB
     assert peak.moments["optimizer"] == peak.static_bytes
@@ -676,7 +690,9 @@ def test_the_loss_moment_sets_the_last_stage_when_the_vocabulary_is_large():
 def test_the_estimate_says_the_moment_and_the_peak_at_full():
     run = make_run(DENSE, parallel={"pp": 2}, training={"micro_batches": 4, "recompute": {"ffAct": 0}})
     data = estimate(run).to_json()
-    assert [stage["moment"] for stage in data["stages"]] == ["backward", "backward"]
+    # the last stage: the loss's backward holds the fp32 softmax (as the gradient) and its 16-bit cast,
+    # + 64·1024·2 on what is kept; the blocks' backwards run after the TAIL's freed its 279040
+    assert [stage["moment"] for stage in data["stages"]] == ["backward", "loss"]
     assert set(data["stages"][1]["moments"]) == {"backward", "loss", "optimizer"}
     assert "loss" not in data["stages"][0]["moments"]
     assert data["run"]["framework"] == "megatron"

@@ -112,7 +112,8 @@ def test_a_measurement_tightens_the_model_and_the_estimate_shows_the_residual(tm
     # toy model's activations are ~0.5% of its peak, so only static is fitted (activations, buffers and
     # working are kept at 1 with a warning each), its target the measured peak less the terms kept:
     # f = (Σ S·(1.04 S + 0.3 A) + p²)/(Σ S² + p²), p² = (0.1·‖peak‖)² (the module's pulled least squares)
-    measured = [1.04 * p.static_bytes + 1.3 * p.activation_bytes + p.buffer_bytes + p.working_bytes for p in plain]
+    # (the working term at each stage's moment: the last stage's is the loss's, `StagePeak.terms`)
+    measured = [1.04 * p.static_bytes + 1.3 * p.activation_bytes + p.buffer_bytes + p.terms()["working"] for p in plain]
     text = json.dumps({"stages": [{"stage": s, "peak_mb": m / MB} for s, m in enumerate(measured)]})
     run = _run(tmp_path, text, "json")
     fit = run_memory_fit(run)

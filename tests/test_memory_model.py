@@ -115,7 +115,12 @@ def test_stage_peaks_by_hand():
     assert first.peak_bytes == (1179648 + 2 * 739584 + WORKSPACES + 2 * (512 + 2 * 115712) + 4096 + 32768 + 100 * MB)
     assert last.static_bytes == 2 * 739584 + 1180800 + WORKSPACES
     assert last.activation_bytes == 2 * 115712 + 279040
-    assert last.working_bytes == 131072
+    # the TAIL's backward holds its logits' 16-bit gradient, 64·1024·2, once the loss's backward freed the
+    # fp32 softmax, 64·1024·4, and the labels, 64·8 (cross_entropy.py `_VocabParallelCrossEntropy`); the
+    # bodies' 32768 forms after the TAIL's backward freed its 279040: nothing beyond what is kept, and the
+    # loss's moment (the softmax and its 16-bit cast, + 131072) sets the stage
+    assert last.working_bytes == 0
+    assert last.moment == "loss" and last.peak_bytes == last.kept_bytes + 131072 + 100 * MB
     assert first.fits and last.fits
     # every body layer fully recomputed: 8192 kept, working 107520 + 32768
     full = stage_peaks(memory, walk(run), [[2, 1]], 1000 * MB, 100 * MB, option_of=lambda layer: "FULL")

@@ -32,7 +32,6 @@ from ppb_core.model.kinds import LayerKind
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import Layer, LayerWalk, walk
 from ppb_core.payload.sources import TimeSource
-from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
 
@@ -238,8 +237,12 @@ def estimate(
     summary["activations"] = memory.activation_sources()
     if memory.fit is not None:
         summary["memory_calibration"] = memory.fit.to_json()
-    if isinstance(times, TimeModel) and times.calibration is not None:
-        summary["time_calibration"] = times.calibration_json()
+    # the time model says which calibration it applied (`TimeModel.calibration_json`); other time sources
+    # carry none. Read by name so that the memory stage, which runs this without times, does not import
+    # the time model (the chain's code versions follow imports).
+    describe_calibration = getattr(times, "calibration_json", None)
+    if describe_calibration is not None and (applied := describe_calibration()) is not None:
+        summary["time_calibration"] = applied
     return Estimate(summary, rows, peaks, stages_at_full=at_full)
 
 

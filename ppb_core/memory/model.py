@@ -334,7 +334,8 @@ class MemoryModel:
         if not on_saved:
             extra += memory.kept_bytes
         else:  # what the layer keeps but frees before this backward (the loss's, on a TAIL); the stage counts it
-            freed = self.rules.freed_before_backward_bytes(layer.kind, memory.terms) * self.correction.activations
+            freed = self.rules.freed_before_backward_bytes(layer.kind, self.setup, memory.terms)
+            freed *= self.correction.activations
             extra = max(0.0, extra - freed) if freed else extra
         return extra
 
@@ -358,6 +359,15 @@ class MemoryModel:
         """What the layer's attention backward takes for its kernels beyond its working set
         (`FrameworkRules.attention_workspace_bytes`), scaled as working sets are."""
         return self.rules.attention_workspace_bytes(layer.kind, self.setup) * self.correction.working
+
+    def held_after_loss_bytes(self, layer: LayerLike, held: StateMemory) -> float | None:
+        """What of the TAIL's micro-batch (*held*, its state) stays alive while the layers under it run
+        their backward (`FrameworkRules.held_after_loss_bytes`), scaled as activations are; None where
+        the framework frees none of it."""
+        if not isinstance(layer.kind, TailKind):
+            return None
+        found = self.rules.held_after_loss_bytes(layer.kind, self.setup, held.terms, self.run.training.micro_batches)
+        return None if found is None else found * self.correction.activations
 
     def loss_bytes(self, layer: LayerLike) -> float:
         """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""

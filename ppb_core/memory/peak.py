@@ -233,6 +233,11 @@ def stage_peaks(
         extras = [[*extras[stage], *(0.0 for _ in backward_starts[stage])] for stage in range(stages)]
     cell_workspace: dict[tuple[int, int], float] = {}  # a body's working set + its attention workspace
     tail_held: dict[tuple[int, int], float] = {}  # the TAIL's kept memory of one micro-batch
+    # where the framework frees the TAIL's micro-batch before the layers under it run their backward
+    # (`FrameworkRules.held_after_loss_bytes`): what of it stays, and each cell's largest working set
+    # of a layer not a TAIL
+    tail_left: dict[tuple[int, int], float] = {}
+    after_loss: dict[tuple[int, int], float] = {}
     # activations and buffers at each candidate vector of the stage
     dynamic = {stage: [[0.0, 0.0] for _ in vectors[stage]] for stage in range(stages)}
     resident: dict[int, float] = {}  # one layer's offloaded groups, held while micro-batches are in flight
@@ -258,13 +263,20 @@ def stage_peaks(
         working = memory.working_extra_bytes(
             layer, state, switches, 2, on_saved=True, group=group, neighbours=neighbours
         )
-        total["work"] = max(total["work"], working)
+        if not isinstance(kind, TailKind):  # in the TAIL's cell its backward runs after the loss's
+            cell = (stage, chunk)
+            after_loss[cell] = max(after_loss.get(cell, 0.0), working)
+        else:
+            total["work"] = max(total["work"], working)
         if attention.get(kind):
             cell = (stage, chunk)
             cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), working + attention[kind])
         if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
             one = held.activation_bytes + held.buffers.at(1) - held.buffers.at(0)
             tail_held[(stage, chunk)] = tail_held.get((stage, chunk), 0.0) + count * one
+            left = memory.held_after_loss_bytes(layer, held)
+            if left is not None:
+                tail_left[(stage, chunk)] = tail_left.get((stage, chunk), 0.0) + count * left
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer))
             deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
@@ -291,12 +303,19 @@ def stage_peaks(
         index = max(range(candidates[stage]), key=lambda i: (sum(dynamic[stage][i]) + extras[stage][i], -i))
         peak_kept = sum(dynamic[stage][index]) + extras[stage][index]
         working = total["work"]
+        for (at, chunk), cell_working in after_loss.items():
+            if at != stage:
+                continue
+            # in the TAIL's chunk a backward runs after the loss's and the TAIL's of its micro-batch,
+            # which freed that micro-batch's TAIL (where the peak vector holds one)
+            freed = _freed(tail_held, tail_left, (stage, chunk)) if vectors[stage][index][chunk] else 0.0
+            working = max(working, cell_working - freed)
         if backward_starts is not None:
             # a chunk's attention workspace while its backward runs, with what is kept as it starts; in the
             # TAIL's chunk the loss's backward has freed that micro-batch's TAIL first
             for i, (_, chunk) in enumerate(backward_starts[stage], start=candidates[stage]):
                 if (stage, chunk) in cell_workspace:
-                    held = sum(dynamic[stage][i]) - tail_held.get((stage, chunk), 0.0)
+                    held = sum(dynamic[stage][i]) - _freed(tail_held, tail_left, (stage, chunk))
                     working = max(working, held + cell_workspace[(stage, chunk)] - peak_kept)
         elif cell_workspace:  # no schedule to follow (combined 1F1B): at the peak vector, no credit
             working = max(working, *(ws for (s, _), ws in cell_workspace.items() if s == stage), 0.0)
@@ -318,6 +337,14 @@ def stage_peaks(
             )
         )
     return peaks
+
+
+def _freed(tail_held: dict[tuple[int, int], float], tail_left: dict[tuple[int, int], float], cell: tuple) -> float:
+    """What the loss's and the TAIL's backward of a micro-batch free in *cell* before its other layers'
+    (`FrameworkRules.held_after_loss_bytes`; none where the framework frees none, or no TAIL is there)."""
+    if cell not in tail_left:
+        return 0.0
+    return max(0.0, tail_held.get(cell, 0.0) - tail_left[cell])
 
 
 def _graph_buffers(run: RunConfig, groups: Counter, stage: int, vectors: Sequence[Sequence[int]]) -> float:

@@ -145,11 +145,21 @@ class FrameworkRules:
         """What the loss's forward and backward hold at most beyond the tail's kept activations."""
         return 0.0
 
-    def freed_before_backward_bytes(self, kind: LayerKind, terms: tuple[ActivationTerm, ...]) -> float:
+    def freed_before_backward_bytes(
+        self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]
+    ) -> float:
         """What of the layer's kept *terms* is freed before its own backward's working set forms (on a
         TAIL, what the loss's backward consumes before the output layer's), which its working set then
         does not stand on. SAPP frees none."""
         return 0.0
+
+    def held_after_loss_bytes(
+        self, kind: TailKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], micro_batches: int
+    ) -> float | None:
+        """What of a TAIL's micro-batch (kept *terms*) is still alive while the layers under it in its
+        chunk run that micro-batch's backward, after the loss's and the TAIL's own; None where the stage
+        holds all the TAIL keeps then. SAPP's payload counts a stage's layers as a sum: None."""
+        return None
 
     def deferred_bytes(self, kind: TailKind, setup: MemorySetup, micro_batches: int) -> float:
         """What the stage holding the loss keeps beyond its layers through its backwards and losses, of

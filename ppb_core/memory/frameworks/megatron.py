@@ -86,6 +86,18 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **The loss's stage after the loss.** Both cross-entropies save the fp32 softmax, the target mask and
+  the masked target index (`ctx.save_for_backward`); their backward returns the softmax storage as
+  the gradient, which autograd casts to the 16-bit logits' dtype (the fp32 one then dropped) and
+  releases the saved tensors (`retain_graph` unset). The output layer
+  (`LinearWithGradAccumulationAndAsyncCommunication`) saves its input and weight, the final norm its
+  input; both go as their backwards run. The logits themselves are saved by nothing (gpt_model.py
+  `_postprocess` hands them to `compute_language_model_loss` and returns the loss), and on the last
+  stage the schedule holds only that loss (pipeline_parallel/schedules.py `forward_step`,
+  `backward_step`'s `custom_backward` of it). So the output layer's backward runs without the softmax
+  (`freed_before_backward_bytes`), and the blocks under the TAIL run that micro-batch's backward
+  without any of the TAIL's kept tensors (`held_after_loss_bytes` 0; under the deferral below, that
+  micro-batch's output-layer input and logits' gradient where it is deferred too).
 * **Deferred output-layer weight gradients.** Under `--defer-embedding-wgrad-compute` the output
   layer (`ColumnParallelLinear` with `embedding_activation_buffer` and `grad_output_buffer`,
   gpt_model.py) appends its input in the forward (`ColumnParallelLinear.forward`) and its output's
@@ -522,6 +534,10 @@ def routes_experts(kind: LayerKind) -> bool:
     return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
 
 
+# The TAIL's terms each cross-entropy saves for its backward (`freed_before_backward_bytes`).
+LOSS_SAVED = ("logits_softmax", "labels")
+
+
 class MegatronRules(FrameworkRules):
     name = "megatron"
     transients_per_stage = True
@@ -656,6 +672,29 @@ class MegatronRules(FrameworkRules):
         held = min(setup.wgrad_deferral_limit or micro_batches, micro_batches - 1)
         gradient = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         return held * setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
+
+    def freed_before_backward_bytes(
+        self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]
+    ) -> float:
+        """On the TAIL, what each cross-entropy saved (its fp32 softmax and the labels' mask and index):
+        autograd releases them once the loss's backward has run (module docstring, **The loss's stage
+        after the loss**)."""
+        if not isinstance(kind, TailKind):
+            return 0.0
+        return sum(t.bytes for t in terms if t.op.endswith(LOSS_SAVED))
+
+    def held_after_loss_bytes(
+        self, kind: TailKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], micro_batches: int
+    ) -> float | None:
+        """Nothing of the TAIL's micro-batch once its backward has run (module docstring), but under
+        `--defer-embedding-wgrad-compute` where that micro-batch is deferred too (the last one is, with
+        no limit or one of m or more): its output-layer input and 16-bit logits' gradient, in the
+        buffers to the flush."""
+        limit = setup.wgrad_deferral_limit
+        if not setup.defer_embedding_wgrad or not kind.has_output or 0 < limit < micro_batches:
+            return 0.0
+        gradient = setup.tokens * per_rank(kind.vocab_size, setup.tp)
+        return setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
         """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the

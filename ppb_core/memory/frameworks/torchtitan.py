@@ -332,13 +332,28 @@ class TorchtitanRules(FrameworkRules):
                 found.append(term)
         return tuple(found)
 
-    def freed_before_backward_bytes(self, kind: LayerKind, terms: tuple[ActivationTerm, ...]) -> float:
+    def freed_before_backward_bytes(
+        self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]
+    ) -> float:
         """On the TAIL, what the loss saved (the log-probabilities eager, the logits and their statistics
         compiled): autograd releases a node's saved tensors once it has run, so the output layer's
-        backward holds the logits' gradient without them (module docstring)."""
+        backward holds the logits' gradient without them (module docstring); under PP the logits stay,
+        the stage's output that `backward_one_chunk` holds (`held_after_loss_bytes`)."""
         if not isinstance(kind, TailKind):
             return 0.0
-        return sum(t.bytes for t in terms if t.op.endswith(LOSS_SAVED))
+        saved = LOSS_SAVED if setup.pp == 1 else tuple(name for name in LOSS_SAVED if name != "logits")
+        return sum(t.bytes for t in terms if t.op.endswith(saved))
+
+    def held_after_loss_bytes(
+        self, kind: TailKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...], micro_batches: int
+    ) -> float | None:
+        """Without PP nothing of the TAIL's micro-batch (train.py `forward_backward_step` deletes the
+        logits before `loss.backward()`); under PP its 16-bit logits, the stage output that
+        `PipelineStage.backward_one_chunk` pops from `fwd_cache` and holds through the stage's whole
+        backward (module docstring)."""
+        if setup.pp == 1 or not kind.has_output:
+            return 0.0
+        return setup.dtype_bytes * setup.tokens * per_rank(kind.vocab_size, setup.tp)
 
     def state(
         self,
