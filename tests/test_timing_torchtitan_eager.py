@@ -116,8 +116,16 @@ def test_a_torchtitan_run_prices_v0_2_2_s_kernels_by_default():
     new_model, old_model = TimeModel(new), TimeModel(old)
     new_prices, old_prices = new_model.op_prices(_body(new)), old_model.op_prices(_body(old))
     assert "repeat_kv" not in new_prices and "repeat_kv" in old_prices
-    assert new_prices["norm1"].forward_ms / old_prices["norm1"].forward_ms == pytest.approx(4 / 36)
-    assert new_prices["norm1"].backward_ms / old_prices["norm1"].backward_ms == pytest.approx(6 / 92)
+    # the fused kernel's 4 and 6 bytes an element at the fused rate; eager 36 and 92 at the eager one
+    elements, fused_rate, eager_rate = (
+        TOKENS * 1024,
+        new_model.kernels.hbm_bytes_per_s,
+        old_model.kernels.eager_hbm_bytes_per_s,
+    )
+    assert new_prices["norm1"].forward_ms == pytest.approx(4 * elements / fused_rate * 1e3)
+    assert new_prices["norm1"].backward_ms == pytest.approx(6 * elements / fused_rate * 1e3)
+    assert old_prices["norm1"].forward_ms == pytest.approx(36 * elements / eager_rate * 1e3)
+    assert old_prices["norm1"].backward_ms == pytest.approx(92 * elements / eager_rate * 1e3)
     assert (new_model.kernels.attention_forward, new_model.kernels.attention_backward) == (0.602, 0.522)
     assert (old_model.kernels.attention_forward, old_model.kernels.attention_backward) == (0.374, 0.326)
     # PyTorch refuses cuDNN attention under deterministic algorithms (sdp_utils.cpp check_cudnn_deterministic)
@@ -132,3 +140,18 @@ def test_a_bad_torchtitan_kernel_setting_is_one_line(field, value):
         _default_titan({field: value})
     message = str(caught.value)
     assert "\n" not in message and f"timing.{field}" in message
+
+
+def test_torchtitan_s_kernel_settings_are_refused_under_another_framework():
+    raw = {
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 2},
+        "training": {"seq_length": TOKENS, "micro_batch_size": 1},
+        "device": {"name": "h100-80gb"},
+        "timing": {"repeat_kv": True},
+    }
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    message = str(caught.value)
+    assert "\n" not in message and "run.yaml" in message and "timing.repeat_kv" in message and "megatron" in message

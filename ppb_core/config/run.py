@@ -1016,6 +1016,10 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
         raise InputError(where, "training.recompute", said)
 
 
+# `timing` fields that say which torchtitan version's kernels run (TimingOptions)
+TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend"})
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1024,6 +1028,14 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
+    # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
+    fields = TimingOptions.model_fields
+    titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
+    if run.framework != "torchtitan" and titan_kernels:
+        said = (
+            f"torchtitan's kernels (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
+        )
+        raise InputError(where, f"timing.{titan_kernels[0]}", said)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
             raise InputError(

@@ -106,7 +106,8 @@ class Kernels:
     # torchtitan's `norm_type = "fused_rmsnorm"` (torchtitan/models/norms.py at 1ea476e9f, `FusedRMSNorm`):
     # RMSNorm as one Triton kernel each way, eager or not (`_rms_norm_fwd_kernel` reads x and the weight
     # and writes y and the row's rstd; `_rms_norm_bwd_kernel_sm` reads x, dy and rstd and writes dx, the
-    # weight's gradient as one fp32 partial row an SM, summed after): a fused norm's bytes
+    # weight's gradient as one fp32 partial row an SM, summed after): a fused norm's bytes; so too
+    # v0.2.2's nn.RMSNorm, PyTorch's fused CUDA kernel (`timing.norm_type` nn_rmsnorm)
     fused_norm: bool = False
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
@@ -207,7 +208,7 @@ class Kernels:
     def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
         """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes,
         at the rate eager kernels reach (`eager_hbm_bytes_per_s`), every eager op alike (residual adds,
-        gradient sums, loss), bar torchtitan's Triton norm (`fused_norm`)."""
+        gradient sums, loss), bar torchtitan's fused norms (`fused_norm`)."""
         triton_norm = fusion == "norm" and self.fused_norm
         if self.fused or triton_norm:
             return self.memory_s(traffic)
