@@ -93,12 +93,18 @@ def test_torchtitan_s_merges_and_gradient_sums_per_element():
 
 
 def test_megatron_s_corrections_per_element():
-    # TE, cp 4: `flash_attn_fwd_out_correction_init` 6, three `flash_attn_fwd_out_correction` 10, the
-    # cast 6: 42 an output element; K, V stacked once 4. Backward: dQ copied 4 then added 3 × 6: 22;
-    # dK, dV copied 4 then half a chunk added 3 × 3: 13.
-    assert merge_bytes("megatron", 4, 1.0, 0.0, 0.0) == (42.0, 0.0)
+    # TE d0067d0d `AttnFuncWithCPAndKVP2P`, cp 4, last rank, 16-bit: the output stays 16-bit
+    # (`flash_attn_fwd_out_correction_init` returns `.to(out_init_step.dtype)`: read 2, write 2 = 4;
+    # three `flash_attn_fwd_out_correction` `out.add_`: read 2 + 2, write 2 = 6 each; the closing
+    # `.to(fwd_nominal_dtype)` a no-op): 4 + 3·6 = 22 an output element; K, V `torch.cat` once 4.
+    # Backward: dQ into the 16-bit `dq_buffer` copied at step 0 (4), added at steps 1..3 (6 each):
+    # 22; dK, dV: the saved chunk copied into the send buffer 4, step 0 copies half a chunk (4/2 = 2),
+    # steps 1 and 2 add half a chunk (6/2 = 3 each), step 3 (the diagonal) adds the whole one 6:
+    # 4 + 2 + 3 + 3 + 6 = 18. At cp 2: forward 4 + 6 = 10; dQ 4 + 6 = 10; dK, dV 4 + 2 + 6 = 12.
+    assert merge_bytes("megatron", 4, 1.0, 0.0, 0.0) == (22.0, 0.0)
     assert merge_bytes("megatron", 4, 0.0, 1.0, 0.0) == (0.0, 22.0)
-    assert merge_bytes("megatron", 4, 0.0, 0.0, 1.0) == (4.0, 13.0)
+    assert merge_bytes("megatron", 4, 0.0, 0.0, 1.0) == (4.0, 18.0)
+    assert merge_bytes("megatron", 2, 1.0, 1.0, 1.0) == (14.0, 22.0)
 
 
 def test_what_each_framework_s_ring_sends():

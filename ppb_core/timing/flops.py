@@ -828,9 +828,10 @@ def _stepped_ring(
       (`flash_attn_p2p_communicate`, batch_isend_irecv, waited at the next step): cp−1 exchanges, each
       beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
       K, V at steps 0…cp−2, dK, dV at steps 1…cp−1, cp exchanges beside one step each.
-    The received chunks are not kept for the backward by either (TE saves the local K, V; PyTorch's
-    backward re-gathers): the backward's exchange runs whatever `gather` says; a rerun forward repeats
-    the forward's."""
+    Neither keeps more than one chunk's K, V for the backward (TE d0067d0d `AttnFuncWithCPAndKVP2P.
+    forward` saves the last chunk received, `p2p_comm_buffers[-1]`, the local K, V's size, and its
+    backward passes the chunks round again from it; PyTorch's backward re-gathers): the backward's
+    exchange runs whatever `gather` says; a rerun forward repeats the forward's."""
     att, bc, block, cp = kind.attention, geo.dtype_bytes, "attention", geo.cp
     n = geo.tokens
     heads = per_rank(att.num_heads, geo.tp)

@@ -104,13 +104,17 @@ def merge_bytes(
     every step concatenates dK, dV to send them (read 4, write 4); dQ and the last dK, dV cast back
     (read 4, write 2); the K, V concatenations as in the forward.
 
-    Megatron (TransformerEngine, fused `jit_fuser` corrections): forward, step 0's output scaled into
-    an fp32 output (`flash_attn_fwd_out_correction_init`: read 2, write 4), each later step's added
-    (`flash_attn_fwd_out_correction`: read 4 + 2, write 4), the result cast back (read 4, write 2);
-    the statistics' corrections (a row's) left out; K and V stacked into one buffer once (read and
-    write 2). Backward (16-bit, not FP8): step 0's dQ, dK, dV copied (read 2, write 2), each later
-    step's dQ added (read 2 + 2, write 2) and its dK, dV, half a chunk on the last rank, added into
-    the dK, dV sent on."""
+    Megatron (TransformerEngine d0067d0d `AttnFuncWithCPAndKVP2P`, 16-bit, not FP8; its corrections
+    `jit_fuser`, i.e. torch.compile'd): the output stays 16-bit: `flash_attn_fwd_out_correction_init`
+    scales step 0's output into it (`.to(out_init_step.dtype)`: read 2, write 2), each later step's
+    `flash_attn_fwd_out_correction` adds into it in place (`out.add_`: read 2 + 2, write 2), and the
+    final `out.to(fwd_nominal_dtype)` is a no-op; the fp32 statistics' clone and corrections (a row's,
+    1/d of an output element) left out; K and V stacked into one buffer once (`torch.cat`: read and
+    write 2). Backward: the saved chunk copied into the send buffer (`p2p_comm_buffers[0][0].copy_`,
+    read and write 2); dQ into the 16-bit `dq_buffer` (`torch.empty_like(q)`): copied at step 0 (read
+    2, write 2), added at each later one (read 2 + 2, write 2); dK, dV into the 16-bit buffer sent on,
+    the diagonal last: half a chunk copied at step 0, half added at steps 1…cp−2, the whole chunk added
+    at step cp−1 (`dk.add_`)."""
     later = cp - 1
     if framework == "torchtitan":
         forward = (
@@ -131,8 +135,8 @@ def merge_bytes(
             + later * 4 * kv_elements
         )
         return forward, backward
-    forward = 6 * out_elements + later * 10 * out_elements + 6 * out_elements + 4 * kv_elements
-    backward = (4 + later * 6) * q_elements + (4 + later * 3) * kv_elements
+    forward = 4 * out_elements + later * 6 * out_elements + 4 * kv_elements
+    backward = (4 + later * 6) * q_elements + (4 + 2 + (cp - 2) * 3 + 6) * kv_elements
     return forward, backward
 
 
