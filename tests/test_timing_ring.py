@@ -167,12 +167,14 @@ def test_torchtitan_s_all_gather_hides_behind_step_0_only():
 
 def test_megatron_s_ring_launches_a_kernel_set_a_step():
     # cp 2 under TE: two flash calls a pass, each one forward and three backward launches (launches.FLASH;
-    # the second call's on the scores op); corrections: step 0's, one output and one statistics
-    # correction for step 1, the cast: 4 = 2·cp forward; dQ, dK, dV summed a step: 6 = 3·cp backward;
+    # the second call's on the scores op); TE d0067d0d's forward: the K, V `torch.cat`, the statistics'
+    # `torch.clone`, step 0's output correction, one statistics and one output correction for step 1:
+    # 5 = 2·cp + 1 (the final `.to()` a no-op); backward: the saved chunk's `copy_`, then dQ, dK, dV
+    # copied or added a step: 7 = 3·cp + 1;
     # batch_isend_irecv once forward (step 0), twice backward (K, V at step 0; dK, dV at step 1).
     ops = _ops("megatron", 2)
     kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
     assert op_launches(ops["flash_scores"], **kw) == (2.0, 6.0)
     assert op_launches(ops["flash_context"], **kw) == (1.0, 3.0)
-    assert op_launches(ops["cp_merge"], **kw) == (4.0, 6.0)
+    assert op_launches(ops["cp_merge"], **kw) == (5.0, 7.0)
     assert op_launches(ops["cp_ring"], **kw) == (1.0, 2.0)

@@ -842,8 +842,9 @@ def _stepped_ring(
     ops = [dataclasses.replace(op, ring=cp) if op.name in (scores, context) else op for op in ops]
     forward_bytes, backward_bytes = merge_bytes(geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements)
     merge = _elementwise(p + "cp_merge", block, forward_bytes, backward_bytes, switch="softmax", inputs=(context,))
-    if not titan:  # fused corrections: step 0's, then an output and a statistics correction a later step, the cast
-        merge = dataclasses.replace(merge, launches=(2.0 * cp, 3.0 * cp))
+    if not titan:  # K, V cat, statistics clone, step 0's correction, two corrections a later step;
+        # backward the saved chunk's copy, then dQ, dK, dV a step (TE d0067d0d AttnFuncWithCPAndKVP2P)
+        merge = dataclasses.replace(merge, launches=(2.0 * cp + 1, 3.0 * cp + 1))
     ops.append(merge)
     chunk = kv_elements * bc
     if titan:
