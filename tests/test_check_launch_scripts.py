@@ -379,3 +379,36 @@ def test_the_context_parallel_communication_is_the_runs(
         assert code == 2 and captured.err.count("\n") == 1 and f"--plan: {said}" in captured.err, captured.err
     else:
         assert code in (0, 1) and json.loads(captured.out)["form"] == "megatron", captured.err
+
+
+@pytest.mark.parametrize(
+    ("impl", "flag", "line"),
+    [
+        (
+            "torch_fsdp2",
+            "--use-megatron-fsdp",
+            "--use-megatron-fsdp: given, the run config has parallel.fsdp_impl torch_fsdp2",
+        ),
+        (
+            None,
+            "--use-torch-fsdp2",
+            "--use-torch-fsdp2: given, the run config has parallel.fsdp_impl megatron_fsdp (unset)",
+        ),
+        ("torch_fsdp2", "--use-torch-fsdp2", ""),
+    ],
+)
+def test_a_launch_of_the_other_fsdp_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, impl: str | None, flag: str, line: str
+) -> None:
+    # Megatron-FSDP keeps its non-unit modules gathered, torch FSDP2 does not: which one runs is the plan's
+    text = (CONFIGS / "llama3-8b.yaml").read_text().replace("config: hf/", f"config: {HF}/")
+    stated = f"fsdp: true, fsdp_impl: {impl}" if impl else "fsdp: true"
+    run = tmp_path / "run.yaml"
+    run.write_text(text.replace("zero: 1", stated, 1))
+    script = tmp_path / "train.sh"
+    script.write_text(LLAMA_SCRIPT.replace("--use-distributed-optimizer", flag, 1))
+    code, out, err = _run_check(capsys, run, script)
+    if not line:
+        assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
+        return
+    assert code == 2 and out == "" and err.count("\n") == 1 and line in err, err

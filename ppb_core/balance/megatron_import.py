@@ -418,9 +418,9 @@ def _sharding(args: _Args) -> dict[str, Any]:
                 where, "--data-parallel-sharding-strategy", f"{shown(strategy)} is none of {', '.join(_FSDP_LEVELS)}"
             )
         level = _FSDP_LEVELS[strategy]
-        return {"fsdp": True, "zero": 3} if level == 3 else {"zero": level}
+        return {"fsdp": True, "zero": 3, "fsdp_impl": "megatron_fsdp"} if level == 3 else {"zero": level}
     if fsdp2:
-        return {"fsdp": True, "zero": 3}
+        return {"fsdp": True, "zero": 3, "fsdp_impl": "torch_fsdp2"}
     # dist_muon: Muon under the layer-wise distributed optimizer (arguments.py validate_args)
     distributed = args.has("--use-distributed-optimizer") or args.text("--optimizer") == "dist_muon"
     return {"zero": 1 if distributed else 0}

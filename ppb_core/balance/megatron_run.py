@@ -325,6 +325,12 @@ def _check_sharding(flags: MegatronFlags, run: RunConfig, where: str) -> None:
         return
     if given != level:
         raise InputError(where, flag, f"{said}: shard level {given}, the run config has {shown_run}: {WHY}")
+    # which FSDP shards matters to memory (Megatron-FSDP keeps its non-unit modules gathered)
+    if level == 3 and flag in ("--use-megatron-fsdp", "--use-torch-fsdp2"):
+        named = "megatron_fsdp" if flag == "--use-megatron-fsdp" else "torch_fsdp2"
+        if run.parallel.fsdp and (run.parallel.fsdp_impl or "megatron_fsdp") != named:
+            stated = run.parallel.fsdp_impl or "megatron_fsdp (unset)"
+            raise InputError(where, flag, f"given, the run config has parallel.fsdp_impl {stated}: {WHY}")
 
 
 # Megatron-LM's --cp-comm-type (default p2p, one type a layer allowed) as ppb's parallel.cp_variant:

@@ -148,6 +148,11 @@ class Parallel(StrictModel):
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 1
     fsdp: bool = False
+    fsdp_impl: Literal["megatron_fsdp", "torch_fsdp2"] | None = Field(
+        None,
+        description="under framework megatron with fsdp true, which FSDP runs: megatron_fsdp (--use-megatron-fsdp, "
+        "the default, as ppb's launch lines write it) or torch_fsdp2 (--use-torch-fsdp2)",
+    )
     schedule: Schedule = "1f1b"
     world_size: Devices | None = None
     devices_per_node: Devices = 8
@@ -756,6 +761,13 @@ class RunConfig(StrictModel):
         return par.shard_level
 
     @property
+    def megatron_fsdp(self) -> bool:
+        """Whether Megatron-FSDP shards the parameters (framework megatron, fsdp true, fsdp_impl unset or
+        megatron_fsdp): its non-unit modules then stay gathered (`ppb_core.memory.frameworks.megatron`)."""
+        par = self.parallel
+        return self.framework == "megatron" and par.fsdp and par.fsdp_impl != "torch_fsdp2"
+
+    @property
     def routed_share(self) -> float:
         """`training.moe.routed_share`, with `dropless_imbalance: bound` resolved as the most any MoE
         model's routing allows one expert-parallel rank (`MoeTraining.routed_share_bound`)."""
@@ -1052,6 +1064,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
             "or set fsdp false",
         )
+    if par.fsdp_impl is not None and (run.framework != "megatron" or not par.fsdp):
+        # the choice is Megatron-LM's (--use-megatron-fsdp or --use-torch-fsdp2); elsewhere it prices nothing
+        said = "needs framework megatron" if run.framework != "megatron" else "needs fsdp true"
+        raise InputError(where, "parallel.fsdp_impl", f"{par.fsdp_impl} {said}")
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.

@@ -316,7 +316,12 @@ class MemoryModel:
         """
         memory = self.state_memory(layer, state, switches)
         parameters = self.rules.parameter_working_bytes(
-            self.parameters(layer), self.setup, _node(layer), gathered, *self._neighbour_params(layer, neighbours)
+            self.parameters(layer),
+            self.setup,
+            _node(layer),
+            gathered,
+            *self._neighbour_params(layer, neighbours),
+            kind=layer.kind,
         )
         census = self.census_terms(layer, state, switches)
         working = self.correction.working

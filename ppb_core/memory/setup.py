@@ -31,6 +31,7 @@ class MemorySetup(Geometry):
     dp: int = 1
     pp: int = 1
     shard_level: int = 1  # ZeRO: 1 optimizer states, 2 and gradients, 3 (or FSDP) and parameters
+    megatron_fsdp: bool = False  # Megatron-FSDP shards (frameworks/megatron_fsdp.py), not torch FSDP2
     buffer_rule: str = "layered"
     fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
     compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
@@ -76,6 +77,7 @@ class MemorySetup(Geometry):
             dp=par.dp,
             pp=par.pp,
             shard_level=run.shard_level,
+            megatron_fsdp=run.megatron_fsdp,
             buffer_rule=buffer_rule,
             fp8_cache=train.fp8_cache,
             compute_capability=run.device.profile().compute_capability,

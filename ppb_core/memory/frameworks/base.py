@@ -114,11 +114,13 @@ class FrameworkRules:
         gathered: int,
         before: LayerParams | None,
         after: LayerParams | None,
+        kind: LayerKind | None = None,
     ) -> float:
         """What a layer's backward holds of parameters and gradients beyond its static memory.
 
         *before* and *after* are the units that run just before and after the layer in the
         forward (None where there is none): what a framework prefetches or is still reducing.
+        *kind* is the layer's, where a rule reads it.
         SAPP's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
         """
         return gathered * gathered_parameter_bytes(params, setup)

@@ -219,6 +219,7 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
@@ -230,7 +231,7 @@ from ppb_core.memory.frameworks.workspaces import (
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
-from ppb_core.memory.static import StaticBytes, static_bytes
+from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
@@ -585,14 +586,35 @@ class MegatronRules(FrameworkRules):
 
     def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
-        step (module docstring); under Muon one moment fewer for the matrices it steps (`muon.py`)."""
+        step (module docstring); under Muon one moment fewer for the matrices it steps (`muon.py`); under
+        Megatron-FSDP the whole copy of the modules outside its units (`megatron_fsdp.py`)."""
         found = super().static(params, setup)
+        if kind is not None and (preserved := preserved_bytes(kind, setup)):  # Megatron-FSDP's non-unit copy
+            found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
         if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:
             matrices = static_bytes(matrix_params(kind, setup), setup).optimizer_states  # sharded as the states
             found = replace(found, optimizer_bytes=found.optimizer_bytes - MUON_SAVING_BYTES * matrices)
         if setup.grad_bytes < STATS_BYTES and setup.dtype_bytes < STATS_BYTES:
             return replace(found, step_only_bytes=STATS_BYTES * found.optimizer_states)
         return found
+
+    def parameter_working_bytes(
+        self,
+        params: LayerParams,
+        setup: MemorySetup,
+        node: str,
+        gathered: int,
+        before: LayerParams | None,
+        after: LayerParams | None,
+        kind: LayerKind | None = None,
+    ) -> float:
+        """SAPP's gathered parameters, but under Megatron-FSDP only of the layer's FSDP units: the modules
+        outside them are gathered at every moment already (`megatron_fsdp.py`, counted in `static`)."""
+        if kind is None or not setup.megatron_fsdp:
+            return super().parameter_working_bytes(params, setup, node, gathered, before, after, kind)
+        outside = non_unit_params(kind, setup)
+        units = LayerParams(params.non_expert - outside.non_expert, params.expert - outside.expert)
+        return gathered * gathered_parameter_bytes(units, setup)
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
         """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""

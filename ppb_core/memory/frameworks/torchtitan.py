@@ -412,6 +412,7 @@ class TorchtitanRules(FrameworkRules):
         gathered: int,
         before: LayerParams | None,
         after: LayerParams | None,
+        kind: LayerKind | None = None,
     ) -> float:
         """FSDP2's backward of unit U, with V the unit before it (prefetched) and W the one after
         (whose reduce-scatter input is still held): at the end of U's gradient computation
