@@ -38,7 +38,11 @@ COMPILED: dict[str, Any] = {"torch_compile": True}
 FLOAT8: dict[str, Any] = {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
 _OP = {"mode": "selective", "option": "op"}
 _SP = {"tp": 8, "sequence_parallel": True}  # torchtitan's TP plan shards the norms' sequence (SP)
-_FLOAT8_GATHER = "FSDP's Float8 all-gather (if on) priced in BF16"
+_FLOAT8_GATHER = "FSDP's Float8 all-gather not stated: priced off, in BF16 (torchtitan's default)"
+# Runs whose flags turn on FSDP's Float8 all-gather and the scale precompute (Trainy's command line,
+# 3faaa1a0d's llama3_405b.toml): the blocks' linears gathered at a byte (ppb_core.timing.fsdp_float8)
+FLOAT8_GATHERED: dict[str, Any] = {**FLOAT8, "fp8_fsdp_all_gather": True, "fp8_precompute_scale": True}
+_GATHERED = "FSDP's Float8 all-gather and scale precompute on (its flags): the linears gathered at a byte"
 
 
 def titan_seconds(local_batch: int, seq: int, tokens_per_s: float, parallel: dict[str, Any]) -> float:
@@ -155,9 +159,9 @@ def titan_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             _row(
                 f"8B FSDP{gpus} compile + Float8 ({gpus} H200)", TRAINY, LLAMA31_8B, {"dp": gpus},
-                8192, 2, 1, _OP, FLOAT8, tps, {"name": "h200"},
+                8192, 2, 1, _OP, FLOAT8_GATHERED, tps, {"name": "h200"},
                 ("H200 SXM at the catalog's figures (the file names no power limit)",
-                 "force_recompute_fp8_weight_in_bwd: the weights' casts not re-priced", _FLOAT8_GATHER,
+                 "force_recompute_fp8_weight_in_bwd: the weights' casts not re-priced", _GATHERED,
                  "tokens/s sampled at iteration 100"),
             )
         )  # fmt: skip
@@ -223,8 +227,8 @@ def titan_docs_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
     sp = {"dp": 16, **_SP}
     for label, timing, wps in (
         ("compiled", {**COMPILED, "overlap": {"tp": 0.0}}, 109),
-        ("Float8", {**FLOAT8, "overlap": {"tp": 0.0}}, 177),
-        ("Float8 + AsyncTP", {**FLOAT8, "overlap": {"tp": 1.0}}, 185),
+        ("Float8", {**FLOAT8_GATHERED, "overlap": {"tp": 0.0}}, 177),
+        ("Float8 + AsyncTP", {**FLOAT8_GATHERED, "overlap": {"tp": 1.0}}, 185),
     ):
         rows.append(
             _row(
@@ -232,7 +236,7 @@ def titan_docs_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
                 "full", timing, float(wps), h100,
                 ("torch.compile on (the toml's; the table's 'None' row names no optimization beyond it)",
                  "async TP as ppb's comm-GEMM overlap (overlap.tp 1.0)" if "Async" in label else "vanilla TP",
-                 *((_FLOAT8_GATHER,) if "Float8" in label else ())),
+                 *((_GATHERED,) if "Float8" in label else ())),
             )
         )  # fmt: skip
     return rows

@@ -369,13 +369,21 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
             TRAINY,
             {
                 **torchtitan_run(f"trainy-8b-{nodes}", LLAMA31_8B, {"dp": 8 * nodes}, 8192, 2, 1, op, H200),
-                "timing": {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"},
+                # the file's command line: enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp
+                "timing": {
+                    "torch_compile": True,
+                    "matmul_dtype": "fp8",
+                    "fp8_recipe": "tensorwise",
+                    "fp8_fsdp_all_gather": True,
+                    "fp8_precompute_scale": True,
+                },
             },
             stage=0,
             measured_gib=gib,
             allocated=False,
             assumptions=(
-                "Float8 (FSDP's float8 all-gather) not modelled in memory",
+                "FSDP's float8 all-gather: the blocks' linears gathered at a byte; Float8Linear's saved inputs "
+                "stay BF16 (force_recompute_fp8_weight_in_bwd's recast not modelled)",
                 "ppb follows torchtitan v0.2.2's FSDP units; e7c0cae's root unit (embedding, norm, output) stays "
                 "gathered from the forward to its backward (FSDP2's root is not resharded after the forward)",
                 "the reserved peak taken for the file's figure",

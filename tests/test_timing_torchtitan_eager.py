@@ -52,16 +52,17 @@ def test_the_input_gradients_of_linears_sharing_an_input_are_summed_under_eager_
 def test_fsdp2_copies_by_hand():
     run = _run()
     kernels = TimeModel(run).kernels
-    parameters = MemoryModel(run).parameters(_body(run)).total
+    params = MemoryModel(run).parameters(_body(run))
+    parameters = params.total
     # SMALL_GQA's block: wq and wo 1024², wk and wv 1024·256, w1, w3, w2 1024·2816, two norms 1024
     assert parameters == 2 * 1024**2 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024
     hbm = 1000e9 * 0.5  # ROUND_DEVICE: 1000 GB/s at memory_efficiency 0.5
     # copy-out: read the gathered bf16 buffer and write the parameters, 2 + 2 bytes a parameter;
     # reduce-scatter copy-in: read the bf16 gradients, write the fp32 reduce-scatter input, 2 + 4
-    out, reduce_in = fsdp2_copy_seconds(run, parameters, kernels)
+    out, reduce_in = fsdp2_copy_seconds(run, params, kernels)
     assert out == pytest.approx(4 * parameters / hbm)
     assert reduce_in == pytest.approx(6 * parameters / hbm)
-    assert fsdp2_copy_seconds(_run("megatron"), parameters, kernels) == (0.0, 0.0)
+    assert fsdp2_copy_seconds(_run("megatron"), params, kernels) == (0.0, 0.0)
 
 
 @pytest.mark.parametrize("recompute", [{"mode": "full"}, {"mode": "selective", "option": "op"}])

@@ -302,14 +302,20 @@ def test_the_405b_job_says_what_is_not_modelled() -> None:
     raw = imported.raw
     # `converters = ["float8"]`: v0.1.0's name of the float8 linear converter; [compile] the model
     # Float8LinearConfig's default recipe, per-tensor scaling (TE calls it tensorwise)
-    assert raw["timing"] == {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+    # enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp true in the TOML
+    assert raw["timing"] == {
+        "torch_compile": True,
+        "matmul_dtype": "fp8",
+        "fp8_recipe": "tensorwise",
+        "fp8_fsdp_all_gather": True,
+        "fp8_precompute_scale": True,
+    }
     assert raw["parallel"]["tp"] == 8 and raw["parallel"]["dp"] == 64 and raw["parallel"]["sequence_parallel"]
     assert raw["training"]["recompute"] == {"mode": "full"}
     # compile.components model and loss (the default): the loss compiled with the blocks, no key of its own
     assert run_config_compiled_loss(raw)
     assert [note.split(":")[0] for note in imported.notes] == [
         "parallelism.enable_async_tensor_parallel",
-        "quantize.linear.float8.enable_fsdp_float8_all_gather",
     ]  # filter_fqns ["output"]: the output layer in 16 bits, as ppb prices it
 
 
@@ -407,6 +413,10 @@ def test_the_pipeline_split_is_torchtitans() -> None:
         ("[quantize.linear.float8]\nenable_fsdp_float8_all_gathr = true", 8,
          "quantize.linear.float8.enable_fsdp_float8_all_gathr"),
         ("[quantize.linear.fp8]\nemulate = true", 8, "quantize.linear.fp8"),
+        # v0.2.2 float8.py Float8LinearConverter.__init__ asserts against the float8 all-gather with a recipe
+        ('[model]\nconverters = ["quantize.linear.float8"]\n[quantize.linear.float8]\n'
+         'enable_fsdp_float8_all_gather = true\nrecipe_name = "rowwise"', 8,
+         "quantize.linear.float8.enable_fsdp_float8_all_gather"),
         ("[quantize.linar.float8]\nemulate = true", 8, "quantize.linar"),
     ],
 )  # fmt: skip

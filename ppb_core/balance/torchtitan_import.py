@@ -537,8 +537,15 @@ def _float8(toml: _Toml, timing: dict[str, Any], experts: bool, notes: list[str]
     layer and the MoE router in 16 bits (`ppb_core.timing.flops` `Op.fp8`)."""
     linear = toml.table("quantize", "linear", "float8") or toml.table("float8")
     timing["fp8_recipe"] = "tensorwise"  # per-tensor current scaling, TE's name for it
+    # Float8LinearConverter.__init__: the float8 all-gather (and its scale precompute) only under FSDP's
+    # data sharding and without a recipe_name (it asserts against one); both default false in v0.2.2
+    if linear.get("enable_fsdp_float8_all_gather") and linear.get("recipe_name") is not None:
+        said = "with recipe_name: torchtitan refuses it (Float8LinearConverter.__init__)"
+        raise InputError(toml.where, "quantize.linear.float8.enable_fsdp_float8_all_gather", said)
     if linear.get("enable_fsdp_float8_all_gather"):
-        notes.append("quantize.linear.float8.enable_fsdp_float8_all_gather: FSDP's fp8 gather, priced in bf16")
+        timing["fp8_fsdp_all_gather"] = True
+        if linear.get("precompute_float8_dynamic_scale_for_fsdp"):
+            timing["fp8_precompute_scale"] = True
     if linear.get("recipe_name") not in (None, "tensorwise"):
         notes.append(f"quantize.linear.float8.recipe_name {linear['recipe_name']}: priced as tensorwise")
     filtered = linear.get("filter_fqns") or []

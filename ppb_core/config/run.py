@@ -537,6 +537,18 @@ class TimingOptions(StrictModel):
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )
+    fp8_fsdp_all_gather: bool = Field(
+        False,
+        description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
+        "all-gathers the blocks' Float8 linear weights in float8, 1 byte an element (torchao float8/fsdp_utils.py "
+        "`WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`); needs matmul_dtype fp8, fp8_recipe tensorwise",
+    )
+    fp8_precompute_scale: bool = Field(
+        False,
+        description="torchtitan's quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp (v0.2.2 default "
+        "false): after the optimizer step one pass over the local weight shards for their amax and one all-reduce "
+        "of the scales (torchao `precompute_float8_dynamic_scale_for_fsdp`); needs fp8_fsdp_all_gather",
+    )
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = Field(
         "delayed",
         description="Megatron's --fp8-recipe under FP8 training (matmul_dtype fp8): how TransformerEngine scales "
@@ -1032,6 +1044,22 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
 TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend"})
 
 
+def _check_float8_gather(run: RunConfig, where: str) -> None:
+    """torchtitan v0.2.2 components/quantization/float8.py `Float8LinearConverter.__init__`: the float8
+    all-gather only with the tensorwise default (it asserts against a `recipe_name`), the precompute
+    only with the float8 all-gather."""
+    timing = run.timing
+    if timing.fp8_fsdp_all_gather:
+        if run.framework != "torchtitan":
+            raise InputError(
+                where, "timing.fp8_fsdp_all_gather", f"is torchtitan's; this run's framework is {run.framework}"
+            )
+        if timing.matmul_dtype != "fp8" or timing.fp8_recipe != "tensorwise":
+            raise InputError(where, "timing.fp8_fsdp_all_gather", "needs matmul_dtype fp8 and fp8_recipe tensorwise")
+    if timing.fp8_precompute_scale and not timing.fp8_fsdp_all_gather:
+        raise InputError(where, "timing.fp8_precompute_scale", "needs timing.fp8_fsdp_all_gather")
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1048,6 +1076,7 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"torchtitan's kernels (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         )
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
             raise InputError(

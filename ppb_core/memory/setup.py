@@ -60,6 +60,9 @@ class MemorySetup(Geometry):
     cuda_graph_modules: tuple[str, ...] | None = None  # Megatron's graphed scopes (None: no CUDA graphs)
     compiled_blocks: bool = False  # torchtitan's blocks under torch.compile (timing.torch_compile)
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (timing.compiled_loss)
+    fp8_fsdp_all_gather: bool = (
+        False  # torchtitan's FSDP gathers Float8 linear weights in float8 (timing.fp8_fsdp_all_gather)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,6 +106,7 @@ class MemorySetup(Geometry):
             cuda_graph_modules=None if run.timing.cuda_graph_impl == "none" else tuple(run.timing.cuda_graph_modules),
             compiled_blocks=run.timing.torch_compile,
             compiled_loss=run.timing.compiled_loss,
+            fp8_fsdp_all_gather=run.timing.fp8_fsdp_all_gather,
         )
 
     @property

@@ -14,13 +14,14 @@ A shard is rounded up to whole elements, as frameworks pad their flat buffers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, PatchEmbedKind, ProjectorKind, TailKind
 from ppb_core.model.params import (
     LayerParams,
     body_params,
+    float8_gathered_weights,
     head_params,
     patch_embed_params,
     projector_params,
@@ -31,7 +32,10 @@ from ppb_core.model.params import (
 def layer_params(kind: LayerKind, setup: MemorySetup) -> LayerParams:
     """Elements of the layer one tensor-/expert-parallel rank holds, before data-parallel sharding."""
     if isinstance(kind, BodyKind):
-        return body_params(kind, setup.tp, setup.ep, setup.etp)
+        params = body_params(kind, setup.tp, setup.ep, setup.etp)
+        if setup.fp8_fsdp_all_gather and setup.shard_level >= 3:
+            params = replace(params, float8=float8_gathered_weights(kind, setup.tp)[0])
+        return params
     if isinstance(kind, HeadKind):
         return head_params(kind, setup.tp)
     if isinstance(kind, TailKind):

@@ -34,13 +34,18 @@ class LayerParams:
 
     non_expert: int = 0
     expert: int = 0  # routed experts: sharded over the expert-data-parallel group instead
+    float8: int = 0  # of non_expert: the weights FSDP all-gathers in float8 (`float8_gathered_weights`)
 
     @property
     def total(self) -> int:
         return self.non_expert + self.expert
 
+    def gathered_bytes(self, dtype_bytes: int) -> int:
+        """Bytes of the whole unit as FSDP gathers it: float8 weights at a byte, the rest at *dtype_bytes*."""
+        return (self.total - self.float8) * dtype_bytes + self.float8
+
     def __add__(self, other: LayerParams) -> LayerParams:
-        return LayerParams(self.non_expert + other.non_expert, self.expert + other.expert)
+        return LayerParams(self.non_expert + other.non_expert, self.expert + other.expert, self.float8 + other.float8)
 
 
 def norm_params(norm: Norm, features: int) -> int:
@@ -99,6 +104,23 @@ def body_params(kind: BodyKind, tp: int = 1, ep: int = 1, etp: int = 1) -> Layer
     if isinstance(kind.mlp, Moe):
         return LayerParams(non_expert=base) + moe_params(kind.mlp, tp, ep, etp)
     return LayerParams(non_expert=base + mlp_params(kind.mlp, tp))
+
+
+def float8_gathered_weights(kind: BodyKind, tp: int = 1) -> tuple[int, int]:
+    """(elements, tensors) of a dense block's linear weights that FSDP2 gathers in float8 under
+    torchtitan's Float8 with `enable_fsdp_float8_all_gather`: every `nn.Linear` of the block is a
+    torchao Float8Linear (torchtitan v0.2.2 components/quantization/float8.py `Float8LinearConverter`),
+    whose weight is a `WeightWithDynamicFloat8CastTensor`; its `fsdp_pre_all_gather` casts the shard
+    to float8 and gathers the 1-byte data, the per-tensor scale passed as metadata (torchao
+    float8/fsdp_utils.py, 36027d82d). Biases and norms stay in the compute dtype. Multi-latent
+    attention and MoE blocks (grouped experts are not Float8Linear) are not counted: (0, 0)."""
+    att, mlp = kind.attention, kind.mlp
+    if att.is_mla or isinstance(mlp, Moe):
+        return 0, 0
+    h, d = att.hidden_size, att.head_dim
+    q, kv = per_rank(att.num_heads, tp) * d, kv_heads_per_rank(att.num_kv_heads, tp) * d
+    attention = h * (q + 2 * kv) + q * h  # wq, wk, wv, wo
+    return attention + mlp.matrices * h * per_rank(mlp.intermediate_size, tp), 4 + mlp.matrices
 
 
 def head_params(kind: HeadKind, tp: int = 1) -> LayerParams:

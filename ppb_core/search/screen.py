@@ -349,7 +349,7 @@ def fsdp_floor_s(
     gathers, reduces = [], []
     for slot in slots:
         params = memory.parameters(_layer(slot, 0))
-        gathers.append(_dp_collective(ALL_GATHER, params, dtype, links))
+        gathers.append(_dp_collective(ALL_GATHER, params, dtype, links, gathered=True))
         reduces.append(_dp_collective(REDUCE_SCATTER, params, grad, links))
     least_gather, least_reduce = min(gathers), min(reduces)
     forward = least_gather if rules.fsdp_gather_every_micro_batch else 0.0

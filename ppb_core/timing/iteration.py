@@ -37,6 +37,7 @@ from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
+from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
@@ -44,6 +45,7 @@ from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
+from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.model_flops import (
@@ -340,19 +342,21 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
-    # ZeRO-3 / FSDP: each layer's parameters gathered (bf16) and gradients reduce-scattered over dp·cp.
+    # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
+    # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
+    precompute = [0.0] * stages  # torchtitan's Float8 scale precompute after the step, per stage
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
             for layer, _, _ in entries:
                 params = memory.parameters(layer)
-                gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links))
+                gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links, gathered=True))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
             fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
             )
-            copies = [fsdp2_copy_seconds(run, memory.parameters(layer).total, kernels) for layer, _, _ in entries]
+            copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
             fe += sum(out for out, _ in copies)
             be += sum(
                 (out if rules.fsdp_reshard_after_forward else 0.0)
@@ -368,6 +372,11 @@ def run_iteration(
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
             fsdp_once += once_exposed
             fsdp_once_link += once_link
+            if run.timing.fp8_precompute_scale:
+                kinds = [layer.kind for layer, _, _ in entries]
+                precompute[stage] += precompute_scale_seconds(kinds, setup, links, kernels)
+        fsdp_once += max(precompute)  # the stages run theirs at once
+        fsdp_once_link += max(precompute)
 
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
@@ -528,8 +537,8 @@ def _share(link: float, exposed: float) -> float:
     return min(1.0, max(0.0, 1.0 - exposed / link))
 
 
-def fsdp2_copy_seconds(run: RunConfig, parameters: float, kernels) -> tuple[float, float]:
-    """(all-gather copy-out, reduce-scatter copy-in) seconds of one FSDP2 unit of *parameters*
+def fsdp2_copy_seconds(run: RunConfig, params: LayerParams, kernels) -> tuple[float, float]:
+    """(all-gather copy-out, reduce-scatter copy-in) seconds of one FSDP2 unit of *params*
     (their elements before data-parallel sharding), on the compute stream; torchtitan only.
 
     torch.distributed.fsdp._fully_shard._fsdp_collectives (torch 2.13; the same functions since
@@ -538,22 +547,28 @@ def fsdp2_copy_seconds(run: RunConfig, parameters: float, kernels) -> tuple[floa
     parameters in the compute dtype, bc + bc an element) on the current stream; before each
     reduce-scatter `foreach_reduce` copies the bf16 gradients into the reduce-scatter input in the
     reduce dtype (`foreach_reduce_scatter_copy_in`, `torch.ops.fsdp.chunk_cat`: bc + grad_bytes) on
-    the current stream. Not priced: the all-gather copy-in (`_get_param_all_gather_inputs` casts the
-    fp32 shard to bf16 and `all_gather_copy_in` copies it into the all-gather input: 1/dp of the
-    above each) runs on FSDP2's own copy-in stream beside the compute; the gradient division is
+    the current stream. The copy-out moves the unit as gathered (`LayerParams.gathered_bytes`): under
+    the Float8 all-gather a byte for each float8 weight element (torchao float8/fsdp_utils.py
+    `fsdp_post_all_gather` makes the unsharded weight over the gathered float8 data). Not priced:
+    the all-gather copy-in (`_get_param_all_gather_inputs` casts the fp32 shard to bf16, or to
+    float8 in `fsdp_pre_all_gather`, and `all_gather_copy_in` copies it into the all-gather input:
+    1/dp of the above each) runs on FSDP2's own copy-in stream beside the compute; the gradient division is
     none for fp32 and bf16 reductions (`_get_gradient_divide_factors`: NCCL's ReduceOp.AVG); the
     sharded gradient is assigned, not added, on the first micro-batch."""
     if run.framework != "torchtitan":
         return 0.0, 0.0
     bc, grad = run.training.dtype_bytes, run.training.grad_bytes
-    return kernels.memory_s(2 * bc * parameters), kernels.memory_s((bc + grad) * parameters)
+    return kernels.memory_s(2 * params.gathered_bytes(bc)), kernels.memory_s((bc + grad) * params.total)
 
 
-def _dp_collective(kind: str, params, element_bytes: int, links: Links) -> float:
-    """One collective over a layer's parameters: non-expert ones over dp·cp, experts over their group."""
+def _dp_collective(kind: str, params: LayerParams, element_bytes: int, links: Links, gathered: bool = False) -> float:
+    """One collective over a layer's parameters: non-expert ones over dp·cp, experts over their group.
+    *gathered*: FSDP's parameter all-gather, its float8 weights at a byte (`LayerParams.gathered_bytes`)."""
     seconds = 0.0
     if params.non_expert:
-        seconds += collective_seconds(Collective(kind, "dp", params.non_expert * element_bytes, "dp"), links)
+        float8 = params.float8 if gathered else 0
+        payload = (params.non_expert - float8) * element_bytes + float8
+        seconds += collective_seconds(Collective(kind, "dp", payload, "dp"), links)
     if params.expert:
         seconds += collective_seconds(Collective(kind, "edp", params.expert * element_bytes, "dp"), links)
     return seconds

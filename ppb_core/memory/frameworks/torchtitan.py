@@ -390,7 +390,7 @@ class TorchtitanRules(FrameworkRules):
         states = setup.state_bytes if setup.state_bytes_stated else setup.state_bytes - FP32_BYTES
         unsharded = 0
         if sharded and setup.pp > 1:
-            unsharded = params.total * (setup.dtype_bytes + setup.grad_bytes)
+            unsharded = params.gathered_bytes(setup.dtype_bytes) + params.total * setup.grad_bytes
         return StaticBytes(
             parameters=elements,
             gradients=elements,
@@ -419,17 +419,21 @@ class TorchtitanRules(FrameworkRules):
         `2·bc·P_U + bc·P_V + 4·P_W` (U gathered, its bf16 gradients, V gathered, W's fp32
         reduce-scatter input); in U's `post_backward`, U resharded and W's input released, U's own
         fp32 input filled from its gradients: `(bc + 4)·P_U + bc·P_V`. The larger of the two.
-        Under PP the parameters stay gathered (static): U's bf16 gradients as they form."""
+        Under PP the parameters stay gathered (static): U's bf16 gradients as they form. A gathered
+        unit is `LayerParams.gathered_bytes`: its Float8 linear weights at a byte under the float8
+        all-gather (torchao float8/fsdp_utils.py `fsdp_post_all_gather` keeps the gathered float8 data
+        as the unsharded weight); their gradients stay bf16."""
         if not fsdp(setup):
             return 0.0  # replicate (DDP): gradients live in its buckets, counted as static
         bc, reduce = setup.dtype_bytes, setup.grad_bytes
         own = params.total
         if setup.pp > 1:
             return bc * own
-        prefetched = before.total if before is not None else 0
+        gathered = params.gathered_bytes(bc)
+        prefetched = before.gathered_bytes(bc) if before is not None else 0
         reducing = after.total if after is not None else 0
-        computing = 2 * bc * own + bc * prefetched + reduce * reducing
-        reducing_own = (bc + reduce) * own + bc * prefetched
+        computing = gathered + bc * own + prefetched + reduce * reducing
+        reducing_own = (bc + reduce) * own + prefetched  # U resharded: its bf16 gradients and fp32 input
         return max(computing, reducing_own)
 
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
