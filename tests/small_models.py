@@ -15,6 +15,20 @@ SMALL_LLAMA = {
     "torch_dtype": "bfloat16",
 }
 
+# A torchtitan run config of test_census_torchtitan's first block: h 128, 2 heads, 1 KV head, width 352,
+# 64 tokens (bf16)
+SMALL_TORCHTITAN_RUN = """\
+name: tt-small
+framework: torchtitan
+models:
+  - name: llm
+    spec: {vocab_size: 1024, hidden_size: 128, num_layers: 2, num_attention_heads: 2,
+           num_key_value_heads: 1, intermediate_size: 352}
+parallel: {dp: 8, fsdp: true, world_size: 8}
+training: {seq_length: 64, recompute: {mode: selective, option: op}}
+device: {name: h100-80gb}
+"""
+
 
 def gpt_spec(
     h: int, heads: int, s: int, layers: int = 4, vocab: int = 51200, *, biases: bool = True, dropout=0.1, tied=False

@@ -40,6 +40,8 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 from ppb_core.census.live import LiveBytes
 
 CHECKPOINTING: tuple[str, ...] = ("none", "op", "full")
+# A run config's training.dtype as torch names it.
+TORCH_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 # llama3/infra/parallelize.py _op_sac_save_list (v0.2.2), as far as these ops exist in the CPU
 # build, with the CPU flash kernel standing for the CUDA one.

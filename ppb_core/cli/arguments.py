@@ -96,15 +96,21 @@ def profile(parser: argparse.ArgumentParser) -> None:
 
 
 def census(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_config", help="a HuggingFace config.json")
-    parser.add_argument("--out", "-o", required=True, help="the census file to write (JSON)")
+    parser.add_argument(
+        "model_config",
+        help="a HuggingFace config.json, or a torchtitan run config (RUN.yaml: its block under none, op "
+        "and full checkpointing beside ppb's torchtitan rules)",
+    )
+    parser.add_argument("--out", "-o", help="the census file to write (JSON; needed with a config.json)")
     parser.add_argument(
         "--seq",
         type=int,
         nargs="+",
-        default=list(DEFAULT_SEQ),
-        help="sequence lengths to measure at, two at least (default 128 256 512)",
+        default=None,
+        help="sequence lengths to measure at, two at least (default 128 256 512); "
+        "with a run config one (default the run's seq_length)",
     )
+    parser.add_argument("--json", action="store_true", help="with a run config: print the comparison as JSON")
     parser.add_argument("--batch", type=int, default=1, help="micro-batch size to measure at (default 1)")
     parser.add_argument(
         "--attention",
@@ -116,7 +122,7 @@ def census(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=("bf16", "fp16", "fp32"),
         default=None,
-        help="activation dtype (default: the config's torch_dtype, else bf16)",
+        help="activation dtype (default: the config's torch_dtype, else bf16; a run config's training.dtype)",
     )
     parser.add_argument(
         "--experts",
@@ -307,7 +313,9 @@ count of micro-batches in flight the schedule keeps, and the backward's working 
 
 Needs the torch extra (`pip install 'ppb[torch]'`). Each distinct body kind of the model is built
 with `transformers` on the CPU and measured at the shapes given (docs/census.md); a run config
-names the file as `models[i].census` to price that model's activations from it.""",
+names the file as `models[i].census` to price that model's activations from it. Given a torchtitan
+run config (RUN.yaml) instead, its block is measured under torchtitan's none, op and full
+activation checkpointing and printed beside what ppb's torchtitan rules predict.""",
         arguments=census,
     ),
     "balance": Command(

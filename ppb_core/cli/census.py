@@ -1,5 +1,7 @@
 """`ppb census HF_CONFIG.json --out census.json`: measure what each layer kind keeps, in real PyTorch layers.
 
+A torchtitan run config (RUN.yaml) goes to `census_torchtitan` instead.
+
 Needs the torch extra (`pip install 'ppb[torch]'`). Each distinct body kind of the model is built
 with `transformers` on the CPU and measured at the shapes given (docs/census.md); a run config
 names the file as `models[i].census` to price that model's activations from it.
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from ppb_core import limits
 from ppb_core.census.measure import CENSUS_MODEL_TYPES, Shape, census, census_dtype, expert_counts, require_torch
+from ppb_core.cli import census_torchtitan
+from ppb_core.cli.arguments import DEFAULT_SEQ
 from ppb_core.config.hf import spec_from_hf
 from ppb_core.errors import InputError, shown
 from ppb_core.io import atomic_write_text, check_output, read_json
@@ -81,6 +85,12 @@ def _read_config(path: str) -> dict:
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.out is None:
+        raise InputError("ppb census", "--out", "name the census file to write")
+    if args.json:
+        raise InputError("ppb census", "--json", "prints a run config's torchtitan comparison; a census is written")
+    if args.seq is None:
+        args.seq = list(DEFAULT_SEQ)
     if len(set(args.seq)) < 2:
         raise InputError(
             "ppb census",
@@ -120,6 +130,8 @@ def lacks_bf16_arithmetic(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if Path(args.model_config).suffix in (".yaml", ".yml"):  # a run config: its torchtitan block
+        return census_torchtitan.run(args)
     _check(args)
     raw = _read_config(args.model_config)
     if args.dropout is not None:
