@@ -22,6 +22,17 @@ def _config(tmp_path: Path, raw: dict | str, name: str = "config.json") -> Path:
 
 
 @pytest.mark.oracle
+def _run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """*code* in a fresh Python from the repository root (where a test hides torch from it)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+
+
 def test_writes_a_census_the_reader_accepts(tmp_path, capsys) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -80,13 +91,7 @@ def test_without_torch_one_line_says_how_to_install(tmp_path) -> None:
         "from ppb_core.cli.main import main\n"
         f"sys.exit(main(['census', {str(config)!r}, '--out', {str(out)!r}]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parents[1],
-    )
+    done = _run_python(code)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "ppb: error: ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
@@ -153,13 +158,7 @@ def test_a_torchtitan_run_without_torch_is_one_line(tmp_path) -> None:
         "from ppb_core.cli.main import main\n"
         f"sys.exit(main(['census', {str(_titan_run(tmp_path))!r}]))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parents[1],
-    )
+    done = _run_python(code)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "ppb: error: ppb census needs PyTorch and transformers: pip install 'ppb[torch]'"
