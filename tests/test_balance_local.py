@@ -24,6 +24,7 @@ from ppb_core.balance.megatron import Setting
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import choices_within
+from ppb_core.balance.torchtitan_settings import EveryNth
 from ppb_core.model.switches import ALONG_A_CELL, OPTIONS
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import check, makespan
@@ -108,6 +109,47 @@ def test_improve_under_a_setting_takes_the_moves_one_by_one_would(setting: Setti
         assert found.counts == _one_by_one(start, 400, 10_000, setting).counts
         assert found.cell_backward == Plan(problem, found.counts).cell_backward
         assert found.iteration_time < start.iteration_time or start is other
+
+
+def _counted_along(counts: list, problem: BalanceInput, every: int) -> None:
+    """Every cell's options as torchtitan v0.2.2's `_apply_layer_sac` gives them, in place: one count per
+    rank (stage) over its chunks in order, blocks whose count is a multiple of *every* FULL."""
+    full, none = OPTIONS.index("FULL"), OPTIONS.index("NONE")
+    for s in range(problem.stages):
+        count = 0
+        for v in range(problem.chunks):
+            for b in range(len(counts)):
+                layers = sum(counts[b][v][s])
+                wrapped = sum((count + i + 1) % every == 0 for i in range(layers))
+                counts[b][v][s] = [0] * len(OPTIONS)
+                counts[b][v][s][full], counts[b][v][s][none] = wrapped, layers - wrapped
+                count += layers
+
+
+def test_improve_under_every_nth_gives_a_ranks_chunks_their_options_again() -> None:
+    """Under torchtitan's every N-th block (counted across a rank's chunks) a move rewrites every cell
+    of the stages it touches: the plans are those of giving every cell its options again by the rank's
+    count (`_counted_along`) after each move, tried one by one."""
+    problem = BalanceInput(layer_set(two_kind_bodies(19)), 4, 8, 2, 2000.0, framework="torchtitan")
+    every = EveryNth("every", 3)
+    start = program.setting_plan(problem, every)
+    assert start.fits
+    best, moves, improved = start, 0, True
+    while improved and moves < 400:
+        improved = False
+        for move in local._neighbours(best, True):
+            counts = [[[list(cell) for cell in row] for row in body] for body in best.counts]
+            for body, v, s, k, step in move:
+                counts[body][v][s][k] += step
+            _counted_along(counts, problem, 3)
+            candidate = Plan(problem, tuple(tuple(tuple(map(tuple, row)) for row in body) for body in counts))
+            faster = candidate.iteration_time < best.iteration_time - 1e-12 * max(1.0, best.iteration_time)
+            if faster and candidate.fits and not candidate.problems():
+                best, moves, improved = candidate, moves + 1, True
+                break
+    found = improve(start, 400, 10**9, program._reoption(every))
+    assert found.counts == best.counts and found.iteration_time < start.iteration_time
+    assert found.cell_backward == Plan(problem, found.counts).cell_backward
 
 
 @pytest.mark.parametrize("chunks", [1, 2])

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ppb_core.balance import program
+from ppb_core.balance.local import reoptioned
+from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
 from ppb_core.balance.torchtitan_import import import_torchtitan
@@ -62,11 +66,99 @@ def test_every_nth_block_is_torchtitans_layer_sac() -> None:
     assert EveryNth("every", 9).cell_options(8) == {"FULL": 0, "NONE": 8}
     # the importer's reading of the same words (config.recompute, counted from the rank's first block)
     assert resolve(TorchtitanRecompute(mode="selective", option=3)).chunk_options(8) == EveryNth("every", 3).along(8)
-    # the settings: none, the op policy, every N-th for 2 ≤ N ≤ the most layers a cell holds, full last;
-    # with several chunks a rank's count runs across them: not a cell's own, not offered
-    names = [(s.name, s.num_layers) for s in settings(("NONE", "SLCT", "FULL"), 1, 4)]
+    # the settings: none, the op policy, every N-th for 2 ≤ N ≤ the most layers a rank holds, full last
+    names = [(s.name, s.num_layers) for s in settings(("NONE", "SLCT", "FULL"), 4)]
     assert names == [("none", 0), ("selective", 0), ("every", 2), ("every", 3), ("every", 4), ("full", 0)]
-    assert [s.name for s in settings(("NONE", "FULL"), 2, 4)] == ["none", "full"]
+    assert [s.name for s in settings(("NONE", "FULL"), 1)] == ["none", "full"]
+
+
+def test_every_nth_counts_a_ranks_blocks_across_its_chunks() -> None:
+    # 16 blocks, PP 2 × 2 chunks, loop style (pipeline_module_split `_get_stage_indices`: rank 0 builds
+    # stages 0 and 2, rank 1 stages 1 and 3, in that order) with the split 5 | 3 | 4 | 4 in model order:
+    # rank 0 holds layers 0-4 (chunk 0) and 8-11 (chunk 1), rank 1 layers 5-7 and 12-15. `apply_ac` runs
+    # on each model part in turn and `_layer_sac_count` is never reset, so with N = 3:
+    #   rank 0 counts 1-5 on layers 0-4 and 6-9 on layers 8-11: counts 3, 6, 9 → layers 2, 8, 11
+    #   rank 1 counts 1-3 on layers 5-7 and 4-7 on layers 12-15: counts 3, 6 → layers 7, 14
+    every = EveryNth("every", 3)
+    assert every.along(5) == ["NONE", "NONE", "FULL", "NONE", "NONE"]  # rank 0, chunk 0
+    assert every.along(4, before=5) == ["FULL", "NONE", "NONE", "FULL"]  # rank 0, chunk 1: counts 6 and 9
+    assert every.along(3) == ["NONE", "NONE", "FULL"]  # rank 1, chunk 0
+    assert every.along(4, before=3) == ["NONE", "NONE", "FULL", "NONE"]  # rank 1, chunk 1: count 6
+    assert every.cell_options(4, before=5) == {"FULL": 2, "NONE": 2}  # where counting afresh would give 1
+    # the run config's reading of the same words counts the same way (config.recompute, `first`)
+    rule = resolve(TorchtitanRecompute(mode="selective", option=3))
+    assert rule.chunk_options(4, first=5) == every.along(4, before=5)
+    assert rule.chunk_options(4, first=3) == every.along(4, before=3)
+    # the balancer's options for that split: [chunk][stage] FULL counts 1, 1 / 2, 1
+    problem = BalanceInput(layer_set([_body("BODY_0", 16)]), 2, 4, 2, 1000.0, schedule="interleaved")
+    split = {(0, 0): 5, (0, 1): 3, (1, 0): 4, (1, 1): 4}
+    counts = empty_counts(problem)
+    for (v, s), n in split.items():
+        counts[0][v][s][OPTIONS.index("NONE")] = n
+    given = reoptioned(problem, freeze(counts), program._reoption(every))
+    full = OPTIONS.index("FULL")
+    assert [[given[0][v][s][full] for s in range(2)] for v in range(2)] == [[1, 1], [2, 1]]
+    # torchtitan v0.2.2's settings: every N-th offered up to the most blocks a rank can hold (16 − 2 cells
+    # of the other rank = 14), with several chunks a rank too
+    names = [s.num_layers for s in settings(("NONE", "FULL"), program._rank_cap(problem)) if s.name == "every"]
+    assert names == list(range(2, 15))
+
+
+def _counted(split: dict[tuple[int, int], int], stages: int, chunks: int, n: int) -> dict[tuple[int, int], int]:
+    """FULL blocks per cell as torchtitan v0.2.2 wraps them (written from activation_checkpoint.py
+    `_apply_layer_sac`, independently of ppb): per rank one counter over its chunks in order; n = 0 none,
+    n = 1 every block."""
+    full = {}
+    for s in range(stages):
+        count = 0
+        for v in range(chunks):
+            wrapped = 0
+            for _ in range(split[(v, s)]):
+                count += 1
+                wrapped += n > 0 and count % n == 0
+            full[(v, s)] = wrapped
+    return full
+
+
+def test_with_two_chunks_a_rank_the_plan_is_the_best_of_every_split_under_torchtitans_settings() -> None:
+    # 8 blocks over PP 2 × 2 chunks (interleaved, m = 4) in 80 MB: every split of the blocks over the four
+    # cells under every setting torchtitan takes (none, every N-th for N = 2..8, full), each cell's FULL
+    # blocks where a rank's count puts them (`_counted`), priced by the schedule (`Plan.iteration_time`):
+    # the fastest that fits is every 3rd at 1 | 2 | 3 | 2 (model order), 59.0: rank 0 counts 1 | 2-4, rank
+    # 1 counts 1-2 | 3-4, so chunk 1 holds one FULL block on each rank. Counting afresh in every cell
+    # would put one FULL block in all (rank 0's chunk 1 only) and give 57.0: a plan torchtitan does not run.
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 80.0, schedule="interleaved", framework="torchtitan")
+    full, none = OPTIONS.index("FULL"), OPTIONS.index("NONE")
+
+    def fastest(afresh: bool) -> tuple[float, int, tuple[int, ...]]:
+        found: tuple[float, int, tuple[int, ...]] | None = None
+        for cut in itertools.combinations(range(1, 8), 3):
+            parts = tuple(b - a for a, b in zip((0, *cut), (*cut, 8), strict=True))
+            split = dict(zip(problem.cells, parts, strict=True))
+            for n in (0, *range(2, 9), 1):
+                if afresh:  # each cell its own count: the wrong reading
+                    wrapped = {cell: _counted({(0, 0): k}, 1, 1, n)[(0, 0)] for cell, k in split.items()}
+                else:
+                    wrapped = _counted(split, 2, 2, n)
+                counts = empty_counts(problem)
+                for (v, s), k in wrapped.items():
+                    counts[0][v][s][full], counts[0][v][s][none] = k, split[(v, s)] - k
+                plan = Plan(problem, freeze(counts))
+                if plan.fits and not plan.problems() and (found is None or plan.iteration_time < found[0] - 1e-9):
+                    found = (plan.iteration_time, n, parts)
+        assert found is not None
+        return found
+
+    assert fastest(afresh=False) == (pytest.approx(59.0), 3, (1, 2, 3, 2))
+    assert fastest(afresh=True)[0] == pytest.approx(57.0)
+    solution = solve(problem)
+    assert solution.status == "optimal" and solution.objective == pytest.approx(59.0)
+    assert solution.setting == EveryNth("every", 3)
+    plan = solution.plan
+    assert plan is not None
+    split = {cell: plan.cell_layers(*cell) for cell in problem.cells}
+    assert {cell: plan.cell_options(*cell)[full] for cell in problem.cells} == _counted(split, 2, 2, 3)
 
 
 def _body(name: str, count: int) -> dict[str, Any]:
@@ -173,7 +265,8 @@ PP2V2 = (
 
 
 # the device's memory, or less (MB): at 30000 only full recompute fits, at 36000 every 2nd block full, or
-# with the run's op policy offered every block under it
+# with the run's op policy offered every block under it; PP 2 × 2 chunks: at 45000 full, at 50000 every 2nd
+# block of a rank, at 55000 every 5th (counted across a rank's two chunks)
 @pytest.mark.parametrize(
     ("parallelism", "memory", "ac", "recompute"),
     [
@@ -183,6 +276,8 @@ PP2V2 = (
         (PP4, "36000", OP_AC, {"mode": "selective", "option": "op"}),
         (PP2V2, "", FULL_AC, {"mode": "none"}),
         (PP2V2, "45000", FULL_AC, {"mode": "full"}),
+        (PP2V2, "50000", FULL_AC, {"mode": "selective", "option": 2}),
+        (PP2V2, "55000", FULL_AC, {"mode": "selective", "option": 5}),
     ],
 )
 def test_the_printed_lines_import_back_to_the_plan(
@@ -215,11 +310,15 @@ def test_the_printed_lines_import_back_to_the_plan(
     assert raw["parallel"]["layout"] == split
     assert raw["parallel"]["pp"] == len(rows) and raw["parallel"]["vpp"] == chunks
     assert raw["training"]["recompute"] == recompute
-    # what the imported job runs per rank (config.recompute counts a rank's blocks) is the plan's options
+    # what the imported job runs per rank (config.recompute counts a rank's blocks across its chunks) is
+    # the plan's options, cell by cell
     recompute = resolve(TorchtitanRecompute(**raw["training"]["recompute"]))
-    assert [row["options"].get("FULL", 0) for row in rows] == [
-        sum(option == "FULL" for option in recompute.chunk_options(row["layers"])) for row in rows
-    ]
+    for stage, row in enumerate(rows):
+        first = 0
+        for chunk, layers in enumerate(row["layers_per_chunk"]):
+            wanted = sum(option == "FULL" for option in recompute.chunk_options(layers, first))
+            assert result["cells"][chunk][stage]["options"].get("FULL", 0) == wanted
+            first += layers
     # and `ppb estimate` of the imported job prices the plan's iteration
     capsys.readouterr()
     assert main(["estimate", str(back), "--json"]) == 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -94,6 +94,9 @@ class CellChoice:
     activation_mb: float  # per micro-batch in flight
     parameter_mb: float
     tied: float | None = None  # backward in tie units (`tie_units`), what dominance compares
+    # under a rank-wide setting (torchtitan's every N-th block): for each count mod its period of the
+    # body layers the rank holds in earlier chunks, whether these options are the setting's; None: any
+    residues: tuple[bool, ...] | None = None
 
     @property
     def rank(self) -> float:
@@ -352,9 +355,33 @@ class Catalogue:
 
     def _forced(self, types: tuple[int, ...], counts: tuple[int, ...]) -> list[CellChoice]:
         """The one assignment the setting gives the cell: its options from the cell's first layer on
-        (`Setting.along`), body types in pipeline order; none if it needs an option not considered."""
+        (`Setting.along`), body types in pipeline order; none if it needs an option not considered.
+        Under a rank-wide setting with several chunks, one per distinct assignment over the counts of
+        the rank's earlier layers (mod `Setting.period`), each with the counts it holds at (`residues`):
+        the stage listing pairs them with its earlier chunks (`_combine`)."""
         assert self.setting is not None
-        along = [OPTIONS.index(o) for o in self.setting.along(sum(counts))]
+        period = self.period
+        if period == 1:
+            return self._forced_at(types, counts, 0)
+        found: dict[tuple, CellChoice] = {}
+        held: dict[tuple, list[bool]] = {}
+        for before in range(period):
+            for choice in self._forced_at(types, counts, before):
+                found.setdefault(choice.counts, choice)
+                held.setdefault(choice.counts, [False] * period)[before] = True
+        return [replace(choice, residues=tuple(held[key])) for key, choice in found.items()]
+
+    @property
+    def period(self) -> int:
+        """How many counts of a rank's earlier layers the setting tells apart (1 unless rank-wide with
+        several chunks)."""
+        if self.setting is None or not self.setting.rank_wide or self.p.chunks == 1:
+            return 1
+        return self.setting.period
+
+    def _forced_at(self, types: tuple[int, ...], counts: tuple[int, ...], before: int) -> list[CellChoice]:
+        assert self.setting is not None
+        along = [OPTIONS.index(o) for o in self.setting.along(sum(counts), before)]
         if any(k not in self.p.option_indices for k in along):
             return []
         rows, backward, activation, tied, start = [], 0.0, 0.0, 0.0, 0
@@ -444,13 +471,18 @@ class Catalogue:
         index = np.zeros((1, 0), dtype=np.int64)
         stage_work = np.array([fixed_work])
         held = np.zeros((1, len(vectors)))  # parameters + Σ activations × in flight, per vector
+        period = self.period
+        before = np.zeros(1, dtype=np.int64)  # the body layers of the chunks so far, mod the period
         for chunk, options in enumerate(per_chunk):
             if not options:
                 return []
             work = np.array([c.forward + c.backward for c in options])
             parameters = np.array([c.parameter_mb for c in options])
             activation = np.array([c.activation_mb for c in options])
-            kept_index, kept_work, kept_held = [], [], []
+            layers = np.array([c.layers for c in options], dtype=np.int64)
+            # [count mod period, option]: whether the option is the setting's after that many layers
+            holds = np.array([[c.residues is None or c.residues[r] for c in options] for r in range(period)])
+            kept_index, kept_work, kept_held, kept_before = [], [], [], []
             step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
             for first in range(0, len(stage_work), step):
                 self.budget.spend(min(step, len(stage_work) - first) * len(options) * max(1, len(vectors)))
@@ -461,13 +493,17 @@ class Catalogue:
                     + activation[None, :, None] * counts[None, None, :, chunk]
                 )
                 ok = (grown_work <= work_cap) & (grown_held.max(axis=2, initial=0.0) <= memory_limit)
+                if period > 1:  # the rank's count runs on from its earlier chunks (`_forced`)
+                    ok &= holds[before[first : first + step]]
                 rows, columns = np.nonzero(ok)
                 kept_index.append(np.column_stack([index[first + rows], columns]))
                 kept_work.append(grown_work[rows, columns])
                 kept_held.append(grown_held[rows, columns])
+                kept_before.append((before[first + rows] + layers[columns]) % period)
             index = np.concatenate(kept_index)
             stage_work = np.concatenate(kept_work)
             held = np.concatenate(kept_held)
+            before = np.concatenate(kept_before)
             if not len(index):
                 return []
         # The stage's memory with head and tail, as `stage_memory` sums it; exact where too close to call.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,8 +24,22 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock
 
 Counts = list[list[list[list[int]]]]
-# a cell's options from its layers: per body type in the cell, layers under each option (a Megatron setting)
-CellOptions = Callable[[Sequence[int]], list[list[int]]]
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """A setting's options for a cell: per body type in the cell, its layers under each option, from
+    the cell's layers of each type and *before*, the body layers its rank holds in earlier chunks."""
+
+    given: Callable[[Sequence[int], int], list[list[int]]]
+    # a cell's options depend on *before* (torchtitan's every N-th block counts across a rank's
+    # chunks); a Megatron-Core setting's do not
+    rank_wide: bool = False
+
+    def __call__(self, sizes: Sequence[int], before: int = 0) -> list[list[int]]:
+        return self.given(sizes, before)
+
+
 FIRST_BATCH = 8  # neighbours timed together at first; doubled while none improves, up to LAST_BATCH
 LAST_BATCH = 256
 EXCHANGE_BATCH = 512  # stage exchanges timed together
@@ -70,20 +85,23 @@ def _neighbours(plan: Plan, options_fixed: bool) -> Iterator[Move]:
 def reoptioned(
     problem: BalanceInput, counts: Sequence[Sequence[Sequence[Sequence[int]]]], reoption: CellOptions
 ) -> PlanCounts:
-    """*counts* with every cell's options given again by *reoption* from its layers of each body type."""
+    """*counts* with every cell's options given again by *reoption* from its layers of each body type
+    (and its rank's layers in earlier chunks: a stage's chunks in order)."""
     fresh = empty_counts(problem)
-    for v, s in problem.cells:
-        rows = reoption([sum(counts[b][v][s]) for b in range(len(counts))])
-        for b, row in enumerate(rows):
+    for v, s in sorted(problem.cells, key=lambda cell: (cell[1], cell[0])):
+        sizes = [sum(counts[b][v][s]) for b in range(len(counts))]
+        before = sum(sum(counts[b][w][s]) for b in range(len(counts)) for w in range(v))
+        for b, row in enumerate(reoption(sizes, before)):
             fresh[b][v][s] = row
     return freeze(fresh)
 
 
 def _moved(plan: Plan, move: Move, reoption: CellOptions | None, whole: bool = False) -> Plan:
-    """The plan after a move: only the moved cells change, their counts (given their options again
-    by *reoption*, if any) and times written again (`Plan.cell_time`), the others shared with the
-    plan. A cell's options under *reoption* follow from its own layers, so this is the whole plan
-    given its options again when the plan already was; *whole* does that for a plan that was not."""
+    """The plan after a move: only the moved cells change (under a rank-wide *reoption*, every cell
+    of the moved cells' stages), their counts (given their options again by *reoption*, if any) and
+    times written again (`Plan.cell_time`), the others shared with the plan. A cell's options under
+    *reoption* follow from its stage's layers, so this is the whole plan given its options again when
+    the plan already was; *whole* does that for a plan that was not."""
     if reoption is not None and whole:
         counts = _mutable(plan.counts)
         for body, v, s, k, step in move:
@@ -93,13 +111,20 @@ def _moved(plan: Plan, move: Move, reoption: CellOptions | None, whole: bool = F
     for body, v, s, k, step in move:
         cells[(body, v, s)][k] += step
     if reoption is not None:
-        for v, s in {(v, s) for _, v, s in cells}:
-            sizes = [
-                sum(cells[(b, v, s)]) if (b, v, s) in cells else sum(plan.counts[b][v][s])
-                for b in range(len(plan.counts))
-            ]
-            for b, row in enumerate(reoption(sizes)):
-                cells[(b, v, s)] = row
+        given = {(v, s) for _, v, s in cells}
+        if reoption.rank_wide:  # a stage's later chunks count on from its earlier ones: all given again
+            given = {(v, s) for _, s in given for v in range(plan.problem.chunks)}
+        for s in sorted({s for _, s in given}):
+            before = 0
+            for v in range(plan.problem.chunks):
+                sizes = [
+                    sum(cells[(b, v, s)]) if (b, v, s) in cells else sum(plan.counts[b][v][s])
+                    for b in range(len(plan.counts))
+                ]
+                if (v, s) in given:
+                    for b, row in enumerate(reoption(sizes, before)):
+                        cells[(b, v, s)] = row
+                before += sum(sizes)
     bodies = [list(body) for body in plan.counts]
     for (body, v, s), cell in cells.items():
         row = list(bodies[body][v])

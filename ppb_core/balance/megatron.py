@@ -20,6 +20,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ppb_core.balance.launch_script import ScriptError, script_words
 from ppb_core.config.layout import LayoutError
@@ -42,9 +43,18 @@ class Setting:
 
     name: str  # none | full | block | selective
     num_layers: int = 0  # block: the first N layers of each virtual stage
+    # whether a cell's options follow from the body layers its rank holds in earlier chunks too
+    # (torchtitan's every N-th block counts across them); Megatron-Core starts again in every virtual stage
+    rank_wide: ClassVar[bool] = False
 
-    def cell_options(self, layers: int) -> dict[str, int]:
-        """Layers of a virtual stage under each ppb option, from its first layer on."""
+    @property
+    def period(self) -> int:
+        """How many counts of a rank's earlier layers give a cell different options (1: they do not)."""
+        return 1
+
+    def cell_options(self, layers: int, before: int = 0) -> dict[str, int]:
+        """Layers of a virtual stage under each ppb option, from its first layer on (*before*: the body
+        layers its rank holds in earlier chunks, which a Megatron-Core setting does not read)."""
         if self.name == "none":
             return {"NONE": layers}
         if self.name == "full":
@@ -54,10 +64,10 @@ class Setting:
         full = min(self.num_layers, layers)
         return {"FULL": full, "NONE": layers - full}
 
-    def along(self, layers: int) -> list[str]:
+    def along(self, layers: int, before: int = 0) -> list[str]:
         """A virtual stage's options layer by layer from its first: full first (Megatron's block method
         recomputes a chunk's first N layers, megatron/core/recompute.py)."""
-        wanted = self.cell_options(layers)
+        wanted = self.cell_options(layers, before)
         return [option for option in sorted(wanted, key=CELL_RANK.__getitem__) for _ in range(wanted[option])]
 
     def flags(self, modules: Sequence[str] | None = None) -> list[str]:

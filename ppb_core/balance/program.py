@@ -473,10 +473,10 @@ def _add_family_row(model: ChoiceModel, common: dict, level: float) -> None:
 
 def _reoption(setting: Setting) -> CellOptions:
     """A cell's options given again by the setting (from the cell's first layer): per body type in the
-    cell, its layers under each option, from its layers."""
+    cell, its layers under each option, from its layers (and its rank's layers in earlier chunks)."""
 
-    def apply(sizes: Sequence[int]) -> list[list[int]]:
-        along = [OPTIONS.index(o) for o in setting.along(sum(sizes))]
+    def apply(sizes: Sequence[int], before: int) -> list[list[int]]:
+        along = [OPTIONS.index(o) for o in setting.along(sum(sizes), before)]
         rows = [[0] * len(OPTIONS) for _ in sizes]
         start = 0
         for b, n in enumerate(sizes):
@@ -485,7 +485,7 @@ def _reoption(setting: Setting) -> CellOptions:
             start += n
         return rows
 
-    return apply
+    return CellOptions(apply, setting.rank_wide)
 
 
 # why a solve ended, in the progress lines
@@ -641,7 +641,7 @@ def _torchtitan(
     run), solved as `_megatron` solves Megatron-Core's: the settings share one solve's work budgets,
     each proven no faster than the best so far is not searched further, ties go to the setting listed
     first. The plan carries its setting (`Solution.setting`)."""
-    candidates = torchtitan_settings(problem.options, problem.chunks, _cell_cap(problem, math.inf))
+    candidates = torchtitan_settings(problem.options, _rank_cap(problem))
     shared = limits.scaled(1 / max(1, len(candidates)))
     best: tuple[Solution, Setting] | None = None
     notes: list[str] = []
@@ -962,6 +962,13 @@ def _solve(
     )
 
 
+def _rank_cap(problem: BalanceInput) -> int:
+    """Most body layers one rank (a stage's chunks) holds: every open cell of the other ranks holds one."""
+    open_cells = [s for v, s in problem.cells if (v, s) not in problem.reserved_cells]
+    fewest_elsewhere = min(len(open_cells) - open_cells.count(stage) for stage in range(problem.stages))
+    return max(problem.layers.nb_body_layers - fewest_elsewhere, 1)
+
+
 def _work_bound(problem: BalanceInput) -> float:
     """T ≥ m × (least work of one micro-batch) / P: some stage works at least the average, m times."""
     layers = problem.layers
@@ -1006,7 +1013,10 @@ def _cut_short(
     bound = min(bound, best.iteration_time)
     report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
     stopped_by = reason
-    if catalogue is not None and not clock.out:
+    if catalogue is not None and catalogue.period > 1:
+        # its rows pair no cell with its rank's earlier chunks, which a rank-wide setting's options need
+        notes.append("cell program: not built (the setting counts a rank's layers across its chunks)")
+    elif catalogue is not None and not clock.out:
         # the program over cell choices, which lists no product of chunks
         fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
         limit = work_limit(problem, best.iteration_time, closed_form=False)

@@ -11,11 +11,20 @@ block of a model part the same way (`_apply_ac_to_transformer_block`):
   per-op policy (save mm outputs but every second one, attention, reduce-scatter, max; recompute
   the rest, the all-gathers among them). ppb's SLCT when the run config says this policy in
   torchtitan's words (`{mode: selective, option: op}`); ppb's own switch sets are not it.
-* `mode = "selective"`, `selective_ac_option = N` (`_apply_layer_sac`): a process-wide counter
-  (`_layer_sac_count`) counts the blocks that rank wraps, across its model parts, from 1; blocks N,
-  2N, ... are checkpointed whole, the others not at all: FULL on every N-th block of a rank, NONE
-  on the rest (`EveryNth`). At one chunk per rank a rank's blocks are one cell, so the setting is
-  the cell's own; with several chunks the counter runs on across them and is not searched.
+* `mode = "selective"`, `selective_ac_option = N` (`_apply_layer_sac`): a module-level counter
+  (`_layer_sac_count`, one per process, so per rank, never reset) counts the blocks that rank wraps,
+  from 1; blocks N, 2N, ... are checkpointed whole, the others not at all: FULL on every N-th block
+  of a rank, NONE on the rest (`EveryNth`). Within a model part `apply_ac` walks `layers` in its
+  ModuleDict order (the blocks' model order: pipeline_module_split deletes the blocks a stage does not
+  hold and keeps the others' order); `pipeline_llm` (distributed/pipeline_parallel.py) then calls the
+  parallelize function, so `apply_ac`, on the rank's model parts in the order `_get_stage_indices`
+  gives them: rank + chunk·P for looped schedules, (rank, 2P − 1 − rank) for V ones, ppb's chunk
+  order either way. So the count runs on across a rank's chunks: a cell's FULL blocks are where
+  (the rank's body layers in earlier chunks + the block's place in the cell) is a multiple of N.
+  Releases: from v0.1.0 to 094377185 (2025-09-24, in v0.2.0) the counter was an attribute of
+  `ptd_checkpoint_wrapper` (`_count`, models/llama3/infra/parallelize.py at v0.1.0), as process-wide;
+  114151ad4 (2026-03-23, #2357, after v0.2.2; no release holds it yet) removes the option, selective
+  being the op policy alone since.
 * `mode = "memory_budget"` needs torch.compile's partitioner: not modelled, not offered.
 
 No setting recomputes the tensor-parallel gathers alone (COMM) or adds them to a selective set
@@ -27,7 +36,7 @@ and (for the op policy) SLCT only (`runnable`), and its plan is solved under the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ppb_core.balance.megatron import Setting
 from ppb_core.config.recompute import TorchtitanRecompute
@@ -74,32 +83,47 @@ def runnable(layers: LayerSet, op: bool) -> LayerSet:
 @dataclass(frozen=True)
 class EveryNth(Setting):
     """`selective_ac_option = N`: blocks N, 2N, ... of a rank fully checkpointed (`_apply_layer_sac`),
-    for a cell that is all of a rank's blocks (one chunk per rank)."""
+    counted across the rank's chunks: a cell's options follow from its layers and *before*, the body
+    layers its rank holds in earlier chunks (only before mod N matters: `period`)."""
 
-    def cell_options(self, layers: int) -> dict[str, int]:
-        full = layers // self.num_layers
+    rank_wide: ClassVar[bool] = True
+
+    @property
+    def period(self) -> int:
+        return self.num_layers
+
+    def cell_options(self, layers: int, before: int = 0) -> dict[str, int]:
+        # the rank's counts before + 1 ... before + layers: the multiples of N among them
+        full = (before + layers) // self.num_layers - before // self.num_layers
         return {"FULL": full, "NONE": layers - full}
 
-    def along(self, layers: int) -> list[str]:
-        # `_layer_sac_count % ac_freq == 0` after counting the block: the N-th, 2N-th, ... block
-        return ["FULL" if (index + 1) % self.num_layers == 0 else "NONE" for index in range(layers)]
+    def along(self, layers: int, before: int = 0) -> list[str]:
+        # `_layer_sac_count % ac_freq == 0` after counting the block: the N-th, 2N-th, ... block of the rank
+        return ["FULL" if (before + index + 1) % self.num_layers == 0 else "NONE" for index in range(layers)]
 
     def flags(self, modules: Any = None) -> list[str]:
         raise ValueError("torchtitan's every-N-th block setting has no Megatron-LM flags")
 
     def describe(self) -> str:
-        return f"every {self.num_layers}-th block of a rank fully recomputed"
+        return f"every {_ordinal(self.num_layers)} block of a rank fully recomputed"
 
 
-def settings(options: tuple[str, ...], chunks: int, most_layers: int) -> list[Setting]:
+def _ordinal(n: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def settings(options: tuple[str, ...], most_layers: int) -> list[Setting]:
     """torchtitan's settings over the options considered: none, selective op (SLCT), every N-th block
-    for 2 ≤ N ≤ the most layers a cell can hold (larger N checkpoints none), full last."""
+    for 2 ≤ N ≤ the most body layers a rank can hold, over all its chunks (larger N checkpoints none),
+    full last."""
     found: list[Setting] = []
     if "NONE" in options:
         found.append(Setting("none"))
     if "SLCT" in options:
         found.append(Setting("selective"))
-    if "NONE" in options and "FULL" in options and chunks == 1:
+    if "NONE" in options and "FULL" in options:
         found += [EveryNth("every", n) for n in range(2, most_layers + 1)]
     if "FULL" in options:
         found.append(Setting("full"))
