@@ -8,8 +8,9 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.model.walk import BODY, HEAD, TAIL
+from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.timing.iteration import _fsdp_exposed, framework_rules, run_iteration
+from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element
 
 NODES = [HEAD, BODY, BODY, TAIL]
@@ -120,3 +121,33 @@ def test_torchtitan_version_settings_are_refused_under_megatron():
                 "timing": {"fsdp_units": "root"},
             }
         )
+
+
+def _tp_run(framework="torchtitan", overlap=None):
+    return parse_run_config(
+        {
+            "framework": framework,
+            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "parallel": {"tp": 2, "sequence_parallel": True},
+            "training": {"seq_length": 2048, "micro_batch_size": 1},
+            "device": ROUND_DEVICE,
+            "timing": {"overlap": overlap or {}},
+        }
+    )
+
+
+def _gather_backward_ms(run) -> float:
+    model = TimeModel(run)
+    body = next(layer for layer in walk(run) if layer.node == BODY)
+    return model.op_prices(body)["gather_attention"].backward_ms
+
+
+def test_torchtitan_s_backward_tp_reduce_scatter_is_exposed_without_async_tp():
+    # the attention input's gradient reduce-scattered over TP 2: 2048 tokens × h 1024 in bf16 =
+    # 4,194,304 bytes, half of it sent, at ROUND_DEVICE's 100 GB/s × comm_efficiency 0.5 (no latency)
+    exposed_ms = 4_194_304 / 2 / 50e9 * 1e3
+    assert _gather_backward_ms(_tp_run()) == pytest.approx(exposed_ms)
+    # Megatron hides it behind the consumer's weight gradient (tp_async 1.0 by default), and so does a
+    # torchtitan run that states tp_async or runs async TP (overlap.tp 1.0)
+    for run in (_tp_run("megatron"), _tp_run(overlap={"tp_async": 1.0}), _tp_run(overlap={"tp": 1.0})):
+        assert _gather_backward_ms(run) < exposed_ms
