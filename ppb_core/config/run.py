@@ -523,6 +523,19 @@ class TimingOptions(StrictModel):
         "3b85aa31f; PyTorch's can_use_cudnn_attention takes GQA) or flash (FlashAttention-2, PyTorch's first "
         "choice before)",
     )
+    fsdp_units: Literal["split", "root"] = Field(
+        "split",
+        description="the modules torchtitan wraps with fully_shard: split (from 83e694105, 2025-07-28; v0.2.2 "
+        "apply_fsdp: tok_embeddings, every block and [norm, output] apart, the last not resharded after the "
+        "forward) or root (before it: every block, the last not resharded, and the root model holding the "
+        "embedding, final norm and output layer, gathered first and reduce-scattered after the whole backward)",
+    )
+    optimizer_implementation: Literal["fused", "foreach", "for-loop"] = Field(
+        "fused",
+        description="torchtitan's optimizer.implementation: fused (torch._fused_adamw_, its default from "
+        "6e4988550, 2025-02-24), foreach (torch's _multi_tensor_adam: eight element-wise passes; the "
+        "default before) or for-loop (the same passes tensor by tensor)",
+    )
     compile_loss: bool | None = Field(
         None,
         description="torchtitan's compile.components holds loss (the cross-entropy compiled; memory: it keeps the "
@@ -1040,8 +1053,8 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
         raise InputError(where, "training.recompute", said)
 
 
-# `timing` fields that say which torchtitan version's kernels run (TimingOptions)
-TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend"})
+# `timing` fields that say which torchtitan version runs: its kernels, FSDP2 units and optimizer (TimingOptions)
+TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation"})
 
 
 def _check_float8_gather(run: RunConfig, where: str) -> None:
@@ -1073,7 +1086,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
     if run.framework != "torchtitan" and titan_kernels:
         said = (
-            f"torchtitan's kernels (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
+            f"torchtitan's version (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         )
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
     _check_float8_gather(run, where)

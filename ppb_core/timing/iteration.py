@@ -57,6 +57,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
+from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
 BREAKDOWN_KEYS: tuple[str, ...] = (
@@ -257,12 +258,17 @@ def _fsdp_exposed(
     reduces: Sequence[float],
     rules: FrameworkRules,
     contention: float = 0.0,
+    regathers: Sequence[float] | None = None,
 ) -> tuple[float, float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
     forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
     seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
     is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
-    reduce-scatter running behind the next layer's backward, the last one's exposed."""
+    reduce-scatter running behind the next layer's backward, the last one's exposed. *regathers*:
+    each layer's gather before its backward when it is not its forward gather under
+    `rules.fsdp_reshard_after_forward` (torchtitan's units, `titan_step.fsdp2_units`)."""
+    if regathers is None:
+        regathers = [gather if rules.fsdp_reshard_after_forward else 0.0 for gather in gathers]
     forward_exposed = backward_exposed = forward_link = backward_link = 0.0
     # What runs beside a layer's compute costs *contention* of its time (the SMs it takes).
     previous = 0.0
@@ -271,10 +277,9 @@ def _fsdp_exposed(
         forward_link += gather
         previous = forward
     previous = 0.0
-    reverse = list(zip(layers, gathers, reduces, strict=True))[::-1]
+    reverse = list(zip(layers, regathers, reduces, strict=True))[::-1]
     pending = 0.0
-    for (_, backward), gather, reduce in reverse:
-        again = gather if rules.fsdp_reshard_after_forward else 0.0
+    for (_, backward), again, reduce in reverse:
         # the previous layer's reduce-scatter and this layer's gather share the time of the previous backward
         work = again + (pending if rules.fsdp_reduce_every_micro_batch else 0.0)
         backward_exposed += max(0.0, work - previous) + contention * min(work, previous)
@@ -353,15 +358,27 @@ def run_iteration(
                 params = memory.parameters(layer)
                 gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links, gathered=True))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
+            again: list[float] | None = None
+            regathered = [rules.fsdp_reshard_after_forward] * len(entries)
+            if rules.name == "torchtitan":  # its FSDP2 units (titan_step.fsdp2_units)
+                units = fsdp2_units(
+                    [layer.node for layer, _, _ in entries],
+                    [_last_block(run, layer) for layer, _, _ in entries],
+                    gathers,
+                    reduces,
+                    run.timing.fsdp_units,
+                    rules.fsdp_reshard_after_forward,
+                )
+                gathers, again, reduces = list(units.forward), list(units.backward), list(units.reduces)
+                regathered = list(units.regathered)
             fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
-                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
+                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention, again
             )
             copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
             fe += sum(out for out, _ in copies)
             be += sum(
-                (out if rules.fsdp_reshard_after_forward else 0.0)
-                + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
-                for out, reduce_in in copies
+                (out if regathered[index] else 0.0) + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
+                for index, (out, reduce_in) in enumerate(copies)
             )
             once_exposed += 0.0 if rules.fsdp_reduce_every_micro_batch else sum(r for _, r in copies)
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
@@ -478,6 +495,11 @@ def run_iteration(
         framework=rules.name,
         host_wait_seconds=host_wait,
     )
+
+
+def _last_block(run: RunConfig, layer: Layer) -> bool:
+    """The model's last transformer block (torchtitan does not reshard it after the forward)."""
+    return layer.node == BODY and layer.index == run.spec(layer.model_name).num_layers - 1
 
 
 def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[float]]]:
@@ -835,9 +857,17 @@ def _embedding_sync(run, memory, links, placed) -> float:
 def _cell_optimizer_traffic(run, memory, entries) -> float:
     """HBM bytes of the optimizer step over one cell's layers (`optimizer_traffic`)."""
     megatron = run.framework == "megatron"
+    setup = memory.setup
+    # torchtitan's AdamW over fp32 shards with its clipping (titan_step.optimizer_bytes_per_element)
+    titan = run.framework == "torchtitan" and setup.optimizer in ("adam", "adamw") and not setup.state_bytes_stated
+    implementation, decoupled = run.timing.optimizer_implementation, setup.optimizer == "adamw"
+    per_element = optimizer_bytes_per_element(implementation, setup.grad_bytes, decoupled) if titan else 0
     traffic = 0.0
     for layer, _, _ in entries:
         static = memory.static_breakdown(layer)
+        if titan:
+            traffic += static.optimizer_states * per_element
+            continue
         traffic += optimizer_traffic(
             static.optimizer_states,
             static.gradients,
@@ -852,7 +882,9 @@ def _cell_optimizer_traffic(run, memory, entries) -> float:
 def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     """The slowest stage's optimizer step: per parameter whose states the device holds, read its gradient,
     read and write its states (master copy and moments), write the 16-bit parameter; then read every
-    held gradient for the norm and zero the whole gradient buffer for the next iteration."""
+    held gradient for the norm and zero the whole gradient buffer for the next iteration. torchtitan:
+    its AdamW implementation's passes and its clipping over the fp32 shards, no zeroing
+    (`titan_step.optimizer_bytes_per_element`)."""
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
         stages[stage] = stages.get(stage, 0.0) + _cell_optimizer_traffic(run, memory, entries)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import Overlap, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind, TailKind
@@ -139,6 +139,27 @@ class OpTime:
 TE_COMPUTE_STREAMS = 4
 
 
+def torchtitan_overlap(run: RunConfig) -> Overlap:
+    """The run's overlap shares; under torchtitan the backward's TP collectives (`tp_async`) hide as
+    much as its forward ones (`tp`) unless the run states `tp_async`.
+
+    `tp_async` is Megatron-LM's: `LinearWithGradAccumulationAndAsyncCommunication` launches the
+    input gradient's reduction and then computes the weight gradient behind it. torchtitan's TP is
+    DTensor redistribution (torch/distributed/tensor/parallel/style.py: its plan's
+    `PrepareModuleInput` all-gathers the sequence shard, `redistribute` without `async_op`;
+    `RowwiseParallel` reduce-scatters its output): the backward runs each redistribution's reverse in
+    `Redistribute.backward` (torch/distributed/tensor/_redistribute.py) once autograd has summed the
+    shared input's gradient over every consumer's `MmBackward`, their weight gradients already
+    computed, so nothing of theirs is left to hide it; under compile Inductor keeps that order
+    (`reorder_for_compute_comm_overlap` off by default). Async TP (`_micro_pipeline_tp`, Inductor's
+    fx_passes/micro_pipeline_tp.py) fuses the all-gather-matmul and matmul-reduce-scatter patterns of
+    the backward graph as of the forward: the same share."""
+    overlap = run.timing.overlap
+    if run.framework != "torchtitan" or "tp_async" in overlap.model_fields_set:
+        return overlap
+    return overlap.model_copy(update={"tp_async": overlap.tp})
+
+
 class TimeModel:
     """Prices the layers of one run config; implements `ppb_core.payload.sources.TimeSource`.
 
@@ -149,7 +170,7 @@ class TimeModel:
     def __init__(self, run: RunConfig, calibration: str | Path | tuple[Measurement, ...] | None = None) -> None:
         self.run = run
         self.device = run.device.profile()
-        self.overlap = run.timing.overlap
+        self.overlap = torchtitan_overlap(run)
         self.links = Links.from_run(run, self.device)
         # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
         # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
