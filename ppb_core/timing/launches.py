@@ -45,8 +45,10 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   local`: fused_softmax.py `forward_torch_softmax`) one per PyTorch op each way, the casts to and
   from fp32 (under `--attention-softmax-in-fp32`), the scale (under `--apply-query-key-layer-
   scaling`), the masked fill and the softmax (`Op.launches`, `flops._torch_softmax`);
-- a collective: one NCCL kernel in each pass it runs; the loss's three all-reduces (max, target logit,
-  sum of exponentials) three, two fused (`fused_cross_entropy.py` joins the last two);
+- a collective: one NCCL kernel per call in each pass it runs (`Collective.calls`: Megatron's alltoall
+  dispatcher's two all-to-alls, tokens and probabilities, and two expert-TP all-gathers; MLA's latents
+  gathered by three calls); the loss's three all-reduces (max, target logit, sum of exponentials)
+  three, two fused (`fused_cross_entropy.py` joins the last two);
 - the loss: Megatron's `VocabParallelCrossEntropy` (cross_entropy.py) one PyTorch op at a time: the
   upcast, max, shift, the target mask (two compares and an or), the shifted target (clone, subtract,
   masked zero), the index of the target logits (arange, gather, copy, masked zero), exp, sum, log,
@@ -164,7 +166,8 @@ def op_launches(
     if op.category == COMM:
         if last == "reduce_loss":
             return float(REDUCE_LOSS_FUSED if cross_entropy_fusion else REDUCE_LOSS), 0.0
-        return float(op.forward_comm is not None), float(op.backward_comm is not None)
+        forward, backward = op.forward_comm, op.backward_comm  # one kernel per NCCL call (`Collective.calls`)
+        return float(forward.calls if forward else 0), float(backward.calls if backward else 0)
     if op.attention is not None:
         # ring CP: each of its cp calls (`Op.ring`) one flash kernel's launches, the extra calls on the scores op
         calls = max(1, op.ring) if last.endswith("flash_scores") else 1
