@@ -1014,6 +1014,42 @@ def _ffn(
     ]
 
 
+def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated: bool) -> Op:
+    """Megatron's routed experts weight their activation by the routing probabilities (experts.py
+    `TEGroupedMLP.forward`'s `bias_act_func`, mlp.py `MLP.forward` for a SequentialMLP's experts,
+    d98e8a64). SwiGLU under the default `bias_swiglu_fusion` folds it into the fused kernel
+    (`weighted_bias_swiglu_impl`: the probabilities read beside, nothing more counted); any other
+    activation (GeLU: a routed expert cannot fuse it, TEGroupedMLP raises for it) runs it unfused:
+    `intermediate * probs.unsqueeze(-1)`, then `.to(original_dtype)`, a cast where the probabilities'
+    dtype (`--moe-router-dtype`) promotes the product. Forward the product (its input read, written in
+    the promoted dtype) and the cast; backward the cast's gradient, the input's gradient g·p (cast
+    back), the probabilities' g·x and its sum over the width. Launches beside the activation's one
+    each way: 16-bit probabilities 1 forward, 3 backward; fp32 2 and 5."""
+    if geo.framework != "megatron" or gated:
+        return op
+    elements, bc, pb = rows * width, geo.dtype_bytes, geo.router_bytes
+    wide = max(bc, pb)  # the product's dtype
+    cast = pb > bc
+    forward = elements * (bc + wide) + rows * pb + (elements * (wide + bc) if cast else 0.0)
+    # backward: (cast g up) g·p (read g, write), (cast down), g·x (read g and x, write), sum (read, write rows)
+    backward = (
+        (elements * (bc + wide) if cast else 0.0)
+        + elements * 2 * wide
+        + (elements * (wide + bc) if cast else 0.0)
+        + elements * (2 * wide + bc)
+        + elements * wide
+        + rows * pb
+    )
+    base = (1.0, 1.0)  # the activation's own kernel each way (`launches.op_launches`' default)
+    extra = (2.0, 5.0) if cast else (1.0, 3.0)
+    return dataclasses.replace(
+        op,
+        bytes=op.bytes + forward,
+        backward_bytes=op.backward_bytes + backward,
+        launches=(base[0] + extra[0], base[1] + extra[1]),
+    )
+
+
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
@@ -1180,6 +1216,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source,
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -1365,6 +1402,7 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         p + "local_permute",
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]

@@ -41,6 +41,8 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   (multi_latent_attention.py `qkv_up_proj_and_rope_apply`) the interleaving cat more (7 and 10), then Q
   and K concatenated and V copied out (3), the split gradients joined and the key part summed (3);
 - element-wise ops (bias-GeLU, SwiGLU, bias-dropout-add, residual adds, embedding dropout): one each way;
+  a routed expert's unfused activation weighted by the routing probabilities (`flops._weighted_by_probs`:
+  GeLU, the product and its cast) as `Op.launches` counts them;
   Megatron's unfused scale-mask-softmax (`--no-masked-softmax-fusion` under `--transformer-impl
   local`: fused_softmax.py `forward_torch_softmax`) one per PyTorch op each way, the casts to and
   from fp32 (under `--attention-softmax-in-fp32`), the scale (under `--apply-query-key-layer-
