@@ -59,16 +59,17 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): the median, over every host-bound dense functional-test case with
 # golden values on the system (ppb's GPU work under half the measured seconds, every flag modelled), of
 # the launch time that makes ppb give the case's measured seconds back (`PPB_MEGATRON_LM=DIR python
-# bench/host_derive.py`, Megatron-LM d98e8a64): DGX H100 50 cases, quartiles 74.8-94.3; DGX A100 80
-# cases, quartiles 102.3-133.8 (plain PyTorch ops at `launches.PLAIN_OP_SHARE` of a launch; TransformerEngine's
-# unfused attention building its mask each forward, `flops.te_attention_mask`). The one 12-layer TP4 case
-# that set them before gives 66.1 and 108.9 (71.6 and 117.9 counting every launch whole, without the mask).
-HOST_KERNEL_US_DGX_H100 = 86.8
-HOST_KERNEL_US_DGX_A100 = 113.3
+# bench/host_derive.py`, Megatron-LM d98e8a64): DGX H100 50 cases, quartiles 75.0-89.7; DGX A100 80
+# cases, quartiles 103.0-122.4 (plain PyTorch ops at `launches.PLAIN_OP_SHARE` of a launch, unfused rotary
+# computing its angles' cos and sin every call; TransformerEngine's unfused attention building its mask
+# each forward, `flops.te_attention_mask`). The one 12-layer TP4 case that set them before gives 67.4 and
+# 110.9 (71.6 and 117.9 counting every launch whole, without the mask).
+HOST_KERNEL_US_DGX_H100 = 80.9
+HOST_KERNEL_US_DGX_A100 = 112.3
 # The same on Megatron CI's DGX GB200 (a Grace host), from the 12-layer TP4 case's dgx_gb200 golden values
-# alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,720 launches' worth with the
-# loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,720 = 82.9 us).
-HOST_KERNEL_US_DGX_GB200 = 82.9
+# alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,652 launches' worth with the
+# loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,652 = 84.5 us).
+HOST_KERNEL_US_DGX_GB200 = 84.5
 
 # The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
 # (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",

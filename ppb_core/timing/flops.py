@@ -81,6 +81,10 @@ class Collective:
     # beside one ring step of the attention core (its flash ops' time over cp), where an exchange
     # longer than its step shows; 0: beside the whole partner.
     exchanges: int = 0
+    # The separate NCCL calls the framework makes for this payload (e.g. Megatron's alltoall dispatcher
+    # sends the tokens and their probabilities in two all-to-alls): each pays its steps' latency and
+    # is one kernel launch.
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -496,6 +500,22 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         kv_source, rope_key = p + "kv_norm", p + "kv_down"
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
+        if entry and geo.gathers and geo.framework == "megatron":
+            # Megatron-Core gathers them in three calls (multi_latent_attention.py
+            # `get_query_key_value_tensors`, d98e8a64): the q latent inside linear_q_up_proj's and the kv
+            # latent inside linear_kv_up_proj's TE column-parallel linear (each all-gathers its input under
+            # SP, reduce-scatters its input gradient and gathers the input again for its weight gradient),
+            # and the key's rotary part by `gather_from_sequence_parallel_region` (its backward one
+            # reduce-scatter, no second gather).
+            gather, regather = entry[0], entry[1]
+            entry = [
+                dataclasses.replace(
+                    gather,
+                    forward_comm=dataclasses.replace(gather.forward_comm, calls=3),
+                    backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
+                ),
+                dataclasses.replace(regather, backward_comm=dataclasses.replace(regather.backward_comm, calls=2)),
+            ]
         if entry:
             ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
             if geo.gathers:
@@ -994,6 +1014,42 @@ def _ffn(
     ]
 
 
+def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated: bool) -> Op:
+    """Megatron's routed experts weight their activation by the routing probabilities (experts.py
+    `TEGroupedMLP.forward`'s `bias_act_func`, mlp.py `MLP.forward` for a SequentialMLP's experts,
+    d98e8a64). SwiGLU under the default `bias_swiglu_fusion` folds it into the fused kernel
+    (`weighted_bias_swiglu_impl`: the probabilities read beside, nothing more counted); any other
+    activation (GeLU: a routed expert cannot fuse it, TEGroupedMLP raises for it) runs it unfused:
+    `intermediate * probs.unsqueeze(-1)`, then `.to(original_dtype)`, a cast where the probabilities'
+    dtype (`--moe-router-dtype`) promotes the product. Forward the product (its input read, written in
+    the promoted dtype) and the cast; backward the cast's gradient, the input's gradient g·p (cast
+    back), the probabilities' g·x and its sum over the width. Launches beside the activation's one
+    each way: 16-bit probabilities 1 forward, 3 backward; fp32 2 and 5."""
+    if geo.framework != "megatron" or gated:
+        return op
+    elements, bc, pb = rows * width, geo.dtype_bytes, geo.router_bytes
+    wide = max(bc, pb)  # the product's dtype
+    cast = pb > bc
+    forward = elements * (bc + wide) + rows * pb + (elements * (wide + bc) if cast else 0.0)
+    # backward: (cast g up) g·p (read g, write), (cast down), g·x (read g and x, write), sum (read, write rows)
+    backward = (
+        (elements * (bc + wide) if cast else 0.0)
+        + elements * 2 * wide
+        + (elements * (wide + bc) if cast else 0.0)
+        + elements * (2 * wide + bc)
+        + elements * wide
+        + rows * pb
+    )
+    base = (1.0, 1.0)  # the activation's own kernel each way (`launches.op_launches`' default)
+    extra = (2.0, 5.0) if cast else (1.0, 3.0)
+    return dataclasses.replace(
+        op,
+        bytes=op.bytes + forward,
+        backward_bytes=op.backward_bytes + backward,
+        launches=(base[0] + extra[0], base[1] + extra[1]),
+    )
+
+
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
@@ -1093,6 +1149,12 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
     dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    # Megatron's alltoall dispatcher sends the permuted probabilities (router dtype) in an all-to-all of
+    # their own after the tokens' (`token_dispatch`, d98e8a64), and with expert TP all-gathers them beside
+    # the tokens (`dispatch_postprocess`); the backward sends their gradients back the same way.
+    megatron_a2a = geo.framework == "megatron" and geo.dispatcher == "alltoall"
+    calls = 2 if megatron_a2a else 1
+    probs = routed * geo.routing_factor * geo.router_bytes if megatron_a2a else 0.0
     # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
     # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
     remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
@@ -1107,24 +1169,26 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 forward_comm=Collective(
                     ALL_TO_ALL,
                     "ep",
-                    dispatched,
+                    dispatched + probs,
                     "ep",
                     (p + "experts_in", "forward"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
+                    calls=calls,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
                     "ep",
-                    payload,
+                    payload + probs,
                     "ep",
                     (p + "experts_in", "wgrad"),
                     None if leaving is None else leaving * bc,
+                    calls=calls,
                 ),
             )
         )
         source = p + "dispatch"
     if geo.etp > 1:
-        gathered = rows * h * bc
+        gathered = rows * h * bc + rows * geo.router_bytes * megatron_a2a
         ops.append(
             Op(
                 p + "gather_experts",
@@ -1132,9 +1196,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 COMM,
                 switch="gather",
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp"),
-                backward_comm=Collective(REDUCE_SCATTER, "etp", gathered, "tp_async", (p + "experts_in", "dgrad")),
-                recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async"),
+                forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp", calls=calls),
+                backward_comm=Collective(
+                    REDUCE_SCATTER, "etp", gathered, "tp_async", (p + "experts_in", "dgrad"), calls=calls
+                ),
+                recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async", calls=calls),
             )
         )
         source = p + "gather_experts"
@@ -1150,23 +1216,42 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source,
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
         ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h * bc, (source,)))
         source = p + "experts_cat"
     if geo.etp > 1:
+        # Megatron's alltoall dispatcher reduce-scatters the experts' output in the probabilities' dtype
+        # (`combine_preprocess`: `hidden_states.to(self.probs.dtype)`, the result cast back, d98e8a64): in the
+        # router dtype, with a cast before (rows) and after (rows / etp) each way where it differs.
+        combined = rows * h * (geo.router_bytes if megatron_a2a else bc)
         ops.append(
             Op(
                 p + "reduce_experts",
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(REDUCE_SCATTER, "etp", rows * h * bc, "tp"),
-                backward_comm=Collective(ALL_GATHER, "etp", rows * h * bc, "tp", (p + "experts_out", "dgrad")),
+                forward_comm=Collective(REDUCE_SCATTER, "etp", combined, "tp"),
+                backward_comm=Collective(ALL_GATHER, "etp", combined, "tp", (p + "experts_out", "dgrad")),
             )
         )
         source = p + "reduce_experts"
+        if megatron_a2a and geo.router_bytes != bc:
+            moved = (rows + rows / geo.etp) * h * (bc + geo.router_bytes)
+            ops.append(
+                Op(
+                    p + "reduce_experts_cast",
+                    block,
+                    MEMORY,
+                    inputs=(source,),
+                    bytes=moved,
+                    backward_bytes=moved,
+                    launches=(2.0, 2.0),
+                )
+            )
+            source = p + "reduce_experts_cast"
     if geo.ep > 1:
         ops.append(
             Op(
@@ -1317,6 +1402,7 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         p + "local_permute",
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
