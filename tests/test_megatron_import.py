@@ -148,7 +148,8 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
         "qk_rope_head_dim": 64,
         "v_head_dim": 128,
         "mtp_layers": 1,
-        "qk_norm": False,  # under MLA, --qk-layernorm norms the latents, which ppb's MLA has
+        "qk_norm": False,  # under MLA, --qk-layernorm norms the latents
+        "mla_latent_norms": True,
     }
     assert {key: spec[key] for key in expected} == expected
     assert "dense_layers" not in spec and "head_dim" not in spec
@@ -389,6 +390,16 @@ def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:
     assert grad_bytes(f"{fp16} --accumulate-allreduce-grads-in-fp32") == 4
     assert import_megatron(fp16, 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"] is False
     assert import_megatron(f"{fp16} --loss-scale 4096", 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"]
+
+
+def test_mla_without_qk_layernorm_has_no_latent_norms() -> None:
+    # gpt_layer_specs.py (d98e8a64): under MLA --qk-layernorm makes the up-projections
+    # TELayerNormColumnParallelLinear; without it they are plain linears, and nothing is noted
+    mla = f"{BASE} --multi-latent-attention --kv-lora-rank 64"
+    plain = import_megatron(mla, 8, "h100-80gb")
+    assert plain.raw["models"][0]["spec"]["mla_latent_norms"] is False and plain.notes == []
+    normed = import_megatron(f"{mla} --qk-layernorm", 8, "h100-80gb").raw["models"][0]["spec"]
+    assert normed["mla_latent_norms"] is True and normed["qk_norm"] is False
 
 
 def test_megatron_fsdp_keeps_its_gradients_in_its_own_main_grads_dtype() -> None:

@@ -315,7 +315,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     elif groups is not None:
         notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores it")
     _moe_spec(args, spec, layers, ffn)
-    _mla_spec(args, spec, notes)
+    _mla_spec(args, spec)
     mtp = args.integer("--mtp-num-layers", 0)
     if mtp:
         spec["mtp_layers"] = mtp
@@ -355,15 +355,16 @@ def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
         spec["dense_layers"] = dense[leading:]
 
 
-def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
+def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
     """MLA's sizes (TransformerConfig's MLA fields). Megatron's `--qk-layernorm` is, under MLA, the
-    norms of the compressed query and key/value (multi_latent_attention.py `q_layernorm`,
-    `kv_layernorm`), which ppb's MLA always has (DeepSeek-V3's), not per-head norms (`qk_norm`)."""
+    norms of the compressed query and key/value, not per-head norms (`qk_norm`): gpt_layer_specs.py
+    (d98e8a64) builds the up-projections as `TELayerNormColumnParallelLinear`s with it, plain
+    column-parallel linears without it (`q_layernorm`, `kv_layernorm` are IdentityOp either way), so
+    without it there is no latent norm (`mla_latent_norms: false`)."""
     if not args.has("--multi-latent-attention"):
         return
     spec["qk_norm"] = False
-    if not args.has("--qk-layernorm"):
-        notes.append("--multi-latent-attention without --qk-layernorm: priced with the latent norms ppb's MLA has")
+    spec["mla_latent_norms"] = args.has("--qk-layernorm")
     spec["q_lora_rank"] = args.integer("--q-lora-rank", 0) or 0  # None: no query compression
     spec["kv_lora_rank"] = args.integer("--kv-lora-rank", 32)
     spec["qk_nope_head_dim"] = args.integer("--qk-head-dim", 128)
