@@ -784,6 +784,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         if recipe not in _FP8_RECIPES:
             raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: ppb prices {', '.join(_FP8_RECIPES)}")
         timing["fp8_recipe"] = recipe
+    # the data loader's causal mask (pretrain_gpt.py get_batch, gpt_dataset.py; ppb_core/timing/batch.py)
+    if args.has("--no-create-attention-mask-in-dataloader"):
+        timing["attention_mask_in_dataloader"] = False
     if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
         timing["bias_gelu_fusion"] = False
     # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
