@@ -317,6 +317,20 @@ def test_the_experts_width_defaults_to_the_dense_one(capsys: pytest.CaptureFixtu
     assert "--plan: --ffn-hidden-size: 18432, the run config has 2048 (moe_intermediate_size; the experts'" in err, err
 
 
+def test_mla_latent_norms_need_qk_layernorm(capsys: pytest.CaptureFixture[str]) -> None:
+    """DeepSeek-V3's latent norms are Megatron's --qk-layernorm under MLA (gpt_layer_specs.py d98e8a64:
+    TELayerNormColumnParallelLinear up-projections with it, plain linears without): a whole command line
+    without it runs no latent norm, which the run config has."""
+    flags = (
+        "--num-layers 61 --swiglu --untie-embeddings-and-output-weights --num-experts 256 --moe-router-topk 8"
+        " --moe-shared-expert-intermediate-size 2048 --multi-latent-attention"
+    )
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--plan: --qk-layernorm: not given, the run config has True (mla_latent_norms)" in err, err
+
+
 def test_kv_channels_left_out_default_to_hidden_over_heads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """4096 / 32 = 128, Llama-3-8B's head_dim: a whole command line without `--kv-channels` is read."""
     script = tmp_path / "train.sh"

@@ -451,12 +451,13 @@ def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():
 
 def test_megatron_loss_holds_the_16_bit_logits_next_to_the_fp32_softmax():
     # cross_entropy.py: the fp32 copy becomes the softmax in place (kept, 4·64·1024 in the TAIL);
-    # the bf16 logits of the output layer are alive meanwhile: 2·64·1024 = 131072
+    # the bf16 logits of the output layer are alive meanwhile: 2·64·1024 = 131072; and the data loader's bool
+    # causal mask, 64·64 = 4096, through the forward (pretrain_gpt.py get_batch; tests/test_dataloader_mask.py)
     run = make_run(DENSE)
     memory = model(run)
     tail = layers(run)["TAIL"]
     assert _terms(memory, tail)["output.logits_softmax"] == 4 * 64 * 1024
-    assert memory.loss_bytes(tail) == 131072
+    assert memory.loss_bytes(tail) == 131072 + 4096
     assert memory.loss_bytes(body(run)) == 0
 
 

@@ -193,6 +193,16 @@ def test_per_device_flops_of_an_mla_layer():
     assert op_launches(ops["regather_latents"], **kw) == (0.0, 2.0)
 
 
+def test_mla_without_latent_norms_runs_no_norm_kernels():
+    # without the latent norms the up-projections read the down-projections' outputs (gpt_layer_specs.py
+    # d98e8a64, Megatron's MLA without --qk-layernorm); the GEMMs are the same
+    plain = {op.name: op for op in ops_of(spec_run({**MLA_H1024, "mla_latent_norms": False}, s=1024, tp=2))}
+    normed = {op.name: op for op in ops_of(spec_run(dict(MLA_H1024), s=1024, tp=2))}
+    assert set(normed) - set(plain) == {"q_norm", "kv_norm"}
+    assert plain["q_up"].inputs == ("q_down",) and plain["kv_up"].inputs == ("kv_down",)
+    assert plain["q_up"].flops == normed["q_up"].flops
+
+
 def _llama(**extra):
     return {
         "vocab_size": 1024,

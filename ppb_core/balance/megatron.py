@@ -272,6 +272,7 @@ SWITCH_FLAGS = (
     "--untie-embeddings-and-output-weights",
     "--group-query-attention",
     "--multi-latent-attention",
+    "--qk-layernorm",
     "--overlap-moe-expert-parallel-comm",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",

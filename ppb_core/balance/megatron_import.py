@@ -315,7 +315,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     elif groups is not None:
         notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores it")
     _moe_spec(args, spec, layers, ffn)
-    _mla_spec(args, spec, notes)
+    _mla_spec(args, spec)
     mtp = args.integer("--mtp-num-layers", 0)
     if mtp:
         spec["mtp_layers"] = mtp
@@ -355,15 +355,16 @@ def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
         spec["dense_layers"] = dense[leading:]
 
 
-def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
+def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
     """MLA's sizes (TransformerConfig's MLA fields). Megatron's `--qk-layernorm` is, under MLA, the
-    norms of the compressed query and key/value (multi_latent_attention.py `q_layernorm`,
-    `kv_layernorm`), which ppb's MLA always has (DeepSeek-V3's), not per-head norms (`qk_norm`)."""
+    norms of the compressed query and key/value, not per-head norms (`qk_norm`): gpt_layer_specs.py
+    (d98e8a64) builds the up-projections as `TELayerNormColumnParallelLinear`s with it, plain
+    column-parallel linears without it (`q_layernorm`, `kv_layernorm` are IdentityOp either way), so
+    without it there is no latent norm (`mla_latent_norms: false`)."""
     if not args.has("--multi-latent-attention"):
         return
     spec["qk_norm"] = False
-    if not args.has("--qk-layernorm"):
-        notes.append("--multi-latent-attention without --qk-layernorm: priced with the latent norms ppb's MLA has")
+    spec["mla_latent_norms"] = args.has("--qk-layernorm")
     spec["q_lora_rank"] = args.integer("--q-lora-rank", 0) or 0  # None: no query compression
     spec["kv_lora_rank"] = args.integer("--kv-lora-rank", 32)
     spec["qk_nope_head_dim"] = args.integer("--qk-head-dim", 128)
@@ -572,6 +573,8 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     fp32_buffer = args.has("--accumulate-allreduce-grads-in-fp32") or (
         bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
     )
+    if args.has("--use-megatron-fsdp"):
+        fp32_buffer = _megatron_fsdp_grads_fp32(args, notes)
     if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)
@@ -602,6 +605,48 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     return training
+
+
+MEGATRON_FSDP_DTYPES = ("fp32", "bf16", "fp16", "auto")  # arguments.py choices of the three flags below
+
+
+def _megatron_fsdp_grads_fp32(args: _Args, notes: list[str]) -> bool:
+    """Whether Megatron-FSDP's main gradient buffer is fp32 (Megatron-LM d98e8a64). Its three dtypes
+    (arguments.py: `--megatron-fsdp-main-params-dtype` fp32, `--megatron-fsdp-main-grads-dtype` and
+    `--megatron-fsdp-grad-comm-dtype` auto; `validate_args` maps auto to None) reach `MixedPrecisionPolicy`
+    (distributed/fsdp/mcore_fsdp_adapter.py `FullyShardedDataParallel.__init__`), not DDP's
+    `grad_reduce_in_fp32`: param_and_grad_buffer.py `_resolve_group_grad_dtype` makes the main gradient
+    buffer `main_grads_dtype`, or the parameters' own dtype where it is None (bf16 under --bf16: the DDP
+    rule that bf16 accumulates in fp32 does not apply). The gradient-communication dtype allocates a
+    buffer of its own only where it differs from the main gradients' and under HSDP or a fixed-pool
+    allocator (`DistributedDataParallelConfig.megatron_fsdp_grad_comm_dtype`: "No additional memory is
+    allocated when grad_comm_dtype == main_grads_dtype"); ppb's reduce-scatter moves the main gradients'
+    bytes. A main-parameter dtype other than fp32 drops or narrows the main weight buffer
+    (`_init_each_parameter_group_buffers`), which ppb does not price: noted."""
+    found = {}
+    for flag, default in (
+        ("--megatron-fsdp-main-params-dtype", "fp32"),
+        ("--megatron-fsdp-main-grads-dtype", "auto"),
+        ("--megatron-fsdp-grad-comm-dtype", "auto"),
+    ):
+        value = args.text(flag, default) or default
+        if value not in MEGATRON_FSDP_DTYPES:
+            raise InputError(args.where, flag, f"{shown(value)} is none of {', '.join(MEGATRON_FSDP_DTYPES)}")
+        found[flag] = value
+    if found["--megatron-fsdp-main-params-dtype"] != "fp32":
+        value = found["--megatron-fsdp-main-params-dtype"]
+        notes.append(f"--megatron-fsdp-main-params-dtype {value}: priced as fp32 main parameters (the default)")
+    grads = found["--megatron-fsdp-main-grads-dtype"]
+    comm = found["--megatron-fsdp-grad-comm-dtype"]
+    if comm not in ("auto", grads) and not (grads == "auto" and comm == _params_dtype(args)):
+        notes.append(f"--megatron-fsdp-grad-comm-dtype {comm}: reduce-scatter priced in the main gradients' dtype")
+    if grads == "auto":  # the parameters' dtype
+        return not (args.has("--bf16") or args.has("--fp16"))
+    return grads == "fp32"
+
+
+def _params_dtype(args: _Args) -> str:
+    return "bf16" if args.has("--bf16") else "fp16" if args.has("--fp16") else "fp32"
 
 
 # --offload-modules' choices (transformer_config.py `offload_modules`, d98e8a64) ppb does not price
@@ -739,6 +784,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         if recipe not in _FP8_RECIPES:
             raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: ppb prices {', '.join(_FP8_RECIPES)}")
         timing["fp8_recipe"] = recipe
+    # the data loader's causal mask (pretrain_gpt.py get_batch, gpt_dataset.py; ppb_core/timing/batch.py)
+    if args.has("--no-create-attention-mask-in-dataloader"):
+        timing["attention_mask_in_dataloader"] = False
     if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
         timing["bias_gelu_fusion"] = False
     # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
@@ -802,9 +850,6 @@ def _cuda_graphs(args: _Args, notes: list[str]) -> dict[str, Any]:
             if word not in GRAPH_MODULES:
                 raise InputError(args.where, flag, f"{shown(word)}: {', '.join(GRAPH_MODULES)} (mamba is not priced)")
             modules.append(word)
-    warmup = args.text("--cuda-graph-warmup-steps")
-    if impl != "none" and warmup is not None:
-        notes.append(f"--cuda-graph-warmup-steps {warmup}: the steps before capture, priced as graphed (steady state)")
     if impl == "none":
         return {}
     return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}

@@ -77,6 +77,15 @@ _RULES = (
     Rule("--moe-router-topk", "experts_per_token", _moe(lambda spec: spec.experts_per_token), 2),
     Rule("--moe-shared-expert-intermediate-size", "shared experts' width", _moe(_shared_width), 0),
     Rule("--multi-latent-attention", "kv_lora_rank", lambda run, spec: spec.is_mla, False, "{spec.kv_lora_rank}"),
+    # under MLA --qk-layernorm builds the latent norms (gpt_layer_specs.py: TELayerNormColumnParallelLinear
+    # up-projections; plain column-parallel linears without it)
+    Rule(
+        "--qk-layernorm",
+        "mla_latent_norms",
+        _mla(lambda spec: spec.mla_latent_norms),
+        False,
+        "{spec.mla_latent_norms}",
+    ),
     Rule("--q-lora-rank", "q_lora_rank", _mla(lambda spec: spec.q_lora_rank), 0),
     Rule("--kv-lora-rank", "kv_lora_rank", _mla(lambda spec: spec.kv_lora_rank), 32),
     Rule("--qk-head-dim", "qk_nope_head_dim", _mla(lambda spec: spec.qk_nope_head_dim), 128),

@@ -610,6 +610,12 @@ class TimingOptions(StrictModel):
         "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
         "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
     )
+    attention_mask_in_dataloader: bool = Field(
+        True,
+        description="Megatron's create_attention_mask_in_dataloader (--no-create-attention-mask-in-dataloader turns "
+        "it off): each micro-batch's bool causal mask, b·s·s bytes, broadcast over TP with the batch and held "
+        "through its forward on the first and last stage",
+    )
     cross_entropy_fusion: bool = Field(
         False,
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
@@ -1142,6 +1148,12 @@ def _check_run(run: RunConfig, where: str) -> None:
     if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
+        )
+    if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
+        raise InputError(
+            where,
+            "timing.attention_mask_in_dataloader",
+            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
         )
     if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")

@@ -80,6 +80,9 @@ class ModelSpec(StrictModel):
     qk_nope_head_dim: Rank = 0
     qk_rope_head_dim: Rank = 0
     v_head_dim: Rank = 0
+    mla_latent_norms: bool = Field(
+        True, description="MLA's norms of the compressed query and key/value (DeepSeek-V3; Megatron's --qk-layernorm)"
+    )
     # Multi-token prediction modules after the last layer (DeepSeek-V3).
     mtp_layers: LayerCount = 0
 

@@ -45,6 +45,7 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
@@ -94,6 +95,7 @@ class MemorySetup(Geometry):
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,

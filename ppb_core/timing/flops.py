@@ -487,17 +487,19 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         d_qk = att.q_head_dim
         width = (att.q_lora_rank or h) + att.kv_lora_rank + att.qk_rope_head_dim
         q_source = norm
+        # without latent norms (Megatron's MLA without --qk-layernorm: gpt_layer_specs.py, plain
+        # column-parallel up-projections) the up-projections read the down-projections' outputs
         if att.q_lora_rank:
-            ops += [
-                _matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)),
-                _norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(p + "q_down",)),
-            ]
-            q_source = p + "q_norm"
-        ops += [
-            _matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)),
-            _norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(p + "kv_down",)),
-        ]
-        kv_source, rope_key = p + "kv_norm", p + "kv_down"
+            ops.append(_matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)))
+            q_source = p + "q_down"
+            if att.latent_norms:
+                ops.append(_norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(q_source,)))
+                q_source = p + "q_norm"
+        ops.append(_matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)))
+        kv_source, rope_key = p + "kv_down", p + "kv_down"
+        if att.latent_norms:
+            ops.append(_norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(kv_source,)))
+            kv_source = p + "kv_norm"
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
         if entry and geo.gathers and geo.framework == "megatron":

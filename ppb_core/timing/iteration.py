@@ -36,12 +36,13 @@ from typing import Any
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
+from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, HeadKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.timing.batch import batch_seconds
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
@@ -347,6 +348,10 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    if run.framework == "megatron":  # get_batch's broadcasts before the forward (`timing/batch.py`)
+        for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
+            cells.forward[chunk][stage] += seconds
+
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
@@ -543,6 +548,24 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         return min(saved, max(0.0, timed - launching))
 
     return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
+
+
+def batch_loading(run: RunConfig, layers: Sequence[Layer], links: Links) -> dict[tuple[int, int], float]:
+    """Each data-reading cell's seconds a micro-batch in Megatron's `get_batch` (`timing/batch.py`): the cell
+    of the token embedding broadcasts tokens and positions, the cell of the loss labels and the loss mask,
+    a cell holding both (or the MTP layers, which read the tokens too) all four; each the causal mask too
+    where the data loader builds it (`timing.attention_mask_in_dataloader`)."""
+    reads: dict[tuple[int, int], list[bool]] = {}
+    for layer in layers:
+        first = isinstance(layer.kind, HeadKind)
+        last = isinstance(layer.kind, TailKind) and (layer.kind.has_output or layer.kind.has_mtp_modules)
+        if first or last:
+            cell = reads.setdefault((layer.chunk, layer.stage), [False, False])
+            cell[0] = cell[0] or first or (last and layer.kind.has_mtp_modules)
+            cell[1] = cell[1] or last
+    train, mask = run.training, run.timing.attention_mask_in_dataloader
+    b, s = train.micro_batch_size, train.seq_length
+    return {cell: batch_seconds(b, s, first, last, mask, links) for cell, (first, last) in reads.items()}
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:

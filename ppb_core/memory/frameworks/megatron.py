@@ -86,6 +86,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **The data loader's causal mask.** With `--create-attention-mask-in-dataloader` (the default) each
+  sample carries a bool `[1, s, s]` causal mask (megatron/core/datasets/gpt_dataset.py
+  `_get_ltor_masks_and_position_ids`), which `pretrain_gpt.py` `get_batch` puts on the device of the
+  first and last stages (`get_batch_on_this_tp_rank`; `get_batch_on_this_cp_rank` keeps this CP rank's
+  queries, `b·(s/cp)·s` bytes) and `forward_step` holds through the micro-batch's forward, loss included:
+  the Transformer Engine spec's causal attention reads none of it and keeps nothing of it, and it is freed
+  when `forward_step` returns. So the loss's forward holds it beside the logits (`loss_bytes`).
 * **The loss's stage after the loss.** Both cross-entropies save the fp32 softmax, the target mask and
   the masked target index (`ctx.save_for_backward`); their backward returns the softmax storage as
   the gradient, which autograd casts to the 16-bit logits' dtype (the fp32 one then dropped) and
@@ -535,6 +542,14 @@ def routes_experts(kind: LayerKind) -> bool:
     return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
 
 
+def dataloader_mask_bytes(setup: MemorySetup) -> float:
+    """The micro-batch's bool causal mask the data loader builds (module docstring), this CP rank's
+    queries against every key; 0 where it builds none."""
+    if not setup.dataloader_mask:
+        return 0.0
+    return setup.micro_batch_size * setup.seq_length / setup.cp * setup.seq_length
+
+
 # The TAIL's terms each cross-entropy saves for its backward (`freed_before_backward_bytes`).
 LOSS_SAVED = ("logits_softmax", "labels")
 
@@ -719,14 +734,14 @@ class MegatronRules(FrameworkRules):
         return setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the
-        fused loss's fp32 scatter copy beside the gradient (module docstring); none on a standalone MTP's MTP
-        chunk (no output layer)."""
+        """The 16-bit logits next to the fp32 softmax and the micro-batch's causal mask (forward), or the
+        16-bit gradient with the fused loss's fp32 scatter copy beside it (backward), the larger (module
+        docstring); none on a standalone MTP's MTP chunk (no output layer)."""
         if not kind.has_output:
             return 0.0
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
-        return setup.dtype_bytes * logits + scatter_copy
+        return setup.dtype_bytes * logits + max(dataloader_mask_bytes(setup), scatter_copy)
 
 
 # The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;

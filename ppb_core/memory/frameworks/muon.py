@@ -35,7 +35,7 @@ def _vector_elements(kind: BodyKind, setup: MemorySetup) -> int:
     att, h = kind.attention, kind.hidden_size
     count = 2 * norm_params(kind.norm, h)
     if att.is_mla:
-        count += att.q_lora_rank + att.kv_lora_rank  # the latent norms
+        count += att.q_lora_rank + att.kv_lora_rank if att.latent_norms else 0  # the latent norms
         if att.qkv_bias:
             count += att.q_lora_rank + att.kv_lora_rank + att.qk_rope_head_dim
     else:
