@@ -211,12 +211,17 @@ def _qwen3_run(
     a2a_overlap: bool,
     layout: str | None = None,
     fp8_recipe: str = "tensorwise",
+    gathers_overlapped: bool = True,
 ) -> dict[str, Any]:
     """A Qwen3 MoE run at sequence 4096 (set_qwen3_common_configs: no recompute, router fusion, forced
-    load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs."""
+    load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs. *gathers_overlapped*
+    False: the distributed optimizer's parameter all-gathers run synchronously after the step
+    (`overlap_param_gather` off; distrib_optimizer.py `step_with_ready_grads` at Megatron-LM 0d8e0714cd,
+    the 25.11 container's: every chunk's `start_param_sync` there, which `overlap_param_gather_with_
+    optimizer_step` does not change)."""
     tp, pp, vp, ep = (parallel.get(key, 1) for key in ("tp", "pp", "vp", "ep"))
     dp = gpus // (tp * pp)
-    with_step = gathers_with_optimizer_step(dp, pp, vp)
+    with_step = gathers_with_optimizer_step(dp, pp, vp) and gathers_overlapped
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 and not layout else {}
     return {
         "name": name,
@@ -258,7 +263,7 @@ def _qwen3_run(
             "matmul_dtype": "fp8",
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
-            "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0},
+            "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,
         },
     }
@@ -274,6 +279,10 @@ def _split_layout(stages: int, per_stage: int) -> str:
 
 
 # (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, assumptions)
+# qwen3_llm_pretrain.py `qwen3_235b_a22b_b200_config` (v0.2.0) turns the parameter gathers' overlap off
+# for fp8_mx ("keeping this enabled causes NaN grad norm": comm_overlap, ddp and optimizer
+# overlap_param_gather False); no other Qwen3 row's config touches it.
+_GATHERS_APART = ("Qwen3 235B MXFP8 PP8 EP8 (64 B200)",)
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     (
         "Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)",
@@ -339,7 +348,17 @@ def nemo_rows() -> list[dict[str, Any]]:
     for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, assumptions in _QWEN3_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
         raw = _qwen3_run(
-            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe
+            label,
+            spec,
+            gpus,
+            gbs,
+            mbs,
+            parallel,
+            device,
+            a2a_overlap=a2a,
+            layout=layout,
+            fp8_recipe=recipe,
+            gathers_overlapped=label not in _GATHERS_APART,
         )
         raw["timing"].update(_GRAPHS.get(label, {}))
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))

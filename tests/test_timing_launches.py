@@ -12,6 +12,7 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 from ppb_core.config.devices import (
     DEVICE_CATALOG,
     HOST_KERNEL_US_DGX_A100,
+    HOST_KERNEL_US_DGX_B200,
     HOST_KERNEL_US_DGX_GB200,
     HOST_KERNEL_US_DGX_H100,
 )
@@ -123,7 +124,9 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
     assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
-    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement (DGX B200: no CI values)
+    # DGX B200 (no CI values): DGX H100's figure at the two hosts' max boost clocks, Xeon Platinum 8480C
+    # 3.8 GHz and 8570 4.0 GHz (DGX H100 datasheet, DGX B200 User Guide): 86.8 · 3.8 / 4.0 = 82.46 -> 82.5
+    assert DEVICE_CATALOG["b200"].host_kernel_us == HOST_KERNEL_US_DGX_B200 == pytest.approx(82.5)
     assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(82.9)
 
 

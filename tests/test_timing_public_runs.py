@@ -159,6 +159,14 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
     assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
     assert qwen.parallel.overlap_moe_expert_parallel_comm
+    # Qwen3 235B MXFP8 on 64 B200: qwen3_235b_a22b_b200_config (v0.2.0) turns overlap_param_gather off for
+    # fp8_mx, so the gathers run after the step, not with it, though DP 8, PP 8 and VP 2 all exceed 1;
+    # the other Qwen3 rows keep them behind the forward.
+    apart = rows["NeMo Qwen3 235B MXFP8 PP8 EP8 (64 B200)"]
+    assert (apart.parallel.dp, apart.parallel.pp) == (8, 8)
+    assert apart.timing.overlap.param_gather == 0.0 and not apart.timing.overlap_param_gather_with_optimizer_step
+    assert rows["NeMo Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)"].timing.overlap_param_gather_with_optimizer_step
+    assert qwen.timing.overlap.param_gather == 1.0
 
 
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):

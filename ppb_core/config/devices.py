@@ -69,6 +69,13 @@ HOST_KERNEL_US_DGX_A100 = 113.3
 # alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,720 launches' worth with the
 # loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,720 = 82.9 us).
 HOST_KERNEL_US_DGX_GB200 = 82.9
+# DGX B200's host, no Megatron CI golden values on it: two Xeon Platinum 8570, 56 cores each at 2.1 GHz base,
+# 4.0 GHz max boost (NVIDIA DGX B200 User Guide, "Introduction to NVIDIA DGX B200 Systems"), the successor
+# (Emerald Rapids) of DGX H100's two Xeon Platinum 8480C, 56 cores at 2.0 / 3.8 GHz (DGX H100 datasheet),
+# on the same platform. Megatron's launches are issued by one Python thread a rank: taken as DGX H100's
+# median at the ratio of the two CPUs' max boost clocks, 86.8 · 3.8 / 4.0 = 82.5 us (an assumption: the
+# same core design, the launch path bound by one core's clock).
+HOST_KERNEL_US_DGX_B200 = round(HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0, 1)
 
 # The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
 # (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
@@ -336,10 +343,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
         # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
         # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
-        # rates H100's fractions. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
-        # values are DGX GB200's, a Grace host: dgx_gb200).
+        # rates H100's fractions. Host: DGX B200's Xeons from DGX H100's (`HOST_KERNEL_US_DGX_B200`),
+        # no DGX B200 case in Megatron CI's golden values (its Blackwell values are DGX GB200's, Grace).
         attention_forward_efficiency=ATTENTION_FORWARD_B200,
         attention_backward_efficiency=ATTENTION_BACKWARD_B200,
+        host_kernel_us=HOST_KERNEL_US_DGX_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
