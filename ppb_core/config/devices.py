@@ -102,6 +102,14 @@ ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
 # on an H200 with TE 2.15: 0.594 ms at dropout 0, 0.614 ms at 0.1: 0.614 / 0.594 - 1 = 3.4%. The kernel
 # draws its mask from Philox inside, per score element, as its FLOPs go: taken as that share at any length.
 ATTENTION_DROPOUT_COST_SM90 = round(0.614 / 0.594 - 1, 4)  # 0.0337
+# MXFP8 GEMMs on Blackwell over per-tensor FP8 ones (`mxfp8_matmul_ratio`): TransformerEngine's GEMM
+# profiling guide (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst at 1609c890e)
+# times the 12 GEMMs of a hidden-4096, FFN-16384 layer at 15,872 tokens on a B300 with pre-quantized
+# operands (benchmarks/gemm/benchmark_gemm.py `tex.generic_gemm`, the GEMM call alone with its scale
+# swizzles): 6.812 ms a layer with current (per-tensor) scaling, 7.161 with MXFP8's 32-element blocks:
+# 6.812 / 7.161 = 0.951. Taken for sm100's B200 and GB200 (B300 is Blackwell Ultra, sm103: the same
+# block-scaled tensor-core path, an assumption).
+MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,9 @@ class DeviceProfile:
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
+    # MXFP8 GEMMs' rate over per-tensor FP8's on this device (`MXFP8_MATMUL_RATIO_BLACKWELL`); 1: as fast
+    # (no measurement, or no MXFP8 tensor cores).
+    mxfp8_matmul_ratio: float = 1.0
     # A fixed time an FP8 GEMM kernel spends per output tile beside its k loop (prologue, epilogue, scale
     # factors): 0 unless measured. DeepSeek's fine-grained-scaled FP8 kernels (DeepGEMM) show it: their
     # H800 rates fall with k at fixed m, n (deepseek-ai/DeepGEMM README, Feb 2025); a ceiling of 0.75 and
@@ -323,6 +334,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         nic_efficiency=0.94,
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
@@ -371,6 +383,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         nic_efficiency=0.94,
         matmul_efficiency=0.729,
         fp8_matmul_efficiency=0.723,
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
