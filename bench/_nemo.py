@@ -265,6 +265,9 @@ def _qwen3_run(
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,
+            # moe_a2a_overlap's delay_wgrad_compute (helpers.py `set_moe_a2a_overlap_overrides`, v0.2.0),
+            # which comm_overlap.py `CommOverlapConfig.setup` copies onto the model config (`_apply_cfgs`)
+            "delay_wgrad_compute": a2a_overlap,
         },
     }
 
@@ -318,6 +321,9 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
         "assumptions": (
             f"{'MXFP8' if 'MXFP8' in label else 'FP8 current scaling'} as ppb's FP8 GEMMs with their casts",
             "attention in BF16 (TE's default for FP8 recipes)",
+            # mixed_precision.py `bf16_with_mxfp8_mixed` (v0.2.0): fp8_param_gather and
+            # reuse_grad_buf_for_mxfp8_param_ag, which ppb does not model for Megatron
+            *(("MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",) if "MXFP8" in label else ()),
             *assumptions,
         ),
     }

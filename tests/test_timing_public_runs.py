@@ -159,6 +159,10 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
     assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
     assert qwen.parallel.overlap_moe_expert_parallel_comm
+    # moe_a2a_overlap also delays the weight gradients (helpers.py set_moe_a2a_overlap_overrides, v0.2.0);
+    # the 30B on 8 B200 sets no moe_a2a_overlap (QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG)
+    assert qwen.timing.delay_wgrad_compute
+    assert not rows["NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)"].timing.delay_wgrad_compute
     # Qwen3 235B MXFP8 on 64 B200: qwen3_235b_a22b_b200_config (v0.2.0) turns overlap_param_gather off for
     # fp8_mx, so the gathers run after the step, not with it, though DP 8, PP 8 and VP 2 all exceed 1;
     # the other Qwen3 rows keep them behind the forward.
