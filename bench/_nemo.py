@@ -344,6 +344,66 @@ _GRAPHS: dict[str, dict[str, Any]] = {
 }
 
 
+# DeepSeek-V3 (w/ MTP), FP8-MX, on 256 B200: the table's GBS 2048, MBS 1, PP 16, VP 1, EP 8; 2,139 tokens/s
+# per GPU. The release's recipe (v0.2.0): configs/deepseek/workload_base_configs.py
+# DEEPSEEK_V3_B200_BASE_CONFIG (= its FP8_MX config): PP 16, EP 8, GBS 2048, recompute_modules
+# ["mla_up_proj"], no moe_a2a_overlap, no CUDA graphs, no flex dispatcher; deepseek_llm_pretrain.py
+# `set_deepseek_v3_common_configs`: sequence 4096, router fusion, selective recompute, BF16 gradient
+# reduction, forced load balancing; `deepseek_v3_b200_config`: overlap_grad_reduce. recipes/deepseek/
+# deepseek_v3.py `pretrain_config`: MTP 1 layer, the (16, 1) layout (the embedding and 4 layers, 14 stages
+# of 4, the last layer with the MTP layer and the loss), moe_permute_fusion, MBS 1. models/deepseek
+# (DeepSeekModelProvider, DeepSeekV3Bridge): the alltoall dispatcher, grouped GEMM, pre-softmax, the router
+# in fp32, seq_aux_loss at the HF config's aux_loss_alpha, sigmoid scores, expert bias, top-k scaling 2.5,
+# vocabulary divisible by 1280 (129,280 as it is). helpers.py `set_common_perf_overrides`: rope fusion,
+# TE's fused cross-entropy, no NaN checks.
+def _deepseek_v3_b200() -> dict[str, Any]:
+    gpus, gbs, pp, ep = 256, 2048, 16, 8
+    dp = gpus // pp
+    layout = "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL"
+    raw = {
+        "name": "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)",
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/deepseek-v3.json", "pad_vocab_multiple": 1280}],
+        "parallel": {"dp": dp, "tp": 1, "pp": pp, "ep": ep, "etp": 1, "zero": 1, "layout": layout},
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": gbs // dp,
+            "dtype": "bf16",
+            "grad_bytes": 2,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": ["mla_up_proj"]},
+            "moe": {
+                "router_dtype": "fp32",
+                "permute_fusion": True,
+                "router": {
+                    "score_function": "sigmoid",
+                    "aux_losses": ["seq_aux_loss"],
+                    "expert_bias": True,
+                    "pre_softmax": True,
+                    "topk_scaling": True,
+                    "fusion": True,
+                    "force_balance": True,
+                },
+            },
+        },
+        "device": {"name": "b200"},
+        "timing": {**_COMMON_TIMING, "matmul_dtype": "fp8", "fp8_recipe": "mxfp8"},
+    }
+    tps = 2139.0
+    return {
+        **_row("DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", raw, gpus, gbs, tps, ()),
+        "assumptions": (
+            "MXFP8 as ppb's FP8 GEMMs with their casts",
+            "attention in BF16 (TE's default for FP8 recipes)",
+            "MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",
+            "routing balanced (forced)",
+            "the shared expert on the compute stream (moe_shared_expert_overlap not modelled)",
+            "the precision-aware optimizer's BF16 moments priced as FP32 ones",
+        ),
+    }
+
+
 def nemo_rows() -> list[dict[str, Any]]:
     """Each row's fields for bench/public_runs.py's PublicRun."""
     rows = []
@@ -368,6 +428,7 @@ def nemo_rows() -> list[dict[str, Any]]:
         )
         raw["timing"].update(_GRAPHS.get(label, {}))
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
+    rows.append(_deepseek_v3_b200())
     return rows
 
 

@@ -135,7 +135,16 @@ def test_torchtitan_2024_docs_rows_agree_with_their_own_mfu(public):
 
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
-    assert len(rows) == 13
+    assert len(rows) == 14
+    # DeepSeek-V3 on 256 B200: PP 16 so DP 16, GBS 2048 / 16 = 128 micro-batches of one; the recipe's
+    # (16, 1) layout: the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP layer and the loss
+    # (4 + 14 · 4 + 1 = 61). 2048 · 4096 / (2139 · 256) = 15.3193 s.
+    deepseek = rows["NeMo DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert (deepseek.parallel.dp, deepseek.parallel.ep, deepseek.training.micro_batches) == (16, 8, 128)
+    assert [list(chunk) for chunk in deepseek.layout_cells()] == [[4] * 15 + [1]]
+    assert deepseek.timing.fp8_recipe == "mxfp8" and deepseek.timing.cuda_graph_impl == "none"
+    (ds_row,) = [row for row in public.public_runs() if row.name == "NeMo DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert ds_row.seconds == pytest.approx(15.3193, rel=1e-5)
     # The table's parenthesized FP8-MX figures and its DGX-GB200 Llama 3 8B row: the same recipes
     # (LLAMA3_8B_GB200_FP8_MX_BASE_CONFIG = ..._FP8_CS_...: MBS 2, graphs over the full iteration).
     for name, device, recipe in (
