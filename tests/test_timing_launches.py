@@ -12,6 +12,7 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 from ppb_core.config.devices import (
     DEVICE_CATALOG,
     HOST_KERNEL_US_DGX_A100,
+    HOST_KERNEL_US_DGX_B200,
     HOST_KERNEL_US_DGX_GB200,
     HOST_KERNEL_US_DGX_H100,
 )
@@ -127,7 +128,10 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
     assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
-    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement (DGX B200: no CI values)
+    # DGX B200 (no CI values): DGX H100's figure at the two hosts' max boost clocks, Xeon Platinum 8480C
+    # 3.8 GHz and 8570 4.0 GHz (DGX H100 datasheet, DGX B200 User Guide): 80.9 · 3.8 / 4.0 = 76.86 -> 76.9
+    assert DEVICE_CATALOG["b200"].host_kernel_us == HOST_KERNEL_US_DGX_B200
+    assert abs(HOST_KERNEL_US_DGX_B200 - HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0) <= 0.05
     assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(84.5)
 
 
@@ -163,10 +167,19 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
     # 8 GEMMs forward, 16 backward (above). Tensorwise (current) scaling quantizes each expert's input
     # and output gradient on its own, amax + scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 3 = 24
-    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert.
+    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert,
+    # and before each grouped GEMM call one multi-tensor swizzle of A's scales and one of B's (TE 2.9
+    # gemm.cpp `te_general_grouped_gemm`): forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
     assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 24.0, 16.0 + 24.0)
     assert op_launches(experts, **kw, fp8_recipe="delayed") == (9.0, 17.0)
-    assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (16.0, 24.0)
+    assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 2.0, 16.0 + 8.0 + 4.0)
+    # A plain GEMM under MXFP8 (`te_general_gemm`: `swizzle_scaling_factors` for A and for B): its GEMM,
+    # its input's cast and 2 swizzles forward; 2 GEMMs, the gradient's cast and 2 · 2 swizzles backward.
+    dense = Op("fc1", "mlp", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096)
+    assert op_launches(dense, **kw, fp8_recipe="mxfp8") == (1.0 + 1.0 + 2.0, 2.0 + 1.0 + 4.0)
+    # A SequentialMLP's experts each make their own GEMM calls: 8 · 2 swizzles forward, 8 · 4 backward.
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    assert op_launches(looped, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 16.0, 16.0 + 8.0 + 32.0)
     # A GEMM fed by a TE norm: the norm writes FP8 itself under delayed scaling (no cast), and its amax
     # under tensorwise scaling (scale + cast: 2); the output gradient is quantized in full (3, delayed 1).
     norm = Op("norm1", "attention", "memory")

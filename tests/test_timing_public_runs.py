@@ -135,7 +135,16 @@ def test_torchtitan_2024_docs_rows_agree_with_their_own_mfu(public):
 
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
-    assert len(rows) == 13
+    assert len(rows) == 14
+    # DeepSeek-V3 on 256 B200: PP 16 so DP 16, GBS 2048 / 16 = 128 micro-batches of one; the recipe's
+    # (16, 1) layout: the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP layer and the loss
+    # (4 + 14 · 4 + 1 = 61). 2048 · 4096 / (2139 · 256) = 15.3193 s.
+    deepseek = rows["NeMo DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert (deepseek.parallel.dp, deepseek.parallel.ep, deepseek.training.micro_batches) == (16, 8, 128)
+    assert [list(chunk) for chunk in deepseek.layout_cells()] == [[4] * 15 + [1]]
+    assert deepseek.timing.fp8_recipe == "mxfp8" and deepseek.timing.cuda_graph_impl == "none"
+    (ds_row,) = [row for row in public.public_runs() if row.name == "NeMo DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"]
+    assert ds_row.seconds == pytest.approx(15.3193, rel=1e-5)
     # The table's parenthesized FP8-MX figures and its DGX-GB200 Llama 3 8B row: the same recipes
     # (LLAMA3_8B_GB200_FP8_MX_BASE_CONFIG = ..._FP8_CS_...: MBS 2, graphs over the full iteration).
     for name, device, recipe in (
@@ -159,6 +168,18 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
     assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
     assert qwen.parallel.overlap_moe_expert_parallel_comm
+    # moe_a2a_overlap also delays the weight gradients (helpers.py set_moe_a2a_overlap_overrides, v0.2.0);
+    # the 30B on 8 B200 sets no moe_a2a_overlap (QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG)
+    assert qwen.timing.delay_wgrad_compute
+    assert not rows["NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)"].timing.delay_wgrad_compute
+    # Qwen3 235B MXFP8 on 64 B200: qwen3_235b_a22b_b200_config (v0.2.0) turns overlap_param_gather off for
+    # fp8_mx, so the gathers run after the step, not with it, though DP 8, PP 8 and VP 2 all exceed 1;
+    # the other Qwen3 rows keep them behind the forward.
+    apart = rows["NeMo Qwen3 235B MXFP8 PP8 EP8 (64 B200)"]
+    assert (apart.parallel.dp, apart.parallel.pp) == (8, 8)
+    assert apart.timing.overlap.param_gather == 0.0 and not apart.timing.overlap_param_gather_with_optimizer_step
+    assert rows["NeMo Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)"].timing.overlap_param_gather_with_optimizer_step
+    assert qwen.timing.overlap.param_gather == 1.0
 
 
 def test_every_row_runs_and_the_mean_error_stays_bounded(public):

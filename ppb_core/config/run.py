@@ -449,6 +449,9 @@ class Device(StrictModel):
     flash2_head64_forward: ZeroOrEfficiency | None = None
     flash2_head64_backward: ZeroOrEfficiency | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
+    mxfp8_matmul_ratio: Efficiency | None = Field(
+        None, description="MXFP8 GEMMs' rate over per-tensor FP8 GEMMs' (TE's block-scaled GEMM with its swizzles)"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")

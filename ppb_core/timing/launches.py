@@ -88,7 +88,13 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   for FP8 delayed scaling"), else each expert's quantized on its own. The output gradients of
   Megatron's layers come from BF16 ops (residual, attention, Megatron's own SwiGLU): never fused.
   Weights are quantized on an iteration's first micro-batch only (TE's `is_first_microbatch`
-  cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`).
+  cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`). Under MXFP8 each
+  GEMM call first rearranges both operands' scale factors into the layout cuBLASLt's block-scaled
+  kernels read (TE v2.9 extensions/gemm.cpp: `te_general_gemm` calls util.cpp `swizzle_scaling_factors`
+  for A and B, one `nvte_swizzle_scaling_factors` kernel each; `te_general_grouped_gemm` one
+  `nvte_multi_tensor_swizzle_scaling_factors` kernel for all the experts' A and one for their B): two
+  kernels a GEMM call, whatever its groups (the forward's one call, the backward's dgrad and wgrad: 2 and
+  4; their GPU time is in `mxfp8_matmul_ratio`).
 
 Where the host time is measured a plain PyTorch op (the loss, the embedding's masking, unfused rotary and
 softmax, the router's routing, the dispatchers' permutations) counts `PLAIN_OP_SHARE` of a launch.
@@ -133,6 +139,8 @@ PLAIN_OP_SHARE = 0.4
 PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
+# MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
+MXFP8_SWIZZLES = 2
 
 
 def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, float]:
@@ -144,7 +152,11 @@ def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, f
     # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
     tensors = 1 if recipe == "delayed" and not op.sequential else groups
     share = n / fused
-    return (fed if norm_fed else plain) * tensors * share, plain * tensors * share
+    forward, backward = (fed if norm_fed else plain) * tensors * share, plain * tensors * share
+    if recipe == "mxfp8":  # each GEMM call's two swizzles: a SequentialMLP's experts each make their own calls
+        calls = max(1, op.sequential)
+        forward, backward = forward + MXFP8_SWIZZLES * calls * share, backward + 2 * MXFP8_SWIZZLES * calls * share
+    return forward, backward
 
 
 def op_launches(

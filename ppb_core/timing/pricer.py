@@ -214,6 +214,10 @@ class TimeModel:
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
         )
+        if run.timing.matmul_dtype == "fp8" and run.timing.fp8_recipe == "mxfp8":
+            # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
+            ceiling = self.kernels.gemm_ceiling * self.device.mxfp8_matmul_ratio
+            self.kernels = dataclasses.replace(self.kernels, gemm_ceiling=ceiling)
         self._geometry = OpGeometry.from_run(run)
         self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
         self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
