@@ -32,10 +32,10 @@ backward) at head size 128, 16k tokens and no mask, scaled by
   loaded);
 - mask and sequence: the kernel's measured rate at the pass's length, causal or not, over its 16k
   no-mask rate (`ppb_core.timing.attention_rates`: FlashAttention-2 and Hopper's cuDNN from
-  FlashAttention-3's paper, cuDNN's causal backward and Blackwell's from NVIDIA's cudnn-frontend
-  measurements). Causal kernels lose rate on the diagonal tiles and at short sequences: cuDNN's
-  forward on H100 at 2k runs at 484 TFLOPS/s causal against 617 without the mask,
-  FlashAttention-2's at 16k at 335 against 370;
+  FlashAttention-3's paper, FlashAttention-2 past 16k and its causal backward from PyTorch SDPA's,
+  cuDNN's causal backward and Blackwell's from NVIDIA's cudnn-frontend measurements). Causal kernels
+  lose rate on the diagonal tiles and at short sequences: cuDNN's forward on H100 at 2k runs at 484
+  TFLOPS/s causal against 617 without the mask, FlashAttention-2's at 16k at 335 against 370;
 - waves: query blocks of every (sequence, head) over the SMs, as for GEMM tiles.
 """
 
