@@ -346,9 +346,12 @@ class Kernels:
 
 def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
     """The kernel family whose measured curves a run's flash passes follow: FlashAttention-2 where it
-    runs (torchtitan's SDPA flash backend, flash-attn 2 under TransformerEngine below Hopper, which its
-    `get_attention_backend` prefers to cuDNN there; Ascend's kernel, unmeasured, taken alike), else cuDNN's
-    Hopper or Blackwell kernels by compute capability."""
+    runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine below Hopper, where
+    `get_attention_backend` keeps FlashAttention when both it and cuDNN's FusedAttention qualify and drops
+    it for FusedAttention from compute capability 9.0 on, FlashAttention 3 included: "Select
+    FusedAttention for performance", transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    at d0067d0d; Ascend's kernel, unmeasured, taken alike), else cuDNN's Hopper or Blackwell kernels by
+    compute capability."""
     capability = device.compute_capability
     if flash2 or capability < 9.0:
         return "flash2"
