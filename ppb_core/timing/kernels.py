@@ -32,10 +32,10 @@ backward) at head size 128, 16k tokens and no mask, scaled by
   loaded);
 - mask and sequence: the kernel's measured rate at the pass's length, causal or not, over its 16k
   no-mask rate (`ppb_core.timing.attention_rates`: FlashAttention-2 and Hopper's cuDNN from
-  FlashAttention-3's paper, cuDNN's causal backward and Blackwell's from NVIDIA's cudnn-frontend
-  measurements). Causal kernels lose rate on the diagonal tiles and at short sequences: cuDNN's
-  forward on H100 at 2k runs at 484 TFLOPS/s causal against 617 without the mask,
-  FlashAttention-2's at 16k at 335 against 370;
+  FlashAttention-3's paper, FlashAttention-2 past 16k and its causal backward from PyTorch SDPA's,
+  cuDNN's causal backward and Blackwell's from NVIDIA's cudnn-frontend measurements). Causal kernels
+  lose rate on the diagonal tiles and at short sequences: cuDNN's forward on H100 at 2k runs at 484
+  TFLOPS/s causal against 617 without the mask, FlashAttention-2's at 16k at 335 against 370;
 - waves: query blocks of every (sequence, head) over the SMs, as for GEMM tiles.
 """
 
@@ -346,9 +346,12 @@ class Kernels:
 
 def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
     """The kernel family whose measured curves a run's flash passes follow: FlashAttention-2 where it
-    runs (torchtitan's SDPA flash backend, flash-attn 2 under TransformerEngine below Hopper, which its
-    `get_attention_backend` prefers to cuDNN there; Ascend's kernel, unmeasured, taken alike), else cuDNN's
-    Hopper or Blackwell kernels by compute capability."""
+    runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine below Hopper, where
+    `get_attention_backend` keeps FlashAttention when both it and cuDNN's FusedAttention qualify and drops
+    it for FusedAttention from compute capability 9.0 on, FlashAttention 3 included: "Select
+    FusedAttention for performance", transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    at d0067d0d; Ascend's kernel, unmeasured, taken alike), else cuDNN's Hopper or Blackwell kernels by
+    compute capability."""
     capability = device.compute_capability
     if flash2 or capability < 9.0:
         return "flash2"
