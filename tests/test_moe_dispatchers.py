@@ -262,3 +262,24 @@ def test_megatrons_experts_weight_an_unfused_activation_by_the_probabilities() -
     assert {op.name: op for op in moe_ops(KIND, MOE, geo)}["experts_act"].launches is None
     titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4, "framework": "torchtitan"})
     assert {op.name: op for op in moe_ops(gelu, gelu.mlp, titan)}["experts_act"].launches is None
+
+
+def test_the_moe_layer_adds_the_shared_output_and_sums_its_inputs_gradients() -> None:
+    # moe_layer.py (d98e8a64): the norm's output feeds the router and the dispatch (and the shared
+    # experts): autograd sums their input gradients, one add a consumer past the first, each reading
+    # two and writing one [2048, 1024] bf16 tensor (4096 tokens over SP 2): 3 · 2048 · 1024 · 2 =
+    # 12,582,912 B. Without shared experts: nothing forward, one add backward.
+    for dispatcher in ("alltoall", "allgather"):
+        sums = _ops(dispatcher=dispatcher)["moe_sums"]
+        assert (sums.bytes, sums.backward_bytes, sums.launches) == (0, 12_582_912, (0.0, 1.0))
+    # With a shared expert `postprocess` adds its output to the routed one (forward 12,582,912 B), and
+    # backward three consumers' gradients meet: two adds
+    shared = body_kind(
+        make_run({**SPEC, "shared_experts": 1, "shared_expert_intermediate_size": 2048}).spec("m"), 0, 0.0
+    )
+    geo = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4})
+    sums = {op.name: op for op in moe_ops(shared, shared.mlp, geo)}["moe_sums"]
+    assert (sums.bytes, sums.backward_bytes, sums.launches) == (12_582_912, 2 * 12_582_912, (1.0, 2.0))
+    # other frameworks' MoE blocks are their own
+    titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "framework": "torchtitan"})
+    assert "moe_sums" not in {op.name for op in moe_ops(KIND, MOE, titan)}

@@ -1458,6 +1458,25 @@ def _shared_and_residual(ops: list[Op], kind: BodyKind, moe: Moe, geo: OpGeometr
             *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
             *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out"),
         ]
+    if geo.framework == "megatron":
+        # MoELayer (moe_layer.py `postprocess`, d98e8a64) adds the shared experts' output to the routed
+        # one (`output + shared_expert_output`: read two, write one, forward only), and the norm's output
+        # feeds the router, the dispatch and the shared experts: autograd sums their input gradients,
+        # one add (read two, write one) for each consumer past the first.
+        elements = geo.whole_tokens * h
+        shared = 1 if moe.shared_experts else 0
+        sums = 1 + shared
+        ops.append(
+            Op(
+                p + "moe_sums",
+                block,
+                MEMORY,
+                inputs=(ops[-1].name,),
+                bytes=shared * 3 * elements * geo.dtype_bytes,
+                backward_bytes=sums * 3 * elements * geo.dtype_bytes,
+                launches=(float(shared), float(sums)),
+            )
+        )
     ops.append(_residual(p + "residual_moe", block, geo, h, kind.hidden_dropout))
     return ops
 
