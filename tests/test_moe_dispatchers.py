@@ -97,7 +97,8 @@ def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
         (1, 1),
         (1, 1),
     ]
-    # --moe-permute-fusion: Transformer Engine's row map and permute (3), its unpermute backward (1)
+    # --moe-permute-fusion: Transformer Engine's row map (`make_row_id_map`'s three Triton passes, TE
+    # d0067d0d triton/permutation.py) and permute (4), its unpermute backward (1)
     fused = layer_launches(
         tuple(_ops(permute_fusion=True).values()),
         tp=2,
@@ -105,7 +106,7 @@ def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
         cross_entropy_fusion=False,
         wgrad_fused=True,
     )
-    assert fused["local_permute"] == (2 + 2 + 3 + 6, 1 + 5)
+    assert fused["local_permute"] == (2 + 2 + 4 + 6, 1 + 5)
     assert fused["local_unpermute"] == (1 + 1, 1 + 1)
 
 
@@ -262,3 +263,46 @@ def test_megatrons_experts_weight_an_unfused_activation_by_the_probabilities() -
     assert {op.name: op for op in moe_ops(KIND, MOE, geo)}["experts_act"].launches is None
     titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4, "framework": "torchtitan"})
     assert {op.name: op for op in moe_ops(gelu, gelu.mlp, titan)}["experts_act"].launches is None
+
+
+def test_the_moe_layer_adds_the_shared_output_and_sums_its_inputs_gradients() -> None:
+    # moe_layer.py (d98e8a64): the norm's output feeds the router and the dispatch (and the shared
+    # experts): autograd sums their input gradients, one add a consumer past the first, each reading
+    # two and writing one [2048, 1024] bf16 tensor (4096 tokens over SP 2): 3 · 2048 · 1024 · 2 =
+    # 12,582,912 B. Without shared experts: nothing forward, one add backward.
+    for dispatcher in ("alltoall", "allgather"):
+        sums = _ops(dispatcher=dispatcher)["moe_sums"]
+        assert (sums.bytes, sums.backward_bytes, sums.launches) == (0, 12_582_912, (0.0, 1.0))
+    # With a shared expert `postprocess` adds its output to the routed one (forward 12,582,912 B), and
+    # backward three consumers' gradients meet: two adds
+    shared = body_kind(
+        make_run({**SPEC, "shared_experts": 1, "shared_expert_intermediate_size": 2048}).spec("m"), 0, 0.0
+    )
+    geo = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4})
+    sums = {op.name: op for op in moe_ops(shared, shared.mlp, geo)}["moe_sums"]
+    assert (sums.bytes, sums.backward_bytes, sums.launches) == (12_582_912, 2 * 12_582_912, (1.0, 2.0))
+    # other frameworks' MoE blocks are their own
+    titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "framework": "torchtitan"})
+    assert "moe_sums" not in {op.name for op in moe_ops(KIND, MOE, titan)}
+
+
+@pytest.mark.parametrize(
+    ("fused", "ep", "permute", "unpermute"),
+    [
+        # fused, 2 local experts (EP 4): preprocess 13 + row map 3 + permute 1; backward 3. Unpermute: the
+        # sort after the all-to-all (chunk map + sort 2) and back (2) and the unpermute (1); backward 1 + 1 + 1
+        (True, 4, (13 + 4, 3), (2 + 2 + 1, 3)),
+        # fused, one local expert (EP 8): no sorts
+        (True, 8, (17, 3), (1, 1)),
+        # unfused, 2 local experts: preprocess 13 + the local counts' copy 1; the map's transpose, argsort 4,
+        # `%`, the probabilities' transpose and gather, index_select: 9; backward the two zero-filled
+        # index_add / index_put, 2 + 2. Unpermute: the cats after the all-to-all (tokens, probabilities: 2)
+        # and before it (1), zeros + scatter_add (2); backward the three splits' cats and the gather
+        (False, 4, (14 + 9, 4), (3 + 2, 3 + 1)),
+        (False, 8, (13 + 9, 4), (2, 1)),
+    ],
+)
+def test_the_alltoall_dispatchers_launches_follow_its_code(fused, ep, permute, unpermute) -> None:
+    ops = _ops(dispatcher="alltoall", permute_fusion=fused, ep=ep)
+    assert ops["permute"].launches == permute
+    assert ops["unpermute"].launches == unpermute

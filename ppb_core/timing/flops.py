@@ -1139,13 +1139,21 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # read and write of the rows each side, each way (their probabilities beside them, router dtype).
     sorts = geo.framework == "megatron" and geo.dispatcher == "alltoall" and experts > geo.ep
     sort = 2 * rows * (h * bc + geo.router_bytes) if sorts else 0.0
+    permute_launches, unpermute_launches = (
+        alltoall_permute_launches(geo.permute_fusion, sorts)
+        if geo.framework == "megatron" and geo.dispatcher == "alltoall"
+        else (None, None)
+    )
     ops.append(
-        _elementwise(
-            p + "permute",
-            block,
-            2 * routed * h * bc + sort,
-            2 * routed * h * bc + sort,
-            inputs=(norm, p + "router_topk"),
+        dataclasses.replace(
+            _elementwise(
+                p + "permute",
+                block,
+                2 * routed * h * bc + sort,
+                2 * routed * h * bc + sort,
+                inputs=(norm, p + "router_topk"),
+            ),
+            launches=permute_launches,
         )
     )
     source = p + "permute"
@@ -1282,15 +1290,48 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source = p + "combine"
     # Weighted sum of each token's k expert outputs back in token order.
     ops.append(
-        _elementwise(
-            p + "unpermute",
-            block,
-            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
-            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
-            inputs=(source,),
+        dataclasses.replace(
+            _elementwise(
+                p + "unpermute",
+                block,
+                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+                inputs=(source,),
+            ),
+            launches=unpermute_launches,
         )
     )
     return _shared_and_residual(ops, kind, moe, geo, norm, p)
+
+
+# Kernel launches of Megatron's alltoall dispatcher's local steps (token_dispatcher.py
+# `MoEAlltoAllTokenDispatcher`, moe_utils.py `permute` / `unpermute` / `sort_chunks_by_idxs`, d98e8a64;
+# TE d0067d0d transformer_engine/pytorch/permutation.py and triton/permutation.py), (forward, backward).
+# `preprocess`: the routing map's counts, their all-gather over expert TP × EP, the slices and sums, and
+# the device-to-host copies of the counts and splits: 13 (14 unfused with several local experts:
+# `num_global_tokens_per_local_expert` is copied too). The permutation: fused `moe_permute_with_probs`,
+# the row map's three Triton passes and the permute (4), backward its unpermute (3 as counted before);
+# unfused the map's transpose (1), `argsort` (4, as the allgather dispatcher's), `% num_tokens` (1), the
+# probabilities' transpose and gather (2) and `index_select` (1), backward the tokens' and the
+# probabilities' zero-filled index_add / index_put (2 + 2). With several local experts the rows are
+# sorted by expert after the all-to-all and back before it (`sort_chunks_by_idxs`): fused each a chunk
+# map and a sort (2; backward the sort, 1), unfused `torch.split` and `torch.cat` (the tokens' cat and the
+# probabilities' after the dispatch, the tokens' before the combine: 1 each; backward each split's cat of
+# the gradients). `unpermute`: fused one kernel each way; unfused zeros and `scatter_add_` (2), backward
+# the gather (1). The sorts are counted in `unpermute` (their launches after the dispatcher's wait).
+A2A_PREPROCESS = 13
+A2A_PERMUTE = {True: (4, 3), False: (9, 4)}
+A2A_SORTS = {True: (4, 2), False: (3, 3)}  # both sorts, tokens (and probabilities after the dispatch)
+A2A_UNPERMUTE = {True: (1, 1), False: (2, 1)}
+
+
+def alltoall_permute_launches(fused: bool, sorts: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(permute, unpermute) launches (forward, backward) of Megatron's alltoall dispatcher (above)."""
+    preprocess = A2A_PREPROCESS + (1 if sorts and not fused else 0)
+    permute = (preprocess + A2A_PERMUTE[fused][0], A2A_PERMUTE[fused][1])
+    sort = A2A_SORTS[fused] if sorts else (0, 0)
+    unpermute = (A2A_UNPERMUTE[fused][0] + sort[0], A2A_UNPERMUTE[fused][1] + sort[1])
+    return (float(permute[0]), float(permute[1])), (float(unpermute[0]), float(unpermute[1]))
 
 
 # Kernel launches of Megatron's allgather dispatcher's local steps (token_dispatcher.py
@@ -1300,15 +1341,16 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
 # contiguous), their counts (`sum`, 1) copied to the host (`.cpu()`, 1); unfused `permute` the map's
 # transpose (1), `argsort` (PyTorch's radix sort: the index fill, CUB's histogram, scan and one-sweep pass
 # for one-byte keys, 4), `% num_tokens` (1) and `index_select` (1), fused Transformer Engine's row map and
-# permute (3, as the alltoall dispatcher's); then the probabilities' and the map's transposes (2) and
-# `masked_select` (nonzero's count, its device-to-host copy and select, then the gather: 4). Backward: the
-# probabilities' (masked_scatter into zeros: 3, the slice's zero-filled gradient: 2; the transposed
-# copy's gradient is a view) and the
-# tokens' (`index_select`'s zero-filled index_add: 2; fused one kernel). `unpermute`: zeros and
+# permute (4: transformer_engine/pytorch/triton/permutation.py `make_row_id_map`'s three Triton passes and
+# `permute_with_mask_map`, TE d0067d0d, three passes since dc97cc9e, July 2025); then the probabilities'
+# and the map's transposes (2) and `masked_select` (nonzero's count, its device-to-host copy and select,
+# then the gather: 4). Backward: the probabilities' (masked_scatter into zeros: 3, the slice's
+# zero-filled gradient: 2; the transposed copy's gradient is a view) and the tokens' (`index_select`'s
+# zero-filled index_add: 2; fused one kernel). `unpermute`: zeros and
 # `scatter_add_` (2; fused 1) forward, the gather of the output gradient (1) backward.
 ALLGATHER_PERMUTE_SLICES = 2
 ALLGATHER_PERMUTE_COUNTS = 2
-ALLGATHER_PERMUTE = {False: (7, 2), True: (3, 1)}  # (unfused, fused) permute, without the probabilities'
+ALLGATHER_PERMUTE = {False: (7, 2), True: (4, 1)}  # (unfused, fused) permute, without the probabilities'
 ALLGATHER_PROBS = (6, 5)
 ALLGATHER_UNPERMUTE = {False: (2, 1), True: (1, 1)}
 
@@ -1460,6 +1502,25 @@ def _shared_and_residual(ops: list[Op], kind: BodyKind, moe: Moe, geo: OpGeometr
             *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
             *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out"),
         ]
+    if geo.framework == "megatron":
+        # MoELayer (moe_layer.py `postprocess`, d98e8a64) adds the shared experts' output to the routed
+        # one (`output + shared_expert_output`: read two, write one, forward only), and the norm's output
+        # feeds the router, the dispatch and the shared experts: autograd sums their input gradients,
+        # one add (read two, write one) for each consumer past the first.
+        elements = geo.whole_tokens * h
+        shared = 1 if moe.shared_experts else 0
+        sums = 1 + shared
+        ops.append(
+            Op(
+                p + "moe_sums",
+                block,
+                MEMORY,
+                inputs=(ops[-1].name,),
+                bytes=shared * 3 * elements * geo.dtype_bytes,
+                backward_bytes=sums * 3 * elements * geo.dtype_bytes,
+                launches=(float(shared), float(sums)),
+            )
+        )
     ops.append(_residual(p + "residual_moe", block, geo, h, kind.hidden_dropout))
     return ops
 

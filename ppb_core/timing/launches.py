@@ -68,9 +68,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   returns the gradient: `grad_added_to_main_grad` is never set); the routing after it (`router_topk`)
   by the router's settings, `ppb_core.timing.router` (`Op.launches`);
 - the alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`): the routing map's counts,
-  their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
-  `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
-  and back and the fused unpermutation in `unpermute` (3); backward 3 each;
+  their all-gather and reshapes, the device-to-host copies (13), the permutation (fused, TE
+  `moe_permute_with_probs`: the row map's three Triton passes and the permute, 4; unfused 9) in
+  `permute`; the chunks sorted by expert and back (with several local experts; fused a chunk map and a
+  sort each, unfused the cats) and the unpermutation in `unpermute`, as `flops.alltoall_permute_launches`
+  counts them (`Op.launches`); DeepEP's permutations as `PERMUTE` and `UNPERMUTE`;
 - the allgather dispatcher (`MoEAllGatherTokenDispatcher`, Megatron's default): its three all-gathers
   (map, probabilities, tokens) and its reduce-scatter as collectives, its local permutation and
   unpermutation as `ppb_core.timing.flops.ALLGATHER_*` counts them (`Op.launches`);
