@@ -33,10 +33,12 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
   `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
-  (without it a `SequentialMLP`, its experts one by one);
+  (without it a `SequentialMLP`, its experts one by one), `--fp8-param-gather`, `--first-last-layers-bf16`
+  (`--num-layers-at-start-in-bf16`, `--num-layers-at-end-in-bf16`), `--no-create-attention-mask-in-dataloader`;
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
-  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
+  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`; under Megatron-FSDP
+  `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
   `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
