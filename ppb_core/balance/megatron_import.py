@@ -74,6 +74,7 @@ from ppb_core.balance.megatron_vocabulary import (
     PARALLEL_PROBLEMS,
     SHELL_WORDS,
 )
+from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
@@ -193,6 +194,7 @@ def import_megatron(
         "device": {"name": device},
         "timing": _timing(args, notes),
     }
+    notes.extend(_op_fuser(args, device, variables))
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
@@ -894,6 +896,26 @@ def _optimizer_step_overlap(args: _Args) -> None:
     virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
         raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
+
+
+def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:
+    """`--use-transformer-engine-op-fuser` (Megatron-LM d98e8a64, TE d0067d0d) builds the dense MLP as
+    `TEFusedMLP` and the grouped experts' MLP as one `te.pytorch.ops.Sequential` of `GroupedLinear`,
+    `ScaledSwiGLU` (the router's probabilities applied in the activation, as `TEGroupedMLP` does) and
+    `GroupedLinear` (gpt_layer_specs.py `get_mlp_module_spec_for_backend`, moe/experts.py
+    `TEGroupedMLP._make_fused_ops`): the same GEMM and activation kernels, which keep the same tensors, with
+    one module's host dispatch. Only TE's CuTe DSL fused grouped MLP (ops/fused/grouped_mlp.py
+    `fuse_grouped_mlp_ops`: MXFP8 or NVFP4, compute capability 10, `NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) runs
+    other kernels, which ppb does not price: said then, read past otherwise."""
+    if not args.has("--use-transformer-engine-op-fuser"):
+        return []
+    profile = DEVICE_CATALOG.get(device)
+    blackwell = profile is not None and int(profile.compute_capability) == 10
+    quantized = args.text("--fp8-format") is not None and args.text("--fp8-recipe") == "mxfp8"
+    fused = variables.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0").strip("'\"") not in ("", "0")
+    if args.has("--num-experts") and blackwell and quantized and fused:
+        return ["--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"]
+    return []
 
 
 def _unmodelled(args: _Args) -> list[str]:
