@@ -562,6 +562,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         "flash_attention": _flash(args),
     }
     optimizer = args.text("--optimizer", "adam")
+    # training.py wrap_model_chunks_with_ddp: the layout applies to the layer-wise distributed optimizer only
+    layout = not args.has("--no-use-layer-wise-param-layout")
+    if not layout and (optimizer == "dist_muon" or (optimizer == "muon" and args.has("--use-distributed-optimizer"))):
+        training["layer_wise_param_layout"] = False
     if optimizer in ("adam", "sgd"):
         training["optimizer"] = optimizer
     elif optimizer in ("muon", "dist_muon"):  # arguments.py validate_args: dist_muon is muon, layer-wise distributed

@@ -379,6 +379,12 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    layer_wise_param_layout: bool = Field(
+        True,
+        description="Megatron's layer-wise distributed optimizer (Muon with zero 1) with its precomputed layout; "
+        "false (--no-use-layer-wise-param-layout): the legacy ping-pong of whole parameters over the "
+        "data-parallel ranks (ppb_core.memory.frameworks.layer_wise)",
+    )
     defer_embedding_wgrad_compute: bool = Field(
         False,
         description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "
@@ -1149,6 +1155,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
+        raise InputError(
+            where,
+            "training.layer_wise_param_layout",
+            "is Megatron's layer-wise optimizer's: needs optimizer muon, zero 1",
+        )
     if train.optimizer == "muon" and run.framework != "megatron":
         raise InputError(
             where, "training.optimizer", "muon is Megatron-Core's emerging optimizer: set framework megatron"

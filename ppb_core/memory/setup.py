@@ -48,6 +48,7 @@ class MemorySetup(Geometry):
     # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
     fp8_recipe: str = ""
     fp8_param_gather: bool = False  # Megatron's --fp8-param-gather (frameworks/te_fp8.py)
+    layer_wise_param_layout: bool = True  # Megatron's layer-wise optimizer's layout (frameworks/layer_wise.py)
     dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
@@ -101,6 +102,7 @@ class MemorySetup(Geometry):
             dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
             fp8_recipe=run.timing.fp8_recipe if _te_fp8(run) else "",
             fp8_param_gather=run.timing.fp8_param_gather,
+            layer_wise_param_layout=train.layer_wise_param_layout,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,

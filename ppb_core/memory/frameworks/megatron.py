@@ -226,6 +226,7 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
@@ -664,6 +665,11 @@ class MegatronRules(FrameworkRules):
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
+
+    def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
+        """The layer-wise distributed optimizer's legacy ping-pong of whole parameters (`layer_wise.py`): the
+        stage's worst data-parallel rank's states beyond 1/dp of each."""
+        return extra_state_bytes(layers, setup)
 
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
