@@ -432,6 +432,19 @@ def test_megatron_fsdp_keeps_its_gradients_in_its_own_main_grads_dtype() -> None
     assert imported(BASE).raw["training"].get("grad_bytes", 4) == 4
 
 
+def test_the_op_fuser_runs_the_same_kernels_but_cute_dsls_fused_grouped_mlp() -> None:
+    # moe/experts.py TEGroupedMLP._make_fused_ops (d98e8a64): GroupedLinear, ScaledSwiGLU, GroupedLinear as
+    # TEGroupedMLP runs them; TE's CuTe DSL fused grouped MLP only for MXFP8 on sm100 with
+    # NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (ops/fused/grouped_mlp.py fuse_grouped_mlp_ops)
+    moe = f"{BASE} --num-experts 4 --moe-grouped-gemm --use-transformer-engine-op-fuser"
+    assert import_megatron(moe, 8, "h100-80gb").notes == []
+    mxfp8 = f"export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1\n{moe} --fp8-format e4m3 --fp8-recipe mxfp8"
+    assert import_megatron(mxfp8, 8, "h100-80gb").notes == []  # capability 9: the basic ops
+    assert import_megatron(mxfp8, 8, "b200").notes == [
+        "--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"
+    ]
+
+
 def test_flags_with_nothing_to_price_are_read_past() -> None:
     # the FIM dataset rearranges token ids in the loader (fim_dataset.py); --outer-dp-sharding-strategy
     # no_shard is arguments.py's default; --cuda-graph-warmup-steps counts eager steps before the capture

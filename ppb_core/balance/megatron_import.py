@@ -33,10 +33,12 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
   `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
-  (without it a `SequentialMLP`, its experts one by one);
+  (without it a `SequentialMLP`, its experts one by one), `--fp8-param-gather`, `--first-last-layers-bf16`
+  (`--num-layers-at-start-in-bf16`, `--num-layers-at-end-in-bf16`), `--no-create-attention-mask-in-dataloader`;
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
-  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
+  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`; under Megatron-FSDP
+  `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
   `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
@@ -72,6 +74,7 @@ from ppb_core.balance.megatron_vocabulary import (
     PARALLEL_PROBLEMS,
     SHELL_WORDS,
 )
+from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
@@ -191,6 +194,7 @@ def import_megatron(
         "device": {"name": device},
         "timing": _timing(args, notes),
     }
+    notes.extend(_op_fuser(args, device, variables))
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
@@ -558,6 +562,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         "flash_attention": _flash(args),
     }
     optimizer = args.text("--optimizer", "adam")
+    # training.py wrap_model_chunks_with_ddp: the layout applies to the layer-wise distributed optimizer only
+    layout = not args.has("--no-use-layer-wise-param-layout")
+    if not layout and (optimizer == "dist_muon" or (optimizer == "muon" and args.has("--use-distributed-optimizer"))):
+        training["layer_wise_param_layout"] = False
     if optimizer in ("adam", "sgd"):
         training["optimizer"] = optimizer
     elif optimizer in ("muon", "dist_muon"):  # arguments.py validate_args: dist_muon is muon, layer-wise distributed
@@ -779,6 +787,14 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
+    if args.has("--fp8-param-gather"):  # FP8 parameters (memory/frameworks/te_fp8.py)
+        timing["fp8_param_gather"] = True
+    # transformer_config.py first_last_layers_bf16 and its counts (1 and 1), read under FP8 only
+    # (fp8_utils.py `is_first_last_bf16_layer` runs inside the fp8 context's choice)
+    start = args.integer("--num-layers-at-start-in-bf16", 1)
+    end = args.integer("--num-layers-at-end-in-bf16", 1)
+    if args.has("--first-last-layers-bf16") and "matmul_dtype" in timing:
+        timing["fp8_bf16_layers"] = [start, end]
     recipe = args.text("--fp8-recipe")
     if recipe is not None:  # transformer_config.py `fp8_recipe`, "delayed" by default
         if recipe not in _FP8_RECIPES:
@@ -884,6 +900,26 @@ def _optimizer_step_overlap(args: _Args) -> None:
     virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
         raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
+
+
+def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:
+    """`--use-transformer-engine-op-fuser` (Megatron-LM d98e8a64, TE d0067d0d) builds the dense MLP as
+    `TEFusedMLP` and the grouped experts' MLP as one `te.pytorch.ops.Sequential` of `GroupedLinear`,
+    `ScaledSwiGLU` (the router's probabilities applied in the activation, as `TEGroupedMLP` does) and
+    `GroupedLinear` (gpt_layer_specs.py `get_mlp_module_spec_for_backend`, moe/experts.py
+    `TEGroupedMLP._make_fused_ops`): the same GEMM and activation kernels, which keep the same tensors, with
+    one module's host dispatch. Only TE's CuTe DSL fused grouped MLP (ops/fused/grouped_mlp.py
+    `fuse_grouped_mlp_ops`: MXFP8 or NVFP4, compute capability 10, `NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) runs
+    other kernels, which ppb does not price: said then, read past otherwise."""
+    if not args.has("--use-transformer-engine-op-fuser"):
+        return []
+    profile = DEVICE_CATALOG.get(device)
+    blackwell = profile is not None and int(profile.compute_capability) == 10
+    quantized = args.text("--fp8-format") is not None and args.text("--fp8-recipe") == "mxfp8"
+    fused = variables.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0").strip("'\"") not in ("", "0")
+    if args.has("--num-experts") and blackwell and quantized and fused:
+        return ["--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"]
+    return []
 
 
 def _unmodelled(args: _Args) -> list[str]:

@@ -379,6 +379,12 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    layer_wise_param_layout: bool = Field(
+        True,
+        description="Megatron's layer-wise distributed optimizer (Muon with zero 1) with its precomputed layout; "
+        "false (--no-use-layer-wise-param-layout): the legacy ping-pong of whole parameters over the "
+        "data-parallel ranks (ppb_core.memory.frameworks.layer_wise)",
+    )
     defer_embedding_wgrad_compute: bool = Field(
         False,
         description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "
@@ -564,6 +570,18 @@ class TimingOptions(StrictModel):
         description="torchtitan's quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp (v0.2.2 default "
         "false): after the optimizer step one pass over the local weight shards for their amax and one all-reduce "
         "of the scales (torchao `precompute_float8_dynamic_scale_for_fsdp`); needs fp8_fsdp_all_gather",
+    )
+    fp8_bf16_layers: Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)] = Field(
+        (0, 0),
+        description="Megatron's --first-last-layers-bf16 (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, "
+        "1 and 1): under FP8 these first and last decoder layers run in bf16 (fp8_utils.py "
+        "`is_first_last_bf16_layer`)",
+    )
+    fp8_param_gather: bool = Field(
+        False,
+        description="Megatron's --fp8-param-gather: the linear weights are FP8 parameters (no quantized copy kept "
+        "beside a 16-bit one) and the distributed optimizer all-gathers them in FP8; needs matmul_dtype fp8, "
+        "framework megatron and the distributed optimizer or FSDP (ppb_core.memory.frameworks.te_fp8)",
     )
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = Field(
         "delayed",
@@ -1080,6 +1098,26 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_fsdp_all_gather", "needs matmul_dtype fp8 and fp8_recipe tensorwise")
     if timing.fp8_precompute_scale and not timing.fp8_fsdp_all_gather:
         raise InputError(where, "timing.fp8_precompute_scale", "needs timing.fp8_fsdp_all_gather")
+    if any(timing.fp8_bf16_layers):  # transformer_config.py __post_init__ (d98e8a64)
+        field = "timing.fp8_bf16_layers"
+        if run.framework != "megatron" or timing.matmul_dtype != "fp8":
+            raise InputError(
+                where, field, "is Megatron's --first-last-layers-bf16: needs framework megatron, matmul_dtype fp8"
+            )
+        if timing.fp8_recipe == "delayed":
+            raise InputError(where, field, "under delayed scaling (timing.fp8_recipe): Megatron-Core refuses it")
+        most = min(spec.num_layers for spec in run.specs.values() if isinstance(spec, ModelSpec)) // run.parallel.pp
+        if max(timing.fp8_bf16_layers) > most:
+            raise InputError(
+                where, field, f"more than a stage's {most} layers (num_layers // pp), as Megatron-Core refuses"
+            )
+    if timing.fp8_param_gather:  # arguments.py validate_args (d98e8a64) asserts the sharding
+        if run.framework != "megatron" or timing.matmul_dtype != "fp8":
+            raise InputError(
+                where, "timing.fp8_param_gather", "is Megatron's: needs framework megatron, matmul_dtype fp8"
+            )
+        if run.shard_level < 1:
+            raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
 
 
 def _check_run(run: RunConfig, where: str) -> None:
@@ -1133,6 +1171,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
+        raise InputError(
+            where,
+            "training.layer_wise_param_layout",
+            "is Megatron's layer-wise optimizer's: needs optimizer muon, zero 1",
+        )
     if train.optimizer == "muon" and run.framework != "megatron":
         raise InputError(
             where, "training.optimizer", "muon is Megatron-Core's emerging optimizer: set framework megatron"

@@ -45,6 +45,10 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
+    fp8_recipe: str = ""
+    fp8_param_gather: bool = False  # Megatron's --fp8-param-gather (frameworks/te_fp8.py)
+    layer_wise_param_layout: bool = True  # Megatron's layer-wise optimizer's layout (frameworks/layer_wise.py)
     dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
@@ -96,6 +100,9 @@ class MemorySetup(Geometry):
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
+            fp8_recipe=run.timing.fp8_recipe if _te_fp8(run) else "",
+            fp8_param_gather=run.timing.fp8_param_gather,
+            layer_wise_param_layout=train.layer_wise_param_layout,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,
@@ -125,3 +132,11 @@ class MemorySetup(Geometry):
     def expert_data_group(self) -> int:
         """Ranks that hold the same expert parameters: dp·cp·tp/(ep·etp)."""
         return self.dp * self.cp * self.tp // (self.ep * self.etp)
+
+
+def _te_fp8(run: RunConfig) -> bool:
+    """Whether Megatron's Transformer Engine layers train in FP8 (frameworks/te_fp8.py)."""
+    timing = run.timing
+    return (
+        run.framework == "megatron" and timing.matmul_dtype == "fp8" and timing.transformer_impl == "transformer_engine"
+    )

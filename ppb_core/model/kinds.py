@@ -107,6 +107,8 @@ class BodyKind:
     norm: Norm
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
+    # FP8 training leaves this layer's GEMMs in 16 bits (Megatron's --first-last-layers-bf16)
+    high_precision: bool = False
 
     @property
     def is_moe(self) -> bool:

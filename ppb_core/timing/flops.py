@@ -1768,6 +1768,8 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     """The op table of a layer kind (memoized: identical kinds are built once)."""
     if isinstance(kind, EncoderBodyKind):
         return body_ops(kind, encoder_geometry(kind, geo))
+    if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
+        return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return body_ops(kind, geo)
     if isinstance(kind, HeadKind):

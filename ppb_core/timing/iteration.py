@@ -35,6 +35,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, HeadKind, TailKind
 from ppb_core.model.params import LayerParams
@@ -793,17 +794,19 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
             )
             buckets, first = [], 0
             for last in ends:  # backward order: bucket = layers first..last of backward_order
-                params = memory.parameters(backward_order[first][0])
-                for layer, _, _ in backward_order[first + 1 : last + 1]:
+                params, fp8 = LayerParams(), LayerParams()
+                for layer, _, _ in backward_order[first : last + 1]:
                     params = params + memory.parameters(layer)
-                buckets.append((len(entries) - 1 - last, params))  # its first layer in forward order
+                    if memory.setup.fp8_param_gather:
+                        fp8 = fp8 + fp8_weights(layer.kind, memory.setup)
+                buckets.append((len(entries) - 1 - last, params, fp8))  # its first layer in forward order
                 first = last + 1
             offsets = [0.0]
             for _, forward, _ in entries:
                 offsets.append(offsets[-1] + forward)
-            for index, params in reversed(buckets):
+            for index, params, fp8 in reversed(buckets):
                 use = first_forward.get(chunk, 0.0) + offsets[index]
-                gathers.append((use, _dp_collective(ALL_GATHER, params, dtype_bytes, links)))
+                gathers.append((use, _parameter_gather_seconds(params, fp8, dtype_bytes, links)))
         if not gathers:
             continue
         link = sum(seconds for _, seconds in gathers)
@@ -812,6 +815,18 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
+
+
+def _parameter_gather_seconds(params: LayerParams, fp8: LayerParams, element_bytes: int, links: Links) -> float:
+    """The distributed optimizer's all-gather of a bucket's parameters: its FP8 parameters' 1-byte data
+    (`--fp8-param-gather`, memory/frameworks/te_fp8.py: DDP's buffers are grouped by dtype), the rest at
+    *element_bytes*; non-expert ones over dp·cp, experts over their group."""
+    seconds = 0.0
+    for whole, quantized, group in ((params.non_expert, fp8.non_expert, "dp"), (params.expert, fp8.expert, "edp")):
+        if whole:
+            payload = (whole - quantized) * element_bytes + quantized
+            seconds += collective_seconds(Collective(ALL_GATHER, group, payload, "dp"), links)
+    return seconds
 
 
 def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0, head_start: float = 0.0) -> float:

@@ -226,10 +226,12 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
+from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspace_bytes
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
@@ -606,6 +608,8 @@ class MegatronRules(FrameworkRules):
         found = super().static(params, setup)
         if kind is not None and (preserved := preserved_bytes(kind, setup)):  # Megatron-FSDP's non-unit copy
             found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+        if kind is not None and (fp8 := fp8_parameter_extra_bytes(kind, setup)):  # FP8 parameters (te_fp8.py)
+            found = replace(found, parameter_bytes=found.parameter_bytes + fp8)
         if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:
             matrices = static_bytes(matrix_params(kind, setup), setup).optimizer_states  # sharded as the states
             found = replace(found, optimizer_bytes=found.optimizer_bytes - MUON_SAVING_BYTES * matrices)
@@ -632,13 +636,16 @@ class MegatronRules(FrameworkRules):
         return gathered * gathered_parameter_bytes(units, setup)
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
-        """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
+        """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer, and
+        Transformer Engine's cached FP8 weight copies (`te_fp8.py`)."""
+        cached = workspace_bytes(kind, setup)
         if isinstance(kind, BodyKind):
-            return body_module_state(kind, setup)
+            always, idle = body_module_state(kind, setup)
+            return always + cached, idle
         if isinstance(kind, TailKind) and kind.has_mtp_modules:
             assert kind.mtp_body is not None
             always, idle = body_module_state(kind.mtp_body, setup)
-            return kind.mtp_layers * always, kind.mtp_layers * idle
+            return kind.mtp_layers * always + cached, kind.mtp_layers * idle
         return 0.0, 0.0
 
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
@@ -658,6 +665,11 @@ class MegatronRules(FrameworkRules):
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
+
+    def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
+        """The layer-wise distributed optimizer's legacy ping-pong of whole parameters (`layer_wise.py`): the
+        stage's worst data-parallel rank's states beyond 1/dp of each."""
+        return extra_state_bytes(layers, setup)
 
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's

@@ -15,7 +15,7 @@ distributed optimizer (arguments.py `validate_args`: `use_layer_wise_distributed
 gives each data-parallel rank whole Muon parameters (`layer_wise_optimizer.py`) and, by default
 (`--use-layer-wise-param-layout`), the rest to a byte-sharded `DistributedOptimizer`: priced as states
 sharded over the data-parallel ranks, 1/dp of each (the rank's share of whole parameters is not
-modelled); the legacy `--no-use-layer-wise-param-layout` path is not modelled.
+modelled); the legacy `--no-use-layer-wise-param-layout` path deals whole parameters (`layer_wise.py`).
 """
 
 from __future__ import annotations
