@@ -162,3 +162,13 @@ def test_async_tp_sums_the_pulled_partial_products_after_the_last_chunk():
     assert _prices(_tp_run(overlap={"tp": 1.0}))["reduce_attention"].forward_ms == pytest.approx(summed_ms)
     # vanilla TP: NCCL's reduce-scatter, exposed whole, no sum kernel
     assert _prices(_tp_run())["reduce_attention"].forward_ms == pytest.approx(4_194_304 / 2 / 50e9 * 1e3)
+
+
+@pytest.mark.parametrize("hbm_gbs", [1000.0, 10.0])  # 10 GB/s: the partials' sum outlasts the reduce-scatter
+def test_more_async_tp_overlap_never_raises_torchtitan_s_iteration(hbm_gbs):
+    times = []
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        run = _tp_run(overlap={"tp": share})
+        run = run.model_copy(update={"device": run.device.model_copy(update={"hbm_bandwidth_gbs": hbm_gbs})})
+        times.append(run_iteration(run).seconds)
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(times, times[1:], strict=False))

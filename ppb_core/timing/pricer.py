@@ -371,7 +371,9 @@ class TimeModel:
         chunk's matmul) and only then summed over the first dimension (`torch.sum(dim=0)`): a
         kernel after the last chunk that reads all m·n partials and writes the m/tp·n result,
         which NCCL's reduce-scatter does inside its transfers. None without async TP (`overlap.tp`
-        0) or under other frameworks."""
+        0) or under other frameworks. The caller caps the fused op at the plain reduce-scatter's
+        time (share 0), so more overlap never costs more: an async TP slower than vanilla is not
+        modelled."""
         if (
             collective is None
             or self.run.framework != "torchtitan"
@@ -384,7 +386,7 @@ class TimeModel:
         ):
             return 0.0
         tp = self.links.groups["tp"].size
-        return self.overlap.tp * self.kernels.memory_s(collective.payload_bytes * (1 + 1 / tp))
+        return self.kernels.memory_s(collective.payload_bytes * (1 + 1 / tp))
 
     def _userbuffers_s(self, collective: Collective, partner: Op, phase: str) -> float:
         """What TransformerEngine's userbuffers overlap (Megatron's --tp-comm-overlap) adds to its
@@ -445,7 +447,9 @@ class TimeModel:
             for op in ops:
                 if op.category == COMM:
                     forward = self._exposed_s(op.forward_comm, by_name, paired=paired)
-                    forward += self._fused_reduction_s(op.forward_comm, by_name)
+                    summed = self._fused_reduction_s(op.forward_comm, by_name)
+                    if summed > 0:  # never above NCCL's plain reduce-scatter (share 0)
+                        forward = min(collective_seconds(op.forward_comm, self.links), forward + summed)
                     backward = self._exposed_s(op.backward_comm, by_name, paired=paired)
                     again = forward
                     if op.recompute_comm is not None:
