@@ -3,6 +3,8 @@ AdamW step with its gradient clipping (ppb_core.timing.titan_step)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
 
@@ -171,4 +173,4 @@ def test_more_async_tp_overlap_never_raises_torchtitan_s_iteration(hbm_gbs):
         run = _tp_run(overlap={"tp": share})
         run = run.model_copy(update={"device": run.device.model_copy(update={"hbm_bandwidth_gbs": hbm_gbs})})
         times.append(run_iteration(run).seconds)
-    assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(times, times[1:], strict=False))
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in pairwise(times))
