@@ -3,6 +3,8 @@ AdamW step with its gradient clipping (ppb_core.timing.titan_step)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
 
@@ -136,18 +138,39 @@ def _tp_run(framework="torchtitan", overlap=None):
     )
 
 
-def _gather_backward_ms(run) -> float:
-    model = TimeModel(run)
+def _prices(run):
     body = next(layer for layer in walk(run) if layer.node == BODY)
-    return model.op_prices(body)["gather_attention"].backward_ms
+    return TimeModel(run).op_prices(body)
 
 
-def test_torchtitan_s_backward_tp_reduce_scatter_is_exposed_without_async_tp():
+def test_torchtitan_s_backward_tp_reduce_scatter_is_exposed_with_or_without_async_tp():
     # the attention input's gradient reduce-scattered over TP 2: 2048 tokens × h 1024 in bf16 =
     # 4,194,304 bytes, half of it sent, at ROUND_DEVICE's 100 GB/s × comm_efficiency 0.5 (no latency)
     exposed_ms = 4_194_304 / 2 / 50e9 * 1e3
-    assert _gather_backward_ms(_tp_run()) == pytest.approx(exposed_ms)
+    for overlap in ({}, {"tp": 1.0}):  # vanilla and async TP (a sum of matmuls is not fused)
+        assert _prices(_tp_run(overlap=overlap))["gather_attention"].backward_ms == pytest.approx(exposed_ms)
     # Megatron hides it behind the consumer's weight gradient (tp_async 1.0 by default), and so does a
-    # torchtitan run that states tp_async or runs async TP (overlap.tp 1.0)
-    for run in (_tp_run("megatron"), _tp_run(overlap={"tp_async": 1.0}), _tp_run(overlap={"tp": 1.0})):
-        assert _gather_backward_ms(run) < exposed_ms
+    # torchtitan run that states tp_async
+    for run in (_tp_run("megatron"), _tp_run(overlap={"tp_async": 1.0})):
+        assert _prices(run)["gather_attention"].backward_ms < exposed_ms
+
+
+def test_async_tp_sums_the_pulled_partial_products_after_the_last_chunk():
+    # wo's output (2048 × 1024 bf16, 4,194,304 bytes) reduce-scattered by the fused matmul-reduce-scatter:
+    # torch.sum over [2, 1024, 1024] reads all 4,194,304 bytes and writes half, at ROUND_DEVICE's
+    # 1000 GB/s × memory_efficiency 0.5; the transfers (2,097,152 bytes at 50 GB/s: 41.9 us) hide
+    # behind wo's chunks (2·2048·1024² FLOP at 100 TFLOP/s × 0.5: 85.9 us), no SMs taken (comm_sms 0)
+    summed_ms = 4_194_304 * 1.5 / 500e9 * 1e3
+    assert _prices(_tp_run(overlap={"tp": 1.0}))["reduce_attention"].forward_ms == pytest.approx(summed_ms)
+    # vanilla TP: NCCL's reduce-scatter, exposed whole, no sum kernel
+    assert _prices(_tp_run())["reduce_attention"].forward_ms == pytest.approx(4_194_304 / 2 / 50e9 * 1e3)
+
+
+@pytest.mark.parametrize("hbm_gbs", [1000.0, 10.0])  # 10 GB/s: the partials' sum outlasts the reduce-scatter
+def test_more_async_tp_overlap_never_raises_torchtitan_s_iteration(hbm_gbs):
+    times = []
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        run = _tp_run(overlap={"tp": share})
+        run = run.model_copy(update={"device": run.device.model_copy(update={"hbm_bandwidth_gbs": hbm_gbs})})
+        times.append(run_iteration(run).seconds)
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in pairwise(times))

@@ -34,6 +34,8 @@ from ppb_core.timing.calibration import Calibration, Measurement, fit_calibratio
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
     COMM,
+    MATMUL,
+    REDUCE_SCATTER,
     Collective,
     Op,
     OpGeometry,
@@ -140,24 +142,25 @@ TE_COMPUTE_STREAMS = 4
 
 
 def torchtitan_overlap(run: RunConfig) -> Overlap:
-    """The run's overlap shares; under torchtitan the backward's TP collectives (`tp_async`) hide as
-    much as its forward ones (`tp`) unless the run states `tp_async`.
+    """The run's overlap shares; under torchtitan nothing hides the backward's input-gradient
+    reduce-scatters (`tp_async` 0) unless the run states `tp_async`.
 
     `tp_async` is Megatron-LM's: `LinearWithGradAccumulationAndAsyncCommunication` launches the
     input gradient's reduction and then computes the weight gradient behind it. torchtitan's TP is
     DTensor redistribution (torch/distributed/tensor/parallel/style.py: its plan's
-    `PrepareModuleInput` all-gathers the sequence shard, `redistribute` without `async_op`;
-    `RowwiseParallel` reduce-scatters its output): the backward runs each redistribution's reverse in
-    `Redistribute.backward` (torch/distributed/tensor/_redistribute.py) once autograd has summed the
-    shared input's gradient over every consumer's `MmBackward`, their weight gradients already
-    computed, so nothing of theirs is left to hide it; under compile Inductor keeps that order
-    (`reorder_for_compute_comm_overlap` off by default). Async TP (`_micro_pipeline_tp`, Inductor's
-    fx_passes/micro_pipeline_tp.py) fuses the all-gather-matmul and matmul-reduce-scatter patterns of
-    the backward graph as of the forward: the same share."""
+    `PrepareModuleInput` all-gathers the sequence shard for wq/wk/wv and w1/w3, `redistribute`
+    without `async_op`): the backward runs the reverse reduce-scatter in `Redistribute.backward`
+    (torch/distributed/tensor/_redistribute.py) once autograd has summed the shared input's gradient
+    over its consumers' `MmBackward`s, their weight gradients already computed, so nothing of theirs
+    is left to hide it; under compile Inductor keeps that order (`reorder_for_compute_comm_overlap`
+    off by default). Async TP does not change it: Inductor's micro-pipelining fuses a reduce-scatter
+    only when a matmul produces its input (fx_passes/micro_pipeline_tp.py `_find_producer_matmul`:
+    mm, or reshape-mm-reshape), and this one reduces a sum of matmuls. The all-gathers a backward
+    reruns (recompute) keep the forward's share (`tp`), fused as in the forward under async TP."""
     overlap = run.timing.overlap
     if run.framework != "torchtitan" or "tp_async" in overlap.model_fields_set:
         return overlap
-    return overlap.model_copy(update={"tp_async": overlap.tp})
+    return overlap.model_copy(update={"tp_async": 0.0})
 
 
 class TimeModel:
@@ -364,6 +367,31 @@ class TimeModel:
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
 
+    def _fused_reduction_s(self, collective: Collective | None, by_name: Mapping[str, Op]) -> float:
+        """torchtitan's async TP: a reduce-scatter a matmul feeds runs as Inductor's fused
+        matmul-reduce-scatter (fx_passes/micro_pipeline_tp.py), torch/distributed/_symmetric_memory
+        `_fused_matmul_reduce_scatter_impl`: every rank's partial products of each rank's rows are
+        pulled into one [tp, m/tp, n] buffer (`_pipelined_produce_and_all2all`, behind the next
+        chunk's matmul) and only then summed over the first dimension (`torch.sum(dim=0)`): a
+        kernel after the last chunk that reads all m·n partials and writes the m/tp·n result,
+        which NCCL's reduce-scatter does inside its transfers. None without async TP (`overlap.tp`
+        0) or under other frameworks. The caller caps the fused op at the plain reduce-scatter's
+        time (share 0), so more overlap never costs more: an async TP slower than vanilla is not
+        modelled."""
+        if (
+            collective is None
+            or self.run.framework != "torchtitan"
+            or self.overlap.tp <= 0
+            or collective.kind != REDUCE_SCATTER
+            or collective.group != "tp"
+            or collective.partner is None
+            or collective.partner[0] not in by_name
+            or by_name[collective.partner[0]].category != MATMUL
+        ):
+            return 0.0
+        tp = self.links.groups["tp"].size
+        return self.kernels.memory_s(collective.payload_bytes * (1 + 1 / tp))
+
     def _userbuffers_s(self, collective: Collective, partner: Op, phase: str) -> float:
         """What TransformerEngine's userbuffers overlap (Megatron's --tp-comm-overlap) adds to its
         partner GEMM: the method's time less the plain GEMM's (`ppb_core.timing.userbuffers`). The
@@ -423,6 +451,9 @@ class TimeModel:
             for op in ops:
                 if op.category == COMM:
                     forward = self._exposed_s(op.forward_comm, by_name, paired=paired)
+                    summed = self._fused_reduction_s(op.forward_comm, by_name)
+                    if summed > 0:  # never above NCCL's plain reduce-scatter (share 0)
+                        forward = min(collective_seconds(op.forward_comm, self.links), forward + summed)
                     backward = self._exposed_s(op.backward_comm, by_name, paired=paired)
                     again = forward
                     if op.recompute_comm is not None:
