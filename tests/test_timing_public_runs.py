@@ -195,7 +195,7 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     # both H100 and A100); the aim is 5%.
     assert public.mean_error(tables) < 0.16
     assert public.mean_error(ci) < 0.30
-    # NeMo 25.11's rows, held out: 25.8% today (docs/timing.md), the B200 MoE rows the worst
+    # NeMo 25.11's rows, held out: 28.5% today (docs/timing.md), the B200 MoE rows the worst (host-bound)
     assert public.mean_error(nemo) < 0.40
     # torchtitan's compiled, Float8, 2D-4D rows, held out: 22.6% today, every row fast (docs/timing.md)
     assert public.mean_error(titan) < 0.30
