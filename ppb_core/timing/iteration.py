@@ -12,7 +12,8 @@ that adds up to the iteration:
 - `fsdp_communication`: ZeRO-3/FSDP parameter all-gathers and gradient reduce-scatters that the
   prefetch does not hide behind the previous layer's compute;
 - `p2p`: pipeline sends and receives, activation bytes over the link two stages share plus its
-  latency, blocking (Megatron 1F1B) or in the background (interleaved, torchtitan);
+  latency, posted and waited for as Megatron's schedules do (`ppb_core.pipeline_p2p`), blocking
+  the sender (MindFormers) or in the background (torchtitan);
 - `dp_communication`: the data-parallel gradient reduction's exposed tail (bucketed, overlapped
   with the last micro-batch's backward), the distributed optimizer's exposed parameter
   all-gather, tied embeddings' gradient all-reduce between the first and last stage;
@@ -41,6 +42,7 @@ from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
+from ppb_core.pipeline_p2p import simulate_p2p
 from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
@@ -127,6 +129,9 @@ class FrameworkRules:
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): steady forward-backward pairs
     # run as one step, layer beside layer (`ppb_core.timing.combined`)
     combined_1f1b: bool = False
+    # where the sends and receives are posted and waited for (`ppb_core.pipeline_p2p`); "" for
+    # `p2p_blocking`'s simpler model
+    p2p_protocol: str = ""
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -138,9 +143,10 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       past the first and `get_model` passes `disable_bucketing=(model_chunk_idx > 0)` (training.py,
       core_r0.8.0), and with `delay_grad_reduce` (on unless `--no-delay-grad-reduce`) the schedules
       start those stages' and chunks' reductions only once their last backward is done
-      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B and
-      overlapped in the interleaved schedule (`--overlap-p2p-communication` on by default there,
-      forced off otherwise; arguments.py). Its FSDP (`--use-megatron-fsdp`) gathers per micro-batch.
+      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B (each op's send batched with the
+      next op's receive) and overlapped in the interleaved schedule (`--overlap-p2p-communication` on
+      by default there, forced off otherwise; arguments.py): `ppb_core.pipeline_p2p`. Its FSDP
+      (`--use-megatron-fsdp`) gathers per micro-batch.
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
       per block; `reshard_after_forward` is on without pipeline parallelism and off with it
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
@@ -167,6 +173,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
+        p2p_protocol="megatron_overlap" if interleaved else "megatron_sync",
     )
 
 
@@ -393,19 +400,15 @@ def run_iteration(
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
     gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
-    timeline = (
-        simulate(
-            schedule,
-            with_fsdp_f,
-            with_fsdp_b,
-            m,
-            transfer=cells.transfer,
-            blocking=rules.p2p_blocking,
-            combined=combined,
+    if stages == 1:
+        timeline = gathered
+    elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
+        timeline = simulate_p2p(rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined)
+    else:
+        blocking = rules.p2p_blocking
+        timeline = simulate(
+            schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=blocking, combined=combined
         )
-        if stages > 1
-        else gathered
-    )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
         for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
