@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ppb_core.pipeline_p2p import simulate_p2p
 from ppb_core.schedules import simulate
-from ppb_core.timing.iteration import framework_rules
+from ppb_core.timing.iteration import chunk_sync_launches, framework_rules
 from tests.test_timing_iteration import small_run
 
 
@@ -110,3 +110,17 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     a = simulate_p2p(protocol, schedule, forward, backward, m, slow).makespan
     b = simulate_p2p(protocol, schedule, forward, backward, m, slower).makespan
     assert plain - 1e-9 <= free <= a + 1e-9 <= b + 2e-9
+
+
+def test_interleaved_chunk_reductions_launch_rank_backwards_after_their_last() -> None:
+    # P = 2, V = 2, m = 2, every op 1, free links. Stage 0: F(0,0) [0,1], F(1,0) [1,2], F(0,1) [2,3],
+    # F(1,1) [3,4], B(0,1) [5,6], B(1,1) [7,8], B(0,0) [8,9], B(1,0) [9,10]; stage 1: F(0,0) [1,2],
+    # F(1,0) [2,3], F(0,1) [3,4], B(0,1) [4,5], F(1,1) [5,6], B(1,1) [6,7], B(0,0) [7,8], B(1,0) [8,9].
+    # Megatron core_r0.8.0 `backward_step_helper`: backward k of rank r launches the sync of the chunk whose
+    # last micro-batch is backward k − r. Stage 0 (r = 0): chunk 1's last backward is k = 1 (ends 8), chunk
+    # 0's k = 3 (ends 10). Stage 1 (r = 1): chunk 1 at k = 1 + 1 = 2 (ends 8); chunk 0's 3 + 1 is past the
+    # last backward, launched after the cool-down: 9.
+    one = [[1.0, 1.0], [1.0, 1.0]]
+    timeline = simulate("interleaved", one, one, 2)
+    assert timeline.ends == [[1, 2, 3, 4, 6, 8, 9, 10], [2, 3, 4, 5, 6, 7, 8, 9]]
+    assert chunk_sync_launches(timeline) == [{1: 8.0, 0: 10.0}, {1: 8.0, 0: 9.0}]

@@ -610,7 +610,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     communication stream. Megatron's passes over a full bucket (`grad_pass_bytes`) run first on the
     compute stream, so they delay the rest of the backward and the bucket's own reduction. The last
     micro-batch's backward of a stage is taken to run back to back at the end of the stage's
-    timeline. With `timing.overlap.dp` 0 every reduction waits for the backward to end."""
+    timeline, but under Megatron's interleaved schedule, whose chunks reduce when the schedule
+    launches them (`chunk_sync_launches`, read off the timeline). With `timing.overlap.dp` 0 every
+    reduction waits for the backward to end."""
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
@@ -622,6 +624,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     per_parameter, per_expert = grad_pass_bytes(run), grad_pass_bytes(run, expert=True)
     if not reduces and not per_parameter and not per_expert:
         return 0.0, 0.0, 0.0
+    interleaved = canonical(run.parallel.schedule, chunks) == "interleaved"
+    launched = chunk_sync_launches(timeline) if rules.buckets_first_chunk_only and interleaved else None
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
         entries = [(chunk, entry) for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
@@ -630,7 +634,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
         for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
-            ready.append((clock, memory.parameters(layer), chunk))
+            when = clock if launched is None else launched[stage].get(chunk, end)
+            ready.append((when, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
@@ -648,6 +653,30 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def chunk_sync_launches(timeline) -> list[dict[int, float]]:
+    """Per stage, when Megatron's interleaved schedule launches each model chunk's gradient reduction.
+
+    Megatron-Core core_r0.8.0 schedules.py `forward_backward_pipelining_with_interleaving`
+    (`backward_step_helper`; d98e8a64 `backward_step_helper_postprocess`, the same rule): with
+    `--overlap-grad-reduce` and `delay_grad_reduce` (d98e8a64: `align_grad_reduce`), on by default,
+    training.py sets `grad_sync_func` to each chunk's `start_grad_sync`, and the k-th backward of pipeline
+    rank r launches the sync of the chunk whose last micro-batch is backward k − r ("we launch
+    asynchronous communication at the same time across the pipeline-parallel group"); those still
+    pending after the cool-down are launched after the last backward. The chunk's gradients are
+    reduced as a whole from there (its buckets one after another); no bucket launches during the
+    backward, which runs under `no_sync`."""
+    found: list[dict[int, float]] = []
+    for stage, (order, ends) in enumerate(zip(timeline.orders, timeline.ends, strict=True)):
+        backward_ends = [end for op, end in zip(order, ends, strict=True) if op.kind == "B"]
+        last_of: dict[int, int] = {}
+        for k, op in enumerate(op for op in order if op.kind == "B"):
+            last_of[op.chunk] = k
+        found.append(
+            {chunk: backward_ends[min(k + stage, len(backward_ends) - 1)] for chunk, k in last_of.items()}
+        )
+    return found
 
 
 def bucket_ends(gradients: Sequence[tuple[float, int]], rules: FrameworkRules, stage: int) -> list[int]:
