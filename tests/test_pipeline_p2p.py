@@ -11,9 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppb_core.memory import MemoryModel
+from ppb_core.model.walk import BODY, walk
 from ppb_core.pipeline_p2p import simulate_p2p
 from ppb_core.schedules import simulate
-from ppb_core.timing.iteration import chunk_sync_launches, framework_rules
+from ppb_core.timing.comm import Links
+from ppb_core.timing.iteration import _data_links, chunk_sync_launches, framework_rules, p2p_seconds
 from tests.test_timing_iteration import small_run
 
 
@@ -124,3 +127,22 @@ def test_interleaved_chunk_reductions_launch_rank_backwards_after_their_last() -
     timeline = simulate("interleaved", one, one, 2)
     assert timeline.ends == [[1, 2, 3, 4, 6, 8, 9, 10], [2, 3, 4, 5, 6, 7, 8, 9]]
     assert chunk_sync_launches(timeline) == [{1: 8.0, 0: 10.0}, {1: 8.0, 0: 9.0}]
+
+
+def _body_transfer(**timing) -> float:
+    # dp 4 × tp 2 ranks a stage: the neighbouring stage is 8 ranks on, in the next node of 8 (NIC 5e9 B/s;
+    # NVLink 5e10 inside the node: tests/small_models.py ROUND_DEVICE at comm efficiency 0.5, no latency)
+    run = small_run(dp=4, tp=2, pp=2, sequence_parallel=False, timing=timing)
+    memory = MemoryModel(run)
+    links = _data_links(run, Links.from_run(run), memory)
+    body = next(layer for layer in walk(run).layers if layer.node == BODY)
+    return p2p_seconds(run, links, body)
+
+
+def test_deepspeed_splits_its_pipeline_sends_over_the_tensor_parallel_ranks() -> None:
+    # One micro-batch's hidden state: 2048 tokens × 1024 × 2 bytes = 4,194,304 bytes.
+    # Megatron-Core without sequence parallelism: every TP rank sends all of it over its NIC: 838.9 us.
+    # DeepSpeed's pipe_partitioned: each sends 1/2 (419.4 us), the receiver all-gathers over its 2 TP
+    # ranks in the node: 4,194,304 · 1/2 / 5e10 = 41.9 us; 461.4 us in all.
+    assert _body_transfer() == pytest.approx(4_194_304 / 5e9)
+    assert _body_transfer(pipe_partitioned=True) == pytest.approx(4_194_304 / 2 / 5e9 + 4_194_304 / 2 / 5e10)

@@ -235,13 +235,24 @@ def p2p_bytes(run: RunConfig, layer: Layer) -> float:
     return tokens * hidden * train.dtype_bytes
 
 
-def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """`p2p_bytes` over the link two neighbouring stages share, with its latency."""
+def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
+    """`p2p_bytes` over the link two neighbouring stages share, with its latency.
+
+    Under `timing.pipe_partitioned` without sequence parallelism each tensor-parallel rank sends its
+    1/tp share and the receiver all-gathers the whole over the tensor-parallel group before it reads it
+    (DeepSpeed runtime/pipe/engine.py `PipelineEngine._exec_forward_pass` and `_exec_send_grads`:
+    `PartitionedTensor(..., group=self.grid.get_slice_parallel_group())`, `part.full()` on arrival;
+    microsoft/DeepSpeed 0050fdad, the same since 2021)."""
     payload = p2p_bytes(run, layer)
+    par = run.parallel
+    gather = 0.0
+    if run.timing.pipe_partitioned and par.tp > 1 and not par.sequence_parallel:
+        gather = collective_seconds(Collective(ALL_GATHER, "tp", payload, "tp"), links)
+        payload /= par.tp
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
     bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
-    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s)
+    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
 
 @dataclass
@@ -388,11 +399,11 @@ def run_iteration(
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
         for (chunk, stage), entries in per_cell.items():
-            cells.transfer[chunk][stage] = _p2p_seconds(run, links, entries[-1][0])
+            cells.transfer[chunk][stage] = p2p_seconds(run, links, entries[-1][0])
     for chunk in range(chunks):
         for stage in range(stages):
             if (chunk, stage) not in per_cell and stages > 1:
-                cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
+                cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
@@ -673,9 +684,7 @@ def chunk_sync_launches(timeline) -> list[dict[int, float]]:
         last_of: dict[int, int] = {}
         for k, op in enumerate(op for op in order if op.kind == "B"):
             last_of[op.chunk] = k
-        found.append(
-            {chunk: backward_ends[min(k + stage, len(backward_ends) - 1)] for chunk, k in last_of.items()}
-        )
+        found.append({chunk: backward_ends[min(k + stage, len(backward_ends) - 1)] for chunk, k in last_of.items()})
     return found
 
 
