@@ -29,9 +29,19 @@ the receiver before the op that reads it. Where each side posts and waits is the
   The receives across the model chunks' wrap (the last stage's chunk c to the first stage's chunk c + 1,
   and back) are posted ahead, micro-batches before they are needed ("First stage is ahead of last stage
   by (pipeline_parallel_size - 1)"): those wait only for the sender.
+* ``torch_1f1b`` (torch.distributed.pipelining's `Schedule1F1B._step_microbatches`, torch 2.13 as
+  torchtitan runs it with one stage a rank; the same structure since torch 2.4): in the warm-up each
+  forward's receive is posted and waited for right before it, its send fired after it and waited for
+  after the next forward ("Clear previous chunk's forward sends"); the last warm-up forward's send is
+  batched with the first backward's receive (`fwd_send_bwd_recv`), and in the steady state each
+  backward's send with the next forward's receive (`bwd_send_fwd_recv`), each batch waited for before
+  the op after it; the cool-down mirrors the warm-up. Its warm-up count, P − s forwards before the first
+  backward, gives Megatron's op order. So: a receive is posted when the previous op ended (and, in the
+  warm-up and cool-down, once the send before it completed); a send is waited for before the next op
+  when batched with its receive, else before the op after that.
 
-`schedules.simulate` keeps the simpler models for the other frameworks: the sender's op lasting its send
-(MindFormers), or only the receiver waiting (torch.distributed.pipelining's isend/irecv).
+`schedules.simulate` keeps the simpler models for the other schedules: the sender's op lasting its send
+(MindFormers), or only the receiver waiting (torchtitan's looped schedules' isend/irecv).
 
 The waits are the GPU's: `req.wait()` on an NCCL work makes the compute stream wait for the NCCL
 stream, and each NCCL call starts after the work queued before it on the compute stream. Both directions
@@ -45,7 +55,7 @@ from functools import lru_cache
 
 from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check
 
-PROTOCOLS: tuple[str, ...] = ("megatron_sync", "megatron_overlap")
+PROTOCOLS: tuple[str, ...] = ("megatron_sync", "megatron_overlap", "torch_1f1b")
 NONE = -1
 
 
@@ -97,10 +107,10 @@ def _graph(protocol: str, name: str, stages: int, chunks: int, micro_batches: in
     for transfer, (stage, _), post in posts:
         if post is None:
             continue
-        index, after_send = post
+        index, sent = post
         after[transfer].append(node[(stage, index)])
-        if after_send:  # the receive is posted once that op's own send has completed
-            after[transfer] += sends.get(node[(stage, index)], [])
+        if sent is not None:  # the receive is posted once that op's send has completed
+            after[transfer] += sends.get(node[(stage, sent)], [])
     # Kahn's order over ops and transfers
     users: list[list[int]] = [[] for _ in times]
     waiting = [len(set(deps)) for deps in after]
@@ -138,14 +148,17 @@ def _producer(name, stages, cell_at, last, where, stage: int, op: Op) -> tuple[t
 
 def _post(
     protocol: str, name: str, stages: int, order: Sequence[Op], stage: int, index: int, source: tuple[int, int]
-) -> tuple[int, bool] | None:
-    """(index of the receiver's op whose end posts this op's receive, whether the post also waits for that
-    op's own send), or None: posted from the start."""
+) -> tuple[int, int | None] | None:
+    """(index of the receiver's op whose end posts this op's receive, index of the op whose send must have
+    completed first, or None), or None: posted from the start."""
     if index == 0:
         return None
     op = order[index]
+    alone = order[index - 1].kind == op.kind  # warm-up or cool-down: the sends are not batched with it
     if protocol == "megatron_sync":
-        return index - 1, order[index - 1].kind == op.kind
+        return index - 1, (index - 1 if alone else None)
+    if protocol == "torch_1f1b":
+        return index - 1, (index - 2 if alone and index >= 2 else None)
     wraps = (op.kind == "F" and stage == 0 and source[0] == stages - 1) or (
         op.kind == "B" and stage == stages - 1 and source[0] == 0
     )
@@ -153,14 +166,17 @@ def _post(
         return None  # posted micro-batches ahead across the chunks' wrap
     for earlier in range(index - 1, -1, -1):
         if order[earlier].kind == op.kind:
-            return earlier, False
-    return index - 1, False
+            return earlier, None
+    return index - 1, None
 
 
 def _release(protocol: str, order: Sequence[Op], index: int) -> int | None:
     """The index of the sender's op that waits for the send of the op at *index* (None: none does)."""
     if protocol == "megatron_sync":
         return index + 1 if index + 1 < len(order) else None
+    if protocol == "torch_1f1b":  # batched with the next op's receive, else waited for after the next op
+        later = index + 1 if index + 1 < len(order) and order[index + 1].kind != order[index].kind else index + 2
+        return later if later < len(order) else None
     kind = order[index].kind
     return next((later for later in range(index + 1, len(order)) if order[later].kind == kind), None)
 
@@ -183,7 +199,9 @@ def simulate_p2p(
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches)
     if name not in ("1f1b", "interleaved"):
-        raise ValueError(f"the {protocol} protocol is Megatron-LM's 1F1B and interleaved schedules', not {name}")
+        raise ValueError(f"the {protocol} protocol is for the 1F1B and interleaved schedules, not {name}")
+    if protocol == "torch_1f1b" and name != "1f1b":
+        raise ValueError("torch_1f1b is torch.distributed.pipelining's Schedule1F1B: one stage a rank")
     extra = 0 if shorter is None else 1
     orders, n, nodes = _graph(protocol, name, stages, chunks, micro_batches, extra)
     op_times = [t for row in forward for t in row] + [t for row in backward for t in row]

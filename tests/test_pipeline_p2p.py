@@ -99,6 +99,8 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     chunks = 2 if interleaved else 1
     m = stages * groups
     schedule, protocol = ("interleaved", "megatron_overlap") if interleaved else ("1f1b", "megatron_sync")
+    if not interleaved:
+        protocol = data.draw(st.sampled_from(["megatron_sync", "torch_1f1b"]))
     cells = st.lists(st.floats(0.5, 5.0), min_size=stages * chunks, max_size=stages * chunks)
     flat_f, flat_b = data.draw(cells), data.draw(cells)
     forward = [flat_f[c * stages : (c + 1) * stages] for c in range(chunks)]
@@ -146,3 +148,20 @@ def test_deepspeed_splits_its_pipeline_sends_over_the_tensor_parallel_ranks() ->
     # ranks in the node: 4,194,304 · 1/2 / 5e10 = 41.9 us; 461.4 us in all.
     assert _body_transfer() == pytest.approx(4_194_304 / 5e9)
     assert _body_transfer(pipe_partitioned=True) == pytest.approx(4_194_304 / 2 / 5e9 + 4_194_304 / 2 / 5e10)
+
+
+def test_torch_1f1b_two_stages_by_hand() -> None:
+    # torch 2.13 Schedule1F1B, P = 2, m = 2, f = 1, b = 2, x = 0.25; Megatron's op order. Stage 0 warms up
+    # with F0 and F1: F1 does not wait for F0's send (fired, waited for after F1): F0 [0, 1], F1 [1, 2].
+    # F0's send [1, 1.25]; stage 1 F0 [1.25, 2.25], B0 [2.25, 4.25]. F1's send is batched with B0's
+    # receive on stage 0 and meets stage 1's batch of B0's send and F1's receive, posted after B0: both
+    # [4.25, 4.5]. Stage 0 B0 [4.5, 6.5]; stage 1 F1 [4.5, 5.5], B1 [5.5, 7.5]. Stage 0's cool-down receive is
+    # posted after B0: B1's gradient [7.5, 7.75], B1 [7.75, 9.75].
+    timeline = simulate_p2p("torch_1f1b", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
+    assert timeline.starts[0] == pytest.approx([0, 1, 4.5, 7.75])
+    assert timeline.starts[1] == pytest.approx([1.25, 2.25, 4.5, 5.5])
+    assert timeline.makespan == pytest.approx(9.75)
+    # Megatron's warm-up waits for F0's send before F1 (send_forward then recv_forward, synchronous)
+    megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
+    assert megatron.starts[0][1] == pytest.approx(1.25)
+    assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"

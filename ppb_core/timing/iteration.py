@@ -151,7 +151,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       per block; `reshard_after_forward` is on without pipeline parallelism and off with it
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
       until the last micro-batch; without one, every micro-batch's backward reduce-scatters.
-      Pipeline sends are isend/irecv: in the background.
+      Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
+      the looped schedules' isend/irecv in the background.
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients fused into buckets as Megatron's.
     """
@@ -161,7 +162,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     dp = run.parallel.dp * run.parallel.cp
     bucket = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * dp)
     if name == "torchtitan":
-        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
+        protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
+        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
     return FrameworkRules(
