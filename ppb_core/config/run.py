@@ -700,6 +700,13 @@ class TimingOptions(StrictModel):
         description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
         "of DDP scaling each bucket by 1/(dp·cp) before it",
     )
+    pipe_partitioned: bool = Field(
+        False,
+        description="the pipeline's sends split over the tensor-parallel ranks, each sending its share, and "
+        "all-gathered over them on arrival, activations and gradients alike (DeepSpeed's pipeline engine, "
+        "pipe_partitioned and grad_partitioned, on by default; Megatron-LM's --scatter-gather-tensors-in-pipeline "
+        "before Megatron-Core): without sequence parallelism Megatron-Core sends the whole tensor from every rank",
+    )
 
     @model_validator(mode="after")
     def _loss_scaling(self) -> TimingOptions:

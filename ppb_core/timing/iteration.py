@@ -12,7 +12,8 @@ that adds up to the iteration:
 - `fsdp_communication`: ZeRO-3/FSDP parameter all-gathers and gradient reduce-scatters that the
   prefetch does not hide behind the previous layer's compute;
 - `p2p`: pipeline sends and receives, activation bytes over the link two stages share plus its
-  latency, blocking (Megatron 1F1B) or in the background (interleaved, torchtitan);
+  latency, posted and waited for as Megatron's schedules do (`ppb_core.pipeline_p2p`), blocking
+  the sender (MindFormers) or in the background (torchtitan);
 - `dp_communication`: the data-parallel gradient reduction's exposed tail (bucketed, overlapped
   with the last micro-batch's backward), the distributed optimizer's exposed parameter
   all-gather, tied embeddings' gradient all-reduce between the first and last stage;
@@ -42,6 +43,7 @@ from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
+from ppb_core.pipeline_p2p import simulate_p2p
 from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
@@ -130,6 +132,9 @@ class FrameworkRules:
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): steady forward-backward pairs
     # run as one step, layer beside layer (`ppb_core.timing.combined`)
     combined_1f1b: bool = False
+    # where the sends and receives are posted and waited for (`ppb_core.pipeline_p2p`); "" for
+    # `p2p_blocking`'s simpler model
+    p2p_protocol: str = ""
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -141,14 +146,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       past the first and `get_model` passes `disable_bucketing=(model_chunk_idx > 0)` (training.py,
       core_r0.8.0), and with `delay_grad_reduce` (on unless `--no-delay-grad-reduce`) the schedules
       start those stages' and chunks' reductions only once their last backward is done
-      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B and
-      overlapped in the interleaved schedule (`--overlap-p2p-communication` on by default there,
-      forced off otherwise; arguments.py). Its FSDP (`--use-megatron-fsdp`) gathers per micro-batch.
+      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B (each op's send batched with the
+      next op's receive) and overlapped in the interleaved schedule (`--overlap-p2p-communication` on
+      by default there, forced off otherwise; arguments.py): `ppb_core.pipeline_p2p`. Its FSDP
+      (`--use-megatron-fsdp`) gathers per micro-batch.
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
       per block; `reshard_after_forward` is on without pipeline parallelism and off with it
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
       until the last micro-batch; without one, every micro-batch's backward reduce-scatters.
-      Pipeline sends are isend/irecv: in the background.
+      Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
+      the looped schedules' isend/irecv in the background.
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients fused into buckets as Megatron's.
     """
@@ -158,7 +165,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     dp = run.parallel.dp * run.parallel.cp
     bucket = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * dp)
     if name == "torchtitan":
-        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
+        protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
+        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
     return FrameworkRules(
@@ -170,6 +178,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
+        p2p_protocol="megatron_overlap" if interleaved else "megatron_sync",
     )
 
 
@@ -231,13 +240,24 @@ def p2p_bytes(run: RunConfig, layer: Layer) -> float:
     return tokens * hidden * train.dtype_bytes
 
 
-def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """`p2p_bytes` over the link two neighbouring stages share, with its latency."""
+def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
+    """`p2p_bytes` over the link two neighbouring stages share, with its latency.
+
+    Under `timing.pipe_partitioned` without sequence parallelism each tensor-parallel rank sends its
+    1/tp share and the receiver all-gathers the whole over the tensor-parallel group before it reads it
+    (DeepSpeed runtime/pipe/engine.py `PipelineEngine._exec_forward_pass` and `_exec_send_grads`:
+    `PartitionedTensor(..., group=self.grid.get_slice_parallel_group())`, `part.full()` on arrival;
+    microsoft/DeepSpeed 0050fdad, the same since 2021)."""
     payload = p2p_bytes(run, layer)
+    par = run.parallel
+    gather = 0.0
+    if run.timing.pipe_partitioned and par.tp > 1 and not par.sequence_parallel:
+        gather = collective_seconds(Collective(ALL_GATHER, "tp", payload, "tp"), links)
+        payload /= par.tp
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
     bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
-    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s)
+    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
 
 @dataclass
@@ -404,11 +424,11 @@ def run_iteration(
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
         for (chunk, stage), entries in per_cell.items():
-            cells.transfer[chunk][stage] = _p2p_seconds(run, links, entries[-1][0])
+            cells.transfer[chunk][stage] = p2p_seconds(run, links, entries[-1][0])
     for chunk in range(chunks):
         for stage in range(stages):
             if (chunk, stage) not in per_cell and stages > 1:
-                cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
+                cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
@@ -416,19 +436,15 @@ def run_iteration(
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
     gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
-    timeline = (
-        simulate(
-            schedule,
-            with_fsdp_f,
-            with_fsdp_b,
-            m,
-            transfer=cells.transfer,
-            blocking=rules.p2p_blocking,
-            combined=combined,
+    if stages == 1:
+        timeline = gathered
+    elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
+        timeline = simulate_p2p(rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined)
+    else:
+        blocking = rules.p2p_blocking
+        timeline = simulate(
+            schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=blocking, combined=combined
         )
-        if stages > 1
-        else gathered
-    )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
         for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
@@ -653,7 +669,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     communication stream. Megatron's passes over a full bucket (`grad_pass_bytes`) run first on the
     compute stream, so they delay the rest of the backward and the bucket's own reduction. The last
     micro-batch's backward of a stage is taken to run back to back at the end of the stage's
-    timeline. With `timing.overlap.dp` 0 every reduction waits for the backward to end."""
+    timeline, but under Megatron's interleaved schedule, whose chunks reduce when the schedule
+    launches them (`chunk_sync_launches`, read off the timeline). With `timing.overlap.dp` 0 every
+    reduction waits for the backward to end."""
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
@@ -665,6 +683,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     per_parameter, per_expert = grad_pass_bytes(run), grad_pass_bytes(run, expert=True)
     if not reduces and not per_parameter and not per_expert:
         return 0.0, 0.0, 0.0
+    interleaved = canonical(run.parallel.schedule, chunks) == "interleaved"
+    launched = chunk_sync_launches(timeline) if rules.buckets_first_chunk_only and interleaved else None
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
         entries = [(chunk, entry) for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
@@ -673,7 +693,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
         for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
-            ready.append((clock, memory.parameters(layer), chunk))
+            when = clock if launched is None else launched[stage].get(chunk, end)
+            ready.append((when, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
@@ -691,6 +712,28 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def chunk_sync_launches(timeline) -> list[dict[int, float]]:
+    """Per stage, when Megatron's interleaved schedule launches each model chunk's gradient reduction.
+
+    Megatron-Core core_r0.8.0 schedules.py `forward_backward_pipelining_with_interleaving`
+    (`backward_step_helper`; d98e8a64 `backward_step_helper_postprocess`, the same rule): with
+    `--overlap-grad-reduce` and `delay_grad_reduce` (d98e8a64: `align_grad_reduce`), on by default,
+    training.py sets `grad_sync_func` to each chunk's `start_grad_sync`, and the k-th backward of pipeline
+    rank r launches the sync of the chunk whose last micro-batch is backward k − r ("we launch
+    asynchronous communication at the same time across the pipeline-parallel group"); those still
+    pending after the cool-down are launched after the last backward. The chunk's gradients are
+    reduced as a whole from there (its buckets one after another); no bucket launches during the
+    backward, which runs under `no_sync`."""
+    found: list[dict[int, float]] = []
+    for stage, (order, ends) in enumerate(zip(timeline.orders, timeline.ends, strict=True)):
+        backward_ends = [end for op, end in zip(order, ends, strict=True) if op.kind == "B"]
+        last_of: dict[int, int] = {}
+        for k, op in enumerate(op for op in order if op.kind == "B"):
+            last_of[op.chunk] = k
+        found.append({chunk: backward_ends[min(k + stage, len(backward_ends) - 1)] for chunk, k in last_of.items()})
+    return found
 
 
 def bucket_ends(gradients: Sequence[tuple[float, int]], rules: FrameworkRules, stage: int) -> list[int]:
