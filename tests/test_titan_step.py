@@ -174,3 +174,17 @@ def test_more_async_tp_overlap_never_raises_torchtitan_s_iteration(hbm_gbs):
         run = run.model_copy(update={"device": run.device.model_copy(update={"hbm_bandwidth_gbs": hbm_gbs})})
         times.append(run_iteration(run).seconds)
     assert all(later <= earlier * (1 + 1e-12) for earlier, later in pairwise(times))
+
+
+@pytest.mark.parametrize(("pp", "steps"), [(1, 4), (2, 6)])
+def test_the_clip_norm_all_reduces_by_hand(pp, steps):
+    # one scalar all-reduce a mesh dimension: FSDP's dp 2 and TP 2, and the stages under PP; all in one
+    # node of 8, each 2·(2 − 1) steps of 5 us
+    raw = {
+        "framework": "torchtitan",
+        "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+        "parallel": {"dp": 2, "tp": 2, "pp": pp, "sequence_parallel": True},
+        "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": pp},
+        "device": {**ROUND_DEVICE, "collective_latency_us": 5.0},
+    }
+    assert run_iteration(parse_run_config(raw)).breakdown["bookkeeping"] == pytest.approx(steps * 5e-6)

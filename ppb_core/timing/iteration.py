@@ -21,7 +21,8 @@ that adds up to the iteration:
   device holds, read and written at the achieved HBM bandwidth, plus the gradient norm and the
   zeroing of the gradient buffers.
 - `bookkeeping`: Megatron's per-iteration statistics beside the step (`--log-params-norm`,
-  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`).
+  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`);
+  torchtitan's all-reduces of the clipped gradients' total norm (`timing.titan_step`).
 
 `hidden` states, per kind of communication, the share of its link time hidden behind compute.
 Framework rules (`framework_rules`): which overlaps each framework runs. docs/timing.md has
@@ -61,7 +62,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
-from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element
+from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
 BREAKDOWN_KEYS: tuple[str, ...] = (
@@ -989,7 +990,10 @@ def gather_head_start(run, memory, kernels: Kernels, per_cell, stage: int) -> fl
 
 def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
     """Megatron's per-iteration statistics, scalar all-reduces and host syncs (`timing.reporting`), on
-    the stage whose statistics passes are the largest; other frameworks: none modelled."""
+    the stage whose statistics passes are the largest; torchtitan's gradient-norm all-reduces
+    (`titan_step.clip_norm_seconds`); MindFormers: none modelled."""
+    if run.framework == "torchtitan":
+        return clip_norm_seconds(run, links, memory.setup.data_group)
     if run.framework != "megatron":
         return 0.0
     setup = memory.setup

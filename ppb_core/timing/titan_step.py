@@ -49,8 +49,13 @@ reduce_dtype=float32)`), bytes per element a device holds:
   2p + g + 4m = 28 bytes.
 - `optimizer.zero_grad()` sets the gradients to None (`set_to_none=True`): no kernel. FSDP2 frees
   the unsharded gradients once reduce-scattered, so there is no buffer to zero.
-Not priced: the clip's all-reduce of the one-element total norm (a DTensor `_NormPartial` made
-`Replicate`), a few microseconds of latency.
+The clip's total norm is a DTensor `_NormPartial` over the parameters' mesh: made `Replicate` for
+the coefficient (`max_norm / (total_norm + 1e-6)`, a non-linear op), one scalar all-reduce per mesh
+dimension (torch/distributed/tensor/_redistribute.py reduces a `Partial` dimension by dimension:
+FSDP's data-parallel ranks, then TP's); under PP torchtitan also all-reduces it over the stages
+(utils.py `clip_grad_norm_`: `total_norm.full_tensor()`, then `dist.all_reduce(total_norm,
+group=pp_mesh.get_group())`). Each at its latency (`clip_norm_seconds`, timing.reporting's
+`scalar_all_reduce_seconds`), in the `bookkeeping` term.
 """
 
 from __future__ import annotations
@@ -58,7 +63,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ppb_core.config.run import RunConfig
 from ppb_core.model.walk import BODY, HEAD, TAIL
+from ppb_core.timing.comm import Group, Links
+from ppb_core.timing.reporting import scalar_all_reduce_seconds
 
 FSDP_UNITS: tuple[str, ...] = ("split", "root")
 OPTIMIZER_IMPLEMENTATIONS: tuple[str, ...] = ("fused", "foreach", "for-loop")
@@ -129,3 +137,12 @@ def optimizer_bytes_per_element(implementation: str, grad_bytes: int = FP32_BYTE
         decay = 2 * p if decoupled else 2 * g + p
         return clip + decay + 2 * p + 14 * m + 2 * g
     raise ValueError(f"unknown optimizer implementation {implementation!r}")
+
+
+def clip_norm_seconds(run: RunConfig, links: Links, data_group: int) -> float:
+    """The all-reduces of torchtitan's total gradient norm (module docstring): over the *data_group*
+    FSDP ranks, the TP ranks and, under PP, the stages; latency only."""
+    par = run.parallel
+    span = par.tp * par.cp * par.dp
+    groups = (Group(data_group, span), Group(par.tp, par.tp), Group(par.pp, span * par.pp))
+    return sum(scalar_all_reduce_seconds(group, links) for group in groups)
