@@ -506,6 +506,17 @@ class Overlap(StrictModel):
     )
 
 
+# TransformerEngine's userbuffers GEMM names and overlap methods (d0067d0d module/base.py `initialize_ub`)
+UbGemm = Literal[
+    "qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad", "proj_wgrad",
+    "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad", "fc2_wgrad",
+]  # fmt: skip
+UbMethod = Literal["ring_exchange", "pipeline", "bulk", "external"]
+# initialize_ub's reduce-scatter GEMMs (the dgrads' once given a method other than bulk): every other one
+# all-gathers, where `pipeline` is refused
+UB_REDUCE_SCATTERS = ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad", "qkv_dgrad", "fc1_dgrad")
+
+
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
@@ -554,6 +565,12 @@ class TimingOptions(StrictModel):
         description="torchtitan's quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp (v0.2.2 default "
         "false): after the optimizer step one pass over the local weight shards for their amax and one all-reduce "
         "of the scales (torchao `precompute_float8_dynamic_scale_for_fsdp`); needs fp8_fsdp_all_gather",
+    )
+    tp_comm_overlap_methods: dict[UbGemm, UbMethod] = Field(
+        default_factory=dict,
+        description="Megatron's --tp-comm-overlap-cfg: TransformerEngine's userbuffers method per GEMM where it is "
+        "not initialize_ub's default (ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline for "
+        "proj_fprop, fc2_fprop; bulk for the rest); a `pipeline` all-gather is refused, as TE does",
     )
     fp8_bf16_layers: Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)] = Field(
         (0, 0),
@@ -1082,6 +1099,9 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_fsdp_all_gather", "needs matmul_dtype fp8 and fp8_recipe tensorwise")
     if timing.fp8_precompute_scale and not timing.fp8_fsdp_all_gather:
         raise InputError(where, "timing.fp8_precompute_scale", "needs timing.fp8_fsdp_all_gather")
+    for gemm, method in timing.tp_comm_overlap_methods.items():  # TE initialize_ub's checks (d0067d0d)
+        if method == "pipeline" and gemm not in UB_REDUCE_SCATTERS:
+            raise InputError(where, f"timing.tp_comm_overlap_methods.{gemm}", "pipeline is not for an all-gather")
     if any(timing.fp8_bf16_layers):  # transformer_config.py __post_init__ (d98e8a64)
         field = "timing.fp8_bf16_layers"
         if run.framework != "megatron" or timing.matmul_dtype != "fp8":
