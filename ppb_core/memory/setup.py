@@ -35,6 +35,7 @@ class MemorySetup(Geometry):
     buffer_rule: str = "layered"
     fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
     compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
+    sm_count: int = 0  # the device's streaming multiprocessors (0: not stated)
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
     combined_1f1b: bool = False  # Megatron's --overlap-moe-expert-parallel-comm (ppb_core.memory.combined)
     router_bytes: int = 0  # the router's probabilities (--moe-router-dtype); 0: dtype_bytes
@@ -89,6 +90,7 @@ class MemorySetup(Geometry):
             buffer_rule=buffer_rule,
             fp8_cache=train.fp8_cache,
             compute_capability=run.device.profile().compute_capability,
+            sm_count=run.device.profile().sm_count,
             framework=run.framework,
             combined_1f1b=par.overlap_moe_expert_parallel_comm,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),

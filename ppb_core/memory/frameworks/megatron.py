@@ -236,6 +236,7 @@ from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
     cudnn_dp_workspace_bytes,
+    flash2_backward_workspace_bytes,
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
@@ -674,15 +675,21 @@ class MegatronRules(FrameworkRules):
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
-        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
-        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). On sm80 TE
+        runs flash-attn 2, whose backward allocates its fp32 dQ accumulator and softmax sums
+        (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator when deterministic."""
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-        if not (setup.deterministic and cudnn and engine) or not isinstance(kind, BodyKind):
-            return 0.0
-        if isinstance(kind, EncoderBodyKind):
+        if not engine or not isinstance(kind, BodyKind) or isinstance(kind, EncoderBodyKind):
             return 0.0
         heads = per_rank(kind.attention.num_heads, setup.tp)
         s, b = setup.seq_length, setup.micro_batch_size
+        if int(setup.compute_capability) == 8:
+            heads, queries = (heads / setup.cp, s) if setup.cp_variant == "ulysses" else (heads, s / setup.cp)
+            dim = kind.attention.q_head_dim
+            return flash2_backward_workspace_bytes(b, heads, queries, dim, setup.sm_count, setup.deterministic)
+        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        if not (setup.deterministic and cudnn):
+            return 0.0
         if setup.cp_variant == "ulysses":
             return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
         return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)

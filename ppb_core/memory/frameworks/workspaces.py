@@ -62,6 +62,27 @@ __all__ = [
 ]
 
 
+FA2_ROWS = 128  # flash-attn 2's mha_bwd rounds the queries to a multiple of 128 (`seqlen_q_rounded`)
+FA2_HEAD = 32  # ... and a head of up to 192 to a multiple of 32 (`head_size_rounded`), a larger one to 256
+FP32_BYTES = 4
+
+
+def flash2_backward_workspace_bytes(
+    batch: float, heads: float, queries: float, head_dim: int, sms: int, deterministic: bool
+) -> float:
+    """What flash-attn 2's backward allocates beside its gradients for one call (Dao-AILab/flash-attention
+    csrc/flash_attn/flash_api.cpp `mha_bwd`, 0251105a): `softmax_d`, fp32 `[b, heads, s_q rounded]`, and
+    `dq_accum`, fp32 `[b, s_q rounded, heads, d rounded]`, which under `deterministic` is `nsplits` of them,
+    nsplits = ⌈SMs / (b·heads)⌉ (`torch::zeros({nsplits, ...})`). Transformer Engine runs it on sm80 (its
+    `get_attention_backend` prefers FusedAttention only from sm90 on, and drops cuDNN's for a deterministic
+    backward below sm90: attention/dot_product_attention/utils.py at d0067d0d); both come from PyTorch's
+    caching allocator for the kernel's duration."""
+    rows = math.ceil(queries / FA2_ROWS) * FA2_ROWS
+    width = math.ceil(head_dim / FA2_HEAD) * FA2_HEAD if head_dim <= 192 else 256
+    splits = math.ceil(sms / (batch * heads)) if deterministic and sms else 1
+    return batch * heads * rows * FP32_BYTES * (1 + splits * width)
+
+
 DP_WORKSPACE_PAD = 64  # rows and columns cuDNN's dP workspace pads queries and keys to
 # Compute capabilities (major) on which TransformerEngine keeps cuDNN attention for a deterministic training
 # backward: sm90, and sm100 from cuDNN 9.18.1 (TE release 2.18 at e7c550c5, the pin of Megatron CI's GB200
