@@ -799,8 +799,10 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
-    if args.has("--fp8-param-gather"):  # FP8 parameters (memory/frameworks/te_fp8.py)
+    if args.has("--fp8-param-gather") and "matmul_dtype" in timing:  # FP8 parameters (memory/frameworks/te_fp8.py)
         timing["fp8_param_gather"] = True
+    elif args.has("--fp8-param-gather"):
+        notes.append("--fp8-param-gather without --fp8-format: no FP8 recipe to keep the parameters in, priced as bf16")
     # transformer_config.py first_last_layers_bf16 and its counts (1 and 1), read under FP8 only
     # (fp8_utils.py `is_first_last_bf16_layer` runs inside the fp8 context's choice)
     start = args.integer("--num-layers-at-start-in-bf16", 1)
