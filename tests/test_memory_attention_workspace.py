@@ -79,16 +79,17 @@ def test_on_sm80_flash_attn_2_s_backward_takes_its_fp32_accumulators():
     # [b, heads, s_q rounded to 128], and dq_accum, fp32 [b, s_q rounded, heads, d rounded to 32], nsplits =
     # ⌈SMs/(b·heads)⌉ of it when deterministic. The 7B at TP 4, micro-batch 2: 8 heads of 128, s 8192; with
     # 132 SMs (the H100 setup's) nsplits = ⌈132/16⌉ = 9: 2·8·8192·4 = 524,288 + 9·(2·8192·8·128·4 = 67,108,864)
-    # = 603,979,776; not deterministic: one accumulator, 524,288 + 67,108,864
+    # = 603,979,776; not deterministic: one accumulator, 524,288 + 67,108,864. Its 2 key/value heads a rank (GQA
+    # 32/8 over TP 4) add dk_expanded and dv_expanded, 2·(2·8192·8·128·2) = 67,108,864, either way
     rules = MegatronRules()
     run = _run(4, 1, 1, 2)
     setup = MemoryModel(run).setup
     body = next(layer for layer in walk(run) if layer.node == "BODY")
     ampere = MemorySetup(**{**setup.__dict__, "compute_capability": 8.0})
     assert setup.sm_count == 132
-    assert rules.attention_workspace_bytes(body.kind, ampere) == 524_288 + 9 * 67_108_864
+    assert rules.attention_workspace_bytes(body.kind, ampere) == 524_288 + 9 * 67_108_864 + 67_108_864
     plain = MemorySetup(**{**ampere.__dict__, "deterministic": False})
-    assert rules.attention_workspace_bytes(body.kind, plain) == 524_288 + 67_108_864
+    assert rules.attention_workspace_bytes(body.kind, plain) == 524_288 + 67_108_864 + 67_108_864
     assert flash2_backward_workspace_bytes(1, 1, 100, 200, 108, True) == 128 * 4 * (1 + 108 * 256)
 
 

@@ -242,7 +242,7 @@ from ppb_core.memory.frameworks.workspaces import (
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
-from ppb_core.model.geometry import per_rank
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -684,9 +684,16 @@ class MegatronRules(FrameworkRules):
         heads = per_rank(kind.attention.num_heads, setup.tp)
         s, b = setup.seq_length, setup.micro_batch_size
         if int(setup.compute_capability) == 8:
-            heads, queries = (heads / setup.cp, s) if setup.cp_variant == "ulysses" else (heads, s / setup.cp)
+            kv = kv_heads_per_rank(kind.attention.num_kv_heads, setup.tp)
+            if setup.cp_variant == "ulysses":
+                heads, kv, queries = heads / setup.cp, max(kv / setup.cp, 1), s
+            else:
+                queries = s / setup.cp
             dim = kind.attention.q_head_dim
-            return flash2_backward_workspace_bytes(b, heads, queries, dim, setup.sm_count, setup.deterministic)
+            deterministic = setup.deterministic
+            return flash2_backward_workspace_bytes(
+                b, heads, queries, dim, setup.sm_count, deterministic, kv, setup.dtype_bytes
+            )
         cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         if not (setup.deterministic and cudnn):
             return 0.0

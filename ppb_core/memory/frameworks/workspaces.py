@@ -68,7 +68,14 @@ FP32_BYTES = 4
 
 
 def flash2_backward_workspace_bytes(
-    batch: float, heads: float, queries: float, head_dim: int, sms: int, deterministic: bool
+    batch: float,
+    heads: float,
+    queries: float,
+    head_dim: int,
+    sms: int,
+    deterministic: bool,
+    kv_heads: float | None = None,
+    element_bytes: int = 2,
 ) -> float:
     """What flash-attn 2's backward allocates beside its gradients for one call (Dao-AILab/flash-attention
     csrc/flash_attn/flash_api.cpp `mha_bwd`, 0251105a): `softmax_d`, fp32 `[b, heads, s_q rounded]`, and
@@ -76,11 +83,16 @@ def flash2_backward_workspace_bytes(
     nsplits = ⌈SMs / (b·heads)⌉ (`torch::zeros({nsplits, ...})`). Transformer Engine runs it on sm80 (its
     `get_attention_backend` prefers FusedAttention only from sm90 on, and drops cuDNN's for a deterministic
     backward below sm90: attention/dot_product_attention/utils.py at d0067d0d); both come from PyTorch's
-    caching allocator for the kernel's duration."""
+    caching allocator for the kernel's duration. With fewer key/value heads (*kv_heads*, GQA) it also takes
+    `dk_expanded` and `dv_expanded`, `[b, s_k, heads, d]` in the inputs' dtype, summed into dK, dV after
+    (self-attention: s_k = s_q)."""
     rows = math.ceil(queries / FA2_ROWS) * FA2_ROWS
     width = math.ceil(head_dim / FA2_HEAD) * FA2_HEAD if head_dim <= 192 else 256
     splits = math.ceil(sms / (batch * heads)) if deterministic and sms else 1
-    return batch * heads * rows * FP32_BYTES * (1 + splits * width)
+    expanded = (
+        2 * batch * queries * heads * head_dim * element_bytes if kv_heads is not None and kv_heads < heads else 0
+    )
+    return batch * heads * rows * FP32_BYTES * (1 + splits * width) + expanded
 
 
 DP_WORKSPACE_PAD = 64  # rows and columns cuDNN's dP workspace pads queries and keys to
