@@ -632,6 +632,11 @@ class TimingOptions(StrictModel):
         "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
         "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
     )
+    batch_broadcast: bool = Field(
+        True,
+        description="Megatron's pretrain_gpt.py get_batch: tensor-parallel rank 0 reads the batch and broadcasts it "
+        "over TP before each forward; false: every rank reads its own (NeMo's gpt_data_step)",
+    )
     attention_mask_in_dataloader: bool = Field(
         True,
         description="Megatron's create_attention_mask_in_dataloader (--no-create-attention-mask-in-dataloader turns "
@@ -1200,6 +1205,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    if not run.timing.batch_broadcast and run.framework != "megatron":
+        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
     if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
         raise InputError(
             where,
