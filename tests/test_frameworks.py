@@ -159,6 +159,26 @@ def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush()
     assert run_workspace_bytes(deferred) - run_workspace_bytes(plain) == 278528
 
 
+def test_megatron_deferral_under_sp_keeps_the_flush_s_gather_buffers():
+    # utils.py drain_embedding_wgrad_compute (d98e8a64): with sequence parallelism each deferred input is
+    # all-gathered into the global buffers "mpu_0", "mpu_1", T·h·bc each, kept after: DENSE at tp 2, s 64, b 1:
+    # 64·64·2 = 8192 each, two with 4 (or 2) deferred micro-batches, one with a limit of 1, none without SP
+    from ppb_core.memory.frameworks.megatron import drain_buffer_bytes
+
+    def setup(limit: int, sp: bool = True):
+        training = {"micro_batches": 4, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit}
+        run = make_run(DENSE, parallel={"pp": 2, "tp": 2, "sequence_parallel": sp, "world_size": 4}, training=training)
+        memory = model(run)
+        return memory.setup, [layers(run)["TAIL"].kind]
+
+    assert drain_buffer_bytes(*setup(0)) == 2 * 8192
+    assert drain_buffer_bytes(*setup(2)) == 2 * 8192
+    assert drain_buffer_bytes(*setup(1)) == 8192
+    assert drain_buffer_bytes(*setup(0, sp=False)) == 0
+    tails_setup, _ = setup(0)
+    assert drain_buffer_bytes(tails_setup, [body(make_run(DENSE)).kind]) == 0  # no output layer on the stage
+
+
 def test_megatron_deferral_is_refused_where_megatron_refuses_it():
     # model_parallel_config.py ModelParallelConfig.__post_init__: pipeline parallelism and gradient
     # accumulation fusion needed; the limit means nothing without the deferral

@@ -56,6 +56,7 @@ class MemorySetup(Geometry):
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
+    micro_batches: int = 1  # training.micro_batches (how many the deferral holds, `drain_buffers`)
     deterministic: bool = (
         False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
     )
@@ -110,6 +111,7 @@ class MemorySetup(Geometry):
             masked_softmax_fusion=run.timing.masked_softmax_fusion,
             softmax_in_fp32=run.softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
+            micro_batches=train.micro_batches,
             deterministic=run.timing.deterministic,
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),

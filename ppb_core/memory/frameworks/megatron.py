@@ -115,7 +115,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   pipeline's flush (utils.py `drain_embedding_wgrad_compute`), before the step. On the stage of the
   loss, the last micro-batch's loss and backward run beside min(limit, m − 1) of them:
   `(T·⌈v/t⌉ + T/sp·h)·bc` each (`deferred_bytes`; an MTP head's pass through the same output layer
-  would count against the limit too, not modelled).
+  would count against the limit too, not modelled). Under sequence parallelism the flush gathers each
+  deferred input into Megatron's global buffers "mpu_0" and "mpu_1" (utils.py `drain_embedding_wgrad_compute`),
+  `T·h·bc` each, kept from then on (`drain_buffer_bytes`, among the stage's workspaces).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
   thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
@@ -528,7 +530,23 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
         requests += [b * per_rank(kind.attention.num_heads, setup.tp) * s * s for kind in bodies]
-    return max(requests) * setup.dtype_bytes
+    return max(requests) * setup.dtype_bytes + drain_buffer_bytes(setup, kinds)
+
+
+def drain_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """Under `--defer-embedding-wgrad-compute` with sequence parallelism the flush's
+    `drain_embedding_wgrad_compute` (megatron/core/utils.py, d98e8a64) all-gathers each deferred input into
+    Megatron's global buffers "mpu_0" and "mpu_1" (double-buffered: the first deferred micro-batch's gather into
+    "mpu_0", the i-th further one's into "mpu_{(i+1) % 2}"), `T·h` each, which `GlobalMemoryBuffer.get_tensor`
+    keeps from then on: on the stage of the output layer, one buffer with one deferred micro-batch, two with
+    more; none without sequence parallelism (the input is used as it is)."""
+    if not (setup.defer_embedding_wgrad and setup.sp > 1):
+        return 0.0
+    tails = [kind for kind in kinds if isinstance(kind, TailKind) and kind.has_output]
+    if not tails:
+        return 0.0
+    deferred = min(setup.wgrad_deferral_limit or setup.micro_batches, setup.micro_batches)
+    return min(2, deferred) * setup.tokens * max(kind.hidden_size for kind in tails) * setup.dtype_bytes
 
 
 def received_width(kind: TailKind) -> int:
