@@ -835,6 +835,21 @@ def test_megatron_workspaces_follow_the_stage_layers():
     assert run_workspace_bytes(run, memory) == 100664320 + 8192 + 4096
 
 
+def test_megatron_userbuffers_gemms_keep_their_own_workspaces():
+    # --tp-comm-overlap (timing.overlap.tp above 0, sequence parallelism): TE's userbuffers GEMMs take
+    # get_cublas_workspace(device, True, False), _NUM_MAX_UB_STREAMS = 3 workspaces of 32 MiB + 1 KiB
+    # (cpp_extensions/gemm.py, d0067d0d): 3·33555456 = 100666368 more on each stage with decoder layers
+    parallel = {"pp": 2, "tp": 2, "sequence_parallel": True, "zero": 0}
+    plain = make_run(DENSE, parallel=parallel, framework="megatron")
+    ub = make_run(DENSE, parallel=parallel, framework="megatron", timing={"overlap": {"tp": 1.0}})
+    peaks = [stage_peaks(model(run), walk(run), [[2, 1]], device_bytes=80 * 2**30) for run in (plain, ub)]
+    assert [b.static_bytes - a.static_bytes for a, b in zip(*peaks, strict=True)] == [100666368, 100666368]
+    no_sp = {**parallel, "sequence_parallel": False}
+    assert not model(
+        make_run(DENSE, parallel=no_sp, framework="megatron", timing={"overlap": {"tp": 1.0}})
+    ).setup.userbuffers
+
+
 def test_megatron_chunk_keeps_its_cached_rotary_frequencies():
     # gpt_model.py GPTModel builds one RotaryEmbedding (rope, no MLA) whose lru-cached forward keeps
     # the fp32 frequencies [s/cp, 1, 1, d] (rotary_pos_embedding.py): DENSE, head 16, s 64: 64·16·4

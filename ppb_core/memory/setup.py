@@ -49,6 +49,8 @@ class MemorySetup(Geometry):
     # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
     fp8_recipe: str = ""
     fp8_param_gather: bool = False  # Megatron's --fp8-param-gather (frameworks/te_fp8.py)
+    # Megatron's --tp-comm-overlap: TE's userbuffers GEMMs (sequence parallelism, timing.overlap.tp above 0)
+    userbuffers: bool = False
     layer_wise_param_layout: bool = True  # Megatron's layer-wise optimizer's layout (frameworks/layer_wise.py)
     dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
@@ -105,6 +107,10 @@ class MemorySetup(Geometry):
             dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
             fp8_recipe=run.timing.fp8_recipe if _te_fp8(run) else "",
             fp8_param_gather=run.timing.fp8_param_gather,
+            userbuffers=run.framework == "megatron"
+            and run.parallel.sequence_parallel
+            and run.parallel.tp > 1
+            and run.timing.overlap.tp > 0,
             layer_wise_param_layout=train.layer_wise_param_layout,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,

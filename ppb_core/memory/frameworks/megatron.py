@@ -119,7 +119,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   deferred input into Megatron's global buffers "mpu_0" and "mpu_1" (utils.py `drain_embedding_wgrad_compute`),
   `T·h·bc` each, kept from then on (`drain_buffer_bytes`, among the stage's workspaces).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
-  thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
+  thread) and Transformer Engine's, allocated once and kept on every stage; under `--tp-comm-overlap`
+  (userbuffers: sequence parallelism, `timing.overlap.tp` above 0) TE's three more for the overlapped
+  GEMMs; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
@@ -237,6 +239,7 @@ from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspa
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
+    TE_UB_STREAMS,
     cudnn_dp_workspace_bytes,
     flash2_backward_workspace_bytes,
     torch_training_workspace_bytes,
@@ -681,6 +684,8 @@ class MegatronRules(FrameworkRules):
                 found += te_workspace
                 if setup.moe_grouped_gemm and experts:
                     found += TE_COMPUTE_STREAMS * te_workspace
+                if setup.userbuffers and any(isinstance(kind, BodyKind) for kind in kinds):
+                    found += TE_UB_STREAMS * te_workspace  # the userbuffers GEMMs' own (workspaces.py)
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
         return found + global_buffer_bytes(setup, kinds)

@@ -20,7 +20,9 @@ They are allocated at the first matrix multiply and never freed, so they count i
   (`general_grouped_gemm`, which `GroupedLinear` runs for Megatron's `TEGroupedMLP` under
   `--moe-grouped-gemm`) takes `get_cublas_workspace(device, False, True)`: one more workspace per
   compute stream, `num_compute_streams = 4` (transformer_engine/common/util/multi_stream.cpp),
-  on every rank that runs routed experts.
+  on every rank that runs routed experts. A GEMM overlapped with userbuffers (Megatron's
+  `--tp-comm-overlap`: `general_gemm(..., ub=...)`) takes `get_cublas_workspace(device, True, False)`, its
+  own `torch.empty` of `_NUM_MAX_UB_STREAMS = 3` such workspaces, on every rank that runs one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ KIB = 1024
 MIB = KIB * KIB
 TRAINING_CUBLAS_HANDLES = 2  # the main thread's (forward) and autograd's device thread's (backward)
 TE_COMPUTE_STREAMS = 4  # Transformer Engine's grouped-GEMM streams, each with its own workspace
+TE_UB_STREAMS = 3  # cpp_extensions/gemm.py `_NUM_MAX_UB_STREAMS`: the userbuffers GEMMs' workspace count
 
 
 def torch_cublas_workspace_bytes(compute_capability: float) -> int:
@@ -56,6 +59,7 @@ def torch_training_workspace_bytes(compute_capability: float, configured_bytes: 
 __all__ = [
     "CUDNN_DETERMINISTIC_CAPABILITIES",
     "TE_COMPUTE_STREAMS",
+    "TE_UB_STREAMS",
     "torch_cublas_workspace_bytes",
     "torch_training_workspace_bytes",
     "transformer_engine_workspace_bytes",
