@@ -1205,6 +1205,10 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
+    if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
+        said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
+        raise InputError(where, f"models.{run.model_names.index(plain_mla[0])}.spec.mla_latent_norms", said)
     if not run.timing.batch_broadcast and run.framework != "megatron":
         raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
     if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
