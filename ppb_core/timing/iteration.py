@@ -370,7 +370,7 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
-    if run.framework == "megatron":  # get_batch's broadcasts before the forward (`timing/batch.py`)
+    if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
             cells.forward[chunk][stage] += seconds
 
