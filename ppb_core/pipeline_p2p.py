@@ -18,17 +18,25 @@ the receiver before the op that reads it. Where each side posts and waits is the
   `recv_forward`; `recv_backward` ... `send_backward`). So: a receive is posted when the stage's previous
   op ended, or when that op's own send completed where the two ops are of one kind; the stage's next op
   waits for the send.
-* ``megatron_overlap`` (Megatron-LM's interleaved 1F1B with `--overlap-p2p-communication`, the default
-  there; core_r0.8.0 `forward_backward_pipelining_with_interleaving`, `_p2p_ops`, `wait_on_reqs=False`):
-  after each forward `send_forward_recv_forward` posts its send and the receive of the next forward's
-  input; the handles (`fwd_wait_handles`) are waited for before the next forward; after each backward
-  `send_backward_recv_backward` likewise, waited for before the next backward (`bwd_wait_handles`; the
-  first backward's receive is posted after the last warm-up forward; the cool-down's calls wait at once,
-  before the next backward too). So: a receive is posted when the stage's previous op of its kind ended
-  (its first of a kind: the op before it); a send is waited for before the stage's next op of its kind.
-  The receives across the model chunks' wrap (the last stage's chunk c to the first stage's chunk c + 1,
-  and back) are posted ahead, micro-batches before they are needed ("First stage is ahead of last stage
-  by (pipeline_parallel_size - 1)"): those wait only for the sender.
+* ``megatron_overlap_r0.8`` (Megatron-LM's interleaved 1F1B with `--overlap-p2p-communication`, the
+  default there; core_r0.8.0 and r0.9.0 `forward_backward_pipelining_with_interleaving`, `_p2p_ops`,
+  `wait_on_reqs=False`): after each forward `send_forward_recv_forward` posts its send and the receive of
+  the next forward's input; the handles (`fwd_wait_handles`) are waited for before the next forward;
+  after each backward `send_backward_recv_backward` likewise, waited for before the next backward
+  (`bwd_wait_handles`; the first backward's receive is posted after the last warm-up forward; the
+  cool-down's calls wait at once, before the next backward too). So: a receive is posted when the
+  stage's previous op of its kind ended (its first of a kind: the op before it); a send is waited for
+  before the stage's next op of its kind. The receives across the model chunks' wrap (the last stage's
+  chunk c to the first stage's chunk c + 1, and back) are posted ahead, micro-batches before they are
+  needed ("First stage is ahead of last stage by (pipeline_parallel_size - 1)"): those wait only for the
+  sender.
+* ``megatron_overlap_r0.10`` (core_r0.10.0 to core_v0.17, from 4295be1a6c "tunable schedule with
+  overlapping"): the receives as above; a send's handle (`send_next_wait_handle`, `send_prev_wait_handle`)
+  is waited for once the stage's next send of its kind is posted, so by the op after that one.
+* ``megatron_overlap`` (core_v0.18.0 on, d98e8a64; 260cba7133 "wait for async P2P send before
+  deallocating output tensor"): the same, but a forward's send is waited for at once, before the stage's
+  next op, under `deallocate_pipeline_outputs`, which Megatron-LM's training always sets
+  (argument_utils.py `core_transformer_config_from_args`).
 * ``torch_1f1b`` (torch.distributed.pipelining's `Schedule1F1B._step_microbatches`, torch 2.13 as
   torchtitan runs it with one stage a rank; the same structure since torch 2.4): in the warm-up each
   forward's receive is posted and waited for right before it, its send fired after it and waited for
@@ -55,7 +63,19 @@ from functools import lru_cache
 
 from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check
 
-PROTOCOLS: tuple[str, ...] = ("megatron_sync", "megatron_overlap", "torch_1f1b")
+PROTOCOLS: tuple[str, ...] = (
+    "megatron_sync",
+    "megatron_overlap",
+    "megatron_overlap_r0.10",
+    "megatron_overlap_r0.8",
+    "torch_1f1b",
+)
+# Megatron-Core's releases (`timing.interleaved_send_waits`) and the protocol their interleaved schedule runs
+OVERLAP_BY_RELEASE = {
+    "core_r0.8": "megatron_overlap_r0.8",
+    "core_r0.10": "megatron_overlap_r0.10",
+    "core_v0.18": "megatron_overlap",
+}
 NONE = -1
 
 
@@ -178,7 +198,13 @@ def _release(protocol: str, order: Sequence[Op], index: int) -> int | None:
         later = index + 1 if index + 1 < len(order) and order[index + 1].kind != order[index].kind else index + 2
         return later if later < len(order) else None
     kind = order[index].kind
-    return next((later for later in range(index + 1, len(order)) if order[later].kind == kind), None)
+    same = next((later for later in range(index + 1, len(order)) if order[later].kind == kind), None)
+    if protocol == "megatron_overlap_r0.8":
+        return same
+    if protocol == "megatron_overlap" and kind == "F":  # waited for at once (deallocate_pipeline_outputs)
+        return index + 1 if index + 1 < len(order) else None
+    # waited for once the next send of its kind is posted: by the op after that one
+    return same + 1 if same is not None and same + 1 < len(order) else None
 
 
 def simulate_p2p(
