@@ -722,6 +722,13 @@ class TimingOptions(StrictModel):
         description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
         "of DDP scaling each bucket by 1/(dp·cp) before it",
     )
+    interleaved_send_waits: Literal["core_r0.8", "core_r0.10", "core_v0.18"] = Field(
+        "core_v0.18",
+        description="the Megatron-Core release whose overlapped interleaved schedule the run waits for its "
+        "pipeline sends as: core_r0.8 (to r0.9) before the next op of the send's kind; core_r0.10 (to v0.17) "
+        "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
+        "backward (ppb_core.pipeline_p2p)",
+    )
     pipe_partitioned: bool = Field(
         False,
         description="the pipeline's sends split over the tensor-parallel ranks, each sending its share, and "
