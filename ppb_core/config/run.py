@@ -1171,9 +1171,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     fields = TimingOptions.model_fields
     titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
     if run.framework != "torchtitan" and titan_kernels:
-        said = (
-            f"torchtitan's version (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
-        )
+        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
@@ -1246,6 +1244,13 @@ def _check_run(run: RunConfig, where: str) -> None:
             where,
             "timing.attention_mask_in_dataloader",
             "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
+        )
+    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
+    if run.timing.pipe_partitioned and run.framework == "torchtitan":
+        raise InputError(
+            where,
+            "timing.pipe_partitioned",
+            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
         )
     if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")

@@ -105,7 +105,7 @@ class ModelSpec(StrictModel):
         elif self.shared_experts:
             raise ValueError("shared_experts needs num_experts > 0")
         if not self.mla_latent_norms and not self.is_mla:
-            raise ValueError("mla_latent_norms false applies to MLA (kv_lora_rank > 0)")
+            raise ValueError("mla_latent_norms false needs an MLA model (kv_lora_rank > 0): the norms are MLA's")
         if self.is_mla and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
         outside = [index for index in self.dense_layers if index >= self.num_layers]
