@@ -23,13 +23,13 @@ the receiver before the op that reads it. Where each side posts and waits is the
   `wait_on_reqs=False`): after each forward `send_forward_recv_forward` posts its send and the receive of
   the next forward's input; the handles (`fwd_wait_handles`) are waited for before the next forward;
   after each backward `send_backward_recv_backward` likewise, waited for before the next backward
-  (`bwd_wait_handles`; the first backward's receive is posted after the last warm-up forward; the
-  cool-down's calls wait at once, before the next backward too). So: a receive is posted when the
-  stage's previous op of its kind ended (its first of a kind: the op before it); a send is waited for
-  before the stage's next op of its kind. The receives across the model chunks' wrap (the last stage's
-  chunk c to the first stage's chunk c + 1, and back) are posted ahead, micro-batches before they are
-  needed ("First stage is ahead of last stage by (pipeline_parallel_size - 1)"): those wait only for the
-  sender.
+  (`bwd_wait_handles`; the first backward's receive is posted after the last warm-up forward, before
+  the first steady forward; the cool-down's calls wait at once, before the next backward too). So: a
+  receive is posted when the stage's previous op of its kind ended (its first backward's: the last
+  warm-up forward's end); a send is waited for before the stage's next op of its kind. The receives
+  across the model chunks' wrap (the last stage's chunk c to the first stage's chunk c + 1, and back)
+  are posted ahead, micro-batches before they are needed ("First stage is ahead of last stage by
+  (pipeline_parallel_size - 1)"): those wait only for the sender.
 * ``megatron_overlap_r0.10`` (core_r0.10.0 to core_v0.17, from 4295be1a6c "tunable schedule with
   overlapping"): the receives as above; a send's handle (`send_next_wait_handle`, `send_prev_wait_handle`)
   is waited for once the stage's next send of its kind is posted, so by the op after that one.
@@ -209,7 +209,12 @@ def _post(
     )
     if name == "interleaved" and wraps:
         return None  # posted micro-batches ahead across the chunks' wrap
-    return (previous_of_kind if previous_of_kind >= 0 else index - 1), None
+    if previous_of_kind >= 0:
+        return previous_of_kind, None
+    # a stage's first backward: its receive is posted after the last warm-up forward, the op before the
+    # first steady forward (the op before it), unless every forward is a warm-up one
+    steady = op.kind == "B" and 2 <= index < len(order) // 2
+    return (index - 2 if steady else index - 1), None
 
 
 def _release(protocol: str, order: Sequence[Op], index: int, next_of_kind: int) -> int | None:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import BODY, walk
-from ppb_core.pipeline_p2p import simulate_p2p
-from ppb_core.schedules import simulate
+from ppb_core.pipeline_p2p import _post, simulate_p2p
+from ppb_core.schedules import simulate, stage_orders
 from ppb_core.timing.comm import Links
 from ppb_core.timing.iteration import _data_links, chunk_sync_launches, framework_rules, p2p_seconds
 from tests.test_timing_iteration import small_run
@@ -180,3 +180,15 @@ def test_torch_1f1b_two_stages_by_hand() -> None:
     megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
     assert megatron.starts[0][1] == pytest.approx(1.25)
     assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"
+
+
+def test_first_backward_receive_is_posted_after_the_last_warm_up_forward() -> None:
+    # P = 2, V = 2, m = 4: stage 0 warms up with 2·(2 − 0 − 1) + (2 − 1)·2 = 4 forwards (indices 0-3), then
+    # runs F(2, chunk 0) and B(0, chunk 1) at indices 4 and 5. core_r0.8.0 posts that backward's receive in
+    # the last warm-up step (k == num_warmup_microbatches − 1), after index 3, not after the steady forward.
+    # Stage 0 with m = 2 runs every forward first (8 ops, warm-up = total): then after the last forward.
+    order = stage_orders("interleaved", 2, 2, 4)[0]
+    assert [op.kind for op in order[:6]] == ["F", "F", "F", "F", "F", "B"]
+    assert _post("megatron_overlap_r0.8", "interleaved", 2, order, 0, 5, (1, 3), -1) == (3, None)
+    short = stage_orders("interleaved", 2, 2, 2)[0]
+    assert _post("megatron_overlap_r0.8", "interleaved", 2, short, 0, 4, (1, 3), -1) == (3, None)
