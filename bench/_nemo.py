@@ -34,6 +34,11 @@ _COMMON_TIMING: dict[str, Any] = {
     "rope_fusion": True,
     "check_for_nan_in_grad": False,
     "overlap": {"dp": 1.0, "param_gather": 1.0},
+    # NeMo 2's data step (nemo/collections/llm/gpt/model/base.py `gpt_data_step`): every rank reads its own batch,
+    # no tensor-parallel broadcast; its MockDataModule (gpt/data/mock.py) builds no attention mask where
+    # Transformer Engine is installed (`create_attention_mask or not HAVE_TE`, default False)
+    "batch_broadcast": False,
+    "attention_mask_in_dataloader": False,
 }
 # Llama 3 8B's config.json: as 3.1's but its rope theta and 8192 positions (no bearing on time).
 _LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}

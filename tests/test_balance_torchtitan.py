@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ppb_core.balance import program
+from ppb_core.balance.choices import Catalogue, ListingBudget
 from ppb_core.balance.local import reoptioned
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
+from ppb_core.balance.progress import Clock, Reporter, WorkLimits
 from ppb_core.balance.torchtitan_import import import_torchtitan
 from ppb_core.balance.torchtitan_plan import activation_checkpoint, module_fqns, torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import EveryNth, runnable, settings
@@ -159,6 +162,40 @@ def test_with_two_chunks_a_rank_the_plan_is_the_best_of_every_split_under_torcht
     assert plan is not None
     split = {cell: plan.cell_layers(*cell) for cell in problem.cells}
     assert {cell: plan.cell_options(*cell)[full] for cell in problem.cells} == _counted(split, 2, 2, 3)
+
+
+@pytest.mark.parametrize("every", [2, 3, 4])
+def test_the_cell_program_pairs_a_ranks_chunks_under_every_nth(every: int) -> None:
+    # The stage listing cut at once (`stage_choices` 1), the program over cell choices solves the setting
+    # (`cell_model.CellModel._rank_counts`): its plan must be the best of every split with each cell's
+    # FULL blocks where the rank's count puts them (`_counted`), 8 blocks on PP 2 × 2 chunks in 100 MB:
+    # every 2nd 63.0, every 3rd and 4th 59.0. Without the rows pairing a cell with its rank's earlier
+    # chunks it took each cell's assignment at any count and claimed 61.0 and 54.0.
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 100.0, schedule="interleaved", framework="torchtitan")
+    setting = EveryNth("every", every)
+    full, none = OPTIONS.index("FULL"), OPTIONS.index("NONE")
+    best = math.inf
+    for cut in itertools.combinations(range(1, 8), 3):
+        parts = tuple(b - a for a, b in zip((0, *cut), (*cut, 8), strict=True))
+        split = dict(zip(problem.cells, parts, strict=True))
+        counts = empty_counts(problem)
+        for (v, s), k in _counted(split, 2, 2, every).items():
+            counts[0][v][s][full], counts[0][v][s][none] = k, split[(v, s)] - k
+        plan = Plan(problem, freeze(counts))
+        if plan.fits and not plan.problems():
+            best = min(best, plan.iteration_time)
+    assert best == pytest.approx({2: 63.0, 3: 59.0, 4: 59.0}[every])
+    clock = Clock(None)
+    catalogue = Catalogue(problem, setting, ListingBudget(10**9, clock))
+    limits = WorkLimits(stage_choices=1)
+    found = program._solve(problem, catalogue, True, limits, clock, Reporter(None, clock), True, setting)
+    assert "stage listing stopped by the work limit" in found.notes
+    assert any(note.startswith("cell program:") and note.endswith("optimal") for note in found.notes)
+    assert found.objective == pytest.approx(best)
+    assert found.plan is not None
+    split = {cell: found.plan.cell_layers(*cell) for cell in problem.cells}
+    assert {cell: found.plan.cell_options(*cell)[full] for cell in problem.cells} == _counted(split, 2, 2, every)
 
 
 def _body(name: str, count: int) -> dict[str, Any]:

@@ -93,3 +93,29 @@ def test_the_importer_and_the_run_config():
     with pytest.raises(InputError) as caught:
         parse_run_config(raw, "run.yaml")
     assert caught.value.field == "timing.attention_mask_in_dataloader"
+
+
+def test_nemo_s_data_step_broadcasts_nothing():
+    # NeMo 2's gpt_data_step reads the batch on every rank (nemo/collections/llm/gpt/model/base.py): with
+    # timing.batch_broadcast false the one cell's m = 4 micro-batches lose their broadcasts, tp 2, pp 1
+    from ppb_core.timing.iteration import run_iteration
+
+    parallel = {"tp": 2, "world_size": 2}
+    training = {"micro_batches": 4}
+    on = make_run(DENSE, parallel=parallel, training=training, framework="megatron")
+    off = make_run(DENSE, parallel=parallel, training=training, framework="megatron", timing={"batch_broadcast": False})
+    links = Links.from_run(on)
+    b, s = on.training.micro_batch_size, on.training.seq_length
+    lost = run_iteration(on).breakdown["compute"] - run_iteration(off).breakdown["compute"]
+    assert lost == pytest.approx(4 * batch_seconds(b, s, True, True, True, links))
+    raw = {
+        "name": "x",
+        "framework": "torchtitan",
+        "models": [{"name": "m", "spec": DENSE}],
+        "training": {"seq_length": 64},
+        "device": {"name": "h100-80gb"},
+        "timing": {"batch_broadcast": False},
+    }
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "run.yaml")
+    assert caught.value.field == "timing.batch_broadcast"

@@ -445,6 +445,30 @@ def test_the_op_fuser_runs_the_same_kernels_but_cute_dsls_fused_grouped_mlp() ->
     ]
 
 
+def test_a_tp_comm_overlap_cfg_gives_the_userbuffers_methods(tmp_path, capsys) -> None:
+    # megatron/training/initialize.py _initialize_tp_communicators hands the YAML to TE's initialize_ub, which
+    # updates each GEMM's default config with its entry: only methods other than the defaults are kept
+    cfg = "fc2_fprop:\n  method: ring_exchange\nproj_fprop:\n  method: pipeline\n  num_sm: 4\n"
+    cfg += "qkv_dgrad:\n  method: bulk\n"
+    flags = f"{BASE} --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml"
+    imported = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": cfg}.get)
+    assert imported.raw["timing"]["tp_comm_overlap_methods"] == {"fc2_fprop": "ring_exchange"}
+    assert imported.notes == []
+    unread = import_megatron(flags, 8, "h100-80gb")
+    assert "tp_comm_overlap_methods" not in unread.raw["timing"]
+    assert unread.notes == ["--tp-comm-overlap-cfg ub.yaml: not readable here, priced with TE's default methods"]
+    with pytest.raises(InputError) as caught:
+        import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": "fc3_fprop: {method: bulk}\n"}.get)
+    assert caught.value.field == "--tp-comm-overlap-cfg"
+    # the command reads it relative to the launch script, as Megatron opens it from the working directory
+    (tmp_path / "ub.yaml").write_text(cfg)
+    script = tmp_path / "train.sh"
+    script.write_text(SMALL_GPT + " --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml\n")
+    out = tmp_path / "run.yaml"
+    assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+    assert load_run_config(out).timing.tp_comm_overlap_methods == {"fc2_fprop": "ring_exchange"}
+
+
 def test_flags_with_nothing_to_price_are_read_past() -> None:
     # the FIM dataset rearranges token ids in the loader (fim_dataset.py); --outer-dp-sharding-strategy
     # no_shard is arguments.py's default; --cuda-graph-warmup-steps counts eager steps before the capture

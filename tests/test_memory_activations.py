@@ -278,3 +278,15 @@ def test_expert_tensor_parallel_gathered_rows_are_a_gather_buffer():
     assert [(t.bytes, t.kept, t.switch) for t in gathered] == [(1024, True, "gather")]
     recomputed = memory.buffers(layer, SEL, dict(KEEP_ALL, gather=0)).terms
     assert all(t.name != "moe.expert_gathered_tokens" for t in recomputed)
+
+
+def test_mla_latent_norms_off_is_megatron_s_and_mla_s():
+    # the field means Megatron's MLA without --qk-layernorm: refused on a model without MLA, and under
+    # torchtitan (whose DeepSeek-V3 MLA norms its latents, components of model.py `Attention`)
+    from ppb_core.errors import InputError
+
+    with pytest.raises(InputError):
+        make_run({**DENSE, "mla_latent_norms": False})
+    with pytest.raises(InputError) as caught:
+        make_run({**MLA, "mla_latent_norms": False}, framework="torchtitan")
+    assert caught.value.field == "models.0.spec.mla_latent_norms"

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import BODY, walk
-from ppb_core.pipeline_p2p import simulate_p2p
-from ppb_core.schedules import simulate
+from ppb_core.pipeline_p2p import _post, simulate_p2p
+from ppb_core.schedules import simulate, stage_orders
 from ppb_core.timing.comm import Links
 from ppb_core.timing.iteration import _data_links, chunk_sync_launches, framework_rules, p2p_seconds
 from tests.test_timing_iteration import small_run
@@ -71,7 +71,7 @@ def test_interleaved_overlap_two_stages_two_chunks_by_hand() -> None:
     # s1 B(0,0) waits for B(1,1)'s send: [9, 10]; its gradient, s0 posted after B(1,1): [10, 10.5].
     # s1 B(1,0) [10.5, 11.5]; s0 B(0,0) [10.5, 11.5]; B(1,0)'s gradient [11.5, 12]: s0 B(1,0) [12, 13].
     one = [[1.0, 1.0], [1.0, 1.0]]
-    timeline = simulate_p2p("megatron_overlap", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]])
+    timeline = simulate_p2p("megatron_overlap_r0.8", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]])
     assert [[(op.kind, op.micro_batch, op.chunk) for op in order] for order in timeline.orders] == [
         [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1), ("B", 0, 1), ("B", 1, 1), ("B", 0, 0), ("B", 1, 0)],
         [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("B", 0, 1), ("F", 1, 1), ("B", 1, 1), ("B", 0, 0), ("B", 1, 0)],
@@ -79,11 +79,21 @@ def test_interleaved_overlap_two_stages_two_chunks_by_hand() -> None:
     assert timeline.starts[0] == pytest.approx([0, 1.5, 3, 4.5, 7, 9, 10.5, 12])
     assert timeline.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 9, 10.5])
     assert timeline.makespan == pytest.approx(13.0)
+    # core_v0.18 (d98e8a64): a forward's send waited for before the next op, a backward's once the next
+    # backward's send is posted. Stage 1's B(0,0) no longer waits for B(1,1)'s send (9): it starts when
+    # B(1,1) ends, 8.5; its gradient still waits for stage 0 to post after B(1,1) at 10: [10, 10.5].
+    # The forwards' sends are waited for where core_r0.8 waits too (the next op is the next forward) or
+    # before ops that wait longer for their input.
+    newer = simulate_p2p("megatron_overlap", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]])
+    assert newer.starts[0] == pytest.approx([0, 1.5, 3, 4.5, 7, 9, 10.5, 12])
+    assert newer.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 8.5, 10.5])
 
 
 def test_megatron_rules_name_its_protocols() -> None:
     assert framework_rules(small_run(pp=2)).p2p_protocol == "megatron_sync"
     assert framework_rules(small_run(pp=2, vpp=2, schedule="interleaved")).p2p_protocol == "megatron_overlap"
+    older = small_run(pp=2, vpp=2, schedule="interleaved", timing={"interleaved_send_waits": "core_r0.8"})
+    assert framework_rules(older).p2p_protocol == "megatron_overlap_r0.8"
 
 
 @settings(max_examples=40, deadline=None)
@@ -99,8 +109,13 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     chunks = 2 if interleaved else 1
     m = stages * groups
     schedule, protocol = ("interleaved", "megatron_overlap") if interleaved else ("1f1b", "megatron_sync")
-    if not interleaved:
-        protocol = data.draw(st.sampled_from(["megatron_sync", "torch_1f1b"]))
+    protocol = data.draw(
+        st.sampled_from(
+            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8"]
+            if interleaved
+            else ["megatron_sync", "torch_1f1b"]
+        )
+    )
     cells = st.lists(st.floats(0.5, 5.0), min_size=stages * chunks, max_size=stages * chunks)
     flat_f, flat_b = data.draw(cells), data.draw(cells)
     forward = [flat_f[c * stages : (c + 1) * stages] for c in range(chunks)]
@@ -165,3 +180,15 @@ def test_torch_1f1b_two_stages_by_hand() -> None:
     megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
     assert megatron.starts[0][1] == pytest.approx(1.25)
     assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"
+
+
+def test_first_backward_receive_is_posted_after_the_last_warm_up_forward() -> None:
+    # P = 2, V = 2, m = 4: stage 0 warms up with 2·(2 − 0 − 1) + (2 − 1)·2 = 4 forwards (indices 0-3), then
+    # runs F(2, chunk 0) and B(0, chunk 1) at indices 4 and 5. core_r0.8.0 posts that backward's receive in
+    # the last warm-up step (k == num_warmup_microbatches − 1), after index 3, not after the steady forward.
+    # Stage 0 with m = 2 runs every forward first (8 ops, warm-up = total): then after the last forward.
+    order = stage_orders("interleaved", 2, 2, 4)[0]
+    assert [op.kind for op in order[:6]] == ["F", "F", "F", "F", "F", "B"]
+    assert _post("megatron_overlap_r0.8", "interleaved", 2, order, 0, 5, (1, 3), -1) == (3, None)
+    short = stage_orders("interleaved", 2, 2, 2)[0]
+    assert _post("megatron_overlap_r0.8", "interleaved", 2, short, 0, 4, (1, 3), -1) == (3, None)

@@ -60,10 +60,12 @@ class CellModel(ChoiceModel):
         self.top = self._column(0, INF, False)
         self.g = {}
         self.duration = {}
+        self.residue: dict[Cell, tuple[list[int], int]] = {}  # (z per residue, q) per cell of chunk ≥ 1
         self._durations()
         self._placement()
         self._memory()
         self._order()
+        self._rank_counts()
 
     def _durations(self) -> None:
         for (v, s), options in self.cell_choices.items():
@@ -122,6 +124,40 @@ class CellModel(ChoiceModel):
                     }
                     self._row(-INF, 1, {**early, previous: 1.0})
 
+    def _rank_counts(self) -> None:
+        """Under a rank-wide setting (torchtitan's every N-th block, `CellChoice.residues`) a cell's
+        choice holds only at the counts of its rank's earlier layers its residues name: chunk 0 at
+        none before it; for chunk v ≥ 1 one binary z[r] per residue mod N (one of them) and an integer
+        q with Σ_{w<v} layers(w, s) = N·q + Σ_r r·z[r], each choice at most the z of its residues."""
+        p = self.p
+        period = next((len(c.residues) for cs in self.cell_choices.values() for c in cs if c.residues), 1)
+        if period == 1:
+            return
+        for s in range(p.stages):
+            for v in range(p.chunks):
+                if v == 0:
+                    z: list[int] = []
+                else:
+                    z = [self._column(0, 1, True) for _ in range(period)]
+                    q = self._column(0, INF, True)
+                    self.residue[(v, s)] = (z, q)
+                    self._row(1, 1, dict.fromkeys(z, 1.0))
+                    terms = {q: -float(period)}
+                    for r in range(1, period):
+                        terms[z[r]] = -float(r)
+                    for w in range(v):
+                        for x, choice in zip(self.x[(w, s)], self.cell_choices[(w, s)], strict=True):
+                            if choice.layers:
+                                terms[x] = float(choice.layers)
+                    self._row(0, 0, terms)
+                for x, choice in zip(self.x[(v, s)], self.cell_choices[(v, s)], strict=True):
+                    if choice.residues is None:
+                        continue
+                    held = [z[r] for r in range(period) if choice.residues[r]] if z else []
+                    if v == 0 and choice.residues[0]:
+                        continue
+                    self._row(-INF, 0, {x: 1.0, **dict.fromkeys(held, -1.0)})
+
     def _taken(self, values: Sequence[float]) -> dict[Cell, CellChoice]:
         return {
             cell: options[max(range(len(options)), key=lambda c: values[self.x[cell][c]])]
@@ -164,4 +200,7 @@ class CellModel(ChoiceModel):
                 values[self.duration[(kind, v, s)]] = (time + p.fixed_time(kind, v, s)) / self.tau
         values[self.top] = top
         self._order_values(plan, values)
+        for (v, s), (z, q) in self.residue.items():
+            before = sum(plan.cell_layers(w, s) for w in range(v))
+            values[z[before % len(z)]], values[q] = 1.0, float(before // len(z))
         return values

@@ -55,8 +55,11 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
@@ -161,10 +164,16 @@ class _Args:
 
 
 def import_megatron(
-    text: str, gpus: int | None, device: str, where: str = "<flags>", tokenizer_vocab: int | None = None
+    text: str,
+    gpus: int | None,
+    device: str,
+    where: str = "<flags>",
+    tokenizer_vocab: int | None = None,
+    read_file: Callable[[str], str | None] | None = None,
 ) -> Imported:
     """The run config *text* (Megatron-LM flags or a launch script) launches on *gpus* devices of the
-    catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script)."""
+    catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script). *read_file*
+    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot."""
     try:
         words, variables = script_words_and_variables(text)
     except ScriptError as err:
@@ -194,6 +203,9 @@ def import_megatron(
         "device": {"name": device},
         "timing": _timing(args, notes),
     }
+    methods = _ub_methods(args, read_file, notes)
+    if methods:
+        raw["timing"]["tp_comm_overlap_methods"] = methods
     notes.extend(_op_fuser(args, device, variables))
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
@@ -787,8 +799,10 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
-    if args.has("--fp8-param-gather"):  # FP8 parameters (memory/frameworks/te_fp8.py)
+    if args.has("--fp8-param-gather") and "matmul_dtype" in timing:  # FP8 parameters (memory/frameworks/te_fp8.py)
         timing["fp8_param_gather"] = True
+    elif args.has("--fp8-param-gather"):
+        notes.append("--fp8-param-gather without --fp8-format: no FP8 recipe to keep the parameters in, priced as bf16")
     # transformer_config.py first_last_layers_bf16 and its counts (1 and 1), read under FP8 only
     # (fp8_utils.py `is_first_last_bf16_layer` runs inside the fp8 context's choice)
     start = args.integer("--num-layers-at-start-in-bf16", 1)
@@ -900,6 +914,46 @@ def _optimizer_step_overlap(args: _Args) -> None:
     virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
         raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
+
+
+# TE d0067d0d module/base.py `initialize_ub`: the GEMMs' default userbuffers methods
+UB_DEFAULT_METHODS = {
+    **dict.fromkeys(("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"), "ring_exchange"),
+    **dict.fromkeys(("proj_fprop", "fc2_fprop"), "pipeline"),
+    **dict.fromkeys(("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"), "bulk"),
+    **dict.fromkeys(("proj_wgrad", "fc2_wgrad"), "external"),
+}
+
+
+def _ub_methods(args: _Args, read_file: Callable[[str], str | None] | None, notes: list[str]) -> dict[str, str]:
+    """The userbuffers methods a `--tp-comm-overlap-cfg` YAML gives where they differ from TE's defaults
+    (megatron/training/initialize.py `_initialize_tp_communicators` hands the file's mapping to TE's
+    `initialize_ub`, which updates each GEMM's default config with its entry, `method` included); read under
+    `--tp-comm-overlap` only. The entries' other settings (`num_sm`, `num_splits`, `aggregate`,
+    `set_sm_margin`, atomic GEMMs) are not priced: ppb's methods run TE's default splits and SM share."""
+    path = args.text("--tp-comm-overlap-cfg")
+    if path is None or not args.has("--tp-comm-overlap"):
+        return {}
+    text = read_file(path) if read_file is not None else None
+    if text is None:
+        notes.append(f"--tp-comm-overlap-cfg {path}: not readable here, priced with TE's default methods")
+        return {}
+    try:
+        entries = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not YAML") from None
+    if not isinstance(entries, dict):
+        raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not a mapping of GEMM names")
+    methods = {}
+    for name, entry in entries.items():
+        if name not in UB_DEFAULT_METHODS:  # initialize_ub: KeyError "Given layer name ... does not exist"
+            raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(str(name))} is no GEMM TE overlaps")
+        method = (entry or {}).get("method", UB_DEFAULT_METHODS[name]) if isinstance(entry, dict) else None
+        if method not in ("ring_exchange", "pipeline", "bulk", "external"):
+            raise InputError(args.where, "--tp-comm-overlap-cfg", f"{name}: method {shown(str(method))}")
+        if method != UB_DEFAULT_METHODS[name]:
+            methods[name] = method
+    return methods
 
 
 def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:

@@ -139,6 +139,7 @@ FIELD_FLAGS = {
     "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
     "training.offload_modules": "--offload-modules",
     "timing.fp8_param_gather": "--fp8-param-gather",
+    "timing.tp_comm_overlap_methods": "--tp-comm-overlap-cfg",
     "training.layer_wise_param_layout": "--no-use-layer-wise-param-layout",
     "timing.fp8_bf16_layers": "--first-last-layers-bf16",
     "training.min_offloaded_tensor_size": "--min-offloaded-tensor-size",

@@ -1013,10 +1013,7 @@ def _cut_short(
     bound = min(bound, best.iteration_time)
     report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
     stopped_by = reason
-    if catalogue is not None and catalogue.period > 1:
-        # its rows pair no cell with its rank's earlier chunks, which a rank-wide setting's options need
-        notes.append("cell program: not built (the setting counts a rank's layers across its chunks)")
-    elif catalogue is not None and not clock.out:
+    if catalogue is not None and not clock.out:
         # the program over cell choices, which lists no product of chunks
         fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
         limit = work_limit(problem, best.iteration_time, closed_form=False)

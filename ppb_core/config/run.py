@@ -509,6 +509,17 @@ class Overlap(StrictModel):
     )
 
 
+# TransformerEngine's userbuffers GEMM names and overlap methods (d0067d0d module/base.py `initialize_ub`)
+UbGemm = Literal[
+    "qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad", "proj_wgrad",
+    "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad", "fc2_wgrad",
+]  # fmt: skip
+UbMethod = Literal["ring_exchange", "pipeline", "bulk", "external"]
+# initialize_ub's reduce-scatter GEMMs (the dgrads' once given a method other than bulk): every other one
+# all-gathers, where `pipeline` is refused
+UB_REDUCE_SCATTERS = ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad", "qkv_dgrad", "fc1_dgrad")
+
+
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
@@ -571,6 +582,12 @@ class TimingOptions(StrictModel):
         "false): after the optimizer step one pass over the local weight shards for their amax and one all-reduce "
         "of the scales (torchao `precompute_float8_dynamic_scale_for_fsdp`); needs fp8_fsdp_all_gather",
     )
+    tp_comm_overlap_methods: dict[UbGemm, UbMethod] = Field(
+        default_factory=dict,
+        description="Megatron's --tp-comm-overlap-cfg: TransformerEngine's userbuffers method per GEMM where it is "
+        "not initialize_ub's default (ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline for "
+        "proj_fprop, fc2_fprop; bulk for the rest); a `pipeline` all-gather is refused, as TE does",
+    )
     fp8_bf16_layers: Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)] = Field(
         (0, 0),
         description="Megatron's --first-last-layers-bf16 (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, "
@@ -630,6 +647,11 @@ class TimingOptions(StrictModel):
         description="Megatron's NaN check (--check-for-nan-in-loss-and-grad, on by default; off with --no-check-"
         "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
         "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
+    )
+    batch_broadcast: bool = Field(
+        True,
+        description="Megatron's pretrain_gpt.py get_batch: tensor-parallel rank 0 reads the batch and broadcasts it "
+        "over TP before each forward; false: every rank reads its own (NeMo's gpt_data_step)",
     )
     attention_mask_in_dataloader: bool = Field(
         True,
@@ -699,6 +721,13 @@ class TimingOptions(StrictModel):
         False,
         description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
         "of DDP scaling each bucket by 1/(dp·cp) before it",
+    )
+    interleaved_send_waits: Literal["core_r0.8", "core_r0.10", "core_v0.18"] = Field(
+        "core_v0.18",
+        description="the Megatron-Core release whose overlapped interleaved schedule the run waits for its "
+        "pipeline sends as: core_r0.8 (to r0.9) before the next op of the send's kind; core_r0.10 (to v0.17) "
+        "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
+        "backward (ppb_core.pipeline_p2p)",
     )
     pipe_partitioned: bool = Field(
         False,
@@ -1130,6 +1159,9 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_fsdp_all_gather", "needs matmul_dtype fp8 and fp8_recipe tensorwise")
     if timing.fp8_precompute_scale and not timing.fp8_fsdp_all_gather:
         raise InputError(where, "timing.fp8_precompute_scale", "needs timing.fp8_fsdp_all_gather")
+    for gemm, method in timing.tp_comm_overlap_methods.items():  # TE initialize_ub's checks (d0067d0d)
+        if method == "pipeline" and gemm not in UB_REDUCE_SCATTERS:
+            raise InputError(where, f"timing.tp_comm_overlap_methods.{gemm}", "pipeline is not for an all-gather")
     if any(timing.fp8_bf16_layers):  # transformer_config.py __post_init__ (d98e8a64)
         field = "timing.fp8_bf16_layers"
         if run.framework != "megatron" or timing.matmul_dtype != "fp8":
@@ -1230,6 +1262,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
+    if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
+        said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
+        raise InputError(where, f"models.{run.model_names.index(plain_mla[0])}.spec.mla_latent_norms", said)
+    if not run.timing.batch_broadcast and run.framework != "megatron":
+        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
     if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
         raise InputError(
             where,

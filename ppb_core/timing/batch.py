@@ -11,9 +11,11 @@ where the data loader builds it (`--create-attention-mask-in-dataloader`, the de
 int64, the loss mask fp32, all `[b, s]` of the whole sequence (context parallelism slices after,
 `get_batch_on_this_cp_rank`).
 
-A broadcast runs NCCL's ring, pipelined: the payload crosses each link once, and the last rank waits g−1
-steps' latency (`broadcast_seconds`). The host-to-device copies on rank 0 (pinned memory, `non_blocking`)
-are not priced: ppb's devices carry no host-link bandwidth.
+NeMo 2's `gpt_data_step` (nemo/collections/llm/gpt/model/base.py) has every rank read its own batch and copy it
+to the device, broadcasting nothing (`timing.batch_broadcast: false`). A broadcast runs NCCL's ring, pipelined:
+the payload crosses each link once, and the last rank waits g−1 steps' latency (`broadcast_seconds`). The
+host-to-device copies on rank 0 (pinned memory, `non_blocking`) are not priced: ppb's devices carry no
+host-link bandwidth.
 """
 
 from __future__ import annotations

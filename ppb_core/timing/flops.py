@@ -189,6 +189,14 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
+    ub_methods: tuple[tuple[str, str], ...] = ()
+
+    def ub_method(self, gemm: str, default: str) -> str | None:
+        """The userbuffers method of TE's *gemm* (`initialize_ub`'s *default* unless configured); None: bulk
+        or external, the generic overlap (`ppb_core.timing.userbuffers`)."""
+        method = dict(self.ub_methods).get(gemm, default)
+        return method if method in ("ring_exchange", "pipeline") else None
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -216,6 +224,7 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -349,15 +358,16 @@ def _tp_entry(
     source: str,
     consumer: str,
     switch: str | None = "gather",
-    userbuffers: bool = False,
+    userbuffers: str | None = None,
     float8: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
     all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
-    the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
-    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`). *float8*: the
+    the consumer is TransformerEngine's layer GEMM of that name (qkv, fc1), whose forward all-gather
+    Megatron's --tp-comm-overlap runs as a ring exchange by default (`ppb_core.timing.userbuffers`; its
+    `<name>_fprop` method from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: the
     consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
     float8."""
     if geo.tp == 1:
@@ -369,7 +379,8 @@ def _tp_entry(
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
         # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
         # the `gather` switch has nothing to drop.
-        method = "ring_exchange" if userbuffers and geo.transformer_impl == "transformer_engine" else None
+        te = userbuffers and geo.transformer_impl == "transformer_engine"
+        method = geo.ub_method(f"{userbuffers}_fprop", "ring_exchange") if te else None
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -417,32 +428,31 @@ def _tp_exit(
     geo: OpGeometry,
     width: float,
     producer: str,
-    userbuffers: bool = False,
+    userbuffers: str | None = None,
     float8: bool = False,
 ) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path.
-    *userbuffers*: the producer is one of TransformerEngine's layer GEMMs (proj, fc2), whose forward
+    *userbuffers*: the producer is TransformerEngine's layer GEMM of that name (proj, fc2), whose forward
     reduce-scatter Megatron's --tp-comm-overlap pipelines and whose input gradient's all-gather it
-    runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
+    runs as a ring exchange by default (`ppb_core.timing.userbuffers`; the `<name>_fprop` and
+    `<name>_dgrad` methods from --tp-comm-overlap-cfg, `OpGeometry.ub_method`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     gradient = geo.tokens * width * (1 if float8 else geo.dtype_bytes)  # under Float8 TP: float8
     if geo.gathers:
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
+        forward = geo.ub_method(f"{userbuffers}_fprop", "pipeline") if ub else None
+        backward = geo.ub_method(f"{userbuffers}_dgrad", "ring_exchange") if ub else None
         return [
             Op(
                 name,
                 block,
                 COMM,
                 inputs=(producer,),
-                forward_comm=Collective(
-                    REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
-                ),
-                backward_comm=Collective(
-                    ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
-                ),
+                forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method=forward),
+                backward_comm=Collective(ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method=backward),
             )
         ]
     return [
@@ -551,7 +561,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True, float8=geo.float8_tp)
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -952,7 +962,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True, float8=geo.float8_tp),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -1055,14 +1065,14 @@ def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True, float8=geo.float8_tp)
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True, float8=geo.float8_tp),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 

@@ -44,7 +44,7 @@ from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
-from ppb_core.pipeline_p2p import simulate_p2p
+from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
 from ppb_core.schedules import canonical, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
@@ -179,7 +179,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
-        p2p_protocol="megatron_overlap" if interleaved else "megatron_sync",
+        p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits] if interleaved else "megatron_sync",
     )
 
 
@@ -370,7 +370,7 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
-    if run.framework == "megatron":  # get_batch's broadcasts before the forward (`timing/batch.py`)
+    if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
             cells.forward[chunk][stage] += seconds
 

@@ -50,7 +50,14 @@ from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
-from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
+from ppb_core.timing.userbuffers import (
+    PIPELINE,
+    PIPELINE_SPLITS,
+    RING_EXCHANGE,
+    pipeline_s,
+    ring_exchange_s,
+    rs_reduce_s,
+)
 
 # The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
 # checkpointing (megatron/core/transformer/transformer_config.py: '"core_attn", "mlp", "moe", and
@@ -404,6 +411,8 @@ class TimeModel:
         if collective.method == RING_EXCHANGE:
             tp = self.links.groups[collective.group].size
             seconds = ring_exchange_s(kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
+            if collective.kind == REDUCE_SCATTER:  # the received partial chunks summed into the shard
+                seconds += rs_reduce_s(kernels, collective.payload_bytes, tp)
         elif collective.method == PIPELINE:
             chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
             seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links))

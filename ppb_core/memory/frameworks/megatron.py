@@ -115,9 +115,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   pipeline's flush (utils.py `drain_embedding_wgrad_compute`), before the step. On the stage of the
   loss, the last micro-batch's loss and backward run beside min(limit, m − 1) of them:
   `(T·⌈v/t⌉ + T/sp·h)·bc` each (`deferred_bytes`; an MTP head's pass through the same output layer
-  would count against the limit too, not modelled).
+  would count against the limit too, not modelled). Under sequence parallelism the flush gathers each
+  deferred input into Megatron's global buffers "mpu_0" and "mpu_1" (utils.py `drain_embedding_wgrad_compute`),
+  `T·h·bc` each, kept from then on (`drain_buffer_bytes`, among the stage's workspaces).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
-  thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
+  thread) and Transformer Engine's, allocated once and kept on every stage; under `--tp-comm-overlap`
+  (userbuffers: sequence parallelism, `timing.overlap.tp` above 0) TE's three more for the overlapped
+  GEMMs; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
@@ -235,13 +239,15 @@ from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspa
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
+    TE_UB_STREAMS,
     cudnn_dp_workspace_bytes,
+    flash2_backward_workspace_bytes,
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
-from ppb_core.model.geometry import per_rank
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -527,7 +533,23 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
         requests += [b * per_rank(kind.attention.num_heads, setup.tp) * s * s for kind in bodies]
-    return max(requests) * setup.dtype_bytes
+    return max(requests) * setup.dtype_bytes + drain_buffer_bytes(setup, kinds)
+
+
+def drain_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """Under `--defer-embedding-wgrad-compute` with sequence parallelism the flush's
+    `drain_embedding_wgrad_compute` (megatron/core/utils.py, d98e8a64) all-gathers each deferred input into
+    Megatron's global buffers "mpu_0" and "mpu_1" (double-buffered: the first deferred micro-batch's gather into
+    "mpu_0", the i-th further one's into "mpu_{(i+1) % 2}"), `T·h` each, which `GlobalMemoryBuffer.get_tensor`
+    keeps from then on: on the stage of the output layer, one buffer with one deferred micro-batch, two with
+    more; none without sequence parallelism (the input is used as it is)."""
+    if not (setup.defer_embedding_wgrad and setup.sp > 1):
+        return 0.0
+    tails = [kind for kind in kinds if isinstance(kind, TailKind) and kind.has_output]
+    if not tails:
+        return 0.0
+    deferred = min(setup.wgrad_deferral_limit or setup.micro_batches, setup.micro_batches)
+    return min(2, deferred) * setup.tokens * max(kind.hidden_size for kind in tails) * setup.dtype_bytes
 
 
 def received_width(kind: TailKind) -> int:
@@ -662,6 +684,8 @@ class MegatronRules(FrameworkRules):
                 found += te_workspace
                 if setup.moe_grouped_gemm and experts:
                     found += TE_COMPUTE_STREAMS * te_workspace
+                if setup.userbuffers and any(isinstance(kind, BodyKind) for kind in kinds):
+                    found += TE_UB_STREAMS * te_workspace  # the userbuffers GEMMs' own (workspaces.py)
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
@@ -674,15 +698,28 @@ class MegatronRules(FrameworkRules):
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
-        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
-        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). On sm80 TE
+        runs flash-attn 2, whose backward allocates its fp32 dQ accumulator and softmax sums
+        (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator when deterministic."""
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-        if not (setup.deterministic and cudnn and engine) or not isinstance(kind, BodyKind):
-            return 0.0
-        if isinstance(kind, EncoderBodyKind):
+        if not engine or not isinstance(kind, BodyKind) or isinstance(kind, EncoderBodyKind):
             return 0.0
         heads = per_rank(kind.attention.num_heads, setup.tp)
         s, b = setup.seq_length, setup.micro_batch_size
+        if int(setup.compute_capability) == 8:
+            kv = kv_heads_per_rank(kind.attention.num_kv_heads, setup.tp)
+            if setup.cp_variant == "ulysses":
+                heads, kv, queries = heads / setup.cp, max(kv / setup.cp, 1), s
+            else:
+                queries = s / setup.cp
+            dim = kind.attention.q_head_dim
+            deterministic = setup.deterministic
+            return flash2_backward_workspace_bytes(
+                b, heads, queries, dim, setup.sm_count, deterministic, kv, setup.dtype_bytes
+            )
+        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        if not (setup.deterministic and cudnn):
+            return 0.0
         if setup.cp_variant == "ulysses":
             return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
         return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)
