@@ -133,3 +133,14 @@ def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.Capture
     assert err.count("\n") == 1
     assert json.loads(out)["status"] == "infeasible"
     assert not out_file.exists()
+
+
+def test_a_proven_objective_whose_tie_break_the_clock_cut_is_said_proven() -> None:
+    """`ppb balance -t 60 configs/deepseek-v3-report.yaml` printed "status optimal ... gap 0 ...: stopped by the
+    time limit: the best plan found so far": the objective was proven, only the tie-break was cut."""
+    from ppb_core.cli.balance import stopped_words
+
+    cut = stopped_words({"status": "optimal", "stopped_by": "time_limit"})
+    assert cut.startswith("proven optimal; the time limit cut the choice among equally fast plans")
+    assert stopped_words({"status": "time_limit", "stopped_by": "time_limit"}).startswith("stopped by the time limit")
+    assert stopped_words({"status": "optimal", "stopped_by": "optimal"}) == "proven optimal"

@@ -213,6 +213,16 @@ STOPPED = {
 FILE_UNIT = ", in the file's time unit"
 
 
+def stopped_words(result: dict[str, Any]) -> str:
+    """Why the solve ended. A proven objective whose choice among equally fast plans the clock cut
+    (`program.solve`: stopped_by time_limit with status optimal) is still proven: only which of
+    those plans is given may differ from run to run."""
+    stopped = result.get("stopped_by", "")
+    if stopped == "time_limit" and result.get("status") == "optimal":
+        return "proven optimal; the time limit cut the choice among equally fast plans (another run may give another)"
+    return STOPPED.get(stopped, stopped)
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -254,7 +264,7 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         f"status [bold]{result['status']}[/bold]  objective {seconds(objective)} "
         f"({result['objective_kind'].replace('_', ' ')}{'' if in_s else FILE_UNIT})  "
         f"bound {seconds(time_of(result, 'bound'))}  gap {_number(result['gap'], 3)}  in {solve_s:.2f} s: "
-        f"{STOPPED.get(result.get('stopped_by', ''), result.get('stopped_by', ''))}"
+        f"{stopped_words(result)}"
     )
     if result.get("message"):
         console.print(escape(result["message"]))
