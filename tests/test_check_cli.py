@@ -417,6 +417,9 @@ def test_the_plan_json_ppb_balance_writes_is_checked_as_it_is(
     assert [stage["layers"] for stage in out["stages"]] == [10, 8, 8, 6]
     assert out["stages"][0]["options"] == {"NONE": 8, "FULL": 2}
     assert out["plan_recompute"] is None  # no flag text was taken for the plan's recompute
+    # the table says what the file is, not "mindformers plan" for a Megatron run's plan JSON
+    assert main(["check", str(small_device), "--plan", str(written), "--no-optimum", "-q"]) in (0, 1)
+    assert f": ppb balance plan {written}" in " ".join(capsys.readouterr().out.split())
     (tmp_path / "list.json").write_text("[1, 2]")
     assert main(["check", str(small_device), "--plan", str(tmp_path / "list.json"), "--no-optimum"]) == 2
     err = capsys.readouterr().err

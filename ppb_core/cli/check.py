@@ -146,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
 def render(out: dict[str, Any]) -> None:
 
     console = table_console()
-    console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {out['form']} plan {escape(out['plan'])}")
+    # `ppb balance -o plan.json` is read by its MindFormers keys (form "mindformers") whatever the run's
+    # framework: said as what it is
+    form = "ppb balance" if out["form"] == "mindformers" and out["plan"].lower().endswith(".json") else out["form"]
+    console.print(f"[bold]ppb check[/bold] {escape(out['run'])}: {form} plan {escape(out['plan'])}")
     table = Table(title="stages (memory model, usable device memory)")
     for name in ("stage", "layers", "options", "peak MB", "device MB", "free MB", "moment", "fits"):
         table.add_column(name, justify="left" if name in ("options", "moment") else "right")
