@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.balance import stopped_words
 from ppb_core.cli.main import main
 
 DATA = Path(__file__).parent / "data"
@@ -138,8 +139,6 @@ def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.Capture
 def test_a_proven_objective_whose_tie_break_the_clock_cut_is_said_proven() -> None:
     """`ppb balance -t 60 configs/deepseek-v3-report.yaml` printed "status optimal ... gap 0 ...: stopped by the
     time limit: the best plan found so far": the objective was proven, only the tie-break was cut."""
-    from ppb_core.cli.balance import stopped_words
-
     cut = stopped_words({"status": "optimal", "stopped_by": "time_limit"})
     assert cut.startswith("proven optimal; the time limit cut the choice among equally fast plans")
     assert stopped_words({"status": "time_limit", "stopped_by": "time_limit"}).startswith("stopped by the time limit")
