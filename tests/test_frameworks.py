@@ -491,9 +491,12 @@ def test_megatron_fused_loss_backward_scatters_into_an_fp32_copy():
     assert model(run).loss_bytes(layers(run)["TAIL"]) == 393216
     tp = make_run(DENSE, parallel=SP, timing=fused)
     assert model(tp).loss_bytes(layers(tp)["TAIL"]) == 196608
-    # SAPP's (mindformers) rules have no loss moment of their own, fused or not
-    mind = make_run(DENSE, timing=fused, framework="mindformers")
+    # SAPP's (mindformers) rules have no loss moment of their own; the fusion is Megatron's flag, refused there
+    mind = make_run(DENSE, framework="mindformers")
     assert model(mind).loss_bytes(layers(mind)["TAIL"]) == 0
+    with pytest.raises(InputError) as caught:
+        make_run(DENSE, timing=fused, framework="mindformers")
+    assert caught.value.field == "timing.cross_entropy_fusion"
 
 
 def test_megatron_full_recompute_methods():

@@ -1116,10 +1116,10 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
         raise InputError(where, "training.recompute", said)
 
 
-# `timing` fields that are Megatron-LM's flags alone, which torchtitan's run reads nowhere (a setting away from
-# the default under framework torchtitan would be read past without a word); `deterministic` is not among them
-# (torchtitan's debug.deterministic runs FlashAttention-2's deterministic backward too), nor fp8_recipe
-# (torchtitan's float8 recipes share its words)
+# `timing` fields that are Megatron-LM's flags alone, which a torchtitan or MindFormers run reads nowhere (a
+# setting away from the default under another framework would be read past without a word); `deterministic`
+# is not among them (torchtitan's debug.deterministic runs FlashAttention-2's deterministic backward too),
+# nor fp8_recipe (torchtitan's float8 recipes share its words)
 MEGATRON_TIMING = frozenset(
     {
         "transformer_impl",
@@ -1199,8 +1199,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(run.timing, f) != fields[f].default)
-    if run.framework == "torchtitan" and megatron_words:
-        said = "is Megatron-LM's (docs/timing.md); this run's framework is torchtitan"
+    if run.framework != "megatron" and megatron_words:
+        said = f"is Megatron-LM's (docs/timing.md); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{megatron_words[0]}", said)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
