@@ -18,7 +18,7 @@ from ppb_core.errors import InputError
 from ppb_core.model.walk import walk
 from ppb_core.timing.batch import batch_seconds, batch_tensors
 from ppb_core.timing.comm import Group, Links
-from ppb_core.timing.iteration import batch_loading
+from ppb_core.timing.iteration import batch_loading, run_iteration
 
 LINKS = Links(
     intra_node_bytes_per_s=100e9, inter_node_bytes_per_s=25e9, latency_s=10e-6, devices_per_node=8,
@@ -98,7 +98,6 @@ def test_the_importer_and_the_run_config():
 def test_nemo_s_data_step_broadcasts_nothing():
     # NeMo 2's gpt_data_step reads the batch on every rank (nemo/collections/llm/gpt/model/base.py): with
     # timing.batch_broadcast false the one cell's m = 4 micro-batches lose their broadcasts, tp 2, pp 1
-    from ppb_core.timing.iteration import run_iteration
 
     parallel = {"tp": 2, "world_size": 2}
     training = {"micro_batches": 4}

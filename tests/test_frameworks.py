@@ -17,6 +17,7 @@ from test_memory_runs import DENSE, body, layers, make_run, model
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_workspace_bytes, stage_peaks
+from ppb_core.memory.frameworks.megatron import drain_buffer_bytes
 from ppb_core.memory.frameworks.workspaces import (
     torch_cublas_workspace_bytes,
     torch_training_workspace_bytes,
@@ -163,7 +164,6 @@ def test_megatron_deferral_under_sp_keeps_the_flush_s_gather_buffers():
     # utils.py drain_embedding_wgrad_compute (d98e8a64): with sequence parallelism each deferred input is
     # all-gathered into the global buffers "mpu_0", "mpu_1", T·h·bc each, kept after: DENSE at tp 2, s 64, b 1:
     # 64·64·2 = 8192 each, two with 4 (or 2) deferred micro-batches, one with a limit of 1, none without SP
-    from ppb_core.memory.frameworks.megatron import drain_buffer_bytes
 
     def setup(limit: int, sp: bool = True):
         training = {"micro_batches": 4, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit}

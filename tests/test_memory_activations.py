@@ -9,6 +9,7 @@ import pytest
 from small_models import SMALL_MLA
 from test_memory_runs import DENSE, body, layers, make_run, model
 
+from ppb_core.errors import InputError
 from ppb_core.memory.activations import routed_rows
 from ppb_core.model.switches import KEEP_ALL, LayerType
 
@@ -283,7 +284,6 @@ def test_expert_tensor_parallel_gathered_rows_are_a_gather_buffer():
 def test_mla_latent_norms_off_is_megatron_s_and_mla_s():
     # the field means Megatron's MLA without --qk-layernorm: refused on a model without MLA, and under
     # torchtitan (whose DeepSeek-V3 MLA norms its latents, components of model.py `Attention`)
-    from ppb_core.errors import InputError
 
     with pytest.raises(InputError):
         make_run({**DENSE, "mla_latent_norms": False})

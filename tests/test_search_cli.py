@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.cli.main import main
+from ppb_core.cli.search import proven_line
 from ppb_core.config.run import load_run_config
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -80,7 +81,6 @@ def test_quiet_searches_without_progress(capsys) -> None:
 def test_the_proven_places_read_right_at_none_and_one() -> None:
     """A budgeted ranking that proves no place said "places 1 to 0 are proven" (ppb search on
     searches/deepseek-v3-2048.yaml with top 3, balance_budget 3)."""
-    from ppb_core.cli.search import proven_line
 
     assert proven_line(0, 17.7041, 0.093).startswith("no place is proven; every place is the fastest found")
     assert proven_line(1, 2.0, None).startswith("place 1 is proven; past it, the fastest found")
