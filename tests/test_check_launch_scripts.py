@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ppb_core.balance.launch_script import script_words
 from ppb_core.balance.megatron_run import moe_pattern
@@ -111,11 +112,20 @@ def test_a_launch_script_stating_the_runs_sizes_is_checked(capsys: pytest.Captur
             "--use-megatron-fsdp: --data-parallel-sharding-strategy optim_grads_params: shard level 3, the run config "
             "has 1",
         ),
+        # optim shards as zero 1 does, but Megatron-FSDP keeps its main gradients in the parameters' bf16
+        # (param_and_grad_buffer.py `_resolve_group_grad_dtype`), DDP in fp32: another run's memory
         (
             "    --use-distributed-optimizer\n",
             "    --use-megatron-fsdp --data-parallel-sharding-strategy optim\n",
+            "--megatron-fsdp-main-grads-dtype: main gradients in auto (the parameters' dtype), 2 bytes, the run "
+            "config has training.grad_bytes: 4",
+        ),
+        (
+            "    --use-distributed-optimizer\n",
+            "    --use-megatron-fsdp --data-parallel-sharding-strategy optim --megatron-fsdp-main-grads-dtype fp32\n",
             "",
         ),
+        ("--bf16", "--bf16 --grad-reduce-in-bf16", "--grad-reduce-in-bf16: main gradients in bf16, 2 bytes, the run"),
         ("    --swiglu\n", "", "--swiglu: not given, the run config has swiglu (activation)"),
         (
             "    --group-query-attention\n",
@@ -234,13 +244,13 @@ models:
            activation: gelu, norm: layernorm, norm_bias: true, tied_embeddings: true, position_embedding: learned,
            max_position_embeddings: 2048, attention_bias: true, attention_output_bias: true, mlp_bias: true}
 parallel: {dp: 8, tp: 8, pp: 16, zero: 0}
-training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 192, dtype: fp16}
+training: {seq_length: 2048, micro_batch_size: 1, micro_batches: 192, dtype: fp16, grad_bytes: 2}
 device: {name: a100-80gb}
 """,
     "examples/llama/train_llama3_8b_h100_fp8.sh": """
 models: [{name: llm, config: HF/llama3-8b.json}]
 parallel: {dp: 8, tp: 1, pp: 1, zero: 1}
-training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16, fp8_cache: linear}
+training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16, fp8_cache: linear, grad_bytes: 2}
 timing: {matmul_dtype: fp8, fp8_param_gather: true, attention_mask_in_dataloader: false}
 device: {name: h100-80gb}
 """,
@@ -253,7 +263,7 @@ device: {name: h100-80gb}
     "examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh": """
 models: [{name: llm, config: HF/deepseek-v3.json}]
 parallel: {dp: 8, tp: 1, pp: 1, ep: 8, etp: 1, fsdp: true}
-training: {seq_length: 4096, micro_batch_size: 4, micro_batches: 64, dtype: bf16,
+training: {seq_length: 4096, micro_batch_size: 4, micro_batches: 64, dtype: bf16, grad_bytes: 2,
            recompute: {granularity: selective, modules: [mlp, moe, mla_up_proj, layernorm]}}
 timing: {attention_mask_in_dataloader: false}
 device: {name: h100-80gb}
@@ -500,3 +510,33 @@ def test_the_layer_wise_layout_round_trips(capsys: pytest.CaptureFixture[str], t
     code = main(["check", str(run), "--plan", base, "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and "training.layer_wise_param_layout: false" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "grad_bytes"),
+    [
+        ("--bf16 --use-distributed-optimizer", 4),  # validate_args accumulates bf16 in fp32
+        ("--bf16 --use-distributed-optimizer --grad-reduce-in-bf16", 2),
+        ("--fp16 --use-distributed-optimizer", 2),  # fp16 keeps DDP's buffer in the parameters' dtype
+        ("--fp16 --use-distributed-optimizer --accumulate-allreduce-grads-in-fp32", 4),
+        ("--bf16 --use-megatron-fsdp", 2),  # auto: the parameters' dtype
+        ("--bf16 --use-megatron-fsdp --megatron-fsdp-main-grads-dtype fp32", 4),
+    ],
+)
+def test_the_gradient_buffer_round_trips(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: str, grad_bytes: int
+) -> None:
+    """`ppb import megatron` reads the main gradients' dtype into training.grad_bytes; `ppb check --plan`
+    with the same launch reads it back the same way (megatron_run `_check_grad_buffer`)."""
+    base = FP8_BASE.split(" --bf16")[0] + " --tokenizer-type NullTokenizer --vocab-size 32000"
+    run = _imported(tmp_path, f"{base} {flags}", capsys)
+    raw = yaml.safe_load(run.read_text())
+    assert raw["training"].get("grad_bytes", 4) == grad_bytes
+    assert main(["check", str(run), "--plan", f"{base} {flags}", "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.yaml"
+    raw["training"]["grad_bytes"] = 6 - grad_bytes
+    other.write_text(yaml.safe_dump(raw))
+    code = main(["check", str(other), "--plan", f"{base} {flags}", "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"the run config has training.grad_bytes: {6 - grad_bytes}" in err, err

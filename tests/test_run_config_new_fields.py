@@ -52,6 +52,10 @@ CASES = [
     (TITAN, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
     (MEGATRON, "device", {"mxfp8_matmul_ratio": 1.5}, "device.mxfp8_matmul_ratio", "less than or equal to 1"),
     (MEGATRON, "device", {"mxfp8_matmul_ratio": 0}, "device.mxfp8_matmul_ratio", "greater than"),
+    # Megatron-LM's flags, read nowhere in a torchtitan run (config/run.py MEGATRON_TIMING)
+    (TITAN, "timing", {"cross_entropy_fusion": True}, "timing.cross_entropy_fusion", "Megatron-LM's"),
+    (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
+    (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
 ]
 
 

@@ -7,6 +7,7 @@ import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.memory import MemoryModel
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Group, Links
@@ -90,8 +91,12 @@ def test_the_bookkeeping_of_a_run_by_hand():
     assert run_iteration(run).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)
     # Megatron's defaults log neither: only the syncs, 4 + 8.
     assert run_iteration(run_with({})).breakdown["bookkeeping"] == pytest.approx(12 * 5e-6, rel=1e-9)
-    # torchtitan has none of Megatron's statistics
-    assert run_iteration(run_with(flags, framework="torchtitan")).breakdown["bookkeeping"] == 0.0
+    # torchtitan has none of Megatron's statistics: its run refuses the flags (config/run.py MEGATRON_TIMING)
+    # and, at the defaults, keeps no bookkeeping of Megatron's (its clip's all-reduces: no latency here)
+    with pytest.raises(InputError) as caught:
+        run_with(flags, framework="torchtitan")
+    assert caught.value.field == "timing.log_num_zeros_in_grad"
+    assert run_iteration(run_with({}, framework="torchtitan")).breakdown["bookkeeping"] == 0.0
 
 
 def test_per_token_loss_divides_every_held_gradient_after_the_reduction():

@@ -262,7 +262,14 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
 )
-TEXT_FLAGS = ("--moe-layer-freq", "--data-parallel-sharding-strategy", "--cp-comm-type", "--fp8-format")
+TEXT_FLAGS = (
+    "--moe-layer-freq",
+    "--data-parallel-sharding-strategy",
+    "--cp-comm-type",
+    "--fp8-format",
+    "--main-grads-dtype",
+    "--megatron-fsdp-main-grads-dtype",
+)
 SWITCH_FLAGS = (
     "--sequence-parallel",
     "--use-distributed-optimizer",
@@ -282,6 +289,8 @@ SWITCH_FLAGS = (
     "--first-last-layers-bf16",
     "--no-create-attention-mask-in-dataloader",
     "--no-use-layer-wise-param-layout",
+    "--grad-reduce-in-bf16",
+    "--accumulate-allreduce-grads-in-fp32",
     GROUPED_GEMM,
 )
 

@@ -149,6 +149,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_parallel(flags, run, where)
     _check_training(flags, run, where)
     _check_memory_switches(flags, run, where)
+    _check_grad_buffer(flags, run, where)
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
@@ -464,3 +465,38 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
                 "--first-last-layers-bf16",
                 f"{shown_flags}, the run config has {has} (timing.fp8_bf16_layers): {WHY}",
             )
+
+
+def _check_grad_buffer(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """The main gradients' bytes a whole command line says (`training.grad_bytes`), by the importer's
+    rule (megatron_import.py `_training`, Megatron-LM d98e8a64): DDP accumulates in fp32 under
+    `--accumulate-allreduce-grads-in-fp32`, which validate_args sets under --bf16 unless
+    `--grad-reduce-in-bf16` or `--main-grads-dtype bf16`; Megatron-FSDP keeps its main gradients in
+    `--megatron-fsdp-main-grads-dtype`, the parameters' dtype at its default (auto)."""
+    if not flags.complete:
+        return  # a plan's text alone leaves the gradients' dtype to the run config
+    switches, stated = flags.switches, flags.stated
+    bf16, fp16 = "--bf16" in switches, "--fp16" in switches
+    accumulate = "--accumulate-allreduce-grads-in-fp32"
+    if "--use-megatron-fsdp" in switches:
+        flag = "--megatron-fsdp-main-grads-dtype"
+        grads = str(stated.get(flag, "auto"))
+        fp32 = not (bf16 or fp16) if grads == "auto" else grads == "fp32"
+        why = f"{grads}" + (" (the parameters' dtype)" if grads == "auto" else "")
+    elif accumulate in switches or not (bf16 or fp16):
+        flag, fp32, why = accumulate, True, "fp32 accumulation"
+    elif fp16:
+        flag, fp32, why = "--fp16", False, f"fp16, without {accumulate}"
+    elif "--grad-reduce-in-bf16" in switches or str(stated.get("--main-grads-dtype", "fp32")) == "bf16":
+        flag = "--grad-reduce-in-bf16" if "--grad-reduce-in-bf16" in switches else "--main-grads-dtype"
+        fp32, why = False, "bf16"
+    else:
+        flag, fp32, why = "--bf16", True, "fp32 (validate_args accumulates bf16 in fp32)"
+    says = 2 if (bf16 or fp16) and not fp32 else 4
+    if says != run.training.grad_bytes:
+        raise InputError(
+            where,
+            flag,
+            f"main gradients in {why}, {says} bytes, the run config has training.grad_bytes: "
+            f"{run.training.grad_bytes}: {WHY}",
+        )

@@ -1116,6 +1116,31 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
         raise InputError(where, "training.recompute", said)
 
 
+# `timing` fields that are Megatron-LM's flags alone, which torchtitan's run reads nowhere (a setting away from
+# the default under framework torchtitan would be read past without a word); `deterministic` is not among them
+# (torchtitan's debug.deterministic runs FlashAttention-2's deterministic backward too), nor fp8_recipe
+# (torchtitan's float8 recipes share its words)
+MEGATRON_TIMING = frozenset(
+    {
+        "transformer_impl",
+        "gradient_accumulation_fusion",
+        "rope_fusion",
+        "check_for_nan_in_grad",
+        "cross_entropy_fusion",
+        "log_params_norm",
+        "log_num_zeros_in_grad",
+        "exit_duration_in_mins",
+        "bias_gelu_fusion",
+        "calculate_per_token_loss",
+        "overlap_param_gather_with_optimizer_step",
+        "delay_wgrad_compute",
+        "masked_softmax_fusion",
+        "attention_softmax_in_fp32",
+        "apply_query_key_layer_scaling",
+        "ddp_average_in_collective",
+    }
+)
+
 # `timing` fields that say which torchtitan version runs: its kernels, FSDP2 units and optimizer (TimingOptions)
 TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation"})
 
@@ -1173,6 +1198,10 @@ def _check_run(run: RunConfig, where: str) -> None:
     if run.framework != "torchtitan" and titan_kernels:
         said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(run.timing, f) != fields[f].default)
+    if run.framework == "torchtitan" and megatron_words:
+        said = "is Megatron-LM's (docs/timing.md); this run's framework is torchtitan"
+        raise InputError(where, f"timing.{megatron_words[0]}", said)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
