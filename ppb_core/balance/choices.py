@@ -366,9 +366,17 @@ class Catalogue:
         found: dict[tuple, CellChoice] = {}
         held: dict[tuple, list[bool]] = {}
         for before in range(period):
-            for choice in self._forced_at(types, counts, before):
-                found.setdefault(choice.counts, choice)
-                held.setdefault(choice.counts, [False] * period)[before] = True
+            along = self.setting.along(sum(counts), before)
+            start, rows = 0, []
+            for n in counts:  # the assignment's rows, priced only when new (a few of the period's)
+                rows.append(tuple(along[start : start + n].count(o) for o in OPTIONS))
+                start += n
+            key = tuple(rows)
+            if key not in held:
+                held[key] = [False] * period
+                for choice in self._forced_at(types, counts, before):
+                    found[key] = choice
+            held[key][before] = True
         return [replace(choice, residues=tuple(held[key])) for key, choice in found.items()]
 
     @property

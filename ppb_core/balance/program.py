@@ -640,9 +640,16 @@ def _torchtitan(
     (`torchtitan_settings.settings`; a plan mixing options per block otherwise is not torchtitan's to
     run), solved as `_megatron` solves Megatron-Core's: the settings share one solve's work budgets,
     each proven no faster than the best so far is not searched further, ties go to the setting listed
-    first. The plan carries its setting (`Solution.setting`)."""
+    first. The plan carries its setting (`Solution.setting`).
+
+    With several chunks a rank, every N-th block (whose count runs across a rank's chunks) is solved
+    beside the settings a cell's own layers give (none, op, full), which keep the shares they have
+    without it: so the plan is never slower than theirs for want of budget (at an equal share each,
+    `searches/torchtitan-llama3.1-8b-128.yaml`'s second strategy, PP 2 × 4 chunks under FSDP, balanced
+    slower and fell below the fifth place), and each every N-th setting takes the share it has at one
+    chunk a rank."""
     candidates = torchtitan_settings(problem.options, _rank_cap(problem))
-    shared = limits.scaled(1 / max(1, len(candidates)))
+    own = [setting for setting in candidates if not (setting.rank_wide and problem.chunks > 1)]
     best: tuple[Solution, Setting] | None = None
     notes: list[str] = []
     cut = False
@@ -650,6 +657,7 @@ def _torchtitan(
         if clock.out:
             notes.append("torchtitan's settings: stopped by the time limit")
             break
+        shared = limits.scaled(1 / max(1, len(own if setting in own else candidates)))
         catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
         bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
         found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting, cutoff=bar)
