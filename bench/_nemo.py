@@ -97,6 +97,9 @@ def _llama_run(
             "matmul_dtype": "fp8",
             # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
             "fp8_recipe": fp8_recipe,
+            # bf16_with_mxfp8_mixed (mixed_precision.py, v0.2.0 and v0.4.0): fp8_param_gather, the parameters
+            # MXFP8 and all-gathered so; fp8_cs leaves it off
+            "fp8_param_gather": fp8_recipe == "mxfp8",
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
@@ -267,6 +270,7 @@ def _qwen3_run(
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
+            "fp8_param_gather": fp8_recipe == "mxfp8",  # bf16_with_mxfp8_mixed's
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,
@@ -326,9 +330,9 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
         "assumptions": (
             f"{'MXFP8' if 'MXFP8' in label else 'FP8 current scaling'} as ppb's FP8 GEMMs with their casts",
             "attention in BF16 (TE's default for FP8 recipes)",
-            # mixed_precision.py `bf16_with_mxfp8_mixed` (v0.2.0): fp8_param_gather and
-            # reuse_grad_buf_for_mxfp8_param_ag, which ppb does not model for Megatron
-            *(("MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",) if "MXFP8" in label else ()),
+            # mixed_precision.py `bf16_with_mxfp8_mixed` (v0.2.0): reuse_grad_buf_for_mxfp8_param_ag's copies
+            # of the gathered parameters out of the gradient buffer (param_and_grad_buffer.py) not modelled
+            *(("MXFP8's gathered parameters not copied out of the gradient buffer",) if "MXFP8" in label else ()),
             *assumptions,
         ),
     }
@@ -393,7 +397,7 @@ def _deepseek_v3_b200() -> dict[str, Any]:
             },
         },
         "device": {"name": "b200"},
-        "timing": {**_COMMON_TIMING, "matmul_dtype": "fp8", "fp8_recipe": "mxfp8"},
+        "timing": {**_COMMON_TIMING, "matmul_dtype": "fp8", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
     }
     tps = 2139.0
     return {
@@ -401,7 +405,7 @@ def _deepseek_v3_b200() -> dict[str, Any]:
         "assumptions": (
             "MXFP8 as ppb's FP8 GEMMs with their casts",
             "attention in BF16 (TE's default for FP8 recipes)",
-            "MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",
+            "MXFP8's gathered parameters not copied out of the gradient buffer",
             "routing balanced (forced)",
             "the shared expert on the compute stream (moe_shared_expert_overlap not modelled)",
             "the precision-aware optimizer's BF16 moments priced as FP32 ones",
