@@ -27,6 +27,9 @@ MEGATRON = os.environ.get("PPB_MEGATRON_LM")
 # configs/llama3-8b.yaml's run: Llama-3-8B (configs/hf/llama3-8b.json: 32 layers, hidden 4096,
 # ffn 14336, 32 heads over 8 key/value heads of 128, vocabulary 128256, untied), tp 2 + SP, pp 4,
 # ZeRO-1, 8192 tokens, micro-batch 1, 1 × 32 micro-batches × dp 8 = a global batch of 256, bf16.
+# Its tokenizer is Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh's mock-data one (d98e8a64:
+# `--tokenizer-type NullTokenizer` `--vocab-size 128256`): without it pretrain_gpt.py builds the
+# GPT-2 BPE, 50257 entries, whatever --vocab-size says (build_tokenizer.py).
 LLAMA_SCRIPT = """#!/bin/bash
 TP=${TP:-2}
 PP=4
@@ -45,6 +48,7 @@ MODEL_ARGS=(
     --position-embedding-type rope
     --swiglu
     --untie-embeddings-and-output-weights
+    "--tokenizer-type NullTokenizer"
     "--vocab-size 128256"
 )
 TRAINING_ARGS=(--micro-batch-size 1 --global-batch-size 256 --bf16 --lr 3e-4 --clip-grad 1.0)
@@ -287,6 +291,11 @@ def test_megatron_lms_own_launch_scripts_parse(capsys: pytest.CaptureFixture[str
     code, out, err = _run_check(capsys, run, plan)
     assert code in (0, 1), err
     assert json.loads(out)["form"] == "megatron"
+    # gpt3's script leaves pretrain_gpt.py's GPT-2 BPE, compared (50257); the others read theirs from a file
+    # (llama's last `--tokenizer-type` is HuggingFaceTokenizer, the real-data branch; mixtral's Llama2Tokenizer,
+    # DeepSeek-V3's HuggingFaceTokenizer), not compared and said
+    unread = [note for note in json.loads(out)["notes"] if "vocab_size" in note]
+    assert len(unread) == (0 if "gpt3" in script else 1), unread
     # the same script under a run config of other sizes is refused in one line naming a flag
     code, out, err = _run_check(capsys, CONFIGS / "llama3-8b.yaml", plan)
     assert code == 2 and out == "" and err.count("\n") == 1 and f"{plan}: --" in err, err

@@ -263,6 +263,7 @@ SIZE_FLAGS = (
     "--num-layers-per-virtual-pipeline-stage",
 )
 TEXT_FLAGS = (
+    "--tokenizer-type",
     "--moe-layer-freq",
     "--data-parallel-sharding-strategy",
     "--cp-comm-type",

@@ -12,11 +12,11 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--untie-embeddings-and-output-weights`, MoE (`--num-experts`, `--moe-router-topk` 2,
   `--moe-ffn-hidden-size`, `--moe-shared-expert-intermediate-size` as one shared expert,
   `--moe-layer-freq`, `--moe-router-num-groups/--moe-router-group-topk`), MLA, `--mtp-num-layers`;
-* the vocabulary from the tokenizer (megatron/core/tokenizers/utils/build_tokenizer.py): the GPT-2
+* the vocabulary from the tokenizer (`megatron_tokenizer`, after build_tokenizer.py): the GPT-2
   BPE (`pretrain_gpt.py`'s default tokenizer, 50257 entries), NullTokenizer's `--vocab-size`
   (exactly, since c9dfe34798), TikTokenizer's `--vocab-size` or 2**17; a tokenizer read from a
-  file (HuggingFace, SentencePiece) needs its size given; padded to `--make-vocab-size-divisible-by`
-  (128) times TP (`vocab_size_with_padding`);
+  file (HuggingFace, SentencePiece) needs its size given (`--tokenizer-vocab`); padded to
+  `--make-vocab-size-divisible-by` (128) times TP (`vocab_size_with_padding`);
 * parallelism: TP, PP, CP (`--cp-comm-type`), EP, ETP (defaults to TP), SP (dropped at TP 1),
   virtual stages, the layout (`--decoder-first/last-pipeline-num-layers` and
   `--account-for-*-in-pipeline-split` written as one), the distributed optimizer and FSDP, DP
@@ -64,6 +64,7 @@ import yaml
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
+from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, tokenizer_vocabulary
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
@@ -82,10 +83,6 @@ from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
 from ppb_core.units import counted
-
-GPT2_BPE_VOCAB = 50257  # the GPT-2 BPE's vocab.json entries (pretrain_gpt.py's default tokenizer)
-TIKTOKEN_DEFAULT_VOCAB = 2**17  # tiktoken_tokenizer.py DEFAULT_TIKTOKEN_MAX_VOCAB
-FILE_TOKENIZERS = ("HuggingFaceTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
 
 
 @dataclass(frozen=True)
@@ -246,26 +243,23 @@ def _torchrun_world(args: _Args) -> int:
 
 
 def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
-    """The tokenizer's vocabulary (build_tokenizer.py), before Megatron pads it."""
-    kind = args.text("--tokenizer-type", "GPT2BPETokenizer")
-    given = args.integer("--vocab-size")
-    if tokenizer_vocab is not None:
-        return tokenizer_vocab
-    if kind == "GPT2BPETokenizer":
-        return GPT2_BPE_VOCAB
-    if kind == "NullTokenizer":
-        if given is None:
-            raise InputError(args.where, "--vocab-size", "NullTokenizer needs --vocab-size")
-        return given
-    if kind == "TikTokenizer":
-        return given or TIKTOKEN_DEFAULT_VOCAB
-    if kind in FILE_TOKENIZERS:
+    """The tokenizer's vocabulary, before Megatron pads it (`megatron_tokenizer`, the rule `ppb check`
+    compares a launch by); *tokenizer_vocab* gives a file tokenizer's, which the launch does not hold."""
+    kind = args.text("--tokenizer-type", DEFAULT_TOKENIZER) or DEFAULT_TOKENIZER
+    built = tokenizer_vocabulary(kind, args.integer("--vocab-size"), args.where)
+    if built is None and tokenizer_vocab is None:
         raise InputError(
             args.where,
             "--tokenizer-model",
             f"{kind} reads its vocabulary from the tokenizer's file: give its size with --tokenizer-vocab N",
         )
-    raise InputError(args.where, "--tokenizer-type", f"{shown(kind)} is not a GPT tokenizer ppb knows the size of")
+    if built is not None and tokenizer_vocab is not None and tokenizer_vocab != built:
+        raise InputError(
+            None,
+            "--tokenizer-vocab",
+            f"{tokenizer_vocab}, but the launch's {kind} builds {built} entries, read from no file",
+        )
+    return built if built is not None else tokenizer_vocab  # type: ignore[return-value]
 
 
 def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[dict[str, Any], int]:

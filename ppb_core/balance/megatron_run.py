@@ -21,6 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ppb_core.balance.megatron import MegatronFlags
+from ppb_core.balance.megatron_tokenizer import (
+    DEFAULT_TOKENIZER,
+    FILE_TOKENIZERS,
+    READS_VOCAB_SIZE,
+    tokenizer_vocabulary,
+)
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
@@ -64,7 +70,6 @@ _RULES = (
     Rule("--num-layers", "num_layers", lambda run, spec: spec.num_layers),
     Rule("--hidden-size", "hidden_size", lambda run, spec: spec.hidden_size),
     Rule("--num-attention-heads", "num_attention_heads", lambda run, spec: spec.num_attention_heads),
-    Rule("--vocab-size", "vocab_size", lambda run, spec: spec.vocab_size),
     Rule("--swiglu", "activation", lambda run, spec: spec.activation == "swiglu", False, "{spec.activation}"),
     Rule(
         "--untie-embeddings-and-output-weights",
@@ -143,6 +148,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
         if given != expected:
             shown = rule.says.format(spec=spec, run=run) if rule.says else expected
             raise _refuse(where, rule.flag, given, shown, rule.field, rule.flag in stated)
+    _check_vocabulary(flags, spec, where)
     _check_ffn(flags, spec, where)
     _check_query_groups(flags, spec, where)
     _check_moe_pattern(flags, spec, where)
@@ -150,6 +156,57 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_training(flags, run, where)
     _check_memory_switches(flags, run, where)
     _check_grad_buffer(flags, run, where)
+
+
+def _tokenizer(flags: MegatronFlags) -> str | None:
+    """The launch's tokenizer: stated, or `pretrain_gpt.py`'s default under a whole command line;
+    None where a shorter text leaves it to the rest of the launch."""
+    stated = flags.stated.get("--tokenizer-type")
+    if stated is not None:
+        return str(stated)
+    return DEFAULT_TOKENIZER if flags.complete else None
+
+
+def _check_vocabulary(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
+    """The tokenizer's vocabulary against the run's `vocab_size`, by `megatron_tokenizer`'s rule (the
+    importer's): `--vocab-size` where the tokenizer reads it (NullTokenizer, TikTokenizer), the GPT-2
+    BPE's own 50257 entries (it reads no `--vocab-size`); a file tokenizer's size is not in the
+    launch, so it is read past (`vocabulary_note`)."""
+    kind = _tokenizer(flags)
+    if kind is None:
+        return
+    size = flags.stated.get("--vocab-size")
+    built = tokenizer_vocabulary(kind, int(size) if size is not None else None, where)
+    if built is None or built == spec.vocab_size:
+        return
+    has = f"the run config has {spec.vocab_size} (vocab_size): {WHY}"
+    if kind in READS_VOCAB_SIZE:
+        said = str(size) if size is not None else f"not given ({kind}'s default {built})"
+        raise InputError(where, "--vocab-size", f"{said}, {has}")
+    unread = f", --vocab-size {size} not read" if size is not None else ""
+    if "--tokenizer-type" in flags.stated:
+        said = f"{kind} ({built} entries{unread})"
+    else:
+        said = f"not given (pretrain_gpt.py's default {kind}: {built} entries{unread})"
+    raise InputError(where, "--tokenizer-type", f"{said}, {has}")
+
+
+def vocabulary_note(flags: MegatronFlags) -> str | None:
+    """Why the launch's vocabulary was not compared with the run config's, where it was not."""
+    kind = _tokenizer(flags)
+    if kind is None:
+        if "--vocab-size" not in flags.stated:
+            return None
+        return (
+            "--vocab-size not compared with the run config's vocab_size: Megatron-LM reads it only with "
+            f"--tokenizer-type {' or '.join(READS_VOCAB_SIZE)}, and the plan does not say its tokenizer"
+        )
+    if kind not in FILE_TOKENIZERS:
+        return None
+    return (
+        f"--tokenizer-type {kind} reads its vocabulary from the tokenizer's file, which the plan does not hold: "
+        "not compared with the run config's vocab_size"
+    )
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:

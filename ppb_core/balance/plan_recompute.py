@@ -35,7 +35,7 @@ from ppb_core.errors import InputError
 from ppb_core.io import read_text, read_yaml
 
 
-def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
+def plan_flags(plan: str) -> tuple[MegatronFlags, str] | None:
     """The plan's Megatron flags and where they come from, or None (a yaml, or anything `read_plan`
     refuses with its own line)."""
     if plan.lstrip().startswith("--"):
@@ -57,7 +57,7 @@ def _flags(plan: str) -> tuple[MegatronFlags, str] | None:
 def ignored_flags(plan: str) -> list[str]:
     """The plan's recompute flags Megatron-LM reads past (`MegatronFlags.ignored_recompute_flags`):
     priced as Megatron-LM runs them, and said, since a user who wrote them meant something."""
-    found = _flags(plan)
+    found = plan_flags(plan)
     return found[0].ignored_recompute_flags if found is not None else []
 
 
@@ -94,7 +94,7 @@ def selective_words(flags: MegatronFlags) -> dict[str, object] | None:
 
 def run_for_plan(run: RunConfig, plan: str) -> tuple[RunConfig, dict[str, object] | None]:
     """(the run the plan is priced at, the recompute the plan put in place of the run config's, or None)."""
-    found = _flags(plan)
+    found = plan_flags(plan)
     if found is None:
         return run, None
     flags, where = found

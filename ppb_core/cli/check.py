@@ -12,11 +12,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from ppb_core.balance.megatron import selective_modules
+from ppb_core.balance.megatron_run import vocabulary_note
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
-from ppb_core.balance.plan_recompute import ignored_flags, run_for_plan
+from ppb_core.balance.plan_recompute import plan_flags, run_for_plan
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.result import balance
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
@@ -102,19 +103,27 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _notes(plan: str, form: str) -> list[str]:
-    """What the user wrote that the check priced otherwise than they may think."""
-    ignored = ignored_flags(plan) if form == "megatron" else []
-    if not ignored:
+    """What the user wrote that the check priced otherwise than they may think, or did not compare."""
+    found = plan_flags(plan) if form == "megatron" else None
+    if found is None:
         return []
-    return [
-        f"{', '.join(ignored)} without effect: Megatron-LM applies them only under "
-        + (
-            "--recompute-granularity"
-            if "--recompute-method" in ignored or "--recompute-num-layers" in ignored
-            else "--recompute-granularity selective"
+    flags = found[0]
+    notes = []
+    ignored = flags.ignored_recompute_flags
+    if ignored:
+        notes.append(
+            f"{', '.join(ignored)} without effect: Megatron-LM applies them only under "
+            + (
+                "--recompute-granularity"
+                if "--recompute-method" in ignored or "--recompute-num-layers" in ignored
+                else "--recompute-granularity selective"
+            )
+            + ", and this plan is priced as it runs"
         )
-        + ", and this plan is priced as it runs"
-    ]
+    unread = vocabulary_note(flags)
+    if unread is not None:
+        notes.append(unread)
+    return notes
 
 
 def _balancer_figures(plan: Plan, unit_s: float, mtp_cell: tuple[int, int] | None) -> dict[str, Any]:
