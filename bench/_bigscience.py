@@ -78,6 +78,10 @@ def bloom_row() -> dict[str, Any]:
             # DeepSpeed's pipeline engine reduces the gradients after the last micro-batch and its
             # BF16_Optimizer gathers the updated parameters after the step: neither overlapped
             "overlap": {"dp": 0.0, "param_gather": 0.0},
+            # its pipeline sends split over the TP ranks and all-gathered on arrival: DeepSpeed's
+            # pipe_partitioned and grad_partitioned, on by default (the run's ds_config has no
+            # "pipeline" section; runtime/pipe/engine.py `PartitionedTensor` over the slice group)
+            "pipe_partitioned": True,
         },
     }
     return {
@@ -88,7 +92,7 @@ def bloom_row() -> dict[str, Any]:
         "seconds": BLOOM_SECONDS,
         "assumptions": (
             "Megatron-DeepSpeed priced as Megatron-LM's own modules",
-            "DeepSpeed's 1F1B pipeline as Megatron's",
+            "DeepSpeed's 1F1B pipeline as Megatron's (its sends split over TP, DeepSpeed's default)",
             "ALiBi and the embedding LayerNorm not priced",
             "HGX A100 NVLink inside a node (the README: 'NVLink 4 inter-gpu connects')",
             "CUDA_LAUNCH_BLOCKING=1 (the script's) not modelled",

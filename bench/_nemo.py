@@ -34,6 +34,11 @@ _COMMON_TIMING: dict[str, Any] = {
     "rope_fusion": True,
     "check_for_nan_in_grad": False,
     "overlap": {"dp": 1.0, "param_gather": 1.0},
+    # NeMo 2's data step (nemo/collections/llm/gpt/model/base.py `gpt_data_step`): every rank reads its own batch,
+    # no tensor-parallel broadcast; its MockDataModule (gpt/data/mock.py) builds no attention mask where
+    # Transformer Engine is installed (`create_attention_mask or not HAVE_TE`, default False)
+    "batch_broadcast": False,
+    "attention_mask_in_dataloader": False,
 }
 # Llama 3 8B's config.json: as 3.1's but its rope theta and 8192 positions (no bearing on time).
 _LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
@@ -211,12 +216,17 @@ def _qwen3_run(
     a2a_overlap: bool,
     layout: str | None = None,
     fp8_recipe: str = "tensorwise",
+    gathers_overlapped: bool = True,
 ) -> dict[str, Any]:
     """A Qwen3 MoE run at sequence 4096 (set_qwen3_common_configs: no recompute, router fusion, forced
-    load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs."""
+    load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs. *gathers_overlapped*
+    False: the distributed optimizer's parameter all-gathers run synchronously after the step
+    (`overlap_param_gather` off; distrib_optimizer.py `step_with_ready_grads` at Megatron-LM 0d8e0714cd,
+    the 25.11 container's: every chunk's `start_param_sync` there, which `overlap_param_gather_with_
+    optimizer_step` does not change)."""
     tp, pp, vp, ep = (parallel.get(key, 1) for key in ("tp", "pp", "vp", "ep"))
     dp = gpus // (tp * pp)
-    with_step = gathers_with_optimizer_step(dp, pp, vp)
+    with_step = gathers_with_optimizer_step(dp, pp, vp) and gathers_overlapped
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 and not layout else {}
     return {
         "name": name,
@@ -258,8 +268,11 @@ def _qwen3_run(
             "matmul_dtype": "fp8",
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
-            "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0},
+            "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,
+            # moe_a2a_overlap's delay_wgrad_compute (helpers.py `set_moe_a2a_overlap_overrides`, v0.2.0),
+            # which comm_overlap.py `CommOverlapConfig.setup` copies onto the model config (`_apply_cfgs`)
+            "delay_wgrad_compute": a2a_overlap,
         },
     }
 
@@ -274,6 +287,10 @@ def _split_layout(stages: int, per_stage: int) -> str:
 
 
 # (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, assumptions)
+# qwen3_llm_pretrain.py `qwen3_235b_a22b_b200_config` (v0.2.0) turns the parameter gathers' overlap off
+# for fp8_mx ("keeping this enabled causes NaN grad norm": comm_overlap, ddp and optimizer
+# overlap_param_gather False); no other Qwen3 row's config touches it.
+_GATHERS_APART = ("Qwen3 235B MXFP8 PP8 EP8 (64 B200)",)
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     (
         "Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)",
@@ -309,6 +326,9 @@ def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assum
         "assumptions": (
             f"{'MXFP8' if 'MXFP8' in label else 'FP8 current scaling'} as ppb's FP8 GEMMs with their casts",
             "attention in BF16 (TE's default for FP8 recipes)",
+            # mixed_precision.py `bf16_with_mxfp8_mixed` (v0.2.0): fp8_param_gather and
+            # reuse_grad_buf_for_mxfp8_param_ag, which ppb does not model for Megatron
+            *(("MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",) if "MXFP8" in label else ()),
             *assumptions,
         ),
     }
@@ -329,6 +349,66 @@ _GRAPHS: dict[str, dict[str, Any]] = {
 }
 
 
+# DeepSeek-V3 (w/ MTP), FP8-MX, on 256 B200: the table's GBS 2048, MBS 1, PP 16, VP 1, EP 8; 2,139 tokens/s
+# per GPU. The release's recipe (v0.2.0): configs/deepseek/workload_base_configs.py
+# DEEPSEEK_V3_B200_BASE_CONFIG (= its FP8_MX config): PP 16, EP 8, GBS 2048, recompute_modules
+# ["mla_up_proj"], no moe_a2a_overlap, no CUDA graphs, no flex dispatcher; deepseek_llm_pretrain.py
+# `set_deepseek_v3_common_configs`: sequence 4096, router fusion, selective recompute, BF16 gradient
+# reduction, forced load balancing; `deepseek_v3_b200_config`: overlap_grad_reduce. recipes/deepseek/
+# deepseek_v3.py `pretrain_config`: MTP 1 layer, the (16, 1) layout (the embedding and 4 layers, 14 stages
+# of 4, the last layer with the MTP layer and the loss), moe_permute_fusion, MBS 1. models/deepseek
+# (DeepSeekModelProvider, DeepSeekV3Bridge): the alltoall dispatcher, grouped GEMM, pre-softmax, the router
+# in fp32, seq_aux_loss at the HF config's aux_loss_alpha, sigmoid scores, expert bias, top-k scaling 2.5,
+# vocabulary divisible by 1280 (129,280 as it is). helpers.py `set_common_perf_overrides`: rope fusion,
+# TE's fused cross-entropy, no NaN checks.
+def _deepseek_v3_b200() -> dict[str, Any]:
+    gpus, gbs, pp, ep = 256, 2048, 16, 8
+    dp = gpus // pp
+    layout = "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL"
+    raw = {
+        "name": "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)",
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/deepseek-v3.json", "pad_vocab_multiple": 1280}],
+        "parallel": {"dp": dp, "tp": 1, "pp": pp, "ep": ep, "etp": 1, "zero": 1, "layout": layout},
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": 1,
+            "micro_batches": gbs // dp,
+            "dtype": "bf16",
+            "grad_bytes": 2,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": ["mla_up_proj"]},
+            "moe": {
+                "router_dtype": "fp32",
+                "permute_fusion": True,
+                "router": {
+                    "score_function": "sigmoid",
+                    "aux_losses": ["seq_aux_loss"],
+                    "expert_bias": True,
+                    "pre_softmax": True,
+                    "topk_scaling": True,
+                    "fusion": True,
+                    "force_balance": True,
+                },
+            },
+        },
+        "device": {"name": "b200"},
+        "timing": {**_COMMON_TIMING, "matmul_dtype": "fp8", "fp8_recipe": "mxfp8"},
+    }
+    tps = 2139.0
+    return {
+        **_row("DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", raw, gpus, gbs, tps, ()),
+        "assumptions": (
+            "MXFP8 as ppb's FP8 GEMMs with their casts",
+            "attention in BF16 (TE's default for FP8 recipes)",
+            "MXFP8's parameter all-gathers (fp8_param_gather) priced at 16 bits",
+            "routing balanced (forced)",
+            "the shared expert on the compute stream (moe_shared_expert_overlap not modelled)",
+            "the precision-aware optimizer's BF16 moments priced as FP32 ones",
+        ),
+    }
+
+
 def nemo_rows() -> list[dict[str, Any]]:
     """Each row's fields for bench/public_runs.py's PublicRun."""
     rows = []
@@ -339,10 +419,21 @@ def nemo_rows() -> list[dict[str, Any]]:
     for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, assumptions in _QWEN3_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
         raw = _qwen3_run(
-            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe
+            label,
+            spec,
+            gpus,
+            gbs,
+            mbs,
+            parallel,
+            device,
+            a2a_overlap=a2a,
+            layout=layout,
+            fp8_recipe=recipe,
+            gathers_overlapped=label not in _GATHERS_APART,
         )
         raw["timing"].update(_GRAPHS.get(label, {}))
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
+    rows.append(_deepseek_v3_b200())
     return rows
 
 

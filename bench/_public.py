@@ -29,7 +29,12 @@ LLAMA3_405B = {
 
 
 # What torchtitan ran before v0.2.2 where ppb's defaults follow v0.2.2 (docs/frameworks.md, torchtitan versions)
-BEFORE_V022: dict[str, Any] = {"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash"}
+# Every published torchtitan run priced here predates 83e694105 (2025-07-28): the root unit holds the
+# embedding, final norm and output layer (`fsdp_units: root`).
+BEFORE_V022: dict[str, Any] = {"norm_type": "rmsnorm", "repeat_kv": True, "sdpa_backend": "flash", "fsdp_units": "root"}
+# Runs before 6e4988550 (2025-02-24: fused AdamW by default): foreach AdamW (1ea476e9f's train.py passes
+# foreach=True; 3faaa1a0d and 9dec370's optimizer.py `foreach: not fused`, fused off unless asked)
+FOREACH_ADAMW: dict[str, Any] = {"optimizer_implementation": "foreach"}
 
 
 def torchtitan_run(
@@ -66,6 +71,7 @@ def torchtitan_run(
             "micro_batch_size": micro_batch_size,
             "micro_batches": micro_batches,
             "dtype": "bf16",
+            "optimizer": "adamw",  # [optimizer] name's default at every commit priced here
             "flash_attention": True,
             "recompute": recompute,
         },
@@ -78,7 +84,9 @@ def torchtitan_llama31_8b(gpus: int, device: dict[str, Any]) -> dict[str, Any]:
     """torchtitan's Llama 3.1 8B benchmark on *gpus* H100 (llama3_h100_202412_torchtitan.md, Tables 1
     and 3): FSDP over all of them, local batch 2 of 8192 tokens, per-op selective checkpointing."""
     recompute = {"mode": "selective", "option": "op"}
-    return torchtitan_run(f"torchtitan-llama3.1-8b-fsdp{gpus}", LLAMA31_8B, {"dp": gpus}, 8192, 2, 1, recompute, device)
+    raw = torchtitan_run(f"torchtitan-llama3.1-8b-fsdp{gpus}", LLAMA31_8B, {"dp": gpus}, 8192, 2, 1, recompute, device)
+    raw["timing"] |= FOREACH_ADAMW  # 9dec370
+    return raw
 
 
 MEGATRON_TESTS = "NVIDIA/Megatron-LM d98e8a64 tests/functional_tests/test_cases"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_run
+from _public import FOREACH_ADAMW, LLAMA3_405B, LLAMA31_8B, LLAMA31_70B, torchtitan_run
 
 _BENCH = "pytorch/torchtitan benchmarks"
 DEC2024 = f"{_BENCH}/llama3_h100_202412_torchtitan.md (runs at 9dec370)"
@@ -68,6 +68,8 @@ def _row(
     name = f"torchtitan {label}"
     raw = torchtitan_run(name, spec, parallel, seq, local_batch // micro_batches, micro_batches, recompute, device)
     raw["timing"] |= timing
+    if source.startswith((DEC2024, DOCS_2024)):  # before 6e4988550: foreach AdamW
+        raw["timing"] |= FOREACH_ADAMW
     return {
         "name": name,
         "source": source,

@@ -73,6 +73,14 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", MIRROR, *args], capture_output=True, text=True, check=True).stdout
 
 
+def repository_file(path: str) -> str | None:
+    """A file a case's flags name (`--tp-comm-overlap-cfg`), relative to the repository as the CI runs it."""
+    try:
+        return _git("show", f"{COMMIT}:{path}")
+    except subprocess.CalledProcessError:
+        return None
+
+
 def case_files() -> dict[str, set[str]]:
     """<family>/<case> → its file names, at the commit."""
     found: dict[str, set[str]] = defaultdict(set)
@@ -189,7 +197,7 @@ def _error(pair: tuple[float, float] | None) -> float | None:
 
 def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int) -> Row:
     where = f"{family}/{case}"
-    imported = import_megatron(text, gpus, GPUS[gpu], where)
+    imported = import_megatron(text, gpus, GPUS[gpu], where, read_file=repository_file)
     imported.raw["name"] = case
     run = run_config_of(imported, where)
     stage = run.parallel.pp - 1

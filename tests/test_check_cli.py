@@ -53,9 +53,12 @@ def test_a_plan_that_overflows_one_stage_says_which_and_exits_1(
     assert out["message"].startswith(f"stage 0 runs out of memory by {over:,.0f} MB at its ")
     assert out["iteration_s"] > 0
     # the balancer's own figure in seconds: the schedule on the layers' times, i.e. the time model's
-    # compute and bubble (its iteration adds P2P, the DP reduction and the optimizer step)
+    # compute and bubble (its iteration adds P2P, the DP reduction and the optimizer step) but for
+    # Megatron's get_batch broadcasts, which the iteration runs in the first and last stages' forwards
+    # (docs/timing.md, `compute`): a few ms over 32 micro-batches of 8192 tokens at TP 2
     breakdown = out["iteration"]["breakdown"]
-    assert out["balancer"]["simulated_time_s"] == pytest.approx(breakdown["compute"] + breakdown["bubble"], rel=1e-6)
+    scheduled = breakdown["compute"] + breakdown["bubble"]
+    assert 0 < scheduled - out["balancer"]["simulated_time_s"] < 0.01 * scheduled
 
 
 def test_layers_cost_the_same_memory_each(

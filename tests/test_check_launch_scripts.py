@@ -241,6 +241,7 @@ device: {name: a100-80gb}
 models: [{name: llm, config: HF/llama3-8b.json}]
 parallel: {dp: 8, tp: 1, pp: 1, zero: 1}
 training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16, fp8_cache: linear}
+timing: {matmul_dtype: fp8, fp8_param_gather: true, attention_mask_in_dataloader: false}
 device: {name: h100-80gb}
 """,
     "examples/mixtral/train_mixtral_8x7b_distributed.sh": """
@@ -254,6 +255,7 @@ models: [{name: llm, config: HF/deepseek-v3.json}]
 parallel: {dp: 8, tp: 1, pp: 1, ep: 8, etp: 1, fsdp: true}
 training: {seq_length: 4096, micro_batch_size: 4, micro_batches: 64, dtype: bf16,
            recompute: {granularity: selective, modules: [mlp, moe, mla_up_proj, layernorm]}}
+timing: {attention_mask_in_dataloader: false}
 device: {name: h100-80gb}
 """,
 }
@@ -315,6 +317,20 @@ def test_the_experts_width_defaults_to_the_dense_one(capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "--plan: --ffn-hidden-size: 18432, the run config has 2048 (moe_intermediate_size; the experts'" in err, err
+
+
+def test_mla_latent_norms_need_qk_layernorm(capsys: pytest.CaptureFixture[str]) -> None:
+    """DeepSeek-V3's latent norms are Megatron's --qk-layernorm under MLA (gpt_layer_specs.py d98e8a64:
+    TELayerNormColumnParallelLinear up-projections with it, plain linears without): a whole command line
+    without it runs no latent norm, which the run config has."""
+    flags = (
+        "--num-layers 61 --swiglu --untie-embeddings-and-output-weights --num-experts 256 --moe-router-topk 8"
+        " --moe-shared-expert-intermediate-size 2048 --multi-latent-attention"
+    )
+    code = main(["check", str(CONFIGS / "deepseek-v3.yaml"), "--plan", flags, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--plan: --qk-layernorm: not given, the run config has True (mla_latent_norms)" in err, err
 
 
 def test_kv_channels_left_out_default_to_hidden_over_heads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -412,3 +428,75 @@ def test_a_launch_of_the_other_fsdp_is_one_line(
         assert code in (0, 1) and json.loads(out)["form"] == "megatron", err
         return
     assert code == 2 and out == "" and err.count("\n") == 1 and line in err, err
+
+
+# A small FP8 run through `ppb import megatron` and back through `ppb check --plan` (megatron_run
+# `_check_memory_switches`): the switches this session's importer reads that change what a stage holds.
+FP8_BASE = (
+    "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024"
+    " --micro-batch-size 1 --global-batch-size 64 --pipeline-model-parallel-size 2 --bf16 --use-distributed-optimizer"
+    " --fp8-format hybrid --fp8-recipe tensorwise --tokenizer-type NullTokenizer --vocab-size 32000"
+)
+FP8_SWITCHES = "--fp8-param-gather --first-last-layers-bf16 --no-create-attention-mask-in-dataloader"
+
+
+def _imported(tmp_path: Path, flags: str, capsys: pytest.CaptureFixture[str]) -> Path:
+    run = tmp_path / "run.yaml"
+    code = main(["import", "megatron", flags, "--gpus", "8", "--device", "h100-80gb", "-o", str(run)])
+    capsys.readouterr()
+    assert code == 0
+    return run
+
+
+@pytest.mark.parametrize(
+    ("plan", "said"),
+    [
+        (FP8_BASE, "--fp8-param-gather: not given, the run config has timing.fp8_param_gather: true"),
+        (
+            f"{FP8_BASE} --fp8-param-gather --first-last-layers-bf16",
+            "--no-create-attention-mask-in-dataloader: not given, the run config has "
+            "timing.attention_mask_in_dataloader: false",
+        ),
+        (
+            f"{FP8_BASE} {FP8_SWITCHES} --num-layers-at-start-in-bf16 2",
+            "--first-last-layers-bf16: given (2 layers at the start, 1 at the end), the run config has [1, 1]",
+        ),
+        (
+            f"{FP8_BASE} --fp8-param-gather --no-create-attention-mask-in-dataloader",
+            "--first-last-layers-bf16: not given, the run config has [1, 1]",
+        ),
+    ],
+)
+def test_the_imported_memory_switches_are_compared(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, plan: str, said: str
+) -> None:
+    run = _imported(tmp_path, f"{FP8_BASE} {FP8_SWITCHES}", capsys)
+    # the launch it was imported from checks as that run
+    assert main(["check", str(run), "--plan", f"{FP8_BASE} {FP8_SWITCHES}", "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    # a whole command line without one of them (or other counts) is another run: refused in one line
+    code = main(["check", str(run), "--plan", plan, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+    # a text of flags alone (no --num-layers) leaves the others unsaid
+    assert main(["check", str(run), "--plan", "--fp8-param-gather", "--no-optimum", "-q"]) == 0
+
+
+def test_the_switches_given_to_a_run_without_them_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/llama3-8b.yaml keeps Megatron's defaults: the data loader's mask, no FP8."""
+    code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", "--no-create-attention-mask-in-dataloader", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "timing.attention_mask_in_dataloader: true" in err, err
+
+
+def test_the_layer_wise_layout_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Muon with the distributed optimizer (dist_muon): --no-use-layer-wise-param-layout is
+    training.layer_wise_param_layout false (training.py wrap_model_chunks_with_ddp), and back."""
+    base = FP8_BASE.replace(" --fp8-format hybrid --fp8-recipe tensorwise", "") + " --optimizer muon"
+    run = _imported(tmp_path, f"{base} --no-use-layer-wise-param-layout", capsys)
+    assert "layer_wise_param_layout: false" in run.read_text()
+    assert main(["check", str(run), "--plan", f"{base} --no-use-layer-wise-param-layout", "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    code = main(["check", str(run), "--plan", base, "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "training.layer_wise_param_layout: false" in err, err

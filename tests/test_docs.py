@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ppb_core.config.run import TimingOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("bench", "configs", "deploy", "docs", "pipelines", "ppb_core", "tests")
 TEXT = {".md", ".py", ".yaml", ".yml", ".toml", ".json", ".txt"}
@@ -40,3 +42,16 @@ def test_nothing_cites_the_planning_notes_outside_the_repository() -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         found += [f"{path.relative_to(ROOT)}: {name}" for name in OUTSIDE if name in text]
     assert found == []
+
+
+def test_docs_timing_shows_every_timing_field_with_its_default() -> None:
+    """docs/timing.md's run-config example names every `timing` field (TimingOptions), each line
+    saying its default: a field added without a line there is found by no reader."""
+
+    text = (ROOT / "docs" / "timing.md").read_text(encoding="utf-8")
+    block = text[text.index("device: {name: a100-80gb") : text.index("## Calibration")]
+    lines = {line.split(":")[0].strip(): line for line in block.splitlines() if line.startswith("  ")}
+    missing = [name for name in TimingOptions.model_fields if name not in lines]
+    assert missing == []
+    unsaid = [name for name in TimingOptions.model_fields if name != "overlap" and "default" not in lines[name]]
+    assert unsaid == []

@@ -198,6 +198,23 @@ def test_cli_table(capsys):
     assert "dense" in out and "Stages" in out and "FULL" in out
 
 
+def test_cli_table_shows_no_hidden_share_for_what_nothing_sends(capsys):
+    """torchtitan's FSDP over 8, no TP, PP or DP replicas: no layer collective, recompute gather or DP
+    reduction is sent; the JSON says 1.0 hidden for them (`link_seconds` 0), the table "-", not "100%"."""
+    assert main(["estimate", "configs/llama3.1-8b-torchtitan.yaml", "--json"]) == 0
+    iteration = json.loads(capsys.readouterr().out)["iteration"]
+    assert iteration["link_seconds"]["dp_communication"] == 0.0 and iteration["hidden"]["dp_communication"] == 1.0
+    assert iteration["link_seconds"]["fsdp_communication"] > 0.0
+    assert main(["estimate", "configs/llama3.1-8b-torchtitan.yaml"]) == 0
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[3].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("│ hidden: ")
+    }
+    assert rows["hidden: dp communication"] == "-" and rows["hidden: layer collectives"] == "-"
+    assert rows["hidden: fsdp communication"] == f"{iteration['hidden']['fsdp_communication']:.0%}"
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [

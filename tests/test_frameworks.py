@@ -17,6 +17,7 @@ from test_memory_runs import DENSE, body, layers, make_run, model
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_workspace_bytes, stage_peaks
+from ppb_core.memory.frameworks.megatron import drain_buffer_bytes
 from ppb_core.memory.frameworks.workspaces import (
     torch_cublas_workspace_bytes,
     torch_training_workspace_bytes,
@@ -157,6 +158,25 @@ def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush()
     assert e1.moments["loss"] - p1.moments["loss"] == 3 * 139264
     # the balancer charges every stage the most any could hold: the deferred bytes too
     assert run_workspace_bytes(deferred) - run_workspace_bytes(plain) == 278528
+
+
+def test_megatron_deferral_under_sp_keeps_the_flush_s_gather_buffers():
+    # utils.py drain_embedding_wgrad_compute (d98e8a64): with sequence parallelism each deferred input is
+    # all-gathered into the global buffers "mpu_0", "mpu_1", T·h·bc each, kept after: DENSE at tp 2, s 64, b 1:
+    # 64·64·2 = 8192 each, two with 4 (or 2) deferred micro-batches, one with a limit of 1, none without SP
+
+    def setup(limit: int, sp: bool = True):
+        training = {"micro_batches": 4, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit}
+        run = make_run(DENSE, parallel={"pp": 2, "tp": 2, "sequence_parallel": sp, "world_size": 4}, training=training)
+        memory = model(run)
+        return memory.setup, [layers(run)["TAIL"].kind]
+
+    assert drain_buffer_bytes(*setup(0)) == 2 * 8192
+    assert drain_buffer_bytes(*setup(2)) == 2 * 8192
+    assert drain_buffer_bytes(*setup(1)) == 8192
+    assert drain_buffer_bytes(*setup(0, sp=False)) == 0
+    tails_setup, _ = setup(0)
+    assert drain_buffer_bytes(tails_setup, [body(make_run(DENSE)).kind]) == 0  # no output layer on the stage
 
 
 def test_megatron_deferral_is_refused_where_megatron_refuses_it():
@@ -451,12 +471,13 @@ def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():
 
 def test_megatron_loss_holds_the_16_bit_logits_next_to_the_fp32_softmax():
     # cross_entropy.py: the fp32 copy becomes the softmax in place (kept, 4·64·1024 in the TAIL);
-    # the bf16 logits of the output layer are alive meanwhile: 2·64·1024 = 131072
+    # the bf16 logits of the output layer are alive meanwhile: 2·64·1024 = 131072; and the data loader's bool
+    # causal mask, 64·64 = 4096, through the forward (pretrain_gpt.py get_batch; tests/test_dataloader_mask.py)
     run = make_run(DENSE)
     memory = model(run)
     tail = layers(run)["TAIL"]
     assert _terms(memory, tail)["output.logits_softmax"] == 4 * 64 * 1024
-    assert memory.loss_bytes(tail) == 131072
+    assert memory.loss_bytes(tail) == 131072 + 4096
     assert memory.loss_bytes(body(run)) == 0
 
 
@@ -812,6 +833,21 @@ def test_megatron_workspaces_follow_the_stage_layers():
     # the balancer charges every stage the most any stage could hold: the TAIL's stage's, with a chunk's
     # cached rotary frequencies 64 · 16 · 4 = 4096
     assert run_workspace_bytes(run, memory) == 100664320 + 8192 + 4096
+
+
+def test_megatron_userbuffers_gemms_keep_their_own_workspaces():
+    # --tp-comm-overlap (timing.overlap.tp above 0, sequence parallelism): TE's userbuffers GEMMs take
+    # get_cublas_workspace(device, True, False), _NUM_MAX_UB_STREAMS = 3 workspaces of 32 MiB + 1 KiB
+    # (cpp_extensions/gemm.py, d0067d0d): 3·33555456 = 100666368 more on each stage with decoder layers
+    parallel = {"pp": 2, "tp": 2, "sequence_parallel": True, "zero": 0}
+    plain = make_run(DENSE, parallel=parallel, framework="megatron")
+    ub = make_run(DENSE, parallel=parallel, framework="megatron", timing={"overlap": {"tp": 1.0}})
+    peaks = [stage_peaks(model(run), walk(run), [[2, 1]], device_bytes=80 * 2**30) for run in (plain, ub)]
+    assert [b.static_bytes - a.static_bytes for a, b in zip(*peaks, strict=True)] == [100666368, 100666368]
+    no_sp = {**parallel, "sequence_parallel": False}
+    assert not model(
+        make_run(DENSE, parallel=no_sp, framework="megatron", timing={"overlap": {"tp": 1.0}})
+    ).setup.userbuffers
 
 
 def test_megatron_chunk_keeps_its_cached_rotary_frequencies():

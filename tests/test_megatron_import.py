@@ -148,7 +148,8 @@ def test_a_moe_mla_case_carries_experts_latent_attention_mtp_and_the_pipeline() 
         "qk_rope_head_dim": 64,
         "v_head_dim": 128,
         "mtp_layers": 1,
-        "qk_norm": False,  # under MLA, --qk-layernorm norms the latents, which ppb's MLA has
+        "qk_norm": False,  # under MLA, --qk-layernorm norms the latents
+        "mla_latent_norms": True,
     }
     assert {key: spec[key] for key in expected} == expected
     assert "dense_layers" not in spec and "head_dim" not in spec
@@ -313,11 +314,11 @@ def test_a_contradiction_is_refused_naming_the_flag(flags: str, flag: str) -> No
 
 def test_the_command_writes_a_run_config_other_commands_read(tmp_path, capsys) -> None:
     script = tmp_path / "train.sh"
-    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion --fim-rate 0.5\n")
+    script.write_text(SMALL_GPT + " --no-bias-gelu-fusion --te-precision-config-file p.yaml\n")
     out = tmp_path / "run.yaml"
     assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    unmodelled = "ppb: not modelled: --fim-rate 0.5: not modelled by ppb (priced as if not given)"
+    unmodelled = "ppb: not modelled: --te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)"
     assert captured.err.strip().splitlines() == [unmodelled]
     run = load_run_config(out)
     assert (run.name, run.parallel.dp, run.training.micro_batches) == ("train", 2, 4)
@@ -391,6 +392,95 @@ def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:
     assert import_megatron(f"{fp16} --loss-scale 4096", 8, "h100-80gb").raw["timing"]["check_for_nan_in_grad"]
 
 
+def test_mla_without_qk_layernorm_has_no_latent_norms() -> None:
+    # gpt_layer_specs.py (d98e8a64): under MLA --qk-layernorm makes the up-projections
+    # TELayerNormColumnParallelLinear; without it they are plain linears, and nothing is noted
+    mla = f"{BASE} --multi-latent-attention --kv-lora-rank 64"
+    plain = import_megatron(mla, 8, "h100-80gb")
+    assert plain.raw["models"][0]["spec"]["mla_latent_norms"] is False and plain.notes == []
+    normed = import_megatron(f"{mla} --qk-layernorm", 8, "h100-80gb").raw["models"][0]["spec"]
+    assert normed["mla_latent_norms"] is True and normed["qk_norm"] is False
+
+
+def test_megatron_fsdp_keeps_its_gradients_in_its_own_main_grads_dtype() -> None:
+    # Megatron-LM d98e8a64: --megatron-fsdp-main-grads-dtype defaults to auto (None), and
+    # param_and_grad_buffer.py `_resolve_group_grad_dtype` then gives the main gradient buffer the
+    # parameters' dtype: bf16 under --bf16 (2 bytes), whatever DDP's fp32 accumulation rule says; fp32 when
+    # asked (4). The three flags are read, none noted; a comm dtype other than the gradients' is noted.
+    fsdp = f"{BASE} --use-megatron-fsdp --use-distributed-optimizer"
+
+    def imported(flags: str):
+        return import_megatron(flags, 8, "h100-80gb")
+
+    assert imported(fsdp).raw["training"].get("grad_bytes") == 2
+    dtypes = "--megatron-fsdp-main-params-dtype fp32 --megatron-fsdp-main-grads-dtype fp32"
+    stated = imported(f"{fsdp} {dtypes} --megatron-fsdp-grad-comm-dtype fp32")
+    assert stated.raw["training"].get("grad_bytes", 4) == 4
+    assert stated.notes == []
+    assert imported(f"{fsdp} --megatron-fsdp-main-grads-dtype bf16").raw["training"].get("grad_bytes") == 2
+    assert imported(f"{fsdp} --megatron-fsdp-grad-comm-dtype bf16").notes == []  # auto gradients are bf16 too
+    assert imported(f"{fsdp} --megatron-fsdp-grad-comm-dtype fp32").notes == [
+        "--megatron-fsdp-grad-comm-dtype fp32: reduce-scatter priced in the main gradients' dtype"
+    ]
+    assert imported(f"{fsdp} --megatron-fsdp-main-params-dtype auto").notes == [
+        "--megatron-fsdp-main-params-dtype auto: priced as fp32 main parameters (the default)"
+    ]
+    with pytest.raises(InputError) as caught:
+        imported(f"{fsdp} --megatron-fsdp-main-grads-dtype fp8")
+    assert caught.value.field == "--megatron-fsdp-main-grads-dtype"
+    # DDP keeps its own rule: bf16 accumulates in fp32
+    assert imported(BASE).raw["training"].get("grad_bytes", 4) == 4
+
+
+def test_the_op_fuser_runs_the_same_kernels_but_cute_dsls_fused_grouped_mlp() -> None:
+    # moe/experts.py TEGroupedMLP._make_fused_ops (d98e8a64): GroupedLinear, ScaledSwiGLU, GroupedLinear as
+    # TEGroupedMLP runs them; TE's CuTe DSL fused grouped MLP only for MXFP8 on sm100 with
+    # NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (ops/fused/grouped_mlp.py fuse_grouped_mlp_ops)
+    moe = f"{BASE} --num-experts 4 --moe-grouped-gemm --use-transformer-engine-op-fuser"
+    assert import_megatron(moe, 8, "h100-80gb").notes == []
+    mxfp8 = f"export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1\n{moe} --fp8-format e4m3 --fp8-recipe mxfp8"
+    assert import_megatron(mxfp8, 8, "h100-80gb").notes == []  # capability 9: the basic ops
+    assert import_megatron(mxfp8, 8, "b200").notes == [
+        "--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"
+    ]
+
+
+def test_a_tp_comm_overlap_cfg_gives_the_userbuffers_methods(tmp_path, capsys) -> None:
+    # megatron/training/initialize.py _initialize_tp_communicators hands the YAML to TE's initialize_ub, which
+    # updates each GEMM's default config with its entry: only methods other than the defaults are kept
+    cfg = "fc2_fprop:\n  method: ring_exchange\nproj_fprop:\n  method: pipeline\n  num_sm: 4\n"
+    cfg += "qkv_dgrad:\n  method: bulk\n"
+    flags = f"{BASE} --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml"
+    imported = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": cfg}.get)
+    assert imported.raw["timing"]["tp_comm_overlap_methods"] == {"fc2_fprop": "ring_exchange"}
+    assert imported.notes == []
+    unread = import_megatron(flags, 8, "h100-80gb")
+    assert "tp_comm_overlap_methods" not in unread.raw["timing"]
+    assert unread.notes == ["--tp-comm-overlap-cfg ub.yaml: not readable here, priced with TE's default methods"]
+    with pytest.raises(InputError) as caught:
+        import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": "fc3_fprop: {method: bulk}\n"}.get)
+    assert caught.value.field == "--tp-comm-overlap-cfg"
+    # the command reads it relative to the launch script, as Megatron opens it from the working directory
+    (tmp_path / "ub.yaml").write_text(cfg)
+    script = tmp_path / "train.sh"
+    script.write_text(SMALL_GPT + " --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml\n")
+    out = tmp_path / "run.yaml"
+    assert main(["import", "megatron", str(script), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
+    assert load_run_config(out).timing.tp_comm_overlap_methods == {"fc2_fprop": "ring_exchange"}
+
+
+def test_flags_with_nothing_to_price_are_read_past() -> None:
+    # the FIM dataset rearranges token ids in the loader (fim_dataset.py); --outer-dp-sharding-strategy
+    # no_shard is arguments.py's default; --cuda-graph-warmup-steps counts eager steps before the capture
+    flags = (
+        f"{BASE} --fim-data --fim-rate 0.5 --fim-spm-rate 0.5 --outer-dp-sharding-strategy no_shard"
+        " --cuda-graph-impl transformer_engine --cuda-graph-warmup-steps 0"
+    )
+    assert import_megatron(flags, 8, "h100-80gb").notes == []
+    optim = import_megatron(f"{BASE} --outer-dp-sharding-strategy optim", 8, "h100-80gb").notes
+    assert optim == ["--outer-dp-sharding-strategy optim: not modelled by ppb (priced as if not given)"]
+
+
 def test_megatrons_default_dispatcher_is_the_all_gather() -> None:
     # transformer_config.py: moe_token_dispatcher_type defaults to allgather
     imported = import_megatron(f"{BASE} --num-experts 4 --moe-grouped-gemm", 8, "h100-80gb")
@@ -440,10 +530,12 @@ def test_a_profiler_s_options_are_not_megatron_flags() -> None:
         f"TRAINING_ARGS=({BASE} --record-memory-history)\n"
         "PROFILE_CMD=(nsys profile --sample=none --trace=cuda,nvtx -o out)\n"
         '"${PROFILE_CMD[@]}" torchrun --nproc_per_node 8 pretrain_gpt.py ${TRAINING_ARGS[@]}\n'
-        "nsys profile --cuda-memory-usage=true python -m torch.distributed.run pretrain_gpt.py --fim-rate 0.5\n"
+        "nsys profile --cuda-memory-usage=true python -m torch.distributed.run pretrain_gpt.py"
+        " --te-precision-config-file p.yaml\n"
     )
     noted = [note.split()[0].rstrip(":") for note in import_megatron(script, None, "h100-80gb").notes]
-    assert noted == ["--record-memory-history", "--fim-rate"]  # no --sample, --trace, -o, --cuda-memory-usage
+    # no --sample, --trace, -o, --cuda-memory-usage
+    assert noted == ["--record-memory-history", "--te-precision-config-file"]
 
 
 def test_an_expert_group_that_does_not_divide_names_the_expert_flag() -> None:
@@ -468,12 +560,13 @@ def test_an_empty_launch_script_is_said_to_be_empty(tmp_path, capsys) -> None:
 
 
 def test_a_flag_a_letter_off_one_ppb_carries_is_said_as_a_likely_typo() -> None:
-    # --num-layer is --num-layers less its s (difflib ratio 2·11/23 = 0.96 > 0.9); --fim-rate is near none
-    notes = import_megatron(f"{BASE} --num-layer 4 --fim-rate 0.5", 8, "h100-80gb").notes
+    # --num-layer is --num-layers less its s (difflib ratio 2·11/23 = 0.96 > 0.9); --te-precision-config-file is
+    # near none
+    notes = import_megatron(f"{BASE} --num-layer 4 --te-precision-config-file p.yaml", 8, "h100-80gb").notes
     assert notes == [
         "--num-layer 4: not modelled by ppb (priced as if not given); a typo of --num-layers? "
         "Megatron-LM refuses a flag it does not have",
-        "--fim-rate 0.5: not modelled by ppb (priced as if not given)",
+        "--te-precision-config-file p.yaml: not modelled by ppb (priced as if not given)",
     ]
 
 

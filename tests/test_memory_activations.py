@@ -9,6 +9,7 @@ import pytest
 from small_models import SMALL_MLA
 from test_memory_runs import DENSE, body, layers, make_run, model
 
+from ppb_core.errors import InputError
 from ppb_core.memory.activations import routed_rows
 from ppb_core.model.switches import KEEP_ALL, LayerType
 
@@ -140,6 +141,20 @@ def test_mla_latents_and_up_projected_heads():
     assert memory.activation_bytes(layer, SEL, dict(KEEP_ALL, attBMM=0)) == memory.activation_bytes(layer, NOT)
 
 
+def test_mla_without_latent_norms_keeps_the_latents_once():
+    # Megatron's MLA without --qk-layernorm (gpt_layer_specs.py d98e8a64: plain column-parallel up-projections):
+    # the up-projections keep the latents the norms kept before, and nothing is normed: the two attUp
+    # norm outputs above go, 32·16·2 + 32·8·2 = 1536 bytes fewer, and attUp 0 drops only the heads (8192)
+    run = make_run({**MLA, "mla_latent_norms": False}, training={"seq_length": 32})
+    normed = make_run(MLA, training={"seq_length": 32})
+    memory, layer = model(run), body(run)
+    ops = {t.op for t in memory.activation_terms(layer, NOT)}
+    assert "attention.q_latent" in ops and "attention.kv_latent" in ops
+    assert not {"attention.q_latent_norm", "attention.kv_latent_norm"} & ops
+    assert model(normed).activation_bytes(body(normed), NOT) - memory.activation_bytes(layer, NOT) == 1536
+    assert memory.activation_bytes(layer, NOT) - memory.activation_bytes(layer, SEL, dict(KEEP_ALL, attUp=0)) == 8192
+
+
 MOE = {
     "vocab_size": 1024,
     "hidden_size": 32,
@@ -264,3 +279,14 @@ def test_expert_tensor_parallel_gathered_rows_are_a_gather_buffer():
     assert [(t.bytes, t.kept, t.switch) for t in gathered] == [(1024, True, "gather")]
     recomputed = memory.buffers(layer, SEL, dict(KEEP_ALL, gather=0)).terms
     assert all(t.name != "moe.expert_gathered_tokens" for t in recomputed)
+
+
+def test_mla_latent_norms_off_is_megatron_s_and_mla_s():
+    # the field means Megatron's MLA without --qk-layernorm: refused on a model without MLA, and under
+    # torchtitan (whose DeepSeek-V3 MLA norms its latents, components of model.py `Attention`)
+
+    with pytest.raises(InputError):
+        make_run({**DENSE, "mla_latent_norms": False})
+    with pytest.raises(InputError) as caught:
+        make_run({**MLA, "mla_latent_norms": False}, framework="torchtitan")
+    assert caught.value.field == "models.0.spec.mla_latent_norms"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.memory.frameworks.megatron import MegatronRules
-from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes
+from ppb_core.memory.frameworks.workspaces import cudnn_dp_workspace_bytes, flash2_backward_workspace_bytes
 from ppb_core.memory.model import MemoryModel, run_stage_peaks, run_working_set_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.walk import walk
@@ -50,10 +50,9 @@ def test_megatron_holds_it_only_for_te_s_deterministic_cudnn_backward_on_hopper_
     assert memory.attention_workspace_bytes(body) == 2 * GIB
     setup = memory.setup
     assert rules.attention_workspace_bytes(body.kind, setup) == 2 * GIB
-    # below sm90 TE runs flash-attn 2 instead; without the flag cuDNN's plain backward; Megatron's own
-    # attention (--transformer-impl local) no cuDNN; sm120 has no deterministic fused backend (TE 2.18)
+    # without the flag cuDNN's plain backward; Megatron's own attention (--transformer-impl local) no cuDNN;
+    # sm120 has no deterministic fused backend (TE 2.18)
     for changed in (
-        {"compute_capability": 8.0},
         {"deterministic": False},
         {"transformer_impl": "local"},
         {"compute_capability": 12.0},
@@ -74,6 +73,26 @@ def test_megatron_holds_it_only_for_te_s_deterministic_cudnn_backward_on_hopper_
     assert memory.attention_workspace_bytes(tail) == 0
 
 
+def test_on_sm80_flash_attn_2_s_backward_takes_its_fp32_accumulators():
+    # TE on sm80 runs flash-attn 2 (utils.py get_attention_backend: FusedAttention preferred from sm90 only,
+    # cuDNN's deterministic backward dropped below sm90); its mha_bwd (flash_api.cpp) allocates softmax_d, fp32
+    # [b, heads, s_q rounded to 128], and dq_accum, fp32 [b, s_q rounded, heads, d rounded to 32], nsplits =
+    # ⌈SMs/(b·heads)⌉ of it when deterministic. The 7B at TP 4, micro-batch 2: 8 heads of 128, s 8192; with
+    # 132 SMs (the H100 setup's) nsplits = ⌈132/16⌉ = 9: 2·8·8192·4 = 524,288 + 9·(2·8192·8·128·4 = 67,108,864)
+    # = 603,979,776; not deterministic: one accumulator, 524,288 + 67,108,864. Its 2 key/value heads a rank (GQA
+    # 32/8 over TP 4) add dk_expanded and dv_expanded, 2·(2·8192·8·128·2) = 67,108,864, either way
+    rules = MegatronRules()
+    run = _run(4, 1, 1, 2)
+    setup = MemoryModel(run).setup
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    ampere = MemorySetup(**{**setup.__dict__, "compute_capability": 8.0})
+    assert setup.sm_count == 132
+    assert rules.attention_workspace_bytes(body.kind, ampere) == 524_288 + 9 * 67_108_864 + 67_108_864
+    plain = MemorySetup(**{**ampere.__dict__, "deterministic": False})
+    assert rules.attention_workspace_bytes(body.kind, plain) == 524_288 + 67_108_864 + 67_108_864
+    assert flash2_backward_workspace_bytes(1, 1, 100, 200, 108, True) == 128 * 4 * (1 + 108 * 256)
+
+
 def test_backward_vectors_follow_the_schedule():
     # Megatron's interleaved 1F1B, P 4, V 2, m 8, the last stage: F0.0-3, F1.0, then B1.0 at (4, 1),
     # chunk 1's backwards alternate with its forwards at (4, 1); F0.4 then B0.0 at (5, 0).
@@ -90,10 +109,13 @@ def test_a_stage_without_the_loss_holds_the_workspace_on_its_backward():
         assert det[stage].kept_bytes == pytest.approx(plain[stage].kept_bytes)
         assert det[stage].working_bytes == pytest.approx(plain[stage].working_bytes + 4 * GIB)
         assert det[stage].moment == "backward"
-    # A100 (sm80): TE runs flash-attn 2, no workspace
+    # A100 (sm80): TE runs flash-attn 2, whose deterministic backward takes nsplits = ⌈108 SMs / 32 heads⌉ = 4
+    # fp32 dQ accumulators of 8192·32·128·4 = 134,217,728 bytes where the plain one takes one: 3 more
     a100 = run_stage_peaks(_run(1, 4, 8, 1, gpu="a100"))
     a100_plain = run_stage_peaks(_run(1, 4, 8, 1, gpu="a100", deterministic=False))
-    assert [p.peak_bytes for p in a100] == [p.peak_bytes for p in a100_plain]
+    for det_peak, plain_peak in zip(a100, a100_plain, strict=True):
+        if det_peak.moment == "backward":
+            assert det_peak.working_bytes - plain_peak.working_bytes == pytest.approx(3 * 134_217_728)
 
 
 def test_on_the_loss_s_stage_the_tail_is_freed_before_the_workspace():

@@ -97,7 +97,8 @@ def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
         (1, 1),
         (1, 1),
     ]
-    # --moe-permute-fusion: Transformer Engine's row map and permute (3), its unpermute backward (1)
+    # --moe-permute-fusion: Transformer Engine's row map (`make_row_id_map`'s three Triton passes, TE
+    # d0067d0d triton/permutation.py) and permute (4), its unpermute backward (1)
     fused = layer_launches(
         tuple(_ops(permute_fusion=True).values()),
         tp=2,
@@ -105,7 +106,7 @@ def test_the_allgather_dispatchers_launches_follow_its_code() -> None:
         cross_entropy_fusion=False,
         wgrad_fused=True,
     )
-    assert fused["local_permute"] == (2 + 2 + 3 + 6, 1 + 5)
+    assert fused["local_permute"] == (2 + 2 + 4 + 6, 1 + 5)
     assert fused["local_unpermute"] == (1 + 1, 1 + 1)
 
 
@@ -195,3 +196,113 @@ def test_the_alltoall_dispatcher_sorts_its_rows_by_local_expert_and_back() -> No
     single = _ops(dispatcher="alltoall", ep=8)
     assert single["permute"].bytes == 16_777_216
     assert single["unpermute"].bytes == 12_582_912
+
+
+def test_the_alltoall_dispatcher_sends_the_probabilities_apart_and_reduces_in_their_dtype() -> None:
+    # token_dispatch (d98e8a64): the tokens' all-to-all, then the permuted probabilities' own: 2 calls
+    # each way. Rows 4096 (above): tokens 4096·1024·2 = 8,388,608 B, probabilities fp32 4096·4 = 16,384 B.
+    ops = _ops(dispatcher="alltoall")
+    dispatch = ops["dispatch"]
+    assert (dispatch.forward_comm.calls, dispatch.backward_comm.calls) == (2, 2)
+    assert dispatch.forward_comm.payload_bytes == 8_388_608 + 16_384
+    kw = {"tp": 2, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    launches = layer_launches([dispatch, ops["combine"]], **kw)
+    assert launches == {"dispatch": (2.0, 2.0), "combine": (1.0, 1.0)}
+    # Each call pays the group's steps: an all-to-all over EP 4 in the node, 3 steps a call
+    links = Links.from_run(RUN)
+    one = collective_seconds(Collective("all_to_all", "ep", 8e6, "ep"), links)
+    two = collective_seconds(Collective("all_to_all", "ep", 8e6, "ep", calls=2), links)
+    assert two - one == pytest.approx(3 * links.latency_s)
+    # With expert TP 2 (TP 2, EP 2): dispatch_postprocess all-gathers tokens and probabilities (2 calls);
+    # combine_preprocess reduce-scatters `hidden_states.to(self.probs.dtype)`: fp32 here. Rows now
+    # 4096/2 · 2 (top-2) · 2 (etp) = 8192: gathered 8192·(1024·2 + 4) = 16,809,984 B; reduced
+    # 8192·1024·4 = 33,554,432 B; cast before (8192 rows) and after (4096): (8192 + 4096)·1024·(2 + 4)
+    # = 75,497,472 B each way, two plain kernels each way.
+    etp = _ops(dispatcher="alltoall", ep=2, etp=2)
+    gather = etp["gather_experts"]
+    assert (gather.forward_comm.calls, gather.backward_comm.calls, gather.forward_comm.payload_bytes) == (
+        2,
+        2,
+        16_809_984,
+    )
+    assert etp["reduce_experts"].forward_comm.payload_bytes == 33_554_432
+    cast = etp["reduce_experts_cast"]
+    assert (cast.bytes, cast.backward_bytes, cast.launches) == (75_497_472, 75_497_472, (2.0, 2.0))
+    # in the training dtype there is nothing to cast
+    assert "reduce_experts_cast" not in _ops(dispatcher="alltoall", ep=2, etp=2, router_bytes=2)
+
+
+def test_megatrons_experts_weight_an_unfused_activation_by_the_probabilities() -> None:
+    # experts.py `TEGroupedMLP.forward` (`bias_act_func`) and mlp.py `MLP.forward`, d98e8a64: GeLU (no
+    # fusion a routed expert can take) runs `intermediate * probs.unsqueeze(-1)` then `.to(dtype)`.
+    # Rows 4096 (alltoall, above), expert width 2048: 8,388,608 elements. GeLU alone moves 2 · 2 bytes an
+    # element forward, 3 · 2 backward (`_activation`).
+    gelu = body_kind(make_run({**SPEC, "activation": "gelu"}).spec("m"), 0, RUN.training.dropout)
+    elements, rows = 4096 * 2048, 4096
+
+    def act(router_bytes: int) -> Op:
+        geo = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": router_bytes})
+        return {op.name: op for op in moe_ops(gelu, gelu.mlp, geo)}["experts_act"]
+
+    # bf16 probabilities: forward the product (read 2, write 2 an element; the probabilities 4096 · 2),
+    # no cast; backward g·p (2 + 2), g·x (2 + 2 + 2), the sum (read 2, write 4096 · 2): launches 1 + 1
+    # forward, 1 + 3 backward
+    bf16 = act(2)
+    assert bf16.bytes == elements * 4 + elements * 4 + rows * 2
+    assert bf16.backward_bytes == elements * 6 + elements * (4 + 6 + 2) + rows * 2
+    assert bf16.launches == (2.0, 4.0)
+    # fp32 (--moe-router-dtype fp32): the product in fp32 (read 2, write 4) and cast back (read 4,
+    # write 2); backward the cast up (2 + 4), g·p (4 + 4), the cast down (4 + 2), g·x (4 + 4 + 2), the sum
+    # (4, and 4096 · 4 written): launches 1 + 2 forward, 1 + 5 backward
+    fp32 = act(4)
+    assert fp32.bytes == elements * 4 + elements * (6 + 6) + rows * 4
+    assert fp32.backward_bytes == elements * 6 + elements * (6 + 8 + 6 + 10 + 4) + rows * 4
+    assert fp32.launches == (3.0, 6.0)
+    # SwiGLU's fused weighted kernel (the default bias_swiglu_fusion) and other frameworks: nothing added
+    geo = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4})
+    assert {op.name: op for op in moe_ops(KIND, MOE, geo)}["experts_act"].launches is None
+    titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4, "framework": "torchtitan"})
+    assert {op.name: op for op in moe_ops(gelu, gelu.mlp, titan)}["experts_act"].launches is None
+
+
+def test_the_moe_layer_adds_the_shared_output_and_sums_its_inputs_gradients() -> None:
+    # moe_layer.py (d98e8a64): the norm's output feeds the router and the dispatch (and the shared
+    # experts): autograd sums their input gradients, one add a consumer past the first, each reading
+    # two and writing one [2048, 1024] bf16 tensor (4096 tokens over SP 2): 3 · 2048 · 1024 · 2 =
+    # 12,582,912 B. Without shared experts: nothing forward, one add backward.
+    for dispatcher in ("alltoall", "allgather"):
+        sums = _ops(dispatcher=dispatcher)["moe_sums"]
+        assert (sums.bytes, sums.backward_bytes, sums.launches) == (0, 12_582_912, (0.0, 1.0))
+    # With a shared expert `postprocess` adds its output to the routed one (forward 12,582,912 B), and
+    # backward three consumers' gradients meet: two adds
+    shared = body_kind(
+        make_run({**SPEC, "shared_experts": 1, "shared_expert_intermediate_size": 2048}).spec("m"), 0, 0.0
+    )
+    geo = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "router_bytes": 4})
+    sums = {op.name: op for op in moe_ops(shared, shared.mlp, geo)}["moe_sums"]
+    assert (sums.bytes, sums.backward_bytes, sums.launches) == (12_582_912, 2 * 12_582_912, (1.0, 2.0))
+    # other frameworks' MoE blocks are their own
+    titan = OpGeometry(**{**GEOMETRY, "dispatcher": "alltoall", "framework": "torchtitan"})
+    assert "moe_sums" not in {op.name for op in moe_ops(KIND, MOE, titan)}
+
+
+@pytest.mark.parametrize(
+    ("fused", "ep", "permute", "unpermute"),
+    [
+        # fused, 2 local experts (EP 4): preprocess 13 + row map 3 + permute 1; backward 3. Unpermute: the
+        # sort after the all-to-all (chunk map + sort 2) and back (2) and the unpermute (1); backward 1 + 1 + 1
+        (True, 4, (13 + 4, 3), (2 + 2 + 1, 3)),
+        # fused, one local expert (EP 8): no sorts
+        (True, 8, (17, 3), (1, 1)),
+        # unfused, 2 local experts: preprocess 13 + the local counts' copy 1; the map's transpose, argsort 4,
+        # `%`, the probabilities' transpose and gather, index_select: 9; backward the two zero-filled
+        # index_add / index_put, 2 + 2. Unpermute: the cats after the all-to-all (tokens, probabilities: 2)
+        # and before it (1), zeros + scatter_add (2); backward the three splits' cats and the gather
+        (False, 4, (14 + 9, 4), (3 + 2, 3 + 1)),
+        (False, 8, (13 + 9, 4), (2, 1)),
+    ],
+)
+def test_the_alltoall_dispatchers_launches_follow_its_code(fused, ep, permute, unpermute) -> None:
+    ops = _ops(dispatcher="alltoall", permute_fusion=fused, ep=ep)
+    assert ops["permute"].launches == permute
+    assert ops["unpermute"].launches == unpermute

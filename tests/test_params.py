@@ -61,6 +61,14 @@ def test_mixtral_experts_over_ep_and_etp():
     assert body_params(kind, tp=2, ep=4, etp=2).expert == 2 * 3 * 4096 * 7168
 
 
+def test_mla_without_latent_norms_has_no_norm_weights():
+    # Megatron's MLA without --qk-layernorm has no latent norms (gpt_layer_specs.py d98e8a64): DeepSeek-V3's
+    # layer less the q norm's 1536 and the kv norm's 512 weights
+    deepseek = read_hf_config(HF / "deepseek-v3.json")
+    plain = deepseek.model_copy(update={"mla_latent_norms": False})
+    assert body_params(body_kind(deepseek, 0), tp=4).total - body_params(body_kind(plain, 0), tp=4).total == 2048
+
+
 def test_deepseek_mla_attention_over_four_ranks():
     deepseek = read_hf_config(HF / "deepseek-v3.json")
     kind = body_kind(deepseek, 0)

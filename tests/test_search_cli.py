@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.cli.main import main
+from ppb_core.cli.search import proven_line
 from ppb_core.config.run import load_run_config
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -75,3 +76,14 @@ def test_quiet_searches_without_progress(capsys) -> None:
     shown = capsys.readouterr()
     assert shown.err.splitlines()[-1].endswith("] done")  # the wall clock is said on stderr, not in the JSON
     assert shown.out == quiet.out  # byte for byte
+
+
+def test_the_proven_places_read_right_at_none_and_one() -> None:
+    """A budgeted ranking that proves no place said "places 1 to 0 are proven" (ppb search on
+    searches/deepseek-v3-2048.yaml with top 3, balance_budget 3)."""
+
+    assert proven_line(0, 17.7041, 0.093).startswith("no place is proven; every place is the fastest found")
+    assert proven_line(1, 2.0, None).startswith("place 1 is proven; past it, the fastest found")
+    line = proven_line(3, 2.8381, 0.018)
+    assert line.startswith("places 1 to 3 are proven; past them,")
+    assert line.endswith("bounded at 2.838 s or more: none can be more than 1.8 % faster than the first)")

@@ -15,6 +15,7 @@ from ppb_core.config.run import parse_run_config
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.switches import SWITCHES, LayerType
 from ppb_core.timing.flops import OpGeometry, layer_flops, layer_ops, recompute_set
+from ppb_core.timing.launches import op_launches
 
 
 def gpt_run(
@@ -137,8 +138,10 @@ def test_per_device_flops_of_moe_experts_follow_topk_routing(dropless, factor):
     assert ops["experts_in"].flops == pytest.approx(2 * rows * 4096 * 2 * 14336, rel=1e-12)
     assert ops["experts_out"].flops == pytest.approx(2 * rows * 14336 * 4096, rel=1e-12)
     assert ops["router"].flops == pytest.approx(2 * 2048 * 4096 * 8, rel=1e-12)  # n/sp tokens, 8 logits
-    # Dispatch sends every copy (times the factor at the busiest rank): 2048·2·factor tokens of 4096 bf16.
-    assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(rows * 4096 * 2, rel=1e-12)
+    # Dispatch sends every copy (times the factor at the busiest rank): 2048·2·factor tokens of 4096 bf16,
+    # and in a second all-to-all their probabilities, one bf16 each (token_dispatcher.py `token_dispatch`)
+    assert ops["dispatch"].forward_comm.payload_bytes == pytest.approx(rows * (4096 + 1) * 2, rel=1e-12)
+    assert ops["dispatch"].forward_comm.calls == ops["dispatch"].backward_comm.calls == 2
 
 
 # A small DeepSeek-style MLA layer: h=1024, a=8, q latent 256, kv latent 128, nope 64, rope 32, v 64.
@@ -178,6 +181,26 @@ def test_per_device_flops_of_an_mla_layer():
         assert ops[name].flops == pytest.approx(flops, rel=1e-12), name
     # The latents are gathered for the up-projections: q latent, kv latent and the shared rotary key.
     assert ops["gather_latents"].forward_comm.payload_bytes == n * (256 + 128 + 32) * 2
+    # Megatron gathers them in three calls (multi_latent_attention.py `get_query_key_value_tensors`,
+    # d98e8a64): linear_q_up_proj's and linear_kv_up_proj's TE column-parallel all-gathers and the rotary
+    # key's `gather_from_sequence_parallel_region`; backward three reduce-scatters and the two linears'
+    # gathers again for their weight gradients: 3 and 3 launches, then 0 and 2.
+    assert run.framework == "megatron"
+    assert (ops["gather_latents"].forward_comm.calls, ops["gather_latents"].backward_comm.calls) == (3, 3)
+    assert ops["regather_latents"].backward_comm.calls == 2
+    kw = {"tp": 2, "mla": True, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    assert op_launches(ops["gather_latents"], **kw) == (3.0, 3.0)
+    assert op_launches(ops["regather_latents"], **kw) == (0.0, 2.0)
+
+
+def test_mla_without_latent_norms_runs_no_norm_kernels():
+    # without the latent norms the up-projections read the down-projections' outputs (gpt_layer_specs.py
+    # d98e8a64, Megatron's MLA without --qk-layernorm); the GEMMs are the same
+    plain = {op.name: op for op in ops_of(spec_run({**MLA_H1024, "mla_latent_norms": False}, s=1024, tp=2))}
+    normed = {op.name: op for op in ops_of(spec_run(dict(MLA_H1024), s=1024, tp=2))}
+    assert set(normed) - set(plain) == {"q_norm", "kv_norm"}
+    assert plain["q_up"].inputs == ("q_down",) and plain["kv_up"].inputs == ("kv_down",)
+    assert plain["q_up"].flops == normed["q_up"].flops
 
 
 def _llama(**extra):

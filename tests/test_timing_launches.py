@@ -12,6 +12,7 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 from ppb_core.config.devices import (
     DEVICE_CATALOG,
     HOST_KERNEL_US_DGX_A100,
+    HOST_KERNEL_US_DGX_B200,
     HOST_KERNEL_US_DGX_GB200,
     HOST_KERNEL_US_DGX_H100,
 )
@@ -84,11 +85,15 @@ def test_named_ops_follow_the_code_path():
     loss_reduce = Op("output.reduce_loss", "output", COMM, forward_comm=Collective(ALL_REDUCE, "tp", 12.0, "tp"))
     assert op_launches(loss_reduce, **kw) == (3.0, 0.0)
     assert op_launches(loss_reduce, **{**kw, "cross_entropy_fusion": True}) == (2.0, 0.0)
-    # unfused rotary: six PyTorch ops per tensor, Q and K; fused one kernel each
+    # unfused rotary (rope_utils.py `_apply_rotary_pos_emb_bshd`, d98e8a64), per tensor Q and K: the
+    # angles' cos, `* mscale`, `.to(t.dtype)` and the same for sin (6), then t·cos, the negation and cat of
+    # `_rotate_half`, ·sin, the sum, the final cat (6): 12 each, 24 forward; backward 7 each (the angles
+    # need no gradient); MLA one interleaving cat more each (13 + 13) and Q, K joined and V copied (3):
+    # 29; backward 10 + 10 + 3 = 23. Fused one kernel each
     rope = Op("rope", "attention", "memory")
     assert op_launches(rope, **kw) == (2.0, 2.0)
-    assert op_launches(rope, **{**kw, "rope_fusion": False}) == (12.0, 14.0)
-    assert op_launches(rope, **{**kw, "rope_fusion": False, "mla": True}) == (17.0, 23.0)
+    assert op_launches(rope, **{**kw, "rope_fusion": False}) == (24.0, 14.0)
+    assert op_launches(rope, **{**kw, "rope_fusion": False, "mla": True}) == (29.0, 23.0)
 
 
 def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():
@@ -106,25 +111,28 @@ def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launc
     assert 4 * total == pytest.approx(launches)
     # Of them plain PyTorch ops (`PLAIN_OP_SHARE` of a launch each): the masked lookup 8 + its gradient 7,
     # the loss 25 + 10, the 12 layers' attention masks 12 × 10: 170 a micro-batch, so
-    # 4 × (1,015 − 0.5 · 170) = 3,720 launches' worth.
-    worth = 4 * (1015 - 0.5 * 170)
-    assert worth == 3720
-    # This case's own figure: (measured − ppb's terms outside the layers) / 3,720, on each system: DGX
-    # H100 (0.24667 − 0.0006) / 3,720 = 66.1 us, DGX A100 (0.405835 − 0.0008) / 3,720 = 108.9 (the catalog's
-    # figures are the median over every host-bound dense case, bench/host_derive.py: 86.8 and 113.3). DGX
-    # GB200 (Grace): (0.30897 − 0.0004) / 3,720 = 82.9 us, its GPU work 0.022 s on the gb200 entry: the
+    # 4 × (1,015 − 0.6 · 170) = 3,652 launches' worth.
+    worth = 4 * (1015 - (1 - PLAIN_OP_SHARE) * 170)
+    assert worth == pytest.approx(3652)
+    # This case's own figure: (measured − ppb's terms outside the layers) / 3,652, on each system: DGX
+    # H100 (0.24667 − 0.0006) / 3,652 = 67.4 us, DGX A100 (0.405835 − 0.0008) / 3,652 = 110.9 (the catalog's
+    # figures are the median over every host-bound dense case, bench/host_derive.py: 80.9 and 112.3). DGX
+    # GB200 (Grace): (0.30897 − 0.0004) / 3,652 = 84.5 us, its GPU work 0.022 s on the gb200 entry: the
     # catalog's (the one case there).
-    systems = (("h100", 66.1), ("a100", 108.9), ("gb200", HOST_KERNEL_US_DGX_GB200))
+    systems = (("h100", 67.4), ("a100", 110.9), ("gb200", HOST_KERNEL_US_DGX_GB200))
     for gpu, figure in systems:
         gpu_only = run_iteration(_small(gpu, 0.0))
         outside = gpu_only.seconds - gpu_only.breakdown["compute"]
         assert figure == pytest.approx((SMALL_TP4_GOLDEN[gpu].median_s - outside) / worth * 1e6, abs=0.05)
-    assert (HOST_KERNEL_US_DGX_H100, HOST_KERNEL_US_DGX_A100) == (86.8, 113.3)  # bench/host_derive.py's medians
+    assert (HOST_KERNEL_US_DGX_H100, HOST_KERNEL_US_DGX_A100) == (80.9, 112.3)  # bench/host_derive.py's medians
     assert DEVICE_CATALOG["h100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_H100
     assert DEVICE_CATALOG["a100-80gb"].host_kernel_us == HOST_KERNEL_US_DGX_A100
     assert DEVICE_CATALOG["h200"].host_kernel_us == HOST_KERNEL_US_DGX_H100  # the same host CPUs
-    assert DEVICE_CATALOG["b200"].host_kernel_us == 0.0  # no public measurement (DGX B200: no CI values)
-    assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(82.9)
+    # DGX B200 (no CI values): DGX H100's figure at the two hosts' max boost clocks, Xeon Platinum 8480C
+    # 3.8 GHz and 8570 4.0 GHz (DGX H100 datasheet, DGX B200 User Guide): 80.9 · 3.8 / 4.0 = 76.86 -> 76.9
+    assert DEVICE_CATALOG["b200"].host_kernel_us == HOST_KERNEL_US_DGX_B200
+    assert abs(HOST_KERNEL_US_DGX_B200 - HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0) <= 0.05
+    assert DEVICE_CATALOG["gb200"].host_kernel_us == HOST_KERNEL_US_DGX_GB200 == pytest.approx(84.5)
 
 
 def test_host_bound_passes_by_hand():
@@ -144,7 +152,7 @@ def test_a_slower_host_never_shortens_the_iteration():
 
 def test_the_iteration_states_the_host_s_part_of_compute():
     # The small case is launch-bound throughout: every layer's forward and backward wait for the host, so
-    # of `compute` all but the layers' GPU work is the wait (3,720 launches' worth × 86.8 us − GPU work)
+    # of `compute` all but the layers' GPU work is the wait (3,652 launches' worth × 80.9 us − GPU work)
     host_bound = run_iteration(_small("h100"))
     gpu_only = run_iteration(_small("h100", 0.0))
     assert host_bound.host_wait_seconds == pytest.approx(
@@ -159,10 +167,19 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
     # 8 GEMMs forward, 16 backward (above). Tensorwise (current) scaling quantizes each expert's input
     # and output gradient on its own, amax + scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 3 = 24
-    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert.
+    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert,
+    # and before each grouped GEMM call one multi-tensor swizzle of A's scales and one of B's (TE 2.9
+    # gemm.cpp `te_general_grouped_gemm`): forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
     assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 24.0, 16.0 + 24.0)
     assert op_launches(experts, **kw, fp8_recipe="delayed") == (9.0, 17.0)
-    assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (16.0, 24.0)
+    assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 2.0, 16.0 + 8.0 + 4.0)
+    # A plain GEMM under MXFP8 (`te_general_gemm`: `swizzle_scaling_factors` for A and for B): its GEMM,
+    # its input's cast and 2 swizzles forward; 2 GEMMs, the gradient's cast and 2 · 2 swizzles backward.
+    dense = Op("fc1", "mlp", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096)
+    assert op_launches(dense, **kw, fp8_recipe="mxfp8") == (1.0 + 1.0 + 2.0, 2.0 + 1.0 + 4.0)
+    # A SequentialMLP's experts each make their own GEMM calls: 8 · 2 swizzles forward, 8 · 4 backward.
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    assert op_launches(looped, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 16.0, 16.0 + 8.0 + 32.0)
     # A GEMM fed by a TE norm: the norm writes FP8 itself under delayed scaling (no cast), and its amax
     # under tensorwise scaling (scale + cast: 2); the output gradient is quantized in full (3, delayed 1).
     norm = Op("norm1", "attention", "memory")
@@ -257,13 +274,20 @@ def test_unfused_masked_softmax_runs_pytorch_ops_and_keeps_its_fp32_output():
     assert "attention.probabilities" not in terms
 
 
-def test_plain_pytorch_ops_cost_half_a_module_launch_where_the_host_is_measured():
+def test_plain_pytorch_ops_cost_a_share_of_a_module_launch_where_the_host_is_measured():
 
-    # the three Megatron CI pairs that differ by --no-rope-fusion: 396 more launches an iteration cost
-    # 17 ms on DGX H100 (43 us, 0.49 of 86.8) and 26 and 20 ms on DGX A100 (66 and 51 us, 0.58 and 0.45 of
-    # 113.3): (0.49 + 0.58 + 0.45) / 3 = 0.51, to one digit 0.5
-    shares = (0.017 / 396 / 86.8e-6, 0.026 / 396 / 113.3e-6, 0.020 / 396 / 113.3e-6)
-    assert round(sum(shares) / 3, 1) == PLAIN_OP_SHARE == 0.5
+    # the three Megatron CI pairs that differ by --no-rope-fusion (golden values of one commit each): a
+    # layer pass launches 24 + 14 plain ops unfused against 2 + 2 TE kernels fused, 18 layer passes on the
+    # critical path (12 layers over pp 2, 2 micro-batches: 3 slots of 6), so the measured difference is
+    # 18 · host · (38 · share − 4): DGX H100 0.13464 − 0.11836 = 16.28 ms at 80.9 us, DGX A100
+    # 0.184625 − 0.15935 = 25.275 ms and 0.163545 − 0.144105 = 19.44 ms at 112.3 us:
+    # (16.28 / 1.4562 + 4) / 38 = 0.399, (25.275 / 2.0214 + 4) / 38 = 0.434, (19.44 / 2.0214 + 4) / 38 = 0.358
+    shares = [
+        (delta / (18 * host) + 4) / 38
+        for delta, host in ((16.28e-3, 80.9e-6), (25.275e-3, 112.3e-6), (19.44e-3, 112.3e-6))
+    ]
+    assert shares == pytest.approx([0.399, 0.434, 0.358], abs=1e-3)
+    assert round(sum(shares) / 3, 1) == PLAIN_OP_SHARE == 0.4
     loss = Op("output.loss", "output", "memory")
     rope = Op("rope", "attention", "memory")
     gemm = Op("fc1", "mlp", "matmul", gemm=(64.0, 32.0, 32.0, 1, 32.0), weight_elements=32 * 32)
@@ -272,5 +296,5 @@ def test_plain_pytorch_ops_cost_half_a_module_launch_where_the_host_is_measured(
     assert not plain(gemm, True) and not plain(reduce, True)
     kw = {"tp": 2, "rope_fusion": False, "cross_entropy_fusion": False, "wgrad_fused": True}
     counts = layer_launches([loss, rope, gemm], **kw, plain_share=0.5)
-    # the loss 25 / 10 and unfused rotary 12 / 14 at half; the GEMM's 1 / 2 whole
-    assert counts == {"output.loss": (12.5, 5.0), "rope": (6.0, 7.0), "fc1": (1.0, 2.0)}
+    # the loss 25 / 10 and unfused rotary 24 / 14 at half; the GEMM's 1 / 2 whole
+    assert counts == {"output.loss": (12.5, 5.0), "rope": (12.0, 7.0), "fc1": (1.0, 2.0)}

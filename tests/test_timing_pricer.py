@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from small_models import ROUND_DEVICE
 
-from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.config.devices import DEVICE_CATALOG, MXFP8_MATMUL_RATIO_BLACKWELL
 from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
@@ -174,6 +174,8 @@ def test_fp8_quantization_moves_the_bytes_of_its_recipe():
     # (2 + 2 + 1 + 1) · 8,388,608 B / 5e11 = 0.100663 ms; mlp_in (2048 × 1024 after norm2): 0.171799 +
     # (2 + 1 + 1) · 2,097,152 / 5e11 = 0.016777 ms. On Blackwell no transpose (5 bytes: 0.083886 ms);
     # MXFP8 one pass writing a row-wise and a column-wise copy (4 bytes: 0.067109 ms); delayed 3 bytes.
+    # MXFP8's GEMM itself on Blackwell at 6.812 / 7.161 = 0.951 of the per-tensor FP8 rate (TE's GEMM
+    # profiling guide, B300, pre-quantized: 7.161 against 6.812 ms a layer): 0.171799 / 0.951 = 0.180651 ms.
     def forward_ms(recipe: str, op: str, name: str | None = None) -> float:
         device = dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5, **({"name": name} if name else {}))
         raw = gelu_run(device=device).model_dump(mode="json", exclude_none=True)
@@ -185,22 +187,82 @@ def test_fp8_quantization_moves_the_bytes_of_its_recipe():
     assert forward_ms("tensorwise", "mlp_out") == pytest.approx((gemm + 6 * act / 5e11) * 1e3, rel=1e-12)
     assert forward_ms("tensorwise", "mlp_in") == pytest.approx((gemm + 4 * normed / 5e11) * 1e3, rel=1e-12)
     assert forward_ms("tensorwise", "mlp_out", "b200") == pytest.approx((gemm + 5 * act / 5e11) * 1e3, rel=1e-12)
-    assert forward_ms("mxfp8", "mlp_out", "b200") == pytest.approx((gemm + 4 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("mxfp8", "mlp_out", "b200") == pytest.approx((gemm / 0.951 + 4 * act / 5e11) * 1e3, rel=1e-12)
     assert forward_ms("delayed", "mlp_out") == pytest.approx((gemm + 3 * act / 5e11) * 1e3, rel=1e-12)
 
 
-def test_a_causal_kernel_pays_half_its_diagonal_block():
-    # Forward efficiency 0.6 at head size 128; 33 (sequence, head) pairs of 2048 queries: 33·16 = 528
-    # query blocks, 4 full waves over 132 SMs. Each query attends to 1024 keys on average: 8 key blocks
-    # walked, ramp 8/9. Without the mask: 0.6·8/9 = 0.5333. Causal: the diagonal block adds half a block,
-    # 8/8.5: 0.6·8/9·16/17 = 0.50196.
+def test_mxfp8_gemms_run_at_the_measured_share_of_per_tensor_fp8_on_blackwell():
+    # TE's GEMM profiling guide (gemm_profiling.rst at 1609c890e), B300, pre-quantized operands, the 12
+    # GEMMs of a hidden-4096 layer: 6.812 ms a layer with current scaling, 7.161 with MXFP8: 0.951.
+    assert MXFP8_MATMUL_RATIO_BLACKWELL == 0.951 == round(6.812 / 7.161, 3)
+    for name, mamf in (("b200", 0.763), ("gb200", 0.723)):  # FP8 MAMF over the FP8 peak (the catalog's)
+        raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
+        ceilings = {}
+        for recipe in ("tensorwise", "mxfp8"):
+            run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})
+            ceilings[recipe] = TimeModel(run).kernels.gemm_ceiling
+        assert ceilings == pytest.approx({"tensorwise": mamf, "mxfp8": mamf * 0.951}, rel=1e-12)
+    # Hopper has no MXFP8 tensor cores and no measurement: its ratio stays 1.
+    assert DEVICE_CATALOG["h100-80gb"].mxfp8_matmul_ratio == 1.0
+
+
+def test_a_causal_pass_runs_at_the_kernel_s_measured_causal_rate():
+    # FlashAttention-2 (the default kernel), forward level 0.6 at head size 128, 16k, no mask; its measured
+    # H100 curves (FlashAttention-3's paper, Fig. 5c/5d): no mask 350 at 1k, 370 at 16k; causal 298 at 2k,
+    # 319 at 4k. 33 (sequence, head) pairs of 2048 queries: 528 query blocks, 4 full waves over 132 SMs.
     kernels = Kernels(1e15, 0.8, 132, 3e12, 0.6, 0.5)
+    # Without the mask each query walks 1024 keys: 0.6·350/370. Under it the triangle's side is 2048
+    # (mean keys (2048 + 1)/2): 0.6·298/370.
     plain = kernels.attention_efficiency(False, 33, 2048, 1024, 128)
-    causal = kernels.attention_efficiency(False, 33, 2048, 1024, 128, causal=1.0)
-    assert plain == pytest.approx(0.6 * 8 / 9)
-    assert causal == pytest.approx(0.6 * 8 / 9 * 16 / 17)
-    # 1e12 FLOPs at 0.50196 of 1e15: 1.9922 ms.
-    assert kernels.attention_s(1e12, 0.0, False, 33, 2048, 1024, 128, 1.0) == pytest.approx(1e12 / (1e15 * causal))
+    causal = kernels.attention_efficiency(False, 33, 2048, 1024.5, 128, causal=1.0)
+    assert plain == pytest.approx(0.6 * 350 / 370)
+    assert causal == pytest.approx(0.6 * 298 / 370)
+    assert kernels.attention_s(1e12, 0.0, False, 33, 2048, 1024.5, 128, 1.0) == pytest.approx(1e12 / (1e15 * causal))
+    # Between measured lengths, linear in log2: a 3072-token triangle sits log2(1.5) = 0.58496 of the way
+    # from 2k (298) to 4k (319): 298 + 21·0.58496 = 310.284.
+    between = kernels.attention_efficiency(False, 33, 2048, 1536.5, 128, causal=1.0)
+    assert between == pytest.approx(0.6 * 310.284 / 370, rel=1e-5)
+    # Past 16k the paper's 16k rate follows PyTorch SDPA's measured trend (cudnn-frontend's benchmark at
+    # de355c7: 356.15 at 32k, 360.62 at 64k over 360.50 at 16k); past 64k it holds. Below 512 the block
+    # ramp w/(w + 1) carries 512's down: 256 keys, 309·(2/3)/(4/5) = 257.5.
+    assert kernels.attention_efficiency(False, 33, 2048, 32768, 128) == pytest.approx(0.6 * 356.15 / 360.50)
+    assert kernels.attention_efficiency(False, 33, 2048, 262144, 128) == pytest.approx(0.6 * 360.62 / 360.50)
+    assert kernels.attention_efficiency(False, 33, 2048, 256, 128) == pytest.approx(0.6 * 257.5 / 370)
+    # FlashAttention-2's causal backward (no panel in the paper): the paper's no-mask backward times PyTorch
+    # SDPA's measured causal ratio, at 8k 318·275.40/305.47 = 286.70 of 322; at 32k the 16k rate times
+    # SDPA's no-mask trend and its causal ratio, 322·(320.44/317.34)·(316.92/320.44) = 322·316.92/317.34.
+    assert kernels.attention_efficiency(True, 33, 2048, 4096.5, 128, causal=1.0) == pytest.approx(
+        0.5 * 318 * 275.40 / 305.47 / 322
+    )
+    assert kernels.attention_efficiency(True, 33, 2048, 16384.5, 128, causal=1.0) == pytest.approx(
+        0.5 * 316.92 / 317.34
+    )
+    # below 4k its 4k ratio holds: a 2k triangle at 291·245.18/290.47
+    assert kernels.attention_efficiency(True, 33, 2048, 1024.5, 128, causal=1.0) == pytest.approx(
+        0.5 * 291 * 245.18 / 290.47 / 322
+    )
+
+
+def test_each_device_runs_its_own_kernel_s_curves():
+    # cuDNN on Hopper (TransformerEngine's FusedAttention): the paper's no-mask backward times cuDNN 9.19's
+    # measured causal ratio: at 16k 516·579/612 = 488.2; at 1k, below the ratio's 2k-32k, 408·370/504 =
+    # 299.5; at 32k the 16k no-mask rate times 581/572: 524.1 (over the level's 516: 1.0157).
+    h100 = Kernels.from_device(DEVICE_CATALOG["h100-80gb"])
+    assert h100.attention_kernel == "cudnn_sm90"
+    level = DEVICE_CATALOG["h100-80gb"].attention_backward_efficiency  # 132 sequences of one block: one wave
+    assert h100.attention_efficiency(True, 132, 128, 8192.5, 128, 1.0) == pytest.approx(level * 488.2 / 516, rel=1e-4)
+    assert h100.attention_efficiency(True, 132, 128, 512.5, 128, 1.0) == pytest.approx(level * 299.5 / 516, rel=1e-3)
+    assert h100.attention_efficiency(True, 132, 128, 16384.5, 128, 1.0) == pytest.approx(level * 581 / 572, rel=1e-4)
+    # Blackwell: NVIDIA's GB200 table itself; causal forward at 4k 1408 over the 16k no-mask 1697 (148
+    # sequences of one block: B200's 148 SMs once).
+    b200 = Kernels.from_device(DEVICE_CATALOG["b200"])
+    assert b200.attention_kernel == "cudnn_sm100"
+    forward = DEVICE_CATALOG["b200"].attention_forward_efficiency
+    assert b200.attention_efficiency(False, 148, 128, 2048.5, 128, 1.0) == pytest.approx(forward * 1408 / 1697)
+    # A100 runs flash-attn 2 under TransformerEngine, torchtitan's SDPA FlashAttention-2 everywhere.
+    assert Kernels.from_device(DEVICE_CATALOG["a100-80gb"]).attention_kernel == "flash2"
+    titan = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", "torchtitan", sdpa_backend="flash")
+    assert titan.attention_kernel == "flash2"
 
 
 def test_a_measured_head_64_rate_sets_smaller_heads():
@@ -217,10 +279,14 @@ def test_a_measured_head_64_rate_sets_smaller_heads():
     assert law(96, 0.694) == pytest.approx(0.847)
     assert law(32, 0.694) == pytest.approx(0.694 * 0.8333333)
     assert law(128, 0.694) == law(256, 0.694) == 1.0
-    # The pass picks its own ratio: 33 pairs of 2048 queries at 1024 keys (ramp 8/9, 4 full waves).
+    # The pass picks its own ratio: 33 pairs of 2048 queries at 1024 keys (4 full waves), FlashAttention-2's
+    # head-64 curves (the paper's Fig. 5a and 6a) over their 16k points: forward 306/324, backward 238/291;
+    # at head size 96, halfway between those and head 128's (350/370 forward).
     kernels = Kernels(1e15, 0.8, 132, 3e12, 0.6, 0.5, attention_head64_forward=0.7, attention_head64_backward=0.85)
-    assert kernels.attention_efficiency(False, 33, 2048, 1024, 64) == pytest.approx(0.6 * 0.7 * 8 / 9)
-    assert kernels.attention_efficiency(True, 33, 2048, 1024, 64) == pytest.approx(0.5 * 0.85 * 8 / 9)
+    assert kernels.attention_efficiency(False, 33, 2048, 1024, 64) == pytest.approx(0.6 * 0.7 * 306 / 324)
+    assert kernels.attention_efficiency(True, 33, 2048, 1024, 64) == pytest.approx(0.5 * 0.85 * 238 / 291)
+    halfway = (306 / 324 + 350 / 370) / 2
+    assert kernels.attention_efficiency(False, 33, 2048, 1024, 96) == pytest.approx(0.6 * (0.7 + 0.15) * halfway)
 
 
 def test_latency_adds_one_step_per_hop():

@@ -8,12 +8,13 @@ import pytest
 from small_models import ROUND_DEVICE
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Links, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, Collective
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
-from ppb_core.timing.userbuffers import pipeline_s, ring_exchange_s
+from ppb_core.timing.userbuffers import pipeline_s, ring_exchange_s, rs_reduce_s
 
 # 64 SMs at 1e14 FLOP/s and a ceiling of 0.5: 7.8125e11 FLOP/s a SM. A 128×128 tile over k = 1024 takes
 # 2·128·128·1024 / 7.8125e11 = 42.95 us; comm kernels take 16 of the 64 SMs (contention 0.25).
@@ -56,7 +57,7 @@ def test_a_pipelined_reduce_scatter_steps_at_the_slower_of_a_chunk_and_its_reduc
     assert pipeline_s(KERNELS, 2048, 2048, 1024, 20e-6) == pytest.approx(g + 3 * (g + 0.25 * 20e-6) + 20e-6)
 
 
-def _megatron_sp_run(overlap_tp: float, tp: int = 4):
+def _megatron_sp_run(overlap_tp: float, tp: int = 4, methods: dict | None = None):
     spec = {
         "vocab_size": 4096,
         "hidden_size": 2048,
@@ -76,7 +77,7 @@ def _megatron_sp_run(overlap_tp: float, tp: int = 4):
         "parallel": {"tp": tp, "sequence_parallel": True},
         "training": {"seq_length": 2048, "flash_attention": True},
         "device": device,
-        "timing": {"overlap": {"tp": overlap_tp}},
+        "timing": {"overlap": {"tp": overlap_tp}, "tp_comm_overlap_methods": methods or {}},
     }
     return parse_run_config(raw)
 
@@ -108,3 +109,29 @@ def test_megatron_s_tp_comm_overlap_prices_the_layer_gemms_userbuffers_methods()
     plain = TimeModel(_megatron_sp_run(0.0)).op_prices(layer)
     assert plain["gather_mlp"].forward_ms > prices["gather_mlp"].forward_ms
     assert plain["reduce_mlp"].forward_ms > prices["reduce_mlp"].forward_ms
+
+
+def test_a_configured_ring_exchange_reduce_scatter_sums_its_chunks_after():
+    # --tp-comm-overlap-cfg with fc2_fprop: {method: ring_exchange} (Megatron CI's tensorwise tp2_pp2 case):
+    # TE's CommOverlapP2PBase::split_overlap_rs runs fc2 as 4 row chunks of 512 (2048 × 2048 cols over k 8192:
+    # 64 tiles, one wave, 343.6 us each), sending each while the next computes: together they are the plain
+    # GEMM (4 waves), the ring 3 hops of 41.9 us + one chunk, under it: nothing added; then reduce_bf16 reads
+    # the 4 received chunks (the whole 8,388,608 bytes) and writes the 2,097,152-byte shard at 5e11 B/s:
+    # 10,485,760 / 5e11 = 20.97 us, the forward's whole price. proj_fprop keeps its default pipeline.
+    run = _megatron_sp_run(1.0, methods={"fc2_fprop": "ring_exchange"})
+    layer = next(layer for layer in walk(run) if layer.node == "BODY")
+    prices = TimeModel(run).op_prices(layer)
+    assert prices["reduce_mlp"].forward_ms == pytest.approx(10_485_760 / 5e11 * 1e3)
+    default = TimeModel(_megatron_sp_run(1.0)).op_prices(layer)
+    assert prices["reduce_attention"].forward_ms == pytest.approx(default["reduce_attention"].forward_ms)
+    assert rs_reduce_s(KERNELS, 8_388_608, 4) == pytest.approx(10_485_760 / 5e11)
+    # bulk for an all-gather GEMM: the generic overlap share, no userbuffers method
+    bulk = TimeModel(_megatron_sp_run(1.0, methods={"fc1_fprop": "bulk"})).op_prices(layer)
+    assert bulk["gather_mlp"].forward_ms != pytest.approx(default["gather_mlp"].forward_ms)
+
+
+def test_a_pipelined_all_gather_is_refused_as_te_does():
+    # TE initialize_ub (d0067d0d): "`pipeline` overlap method is not supported for AllGather"
+    with pytest.raises(InputError) as caught:
+        _megatron_sp_run(1.0, methods={"qkv_fprop": "pipeline"})
+    assert caught.value.field == "timing.tp_comm_overlap_methods.qkv_fprop"

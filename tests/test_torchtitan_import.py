@@ -199,6 +199,8 @@ data_parallel_shard_degree = -1
 mode = "selective"
 selective_ac_option = "op"
 early_stop = true
+[optimizer]
+implementation = "foreach"
 """
 TABLE_2_CP2 = """
 [model]
@@ -235,6 +237,15 @@ def _at_9dec370(raw: dict[str, Any]) -> dict[str, Any]:
     """An imported run with the kernels of 9dec370, the benchmarks' commit: a toml does not say its
     commit, so the importer writes v0.2.2's (the defaults) and the bench rows state the older ones."""
     return {**raw, "timing": {**raw.get("timing", {}), **BEFORE_V022}}
+
+
+def test_the_importer_reads_the_optimizer_implementation() -> None:
+    # 9dec370's default (foreach) is a v0.2.2 key's value; v0.2.2's own default is fused
+    for toml, implementation in ((TABLE_1_AND_3, "foreach"), (TABLE_2_CP2, "fused")):
+        timing = parse_run_config({**_imported(toml, 8), "device": H100}).timing
+        assert timing.optimizer_implementation == implementation
+    with pytest.raises(InputError, match=r"optimizer\.implementation: 'adafactor'"):
+        _imported(TABLE_2_CP2 + '[optimizer]\nimplementation = "adafactor"\n', 8)
 
 
 def test_the_importer_writes_v0_2_2_s_kernels() -> None:

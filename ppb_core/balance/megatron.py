@@ -249,6 +249,8 @@ SIZE_FLAGS = (
     "--qk-pos-emb-head-dim",
     "--v-head-dim",
     "--mtp-num-layers",
+    "--num-layers-at-start-in-bf16",
+    "--num-layers-at-end-in-bf16",
     "--seq-length",
     "--micro-batch-size",
     "--global-batch-size",
@@ -272,9 +274,14 @@ SWITCH_FLAGS = (
     "--untie-embeddings-and-output-weights",
     "--group-query-attention",
     "--multi-latent-attention",
+    "--qk-layernorm",
     "--overlap-moe-expert-parallel-comm",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
+    "--fp8-param-gather",
+    "--first-last-layers-bf16",
+    "--no-create-attention-mask-in-dataloader",
+    "--no-use-layer-wise-param-layout",
     GROUPED_GEMM,
 )
 

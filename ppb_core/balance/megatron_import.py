@@ -33,10 +33,12 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
   `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
-  (without it a `SequentialMLP`, its experts one by one);
+  (without it a `SequentialMLP`, its experts one by one), `--fp8-param-gather`, `--first-last-layers-bf16`
+  (`--num-layers-at-start-in-bf16`, `--num-layers-at-end-in-bf16`), `--no-create-attention-mask-in-dataloader`;
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
   `--num-distributed-optimizer-instances`, the gradient buffer's dtype (fp16, `--grad-reduce-in-bf16`,
-  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`), `--moe-grouped-gemm`,
+  `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`; under Megatron-FSDP
+  `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
   `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
 * the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
@@ -53,8 +55,11 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
@@ -72,6 +77,7 @@ from ppb_core.balance.megatron_vocabulary import (
     PARALLEL_PROBLEMS,
     SHELL_WORDS,
 )
+from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
@@ -158,10 +164,16 @@ class _Args:
 
 
 def import_megatron(
-    text: str, gpus: int | None, device: str, where: str = "<flags>", tokenizer_vocab: int | None = None
+    text: str,
+    gpus: int | None,
+    device: str,
+    where: str = "<flags>",
+    tokenizer_vocab: int | None = None,
+    read_file: Callable[[str], str | None] | None = None,
 ) -> Imported:
     """The run config *text* (Megatron-LM flags or a launch script) launches on *gpus* devices of the
-    catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script)."""
+    catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script). *read_file*
+    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot."""
     try:
         words, variables = script_words_and_variables(text)
     except ScriptError as err:
@@ -191,6 +203,10 @@ def import_megatron(
         "device": {"name": device},
         "timing": _timing(args, notes),
     }
+    methods = _ub_methods(args, read_file, notes)
+    if methods:
+        raw["timing"]["tp_comm_overlap_methods"] = methods
+    notes.extend(_op_fuser(args, device, variables))
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
@@ -315,7 +331,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     elif groups is not None:
         notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores it")
     _moe_spec(args, spec, layers, ffn)
-    _mla_spec(args, spec, notes)
+    _mla_spec(args, spec)
     mtp = args.integer("--mtp-num-layers", 0)
     if mtp:
         spec["mtp_layers"] = mtp
@@ -355,15 +371,16 @@ def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
         spec["dense_layers"] = dense[leading:]
 
 
-def _mla_spec(args: _Args, spec: dict[str, Any], notes: list[str]) -> None:
+def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
     """MLA's sizes (TransformerConfig's MLA fields). Megatron's `--qk-layernorm` is, under MLA, the
-    norms of the compressed query and key/value (multi_latent_attention.py `q_layernorm`,
-    `kv_layernorm`), which ppb's MLA always has (DeepSeek-V3's), not per-head norms (`qk_norm`)."""
+    norms of the compressed query and key/value, not per-head norms (`qk_norm`): gpt_layer_specs.py
+    (d98e8a64) builds the up-projections as `TELayerNormColumnParallelLinear`s with it, plain
+    column-parallel linears without it (`q_layernorm`, `kv_layernorm` are IdentityOp either way), so
+    without it there is no latent norm (`mla_latent_norms: false`)."""
     if not args.has("--multi-latent-attention"):
         return
     spec["qk_norm"] = False
-    if not args.has("--qk-layernorm"):
-        notes.append("--multi-latent-attention without --qk-layernorm: priced with the latent norms ppb's MLA has")
+    spec["mla_latent_norms"] = args.has("--qk-layernorm")
     spec["q_lora_rank"] = args.integer("--q-lora-rank", 0) or 0  # None: no query compression
     spec["kv_lora_rank"] = args.integer("--kv-lora-rank", 32)
     spec["qk_nope_head_dim"] = args.integer("--qk-head-dim", 128)
@@ -557,6 +574,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         "flash_attention": _flash(args),
     }
     optimizer = args.text("--optimizer", "adam")
+    # training.py wrap_model_chunks_with_ddp: the layout applies to the layer-wise distributed optimizer only
+    layout = not args.has("--no-use-layer-wise-param-layout")
+    if not layout and (optimizer == "dist_muon" or (optimizer == "muon" and args.has("--use-distributed-optimizer"))):
+        training["layer_wise_param_layout"] = False
     if optimizer in ("adam", "sgd"):
         training["optimizer"] = optimizer
     elif optimizer in ("muon", "dist_muon"):  # arguments.py validate_args: dist_muon is muon, layer-wise distributed
@@ -572,6 +593,8 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     fp32_buffer = args.has("--accumulate-allreduce-grads-in-fp32") or (
         bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
     )
+    if args.has("--use-megatron-fsdp"):
+        fp32_buffer = _megatron_fsdp_grads_fp32(args, notes)
     if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)
@@ -602,6 +625,48 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
     return training
+
+
+MEGATRON_FSDP_DTYPES = ("fp32", "bf16", "fp16", "auto")  # arguments.py choices of the three flags below
+
+
+def _megatron_fsdp_grads_fp32(args: _Args, notes: list[str]) -> bool:
+    """Whether Megatron-FSDP's main gradient buffer is fp32 (Megatron-LM d98e8a64). Its three dtypes
+    (arguments.py: `--megatron-fsdp-main-params-dtype` fp32, `--megatron-fsdp-main-grads-dtype` and
+    `--megatron-fsdp-grad-comm-dtype` auto; `validate_args` maps auto to None) reach `MixedPrecisionPolicy`
+    (distributed/fsdp/mcore_fsdp_adapter.py `FullyShardedDataParallel.__init__`), not DDP's
+    `grad_reduce_in_fp32`: param_and_grad_buffer.py `_resolve_group_grad_dtype` makes the main gradient
+    buffer `main_grads_dtype`, or the parameters' own dtype where it is None (bf16 under --bf16: the DDP
+    rule that bf16 accumulates in fp32 does not apply). The gradient-communication dtype allocates a
+    buffer of its own only where it differs from the main gradients' and under HSDP or a fixed-pool
+    allocator (`DistributedDataParallelConfig.megatron_fsdp_grad_comm_dtype`: "No additional memory is
+    allocated when grad_comm_dtype == main_grads_dtype"); ppb's reduce-scatter moves the main gradients'
+    bytes. A main-parameter dtype other than fp32 drops or narrows the main weight buffer
+    (`_init_each_parameter_group_buffers`), which ppb does not price: noted."""
+    found = {}
+    for flag, default in (
+        ("--megatron-fsdp-main-params-dtype", "fp32"),
+        ("--megatron-fsdp-main-grads-dtype", "auto"),
+        ("--megatron-fsdp-grad-comm-dtype", "auto"),
+    ):
+        value = args.text(flag, default) or default
+        if value not in MEGATRON_FSDP_DTYPES:
+            raise InputError(args.where, flag, f"{shown(value)} is none of {', '.join(MEGATRON_FSDP_DTYPES)}")
+        found[flag] = value
+    if found["--megatron-fsdp-main-params-dtype"] != "fp32":
+        value = found["--megatron-fsdp-main-params-dtype"]
+        notes.append(f"--megatron-fsdp-main-params-dtype {value}: priced as fp32 main parameters (the default)")
+    grads = found["--megatron-fsdp-main-grads-dtype"]
+    comm = found["--megatron-fsdp-grad-comm-dtype"]
+    if comm not in ("auto", grads) and not (grads == "auto" and comm == _params_dtype(args)):
+        notes.append(f"--megatron-fsdp-grad-comm-dtype {comm}: reduce-scatter priced in the main gradients' dtype")
+    if grads == "auto":  # the parameters' dtype
+        return not (args.has("--bf16") or args.has("--fp16"))
+    return grads == "fp32"
+
+
+def _params_dtype(args: _Args) -> str:
+    return "bf16" if args.has("--bf16") else "fp16" if args.has("--fp16") else "fp32"
 
 
 # --offload-modules' choices (transformer_config.py `offload_modules`, d98e8a64) ppb does not price
@@ -734,11 +799,24 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
+    if args.has("--fp8-param-gather") and "matmul_dtype" in timing:  # FP8 parameters (memory/frameworks/te_fp8.py)
+        timing["fp8_param_gather"] = True
+    elif args.has("--fp8-param-gather"):
+        notes.append("--fp8-param-gather without --fp8-format: no FP8 recipe to keep the parameters in, priced as bf16")
+    # transformer_config.py first_last_layers_bf16 and its counts (1 and 1), read under FP8 only
+    # (fp8_utils.py `is_first_last_bf16_layer` runs inside the fp8 context's choice)
+    start = args.integer("--num-layers-at-start-in-bf16", 1)
+    end = args.integer("--num-layers-at-end-in-bf16", 1)
+    if args.has("--first-last-layers-bf16") and "matmul_dtype" in timing:
+        timing["fp8_bf16_layers"] = [start, end]
     recipe = args.text("--fp8-recipe")
     if recipe is not None:  # transformer_config.py `fp8_recipe`, "delayed" by default
         if recipe not in _FP8_RECIPES:
             raise InputError(args.where, "--fp8-recipe", f"{shown(recipe)}: ppb prices {', '.join(_FP8_RECIPES)}")
         timing["fp8_recipe"] = recipe
+    # the data loader's causal mask (pretrain_gpt.py get_batch, gpt_dataset.py; ppb_core/timing/batch.py)
+    if args.has("--no-create-attention-mask-in-dataloader"):
+        timing["attention_mask_in_dataloader"] = False
     if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
         timing["bias_gelu_fusion"] = False
     # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
@@ -802,9 +880,6 @@ def _cuda_graphs(args: _Args, notes: list[str]) -> dict[str, Any]:
             if word not in GRAPH_MODULES:
                 raise InputError(args.where, flag, f"{shown(word)}: {', '.join(GRAPH_MODULES)} (mamba is not priced)")
             modules.append(word)
-    warmup = args.text("--cuda-graph-warmup-steps")
-    if impl != "none" and warmup is not None:
-        notes.append(f"--cuda-graph-warmup-steps {warmup}: the steps before capture, priced as graphed (steady state)")
     if impl == "none":
         return {}
     return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
@@ -839,6 +914,66 @@ def _optimizer_step_overlap(args: _Args) -> None:
     virtual = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if not any(args.has(name) for name in (*virtual, "--pipeline-model-parallel-layout")):
         raise InputError(args.where, flag, "needs the interleaved schedule (virtual stages), as Megatron-LM asserts")
+
+
+# TE d0067d0d module/base.py `initialize_ub`: the GEMMs' default userbuffers methods
+UB_DEFAULT_METHODS = {
+    **dict.fromkeys(("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad"), "ring_exchange"),
+    **dict.fromkeys(("proj_fprop", "fc2_fprop"), "pipeline"),
+    **dict.fromkeys(("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"), "bulk"),
+    **dict.fromkeys(("proj_wgrad", "fc2_wgrad"), "external"),
+}
+
+
+def _ub_methods(args: _Args, read_file: Callable[[str], str | None] | None, notes: list[str]) -> dict[str, str]:
+    """The userbuffers methods a `--tp-comm-overlap-cfg` YAML gives where they differ from TE's defaults
+    (megatron/training/initialize.py `_initialize_tp_communicators` hands the file's mapping to TE's
+    `initialize_ub`, which updates each GEMM's default config with its entry, `method` included); read under
+    `--tp-comm-overlap` only. The entries' other settings (`num_sm`, `num_splits`, `aggregate`,
+    `set_sm_margin`, atomic GEMMs) are not priced: ppb's methods run TE's default splits and SM share."""
+    path = args.text("--tp-comm-overlap-cfg")
+    if path is None or not args.has("--tp-comm-overlap"):
+        return {}
+    text = read_file(path) if read_file is not None else None
+    if text is None:
+        notes.append(f"--tp-comm-overlap-cfg {path}: not readable here, priced with TE's default methods")
+        return {}
+    try:
+        entries = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not YAML") from None
+    if not isinstance(entries, dict):
+        raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not a mapping of GEMM names")
+    methods = {}
+    for name, entry in entries.items():
+        if name not in UB_DEFAULT_METHODS:  # initialize_ub: KeyError "Given layer name ... does not exist"
+            raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(str(name))} is no GEMM TE overlaps")
+        method = (entry or {}).get("method", UB_DEFAULT_METHODS[name]) if isinstance(entry, dict) else None
+        if method not in ("ring_exchange", "pipeline", "bulk", "external"):
+            raise InputError(args.where, "--tp-comm-overlap-cfg", f"{name}: method {shown(str(method))}")
+        if method != UB_DEFAULT_METHODS[name]:
+            methods[name] = method
+    return methods
+
+
+def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:
+    """`--use-transformer-engine-op-fuser` (Megatron-LM d98e8a64, TE d0067d0d) builds the dense MLP as
+    `TEFusedMLP` and the grouped experts' MLP as one `te.pytorch.ops.Sequential` of `GroupedLinear`,
+    `ScaledSwiGLU` (the router's probabilities applied in the activation, as `TEGroupedMLP` does) and
+    `GroupedLinear` (gpt_layer_specs.py `get_mlp_module_spec_for_backend`, moe/experts.py
+    `TEGroupedMLP._make_fused_ops`): the same GEMM and activation kernels, which keep the same tensors, with
+    one module's host dispatch. Only TE's CuTe DSL fused grouped MLP (ops/fused/grouped_mlp.py
+    `fuse_grouped_mlp_ops`: MXFP8 or NVFP4, compute capability 10, `NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) runs
+    other kernels, which ppb does not price: said then, read past otherwise."""
+    if not args.has("--use-transformer-engine-op-fuser"):
+        return []
+    profile = DEVICE_CATALOG.get(device)
+    blackwell = profile is not None and int(profile.compute_capability) == 10
+    quantized = args.text("--fp8-format") is not None and args.text("--fp8-recipe") == "mxfp8"
+    fused = variables.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0").strip("'\"") not in ("", "0")
+    if args.has("--num-experts") and blackwell and quantized and fused:
+        return ["--use-transformer-engine-op-fuser: TE's CuTe DSL fused grouped MLP (MXFP8 on sm100), not modelled"]
+    return []
 
 
 def _unmodelled(args: _Args) -> list[str]:

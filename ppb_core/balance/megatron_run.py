@@ -77,6 +77,15 @@ _RULES = (
     Rule("--moe-router-topk", "experts_per_token", _moe(lambda spec: spec.experts_per_token), 2),
     Rule("--moe-shared-expert-intermediate-size", "shared experts' width", _moe(_shared_width), 0),
     Rule("--multi-latent-attention", "kv_lora_rank", lambda run, spec: spec.is_mla, False, "{spec.kv_lora_rank}"),
+    # under MLA --qk-layernorm builds the latent norms (gpt_layer_specs.py: TELayerNormColumnParallelLinear
+    # up-projections; plain column-parallel linears without it)
+    Rule(
+        "--qk-layernorm",
+        "mla_latent_norms",
+        _mla(lambda spec: spec.mla_latent_norms),
+        False,
+        "{spec.mla_latent_norms}",
+    ),
     Rule("--q-lora-rank", "q_lora_rank", _mla(lambda spec: spec.q_lora_rank), 0),
     Rule("--kv-lora-rank", "kv_lora_rank", _mla(lambda spec: spec.kv_lora_rank), 32),
     Rule("--qk-head-dim", "qk_nope_head_dim", _mla(lambda spec: spec.qk_nope_head_dim), 128),
@@ -139,6 +148,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_moe_pattern(flags, spec, where)
     _check_parallel(flags, run, where)
     _check_training(flags, run, where)
+    _check_memory_switches(flags, run, where)
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
@@ -411,4 +421,46 @@ def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:
                 "--global-batch-size",
                 f"{given}, the run config has {expected} (micro_batch_size {training.micro_batch_size} × "
                 f"micro_batches {training.micro_batches} × dp {par.dp}): {WHY}",
+            )
+
+
+def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """The switches that change what a stage holds, as the importer reads them (megatron_import.py):
+    `--fp8-param-gather` (no 16-bit copy beside the FP8 weights, memory/frameworks/te_fp8.py),
+    `--first-last-layers-bf16` with its counts (1 and 1; read under FP8 only, fp8_utils.py
+    `is_first_last_bf16_layer`), `--no-create-attention-mask-in-dataloader` (the b·s·s mask
+    pretrain_gpt.py `get_batch` holds) and, under Muon with the distributed optimizer (training.py
+    `wrap_model_chunks_with_ddp`), `--no-use-layer-wise-param-layout`. A whole command line leaving
+    one out runs without it (Megatron-LM d98e8a64)."""
+    switches, complete, timing = flags.switches, flags.complete, run.timing
+    # each flag: the run config's field, its value, and whether that value means the flag is given
+    said = {
+        "--fp8-param-gather": ("timing.fp8_param_gather", timing.fp8_param_gather, timing.fp8_param_gather),
+        "--no-create-attention-mask-in-dataloader": (
+            "timing.attention_mask_in_dataloader",
+            timing.attention_mask_in_dataloader,
+            not timing.attention_mask_in_dataloader,
+        ),
+    }
+    if run.training.optimizer == "muon" and run.shard_level == 1:
+        layout = run.training.layer_wise_param_layout
+        said["--no-use-layer-wise-param-layout"] = ("training.layer_wise_param_layout", layout, not layout)
+    for flag, (field, value, expected) in said.items():
+        given = flag in switches
+        if (given or complete) and given != expected:
+            has = "true" if value else "false"
+            raise InputError(where, flag, f"{_shown(given)}, the run config has {field}: {has}: {WHY}")
+    fp8 = "--fp8-format" in flags.stated if complete else timing.matmul_dtype == "fp8"
+    bf16 = "--first-last-layers-bf16" in switches
+    if fp8 and (bf16 or complete):
+        start = int(flags.stated.get("--num-layers-at-start-in-bf16", 1))
+        end = int(flags.stated.get("--num-layers-at-end-in-bf16", 1))
+        given_layers = (start, end) if bf16 else (0, 0)
+        if given_layers != tuple(timing.fp8_bf16_layers):
+            shown_flags = f"given ({start} layers at the start, {end} at the end)" if bf16 else "not given"
+            has = list(timing.fp8_bf16_layers)
+            raise InputError(
+                where,
+                "--first-last-layers-bf16",
+                f"{shown_flags}, the run config has {has} (timing.fp8_bf16_layers): {WHY}",
             )

@@ -22,6 +22,12 @@ NO_BEARING = frozenset(
         "--dataloader-type", "--no-use-tokenizer-model-from-checkpoint-args", "--auto-detect-ckpt-format",
         "--use-tp-pp-dp-mapping", "--data-path", "--data-cache-path", "--mtp-loss-scaling-factor",
         "--apply-layernorm-1p", "--rotary-interleaved", "--disable-gloo-process-groups",
+        # the FIM dataset (megatron/training/datasets/fim_dataset.py `GPTFIMDataset`, d98e8a64) rearranges
+        # each sample's token ids in the data loader's workers into a sample of the same --seq-length: the
+        # device sees the same batch shapes
+        "--fim-data", "--fim-rate", "--fim-spm-rate", "--fim-split-sample", "--fim-fragment-rate",
+        "--fim-no-prefix", "--fim-prefix-token", "--fim-middle-token", "--fim-suffix-token", "--fim-pad-token",
+        "--fim-eod-token",
         # torchrun's own (the launcher's): the GPU count is read from them where --gpus is not given
         "--nproc_per_node", "--nproc-per-node", "--nnodes", "--node_rank", "--node-rank", "--master_addr",
         "--master-addr", "--master_port", "--master-port", "--rdzv_backend", "--rdzv-backend",
@@ -40,7 +46,9 @@ NO_BEARING_PREFIXES = (
 # fused_bias_dropout): without biases (--disable-bias-linear) turning them off changes no kernel ppb prices.
 BIAS_FUSIONS = frozenset({"--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion"})
 # Flags given at the value that changes nothing ppb prices (--rotary-percent 1.0 rotates every channel).
-AT_DEFAULT = {"--rotary-percent": "1.0"}
+# --outer-dp-sharding-strategy no_shard is arguments.py's default, and any value acts only under hybrid FSDP
+# (an outer data-parallel dimension, which pretrain_gpt.py's launch sets with --num-distributed-optimizer-instances).
+AT_DEFAULT = {"--rotary-percent": "1.0", "--outer-dp-sharding-strategy": "no_shard"}
 # Flags that bear on a run but change nothing ppb prices, each with why (Megatron-LM d98e8a64).
 NOTHING_PRICED = {
     # training.py `train`: gc.disable() and one gc.collect() before the loop; ppb prices no
@@ -48,6 +56,10 @@ NOTHING_PRICED = {
     "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
     # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
     "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
+    # transformer_config.py `cuda_graph_warmup_steps` (3): eager micro-batch steps before the graphs are
+    # captured (transformer/cuda_graphs.py `CudaGraphManager`, and TE make_graphed_callables' num_warmup_iters
+    # topping them up to 10); every iteration after the capture replays the graphs whatever the count
+    "--cuda-graph-warmup-steps": "eager steps before the capture: ppb prices the iterations after it",
 }
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(
@@ -126,6 +138,10 @@ FIELD_FLAGS = {
     "training.wgrad_deferral_limit": "--wgrad-deferral-limit",
     "parallel.distributed_optimizer_instances": "--num-distributed-optimizer-instances",
     "training.offload_modules": "--offload-modules",
+    "timing.fp8_param_gather": "--fp8-param-gather",
+    "timing.tp_comm_overlap_methods": "--tp-comm-overlap-cfg",
+    "training.layer_wise_param_layout": "--no-use-layer-wise-param-layout",
+    "timing.fp8_bf16_layers": "--first-last-layers-bf16",
     "training.min_offloaded_tensor_size": "--min-offloaded-tensor-size",
     "device": "--device",
 }

@@ -16,7 +16,7 @@ sections' defaults where the TOML leaves a key out.
 * the batch (train.py `Trainer.__init__`): `local_batch_size` per data-parallel rank,
   `global_batch_size` (default local × DP) in gradient-accumulation steps; under PP,
   `local_batch_size / pipeline_parallel_microbatch_size` micro-batches a step;
-* `mixed_precision_param` (bf16 or fp32), the optimizer (Adam, AdamW), `[activation_checkpoint]`
+* `mixed_precision_param` (bf16 or fp32), the optimizer (Adam, AdamW, its implementation), `[activation_checkpoint]`
   in torchtitan's words, `[compile]` of the model, and the float8 linear converter.
 
 Each key that bears on memory or time and ppb does not model is said in one line (`notes`); a key
@@ -476,6 +476,12 @@ def _recompute(toml: _Toml, notes: list[str]) -> dict[str, Any]:
 def _timing(toml: _Toml, model: dict[str, Any], experts: bool, notes: list[str]) -> dict[str, Any]:
     timing: dict[str, Any] = {}
     _check_quantize(toml)
+    # optimizer.implementation (components/optimizer.py build_optimizers: fused, foreach or for-loop)
+    implementation = toml.section("optimizer", OPTIMIZER_KEYS)["implementation"]
+    if implementation not in ("fused", "foreach", "for-loop"):
+        raise InputError(toml.where, "optimizer.implementation", f"{shown(implementation)}: fused, foreach or for-loop")
+    if implementation != "fused":
+        timing["optimizer_implementation"] = implementation
     compiled = toml.section("compile", COMPILE_KEYS)
     if compiled["enable"]:
         components = compiled["components"]

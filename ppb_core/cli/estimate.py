@@ -185,7 +185,7 @@ def print_iteration(console, iteration: dict) -> None:
         f"MFU {100 * iteration['mfu']:.1f}%, HFU {100 * iteration['hfu']:.1f}% "
         f"({iteration['tokens']:,} tokens on {iteration['devices']:,} device{'s' if iteration['devices'] != 1 else ''})"
     )
-    table = Table(caption="hidden: the share of each communication's link time spent behind compute")
+    table = Table(caption="hidden: the share of each communication's link time spent behind compute (-: nothing sent)")
     for name in ("term", "seconds", "share"):
         table.add_column(name, justify="left" if name == "term" else "right")
     total = iteration["seconds"]
@@ -195,6 +195,9 @@ def print_iteration(console, iteration: dict) -> None:
         host = iteration.get("host_wait_seconds", 0.0)
         if key == "compute" and host > 0:  # Megatron's host launching kernels (docs/timing.md)
             table.add_row("  of it, waiting for the host", f"{host:.4f}", f"{host / total:.1%}" if total else "-")
+    links = iteration.get("link_seconds", {})
     for key, share in iteration.get("hidden", {}).items():
-        table.add_row(f"hidden: {key.replace('_', ' ')}", "", f"{share:.0%}")
+        # a communication with no link time is "hidden" in full in the JSON (1.0): nothing to show here
+        sent = links.get(key, 1.0) > 0.0
+        table.add_row(f"hidden: {key.replace('_', ' ')}", "", f"{share:.0%}" if sent else "-")
     console.print(table)

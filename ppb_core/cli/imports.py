@@ -43,11 +43,28 @@ def run(args: argparse.Namespace) -> int:
         text, where = read_text(source), source
         if not text.strip():
             raise InputError(source, None, "is empty: no Megatron-LM flags")
-    imported = import_megatron(text, args.gpus, args.device, where, args.tokenizer_vocab)
+    base = Path(source).parent if where != "LAUNCH" else None
+    imported = import_megatron(text, args.gpus, args.device, where, args.tokenizer_vocab, _file_reader(base))
     name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
     imported.raw["name"] = name
     run_config_of(imported, where)  # every check before anything is written
     return _write(args, imported, "flag")
+
+
+def _file_reader(base: Path | None):
+    """A file a launch names (`--tp-comm-overlap-cfg`), as Megatron opens it: relative to the working
+    directory, else to the launch script's; None where neither holds it or it is no text."""
+
+    def read(path: str) -> str | None:
+        for candidate in (Path(path), *([base / path] if base is not None else [])):
+            if candidate.is_file():
+                try:
+                    return read_text(str(candidate))
+                except InputError:
+                    return None
+        return None
+
+    return read
 
 
 def _torchtitan(args: argparse.Namespace, source: str) -> int:

@@ -180,13 +180,7 @@ def render(result: SearchResult) -> None:
             "rank P − 2's last virtual stage (Megatron-Core's standalone MTP, as `ppb balance` tries), the faster kept"
         )
     if result.proven is not None and result.proven < len(result.ranked):
-        gap = result.proven_gap
-        console.print(
-            f"places 1 to {result.proven} are proven; past them, the fastest found within the search's budget "
-            f"(the strategies left unexamined are bounded at {result.unexamined_bound_s:.3f} s or more"
-            + ("" if gap is None else f": none can be more than {100 * gap:.1f} % faster than the first")
-            + ")"
-        )
+        console.print(proven_line(result.proven, result.unexamined_bound_s, result.proven_gap))
     if result.clock_stopped:
         console.print("the wall-clock safety net (search.time_budget_s) stopped the search: another run may differ")
     if result.counts.get("clock_stopped"):
@@ -236,3 +230,20 @@ def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> Non
         for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
+
+
+def proven_line(proven: int, unexamined_bound_s: float, gap: float | None) -> str:
+    """What a budgeted ranking proves: its first *proven* places (none, one or several), the rest the
+    fastest found, with the least bound of the strategies left unexamined."""
+    if proven == 0:
+        said = "no place is proven; every place is"
+    elif proven == 1:
+        said = "place 1 is proven; past it,"
+    else:
+        said = f"places 1 to {proven} are proven; past them,"
+    return (
+        f"{said} the fastest found within the search's budget (the strategies left unexamined are bounded at "
+        f"{unexamined_bound_s:.3f} s or more"
+        + ("" if gap is None else f": none can be more than {100 * gap:.1f} % faster than the first")
+        + ")"
+    )

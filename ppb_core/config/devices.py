@@ -30,6 +30,8 @@ Achieved fractions are measured, not datasheet figures:
   mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
   figures at H100's. Ascend: assumed at A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
+  These are levels at 16k tokens without the mask; other lengths and the causal mask follow each
+  kernel's measured curves (`ppb_core.timing.attention_rates`).
 - `comm_efficiency`: NCCL's bus bandwidth over the link rate: nccl-tests all_reduce on 8 A100 SXM4
   reaches 230-250 GB/s of NVLink 3's 300 (0.8); ring all-gather / reduce-scatter on 8 H100 SXM
   reach about 0.8 of 450 as well (NVLink SHARP all-reduce more). Used for every link. B200: 0.802,
@@ -59,16 +61,24 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # (`DeviceProfile.host_kernel_us`): the median, over every host-bound dense functional-test case with
 # golden values on the system (ppb's GPU work under half the measured seconds, every flag modelled), of
 # the launch time that makes ppb give the case's measured seconds back (`PPB_MEGATRON_LM=DIR python
-# bench/host_derive.py`, Megatron-LM d98e8a64): DGX H100 50 cases, quartiles 74.8-94.3; DGX A100 80
-# cases, quartiles 102.3-133.8 (plain PyTorch ops at `launches.PLAIN_OP_SHARE` of a launch; TransformerEngine's
-# unfused attention building its mask each forward, `flops.te_attention_mask`). The one 12-layer TP4 case
-# that set them before gives 66.1 and 108.9 (71.6 and 117.9 counting every launch whole, without the mask).
-HOST_KERNEL_US_DGX_H100 = 86.8
-HOST_KERNEL_US_DGX_A100 = 113.3
+# bench/host_derive.py`, Megatron-LM d98e8a64): DGX H100 50 cases, quartiles 75.0-89.7; DGX A100 80
+# cases, quartiles 103.0-122.4 (plain PyTorch ops at `launches.PLAIN_OP_SHARE` of a launch, unfused rotary
+# computing its angles' cos and sin every call; TransformerEngine's unfused attention building its mask
+# each forward, `flops.te_attention_mask`). The one 12-layer TP4 case that set them before gives 67.4 and
+# 110.9 (71.6 and 117.9 counting every launch whole, without the mask).
+HOST_KERNEL_US_DGX_H100 = 80.9
+HOST_KERNEL_US_DGX_A100 = 112.3
 # The same on Megatron CI's DGX GB200 (a Grace host), from the 12-layer TP4 case's dgx_gb200 golden values
-# alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,720 launches' worth with the
-# loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,720 = 82.9 us).
-HOST_KERNEL_US_DGX_GB200 = 82.9
+# alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,652 launches' worth with the
+# loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,652 = 84.5 us).
+HOST_KERNEL_US_DGX_GB200 = 84.5
+# DGX B200's host, no Megatron CI golden values on it: two Xeon Platinum 8570, 56 cores each at 2.1 GHz base,
+# 4.0 GHz max boost (NVIDIA DGX B200 User Guide, "Introduction to NVIDIA DGX B200 Systems"), the successor
+# (Emerald Rapids) of DGX H100's two Xeon Platinum 8480C, 56 cores at 2.0 / 3.8 GHz (DGX H100 datasheet),
+# on the same platform. Megatron's launches are issued by one Python thread a rank: taken as DGX H100's
+# median at the ratio of the two CPUs' max boost clocks, 80.9 · 3.8 / 4.0 = 76.9 us (an assumption: the
+# same core design, the launch path bound by one core's clock).
+HOST_KERNEL_US_DGX_B200 = round(HOST_KERNEL_US_DGX_H100 * 3.8 / 4.0, 1)
 
 # The fixed time of a B200 GEMM kernel, the way H100's 5.3 us is found: XLA's measured matmul table
 # (openxla/xla xla/service/gpu/model/default_matmul_perf_table.txtpb at 336bb15c, key "sm_100_B200",
@@ -95,6 +105,14 @@ ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
 # on an H200 with TE 2.15: 0.594 ms at dropout 0, 0.614 ms at 0.1: 0.614 / 0.594 - 1 = 3.4%. The kernel
 # draws its mask from Philox inside, per score element, as its FLOPs go: taken as that share at any length.
 ATTENTION_DROPOUT_COST_SM90 = round(0.614 / 0.594 - 1, 4)  # 0.0337
+# MXFP8 GEMMs on Blackwell over per-tensor FP8 ones (`mxfp8_matmul_ratio`): TransformerEngine's GEMM
+# profiling guide (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst at 1609c890e)
+# times the 12 GEMMs of a hidden-4096, FFN-16384 layer at 15,872 tokens on a B300 with pre-quantized
+# operands (benchmarks/gemm/benchmark_gemm.py `tex.generic_gemm`, the GEMM call alone with its scale
+# swizzles): 6.812 ms a layer with current (per-tensor) scaling, 7.161 with MXFP8's 32-element blocks:
+# 6.812 / 7.161 = 0.951. Taken for sm100's B200 and GB200 (B300 is Blackwell Ultra, sm103: the same
+# block-scaled tensor-core path, an assumption).
+MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,9 @@ class DeviceProfile:
     # FP8 GEMMs (Hopper, Blackwell): MAMF over the FP8 peak (ml-engineering's float8_e4m3fn table:
     # H100 SXM 1402.6 of 1979, 70.9%; H200 1453.4, 73.4%; B200 3432.5 of 4500, 76.3%). 0: no FP8.
     fp8_matmul_efficiency: float = 0.709
+    # MXFP8 GEMMs' rate over per-tensor FP8's on this device (`MXFP8_MATMUL_RATIO_BLACKWELL`); 1: as fast
+    # (no measurement, or no MXFP8 tensor cores).
+    mxfp8_matmul_ratio: float = 1.0
     # A fixed time an FP8 GEMM kernel spends per output tile beside its k loop (prologue, epilogue, scale
     # factors): 0 unless measured. DeepSeek's fine-grained-scaled FP8 kernels (DeepGEMM) show it: their
     # H800 rates fall with k at fixed m, n (deepseek-ai/DeepGEMM README, Feb 2025); a ceiling of 0.75 and
@@ -316,6 +337,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         nic_efficiency=0.94,
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
@@ -336,10 +358,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # al. 2026, arXiv 2603.05451, puts FA4's B200 forward at up to 1613 TFLOP/s, "up to 1.3x" cuDNN
         # 9.13, an older cuDNN.) No public head-size-64 rate without a sliding window on sm100 (that
         # table's GPT-OSS rows have one): the head-size-64 ratios stay H100's, and FlashAttention-2's
-        # rates H100's fractions. Host: 0, no DGX B200 case in Megatron CI's golden values (its Blackwell
-        # values are DGX GB200's, a Grace host: dgx_gb200).
+        # rates H100's fractions. Host: DGX B200's Xeons from DGX H100's (`HOST_KERNEL_US_DGX_B200`),
+        # no DGX B200 case in Megatron CI's golden values (its Blackwell values are DGX GB200's, Grace).
         attention_forward_efficiency=ATTENTION_FORWARD_B200,
         attention_backward_efficiency=ATTENTION_BACKWARD_B200,
+        host_kernel_us=HOST_KERNEL_US_DGX_B200,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables
@@ -363,6 +386,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         nic_efficiency=0.94,
         matmul_efficiency=0.729,
         fp8_matmul_efficiency=0.723,
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,

@@ -379,6 +379,12 @@ class Training(StrictModel):
         "or torchtitan's {mode, option} (ppb_core.config.recompute)",
     )
     moe: MoeTraining = Field(default_factory=MoeTraining)
+    layer_wise_param_layout: bool = Field(
+        True,
+        description="Megatron's layer-wise distributed optimizer (Muon with zero 1) with its precomputed layout; "
+        "false (--no-use-layer-wise-param-layout): the legacy ping-pong of whole parameters over the "
+        "data-parallel ranks (ppb_core.memory.frameworks.layer_wise)",
+    )
     defer_embedding_wgrad_compute: bool = Field(
         False,
         description="Megatron's --defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs run at "
@@ -449,6 +455,9 @@ class Device(StrictModel):
     flash2_head64_forward: ZeroOrEfficiency | None = None
     flash2_head64_backward: ZeroOrEfficiency | None = None
     fp8_matmul_efficiency: Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_none_or_efficiency)] | None = None
+    mxfp8_matmul_ratio: Efficiency | None = Field(
+        None, description="MXFP8 GEMMs' rate over per-tensor FP8 GEMMs' (TE's block-scaled GEMM with its swizzles)"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
@@ -500,6 +509,17 @@ class Overlap(StrictModel):
     )
 
 
+# TransformerEngine's userbuffers GEMM names and overlap methods (d0067d0d module/base.py `initialize_ub`)
+UbGemm = Literal[
+    "qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad", "proj_wgrad",
+    "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad", "fc2_wgrad",
+]  # fmt: skip
+UbMethod = Literal["ring_exchange", "pipeline", "bulk", "external"]
+# initialize_ub's reduce-scatter GEMMs (the dgrads' once given a method other than bulk): every other one
+# all-gathers, where `pipeline` is refused
+UB_REDUCE_SCATTERS = ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad", "qkv_dgrad", "fc1_dgrad")
+
+
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
@@ -522,6 +542,19 @@ class TimingOptions(StrictModel):
         "attention.py ScaledDotProductAttentionWrapper on every GPU from 6a3a9da95, 2025-10-09, on B200 from "
         "3b85aa31f; PyTorch's can_use_cudnn_attention takes GQA) or flash (FlashAttention-2, PyTorch's first "
         "choice before)",
+    )
+    fsdp_units: Literal["split", "root"] = Field(
+        "split",
+        description="the modules torchtitan wraps with fully_shard: split (from 83e694105, 2025-07-28; v0.2.2 "
+        "apply_fsdp: tok_embeddings, every block and [norm, output] apart, the last not resharded after the "
+        "forward) or root (before it: every block, the last not resharded, and the root model holding the "
+        "embedding, final norm and output layer, gathered first and reduce-scattered after the whole backward)",
+    )
+    optimizer_implementation: Literal["fused", "foreach", "for-loop"] = Field(
+        "fused",
+        description="torchtitan's optimizer.implementation: fused (torch._fused_adamw_, its default from "
+        "6e4988550, 2025-02-24), foreach (torch's _multi_tensor_adam: eight element-wise passes; the "
+        "default before) or for-loop (the same passes tensor by tensor)",
     )
     compile_loss: bool | None = Field(
         None,
@@ -548,6 +581,24 @@ class TimingOptions(StrictModel):
         description="torchtitan's quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp (v0.2.2 default "
         "false): after the optimizer step one pass over the local weight shards for their amax and one all-reduce "
         "of the scales (torchao `precompute_float8_dynamic_scale_for_fsdp`); needs fp8_fsdp_all_gather",
+    )
+    tp_comm_overlap_methods: dict[UbGemm, UbMethod] = Field(
+        default_factory=dict,
+        description="Megatron's --tp-comm-overlap-cfg: TransformerEngine's userbuffers method per GEMM where it is "
+        "not initialize_ub's default (ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline for "
+        "proj_fprop, fc2_fprop; bulk for the rest); a `pipeline` all-gather is refused, as TE does",
+    )
+    fp8_bf16_layers: Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)] = Field(
+        (0, 0),
+        description="Megatron's --first-last-layers-bf16 (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, "
+        "1 and 1): under FP8 these first and last decoder layers run in bf16 (fp8_utils.py "
+        "`is_first_last_bf16_layer`)",
+    )
+    fp8_param_gather: bool = Field(
+        False,
+        description="Megatron's --fp8-param-gather: the linear weights are FP8 parameters (no quantized copy kept "
+        "beside a 16-bit one) and the distributed optimizer all-gathers them in FP8; needs matmul_dtype fp8, "
+        "framework megatron and the distributed optimizer or FSDP (ppb_core.memory.frameworks.te_fp8)",
     )
     fp8_recipe: Literal["delayed", "tensorwise", "mxfp8", "blockwise"] = Field(
         "delayed",
@@ -596,6 +647,17 @@ class TimingOptions(StrictModel):
         description="Megatron's NaN check (--check-for-nan-in-loss-and-grad, on by default; off with --no-check-"
         "for-nan-in-loss-and-grad): each micro-batch's loss checked for NaN and Inf on the host (two syncs); and, "
         "but under fp16's dynamic loss scaling, DDP reads each gradient bucket for its norm before reducing it",
+    )
+    batch_broadcast: bool = Field(
+        True,
+        description="Megatron's pretrain_gpt.py get_batch: tensor-parallel rank 0 reads the batch and broadcasts it "
+        "over TP before each forward; false: every rank reads its own (NeMo's gpt_data_step)",
+    )
+    attention_mask_in_dataloader: bool = Field(
+        True,
+        description="Megatron's create_attention_mask_in_dataloader (--no-create-attention-mask-in-dataloader turns "
+        "it off): each micro-batch's bool causal mask, b·s·s bytes, broadcast over TP with the batch and held "
+        "through its forward on the first and last stage",
     )
     cross_entropy_fusion: bool = Field(
         False,
@@ -659,6 +721,20 @@ class TimingOptions(StrictModel):
         False,
         description="Megatron's --ddp-average-in-collective: the gradient reduction averages (NCCL's AVG) instead "
         "of DDP scaling each bucket by 1/(dp·cp) before it",
+    )
+    interleaved_send_waits: Literal["core_r0.8", "core_r0.10", "core_v0.18"] = Field(
+        "core_v0.18",
+        description="the Megatron-Core release whose overlapped interleaved schedule the run waits for its "
+        "pipeline sends as: core_r0.8 (to r0.9) before the next op of the send's kind; core_r0.10 (to v0.17) "
+        "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
+        "backward (ppb_core.pipeline_p2p)",
+    )
+    pipe_partitioned: bool = Field(
+        False,
+        description="the pipeline's sends split over the tensor-parallel ranks, each sending its share, and "
+        "all-gathered over them on arrival, activations and gradients alike (DeepSpeed's pipeline engine, "
+        "pipe_partitioned and grad_partitioned, on by default; Megatron-LM's --scatter-gather-tensors-in-pipeline "
+        "before Megatron-Core): without sequence parallelism Megatron-Core sends the whole tensor from every rank",
     )
 
     @model_validator(mode="after")
@@ -1040,8 +1116,8 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
         raise InputError(where, "training.recompute", said)
 
 
-# `timing` fields that say which torchtitan version's kernels run (TimingOptions)
-TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend"})
+# `timing` fields that say which torchtitan version runs: its kernels, FSDP2 units and optimizer (TimingOptions)
+TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation"})
 
 
 def _check_float8_gather(run: RunConfig, where: str) -> None:
@@ -1058,6 +1134,29 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_fsdp_all_gather", "needs matmul_dtype fp8 and fp8_recipe tensorwise")
     if timing.fp8_precompute_scale and not timing.fp8_fsdp_all_gather:
         raise InputError(where, "timing.fp8_precompute_scale", "needs timing.fp8_fsdp_all_gather")
+    for gemm, method in timing.tp_comm_overlap_methods.items():  # TE initialize_ub's checks (d0067d0d)
+        if method == "pipeline" and gemm not in UB_REDUCE_SCATTERS:
+            raise InputError(where, f"timing.tp_comm_overlap_methods.{gemm}", "pipeline is not for an all-gather")
+    if any(timing.fp8_bf16_layers):  # transformer_config.py __post_init__ (d98e8a64)
+        field = "timing.fp8_bf16_layers"
+        if run.framework != "megatron" or timing.matmul_dtype != "fp8":
+            raise InputError(
+                where, field, "is Megatron's --first-last-layers-bf16: needs framework megatron, matmul_dtype fp8"
+            )
+        if timing.fp8_recipe == "delayed":
+            raise InputError(where, field, "under delayed scaling (timing.fp8_recipe): Megatron-Core refuses it")
+        most = min(spec.num_layers for spec in run.specs.values() if isinstance(spec, ModelSpec)) // run.parallel.pp
+        if max(timing.fp8_bf16_layers) > most:
+            raise InputError(
+                where, field, f"more than a stage's {most} layers (num_layers // pp), as Megatron-Core refuses"
+            )
+    if timing.fp8_param_gather:  # arguments.py validate_args (d98e8a64) asserts the sharding
+        if run.framework != "megatron" or timing.matmul_dtype != "fp8":
+            raise InputError(
+                where, "timing.fp8_param_gather", "is Megatron's: needs framework megatron, matmul_dtype fp8"
+            )
+        if run.shard_level < 1:
+            raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
 
 
 def _check_run(run: RunConfig, where: str) -> None:
@@ -1072,9 +1171,7 @@ def _check_run(run: RunConfig, where: str) -> None:
     fields = TimingOptions.model_fields
     titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
     if run.framework != "torchtitan" and titan_kernels:
-        said = (
-            f"torchtitan's kernels (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
-        )
+        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
@@ -1111,6 +1208,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
+        raise InputError(
+            where,
+            "training.layer_wise_param_layout",
+            "is Megatron's layer-wise optimizer's: needs optimizer muon, zero 1",
+        )
     if train.optimizer == "muon" and run.framework != "megatron":
         raise InputError(
             where, "training.optimizer", "muon is Megatron-Core's emerging optimizer: set framework megatron"
@@ -1129,6 +1232,25 @@ def _check_run(run: RunConfig, where: str) -> None:
     if run.framework != "megatron" and run.timing.moe_dispatcher == "allgather":
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
+        )
+    plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
+    if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
+        said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
+        raise InputError(where, f"models.{run.model_names.index(plain_mla[0])}.spec.mla_latent_norms", said)
+    if not run.timing.batch_broadcast and run.framework != "megatron":
+        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
+    if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
+        raise InputError(
+            where,
+            "timing.attention_mask_in_dataloader",
+            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
+        )
+    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
+    if run.timing.pipe_partitioned and run.framework == "torchtitan":
+        raise InputError(
+            where,
+            "timing.pipe_partitioned",
+            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
         )
     if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")

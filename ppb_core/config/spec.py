@@ -80,6 +80,9 @@ class ModelSpec(StrictModel):
     qk_nope_head_dim: Rank = 0
     qk_rope_head_dim: Rank = 0
     v_head_dim: Rank = 0
+    mla_latent_norms: bool = Field(
+        True, description="MLA's norms of the compressed query and key/value (DeepSeek-V3; Megatron's --qk-layernorm)"
+    )
     # Multi-token prediction modules after the last layer (DeepSeek-V3).
     mtp_layers: LayerCount = 0
 
@@ -101,6 +104,8 @@ class ModelSpec(StrictModel):
                 raise ValueError("moe_intermediate_size is required when num_experts > 0")
         elif self.shared_experts:
             raise ValueError("shared_experts needs num_experts > 0")
+        if not self.mla_latent_norms and not self.is_mla:
+            raise ValueError("mla_latent_norms false needs an MLA model (kv_lora_rank > 0): the norms are MLA's")
         if self.is_mla and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("an MLA model (kv_lora_rank > 0) needs qk_nope_head_dim, qk_rope_head_dim, v_head_dim")
         outside = [index for index in self.dense_layers if index >= self.num_layers]

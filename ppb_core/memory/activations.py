@@ -67,14 +67,18 @@ def attention_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> lis
     ]
     if att.is_mla:
         d_qk, d_v = att.q_head_dim, att.value_head_dim
+        # the latents are the norms' inputs; without the norms (Megatron without --qk-layernorm) the
+        # up-projections' inputs, kept either way
         if att.q_lora_rank:
-            terms += [
-                ActivationTerm(f"{prefix}attention.q_latent", None, whole * att.q_lora_rank, bc),
-                ActivationTerm(f"{prefix}attention.q_latent_norm", "attUp", whole * att.q_lora_rank, bc),
-            ]
+            terms.append(ActivationTerm(f"{prefix}attention.q_latent", None, whole * att.q_lora_rank, bc))
+            if att.latent_norms:
+                terms.append(ActivationTerm(f"{prefix}attention.q_latent_norm", "attUp", whole * att.q_lora_rank, bc))
+        terms.append(
+            ActivationTerm(f"{prefix}attention.kv_latent", None, whole * (att.kv_lora_rank + att.qk_rope_head_dim), bc)
+        )
+        if att.latent_norms:
+            terms.append(ActivationTerm(f"{prefix}attention.kv_latent_norm", "attUp", whole * att.kv_lora_rank, bc))
         terms += [
-            ActivationTerm(f"{prefix}attention.kv_latent", None, whole * (att.kv_lora_rank + att.qk_rope_head_dim), bc),
-            ActivationTerm(f"{prefix}attention.kv_latent_norm", "attUp", whole * att.kv_lora_rank, bc),
             ActivationTerm(f"{prefix}attention.query", "attUp", tokens * heads * d_qk, bc),
             ActivationTerm(f"{prefix}attention.key", "attUp", tokens * heads * d_qk, bc),
             ActivationTerm(f"{prefix}attention.value", "attUp", tokens * heads * d_v, bc),

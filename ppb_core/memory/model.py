@@ -227,9 +227,11 @@ class MemoryModel:
             _, buffer_terms = self.rules.state(
                 kind, self.setup, body_state, stated, key[4], terms, self._buffer_terms[kind]
             )
-        if pricer is self._formulas or not isinstance(kind, BodyKind):  # a census measured its own dtype
-            terms = cached_terms(terms, self.setup.fp8_cache)
-        buffer_terms = cached_buffers(buffer_terms, self.setup.fp8_cache, self.setup.dtype_bytes)
+        # a census measured its own dtype; a layer FP8 training leaves in 16 bits caches nothing in FP8
+        cache = "none" if isinstance(kind, BodyKind) and kind.high_precision else self.setup.fp8_cache
+        if pricer is self._formulas or not isinstance(kind, BodyKind):
+            terms = cached_terms(terms, cache)
+        buffer_terms = cached_buffers(buffer_terms, cache, self.setup.dtype_bytes)
         terms, buffer_terms, moved, moved_buffers = self.rules.offload_split(
             kind, self.setup, tuple(terms), tuple(buffer_terms)
         )

@@ -289,6 +289,13 @@ def stage_peaks(
     for stage, held_bytes in resident.items():  # frameworks/offload.py: the margin and the reload window
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
             sums[1] += held_bytes if any(vector) else 0.0
+    counts: dict[int, Counter] = {stage: Counter() for stage in range(stages)}
+    for (stage, _chunk, _model, _node, kind, *_), count in groups.items():
+        counts[stage][kind] += count
+    for stage, layers in counts.items():  # how the framework shares the stage's parameters out as a whole
+        shared = memory.rules.stage_static_bytes(memory.setup, tuple(layers.items()))
+        totals[stage]["static"] += shared
+        totals[stage]["step"] += shared
     micro_batches = memory.run.training.micro_batches
     for (stage, chunk), cell_kinds in cells.items():
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):

@@ -35,6 +35,7 @@ class MemorySetup(Geometry):
     buffer_rule: str = "layered"
     fp8_cache: str = "none"  # none | linear | deepseek (ppb_core.memory.precision)
     compute_capability: float = 0.0  # the device's (CUDA); 0: not a CUDA GPU, or not stated
+    sm_count: int = 0  # the device's streaming multiprocessors (0: not stated)
     framework: str = "mindformers"  # whose rules apply (ppb_core.memory.frameworks); the formulas alone here
     combined_1f1b: bool = False  # Megatron's --overlap-moe-expert-parallel-comm (ppb_core.memory.combined)
     router_bytes: int = 0  # the router's probabilities (--moe-router-dtype); 0: dtype_bytes
@@ -45,11 +46,19 @@ class MemorySetup(Geometry):
     moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
+    fp8_recipe: str = ""
+    fp8_param_gather: bool = False  # Megatron's --fp8-param-gather (frameworks/te_fp8.py)
+    # Megatron's --tp-comm-overlap: TE's userbuffers GEMMs (sequence parallelism, timing.overlap.tp above 0)
+    userbuffers: bool = False
+    layer_wise_param_layout: bool = True  # Megatron's layer-wise optimizer's layout (frameworks/layer_wise.py)
+    dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
+    micro_batches: int = 1  # training.micro_batches (how many the deferral holds, `drain_buffers`)
     deterministic: bool = (
         False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
     )
@@ -84,6 +93,7 @@ class MemorySetup(Geometry):
             buffer_rule=buffer_rule,
             fp8_cache=train.fp8_cache,
             compute_capability=run.device.profile().compute_capability,
+            sm_count=run.device.profile().sm_count,
             framework=run.framework,
             combined_1f1b=par.overlap_moe_expert_parallel_comm,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),
@@ -94,11 +104,20 @@ class MemorySetup(Geometry):
             moe_dispatcher=run.timing.moe_dispatcher,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
+            fp8_recipe=run.timing.fp8_recipe if _te_fp8(run) else "",
+            fp8_param_gather=run.timing.fp8_param_gather,
+            userbuffers=run.framework == "megatron"
+            and run.parallel.sequence_parallel
+            and run.parallel.tp > 1
+            and run.timing.overlap.tp > 0,
+            layer_wise_param_layout=train.layer_wise_param_layout,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,
             softmax_in_fp32=run.softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
+            micro_batches=train.micro_batches,
             deterministic=run.timing.deterministic,
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),
@@ -123,3 +142,11 @@ class MemorySetup(Geometry):
     def expert_data_group(self) -> int:
         """Ranks that hold the same expert parameters: dp·cp·tp/(ep·etp)."""
         return self.dp * self.cp * self.tp // (self.ep * self.etp)
+
+
+def _te_fp8(run: RunConfig) -> bool:
+    """Whether Megatron's Transformer Engine layers train in FP8 (frameworks/te_fp8.py)."""
+    timing = run.timing
+    return (
+        run.framework == "megatron" and timing.matmul_dtype == "fp8" and timing.transformer_impl == "transformer_engine"
+    )

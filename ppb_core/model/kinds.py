@@ -45,6 +45,7 @@ class Attention:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     rope: bool = True  # rotary position embedding applied to queries and keys
+    latent_norms: bool = True  # MLA: norms of the compressed query and key/value before their up-projections
 
     @property
     def is_mla(self) -> bool:
@@ -106,6 +107,8 @@ class BodyKind:
     norm: Norm
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
+    # FP8 training leaves this layer's GEMMs in 16 bits (Megatron's --first-last-layers-bf16)
+    high_precision: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -275,6 +278,7 @@ def _attention(spec: ModelSpec) -> Attention:
             qk_rope_head_dim=spec.qk_rope_head_dim,
             v_head_dim=spec.v_head_dim,
             rope=spec.position_embedding == "rope",
+            latent_norms=spec.mla_latent_norms,
         )
     return Attention(
         hidden_size=spec.hidden_size,

@@ -60,7 +60,8 @@ def attention_params(att: Attention, tp: int = 1) -> int:
         q_width = heads * att.q_head_dim
         if att.q_lora_rank:
             # q_a_proj and its norm are replicated; q_b_proj is column-parallel.
-            count += h * att.q_lora_rank + (att.q_lora_rank if att.qkv_bias else 0) + att.q_lora_rank
+            count += h * att.q_lora_rank + (att.q_lora_rank if att.qkv_bias else 0)
+            count += att.q_lora_rank if att.latent_norms else 0
             count += att.q_lora_rank * q_width
         else:
             count += h * q_width
@@ -68,7 +69,7 @@ def attention_params(att: Attention, tp: int = 1) -> int:
         count += h * (att.kv_lora_rank + att.qk_rope_head_dim) + (
             att.kv_lora_rank + att.qk_rope_head_dim if att.qkv_bias else 0
         )
-        count += att.kv_lora_rank
+        count += att.kv_lora_rank if att.latent_norms else 0
         count += att.kv_lora_rank * heads * (att.qk_nope_head_dim + att.v_head_dim)
         count += heads * att.v_head_dim * h + (h if att.out_bias else 0)
         return count

@@ -289,6 +289,11 @@ def model_kinds(run: RunConfig, model_name: str) -> tuple[LayerKind, list[BodyKi
         return head, list(bodies), tail
     dropout, vocab = run.training.dropout, run.vocab_size(model_name)
     bodies = [body_kind(spec, index, dropout) for index in range(spec.num_layers)]
+    start, end = run.timing.fp8_bf16_layers if run.timing.matmul_dtype == "fp8" else (0, 0)
+    for index in (*range(start), *range(spec.num_layers - end, spec.num_layers)):
+        # Megatron-LM d98e8a64 fp8_utils.py `is_first_last_bf16_layer`: the first `start` and last `end` of
+        # the model's layers (global indices) run outside the fp8 context
+        bodies[index] = replace(bodies[index], name=f"{bodies[index].name}_bf16", high_precision=True)
     return head_kind(spec, vocab, dropout), bodies, tail_kind(spec, vocab, dropout)
 
 

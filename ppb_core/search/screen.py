@@ -44,8 +44,8 @@ from ppb_core.timing.iteration import (  # the terms run_iteration charges, take
     _dp_collective,
     _embedding_sync,
     _optimizer_seconds,
-    _p2p_seconds,
     framework_rules,
+    p2p_seconds,
 )
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
@@ -184,7 +184,7 @@ def figures(
     constant_mb = math.ceil(run_working_set_bytes(run, memory, distinct) / MB) if with_memory else 0
     transfer_ms = 0.0
     if run.parallel.pp > 1:
-        transfer_ms = 1e3 * min(_p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
+        transfer_ms = 1e3 * min(p2p_seconds(run, links, _layer(slot, 0)) for slot in slots)
     head = ends.get(HEAD, (0.0, 0.0, 0.0))
     tail = ends.get(TAIL, (0.0, 0.0, 0.0))
     cell_forward, cell_backward, per_cell = fsdp_floor_s(run, memory, links, slots)

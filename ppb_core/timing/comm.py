@@ -93,7 +93,8 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     if size <= 1 or payload <= 0:
         return 0.0
     local = links.in_node(group)
-    step = links.latency_s + (links.inter_node_latency_s if local < size else 0.0)
+    # each of the framework's separate calls for the payload pays its steps' latency
+    step = (links.latency_s + (links.inter_node_latency_s if local < size else 0.0)) * collective.calls
     if collective.kind == ALL_TO_ALL:
         share = payload / size
         intra = share * (local - 1) / links.intra_node_bytes_per_s

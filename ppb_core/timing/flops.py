@@ -81,6 +81,10 @@ class Collective:
     # beside one ring step of the attention core (its flash ops' time over cp), where an exchange
     # longer than its step shows; 0: beside the whole partner.
     exchanges: int = 0
+    # The separate NCCL calls the framework makes for this payload (e.g. Megatron's alltoall dispatcher
+    # sends the tokens and their probabilities in two all-to-alls): each pays its steps' latency and
+    # is one kernel launch.
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,14 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
+    ub_methods: tuple[tuple[str, str], ...] = ()
+
+    def ub_method(self, gemm: str, default: str) -> str | None:
+        """The userbuffers method of TE's *gemm* (`initialize_ub`'s *default* unless configured); None: bulk
+        or external, the generic overlap (`ppb_core.timing.userbuffers`)."""
+        method = dict(self.ub_methods).get(gemm, default)
+        return method if method in ("ring_exchange", "pipeline") else None
 
     @classmethod
     def from_run(cls, run: RunConfig) -> OpGeometry:
@@ -212,6 +224,7 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
@@ -345,15 +358,16 @@ def _tp_entry(
     source: str,
     consumer: str,
     switch: str | None = "gather",
-    userbuffers: bool = False,
+    userbuffers: str | None = None,
     float8: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
     gradient) and the input gradient is reduce-scattered; without SP the input gradient is
     all-reduced. Both backward collectives run behind the consumer's weight gradient. *userbuffers*:
-    the consumer is one of TransformerEngine's layer GEMMs (qkv, fc1), whose forward all-gather
-    Megatron's --tp-comm-overlap runs as a ring exchange (`ppb_core.timing.userbuffers`). *float8*: the
+    the consumer is TransformerEngine's layer GEMM of that name (qkv, fc1), whose forward all-gather
+    Megatron's --tp-comm-overlap runs as a ring exchange by default (`ppb_core.timing.userbuffers`; its
+    `<name>_fprop` method from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: the
     consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
     float8."""
     if geo.tp == 1:
@@ -365,7 +379,8 @@ def _tp_entry(
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
         # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
         # the `gather` switch has nothing to drop.
-        method = "ring_exchange" if userbuffers and geo.transformer_impl == "transformer_engine" else None
+        te = userbuffers and geo.transformer_impl == "transformer_engine"
+        method = geo.ub_method(f"{userbuffers}_fprop", "ring_exchange") if te else None
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -413,32 +428,31 @@ def _tp_exit(
     geo: OpGeometry,
     width: float,
     producer: str,
-    userbuffers: bool = False,
+    userbuffers: str | None = None,
     float8: bool = False,
 ) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path.
-    *userbuffers*: the producer is one of TransformerEngine's layer GEMMs (proj, fc2), whose forward
+    *userbuffers*: the producer is TransformerEngine's layer GEMM of that name (proj, fc2), whose forward
     reduce-scatter Megatron's --tp-comm-overlap pipelines and whose input gradient's all-gather it
-    runs as a ring exchange (`ppb_core.timing.userbuffers`)."""
+    runs as a ring exchange by default (`ppb_core.timing.userbuffers`; the `<name>_fprop` and
+    `<name>_dgrad` methods from --tp-comm-overlap-cfg, `OpGeometry.ub_method`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     gradient = geo.tokens * width * (1 if float8 else geo.dtype_bytes)  # under Float8 TP: float8
     if geo.gathers:
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
+        forward = geo.ub_method(f"{userbuffers}_fprop", "pipeline") if ub else None
+        backward = geo.ub_method(f"{userbuffers}_dgrad", "ring_exchange") if ub else None
         return [
             Op(
                 name,
                 block,
                 COMM,
                 inputs=(producer,),
-                forward_comm=Collective(
-                    REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method="pipeline" if ub else None
-                ),
-                backward_comm=Collective(
-                    ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method="ring_exchange" if ub else None
-                ),
+                forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method=forward),
+                backward_comm=Collective(ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method=backward),
             )
         ]
     return [
@@ -483,19 +497,37 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         d_qk = att.q_head_dim
         width = (att.q_lora_rank or h) + att.kv_lora_rank + att.qk_rope_head_dim
         q_source = norm
+        # without latent norms (Megatron's MLA without --qk-layernorm: gpt_layer_specs.py, plain
+        # column-parallel up-projections) the up-projections read the down-projections' outputs
         if att.q_lora_rank:
-            ops += [
-                _matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)),
-                _norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(p + "q_down",)),
-            ]
-            q_source = p + "q_norm"
-        ops += [
-            _matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)),
-            _norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(p + "kv_down",)),
-        ]
-        kv_source, rope_key = p + "kv_norm", p + "kv_down"
+            ops.append(_matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)))
+            q_source = p + "q_down"
+            if att.latent_norms:
+                ops.append(_norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(q_source,)))
+                q_source = p + "q_norm"
+        ops.append(_matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)))
+        kv_source, rope_key = p + "kv_down", p + "kv_down"
+        if att.latent_norms:
+            ops.append(_norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(kv_source,)))
+            kv_source = p + "kv_norm"
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
+        if entry and geo.gathers and geo.framework == "megatron":
+            # Megatron-Core gathers them in three calls (multi_latent_attention.py
+            # `get_query_key_value_tensors`, d98e8a64): the q latent inside linear_q_up_proj's and the kv
+            # latent inside linear_kv_up_proj's TE column-parallel linear (each all-gathers its input under
+            # SP, reduce-scatters its input gradient and gathers the input again for its weight gradient),
+            # and the key's rotary part by `gather_from_sequence_parallel_region` (its backward one
+            # reduce-scatter, no second gather).
+            gather, regather = entry[0], entry[1]
+            entry = [
+                dataclasses.replace(
+                    gather,
+                    forward_comm=dataclasses.replace(gather.forward_comm, calls=3),
+                    backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
+                ),
+                dataclasses.replace(regather, backward_comm=dataclasses.replace(regather.backward_comm, calls=2)),
+            ]
         if entry:
             ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
             if geo.gathers:
@@ -529,7 +561,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers=True, float8=geo.float8_tp)
+        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp)
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -930,7 +962,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers=True, float8=geo.float8_tp),
+        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -994,17 +1026,53 @@ def _ffn(
     ]
 
 
+def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated: bool) -> Op:
+    """Megatron's routed experts weight their activation by the routing probabilities (experts.py
+    `TEGroupedMLP.forward`'s `bias_act_func`, mlp.py `MLP.forward` for a SequentialMLP's experts,
+    d98e8a64). SwiGLU under the default `bias_swiglu_fusion` folds it into the fused kernel
+    (`weighted_bias_swiglu_impl`: the probabilities read beside, nothing more counted); any other
+    activation (GeLU: a routed expert cannot fuse it, TEGroupedMLP raises for it) runs it unfused:
+    `intermediate * probs.unsqueeze(-1)`, then `.to(original_dtype)`, a cast where the probabilities'
+    dtype (`--moe-router-dtype`) promotes the product. Forward the product (its input read, written in
+    the promoted dtype) and the cast; backward the cast's gradient, the input's gradient g·p (cast
+    back), the probabilities' g·x and its sum over the width. Launches beside the activation's one
+    each way: 16-bit probabilities 1 forward, 3 backward; fp32 2 and 5."""
+    if geo.framework != "megatron" or gated:
+        return op
+    elements, bc, pb = rows * width, geo.dtype_bytes, geo.router_bytes
+    wide = max(bc, pb)  # the product's dtype
+    cast = pb > bc
+    forward = elements * (bc + wide) + rows * pb + (elements * (wide + bc) if cast else 0.0)
+    # backward: (cast g up) g·p (read g, write), (cast down), g·x (read g and x, write), sum (read, write rows)
+    backward = (
+        (elements * (bc + wide) if cast else 0.0)
+        + elements * 2 * wide
+        + (elements * (wide + bc) if cast else 0.0)
+        + elements * (2 * wide + bc)
+        + elements * wide
+        + rows * pb
+    )
+    base = (1.0, 1.0)  # the activation's own kernel each way (`launches.op_launches`' default)
+    extra = (2.0, 5.0) if cast else (1.0, 3.0)
+    return dataclasses.replace(
+        op,
+        bytes=op.bytes + forward,
+        backward_bytes=op.backward_bytes + backward,
+        launches=(base[0] + extra[0], base[1] + extra[1]),
+    )
+
+
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers=True, float8=geo.float8_tp)
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers=True, float8=geo.float8_tp),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -1081,18 +1149,32 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # read and write of the rows each side, each way (their probabilities beside them, router dtype).
     sorts = geo.framework == "megatron" and geo.dispatcher == "alltoall" and experts > geo.ep
     sort = 2 * rows * (h * bc + geo.router_bytes) if sorts else 0.0
+    permute_launches, unpermute_launches = (
+        alltoall_permute_launches(geo.permute_fusion, sorts)
+        if geo.framework == "megatron" and geo.dispatcher == "alltoall"
+        else (None, None)
+    )
     ops.append(
-        _elementwise(
-            p + "permute",
-            block,
-            2 * routed * h * bc + sort,
-            2 * routed * h * bc + sort,
-            inputs=(norm, p + "router_topk"),
+        dataclasses.replace(
+            _elementwise(
+                p + "permute",
+                block,
+                2 * routed * h * bc + sort,
+                2 * routed * h * bc + sort,
+                inputs=(norm, p + "router_topk"),
+            ),
+            launches=permute_launches,
         )
     )
     source = p + "permute"
     payload = routed * geo.routing_factor * h * bc
     dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    # Megatron's alltoall dispatcher sends the permuted probabilities (router dtype) in an all-to-all of
+    # their own after the tokens' (`token_dispatch`, d98e8a64), and with expert TP all-gathers them beside
+    # the tokens (`dispatch_postprocess`); the backward sends their gradients back the same way.
+    megatron_a2a = geo.framework == "megatron" and geo.dispatcher == "alltoall"
+    calls = 2 if megatron_a2a else 1
+    probs = routed * geo.routing_factor * geo.router_bytes if megatron_a2a else 0.0
     # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
     # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
     remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
@@ -1107,24 +1189,26 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 forward_comm=Collective(
                     ALL_TO_ALL,
                     "ep",
-                    dispatched,
+                    dispatched + probs,
                     "ep",
                     (p + "experts_in", "forward"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
+                    calls=calls,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
                     "ep",
-                    payload,
+                    payload + probs,
                     "ep",
                     (p + "experts_in", "wgrad"),
                     None if leaving is None else leaving * bc,
+                    calls=calls,
                 ),
             )
         )
         source = p + "dispatch"
     if geo.etp > 1:
-        gathered = rows * h * bc
+        gathered = rows * h * bc + rows * geo.router_bytes * megatron_a2a
         ops.append(
             Op(
                 p + "gather_experts",
@@ -1132,9 +1216,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                 COMM,
                 switch="gather",
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp"),
-                backward_comm=Collective(REDUCE_SCATTER, "etp", gathered, "tp_async", (p + "experts_in", "dgrad")),
-                recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async"),
+                forward_comm=Collective(ALL_GATHER, "etp", gathered, "tp", calls=calls),
+                backward_comm=Collective(
+                    REDUCE_SCATTER, "etp", gathered, "tp_async", (p + "experts_in", "dgrad"), calls=calls
+                ),
+                recompute_comm=Collective(ALL_GATHER, "etp", gathered, "tp_async", calls=calls),
             )
         )
         source = p + "gather_experts"
@@ -1150,23 +1236,42 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source,
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
         ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h * bc, (source,)))
         source = p + "experts_cat"
     if geo.etp > 1:
+        # Megatron's alltoall dispatcher reduce-scatters the experts' output in the probabilities' dtype
+        # (`combine_preprocess`: `hidden_states.to(self.probs.dtype)`, the result cast back, d98e8a64): in the
+        # router dtype, with a cast before (rows) and after (rows / etp) each way where it differs.
+        combined = rows * h * (geo.router_bytes if megatron_a2a else bc)
         ops.append(
             Op(
                 p + "reduce_experts",
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(REDUCE_SCATTER, "etp", rows * h * bc, "tp"),
-                backward_comm=Collective(ALL_GATHER, "etp", rows * h * bc, "tp", (p + "experts_out", "dgrad")),
+                forward_comm=Collective(REDUCE_SCATTER, "etp", combined, "tp"),
+                backward_comm=Collective(ALL_GATHER, "etp", combined, "tp", (p + "experts_out", "dgrad")),
             )
         )
         source = p + "reduce_experts"
+        if megatron_a2a and geo.router_bytes != bc:
+            moved = (rows + rows / geo.etp) * h * (bc + geo.router_bytes)
+            ops.append(
+                Op(
+                    p + "reduce_experts_cast",
+                    block,
+                    MEMORY,
+                    inputs=(source,),
+                    bytes=moved,
+                    backward_bytes=moved,
+                    launches=(2.0, 2.0),
+                )
+            )
+            source = p + "reduce_experts_cast"
     if geo.ep > 1:
         ops.append(
             Op(
@@ -1195,15 +1300,48 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         source = p + "combine"
     # Weighted sum of each token's k expert outputs back in token order.
     ops.append(
-        _elementwise(
-            p + "unpermute",
-            block,
-            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
-            (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
-            inputs=(source,),
+        dataclasses.replace(
+            _elementwise(
+                p + "unpermute",
+                block,
+                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+                inputs=(source,),
+            ),
+            launches=unpermute_launches,
         )
     )
     return _shared_and_residual(ops, kind, moe, geo, norm, p)
+
+
+# Kernel launches of Megatron's alltoall dispatcher's local steps (token_dispatcher.py
+# `MoEAlltoAllTokenDispatcher`, moe_utils.py `permute` / `unpermute` / `sort_chunks_by_idxs`, d98e8a64;
+# TE d0067d0d transformer_engine/pytorch/permutation.py and triton/permutation.py), (forward, backward).
+# `preprocess`: the routing map's counts, their all-gather over expert TP × EP, the slices and sums, and
+# the device-to-host copies of the counts and splits: 13 (14 unfused with several local experts:
+# `num_global_tokens_per_local_expert` is copied too). The permutation: fused `moe_permute_with_probs`,
+# the row map's three Triton passes and the permute (4), backward its unpermute (3 as counted before);
+# unfused the map's transpose (1), `argsort` (4, as the allgather dispatcher's), `% num_tokens` (1), the
+# probabilities' transpose and gather (2) and `index_select` (1), backward the tokens' and the
+# probabilities' zero-filled index_add / index_put (2 + 2). With several local experts the rows are
+# sorted by expert after the all-to-all and back before it (`sort_chunks_by_idxs`): fused each a chunk
+# map and a sort (2; backward the sort, 1), unfused `torch.split` and `torch.cat` (the tokens' cat and the
+# probabilities' after the dispatch, the tokens' before the combine: 1 each; backward each split's cat of
+# the gradients). `unpermute`: fused one kernel each way; unfused zeros and `scatter_add_` (2), backward
+# the gather (1). The sorts are counted in `unpermute` (their launches after the dispatcher's wait).
+A2A_PREPROCESS = 13
+A2A_PERMUTE = {True: (4, 3), False: (9, 4)}
+A2A_SORTS = {True: (4, 2), False: (3, 3)}  # both sorts, tokens (and probabilities after the dispatch)
+A2A_UNPERMUTE = {True: (1, 1), False: (2, 1)}
+
+
+def alltoall_permute_launches(fused: bool, sorts: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(permute, unpermute) launches (forward, backward) of Megatron's alltoall dispatcher (above)."""
+    preprocess = A2A_PREPROCESS + (1 if sorts and not fused else 0)
+    permute = (preprocess + A2A_PERMUTE[fused][0], A2A_PERMUTE[fused][1])
+    sort = A2A_SORTS[fused] if sorts else (0, 0)
+    unpermute = (A2A_UNPERMUTE[fused][0] + sort[0], A2A_UNPERMUTE[fused][1] + sort[1])
+    return (float(permute[0]), float(permute[1])), (float(unpermute[0]), float(unpermute[1]))
 
 
 # Kernel launches of Megatron's allgather dispatcher's local steps (token_dispatcher.py
@@ -1213,15 +1351,16 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
 # contiguous), their counts (`sum`, 1) copied to the host (`.cpu()`, 1); unfused `permute` the map's
 # transpose (1), `argsort` (PyTorch's radix sort: the index fill, CUB's histogram, scan and one-sweep pass
 # for one-byte keys, 4), `% num_tokens` (1) and `index_select` (1), fused Transformer Engine's row map and
-# permute (3, as the alltoall dispatcher's); then the probabilities' and the map's transposes (2) and
-# `masked_select` (nonzero's count, its device-to-host copy and select, then the gather: 4). Backward: the
-# probabilities' (masked_scatter into zeros: 3, the slice's zero-filled gradient: 2; the transposed
-# copy's gradient is a view) and the
-# tokens' (`index_select`'s zero-filled index_add: 2; fused one kernel). `unpermute`: zeros and
+# permute (4: transformer_engine/pytorch/triton/permutation.py `make_row_id_map`'s three Triton passes and
+# `permute_with_mask_map`, TE d0067d0d, three passes since dc97cc9e, July 2025); then the probabilities'
+# and the map's transposes (2) and `masked_select` (nonzero's count, its device-to-host copy and select,
+# then the gather: 4). Backward: the probabilities' (masked_scatter into zeros: 3, the slice's
+# zero-filled gradient: 2; the transposed copy's gradient is a view) and the tokens' (`index_select`'s
+# zero-filled index_add: 2; fused one kernel). `unpermute`: zeros and
 # `scatter_add_` (2; fused 1) forward, the gather of the output gradient (1) backward.
 ALLGATHER_PERMUTE_SLICES = 2
 ALLGATHER_PERMUTE_COUNTS = 2
-ALLGATHER_PERMUTE = {False: (7, 2), True: (3, 1)}  # (unfused, fused) permute, without the probabilities'
+ALLGATHER_PERMUTE = {False: (7, 2), True: (4, 1)}  # (unfused, fused) permute, without the probabilities'
 ALLGATHER_PROBS = (6, 5)
 ALLGATHER_UNPERMUTE = {False: (2, 1), True: (1, 1)}
 
@@ -1317,6 +1456,7 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         p + "local_permute",
         local_experts=local,
     )
+    ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -1372,6 +1512,25 @@ def _shared_and_residual(ops: list[Op], kind: BodyKind, moe: Moe, geo: OpGeometr
             *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
             *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out"),
         ]
+    if geo.framework == "megatron":
+        # MoELayer (moe_layer.py `postprocess`, d98e8a64) adds the shared experts' output to the routed
+        # one (`output + shared_expert_output`: read two, write one, forward only), and the norm's output
+        # feeds the router, the dispatch and the shared experts: autograd sums their input gradients,
+        # one add (read two, write one) for each consumer past the first.
+        elements = geo.whole_tokens * h
+        shared = 1 if moe.shared_experts else 0
+        sums = 1 + shared
+        ops.append(
+            Op(
+                p + "moe_sums",
+                block,
+                MEMORY,
+                inputs=(ops[-1].name,),
+                bytes=shared * 3 * elements * geo.dtype_bytes,
+                backward_bytes=sums * 3 * elements * geo.dtype_bytes,
+                launches=(float(shared), float(sums)),
+            )
+        )
     ops.append(_residual(p + "residual_moe", block, geo, h, kind.hidden_dropout))
     return ops
 
@@ -1619,6 +1778,8 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     """The op table of a layer kind (memoized: identical kinds are built once)."""
     if isinstance(kind, EncoderBodyKind):
         return body_ops(kind, encoder_geometry(kind, geo))
+    if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
+        return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return body_ops(kind, geo)
     if isinstance(kind, HeadKind):

@@ -36,9 +36,9 @@ The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_u
 its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
 waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU.
 
-Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 86.8 µs,
-DGX A100 113.3: the median over Megatron CI's host-bound dense cases, bench/host_derive.py; a plain
-PyTorch op half that, `launches.PLAIN_OP_SHARE`), else
+Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 80.9 µs,
+DGX A100 112.3: the median over Megatron CI's host-bound dense cases, bench/host_derive.py; a plain
+PyTorch op 0.4 of that, `launches.PLAIN_OP_SHARE`), else
 `timing.host_launch_us`: Holistic Trace Analysis
 (facebookresearch/HolisticTraceAnalysis, docs/source/features/cuda_kernel_launch_stats.rst) finds the
 CPU side of a kernel launch "usually between 5-20 microseconds"; the default takes its lower bound.

@@ -12,7 +12,8 @@ that adds up to the iteration:
 - `fsdp_communication`: ZeRO-3/FSDP parameter all-gathers and gradient reduce-scatters that the
   prefetch does not hide behind the previous layer's compute;
 - `p2p`: pipeline sends and receives, activation bytes over the link two stages share plus its
-  latency, blocking (Megatron 1F1B) or in the background (interleaved, torchtitan);
+  latency, posted and waited for as Megatron's schedules do (`ppb_core.pipeline_p2p`), blocking
+  the sender (MindFormers) or in the background (torchtitan);
 - `dp_communication`: the data-parallel gradient reduction's exposed tail (bucketed, overlapped
   with the last micro-batch's backward), the distributed optimizer's exposed parameter
   all-gather, tied embeddings' gradient all-reduce between the first and last stage;
@@ -20,7 +21,8 @@ that adds up to the iteration:
   device holds, read and written at the achieved HBM bandwidth, plus the gradient norm and the
   zeroing of the gradient buffers.
 - `bookkeeping`: Megatron's per-iteration statistics beside the step (`--log-params-norm`,
-  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`).
+  `--log-num-zeros-in-grad` passes), its scalar all-reduces and its host syncs (`timing.reporting`);
+  torchtitan's all-reduces of the clipped gradients' total norm (`timing.titan_step`).
 
 `hidden` states, per kind of communication, the share of its link time hidden behind compute.
 Framework rules (`framework_rules`): which overlaps each framework runs. docs/timing.md has
@@ -35,13 +37,16 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
+from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, HeadKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
+from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
 from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.timing.batch import batch_seconds
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
@@ -57,6 +62,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
+from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
 BREAKDOWN_KEYS: tuple[str, ...] = (
@@ -127,6 +133,9 @@ class FrameworkRules:
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): steady forward-backward pairs
     # run as one step, layer beside layer (`ppb_core.timing.combined`)
     combined_1f1b: bool = False
+    # where the sends and receives are posted and waited for (`ppb_core.pipeline_p2p`); "" for
+    # `p2p_blocking`'s simpler model
+    p2p_protocol: str = ""
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -138,14 +147,16 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       past the first and `get_model` passes `disable_bucketing=(model_chunk_idx > 0)` (training.py,
       core_r0.8.0), and with `delay_grad_reduce` (on unless `--no-delay-grad-reduce`) the schedules
       start those stages' and chunks' reductions only once their last backward is done
-      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B and
-      overlapped in the interleaved schedule (`--overlap-p2p-communication` on by default there,
-      forced off otherwise; arguments.py). Its FSDP (`--use-megatron-fsdp`) gathers per micro-batch.
+      (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B (each op's send batched with the
+      next op's receive) and overlapped in the interleaved schedule (`--overlap-p2p-communication` on
+      by default there, forced off otherwise; arguments.py): `ppb_core.pipeline_p2p`. Its FSDP
+      (`--use-megatron-fsdp`) gathers per micro-batch.
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
       per block; `reshard_after_forward` is on without pipeline parallelism and off with it
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
       until the last micro-batch; without one, every micro-batch's backward reduce-scatters.
-      Pipeline sends are isend/irecv: in the background.
+      Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
+      the looped schedules' isend/irecv in the background.
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
       distributed optimizer; gradients fused into buckets as Megatron's.
     """
@@ -155,7 +166,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
     dp = run.parallel.dp * run.parallel.cp
     bucket = max(MEGATRON_MIN_BUCKET, MEGATRON_BUCKET_PER_RANK * dp)
     if name == "torchtitan":
-        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0)
+        protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
+        return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
         return FrameworkRules(name, True, True, True, True, bucket)
     return FrameworkRules(
@@ -167,6 +179,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
+        p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits] if interleaved else "megatron_sync",
     )
 
 
@@ -228,13 +241,24 @@ def p2p_bytes(run: RunConfig, layer: Layer) -> float:
     return tokens * hidden * train.dtype_bytes
 
 
-def _p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """`p2p_bytes` over the link two neighbouring stages share, with its latency."""
+def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
+    """`p2p_bytes` over the link two neighbouring stages share, with its latency.
+
+    Under `timing.pipe_partitioned` without sequence parallelism each tensor-parallel rank sends its
+    1/tp share and the receiver all-gathers the whole over the tensor-parallel group before it reads it
+    (DeepSpeed runtime/pipe/engine.py `PipelineEngine._exec_forward_pass` and `_exec_send_grads`:
+    `PartitionedTensor(..., group=self.grid.get_slice_parallel_group())`, `part.full()` on arrival;
+    microsoft/DeepSpeed 0050fdad, the same since 2021)."""
     payload = p2p_bytes(run, layer)
+    par = run.parallel
+    gather = 0.0
+    if run.timing.pipe_partitioned and par.tp > 1 and not par.sequence_parallel:
+        gather = collective_seconds(Collective(ALL_GATHER, "tp", payload, "tp"), links)
+        payload /= par.tp
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
     bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
-    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s)
+    return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
 
 @dataclass
@@ -257,12 +281,17 @@ def _fsdp_exposed(
     reduces: Sequence[float],
     rules: FrameworkRules,
     contention: float = 0.0,
+    regathers: Sequence[float] | None = None,
 ) -> tuple[float, float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
     forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
     seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
     is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
-    reduce-scatter running behind the next layer's backward, the last one's exposed."""
+    reduce-scatter running behind the next layer's backward, the last one's exposed. *regathers*:
+    each layer's gather before its backward when it is not its forward gather under
+    `rules.fsdp_reshard_after_forward` (torchtitan's units, `titan_step.fsdp2_units`)."""
+    if regathers is None:
+        regathers = [gather if rules.fsdp_reshard_after_forward else 0.0 for gather in gathers]
     forward_exposed = backward_exposed = forward_link = backward_link = 0.0
     # What runs beside a layer's compute costs *contention* of its time (the SMs it takes).
     previous = 0.0
@@ -271,10 +300,9 @@ def _fsdp_exposed(
         forward_link += gather
         previous = forward
     previous = 0.0
-    reverse = list(zip(layers, gathers, reduces, strict=True))[::-1]
+    reverse = list(zip(layers, regathers, reduces, strict=True))[::-1]
     pending = 0.0
-    for (_, backward), gather, reduce in reverse:
-        again = gather if rules.fsdp_reshard_after_forward else 0.0
+    for (_, backward), again, reduce in reverse:
         # the previous layer's reduce-scatter and this layer's gather share the time of the previous backward
         work = again + (pending if rules.fsdp_reduce_every_micro_batch else 0.0)
         backward_exposed += max(0.0, work - previous) + contention * min(work, previous)
@@ -342,6 +370,10 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
+        for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
+            cells.forward[chunk][stage] += seconds
+
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
@@ -353,15 +385,27 @@ def run_iteration(
                 params = memory.parameters(layer)
                 gathers.append(_dp_collective(ALL_GATHER, params, train.dtype_bytes, links, gathered=True))
                 reduces.append(_dp_collective(REDUCE_SCATTER, params, setup.grad_bytes, links))
+            again: list[float] | None = None
+            regathered = [rules.fsdp_reshard_after_forward] * len(entries)
+            if rules.name == "torchtitan":  # its FSDP2 units (titan_step.fsdp2_units)
+                units = fsdp2_units(
+                    [layer.node for layer, _, _ in entries],
+                    [_last_block(run, layer) for layer, _, _ in entries],
+                    gathers,
+                    reduces,
+                    run.timing.fsdp_units,
+                    rules.fsdp_reshard_after_forward,
+                )
+                gathers, again, reduces = list(units.forward), list(units.backward), list(units.reduces)
+                regathered = list(units.regathered)
             fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
-                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention
+                [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention, again
             )
             copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
             fe += sum(out for out, _ in copies)
             be += sum(
-                (out if rules.fsdp_reshard_after_forward else 0.0)
-                + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
-                for out, reduce_in in copies
+                (out if regathered[index] else 0.0) + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
+                for index, (out, reduce_in) in enumerate(copies)
             )
             once_exposed += 0.0 if rules.fsdp_reduce_every_micro_batch else sum(r for _, r in copies)
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
@@ -381,11 +425,11 @@ def run_iteration(
     # Pipeline transfers: each cell's output to the next cell along the model.
     if stages > 1:
         for (chunk, stage), entries in per_cell.items():
-            cells.transfer[chunk][stage] = _p2p_seconds(run, links, entries[-1][0])
+            cells.transfer[chunk][stage] = p2p_seconds(run, links, entries[-1][0])
     for chunk in range(chunks):
         for stage in range(stages):
             if (chunk, stage) not in per_cell and stages > 1:
-                cells.transfer[chunk][stage] = _p2p_seconds(run, links, placed.layers[0])
+                cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
 
     schedule = par.schedule
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
@@ -393,19 +437,15 @@ def run_iteration(
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
     gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
-    timeline = (
-        simulate(
-            schedule,
-            with_fsdp_f,
-            with_fsdp_b,
-            m,
-            transfer=cells.transfer,
-            blocking=rules.p2p_blocking,
-            combined=combined,
+    if stages == 1:
+        timeline = gathered
+    elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
+        timeline = simulate_p2p(rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined)
+    else:
+        blocking = rules.p2p_blocking
+        timeline = simulate(
+            schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=blocking, combined=combined
         )
-        if stages > 1
-        else gathered
-    )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
         for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
@@ -480,6 +520,11 @@ def run_iteration(
     )
 
 
+def _last_block(run: RunConfig, layer: Layer) -> bool:
+    """The model's last transformer block (torchtitan does not reshard it after the forward)."""
+    return layer.node == BODY and layer.index == run.spec(layer.model_name).num_layers - 1
+
+
 def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[float]]]:
     """[forward chunk][backward chunk][stage]: what a combined 1F1B step of those chunks saves
     (`combined.step_saving` over the cells' transformer layers, the decoder's then the MTP layers a
@@ -521,6 +566,24 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         return min(saved, max(0.0, timed - launching))
 
     return [[[saving(f, b, s) for s in range(stages)] for b in range(chunks)] for f in range(chunks)]
+
+
+def batch_loading(run: RunConfig, layers: Sequence[Layer], links: Links) -> dict[tuple[int, int], float]:
+    """Each data-reading cell's seconds a micro-batch in Megatron's `get_batch` (`timing/batch.py`): the cell
+    of the token embedding broadcasts tokens and positions, the cell of the loss labels and the loss mask,
+    a cell holding both (or the MTP layers, which read the tokens too) all four; each the causal mask too
+    where the data loader builds it (`timing.attention_mask_in_dataloader`)."""
+    reads: dict[tuple[int, int], list[bool]] = {}
+    for layer in layers:
+        first = isinstance(layer.kind, HeadKind)
+        last = isinstance(layer.kind, TailKind) and (layer.kind.has_output or layer.kind.has_mtp_modules)
+        if first or last:
+            cell = reads.setdefault((layer.chunk, layer.stage), [False, False])
+            cell[0] = cell[0] or first or (last and layer.kind.has_mtp_modules)
+            cell[1] = cell[1] or last
+    train, mask = run.training, run.timing.attention_mask_in_dataloader
+    b, s = train.micro_batch_size, train.seq_length
+    return {cell: batch_seconds(b, s, first, last, mask, links) for cell, (first, last) in reads.items()}
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
@@ -607,7 +670,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     communication stream. Megatron's passes over a full bucket (`grad_pass_bytes`) run first on the
     compute stream, so they delay the rest of the backward and the bucket's own reduction. The last
     micro-batch's backward of a stage is taken to run back to back at the end of the stage's
-    timeline. With `timing.overlap.dp` 0 every reduction waits for the backward to end."""
+    timeline, but under Megatron's interleaved schedule, whose chunks reduce when the schedule
+    launches them (`chunk_sync_launches`, read off the timeline). With `timing.overlap.dp` 0 every
+    reduction waits for the backward to end."""
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
@@ -619,6 +684,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     per_parameter, per_expert = grad_pass_bytes(run), grad_pass_bytes(run, expert=True)
     if not reduces and not per_parameter and not per_expert:
         return 0.0, 0.0, 0.0
+    interleaved = canonical(run.parallel.schedule, chunks) == "interleaved"
+    launched = chunk_sync_launches(timeline) if rules.buckets_first_chunk_only and interleaved else None
     for stage in range(stages):
         end = timeline.ends[stage][-1] if timeline.ends[stage] else 0.0
         entries = [(chunk, entry) for chunk in range(chunks) for entry in per_cell.get((chunk, stage), [])]
@@ -627,7 +694,8 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
         for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
-            ready.append((clock, memory.parameters(layer), chunk))
+            when = clock if launched is None else launched[stage].get(chunk, end)
+            ready.append((when, memory.parameters(layer), chunk))
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
@@ -645,6 +713,28 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def chunk_sync_launches(timeline) -> list[dict[int, float]]:
+    """Per stage, when Megatron's interleaved schedule launches each model chunk's gradient reduction.
+
+    Megatron-Core core_r0.8.0 schedules.py `forward_backward_pipelining_with_interleaving`
+    (`backward_step_helper`; d98e8a64 `backward_step_helper_postprocess`, the same rule): with
+    `--overlap-grad-reduce` and `delay_grad_reduce` (d98e8a64: `align_grad_reduce`), on by default,
+    training.py sets `grad_sync_func` to each chunk's `start_grad_sync`, and the k-th backward of pipeline
+    rank r launches the sync of the chunk whose last micro-batch is backward k − r ("we launch
+    asynchronous communication at the same time across the pipeline-parallel group"); those still
+    pending after the cool-down are launched after the last backward. The chunk's gradients are
+    reduced as a whole from there (its buckets one after another); no bucket launches during the
+    backward, which runs under `no_sync`."""
+    found: list[dict[int, float]] = []
+    for stage, (order, ends) in enumerate(zip(timeline.orders, timeline.ends, strict=True)):
+        backward_ends = [end for op, end in zip(order, ends, strict=True) if op.kind == "B"]
+        last_of: dict[int, int] = {}
+        for k, op in enumerate(op for op in order if op.kind == "B"):
+            last_of[op.chunk] = k
+        found.append({chunk: backward_ends[min(k + stage, len(backward_ends) - 1)] for chunk, k in last_of.items()})
+    return found
 
 
 def bucket_ends(gradients: Sequence[tuple[float, int]], rules: FrameworkRules, stage: int) -> list[int]:
@@ -748,17 +838,19 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
             )
             buckets, first = [], 0
             for last in ends:  # backward order: bucket = layers first..last of backward_order
-                params = memory.parameters(backward_order[first][0])
-                for layer, _, _ in backward_order[first + 1 : last + 1]:
+                params, fp8 = LayerParams(), LayerParams()
+                for layer, _, _ in backward_order[first : last + 1]:
                     params = params + memory.parameters(layer)
-                buckets.append((len(entries) - 1 - last, params))  # its first layer in forward order
+                    if memory.setup.fp8_param_gather:
+                        fp8 = fp8 + fp8_weights(layer.kind, memory.setup)
+                buckets.append((len(entries) - 1 - last, params, fp8))  # its first layer in forward order
                 first = last + 1
             offsets = [0.0]
             for _, forward, _ in entries:
                 offsets.append(offsets[-1] + forward)
-            for index, params in reversed(buckets):
+            for index, params, fp8 in reversed(buckets):
                 use = first_forward.get(chunk, 0.0) + offsets[index]
-                gathers.append((use, _dp_collective(ALL_GATHER, params, dtype_bytes, links)))
+                gathers.append((use, _parameter_gather_seconds(params, fp8, dtype_bytes, links)))
         if not gathers:
             continue
         link = sum(seconds for _, seconds in gathers)
@@ -767,6 +859,18 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
         if exposed > worst_exposed:
             worst_exposed, worst_link = exposed, link
     return worst_exposed, worst_link
+
+
+def _parameter_gather_seconds(params: LayerParams, fp8: LayerParams, element_bytes: int, links: Links) -> float:
+    """The distributed optimizer's all-gather of a bucket's parameters: its FP8 parameters' 1-byte data
+    (`--fp8-param-gather`, memory/frameworks/te_fp8.py: DDP's buffers are grouped by dtype), the rest at
+    *element_bytes*; non-expert ones over dp·cp, experts over their group."""
+    seconds = 0.0
+    for whole, quantized, group in ((params.non_expert, fp8.non_expert, "dp"), (params.expert, fp8.expert, "edp")):
+        if whole:
+            payload = (whole - quantized) * element_bytes + quantized
+            seconds += collective_seconds(Collective(ALL_GATHER, group, payload, "dp"), links)
+    return seconds
 
 
 def gather_wait(gathers: Sequence[tuple[float, float]], contention: float = 0.0, head_start: float = 0.0) -> float:
@@ -835,9 +939,17 @@ def _embedding_sync(run, memory, links, placed) -> float:
 def _cell_optimizer_traffic(run, memory, entries) -> float:
     """HBM bytes of the optimizer step over one cell's layers (`optimizer_traffic`)."""
     megatron = run.framework == "megatron"
+    setup = memory.setup
+    # torchtitan's AdamW over fp32 shards with its clipping (titan_step.optimizer_bytes_per_element)
+    titan = run.framework == "torchtitan" and setup.optimizer in ("adam", "adamw") and not setup.state_bytes_stated
+    implementation, decoupled = run.timing.optimizer_implementation, setup.optimizer == "adamw"
+    per_element = optimizer_bytes_per_element(implementation, setup.grad_bytes, decoupled) if titan else 0
     traffic = 0.0
     for layer, _, _ in entries:
         static = memory.static_breakdown(layer)
+        if titan:
+            traffic += static.optimizer_states * per_element
+            continue
         traffic += optimizer_traffic(
             static.optimizer_states,
             static.gradients,
@@ -852,7 +964,9 @@ def _cell_optimizer_traffic(run, memory, entries) -> float:
 def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     """The slowest stage's optimizer step: per parameter whose states the device holds, read its gradient,
     read and write its states (master copy and moments), write the 16-bit parameter; then read every
-    held gradient for the norm and zero the whole gradient buffer for the next iteration."""
+    held gradient for the norm and zero the whole gradient buffer for the next iteration. torchtitan:
+    its AdamW implementation's passes and its clipping over the fp32 shards, no zeroing
+    (`titan_step.optimizer_bytes_per_element`)."""
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
         stages[stage] = stages.get(stage, 0.0) + _cell_optimizer_traffic(run, memory, entries)
@@ -876,7 +990,10 @@ def gather_head_start(run, memory, kernels: Kernels, per_cell, stage: int) -> fl
 
 def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) -> float:
     """Megatron's per-iteration statistics, scalar all-reduces and host syncs (`timing.reporting`), on
-    the stage whose statistics passes are the largest; other frameworks: none modelled."""
+    the stage whose statistics passes are the largest; torchtitan's gradient-norm all-reduces
+    (`titan_step.clip_norm_seconds`); MindFormers: none modelled."""
+    if run.framework == "torchtitan":
+        return clip_norm_seconds(run, links, memory.setup.data_group)
     if run.framework != "megatron":
         return 0.0
     setup = memory.setup

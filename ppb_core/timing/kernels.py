@@ -24,19 +24,18 @@ taken, as cuBLAS's heuristics pick one, and the result is never below the HBM ro
 achieved bandwidth.
 
 Flash attention: FLOPs over the device's measured flash efficiency for the pass (forward,
-backward) at head size 128 and long sequences, scaled by
+backward) at head size 128, 16k tokens and no mask, scaled by
 - head size: between 64 and 128, linearly from the kernel's measured head-64 rate over its head-128
   rate (where the device states one: Hopper's cuDNN forward 0.694, far below the generic law) to 1;
   below 64 that times the generic law's d/(d+16) relative to 64's; elsewhere, and above 128, the
   generic law d/(d+16) relative to 128's, at most 1 (smaller heads do less work per byte of Q, K, V
   loaded);
-- sequence: each query block of 128 rows walks its key blocks (about half of them under the causal
-  mask), paying about one block's work to load Q, rescale and write O: blocks/(blocks + 1);
-- the causal mask's diagonal: the key block a query block shares with its own rows is computed in
-  full and half of it masked away, while FLOPs count only the unmasked pairs (the FlashAttention
-  papers' convention, and ours): half a block of wasted work, blocks/(blocks + 1/2). FlashAttention-3's
-  H100 SXM5 figures (Shah et al. 2024, Fig. 5, head size 128) show the cost: causal runs below
-  non-causal at every length (cuDNN at 2k 484 against 617 TFLOPS/s, FlashAttention-3 521 against 625);
+- mask and sequence: the kernel's measured rate at the pass's length, causal or not, over its 16k
+  no-mask rate (`ppb_core.timing.attention_rates`: FlashAttention-2 and Hopper's cuDNN from
+  FlashAttention-3's paper, FlashAttention-2 past 16k and its causal backward from PyTorch SDPA's,
+  cuDNN's causal backward and Blackwell's from NVIDIA's cudnn-frontend measurements). Causal kernels
+  lose rate on the diagonal tiles and at short sequences: cuDNN's forward on H100 at 2k runs at 484
+  TFLOPS/s causal against 617 without the mask, FlashAttention-2's at 16k at 335 against 370;
 - waves: query blocks of every (sequence, head) over the SMs, as for GEMM tiles.
 """
 
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
+from ppb_core.timing.attention_rates import ATTENTION_BLOCK, sequence_factor
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -57,12 +57,10 @@ SPLIT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
 PAIR_TILES: tuple[tuple[int, int], ...] = ((256, 256), (256, 128))
 SKINNY = 64  # fewer output rows or columns than this: a GEMV-like kernel, bound by its bytes, not tiled
 SPLIT_K_PARTIAL_BYTES = 4  # fp32 partial sums of a split-K slice
-ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
 REFERENCE_HEAD_DIM = 128  # the head size the device's flash efficiencies are measured at
 HEAD_DIM_HALF = 16
 MEASURED_SMALL_HEAD = 64  # the smaller head size a device's `*_head64_*` ratios are measured at
 DQ_ACCUM_BYTES = 4  # flash-attn 2 accumulates dQ in fp32
-DIAGONAL_WASTE = 0.5  # key blocks a causal query block computes beyond its unmasked pairs: half its diagonal block
 DP_BYTES = 2  # dS stored in the 16-bit I/O type
 
 # Bytes an op moves as PyTorch's eager kernels over what one fused kernel moves, (forward, backward):
@@ -131,6 +129,8 @@ class Kernels:
     # what PyTorch's eager element-wise kernels achieve (`DeviceProfile.eager_memory_efficiency`); 0: the
     # fused rate (`hbm_bytes_per_s`)
     eager_hbm_bytes_per_s: float = 0.0
+    # whose measured rates by mask and length the flash passes follow (`attention_rates.ATTENTION_CURVES`)
+    attention_kernel: str = "flash2"
 
     @property
     def contention(self) -> float:
@@ -177,6 +177,7 @@ class Kernels:
         )
         cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         return cls(
+            attention_kernel=attention_kernel(device, flash2),
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
             gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
@@ -254,20 +255,18 @@ class Kernels:
         self, backward: bool, sequences: float, s_q: float, mean_keys: float, head_dim: float, causal: float = 0.0
     ) -> float:
         """The fraction of peak a flash-attention pass reaches (see the module's docstring); *mean_keys*
-        is the keys one query attends to on average (about half the sequence under the causal mask)."""
+        is the keys one query attends to on average ((s + 1)/2 under the causal mask over s keys)."""
         base = self.attention_backward if backward else self.attention_forward
         size = self.head_size_factor(
             head_dim, self.attention_head64_backward if backward else self.attention_head64_forward
         )
         query_blocks = math.ceil(s_q / ATTENTION_BLOCK)
-        walked = mean_keys / ATTENTION_BLOCK
-        ramp = walked / (walked + 1)
-        diagonal = walked / (walked + DIAGONAL_WASTE) if causal else 1.0
+        shape = sequence_factor(self.attention_kernel, backward, bool(causal), mean_keys, head_dim)
         tiles = max(1, math.ceil(sequences)) * query_blocks
         if backward and self.deterministic_backward:
             tiles = self.deterministic_splits(sequences) * max(1, math.ceil(sequences))
         waves = tiles / (math.ceil(tiles / self.sms) * self.sms)
-        return base * size * ramp * diagonal * waves
+        return base * size * shape * waves
 
     @staticmethod
     def head_size_factor(head_dim: float, head64: float = 0.0) -> float:
@@ -343,6 +342,20 @@ class Kernels:
         operands = sequences * (dp_keys(mean_keys, causal) + s_q) * head_dim * DP_BYTES
         traffic = dp_stored_bytes(sequences, s_q, mean_keys) + operands
         return self.gemm_s(s_q, head_dim, mean_keys, groups, traffic)
+
+
+def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
+    """The kernel family whose measured curves a run's flash passes follow: FlashAttention-2 where it
+    runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine below Hopper, where
+    `get_attention_backend` keeps FlashAttention when both it and cuDNN's FusedAttention qualify and drops
+    it for FusedAttention from compute capability 9.0 on, FlashAttention 3 included: "Select
+    FusedAttention for performance", transformer_engine/pytorch/attention/dot_product_attention/utils.py
+    at d0067d0d; Ascend's kernel, unmeasured, taken alike), else cuDNN's Hopper or Blackwell kernels by
+    compute capability."""
+    capability = device.compute_capability
+    if flash2 or capability < 9.0:
+        return "flash2"
+    return "cudnn_sm100" if capability >= 10.0 else "cudnn_sm90"
 
 
 def dp_keys(mean_keys: float, causal: float) -> float:

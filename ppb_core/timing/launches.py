@@ -32,18 +32,25 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   under ring context parallelism each of the cp ring steps one call (`ppb_core.timing.ring`),
   TransformerEngine's corrections and P2P exchanges as `flops._stepped_ring` counts them;
 - rotary: fused one kernel for Q and one for K each way; unfused (`--no-rope-fusion`, rope_utils.py
-  `_apply_rotary_pos_emb_bshd`, the steps `flops.UNFUSED_ROPE_*` counts in bytes) per tensor t·cos,
-  `_rotate_half`'s negation and cat, ·sin, the sum and the final cat (6) forward, their gradients, the
-  two gradients of t summed and the slice's zero-filled gradient (7) backward; MLA
+  `_apply_rotary_pos_emb_bshd`, the steps `flops.UNFUSED_ROPE_*` counts in bytes) per tensor first the
+  angles' `(torch.cos(freqs) * mscale).to(t.dtype)` and the same for sin, every call (6: the fp32
+  `[s, 1, 1, d]` angles' cos, scale and cast to the 16-bit dtype, whatever the mscale; the same at the
+  CI golden-value commits adc69dba2d, 11debfa7b4, 93ebf8d72f), then t·cos, `_rotate_half`'s negation
+  and cat, ·sin, the sum and the final cat (6) forward; backward (the angles need no gradient) their
+  gradients, the two gradients of t summed and the slice's zero-filled gradient (7); MLA
   (multi_latent_attention.py `qkv_up_proj_and_rope_apply`) the interleaving cat more (7 and 10), then Q
   and K concatenated and V copied out (3), the split gradients joined and the key part summed (3);
 - element-wise ops (bias-GeLU, SwiGLU, bias-dropout-add, residual adds, embedding dropout): one each way;
+  a routed expert's unfused activation weighted by the routing probabilities (`flops._weighted_by_probs`:
+  GeLU, the product and its cast) as `Op.launches` counts them;
   Megatron's unfused scale-mask-softmax (`--no-masked-softmax-fusion` under `--transformer-impl
   local`: fused_softmax.py `forward_torch_softmax`) one per PyTorch op each way, the casts to and
   from fp32 (under `--attention-softmax-in-fp32`), the scale (under `--apply-query-key-layer-
   scaling`), the masked fill and the softmax (`Op.launches`, `flops._torch_softmax`);
-- a collective: one NCCL kernel in each pass it runs; the loss's three all-reduces (max, target logit,
-  sum of exponentials) three, two fused (`fused_cross_entropy.py` joins the last two);
+- a collective: one NCCL kernel per call in each pass it runs (`Collective.calls`: Megatron's alltoall
+  dispatcher's two all-to-alls, tokens and probabilities, and two expert-TP all-gathers; MLA's latents
+  gathered by three calls); the loss's three all-reduces (max, target logit, sum of exponentials)
+  three, two fused (`fused_cross_entropy.py` joins the last two);
 - the loss: Megatron's `VocabParallelCrossEntropy` (cross_entropy.py) one PyTorch op at a time: the
   upcast, max, shift, the target mask (two compares and an or), the shifted target (clone, subtract,
   masked zero), the index of the target logits (arange, gather, copy, masked zero), exp, sum, log,
@@ -61,9 +68,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   returns the gradient: `grad_added_to_main_grad` is never set); the routing after it (`router_topk`)
   by the router's settings, `ppb_core.timing.router` (`Op.launches`);
 - the alltoall dispatcher (token_dispatcher.py `MoEAlltoAllTokenDispatcher`): the routing map's counts,
-  their all-gather and reshapes, the device-to-host copies (13), the fused permutation (TE
-  `moe_permute_with_probs`: the row map and the permute, 3) in `permute`; the chunks sorted by expert
-  and back and the fused unpermutation in `unpermute` (3); backward 3 each;
+  their all-gather and reshapes, the device-to-host copies (13), the permutation (fused, TE
+  `moe_permute_with_probs`: the row map's three Triton passes and the permute, 4; unfused 9) in
+  `permute`; the chunks sorted by expert and back (with several local experts; fused a chunk map and a
+  sort each, unfused the cats) and the unpermutation in `unpermute`, as `flops.alltoall_permute_launches`
+  counts them (`Op.launches`); DeepEP's permutations as `PERMUTE` and `UNPERMUTE`;
 - the allgather dispatcher (`MoEAllGatherTokenDispatcher`, Megatron's default): its three all-gathers
   (map, probabilities, tokens) and its reduce-scatter as collectives, its local permutation and
   unpermutation as `ppb_core.timing.flops.ALLGATHER_*` counts them (`Op.launches`);
@@ -81,7 +90,13 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   for FP8 delayed scaling"), else each expert's quantized on its own. The output gradients of
   Megatron's layers come from BF16 ops (residual, attention, Megatron's own SwiGLU): never fused.
   Weights are quantized on an iteration's first micro-batch only (TE's `is_first_microbatch`
-  cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`).
+  cache): not counted. The output layer and the router stay in 16 bits (`Op.fp8`). Under MXFP8 each
+  GEMM call first rearranges both operands' scale factors into the layout cuBLASLt's block-scaled
+  kernels read (TE v2.9 extensions/gemm.cpp: `te_general_gemm` calls util.cpp `swizzle_scaling_factors`
+  for A and B, one `nvte_swizzle_scaling_factors` kernel each; `te_general_grouped_gemm` one
+  `nvte_multi_tensor_swizzle_scaling_factors` kernel for all the experts' A and one for their B): two
+  kernels a GEMM call, whatever its groups (the forward's one call, the backward's dgrad and wgrad: 2 and
+  4; their GPU time is in `mxfp8_matmul_ratio`).
 
 Where the host time is measured a plain PyTorch op (the loss, the embedding's masking, unfused rotary and
 softmax, the router's routing, the dispatchers' permutations) counts `PLAIN_OP_SHARE` of a launch.
@@ -102,8 +117,8 @@ LOSS_FUSED = (16, 8)
 PERMUTE = (16, 3)
 UNPERMUTE = (3, 3)
 ROPE_FUSED = (2, 2)
-ROPE_UNFUSED = (12, 14)
-ROPE_UNFUSED_MLA = (17, 23)
+ROPE_UNFUSED = (24, 14)
+ROPE_UNFUSED_MLA = (29, 23)
 EMBEDDING_TP = (8, 7)
 EMBEDDING = (1, 7)
 NORM = (1, 3)
@@ -116,13 +131,18 @@ ROUTER_CASTS = 4  # the gating GEMM's backward under --moe-router-dtype: weight,
 # costs the host this share of a TE module's kernel launch where the host time is measured
 # (`DeviceProfile.host_kernel_us`, the median of dense layers' launches, most of them TE modules'). From the
 # Megatron CI pairs that differ only by --no-rope-fusion (and --rotary-interleaved), golden values of one
-# commit each: 396 more launches an iteration (rope_utils.py's unfused ops), the measured seconds
-# 0.118 → 0.135 s on DGX H100 (93ebf8d72f: 17 ms / 396 = 43 us, 0.49 of 86.8), 0.159 → 0.185 and
-# 0.144 → 0.164 s on DGX A100 (adc69dba2d: 66 and 51 us, 0.58 and 0.45 of 113.3): mean 0.51, to one digit 0.5.
-PLAIN_OP_SHARE = 0.5
+# commit each: a pass of a layer launches 38 plain ops instead of 2 + 2 TE kernels (`ROPE_UNFUSED`,
+# `ROPE_FUSED`), 18 layer passes on the critical path (6 layers a stage, pp 2, 2 micro-batches: 3 slots),
+# so 18 · host · (38 · share − 4) = the measured difference: 0.11836 → 0.13464 s on DGX H100 (93ebf8d72f,
+# 16.28 ms at 80.9 us: 0.399), 0.15935 → 0.18463 and 0.14411 → 0.16355 s on DGX A100 (adc69dba2d, 25.28
+# and 19.44 ms at 112.3 us: 0.434 and 0.358): mean 0.397, to one digit 0.4 (the host figures are
+# bench/host_derive.py's medians at this share: a fixed point).
+PLAIN_OP_SHARE = 0.4
 PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
+# MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
+MXFP8_SWIZZLES = 2
 
 
 def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, float]:
@@ -134,7 +154,11 @@ def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, f
     # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
     tensors = 1 if recipe == "delayed" and not op.sequential else groups
     share = n / fused
-    return (fed if norm_fed else plain) * tensors * share, plain * tensors * share
+    forward, backward = (fed if norm_fed else plain) * tensors * share, plain * tensors * share
+    if recipe == "mxfp8":  # each GEMM call's two swizzles: a SequentialMLP's experts each make their own calls
+        calls = max(1, op.sequential)
+        forward, backward = forward + MXFP8_SWIZZLES * calls * share, backward + 2 * MXFP8_SWIZZLES * calls * share
+    return forward, backward
 
 
 def op_launches(
@@ -158,7 +182,8 @@ def op_launches(
     if op.category == COMM:
         if last == "reduce_loss":
             return float(REDUCE_LOSS_FUSED if cross_entropy_fusion else REDUCE_LOSS), 0.0
-        return float(op.forward_comm is not None), float(op.backward_comm is not None)
+        forward, backward = op.forward_comm, op.backward_comm  # one kernel per NCCL call (`Collective.calls`)
+        return float(forward.calls if forward else 0), float(backward.calls if backward else 0)
     if op.attention is not None:
         # ring CP: each of its cp calls (`Op.ring`) one flash kernel's launches, the extra calls on the scores op
         calls = max(1, op.ring) if last.endswith("flash_scores") else 1

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import Overlap, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind, TailKind
@@ -34,6 +34,8 @@ from ppb_core.timing.calibration import Calibration, Measurement, fit_calibratio
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
     COMM,
+    MATMUL,
+    REDUCE_SCATTER,
     Collective,
     Op,
     OpGeometry,
@@ -48,7 +50,14 @@ from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
-from ppb_core.timing.userbuffers import PIPELINE, PIPELINE_SPLITS, RING_EXCHANGE, pipeline_s, ring_exchange_s
+from ppb_core.timing.userbuffers import (
+    PIPELINE,
+    PIPELINE_SPLITS,
+    RING_EXCHANGE,
+    pipeline_s,
+    ring_exchange_s,
+    rs_reduce_s,
+)
 
 # The ops of the modules Megatron-Core's `recompute_modules` checkpoint whole with normal (reentrant)
 # checkpointing (megatron/core/transformer/transformer_config.py: '"core_attn", "mlp", "moe", and
@@ -139,6 +148,28 @@ class OpTime:
 TE_COMPUTE_STREAMS = 4
 
 
+def torchtitan_overlap(run: RunConfig) -> Overlap:
+    """The run's overlap shares; under torchtitan nothing hides the backward's input-gradient
+    reduce-scatters (`tp_async` 0) unless the run states `tp_async`.
+
+    `tp_async` is Megatron-LM's: `LinearWithGradAccumulationAndAsyncCommunication` launches the
+    input gradient's reduction and then computes the weight gradient behind it. torchtitan's TP is
+    DTensor redistribution (torch/distributed/tensor/parallel/style.py: its plan's
+    `PrepareModuleInput` all-gathers the sequence shard for wq/wk/wv and w1/w3, `redistribute`
+    without `async_op`): the backward runs the reverse reduce-scatter in `Redistribute.backward`
+    (torch/distributed/tensor/_redistribute.py) once autograd has summed the shared input's gradient
+    over its consumers' `MmBackward`s, their weight gradients already computed, so nothing of theirs
+    is left to hide it; under compile Inductor keeps that order (`reorder_for_compute_comm_overlap`
+    off by default). Async TP does not change it: Inductor's micro-pipelining fuses a reduce-scatter
+    only when a matmul produces its input (fx_passes/micro_pipeline_tp.py `_find_producer_matmul`:
+    mm, or reshape-mm-reshape), and this one reduces a sum of matmuls. The all-gathers a backward
+    reruns (recompute) keep the forward's share (`tp`), fused as in the forward under async TP."""
+    overlap = run.timing.overlap
+    if run.framework != "torchtitan" or "tp_async" in overlap.model_fields_set:
+        return overlap
+    return overlap.model_copy(update={"tp_async": 0.0})
+
+
 class TimeModel:
     """Prices the layers of one run config; implements `ppb_core.payload.sources.TimeSource`.
 
@@ -149,7 +180,7 @@ class TimeModel:
     def __init__(self, run: RunConfig, calibration: str | Path | tuple[Measurement, ...] | None = None) -> None:
         self.run = run
         self.device = run.device.profile()
-        self.overlap = run.timing.overlap
+        self.overlap = torchtitan_overlap(run)
         self.links = Links.from_run(run, self.device)
         # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
         # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
@@ -193,6 +224,10 @@ class TimeModel:
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
         )
+        if run.timing.matmul_dtype == "fp8" and run.timing.fp8_recipe == "mxfp8":
+            # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
+            ceiling = self.kernels.gemm_ceiling * self.device.mxfp8_matmul_ratio
+            self.kernels = dataclasses.replace(self.kernels, gemm_ceiling=ceiling)
         self._geometry = OpGeometry.from_run(run)
         self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
         self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
@@ -339,6 +374,31 @@ class TimeModel:
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
 
+    def _fused_reduction_s(self, collective: Collective | None, by_name: Mapping[str, Op]) -> float:
+        """torchtitan's async TP: a reduce-scatter a matmul feeds runs as Inductor's fused
+        matmul-reduce-scatter (fx_passes/micro_pipeline_tp.py), torch/distributed/_symmetric_memory
+        `_fused_matmul_reduce_scatter_impl`: every rank's partial products of each rank's rows are
+        pulled into one [tp, m/tp, n] buffer (`_pipelined_produce_and_all2all`, behind the next
+        chunk's matmul) and only then summed over the first dimension (`torch.sum(dim=0)`): a
+        kernel after the last chunk that reads all m·n partials and writes the m/tp·n result,
+        which NCCL's reduce-scatter does inside its transfers. None without async TP (`overlap.tp`
+        0) or under other frameworks. The caller caps the fused op at the plain reduce-scatter's
+        time (share 0), so more overlap never costs more: an async TP slower than vanilla is not
+        modelled."""
+        if (
+            collective is None
+            or self.run.framework != "torchtitan"
+            or self.overlap.tp <= 0
+            or collective.kind != REDUCE_SCATTER
+            or collective.group != "tp"
+            or collective.partner is None
+            or collective.partner[0] not in by_name
+            or by_name[collective.partner[0]].category != MATMUL
+        ):
+            return 0.0
+        tp = self.links.groups["tp"].size
+        return self.kernels.memory_s(collective.payload_bytes * (1 + 1 / tp))
+
     def _userbuffers_s(self, collective: Collective, partner: Op, phase: str) -> float:
         """What TransformerEngine's userbuffers overlap (Megatron's --tp-comm-overlap) adds to its
         partner GEMM: the method's time less the plain GEMM's (`ppb_core.timing.userbuffers`). The
@@ -351,6 +411,8 @@ class TimeModel:
         if collective.method == RING_EXCHANGE:
             tp = self.links.groups[collective.group].size
             seconds = ring_exchange_s(kernels, rows, out, inner, tp, hop_seconds(collective, self.links))
+            if collective.kind == REDUCE_SCATTER:  # the received partial chunks summed into the shard
+                seconds += rs_reduce_s(kernels, collective.payload_bytes, tp)
         elif collective.method == PIPELINE:
             chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
             seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
@@ -398,6 +460,9 @@ class TimeModel:
             for op in ops:
                 if op.category == COMM:
                     forward = self._exposed_s(op.forward_comm, by_name, paired=paired)
+                    summed = self._fused_reduction_s(op.forward_comm, by_name)
+                    if summed > 0:  # never above NCCL's plain reduce-scatter (share 0)
+                        forward = min(collective_seconds(op.forward_comm, self.links), forward + summed)
                     backward = self._exposed_s(op.backward_comm, by_name, paired=paired)
                     again = forward
                     if op.recompute_comm is not None:

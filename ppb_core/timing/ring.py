@@ -14,7 +14,8 @@ followed by a merge of its partial output into the running one by the log-sum-ex
 Every step computes s_l²/2 (query, key) pairs; together s(s+1)/(2cp), the causal triangle's share,
 as ppb counts FLOPs. The last rank (r = cp−1) runs step 0 and cp−1 rectangles of s_l queries by
 s_l/2 keys, the first rank cp−1 of s_l/2 by s_l: ppb prices the last rank (`last_rank_steps`), whose
-key walks are the shorter (`Kernels.attention_efficiency`'s ramp) and whose merges cover every row.
+key walks are the shorter (read lower on the measured curves, `attention_rates.sequence_factor`)
+and whose merges cover every row.
 Sources: PyTorch's `_templated_ring_attention` and `_templated_ring_attention_backward`
 (torch/distributed/tensor/experimental/_context_parallel/_attention.py in torch 2.13;
 torch/distributed/tensor/experimental/_attention.py at pytorch/pytorch 0123248a the same loop,

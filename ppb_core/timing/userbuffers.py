@@ -47,6 +47,15 @@ def ring_exchange_s(kernels: Kernels, m: float, n: float, k: float, tp: int, hop
     return max(together, (tp - 1) * hop_s + last)
 
 
+def rs_reduce_s(kernels: Kernels, payload_bytes: float, tp: int) -> float:
+    """A reduce-scatter ring-exchanged after its GEMM (a `--tp-comm-overlap-cfg` giving proj_fprop or
+    fc2_fprop `ring_exchange`: TE d0067d0d comm_gemm_overlap.cpp `CommOverlapP2PBase::split_overlap_rs`):
+    the GEMM runs as tp row chunks, each sent to its owner as the next one computes (`ring_exchange_s`),
+    then `reduce_bf16` sums the tp chunks received into the rank's shard: it reads them (the payload) and
+    writes the shard."""
+    return kernels.memory_s(payload_bytes + payload_bytes / tp)
+
+
 def pipeline_s(
     kernels: Kernels, m: float, n: float, k: float, chunk_comm_s: float, splits: int = PIPELINE_SPLITS
 ) -> float:

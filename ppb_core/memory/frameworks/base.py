@@ -130,6 +130,11 @@ class FrameworkRules:
         GEMM libraries' (`workspaces.py`) and the framework's persistent buffers. SAPP counts none."""
         return 0.0
 
+    def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
+        """Static memory a stage holds beyond its layers' own, at every moment, from how the framework
+        shares the stage's parameters out as a whole (*layers*: each kind and how many). SAPP counts none."""
+        return 0.0
+
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """A workspace a layer's attention backward takes for its kernels alone, beyond its working set
         (`stage_peaks` charges it where that backward runs). SAPP counts none."""

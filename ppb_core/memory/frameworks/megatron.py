@@ -86,6 +86,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **The data loader's causal mask.** With `--create-attention-mask-in-dataloader` (the default) each
+  sample carries a bool `[1, s, s]` causal mask (megatron/core/datasets/gpt_dataset.py
+  `_get_ltor_masks_and_position_ids`), which `pretrain_gpt.py` `get_batch` puts on the device of the
+  first and last stages (`get_batch_on_this_tp_rank`; `get_batch_on_this_cp_rank` keeps this CP rank's
+  queries, `b·(s/cp)·s` bytes) and `forward_step` holds through the micro-batch's forward, loss included:
+  the Transformer Engine spec's causal attention reads none of it and keeps nothing of it, and it is freed
+  when `forward_step` returns. So the loss's forward holds it beside the logits (`loss_bytes`).
 * **The loss's stage after the loss.** Both cross-entropies save the fp32 softmax, the target mask and
   the masked target index (`ctx.save_for_backward`); their backward returns the softmax storage as
   the gradient, which autograd casts to the 16-bit logits' dtype (the fp32 one then dropped) and
@@ -108,9 +115,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   pipeline's flush (utils.py `drain_embedding_wgrad_compute`), before the step. On the stage of the
   loss, the last micro-batch's loss and backward run beside min(limit, m − 1) of them:
   `(T·⌈v/t⌉ + T/sp·h)·bc` each (`deferred_bytes`; an MTP head's pass through the same output layer
-  would count against the limit too, not modelled).
+  would count against the limit too, not modelled). Under sequence parallelism the flush gathers each
+  deferred input into Megatron's global buffers "mpu_0" and "mpu_1" (utils.py `drain_embedding_wgrad_compute`),
+  `T·h·bc` each, kept from then on (`drain_buffer_bytes`, among the stage's workspaces).
 * **GEMM workspaces** (`workspaces.py`): PyTorch's two cuBLAS workspaces (forward thread, autograd
-  thread) and Transformer Engine's, allocated once and kept on every stage; on a stage that runs
+  thread) and Transformer Engine's, allocated once and kept on every stage; under `--tp-comm-overlap`
+  (userbuffers: sequence parallelism, `timing.overlap.tp` above 0) TE's three more for the overlapped
+  GEMMs; on a stage that runs
   routed experts as one `TEGroupedMLP` (`--moe-grouped-gemm`, `training.moe.grouped_gemm`), TE's
   grouped GEMM's four more; without it (Megatron's default) the experts are a `SequentialMLP` of
   TE linears, on TE's one workspace (extensions/transformer_engine_spec_provider.py
@@ -219,20 +230,24 @@ from dataclasses import replace
 from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm, kept, routed_rows
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
+from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
 from ppb_core.memory.frameworks.offload import offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
+from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspace_bytes
 from ppb_core.memory.frameworks.workspaces import (
     CUDNN_DETERMINISTIC_CAPABILITIES,
     TE_COMPUTE_STREAMS,
+    TE_UB_STREAMS,
     cudnn_dp_workspace_bytes,
+    flash2_backward_workspace_bytes,
     torch_training_workspace_bytes,
     transformer_engine_workspace_bytes,
 )
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.memory.static import StaticBytes, gathered_parameter_bytes, static_bytes
-from ppb_core.model.geometry import per_rank
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
@@ -518,7 +533,23 @@ def global_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> flo
         b, s = setup.micro_batch_size, setup.seq_length
         bodies = [kind for kind in kinds if isinstance(kind, BodyKind)]
         requests += [b * per_rank(kind.attention.num_heads, setup.tp) * s * s for kind in bodies]
-    return max(requests) * setup.dtype_bytes
+    return max(requests) * setup.dtype_bytes + drain_buffer_bytes(setup, kinds)
+
+
+def drain_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """Under `--defer-embedding-wgrad-compute` with sequence parallelism the flush's
+    `drain_embedding_wgrad_compute` (megatron/core/utils.py, d98e8a64) all-gathers each deferred input into
+    Megatron's global buffers "mpu_0" and "mpu_1" (double-buffered: the first deferred micro-batch's gather into
+    "mpu_0", the i-th further one's into "mpu_{(i+1) % 2}"), `T·h` each, which `GlobalMemoryBuffer.get_tensor`
+    keeps from then on: on the stage of the output layer, one buffer with one deferred micro-batch, two with
+    more; none without sequence parallelism (the input is used as it is)."""
+    if not (setup.defer_embedding_wgrad and setup.sp > 1):
+        return 0.0
+    tails = [kind for kind in kinds if isinstance(kind, TailKind) and kind.has_output]
+    if not tails:
+        return 0.0
+    deferred = min(setup.wgrad_deferral_limit or setup.micro_batches, setup.micro_batches)
+    return min(2, deferred) * setup.tokens * max(kind.hidden_size for kind in tails) * setup.dtype_bytes
 
 
 def received_width(kind: TailKind) -> int:
@@ -533,6 +564,14 @@ def routes_experts(kind: LayerKind) -> bool:
     if isinstance(kind, BodyKind):
         return isinstance(kind.mlp, Moe)
     return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
+
+
+def dataloader_mask_bytes(setup: MemorySetup) -> float:
+    """The micro-batch's bool causal mask the data loader builds (module docstring), this CP rank's
+    queries against every key; 0 where it builds none."""
+    if not setup.dataloader_mask:
+        return 0.0
+    return setup.micro_batch_size * setup.seq_length / setup.cp * setup.seq_length
 
 
 # The TAIL's terms each cross-entropy saves for its backward (`freed_before_backward_bytes`).
@@ -591,6 +630,8 @@ class MegatronRules(FrameworkRules):
         found = super().static(params, setup)
         if kind is not None and (preserved := preserved_bytes(kind, setup)):  # Megatron-FSDP's non-unit copy
             found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+        if kind is not None and (fp8 := fp8_parameter_extra_bytes(kind, setup)):  # FP8 parameters (te_fp8.py)
+            found = replace(found, parameter_bytes=found.parameter_bytes + fp8)
         if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:
             matrices = static_bytes(matrix_params(kind, setup), setup).optimizer_states  # sharded as the states
             found = replace(found, optimizer_bytes=found.optimizer_bytes - MUON_SAVING_BYTES * matrices)
@@ -617,13 +658,16 @@ class MegatronRules(FrameworkRules):
         return gathered * gathered_parameter_bytes(units, setup)
 
     def module_state_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float]:
-        """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer."""
+        """The token dispatcher's last routing and MLA's YaRN tables, per layer and per MTP layer, and
+        Transformer Engine's cached FP8 weight copies (`te_fp8.py`)."""
+        cached = workspace_bytes(kind, setup)
         if isinstance(kind, BodyKind):
-            return body_module_state(kind, setup)
+            always, idle = body_module_state(kind, setup)
+            return always + cached, idle
         if isinstance(kind, TailKind) and kind.has_mtp_modules:
             assert kind.mtp_body is not None
             always, idle = body_module_state(kind.mtp_body, setup)
-            return kind.mtp_layers * always, kind.mtp_layers * idle
+            return kind.mtp_layers * always + cached, kind.mtp_layers * idle
         return 0.0, 0.0
 
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
@@ -640,22 +684,42 @@ class MegatronRules(FrameworkRules):
                 found += te_workspace
                 if setup.moe_grouped_gemm and experts:
                     found += TE_COMPUTE_STREAMS * te_workspace
+                if setup.userbuffers and any(isinstance(kind, BodyKind) for kind in kinds):
+                    found += TE_UB_STREAMS * te_workspace  # the userbuffers GEMMs' own (workspaces.py)
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
         return found + global_buffer_bytes(setup, kinds)
 
+    def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
+        """The layer-wise distributed optimizer's legacy ping-pong of whole parameters (`layer_wise.py`): the
+        stage's worst data-parallel rank's states beyond 1/dp of each."""
+        return extra_state_bytes(layers, setup)
+
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
-        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s)."""
-        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). On sm80 TE
+        runs flash-attn 2, whose backward allocates its fp32 dQ accumulator and softmax sums
+        (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator when deterministic."""
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-        if not (setup.deterministic and cudnn and engine) or not isinstance(kind, BodyKind):
-            return 0.0
-        if isinstance(kind, EncoderBodyKind):
+        if not engine or not isinstance(kind, BodyKind) or isinstance(kind, EncoderBodyKind):
             return 0.0
         heads = per_rank(kind.attention.num_heads, setup.tp)
         s, b = setup.seq_length, setup.micro_batch_size
+        if int(setup.compute_capability) == 8:
+            kv = kv_heads_per_rank(kind.attention.num_kv_heads, setup.tp)
+            if setup.cp_variant == "ulysses":
+                heads, kv, queries = heads / setup.cp, max(kv / setup.cp, 1), s
+            else:
+                queries = s / setup.cp
+            dim = kind.attention.q_head_dim
+            deterministic = setup.deterministic
+            return flash2_backward_workspace_bytes(
+                b, heads, queries, dim, setup.sm_count, deterministic, kv, setup.dtype_bytes
+            )
+        cudnn = int(setup.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
+        if not (setup.deterministic and cudnn):
+            return 0.0
         if setup.cp_variant == "ulysses":
             return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
         return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)
@@ -719,14 +783,14 @@ class MegatronRules(FrameworkRules):
         return setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
     def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """The 16-bit logits next to the fp32 softmax (forward), or the 16-bit gradient (backward), with the
-        fused loss's fp32 scatter copy beside the gradient (module docstring); none on a standalone MTP's MTP
-        chunk (no output layer)."""
+        """The 16-bit logits next to the fp32 softmax and the micro-batch's causal mask (forward), or the
+        16-bit gradient with the fused loss's fp32 scatter copy beside it (backward), the larger (module
+        docstring); none on a standalone MTP's MTP chunk (no output layer)."""
         if not kind.has_output:
             return 0.0
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
-        return setup.dtype_bytes * logits + scatter_copy
+        return setup.dtype_bytes * logits + max(dataloader_mask_bytes(setup), scatter_copy)
 
 
 # The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;

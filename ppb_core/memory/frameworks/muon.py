@@ -15,7 +15,7 @@ distributed optimizer (arguments.py `validate_args`: `use_layer_wise_distributed
 gives each data-parallel rank whole Muon parameters (`layer_wise_optimizer.py`) and, by default
 (`--use-layer-wise-param-layout`), the rest to a byte-sharded `DistributedOptimizer`: priced as states
 sharded over the data-parallel ranks, 1/dp of each (the rank's share of whole parameters is not
-modelled); the legacy `--no-use-layer-wise-param-layout` path is not modelled.
+modelled); the legacy `--no-use-layer-wise-param-layout` path deals whole parameters (`layer_wise.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _vector_elements(kind: BodyKind, setup: MemorySetup) -> int:
     att, h = kind.attention, kind.hidden_size
     count = 2 * norm_params(kind.norm, h)
     if att.is_mla:
-        count += att.q_lora_rank + att.kv_lora_rank  # the latent norms
+        count += att.q_lora_rank + att.kv_lora_rank if att.latent_norms else 0  # the latent norms
         if att.qkv_bias:
             count += att.q_lora_rank + att.kv_lora_rank + att.qk_rope_head_dim
     else:

@@ -20,7 +20,9 @@ They are allocated at the first matrix multiply and never freed, so they count i
   (`general_grouped_gemm`, which `GroupedLinear` runs for Megatron's `TEGroupedMLP` under
   `--moe-grouped-gemm`) takes `get_cublas_workspace(device, False, True)`: one more workspace per
   compute stream, `num_compute_streams = 4` (transformer_engine/common/util/multi_stream.cpp),
-  on every rank that runs routed experts.
+  on every rank that runs routed experts. A GEMM overlapped with userbuffers (Megatron's
+  `--tp-comm-overlap`: `general_gemm(..., ub=...)`) takes `get_cublas_workspace(device, True, False)`, its
+  own `torch.empty` of `_NUM_MAX_UB_STREAMS = 3` such workspaces, on every rank that runs one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ KIB = 1024
 MIB = KIB * KIB
 TRAINING_CUBLAS_HANDLES = 2  # the main thread's (forward) and autograd's device thread's (backward)
 TE_COMPUTE_STREAMS = 4  # Transformer Engine's grouped-GEMM streams, each with its own workspace
+TE_UB_STREAMS = 3  # cpp_extensions/gemm.py `_NUM_MAX_UB_STREAMS`: the userbuffers GEMMs' workspace count
 
 
 def torch_cublas_workspace_bytes(compute_capability: float) -> int:
@@ -56,10 +59,44 @@ def torch_training_workspace_bytes(compute_capability: float, configured_bytes: 
 __all__ = [
     "CUDNN_DETERMINISTIC_CAPABILITIES",
     "TE_COMPUTE_STREAMS",
+    "TE_UB_STREAMS",
     "torch_cublas_workspace_bytes",
     "torch_training_workspace_bytes",
     "transformer_engine_workspace_bytes",
 ]
+
+
+FA2_ROWS = 128  # flash-attn 2's mha_bwd rounds the queries to a multiple of 128 (`seqlen_q_rounded`)
+FA2_HEAD = 32  # ... and a head of up to 192 to a multiple of 32 (`head_size_rounded`), a larger one to 256
+FP32_BYTES = 4
+
+
+def flash2_backward_workspace_bytes(
+    batch: float,
+    heads: float,
+    queries: float,
+    head_dim: int,
+    sms: int,
+    deterministic: bool,
+    kv_heads: float | None = None,
+    element_bytes: int = 2,
+) -> float:
+    """What flash-attn 2's backward allocates beside its gradients for one call (Dao-AILab/flash-attention
+    csrc/flash_attn/flash_api.cpp `mha_bwd`, 0251105a): `softmax_d`, fp32 `[b, heads, s_q rounded]`, and
+    `dq_accum`, fp32 `[b, s_q rounded, heads, d rounded]`, which under `deterministic` is `nsplits` of them,
+    nsplits = ⌈SMs / (b·heads)⌉ (`torch::zeros({nsplits, ...})`). Transformer Engine runs it on sm80 (its
+    `get_attention_backend` prefers FusedAttention only from sm90 on, and drops cuDNN's for a deterministic
+    backward below sm90: attention/dot_product_attention/utils.py at d0067d0d); both come from PyTorch's
+    caching allocator for the kernel's duration. With fewer key/value heads (*kv_heads*, GQA) it also takes
+    `dk_expanded` and `dv_expanded`, `[b, s_k, heads, d]` in the inputs' dtype, summed into dK, dV after
+    (self-attention: s_k = s_q)."""
+    rows = math.ceil(queries / FA2_ROWS) * FA2_ROWS
+    width = math.ceil(head_dim / FA2_HEAD) * FA2_HEAD if head_dim <= 192 else 256
+    splits = math.ceil(sms / (batch * heads)) if deterministic and sms else 1
+    expanded = (
+        2 * batch * queries * heads * head_dim * element_bytes if kv_heads is not None and kv_heads < heads else 0
+    )
+    return batch * heads * rows * FP32_BYTES * (1 + splits * width) + expanded
 
 
 DP_WORKSPACE_PAD = 64  # rows and columns cuDNN's dP workspace pads queries and keys to

@@ -1,0 +1,206 @@
+"""Flash-attention rates by mask and sequence length, as published measurements give them.
+
+A device states each kernel's level: its rate at head size 128, 16k tokens, no mask
+(`DeviceProfile.attention_*_efficiency`, `flash2_*`). What a pass reaches at another length or under
+the causal mask is that level times the kernel's measured rate there over its measured 16k no-mask
+rate (`sequence_factor`): the measured curves below, read at the pass's length (linear in log2 of the
+length between measured points; held at the longest; below the shortest, carried down by the key-block
+ramp w/(w + 1), w = length/128, the cost of loading Q and writing O once per walk). FLOPs count the
+causal mask's unmasked half, as every source below does.
+
+- `flash2`, FlashAttention-2 (PyTorch SDPA's flash backend; flash-attn 2 under TransformerEngine on
+  A100): FlashAttention-3's paper (Shah et al. 2024, arXiv 2407.08608), H100 80GB SXM5, BF16, head
+  size 128, 16k tokens a batch over 16 heads, TFLOPS/s at 512, 1k, 2k, 4k, 8k, 16k: Fig. 5c forward
+  309, 350, 362, 368, 370, 370; Fig. 5d forward, causal, 191, 260, 298, 319, 333, 335; Fig. 6b backward,
+  no mask, 214, 260, 291, 310, 318, 322. The paper has no causal backward panel and stops at 16k:
+  PyTorch's own SDPA, measured by NVIDIA/cudnn-frontend's attention benchmark (benchmark/
+  benchmark_results.csv at de355c7, Sept 2024: NGC PyTorch 24.07, `F.scaled_dot_product_attention`
+  with flash enabled, on an H200 locked at 1980 MHz and 700 W; 16 heads of 128, 64k tokens a batch up to
+  16k; causal FLOPs halved), TFLOP/s at 4k, 8k, 16k, 32k, 64k: forward 362.03, 364.03, 360.50, 356.15,
+  360.62, causal 296.52, 321.94, 327.17, 345.64, 338.85; backward 290.47, 305.47, 317.34, 320.44,
+  330.07, causal 245.18, 275.40, 305.19, 316.92, 323.98. Past 16k the no-mask curves follow its trend
+  (the paper's 16k rate times its rate over its 16k one), the causal forward its causal ratio; the
+  causal backward is the no-mask backward times its causal ratio at 4k-64k (held at 4k's, 0.844, below).
+  (Dao-AILab/flash-attention pull request #1791, July 2025, flash-attn 2.8 on an H100 at 8k, loses less
+  under the mask backward, 287.1 against 290.6, and more forward, 284.1 against 369.9: another build.)
+- `cudnn_sm90`, cuDNN's fused attention on Hopper (TransformerEngine's FusedAttention): the same paper's
+  cuDNN series: Fig. 5c forward 497, 574, 617, 609, 600, 595; Fig. 5d forward, causal, 315, 410, 484,
+  518, 529, 539; Fig. 6b backward, no mask, 305, 408, 465, 499, 518, 516. Its causal backward, which the
+  paper does not show, is that no-mask backward times cuDNN's own measured causal-over-no-mask backward
+  ratio at each length: NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/
+  h200_919_only_cudnn/llama3.1_20260227_034703.csv (df73764; cuDNN 9.19.1 on an H200, the same GH100
+  die; BF16, Llama 3.1 405B's 64 query and 8 KV heads of 128, batch 1): backward top_left (causal)
+  against no_mask TFLOP/s, 2k 370/504, 4k 474/560, 8k 541/594, 16k 579/612, 32k 581/572.
+- Head size 64 (the paper's Fig. 5a, 5b, 6a: 32 heads of 64, the same tokens), FlashAttention-2 forward
+  282, 306, 318, 321, 322, 324, causal 180, 229, 262, 284, 295, 299, backward 198, 238, 264, 279, 287,
+  291; cuDNN forward 335, 373, 395, 408, 412, 413, causal 225, 288, 334, 363, 379, 388, backward 266,
+  348, 395, 417, 432, 433 (their causal backward by the same ratios as at 128, PyTorch's for
+  FlashAttention-2, 9.19's for cuDNN; past 16k held). The rate at 16k without the mask over 128's
+  is the device's `*_head64_*` ratio; these curves give the shape below it.
+- `cudnn_sm100`, cuDNN on Blackwell: NVIDIA/cudnn-frontend's GB200 measurement (results/llama3.1/gb200/
+  llama3.1_20260424_100750.csv at fb682ce; cuDNN 9.22, the same heads, batch 2), TFLOP/s at 2k, 4k,
+  8k, 16k, 32k: forward no mask 1433, 1599, 1771, 1697, 1634; causal 1097, 1408, 1574, 1708, 1622;
+  backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+ATTENTION_BLOCK = 128  # query and key rows per flash-attention block
+REFERENCE_LENGTH = 16384  # the length a device's attention levels are measured at (no mask)
+LENGTHS_H100 = (512, 1024, 2048, 4096, 8192, 16384)
+LENGTHS_CUDNN_CSV = (2048, 4096, 8192, 16384, 32768)
+
+# cuDNN 9.19's causal-over-no-mask backward ratio on the GH100 die (the module docstring's H200 file)
+_CUDNN_SM90_CAUSAL_BACKWARD_RATIO = {
+    2048: 370 / 504,
+    4096: 474 / 560,
+    8192: 541 / 594,
+    16384: 579 / 612,
+    32768: 581 / 572,
+}
+
+
+# PyTorch SDPA's FlashAttention-2 (the module docstring's de355c7 file): (no mask, causal) TFLOP/s
+_SDPA_FORWARD = {
+    4096: (362.03, 296.52),
+    8192: (364.03, 321.94),
+    16384: (360.50, 327.17),
+    32768: (356.15, 345.64),
+    65536: (360.62, 338.85),
+}
+_SDPA_BACKWARD = {
+    4096: (290.47, 245.18),
+    8192: (305.47, 275.40),
+    16384: (317.34, 305.19),
+    32768: (320.44, 316.92),
+    65536: (330.07, 323.98),
+}
+_LONG = (32768, 65536)
+
+
+def _ratio_at(points: dict[int, float], length: int) -> float:
+    """The measured ratio at *length*, held at the nearest end outside the measured lengths."""
+    return points[min(max(length, min(points)), max(points))]
+
+
+# (backward, causal) → ((length, TFLOP/s), ...)
+Curve = tuple[tuple[int, float], ...]
+Curves = dict[tuple[bool, bool], Curve]
+
+
+def _h100(*rates: float) -> Curve:
+    return tuple(zip(LENGTHS_H100, rates, strict=True))
+
+
+def _csv(*rates: float) -> Curve:
+    return tuple(zip(LENGTHS_CUDNN_CSV, rates, strict=True))
+
+
+def _cudnn_sm90_causal_backward(no_mask: Curve) -> Curve:
+    """The paper's no-mask backward times cuDNN 9.19's measured causal ratio at each length (held at the
+    nearest measured length outside 2k-32k); at 32k the no-mask 16k rate times the 32k ratio."""
+    points = (*no_mask, (32768, no_mask[-1][1]))
+    return tuple((s, rate * _ratio_at(_CUDNN_SM90_CAUSAL_BACKWARD_RATIO, s)) for s, rate in points)
+
+
+def _sdpa_extended(paper: Curve, sdpa: dict[int, tuple[float, float]]) -> Curve:
+    """The paper's no-mask curve to 16k, past it its 16k rate times PyTorch SDPA's trend."""
+    return (*paper, *((s, paper[-1][1] * sdpa[s][0] / sdpa[16384][0]) for s in _LONG))
+
+
+def _sdpa_causal(no_mask: Curve, sdpa: dict[int, tuple[float, float]], measured: Curve = ()) -> Curve:
+    """*measured* causal points where the paper has them, else the no-mask rate times PyTorch SDPA's
+    causal ratio at that length (held at its shortest, 4k, below it)."""
+    known = dict(measured)
+    ratio = {s: causal / plain for s, (plain, causal) in sdpa.items()}
+    return tuple((s, known.get(s, rate * _ratio_at(ratio, s))) for s, rate in no_mask)
+
+
+_FLASH2_FORWARD = _sdpa_extended(_h100(309, 350, 362, 368, 370, 370), _SDPA_FORWARD)
+_FLASH2_BACKWARD = _sdpa_extended(_h100(214, 260, 291, 310, 318, 322), _SDPA_BACKWARD)
+_FLASH2_BACKWARD_64 = _h100(198, 238, 264, 279, 287, 291)
+
+
+# kernel → head size → curves; head size 64 where the paper measured it (Fig. 5a, 5b, 6a: 32 heads of 64)
+ATTENTION_CURVES: dict[str, dict[int, Curves]] = {
+    "flash2": {
+        128: {
+            (False, False): _FLASH2_FORWARD,
+            (False, True): _sdpa_causal(_FLASH2_FORWARD, _SDPA_FORWARD, _h100(191, 260, 298, 319, 333, 335)),
+            (True, False): _FLASH2_BACKWARD,
+            (True, True): _sdpa_causal(_FLASH2_BACKWARD, _SDPA_BACKWARD),
+        },
+        64: {
+            (False, False): _h100(282, 306, 318, 321, 322, 324),
+            (False, True): _h100(180, 229, 262, 284, 295, 299),
+            (True, False): _FLASH2_BACKWARD_64,
+            (True, True): _sdpa_causal(_FLASH2_BACKWARD_64, _SDPA_BACKWARD),
+        },
+    },
+    "cudnn_sm90": {
+        128: {
+            (False, False): _h100(497, 574, 617, 609, 600, 595),
+            (False, True): _h100(315, 410, 484, 518, 529, 539),
+            (True, False): _h100(305, 408, 465, 499, 518, 516),
+            (True, True): _cudnn_sm90_causal_backward(_h100(305, 408, 465, 499, 518, 516)),
+        },
+        64: {
+            (False, False): _h100(335, 373, 395, 408, 412, 413),
+            (False, True): _h100(225, 288, 334, 363, 379, 388),
+            (True, False): _h100(266, 348, 395, 417, 432, 433),
+            (True, True): _cudnn_sm90_causal_backward(_h100(266, 348, 395, 417, 432, 433)),
+        },
+    },
+    "cudnn_sm100": {
+        128: {
+            (False, False): _csv(1433, 1599, 1771, 1697, 1634),
+            (False, True): _csv(1097, 1408, 1574, 1708, 1622),
+            (True, False): _csv(1124, 1350, 1404, 1374, 1262),
+            (True, True): _csv(885, 1148, 1332, 1328, 1226),
+        },
+    },
+}
+ATTENTION_KERNELS = tuple(ATTENTION_CURVES)
+
+
+def block_ramp(length: float) -> float:
+    """w/(w + 1) for w = *length*/128 key blocks: one block's worth of loading Q and writing O a walk."""
+    walked = length / ATTENTION_BLOCK
+    return walked / (walked + 1)
+
+
+def curve_rate(curve: Curve, length: float) -> float:
+    """The curve's TFLOP/s at *length*: linear in log2(length) between measured points, held past the
+    longest, carried down by `block_ramp` below the shortest."""
+    first, first_rate = curve[0]
+    if length <= first:
+        return first_rate * block_ramp(max(length, 1.0)) / block_ramp(first)
+    for (low, low_rate), (high, high_rate) in itertools.pairwise(curve):
+        if length <= high:
+            share = (math.log2(length) - math.log2(low)) / (math.log2(high) - math.log2(low))
+            return low_rate + (high_rate - low_rate) * share
+    return curve[-1][1]
+
+
+def _curves_factor(curves: Curves, backward: bool, causal: bool, mean_keys: float) -> float:
+    reference = curve_rate(curves[backward, False], REFERENCE_LENGTH)
+    if causal:
+        return curve_rate(curves[backward, True], 2 * mean_keys - 1) / reference
+    return curve_rate(curves[backward, False], mean_keys) / reference
+
+
+def sequence_factor(kernel: str, backward: bool, causal: bool, mean_keys: float, head_dim: float = 128) -> float:
+    """A pass's rate over the kernel's 16k no-mask rate at its head size: the measured curve for its mask
+    read at the keys a query walks (*mean_keys*) without the mask, at the triangle's side (2·mean_keys − 1)
+    under it. Between head
+    sizes 64 and 128, where both are measured, linear between their factors; below 64 64's, else 128's."""
+    by_head = ATTENTION_CURVES[kernel]
+    wide = _curves_factor(by_head[128], backward, causal, mean_keys)
+    if 64 not in by_head or head_dim >= 128:
+        return wide
+    narrow = _curves_factor(by_head[64], backward, causal, mean_keys)
+    share = min(1.0, (128 - head_dim) / 64)
+    return wide + (narrow - wide) * share

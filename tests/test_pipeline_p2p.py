@@ -1,0 +1,182 @@
+"""Megatron-LM's pipeline sends and receives, posted and waited for as its schedules do (ppb_core.pipeline_p2p).
+
+Every expected timeline is worked by hand from Megatron-LM core_r0.8.0's
+megatron/core/pipeline_parallel/schedules.py and p2p_communication.py (the rules in the module's doc):
+a transfer starts when the sender's op has ended and the receiver has posted its receive, and lasts x.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppb_core.memory import MemoryModel
+from ppb_core.model.walk import BODY, walk
+from ppb_core.pipeline_p2p import simulate_p2p
+from ppb_core.schedules import simulate
+from ppb_core.timing.comm import Links
+from ppb_core.timing.iteration import _data_links, chunk_sync_launches, framework_rules, p2p_seconds
+from tests.test_timing_iteration import small_run
+
+
+def test_1f1b_two_stages_four_micro_batches_by_hand() -> None:
+    # f = 1, b = 2, x = 0.25. Stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3 (one warm-up forward), stage 1
+    # F0 B0 F1 B1 F2 B2 F3 B3. Megatron's 1F1B: after each op one batched call sends its output and
+    # receives the next op's input and waits for both; in the warm-up the send waits alone.
+    # s0 F0 [0, 1]; its send (s1 posted F0's receive from the start) [1, 1.25]; s0 F1 waits for it: [1.25, 2.25].
+    # s1 F0 [1.25, 2.25], B0 [2.25, 4.25]. s0's send_forward_recv_backward after F1 meets s1's
+    # send_backward_recv_forward after B0: both transfers [4.25, 4.5]. s0 B0 [4.5, 6.5]; s1 F1 [4.5, 5.5],
+    # B1 [5.5, 7.5]. s0 F2 [6.5, 7.5] (stage 0 has no input); its send and B1's gradient [7.5, 7.75]:
+    # s0 B1 [7.75, 9.75], s1 F2 [7.75, 8.75], B2 [8.75, 10.75]. s0 F3 [9.75, 10.75]; the transfers
+    # [10.75, 11.0]: s0 B2 [11, 13], s1 F3 [11, 12], B3 [12, 14]. s0's cool-down receive is posted after B2
+    # (stage 0 sends no gradient): B3's gradient [14, 14.25], s0 B3 [14.25, 16.25].
+    timeline = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 4, [[0.25, 0.25]])
+    assert [[(op.kind, op.micro_batch) for op in order] for order in timeline.orders] == [
+        [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)],
+        [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2), ("F", 3), ("B", 3)],
+    ]
+    assert timeline.starts[0] == pytest.approx([0, 1.25, 4.5, 6.5, 7.75, 9.75, 11, 14.25])
+    assert timeline.ends[0] == pytest.approx([1, 2.25, 6.5, 7.5, 9.75, 10.75, 13, 16.25])
+    assert timeline.starts[1] == pytest.approx([1.25, 2.25, 4.5, 5.5, 7.75, 8.75, 11, 12])
+    assert timeline.ends[1] == pytest.approx([2.25, 4.25, 5.5, 7.5, 8.75, 10.75, 12, 14])
+    assert timeline.makespan == pytest.approx(16.25)
+
+
+def test_1f1b_waits_for_the_receiver_to_post() -> None:
+    # P = 2, m = 2; stage 1's backward is slow (4), x = 0.5. s0 F0 [0, 1], its send [1, 1.5], s0 F1
+    # [1.5, 2.5]. s1 F0 [1.5, 2.5], B0 [2.5, 6.5]. F1's output waits in s0's send_forward_recv_backward
+    # until s1 posts its receive after B0: [6.5, 7], and so does s0, whose B0 runs [7, 8]. Sent in the
+    # background instead it would have reached stage 1 at 3.
+    timeline = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[1.0, 4.0]], 2, [[0.5, 0.5]])
+    assert timeline.starts[0] == pytest.approx([0, 1.5, 7, 12.5])
+    assert timeline.starts[1] == pytest.approx([1.5, 2.5, 7, 8])
+    assert timeline.makespan == pytest.approx(13.5)
+    background = simulate("1f1b", [[1.0, 1.0]], [[1.0, 4.0]], 2, [[0.5, 0.5]], blocking=False)
+    assert background.starts[0][2] == pytest.approx(7.0) and background.starts[0][1] == pytest.approx(1.0)
+
+
+def test_interleaved_overlap_two_stages_two_chunks_by_hand() -> None:
+    # P = 2, V = 2, m = 2, every op 1, every transfer 0.5. Cells along the model: (chunk 0, stage 0),
+    # (0, 1), (1, 0), (1, 1). Stage 0 warms up with all four forwards, stage 1 with two.
+    # Overlapped P2P (core_r0.8.0 with --overlap-p2p-communication): a receive is posted after the stage's
+    # previous op of its kind (its first backward's after the last warm-up forward); a send is waited for
+    # before the stage's next op of its kind; the receives across the chunks' wrap are posted ahead.
+    # s0 F(0,0) [0, 1]; send [1, 1.5]; s0 F(1,0) waits for it: [1.5, 2.5]. s1 F(0,0) [1.5, 2.5]; s1 posts
+    # F(1,0)'s receive then: [2.5, 3]; s1's F(0,0) output wraps to s0: [2.5, 3]. s0 F(0,1) [3, 4], s1 F(1,0)
+    # [3, 4]; its wrap [4, 4.5]; s0's F(0,1) output waits for s1 to post after F(1,0): [4, 4.5]. s0 F(1,1)
+    # [4.5, 5.5], s1 F(0,1) [4.5, 5.5], B(0,1) [5.5, 6.5]; s0 F(1,1)'s output [5.5, 6]; s1 F(1,1) [6.5, 7.5],
+    # B(1,1) [7.5, 8.5]. B(0,1)'s gradient: s0 posted after F(1,1): [6.5, 7]; s0 B(0,1) [7, 8]; it wraps
+    # [8, 8.5]. B(1,1)'s gradient: s0 posted after B(0,1) at 8: [8.5, 9]; s0 B(1,1) [9, 10], wrap [10, 10.5].
+    # s1 B(0,0) waits for B(1,1)'s send: [9, 10]; its gradient, s0 posted after B(1,1): [10, 10.5].
+    # s1 B(1,0) [10.5, 11.5]; s0 B(0,0) [10.5, 11.5]; B(1,0)'s gradient [11.5, 12]: s0 B(1,0) [12, 13].
+    one = [[1.0, 1.0], [1.0, 1.0]]
+    timeline = simulate_p2p("megatron_overlap_r0.8", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]])
+    assert [[(op.kind, op.micro_batch, op.chunk) for op in order] for order in timeline.orders] == [
+        [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1), ("B", 0, 1), ("B", 1, 1), ("B", 0, 0), ("B", 1, 0)],
+        [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("B", 0, 1), ("F", 1, 1), ("B", 1, 1), ("B", 0, 0), ("B", 1, 0)],
+    ]
+    assert timeline.starts[0] == pytest.approx([0, 1.5, 3, 4.5, 7, 9, 10.5, 12])
+    assert timeline.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 9, 10.5])
+    assert timeline.makespan == pytest.approx(13.0)
+    # core_v0.18 (d98e8a64): a forward's send waited for before the next op, a backward's once the next
+    # backward's send is posted. Stage 1's B(0,0) no longer waits for B(1,1)'s send (9): it starts when
+    # B(1,1) ends, 8.5; its gradient still waits for stage 0 to post after B(1,1) at 10: [10, 10.5].
+    # The forwards' sends are waited for where core_r0.8 waits too (the next op is the next forward) or
+    # before ops that wait longer for their input.
+    newer = simulate_p2p("megatron_overlap", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]])
+    assert newer.starts[0] == pytest.approx([0, 1.5, 3, 4.5, 7, 9, 10.5, 12])
+    assert newer.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 8.5, 10.5])
+
+
+def test_megatron_rules_name_its_protocols() -> None:
+    assert framework_rules(small_run(pp=2)).p2p_protocol == "megatron_sync"
+    assert framework_rules(small_run(pp=2, vpp=2, schedule="interleaved")).p2p_protocol == "megatron_overlap"
+    older = small_run(pp=2, vpp=2, schedule="interleaved", timing={"interleaved_send_waits": "core_r0.8"})
+    assert framework_rules(older).p2p_protocol == "megatron_overlap_r0.8"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    interleaved=st.booleans(),
+    stages=st.integers(2, 4),
+    groups=st.integers(1, 3),
+    data=st.data(),
+)
+def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
+    interleaved: bool, stages: int, groups: int, data
+) -> None:
+    chunks = 2 if interleaved else 1
+    m = stages * groups
+    schedule, protocol = ("interleaved", "megatron_overlap") if interleaved else ("1f1b", "megatron_sync")
+    protocol = data.draw(
+        st.sampled_from(
+            ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8"]
+            if interleaved
+            else ["megatron_sync", "torch_1f1b"]
+        )
+    )
+    cells = st.lists(st.floats(0.5, 5.0), min_size=stages * chunks, max_size=stages * chunks)
+    flat_f, flat_b = data.draw(cells), data.draw(cells)
+    forward = [flat_f[c * stages : (c + 1) * stages] for c in range(chunks)]
+    backward = [flat_b[c * stages : (c + 1) * stages] for c in range(chunks)]
+    zero = [[0.0] * stages for _ in range(chunks)]
+    # Even over a free link a send waits for its receiver to post, so the waits can only add to the schedule.
+    plain = simulate(schedule, forward, backward, m).makespan
+    free = simulate_p2p(protocol, schedule, forward, backward, m, zero).makespan
+    x = data.draw(st.floats(0.0, 2.0))
+    slow = [[x] * stages for _ in range(chunks)]
+    slower = [[x + 0.5] * stages for _ in range(chunks)]
+    a = simulate_p2p(protocol, schedule, forward, backward, m, slow).makespan
+    b = simulate_p2p(protocol, schedule, forward, backward, m, slower).makespan
+    assert plain - 1e-9 <= free <= a + 1e-9 <= b + 2e-9
+
+
+def test_interleaved_chunk_reductions_launch_rank_backwards_after_their_last() -> None:
+    # P = 2, V = 2, m = 2, every op 1, free links. Stage 0: F(0,0) [0,1], F(1,0) [1,2], F(0,1) [2,3],
+    # F(1,1) [3,4], B(0,1) [5,6], B(1,1) [7,8], B(0,0) [8,9], B(1,0) [9,10]; stage 1: F(0,0) [1,2],
+    # F(1,0) [2,3], F(0,1) [3,4], B(0,1) [4,5], F(1,1) [5,6], B(1,1) [6,7], B(0,0) [7,8], B(1,0) [8,9].
+    # Megatron core_r0.8.0 `backward_step_helper`: backward k of rank r launches the sync of the chunk whose
+    # last micro-batch is backward k − r. Stage 0 (r = 0): chunk 1's last backward is k = 1 (ends 8), chunk
+    # 0's k = 3 (ends 10). Stage 1 (r = 1): chunk 1 at k = 1 + 1 = 2 (ends 8); chunk 0's 3 + 1 is past the
+    # last backward, launched after the cool-down: 9.
+    one = [[1.0, 1.0], [1.0, 1.0]]
+    timeline = simulate("interleaved", one, one, 2)
+    assert timeline.ends == [[1, 2, 3, 4, 6, 8, 9, 10], [2, 3, 4, 5, 6, 7, 8, 9]]
+    assert chunk_sync_launches(timeline) == [{1: 8.0, 0: 10.0}, {1: 8.0, 0: 9.0}]
+
+
+def _body_transfer(**timing) -> float:
+    # dp 4 × tp 2 ranks a stage: the neighbouring stage is 8 ranks on, in the next node of 8 (NIC 5e9 B/s;
+    # NVLink 5e10 inside the node: tests/small_models.py ROUND_DEVICE at comm efficiency 0.5, no latency)
+    run = small_run(dp=4, tp=2, pp=2, sequence_parallel=False, timing=timing)
+    memory = MemoryModel(run)
+    links = _data_links(run, Links.from_run(run), memory)
+    body = next(layer for layer in walk(run).layers if layer.node == BODY)
+    return p2p_seconds(run, links, body)
+
+
+def test_deepspeed_splits_its_pipeline_sends_over_the_tensor_parallel_ranks() -> None:
+    # One micro-batch's hidden state: 2048 tokens × 1024 × 2 bytes = 4,194,304 bytes.
+    # Megatron-Core without sequence parallelism: every TP rank sends all of it over its NIC: 838.9 us.
+    # DeepSpeed's pipe_partitioned: each sends 1/2 (419.4 us), the receiver all-gathers over its 2 TP
+    # ranks in the node: 4,194,304 · 1/2 / 5e10 = 41.9 us; 461.4 us in all.
+    assert _body_transfer() == pytest.approx(4_194_304 / 5e9)
+    assert _body_transfer(pipe_partitioned=True) == pytest.approx(4_194_304 / 2 / 5e9 + 4_194_304 / 2 / 5e10)
+
+
+def test_torch_1f1b_two_stages_by_hand() -> None:
+    # torch 2.13 Schedule1F1B, P = 2, m = 2, f = 1, b = 2, x = 0.25; Megatron's op order. Stage 0 warms up
+    # with F0 and F1: F1 does not wait for F0's send (fired, waited for after F1): F0 [0, 1], F1 [1, 2].
+    # F0's send [1, 1.25]; stage 1 F0 [1.25, 2.25], B0 [2.25, 4.25]. F1's send is batched with B0's
+    # receive on stage 0 and meets stage 1's batch of B0's send and F1's receive, posted after B0: both
+    # [4.25, 4.5]. Stage 0 B0 [4.5, 6.5]; stage 1 F1 [4.5, 5.5], B1 [5.5, 7.5]. Stage 0's cool-down receive is
+    # posted after B0: B1's gradient [7.5, 7.75], B1 [7.75, 9.75].
+    timeline = simulate_p2p("torch_1f1b", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
+    assert timeline.starts[0] == pytest.approx([0, 1, 4.5, 7.75])
+    assert timeline.starts[1] == pytest.approx([1.25, 2.25, 4.5, 5.5])
+    assert timeline.makespan == pytest.approx(9.75)
+    # Megatron's warm-up waits for F0's send before F1 (send_forward then recv_forward, synchronous)
+    megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
+    assert megatron.starts[0][1] == pytest.approx(1.25)
+    assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"

@@ -1,0 +1,92 @@
+"""The run-config fields added for issues 11 and 12 in the 2026-12-06 sessions, refused as every bad input
+is (docs/inputs.md): one line naming the file, the field and the problem, exit status 2, nothing written;
+and each framework's words refused under another framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ppb_core.cli.main import main
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+FP8 = {"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"}
+
+
+def _run(name: str) -> dict[str, Any]:
+    raw = yaml.safe_load((CONFIGS / name).read_text())
+    for model in raw["models"]:
+        model["config"] = str(CONFIGS / model["config"])
+    return raw
+
+
+MEGATRON, TITAN = "llama3-8b.yaml", "llama3.1-8b-torchtitan.yaml"
+CASES = [
+    # (base run, section, values, the field named, words of the problem)
+    (MEGATRON, "timing", {"fsdp_units": "root"}, "timing.fsdp_units", "torchtitan's"),
+    (MEGATRON, "timing", {"optimizer_implementation": "foreach"}, "timing.optimizer_implementation", "torchtitan's"),
+    (TITAN, "timing", {"fsdp_units": "leaf"}, "timing.fsdp_units", "'split' or 'root'"),
+    (TITAN, "timing", {"optimizer_implementation": "forloop"}, "timing.optimizer_implementation", "'for-loop'"),
+    (TITAN, "timing", {"attention_mask_in_dataloader": False}, "timing.attention_mask_in_dataloader", "megatron"),
+    (MEGATRON, "timing", {"attention_mask_in_dataloader": "no"}, "timing.attention_mask_in_dataloader", "boolean"),
+    (MEGATRON, "timing", {"fp8_param_gather": True}, "timing.fp8_param_gather", "matmul_dtype fp8"),
+    (TITAN, "timing", {"fp8_param_gather": True, **FP8}, "timing.fp8_param_gather", "framework megatron"),
+    (MEGATRON, "timing", {"fp8_bf16_layers": [1, 1]}, "timing.fp8_bf16_layers", "matmul_dtype fp8"),
+    (
+        MEGATRON,
+        "timing",
+        {"fp8_bf16_layers": [1, 1], "matmul_dtype": "fp8"},
+        "timing.fp8_bf16_layers",
+        "delayed scaling",
+    ),
+    (MEGATRON, "timing", {"fp8_bf16_layers": [9, 0], **FP8}, "timing.fp8_bf16_layers", "stage's 8 layers"),
+    (MEGATRON, "timing", {"fp8_bf16_layers": [-1, 1], **FP8}, "timing.fp8_bf16_layers.0", "greater than"),
+    (MEGATRON, "timing", {"fp8_bf16_layers": [1, 1, 1], **FP8}, "timing.fp8_bf16_layers", "at most 2"),
+    (TITAN, "timing", {"fp8_bf16_layers": [1, 1], **FP8}, "timing.fp8_bf16_layers", "framework megatron"),
+    (MEGATRON, "timing", {"pipe_partitioned": "maybe"}, "timing.pipe_partitioned", "boolean"),
+    (TITAN, "timing", {"pipe_partitioned": True}, "timing.pipe_partitioned", "DeepSpeed's"),
+    (MEGATRON, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
+    (TITAN, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
+    (MEGATRON, "device", {"mxfp8_matmul_ratio": 1.5}, "device.mxfp8_matmul_ratio", "less than or equal to 1"),
+    (MEGATRON, "device", {"mxfp8_matmul_ratio": 0}, "device.mxfp8_matmul_ratio", "greater than"),
+]
+
+
+@pytest.mark.parametrize(("base", "section", "values", "field", "words"), CASES)
+def test_a_bad_value_is_one_line_and_nothing_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, section: str, values: dict, field: str, words: str
+) -> None:
+    raw = _run(base)
+    raw.setdefault(section, {}).update(values)
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    plan = tmp_path / "plan.json"
+    code = main(["balance", "-q", str(run), "-o", str(plan)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"ppb: error: {run}: {field}: ") and words in err, err
+    assert not plan.exists()
+
+
+def test_latent_norms_off_need_an_mla_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`mla_latent_norms` is MLA's (Megatron's --qk-layernorm under --multi-latent-attention): false on a
+    model without latent attention would say nothing, so it is refused."""
+    raw = _run(MEGATRON)
+    raw["models"][0].pop("config")
+    raw["models"][0]["spec"] = {
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "num_layers": 8,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "mla_latent_norms": False,
+    }
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"{run}: models.0.spec: mla_latent_norms false needs an MLA model" in err, err
