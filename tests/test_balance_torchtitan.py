@@ -14,6 +14,7 @@ import pytest
 from ppb_core.balance import program
 from ppb_core.balance.choices import Catalogue, ListingBudget
 from ppb_core.balance.local import reoptioned
+from ppb_core.balance.megatron import Setting
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.program import solve
@@ -162,6 +163,27 @@ def test_with_two_chunks_a_rank_the_plan_is_the_best_of_every_split_under_torcht
     assert plan is not None
     split = {cell: plan.cell_layers(*cell) for cell in problem.cells}
     assert {cell: plan.cell_options(*cell)[full] for cell in problem.cells} == _counted(split, 2, 2, 3)
+
+
+@pytest.mark.parametrize("memory", [80.0, 1000.0])
+def test_every_nth_across_chunks_is_not_searched_when_no_none_plan_could_lose(
+    memory: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each FULL block's backward (3) is above NONE's (2), so no every N-th plan beats the fastest all-NONE
+    # plan with memory unbounded (`_none_floor`: the schedule's makespan grows with its ops' times). In
+    # 1000 MB the none setting fits at that floor: the every N-th settings are not searched, and the plan is
+    # what searching them gives. In 80 MB none is held up by memory and they are searched (every 3rd, 59.0).
+    layers = runnable(layer_set([_body("BODY_0", 8)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, memory, schedule="interleaved", framework="torchtitan")
+    pruned = solve(problem)
+    monkeypatch.setattr(program, "_none_floor", lambda *args: 0.0)
+    searched = solve(problem)
+    assert pruned.objective == pytest.approx(searched.objective)
+    assert pruned.setting == searched.setting and pruned.plan is not None and searched.plan is not None
+    assert pruned.plan.counts == searched.plan.counts
+    skipped = any("not searched" in note for note in pruned.notes)
+    assert skipped == (memory == 1000.0)
+    assert pruned.setting == (Setting("none") if memory == 1000.0 else EveryNth("every", 3))
 
 
 @pytest.mark.parametrize("every", [2, 3, 4])

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ppb_core.balance import highs
@@ -653,6 +653,8 @@ def _torchtitan(
     best: tuple[Solution, Setting] | None = None
     notes: list[str] = []
     cut = False
+    floor: float | None = None  # `_none_floor`, once an every N-th setting across chunks is to be solved
+    passed: list[int] = []
     for setting in candidates:
         if clock.out:
             notes.append("torchtitan's settings: stopped by the time limit")
@@ -660,6 +662,16 @@ def _torchtitan(
         shared = limits.scaled(1 / max(1, len(own if setting in own else candidates)))
         catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
         bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
+        if setting not in own and math.isfinite(bar):
+            if floor is None:
+                floor = _none_floor(problem, exact, shared, clock, report)
+            # no plan under it beats the best so far, nor ties it with less recompute than the none
+            # setting's plan (none): not listed
+            level = 1 - TOLERANCE if best is not None and best[1].name == "none" else 1 + TOLERANCE
+            if floor >= bar * level:
+                passed.append(setting.num_layers)
+                cut = True
+                continue
         found = _solve(problem, catalogue, exact, shared, clock, report, tie_break=True, setting=setting, cutoff=bar)
         if found.stopped_by == "cutoff":
             cut = True
@@ -684,8 +696,35 @@ def _torchtitan(
         return _infeasible(problem, limits, clock, notes)
     solution, setting = best
     solution.setting = setting
+    if passed:
+        notes.append(
+            f"torchtitan's settings: every N-th for N in {passed[0]}..{passed[-1]} ({len(passed)}) not searched, "
+            f"none faster than {floor:.6g} (`_none_floor`)"
+        )
     solution.notes += [*notes, f"torchtitan's settings: {setting.describe()}, the fastest of {len(candidates)}"]
     return solution
+
+
+def _none_floor(problem: BalanceInput, exact: bool, limits: WorkLimits, clock: Clock, report: Reporter) -> float:
+    """A proven lower bound on every plan whose layers each take at least NONE's backward: the bound of
+    the plans with every layer NONE and the device's memory unbounded (a schedule's makespan grows
+    with its ops' times, its op orders being fixed). 0 when some body's FULL backward is below NONE's."""
+    bodies = problem.layers.bodies
+    if any(body.backward_time.get("FULL", math.inf) < body.backward_time.get("NONE", math.inf) for body in bodies):
+        return 0.0
+    free = replace(problem, memory_mb=1e15)
+    none = Setting("none")
+    found = _solve(
+        free,
+        Catalogue(free, none, ListingBudget(limits.listing_work, clock)),
+        exact,
+        limits,
+        clock,
+        report,
+        False,
+        none,
+    )
+    return found.bound if found.bound is not None else 0.0
 
 
 def _before(found: Solution, best: Solution) -> bool:
