@@ -141,6 +141,6 @@ def test_the_static_buffers_te_s_graphs_hold_by_hand() -> None:
 def test_graphs_under_another_framework_are_refused_in_one_line() -> None:
     raw = import_megatron(SMALL_GPT, 8, "h100-80gb").raw
     raw["framework"] = "torchtitan"
-    raw["timing"]["cuda_graph_impl"] = "local"
+    raw["timing"] = {"cuda_graph_impl": "local"}  # the import's other Megatron-only words are refused alike
     with pytest.raises(InputError, match=r"timing\.cuda_graph_impl.*set framework megatron"):
         parse_run_config(raw, "case")
