@@ -2,9 +2,11 @@
 
     python bench/decompose.py [ROW ...]
 
-ROW: a substring of a row's name in bench/public_runs.py (default: the Megatron GPT 1.7B TP1 PP1 row
-and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without recompute only; a pipelined row's layer
-classes are its busiest stage's (the iteration's `compute` term), the schedule's idle time `bubble`.
+ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
+(`strong_scaling_runs`: "strong scaling (96" is the steady state of 576 micro-batches a pipeline;
+default: the Megatron GPT 1.7B TP1 PP1 row and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without
+recompute only; a pipelined row's layer classes are its busiest stage's (the iteration's `compute`
+term), the schedule's idle time `bubble`.
 
 For each row: the measured seconds, ours, and ours split into
 - GEMMs (every matmul op: its kernels, plus what ppb prices beside them: bias-gradient reductions,
@@ -44,7 +46,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
 from _public import GPT_SMALL, gpt3_7b_run, run_config  # noqa: E402
-from public_runs import GOLDEN_7B, GOLDEN_7B_H100_WITH_A100, GoldenTimes, PublicRun, config, public_runs  # noqa: E402
+from public_runs import (  # noqa: E402
+    GOLDEN_7B,
+    GOLDEN_7B_H100_WITH_A100,
+    GoldenTimes,
+    PublicRun,
+    config,
+    public_runs,
+    strong_scaling_runs,
+)
 
 from ppb_core.model.switches import LayerType  # noqa: E402
 from ppb_core.model.walk import HEAD, TAIL, walk  # noqa: E402
@@ -263,7 +273,7 @@ def pair_gaps() -> list[tuple[str, float, float]]:
 def main(argv: list[str]) -> int:
     print(f"machine: {machine()}")
     wanted = argv or list(DEFAULT_ROWS)
-    rows = public_runs()
+    rows = public_runs() + strong_scaling_runs()
     for pattern in wanted:
         matches = [row for row in rows if pattern in row.name]
         if not matches:

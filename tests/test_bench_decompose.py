@@ -127,3 +127,16 @@ def test_get_batch_broadcasts_are_their_own_class(bench):
     # 134,676,480 / 360e9 + 5·15e-6 = 449.10 us a micro-batch; 2 micro-batches.
     expected = 2 * (134_676_480 / 360e9 + 5 * 3 * 5e-6)
     assert classes["get_batch broadcasts"].seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_strong_scaling_steady_state_is_a_row_it_decomposes(bench):
+    (row,) = [row for row in bench.strong_scaling_runs() if "(96 H100" in row.name]
+    # Megatron-LM core_r0.8.0 README: the 177B model (h 12288, 96 layers, vocabulary 131072, s 4096) at batch
+    # 1152 on 96 H100 at 47% MFU. r0.8.0's count, 12·B·s·L·h²·((1 + 1 + s/h) + 4 + V/(2·L·h)) =
+    # 5.24388e18 FLOPs, over 96 · 0.47 · 989e12 FLOP/s: 117.513 s.
+    flops = 12 * 1152 * 4096 * 96 * 12288**2 * ((2 + 4096 / 12288) + 4 + 131072 / (2 * 96 * 12288))
+    assert row.seconds == pytest.approx(flops / (96 * 0.47 * 989e12), rel=1e-12)
+    assert row.seconds == pytest.approx(117.513, abs=1e-3)
+    classes, seconds = bench.decompose(row)  # asserts they add up
+    # 1152 sequences over DP 2: 576 micro-batches a pipeline, so the bubble is a sliver of the iteration
+    assert classes["bubble"].seconds < 0.001 * seconds
