@@ -261,6 +261,7 @@ SIZE_FLAGS = (
     "--expert-tensor-parallel-size",
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
 )
 TEXT_FLAGS = (
     "--tokenizer-type",
