@@ -262,6 +262,7 @@ SIZE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
     "--make-vocab-size-divisible-by",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
 )
 TEXT_FLAGS = (
     "--tokenizer-type",

@@ -80,7 +80,7 @@ from ppb_core.balance.megatron_vocabulary import (
     SHELL_WORDS,
 )
 from ppb_core.config.devices import DEVICE_CATALOG
-from ppb_core.config.layout import LayoutError
+from ppb_core.config.layout import LayoutError, parse_layout
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
 from ppb_core.units import counted
@@ -456,8 +456,15 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
     except LayoutError as err:
         raise InputError(args.where, None, str(err)) from None
     layers = spec["num_layers"]
+    # the interleaved schedule's group (model_parallel_config.py microbatch_group_size_per_vp_stage, default
+    # pp); the schedule without virtual stages never reads it (schedules.py, d98e8a64)
+    given = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
     if flags.layout is not None:
-        return {"layout": flags.layout}
+        try:
+            chunks = len(parse_layout(flags.layout, pp)[0])
+        except LayoutError:  # the run config says what is wrong with it
+            chunks = 1
+        return {"layout": flags.layout} | _group(given, chunks)
     vpp = 1
     if flags.virtual_stages is not None:
         vpp = flags.virtual_stages
@@ -472,17 +479,16 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
                 f"{per_virtual} does not divide the {total} layers' share of pp {pp}",
             )
         vpp = total // pp // per_virtual
-    group = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
-    if vpp > 1 and group is not None and group != pp:  # schedules.py: the interleaved order's group, default pp
-        raise InputError(
-            args.where,
-            "--microbatch-group-size-per-virtual-pipeline-stage",
-            f"{group}: ppb's interleaved schedule runs Megatron's default group, pp = {pp} micro-batches",
-        )
     first, last = flags.first_stage_layers, flags.last_stage_layers
     if first is not None or last is not None or any(adds):
-        return {"layout": _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds), "vpp": vpp}
-    return {"vpp": vpp, "schedule": "interleaved"} if vpp > 1 else {}
+        layout = _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds)
+        return {"layout": layout, "vpp": vpp} | _group(given, vpp)
+    return {"vpp": vpp, "schedule": "interleaved"} | _group(given, vpp) if vpp > 1 else {}
+
+
+def _group(given: int | None, vpp: int) -> dict[str, int]:
+    """The run config's micro-batch group where the interleaved schedule reads one."""
+    return {"microbatch_group_size_per_vp_stage": given} if given is not None and vpp > 1 else {}
 
 
 def _layout(

@@ -395,6 +395,7 @@ def _check_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_sharding(flags, run, where)
     _check_context_parallel(flags, run, where)
     _check_virtual_stages(flags, run, where)
+    _check_group(flags, run, where)
 
 
 # What data parallelism shards (ppb's shard level: 1 optimizer states, 2 and gradients, 3 and
@@ -484,6 +485,25 @@ def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> N
         return
     if given != par.vpp:
         raise InputError(where, flag, f"{said}, the run config has {par.vpp} (parallel.vpp): {WHY}")
+
+
+GROUP_FLAG = "--microbatch-group-size-per-virtual-pipeline-stage"
+
+
+def _check_group(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """The interleaved schedule's micro-batch group against the run's (model_parallel_config.py
+    `microbatch_group_size_per_vp_stage`, default pp in `__post_init__`; only the interleaved schedule reads
+    it, schedules.py at d98e8a64)."""
+    par = run.parallel
+    if par.vpp < 2 or par.schedule != "interleaved" or (GROUP_FLAG not in flags.stated and not flags.complete):
+        return
+    pp = int(flags.stated.get("--pipeline-model-parallel-size", par.pp))
+    given = int(flags.stated.get(GROUP_FLAG, pp))
+    has = par.microbatch_group_size_per_vp_stage or par.pp
+    if given != has:
+        said = str(given) if GROUP_FLAG in flags.stated else f"not given (Megatron-LM's default pp = {given})"
+        field = "parallel.microbatch_group_size_per_vp_stage"
+        raise InputError(where, GROUP_FLAG, f"{said}, the run config has {has} ({field}): {WHY}")
 
 
 def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:

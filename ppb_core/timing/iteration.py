@@ -438,24 +438,33 @@ def run_iteration(
             if (chunk, stage) not in per_cell and stages > 1:
                 cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
 
-    schedule = par.schedule
+    schedule, group = par.schedule, par.microbatch_group_size_per_vp_stage
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
-    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined)
+    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined, group=group)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
-    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
+    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined, group=group) if fsdp else plain
     if stages == 1:
         timeline = gathered
     elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
-        timeline = simulate_p2p(rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined)
+        timeline = simulate_p2p(
+            rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined, group
+        )
     else:
         blocking = rules.p2p_blocking
         timeline = simulate(
-            schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=blocking, combined=combined
+            schedule,
+            with_fsdp_f,
+            with_fsdp_b,
+            m,
+            transfer=cells.transfer,
+            blocking=blocking,
+            combined=combined,
+            group=group,
         )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
-        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
+        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m, group)):
             saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
     stage_work = [
         sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
