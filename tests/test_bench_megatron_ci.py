@@ -3,6 +3,10 @@ pretrain_gpt.py (tests/functional_tests/shell_test_utils/_run_training.sh, Megat
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 import pytest
 from bench_modules import load_bench
 
@@ -52,10 +56,6 @@ def test_the_golden_values_median_leaves_iteration_one_out(bench):
 def test_a_row_names_the_commit_that_measured_its_memory(bench, tmp_path, monkeypatch):
     # adc69dba2d renamed every golden file (R100) and 93ebf8d72f only dropped NaN iteration times: the
     # row's memory was measured by the last commit that changed mem-max-allocated-bytes, renames followed
-    import json
-    import os
-    import subprocess
-
     def git(*args: str) -> str:
         env = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-23T00:00:00", "GIT_COMMITTER_DATE": "2025-01-23T00:00:00"}
         ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
