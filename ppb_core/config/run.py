@@ -633,6 +633,12 @@ class TimingOptions(StrictModel):
         description="Megatron's --cuda-graph-modules (--cuda-graph-scope before): what a layer's graph captures; "
         "empty, the whole layer (as Megatron)",
     )
+    cuda_graph_warmup_steps: Annotated[int, Field(ge=0, le=1_000_000)] = Field(
+        3,
+        description="Megatron's --cuda-graph-warmup-steps (transformer_config.py, 3): eager iterations before "
+        "the graphs are captured; with 0 the capture comes before the first optimizer step "
+        "(ppb_core.memory.allocated: what the allocator counts)",
+    )
     gradient_accumulation_fusion: bool = Field(
         True,
         description="Megatron's gradient accumulation fusion (off with --no-gradient-accumulation-fusion): the "
