@@ -146,6 +146,10 @@ class Op:
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
     ring: int = 0
+    # An unfused attention core's pass over its materialized scores (its batched products, softmax and
+    # dropout): the keys a score row holds, the length its HBM share is read at
+    # (`Kernels.score_memory_s`); 0: not such a pass.
+    score_keys: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -802,6 +806,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 fp8=False,
             )
         )
+        # the passes over the materialized scores, priced at standard attention's measured HBM share
+        # where the device has it (`Kernels.score_memory_s`), read at a score row's keys
+        row = mean_keys if geo.block_pairs else s
+        passes = {scores, p + "softmax", p + "dropout_mask", p + "dropout_probs", context}
+        ops = [dataclasses.replace(op, score_keys=row) if op.name in passes else op for op in ops]
     out = context
     ring = geo.cp > 1 and geo.cp_variant == "ring"
     if ring and geo.flash_attention and not geo.block_pairs and geo.framework in STEPPED:
