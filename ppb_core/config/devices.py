@@ -46,7 +46,7 @@ Achieved fractions are measured, not datasheet figures:
   modules (0: `memory_efficiency`). A100 0.68, H100 0.82 (`EAGER_MEMORY_EFFICIENCY_*`).
 - `standard_attention_measured`: an unfused attention core's score-sized passes (its batched products,
   softmax and dropout over b·h·s² scores) at the HBM share PyTorch's standard attention reached in the
-  FlashAttention-3 paper (H100 SXM5: forward 0.66, backward 0.60 of 3.35 TB/s at 4k keys, lower below;
+  FlashAttention-3 paper (H100 SXM5: forward 0.66, backward 0.60 of 3.35 TB/s at 4k keys and head size 128, lower below;
   `ppb_core.timing.attention_rates.score_fraction`); H100 and H800 (the same die and HBM3). Elsewhere
   `memory_efficiency`.
 

@@ -212,13 +212,13 @@ class Kernels:
     def memory_s(self, traffic: float) -> float:
         return traffic / self.hbm_bytes_per_s
 
-    def score_memory_s(self, traffic: float, keys: float, backward: bool) -> float:
-        """An unfused attention core's pass over its scores (`Op.score_keys`: *keys* a row): at the HBM
-        share standard attention's score passes reached at that length where measured
-        (`attention_rates.score_fraction`), else as any memory-bound pass."""
+    def score_memory_s(self, traffic: float, keys: float, backward: bool, head_dim: float = 128) -> float:
+        """An unfused attention core's pass over its scores (`Op.score_keys`: *keys* a row, the scores'
+        *head_dim*): at the HBM share standard attention's score passes reached at that length and head
+        size where measured (`attention_rates.score_fraction`), else as any memory-bound pass."""
         if not self.score_peak_bytes_per_s:
             return self.memory_s(traffic)
-        fraction = score_fraction(backward, keys, self.memory_efficiency)
+        fraction = score_fraction(backward, keys, self.memory_efficiency, head_dim)
         return traffic / (self.score_peak_bytes_per_s * fraction)
 
     def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:

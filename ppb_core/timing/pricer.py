@@ -315,13 +315,13 @@ class TimeModel:
                 compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out) + rounds
                 cast_bytes = cast * m * k * groups * each
                 moved = (
-                    kernels.score_memory_s(op.bytes, op.score_keys, False)
+                    kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
                     else kernels.memory_s(op.bytes)
                 )
                 return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward)
             half = (
-                kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True)
+                kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
                 if op.score_keys
                 else kernels.memory_s(op.backward_bytes / 2)
             )
@@ -333,7 +333,7 @@ class TimeModel:
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         if op.score_keys:  # an unfused attention core's pass over its scores
-            seconds = kernels.score_memory_s(traffic, op.score_keys, backward=phase != "forward")
+            seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
         else:
             seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
