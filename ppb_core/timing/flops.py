@@ -146,6 +146,11 @@ class Op:
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
     ring: int = 0
+    # An unfused attention core's pass over its materialized scores (its batched products, softmax and
+    # dropout): the keys a score row holds and the scores' head size, at which its HBM share is read
+    # (`Kernels.score_memory_s`); 0 keys: not such a pass.
+    score_keys: float = 0.0
+    score_head_dim: float = 128.0
 
 
 @dataclass(frozen=True)
@@ -802,6 +807,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 fp8=False,
             )
         )
+        # the passes over the materialized scores, priced at standard attention's measured HBM share
+        # where the device has it (`Kernels.score_memory_s`), read at a score row's keys
+        row = mean_keys if geo.block_pairs else s
+        passes = {scores, p + "softmax", p + "dropout_mask", p + "dropout_probs", context}
+        ops = [dataclasses.replace(op, score_keys=row, score_head_dim=d_qk) if op.name in passes else op for op in ops]
     out = context
     ring = geo.cp > 1 and geo.cp_variant == "ring"
     if ring and geo.flash_attention and not geo.block_pairs and geo.framework in STEPPED:

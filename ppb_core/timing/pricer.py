@@ -328,8 +328,17 @@ class TimeModel:
                 cast = self._cast_bytes(op, gradient=False)
                 compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out) + rounds
                 cast_bytes = cast * m * k * groups * each
-                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast_bytes + side_forward)
-            half = kernels.memory_s(op.backward_bytes / 2)
+                moved = (
+                    kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
+                    if op.score_keys
+                    else kernels.memory_s(op.bytes)
+                )
+                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward)
+            half = (
+                kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
+                if op.score_keys
+                else kernels.memory_s(op.backward_bytes / 2)
+            )
             dgrad = max(each * share * kernels.gemm_compute_s(m, k, fused, groups, out) + rounds, half)
             dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
@@ -337,7 +346,10 @@ class TimeModel:
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
+        if op.score_keys:  # an unfused attention core's pass over its scores
+            seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
+        else:
+            seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _grouped_rounds(self, op: Op, groups: int) -> int:
