@@ -33,6 +33,7 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
+    ALL_GATHER,
     COMM,
     MATMUL,
     REDUCE_SCATTER,
@@ -44,6 +45,7 @@ from ppb_core.timing.flops import (
     op_policy_rerun,
     rerun_ops,
 )
+from ppb_core.timing.funcol import sequence_copy_bytes
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
@@ -388,6 +390,19 @@ class TimeModel:
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
 
+    def _sequence_copy_s(self, collective: Collective | None, by_name: Mapping[str, Op], backward: bool) -> float:
+        """torchtitan's DTensor sequence-parallel collectives: the chunk-and-cat copy around each
+        (`ppb_core.timing.funcol`), unless async TP fuses it with its matmul: an all-gather feeding
+        one, a forward reduce-scatter fed by one (the backward's input-gradient reduce-scatter
+        reduces a sum of matmuls and keeps its copy)."""
+        if collective is None or self.run.framework != "torchtitan" or collective.group != "tp":
+            return 0.0
+        partner = by_name.get(collective.partner[0]) if collective.partner is not None else None
+        by_matmul = partner is not None and partner.category == MATMUL
+        fused = self.overlap.tp > 0 and by_matmul and (collective.kind == ALL_GATHER or not backward)
+        copy = sequence_copy_bytes(collective.kind, collective.payload_bytes, self.run.training.micro_batch_size, fused)
+        return self.kernels.memory_s(copy)
+
     def _fused_reduction_s(self, collective: Collective | None, by_name: Mapping[str, Op]) -> float:
         """torchtitan's async TP: a reduce-scatter a matmul feeds runs as Inductor's fused
         matmul-reduce-scatter (fx_passes/micro_pipeline_tp.py), torch/distributed/_symmetric_memory
@@ -485,6 +500,9 @@ class TimeModel:
                             getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0,
                         )
                         again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
+                    forward += self._sequence_copy_s(op.forward_comm, by_name, backward=False)
+                    backward += self._sequence_copy_s(op.backward_comm, by_name, backward=True)
+                    again += self._sequence_copy_s(op.recompute_comm or op.forward_comm, by_name, backward=False)
                 else:
                     fill_forward, fill_backward = fills.get(op.name, (0.0, 0.0))
                     forward = again = self._phase_s(op, "forward") + self.kernels.memory_s(fill_forward)
