@@ -4,6 +4,8 @@ against bytes derived by hand from torch/distributed/_functional_collectives.py 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ppb_core.config.run import parse_run_config
@@ -11,6 +13,7 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.comm import collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER
 from ppb_core.timing.funcol import sequence_copy_bytes
+from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
 
 LAYER = {
@@ -69,17 +72,46 @@ def test_torchtitan_s_vanilla_tp_pays_a_copy_beside_each_collective():
     )
 
 
-def test_async_tp_fuses_all_but_the_input_gradient_s_copy():
-    # Async TP: the all-gathers feeding matmuls and the forward reduce-scatter a matmul feeds are
-    # micro-pipelined (no cat); the input gradient's reduce-scatter keeps its copy; Megatron none.
+def test_async_tp_s_fused_ops_copy_less():
+    # Async TP (overlap.tp 1.0), TP 8, the copies beside a hidden collective (exposed 0 s),
+    # micro-batch 2, the same 33,554,432-byte tensors, a shard of
+    # 4,194,304 bytes. Fused all-gather-matmul, each pass: the shard flattened (movedim, batch 2) and
+    # copied into the symmetric buffer, 2·2·4,194,304; in the pass whose weight gradient reads the
+    # gathered input also that input's strided rows copied, 2·33,554,432 (the backward's gradient
+    # gather; the forward gather's rows land in the backward). Fused matmul-reduce-scatter: wo's input
+    # (4096 tokens × 4 heads of 128 on a rank, bf16: 4,194,304 bytes) moved and flattened, 2·that. The
+    # input gradient's reduce-scatter (a sum of matmuls) keeps the plain chunk-and-cat, 2·33,554,432.
     model, layer = _model("torchtitan", tp_overlap=1.0)
     ops = {op.name: op for op in model.ops(layer)}
-    copy_s = 2 * 33_554_432 / model.kernels.hbm_bytes_per_s
+    rate = model.kernels.hbm_bytes_per_s
+    shard_copies_s = 2 * 2 * 4_194_304 / rate
+    rows_s = 2 * 33_554_432 / rate
     gather, reduce = ops["gather_attention"], ops["reduce_attention"]
-    assert model._sequence_copy_s(gather.forward_comm, ops, backward=False) == 0.0
-    assert model._sequence_copy_s(reduce.forward_comm, ops, backward=False) == 0.0
-    assert model._sequence_copy_s(reduce.backward_comm, ops, backward=True) == 0.0
-    assert model._sequence_copy_s(gather.backward_comm, ops, backward=True) == pytest.approx(copy_s)
+    assert model._with_copy_s(gather.forward_comm, ops, 0.0, backward=False, rows=False) == pytest.approx(
+        shard_copies_s
+    )
+    assert model._with_copy_s(reduce.backward_comm, ops, 0.0, backward=True, rows=True) == pytest.approx(
+        shard_copies_s + rows_s
+    )
+    assert model._with_copy_s(reduce.forward_comm, ops, 0.0, backward=False, rows=True) == pytest.approx(
+        2 * 4_194_304 / rate
+    )
+    assert model._with_copy_s(gather.backward_comm, ops, 1.0, backward=True, rows=True) == pytest.approx(1.0 + rows_s)
+    # the forward gather's rows in the backward, up to what the fused forward saved (here all of it)
+    assert model._gathered_rows_s(gather.forward_comm, ops, 0.0) == pytest.approx(rows_s)
+    # never above the plain collective and its copy: an exposure of 1000 s is far above it
+    plain = collective_seconds(gather.forward_comm, model.links) + rows_s
+    assert model._with_copy_s(gather.forward_comm, ops, 1e3, backward=False, rows=False) == pytest.approx(plain)
     megatron, mlayer = _model("megatron")
     mops = {op.name: op for op in megatron.ops(mlayer)}
-    assert megatron._sequence_copy_s(mops["gather_attention"].forward_comm, mops, backward=False) == 0.0
+    assert megatron._with_copy_s(mops["gather_attention"].forward_comm, mops, 1.0, False, rows=True) == 1.0
+
+
+def test_more_async_tp_overlap_never_raises_the_iteration_with_the_copies():
+    # micro-batch 2, where the fused ops copy their shards and strided rows: each share's iteration at
+    # most the one before (the fused op capped at the plain collective and its chunk-and-cat)
+    times = []
+    for share in (0.0, 0.01, 0.5, 1.0):
+        model, _ = _model("torchtitan", tp_overlap=share)
+        times.append(run_iteration(model.run).seconds)
+    assert all(later <= earlier * (1 + 1e-12) for earlier, later in itertools.pairwise(times))

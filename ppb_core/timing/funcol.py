@@ -25,7 +25,15 @@ buffers) except where async TP's micro-pipelining replaces the pattern: its fuse
 (fx_passes/micro_pipeline_tp.py `_find_all_gather_patterns` matches the wait, chunk and cat) and
 matmul-reduce-scatter (`_find_reduce_scatter_patterns`, the chunk and cat before it); the
 backward's input-gradient reduce-scatter, fed by a sum of matmuls, keeps its copy
-(`pricer.torchtitan_overlap`)."""
+(`pricer.torchtitan_overlap`). The fused ops copy too (torch/distributed/_symmetric_memory, the same
+code from torch 1963fc8 to 2.13): `_fused_all_gather_matmul_impl` moves the shard's gather dim to the
+front and flattens it (`A_shard.movedim(gather_dim, 0).flatten(0, -2)`: a copy from batch 2), and
+`_pipelined_multi_all_gather_and_consume` copies the shard into the local symmetric buffer before the
+first chunk's matmul ("mv", not overlapped: "we are giving up the chance to overlap"); the gathered
+input it returns (`unflatten`) is strided along the sequence from batch 2, so the weight gradient's
+matmul, which views it as [batch·sequence, hidden] rows, gets a copy of it (Inductor realizes a
+non-viewable `view` into a matmul's input); `_fused_matmul_reduce_scatter_impl` moves and flattens
+its input likewise (`A.movedim(scatter_dim, 0).flatten(0, -2)`, a copy from batch 2)."""
 
 from __future__ import annotations
 
@@ -40,3 +48,18 @@ def sequence_copy_bytes(kind: str, payload_bytes: float, micro_batch: int, fused
     if kind == REDUCE_SCATTER or (kind == ALL_GATHER and micro_batch > 1):
         return 2.0 * payload_bytes
     return 0.0
+
+
+def fused_gather_bytes(payload_bytes: float, tp: int, micro_batch: int, feeds_weight_gradient: bool) -> float:
+    """HBM bytes async TP's fused all-gather-matmul copies in one pass: the shard into the symmetric
+    buffer, and from batch 2 the shard flattened first and, in the pass whose weight gradient reads
+    the gathered input (*feeds_weight_gradient*), that input copied into rows."""
+    shard = payload_bytes / tp
+    wide = micro_batch > 1
+    return 2 * shard + (2 * shard if wide else 0.0) + (2 * payload_bytes if wide and feeds_weight_gradient else 0.0)
+
+
+def fused_scatter_bytes(input_bytes: float, micro_batch: int) -> float:
+    """HBM bytes async TP's fused matmul-reduce-scatter copies: its matmul's whole input (*input_bytes*)
+    moved and flattened, from batch 2."""
+    return 2 * input_bytes if micro_batch > 1 else 0.0
