@@ -33,6 +33,7 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
+    ALL_GATHER,
     COMM,
     MATMUL,
     REDUCE_SCATTER,
@@ -44,6 +45,7 @@ from ppb_core.timing.flops import (
     op_policy_rerun,
     rerun_ops,
 )
+from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequence_copy_bytes
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
@@ -400,6 +402,57 @@ class TimeModel:
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
 
+    def _with_copy_s(
+        self, collective: Collective | None, by_name: Mapping[str, Op], exposed: float, backward: bool, rows: bool
+    ) -> float:
+        """*exposed* seconds of a torchtitan DTensor sequence-parallel collective with the copies around it
+        (`ppb_core.timing.funcol`): the chunk-and-cat of every plain one; where async TP fuses it with its
+        matmul (`_fused_tp`) the fused op's own copies, *rows*: with the gathered input's copy for the
+        weight gradient (the backward's gradient gather, whose matmuls run in the same pass). A fused op
+        never costs more than the plain collective and its copy (share 0), so more overlap never raises
+        the iteration: async TP slower than vanilla is not modelled."""
+        if collective is None or self.run.framework != "torchtitan" or collective.group != "tp":
+            return exposed
+        if not self._fused_tp(collective, by_name, backward):
+            return exposed + self._plain_copy_s(collective)
+        batch = self.run.training.micro_batch_size
+        if collective.kind == ALL_GATHER:
+            tp = self.links.groups["tp"].size
+            copy = fused_gather_bytes(collective.payload_bytes, tp, batch, feeds_weight_gradient=rows)
+        else:  # the fused matmul-reduce-scatter's input: the producer's m × k, FP8 under Float8
+            producer = by_name[collective.partner[0]] if collective.partner is not None else None
+            assert producer is not None and producer.gemm is not None
+            m, k = producer.gemm[0], producer.gemm[1]
+            fp8 = self.run.timing.matmul_dtype == "fp8" and producer.fp8
+            copy = fused_scatter_bytes(m * k * (1 if fp8 else self.run.training.dtype_bytes), batch)
+        plain = collective_seconds(collective, self.links) + self._plain_copy_s(collective)
+        return min(exposed + self.kernels.memory_s(copy), plain)
+
+    def _fused_tp(self, collective: Collective, by_name: Mapping[str, Op], backward: bool) -> bool:
+        """Async TP fuses the collective with its matmul: an all-gather feeding one, a forward
+        reduce-scatter fed by one (the backward's input-gradient reduce-scatter reduces a sum of
+        matmuls and stays plain)."""
+        partner = by_name.get(collective.partner[0]) if collective.partner is not None else None
+        by_matmul = partner is not None and partner.category == MATMUL
+        return self.overlap.tp > 0 and by_matmul and (collective.kind == ALL_GATHER or not backward)
+
+    def _plain_copy_s(self, collective: Collective) -> float:
+        batch = self.run.training.micro_batch_size
+        return self.kernels.memory_s(sequence_copy_bytes(collective.kind, collective.payload_bytes, batch, False))
+
+    def _gathered_rows_s(self, collective: Collective | None, by_name: Mapping[str, Op], forward_s: float) -> float:
+        """Async TP: the weight gradient's copy of a fused forward all-gather's strided gathered input
+        (`ppb_core.timing.funcol`), in the backward whether the input was kept or gathered again, up to
+        what the fused forward saved against the plain one (*forward_s*: its priced seconds)."""
+        if collective is None or collective.kind != ALL_GATHER or self.run.framework != "torchtitan":
+            return 0.0
+        if collective.group != "tp" or not self._fused_tp(collective, by_name, backward=False):
+            return 0.0
+        with_rows = fused_gather_bytes(collective.payload_bytes, 1, self.run.training.micro_batch_size, True)
+        without = fused_gather_bytes(collective.payload_bytes, 1, self.run.training.micro_batch_size, False)
+        plain = collective_seconds(collective, self.links) + self._plain_copy_s(collective)
+        return min(self.kernels.memory_s(with_rows - without), max(0.0, plain - forward_s))
+
     def _fused_reduction_s(self, collective: Collective | None, by_name: Mapping[str, Op]) -> float:
         """torchtitan's async TP: a reduce-scatter a matmul feeds runs as Inductor's fused
         matmul-reduce-scatter (fx_passes/micro_pipeline_tp.py), torch/distributed/_symmetric_memory
@@ -497,6 +550,10 @@ class TimeModel:
                             getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0,
                         )
                         again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
+                    again = self._with_copy_s(op.recompute_comm or op.forward_comm, by_name, again, False, rows=False)
+                    forward = self._with_copy_s(op.forward_comm, by_name, forward, backward=False, rows=False)
+                    backward = self._with_copy_s(op.backward_comm, by_name, backward, backward=True, rows=True)
+                    backward += self._gathered_rows_s(op.forward_comm, by_name, forward)
                 else:
                     fill_forward, fill_backward = fills.get(op.name, (0.0, 0.0))
                     forward = again = self._phase_s(op, "forward") + self.kernels.memory_s(fill_forward)
