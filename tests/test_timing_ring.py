@@ -119,6 +119,10 @@ def test_torchtitan_s_compiled_merges_per_element():
     # widened to 32 heads: 4,194,304. Forward 6·2,097,152 + 4·4,194,304; backward 6·2,097,152 + 25·4,194,304.
     merge = _ops("torchtitan", 2, compiled=True)["cp_merge"]
     assert (merge.bytes, merge.backward_bytes) == (6 * 2_097_152 + 4 * 4_194_304, 6 * 2_097_152 + 25 * 4_194_304)
+    # compiled, the backward's all-gather of K, V is the forward's (AOTAutograd's CSE of the joint
+    # graph merges the two identical all-gathers): none in the backward; eager gathers again
+    assert _ops("torchtitan", 2, compiled=True)["cp_ring"].backward_comm is None
+    assert _ops("torchtitan", 2)["cp_ring"].backward_comm.payload_bytes == 16_777_216
 
 
 def test_compiled_torchtitan_waits_for_each_ring_exchange():

@@ -853,7 +853,8 @@ def _stepped_ring(
       (`--experimental.context_parallel_rotate_method allgather`, 9dec370 config_manager.py; PyTorch's
       `_cp_options.rotate_method` default ALL_GATHER) all-gathers every rank's K, V once, issued at
       step 0 and waited for at step 1: it hides behind one step only. The backward gathers them again
-      (a fresh `_AllGatherRotater`) and passes the fp32 dK, dV sums to the next rank after each step
+      (a fresh `_AllGatherRotater`; under torch.compile the same all-gather as the forward's, merged by
+      AOTAutograd's CSE) and passes the fp32 dK, dV sums to the next rank after each step
       (`_AllToAllRotater`, `permute_tensor`, always all-to-all), each waited for after the next step's
       kernel (hidden behind one step), the last right after the loop (`cp_ring_grads_last`, exposed).
     - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
@@ -883,7 +884,11 @@ def _stepped_ring(
     chunk = kv_elements * bc
     if titan:
         gather = Collective(ALL_GATHER, "cp", cp * chunk, "cp_ring", (scores, "forward"), exchanges=1)
-        again = dataclasses.replace(gather, partner=(scores, "backward"))
+        # compiled, the backward's gather is the forward's: AOTAutograd's CSE of the joint graph
+        # (min_cut_rematerialization_partition, functorch config.cse on) merges the two identical
+        # all-gathers of the same K, V, so the backward reads the forward's (saved, or gathered again
+        # with the rerun forward under recompute)
+        again = dataclasses.replace(gather, partner=(scores, "backward")) if geo.eager else None
         sums = kv_elements * FP32_BYTES  # the fp32 dK, dV sums
         grads = Collective(P2P, "cp", (cp - 1) * sums, "cp_ring", (scores, "backward"), exchanges=cp - 1)
         last = Collective(P2P, "cp", sums, "cp_ring")
