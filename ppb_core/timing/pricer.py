@@ -299,7 +299,7 @@ class TimeModel:
     def _phase_s(self, op: Op, phase: str, chunks: frozenset[str] = frozenset()) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad).
         *chunks*: the passes (forward, dgrad) whose GEMM async TP runs a TP shard of rows at a time
-        (`_async_tp_chunks`)."""
+        (`_chunked_s`)."""
         if op.category == COMM:
             return 0.0
         kernels = self.kernels
