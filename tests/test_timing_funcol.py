@@ -74,37 +74,67 @@ def test_torchtitan_s_vanilla_tp_pays_a_copy_beside_each_collective():
 
 def test_async_tp_s_fused_ops_copy_less():
     # Async TP (overlap.tp 1.0), TP 8, the copies beside a hidden collective (exposed 0 s),
-    # micro-batch 2, the same 33,554,432-byte tensors, a shard of
-    # 4,194,304 bytes. Fused all-gather-matmul, each pass: the shard flattened (movedim, batch 2) and
-    # copied into the symmetric buffer, 2·2·4,194,304; in the pass whose weight gradient reads the
-    # gathered input also that input's strided rows copied, 2·33,554,432 (the backward's gradient
-    # gather; the forward gather's rows land in the backward). Fused matmul-reduce-scatter: wo's input
-    # (4096 tokens × 4 heads of 128 on a rank, bf16: 4,194,304 bytes) moved and flattened, 2·that. The
-    # input gradient's reduce-scatter (a sum of matmuls) keeps the plain chunk-and-cat, 2·33,554,432.
+    # micro-batch 2, the same 33,554,432-byte tensors, a shard of 4,194,304 bytes. Fused
+    # all-gather-matmul, each pass: the shard flattened (movedim, batch 2) and copied into the
+    # symmetric buffer, 2·2·4,194,304; in the pass whose weight gradient reads the gathered input also
+    # that input's strided rows copied, 2·33,554,432 (the backward's gradient gather; the forward
+    # gather's rows land in the backward). Fused matmul-reduce-scatter: wo's input (4096 tokens × 4
+    # heads of 128 on a rank, bf16: 4,194,304 bytes) moved and flattened, 2·that. Beside each, what its
+    # matmuls lose run a shard at a time (`_chunked_s`, tested below), all capped at the plain
+    # collective and its chunk-and-cat. The input gradient's reduce-scatter (a sum of matmuls) keeps the
+    # plain chunk-and-cat, 2·33,554,432.
     model, layer = _model("torchtitan", tp_overlap=1.0)
     ops = {op.name: op for op in model.ops(layer)}
     rate = model.kernels.hbm_bytes_per_s
     shard_copies_s = 2 * 2 * 4_194_304 / rate
     rows_s = 2 * 33_554_432 / rate
     gather, reduce = ops["gather_attention"], ops["reduce_attention"]
-    assert model._with_copy_s(gather.forward_comm, ops, 0.0, backward=False, rows=False) == pytest.approx(
-        shard_copies_s
+    cases = (
+        ("gather_attention", gather.forward_comm, False, False, shard_copies_s),
+        ("reduce_attention", reduce.backward_comm, True, True, shard_copies_s + rows_s),
+        ("reduce_attention", reduce.forward_comm, False, True, 2 * 4_194_304 / rate),
     )
-    assert model._with_copy_s(reduce.backward_comm, ops, 0.0, backward=True, rows=True) == pytest.approx(
-        shard_copies_s + rows_s
-    )
-    assert model._with_copy_s(reduce.forward_comm, ops, 0.0, backward=False, rows=True) == pytest.approx(
-        2 * 4_194_304 / rate
-    )
-    assert model._with_copy_s(gather.backward_comm, ops, 1.0, backward=True, rows=True) == pytest.approx(1.0 + rows_s)
+    for name, collective, backward, rows, copies in cases:
+        plain = collective_seconds(collective, model.links) + 2 * collective.payload_bytes / rate
+        lost = model._chunked_s(name, collective, ops, backward)
+        got = model._with_copy_s(name, collective, ops, 0.0, backward=backward, rows=rows)
+        assert got == pytest.approx(min(copies + lost, plain))
+    # the input gradient's plain reduce-scatter: exposure plus its chunk-and-cat, uncapped
+    got = model._with_copy_s("gather_attention", gather.backward_comm, ops, 1.0, backward=True, rows=True)
+    assert got == pytest.approx(1.0 + rows_s)
     # the forward gather's rows in the backward, up to what the fused forward saved (here all of it)
     assert model._gathered_rows_s(gather.forward_comm, ops, 0.0) == pytest.approx(rows_s)
     # never above the plain collective and its copy: an exposure of 1000 s is far above it
     plain = collective_seconds(gather.forward_comm, model.links) + rows_s
-    assert model._with_copy_s(gather.forward_comm, ops, 1e3, backward=False, rows=False) == pytest.approx(plain)
+    got = model._with_copy_s("gather_attention", gather.forward_comm, ops, 1e3, backward=False, rows=False)
+    assert got == pytest.approx(plain)
     megatron, mlayer = _model("megatron")
     mops = {op.name: op for op in megatron.ops(mlayer)}
-    assert megatron._with_copy_s(mops["gather_attention"].forward_comm, mops, 1.0, False, rows=True) == 1.0
+    assert (
+        megatron._with_copy_s("gather_attention", mops["gather_attention"].forward_comm, mops, 1.0, False, True) == 1.0
+    )
+
+
+def test_async_tp_runs_its_matmuls_a_shard_at_a_time():
+    # the gathered attention input feeds qk_proj and v_proj (one fused 4096 × 768 GEMM on a rank, q 512 +
+    # k 128 + v 128 for 32/8 heads and 8/8 KV heads): each run as 8 GEMMs of 4096/8 = 512 rows, what
+    # they lose over the whole 4096 rows = 8·g(512) − g(4096) with g the device's GEMM time, shared by
+    # the two ops by their widths (640 + 128 of 768: the whole of it)
+    model, layer = _model("torchtitan", tp_overlap=1.0)
+    ops = {op.name: op for op in model.ops(layer)}
+    k16 = model._kernels_16
+
+    def g(rows: float) -> float:
+        return k16.gemm_compute_s(rows, 768, 4096, 1, 2)
+
+    lost = model._chunked_s("gather_attention", ops["gather_attention"].forward_comm, ops, backward=False)
+    # each op's forward is its share of the GEMM, or its bytes' HBM time where that is longer
+    expected = 0.0
+    for name, width in (("qk_proj", 640), ("v_proj", 128)):
+        memory = k16.memory_s(ops[name].bytes)
+        expected += max(width / 768 * 8 * g(512), memory) - max(width / 768 * g(4096), memory)
+    assert lost == pytest.approx(expected)
+    assert lost > 0
 
 
 def test_more_async_tp_overlap_never_raises_the_iteration_with_the_copies():

@@ -555,6 +555,12 @@ class TimingOptions(StrictModel):
         "3b85aa31f; PyTorch's can_use_cudnn_attention takes GQA) or flash (FlashAttention-2, PyTorch's first "
         "choice before)",
     )
+    cp_rotate_method: Literal["allgather", "alltoall"] = Field(
+        "allgather",
+        description="torchtitan's parallelism.context_parallel_rotate_method (allgather by default from 9dec370 "
+        "to v0.2.2): how PyTorch's ring attention passes K and V, one all-gather a pass (_AllGatherRotater) or "
+        "one all-to-all shift a step (_AllToAllRotater)",
+    )
     fsdp_units: Literal["split", "root"] = Field(
         "split",
         description="the modules torchtitan wraps with fully_shard: split (from 83e694105, 2025-07-28; v0.2.2 "
@@ -1160,7 +1166,9 @@ MEGATRON_TIMING = frozenset(
 )
 
 # `timing` fields that say which torchtitan version runs: its kernels, FSDP2 units and optimizer (TimingOptions)
-TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation"})
+TORCHTITAN_KERNELS = frozenset(
+    {"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation", "cp_rotate_method"}
+)
 
 
 def _check_float8_gather(run: RunConfig, where: str) -> None:
