@@ -74,15 +74,15 @@ def test_every_time_is_renamed_and_scaled_by_hand() -> None:
     assert list(out)[:3] == ["status", "objective", "objective_s"]  # each in its place
 
 
-def without_batch_broadcast(name: str, folder: Path) -> Path:
-    """A shipped config with Megatron's get_batch broadcasts off: they run in the data-reading cells'
-    forwards of the iteration (docs/timing.md, `compute`), which the layers' descriptions the balancer
-    schedules do not carry, so only without them is the balancer's schedule the iteration's compute and
-    bubble exactly."""
+def shipped(name: str, folder: Path) -> Path:
+    """A shipped config, copied with its config.json paths absolute. Megatron's get_batch broadcasts run in
+    the data-reading cells' forwards of the iteration (docs/timing.md, `compute`) and in the HEAD's and the
+    TAIL's descriptions the balancer schedules in those cells (`payload.describe.batch_loading_ms`), so the
+    balancer's schedule is the iteration's compute and bubble exactly with them on, as shipped."""
     text = (CONFIGS / name).read_text().replace("config: hf/", f"config: {CONFIGS / 'hf'}/")
-    assert "\ntiming:" not in text
+    assert "batch_broadcast" not in text
     path = folder / name
-    path.write_text(text + "timing:\n  batch_broadcast: false\n")
+    path.write_text(text)
     return path
 
 
@@ -90,7 +90,7 @@ def without_batch_broadcast(name: str, folder: Path) -> Path:
 def llama_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("seconds")
     out = folder / "plan.json"
-    assert main(["balance", str(without_batch_broadcast("llama3-8b.yaml", folder)), "-q", "-o", str(out)]) == 0
+    assert main(["balance", str(shipped("llama3-8b.yaml", folder)), "-q", "-o", str(out)]) == 0
     return json.loads(out.read_text())
 
 
@@ -107,7 +107,7 @@ def test_a_plan_from_a_run_config_is_in_seconds(llama_plan: dict[str, Any]) -> N
         ".baselines[].iteration_time_s",
     } <= keys
     # The unit is the first body layer's forward by the time model, ms / 1e3.
-    run = load_run(CONFIGS / "llama3-8b.yaml")  # the broadcasts touch no layer's time
+    run = load_run(CONFIGS / "llama3-8b.yaml")  # the broadcasts touch no body layer's time
     times = TimeModel(run)
     first_body = next(layer for layer in walk(run) if layer.node == "BODY")
     forward_ms, backward_ms = times.layer_times(first_body, LayerType.NOT_REC_LAYER)
@@ -171,7 +171,7 @@ def test_a_combined_body_sets_the_unit(tmp_path: Path) -> None:
     so its forward time is the sum of theirs. The unit was the vision block's alone, and every
     figure in seconds came out about 5 times too small (0.72 s against 3.6 s of compute and bubble)."""
     out = tmp_path / "plan.json"
-    config = without_batch_broadcast("qwen2.5-vl-7b.yaml", tmp_path)
+    config = shipped("qwen2.5-vl-7b.yaml", tmp_path)
     assert main(["balance", str(config), "-q", "-o", str(out)]) == 0
     plan = json.loads(out.read_text())
     run = load_run(config)

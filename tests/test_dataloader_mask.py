@@ -15,10 +15,14 @@ from test_memory_runs import DENSE, layers, make_run, model
 from ppb_core.balance.megatron_import import import_megatron
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.memory import MemoryModel
+from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing.batch import batch_seconds, batch_tensors
+from ppb_core.payload.describe import describe
+from ppb_core.timing.batch import batch_seconds, batch_tensors, layer_broadcasts
 from ppb_core.timing.comm import Group, Links
 from ppb_core.timing.iteration import batch_loading, run_iteration
+from ppb_core.timing.pricer import TimeModel
 
 LINKS = Links(
     intra_node_bytes_per_s=100e9, inter_node_bytes_per_s=25e9, latency_s=10e-6, devices_per_node=8,
@@ -52,6 +56,46 @@ def test_the_cells_that_read_data():
     assert batch_loading(one, walk(one).layers, LINKS) == {
         (0, 0): pytest.approx(batch_seconds(b, s, True, True, True, LINKS))
     }
+
+
+def test_a_cell_broadcasts_each_tensor_once_whichever_layer_reads_it():
+    # pp 1, b 1, s 64: the embedding (first in the walk) pays tokens and positions (64·8 = 512 bytes each) and
+    # the mask (64·64 = 4096); the loss then only labels (512) and the loss mask (64·4 = 256): each broadcast
+    # over tp 2 bytes / 100 GB/s + one 10 µs step
+    one = make_run(DENSE, parallel={"tp": 2, "world_size": 2}, framework="megatron")
+    shares = layer_broadcasts(one, walk(one).layers, LINKS)
+    head, tail = layers(one)["HEAD"], layers(one)["TAIL"]
+    assert shares == {
+        head: pytest.approx((512 + 512 + 4096) / 100e9 + 3 * 10e-6, rel=1e-12),
+        tail: pytest.approx((512 + 256) / 100e9 + 2 * 10e-6, rel=1e-12),
+    }
+    assert shares[head] + shares[tail] == pytest.approx(batch_loading(one, walk(one).layers, LINKS)[(0, 0)])
+    # pp 2: two cells, each its own tensors and the mask
+    two = make_run(DENSE, parallel={"tp": 2, "pp": 2, "world_size": 4}, framework="megatron")
+    shares = layer_broadcasts(two, walk(two).layers, LINKS)
+    assert shares[layers(two)["TAIL"]] == pytest.approx((512 + 256 + 4096) / 100e9 + 3 * 10e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("broadcast", [True, False])
+def test_the_descriptions_carry_the_broadcasts_in_the_first_and_last_cells(broadcast: bool) -> None:
+    # the balancer schedules the descriptions' HEAD in the first cell and the TAIL in the last, where the
+    # iteration adds get_batch's broadcasts (`batch_loading`): their forwards carry them, a body's does not
+    run = make_run(
+        DENSE, parallel={"tp": 2, "pp": 2, "world_size": 4}, framework="megatron", timing={"batch_broadcast": broadcast}
+    )
+    times = TimeModel(run)
+    described = {desc["type"]: desc for desc in describe(run, MemoryModel(run), times)}
+    links = Links.from_run(run)
+    for node, first, last in (("HEAD", True, False), ("TAIL", False, True)):
+        layer = layers(run)[node]
+        added = batch_seconds(1, 64, first, last, True, links) * 1e3 if broadcast else 0.0
+        assert described[node]["forward_time"] == pytest.approx(times.layer_times(layer, *_end(node))[0] + added)
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    assert described["BODY"]["forward_time"] == times.layer_times(body, LayerType.NOT_REC_LAYER)[0]
+
+
+def _end(node: str) -> tuple[LayerType, None]:
+    return (LayerType.EMBEDDING_LAYER if node == "HEAD" else LayerType.OUTPUT_LAYER), None
 
 
 def test_the_loss_forward_holds_the_mask():

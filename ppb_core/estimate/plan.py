@@ -24,7 +24,7 @@ from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import BODY, HEAD, TAIL, LayerWalk
 from ppb_core.payload.describe import describe
 from ppb_core.payload.postprocess import combine, time_unit
-from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.iteration import batch_loading, run_iteration
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
@@ -92,6 +92,9 @@ def plan_stages(
         f, b = times.layer_times(layer, state, switches)
         forward[layer.stage] += f
         backward[layer.stage] += b
+    if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's, as the iteration adds them
+        for (_, stage), seconds in batch_loading(run, placed.layers, times.links).items():
+            forward[stage] += seconds * 1e3
     evaluations = []
     for peak in peaks:
         counts = dict.fromkeys(OPTIONS, 0)
@@ -110,7 +113,16 @@ def sized_like(run: RunConfig, given: Mapping[str, Any]) -> RunConfig:
     schedule = str(given.get("schedule", par.schedule))
     if chunks > 1 and schedule == "1f1b":
         schedule = "interleaved"
-    parallel = par.model_copy(update={"pp": stages, "vpp": chunks, "schedule": schedule, "world_size": None})
+    group = given.get("microbatch_group_size_per_vp_stage")  # the plan's (`BalanceInput.group`)
+    parallel = par.model_copy(
+        update={
+            "pp": stages,
+            "vpp": chunks,
+            "schedule": schedule,
+            "world_size": None,
+            "microbatch_group_size_per_vp_stage": None if group is None else int(group),
+        }
+    )
     training = run.training.model_copy(
         update={"micro_batches": int(given.get("micro_batches", run.training.micro_batches))}
     )

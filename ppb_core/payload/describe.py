@@ -30,6 +30,8 @@ from ppb_core.model.switches import (
 )
 from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.payload.sources import MemorySource, TimeSource
+from ppb_core.timing.batch import layer_broadcasts
+from ppb_core.timing.comm import Links
 from ppb_core.units import MB
 
 _END_STATE = {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}
@@ -116,6 +118,7 @@ def describe_layer(
     *,
     many: int,
     configured: Mapping[str, int],
+    loading_ms: float = 0.0,
 ) -> dict[str, Any]:
     """One layer's description, before merging (no `nb_layer` or `name` yet).
 
@@ -123,7 +126,8 @@ def describe_layer(
     micro-batch). BODY: `memory_parameter` = MB(static) + MB(the largest buffers held once of
     any option), and per option MB(activations) + MB(buffers per micro-batch), each term
     truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the forward
-    time then (1 without times).
+    time then (1 without times). *loading_ms*: what loading a micro-batch adds to the layer's forward
+    (Megatron's `get_batch` broadcasts, `batch_loading_ms`).
     """
     desc: dict[str, Any] = {"model_name": layer.model_name}
     context = Evaluation(memory, layer, normalized(configured))
@@ -136,6 +140,9 @@ def describe_layer(
         _body_memory(desc, context, many, timed=times is not None)
     if times is not None:
         _body_or_end_times(desc, layer, times, configured)
+        if loading_ms:
+            desc["forward_time"] += loading_ms
+            desc["time"] = desc["forward_time"]
     return desc
 
 
@@ -206,30 +213,54 @@ def describe_layers(
     *,
     many: int,
     switches_of: SwitchesOf,
+    loading_ms: Mapping[Layer, float] | None = None,
 ) -> list[dict[str, Any]]:
     """The merged descriptions of *layers* in order; each distinct (model, node, kind) is measured once.
 
-    *switches_of(model_name)* gives a model's configured selective switches.
+    *switches_of(model_name)* gives a model's configured selective switches; *loading_ms* what loading a
+    micro-batch adds to a data-reading layer's forward (a HEAD or TAIL: one layer of its kind).
     """
     measured: dict[tuple[str, str, Any], dict[str, Any]] = {}
     descriptions: list[dict[str, Any]] = []
     for layer in layers:
         key = (layer.model_name, layer.node, layer.kind)
         if key not in measured:
-            measured[key] = describe_layer(layer, memory, times, many=many, configured=switches_of(layer.model_name))
+            measured[key] = describe_layer(
+                layer,
+                memory,
+                times,
+                many=many,
+                configured=switches_of(layer.model_name),
+                loading_ms=(loading_ms or {}).get(layer, 0.0),
+            )
         add_to_list(descriptions, measured[key])
     return descriptions
+
+
+def batch_loading_ms(
+    run: RunConfig, layers: Sequence[Layer], times: TimeSource | None, cell_of: Callable[[Layer], Any] | None = None
+) -> dict[Layer, float]:
+    """Megatron's `get_batch` broadcasts over TP (`timing.batch_broadcast`), in ms a micro-batch, on the layers
+    whose cells read the batch (`timing.batch.layer_broadcasts`): the iteration adds them to those cells'
+    forwards (`timing.iteration.batch_loading`), so the descriptions carry them where the balancer places
+    those layers, the first and last cells (the HEAD's and the TAIL's). None without times."""
+    if times is None or run.framework != "megatron" or not run.timing.batch_broadcast:
+        return {}
+    links = Links.from_run(run, run.device.profile())
+    return {layer: seconds * 1e3 for layer, seconds in layer_broadcasts(run, layers, links, cell_of).items()}
 
 
 def describe(run: RunConfig, memory: MemorySource, times: TimeSource | None = None) -> list[dict[str, Any]]:
     """The run's layers described and merged, before any post-processing. One TAIL, the MTP layers
     with the loss, whatever the run's layout: the balancer's cells hold it whole (`BalanceInput.tail_cell`)."""
+    layers = walk(run, fused_tail=True).layers
     return describe_layers(
-        walk(run, fused_tail=True),
+        layers,
         memory,
         times,
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),
         switches_of=run.switches,
+        loading_ms=batch_loading_ms(run, layers, times),
     )
 
 
@@ -259,9 +290,19 @@ def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource |
             layers.append(dataclasses.replace(layer, kind=output))
         else:
             layers.append(layer)
-    descriptions = describe_layers(layers, memory, times, many=many, switches_of=run.switches)
+    loading = batch_loading_ms(run, layers, times)
+    descriptions = describe_layers(layers, memory, times, many=many, switches_of=run.switches, loading_ms=loading)
+    # the MTP layers read the batch in a cell of their own (the balancer's `mtp_cell`)
+    apart_loading = batch_loading_ms(run, apart, times, cell_of=id)
     for layer in apart:
-        desc = describe_layer(layer, memory, times, many=many, configured=run.switches(layer.model_name))
+        desc = describe_layer(
+            layer,
+            memory,
+            times,
+            many=many,
+            configured=run.switches(layer.model_name),
+            loading_ms=apart_loading.get(layer, 0.0),
+        )
         context = Evaluation(memory, layer, normalized(run.switches(layer.model_name)))
         split = context.at(LayerType.OUTPUT_LAYER).split(many)
         desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(split.once)

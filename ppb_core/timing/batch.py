@@ -20,6 +20,11 @@ host-link bandwidth.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
+
+from ppb_core.config.run import RunConfig
+from ppb_core.model.kinds import HeadKind, TailKind
+from ppb_core.model.walk import Layer
 from ppb_core.timing.comm import Links
 
 INDEX_BYTES = 8  # tokens, labels and position ids are int64
@@ -54,3 +59,38 @@ def batch_tensors(micro_batch: int, seq_length: int, first: bool, last: bool, ma
 def batch_seconds(micro_batch: int, seq_length: int, first: bool, last: bool, mask: bool, links: Links) -> float:
     """A micro-batch's broadcasts on such a stage, one after another."""
     return sum(broadcast_seconds(size, links) for size in batch_tensors(micro_batch, seq_length, first, last, mask))
+
+
+def reads(layer: Layer) -> tuple[bool, bool]:
+    """(first, last): whether the layer's cell reads the tokens and positions (the token embedding, or MTP
+    layers, which embed the tokens again) and the labels and loss mask (the loss, or MTP layers' losses)."""
+    first = isinstance(layer.kind, HeadKind)
+    last = isinstance(layer.kind, TailKind) and (layer.kind.has_output or layer.kind.has_mtp_modules)
+    first = first or (last and isinstance(layer.kind, TailKind) and layer.kind.has_mtp_modules)
+    return first, last
+
+
+def layer_broadcasts(
+    run: RunConfig, layers: Sequence[Layer], links: Links, cell_of: Callable[[Layer], Hashable] | None = None
+) -> dict[Layer, float]:
+    """Each data-reading layer's share of its cell's `get_batch` seconds a micro-batch: a cell broadcasts each
+    tensor once, whichever of its layers reads it, and the causal mask (`timing.attention_mask_in_dataloader`)
+    once; the cell's first reading layer, in walk order, pays the mask and its own tensors, a later one only
+    the tensors not yet paid. The shares of a cell sum to its seconds. *cell_of* says which layers share a
+    cell (default: their (chunk, stage))."""
+    cell_of = cell_of or (lambda layer: (layer.chunk, layer.stage))
+    train, mask = run.training, run.timing.attention_mask_in_dataloader
+    b, s = train.micro_batch_size, train.seq_length
+    paid: dict[Hashable, list[bool]] = {}  # per cell: first's tensors, last's tensors, the mask
+    found: dict[Layer, float] = {}
+    for layer in layers:
+        first, last = reads(layer)
+        if not (first or last):
+            continue
+        done = paid.setdefault(cell_of(layer), [False, False, False])
+        tensors = batch_tensors(b, s, first and not done[0], last and not done[1], False)
+        if mask and not done[2]:
+            tensors.append(b * s * s * MASK_BYTES)
+        found[layer] = sum(broadcast_seconds(size, links) for size in tensors)
+        done[0], done[1], done[2] = done[0] or first, done[1] or last, True
+    return found

@@ -39,14 +39,14 @@ from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
-from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, HeadKind, TailKind
+from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
 from ppb_core.schedules import canonical, combined_pairs, simulate
-from ppb_core.timing.batch import batch_seconds
+from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
@@ -595,17 +595,15 @@ def batch_loading(run: RunConfig, layers: Sequence[Layer], links: Links) -> dict
     of the token embedding broadcasts tokens and positions, the cell of the loss labels and the loss mask,
     a cell holding both (or the MTP layers, which read the tokens too) all four; each the causal mask too
     where the data loader builds it (`timing.attention_mask_in_dataloader`)."""
-    reads: dict[tuple[int, int], list[bool]] = {}
+    cells: dict[tuple[int, int], list[bool]] = {}
     for layer in layers:
-        first = isinstance(layer.kind, HeadKind)
-        last = isinstance(layer.kind, TailKind) and (layer.kind.has_output or layer.kind.has_mtp_modules)
+        first, last = reads(layer)
         if first or last:
-            cell = reads.setdefault((layer.chunk, layer.stage), [False, False])
-            cell[0] = cell[0] or first or (last and layer.kind.has_mtp_modules)
-            cell[1] = cell[1] or last
+            cell = cells.setdefault((layer.chunk, layer.stage), [False, False])
+            cell[0], cell[1] = cell[0] or first, cell[1] or last
     train, mask = run.training, run.timing.attention_mask_in_dataloader
     b, s = train.micro_batch_size, train.seq_length
-    return {cell: batch_seconds(b, s, first, last, mask, links) for cell, (first, last) in reads.items()}
+    return {cell: batch_seconds(b, s, first, last, mask, links) for cell, (first, last) in cells.items()}
 
 
 def _state(layer: Layer, chosen: Mapping[Layer, str], memory: MemoryModel) -> tuple[LayerType, dict | None]:
