@@ -57,6 +57,9 @@ Sources:
   at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
 - MindFormers' Llama 3.1 8B fine-tuning throughput on 8 Ascend 910B (research/llama3_1/README.md and
   its config, bench/_mindformers.py).
+- MindFormers' model cards at v1.4.0-beta2 (a4dfb8219): every training tokens/s/p on Atlas 800T A2 or
+  Atlas 900 A2 PoDc (Ascend 910B) whose yaml at that commit states a setting ppb can price; the rows
+  left out and why are in bench/_mindformers.py. A group of their own.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -78,7 +81,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
-from _mindformers import MINDFORMERS, mindformers_rows  # noqa: E402
+from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
 from _nemo import NEMO, NEMO_2604, nemo_2604_rows, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
@@ -560,6 +563,11 @@ def _mindformers_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in mindformers_rows()]
 
 
+def _mindformers_card_runs() -> list[PublicRun]:
+    """MindFormers' model cards' Ascend training throughputs at one commit (bench/_mindformers.py)."""
+    return [PublicRun(**row) for row in mindformers_card_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -572,6 +580,7 @@ def public_runs() -> list[PublicRun]:
         *_titan_runs(),
         *_bloom_runs(),
         *_mindformers_runs(),
+        *_mindformers_card_runs(),
     ]
 
 
@@ -601,6 +610,7 @@ GROUPS = {
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
+    "MindFormers model-card": lambda source: source.startswith(CARDS),
 }
 
 
