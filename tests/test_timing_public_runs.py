@@ -689,3 +689,19 @@ def test_the_class_diagnostic_finds_the_factor_that_slows_a_run_to_a_target(publ
     assert public.class_factor(raw, target, "GEMMs") == pytest.approx(1.5, rel=1e-4)
     # a run already slower than its target needs no slowing: no factor
     assert public.class_factor(raw, target / 10, "attention") is None
+
+
+def test_ascend_flash_level_reproduces_the_measured_910b2_kernel():
+    # hw-native-sys/pto-isa kernels/manual/common/flash_atten/README.md (9e0503520), "910B2 Multi-Core
+    # Comparison": torch_npu's FlashAttentionScore, one (sequence, head) pair, head size 128, no mask,
+    # forward; MOps = S·S·128·4. At 32768 tokens 549,755.81 MOps in 3646.173 us, 42.60% of the peak the
+    # table counts against (150.78 / 0.4260 = 353.9 TFLOPS), on the part's 24 AI cores.
+    b2 = dataclasses.replace(DEVICE_CATALOG["ascend-910b"], peak_tflops=353.9, sm_count=24)
+    kernels = Kernels.from_device(b2, "bf16", framework="mindformers")
+    flops = 4 * 32768 * 32768 * 128
+    assert flops == 549_755_813_888
+    assert kernels.attention_s(flops, 0.0, False, 1, 32768, 32768, 128) == pytest.approx(3646.173e-6, rel=0.01)
+    # shorter sequences carry the kernel's fixed time, which the level does not: 16384 tokens measured
+    # 1118.462 us, priced ~12% less (137,438.95 MOps at the same level)
+    shorter = kernels.attention_s(4 * 16384 * 16384 * 128, 0.0, False, 1, 16384, 16384, 128)
+    assert 0.85 * 1118.462e-6 < shorter < 1118.462e-6
