@@ -705,3 +705,14 @@ def test_ascend_flash_level_reproduces_the_measured_910b2_kernel():
     # 1118.462 us, priced ~12% less (137,438.95 MOps at the same level)
     shorter = kernels.attention_s(4 * 16384 * 16384 * 128, 0.0, False, 1, 16384, 16384, 128)
     assert 0.85 * 1118.462e-6 < shorter < 1118.462e-6
+
+
+def test_ascend_gemm_fraction_agrees_with_the_measured_910b2_gemms():
+    # zzc0721/torch-performance-test-data issue #109 (Ascend910B2, torch 2.5.1): BF16 square GEMMs,
+    # 4096^3 315.36, 8192^3 301.23, 10240^3 300.94 TFLOPS. The catalog's A100 fraction (0.869) on a
+    # 910B2 (353.9 TFLOPS, 24 AI cores, the pto-isa table's figures) prices them within 4%:
+    b2 = dataclasses.replace(DEVICE_CATALOG["ascend-910b"], peak_tflops=353.9, sm_count=24)
+    kernels = Kernels.from_device(b2, "bf16", framework="mindformers")
+    for n, measured_tflops in ((4096, 315.36), (8192, 301.23), (10240, 300.94)):
+        priced_tflops = 2 * n**3 / kernels.gemm_s(n, n, n) / 1e12
+        assert priced_tflops == pytest.approx(measured_tflops, rel=0.04)

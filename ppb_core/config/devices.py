@@ -409,8 +409,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # on 4096^3 FP16/BF16 GEMMs, zzc0721/torch-performance-test-data issue #109, so its peak is
     # higher: set peak_tflops for that part); HCCS 392 GB/s within the node (7 links of 56 GB/s,
     # bidirectional), 200 Gb/s RoCE per NPU. 20 AI cores (Da Vinci cube units) on the 910B3.
-    # No public MAMF: A100's GEMM fraction assumed (the 910B2's measured 8192^3 and 10240^3 BF16 GEMMs,
-    # 301 TFLOPS, are 0.85 of the 353.9 its FlashAttention table below counts utilization against).
+    # No public MAMF: A100's GEMM fraction assumed; it prices the 910B2's measured BF16 GEMMs (4096^3
+    # 315.4, 8192^3 301.2, 10240^3 300.9 TFLOPS, issue #109 above) within 4% at the 353.9 TFLOPS and 24
+    # AI cores its FlashAttention table below counts against (tests/test_timing_public_runs.py).
     # Flash attention: CANN's FlashAttentionScore kernel (what MindSpore's ops.FlashAttentionScore, which
     # MindFormers' FlashAttention cell runs, and torch_npu's npu_fusion_attention both call), measured by
     # hw-native-sys/pto-isa (kernels/manual/common/flash_atten/README.md at 9e0503520, "910B2 Multi-Core
