@@ -110,6 +110,32 @@ YI_6B = {
     "num_key_value_heads": 4,
     "intermediate_size": 11008,
 }
+# GLM-4 9B as configs/glm4/finetune_glm4_9b.yaml states it (ChatGLM2Config, as ChatGLM3 6B's
+# configs/glm3/finetune_glm3_6b_bf16.yaml, 28 layers, padded_vocab_size 65024): padded_vocab_size 151552,
+# ffn_hidden_size 13696, 32 heads of kv_channels 128, multi_query_group_num 2, add_qkv_bias, RMSNorm,
+# untied output layer. Its fused query-key-value and gate-up GEMMs (`qkv_concat`, `mlp_concat`, on by
+# default in glm2_config.py) are priced as ppb's separate ones, and its rotary embedding over the
+# whole head (ChatGLM rotates half of it): an assumption of the row.
+GLM3_6B = {
+    "vocab_size": 65024,
+    "hidden_size": 4096,
+    "num_layers": 28,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "intermediate_size": 13696,
+    "attention_bias": True,
+    "max_position_embeddings": 2048,
+}
+GLM4_9B = {
+    "vocab_size": 151552,
+    "hidden_size": 4096,
+    "num_layers": 40,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "intermediate_size": 13696,
+    "attention_bias": True,
+    "max_position_embeddings": 8192,
+}
 DEEPSEEK_CODER_33B = {
     "vocab_size": 32256,
     "hidden_size": 7168,
@@ -139,6 +165,22 @@ class Card:
     full_recompute: bool  # recompute_config.recompute
     dtype: str  # model_config.compute_dtype
     parallel_optimizer: bool = True  # parallel.enable_parallel_optimizer: states sharded over dp (ZeRO-1)
+    flash_attention: bool = True  # model_config.use_flash_attention
+    offset: tuple[int, ...] = ()  # model_config.offset per stage (empty: 0, layers split evenly)
+    recompute_layers: tuple[int, ...] = ()  # recompute_config.recompute as a count of layers per stage
+
+    def plan(self) -> dict[str, Any] | None:
+        """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
+        them; None where the yaml states neither (the run config's even split and recompute hold)."""
+        if not self.offset and not self.recompute_layers:
+            return None
+        stages = self.pp
+        return {
+            "offset": list(self.offset or (0,) * stages),
+            "recompute": list(self.recompute_layers or (0,) * stages),
+            "select_recompute": False,
+            "select_comm_recompute": False,
+        }
 
     @property
     def devices(self) -> int:
@@ -151,11 +193,14 @@ class Card:
         return self.batch_size * self.dp * per_replica
 
 
-# Every row: semi-auto parallel (`parallel_mode: 1`), full_batch, `use_flash_attention: True`,
+# Every row: semi-auto parallel (`parallel_mode: 1`), full_batch, `use_flash_attention: True` (ChatGLM3
+# 6B: False, its attention unfused),
 # `micro_batch_interleave_num: 1`, `fine_grain_interleave` 1 or unset (its default, 1), no
 # `select_recompute` / `select_comm_recompute`, the parallel optimizer on (`enable_parallel_optimizer`,
 # optimizer states sharded over the data-parallel ranks: ZeRO-1), `use_seq_parallel` wherever mp > 1,
-# no pipeline_config (MindSpore's default 1F1B) and `offset: 0` (layers split evenly over the stages).
+# no pipeline_config (MindSpore's default 1F1B) and `offset: 0` (layers split evenly over the stages)
+# but for GLM-4 9B, whose `offset` and `recompute` are counts per stage (priced as `ppb check --plan`
+# prices that yaml: `Card.plan`).
 # The global batch is base_trainer.py `_check_global_batch_size_for_auto_parallel` at a4dfb8219: with
 # one stage batch_size · dp · micro_batch_interleave_num · gradient_accumulation_steps (unset: 1,
 # `_check_grad_accumulation_steps`), micro_batch_num ignored; with stages batch_size · dp ·
@@ -168,11 +213,13 @@ class Card:
 #   and `fine_grain_interleave: 2`;
 # - Qwen1.5 14B/32B finetune, Yi 34B, CodeLlama 34B (16p/32p): `fine_grain_interleave: 2` (each layer's
 #   micro-batch cut in two to hide its TP collectives), which ppb does not model;
-# - Qwen1.5 14B pretrain: `micro_batch_interleave_num: 2`; Qwen1.5 4B: `select_recompute: True` beside
-#   `recompute: True`, with pipeline stages and gradient accumulation both set;
-# - Qwen2 72B: `recompute` as a per-stage count; Qwen2 57B-A14B: MoE with `fine_grain_interleave`;
-#   Qwen2 0.5B/1.5B (32k): not transcribed yet;
-# - Baichuan2 (NormHead; 13B's ALiBi), InternLM (its own attention biases and model class), GLM, GPT-2,
+# - Qwen1.5 14B pretrain: `micro_batch_interleave_num: 2`; Qwen1.5 4B and GLM3 6B 32k (research/glm32k):
+#   `select_recompute: True` beside `recompute: True`;
+# - Qwen2 72B (32k): its 2026 tokens/s/p is more than the part can compute: 6 · 72e9 · 2026 = 875 TFLOP/s a
+#   device against a 313-376 TFLOPS peak; Qwen2 57B-A14B: MoE with `fine_grain_interleave`; Qwen2 0.5B:
+#   `fine_grain_interleave: 2` and `select_recompute: True`; Qwen2 1.5B: its yaml's parallel config
+#   (dp 4 · mp 2 · pp 1 = 8 devices) contradicts its own heading, "default parallel of device num = 32";
+# - Baichuan2 (NormHead; 13B's ALiBi), InternLM (its own attention biases and model class), GPT-2,
 #   PanGu-α, CodeGeeX2, Qwen-VL: model classes ppb's spec does not state; LoRA rows (frozen weights);
 # - tables measured on "Atlas 800" (the 910A) or without a hardware line.
 CARD_ROWS: tuple[Card, ...] = (
@@ -385,6 +432,41 @@ CARD_ROWS: tuple[Card, ...] = (
         dtype="bf16",
         parallel_optimizer=False,
     ),
+    Card(
+        "ChatGLM3 6B finetune",
+        ATLAS_800T_A2,
+        "configs/glm3/finetune_glm3_6b_bf16.yaml",
+        3450.0,
+        GLM3_6B,
+        seq_length=2048,
+        dp=8,
+        mp=1,
+        pp=1,
+        batch_size=4,
+        accumulation=1,
+        micro_batch_num=1,
+        full_recompute=True,
+        dtype="bf16",
+        flash_attention=False,
+    ),
+    Card(
+        "GLM-4 9B finetune",
+        ATLAS_900_A2,
+        "configs/glm4/finetune_glm4_9b.yaml",
+        2339.0,
+        GLM4_9B,
+        seq_length=8192,
+        dp=2,
+        mp=1,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=64,
+        full_recompute=False,
+        dtype="bf16",
+        offset=(-1, 0, 1, 0),
+        recompute_layers=(6, 3, 2, 3),
+    ),
 )
 
 
@@ -397,7 +479,7 @@ def card_raw(card: Card) -> dict[str, Any]:
         "micro_batch_size": card.batch_size,
         "micro_batches": card.sequences // (card.dp * card.batch_size),
         "dtype": card.dtype,
-        "flash_attention": True,
+        "flash_attention": card.flash_attention,
     }
     if card.full_recompute:
         training["recompute"] = "full"
@@ -425,6 +507,7 @@ def mindformers_card_rows() -> list[dict[str, Any]]:
                 "raw": card_raw(card),
                 "published": f"{card.tokens_per_s_per_device:,.0f} tokens/s per device",
                 "seconds": tokens / (card.tokens_per_s_per_device * card.devices),
+                "plan": card.plan(),
                 "assumptions": (
                     "tokens/s/p as the step's tokens over its seconds and the devices",
                     f"{card.hardware} as the catalog's ascend-910b",

@@ -96,8 +96,13 @@ from _public import (  # noqa: E402
 )
 from _titan import DOCS_SOURCES, TITAN_SOURCES, titan_docs_rows, titan_rows  # noqa: E402
 
+from ppb_core.balance.outputs import cells  # noqa: E402
+from ppb_core.balance.problem import run_problem  # noqa: E402
+from ppb_core.balance.user_plan import from_mindformers  # noqa: E402
 from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
+from ppb_core.estimate.check import check_plan  # noqa: E402
+from ppb_core.payload.run import describe_run  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
@@ -115,6 +120,9 @@ class PublicRun:
     published: str  # what the source states
     seconds: float  # the iteration it implies
     assumptions: tuple[str, ...] = field(default=())
+    # the run's layout and recompute in MindFormers' words (`offset`, `recompute`, `select_recompute`,
+    # `select_comm_recompute` per stage), priced as `ppb check --plan` prices such a yaml; None: as configured
+    plan: dict[str, Any] | None = None
 
 
 def _gpt(h: int, heads: int, layers: int) -> dict[str, Any]:
@@ -590,7 +598,18 @@ def config(row: PublicRun) -> RunConfig:
 
 def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
     """(row, predicted seconds) for every public run."""
-    return [(row, run_iteration(config(row)).seconds) for row in rows or public_runs()]
+    return [(row, row_seconds(row)) for row in rows or public_runs()]
+
+
+def row_seconds(row: PublicRun) -> float:
+    """The row's predicted iteration: its run as configured, or under its MindFormers plan as `ppb check
+    --plan` reads one (`balance.user_plan.from_mindformers` over every option, `estimate.check.check_plan`)."""
+    run = config(row)
+    if row.plan is None:
+        return run_iteration(run).seconds
+    problem = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
+    plan = from_mindformers(problem, row.plan, row.source, run)
+    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration_s
 
 
 def with_micro_batch(row: PublicRun, size: int) -> RunConfig:

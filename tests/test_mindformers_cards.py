@@ -38,10 +38,52 @@ def test_card_seconds_follow_the_trainers_global_batch(cards):
     assert row["seconds"] == pytest.approx(0.72876, rel=1e-4)
 
 
+def test_a_per_stage_card_is_priced_as_its_plan(cards):
+    (row,) = [row for row in cards.mindformers_card_rows() if row["name"].startswith("MindFormers GLM-4 9B")]
+    # 4 stages: batch_size 1 · dp 2 · micro_batch_num 64 = 128 sequences of 8192 over 8 devices at
+    # 2339 tokens/s each: 1,048,576 / 18,712 = 56.038 s
+    assert row["seconds"] == pytest.approx(56.038, rel=1e-4)
+    assert row["plan"] == {
+        "offset": [-1, 0, 1, 0],
+        "recompute": [6, 3, 2, 3],
+        "select_recompute": False,
+        "select_comm_recompute": False,
+    }
+    public = load_bench("public_runs")
+    (run,) = [r for r in public.public_runs() if r.name == row["name"]]
+    config = public.config(run)
+    problem = public.run_problem(config, public.describe_run(config, withdrawing=False), runnable=False)
+    plan = public.cells(public.from_mindformers(problem, run.plan, run.source, config))
+    # 40 layers over 4 stages, 10 each moved by the offset: 9, 10, 11, 10; of them 6, 3, 2, 3 fully recomputed
+    assert [cell["options"] for cell in plan[0]] == [
+        {"NONE": 3, "FULL": 6},
+        {"NONE": 7, "FULL": 3},
+        {"NONE": 9, "FULL": 2},
+        {"NONE": 7, "FULL": 3},
+    ]
+
+
 def _git_show(path: str) -> str:
     return subprocess.run(
         ["git", "-C", str(MIRROR), "show", f"{COMMIT}:{path}"], capture_output=True, text=True, check=True
     ).stdout
+
+
+def _as_llama(model: dict) -> dict:
+    """A ChatGLM2Config's fields under LlamaConfig's names (mindformers/models/glm2/glm2_config.py at
+    a4dfb8219: `padded_vocab_size`, `ffn_hidden_size`, `num_attention_heads`, `multi_query_group_num`
+    under `multi_query_attention`, `add_qkv_bias`); a LlamaConfig's as they are."""
+    if model["type"] != "ChatGLM2Config":
+        return model
+    return {
+        **model,
+        "vocab_size": model["padded_vocab_size"],
+        "intermediate_size": model["ffn_hidden_size"],
+        "num_heads": model["num_attention_heads"],
+        "n_kv_heads": model["multi_query_group_num"] if model["multi_query_attention"] else None,
+        "qkv_has_bias": model["add_qkv_bias"],
+        "tie_word_embeddings": False,  # ChatGLM's separate output_layer
+    }
 
 
 def _ffn(model: dict) -> int:
@@ -68,16 +110,22 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
             card.accumulation,
         )
         assert par["micro_batch_num"] == card.micro_batch_num
-        assert rec["recompute"] is card.full_recompute and not rec.get("select_recompute")
+        if card.recompute_layers:  # a count of fully recomputed layers per stage
+            assert rec["recompute"] == list(card.recompute_layers) and not card.full_recompute
+        else:
+            assert rec["recompute"] is card.full_recompute
+        assert not rec.get("select_recompute")
         assert not rec.get("select_comm_recompute")
         assert (config.get("micro_batch_interleave_num") or 1) == 1
         assert (model.get("fine_grain_interleave") or 1) == 1
-        assert model["use_flash_attention"] is True and dtypes[model["compute_dtype"]] == card.dtype
+        assert model["use_flash_attention"] is card.flash_attention and dtypes[model["compute_dtype"]] == card.dtype
         assert par.get("use_seq_parallel", False) is True or card.mp == 1
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
-        assert "pipeline_config" not in config["parallel"] and model.get("offset", 0) == 0
+        assert "pipeline_config" not in config["parallel"]
+        assert (model.get("offset") or 0) == (list(card.offset) if card.offset else 0)
         spec = card.spec
         assert model["seq_length"] == card.seq_length
+        model = _as_llama(model)
         assert (model["hidden_size"], model["num_layers"], model["num_heads"]) == (
             spec["hidden_size"],
             spec["num_layers"],
