@@ -57,6 +57,9 @@ Sources:
   at the end of its first epoch, settings from its launch script (bench/_bigscience.py).
 - MindFormers' Llama 3.1 8B fine-tuning throughput on 8 Ascend 910B (research/llama3_1/README.md and
   its config, bench/_mindformers.py).
+- MindFormers' model cards at v1.4.0-beta2 (a4dfb8219): every training tokens/s/p on Atlas 800T A2 or
+  Atlas 900 A2 PoDc (Ascend 910B) whose yaml at that commit states a setting ppb can price; the rows
+  left out and why are in bench/_mindformers.py. A group of their own.
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
@@ -79,7 +82,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
-from _mindformers import MINDFORMERS, mindformers_rows  # noqa: E402
+from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
 from _nemo import NEMO, NEMO_2604, nemo_2604_rows, nemo_rows  # noqa: E402
 from _public import (  # noqa: E402
     LLAMA3_405B,
@@ -94,8 +97,13 @@ from _public import (  # noqa: E402
 )
 from _titan import DOCS_SOURCES, TITAN_SOURCES, titan_docs_rows, titan_rows  # noqa: E402
 
+from ppb_core.balance.outputs import cells  # noqa: E402
+from ppb_core.balance.problem import run_problem  # noqa: E402
+from ppb_core.balance.user_plan import from_mindformers  # noqa: E402
 from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
+from ppb_core.estimate.check import check_plan  # noqa: E402
+from ppb_core.payload.run import describe_run  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
@@ -113,6 +121,9 @@ class PublicRun:
     published: str  # what the source states
     seconds: float  # the iteration it implies
     assumptions: tuple[str, ...] = field(default=())
+    # the run's layout and recompute in MindFormers' words (`offset`, `recompute`, `select_recompute`,
+    # `select_comm_recompute` per stage), priced as `ppb check --plan` prices such a yaml; None: as configured
+    plan: dict[str, Any] | None = None
 
 
 def _gpt(h: int, heads: int, layers: int) -> dict[str, Any]:
@@ -561,6 +572,11 @@ def _mindformers_runs() -> list[PublicRun]:
     return [PublicRun(**row) for row in mindformers_rows()]
 
 
+def _mindformers_card_runs() -> list[PublicRun]:
+    """MindFormers' model cards' Ascend training throughputs at one commit (bench/_mindformers.py)."""
+    return [PublicRun(**row) for row in mindformers_card_rows()]
+
+
 def public_runs() -> list[PublicRun]:
     return [
         *_megatron_runs(),
@@ -573,6 +589,7 @@ def public_runs() -> list[PublicRun]:
         *_titan_runs(),
         *_bloom_runs(),
         *_mindformers_runs(),
+        *_mindformers_card_runs(),
     ]
 
 
@@ -582,7 +599,18 @@ def config(row: PublicRun) -> RunConfig:
 
 def evaluate(rows: list[PublicRun] | None = None) -> list[tuple[PublicRun, float]]:
     """(row, predicted seconds) for every public run."""
-    return [(row, run_iteration(config(row)).seconds) for row in rows or public_runs()]
+    return [(row, row_seconds(row)) for row in rows or public_runs()]
+
+
+def row_seconds(row: PublicRun) -> float:
+    """The row's predicted iteration: its run as configured, or under its MindFormers plan as `ppb check
+    --plan` reads one (`balance.user_plan.from_mindformers` over every option, `estimate.check.check_plan`)."""
+    run = config(row)
+    if row.plan is None:
+        return run_iteration(run).seconds
+    problem = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
+    plan = from_mindformers(problem, row.plan, row.source, run)
+    return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration_s
 
 
 def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
@@ -602,6 +630,7 @@ GROUPS = {
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
     "MindFormers": lambda source: source.startswith(MINDFORMERS),
+    "MindFormers model-card": lambda source: source.startswith(CARDS),
 }
 
 

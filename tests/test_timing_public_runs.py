@@ -190,6 +190,7 @@ def test_every_row_runs_and_the_mean_error_stays_bounded(public):
     tables = found["published tables'"]
     assert sum(map(len, found.values())) == len(results)
     assert len(ci) == 6 and len(tables) == 18
+    assert len(found["MindFormers model-card"]) == 15
     # A guard, not a fit: the mean absolute error today is 14.8% over the published tables' runs and
     # 27.0% over Megatron's CI runs (docs/timing.md: ppb's layers run faster than Megatron's runs on
     # both H100 and A100); the aim is 5%.
@@ -688,3 +689,30 @@ def test_the_class_diagnostic_finds_the_factor_that_slows_a_run_to_a_target(publ
     assert public.class_factor(raw, target, "GEMMs") == pytest.approx(1.5, rel=1e-4)
     # a run already slower than its target needs no slowing: no factor
     assert public.class_factor(raw, target / 10, "attention") is None
+
+
+def test_ascend_flash_level_reproduces_the_measured_910b2_kernel():
+    # hw-native-sys/pto-isa kernels/manual/common/flash_atten/README.md (9e0503520), "910B2 Multi-Core
+    # Comparison": torch_npu's FlashAttentionScore, one (sequence, head) pair, head size 128, no mask,
+    # forward; MOps = S·S·128·4. At 32768 tokens 549,755.81 MOps in 3646.173 us, 42.60% of the peak the
+    # table counts against (150.78 / 0.4260 = 353.9 TFLOPS), on the part's 24 AI cores.
+    b2 = dataclasses.replace(DEVICE_CATALOG["ascend-910b"], peak_tflops=353.9, sm_count=24)
+    kernels = Kernels.from_device(b2, "bf16", framework="mindformers")
+    flops = 4 * 32768 * 32768 * 128
+    assert flops == 549_755_813_888
+    assert kernels.attention_s(flops, 0.0, False, 1, 32768, 32768, 128) == pytest.approx(3646.173e-6, rel=0.01)
+    # shorter sequences carry the kernel's fixed time, which the level does not: 16384 tokens measured
+    # 1118.462 us, priced ~12% less (137,438.95 MOps at the same level)
+    shorter = kernels.attention_s(4 * 16384 * 16384 * 128, 0.0, False, 1, 16384, 16384, 128)
+    assert 0.85 * 1118.462e-6 < shorter < 1118.462e-6
+
+
+def test_ascend_gemm_fraction_agrees_with_the_measured_910b2_gemms():
+    # zzc0721/torch-performance-test-data issue #109 (Ascend910B2, torch 2.5.1): BF16 square GEMMs,
+    # 4096^3 315.36, 8192^3 301.23, 10240^3 300.94 TFLOPS. The catalog's A100 fraction (0.869) on a
+    # 910B2 (353.9 TFLOPS, 24 AI cores, the pto-isa table's figures) prices them within 4%:
+    b2 = dataclasses.replace(DEVICE_CATALOG["ascend-910b"], peak_tflops=353.9, sm_count=24)
+    kernels = Kernels.from_device(b2, "bf16", framework="mindformers")
+    for n, measured_tflops in ((4096, 315.36), (8192, 301.23), (10240, 300.94)):
+        priced_tflops = 2 * n**3 / kernels.gemm_s(n, n, n) / 1e12
+        assert priced_tflops == pytest.approx(measured_tflops, rel=0.04)

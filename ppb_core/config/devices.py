@@ -28,7 +28,8 @@ Achieved fractions are measured, not datasheet figures:
   PyTorch SDPA's FlashAttention-2 in the same figures: 370 and 322 (0.374, 0.326). B200: cuDNN
   9.22 on a GB200 in NVIDIA's cudnn-frontend benchmark (1697 and 1374 at head size 128, 16k, no
   mask), scaled by the two parts' MAMF: 0.722 and 0.585; its FlashAttention-2 and head-size-64
-  figures at H100's. Ascend: assumed at A100's fractions. `attention_head64_*` / `flash2_head64_*`: head
+  figures at H100's. Ascend 910B: CANN's FlashAttentionScore forward as measured on a 910B2 (the
+  profile's comment), its backward at A100's backward-over-forward ratio. `attention_head64_*` / `flash2_head64_*`: head
   size 64's rate over 128's in the same paper's figures (H100; 0 where unmeasured: the generic law).
   These are levels at 16k tokens without the mask; other lengths and the causal mask follow each
   kernel's measured curves (`ppb_core.timing.attention_rates`).
@@ -73,6 +74,12 @@ DTYPE_RATE: dict[str, float] = {"bf16": 1.0, "fp16": 1.0, "fp32": 0.5, "fp8": 2.
 # 110.9 (71.6 and 117.9 counting every launch whole, without the mask).
 HOST_KERNEL_US_DGX_H100 = 80.9
 HOST_KERNEL_US_DGX_A100 = 112.3
+# CANN's FlashAttentionScore on Ascend 910B (the ascend-910b profile's comment): the measured 42.60% of
+# peak at 32768 tokens over the waves of its 256 query blocks on the 910B2's 24 cores (256/264) and
+# FlashAttention-2's 32k-over-16k no-mask forward factor (0.988, `ppb_core.timing.attention_rates`);
+# the backward at A100's backward-over-forward ratio, 0.57/0.73 (no public Ascend backward figure).
+ASCEND_FLASH_FORWARD = 0.445
+ASCEND_FLASH_BACKWARD = round(ASCEND_FLASH_FORWARD * 0.57 / 0.73, 3)
 # The same on Megatron CI's DGX GB200 (a Grace host), from the 12-layer TP4 case's dgx_gb200 golden values
 # alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,652 launches' worth with the
 # loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,652 = 84.5 us).
@@ -412,7 +419,16 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # on 4096^3 FP16/BF16 GEMMs, zzc0721/torch-performance-test-data issue #109, so its peak is
     # higher: set peak_tflops for that part); HCCS 392 GB/s within the node (7 links of 56 GB/s,
     # bidirectional), 200 Gb/s RoCE per NPU. 20 AI cores (Da Vinci cube units) on the 910B3.
-    # No public MAMF: A100's fractions assumed.
+    # No public MAMF: A100's GEMM fraction assumed; it prices the 910B2's measured BF16 GEMMs (4096^3
+    # 315.4, 8192^3 301.2, 10240^3 300.9 TFLOPS, issue #109 above) within 4% at the 353.9 TFLOPS and 24
+    # AI cores its FlashAttention table below counts against (tests/test_timing_public_runs.py).
+    # Flash attention: CANN's FlashAttentionScore kernel (what MindSpore's ops.FlashAttentionScore, which
+    # MindFormers' FlashAttention cell runs, and torch_npu's npu_fusion_attention both call), measured by
+    # hw-native-sys/pto-isa (kernels/manual/common/flash_atten/README.md at 9e0503520, "910B2 Multi-Core
+    # Comparison", torch_npu baseline): one (sequence, head) pair, head size 128, no mask, forward, at
+    # 32768 tokens 3646.173 us, 42.60% of the part's peak; `ASCEND_FLASH_FORWARD` is that level read
+    # through our attention model (tests/test_timing_public_runs.py). No public backward figure:
+    # A100's backward-over-forward ratio (0.57 / 0.73) assumed.
     "ascend-910b": DeviceProfile(
         "ascend-910b",
         65536,
@@ -422,10 +438,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         25.0,
         sm_count=20,
         matmul_efficiency=0.869,
-        attention_forward_efficiency=0.73,
-        attention_backward_efficiency=0.57,
-        flash2_forward_efficiency=0.73,
-        flash2_backward_efficiency=0.57,
+        attention_forward_efficiency=ASCEND_FLASH_FORWARD,
+        attention_backward_efficiency=ASCEND_FLASH_BACKWARD,
+        flash2_forward_efficiency=ASCEND_FLASH_FORWARD,
+        flash2_backward_efficiency=ASCEND_FLASH_BACKWARD,
         attention_head64_forward=0.0,
         attention_head64_backward=0.0,
         flash2_head64_forward=0.0,

@@ -1,0 +1,159 @@
+"""MindFormers' model-card rows (bench/_mindformers.py): each row's seconds by hand, and every field
+checked against its yaml and README in a MindFormers git repository at a4dfb8219 (`PPB_MINDFORMERS`,
+skipped when unset)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+from bench_modules import load_bench
+
+MIRROR = os.environ.get("PPB_MINDFORMERS")  # a clone of mindspore-lab/mindformers
+COMMIT = "a4dfb8219"  # v1.4.0-beta2
+
+
+@pytest.fixture(scope="module")
+def cards():
+    return load_bench("_mindformers")
+
+
+def test_card_seconds_follow_the_trainers_global_batch(cards):
+    rows = {row["name"]: row for row in cards.mindformers_card_rows()}
+    # Llama 2 7B pretrain: one stage, so batch_size 1 · dp 8 · interleave 1 · accumulation 8 = 64
+    # sequences of 4096 = 262,144 tokens over 8 devices at 4160 tokens/s each: 262,144 / 33,280 = 7.8769 s.
+    row = rows["MindFormers Llama 2 7B pretrain (8 910B, DP8, Atlas 800T A2)"]
+    assert row["seconds"] == pytest.approx(7.8769, rel=1e-4)
+    assert (row["raw"]["training"]["micro_batch_size"], row["raw"]["training"]["micro_batches"]) == (1, 8)
+    # Qwen1.5 72B: 8 stages, so batch_size 1 · dp 1 · micro_batch_num 64 · 1 = 64 sequences of 32768 =
+    # 2,097,152 tokens over 64 devices at 183 tokens/s each: 2,097,152 / 11,712 = 179.06 s.
+    row = rows["MindFormers Qwen1.5 72B pretrain (64 910B, DP1 TP8 PP8, Atlas 900 A2 PoDc)"]
+    assert row["seconds"] == pytest.approx(179.06, rel=1e-4)
+    assert row["raw"]["parallel"] == {"dp": 1, "tp": 8, "pp": 8, "sequence_parallel": True, "zero": 0}
+    # Qwen1.5 1.8B: one stage, micro_batch_num 2 is not read: 1 · 8 · 1 · 1 = 8 sequences of 8192,
+    # 65,536 / (11,241 · 8) = 0.72876 s.
+    row = rows["MindFormers Qwen1.5 1.8B finetune (8 910B, DP8, Atlas 900 A2 PoDc)"]
+    assert row["seconds"] == pytest.approx(0.72876, rel=1e-4)
+
+
+def test_a_per_stage_card_is_priced_as_its_plan(cards):
+    (row,) = [row for row in cards.mindformers_card_rows() if row["name"].startswith("MindFormers GLM-4 9B")]
+    # 4 stages: batch_size 1 · dp 2 · micro_batch_num 64 = 128 sequences of 8192 over 8 devices at
+    # 2339 tokens/s each: 1,048,576 / 18,712 = 56.038 s
+    assert row["seconds"] == pytest.approx(56.038, rel=1e-4)
+    assert row["plan"] == {
+        "offset": [-1, 0, 1, 0],
+        "recompute": [6, 3, 2, 3],
+        "select_recompute": False,
+        "select_comm_recompute": False,
+    }
+    public = load_bench("public_runs")
+    (run,) = [r for r in public.public_runs() if r.name == row["name"]]
+    config = public.config(run)
+    problem = public.run_problem(config, public.describe_run(config, withdrawing=False), runnable=False)
+    plan = public.cells(public.from_mindformers(problem, run.plan, run.source, config))
+    # 40 layers over 4 stages, 10 each moved by the offset: 9, 10, 11, 10; of them 6, 3, 2, 3 fully recomputed
+    assert [cell["options"] for cell in plan[0]] == [
+        {"NONE": 3, "FULL": 6},
+        {"NONE": 7, "FULL": 3},
+        {"NONE": 9, "FULL": 2},
+        {"NONE": 7, "FULL": 3},
+    ]
+
+
+def _git_show(path: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(MIRROR), "show", f"{COMMIT}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _as_llama(model: dict) -> dict:
+    """A ChatGLM2Config's fields under LlamaConfig's names (mindformers/models/glm2/glm2_config.py at
+    a4dfb8219: `padded_vocab_size`, `ffn_hidden_size`, `num_attention_heads`, `multi_query_group_num`
+    under `multi_query_attention`, `add_qkv_bias`); a LlamaConfig's as they are."""
+    if model["type"] != "ChatGLM2Config":
+        return model
+    return {
+        **model,
+        "vocab_size": model["padded_vocab_size"],
+        "intermediate_size": model["ffn_hidden_size"],
+        "num_heads": model["num_attention_heads"],
+        "n_kv_heads": model["multi_query_group_num"] if model["multi_query_attention"] else None,
+        "qkv_has_bias": model["add_qkv_bias"],
+        "tie_word_embeddings": False,  # ChatGLM's separate output_layer
+    }
+
+
+def _ffn(model: dict) -> int:
+    """mindformers/models/llama/llama_layer.py `LlamaFeedForward`'s width when intermediate_size is unset."""
+    if model.get("intermediate_size"):
+        return model["intermediate_size"]
+    width = int(2 * 4 * model["hidden_size"] / 3)
+    if model.get("ffn_dim_multiplier"):
+        width = int(model["ffn_dim_multiplier"] * width)
+    step = model["multiple_of"]
+    return step * ((width + step - 1) // step)
+
+
+@pytest.mark.skipif(MIRROR is None, reason="PPB_MINDFORMERS (a MindFormers git repository) is not set")
+def test_every_card_row_is_its_yaml_and_readme(cards):
+    dtypes = {"bfloat16": "bf16", "float16": "fp16"}
+    for card in cards.CARD_ROWS:
+        config = yaml.safe_load(_git_show(card.yaml))
+        model, par = config["model"]["model_config"], config["parallel_config"]
+        runner, rec = config["runner_config"], config["recompute_config"]
+        assert (par["data_parallel"], par["model_parallel"], par["pipeline_stage"]) == (card.dp, card.mp, card.pp)
+        assert (runner["batch_size"], runner.get("gradient_accumulation_steps") or 1) == (
+            card.batch_size,
+            card.accumulation,
+        )
+        assert par["micro_batch_num"] == card.micro_batch_num
+        if card.recompute_layers:  # a count of fully recomputed layers per stage
+            assert rec["recompute"] == list(card.recompute_layers) and not card.full_recompute
+        else:
+            assert rec["recompute"] is card.full_recompute
+        assert not rec.get("select_recompute")
+        assert not rec.get("select_comm_recompute")
+        assert (config.get("micro_batch_interleave_num") or 1) == 1
+        assert (model.get("fine_grain_interleave") or 1) == 1
+        assert model["use_flash_attention"] is card.flash_attention and dtypes[model["compute_dtype"]] == card.dtype
+        assert par.get("use_seq_parallel", False) is True or card.mp == 1
+        assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
+        assert "pipeline_config" not in config["parallel"]
+        assert (model.get("offset") or 0) == (list(card.offset) if card.offset else 0)
+        spec = card.spec
+        assert model["seq_length"] == card.seq_length
+        model = _as_llama(model)
+        assert (model["hidden_size"], model["num_layers"], model["num_heads"]) == (
+            spec["hidden_size"],
+            spec["num_layers"],
+            spec["num_attention_heads"],
+        )
+        assert model.get("n_kv_heads") == spec.get("num_key_value_heads")
+        assert (model["vocab_size"], _ffn(model)) == (spec["vocab_size"], spec["intermediate_size"])
+        assert bool(model.get("qkv_has_bias")) == spec.get("attention_bias", False)
+        assert not model.get("tie_word_embeddings") and not spec.get("tied_embeddings")
+        # the README's row: the yaml linked under its hardware heading with this tokens/s/p
+        readme = {"configs": "docs/model_cards/{}.md"}.get(card.yaml.split("/")[0])
+        base = card.yaml.split("/")[1]
+        path = (
+            readme.format(base)
+            if readme
+            else next(
+                f"research/{base}/{name}" for name in ("README.md", "readme.md") if _exists(f"research/{base}/{name}")
+            )
+        )
+        text = _git_show(path)
+        section = text.split(f"{card.hardware}硬件环境下测试得出")[1].split("硬件环境下测试得出")[0]
+        link = card.yaml.rsplit("/", 1)[-1]
+        figure = f"{card.tokens_per_s_per_device:.0f} tokens/s/p"
+        assert any(link in line and figure in line for line in section.splitlines()), (card.name, card.hardware)
+
+
+def _exists(path: str) -> bool:
+    return (
+        subprocess.run(["git", "-C", str(MIRROR), "cat-file", "-e", f"{COMMIT}:{path}"], capture_output=True).returncode
+        == 0
+    )
