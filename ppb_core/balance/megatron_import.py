@@ -15,7 +15,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * the vocabulary from the tokenizer (`megatron_tokenizer`, after build_tokenizer.py): the GPT-2
   BPE (`pretrain_gpt.py`'s default tokenizer, 50257 entries), NullTokenizer's `--vocab-size`
   (exactly, since c9dfe34798), TikTokenizer's `--vocab-size` or 2**17; a tokenizer read from a
-  file (HuggingFace, SentencePiece) needs its size given (`--tokenizer-vocab`); padded to
+  file (HuggingFace, SentencePiece) is read from its `--tokenizer-model` where that file is on this
+  machine (`tokenizer_file`), else needs its size given (`--tokenizer-vocab`); padded to
   `--make-vocab-size-divisible-by` (128) times TP (`vocab_size_with_padding`);
 * parallelism: TP, PP, CP (`--cp-comm-type`), EP, ETP (defaults to TP), SP (dropped at TP 1),
   virtual stages, the layout (`--decoder-first/last-pipeline-num-layers` and
@@ -64,7 +65,7 @@ import yaml
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
-from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, tokenizer_vocabulary
+from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, file_vocabulary, tokenizer_vocabulary
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
@@ -244,9 +245,20 @@ def _torchrun_world(args: _Args) -> int:
 
 def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
     """The tokenizer's vocabulary, before Megatron pads it (`megatron_tokenizer`, the rule `ppb check`
-    compares a launch by); *tokenizer_vocab* gives a file tokenizer's, which the launch does not hold."""
+    compares a launch by); a file tokenizer's read from its `--tokenizer-model` where that file is on
+    this machine, else *tokenizer_vocab* gives it."""
     kind = args.text("--tokenizer-type", DEFAULT_TOKENIZER) or DEFAULT_TOKENIZER
     built = tokenizer_vocabulary(kind, args.integer("--vocab-size"), args.where)
+    if built is None and tokenizer_vocab is None:
+        special = args.words("--tokenizer-special-tokens") or []
+        read = file_vocabulary(
+            kind,
+            args.text("--tokenizer-model"),
+            special,
+            args.has("--tokenizer-sentencepiece-legacy"),
+            args.text("--vocab-file"),
+        )
+        built = read if isinstance(read, int) else None
     if built is None and tokenizer_vocab is None:
         raise InputError(
             args.where,

@@ -278,7 +278,7 @@ def stage_peaks(
             if left is not None:
                 tail_left[(stage, chunk)] = tail_left.get((stage, chunk), 0.0) + count * left
             total["tail"] = True
-            total["loss"] = max(total["loss"], memory.loss_bytes(layer))
+            total["loss"] = max(total["loss"], memory.loss_bytes(layer, before))
             deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
             total["deferred"] = max(total["deferred"], deferred)
         if option is not None:

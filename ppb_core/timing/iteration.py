@@ -98,6 +98,11 @@ class Iteration:
     framework: str = "megatron"
     # of `compute`, the seconds the busiest stage's GPU waits for Megatron's host to launch its kernels
     host_wait_seconds: float = 0.0
+    # the stage whose work is `compute`, and `compute` in parts adding up to it: its layers ("layers",
+    # their waits for the host included), Megatron's get_batch broadcasts ("batch_broadcast") and what
+    # combined 1F1B steps save ("combined_saving", negative); for tools that split the iteration
+    busiest_stage: int = 0
+    compute_parts: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -370,9 +375,11 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    batch = [0.0] * stages  # a micro-batch's get_batch broadcasts on each stage
     if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
             cells.forward[chunk][stage] += seconds
+            batch[stage] += seconds
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
@@ -526,6 +533,12 @@ def run_iteration(
         hardware_flops=hardware,
         framework=rules.name,
         host_wait_seconds=host_wait,
+        busiest_stage=busiest,
+        compute_parts={
+            "layers": work + saved[busiest] - m * batch[busiest],
+            "batch_broadcast": m * batch[busiest],
+            "combined_saving": -saved[busiest],
+        },
     )
 
 
