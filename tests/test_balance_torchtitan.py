@@ -181,9 +181,39 @@ def test_every_nth_across_chunks_is_not_searched_when_no_none_plan_could_lose(
     assert pruned.objective == pytest.approx(searched.objective)
     assert pruned.setting == searched.setting and pruned.plan is not None and searched.plan is not None
     assert pruned.plan.counts == searched.plan.counts
-    skipped = any("not searched" in note for note in pruned.notes)
+    skipped = any("not searched" in note and "`_none_floor`" in note for note in pruned.notes)
     assert skipped == (memory == 1000.0)
     assert pruned.setting == (Setting("none") if memory == 1000.0 else EveryNth("every", 3))
+
+
+def test_every_nth_is_not_searched_where_n_blocks_on_a_rank_lose_to_the_best_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # forward 1 + NONE backward 2 a block, FULL 1 more: a rank holding N blocks under every N-th runs at
+    # least m·(3N + 1) = 4·(3N + 1) for its m = 4 micro-batches, 64 at N = 5, 76 at N = 6
+    layers = runnable(layer_set([_body("BODY_0", 16)]), op=False)
+    problem = BalanceInput(layers, 2, 4, 2, 1000.0, schedule="interleaved", framework="torchtitan")
+    assert program._rank_layers_floor(problem, 5) == pytest.approx(64.0)
+    assert program._rank_layers_floor(problem, 6) == pytest.approx(76.0)
+    # a split of the 16 blocks over the 2 ranks with each rank's m·(3L + ⌊L/N⌋) below 106 (no head or tail):
+    # every 2nd, 3·7 + 3 = 24 fits (96) and 3·8 + 4 = 28 does not (112), 7 + 7 < 16 blocks: none; every
+    # 3rd, 3·8 + 2 = 26 (104) fits, 8 + 8: some
+    assert not program._every_nth_split(problem, 2, 106.0)
+    assert program._every_nth_split(problem, 3, 106.0)
+    # so a plan faster than the best one so far holds fewer than N blocks on each rank, recomputes none, and is
+    # the none setting's: the same plan whether those settings are solved or not
+    pruned = solve(problem)
+    monkeypatch.setattr(program, "_rank_layers_floor", lambda *args: 0.0)
+    monkeypatch.setattr(program, "_none_floor", lambda *args: 0.0)
+    searched = solve(problem)
+    assert pruned.plan is not None and searched.plan is not None
+    assert pruned.objective == pytest.approx(searched.objective) and pruned.setting == searched.setting
+    assert pruned.plan.counts == searched.plan.counts
+    # the none setting's plan, 8 blocks a rank, takes 106 (4·24 = 96 of work and the fill): N = 9 (4·28 = 112)
+    # and above lose at once, N = 8 (100) does not
+    said = [note for note in pruned.notes if "recomputes no block" in note]
+    assert len(said) == 1 and " 9..14 (6) " in said[0], pruned.notes
+    assert any("for N in 2 not searched: no split" in note for note in pruned.notes), pruned.notes
 
 
 @pytest.mark.parametrize("every", [2, 3, 4])

@@ -43,7 +43,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
   `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
-* the environment's `CUBLAS_WORKSPACE_CONFIG`, where the script sets it.
+* the environment's `CUBLAS_WORKSPACE_CONFIG` and `NVTE_ALLOW_NONDETERMINISTIC_ALGO` (TransformerEngine's
+  deterministic attention, `timing.te_deterministic_attention`), where the script sets them.
 
 A flag that bears on memory or time and ppb does not model is said in one line each (`notes`); a
 flag with no bearing on either (logging, checkpoints, data, learning-rate schedule, the launcher's)
@@ -205,12 +206,35 @@ def import_megatron(
     methods = _ub_methods(args, read_file, notes)
     if methods:
         raw["timing"]["tp_comm_overlap_methods"] = methods
+    te_deterministic = _te_deterministic_attention(args, variables)
+    if te_deterministic is not None:
+        raw["timing"]["te_deterministic_attention"] = te_deterministic
     notes.extend(_op_fuser(args, device, variables))
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
     notes.extend(_unmodelled(args))
     return Imported(raw, notes)
+
+
+def _te_deterministic_attention(args: _Args, variables: dict[str, str]) -> bool | None:
+    """NVTE_ALLOW_NONDETERMINISTIC_ALGO where the script sets it (None where it does not): TransformerEngine
+    reads `int(value)` and runs its deterministic attention at 0 (dot_product_attention.py `__init__`,
+    TE v1.12 to d0067d0d). Under --deterministic-mode Megatron sets it to 0 and refuses any other value
+    (megatron/training/determinism.py `apply_determinism_env`, d98e8a64), so the flag decides."""
+    value = variables.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO")
+    if value is None:
+        return None
+    name = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"
+    if args.has("--deterministic-mode"):
+        if value != "0":
+            raise InputError(args.where, name, f"{shown(value)} under --deterministic-mode: Megatron-LM accepts only 0")
+        return None
+    try:
+        return int(value) == 0
+    except ValueError:
+        said = f"{shown(value)} is not an integer (TransformerEngine reads int())"
+        raise InputError(args.where, name, said) from None
 
 
 def _unused_flag_variable(variables: dict[str, str], where: str) -> None:

@@ -647,7 +647,9 @@ def _torchtitan(
     without it: so the plan is never slower than theirs for want of budget (at an equal share each,
     `searches/torchtitan-llama3.1-8b-128.yaml`'s second strategy, PP 2 × 4 chunks under FSDP, balanced
     slower and fell below the fifth place), and each every N-th setting takes the share it has at one
-    chunk a rank."""
+    chunk a rank. Not solved, as no plan under them beats the best so far: those whose forced blocks leave no
+    split of the layers over the ranks within it (`_every_nth_split`), and those whose N layers on one rank
+    take longer, whose faster plans recompute no block (`_rank_layers_floor`)."""
     candidates = torchtitan_settings(problem.options, _rank_cap(problem))
     own = [setting for setting in candidates if not (setting.rank_wide and problem.chunks > 1)]
     best: tuple[Solution, Setting] | None = None
@@ -655,6 +657,8 @@ def _torchtitan(
     cut = False
     floor: float | None = None  # `_none_floor`, once an every N-th setting across chunks is to be solved
     passed: list[int] = []
+    as_none: list[int] = []  # every N-th settings whose plans that could win recompute nothing
+    no_split: list[int] = []  # every N-th settings whose plans all lose (`_every_nth_split`)
     for setting in candidates:
         if clock.out:
             notes.append("torchtitan's settings: stopped by the time limit")
@@ -663,6 +667,14 @@ def _torchtitan(
         catalogue = Catalogue(problem, setting, ListingBudget(shared.listing_work, clock))
         bar = best[0].objective if best is not None and best[0].objective is not None else cutoff
         if setting not in own and math.isfinite(bar):
+            if not _every_nth_split(problem, setting.num_layers, bar * (1 + TOLERANCE)):
+                no_split.append(setting.num_layers)
+                cut = True
+                continue
+            if best is not None and _rank_layers_floor(problem, setting.num_layers) >= bar * (1 + TOLERANCE):
+                as_none.append(setting.num_layers)
+                cut = True
+                continue
             if floor is None:
                 floor = _none_floor(problem, exact, shared, clock, report)
             # no plan under it beats the best so far, nor ties it with less recompute than the none
@@ -696,6 +708,17 @@ def _torchtitan(
         return _infeasible(problem, limits, clock, notes)
     solution, setting = best
     solution.setting = setting
+    if no_split:
+        notes.append(
+            f"torchtitan's settings: every N-th for N in {', '.join(map(str, no_split))} not searched: no split of "
+            f"the layers over the ranks runs each rank's blocks within {bar_seen(best, cutoff):.6g}"
+        )
+    if as_none:
+        notes.append(
+            f"torchtitan's settings: every N-th for N in {as_none[0]}..{as_none[-1]} ({len(as_none)}) not searched: "
+            "N layers on a rank take longer than the best plan, so a faster plan under them recomputes no block, "
+            "the none setting's"
+        )
     if passed:
         notes.append(
             f"torchtitan's settings: every N-th for N in {passed[0]}..{passed[-1]} ({len(passed)}) not searched, "
@@ -703,6 +726,52 @@ def _torchtitan(
         )
     solution.notes += [*notes, f"torchtitan's settings: {setting.describe()}, the fastest of {len(candidates)}"]
     return solution
+
+
+def bar_seen(best: tuple[Solution, Setting] | None, cutoff: float) -> float:
+    """The time the settings had to beat: the best plan's, else the cutoff."""
+    return best[0].objective if best is not None and best[0].objective is not None else cutoff
+
+
+def _block_costs(problem: BalanceInput) -> tuple[float, float]:
+    """(the least forward + backward of a body layer, the least a fully recomputed one costs over it): each
+    body type taken once, whatever its count."""
+    bodies = problem.layers.bodies
+    least = [min(body.backward_time.get(o, math.inf) for o in problem.options) for body in bodies]
+    per_layer = min(body.forward_time + b for body, b in zip(bodies, least, strict=True))
+    extra = min(max(0.0, body.backward_time.get("FULL", math.inf) - b) for body, b in zip(bodies, least, strict=True))
+    return per_layer, extra
+
+
+def _every_nth_split(problem: BalanceInput, n: int, limit: float) -> bool:
+    """Whether the body layers can be split over the ranks with each rank's work, m × (its layers' least
+    forward + backward, each N-th block's recompute, its head and tail), below *limit*: a rank runs each of
+    its ops for each micro-batch one after another, so T is at least that; when no split does, no plan under
+    every N-th block beats *limit*. Each rank's most layers found by walking up its count (the work grows
+    with it), the ranks' sum against the layers."""
+    per_layer, extra = _block_costs(problem)
+    m, total = problem.micro_batches, problem.layers.nb_body_layers
+    held = 0
+    for stage in range(problem.stages):
+        fixed = problem.fixed_work(stage)
+        most = 0
+        while most < total and m * ((most + 1) * per_layer + (most + 1) // n * extra + fixed) < limit:
+            most += 1
+        held += most
+        if held >= total:
+            return True
+    return False
+
+
+def _rank_layers_floor(problem: BalanceInput, layers: int) -> float:
+    """A proven lower bound on every plan with *layers* body layers (or more) on one rank, one of them fully
+    recomputed (every N-th block at N = *layers*): the rank runs each of its ops for each micro-batch one
+    after another, so T ≥ m × its layers' least forward + backward, the recomputed one's extra at least the
+    least FULL costs over the least backward (0 when FULL is not above it). Under every N-th block a plan
+    below it holds fewer than N layers on every rank, recomputes no block and is a plan of the none setting,
+    solved before with a larger share: solving it again would only re-search the none setting's plans."""
+    per_layer, extra = _block_costs(problem)
+    return problem.micro_batches * (layers * per_layer + extra)
 
 
 def _none_floor(problem: BalanceInput, exact: bool, limits: WorkLimits, clock: Clock, report: Reporter) -> float:

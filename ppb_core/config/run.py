@@ -649,8 +649,14 @@ class TimingOptions(StrictModel):
     )
     deterministic: bool = Field(
         False,
-        description="Megatron's --deterministic-mode (with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): below sm90 "
-        "TransformerEngine runs FlashAttention-2 with its deterministic backward",
+        description="Megatron's --deterministic-mode: PyTorch's deterministic algorithms (the NaN fill of what "
+        "TransformerEngine allocates) and NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (te_deterministic_attention)",
+    )
+    te_deterministic_attention: bool | None = Field(
+        None,
+        description="NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 in Megatron's environment: TransformerEngine's deterministic "
+        "attention (below sm90 FlashAttention-2 with its deterministic backward; cuDNN's dP-workspace backward on "
+        "Hopper and sm100); default: as deterministic, whose --deterministic-mode sets it",
     )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
@@ -775,10 +781,28 @@ class TimingOptions(StrictModel):
             raise ValueError("cuda_graph_modules: moe_preprocess must be given with moe_router")
         return self
 
+    @model_validator(mode="after")
+    def _te_determinism(self) -> TimingOptions:
+        """--deterministic-mode sets NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and refuses any other value
+        (megatron/training/determinism.py `apply_determinism_env`, d98e8a64)."""
+        if self.deterministic and self.te_deterministic_attention is False:
+            raise ValueError("te_deterministic_attention false contradicts deterministic true (Megatron requires it)")
+        return self
+
     @property
     def compiled_loss(self) -> bool:
         """Whether torchtitan compiles the loss (`compile_loss`, else with the blocks as v0.2.2 does)."""
         return self.torch_compile if self.compile_loss is None else self.compile_loss
+
+    @property
+    def attention_deterministic(self) -> bool:
+        """Whether the attention runs its deterministic backend. TransformerEngine's DotProductAttention
+        takes `deterministic` = NVTE_ALLOW_NONDETERMINISTIC_ALGO is 0 or PyTorch's deterministic algorithms
+        are on (dot_product_attention.py `__init__`; the same test since TE v1.12 (attention.py), through the
+        v2.x releases Megatron CI ran, to d0067d0d): the env var alone (`te_deterministic_attention`) under
+        TransformerEngine, or Megatron's --deterministic-mode (or torchtitan's debug.deterministic)."""
+        te_env = bool(self.te_deterministic_attention) and self.transformer_impl == "transformer_engine"
+        return self.deterministic or te_env
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
@@ -1158,6 +1182,7 @@ MEGATRON_TIMING = frozenset(
         "attention_softmax_in_fp32",
         "apply_query_key_layer_scaling",
         "ddp_average_in_collective",
+        "te_deterministic_attention",
         "cuda_graph_warmup_steps",
     }
 )

@@ -60,9 +60,9 @@ class MemorySetup(Geometry):
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
     wgrad_deferral_limit: int = 0  # Megatron's --wgrad-deferral-limit (0: every micro-batch deferred)
     micro_batches: int = 1  # training.micro_batches (how many the deferral holds, `drain_buffers`)
-    deterministic: bool = (
-        False  # Megatron's --deterministic-mode, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 (timing.deterministic)
-    )
+    # TransformerEngine's deterministic attention: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 or --deterministic-mode
+    # (`TimingOptions.attention_deterministic`)
+    deterministic: bool = False
     # Megatron's fine-grained activation offloading (training.offload_modules, frameworks/offload.py)
     optimizer: str = "adam"  # training.optimizer (Megatron's Muon keeps one moment a matrix element)
     offload_modules: tuple[str, ...] = ()
@@ -123,7 +123,7 @@ class MemorySetup(Geometry):
             softmax_in_fp32=run.softmax_in_fp32,
             wgrad_deferral_limit=train.wgrad_deferral_limit,
             micro_batches=train.micro_batches,
-            deterministic=run.timing.deterministic,
+            deterministic=run.timing.attention_deterministic,
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),
             min_offloaded_elements=train.min_offloaded_tensor_size,

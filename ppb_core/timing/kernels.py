@@ -159,10 +159,12 @@ class Kernels:
         (*sdpa_backend*: FlashAttention-2, or cuDNN attention) and eager element-wise kernels unless
         torch.compile fuses them. With
         *matmul_dtype* fp8 the GEMMs run on the FP8 tensor cores at their own measured ceiling
-        (attention stays in *dtype*). *deterministic* (Megatron's --deterministic-mode with
-        NVTE_ALLOW_NONDETERMINISTIC_ALGO=0): TransformerEngine's `get_attention_backend` drops its cuDNN
-        attention in training below compute capability 9.0 ("Disabling FusedAttention for determinism
-        reasons", transformer_engine/pytorch attention utils) and runs flash-attn 2 with `deterministic`;
+        (attention stays in *dtype*). *deterministic* (TransformerEngine's deterministic attention:
+        NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 or Megatron's --deterministic-mode, `TimingOptions.
+        attention_deterministic`; torchtitan's debug.deterministic): TransformerEngine's
+        `get_attention_backend` drops its cuDNN attention in training below compute capability 9.0
+        ("Disabling FusedAttention for determinism reasons", transformer_engine/pytorch attention utils)
+        and runs flash-attn 2 with `deterministic`;
         on Hopper (compute capability 9.x) and Blackwell's sm100 (10.x) it keeps cuDNN attention, whose
         deterministic backward is the dP-workspace decomposition (`dp_workspace_bytes`), TransformerEngine's
         (*transformer_engine*). Blackwell (`CUDNN_DETERMINISTIC_CAPABILITIES`): TE release 2.18 (e7c550c5,

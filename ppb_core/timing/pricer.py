@@ -220,7 +220,7 @@ class TimeModel:
             framework,
             run.timing.torch_compile,
             run.timing.matmul_dtype,
-            run.timing.deterministic,
+            run.timing.attention_deterministic,  # what TE reads: the env var or --deterministic-mode
             run.timing.transformer_impl == "transformer_engine",
             fused_norm=run.timing.norm_type != "rmsnorm",
             sdpa_backend=run.timing.sdpa_backend,
@@ -233,7 +233,7 @@ class TimeModel:
                 framework,
                 run.timing.torch_compile,
                 None,
-                run.timing.deterministic,
+                run.timing.attention_deterministic,
                 fused_norm=run.timing.norm_type != "rmsnorm",
                 sdpa_backend=run.timing.sdpa_backend,
             )

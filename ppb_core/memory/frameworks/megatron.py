@@ -698,7 +698,8 @@ class MegatronRules(FrameworkRules):
 
     def attention_workspace_bytes(self, kind: LayerKind, setup: MemorySetup) -> float:
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
-        flash attention under Transformer Engine with --deterministic-mode: b·heads·s_q·s_kv·2 bytes of a
+        flash attention under Transformer Engine with deterministic attention (--deterministic-mode or
+        NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, `setup.deterministic`): b·heads·s_q·s_kv·2 bytes of a
         kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). On sm80 TE
         runs flash-attn 2, whose backward allocates its fp32 dQ accumulator and softmax sums
         (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator when deterministic."""
