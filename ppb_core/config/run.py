@@ -1232,6 +1232,44 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
 
 
+def check_timing_words(framework: str, timing: TimingOptions, where: str, whose: str = "run") -> None:
+    """`timing` settings one framework's code reads and another's never does, refused under the other
+    (a run config, and a search spec before its strategies: they hold for every one of them)."""
+    # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
+    fields = TimingOptions.model_fields
+    titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(timing, f) != fields[f].default)
+    if framework != "torchtitan" and titan_kernels:
+        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this {whose}'s framework is {framework}"
+        raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
+    if framework != "megatron" and megatron_words:
+        said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"
+        raise InputError(where, f"timing.{megatron_words[0]}", said)
+    if not timing.batch_broadcast and framework != "megatron":
+        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
+    if not timing.attention_mask_in_dataloader and framework != "megatron":
+        raise InputError(
+            where,
+            "timing.attention_mask_in_dataloader",
+            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
+        )
+    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
+    if timing.pipe_partitioned and framework == "torchtitan":
+        raise InputError(
+            where,
+            "timing.pipe_partitioned",
+            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
+        )
+    if timing.cuda_graph_impl != "none" and framework != "megatron":
+        raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
+    warmup = timing.cuda_graph_warmup_steps
+    if timing.cuda_graph_impl == "none" and warmup != fields["cuda_graph_warmup_steps"].default:
+        # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
+        # `ppb import megatron`; a run without them would read it past without a word
+        said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
+        raise InputError(where, "timing.cuda_graph_warmup_steps", said)
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1240,16 +1278,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
-    # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
-    fields = TimingOptions.model_fields
-    titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
-    if run.framework != "torchtitan" and titan_kernels:
-        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
-        raise InputError(where, f"timing.{titan_kernels[0]}", said)
-    megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(run.timing, f) != fields[f].default)
-    if run.framework != "megatron" and megatron_words:
-        said = f"is Megatron-LM's (docs/timing.md); this run's framework is {run.framework}"
-        raise InputError(where, f"timing.{megatron_words[0]}", said)
+    check_timing_words(run.framework, run.timing, where)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
@@ -1322,29 +1351,6 @@ def _check_run(run: RunConfig, where: str) -> None:
     if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
         said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
         raise InputError(where, f"models.{run.model_names.index(plain_mla[0])}.spec.mla_latent_norms", said)
-    if not run.timing.batch_broadcast and run.framework != "megatron":
-        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
-    if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
-        raise InputError(
-            where,
-            "timing.attention_mask_in_dataloader",
-            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
-        )
-    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
-    if run.timing.pipe_partitioned and run.framework == "torchtitan":
-        raise InputError(
-            where,
-            "timing.pipe_partitioned",
-            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
-        )
-    if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
-        raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
-    warmup = run.timing.cuda_graph_warmup_steps
-    if run.timing.cuda_graph_impl == "none" and warmup != TimingOptions.model_fields["cuda_graph_warmup_steps"].default:
-        # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
-        # `ppb import megatron`; a run without them would read it past without a word
-        said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
-        raise InputError(where, "timing.cuda_graph_warmup_steps", said)
     if par.layout is not None:
         _check_layout(run, where)
     if par.overlap_moe_expert_parallel_comm:
