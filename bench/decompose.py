@@ -2,9 +2,11 @@
 
     python bench/decompose.py [ROW ...]
 
-ROW: a substring of a row's name in bench/public_runs.py (default: the Megatron GPT 1.7B TP1 PP1 row
-and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without recompute only; a pipelined row's layer
-classes are its busiest stage's (the iteration's `compute` term), the schedule's idle time `bubble`.
+ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
+(`strong_scaling_runs`: "strong scaling (96" is the steady state of 576 micro-batches a pipeline;
+default: the Megatron GPT 1.7B TP1 PP1 row and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without
+recompute only; a pipelined row's layer classes are its busiest stage's (the iteration's `compute`
+term), the schedule's idle time `bubble`.
 
 For each row: the measured seconds, ours, and ours split into
 - GEMMs (every matmul op: its kernels, plus what ppb prices beside them: bias-gradient reductions,
@@ -14,7 +16,8 @@ For each row: the measured seconds, ours, and ours split into
 - memory-bound ops by kind: norms, activation (bias-GeLU, SwiGLU), residual adds with their bias and
   dropout, rotary embedding, the loss (cross-entropy over the vocabulary), the embedding lookup;
 - exposed layer collectives (TP all-reduces, reduce-scatters, all-gathers);
-- the iteration's other terms: bubble, p2p, data-parallel communication, optimizer;
+- the iteration's other terms, each its own class: the busiest stage's get_batch broadcasts (and what combined
+  1F1B steps save, negative), bubble, p2p, FSDP and data-parallel communication, optimizer, bookkeeping;
 each with its achieved rate (TFLOP/s of its FLOPs, or TB/s of its HBM bytes) and its share. The
 public per-kernel rates on H100 SXM they compare with are printed under the table (`REFERENCES`).
 Then the measured minus ours, and what one class alone would have to take to close it (its seconds
@@ -43,7 +46,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
 from _public import GPT_SMALL, gpt3_7b_run, run_config  # noqa: E402
-from public_runs import GOLDEN_7B, GOLDEN_7B_H100_WITH_A100, GoldenTimes, PublicRun, config, public_runs  # noqa: E402
+from public_runs import (  # noqa: E402
+    GOLDEN_7B,
+    GOLDEN_7B_H100_WITH_A100,
+    GoldenTimes,
+    PublicRun,
+    config,
+    public_runs,
+    strong_scaling_runs,
+)
 
 from ppb_core.model.switches import LayerType  # noqa: E402
 from ppb_core.model.walk import HEAD, TAIL, walk  # noqa: E402
@@ -63,7 +74,9 @@ MEMORY_KINDS = (
 )
 # The GPU waiting for Megatron's host to launch a layer's kernels (`ppb_core.timing.host`).
 HOST_CLASS = "host (GPU waits for launches)"
-ITERATION_TERMS = ("bubble", "p2p", "fsdp_communication", "dp_communication", "optimizer", "bookkeeping")
+# The busiest stage's `compute` beside its layers (`Iteration.compute_parts`): Megatron's get_batch
+# broadcasts over TP (`ppb_core.timing.batch`) and, negative, what combined 1F1B steps save.
+COMPUTE_PARTS = {"batch_broadcast": "get_batch broadcasts", "combined_saving": "combined 1F1B steps (saved)"}
 
 # Public per-kernel rates on an H100 SXM (BF16) for each class.
 REFERENCES = (
@@ -113,39 +126,41 @@ def _state(layer) -> LayerType:
 
 def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
     """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds. The
-    classes of the layers are the busiest pipeline stage's, as the iteration's `compute` term counts
-    them; the schedule's idle time is `bubble`."""
+    classes of the layers are the busiest pipeline stage's (`Iteration.busiest_stage`), as the
+    iteration's `compute` term counts them, beside that stage's get_batch broadcasts and, negative, what
+    its combined 1F1B steps save (`Iteration.compute_parts`); every other term of the iteration's
+    breakdown (the schedule's idle time `bubble`, p2p, communication, optimizer, ...) is its own class."""
     run = config(row)
     if run.recompute.full is not None or run.recompute.selective:
         raise SystemExit(f"{row.name}: rows without recompute only")
     iteration = run_iteration(run)
     times = TimeModel(run)
     m = run.training.micro_batches
-    placed = list(walk(run))
-    work = defaultdict(float)
-    waits = {}  # seconds the layer's GPU waits for the host (`TimeModel.host`)
-    for layer in placed:
-        host = times.host(layer, _state(layer))
-        waits[layer] = host.forward + host.backward
-        work[layer.stage] += sum(times.layer_times(layer, _state(layer))) / 1e3
-    busiest = max(work, key=work.__getitem__)
     classes: dict[str, Share] = defaultdict(Share)
-    for layer in placed:
-        if layer.stage != busiest:
+    for layer in walk(run):
+        if layer.stage != iteration.busiest_stage:
             continue
-        if waits[layer] > 0:
-            classes[HOST_CLASS].seconds += waits[layer] * m
+        host = times.host(layer, _state(layer))
+        if host.forward + host.backward > 0:
+            classes[HOST_CLASS].seconds += (host.forward + host.backward) * m
         ops = {op.name: op for op in times.ops(layer)}
         for timed in times.breakdown(layer, _state(layer)):
             share = classes[op_class(ops[timed.name])]
             share.seconds += timed.ms / 1e3 * m
             share.flops += timed.flops * m
             share.bytes += timed.bytes * m
-    for term in ITERATION_TERMS:
-        if abs(iteration.breakdown[term]) > 1e-12:
-            classes[term].seconds += iteration.breakdown[term]
+    layers = sum(share.seconds for share in classes.values())
+    parts = iteration.compute_parts
+    assert abs(layers - parts["layers"]) <= 1e-9 * iteration.seconds, (row.name, layers, parts["layers"])
+    assert abs(sum(parts.values()) - iteration.breakdown["compute"]) <= 1e-9 * iteration.seconds, row.name
+    for part, name in COMPUTE_PARTS.items():
+        if abs(parts[part]) > 1e-12:
+            classes[name].seconds += parts[part]
+    for term, seconds in iteration.breakdown.items():
+        if term != "compute" and abs(seconds) > 1e-12:
+            classes[term].seconds += seconds
     total = sum(share.seconds for share in classes.values())
-    assert abs(total - iteration.seconds) < 1e-6 * iteration.seconds, (total, iteration.seconds)
+    assert abs(total - iteration.seconds) <= 1e-9 * iteration.seconds, (row.name, total, iteration.seconds)
     return dict(classes), iteration.seconds
 
 
@@ -258,7 +273,7 @@ def pair_gaps() -> list[tuple[str, float, float]]:
 def main(argv: list[str]) -> int:
     print(f"machine: {machine()}")
     wanted = argv or list(DEFAULT_ROWS)
-    rows = public_runs()
+    rows = public_runs() + strong_scaling_runs()
     for pattern in wanted:
         matches = [row for row in rows if pattern in row.name]
         if not matches:

@@ -314,7 +314,7 @@ def _torchtitan_rows() -> list[MeasuredPeak]:
                     allocated=False,
                     assumptions=(
                         *(("Float8 not modelled in memory",) if "Float8" in technique else ()),
-                        "ppb follows torchtitan v0.2.2's FSDP units, not 9dec370's",
+                        "9dec370's FSDP units (timing.fsdp_units root, bench/_public.py BEFORE_V022)",
                     ),
                 )
             )
@@ -343,7 +343,7 @@ def _torchtitan_scale_rows() -> list[MeasuredPeak]:
             f"{TORCHTITAN}, {table}",
             {
                 **torchtitan_run(name, spec, par, seq, batch // micro_batches, micro_batches, "full", TITAN_H100_96GB),
-                "timing": dict(COMPILED_9DEC370),
+                "timing": {**COMPILED_9DEC370, "fsdp_units": "root"},  # 9dec370 predates 83e694105's split units
             },
             stage=None,
             measured_gib=gib,
@@ -371,6 +371,7 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
                 **torchtitan_run(f"trainy-8b-{nodes}", LLAMA31_8B, {"dp": 8 * nodes}, 8192, 2, 1, op, H200),
                 # the file's command line: enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp
                 "timing": {
+                    "fsdp_units": "root",  # e7c0cae predates 83e694105's split units
                     "torch_compile": True,
                     "matmul_dtype": "fp8",
                     "fp8_recipe": "tensorwise",
@@ -384,8 +385,8 @@ def _torchtitan_h200_rows() -> list[MeasuredPeak]:
             assumptions=(
                 "FSDP's float8 all-gather: the blocks' linears gathered at a byte; Float8Linear's saved inputs "
                 "stay BF16 (force_recompute_fp8_weight_in_bwd's recast not modelled)",
-                "ppb follows torchtitan v0.2.2's FSDP units; e7c0cae's root unit (embedding, norm, output) stays "
-                "gathered from the forward to its backward (FSDP2's root is not resharded after the forward)",
+                "e7c0cae's root unit (embedding, norm, output) resharded after the forward as torch 2.13 does with "
+                "torchtitan's stated reshard_after_forward (the torch of June 2025 may have kept the root gathered)",
                 "the reserved peak taken for the file's figure",
             ),
         )

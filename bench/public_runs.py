@@ -665,18 +665,38 @@ def h100_over_a100() -> list[tuple[str, float, float]]:
 STRONG_SCALING = ((2, 0.47), (48, 432.8 / 989.0), (96, 0.42))  # (DP, published MFU of 989 TFLOP/s)
 
 
+def strong_scaling_runs() -> list[PublicRun]:
+    """The 177B strong-scaling points as rows: seconds from the published MFU (of 989 TFLOP/s) and the
+    table's FLOP count, TP 8 and PP 6 as in the table's row, DP 2, 48 and 96 (`STRONG_SCALING`)."""
+    row = next(r for r in _megatron_runs() if r.name.startswith("Megatron GPT 177B"))
+    flops = megatron_r08_flops(12288, 96, 96, 131072, 4096, 1152)
+    runs = []
+    for dp, mfu in STRONG_SCALING:
+        raw = {**row.raw, "name": f"{row.raw['name']}-dp{dp}", "parallel": {**row.raw["parallel"], "dp": dp}}
+        raw["training"] = {**row.raw["training"], "micro_batches": 1152 // dp}
+        gpus = 8 * 6 * dp
+        runs.append(
+            PublicRun(
+                f"Megatron GPT 177B strong scaling ({gpus} H100, TP8 PP6 DP{dp})",
+                MEGATRON_TABLE,
+                raw,
+                f"MFU {mfu:.1%}",
+                flops / (gpus * mfu * 989e12),
+                (*row.assumptions, "TP 8 and PP 6 at every point, as in the table's row"),
+            )
+        )
+    return runs
+
+
 def strong_scaling() -> list[tuple[int, float, float, float]]:
     """(GPUs, published MFU, ppb's MFU by the table's FLOP count, ppb's seconds) for the 177B model.
 
     Its first point has 576 micro-batches a pipeline: almost no bubble, so it shows the steady state's
     rate apart from the schedule; the ratios between points show the schedule and data parallelism alone."""
-    row = next(r for r in _megatron_runs() if r.name.startswith("Megatron GPT 177B"))
     flops = megatron_r08_flops(12288, 96, 96, 131072, 4096, 1152)
     found = []
-    for dp, mfu in STRONG_SCALING:
-        raw = {**row.raw, "parallel": {**row.raw["parallel"], "dp": dp}}
-        raw["training"] = {**row.raw["training"], "micro_batches": 1152 // dp}
-        seconds = run_iteration(run_config(raw, f"{row.raw['name']}-dp{dp}")).seconds
+    for (dp, mfu), row in zip(STRONG_SCALING, strong_scaling_runs(), strict=True):
+        seconds = run_iteration(config(row)).seconds
         gpus = 8 * 6 * dp
         found.append((gpus, mfu, flops / gpus / seconds / 989e12, seconds))
     return found

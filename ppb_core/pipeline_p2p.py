@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check
+from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check, group_of
 
 PROTOCOLS: tuple[str, ...] = (
     "megatron_sync",
@@ -80,7 +80,9 @@ NONE = -1
 
 
 @lru_cache(maxsize=32)
-def _graph(protocol: str, name: str, stages: int, chunks: int, micro_batches: int, extra: int) -> tuple:
+def _graph(
+    protocol: str, name: str, stages: int, chunks: int, micro_batches: int, extra: int, group: int | None = None
+) -> tuple:
     """The ops and transfers as nodes, and an order of them that respects every wait.
 
     Nodes 0 … n−1 are the ops (stage by stage, in schedule order), n … the transfers (one per input
@@ -88,7 +90,7 @@ def _graph(protocol: str, name: str, stages: int, chunks: int, micro_batches: in
     whose ends each starts after, its stage's previous op first): an op's time index is
     kind·V·P + chunk·P + stage (as `schedules._flat`), a transfer's the chunk·P + stage of the cell whose
     output size it carries."""
-    orders = _orders(name, stages, chunks, micro_batches, extra)
+    orders = _orders(name, stages, chunks, micro_batches, extra, group)
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
     last = stages * chunks - 1
     # a node per op: stage by stage; where[(kind, chunk, stage)][micro-batch] = its index on its stage
@@ -241,21 +243,25 @@ def simulate_p2p(
     micro_batches: int,
     transfer: Sequence[Sequence[float]],
     shorter: Sequence[Sequence[Sequence[float]]] | None = None,
+    group: int | None = None,
 ) -> Timeline:
     """The schedule's timeline with its transfers posted and waited for as *protocol* says (module doc).
 
     *transfer* `[chunk][stage]`: the time a cell's output (or the gradient of it, the same size) takes to
-    reach the next stage. *shorter*: Megatron's combined 1F1B savings as `schedules.simulate` takes them."""
+    reach the next stage. *shorter*: Megatron's combined 1F1B savings as `schedules.simulate` takes them.
+    *group*: the interleaved schedule's micro-batch group (`schedules.check`)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown p2p protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     chunks, stages = len(forward), len(forward[0])
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
     if name not in ("1f1b", "interleaved"):
         raise ValueError(f"the {protocol} protocol is for the 1F1B and interleaved schedules, not {name}")
     if protocol == "torch_1f1b" and name != "1f1b":
         raise ValueError("torch_1f1b is torch.distributed.pipelining's Schedule1F1B: one stage a rank")
     extra = 0 if shorter is None else 1
-    orders, n, topo, times, after = _graph(protocol, name, stages, chunks, micro_batches, extra)
+    orders, n, topo, times, after = _graph(
+        protocol, name, stages, chunks, micro_batches, extra, group_of(name, stages, group)
+    )
     op_times = [t for row in forward for t in row] + [t for row in backward for t in row]
     link_times = [t for row in transfer for t in row]
     saving = _savings(orders, shorter, stages) if shorter is not None else {}

@@ -7,10 +7,15 @@ implementations:
 * ``1f1b`` (Megatron-LM / PipeDream-flush, V = 1): stage s runs min(P − s − 1, m) warm-up
   forwards, then forward-then-backward pairs, then the remaining backwards.
 * ``interleaved`` (Megatron-LM virtual pipeline, V > 1): forwards walk micro-batches in groups
-  of P, chunk 0 first; backwards walk the same groups with the chunks reversed; stage s runs
-  2(P − s − 1) + (V − 1)·P warm-up forwards (clamped to m·V), then forward-then-backward pairs.
+  of g (P unless `--microbatch-group-size-per-virtual-pipeline-stage` says otherwise), chunk 0
+  first; backwards walk the same groups with the chunks reversed; stage s runs
+  2(P − s − 1) + (V − 1)·g warm-up forwards (clamped to m·V), then forward-then-backward pairs
+  (megatron/core/pipeline_parallel/schedules.py `get_schedule_table`, `get_pp_rank_microbatches`,
+  from 4295be1a6c "tunable schedule with overlapping", core_r0.10.0; d98e8a64 the same).
   It needs m ≥ P, and deadlocks (as Megatron-LM would hang) when the last group of
-  micro-batches is too short; such sizes are refused.
+  micro-batches is too short; such sizes are refused. A group g is refused as Megatron refuses it
+  (`forward_backward_pipelining_with_interleaving`): g outside [P, m], or a last group of
+  0 < m mod g < P micro-batches.
 * ``gpipe``: every forward (chunk by chunk), then every backward.
 * ``dualpipev`` (DeepSeek DualPipeV, V = 2 in a V shape: chunk 0 runs stages 0 → P−1, chunk 1
   runs P−1 → 0): the eight steps of DeepSeek's implementation (deepseek-ai/DualPipe,
@@ -60,8 +65,17 @@ def canonical(schedule: str, chunks: int) -> str:
     return name
 
 
-def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
-    """The canonical schedule name, or ValueError when the schedule cannot run these sizes."""
+def group_of(name: str, stages: int, group: int | None) -> int | None:
+    """The interleaved schedule's micro-batch group as the cached orders take it: None for Megatron's
+    default (P, model_parallel_config.py `__post_init__`) and for the schedules that have none."""
+    return None if name != "interleaved" or group is None or group == stages else group
+
+
+def check(schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> str:
+    """The canonical schedule name, or ValueError when the schedule cannot run these sizes.
+
+    *group*: the interleaved schedule's micro-batches a chunk runs at a time (Megatron's
+    `microbatch_group_size_per_vp_stage`; None: P)."""
     if stages < 1 or chunks < 1 or micro_batches < 1:
         raise ValueError(f"stages, chunks and micro-batches must be positive, got {stages}, {chunks}, {micro_batches}")
     name = canonical(schedule, chunks)
@@ -69,7 +83,21 @@ def check(schedule: str, stages: int, chunks: int, micro_batches: int) -> str:
         raise ValueError(
             f"the interleaved schedule needs at least as many micro-batches as stages ({micro_batches} < {stages})"
         )
-    if name == "interleaved" and micro_batches % stages and _deadlocks(name, stages, chunks, micro_batches):
+    if group is not None and name == "interleaved":
+        # forward_backward_pipelining_with_interleaving (d98e8a64): the range's ValueError, the remainder's
+        # RuntimeError ("introduces dependency bubbles")
+        if not stages <= group <= micro_batches:
+            raise ValueError(
+                f"a micro-batch group of {group} is outside Megatron's range "
+                f"[pp {stages}, micro-batches {micro_batches}]"
+            )
+        if 0 < micro_batches % group < stages:
+            raise ValueError(
+                f"{micro_batches} micro-batches in groups of {group} leave a last group of {micro_batches % group}, "
+                f"fewer than pp {stages}: Megatron refuses it"
+            )
+    group = group_of(name, stages, group)
+    if name == "interleaved" and micro_batches % stages and _deadlocks(name, stages, chunks, micro_batches, group):
         raise ValueError(
             f"Megatron-LM's interleaved schedule deadlocks with {micro_batches} micro-batches on {stages} "
             f"stages (its last group of {micro_batches % stages} is shorter than the pipeline)"
@@ -100,25 +128,30 @@ def _one_f_one_b(stages: int, micro_batches: int, extra_warmup: int = 0) -> list
     return orders
 
 
-def _interleaved_table(stages: int, chunks: int, micro_batches: int) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) of each forward slot: groups of P micro-batches, chunk by chunk."""
+def _interleaved_table(chunks: int, micro_batches: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each forward slot: groups of *group* micro-batches (the last the rest),
+    chunk by chunk (schedules.py `get_schedule_table`)."""
     table: list[tuple[int, int]] = []
-    for first in range(0, micro_batches, stages):
-        group = range(first, min(first + stages, micro_batches))
-        table += [(mb, chunk) for chunk in range(chunks) for mb in group]
+    for first in range(0, micro_batches, group):
+        members = range(first, min(first + group, micro_batches))
+        table += [(mb, chunk) for chunk in range(chunks) for mb in members]
     return table
 
 
-def _interleaved(stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> list[list[Op]]:
+def _interleaved(
+    stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
+) -> list[list[Op]]:
     """Every stage's interleaved order: the same forward and backward slots (built once, ops are immutable),
-    each stage warming up with fewer forwards the later it sits."""
-    table = _interleaved_table(stages, chunks, micro_batches)
+    each stage warming up with fewer forwards the later it sits: 2(P − s − 1) + (V − 1)·g
+    (`get_pp_rank_microbatches`); a backward takes its chunk's oldest micro-batch (`input_tensors[chunk].pop(0)`)."""
+    size = stages if group is None else group
+    table = _interleaved_table(chunks, micro_batches, size)
     total = len(table)
     forwards = [Op("F", chunk, mb) for mb, chunk in table]
     backwards = [Op("B", chunks - 1 - chunk, mb) for mb, chunk in table]
     orders = []
     for stage in range(stages):
-        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages + extra_warmup, total)
+        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * size + extra_warmup, total)
         order = forwards[:warmup]
         for i in range(total - warmup):
             order += [forwards[warmup + i], backwards[i]]
@@ -177,14 +210,14 @@ def _dualpipev_rank(stages: int, micro_batches: int, rank: int, made: dict[tuple
 
 @lru_cache(maxsize=64)
 def _orders(
-    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
 ) -> tuple[tuple[Op, ...], ...]:
     """Every stage's order, once per size (a balance asks for them several times; at m = 960 and P = 16
     building them costs a second)."""
     if name == "1f1b":
         orders = _one_f_one_b(stages, micro_batches, extra_warmup)
     elif name == "interleaved":
-        orders = _interleaved(stages, chunks, micro_batches, extra_warmup)
+        orders = _interleaved(stages, chunks, micro_batches, extra_warmup, group)
     elif name == "gpipe":
         orders = [_gpipe(chunks, micro_batches)] * stages
     else:
@@ -192,33 +225,38 @@ def _orders(
     return tuple(tuple(order) for order in orders)
 
 
-def stage_orders(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[Op]]:
+def stage_orders(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> list[list[Op]]:
     """Every stage's ops, in the order the schedule runs them."""
-    return [
-        list(order) for order in _orders(check(schedule, stages, chunks, micro_batches), stages, chunks, micro_batches)
-    ]
+    name = check(schedule, stages, chunks, micro_batches, group)
+    return [list(order) for order in _orders(name, stages, chunks, micro_batches, 0, group_of(name, stages, group))]
 
 
 # ---------------------------------------------------------------------------------------------
 # Micro-batches in flight
 
 
-def in_flight_vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[tuple[int, ...]]]:
+def in_flight_vectors(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> list[list[tuple[int, ...]]]:
     """Per stage, the Pareto-maximal vectors (micro-batches held per chunk) over the iteration.
 
     A stage's activation memory peaks at one of these vectors whatever each chunk keeps per
     micro-batch, so charging every one of them is exact where one per-chunk count is not.
     """
-    name = check(schedule, stages, chunks, micro_batches)
-    return [list(stage) for stage in _in_flight_vectors(name, stages, chunks, micro_batches)]
+    name = check(schedule, stages, chunks, micro_batches, group)
+    return [
+        list(stage) for stage in _in_flight_vectors(name, stages, chunks, micro_batches, group_of(name, stages, group))
+    ]
 
 
 @lru_cache(maxsize=64)
 def _in_flight_vectors(
-    name: str, stages: int, chunks: int, micro_batches: int
+    name: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
     vectors: list[tuple[tuple[int, ...], ...]] = []
-    for order in _orders(name, stages, chunks, micro_batches):
+    for order in _orders(name, stages, chunks, micro_batches, 0, group):
         held = [0] * chunks
         seen: set[tuple[int, ...]] = set()
         for op in order:
@@ -234,21 +272,23 @@ def _in_flight_vectors(
 
 
 def backward_vectors(
-    schedule: str, stages: int, chunks: int, micro_batches: int
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
 ) -> list[list[tuple[tuple[int, ...], int]]]:
     """Per stage, the micro-batches held per chunk as each backward starts (its own micro-batch still
     held) and that backward's chunk: for each chunk, the Pareto-maximal such vectors. What is alive
     while one chunk's backward runs, where a chunk's working set matters more than the peak vector's."""
-    name = check(schedule, stages, chunks, micro_batches)
-    return [list(stage) for stage in _backward_vectors(name, stages, chunks, micro_batches)]
+    name = check(schedule, stages, chunks, micro_batches, group)
+    return [
+        list(stage) for stage in _backward_vectors(name, stages, chunks, micro_batches, group_of(name, stages, group))
+    ]
 
 
 @lru_cache(maxsize=64)
 def _backward_vectors(
-    name: str, stages: int, chunks: int, micro_batches: int
+    name: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
 ) -> tuple[tuple[tuple[tuple[int, ...], int], ...], ...]:
     found: list[tuple[tuple[tuple[int, ...], int], ...]] = []
-    for order in _orders(name, stages, chunks, micro_batches):
+    for order in _orders(name, stages, chunks, micro_batches, 0, group):
         held = [0] * chunks
         seen: dict[int, set[tuple[int, ...]]] = {}
         for op in order:
@@ -267,7 +307,7 @@ def _backward_vectors(
 
 
 def combined_steps(
-    schedule: str, stages: int, chunks: int, micro_batches: int
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
 ) -> list[list[tuple[tuple[int, ...], int, int]]]:
     """Per stage, the steps of Megatron-Core's combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`):
     (micro-batches held per chunk as the step starts, the chunk of its forward, the chunk of its backward).
@@ -279,13 +319,13 @@ def combined_steps(
     steady forward-and-backward pair then runs as one step, layer beside layer
     (`combined_forward_backward_step`). Before and after the steps the orders are the schedule's.
     """
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
     if name not in ("1f1b", "interleaved") or (name == "1f1b" and stages > 1):
         raise ValueError(
             f"Megatron-Core runs the combined 1F1B schedule only interleaved or without pipelining, not {name}"
         )
     steps: list[list[tuple[tuple[int, ...], int, int]]] = []
-    for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1):
+    for order in _orders(name, stages, chunks, micro_batches, 1, group_of(name, stages, group)):
         held = [0] * chunks
         found = []
         for index, op in enumerate(order):
@@ -308,26 +348,28 @@ def _pairs(order: Sequence[Op], index: int) -> bool:
     return op.kind == "F" and following.kind == "B" and not own
 
 
-def combined_pairs(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[tuple[int, int]]]:
+def combined_pairs(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> list[list[tuple[int, int]]]:
     """Per stage, the (forward chunk, backward chunk) of each step of Megatron-Core's combined 1F1B that
     runs a forward beside a backward (`_steady_backwards`), in order."""
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
     return [
         [(order[i - 1].chunk, order[i].chunk) for i in sorted(_steady_backwards(order))]
-        for order in _orders(name, stages, chunks, micro_batches, extra_warmup=1)
+        for order in _orders(name, stages, chunks, micro_batches, 1, group_of(name, stages, group))
     ]
 
 
 def combined_in_flight_vectors(
-    stages: int, chunks: int, micro_batches: int, schedule: str
+    stages: int, chunks: int, micro_batches: int, schedule: str, group: int | None = None
 ) -> list[list[tuple[int, ...]]]:
     """Per stage, the Pareto-maximal per-chunk counts the combined 1F1B schedule holds between its steps
     (after each warm-up forward and as each step starts; within a step see `combined_steps`)."""
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
     vectors: list[list[tuple[int, ...]]] = []
     for order, steps in zip(
-        _orders(name, stages, chunks, micro_batches, extra_warmup=1),
-        combined_steps(schedule, stages, chunks, micro_batches),
+        _orders(name, stages, chunks, micro_batches, 1, group_of(name, stages, group)),
+        combined_steps(schedule, stages, chunks, micro_batches, group),
         strict=True,
     ):
         held = [0] * chunks
@@ -343,7 +385,9 @@ def combined_in_flight_vectors(
     return vectors
 
 
-def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> list[list[int]]:
+def micro_batches_in_flight(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> list[list[int]]:
     """[chunk][stage]: micro-batches of each chunk a stage holds when it holds the most micro-batches.
 
     With the same activation per micro-batch in every chunk this is the stage's peak exactly.
@@ -352,8 +396,8 @@ def micro_batches_in_flight(schedule: str, stages: int, chunks: int, micro_batch
     is the first forward of the steady state, where chunk 0 holds the most.
     """
     result = [[0] * stages for _ in range(chunks)]
-    name = check(schedule, stages, chunks, micro_batches)
-    for stage, order in enumerate(_orders(name, stages, chunks, micro_batches)):
+    name = check(schedule, stages, chunks, micro_batches, group)
+    for stage, order in enumerate(_orders(name, stages, chunks, micro_batches, 0, group_of(name, stages, group))):
         held = [0] * chunks
         best: list[int] | None = None
         for op in order:
@@ -425,12 +469,14 @@ def cell_order(schedule: str, stages: int, chunks: int) -> list[tuple[int, int]]
 
 
 @lru_cache(maxsize=64)
-def _structure(name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> tuple:
+def _structure(
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
+) -> tuple:
     """The ops in an order that respects every dependency, with each op's input; None if it deadlocks.
 
     The stages are visited in turn, each running as many of its ops as have their input, until every op
     has run (or none can: a deadlock). Ops are numbered ((kind·V + chunk)·P + stage)·m + micro-batch."""
-    orders = _orders(name, stages, chunks, micro_batches, extra_warmup)
+    orders = _orders(name, stages, chunks, micro_batches, extra_warmup, group)
     m = micro_batches
     cell_at = {_position(name, stages, c, s): (c, s) for c in range(chunks) for s in range(stages)}
     last = stages * chunks - 1
@@ -481,8 +527,8 @@ def _structure(name: str, stages: int, chunks: int, micro_batches: int, extra_wa
     return orders, topo
 
 
-def _deadlocks(name: str, stages: int, chunks: int, micro_batches: int) -> bool:
-    return _structure(name, stages, chunks, micro_batches)[1] is None
+def _deadlocks(name: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> bool:
+    return _structure(name, stages, chunks, micro_batches, 0, group)[1] is None
 
 
 def simulate(
@@ -493,6 +539,7 @@ def simulate(
     transfer: Sequence[Sequence[float]] | None = None,
     blocking: bool = True,
     combined: Sequence[Sequence[Sequence[float]]] | None = None,
+    group: int | None = None,
 ) -> Timeline:
     """Run the schedule with per-cell times `forward[chunk][stage]`, `backward[chunk][stage]`.
 
@@ -514,11 +561,14 @@ def simulate(
     forward-and-backward pair runs as one step, the backward that much shorter than alone (the pair's
     overlap, `ppb_core.timing.combined`). The step's backward starts when its forward ends here (in
     Megatron both wait for their inputs at the step's start).
+
+    *group*: the interleaved schedule's micro-batch group (`check`).
     """
     chunks, stages = len(forward), len(forward[0])
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
+    group = group_of(name, stages, group)
     extra = 0 if combined is None else 1
-    orders, topo = _structure(name, stages, chunks, micro_batches, extra)
+    orders, topo = _structure(name, stages, chunks, micro_batches, extra, group)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
     last = stages * chunks - 1
@@ -541,8 +591,8 @@ def simulate(
     # per op in dependency order (`_flat`): its time and what it sends (cells laid out kind·V·P + chunk·P + stage)
     cells = [t for row in forward for t in row] + [t for row in backward for t in row]
     sends = [t for row in send_forward for t in row] + [t for row in send_backward for t in row]
-    durations, previous, needed = _columns(name, stages, chunks, micro_batches, extra)
-    places, crossing = _places(name, stages, chunks, micro_batches, extra)
+    durations, previous, needed = _columns(name, stages, chunks, micro_batches, extra, group)
+    places, crossing = _places(name, stages, chunks, micro_batches, extra, group)
     times, ready_after = list(durations(cells)), None
     if combined is not None:
         steady = [_steady_backwards(order) for order in orders]
@@ -590,11 +640,11 @@ def _steady_backwards(order: Sequence[Op]) -> set[int]:
 
 @lru_cache(maxsize=64)
 def _flat(
-    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
 ) -> tuple[tuple[int, int, int], ...]:
     """The ops in dependency order as (duration index, previous op's position, input's position),
     positions in this same order, -1 for none; duration index kind·V·P + chunk·P + stage."""
-    orders, topo = _structure(name, stages, chunks, micro_batches, extra_warmup)
+    orders, topo = _structure(name, stages, chunks, micro_batches, extra_warmup, group)
     if topo is None:
         raise RuntimeError(f"schedule {name} deadlocks at P={stages}, V={chunks}, m={micro_batches}")
     position = [[0] * len(order) for order in orders]
@@ -615,28 +665,28 @@ def _flat(
 
 
 def op_graph(
-    schedule: str, stages: int, chunks: int, micro_batches: int
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
 ) -> tuple[tuple[tuple[str, int, int], int, int], ...]:
     """Every op of the schedule in an order that respects its dependencies, as ((kind, chunk, stage)
     of the cell whose time it takes, position of the stage's previous op, position of its input),
     positions in this same order and -1 for none. Each op ends at max(its two predecessors' ends) +
     its cell's time, so the iteration is the longest path through this graph; the balancer's
     every-path relaxation (`ChoiceModel.add_every_path`) is written from it."""
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
     per_kind = chunks * stages
     return tuple(
         (("F" if duration < per_kind else "B", (duration % per_kind) // stages, duration % stages), previous, needed)
-        for duration, previous, needed in _flat(name, stages, chunks, micro_batches)
+        for duration, previous, needed in _flat(name, stages, chunks, micro_batches, 0, group_of(name, stages, group))
     )
 
 
 @lru_cache(maxsize=64)
 def _places(
-    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
 ) -> tuple[list[tuple[int, int]], list[bool]]:
     """Per op in `_flat`'s order: its (stage, index in the stage's order), and whether its input comes from
     another stage (a transfer over a link)."""
-    _, topo = _structure(name, stages, chunks, micro_batches, extra_warmup)
+    _, topo = _structure(name, stages, chunks, micro_batches, extra_warmup, group)
     assert topo is not None
     places = [(stage, index) for stage, index, _ in topo]
     crossing = [needed is not None and needed[0] != stage for stage, _, needed in topo]
@@ -644,17 +694,25 @@ def _places(
 
 
 @lru_cache(maxsize=64)
-def _columns(name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0) -> tuple:
+def _columns(
+    name: str, stages: int, chunks: int, micro_batches: int, extra_warmup: int = 0, group: int | None = None
+) -> tuple:
     """`_flat` as columns: each op's duration (a getter over the cell durations), previous op and input."""
-    flat = _flat(name, stages, chunks, micro_batches, extra_warmup)
+    flat = _flat(name, stages, chunks, micro_batches, extra_warmup, group)
     durations = itemgetter(*(duration for duration, _, _ in flat))
     return durations, [previous for _, previous, _ in flat], [needed for _, _, needed in flat]
 
 
-def _ends(name: str, forward: Sequence[Sequence[float]], backward: Sequence[Sequence[float]], m: int) -> list[float]:
+def _ends(
+    name: str,
+    forward: Sequence[Sequence[float]],
+    backward: Sequence[Sequence[float]],
+    m: int,
+    group: int | None = None,
+) -> list[float]:
     """Every op's end in `_flat`'s order, then a 0 for "no op": max(its two predecessors' ends) + its time."""
     chunks, stages = len(forward), len(forward[0])
-    durations, previous, needed = _columns(name, stages, chunks, m)
+    durations, previous, needed = _columns(name, stages, chunks, m, 0, group)
     ends = [0.0] * (len(previous) + 1)
     cells = [t for row in forward for t in row] + [t for row in backward for t in row]
     for i, (duration, p, q) in enumerate(zip(durations(cells), previous, needed, strict=True)):
@@ -668,17 +726,19 @@ def makespan(
     forward: Sequence[Sequence[float]],
     backward: Sequence[Sequence[float]],
     micro_batches: int,
+    group: int | None = None,
 ) -> float:
     """`simulate(...).makespan` without the timeline: the same longest path, several times faster."""
-    name = check(schedule, len(forward[0]), len(forward), micro_batches)
-    return max(_ends(name, forward, backward, micro_batches))
+    stages = len(forward[0])
+    name = check(schedule, stages, len(forward), micro_batches, group)
+    return max(_ends(name, forward, backward, micro_batches, group_of(name, stages, group)))
 
 
 @lru_cache(maxsize=64)
-def _last_ops(name: str, stages: int, chunks: int, micro_batches: int) -> tuple[int, ...]:
+def _last_ops(name: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> tuple[int, ...]:
     """Each stage's last op's position in `_flat`'s order, stage by stage."""
     last: dict[int, int] = {}
-    for i, (duration, _, _) in enumerate(_flat(name, stages, chunks, micro_batches)):
+    for i, (duration, _, _) in enumerate(_flat(name, stages, chunks, micro_batches, 0, group)):
         last[duration % stages] = i
     return tuple(last[stage] for stage in sorted(last))
 
@@ -688,12 +748,15 @@ def critical_counts(
     forward: Sequence[Sequence[float]],
     backward: Sequence[Sequence[float]],
     micro_batches: int,
+    group: int | None = None,
 ) -> dict[tuple[str, int, int], int]:
     """`simulate(...).path_counts()` without the timeline: how many ops of each (kind, chunk, stage)
     a longest path runs (ties broken as `simulate` breaks them: the stage's previous op first)."""
     chunks, stages = len(forward), len(forward[0])
-    name = check(schedule, stages, chunks, micro_batches)
-    return _path_counts(name, stages, chunks, micro_batches, _ends(name, forward, backward, micro_batches))
+    name = check(schedule, stages, chunks, micro_batches, group)
+    group = group_of(name, stages, group)
+    ends = _ends(name, forward, backward, micro_batches, group)
+    return _path_counts(name, stages, chunks, micro_batches, ends, group)
 
 
 def longest_path(
@@ -701,21 +764,23 @@ def longest_path(
     forward: Sequence[Sequence[float]],
     backward: Sequence[Sequence[float]],
     micro_batches: int,
+    group: int | None = None,
 ) -> tuple[float, dict[tuple[str, int, int], int]]:
     """`makespan` and `critical_counts` from one run of the ops (a separation step needs both)."""
     chunks, stages = len(forward), len(forward[0])
-    name = check(schedule, stages, chunks, micro_batches)
-    ends = _ends(name, forward, backward, micro_batches)
-    return max(ends), _path_counts(name, stages, chunks, micro_batches, ends)
+    name = check(schedule, stages, chunks, micro_batches, group)
+    group = group_of(name, stages, group)
+    ends = _ends(name, forward, backward, micro_batches, group)
+    return max(ends), _path_counts(name, stages, chunks, micro_batches, ends, group)
 
 
 def _path_counts(
-    name: str, stages: int, chunks: int, micro_batches: int, ends: Sequence[float]
+    name: str, stages: int, chunks: int, micro_batches: int, ends: Sequence[float], group: int | None = None
 ) -> dict[tuple[str, int, int], int]:
     """The counts of the longest path the ends (in `_flat`'s order, then 0) give, walked back from the last
     op to end (the first stage's among equals)."""
-    flat = _flat(name, stages, chunks, micro_batches)
-    here = max(_last_ops(name, stages, chunks, micro_batches), key=ends.__getitem__)
+    flat = _flat(name, stages, chunks, micro_batches, 0, group)
+    here = max(_last_ops(name, stages, chunks, micro_batches, group), key=ends.__getitem__)
     counts: dict[tuple[str, int, int], int] = {}
     per_kind = chunks * stages
     while here >= 0:
@@ -735,18 +800,21 @@ def critical_counts_many(
     schedule: str,
     weightings: Sequence[tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
     micro_batches: int,
+    group: int | None = None,
 ) -> list[dict[tuple[str, int, int], int]]:
     """`critical_counts` of each (forward, backward) weighting: the same counts, computed for many
     weightings at once a level of the schedule's graph at a time (`_levels`), several times faster."""
     if not weightings:
         return []
     chunks, stages = len(weightings[0][0]), len(weightings[0][0][0])
-    name = check(schedule, stages, chunks, micro_batches)
+    name = check(schedule, stages, chunks, micro_batches, group)
+    group = group_of(name, stages, group)
     if len(weightings) < MANY_WEIGHTINGS:
         return [
-            _path_counts(name, stages, chunks, micro_batches, _ends(name, f, b, micro_batches)) for f, b in weightings
+            _path_counts(name, stages, chunks, micro_batches, _ends(name, f, b, micro_batches, group), group)
+            for f, b in weightings
         ]
-    graph = _levels(name, stages, chunks, micro_batches)
+    graph = _levels(name, stages, chunks, micro_batches, group)
     cells = np.array(
         [[t for row in forward for t in row] + [t for row in backward for t in row] for forward, backward in weightings]
     ).T
@@ -808,8 +876,8 @@ class _Levels:
 
 
 @lru_cache(maxsize=16)
-def _levels(name: str, stages: int, chunks: int, micro_batches: int) -> _Levels:
-    flat = _flat(name, stages, chunks, micro_batches)
+def _levels(name: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> _Levels:
+    flat = _flat(name, stages, chunks, micro_batches, 0, group)
     n = len(flat)
     level = [0] * (n + 1)  # level[-1] = 0: "no op"
     for i, (_, previous, needed) in enumerate(flat):
@@ -831,7 +899,7 @@ def _levels(name: str, stages: int, chunks: int, micro_batches: int) -> _Levels:
         spans.append((lo, hi, previous[lo:hi], needed[lo:hi]))
         lo = hi
     duration = np.array([flat[old][0] for old in order] + [2 * chunks * stages], dtype=np.intp)
-    last = np.array([number[i] for i in _last_ops(name, stages, chunks, micro_batches)], dtype=np.intp)
+    last = np.array([number[i] for i in _last_ops(name, stages, chunks, micro_batches, group)], dtype=np.intp)
     return _Levels(n, duration, previous, needed, tuple(spans), last)
 
 
@@ -840,9 +908,10 @@ def iteration_time(
     forward: Sequence[Sequence[float]],
     backward: Sequence[Sequence[float]],
     micro_batches: int,
+    group: int | None = None,
 ) -> float:
     """The iteration time of the schedule for uneven cells: its critical path, found by running it."""
-    return simulate(schedule, forward, backward, micro_batches).makespan
+    return simulate(schedule, forward, backward, micro_batches, group=group).makespan
 
 
 def closed_form_time(

@@ -102,3 +102,41 @@ def test_the_small_ci_case_s_seconds_are_the_median_of_its_logged_iterations(ben
     assert errors["h100"] == pytest.approx(3652 * (80.9 - 67.4) * 1e-6 / 0.24667, abs=0.01)
     assert errors["a100"] == pytest.approx(3652 * (112.3 - 110.9) * 1e-6 / 0.405835, abs=0.01)
     assert abs(errors["gb200"]) < 2e-3
+
+
+def test_every_row_it_accepts_adds_up_to_its_iteration(bench):
+    accepted = 0
+    for row in bench.public_runs():
+        try:
+            classes, seconds = bench.decompose(row)  # asserts layers, compute and total add up
+        except SystemExit:
+            continue
+        accepted += 1
+        assert sum(share.seconds for share in classes.values()) == pytest.approx(seconds, rel=1e-9)
+    assert accepted >= 30  # the rows without recompute (33 at f9f58a7)
+
+
+def test_get_batch_broadcasts_are_their_own_class(bench):
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Megatron CI GPT 7B TP4 PP1 (H100)")]
+    classes, _ = bench.decompose(row)
+    # One stage reads the whole batch: get_batch_on_this_tp_rank broadcasts over TP 4 tokens, position ids
+    # and labels (int64) and the loss mask (fp32), b·s = 2·8192 = 16,384 each, and the data loader's bool
+    # causal mask b·s·s = 134,217,728 bytes (pretrain_gpt.py get_batch, megatron/core/utils.py, d98e8a64):
+    # 16,384·(3·8 + 4) + 134,217,728 = 134,676,480 bytes. NCCL's ring broadcast at ppb's H100 NVLink rate
+    # (450 GB/s a direction at comm_efficiency 0.8: 360 GB/s) plus 3 steps of 5 us latency a tensor:
+    # 134,676,480 / 360e9 + 5·15e-6 = 449.10 us a micro-batch; 2 micro-batches.
+    expected = 2 * (134_676_480 / 360e9 + 5 * 3 * 5e-6)
+    assert classes["get_batch broadcasts"].seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_strong_scaling_steady_state_is_a_row_it_decomposes(bench):
+    (row,) = [row for row in bench.strong_scaling_runs() if "(96 H100" in row.name]
+    # Megatron-LM core_r0.8.0 README: the 177B model (h 12288, 96 layers, vocabulary 131072, s 4096) at batch
+    # 1152 on 96 H100 at 47% MFU. r0.8.0's count, 12·B·s·L·h²·((1 + 1 + s/h) + 4 + V/(2·L·h)) =
+    # 5.24388e18 FLOPs, over 96 · 0.47 · 989e12 FLOP/s: 117.513 s.
+    flops = 12 * 1152 * 4096 * 96 * 12288**2 * ((2 + 4096 / 12288) + 4 + 131072 / (2 * 96 * 12288))
+    assert row.seconds == pytest.approx(flops / (96 * 0.47 * 989e12), rel=1e-12)
+    assert row.seconds == pytest.approx(117.513, abs=1e-3)
+    classes, seconds = bench.decompose(row)  # asserts they add up
+    # 1152 sequences over DP 2: 576 micro-batches a pipeline, so the bubble is a sliver of the iteration
+    assert classes["bubble"].seconds < 0.001 * seconds

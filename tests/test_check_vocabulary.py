@@ -3,8 +3,9 @@
 `build_tokenizer`, Megatron-LM d98e8a64): `--vocab-size` only where the tokenizer reads it
 (NullTokenizer exactly, TikTokenizer or its 2**17 default), the GPT-2 BPE's own 50257 entries
 (pretrain_gpt.py's default tokenizer, which reads no `--vocab-size`), a file tokenizer's size from
-`--tokenizer-vocab` on import and not compared by check. A launch imported then checked passes; the
-same launch with another tokenizer or size is refused in one line naming the flag and both values."""
+`--tokenizer-vocab` on import and not compared by check where the file is not on this machine. A launch
+imported then checked passes; the same launch with another tokenizer or size is refused in one line
+naming the flag and both values."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ BASE = (
     "--use-distributed-optimizer --swiglu --untie-embeddings-and-output-weights --position-embedding-type rope"
 )
 NULL = "--tokenizer-type NullTokenizer --vocab-size 128256"
-HF_NOTE = (
-    "--tokenizer-type HuggingFaceTokenizer reads its vocabulary from the tokenizer's file, which the plan does "
-    "not hold: not compared with the run config's vocab_size"
+HF_NOTE = (  # a hub name is no file here (tests/test_check_tokenizer_file.py reads files that are)
+    "--tokenizer-model meta-llama/Meta-Llama-3-8B is no file or folder on this machine (a hub name or another "
+    "machine's path): the tokenizer's vocabulary is not compared with the run config's vocab_size"
 )
 
 

@@ -298,8 +298,9 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--recompute-granularity selective --recompute-modules core_atn", "--recompute-modules"),
         ("--num-layers-per-virtual-pipeline-stage 2", "--pipeline-model-parallel-size"),  # pp 1
         (
+            # dp 4, 24 / 4 = 6 micro-batches in groups of 5: a last group of 1 < pp 2, which Megatron refuses
             "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
-            "--microbatch-group-size-per-virtual-pipeline-stage 3",
+            "--microbatch-group-size-per-virtual-pipeline-stage 5 --global-batch-size 24",
             "--microbatch-group-size-per-virtual-pipeline-stage",
         ),
     ],
@@ -374,6 +375,20 @@ def test_optimizer_instances_are_carried() -> None:
     with pytest.raises(InputError) as caught:  # without the distributed optimizer: nothing to shard
         run_config_of(import_megatron(f"{BASE} --num-distributed-optimizer-instances 2", 8, "h100-80gb"), "case")
     assert caught.value.field == "--num-distributed-optimizer-instances"
+
+
+def test_the_micro_batch_group_is_carried_where_the_interleaved_schedule_reads_it() -> None:
+    # 8 GPUs over pp 2: dp 4; --global-batch-size 40 / (1 · 4) = 10 micro-batches; groups of 5 (model_parallel_config.py
+    # microbatch_group_size_per_vp_stage) run by the interleaved schedule only (schedules.py, d98e8a64)
+    pipeline = (
+        "--pipeline-model-parallel-size 2 --global-batch-size 40 --microbatch-group-size-per-virtual-pipeline-stage 5"
+    )
+    imported = import_megatron(f"{BASE} {pipeline} --num-virtual-stages-per-pipeline-rank 2", 8, "h100-80gb")
+    assert imported.raw["parallel"]["microbatch_group_size_per_vp_stage"] == 5
+    assert run_config_of(imported, "case").parallel.microbatch_group_size_per_vp_stage == 5
+    assert not imported.notes
+    plain = import_megatron(f"{BASE} {pipeline}", 8, "h100-80gb")  # no virtual stages: never read
+    assert "microbatch_group_size_per_vp_stage" not in plain.raw["parallel"] and not plain.notes
 
 
 def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:

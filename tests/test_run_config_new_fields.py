@@ -26,6 +26,9 @@ def _run(name: str) -> dict[str, Any]:
 
 
 MEGATRON, TITAN, MINDFORMERS = "llama3-8b.yaml", "llama3.1-8b-torchtitan.yaml", "mindformers"
+GROUP = "parallel.microbatch_group_size_per_vp_stage"
+INTERLEAVED = {"vpp": 2, "schedule": "interleaved"}  # llama3-8b: pp 4, 8 micro-batches
+TITAN_PP = {"dp": 4, "pp": 2, "vpp": 2, "schedule": "interleaved"}
 CASES = [
     # (base run, section, values, the field named, words of the problem)
     (MEGATRON, "timing", {"fsdp_units": "root"}, "timing.fsdp_units", "torchtitan's"),
@@ -59,6 +62,13 @@ CASES = [
     (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
     (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
+    # Megatron's --microbatch-group-size-per-virtual-pipeline-stage (schedules.py, d98e8a64)
+    (MEGATRON, "parallel", {"microbatch_group_size_per_vp_stage": 4}, "parallel", "interleaved schedule's group"),
+    (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 3}, GROUP, "outside"),
+    (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 6}, GROUP, "last group of 2"),
+    (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 0}, GROUP, "greater than 0"),
+    (TITAN, "parallel", {**TITAN_PP, "microbatch_group_size_per_vp_stage": 2}, GROUP, "framework is torchtitan"),
+    (MINDFORMERS, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 4}, GROUP, "mindformers"),
 ]
 
 

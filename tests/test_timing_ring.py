@@ -14,7 +14,7 @@ from ppb_core.timing.comm import collective_seconds
 from ppb_core.timing.flops import Collective, OpGeometry, layer_ops
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import op_launches
-from ppb_core.timing.pricer import TimeModel
+from ppb_core.timing.pricer import TimeModel, torchtitan_overlap
 from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
 
 LLAMA_8B_LAYER = {
@@ -27,9 +27,12 @@ LLAMA_8B_LAYER = {
 }
 
 
-def _ops(framework: str, cp: int, s: int = 1024, repeat_kv: bool = True) -> dict:
-    """One layer's ops; torchtitan's with *repeat_kv* as before ff0829c10 (its published CP runs)."""
-    run = parse_run_config(
+def _run(
+    framework: str, cp: int, s: int = 1024, repeat_kv: bool = True, compiled: bool = False, overlap: dict | None = None
+):
+    timing = {"repeat_kv": repeat_kv, "torch_compile": compiled} if framework == "torchtitan" else {}
+    timing |= {"overlap": overlap} if overlap else {}
+    return parse_run_config(
         {
             "name": "x",
             "framework": framework,
@@ -37,9 +40,14 @@ def _ops(framework: str, cp: int, s: int = 1024, repeat_kv: bool = True) -> dict
             "parallel": {"cp": cp, "dp": 8 // cp},
             "training": {"seq_length": s, "micro_batch_size": 1, "flash_attention": True},
             "device": {"name": "h100-80gb"},
-            "timing": {"repeat_kv": repeat_kv} if framework == "torchtitan" else {},
+            "timing": timing,
         }
     )
+
+
+def _ops(framework: str, cp: int, s: int = 1024, repeat_kv: bool = True, compiled: bool = False) -> dict:
+    """One layer's ops; torchtitan's with *repeat_kv* as before ff0829c10 (its published CP runs)."""
+    run = _run(framework, cp, s, repeat_kv, compiled)
     ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
     return {op.name: op for op in ops}
 
@@ -90,6 +98,38 @@ def test_torchtitan_s_merges_and_gradient_sums_per_element():
     assert merge_bytes("torchtitan", 2, 1.0, 0.0, 0.0) == (50.0, 0.0)
     assert merge_bytes("torchtitan", 2, 0.0, 1.0, 0.0) == (0.0, 30.0)
     assert merge_bytes("torchtitan", 2, 0.0, 0.0, 1.0) == (8.0, 57.0)
+
+
+def test_torchtitan_s_compiled_merges_per_element():
+    # The ring traced into the block's Inductor graph, last rank (every later step whole rows).
+    # cp 2: step 1's merge reads step 0's bf16 output (its fp32 cast fused in) 2 and its own 2, writes
+    # the bf16 result (`results()`'s cast fused in) 2: 6; K, V: one send-buffer cat, read 2 write 2: 4.
+    # Backward: dQ's chain (zeros, two bf16 adds, the cast back) one kernel: read 2·2, write 2 = 6;
+    # dK, dV: step 0 into the fp32 send buffer 2 + 4 = 6, step 1 half (4 + 2 + 4) half (4 + 4) = 9,
+    # the last received cast back 4 + 2 = 6, the K, V cat 4: 25.
+    assert merge_bytes("torchtitan", 2, 1.0, 0.0, 0.0, compiled=True) == (6.0, 0.0)
+    assert merge_bytes("torchtitan", 2, 0.0, 1.0, 0.0, compiled=True) == (0.0, 6.0)
+    assert merge_bytes("torchtitan", 2, 0.0, 0.0, 1.0, compiled=True) == (4.0, 25.0)
+    # cp 4: forward steps 1, 2, 3: (2 + 2 + 4) + (4 + 2 + 4) + (4 + 2 + 2) = 26; dQ 4·2 + 2 = 10;
+    # dK, dV 6 + 3·9 + 6 + 4 = 43.
+    assert merge_bytes("torchtitan", 4, 1.0, 1.0, 1.0, compiled=True) == (30.0, 53.0)
+    # Megatron's count does not depend on it
+    assert merge_bytes("megatron", 4, 1.0, 1.0, 1.0, compiled=True) == merge_bytes("megatron", 4, 1.0, 1.0, 1.0)
+    # the op: s 1024, cp 2 → 512 tokens, 32 heads of 128: 2,097,152 output (= query) elements; K, V
+    # widened to 32 heads: 4,194,304. Forward 6·2,097,152 + 4·4,194,304; backward 6·2,097,152 + 25·4,194,304.
+    merge = _ops("torchtitan", 2, compiled=True)["cp_merge"]
+    assert (merge.bytes, merge.backward_bytes) == (6 * 2_097_152 + 4 * 4_194_304, 6 * 2_097_152 + 25 * 4_194_304)
+
+
+def test_compiled_torchtitan_waits_for_each_ring_exchange():
+    # `_maybe_wrap_tensor` waits right behind a traced collective: nothing of the ring's exchanges is
+    # hidden under torch.compile (cp_ring 0) unless the run states a share; eager torchtitan and
+    # Megatron keep the default 1.0.
+    assert torchtitan_overlap(_run("torchtitan", 2, compiled=True)).cp_ring == 0.0
+    assert torchtitan_overlap(_run("torchtitan", 2)).cp_ring == 1.0
+    assert torchtitan_overlap(_run("megatron", 2)).cp_ring == 1.0
+    stated = _run("torchtitan", 2, compiled=True, overlap={"cp_ring": 0.5})
+    assert torchtitan_overlap(stated).cp_ring == 0.5  # a share the run states is kept
 
 
 def test_megatron_s_corrections_per_element():

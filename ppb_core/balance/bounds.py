@@ -65,7 +65,7 @@ def busy_family(problem: BalanceInput) -> list[Path]:
 def drain_family(problem: BalanceInput) -> list[Path]:
     """Per stage k: fill, stage k up to its last forward, then that micro-batch to the end and back."""
     name, P, V, m = problem.schedule_name, problem.stages, problem.chunks, problem.micro_batches
-    orders = stage_orders(name, P, V, m)
+    orders = stage_orders(name, P, V, m, problem.group)
     cells = cell_order(name, P, V)
     position = {cell: i for i, cell in enumerate(cells)}
     family = []
@@ -91,7 +91,8 @@ def nudged_family(problem: BalanceInput, factor: float = NUDGE) -> list[Path]:
     for k in range(P):
         forward = [[factor if s == k else 1.0 for s in range(P)] for _ in range(V)]
         backward = [[2.0 * f for f in row] for row in forward]
-        family.append({key: float(n) for key, n in simulate(name, forward, backward, m).path_counts().items()})
+        timeline = simulate(name, forward, backward, m, group=problem.group)
+        family.append({key: float(n) for key, n in timeline.path_counts().items()})
     return family
 
 

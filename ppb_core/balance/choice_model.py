@@ -126,7 +126,7 @@ class ChoiceModel:
         the least T is the longest path, the iteration time itself; over the choices relaxed it
         is the best bound any set of path rows can give (docs/balance.md). Returns the end columns."""
         p = self.p
-        graph = op_graph(p.schedule_name, p.stages, p.chunks, p.micro_batches)
+        graph = op_graph(p.schedule_name, p.stages, p.chunks, p.micro_batches, p.group)
         ends: list[int] = []
         last: dict[int, int] = {}
         for cell, previous, needed in graph:

@@ -194,6 +194,7 @@ def improve(
                 [c.cell_forward for c in candidates],
                 [c.cell_backward for c in candidates],
                 p.micro_batches,
+                p.group,
             )
             threshold = best.iteration_time - 1e-12 * max(1.0, best.iteration_time)
             for index, (candidate, time) in enumerate(zip(candidates, times, strict=True)):
@@ -278,7 +279,7 @@ def exchange(
                     for s, j in move:
                         array[index, :, s] = times[kind][s][j]
                 arrays[kind] = array
-            values += makespans(p.schedule_name, arrays["F"], arrays["B"], p.micro_batches)
+            values += makespans(p.schedule_name, arrays["F"], arrays["B"], p.micro_batches, p.group)
         threshold = best.iteration_time - 1e-12 * max(1.0, best.iteration_time)
         found = None
         for _, index in sorted((value, index) for index, value in enumerate(values) if value < threshold):

@@ -18,11 +18,13 @@ from ppb_core.schedules import op_graph
 
 
 @lru_cache(maxsize=16)
-def _waves(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[np.ndarray, ...], ...]:
+def _waves(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> tuple[tuple[np.ndarray, ...], ...]:
     """Per wave: the ops' positions, their stage's previous op's, their input's (−1: none, read as
     the zero row at the end) and their cell's index in the flattened [kind][chunk][stage] times;
     then every stage's last op."""
-    graph = op_graph(schedule, stages, chunks, micro_batches)
+    graph = op_graph(schedule, stages, chunks, micro_batches, group)
     wave = [0] * len(graph)
     last: dict[int, int] = {}
     for i, ((_, _, stage), previous, needed) in enumerate(graph):
@@ -48,6 +50,7 @@ def makespans(
     forward: Sequence[Sequence[Sequence[float]]],
     backward: Sequence[Sequence[Sequence[float]]],
     micro_batches: int,
+    group: int | None = None,
 ) -> list[float]:
     """`schedules.makespan` of each plan, `forward[plan][chunk][stage]` and `backward` alike."""
     if not len(forward):
@@ -60,7 +63,7 @@ def makespans(
         axis=1,
     ).T.copy()  # [cell, plan], rows contiguous
     chunks, stages = len(forward[0]), len(forward[0][0])
-    waves, (last,) = _waves(schedule, stages, chunks, micro_batches)
+    waves, (last,) = _waves(schedule, stages, chunks, micro_batches, group)
     ends = np.zeros((sum(len(w[0]) for w in waves) + 1, len(forward)))  # the last row stays 0: "no op"
     for position, previous, needed, cell in waves:
         ends[position] = np.maximum(ends[previous], ends[needed]) + times[cell]

@@ -261,9 +261,13 @@ SIZE_FLAGS = (
     "--expert-tensor-parallel-size",
     "--num-virtual-stages-per-pipeline-rank",
     "--num-layers-per-virtual-pipeline-stage",
+    "--make-vocab-size-divisible-by",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
 )
 TEXT_FLAGS = (
     "--tokenizer-type",
+    "--tokenizer-model",
+    "--vocab-file",
     "--moe-layer-freq",
     "--data-parallel-sharding-strategy",
     "--cp-comm-type",
@@ -292,8 +296,12 @@ SWITCH_FLAGS = (
     "--no-use-layer-wise-param-layout",
     "--grad-reduce-in-bf16",
     "--accumulate-allreduce-grads-in-fp32",
+    "--tokenizer-sentencepiece-legacy",
     GROUPED_GEMM,
 )
+
+
+_NARGS = ("--recompute-modules", "--cp-comm-type", "--tokenizer-special-tokens")
 
 
 def _integer(name: str, value: str) -> int:
@@ -324,7 +332,11 @@ def parse_flags(text: str) -> MegatronFlags:
     while index < len(words):
         word = words[index]
         name, _, inline = word.partition("=")
-        if name in ("--recompute-modules", "--cp-comm-type"):  # nargs: every word up to the next flag
+        if name in (
+            "--recompute-modules",
+            "--cp-comm-type",
+            "--tokenizer-special-tokens",
+        ):  # nargs: up to the next flag
             values = [inline] if inline else []
             index += 1
             while index < len(words) and not words[index].startswith("--"):

@@ -15,7 +15,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
 * the vocabulary from the tokenizer (`megatron_tokenizer`, after build_tokenizer.py): the GPT-2
   BPE (`pretrain_gpt.py`'s default tokenizer, 50257 entries), NullTokenizer's `--vocab-size`
   (exactly, since c9dfe34798), TikTokenizer's `--vocab-size` or 2**17; a tokenizer read from a
-  file (HuggingFace, SentencePiece) needs its size given (`--tokenizer-vocab`); padded to
+  file (HuggingFace, SentencePiece) is read from its `--tokenizer-model` where that file is on this
+  machine (`tokenizer_file`), else needs its size given (`--tokenizer-vocab`); padded to
   `--make-vocab-size-divisible-by` (128) times TP (`vocab_size_with_padding`);
 * parallelism: TP, PP, CP (`--cp-comm-type`), EP, ETP (defaults to TP), SP (dropped at TP 1),
   virtual stages, the layout (`--decoder-first/last-pipeline-num-layers` and
@@ -64,7 +65,7 @@ import yaml
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
-from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, tokenizer_vocabulary
+from ppb_core.balance.megatron_tokenizer import DEFAULT_TOKENIZER, file_vocabulary, tokenizer_vocabulary
 from ppb_core.balance.megatron_vocabulary import (
     AT_DEFAULT,
     BIAS_FUSIONS,
@@ -79,7 +80,7 @@ from ppb_core.balance.megatron_vocabulary import (
     SHELL_WORDS,
 )
 from ppb_core.config.devices import DEVICE_CATALOG
-from ppb_core.config.layout import LayoutError
+from ppb_core.config.layout import LayoutError, parse_layout
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError, shown
 from ppb_core.units import counted
@@ -244,9 +245,20 @@ def _torchrun_world(args: _Args) -> int:
 
 def _vocabulary(args: _Args, tokenizer_vocab: int | None) -> int:
     """The tokenizer's vocabulary, before Megatron pads it (`megatron_tokenizer`, the rule `ppb check`
-    compares a launch by); *tokenizer_vocab* gives a file tokenizer's, which the launch does not hold."""
+    compares a launch by); a file tokenizer's read from its `--tokenizer-model` where that file is on
+    this machine, else *tokenizer_vocab* gives it."""
     kind = args.text("--tokenizer-type", DEFAULT_TOKENIZER) or DEFAULT_TOKENIZER
     built = tokenizer_vocabulary(kind, args.integer("--vocab-size"), args.where)
+    if built is None and tokenizer_vocab is None:
+        special = args.words("--tokenizer-special-tokens") or []
+        read = file_vocabulary(
+            kind,
+            args.text("--tokenizer-model"),
+            special,
+            args.has("--tokenizer-sentencepiece-legacy"),
+            args.text("--vocab-file"),
+        )
+        built = read if isinstance(read, int) else None
     if built is None and tokenizer_vocab is None:
         raise InputError(
             args.where,
@@ -444,8 +456,15 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
     except LayoutError as err:
         raise InputError(args.where, None, str(err)) from None
     layers = spec["num_layers"]
+    # the interleaved schedule's group (model_parallel_config.py microbatch_group_size_per_vp_stage, default
+    # pp); the schedule without virtual stages never reads it (schedules.py, d98e8a64)
+    given = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
     if flags.layout is not None:
-        return {"layout": flags.layout}
+        try:
+            chunks = len(parse_layout(flags.layout, pp)[0])
+        except LayoutError:  # the run config says what is wrong with it
+            chunks = 1
+        return {"layout": flags.layout} | _group(given, chunks)
     vpp = 1
     if flags.virtual_stages is not None:
         vpp = flags.virtual_stages
@@ -460,17 +479,16 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
                 f"{per_virtual} does not divide the {total} layers' share of pp {pp}",
             )
         vpp = total // pp // per_virtual
-    group = args.integer("--microbatch-group-size-per-virtual-pipeline-stage")
-    if vpp > 1 and group is not None and group != pp:  # schedules.py: the interleaved order's group, default pp
-        raise InputError(
-            args.where,
-            "--microbatch-group-size-per-virtual-pipeline-stage",
-            f"{group}: ppb's interleaved schedule runs Megatron's default group, pp = {pp} micro-batches",
-        )
     first, last = flags.first_stage_layers, flags.last_stage_layers
     if first is not None or last is not None or any(adds):
-        return {"layout": _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds), "vpp": vpp}
-    return {"vpp": vpp, "schedule": "interleaved"} if vpp > 1 else {}
+        layout = _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds)
+        return {"layout": layout, "vpp": vpp} | _group(given, vpp)
+    return {"vpp": vpp, "schedule": "interleaved"} | _group(given, vpp) if vpp > 1 else {}
+
+
+def _group(given: int | None, vpp: int) -> dict[str, int]:
+    """The run config's micro-batch group where the interleaved schedule reads one."""
+    return {"microbatch_group_size_per_vp_stage": given} if given is not None and vpp > 1 else {}
 
 
 def _layout(

@@ -25,6 +25,7 @@ from ppb_core.balance.megatron_tokenizer import (
     DEFAULT_TOKENIZER,
     FILE_TOKENIZERS,
     READS_VOCAB_SIZE,
+    file_vocabulary,
     tokenizer_vocabulary,
 )
 from ppb_core.config.run import RunConfig
@@ -148,7 +149,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
         if given != expected:
             shown = rule.says.format(spec=spec, run=run) if rule.says else expected
             raise _refuse(where, rule.flag, given, shown, rule.field, rule.flag in stated)
-    _check_vocabulary(flags, spec, where)
+    _check_vocabulary(flags, run, spec, where)
     _check_ffn(flags, spec, where)
     _check_query_groups(flags, spec, where)
     _check_moe_pattern(flags, spec, where)
@@ -167,13 +168,28 @@ def _tokenizer(flags: MegatronFlags) -> str | None:
     return DEFAULT_TOKENIZER if flags.complete else None
 
 
-def _check_vocabulary(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
+def _file_vocabulary(flags: MegatronFlags, kind: str) -> int | str:
+    """A file tokenizer's vocabulary read from the `--tokenizer-model` the launch names, or why not."""
+    model = flags.stated.get("--tokenizer-model")
+    special = str(flags.stated.get("--tokenizer-special-tokens", "")).split()
+    vocab_file = flags.stated.get("--vocab-file")
+    legacy = "--tokenizer-sentencepiece-legacy" in flags.switches
+    return file_vocabulary(kind, None if model is None else str(model), special, legacy, vocab_file and str(vocab_file))
+
+
+def _check_vocabulary(flags: MegatronFlags, run: RunConfig, spec: ModelSpec, where: str) -> None:
     """The tokenizer's vocabulary against the run's `vocab_size`, by `megatron_tokenizer`'s rule (the
     importer's): `--vocab-size` where the tokenizer reads it (NullTokenizer, TikTokenizer), the GPT-2
-    BPE's own 50257 entries (it reads no `--vocab-size`); a file tokenizer's size is not in the
-    launch, so it is read past (`vocabulary_note`)."""
+    BPE's own 50257 entries (it reads no `--vocab-size`); a file tokenizer's size read from the
+    `--tokenizer-model` file where it is on this machine, compared after Megatron's padding
+    (build_tokenizer.py `vocab_size_with_padding`: `--make-vocab-size-divisible-by`, default 128, × TP)
+    with the run's padded vocabulary (`RunConfig.vocab_size`), as the embedding each builds; else read
+    past (`vocabulary_note`)."""
     kind = _tokenizer(flags)
     if kind is None:
+        return
+    if kind in FILE_TOKENIZERS:
+        _check_file_vocabulary(flags, run, spec, kind, where)
         return
     size = flags.stated.get("--vocab-size")
     built = tokenizer_vocabulary(kind, int(size) if size is not None else None, where)
@@ -191,6 +207,23 @@ def _check_vocabulary(flags: MegatronFlags, spec: ModelSpec, where: str) -> None
     raise InputError(where, "--tokenizer-type", f"{said}, {has}")
 
 
+def _check_file_vocabulary(flags: MegatronFlags, run: RunConfig, spec: ModelSpec, kind: str, where: str) -> None:
+    built = _file_vocabulary(flags, kind)
+    if isinstance(built, str):
+        return
+    multiple = int(flags.stated.get("--make-vocab-size-divisible-by", 128)) * run.parallel.tp
+    padded = -(-built // multiple) * multiple
+    trained = run.vocab_size(run.models[0].name)
+    if padded == trained:
+        return
+    raise InputError(
+        where,
+        "--tokenizer-model",
+        f"{flags.stated['--tokenizer-model']} builds {built} entries, padded to {padded} (a multiple of {multiple}), "
+        f"the run config trains {trained} (vocab_size {spec.vocab_size} padded): {WHY}",
+    )
+
+
 def vocabulary_note(flags: MegatronFlags) -> str | None:
     """Why the launch's vocabulary was not compared with the run config's, where it was not."""
     kind = _tokenizer(flags)
@@ -203,10 +236,10 @@ def vocabulary_note(flags: MegatronFlags) -> str | None:
         )
     if kind not in FILE_TOKENIZERS:
         return None
-    return (
-        f"--tokenizer-type {kind} reads its vocabulary from the tokenizer's file, which the plan does not hold: "
-        "not compared with the run config's vocab_size"
-    )
+    built = _file_vocabulary(flags, kind)
+    if not isinstance(built, str):
+        return None
+    return f"{built}: the tokenizer's vocabulary is not compared with the run config's vocab_size"
 
 
 def _check_ffn(flags: MegatronFlags, spec: ModelSpec, where: str) -> None:
@@ -362,6 +395,7 @@ def _check_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_sharding(flags, run, where)
     _check_context_parallel(flags, run, where)
     _check_virtual_stages(flags, run, where)
+    _check_group(flags, run, where)
 
 
 # What data parallelism shards (ppb's shard level: 1 optimizer states, 2 and gradients, 3 and
@@ -451,6 +485,25 @@ def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> N
         return
     if given != par.vpp:
         raise InputError(where, flag, f"{said}, the run config has {par.vpp} (parallel.vpp): {WHY}")
+
+
+GROUP_FLAG = "--microbatch-group-size-per-virtual-pipeline-stage"
+
+
+def _check_group(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """The interleaved schedule's micro-batch group against the run's (model_parallel_config.py
+    `microbatch_group_size_per_vp_stage`, default pp in `__post_init__`; only the interleaved schedule reads
+    it, schedules.py at d98e8a64)."""
+    par = run.parallel
+    if par.vpp < 2 or par.schedule != "interleaved" or (GROUP_FLAG not in flags.stated and not flags.complete):
+        return
+    pp = int(flags.stated.get("--pipeline-model-parallel-size", par.pp))
+    given = int(flags.stated.get(GROUP_FLAG, pp))
+    has = par.microbatch_group_size_per_vp_stage or par.pp
+    if given != has:
+        said = str(given) if GROUP_FLAG in flags.stated else f"not given (Megatron-LM's default pp = {given})"
+        field = "parallel.microbatch_group_size_per_vp_stage"
+        raise InputError(where, GROUP_FLAG, f"{said}, the run config has {has} ({field}): {WHY}")
 
 
 def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:

@@ -230,6 +230,8 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
         return {"layout": None, "flags": None, "recompute": None, "recompute_expressible": False, "note": unsaid}
     layout = format_layout(virtual_stages(plan))
     layout_args = ["--pipeline-model-parallel-layout", layout]
+    if p.group is not None and p.schedule_name == "interleaved":  # the group the plan was timed and held at
+        layout_args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(p.group)]
     cells = cell_option_counts(plan)
     setting = setting_of(cells, selective=modules is not None)
     result: dict[str, Any] = {"layout": layout}

@@ -131,7 +131,8 @@ class Plan:
 
     @cached_property
     def timeline(self) -> Timeline:
-        return simulate(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
+        p = self.problem
+        return simulate(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, group=p.group)
 
     @cached_property
     def cell_recompute(self) -> list[list[float]]:
@@ -153,6 +154,7 @@ class Plan:
         return {
             "schedule": p.schedule_name,
             "micro_batches": p.micro_batches,
+            **({"microbatch_group_size_per_vp_stage": p.group} if p.group is not None else {}),
             "forward": self.cell_forward,
             "backward": self.cell_backward,
             "recompute": self.cell_recompute,
@@ -162,16 +164,16 @@ class Plan:
     @cached_property
     def critical_path_counts(self) -> dict[tuple[str, int, int], int]:
         """How many forwards and backwards of each (kind, chunk, stage) a longest path runs."""
-        return critical_counts(
-            self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches
-        )
+        p = self.problem
+        return critical_counts(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, p.group)
 
     @cached_property
     def iteration_time(self) -> float:
         """The simulated iteration time: the schedule's critical path for this plan's cells."""
         if "timeline" in self.__dict__:
             return self.timeline.makespan
-        return makespan(self.problem.schedule_name, self.cell_forward, self.cell_backward, self.problem.micro_batches)
+        p = self.problem
+        return makespan(p.schedule_name, self.cell_forward, self.cell_backward, p.micro_batches, p.group)
 
     @property
     def closed_form_time(self) -> float:

@@ -116,7 +116,7 @@ class PathRelaxation:
                 return value
             forward = [[x[model.duration[("F", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
             backward = [[x[model.duration[("B", v, s)]] * tau for s in range(p.stages)] for v in range(p.chunks)]
-            longest, counts = longest_path(p.schedule_name, forward, backward, p.micro_batches)
+            longest, counts = longest_path(p.schedule_name, forward, backward, p.micro_batches, p.group)
             if longest <= value * (1 + CONVERGED) or (longest < cutoff and not settle):
                 return value
             self.add_path({key: float(n) for key, n in counts.items()})

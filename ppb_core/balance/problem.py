@@ -42,6 +42,9 @@ class BalanceInput:
     # (`PipelineParallelLayerLayout.validate_layer_layout`: no decoder layer after an MTP layer).
     mtp_cell: tuple[int, int] | None = None
     mtp_apart: tuple[LayerRecord, ...] = ()
+    # Megatron's interleaved schedule's micro-batch group (`--microbatch-group-size-per-virtual-pipeline-stage`,
+    # `schedules.check`); None: pp
+    group: int | None = None
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -68,7 +71,7 @@ class BalanceInput:
         if self.constant_memory_mb < 0:
             raise InputError(self.source, "constant_memory", f"must not be negative, got {self.constant_memory_mb}")
         try:
-            check(self.schedule, self.stages, self.chunks, self.micro_batches)
+            check(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
         except ValueError as err:
             raise InputError(self.source, "schedule", str(err)) from None
         cells_needing_layers = self.stages * self.chunks - len(self.reserved_cells)
@@ -130,7 +133,7 @@ class BalanceInput:
     @cached_property
     def vectors(self) -> list[list[tuple[int, ...]]]:
         """Per stage, every per-chunk count of micro-batches in flight at which its memory can peak."""
-        return in_flight_vectors(self.schedule_name, self.stages, self.chunks, self.micro_batches)
+        return in_flight_vectors(self.schedule_name, self.stages, self.chunks, self.micro_batches, self.group)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -187,6 +190,7 @@ class BalanceInput:
             self.mtp_layers,
             None if self.mtp_cell is None else (chunks - 1, self.mtp_cell[1]),
             self.mtp_apart,
+            self.group,
         )
 
     def describe(self) -> dict[str, object]:
@@ -206,6 +210,7 @@ class BalanceInput:
             "framework": self.framework,
             "mtp_layers": self.mtp_layers,
             **({"mtp_cell": list(self.mtp_cell)} if self.mtp_cell is not None else {}),
+            **({"microbatch_group_size_per_vp_stage": self.group} if self.group is not None else {}),
         }
 
 
@@ -242,6 +247,11 @@ def run_problem(
     layers = layer_set(descriptions, run.source)
     if runnable and run.framework == "torchtitan":
         layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
+    # the run's group where the problem keeps its sizes and schedule (another size runs Megatron's default)
+    same = (stages or par.pp, micro_batches or run.training.micro_batches, chunks or par.vpp, schedule or par.schedule)
+    group = par.microbatch_group_size_per_vp_stage
+    if same != (par.pp, run.training.micro_batches, par.vpp, par.schedule):
+        group = None
     return BalanceInput(
         layers,
         stages or par.pp,
@@ -253,6 +263,7 @@ def run_problem(
         run.source,
         run.framework,
         sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names),
+        group=group,
     )
 
 

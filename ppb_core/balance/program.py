@@ -192,7 +192,7 @@ def _path_seeds(problem: BalanceInput, extra: Sequence[Plan] = (), random_seeds:
     # all paths at once (`critical_counts_many`), then the distinct ones in the order of their weightings
     seeds: list[Path] = []
     seen: set[tuple] = set()
-    for counts in critical_counts_many(name, weightings, m):
+    for counts in critical_counts_many(name, weightings, m, problem.group):
         key = tuple(sorted(counts.items()))
         if key not in seen:
             seen.add(key)
@@ -208,7 +208,7 @@ def _nearby_paths(plan: Plan, rng: random.Random, count: int = NEARBY_PATHS) -> 
         forward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_forward]
         backward = [[t * rng.uniform(0.9, 1.1) for t in row] for row in plan.cell_backward]
         weightings.append((forward, backward))
-    return [dict(counts) for counts in critical_counts_many(p.schedule_name, weightings, p.micro_batches)]
+    return [dict(counts) for counts in critical_counts_many(p.schedule_name, weightings, p.micro_batches, p.group)]
 
 
 def even_split_best_options(

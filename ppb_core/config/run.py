@@ -171,6 +171,14 @@ class Parallel(StrictModel):
         description="Megatron's --overlap-moe-expert-parallel-comm: the combined 1F1B schedule, one micro-batch's "
         "forward beside another's backward layer by layer",
     )
+    microbatch_group_size_per_vp_stage: (
+        Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] | None
+    ) = Field(
+        None,
+        description="Megatron's --microbatch-group-size-per-virtual-pipeline-stage (model_parallel_config.py "
+        "microbatch_group_size_per_vp_stage): the interleaved schedule runs each chunk over this many micro-batches "
+        "at a time; default pp",
+    )
 
     @property
     def expert_tp(self) -> int:
@@ -227,6 +235,10 @@ class Parallel(StrictModel):
             raise ValueError("schedule dualpipev runs two chunks per stage: set vpp 2")
         if self.pp == 1 and self.schedule != "1f1b":
             raise ValueError(f"schedule {self.schedule} needs pp > 1")
+        if self.microbatch_group_size_per_vp_stage is not None and self.schedule != "interleaved":
+            raise ValueError(
+                "microbatch_group_size_per_vp_stage is the interleaved schedule's group (vpp > 1, schedule interleaved)"
+            )
         product = self.dp * self.tp * self.pp * self.cp
         if self.world_size is not None and product != self.world_size:
             raise ValueError(
@@ -1219,6 +1231,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
             "or set fsdp false",
         )
+    if par.microbatch_group_size_per_vp_stage is not None and run.framework != "megatron":
+        # torchtitan's Interleaved1F1B and MindFormers' interleaved pipeline have no such group
+        said = f"is Megatron-Core's interleaved schedule's group; this run's framework is {run.framework}"
+        raise InputError(where, "parallel.microbatch_group_size_per_vp_stage", said)
     if par.fsdp_impl is not None and (run.framework != "megatron" or not par.fsdp):
         # the choice is Megatron-LM's (--use-megatron-fsdp or --use-torch-fsdp2); elsewhere it prices nothing
         said = "needs framework megatron" if run.framework != "megatron" else "needs fsdp true"
@@ -1292,8 +1308,14 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "parallel.pp", f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells"
         )
+    group = par.microbatch_group_size_per_vp_stage
+    if group is not None and train.micro_batches >= par.pp:  # fewer micro-batches than stages: said below
+        try:
+            check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches, group)
+        except ValueError as err:
+            raise InputError(where, "parallel.microbatch_group_size_per_vp_stage", str(err)) from None
     try:
-        check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches)
+        check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches, group)
     except ValueError as err:
         raise InputError(where, "training.micro_batches", str(err)) from None
     if train.seq_length % par.cp:

@@ -33,7 +33,7 @@ from ppb_core.memory.static import StaticBytes, layer_params
 from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, TailKind, is_head
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, normalized, option_state
-from ppb_core.model.walk import Layer, LayerWalk, walk
+from ppb_core.model.walk import Layer, LayerWalk, model_kinds, walk
 from ppb_core.units import MB
 
 BODY_STATES = (LayerType.NOT_REC_LAYER, LayerType.SEL_REC_LAYER, LayerType.FULL_REC_LAYER)
@@ -86,7 +86,7 @@ class MemoryModel:
         correction: MemoryCorrection | None = None,
     ) -> None:
         self.run = run
-        self.setup = MemorySetup.from_run(run, buffer_rule)
+        self.setup = _with_fsdp_root(run, MemorySetup.from_run(run, buffer_rule))
         self.rules = rules_for(run.framework)
         # memory.calibration: measured stage peaks fitted to per-term factors (ppb_core.memory.calibration)
         self.fit: MemoryFit | None = None
@@ -324,6 +324,7 @@ class MemoryModel:
             gathered,
             *self._neighbour_params(layer, neighbours),
             kind=layer.kind,
+            beside=(None, None) if neighbours is None else tuple(None if n is None else _node(n) for n in neighbours),
         )
         census = self.census_terms(layer, state, switches)
         working = self.correction.working
@@ -359,7 +360,9 @@ class MemoryModel:
         """What a stage of *layers* (in forward order) holds at its gradient reduction beyond the
         optimizer step's static memory, or None where the framework's reduction is no moment of its
         own (`FrameworkRules.reduction_bytes`); scaled as static memory is."""
-        found = self.rules.reduction_bytes(self.setup, [self.parameters(layer) for layer in layers])
+        found = self.rules.reduction_bytes(
+            self.setup, [self.parameters(layer) for layer in layers], [_node(layer) for layer in layers]
+        )
         return None if found is None else found * self.correction.static
 
     def attention_workspace_bytes(self, layer: LayerLike) -> float:
@@ -376,11 +379,14 @@ class MemoryModel:
         found = self.rules.held_after_loss_bytes(layer.kind, self.setup, held.terms, self.run.training.micro_batches)
         return None if found is None else found * self.correction.activations
 
-    def loss_bytes(self, layer: LayerLike) -> float:
-        """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere)."""
+    def loss_bytes(self, layer: LayerLike, before: LayerLike | None = None) -> float:
+        """What the loss's forward and backward hold beyond the TAIL's kept activations (0 elsewhere);
+        *before*: the layer that runs just before the TAIL, where known."""
         if not isinstance(layer.kind, TailKind):
             return 0.0
-        return self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup) * self.correction.working
+        previous = None if before is None else self.parameters(before)
+        found = self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup, previous)
+        return found * self.correction.working
 
     def census_terms(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None
@@ -407,6 +413,18 @@ class MemoryModel:
     ) -> tuple[float, float, float]:
         """(buffers at one micro-batch, the part per micro-batch, the part once), as `_ppb.py` `_dynamic_mem`."""
         return self.buffers(layer, state, switches).split(self.many)
+
+
+def _with_fsdp_root(run: RunConfig, setup: MemorySetup) -> MemorySetup:
+    """Under torchtitan's `root` FSDP2 units, the root unit's modules and the last block's parameters
+    (frameworks/torchtitan.py, **FSDP2 units by version**)."""
+    if setup.fsdp_units != "root":
+        return setup
+    head, bodies, tail = model_kinds(run, run.model_names[0])
+    if not bodies:
+        return setup
+    params = (layer_params(head, setup), layer_params(tail, setup), layer_params(bodies[-1], setup))
+    return dataclasses.replace(setup, fsdp_root=params)
 
 
 def _node(layer: LayerLike) -> str:

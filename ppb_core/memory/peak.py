@@ -278,7 +278,7 @@ def stage_peaks(
             if left is not None:
                 tail_left[(stage, chunk)] = tail_left.get((stage, chunk), 0.0) + count * left
             total["tail"] = True
-            total["loss"] = max(total["loss"], memory.loss_bytes(layer))
+            total["loss"] = max(total["loss"], memory.loss_bytes(layer, before))
             deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
             total["deferred"] = max(total["deferred"], deferred)
         if option is not None:
@@ -382,7 +382,10 @@ def _backward_starts(memory: MemoryModel, stages: int, chunks: int) -> list[list
     None where the run's schedule cannot say (sizes it refuses)."""
     run = memory.run
     try:
-        return backward_vectors(run.parallel.schedule, stages, chunks, run.training.micro_batches)
+        par = run.parallel
+        return backward_vectors(
+            par.schedule, stages, chunks, run.training.micro_batches, par.microbatch_group_size_per_vp_stage
+        )
     except ValueError:
         return None
 
@@ -423,16 +426,21 @@ def _step_extras(
 
 
 @functools.lru_cache(maxsize=256)
-def _in_flight(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[int, ...], ...]:
+def _in_flight(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> tuple[tuple[int, ...], ...]:
     """The schedule's counts, once per size: simulating the op orders costs more than the layers' memory."""
-    return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches))
+    return tuple(tuple(row) for row in micro_batches_in_flight(schedule, stages, chunks, micro_batches, group))
 
 
 def run_in_flight(run: RunConfig) -> list[list[int]]:
     """[chunk][stage] micro-batches in flight of the run's schedule."""
     par = run.parallel
     try:
-        return [list(row) for row in _in_flight(par.schedule, par.pp, par.vpp, run.training.micro_batches)]
+        found = _in_flight(
+            par.schedule, par.pp, par.vpp, run.training.micro_batches, par.microbatch_group_size_per_vp_stage
+        )
+        return [list(row) for row in found]
     except ValueError as err:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
 
@@ -444,11 +452,12 @@ def run_in_flight_counts(run: RunConfig) -> list[int]:
 
 @functools.lru_cache(maxsize=256)
 def _vectors(
-    schedule: str, stages: int, chunks: int, micro_batches: int, combined: bool
+    schedule: str, stages: int, chunks: int, micro_batches: int, combined: bool, group: int | None = None
 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
     if combined:
-        return tuple(tuple(stage) for stage in combined_in_flight_vectors(stages, chunks, micro_batches, schedule))
-    return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches))
+        vectors = combined_in_flight_vectors(stages, chunks, micro_batches, schedule, group)
+        return tuple(tuple(stage) for stage in vectors)
+    return tuple(tuple(stage) for stage in in_flight_vectors(schedule, stages, chunks, micro_batches, group))
 
 
 def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
@@ -457,7 +466,12 @@ def run_in_flight_vectors(run: RunConfig) -> list[list[tuple[int, ...]]]:
     par = run.parallel
     try:
         found = _vectors(
-            par.schedule, par.pp, par.vpp, run.training.micro_batches, par.overlap_moe_expert_parallel_comm
+            par.schedule,
+            par.pp,
+            par.vpp,
+            run.training.micro_batches,
+            par.overlap_moe_expert_parallel_comm,
+            par.microbatch_group_size_per_vp_stage,
         )
     except ValueError as err:
         raise InputError(run.source, "training.micro_batches", str(err)) from None
@@ -470,7 +484,9 @@ def run_combined_steps(run: RunConfig) -> list[list[tuple[tuple[int, ...], int, 
     par = run.parallel
     if not par.overlap_moe_expert_parallel_comm:
         return None
-    return combined_steps(par.schedule, par.pp, par.vpp, run.training.micro_batches)
+    return combined_steps(
+        par.schedule, par.pp, par.vpp, run.training.micro_batches, par.microbatch_group_size_per_vp_stage
+    )
 
 
 __all__ = [

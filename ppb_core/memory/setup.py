@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.run import RunConfig
 from ppb_core.model.geometry import Geometry
+from ppb_core.model.params import LayerParams
 
 # How the buffers of one layer add up (docs/memory.md, "Communication buffers"):
 # "layered": transient workspaces are used one at a time, tensors kept for the backward add up;
@@ -72,6 +73,10 @@ class MemorySetup(Geometry):
     fp8_fsdp_all_gather: bool = (
         False  # torchtitan's FSDP gathers Float8 linear weights in float8 (timing.fp8_fsdp_all_gather)
     )
+    fsdp_units: str = "split"  # torchtitan's FSDP2 units by version (timing.fsdp_units, frameworks/torchtitan.py)
+    # under `root` units, set by MemoryModel: the embedding's and the final norm with the output layer's
+    # parameters (the root unit) and the last block's (not resharded after the forward)
+    fsdp_root: tuple[LayerParams, LayerParams, LayerParams] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -126,6 +131,7 @@ class MemorySetup(Geometry):
             compiled_blocks=run.timing.torch_compile,
             compiled_loss=run.timing.compiled_loss,
             fp8_fsdp_all_gather=run.timing.fp8_fsdp_all_gather,
+            fsdp_units=run.timing.fsdp_units if run.framework == "torchtitan" else "split",
         )
 
     @property

@@ -151,7 +151,8 @@ def timeline_axes(axes: Any, run: Mapping[str, Any], label: str, longest_s: floa
     start of a backward) and backward a bar, idle time blank (the bubbles); with V > 1 chunks each
     chunk's forward and backward in its own colour, one legend entry each."""
     forward, backward, recompute = run["forward_s"], run["backward_s"], run["recompute_s"]
-    timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]))
+    group = run.get("microbatch_group_size_per_vp_stage")
+    timeline = simulate(str(run["schedule"]), forward, backward, int(run["micro_batches"]), group=group)
     stages, chunks = len(timeline.orders), len(forward)
     # one collection per (kind, chunk, stage): a collection per bar made matplotlib rescale over
     # every bar drawn so far, quadratic in the bars (DeepSeek-V3's 24,000 took 8 minutes)

@@ -872,7 +872,9 @@ def _stepped_ring(
     kv_elements = n * (heads * (d_qk + d_v) if geo.repeat_kv and not att.is_mla else kv_width)
     scores, context = p + "flash_scores", p + "flash_context"
     ops = [dataclasses.replace(op, ring=cp) if op.name in (scores, context) else op for op in ops]
-    forward_bytes, backward_bytes = merge_bytes(geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements)
+    forward_bytes, backward_bytes = merge_bytes(
+        geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements, compiled=titan and not geo.eager
+    )
     merge = _elementwise(p + "cp_merge", block, forward_bytes, backward_bytes, switch="softmax", inputs=(context,))
     if not titan:  # K, V cat, statistics clone, step 0's correction, two corrections a later step;
         # backward the saved chunk's copy, then dQ, dK, dV a step (TE d0067d0d AttnFuncWithCPAndKVP2P)

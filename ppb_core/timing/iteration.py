@@ -98,6 +98,11 @@ class Iteration:
     framework: str = "megatron"
     # of `compute`, the seconds the busiest stage's GPU waits for Megatron's host to launch its kernels
     host_wait_seconds: float = 0.0
+    # the stage whose work is `compute`, and `compute` in parts adding up to it: its layers ("layers",
+    # their waits for the host included), Megatron's get_batch broadcasts ("batch_broadcast") and what
+    # combined 1F1B steps save ("combined_saving", negative); for tools that split the iteration
+    busiest_stage: int = 0
+    compute_parts: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -370,9 +375,11 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    batch = [0.0] * stages  # a micro-batch's get_batch broadcasts on each stage
     if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
             cells.forward[chunk][stage] += seconds
+            batch[stage] += seconds
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
@@ -431,24 +438,33 @@ def run_iteration(
             if (chunk, stage) not in per_cell and stages > 1:
                 cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
 
-    schedule = par.schedule
+    schedule, group = par.schedule, par.microbatch_group_size_per_vp_stage
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
-    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined)
+    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined, group=group)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
-    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined) if fsdp else plain
+    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined, group=group) if fsdp else plain
     if stages == 1:
         timeline = gathered
     elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
-        timeline = simulate_p2p(rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined)
+        timeline = simulate_p2p(
+            rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined, group
+        )
     else:
         blocking = rules.p2p_blocking
         timeline = simulate(
-            schedule, with_fsdp_f, with_fsdp_b, m, transfer=cells.transfer, blocking=blocking, combined=combined
+            schedule,
+            with_fsdp_f,
+            with_fsdp_b,
+            m,
+            transfer=cells.transfer,
+            blocking=blocking,
+            combined=combined,
+            group=group,
         )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
-        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m)):
+        for stage, pairs in enumerate(combined_pairs(schedule, stages, chunks, m, group)):
             saved[stage] = sum(combined[f][b][stage] for f, b in pairs)
     stage_work = [
         sum(cells.forward[c][s] + cells.backward[c][s] for c in range(chunks)) * m - saved[s] for s in range(stages)
@@ -517,6 +533,12 @@ def run_iteration(
         hardware_flops=hardware,
         framework=rules.name,
         host_wait_seconds=host_wait,
+        busiest_stage=busiest,
+        compute_parts={
+            "layers": work + saved[busiest] - m * batch[busiest],
+            "batch_broadcast": m * batch[busiest],
+            "combined_saving": -saved[busiest],
+        },
     )
 
 

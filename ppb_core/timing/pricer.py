@@ -163,11 +163,25 @@ def torchtitan_overlap(run: RunConfig) -> Overlap:
     off by default). Async TP does not change it: Inductor's micro-pipelining fuses a reduce-scatter
     only when a matmul produces its input (fx_passes/micro_pipeline_tp.py `_find_producer_matmul`:
     mm, or reshape-mm-reshape), and this one reduces a sum of matmuls. The all-gathers a backward
-    reruns (recompute) keep the forward's share (`tp`), fused as in the forward under async TP."""
+    reruns (recompute) keep the forward's share (`tp`), fused as in the forward under async TP.
+
+    Ring attention under torch.compile: `cp_ring` 0 unless stated. torchtitan compiles each block with
+    `fullgraph=True` (9dec370 parallelize_llama.py `apply_compile`), so the ring is traced into the
+    block's graph (`ring.compiled_titan_merge_bytes`), and a functional collective traced returns its
+    result already waited for (torch/distributed/_functional_collectives.py `_maybe_wrap_tensor`:
+    `wait_tensor(self)` when `_are_we_tracing()`, instead of the AsyncCollectiveTensor eager code waits
+    on at the next step): the K, V all-gather waits before step 0's flash call, and each dK, dV
+    exchange (`permute_tensor`) before the next step's; Inductor keeps that order (`reorder_for_
+    compute_comm_overlap` off by default). Eager runs keep the stated share (one step's cover)."""
     overlap = run.timing.overlap
-    if run.framework != "torchtitan" or "tp_async" in overlap.model_fields_set:
+    if run.framework != "torchtitan":
         return overlap
-    return overlap.model_copy(update={"tp_async": 0.0})
+    update: dict[str, float] = {}
+    if "tp_async" not in overlap.model_fields_set:
+        update["tp_async"] = 0.0
+    if run.timing.torch_compile and "cp_ring" not in overlap.model_fields_set:
+        update["cp_ring"] = 0.0
+    return overlap.model_copy(update=update) if update else overlap
 
 
 class TimeModel:

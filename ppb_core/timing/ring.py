@@ -86,7 +86,7 @@ def ring_attention_s(
 
 
 def merge_bytes(
-    framework: str, cp: int, out_elements: float, q_elements: float, kv_elements: float
+    framework: str, cp: int, out_elements: float, q_elements: float, kv_elements: float, compiled: bool = False
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of the last rank's merges and gradient sums beside its ring
     steps, per layer; *out_elements* the local output's, *q_elements* the local queries',
@@ -115,8 +115,12 @@ def merge_bytes(
     read and write 2); dQ into the 16-bit `dq_buffer` (`torch.empty_like(q)`): copied at step 0 (read
     2, write 2), added at each later one (read 2 + 2, write 2); dK, dV into the 16-bit buffer sent on,
     the diagonal last: half a chunk copied at step 0, half added at steps 1…cp−2, the whole chunk added
-    at step cp−1 (`dk.add_`)."""
+    at step cp−1 (`dk.add_`).
+
+    torchtitan *compiled*: the ring traced into the block's Inductor graph (`compiled_titan_merge_bytes`)."""
     later = cp - 1
+    if framework == "torchtitan" and compiled:
+        return compiled_titan_merge_bytes(cp, out_elements, q_elements, kv_elements)
     if framework == "torchtitan":
         forward = (
             cp * 6 * out_elements
@@ -138,6 +142,41 @@ def merge_bytes(
         return forward, backward
     forward = 4 * out_elements + later * 6 * out_elements + 4 * kv_elements
     backward = (4 + later * 6) * q_elements + (4 + 2 + (cp - 2) * 3 + 6) * kv_elements
+    return forward, backward
+
+
+def compiled_titan_merge_bytes(
+    cp: int, out_elements: float, q_elements: float, kv_elements: float
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of torchtitan's ring merges when the block is torch.compile'd.
+
+    torchtitan compiles each block with `fullgraph=True` (9dec370 parallelize_llama.py `apply_compile`;
+    v0.2.2 likewise), so the CP-patched SDPA is traced, not run eagerly: Dynamo breaks the graph nowhere
+    (a break would raise), and AOTAutograd runs DTensor's dispatch of the flash op into the ring
+    (`_sdpa_handler` → `_templated_ring_attention`, in late 2024's file, before its cuDNN handler, as
+    at 0123248a), whose flash calls stay kernels of their own while Inductor fuses the element-wise
+    work between them; each
+    collective's wait is traced right behind it (`_functional_collectives._maybe_wrap_tensor`:
+    `wait_tensor` when `_are_we_tracing()`). Per element, on the last rank (every later step whole
+    rows, `i <= rank`):
+
+    - forward: a later step's merge is one kernel, the running output read (fp32 4; at step 1 step 0's
+      bf16 output, 2, its `.to(float32)` fused in), the step's bf16 output read (2), the fp32 result
+      written (4; at the last step bf16, 2: `results()`'s cast fused in, nothing else reads it):
+      10·(cp−1) − 4 an output element. K and V: their `.contiguous()` computed by their producer, the
+      send buffer's `torch.cat` once (read 2, write 2; the later steps' cats are dead code, the
+      all-gather rotater sending only once): 4.
+    - backward: dQ's fp32 zeros, its cp `+=` of each step's bf16 dQ and the closing cast are one chain,
+      each link with one reader: one kernel, 2·cp + 2 a query element. dK, dV: step 0's sum computed
+      straight into the fp32 send buffer (read 2, write 4); each later step's `_partial_update` and
+      the two `torch.cat`s into the next send buffer: the received first half plus the step's gradient
+      (read 4 + 2, write 4), its second half copied (read 4, write 4), 9 on average; the last received
+      buffer cast back (read 4, write 2); K, V's send buffer 4: 16 + 9·(cp−1).
+
+    The statistics' work (a row's, 1/d of an element) is left out as in the eager count."""
+    later = cp - 1
+    forward = (10 * later - 4) * out_elements + 4 * kv_elements
+    backward = (2 * cp + 2) * q_elements + (16 + 9 * later) * kv_elements
     return forward, backward
 
 

@@ -115,11 +115,13 @@ class FrameworkRules:
         before: LayerParams | None,
         after: LayerParams | None,
         kind: LayerKind | None = None,
+        beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
         """What a layer's backward holds of parameters and gradients beyond its static memory.
 
         *before* and *after* are the units that run just before and after the layer in the
-        forward (None where there is none): what a framework prefetches or is still reducing.
+        forward (None where there is none): what a framework prefetches or is still reducing;
+        *beside* their nodes (HEAD / BODY / TAIL; None: not known, a body's).
         *kind* is the layer's, where a rule reads it.
         SAPP's rule: under ZeRO-3 / FSDP the other ranks' shards of *gathered* layers.
         """
@@ -148,8 +150,11 @@ class FrameworkRules:
         its *micro_batches* in flight. SAPP counts none."""
         return 0.0
 
-    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
-        """What the loss's forward and backward hold at most beyond the tail's kept activations."""
+    def loss_bytes(
+        self, kind: TailKind, params: LayerParams, setup: MemorySetup, before: LayerParams | None = None
+    ) -> float:
+        """What the loss's forward and backward hold at most beyond the tail's kept activations (*before*:
+        the layer that runs just before the tail, where known)."""
         return 0.0
 
     def freed_before_backward_bytes(
@@ -173,8 +178,10 @@ class FrameworkRules:
         micro-batches whose backward has run, freed before the optimizer step. SAPP counts none."""
         return 0.0
 
-    def reduction_bytes(self, setup: MemorySetup, units: Sequence[LayerParams]) -> float | None:
+    def reduction_bytes(
+        self, setup: MemorySetup, units: Sequence[LayerParams], nodes: Sequence[str] = ()
+    ) -> float | None:
         """What a stage holds at its gradient reduction beyond the optimizer step's static memory, its
-        reduced units (*units*, in the order they reduce) given; None where the reduction is no moment
-        of its own. SAPP counts gradient buckets in each layer's backward: None."""
+        layers' parameters (*units*, in forward order, *nodes* their HEAD / BODY / TAIL) given; None where
+        the reduction is no moment of its own. SAPP counts gradient buckets in each layer's backward: None."""
         return None

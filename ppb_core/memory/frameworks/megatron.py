@@ -648,6 +648,7 @@ class MegatronRules(FrameworkRules):
         before: LayerParams | None,
         after: LayerParams | None,
         kind: LayerKind | None = None,
+        beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
         """SAPP's gathered parameters, but under Megatron-FSDP only of the layer's FSDP units: the modules
         outside them are gathered at every moment already (`megatron_fsdp.py`, counted in `static`)."""
@@ -782,7 +783,9 @@ class MegatronRules(FrameworkRules):
         gradient = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         return setup.dtype_bytes * (gradient + setup.whole_tokens * kind.hidden_size)
 
-    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+    def loss_bytes(
+        self, kind: TailKind, params: LayerParams, setup: MemorySetup, before: LayerParams | None = None
+    ) -> float:
         """The 16-bit logits next to the fp32 softmax and the micro-batch's causal mask (forward), or the
         16-bit gradient with the fused loss's fp32 scatter copy beside it (backward), the larger (module
         docstring); none on a standalone MTP's MTP chunk (no output layer)."""

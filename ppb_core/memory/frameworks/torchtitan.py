@@ -33,6 +33,23 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   nothing to prefetch, resharded before its own reduce-scatter input is filled) `(bc + 4)·P`.
   The norm and output layer are not resharded after the forward (`reshard_after_forward=False`
   for that unit), so the loss runs next to their gathered weights.
+* **FSDP2 units by version** (`timing.fsdp_units`, the time side's `timing/titan_step.py` rule): the
+  above is `split` (from 83e694105, 2025-07-28; v0.2.2). Before it (`root`: 83e694105^
+  models/llama3/infra/parallelize.py `apply_fsdp`) every block is a unit, the last one not resharded
+  after the forward (`reshard_after_forward = int(layer_id) < len(model.layers) - 1`), and
+  `fully_shard(model, reshard_after_forward=not pp_enabled)` makes the root a unit of the embedding,
+  the final norm and the output layer. A stated `reshard_after_forward` is kept for the root (torch
+  2.13 _fully_shard.py: `auto_reshard_after_forward = reshard_after_forward is None`; _fsdp_state.py
+  `_lazy_init` drops the root's post-forward reshard only when auto), so without PP: the root is
+  gathered through the model's forward and resharded when it returns, the loss runs next to the
+  last block's gathered weights (not the output layer's); the logits' pre-backward hook gathers the
+  root again, and it stays gathered with the output layer's and final norm's bf16 gradients to the
+  final callback (`_root_post_backward_final_callback` runs its `post_backward`: the root's forward
+  input, the token ids, needs no gradient), beside every block's working set; no block prefetches
+  the embedding and none waits on the output layer's reduce-scatter; the embedding's backward forms
+  its gradients next to the first block's fp32 reduce-scatter input, then the root reshards and
+  fills its own fp32 input (`(bc + 4)·(P_emb + P_out)`). Under PP the units stay gathered either way;
+  `perform_reduce_grad` reduces the root (the stage's embedding or norm and output) first.
 * **FSDP2 under pipeline parallelism**: `apply_fsdp` does not reshard after the forward when PP
   is on, and torch/distributed/pipelining/stage.py `backward_maybe_with_nosync` runs every
   micro-batch's backward with `set_requires_gradient_sync(False)` and
@@ -413,6 +430,7 @@ class TorchtitanRules(FrameworkRules):
         before: LayerParams | None,
         after: LayerParams | None,
         kind: LayerKind | None = None,
+        beside: tuple[str | None, str | None] = (None, None),
     ) -> float:
         """FSDP2's backward of unit U, with V the unit before it (prefetched) and W the one after
         (whose reduce-scatter input is still held): at the end of U's gradient computation
@@ -422,13 +440,16 @@ class TorchtitanRules(FrameworkRules):
         Under PP the parameters stay gathered (static): U's bf16 gradients as they form. A gathered
         unit is `LayerParams.gathered_bytes`: its Float8 linear weights at a byte under the float8
         all-gather (torchao float8/fsdp_utils.py `fsdp_post_all_gather` keeps the gathered float8 data
-        as the unsharded weight); their gradients stay bf16."""
+        as the unsharded weight); their gradients stay bf16. Under `root` units see `_root_working`."""
         if not fsdp(setup):
             return 0.0  # replicate (DDP): gradients live in its buckets, counted as static
         bc, reduce = setup.dtype_bytes, setup.grad_bytes
         own = params.total
         if setup.pp > 1:
             return bc * own
+        root = _root_units(setup)
+        if root is not None:
+            return _root_working(setup, root, params, node, before, after, beside)
         gathered = params.gathered_bytes(bc)
         prefetched = before.gathered_bytes(bc) if before is not None else 0
         reducing = after.total if after is not None else 0
@@ -455,10 +476,18 @@ class TorchtitanRules(FrameworkRules):
             found += micro_batches * boundary
         return found
 
-    def reduction_bytes(self, setup: MemorySetup, units: Sequence[LayerParams]) -> float | None:
-        """FSDP2's `perform_reduce_grad` under PP, unit by unit (module docstring); None otherwise."""
+    def reduction_bytes(
+        self, setup: MemorySetup, units: Sequence[LayerParams], nodes: Sequence[str] = ()
+    ) -> float | None:
+        """FSDP2's `perform_reduce_grad` under PP, unit by unit (module docstring); None otherwise. Under
+        `root` units the stage's embedding, final norm and output layer are one unit, the root's state
+        first in `all_states` (pre-order), then the blocks."""
         if not fsdp(setup) or setup.pp == 1 or not units:
             return None
+        if setup.fsdp_units == "root" and len(nodes) == len(units):
+            rooted = [unit for unit, node in zip(units, nodes, strict=True) if node in ("HEAD", "TAIL")]
+            blocks = [unit for unit, node in zip(units, nodes, strict=True) if node not in ("HEAD", "TAIL")]
+            units = [sum(rooted, LayerParams()), *blocks] if rooted else blocks
         bc, reduce = setup.dtype_bytes, setup.grad_bytes
         held = sum((bc + reduce) * unit.total for unit in units)  # gathered + accumulators of units not yet reduced
         found = 0.0
@@ -467,7 +496,9 @@ class TorchtitanRules(FrameworkRules):
             held -= (bc + reduce) * unit.total
         return found
 
-    def loss_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+    def loss_bytes(
+        self, kind: TailKind, params: LayerParams, setup: MemorySetup, before: LayerParams | None = None
+    ) -> float:
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         if compiled_loss(setup):
             # the compiled backward's one allocation a logit: the 16-bit gradient (and fp32 a token);
@@ -479,9 +510,50 @@ class TorchtitanRules(FrameworkRules):
                 extra += setup.dtype_bytes * logits  # the pipeline keeps the logits for the backward
         if setup.pp > 1:
             return extra
+        root = _root_units(setup)
+        if root is not None:  # the root resharded after the model's forward, the last block not
+            return extra + root[2].gathered_bytes(setup.dtype_bytes)
         if fsdp(setup):
             extra += setup.dtype_bytes * params.total  # norm and output layer gathered, not resharded
         return extra
+
+
+def _root_units(setup: MemorySetup) -> tuple[LayerParams, LayerParams, LayerParams] | None:
+    """(embedding, final norm with output layer, last block) under `root` FSDP2 units without PP."""
+    if setup.fsdp_units != "root" or setup.pp > 1 or not fsdp(setup):
+        return None
+    return setup.fsdp_root
+
+
+def _root_working(
+    setup: MemorySetup,
+    root: tuple[LayerParams, LayerParams, LayerParams],
+    params: LayerParams,
+    node: str,
+    before: LayerParams | None,
+    after: LayerParams | None,
+    beside: tuple[str | None, str | None],
+) -> float:
+    """A backward's parameters and gradients under `root` units without PP (module docstring, **FSDP2
+    units by version**): the root gathered again at the logits' backward and its output layer's and
+    final norm's bf16 gradients, held to the final callback, beside every unit's own working set; no
+    block prefetches the embedding (in the root) and the last block waits on no reduce-scatter of the
+    output layer (the root reduces last). The embedding's backward forms its bf16 gradients next to
+    the first block's fp32 reduce-scatter input; the final callback then reshards the root and fills
+    its fp32 reduce-scatter input from its gradients."""
+    bc, reduce = setup.dtype_bytes, setup.grad_bytes
+    head, tail, _last = root
+    held = head.gathered_bytes(bc) + tail.gathered_bytes(bc) + bc * tail.total
+    prefetched = before.gathered_bytes(bc) if before is not None and beside[0] != "HEAD" else 0
+    if node == "TAIL":  # the last block, not resharded after the forward, is still gathered
+        return held + prefetched
+    if node == "HEAD":
+        forming = held + bc * head.total + (reduce * after.total if after is not None else 0)
+        return max(forming, (bc + reduce) * (head.total + tail.total))
+    own = params.total
+    reducing = after.total if after is not None and beside[1] != "TAIL" else 0
+    computing = params.gathered_bytes(bc) + bc * own + prefetched + reduce * reducing
+    return held + max(computing, (bc + reduce) * own + prefetched)
 
 
 __all__ = ["TorchtitanRules", "op_policy_saves", "op_policy_supported", "op_policy_terms", "torchtitan_body_terms"]

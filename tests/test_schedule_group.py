@@ -1,0 +1,146 @@
+"""Megatron's `--microbatch-group-size-per-virtual-pipeline-stage` (model_parallel_config.py
+`microbatch_group_size_per_vp_stage`): the interleaved schedule's order, micro-batches in flight and
+time with a group of g micro-batches a chunk, against a schedule worked out by hand from
+megatron/core/pipeline_parallel/schedules.py (d98e8a64: `get_schedule_table`, `get_pp_rank_microbatches`,
+`forward_backward_pipelining_with_interleaving`)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ppb_core.cli.main import main
+from ppb_core.schedules import (
+    check,
+    in_flight_vectors,
+    makespan,
+    micro_batches_in_flight,
+    simulate,
+    stage_orders,
+)
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+
+# P = 2, V = 2, m = 5, g = 3: model_parallel_config.py's own example, "rank 0 | 0 1 2 0 1 2 3 4 3 4":
+# the forward table is groups of 3 micro-batches chunk by chunk, the last group the rest (3, 4):
+#   (mb, chunk) = 0,0 1,0 2,0 0,1 1,1 2,1 3,0 4,0 3,1 4,1
+# backwards take the same slots with the chunk reversed, each its chunk's oldest micro-batch:
+#   B1.0 B1.1 B1.2 B0.0 B0.1 B0.2 B1.3 B1.4 B0.3 B0.4
+# warm-up forwards 2(P − s − 1) + (V − 1)·g: rank 0 2 + 3 = 5, rank 1 0 + 3 = 3 (the default g = P
+# would give 4 and 2); then forward-backward pairs over the 10 slots, then the remaining backwards.
+RANK_0 = "F0.0 F0.1 F0.2 F1.0 F1.1 F1.2 B1.0 F0.3 B1.1 F0.4 B1.2 F1.3 B0.0 F1.4 B0.1 B0.2 B1.3 B1.4 B0.3 B0.4"
+RANK_1 = "F0.0 F0.1 F0.2 F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 F0.3 B0.0 F0.4 B0.1 F1.3 B0.2 F1.4 B1.3 B1.4 B0.3 B0.4"
+
+
+def _said(order) -> str:
+    return " ".join(f"{op.kind}{op.chunk}.{op.micro_batch}" for op in order)
+
+
+def test_the_order_is_megatrons_tunable_table() -> None:
+    assert [_said(order) for order in stage_orders("interleaved", 2, 2, 5, group=3)] == [RANK_0, RANK_1]
+
+
+def test_micro_batches_in_flight_with_a_group_of_three() -> None:
+    # counting (chunk 0, chunk 1) along the orders above: rank 0 reaches (3, 3) after F1.2, then
+    # B1.0 F0.3 → (4, 2), B1.1 F0.4 → (5, 1): three incomparable peaks of 6; rank 1 (3, 1) after F1.0,
+    # (4, 0) after F0.3 and F0.4, (2, 2) after F1.4: peaks of 4. The earliest peak gives the counts.
+    assert in_flight_vectors("interleaved", 2, 2, 5, group=3) == [[(5, 1), (4, 2), (3, 3)], [(4, 0), (3, 1), (2, 2)]]
+    assert micro_batches_in_flight("interleaved", 2, 2, 5, group=3) == [[3, 3], [3, 1]]
+
+
+def test_the_megatron_ci_case_holds_every_micro_batch_on_the_first_stage() -> None:
+    # gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap: P = 4, V = 3 (12 layers, 1 a virtual stage), m = 5
+    # (40 / (4 · 2 data-parallel ranks)), g = 5: warm-up 2(3 − s) + 2·5 = 16 − 2s of 15 slots, so rank 0
+    # runs every forward first (5, 5, 5); rank 1 14 warm-up forwards (5, 5, 4) and one more forward before
+    # its first backward; rank 3 10 + 1: (5, 5, 1).
+    counts = micro_batches_in_flight("interleaved", 4, 3, 5, group=5)
+    assert [[counts[c][s] for c in range(3)] for s in range(4)] == [[5, 5, 5], [5, 5, 5], [5, 5, 3], [5, 5, 1]]
+
+
+def test_unit_ops_take_22_steps_by_hand() -> None:
+    # Every op one unit, the orders above; an op starts at max(its rank's previous end, its input's end):
+    # rank 0 F0.0-F0.2 end 1, 2, 3; rank 1 F0.0-F0.2 end 2, 3, 4; rank 0 F1.0-F1.2 end 4, 5, 6
+    # (inputs rank 1's F0 at 2, 3, 4); rank 1 F1.0 5, B1.0 6, F1.1 7, B1.1 8, F1.2 9, B1.2 10;
+    # rank 0 B1.0 7, F0.3 8, B1.1 9, F0.4 10, B1.2 11; rank 1 F0.3 11, B0.0 12, F0.4 13, B0.1 14;
+    # rank 0 F1.3 12, B0.0 13, F1.4 14, B0.1 15; rank 1 F1.3 15, B0.2 16, F1.4 17, B1.3 18, B1.4 19;
+    # rank 0 B0.2 17, B1.3 19, B1.4 20; rank 1 B0.3 20, B0.4 21; rank 0 B0.3 21, B0.4 22.
+    ones = [[1.0, 1.0], [1.0, 1.0]]
+    assert makespan("interleaved", ones, ones, 5, group=3) == 22.0
+    timeline = simulate("interleaved", ones, ones, 5, group=3)
+    assert timeline.makespan == 22.0
+    assert timeline.ends[1][-1] == 21.0
+
+
+def test_the_default_group_is_pp() -> None:
+    ones = [[1.0] * 4] * 2
+    assert stage_orders("interleaved", 4, 2, 8, group=4) == stage_orders("interleaved", 4, 2, 8)
+    assert makespan("interleaved", ones, ones, 8, group=4) == makespan("interleaved", ones, ones, 8)
+    # a group without virtual stages is never read (Megatron's 1F1B has no table)
+    assert stage_orders("1f1b", 4, 1, 8, group=6) == stage_orders("1f1b", 4, 1, 8)
+
+
+@pytest.mark.parametrize(
+    ("stages", "micro_batches", "group", "said"),
+    [
+        (4, 8, 3, "outside"),  # g < P: schedules.py's ValueError
+        (4, 8, 9, "outside"),  # g > m
+        (4, 9, 6, "last group of 3"),  # 0 < 9 mod 6 = 3 < P = 4: its RuntimeError
+    ],
+)
+def test_groups_megatron_refuses_are_refused(stages: int, micro_batches: int, group: int, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        check("interleaved", stages, 2, micro_batches, group)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    stages=st.integers(2, 4),
+    chunks=st.integers(2, 3),
+    data=st.data(),
+)
+def test_larger_groups_hold_more_and_wait_less(stages: int, chunks: int, data) -> None:
+    # A larger group runs more warm-up forwards ((V − 1)·g): the first stage holds at least as many
+    # micro-batches at its peak. Every group runs each op once: no iteration is shorter than a stage's work.
+    micro_batches = data.draw(st.integers(stages, 3 * stages))
+    groups = [g for g in range(stages, micro_batches + 1) if micro_batches % g == 0 or micro_batches % g >= stages]
+    ones = [[1.0] * stages for _ in range(chunks)]
+    held = [
+        sum(micro_batches_in_flight("interleaved", stages, chunks, micro_batches, g)[c][0] for c in range(chunks))
+        for g in groups
+    ]
+    assert held == sorted(held)
+    for g in groups:
+        assert makespan("interleaved", ones, ones, micro_batches, group=g) >= 2 * chunks * micro_batches
+
+
+def _qwen_with_group(tmp_path: Path, group: int) -> Path:
+    """configs/qwen2.5-7b.yaml (pp 2, vpp 2, 16 micro-batches) with a micro-batch group."""
+    raw = yaml.safe_load((CONFIGS / "qwen2.5-7b.yaml").read_text())
+    for model in raw["models"]:
+        model["config"] = str(CONFIGS / model["config"])
+    raw["parallel"]["microbatch_group_size_per_vp_stage"] = group
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_the_printed_launch_line_carries_the_group_and_checks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = _qwen_with_group(tmp_path, 8)
+    assert main(["balance", str(config), "--json", "--quiet"]) == 0
+    said = json.loads(capsys.readouterr().out)["megatron"]
+    words = shlex.split(said["flags"])
+    assert words[words.index("--microbatch-group-size-per-virtual-pipeline-stage") + 1] == "8"
+    assert main(["check", str(config), "--plan", said["flags"], "--no-optimum", "--json"]) == 0
+    capsys.readouterr()
+    # the same line under the run's default group (pp = 2) is another schedule: refused, naming the flag
+    assert main(["check", str(_qwen_with_group(tmp_path, 2)), "--plan", said["flags"], "--no-optimum"]) == 2
+    err = capsys.readouterr().err
+    assert "--microbatch-group-size-per-virtual-pipeline-stage: 8, the run config has 2" in err
