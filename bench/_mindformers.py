@@ -7,7 +7,8 @@ alpaca, sequence 8192, 2703 tokens/s/p; its config research/llama3_1/llama3_1_8b
 finetune_llama3_1_8b.yaml at the same commit: data_parallel 8, model_parallel 1, pipeline_stage 1
 ("default parallel of device num = 8"), runner_config.batch_size 1, micro_batch_num 1, full
 recompute (`recompute: True`), flash attention, the parallel optimizer (optimizer states sharded over
-the data-parallel ranks), bf16 compute, Llama 3.1 8B's shape. The global batch is
+the data-parallel ranks), bf16 compute over fp16 weights (`param_init_type: "float16"`), Llama 3.1 8B's
+shape. The global batch is
 mindformers/trainer/base_trainer.py `_check_global_batch_size_for_auto_parallel` at that commit
 (semi-auto parallel, full_batch, one stage): batch_size · data_parallel · micro_batch_interleave_num ·
 gradient_accumulation_steps = 1 · 8 · 1 · 1 = 8 sequences a step. Seconds a step = 8 · 8192 tokens
@@ -41,6 +42,8 @@ def mindformers_rows() -> list[dict[str, Any]]:
             "recompute": "full",
         },
         "device": {"name": "ascend-910b"},
+        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward
+        "timing": {"param_dtype": "fp16"},
     }
     return [
         {
@@ -226,6 +229,7 @@ class Card:
     select_all: bool = False  # recompute_config.select_recompute: True (every layer)
     comm_layers: tuple[int, ...] = ()  # recompute_config.select_comm_recompute, layers per stage
     fine_grain_interleave: int = 1  # model_config.fine_grain_interleave
+    param_dtype: str | None = None  # model_config.param_init_type where it differs from compute_dtype
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -293,6 +297,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 7B finetune",
@@ -309,6 +314,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -325,6 +331,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -341,6 +348,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 13B finetune fp16",
@@ -373,6 +381,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Qwen1.5 7B finetune",
@@ -389,6 +398,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 7B pretrain",
@@ -405,6 +415,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 0.5B finetune",
@@ -421,6 +432,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 1.8B finetune",
@@ -437,6 +449,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=2,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 72B pretrain",
@@ -453,6 +466,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=64,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Yi 6B finetune",
@@ -485,6 +499,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=128,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         parallel_optimizer=False,
     ),
     Card(
@@ -558,6 +573,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=256,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
         select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
         comm_layers=(10, 8, 6, 4, 2, 0, 0, 0),
@@ -577,6 +593,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=256,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
         select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
         comm_layers=(10, 8, 6, 4, 2, 0, 0, 0),
@@ -596,6 +613,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=128,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
         offset=(-1, 1, 1, -1),
     ),
@@ -614,6 +632,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=512,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
     ),
     Card(
@@ -631,6 +650,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=56,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
         offset=(-1, 1, 1, -1),
     ),
@@ -700,6 +720,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=32,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         fine_grain_interleave=2,
         select_all=True,
     ),
@@ -735,6 +756,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=64,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         offset=(-1, 0, 1, 0),
         recompute_layers=(6, 3, 2, 3),
     ),
@@ -763,6 +785,8 @@ def card_raw(card: Card) -> dict[str, Any]:
         training["recompute"] = {"ffAct": 0}
     slug = card.yaml.rsplit("/", 1)[-1].removesuffix(".yaml")
     timing: dict[str, Any] = {}
+    if card.param_dtype is not None:
+        timing["param_dtype"] = card.param_dtype  # the weights' casts and fp32/fp16 accumulation
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

@@ -125,6 +125,8 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
         assert (config.get("micro_batch_interleave_num") or 1) == 1
         assert (model.get("fine_grain_interleave") or 1) == card.fine_grain_interleave
         assert model["use_flash_attention"] is card.flash_attention and dtypes[model["compute_dtype"]] == card.dtype
+        param = {"float32": "fp32", **dtypes}[model["param_init_type"]]
+        assert card.param_dtype == (None if param == card.dtype else param)
         assert par.get("use_seq_parallel", False) is True or card.mp == 1
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
         assert "pipeline_config" not in config["parallel"]
