@@ -61,6 +61,7 @@ CASES = [
     (TITAN, "timing", {"cross_entropy_fusion": True}, "timing.cross_entropy_fusion", "Megatron-LM's"),
     (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
     (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
+    (TITAN, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "Megatron-LM's"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
     # Megatron's --microbatch-group-size-per-virtual-pipeline-stage (schedules.py, d98e8a64)
     (MEGATRON, "parallel", {"microbatch_group_size_per_vp_stage": 4}, "parallel", "interleaved schedule's group"),
