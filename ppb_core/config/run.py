@@ -762,6 +762,11 @@ class TimingOptions(StrictModel):
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
     )
+    overlap_p2p_comm_warmup_flush: bool = Field(
+        False,
+        description="Megatron's --overlap-p2p-communication-warmup-flush: the interleaved schedule's warm-up and "
+        "cool-down receives prefetched, each posted before the op ahead of it (ppb_core.pipeline_p2p)",
+    )
     pipe_partitioned: bool = Field(
         False,
         description="the pipeline's sends split over the tensor-parallel ranks, each sending its share, and "
@@ -1191,6 +1196,7 @@ MEGATRON_TIMING = frozenset(
         "ddp_average_in_collective",
         "te_deterministic_attention",
         "cuda_graph_warmup_steps",
+        "overlap_p2p_comm_warmup_flush",
     }
 )
 
