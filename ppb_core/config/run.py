@@ -584,6 +584,13 @@ class TimingOptions(StrictModel):
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )
+    param_dtype: Dtype | None = Field(
+        None,
+        description="MindFormers' model_config.param_init_type, the dtype its weights are kept in, where it "
+        "differs from training.dtype (compute_dtype): every Linear casts its weight each forward, the weight "
+        "gradient is cast back, and gradients accumulate over micro-batches in it (time only; framework "
+        "mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -754,6 +761,11 @@ class TimingOptions(StrictModel):
         "pipeline sends as: core_r0.8 (to r0.9) before the next op of the send's kind; core_r0.10 (to v0.17) "
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
+    )
+    overlap_p2p_comm_warmup_flush: bool = Field(
+        False,
+        description="Megatron's --overlap-p2p-communication-warmup-flush: the interleaved schedule's warm-up and "
+        "cool-down receives prefetched, each posted before the op ahead of it (ppb_core.pipeline_p2p)",
     )
     pipe_partitioned: bool = Field(
         False,
@@ -1184,6 +1196,7 @@ MEGATRON_TIMING = frozenset(
         "ddp_average_in_collective",
         "te_deterministic_attention",
         "cuda_graph_warmup_steps",
+        "overlap_p2p_comm_warmup_flush",
     }
 )
 
@@ -1241,6 +1254,9 @@ def check_timing_words(framework: str, timing: TimingOptions, where: str, whose:
     if framework != "torchtitan" and titan_kernels:
         said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this {whose}'s framework is {framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    if framework != "mindformers" and timing.param_dtype is not None:
+        said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.param_dtype", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
     if framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"
