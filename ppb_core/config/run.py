@@ -1312,6 +1312,12 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
             "or set fsdp false",
         )
+    if run.timing.overlap_p2p_comm_warmup_flush and par.schedule != "interleaved":
+        # Megatron sets overlap_p2p_comm False without virtual stages (arguments.py validate_args), so
+        # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
+        # ("only compatible with overlap_p2p_comm but not batch_p2p_comm"; d98e8a64)
+        said = f"needs the interleaved schedule (vpp > 1), as Megatron-Core asserts; this run's is {par.schedule}"
+        raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
     if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
         # Megatron reads the group only in forward_backward_pipelining_with_interleaving
         said = f"is the interleaved schedule's group (vpp > 1, schedule interleaved); this run's is {par.schedule}"
