@@ -23,7 +23,8 @@ Families whose script is not pretrain_gpt.py (bert, t5, hybrid, multimodal, mimo
 refused; so are the release cases (mixtral/), whose recipes (node count) are not in the repository,
 cases without training golden values (inference), and cases the reader refuses, grouped by the flag
 it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
-shows the date of the last commit that set them.
+shows the last commit that set them and its date (`git log --follow`, a pure rename setting none), and
+the older one that set its memory values where a later edit left them.
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, then the refusals by reason.
@@ -141,11 +142,12 @@ class Golden:
     after_step_bytes: int | None
     seconds: float | None
     commit: str  # the last commit that set the file, and its date
+    memory_commit: str = ""  # the last that set its mem-max-allocated-bytes (`_set_by`)
 
     @classmethod
     def read(cls, path: str) -> Golden:
         data = json.loads(_git("show", f"{COMMIT}:{path}"))
-        commit = _git("log", "-1", "--format=%h %ad", "--date=short", COMMIT, "--", path).strip()
+        commit, memory_commit = _set_by(path)
 
         def last(metric: str) -> int | None:
             values = _numbers(data.get(metric))
@@ -156,7 +158,44 @@ class Golden:
             last("mem-allocated-bytes"),
             seconds_of(data.get("iteration-time"), path, commit),
             commit,
+            memory_commit,
         )
+
+
+def _history(path: str) -> list[tuple[str, str, bool]]:
+    """The file's versions, newest first, following renames: (commit and date, its path there, whether
+    the commit only renamed it: R100, as adc69dba2d's test-system refactor, 2025-10-21, moved every
+    golden file)."""
+    log = _git("log", "--follow", "--format=@%h %ad", "--date=short", "--name-status", COMMIT, "--", path)
+    found = []
+    for entry in log.split("@")[1:]:
+        head, *changes = [line for line in entry.splitlines() if line.strip()]
+        fields = changes[0].split("\t") if changes else [path]
+        found.append((head.strip(), fields[-1], bool(changes) and all(c.startswith("R100") for c in changes)))
+    return found
+
+
+def _set_by(path: str) -> tuple[str, str]:
+    """(the last commit that changed the file's values, the last that changed its `mem-max-allocated-bytes`),
+    each with its date: a pure rename sets none, and a later edit (93ebf8d72f removed leading NaN
+    iteration times) may leave the memory values of an older run."""
+    history = [entry for entry in _history(path) if not entry[2]] or _history(path)[:1]
+    if not history:
+        return "", ""
+
+    def memory(commit: str, where: str) -> Any:
+        return json.loads(_git("show", f"{commit.split()[0]}:{where}")).get("mem-max-allocated-bytes")
+
+    newest = memory(*history[0][:2])
+    memory_commit = history[0][0]
+    for commit, where, _ in history[1:]:
+        try:
+            if memory(commit, where) != newest:
+                break
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            break
+        memory_commit = commit
+    return history[0][0], memory_commit
 
 
 def seconds_of(metric: Any, path: str = "", commit: str = "") -> float | None:
@@ -301,6 +340,7 @@ def main() -> int:
         print(
             f"{row.family + '/' + row.case:62s} {row.gpu:4s} {_cell(row.peak, 2):>34s} {_cell(row.after_step, 3)} "
             f"{_cell(row.seconds, 3)} {len(row.notes):6d}  {row.golden.commit}"
+            + (f" (memory {row.golden.memory_commit})" if row.golden.memory_commit != row.golden.commit else "")
         )
         if verbose:
             for note in row.notes:

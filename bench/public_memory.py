@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ppb_core.config.run import RunConfig  # noqa: E402
+from ppb_core.memory.allocated import allocated_peak_bytes  # noqa: E402
 from ppb_core.memory.model import MemoryModel, run_stage_peaks  # noqa: E402
 from ppb_core.model.walk import walk  # noqa: E402
 
@@ -412,9 +413,16 @@ def config(row: MeasuredPeak) -> RunConfig:
 
 
 def predicted_gib(row: MeasuredPeak) -> tuple[float, str]:
-    """ppb's peak of the measured stage (or the largest stage's), in GiB, and the moment that sets it."""
-    peaks = run_stage_peaks(config(row))
+    """ppb's peak of the measured stage (or the largest stage's), in GiB, and the moment that sets it; for
+    an allocated measurement under Megatron's TE CUDA graphs, what the allocator counts
+    (ppb_core.memory.allocated: the capture, or the later iterations without the graphed activations)."""
+    run = config(row)
+    memory, layer_walk = MemoryModel(run), walk(run)
+    peaks = run_stage_peaks(run, memory, layer_walk)
     peak = max(peaks, key=lambda p: p.peak_bytes) if row.stage is None else peaks[row.stage]
+    counted = allocated_peak_bytes(memory, layer_walk, peak) if row.allocated else None
+    if counted is not None:
+        return counted / GIB, "allocated"
     return peak.peak_bytes / GIB, peak.moment
 
 

@@ -60,8 +60,9 @@ Sources:
 
 Prints each row's published and predicted seconds and the error, then the mean absolute error of
 each group of rows and of all; then the H100-vs-A100 pairs of identical configs; with --classes, for
-each Megatron CI row, how many times longer one op class alone (GEMMs, attention, memory-bound,
-communication) would have to take to match it: where the gap can sit.
+each Megatron CI row, each H100 row of the README's table and its 177B 96-GPU strong-scaling point, how
+many times longer one op class alone (GEMMs, attention, memory-bound, communication) would have to take
+to match it: where the gap can sit.
 """
 
 from __future__ import annotations
@@ -711,13 +712,15 @@ def class_factor(raw: dict[str, Any], target_s: float, op_class: str) -> float |
 
 
 def print_class_factors() -> None:
-    """Each Megatron CI row: the factor one op class alone would need to match the measurement."""
+    """Each Megatron CI row, each H100 row of the README's table and its 96-GPU strong-scaling point (the
+    steady state): the factor one op class alone would need to match the measurement."""
     print("one op class alone, times longer, to match (a diagnostic: rates divided, nothing adopted):")
-    print(f"{'run':48s} " + " ".join(f"{name:>13s}" for name in OP_CLASSES))
-    for row in _megatron_ci_runs():
+    print(f"{'run':56s} " + " ".join(f"{name:>13s}" for name in OP_CLASSES))
+    readme = [row for row in _megatron_runs() if row.name.startswith("Megatron GPT")]
+    for row in [*_megatron_ci_runs(), *readme, strong_scaling_runs()[0]]:
         factors = [class_factor(row.raw, row.seconds, name) for name in OP_CLASSES]
         cells = " ".join(f"{'-' if f is None else f'x{f:.2f}':>13s}" for f in factors)
-        print(f"{row.name:48s} {cells}")
+        print(f"{row.name:56s} {cells}")
     # the pairs: the H100 run against ppb's A100 time times the measured H100/A100 ratio
     for tp, pp, vpp, mbs in ((1, 4, 8, 1), (4, 1, 1, 2)):
         measured = GOLDEN_7B_H100_WITH_A100[tp].median_s / GOLDEN_7B[tp, "a100"].median_s
@@ -725,7 +728,7 @@ def print_class_factors() -> None:
         h100 = gpt3_7b_run(tp, pp, vpp, mbs, "h100")
         factors = [class_factor(h100, measured * a100, name) for name in OP_CLASSES]
         cells = " ".join(f"{'-' if f is None else f'x{f:.2f}':>13s}" for f in factors)
-        print(f"{f'GPT 7B TP{tp} PP{pp}: H100 against the pair':48s} {cells}")
+        print(f"{f'GPT 7B TP{tp} PP{pp}: H100 against the pair':56s} {cells}")
 
 
 def main() -> int:

@@ -3,6 +3,10 @@ pretrain_gpt.py (tests/functional_tests/shell_test_utils/_run_training.sh, Megat
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 import pytest
 from bench_modules import load_bench
 
@@ -47,3 +51,37 @@ def test_the_golden_values_median_leaves_iteration_one_out(bench):
     # (iteration 3's "nan" is not a value): the median of 1.0, 3.0 and 2.0
     assert bench.seconds_of({"values": {"1": 9.0, "2": 1.0, "3": "nan", "4": 3.0, "5": 2.0}}) == 2.0
     assert bench.seconds_of({"values": {"1": 9.0}}) is None
+
+
+def test_a_row_names_the_commit_that_measured_its_memory(bench, tmp_path, monkeypatch):
+    # adc69dba2d renamed every golden file (R100) and 93ebf8d72f only dropped NaN iteration times: the
+    # row's memory was measured by the last commit that changed mem-max-allocated-bytes, renames followed
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-23T00:00:00", "GIT_COMMITTER_DATE": "2025-01-23T00:00:00"}
+        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def write(path: str, memory: int, seconds: float) -> None:
+        values = {"mem-max-allocated-bytes": {"values": {"1": memory}}, "iteration-time": {"values": {"2": seconds}}}
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps(values, indent=1))
+
+    git("init", "-q")
+    write("old/golden.json", 100, 1.0)
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    write("old/golden.json", 200, 1.0)  # the memory measured
+    git("commit", "-qam", "memory")
+    measured = git("rev-parse", "--short=10", "HEAD")
+    (tmp_path / "new").mkdir()
+    git("mv", "old/golden.json", "new/golden.json")  # adc69dba2d's refactor
+    git("commit", "-qm", "rename")
+    write("new/golden.json", 200, float("nan"))  # 93ebf8d72f: the times edited, the memory kept
+    git("commit", "-qam", "times")
+    edited = git("rev-parse", "--short=10", "HEAD")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    file_commit, memory_commit = bench._set_by("new/golden.json")
+    assert file_commit.split()[0].startswith(edited[:7]) and memory_commit.split()[0].startswith(measured[:7])

@@ -134,3 +134,30 @@ def test_a_missing_or_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     truncated.write_bytes(_sp_model(tmp_path, 5).read_bytes()[:-3])
     assert main(["check", str(run), "--plan", f"--tokenizer-type Llama2Tokenizer --tokenizer-model {truncated}"]) == 2
     assert f"{truncated}: is not a SentencePiece model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {
+            "added_tokens_decoder": {
+                "300": {"content": "<s>", "special": True},
+                "301": {"content": "<x>", "special": True},
+            }
+        },
+        {"pad_token": "<pad>", "eos_token": "<s>", "unk_token": "w0"},
+        {"bos_token": {"__type": "AddedToken", "content": "<b>", "special": True}, "mask_token": "<m>"},
+        {"additional_special_tokens": ["<a1>", "w3"], "extra_special_tokens": ["<e1>"]},
+    ],
+)
+def test_a_folder_counts_the_tokens_its_config_declares_as_transformers_loads_them(
+    tmp_path: Path, config: dict
+) -> None:
+    # the independent count: transformers' AutoTokenizer on the folder, offline (len(tokenizer), which
+    # Megatron's HuggingFaceTokenizer.vocab_size returns)
+    from transformers import AutoTokenizer
+
+    folder = _hf_folder(tmp_path, 300, ["<s>"])
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **config}))
+    assert len(huggingface_tokens(folder)) == len(AutoTokenizer.from_pretrained(str(folder)))

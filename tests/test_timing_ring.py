@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.model.kinds import body_kind
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import collective_seconds
@@ -106,19 +107,24 @@ def test_torchtitan_s_compiled_merges_per_element():
     # the bf16 result (`results()`'s cast fused in) 2: 6; K, V: one send-buffer cat, read 2 write 2: 4.
     # Backward: dQ's chain (zeros, two bf16 adds, the cast back) one kernel: read 2·2, write 2 = 6;
     # dK, dV: step 0 into the fp32 send buffer 2 + 4 = 6, step 1 half (4 + 2 + 4) half (4 + 4) = 9,
-    # the last received cast back 4 + 2 = 6, the K, V cat 4: 25.
+    # the last received cast back 4 + 2 = 6: 21 (the K, V cat is the forward's, merged by CSE).
     assert merge_bytes("torchtitan", 2, 1.0, 0.0, 0.0, compiled=True) == (6.0, 0.0)
     assert merge_bytes("torchtitan", 2, 0.0, 1.0, 0.0, compiled=True) == (0.0, 6.0)
-    assert merge_bytes("torchtitan", 2, 0.0, 0.0, 1.0, compiled=True) == (4.0, 25.0)
+    assert merge_bytes("torchtitan", 2, 0.0, 0.0, 1.0, compiled=True) == (4.0, 21.0)
     # cp 4: forward steps 1, 2, 3: (2 + 2 + 4) + (4 + 2 + 4) + (4 + 2 + 2) = 26; dQ 4·2 + 2 = 10;
-    # dK, dV 6 + 3·9 + 6 + 4 = 43.
-    assert merge_bytes("torchtitan", 4, 1.0, 1.0, 1.0, compiled=True) == (30.0, 53.0)
+    # dK, dV 6 + 3·9 + 6 = 39; K, V 4 forward. All-to-all rotation: three live send cats, 3·4 = 12.
+    assert merge_bytes("torchtitan", 4, 1.0, 1.0, 1.0, compiled=True) == (30.0, 49.0)
+    assert merge_bytes("torchtitan", 4, 0.0, 0.0, 1.0, compiled=True, sends=3) == (12.0, 39.0)
     # Megatron's count does not depend on it
     assert merge_bytes("megatron", 4, 1.0, 1.0, 1.0, compiled=True) == merge_bytes("megatron", 4, 1.0, 1.0, 1.0)
     # the op: s 1024, cp 2 → 512 tokens, 32 heads of 128: 2,097,152 output (= query) elements; K, V
-    # widened to 32 heads: 4,194,304. Forward 6·2,097,152 + 4·4,194,304; backward 6·2,097,152 + 25·4,194,304.
+    # widened to 32 heads: 4,194,304. Forward 6·2,097,152 + 4·4,194,304; backward 6·2,097,152 + 21·4,194,304.
     merge = _ops("torchtitan", 2, compiled=True)["cp_merge"]
-    assert (merge.bytes, merge.backward_bytes) == (6 * 2_097_152 + 4 * 4_194_304, 6 * 2_097_152 + 25 * 4_194_304)
+    assert (merge.bytes, merge.backward_bytes) == (6 * 2_097_152 + 4 * 4_194_304, 6 * 2_097_152 + 21 * 4_194_304)
+    # compiled, the backward's all-gather of K, V is the forward's (AOTAutograd's CSE of the joint
+    # graph merges the two identical all-gathers): none in the backward; eager gathers again
+    assert _ops("torchtitan", 2, compiled=True)["cp_ring"].backward_comm is None
+    assert _ops("torchtitan", 2)["cp_ring"].backward_comm.payload_bytes == 16_777_216
 
 
 def test_compiled_torchtitan_waits_for_each_ring_exchange():
@@ -177,6 +183,36 @@ def test_what_each_framework_s_ring_sends():
         1,
     )
     assert (mega.backward_comm.payload_bytes, mega.backward_comm.exchanges) == (4_194_304, 2)
+
+
+def test_torchtitan_s_all_to_all_rotation_shifts_a_chunk_a_step():
+    # timing.cp_rotate_method alltoall (PyTorch's _AllToAllRotater): cp 4, s 2048 → 512 local tokens,
+    # K, V widened to 32 heads: 512·32·256·2 B = 8,388,608 a chunk, shifted by steps 0..2: 3 exchanges
+    # of it, 25,165,824 bytes, each beside one step; eager shifts them again in the backward
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": 4, "dp": 2},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+            "timing": {"repeat_kv": True, "cp_rotate_method": "alltoall"},
+        }
+    )
+    ops = {
+        op.name: op for op in layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+    }
+    ring = ops["cp_ring"]
+    assert (ring.forward_comm.kind, ring.forward_comm.payload_bytes, ring.forward_comm.exchanges) == (
+        "p2p",
+        25_165_824,
+        3,
+    )
+    assert ring.backward_comm.payload_bytes == 25_165_824
+    # refused under Megatron, whose ring is its own
+    with pytest.raises(InputError, match=r"timing\.cp_rotate_method"):
+        parse_run_config({**run.model_dump(exclude_unset=True), "framework": "megatron"})
 
 
 def test_torchtitan_s_all_gather_hides_behind_step_0_only():

@@ -267,6 +267,21 @@ def test_the_cp_and_tp_benchmarks_are_reproduced_by_their_toml() -> None:
     assert _comparable(_at_9dec370(_imported(TABLE_4))) == _comparable(tp)
 
 
+def test_the_importer_reads_the_cp_rotate_method() -> None:
+    # parallelism.context_parallel_rotate_method (distributed/utils.py create_context_parallel_ctx's
+    # set_rotate_method): allgather, its default, writes nothing; alltoall the timing field; a typo refused
+    assert "cp_rotate_method" not in _imported(TABLE_2_CP2).get("timing", {})
+    job = TABLE_2_CP2.replace(
+        "context_parallel_degree = 2", 'context_parallel_degree = 2\ncontext_parallel_rotate_method = "alltoall"'
+    )
+    imported = import_torchtitan(job, None, "h100-80gb")
+    assert imported.raw["timing"]["cp_rotate_method"] == "alltoall"
+    assert not any("rotate" in note for note in imported.notes)
+    assert "cp_rotate_method" not in imported.raw["parallel"]
+    with pytest.raises(InputError, match=r"context_parallel_rotate_method: 'ring'"):
+        _imported(job.replace('"alltoall"', '"ring"'))
+
+
 TABLE_5 = """
 [model]
 name = "llama3"

@@ -33,7 +33,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
-  `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`), `--moe-grouped-gemm`
+  `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`,
+  `--cuda-graph-warmup-steps`), `--moe-grouped-gemm`
   (without it a `SequentialMLP`, its experts one by one), `--fp8-param-gather`, `--first-last-layers-bf16`
   (`--num-layers-at-start-in-bf16`, `--num-layers-at-end-in-bf16`), `--no-create-attention-mask-in-dataloader`;
 * memory settings: `--defer-embedding-wgrad-compute` / `--wgrad-deferral-limit`,
@@ -894,9 +895,15 @@ def _cuda_graphs(args: _Args, notes: list[str]) -> dict[str, Any]:
             if word not in GRAPH_MODULES:
                 raise InputError(args.where, flag, f"{shown(word)}: {', '.join(GRAPH_MODULES)} (mamba is not priced)")
             modules.append(word)
+    # transformer_config.py `cuda_graph_warmup_steps` (3): eager iterations before the capture (training.py
+    # `iteration - start_iteration == args.cuda_graph_warmup_steps`); read past without graphs
+    warmup = args.integer("--cuda-graph-warmup-steps")
     if impl == "none":
         return {}
-    return {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
+    found: dict[str, Any] = {"cuda_graph_impl": impl, "cuda_graph_modules": modules}
+    if warmup is not None:
+        found["cuda_graph_warmup_steps"] = warmup
+    return found
 
 
 # Hidden sizes apex's persistent LayerNorm kernel takes (megatron/core/fusions/fused_layer_norm.py

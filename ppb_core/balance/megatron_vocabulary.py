@@ -56,10 +56,6 @@ NOTHING_PRICED = {
     "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
     # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
     "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
-    # transformer_config.py `cuda_graph_warmup_steps` (3): eager micro-batch steps before the graphs are
-    # captured (transformer/cuda_graphs.py `CudaGraphManager`, and TE make_graphed_callables' num_warmup_iters
-    # topping them up to 10); every iteration after the capture replays the graphs whatever the count
-    "--cuda-graph-warmup-steps": "eager steps before the capture: ppb prices the iterations after it",
 }
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(

@@ -4,7 +4,10 @@ counts it (Megatron-LM d98e8a64, megatron/core/tokenizers/text/libraries/):
 * huggingface_tokenizer.py `HuggingFaceTokenizer.vocab_size` is `len(self.tokenizer)`: for the fast
   tokenizer AutoTokenizer builds from a `tokenizer.json`, the tokens of the model's vocabulary and of
   `added_tokens` together, each string once (tokenizers' `Tokenizer.get_vocab_size(with_added_tokens=True)`
-  counts `get_vocab(true)`, one map from token to id);
+  counts `get_vocab(true)`, one map from token to id), and the tokens a folder's `tokenizer_config.json`
+  declares that are not among them, which transformers adds as it loads (`added_tokens_decoder`, the
+  special tokens `bos_token` ... `mask_token`, `extra_special_tokens` or else `additional_special_tokens`;
+  measured with transformers 5.25's AutoTokenizer, tests/test_check_tokenizer_file.py);
 * sentencepiece_tokenizer.py `SentencePieceTokenizer.vocab_size` is `get_piece_size()`: the `pieces`
   (field 1) of the `.model` file's `ModelProto` protobuf, counted here from the protobuf wire format.
 """
@@ -38,7 +41,40 @@ def huggingface_tokens(path: Path) -> set[str]:
     added = document.get("added_tokens") or []
     if not isinstance(added, list) or not all(isinstance(token, dict) and "content" in token for token in added):
         raise InputError(where, "added_tokens", "must be a list of tokens with their content")
-    return tokens | {str(token["content"]) for token in added}
+    tokens |= {str(token["content"]) for token in added}
+    config = path / "tokenizer_config.json"
+    return tokens | (_declared_tokens(config) if path.is_dir() and config.is_file() else set())
+
+
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+def _content(token: object) -> str | None:
+    """A token as tokenizer_config.json writes it: a string, or an AddedToken's dict with its content."""
+    if isinstance(token, str):
+        return token
+    if isinstance(token, dict) and isinstance(token.get("content"), str):
+        return token["content"]
+    return None
+
+
+def _declared_tokens(config: Path) -> set[str]:
+    """The tokens a tokenizer_config.json declares (module docstring)."""
+    where = str(config)
+    try:
+        document = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(where, None, f"is not a readable tokenizer_config.json: {err}") from None
+    if not isinstance(document, dict):
+        raise InputError(where, None, "is not a JSON object")
+    decoder = document.get("added_tokens_decoder") or {}
+    found = list(decoder.values()) if isinstance(decoder, dict) else []
+    found += [document.get(name) for name in _SPECIAL]
+    # transformers 5's tokenization_utils_base.py `_from_pretrained`: the deprecated
+    # additional_special_tokens stand in for extra_special_tokens only where those are not given
+    listed = document.get("extra_special_tokens") or document.get("additional_special_tokens") or []
+    found += list(listed.values()) if isinstance(listed, dict) else list(listed) if isinstance(listed, list) else []
+    return {text for token in found if (text := _content(token)) is not None}
 
 
 def _varint(data: bytes, at: int, where: str) -> tuple[int, int]:

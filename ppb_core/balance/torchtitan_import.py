@@ -54,6 +54,7 @@ FIELD_KEYS = {
     "timing.matmul_dtype": "model.converters",
     "timing.torch_compile": "compile.enable",
     "timing.compile_loss": "compile.components",
+    "timing.cp_rotate_method": "parallelism.context_parallel_rotate_method",
 }
 # JobConfig's sections ppb reads past: no bearing on an iteration's memory or time.
 NO_BEARING = frozenset(
@@ -187,6 +188,7 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
     seq = toml.integer(training, "training", "seq_len")
     spec = _model(toml, model, seq, notes)
     parallel, dp = _parallel(toml, spec, gpus, notes)
+    rotate = parallel.pop("cp_rotate_method", None)  # a timing field (TimingOptions.cp_rotate_method)
     raw: dict[str, Any] = {
         "name": "torchtitan-job",
         "framework": "torchtitan",
@@ -196,6 +198,8 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
         "device": {"name": device},
     }
     timing = _timing(toml, model, bool(spec.get("num_experts")), notes)
+    if rotate is not None:
+        timing["cp_rotate_method"] = rotate
     if timing:
         raw["timing"] = timing
     _other(toml, notes)
@@ -258,8 +262,11 @@ def _parallel(toml: _Toml, spec: dict[str, Any], gpus: int | None, notes: list[s
             notes.append("parallelism.disable_loss_parallel: the output's logits gathered, not modelled")
         if par["enable_async_tensor_parallel"]:
             notes.append("parallelism.enable_async_tensor_parallel: TP overlapped with compute, not modelled")
-    if cp > 1 and par["context_parallel_rotate_method"] != "allgather":
-        notes.append("parallelism.context_parallel_rotate_method alltoall: priced as ring attention")
+    rotate = par["context_parallel_rotate_method"]
+    if rotate not in ("allgather", "alltoall"):
+        raise InputError(where, "parallelism.context_parallel_rotate_method", f"{shown(rotate)}: allgather or alltoall")
+    if cp > 1 and rotate == "alltoall":  # distributed/utils.py create_context_parallel_ctx: set_rotate_method
+        parallel["cp_rotate_method"] = rotate  # moved to `timing` by import_torchtitan
     _experts(toml, par, spec, parallel, ep, etp, tp, notes)
     _fsdp_reshard(par, pp, where, notes)
     if pp > 1:

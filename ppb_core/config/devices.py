@@ -44,6 +44,11 @@ Achieved fractions are measured, not datasheet figures:
 - `eager_memory_efficiency`: the same for PyTorch's eager element-wise and reduction kernels, one aten
   op each (torchtitan without torch.compile), where measured: Liger-Kernel's benchmarks of eager
   modules (0: `memory_efficiency`). A100 0.68, H100 0.82 (`EAGER_MEMORY_EFFICIENCY_*`).
+- `standard_attention_measured`: an unfused attention core's score-sized passes (its batched products,
+  softmax and dropout over b·h·s² scores) at the HBM share PyTorch's standard attention reached in the
+  FlashAttention-3 paper (H100 SXM5: forward 0.66, backward 0.60 of 3.35 TB/s at 4k keys and head size 128, lower below;
+  `ppb_core.timing.attention_rates.score_fraction`); H100 and H800 (the same die and HBM3). Elsewhere
+  `memory_efficiency`.
 
 A run config may override every figure (`device:` in the run config, `ppb_core.config.run.Device`).
 """
@@ -183,6 +188,10 @@ class DeviceProfile:
     # The share PyTorch's eager kernels reach (`EAGER_MEMORY_EFFICIENCY_A100`, `_H100`); 0: no public
     # measurement, `memory_efficiency`.
     eager_memory_efficiency: float = 0.0
+    # Whether an unfused attention core's score-sized passes run at the HBM share standard attention was
+    # measured at on this device (FlashAttention-3's paper, H100 SXM5: `attention_rates.score_fraction`);
+    # False: `memory_efficiency`, as every element-wise pass.
+    standard_attention_measured: bool = False
     comm_efficiency: float = 0.8
     nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
@@ -294,6 +303,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
+        standard_attention_measured=True,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: 141GB HBM3e (143771 MiB in nvidia-smi), 989 TFLOPS
     # BF16 dense, 4.8 TB/s; NVLink 4 900 GB/s bidirectional; DGX H200: 400 Gb/s per GPU. The same
@@ -439,6 +449,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,  # H100's die and HBM3
+        standard_attention_measured=True,  # the same
     ),
     # Fallback when a run config states only memory_mb: H100-like rates.
     "generic": DeviceProfile("generic", 81559, 989.0, 3350.0, 450.0, 50.0, sm_count=132, gemm_kernel_us=5.3),

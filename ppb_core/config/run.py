@@ -555,6 +555,12 @@ class TimingOptions(StrictModel):
         "3b85aa31f; PyTorch's can_use_cudnn_attention takes GQA) or flash (FlashAttention-2, PyTorch's first "
         "choice before)",
     )
+    cp_rotate_method: Literal["allgather", "alltoall"] = Field(
+        "allgather",
+        description="torchtitan's parallelism.context_parallel_rotate_method (allgather by default from 9dec370 "
+        "to v0.2.2): how PyTorch's ring attention passes K and V, one all-gather a pass (_AllGatherRotater) or "
+        "one all-to-all shift a step (_AllToAllRotater)",
+    )
     fsdp_units: Literal["split", "root"] = Field(
         "split",
         description="the modules torchtitan wraps with fully_shard: split (from 83e694105, 2025-07-28; v0.2.2 "
@@ -632,6 +638,12 @@ class TimingOptions(StrictModel):
         default_factory=list,
         description="Megatron's --cuda-graph-modules (--cuda-graph-scope before): what a layer's graph captures; "
         "empty, the whole layer (as Megatron)",
+    )
+    cuda_graph_warmup_steps: Annotated[int, Field(ge=0, le=1_000_000)] = Field(
+        3,
+        description="Megatron's --cuda-graph-warmup-steps (transformer_config.py, 3): eager iterations before "
+        "the graphs are captured; with 0 the capture comes before the first optimizer step "
+        "(ppb_core.memory.allocated: what the allocator counts)",
     )
     gradient_accumulation_fusion: bool = Field(
         True,
@@ -1160,7 +1172,9 @@ MEGATRON_TIMING = frozenset(
 )
 
 # `timing` fields that say which torchtitan version runs: its kernels, FSDP2 units and optimizer (TimingOptions)
-TORCHTITAN_KERNELS = frozenset({"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation"})
+TORCHTITAN_KERNELS = frozenset(
+    {"norm_type", "repeat_kv", "sdpa_backend", "fsdp_units", "optimizer_implementation", "cp_rotate_method"}
+)
 
 
 def _check_float8_gather(run: RunConfig, where: str) -> None:

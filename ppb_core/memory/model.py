@@ -418,7 +418,7 @@ class MemoryModel:
 def _with_fsdp_root(run: RunConfig, setup: MemorySetup) -> MemorySetup:
     """Under torchtitan's `root` FSDP2 units, the root unit's modules and the last block's parameters
     (frameworks/torchtitan.py, **FSDP2 units by version**)."""
-    if setup.fsdp_units != "root":
+    if setup.fsdp_units != "root" or len(run.model_names) != 1:  # torchtitan trains one model
         return setup
     head, bodies, tail = model_kinds(run, run.model_names[0])
     if not bodies:

@@ -41,10 +41,34 @@ causal mask's unmasked half, as every source below does.
   llama3.1_20260424_100750.csv at fb682ce; cuDNN 9.22, the same heads, batch 2), TFLOP/s at 2k, 4k,
   8k, 16k, 32k: forward no mask 1433, 1599, 1771, 1697, 1634; causal 1097, 1408, 1574, 1708, 1622;
   backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226.
+
+Unfused attention (the scores materialized: Megatron's and TransformerEngine's unfused cores, PyTorch ops
+elsewhere) is priced by its bytes; where measured, its score-sized passes at the HBM share standard
+attention reached (`score_fraction`). The same paper's "Standard attention" series (Fig. 5c forward, 6b
+backward: H100 80GB SXM5, head size 128, 16 heads, 16k tokens a batch, no mask; out of memory at 16k),
+TFLOP/s at 512, 1k, 2k, 4k, 8k: forward 74, 100, 119, 133, 139; backward 104, 131, 159, 174, 181. The
+paper's setup is Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py's (hidden 2048, 16k
+tokens, its FLOP count), whose `attention_pytorch` (unchanged since the FlashAttention-2 release but for
+the methods list, e8c73447) is the standard attention taken here: forward `torch.baddbmm` writes the
+scores S, `torch.softmax` reads S and writes P (its `F.dropout` at 0.0 returns P: no kernel), the einsum's
+batched product reads P: 4 passes of 2 bytes over the b·h·s² scores; beside them q, k and v are
+rearranged into batched layouts (a copy each: read and write) and the products read q, k, v and write
+the output: 10 passes over a 16k × 2048 tensor of 2 bytes. Backward (autograd of the same ops): the
+einsum's dP = dO·Vᵀ writes dP and dV = Pᵀ·dO reads P (dO read twice, V read, dV written: 4 tensor
+passes), softmax's backward reads dP and P and writes dS, baddbmm's dQ = dS·K and dK = Qᵀ·dS read dS
+each (K, Q read, dQ, dK written, then autograd's `maybe_multiply` by the scale reads and writes each: 8),
+unbind's backward stacks dQ, dK, dV into the packed gradient (6): 7 score passes and 18 tensor passes.
+A pass's seconds are its FLOPs (4·b·s²·h·d forward, 2.5 times that backward) over the rate; less the
+tensor passes at the element-wise rate (`DeviceProfile.memory_efficiency` of HBM), the rest moved the
+score passes: their bytes over it, over HBM's 3.35 TB/s, is the share (`score_fraction`): forward
+0.47, 0.57, 0.62, 0.66, 0.67, backward 0.47, 0.52, 0.58, 0.60, 0.61 at 0.8 for the rest. Head size 64
+(Fig. 5a / 6a, 32 heads): forward 52, 63, 67, 72, 73, backward 68, 76, 88, 92, 95 TFLOP/s, shares
+0.60, 0.66, 0.67, 0.69, 0.69 and 0.54, 0.55, 0.61, 0.62, 0.63; linear between the two head sizes.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -164,6 +188,56 @@ ATTENTION_CURVES: dict[str, dict[int, Curves]] = {
     },
 }
 ATTENTION_KERNELS = tuple(ATTENTION_CURVES)
+
+# Standard (unfused) attention on the H100 SXM5 (module docstring): the paper's lengths and, by head size,
+# (forward, backward) TFLOP/s
+STANDARD_LENGTHS = (512, 1024, 2048, 4096, 8192)
+STANDARD_TFLOPS = {
+    128: ((74.0, 100.0, 119.0, 133.0, 139.0), (104.0, 131.0, 159.0, 174.0, 181.0)),
+    64: ((52.0, 63.0, 67.0, 72.0, 73.0), (68.0, 76.0, 88.0, 92.0, 95.0)),
+}
+STANDARD_HBM_BYTES_PER_S = 3.35e12  # the H100 SXM5's HBM3
+STANDARD_TOKENS = 16384  # a batch's tokens
+STANDARD_HIDDEN = 2048  # heads × head size
+# passes over the scores and over a tokens × hidden tensor, each of 2 bytes an element, (forward, backward)
+STANDARD_SCORE_PASSES = (4, 7)
+STANDARD_TENSOR_PASSES = (10, 18)
+
+
+@functools.cache
+def _score_points(backward: bool, head_dim: int, rest_efficiency: float) -> tuple[tuple[int, float], ...]:
+    """(length, share of HBM's peak) at each measured length at a measured head size (`score_fraction`)."""
+    points = []
+    heads = STANDARD_HIDDEN // head_dim
+    for s, rate in zip(STANDARD_LENGTHS, STANDARD_TFLOPS[head_dim][backward], strict=True):
+        flops = 4 * STANDARD_TOKENS * s * STANDARD_HIDDEN * (2.5 if backward else 1.0)
+        scores = STANDARD_SCORE_PASSES[backward] * 2 * STANDARD_TOKENS * heads * s
+        rest = STANDARD_TENSOR_PASSES[backward] * 2 * STANDARD_TOKENS * STANDARD_HIDDEN
+        seconds = flops / (rate * 1e12) - rest / (rest_efficiency * STANDARD_HBM_BYTES_PER_S)
+        points.append((s, scores / seconds / STANDARD_HBM_BYTES_PER_S))
+    return tuple(points)
+
+
+def _read(points: tuple[tuple[int, float], ...], length: float) -> float:
+    """Linear in log2(length) between the points, held outside them."""
+    length = min(max(length, points[0][0]), points[-1][0])
+    for (low, low_value), (high, high_value) in itertools.pairwise(points):
+        if length <= high:
+            share = (math.log2(length) - math.log2(low)) / (math.log2(high) - math.log2(low))
+            return low_value + (high_value - low_value) * share
+    return points[-1][1]
+
+
+def score_fraction(backward: bool, length: float, rest_efficiency: float, head_dim: float = 128) -> float:
+    """The share of HBM's peak standard attention's score-sized passes reached at *length* keys a row
+    (module docstring): derived at each measured length with the rest of its traffic at
+    *rest_efficiency*, linear in log2(length) between them, held outside 512-8k; between head sizes 64
+    and 128 linear between theirs, 64's below, 128's above (MLA's 192)."""
+    wide = _read(_score_points(backward, 128, rest_efficiency), length)
+    if head_dim >= 128:
+        return wide
+    narrow = _read(_score_points(backward, 64, rest_efficiency), length)
+    return wide + (narrow - wide) * min(1.0, (128 - head_dim) / 64)
 
 
 def block_ramp(length: float) -> float:

@@ -146,6 +146,11 @@ class Op:
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
     ring: int = 0
+    # An unfused attention core's pass over its materialized scores (its batched products, softmax and
+    # dropout): the keys a score row holds and the scores' head size, at which its HBM share is read
+    # (`Kernels.score_memory_s`); 0 keys: not such a pass.
+    score_keys: float = 0.0
+    score_head_dim: float = 128.0
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,8 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan's context_parallel_rotate_method (`timing.cp_rotate_method`): allgather | alltoall
+    cp_rotate: str = "allgather"
     # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
     ub_methods: tuple[tuple[str, str], ...] = ()
 
@@ -224,6 +231,7 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            cp_rotate=run.timing.cp_rotate_method,
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
@@ -802,6 +810,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 fp8=False,
             )
         )
+        # the passes over the materialized scores, priced at standard attention's measured HBM share
+        # where the device has it (`Kernels.score_memory_s`), read at a score row's keys
+        row = mean_keys if geo.block_pairs else s
+        passes = {scores, p + "softmax", p + "dropout_mask", p + "dropout_probs", context}
+        ops = [dataclasses.replace(op, score_keys=row, score_head_dim=d_qk) if op.name in passes else op for op in ops]
     out = context
     ring = geo.cp > 1 and geo.cp_variant == "ring"
     if ring and geo.flash_attention and not geo.block_pairs and geo.framework in STEPPED:
@@ -853,9 +866,13 @@ def _stepped_ring(
       (`--experimental.context_parallel_rotate_method allgather`, 9dec370 config_manager.py; PyTorch's
       `_cp_options.rotate_method` default ALL_GATHER) all-gathers every rank's K, V once, issued at
       step 0 and waited for at step 1: it hides behind one step only. The backward gathers them again
-      (a fresh `_AllGatherRotater`) and passes the fp32 dK, dV sums to the next rank after each step
+      (a fresh `_AllGatherRotater`; under torch.compile the same all-gather as the forward's, merged by
+      AOTAutograd's CSE) and passes the fp32 dK, dV sums to the next rank after each step
       (`_AllToAllRotater`, `permute_tensor`, always all-to-all), each waited for after the next step's
       kernel (hidden behind one step), the last right after the loop (`cp_ring_grads_last`, exposed).
+      With `timing.cp_rotate_method` alltoall (`_AllToAllRotater`) each step but the last shifts its
+      K, V to the next rank (`permute_tensor`), waited for at the next step: cp−1 exchanges a pass,
+      each beside one step, as Megatron's; the backward shifts them again (compiled: CSE'd away too).
     - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
       (`flash_attn_p2p_communicate`, batch_isend_irecv, waited at the next step): cp−1 exchanges, each
       beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
@@ -873,7 +890,13 @@ def _stepped_ring(
     scores, context = p + "flash_scores", p + "flash_context"
     ops = [dataclasses.replace(op, ring=cp) if op.name in (scores, context) else op for op in ops]
     forward_bytes, backward_bytes = merge_bytes(
-        geo.framework, cp, n * heads * d_v, n * heads * d_qk, kv_elements, compiled=titan and not geo.eager
+        geo.framework,
+        cp,
+        n * heads * d_v,
+        n * heads * d_qk,
+        kv_elements,
+        compiled=titan and not geo.eager,
+        sends=cp - 1 if geo.cp_rotate == "alltoall" else 1,
     )
     merge = _elementwise(p + "cp_merge", block, forward_bytes, backward_bytes, switch="softmax", inputs=(context,))
     if not titan:  # K, V cat, statistics clone, step 0's correction, two corrections a later step;
@@ -882,8 +905,15 @@ def _stepped_ring(
     ops.append(merge)
     chunk = kv_elements * bc
     if titan:
-        gather = Collective(ALL_GATHER, "cp", cp * chunk, "cp_ring", (scores, "forward"), exchanges=1)
-        again = dataclasses.replace(gather, partner=(scores, "backward"))
+        if geo.cp_rotate == "alltoall":  # _AllToAllRotater: each step but the last shifts K, V on
+            gather = Collective(P2P, "cp", (cp - 1) * chunk, "cp_ring", (scores, "forward"), exchanges=cp - 1)
+        else:
+            gather = Collective(ALL_GATHER, "cp", cp * chunk, "cp_ring", (scores, "forward"), exchanges=1)
+        # compiled, the backward's K, V exchanges are the forward's: AOTAutograd's CSE of the joint
+        # graph (min_cut_rematerialization_partition, functorch config.cse on) merges the identical
+        # collectives on the same K, V, so the backward reads the forward's (saved, or exchanged again
+        # with the rerun forward under recompute)
+        again = dataclasses.replace(gather, partner=(scores, "backward")) if geo.eager else None
         sums = kv_elements * FP32_BYTES  # the fp32 dK, dV sums
         grads = Collective(P2P, "cp", (cp - 1) * sums, "cp_ring", (scores, "backward"), exchanges=cp - 1)
         last = Collective(P2P, "cp", sums, "cp_ring")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
-from ppb_core.timing.attention_rates import ATTENTION_BLOCK, sequence_factor
+from ppb_core.timing.attention_rates import ATTENTION_BLOCK, score_fraction, sequence_factor
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -131,6 +131,10 @@ class Kernels:
     eager_hbm_bytes_per_s: float = 0.0
     # whose measured rates by mask and length the flash passes follow (`attention_rates.ATTENTION_CURVES`)
     attention_kernel: str = "flash2"
+    # HBM's peak where an unfused core's score passes follow standard attention's measured share
+    # (`DeviceProfile.standard_attention_measured`, `score_memory_s`); 0: the element-wise rate
+    score_peak_bytes_per_s: float = 0.0
+    memory_efficiency: float = 0.8  # the element-wise share of HBM (`DeviceProfile.memory_efficiency`)
 
     @property
     def contention(self) -> float:
@@ -183,6 +187,8 @@ class Kernels:
             gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
             sms=device.sm_count,
             hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.memory_efficiency,
+            score_peak_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 if device.standard_attention_measured else 0.0,
+            memory_efficiency=device.memory_efficiency,
             eager_hbm_bytes_per_s=device.hbm_bandwidth_gbs * 1e9 * device.eager_memory_efficiency,
             attention_forward=device.flash2_forward_efficiency if flash2 else device.attention_forward_efficiency,
             attention_backward=device.flash2_backward_efficiency if flash2 else device.attention_backward_efficiency,
@@ -205,6 +211,15 @@ class Kernels:
 
     def memory_s(self, traffic: float) -> float:
         return traffic / self.hbm_bytes_per_s
+
+    def score_memory_s(self, traffic: float, keys: float, backward: bool, head_dim: float = 128) -> float:
+        """An unfused attention core's pass over its scores (`Op.score_keys`: *keys* a row, the scores'
+        *head_dim*): at the HBM share standard attention's score passes reached at that length and head
+        size where measured (`attention_rates.score_fraction`), else as any memory-bound pass."""
+        if not self.score_peak_bytes_per_s:
+            return self.memory_s(traffic)
+        fraction = score_fraction(backward, keys, self.memory_efficiency, head_dim)
+        return traffic / (self.score_peak_bytes_per_s * fraction)
 
     def elementwise_s(self, traffic: float, fusion: str | None, backward: bool = False) -> float:
         """A memory-bound op's seconds; eager frameworks move `EAGER_TRAFFIC` times its fused bytes,

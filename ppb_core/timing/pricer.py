@@ -33,6 +33,7 @@ from ppb_core.model.walk import BODY, HEAD, TAIL, Layer, walk
 from ppb_core.timing.calibration import Calibration, Measurement, fit_calibration, fit_report, read_calibration
 from ppb_core.timing.comm import Links, collective_seconds, hop_seconds, one_shot_seconds
 from ppb_core.timing.flops import (
+    ALL_GATHER,
     COMM,
     MATMUL,
     REDUCE_SCATTER,
@@ -44,6 +45,7 @@ from ppb_core.timing.flops import (
     op_policy_rerun,
     rerun_ops,
 )
+from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequence_copy_bytes
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels
@@ -294,8 +296,10 @@ class TimeModel:
         amax = read if gradient or op.name not in self._norm_fed else 0.0
         return amax + read + 1.0 + transpose
 
-    def _phase_s(self, op: Op, phase: str) -> float:
-        """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad)."""
+    def _phase_s(self, op: Op, phase: str, chunks: frozenset[str] = frozenset()) -> float:
+        """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad).
+        *chunks*: the passes (forward, dgrad) whose GEMM async TP runs a TP shard of rows at a time
+        (`_chunked_s`)."""
         if op.category == COMM:
             return 0.0
         kernels = self.kernels
@@ -324,20 +328,35 @@ class TimeModel:
             # tiles share the SMs as the pooled waves price them): a stream's GEMMs one after another
             # each pay the kernel's fixed time (`_grouped_rounds`)
             rounds = self._grouped_rounds(op, groups) * kernels.kernel_s * share
+            tp = self.links.groups["tp"].size if chunks else 1
             if phase == "forward":
                 cast = self._cast_bytes(op, gradient=False)
-                compute = each * share * kernels.gemm_compute_s(m, fused, k, groups, out) + rounds
+                c = tp if "forward" in chunks else 1
+                compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
                 cast_bytes = cast * m * k * groups * each
-                return max(compute, kernels.memory_s(op.bytes)) + kernels.memory_s(cast_bytes + side_forward)
-            half = kernels.memory_s(op.backward_bytes / 2)
-            dgrad = max(each * share * kernels.gemm_compute_s(m, k, fused, groups, out) + rounds, half)
+                moved = (
+                    kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
+                    if op.score_keys
+                    else kernels.memory_s(op.bytes)
+                )
+                return max(compute, moved) + kernels.memory_s(cast_bytes + side_forward)
+            half = (
+                kernels.score_memory_s(op.backward_bytes / 2, op.score_keys, True, op.score_head_dim)
+                if op.score_keys
+                else kernels.memory_s(op.backward_bytes / 2)
+            )
+            c = tp if "dgrad" in chunks else 1
+            dgrad = max(each * share * c * kernels.gemm_compute_s(m / c, k, fused, groups, out) + rounds, half)
             dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
             wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
-        seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
+        if op.score_keys:  # an unfused attention core's pass over its scores
+            seconds = kernels.score_memory_s(traffic, op.score_keys, phase != "forward", op.score_head_dim)
+        else:
+            seconds = kernels.elementwise_s(traffic, op.fusion, backward=phase != "forward")
         return seconds if phase in ("forward", "backward") else seconds / 2
 
     def _grouped_rounds(self, op: Op, groups: int) -> int:
@@ -387,6 +406,82 @@ class TimeModel:
             return exposed_exchanges_s(seconds, collective.exchanges, step, share, self.kernels.contention)
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
+
+    def _with_copy_s(
+        self,
+        name: str,
+        collective: Collective | None,
+        by_name: Mapping[str, Op],
+        exposed: float,
+        backward: bool,
+        rows: bool,
+    ) -> float:
+        """*exposed* seconds of a torchtitan DTensor sequence-parallel collective with the copies around it
+        (`ppb_core.timing.funcol`): the chunk-and-cat of every plain one; where async TP fuses it with its
+        matmul (`_fused_tp`) the fused op's own copies, *rows*: with the gathered input's copy for the
+        weight gradient (the backward's gradient gather, whose matmuls run in the same pass), and what
+        its matmuls lose run a shard at a time (`_chunked_s`). A fused op never costs more than the
+        plain collective and its copy (share 0), so more overlap never raises the iteration: async TP
+        slower than vanilla is not modelled. *name*: the collective's op."""
+        if collective is None or self.run.framework != "torchtitan" or collective.group != "tp":
+            return exposed
+        if not self._fused_tp(collective, by_name, backward):
+            return exposed + self._plain_copy_s(collective)
+        batch = self.run.training.micro_batch_size
+        if collective.kind == ALL_GATHER:
+            tp = self.links.groups["tp"].size
+            copy = fused_gather_bytes(collective.payload_bytes, tp, batch, feeds_weight_gradient=rows)
+        else:  # the fused matmul-reduce-scatter's input: the producer's m × k, FP8 under Float8
+            producer = by_name[collective.partner[0]] if collective.partner is not None else None
+            assert producer is not None and producer.gemm is not None
+            m, k = producer.gemm[0], producer.gemm[1]
+            fp8 = self.run.timing.matmul_dtype == "fp8" and producer.fp8
+            copy = fused_scatter_bytes(m * k * (1 if fp8 else self.run.training.dtype_bytes), batch)
+        plain = collective_seconds(collective, self.links) + self._plain_copy_s(collective)
+        return min(exposed + self.kernels.memory_s(copy) + self._chunked_s(name, collective, by_name, backward), plain)
+
+    def _chunked_s(self, name: str, collective: Collective, by_name: Mapping[str, Op], backward: bool) -> float:
+        """What a fused collective's matmuls lose run a shard of rows at a time: `_fused_all_gather_matmul_impl`
+        calls each reader's matmul once a gathered shard arrives (`shard_consumer`: tp matmuls of m/tp rows;
+        the forward of every matmul reading the gathered input, the dgrad of the one whose output gradient
+        the backward gathers); `_fused_matmul_reduce_scatter_impl` computes its producer a destination's
+        rows at a time (`chunk_producer`)."""
+        if collective.kind == ALL_GATHER and not backward:
+            readers = [(op, "forward") for op in by_name.values() if op.category == MATMUL and name in op.inputs]
+        elif collective.partner is not None:
+            readers = [(by_name[collective.partner[0]], "dgrad" if backward else "forward")]
+        else:
+            readers = []
+        lost = 0.0
+        for op, phase in readers:
+            if op.gemm is not None:
+                lost += self._phase_s(op, phase, frozenset({phase})) - self._phase_s(op, phase)
+        return lost
+
+    def _fused_tp(self, collective: Collective, by_name: Mapping[str, Op], backward: bool) -> bool:
+        """Async TP fuses the collective with its matmul: an all-gather feeding one, a forward
+        reduce-scatter fed by one (the backward's input-gradient reduce-scatter reduces a sum of
+        matmuls and stays plain)."""
+        partner = by_name.get(collective.partner[0]) if collective.partner is not None else None
+        by_matmul = partner is not None and partner.category == MATMUL
+        return self.overlap.tp > 0 and by_matmul and (collective.kind == ALL_GATHER or not backward)
+
+    def _plain_copy_s(self, collective: Collective) -> float:
+        batch = self.run.training.micro_batch_size
+        return self.kernels.memory_s(sequence_copy_bytes(collective.kind, collective.payload_bytes, batch, False))
+
+    def _gathered_rows_s(self, collective: Collective | None, by_name: Mapping[str, Op], forward_s: float) -> float:
+        """Async TP: the weight gradient's copy of a fused forward all-gather's strided gathered input
+        (`ppb_core.timing.funcol`), in the backward whether the input was kept or gathered again, up to
+        what the fused forward saved against the plain one (*forward_s*: its priced seconds)."""
+        if collective is None or collective.kind != ALL_GATHER or self.run.framework != "torchtitan":
+            return 0.0
+        if collective.group != "tp" or not self._fused_tp(collective, by_name, backward=False):
+            return 0.0
+        with_rows = fused_gather_bytes(collective.payload_bytes, 1, self.run.training.micro_batch_size, True)
+        without = fused_gather_bytes(collective.payload_bytes, 1, self.run.training.micro_batch_size, False)
+        plain = collective_seconds(collective, self.links) + self._plain_copy_s(collective)
+        return min(self.kernels.memory_s(with_rows - without), max(0.0, plain - forward_s))
 
     def _fused_reduction_s(self, collective: Collective | None, by_name: Mapping[str, Op]) -> float:
         """torchtitan's async TP: a reduce-scatter a matmul feeds runs as Inductor's fused
@@ -485,6 +580,11 @@ class TimeModel:
                             getattr(self.overlap, op.forward_comm.overlap) if op.forward_comm else 0.0,
                         )
                         again = min(forward, self._exposed_s(op.recompute_comm, by_name, share))
+                    rerun = op.recompute_comm or op.forward_comm
+                    again = self._with_copy_s(op.name, rerun, by_name, again, backward=False, rows=False)
+                    forward = self._with_copy_s(op.name, op.forward_comm, by_name, forward, backward=False, rows=False)
+                    backward = self._with_copy_s(op.name, op.backward_comm, by_name, backward, backward=True, rows=True)
+                    backward += self._gathered_rows_s(op.forward_comm, by_name, forward)
                 else:
                     fill_forward, fill_backward = fills.get(op.name, (0.0, 0.0))
                     forward = again = self._phase_s(op, "forward") + self.kernels.memory_s(fill_forward)

@@ -86,7 +86,13 @@ def ring_attention_s(
 
 
 def merge_bytes(
-    framework: str, cp: int, out_elements: float, q_elements: float, kv_elements: float, compiled: bool = False
+    framework: str,
+    cp: int,
+    out_elements: float,
+    q_elements: float,
+    kv_elements: float,
+    compiled: bool = False,
+    sends: int = 1,
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of the last rank's merges and gradient sums beside its ring
     steps, per layer; *out_elements* the local output's, *q_elements* the local queries',
@@ -117,10 +123,11 @@ def merge_bytes(
     the diagonal last: half a chunk copied at step 0, half added at steps 1…cp−2, the whole chunk added
     at step cp−1 (`dk.add_`).
 
-    torchtitan *compiled*: the ring traced into the block's Inductor graph (`compiled_titan_merge_bytes`)."""
+    torchtitan *compiled*: the ring traced into the block's Inductor graph (`compiled_titan_merge_bytes`;
+    *sends*: the K, V send buffers it keeps, 1 under the all-gather rotation, cp − 1 under all-to-all)."""
     later = cp - 1
     if framework == "torchtitan" and compiled:
-        return compiled_titan_merge_bytes(cp, out_elements, q_elements, kv_elements)
+        return compiled_titan_merge_bytes(cp, out_elements, q_elements, kv_elements, sends)
     if framework == "torchtitan":
         forward = (
             cp * 6 * out_elements
@@ -146,7 +153,7 @@ def merge_bytes(
 
 
 def compiled_titan_merge_bytes(
-    cp: int, out_elements: float, q_elements: float, kv_elements: float
+    cp: int, out_elements: float, q_elements: float, kv_elements: float, sends: int = 1
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of torchtitan's ring merges when the block is torch.compile'd.
 
@@ -165,18 +172,20 @@ def compiled_titan_merge_bytes(
       written (4; at the last step bf16, 2: `results()`'s cast fused in, nothing else reads it):
       10·(cp−1) − 4 an output element. K and V: their `.contiguous()` computed by their producer, the
       send buffer's `torch.cat` once (read 2, write 2; the later steps' cats are dead code, the
-      all-gather rotater sending only once): 4.
+      all-gather rotater sending only once): 4; under the all-to-all rotation (*sends* cp − 1) every
+      step but the last sends its own: 4·(cp − 1).
     - backward: dQ's fp32 zeros, its cp `+=` of each step's bf16 dQ and the closing cast are one chain,
       each link with one reader: one kernel, 2·cp + 2 a query element. dK, dV: step 0's sum computed
       straight into the fp32 send buffer (read 2, write 4); each later step's `_partial_update` and
       the two `torch.cat`s into the next send buffer: the received first half plus the step's gradient
       (read 4 + 2, write 4), its second half copied (read 4, write 4), 9 on average; the last received
-      buffer cast back (read 4, write 2); K, V's send buffer 4: 16 + 9·(cp−1).
+      buffer cast back (read 4, write 2): 12 + 9·(cp−1). K, V's send buffers and their exchanges are the
+      forward's: AOTAutograd's CSE of the joint graph merges the backward's identical ones into them.
 
     The statistics' work (a row's, 1/d of an element) is left out as in the eager count."""
     later = cp - 1
-    forward = (10 * later - 4) * out_elements + 4 * kv_elements
-    backward = (2 * cp + 2) * q_elements + (16 + 9 * later) * kv_elements
+    forward = (10 * later - 4) * out_elements + 4 * sends * kv_elements
+    backward = (2 * cp + 2) * q_elements + (12 + 9 * later) * kv_elements
     return forward, backward
 
 

@@ -35,12 +35,15 @@ NVIDIA/Megatron-LM d98e8a64) runs as eager PyTorch ops, one kernel each, in trai
   clone and `normal_` before the routing (2, none backward: the gradient passes through);
 - the expert bias's token tally (`_apply_expert_bias`: the map's sum and the add: 2, forward only);
 - sinkhorn (`--moe-router-load-balancing-type sinkhorn`: `sinkhorn_load_balancing`, moe_utils
-  `sinkhorn`): the cast to fp32, exp, two `ones`, per iteration of its `while error > tol` loop 12
-  kernels (d0: multiply, sum, add, divide; d1 the same; the error: subtract, abs, mean; the compare)
-  and a host synchronization (`error > tol` is a GPU tensor the `while` reads: `Tensor.__bool__`
-  copies it to the host), the final two products, the top-k, the activation (sigmoid for k = 1, else
-  softmax and the cast back), the map (4) and the scores' product; backward the product's and the
-  activation's gradients (2, with softmax's cast 3).
+  `sinkhorn`, the same at the golden-value commit adc69dba2d): the cast to fp32, exp, two `ones`, per
+  iteration of its `while error > tol` loop 14 kernels (d0 = `(1 / n) * 1 / (torch.sum(d1 * cost, 1)
+  + eps)`: multiply, sum, add, then a Python float over a tensor, which PyTorch runs as
+  `Tensor.__rtruediv__` = `self.reciprocal() * other` (torch/_tensor.py `__rdiv__`): reciprocal and
+  multiply, 5; d1 the same, 5; the error: subtract, abs, mean; the compare) and a host synchronization
+  (`error > tol` is a GPU tensor the `while` reads: `Tensor.__bool__` copies it to the host), the
+  final two products, the top-k, the activation (sigmoid for k = 1, else softmax and the cast back),
+  the map (4) and the scores' product; backward the product's and the activation's gradients (2, with
+  softmax's cast 3).
 
 The loop runs `SINKHORN_ITERATIONS` times: Megatron's sinkhorn on logits of the router's initial
 scale (weight std `--init-method-std` 0.02 against the unit-variance norm output: logit std
@@ -65,7 +68,7 @@ DENSE_OUTPUTS = 6  # zeros + scatter (probabilities); zeros, int cast, scatter, 
 ROUTING_MAP = 4  # the aux-loss map: zeros, int cast, scatter, bool cast
 SWITCH_LOSS = 4  # switch_load_balancing_loss_func: sum over tokens, multiply, sum, scale
 EXPERT_BIAS = 2  # the routing map's sum and the add into local_tokens_per_expert
-SINKHORN_STEP = 12  # one loop iteration's kernels (module docstring)
+SINKHORN_STEP = 14  # one loop iteration's kernels (module docstring)
 FORCE_BALANCE = 2  # --moe-router-force-load-balancing: the logits' clone and normal_ (RandomSTE.forward)
 
 
