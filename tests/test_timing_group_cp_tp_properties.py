@@ -8,6 +8,8 @@
   chunk's micro-batches: min(m·V, 2(P − s − 1) + (V − 1)·g + 1) (schedules.py `get_pp_rank_microbatches`,
   d98e8a64: `num_warmup_microbatches = (P − s − 1)·2 + (V − 1)·g`, all m·V when it reaches them), each
   chunk at least one and at most m;
+- prefetching the interleaved warm-up's and cool-down's receives (`timing.overlap_p2p_comm_warmup_flush`)
+  never lengthens the iteration, under each release's send waits (`timing.interleaved_send_waits`);
 - the copies of `timing.funcol` never fall as the tensor or the micro-batch grows;
 - an unfused attention core's score passes (`Op.score_keys`, `attention_rates.score_fraction`) never get
   cheaper as the sequence grows, at every head size, where the share is measured (H100) or not (A100).
@@ -155,3 +157,29 @@ def test_a_longer_sequence_never_makes_the_unfused_score_passes_cheaper(
     forward, backward = _score_pass_seconds(device, head_dim, seq)
     longer_forward, longer_backward = _score_pass_seconds(device, head_dim, seq * grow)
     assert longer_forward >= forward > 0.0 and longer_backward >= backward > 0.0
+
+
+@FAST
+@given(
+    st.sampled_from(DEVICES),
+    st.sampled_from([2, 4]),
+    st.sampled_from([4, 8]),
+    st.sampled_from([1, 2]),
+    st.sampled_from(["core_r0.8", "core_r0.10", "core_v0.18"]),
+)
+def test_prefetching_the_warmup_and_flush_receives_never_lengthens_the_iteration(
+    device: dict, pp: int, m: int, tp: int, release: str
+) -> None:
+    setting = {
+        "framework": "megatron",
+        "parallel": {"dp": 2, "tp": tp, "pp": pp, "vpp": 2, "schedule": "interleaved", "sequence_parallel": tp > 1},
+        "m": m,
+        "batch": 1,
+        "device": device,
+        "spec": dict(SMALL_GQA, num_layers=8),
+    }
+    seconds = []
+    for flush in (False, True):
+        setting["timing"] = {"overlap_p2p_comm_warmup_flush": flush, "interleaved_send_waits": release}
+        seconds.append(run_iteration(_run(setting, {})).seconds)
+    assert 0.0 < seconds[1] <= seconds[0] * (1 + 1e-12)
