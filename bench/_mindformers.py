@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _public import LLAMA31_8B, LLAMA31_70B
+from _titan import LLAMA2_13B, LLAMA2_70B  # torchtitan's Llama 2 flavors: the same models (70B's FFN 28,672)
 
 MINDFORMERS = "mindspore-lab/mindformers research/llama3_1/README.md (5175aff94)"
 
@@ -86,22 +87,7 @@ LLAMA2_7B = {
     "num_attention_heads": 32,
     "intermediate_size": 11008,
 }
-LLAMA2_13B = {
-    "vocab_size": 32000,
-    "hidden_size": 5120,
-    "num_layers": 40,
-    "num_attention_heads": 40,
-    "intermediate_size": 13824,
-}
 LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
-LLAMA2_70B = {
-    "vocab_size": 32000,
-    "hidden_size": 8192,
-    "num_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "intermediate_size": 28672,  # int(1.31 · 32,768) = 42,926, 2/3 of it 28,617 → 28,672
-}
 LLAMA3_70B = {**LLAMA31_70B, "max_position_embeddings": 8192}
 CODELLAMA_34B = {
     "vocab_size": 32000,
