@@ -11,6 +11,7 @@ the Cast to the compute dtype); MindFormers' Linear weights are (out, in) (layer
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,7 +176,8 @@ def _cli_run(folder) -> str:
     [
         (
             "{enable_parallel_optimizer: false}",
-            "parallel.enable_parallel_optimizer: false, the run config has True",
+            "parallel.enable_parallel_optimizer: false, the run config has True: ppb checks the plan at the run's "
+            "sharding",
         ),
         (
             "{enable_parallel_optimizer: true, parallel_optimizer_config: {parallel_optimizer_threshold: 32}}",
@@ -200,3 +202,19 @@ def test_check_reads_a_yaml_that_shards_as_the_run(capsys, tmp_path):
     )
     code = main(["check", _cli_run(tmp_path), "--plan", str(plan), "--no-optimum", "-q"])
     assert code in (0, 1), capsys.readouterr().err
+
+
+def test_check_reads_the_yaml_against_sapp_zero_without_the_words(capsys, tmp_path):
+    """A run config in SAPP's words (zero 1, as `ppb search` writes the yaml from it): the yaml's
+    `enable_parallel_optimizer: true` agrees; false contradicts it."""
+    raw = yaml.safe_load(Path(_cli_run(tmp_path)).read_text())
+    raw["parallel"] = {"dp": 4, "pp": 2, "zero": 1}
+    run = tmp_path / "sapp.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offset: [0, 0]\nparallel: {enable_parallel_optimizer: true}\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
+    capsys.readouterr()
+    plan.write_text("offset: [0, 0]\nparallel: {enable_parallel_optimizer: false}\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    assert "the run config has zero 1" in capsys.readouterr().err

@@ -241,15 +241,17 @@ def _check_optimizer_parallel(document: dict[str, Any], run: RunConfig, where: s
         return
     par = run.parallel
     said = parallel["enable_parallel_optimizer"]
-    if par.enable_parallel_optimizer is None or said != par.enable_parallel_optimizer:
-        has = "states none" if par.enable_parallel_optimizer is None else f"has {par.enable_parallel_optimizer}"
+    # a run config without the words reads it as SAPP's ZeRO level (`ppb search` writes the yaml from it)
+    has = par.enable_parallel_optimizer if par.enable_parallel_optimizer is not None else run.shard_level >= 1
+    if bool(said) != has:
+        stated = f"has {has}" if par.enable_parallel_optimizer is not None else f"has zero {run.shard_level}"
         raise InputError(
             where,
             "parallel.enable_parallel_optimizer",
-            f"{shown(said)}, the run config {has}: state parallel.enable_parallel_optimizer as the yaml does",
+            f"{shown(said)}, the run config {stated}: ppb checks the plan at the run's sharding",
         )
     config = parallel.get("parallel_optimizer_config") or {}
-    if not said or not isinstance(config, dict):
+    if not said or par.enable_parallel_optimizer is None or not isinstance(config, dict):
         return
     ours = par.parallel_optimizer_config or ParallelOptimizerConfig()
     for key, value in config.items():
