@@ -1,8 +1,9 @@
 """MindSpore's optimizer parallel under framework mindformers (ppb_core.memory.frameworks.mindformers).
 
-Expected values are counted by hand from MindSpore's rules (mindspore-ai/mindspore 7fa6e756,
-frontend/parallel): opt_param_mgr.cc `SplitParam` (a parameter under `parallel_optimizer_threshold`
-KB, its whole shape times its dtype's bytes, stays whole), tensor_layout.cc
+Expected values are counted by hand from MindSpore's rules (mindspore-ai/mindspore,
+mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc 7fa6e756, tensor_layout.cc 367dc859, step_parallel.cc
+72cc2522, parameter_manager.cc 4ac3f804): opt_param_mgr.cc `SplitParam` (a parameter under
+`parallel_optimizer_threshold` KB, its whole shape times its dtype's bytes, stays whole), tensor_layout.cc
 `GenerateOptShardSliceShape` (the first dimension must divide by the shard count), parameter_manager.cc
 `SetClonedTensorShapeForOptimizer` (optimizer states take the slice; `accu_grads` stays whole unless
 gradient_accumulation_shard), step_parallel.cc `InsertAllGatherAfterCast` (the forward gathers after
@@ -20,6 +21,7 @@ from test_memory_runs import DENSE, DENSE_BODY_PARAMS, body, layers, make_run, m
 
 from ppb_core.cli.main import main
 from ppb_core.errors import InputError
+from ppb_core.timing.iteration import run_iteration
 
 # DENSE at tp 1: wq, wk, wv, wo 64x64 = 4096 elements each (16 KB in fp32); w1, w3 128x64 and w2
 # 64x128 = 8192 each (32 KB in fp32); two RMSNorm scales of 64.
@@ -218,3 +220,22 @@ def test_check_reads_the_yaml_against_sapp_zero_without_the_words(capsys, tmp_pa
     plan.write_text("offset: [0, 0]\nparallel: {enable_parallel_optimizer: false}\n")
     assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     assert "the run config has zero 1" in capsys.readouterr().err
+
+
+def test_accumulated_gradients_are_all_reduced_whole():
+    """Time: over accumulated micro-batches the backward of `_MiniStepAllGather` all-reduces the whole
+    `accu_grads` and keeps its slice (grad_comm_ops.py `split(all_reduce(z))[rank]`, mindspore-ai/mindspore
+    c3665836); with gradient_accumulation_shard the reduce-scatter stays. Without optimizer parallel
+    (shard_level 0) the same gradients are all-reduced and nothing is gathered, so on a ring (an
+    all-reduce a reduce-scatter and an all-gather, twice a reduce-scatter's steps and bytes):
+    link(off) = AR and link(on) - link(on, sharded) = AR - RS = AR / 2."""
+    def link(parallel: dict[str, Any]) -> float:
+        run = _run(parallel, {"micro_batches": 2})
+        return run_iteration(run).link_seconds["dp_communication"]
+
+    config = {"parallel_optimizer_threshold": 0}
+    whole = link({"parallel_optimizer_config": config})
+    sharded = link({"parallel_optimizer_config": {**config, "gradient_accumulation_shard": True}})
+    off = link({"enable_parallel_optimizer": False})
+    assert off > 0
+    assert whole - sharded == pytest.approx(off / 2, rel=1e-9)

@@ -17,7 +17,8 @@ not recompute, which is SAPP's switch vocabulary:
 These are `FrameworkRules`' answers, SAPP's figures, with one exception: where the run states
 MindFormers' `parallel.enable_parallel_optimizer`, static memory follows MindSpore's optimizer
 parallel (docs r2.4 `optimizer_parallel.md`: "the framework saves the parameters as minimal slices";
-mindspore-ai/mindspore 7fa6e756, frontend/parallel): each weight at or above
+mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc at 7fa6e756,
+tensor_layout.cc at 367dc859, step_parallel.cc at 72cc2522, parameter_manager.cc at 4ac3f804): each weight at or above
 `parallel_optimizer_threshold` KB whose first dimension divides is held as a 1/N slice over the
 data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), with its optimizer states; the
 forward all-gathers it in the compute dtype and the gathered weight stays until the layer's backward
@@ -63,7 +64,7 @@ def _sharded(weight: _Weight, setup: MemorySetup, shard: int) -> bool:
     """Whether MindSpore shards the weight (opt_param_mgr.cc `OptParamMgrImpl::SplitParam`: not under
     `parallel_optimizer_threshold` KB of the whole parameter in its dtype; tensor_layout.cc
     `TensorLayout::GenerateOptShardSliceShape`: its first dimension divides by the shard count times the
-    tensor-parallel split of that dimension; mindspore-ai/mindspore 7fa6e756)."""
+    tensor-parallel split of that dimension; the commits in the module's docstring)."""
     elements, first, tp_split = weight
     whole_bytes = elements * (setup.tp if tp_split else 1) * setup.param_bytes
     if whole_bytes < setup.optimizer_threshold_kb * 1024:
