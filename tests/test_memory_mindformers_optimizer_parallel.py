@@ -229,6 +229,7 @@ def test_accumulated_gradients_are_all_reduced_whole():
     (shard_level 0) the same gradients are all-reduced and nothing is gathered, so on a ring (an
     all-reduce a reduce-scatter and an all-gather, twice a reduce-scatter's steps and bytes):
     link(off) = AR and link(on) - link(on, sharded) = AR - RS = AR / 2."""
+
     def link(parallel: dict[str, Any]) -> float:
         run = _run(parallel, {"micro_batches": 2})
         return run_iteration(run).link_seconds["dp_communication"]
