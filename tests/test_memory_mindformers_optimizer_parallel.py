@@ -20,6 +20,7 @@ import yaml
 from test_memory_runs import DENSE, DENSE_BODY_PARAMS, body, layers, make_run, model
 
 from ppb_core.cli.main import main
+from ppb_core.config.run import parse_run_config, resolved_raw
 from ppb_core.errors import InputError
 from ppb_core.timing.iteration import run_iteration
 
@@ -240,3 +241,12 @@ def test_accumulated_gradients_are_all_reduced_whole():
     off = link({"enable_parallel_optimizer": False})
     assert off > 0
     assert whole - sharded == pytest.approx(off / 2, rel=1e-9)
+
+
+def test_a_dumped_run_reads_back():
+    """`resolved_raw` (the runs table's config_json) dumps the defaults; zero beside
+    enable_parallel_optimizer would be refused on reading it back."""
+    run = _run({"parallel_optimizer_config": {"gradient_accumulation_shard": True}})
+    again = parse_run_config(resolved_raw(run))
+    assert again.parallel.enable_parallel_optimizer is True
+    assert again.parallel.parallel_optimizer_config == run.parallel.parallel_optimizer_config

@@ -1682,6 +1682,10 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     raw = run.model_dump(mode="json", exclude_none=True)
     if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
         raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
+    if run.parallel.enable_parallel_optimizer is not None and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop(
+            "zero"
+        )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
