@@ -133,6 +133,12 @@ def test_sapp_zero_levels_unchanged_without_the_statement():
             "mindformers",
             "parallel.parallel_optimizer_config",
         ),
+        # model_config.parallel_optimizer slices the embedding only where the optimizer parallel runs
+        (
+            {"enable_parallel_optimizer": False, "embedding_parallel_optimizer": True},
+            "mindformers",
+            "parallel.embedding_parallel_optimizer",
+        ),
         (
             {"enable_parallel_optimizer": True, "parallel_optimizer_config": {"optimizer_weight_shard_size": 3}},
             "mindformers",

@@ -1488,6 +1488,8 @@ def _check_parallel_optimizer(run: RunConfig, where: str) -> None:
         )
     if par.parallel_optimizer_config is not None and not par.enable_parallel_optimizer:
         raise InputError(where, "parallel.parallel_optimizer_config", "needs enable_parallel_optimizer true")
+    if par.embedding_parallel_optimizer and not par.enable_parallel_optimizer:  # shards nothing without it
+        raise InputError(where, "parallel.embedding_parallel_optimizer", "needs enable_parallel_optimizer true")
     size = par.parallel_optimizer_config.optimizer_weight_shard_size if par.parallel_optimizer_config else -1
     if size != -1 and (par.dp * par.cp) % size:
         raise InputError(
