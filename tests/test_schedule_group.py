@@ -159,3 +159,23 @@ def test_a_balance_at_other_sizes_says_it_plans_at_the_default_group(
     assert "default group (pp 2)" in captured.err
     assert main(["balance", str(config), "--json", "--quiet"]) == 0
     assert "note" not in capsys.readouterr().err
+
+
+def test_a_stated_group_against_a_run_at_the_default_says_the_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # qwen2.5-7b states no group: Megatron's default, pp 2 (model_parallel_config.py `__post_init__`)
+    raw = yaml.safe_load((CONFIGS / "qwen2.5-7b.yaml").read_text())
+    for model in raw["models"]:
+        model["config"] = str(CONFIGS / model["config"])
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["balance", str(config), "--json", "--quiet"]) == 0
+    flags = json.loads(capsys.readouterr().out)["megatron"]["flags"]
+    assert main(["check", str(config), "--plan", f"{flags} --microbatch-group-size-per-virtual-pipeline-stage 2"]) == 0
+    capsys.readouterr()
+    plan = f"{flags} --microbatch-group-size-per-virtual-pipeline-stage 8"
+    assert main(["check", str(config), "--plan", plan, "--no-optimum"]) == 2
+    assert "8, the run config has 2 (parallel.microbatch_group_size_per_vp_stage, unset: the default pp)" in (
+        capsys.readouterr().err
+    )
