@@ -16,7 +16,7 @@ from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS, SWITCHES, TIME_KEY, LayerType
 from ppb_core.model.walk import BODY, walk
 from ppb_core.payload import sapp
-from ppb_core.payload.describe import add_to_list, describe, describe_layer, mb
+from ppb_core.payload.describe import add_to_list, batch_loading_ms, describe, describe_layer, mb
 from ppb_core.payload.front import price_option
 from ppb_core.payload.profiling import measure_profile
 from ppb_core.payload.run import describe_run
@@ -80,10 +80,20 @@ def test_each_distinct_kind_measured_once_equals_every_layer_described(shipped, 
     run, memory = shipped[name]
     times = time_models[name]
     every: list[dict] = []
-    for layer in walk(run):
-        add_to_list(
-            every, describe_layer(layer, memory, times, many=memory.many, configured=run.switches(layer.model_name))
+    layers = list(walk(run))
+    # Megatron's get_batch broadcasts ride on the cells that read the batch (the HEAD's and the TAIL's),
+    # given to each of those layers as `describe` gives them
+    loading = batch_loading_ms(run, layers, times)
+    for layer in layers:
+        desc = describe_layer(
+            layer,
+            memory,
+            times,
+            many=memory.many,
+            configured=run.switches(layer.model_name),
+            loading_ms=loading.get(layer, 0.0),
         )
+        add_to_list(every, desc)
     described = describe(run, memory, times)
     assert described == every
     assert sum(d["nb_layer"] for d in described if d["type"] == BODY) == run.total_body_layers

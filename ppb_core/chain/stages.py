@@ -31,7 +31,7 @@ from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
 from ppb_core.model.placement import model_cell_options
 from ppb_core.model.walk import LayerWalk, walk
-from ppb_core.payload.describe import describe_layers, many_in_flight
+from ppb_core.payload.describe import batch_loading_ms, describe_layers, many_in_flight
 from ppb_core.payload.postprocess import combine, scale, withdraw
 from ppb_core.payload.profiling import profile_layers
 from ppb_core.payload.sapp import validate_descriptions
@@ -101,12 +101,14 @@ def switch_profiles(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.Da
 def layer_descriptions(run_config: pd.DataFrame, layer_walk: pd.DataFrame) -> pd.DataFrame:
     """The SAPP layer descriptions of the walk, identical layers merged (`nb_layer`), with times."""
     run, walked = _run_and_walk(run_config, layer_walk)
+    times = TimeModel(run)
     descriptions = describe_layers(
         walked,
         MemoryModel(run),
-        TimeModel(run),
+        times,
         many=many_in_flight(run.parallel.pp, run.training.micro_batches),
         switches_of=run.switches,
+        loading_ms=batch_loading_ms(run, walked, times),
     )
     return descriptions_to_frame(descriptions)
 
