@@ -1,5 +1,5 @@
-"""MindFormers' published Llama 3.1 8B fine-tuning throughput on Ascend, as a run config for
-bench/public_runs.py.
+"""MindFormers' published training throughputs on Ascend 910B as run configs for bench/public_runs.py:
+its Llama 3.1 8B fine-tuning row (below), and the model cards' rows at v1.4.0-beta2 (`CARD_ROWS`, after).
 
 Source: mindspore-lab/mindformers research/llama3_1/README.md (the table "以下模型性能均由Atlas 900 A2
 PoDc硬件环境下测试得出", added at 5175aff94, 2024-12-12, unchanged since): llama3_1_8b, Finetune,
@@ -7,7 +7,8 @@ alpaca, sequence 8192, 2703 tokens/s/p; its config research/llama3_1/llama3_1_8b
 finetune_llama3_1_8b.yaml at the same commit: data_parallel 8, model_parallel 1, pipeline_stage 1
 ("default parallel of device num = 8"), runner_config.batch_size 1, micro_batch_num 1, full
 recompute (`recompute: True`), flash attention, the parallel optimizer (optimizer states sharded over
-the data-parallel ranks), bf16 compute, Llama 3.1 8B's shape. The global batch is
+the data-parallel ranks), bf16 compute over fp16 weights (`param_init_type: "float16"`), Llama 3.1 8B's
+shape. The global batch is
 mindformers/trainer/base_trainer.py `_check_global_batch_size_for_auto_parallel` at that commit
 (semi-auto parallel, full_batch, one stage): batch_size · data_parallel · micro_batch_interleave_num ·
 gradient_accumulation_steps = 1 · 8 · 1 · 1 = 8 sequences a step. Seconds a step = 8 · 8192 tokens
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from _public import LLAMA31_8B
+from _public import LLAMA31_8B, LLAMA31_70B
 
 MINDFORMERS = "mindspore-lab/mindformers research/llama3_1/README.md (5175aff94)"
 
@@ -41,6 +42,8 @@ def mindformers_rows() -> list[dict[str, Any]]:
             "recompute": "full",
         },
         "device": {"name": "ascend-910b"},
+        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward
+        "timing": {"param_dtype": "fp16"},
     }
     return [
         {
@@ -73,8 +76,9 @@ ATLAS_900_A2 = "Atlas 900 A2 PoDc"
 # The models as the yaml's model_config states them (MindFormers' LlamaForCausalLM at a4dfb8219:
 # RMSNorm, SwiGLU, rotary positions, no biases but `qkv_has_bias`, untied embeddings unless
 # `tie_word_embeddings`; an FFN width from `multiple_of` and `ffn_dim_multiplier` is
-# mindformers/models/llama/llama_layer.py `LlamaFeedForward`: int(2 · 4h / 3), times the multiplier,
-# rounded up to `multiple_of`: 13B 13,653 → 13,824; 7B 10,922 → 11,008).
+# mindformers/models/llama/llama_layer.py `LlamaFeedForward`: 4h, times (multiplier + 0.01) if one is set,
+# then int(2/3 of it), rounded up to `multiple_of`: 13B 13,653 → 13,824; 7B 10,922 → 11,008;
+# 70B int(1.31 · 32,768) = 42,926 → 28,617 → 28,672).
 LLAMA2_7B = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -90,7 +94,35 @@ LLAMA2_13B = {
     "intermediate_size": 13824,
 }
 LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
+LLAMA2_70B = {
+    "vocab_size": 32000,
+    "hidden_size": 8192,
+    "num_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "intermediate_size": 28672,  # int(1.31 · 32,768) = 42,926, 2/3 of it 28,617 → 28,672
+}
+LLAMA3_70B = {**LLAMA31_70B, "max_position_embeddings": 8192}
+CODELLAMA_34B = {
+    "vocab_size": 32000,
+    "hidden_size": 8192,
+    "num_layers": 48,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "intermediate_size": 22016,  # 21,845 → 22,016
+}
 _QWEN15 = {"vocab_size": 151936, "attention_bias": True, "max_position_embeddings": 32768}
+# Qwen2 0.5B (research/qwen2/qwen2_0_5b/finetune_qwen2_0.5b_32k.yaml): 14 heads of 64, 2 key-value heads,
+# `tie_word_embeddings: True`
+QWEN2_0_5B = {
+    **_QWEN15,
+    "hidden_size": 896,
+    "num_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "tied_embeddings": True,
+}
 QWEN15_0_5B = {**_QWEN15, "hidden_size": 1024, "num_layers": 24, "num_attention_heads": 16, "intermediate_size": 2816}
 QWEN15_1_8B = {**_QWEN15, "hidden_size": 2048, "num_layers": 24, "num_attention_heads": 16, "intermediate_size": 5504}
 QWEN15_7B = {**_QWEN15, "hidden_size": 4096, "num_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008}
@@ -101,6 +133,31 @@ QWEN15_72B = {
     "num_layers": 80,
     "num_attention_heads": 64,
     "intermediate_size": 24576,
+}
+QWEN15_14B = {
+    **_QWEN15,
+    "vocab_size": 152064,
+    "hidden_size": 5120,
+    "num_layers": 40,
+    "num_attention_heads": 40,
+    "intermediate_size": 13696,
+}
+QWEN15_32B = {
+    **_QWEN15,
+    "vocab_size": 152064,
+    "hidden_size": 5120,
+    "num_layers": 64,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "intermediate_size": 27392,
+}
+YI_34B = {
+    "vocab_size": 64000,
+    "hidden_size": 7168,
+    "num_layers": 60,
+    "num_attention_heads": 56,
+    "num_key_value_heads": 8,
+    "intermediate_size": 20480,
 }
 YI_6B = {
     "vocab_size": 64000,
@@ -168,18 +225,23 @@ class Card:
     flash_attention: bool = True  # model_config.use_flash_attention
     offset: tuple[int, ...] = ()  # model_config.offset per stage (empty: 0, layers split evenly)
     recompute_layers: tuple[int, ...] = ()  # recompute_config.recompute as a count of layers per stage
+    select_layers: tuple[int, ...] = ()  # recompute_config.select_recompute, layers per stage
+    select_all: bool = False  # recompute_config.select_recompute: True (every layer)
+    comm_layers: tuple[int, ...] = ()  # recompute_config.select_comm_recompute, layers per stage
+    fine_grain_interleave: int = 1  # model_config.fine_grain_interleave
+    param_dtype: str | None = None  # model_config.param_init_type where it differs from compute_dtype
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
-        them; None where the yaml states neither (the run config's even split and recompute hold)."""
-        if not self.offset and not self.recompute_layers:
+        them; None where the yaml states none (the run config's even split and recompute hold)."""
+        if not (self.offset or self.recompute_layers or self.select_layers or self.comm_layers):
             return None
-        stages = self.pp
+        zeros = (0,) * self.pp
         return {
-            "offset": list(self.offset or (0,) * stages),
-            "recompute": list(self.recompute_layers or (0,) * stages),
-            "select_recompute": False,
-            "select_comm_recompute": False,
+            "offset": list(self.offset or zeros),
+            "recompute": list(self.recompute_layers or zeros),
+            "select_recompute": list(self.select_layers) if self.select_layers else False,
+            "select_comm_recompute": list(self.comm_layers) if self.comm_layers else False,
         }
 
     @property
@@ -194,33 +256,30 @@ class Card:
 
 
 # Every row: semi-auto parallel (`parallel_mode: 1`), full_batch, `use_flash_attention: True` (ChatGLM3
-# 6B: False, its attention unfused),
-# `micro_batch_interleave_num: 1`, `fine_grain_interleave` 1 or unset (its default, 1), no
-# `select_recompute` / `select_comm_recompute`, the parallel optimizer on (`enable_parallel_optimizer`,
-# optimizer states sharded over the data-parallel ranks: ZeRO-1), `use_seq_parallel` wherever mp > 1,
-# no pipeline_config (MindSpore's default 1F1B) and `offset: 0` (layers split evenly over the stages)
-# but for GLM-4 9B, whose `offset` and `recompute` are counts per stage (priced as `ppb check --plan`
-# prices that yaml: `Card.plan`).
+# 6B: False, its attention unfused), `micro_batch_interleave_num: 1`, the parallel optimizer on
+# (`enable_parallel_optimizer`: optimizer states sharded over the data-parallel ranks, ZeRO-1; DeepSeek
+# Coder 33B off, dp 1 either way), `use_seq_parallel` wherever mp > 1, no pipeline_config (MindSpore's
+# default 1F1B). A yaml's per-stage `offset`, `recompute`, `select_recompute` and `select_comm_recompute`
+# are priced as `ppb check --plan` prices that yaml (`Card.plan`); `fine_grain_interleave: 2` as ppb's
+# TP overlap (`card_raw`).
 # The global batch is base_trainer.py `_check_global_batch_size_for_auto_parallel` at a4dfb8219: with
 # one stage batch_size · dp · micro_batch_interleave_num · gradient_accumulation_steps (unset: 1,
 # `_check_grad_accumulation_steps`), micro_batch_num ignored; with stages batch_size · dp ·
 # micro_batch_num · micro_batch_interleave_num, gradient accumulation ignored.
 # The Llama 2 7B finetune and 13B rows' tables say "float16" for yamls whose compute_dtype is
-# bfloat16 (7B) or float16 (13B `finetune_llama2_13b.yaml`): the yaml's compute_dtype is taken.
+# bfloat16 (7B) or float16 (13B `finetune_llama2_13b.yaml`): the yaml's compute_dtype is taken. Yi 34B's
+# README notes "全参微调需要双机32卡" (full fine-tuning needs two machines, 32 NPUs); its yaml, which the
+# row links, runs dp 1 · mp 4 · pp 4 = 16: the yaml is taken.
 # Left out (a setting ppb cannot state, or a model it does not have):
-# - Llama 2 70B (32p/64p), Llama 3 70B, Llama 3.1 70B: `select_recompute`/`select_comm_recompute` as a
-#   count of layers per stage ([8,4,4,1,...], [10,8,6,4,2,0,0,0]), not a form `training.recompute` takes,
-#   and `fine_grain_interleave: 2`;
-# - Qwen1.5 14B/32B finetune, Yi 34B, CodeLlama 34B (16p/32p): `fine_grain_interleave: 2` (each layer's
-#   micro-batch cut in two to hide its TP collectives), which ppb does not model;
 # - Qwen1.5 14B pretrain: `micro_batch_interleave_num: 2`; Qwen1.5 4B and GLM3 6B 32k (research/glm32k):
 #   `select_recompute: True` beside `recompute: True`;
 # - Qwen2 72B (32k): its 2026 tokens/s/p is more than the part can compute: 6 · 72e9 · 2026 = 875 TFLOP/s a
-#   device against a 313-376 TFLOPS peak; Qwen2 57B-A14B: MoE with `fine_grain_interleave`; Qwen2 0.5B:
-#   `fine_grain_interleave: 2` and `select_recompute: True`; Qwen2 1.5B: its yaml's parallel config
-#   (dp 4 · mp 2 · pp 1 = 8 devices) contradicts its own heading, "default parallel of device num = 32";
+#   device against a 313-376 TFLOPS peak; Qwen2 57B-A14B: MoE with `fine_grain_interleave`; Qwen2 1.5B: its
+#   yaml's parallel config (dp 4 · mp 2 · pp 1 = 8 devices) contradicts its own heading, "default
+#   parallel of device num = 32";
 # - Baichuan2 (NormHead; 13B's ALiBi), InternLM (its own attention biases and model class), GPT-2,
-#   PanGu-α, CodeGeeX2, Qwen-VL: model classes ppb's spec does not state; LoRA rows (frozen weights);
+#   PanGu-α, CodeGeeX2, Qwen-VL, TeleChat2 (fp32 residual stream): model classes ppb's spec does not
+#   state; LoRA rows (frozen weights); DeepSeek-V2 and the MoE rows;
 # - tables measured on "Atlas 800" (the 910A) or without a hardware line.
 CARD_ROWS: tuple[Card, ...] = (
     Card(
@@ -238,6 +297,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 7B finetune",
@@ -254,6 +314,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -270,6 +331,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -286,6 +348,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Llama 2 13B finetune fp16",
@@ -318,6 +381,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp16",
     ),
     Card(
         "Qwen1.5 7B finetune",
@@ -334,6 +398,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 7B pretrain",
@@ -350,6 +415,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 0.5B finetune",
@@ -366,6 +432,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 1.8B finetune",
@@ -382,6 +449,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=2,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Qwen1.5 72B pretrain",
@@ -398,6 +466,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=64,
         full_recompute=True,
         dtype="bf16",
+        param_dtype="fp32",
     ),
     Card(
         "Yi 6B finetune",
@@ -430,7 +499,230 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=128,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         parallel_optimizer=False,
+    ),
+    Card(
+        "Llama 2 70B finetune",
+        ATLAS_800T_A2,
+        "configs/llama2/finetune_llama2_70b_bf16_32p.yaml",
+        337.0,
+        LLAMA2_70B,
+        seq_length=4096,
+        dp=1,
+        mp=4,
+        pp=8,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=256,
+        full_recompute=False,
+        dtype="bf16",
+        fine_grain_interleave=2,
+        select_layers=(8, 4, 4, 1, 1, 1, 1, 1),
+        comm_layers=(8, 4, 4, 1, 1, 1, 1, 1),
+    ),
+    Card(
+        "Llama 2 70B finetune",
+        ATLAS_900_A2,
+        "configs/llama2/finetune_llama2_70b_bf16_32p.yaml",
+        404.0,
+        LLAMA2_70B,
+        seq_length=4096,
+        dp=1,
+        mp=4,
+        pp=8,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=256,
+        full_recompute=False,
+        dtype="bf16",
+        fine_grain_interleave=2,
+        select_layers=(8, 4, 4, 1, 1, 1, 1, 1),
+        comm_layers=(8, 4, 4, 1, 1, 1, 1, 1),
+    ),
+    Card(
+        "Llama 2 70B finetune",
+        ATLAS_900_A2,
+        "configs/llama2/finetune_llama2_70b_bf16_64p.yaml",
+        405.0,
+        LLAMA2_70B,
+        seq_length=4096,
+        dp=2,
+        mp=4,
+        pp=8,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=256,
+        full_recompute=False,
+        dtype="bf16",
+        fine_grain_interleave=2,
+        select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
+    ),
+    Card(
+        "Llama 3 70B finetune",
+        ATLAS_900_A2,
+        "research/llama3/llama3_70b/finetune_llama3_70b.yaml",
+        337.0,
+        LLAMA3_70B,
+        seq_length=8192,
+        dp=1,
+        mp=8,
+        pp=8,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=256,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+        select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
+        comm_layers=(10, 8, 6, 4, 2, 0, 0, 0),
+    ),
+    Card(
+        "Llama 3.1 70B finetune",
+        ATLAS_900_A2,
+        "research/llama3_1/llama3_1_70b/finetune_llama3_1_70b.yaml",
+        337.0,
+        LLAMA31_70B,
+        seq_length=8192,
+        dp=1,
+        mp=8,
+        pp=8,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=256,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+        select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
+        comm_layers=(10, 8, 6, 4, 2, 0, 0, 0),
+    ),
+    Card(
+        "Qwen1.5 14B finetune",
+        ATLAS_800T_A2,
+        "research/qwen1_5/qwen1_5_14b/finetune_qwen1_5_14b.yaml",
+        1452.0,
+        QWEN15_14B,
+        seq_length=4096,
+        dp=1,
+        mp=2,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=128,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+        offset=(-1, 1, 1, -1),
+    ),
+    Card(
+        "Qwen1.5 32B finetune",
+        ATLAS_900_A2,
+        "research/qwen1_5/qwen1_5_32b/finetune_qwen1_5_32b.yaml",
+        671.0,
+        QWEN15_32B,
+        seq_length=8192,
+        dp=1,
+        mp=8,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=512,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+    ),
+    Card(
+        "Yi 34B finetune",
+        ATLAS_800T_A2,
+        "research/yi/yi_34b/finetune_yi_34b.yaml",
+        660.0,
+        YI_34B,
+        seq_length=4096,
+        dp=1,
+        mp=4,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=56,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+        offset=(-1, 1, 1, -1),
+    ),
+    Card(
+        "CodeLlama 34B finetune",
+        ATLAS_800T_A2,
+        "configs/codellama/finetune_codellama_34b_32p.yaml",
+        667.0,
+        CODELLAMA_34B,
+        seq_length=4096,
+        dp=2,
+        mp=4,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=128,
+        full_recompute=False,
+        dtype="fp16",
+        fine_grain_interleave=2,
+    ),
+    Card(
+        "CodeLlama 34B finetune",
+        ATLAS_900_A2,
+        "configs/codellama/finetune_codellama_34b_16p.yaml",
+        669.0,
+        CODELLAMA_34B,
+        seq_length=4096,
+        dp=1,
+        mp=8,
+        pp=2,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=128,
+        full_recompute=False,
+        dtype="fp16",
+        fine_grain_interleave=2,
+    ),
+    Card(
+        "CodeLlama 34B finetune",
+        ATLAS_900_A2,
+        "configs/codellama/finetune_codellama_34b_32p.yaml",
+        747.0,
+        CODELLAMA_34B,
+        seq_length=4096,
+        dp=2,
+        mp=4,
+        pp=4,
+        batch_size=1,
+        accumulation=1,
+        micro_batch_num=128,
+        full_recompute=False,
+        dtype="fp16",
+        fine_grain_interleave=2,
+    ),
+    Card(
+        "Qwen2 0.5B finetune",
+        ATLAS_900_A2,
+        "research/qwen2/qwen2_0_5b/finetune_qwen2_0.5b_32k.yaml",
+        9555.0,
+        QWEN2_0_5B,
+        seq_length=32768,
+        dp=4,
+        mp=2,
+        pp=1,
+        batch_size=1,
+        accumulation=32,
+        micro_batch_num=32,
+        full_recompute=False,
+        dtype="bf16",
+        param_dtype="fp32",
+        fine_grain_interleave=2,
+        select_all=True,
     ),
     Card(
         "ChatGLM3 6B finetune",
@@ -464,6 +756,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=64,
         full_recompute=False,
         dtype="bf16",
+        param_dtype="fp32",
         offset=(-1, 0, 1, 0),
         recompute_layers=(6, 3, 2, 3),
     ),
@@ -483,7 +776,25 @@ def card_raw(card: Card) -> dict[str, Any]:
     }
     if card.full_recompute:
         training["recompute"] = "full"
+    elif card.select_layers or card.select_all:
+        # what MindFormers' select_recompute recomputes in a LLaMA layer (a4dfb8219 mindformers/models/
+        # utils.py `LayerSetting`, default_patterns: feed_forward.mul and feed_forward.w1.activation.silu,
+        # the SwiGLU product; with flash attention nothing in the attention, llama_transformer.py): ppb's
+        # ffAct. Its select_comm_recompute (default_comm_patterns `.*\.norm`: the sequence-parallel
+        # all-gathers after the norms, `recompute_comm_op`) is ppb's COMM option, the `gather` switch.
+        training["recompute"] = {"ffAct": 0}
     slug = card.yaml.rsplit("/", 1)[-1].removesuffix(".yaml")
+    timing: dict[str, Any] = {}
+    if card.param_dtype is not None:
+        timing["param_dtype"] = card.param_dtype  # the weights' casts and fp32/fp16 accumulation
+    if card.fine_grain_interleave > 1:
+        # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
+        # `fine_grain_interleave` slices along the sequence and tags their concatenations
+        # (`fine_grained_interleaved_index`) so that MindSpore runs one slice's tensor-parallel collectives
+        # beside another slice's compute: priced as ppb's TP overlap, each collective hidden up to its
+        # partner op's time (`timing.overlap.tp` 1). The first slice's first collective of a layer, which
+        # nothing hides, and the halved GEMMs' lower rate are not priced.
+        timing["overlap"] = {"tp": 1.0}
     return {
         "name": f"mindformers-{slug}-{card.devices}",
         "framework": "mindformers",
@@ -491,6 +802,7 @@ def card_raw(card: Card) -> dict[str, Any]:
         "parallel": parallel,
         "training": training,
         "device": {"name": "ascend-910b"},
+        **({"timing": timing} if timing else {}),
     }
 
 

@@ -87,13 +87,16 @@ def _as_llama(model: dict) -> dict:
 
 
 def _ffn(model: dict) -> int:
-    """mindformers/models/llama/llama_layer.py `LlamaFeedForward`'s width when intermediate_size is unset."""
+    """mindformers/models/llama/llama_layer.py `LlamaFeedForward.__init__` (a4dfb8219) when intermediate_size
+    is unset, from hidden_dim = 4h (llama_transformer.py): int((ffn_dim_multiplier + 0.01) · hidden_dim) if
+    a multiplier is set, then int(2 · hidden_dim / 3), rounded up to a multiple of `multiple_of`."""
     if model.get("intermediate_size"):
         return model["intermediate_size"]
-    width = int(2 * 4 * model["hidden_size"] / 3)
-    if model.get("ffn_dim_multiplier"):
-        width = int(model["ffn_dim_multiplier"] * width)
-    step = model["multiple_of"]
+    width = 4 * model["hidden_size"]
+    if model.get("ffn_dim_multiplier") is not None:
+        width = int((model["ffn_dim_multiplier"] + 0.01) * width)
+    width = int(2 * width / 3)
+    step = model.get("multiple_of", 256)
     return step * ((width + step - 1) // step)
 
 
@@ -114,11 +117,16 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
             assert rec["recompute"] == list(card.recompute_layers) and not card.full_recompute
         else:
             assert rec["recompute"] is card.full_recompute
-        assert not rec.get("select_recompute")
-        assert not rec.get("select_comm_recompute")
+        if rec.get("select_recompute") is True:  # every layer
+            assert card.select_all and not card.select_layers
+        else:
+            assert (rec.get("select_recompute") or []) == list(card.select_layers) and not card.select_all
+        assert (rec.get("select_comm_recompute") or []) == list(card.comm_layers)
         assert (config.get("micro_batch_interleave_num") or 1) == 1
-        assert (model.get("fine_grain_interleave") or 1) == 1
+        assert (model.get("fine_grain_interleave") or 1) == card.fine_grain_interleave
         assert model["use_flash_attention"] is card.flash_attention and dtypes[model["compute_dtype"]] == card.dtype
+        param = {"float32": "fp32", **dtypes}[model["param_init_type"]]
+        assert card.param_dtype == (None if param == card.dtype else param)
         assert par.get("use_seq_parallel", False) is True or card.mp == 1
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
         assert "pipeline_config" not in config["parallel"]
@@ -134,7 +142,7 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
         assert model.get("n_kv_heads") == spec.get("num_key_value_heads")
         assert (model["vocab_size"], _ffn(model)) == (spec["vocab_size"], spec["intermediate_size"])
         assert bool(model.get("qkv_has_bias")) == spec.get("attention_bias", False)
-        assert not model.get("tie_word_embeddings") and not spec.get("tied_embeddings")
+        assert bool(model.get("tie_word_embeddings")) == spec.get("tied_embeddings", False)
         # the README's row: the yaml linked under its hardware heading with this tokens/s/p
         readme = {"configs": "docs/model_cards/{}.md"}.get(card.yaml.split("/")[0])
         base = card.yaml.split("/")[1]

@@ -712,3 +712,31 @@ def test_deterministic_mode_writes_nan_over_what_transformer_engine_allocates():
     # Megatron's own modules (--transformer-impl local) allocate through PyTorch's operators: no fill.
     local_plain, local_fill = (TimeModel(_deterministic_run(flag, impl="local")) for flag in (False, True))
     assert local_fill.op_prices(layer) == local_plain.op_prices(layer)
+
+
+def test_mindformers_casts_weights_kept_in_fp32_and_accumulates_their_gradients_in_fp32():
+    raw = gelu_run(framework="mindformers").model_dump(mode="json", exclude_none=True)
+    plain = TimeModel(gelu_run(framework="mindformers")).op_prices(body(gelu_run(framework="mindformers")))
+    training = {**raw["training"], "micro_batches": 4}
+    run = parse_run_config({**raw, "training": training, "timing": {"param_dtype": "fp32"}})
+    fp32 = TimeModel(run).op_prices(body(run))
+    # mindformers/modules/layers.py Linear.construct (a4dfb8219): mlp_in's 1024 × 4096 = 4,194,304 fp32
+    # weights cast to bf16 each forward, read 4 and write 2 bytes: 25,165,824 bytes / 5e11 = 0.0503 ms
+    # more. Its backward: the two GEMMs compute-bound (2 · 2·2048·1024·4096 / 5e13), then the weight
+    # gradient cast back (read 2, write 4) and added into the fp32 accumulation buffer over the 4
+    # micro-batches (read 4 + 4, write 4): 18 bytes a weight, 75,497,472 / 5e11 = 0.151 ms.
+    weights = 1024 * 4096
+    assert fp32["mlp_in"].forward_ms == pytest.approx(plain["mlp_in"].forward_ms + 6 * weights / 5e11 * 1e3, rel=1e-12)
+    gemms_ms = 2 * 17_179_869_184 / 5e13 * 1e3
+    assert fp32["mlp_in"].backward_ms == pytest.approx(gemms_ms + 18 * weights / 5e11 * 1e3, rel=1e-12)
+    # weights in the compute dtype, one micro-batch: the GEMM's bf16 gradient is the parameter's, nothing added
+    assert plain["mlp_in"].backward_ms == pytest.approx(gemms_ms, rel=1e-12)
+    # attention's products of two activations hold no weight: nothing cast
+    for name in ("scores", "context", "softmax"):
+        assert fp32[name] == plain[name]
+
+
+def test_param_dtype_is_mindformers_words():
+    raw = gelu_run().model_dump(mode="json", exclude_none=True)
+    with pytest.raises(InputError, match=r"timing\.param_dtype"):
+        parse_run_config({**raw, "timing": {"param_dtype": "fp32"}})

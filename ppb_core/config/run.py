@@ -588,6 +588,13 @@ class TimingOptions(StrictModel):
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
     )
+    param_dtype: Dtype | None = Field(
+        None,
+        description="MindFormers' model_config.param_init_type, the dtype its weights are kept in, where it "
+        "differs from training.dtype (compute_dtype): every Linear casts its weight each forward, the weight "
+        "gradient is cast back, and gradients accumulate over micro-batches in it (time only; framework "
+        "mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1249,6 +1256,9 @@ def _check_run(run: RunConfig, where: str) -> None:
     if run.framework != "torchtitan" and titan_kernels:
         said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
         raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    if run.framework != "mindformers" and run.timing.param_dtype is not None:
+        said = f"is MindFormers' param_init_type (docs/timing.md); this run's framework is {run.framework}"
+        raise InputError(where, "timing.param_dtype", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(run.timing, f) != fields[f].default)
     if run.framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this run's framework is {run.framework}"

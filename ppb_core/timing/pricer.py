@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppb_core.config.run import Overlap, RunConfig
+from ppb_core.config.run import DTYPE_BYTES, Overlap, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.torchtitan import op_policy_supported
 from ppb_core.model.kinds import LayerKind, TailKind
@@ -198,8 +198,8 @@ class TimeModel:
         self.device = run.device.profile()
         self.overlap = torchtitan_overlap(run)
         self.links = Links.from_run(run, self.device)
-        # Megatron-LM (and MindFormers) accumulate weight gradients in fp32 inside the GEMM
-        # (gradient_accumulation_fusion: read and write the fp32 main_grad); torchtitan writes them.
+        # Megatron-LM accumulates weight gradients in fp32 inside the GEMM (gradient_accumulation_fusion:
+        # read and write the fp32 main_grad); torchtitan writes them; MindFormers below.
         # Megatron with --no-gradient-accumulation-fusion: TransformerEngine's GEMM writes a 16-bit
         # gradient (fuse_wgrad_accumulation=False) and the DDP hook runs `param.main_grad.add_(param.grad)`
         # (megatron/core/distributed/distributed_data_parallel.py `_make_backward_post_hook`): each
@@ -209,6 +209,22 @@ class TimeModel:
         self._wgrad_bytes = 2 * run.training.grad_bytes if fused else run.training.dtype_bytes
         unfused_megatron = framework == "megatron" and not run.timing.gradient_accumulation_fusion
         self._accumulate_bytes = 2 * run.training.grad_bytes + run.training.dtype_bytes if unfused_megatron else 0
+        # MindFormers (mindformers/modules/layers.py `Linear.construct`, a4dfb8219): the weight-gradient
+        # GEMM writes its output in the compute dtype; with the weights kept in another dtype
+        # (`timing.param_dtype`, model_config.param_init_type) the Linear casts its weight each forward
+        # (`self.cast(self.weight, self.dtype)`: read it, write the compute copy) and the cast's gradient
+        # casts the weight gradient back (read it, write the param dtype); over more than one micro-batch
+        # (a pipeline's micro_batch_num or gradient accumulation) MindSpore adds each into an accumulation
+        # buffer of the parameters' dtype (read both, write one). In place of the fused fp32 accumulation.
+        self._weight_cast_bytes = 0
+        if framework == "mindformers":
+            compute_bytes = run.training.dtype_bytes
+            param = run.timing.param_dtype or run.training.dtype
+            param_bytes = DTYPE_BYTES[param]
+            cast = param_bytes + compute_bytes if param != run.training.dtype else 0
+            self._weight_cast_bytes = cast
+            self._wgrad_bytes = compute_bytes
+            self._accumulate_bytes = cast + (3 * param_bytes if run.training.micro_batches > 1 else 0)
         # Megatron's --deterministic-mode turns on PyTorch's NaN fill of what TransformerEngine allocates
         # (`ppb_core.timing.nan_fill`): one more write of those outputs before the kernels that produce them.
         self._nan_fill = (
@@ -333,7 +349,7 @@ class TimeModel:
                 cast = self._cast_bytes(op, gradient=False)
                 c = tp if "forward" in chunks else 1
                 compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
-                cast_bytes = cast * m * k * groups * each
+                cast_bytes = cast * m * k * groups * each + self._weight_cast_bytes * op.weight_elements
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
