@@ -29,7 +29,12 @@ the receiver before the op that reads it. Where each side posts and waits is the
   warm-up forward's end); a send is waited for before the stage's next op of its kind. The receives
   across the model chunks' wrap (the last stage's chunk c to the first stage's chunk c + 1, and back)
   are posted ahead, micro-batches before they are needed ("First stage is ahead of last stage by
-  (pipeline_parallel_size - 1)"): those wait only for the sender.
+  (pipeline_parallel_size - 1)"): those wait only for the sender. With `--overlap-p2p-communication-warmup-flush`
+  (`warmup_flush`; d98e8a64 `forward_backward_pipelining_with_interleaving`, `overlap_p2p_comm_warmup_flush`)
+  every stage but the first posts each warm-up forward's receive before the forward ahead of it runs ("Prefetch
+  recv for iteration k+1 for non-first ranks"), and every stage but the last each cool-down backward's receive
+  before the backward ahead of it: one op earlier than the posts above (the first forward's, and the first
+  cool-down backward's, where they were).
 * ``megatron_overlap_r0.10`` (core_r0.10.0 to core_v0.17, from 4295be1a6c "tunable schedule with
   overlapping"): the receives as above; a send's handle (`send_next_wait_handle`, `send_prev_wait_handle`)
   is waited for once the stage's next send of its kind is posted, so by the op after that one.
@@ -81,7 +86,14 @@ NONE = -1
 
 @lru_cache(maxsize=32)
 def _graph(
-    protocol: str, name: str, stages: int, chunks: int, micro_batches: int, extra: int, group: int | None = None
+    protocol: str,
+    name: str,
+    stages: int,
+    chunks: int,
+    micro_batches: int,
+    extra: int,
+    group: int | None = None,
+    warmup_flush: bool = False,
 ) -> tuple:
     """The ops and transfers as nodes, and an order of them that respects every wait.
 
@@ -138,7 +150,7 @@ def _graph(
             times.append(size)
             after.append([sender])
             sends.setdefault(sender, []).append(transfer)
-            post = _post(protocol, name, stages, order, stage, index, source, befores[index])
+            post = _post(protocol, name, stages, order, stage, index, source, befores[index], warmup_flush)
             if post is not None:
                 posts.append((transfer, base, post))
             after[base + index].append(transfer)
@@ -194,10 +206,12 @@ def _post(
     index: int,
     source: tuple[int, int],
     previous_of_kind: int,
+    warmup_flush: bool = False,
 ) -> tuple[int, int | None] | None:
     """(index of the receiver's op whose end posts this op's receive, index of the op whose send must have
     completed first, or None), or None: posted from the start. *previous_of_kind*: the index of the
-    stage's previous op of this op's kind (-1: none)."""
+    stage's previous op of this op's kind (-1: none); *warmup_flush*: the interleaved schedule's
+    `--overlap-p2p-communication-warmup-flush` prefetches (module doc)."""
     if index == 0:
         return None
     op = order[index]
@@ -211,6 +225,18 @@ def _post(
     )
     if name == "interleaved" and wraps:
         return None  # posted micro-batches ahead across the chunks' wrap
+    if warmup_flush and name == "interleaved" and index >= 2 and order[index - 1].kind == op.kind:
+        # prefetched before the op ahead of it runs, where that op is a warm-up or cool-down iteration: a
+        # forward after warm-up forwards only, on a stage past the first; a backward after a cool-down
+        # backward (one after another backward, or after the forwards of a stage that has no steady state),
+        # on a stage before the last
+        warm = op.kind == "F" and stage > 0 and all(o.kind == "F" for o in order[:index])
+        no_steady = all(o.kind == "F" for o in order[: len(order) // 2])
+        cool = op.kind == "B" and stage < stages - 1 and (order[index - 2].kind == "B" or no_steady)
+        if warm or cool:
+            return index - 2, None
+    if warmup_flush and name == "interleaved" and index == 1 and op.kind == "F" and stage > 0:
+        return None  # the second forward's receive, prefetched before the first forward runs
     if previous_of_kind >= 0:
         return previous_of_kind, None
     # a stage's first backward: its receive is posted after the last warm-up forward, the op before the
@@ -244,12 +270,14 @@ def simulate_p2p(
     transfer: Sequence[Sequence[float]],
     shorter: Sequence[Sequence[Sequence[float]]] | None = None,
     group: int | None = None,
+    warmup_flush: bool = False,
 ) -> Timeline:
     """The schedule's timeline with its transfers posted and waited for as *protocol* says (module doc).
 
     *transfer* `[chunk][stage]`: the time a cell's output (or the gradient of it, the same size) takes to
     reach the next stage. *shorter*: Megatron's combined 1F1B savings as `schedules.simulate` takes them.
-    *group*: the interleaved schedule's micro-batch group (`schedules.check`)."""
+    *group*: the interleaved schedule's micro-batch group (`schedules.check`); *warmup_flush*: its warm-up and
+    cool-down receives prefetched (`--overlap-p2p-communication-warmup-flush`, module doc)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown p2p protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     chunks, stages = len(forward), len(forward[0])
@@ -259,8 +287,9 @@ def simulate_p2p(
     if protocol == "torch_1f1b" and name != "1f1b":
         raise ValueError("torch_1f1b is torch.distributed.pipelining's Schedule1F1B: one stage a rank")
     extra = 0 if shorter is None else 1
+    flush = warmup_flush and protocol.startswith("megatron_overlap")
     orders, n, topo, times, after = _graph(
-        protocol, name, stages, chunks, micro_batches, extra, group_of(name, stages, group)
+        protocol, name, stages, chunks, micro_batches, extra, group_of(name, stages, group), flush
     )
     op_times = [t for row in forward for t in row] + [t for row in backward for t in row]
     link_times = [t for row in transfer for t in row]

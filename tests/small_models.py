@@ -141,3 +141,15 @@ ROUND_DEVICE = {
     "fp8_gemm_kernel_us": 0.0,
     "gemm_full_intensity": 64.0,
 }
+
+
+# One Llama-3-8B layer (h 4096, 32 heads, 8 KV heads, width 14336) over a small vocabulary: its layers'
+# time terms at full size, cheap to build
+LLAMA_8B_LAYER = {
+    "vocab_size": 1024,
+    "hidden_size": 4096,
+    "num_layers": 2,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+}

@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ppb_core.config.run import TimingOptions
+import yaml
+from pydantic import ValidationError
+
+from ppb_core.config.run import Parallel, TimingOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("bench", "configs", "deploy", "docs", "pipelines", "ppb_core", "tests")
@@ -54,3 +57,24 @@ def test_docs_timing_shows_every_timing_field_with_its_default() -> None:
     assert missing == []
     unsaid = [name for name in TimingOptions.model_fields if name != "overlap" and "default" not in lines[name]]
     assert unsaid == []
+
+
+def test_the_docs_yaml_examples_parallel_and_timing_sections_validate() -> None:
+    """Every ```yaml example in docs/ whose `parallel` or `timing` section is a mapping validates as that
+    section (`Parallel`, `TimingOptions`): an example a reader copies is one the run config takes."""
+    sections = {"parallel": Parallel, "timing": TimingOptions}
+    found = []
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        for block in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
+            line = text[: block.start()].count("\n") + 1
+            for document in yaml.safe_load_all(block.group(1)):
+                for name, model in sections.items():
+                    given = document.get(name) if isinstance(document, dict) else None
+                    if not isinstance(given, dict):
+                        continue
+                    try:
+                        model.model_validate(given)
+                    except ValidationError as err:
+                        found.append(f"{path.name}:{line} {name}: {err.errors()[0]['msg']}")
+    assert found == []

@@ -389,6 +389,13 @@ def test_the_micro_batch_group_is_carried_where_the_interleaved_schedule_reads_i
     assert not imported.notes
     plain = import_megatron(f"{BASE} {pipeline}", 8, "h100-80gb")  # no virtual stages: never read
     assert "microbatch_group_size_per_vp_stage" not in plain.raw["parallel"] and not plain.notes
+    # and its warm-up and cool-down receives prefetched (--overlap-p2p-communication-warmup-flush), carried
+    flushed = import_megatron(
+        f"{BASE} {pipeline} --num-virtual-stages-per-pipeline-rank 2 --overlap-p2p-communication-warmup-flush",
+        8,
+        "h100-80gb",
+    )
+    assert flushed.raw["timing"]["overlap_p2p_comm_warmup_flush"] is True and not flushed.notes
 
 
 def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:

@@ -89,6 +89,26 @@ def test_interleaved_overlap_two_stages_two_chunks_by_hand() -> None:
     assert newer.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 8.5, 10.5])
 
 
+def test_warmup_flush_prefetches_the_warm_up_and_cool_down_receives_by_hand() -> None:
+    # The same P = 2, V = 2, m = 2 at core_v0.18 with --overlap-p2p-communication-warmup-flush (d98e8a64
+    # `overlap_p2p_comm_warmup_flush`): stage 1 (not the first) posts its warm-up forwards' receives one
+    # forward earlier (F(1,0) from the start, the first steady F(0,1) after F(0,0)), which changes nothing
+    # here: stage 0's sends end after stage 1 posted them either way. Stage 0 (not the last; every forward
+    # first) posts each cool-down backward's receive before the backward ahead of it: B(0,0)'s after B(0,1)
+    # ends at 8, not after B(1,1) at 10. Stage 1's B(0,0) [8.5, 9.5] sends its gradient at once, [9.5, 10],
+    # and stage 0's B(0,0) runs [10, 11] where it ran [10.5, 11.5]; B(1,0)'s gradient still comes at 12.
+    one = [[1.0, 1.0], [1.0, 1.0]]
+    flushed = simulate_p2p("megatron_overlap", "interleaved", one, one, 2, [[0.5, 0.5], [0.5, 0.5]], warmup_flush=True)
+    assert flushed.starts[0] == pytest.approx([0, 1.5, 3, 4.5, 7, 9, 10, 12])
+    assert flushed.starts[1] == pytest.approx([1.5, 3, 4.5, 5.5, 6.5, 7.5, 8.5, 10.5])
+    order = stage_orders("interleaved", 2, 2, 2)[1]
+    assert _post("megatron_overlap", "interleaved", 2, order, 1, 1, (0, 1), 0, True) is None
+    assert _post("megatron_overlap", "interleaved", 2, order, 1, 2, (0, 2), 1, True) == (0, None)
+    assert _post("megatron_overlap", "interleaved", 2, order, 1, 2, (0, 2), 1) == (1, None)
+    run = small_run(pp=2, vpp=2, schedule="interleaved", timing={"overlap_p2p_comm_warmup_flush": True})
+    assert framework_rules(run).p2p_warmup_flush and not framework_rules(small_run(pp=2)).p2p_warmup_flush
+
+
 def test_megatron_rules_name_its_protocols() -> None:
     assert framework_rules(small_run(pp=2)).p2p_protocol == "megatron_sync"
     assert framework_rules(small_run(pp=2, vpp=2, schedule="interleaved")).p2p_protocol == "megatron_overlap"

@@ -61,9 +61,14 @@ CASES = [
     (TITAN, "timing", {"cross_entropy_fusion": True}, "timing.cross_entropy_fusion", "Megatron-LM's"),
     (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
     (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
+    (TITAN, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "Megatron-LM's"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
+    # Megatron's --cuda-graph-warmup-steps (training.py reads it only where graphs are captured)
+    (TITAN, "timing", {"cuda_graph_warmup_steps": 0}, "timing.cuda_graph_warmup_steps", "Megatron-LM's"),
+    (MEGATRON, "timing", {"cuda_graph_warmup_steps": 0}, "timing.cuda_graph_warmup_steps", "set cuda_graph_impl"),
+    (MEGATRON, "timing", {"cuda_graph_warmup_steps": -1}, "timing.cuda_graph_warmup_steps", "greater than or equal"),
     # Megatron's --microbatch-group-size-per-virtual-pipeline-stage (schedules.py, d98e8a64)
-    (MEGATRON, "parallel", {"microbatch_group_size_per_vp_stage": 4}, "parallel", "interleaved schedule's group"),
+    (MEGATRON, "parallel", {"microbatch_group_size_per_vp_stage": 4}, GROUP, "this run's is 1f1b"),
     (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 3}, GROUP, "outside"),
     (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 6}, GROUP, "last group of 2"),
     (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 0}, GROUP, "greater than 0"),

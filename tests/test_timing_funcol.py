@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from small_models import LLAMA_8B_LAYER
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.walk import walk
@@ -15,15 +16,6 @@ from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER
 from ppb_core.timing.funcol import sequence_copy_bytes
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.pricer import TimeModel
-
-LAYER = {
-    "vocab_size": 1024,
-    "hidden_size": 4096,
-    "num_layers": 2,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-}
 
 
 def test_copy_bytes_per_collective():
@@ -42,7 +34,7 @@ def _model(framework: str, tp_overlap: float = 0.0) -> tuple[TimeModel, object]:
         {
             "name": "x",
             "framework": framework,
-            "models": [{"name": "llm", "spec": LAYER}],
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
             "parallel": {"tp": 8, "dp": 1, "sequence_parallel": True},
             "training": {"seq_length": 2048, "micro_batch_size": 2, "flash_attention": True},
             "device": {"name": "h100-80gb"},

@@ -6,6 +6,7 @@ torch/distributed/tensor/experimental/_context_parallel/_attention.py) and Trans
 from __future__ import annotations
 
 import pytest
+from small_models import LLAMA_8B_LAYER
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
@@ -17,15 +18,6 @@ from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import op_launches
 from ppb_core.timing.pricer import TimeModel, torchtitan_overlap
 from ppb_core.timing.ring import exposed_exchanges_s, last_rank_steps, merge_bytes, ring_attention_s
-
-LLAMA_8B_LAYER = {
-    "vocab_size": 1024,
-    "hidden_size": 4096,
-    "num_layers": 2,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-}
 
 
 def _run(

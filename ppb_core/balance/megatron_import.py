@@ -878,6 +878,8 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["calculate_per_token_loss"] = True
     if average:
         timing["ddp_average_in_collective"] = True
+    if args.has("--overlap-p2p-communication-warmup-flush"):  # model_parallel_config.py, read when interleaved
+        timing["overlap_p2p_comm_warmup_flush"] = True
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):
         backend = args.text("--moe-flex-dispatcher-backend", "deepep")

@@ -55,6 +55,7 @@ FIELD_KEYS = {
     "timing.torch_compile": "compile.enable",
     "timing.compile_loss": "compile.components",
     "timing.cp_rotate_method": "parallelism.context_parallel_rotate_method",
+    "timing.overlap": "parallelism.enable_async_tensor_parallel",
 }
 # JobConfig's sections ppb reads past: no bearing on an iteration's memory or time.
 NO_BEARING = frozenset(
@@ -189,6 +190,7 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
     spec = _model(toml, model, seq, notes)
     parallel, dp = _parallel(toml, spec, gpus, notes)
     rotate = parallel.pop("cp_rotate_method", None)  # a timing field (TimingOptions.cp_rotate_method)
+    async_tp = parallel.pop("async_tp", False)
     raw: dict[str, Any] = {
         "name": "torchtitan-job",
         "framework": "torchtitan",
@@ -200,6 +202,11 @@ def import_torchtitan(text: str, gpus: int | None, device: str, where: str = "<j
     timing = _timing(toml, model, bool(spec.get("num_experts")), notes)
     if rotate is not None:
         timing["cp_rotate_method"] = rotate
+    if async_tp:
+        if not timing.get("torch_compile"):  # maybe_enable_async_tp raises RuntimeError
+            said = "true needs the model compiled ([compile] enable, 'model' in components), as torchtitan asserts"
+            raise InputError(toml.where, "parallelism.enable_async_tensor_parallel", said)
+        timing["overlap"] = {"tp": 1.0}
     if timing:
         raw["timing"] = timing
     _other(toml, notes)
@@ -261,7 +268,9 @@ def _parallel(toml: _Toml, spec: dict[str, Any], gpus: int | None, notes: list[s
         if par["disable_loss_parallel"]:
             notes.append("parallelism.disable_loss_parallel: the output's logits gathered, not modelled")
         if par["enable_async_tensor_parallel"]:
-            notes.append("parallelism.enable_async_tensor_parallel: TP overlapped with compute, not modelled")
+            # distributed/tensor_parallel.py maybe_enable_async_tp (v0.2.2): Inductor's micro-pipelining,
+            # priced as ppb's comm-GEMM overlap with the fused ops' copies (docs/timing.md, overlap.tp)
+            parallel["async_tp"] = True  # moved to `timing.overlap` by import_torchtitan
     rotate = par["context_parallel_rotate_method"]
     if rotate not in ("allgather", "alltoall"):
         raise InputError(where, "parallelism.context_parallel_rotate_method", f"{shown(rotate)}: allgather or alltoall")

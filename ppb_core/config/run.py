@@ -235,10 +235,6 @@ class Parallel(StrictModel):
             raise ValueError("schedule dualpipev runs two chunks per stage: set vpp 2")
         if self.pp == 1 and self.schedule != "1f1b":
             raise ValueError(f"schedule {self.schedule} needs pp > 1")
-        if self.microbatch_group_size_per_vp_stage is not None and self.schedule != "interleaved":
-            raise ValueError(
-                "microbatch_group_size_per_vp_stage is the interleaved schedule's group (vpp > 1, schedule interleaved)"
-            )
         product = self.dp * self.tp * self.pp * self.cp
         if self.world_size is not None and product != self.world_size:
             raise ValueError(
@@ -766,6 +762,11 @@ class TimingOptions(StrictModel):
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
     )
+    overlap_p2p_comm_warmup_flush: bool = Field(
+        False,
+        description="Megatron's --overlap-p2p-communication-warmup-flush: the interleaved schedule's warm-up and "
+        "cool-down receives prefetched, each posted before the op ahead of it (ppb_core.pipeline_p2p)",
+    )
     pipe_partitioned: bool = Field(
         False,
         description="the pipeline's sends split over the tensor-parallel ranks, each sending its share, and "
@@ -1194,6 +1195,8 @@ MEGATRON_TIMING = frozenset(
         "apply_query_key_layer_scaling",
         "ddp_average_in_collective",
         "te_deterministic_attention",
+        "cuda_graph_warmup_steps",
+        "overlap_p2p_comm_warmup_flush",
     }
 )
 
@@ -1280,6 +1283,10 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
             "or set fsdp false",
         )
+    if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
+        # Megatron reads the group only in forward_backward_pipelining_with_interleaving
+        said = f"is the interleaved schedule's group (vpp > 1, schedule interleaved); this run's is {par.schedule}"
+        raise InputError(where, "parallel.microbatch_group_size_per_vp_stage", said)
     if par.microbatch_group_size_per_vp_stage is not None and run.framework != "megatron":
         # torchtitan's Interleaved1F1B and MindFormers' interleaved pipeline have no such group
         said = f"is Megatron-Core's interleaved schedule's group; this run's framework is {run.framework}"
@@ -1348,6 +1355,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
+    warmup = run.timing.cuda_graph_warmup_steps
+    if run.timing.cuda_graph_impl == "none" and warmup != TimingOptions.model_fields["cuda_graph_warmup_steps"].default:
+        # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
+        # `ppb import megatron`; a run without them would read it past without a word
+        said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
+        raise InputError(where, "timing.cuda_graph_warmup_steps", said)
     if par.layout is not None:
         _check_layout(run, where)
     if par.overlap_moe_expert_parallel_comm:

@@ -141,6 +141,9 @@ class FrameworkRules:
     # where the sends and receives are posted and waited for (`ppb_core.pipeline_p2p`); "" for
     # `p2p_blocking`'s simpler model
     p2p_protocol: str = ""
+    # Megatron's --overlap-p2p-communication-warmup-flush: the interleaved warm-up's and cool-down's receives
+    # prefetched an op earlier (`ppb_core.pipeline_p2p`)
+    p2p_warmup_flush: bool = False
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -185,6 +188,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
         p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits] if interleaved else "megatron_sync",
+        p2p_warmup_flush=interleaved and run.timing.overlap_p2p_comm_warmup_flush,
     )
 
 
@@ -448,7 +452,15 @@ def run_iteration(
         timeline = gathered
     elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
         timeline = simulate_p2p(
-            rules.p2p_protocol, schedule, with_fsdp_f, with_fsdp_b, m, cells.transfer, combined, group
+            rules.p2p_protocol,
+            schedule,
+            with_fsdp_f,
+            with_fsdp_b,
+            m,
+            cells.transfer,
+            combined,
+            group,
+            warmup_flush=rules.p2p_warmup_flush,
         )
     else:
         blocking = rules.p2p_blocking
