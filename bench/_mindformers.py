@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _public import LLAMA31_8B, LLAMA31_70B
+from _titan import LLAMA2_13B, LLAMA2_70B  # torchtitan's Llama 2 flavors: the same models (70B's FFN 28,672)
 
 MINDFORMERS = "mindspore-lab/mindformers research/llama3_1/README.md (5175aff94)"
 
@@ -32,7 +33,7 @@ def mindformers_rows() -> list[dict[str, Any]]:
         "name": "mindformers-llama3.1-8b-finetune",
         "framework": "mindformers",
         "models": [{"name": "llm", "spec": LLAMA31_8B}],
-        "parallel": {"dp": devices, "zero": 1},
+        "parallel": {"dp": devices, "enable_parallel_optimizer": True},
         "training": {
             "seq_length": seq,
             "micro_batch_size": 1,
@@ -56,7 +57,7 @@ def mindformers_rows() -> list[dict[str, Any]]:
                 "tokens/s/p as the step's tokens over its seconds and the devices",
                 "Atlas 900 A2 PoDc as the catalog's ascend-910b",
                 "a fine-tuning step priced as a pre-training step (same layers, full loss)",
-                "MindSpore's parallel optimizer as ZeRO-1",
+                "MindSpore's parallel optimizer (enable_parallel_optimizer, default parallel_optimizer_config)",
             ),
         }
     ]
@@ -86,22 +87,7 @@ LLAMA2_7B = {
     "num_attention_heads": 32,
     "intermediate_size": 11008,
 }
-LLAMA2_13B = {
-    "vocab_size": 32000,
-    "hidden_size": 5120,
-    "num_layers": 40,
-    "num_attention_heads": 40,
-    "intermediate_size": 13824,
-}
 LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
-LLAMA2_70B = {
-    "vocab_size": 32000,
-    "hidden_size": 8192,
-    "num_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "intermediate_size": 28672,  # int(1.31 · 32,768) = 42,926, 2/3 of it 28,617 → 28,672
-}
 LLAMA3_70B = {**LLAMA31_70B, "max_position_embeddings": 8192}
 CODELLAMA_34B = {
     "vocab_size": 32000,
@@ -221,7 +207,7 @@ class Card:
     micro_batch_num: int  # parallel_config.micro_batch_num (read with stages only)
     full_recompute: bool  # recompute_config.recompute
     dtype: str  # model_config.compute_dtype
-    parallel_optimizer: bool = True  # parallel.enable_parallel_optimizer: states sharded over dp (ZeRO-1)
+    parallel_optimizer: bool = True  # parallel.enable_parallel_optimizer: weights and states sharded over dp
     flash_attention: bool = True  # model_config.use_flash_attention
     offset: tuple[int, ...] = ()  # model_config.offset per stage (empty: 0, layers split evenly)
     recompute_layers: tuple[int, ...] = ()  # recompute_config.recompute as a count of layers per stage
@@ -257,8 +243,9 @@ class Card:
 
 # Every row: semi-auto parallel (`parallel_mode: 1`), full_batch, `use_flash_attention: True` (ChatGLM3
 # 6B: False, its attention unfused), `micro_batch_interleave_num: 1`, the parallel optimizer on
-# (`enable_parallel_optimizer`: optimizer states sharded over the data-parallel ranks, ZeRO-1; DeepSeek
-# Coder 33B off, dp 1 either way), `use_seq_parallel` wherever mp > 1, no pipeline_config (MindSpore's
+# (`enable_parallel_optimizer`: MindSpore's optimizer parallel, weights and optimizer states sharded over
+# the data-parallel ranks, the yaml's `parallel_optimizer_config` MindSpore's defaults; DeepSeek Coder 33B
+# off, dp 1 either way), `use_seq_parallel` wherever mp > 1, no pipeline_config (MindSpore's
 # default 1F1B). A yaml's per-stage `offset`, `recompute`, `select_recompute` and `select_comm_recompute`
 # are priced as `ppb check --plan` prices that yaml (`Card.plan`); `fine_grain_interleave: 2` as ppb's
 # TP overlap (`card_raw`).
@@ -766,7 +753,7 @@ CARD_ROWS: tuple[Card, ...] = (
 def card_raw(card: Card) -> dict[str, Any]:
     """The card's run config."""
     parallel: dict[str, Any] = {"dp": card.dp, "tp": card.mp, "pp": card.pp, "sequence_parallel": card.mp > 1}
-    parallel["zero"] = 1 if card.parallel_optimizer and card.dp > 1 else 0
+    parallel["enable_parallel_optimizer"] = card.parallel_optimizer
     training: dict[str, Any] = {
         "seq_length": card.seq_length,
         "micro_batch_size": card.batch_size,
@@ -824,7 +811,7 @@ def mindformers_card_rows() -> list[dict[str, Any]]:
                     "tokens/s/p as the step's tokens over its seconds and the devices",
                     f"{card.hardware} as the catalog's ascend-910b",
                     "a fine-tuning step priced as a pre-training step (same layers, full loss)",
-                    "MindSpore's parallel optimizer as ZeRO-1",
+                    "MindSpore's parallel optimizer (enable_parallel_optimizer, the yaml's parallel_optimizer_config)",
                 ),
             }
         )

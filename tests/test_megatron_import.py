@@ -398,6 +398,20 @@ def test_the_micro_batch_group_is_carried_where_the_interleaved_schedule_reads_i
     assert flushed.raw["timing"]["overlap_p2p_comm_warmup_flush"] is True and not flushed.notes
 
 
+def test_the_warmup_flush_is_refused_where_megatron_refuses_it() -> None:
+    # model_parallel_config.py `__post_init__` (d98e8a64) raises without overlap_p2p_comm, which arguments.py
+    # turns off without virtual stages and --no-overlap-p2p-communication turns off (batch_p2p_comm then)
+    flags = f"{BASE} --pipeline-model-parallel-size 2 --global-batch-size 40 --overlap-p2p-communication-warmup-flush"
+    plain = import_megatron(flags, 8, "h100-80gb")
+    with pytest.raises(InputError) as caught:
+        run_config_of(plain, "case")
+    assert caught.value.field == "--overlap-p2p-communication-warmup-flush"
+    assert "needs the interleaved schedule" in caught.value.problem
+    with pytest.raises(InputError, match="which --no-overlap-p2p-communication turns off"):
+        overlap_off = f"{flags} --num-virtual-stages-per-pipeline-rank 2 --no-overlap-p2p-communication"
+        import_megatron(overlap_off, 8, "h100-80gb")
+
+
 def test_the_gradient_buffer_dtype_follows_megatrons_precision_rules() -> None:
     # arguments.py validate_args and training.py (DDP grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32):
     # bf16 accumulates in fp32 unless --grad-reduce-in-bf16; fp16 does not unless asked; fp16 without

@@ -62,6 +62,7 @@ CASES = [
     (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
     (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
     (TITAN, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "Megatron-LM's"),
+    (MEGATRON, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "1f1b"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
     # Megatron's --cuda-graph-warmup-steps (training.py reads it only where graphs are captured)
     (TITAN, "timing", {"cuda_graph_warmup_steps": 0}, "timing.cuda_graph_warmup_steps", "Megatron-LM's"),

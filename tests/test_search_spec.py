@@ -68,6 +68,16 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["limits"].update(schedules=["zigzag"]), "limits.schedules.0", "1f1b"),
         (lambda raw: raw["limits"].update(recompute=[{"mode": "full"}]), "limits.recompute.0", "torchtitan's words"),
         (lambda raw: raw.update(framework="jax"), "framework", "megatron"),
+        # another framework's timing setting holds for every strategy: refused once, before the grid
+        (lambda raw: raw.update(timing={"cp_rotate_method": "alltoall"}), "timing.cp_rotate_method", "torchtitan's"),
+        (
+            lambda raw: (
+                raw.update(framework="torchtitan", timing={"cuda_graph_warmup_steps": 1})
+                or raw["limits"].pop("zero", None)
+            ),
+            "timing.cuda_graph_warmup_steps",
+            "this search's framework is torchtitan",
+        ),
         (lambda raw: raw["device"].update(reserved_mb=9000), "device.memory_mb", "no memory left"),
         (lambda raw: raw["search"].update(top=0), "search.top", "greater than 0"),
         # sizes no real search has (ppb_core/limits.py)

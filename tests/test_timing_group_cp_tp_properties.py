@@ -8,7 +8,11 @@
   chunk's micro-batches: min(m·V, 2(P − s − 1) + (V − 1)·g + 1) (schedules.py `get_pp_rank_microbatches`,
   d98e8a64: `num_warmup_microbatches = (P − s − 1)·2 + (V − 1)·g`, all m·V when it reaches them), each
   chunk at least one and at most m;
-- the copies of `timing.funcol` never fall as the tensor or the micro-batch grows.
+- prefetching the interleaved warm-up's and cool-down's receives (`timing.overlap_p2p_comm_warmup_flush`)
+  never lengthens the iteration, under each release's send waits (`timing.interleaved_send_waits`);
+- the copies of `timing.funcol` never fall as the tensor or the micro-batch grows;
+- an unfused attention core's score passes (`Op.score_keys`, `attention_rates.score_fraction`) never get
+  cheaper as the sequence grows, at every head size, where the share is measured (H100) or not (A100).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from hypothesis import strategies as st
 from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.model.kinds import body_kind
 from ppb_core.schedules import check, micro_batches_in_flight
-from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER
+from ppb_core.timing.flops import ALL_GATHER, REDUCE_SCATTER, OpGeometry, layer_ops
 from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequence_copy_bytes
 from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.pricer import TimeModel
 
 FAST = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 DEVICES = [ROUND_DEVICE, {"name": "h100-80gb"}, {"name": "a100-80gb"}]
@@ -118,3 +124,62 @@ def test_the_funcol_copies_never_fall_as_the_tensor_or_the_batch_grows(
     assert 0.0 <= fused_gather_bytes(small, tp, few, rows) <= fused_gather_bytes(big, tp, many, rows)
     assert fused_gather_bytes(big, tp, many, False) <= fused_gather_bytes(big, tp, many, True)
     assert 0.0 <= fused_scatter_bytes(small, few) <= fused_scatter_bytes(big, many)
+
+
+def _score_pass_seconds(device: dict, head_dim: int, seq: int) -> tuple[float, float]:
+    """(forward, backward) seconds of a body layer's unfused score passes under Megatron, no flash."""
+    spec = dict(SMALL_GQA, head_dim=head_dim, max_position_embeddings=65536)
+    run = parse_run_config(
+        {
+            "name": "p",
+            "models": [{"name": "llm", "spec": spec}],
+            "parallel": {"dp": 1, "tp": 1, "pp": 1},
+            "training": {"seq_length": seq, "micro_batch_size": 1, "micro_batches": 1, "flash_attention": False},
+            "device": device,
+        }
+    )
+    model = TimeModel(run)
+    ops = [op for op in layer_ops(body_kind(run.spec("llm"), 0, 0.0), OpGeometry.from_run(run)) if op.score_keys]
+    assert ops
+    return sum(model._phase_s(op, "forward") for op in ops), sum(model._phase_s(op, "backward") for op in ops)
+
+
+@FAST
+@given(
+    st.sampled_from([{"name": "h100-80gb"}, {"name": "a100-80gb"}]),
+    st.sampled_from([64, 96, 128, 192]),
+    st.sampled_from([256, 1024, 4096, 8192]),
+    st.sampled_from([2, 3, 4]),
+)
+def test_a_longer_sequence_never_makes_the_unfused_score_passes_cheaper(
+    device: dict, head_dim: int, seq: int, grow: int
+) -> None:
+    forward, backward = _score_pass_seconds(device, head_dim, seq)
+    longer_forward, longer_backward = _score_pass_seconds(device, head_dim, seq * grow)
+    assert longer_forward >= forward > 0.0 and longer_backward >= backward > 0.0
+
+
+@FAST
+@given(
+    st.sampled_from(DEVICES),
+    st.sampled_from([2, 4]),
+    st.sampled_from([4, 8]),
+    st.sampled_from([1, 2]),
+    st.sampled_from(["core_r0.8", "core_r0.10", "core_v0.18"]),
+)
+def test_prefetching_the_warmup_and_flush_receives_never_lengthens_the_iteration(
+    device: dict, pp: int, m: int, tp: int, release: str
+) -> None:
+    setting = {
+        "framework": "megatron",
+        "parallel": {"dp": 2, "tp": tp, "pp": pp, "vpp": 2, "schedule": "interleaved", "sequence_parallel": tp > 1},
+        "m": m,
+        "batch": 1,
+        "device": device,
+        "spec": dict(SMALL_GQA, num_layers=8),
+    }
+    seconds = []
+    for flush in (False, True):
+        setting["timing"] = {"overlap_p2p_comm_warmup_flush": flush, "interleaved_send_waits": release}
+        seconds.append(run_iteration(_run(setting, {})).seconds)
+    assert 0.0 < seconds[1] <= seconds[0] * (1 + 1e-12)

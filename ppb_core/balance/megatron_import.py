@@ -879,6 +879,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
     if average:
         timing["ddp_average_in_collective"] = True
     if args.has("--overlap-p2p-communication-warmup-flush"):  # model_parallel_config.py, read when interleaved
+        if args.has("--no-overlap-p2p-communication"):  # batch_p2p_comm then: model_parallel_config.py raises
+            said = "needs overlap_p2p_comm, which --no-overlap-p2p-communication turns off (Megatron-Core refuses it)"
+            raise InputError(args.where, "--overlap-p2p-communication-warmup-flush", said)
         timing["overlap_p2p_comm_warmup_flush"] = True
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):

@@ -503,7 +503,8 @@ def _check_group(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     if given != has:
         said = str(given) if GROUP_FLAG in flags.stated else f"not given (Megatron-LM's default pp = {given})"
         field = "parallel.microbatch_group_size_per_vp_stage"
-        raise InputError(where, GROUP_FLAG, f"{said}, the run config has {has} ({field}): {WHY}")
+        stated = "" if par.microbatch_group_size_per_vp_stage else ", unset: the default pp"
+        raise InputError(where, GROUP_FLAG, f"{said}, the run config has {has} ({field}{stated}): {WHY}")
 
 
 def _check_training(flags: MegatronFlags, run: RunConfig, where: str) -> None:

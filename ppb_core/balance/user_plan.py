@@ -25,7 +25,7 @@ from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import ParallelOptimizerConfig, RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_json, read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -227,6 +227,42 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
                 where,
                 field,
                 f"{shown(value)}, the run config has {name} {expected}: ppb checks the plan at the run's sizes",
+            )
+    if run is not None and run.framework == "mindformers":
+        _check_optimizer_parallel(document, run, where)
+
+
+def _check_optimizer_parallel(document: dict[str, Any], run: RunConfig, where: str) -> None:
+    """The yaml's `parallel.enable_parallel_optimizer` and `parallel_optimizer_config` are the run config's
+    (ppb_core.memory.frameworks.mindformers prices them): a yaml that shards otherwise was checked at the
+    run config's memory without a word."""
+    parallel = document.get("parallel")
+    if not isinstance(parallel, dict) or "enable_parallel_optimizer" not in parallel:
+        return
+    par = run.parallel
+    said = parallel["enable_parallel_optimizer"]
+    # a run config without the words reads it as SAPP's ZeRO level (`ppb search` writes the yaml from it)
+    has = par.enable_parallel_optimizer if par.enable_parallel_optimizer is not None else run.shard_level >= 1
+    if bool(said) != has:
+        stated = f"has {has}" if par.enable_parallel_optimizer is not None else f"has zero {run.shard_level}"
+        raise InputError(
+            where,
+            "parallel.enable_parallel_optimizer",
+            f"{shown(said)}, the run config {stated}: ppb checks the plan at the run's sharding",
+        )
+    config = parallel.get("parallel_optimizer_config") or {}
+    if not said or par.enable_parallel_optimizer is None or not isinstance(config, dict):
+        return
+    ours = par.parallel_optimizer_config or ParallelOptimizerConfig()
+    for key, value in config.items():
+        if key not in ParallelOptimizerConfig.model_fields:
+            continue  # MindSpore's other keys (optimizer_level, ...): not priced
+        expected = getattr(ours, key)
+        if value != expected:
+            raise InputError(
+                where,
+                f"parallel.parallel_optimizer_config.{key}",
+                f"{shown(value)}, the run config has {shown(expected)}: ppb checks the plan at the run's sharding",
             )
 
 

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             schedule=schedule,
             constant_memory_mb=args.constant_memory,
         )
+        group = par.microbatch_group_size_per_vp_stage
+        if group is not None and problem.group is None:  # `run_problem`: another size runs Megatron's default
+            said = (
+                f"parallel.microbatch_group_size_per_vp_stage {group} is the run's at its sizes; these plan at "
+                f"Megatron's default group (pp {problem.stages})"
+            )
+            print(f"ppb balance {source}: note: {said}", file=sys.stderr)
         if args.framework is not None or args.mtp_layers is not None:
             problem = dataclasses.replace(
                 problem,

@@ -134,6 +134,31 @@ class SubModel(StrictModel):
         return self
 
 
+class ParallelOptimizerConfig(StrictModel):
+    """MindFormers' `parallel.parallel_optimizer_config` (MindSpore's `set_auto_parallel_context`
+    keys; mindformers/trainer/config_args.py `ParallelContextConfig`, commit fd4deebc): how MindSpore's
+    optimizer parallel shards (ppb_core.memory.frameworks.mindformers)."""
+
+    gradient_accumulation_shard: bool = Field(
+        False,
+        description="the accumulated gradients (pipeline or gradient accumulation) sharded over the data-parallel "
+        "group too, reduce-scattered at every micro-step; else held whole",
+    )
+    parallel_optimizer_threshold: Annotated[NonNegativeInt, limits.at_most(limits.DEVICE_MEMORY_MB * 1024, "KB")] = (
+        Field(64, description="KB: a parameter smaller than this (shape x its dtype's bytes) is not sharded")
+    )
+    optimizer_weight_shard_size: Annotated[int, limits.at_most(limits.DEVICES, "devices")] = Field(
+        -1, description="ranks a weight is sharded over; -1: its whole data-parallel group (dp x cp)"
+    )
+
+    @field_validator("optimizer_weight_shard_size")
+    @classmethod
+    def _shard_size(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError(f"must be -1 (the data-parallel group) or a positive group size, got {value}")
+        return value
+
+
 class Parallel(StrictModel):
     dp: Devices = 1
     tp: Devices = 1
@@ -170,6 +195,20 @@ class Parallel(StrictModel):
         False,
         description="Megatron's --overlap-moe-expert-parallel-comm: the combined 1F1B schedule, one micro-batch's "
         "forward beside another's backward layer by layer",
+    )
+    enable_parallel_optimizer: bool | None = Field(
+        None,
+        description="MindFormers' parallel.enable_parallel_optimizer (framework mindformers): MindSpore's optimizer "
+        "parallel shards the weights and their optimizer states over the data-parallel group and all-gathers "
+        "each weight in the forward; unset: SAPP's ZeRO levels (parallel.zero)",
+    )
+    parallel_optimizer_config: ParallelOptimizerConfig | None = Field(
+        None, description="MindFormers' parallel.parallel_optimizer_config (with enable_parallel_optimizer true)"
+    )
+    embedding_parallel_optimizer: bool = Field(
+        False,
+        description="MindFormers' model.model_config.parallel_optimizer (LlamaConfig, default False): the "
+        "embedding table sharded by the optimizer parallel too",
     )
     microbatch_group_size_per_vp_stage: (
         Annotated[PositiveInt, limits.at_most(limits.MICRO_BATCHES, "micro-batches")] | None
@@ -902,7 +941,16 @@ class RunConfig(StrictModel):
         par = self.parallel
         if self.framework == "torchtitan":
             return 0 if par.zero == 0 and not par.fsdp else 3
+        if par.enable_parallel_optimizer is not None:
+            # MindSpore's optimizer parallel: level 1 of its own (weights sharded too, gathered in the forward:
+            # `optimizer_parallel`, ppb_core.memory.frameworks.mindformers); off: nothing sharded
+            return 1 if par.enable_parallel_optimizer else 0
         return par.shard_level
+
+    @property
+    def optimizer_parallel(self) -> bool:
+        """MindSpore's optimizer parallel as MindFormers states it (parallel.enable_parallel_optimizer true)."""
+        return self.framework == "mindformers" and bool(self.parallel.enable_parallel_optimizer)
 
     @property
     def megatron_fsdp(self) -> bool:
@@ -1245,6 +1293,47 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
 
 
+def check_timing_words(framework: str, timing: TimingOptions, where: str, whose: str = "run") -> None:
+    """`timing` settings one framework's code reads and another's never does, refused under the other
+    (a run config, and a search spec before its strategies: they hold for every one of them)."""
+    # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
+    fields = TimingOptions.model_fields
+    titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(timing, f) != fields[f].default)
+    if framework != "torchtitan" and titan_kernels:
+        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this {whose}'s framework is {framework}"
+        raise InputError(where, f"timing.{titan_kernels[0]}", said)
+    if framework != "mindformers" and timing.param_dtype is not None:
+        said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.param_dtype", said)
+    megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
+    if framework != "megatron" and megatron_words:
+        said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"
+        raise InputError(where, f"timing.{megatron_words[0]}", said)
+    if not timing.batch_broadcast and framework != "megatron":
+        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
+    if not timing.attention_mask_in_dataloader and framework != "megatron":
+        raise InputError(
+            where,
+            "timing.attention_mask_in_dataloader",
+            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
+        )
+    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
+    if timing.pipe_partitioned and framework == "torchtitan":
+        raise InputError(
+            where,
+            "timing.pipe_partitioned",
+            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
+        )
+    if timing.cuda_graph_impl != "none" and framework != "megatron":
+        raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
+    warmup = timing.cuda_graph_warmup_steps
+    if timing.cuda_graph_impl == "none" and warmup != fields["cuda_graph_warmup_steps"].default:
+        # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
+        # `ppb import megatron`; a run without them would read it past without a word
+        said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
+        raise InputError(where, "timing.cuda_graph_warmup_steps", said)
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1253,19 +1342,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
-    # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
-    fields = TimingOptions.model_fields
-    titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(run.timing, f) != fields[f].default)
-    if run.framework != "torchtitan" and titan_kernels:
-        said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this run's framework is {run.framework}"
-        raise InputError(where, f"timing.{titan_kernels[0]}", said)
-    if run.framework != "mindformers" and run.timing.param_dtype is not None:
-        said = f"is MindFormers' param_init_type (docs/timing.md); this run's framework is {run.framework}"
-        raise InputError(where, "timing.param_dtype", said)
-    megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(run.timing, f) != fields[f].default)
-    if run.framework != "megatron" and megatron_words:
-        said = f"is Megatron-LM's (docs/timing.md); this run's framework is {run.framework}"
-        raise InputError(where, f"timing.{megatron_words[0]}", said)
+    check_timing_words(run.framework, run.timing, where)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
@@ -1283,6 +1360,13 @@ def _check_run(run: RunConfig, where: str) -> None:
             f"zero {par.zero} contradicts fsdp true (FSDP shards as ZeRO-3): drop zero or set it to 3, "
             "or set fsdp false",
         )
+    _check_parallel_optimizer(run, where)
+    if run.timing.overlap_p2p_comm_warmup_flush and par.schedule != "interleaved":
+        # Megatron sets overlap_p2p_comm False without virtual stages (arguments.py validate_args), so
+        # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
+        # ("only compatible with overlap_p2p_comm but not batch_p2p_comm"; d98e8a64)
+        said = f"needs the interleaved schedule (vpp > 1), as Megatron-Core asserts; this run's is {par.schedule}"
+        raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
     if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
         # Megatron reads the group only in forward_backward_pipelining_with_interleaving
         said = f"is the interleaved schedule's group (vpp > 1, schedule interleaved); this run's is {par.schedule}"
@@ -1338,29 +1422,6 @@ def _check_run(run: RunConfig, where: str) -> None:
     if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
         said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
         raise InputError(where, f"models.{run.model_names.index(plain_mla[0])}.spec.mla_latent_norms", said)
-    if not run.timing.batch_broadcast and run.framework != "megatron":
-        raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
-    if not run.timing.attention_mask_in_dataloader and run.framework != "megatron":
-        raise InputError(
-            where,
-            "timing.attention_mask_in_dataloader",
-            "is Megatron's --no-create-attention-mask-in-dataloader: set framework megatron",
-        )
-    # torch.distributed.pipelining's stages (PipelineStage's send ops) send each rank's output as it is
-    if run.timing.pipe_partitioned and run.framework == "torchtitan":
-        raise InputError(
-            where,
-            "timing.pipe_partitioned",
-            "is DeepSpeed's (and Megatron-LM's before Megatron-Core): torchtitan sends each rank's output as it is",
-        )
-    if run.timing.cuda_graph_impl != "none" and run.framework != "megatron":
-        raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
-    warmup = run.timing.cuda_graph_warmup_steps
-    if run.timing.cuda_graph_impl == "none" and warmup != TimingOptions.model_fields["cuda_graph_warmup_steps"].default:
-        # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
-        # `ppb import megatron`; a run without them would read it past without a word
-        said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
-        raise InputError(where, "timing.cuda_graph_warmup_steps", said)
     if par.layout is not None:
         _check_layout(run, where)
     if par.overlap_moe_expert_parallel_comm:
@@ -1406,6 +1467,36 @@ def _check_run(run: RunConfig, where: str) -> None:
         for model, _ in group:
             if model not in names:
                 raise InputError(where, "ppb.combined", f"no model named {shown(model)}")
+
+
+def _check_parallel_optimizer(run: RunConfig, where: str) -> None:
+    """MindFormers' optimizer-parallel words: framework mindformers only, and not beside a ZeRO level."""
+    par = run.parallel
+    stated = [f for f in ("enable_parallel_optimizer", "parallel_optimizer_config") if getattr(par, f) is not None]
+    stated += ["embedding_parallel_optimizer"] if par.embedding_parallel_optimizer else []
+    if run.framework != "mindformers" and stated:
+        said = f"is MindFormers' (docs/frameworks.md); this run's framework is {run.framework}"
+        raise InputError(where, f"parallel.{stated[0]}", said)
+    if par.enable_parallel_optimizer is None:
+        if stated:
+            raise InputError(where, f"parallel.{stated[0]}", "needs parallel.enable_parallel_optimizer stated")
+        return
+    if "zero" in par.model_fields_set or par.fsdp:
+        said = "SAPP's ZeRO level" if "zero" in par.model_fields_set else "fsdp"
+        raise InputError(
+            where, "parallel.enable_parallel_optimizer", f"says how MindSpore shards; drop {said} beside it"
+        )
+    if par.parallel_optimizer_config is not None and not par.enable_parallel_optimizer:
+        raise InputError(where, "parallel.parallel_optimizer_config", "needs enable_parallel_optimizer true")
+    if par.embedding_parallel_optimizer and not par.enable_parallel_optimizer:  # shards nothing without it
+        raise InputError(where, "parallel.embedding_parallel_optimizer", "needs enable_parallel_optimizer true")
+    size = par.parallel_optimizer_config.optimizer_weight_shard_size if par.parallel_optimizer_config else -1
+    if size != -1 and (par.dp * par.cp) % size:
+        raise InputError(
+            where,
+            "parallel.parallel_optimizer_config.optimizer_weight_shard_size",
+            f"{size} does not divide the data-parallel group dp x cp = {par.dp * par.cp}",
+        )
 
 
 def _check_optimizer_instances(run: RunConfig, where: str) -> None:
@@ -1605,6 +1696,10 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
     raw = run.model_dump(mode="json", exclude_none=True)
     if run.framework == "torchtitan" and "zero" not in run.parallel.model_fields_set:
         raw["parallel"].pop("zero")  # torchtitan's default is FSDP2; an explicit ZeRO-1 is refused
+    if run.parallel.enable_parallel_optimizer is not None and "zero" not in run.parallel.model_fields_set:
+        raw["parallel"].pop(
+            "zero"
+        )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import DTYPE_BYTES, RunConfig
 from ppb_core.model.geometry import Geometry
 from ppb_core.model.params import LayerParams
 
@@ -73,6 +73,17 @@ class MemorySetup(Geometry):
     fp8_fsdp_all_gather: bool = (
         False  # torchtitan's FSDP gathers Float8 linear weights in float8 (timing.fp8_fsdp_all_gather)
     )
+    # MindSpore's optimizer parallel (framework mindformers, parallel.enable_parallel_optimizer true;
+    # frameworks/mindformers.py): the weights' shard group (0: the data-parallel group), the size under which
+    # a weight stays whole (KB, of `param_bytes` per element), whether accumulated gradients are sharded,
+    # whether the embedding table is, and whether gradients accumulate over micro-batches at all
+    optimizer_parallel: bool = False
+    optimizer_shard_size: int = 0
+    optimizer_threshold_kb: int = 64
+    accumulation_shard: bool = False
+    embedding_optimizer_shard: bool = False
+    accumulates: bool = False
+    param_bytes: int = 4  # the parameters' own dtype (MindFormers' param_init_type, timing.param_dtype)
     fsdp_units: str = "split"  # torchtitan's FSDP2 units by version (timing.fsdp_units, frameworks/torchtitan.py)
     # under `root` units, set by MemoryModel: the embedding's and the final norm with the output layer's
     # parameters (the root unit) and the last block's (not resharded after the forward)
@@ -132,6 +143,7 @@ class MemorySetup(Geometry):
             compiled_loss=run.timing.compiled_loss,
             fp8_fsdp_all_gather=run.timing.fp8_fsdp_all_gather,
             fsdp_units=run.timing.fsdp_units if run.framework == "torchtitan" else "split",
+            **_optimizer_parallel(run),
         )
 
     @property
@@ -156,3 +168,23 @@ def _te_fp8(run: RunConfig) -> bool:
     return (
         run.framework == "megatron" and timing.matmul_dtype == "fp8" and timing.transformer_impl == "transformer_engine"
     )
+
+
+def _optimizer_parallel(run: RunConfig) -> dict[str, object]:
+    """MindSpore's optimizer-parallel settings as the memory rules read them (frameworks/mindformers.py)."""
+    if not run.optimizer_parallel:
+        return {}
+    par, train = run.parallel, run.training
+    config = par.parallel_optimizer_config
+    size = config.optimizer_weight_shard_size if config is not None else -1
+    return {
+        "optimizer_parallel": True,
+        "optimizer_shard_size": 0 if size == -1 else size,
+        "optimizer_threshold_kb": config.parallel_optimizer_threshold if config is not None else 64,
+        "accumulation_shard": config is not None and config.gradient_accumulation_shard,
+        "embedding_optimizer_shard": par.embedding_parallel_optimizer,
+        # MFPipelineWithLossScaleCell (pp > 1) and gradient accumulation keep `accu_grads`
+        # (mindformers/wrapper/wrapper.py, a4dfb8219: `self.weights.clone(prefix="accu_grads")`)
+        "accumulates": par.pp > 1 or train.micro_batches > 1,
+        "param_bytes": DTYPE_BYTES[run.timing.param_dtype or train.dtype],
+    }

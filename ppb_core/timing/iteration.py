@@ -708,6 +708,13 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
     overlap = run.timing.overlap.dp
     contention = kernels.contention
     kind = REDUCE_SCATTER if memory.setup.shard_level >= 1 else ALL_REDUCE
+    setup = memory.setup
+    if setup.optimizer_parallel and setup.accumulates and not setup.accumulation_shard:
+        # MindSpore's optimizer parallel over micro-batches: the backward of `_MicroStepAllGather` (pipeline)
+        # and `_MiniStepAllGather` (gradient accumulation) all-reduces the whole `accu_grads` and keeps its
+        # slice (`split(all_reduce(z))[rank]`; mindspore-ai/mindspore c3665836, mindspore/python/mindspore/ops/
+        # _grad_experimental/grad_comm_ops.py), not a reduce-scatter
+        kind = ALL_REDUCE
     latest = 0.0
     link_total = exposed_total = 0.0
     if fsdp:

@@ -14,13 +14,116 @@ not recompute, which is SAPP's switch vocabulary:
 * Communication workspaces are counted in each layer's "once" part, as the SAPP payload counts
   them (the balancer's `memory_parameter`).
 
-These are `FrameworkRules`' answers unchanged: SAPP's figures are MindFormers' figures.
+These are `FrameworkRules`' answers, SAPP's figures, with one exception: where the run states
+MindFormers' `parallel.enable_parallel_optimizer`, static memory follows MindSpore's optimizer
+parallel (docs r2.4 `optimizer_parallel.md`: "the framework saves the parameters as minimal slices";
+mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc at 7fa6e756,
+tensor_layout.cc at 367dc859, step_parallel.cc at 72cc2522, parameter_manager.cc at 4ac3f804): each weight at or above
+`parallel_optimizer_threshold` KB whose first dimension divides is held as a 1/N slice over the
+data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), with its optimizer states; the
+forward all-gathers it in the compute dtype and the gathered weight stays until the layer's backward
+(freed before the optimizer step); gradients are reduce-scattered into the slice, except the
+accumulation buffer of a pipeline or gradient-accumulation run, whole unless
+`gradient_accumulation_shard`. Without the statement, `parallel.zero` keeps SAPP's ZeRO levels.
 """
 
 from __future__ import annotations
 
 from ppb_core.memory.frameworks.base import FrameworkRules
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.memory.static import StaticBytes, static_bytes
+from ppb_core.model.geometry import kv_heads_per_rank, per_rank
+from ppb_core.model.kinds import BodyKind, HeadKind, LayerKind, Moe, TailKind
+from ppb_core.model.params import LayerParams, norm_params
+
+# One weight as MindSpore's optimizer parallel sees it: its elements on one tensor-parallel rank, its first
+# dimension whole, and whether tensor parallelism splits that first dimension.
+_Weight = tuple[int, int, bool]
+
+
+def _body_weights(kind: BodyKind, tp: int) -> list[_Weight] | None:
+    """A dense layer's matrices as MindFormers builds them (layers.py `Linear`: the weight is (out, in),
+    `transpose_b` true; llama_transformer.py `LLamaAttention` wq/wk/wv column-parallel, wo row-parallel;
+    llama_layer.py `LlamaFeedForward` w1/w3 column-, w2 row-parallel, a4dfb8219). None where ppb does not
+    list the matrices (multi-latent attention, MoE): all the layer's elements but its norms are taken then."""
+    att, mlp = kind.attention, kind.mlp
+    if att.is_mla or isinstance(mlp, Moe):
+        return None
+    h, d = att.hidden_size, att.head_dim
+    q, kv = att.num_heads * d, att.num_kv_heads * d
+    q_rank, kv_rank = per_rank(att.num_heads, tp) * d, kv_heads_per_rank(att.num_kv_heads, tp) * d
+    ff, ff_rank = mlp.intermediate_size, per_rank(mlp.intermediate_size, tp)
+    weights: list[_Weight] = [(q_rank * h, q, True), (kv_rank * h, kv, True), (kv_rank * h, kv, True)]
+    weights.append((h * q_rank, h, False))  # wo: (hidden, q), split on its second dimension
+    weights += [(ff_rank * h, ff, True)] * (mlp.matrices - 1)  # w1 (and w3 where gated)
+    weights.append((h * ff_rank, h, False))  # w2
+    return weights
+
+
+def _sharded(weight: _Weight, setup: MemorySetup, shard: int) -> bool:
+    """Whether MindSpore shards the weight (opt_param_mgr.cc `OptParamMgrImpl::SplitParam`: not under
+    `parallel_optimizer_threshold` KB of the whole parameter in its dtype; tensor_layout.cc
+    `TensorLayout::GenerateOptShardSliceShape`: its first dimension divides by the shard count times the
+    tensor-parallel split of that dimension; the commits in the module's docstring)."""
+    elements, first, tp_split = weight
+    whole_bytes = elements * (setup.tp if tp_split else 1) * setup.param_bytes
+    if whole_bytes < setup.optimizer_threshold_kb * 1024:
+        return False
+    return first % (shard * (setup.tp if tp_split else 1)) == 0
+
+
+def _split(params: LayerParams, kind: LayerKind | None, setup: MemorySetup, shard: int) -> tuple[int, int]:
+    """(elements MindSpore shards, elements it keeps whole) of a layer's non-expert parameters.
+
+    Norm scales and biases stay whole (below the threshold, and set `parallel_optimizer=False` by hand:
+    llama_layer.py `LlamaRMSNorm`, layers.py `Linear` bias). The embedding table is sharded only under
+    `model_config.parallel_optimizer` (llama.py `LlamaModel`, `LlamaEmbedding(parallel_optimizer=
+    config.parallel_optimizer)`, LlamaConfig's default False). A tied output layer is the embedding's
+    weight (llama.py `LlamaForCausalLM`), shared across stages, which `SplitParam` skips."""
+    if isinstance(kind, BodyKind):
+        weights = _body_weights(kind, setup.tp)
+        if weights is None:
+            whole = 2 * norm_params(kind.norm, kind.hidden_size)
+            return params.non_expert - whole, whole
+        sharded = sum(w[0] for w in weights if _sharded(w, setup, shard))
+        return sharded, params.non_expert - sharded
+    if isinstance(kind, (HeadKind, TailKind)):
+        table = per_rank(kind.vocab_size, setup.tp) * kind.hidden_size
+        holds = isinstance(kind, HeadKind) or (kind.has_output and not kind.tied and not kind.mtp_layers)
+        shardable = setup.embedding_optimizer_shard if isinstance(kind, HeadKind) else not kind.tied
+        weight = (table, kind.vocab_size, setup.tp > 1)
+        if holds and shardable and _sharded(weight, setup, shard) and table <= params.non_expert:
+            return table, params.non_expert - table
+        return 0, params.non_expert
+    return params.non_expert, 0  # vision parts: not MindFormers' LLaMA; every element taken as sharded
 
 
 class MindFormersRules(FrameworkRules):
     name = "mindformers"
+
+    def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
+        """SAPP's ZeRO levels, or MindSpore's optimizer parallel where the run states it."""
+        if not setup.optimizer_parallel:
+            return static_bytes(params, setup)
+        shard = setup.optimizer_shard_size or setup.data_group
+        expert_shard = setup.optimizer_shard_size or setup.expert_data_group
+        sharded, whole = _split(params, kind, setup, shard)
+        held = -(-sharded // shard) + whole + -(-params.expert // expert_shard)
+        every = params.non_expert + params.expert
+        # the gradient of a parameter has its dtype; MindSpore reduce-scatters it into the shard in the backward
+        # (the AllGather's backward), and keeps the accumulation buffer `accu_grads` whole unless
+        # gradient_accumulation_shard (parameter_manager.cc `SetClonedTensorShapeForOptimizer`)
+        gradients = every if setup.accumulates and not setup.accumulation_shard else held
+        # the forward's AllGather output, after the Cast to the compute dtype (step_parallel.cc
+        # `InsertAllGatherAfterCast`), is the weight the layer's backward reads: held from the forward to it,
+        # freed before the optimizer step
+        gathered = ((sharded if shard > 1 else 0) + (params.expert if expert_shard > 1 else 0)) * setup.dtype_bytes
+        return StaticBytes(
+            parameters=held,
+            gradients=gradients,
+            optimizer_states=held,
+            parameter_bytes=held * setup.dtype_bytes,
+            gradient_bytes=gradients * setup.param_bytes,
+            optimizer_bytes=held * setup.state_bytes,
+            held_through_step_bytes=gathered,
+        )
