@@ -201,6 +201,11 @@ class DeviceProfile:
     standard_attention_measured: bool = False
     comm_efficiency: float = 0.8
     nic_efficiency: float = 0.0  # NCCL's bus bandwidth over a NIC's rate; 0: comm_efficiency
+    # How a node's devices reach each other: 0, through a switch (NVSwitch), each device reaching any
+    # peer at its whole intra-node bandwidth; n, a full mesh of n point-to-point links a device (Ascend
+    # 910B's 7 HCCS links), one link to each peer carrying 1/n of it, so a group of k ranks in the node
+    # uses k-1 of them (`ppb_core.timing.comm`).
+    intra_node_links: int = 0
     # Cost of one step of a collective inside a node (one hop of a ring, one peer of an all-to-all):
     # the alpha of an alpha-beta fit to nccl-tests' ring collectives on 8 NVLink GPUs, whose bus
     # bandwidth at a few MB is about half its peak (an 8 MB all_reduce ~120 us against ~60 us of pure
@@ -419,6 +424,10 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # on 4096^3 FP16/BF16 GEMMs, zzc0721/torch-performance-test-data issue #109, so its peak is
     # higher: set peak_tflops for that part); HCCS 392 GB/s within the node (7 links of 56 GB/s,
     # bidirectional), 200 Gb/s RoCE per NPU. 20 AI cores (Da Vinci cube units) on the 910B3.
+    # The 8 NPUs are a full mesh, no switch: each has one HCCS link to each of the others (`npu-smi info
+    # -t topo` lists HCCS between every pair), and HCCL runs collectives inside the server with its Mesh
+    # algorithm over those links (CANN HCCL user guide, "Mesh"; Ascend C `SetAlgConfig`: "only the
+    # FullMesh algorithm is supported" on Atlas A2): `intra_node_links` 7, one link 28 GB/s a direction.
     # No public MAMF: A100's GEMM fraction assumed; it prices the 910B2's measured BF16 GEMMs (4096^3
     # 315.4, 8192^3 301.2, 10240^3 300.9 TFLOPS, issue #109 above) within 4% at the 353.9 TFLOPS and 24
     # AI cores its FlashAttention table below counts against (tests/test_timing_public_runs.py).
@@ -449,6 +458,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.0,
         gemm_epilogue_overlapped=False,
         compute_capability=0.0,
+        intra_node_links=7,
     ),
     # NVIDIA H800 SXM (the export H100): H100's die, memory and FP8/BF16 peaks, NVLink cut to 400 GB/s
     # bidirectional (200 per direction); DeepSeek-V3's report (§3.1): "NVLink ... 160 GB/s" achieved

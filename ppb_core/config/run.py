@@ -476,6 +476,9 @@ class Device(StrictModel):
     peak_tflops: Rate | None = Field(None, description="dense 16-bit tensor TFLOPS")
     hbm_bandwidth_gbs: Rate | None = None
     intra_node_bandwidth_gbs: Rate | None = None
+    intra_node_links: Annotated[NonNegativeInt, limits.at_most(limits.DEVICES)] | None = Field(
+        None, description="a full mesh's links a device, each 1/n of the intra-node bandwidth (0: a switch)"
+    )
     inter_node_bandwidth_gbs: Rate | None = None
     matmul_efficiency: Efficiency | None = Field(
         None, description="the fraction of peak a large GEMM reaches (MAMF / peak)"

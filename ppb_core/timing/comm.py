@@ -24,6 +24,17 @@ than the NVLink hops inside the node carry. Public nccl-tests runs show it: 24 A
 GB/s of 4 × 25 GB/s (NVIDIA/nccl-tests issue #119), and NCCL's maintainers expect 46-48 GB/s per
 400 Gb/s NIC (issue #290), which an 8-GPU node's ring multiplies by its 8 NICs. A group with one
 rank per node (data parallelism across tensor-parallel groups of 8) has one NIC.
+
+A node whose devices form a full mesh (`DeviceProfile.intra_node_links` n > 0: Ascend 910B's Atlas
+800T A2 server, each NPU wired to the 7 others by one HCCS link) has no switch: a device reaches a peer
+over that peer's one link, 1/n of its intra-node bandwidth. HCCL runs a collective inside such a server
+with its Mesh algorithm, every rank reading from or writing to all its peers at once (CANN HCCL user
+guide, "Mesh": AllGather α + n/p·β, ReduceScatter α + n/p·β + (p−1)/p·n·γ, AllReduce their sum, β one
+link's time a byte; CANN's Ascend C `SetAlgConfig`: on Atlas A2 "only the FullMesh algorithm is
+supported" inside the server). So a group of k ranks in the node moves its P·(k−1)/k bytes over k−1
+links, (k−1)/n of the node bandwidth (tensor parallelism of 2 one link, of 8 all seven), in one step
+(all-reduce two) instead of a ring's k−1; a pipeline's send between two devices, or one hop of a ring
+exchange, has one link.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ class Links:
     devices_per_node: int
     groups: dict[str, Group]
     inter_node_latency_s: float = 0.0  # added to a step that crosses nodes
+    mesh_links: int = 0  # a full mesh's links a device (`DeviceProfile.intra_node_links`); 0: a switch
 
     @classmethod
     def from_run(cls, run: RunConfig, device: DeviceProfile | None = None) -> Links:
@@ -70,14 +82,34 @@ class Links:
             devices_per_node=par.devices_per_node,
             groups=groups,
             inter_node_latency_s=device.inter_node_latency_us * 1e-6,
+            mesh_links=device.intra_node_links,
         )
 
-    def ring_bytes_per_s(self, local: int, size: int) -> float:
-        """A ring's bandwidth per direction: inside the node NVLink's; leaving it, the *local* ranks'
-        NICs together (NCCL's channels leave through every local rank's NIC), at most NVLink's."""
-        if local >= size:
+    def node_bytes_per_s(self, local: int) -> float:
+        """What one device of a group with *local* ranks in its node sends per direction to the others:
+        through a switch the whole intra-node bandwidth; over a full mesh the local-1 links to them."""
+        if not self.mesh_links:
             return self.intra_node_bytes_per_s
-        return min(self.intra_node_bytes_per_s, local * self.inter_node_bytes_per_s)
+        return self.intra_node_bytes_per_s * min(max(local - 1, 1), self.mesh_links) / self.mesh_links
+
+    def pair_bytes_per_s(self) -> float:
+        """Between two devices of a node: the switch's whole bandwidth, or a mesh's one link."""
+        return self.node_bytes_per_s(2)
+
+    def mesh(self, local: int, size: int) -> bool:
+        """Whether HCCL's one-step Mesh algorithm runs the group: a full mesh, the group inside the node."""
+        return bool(self.mesh_links) and local >= size
+
+    def ring_bytes_per_s(self, local: int, size: int) -> float:
+        """A ring's bandwidth per direction: inside the node NVLink's (a full mesh's links to the group's
+        other local ranks); leaving it, the *local* ranks' NICs together (NCCL's channels leave through
+        every local rank's NIC), at most what the node carries."""
+        node = self.node_bytes_per_s(local)
+        if local >= size:
+            return node
+        if local <= 1:
+            return self.inter_node_bytes_per_s
+        return min(node, local * self.inter_node_bytes_per_s)
 
     def in_node(self, group: Group) -> int:
         """How many of the group's ranks share a node with any one of them."""
@@ -97,18 +129,19 @@ def collective_seconds(collective: Collective, links: Links) -> float:
     step = (links.latency_s + (links.inter_node_latency_s if local < size else 0.0)) * collective.calls
     if collective.kind == ALL_TO_ALL:
         share = payload / size
-        intra = share * (local - 1) / links.intra_node_bytes_per_s
+        intra = share * (local - 1) / links.node_bytes_per_s(local) if local > 1 else 0.0
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
         inter = leaving / links.inter_node_bytes_per_s
         return max(intra, inter) + (size - 1) * step
     bandwidth = links.ring_bytes_per_s(local, size)
+    steps = 1 if links.mesh(local, size) else size - 1  # HCCL's Mesh: one step (module docstring)
     if collective.kind in (ALL_GATHER, REDUCE_SCATTER):
-        return payload * (size - 1) / size / bandwidth + (size - 1) * step
+        return payload * (size - 1) / size / bandwidth + steps * step
     if collective.kind == ALL_REDUCE:
-        return 2 * payload * (size - 1) / size / bandwidth + 2 * (size - 1) * step
+        return 2 * payload * (size - 1) / size / bandwidth + 2 * steps * step
     if collective.kind == P2P:
         # each rank sends its block to one neighbour: the hop that leaves the node has one NIC
-        link = links.intra_node_bytes_per_s if local == size else links.inter_node_bytes_per_s
+        link = links.pair_bytes_per_s() if local == size else links.inter_node_bytes_per_s
         return payload / link + (size - 1) * step
     raise ValueError(f"unknown collective {collective.kind!r}")
 
@@ -120,7 +153,8 @@ def hop_seconds(collective: Collective, links: Links) -> float:
     if group.size <= 1 or collective.payload_bytes <= 0:
         return 0.0
     local = links.in_node(group)
-    return collective.payload_bytes / group.size / links.ring_bytes_per_s(local, group.size) + links.latency_s
+    bandwidth = links.pair_bytes_per_s() if links.mesh(local, group.size) else links.ring_bytes_per_s(local, group.size)
+    return collective.payload_bytes / group.size / bandwidth + links.latency_s
 
 
 def one_shot_seconds(collective: Collective, links: Links) -> float:

@@ -266,7 +266,7 @@ def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
         payload /= par.tp
     pair = links.groups["pp"]
     local = links.in_node(pair) == pair.size
-    bandwidth = links.intra_node_bytes_per_s if local else links.inter_node_bytes_per_s
+    bandwidth = links.pair_bytes_per_s() if local else links.inter_node_bytes_per_s
     return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
 
