@@ -184,6 +184,15 @@ class DeviceProfile:
     # persistent kernels on Hopper and Blackwell (cuBLAS's sm90 kernels) do; Ampere's one-tile-per-CTA
     # kernels store after the loop (CUTLASS docs, "Efficient GEMM": epilogue after the mainloop).
     gemm_epilogue_overlapped: bool = True
+    # Whether the device's cuBLAS GEMMs launch one CTA per SM with a static tile schedule (persistent),
+    # so that a collective kernel holding some SMs pushes the CTAs that do not fit to after it
+    # (`ppb_core.timing.kernels.Kernels.persistent_gemms`): H100 (pytorch/pytorch issue #143988, FSDP on
+    # H100, "all the matmuls ... launch as many CUDA blocks as there are SMs on the GPU (i.e., 132)" and
+    # take 2x as long beside a NCCL kernel; NVIDIA developer forum 337991, a 132-CTA GEMM beside a 24-CTA
+    # all-gather nearly doubles on H100). Not Ampere (one CTA a tile, many waves). Not Blackwell: no public
+    # measurement of its cuBLAS kernels beside a collective, and its cluster launch control hands tiles
+    # out as CTAs start, not by a static schedule (CUTLASS's sm100 tile schedulers).
+    persistent_gemms: bool = False
     # The operand intensity Tm·Tn/(Tm+Tn) a GEMM tile needs to run at the ceiling, its shared-memory
     # traffic against the tensor cores' rate: 64, a 128×128 tile, on Ampere and Hopper
     # (`ppb_core.timing.kernels.FULL_INTENSITY`). Blackwell doubled each SM's tensor rate but not its shared
@@ -310,6 +319,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         450.0,
         50.0,
         sm_count=132,
+        persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
@@ -328,6 +338,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         450.0,
         50.0,
         sm_count=132,
+        persistent_gemms=True,
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
@@ -471,6 +482,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         200.0,
         50.0,
         sm_count=132,
+        persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,

@@ -651,6 +651,13 @@ class TimingOptions(StrictModel):
         "not initialize_ub's default (ring_exchange for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; pipeline for "
         "proj_fprop, fc2_fprop; bulk for the rest); a `pipeline` all-gather is refused, as TE does",
     )
+    ub_sm_margin: bool = Field(
+        True,
+        description="TransformerEngine's initialize_ub set_sm_margin for its bulk and pipeline methods (Megatron's "
+        "--tp-comm-overlap): the GEMM beside a userbuffers kernel is launched for the SMs the kernel leaves. On by "
+        "default since TE 2.0 (d715c836e, #1427); TE 1.x, Megatron core_r0.8.0's, left it off (false), and a "
+        "persistent GEMM then waits for the kernel's SMs (ppb_core.timing.kernels.persistent_added_s)",
+    )
     fp8_bf16_layers: Annotated[tuple[NonNegativeInt, NonNegativeInt], Strict(False)] = Field(
         (0, 0),
         description="Megatron's --first-last-layers-bf16 (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, "
@@ -1230,6 +1237,7 @@ def _check_megatron_modules(run: RunConfig, where: str) -> None:
 MEGATRON_TIMING = frozenset(
     {
         "transformer_impl",
+        "ub_sm_margin",
         "gradient_accumulation_fusion",
         "rope_fusion",
         "check_for_nan_in_grad",

@@ -108,6 +108,9 @@ class Kernels:
     # v0.2.2's nn.RMSNorm, PyTorch's fused CUDA kernel (`timing.norm_type` nn_rmsnorm)
     fused_norm: bool = False
     comm_sms: int = 0  # SMs a collective running beside compute takes from it
+    # GEMMs launched as one CTA per SM with a static tile schedule (`DeviceProfile.persistent_gemms`) and no
+    # SM target of their own: beside a collective they run as `persistent_added_s` says, not at `contention`
+    persistent_gemms: bool = False
     gemm_flops_per_s: float = 0.0  # the GEMMs' peak when they run in another dtype (FP8); 0: flops_per_s
     epilogue_overlapped: bool = True  # a tile's store overlaps the next tile's main loop (Hopper on)
     tile_overhead_s: float = 0.0  # a fixed time per output tile beside its k loop (FP8 kernels that state it)
@@ -197,6 +200,7 @@ class Kernels:
             fused=compiled or not titan,
             fused_norm=fused_norm,
             comm_sms=device.comm_sms,
+            persistent_gemms=device.persistent_gemms,
             epilogue_overlapped=device.gemm_epilogue_overlapped,
             tile_overhead_s=device.fp8_tile_overhead_us * 1e-6 if fp8 else 0.0,
             kernel_s=(device.fp8_gemm_kernel_us if fp8 else device.gemm_kernel_us) * 1e-6,
@@ -359,6 +363,22 @@ class Kernels:
         operands = sequences * (dp_keys(mean_keys, causal) + s_q) * head_dim * DP_BYTES
         traffic = dp_stored_bytes(sequences, s_q, mean_keys) + operands
         return self.gemm_s(s_q, head_dim, mean_keys, groups, traffic)
+
+
+def persistent_added_s(gemm_s: float, comm_s: float) -> float:
+    """What a persistent GEMM of *gemm_s* (one CTA per SM, each with a fixed share of the tiles) adds to the
+    wall time when it starts beside *comm_s* of a collective kernel that holds some SMs: a NCCL CTA does not
+    share its SM (NVIDIA/nccl issue #689, sjeaugey), so the GEMM CTAs that find no SM wait for the first one
+    to free, at the collective's end or the resident CTAs' end, then run their share: the GEMM ends at
+    min(comm, gemm) + gemm, the collective at comm. What this gives over the GEMM alone is
+    max(comm, min(comm, gemm) + gemm) − gemm: a collective no longer than the GEMM is not hidden at all,
+    a longer one lets the GEMM take twice its time. Measured on H100: matmuls "take 2x as long" beside a
+    NCCL kernel (pytorch/pytorch issue #143988); a 132-CTA GEMM beside a 24-CTA all-gather "nearly doubles"
+    (NVIDIA developer forum 337991). Hence PyTorch's `_set_sm_carveout_experimental` (pull request #147966)
+    and TransformerEngine's SM margins, which launch the GEMM for fewer SMs."""
+    if gemm_s <= 0 or comm_s <= 0:
+        return max(0.0, comm_s)
+    return max(comm_s, min(comm_s, gemm_s) + gemm_s) - gemm_s
 
 
 def attention_kernel(device: DeviceProfile, flash2: bool) -> str:

@@ -8,7 +8,8 @@ Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's de
 - collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
   compute of one partner op in the same pass: hidden = min(overlap · c, partner), exposed =
   c − hidden + contention · hidden, the partner losing the SMs the collective runs on while they
-  overlap (`Kernels.contention`).
+  overlap (`Kernels.contention`); a persistent GEMM with no SM target instead waits for them
+  (`kernels.persistent_added_s`, `TimeModel._late_ctas`).
 The forward is the sum of the ops' forwards and the backward the sum of their backwards, plus
 what the state runs again: under SEL the ops of `recompute_set` (each at its forward price; a
 re-sent all-gather may instead hide behind its consumer's input gradient, never costing more
@@ -48,7 +49,7 @@ from ppb_core.timing.flops import (
 from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequence_copy_bytes
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
-from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.kernels import Kernels, persistent_added_s
 from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
@@ -420,8 +421,33 @@ class TimeModel:
             core = partner + (self._phase_s(context, collective.partner[1]) if context is not None else 0.0)
             step = core / max(1, scores.ring)
             return exposed_exchanges_s(seconds, collective.exchanges, step, share, self.kernels.contention)
+        if self._late_ctas(collective, by_name, paired):
+            beside = share * seconds
+            return seconds - beside + persistent_added_s(partner, beside)
         hidden = min(share * seconds, partner)
         return seconds - hidden + self.kernels.contention * hidden
+
+    def _late_ctas(self, collective: Collective, by_name: Mapping[str, Op], paired: float | None = None) -> bool:
+        """Whether the GEMM a TP collective hides behind is persistent with no SM target of its own, so that
+        its CTAs wait for the collective's SMs (`kernels.persistent_added_s`): on a device whose GEMMs are
+        persistent, beside a NCCL collective (Megatron's asynchronous input-gradient reduction beside the
+        weight gradient: TransformerEngine launches its GEMMs for the whole device unless NVTE_EXT_MARGIN_SM
+        is set, cpp_extensions/gemm.py at d0067d0d, which Megatron-LM does not set) and beside userbuffers'
+        bulk kernels unless `timing.ub_sm_margin`. Not torchtitan's async TP (symmetric-memory copies, not
+        NCCL kernels), not DualPipe's paired all-to-alls (DeepSeek-V3's report §3.2.2: their kernels keep 20
+        SMs for communication), not what hides behind attention or the experts' GEMMs (TransformerEngine runs
+        those on 4 streams at once, `TE_COMPUTE_STREAMS`): these keep the SMs' share."""
+        if not self.kernels.persistent_gemms or paired is not None or collective.overlap not in ("tp", "tp_async"):
+            return False
+        partner = by_name.get(collective.partner[0]) if collective.partner is not None else None
+        if partner is None or partner.category != MATMUL or self.run.framework == "torchtitan":
+            return False
+        return not (self._userbuffers_on() and self.run.timing.ub_sm_margin)
+
+    def _userbuffers_on(self) -> bool:
+        """Megatron's --tp-comm-overlap: TransformerEngine's userbuffers carry the layer GEMMs' TP collectives."""
+        te = self.run.framework == "megatron" and self.run.timing.transformer_impl == "transformer_engine"
+        return te and self.overlap.tp > 0
 
     def _with_copy_s(
         self,
@@ -540,7 +566,8 @@ class TimeModel:
                 seconds += rs_reduce_s(kernels, collective.payload_bytes, tp)
         elif collective.method == PIPELINE:
             chunk = dataclasses.replace(collective, payload_bytes=collective.payload_bytes / PIPELINE_SPLITS)
-            seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links))
+            late = kernels.persistent_gemms and not self.run.timing.ub_sm_margin
+            seconds = pipeline_s(kernels, rows, out, inner, one_shot_seconds(chunk, self.links), late_ctas=late)
         else:
             raise ValueError(f"unknown userbuffers method {collective.method!r}")
         return max(0.0, seconds - plain)

@@ -25,14 +25,17 @@ give each GEMM of a transformer layer one method:
   reduce-scatter follows the last chunk.
 - bulk (`qkv_dgrad`, `qkv_wgrad`, `fc1_dgrad`, `fc1_wgrad`): the collective runs beside a whole
   GEMM on 16 SMs, which the generic overlap already prices (`Kernels.contention`).
-`set_sm_margin` defaults to 0: every GEMM is launched for all SMs. Each GEMM is priced by the tile
-model (`ppb_core.timing.kernels`) at the shapes the method runs, with its fixed kernel time once per
-kernel that runs alone (a pipeline chunk) and once for the ring's concurrent chunks together.
+`set_sm_margin` defaults to 0 in TE 1.x: every GEMM is launched for all SMs, and on Hopper, whose cuBLAS
+GEMMs are persistent, a chunk beside a reduce-scatter waits for its SMs (`kernels.persistent_added_s`);
+TE 2.0 (d715c836e, #1427) turned it on for the bulk and pipeline methods (`timing.ub_sm_margin`).
+Each GEMM is priced by the tile model (`ppb_core.timing.kernels`) at the shapes the method runs, with its
+fixed kernel time once per kernel that runs alone (a pipeline chunk) and once for the ring's concurrent
+chunks together.
 """
 
 from __future__ import annotations
 
-from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.kernels import Kernels, persistent_added_s
 
 RING_EXCHANGE, PIPELINE = "ring_exchange", "pipeline"
 PIPELINE_SPLITS = 4  # initialize_ub: num_splits=4 for the pipeline method
@@ -57,12 +60,23 @@ def rs_reduce_s(kernels: Kernels, payload_bytes: float, tp: int) -> float:
 
 
 def pipeline_s(
-    kernels: Kernels, m: float, n: float, k: float, chunk_comm_s: float, splits: int = PIPELINE_SPLITS
+    kernels: Kernels,
+    m: float,
+    n: float,
+    k: float,
+    chunk_comm_s: float,
+    splits: int = PIPELINE_SPLITS,
+    late_ctas: bool = False,
 ) -> float:
     """An m×k by k×n GEMM whose n output columns run as *splits* chunks, each reduce-scattered in
-    *chunk_comm_s* as the next chunk's GEMM runs (TE v1.8's BF16 order on one hardware queue)."""
+    *chunk_comm_s* as the next chunk's GEMM runs (TE v1.8's BF16 order on one hardware queue). A chunk
+    beside a reduce-scatter loses the SMs it takes, or, *late_ctas* (a persistent GEMM launched for every
+    SM: TE 1.x's `set_sm_margin` 0), waits for them (`kernels.persistent_added_s`)."""
     chunk = kernels.gemm_compute_s(m, n / splits, k)
-    beside = chunk + kernels.contention * min(chunk, chunk_comm_s)  # the SMs the reduce-scatter takes
+    if late_ctas:
+        beside = chunk + persistent_added_s(chunk, chunk_comm_s)
+    else:
+        beside = chunk + kernels.contention * min(chunk, chunk_comm_s)  # the SMs the reduce-scatter takes
     comm_start = comm_end = 0.0
     gemm_end = chunk
     for i in range(splits):
