@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from small_models import ROUND_DEVICE, SMALL_GQA
+from test_memory_runs import make_run
 
 from ppb_core.config.devices import (
     DEVICE_CATALOG,
@@ -23,7 +24,7 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
 from ppb_core.timing.host import host_excess_s, launch_wait_s
 from ppb_core.timing.iteration import run_iteration
-from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, op_launches, plain
+from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, layer_launches, op_launches, plain
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
 
@@ -94,6 +95,48 @@ def test_named_ops_follow_the_code_path():
     assert op_launches(rope, **kw) == (2.0, 2.0)
     assert op_launches(rope, **{**kw, "rope_fusion": False}) == (24.0, 14.0)
     assert op_launches(rope, **{**kw, "rope_fusion": False, "mla": True}) == (29.0, 23.0)
+
+
+def test_a_grouped_gemm_s_experts_after_the_first_are_issued_from_te_s_cpp_loop():
+    # TE v2.9 gemm.cpp `te_general_grouped_gemm` -> cublaslt_gemm.cu `multi_stream_cublas_gemm`: one call from
+    # Python a GEMM, the experts' cuBLASLt GEMMs in C++. TE PR #3134 (SM100, "pure" rows): 8 experts through
+    # the loop 0.267 ms, one CUTLASS kernel for all 0.069 ms: (0.267 - 0.069) / 8 = 24.75 -> 25 us an expert
+    assert abs(CPP_GEMM_US - (0.267 - 0.069) / 8 * 1e3) <= 0.3
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    # on DGX H100 (80.9 us a launch) an expert's GEMM after the call's first is 25 / 80.9 of a launch:
+    # forward 1 + 7 · 25 / 80.9 = 3.1632; backward the dgrad's and the wgrad's calls, twice that = 6.3263
+    share = 25.0 / 80.9
+    forward, backward = op_launches(experts, **kw, cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(3.1632, abs=1e-4), pytest.approx(6.3263, abs=1e-4))
+    # unfused wgrad: DDP's hook adds each expert's gradient from Python, 8 whole launches more
+    unfused = op_launches(experts, **{**kw, "wgrad_fused": False}, cpp_gemm_share=share)
+    assert unfused[1] == pytest.approx(14.3263, abs=1e-4)
+    # a SequentialMLP's experts each call from Python (experts.py `SequentialMLP.forward`): no share
+    sequential = Op(
+        "experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 1, 32.0), weight_elements=32 * 32, sequential=8
+    )
+    assert op_launches(sequential, **kw, cpp_gemm_share=share) == op_launches(sequential, **kw)
+
+
+def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
+    # The same BF16 MoE layer (8 experts, top-2, grouped GEMM, alltoall) on DGX H100 at EP 2 (4 local
+    # experts) and EP 4 (2): the host's launch time differs only by the experts' GEMMs after each call's
+    # first, each 25 us whatever the host: forward 2 grouped GEMMs (fc1, fc2) x 2 experts x 25 = 100 us,
+    # backward their dgrad and wgrad calls, 200 us (gradient-accumulation fusion: no per-expert adds).
+    # At a whole launch each (80.9 us) they would be 323.6 and 647.2 us.
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 2048}  # fmt: skip
+    waits = {}
+    for ep in (2, 4):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096})
+        times = TimeModel(run)
+        assert run.timing.gradient_accumulation_fusion and times.launch_s() == pytest.approx(80.9e-6)
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[ep] = times.host(body, LayerType.NOT_REC_LAYER)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(100e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(200e-6)
 
 
 def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():

@@ -101,6 +101,16 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
 Where the host time is measured a plain PyTorch op (the loss, the embedding's masking, unfused rotary and
 softmax, the router's routing, the dispatchers' permutations) counts `PLAIN_OP_SHARE` of a launch.
 
+A grouped GEMM's experts are one call from Python: TEGroupedMLP's GroupedLinear calls
+`general_grouped_gemm` once a GEMM (forward; backward its dgrad and its wgrad), and TransformerEngine's C++
+(v2.9, the NeMo 25.11 container's: pytorch/csrc/extensions/gemm.cpp `te_general_grouped_gemm` ->
+common/gemm/cublaslt_gemm.cu `multi_stream_cublas_gemm`) loops over the experts, one cuBLASLt GEMM each,
+round-robin over its compute streams. Where the host time is measured, the call's first GEMM is a
+launch like any other (it carries the module's Python), each expert's GEMM after it the C++ loop's time
+a GEMM (`CPP_GEMM_US`, measured). Only those GEMMs: the quantization of each expert's input
+(`split_quantize`'s C++ loop), the MXFP8 swizzles and GroupedLinear's per-expert Python (weights'
+casts and usages, saved tensors) stay at a launch each, for want of a public per-kernel figure.
+
 Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
 (0 launches).
 """
@@ -139,6 +149,15 @@ ROUTER_CASTS = 4  # the gating GEMM's backward under --moe-router-dtype: weight,
 # bench/host_derive.py's medians at this share: a fixed point).
 PLAIN_OP_SHARE = 0.4
 PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
+# The host's time of a grouped GEMM's expert GEMM after the call's first, issued by TransformerEngine's C++
+# loop (module docstring), measured, not fitted: TE PR #3134 (NVIDIA/TransformerEngine, Jun 2026, SM100,
+# `python benchmarks/linear/benchmark_grouped_linear.py --compare-nvfp4-grouped-gemm`, "pure": operands
+# pre-swizzled, GEMMs only) times 8 experts of 128 tokens (N = K = 2048) at 0.267 ms through the per-expert
+# multi-stream cuBLASLt loop against 0.069 ms for one CUTLASS kernel doing all 8, both a few microseconds of
+# GPU work: (0.267 - 0.069) / 8 = 24.75, about 25 us an expert (`cublas_gemm` builds its cuBLASLt descriptors
+# and queries the heuristic every GEMM, cublaslt_gemm.cu, v2.9 as there). One figure on every host (the
+# measurement's CPU is not stated); a SequentialMLP's experts each call from Python, a launch each.
+CPP_GEMM_US = 25.0
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
 # MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
@@ -172,10 +191,12 @@ def op_launches(
     fp8_recipe: str | None = None,
     norm_fed: bool = False,
     router_cast: bool = False,
+    cpp_gemm_share: float = 1.0,
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
-    input written by a TE norm); *router_cast*: the router's dtype is not the training dtype."""
+    input written by a TE norm); *router_cast*: the router's dtype is not the training dtype;
+    *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first, in launches (`CPP_GEMM_US`)."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -192,7 +213,9 @@ def op_launches(
         _, _, n, groups, fused = op.gemm
         if op.weight_elements:
             kernels = groups * n / fused
-            forward, backward = kernels, 2 * kernels + (0.0 if wgrad_fused else kernels)
+            # a grouped GEMM's call: its first GEMM a launch, the C++ loop's further experts their share
+            gemms = kernels if op.sequential else (1.0 + (groups - 1) * cpp_gemm_share) * n / fused
+            forward, backward = gemms, 2 * gemms + (0.0 if wgrad_fused else kernels)
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
                 backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
@@ -273,11 +296,14 @@ def layer_launches(
     fp8_recipe: str | None = None,
     router_cast: bool = False,
     plain_share: float = 1.0,
+    cpp_gemm_share: float = 1.0,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
     under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype;
-    *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured)."""
+    *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured);
+    *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first likewise (`CPP_GEMM_US` over the
+    measured time a launch)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -292,6 +318,7 @@ def layer_launches(
             fp8_recipe=fp8_recipe,
             norm_fed=op.name in fed,
             router_cast=router_cast,
+            cpp_gemm_share=cpp_gemm_share,
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward

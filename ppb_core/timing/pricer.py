@@ -50,7 +50,7 @@ from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequ
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels, persistent_added_s
-from ppb_core.timing.launches import PLAIN_OP_SHARE, layer_launches, norm_fed
+from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
 from ppb_core.timing.userbuffers import (
@@ -764,6 +764,7 @@ class TimeModel:
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                     router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
                     plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
+                    cpp_gemm_share=CPP_GEMM_US / self.device.host_kernel_us if self.device.host_kernel_us else 1.0,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
