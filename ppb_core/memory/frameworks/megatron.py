@@ -195,6 +195,16 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   rotary part `qk_pos_emb_head_dim`): `4·(s/cp)·d·bc` a layer and micro-batch, whatever the
   micro-batch size. MLA runs it inside the `mla_up_proj` checkpoint. With rope fusion the fused
   kernels keep the cached tables only.
+* **Flash-attn 2 keeps its own output.** Below sm90 Transformer Engine runs flash-attn 2
+  (`MegatronRules.attention_workspace_bytes`). TE's `FlashAttention.forward` (transformer_engine/
+  pytorch/attention/dot_product_attention/backends.py, d0067d0d; attention.py at v1.12 and v2.2 alike) hands
+  it bshd q, k, v and returns `output.view(b, s, -1).transpose(0, 1)` made `.contiguous()`, a fresh sbhd copy
+  the output projection saves as its input, while flash-attn's `FlashAttnFunc.forward` (Dao-AILab/
+  flash-attention flash_attn/flash_attn_interface.py, 00530025) saves its own bshd `out_padded`. cuDNN's
+  `FusedAttention` (sm90 on) returns a view of the output it saved. So on sm80 a layer keeps the attention's
+  output twice (`flash2_output_terms`). Under ring CP the same: `attn_forward_func_with_cp` is called with
+  `qkv_format="bshd"`, `AttnFuncWithCPAndKVP2P` saves the bshd `out_f16` it returns (context_parallel.py),
+  and TE makes the same sbhd copy. Not under Ulysses CP nor MLA.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -401,6 +411,21 @@ def rotary_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[
     return (ActivationTerm(f"{prefix}attention.rotary_cos_sin", switch, elements, setup.dtype_bytes, False),)
 
 
+def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> tuple[ActivationTerm, ...]:
+    """The second copy of the attention's output that flash-attn 2 keeps under Transformer Engine on sm80
+    (module docstring, **Flash-attn 2 keeps its own output**): `[b, s, heads/t, d]` in the activations'
+    dtype, beside the sbhd copy the output projection keeps (`attention.core_output`); under ring CP the ring
+    saves its bshd output and TE copies it the same way (this rank's s/cp queries). Not under Ulysses CP (its
+    all-to-all hands back another tensor) nor MLA (unequal head dimensions)."""
+    engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
+    if not engine or int(setup.compute_capability) != 8 or (setup.cp > 1 and setup.cp_variant != "ring"):
+        return ()
+    if isinstance(kind, EncoderBodyKind) or kind.attention.is_mla:
+        return ()
+    elements = setup.tokens * per_rank(kind.attention.num_heads, setup.tp) * kind.attention.head_dim
+    return (ActivationTerm(f"{prefix}attention.flash_output", "softmax", elements, setup.dtype_bytes),)
+
+
 def torch_softmax_in_fp32(kind: BodyKind, setup: MemorySetup) -> bool:
     """Whether the local implementation's unfused attention runs PyTorch's softmax in fp32 (module
     docstring): the fused kernel off or outside its shapes, and `attention_softmax_in_fp32`."""
@@ -418,7 +443,7 @@ def megatron_body_terms(
 ) -> tuple:
     """The formulas' terms with the MoE combine as Megatron-Core runs it, and the permutation's reverse
     mapping it saves, and what unfused rotary embedding keeps (module docstring)."""
-    terms = (*terms, *rotary_terms(kind, setup, prefix))
+    terms = (*terms, *rotary_terms(kind, setup, prefix), *flash2_output_terms(kind, setup, prefix))
     if torch_softmax_in_fp32(kind, setup):
         softmax = f"{prefix}attention.softmax_output"
         output = next(t for t in terms if t.op == softmax)

@@ -1,0 +1,82 @@
+"""Flash-attn 2 under Transformer Engine on sm80 keeps the attention's output twice, by hand.
+
+TE's `FlashAttention.forward` (transformer_engine/pytorch/attention/dot_product_attention/backends.py at
+d0067d0d; attention.py at v1.12 and v2.2 alike) hands flash-attn bshd q, k, v and returns
+`output.view(b, s, -1).transpose(0, 1)` made `.contiguous()`: a fresh sbhd copy, which the output
+projection saves as its input. flash-attn's `FlashAttnFunc.forward` (Dao-AILab/flash-attention
+flash_attn/flash_attn_interface.py at 00530025, every FA2 function alike) saves its own bshd `out_padded`
+beside q, k, v and the log-sum-exp. cuDNN's `FusedAttention` (sm90 on) returns a view of the sbhd output it
+saved: one copy.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ppb_core.memory.activations import body_terms
+from ppb_core.memory.frameworks.megatron import MegatronRules, flash2_output_terms
+from ppb_core.memory.model import MemoryModel, run_stage_peaks
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.walk import walk
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+from _public import gpt3_7b_run, run_config  # noqa: E402
+
+MIB = 2**20
+
+
+def _run(tp: int, pp: int, vpp: int, mbs: int, gpu: str):
+    return run_config(gpt3_7b_run(tp, pp, vpp, mbs, gpu), f"7b-{gpu}")
+
+
+def test_the_second_copy_is_one_output_of_the_layer_on_sm80_only():
+    # Megatron CI's 7B at TP 4, micro-batch 2, s 8192: 32/4 = 8 heads of 4096/32 = 128 a rank:
+    # 2 · 8192 · 8 · 128 · 2 bytes = 33,554,432 (32 MiB), switched with the softmax statistics
+    run = _run(4, 1, 1, 2, "a100")
+    memory = MemoryModel(run)
+    setup = memory.setup
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    (term,) = flash2_output_terms(body.kind, setup)
+    assert term.bytes == 33_554_432
+    assert term.switch == "softmax"
+    rules = MegatronRules()
+    terms = tuple(body_terms(body.kind, setup))
+    with_copy = rules.body_terms(body.kind, setup, terms)
+    on_h100 = rules.body_terms(body.kind, MemorySetup(**{**setup.__dict__, "compute_capability": 9.0}), terms)
+    assert sum(t.bytes for t in with_copy) - sum(t.bytes for t in on_h100) == 33_554_432
+    # none on Hopper (cuDNN), Blackwell, without flash attention, under --transformer-impl local, under Ulysses CP
+    for changed in (
+        {"compute_capability": 9.0},
+        {"compute_capability": 10.0},
+        {"flash_attention": False},
+        {"transformer_impl": "local"},
+        {"cp": 2, "cp_variant": "ulysses"},
+    ):
+        assert flash2_output_terms(body.kind, MemorySetup(**{**setup.__dict__, **changed})) == ()
+    # ring CP 2: AttnFuncWithCPAndKVP2P saves its bshd output and TE copies it to sbhd; this rank's 8192/2 queries:
+    # 2 · 4096 · 8 · 128 · 2 = 16,777,216
+    raw = gpt3_7b_run(4, 1, 1, 2, "a100")
+    raw["parallel"] = {**raw["parallel"], "cp": 2, "dp": 1}
+    raw["training"] = {**raw["training"], "micro_batches": 4}
+    ring_setup = MemoryModel(run_config(raw, "7b-a100-cp2")).setup
+    assert ring_setup.cp == 2 and ring_setup.cp_variant == "ring"
+    (term,) = flash2_output_terms(body.kind, ring_setup)
+    assert term.bytes == 16_777_216
+
+
+def test_every_layer_in_flight_keeps_it():
+    # TP 4 PP 1, one micro-batch in flight at the loss: 32 layers · 32 MiB = 1024 MiB more activations on A100
+    # than on H100 (the body's other terms and the TAIL's do not depend on the device)
+    a100, h100 = (run_stage_peaks(_run(4, 1, 1, 2, gpu))[0] for gpu in ("a100", "h100"))
+    assert a100.in_flight == h100.in_flight == (1,)
+    assert a100.activation_bytes - h100.activation_bytes == pytest.approx(1024 * MIB)
+    # Megatron CI's 7B at TP 1 PP 4, 8 chunks of one layer, last stage at (4, 4, 4, 4, 4, 4, 4, 1): 29 layers
+    # in flight of 8192 · 32 · 128 · 2 = 64 MiB each, 1856 MiB
+    a100, h100 = (run_stage_peaks(_run(1, 4, 8, 1, gpu))[3] for gpu in ("a100", "h100"))
+    assert a100.in_flight == h100.in_flight == (4, 4, 4, 4, 4, 4, 4, 1)
+    assert a100.activation_bytes - h100.activation_bytes == pytest.approx(29 * 64 * MIB)
