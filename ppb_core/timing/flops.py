@@ -194,6 +194,9 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan's loss under torch.compile (`TimingConfig.compiled_loss`: from bbb1b616e, 2025-04-02,
+    # components/loss.py `build_cross_entropy_loss` compiles it with the blocks; v0.2.2 `compile.components`)
+    compiled_loss: bool = False
     # torchtitan's context_parallel_rotate_method (`timing.cp_rotate_method`): allgather | alltoall
     cp_rotate: str = "allgather"
     # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
@@ -231,6 +234,7 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
@@ -1720,9 +1724,16 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     `nll_loss_backward` writes the whole fp32 gradient (4, zeros but the targets),
     `_log_softmax_backward_data` reads it and the kept output and writes (3·4), the cast back (4 + bc):
     bc + 5·4; plus the re-reads of PyTorch's softmax kernels over a *vocab*-wide fp32 row
-    (`softmax_row_rereads`). Other frameworks (and torchtitan's loss_parallel under TP): the logits
+    (`softmax_row_rereads`). Compiled (`OpGeometry.compiled_loss`), Inductor fuses the cast, the
+    log-softmax and the nll into one reduction kernel each way (their generated code, torch 2.13): the
+    forward reads the 16-bit logits once for the row's max and sum of exponentials together (online
+    softmax, `torch._inductor.config.online_softmax`, on by default; `prepare_softmax_online`) and
+    writes two fp32 statistics a token; the backward reads the logits again and writes their 16-bit
+    gradient: bc and 2·bc. Other frameworks (and torchtitan's loss_parallel under TP): the logits
     read, upcast and their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
     bc = geo.dtype_bytes
+    if geo.framework == "torchtitan" and geo.tp == 1 and geo.compiled_loss:
+        return bc, 2 * bc
     if geo.framework == "torchtitan" and geo.tp == 1:
         forward_again, backward_again = softmax_row_rereads(vocab)
         return bc + (3 + forward_again) * STATS_BYTES, (5 + backward_again) * STATS_BYTES + bc
