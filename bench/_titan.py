@@ -70,6 +70,9 @@ def _row(
     raw["timing"] |= timing
     if source.startswith((DEC2024, DOCS_2024)):  # before 6e4988550: foreach AdamW
         raw["timing"] |= FOREACH_ADAMW
+    if source.startswith((DEC2024, DOCS_2024)) and raw["timing"].get("torch_compile"):
+        # before bbb1b616e (2025-04-02) train.py calls the loss eagerly: only the blocks are compiled
+        raw["timing"] |= {"compile_loss": False}
     return {
         "name": name,
         "source": source,

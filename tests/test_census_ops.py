@@ -187,6 +187,44 @@ def test_the_loss_as_train_py_computes_it():
     assert loss.backward_bytes == 22 * tokens * 1000
 
 
+@pytest.mark.parametrize("vocab", [128256, 32000, 12256])
+def test_the_loss_rereads_rows_past_the_softmax_caches(vocab):
+    # PyTorch's SoftMax.cu caches a row in a block's default shared memory while it holds fewer than
+    # (48 KiB - 32 warps x 4 B) / 4 B = 12,256 fp32 values; from there `cunn_SoftMaxForward` reads the
+    # row three times (max, sum of exponentials, the writing epilogue): 2 reads more than the op count's
+    # 14 a logit, and `cunn_SoftMaxBackward` reads the output gradient twice: 1 read (4) more than 22
+    run = _run({"mode": "none"}, vocab=vocab)
+    tail = next(layer for layer in walk(run) if layer.node == "TAIL")
+    loss = next(op for op in layer_ops(tail.kind, OpGeometry.from_run(run)) if op.name == "output.loss")
+    tokens = BATCH * SEQ
+    assert loss.bytes == (14 + 2 * 4) * tokens * vocab
+    assert loss.backward_bytes == (22 + 4) * tokens * vocab
+
+
+def test_a_row_below_the_shared_memory_cache_is_read_once():
+    # 12,255 fp32 values (49,020 B) fit beside the 32 warps' reduction slots (128 B) in 48 KiB (49,152 B)
+    run = _run({"mode": "none"}, vocab=12255)
+    tail = next(layer for layer in walk(run) if layer.node == "TAIL")
+    loss = next(op for op in layer_ops(tail.kind, OpGeometry.from_run(run)) if op.name == "output.loss")
+    assert loss.bytes == 14 * BATCH * SEQ * 12255
+    assert loss.backward_bytes == 22 * BATCH * SEQ * 12255
+
+
+def test_a_compiled_loss_reads_the_logits_once_each_way():
+    # Inductor's kernels (torch 2.13 generated code): forward reads the bf16 logits once (online softmax:
+    # max and sum together) = 2 a logit; backward reads them and writes their bf16 gradient = 2 + 2
+    run = _run({"mode": "none"}, compile_=True)
+    assert run.timing.compiled_loss  # compile_loss unset: as torch_compile
+    tail = next(layer for layer in walk(run) if layer.node == "TAIL")
+    loss = next(op for op in layer_ops(tail.kind, OpGeometry.from_run(run)) if op.name == "output.loss")
+    assert loss.bytes == 2 * BATCH * SEQ * 128256
+    assert loss.backward_bytes == 4 * BATCH * SEQ * 128256
+    eager = run.model_copy(update={"timing": run.timing.model_copy(update={"compile_loss": False})})
+    tail = next(layer for layer in walk(eager) if layer.node == "TAIL")
+    loss = next(op for op in layer_ops(tail.kind, OpGeometry.from_run(eager)) if op.name == "output.loss")
+    assert loss.bytes == (14 + 8) * BATCH * SEQ * 128256  # the blocks compiled, the loss eager (9dec370)
+
+
 def test_the_embedding_backward_writes_the_table():
     counted = count_embedding(512, 1000, 64)
     # the lookup reads the ids (8 a token) and the looked-up rows and writes them (2 + 2 an element);

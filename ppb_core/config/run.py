@@ -614,8 +614,9 @@ class TimingOptions(StrictModel):
     )
     compile_loss: bool | None = Field(
         None,
-        description="torchtitan's compile.components holds loss (the cross-entropy compiled; memory: it keeps the "
-        "16-bit logits, not fp32 log-probabilities); unset, as torch_compile (torchtitan v0.2.2 compiles both)",
+        description="torchtitan's compile.components holds loss (the cross-entropy compiled: one Inductor kernel "
+        "each way; memory: it keeps the 16-bit logits, not fp32 log-probabilities); unset, as torch_compile "
+        "(torchtitan compiles both from bbb1b616e, 2025-04-02; before, the loss ran eagerly)",
     )
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
         "alltoall",

@@ -194,6 +194,9 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan's loss under torch.compile (`TimingConfig.compiled_loss`: from bbb1b616e, 2025-04-02,
+    # components/loss.py `build_cross_entropy_loss` compiles it with the blocks; v0.2.2 `compile.components`)
+    compiled_loss: bool = False
     # torchtitan's context_parallel_rotate_method (`timing.cp_rotate_method`): allgather | alltoall
     cp_rotate: str = "allgather"
     # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
@@ -231,6 +234,7 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
@@ -1680,7 +1684,31 @@ def head_ops(kind: HeadKind, geo: OpGeometry) -> tuple[Op, ...]:
     )
 
 
-def _loss_bytes(geo: OpGeometry) -> tuple[int, int]:
+# PyTorch's softmax over rows of fp32 values (aten/src/ATen/native/cuda/SoftMax.cu `host_softmax`,
+# `host_softmax_backward`, the last dimension): a short row runs the warp-persistent kernel
+# (`dispatch_softmax_forward`, rows up to 1024 values, 2048 in torch 2.10) from registers; a longer one
+# gets a block of up to 1024 threads, which caches the row only in registers (`cunn_SoftMaxForwardReg`,
+# torch 2.10-2.13, while ceil(row / 1024) < 10) or in the block's default shared memory
+# (`cunn_SoftMaxForwardSmem`, while the row fits `sharedMemPerBlock`, 48 KiB, beside one reduction slot a
+# warp: 12,256 fp32 values, the larger bound). Past it, in the file's earlier form as in torch 2.13,
+# `cunn_SoftMaxForward` reads the row from HBM three times (`ilpReduce` for the max, `ilpReduce` for the
+# sum of exponentials, `WriteFpropResults` reading it again to write the output) and
+# `cunn_SoftMaxBackward` reads the output gradient twice (`ilpReduce` for its sum, then
+# `WriteBpropResults` with the output).
+SOFTMAX_BLOCK_THREADS = 1024
+SOFTMAX_SMEM_BYTES = 48 * 1024
+
+
+def softmax_row_rereads(row: int) -> tuple[int, int]:
+    """(forward, backward) extra HBM reads of an fp32 softmax row, in row values, beyond the one read
+    per pass that op-by-op counting gives: (2, 1) past PyTorch's row caches (see above), else (0, 0).
+    Llama 3's vocabulary (128,256 logits, 513 KB a row) and Llama 2's (32,000) are past them."""
+    warps = SOFTMAX_BLOCK_THREADS // 32
+    cached = (SOFTMAX_SMEM_BYTES - warps * STATS_BYTES) // STATS_BYTES
+    return (2, 1) if row >= cached else (0, 0)
+
+
+def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     """Bytes the cross-entropy moves per logit (forward, backward).
 
     Megatron-LM (megatron/core/tensor_parallel/cross_entropy.py `VocabParallelCrossEntropy`, the same
@@ -1695,11 +1723,20 @@ def _loss_bytes(geo: OpGeometry) -> tuple[int, int]:
     op (`ppb_core.census.ops.count_loss`): `_to_copy` (bc + 4) and `_log_softmax` (4 + 4) forward;
     `nll_loss_backward` writes the whole fp32 gradient (4, zeros but the targets),
     `_log_softmax_backward_data` reads it and the kept output and writes (3·4), the cast back (4 + bc):
-    bc + 5·4. Other frameworks (and torchtitan's loss_parallel under TP): the logits read, upcast and
-    their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
+    bc + 5·4; plus the re-reads of PyTorch's softmax kernels over a *vocab*-wide fp32 row
+    (`softmax_row_rereads`). Compiled (`OpGeometry.compiled_loss`), Inductor fuses the cast, the
+    log-softmax and the nll into one reduction kernel each way (their generated code, torch 2.13): the
+    forward reads the 16-bit logits once for the row's max and sum of exponentials together (online
+    softmax, `torch._inductor.config.online_softmax`, on by default; `prepare_softmax_online`) and
+    writes two fp32 statistics a token; the backward reads the logits again and writes their 16-bit
+    gradient: bc and 2·bc. Other frameworks (and torchtitan's loss_parallel under TP): the logits
+    read, upcast and their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
     bc = geo.dtype_bytes
+    if geo.framework == "torchtitan" and geo.tp == 1 and geo.compiled_loss:
+        return bc, 2 * bc
     if geo.framework == "torchtitan" and geo.tp == 1:
-        return bc + 3 * STATS_BYTES, 5 * STATS_BYTES + bc
+        forward_again, backward_again = softmax_row_rereads(vocab)
+        return bc + (3 + forward_again) * STATS_BYTES, (5 + backward_again) * STATS_BYTES + bc
     if geo.framework != "megatron":
         return bc + 3 * STATS_BYTES, 2 * STATS_BYTES + bc
     if geo.cross_entropy_fusion:
@@ -1719,7 +1756,7 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     entry = _tp_entry(p, "output", block, geo, h, head_input, p + "logits", switch=None)
     logits_source = entry[0].name if geo.gathers else head_input
     elements = n * vocab
-    loss_forward, loss_backward = _loss_bytes(geo)
+    loss_forward, loss_backward = _loss_bytes(geo, vocab)
     ops = [
         *entry,
         _matmul(p + "logits", block, n, h, vocab, bc, inputs=(logits_source,), fp8=False),
