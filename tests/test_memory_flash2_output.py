@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ppb_core.balance.megatron_import import import_megatron, run_config_of
 from ppb_core.memory.activations import body_terms
 from ppb_core.memory.frameworks.megatron import MegatronRules, flash2_output_terms
 from ppb_core.memory.model import MemoryModel, run_stage_peaks
@@ -80,3 +81,41 @@ def test_every_layer_in_flight_keeps_it():
     a100, h100 = (run_stage_peaks(_run(1, 4, 8, 1, gpu))[3] for gpu in ("a100", "h100"))
     assert a100.in_flight == h100.in_flight == (4, 4, 4, 4, 4, 4, 4, 1)
     assert a100.activation_bytes - h100.activation_bytes == pytest.approx(29 * 64 * MIB)
+
+
+def test_megatron_s_attention_backend_flag_picks_te_s_attention():
+    # language_module.py `_set_attention_backend` (d98e8a64): --attention-backend flash sets NVTE_FLASH_ATTN=1,
+    # NVTE_FUSED_ATTN=0, fused the reverse; auto leaves TE's choice (flash-attn below sm90, cuDNN from sm90)
+    base = (
+        "pretrain_gpt.py --num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+        "--max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --bf16 "
+        "--vocab-size 50304 --tokenizer-type NullTokenizer"
+    )
+    for flags, gpu, backend, flash in (
+        ("", "h100-80gb", "auto", False),
+        ("", "a100-80gb", "auto", True),
+        ("--attention-backend flash", "h100-80gb", "flash", True),
+        ("--attention-backend fused", "a100-80gb", "fused", False),
+        ("--attention-backend auto", "h100-80gb", "auto", False),
+    ):
+        run = run_config_of(import_megatron(f"{base} {flags}", 8, gpu), "launch")
+        assert run.timing.te_attention_backend == backend
+        assert MemoryModel(run).setup.te_flash is flash
+
+
+def test_on_hopper_the_flash_backend_keeps_two_outputs_and_takes_flash_attn_s_workspace():
+    # The 7B at TP 4 on H100 under --attention-backend flash: the second output, 32 MiB a layer as on A100; the
+    # deterministic backward is flash-attn 2's, not cuDNN's dS: softmax_d 2·8·8192·4 = 524,288 and ⌈132/16⌉ = 9
+    # dQ accumulators of 2·8192·8·128·4 = 67,108,864, with dk/dv expanded (GQA, 2 KV heads a rank)
+    # 2·(2·8192·8·128·2) = 67,108,864; auto (cuDNN) keeps one output and takes 16 · 8192² · 2 = 2 GiB
+    raw = gpt3_7b_run(4, 1, 1, 2, "h100")
+    raw["timing"] = {**raw["timing"], "te_attention_backend": "flash"}
+    flash = MemoryModel(run_config(raw, "7b-h100-flash"))
+    auto = MemoryModel(_run(4, 1, 1, 2, "h100"))
+    body = next(layer for layer in walk(auto.run) if layer.node == "BODY")
+    assert flash.setup.te_flash and not auto.setup.te_flash
+    (term,) = flash2_output_terms(body.kind, flash.setup)
+    assert term.bytes == 33_554_432
+    assert flash2_output_terms(body.kind, auto.setup) == ()
+    assert flash.attention_workspace_bytes(body) == 524_288 + 9 * 67_108_864 + 67_108_864
+    assert auto.attention_workspace_bytes(body) == 2 * 2**30

@@ -827,6 +827,9 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
             "tp": 1.0 if args.has("--tp-comm-overlap") else 0.0,
         },
     }
+    backend = args.text("--attention-backend", "auto")
+    if impl == "transformer_engine" and backend in ("flash", "fused"):  # which TE attention runs (memory/setup.py)
+        timing["te_attention_backend"] = backend
     timing.update(_cuda_graphs(args, notes))
     impl_ce = args.text("--cross-entropy-fusion-impl", "native")
     if timing["cross_entropy_fusion"] and impl_ce != "native":

@@ -123,6 +123,7 @@ FIELD_FLAGS = {
     "parallel.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
     "parallel.microbatch_group_size_per_vp_stage": "--microbatch-group-size-per-virtual-pipeline-stage",
     "timing.overlap_p2p_comm_warmup_flush": "--overlap-p2p-communication-warmup-flush",
+    "timing.te_attention_backend": "--attention-backend",
     "training.seq_length": "--seq-length",
     "training.micro_batches": "--global-batch-size",
     "training.recompute": "--recompute-granularity",

@@ -715,6 +715,13 @@ class TimingOptions(StrictModel):
         "attention (below sm90 FlashAttention-2 with its deterministic backward; cuDNN's dP-workspace backward on "
         "Hopper and sm100); default: as deterministic, whose --deterministic-mode sets it",
     )
+    te_attention_backend: Literal["auto", "flash", "fused"] = Field(
+        "auto",
+        description="Megatron's --attention-backend under TransformerEngine (language_module.py "
+        "`_set_attention_backend`: NVTE_FLASH_ATTN / NVTE_FUSED_ATTN): auto lets TE choose (flash-attn below "
+        "sm90, cuDNN from sm90 on), flash runs TE's FlashAttention on any GPU, fused cuDNN's FusedAttention; "
+        "memory only (the attention's kept output and backward workspace)",
+    )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
         description="the host's time to launch one kernel where the device states no host_kernel_us, and the "
@@ -1255,6 +1262,7 @@ MEGATRON_TIMING = frozenset(
         "apply_query_key_layer_scaling",
         "ddp_average_in_collective",
         "te_deterministic_attention",
+        "te_attention_backend",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
     }

@@ -63,6 +63,7 @@ class MemorySetup(Geometry):
     # TransformerEngine's deterministic attention: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 or --deterministic-mode
     # (`TimingOptions.attention_deterministic`)
     deterministic: bool = False
+    te_attention_backend: str = "auto"  # Megatron's --attention-backend: auto | flash | fused (`te_flash`)
     # Megatron's fine-grained activation offloading (training.offload_modules, frameworks/offload.py)
     optimizer: str = "adam"  # training.optimizer (Megatron's Muon keeps one moment a matrix element)
     offload_modules: tuple[str, ...] = ()
@@ -135,6 +136,7 @@ class MemorySetup(Geometry):
             wgrad_deferral_limit=train.wgrad_deferral_limit,
             micro_batches=train.micro_batches,
             deterministic=run.timing.attention_deterministic,
+            te_attention_backend=run.timing.te_attention_backend if run.framework == "megatron" else "auto",
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),
             min_offloaded_elements=train.min_offloaded_tensor_size,
@@ -145,6 +147,19 @@ class MemorySetup(Geometry):
             fsdp_units=run.timing.fsdp_units if run.framework == "torchtitan" else "split",
             **_optimizer_parallel(run),
         )
+
+    @property
+    def te_flash(self) -> bool:
+        """Whether the attention runs TransformerEngine's FlashAttention (flash-attn) rather than cuDNN's
+        FusedAttention: `--attention-backend flash` on any CUDA GPU, or auto below sm90, where TE's
+        `get_attention_backend` keeps FlashAttention when both qualify and drops cuDNN's for a deterministic
+        backward (transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d; Megatron's
+        language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0 under flash,
+        d98e8a64)."""
+        if self.transformer_impl != "transformer_engine" or not self.flash_attention or self.compute_capability < 8.0:
+            return False  # flash-attn runs from sm80 on ("Disabling FlashAttention 2 for compute capability < sm80")
+        backend = self.te_attention_backend
+        return backend == "flash" or (backend == "auto" and self.compute_capability < 9.0)
 
     @property
     def router_element_bytes(self) -> int:

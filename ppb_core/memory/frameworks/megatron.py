@@ -417,8 +417,7 @@ def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") ->
     dtype, beside the sbhd copy the output projection keeps (`attention.core_output`); under ring CP the ring
     saves its bshd output and TE copies it the same way (this rank's s/cp queries). Not under Ulysses CP (its
     all-to-all hands back another tensor) nor MLA (unequal head dimensions)."""
-    engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
-    if not engine or int(setup.compute_capability) != 8 or (setup.cp > 1 and setup.cp_variant != "ring"):
+    if not setup.te_flash or (setup.cp > 1 and setup.cp_variant != "ring"):
         return ()
     if isinstance(kind, EncoderBodyKind) or kind.attention.is_mla:
         return ()
@@ -725,15 +724,16 @@ class MegatronRules(FrameworkRules):
         """cuDNN's deterministic backward's dS workspace on Hopper and sm100 (module docstring), for a body layer's
         flash attention under Transformer Engine with deterministic attention (--deterministic-mode or
         NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, `setup.deterministic`): b·heads·s_q·s_kv·2 bytes of a
-        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). On sm80 TE
-        runs flash-attn 2, whose backward allocates its fp32 dQ accumulator and softmax sums
-        (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator when deterministic."""
+        kernel call (ring CP: a step's s/cp queries against s/cp keys; Ulysses: heads/cp, all s). Where TE runs
+        flash-attn (`setup.te_flash`: sm80, or `--attention-backend flash`), its backward allocates its fp32 dQ
+        accumulator and softmax sums (`workspaces.flash2_backward_workspace_bytes`), nsplits of the accumulator
+        when deterministic; under `--attention-backend fused` below sm90 no cuDNN deterministic backward."""
         engine = setup.transformer_impl == "transformer_engine" and setup.flash_attention
         if not engine or not isinstance(kind, BodyKind) or isinstance(kind, EncoderBodyKind):
             return 0.0
         heads = per_rank(kind.attention.num_heads, setup.tp)
         s, b = setup.seq_length, setup.micro_batch_size
-        if int(setup.compute_capability) == 8:
+        if setup.te_flash:
             kv = kv_heads_per_rank(kind.attention.num_kv_heads, setup.tp)
             if setup.cp_variant == "ulysses":
                 heads, kv, queries = heads / setup.cp, max(kv / setup.cp, 1), s
