@@ -43,6 +43,10 @@ _FLOAT8_GATHER = "FSDP's Float8 all-gather not stated: priced off, in BF16 (torc
 # 3faaa1a0d's llama3_405b.toml): the blocks' linears gathered at a byte (ppb_core.timing.fsdp_float8)
 FLOAT8_GATHERED: dict[str, Any] = {**FLOAT8, "fp8_fsdp_all_gather": True, "fp8_precompute_scale": True}
 _GATHERED = "FSDP's Float8 all-gather and scale precompute on (its flags): the linears gathered at a byte"
+# Tables 5 and 6 name the techniques of train_configs/llama3_405b.toml at 9dec370 (compile, Float8 linears,
+# async TP), whose [float8] also sets enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp
+# (the 8B and 70B tomls set neither: those rows' Float8 comes from the command line, the gathers off)
+_TOML_405B = "FSDP's Float8 all-gather and scale precompute on, as llama3_405b.toml at 9dec370 sets them"
 
 
 def titan_seconds(local_batch: int, seq: int, tokens_per_s: float, parallel: dict[str, Any]) -> float:
@@ -121,10 +125,10 @@ def titan_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             _row(
                 f"405B FSDP8 TP8 PP8 {schedule} (512 H100)", f"{DEC2024}, Table 5", LLAMA3_405B, parallel,
-                8192, 32, 8, "full", {**FLOAT8, "overlap": {"tp": 1.0}}, tps, h100,
+                8192, 32, 8, "full", {**FLOAT8_GATHERED, "overlap": {"tp": 1.0}}, tps, h100,
                 ("8 micro-batches (torchtitan's default: the PP degree)",
                  *(("two stages a rank (torchtitan's looped schedule)",) if vpp > 1 else ()),
-                 "async TP as ppb's comm-GEMM overlap (overlap.tp 1.0)", _FLOAT8_GATHER),
+                 "async TP as ppb's comm-GEMM overlap (overlap.tp 1.0)", _TOML_405B),
             )
         )  # fmt: skip
     # Table 6: 405B, TP 8 x PP 8 x FSDP x CP, local batch 8, 1F1B
@@ -132,10 +136,10 @@ def titan_rows(h100: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             _row(
                 f"405B FSDP{dp} CP{cp} TP8 PP8 s{seq} (512 H100)", f"{DEC2024}, Table 6", LLAMA3_405B,
-                {"dp": dp, "cp": cp, "pp": 8, **_SP}, seq, 8, 8, "full", {**FLOAT8, "overlap": {"tp": 1.0}}, tps,
-                h100,
+                {"dp": dp, "cp": cp, "pp": 8, **_SP}, seq, 8, 8, "full", {**FLOAT8_GATHERED, "overlap": {"tp": 1.0}},
+                tps, h100,
                 ("8 micro-batches (the PP degree)", "async TP as ppb's comm-GEMM overlap (overlap.tp 1.0)",
-                 "ring attention priced as ppb's ring", _FLOAT8_GATHER),
+                 "ring attention priced as ppb's ring", _TOML_405B),
             )
         )  # fmt: skip
     # The async-TP file (June 2025): BF16 (compiled) and Float8 tensorwise, vanilla and async TP

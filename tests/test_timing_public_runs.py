@@ -64,6 +64,16 @@ def test_torchtitan_benchmark_rows_count_tokens_as_torchtitan_s_train_py(public)
     # compiled with the blocks at e7c0cae (Trainy's rows)
     assert not compiled.compiled_loss
     assert public.config(rows["torchtitan 8B FSDP32 compile + Float8 (32 H200)"]).timing.compiled_loss
+    # Tables 5 and 6 run llama3_405b.toml at 9dec370, whose [float8] turns on FSDP's Float8 all-gather and
+    # the scale precompute; the 8B and 70B tomls set neither (their Float8 from the command line)
+    for name in (
+        "torchtitan 405B FSDP8 TP8 PP8 1f1b (512 H100)",
+        "torchtitan 405B FSDP2 CP4 TP8 PP8 s131072 (512 H100)",
+    ):
+        timing = public.config(rows[name]).timing
+        assert timing.fp8_fsdp_all_gather and timing.fp8_precompute_scale
+    for name in ("torchtitan 70B FSDP32 TP8 2D (256 H100)", "torchtitan 8B FSDP2 CP4 s131072 (8 H100)"):
+        assert not public.config(rows[name]).timing.fp8_fsdp_all_gather
 
 
 def test_bloom_s_logged_seconds_agree_with_its_logged_throughput(public):
