@@ -668,3 +668,25 @@ def test_a_bad_router_flag_is_refused_naming_it(flags: str, flag: str) -> None:
     with pytest.raises(InputError) as caught:
         import_megatron(f"{MOE} {flags}", 8, "h100-80gb")
     assert caught.value.field == flag
+
+
+def test_a_tp_comm_overlap_cfg_turning_set_sm_margin_off_gives_ub_sm_margin_false() -> None:
+    # TE d0067d0d initialize_ub: set_sm_margin on by default for the bulk and pipeline methods; Megatron's
+    # tp_pp_sp_tp_overlap case turns it off for every one of them (proj_fprop pipeline, the four bulk GEMMs)
+    flags = f"{BASE} --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml"
+    off = "proj_fprop:\n  method: pipeline\n  set_sm_margin: 0\nfc2_fprop:\n  method: ring_exchange\n"
+    off += "".join(f"{name}:\n  method: bulk\n  set_sm_margin: 0\n" for name in ("qkv_dgrad", "qkv_wgrad"))
+    off += "".join(f"{name}:\n  method: bulk\n  set_sm_margin: 0\n" for name in ("fc1_dgrad", "fc1_wgrad"))
+    imported = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": off}.get)
+    assert imported.raw["timing"]["ub_sm_margin"] is False
+    assert imported.notes == []
+    # fc2_fprop, still a pipeline here, keeps TE's default: some on, some off: a note, priced on
+    partly = off.replace("fc2_fprop:\n  method: ring_exchange\n", "")
+    imported = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": partly}.get)
+    assert "ub_sm_margin" not in imported.raw["timing"]
+    assert imported.notes == [
+        "--tp-comm-overlap-cfg: set_sm_margin off for some bulk or pipeline GEMMs only, priced on"
+    ]
+    # nothing said: TE's default
+    plain = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": "qkv_dgrad:\n  method: bulk\n"}.get)
+    assert "ub_sm_margin" not in plain.raw["timing"]

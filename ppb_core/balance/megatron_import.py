@@ -203,9 +203,13 @@ def import_megatron(
         "device": {"name": device},
         "timing": _timing(args, notes),
     }
-    methods = _ub_methods(args, read_file, notes)
+    entries = _ub_entries(args, read_file, notes)
+    methods = _ub_methods(args, entries)
     if methods:
         raw["timing"]["tp_comm_overlap_methods"] = methods
+    margin = _ub_sm_margin(entries, methods, notes)
+    if margin is not None:
+        raw["timing"]["ub_sm_margin"] = margin
     te_deterministic = _te_deterministic_attention(args, variables)
     if te_deterministic is not None:
         raw["timing"]["te_deterministic_attention"] = te_deterministic
@@ -976,12 +980,10 @@ UB_DEFAULT_METHODS = {
 }
 
 
-def _ub_methods(args: _Args, read_file: Callable[[str], str | None] | None, notes: list[str]) -> dict[str, str]:
-    """The userbuffers methods a `--tp-comm-overlap-cfg` YAML gives where they differ from TE's defaults
-    (megatron/training/initialize.py `_initialize_tp_communicators` hands the file's mapping to TE's
-    `initialize_ub`, which updates each GEMM's default config with its entry, `method` included); read under
-    `--tp-comm-overlap` only. The entries' other settings (`num_sm`, `num_splits`, `aggregate`,
-    `set_sm_margin`, atomic GEMMs) are not priced: ppb's methods run TE's default splits and SM share."""
+def _ub_entries(args: _Args, read_file: Callable[[str], str | None] | None, notes: list[str]) -> dict[str, Any]:
+    """The GEMM entries of a `--tp-comm-overlap-cfg` YAML (megatron/training/initialize.py
+    `_initialize_tp_communicators` hands the file's mapping to TE's `initialize_ub`, which updates each GEMM's
+    default config with its entry); read under `--tp-comm-overlap` only; {} when there is none to read."""
     path = args.text("--tp-comm-overlap-cfg")
     if path is None or not args.has("--tp-comm-overlap"):
         return {}
@@ -995,16 +997,44 @@ def _ub_methods(args: _Args, read_file: Callable[[str], str | None] | None, note
         raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not YAML") from None
     if not isinstance(entries, dict):
         raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(path)} is not a mapping of GEMM names")
-    methods = {}
-    for name, entry in entries.items():
+    for name in entries:
         if name not in UB_DEFAULT_METHODS:  # initialize_ub: KeyError "Given layer name ... does not exist"
             raise InputError(args.where, "--tp-comm-overlap-cfg", f"{shown(str(name))} is no GEMM TE overlaps")
+    return entries
+
+
+def _ub_methods(args: _Args, entries: dict[str, Any]) -> dict[str, str]:
+    """The userbuffers methods the YAML's *entries* give where they differ from TE's defaults. The entries'
+    other settings (`num_sm`, `num_splits`, `aggregate`, atomic GEMMs) are not priced: ppb's methods run TE's
+    default splits and SM share; `set_sm_margin` is read apart (`_ub_sm_margin`)."""
+    methods = {}
+    for name, entry in entries.items():
         method = (entry or {}).get("method", UB_DEFAULT_METHODS[name]) if isinstance(entry, dict) else None
         if method not in ("ring_exchange", "pipeline", "bulk", "external"):
             raise InputError(args.where, "--tp-comm-overlap-cfg", f"{name}: method {shown(str(method))}")
         if method != UB_DEFAULT_METHODS[name]:
             methods[name] = method
     return methods
+
+
+def _ub_sm_margin(entries: dict[str, Any], methods: dict[str, str], notes: list[str]) -> bool | None:
+    """`timing.ub_sm_margin` from the YAML's `set_sm_margin` of its bulk and pipeline GEMMs (TE d0067d0d
+    `initialize_ub`: on by default for every method but the ring exchange, since TE 2.0): false where every
+    such GEMM turns it off, as Megatron's tensor-parallel FP8 overlap case does
+    (gpt3_weekly_mcore_tp2_pp2_current_scaling_native_fp8_tp_pp_sp_tp_overlap/tp_comm_overlap_cfg.yaml);
+    None (TE's default) where none does; a note where only some do (one setting a run)."""
+    margins = []
+    for name, default in UB_DEFAULT_METHODS.items():
+        if methods.get(name, default) not in ("bulk", "pipeline"):
+            continue
+        entry = entries.get(name)
+        margins.append(bool(entry.get("set_sm_margin", True)) if isinstance(entry, dict) else True)
+    if all(margins):
+        return None
+    if not any(margins):
+        return False
+    notes.append("--tp-comm-overlap-cfg: set_sm_margin off for some bulk or pipeline GEMMs only, priced on")
+    return None
 
 
 def _op_fuser(args: _Args, device: str, variables: dict[str, str]) -> list[str]:

@@ -139,6 +139,7 @@ FIELD_FLAGS = {
     "training.offload_modules": "--offload-modules",
     "timing.fp8_param_gather": "--fp8-param-gather",
     "timing.tp_comm_overlap_methods": "--tp-comm-overlap-cfg",
+    "timing.ub_sm_margin": "--tp-comm-overlap-cfg",
     "training.layer_wise_param_layout": "--no-use-layer-wise-param-layout",
     "timing.fp8_bf16_layers": "--first-last-layers-bf16",
     "training.min_offloaded_tensor_size": "--min-offloaded-tensor-size",
