@@ -45,7 +45,7 @@ from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
-from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.schedules import canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
@@ -224,13 +224,13 @@ def _layers_and_options(
 
 def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     """The run's links with the data-parallel groups added: dp·cp ranks spaced tp·cp apart (Megatron's
-    rank order tp, cp, dp, pp), experts' data-parallel group likewise, and the pipeline's neighbours."""
+    rank order tp, cp, dp, pp), experts' data-parallel group likewise. The pipeline's neighbours are placed
+    edge by edge (`pipeline_edge_local`)."""
     par, setup = run.parallel, memory.setup
     span = par.tp * par.cp * par.dp
     groups = dict(links.groups)
     groups["dp"] = Group(setup.data_group, span)
     groups["edp"] = Group(max(1, setup.expert_data_group), span)
-    groups["pp"] = Group(2, span * 2)  # two neighbouring stages, span = ranks from one to the other
     return replace(links, groups=groups)
 
 
@@ -250,8 +250,25 @@ def p2p_bytes(run: RunConfig, layer: Layer) -> float:
     return tokens * hidden * train.dtype_bytes
 
 
-def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """`p2p_bytes` over the link two neighbouring stages share, with its latency.
+def pipeline_edge_local(run: RunConfig, sender: int, receiver: int) -> bool:
+    """Whether every rank of pipeline stage *sender* shares a node with its peer in stage *receiver*.
+
+    The three frameworks number ranks stage-major, a stage's tp·cp·dp ranks consecutive: Megatron-Core's
+    `RankGenerator` (parallel_state.py, order "tp-cp-ep-dp-pp", pp slowest; core_r0.8.0 and d98e8a64),
+    MindSpore's `DeviceManager::Init` (mindspore/ccsrc/frontend/parallel/device_manager.cc: stage_devices_
+    the consecutive device_num/stage_num ranks of each stage, stage_id_ = rank / that) and torchtitan's
+    meshes (torchtitan/distributed/parallel_dims.py at b5bcd76c6: ["pp", "dp_replicate", "dp_shard", "cp",
+    "tp"], pp outermost). Rank s·span + i sends to r·span + i; with span = tp·cp·dp not a multiple of
+    the node, some boundaries stay inside a server and others cross (span 4 on nodes of 8: 0→1 inside,
+    1→2 across). The stage waits for its slowest rank: one pair leaving the node puts the edge on the NIC."""
+    par = run.parallel
+    span, node = par.tp * par.cp * par.dp, par.devices_per_node
+    return all((sender * span + i) // node == (receiver * span + i) // node for i in range(span))
+
+
+def p2p_seconds(run: RunConfig, links: Links, layer: Layer, edge: tuple[int, int] = (0, 1)) -> float:
+    """`p2p_bytes` over the link between the stages of *edge* (sender, receiver), with its latency:
+    inside a server (`pipeline_edge_local`) a device-to-device link, else the NIC.
 
     Under `timing.pipe_partitioned` without sequence parallelism each tensor-parallel rank sends its
     1/tp share and the receiver all-gathers the whole over the tensor-parallel group before it reads it
@@ -264,8 +281,7 @@ def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
     if run.timing.pipe_partitioned and par.tp > 1 and not par.sequence_parallel:
         gather = collective_seconds(Collective(ALL_GATHER, "tp", payload, "tp"), links)
         payload /= par.tp
-    pair = links.groups["pp"]
-    local = links.in_node(pair) == pair.size
+    local = pipeline_edge_local(run, *edge)
     bandwidth = links.pair_bytes_per_s() if local else links.inter_node_bytes_per_s
     return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
@@ -433,14 +449,17 @@ def run_iteration(
         fsdp_once += max(precompute)  # the stages run theirs at once
         fsdp_once_link += max(precompute)
 
-    # Pipeline transfers: each cell's output to the next cell along the model.
+    # Pipeline transfers: each cell's output to the next cell along the model, over the link between the
+    # two stages' ranks (`pipeline_edge_local`); the last cell sends nothing.
     if stages > 1:
-        for (chunk, stage), entries in per_cell.items():
-            cells.transfer[chunk][stage] = p2p_seconds(run, links, entries[-1][0])
-    for chunk in range(chunks):
-        for stage in range(stages):
-            if (chunk, stage) not in per_cell and stages > 1:
-                cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
+        along = cell_order(par.schedule, stages, chunks)
+        receiver = {cell: along[index + 1][1] for index, cell in enumerate(along[:-1])}
+        for chunk in range(chunks):
+            for stage in range(stages):
+                edge = (stage, receiver.get((chunk, stage), stage))
+                entries = per_cell.get((chunk, stage))
+                layer = entries[-1][0] if entries else placed.layers[0]
+                cells.transfer[chunk][stage] = p2p_seconds(run, links, layer, edge)
 
     schedule, group = par.schedule, par.microbatch_group_size_per_vp_stage
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
