@@ -144,6 +144,57 @@ class FrameworkRules:
     # Megatron's --overlap-p2p-communication-warmup-flush: the interleaved warm-up's and cool-down's receives
     # prefetched an op earlier (`ppb_core.pipeline_p2p`)
     p2p_warmup_flush: bool = False
+    # MindFormers' gradient_aggregation_group: gradients reduced, and parameters gathered, in MindSpore's
+    # fused communication ops, one per fusion id (`mindspore_fusion_id`); 0: by `bucket_parameters`
+    fusion_groups: int = 0
+
+
+# MindFormers' default parallel_config.gradient_aggregation_group (`TransformerOpParallelConfig.__init__`,
+# mindformers/modules/transformer/transformer.py at a4dfb8219, v1.4.0-beta2: "The fusion group size of the
+# optimizer state sharding. Default: 4"); every model-card yaml without a pipeline states 4.
+MINDFORMERS_GRADIENT_AGGREGATION_GROUP = 4
+
+
+def mindspore_fusion_id(run: RunConfig, layer: Layer, groups: int) -> int:
+    """The fusion id of a layer's parameters in a MindFormers run, which MindSpore's fused communication
+    ops group by.
+
+    MindFormers (v1.4.0-beta2, a4dfb8219) sets it with `Cell.set_comm_fusion`: each transformer layer in
+    models/utils.py `LayerSetting.set`, 2 under a pipeline, else int(layer_id / d) + 1 with d = max(int((L + 1)
+    / groups), 1) (the yaml's `offset` is 0 on every card row without a pipeline, and taken so); the token
+    embedding (and the final norm) in llama.py `LlamaModel.__init__` (glm2.py alike) 2 under a pipeline,
+    else `groups`: the embedding's gradients, the backward's last, share the last layers' id. The output
+    projection sets none: a parameter's default fusion_type_ 1 (mindspore/core/ir/param_info.h). MindSpore
+    gives each gradient reduction and optimizer-parallel gather its parameter's id (frontend/parallel
+    `AddCommOpFusionType`), and the backend fuses every op of one (group, op, fusion id, dtype) into one
+    (backend/common/pass/communication_op_fusion.cc `CommunicationOpFusion::Run`, 095ae7e2: one segment
+    each under the parallel optimizer and outside pure data-parallel mode, no size split), whose inputs
+    are all its members' gradients."""
+    if layer.node == BODY:
+        if run.parallel.pp > 1:
+            return 2
+        span = max((run.spec(layer.model_name).num_layers + 1) // groups, 1)
+        return layer.index // span + 1
+    if layer.node == HEAD:
+        return 2 if run.parallel.pp > 1 else groups
+    return 1
+
+
+def fused_by_id(
+    run: RunConfig, members: Sequence[tuple[float, LayerParams, Layer]], groups: int, first: bool = False
+) -> list[tuple[float, LayerParams]]:
+    """MindSpore's fused ops over *members* (time, parameters, layer): one per fusion id, at the latest of
+    its members' times (a reduction waits for its last gradient) or with *first* the earliest (a gather is
+    needed by its first reader), with their parameters summed; in time order."""
+    fused: dict[int, tuple[float, LayerParams]] = {}
+    for when, params, layer in members:
+        key = mindspore_fusion_id(run, layer, groups)
+        if key not in fused:
+            fused[key] = (when, params)
+        else:
+            seen, total = fused[key]
+            fused[key] = (min(seen, when) if first else max(seen, when), total + params)
+    return sorted(fused.values(), key=lambda item: item[0])
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -166,7 +217,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
       the looped schedules' isend/irecv in the background.
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
-      distributed optimizer; gradients fused into buckets as Megatron's.
+      distributed optimizer; gradients reduced and parameters gathered in MindSpore's fused communication
+      ops, one per fusion id MindFormers sets (`mindspore_fusion_id`, `timing.gradient_aggregation_group`).
     """
     name = run.framework
     pipelined = run.parallel.pp > 1
@@ -177,7 +229,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
-        return FrameworkRules(name, True, True, True, True, bucket)
+        groups = run.timing.gradient_aggregation_group or MINDFORMERS_GRADIENT_AGGREGATION_GROUP
+        return FrameworkRules(name, True, True, True, True, bucket, fusion_groups=groups)
     return FrameworkRules(
         "megatron",
         not interleaved,
@@ -750,13 +803,21 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         # backward order: last layer first
         clock = end - sum(b for _, (_, _, b) in entries)
         ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
+        layers: list[Layer] = []
         for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
             when = clock if launched is None else launched[stage].get(chunk, end)
             ready.append((when, memory.parameters(layer), chunk))
+            layers.append(layer)
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
+        if rules.fusion_groups:  # MindSpore's fused reductions, one per fusion id (no bucket passes)
+            members = [(when, params, layer) for (when, params, _), layer in zip(ready, layers, strict=True)]
+            for when, params in fused_by_id(run, members, rules.fusion_groups):
+                seconds = _dp_collective(kind, params, memory.setup.grad_bytes, links) if reduces else 0.0
+                buckets.append((when, seconds))
+            ready = []  # nothing left for the size rule
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
@@ -890,6 +951,18 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
             entries = per_cell.get((chunk, stage), [])
             if not entries:
                 continue
+            offsets = [0.0]
+            for _, forward, _ in entries:
+                offsets.append(offsets[-1] + forward)
+            if rules.fusion_groups:  # MindSpore's fused gathers, one per fusion id, before its first reader
+                start_at = first_forward.get(chunk, 0.0)
+                members = [
+                    (start_at + offsets[index], memory.parameters(layer), layer)
+                    for index, (layer, _, _) in enumerate(entries)
+                ]
+                for use, params in fused_by_id(run, members, rules.fusion_groups, first=True):
+                    gathers.append((use, _parameter_gather_seconds(params, LayerParams(), dtype_bytes, links)))
+                continue
             backward_order = list(reversed(entries))
             ends = bucket_ends(
                 [(memory.parameters(layer).total, chunk) for layer, _, _ in backward_order], rules, stage
@@ -903,9 +976,6 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
                         fp8 = fp8 + fp8_weights(layer.kind, memory.setup)
                 buckets.append((len(entries) - 1 - last, params, fp8))  # its first layer in forward order
                 first = last + 1
-            offsets = [0.0]
-            for _, forward, _ in entries:
-                offsets.append(offsets[-1] + forward)
             for index, params, fp8 in reversed(buckets):
                 use = first_forward.get(chunk, 0.0) + offsets[index]
                 gathers.append((use, _parameter_gather_seconds(params, fp8, dtype_bytes, links)))
