@@ -350,6 +350,22 @@ def test_the_loss_moves_the_bytes_of_its_framework_s_cross_entropy(framework, fu
     assert loss.backward_bytes == logits * backward
 
 
+@pytest.mark.parametrize(("compile_loss", "forward", "backward"), [(False, 38, 38), (True, 14, 10)])
+def test_torchtitan_s_loss_parallel_moves_what_its_dtensor_handlers_move(compile_loss, forward, backward):
+    # torch/distributed/tensor/parallel/loss.py, eager on the vocabulary shard: .float() 2 + 4, amax 4,
+    # x - max 4 + 4, exp 4 + 4, sum 4, shifted - logsumexp 4 + 4 = 38; backward zeros_like 4, exp(x) 4 + 4,
+    # + 4 + 4 + 4, * grad 4 + 4, the cast back 4 + 2 = 38. Compiled: the generic count (2 + 12, 8 + 2)
+    run = gpt_run(v=32000, s=512, b=2, tp=2, framework="torchtitan")
+    run = run.model_copy(
+        update={"timing": run.timing.model_copy(update={"torch_compile": True, "compile_loss": compile_loss})}
+    )
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    loss = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.loss")
+    logits = 2 * 512 * 16000  # b · s tokens × v / tp
+    assert loss.bytes == logits * forward
+    assert loss.backward_bytes == logits * backward
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_megatron_s_embedding_gradient_is_dense(framework):
     """Megatron's VocabParallelEmbedding runs F.embedding (megatron/core/tensor_parallel/layers.py): its
