@@ -373,6 +373,26 @@ def test_megatron_s_op_by_op_loss_moves_what_an_h100_measured(vocab, forward_ms,
     assert loss.backward_bytes / ((with_backward_ms - forward_ms) * 1e-3) / 3.35e12 == pytest.approx(0.82, abs=0.02)
 
 
+@pytest.mark.parametrize("tp", [1, 4])
+def test_transformer_engine_s_loss_reads_the_logits_twice_and_writes_the_gradient_over_them(tp):
+    # TE release_v2.9 transformer_engine/pytorch/triton/cross_entropy.py (Megatron-Bridge 5776a6d90's pin):
+    # online_softmax_kernel reads the bf16 logits (2); cross_entropy_kernel reads them again (2) and writes the
+    # bf16 gradient in place (2) = 6; backward element_mul_kernel reads and writes it in place, 2 + 2 = 4.
+    # Under TP one all_gather_into_tensor of m, d and X_y (3 fp32 a token) from every rank: 3 · 4 · n · tp.
+    run = gpt_run(v=32000, s=512, b=2, tp=tp, framework="megatron")
+    timing = {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"}
+    run = run.model_copy(update={"timing": run.timing.model_copy(update=timing)})
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    ops = {op.name: op for op in layer_ops(tail, OpGeometry.from_run(run))}
+    logits = 2 * 512 * 32000 // tp  # b · s tokens × v / tp
+    assert (ops["output.loss"].bytes, ops["output.loss"].backward_bytes) == (logits * 6, logits * 4)
+    if tp > 1:
+        comm = ops["output.reduce_loss"].forward_comm
+        assert (comm.kind, comm.payload_bytes) == ("all_gather", 3 * 4 * 2 * 512 * tp)
+    else:
+        assert "output.reduce_loss" not in ops
+
+
 @pytest.mark.parametrize(("compile_loss", "forward", "backward"), [(False, 38, 38), (True, 14, 10)])
 def test_torchtitan_s_loss_parallel_moves_what_its_dtensor_handlers_move(compile_loss, forward, backward):
     # torch/distributed/tensor/parallel/loss.py, eager on the vocabulary shard: .float() 2 + 4, amax 4,
