@@ -1720,7 +1720,13 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     (4 + 4) and the autograd of `.float()`, back to 16 bits (4 + bc): bc + 3·4. With
     `--cross-entropy-loss-fusion` (megatron/core/fusions/fused_cross_entropy.py, `jit_fuser` functions)
     the upcast and max are one kernel (bc + 4), the shift, exponential and sum another (4 + 4), the
-    division a third (4 + 4): bc + 5·4; the backward one kernel (4 + bc). torchtitan without TP
+    division a third (4 + 4): bc + 5·4. Its backward, `calculate_gradients` (96a894ef6, as d98e8a64)
+    under `jit_fuser` = `torch.compile`, mutates the saved softmax (the targets' `index_put` on a view
+    of it, then `mul_`) and returns its 16-bit cast: Inductor keeps the `index_put` functional, so it
+    copies the softmax into a fresh fp32 buffer (4 + 4), scatters the targets, then one kernel reads the
+    copy (4), writes the 16-bit gradient (bc) and the product back over the saved softmax (4, the
+    input's mutation); torch 2.13's generated code (read on the CPU; the buffers are fixed before
+    device code generation): 4·4 + bc. torchtitan without TP
     (train.py's `cross_entropy(pred.flatten(0, 1).float(), ...)`, 9dec370 and v0.2.2), as counted op by
     op (`ppb_core.census.ops.count_loss`): `_to_copy` (bc + 4) and `_log_softmax` (4 + 4) forward;
     `nll_loss_backward` writes the whole fp32 gradient (4, zeros but the targets),
@@ -1752,7 +1758,7 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     if geo.cross_entropy_fusion and geo.cross_entropy_impl == "te":
         return te_loss_bytes(bc)
     if geo.cross_entropy_fusion:
-        return bc + 5 * STATS_BYTES, STATS_BYTES + bc
+        return bc + 5 * STATS_BYTES, 4 * STATS_BYTES + bc
     return bc + 9 * STATS_BYTES, bc + 3 * STATS_BYTES
 
 
