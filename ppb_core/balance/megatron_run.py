@@ -541,9 +541,10 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
     `--fp8-param-gather` (no 16-bit copy beside the FP8 weights, memory/frameworks/te_fp8.py),
     `--first-last-layers-bf16` with its counts (1 and 1; read under FP8 only, fp8_utils.py
     `is_first_last_bf16_layer`), `--no-create-attention-mask-in-dataloader` (the b·s·s mask
-    pretrain_gpt.py `get_batch` holds) and, under Muon with the distributed optimizer (training.py
-    `wrap_model_chunks_with_ddp`), `--no-use-layer-wise-param-layout`. A whole command line leaving
-    one out runs without it (Megatron-LM d98e8a64)."""
+    pretrain_gpt.py `get_batch` holds), `--attention-backend` auto, flash or fused under TE's fused
+    attention (`timing.te_attention_backend`: which keeps the attention output twice) and, under Muon with
+    the distributed optimizer (training.py `wrap_model_chunks_with_ddp`), `--no-use-layer-wise-param-layout`.
+    A whole command line leaving one out runs without it (Megatron-LM d98e8a64)."""
     switches, complete, timing = flags.switches, flags.complete, run.timing
     # each flag: the run config's field, its value, and whether that value means the flag is given
     said = {
@@ -562,6 +563,18 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
         if (given or complete) and given != expected:
             has = "true" if value else "false"
             raise InputError(where, flag, f"{_shown(given)}, the run config has {field}: {has}: {WHY}")
+    backend = flags.stated.get("--attention-backend")
+    engine = timing.transformer_impl == "transformer_engine" and run.training.flash_attention
+    if engine and (backend is not None or complete):  # which TE attention keeps what (memory/setup.py `te_flash`)
+        given = str(backend or "auto")
+        if given in ("auto", "flash", "fused") and given != timing.te_attention_backend:
+            has = timing.te_attention_backend
+            said_backend = given if backend is not None else "not given (auto)"
+            raise InputError(
+                where,
+                "--attention-backend",
+                f"{said_backend}, the run config has timing.te_attention_backend: {has}: {WHY}",
+            )
     fp8 = "--fp8-format" in flags.stated if complete else timing.matmul_dtype == "fp8"
     bf16 = "--first-last-layers-bf16" in switches
     if fp8 and (bf16 or complete):
