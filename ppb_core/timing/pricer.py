@@ -241,6 +241,7 @@ class TimeModel:
             run.timing.transformer_impl == "transformer_engine",
             fused_norm=run.timing.norm_type != "rmsnorm",
             sdpa_backend=run.timing.sdpa_backend,
+            te_attention_backend=run.timing.te_attention_backend,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -253,6 +254,7 @@ class TimeModel:
                 run.timing.attention_deterministic,
                 fused_norm=run.timing.norm_type != "rmsnorm",
                 sdpa_backend=run.timing.sdpa_backend,
+                te_attention_backend=run.timing.te_attention_backend,
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
