@@ -520,3 +520,19 @@ def test_torchtitan_s_float8_tensor_parallelism_gathers_float8():
         for exit_ in ("reduce_attention", "reduce_mlp"):
             assert ops[exit_].forward_comm.payload_bytes == 2 * elements  # partial sums: bf16
             assert ops[exit_].backward_comm.payload_bytes == gathered  # the output gradient's gather
+
+
+@pytest.mark.parametrize(
+    ("fusion", "impl", "kind", "calls"),
+    [(False, "native", "all_reduce", 3), (True, "native", "all_reduce", 2), (True, "te", "all_gather", 1)],
+)
+def test_the_loss_s_statistics_cross_tp_in_the_calls_its_code_makes(fusion, impl, kind, calls):
+    # megatron/core/tensor_parallel/cross_entropy.py `_VocabParallelCrossEntropy.forward` (d98e8a64): all_reduce
+    # of the max, of the target logits and of the sums of exponentials, 3 calls; fused_cross_entropy.py cats
+    # the last two into one, 2; TE's cross_entropy_forward one all_gather_into_tensor of m, d and X_y, 1
+    run = gpt_run(v=32000, s=512, b=2, tp=2, framework="megatron")
+    timing = {"cross_entropy_fusion": fusion, "cross_entropy_fusion_impl": impl}
+    run = run.model_copy(update={"timing": run.timing.model_copy(update=timing)})
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    comm = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.reduce_loss").forward_comm
+    assert (comm.kind, comm.calls) == (kind, calls)

@@ -1799,11 +1799,16 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
         rms = kind.norm.kind == "rmsnorm"
         ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
     if geo.tp > 1:
-        # TE's loss all-gathers every rank's three fp32 a token (`dist.all_gather_into_tensor` of
-        # m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them
+        # TE's loss all-gathers every rank's three fp32 a token in one call (`dist.all_gather_into_tensor`
+        # of m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them, the max, the target logit
+        # and the sum of exponentials in three calls (cross_entropy.py `_VocabParallelCrossEntropy.forward`),
+        # two fused (fused_cross_entropy.py: the last two `torch.cat`ed into one)
         te = geo.cross_entropy_fusion and geo.cross_entropy_impl == "te"
         stats = 3 * n * STATS_BYTES
-        comm = Collective(ALL_GATHER, "tp", stats * geo.tp, "tp") if te else Collective(ALL_REDUCE, "tp", stats, "tp")
+        if te:
+            comm = Collective(ALL_GATHER, "tp", stats * geo.tp, "tp")
+        else:
+            comm = Collective(ALL_REDUCE, "tp", stats, "tp", calls=2 if geo.cross_entropy_fusion else 3)
         ops.append(Op(p + "reduce_loss", block, COMM, inputs=(p + "loss",), forward_comm=comm))
     return ops
 
