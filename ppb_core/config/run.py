@@ -729,7 +729,7 @@ class TimingOptions(StrictModel):
         description="Megatron's --attention-backend under TransformerEngine (language_module.py "
         "`_set_attention_backend`: NVTE_FLASH_ATTN / NVTE_FUSED_ATTN): auto lets TE choose (flash-attn below "
         "sm90, cuDNN from sm90 on), flash runs TE's FlashAttention on any GPU, fused cuDNN's FusedAttention; "
-        "memory only (the attention's kept output and backward workspace)",
+        "memory (the attention's kept output and backward workspace) and time (FlashAttention-2's rates or cuDNN's)",
     )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,

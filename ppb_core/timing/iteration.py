@@ -278,6 +278,13 @@ def _layers_and_options(
     return placed, chosen
 
 
+def configured_states(run: RunConfig, memory: MemoryModel) -> dict[Layer, tuple[LayerType, dict | None]]:
+    """Each layer of the run as configured (no plan) and the state (and switches) `run_iteration` prices it
+    at: its recompute option's, a HEAD's embedding, a TAIL's output (for tools that split its seconds)."""
+    placed, chosen = _layers_and_options(run, memory, None)
+    return {layer: _state(layer, chosen, memory) for layer in placed}
+
+
 def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     """The run's links with the data-parallel groups added: dp·cp ranks spaced tp·cp apart (Megatron's
     rank order tp, cp, dp, pp), experts' data-parallel group likewise. The pipeline's neighbours are placed
