@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import pytest
+from small_models import SMALL_MLA
 from test_memory_runs import DENSE, body, make_run
 
 from ppb_core.memory import MemoryModel
+from ppb_core.memory.frameworks.muon import matrix_params
 from ppb_core.model.walk import walk
 from ppb_core.timing.iteration import _cell_optimizer_traffic, run_iteration
 from ppb_core.timing.muon import MuonMatrix, layer_matrices, newton_schulz_flops, orthogonalize_kernels, step_seconds
@@ -87,3 +89,26 @@ def test_a_muon_run_s_optimizer_term_adds_its_launches():
     traffic = sum(_cell_optimizer_traffic(sharded, memory, [(layer, 0, 0)]) for layer in walk(sharded))
     expected = kernels.memory_s(traffic) + 296 * 0.4 * 80.9e-6
     assert run_iteration(sharded).breakdown["optimizer"] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DENSE,
+        MOE,
+        dict(MOE, shared_experts=1, shared_expert_intermediate_size=48, shared_expert_gate=True),
+        dict(SMALL_MLA, activation="swiglu", norm="rmsnorm"),
+    ],
+    ids=["dense", "moe", "moe-shared-gate", "mla"],
+)
+def test_the_matrices_hold_the_elements_the_memory_model_gives_muon(spec):
+    # an independent count: memory/frameworks/muon.py `matrix_params` (a layer's parameters less its
+    # vectors) against the elements of the pieces here, tp 1, ep 1 (every expert on the rank)
+    run = make_run(spec, training={"optimizer": "muon"})
+    layer = body(run)
+    setup = MemoryModel(run).setup
+    expected = matrix_params(layer.kind, setup)
+    matrices = layer_matrices(layer.kind, tp=1, ep=1, etp=1)
+    elements = sum(r * c for m in matrices if not m.expert for r, c in m.pieces)
+    experts = sum(r * c for m in matrices if m.expert for r, c in m.pieces)
+    assert (elements, experts) == (expected.non_expert, expected.expert)
