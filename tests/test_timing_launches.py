@@ -137,6 +137,15 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
         waits[ep] = times.host(body, LayerType.NOT_REC_LAYER)
     assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(100e-6)
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(200e-6)
+    # a host that launches from Python in 10 us (under the C++ loop's 25): the experts' GEMMs cost no more
+    # than a launch each, 4 · 10 = 40 us forward and 80 backward
+    for ep in (2, 4):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
+                       device={"name": "h100-80gb", "host_kernel_us": 10.0})  # fmt: skip
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(40e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6)
 
 
 def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():

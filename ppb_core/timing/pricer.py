@@ -766,7 +766,10 @@ class TimeModel:
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                     router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
                     plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
-                    cpp_gemm_share=CPP_GEMM_US / self.device.host_kernel_us if self.device.host_kernel_us else 1.0,
+                    # a kernel issued from C++ never costs the host more than one issued from Python
+                    cpp_gemm_share=min(1.0, CPP_GEMM_US / self.device.host_kernel_us)
+                    if self.device.host_kernel_us
+                    else 1.0,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
