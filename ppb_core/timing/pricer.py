@@ -269,7 +269,14 @@ class TimeModel:
         if fp8 and run.timing.fp8_recipe == "mxfp8":
             # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
             ceiling *= self.device.mxfp8_matmul_ratio
-        self.kernels = dataclasses.replace(self.kernels, gemm_ceiling=ceiling)
+        # attention back to back as well (`ATTENTION_BACK_TO_BACK_SHARE_B200`): the catalog's rates are single calls
+        sustained = self.device.attention_back_to_back_share
+        self.kernels = dataclasses.replace(
+            self.kernels,
+            gemm_ceiling=ceiling,
+            attention_forward=self.kernels.attention_forward * sustained,
+            attention_backward=self.kernels.attention_backward * sustained,
+        )
         ceiling_16 = self._kernels_16.gemm_ceiling * self.device.layer_gemm_share
         self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
