@@ -508,6 +508,15 @@ class Device(StrictModel):
     mxfp8_matmul_ratio: Efficiency | None = Field(
         None, description="MXFP8 GEMMs' rate over per-tensor FP8 GEMMs' (TE's block-scaled GEMM with its swizzles)"
     )
+    layer_gemm_share: Efficiency | None = Field(
+        None, description="a training step's 16-bit GEMMs at a layer's shapes over the tile model at MAMF"
+    )
+    fp8_layer_gemm_share: Efficiency | None = Field(
+        None, description="a training step's FP8 GEMMs at a layer's shapes over the tile model at MAMF"
+    )
+    attention_back_to_back_share: Efficiency | None = Field(
+        None, description="a training step's attention, back to back, over the single-call attention rates"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
