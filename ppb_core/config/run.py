@@ -767,6 +767,12 @@ class TimingOptions(StrictModel):
         "logits fused into three kernels, not run one by one; memory: its compiled backward scatters into an "
         "fp32 copy of the softmax",
     )
+    cross_entropy_fusion_impl: Literal["native", "te"] = Field(
+        "native",
+        description="Megatron's --cross-entropy-fusion-impl under --cross-entropy-loss-fusion: native (Megatron's "
+        "compiled functions, fused_cross_entropy.py) or te (TransformerEngine's Triton parallel_cross_entropy, as "
+        "NeMo / Megatron-Bridge perf recipes set: two reads of the 16-bit logits and the gradient written over them)",
+    )
     log_params_norm: bool = Field(
         False,
         description="Megatron's --log-params-norm: every iteration an L2 norm over the fp32 main parameters a "
@@ -1268,6 +1274,7 @@ MEGATRON_TIMING = frozenset(
         "rope_fusion",
         "check_for_nan_in_grad",
         "cross_entropy_fusion",
+        "cross_entropy_fusion_impl",
         "log_params_norm",
         "log_num_zeros_in_grad",
         "exit_duration_in_mins",
