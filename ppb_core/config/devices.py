@@ -277,6 +277,16 @@ class DeviceProfile:
     # datasheet); DGX B200's two Xeon Platinum 8570 2.1 / 4.0 GHz (DGX B200 User Guide). What Megatron
     # runs on the CPU itself (`ppb_core.timing.reporting.weight_hash_seconds`) takes its cycles at it.
     host_boost_ghz: float = 0.0
+    # Pinned host memory <-> device copies, GB/s per direction, over the GPU's own host link (0: not
+    # priced). H100 SXM5 and H200 SXM attach at PCIe Gen5 x16 (their datasheets: "PCIe Gen5: 128GB/s",
+    # both directions); nvbandwidth's copy-engine tests on a node of 8x H200, each on its own Gen5 x16
+    # link, measure 55.43 GB/s host-to-device and 55.06 device-to-host, 88% of the 63 GB/s spec
+    # (stas00/ml-engineering network/README.md, "PCIe", at 744d01e): host-to-device, the direction whose
+    # copies the compute waits for, 55.43. A100 SXM4 attaches at PCIe Gen4 x16 (datasheet "PCIe Gen4:
+    # 64GB/s"): no public measurement found, taken at Gen4's 31.0 GB/s spec (same table) times that
+    # measured 88%, 27.3 GB/s (Gen4 and Gen5 share the 128b/130b encoding and the packet framing the
+    # 12% goes to). Megatron's fine-grained activation offloading reloads at it (`ppb_core.timing.offload`).
+    host_link_gbs: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -310,6 +320,10 @@ class DeviceProfile:
 # recomputes both means from the transcribed rows.
 EAGER_MEMORY_EFFICIENCY_A100 = 0.68
 EAGER_MEMORY_EFFICIENCY_H100 = 0.82
+# `DeviceProfile.host_link_gbs`: PCIe Gen5 x16 host-to-device as measured (nvbandwidth, 8x H200), Gen4 x16
+# at its spec times the same measured share (55.43 / 63.0)
+HOST_LINK_GBS_GEN5 = 55.43
+HOST_LINK_GBS_GEN4 = round(31.0 * 55.43 / 63.0, 2)
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
@@ -339,6 +353,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         compute_capability=8.0,
         host_kernel_us=HOST_KERNEL_US_DGX_A100,
         host_boost_ghz=3.4,
+        host_link_gbs=HOST_LINK_GBS_GEN4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
@@ -363,6 +378,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
+        host_link_gbs=HOST_LINK_GBS_GEN5,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
     ),
@@ -387,6 +403,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # DGX H100 datasheet: dual Xeon Platinum 8480C)
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
+        host_link_gbs=HOST_LINK_GBS_GEN5,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;

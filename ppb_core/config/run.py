@@ -530,6 +530,9 @@ class Device(StrictModel):
     host_boost_ghz: Annotated[float, Field(ge=0.0, le=10.0)] | None = Field(
         None, description="the host CPU's max boost clock, GHz, what Megatron's CPU-side work runs at (0: unknown)"
     )
+    host_link_gbs: Annotated[float, Field(ge=0.0, le=10000.0)] | None = Field(
+        None, description="pinned host-to-device copies, GB/s, what offloaded activations reload at (0: not priced)"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> Device:

@@ -63,6 +63,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.muon import layer_matrices
 from ppb_core.timing.muon import step_seconds as muon_step_seconds
+from ppb_core.timing.offload import reload_wait_s
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
@@ -452,6 +453,10 @@ def run_iteration(
         f_ms, b_ms = times.layer_times(layer, *state)
         waits[layer] = times.host(layer, *state)
         forward_s, backward_s = f_ms / 1e3, b_ms / 1e3  # with the layer's waits for the host
+        if times.calibration is None:  # the waits for offloaded activations' reloads (`timing/offload.py`)
+            window = backward_s + (forward_s if rules.combined_1f1b else 0.0)
+            offloaded = memory.state_memory(layer, *state).offloaded_bytes
+            backward_s += reload_wait_s(offloaded, times.device.host_link_gbs, window)
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
