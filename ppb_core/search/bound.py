@@ -441,9 +441,9 @@ def lp_bound(
     for i in range(count):
         rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
         rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
-    for form in forms.forms:
-        terms = _form_terms(form, forward, backward, forward_prefix, backward_prefix, schedule_top)
-        rows.append((transfer_ms * form.transfers(blocking), highs.INF, terms))
+    assert backward[0] == forward[-1] + 1 and schedule_top == forward[0] + 4 * count + 2  # `_forms_terms`'s layout
+    for form, terms in zip(forms.forms, _forms_terms(forms, forward[0]), strict=True):
+        rows.append((transfer_ms * form.transfers(blocking), highs.INF, dict(terms)))
     head_stage, tail_stage = cells[0][1], cells[-1][1]
     for stage in range(forms.stages):
         held = (
@@ -510,6 +510,33 @@ def lp_bound(
             held += ends.tail_reduce_ms - ends.tail_backward_ms
         rows.append((held, highs.INF, terms))
     return _solve(columns, rows, top, integers, time_limit, nodes)
+
+
+# `_forms_terms`'s rows, by the forms (held, so that their id is not reused) and the first cell column
+_FORMS_TERMS: dict[tuple[int, int], tuple[ScheduleForms, tuple[dict[int, float], ...]]] = {}
+_FORMS_TERMS_HELD = 64
+
+
+def _forms_terms(forms: ScheduleForms, first: int) -> tuple[dict[int, float], ...]:
+    """Every form's row terms (`_form_terms`) where the cells' columns start at *first*: `lp_bound` lays out
+    forward, backward, their prefix sums and the schedule's top one after another from there, so the rows
+    depend on the forms and *first* alone. Built once per shape and layout; each strategy copies them (every
+    strategy of a spec has the same kinds' options, so the same *first*): the same rows, in the same order."""
+    key = (id(forms), first)
+    held = _FORMS_TERMS.get(key)
+    if held is not None and held[0] is forms:
+        return held[1]
+    count = len(forms.cells)
+    forward = list(range(first, first + count))
+    backward = list(range(first + count, first + 2 * count))
+    forward_prefix = list(range(first + 2 * count, first + 3 * count + 1))
+    backward_prefix = list(range(first + 3 * count + 1, first + 4 * count + 2))
+    top = first + 4 * count + 2
+    terms = tuple(_form_terms(form, forward, backward, forward_prefix, backward_prefix, top) for form in forms.forms)
+    if len(_FORMS_TERMS) >= _FORMS_TERMS_HELD:
+        _FORMS_TERMS.pop(next(iter(_FORMS_TERMS)))
+    _FORMS_TERMS[key] = (forms, terms)
+    return terms
 
 
 def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:
