@@ -1392,6 +1392,35 @@ def check_timing_words(framework: str, timing: TimingOptions, where: str, whose:
         raise InputError(where, "timing.cuda_graph_warmup_steps", said)
 
 
+def _check_framework_interleaving(run: RunConfig, where: str) -> None:
+    """The interleaved schedule's micro-batch counts each framework refuses, beyond a deadlock.
+
+    Megatron-LM d98e8a64 schedules.py `forward_backward_pipelining_with_interleaving` raises RuntimeError
+    when the last group of micro-batches, m mod g, is neither 0 nor at least pp; its default group is pp
+    (model_parallel_config.py `__post_init__`), so without a group m must be a multiple of pp, deadlock
+    or not. torch's ScheduleInterleaved1F1B (torch 2.13 distributed/pipelining/schedules.py, torchtitan's
+    Interleaved1F1B) runs max(1, m // pp) rounds and raises ValueError unless m is a multiple of them."""
+    par, m = run.parallel, run.training.micro_batches
+    if par.schedule != "interleaved" or m < par.pp:
+        return
+    if run.framework == "megatron" and par.microbatch_group_size_per_vp_stage is None and m % par.pp:
+        accepted = [g for g in range(par.pp, m + 1) if not 0 < m % g < par.pp]
+        raise InputError(
+            where,
+            "training.micro_batches",
+            f"{m} micro-batches in Megatron's default groups of pp {par.pp} leave a last group of {m % par.pp}: "
+            f"Megatron refuses it; set parallel.microbatch_group_size_per_vp_stage (it accepts {accepted[0]})",
+        )
+    rounds = max(1, m // par.pp)
+    if run.framework == "torchtitan" and m % rounds:
+        raise InputError(
+            where,
+            "training.micro_batches",
+            f"torch's Interleaved1F1B runs {m} micro-batches in {rounds} rounds of pp {par.pp} and refuses a "
+            "count that is not a multiple of them",
+        )
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1499,6 +1528,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches, group)
     except ValueError as err:
         raise InputError(where, "training.micro_batches", str(err)) from None
+    _check_framework_interleaving(run, where)
     if train.seq_length % par.cp:
         raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
     if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):
