@@ -274,6 +274,7 @@ TEXT_FLAGS = (
     "--fp8-format",
     "--main-grads-dtype",
     "--megatron-fsdp-main-grads-dtype",
+    "--attention-backend",
 )
 SWITCH_FLAGS = (
     "--sequence-parallel",

@@ -31,6 +31,7 @@ from ppb_core.balance.megatron_tokenizer import (
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
+from ppb_core.memory.setup import te_runs_flash
 from ppb_core.units import counted
 
 WHY = "ppb checks the plan at the run's sizes"
@@ -156,6 +157,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_parallel(flags, run, where)
     _check_training(flags, run, where)
     _check_memory_switches(flags, run, where)
+    _check_attention_backend(flags, run, where)
     _check_grad_buffer(flags, run, where)
 
 
@@ -576,6 +578,34 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
                 "--first-last-layers-bf16",
                 f"{shown_flags}, the run config has {has} (timing.fp8_bf16_layers): {WHY}",
             )
+
+
+def _check_attention_backend(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """`--attention-backend` under TransformerEngine's spec, as the importer reads it (megatron_import.py
+    `_flash`, `_timing`; Megatron-LM's default auto, d98e8a64): unfused and local keep the scores
+    (`training.flash_attention` false); auto, flash and fused not, and which TE attention runs is compared on
+    the run's device (`te_runs_flash`: flash-attn keeps a second output and its backward workspace), so that
+    fused on Hopper is auto's cuDNN attention and flash on any GPU, or auto on sm80, flash-attn."""
+    given = flags.stated.get("--attention-backend")
+    if run.timing.transformer_impl != "transformer_engine" or (given is None and not flags.complete):
+        return
+    backend = str(given or "auto")
+    said = backend if given is not None else "not given (Megatron-LM's default auto)"
+    if (backend in ("auto", "flash", "fused")) != run.training.flash_attention:
+        has = "true" if run.training.flash_attention else "false"
+        raise InputError(
+            where, "--attention-backend", f"{said}, the run config has training.flash_attention: {has}: {WHY}"
+        )
+    capability = run.device.profile().compute_capability
+    ours = run.timing.te_attention_backend
+    if run.training.flash_attention and te_runs_flash(backend, capability) != te_runs_flash(ours, capability):
+        runs = "flash-attn" if te_runs_flash(backend, capability) else "cuDNN's fused attention"
+        raise InputError(
+            where,
+            "--attention-backend",
+            f"{said} ({runs} on {run.device.name or 'this device'}), the run config has {ours} "
+            f"(timing.te_attention_backend): {WHY}",
+        )
 
 
 def _check_grad_buffer(flags: MegatronFlags, run: RunConfig, where: str) -> None:
