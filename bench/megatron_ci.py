@@ -27,7 +27,8 @@ shows the last commit that set them and its date (`git log --follow`, a pure ren
 the older one that set its memory values where a later edit left them.
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
-absolute and the largest error of each, then the refusals by reason.
+absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
+expert-parallel rank at its routing bound (`routing_rows`), then the refusals by reason.
 """
 
 from __future__ import annotations
@@ -50,7 +51,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
-from public_memory import GIB, MeasuredPeak, predicted_after_step_gib, predicted_gib  # noqa: E402
+from public_memory import (  # noqa: E402
+    GIB,
+    MeasuredPeak,
+    predicted_after_step_gib,
+    predicted_at_share_gib,
+    predicted_gib,
+    routing_bound,
+)
 from public_runs import GoldenTimes  # noqa: E402
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of  # noqa: E402
@@ -228,6 +236,7 @@ class Row:
     moment: str
     notes: tuple[str, ...]  # the flags ppb does not model (`Imported.notes`)
     gpus: int = NODE_GPUS  # the recipe's GPUs
+    measured: MeasuredPeak | None = None  # the row as bench/public_memory.py prices it (routing bounds)
 
 
 def _error(pair: tuple[float, float] | None) -> float | None:
@@ -250,7 +259,25 @@ def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int
         after = (golden.after_step_bytes / GIB, predicted_after_step_gib(row))
     if golden.seconds:
         seconds = (golden.seconds, run_iteration(run).seconds)
-    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus)
+    return Row(family, case, gpu, golden, peak, after, seconds, moment, tuple(imported.notes), gpus, row)
+
+
+def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[tuple[Row, float, float, float]]:
+    """MoE rows whose peak is off by more than *beyond*: (row, balanced GiB, the routing bound, GiB with the
+    busiest expert-parallel rank at that bound), as bench/public_memory.py prices them (`routing_bound`).
+    Whether the measurement lies between is what data-dependent routing can explain; where it does not,
+    routing alone cannot."""
+    found = []
+    for row in rows:
+        error = _error(row.peak)
+        if row.measured is None or error is None or abs(error) <= beyond:
+            continue
+        bound = routing_bound(row.measured)
+        if bound is None or row.moment == "allocated":
+            continue
+        balanced = predicted_at_share_gib(row.measured, 1.0)
+        found.append((row, balanced, bound, predicted_at_share_gib(row.measured, "bound")))
+    return found
 
 
 def sweep(
@@ -363,6 +390,15 @@ def main() -> int:
     print(f"({len(rows) - len(modelled)} rows carry flags ppb does not model (column unmod.); --verbose names them)")
     flags = Counter(note.split(":")[0].split()[0] for row in rows for note in row.notes)
     print("flags not modelled, by rows: " + ", ".join(f"{flag} {count}" for flag, count in flags.most_common()))
+    if verbose:
+        print()
+        print("MoE rows beyond 3%: ppb with every expert-parallel rank at its fair share (balanced) and with")
+        print("the busiest at the most the routing allows (bound: routing_bound); is the measurement between?")
+        for row, balanced, bound, worst in routing_rows(rows):
+            measured = row.peak[0] if row.peak else 0.0
+            within = "yes" if balanced <= measured <= worst else "no"
+            name = f"{row.family}/{row.case}"
+            print(f"  {name:62s} {row.gpu:4s} {measured:7.2f} {balanced:7.2f} {bound:5.2f} {worst:7.2f}  {within}")
     print()
     reasons = Counter(reason for _, reason, _ in refused)
     print(f"refused: {len(refused)} (case, gpu) pairs or cases")

@@ -85,3 +85,27 @@ def test_a_row_names_the_commit_that_measured_its_memory(bench, tmp_path, monkey
     monkeypatch.setattr(bench, "COMMIT", "HEAD")
     file_commit, memory_commit = bench._set_by("new/golden.json")
     assert file_commit.split()[0].startswith(edited[:7]) and memory_commit.split()[0].startswith(measured[:7])
+
+
+def test_moe_rows_beyond_3_percent_are_priced_at_their_routing_bound(bench):
+    # A small dropless MoE launch, EP 2 over 4 experts, top 2: the busiest expert-parallel rank receives at most
+    # ep·min(k, experts/ep)/k = 2·min(2, 2)/2 = 2 times its fair share (every token's two copies on its experts);
+    # a dense row and an MoE row within 3% are left out
+    moe = (
+        "pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+        "--max-position-embeddings 512 --micro-batch-size 2 --global-batch-size 16 --bf16 --vocab-size 32000 "
+        "--tokenizer-type NullTokenizer --num-experts 4 --moe-router-topk 2 --expert-model-parallel-size 2"
+    )
+    dense = moe.split(" --num-experts")[0]
+    golden = bench.Golden(None, None, None, "c0ffee 2026-01-01")
+    rows = []
+    for name, text, off in (("moe_off", moe, 1.10), ("moe_near", moe, 1.01), ("dense_off", dense, 1.10)):
+        row = bench.price("moe", name, "h100", text, golden, 8)
+        predicted = bench.predicted_gib(row.measured)[0]
+        rows.append(bench.Row(**{**row.__dict__, "peak": (predicted * off, predicted), "moment": "loss"}))
+    (found,) = bench.routing_rows(rows)
+    row, balanced, bound, worst = found
+    assert row.case == "moe_off"
+    assert balanced == pytest.approx(row.peak[1])
+    assert bound == pytest.approx(2.0)
+    assert worst > balanced

@@ -255,7 +255,7 @@ device: {name: a100-80gb}
 models: [{name: llm, config: HF/llama3-8b.json}]
 parallel: {dp: 8, tp: 1, pp: 1, zero: 1}
 training: {seq_length: 8192, micro_batch_size: 1, micro_batches: 16, dtype: bf16, fp8_cache: linear, grad_bytes: 2}
-timing: {matmul_dtype: fp8, fp8_param_gather: true, attention_mask_in_dataloader: false}
+timing: {matmul_dtype: fp8, fp8_param_gather: true, attention_mask_in_dataloader: false, te_attention_backend: fused}
 device: {name: h100-80gb}
 """,
     "examples/mixtral/train_mixtral_8x7b_distributed.sh": """
@@ -549,3 +549,21 @@ def test_the_gradient_buffer_round_trips(
     code = main(["check", str(other), "--plan", f"{base} {flags}", "--no-optimum", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and f"the run config has training.grad_bytes: {6 - grad_bytes}" in err, err
+
+
+def test_the_attention_backend_is_compared(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--attention-backend flash runs TE's FlashAttention, which keeps the attention output twice (memory/setup.py
+    `te_flash`): a launch that says another backend than the run config is another run."""
+    run = _imported(tmp_path, f"{FP8_BASE} --attention-backend flash", capsys)
+    assert main(["check", str(run), "--plan", f"{FP8_BASE} --attention-backend flash", "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    for plan, said in (
+        (FP8_BASE, "--attention-backend: not given (auto), the run config has timing.te_attention_backend: flash"),
+        (f"{FP8_BASE} --attention-backend fused", "--attention-backend: fused, the run config has"),
+        ("--attention-backend auto", "--attention-backend: auto, the run config has"),
+    ):
+        code = main(["check", str(run), "--plan", plan, "--no-optimum", "-q"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and said in err, err
+    # a text of flags alone that leaves the backend out leaves it unsaid
+    assert main(["check", str(run), "--plan", "--micro-batch-size 1", "--no-optimum", "-q"]) == 0

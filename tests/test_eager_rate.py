@@ -11,6 +11,7 @@ from ppb_core.config.devices import (
     EAGER_MEMORY_EFFICIENCY_A100,
     EAGER_MEMORY_EFFICIENCY_H100,
 )
+from ppb_core.timing.flops import softmax_row_rereads
 from ppb_core.timing.kernels import EAGER_TRAFFIC, Kernels
 
 # Bytes an element, op by op (aten ops under autograd's formulas; reads + writes of the full tensors):
@@ -108,3 +109,30 @@ def test_a_device_without_a_measurement_prices_eager_ops_at_memory_efficiency():
     device = DEVICE_CATALOG["b200"]
     kernels = Kernels.from_device(device, framework="torchtitan")
     assert kernels.elementwise_s(1e9, None) == pytest.approx(1e9 / (7672e9 * 0.8))
+
+
+# torch.nn.CrossEntropyLoss on fp32 logits, 8 x 2048 = 16,384 rows (benchmark_cross_entropy.py at b5672a15,
+# provider "huggingface", A100-SXM4-80GB, 2024-09-03; all_benchmark_data.csv rows 11-13 forward, 23-25 full):
+# (vocabulary, forward ms, full ms). "full" runs fwd + backward with no grad_to_none, so the input's gradient
+# accumulates into .grad from the second call on.
+CROSS_ENTROPY_A100 = [
+    (32768, 5.316768169403076, 15.486032485961914),
+    (65536, 10.615103721618652, 30.778079986572266),
+    (131072, 20.72643280029297, 60.43830490112305),
+]
+
+
+@pytest.mark.parametrize(("vocab", "forward_ms", "full_ms"), CROSS_ENTROPY_A100)
+def test_pytorch_s_cross_entropy_rereads_its_rows_as_measured(vocab, forward_ms, full_ms):
+    # forward: _log_softmax writes 4 and reads its row 1 + 2 (the re-reads) times: 16 bytes a logit; at
+    # 131,072: 16 x 16,384 x 131,072 = 34.36 GB in 20.73 ms = 1.658 TB/s, 0.81 of 2.039 TB/s (one read,
+    # 8 bytes, would be 0.41: no streaming kernel runs that slowly). Backward: nll_loss_backward's zeros 4,
+    # _log_softmax_backward_data reads the gradient 1 + 1 times and the output once and writes: 16, the
+    # gradient accumulated into .grad 4 + 4 + 4: 32; full = 48 bytes a logit, 0.82-0.84.
+    forward_again, backward_again = softmax_row_rereads(vocab)
+    logits = 8 * 2048 * vocab
+    forward = (4 + 4 + 4 * forward_again) * logits
+    full = forward + (4 + 12 + 4 * backward_again + 12) * logits
+    assert forward / (forward_ms * 1e-3) / A100_BYTES_PER_S == pytest.approx(0.8, abs=0.03)
+    assert full / (full_ms * 1e-3) / A100_BYTES_PER_S == pytest.approx(0.83, abs=0.03)
+    assert 8 * logits / (forward_ms * 1e-3) / A100_BYTES_PER_S < 0.45

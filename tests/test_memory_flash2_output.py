@@ -119,3 +119,18 @@ def test_on_hopper_the_flash_backend_keeps_two_outputs_and_takes_flash_attn_s_wo
     assert flash2_output_terms(body.kind, auto.setup) == ()
     assert flash.attention_workspace_bytes(body) == 524_288 + 9 * 67_108_864 + 67_108_864
     assert auto.attention_workspace_bytes(body) == 2 * 2**30
+
+
+def test_the_core_attn_offload_group_takes_flash_attn_s_own_output():
+    # fine_grained_activation_offload.py (d98e8a64): the `core_attn` group captures what the attention core saves,
+    # flash-attn's bshd output among it (32 MiB a layer for the 7B at TP 4 on A100, over the 1024·1024-element
+    # minimum: 2·8192·8·128 = 16,777,216 elements)
+    raw = gpt3_7b_run(4, 1, 1, 2, "a100")
+    raw["training"] = {**raw["training"], "offload_modules": ["core_attn"]}
+    memory = MemoryModel(run_config(raw, "7b-a100-offload"))
+    body = next(layer for layer in walk(memory.run) if layer.node == "BODY")
+    held = memory.state_memory(body, *memory.option_state(body, "NONE"))
+    assert "attention.flash_output" not in {t.op for t in held.terms}
+    # query 32 MiB, key and value 8 MiB each (2 KV heads a rank), the flash output 32 MiB; the statistics,
+    # 2·8·8192 = 131,072 elements, stay under the minimum (`tensor_need_offloading_checker`)
+    assert held.offloaded_bytes == pytest.approx((32 + 8 + 8 + 32) * MIB)

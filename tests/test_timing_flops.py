@@ -350,6 +350,45 @@ def test_the_loss_moves_the_bytes_of_its_framework_s_cross_entropy(framework, fu
     assert loss.backward_bytes == logits * backward
 
 
+# linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv at ead96b6, rows 2321-2323 and 2327-2329: Megatron's
+# unfused vocab_parallel_cross_entropy (benchmark_megatron_cross_entropy.py, TP 1, bf16 logits of S 2048 x B 4),
+# H100 80GB HBM3, 2026-06-15: (vocabulary, forward ms, "backward" ms, which reruns the forward each iteration)
+MEGATRON_CE_H100 = [
+    (32768, 4.0230560302734375, 5.412109375),
+    (65536, 7.9344024658203125, 10.669661521911621),
+    (131072, 15.812352180480957, 21.2467098236084),
+]
+
+
+@pytest.mark.parametrize(("vocab", "forward_ms", "with_backward_ms"), MEGATRON_CE_H100)
+def test_megatron_s_op_by_op_loss_moves_what_an_h100_measured(vocab, forward_ms, with_backward_ms):
+    # the counted bytes over the measured time, as a share of 3.35 TB/s: forward 38 a logit at 0.76-0.77,
+    # backward 14 at 0.81-0.83 (the benchmark's backward less its forward): both at HBM's streaming rate
+    run = gpt_run(v=vocab, s=2048, b=4, framework="megatron")
+    tail = tail_kind(run.spec(run.model_names[0]), vocab)
+    loss = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.loss")
+    logits = 2048 * 4 * vocab
+    assert loss.bytes / logits == 38 and loss.backward_bytes / logits == 14
+    assert loss.bytes / (forward_ms * 1e-3) / 3.35e12 == pytest.approx(0.765, abs=0.02)
+    assert loss.backward_bytes / ((with_backward_ms - forward_ms) * 1e-3) / 3.35e12 == pytest.approx(0.82, abs=0.02)
+
+
+@pytest.mark.parametrize(("compile_loss", "forward", "backward"), [(False, 38, 38), (True, 14, 10)])
+def test_torchtitan_s_loss_parallel_moves_what_its_dtensor_handlers_move(compile_loss, forward, backward):
+    # torch/distributed/tensor/parallel/loss.py, eager on the vocabulary shard: .float() 2 + 4, amax 4,
+    # x - max 4 + 4, exp 4 + 4, sum 4, shifted - logsumexp 4 + 4 = 38; backward zeros_like 4, exp(x) 4 + 4,
+    # + 4 + 4 + 4, * grad 4 + 4, the cast back 4 + 2 = 38. Compiled: the generic count (2 + 12, 8 + 2)
+    run = gpt_run(v=32000, s=512, b=2, tp=2, framework="torchtitan")
+    run = run.model_copy(
+        update={"timing": run.timing.model_copy(update={"torch_compile": True, "compile_loss": compile_loss})}
+    )
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    loss = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.loss")
+    logits = 2 * 512 * 16000  # b · s tokens × v / tp
+    assert loss.bytes == logits * forward
+    assert loss.backward_bytes == logits * backward
+
+
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 def test_megatron_s_embedding_gradient_is_dense(framework):
     """Megatron's VocabParallelEmbedding runs F.embedding (megatron/core/tensor_parallel/layers.py): its

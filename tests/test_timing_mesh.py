@@ -52,7 +52,7 @@ def links(device=None, **parallel):
 
 
 def grouped(found: Links, **groups: Group) -> Links:
-    """The links with the groups iteration.py `_data_links` adds (dp, pp), stated by hand."""
+    """The links with the groups iteration.py `_data_links` adds (dp), stated by hand."""
     return replace(found, groups={**found.groups, **groups})
 
 
@@ -142,7 +142,7 @@ def test_a_group_leaving_the_node_keeps_the_ring_over_the_nics():
 def test_a_pipeline_send_inside_the_node_has_one_link():
     # PP2 of TP1 on one node: the stages' send crosses one HCCS link.
     config = run({"name": "ascend-910b"}, pp=2)
-    found = grouped(Links.from_run(config, config.device.profile()), pp=Group(2, 2))
+    found = Links.from_run(config, config.device.profile())
     layer = next(layer for layer in walk(config) if layer.node == "BODY")
     payload = p2p_bytes(config, layer)
     assert payload == 2048 * 1024 * 2  # one micro-batch's activations, bf16

@@ -31,7 +31,6 @@ from ppb_core.balance.megatron_tokenizer import (
 from ppb_core.config.run import RunConfig
 from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError
-from ppb_core.memory.setup import te_runs_flash
 from ppb_core.units import counted
 
 WHY = "ppb checks the plan at the run's sizes"
@@ -156,8 +155,8 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_moe_pattern(flags, spec, where)
     _check_parallel(flags, run, where)
     _check_training(flags, run, where)
-    _check_memory_switches(flags, run, where)
     _check_attention_backend(flags, run, where)
+    _check_memory_switches(flags, run, where)
     _check_grad_buffer(flags, run, where)
 
 
@@ -543,9 +542,10 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
     `--fp8-param-gather` (no 16-bit copy beside the FP8 weights, memory/frameworks/te_fp8.py),
     `--first-last-layers-bf16` with its counts (1 and 1; read under FP8 only, fp8_utils.py
     `is_first_last_bf16_layer`), `--no-create-attention-mask-in-dataloader` (the b·s·s mask
-    pretrain_gpt.py `get_batch` holds) and, under Muon with the distributed optimizer (training.py
-    `wrap_model_chunks_with_ddp`), `--no-use-layer-wise-param-layout`. A whole command line leaving
-    one out runs without it (Megatron-LM d98e8a64)."""
+    pretrain_gpt.py `get_batch` holds), `--attention-backend` auto, flash or fused under TE's fused
+    attention (`timing.te_attention_backend`: which keeps the attention output twice) and, under Muon with
+    the distributed optimizer (training.py `wrap_model_chunks_with_ddp`), `--no-use-layer-wise-param-layout`.
+    A whole command line leaving one out runs without it (Megatron-LM d98e8a64)."""
     switches, complete, timing = flags.switches, flags.complete, run.timing
     # each flag: the run config's field, its value, and whether that value means the flag is given
     said = {
@@ -564,6 +564,18 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
         if (given or complete) and given != expected:
             has = "true" if value else "false"
             raise InputError(where, flag, f"{_shown(given)}, the run config has {field}: {has}: {WHY}")
+    backend = flags.stated.get("--attention-backend")
+    engine = timing.transformer_impl == "transformer_engine" and run.training.flash_attention
+    if engine and (backend is not None or complete):  # which TE attention keeps what (memory/setup.py `te_flash`)
+        given = str(backend or "auto")
+        if given in ("auto", "flash", "fused") and given != timing.te_attention_backend:
+            has = timing.te_attention_backend
+            said_backend = given if backend is not None else "not given (auto)"
+            raise InputError(
+                where,
+                "--attention-backend",
+                f"{said_backend}, the run config has timing.te_attention_backend: {has}: {WHY}",
+            )
     fp8 = "--fp8-format" in flags.stated if complete else timing.matmul_dtype == "fp8"
     bf16 = "--first-last-layers-bf16" in switches
     if fp8 and (bf16 or complete):
@@ -581,30 +593,19 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
 
 
 def _check_attention_backend(flags: MegatronFlags, run: RunConfig, where: str) -> None:
-    """`--attention-backend` under TransformerEngine's spec, as the importer reads it (megatron_import.py
-    `_flash`, `_timing`; Megatron-LM's default auto, d98e8a64): unfused and local keep the scores
-    (`training.flash_attention` false); auto, flash and fused not, and which TE attention runs is compared on
-    the run's device (`te_runs_flash`: flash-attn keeps a second output and its backward workspace), so that
-    fused on Hopper is auto's cuDNN attention and flash on any GPU, or auto on sm80, flash-attn."""
+    """`--attention-backend` under TransformerEngine's spec against `training.flash_attention`, as the importer
+    reads it (megatron_import.py `_flash`; Megatron-LM's default auto, d98e8a64): unfused (TE's
+    UnfusedDotProductAttention) and local (Megatron's DotProductAttention) keep the scores, auto, flash and fused
+    not (which of TE's fused attentions: `_check_memory_switches`)."""
     given = flags.stated.get("--attention-backend")
     if run.timing.transformer_impl != "transformer_engine" or (given is None and not flags.complete):
         return
     backend = str(given or "auto")
-    said = backend if given is not None else "not given (Megatron-LM's default auto)"
     if (backend in ("auto", "flash", "fused")) != run.training.flash_attention:
+        said = backend if given is not None else "not given (Megatron-LM's default auto)"
         has = "true" if run.training.flash_attention else "false"
         raise InputError(
             where, "--attention-backend", f"{said}, the run config has training.flash_attention: {has}: {WHY}"
-        )
-    capability = run.device.profile().compute_capability
-    ours = run.timing.te_attention_backend
-    if run.training.flash_attention and te_runs_flash(backend, capability) != te_runs_flash(ours, capability):
-        runs = "flash-attn" if te_runs_flash(backend, capability) else "cuDNN's fused attention"
-        raise InputError(
-            where,
-            "--attention-backend",
-            f"{said} ({runs} on {run.device.name or 'this device'}), the run config has {ours} "
-            f"(timing.te_attention_backend): {WHY}",
         )
 
 

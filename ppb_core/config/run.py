@@ -634,6 +634,12 @@ class TimingOptions(StrictModel):
         "gradient is cast back, and gradients accumulate over micro-batches in it (time only; framework "
         "mindformers)",
     )
+    gradient_aggregation_group: PositiveInt | None = Field(
+        None,
+        description="MindFormers' parallel_config.gradient_aggregation_group (default 4): without a pipeline the "
+        "layers' gradient reductions and parameter gathers are fused into that many groups by layer index "
+        "(models/utils.py `LayerSetting.set`; time only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1334,6 +1340,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.param_dtype is not None:
         said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.param_dtype", said)
+    if framework != "mindformers" and timing.gradient_aggregation_group is not None:
+        said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.gradient_aggregation_group", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
     if framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"

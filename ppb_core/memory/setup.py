@@ -24,15 +24,6 @@ BUFFER_RULES: tuple[str, ...] = ("layered", "reference")
 ROUTER_BYTES = {"fp32": 4, "fp64": 8}
 
 
-def te_runs_flash(backend: str, compute_capability: float) -> bool:
-    """Whether TransformerEngine's fused attention under *backend* (`timing.te_attention_backend`) is its
-    FlashAttention (`MemorySetup.te_flash`): flash on any GPU from sm80 (flash-attn's "Disabling FlashAttention 2
-    for compute capability < sm80"), auto below sm90."""
-    if compute_capability < 8.0:
-        return False
-    return backend == "flash" or (backend == "auto" and compute_capability < 9.0)
-
-
 @dataclass(frozen=True)
 class MemorySetup(Geometry):
     grad_bytes: int = 4
@@ -165,9 +156,10 @@ class MemorySetup(Geometry):
         backward (transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d; Megatron's
         language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0 under flash,
         d98e8a64)."""
-        if self.transformer_impl != "transformer_engine" or not self.flash_attention:
-            return False
-        return te_runs_flash(self.te_attention_backend, self.compute_capability)
+        if self.transformer_impl != "transformer_engine" or not self.flash_attention or self.compute_capability < 8.0:
+            return False  # flash-attn runs from sm80 on ("Disabling FlashAttention 2 for compute capability < sm80")
+        backend = self.te_attention_backend
+        return backend == "flash" or (backend == "auto" and self.compute_capability < 9.0)
 
     @property
     def router_element_bytes(self) -> int:

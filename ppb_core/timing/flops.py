@@ -1729,11 +1729,19 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     forward reads the 16-bit logits once for the row's max and sum of exponentials together (online
     softmax, `torch._inductor.config.online_softmax`, on by default; `prepare_softmax_online`) and
     writes two fp32 statistics a token; the backward reads the logits again and writes their 16-bit
-    gradient: bc and 2·bc. Other frameworks (and torchtitan's loss_parallel under TP): the logits
+    gradient: bc and 2·bc. torchtitan under TP runs `loss_parallel` (on by default): eager, the DTensor
+    handlers of torch/distributed/tensor/parallel/loss.py (torch 2.13, the same ops at 9dec370's torch) on
+    the vocabulary shard: `.float()` (bc + 4), then `_log_softmax` op by op, `amax` (4), `x - x_max`
+    (4 + 4), `exp` (4 + 4), `sum` (4), `shifted - logsumexp` (4 + 4): bc + 9·4; the backward
+    `_nll_loss_and_log_softmax_backward` makes `zeros_like` (4), adds `exp(x)` of the kept log-probabilities
+    ((4 + 4) + (4 + 4 + 4)), multiplies by the per-token gradient (4 + 4), then the cast back (4 + bc):
+    9·4 + bc. Other frameworks (and torchtitan's loss_parallel compiled, not re-derived): the logits
     read, upcast and their softmax written and kept (bc + 3·4), its gradient (2·4 + bc)."""
     bc = geo.dtype_bytes
     if geo.framework == "torchtitan" and geo.tp == 1 and geo.compiled_loss:
         return bc, 2 * bc
+    if geo.framework == "torchtitan" and geo.tp > 1 and not geo.compiled_loss:
+        return bc + 9 * STATS_BYTES, 9 * STATS_BYTES + bc
     if geo.framework == "torchtitan" and geo.tp == 1:
         forward_again, backward_again = softmax_row_rereads(vocab)
         return bc + (3 + forward_again) * STATS_BYTES, (5 + backward_again) * STATS_BYTES + bc

@@ -45,7 +45,7 @@ from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
-from ppb_core.schedules import canonical, combined_pairs, simulate
+from ppb_core.schedules import canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
@@ -144,6 +144,57 @@ class FrameworkRules:
     # Megatron's --overlap-p2p-communication-warmup-flush: the interleaved warm-up's and cool-down's receives
     # prefetched an op earlier (`ppb_core.pipeline_p2p`)
     p2p_warmup_flush: bool = False
+    # MindFormers' gradient_aggregation_group: gradients reduced, and parameters gathered, in MindSpore's
+    # fused communication ops, one per fusion id (`mindspore_fusion_id`); 0: by `bucket_parameters`
+    fusion_groups: int = 0
+
+
+# MindFormers' default parallel_config.gradient_aggregation_group (`TransformerOpParallelConfig.__init__`,
+# mindformers/modules/transformer/transformer.py at a4dfb8219, v1.4.0-beta2: "The fusion group size of the
+# optimizer state sharding. Default: 4"); every model-card yaml without a pipeline states 4.
+MINDFORMERS_GRADIENT_AGGREGATION_GROUP = 4
+
+
+def mindspore_fusion_id(run: RunConfig, layer: Layer, groups: int) -> int:
+    """The fusion id of a layer's parameters in a MindFormers run, which MindSpore's fused communication
+    ops group by.
+
+    MindFormers (v1.4.0-beta2, a4dfb8219) sets it with `Cell.set_comm_fusion`: each transformer layer in
+    models/utils.py `LayerSetting.set`, 2 under a pipeline, else int(layer_id / d) + 1 with d = max(int((L + 1)
+    / groups), 1) (the yaml's `offset` is 0 on every card row without a pipeline, and taken so); the token
+    embedding (and the final norm) in llama.py `LlamaModel.__init__` (glm2.py alike) 2 under a pipeline,
+    else `groups`: the embedding's gradients, the backward's last, share the last layers' id. The output
+    projection sets none: a parameter's default fusion_type_ 1 (mindspore/core/ir/param_info.h). MindSpore
+    gives each gradient reduction and optimizer-parallel gather its parameter's id (frontend/parallel
+    `AddCommOpFusionType`), and the backend fuses every op of one (group, op, fusion id, dtype) into one
+    (backend/common/pass/communication_op_fusion.cc `CommunicationOpFusion::Run`, 095ae7e2: one segment
+    each under the parallel optimizer and outside pure data-parallel mode, no size split), whose inputs
+    are all its members' gradients."""
+    if layer.node == BODY:
+        if run.parallel.pp > 1:
+            return 2
+        span = max((run.spec(layer.model_name).num_layers + 1) // groups, 1)
+        return layer.index // span + 1
+    if layer.node == HEAD:
+        return 2 if run.parallel.pp > 1 else groups
+    return 1
+
+
+def fused_by_id(
+    run: RunConfig, members: Sequence[tuple[float, LayerParams, Layer]], groups: int, first: bool = False
+) -> list[tuple[float, LayerParams]]:
+    """MindSpore's fused ops over *members* (time, parameters, layer): one per fusion id, at the latest of
+    its members' times (a reduction waits for its last gradient) or with *first* the earliest (a gather is
+    needed by its first reader), with their parameters summed; in time order."""
+    fused: dict[int, tuple[float, LayerParams]] = {}
+    for when, params, layer in members:
+        key = mindspore_fusion_id(run, layer, groups)
+        if key not in fused:
+            fused[key] = (when, params)
+        else:
+            seen, total = fused[key]
+            fused[key] = (min(seen, when) if first else max(seen, when), total + params)
+    return sorted(fused.values(), key=lambda item: item[0])
 
 
 def framework_rules(run: RunConfig) -> FrameworkRules:
@@ -166,7 +217,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       Pipeline sends: Schedule1F1B's batched sends and receives (`ppb_core.pipeline_p2p`, torch_1f1b);
       the looped schedules' isend/irecv in the background.
     - MindFormers (MindSpore): synchronous send/receive in its pipeline; optimizer parallelism as a
-      distributed optimizer; gradients fused into buckets as Megatron's.
+      distributed optimizer; gradients reduced and parameters gathered in MindSpore's fused communication
+      ops, one per fusion id MindFormers sets (`mindspore_fusion_id`, `timing.gradient_aggregation_group`).
     """
     name = run.framework
     pipelined = run.parallel.pp > 1
@@ -177,7 +229,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         protocol = "" if interleaved else "torch_1f1b"  # its looped schedules: the receiver waits
         return FrameworkRules(name, False, not pipelined, not pipelined, not pipelined, 0, p2p_protocol=protocol)
     if name == "mindformers":
-        return FrameworkRules(name, True, True, True, True, bucket)
+        groups = run.timing.gradient_aggregation_group or MINDFORMERS_GRADIENT_AGGREGATION_GROUP
+        return FrameworkRules(name, True, True, True, True, bucket, fusion_groups=groups)
     return FrameworkRules(
         "megatron",
         not interleaved,
@@ -224,13 +277,13 @@ def _layers_and_options(
 
 def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     """The run's links with the data-parallel groups added: dp·cp ranks spaced tp·cp apart (Megatron's
-    rank order tp, cp, dp, pp), experts' data-parallel group likewise, and the pipeline's neighbours."""
+    rank order tp, cp, dp, pp), experts' data-parallel group likewise. The pipeline's neighbours are placed
+    edge by edge (`pipeline_edge_local`)."""
     par, setup = run.parallel, memory.setup
     span = par.tp * par.cp * par.dp
     groups = dict(links.groups)
     groups["dp"] = Group(setup.data_group, span)
     groups["edp"] = Group(max(1, setup.expert_data_group), span)
-    groups["pp"] = Group(2, span * 2)  # two neighbouring stages, span = ranks from one to the other
     return replace(links, groups=groups)
 
 
@@ -250,8 +303,25 @@ def p2p_bytes(run: RunConfig, layer: Layer) -> float:
     return tokens * hidden * train.dtype_bytes
 
 
-def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
-    """`p2p_bytes` over the link two neighbouring stages share, with its latency.
+def pipeline_edge_local(run: RunConfig, sender: int, receiver: int) -> bool:
+    """Whether every rank of pipeline stage *sender* shares a node with its peer in stage *receiver*.
+
+    The three frameworks number ranks stage-major, a stage's tp·cp·dp ranks consecutive: Megatron-Core's
+    `RankGenerator` (parallel_state.py, order "tp-cp-ep-dp-pp", pp slowest; core_r0.8.0 and d98e8a64),
+    MindSpore's `DeviceManager::Init` (mindspore/ccsrc/frontend/parallel/device_manager.cc: stage_devices_
+    the consecutive device_num/stage_num ranks of each stage, stage_id_ = rank / that) and torchtitan's
+    meshes (torchtitan/distributed/parallel_dims.py at b5bcd76c6: ["pp", "dp_replicate", "dp_shard", "cp",
+    "tp"], pp outermost). Rank s·span + i sends to r·span + i; with span = tp·cp·dp not a multiple of
+    the node, some boundaries stay inside a server and others cross (span 4 on nodes of 8: 0→1 inside,
+    1→2 across). The stage waits for its slowest rank: one pair leaving the node puts the edge on the NIC."""
+    par = run.parallel
+    span, node = par.tp * par.cp * par.dp, par.devices_per_node
+    return all((sender * span + i) // node == (receiver * span + i) // node for i in range(span))
+
+
+def p2p_seconds(run: RunConfig, links: Links, layer: Layer, edge: tuple[int, int] = (0, 1)) -> float:
+    """`p2p_bytes` over the link between the stages of *edge* (sender, receiver), with its latency:
+    inside a server (`pipeline_edge_local`) a device-to-device link, else the NIC.
 
     Under `timing.pipe_partitioned` without sequence parallelism each tensor-parallel rank sends its
     1/tp share and the receiver all-gathers the whole over the tensor-parallel group before it reads it
@@ -264,8 +334,7 @@ def p2p_seconds(run: RunConfig, links: Links, layer: Layer) -> float:
     if run.timing.pipe_partitioned and par.tp > 1 and not par.sequence_parallel:
         gather = collective_seconds(Collective(ALL_GATHER, "tp", payload, "tp"), links)
         payload /= par.tp
-    pair = links.groups["pp"]
-    local = links.in_node(pair) == pair.size
+    local = pipeline_edge_local(run, *edge)
     bandwidth = links.pair_bytes_per_s() if local else links.inter_node_bytes_per_s
     return payload / bandwidth + links.latency_s + (0.0 if local else links.inter_node_latency_s) + gather
 
@@ -433,14 +502,17 @@ def run_iteration(
         fsdp_once += max(precompute)  # the stages run theirs at once
         fsdp_once_link += max(precompute)
 
-    # Pipeline transfers: each cell's output to the next cell along the model.
+    # Pipeline transfers: each cell's output to the next cell along the model, over the link between the
+    # two stages' ranks (`pipeline_edge_local`); the last cell sends nothing.
     if stages > 1:
-        for (chunk, stage), entries in per_cell.items():
-            cells.transfer[chunk][stage] = p2p_seconds(run, links, entries[-1][0])
-    for chunk in range(chunks):
-        for stage in range(stages):
-            if (chunk, stage) not in per_cell and stages > 1:
-                cells.transfer[chunk][stage] = p2p_seconds(run, links, placed.layers[0])
+        along = cell_order(par.schedule, stages, chunks)
+        receiver = {cell: along[index + 1][1] for index, cell in enumerate(along[:-1])}
+        for chunk in range(chunks):
+            for stage in range(stages):
+                edge = (stage, receiver.get((chunk, stage), stage))
+                entries = per_cell.get((chunk, stage))
+                layer = entries[-1][0] if entries else placed.layers[0]
+                cells.transfer[chunk][stage] = p2p_seconds(run, links, layer, edge)
 
     schedule, group = par.schedule, par.microbatch_group_size_per_vp_stage
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
@@ -731,13 +803,21 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         # backward order: last layer first
         clock = end - sum(b for _, (_, _, b) in entries)
         ready: list[tuple[float, float, int]] = []  # (time its gradients are ready, parameters, chunk)
+        layers: list[Layer] = []
         for chunk, (layer, _, backward) in reversed(entries):
             clock += backward
             when = clock if launched is None else launched[stage].get(chunk, end)
             ready.append((when, memory.parameters(layer), chunk))
+            layers.append(layer)
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
+        if rules.fusion_groups:  # MindSpore's fused reductions, one per fusion id (no bucket passes)
+            members = [(when, params, layer) for (when, params, _), layer in zip(ready, layers, strict=True)]
+            for when, params in fused_by_id(run, members, rules.fusion_groups):
+                seconds = _dp_collective(kind, params, memory.setup.grad_bytes, links) if reduces else 0.0
+                buckets.append((when, seconds))
+            ready = []  # nothing left for the size rule
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
             params_sum = ready[start][1]
             for _, params, _ in ready[start + 1 : last + 1]:
@@ -871,6 +951,18 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
             entries = per_cell.get((chunk, stage), [])
             if not entries:
                 continue
+            offsets = [0.0]
+            for _, forward, _ in entries:
+                offsets.append(offsets[-1] + forward)
+            if rules.fusion_groups:  # MindSpore's fused gathers, one per fusion id, before its first reader
+                start_at = first_forward.get(chunk, 0.0)
+                members = [
+                    (start_at + offsets[index], memory.parameters(layer), layer)
+                    for index, (layer, _, _) in enumerate(entries)
+                ]
+                for use, params in fused_by_id(run, members, rules.fusion_groups, first=True):
+                    gathers.append((use, _parameter_gather_seconds(params, LayerParams(), dtype_bytes, links)))
+                continue
             backward_order = list(reversed(entries))
             ends = bucket_ends(
                 [(memory.parameters(layer).total, chunk) for layer, _, _ in backward_order], rules, stage
@@ -884,9 +976,6 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
                         fp8 = fp8 + fp8_weights(layer.kind, memory.setup)
                 buckets.append((len(entries) - 1 - last, params, fp8))  # its first layer in forward order
                 first = last + 1
-            offsets = [0.0]
-            for _, forward, _ in entries:
-                offsets.append(offsets[-1] + forward)
             for index, params, fp8 in reversed(buckets):
                 use = first_forward.get(chunk, 0.0) + offsets[index]
                 gathers.append((use, _parameter_gather_seconds(params, fp8, dtype_bytes, links)))

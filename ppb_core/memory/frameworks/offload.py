@@ -17,7 +17,8 @@
   `qkv_linear` what `Attention.get_query_key_value_tensors` saves (attention.py): the fused norm's
   input and output, the QK norms' input, MLA's latents, their norms and its rotary tables;
   `core_attn` what the attention core saves (the query, key and value, the scores' softmax, its
-  statistics and dropout); `attn_proj` the output projection's input, the core's output (freed
+  statistics and dropout, and flash-attn's own output where TE runs it: megatron.py
+  `flash2_output_terms`); `attn_proj` the output projection's input, the core's output (freed
   by `forced_released_tensors=[core_attn_out]`; `core_attn` alone leaves it referenced by the
   projection); `mlp_norm` the pre-MLP norm's input where it is its own module (MoE layers);
   `expert_fc1` the experts' first GEMM's input, every routed row the rank computes
@@ -51,7 +52,7 @@ from ppb_core.model.kinds import BodyKind, Moe, TailKind
 # ppb's term names (without an MTP prefix) each group captures, whatever the attention
 _CORE = ("attention.query", "attention.key", "attention.value", "attention.softmax_output",
          "attention.softmax_lse", "attention.dropout_mask", "attention.dropout_output",
-         "attention.probabilities")  # fmt: skip
+         "attention.probabilities", "attention.flash_output")  # fmt: skip
 _QKV_MLA = ("attention.norm_output", "attention.q_latent", "attention.q_latent_norm", "attention.kv_latent",
             "attention.kv_latent_norm", "attention.rotary_cos_sin")  # fmt: skip
 _QKV_FUSED = ("attention.norm_input", "attention.norm_output", "attention.qk_norm_input")
