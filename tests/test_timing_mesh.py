@@ -152,3 +152,12 @@ def test_a_pipeline_send_inside_the_node_has_one_link():
 def test_a_ring_hop_inside_the_mesh_has_one_link():
     found = links(tp=4)
     assert hop_seconds(Collective("p2p", "tp", PAYLOAD, "tp"), found) == pytest.approx(PAYLOAD / 4 / LINK + STEP)
+
+
+def test_a_ring_hop_of_a_group_leaving_the_node_still_has_one_link_inside_it():
+    # A ring of 16 over two 8-NPU servers (stride 1): 8 local ranks, so the ring's rate is min(the node's
+    # 7 links, 8 NICs) = min(156.8e9, 8 · 20e9) = 156.8e9 B/s; but a hop between neighbours inside a server
+    # has their one link, 22.4e9 B/s: P/16 over it, one step. (It was priced at 156.8e9, 7x too fast.)
+    found = grouped(links(tp=8, dp=2), tp=Group(16, 16))
+    assert found.ring_bytes_per_s(8, 16) == pytest.approx(7 * LINK)
+    assert hop_seconds(Collective("p2p", "tp", PAYLOAD, "tp"), found) == pytest.approx(PAYLOAD / 16 / LINK + STEP)
