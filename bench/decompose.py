@@ -4,9 +4,10 @@
 
 ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
 (`strong_scaling_runs`: "strong scaling (96" is the steady state of 576 micro-batches a pipeline;
-default: the Megatron GPT 1.7B TP1 PP1 row and Megatron CI's GPT 7B TP4 PP1 H100 row). Rows without
-recompute only; a pipelined row's layer classes are its busiest stage's (the iteration's `compute`
-term), the schedule's idle time `bubble`.
+default: the Megatron GPT 1.7B TP1 PP1 row and Megatron CI's GPT 7B TP4 PP1 H100 row). Each layer at
+the state the iteration prices it at (its configured recompute: what it reruns is the class
+`recompute (reruns)`); a pipelined row's layer classes are its busiest stage's (the iteration's
+`compute` term), the schedule's idle time `bubble`.
 
 For each row: the measured seconds, ours, and ours split into
 - GEMMs (every matmul op: its kernels, plus what ppb prices beside them: bias-gradient reductions,
@@ -56,10 +57,9 @@ from public_runs import (  # noqa: E402
     strong_scaling_runs,
 )
 
-from ppb_core.model.switches import LayerType  # noqa: E402
-from ppb_core.model.walk import HEAD, TAIL, walk  # noqa: E402
+from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.timing.flops import COMM, Op  # noqa: E402
-from ppb_core.timing.iteration import run_iteration  # noqa: E402
+from ppb_core.timing.iteration import configured_states, run_iteration  # noqa: E402
 from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 DEFAULT_ROWS = ("Megatron GPT 1.7B", "Megatron CI GPT 7B TP4 PP1 (H100)")
@@ -74,6 +74,8 @@ MEMORY_KINDS = (
 )
 # The GPU waiting for Megatron's host to launch a layer's kernels (`ppb_core.timing.host`).
 HOST_CLASS = "host (GPU waits for launches)"
+# What a layer's recompute reruns in its backward (the pricer's `recompute` pass), whatever the op.
+RECOMPUTE_CLASS = "recompute (reruns)"
 # The busiest stage's `compute` beside its layers (`Iteration.compute_parts`): Megatron's get_batch
 # broadcasts over TP (`ppb_core.timing.batch`) and, negative, what combined 1F1B steps save.
 COMPUTE_PARTS = {"batch_broadcast": "get_batch broadcasts", "combined_saving": "combined 1F1B steps (saved)"}
@@ -120,32 +122,28 @@ def op_class(op: Op) -> str:
     return "memory-bound: other"
 
 
-def _state(layer) -> LayerType:
-    return {HEAD: LayerType.EMBEDDING_LAYER, TAIL: LayerType.OUTPUT_LAYER}.get(layer.node, LayerType.NOT_REC_LAYER)
-
-
 def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
     """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds. The
     classes of the layers are the busiest pipeline stage's (`Iteration.busiest_stage`), as the
     iteration's `compute` term counts them, beside that stage's get_batch broadcasts and, negative, what
     its combined 1F1B steps save (`Iteration.compute_parts`); every other term of the iteration's
-    breakdown (the schedule's idle time `bubble`, p2p, communication, optimizer, ...) is its own class."""
+    breakdown (the schedule's idle time `bubble`, p2p, communication, optimizer, ...) is its own class.
+    Each layer at the state the iteration prices it at (`configured_states`); its recompute's reruns
+    are one class (`RECOMPUTE_CLASS`)."""
     run = config(row)
-    if run.recompute.full is not None or run.recompute.selective:
-        raise SystemExit(f"{row.name}: rows without recompute only")
     iteration = run_iteration(run)
     times = TimeModel(run)
     m = run.training.micro_batches
     classes: dict[str, Share] = defaultdict(Share)
-    for layer in walk(run):
+    for layer, state in configured_states(run, MemoryModel(run)).items():
         if layer.stage != iteration.busiest_stage:
             continue
-        host = times.host(layer, _state(layer))
+        host = times.host(layer, *state)
         if host.forward + host.backward > 0:
             classes[HOST_CLASS].seconds += (host.forward + host.backward) * m
         ops = {op.name: op for op in times.ops(layer)}
-        for timed in times.breakdown(layer, _state(layer)):
-            share = classes[op_class(ops[timed.name])]
+        for timed in times.breakdown(layer, *state):
+            share = classes[RECOMPUTE_CLASS if timed.phase == "recompute" else op_class(ops[timed.name])]
             share.seconds += timed.ms / 1e3 * m
             share.flops += timed.flops * m
             share.bytes += timed.bytes * m

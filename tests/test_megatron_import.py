@@ -247,6 +247,20 @@ def test_loss_scaling_fusion_and_fp8_recipe_flags_are_carried() -> None:
     assert averaged.notes == []  # the collections change nothing ppb prices
 
 
+def test_weight_hash_interval_is_carried() -> None:
+    # training.py `post_training_step_callbacks` (Megatron-LM d98e8a64) checks the weight hashes on each
+    # iteration a multiple of --check-weight-hash-across-dp-replicas-interval (arguments.py: an int, none by default)
+    assert "weight_hash_interval" not in import_megatron(BASE, 8, "h100-80gb").raw["timing"]
+    flag = "--check-weight-hash-across-dp-replicas-interval"
+    imported = import_megatron(f"{BASE} {flag} 1", 8, "h100-80gb")
+    assert imported.raw["timing"]["weight_hash_interval"] == 1
+    assert imported.notes == []
+    assert run_config_of(imported, "launch").timing.weight_hash_interval == 1
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{BASE} {flag} 0", 8, "h100-80gb")
+    assert caught.value.field == flag
+
+
 def test_megatron_s_own_attention_and_norm_flags() -> None:
     # --no-masked-softmax-fusion, --attention-softmax-in-fp32 and --apply-query-key-layer-scaling are
     # carried (dot_product_attention.py reads them under --transformer-impl local).

@@ -62,6 +62,9 @@ CASES = [
     (TITAN, "timing", {"transformer_impl": "local"}, "timing.transformer_impl", "Megatron-LM's"),
     (TITAN, "timing", {"exit_duration_in_mins": 230}, "timing.exit_duration_in_mins", "Megatron-LM's"),
     (TITAN, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "Megatron-LM's"),
+    (TITAN, "timing", {"weight_hash_interval": 1}, "timing.weight_hash_interval", "Megatron-LM's"),
+    (MEGATRON, "timing", {"weight_hash_interval": 0}, "timing.weight_hash_interval", "greater than or equal to 1"),
+    (MEGATRON, "device", {"host_boost_ghz": 11}, "device.host_boost_ghz", "less than or equal to 10"),
     (MEGATRON, "timing", {"overlap_p2p_comm_warmup_flush": True}, "timing.overlap_p2p_comm_warmup_flush", "1f1b"),
     (MINDFORMERS, "timing", {"log_params_norm": True}, "timing.log_params_norm", "framework is mindformers"),
     # Megatron's --cuda-graph-warmup-steps (training.py reads it only where graphs are captured)

@@ -22,6 +22,7 @@ from ppb_core.timing.reporting import (
     pass_bytes,
     scalar_all_reduce_seconds,
     scalar_broadcast_seconds,
+    weight_hash_seconds,
 )
 
 
@@ -118,3 +119,34 @@ def test_per_token_loss_divides_every_held_gradient_after_the_reduction():
     params = sum(MemoryModel(per_token).parameters(layer).total for layer in walk(per_token))
     expected = 8 * params / 5e11 + 12 * 5e-6
     assert run_iteration(per_token).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_weight_hash_check_every_iteration_by_hand():
+    """training.py `post_training_step_callbacks` and core/utils.py `check_param_hashes_across_dp_replicas`
+    (Megatron-LM d98e8a64): at interval 1 every parameter is copied to the host as fp32 and SHA-1 hashed
+    there; OpenSSL's SHA-extension rate, 1.93 cycles a byte (sha1-x86_64.pl's table), at the host's clock."""
+    device = dict(ROUND_DEVICE, host_boost_ghz=2.0)
+
+    def on(timing: dict):
+        run = run_with(timing)
+        return parse_run_config(dict(run.model_dump(exclude_none=True), device=device))
+
+    # the hashed bytes: 4 B an element, here 1M elements at 2 GHz: 4e6 · 1.93 / 2e9 = 3.86 ms
+    assert weight_hash_seconds(4e6, 2.0) == pytest.approx(4e6 * 1.93 / 2e9)
+    # a host the catalog states no clock of: DGX A100's 3.4 GHz
+    assert weight_hash_seconds(4e6, 0.0) == pytest.approx(4e6 * 1.93 / 3.4e9)
+    every = bookkeeping(on({"weight_hash_interval": 1}), 0.0, 3, moe=False, parameters_held=1e6)
+    plain = bookkeeping(on({}), 0.0, 3, moe=False, parameters_held=1e6)
+    assert every.hashed_bytes == pytest.approx(4e6)
+    # the digests' all-gather over dp·cp and the barrier over every rank; torch.equal against rank 0's
+    # digests and against each of the dp = 1 ranks' (cross_check): 2 syncs more
+    assert sorted(every.all_reduces) == sorted([*plain.all_reduces, DATA, WORLD])
+    assert every.syncs == plain.syncs + 2
+    # one in ten iterations: the typical iteration (the CI's median) runs none
+    assert bookkeeping(on({"weight_hash_interval": 10}), 0.0, 3, moe=False, parameters_held=1e6) == plain
+    # a whole run on one device (no latency): Megatron's default syncs 4 + 2·4 micro-batches and the check's
+    # 2, at 5 us, and every parameter P hashed: 4 · P · 1.93 / 2e9
+    run = on({"weight_hash_interval": 1})
+    params = sum(MemoryModel(run).parameters(layer).total for layer in walk(run))
+    expected = 14 * 5e-6 + 4 * params * 1.93 / 2e9
+    assert run_iteration(run).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)

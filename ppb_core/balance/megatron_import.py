@@ -29,7 +29,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   pre-softmax, top-k scaling, forced balancing; `training.moe.router`);
 * time: `--transformer-impl`, gradient-accumulation fusion, `--deterministic-mode`,
   `--cross-entropy-loss-fusion`, the NaN check, `--log-params-norm`, `--log-num-zeros-in-grad`,
-  `--exit-duration-in-mins`, the gradient reduction's and parameter gather's overlap
+  `--exit-duration-in-mins`, `--check-weight-hash-across-dp-replicas-interval`, the gradient
+  reduction's and parameter gather's overlap
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
   `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
@@ -842,6 +843,14 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
     exit_minutes = args.text("--exit-duration-in-mins")
     if exit_minutes is not None:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)
+    # training.py `post_training_step_callbacks`: the weight-hash check on each iteration a multiple of it
+    hash_interval = args.integer("--check-weight-hash-across-dp-replicas-interval")
+    if hash_interval is not None:
+        if hash_interval < 1:
+            raise InputError(
+                args.where, "--check-weight-hash-across-dp-replicas-interval", f"{hash_interval}: give 1 or more"
+            )
+        timing["weight_hash_interval"] = hash_interval
     if args.text("--fp8-format") is not None:
         timing["matmul_dtype"] = "fp8"
     if args.has("--fp8-param-gather") and "matmul_dtype" in timing:  # FP8 parameters (memory/frameworks/te_fp8.py)

@@ -40,7 +40,7 @@ NO_BEARING = frozenset(
 NO_BEARING_PREFIXES = (
     "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
     "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",
-    "--muon-", "--rl-", "--grpo-", "--straggler-", "--check-weight-hash", "--container-",
+    "--muon-", "--rl-", "--grpo-", "--straggler-", "--container-",
 )  # fmt: skip
 # Fusions of a linear's bias with what follows it (megatron/core/fusions: fused_bias_gelu, fused_bias_swiglu,
 # fused_bias_dropout): without biases (--disable-bias-linear) turning them off changes no kernel ppb prices.
@@ -82,7 +82,8 @@ MODELLED = frozenset(
         "--moe-expert-capacity-factor", "--moe-grouped-gemm", "--overlap-moe-expert-parallel-comm",
         "--no-gradient-accumulation-fusion", "--deterministic-mode", "--cross-entropy-loss-fusion",
         "--cross-entropy-fusion-impl", "--no-check-for-nan-in-loss-and-grad", "--log-params-norm",
-        "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--log-num-zeros-in-grad", "--exit-duration-in-mins", "--check-weight-hash-across-dp-replicas-interval",
+        "--overlap-grad-reduce", "--overlap-param-gather",
         "--tp-comm-overlap", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
         "--main-grads-dtype", "--vocab-size", "--tokenizer-type", "--make-vocab-size-divisible-by",
         "--max-position-embeddings", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",

@@ -240,6 +240,12 @@ class DeviceProfile:
     # (`ppb_core.timing.launches`; tests/test_timing_launches.py derives both by hand). Its other
     # per-iteration host work (data, optimizer, logging) is spread over those launches, so an upper bound.
     host_kernel_us: float = 0.0
+    # The device's host CPU's max boost clock in GHz, the clock one Python thread a rank runs at (0: not
+    # published for the system): DGX A100's two AMD EPYC 7742 (Zen 2) 2.25 GHz base, 3.4 GHz max boost
+    # (NVIDIA DGX A100 datasheet); DGX H100's and DGX H200's two Xeon Platinum 8480C 2.0 / 3.8 GHz (DGX H100
+    # datasheet); DGX B200's two Xeon Platinum 8570 2.1 / 4.0 GHz (DGX B200 User Guide). What Megatron
+    # runs on the CPU itself (`ppb_core.timing.reporting.weight_hash_seconds`) takes its cycles at it.
+    host_boost_ghz: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -301,6 +307,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_epilogue_overlapped=False,
         compute_capability=8.0,
         host_kernel_us=HOST_KERNEL_US_DGX_A100,
+        host_boost_ghz=3.4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
@@ -324,6 +331,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=5.3,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
+        host_boost_ghz=3.8,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
     ),
@@ -347,6 +355,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;
         # DGX H100 datasheet: dual Xeon Platinum 8480C)
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
+        host_boost_ghz=3.8,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
@@ -396,6 +405,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_forward_efficiency=ATTENTION_FORWARD_B200,
         attention_backward_efficiency=ATTENTION_BACKWARD_B200,
         host_kernel_us=HOST_KERNEL_US_DGX_B200,
+        host_boost_ghz=4.0,
     ),
     # NVIDIA GB200 (one of a Grace Blackwell superchip's two GPUs, as in an NVL72 rack's 4-GPU compute
     # trays, Megatron CI's dgx_gb200): the B200's sm_100 GPU run faster. ml-engineering's tables

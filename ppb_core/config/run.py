@@ -518,6 +518,9 @@ class Device(StrictModel):
     host_kernel_us: Latency | None = Field(
         None, description="Megatron's host time per kernel launch, where the GPU waits for it (0: not modelled)"
     )
+    host_boost_ghz: Annotated[float, Field(ge=0.0, le=10.0)] | None = Field(
+        None, description="the host CPU's max boost clock, GHz, what Megatron's CPU-side work runs at (0: unknown)"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> Device:
@@ -726,7 +729,7 @@ class TimingOptions(StrictModel):
         description="Megatron's --attention-backend under TransformerEngine (language_module.py "
         "`_set_attention_backend`: NVTE_FLASH_ATTN / NVTE_FUSED_ATTN): auto lets TE choose (flash-attn below "
         "sm90, cuDNN from sm90 on), flash runs TE's FlashAttention on any GPU, fused cuDNN's FusedAttention; "
-        "memory only (the attention's kept output and backward workspace)",
+        "memory (the attention's kept output and backward workspace) and time (FlashAttention-2's rates or cuDNN's)",
     )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
@@ -776,6 +779,12 @@ class TimingOptions(StrictModel):
         gt=0.0,
         description="Megatron's --exit-duration-in-mins: each iteration an all-reduce over every rank of the "
         "exit decision and a host sync (the duration itself costs nothing)",
+    )
+    weight_hash_interval: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = Field(
+        None,
+        description="Megatron's --check-weight-hash-across-dp-replicas-interval: on one iteration in N every "
+        "parameter is copied to the host and SHA-1 hashed there, the hashes all-gathered and compared (1: every "
+        "iteration pays it; above 1 the typical iteration runs none)",
     )
     bias_gelu_fusion: bool = Field(
         True,
@@ -1259,6 +1268,7 @@ MEGATRON_TIMING = frozenset(
         "log_params_norm",
         "log_num_zeros_in_grad",
         "exit_duration_in_mins",
+        "weight_hash_interval",
         "bias_gelu_fusion",
         "calculate_per_token_loss",
         "overlap_param_gather_with_optimizer_step",

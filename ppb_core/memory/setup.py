@@ -156,10 +156,9 @@ class MemorySetup(Geometry):
         backward (transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d; Megatron's
         language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0 under flash,
         d98e8a64)."""
-        if self.transformer_impl != "transformer_engine" or not self.flash_attention or self.compute_capability < 8.0:
-            return False  # flash-attn runs from sm80 on ("Disabling FlashAttention 2 for compute capability < sm80")
-        backend = self.te_attention_backend
-        return backend == "flash" or (backend == "auto" and self.compute_capability < 9.0)
+        if self.transformer_impl != "transformer_engine" or not self.flash_attention:
+            return False
+        return te_flash_attention(self.compute_capability, self.te_attention_backend)
 
     @property
     def router_element_bytes(self) -> int:
@@ -175,6 +174,19 @@ class MemorySetup(Geometry):
     def expert_data_group(self) -> int:
         """Ranks that hold the same expert parameters: dp·cp·tp/(ep·etp)."""
         return self.dp * self.cp * self.tp // (self.ep * self.etp)
+
+
+def te_flash_attention(compute_capability: float, backend: str) -> bool:
+    """Whether TransformerEngine's fused attention core runs its FlashAttention (flash-attn) rather than cuDNN's
+    FusedAttention, by Megatron's --attention-backend (*backend*) and the GPU: flash-attn runs from sm80 on
+    ("Disabling FlashAttention 2 for compute capability < sm80"); `flash` sets NVTE_FLASH_ATTN=1,
+    NVTE_FUSED_ATTN=0 (Megatron language_module.py `_set_attention_backend`, d98e8a64); `auto` leaves TE's
+    `get_attention_backend` to choose, which keeps FlashAttention when both qualify below sm90 and gives
+    FusedAttention the preference from sm90 on ("Select FusedAttention for performance",
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d)."""
+    if compute_capability < 8.0:
+        return False
+    return backend == "flash" or (backend == "auto" and compute_capability < 9.0)
 
 
 def _te_fp8(run: RunConfig) -> bool:

@@ -275,6 +275,13 @@ def _layers_and_options(
     return placed, chosen
 
 
+def configured_states(run: RunConfig, memory: MemoryModel) -> dict[Layer, tuple[LayerType, dict | None]]:
+    """Each layer of the run as configured (no plan) and the state (and switches) `run_iteration` prices it
+    at: its recompute option's, a HEAD's embedding, a TAIL's output (for tools that split its seconds)."""
+    placed, chosen = _layers_and_options(run, memory, None)
+    return {layer: _state(layer, chosen, memory) for layer in placed}
+
+
 def _data_links(run: RunConfig, links: Links, memory: MemoryModel) -> Links:
     """The run's links with the data-parallel groups added: dp·cp ranks spaced tp·cp apart (Megatron's
     rank order tp, cp, dp, pp), experts' data-parallel group likewise. The pipeline's neighbours are placed
@@ -1126,9 +1133,11 @@ def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) 
         return 0.0
     setup = memory.setup
     stages: dict[int, float] = {}
+    held: dict[int, float] = {}  # parameter elements a rank of each stage holds (the weight-hash check's)
     for (_, stage), entries in per_cell.items():
         for layer, _, _ in entries:
             static = memory.static_breakdown(layer)
+            held[stage] = held.get(stage, 0.0) + static.parameters
             traffic = pass_bytes(
                 static.optimizer_states,
                 static.parameters,
@@ -1139,9 +1148,12 @@ def _bookkeeping_seconds(run, memory, kernels: Kernels, links: Links, per_cell) 
             )
             stages[stage] = stages.get(stage, 0.0) + traffic
     moe = any(run.spec(name).is_moe for name in run.model_names if not run.is_vision(name))
-    work = bookkeeping(run, max(stages.values(), default=0.0), run.training.micro_batches, moe)
+    work = bookkeeping(
+        run, max(stages.values(), default=0.0), run.training.micro_batches, moe, max(held.values(), default=0.0)
+    )
     links = with_statistics_groups(run, links, setup.shard_level >= 1)
-    return bookkeeping_seconds(work, links, kernels.hbm_bytes_per_s, run.timing.host_launch_us)
+    host_ghz = run.device.profile().host_boost_ghz
+    return bookkeeping_seconds(work, links, kernels.hbm_bytes_per_s, run.timing.host_launch_us, host_ghz)
 
 
 def iteration_summary(iteration: Iteration, digits: int = 4) -> dict[str, Any]:

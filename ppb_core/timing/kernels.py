@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from ppb_core.config.devices import DeviceProfile
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
+from ppb_core.memory.setup import te_flash_attention
 from ppb_core.timing.attention_rates import ATTENTION_BLOCK, score_fraction, sequence_factor
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
@@ -156,6 +157,7 @@ class Kernels:
         transformer_engine: bool = True,
         fused_norm: bool = False,
         sdpa_backend: str = "flash",
+        te_attention_backend: str = "auto",
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -176,13 +178,26 @@ class Kernels:
         `nvte_get_fused_attn_backend`, "determinism on Blackwell"; its NGC PyTorch 26.06 base ships a later
         cuDNN), and cudnn-frontend forces the dP workspace for any deterministic backward, whatever the arch
         (scaled_dot_product_flash_attention.h, v1.23.0, "Force dP workspace implementation"). SM120 gets no
-        deterministic fused backend (the same function): not modelled."""
+        deterministic fused backend (the same function): not modelled.
+        *te_attention_backend* (Megatron's --attention-backend, `timing.te_attention_backend`): under
+        TransformerEngine the memory side's choice (`memory.setup.te_flash_attention`): `flash` runs flash-attn
+        on any GPU from sm80, Hopper included, at FlashAttention-2's rates (deterministic: its deterministic
+        backward; no cuDNN dP workspace, no cuDNN dropout cost). flash-attn 3 (TE's FlashAttention 3 on sm90)
+        runs only where `flash_attn_3` is installed from flash-attention's hopper/ directory
+        (`FlashAttentionUtils.v3_installation_steps`, utils.py d0067d0d), which neither Megatron-LM's CI image
+        (docker/Dockerfile.ci.dev, pyproject.toml and uv.lock at d98e8a64 install none) nor the NeMo recipes ask
+        for: not modelled. `fused` on sm80 runs cuDNN's kernels, unmeasured there: FlashAttention-2's rates."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         # torchtitan's SDPA: FlashAttention-2, or cuDNN attention (`timing.sdpa_backend`) at the device's
         # rates; PyTorch refuses cuDNN under deterministic algorithms (sdp_utils.cpp `check_cudnn_deterministic`)
-        flash2 = (titan and (sdpa_backend == "flash" or deterministic)) or (
-            deterministic and framework == "megatron" and device.compute_capability < 9.0
+        # Megatron under TE: flash-attn by --attention-backend and the GPU (the memory side's `te_flash`)
+        te_flash = framework == "megatron" and transformer_engine
+        te_flash = te_flash and te_flash_attention(device.compute_capability, te_attention_backend)
+        flash2 = (
+            (titan and (sdpa_backend == "flash" or deterministic))
+            or (deterministic and framework == "megatron" and device.compute_capability < 9.0)
+            or te_flash
         )
         cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         return cls(
@@ -383,7 +398,8 @@ def persistent_added_s(gemm_s: float, comm_s: float) -> float:
 
 def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
     """The kernel family whose measured curves a run's flash passes follow: FlashAttention-2 where it
-    runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine below Hopper, where
+    runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine with Megatron's
+    `--attention-backend flash` on any GPU, or below Hopper, where
     `get_attention_backend` keeps FlashAttention when both it and cuDNN's FusedAttention qualify and drops
     it for FusedAttention from compute capability 9.0 on, FlashAttention 3 included: "Select
     FusedAttention for performance", transformer_engine/pytorch/attention/dot_product_attention/utils.py

@@ -241,6 +241,7 @@ class TimeModel:
             run.timing.transformer_impl == "transformer_engine",
             fused_norm=run.timing.norm_type != "rmsnorm",
             sdpa_backend=run.timing.sdpa_backend,
+            te_attention_backend=run.timing.te_attention_backend,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -253,6 +254,7 @@ class TimeModel:
                 run.timing.attention_deterministic,
                 fused_norm=run.timing.norm_type != "rmsnorm",
                 sdpa_backend=run.timing.sdpa_backend,
+                te_attention_backend=run.timing.te_attention_backend,
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
@@ -754,11 +756,6 @@ class TimeModel:
                     if self._nan_fill
                     else None
                 )
-                host_us = self.device.host_kernel_us
-                # a grouped GEMM's expert after its first: at most a launch (a Python launch of a TE GEMM runs
-                # the same C++ call, cublas_gemm's descriptors and heuristic, after its Python), so a host
-                # stated faster than CPP_GEMM_US a launch runs the loop's GEMMs no slower than launches
-                cpp_share = min(1.0, CPP_GEMM_US / host_us) if host_us else 1.0
                 launches = layer_launches(
                     ops,
                     tp=run.parallel.tp,
@@ -769,7 +766,10 @@ class TimeModel:
                     fp8_recipe=run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None,
                     router_cast=self._geometry.router_bytes != run.training.dtype_bytes,
                     plain_share=PLAIN_OP_SHARE if self.device.host_kernel_us else 1.0,
-                    cpp_gemm_share=cpp_share,
+                    # a kernel issued from C++ never costs the host more than one issued from Python
+                    cpp_gemm_share=min(1.0, CPP_GEMM_US / self.device.host_kernel_us)
+                    if self.device.host_kernel_us
+                    else 1.0,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`

@@ -35,6 +35,17 @@ May 2026), megatron/training/training.py `train_step` and the loop in `train`, p
   FSDP), reading and writing each; DDP's own 1/(dp·cp) pass before the reduction is then skipped
   (`timing.iteration.grad_pass_bytes`). No host sync.
 
+- `--check-weight-hash-across-dp-replicas-interval N` (`timing.weight_hash_interval`; Megatron-LM
+  d98e8a64, training.py `post_training_step_callbacks`, inside the interval timer, after each
+  iteration a multiple of N): megatron/core/utils.py `check_param_hashes_across_dp_replicas` copies
+  every parameter the rank holds to the host (`param.data.to("cpu").float()`: 4 B an element) and
+  hashes it with `hashlib.sha1` on the CPU, one thread; stacks the 20-byte digests, all-gathers them over
+  the data-parallel group (the experts' over their data-parallel group), compares them
+  (`torch.equal`, one host sync per rank's copy and one against rank 0's), then a barrier over every
+  rank. At N = 1 every iteration pays it (`weight_hash_seconds`); above, the typical iteration runs
+  none (the CI's seconds are a median). Not counted: the device-to-host copies themselves (2 B an
+  element over PCIe, ~3% of the hashing at PCIe Gen4's 32 GB/s) and the CPU's bf16-to-fp32 cast.
+
 A scalar broadcast runs NCCL's ring (its only broadcast algorithm): g−1 steps, those between nodes
 paying the inter-node latency too (`scalar_broadcast_seconds`).
 A scalar all-reduce costs its latency (`scalar_all_reduce_seconds`): inside a node 2(g−1) steps, a
@@ -56,6 +67,15 @@ from dataclasses import dataclass, replace
 from ppb_core.config.run import RunConfig
 from ppb_core.timing.comm import Group, Links
 
+# OpenSSL's SHA-1 on x86-64 with the SHA extensions (Python's hashlib runs OpenSSL's), CPU cycles a byte:
+# openssl/openssl crypto/sha/asm/sha1-x86_64.pl at 3efe51a4, its performance table, "Ryzen ... 1.93 (SHAEXT)"
+# (Goldmont's SHAEXT 1.70). Ryzen's is Zen's core (DGX A100's EPYC 7742 is Zen 2); the table has no figure
+# for Sapphire Rapids' SHA extensions (DGX H100): taken alike.
+SHA1_CYCLES_PER_BYTE = 1.93
+HASHED_BYTES = 4  # `param.data.to("cpu").float()`: each element hashed as fp32
+# A host whose clock the catalog does not state (`DeviceProfile.host_boost_ghz` 0): DGX A100's 3.4 GHz, the
+# slowest of the hosts it states.
+UNKNOWN_HOST_BOOST_GHZ = 3.4
 BOOL_BYTES = 1  # count_nonzero's `grad != 0` writes one bool per element, its sum reads it back
 MAIN_PARAM_BYTES = 4  # bf16 runs: the norm reads the fp32 main copy
 
@@ -73,6 +93,7 @@ class Bookkeeping:
     all_reduces: tuple[str, ...]
     syncs: int
     broadcasts: tuple[str, ...] = ()
+    hashed_bytes: float = 0.0  # what the weight-hash check hashes on the host (`weight_hash_seconds`)
 
 
 def pass_bytes(
@@ -102,9 +123,13 @@ def pass_bytes(
     return total
 
 
-def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: int, moe: bool) -> Bookkeeping:
+def bookkeeping(
+    run: RunConfig, pass_traffic: float, last_stage_micro_batches: int, moe: bool, parameters_held: float = 0.0
+) -> Bookkeeping:
     """Megatron's per-iteration statistics and syncs on the device that has the most of them (a last
-    stage, which also holds the loss): its scalar all-reduces and `.item()` calls, as listed above."""
+    stage, which also holds the loss): its scalar all-reduces and `.item()` calls, as listed above.
+    *parameters_held*: the elements of the rank that holds the most, which the weight-hash check
+    hashes (every rank waits for it at the check's barrier)."""
     timing = run.timing
     reduces = [STATISTICS, MODEL_PARALLEL, MODEL_PARALLEL, MODEL_PARALLEL, DATA]  # grad norm, 3 maxima, loss
     syncs = 4  # update_successful, grad norm and learning-rate maxima, loss scale
@@ -119,11 +144,21 @@ def bookkeeping(run: RunConfig, pass_traffic: float, last_stage_micro_batches: i
         syncs += 1
     if timing.check_for_nan_in_grad:
         syncs += 2 * last_stage_micro_batches  # isnan and isinf of every micro-batch's loss
+    hashed = 0.0
+    if timing.weight_hash_interval == 1:  # every iteration: `check_param_hashes_across_dp_replicas`
+        hashed = parameters_held * HASHED_BYTES
+        reduces += [DATA, WORLD]  # the digests' all-gather (a few bytes: its latency), the barrier
+        syncs += 1 + run.parallel.dp  # torch.equal against rank 0's, then against each rank's (cross_check)
+        if moe:  # the experts' digests: their all-gather over the experts' data-parallel group, compared again
+            par = run.parallel
+            expert_dp = par.dp * par.cp * par.tp // (par.ep * par.expert_tp)
+            reduces.append(DATA)
+            syncs += 1 + expert_dp
     broadcasts: tuple[str, ...] = ()
     if timing.calculate_per_token_loss:  # the token count: over the pipeline, then over dp·cp
         broadcasts = (PIPELINE,)
         reduces.append(DATA)
-    return Bookkeeping(pass_traffic, tuple(reduces), syncs, broadcasts)
+    return Bookkeeping(pass_traffic, tuple(reduces), syncs, broadcasts, hashed)
 
 
 def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: bool) -> Links:
@@ -166,9 +201,19 @@ def scalar_broadcast_seconds(group: Group, links: Links) -> float:
     return (group.size - 1) * links.latency_s + (nodes - 1) * links.inter_node_latency_s
 
 
-def bookkeeping_seconds(work: Bookkeeping, links: Links, hbm_bytes_per_s: float, host_launch_us: float) -> float:
-    """The passes at the HBM rate, each scalar collective's latency, one launch per host sync: serial,
-    the queue drained before each."""
+def weight_hash_seconds(hashed_bytes: float, host_boost_ghz: float) -> float:
+    """The CPU's time to SHA-1 *hashed_bytes* on one thread at *host_boost_ghz* (0: the catalog's slowest
+    stated host, `UNKNOWN_HOST_BOOST_GHZ`), at OpenSSL's `SHA1_CYCLES_PER_BYTE`."""
+    ghz = host_boost_ghz or UNKNOWN_HOST_BOOST_GHZ
+    return hashed_bytes * SHA1_CYCLES_PER_BYTE / (ghz * 1e9)
+
+
+def bookkeeping_seconds(
+    work: Bookkeeping, links: Links, hbm_bytes_per_s: float, host_launch_us: float, host_boost_ghz: float = 0.0
+) -> float:
+    """The passes at the HBM rate, each scalar collective's latency, one launch per host sync, the
+    weight-hash check's hashing on the host (*host_boost_ghz*): serial, the queue drained before each."""
     reduces = sum(scalar_all_reduce_seconds(links.groups[group], links) for group in work.all_reduces)
     reduces += sum(scalar_broadcast_seconds(links.groups[group], links) for group in work.broadcasts)
-    return work.pass_bytes / hbm_bytes_per_s + reduces + work.syncs * host_launch_us * 1e-6
+    hashing = weight_hash_seconds(work.hashed_bytes, host_boost_ghz) if work.hashed_bytes else 0.0
+    return work.pass_bytes / hbm_bytes_per_s + reduces + work.syncs * host_launch_us * 1e-6 + hashing
