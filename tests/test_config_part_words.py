@@ -96,3 +96,29 @@ def test_the_settings_with_their_part_are_accepted():
     # the defaults are every framework's (a dumped run carries them)
     for framework in ("megatron", "torchtitan", "mindformers"):
         assert run(framework, {"ub_sm_margin": True, "te_attention_backend": "auto", "torch_compile": False})
+
+
+@pytest.mark.parametrize("deterministic", [{"deterministic": True}, {"te_deterministic_attention": True}])
+def test_fused_attention_under_determinism_below_sm90_is_refused(deterministic):
+    # TE d0067d0d utils.py `get_attention_backend`: FusedAttention (F16_arbitrary_seqlen) "Disabling
+    # FusedAttention for determinism reasons" below sm90 when training; Megatron's --attention-backend fused
+    # set NVTE_FLASH_ATTN=0 and NVTE_UNFUSED_ATTN=0 (language_module.py): TE has no attention left to run
+    raw = {
+        "name": "r",
+        "framework": "megatron",
+        "models": [{"name": "llm", "spec": SPEC}],
+        "training": {"seq_length": 2048},
+        "device": {"name": "a100-80gb"},
+        "timing": {"te_attention_backend": "fused", **deterministic},
+    }
+    with pytest.raises(InputError) as caught:
+        parse_run_config(raw, "r.yaml")
+    assert caught.value.field == "timing.te_attention_backend"
+    assert "sm80" in caught.value.problem
+    # Hopper keeps cuDNN's deterministic backward; flash-attn (>= 2.4.1) has one on sm80; auto picks it
+    for device, backend in (("h100-80gb", "fused"), ("a100-80gb", "flash"), ("a100-80gb", "auto")):
+        ok = {**raw, "device": {"name": device}, "timing": {"te_attention_backend": backend, **deterministic}}
+        assert parse_run_config(ok).timing.attention_deterministic
+    # sequences of 512 or fewer may run cuDNN's max-512 sub-backend, which is deterministic
+    short = {**raw, "training": {"seq_length": 512}}
+    assert parse_run_config({**short, "models": [{"name": "llm", "spec": {**SPEC, "max_position_embeddings": 512}}]})

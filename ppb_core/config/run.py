@@ -1421,6 +1421,23 @@ def check_mesh(device: Device, devices_per_node: int, where: str) -> None:
         raise InputError(where, field, said)
 
 
+def check_fused_determinism(framework: str, timing: TimingOptions, device: Device, seq_length: int, where: str) -> None:
+    """`--attention-backend fused` with deterministic attention below sm90 has no attention to run: TE's
+    `get_attention_backend` drops cuDNN's F16_arbitrary_seqlen FusedAttention "for determinism reasons"
+    below sm90 when training (transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d;
+    sequences over 512, where the max-512 sub-backend cannot run), and Megatron's fused backend has turned
+    FlashAttention and the unfused attention off (language_module.py `_set_attention_backend`, d98e8a64)."""
+    if timing.te_attention_backend != "fused" or not timing.attention_deterministic or framework != "megatron":
+        return
+    capability = device.profile().compute_capability
+    if 8.0 <= capability < 9.0 and seq_length > 512:
+        said = (
+            f"fused under deterministic attention on sm{int(capability * 10)}: TransformerEngine drops cuDNN's "
+            "fused attention for determinism below sm90 and Megatron has turned the others off (no attention runs)"
+        )
+        raise InputError(where, "timing.te_attention_backend", said)
+
+
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     words = framework_words(train.recompute)
@@ -1431,6 +1448,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
+    check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
