@@ -31,6 +31,8 @@ NEMO_2604 = "NeMo 26.04 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/pe
 # data-parallel gradient reduce-scatter and parameter all-gather overlapped (distributed optimizer).
 _COMMON_TIMING: dict[str, Any] = {
     "cross_entropy_fusion": True,
+    # utils/overrides.py (5776a6d90 l. 56; 0fbfe7d3e, 74695a06d likewise): `cross_entropy_fusion_impl = "te"`
+    "cross_entropy_fusion_impl": "te",
     "rope_fusion": True,
     "check_for_nan_in_grad": False,
     "overlap": {"dp": 1.0, "param_gather": 1.0},

@@ -720,3 +720,17 @@ def test_tp_comm_overlap_under_the_local_spec_overlaps_nothing_and_reads_no_cfg(
     te = import_megatron(flags.replace("local", "transformer_engine"), 8, "h100-80gb", read_file={"ub.yaml": cfg}.get)
     assert te.raw["timing"]["overlap"]["tp"] == 1.0
     assert te.raw["timing"]["tp_comm_overlap_methods"] == {"fc2_fprop": "ring_exchange"}
+
+
+def test_cross_entropy_fusion_impl_is_carried() -> None:
+    # Megatron-LM language_module.py `compute_language_model_loss` (d98e8a64): --cross-entropy-fusion-impl te
+    # runs TransformerEngine's parallel_cross_entropy, native the compiled fused_cross_entropy.py; it matters
+    # only under --cross-entropy-loss-fusion (without it the unfused vocab_parallel_cross_entropy runs).
+    te = import_megatron(f"{BASE} --cross-entropy-loss-fusion --cross-entropy-fusion-impl te", 8, "h100-80gb")
+    assert te.raw["timing"]["cross_entropy_fusion_impl"] == "te" and te.notes == []
+    assert run_config_of(te, "launch").timing.cross_entropy_fusion_impl == "te"
+    unfused = import_megatron(f"{BASE} --cross-entropy-fusion-impl te", 8, "h100-80gb")
+    assert "cross_entropy_fusion_impl" not in unfused.raw["timing"]
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{BASE} --cross-entropy-loss-fusion --cross-entropy-fusion-impl triton", 8, "h100-80gb")
+    assert "--cross-entropy-fusion-impl" in str(caught.value) and "native or te" in str(caught.value)

@@ -327,8 +327,10 @@ def test_layer_flops_count_what_each_state_reruns():
         # Megatron's VocabParallelCrossEntropy op by op, per logit (bf16 logits, fp32 copy):
         # .float() 2 + 4, max 4, -= 4 + 4, exp 4 + 4, sum 4, div_ 4 + 4 = 38; mul_ 4 + 4, back to bf16 4 + 2 = 14
         ("megatron", False, 38, 14),
-        # --cross-entropy-loss-fusion: upcast and max 2 + 4, shift-exp-sum 4 + 4, div 4 + 4 = 22; backward 4 + 2 = 6
-        ("megatron", True, 22, 6),
+        # --cross-entropy-loss-fusion: upcast and max 2 + 4, shift-exp-sum 4 + 4, div 4 + 4 = 22; backward
+        # (calculate_gradients compiled, fused_cross_entropy.py 96a894ef6): the saved softmax copied 4 + 4,
+        # then read 4, the bf16 gradient written 2 and the product written back over the softmax 4 = 18
+        ("megatron", True, 22, 18),
         # torchtitan (train.py `cross_entropy(pred.flatten(0, 1).float(), ...)`, no TP), aten op by aten op:
         # _to_copy 2 + 4, _log_softmax 4 + 4 = 14; nll_loss_backward writes the fp32 gradient 4,
         # _log_softmax_backward_data reads it and the output and writes 4 + 4 + 4, _to_copy back 4 + 2 = 22;
@@ -371,6 +373,50 @@ def test_megatron_s_op_by_op_loss_moves_what_an_h100_measured(vocab, forward_ms,
     assert loss.bytes / logits == 38 and loss.backward_bytes / logits == 14
     assert loss.bytes / (forward_ms * 1e-3) / 3.35e12 == pytest.approx(0.765, abs=0.02)
     assert loss.backward_bytes / ((with_backward_ms - forward_ms) * 1e-3) / 3.35e12 == pytest.approx(0.82, abs=0.02)
+
+
+# Liger-Kernel all_benchmark_data.csv at ead96b6, rows 2303-2305 and 2309-2311: Megatron's fused
+# fused_vocab_parallel_cross_entropy (megatron-core 0.19.0+96a894ef6, benchmark_megatron_cross_entropy.py, TP 1,
+# bf16 logits of S 2048 x B 4), H100 80GB HBM3: (vocabulary, forward ms, "backward" ms, forward included)
+MEGATRON_FUSED_CE_H100 = [
+    (32768, 2.831264019012451, 4.448922157287598),
+    (65536, 5.76310920715332, 8.981760025024414),
+    (131072, 11.809796333312988, 18.23187828063965),
+]
+
+
+@pytest.mark.parametrize(("vocab", "forward_ms", "with_backward_ms"), MEGATRON_FUSED_CE_H100)
+def test_megatron_s_fused_loss_backward_moves_what_an_h100_measured(vocab, forward_ms, with_backward_ms):
+    # the backward's 18 bytes a logit (the softmax copy, the cast gradient, the product written back) over the
+    # measured backward (row less forward): 0.89-0.90 of 3.35 TB/s, a copy's streaming rate; the 6 bytes of one
+    # pass would be 0.30. The forward's 22 run at 0.60-0.62 (not asserted: slower than its count explains).
+    run = gpt_run(v=vocab, s=2048, b=4, framework="megatron")
+    run = run.model_copy(update={"timing": run.timing.model_copy(update={"cross_entropy_fusion": True})})
+    tail = tail_kind(run.spec(run.model_names[0]), vocab)
+    loss = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.loss")
+    logits = 2048 * 4 * vocab
+    assert loss.backward_bytes / logits == 18
+    assert loss.backward_bytes / ((with_backward_ms - forward_ms) * 1e-3) / 3.35e12 == pytest.approx(0.895, abs=0.01)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_transformer_engine_s_loss_reads_the_logits_twice_and_writes_the_gradient_over_them(tp):
+    # TE release_v2.9 transformer_engine/pytorch/triton/cross_entropy.py (Megatron-Bridge 5776a6d90's pin):
+    # online_softmax_kernel reads the bf16 logits (2); cross_entropy_kernel reads them again (2) and writes the
+    # bf16 gradient in place (2) = 6; backward element_mul_kernel reads and writes it in place, 2 + 2 = 4.
+    # Under TP one all_gather_into_tensor of m, d and X_y (3 fp32 a token) from every rank: 3 · 4 · n · tp.
+    run = gpt_run(v=32000, s=512, b=2, tp=tp, framework="megatron")
+    timing = {"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"}
+    run = run.model_copy(update={"timing": run.timing.model_copy(update=timing)})
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    ops = {op.name: op for op in layer_ops(tail, OpGeometry.from_run(run))}
+    logits = 2 * 512 * 32000 // tp  # b · s tokens × v / tp
+    assert (ops["output.loss"].bytes, ops["output.loss"].backward_bytes) == (logits * 6, logits * 4)
+    if tp > 1:
+        comm = ops["output.reduce_loss"].forward_comm
+        assert (comm.kind, comm.payload_bytes) == ("all_gather", 3 * 4 * 2 * 512 * tp)
+    else:
+        assert "output.reduce_loss" not in ops
 
 
 @pytest.mark.parametrize(("compile_loss", "forward", "backward"), [(False, 38, 38), (True, 14, 10)])
@@ -474,3 +520,19 @@ def test_torchtitan_s_float8_tensor_parallelism_gathers_float8():
         for exit_ in ("reduce_attention", "reduce_mlp"):
             assert ops[exit_].forward_comm.payload_bytes == 2 * elements  # partial sums: bf16
             assert ops[exit_].backward_comm.payload_bytes == gathered  # the output gradient's gather
+
+
+@pytest.mark.parametrize(
+    ("fusion", "impl", "kind", "calls"),
+    [(False, "native", "all_reduce", 3), (True, "native", "all_reduce", 2), (True, "te", "all_gather", 1)],
+)
+def test_the_loss_s_statistics_cross_tp_in_the_calls_its_code_makes(fusion, impl, kind, calls):
+    # megatron/core/tensor_parallel/cross_entropy.py `_VocabParallelCrossEntropy.forward` (d98e8a64): all_reduce
+    # of the max, of the target logits and of the sums of exponentials, 3 calls; fused_cross_entropy.py cats
+    # the last two into one, 2; TE's cross_entropy_forward one all_gather_into_tensor of m, d and X_y, 1
+    run = gpt_run(v=32000, s=512, b=2, tp=2, framework="megatron")
+    timing = {"cross_entropy_fusion": fusion, "cross_entropy_fusion_impl": impl}
+    run = run.model_copy(update={"timing": run.timing.model_copy(update=timing)})
+    tail = tail_kind(run.spec(run.model_names[0]), 32000)
+    comm = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.reduce_loss").forward_comm
+    assert (comm.kind, comm.calls) == (kind, calls)

@@ -838,8 +838,10 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["te_attention_backend"] = backend
     timing.update(_cuda_graphs(args, notes))
     impl_ce = args.text("--cross-entropy-fusion-impl", "native")
-    if timing["cross_entropy_fusion"] and impl_ce != "native":
-        notes.append(f"--cross-entropy-fusion-impl {impl_ce}: priced as the native fused loss")
+    if impl_ce not in ("native", "te"):
+        raise InputError(args.where, "--cross-entropy-fusion-impl", f"{shown(impl_ce)}: native or te")
+    if timing["cross_entropy_fusion"] and impl_ce == "te":
+        timing["cross_entropy_fusion_impl"] = impl_ce
     exit_minutes = args.text("--exit-duration-in-mins")
     if exit_minutes is not None:
         timing["exit_duration_in_mins"] = args.number("--exit-duration-in-mins", 0.0)

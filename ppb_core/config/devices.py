@@ -125,6 +125,29 @@ ATTENTION_DROPOUT_COST_SM90 = round(0.614 / 0.594 - 1, 4)  # 0.0337
 # 6.812 / 7.161 = 0.951. Taken for sm100's B200 and GB200 (B300 is Blackwell Ultra, sm103: the same
 # block-scaled tensor-core path, an assumption).
 MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
+# Blackwell's GEMMs at a transformer layer's shapes, run back to back, over what its MAMF and ppb's tile
+# model give them (`layer_gemm_share`, `fp8_layer_gemm_share`): the same guide's pre-quantized table on the
+# B300 (100 timed iterations a shape after 10 warm-up, CUDA events) sums the 12 GEMMs of the hidden-4096,
+# FFN-16384 layer at 15,872 tokens (4 forward, 4 dgrad, 4 wgrad) to 13.102 ms in BF16 and 6.812 ms in FP8
+# with current (per-tensor) scaling. Ppb's tile model at B300's MAMF (ml-engineering's tables: 1769.0 BF16,
+# 3353.3 FP8, both of 2250 / 4500 TFLOPS, B200's peaks) prices them at 11.403 and 6.044 ms: the measured
+# loop runs at 0.870 and 0.887 of that (tests/test_timing_blackwell_layer_gemms.py). Taken as a share of
+# each Blackwell part's own MAMF (B200 1745.0 / 3432.5, GB200 1822.0 / 3615.6): an assumption (B300 is
+# Blackwell Ultra, sm103, on the same FP8 and BF16 tensor-core rates and the same 1000 W maximum TGP as
+# B200, ml-engineering's power table; GB200's 1200 W may throttle less, unmeasured; its per-shape times show the big
+# products slowest, QKV 15872x4096x12288 at 1491 TFLOP/s BF16 against the attention output's 4096x4096
+# at 1735, so the share is a layer's mix, not a per-shape law). XLA's sm_100 table (single kernels, up
+# to 4096^3) keeps setting the fixed times and the tile rule at the MAMF ceiling.
+LAYER_GEMM_SHARE_BLACKWELL = round(11.403 / 13.102, 3)  # 0.870
+FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
+# B200's attention back to back over its first iterations (`attention_back_to_back_share`): flashinfer-ai/
+# flashinfer PR #2899 (Mar 2026) times FlashAttention-4 (BF16, batch 4, 8192 tokens, 16 heads of 128) 100
+# times back to back on a B200: 1450 TFLOP/s at its peak (iterations 10-19), 1237 once throttled (70-79;
+# SM clock 1965 -> ~1580 MHz, ~1000 W): 1237 / 1450 = 0.853. The catalog's cuDNN rates are single calls
+# (cudnn-frontend benchmark_single_sdpa.py: an L2 flush and a synchronize before each, 10 iterations), as a
+# training step's attention is not. B200 only: GB200's rates were measured on that 1200 W part, unmeasured
+# back to back.
+ATTENTION_BACK_TO_BACK_SHARE_B200 = round(1237 / 1450, 3)  # 0.853
 
 
 @dataclass(frozen=True)
@@ -163,6 +186,14 @@ class DeviceProfile:
     # MXFP8 GEMMs' rate over per-tensor FP8's on this device (`MXFP8_MATMUL_RATIO_BLACKWELL`); 1: as fast
     # (no measurement, or no MXFP8 tensor cores).
     mxfp8_matmul_ratio: float = 1.0
+    # A training step's GEMMs, back to back at a layer's shapes, over the tile model at the MAMF ceiling
+    # (`LAYER_GEMM_SHARE_BLACKWELL`; FP8 ones `fp8_layer_gemm_share`); 1: no such measurement (ppb's
+    # tiles at MAMF).
+    layer_gemm_share: float = 1.0
+    fp8_layer_gemm_share: float = 1.0
+    # A training step's attention, back to back, over the single-call rates above
+    # (`ATTENTION_BACK_TO_BACK_SHARE_B200`); 1: not measured.
+    attention_back_to_back_share: float = 1.0
     # A fixed time an FP8 GEMM kernel spends per output tile beside its k loop (prologue, epilogue, scale
     # factors): 0 unless measured. DeepSeek's fine-grained-scaled FP8 kernels (DeepGEMM) show it: their
     # H800 rates fall with k at fixed m, n (deepseek-ai/DeepGEMM README, Feb 2025); a ceiling of 0.75 and
@@ -246,6 +277,16 @@ class DeviceProfile:
     # datasheet); DGX B200's two Xeon Platinum 8570 2.1 / 4.0 GHz (DGX B200 User Guide). What Megatron
     # runs on the CPU itself (`ppb_core.timing.reporting.weight_hash_seconds`) takes its cycles at it.
     host_boost_ghz: float = 0.0
+    # Pinned host memory <-> device copies, GB/s per direction, over the GPU's own host link (0: not
+    # priced). H100 SXM5 and H200 SXM attach at PCIe Gen5 x16 (their datasheets: "PCIe Gen5: 128GB/s",
+    # both directions); nvbandwidth's copy-engine tests on a node of 8x H200, each on its own Gen5 x16
+    # link, measure 55.43 GB/s host-to-device and 55.06 device-to-host, 88% of the 63 GB/s spec
+    # (stas00/ml-engineering network/README.md, "PCIe", at 744d01e): host-to-device, the direction whose
+    # copies the compute waits for, 55.43. A100 SXM4 attaches at PCIe Gen4 x16 (datasheet "PCIe Gen4:
+    # 64GB/s"): no public measurement found, taken at Gen4's 31.0 GB/s spec (same table) times that
+    # measured 88%, 27.3 GB/s (Gen4 and Gen5 share the 128b/130b encoding and the packet framing the
+    # 12% goes to). Megatron's fine-grained activation offloading reloads at it (`ppb_core.timing.offload`).
+    host_link_gbs: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
         return dataclasses.replace(self, **changes)
@@ -279,6 +320,10 @@ class DeviceProfile:
 # recomputes both means from the transcribed rows.
 EAGER_MEMORY_EFFICIENCY_A100 = 0.68
 EAGER_MEMORY_EFFICIENCY_H100 = 0.82
+# `DeviceProfile.host_link_gbs`: PCIe Gen5 x16 host-to-device as measured (nvbandwidth, 8x H200), Gen4 x16
+# at its spec times the same measured share (55.43 / 63.0)
+HOST_LINK_GBS_GEN5 = 55.43
+HOST_LINK_GBS_GEN4 = round(31.0 * 55.43 / 63.0, 2)
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
@@ -308,6 +353,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         compute_capability=8.0,
         host_kernel_us=HOST_KERNEL_US_DGX_A100,
         host_boost_ghz=3.4,
+        host_link_gbs=HOST_LINK_GBS_GEN4,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_A100,
         # NCCL on eight A100 SXM behind NVSwitch runs its collectives over 24 channels, one thread
         # block (SM) each ("Channel 23/24" in the NCCL log of NVIDIA/nccl-tests issue #100, HGX A100
@@ -332,6 +378,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
+        host_link_gbs=HOST_LINK_GBS_GEN5,
         eager_memory_efficiency=EAGER_MEMORY_EFFICIENCY_H100,
         standard_attention_measured=True,
     ),
@@ -356,6 +403,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         # DGX H100 datasheet: dual Xeon Platinum 8480C)
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
+        host_link_gbs=HOST_LINK_GBS_GEN5,
     ),
     # NVIDIA DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (nvidia-smi shows 183359 MiB per GPU,
     # e.g. NVIDIA/TensorRT-LLM issue #10278), 2.25 PFLOPS dense BF16 per GPU (4.5 with sparsity;
@@ -380,6 +428,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.776,
         fp8_matmul_efficiency=0.763,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
+        layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
@@ -430,6 +481,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         matmul_efficiency=0.729,
         fp8_matmul_efficiency=0.723,
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
+        layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,

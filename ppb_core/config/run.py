@@ -508,6 +508,15 @@ class Device(StrictModel):
     mxfp8_matmul_ratio: Efficiency | None = Field(
         None, description="MXFP8 GEMMs' rate over per-tensor FP8 GEMMs' (TE's block-scaled GEMM with its swizzles)"
     )
+    layer_gemm_share: Efficiency | None = Field(
+        None, description="a training step's 16-bit GEMMs at a layer's shapes over the tile model at MAMF"
+    )
+    fp8_layer_gemm_share: Efficiency | None = Field(
+        None, description="a training step's FP8 GEMMs at a layer's shapes over the tile model at MAMF"
+    )
+    attention_back_to_back_share: Efficiency | None = Field(
+        None, description="a training step's attention, back to back, over the single-call attention rates"
+    )
     gemm_epilogue_overlapped: bool | None = None
     fp8_tile_overhead_us: Latency | None = Field(None, description="fixed time per output tile of an FP8 GEMM")
     gemm_kernel_us: Latency | None = Field(None, description="fixed time of every 16-bit GEMM kernel")
@@ -520,6 +529,9 @@ class Device(StrictModel):
     )
     host_boost_ghz: Annotated[float, Field(ge=0.0, le=10.0)] | None = Field(
         None, description="the host CPU's max boost clock, GHz, what Megatron's CPU-side work runs at (0: unknown)"
+    )
+    host_link_gbs: Annotated[float, Field(ge=0.0, le=10000.0)] | None = Field(
+        None, description="pinned host-to-device copies, GB/s, what offloaded activations reload at (0: not priced)"
     )
 
     @model_validator(mode="after")
@@ -763,6 +775,12 @@ class TimingOptions(StrictModel):
         description="Megatron's --cross-entropy-loss-fusion (off by default): the loss's fp32 passes over the "
         "logits fused into three kernels, not run one by one; memory: its compiled backward scatters into an "
         "fp32 copy of the softmax",
+    )
+    cross_entropy_fusion_impl: Literal["native", "te"] = Field(
+        "native",
+        description="Megatron's --cross-entropy-fusion-impl under --cross-entropy-loss-fusion: native (Megatron's "
+        "compiled functions, fused_cross_entropy.py) or te (TransformerEngine's Triton parallel_cross_entropy, as "
+        "NeMo / Megatron-Bridge perf recipes set: two reads of the 16-bit logits and the gradient written over them)",
     )
     log_params_norm: bool = Field(
         False,
@@ -1265,6 +1283,7 @@ MEGATRON_TIMING = frozenset(
         "rope_fusion",
         "check_for_nan_in_grad",
         "cross_entropy_fusion",
+        "cross_entropy_fusion_impl",
         "log_params_norm",
         "log_num_zeros_in_grad",
         "exit_duration_in_mins",

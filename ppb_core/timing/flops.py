@@ -169,6 +169,7 @@ class OpGeometry(Geometry):
     framework: str = "megatron"
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
+    cross_entropy_impl: str = "native"  # ... its --cross-entropy-fusion-impl: native | te
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
     bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
@@ -218,6 +219,7 @@ class OpGeometry(Geometry):
             framework=run.framework,
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
             main_grad_bytes=train.grad_bytes,
             rope_fusion=run.timing.rope_fusion,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
@@ -1718,7 +1720,13 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     (4 + 4) and the autograd of `.float()`, back to 16 bits (4 + bc): bc + 3·4. With
     `--cross-entropy-loss-fusion` (megatron/core/fusions/fused_cross_entropy.py, `jit_fuser` functions)
     the upcast and max are one kernel (bc + 4), the shift, exponential and sum another (4 + 4), the
-    division a third (4 + 4): bc + 5·4; the backward one kernel (4 + bc). torchtitan without TP
+    division a third (4 + 4): bc + 5·4. Its backward, `calculate_gradients` (96a894ef6, as d98e8a64)
+    under `jit_fuser` = `torch.compile`, mutates the saved softmax (the targets' `index_put` on a view
+    of it, then `mul_`) and returns its 16-bit cast: Inductor keeps the `index_put` functional, so it
+    copies the softmax into a fresh fp32 buffer (4 + 4), scatters the targets, then one kernel reads the
+    copy (4), writes the 16-bit gradient (bc) and the product back over the saved softmax (4, the
+    input's mutation); torch 2.13's generated code (read on the CPU; the buffers are fixed before
+    device code generation): 4·4 + bc. torchtitan without TP
     (train.py's `cross_entropy(pred.flatten(0, 1).float(), ...)`, 9dec370 and v0.2.2), as counted op by
     op (`ppb_core.census.ops.count_loss`): `_to_copy` (bc + 4) and `_log_softmax` (4 + 4) forward;
     `nll_loss_backward` writes the whole fp32 gradient (4, zeros but the targets),
@@ -1747,9 +1755,26 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
         return bc + (3 + forward_again) * STATS_BYTES, (5 + backward_again) * STATS_BYTES + bc
     if geo.framework != "megatron":
         return bc + 3 * STATS_BYTES, 2 * STATS_BYTES + bc
+    if geo.cross_entropy_fusion and geo.cross_entropy_impl == "te":
+        return te_loss_bytes(bc)
     if geo.cross_entropy_fusion:
-        return bc + 5 * STATS_BYTES, STATS_BYTES + bc
+        return bc + 5 * STATS_BYTES, 4 * STATS_BYTES + bc
     return bc + 9 * STATS_BYTES, bc + 3 * STATS_BYTES
+
+
+def te_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
+    """Bytes a logit of TransformerEngine's parallel cross-entropy (`--cross-entropy-fusion-impl te`)
+    moves, forward and backward, as TE 2.9 to 2.17 run it (transformer_engine/pytorch/triton/
+    cross_entropy.py `cross_entropy_forward` / `cross_entropy_backward`, release_v2.9 and f031cf87b,
+    the TE pinned by Megatron-Bridge 5776a6d90 and 74695a06d): `online_softmax_kernel` reads the 16-bit
+    logits once for a row's max, sum of exponentials and target logit (three fp32 a token);
+    `cross_entropy_kernel` reads them again and writes the gradient over them in place, in their own
+    dtype; the backward's `element_mul_kernel` scales it by the per-token loss gradient in place (the
+    `torch.equal(grad_output, 1.0)` skip never holds: Megatron's loss is per token, not a scalar):
+    3·bc forward, 2·bc backward. From TE 2.18 (01bbe3eea, 2026-07-09) the gradient is a separate
+    fp32 tensor (bc + bc + 4 forward; 4 + 4 and autograd's cast back, 4 + bc, backward); no priced
+    run uses it."""
+    return 3 * dtype_bytes, 2 * dtype_bytes
 
 
 def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, with_norm: bool = True) -> list[Op]:
@@ -1774,15 +1799,17 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
         rms = kind.norm.kind == "rmsnorm"
         ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
     if geo.tp > 1:
-        ops.append(
-            Op(
-                p + "reduce_loss",
-                block,
-                COMM,
-                inputs=(p + "loss",),
-                forward_comm=Collective(ALL_REDUCE, "tp", 3 * n * STATS_BYTES, "tp"),
-            )
-        )
+        # TE's loss all-gathers every rank's three fp32 a token in one call (`dist.all_gather_into_tensor`
+        # of m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them, the max, the target logit
+        # and the sum of exponentials in three calls (cross_entropy.py `_VocabParallelCrossEntropy.forward`),
+        # two fused (fused_cross_entropy.py: the last two `torch.cat`ed into one)
+        te = geo.cross_entropy_fusion and geo.cross_entropy_impl == "te"
+        stats = 3 * n * STATS_BYTES
+        if te:
+            comm = Collective(ALL_GATHER, "tp", stats * geo.tp, "tp")
+        else:
+            comm = Collective(ALL_REDUCE, "tp", stats, "tp", calls=2 if geo.cross_entropy_fusion else 3)
+        ops.append(Op(p + "reduce_loss", block, COMM, inputs=(p + "loss",), forward_comm=comm))
     return ops
 
 

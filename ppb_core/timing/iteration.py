@@ -53,6 +53,7 @@ from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collec
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.launches import PLAIN_OP_SHARE
 from ppb_core.timing.model_flops import (
     devices,
     global_batch_sequences,
@@ -60,6 +61,9 @@ from ppb_core.timing.model_flops import (
     model_flops_per_iteration,
     utilization,
 )
+from ppb_core.timing.muon import layer_matrices
+from ppb_core.timing.muon import step_seconds as muon_step_seconds
+from ppb_core.timing.offload import reload_wait_s
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
@@ -449,6 +453,10 @@ def run_iteration(
         f_ms, b_ms = times.layer_times(layer, *state)
         waits[layer] = times.host(layer, *state)
         forward_s, backward_s = f_ms / 1e3, b_ms / 1e3  # with the layer's waits for the host
+        if times.calibration is None:  # the waits for offloaded activations' reloads (`timing/offload.py`)
+            window = backward_s + (forward_s if rules.combined_1f1b else 0.0)
+            offloaded = memory.state_memory(layer, *state).offloaded_bytes
+            backward_s += reload_wait_s(offloaded, times.device.host_link_gbs, window)
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
@@ -1104,8 +1112,37 @@ def _optimizer_seconds(run, memory, kernels: Kernels, per_cell) -> float:
     (`titan_step.optimizer_bytes_per_element`)."""
     stages: dict[int, float] = {}
     for (_, stage), entries in per_cell.items():
-        stages[stage] = stages.get(stage, 0.0) + _cell_optimizer_traffic(run, memory, entries)
-    return kernels.memory_s(max(stages.values(), default=0.0))
+        stages[stage] = stages.get(stage, 0.0) + kernels.memory_s(_cell_optimizer_traffic(run, memory, entries))
+    if run.framework == "megatron" and memory.setup.optimizer == "muon":  # the Newton-Schulz steps (`timing.muon`)
+        for stage, seconds in _muon_seconds(run, memory, kernels, per_cell).items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    return max(stages.values(), default=0.0)
+
+
+def _muon_seconds(run, memory, kernels: Kernels, per_cell) -> dict[int, float]:
+    """Each stage's Muon orthogonalizations (`timing.muon.step_seconds`): every matrix of its layers, at
+    the share of the layer's parameters whose optimizer states the rank holds (the layer-wise
+    distributed optimizer deals whole matrices, `memory.frameworks.muon`); Megatron's host launching
+    each PyTorch op at `launches.PLAIN_OP_SHARE` of its measured launch time."""
+    setup = memory.setup
+    if setup.shard_level >= 1:  # as `memory.static.static_bytes` shards the optimizer states
+        shares = {
+            False: 1 / max(1, setup.data_group // setup.optimizer_instances),
+            True: 1 / max(1, setup.expert_data_group // setup.optimizer_instances),
+        }
+    else:
+        shares = {False: 1.0, True: 1.0}
+    device = run.device.profile()
+    plain = (
+        (PLAIN_OP_SHARE if device.host_kernel_us else 1.0) * (device.host_kernel_us or run.timing.host_launch_us) * 1e-6
+    )
+    par = run.parallel
+    stages: dict[int, list] = {}
+    for (_, stage), entries in per_cell.items():
+        for layer, _, _ in entries:
+            for matrix in layer_matrices(layer.kind, par.tp, par.ep, par.expert_tp):
+                stages.setdefault(stage, []).append((matrix, shares[matrix.expert]))
+    return {stage: muon_step_seconds(matrices, kernels.gemm_s, plain) for stage, matrices in stages.items()}
 
 
 def gather_head_start(run, memory, kernels: Kernels, per_cell, stage: int) -> float:

@@ -259,10 +259,26 @@ class TimeModel:
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
         )
-        if run.timing.matmul_dtype == "fp8" and run.timing.fp8_recipe == "mxfp8":
+        # A step's GEMMs run back to back at a layer's shapes: where measured so (Blackwell, TE's GEMM
+        # profiling loop, `LAYER_GEMM_SHARE_BLACKWELL`), at that share of the tiles' MAMF price; the
+        # single-kernel tables (XLA's) that set the tile rule and fixed times stay at MAMF (`Kernels`).
+        fp8 = run.timing.matmul_dtype == "fp8"
+        ceiling = self.kernels.gemm_ceiling * (
+            self.device.fp8_layer_gemm_share if fp8 else self.device.layer_gemm_share
+        )
+        if fp8 and run.timing.fp8_recipe == "mxfp8":
             # MXFP8's block-scaled GEMMs, with the scale swizzles TE runs before each (`mxfp8_matmul_ratio`)
-            ceiling = self.kernels.gemm_ceiling * self.device.mxfp8_matmul_ratio
-            self.kernels = dataclasses.replace(self.kernels, gemm_ceiling=ceiling)
+            ceiling *= self.device.mxfp8_matmul_ratio
+        # attention back to back as well (`ATTENTION_BACK_TO_BACK_SHARE_B200`): the catalog's rates are single calls
+        sustained = self.device.attention_back_to_back_share
+        self.kernels = dataclasses.replace(
+            self.kernels,
+            gemm_ceiling=ceiling,
+            attention_forward=self.kernels.attention_forward * sustained,
+            attention_backward=self.kernels.attention_backward * sustained,
+        )
+        ceiling_16 = self._kernels_16.gemm_ceiling * self.device.layer_gemm_share
+        self._kernels_16 = dataclasses.replace(self._kernels_16, gemm_ceiling=ceiling_16) if fp8 else self.kernels
         self._geometry = OpGeometry.from_run(run)
         self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
         self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)

@@ -36,7 +36,8 @@
   stage holds about one layer's offloaded groups while micro-batches are in flight: the largest of
   its layers', once. The first iteration offloads every group (`is_warmup`), holding less.
 * Not modelled: `--activation-offload-fraction` and `--delta-offload-bytes-across-pp-ranks` (which keep
-  later groups on the device), `fused_group_mlp` (needs the op fuser), the host copies' PCIe time.
+  later groups on the device), `fused_group_mlp` (needs the op fuser). The reloads' PCIe time is the
+  time model's (`ppb_core.timing.offload`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""Blackwell's GEMMs at a layer's shapes, back to back, against TransformerEngine's measured GEMM loop."""
+
+from dataclasses import replace
+
+import pytest
+
+from ppb_core.config.devices import (
+    ATTENTION_BACK_TO_BACK_SHARE_B200,
+    DEVICE_CATALOG,
+    FP8_LAYER_GEMM_SHARE_BLACKWELL,
+    LAYER_GEMM_SHARE_BLACKWELL,
+    MXFP8_MATMUL_RATIO_BLACKWELL,
+)
+from ppb_core.config.run import parse_run_config
+from ppb_core.timing.kernels import Kernels
+from ppb_core.timing.pricer import TimeModel
+from tests.test_timing_pricer import gelu_run
+
+# TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst (1609c890e): the hidden-4096, FFN-16384
+# layer at M = 31·512 = 15,872 tokens, MxKxN: 4 forward, 4 dgrad (K and N swapped), 4 wgrad (M = features,
+# K = tokens); B300, pre-quantized operands, 100 timed iterations: 13.102 ms BF16, 6.812 FP8 current
+# scaling, 7.161 MXFP8 a layer.
+M, H, F = 15872, 4096, 16384
+FORWARD = ((M, H, 3 * H), (M, H, H), (M, H, F), (M, F, H))
+SHAPES = FORWARD + tuple((m, n, k) for m, k, n in FORWARD) + tuple((k, m, n) for m, k, n in FORWARD)
+# ml-engineering compute/accelerator/README.md (744d01e), MAMF tables: B300 SXM 1769.0 BF16, 3353.3 FP8
+B300 = DEVICE_CATALOG["b200"].replace(matmul_efficiency=1769.0 / 2250, fp8_matmul_efficiency=3353.3 / 4500)
+
+
+def _layer_ms(matmul: str | None, share: float, ratio: float = 1.0) -> float:
+    kernels = Kernels.from_device(B300, "bf16", matmul_dtype=matmul)
+    kernels = replace(kernels, gemm_ceiling=kernels.gemm_ceiling * share * ratio)
+    return 1e3 * sum(kernels.gemm_compute_s(m, n, k) for m, k, n in SHAPES)
+
+
+def test_the_shares_are_the_measured_loop_over_the_tiles_at_mamf():
+    # 11.403 / 13.102 = 0.8703, 6.044 / 6.812 = 0.8873 (ppb's tiles at B300's MAMF, the catalog's comment)
+    assert LAYER_GEMM_SHARE_BLACKWELL == 0.870
+    assert FP8_LAYER_GEMM_SHARE_BLACKWELL == 0.887
+    assert _layer_ms(None, 1.0) == pytest.approx(11.403, abs=0.002)
+    assert _layer_ms("fp8", 1.0) == pytest.approx(6.044, abs=0.002)
+
+
+def test_with_the_shares_ppb_prices_the_measured_layer():
+    # the measured figures, within the shares' rounding (0.05%)
+    assert _layer_ms(None, LAYER_GEMM_SHARE_BLACKWELL) == pytest.approx(13.102, rel=0.001)
+    assert _layer_ms("fp8", FP8_LAYER_GEMM_SHARE_BLACKWELL) == pytest.approx(6.812, rel=0.001)
+    # MXFP8 through its ratio over per-tensor FP8 (0.951 = 6.812 / 7.161): 7.161 within 0.1%
+    mxfp8 = _layer_ms("fp8", FP8_LAYER_GEMM_SHARE_BLACKWELL, MXFP8_MATMUL_RATIO_BLACKWELL)
+    assert mxfp8 == pytest.approx(7.161, rel=0.001)
+
+
+def test_a_training_step_prices_its_gemms_at_the_share_on_blackwell_only():
+    for name, mamf_16, mamf_8, share_16, share_8 in (
+        ("b200", 0.776, 0.763, 0.870, 0.887),
+        ("gb200", 0.729, 0.723, 0.870, 0.887),
+        ("h100-80gb", 0.803, 0.709, 1.0, 1.0),  # no layer-shape loop measured on an H100 SXM: tiles at MAMF
+    ):
+        raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
+        bf16 = TimeModel(parse_run_config(raw))
+        assert bf16.kernels.gemm_ceiling == pytest.approx(mamf_16 * share_16, rel=1e-12)
+        fp8 = TimeModel(parse_run_config({**raw, "timing": {"matmul_dtype": "fp8"}}))
+        assert fp8.kernels.gemm_ceiling == pytest.approx(mamf_8 * share_8, rel=1e-12)
+        # the GEMMs FP8 training leaves in 16 bits (the output layer) at the 16-bit share
+        assert fp8._kernels_16.gemm_ceiling == pytest.approx(mamf_16 * share_16, rel=1e-12)
+        # the single-kernel model (XLA's tables, tile rule, fixed times) keeps MAMF
+        assert Kernels.from_device(DEVICE_CATALOG[name], "bf16").gemm_ceiling == pytest.approx(mamf_16)
+
+
+def test_a_run_config_may_set_the_shares():
+    raw = gelu_run(device={"name": "b200", "layer_gemm_share": 1.0}).model_dump(mode="json", exclude_none=True)
+    assert TimeModel(parse_run_config(raw)).kernels.gemm_ceiling == pytest.approx(0.776)
+
+
+def test_b200_attention_runs_at_its_back_to_back_share():
+    # flashinfer PR #2899: FA4 on a B200, 1450 TFLOP/s at its peak, 1237 throttled: 1237 / 1450 = 0.8531
+    assert ATTENTION_BACK_TO_BACK_SHARE_B200 == 0.853
+    for name, forward, backward, share in (
+        ("b200", 0.722, 0.585, 0.853),  # cuDNN's single-call rates (the catalog's), back to back
+        ("gb200", 0.679, 0.550, 1.0),  # 1697 / 2500, 1374 / 2500 measured on GB200: not measured back to back
+        ("h100-80gb", 0.602, 0.522, 1.0),
+    ):
+        raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
+        kernels = TimeModel(parse_run_config(raw)).kernels
+        assert kernels.attention_forward == pytest.approx(forward * share, rel=1e-3)
+        assert kernels.attention_backward == pytest.approx(backward * share, rel=1e-3)

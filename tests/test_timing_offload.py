@@ -1,0 +1,57 @@
+"""The time of Megatron-Core's fine-grained activation offloading (ppb_core/timing/offload.py): the
+backward's waits for the host-to-device reloads, by hand, with the PCIe rates the device catalog cites
+(stas00/ml-engineering network/README.md at 744d01e: nvbandwidth on 8x H200, each on its own Gen5 x16
+link, 55.43 GB/s host-to-device; PCIe 4 x16's spec 31.0 and PCIe 5 x16's 63.0 GB/s)."""
+
+from __future__ import annotations
+
+import pytest
+from test_memory_offload import ATTENTION, _offload
+from test_memory_runs import DENSE, body, model
+
+from ppb_core.config.devices import DEVICE_CATALOG
+from ppb_core.model.switches import LayerType
+from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.offload import reload_seconds, reload_wait_s
+from ppb_core.timing.pricer import TimeModel
+
+NOT = LayerType.NOT_REC_LAYER
+GIB = 1024**3
+
+
+def test_catalog_links():
+    # H100 SXM5 and H200 (PCIe Gen5 x16): the measured 55.43 GB/s; A100 SXM4 (Gen4 x16): 31.0 · 55.43 / 63.0
+    # = 1718.33 / 63.0 = 27.275 -> 27.28 GB/s; the others not priced
+    assert DEVICE_CATALOG["h100-80gb"].host_link_gbs == 55.43
+    assert DEVICE_CATALOG["h200"].host_link_gbs == 55.43
+    assert DEVICE_CATALOG["a100-80gb"].host_link_gbs == 27.28
+    assert DEVICE_CATALOG["generic"].host_link_gbs == 0.0
+
+
+def test_a_reload_beyond_its_window_is_waited_for():
+    # 1 GiB at 55.43 GB/s: 1073741824 / 55.43e9 = 0.0193712 s; behind a 5 ms backward the compute waits
+    # 0.0143712 s, behind a 25 ms one not at all
+    assert reload_seconds(GIB, 55.43) == pytest.approx(0.0193712, rel=1e-5)
+    assert reload_wait_s(GIB, 55.43, 0.005) == pytest.approx(0.0143712, rel=1e-5)
+    assert reload_wait_s(GIB, 55.43, 0.025) == 0.0
+    # no link priced, or nothing offloaded: no wait
+    assert reload_wait_s(GIB, 0.0, 0.0) == 0.0
+    assert reload_wait_s(0.0, 55.43, 0.0) == 0.0
+
+
+def test_the_iteration_waits_for_each_layers_reloads():
+    # DENSE (4 body layers) at s 64 with the attention groups offloaded moves 50176 bytes a layer and
+    # micro-batch (test_memory_offload). Over a link of 1e-6 GB/s (1000 B/s) a layer's reloads take
+    # 50.176 s, far beyond its backward b: each of the 4 layers of each of the 2 micro-batches (pp 1, so
+    # one after another) waits 50.176 − b more than with the link not priced.
+    slow = _offload(DENSE, ATTENTION, micro_batches=2)
+    slow = slow.model_copy(update={"device": slow.device.model_copy(update={"host_link_gbs": 1e-6})})
+    free = slow.model_copy(update={"device": slow.device.model_copy(update={"host_link_gbs": 0.0})})
+    assert model(slow).state_memory(body(slow), NOT).offloaded_bytes == 50176
+    backward_s = TimeModel(free).layer_times(body(free), NOT)[1] / 1e3
+    wait_s = 50176 / 1000 - backward_s
+    added = run_iteration(slow).seconds - run_iteration(free).seconds
+    assert added == pytest.approx(2 * 4 * wait_s, rel=1e-9)
+    # at the catalog's 55.43 GB/s, 50176 B take 0.9 µs, under any backward: nothing added
+    catalog = slow.model_copy(update={"device": slow.device.model_copy(update={"host_link_gbs": None})})
+    assert run_iteration(catalog).seconds == pytest.approx(run_iteration(free).seconds, rel=1e-12)
