@@ -29,6 +29,8 @@ from ppb_core.config.run import (
     SubModel,
     TimingOptions,
     Training,
+    check_fused_determinism,
+    check_mesh,
     check_timing_words,
     named_by,
     pydantic_error,
@@ -328,7 +330,10 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
-    check_timing_words(spec.framework, spec.timing, where, "search")  # every strategy's, refused once
+    flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
+    check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)
+    check_mesh(spec.device, spec.devices_per_node, where)
+    check_fused_determinism(spec.framework, spec.timing, spec.device, spec.seq_length, where)
     _check_devices(spec, where)
     fsdp_only = spec.limits.fsdp is not None and False not in spec.limits.fsdp
     others = sorted(set(spec.limits.zero or ()) - {3})
