@@ -8,6 +8,7 @@
 - a full mesh (`Links.mesh_links`): a group's share of the node never falls as more of its ranks share the
   node, so an in-node collective of a given payload never slows as the group grows; at a given link rate
   more links never slow a collective of a given group; more bandwidth never slows any collective;
+- TE 2.x's SM margin is never slower than TE 1.x's late CTAs beside a userbuffers kernel;
 - a grouped GEMM's launches (`launches.op_launches`, `cpp_gemm_share`) never fall as experts or the share
   grow, and at a share of at most one never exceed a SequentialMLP's launch an expert.
 """
@@ -19,12 +20,14 @@ from hypothesis import strategies as st
 from small_models import SMALL_GQA
 
 from ppb_core.config.run import parse_run_config
+from ppb_core.model.walk import walk
 from ppb_core.tables.run import run_from_frame, run_to_frame
 from ppb_core.timing.comm import Group, Links, collective_seconds, hop_seconds
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, REDUCE_SCATTER, Collective, Op
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import persistent_added_s
 from ppb_core.timing.launches import op_launches
+from ppb_core.timing.pricer import TimeModel
 
 FAST = settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 MANY = settings(max_examples=300, deadline=None, derandomize=True)
@@ -161,3 +164,33 @@ def test_a_grouped_gemm_s_launches_never_fall_as_experts_or_the_share_grow(a, b,
         assert grouped(few, low)[pass_] <= grouped(many, low)[pass_] + 1e-9
         assert grouped(few, low)[pass_] <= grouped(few, high)[pass_] + 1e-9
         assert grouped(many, min(high, 1.0))[pass_] <= sequential(many)[pass_] + 1e-9
+
+
+@FAST
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([512, 1024, 2048]), st.sampled_from([1024, 2048]))
+def test_te_2_s_sm_margin_is_never_slower_than_te_1_s_late_ctas(tp, hidden, seq):
+    # Under --tp-comm-overlap on Hopper a bulk kernel's GEMM launched for the SMs it leaves (TE 2.x) loses
+    # those SMs' share while they overlap; launched for all (TE 1.x) its late CTAs wait for them. Neither the
+    # slowed GEMM nor the waiting one can end before the other would: the margin is never the slower, even
+    # where the collective outlasts its GEMM (small GEMMs at TP 8).
+    spec = dict(SMALL_GQA, hidden_size=hidden, num_attention_heads=16, num_key_value_heads=8)
+    spec["intermediate_size"] = 4 * hidden
+    prices = {}
+    for margin in (True, False):
+        run = parse_run_config(
+            {
+                "name": "p",
+                "framework": "megatron",
+                "models": [{"name": "llm", "spec": spec}],
+                "parallel": {"tp": tp, "sequence_parallel": True},
+                "training": {"seq_length": seq, "micro_batch_size": 1, "micro_batches": 2},
+                "device": {"name": "h100-80gb"},
+                "timing": {"overlap": {"tp": 1.0}, "ub_sm_margin": margin},
+            }
+        )
+        model = TimeModel(run)
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        prices[margin] = model.op_prices(body)
+    for name, price in prices[True].items():
+        assert price.backward_ms <= prices[False][name].backward_ms * (1 + 1e-12) + 1e-15, name
+        assert price.forward_ms <= prices[False][name].forward_ms * (1 + 1e-12) + 1e-15, name
