@@ -26,6 +26,11 @@ torchtitan v0.2.2 (73a0e697) with torch's schedules (torch 2.13 torch/distribute
 * ScheduleInterleaved1F1B: m a multiple of its rounds, max(1, m // pp).
 * config/job_config.py `ActivationCheckpoint.mode` none | selective | full | memory_budget;
   activation_checkpoint.py: selective_ac_option "op" or a positive whole number.
+* the batch: train.py `Trainer.__init__` takes `global_batch_size` -1 as local × dp (dp = dp_shard ×
+  dp_replicate, the batch mesh) and asserts global a multiple of local × dp, the quotient its gradient-
+  accumulation steps; pipeline_parallel.py `pipeline_llm` raises ValueError unless
+  `pipeline_parallel_microbatch_size` divides `local_batch_size` and gives the schedule local / micro
+  micro-batches a step (job_config.py defaults: local 8, global -1, micro-batch 1).
 """
 
 from __future__ import annotations
@@ -197,3 +202,18 @@ def torchtitan_problems(
     if mode == "selective" and not (option == "op" or ((option or "").isdigit() and int(option) >= 1)):
         problems.append(f"selective_ac_option {option!r}")
     return problems
+
+
+def torchtitan_batch(training: dict, parallelism: dict, dp: int) -> tuple[int, int, int, list[str]]:
+    """(micro-batch size, micro-batches the schedule runs, gradient-accumulation steps, objections) that
+    torchtitan takes from a job TOML's `[training]` and `[parallelism]` tables on dp data-parallel ranks."""
+    local = training.get("local_batch_size", 8)
+    total = training.get("global_batch_size", -1)
+    micro = parallelism.get("pipeline_parallel_microbatch_size", 1)
+    total = local * dp if total < 0 else total
+    problems = []
+    if total <= 0 or total % (local * dp):
+        problems.append(f"global batch {total} is not a multiple of local {local} × dp {dp}")
+    if local % micro:
+        problems.append(f"local batch {local} is not divisible by the micro-batch size {micro}")
+    return micro, local // micro, total // (local * dp), problems

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +308,13 @@ def test_every_nth_places_full_by_position_across_body_types() -> None:
 
 
 def _result(grid: list[list[dict[str, int]]], schedule: str, framework: str = "torchtitan") -> dict[str, Any]:
-    given = {"stages": len(grid[0]), "interleave": len(grid), "schedule": schedule, "framework": framework}
+    given = {
+        "stages": len(grid[0]),
+        "interleave": len(grid),
+        "schedule": schedule,
+        "framework": framework,
+        "micro_batches": 4,
+    }
     return {"input": given, "cells": [[{"options": options} for options in row] for row in grid]}
 
 
@@ -324,6 +331,22 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
         'module_fqns_per_model_part = [["tok_embeddings", "layers.0", "layers.1"], ["layers.2"], ["layers.3"], '
         '["layers.4", "layers.5", "norm", "output"]]',
     ]
+    # with the run's batch, b = 2 on dp 4 at m = 4: micro-batch 2, local 2·4 = 8, global 8·4 = 32 (train.py
+    # `Trainer.__init__`: one gradient-accumulation step; pipeline_llm: 8 / 2 = 4 micro-batches)
+    batched = torchtitan(_result(grid, "interleaved"), TorchtitanRecompute(mode="full"), (2, 4))
+    assert batched is not None and batched["lines"] == [
+        *said["lines"][:3],
+        "pipeline_parallel_microbatch_size = 2",
+        said["lines"][3],
+        "# the batch the plan was priced at: merge these keys into your own [training] table",
+        "[training]",
+        "local_batch_size = 8",
+        "global_batch_size = 32",
+    ]
+    assert batched["batch"] == {"pipeline_parallel_microbatch_size": 2, "local_batch_size": 8, "global_batch_size": 32}
+    # pasted below a job's own [training] unmerged, the file is refused, not read with either batch
+    with pytest.raises(tomllib.TOMLDecodeError):
+        tomllib.loads(REST + "\n".join(batched["lines"]))
     assert torchtitan(_result(grid, "interleaved", "megatron"), None) is None
     assert torchtitan(_result([[{"NONE": 6}]], "1f1b"), None) is None  # PP 1: no split to say
     assert torchtitan(_result(grid, "dualpipev"), None)["lines"] is None  # type: ignore[index]
@@ -390,7 +413,7 @@ def test_the_printed_lines_import_back_to_the_plan(
     used = {o for row in rows for o, n in row["options"].items() if n}
     assert used <= {"NONE", "SLCT", "FULL"} and said["recompute_expressible"]
     assert "SLCT" not in used or ac == OP_AC  # SLCT only as the run's op policy
-    toml = REST + "\n".join(said["lines"]).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+    toml = _merged(said["lines"], dp)
     job = tmp_path / "back.toml"
     job.write_text(toml)
     back = tmp_path / "back.yaml"
@@ -399,6 +422,9 @@ def test_the_printed_lines_import_back_to_the_plan(
     assert raw["parallel"]["layout"] == split
     assert raw["parallel"]["pp"] == len(rows) and raw["parallel"]["vpp"] == chunks
     assert raw["training"]["recompute"] == recompute
+    # the batch priced: REST's local 8 at the default micro-batch 1 is 8 micro-batches of 1
+    assert (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"]) == (1, 8)
+    assert said["batch"]["local_batch_size"] == 8 and result["input"]["micro_batches"] == 8
     # what the imported job runs per rank (config.recompute counts a rank's blocks across its chunks) is
     # the plan's options, cell by cell
     recompute = resolve(TorchtitanRecompute(**raw["training"]["recompute"]))
@@ -440,9 +466,20 @@ def _tight_run(tmp_path: Path) -> Path:
     return run
 
 
+def _merged(lines: list[str], dp: str) -> str:
+    """REST and the printed lines as one job TOML, the lines' `[training]` keys merged into REST's
+    `[training]` as their comment says (theirs replacing REST's), *dp* added to `[parallelism]`."""
+    head, _, training = "\n".join(lines).partition("[training]\n")
+    rest = REST
+    for line in training.splitlines():
+        key = line.split(" = ")[0]
+        rest = "".join(kept for kept in rest.splitlines(keepends=True) if not kept.startswith(key + " = "))
+    rest = rest.replace("[training]\n", "[training]\n" + training + ("\n" if training else ""), 1)
+    return rest + head.replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
+
+
 def _imported_layout(lines: list[str], dp: str = "data_parallel_shard_degree = 1\ntensor_parallel_degree = 2\n") -> Any:
-    toml = REST + "\n".join(lines).replace("[parallelism]\n", "[parallelism]\n" + dp, 1) + "\n"
-    return import_torchtitan(toml, 8, "h100-80gb").raw
+    return import_torchtitan(_merged(lines, dp), 8, "h100-80gb").raw
 
 
 def test_check_and_the_report_give_the_optimums_torchtitan_lines(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from framework_rules import megatron_problems, torchtitan_problems
+from framework_rules import megatron_problems, torchtitan_batch, torchtitan_problems
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -101,26 +101,39 @@ def test_megatrons_printed_flags_are_accepted(drawn: tuple[Plan, int], selective
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(drawn=plans("torchtitan"))
-def test_torchtitans_printed_lines_are_accepted(drawn: tuple[Plan, int]) -> None:
+@given(drawn=plans("torchtitan"), micro_batch_size=st.integers(1, 4), dp=st.integers(1, 16))
+def test_torchtitans_printed_lines_are_accepted(drawn: tuple[Plan, int], micro_batch_size: int, dp: int) -> None:
     plan, micro_batches = drawn
     p = plan.problem
     result = {"input": p.describe(), "cells": cells(plan)}
-    said = torchtitan(result, {"mode": "selective", "option": "op"})
+    said = torchtitan(result, {"mode": "selective", "option": "op"}, (micro_batch_size, dp))
     if said is None or not said.get("lines"):
         return
     toml = tomllib.loads("\n".join(said["lines"]))
     ac = toml.get("activation_checkpoint", {})
+    # the batch torchtitan takes from the lines is the plan's: b-sized micro-batches, m of them, one step
+    micro, scheduled, steps, batch_problems = torchtitan_batch(toml["training"], toml["parallelism"], dp)
+    assert batch_problems == [] and (micro, scheduled, steps) == (micro_batch_size, micro_batches, 1)
     problems = torchtitan_problems(
         toml["parallelism"]["module_fqns_per_model_part"],
         degree=toml["parallelism"]["pipeline_parallel_degree"],
         schedule=toml["parallelism"]["pipeline_parallel_schedule"],
         num_layers=p.layers.nb_body_layers,
-        micro_batches=micro_batches,
+        micro_batches=scheduled,
         mode=ac.get("mode"),
         option=ac.get("selective_ac_option"),
     )
     assert problems == [], (said["lines"], problems)
+
+
+def test_torchtitans_batch_rules_refuse_what_torchtitan_refuses() -> None:
+    # job_config.py defaults (local 8, global -1 = 8 × dp, micro-batch 1): 8 micro-batches, one step
+    assert torchtitan_batch({}, {}, 4) == (1, 8, 1, [])
+    # global 64 on dp 4 at local 8: 64 / 32 = 2 gradient-accumulation steps of 8 / 2 = 4 micro-batches
+    training = {"local_batch_size": 8, "global_batch_size": 64}
+    assert torchtitan_batch(training, {"pipeline_parallel_microbatch_size": 2}, 4) == (2, 4, 2, [])
+    assert torchtitan_batch({"local_batch_size": 6}, {"pipeline_parallel_microbatch_size": 4}, 1)[3]  # 6 % 4
+    assert torchtitan_batch({"local_batch_size": 8, "global_batch_size": 48}, {}, 4)[3]  # 48 % 32
 
 
 def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
@@ -191,6 +204,9 @@ def test_the_searchs_torchtitan_files_are_accepted(written) -> None:
         entry = next(e for e in result.ranked if e.strategy.label(spec) == label)
         toml = tomllib.loads(path.read_text())
         ac = toml.get("activation_checkpoint", {})
+        s = entry.strategy
+        micro, scheduled, steps, batch_problems = torchtitan_batch(toml["training"], toml["parallelism"], s.dp)
+        assert batch_problems == [] and (micro, scheduled, steps) == (s.micro_batch_size, s.micro_batches, 1)
         problems = torchtitan_problems(
             toml["parallelism"]["module_fqns_per_model_part"],
             degree=toml["parallelism"]["pipeline_parallel_degree"],

@@ -217,15 +217,21 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         )
         dp = entry.strategy.dp
         job = tmp_path / f"job{place}.toml"
-        text = "\n".join(lines).replace(
+        # the lines' [training] keys merged into the job's own [training], as their comment says
+        text, _, training = "\n".join(lines).partition("[training]\n")
+        text = text.replace(
             "[parallelism]\n", f"[parallelism]\ndata_parallel_shard_degree = {dp}\ntensor_parallel_degree = 1\n", 1
         )
-        job.write_text(TITAN_REST + text + "\n")
+        assert "local_batch_size" in training
+        job.write_text(TITAN_REST.replace("local_batch_size = 4\n", training + "\n") + text + "\n")
         out = tmp_path / f"imported{place}.yaml"
         assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "h100-80gb", "-o", str(out)]) == 0
         raw = yaml.safe_load(out.read_text())
         assert raw["parallel"]["layout"] == split
         assert raw["parallel"]["pp"] == 2 and raw["training"]["recompute"] == {"mode": "none"}
+        # the batch the strategy was ranked at, not the job's own local_batch_size 4
+        batch = (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"])
+        assert batch == (entry.strategy.micro_batch_size, entry.strategy.micro_batches)
     # every pipelined plan of the ranking gets its lines (tiny-titan's holds PP 2 × 2 chunks, ZeRO-0)
     assert written == sum(entry.strategy.pp > 1 for entry in result.ranked) >= 1
     capsys.readouterr()

@@ -11,6 +11,15 @@
   selective `op`, or selective N, every N-th block of a rank), so the lines run as printed. A plan
   solved without it (a result from elsewhere) is read from its options: one mode for every block,
   or the split alone with why.
+* the batch the plan was priced at (train.py `Trainer.__init__`, pipeline_parallel.py `pipeline_llm`):
+  `[parallelism] pipeline_parallel_microbatch_size` = the micro-batch b, and a `[training]` table with
+  `local_batch_size` = b·m (m micro-batches a step) and `global_batch_size` = b·m·dp (dp = dp_shard ·
+  dp_replicate: one gradient-accumulation step, one pipeline flush). Without them torchtitan takes
+  its defaults (b 1, local 8) or the user's own `[training]`, a plan other than the one priced. TOML
+  takes one `[training]` table a file, so a comment above it says to merge the keys into the user's;
+  pasted beside another `[training]` the file is refused by the TOML parser, never read silently.
+  These are v0.2.2's names (since 8570415c3, 2025-06-05; before it `training.batch_size` and
+  `experimental.pipeline_parallel_microbatches`, with other split keys too).
 
 `ppb import torchtitan` (`torchtitan_import`) reads these lines back to the same split.
 """
@@ -22,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ppb_core.balance.torchtitan_settings import op_policy, toml_keys
+from ppb_core.config.run import RunConfig
 
 # ppb's schedule (`problem.schedule_name`) → pipeline_parallel_schedule (torch.distributed.pipelining's names)
 SCHEDULE_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -65,9 +75,22 @@ def activation_checkpoint(
     )
 
 
-def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | None:
+def batch_keys(micro_batch_size: int, micro_batches: int, dp: int) -> dict[str, int]:
+    """torchtitan's batch keys for b-sized micro-batches, m of them a step, on dp data-parallel ranks."""
+    local = micro_batch_size * micro_batches
+    return {
+        "pipeline_parallel_microbatch_size": micro_batch_size,
+        "local_batch_size": local,
+        "global_batch_size": local * dp,
+    }
+
+
+def torchtitan(
+    result: Mapping[str, Any], recompute: Any, batch: tuple[int, int] | None = None
+) -> dict[str, Any] | None:
     """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's
-    with PP > 1), from the result's `input` and `cells`; *recompute* is the run's `training.recompute`."""
+    with PP > 1), from the result's `input` and `cells`; *recompute* is the run's `training.recompute`,
+    *batch* its (micro-batch size, data-parallel degree): without it the lines say no batch."""
     given = result["input"]
     stages, chunks, schedule = given["stages"], given["interleave"], given["schedule"]
     if given.get("framework") != "torchtitan" or stages < 2 or "cells" not in result:
@@ -84,29 +107,40 @@ def torchtitan(result: Mapping[str, Any], recompute: Any) -> dict[str, Any] | No
     used = {option for cell in ordered for option, n in cell["options"].items() if n}
     fqns = module_fqns(layers)
     ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"))
+    keys = None if batch is None else batch_keys(batch[0], given["micro_batches"], batch[1])
     lines = [
         "[parallelism]",
         f"pipeline_parallel_degree = {stages}",
         f'pipeline_parallel_schedule = "{SCHEDULE_NAMES[schedule]}"',
+        *([] if keys is None else [f"pipeline_parallel_microbatch_size = {keys['pipeline_parallel_microbatch_size']}"]),
         f"module_fqns_per_model_part = {json.dumps(fqns)}",
     ]
     if ac is not None:
         lines += ["[activation_checkpoint]", *(f'{key} = "{value}"' for key, value in ac.items())]
+    if keys is not None:
+        lines += [
+            "# the batch the plan was priced at: merge these keys into your own [training] table",
+            "[training]",
+            f"local_batch_size = {keys['local_batch_size']}",
+            f"global_batch_size = {keys['global_batch_size']}",
+        ]
     out: dict[str, Any] = {
         "lines": lines,
         "module_fqns_per_model_part": fqns,
         "activation_checkpoint": ac,
         "recompute_expressible": ac is not None,
     }
+    if keys is not None:
+        out["batch"] = keys
     if why is not None:
         out["note"] = why
     return out
 
 
-def add_torchtitan(result: dict[str, Any], recompute: Any) -> None:
-    """The `torchtitan` section into a balance result of a torchtitan run (`ppb balance`, `ppb check`'s
+def add_torchtitan(result: dict[str, Any], run: RunConfig) -> None:
+    """The `torchtitan` section into a balance result of a torchtitan *run* (`ppb balance`, `ppb check`'s
     optimum, the chain's plan), beside `megatron`; nothing for any other."""
-    said = torchtitan(result, recompute)
+    said = torchtitan(result, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
     if said is not None:
         result["torchtitan"] = said
 

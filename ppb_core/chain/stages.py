@@ -162,7 +162,7 @@ def pipeline_plan(
         standalone_problem(run, problem),
         lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, price=iteration_price(run), **cuts),
     )
-    add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines, as `ppb balance` prints
+    add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
 
 

@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:
-        add_torchtitan(result, run_config.training.recompute)  # a torchtitan run's job TOML lines
+        add_torchtitan(result, run_config)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
         result.update(applied_calibrations(run_config))  # which measured files priced the plan, and their fit
     text = json.dumps(result, indent=2)

@@ -74,7 +74,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 ),
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
-        add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines for the optimum
+        add_torchtitan(result, run)  # a torchtitan run's job TOML lines for the optimum
         if result["status"] != "infeasible" and "cells" in result:
             apart = result["input"].get("mtp_cell")
             at = None if apart is None else (int(apart[0]), int(apart[1]))

@@ -188,7 +188,7 @@ def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
         return None
     run = validate(spec, entry.strategy)
     assert not isinstance(run, Refusal)  # it was ranked
-    return torchtitan(entry.plan, run.training.recompute)
+    return torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
 
 
 def torchtitan_text(said: dict[str, Any]) -> str:
