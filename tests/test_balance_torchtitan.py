@@ -513,3 +513,30 @@ def test_check_and_the_report_give_the_optimums_torchtitan_lines(
     )
     raw = _imported_layout(said)
     assert raw["parallel"]["layout"] == split and raw["training"]["recompute"] == {"mode": "selective", "option": 2}
+
+
+def test_check_reads_the_printed_lines_back_to_the_plan_and_refuses_another_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PP 2 × 2 chunks at 50000 MB: every 2nd block of a rank full, counted across its two chunks
+    # (apply_ac's counter), so the cells' FULL counts depend on the chunk before (5 | 11 on rank 0)
+    result = _balance(tmp_path, PP2V2, "50000", capsys)
+    lines = result["torchtitan"]["lines"]
+    assert 'selective_ac_option = "2"' in lines and "local_batch_size = 8" in lines  # REST's b 1 × m 8
+    run, plan = tmp_path / "run.yaml", tmp_path / "plan.toml"
+    plan.write_text("\n".join(lines) + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--json", "--no-optimum"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["form"] == "torchtitan"
+    assert [row["options"] for row in checked["stages"]] == [row["options"] for row in result["stages"]]
+    assert checked["iteration_s"] == pytest.approx(result["iteration"]["seconds"], rel=1e-9)
+    # the whole job TOML, the printed keys merged into its own tables, reads the same
+    dp = "data_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n"
+    plan.write_text(_merged(lines, dp))
+    assert main(["check", str(run), "--plan", str(plan), "--json", "--no-optimum"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_s"] == checked["iteration_s"]
+    # a batch other than the run's (b 1, m 8, dp 2: local 8, global 16) is refused in one line
+    plan.write_text("\n".join(lines).replace("local_batch_size = 8", "local_batch_size = 16") + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{plan}: training.local_batch_size: 16; the run config prices 8" in err

@@ -42,7 +42,7 @@ def plan_flags(plan: str) -> tuple[MegatronFlags, str] | None:
         text, where = plan, "--plan"
     else:
         path = Path(plan)
-        if path.suffix.lower() in (".yaml", ".yml", ".json") or not os.path.isfile(path):
+        if path.suffix.lower() in (".yaml", ".yml", ".json", ".toml") or not os.path.isfile(path):
             return None
         try:
             text, where = read_text(path), str(path)

@@ -24,6 +24,7 @@ from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.torchtitan_user_plan import from_torchtitan
 from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.run import ParallelOptimizerConfig, RunConfig
 from ppb_core.errors import InputError, misspelt, shown, shown_key
@@ -60,9 +61,10 @@ def read_plan(
             return from_mindformers(standalone, document, str(path), run), "mindformers", mtp_cell
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
-        if path.suffix.lower() == ".toml":  # torchtitan's plan lines: read through its job config
-            said = "a torchtitan job TOML: read it with `ppb import torchtitan`, whose run config prices its plan"
-            raise InputError(str(path), None, said)
+        if path.suffix.lower() == ".toml":  # torchtitan's plan lines (`ppb balance`'s) or a whole job TOML
+            if run is not None and run.framework != "torchtitan":
+                raise InputError(str(path), None, f"a torchtitan job TOML; the run's framework is {run.framework}")
+            return from_torchtitan(problem, path, run), "torchtitan", None
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
     unsaid = not_megatrons(problem)
     if unsaid is not None:

@@ -1,0 +1,97 @@
+"""A torchtitan job TOML read back as a plan for `ppb check --plan`: the lines `ppb balance` prints
+(`torchtitan_plan`) or a user's whole job TOML.
+
+* the split: `[parallelism] module_fqns_per_model_part` (read as `ppb import torchtitan` reads it),
+  one part a cell in model order, chunk by chunk (pipeline_module_split's "loop" style);
+* the recompute: `[activation_checkpoint]` as torchtitan applies it (activation_checkpoint.py
+  `apply_ac`), block by block of a rank counted across its chunks (`Recompute.chunk_options`);
+* the batch: `pipeline_parallel_microbatch_size`, `training.local_batch_size` and
+  `training.global_batch_size`, where stated, must be the run config's (b, m, dp), as the plan is
+  checked at the run config's batch (train.py `Trainer.__init__`, pipeline_parallel.py `pipeline_llm`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.torchtitan_import import _recompute, _stages_of_fqns, _Toml
+from ppb_core.config.recompute import TorchtitanRecompute, resolve
+from ppb_core.config.run import RunConfig
+from ppb_core.errors import InputError
+from ppb_core.io import read_text
+from ppb_core.model.switches import OPTIONS
+
+
+def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) -> Plan:
+    """The plan a torchtitan job TOML at *path* states, for *problem* (the run config's)."""
+    where = str(path)
+    try:
+        document = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(where, None, f"not TOML: {err}") from None
+    toml = _Toml(document, where)
+    parallelism = toml.table("parallelism")
+    key = "parallelism.module_fqns_per_model_part"
+    if "module_fqns_per_model_part" not in parallelism:
+        raise InputError(where, key, "is missing: the plan is its parts' module names (ppb balance prints them)")
+    parts = _stages_of_fqns(parallelism["module_fqns_per_model_part"], problem.layers.nb_body_layers, where)
+    if len(parts) != len(problem.cells):
+        said = f"{len(parts)} parts; the run has {problem.stages} stages × {problem.chunks} chunks"
+        raise InputError(where, key, said)
+    degree = parallelism.get("pipeline_parallel_degree", problem.stages)
+    if degree != problem.stages:
+        raise InputError(where, "parallelism.pipeline_parallel_degree", f"{degree}; the run has {problem.stages}")
+    said = _recompute(toml, [])
+    if run is not None:
+        _same_batch(toml, run, problem.micro_batches)
+        if said.get("option") == "op" and run.training.recompute != TorchtitanRecompute(**said):
+            # ppb's SLCT is the run's own selective switches: the op policy priced only when the run says it
+            raise InputError(
+                where,
+                "activation_checkpoint.selective_ac_option",
+                "op: the run config's training.recompute "
+                "must be {mode: selective, option: op} for ppb to price torchtitan's op policy",
+            )
+    recompute = resolve(TorchtitanRecompute(**said))
+    sizes = [part.count("t") for part in parts]
+    counts = empty_counts(problem)
+    remaining = [body.nb_layer for body in problem.layers.bodies]
+    before = [0] * problem.stages  # a rank's blocks in its earlier chunks (apply_ac counts across them)
+    body = 0
+    for (v, s), size in zip(problem.cells, sizes, strict=True):
+        for option in recompute.chunk_options(size, before[s]):
+            if option not in problem.options:
+                raise InputError(where, "activation_checkpoint.mode", f"needs {option}, which the descriptions lack")
+            while remaining[body] == 0:
+                body += 1
+            counts[body][v][s][OPTIONS.index(option)] += 1
+            remaining[body] -= 1
+        before[s] += size
+    return Plan(problem, freeze(counts))
+
+
+def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
+    """Refuse a stated batch other than the run config's b-sized micro-batches, m a step, on dp ranks."""
+    b, dp = run.training.micro_batch_size, run.parallel.dp
+    parallelism, training = toml.table("parallelism"), toml.table("training")
+    micro_key = "pipeline_parallel_microbatch_size"
+    if micro_key not in parallelism and not {"local_batch_size", "global_batch_size"} & set(training):
+        return  # no batch stated: the lines of a plan, priced at the run config's
+    # job_config.py's defaults for what is not stated: micro-batch 1, local 8, global -1 (local × dp)
+    local = training.get("local_batch_size", 8)
+    stated = {
+        f"parallelism.{micro_key}": (parallelism.get(micro_key, 1), b),
+        "training.local_batch_size": (local, b * micro_batches),
+        "training.global_batch_size": (training.get("global_batch_size", -1), b * micro_batches * dp),
+    }
+    for key, (value, wanted) in stated.items():
+        if value != wanted and not (key == "training.global_batch_size" and value == -1 and local * dp == wanted):
+            raise InputError(
+                toml.where,
+                key,
+                f"{value}; the run config prices {micro_batches} micro-batches of {b} on dp {dp} "
+                f"(micro-batch {b}, local {b * micro_batches}, global {b * micro_batches * dp})",
+            )
