@@ -376,6 +376,18 @@ def test_a_plan_file_with_no_megatron_flag_is_refused(
     assert code == 2 and err.count("\n") == 1 and f"{plan}: holds no Megatron-LM flag" in err, err
 
 
+def test_a_torchtitan_job_toml_is_sent_to_the_importer(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """A job TOML holds torchtitan's plan lines, not Megatron-LM flags: the error said "holds no Megatron-LM
+    flag ... a MindFormers yaml plan needs a .yaml name", which points the wrong way."""
+    plan = tmp_path / "llama3_8b.toml"
+    plan.write_text("[parallelism]\npipeline_parallel_degree = 2\n")
+    code = main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: a torchtitan job TOML: read it with `ppb import" in err
+
+
 def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
     """The table's iteration line is `iteration.seconds` (schedule, P2P, DP reduction, optimizer),
     with its tokens/s per device; it said "(the pipeline schedule run on the layers' times)"."""

@@ -706,6 +706,22 @@ def test_a_tp_comm_overlap_cfg_turning_set_sm_margin_off_gives_ub_sm_margin_fals
     assert "ub_sm_margin" not in plain.raw["timing"]
 
 
+def test_tp_comm_overlap_under_the_local_spec_overlaps_nothing_and_reads_no_cfg() -> None:
+    # initialize.py `_initialize_tp_communicators` builds TE's userbuffers under --tp-comm-overlap whatever the
+    # spec, but only TE's layers use them: the local spec's tensor_parallel layers read no tp_comm_overlap
+    # (megatron/core/tensor_parallel/, d98e8a64). So no TP overlap, and the cfg's methods and margin unread
+    # (a run config stating them under transformer_impl local is refused: they would price nothing).
+    flags = f"{BASE} --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg ub.yaml --transformer-impl local"
+    cfg = "fc2_fprop:\n  method: ring_exchange\nqkv_dgrad:\n  method: bulk\n  set_sm_margin: 0\n"
+    imported = import_megatron(flags, 8, "h100-80gb", read_file={"ub.yaml": cfg}.get)
+    timing = imported.raw["timing"]
+    assert timing["overlap"]["tp"] == 0.0
+    assert "tp_comm_overlap_methods" not in timing and "ub_sm_margin" not in timing
+    te = import_megatron(flags.replace("local", "transformer_engine"), 8, "h100-80gb", read_file={"ub.yaml": cfg}.get)
+    assert te.raw["timing"]["overlap"]["tp"] == 1.0
+    assert te.raw["timing"]["tp_comm_overlap_methods"] == {"fc2_fprop": "ring_exchange"}
+
+
 def test_cross_entropy_fusion_impl_is_carried() -> None:
     # Megatron-LM language_module.py `compute_language_model_loss` (d98e8a64): --cross-entropy-fusion-impl te
     # runs TransformerEngine's parallel_cross_entropy, native the compiled fused_cross_entropy.py; it matters

@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppb_core.cli.main import main
+from ppb_core.config.run import parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.schedules import (
     check,
     in_flight_vectors,
@@ -179,3 +181,42 @@ def test_a_stated_group_against_a_run_at_the_default_says_the_default(
     assert "8, the run config has 2 (parallel.microbatch_group_size_per_vp_stage, unset: the default pp)" in (
         capsys.readouterr().err
     )
+
+
+def _interleaved_run(framework: str, micro_batches: int, group: int | None = None) -> dict:
+    raw = yaml.safe_load((CONFIGS / "llama3-8b.yaml").read_text())
+    raw["models"][0]["config"] = str((CONFIGS / raw["models"][0]["config"]).resolve())
+    raw["framework"] = framework
+    raw["parallel"].update(pp=2, dp=16, vpp=2, schedule="interleaved")
+    if framework == "torchtitan":
+        raw["parallel"].update(zero=0, sequence_parallel=True)
+        raw["training"]["recompute"] = {"mode": "selective", "option": "op"}
+    if group is not None:
+        raw["parallel"]["microbatch_group_size_per_vp_stage"] = group
+    raw["training"]["micro_batches"] = micro_batches
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("framework", "micro_batches", "group", "said"),
+    [
+        # schedules.py: the default group is pp = 2, and 5 mod 2 = 1 < 2 (RuntimeError); groups of 3 leave
+        # 5 mod 3 = 2 ≥ 2, accepted
+        ("megatron", 5, None, "5 micro-batches in Megatron's default groups of pp 2 leave a last group of 1"),
+        ("megatron", 5, 3, None),
+        ("megatron", 6, None, None),
+        # torch's ScheduleInterleaved1F1B: max(1, 5 // 2) = 2 rounds, 5 mod 2 = 1 (ValueError); 6 in 3 rounds
+        ("torchtitan", 5, None, "torch's Interleaved1F1B runs 5 micro-batches in 2 rounds"),
+        ("torchtitan", 6, None, None),
+    ],
+)
+def test_the_interleaved_micro_batches_each_framework_refuses(
+    framework: str, micro_batches: int, group: int | None, said: str | None
+) -> None:
+    raw = _interleaved_run(framework, micro_batches, group)
+    if said is None:
+        parse_run_config(raw, "run.yaml")
+        return
+    with pytest.raises(InputError) as err:
+        parse_run_config(raw, "run.yaml")
+    assert err.value.field == "training.micro_batches" and said in err.value.problem

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import check, simulate
-from ppb_core.search.bound import Ends, Kind, lp_bound, schedule_forms, stage_bound
+from ppb_core.search.bound import Ends, Kind, _form_terms, _forms_terms, lp_bound, schedule_forms, stage_bound
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.screen import FigureCache, after_schedule_ms, blocking, run_forms, schedule_floor_ms
 from ppb_core.search.spec import load_search_spec
@@ -137,3 +137,30 @@ def test_the_stage_bound_by_hand() -> None:
     # with room for one layer per stage (10 MB, 6 MB a layer) no plan fits; room for two on stage 0 gives 12
     assert stage_bound(forms, [layer], ends, room_mb=[10.0, 10.0], layer_mb=[[6.0], [6.0]]) == float("inf")
     assert stage_bound(forms, [layer], ends, room_mb=[12.0, 10.0], layer_mb=[[6.0], [6.0]]) == 12.0
+
+
+@pytest.mark.parametrize(
+    ("schedule", "stages", "chunks", "micro_batches", "group"),
+    [
+        ("1f1b", 4, 1, 8, None),
+        ("interleaved", 2, 2, 5, 3),
+        ("interleaved", 4, 2, 8, None),
+        ("dualpipev", 2, 2, 4, None),
+    ],
+)
+def test_the_forms_rows_built_once_are_the_rows_built_each_time(schedule, stages, chunks, micro_batches, group) -> None:
+    """`bound._forms_terms` (the relaxed program's form rows, built once per shape and column layout) gives
+    each form's row as `_form_terms` writes it for that layout: the same terms in the same order, a copy each
+    time (`lp_bound` keeps its own)."""
+    forms = schedule_forms(schedule, stages, chunks, micro_batches, group)
+    count = len(forms.cells)
+    for first in (0, 7, 3 * count):
+        forward = list(range(first, first + count))
+        backward = list(range(first + count, first + 2 * count))
+        forward_prefix = list(range(first + 2 * count, first + 3 * count + 1))
+        backward_prefix = list(range(first + 3 * count + 1, first + 4 * count + 2))
+        top = first + 4 * count + 2
+        direct = [_form_terms(f, forward, backward, forward_prefix, backward_prefix, top) for f in forms.forms]
+        once = _forms_terms(forms, first)
+        assert [list(t.items()) for t in once] == [list(t.items()) for t in direct]
+        assert _forms_terms(forms, first) is once

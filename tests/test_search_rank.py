@@ -31,7 +31,7 @@ from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
-SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp")
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups")
 
 
 @pytest.fixture(scope="module")
@@ -231,9 +231,30 @@ def test_one_balance_serves_strategies_with_the_same_problem() -> None:
         (1, False, ["--use-distributed-optimizer"]),
         # the distributed optimizer keeps the fp32 gradient buffer whole (ZeRO-1): ZeRO-2, ranked with its
         # gradients sharded, was written as --use-distributed-optimizer, a run holding them whole
-        (2, False, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads"]),
-        (3, False, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]),
-        (3, True, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]),
+        # Megatron-FSDP asserts --ckpt-format fsdp_dtensor (arguments.py validate_args, d98e8a64)
+        (
+            2,
+            False,
+            ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads", "--ckpt-format fsdp_dtensor"],
+        ),
+        (
+            3,
+            False,
+            [
+                "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy optim_grads_params",
+                "--ckpt-format fsdp_dtensor",
+            ],
+        ),
+        (
+            3,
+            True,
+            [
+                "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy optim_grads_params",
+                "--ckpt-format fsdp_dtensor",
+            ],
+        ),
     ],
 )
 def test_megatron_flags_shard_what_the_strategy_shards(zero: int, fsdp: bool, said: list[str]) -> None:

@@ -78,6 +78,27 @@ def test_every_shipped_search_loads() -> None:
             "timing.cuda_graph_warmup_steps",
             "this search's framework is torchtitan",
         ),
+        # torchtitan's [compile] under Megatron; TE's settings without the TE part they set
+        (lambda raw: raw.update(timing={"compile_loss": True}), "timing.compile_loss", "torchtitan's [compile]"),
+        (
+            lambda raw: (
+                raw.update(timing={"te_attention_backend": "flash"}) or raw["training"].update(flash_attention=False)
+            ),
+            "timing.te_attention_backend",
+            "training.flash_attention is false",
+        ),
+        (lambda raw: raw.update(timing={"ub_sm_margin": False}), "timing.ub_sm_margin", "timing.overlap.tp > 0"),
+        # --attention-backend fused under determinism on A100: TE has no attention left (every strategy's)
+        (
+            lambda raw: (
+                raw.update(timing={"te_attention_backend": "fused", "deterministic": True})
+                or raw["device"].update(name="a100-80gb")
+            ),
+            "timing.te_attention_backend",
+            "fused under deterministic attention on sm80",
+        ),
+        # the tiny spec's nodes of 4 are no mesh of 7 links (a node of 8)
+        (lambda raw: raw["device"].update(intra_node_links=7), "device.intra_node_links", "devices_per_node is 4"),
         (lambda raw: raw["device"].update(reserved_mb=9000), "device.memory_mb", "no memory left"),
         (lambda raw: raw["search"].update(top=0), "search.top", "greater than 0"),
         # sizes no real search has (ppb_core/limits.py)

@@ -80,8 +80,8 @@ def test_a_switch_gives_every_group_the_whole_bandwidth_over_a_ring():
     # ROUND_DEVICE: 100 GB/s at 0.5 = 5e10 B/s; TP2 ring: P/2 over it, one step of 0 us.
     seconds = collective_seconds(Collective("all_gather", "tp", PAYLOAD, "tp"), links(ROUND_DEVICE, tp=2))
     assert seconds == pytest.approx(PAYLOAD / 2 / 5e10)
-    # the same device stated as a mesh of 4 links: a TP2 group has one, 1.25e10 B/s
-    meshed = links({**ROUND_DEVICE, "intra_node_links": 4}, tp=2)
+    # the same device stated as a mesh of 4 links (a node of 5): a TP2 group has one, 1.25e10 B/s
+    meshed = links({**ROUND_DEVICE, "intra_node_links": 4}, tp=2, devices_per_node=5)
     assert collective_seconds(Collective("all_gather", "tp", PAYLOAD, "tp"), meshed) == pytest.approx(
         PAYLOAD / 2 / 1.25e10
     )
@@ -97,6 +97,31 @@ def test_a_run_config_can_state_a_switched_ascend_node():
 def test_a_negative_link_count_is_refused():
     with pytest.raises((InputError, ValueError)):
         run({"name": "ascend-910b", "intra_node_links": -1}, tp=2)
+
+
+@pytest.mark.parametrize(
+    ("device", "parallel", "field", "said"),
+    [
+        # one link to each peer: 999 links a device is a node of 1000, not the default 8 (it priced TP2's
+        # collectives over 1/999 of the bandwidth, an H100 run 3.4 s -> 281 s)
+        ({"name": "h100-80gb", "intra_node_links": 999}, {}, "device.intra_node_links", "a node of 1000 devices"),
+        # a mesh of 4 in a node of 8: pairs with no link between them
+        ({**ROUND_DEVICE, "intra_node_links": 4}, {}, "device.intra_node_links", "devices_per_node is 8"),
+        # the catalog's 7 HCCS links (an 8-NPU server) in a node said to hold 16
+        ({"name": "ascend-910b"}, {"devices_per_node": 16}, "parallel.devices_per_node", "ascend-910b's"),
+    ],
+)
+def test_a_mesh_whose_links_do_not_join_the_node_s_devices_is_refused(device, parallel, field, said):
+    with pytest.raises(InputError) as caught:
+        run(device, tp=2, **parallel)
+    assert caught.value.field == field
+    assert said in caught.value.problem
+
+
+def test_a_switched_node_of_any_size_and_a_mesh_of_its_node_are_accepted():
+    assert run({"name": "ascend-910b"}, tp=2, devices_per_node=8).device.profile().intra_node_links == 7
+    assert run({"name": "ascend-910b", "intra_node_links": 0}, tp=2, devices_per_node=16).parallel.devices_per_node
+    assert run({"name": "ascend-910b", "intra_node_links": 3}, tp=2, devices_per_node=4).device.intra_node_links
 
 
 def test_a_data_parallel_group_spread_over_the_node_uses_its_local_links():
@@ -127,3 +152,12 @@ def test_a_pipeline_send_inside_the_node_has_one_link():
 def test_a_ring_hop_inside_the_mesh_has_one_link():
     found = links(tp=4)
     assert hop_seconds(Collective("p2p", "tp", PAYLOAD, "tp"), found) == pytest.approx(PAYLOAD / 4 / LINK + STEP)
+
+
+def test_a_ring_hop_of_a_group_leaving_the_node_still_has_one_link_inside_it():
+    # A ring of 16 over two 8-NPU servers (stride 1): 8 local ranks, so the ring's rate is min(the node's
+    # 7 links, 8 NICs) = min(156.8e9, 8 · 20e9) = 156.8e9 B/s; but a hop between neighbours inside a server
+    # has their one link, 22.4e9 B/s: P/16 over it, one step. (It was priced at 156.8e9, 7x too fast.)
+    found = grouped(links(tp=8, dp=2), tp=Group(16, 16))
+    assert found.ring_bytes_per_s(8, 16) == pytest.approx(7 * LINK)
+    assert hop_seconds(Collective("p2p", "tp", PAYLOAD, "tp"), found) == pytest.approx(PAYLOAD / 16 / LINK + STEP)

@@ -829,7 +829,8 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         "overlap": {
             "dp": 1.0 if args.has("--overlap-grad-reduce") else 0.0,
             "param_gather": 1.0 if args.has("--overlap-param-gather") else 0.0,
-            "tp": 1.0 if args.has("--tp-comm-overlap") else 0.0,
+            # TE's userbuffers (initialize_ub); the local spec's tensor_parallel layers read no tp_comm_overlap
+            "tp": 1.0 if args.has("--tp-comm-overlap") and impl == "transformer_engine" else 0.0,
         },
     }
     backend = args.text("--attention-backend", "auto")
@@ -994,9 +995,11 @@ UB_DEFAULT_METHODS = {
 def _ub_entries(args: _Args, read_file: Callable[[str], str | None] | None, notes: list[str]) -> dict[str, Any]:
     """The GEMM entries of a `--tp-comm-overlap-cfg` YAML (megatron/training/initialize.py
     `_initialize_tp_communicators` hands the file's mapping to TE's `initialize_ub`, which updates each GEMM's
-    default config with its entry); read under `--tp-comm-overlap` only; {} when there is none to read."""
+    default config with its entry); read under `--tp-comm-overlap` only, and with TE's layers only (the local
+    spec's layers use no userbuffers); {} when there is none to read."""
     path = args.text("--tp-comm-overlap-cfg")
-    if path is None or not args.has("--tp-comm-overlap"):
+    te = args.text("--transformer-impl", "transformer_engine") == "transformer_engine"
+    if path is None or not args.has("--tp-comm-overlap") or not te:
         return {}
     text = read_file(path) if read_file is not None else None
     if text is None:

@@ -155,6 +155,7 @@ def check_against_run(flags: MegatronFlags, run: RunConfig, where: str) -> None:
     _check_moe_pattern(flags, spec, where)
     _check_parallel(flags, run, where)
     _check_training(flags, run, where)
+    _check_attention_backend(flags, run, where)
     _check_memory_switches(flags, run, where)
     _check_grad_buffer(flags, run, where)
 
@@ -589,6 +590,23 @@ def _check_memory_switches(flags: MegatronFlags, run: RunConfig, where: str) -> 
                 "--first-last-layers-bf16",
                 f"{shown_flags}, the run config has {has} (timing.fp8_bf16_layers): {WHY}",
             )
+
+
+def _check_attention_backend(flags: MegatronFlags, run: RunConfig, where: str) -> None:
+    """`--attention-backend` under TransformerEngine's spec against `training.flash_attention`, as the importer
+    reads it (megatron_import.py `_flash`; Megatron-LM's default auto, d98e8a64): unfused (TE's
+    UnfusedDotProductAttention) and local (Megatron's DotProductAttention) keep the scores, auto, flash and fused
+    not (which of TE's fused attentions: `_check_memory_switches`)."""
+    given = flags.stated.get("--attention-backend")
+    if run.timing.transformer_impl != "transformer_engine" or (given is None and not flags.complete):
+        return
+    backend = str(given or "auto")
+    if (backend in ("auto", "flash", "fused")) != run.training.flash_attention:
+        said = backend if given is not None else "not given (Megatron-LM's default auto)"
+        has = "true" if run.training.flash_attention else "false"
+        raise InputError(
+            where, "--attention-backend", f"{said}, the run config has training.flash_attention: {has}: {WHY}"
+        )
 
 
 def _check_grad_buffer(flags: MegatronFlags, run: RunConfig, where: str) -> None:

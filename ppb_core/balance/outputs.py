@@ -215,6 +215,13 @@ def not_megatrons(problem: BalanceInput) -> str | None:
     return None
 
 
+def group_flags(problem: BalanceInput) -> list[str]:
+    """Megatron's micro-batch group flag for the group the plan was timed and held at, when not its default."""
+    if problem.group is not None and problem.schedule_name == "interleaved":
+        return ["--microbatch-group-size-per-virtual-pipeline-stage", str(problem.group)]
+    return []
+
+
 def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]:
     """`--pipeline-model-parallel-layout` and the recompute flags Megatron-Core takes for this plan
     (`ppb_core.balance.megatron` holds its rules), shell-quoted in `flags`: the whole of it, or None
@@ -229,9 +236,7 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
     if unsaid is not None:
         return {"layout": None, "flags": None, "recompute": None, "recompute_expressible": False, "note": unsaid}
     layout = format_layout(virtual_stages(plan))
-    layout_args = ["--pipeline-model-parallel-layout", layout]
-    if p.group is not None and p.schedule_name == "interleaved":  # the group the plan was timed and held at
-        layout_args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(p.group)]
+    layout_args = ["--pipeline-model-parallel-layout", layout, *group_flags(p)]
     cells = cell_option_counts(plan)
     setting = setting_of(cells, selective=modules is not None)
     result: dict[str, Any] = {"layout": layout}

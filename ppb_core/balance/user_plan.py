@@ -60,6 +60,9 @@ def read_plan(
             return from_mindformers(standalone, document, str(path), run), "mindformers", mtp_cell
         if not os.path.exists(path):
             raise InputError(plan, None, "no such file (and not Megatron-LM flags)")
+        if path.suffix.lower() == ".toml":  # torchtitan's plan lines: read through its job config
+            said = "a torchtitan job TOML: read it with `ppb import torchtitan`, whose run config prices its plan"
+            raise InputError(str(path), None, said)
         text, where = read_text(path), str(path)  # a folder or a device is refused by the reader
     unsaid = not_megatrons(problem)
     if unsaid is not None:

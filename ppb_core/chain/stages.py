@@ -25,7 +25,7 @@ from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_headline, plan_stages, speedup_words, time_unit_s
+from ppb_core.estimate.plan import iteration_headline, iteration_price, plan_stages, speedup_words, time_unit_s
 from ppb_core.estimate.run import estimate
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
@@ -160,7 +160,7 @@ def pipeline_plan(
     result = faster_placement(
         problem,
         standalone_problem(run, problem),
-        lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, **cuts),
+        lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, price=iteration_price(run), **cuts),
     )
     add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it

@@ -26,7 +26,7 @@ from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_sto
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import time_unit_s
+from ppb_core.estimate.plan import iteration_price, time_unit_s
 from ppb_core.payload.run import describe_run
 from ppb_core.units import counted
 
@@ -69,7 +69,9 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             result = faster_placement(
                 problem,
                 standalone_problem(run, problem),
-                lambda placed, **cuts: balance(placed, args.time_limit, progress=hook, modules=modules, **cuts),
+                lambda placed, **cuts: balance(
+                    placed, args.time_limit, progress=hook, modules=modules, price=iteration_price(run), **cuts
+                ),
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
         add_torchtitan(result, run.training.recompute)  # a torchtitan run's job TOML lines for the optimum

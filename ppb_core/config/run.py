@@ -1348,11 +1348,20 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
 
 
-def check_timing_words(framework: str, timing: TimingOptions, where: str, whose: str = "run") -> None:
+def check_timing_words(
+    framework: str, timing: TimingOptions, where: str, whose: str = "run", flash_attention: bool = True
+) -> None:
     """`timing` settings one framework's code reads and another's never does, refused under the other
-    (a run config, and a search spec before its strategies: they hold for every one of them)."""
+    (a run config, and a search spec before its strategies: they hold for every one of them), and settings
+    of one part of a framework without that part (*flash_attention*: the run's `training.flash_attention`)."""
     # a setting away from v0.2.2's (a dumped run carries the defaults under every framework)
     fields = TimingOptions.model_fields
+    compiled = [f for f in ("torch_compile", "compile_loss") if getattr(timing, f) != fields[f].default]
+    if framework != "torchtitan" and compiled:
+        # torchtitan's [compile] enable and components (train.py, components/loss.py `build_cross_entropy_loss`);
+        # Megatron's and MindFormers' pricing reads neither
+        said = f"is torchtitan's [compile] (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, f"timing.{compiled[0]}", said)
     titan_kernels = sorted(f for f in TORCHTITAN_KERNELS if getattr(timing, f) != fields[f].default)
     if framework != "torchtitan" and titan_kernels:
         said = f"is torchtitan's (docs/frameworks.md, torchtitan's version); this {whose}'s framework is {framework}"
@@ -1384,12 +1393,97 @@ def check_timing_words(framework: str, timing: TimingOptions, where: str, whose:
         )
     if timing.cuda_graph_impl != "none" and framework != "megatron":
         raise InputError(where, "timing.cuda_graph_impl", "is Megatron's --cuda-graph-impl: set framework megatron")
+    _check_te_words(timing, where, flash_attention)
     warmup = timing.cuda_graph_warmup_steps
     if timing.cuda_graph_impl == "none" and warmup != fields["cuda_graph_warmup_steps"].default:
         # Megatron reads --cuda-graph-warmup-steps only where graphs are captured (training.py), as does
         # `ppb import megatron`; a run without them would read it past without a word
         said = f"{warmup} is the eager steps before a CUDA graph capture: set cuda_graph_impl, or drop it"
         raise InputError(where, "timing.cuda_graph_warmup_steps", said)
+
+
+def _check_framework_interleaving(run: RunConfig, where: str) -> None:
+    """The interleaved schedule's micro-batch counts each framework refuses, beyond a deadlock.
+
+    Megatron-LM d98e8a64 schedules.py `forward_backward_pipelining_with_interleaving` raises RuntimeError
+    when the last group of micro-batches, m mod g, is neither 0 nor at least pp; its default group is pp
+    (model_parallel_config.py `__post_init__`), so without a group m must be a multiple of pp, deadlock
+    or not. torch's ScheduleInterleaved1F1B (torch 2.13 distributed/pipelining/schedules.py, torchtitan's
+    Interleaved1F1B) runs max(1, m // pp) rounds and raises ValueError unless m is a multiple of them."""
+    par, m = run.parallel, run.training.micro_batches
+    if par.schedule != "interleaved" or m < par.pp:
+        return
+    if run.framework == "megatron" and par.microbatch_group_size_per_vp_stage is None and m % par.pp:
+        accepted = [g for g in range(par.pp, m + 1) if not 0 < m % g < par.pp]
+        raise InputError(
+            where,
+            "training.micro_batches",
+            f"{m} micro-batches in Megatron's default groups of pp {par.pp} leave a last group of {m % par.pp}: "
+            f"Megatron refuses it; set parallel.microbatch_group_size_per_vp_stage (it accepts {accepted[0]})",
+        )
+    rounds = max(1, m // par.pp)
+    if run.framework == "torchtitan" and m % rounds:
+        raise InputError(
+            where,
+            "training.micro_batches",
+            f"torch's Interleaved1F1B runs {m} micro-batches in {rounds} rounds of pp {par.pp} and refuses a "
+            "count that is not a multiple of them",
+        )
+
+
+def _check_te_words(timing: TimingOptions, where: str, flash_attention: bool) -> None:
+    """TransformerEngine's settings without the TE part they set, which would price nothing: the attention
+    backend (Megatron's language_module.py `_set_attention_backend` sets NVTE_FLASH_ATTN / NVTE_FUSED_ATTN,
+    which only TE's DotProductAttention reads, d98e8a64; `ppb import` writes it under the TE spec alone) and
+    the userbuffers' settings (`--tp-comm-overlap-cfg`, read by `_initialize_tp_communicators` only under
+    `--tp-comm-overlap`, which Megatron runs with TE alone; `ppb import` reads the file only then)."""
+    te = timing.transformer_impl == "transformer_engine"
+    backend = timing.te_attention_backend
+    if backend != "auto" and not te:
+        said = f"{backend} is TransformerEngine's attention: needs transformer_impl transformer_engine"
+        raise InputError(where, "timing.te_attention_backend", said)
+    if backend != "auto" and not flash_attention:
+        said = (
+            f"{backend} runs a fused attention kernel; training.flash_attention is false (--attention-backend unfused)"
+        )
+        raise InputError(where, "timing.te_attention_backend", said)
+    userbuffers = te and timing.overlap.tp > 0
+    if not userbuffers:
+        needs = "needs transformer_impl transformer_engine and timing.overlap.tp > 0 (Megatron's --tp-comm-overlap)"
+        if timing.tp_comm_overlap_methods:
+            raise InputError(where, "timing.tp_comm_overlap_methods", f"are TE's userbuffers methods: {needs}")
+        if not timing.ub_sm_margin:
+            raise InputError(where, "timing.ub_sm_margin", f"is TE's userbuffers set_sm_margin: {needs}")
+
+
+def check_mesh(device: Device, devices_per_node: int, where: str) -> None:
+    """A full mesh of n links a device (`intra_node_links`, one to each peer: `ppb_core.timing.comm`) is a
+    node of n + 1 devices; another node size would have pairs with no link, or links to no peer."""
+    links = device.profile().intra_node_links
+    if links and devices_per_node != links + 1:
+        stated = device.intra_node_links is not None
+        field = "device.intra_node_links" if stated else "parallel.devices_per_node"
+        whose = "" if stated else f" (device {device.name}'s)"
+        said = f"a full mesh of {links} links a device{whose} is a node of {links + 1} devices; "
+        said += f"devices_per_node is {devices_per_node}"
+        raise InputError(where, field, said)
+
+
+def check_fused_determinism(framework: str, timing: TimingOptions, device: Device, seq_length: int, where: str) -> None:
+    """`--attention-backend fused` with deterministic attention below sm90 has no attention to run: TE's
+    `get_attention_backend` drops cuDNN's F16_arbitrary_seqlen FusedAttention "for determinism reasons"
+    below sm90 when training (transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d;
+    sequences over 512, where the max-512 sub-backend cannot run), and Megatron's fused backend has turned
+    FlashAttention and the unfused attention off (language_module.py `_set_attention_backend`, d98e8a64)."""
+    if timing.te_attention_backend != "fused" or not timing.attention_deterministic or framework != "megatron":
+        return
+    capability = device.profile().compute_capability
+    if 8.0 <= capability < 9.0 and seq_length > 512:
+        said = (
+            f"fused under deterministic attention on sm{int(capability * 10)}: TransformerEngine drops cuDNN's "
+            "fused attention for determinism below sm90 and Megatron has turned the others off (no attention runs)"
+        )
+        raise InputError(where, "timing.te_attention_backend", said)
 
 
 def _check_run(run: RunConfig, where: str) -> None:
@@ -1400,7 +1494,9 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "training.recompute", f"{said} are {words}'s words; this run's framework is {run.framework}"
         )
-    check_timing_words(run.framework, run.timing, where)
+    check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
+    check_mesh(run.device, par.devices_per_node, where)
+    check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):
         if sub.recompute is not None and not isinstance(train.recompute, dict):
@@ -1499,6 +1595,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         check_schedule(par.schedule, par.pp, par.vpp, train.micro_batches, group)
     except ValueError as err:
         raise InputError(where, "training.micro_batches", str(err)) from None
+    _check_framework_interleaving(run, where)
     if train.seq_length % par.cp:
         raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
     if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):

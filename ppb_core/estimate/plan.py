@@ -6,7 +6,7 @@ makes the report's table of it); `plan_iterations` prices a plan's iteration in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +155,28 @@ def plan_iterations(run: RunConfig, plan: Mapping[str, Any]) -> dict[str, Any]:
         baseline = next(b for b in plan["baselines"] if b["option"] == best)
         out["baseline_iteration"] = {"option": best, **priced(baseline["cells"])}
     return out
+
+
+def iteration_price(run: RunConfig) -> Callable[[Mapping[str, Any], Sequence[Sequence[Mapping[str, Any]]]], float]:
+    """A plan's iteration in seconds for *run*, given its problem's sizes (a balance input's
+    `describe()`) and its cells (`balance.outputs.cells`), as `plan_iterations` prices a result's
+    `iteration`: what `balance.report` compares a plan with its best uniform split by
+    (`balance.faster_uniform`). The models of each size are built once."""
+    held: dict[str, tuple[RunConfig, TimeModel, MemoryModel]] = {}
+
+    def price(given: Mapping[str, Any], plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> float:
+        key = repr(sorted((k, repr(v)) for k, v in given.items() if k != "bodies"))
+        if key not in held:
+            sized = sized_like(run, given)
+            held[key] = (sized, TimeModel(sized), MemoryModel(sized))
+        sized, times, memory = held[key]
+        options = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+        by_model = model_cell_options(plan_cells, given.get("bodies", []))
+        apart = given.get("mtp_cell")
+        at = None if apart is None else (int(apart[0]), int(apart[1]))
+        return run_iteration(sized, options, times, memory, by_model, at).seconds
+
+    return price
 
 
 def time_unit_s(run: RunConfig, given: Mapping[str, Any]) -> float:

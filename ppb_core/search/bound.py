@@ -49,7 +49,7 @@ import highspy
 import numpy as np
 
 from ppb_core.balance import highs
-from ppb_core.schedules import cell_order, check, in_flight_vectors, stage_orders
+from ppb_core.schedules import cell_order, check, group_of, in_flight_vectors, stage_orders
 
 # The relative slack given to the program's answer and its memory rows, above HiGHS's tolerances, so
 # that neither its optimum nor its infeasibility is claimed where exact arithmetic would differ.
@@ -88,11 +88,13 @@ class ScheduleForms:
     cells: tuple[tuple[int, int], ...]  # (chunk, stage) in layer order
     forms: tuple[Form, ...]
     families: int = 0  # how many of the forms are A forms (the rest are B forms)
+    # the interleaved schedule's micro-batch group (`schedules.check`; None: Megatron's default, P)
+    group: int | None = None
 
     @property
     def vectors(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """Per stage, the in-flight vectors (micro-batches per chunk) at which its memory may peak."""
-        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches)
+        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
 
     def family(self, name: str) -> tuple[Form, ...]:
         """The A forms (chains to a backward) or the B forms (chains to a forward)."""
@@ -115,10 +117,14 @@ class ScheduleForms:
 
 
 @lru_cache(maxsize=512)
-def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) -> ScheduleForms:
-    """The forms A_s and B_s of every stage (module docstring), from the schedule's own op orders."""
-    name = check(schedule, stages, chunks, micro_batches)
-    orders = stage_orders(name, stages, chunks, micro_batches)
+def schedule_forms(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> ScheduleForms:
+    """The forms A_s and B_s of every stage (module docstring), from the schedule's own op orders
+    (*group*: the interleaved schedule's micro-batch group, `schedules.check`)."""
+    name = check(schedule, stages, chunks, micro_batches, group)
+    group = group_of(name, stages, group)
+    orders = stage_orders(name, stages, chunks, micro_batches, group)
     cells = tuple(cell_order(name, stages, chunks))
     position = {cell: i for i, cell in enumerate(cells)}
     count = len(cells)
@@ -181,12 +187,14 @@ def schedule_forms(schedule: str, stages: int, chunks: int, micro_batches: int) 
         for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
             for index in sorted(k for kind, k in firsts if kind == is_forward):
                 forms_list.append(form(stage, at, forward_op, sends, index, suffix))
-    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms))
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms), group)
 
 
 @lru_cache(maxsize=512)
-def _vectors(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    return tuple(tuple(v) for v in in_flight_vectors(schedule, stages, chunks, micro_batches))
+def _vectors(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    return tuple(tuple(v) for v in in_flight_vectors(schedule, stages, chunks, micro_batches, group))
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,7 @@ def quick_bound(
     head, tail = 0, len(forms.cells) - 1
     for family in ("A", "B"):
         forward, backward, links, sends = _averages(
-            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family
+            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family, forms.group
         )
         total = transfer_ms * (links + (sends if blocking else 0.0))
         total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
@@ -267,7 +275,7 @@ def stage_bound(
     """
     if not kinds:
         return 0.0
-    chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches)
+    chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group)
     a, b, own, chain = chosen.forward, chosen.backward, chosen.own, chosen.chain  # [stage, cell]
     count = len(forms.cells)
     options = list(kinds[0].backward_ms)
@@ -325,8 +333,8 @@ class _StageForms:
 
 
 @lru_cache(maxsize=512)
-def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int) -> _StageForms:
-    forms = schedule_forms(schedule, stages, chunks, micro_batches)
+def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> _StageForms:
+    forms = schedule_forms(schedule, stages, chunks, micro_batches, group)
     count = len(forms.cells)
     own = np.array([[cell_stage == stage for _, cell_stage in forms.cells] for stage in range(stages)])
     chosen = []
@@ -347,10 +355,10 @@ def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int) ->
 
 @lru_cache(maxsize=1024)
 def _averages(
-    schedule: str, stages: int, chunks: int, micro_batches: int, family: str
+    schedule: str, stages: int, chunks: int, micro_batches: int, family: str, group: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The family's forms averaged: coefficients per cell, links and sends."""
-    chosen = schedule_forms(schedule, stages, chunks, micro_batches).family(family)
+    chosen = schedule_forms(schedule, stages, chunks, micro_batches, group).family(family)
     return (
         np.mean([form.forward for form in chosen], axis=0),
         np.mean([form.backward for form in chosen], axis=0),
@@ -433,9 +441,9 @@ def lp_bound(
     for i in range(count):
         rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
         rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
-    for form in forms.forms:
-        terms = _form_terms(form, forward, backward, forward_prefix, backward_prefix, schedule_top)
-        rows.append((transfer_ms * form.transfers(blocking), highs.INF, terms))
+    assert backward[0] == forward[-1] + 1 and schedule_top == forward[0] + 4 * count + 2  # `_forms_terms`'s layout
+    for form, terms in zip(forms.forms, _forms_terms(forms, forward[0]), strict=True):
+        rows.append((transfer_ms * form.transfers(blocking), highs.INF, dict(terms)))
     head_stage, tail_stage = cells[0][1], cells[-1][1]
     for stage in range(forms.stages):
         held = (
@@ -502,6 +510,33 @@ def lp_bound(
             held += ends.tail_reduce_ms - ends.tail_backward_ms
         rows.append((held, highs.INF, terms))
     return _solve(columns, rows, top, integers, time_limit, nodes)
+
+
+# `_forms_terms`'s rows, by the forms (held, so that their id is not reused) and the first cell column
+_FORMS_TERMS: dict[tuple[int, int], tuple[ScheduleForms, tuple[dict[int, float], ...]]] = {}
+_FORMS_TERMS_HELD = 64
+
+
+def _forms_terms(forms: ScheduleForms, first: int) -> tuple[dict[int, float], ...]:
+    """Every form's row terms (`_form_terms`) where the cells' columns start at *first*: `lp_bound` lays out
+    forward, backward, their prefix sums and the schedule's top one after another from there, so the rows
+    depend on the forms and *first* alone. Built once per shape and layout; each strategy copies them (every
+    strategy of a spec has the same kinds' options, so the same *first*): the same rows, in the same order."""
+    key = (id(forms), first)
+    held = _FORMS_TERMS.get(key)
+    if held is not None and held[0] is forms:
+        return held[1]
+    count = len(forms.cells)
+    forward = list(range(first, first + count))
+    backward = list(range(first + count, first + 2 * count))
+    forward_prefix = list(range(first + 2 * count, first + 3 * count + 1))
+    backward_prefix = list(range(first + 3 * count + 1, first + 4 * count + 2))
+    top = first + 4 * count + 2
+    terms = tuple(_form_terms(form, forward, backward, forward_prefix, backward_prefix, top) for form in forms.forms)
+    if len(_FORMS_TERMS) >= _FORMS_TERMS_HELD:
+        _FORMS_TERMS.pop(next(iter(_FORMS_TERMS)))
+    _FORMS_TERMS[key] = (forms, terms)
+    return terms
 
 
 def _form_terms(form: Form, forward, backward, forward_prefix, backward_prefix, top) -> dict[int, float]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from ppb_core.search.spec import (
     DEFAULT_CP,
     DEFAULT_FSDP,
     DEFAULT_MICRO_BATCH_SIZE,
+    DEFAULT_MICROBATCH_GROUP,
     DEFAULT_SCHEDULES,
     DEFAULT_VPP,
     DEFAULT_ZERO,
@@ -55,6 +56,9 @@ class Strategy:
     micro_batch_size: int
     micro_batches: int
     recompute: int  # index into the spec's recompute settings
+    # Megatron's `--microbatch-group-size-per-virtual-pipeline-stage` under the interleaved schedule; 0: its
+    # default, pp (`microbatch_groups`)
+    group: int = 0
 
     def parallel(self, spec: SearchSpec) -> dict[str, Any]:
         """The run config's `parallel` section."""
@@ -73,6 +77,8 @@ class Strategy:
             "world_size": spec.devices,
             "devices_per_node": spec.devices_per_node,
         }
+        if self.group:
+            section["microbatch_group_size_per_vp_stage"] = self.group
         if spec.moe:
             section["etp"] = self.etp
         return section
@@ -87,14 +93,18 @@ class Strategy:
         }
 
     def label(self, spec: SearchSpec) -> str:
-        """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1. A strategy the global batch
+        """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1 (`pp4v2ig5`: micro-batch groups
+        of 5, `--microbatch-group-size-per-virtual-pipeline-stage 5`). A strategy the global batch
         refuses has no micro-batch count (`micro_batches` 0): its name says the micro-batch size tried
         alone, `-b2-`, never a count it does not have."""
         schedule = {"1f1b": "", "interleaved": "i", "gpipe": "g", "dualpipev": "d"}[self.schedule]
         parts = [
             f"tp{self.tp}{'sp' if self.sequence_parallel else ''}",
             f"cp{self.cp}{'u' if self.cp_variant == 'ulysses' else ''}",
-            f"pp{self.pp}" + (f"v{self.vpp}" if self.vpp > 1 else "") + schedule,
+            f"pp{self.pp}"
+            + (f"v{self.vpp}" if self.vpp > 1 else "")
+            + schedule
+            + (f"g{self.group}" if self.group else ""),
             f"dp{self.dp}",
         ]
         if spec.moe:
@@ -165,11 +175,14 @@ class Grid:
     sequence_parallel: tuple[bool, ...]
     cp_variant: tuple[str, ...]
     recompute: int  # how many settings
+    microbatch_group: tuple[str | int, ...] = ()  # Megatron's interleaved groups (`microbatch_groups`); () none
+    most_micro_batches: int = 1  # the global batch: no strategy has more micro-batches
 
     @property
     def size(self) -> int:
         """Points of the grid at most (before the batch and the devices rule some out)."""
-        pairs = len(self.schedules) * len(self.vpp) + 1
+        groups = self.most_micro_batches if "all" in self.microbatch_group else max(1, len(self.microbatch_group))
+        pairs = len(self.schedules) * len(self.vpp) * groups + 1
         return math.prod(
             map(len, (self.tp, self.cp, self.pp, self.ep, self.etp, self.shards, self.micro_batch_size))
         ) * (pairs * len(self.sequence_parallel) * len(self.cp_variant) * self.recompute)
@@ -203,10 +216,42 @@ def grid(spec: SearchSpec) -> Grid:
         sequence_parallel=tuple(dict.fromkeys(limits.sequence_parallel)),
         cp_variant=tuple(dict.fromkeys(limits.cp_variant)),
         recompute=len(spec.recompute_settings),
+        microbatch_group=tuple(dict.fromkeys(limits.microbatch_group or DEFAULT_MICROBATCH_GROUP))
+        if framework == "megatron"
+        else (),
+        most_micro_batches=spec.global_batch,
     )
     if found.size > SEARCH_POINTS:
         raise InputError(spec.source, "limits", over(found.size, SEARCH_POINTS, "points in the search's grid"))
     return found
+
+
+def accepted_groups(stages: int, micro_batches: int) -> list[int]:
+    """The micro-batch groups Megatron-LM runs the interleaved schedule with (d98e8a64 schedules.py
+    `forward_backward_pipelining_with_interleaving`: P ≤ g ≤ m, else ValueError; a last group
+    0 < m mod g < P, else RuntimeError), least first."""
+    return [g for g in range(stages, micro_batches + 1) if not 0 < micro_batches % g < stages]
+
+
+def microbatch_groups(choices: Sequence[str | int], stages: int, micro_batches: int) -> tuple[int, ...]:
+    """The groups an interleaved strategy is tried with (0: Megatron's default, P), from the spec's
+    `limits.microbatch_group`: `least`, the least group Megatron accepts (P where m is a multiple of P;
+    else the least g > P with m mod g 0 or ≥ P: with equal cells every accepted group gives the same
+    schedule makespan and a larger one holds more micro-batches, `docs/search.md`); `all`, every group
+    it accepts; a number, that group (the validator refuses it where Megatron does). No choices (not
+    Megatron) or no micro-batch count: the default alone."""
+    if not choices or not micro_batches:
+        return (0,)
+    accepted = accepted_groups(stages, micro_batches)
+    found: list[int] = []
+    for choice in choices:
+        if choice == "least":
+            found += accepted[:1] or [stages]
+        elif choice == "all":
+            found += accepted or [stages]
+        else:
+            found.append(int(choice))
+    return tuple(sorted({0 if group == stages else group for group in found}))
 
 
 def schedule_pairs(schedules: tuple[str, ...], vpps: tuple[int, ...], pp: int) -> list[tuple[str, int]]:
@@ -250,8 +295,9 @@ def _points(
             continue
         dp = spec.devices // (tp * cp * pp)
         for schedule, vpp in schedule_pairs(g.schedules, g.vpp, pp):
-            for zero, fsdp in g.shards:
-                micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
+            micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
+            groups = microbatch_groups(g.microbatch_group, pp, micro_batches) if schedule == "interleaved" else (0,)
+            for (zero, fsdp), group in itertools.product(g.shards, groups):
                 strategy = Strategy(
                     tp=tp,
                     cp=cp,
@@ -268,6 +314,7 @@ def _points(
                     micro_batch_size=mbs,
                     micro_batches=micro_batches,
                     recompute=recompute,
+                    group=group,
                 )
                 if not micro_batches:
                     message = (

@@ -10,7 +10,7 @@ For the strategy ranked n, `-o DIR` writes:
   `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`, `--context-parallel-size`,
   `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`,
   `--use-distributed-optimizer` for ZeRO-1, Megatron-FSDP's `--data-parallel-sharding-strategy`
-  optim_grads for ZeRO-2 and optim_grads_params for ZeRO-3 or FSDP), the batch,
+  optim_grads for ZeRO-2 and optim_grads_params for ZeRO-3 or FSDP, with `--ckpt-format fsdp_dtensor`), the batch,
   and the plan's `--pipeline-model-parallel-layout` with its recompute flags, as `ppb balance` prints them first
   (`megatron.flags`: the fastest plan Megatron-Core can say when it cannot say the plan; with none, no
   layout: the plan's layout without its recompute does not run as priced);
@@ -64,7 +64,9 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
     # buffer stays whole, docs/frameworks.md); sharded gradients (ZeRO-2) are Megatron-FSDP's optim_grads
     if s.fsdp or s.zero >= 2:
         strategy = MEGATRON_FSDP_SHARDING[3 if s.fsdp else s.zero]
-        flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}"]
+        # Megatron-FSDP asserts its checkpoint format (arguments.py validate_args, d98e8a64: "Megatron-FSDP
+        # requires the `fsdp_dtensor` checkpointing format")
+        flags += ["--use-megatron-fsdp", f"--data-parallel-sharding-strategy {strategy}", "--ckpt-format fsdp_dtensor"]
     elif s.zero == 1:
         flags.append("--use-distributed-optimizer")
     flags += [
@@ -81,6 +83,8 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
     elif s.vpp > 1:
         # no layout to paste (the comment lines above the flags say why): the chunks per rank alone
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
+        if s.group:
+            flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {s.group}")
     # never `layout_only` as a flag: the plan's layout without its recompute runs every layer with none
     return flags
 

@@ -31,7 +31,7 @@ import multiprocessing
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -59,7 +59,7 @@ from ppb_core.search.screen import (
     time_key,
 )
 from ppb_core.search.spec import SearchSpec
-from ppb_core.timing.iteration import run_iteration
+from ppb_core.timing.iteration import Iteration, run_iteration
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.units import MB
 
@@ -173,6 +173,29 @@ def payload_key(problem: BalanceInput) -> str:
     return hashlib.sha256(repr(values).encode()).hexdigest()
 
 
+@dataclass
+class Pricer:
+    """A strategy's plans priced by `run_iteration`, each once: what the ranking reads, and what the balance's
+    report compares a plan with its best uniform split by (`balance.faster_uniform`)."""
+
+    run: RunConfig
+    times: TimeModel
+    memory: MemoryModel
+    done: dict[str, Iteration] = field(default_factory=dict)
+
+    def iteration(self, cells: list[list[dict[str, int]]], mtp_cell: tuple[int, int] | None = None) -> Iteration:
+        said = repr((cells, mtp_cell))
+        if said not in self.done:
+            self.done[said] = run_iteration(self.run, cells, self.times, self.memory, mtp_cell=mtp_cell)
+        return self.done[said]
+
+    def seconds(self, given: Mapping[str, Any], grid: Sequence[Sequence[Mapping[str, Any]]]) -> float:
+        """`faster_uniform.PriceFn`: a plan's iteration from its problem's `describe()` and its cells."""
+        apart = given.get("mtp_cell")
+        at = None if apart is None else (int(apart[0]), int(apart[1]))
+        return self.iteration([[dict(cell["options"]) for cell in row] for row in grid], at).seconds
+
+
 def evaluate(
     spec: SearchSpec, strategy: Strategy, run: RunConfig | None = None, solved: dict[str, dict] | None = None
 ) -> Ranked | Refusal:
@@ -194,7 +217,10 @@ def evaluate(
     # the `--recompute-modules` SLCT stands for, so the plan's flags say a selective plan as `ppb balance` does
     modules = selective_modules(run)
     key = f"{payload_key(problem)} {payload_key(apart) if apart is not None else ''} {modules}"
+    pricer = Pricer(run, times, memory)  # each plan priced once: by the balance's choice, then here
+    price, priced = pricer.seconds, pricer.iteration
     result = solved.get(key) if solved is not None else None
+    cached = result is not None
     if result is None:
         # the plan Megatron-Core can say is left out (`megatron_settings`): it replaces the plan only when as
         # fast; `megatron_said` solves it for a ranked plan written out. The apart placement's solve is cut
@@ -206,6 +232,7 @@ def evaluate(
             lambda placed, cutoff, megatron_cutoff: report(
                 solve(placed, spec.search.balance_time_limit_s, limits=limits, megatron_settings=False, cutoff=cutoff),
                 modules,
+                price,  # the best uniform split replaces a plan it beats by the iteration (`faster_uniform`)
             ),
         )
         if solved is not None:
@@ -214,7 +241,7 @@ def evaluate(
         return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
     mtp_cell = mtp_cell_of(result)
-    iteration = run_iteration(run, cells, times, memory, mtp_cell=mtp_cell)
+    iteration = priced(cells, mtp_cell)
     # the peak as the plan's run config gives it (`ppb estimate`, `ppb check`): the memory model's stage
     # peaks, with the backward's working set the balancer's descriptions leave out
     stages = plan_stages(run, cells, mtp_cell=mtp_cell)
@@ -226,9 +253,13 @@ def evaluate(
         best = result["best_baseline"]
         baseline = next(b for b in result["baselines"] if b["option"] == best)
         uniform_cells = [[{best: n} for n in row] for row in baseline["layers_per_cell"]]
-        priced = run_iteration(run, uniform_cells, times, memory)
-        uniform = priced.seconds
-        plan["baseline_iteration"] = {"option": best, **priced.to_json()}
+        uniform_iteration = priced(uniform_cells)
+        uniform = uniform_iteration.seconds
+        plan["baseline_iteration"] = {"option": best, **uniform_iteration.to_json()}
+        if cached and uniform < iteration.seconds:
+            # balanced for another strategy with the same problem, whose iteration chose between the plan
+            # and the uniform split (`faster_uniform`): this one's chooses again
+            return evaluate(spec, strategy, run)
     return Ranked(
         strategy=strategy,
         seconds=iteration.seconds,
@@ -263,7 +294,9 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
         problem,
         standalone_problem(run, problem),
         lambda placed, **cuts: report(
-            solve(placed, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules, **cuts), modules
+            solve(placed, spec.search.balance_time_limit_s, limits=limits, selective_modules=modules, **cuts),
+            modules,
+            Pricer(run, TimeModel(run), MemoryModel(run)).seconds,
         ),
     )
     return in_seconds(result, time_unit_s(run, problem.describe()))["megatron"]

@@ -397,7 +397,7 @@ def blocking(run: RunConfig) -> bool:
 
 
 def run_forms(strategy: Strategy) -> ScheduleForms:
-    return schedule_forms(strategy.schedule, strategy.pp, strategy.vpp, strategy.micro_batches)
+    return schedule_forms(strategy.schedule, strategy.pp, strategy.vpp, strategy.micro_batches, strategy.group or None)
 
 
 def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], list[list[float]]]:
@@ -408,7 +408,7 @@ def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], lis
     kinds, ends = figures.kinds, figures.ends
     cells = forms.cells
     head_stage, tail_stage = cells[0][1], cells[-1][1]
-    held = _held(forms.schedule, forms.stages, forms.chunks, forms.micro_batches)
+    held = _held(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group)
     free = figures.memory_mb - figures.constant_mb
     room = [
         free - (ends.head_mb if stage == head_stage else 0.0) - (ends.tail_mb if stage == tail_stage else 0.0)
@@ -420,9 +420,9 @@ def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], lis
 
 
 @lru_cache(maxsize=1024)
-def _held(schedule: str, stages: int, chunks: int, micro_batches: int) -> tuple[int, ...]:
+def _held(schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> tuple[int, ...]:
     """Per stage, the most micro-batches every chunk holds at once at one of its in-flight vectors."""
-    vectors = schedule_forms(schedule, stages, chunks, micro_batches).vectors
+    vectors = schedule_forms(schedule, stages, chunks, micro_batches, group).vectors
     return tuple(max(min(vector) for vector in vectors[stage]) for stage in range(stages))
 
 

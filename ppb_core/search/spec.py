@@ -29,6 +29,8 @@ from ppb_core.config.run import (
     SubModel,
     TimingOptions,
     Training,
+    check_fused_determinism,
+    check_mesh,
     check_timing_words,
     named_by,
     pydantic_error,
@@ -69,6 +71,8 @@ DEFAULT_FSDP: dict[str, tuple[bool, ...]] = {
 DEFAULT_VPP: tuple[int, ...] = (1, 2, 4)
 DEFAULT_CP: tuple[int, ...] = (1, 2, 4, 8)
 DEFAULT_MICRO_BATCH_SIZE: tuple[int, ...] = (1, 2)
+# Megatron's interleaved micro-batch groups tried by default: the least it accepts (`enumerate.microbatch_groups`)
+DEFAULT_MICROBATCH_GROUP: tuple[str, ...] = ("least",)
 
 Value = Annotated[PositiveInt, limits.at_most(limits.DEVICES)]
 Values = Annotated[list[Value], Field(min_length=1, max_length=limits.SEARCH_VALUES)]
@@ -102,6 +106,12 @@ class SearchLimits(StrictModel):
     )
     cp_variant: _choices(Literal["ring", "ulysses"]) = Field(default_factory=lambda: ["ring"])
     tp_within_node: bool = Field(True, description="keep tensor (and expert tensor) parallel groups in one node")
+    microbatch_group: _choices(Literal["least", "all"] | Value) | None = Field(
+        None,
+        description="Megatron's interleaved schedule: --microbatch-group-size-per-virtual-pipeline-stage values "
+        "to try: least (default: the least it accepts, pp where the micro-batches are a multiple of pp), all "
+        "(every value it accepts), or numbers",
+    )
 
 
 class SearchOptions(StrictModel):
@@ -320,7 +330,10 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
-    check_timing_words(spec.framework, spec.timing, where, "search")  # every strategy's, refused once
+    flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
+    check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)
+    check_mesh(spec.device, spec.devices_per_node, where)
+    check_fused_determinism(spec.framework, spec.timing, spec.device, spec.seq_length, where)
     _check_devices(spec, where)
     fsdp_only = spec.limits.fsdp is not None and False not in spec.limits.fsdp
     others = sorted(set(spec.limits.zero or ()) - {3})
@@ -332,6 +345,13 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             "limits.zero",
             f"zero {others} contradicts limits.fsdp [true] (FSDP shards as ZeRO-3): list zero [3], or fsdp "
             "[false, true] to try both",
+        )
+    if spec.limits.microbatch_group is not None and spec.framework != "megatron":
+        raise InputError(
+            where,
+            "limits.microbatch_group",
+            f"is Megatron-LM's --microbatch-group-size-per-virtual-pipeline-stage; this search's framework is "
+            f"{spec.framework}",
         )
     if spec.framework == "torchtitan":
         # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2

@@ -153,7 +153,9 @@ def hop_seconds(collective: Collective, links: Links) -> float:
     if group.size <= 1 or collective.payload_bytes <= 0:
         return 0.0
     local = links.in_node(group)
-    bandwidth = links.pair_bytes_per_s() if links.mesh(local, group.size) else links.ring_bytes_per_s(local, group.size)
+    bandwidth = links.ring_bytes_per_s(local, group.size)
+    if links.mesh_links:  # a hop between two devices of a mesh node has their one link, the group in the node or not
+        bandwidth = min(bandwidth, links.pair_bytes_per_s())
     return collective.payload_bytes / group.size / bandwidth + links.latency_s
 
 

@@ -6,9 +6,10 @@ Each op of the layer's table (`ppb_core.timing.flops`) is priced on the run's de
   at the dtype's peak (fp32 as TF32, half the 16-bit rate);
 - element-wise ops by bytes / (HBM · memory_efficiency);
 - collectives by `ppb_core.timing.comm`, less what the run's `timing.overlap` hides behind the
-  compute of one partner op in the same pass: hidden = min(overlap · c, partner), exposed =
-  c − hidden + contention · hidden, the partner losing the SMs the collective runs on while they
-  overlap (`Kernels.contention`); a persistent GEMM with no SM target instead waits for them
+  compute of one partner op in the same pass: hidden = min(overlap · c, partner), the partner losing
+  the SMs the collective runs on while they overlap (`Kernels.contention`), exposed =
+  c − overlap · c + max(overlap · c − partner, contention · hidden) (the slowed partner or the collective
+  beside it, whichever ends later); a persistent GEMM with no SM target instead waits for them
   (`kernels.persistent_added_s`, `TimeModel._late_ctas`).
 The forward is the sum of the ops' forwards and the backward the sum of their backwards, plus
 what the state runs again: under SEL the ops of `recompute_set` (each at its forward price; a
@@ -442,8 +443,11 @@ class TimeModel:
         if self._late_ctas(collective, by_name, paired):
             beside = share * seconds
             return seconds - beside + persistent_added_s(partner, beside)
-        hidden = min(share * seconds, partner)
-        return seconds - hidden + self.kernels.contention * hidden
+        # the partner, slowed by the SMs the collective takes while they overlap, ends no later than the part of
+        # the collective beside it when that part is the longer: the pair's wall is max(beside, partner + k·hidden)
+        beside = share * seconds
+        hidden = min(beside, partner)
+        return seconds - beside + max(beside - partner, self.kernels.contention * hidden)
 
     def _late_ctas(self, collective: Collective, by_name: Mapping[str, Op], paired: float | None = None) -> bool:
         """Whether the GEMM a TP collective hides behind is persistent with no SM target of its own, so that

@@ -1,0 +1,245 @@
+"""Every plan ppb prints for Megatron-LM and torchtitan is one the framework accepts as printed.
+
+The rules are the frameworks' own, rewritten from their code in tests/framework_rules.py (Megatron-LM
+d98e8a64 arguments.py, transformer_config.py, pipeline_parallel_layer_layout.py, schedules.py; torchtitan
+v0.2.2 pipeline_parallel.py, torch's ScheduleInterleaved1F1B), never read from ppb. Three sources of plans:
+hand-built plans over random splits, options and groups (hypothesis) through the printers themselves
+(`balance.outputs.megatron`, `balance.torchtitan_plan.torchtitan`); `ppb search -o` on the tiny specs (the
+`.megatron.txt` and `.torchtitan.toml` files); and `ppb balance --json` on run configs at several sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from framework_rules import megatron_problems, torchtitan_problems
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ppb_core.balance import BalanceInput
+from ppb_core.balance.outputs import cells, megatron
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.torchtitan_plan import torchtitan
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.sapp import layer_set
+from ppb_core.search.enumerate import accepted_groups
+from ppb_core.search.outputs import write_ranking
+from ppb_core.search.rank import search
+from ppb_core.search.spec import load_search_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "search"
+HEAD = {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 1}
+TAIL = {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1, "memory_parameter": 1}
+
+
+@st.composite
+def plans(draw: st.DrawFn, framework: str) -> tuple[Plan, int]:
+    """A plan over one body type: P stages, V chunks, m micro-batches (a group Megatron accepts under the
+    interleaved schedule), each cell 1..3 layers (the first and last may hold none), each layer's option
+    drawn from NONE, FULL and SLCT per cell or one for all; and its micro-batch count."""
+    stages = draw(st.integers(1, 4))
+    chunks = draw(st.integers(1, 3)) if stages > 1 else 1
+    schedule = (
+        "interleaved"
+        if chunks > 1
+        else draw(st.sampled_from(["1f1b", "gpipe"] if framework == "torchtitan" else ["1f1b"]))
+    )
+    micro_batches = draw(st.integers(stages, 4 * stages)) if schedule == "interleaved" else draw(st.integers(1, 8))
+    group = None
+    if schedule == "interleaved" and framework == "megatron":
+        accepted = accepted_groups(stages, micro_batches)
+        if not accepted:
+            micro_batches = stages * draw(st.integers(1, 4))
+            accepted = accepted_groups(stages, micro_batches)
+        group = draw(st.sampled_from(accepted))
+    if schedule == "interleaved" and framework == "torchtitan":
+        rounds = max(1, micro_batches // stages)
+        micro_batches -= micro_batches % rounds  # torch's Interleaved1F1B: a whole number of rounds
+    cells_count = stages * chunks
+    per_cell = [draw(st.integers(0 if i in (0, cells_count - 1) else 1, 3)) for i in range(cells_count)]
+    if sum(per_cell) == 0:
+        per_cell[0] = 1
+    one_option = draw(st.booleans())
+    everywhere = draw(st.sampled_from(["NONE", "FULL", "SLCT"]))
+    layers = sum(per_cell)
+    body = {"name": "L", "type": "BODY", "nb_layer": layers, "time": 1, "memory_parameter": 1, "memory_activation": 1}
+    problem = BalanceInput(
+        layer_set([HEAD, body, TAIL]),
+        stages,
+        micro_batches,
+        chunks,
+        10**9,
+        schedule=schedule,
+        framework=framework,
+        group=group,
+    )
+    counts = empty_counts(problem)
+    for (chunk, stage), n in zip(problem.cells, per_cell, strict=True):
+        for _ in range(n):
+            option = everywhere if one_option else draw(st.sampled_from(["NONE", "FULL", "SLCT"]))
+            counts[0][chunk][stage][OPTIONS.index(option)] += 1
+    return Plan(problem, freeze(counts)), micro_batches
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=plans("megatron"), selective=st.booleans())
+def test_megatrons_printed_flags_are_accepted(drawn: tuple[Plan, int], selective: bool) -> None:
+    plan, micro_batches = drawn
+    said = megatron(plan, ["core_attn"] if selective else None)
+    if said.get("flags") is None:
+        return  # nothing printed to run (`layout_only` is marked NOT runnable alone)
+    layers = plan.problem.layers.nb_body_layers
+    problems = megatron_problems(said["flags"], num_layers=layers, pp=plan.problem.stages, micro_batches=micro_batches)
+    assert problems == [], (said["flags"], problems)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=plans("torchtitan"))
+def test_torchtitans_printed_lines_are_accepted(drawn: tuple[Plan, int]) -> None:
+    plan, micro_batches = drawn
+    p = plan.problem
+    result = {"input": p.describe(), "cells": cells(plan)}
+    said = torchtitan(result, {"mode": "selective", "option": "op"})
+    if said is None or not said.get("lines"):
+        return
+    toml = tomllib.loads("\n".join(said["lines"]))
+    ac = toml.get("activation_checkpoint", {})
+    problems = torchtitan_problems(
+        toml["parallelism"]["module_fqns_per_model_part"],
+        degree=toml["parallelism"]["pipeline_parallel_degree"],
+        schedule=toml["parallelism"]["pipeline_parallel_schedule"],
+        num_layers=p.layers.nb_body_layers,
+        micro_batches=micro_batches,
+        mode=ac.get("mode"),
+        option=ac.get("selective_ac_option"),
+    )
+    assert problems == [], (said["lines"], problems)
+
+
+def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
+    """The rules are not empty: the flags ppb used to print for Megatron-FSDP, a group Megatron refuses,
+    a layout short of a layer, and torchtitan lines with a layer twice or a single-stage schedule over two."""
+    assert megatron_problems("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", num_layers=2)
+    assert megatron_problems(
+        "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|t|t|tL' "
+        "--microbatch-group-size-per-virtual-pipeline-stage 4",
+        num_layers=4,
+        micro_batches=5,
+    ) == ["a last group of 1 < pp 2"]
+    assert megatron_problems("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|tL'", num_layers=3)
+    assert megatron_problems("--recompute-granularity full --recompute-method block", num_layers=2)
+    parts = [["tok_embeddings", "layers.0"], ["layers.0", "norm", "output"]]
+    assert torchtitan_problems(parts, degree=2, schedule="1F1B", num_layers=1, micro_batches=2)
+    parts = [["tok_embeddings", "layers.0"], ["layers.1"], ["layers.2"], ["layers.3", "norm", "output"]]
+    assert torchtitan_problems(parts, degree=2, schedule="1F1B", num_layers=4, micro_batches=2)
+    assert torchtitan_problems(parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=5)
+    assert not torchtitan_problems(parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=4)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, Path]]:
+    """The tiny specs searched (one worker) and written out with `-o`: Megatron's with ZeRO 0-3 and FSDP."""
+    out = {}
+    for name in ("tiny-dense", "tiny-moe", "tiny-mtp", "tiny-groups", "tiny-titan"):
+        raw = yaml.safe_load((DATA / f"{name}.yaml").read_text())
+        if raw.get("framework", "megatron") == "megatron":
+            raw.setdefault("limits", {})["zero"] = [0, 1, 2]
+            raw["limits"]["fsdp"] = [False, True]
+        path = tmp_path_factory.mktemp(name) / f"{name}.yaml"
+        for entry in raw["models"]:
+            if "config" in entry:
+                entry["config"] = str((DATA / entry["config"]).resolve())
+        path.write_text(yaml.safe_dump(raw))
+        spec = load_search_spec(path)
+        result = search(spec, workers=1)
+        target = path.parent / "top"
+        write_ranking(result, target)
+        out[name] = (result, target)
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-mtp", "tiny-groups"])
+def test_the_searchs_megatron_files_are_accepted(written, name: str) -> None:
+    """Each ranked strategy's `NN-<name>.megatron.txt` as written (comment lines aside)."""
+    result, target = written[name]
+    spec = result.spec
+    mtp = sum(getattr(sub, "mtp_layers", 0) or 0 for sub in spec.specs.values())
+    assert result.ranked
+    for place, entry in enumerate(result.ranked, start=1):
+        s = entry.strategy
+        text = (target / f"{place:02d}-{s.label(spec)}.megatron.txt").read_text()
+        flags = " ".join(line.rstrip("\\ ") for line in text.splitlines() if not line.startswith("#"))
+        problems = megatron_problems(
+            flags, num_layers=spec.total_body_layers, mtp_num_layers=mtp, micro_batches=s.micro_batches
+        )
+        assert problems == [], (s.label(spec), flags, problems)
+
+
+def test_the_searchs_torchtitan_files_are_accepted(written) -> None:
+    result, target = written["tiny-titan"]
+    spec = result.spec
+    checked = 0
+    for path in sorted(target.glob("*.torchtitan.toml")):
+        label = path.name.split("-", 1)[1].removesuffix(".torchtitan.toml")
+        entry = next(e for e in result.ranked if e.strategy.label(spec) == label)
+        toml = tomllib.loads(path.read_text())
+        ac = toml.get("activation_checkpoint", {})
+        problems = torchtitan_problems(
+            toml["parallelism"]["module_fqns_per_model_part"],
+            degree=toml["parallelism"]["pipeline_parallel_degree"],
+            schedule=toml["parallelism"]["pipeline_parallel_schedule"],
+            num_layers=spec.total_body_layers,
+            micro_batches=entry.strategy.micro_batches,
+            mode=ac.get("mode"),
+            option=ac.get("selective_ac_option"),
+        )
+        assert problems == [], (path.name, problems)
+        checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize(
+    ("config", "update", "memory"),
+    [
+        ("configs/llama3-8b.yaml", {}, None),
+        ("configs/llama3-8b.yaml", {"vpp": 2, "schedule": "interleaved"}, None),
+        # 30 micro-batches over 4 stages: Megatron's default group is refused; groups of 5 run them
+        ("configs/llama3-8b.yaml", {"vpp": 2, "schedule": "interleaved", "microbatch_group_size_per_vp_stage": 5}, 30),
+        ("configs/llama3-8b.yaml", {}, 52000),  # tight: mixed recompute, the alternative printed first
+    ],
+)
+def test_ppb_balance_prints_flags_megatron_accepts(tmp_path: Path, config: str, update: dict, memory) -> None:
+    raw = yaml.safe_load((ROOT / config).read_text())
+    raw["models"][0]["config"] = str((ROOT / "configs" / raw["models"][0]["config"]).resolve())
+    raw["parallel"].update(update)
+    args = []
+    if isinstance(memory, int) and memory < 100:
+        raw["training"]["micro_batches"] = memory
+    elif memory is not None:
+        args = ["--memory", str(memory)]
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "-m", "ppb_core.cli.main", "balance", str(run), "--json", "-q", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    said = result["megatron"]
+    assert said.get("flags"), said
+    problems = megatron_problems(
+        said["flags"],
+        num_layers=result["input"]["bodies"][0]["nb_layer"],
+        pp=result["input"]["stages"],
+        micro_batches=result["input"]["micro_batches"],
+    )
+    assert problems == [], (said["flags"], problems)
