@@ -15,6 +15,16 @@ SMALL_LLAMA = {
     "torch_dtype": "bfloat16",
 }
 
+# A four-layer model in ppb's own spec (defaults for the rest), for run configs that only need a model to check
+SMALL_GPT_SPEC = {
+    "vocab_size": 4096,
+    "hidden_size": 1024,
+    "num_layers": 4,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "max_position_embeddings": 2048,
+}
+
 # A torchtitan run config of test_census_torchtitan's first block: h 128, 2 heads, 1 KV head, width 352,
 # 64 tokens (bf16)
 SMALL_TORCHTITAN_RUN = """\

@@ -7,20 +7,14 @@ checks that on Megatron-LM's own scripts)."""
 from __future__ import annotations
 
 import pytest
+from small_models import SMALL_GPT_SPEC
 
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import check_against_run
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 
-SPEC = {
-    "vocab_size": 4096,
-    "hidden_size": 1024,
-    "num_layers": 4,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "max_position_embeddings": 2048,
-}
+SPEC = SMALL_GPT_SPEC
 # a whole command line of the run below (it states --num-layers), without --attention-backend
 WHOLE = (
     "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --ffn-hidden-size 4096 --swiglu "

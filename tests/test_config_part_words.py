@@ -5,19 +5,12 @@ attention, the userbuffers' methods and SM margin without Megatron's --tp-comm-o
 from __future__ import annotations
 
 import pytest
-from small_models import ROUND_DEVICE
+from small_models import ROUND_DEVICE, SMALL_GPT_SPEC
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 
-SPEC = {
-    "vocab_size": 4096,
-    "hidden_size": 1024,
-    "num_layers": 4,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "max_position_embeddings": 2048,
-}
+SPEC = SMALL_GPT_SPEC
 
 
 def run(framework: str = "megatron", timing: dict | None = None, **training):
