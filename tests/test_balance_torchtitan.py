@@ -541,3 +541,17 @@ def test_check_reads_the_printed_lines_back_to_the_plan_and_refuses_another_batc
     assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{plan}: training.local_batch_size: 16; the run config prices 8" in err
+
+
+def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ppb's SLCT is the run config's own selective switches: torchtitan's op policy is priced only when
+    # the run says {mode: selective, option: op} (this run's job TOML says mode full)
+    result = _balance(tmp_path, PP4, "", capsys)
+    lines = [line for line in result["torchtitan"]["lines"] if not line.startswith("mode = ")]
+    plan = tmp_path / "plan.toml"
+    plan.write_text("\n".join(lines).replace("[activation_checkpoint]", OP_AC.rstrip("\n")) + "\n")
+    assert main(["check", str(tmp_path / "run.yaml"), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{plan}: activation_checkpoint.selective_ac_option: op: the run config" in err
