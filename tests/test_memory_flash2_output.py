@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.balance.megatron_import import import_megatron, run_config_of
+from ppb_core.config.run import load_run_config
 from ppb_core.memory.activations import body_terms
 from ppb_core.memory.frameworks.megatron import MegatronRules, flash2_output_terms
 from ppb_core.memory.model import MemoryModel, run_stage_peaks
@@ -134,3 +135,25 @@ def test_the_core_attn_offload_group_takes_flash_attn_s_own_output():
     # query 32 MiB, key and value 8 MiB each (2 KV heads a rank), the flash output 32 MiB; the statistics,
     # 2·8·8192 = 131,072 elements, stay under the minimum (`tensor_need_offloading_checker`)
     assert held.offloaded_bytes == pytest.approx((32 + 8 + 8 + 32) * MIB)
+
+
+def test_mla_under_flash_keeps_the_padded_output_and_v_s_zeros():
+    # DeepSeek-V3 (configs/deepseek-v3.yaml: 128 heads, qk 128 + 64 = 192, v 128, TP 1, s 4096, mbs 1) with
+    # `--attention-backend flash` on H100. TE d0067d0d: get_attention_backend (utils.py:926-951) keeps flash-attn
+    # 2 for the padded dimension max(192, 128) = 192 (% 8 == 0, <= 256); DotProductAttention.forward
+    # (dot_product_attention.py:2177-2188) pads v with `_pad_qkv_head_dim` (:250-260, F.pad to 192); FlashAttention.
+    # forward (backends.py:940-943) makes the bshd copies flash-attn saves, and its output is 192 wide;
+    # `_trim_output` (:263-267, called at :2226-2227) slices TE's sbhd copy to 128 and reshape copies it.
+    # flash-attn's output: 4096 · 128 · 192 · 2 bytes = 201,326,592;
+    # v's zeros: 4096 · 128 · (192 − 128) · 2 = 67,108,864
+    raw = load_run_config(Path(__file__).resolve().parent.parent / "configs" / "deepseek-v3.yaml")
+    run = raw.model_copy(update={"timing": raw.timing.model_copy(update={"te_attention_backend": "flash"})})
+    setup = MemoryModel(run).setup
+    assert setup.te_flash
+    body = next(layer for layer in walk(run) if layer.node == "BODY")
+    assert body.kind.attention.is_mla
+    output, padding = flash2_output_terms(body.kind, setup)
+    assert (output.op, output.bytes, output.switch) == ("attention.flash_output", 201_326_592, "softmax")
+    assert (padding.op, padding.bytes, padding.switch) == ("attention.flash_padding", 67_108_864, "softmax")
+    # under auto on H100 cuDNN runs MLA (`hd_hd_hd` layout) and keeps one output, no padding
+    assert flash2_output_terms(body.kind, MemorySetup(**{**setup.__dict__, "te_attention_backend": "auto"})) == ()

@@ -204,7 +204,13 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   `FusedAttention` (sm90 on) returns a view of the output it saved. So on sm80 a layer keeps the attention's
   output twice (`flash2_output_terms`). Under ring CP the same: `attn_forward_func_with_cp` is called with
   `qkv_format="bshd"`, `AttnFuncWithCPAndKVP2P` saves the bshd `out_f16` it returns (context_parallel.py),
-  and TE makes the same sbhd copy. Not under Ulysses CP nor MLA.
+  and TE makes the same sbhd copy. Not under Ulysses CP. Under MLA (`head_dim_qk != head_dim_v`) TE's
+  `DotProductAttention.forward` (dot_product_attention.py, d0067d0d) runs flash-attn 2 (`get_attention_backend`,
+  utils.py, keeps it where the padded dimension `max(qk, v)` is a multiple of 8 and at most 256, on sm80 and
+  sm90 alike) through `_pad_qkv_head_dim`: `F.pad` widens v (or q and k) to `max(qk, v)`, and flash-attn saves
+  those padded bshd copies and a bshd output of that width; `_trim_output` slices TE's sbhd copy back to
+  `v` and `.reshape` copies it (the output projection's input, `attention.core_output`), the wide sbhd copy
+  is freed. So a DeepSeek layer (192, 128) keeps `T·(a/t)·192` of output and `T·(a/t)·64` of v's zeros more.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -416,13 +422,21 @@ def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") ->
     (module docstring, **Flash-attn 2 keeps its own output**): `[b, s, heads/t, d]` in the activations'
     dtype, beside the sbhd copy the output projection keeps (`attention.core_output`); under ring CP the ring
     saves its bshd output and TE copies it the same way (this rank's s/cp queries). Not under Ulysses CP (its
-    all-to-all hands back another tensor) nor MLA (unequal head dimensions)."""
+    all-to-all hands back another tensor). Under MLA flash-attn runs at the padded head dimension (module
+    docstring): its output is that wide, and the zeros padding q, k or v are kept too
+    (`attention.flash_padding`)."""
     if not setup.te_flash or (setup.cp > 1 and setup.cp_variant != "ring"):
         return ()
-    if isinstance(kind, EncoderBodyKind) or kind.attention.is_mla:
+    if isinstance(kind, EncoderBodyKind):
         return ()
-    elements = setup.tokens * per_rank(kind.attention.num_heads, setup.tp) * kind.attention.head_dim
-    return (ActivationTerm(f"{prefix}attention.flash_output", "softmax", elements, setup.dtype_bytes),)
+    att = kind.attention
+    rows = setup.tokens * per_rank(att.num_heads, setup.tp)
+    padded = max(att.q_head_dim, att.value_head_dim)
+    terms = (ActivationTerm(f"{prefix}attention.flash_output", "softmax", rows * padded, setup.dtype_bytes),)
+    pad = 2 * (padded - att.q_head_dim) + padded - att.value_head_dim  # q and k, v; MLA's heads are not grouped
+    if pad:
+        terms += (ActivationTerm(f"{prefix}attention.flash_padding", "softmax", rows * pad, setup.dtype_bytes),)
+    return terms
 
 
 def torch_softmax_in_fp32(kind: BodyKind, setup: MemorySetup) -> bool:

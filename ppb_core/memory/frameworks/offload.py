@@ -53,7 +53,7 @@ from ppb_core.model.kinds import BodyKind, Moe, TailKind
 # ppb's term names (without an MTP prefix) each group captures, whatever the attention
 _CORE = ("attention.query", "attention.key", "attention.value", "attention.softmax_output",
          "attention.softmax_lse", "attention.dropout_mask", "attention.dropout_output",
-         "attention.probabilities", "attention.flash_output")  # fmt: skip
+         "attention.probabilities", "attention.flash_output", "attention.flash_padding")  # fmt: skip
 _QKV_MLA = ("attention.norm_output", "attention.q_latent", "attention.q_latent_norm", "attention.kv_latent",
             "attention.kv_latent_norm", "attention.rotary_cos_sin")  # fmt: skip
 _QKV_FUSED = ("attention.norm_input", "attention.norm_output", "attention.qk_norm_input")
