@@ -112,6 +112,19 @@ def _llama_run(
                 "tp": 1.0 if tp > 1 else 0.0,
                 "param_gather": 1.0 if gathers_overlapped else 0.0,
             },
+            # the recipes' userbuffers configs where TP > 1 (Megatron-Bridge comm_overlap.py, v0.2.0 7af9601c9 and
+            # v0.4.0 0fbfe7d3e: every FP8 Llama one, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192,
+            # ..._b200_h8192_tp2_..., ..._h100_h16384_tp8_cp2_..., ..._b200_h16384_tp4_cp2_...): proj_fprop and
+            # fc2_fprop as RingExchangeOverlapCfg (TE's initialize_ub default: pipeline), the bulk GEMMs'
+            # BulkOverlapCfg with set_sm_margin=False (no pipeline GEMM left to set it)
+            **(
+                {
+                    "tp_comm_overlap_methods": {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"},
+                    "ub_sm_margin": False,
+                }
+                if tp > 1
+                else {}
+            ),
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
             **({"gradient_accumulation_fusion": False} if fsdp else {}),
             "overlap_param_gather_with_optimizer_step": with_step,
