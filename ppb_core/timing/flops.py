@@ -200,6 +200,9 @@ class OpGeometry(Geometry):
     compiled_loss: bool = False
     # torchtitan's context_parallel_rotate_method (`timing.cp_rotate_method`): allgather | alltoall
     cp_rotate: str = "allgather"
+    # TransformerEngine's ring exchanges as one batch_isend_irecv (one NCCL launch) or a separate isend
+    # and irecv (two): `cp_p2p_batched` below
+    cp_p2p_batched: bool = True
     # Megatron's --tp-comm-overlap-cfg: userbuffers methods that differ from TE's defaults, by GEMM name
     ub_methods: tuple[tuple[str, str], ...] = ()
 
@@ -238,6 +241,7 @@ class OpGeometry(Geometry):
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
+            cp_p2p_batched=cp_p2p_batched(run.parallel.cp, run.device.profile().compute_capability),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
@@ -248,6 +252,15 @@ class OpGeometry(Geometry):
         if self.block_pairs:  # every pair of each image or window, the kernel's blocks cut to them
             return self.micro_batch_size * self.block_pairs / self.cp
         return super().attention_pairs()
+
+
+def cp_p2p_batched(cp: int, compute_capability: float) -> bool:
+    """Whether TransformerEngine's ring exchanges its chunks as one `batch_isend_irecv` a step (one NCCL
+    launch) rather than a separate `isend` and `irecv` (two): `AttnFuncWithCPAndKVP2P` forward and
+    backward, d0067d0d, `batch_p2p_comm = NVTE_BATCH_MHA_P2P_COMM or (device_compute_capability < (10, 0)
+    and cp_size == 2)`, as since v2.4 (0828aa860; v2.3, ba5dc5dde, batched only under the variable,
+    and before it at every cp 2). The variable, off by default, is not read."""
+    return cp == 2 and compute_capability < 10.0
 
 
 def _matmul(
@@ -844,6 +857,8 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
             ),
         )
     if geo.cp > 1 and geo.cp_variant == "ulysses":
+        if geo.framework == "megatron" and geo.transformer_impl == "transformer_engine" and geo.flash_attention:
+            ops.append(_te_a2a_reorders(p, n * heads * d_qk, n * kv_width, n * heads * d_v, bc, context))
         payload = n * heads * d_v * bc
         ops.append(
             Op(
@@ -857,6 +872,22 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         )
         out = p + "cp_a2a_out"
     return ops, out
+
+
+def _te_a2a_reorders(p: str, q_elements: float, kv_elements: float, out_elements: float, bc: int, context: str) -> Op:
+    """TransformerEngine's copies around Megatron's `--cp-comm-type a2a` (`AttnFuncWithCPAndQKVOA2A`,
+    d0067d0d context_parallel.py `flash_attn_a2a_communicate`, sbhd): before each all-to-all of Q, K, V
+    (and of dO in the backward) the head-split view is moved to the front and made contiguous (a copy),
+    after it `reorder_seq_chunks_for_a2a_before_attn` puts the load-balanced chunks back in sequence
+    order (`torch.index_select`: a copy; its `movedim(0, 0)` and `.contiguous()` no-ops); the output
+    (the dQ, dK, dV in the backward) is reordered by `reorder_seq_chunks_for_a2a_after_attn` before its
+    all-to-all (`index_select`) and made contiguous after it (`movedim(...).contiguous()`). Two copies
+    of every tensor crossing the all-to-alls, each read and written once: forward Q, K, V and O, backward
+    dO, dQ, dK, dV; two kernels a tensor (the reorder `jit_fuser`'d into one, the other copy eager)."""
+    forward = 2 * 2 * bc * (q_elements + kv_elements + out_elements)
+    backward = 2 * 2 * bc * (out_elements + q_elements + kv_elements)
+    op = _elementwise(p + "cp_a2a_reorder", "attention", forward, backward, switch="softmax", inputs=(context,))
+    return dataclasses.replace(op, launches=(8.0, 8.0))
 
 
 def _stepped_ring(
@@ -880,7 +911,8 @@ def _stepped_ring(
       K, V to the next rank (`permute_tensor`), waited for at the next step: cp−1 exchanges a pass,
       each beside one step, as Megatron's; the backward shifts them again (compiled: CSE'd away too).
     - Megatron: each step sends this rank's K, V chunk to the next rank while it computes
-      (`flash_attn_p2p_communicate`, batch_isend_irecv, waited at the next step): cp−1 exchanges, each
+      (`flash_attn_p2p_communicate`: one batch_isend_irecv at cp 2 before Blackwell, else an isend and an
+      irecv, `cp_p2p_batched`; waited at the next step): cp−1 exchanges, each
       beside one step. The backward sends K, V again with the dK, dV (16-bit) of the steps so far:
       K, V at steps 0…cp−2, dK, dV at steps 1…cp−1, cp exchanges beside one step each.
     Neither keeps more than one chunk's K, V for the backward (TE d0067d0d `AttnFuncWithCPAndKVP2P.
@@ -929,8 +961,9 @@ def _stepped_ring(
         grads = last = None
     kv = (*qk, *v)
     comms = [Op(p + "cp_ring", block, COMM, switch="gather", inputs=kv, forward_comm=gather, backward_comm=again)]
-    if not titan:  # a batch_isend_irecv a step: cp−1 forward, cp backward
-        comms[0] = dataclasses.replace(comms[0], launches=(float(cp - 1), float(cp)))
+    if not titan:  # an exchange a step, cp−1 forward, cp backward: a batch_isend_irecv, else isend + irecv
+        per = 1.0 if geo.cp_p2p_batched else 2.0
+        comms[0] = dataclasses.replace(comms[0], launches=(per * (cp - 1), per * cp))
     if grads is not None:
         comms.append(Op(p + "cp_ring_grads", block, COMM, inputs=(context,), backward_comm=grads))
         comms.append(Op(p + "cp_ring_grads_last", block, COMM, inputs=(context,), backward_comm=last))
