@@ -60,13 +60,17 @@ def _llama_run(
     layout: str | None = None,
     fp8_recipe: str = "tensorwise",
     mx_gathers_apart: bool = False,
+    gathers_overlapped: bool = True,
 ) -> dict[str, Any]:
     """A Llama 3 run at sequence 8192 in BF16 with FP8 GEMMs: current scaling (the table's FP8-CS) or,
     for the table's parenthesized figures on B200 and GB200, MXFP8 (FP8-MX) with the same recipe.
-    *mx_gathers_apart*: the release keeps MXFP8 runs' parameter gathers off the optimizer step (26.04)."""
+    *mx_gathers_apart*: the release keeps MXFP8 runs' parameter gathers off the optimizer step (26.04).
+    *gathers_overlapped* False: the recipe turns `overlap_param_gather` off, so the distributed
+    optimizer's parameter all-gathers run synchronously after the step (as `_qwen3_run`'s)."""
     tp, pp, cp, vp = (parallel.get(key, 1) for key in ("tp", "pp", "cp", "vp"))
     dp = gpus // (tp * pp * cp)
     with_step = gathers_with_optimizer_step(dp, pp, vp) and not (mx_gathers_apart and fp8_recipe == "mxfp8")
+    with_step = with_step and gathers_overlapped
     sharding: dict[str, Any] = {"fsdp": True, "zero": 3} if fsdp else {"zero": 1}
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 else {}
     return {
@@ -103,7 +107,24 @@ def _llama_run(
             # MXFP8 and all-gathered so; fp8_cs leaves it off
             "fp8_param_gather": fp8_recipe == "mxfp8",
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
-            "overlap": {**_COMMON_TIMING["overlap"], "tp": 1.0 if tp > 1 else 0.0},
+            "overlap": {
+                **_COMMON_TIMING["overlap"],
+                "tp": 1.0 if tp > 1 else 0.0,
+                "param_gather": 1.0 if gathers_overlapped else 0.0,
+            },
+            # the recipes' userbuffers configs where TP > 1 (Megatron-Bridge comm_overlap.py, v0.2.0 7af9601c9 and
+            # v0.4.0 0fbfe7d3e: every FP8 Llama one, userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192,
+            # ..._b200_h8192_tp2_..., ..._h100_h16384_tp8_cp2_..., ..._b200_h16384_tp4_cp2_...): proj_fprop and
+            # fc2_fprop as RingExchangeOverlapCfg (TE's initialize_ub default: pipeline), the bulk GEMMs'
+            # BulkOverlapCfg with set_sm_margin=False (no pipeline GEMM left to set it)
+            **(
+                {
+                    "tp_comm_overlap_methods": {"proj_fprop": "ring_exchange", "fc2_fprop": "ring_exchange"},
+                    "ub_sm_margin": False,
+                }
+                if tp > 1
+                else {}
+            ),
             # FSDP runs turn gradient accumulation fusion off (llama3_8b_h100_config)
             **({"gradient_accumulation_fusion": False} if fsdp else {}),
             "overlap_param_gather_with_optimizer_step": with_step,
@@ -162,7 +183,10 @@ _LLAMA_ROWS: tuple[tuple[Any, ...], ...] = (
     (
         "Llama 3.1 405B MXFP8 TP4 PP8 CP2 (128 B200)",
         LLAMA3_405B, 128, 64, 1, {"tp": 4, "pp": 8, "cp": 2, "vp": 8}, "b200", 624.0,
-        {"layout": _405B_LAYOUT, "fp8_recipe": "mxfp8"}, (),
+        # llama31_llm_pretrain.py `llama31_405b_b200_config` (v0.2.0) turns the parameter gathers'
+        # overlap off for fp8_mx ("keeping this eanbled causes NaN grad norm": comm_overlap, ddp and
+        # optimizer overlap_param_gather False); the 8B recipes leave it on
+        {"layout": _405B_LAYOUT, "fp8_recipe": "mxfp8", "gathers_overlapped": False}, (),
     ),
     # "System: DGX-GB200": LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG (MBS 2, CUDA graphs over the full
     # iteration), its FP8_MX config the same; 8 GPUs of one NVLink domain.
