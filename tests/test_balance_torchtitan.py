@@ -543,6 +543,27 @@ def test_check_reads_the_printed_lines_back_to_the_plan_and_refuses_another_batc
     assert err.count("\n") == 1 and f"{plan}: training.local_batch_size: 16; the run config prices 8" in err
 
 
+def test_check_refuses_a_toml_schedule_other_than_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the run prices Megatron-style interleaving over 2 chunks; torchtitan runs the TOML's schedule
+    # (pipeline_parallel.py `pipeline_llm`), 1F1B when the key is unstated (job_config.py's default)
+    result = _balance(tmp_path, PP2V2, "50000", capsys)
+    lines = result["torchtitan"]["lines"]
+    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in lines
+    run, plan = tmp_path / "run.yaml", tmp_path / "plan.toml"
+    looped = "\n".join(lines).replace('"Interleaved1F1B"', '"LoopedBFS"')  # priced as interleaved, as import does
+    plan.write_text(looped + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    plan.write_text("\n".join(lines).replace('"Interleaved1F1B"', '"GPipe"') + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{plan}: parallelism.pipeline_parallel_schedule: GPipe runs gpipe; the run config prices interleaved" in err
+    plan.write_text("\n".join(line for line in lines if not line.startswith("pipeline_parallel_schedule")) + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    assert "1F1B (torchtitan's default, unstated) runs 1f1b" in capsys.readouterr().err
+
+
 def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 
 import torch
 import torch.nn.functional as F
+from torch._inductor import scheduler
 
 from ppb_core.census.ops import (
     EagerRMSNorm,
@@ -26,11 +27,11 @@ from ppb_core.census.ops import (
     repeat_kv,
     rotate,
 )
-from ppb_core.census.torchtitan import BlockDims
+from ppb_core.census.torchtitan import BlockDims, rotary_table
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
-from ppb_core.timing.flops import MATMUL, MEMORY, OpGeometry, early_stop_tail, layer_ops
+from ppb_core.timing.flops import MATMUL, MEMORY, OpGeometry, complex_rope_bytes, early_stop_tail, layer_ops
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.pricer import TimeModel
 
@@ -280,3 +281,49 @@ def test_early_stop_drops_the_block_s_last_matmul_and_residual():
     run = _run({"mode": "full", "early_stop": True})
     ops = TimeModel(run).ops(_body(run))
     assert early_stop_tail(ops) == {"mlp_out", "residual_mlp"}
+
+
+def test_inductor_runs_torchtitan_s_complex_rotary_as_its_eager_steps():
+    """torch.compile of model.py's `apply_rotary_emb` (complex64): Inductor falls back to aten for every
+    op on a complex tensor (torch/_inductor/lowering.py `unsupported_input_tensor`), so the compiled
+    rotary moves `complex_rope_bytes` an element each way, not a fused kernel's 2·bc. Counted from
+    Inductor's own scheduler (each kernel's and fallback's buffer bytes) on the CPU."""
+    graphs: list[list[tuple[str, int]]] = []
+    codegen = scheduler.Scheduler.codegen
+
+    def record(self):
+        nodes = []
+        for node in self.nodes:
+            if isinstance(node, scheduler.NopKernelSchedulerNode):
+                continue
+            target = str(getattr(node.node, "op_overload", "") or "") if node.is_extern() else "inductor"
+            nodes.append((target, node.get_read_write_buffers_sizes()))
+        graphs.append(nodes)
+        return codegen(self)
+
+    dims = BlockDims(256, 4, 4, 512)
+    seq = 512
+    x = torch.randn(1, seq, dims.heads, dims.head_dim, dtype=torch.bfloat16, requires_grad=True)
+    table = rotary_table(dims, seq)
+    torch._dynamo.reset()
+    scheduler.Scheduler.codegen = record
+    # no cached graph: Inductor must schedule both graphs here
+    uncached = torch._inductor.config.patch(fx_graph_cache=False)
+    try:
+        with uncached, torch._functorch.config.patch(enable_autograd_cache=False):
+            out = torch.compile(rotate, fullgraph=True)(x, table)
+            out.float().sum().backward()
+    finally:
+        scheduler.Scheduler.codegen = codegen
+        torch._dynamo.reset()
+    elements = seq * dims.heads * dims.head_dim
+    table_bytes = seq * dims.head_dim // 2 * 8  # complex64 table, read once a multiply
+    assert len(graphs) == 2  # the forward's and the backward's
+    for graph in graphs:
+        # the complex multiply is aten's kernel (read and write 4 bytes a real element)
+        assert [t for t, _ in graph if t.startswith("aten.mul")], graph
+        moved = sum(size for target, size in graph if target == "inductor" or target.startswith("aten.mul"))
+        # with Inductor's upcast (read 2, write 4) and downcast (read 4, write 2) around it, and the
+        # multiply's read of the table (the views and the table's conjugate copy launch no HBM pass)
+        assert moved == complex_rope_bytes(2) * elements + table_bytes
+    assert complex_rope_bytes(2) == 2 + 4 + 4 + 4 + 4 + 2

@@ -156,3 +156,15 @@ def test_torchtitan_s_kernel_settings_are_refused_under_another_framework():
         parse_run_config(raw, "run.yaml")
     message = str(caught.value)
     assert "\n" not in message and "run.yaml" in message and "timing.repeat_kv" in message and "megatron" in message
+
+
+@pytest.mark.parametrize(("compile_", "forward", "fusion"), [(False, 4, "rope"), (True, 20, None)])
+def test_torchtitan_s_complex_rotary_keeps_its_eager_bytes_under_torch_compile(compile_, forward, fusion):
+    run = _run(compile_=compile_)
+    rope = {op.name: op for op in TimeModel(run).ops(_body(run))}["rope"]
+    # Q and K of 2048 tokens × (16 + 4 heads) × 64: eager, the fused 2 + 2 bytes an element times
+    # EAGER_TRAFFIC's 5; compiled, Inductor's upcast (2 + 4), aten's complex multiply (4 + 4) and
+    # Inductor's downcast (4 + 2) as bytes of their own (tests/test_census_ops.py counts them)
+    elements = TOKENS * (16 + 4) * 64
+    assert (rope.bytes, rope.backward_bytes) == (forward * elements, forward * elements)
+    assert rope.fusion == fusion

@@ -5,6 +5,8 @@
   one part a cell in model order, chunk by chunk (pipeline_module_split's "loop" style);
 * the recompute: `[activation_checkpoint]` as torchtitan applies it (activation_checkpoint.py
   `apply_ac`), block by block of a rank counted across its chunks (`Recompute.chunk_options`);
+* the schedule: `pipeline_parallel_schedule` (1F1B when unstated, torchtitan's default) must price as
+  the run config's;
 * the batch: `pipeline_parallel_microbatch_size`, `training.local_batch_size` and
   `training.global_batch_size`, where stated, must be the run config's (b, m, dp), as the plan is
   checked at the run config's batch (train.py `Trainer.__init__`, pipeline_parallel.py `pipeline_llm`).
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.torchtitan_import import _recompute, _stages_of_fqns, _Toml
+from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -44,6 +46,7 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     degree = parallelism.get("pipeline_parallel_degree", problem.stages)
     if degree != problem.stages:
         raise InputError(where, "parallelism.pipeline_parallel_degree", f"{degree}; the run has {problem.stages}")
+    _same_schedule(parallelism, problem, where)
     said = _recompute(toml, [])
     if run is not None:
         _same_batch(toml, run, problem.micro_batches)
@@ -71,6 +74,21 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
             remaining[body] -= 1
         before[s] += size
     return Plan(problem, freeze(counts))
+
+
+def _same_schedule(parallelism: dict, problem: BalanceInput, where: str) -> None:
+    """Refuse a schedule other than the one the plan is priced under: torchtitan runs the TOML's
+    (job_config.py's default 1F1B when unstated; pipeline_parallel.py `pipeline_llm`), ppb's names
+    as `ppb import torchtitan` maps them (LoopedBFS and InterleavedZeroBubble priced as interleaved)."""
+    key = "parallelism.pipeline_parallel_schedule"
+    named = parallelism.get("pipeline_parallel_schedule", "1F1B")
+    if named not in SCHEDULES:
+        raise InputError(where, key, f"{named!r} is none of {', '.join(SCHEDULES)}")
+    if SCHEDULES[named] != problem.schedule_name:
+        said = "" if "pipeline_parallel_schedule" in parallelism else " (torchtitan's default, unstated)"
+        raise InputError(
+            where, key, f"{named}{said} runs {SCHEDULES[named]}; the run config prices {problem.schedule_name}"
+        )
 
 
 def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:

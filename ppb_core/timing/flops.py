@@ -626,16 +626,18 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             previous = p + "qk_norm"
         if att.rope:
             unfused = _megatron_unfused_rope(geo)
-            forward, backward = (UNFUSED_ROPE_FORWARD, UNFUSED_ROPE_BACKWARD) if unfused else (2, 2)
+            forward, backward = (UNFUSED_ROPE_FORWARD * bc, UNFUSED_ROPE_BACKWARD * bc) if unfused else (2 * bc, 2 * bc)
+            if _compiled_complex_rope(geo):
+                forward = backward = complex_rope_bytes(bc)
             rope = _elementwise(
                 p + "rope",
                 block,
-                forward * n * width * bc,
-                backward * n * width * bc,
+                forward * n * width,
+                backward * n * width,
                 inputs=(previous,),
                 **qk_state("rope"),
             )
-            ops.append(rope if unfused else dataclasses.replace(rope, fusion="rope"))
+            ops.append(rope if unfused or _compiled_complex_rope(geo) else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -1629,6 +1631,29 @@ UNFUSED_MLA_ROPE_BACKWARD = UNFUSED_ROPE_BACKWARD + 7
 
 def _megatron_unfused_rope(geo: OpGeometry) -> bool:
     return geo.framework == "megatron" and not geo.rope_fusion
+
+
+# torchtitan's rotary embedding under torch.compile. Its Llama `apply_rotary_emb` (models/llama/model.py
+# at 1ea476e9f, 3faaa1a0d, 9dec370; models/llama3/model.py at e7c0cae, 820504e, v0.2.2's model/model.py)
+# multiplies in complex64: `view_as_complex(x.float().reshape(..., -1, 2)) * freqs_cis`, then
+# `view_as_real(...).flatten(3).type_as(x)`. Inductor generates no code for complex tensors: any op
+# reading or writing one falls back to its aten kernel (torch/_inductor/lowering.py
+# `unsupported_input_tensor` → "Torchinductor does not support code generation for complex operators",
+# since pytorch PR #98155, April 2023; unchanged in torch 2.13; torchtitan issue #15 reports the
+# warning from this rotary), and `view_as_complex` needs a realized contiguous fp32 input
+# (`make_fallback(aten.view_as_complex, require_contiguous)`). So the compiled block runs the eager
+# steps: an Inductor kernel upcasting Q (K) into a fresh fp32 buffer (read bc, write 4), aten's complex
+# multiply (read 4, write 4; the table is small), an Inductor kernel casting the real view back (read 4,
+# write bc). Backward likewise: the gradient upcast, the multiply by conj(freqs_cis), the downcast.
+# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_timing_flops.py). Fused, as a
+# real-arithmetic rotary compiles, it would read and write Q (K) once: 2·bc.
+def complex_rope_bytes(bc: int) -> float:
+    """Bytes per rotated element of torchtitan's complex rotary as torch.compile runs it, each way."""
+    return bc + FP32_BYTES + 2 * FP32_BYTES + FP32_BYTES + bc
+
+
+def _compiled_complex_rope(geo: OpGeometry) -> bool:
+    return geo.framework == "torchtitan" and not geo.eager
 
 
 def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int, value: int) -> tuple[float, float]:

@@ -1,0 +1,191 @@
+"""A MoE layer's GPU work as ppb prices it, op group by op group, beside the runs that bound it.
+
+    python bench/moe_gpu.py [ROW ...]
+
+ROW: a substring of a MoE row's name in bench/public_runs.py (default: NeMo's two Qwen3 30B-A3B rows).
+For each row, one MoE layer and micro-batch at the state the iteration prices it (`configured_states`):
+
+- its forward + backward GPU milliseconds by group: attention, dense GEMMs, the local experts' GEMMs
+  with their FP8 casts, the all-to-alls (whole, before any overlap), the permutation with its sorts
+  and the unpermutation, the other memory-bound ops;
+- its local experts' GEMMs priced two ways: pooled, the experts' tiles sharing the SMs in waves as
+  TransformerEngine's four compute streams let them (`multi_stream_cublas_gemm` puts expert i on
+  stream i % 4; ppb's price), and expert by expert, one kernel after another, each with its own waves:
+  what rides on the streams running concurrently (each without the kernel's fixed time, which ppb
+  adds per stream either way);
+- for a row with a token-dropping run of the same shape in NeMo 25.09's table (Megatron-Bridge
+  docs/performance-summary.md at 5776a6d90, "25.09 NeMo Container"), ppb's GPU work for the whole
+  iteration at that run's settings (capacity factor 1.0, which NeMo 2's `MegatronTokenDropCallback`
+  sets with padding to capacity; the host's launches free; no all-to-all overlap), in FP8 with
+  current scaling and in BF16 (the table states no precision for these rows; NeMo's recommended
+  configs at 8cfedd7203 list them in bf16), against the run's measured seconds: a bound on the GPU
+  work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _measure import machine  # noqa: E402
+from _public import run_config  # noqa: E402
+from public_runs import PublicRun, config, public_runs  # noqa: E402
+
+from ppb_core.memory import MemoryModel  # noqa: E402
+from ppb_core.timing.flops import Op  # noqa: E402
+from ppb_core.timing.iteration import configured_states, run_iteration  # noqa: E402
+from ppb_core.timing.pricer import TimeModel  # noqa: E402
+
+DEFAULT_ROWS = ("NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)", "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)")
+# Op groups by the op's name in the MoE layer's table (ppb_core.timing.flops `moe_ops`, attention ops).
+GROUPS = (
+    ("attention", ("flash_scores", "flash_context")),
+    ("dense GEMMs", ("qk_proj", "v_proj", "qkv_proj", "out_proj", "router")),
+    ("expert GEMMs + FP8 casts", ("experts_in", "experts_out")),
+    ("all-to-alls (whole)", ("dispatch", "combine")),
+    ("permute, sorts, unpermute", ("permute", "unpermute")),
+)
+OTHER = "other memory-bound"
+SEQUENCE = 4096  # the Qwen3 runs' sequence (bench/_nemo.py `_qwen3_run`)
+
+
+@dataclass(frozen=True)
+class TokenDropRun:
+    """A NeMo 25.09 token-dropping run of a 25.11 row's shape: its published tokens/s per GPU."""
+
+    tokens_per_s: float
+    gpus: int
+    global_batch: int
+
+    @property
+    def seconds(self) -> float:
+        return self.global_batch * SEQUENCE / (self.tokens_per_s * self.gpus)
+
+
+# The 25.09 table's Qwen3_30B_a3B (tokendrop) rows on DGX-H100 (16 GPUs, GBS 512, MBS 2, PP 2, VP 24, EP 8)
+# and DGX-B200 (8 GPUs, GBS 512, MBS 1, EP 8): the 25.11 rows' shapes.
+TOKEN_DROP = {
+    "NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)": TokenDropRun(10494.0, 16, 512),
+    "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)": TokenDropRun(18066.0, 8, 512),
+}
+
+
+def group(name: str) -> str:
+    short = name.rsplit(".", 1)[-1]
+    return next((label for label, names in GROUPS if short in names), OTHER)
+
+
+def moe_layer(run, times: TimeModel):
+    """The first MoE layer of the busiest stage and the state the iteration prices it at."""
+    states = configured_states(run, MemoryModel(run))
+    return next((layer, state) for layer, state in states.items() if getattr(layer.kind, "name", "") == "moe")
+
+
+def layer_groups(row: PublicRun) -> dict[str, float]:
+    """One MoE layer's forward + backward GPU milliseconds per micro-batch, by group."""
+    run = config(row)
+    times = TimeModel(run)
+    layer, state = moe_layer(run, times)
+    groups: dict[str, float] = defaultdict(float)
+    for timed in times.breakdown(layer, *state):
+        groups[group(timed.name)] += timed.ms
+    return dict(groups)
+
+
+def expert_gemms(row: PublicRun) -> list[tuple[str, tuple[float, float, float, int], float, float]]:
+    """(op and pass, (m, n, k, experts), pooled ms, expert by expert ms) of the local experts' GEMMs: the
+    forward m × k by k × n, the backward's data gradient (m × n by n × k) and weight gradient (k × m by
+    m × n), each without the kernel's fixed time."""
+    run = config(row)
+    times = TimeModel(run)
+    layer, _ = moe_layer(run, times)
+    kernels = replace(times.kernels, kernel_s=0.0)
+    rows = []
+    for op in times.ops(layer):
+        if op.gemm is None or op.gemm[3] <= 1 or op.sequential:
+            continue
+        m, k, n, groups, _fused = op.gemm
+        for label, shape in (("forward", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (k, n, m))):
+            pooled = kernels.gemm_compute_s(*shape, groups)
+            serial = groups * kernels.gemm_compute_s(*shape)
+            rows.append((f"{short_name(op)} {label}", (*shape, groups), pooled * 1e3, serial * 1e3))
+    return rows
+
+
+def short_name(op: Op) -> str:
+    return op.name.rsplit(".", 1)[-1]
+
+
+def token_drop_raw(row: PublicRun, precision: str) -> dict:
+    """*row*'s run config at its 25.09 token-dropping run's settings (module docstring), GPU work only."""
+    raw = copy.deepcopy(row.raw)
+    raw["device"]["host_kernel_us"] = 0.0
+    raw["training"]["moe"]["capacity_factor"] = 1.0
+    raw["parallel"].pop("overlap_moe_expert_parallel_comm", None)
+    raw["timing"]["delay_wgrad_compute"] = False
+    raw["timing"]["fp8_param_gather"] = False
+    if precision == "bf16":
+        raw["timing"]["matmul_dtype"] = "bf16"
+        raw["timing"].pop("fp8_recipe", None)
+    else:
+        raw["timing"]["fp8_recipe"] = "tensorwise"
+    return raw
+
+
+def token_drop_seconds(row: PublicRun) -> dict[str, float]:
+    """ppb's GPU work an iteration at the token-dropping run's settings, FP8 current scaling and BF16."""
+    return {
+        precision: run_iteration(run_config(token_drop_raw(row, precision), f"{row.name} {precision}")).seconds
+        for precision in ("fp8", "bf16")
+    }
+
+
+def report(row: PublicRun) -> None:
+    print(row.name)
+    groups = layer_groups(row)
+    total = sum(groups.values())
+    print(f"  one MoE layer and micro-batch, forward + backward: {total:.3f} ms of GPU work")
+    for label, ms in sorted(groups.items(), key=lambda item: -item[1]):
+        print(f"    {label:28s} {ms:7.3f} ms {ms / total:6.1%}")
+    print("  the local experts' GEMMs (without the kernel's fixed time):")
+    pooled_sum = serial_sum = 0.0
+    for label, (m, n, k, experts), pooled, serial in expert_gemms(row):
+        pooled_sum += pooled
+        serial_sum += serial
+        print(
+            f"    {label:22s} {experts} x {m:.0f}x{n:.0f}x{k:.0f}: pooled {pooled:.3f} ms, "
+            f"expert by expert {serial:.3f} ms (x{serial / pooled:.2f})"
+        )
+    print(f"    all: pooled {pooled_sum:.3f} ms, expert by expert {serial_sum:.3f} ms (+{serial_sum - pooled_sum:.3f})")
+    drop = TOKEN_DROP.get(row.name)
+    if drop is not None:
+        ours = token_drop_seconds(row)
+        print(
+            f"  NeMo 25.09 token-dropping run, {drop.tokens_per_s:,.0f} tokens/s per GPU: {drop.seconds:.3f} s; "
+            f"ppb's GPU work at its settings {ours['fp8']:.3f} s in FP8 (x{drop.seconds / ours['fp8']:.2f}), "
+            f"{ours['bf16']:.3f} s in BF16 (x{drop.seconds / ours['bf16']:.2f})"
+        )
+    print()
+
+
+def main(argv: list[str]) -> int:
+    print(f"machine: {machine()}")
+    rows = public_runs()
+    for pattern in argv or list(DEFAULT_ROWS):
+        matches = [row for row in rows if pattern in row.name]
+        if not matches:
+            raise SystemExit(f"bench/moe_gpu.py: no row of bench/public_runs.py matches {pattern!r}")
+        for row in matches:
+            report(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,80 @@
+"""bench/moe_gpu.py: a MoE layer's GPU work by group, its experts' GEMMs pooled and one by one, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench_modules import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("moe_gpu")
+
+
+@pytest.fixture(scope="module")
+def rows(bench):
+    return {row.name: row for row in bench.public_runs()}
+
+
+H100_ROW = "NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"
+B200_ROW = "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)"
+
+
+def test_the_token_dropping_runs_become_seconds(bench):
+    # 25.09 table: GBS 512 sequences of 4096 tokens; 10,494 tokens/s on each of 16 H100, 18,066 on 8 B200.
+    assert bench.TOKEN_DROP[H100_ROW].seconds == pytest.approx(512 * 4096 / (10494 * 16), rel=1e-12)
+    assert bench.TOKEN_DROP[H100_ROW].seconds == pytest.approx(12.4902, abs=1e-4)
+    assert bench.TOKEN_DROP[B200_ROW].seconds == pytest.approx(14.5104, abs=1e-4)
+
+
+def test_each_local_expert_takes_every_ep_ranks_copies(bench, rows):
+    # Qwen3 30B-A3B: 128 experts, top 8, hidden 2048, expert FFN 768 (gate and up: 1536 wide), EP 8 (16
+    # local experts). H100 row: MBS 2, 8,192 tokens a rank, 65,536 copies over 128 experts: 512 an expert
+    # from each of the 8 EP ranks, 4,096 rows; B200 row: MBS 1, 2,048.
+    for name, m in ((H100_ROW, 4096), (B200_ROW, 2048)):
+        shapes = {label: shape for label, shape, _, _ in bench.expert_gemms(rows[name])}
+        assert shapes["experts_in forward"] == (m, 1536, 2048, 16)
+        assert shapes["experts_out forward"] == (m, 2048, 768, 16)
+        assert shapes["experts_in wgrad"] == (2048, 1536, m, 16)
+
+
+def test_h100_expert_gemms_pooled_and_one_by_one_by_hand(bench, rows):
+    # H100 FP8 (current scaling): twice 989 TFLOP/s at MAMF's 0.709, over 132 SMs: 1.0624e13 FLOP/s an SM;
+    # a 128x128 tile (intensity 64: full rate) over k = 2048: 2·128·128·2048 / that = 6.316 us.
+    per_sm = 2 * 989e12 * 0.709 / 132
+    tile_us = 2 * 128 * 128 * 2048 / per_sm * 1e6
+    # fc1 forward, 4096 x 1536 an expert: 32·12 = 384 tiles, 3 waves of 132 (256-wide tiles: 192 tiles, 2
+    # waves of twice the time, no better): 18.95 us; 16 experts one by one 303.2 us. Pooled: 6,144 tiles,
+    # ⌈46.5⌉ = 47 waves: 296.9 us.
+    # fc1 weight gradient, 2048 x 1536 over k = 4096: 16·12 = 192 tiles of 12.63 us, 2 waves (96 tiles of
+    # 256x128, one wave of twice the time: the same): 25.26 us, 404.3 one by one; pooled 3,072 tiles,
+    # ⌈23.3⌉ = 24 waves: 303.2 us.
+    found = {label: (pooled, serial) for label, _, pooled, serial in bench.expert_gemms(rows[H100_ROW])}
+    pooled, serial = found["experts_in forward"]
+    assert pooled * 1e3 == pytest.approx(47 * tile_us, rel=1e-9)
+    assert serial * 1e3 == pytest.approx(16 * 3 * tile_us, rel=1e-9)
+    pooled, serial = found["experts_in wgrad"]
+    assert pooled * 1e3 == pytest.approx(math.ceil(16 * 192 / 132) * 2 * tile_us, rel=1e-9)
+    assert serial * 1e3 == pytest.approx(16 * 2 * 2 * tile_us, rel=1e-9)
+
+
+def test_the_groups_hold_the_whole_layer(bench, rows):
+    row = rows[H100_ROW]
+    groups = bench.layer_groups(row)
+    run = bench.config(row)
+    times = bench.TimeModel(run)
+    layer, state = bench.moe_layer(run, times)
+    whole = sum(timed.ms for timed in times.breakdown(layer, *state))
+    assert sum(groups.values()) == pytest.approx(whole, rel=1e-12)
+    assert set(groups) == {label for label, _ in bench.GROUPS} | {bench.OTHER}
+
+
+def test_the_token_dropping_settings(bench, rows):
+    raw = bench.token_drop_raw(rows[H100_ROW], "bf16")
+    assert raw["training"]["moe"]["capacity_factor"] == 1.0
+    assert raw["device"]["host_kernel_us"] == 0.0
+    assert raw["timing"]["matmul_dtype"] == "bf16"
+    assert "overlap_moe_expert_parallel_comm" not in raw["parallel"]
+    assert rows[H100_ROW].raw["parallel"]["overlap_moe_expert_parallel_comm"]  # the row itself untouched
