@@ -31,7 +31,8 @@ communication ≈ 8.25 s and computation ≈ 14.58 s. Beside it ppb's price of t
 `qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config`, perf_recipes/qwen/h100/qwen3_moe.py and
 recipes/qwen/h100/qwen3_moe.py at 067f987df; HybridEP priced as ppb's nearest dispatcher, `deepep`, a
 token sent once to each remote node), its GPU work alone split the same way: the layers' all-to-alls
-against everything else.
+against everything else, and again with ppb's permutations on the communication side (the recipe's
+`moe_permute_fusion_into_hybridep` has HybridEP's dispatch and combine kernels do them).
 """
 
 from __future__ import annotations
@@ -133,19 +134,19 @@ def hybridep_h100_raw(rows: dict[str, PublicRun], gpu_only: bool) -> dict:
     return raw
 
 
-def hybridep_h100_ppb(rows: dict[str, PublicRun]) -> tuple[float, float, float]:
-    """(ppb's step with the host, its GPU work alone, that GPU work's all-to-alls) for the profiled run."""
+def hybridep_h100_ppb(rows: dict[str, PublicRun]) -> tuple[float, float, float, float]:
+    """(ppb's step with the host, its GPU work alone, that GPU work's all-to-alls, its permutations) for
+    the profiled run, seconds an iteration."""
     step = run_iteration(run_config(hybridep_h100_raw(rows, False), "hybridep-h100")).seconds
     run = run_config(hybridep_h100_raw(rows, True), "hybridep-h100-gpu")
     gpu = run_iteration(run).seconds
     times = TimeModel(run)
-    a2a_ms = sum(
-        timed.ms
-        for layer, state in configured_states(run, MemoryModel(run)).items()
-        for timed in times.breakdown(layer, *state)
-        if group(timed.name) == "all-to-alls (whole)"
-    )
-    return step, gpu, a2a_ms / 1e3 * run.training.micro_batches
+    ms: dict[str, float] = defaultdict(float)
+    for layer, state in configured_states(run, MemoryModel(run)).items():
+        for timed in times.breakdown(layer, *state):
+            ms[group(timed.name)] += timed.ms
+    per_ms = run.training.micro_batches / 1e3
+    return step, gpu, ms["all-to-alls (whole)"] * per_ms, ms["permute, sorts, unpermute"] * per_ms
 
 
 def group(name: str) -> str:
@@ -248,7 +249,7 @@ def report(row: PublicRun) -> None:
 
 def report_profiled(rows: dict[str, PublicRun]) -> None:
     measured = HYBRIDEP_H100
-    step, gpu, a2a = hybridep_h100_ppb(rows)
+    step, gpu, a2a, permutations = hybridep_h100_ppb(rows)
     print("Qwen3 30B-A3B BF16 EP16 HybridEP, 16 H100, overlap off (Megatron-Bridge docs at 067f987df):")
     print(f"  step: measured {measured.step_s:.3f} s, ppb {step:.3f} s ({step / measured.step_s - 1:+.1%})")
     print(
@@ -262,6 +263,12 @@ def report_profiled(rows: dict[str, PublicRun]) -> None:
     print(
         f"    computation: measured {measured.compute_s:.3f} s, ppb {gpu - a2a:.3f} s "
         f"(x{measured.compute_s / (gpu - a2a):.2f})"
+    )
+    # moe_permute_fusion_into_hybridep: the dispatch writes the tokens in expert order, the combine reads them
+    rest = gpu - a2a - permutations
+    print(
+        f"    with ppb's permutations ({permutations:.3f} s) counted as communication, as HybridEP fuses them: "
+        f"x{measured.comm_s / (a2a + permutations):.2f} and x{measured.compute_s / rest:.2f}"
     )
     print()
 
