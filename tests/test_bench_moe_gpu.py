@@ -100,3 +100,16 @@ def test_the_profiled_runs_config(bench, rows):
     assert raw["timing"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
     assert raw["device"]["host_kernel_us"] == 0.0
     assert "host_kernel_us" not in bench.hybridep_h100_raw(rows, gpu_only=False)["device"]
+
+
+def test_the_gb200_card_runs_config(bench, rows):
+    # qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config: EP 8 on 8 GPUs, GBS 512, MBS 4: 512 / (4 · 8) = 16
+    # micro-batches; _enable_hybridep_full_iteration_mxfp8: full-iteration graphs, EP overlap with delayed
+    # weight gradients. The card's step: 6501.120 ms.
+    raw = bench.gb200_raw(rows)
+    assert raw["device"] == {"name": "gb200"}
+    assert raw["training"]["micro_batches"] == 16 and raw["training"]["micro_batch_size"] == 4
+    assert raw["timing"]["cuda_graph_impl"] == "full_iteration" and raw["timing"]["delay_wgrad_compute"]
+    assert raw["parallel"]["overlap_moe_expert_parallel_comm"] and raw["parallel"]["ep"] == 8
+    step_s = bench.GB200_STEP_S
+    assert step_s == pytest.approx(6501.120 / 1e3)
