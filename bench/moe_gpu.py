@@ -20,6 +20,27 @@ For each row, one MoE layer and micro-batch at the state the iteration prices it
   current scaling and in BF16 (the table states no precision for these rows; NeMo's recommended
   configs at 8cfedd7203 list them in bf16), against the run's measured seconds: a bound on the GPU
   work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
+
+Last, a measured split of a Qwen3 30B-A3B step's GPU time (`HYBRIDEP_H100`): Megatron-Bridge's docs
+(docs/training/moe-optimization.md at 067f987df, "HybridEP production-shape validation", a 2026-07-25
+run) give, for 16 H100 in BF16 at TP 1, PP 1, EP 16, MBS 1, GBS 1024, forced balancing, HybridEP and
+TE graphs of the router and its preprocessing, with the expert-parallel overlap off: a 24.714 s step,
+and from a rank-0 Nsight Systems profile a GPU-active interval union of 22.821 s, of which
+communication concurrent with GEMMs or attention 9.079 ms, 0.11% of the communication time: so
+communication ≈ 8.25 s and computation ≈ 14.58 s. Beside it ppb's price of that run (the recipe
+`qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config`, perf_recipes/qwen/h100/qwen3_moe.py and
+recipes/qwen/h100/qwen3_moe.py at 067f987df; HybridEP priced as ppb's nearest dispatcher, `deepep`, a
+token sent once to each remote node), its GPU work alone split the same way: the layers' all-to-alls
+against everything else, and again with ppb's permutations on the communication side (the recipe's
+`moe_permute_fusion_into_hybridep` has HybridEP's dispatch and combine kernels do them).
+
+And a looser one on Blackwell (`GB200_STEP_S`): the same card (examples/model_verification_cards/
+qwen3-30b-a3b/card.yaml at 067f987df) measures `qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config` on 8
+GB200 at 6.501 s a step (MXFP8, EP 8, MBS 4, GBS 512, HybridEP, full-iteration CUDA graphs, the EP
+overlap with delayed weight gradients: perf_recipes/qwen/gb200/qwen3_moe.py and common.py
+`_enable_hybridep_full_iteration_mxfp8`); ppb prices those settings, but not the run's FP8 attention,
+TE's op fuser, its CuTe DSL fused grouped MLP (`NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`) or the paged stash,
+each of which makes the run faster than ppb's kernels: ppb's shortfall is at least what it shows.
 """
 
 from __future__ import annotations
@@ -75,6 +96,84 @@ TOKEN_DROP = {
     "NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)": TokenDropRun(10494.0, 16, 512),
     "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)": TokenDropRun(18066.0, 8, 512),
 }
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """A step's measured GPU time split into communication and computation (module docstring)."""
+
+    step_s: float
+    gpu_active_s: float
+    comm_beside_compute_s: float  # communication concurrent with GEMMs or attention
+    comm_beside_compute_share: float  # that over the communication time
+
+    @property
+    def comm_s(self) -> float:
+        return self.comm_beside_compute_s / self.comm_beside_compute_share
+
+    @property
+    def compute_s(self) -> float:
+        return self.gpu_active_s - self.comm_s + self.comm_beside_compute_s
+
+
+HYBRIDEP_H100 = ProfiledStep(24.7138, 22.821, 9.079e-3, 0.0011)
+GB200_STEP_S = 6.50112  # the card's last_10_steps_step_time_ms_avg, 6501.120
+
+
+def gb200_raw(rows: dict[str, PublicRun]) -> dict:
+    """The GB200 card run's config as ppb can state it (module docstring), from the B200 Qwen3 30B-A3B row:
+    8 GB200, EP 8, MBS 4, 512 / (4 · 8) = 16 micro-batches, MXFP8, HybridEP as `deepep`, the EP overlap
+    with delayed weight gradients, full-iteration CUDA graphs (no host in the step)."""
+    raw = copy.deepcopy(rows["NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)"].raw)
+    raw["name"] = "Qwen3 30B-A3B MXFP8 EP8 HybridEP (8 GB200)"
+    raw["device"] = {"name": "gb200"}
+    raw["parallel"]["overlap_moe_expert_parallel_comm"] = True
+    raw["training"]["micro_batch_size"] = 4
+    raw["training"]["micro_batches"] = 512 // (4 * 8)
+    timing = raw["timing"]
+    timing["delay_wgrad_compute"] = True
+    timing["moe_dispatcher"] = "deepep"
+    timing["cuda_graph_impl"] = "full_iteration"
+    timing.pop("cuda_graph_modules", None)
+    return raw
+
+
+def hybridep_h100_raw(rows: dict[str, PublicRun], gpu_only: bool) -> dict:
+    """The profiled run's config (module docstring), from the H100 Qwen3 30B-A3B row's model and timing
+    settings: 16 H100 (two DGX nodes), DP 16 = EP 16, MBS 1, 64 micro-batches, BF16, no overlap of the
+    expert-parallel communication, TE graphs of the router and its preprocessing."""
+    raw = copy.deepcopy(rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"].raw)
+    raw["name"] = "Qwen3 30B-A3B BF16 EP16 HybridEP (16 H100)"
+    raw["parallel"] = {"dp": 16, "tp": 1, "pp": 1, "ep": 16, "etp": 1, "sequence_parallel": False, "zero": 1}
+    raw["training"]["micro_batch_size"] = 1
+    raw["training"]["micro_batches"] = 1024 // 16
+    timing = raw["timing"]
+    timing["matmul_dtype"] = "bf16"
+    timing.pop("fp8_recipe", None)
+    timing["fp8_param_gather"] = False
+    timing["delay_wgrad_compute"] = False
+    timing["overlap_param_gather_with_optimizer_step"] = False
+    timing["moe_dispatcher"] = "deepep"
+    timing["cuda_graph_impl"] = "transformer_engine"
+    timing["cuda_graph_modules"] = ["moe_router", "moe_preprocess"]
+    if gpu_only:
+        raw["device"]["host_kernel_us"] = 0.0
+    return raw
+
+
+def hybridep_h100_ppb(rows: dict[str, PublicRun]) -> tuple[float, float, float, float]:
+    """(ppb's step with the host, its GPU work alone, that GPU work's all-to-alls, its permutations) for
+    the profiled run, seconds an iteration."""
+    step = run_iteration(run_config(hybridep_h100_raw(rows, False), "hybridep-h100")).seconds
+    run = run_config(hybridep_h100_raw(rows, True), "hybridep-h100-gpu")
+    gpu = run_iteration(run).seconds
+    times = TimeModel(run)
+    ms: dict[str, float] = defaultdict(float)
+    for layer, state in configured_states(run, MemoryModel(run)).items():
+        for timed in times.breakdown(layer, *state):
+            ms[group(timed.name)] += timed.ms
+    per_ms = run.training.micro_batches / 1e3
+    return step, gpu, ms["all-to-alls (whole)"] * per_ms, ms["permute, sorts, unpermute"] * per_ms
 
 
 def group(name: str) -> str:
@@ -175,6 +274,32 @@ def report(row: PublicRun) -> None:
     print()
 
 
+def report_profiled(rows: dict[str, PublicRun]) -> None:
+    measured = HYBRIDEP_H100
+    step, gpu, a2a, permutations = hybridep_h100_ppb(rows)
+    print("Qwen3 30B-A3B BF16 EP16 HybridEP, 16 H100, overlap off (Megatron-Bridge docs at 067f987df):")
+    print(f"  step: measured {measured.step_s:.3f} s, ppb {step:.3f} s ({step / measured.step_s - 1:+.1%})")
+    print(
+        f"  GPU work: measured (nsys GPU-active union) {measured.gpu_active_s:.3f} s, ppb {gpu:.3f} s "
+        f"(x{measured.gpu_active_s / gpu:.2f})"
+    )
+    print(
+        f"    communication: measured {measured.comm_s:.3f} s, ppb's all-to-alls {a2a:.3f} s "
+        f"(x{measured.comm_s / a2a:.2f})"
+    )
+    print(
+        f"    computation: measured {measured.compute_s:.3f} s, ppb {gpu - a2a:.3f} s "
+        f"(x{measured.compute_s / (gpu - a2a):.2f})"
+    )
+    # moe_permute_fusion_into_hybridep: the dispatch writes the tokens in expert order, the combine reads them
+    rest = gpu - a2a - permutations
+    print(
+        f"    with ppb's permutations ({permutations:.3f} s) counted as communication, as HybridEP fuses them: "
+        f"x{measured.comm_s / (a2a + permutations):.2f} and x{measured.compute_s / rest:.2f}"
+    )
+    print()
+
+
 def main(argv: list[str]) -> int:
     print(f"machine: {machine()}")
     rows = public_runs()
@@ -184,6 +309,11 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"bench/moe_gpu.py: no row of bench/public_runs.py matches {pattern!r}")
         for row in matches:
             report(row)
+    by_name = {row.name: row for row in rows}
+    report_profiled(by_name)
+    ours = run_iteration(run_config(gb200_raw(by_name), "gb200-card")).seconds
+    print("Qwen3 30B-A3B MXFP8 EP8 HybridEP, 8 GB200, full-iteration graphs (the same card):")
+    print(f"  step: measured {GB200_STEP_S:.3f} s, ppb {ours:.3f} s ({ours / GB200_STEP_S - 1:+.1%})")
     return 0
 
 

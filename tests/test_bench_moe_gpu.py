@@ -78,3 +78,38 @@ def test_the_token_dropping_settings(bench, rows):
     assert raw["timing"]["matmul_dtype"] == "bf16"
     assert "overlap_moe_expert_parallel_comm" not in raw["parallel"]
     assert rows[H100_ROW].raw["parallel"]["overlap_moe_expert_parallel_comm"]  # the row itself untouched
+
+
+def test_the_profiled_step_splits_by_hand(bench):
+    # Megatron-Bridge docs/training/moe-optimization.md (067f987df), overlap off: GPU-active union 22.821 s;
+    # communication beside GEMMs or attention 9.079 ms, 0.11% of the communication time: 9.079e-3 / 0.0011
+    # = 8.2536 s of communication, and 22.821 − 8.2536 + 0.0091 = 14.5765 s of computation.
+    step = bench.HYBRIDEP_H100
+    assert step.comm_s == pytest.approx(8.2536, abs=1e-4)
+    assert step.compute_s == pytest.approx(14.5765, abs=1e-4)
+    assert step.step_s == pytest.approx(24.7138)
+
+
+def test_the_profiled_runs_config(bench, rows):
+    # qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config: TP 1, PP 1, EP 16 on 16 GPUs (DP 16), MBS 1, GBS 1024:
+    # 1024 / 16 = 64 micro-batches; BF16; TE graphs of moe_router and moe_preprocess.
+    raw = bench.hybridep_h100_raw(rows, gpu_only=True)
+    assert raw["parallel"]["dp"] == raw["parallel"]["ep"] == 16
+    assert raw["training"]["micro_batches"] == 64 and raw["training"]["micro_batch_size"] == 1
+    assert raw["timing"]["matmul_dtype"] == "bf16" and raw["timing"]["moe_dispatcher"] == "deepep"
+    assert raw["timing"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
+    assert raw["device"]["host_kernel_us"] == 0.0
+    assert "host_kernel_us" not in bench.hybridep_h100_raw(rows, gpu_only=False)["device"]
+
+
+def test_the_gb200_card_runs_config(bench, rows):
+    # qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config: EP 8 on 8 GPUs, GBS 512, MBS 4: 512 / (4 · 8) = 16
+    # micro-batches; _enable_hybridep_full_iteration_mxfp8: full-iteration graphs, EP overlap with delayed
+    # weight gradients. The card's step: 6501.120 ms.
+    raw = bench.gb200_raw(rows)
+    assert raw["device"] == {"name": "gb200"}
+    assert raw["training"]["micro_batches"] == 16 and raw["training"]["micro_batch_size"] == 4
+    assert raw["timing"]["cuda_graph_impl"] == "full_iteration" and raw["timing"]["delay_wgrad_compute"]
+    assert raw["parallel"]["overlap_moe_expert_parallel_comm"] and raw["parallel"]["ep"] == 8
+    step_s = bench.GB200_STEP_S
+    assert step_s == pytest.approx(6501.120 / 1e3)
