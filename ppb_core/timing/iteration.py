@@ -38,6 +38,7 @@ from typing import Any
 from ppb_core.config.run import RunConfig
 from ppb_core.host_copies import HostCopies, HostLayer
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
@@ -64,7 +65,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.muon import layer_matrices
 from ppb_core.timing.muon import step_seconds as muon_step_seconds
-from ppb_core.timing.offload import reload_seconds, reload_wait_s
+from ppb_core.timing.offload import cpu_offload_waits, reload_seconds, reload_wait_s
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
@@ -469,6 +470,11 @@ def run_iteration(
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    if train.cpu_offloading_num_layers and times.calibration is None:  # TE's CPU offloading (pp 1: one cell)
+        forward_wait, backward_wait = _cpu_offload_waits(run, memory, times, per_cell[(0, 0)], states)
+        cells.forward[0][0] += forward_wait
+        cells.backward[0][0] += backward_wait
+
     batch = [0.0] * stages  # a micro-batch's get_batch broadcasts on each stage
     if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
@@ -653,6 +659,20 @@ def run_iteration(
             "combined_saving": -saved[busiest],
         },
     )
+
+
+def _cpu_offload_waits(run: RunConfig, memory: MemoryModel, times: TimeModel, entries, states) -> tuple[float, float]:
+    """(forward, backward) seconds a micro-batch waits for Transformer Engine's CPU offloading copies
+    (`timing.offload.cpu_offload_waits`) over the cell's decoder layers in order, each copying what
+    `te_offload.offloaded_bytes` says at the device's `host_link_gbs`."""
+    forward, backward, copies = [], [], []
+    for layer, forward_s, backward_s in entries:
+        if layer.node == BODY:
+            forward.append(forward_s)
+            backward.append(backward_s)
+            moved = te_offload.offloaded_bytes(memory.state_memory(layer, *states[layer]))
+            copies.append(reload_seconds(moved, times.device.host_link_gbs))
+    return cpu_offload_waits(forward, backward, copies, run.training.cpu_offloading_num_layers)
 
 
 def _last_block(run: RunConfig, layer: Layer) -> bool:
