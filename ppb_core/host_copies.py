@@ -1,7 +1,8 @@
 """Megatron-Core's fine-grained activation offloading in the schedule: each stage's device-to-host stream.
 
 Megatron-LM (megatron/core/pipeline_parallel/fine_grained_activation_offload.py at 4e85d74ae9, the
-commit that measured Megatron CI's offloading cases; the same at d98e8a64) copies every offloaded
+commit that measured Megatron CI's offloading cases' memory; the same streams and waits at 93ebf8d72f,
+which measured their seconds, and at d98e8a64: `max_inflight_offloads` is off by default) copies every offloaded
 group on one device-to-host stream per rank (`PipelineOffloadManager._d2h_stream`): at a group's commit
 (`on_group_commit_forward`) that stream waits for the compute stream, then queues the group's copies
 (`bulk_offload_group`) and records the group's offload event. The stream runs its copies in the order
