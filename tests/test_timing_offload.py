@@ -1,7 +1,7 @@
 """The time of Megatron-Core's fine-grained activation offloading (ppb_core/timing/offload.py): the
 backward's waits for the host-to-device reloads, by hand, with the PCIe rates the device catalog cites
 (stas00/ml-engineering network/README.md at 744d01e: nvbandwidth on 8x H200, each on its own Gen5 x16
-link, 55.43 GB/s host-to-device; PCIe 4 x16's spec 31.0 and PCIe 5 x16's 63.0 GB/s)."""
+link, 55.43 GB/s host-to-device; NVIDIA/nvbandwidth issue #53: 24.81 GB/s on 8x A100-SXM4-80GB)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ GIB = 1024**3
 
 
 def test_catalog_links():
-    # H100 SXM5 and H200 (PCIe Gen5 x16): the measured 55.43 GB/s; A100 SXM4 (Gen4 x16): 31.0 · 55.43 / 63.0
-    # = 1718.33 / 63.0 = 27.275 -> 27.28 GB/s; the others not priced
+    # H100 SXM5 and H200 (PCIe Gen5 x16): the measured 55.43 GB/s; A100 SXM4 (Gen4 x16): nvbandwidth's
+    # 24.81 GB/s on 8x A100-SXM4-80GB (NVIDIA/nvbandwidth issue #53); the others not priced
     assert DEVICE_CATALOG["h100-80gb"].host_link_gbs == 55.43
     assert DEVICE_CATALOG["h200"].host_link_gbs == 55.43
-    assert DEVICE_CATALOG["a100-80gb"].host_link_gbs == 27.28
+    assert DEVICE_CATALOG["a100-80gb"].host_link_gbs == 24.81
     assert DEVICE_CATALOG["generic"].host_link_gbs == 0.0
 
 
