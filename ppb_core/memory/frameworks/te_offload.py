@@ -22,7 +22,8 @@ after the compute queued so far), and the backward waits for each reloaded tenso
 any moment the device holds a window of L − N consecutive layers whole, the offloaded layers below it
 only their small tensors and nothing above it (TE's docstring: "(num_layers - num_offloaded_layers) * T"):
 `held_bytes` is the most such a window holds, one micro-batch in flight (Megatron refuses pipelining with
-it). The time is `ppb_core.timing.offload.cpu_offload_waits`.
+it). The time is `ppb_core.timing.offload.cpu_offload_waits`. Not modelled: what ppb keeps as a layer's
+buffers rather than its activation terms (an MoE layer's remote dispatched rows) stays counted on the device.
 """
 
 from __future__ import annotations
