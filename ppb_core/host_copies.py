@@ -18,9 +18,9 @@ delays the first backward (and any backlog left, the later ones).
 a backward starts no earlier than its forward's copies are done plus what of its first reload
 the cell's time does not already hold (`timing/offload.py` prices each layer's reload as running one
 layer ahead of its backward: its wait beyond that window is in the cell's time). The stage's first
-backward keeps its last layer on the device (`post_warmup_callback`'s margin: that layer's groups
-are neither copied nor reloaded), so its first reload is the layer before, behind the kept layer's
-backward. Not modelled: the last stage's chunk whose backward follows at once keeping its last
+backward of a cell that copies keeps its last layer on the device (`post_warmup_callback`'s margin: that
+layer's groups are neither copied nor reloaded), so its first reload is the layer before, behind the kept
+layer's backward. Not modelled: the last stage's chunk whose backward follows at once keeping its last
 layer (`should_bulk_offload`); the two directions slowing each other (no public bidirectional
 host-link figure for H100/H200: `docs/timing.md`).
 """
@@ -61,10 +61,11 @@ class Streams:
         self.layers = copies.layers
         self.free = [0.0] * len(orders)  # when each stage's stream has done all it was given
         self.done: dict[tuple[int, int, int], float] = {}  # (stage, chunk, micro-batch): that forward's copies
-        # each stage's first backward (chunk, micro-batch): its last layer stays on the device
+        # each stage's first backward (chunk, micro-batch) of a cell that copies anything: its last copying layer
+        # stays on the device (`post_warmup_callback` takes each group name's first backward chunk that has it)
         self.kept: list[tuple[int, int] | None] = []
-        for order in orders:
-            first = next((op for op in order if op.kind == "B"), None)
+        for stage, order in enumerate(orders):
+            first = next((op for op in order if op.kind == "B" and _copies(self.layers[op.chunk][stage])), None)
             self.kept.append(None if first is None else (first.chunk, first.micro_batch))
 
     def forward(self, stage: int, op, start: float) -> None:
@@ -94,6 +95,10 @@ class Streams:
                 return done + layer.copy_s - layer.wait_s - lead
             lead += layer.backward_s
         return 0.0
+
+
+def _copies(layers: Sequence[HostLayer]) -> bool:
+    return any(layer.copy_s > 0 for layer in layers)
 
 
 def _last_copied(layers: Sequence[HostLayer]) -> int:

@@ -64,3 +64,21 @@ def test_no_copies_leave_the_timeline_alone():
     assert not idle.any()
     ones = [[1.0, 1.0]]
     assert simulate("1f1b", ones, ones, 4, host=idle).starts == simulate("1f1b", ones, ones, 4).starts
+
+
+def test_the_kept_layer_is_in_the_first_backward_that_copies():
+    # post_warmup_callback keeps each group name's last group in the first backward chunk that has it: a
+    # chunk that copies nothing (the CI's loss-only chunk) passes the margin on. One stage, 2 chunks, 2
+    # micro-batches (interleaved, g 1): F(0,0) F(1,0) B(1,0) F(0,1) B(0,0) F(1,1) B(1,1) B(0,1); chunk 0 a layer
+    # copying 5 s (forward 1, backward 1), chunk 1 a layer copying nothing.
+    # F(0,0) [0, 1] keeps its layer (B(0,0) is the first backward that copies): no copy; F(1,0) [1, 2];
+    # B(1,0) [2, 3]; F(0,1) [3, 4], copy [4, 9]; B(0,0) [4, 5]; F(1,1) [5, 6]; B(1,1) [6, 7];
+    # B(0,1) after its forward's copy and its reload: 9 + 5 = 14, [14, 15].
+    copying, idle = HostLayer(1.0, 1.0, 5.0), HostLayer(1.0, 1.0, 0.0)
+    host = HostCopies([[[copying]], [[idle]]])
+    timeline = simulate("interleaved", [[1.0], [1.0]], [[1.0], [1.0]], 2, host=host)
+    assert [(op.kind, op.chunk, op.micro_batch) for op in timeline.orders[0]] == [
+        ("F", 0, 0), ("F", 1, 0), ("B", 1, 0), ("F", 0, 1), ("B", 0, 0), ("F", 1, 1), ("B", 1, 1), ("B", 0, 1)
+    ]  # fmt: skip
+    assert timeline.starts[0] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 14.0]
+    assert timeline.makespan == 15.0
