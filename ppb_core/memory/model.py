@@ -62,6 +62,8 @@ class StateMemory:
     offloaded_bytes: float = 0.0  # moved to host memory between forward and backward (`offload_split`)
     offloaded_terms: tuple[ActivationTerm, ...] = ()  # the terms moved (their gradients are the backward's)
     forward_transient_bytes: float = 0.0
+    # what its forward holds of the moved terms before they leave the device (`FrameworkRules.offload_forward_bytes`)
+    offload_forward_bytes: float = 0.0
 
     @property
     def kept_bytes(self) -> float:
@@ -236,6 +238,7 @@ class MemoryModel:
             kind, self.setup, tuple(terms), tuple(buffer_terms)
         )
         offloaded = sum(t.bytes for t in moved) + sum(b.bytes for b in moved_buffers)
+        offload_forward = self.rules.offload_forward_bytes(kind, self.setup, moved) if moved else 0.0
         transient = forward_transient = 0.0
         if self.rules.transients_per_stage:
             transient = max((b.bytes for b in buffer_terms if not b.kept and not b.forward_only), default=0.0)
@@ -256,6 +259,7 @@ class MemoryModel:
             offloaded * fix.activations,
             moved,
             forward_transient * fix.working,
+            offload_forward * fix.activations,
         )
         return found
 
@@ -337,7 +341,7 @@ class MemoryModel:
         backward = (rebuilt + self.largest_gradient_bytes(layer) + parameters) * working + memory.transient_bytes
         # a forward's own workspace (ring attention's, frameworks/ring.py): beside what recompute rebuilds and
         # the parameters (the backward's working set of them, a bound of the forward's), no gradient yet
-        forward = (rebuilt + parameters) * working + memory.forward_transient_bytes
+        forward = (rebuilt + parameters) * working + memory.forward_transient_bytes + memory.offload_forward_bytes
         extra = max(backward, forward)
         if not on_saved:
             extra += memory.kept_bytes

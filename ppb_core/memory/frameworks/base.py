@@ -92,6 +92,11 @@ class FrameworkRules:
         SAPP moves none."""
         return terms, buffers, (), ()
 
+    def offload_forward_bytes(self, kind: LayerKind, setup: MemorySetup, moved: tuple[ActivationTerm, ...]) -> float:
+        """What a layer's forward holds beyond its kept terms of the terms *moved* to host memory before they
+        go (`offload_split`). SAPP moves none."""
+        return 0.0
+
     def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """A layer's parameters, gradients and optimizer states (*kind*: the layer's, where a rule reads it)."""
         return static_bytes(params, setup)

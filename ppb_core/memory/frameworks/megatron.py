@@ -249,7 +249,7 @@ from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
-from ppb_core.memory.frameworks.offload import offload_split
+from ppb_core.memory.frameworks.offload import forward_held_bytes, offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
 from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspace_bytes
 from ppb_core.memory.frameworks.workspaces import (
@@ -660,6 +660,12 @@ class MegatronRules(FrameworkRules):
         if not setup.offload_modules or not isinstance(kind, BodyKind | TailKind):
             return terms, buffers, (), ()
         return offload_split(kind, setup, terms, buffers)
+
+    def offload_forward_bytes(self, kind: LayerKind, setup: MemorySetup, moved: tuple[ActivationTerm, ...]) -> float:
+        """Fine-grained offloading's groups as the forward holds them before each commit (`offload.py`)."""
+        if not moved or not isinstance(kind, BodyKind | TailKind):
+            return 0.0
+        return forward_held_bytes(kind, setup, moved)
 
     def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
