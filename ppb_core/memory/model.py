@@ -321,15 +321,7 @@ class MemoryModel:
         counts none of it, so that is held on top.
         """
         memory = self.state_memory(layer, state, switches)
-        parameters = self.rules.parameter_working_bytes(
-            self.parameters(layer),
-            self.setup,
-            _node(layer),
-            gathered,
-            *self._neighbour_params(layer, neighbours),
-            kind=layer.kind,
-            beside=(None, None) if neighbours is None else tuple(None if n is None else _node(n) for n in neighbours),
-        )
+        parameters = self._parameter_working_bytes(layer, gathered, neighbours)
         census = self.census_terms(layer, state, switches)
         working = self.correction.working
         workspace = max(memory.transient_bytes, memory.forward_transient_bytes)
@@ -350,6 +342,49 @@ class MemoryModel:
             freed *= self.correction.activations
             extra = max(0.0, extra - freed) if freed else extra
         return extra
+
+    def _parameter_working_bytes(
+        self, layer: LayerLike, gathered: int, neighbours: tuple[LayerLike | None, LayerLike | None] | None
+    ) -> float:
+        """What the framework's backward holds of parameters and gradients (`parameter_working_bytes`)."""
+        return self.rules.parameter_working_bytes(
+            self.parameters(layer),
+            self.setup,
+            _node(layer),
+            gathered,
+            *self._neighbour_params(layer, neighbours),
+            kind=layer.kind,
+            beside=(None, None) if neighbours is None else tuple(None if n is None else _node(n) for n in neighbours),
+        )
+
+    def attention_backward_bytes(
+        self,
+        layer: LayerLike,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        working: float,
+        gathered: int = 2,
+        group: int = 1,
+        neighbours: tuple[LayerLike | None, LayerLike | None] | None = None,
+    ) -> float:
+        """What the layer's backward holds while its attention backward runs, beyond what the stage counts
+        for it (the layer's kept memory counted), *working* being its `working_extra_bytes`.
+
+        Where the framework states the gradients alive then (`FrameworkRules.attention_backward_gradient_bytes`:
+        Transformer Engine's flash-attn path), what recompute rebuilds and the parameters' working set
+        beside the larger of: those at the kernel with its workspace, those after it. Elsewhere the
+        layer's working set (its largest gradient) with the kernel's workspace on top.
+        """
+        workspace = self.attention_workspace_bytes(layer)
+        gradients = self.rules.attention_backward_gradient_bytes(layer.kind, self.setup)
+        if gradients is None or self.census_terms(layer, state, switches) is not None:
+            return working + workspace
+        memory = self.state_memory(layer, state, switches)
+        rebuilt = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes - memory.kept_bytes
+        held = rebuilt + self._parameter_working_bytes(layer, gathered, neighbours)
+        at_kernel, after = gradients
+        scale = self.correction.working
+        return max((held + at_kernel) * scale + workspace, (held + after) * scale)
 
     def _neighbour_params(
         self, layer: LayerLike, neighbours: tuple[LayerLike | None, LayerLike | None] | None
@@ -464,7 +499,7 @@ def run_working_set_bytes(
             state, switches = memory.option_state(layer, option)
             rebuilt = group if option == "FULL" else 1
             working = memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt)
-            most = max(most, working + memory.attention_workspace_bytes(layer))
+            most = max(most, memory.attention_backward_bytes(layer, state, switches, working, group=rebuilt))
     return most
 
 

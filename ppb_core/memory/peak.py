@@ -271,7 +271,8 @@ def stage_peaks(
             total["work"] = max(total["work"], working)
         if attention.get(kind):
             cell = (stage, chunk)
-            cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), working + attention[kind])
+            during = memory.attention_backward_bytes(layer, state, switches, working, 2, group, neighbours)
+            cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), during)
         if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
             one = held.activation_bytes + held.buffers.at(1) - held.buffers.at(0)
             tail_held[(stage, chunk)] = tail_held.get((stage, chunk), 0.0) + count * one

@@ -147,6 +147,13 @@ class FrameworkRules:
         (`stage_peaks` charges it where that backward runs). SAPP counts none."""
         return 0.0
 
+    def attention_backward_gradient_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float] | None:
+        """The gradients alive while a layer's attention backward runs, where the framework's code states
+        them: (at the attention kernel, beside its workspace; after it, where the kernel's gradients are
+        copied back into the layout the layer's projection takes). None: the layer's largest gradient
+        stands for them (`MemoryModel.largest_gradient_bytes`), as SAPP counts."""
+        return None
+
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int
     ) -> float:
