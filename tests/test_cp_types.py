@@ -216,3 +216,15 @@ def test_hierarchical_ring_workspaces_are_the_ring_s_at_its_level():
     memory = model(run)
     terms = {t.name: t.bytes for t in te_ring_terms(body(run).kind, memory.setup)}
     assert terms == {"attention.ring_forward_steps": 16384, "attention.ring_backward_buffers": 4096 + 4 * 4096}
+
+
+def test_after_an_all_to_all_a_rank_reads_its_share_of_the_keys():
+    # Ulysses cp 2, s 1024, LLaMA-8B: after the all-to-all a rank holds 1024 tokens of 16 query and 4 KV heads.
+    # The scores op reads Q (512·32·128 = 2,097,152 elements, the same count), half of the K, V (its K):
+    # 1024·(2·4·128)/2 = 524,288, in bf16, and writes the statistics (512·32·4 B):
+    # (2,097,152 + 524,288)·2 + 65,536 = 5,308,416 B (every KV head's keys would be 6,356,992).
+    ops = _ops(_run({"cp": 2, "dp": 4, "cp_variant": "ulysses"}))
+    assert ops["flash_scores"].bytes == 5_308_416
+    # hierarchical [2, 2] at cp 4: 256 local tokens, keys of 4 of the 8 KV heads: (1,048,576 + 524,288)·2 + 32,768
+    ops = _ops(_run({"cp": 4, "dp": 2, "cp_variant": "hierarchical", "hierarchical_cp_sizes": [2, 2]}))
+    assert ops["flash_scores"].bytes == 3_178_496

@@ -720,8 +720,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
         scores, context = p + "flash_scores", p + "flash_context"
-        # hierarchical CP: the ring's keys carry heads/cp_a2a of this rank's key/value heads
-        kv_read = keys * kv_width / 2 / geo.cp_a2a
+        # after an all-to-all over heads (Ulysses over cp, hierarchical over cp_a2a) a rank's keys and values
+        # carry that share of its key/value heads, one head at least (fewer key/value heads than ranks)
+        split = geo.cp if ulysses else geo.cp_a2a
+        kv_share = 1 / split if not kv_heads else max(kv_heads / split, 1) / kv_heads
+        kv_read = keys * kv_width / 2 * kv_share
         qk_bytes = (n * heads * d_qk + kv_read) * bc + n * heads * STATS_BYTES
         v_bytes = (kv_read + n * heads * d_v) * bc
         ops += [
