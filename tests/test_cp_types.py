@@ -5,6 +5,8 @@ transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py: 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from small_models import LLAMA_8B_LAYER
 from test_memory_runs import DENSE, body, make_run, model
 
@@ -44,8 +46,8 @@ def test_all_gather_s_two_calls_cover_the_causal_triangle_s_share():
     # cp 2, s = 16: c = 4 queries a call. Rank 0's chunk 0 against keys 0..3 (bottom-right causal: mean
     # (4+1)/2 = 2.5 keys), chunk 3 against all 16 (16 − (4−1)/2 = 14.5): 4·2.5 + 4·14.5 = 68 = 16·17/(2·2).
     steps = all_gather_steps(2, 8)
-    assert [(st.count, st.queries, st.mean_keys, st.causal) for st in steps] == [(1, 4, 2.5, 1.0), (1, 4, 14.5, 1.0)]
-    assert sum(st.pairs() for st in steps) == 16 * 17 / 4
+    assert [(x.count, x.queries, x.mean_keys, x.causal) for x in steps] == [(1, 4, 2.5, 1.0), (1, 4, 14.5, 1.0)]
+    assert sum(x.pairs() for x in steps) == 16 * 17 / 4
 
 
 def test_all_gather_s_collectives_and_copies_by_hand():
@@ -228,3 +230,19 @@ def test_after_an_all_to_all_a_rank_reads_its_share_of_the_keys():
     # hierarchical [2, 2] at cp 4: 256 local tokens, keys of 4 of the 8 KV heads: (1,048,576 + 524,288)·2 + 32,768
     ops = _ops(_run({"cp": 4, "dp": 2, "cp_variant": "hierarchical", "hierarchical_cp_sizes": [2, 2]}))
     assert ops["flash_scores"].bytes == 3_178_496
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.integers(1, 64), st.sampled_from([1, 2, 4]))
+def test_every_variant_computes_the_ring_s_pairs(cp, chunk, a2a):
+    # Each variant splits the causal triangle's s(s+1)/2 pairs of every head over the cp ranks: the flash ops'
+    # FLOPs a rank are the ring's, and all-gather's two calls hold s(s+1)/(2cp) pairs whatever the rank.
+    s = 2 * cp * chunk * 8
+    steps = all_gather_steps(cp, s / cp)
+    assert sum(x.pairs() for x in steps) == pytest.approx(s * (s + 1) / (2 * cp))
+    ring = _ops(_run({"cp": cp, "dp": 8 // cp}, s=s))["flash_scores"].flops
+    assert _ops(_run({"cp": cp, "dp": 8 // cp, "cp_variant": "all_gather"}, s=s))["flash_scores"].flops == ring
+    if a2a < cp:
+        sizes = [a2a, cp // a2a]
+        hierarchical = {"cp": cp, "dp": 8 // cp, "cp_variant": "hierarchical", "hierarchical_cp_sizes": sizes}
+        assert _ops(_run(hierarchical, s=s))["flash_scores"].flops == pytest.approx(ring)
