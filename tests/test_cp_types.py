@@ -99,6 +99,9 @@ def test_hierarchical_runs_an_all_to_all_inside_then_the_ring_across():
         3_145_728,
     )
     assert (out.forward_comm.group, out.forward_comm.payload_bytes) == ("cp_a2a", 2_097_152)
+    # flash_attn_a2a_communicate: one all_to_all_single a tensor, Q, K, V (dQ, dK, dV); the output (dO) one
+    assert (qkv.forward_comm.calls, qkv.backward_comm.calls, out.forward_comm.calls) == (3, 3, 1)
+    assert op_launches(qkv, **KW) == (3.0, 3.0)
     assert (ring.forward_comm.kind, ring.forward_comm.group) == (P2P, "cp_p2p")
     assert (ring.forward_comm.payload_bytes, ring.forward_comm.exchanges) == (1_048_576, 1)
     assert (ring.backward_comm.payload_bytes, ring.backward_comm.exchanges) == (2_097_152, 2)

@@ -667,6 +667,9 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     if ulysses:
         q_width, kv_width = _core_widths(kind, geo)
         payload = n * (heads * q_width[0] + kv_width) * bc
+        # TransformerEngine's `flash_attn_a2a_communicate` (d0067d0d) posts one `all_to_all_single` a tensor:
+        # Q, K, V forward, dQ, dK, dV backward, each its own NCCL call
+        calls = 3 if geo.framework == "megatron" and geo.transformer_impl == "transformer_engine" else 1
         ops.append(
             Op(
                 p + "cp_a2a_qkv",
@@ -674,8 +677,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 COMM,
                 switch=qkv_switch,
                 inputs=(*qk, *v),
-                forward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
-                backward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
+                forward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a", calls=calls),
+                backward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a", calls=calls),
             )
         )
         qk = v = [p + "cp_a2a_qkv"]
