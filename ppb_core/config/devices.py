@@ -489,8 +489,12 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
         comm_efficiency=0.802,
-        # B200's derivation at GB200's per-SM rate: 64 · (2500/148) / (989/132) = 144
-        gemm_full_intensity=round(64 * (2500 / 148) / (989 / 132)),
+        # B200's: GB200's higher rate is its clock (2500 = 148 SMs · 8192 FLOP a clock · 2.06 GHz, its
+        # device-reported maximum SM clock 2062 MHz; B200 2250 at 1.86 GHz, 1965 MHz max), the same SM doing
+        # the same work a clock, and shared memory, whose bandwidth a clock the rule holds fixed, runs on that
+        # clock: the intensity a tile needs is B200's (`GEMM_FULL_INTENSITY_B200`; taking the FLOP/s ratio,
+        # 64 · (2500/148) / (989/132) = 144, counted the clock as more work a clock)
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
