@@ -946,7 +946,8 @@ def _hierarchical(
 
 
 # TransformerEngine's all-gather CP kernels besides its flash calls and collectives (`_all_gather_core`):
-# forward 2 index_selects, 2 Q-half copies, 2 output-half copies, the `out` zeros; backward 2 index_selects
+# forward 2 index_selects, 2 Q-half copies, 2 output-half copies, the `out` zeros (and the local V's contiguous
+# copy, K's too without RoPE or a key norm); backward 2 index_selects
 # of K, V, the dK, dV zeros (2), a Q, O, dO half copy each step (6), the dQ half copy (2), dK and dV added
 # each step (4), 2 index_selects of dK, dV.
 AG_LAUNCHES = (7.0, 18.0)
@@ -978,7 +979,12 @@ def _all_gather_core(
     gathered = cp * n * kv_width * bc  # K and V of the whole sequence
     query, out = n * heads * d_qk * bc, n * heads * d_v * bc
     call_keys = (2 * cp + 1) / (2 * cp) * geo.seq_length * geo.micro_batch_size
-    forward = 2 * gathered + 2 * query + 2 * out + out  # reorders, Q halves, output halves, `out` zeros
+    # `k, v = [x.movedim(seq_dim, 0).contiguous() ...]` before the gathers: Megatron hands TE V as a view of the
+    # fused QKV output (attention.py `get_query_key_value_tensors`, d98e8a64: `SplitAlongDim`/`torch.split`; MLA's
+    # split of kv_up's), copied here; K too where neither RoPE nor a key norm wrote it anew
+    fresh_k = att.is_mla or att.rope or att.qk_norm
+    local_kv = (n * kv_width / 2 * (1 if fresh_k else 2)) * bc
+    forward = 2 * local_kv + 2 * gathered + 2 * query + 2 * out + out  # K, V copies, reorders, halves, zeros
     backward = (
         2 * gathered  # K, V reordered
         + gathered  # dK, dV zeros
@@ -994,7 +1000,8 @@ def _all_gather_core(
         Op(p + "cp_allgather_kv", block, COMM, inputs=(*qk, *v), forward_comm=gather, backward_comm=gather),
         Op(p + "cp_reduce_scatter_dkv", block, COMM, inputs=(context,), backward_comm=scatter),
     ]
-    return [*comms, *ops, dataclasses.replace(copies, launches=AG_LAUNCHES)], context
+    launches = (AG_LAUNCHES[0] + (1 if fresh_k else 2), AG_LAUNCHES[1])
+    return [*comms, *ops, dataclasses.replace(copies, launches=launches)], context
 
 
 def _stepped_ring(
