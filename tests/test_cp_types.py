@@ -177,6 +177,17 @@ def test_the_importer_reads_both_flags():
     assert import_megatron(LAUNCH + "--cp-comm-type all_gather", 8, "a100-80gb").raw["parallel"]["cp_variant"] == (
         "all_gather"
     )
+    # arguments.py validate_args: a2a+p2p needs the sizes; their product is cp (one line naming the flag)
+    for flags, said in (
+        ("--cp-comm-type a2a+p2p", "must be set when --cp-comm-type is a2a+p2p"),
+        (
+            "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 4",
+            "product must be --context-parallel-size 4",
+        ),
+    ):
+        with pytest.raises(InputError) as err:
+            import_megatron(LAUNCH + flags, 8, "a100-80gb")
+        assert err.value.field == "--hierarchical-context-parallel-sizes" and said in err.value.problem
     # TE takes "all_gather" only (attn_forward_func_with_cp raises "Unsupported communication type" otherwise)
     with pytest.raises(InputError) as err:
         import_megatron(LAUNCH + "--cp-comm-type allgather", 8, "a100-80gb")
