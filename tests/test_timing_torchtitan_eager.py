@@ -18,11 +18,11 @@ from ppb_core.timing.pricer import TimeModel
 TOKENS = 2048
 
 
-def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm"):
+def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm", **spec):
     return parse_run_config(
         {
             "framework": framework,
-            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "models": [{"name": "llm", "spec": {**SMALL_GQA, **spec}}],
             "parallel": {"dp": 2, "zero": 3, **({"fsdp": True} if framework == "torchtitan" else {})},
             "training": {"seq_length": TOKENS, "micro_batch_size": 1, "recompute": recompute or {}},
             "device": ROUND_DEVICE,
@@ -168,3 +168,12 @@ def test_torchtitan_s_complex_rotary_keeps_its_eager_bytes_under_torch_compile(c
     elements = TOKENS * (16 + 4) * 64
     assert (rope.bytes, rope.backward_bytes) == (forward * elements, forward * elements)
     assert rope.fusion == fusion
+
+
+def test_qwen3_s_real_rotary_compiles_to_one_kernel():
+    # torchtitan's Qwen3 (the registry's one model with per-head q/k norms) rotates with its cos|sin cache
+    # in real arithmetic: compiled, one fused kernel reading and writing Q and K once (2 + 2 bytes)
+    run = _run(compile_=True, qk_norm=True)
+    rope = {op.name: op for op in TimeModel(run).ops(_body(run))}["rope"]
+    elements = TOKENS * (16 + 4) * 64
+    assert (rope.bytes, rope.backward_bytes) == (4 * elements, 4 * elements)
