@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
 
@@ -195,6 +196,9 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan compiled with its own eager RMSNorm module (`timing.norm_type` rmsnorm): `apply_compile`
+    # compiles each TransformerBlock alone, so the final norm outside them runs eager (`_outside_compile`)
+    eager_final_norm: bool = False
     # torchtitan's loss under torch.compile (`TimingConfig.compiled_loss`: from bbb1b616e, 2025-04-02,
     # components/loss.py `build_cross_entropy_loss` compiles it with the blocks; v0.2.2 `compile.components`)
     compiled_loss: bool = False
@@ -236,6 +240,9 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            eager_final_norm=run.framework == "torchtitan"
+            and run.timing.torch_compile
+            and run.timing.norm_type == "rmsnorm",
             compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
@@ -1825,7 +1832,8 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     ]
     if with_norm:
         rms = kind.norm.kind == "rmsnorm"
-        ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
+        final = _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ())
+        ops.insert(0, _outside_compile(final, geo))
     if geo.tp > 1:
         # TE's loss all-gathers every rank's three fp32 a token in one call (`dist.all_gather_into_tensor`
         # of m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them, the max, the target logit
@@ -1876,6 +1884,20 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
         )
     ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
     return ops
+
+
+def _outside_compile(norm: Op, geo: OpGeometry) -> Op:
+    """The final RMSNorm of a compiled torchtitan run with its eager norm module: `apply_compile`
+    (parallelize_llama.py at 9dec370; models/llama3/parallelize_llama.py at e7c0cae, 820504e) wraps
+    each of `model.layers` in `torch.compile` and nothing else, so `model.norm` runs op by op as
+    uncompiled torchtitan runs it (`EAGER_TRAFFIC`'s norm factors, as bytes of their own); torch.nn's
+    RMSNorm (`nn_rmsnorm`) and the Triton norm are one kernel either way."""
+    if not geo.eager_final_norm or norm.fusion != "norm":
+        return norm
+    forward, backward = EAGER_TRAFFIC["norm"]
+    return dataclasses.replace(
+        norm, bytes=norm.bytes * forward, backward_bytes=norm.backward_bytes * backward, fusion=None
+    )
 
 
 def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
