@@ -6,6 +6,8 @@ torch/distributed/tensor/experimental/_context_parallel/_attention.py) and Trans
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from small_models import LLAMA_8B_LAYER
 
 from ppb_core.config.run import parse_run_config
@@ -246,3 +248,95 @@ def test_megatron_s_ring_launches_a_kernel_set_a_step():
     assert op_launches(ops["flash_context"], **kw) == (1.0, 3.0)
     assert op_launches(ops["cp_merge"], **kw) == (5.0, 7.0)
     assert op_launches(ops["cp_ring"], **kw) == (1.0, 2.0)
+
+
+def test_megatron_s_ring_exchanges_batched_only_at_cp_2_before_blackwell():
+    # TE d0067d0d AttnFuncWithCPAndKVP2P: batch_p2p_comm = (compute capability < 10.0 and cp == 2);
+    # otherwise flash_attn_p2p_communicate calls torch.distributed.isend and irecv apart, two NCCL
+    # launches an exchange. cp 2 on a B200 (10.0): forward 1 exchange · 2 = 2, backward 2 · 2 = 4;
+    # cp 4 on an H100 (9.0): forward 3 · 2 = 6, backward 4 · 2 = 8; cp 2 on an H100 batched: (1, 2).
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+
+    def ring(cp: int, device: str):
+        run = parse_run_config(
+            {
+                "name": "x",
+                "framework": "megatron",
+                "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+                "parallel": {"cp": cp, "dp": 8 // cp},
+                "training": {"seq_length": 1024, "micro_batch_size": 1, "flash_attention": True},
+                "device": {"name": device},
+            }
+        )
+        ops = layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+        return next(op for op in ops if op.name.endswith("cp_ring"))
+
+    assert op_launches(ring(2, "b200"), **kw) == (2.0, 4.0)
+    assert op_launches(ring(4, "h100-80gb"), **kw) == (6.0, 8.0)
+    assert op_launches(ring(2, "h100-80gb"), **kw) == (1.0, 2.0)
+
+
+def test_megatron_s_a2a_copies_each_tensor_twice_around_its_all_to_alls():
+    # --cp-comm-type a2a under TE (d0067d0d flash_attn_a2a_communicate, sbhd): Q, K, V and O copied twice
+    # each forward (a contiguous copy and an index_select reorder), dO, dQ, dK, dV backward. cp 2, s 1024:
+    # 512 local tokens; Q 512·32·128 = 2,097,152 elements, K and V 512·2·8·128 = 1,048,576, O as Q;
+    # 2 copies · (2 + 2) B · 5,242,880 = 41,943,040 bytes each way; 2 kernels a tensor, 8 each way.
+    run = parse_run_config(
+        {
+            "name": "x",
+            "framework": "megatron",
+            "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+            "parallel": {"cp": 2, "dp": 4, "cp_variant": "ulysses"},
+            "training": {"seq_length": 1024, "micro_batch_size": 1, "flash_attention": True},
+            "device": {"name": "h100-80gb"},
+        }
+    )
+    ops = {
+        op.name.rsplit(".", 1)[-1]: op
+        for op in layer_ops(body_kind(run.spec("llm"), 0, run.training.dropout), OpGeometry.from_run(run))
+    }
+    reorder = ops["cp_a2a_reorder"]
+    assert (reorder.bytes, reorder.backward_bytes) == (41_943_040, 41_943_040)
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    assert op_launches(reorder, **kw) == (8.0, 8.0)
+    # the ring (p2p) has none
+    assert not any(name.endswith("cp_a2a_reorder") for name in _ops("megatron", 2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(["megatron", "torchtitan"]),
+    st.sampled_from(["h100-80gb", "b200"]),
+    st.sampled_from([2048, 4096, 8192]),
+    st.sampled_from([(2, 4), (4, 8), (2, 8)]),
+)
+def test_more_cp_never_lowers_a_local_token_s_ring_traffic_or_launches(framework, device, s, pair):
+    # each rank's ring exchanges carry (cp − 1) chunks of its n = s/cp local tokens' K, V (and their
+    # gradients) a pass: per local token (cp − 1)·width, growing with cp; launches grow with the steps
+    def ring(cp: int) -> tuple[float, tuple[float, ...]]:
+        run = parse_run_config(
+            {
+                "name": "x",
+                "framework": framework,
+                "models": [{"name": "llm", "spec": LLAMA_8B_LAYER}],
+                "parallel": {"cp": cp, "dp": 8 // cp},
+                "training": {"seq_length": s, "micro_batch_size": 1, "flash_attention": True},
+                "device": {"name": device},
+            }
+        )
+        geo = OpGeometry.from_run(run)
+        ops = {op.name.rsplit(".", 1)[-1]: op for op in layer_ops(body_kind(run.spec("llm"), 0, 0.0), geo)}
+        kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+        sent = sum(
+            c.payload_bytes
+            for name in ("cp_ring", "cp_ring_grads", "cp_ring_grads_last")
+            if name in ops
+            for c in (ops[name].forward_comm, ops[name].backward_comm)
+            if c is not None
+        )
+        launches = tuple(map(sum, zip(*(op_launches(op, **kw) for op in ops.values()), strict=True)))
+        return sent / geo.tokens, launches
+
+    fewer, more = ring(pair[0]), ring(pair[1])
+    assert more[0] >= fewer[0]
+    assert more[1][0] >= fewer[1][0] and more[1][1] >= fewer[1][1]

@@ -43,7 +43,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`; under Megatron-FSDP
   `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
-  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
+  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`,
+  `--cpu-offloading-num-layers` (Transformer Engine's CPU offloading);
 * the environment's `CUBLAS_WORKSPACE_CONFIG` and `NVTE_ALLOW_NONDETERMINISTIC_ALGO` (TransformerEngine's
   deterministic attention, `timing.te_deterministic_attention`), where the script sets them.
 
@@ -215,6 +216,8 @@ def import_megatron(
     if te_deterministic is not None:
         raw["timing"]["te_deterministic_attention"] = te_deterministic
     notes.extend(_op_fuser(args, device, variables))
+    if args.integer("--cpu-offloading-num-layers") and variables.get("NVTE_CPU_OFFLOAD_V1", "0").strip("'\"") == "1":
+        notes.append("NVTE_CPU_OFFLOAD_V1=1: TE's older CPU offload handler, not modelled (priced as TE's default)")
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
@@ -426,7 +429,9 @@ def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
 
 _FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")  # not "custom": its quantizers are the user's
 _FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
+# --cp-comm-type as TransformerEngine takes it (d0067d0d `attn_forward_func_with_cp`: p2p, a2a+p2p, all_gather,
+# a2a; any other word, "allgather" included, raises "Unsupported communication type")
+_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2a+p2p": "hierarchical"}
 
 
 def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
@@ -447,8 +452,14 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     if cp > 1:
         kinds = sorted(set(args.words("--cp-comm-type") or ["p2p"]))
         if len(kinds) > 1 or kinds[0] not in _CP_VARIANTS:
-            raise InputError(where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices p2p (ring) or a2a (ulysses)")
+            raise InputError(
+                where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices one of p2p, a2a, all_gather, a2a+p2p"
+            )
         parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
+    sizes = args.words("--hierarchical-context-parallel-sizes")
+    if sizes is not None:
+        flag = "--hierarchical-context-parallel-sizes"
+        parallel["hierarchical_cp_sizes"] = [_size(where, flag, w) for words in sizes for w in words.split()]
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
@@ -457,6 +468,14 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     if args.has("--overlap-moe-expert-parallel-comm"):
         parallel["overlap_moe_expert_parallel_comm"] = True
     return parallel, dp
+
+
+def _size(where: str, flag: str, word: str) -> int:
+    """One of a list flag's integers (argparse's `type=int`)."""
+    try:
+        return int(word)
+    except ValueError:
+        raise InputError(where, flag, f"{shown(word)} is not an integer: give the number") from None
 
 
 def _sharding(args: _Args) -> dict[str, Any]:
@@ -650,6 +669,9 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
     training.update(_offload(args, notes))
+    layers = args.integer("--cpu-offloading-num-layers")
+    if layers:  # arguments.py: N > 0 sets cpu_offloading (activations on, weights off: no flags of their own)
+        training["cpu_offloading_num_layers"] = layers
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
     if router_dtype is not None:

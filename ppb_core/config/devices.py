@@ -168,8 +168,11 @@ FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
 # times back to back on a B200: 1450 TFLOP/s at its peak (iterations 10-19), 1237 once throttled (70-79;
 # SM clock 1965 -> ~1580 MHz, ~1000 W): 1237 / 1450 = 0.853. The catalog's cuDNN rates are single calls
 # (cudnn-frontend benchmark_single_sdpa.py: an L2 flush and a synchronize before each, 10 iterations), as a
-# training step's attention is not. B200 only: GB200's rates were measured on that 1200 W part, unmeasured
-# back to back.
+# training step's attention is not. GB200 too: its rates are the same single calls (the same table, on that
+# part), and back to back its GEMMs hold no more of its MAMF than the 1000 W part's layer share gives
+# (TransformerEngine's JAX dense example on a GB200, docs/examples/jax/dense.out at d0067d0da: 18.056 ms
+# measured, 17.94 priced at `LAYER_GEMM_SHARE_BLACKWELL`; tests/test_timing_blackwell_layer_gemms.py): its
+# 1200 W is not taken to keep its clock where a B200's drops (no back-to-back attention loop on a GB200).
 ATTENTION_BACK_TO_BACK_SHARE_B200 = round(1237 / 1450, 3)  # 0.853
 
 
@@ -306,9 +309,11 @@ class DeviceProfile:
     # link, measure 55.43 GB/s host-to-device and 55.06 device-to-host, 88% of the 63 GB/s spec
     # (stas00/ml-engineering network/README.md, "PCIe", at 744d01e): host-to-device, the direction whose
     # copies the compute waits for, 55.43. A100 SXM4 attaches at PCIe Gen4 x16 (datasheet "PCIe Gen4:
-    # 64GB/s"): no public measurement found, taken at Gen4's 31.0 GB/s spec (same table) times that
-    # measured 88%, 27.3 GB/s (Gen4 and Gen5 share the 128b/130b encoding and the packet framing the
-    # 12% goes to). Megatron's fine-grained activation offloading reloads at it (`ppb_core.timing.offload`).
+    # 64GB/s"): nvbandwidth v0.8's host_to_device_memcpy_ce on a node of 8x A100-SXM4-80GB (PCIe 4.0,
+    # dual-socket DDR4) measures 24.81 GB/s on GPU 0, ~24.8 on each (NVIDIA/nvbandwidth issue #53,
+    # 2025-11-21; the same run measures H2D ~11 and D2H ~24 with the other direction busy, not priced).
+    # Megatron's fine-grained activation offloading and TE's CPU offloading copy at it
+    # (`ppb_core.timing.offload`, `ppb_core.host_copies`).
     host_link_gbs: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
@@ -344,9 +349,9 @@ class DeviceProfile:
 EAGER_MEMORY_EFFICIENCY_A100 = 0.68
 EAGER_MEMORY_EFFICIENCY_H100 = 0.82
 # `DeviceProfile.host_link_gbs`: PCIe Gen5 x16 host-to-device as measured (nvbandwidth, 8x H200), Gen4 x16
-# at its spec times the same measured share (55.43 / 63.0)
+# as measured (nvbandwidth, 8x A100-SXM4-80GB; until 2026-12-06 its spec times Gen5's measured share, 27.28)
 HOST_LINK_GBS_GEN5 = 55.43
-HOST_LINK_GBS_GEN4 = round(31.0 * 55.43 / 63.0, 2)
+HOST_LINK_GBS_GEN4 = 24.81
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),
@@ -492,7 +497,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
     # label, links and sm_100 kernels). SMs: B200's 148, no public count found for GB200's GPU. A
     # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
-    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s. Host: Grace
+    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s, single calls run back
+    # to back at B200's share (`ATTENTION_BACK_TO_BACK_SHARE_B200`). Host: Grace
     # (Arm Neoverse V2), measured by Megatron CI's 12-layer case (`HOST_KERNEL_US_DGX_GB200`).
     "gb200": DeviceProfile(
         "gb200",
@@ -508,12 +514,17 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
         comm_efficiency=0.802,
-        # B200's derivation at GB200's per-SM rate: 64 · (2500/148) / (989/132) = 144
-        gemm_full_intensity=round(64 * (2500 / 148) / (989 / 132)),
+        # B200's: GB200's higher rate is its clock (2500 = 148 SMs · 8192 FLOP a clock · 2.06 GHz, its
+        # device-reported maximum SM clock 2062 MHz; B200 2250 at 1.86 GHz, 1965 MHz max), the same SM doing
+        # the same work a clock, and shared memory, whose bandwidth a clock the rule holds fixed, runs on that
+        # clock: the intensity a tile needs is B200's (`GEMM_FULL_INTENSITY_B200`; taking the FLOP/s ratio,
+        # 64 · (2500/148) / (989/132) = 144, counted the clock as more work a clock)
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
