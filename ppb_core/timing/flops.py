@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
 
@@ -198,6 +199,9 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan compiled with its own eager RMSNorm module (`timing.norm_type` rmsnorm): `apply_compile`
+    # compiles each TransformerBlock alone, so the final norm outside them runs eager (`_outside_compile`)
+    eager_final_norm: bool = False
     # torchtitan's loss under torch.compile (`TimingConfig.compiled_loss`: from bbb1b616e, 2025-04-02,
     # components/loss.py `build_cross_entropy_loss` compiles it with the blocks; v0.2.2 `compile.components`)
     compiled_loss: bool = False
@@ -242,6 +246,9 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            eager_final_norm=run.framework == "torchtitan"
+            and run.timing.torch_compile
+            and run.timing.norm_type == "rmsnorm",
             compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
             # the ring's ranks: under hierarchical CP its second level's (`Parallel.cp_a2a`)
@@ -635,7 +642,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         if att.rope:
             unfused = _megatron_unfused_rope(geo)
             forward, backward = (UNFUSED_ROPE_FORWARD * bc, UNFUSED_ROPE_BACKWARD * bc) if unfused else (2 * bc, 2 * bc)
-            if _compiled_complex_rope(geo):
+            complex_rope = _compiled_complex_rope(geo, att.qk_norm)
+            if complex_rope:
                 forward = backward = complex_rope_bytes(bc)
             rope = _elementwise(
                 p + "rope",
@@ -645,7 +653,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(previous,),
                 **qk_state("rope"),
             )
-            ops.append(rope if unfused or _compiled_complex_rope(geo) else dataclasses.replace(rope, fusion="rope"))
+            ops.append(rope if unfused or complex_rope else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -1744,15 +1752,17 @@ def _megatron_unfused_rope(geo: OpGeometry) -> bool:
 # steps: an Inductor kernel upcasting Q (K) into a fresh fp32 buffer (read bc, write 4), aten's complex
 # multiply (read 4, write 4; the table is small), an Inductor kernel casting the real view back (read 4,
 # write bc). Backward likewise: the gradient upcast, the multiply by conj(freqs_cis), the downcast.
-# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_timing_flops.py). Fused, as a
-# real-arithmetic rotary compiles, it would read and write Q (K) once: 2·bc.
+# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_census_ops.py). Qwen3, the one
+# model of torchtitan's registry with per-head q/k norms (v0.2.2: llama3, deepseek_v3, qwen3; MLA's
+# rotary is priced apart), rotates in real arithmetic (qwen3/model/model.py `apply_rotary_emb` over its
+# cos|sin `rope_cache`), which Inductor fuses into one kernel: read and write Q (K) once, 2·bc.
 def complex_rope_bytes(bc: int) -> float:
     """Bytes per rotated element of torchtitan's complex rotary as torch.compile runs it, each way."""
     return bc + FP32_BYTES + 2 * FP32_BYTES + FP32_BYTES + bc
 
 
-def _compiled_complex_rope(geo: OpGeometry) -> bool:
-    return geo.framework == "torchtitan" and not geo.eager
+def _compiled_complex_rope(geo: OpGeometry, qk_norm: bool) -> bool:
+    return geo.framework == "torchtitan" and not geo.eager and not qk_norm
 
 
 def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int, value: int) -> tuple[float, float]:
@@ -1954,7 +1964,8 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     ]
     if with_norm:
         rms = kind.norm.kind == "rmsnorm"
-        ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
+        final = _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ())
+        ops.insert(0, _outside_compile(final, geo))
     if geo.tp > 1:
         # TE's loss all-gathers every rank's three fp32 a token in one call (`dist.all_gather_into_tensor`
         # of m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them, the max, the target logit
@@ -2005,6 +2016,20 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
         )
     ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
     return ops
+
+
+def _outside_compile(norm: Op, geo: OpGeometry) -> Op:
+    """The final RMSNorm of a compiled torchtitan run with its eager norm module: `apply_compile`
+    (parallelize_llama.py at 9dec370; models/llama3/parallelize_llama.py at e7c0cae, 820504e) wraps
+    each of `model.layers` in `torch.compile` and nothing else, so `model.norm` runs op by op as
+    uncompiled torchtitan runs it (`EAGER_TRAFFIC`'s norm factors, as bytes of their own); torch.nn's
+    RMSNorm (`nn_rmsnorm`) and the Triton norm are one kernel either way."""
+    if not geo.eager_final_norm or norm.fusion != "norm":
+        return norm
+    forward, backward = EAGER_TRAFFIC["norm"]
+    return dataclasses.replace(
+        norm, bytes=norm.bytes * forward, backward_bytes=norm.backward_bytes * backward, fusion=None
+    )
 
 
 def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
