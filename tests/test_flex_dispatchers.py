@@ -72,6 +72,18 @@ def test_the_backends_take_their_own_sms() -> None:
     assert flex_sms("ncclep", 12, 1, 132, False) == 12
 
 
+def test_a_runs_geometry_carries_its_backends_sms() -> None:
+    # EP 16 over two 8-GPU nodes: HybridEP's across-domain default, 8; the recipes' 32 where stated; fused on an
+    # H100 (132 SMs): 24 + min(108, 132 − 24); alltoall: none of its own (NCCL's share)
+    def sms(**timing) -> int:
+        return OpGeometry.from_run(make_run(SPEC, parallel={"dp": 16, "ep": 16}, timing=timing)).flex_sms
+
+    assert sms(moe_dispatcher="hybridep") == 8
+    assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=32) == 32
+    assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=24, moe_permute_fusion_into_hybridep=True) == 132
+    assert sms(moe_dispatcher="alltoall") == 0
+
+
 def test_hybridep_dispatch_waits_for_its_counts_as_deepeps() -> None:
     ops = [Op("moe.router_topk", "moe", "memory"), Op("moe.permute", "moe", "memory"),
            Op("moe.dispatch", "moe", "comm"), Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
