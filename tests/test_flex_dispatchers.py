@@ -10,7 +10,7 @@ from test_memory_runs import make_run
 
 from ppb_core.balance.megatron_import import import_megatron
 from ppb_core.errors import InputError
-from ppb_core.memory.frameworks.hybridep import hybridep_buffer_bytes
+from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import body_kind
 from ppb_core.timing.flex import flex_sms, ranks_reached
@@ -108,6 +108,25 @@ def test_hybridep_buffers_are_counted_per_rank() -> None:
     small = MemorySetup(seq_length=128, micro_batch_size=1, dtype_bytes=2, ep=8, moe_dispatcher="hybridep")
     assert hybridep_buffer_bytes(small, [KIND]) == 512 * 8 * (2048 * 2 + 16 * 8 * 4 + 16 * 4)
     assert hybridep_buffer_bytes(MemorySetup(seq_length=4096, ep=16, moe_dispatcher="deepep"), [KIND]) == 0
+
+
+def test_deepeps_buffer_follows_its_size_hints() -> None:
+    # Megatron's get_buffer: hidden bytes 2·2048; G 16: dispatch Config(20, 36, 288, 20, 128), combine
+    # Config(20, 4, 288, 12, 128): receive chunks 288 (NVLink) and 128 (RDMA); 20 SMs: 10 channels, 8 peers,
+    # 2 RDMA ranks. A token's slot: 4096 + 8 (SourceMeta) + 128·8 + 128·4 (top-k) + 128·4 (scales) = 6152 B.
+    nvl = 10 * 8 * ((2 * 2 + 3) * 4 + 288 * 6152)  # 141,744,320, to 128 B: 141,744,384
+    rdma = 10 * 2 * ((8 * 2 + 2) * 2 * 4 + 2 * 128 * (6152 + 16))  # 31,583,040, to 128 B: 31,583,104
+    assert (nvl, rdma) == (141_744_320, 31_583_040)
+    setup = MemorySetup(seq_length=4096, dtype_bytes=2, ep=16, moe_dispatcher="deepep")
+    assert deepep_buffer_bytes(setup, [KIND]) == 141_744_384 + 31_583_104
+    # 40 SMs: twice the channels
+    wider = MemorySetup(seq_length=4096, dtype_bytes=2, ep=16, moe_dispatcher="deepep", flex_num_sms=40)
+    assert deepep_buffer_bytes(wider, [KIND]) == 283_488_640 + 63_166_080
+    # one node (G 8): no RDMA buffer; G 12 is not in DeepEP's table (it asserts): nothing counted
+    eight = MemorySetup(seq_length=4096, dtype_bytes=2, ep=8, moe_dispatcher="deepep")
+    nvl = 10 * 8 * ((2 * 1 + 3) * 4 + 256 * 6152)  # 125,994,560, to 128 B: 125,994,624
+    assert nvl == 125_994_560 and deepep_buffer_bytes(eight, [KIND]) == 125_994_624
+    assert deepep_buffer_bytes(MemorySetup(seq_length=4096, ep=12, moe_dispatcher="deepep"), [KIND]) == 0
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,7 @@
-"""HybridEP's pre-registered communication buffers (Megatron-Core's flex dispatcher, backend hybridep).
+"""The flex dispatcher backends' pre-registered communication buffers (Megatron-Core's
+`--moe-token-dispatcher-type flex`): HybridEP's and DeepEP's, one set a rank.
+
+**HybridEP** (backend hybridep).
 
 Megatron builds one process-wide `HybridEPBuffer` at the first dispatch (fused_a2a.py `init_hybrid_ep_buffer`,
 Megatron-LM d98e8a64: `max_num_of_tokens_per_rank` = the layer's input tokens, `num_local_experts`, the hidden
@@ -16,7 +19,21 @@ share the token and probability buffers):
   T·L·R·N·4 + T·(h/128)·4 for the attention-side input and (N − 1)·T·(h·2 + L·R·4 + (h/128)·4) for the
   inter-node group; combine 2·(N − 1)·T·(h·2 + L·R·4) (the intra-node reduction and the inter-node group).
 
-Flags and chunk counters (a few KB) are left out. DeepEP's and NCCL EP's buffers are not counted.
+Flags and chunk counters (a few KB) are left out.
+
+**DeepEP** (backend deepep). Megatron's `get_buffer` (fused_a2a.py, d98e8a64) sizes one `deep_ep.Buffer` for the
+expert-TP × EP group of G ranks from the larger of `Buffer.get_dispatch_config(G)` and `get_combine_config(G)`
+hints, with hidden bytes h·max(element size, 2) = 2h. DeepEP (deepseek-ai/DeepEP, deep_ep/buffer.py and
+csrc/config.hpp `Config::get_nvl_buffer_size_hint` / `get_rdma_buffer_size_hint`, hybrid-ep 94a9f8f) counts,
+with c = SMs/2 channels (SMs: `moe_flex_dispatcher_num_sms`, else Megatron's 20), n = min(G, 8) NVLink
+peers, r = max(G/8, 1) RDMA ranks, and the config's NVLink and RDMA receive chunks Cn and Cr tokens:
+
+* NVLink: c·n·((2r + 3)·4 + Cn·(2h + 8 + 128·8 + 128·4 + 128·4)) (counters, tokens, source metadata,
+  top-k indices and weights, scales), to 128 B;
+* RDMA, G > 8: c·r·(18·2·4 + 2·Cr·(2h + 8 + 128·8 + 128·4 + 128·4 + 16)), to 128 B.
+
+A group size missing from DeepEP's table (it asserts) counts nothing. NCCL EP's buffers (Transformer
+Engine's) are not counted.
 """
 
 from __future__ import annotations
@@ -59,6 +76,46 @@ def hybridep_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> f
             rdma = dispatch + combine
         found = max(found, nvlink + rdma)
     return found
+
+
+# deep_ep/buffer.py `get_dispatch_config` / `get_combine_config`: ranks -> (NVLink, RDMA) receive chunk tokens
+DEEPEP_RECEIVE_CHUNKS = {
+    2: (256, 128),
+    4: (256, 128),
+    8: (256, 128),
+    16: (288, 128),
+    24: (288, 128),
+    32: (288, 128),
+    64: (288, 128),
+    128: (560, 128),
+    144: (720, 128),
+    160: (720, 128),
+}
+DEEPEP_DEFAULT_SMS = 20  # token_dispatcher.py `_DeepepManager.__init__`
+NVL_PEERS = 8  # csrc/kernels/configs.cuh NUM_MAX_NVL_PEERS
+TOPK_SLOTS, SCALE_SLOTS, SOURCE_META_BYTES, INT4_BYTES = 128, 128, 8, 16  # kNumMaxTopK, kNumMaxScales, SourceMeta
+
+
+def deepep_buffer_bytes(setup: MemorySetup, kinds: Collection[LayerKind]) -> float:
+    """One rank's DeepEP buffer (module docstring), sized by the widest MoE layer of *kinds*; 0 without the
+    deepep backend, a MoE layer, or a group size in DeepEP's table."""
+    group = setup.ep * setup.etp
+    hiddens = [kind.hidden_size for kind in kinds for _ in _moes(kind)]
+    if setup.moe_dispatcher != "deepep" or not hiddens or group not in DEEPEP_RECEIVE_CHUNKS:
+        return 0.0
+    nvl_chunk, rdma_chunk = DEEPEP_RECEIVE_CHUNKS[group]
+    channels = (setup.flex_num_sms or DEEPEP_DEFAULT_SMS) // 2
+    peers, rdma_ranks = min(group, NVL_PEERS), max(group // NVL_PEERS, 1)
+    per_token = 2 * max(hiddens) + SOURCE_META_BYTES + TOPK_SLOTS * (8 + 4) + SCALE_SLOTS * 4
+    nvl = channels * peers * ((2 * rdma_ranks + 3) * 4 + nvl_chunk * per_token)
+    rdma = 0
+    if group > NVL_PEERS:
+        rdma = channels * rdma_ranks * ((NVL_PEERS * 2 + 2) * 2 * 4 + 2 * rdma_chunk * (per_token + INT4_BYTES))
+    return float(_to_128(nvl) + _to_128(rdma))
+
+
+def _to_128(size: int) -> int:
+    return -(-size // 128) * 128
 
 
 def _moes(kind: LayerKind) -> list[Moe]:
