@@ -502,28 +502,20 @@ def test_check_and_the_report_give_the_optimums_torchtitan_lines(
     assert main(["check", str(run), "--plan", str(plan)]) == 0
     text = capsys.readouterr().out
     assert "torchtitan job TOML:" in text and 'selective_ac_option = "2"' in text
-    # the chain's report: its plan's lines as a TOML block, which `ppb import torchtitan` reads back to the split.
-    # At this budget two plans nearly tie (7, 9, 9, 7 every 2nd block: 1.451 s; 6, 9, 10, 7 every 3rd: 1.453 s,
-    # since session 21's H100 GEMM share), and the chain's solve may land on either: its block must be its own
-    # plan's, within 0.5% of `ppb balance`'s iteration.
+    # the chain's report: the same lines as a TOML block, which `ppb import torchtitan` reads back to the split
+    # (the chain's tables price the run as the file does: tests/test_config.py, the unstated overlap shares)
     tables = run_chain(run, until="plan_report")
     markdown = report_files(tables["plan_report"])[".md"].decode()
     block = markdown.split("```toml\n", 1)[1].split("```", 1)[0]
     said = [line.strip() for line in block.splitlines() if line.strip()]
-    chain_s = float(markdown.split("- **iteration**: ", 1)[1].split(" s", 1)[0])
-    assert chain_s == pytest.approx(balanced["simulated_time_s"], rel=0.005)
-    fqns = next(line for line in said if line.startswith("module_fqns_per_model_part"))
-    counts = [part.count('"layers.') for part in fqns.split("], [")]
+    assert said == lines
+    rows = balanced["stages"]
     split = "|".join(
-        ("E" if i == 0 else "") + "t" * n + ("L" if i == len(counts) - 1 else "") for i, n in enumerate(counts)
+        ("E" if i == 0 else "") + "t" * row["layers"] + ("L" if i == len(rows) - 1 else "")
+        for i, row in enumerate(rows)
     )
     raw = _imported_layout(said)
-    option = next(int(line.split('"')[1]) for line in said if line.startswith("selective_ac_option"))
-    assert raw["parallel"]["layout"] == split and raw["training"]["recompute"] == {
-        "mode": "selective",
-        "option": option,
-    }
-    assert option in (2, 3)  # one of the two near-tied plans
+    assert raw["parallel"]["layout"] == split and raw["training"]["recompute"] == {"mode": "selective", "option": 2}
 
 
 def test_check_reads_the_printed_lines_back_to_the_plan_and_refuses_another_batch(

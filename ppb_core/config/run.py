@@ -1991,6 +1991,12 @@ def config_hash(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+# Overlap shares whose absence a framework reads (timing/pricer.py `torchtitan_overlap`: torchtitan's
+# TP and compiled ring hide nothing unless the run says so): a resolved config leaves them unstated too,
+# so the chain's tables price a run as `ppb estimate` does.
+UNSTATED_OVERLAP_DIFFERS = ("tp_async", "cp_ring")
+
+
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
@@ -2000,6 +2006,9 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
         raw["parallel"].pop(
             "zero"
         )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
+    for key in UNSTATED_OVERLAP_DIFFERS:  # torchtitan's own shares where the run states none (`torchtitan_overlap`)
+        if key not in run.timing.overlap.model_fields_set:
+            raw["timing"]["overlap"].pop(key, None)
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)
