@@ -562,6 +562,14 @@ def test_check_refuses_a_toml_schedule_other_than_the_runs(tmp_path: Path, capsy
     plan.write_text("\n".join(line for line in lines if not line.startswith("pipeline_parallel_schedule")) + "\n")
     assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     assert "1F1B (torchtitan's default, unstated) runs 1f1b" in capsys.readouterr().err
+    # torch's get_schedule_class matches names case-insensitively: "interleaved1f1b" is Interleaved1F1B
+    plan.write_text("\n".join(lines).replace('"Interleaved1F1B"', '"interleaved1f1b"') + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    plan.write_text("\n".join(lines).replace('"Interleaved1F1B"', "[1]") + "\n")  # was a TypeError
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "parallelism.pipeline_parallel_schedule: a list of 1 item is not a string" in err
 
 
 def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(

@@ -418,6 +418,17 @@ def test_the_pipeline_split_is_torchtitans() -> None:
     parse_run_config(raw)
 
 
+@pytest.mark.parametrize("spelled", ["interleaved1f1b", "INTERLEAVED1F1B", "Interleaved1f1b"])
+def test_the_schedule_name_is_matched_case_insensitively_as_torch_does(spelled: str) -> None:
+    # torch.distributed.pipelining schedules.py `get_schedule_class` lowers the name before looking it
+    # up, so torchtitan runs "interleaved1f1b" as Interleaved1F1B: the same run config as PIPELINE's
+    raw = _imported(PIPELINE.replace('"Interleaved1F1B"', f'"{spelled}"'), 16)
+    assert raw["parallel"] == _imported(PIPELINE, 16)["parallel"]
+    with pytest.raises(InputError) as err:  # a TOML array is no name: one line, not a TypeError
+        import_torchtitan(PIPELINE.replace('"Interleaved1F1B"', '["Interleaved1F1B"]'), 16, "h100-80gb", "job.toml")
+    assert err.value.field == "parallelism.pipeline_parallel_schedule"
+
+
 @pytest.mark.parametrize(
     ("text", "gpus", "key"),
     [

@@ -114,6 +114,19 @@ SINGLE_STAGE = ("1F1B", "GPipe")
 SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved", "LoopedBFS": "interleaved",
              "InterleavedZeroBubble": "interleaved", "ZBVZeroBubble": "dualpipev",
              "DualPipeV": "dualpipev"}  # fmt: skip
+
+
+def schedule_of(value: Any, where: str) -> str:
+    """The schedule *value* names, spelled as SCHEDULES spells it: torch.distributed.pipelining's
+    `get_schedule_class` (schedules.py, which pipeline_parallel.py `pipeline_llm` calls) matches the
+    name case-insensitively, so "interleaved1f1b" runs Interleaved1F1B."""
+    key = "parallelism.pipeline_parallel_schedule"
+    if not isinstance(value, str):
+        raise InputError(where, key, f"{shown(value)} is not a string")
+    named = {name.lower(): name for name in SCHEDULES}.get(value.lower())
+    if named is None:
+        raise InputError(where, key, f"{shown(value)} is none of {', '.join(SCHEDULES)}")
+    return named
 # The converters of v0.2.2 (components/quantization: `register_model_converter`), and v0.1.0's names
 # of the linear ones, which v0.2.2's own llama3_405b.toml still writes (`converters = ["float8"]`).
 CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx", "quantize.grouped_mm.mx")
@@ -320,11 +333,7 @@ def _fsdp_reshard(par: dict[str, Any], pp: int, where: str, notes: list[str]) ->
 
 def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: list[str]) -> dict[str, Any]:
     where = toml.where
-    schedule = toml.text(par, "parallelism", "pipeline_parallel_schedule")
-    if schedule not in SCHEDULES:
-        raise InputError(
-            where, "parallelism.pipeline_parallel_schedule", f"{shown(schedule)} is none of {', '.join(SCHEDULES)}"
-        )
+    schedule = schedule_of(par["pipeline_parallel_schedule"], where)
     if schedule in ("LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"):
         notes.append(f"parallelism.pipeline_parallel_schedule {schedule}: priced as {SCHEDULES[schedule]}")
     if par["pipeline_parallel_schedule_csv"]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml
+from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml, schedule_of
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -79,11 +79,10 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
 def _same_schedule(parallelism: dict, problem: BalanceInput, where: str) -> None:
     """Refuse a schedule other than the one the plan is priced under: torchtitan runs the TOML's
     (job_config.py's default 1F1B when unstated; pipeline_parallel.py `pipeline_llm`), ppb's names
-    as `ppb import torchtitan` maps them (LoopedBFS and InterleavedZeroBubble priced as interleaved)."""
+    as `ppb import torchtitan` maps them (LoopedBFS and InterleavedZeroBubble priced as interleaved), matched
+    case-insensitively as torch's `get_schedule_class` matches them."""
     key = "parallelism.pipeline_parallel_schedule"
-    named = parallelism.get("pipeline_parallel_schedule", "1F1B")
-    if named not in SCHEDULES:
-        raise InputError(where, key, f"{named!r} is none of {', '.join(SCHEDULES)}")
+    named = schedule_of(parallelism.get("pipeline_parallel_schedule", "1F1B"), where)
     if SCHEDULES[named] != problem.schedule_name:
         said = "" if "pipeline_parallel_schedule" in parallelism else " (torchtitan's default, unstated)"
         raise InputError(
