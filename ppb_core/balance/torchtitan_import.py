@@ -114,6 +114,10 @@ SINGLE_STAGE = ("1F1B", "GPipe")
 SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved", "LoopedBFS": "interleaved",
              "InterleavedZeroBubble": "interleaved", "ZBVZeroBubble": "dualpipev",
              "DualPipeV": "dualpipev"}  # fmt: skip
+# The converters of v0.2.2 (components/quantization: `register_model_converter`), and v0.1.0's names
+# of the linear ones, which v0.2.2's own llama3_405b.toml still writes (`converters = ["float8"]`).
+CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx", "quantize.grouped_mm.mx")
+OLD_CONVERTERS = {"float8": "quantize.linear.float8", "mx": "quantize.linear.mx"}
 
 
 def schedule_of(value: Any, where: str) -> str:
@@ -127,10 +131,6 @@ def schedule_of(value: Any, where: str) -> str:
     if named is None:
         raise InputError(where, key, f"{shown(value)} is none of {', '.join(SCHEDULES)}")
     return named
-# The converters of v0.2.2 (components/quantization: `register_model_converter`), and v0.1.0's names
-# of the linear ones, which v0.2.2's own llama3_405b.toml still writes (`converters = ["float8"]`).
-CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx", "quantize.grouped_mm.mx")
-OLD_CONVERTERS = {"float8": "quantize.linear.float8", "mx": "quantize.linear.mx"}
 
 
 class _Toml:
