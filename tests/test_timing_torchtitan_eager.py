@@ -18,11 +18,11 @@ from ppb_core.timing.pricer import TimeModel
 TOKENS = 2048
 
 
-def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm"):
+def _run(framework="torchtitan", compile_=False, recompute=None, norm_type="rmsnorm", spec=None):
     return parse_run_config(
         {
             "framework": framework,
-            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "models": [{"name": "llm", "spec": dict(spec or SMALL_GQA)}],
             "parallel": {"dp": 2, "zero": 3, **({"fsdp": True} if framework == "torchtitan" else {})},
             "training": {"seq_length": TOKENS, "micro_batch_size": 1, "recompute": recompute or {}},
             "device": ROUND_DEVICE,
@@ -168,3 +168,15 @@ def test_torchtitan_s_complex_rotary_keeps_its_eager_bytes_under_torch_compile(c
     elements = TOKENS * (16 + 4) * 64
     assert (rope.bytes, rope.backward_bytes) == (forward * elements, forward * elements)
     assert rope.fusion == fusion
+
+
+@pytest.mark.parametrize("compile_", [False, True])
+def test_torchtitan_s_qwen3_rotary_is_real_arithmetic_and_fuses_under_torch_compile(compile_):
+    # torchtitan v0.2.2 qwen3/model/model.py `apply_rotary_emb`: `xq * cos + rotate_half(xq) * sin`, cos
+    # and sin cast to xq's dtype, no complex tensor, so Inductor fuses it: read Q (K) once and write it
+    # once, 2 + 2 bytes a bf16 element each way, as the fused kernel; eager it keeps the "rope" factor
+    run = _run(compile_=compile_, spec={**SMALL_GQA, "qk_norm": True})
+    rope = {op.name: op for op in TimeModel(run).ops(_body(run))}["rope"]
+    elements = TOKENS * (16 + 4) * 64
+    assert (rope.bytes, rope.backward_bytes) == (4 * elements, 4 * elements)
+    assert rope.fusion == "rope"

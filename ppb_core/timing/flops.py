@@ -627,7 +627,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         if att.rope:
             unfused = _megatron_unfused_rope(geo)
             forward, backward = (UNFUSED_ROPE_FORWARD * bc, UNFUSED_ROPE_BACKWARD * bc) if unfused else (2 * bc, 2 * bc)
-            if _compiled_complex_rope(geo):
+            complex_compiled = _compiled_complex_rope(geo, att.qk_norm)
+            if complex_compiled:
                 forward = backward = complex_rope_bytes(bc)
             rope = _elementwise(
                 p + "rope",
@@ -637,7 +638,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(previous,),
                 **qk_state("rope"),
             )
-            ops.append(rope if unfused or _compiled_complex_rope(geo) else dataclasses.replace(rope, fusion="rope"))
+            ops.append(rope if unfused or complex_compiled else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -1645,15 +1646,19 @@ def _megatron_unfused_rope(geo: OpGeometry) -> bool:
 # steps: an Inductor kernel upcasting Q (K) into a fresh fp32 buffer (read bc, write 4), aten's complex
 # multiply (read 4, write 4; the table is small), an Inductor kernel casting the real view back (read 4,
 # write bc). Backward likewise: the gradient upcast, the multiply by conj(freqs_cis), the downcast.
-# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_timing_flops.py). Fused, as a
+# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_census_ops.py). Fused, as a
 # real-arithmetic rotary compiles, it would read and write Q (K) once: 2·bc.
 def complex_rope_bytes(bc: int) -> float:
     """Bytes per rotated element of torchtitan's complex rotary as torch.compile runs it, each way."""
     return bc + FP32_BYTES + 2 * FP32_BYTES + FP32_BYTES + bc
 
 
-def _compiled_complex_rope(geo: OpGeometry) -> bool:
-    return geo.framework == "torchtitan" and not geo.eager
+def _compiled_complex_rope(geo: OpGeometry, qk_norm: bool) -> bool:
+    """torchtitan's complex rotary under torch.compile. Its Qwen3 (the one torchtitan family with
+    per-head q/k norms, qwen3/model/model.py at v0.2.2) rotates in real arithmetic instead
+    (`apply_rotary_emb`: `xq * cos + rotate_half(xq) * sin`, cos and sin cast to the input's dtype),
+    which Inductor fuses into one kernel: the fused 2·bc."""
+    return geo.framework == "torchtitan" and not geo.eager and not qk_norm
 
 
 def _mla_rope_bytes(geo: OpGeometry, n: float, heads: int, nope: int, rope: int, value: int) -> tuple[float, float]:
