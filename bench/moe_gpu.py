@@ -21,8 +21,8 @@ For each row, one MoE layer and micro-batch at the state the iteration prices it
   configs at 8cfedd7203 list them in bf16), against the run's measured seconds: a bound on the GPU
   work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
 
-Last, a measured split of a Qwen3 30B-A3B step's GPU time (`HYBRIDEP_H100`): Megatron-Bridge's docs
-(docs/training/moe-optimization.md at 067f987df, "HybridEP production-shape validation", a 2026-07-25
+Last, a measured split of a Qwen3 30B-A3B step's GPU time (`HYBRIDEP_H100`): Megatron-Bridge's
+skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md at 067f987df ("HybridEP production-shape validation", a 2026-07-25
 run) give, for 16 H100 in BF16 at TP 1, PP 1, EP 16, MBS 1, GBS 1024, forced balancing, HybridEP and
 TE graphs of the router and its preprocessing, with the expert-parallel overlap off: a 24.714 s step,
 and from a rank-0 Nsight Systems profile a GPU-active interval union of 22.821 s, of which
