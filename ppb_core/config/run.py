@@ -159,6 +159,12 @@ class ParallelOptimizerConfig(StrictModel):
         return value
 
 
+# torchtitan's context parallelism is torch's ring attention (torch/distributed/tensor/experimental/
+# _context_parallel, rotating K and V by all-gather or all-to-all: `context_parallel_rotate_method`); v0.2.2
+# has no head-splitting (Ulysses) variant.
+TITAN_NO_ULYSSES = "ulysses: torchtitan's context parallelism is ring attention (timing.cp_rotate_method)"
+
+
 class Parallel(StrictModel):
     dp: Devices = 1
     tp: Devices = 1
@@ -1233,6 +1239,15 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
             "parallel.cp",
             f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp = {par.tp * par.cp}",
         )
+    if par.cp > 1 and par.cp_variant == "ulysses" and spec.kv_heads % (par.tp * par.cp):
+        # K and V split by head too: TE d0067d0d context_parallel.py `AttnFuncWithCPAndQKVOA2A.forward` asserts
+        # "num_heads % cp_size == 0 for Q, K, V" of a tensor-parallel rank's heads (Megatron's a2a); MindFormers'
+        # llama_transformer.py `LLamaAttention` raises unless n_kv_head is a multiple of model_parallel·ulysses_cp_num
+        raise InputError(
+            where,
+            "parallel.cp",
+            f"Ulysses splits key/value heads too: {spec.kv_heads} not divisible by tp·cp = {par.tp * par.cp}",
+        )
     if spec.position_embedding == "learned" and run.training.seq_length > spec.max_position_embeddings:
         raise InputError(
             where,
@@ -1533,6 +1548,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         # the choice is Megatron-LM's (--use-megatron-fsdp or --use-torch-fsdp2); elsewhere it prices nothing
         said = "needs framework megatron" if run.framework != "megatron" else "needs fsdp true"
         raise InputError(where, "parallel.fsdp_impl", f"{par.fsdp_impl} {said}")
+    if run.framework == "torchtitan" and par.cp > 1 and par.cp_variant == "ulysses":
+        raise InputError(where, "parallel.cp_variant", TITAN_NO_ULYSSES)
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.
