@@ -1,6 +1,7 @@
 """Where a published run's predicted seconds go, op class by op class, beside public per-kernel rates.
 
     python bench/decompose.py [ROW ...]
+    PPB_MEGATRON_LM=DIR python bench/decompose.py --ci FAMILY/CASE@GPU ...
 
 ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
 (`strong_scaling_runs`: "strong scaling (96" is the steady state of 576 micro-batches a pipeline;
@@ -23,6 +24,13 @@ each with its achieved rate (TFLOP/s of its FLOPs, or TB/s of its HBM bytes) and
 public per-kernel rates on H100 SXM they compare with are printed under the table (`REFERENCES`).
 Then the measured minus ours, and what one class alone would have to take to close it (its seconds
 times that factor).
+
+With `--ci`, Megatron CI cases instead, each `family/case@gpu` priced as bench/megatron_ci.py prices it
+(its model_config.yaml at d98e8a64 through `ppb import megatron`, its golden values' median seconds),
+and under Megatron each layer kind of the busiest stage beside its classes: its GPU work forward and
+backward, and the host's launches (what the backward reruns included) in launches of the device's
+`host_kernel_us` and in milliseconds, e.g. the EP 8 allgather case's MoE layer, 36.8 / 59.0 launches
+on DGX H100 against 0.62 / 0.83 ms of GPU work.
 
 Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
 measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class
@@ -57,6 +65,7 @@ from public_runs import (  # noqa: E402
     strong_scaling_runs,
 )
 
+from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.timing.flops import COMM, Op  # noqa: E402
 from ppb_core.timing.iteration import configured_states, run_iteration  # noqa: E402
@@ -123,14 +132,19 @@ def op_class(op: Op) -> str:
 
 
 def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
-    """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds. The
-    classes of the layers are the busiest pipeline stage's (`Iteration.busiest_stage`), as the
-    iteration's `compute` term counts them, beside that stage's get_batch broadcasts and, negative, what
-    its combined 1F1B steps save (`Iteration.compute_parts`); every other term of the iteration's
+    """ppb's seconds of *row* by class (adding up to its iteration), and the iteration's seconds
+    (`decompose_run` of its run config)."""
+    return decompose_run(config(row), row.name)
+
+
+def decompose_run(run: RunConfig, name: str) -> tuple[dict[str, Share], float]:
+    """ppb's seconds of *run* (called *name*) by class (adding up to its iteration), and the iteration's
+    seconds. The classes of the layers are the busiest pipeline stage's (`Iteration.busiest_stage`), as
+    the iteration's `compute` term counts them, beside that stage's get_batch broadcasts and, negative,
+    what its combined 1F1B steps save (`Iteration.compute_parts`); every other term of the iteration's
     breakdown (the schedule's idle time `bubble`, p2p, communication, optimizer, ...) is its own class.
     Each layer at the state the iteration prices it at (`configured_states`); its recompute's reruns
     are one class (`RECOMPUTE_CLASS`)."""
-    run = config(row)
     iteration = run_iteration(run)
     times = TimeModel(run)
     m = run.training.micro_batches
@@ -149,8 +163,8 @@ def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
             share.bytes += timed.bytes * m
     layers = sum(share.seconds for share in classes.values())
     parts = iteration.compute_parts
-    assert abs(layers - parts["layers"]) <= 1e-9 * iteration.seconds, (row.name, layers, parts["layers"])
-    assert abs(sum(parts.values()) - iteration.breakdown["compute"]) <= 1e-9 * iteration.seconds, row.name
+    assert abs(layers - parts["layers"]) <= 1e-9 * iteration.seconds, (name, layers, parts["layers"])
+    assert abs(sum(parts.values()) - iteration.breakdown["compute"]) <= 1e-9 * iteration.seconds, name
     for part, name in COMPUTE_PARTS.items():
         if abs(parts[part]) > 1e-12:
             classes[name].seconds += parts[part]
@@ -158,7 +172,7 @@ def decompose(row: PublicRun) -> tuple[dict[str, Share], float]:
         if term != "compute" and abs(seconds) > 1e-12:
             classes[term].seconds += seconds
     total = sum(share.seconds for share in classes.values())
-    assert abs(total - iteration.seconds) <= 1e-9 * iteration.seconds, (row.name, total, iteration.seconds)
+    assert abs(total - iteration.seconds) <= 1e-9 * iteration.seconds, (name, total, iteration.seconds)
     return dict(classes), iteration.seconds
 
 
@@ -171,15 +185,56 @@ def rate(share: Share) -> str:
 
 
 def report(row: PublicRun) -> None:
-    classes, seconds = decompose(row)
-    gap = row.seconds - seconds
-    print(f"{row.name}: measured {row.seconds:.3f} s, ppb {seconds:.3f} s ({seconds / row.seconds - 1:+.1%})")
+    report_run(config(row), row.name, row.seconds)
+
+
+def layer_hosts(run: RunConfig) -> list[tuple[str, int, float, float, float, float]]:
+    """Under Megatron, each distinct layer of the busiest stage: (kind, how many, GPU forward and
+    backward ms a micro-batch, the host's launches forward and backward in launches of
+    `TimeModel.launch_s`, what the backward reruns included: `HostWaits.launch_forward` /
+    `launch_backward`)."""
+    iteration = run_iteration(run)
+    times = TimeModel(run)
+    launch_s = times.launch_s()
+    found: dict[str, list] = {}
+    for layer, state in configured_states(run, MemoryModel(run)).items():
+        if layer.stage != iteration.busiest_stage:
+            continue
+        parts, host = times.parts(layer, *state), times.host(layer, *state)
+        entry = found.setdefault(
+            layer.kind.name,
+            [
+                0,
+                parts.forward_ms,
+                parts.total_backward_ms,
+                host.launch_forward / launch_s,
+                host.launch_backward / launch_s,
+            ],
+        )
+        entry[0] += 1
+    return [(kind, *values) for kind, values in found.items()]
+
+
+def report_run(run: RunConfig, name: str, measured: float) -> None:
+    """Print *run*'s classes (`decompose_run`) against its *measured* seconds."""
+    classes, seconds = decompose_run(run, name)
+    gap = measured - seconds
+    print(f"{name}: measured {measured:.3f} s, ppb {seconds:.3f} s ({seconds / measured - 1:+.1%})")
     print(f"  {'class':36s} {'seconds':>8s} {'share':>6s} {'rate':>16s} {'x to close':>10s}")
     for name, share in sorted(classes.items(), key=lambda item: -item[1].seconds):
         # the factor this class alone would need to take the measured seconds (its rate divided by it)
         factor = f"x{(share.seconds + gap) / share.seconds:.2f}" if share.seconds > 0 and gap > 0 else ""
         print(f"  {name:36s} {share.seconds:8.4f} {share.seconds / seconds:6.1%} {rate(share):>16s} {factor:>10s}")
     print(f"  {'measured minus ppb':36s} {gap:8.4f} {gap / seconds:6.1%}")
+    if run.framework == "megatron":
+        launch_us = TimeModel(run).launch_s() * 1e6
+        print(f"  layers of the busiest stage, a micro-batch (host {launch_us:.1f} us a launch):")
+        for kind, count, forward_ms, backward_ms, launches_forward, launches_backward in layer_hosts(run):
+            print(
+                f"    {kind:12s} x{count:<3d} GPU {forward_ms:7.3f} / {backward_ms:7.3f} ms, launches "
+                f"{launches_forward:6.1f} / {launches_backward:6.1f} ({launches_forward * launch_us / 1e3:7.3f} / "
+                f"{launches_backward * launch_us / 1e3:7.3f} ms)"
+            )
     print()
 
 
@@ -268,8 +323,39 @@ def pair_gaps() -> list[tuple[str, float, float]]:
     return gaps
 
 
+def ci_case(spec: str) -> tuple[RunConfig, str, float]:
+    """A Megatron CI case as bench/megatron_ci.py prices it, from *spec* `family/case@gpu` (gpu h100,
+    a100 or gb200; PPB_MEGATRON_LM names the Megatron-LM repository): its run config, name and measured
+    seconds (the median of its golden values' iteration times without iteration 1)."""
+    import megatron_ci
+    import yaml
+
+    from ppb_core.balance.megatron_import import import_megatron, run_config_of
+
+    where, _, gpu = spec.partition("@")
+    if not megatron_ci.MIRROR or gpu not in megatron_ci.GPUS or where.count("/") != 1:
+        raise SystemExit(f"bench/decompose.py: --ci {spec!r}: family/case@h100|a100|gb200 with PPB_MEGATRON_LM set")
+    path = f"{megatron_ci.CASES}/{where}"
+    text = megatron_ci.repository_file(f"{path}/model_config.yaml")
+    golden = f"{path}/golden_values_dev_dgx_{gpu}.json"
+    if text is None or megatron_ci.repository_file(golden) is None:
+        raise SystemExit(f"bench/decompose.py: --ci {spec!r}: no {path}/model_config.yaml or {golden}")
+    launch = megatron_ci.launch_text(yaml.safe_load(text))
+    imported = import_megatron(
+        launch, megatron_ci.NODE_GPUS, megatron_ci.GPUS[gpu], where, read_file=megatron_ci.repository_file
+    )
+    seconds = megatron_ci.Golden.read(golden).seconds
+    if seconds is None:
+        raise SystemExit(f"bench/decompose.py: --ci {spec!r}: {golden} logs no iteration-time")
+    return run_config_of(imported, where), f"{where} ({gpu.upper()})", seconds
+
+
 def main(argv: list[str]) -> int:
     print(f"machine: {machine()}")
+    if argv[:1] == ["--ci"]:  # Megatron CI cases, as bench/megatron_ci.py prices them
+        for spec in argv[1:]:
+            report_run(*ci_case(spec))
+        return 0
     wanted = argv or list(DEFAULT_ROWS)
     rows = public_runs() + strong_scaling_runs()
     for pattern in wanted:

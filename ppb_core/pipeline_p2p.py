@@ -66,6 +66,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from ppb_core.host_copies import HostCopies, Streams
 from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check, group_of
 
 PROTOCOLS: tuple[str, ...] = (
@@ -271,13 +272,15 @@ def simulate_p2p(
     shorter: Sequence[Sequence[Sequence[float]]] | None = None,
     group: int | None = None,
     warmup_flush: bool = False,
+    host: HostCopies | None = None,
 ) -> Timeline:
     """The schedule's timeline with its transfers posted and waited for as *protocol* says (module doc).
 
     *transfer* `[chunk][stage]`: the time a cell's output (or the gradient of it, the same size) takes to
     reach the next stage. *shorter*: Megatron's combined 1F1B savings as `schedules.simulate` takes them.
     *group*: the interleaved schedule's micro-batch group (`schedules.check`); *warmup_flush*: its warm-up and
-    cool-down receives prefetched (`--overlap-p2p-communication-warmup-flush`, module doc)."""
+    cool-down receives prefetched (`--overlap-p2p-communication-warmup-flush`, module doc); *host*: each
+    stage's device-to-host stream of Megatron's fine-grained offloading (`schedules.simulate`)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown p2p protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     chunks, stages = len(forward), len(forward[0])
@@ -297,12 +300,21 @@ def simulate_p2p(
     ends = [0.0] * len(times)
     starts = [0.0] * n
     binding: list[int] = [NONE] * len(times)
+    streams = Streams(host, orders) if host is not None else None
+    place = [(stage, index) for stage, order in enumerate(orders) for index in range(len(order))] if streams else []
     for here in topo:
         time, deps = times[here], after[here]
         start, by = 0.0, NONE
         for dep in deps:  # the first of equal ends binds: the stage's previous op, numbered first
             if by == NONE or ends[dep] > start:
                 start, by = ends[dep], dep
+        if here < n and streams is not None:  # the stage's own copies: a wait binds to its previous op
+            stage, index = place[here]
+            op = orders[stage][index]
+            if op.kind == "F":
+                streams.forward(stage, op, start)
+            elif (copied := streams.ready(stage, op)) > start:
+                start, by = copied, here - 1
         if here < n:
             starts[here] = start
             ends[here] = start + op_times[time] - saving.get(here, 0.0)

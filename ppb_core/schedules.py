@@ -40,6 +40,7 @@ from operator import itemgetter
 import numpy as np
 
 from ppb_core.dominance import undominated
+from ppb_core.host_copies import HostCopies, Streams
 
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "gpipe", "dualpipev")
 
@@ -540,6 +541,7 @@ def simulate(
     blocking: bool = True,
     combined: Sequence[Sequence[Sequence[float]]] | None = None,
     group: int | None = None,
+    host: HostCopies | None = None,
 ) -> Timeline:
     """Run the schedule with per-cell times `forward[chunk][stage]`, `backward[chunk][stage]`.
 
@@ -563,6 +565,9 @@ def simulate(
     Megatron both wait for their inputs at the step's start).
 
     *group*: the interleaved schedule's micro-batch group (`check`).
+
+    *host*: Megatron's fine-grained activation offloading, each stage's device-to-host stream run beside
+    the ops (`ppb_core.host_copies`): a backward waits for its forward's copies and its first reload.
     """
     chunks, stages = len(forward), len(forward[0])
     name = check(schedule, stages, chunks, micro_batches, group)
@@ -607,6 +612,7 @@ def simulate(
     flat_starts = [0.0] * n
     flat_ends = [0.0] * (n + 1)  # [-1] = 0: "no op"
     flat_binding: list[int] = [-1] * n
+    streams = Streams(host, orders) if host is not None else None
     for i, (p, q, duration) in enumerate(zip(previous, needed, times, strict=True)):
         start, by = flat_ends[p], p
         if q >= 0:
@@ -615,6 +621,13 @@ def simulate(
                 ready += ready_after[q]
             if ready > start:
                 start, by = ready, q
+        if streams is not None:  # the stage's own copies: a wait on its stream binds to its previous op
+            stage, index = places[i]
+            op = orders[stage][index]
+            if op.kind == "F":
+                streams.forward(stage, op, start)
+            elif (copied := streams.ready(stage, op)) > start:
+                start, by = copied, p
         flat_starts[i] = start
         flat_ends[i] = start + duration
         flat_binding[i] = by

@@ -148,3 +148,17 @@ def test_the_strong_scaling_steady_state_is_a_row_it_decomposes(bench):
     classes, seconds = bench.decompose(row)  # asserts they add up
     # 1152 sequences over DP 2: 576 micro-batches a pipeline, so the bubble is a sliver of the iteration
     assert classes["bubble"].seconds < 0.001 * seconds
+
+
+def test_a_megatron_run_s_layers_state_their_launches(bench):
+    # Megatron CI's 12-layer TP4 case with no measured host time (host_kernel_us 0: every kernel one
+    # launch, no plain-op share): a dense layer launches 33 kernels forward and 46 backward, the count
+    # tests/test_timing_launches.py makes by hand (`test_a_dense_layer_s_launches_by_hand`); all 12 layers
+    # on the one stage.
+    run = bench.run_config(bench.small_tp4_run("h100", 0.0), "small-h100")
+    dense = {kind: rest for kind, *rest in bench.layer_hosts(run)}[
+        next(layer.kind.name for layer in walk(run).layers if layer.node == "BODY")
+    ]
+    count, _, _, launches_forward, launches_backward = dense
+    assert count == 12
+    assert (launches_forward, launches_backward) == pytest.approx((33, 46))

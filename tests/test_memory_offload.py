@@ -126,3 +126,18 @@ def test_attn_norm_is_mla_s_own_norm_and_not_under_attention_graphs():
     graphs = {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"]}
     graphed = make_run(MLA, training={"offload_modules": ["attn_norm"], "min_offloaded_tensor_size": 0}, timing=graphs)
     assert model(graphed).state_memory(body(graphed), NOT).offloaded_bytes == 0
+
+
+def test_the_forward_holds_one_group_until_its_commit():
+    # bulk_offload_group drops a group's device tensors at its commit, so a layer's forward holds one
+    # group's at a time beyond what it keeps. DENSE at s 64 with the attention groups (flash): qkv_linear
+    # 16384, core_attn q, k, v 3 · 8192 + statistics 1024 = 25600, attn_proj 8192: the most 25600.
+    flash = _offload(DENSE, ATTENTION)
+    assert model(flash).state_memory(body(flash), NOT).offload_forward_bytes == 25600
+    # unfused (TE UnfusedDotProductAttention, d0067d0d): core_attn holds q, k, v 24576, the softmax's output
+    # once (its two saved references are one tensor until the copies) 32768, and the scores it was made
+    # from, `matmul_result` [4 heads, 64, 64] bf16 = 32768, alive until the softmax returns: 90112
+    unfused = _offload(DENSE, ["core_attn"], flash_attention=False)
+    assert model(unfused).state_memory(body(unfused), NOT).offload_forward_bytes == 24576 + 32768 + 32768
+    # nothing offloaded: nothing held for it
+    assert model(make_run(DENSE)).state_memory(body(flash), NOT).offload_forward_bytes == 0

@@ -8,7 +8,7 @@ from test_memory_activations import MOE
 from test_memory_runs import make_run
 
 from ppb_core.timing.flops import COMM, Op
-from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s
+from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s, layer_host_waits
 from ppb_core.timing.iteration import run_iteration
 
 
@@ -61,3 +61,24 @@ def test_the_host_s_launches_cost_only_where_the_gpu_waits():
             torchtitan.model_copy(update={"timing": torchtitan.timing.model_copy(update={"host_launch_us": 0.0})})
         ).seconds
     )
+
+
+def test_the_backward_launches_what_it_reruns_again():
+    # Megatron's CheckpointFunction.backward (tensor_parallel/random.py, d98e8a64) calls the forward's
+    # Python again before the backward's kernels: the host launches both. A dense layer of two ops,
+    # launches (forward, backward) norm (1, 3) and mlp_in (2, 4); GPU seconds forward 2, backward 3, the
+    # rerun norm 0.5; 1 a launch, no dispatcher.
+    ops = [Op("norm", "dense", "memory"), Op("mlp_in", "dense", "matmul", gemm=(8, 4, 4))]
+    launches = {"norm": (1.0, 3.0), "mlp_in": (2.0, 4.0)}
+    forward_s = {"norm": 0.5, "mlp_in": 1.5}
+    waits = layer_host_waits(ops, forward_s, launches, ["norm"], (2.0, 3.0, 0.5), 1.0, None, True)
+    # forward: 3 launches against 2 of GPU work: 1 over; backward: 7 own + 1 rerun = 8 launches against
+    # 3 + 0.5 of GPU work: 4.5 over (without the rerun's launch, 7 − 3.5 = 3.5)
+    assert waits.forward == pytest.approx(1.0)
+    assert waits.backward == pytest.approx(4.5)
+    assert waits.launch_backward == pytest.approx(8.0)
+    # nothing rerun: 7 − 3 = 4
+    plain = layer_host_waits(ops, forward_s, launches, [], (2.0, 3.0, 0.0), 1.0, None, True)
+    assert plain.backward == pytest.approx(4.0)
+    # a GPU-bound backward (GPU 10) stays the GPU's: no wait, rerun or not
+    assert layer_host_waits(ops, forward_s, launches, ["norm"], (2.0, 10.0, 0.5), 1.0, None, True).backward == 0.0

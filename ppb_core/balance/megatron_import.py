@@ -43,7 +43,8 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--main-grads-dtype`, `--accumulate-allreduce-grads-in-fp32`; under Megatron-FSDP
   `--megatron-fsdp-main-grads-dtype`), `--moe-grouped-gemm`,
   `--no-masked-softmax-fusion`, `--attention-softmax-in-fp32` (`--apply-query-key-layer-scaling`),
-  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`;
+  `--fine-grained-activation-offloading` with `--offload-modules` and `--min-offloaded-tensor-size`,
+  `--cpu-offloading-num-layers` (Transformer Engine's CPU offloading);
 * the environment's `CUBLAS_WORKSPACE_CONFIG` and `NVTE_ALLOW_NONDETERMINISTIC_ALGO` (TransformerEngine's
   deterministic attention, `timing.te_deterministic_attention`), where the script sets them.
 
@@ -215,6 +216,8 @@ def import_megatron(
     if te_deterministic is not None:
         raw["timing"]["te_deterministic_attention"] = te_deterministic
     notes.extend(_op_fuser(args, device, variables))
+    if args.integer("--cpu-offloading-num-layers") and variables.get("NVTE_CPU_OFFLOAD_V1", "0").strip("'\"") == "1":
+        notes.append("NVTE_CPU_OFFLOAD_V1=1: TE's older CPU offload handler, not modelled (priced as TE's default)")
     cublas = variables.get("CUBLAS_WORKSPACE_CONFIG")
     if cublas:
         raw["memory"] = {"cublas_workspace_config": cublas}
@@ -650,6 +653,9 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
     if args.text("--fp8-format") is not None:
         training["fp8_cache"] = "linear"
     training.update(_offload(args, notes))
+    layers = args.integer("--cpu-offloading-num-layers")
+    if layers:  # arguments.py: N > 0 sets cpu_offloading (activations on, weights off: no flags of their own)
+        training["cpu_offloading_num_layers"] = layers
     moe: dict[str, Any] = {}
     router_dtype = args.text("--moe-router-dtype")
     if router_dtype is not None:

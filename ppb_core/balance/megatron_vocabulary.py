@@ -56,6 +56,9 @@ NOTHING_PRICED = {
     "--manual-gc": "Python's automatic garbage collector off: ppb prices no collection either way",
     # training.py `post_training_step_callbacks`: gc.collect() when iteration % interval == 0
     "--manual-gc-interval": "a full collection on one iteration in N: the typical iteration ppb prices runs none",
+    # TE cpu_offload.py `OffloadableLayerState.start_offload` (d0067d0d): the host copies' pinned buffers kept
+    # for the next iteration instead of allocated again (torch's caching host allocator reuses them anyway)
+    "--cpu-offloading-retain-pinned-cpu-buffers": "host buffers kept between iterations: no device memory or time",
 }
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(
@@ -91,6 +94,7 @@ MODELLED = frozenset(
         "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
         "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
         "--fp8-recipe", "--fine-grained-activation-offloading", "--offload-modules", "--min-offloaded-tensor-size",
+        "--cpu-offloading-num-layers",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -144,6 +148,7 @@ FIELD_FLAGS = {
     "training.layer_wise_param_layout": "--no-use-layer-wise-param-layout",
     "timing.fp8_bf16_layers": "--first-last-layers-bf16",
     "training.min_offloaded_tensor_size": "--min-offloaded-tensor-size",
+    "training.cpu_offloading_num_layers": "--cpu-offloading-num-layers",
     "device": "--device",
 }
 # RunParallel's checks across its fields (config/run.py), by how the problem starts, and the flag to name.

@@ -283,9 +283,11 @@ class DeviceProfile:
     # link, measure 55.43 GB/s host-to-device and 55.06 device-to-host, 88% of the 63 GB/s spec
     # (stas00/ml-engineering network/README.md, "PCIe", at 744d01e): host-to-device, the direction whose
     # copies the compute waits for, 55.43. A100 SXM4 attaches at PCIe Gen4 x16 (datasheet "PCIe Gen4:
-    # 64GB/s"): no public measurement found, taken at Gen4's 31.0 GB/s spec (same table) times that
-    # measured 88%, 27.3 GB/s (Gen4 and Gen5 share the 128b/130b encoding and the packet framing the
-    # 12% goes to). Megatron's fine-grained activation offloading reloads at it (`ppb_core.timing.offload`).
+    # 64GB/s"): nvbandwidth v0.8's host_to_device_memcpy_ce on a node of 8x A100-SXM4-80GB (PCIe 4.0,
+    # dual-socket DDR4) measures 24.81 GB/s on GPU 0, ~24.8 on each (NVIDIA/nvbandwidth issue #53,
+    # 2025-11-21; the same run measures H2D ~11 and D2H ~24 with the other direction busy, not priced).
+    # Megatron's fine-grained activation offloading and TE's CPU offloading copy at it
+    # (`ppb_core.timing.offload`, `ppb_core.host_copies`).
     host_link_gbs: float = 0.0
 
     def replace(self, **changes: float) -> DeviceProfile:
@@ -321,9 +323,9 @@ class DeviceProfile:
 EAGER_MEMORY_EFFICIENCY_A100 = 0.68
 EAGER_MEMORY_EFFICIENCY_H100 = 0.82
 # `DeviceProfile.host_link_gbs`: PCIe Gen5 x16 host-to-device as measured (nvbandwidth, 8x H200), Gen4 x16
-# at its spec times the same measured share (55.43 / 63.0)
+# as measured (nvbandwidth, 8x A100-SXM4-80GB; until 2026-12-06 its spec times Gen5's measured share, 27.28)
 HOST_LINK_GBS_GEN5 = 55.43
-HOST_LINK_GBS_GEN4 = round(31.0 * 55.43 / 63.0, 2)
+HOST_LINK_GBS_GEN4 = 24.81
 
 DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM4 80GB: 80GB HBM2e (81920 MiB in nvidia-smi),

@@ -454,6 +454,11 @@ class Training(StrictModel):
     min_offloaded_tensor_size: Annotated[NonNegativeInt, limits.at_most(limits.SEQUENCE**2, "elements")] = Field(
         1024 * 1024, description="Megatron's --min-offloaded-tensor-size: smaller saved tensors stay on the device"
     )
+    cpu_offloading_num_layers: Annotated[NonNegativeInt, limits.at_most(limits.LAYERS, "layers")] = Field(
+        0,
+        description="Megatron's --cpu-offloading-num-layers: Transformer Engine's CPU offloading of the first N "
+        "decoder layers' saved activations (ppb_core.memory.frameworks.te_offload)",
+    )
 
     @field_validator("dropout")
     @classmethod
@@ -1564,6 +1569,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if train.cpu_offloading_num_layers:
+        _check_cpu_offloading(run, where)
     if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
         raise InputError(
             where,
@@ -1717,6 +1724,32 @@ def _check_offload(run: RunConfig, where: str) -> None:
         problem = "attn_proj needs core_attn (its input is core_attn's output, which core_attn's backward needs)"
     elif "moe" in run.recompute.modules and {"expert_fc1", "moe_act"} & set(modules):
         problem = "expert_fc1 and moe_act cannot be offloaded while moe is recomputed, as Megatron-Core asserts"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_cpu_offloading(run: RunConfig, where: str) -> None:
+    """What Megatron-Core and Transformer Engine refuse of `--cpu-offloading-num-layers` (transformer_config.py
+    `TransformerConfig.__post_init__` at d98e8a64; TE cpu_offload.py `get_cpu_offload_context`, v2.10 on,
+    d0067d0d: the last layer is never offloaded), each in one line."""
+    train, field, problem = run.training, "training.cpu_offloading_num_layers", None
+    layers = run.spec(run.models[0].name).num_layers
+    if run.framework != "megatron":
+        problem = "is Megatron-LM's Transformer Engine CPU offloading: set framework megatron"
+    elif run.timing.transformer_impl != "transformer_engine":
+        problem = "is Transformer Engine's CPU offloading: needs timing.transformer_impl transformer_engine"
+    elif len(run.models) != 1:
+        problem = "counts the layers of one language model's transformer block"
+    elif train.cpu_offloading_num_layers >= layers:
+        problem = f"{train.cpu_offloading_num_layers} must be below the model's {layers} layers (Megatron-Core asserts)"
+    elif run.parallel.pp > 1:
+        problem = "Megatron-Core has no pipeline parallelism with CPU offloading (pp must be 1)"
+    elif run.recompute.full is not None or run.recompute.selective:
+        problem = "Megatron-Core refuses CPU offloading with activation recomputation"
+    elif train.offload_modules:
+        problem = "cannot be set beside fine-grained activation offloading (training.offload_modules)"
+    elif run.timing.cuda_graph_impl not in ("none", "full_iteration"):
+        problem = "Megatron-Core refuses CUDA graphs other than full_iteration with CPU offloading"
     if problem is not None:
         raise InputError(where, field, problem)
 

@@ -62,6 +62,8 @@ class StateMemory:
     offloaded_bytes: float = 0.0  # moved to host memory between forward and backward (`offload_split`)
     offloaded_terms: tuple[ActivationTerm, ...] = ()  # the terms moved (their gradients are the backward's)
     forward_transient_bytes: float = 0.0
+    # what its forward holds of the moved terms before they leave the device (`FrameworkRules.offload_forward_bytes`)
+    offload_forward_bytes: float = 0.0
 
     @property
     def kept_bytes(self) -> float:
@@ -236,6 +238,7 @@ class MemoryModel:
             kind, self.setup, tuple(terms), tuple(buffer_terms)
         )
         offloaded = sum(t.bytes for t in moved) + sum(b.bytes for b in moved_buffers)
+        offload_forward = self.rules.offload_forward_bytes(kind, self.setup, moved) if moved else 0.0
         transient = forward_transient = 0.0
         if self.rules.transients_per_stage:
             transient = max((b.bytes for b in buffer_terms if not b.kept and not b.forward_only), default=0.0)
@@ -256,6 +259,7 @@ class MemoryModel:
             offloaded * fix.activations,
             moved,
             forward_transient * fix.working,
+            offload_forward * fix.activations,
         )
         return found
 
@@ -317,15 +321,7 @@ class MemoryModel:
         counts none of it, so that is held on top.
         """
         memory = self.state_memory(layer, state, switches)
-        parameters = self.rules.parameter_working_bytes(
-            self.parameters(layer),
-            self.setup,
-            _node(layer),
-            gathered,
-            *self._neighbour_params(layer, neighbours),
-            kind=layer.kind,
-            beside=(None, None) if neighbours is None else tuple(None if n is None else _node(n) for n in neighbours),
-        )
+        parameters = self._parameter_working_bytes(layer, gathered, neighbours)
         census = self.census_terms(layer, state, switches)
         working = self.correction.working
         workspace = max(memory.transient_bytes, memory.forward_transient_bytes)
@@ -337,7 +333,7 @@ class MemoryModel:
         backward = (rebuilt + self.largest_gradient_bytes(layer) + parameters) * working + memory.transient_bytes
         # a forward's own workspace (ring attention's, frameworks/ring.py): beside what recompute rebuilds and
         # the parameters (the backward's working set of them, a bound of the forward's), no gradient yet
-        forward = (rebuilt + parameters) * working + memory.forward_transient_bytes
+        forward = (rebuilt + parameters) * working + memory.forward_transient_bytes + memory.offload_forward_bytes
         extra = max(backward, forward)
         if not on_saved:
             extra += memory.kept_bytes
@@ -346,6 +342,49 @@ class MemoryModel:
             freed *= self.correction.activations
             extra = max(0.0, extra - freed) if freed else extra
         return extra
+
+    def _parameter_working_bytes(
+        self, layer: LayerLike, gathered: int, neighbours: tuple[LayerLike | None, LayerLike | None] | None
+    ) -> float:
+        """What the framework's backward holds of parameters and gradients (`parameter_working_bytes`)."""
+        return self.rules.parameter_working_bytes(
+            self.parameters(layer),
+            self.setup,
+            _node(layer),
+            gathered,
+            *self._neighbour_params(layer, neighbours),
+            kind=layer.kind,
+            beside=(None, None) if neighbours is None else tuple(None if n is None else _node(n) for n in neighbours),
+        )
+
+    def attention_backward_bytes(
+        self,
+        layer: LayerLike,
+        state: LayerType,
+        switches: Mapping[str, int] | None,
+        working: float,
+        gathered: int = 2,
+        group: int = 1,
+        neighbours: tuple[LayerLike | None, LayerLike | None] | None = None,
+    ) -> float:
+        """What the layer's backward holds while its attention backward runs, beyond what the stage counts
+        for it (the layer's kept memory counted), *working* being its `working_extra_bytes`.
+
+        Where the framework states the gradients alive then (`FrameworkRules.attention_backward_gradient_bytes`:
+        Transformer Engine's flash-attn path), what recompute rebuilds and the parameters' working set
+        beside the larger of: those at the kernel with its workspace, those after it. Elsewhere the
+        layer's working set (its largest gradient) with the kernel's workspace on top.
+        """
+        workspace = self.attention_workspace_bytes(layer)
+        gradients = self.rules.attention_backward_gradient_bytes(layer.kind, self.setup)
+        if gradients is None or self.census_terms(layer, state, switches) is not None:
+            return working + workspace
+        memory = self.state_memory(layer, state, switches)
+        rebuilt = group * self.state_memory(layer, LayerType.NOT_REC_LAYER).kept_bytes - memory.kept_bytes
+        held = rebuilt + self._parameter_working_bytes(layer, gathered, neighbours)
+        at_kernel, after = gradients
+        scale = self.correction.working
+        return max((held + at_kernel) * scale + workspace, (held + after) * scale)
 
     def _neighbour_params(
         self, layer: LayerLike, neighbours: tuple[LayerLike | None, LayerLike | None] | None
@@ -460,7 +499,7 @@ def run_working_set_bytes(
             state, switches = memory.option_state(layer, option)
             rebuilt = group if option == "FULL" else 1
             working = memory.working_extra_bytes(layer, state, switches, 2, on_saved=True, group=rebuilt)
-            most = max(most, working + memory.attention_workspace_bytes(layer))
+            most = max(most, memory.attention_backward_bytes(layer, state, switches, working, group=rebuilt))
     return most
 
 

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.combined import ChunkNodes, chunk_nodes, node_bytes, step_extra_bytes
+from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.graphs import graph_buffer_bytes, graphed_layers
 from ppb_core.model.kinds import BodyKind, HeadKind, TailKind
-from ppb_core.model.walk import KindSlot, Layer, LayerWalk
+from ppb_core.model.walk import BODY, KindSlot, Layer, LayerWalk
 from ppb_core.schedules import (
     backward_vectors,
     combined_in_flight_vectors,
@@ -270,7 +271,8 @@ def stage_peaks(
             total["work"] = max(total["work"], working)
         if attention.get(kind):
             cell = (stage, chunk)
-            cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), working + attention[kind])
+            during = memory.attention_backward_bytes(layer, state, switches, working, 2, group, neighbours)
+            cell_workspace[cell] = max(cell_workspace.get(cell, 0.0), during)
         if isinstance(kind, TailKind) and kind.has_output:  # a standalone MTP's MTP chunk has no loss
             one = held.activation_bytes + held.buffers.at(1) - held.buffers.at(0)
             tail_held[(stage, chunk)] = tail_held.get((stage, chunk), 0.0) + count * one
@@ -289,6 +291,11 @@ def stage_peaks(
     for stage, held_bytes in resident.items():  # frameworks/offload.py: the margin and the reload window
         for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
             sums[1] += held_bytes if any(vector) else 0.0
+    if memory.setup.cpu_offload_layers:  # TE's CPU offloading (frameworks/te_offload.py): what leaves the device
+        for stage, layers in in_stage.items():
+            relief = _cpu_offload_relief(memory, layers, option_of)
+            for vector, sums in zip(vectors[stage], dynamic[stage], strict=True):
+                sums[0] -= relief if any(vector) else 0.0
     counts: dict[int, Counter] = {stage: Counter() for stage in range(stages)}
     for (stage, _chunk, _model, _node, kind, *_), count in groups.items():
         counts[stage][kind] += count
@@ -344,6 +351,19 @@ def stage_peaks(
             )
         )
     return peaks
+
+
+def _cpu_offload_relief(memory: MemoryModel, layers: Sequence[Layer], option_of: Callable[[Layer], str]) -> float:
+    """Of a micro-batch's body activations on the stage, what TE's CPU offloading keeps off the device at the
+    most it holds (`te_offload.held_bytes`), the decoder's layers in forward order."""
+    kept, moved = [], []
+    for layer in layers:
+        if layer.node != BODY:
+            continue
+        held = memory.state_memory(layer, *memory.option_state(layer, option_of(layer)))
+        kept.append(held.activation_bytes)
+        moved.append(te_offload.offloaded_bytes(held))
+    return sum(kept) - te_offload.held_bytes(kept, moved, memory.setup.cpu_offload_layers)
 
 
 def _freed(tail_held: dict[tuple[int, int], float], tail_left: dict[tuple[int, int], float], cell: tuple) -> float:

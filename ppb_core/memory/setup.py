@@ -68,6 +68,8 @@ class MemorySetup(Geometry):
     optimizer: str = "adam"  # training.optimizer (Megatron's Muon keeps one moment a matrix element)
     offload_modules: tuple[str, ...] = ()
     min_offloaded_elements: int = 1024 * 1024  # --min-offloaded-tensor-size
+    # Megatron's --cpu-offloading-num-layers: TE's CPU offloading of the first N decoder layers (te_offload.py)
+    cpu_offload_layers: int = 0
     cuda_graph_modules: tuple[str, ...] | None = None  # Megatron's graphed scopes (None: no CUDA graphs)
     compiled_blocks: bool = False  # torchtitan's blocks under torch.compile (timing.torch_compile)
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (timing.compiled_loss)
@@ -140,6 +142,7 @@ class MemorySetup(Geometry):
             optimizer=train.optimizer,
             offload_modules=tuple(train.offload_modules),
             min_offloaded_elements=train.min_offloaded_tensor_size,
+            cpu_offload_layers=train.cpu_offloading_num_layers,
             cuda_graph_modules=None if run.timing.cuda_graph_impl == "none" else tuple(run.timing.cuda_graph_modules),
             compiled_blocks=run.timing.torch_compile,
             compiled_loss=run.timing.compiled_loss,

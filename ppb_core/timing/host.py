@@ -168,8 +168,9 @@ def layer_host_waits(
     dispatcher's synchronization (*dispatcher*: alltoall, allgather or deepep; None: a layer without
     one) the forward's wait is instead the launches from there to
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
-    the backward, beside its launches, and waits only where it reruns the dispatch; its launches count
-    in the host's time of the backward (`launch_backward`, what a combined step cannot beat)."""
+    the backward and its launches as the backward's (the host issues them again); a rerun dispatch waits
+    as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
+    a combined step cannot beat)."""
     wait = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
@@ -178,13 +179,16 @@ def layer_host_waits(
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
     forward = wait if wait else host_excess_s(device_s[0], launched_forward, launch_s)
-    # A replay inside the backward is priced at its GPU work, which the backward's own launches run
-    # beside (its launches are not added: the host's time for them would make a setting's recompute no
-    # sum of its switches' parts where the backward is launch-bound); a rerun dispatch synchronizes
-    # again and waits as the forward's did.
+    # The backward reruns its checkpointed ops first (Megatron's tensor_parallel.random
+    # `CheckpointFunction.backward` / `CheckpointWithoutOutput.recompute`, d98e8a64: the forward's Python
+    # called again), so the host launches them again beside the backward's own kernels: the pass takes at
+    # least both launch counts, against the GPU work of both. A rerun dispatch synchronizes again and
+    # waits as the forward's did (`again`, the rerun's launches from its dispatcher on), the rest of its
+    # launches then in that wait.
     redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
     again = wait if redispatch else 0.0
-    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward, launch_s)
+    rerun_launches = 0.0 if redispatch else launched_again
+    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + rerun_launches, launch_s)
     return HostWaits(
         forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
     )

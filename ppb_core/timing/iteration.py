@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ppb_core.config.run import RunConfig
+from ppb_core.host_copies import HostCopies, HostLayer
 from ppb_core.memory import MemoryModel, configured_option
+from ppb_core.memory.frameworks import te_offload
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
@@ -63,7 +65,7 @@ from ppb_core.timing.model_flops import (
 )
 from ppb_core.timing.muon import layer_matrices
 from ppb_core.timing.muon import step_seconds as muon_step_seconds
-from ppb_core.timing.offload import reload_wait_s
+from ppb_core.timing.offload import cpu_offload_waits, reload_seconds, reload_wait_s
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
 from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
@@ -448,26 +450,37 @@ def run_iteration(
     link = exposed = again_link = again_exposed = 0.0
     states: dict[Layer, tuple[LayerType, dict | None]] = {}
     waits: dict[Layer, HostWaits] = {}  # the GPU's waits for the host in the layer (`TimeModel.host`)
+    host_layers: dict[tuple[int, int], list[HostLayer]] = {}  # offloaded copies, cell by cell (`host_copies`)
     for layer in placed:
         state = states[layer] = _state(layer, chosen, memory)
         f_ms, b_ms = times.layer_times(layer, *state)
         waits[layer] = times.host(layer, *state)
         forward_s, backward_s = f_ms / 1e3, b_ms / 1e3  # with the layer's waits for the host
+        copy_s = wait_s = 0.0
         if times.calibration is None:  # the waits for offloaded activations' reloads (`timing/offload.py`)
             window = backward_s + (forward_s if rules.combined_1f1b else 0.0)
             offloaded = memory.state_memory(layer, *state).offloaded_bytes
-            backward_s += reload_wait_s(offloaded, times.device.host_link_gbs, window)
+            copy_s = reload_seconds(offloaded, times.device.host_link_gbs)
+            wait_s = reload_wait_s(offloaded, times.device.host_link_gbs, window)
+            backward_s += wait_s
+        host_layers.setdefault((layer.chunk, layer.stage), []).append(HostLayer(forward_s, backward_s, copy_s, wait_s))
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, forward_s, backward_s))
         cells.forward[layer.chunk][layer.stage] += forward_s
         cells.backward[layer.chunk][layer.stage] += backward_s
         l1, e1, l2, e2 = times.link_ms(layer, *state)
         link, exposed, again_link, again_exposed = link + l1, exposed + e1, again_link + l2, again_exposed + e2
 
+    if train.cpu_offloading_num_layers and times.calibration is None:  # TE's CPU offloading (pp 1: one cell)
+        forward_wait, backward_wait = _cpu_offload_waits(run, memory, times, per_cell[(0, 0)], states)
+        cells.forward[0][0] += forward_wait
+        cells.backward[0][0] += backward_wait
+
     batch = [0.0] * stages  # a micro-batch's get_batch broadcasts on each stage
     if run.framework == "megatron" and run.timing.batch_broadcast:  # get_batch's broadcasts (`timing/batch.py`)
         for (chunk, stage), seconds in batch_loading(run, placed.layers, links).items():
             cells.forward[chunk][stage] += seconds
             batch[stage] += seconds
+            host_layers.setdefault((chunk, stage), []).insert(0, HostLayer(seconds, 0.0, 0.0))  # before the layers
 
     # ZeRO-3 / FSDP: each layer's parameters gathered (bf16; torchtitan's Float8 weights in float8 under
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
@@ -531,10 +544,15 @@ def run_iteration(
 
     schedule, group = par.schedule, par.microbatch_group_size_per_vp_stage
     combined = _combined_savings(run, times, per_cell, states, waits) if rules.combined_1f1b else None
-    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined, group=group)
+    # the offloaded copies' device-to-host streams (`ppb_core.host_copies`), only where something is copied
+    host: HostCopies | None = HostCopies([[host_layers.get((c, s), []) for s in range(stages)] for c in range(chunks)])
+    host = host if host is not None and host.any() else None
+    plain = simulate(schedule, cells.forward, cells.backward, m, combined=combined, group=group, host=host)
     with_fsdp_f = [[cells.forward[c][s] + cells.fsdp_forward[c][s] for s in range(stages)] for c in range(chunks)]
     with_fsdp_b = [[cells.backward[c][s] + cells.fsdp_backward[c][s] for s in range(stages)] for c in range(chunks)]
-    gathered = simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined, group=group) if fsdp else plain
+    gathered = (
+        simulate(schedule, with_fsdp_f, with_fsdp_b, m, combined=combined, group=group, host=host) if fsdp else plain
+    )
     if stages == 1:
         timeline = gathered
     elif rules.p2p_protocol and canonical(schedule, chunks) in ("1f1b", "interleaved"):
@@ -548,6 +566,7 @@ def run_iteration(
             combined,
             group,
             warmup_flush=rules.p2p_warmup_flush,
+            host=host,
         )
     else:
         blocking = rules.p2p_blocking
@@ -560,6 +579,7 @@ def run_iteration(
             blocking=blocking,
             combined=combined,
             group=group,
+            host=host,
         )
     saved = [0.0] * stages  # what each stage's combined steps save
     if combined is not None:
@@ -639,6 +659,20 @@ def run_iteration(
             "combined_saving": -saved[busiest],
         },
     )
+
+
+def _cpu_offload_waits(run: RunConfig, memory: MemoryModel, times: TimeModel, entries, states) -> tuple[float, float]:
+    """(forward, backward) seconds a micro-batch waits for Transformer Engine's CPU offloading copies
+    (`timing.offload.cpu_offload_waits`) over the cell's decoder layers in order, each copying what
+    `te_offload.offloaded_bytes` says at the device's `host_link_gbs`."""
+    forward, backward, copies = [], [], []
+    for layer, forward_s, backward_s in entries:
+        if layer.node == BODY:
+            forward.append(forward_s)
+            backward.append(backward_s)
+            moved = te_offload.offloaded_bytes(memory.state_memory(layer, *states[layer]))
+            copies.append(reload_seconds(moved, times.device.host_link_gbs))
+    return cpu_offload_waits(forward, backward, copies, run.training.cpu_offloading_num_layers)
 
 
 def _last_block(run: RunConfig, layer: Layer) -> bool:

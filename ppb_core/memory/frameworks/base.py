@@ -92,6 +92,11 @@ class FrameworkRules:
         SAPP moves none."""
         return terms, buffers, (), ()
 
+    def offload_forward_bytes(self, kind: LayerKind, setup: MemorySetup, moved: tuple[ActivationTerm, ...]) -> float:
+        """What a layer's forward holds beyond its kept terms of the terms *moved* to host memory before they
+        go (`offload_split`). SAPP moves none."""
+        return 0.0
+
     def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """A layer's parameters, gradients and optimizer states (*kind*: the layer's, where a rule reads it)."""
         return static_bytes(params, setup)
@@ -141,6 +146,13 @@ class FrameworkRules:
         """A workspace a layer's attention backward takes for its kernels alone, beyond its working set
         (`stage_peaks` charges it where that backward runs). SAPP counts none."""
         return 0.0
+
+    def attention_backward_gradient_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float] | None:
+        """The gradients alive while a layer's attention backward runs, where the framework's code states
+        them: (at the attention kernel, beside its workspace; after it, where the kernel's gradients are
+        copied back into the layout the layer's projection takes). None: the layer's largest gradient
+        stands for them (`MemoryModel.largest_gradient_bytes`), as SAPP counts."""
+        return None
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int

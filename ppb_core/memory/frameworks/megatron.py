@@ -211,6 +211,17 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   those padded bshd copies and a bshd output of that width; `_trim_output` slices TE's sbhd copy back to
   `v` and `.reshape` copies it (the output projection's input, `attention.core_output`), the wide sbhd copy
   is freed. So a DeepSeek layer (192, 128) keeps `T·(a/t)·192` of output and `T·(a/t)·64` of v's zeros more.
+* **Flash-attn's backward transients.** On that path (`MegatronRules.attention_backward_gradient_bytes`,
+  no CP) the backward's gradients reach flash-attn through views: TE's `.contiguous()` sbhd output and the
+  bshd `.transpose(0, 1)` are undone by views whose last dimension stays contiguous, so flash-attn's
+  `maybe_contiguous` copies no dout (flash_attn_interface.py `_flash_attn_backward`, 0251105a).
+  `FlashAttnFunc.backward` allocates bshd `dq, dk, dv` (`torch.empty_like`) and `mha_bwd` its workspace
+  (`attention_workspace_bytes`) while the output projection's dgrad and the gradient arriving at the layer
+  are alive; the dgrad is freed when the node returns, then Megatron's `SplitAlongDim` (TE utils.py
+  `SplitAlongDim.backward`: separate tensors, no no-op view) `torch.cat`s dq, dk, dv into a fresh sbhd dQKV
+  (`_PrepareQKVForFA.backward`'s `fa_prepare_bwd` makes the same copy where TE ran it). The attention
+  backward's moment is the larger of the two, in place of the layer's largest gradient with the workspace on
+  top (`MemoryModel.attention_backward_bytes`). Under MLA the kernel's, at the padded width, only.
 * **MLA's YaRN rotary tables.** `MultiLatentAttention.__init__` (megatron/core/transformer/
   multi_latent_attention.py) builds a `YarnRotaryEmbedding` per layer (`rope_type` "yarn", the MLA
   default: transformer_config.py `MLATransformerConfig`), which registers cos and sin buffers of
@@ -249,7 +260,7 @@ from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
-from ppb_core.memory.frameworks.offload import offload_split
+from ppb_core.memory.frameworks.offload import forward_held_bytes, offload_split
 from ppb_core.memory.frameworks.ring import framework_ring, te_ring_terms
 from ppb_core.memory.frameworks.te_fp8 import fp8_parameter_extra_bytes, workspace_bytes
 from ppb_core.memory.frameworks.workspaces import (
@@ -661,6 +672,12 @@ class MegatronRules(FrameworkRules):
             return terms, buffers, (), ()
         return offload_split(kind, setup, terms, buffers)
 
+    def offload_forward_bytes(self, kind: LayerKind, setup: MemorySetup, moved: tuple[ActivationTerm, ...]) -> float:
+        """Fine-grained offloading's groups as the forward holds them before each commit (`offload.py`)."""
+        if not moved or not isinstance(kind, BodyKind | TailKind):
+            return 0.0
+        return forward_held_bytes(kind, setup, moved)
+
     def static(self, params: LayerParams, setup: MemorySetup, kind: LayerKind | None = None) -> StaticBytes:
         """SAPP's static memory, and the fp32 main-gradient copies a 16-bit gradient buffer makes at the
         step (module docstring); under Muon one moment fewer for the matrices it steps (`muon.py`); under
@@ -764,6 +781,24 @@ class MegatronRules(FrameworkRules):
         if setup.cp_variant == "ulysses":
             return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
         return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)
+
+    def attention_backward_gradient_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float] | None:
+        """The gradients alive while a body layer's attention backward runs on Transformer Engine's flash-attn
+        path without context parallelism (module docstring, **Flash-attn's backward transients**): at the
+        kernel the gradient arriving at the layer, the output projection's dgrad and flash-attn's fresh bshd
+        dq, dk, dv; after it, the arriving gradient, dq, dk, dv and the sbhd dQKV they are copied into. Under
+        MLA the kernel's, at the padded width, only. None elsewhere (ring CP: `ring.py`'s workspaces)."""
+        if not setup.te_flash or setup.cp > 1 or not isinstance(kind, BodyKind) or isinstance(kind, EncoderBodyKind):
+            return None
+        att, tokens, bc = kind.attention, setup.tokens, setup.dtype_bytes
+        heads = per_rank(att.num_heads, setup.tp)
+        arriving = setup.whole_tokens * kind.hidden_size * bc
+        if att.is_mla:  # `_pad_qkv_head_dim`: q, k, v and the output's gradient at max(qk, v)
+            padded = tokens * heads * max(att.q_head_dim, att.value_head_dim) * bc
+            return arriving + 4 * padded, 0.0
+        query = tokens * heads * att.head_dim * bc
+        keys_values = 2 * tokens * kv_heads_per_rank(att.num_kv_heads, setup.tp) * att.head_dim * bc
+        return arriving + 2 * query + keys_values, arriving + 2 * (query + keys_values)
 
     def pipeline_buffer_bytes(
         self, setup: MemorySetup, kinds: Collection[LayerKind], micro_batches: int, in_flight: int

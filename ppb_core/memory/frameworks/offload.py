@@ -35,6 +35,9 @@
   (`on_group_start_backward` → `bulk_reload`, one group ahead), freed as its backward ends. So a
   stage holds about one layer's offloaded groups while micro-batches are in flight: the largest of
   its layers', once. The first iteration offloads every group (`is_warmup`), holding less.
+* **What a forward holds of it** (`forward_held_bytes`): a group's tensors are on the device from their
+  making to the group's commit, one group at a time, and in `core_attn` under TE's unfused attention the
+  scores the softmax reads too: the forward's working set, beside the next backward's reloaded layer.
 * Not modelled: `--activation-offload-fraction` and `--delta-offload-bytes-across-pp-ranks` (which keep
   later groups on the device), `fused_group_mlp` (needs the op fuser). The reloads' PCIe time is the
   time model's (`ppb_core.timing.offload`).
@@ -146,6 +149,27 @@ def offload_split(
         (*moved, *_second_copies(moved, kind, setup)),
         tuple(b for b in buffers if b.name in gone_buffers),
     )
+
+
+def forward_held_bytes(kind: BodyKind | TailKind, setup: MemorySetup, moved: tuple[ActivationTerm, ...]) -> float:
+    """The most a layer's forward holds of what it offloads (one micro-batch): each group's tensors from their
+    making to the group's commit, one group at a time (`bulk_offload_group` drops the device tensors there;
+    the allocator counts them free at once), and in `core_attn` under Transformer Engine's unfused attention
+    the scores beside the softmax's output (`UnfusedDotProductAttention.forward`, d0067d0d: `matmul_result`,
+    `[b·heads, s, s]` in the query's dtype, freed once `scale_mask_softmax` has returned). A second reference to
+    one tensor (`_second_copies`) is one storage in the forward."""
+    best = 0.0
+    for prefix, body in _layers(kind):
+        for module in active_modules(body, setup):
+            names = {prefix + op for op in _ops(body, frozenset({module}))}
+            group = [t for t in moved if t.op in names]
+            held = sum(t.bytes for t in group)
+            unfused = not setup.flash_attention and setup.transformer_impl == "transformer_engine"
+            if module == "core_attn" and unfused:
+                softmax = f"{prefix}attention.softmax_output"
+                held += sum(t.elements * setup.dtype_bytes for t in group if t.op == softmax)
+            best = max(best, held)
+    return best
 
 
 def _second_copies(
