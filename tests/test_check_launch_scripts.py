@@ -402,6 +402,14 @@ def test_as_many_query_groups_as_heads_is_the_same_model(capsys: pytest.CaptureF
         ("--cp-comm-type a2a", "--cp-comm-type: a2a is the ulysses, the run config has ring (parallel.cp_variant)"),
         ("--cp-comm-type allgather", "--cp-comm-type: allgather: ppb prices one type for every layer"),
         ("--cp-comm-type p2p a2a", "--cp-comm-type: p2p a2a: ppb prices one type for every layer"),
+        (
+            "--cp-comm-type all_gather",
+            "--cp-comm-type: all_gather is the all_gather, the run config has ring (parallel.cp_variant)",
+        ),
+        (
+            "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 1 2",
+            "--cp-comm-type: a2a+p2p is the hierarchical, the run config has ring (parallel.cp_variant)",
+        ),
     ],
 )
 def test_the_context_parallel_communication_is_the_runs(
@@ -567,3 +575,31 @@ def test_the_attention_backend_is_compared(capsys: pytest.CaptureFixture[str], t
         assert code == 2 and err.count("\n") == 1 and said in err, err
     # a text of flags alone that leaves the backend out leaves it unsaid
     assert main(["check", str(run), "--plan", "--micro-batch-size 1", "--no-optimum", "-q"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ("--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2", ""),
+        (
+            "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 4 1",
+            "--hierarchical-context-parallel-sizes: 4 1, the run config has [2, 2] (parallel.hierarchical_cp_sizes)",
+        ),
+    ],
+)
+def test_the_hierarchical_levels_are_the_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: str, said: str
+) -> None:
+    """A run at cp 4 as a2a+p2p [2, 2] (Megatron-LM arguments.py: --hierarchical-context-parallel-sizes)."""
+    text = (CONFIGS / "qwen2.5-7b.yaml").read_text()
+    text = text.replace("config: hf/", f"config: {CONFIGS}/hf/").replace("dp: 4, tp: 4", "dp: 2, tp: 2")
+    text = text.replace("cp: 2, cp_variant: ring", "cp: 4, cp_variant: hierarchical, hierarchical_cp_sizes: [2, 2]")
+    run = tmp_path / "hierarchical.yaml"
+    run.write_text(text.replace("world_size: 64", "world_size: 32"))
+    plan = f"--tensor-model-parallel-size 2 {flags}"
+    code = main(["check", str(run), "--plan", plan, "--no-optimum", "-q", "--json"])
+    captured = capsys.readouterr()
+    if said:
+        assert code == 2 and captured.err.count("\n") == 1 and f"--plan: {said}" in captured.err, captured.err
+    else:
+        assert code in (0, 1) and json.loads(captured.out)["form"] == "megatron", captured.err

@@ -302,7 +302,12 @@ SWITCH_FLAGS = (
 )
 
 
-_NARGS = ("--recompute-modules", "--cp-comm-type", "--tokenizer-special-tokens")
+_NARGS = (
+    "--recompute-modules",
+    "--cp-comm-type",
+    "--hierarchical-context-parallel-sizes",
+    "--tokenizer-special-tokens",
+)
 
 
 def _integer(name: str, value: str) -> int:
@@ -336,6 +341,7 @@ def parse_flags(text: str) -> MegatronFlags:
         if name in (
             "--recompute-modules",
             "--cp-comm-type",
+            "--hierarchical-context-parallel-sizes",
             "--tokenizer-special-tokens",
         ):  # nargs: up to the next flag
             values = [inline] if inline else []

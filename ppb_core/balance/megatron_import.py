@@ -429,7 +429,9 @@ def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
 
 _FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")  # not "custom": its quantizers are the user's
 _FSDP_LEVELS = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
+# --cp-comm-type as TransformerEngine takes it (d0067d0d `attn_forward_func_with_cp`: p2p, a2a+p2p, all_gather,
+# a2a; any other word, "allgather" included, raises "Unsupported communication type")
+_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2a+p2p": "hierarchical"}
 
 
 def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
@@ -450,8 +452,14 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     if cp > 1:
         kinds = sorted(set(args.words("--cp-comm-type") or ["p2p"]))
         if len(kinds) > 1 or kinds[0] not in _CP_VARIANTS:
-            raise InputError(where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices p2p (ring) or a2a (ulysses)")
+            raise InputError(
+                where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices one of p2p, a2a, all_gather, a2a+p2p"
+            )
         parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
+    sizes = args.words("--hierarchical-context-parallel-sizes")
+    if sizes is not None:
+        flag = "--hierarchical-context-parallel-sizes"
+        parallel["hierarchical_cp_sizes"] = [_size(where, flag, w) for words in sizes for w in words.split()]
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
@@ -460,6 +468,14 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     if args.has("--overlap-moe-expert-parallel-comm"):
         parallel["overlap_moe_expert_parallel_comm"] = True
     return parallel, dp
+
+
+def _size(where: str, flag: str, word: str) -> int:
+    """One of a list flag's integers (argparse's `type=int`)."""
+    try:
+        return int(word)
+    except ValueError:
+        raise InputError(where, flag, f"{shown(word)} is not an integer: give the number") from None
 
 
 def _sharding(args: _Args) -> dict[str, Any]:

@@ -436,9 +436,10 @@ def _check_sharding(flags: MegatronFlags, run: RunConfig, where: str) -> None:
             raise InputError(where, flag, f"given, the run config has parallel.fsdp_impl {stated}: {WHY}")
 
 
-# Megatron-LM's --cp-comm-type (default p2p, one type a layer allowed) as ppb's parallel.cp_variant:
-# p2p is the ring, a2a Ulysses' all-to-all; allgather and a2a+p2p are not priced by ppb.
-_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses"}
+# Megatron-LM's --cp-comm-type (default p2p, one type a layer allowed) as ppb's parallel.cp_variant, in the
+# words TransformerEngine takes (d0067d0d `attn_forward_func_with_cp`): p2p the ring, a2a Ulysses' all-to-all,
+# all_gather, a2a+p2p hierarchical (its levels --hierarchical-context-parallel-sizes).
+_CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2a+p2p": "hierarchical"}
 
 
 def _check_context_parallel(flags: MegatronFlags, run: RunConfig, where: str) -> None:
@@ -449,7 +450,9 @@ def _check_context_parallel(flags: MegatronFlags, run: RunConfig, where: str) ->
     kinds = sorted(set(str(text or "p2p").split())) or ["p2p"]
     if len(kinds) > 1 or kinds[0] not in _CP_VARIANTS:
         raise InputError(
-            where, "--cp-comm-type", f"{text}: ppb prices one type for every layer, p2p (ring) or a2a (ulysses)"
+            where,
+            "--cp-comm-type",
+            f"{text}: ppb prices one type for every layer, p2p (ring), a2a (ulysses), all_gather or a2a+p2p",
         )
     if _CP_VARIANTS[kinds[0]] != par.cp_variant:
         said = kinds[0] if text is not None else "not given (Megatron-LM's default p2p)"
@@ -458,6 +461,16 @@ def _check_context_parallel(flags: MegatronFlags, run: RunConfig, where: str) ->
             "--cp-comm-type",
             f"{said} is the {_CP_VARIANTS[kinds[0]]}, the run config has {par.cp_variant} (parallel.cp_variant): {WHY}",
         )
+    sizes_text = flags.stated.get("--hierarchical-context-parallel-sizes")
+    if par.cp_variant == "hierarchical" and (sizes_text is not None or flags.complete):
+        sizes = [int(word) for word in str(sizes_text or "").split() if word.lstrip("-").isdigit()]
+        if sizes != par.hierarchical_cp_sizes:
+            said = str(sizes_text) if sizes_text is not None else "not given"
+            raise InputError(
+                where,
+                "--hierarchical-context-parallel-sizes",
+                f"{said}, the run config has {par.hierarchical_cp_sizes} (parallel.hierarchical_cp_sizes): {WHY}",
+            )
 
 
 def _check_virtual_stages(flags: MegatronFlags, run: RunConfig, where: str) -> None:

@@ -145,8 +145,11 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # times back to back on a B200: 1450 TFLOP/s at its peak (iterations 10-19), 1237 once throttled (70-79;
 # SM clock 1965 -> ~1580 MHz, ~1000 W): 1237 / 1450 = 0.853. The catalog's cuDNN rates are single calls
 # (cudnn-frontend benchmark_single_sdpa.py: an L2 flush and a synchronize before each, 10 iterations), as a
-# training step's attention is not. B200 only: GB200's rates were measured on that 1200 W part, unmeasured
-# back to back.
+# training step's attention is not. GB200 too: its rates are the same single calls (the same table, on that
+# part), and back to back its GEMMs hold no more of its MAMF than the 1000 W part's layer share gives
+# (TransformerEngine's JAX dense example on a GB200, docs/examples/jax/dense.out at d0067d0da: 18.056 ms
+# measured, 17.94 priced at `LAYER_GEMM_SHARE_BLACKWELL`; tests/test_timing_blackwell_layer_gemms.py): its
+# 1200 W is not taken to keep its clock where a B200's drops (no back-to-back attention loop on a GB200).
 ATTENTION_BACK_TO_BACK_SHARE_B200 = round(1237 / 1450, 3)  # 0.853
 
 
@@ -469,7 +472,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
     # label, links and sm_100 kernels). SMs: B200's 148, no public count found for GB200's GPU. A
     # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
-    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s. Host: Grace
+    # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s, single calls run back
+    # to back at B200's share (`ATTENTION_BACK_TO_BACK_SHARE_B200`). Host: Grace
     # (Arm Neoverse V2), measured by Megatron CI's 12-layer case (`HOST_KERNEL_US_DGX_GB200`).
     "gb200": DeviceProfile(
         "gb200",
@@ -485,12 +489,17 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
         layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
         fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
         compute_capability=10.0,
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
         comm_efficiency=0.802,
-        # B200's derivation at GB200's per-SM rate: 64 · (2500/148) / (989/132) = 144
-        gemm_full_intensity=round(64 * (2500 / 148) / (989 / 132)),
+        # B200's: GB200's higher rate is its clock (2500 = 148 SMs · 8192 FLOP a clock · 2.06 GHz, its
+        # device-reported maximum SM clock 2062 MHz; B200 2250 at 1.86 GHz, 1965 MHz max), the same SM doing
+        # the same work a clock, and shared memory, whose bandwidth a clock the rule holds fixed, runs on that
+        # clock: the intensity a tile needs is B200's (`GEMM_FULL_INTENSITY_B200`; taking the FLOP/s ratio,
+        # 64 · (2500/148) / (989/132) = 144, counted the clock as more work a clock)
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,

@@ -173,7 +173,19 @@ class Parallel(StrictModel):
         1, description="virtual pipeline chunks per stage"
     )
     cp: Devices = 1
-    cp_variant: Literal["ring", "ulysses"] = "ring"
+    cp_variant: Literal["ring", "ulysses", "all_gather", "hierarchical"] = Field(
+        "ring",
+        description="context parallelism as Megatron-LM's --cp-comm-type runs it under TransformerEngine: ring "
+        "(p2p), ulysses (a2a), all_gather (all_gather: K, V gathered before attention, dK, dV reduce-scattered) "
+        "or hierarchical (a2a+p2p: an all-to-all inside the first hierarchical_cp_sizes group, the ring across "
+        "the second)",
+    )
+    hierarchical_cp_sizes: list[Annotated[PositiveInt, limits.at_most(limits.DEVICES, "devices")]] | None = Field(
+        None,
+        max_length=8,
+        description="Megatron's --hierarchical-context-parallel-sizes: the CP group's levels, innermost first "
+        "(under cp_variant hierarchical [all-to-all ranks, ring ranks]); their product is cp",
+    )
     ep: Devices = 1
     etp: Devices | None = Field(None, description="expert tensor parallel; defaults to tp")
     sequence_parallel: bool = False
@@ -230,6 +242,28 @@ class Parallel(StrictModel):
         return self.etp if self.etp is not None else self.tp
 
     @property
+    def cp_a2a(self) -> int:
+        """The all-to-all ranks of hierarchical CP (its first level); 1 for the other variants."""
+        if self.cp_variant != "hierarchical" or not self.hierarchical_cp_sizes:
+            return 1
+        return self.hierarchical_cp_sizes[0]
+
+    def _check_hierarchical_cp(self) -> None:
+        """Megatron-LM d98e8a64 arguments.py `validate_args`: the levels' product is cp, and a2a+p2p needs
+        them; TransformerEngine d0067d0d `attn_forward_func_with_cp` takes a2a+p2p's cp_group as exactly
+        [a2a group, p2p group]."""
+        sizes = self.hierarchical_cp_sizes
+        if sizes is not None and math.prod(sizes) != self.cp:
+            raise ValueError(f"hierarchical_cp_sizes {sizes}: their product must be cp {self.cp}")
+        if self.cp_variant == "hierarchical":
+            if sizes is None:
+                raise ValueError("cp_variant hierarchical (a2a+p2p) needs hierarchical_cp_sizes")
+            if len(sizes) != 2:
+                raise ValueError(
+                    f"hierarchical_cp_sizes {sizes}: a2a+p2p runs two levels, [all-to-all ranks, ring ranks]"
+                )
+
+    @property
     def sp(self) -> int:
         """The sequence-parallel split of the activations TP leaves whole."""
         return self.tp if self.sequence_parallel else 1
@@ -280,6 +314,7 @@ class Parallel(StrictModel):
             raise ValueError("schedule dualpipev runs two chunks per stage: set vpp 2")
         if self.pp == 1 and self.schedule != "1f1b":
             raise ValueError(f"schedule {self.schedule} needs pp > 1")
+        self._check_hierarchical_cp()
         product = self.dp * self.tp * self.pp * self.cp
         if self.world_size is not None and product != self.world_size:
             raise ValueError(
@@ -1253,6 +1288,17 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
             "parallel.cp",
             f"Ulysses splits key/value heads too: {spec.kv_heads} not divisible by tp·cp = {par.tp * par.cp}",
         )
+    if par.cp > 1 and par.cp_a2a > 1:
+        # TE d0067d0d `flash_attn_a2a_communicate` views each of q, k, v's heads as [cp_a2a, heads/cp_a2a]
+        a2a = par.cp_a2a
+        kv = max(1, spec.kv_heads // par.tp)  # as geometry.kv_heads_per_rank
+        if spec.num_attention_heads % (par.tp * a2a) or kv % a2a:
+            raise InputError(
+                where,
+                "parallel.hierarchical_cp_sizes",
+                f"a2a+p2p's all-to-all splits heads over {a2a} ranks: {spec.num_attention_heads // par.tp} query "
+                f"and {kv} key/value heads a TP rank must both divide by it",
+            )
     if spec.position_embedding == "learned" and run.training.seq_length > spec.max_position_embeddings:
         raise InputError(
             where,
@@ -1622,12 +1668,26 @@ def _check_run(run: RunConfig, where: str) -> None:
     _check_framework_interleaving(run, where)
     if train.seq_length % par.cp:
         raise InputError(where, "training.seq_length", f"{train.seq_length} is not divisible by cp {par.cp}")
-    if par.cp > 1 and par.cp_variant == "ring" and train.seq_length % (2 * par.cp):
+    if par.cp > 1 and par.cp_variant != "ulysses" and train.seq_length % (2 * par.cp):
         raise InputError(
             where,
             "training.seq_length",
-            f"ring attention splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks",
+            f"{par.cp_variant} context parallelism splits the sequence in 2·cp = {2 * par.cp} load-balanced chunks",
         )
+    if par.cp > 1 and par.cp_variant in ("all_gather", "hierarchical"):
+        # TransformerEngine's implementations of Megatron's --cp-comm-type all_gather and a2a+p2p (context_parallel.py
+        # d0067d0d); TE runs context parallelism only in its flash and fused backends (dot_product_attention/utils.py
+        # `get_attention_backend`: "Disabling UnfusedDotProductAttention as it does not support context parallelism")
+        if run.framework != "megatron" or run.timing.transformer_impl != "transformer_engine":
+            raise InputError(
+                where, "parallel.cp_variant", f"{par.cp_variant} is TransformerEngine's, under framework megatron"
+            )
+        if not train.flash_attention:
+            raise InputError(
+                where,
+                "parallel.cp_variant",
+                f"{par.cp_variant}: TransformerEngine runs context parallelism in flash or fused attention only",
+            )
     if par.sequence_parallel and (train.seq_length // par.cp) % par.tp:
         raise InputError(
             where, "training.seq_length", f"sequence parallelism needs seq_length/cp divisible by tp {par.tp}"

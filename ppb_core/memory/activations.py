@@ -335,7 +335,7 @@ def encoder_setup(kind: LayerKind, setup: MemorySetup) -> MemorySetup:
     context-parallel rank (the tower is not split by the language model's sequence)."""
     if not isinstance(kind, EncoderBodyKind):
         return setup
-    return replace(setup, seq_length=kind.tokens, cp=1)
+    return replace(setup, seq_length=kind.tokens, cp=1, cp_variant="ring", cp_a2a=1)
 
 
 def _norm_terms(name: str, norm: Norm, whole: float, h: int, bc: int, input_counted: bool) -> list[ActivationTerm]:

@@ -65,12 +65,15 @@ def attention_buffers(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> l
         else:
             q_width, kv_width = heads * att.head_dim, 2 * kv_heads_per_rank(att.num_kv_heads, setup.tp) * att.head_dim
         chunk = setup.tokens * kv_width * bc  # keys and values of one sequence chunk
-        if setup.cp_variant == "ring":
+        if setup.cp_variant in ("ring", "hierarchical"):  # hierarchical: the ring over its second level
             terms += [
-                BufferTerm("cp", f"{prefix}attention.ring_received_kv", (setup.cp - 1) * chunk, True, "gather"),
+                BufferTerm("cp", f"{prefix}attention.ring_received_kv", (setup.cp_ring - 1) * chunk, True, "gather"),
                 BufferTerm("cp", f"{prefix}attention.ring_double_buffer", 2 * chunk, False),
             ]
-        else:  # Ulysses: queries, keys and values leave through an all-to-all over heads
+        if setup.cp_variant == "all_gather":  # every rank's keys and values, gathered for the layer's attention
+            terms.append(BufferTerm("cp", f"{prefix}attention.all_gather_kv", setup.cp * chunk, False))
+        if setup.cp_variant in ("ulysses", "hierarchical"):
+            # Ulysses (and hierarchical's first level): queries, keys and values leave through an all-to-all over heads
             terms.append(
                 BufferTerm("cp", f"{prefix}attention.all_to_all_staging", setup.tokens * q_width * bc + chunk, False)
             )

@@ -13,7 +13,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig
 
-CP_VARIANTS: tuple[str, ...] = ("ring", "ulysses")
+CP_VARIANTS: tuple[str, ...] = ("ring", "ulysses", "all_gather", "hierarchical")
 
 
 def per_rank(size: int, ranks: int) -> int:
@@ -28,6 +28,18 @@ def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
     return max(1, num_kv_heads // tp) if num_kv_heads >= tp else 1
 
 
+def _cp_variant(variant: str, cp: int, a2a: int) -> dict[str, Any]:
+    """The CP variant a run's attention runs: TransformerEngine d0067d0d `attn_forward_func_with_cp` runs
+    a2a+p2p with a one-rank all-to-all group as p2p, with a one-rank ring as a2a."""
+    if variant != "hierarchical":
+        return {"cp_variant": variant}
+    if a2a <= 1:
+        return {"cp_variant": "ring"}
+    if a2a >= cp:
+        return {"cp_variant": "ulysses"}
+    return {"cp_variant": variant, "cp_a2a": a2a}
+
+
 @dataclass(frozen=True)
 class Geometry:
     """One micro-batch (sequence length, batch size, element width) and one device's split of it."""
@@ -38,7 +50,9 @@ class Geometry:
     tp: int = 1
     sequence_parallel: bool = False
     cp: int = 1
-    cp_variant: str = "ring"  # "ring" | "ulysses"
+    cp_variant: str = "ring"  # "ring" | "ulysses" | "all_gather" | "hierarchical"
+    # hierarchical CP (Megatron's a2a+p2p): the all-to-all's ranks; the ring runs over cp / cp_a2a
+    cp_a2a: int = 1
     ep: int = 1
     etp: int = 1
     flash_attention: bool = True
@@ -47,7 +61,9 @@ class Geometry:
 
     def __post_init__(self) -> None:
         if self.cp_variant not in CP_VARIANTS:
-            raise ValueError(f"cp_variant must be ring or ulysses, got {self.cp_variant!r}")
+            raise ValueError(f"cp_variant must be one of {', '.join(CP_VARIANTS)}, got {self.cp_variant!r}")
+        if self.cp_variant == "hierarchical" and (self.cp_a2a < 2 or self.cp % self.cp_a2a or self.cp == self.cp_a2a):
+            raise ValueError(f"hierarchical CP needs 1 < cp_a2a < cp dividing it, got {self.cp_a2a} of {self.cp}")
 
     @staticmethod
     def run_fields(run: RunConfig) -> dict[str, Any]:
@@ -60,7 +76,7 @@ class Geometry:
             "tp": par.tp,
             "sequence_parallel": par.sequence_parallel,
             "cp": par.cp,
-            "cp_variant": par.cp_variant,
+            **_cp_variant(par.cp_variant, par.cp, par.cp_a2a),
             "ep": par.ep,
             "etp": par.expert_tp,
             "flash_attention": train.flash_attention,
@@ -73,7 +89,9 @@ class Geometry:
 
     def whole_model(self) -> Geometry:
         """One device holding the whole layer (no TP, CP, EP), ideal routing: what FLOP counts count."""
-        return dataclasses.replace(self, tp=1, sequence_parallel=False, cp=1, ep=1, etp=1, routing_factor=1.0)
+        return dataclasses.replace(
+            self, tp=1, sequence_parallel=False, cp=1, cp_variant="ring", cp_a2a=1, ep=1, etp=1, routing_factor=1.0
+        )
 
     @property
     def sp(self) -> int:
@@ -94,6 +112,11 @@ class Geometry:
     def whole_tokens(self) -> float:
         """Tokens of the ops TP leaves whole (norms, residual, dropout masks): s·b/(cp·sp)."""
         return self.tokens / self.sp
+
+    @property
+    def cp_ring(self) -> int:
+        """The ranks a ring passes K, V around: cp, or the second level of hierarchical CP."""
+        return self.cp // self.cp_a2a
 
     def attention_pairs(self) -> float:
         """(query, key) pairs per head one device computes: the whole square without flash (the mask

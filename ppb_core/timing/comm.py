@@ -70,6 +70,10 @@ class Links:
         groups = {
             "tp": Group(par.tp, par.tp),
             "cp": Group(par.cp, par.tp * par.cp),
+            # hierarchical CP (Megatron parallel_state.py `create_hierarchical_groups`, d98e8a64): the first
+            # level's cp_a2a consecutive CP ranks, the second level's ranks cp_a2a apart
+            "cp_a2a": Group(par.cp_a2a, par.tp * par.cp_a2a),
+            "cp_p2p": Group(par.cp // par.cp_a2a, par.tp * par.cp),
             "ep": Group(par.ep, etp * par.ep),
             "etp": Group(etp, etp),
             # Megatron's expert-TP × EP group (the allgather dispatcher's `tp_ep_group`), expert TP innermost

@@ -146,6 +146,9 @@ class Op:
     # A flash op under ring context parallelism run as the framework's cp calls, one per ring step,
     # each at its own shape (`ppb_core.timing.ring`); 0: one kernel over every key.
     ring: int = 0
+    # ...whose calls are the ring's ("p2p", `ring.last_rank_steps`) or TransformerEngine's all-gather CP's two
+    # calls a pass ("all_gather", `ring.all_gather_steps`; `ring` then holds cp)
+    ring_steps: str = "p2p"
     # An unfused attention core's pass over its materialized scores (its batched products, softmax and
     # dropout): the keys a score row holds and the scores' head size, at which its HBM share is read
     # (`Kernels.score_memory_s`); 0 keys: not such a pass.
@@ -241,7 +244,10 @@ class OpGeometry(Geometry):
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
-            cp_p2p_batched=cp_p2p_batched(run.parallel.cp, run.device.profile().compute_capability),
+            # the ring's ranks: under hierarchical CP its second level's (`Parallel.cp_a2a`)
+            cp_p2p_batched=cp_p2p_batched(
+                run.parallel.cp // run.parallel.cp_a2a, run.device.profile().compute_capability
+            ),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
@@ -515,7 +521,9 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     block = "attention"
     n, whole = geo.tokens, geo.whole_tokens
     heads = per_rank(att.num_heads, geo.tp)
-    ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
+    # Ulysses, and hierarchical CP's first level: Q, K, V leave through an all-to-all over heads
+    ulysses = geo.cp > 1 and geo.cp_variant in ("ulysses", "hierarchical")
+    a2a_group = "cp_a2a" if geo.cp_variant == "hierarchical" else "cp"
     ops: list[Op] = []
     if att.is_mla:
         # Down-projections (replicated over TP) run on the layer's own tokens; their latents are
@@ -667,8 +675,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 COMM,
                 switch=qkv_switch,
                 inputs=(*qk, *v),
-                forward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
-                backward_comm=Collective(ALL_TO_ALL, "cp", payload, "cp_a2a"),
+                forward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
+                backward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
             )
         )
         qk = v = [p + "cp_a2a_qkv"]
@@ -695,8 +703,9 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     # Per (sequence, head): ring CP computes s/cp queries against the sequence's keys on every local
     # head; Ulysses every query of heads/cp heads.
     ulysses = geo.cp > 1 and geo.cp_variant == "ulysses"
-    sequences = b * (heads / geo.cp if ulysses else heads)
-    queries = s if ulysses else s / geo.cp
+    # hierarchical: heads/cp_a2a after the all-to-all, s/cp_ring queries of each on the ring
+    sequences = b * (heads / geo.cp if ulysses else heads / geo.cp_a2a)
+    queries = s if ulysses else s / geo.cp_ring
     mean_keys = pairs / (sequences * queries)
     causal = 0.0 if geo.block_pairs else 1.0  # a language model's mask; a vision encoder's blocks are whole
     ops: list[Op] = []
@@ -712,8 +721,10 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
         scores, context = p + "flash_scores", p + "flash_context"
-        qk_bytes = (n * heads * d_qk + keys * kv_width / 2) * bc + n * heads * STATS_BYTES
-        v_bytes = (keys * kv_width / 2 + n * heads * d_v) * bc
+        # hierarchical CP: the ring's keys carry heads/cp_a2a of this rank's key/value heads
+        kv_read = keys * kv_width / 2 / geo.cp_a2a
+        qk_bytes = (n * heads * d_qk + kv_read) * bc + n * heads * STATS_BYTES
+        v_bytes = (kv_read + n * heads * d_v) * bc
         ops += [
             Op(
                 scores,
@@ -839,6 +850,10 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         ops = [dataclasses.replace(op, score_keys=row, score_head_dim=d_qk) if op.name in passes else op for op in ops]
     out = context
     ring = geo.cp > 1 and geo.cp_variant == "ring"
+    if geo.cp > 1 and geo.cp_variant == "hierarchical":
+        return _hierarchical(kind, geo, p, ops, qk, v)
+    if geo.cp > 1 and geo.cp_variant == "all_gather":
+        return _all_gather_core(kind, geo, p, ops, qk, v)
     if ring and geo.flash_attention and not geo.block_pairs and geo.framework in STEPPED:
         ops, out = _stepped_ring(kind, geo, p, ops, qk, v)
     elif ring:
@@ -893,8 +908,92 @@ def _te_a2a_reorders(p: str, q_elements: float, kv_elements: float, out_elements
     return dataclasses.replace(op, launches=(8.0, 8.0))
 
 
-def _stepped_ring(
+def _hierarchical(
     kind: BodyKind, geo: OpGeometry, p: str, ops: list[Op], qk: list[str], v: list[str]
+) -> tuple[list[Op], str]:
+    """Megatron's `--cp-comm-type a2a+p2p` (TEDotProductAttention passes cp_group = the hierarchical groups,
+    Megatron-LM d98e8a64 extensions/transformer_engine.py): TransformerEngine's `AttnFuncWithCPAndKVP2P`
+    (d0067d0d) with cp_group [a2a, p2p] first runs `flash_attn_a2a_communicate` on Q, K, V over the a2a
+    group (heads split by its size a, the sequence gathered: `cp_a2a_qkv`, `_projections`), then the
+    p2p ring over the second group as `_stepped_ring` prices it, with s·b/(cp/a) tokens of heads/a a rank
+    (ring steps and exchanges at the ring's cp/a ranks, batched at cp/a == 2 before Blackwell), then the
+    output's all-to-all back; the backward the dO all-to-all, the ring, the dQ, dK, dV all-to-alls. Around
+    the all-to-alls the same copies as `--cp-comm-type a2a` (`_te_a2a_reorders`)."""
+    att, bc = kind.attention, geo.dtype_bytes
+    n, heads = geo.tokens, per_rank(att.num_heads, geo.tp)
+    (d_qk, d_v), kv_width = _core_widths(kind, geo)
+    # the ring sees a tensor-parallel-like split of the heads by a and s/(cp/a) tokens a rank
+    ring_geo = dataclasses.replace(geo, tp=geo.tp * geo.cp_a2a, cp=geo.cp_ring, cp_variant="ring", cp_a2a=1)
+    ops, out = _stepped_ring(kind, ring_geo, p, ops, qk, v, group="cp_p2p")
+    ops.append(_te_a2a_reorders(p, n * heads * d_qk, n * kv_width, n * heads * d_v, bc, out))
+    payload = n * heads * d_v * bc
+    ops.append(
+        Op(
+            p + "cp_a2a_out",
+            "attention",
+            COMM,
+            inputs=(out,),
+            forward_comm=Collective(ALL_TO_ALL, "cp_a2a", payload, "cp_a2a"),
+            backward_comm=Collective(ALL_TO_ALL, "cp_a2a", payload, "cp_a2a"),
+        )
+    )
+    return ops, p + "cp_a2a_out"
+
+
+# TransformerEngine's all-gather CP kernels besides its flash calls and collectives (`_all_gather_core`):
+# forward 2 index_selects, 2 Q-half copies, 2 output-half copies, the `out` zeros; backward 2 index_selects
+# of K, V, the dK, dV zeros (2), a Q, O, dO half copy each step (6), the dQ half copy (2), dK and dV added
+# each step (4), 2 index_selects of dK, dV.
+AG_LAUNCHES = (7.0, 18.0)
+
+
+def _all_gather_core(
+    kind: BodyKind, geo: OpGeometry, p: str, ops: list[Op], qk: list[str], v: list[str]
+) -> tuple[list[Op], str]:
+    """Megatron's `--cp-comm-type all_gather`: TransformerEngine's `AttnFuncWithCPAndKVAllGather` (d0067d0d
+    context_parallel.py, sbhd, 16-bit). Forward: K and V all-gathered over the CP group (`gather_along_first_dim`,
+    two NCCL calls, on the compute stream: "the all-gather is not async, and cannot be overlapped",
+    transformer_config.py `cp_comm_type`), put in sequence order (`index_select` of each gathered tensor), then
+    two flash calls, one per local chunk (rank r's chunks r and 2cp−1−r, s/(2cp) queries each) against the keys
+    up to its end, causal bottom-right (`get_kv_seq_info_after_all_gather`; `ring.all_gather_steps`), each on its
+    own stream; each call's query half made contiguous before and its output copied into the output after, the
+    unused `out` zeroed. Backward: K, V gathered and reordered again (nothing gathered is saved: ctx keeps the
+    local q, k, v, the output and each call's statistics), dK, dV zeroed at the gathered size, each call's Q,
+    O, dO halves copied, its dQ copied into dQ and its dK, dV added into the gathered sums over its keys, the
+    sums reordered (`index_select`) and reduce-scattered (`reduce_scatter_along_first_dim`, two calls). The
+    keys of both calls: (2cp+1)·s/(2cp) a sequence."""
+    att, bc, block, cp = kind.attention, geo.dtype_bytes, "attention", geo.cp
+    n = geo.tokens
+    heads = per_rank(att.num_heads, geo.tp)
+    (d_qk, d_v), kv_width = _core_widths(kind, geo)
+    scores, context = p + "flash_scores", p + "flash_context"
+    ops = [
+        dataclasses.replace(op, ring=cp, ring_steps="all_gather") if op.name in (scores, context) else op for op in ops
+    ]
+    gathered = cp * n * kv_width * bc  # K and V of the whole sequence
+    query, out = n * heads * d_qk * bc, n * heads * d_v * bc
+    call_keys = (2 * cp + 1) / (2 * cp) * geo.seq_length * geo.micro_batch_size
+    forward = 2 * gathered + 2 * query + 2 * out + out  # reorders, Q halves, output halves, `out` zeros
+    backward = (
+        2 * gathered  # K, V reordered
+        + gathered  # dK, dV zeros
+        + 2 * (query + 2 * out)  # Q, O, dO halves
+        + 2 * query  # dQ halves
+        + 3 * call_keys * kv_width * bc  # dK, dV sums: read the sum and the call's, write
+        + 2 * gathered  # dK, dV reordered
+    )
+    copies = _elementwise(p + "cp_ag_copies", block, forward, backward, switch="softmax", inputs=(context,))
+    gather = Collective(ALL_GATHER, "cp", gathered, "cp_ring", calls=2)
+    scatter = Collective(REDUCE_SCATTER, "cp", gathered, "cp_ring", calls=2)
+    comms = [
+        Op(p + "cp_allgather_kv", block, COMM, inputs=(*qk, *v), forward_comm=gather, backward_comm=gather),
+        Op(p + "cp_reduce_scatter_dkv", block, COMM, inputs=(context,), backward_comm=scatter),
+    ]
+    return [*comms, *ops, dataclasses.replace(copies, launches=AG_LAUNCHES)], context
+
+
+def _stepped_ring(
+    kind: BodyKind, geo: OpGeometry, p: str, ops: list[Op], qk: list[str], v: list[str], group: str = "cp"
 ) -> tuple[list[Op], str]:
     """Ring attention as Megatron (TransformerEngine's `AttnFuncWithCPAndKVP2P`) and torchtitan
     (PyTorch's `context_parallel`) run it (`ppb_core.timing.ring`): the flash ops as cp calls a pass,
@@ -959,8 +1058,8 @@ def _stepped_ring(
         grads = Collective(P2P, "cp", (cp - 1) * sums, "cp_ring", (scores, "backward"), exchanges=cp - 1)
         last = Collective(P2P, "cp", sums, "cp_ring")
     else:
-        gather = Collective(P2P, "cp", (cp - 1) * chunk, "cp_ring", (scores, "forward"), exchanges=cp - 1)
-        again = Collective(P2P, "cp", 2 * (cp - 1) * chunk, "cp_ring", (scores, "backward"), exchanges=cp)
+        gather = Collective(P2P, group, (cp - 1) * chunk, "cp_ring", (scores, "forward"), exchanges=cp - 1)
+        again = Collective(P2P, group, 2 * (cp - 1) * chunk, "cp_ring", (scores, "backward"), exchanges=cp)
         grads = last = None
     kv = (*qk, *v)
     comms = [Op(p + "cp_ring", block, COMM, switch="gather", inputs=kv, forward_comm=gather, backward_comm=again)]
@@ -1964,7 +2063,7 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
 def encoder_geometry(kind: EncoderBodyKind, geo: OpGeometry) -> OpGeometry:
     """A vision encoder block's geometry: its own tokens per sample, whole on every context-parallel
     rank, rotary where the tower has it, and bidirectional attention within its images or windows."""
-    return dataclasses.replace(geo, seq_length=kind.tokens, cp=1, block_pairs=kind.pairs)
+    return dataclasses.replace(geo, seq_length=kind.tokens, cp=1, cp_variant="ring", cp_a2a=1, block_pairs=kind.pairs)
 
 
 def patch_embed_ops(kind: PatchEmbedKind, geo: OpGeometry) -> tuple[Op, ...]:

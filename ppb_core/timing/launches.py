@@ -207,7 +207,9 @@ def op_launches(
         return float(forward.calls if forward else 0), float(backward.calls if backward else 0)
     if op.attention is not None:
         # ring CP: each of its cp calls (`Op.ring`) one flash kernel's launches, the extra calls on the scores op
-        calls = max(1, op.ring) if last.endswith("flash_scores") else 1
+        # (all-gather CP: two calls a pass, `ring.all_gather_steps`)
+        ring_calls = 2 if op.ring_steps == "all_gather" else max(1, op.ring)
+        calls = ring_calls if last.endswith("flash_scores") else 1
         return float(FLASH[0] * calls), float(FLASH[1] * calls)
     if op.gemm is not None:
         _, _, n, groups, fused = op.gemm

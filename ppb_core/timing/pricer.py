@@ -344,7 +344,9 @@ class TimeModel:
             flops, traffic = (op.backward_flops, op.backward_bytes) if backward else (op.flops, op.bytes)
             carries_dq = op.name.endswith("flash_scores")  # its backward FLOPs hold dQ = dS·K
             if op.ring > 1:  # the ring's calls, each at its shape (`ppb_core.timing.ring`)
-                seconds = ring_attention_s(kernels, flops, traffic, backward, op.attention, op.ring, carries_dq)
+                seconds = ring_attention_s(
+                    kernels, flops, traffic, backward, op.attention, op.ring, carries_dq, op.ring_steps
+                )
             else:
                 seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
             if op.attention_dropout:

@@ -53,6 +53,20 @@ def last_rank_steps(cp: int, local: float) -> tuple[RingStep, ...]:
     return (RingStep(1, local, (local + 1) / 2, 1.0), RingStep(cp - 1, local, local / 2, 0.0))
 
 
+def all_gather_steps(cp: int, local: float) -> tuple[RingStep, ...]:
+    """TransformerEngine's all-gather CP (`AttnFuncWithCPAndKVAllGather`, d0067d0d): rank r's two calls, one
+    per local chunk of c = local/2 queries (chunks r and 2cp−1−r), each against the gathered keys up to its
+    chunk's end, (r+1)·c and (2cp−r)·c, under the bottom-right causal mask (`get_kv_seq_info_after_all_gather`):
+    a query attends to K − (c−1)/2 keys on average. Together c·(2cp+1)·c − c·(c−1) = s(s+1)/(2cp) pairs at
+    s = 2cp·c, the causal triangle's share, on every rank. ppb prices rank 0, whose calls are the most
+    unequal (a c × c triangle and every key): the shorter key walk reads lower on the measured curves."""
+    chunk = local / 2
+    return (
+        RingStep(1, chunk, (chunk + 1) / 2, 1.0),
+        RingStep(1, chunk, 2 * cp * chunk - (chunk - 1) / 2, 1.0),
+    )
+
+
 def ring_attention_s(
     kernels: Kernels,
     flops: float,
@@ -61,11 +75,13 @@ def ring_attention_s(
     attention: tuple[float, float, float, float, float],
     cp: int,
     carries_dq: bool = False,
+    kind: str = "p2p",
 ) -> float:
-    """One pass of a flash op (`Op.attention`: sequences, s/cp queries, ...) as the ring's cp calls,
-    each at its own shape and rate; the op's FLOPs and bytes shared by the calls' pairs."""
+    """One pass of a flash op (`Op.attention`: sequences, s/cp queries, ...) as the ring's cp calls (*kind*
+    p2p) or all-gather CP's two (*kind* all_gather), each at its own shape and rate; the op's FLOPs and
+    bytes shared by the calls' pairs."""
     sequences, local, _, head_dim, _ = attention
-    steps = last_rank_steps(cp, local)
+    steps = all_gather_steps(cp, local) if kind == "all_gather" else last_rank_steps(cp, local)
     total = sum(step.pairs() for step in steps)
     seconds = 0.0
     for step in steps:

@@ -436,7 +436,9 @@ def flash2_output_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") ->
     all-to-all hands back another tensor). Under MLA flash-attn runs at the padded head dimension (module
     docstring): its output is that wide, and the zeros padding q, k or v are kept too
     (`attention.flash_padding`)."""
-    if not setup.te_flash or (setup.cp > 1 and setup.cp_variant != "ring"):
+    # the ring under hierarchical CP saves its own output too (TE d0067d0d `AttnFuncWithCPAndKVP2P` saves
+    # `out_part`, the ring's, and returns the all-to-all's), all-gather CP the output it returns
+    if not setup.te_flash or (setup.cp > 1 and setup.cp_variant == "ulysses"):
         return ()
     if isinstance(kind, EncoderBodyKind):
         return ()
@@ -768,8 +770,10 @@ class MegatronRules(FrameworkRules):
             kv = kv_heads_per_rank(kind.attention.num_kv_heads, setup.tp)
             if setup.cp_variant == "ulysses":
                 heads, kv, queries = heads / setup.cp, max(kv / setup.cp, 1), s
-            else:
-                queries = s / setup.cp
+            elif setup.cp_variant == "all_gather":  # a call's s/(2cp) queries (`ring.all_gather_steps`)
+                queries = s / (2 * setup.cp)
+            else:  # hierarchical: heads/cp_a2a on the ring's s/cp_ring queries
+                heads, kv, queries = heads / setup.cp_a2a, kv / setup.cp_a2a, s / setup.cp_ring
             dim = kind.attention.q_head_dim
             deterministic = setup.deterministic
             return flash2_backward_workspace_bytes(
@@ -780,7 +784,10 @@ class MegatronRules(FrameworkRules):
             return 0.0
         if setup.cp_variant == "ulysses":
             return cudnn_dp_workspace_bytes(b * heads / setup.cp, s, s)
-        return cudnn_dp_workspace_bytes(b * heads, s / setup.cp, s / setup.cp)
+        if setup.cp_variant == "all_gather":  # rank 0's second call: s/(2cp) queries against every key
+            return cudnn_dp_workspace_bytes(b * heads, s / (2 * setup.cp), s)
+        ring = setup.cp_ring
+        return cudnn_dp_workspace_bytes(b * heads / setup.cp_a2a, s / ring, s / ring)
 
     def attention_backward_gradient_bytes(self, kind: LayerKind, setup: MemorySetup) -> tuple[float, float] | None:
         """The gradients alive while a body layer's attention backward runs on Transformer Engine's flash-attn

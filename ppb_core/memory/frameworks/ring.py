@@ -84,8 +84,9 @@ def ring_bytes(kind: BodyKind, setup: MemorySetup) -> tuple[float, float, float]
 def te_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[BufferTerm]:
     """TransformerEngine's P2P ring (module docstring): the forward's and the backward's workspaces."""
     query, out, kv = ring_bytes(kind, setup)
+    # under hierarchical CP the ring runs over cp_ring ranks on heads/cp_a2a of s·b/cp_ring tokens: Q, O, C the same
     return [
-        BufferTerm("cp", f"{prefix}attention.ring_forward_steps", setup.cp * (kv + out), False, forward_only=True),
+        BufferTerm("cp", f"{prefix}attention.ring_forward_steps", setup.cp_ring * (kv + out), False, forward_only=True),
         BufferTerm("cp", f"{prefix}attention.ring_backward_buffers", query + TE_BACKWARD_KV_UNITS * kv, False),
     ]
 
@@ -101,7 +102,30 @@ def torch_ring_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> li
     ]
 
 
+def te_all_gather_terms(kind: BodyKind, setup: MemorySetup, prefix: str = "") -> list[BufferTerm]:
+    """TransformerEngine's all-gather CP (`AttnFuncWithCPAndKVAllGather`, d0067d0d, sbhd, 16-bit), Megatron's
+    `--cp-comm-type all_gather`; Q, O, C as in the module docstring. Kept: ctx saves the local q, k, v, the
+    output and each call's statistics: as without CP, nothing gathered.
+    Forward: both gathers' outputs (cp·C together), then each `index_select` into sequence order (cp·C/2 for
+    K, then for V, the gathered one freed after it): 1.5·cp·C; during the two calls the reordered K, V (cp·C),
+    the last query half (Q/2), both calls' outputs (O) and the unused `out` zeros (O), beside the returned
+    output the layer keeps: cp·C + max(cp·C/2, Q/2 + 2·O).
+    Backward, at the reorder of the dK sums after the calls (every tensor the function bound still alive): the
+    gathered K, V again (cp·C), the zeroed dK, dV sums (cp·C), both calls' dK, dV (`dk_per_step`: their keys,
+    (2cp+1)·s/(2cp), (cp + 1/2)·C), the reordered dK (cp·C/2), dQ (Q), both calls' dQ (Q), the last Q, O,
+    dO halves (Q/2 + O): (3.5·cp + 0.5)·C + 2.5·Q + O, less a non-CP backward's dQ, dK, dV (Q + C)."""
+    query, out, kv = ring_bytes(kind, setup)
+    cp = setup.cp
+    forward = cp * kv + max(cp * kv / 2, query / 2 + 2 * out)
+    backward = (3.5 * cp - 0.5) * kv + 1.5 * query + out
+    return [
+        BufferTerm("cp", f"{prefix}attention.all_gather_forward", forward, False, forward_only=True),
+        BufferTerm("cp", f"{prefix}attention.all_gather_backward", backward, False),
+    ]
+
+
 RingTerms = Callable[[BodyKind, MemorySetup, str], list[BufferTerm]]
+AG_NAME = "attention.all_gather_kv"
 
 
 def _body_of(kind: LayerKind, prefix: str) -> BodyKind | None:
@@ -117,10 +141,15 @@ def framework_ring(
     buffers: Sequence[BufferTerm], kind: LayerKind, setup: MemorySetup, terms: RingTerms
 ) -> tuple[BufferTerm, ...]:
     """*buffers* with SAPP's ring terms replaced by the framework's (*terms*), layer by layer."""
-    if setup.cp <= 1 or setup.cp_variant != "ring":
+    if setup.cp <= 1 or setup.cp_variant not in ("ring", "hierarchical", "all_gather"):
         return tuple(buffers)
     out: list[BufferTerm] = []
     for buffer in buffers:
+        if setup.cp_variant == "all_gather" and buffer.name.endswith(AG_NAME):  # TE's only (framework megatron)
+            prefix = buffer.name[: -len(AG_NAME)]
+            body = _body_of(kind, prefix)
+            out += [buffer] if body is None else te_all_gather_terms(body, encoder_setup(body, setup), prefix)
+            continue
         name = next((n for n in RING_NAMES if buffer.name.endswith(n)), None)
         if name is None:
             out.append(buffer)
@@ -134,4 +163,4 @@ def framework_ring(
     return tuple(out)
 
 
-__all__ = ["framework_ring", "ring_bytes", "te_ring_terms", "torch_ring_terms"]
+__all__ = ["framework_ring", "ring_bytes", "te_all_gather_terms", "te_ring_terms", "torch_ring_terms"]
