@@ -572,3 +572,13 @@ def test_an_empty_job_is_refused_not_priced_as_torchtitans_debugmodel(text: str)
 def test_a_folder_given_as_the_job_is_said_to_be_a_folder(tmp_path: Path, capsys) -> None:
     assert main(["import", "torchtitan", str(tmp_path), "--gpus", "8", "--device", "h100-80gb"]) == 2
     assert capsys.readouterr().err == f"ppb: error: {tmp_path}: is a directory, not a file\n"
+
+
+def test_a_sequence_over_ppb_s_limits_is_said_as_the_toml_s_seq_len() -> None:
+    # 10^11 tokens is over ppb's 2^31 positions (the flavor's max_seq_len = seq_len) before its 2^24 tokens
+    # a sequence: the refusal still names the TOML key, with the run config's field after it
+    imported = import_torchtitan("[training]\nseq_len = 99999999999", 8, "h100-80gb", "job.toml")
+    with pytest.raises(InputError) as err:
+        torchtitan_run_config(imported, "job.toml")
+    assert err.value.field == "training.seq_len"
+    assert "models.0.spec.max_position_embeddings" in err.value.problem

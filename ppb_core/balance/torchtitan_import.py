@@ -39,6 +39,8 @@ RELEASE = "torchtitan v0.2.2"
 # The TOML key that sets each run-config field a check may refuse.
 FIELD_KEYS = {
     "training.seq_length": "training.seq_len",
+    # every model's `update_from_config` sets max_seq_len = seq_len (torchtitan_flavors.model_spec)
+    "models.0.spec.max_position_embeddings": "training.seq_len",
     "training.micro_batch_size": "training.local_batch_size",
     "training.micro_batches": "training.global_batch_size",
     "training.recompute": "activation_checkpoint",
