@@ -66,6 +66,7 @@ from typing import Any
 
 import yaml
 
+from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
@@ -331,6 +332,8 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     if position in ("yarn", "mrope"):
         notes.append(f"--position-embedding-type {position}: priced as rope")
     seq = args.required("--seq-length")
+    if seq > limits.SEQUENCE:  # before the spec's positions (max(--max-position-embeddings, seq)) say it
+        raise InputError(where, "--seq-length", limits.over(seq, limits.SEQUENCE, "tokens"))
     max_positions = args.integer("--max-position-embeddings")
     if position == "learned_absolute" and max_positions is None:
         raise InputError(where, "--max-position-embeddings", "missing: learned positions need it")
