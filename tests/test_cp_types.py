@@ -5,6 +5,8 @@ transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py: 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from small_models import LLAMA_8B_LAYER
 from test_memory_runs import DENSE, body, make_run, model
 
@@ -44,8 +46,8 @@ def test_all_gather_s_two_calls_cover_the_causal_triangle_s_share():
     # cp 2, s = 16: c = 4 queries a call. Rank 0's chunk 0 against keys 0..3 (bottom-right causal: mean
     # (4+1)/2 = 2.5 keys), chunk 3 against all 16 (16 − (4−1)/2 = 14.5): 4·2.5 + 4·14.5 = 68 = 16·17/(2·2).
     steps = all_gather_steps(2, 8)
-    assert [(st.count, st.queries, st.mean_keys, st.causal) for st in steps] == [(1, 4, 2.5, 1.0), (1, 4, 14.5, 1.0)]
-    assert sum(st.pairs() for st in steps) == 16 * 17 / 4
+    assert [(x.count, x.queries, x.mean_keys, x.causal) for x in steps] == [(1, 4, 2.5, 1.0), (1, 4, 14.5, 1.0)]
+    assert sum(x.pairs() for x in steps) == 16 * 17 / 4
 
 
 def test_all_gather_s_collectives_and_copies_by_hand():
@@ -53,7 +55,9 @@ def test_all_gather_s_collectives_and_copies_by_hand():
     # Gathered K, V: 2·512·(2·8·128)·2 B = 4,194,304 (gather_along_first_dim of k and of v: 2 calls), the
     # backward gathers again and reduce-scatters dK, dV at that size (2 calls). Q = O = 512·32·128·2 = 4,194,304.
     # Forward copies: 2 reorders of the gathered (2·4,194,304·... read + write: 2·G), Q halves (2·Q), output
-    # halves (2·O), `out` zeros (O): 8,388,608 + 8,388,608 + 8,388,608 + 4,194,304 = 29,360,128.
+    # halves (2·O), `out` zeros (O), and V's contiguous copy (Megatron's V a view of the fused QKV output; K
+    # written by RoPE): 2·512·1024·2 = 2,097,152: 8,388,608 + 8,388,608 + 8,388,608 + 4,194,304 + 2,097,152
+    # = 31,457,280.
     # Backward: K, V reorders (2·G), dK, dV zeros (G), Q, O, dO halves (2·(Q + 2·O)), dQ halves (2·Q),
     # the dK, dV sums over both calls' 5/4·1024 = 1280 keys (3·1280·2048·2 = 15,728,640), dK, dV reorders
     # (2·G): 8,388,608 + 4,194,304 + 25,165,824 + 8,388,608 + 15,728,640 + 8,388,608 = 70,254,592.
@@ -69,8 +73,8 @@ def test_all_gather_s_collectives_and_copies_by_hand():
     assert scatter.forward_comm is None
     assert (scatter.backward_comm.kind, scatter.backward_comm.payload_bytes) == (REDUCE_SCATTER, 4_194_304)
     copies = ops["cp_ag_copies"]
-    assert (copies.bytes, copies.backward_bytes) == (29_360_128, 70_254_592)
-    assert op_launches(copies, **KW) == (7.0, 18.0)
+    assert (copies.bytes, copies.backward_bytes) == (31_457_280, 70_254_592)
+    assert op_launches(copies, **KW) == (8.0, 18.0)
     scores = ops["flash_scores"]
     assert (scores.ring, scores.ring_steps) == (2, "all_gather")
     # two flash calls a pass whatever cp (the ring's are cp)
@@ -97,6 +101,9 @@ def test_hierarchical_runs_an_all_to_all_inside_then_the_ring_across():
         3_145_728,
     )
     assert (out.forward_comm.group, out.forward_comm.payload_bytes) == ("cp_a2a", 2_097_152)
+    # flash_attn_a2a_communicate: one all_to_all_single a tensor, Q, K, V (dQ, dK, dV); the output (dO) one
+    assert (qkv.forward_comm.calls, qkv.backward_comm.calls, out.forward_comm.calls) == (3, 3, 1)
+    assert op_launches(qkv, **KW) == (3.0, 3.0)
     assert (ring.forward_comm.kind, ring.forward_comm.group) == (P2P, "cp_p2p")
     assert (ring.forward_comm.payload_bytes, ring.forward_comm.exchanges) == (1_048_576, 1)
     assert (ring.backward_comm.payload_bytes, ring.backward_comm.exchanges) == (2_097_152, 2)
@@ -170,6 +177,17 @@ def test_the_importer_reads_both_flags():
     assert import_megatron(LAUNCH + "--cp-comm-type all_gather", 8, "a100-80gb").raw["parallel"]["cp_variant"] == (
         "all_gather"
     )
+    # arguments.py validate_args: a2a+p2p needs the sizes; their product is cp (one line naming the flag)
+    for flags, said in (
+        ("--cp-comm-type a2a+p2p", "must be set when --cp-comm-type is a2a+p2p"),
+        (
+            "--cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 4",
+            "product must be --context-parallel-size 4",
+        ),
+    ):
+        with pytest.raises(InputError) as err:
+            import_megatron(LAUNCH + flags, 8, "a100-80gb")
+        assert err.value.field == "--hierarchical-context-parallel-sizes" and said in err.value.problem
     # TE takes "all_gather" only (attn_forward_func_with_cp raises "Unsupported communication type" otherwise)
     with pytest.raises(InputError) as err:
         import_megatron(LAUNCH + "--cp-comm-type allgather", 8, "a100-80gb")
@@ -216,3 +234,31 @@ def test_hierarchical_ring_workspaces_are_the_ring_s_at_its_level():
     memory = model(run)
     terms = {t.name: t.bytes for t in te_ring_terms(body(run).kind, memory.setup)}
     assert terms == {"attention.ring_forward_steps": 16384, "attention.ring_backward_buffers": 4096 + 4 * 4096}
+
+
+def test_after_an_all_to_all_a_rank_reads_its_share_of_the_keys():
+    # Ulysses cp 2, s 1024, LLaMA-8B: after the all-to-all a rank holds 1024 tokens of 16 query and 4 KV heads.
+    # The scores op reads Q (512·32·128 = 2,097,152 elements, the same count), half of the K, V (its K):
+    # 1024·(2·4·128)/2 = 524,288, in bf16, and writes the statistics (512·32·4 B):
+    # (2,097,152 + 524,288)·2 + 65,536 = 5,308,416 B (every KV head's keys would be 6,356,992).
+    ops = _ops(_run({"cp": 2, "dp": 4, "cp_variant": "ulysses"}))
+    assert ops["flash_scores"].bytes == 5_308_416
+    # hierarchical [2, 2] at cp 4: 256 local tokens, keys of 4 of the 8 KV heads: (1,048,576 + 524,288)·2 + 32,768
+    ops = _ops(_run({"cp": 4, "dp": 2, "cp_variant": "hierarchical", "hierarchical_cp_sizes": [2, 2]}))
+    assert ops["flash_scores"].bytes == 3_178_496
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.integers(1, 64), st.sampled_from([1, 2, 4]))
+def test_every_variant_computes_the_ring_s_pairs(cp, chunk, a2a):
+    # Each variant splits the causal triangle's s(s+1)/2 pairs of every head over the cp ranks: the flash ops'
+    # FLOPs a rank are the ring's, and all-gather's two calls hold s(s+1)/(2cp) pairs whatever the rank.
+    s = 2 * cp * chunk * 8
+    steps = all_gather_steps(cp, s / cp)
+    assert sum(x.pairs() for x in steps) == pytest.approx(s * (s + 1) / (2 * cp))
+    ring = _ops(_run({"cp": cp, "dp": 8 // cp}, s=s))["flash_scores"].flops
+    assert _ops(_run({"cp": cp, "dp": 8 // cp, "cp_variant": "all_gather"}, s=s))["flash_scores"].flops == ring
+    if a2a < cp:
+        sizes = [a2a, cp // a2a]
+        hierarchical = {"cp": cp, "dp": 8 // cp, "cp_variant": "hierarchical", "hierarchical_cp_sizes": sizes}
+        assert _ops(_run(hierarchical, s=s))["flash_scores"].flops == pytest.approx(ring)

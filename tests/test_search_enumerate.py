@@ -111,3 +111,14 @@ def test_moe_grid_takes_ep_from_the_experts() -> None:
     # ep: the powers of 2 dividing 4 experts (1, 2, 4), etp 1 by default
     assert sorted(p.ep for p in points) == [1, 2, 4]
     assert all(p.etp == 1 and "etp" in p.parallel(spec) for p in points)
+
+
+def test_all_gather_cp_is_searched_beside_the_ring() -> None:
+    # cp 2 beside 1 with both variants: cp 1 runs one variant, cp 2 each; the cp 2 points under all_gather
+    # are labelled cp2ag and validate as the ring's do (framework megatron; 4096 tokens in 2·cp chunks).
+    spec = tiny(tp=[1], pp=[1], cp=[1, 2], vpp=[1], micro_batch_size=[1], zero=[1], cp_variant=["ring", "all_gather"])
+    points = [p for p in enumerate_strategies(spec) if isinstance(p, Strategy)]
+    labels = sorted(p.label(spec).split("-")[1] for p in points)
+    assert labels == ["cp1", "cp2", "cp2ag"]
+    valid, refused = verdicts(spec)
+    assert len(valid) == 3 and not refused

@@ -58,6 +58,7 @@ line naming it.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import shlex
 from collections.abc import Callable
@@ -459,10 +460,18 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
                 where, "--cp-comm-type", f"{' '.join(kinds)}: ppb prices one of p2p, a2a, all_gather, a2a+p2p"
             )
         parallel["cp_variant"] = _CP_VARIANTS[kinds[0]]
-    sizes = args.words("--hierarchical-context-parallel-sizes")
+    flag = "--hierarchical-context-parallel-sizes"
+    words = args.words(flag)
+    sizes = None if words is None else [_size(where, flag, w) for text in words for w in text.split()]
+    # Megatron-LM d98e8a64 arguments.py `validate_args`: their product is cp; a2a+p2p needs them
+    if sizes is not None and math.prod(sizes) != cp:
+        raise InputError(
+            where, flag, f"{' '.join(map(str, sizes))}: their product must be --context-parallel-size {cp}"
+        )
+    if sizes is None and parallel.get("cp_variant") == "hierarchical":
+        raise InputError(where, flag, "must be set when --cp-comm-type is a2a+p2p")
     if sizes is not None:
-        flag = "--hierarchical-context-parallel-sizes"
-        parallel["hierarchical_cp_sizes"] = [_size(where, flag, w) for words in sizes for w in words.split()]
+        parallel["hierarchical_cp_sizes"] = sizes
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:

@@ -634,7 +634,12 @@ UB_REDUCE_SCATTERS = ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad", "qkv_
 class TimingOptions(StrictModel):
     overlap: Overlap = Field(default_factory=Overlap)
     calibration: str | None = Field(None, description="measured layer times (CSV), relative to the run config")
-    torch_compile: bool = Field(False, description="torchtitan's [compile]: element-wise ops fused")
+    torch_compile: bool = Field(
+        False,
+        description="torchtitan's [compile]: each block's element-wise ops fused by Inductor, but the complex "
+        "rotary (Inductor falls back to aten's kernels on complex tensors) and, with norm_type rmsnorm, the final "
+        "norm outside the compiled blocks",
+    )
     norm_type: Literal["nn_rmsnorm", "rmsnorm", "fused_rmsnorm"] = Field(
         "nn_rmsnorm",
         description="torchtitan's RMSNorm: nn_rmsnorm (torch.nn.RMSNorm, from 3b39d7ab0, 2025-03-19; on CUDA "

@@ -36,6 +36,9 @@ from ppb_core.search.spec import (
     SearchSpec,
 )
 
+# a CP variant's mark in a strategy's label (ring: none): cp2u, cp2ag
+CP_SUFFIXES = {"ulysses": "u", "all_gather": "ag"}
+
 
 @dataclass(frozen=True, order=True)
 class Strategy:
@@ -100,7 +103,7 @@ class Strategy:
         schedule = {"1f1b": "", "interleaved": "i", "gpipe": "g", "dualpipev": "d"}[self.schedule]
         parts = [
             f"tp{self.tp}{'sp' if self.sequence_parallel else ''}",
-            f"cp{self.cp}{'u' if self.cp_variant == 'ulysses' else ''}",
+            f"cp{self.cp}{CP_SUFFIXES.get(self.cp_variant, '')}",
             f"pp{self.pp}"
             + (f"v{self.vpp}" if self.vpp > 1 else "")
             + schedule

@@ -105,7 +105,10 @@ class SearchLimits(StrictModel):
     sequence_parallel: _choices(bool) = Field(
         default_factory=lambda: [True], description="with tp > 1; tp 1 runs without"
     )
-    cp_variant: _choices(Literal["ring", "ulysses"]) = Field(default_factory=lambda: ["ring"])
+    cp_variant: _choices(Literal["ring", "ulysses", "all_gather"]) = Field(
+        default_factory=lambda: ["ring"],
+        description="context parallelism's variants to try (all_gather: Megatron's --cp-comm-type all_gather)",
+    )
     tp_within_node: bool = Field(True, description="keep tensor (and expert tensor) parallel groups in one node")
     microbatch_group: _choices(Literal["least", "all"] | Value) | None = Field(
         None,

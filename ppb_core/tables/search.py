@@ -20,7 +20,7 @@ STRATEGY_SEARCH = Schema(
         Column("tp", "int64", "tensor-parallel size"),
         Column("sequence_parallel", "bool", "sequence parallelism with the tensor parallelism"),
         Column("cp", "int64", "context-parallel size"),
-        Column("cp_variant", "string", "ring or ulysses context parallelism"),
+        Column("cp_variant", "string", "ring, ulysses or all_gather context parallelism"),
         Column("pp", "int64", "pipeline stages"),
         Column("vpp", "int64", "chunks (virtual stages) per pipeline stage"),
         Column("schedule", "string", "pipeline schedule"),

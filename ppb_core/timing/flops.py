@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
 
@@ -198,6 +199,9 @@ class OpGeometry(Geometry):
     eager: bool = False
     # torchtitan before ff0829c10 (`timing.repeat_kv`): K and V copied out to every query head before SDPA
     repeat_kv: bool = False
+    # torchtitan compiled with its own eager RMSNorm module (`timing.norm_type` rmsnorm): `apply_compile`
+    # compiles each TransformerBlock alone, so the final norm outside them runs eager (`_outside_compile`)
+    eager_final_norm: bool = False
     # torchtitan's loss under torch.compile (`TimingConfig.compiled_loss`: from bbb1b616e, 2025-04-02,
     # components/loss.py `build_cross_entropy_loss` compiles it with the blocks; v0.2.2 `compile.components`)
     compiled_loss: bool = False
@@ -242,6 +246,9 @@ class OpGeometry(Geometry):
             and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
+            eager_final_norm=run.framework == "torchtitan"
+            and run.timing.torch_compile
+            and run.timing.norm_type == "rmsnorm",
             compiled_loss=run.framework == "torchtitan" and run.timing.compiled_loss,
             cp_rotate=run.timing.cp_rotate_method,
             # the ring's ranks: under hierarchical CP its second level's (`Parallel.cp_a2a`)
@@ -635,8 +642,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         if att.rope:
             unfused = _megatron_unfused_rope(geo)
             forward, backward = (UNFUSED_ROPE_FORWARD * bc, UNFUSED_ROPE_BACKWARD * bc) if unfused else (2 * bc, 2 * bc)
-            complex_compiled = _compiled_complex_rope(geo, att.qk_norm)
-            if complex_compiled:
+            complex_rope = _compiled_complex_rope(geo, att.qk_norm)
+            if complex_rope:
                 forward = backward = complex_rope_bytes(bc)
             rope = _elementwise(
                 p + "rope",
@@ -646,7 +653,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 inputs=(previous,),
                 **qk_state("rope"),
             )
-            ops.append(rope if unfused or complex_compiled else dataclasses.replace(rope, fusion="rope"))
+            ops.append(rope if unfused or complex_rope else dataclasses.replace(rope, fusion="rope"))
             previous = p + "rope"
         ops.append(
             _matmul(
@@ -668,6 +675,9 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     if ulysses:
         q_width, kv_width = _core_widths(kind, geo)
         payload = n * (heads * q_width[0] + kv_width) * bc
+        # TransformerEngine's `flash_attn_a2a_communicate` (d0067d0d) posts one `all_to_all_single` a tensor:
+        # Q, K, V forward, dQ, dK, dV backward, each its own NCCL call
+        calls = 3 if geo.framework == "megatron" and geo.transformer_impl == "transformer_engine" else 1
         ops.append(
             Op(
                 p + "cp_a2a_qkv",
@@ -675,8 +685,8 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 COMM,
                 switch=qkv_switch,
                 inputs=(*qk, *v),
-                forward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
-                backward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a"),
+                forward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a", calls=calls),
+                backward_comm=Collective(ALL_TO_ALL, a2a_group, payload, "cp_a2a", calls=calls),
             )
         )
         qk = v = [p + "cp_a2a_qkv"]
@@ -721,8 +731,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # The kernel keeps O and the log-sum-exp of each row (the `softmax` switch); the backward
         # re-forms S = QKᵀ, then dV, dP, dQ, dK: 3× the score matmul and 2× the value matmul.
         scores, context = p + "flash_scores", p + "flash_context"
-        # hierarchical CP: the ring's keys carry heads/cp_a2a of this rank's key/value heads
-        kv_read = keys * kv_width / 2 / geo.cp_a2a
+        # after an all-to-all over heads (Ulysses over cp, hierarchical over cp_a2a) a rank's keys and values
+        # carry that share of its key/value heads, one head at least (fewer key/value heads than ranks)
+        split = geo.cp if ulysses else geo.cp_a2a
+        kv_share = 1 / split if not kv_heads else max(kv_heads / split, 1) / kv_heads
+        kv_read = keys * kv_width / 2 * kv_share
         qk_bytes = (n * heads * d_qk + kv_read) * bc + n * heads * STATS_BYTES
         v_bytes = (kv_read + n * heads * d_v) * bc
         ops += [
@@ -941,7 +954,8 @@ def _hierarchical(
 
 
 # TransformerEngine's all-gather CP kernels besides its flash calls and collectives (`_all_gather_core`):
-# forward 2 index_selects, 2 Q-half copies, 2 output-half copies, the `out` zeros; backward 2 index_selects
+# forward 2 index_selects, 2 Q-half copies, 2 output-half copies, the `out` zeros (and the local V's contiguous
+# copy, K's too without RoPE or a key norm); backward 2 index_selects
 # of K, V, the dK, dV zeros (2), a Q, O, dO half copy each step (6), the dQ half copy (2), dK and dV added
 # each step (4), 2 index_selects of dK, dV.
 AG_LAUNCHES = (7.0, 18.0)
@@ -973,7 +987,12 @@ def _all_gather_core(
     gathered = cp * n * kv_width * bc  # K and V of the whole sequence
     query, out = n * heads * d_qk * bc, n * heads * d_v * bc
     call_keys = (2 * cp + 1) / (2 * cp) * geo.seq_length * geo.micro_batch_size
-    forward = 2 * gathered + 2 * query + 2 * out + out  # reorders, Q halves, output halves, `out` zeros
+    # `k, v = [x.movedim(seq_dim, 0).contiguous() ...]` before the gathers: Megatron hands TE V as a view of the
+    # fused QKV output (attention.py `get_query_key_value_tensors`, d98e8a64: `SplitAlongDim`/`torch.split`; MLA's
+    # split of kv_up's), copied here; K too where neither RoPE nor a key norm wrote it anew
+    fresh_k = att.is_mla or att.rope or att.qk_norm
+    local_kv = (n * kv_width / 2 * (1 if fresh_k else 2)) * bc
+    forward = 2 * local_kv + 2 * gathered + 2 * query + 2 * out + out  # K, V copies, reorders, halves, zeros
     backward = (
         2 * gathered  # K, V reordered
         + gathered  # dK, dV zeros
@@ -989,7 +1008,8 @@ def _all_gather_core(
         Op(p + "cp_allgather_kv", block, COMM, inputs=(*qk, *v), forward_comm=gather, backward_comm=gather),
         Op(p + "cp_reduce_scatter_dkv", block, COMM, inputs=(context,), backward_comm=scatter),
     ]
-    return [*comms, *ops, dataclasses.replace(copies, launches=AG_LAUNCHES)], context
+    launches = (AG_LAUNCHES[0] + (1 if fresh_k else 2), AG_LAUNCHES[1])
+    return [*comms, *ops, dataclasses.replace(copies, launches=launches)], context
 
 
 def _stepped_ring(
@@ -1745,18 +1765,16 @@ def _megatron_unfused_rope(geo: OpGeometry) -> bool:
 # steps: an Inductor kernel upcasting Q (K) into a fresh fp32 buffer (read bc, write 4), aten's complex
 # multiply (read 4, write 4; the table is small), an Inductor kernel casting the real view back (read 4,
 # write bc). Backward likewise: the gradient upcast, the multiply by conj(freqs_cis), the downcast.
-# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_census_ops.py). Fused, as a
-# real-arithmetic rotary compiles, it would read and write Q (K) once: 2·bc.
+# Counted from torch 2.13's Inductor scheduler on the CPU (tests/test_census_ops.py). Qwen3, the one
+# model of torchtitan's registry with per-head q/k norms (v0.2.2: llama3, deepseek_v3, qwen3; MLA's
+# rotary is priced apart), rotates in real arithmetic (qwen3/model/model.py `apply_rotary_emb` over its
+# cos|sin `rope_cache`), which Inductor fuses into one kernel: read and write Q (K) once, 2·bc.
 def complex_rope_bytes(bc: int) -> float:
     """Bytes per rotated element of torchtitan's complex rotary as torch.compile runs it, each way."""
     return bc + FP32_BYTES + 2 * FP32_BYTES + FP32_BYTES + bc
 
 
 def _compiled_complex_rope(geo: OpGeometry, qk_norm: bool) -> bool:
-    """torchtitan's complex rotary under torch.compile. Its Qwen3 (the one torchtitan family with
-    per-head q/k norms, qwen3/model/model.py at v0.2.2) rotates in real arithmetic instead
-    (`apply_rotary_emb`: `xq * cos + rotate_half(xq) * sin`, cos and sin cast to the input's dtype),
-    which Inductor fuses into one kernel: the fused 2·bc."""
     return geo.framework == "torchtitan" and not geo.eager and not qk_norm
 
 
@@ -1959,7 +1977,8 @@ def _output(p: str, block: str, kind: TailKind, geo: OpGeometry, source: str, wi
     ]
     if with_norm:
         rms = kind.norm.kind == "rmsnorm"
-        ops.insert(0, _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ()))
+        final = _norm(norm, block, geo.whole_tokens, h, bc, rms, inputs=(source,) if source else ())
+        ops.insert(0, _outside_compile(final, geo))
     if geo.tp > 1:
         # TE's loss all-gathers every rank's three fp32 a token in one call (`dist.all_gather_into_tensor`
         # of m_d_X_y in `cross_entropy_forward`); Megatron's all-reduces them, the max, the target logit
@@ -2010,6 +2029,20 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
         )
     ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
     return ops
+
+
+def _outside_compile(norm: Op, geo: OpGeometry) -> Op:
+    """The final RMSNorm of a compiled torchtitan run with its eager norm module: `apply_compile`
+    (parallelize_llama.py at 9dec370; models/llama3/parallelize_llama.py at e7c0cae, 820504e) wraps
+    each of `model.layers` in `torch.compile` and nothing else, so `model.norm` runs op by op as
+    uncompiled torchtitan runs it (`EAGER_TRAFFIC`'s norm factors, as bytes of their own); torch.nn's
+    RMSNorm (`nn_rmsnorm`) and the Triton norm are one kernel either way."""
+    if not geo.eager_final_norm or norm.fusion != "norm":
+        return norm
+    forward, backward = EAGER_TRAFFIC["norm"]
+    return dataclasses.replace(
+        norm, bytes=norm.bytes * forward, backward_bytes=norm.backward_bytes * backward, fusion=None
+    )
 
 
 def tail_ops(kind: TailKind, geo: OpGeometry) -> tuple[Op, ...]:
