@@ -127,6 +127,11 @@ def test_every_shipped_search_loads() -> None:
             "limits.cp_variant",
             "torchtitan's context parallelism is ring attention",
         ),
+        (
+            lambda raw: raw.update(framework="mindformers") or raw["limits"].update(cp_variant=["ring", "all_gather"]),
+            "limits.cp_variant",
+            "all_gather is TransformerEngine's, under framework megatron",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_naming_the_field(change, field: str, words: str) -> None:

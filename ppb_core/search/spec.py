@@ -359,6 +359,9 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
         )
     if spec.framework == "torchtitan" and "ulysses" in spec.limits.cp_variant:
         raise InputError(where, "limits.cp_variant", TITAN_NO_ULYSSES)
+    if spec.framework != "megatron" and "all_gather" in spec.limits.cp_variant:
+        # the run config refuses every such point: refused once here, not point by point
+        raise InputError(where, "limits.cp_variant", "all_gather is TransformerEngine's, under framework megatron")
     if spec.framework == "torchtitan":
         # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2
         # (torchtitan shards with FSDP2 or replicates): such a value can never give a strategy
