@@ -109,3 +109,32 @@ def test_a_rerun_dispatch_still_launches_both_counts():
     assert waits.dispatcher == pytest.approx(1.0)
     assert waits.backward == pytest.approx(15.0 - 12.0)
     assert waits.launch_backward == pytest.approx(15.0)
+
+
+def test_a_rerun_dispatch_launches_the_whole_rerun_again():
+    # Full recompute of a MoE layer reruns its dispatch: the host launches every forward op again and
+    # waits at the dispatcher's synchronization as the forward did. The dispatcher test's layer with a
+    # capacity factor, 1.5 a launch; forward launches (1, 1, 1, 2, 1), backward the same (6).
+    ops = [
+        Op("moe.router_topk", "moe", "memory"),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.dispatch", "moe", COMM),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+        Op("moe.unpermute", "moe", "memory"),
+    ]
+    forward = {"moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
+               "moe.unpermute": 1.0}  # fmt: skip
+    launches = {"moe.router_topk": (1.0, 1.0), "moe.permute": (1.0, 1.0), "moe.dispatch": (1.0, 1.0),
+                "moe.experts_in": (2.0, 2.0), "moe.unpermute": (1.0, 1.0)}  # fmt: skip
+    names = list(forward)
+    # forward's wait, wrapped into the next layer's router: kernels reached at 0, 2, 3, 4, 5, 6 (permute
+    # 2, dispatch 1, the GEMMs 1 each, unpermute 1, router 1), launched at 1.5 ... 9: the GPU waits 3
+    full = layer_host_waits(ops, forward, launches, names, (7.0, 2.0, 7.0), 1.5, "alltoall", False)
+    assert full.dispatcher == pytest.approx(3.0)
+    # backward: 6 own + 6 rerun launches (18) against GPU 2 + 7 and the 3 idle: 3 + (18 − 12) = 9
+    assert full.backward == pytest.approx(9.0)
+    # rerunning the router alone (no dispatch): 7 launches (10.5) against 2 + 1: 7.5 over, so the
+    # backward takes 2 + 1 + 7.5 = 10.5 against full recompute's 2 + 7 + 9 = 18
+    router = layer_host_waits(ops, forward, launches, names[:1], (7.0, 2.0, 1.0), 1.5, "alltoall", False)
+    assert router.backward == pytest.approx(7.5)
+    assert 2.0 + 1.0 + router.backward <= 2.0 + 7.0 + full.backward

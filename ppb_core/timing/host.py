@@ -183,16 +183,12 @@ def layer_host_waits(
     # `CheckpointFunction.backward` / `CheckpointWithoutOutput.recompute`, d98e8a64: the forward's Python
     # called again), so the host launches them again beside the backward's own kernels: the pass takes at
     # least both launch counts, against the GPU work of both. A rerun dispatch synchronizes again and
-    # waits as the forward's did (`again`, the rerun's launches from its dispatcher on), the rest of its
-    # launches then in that wait.
-    # Either way the host issues the rerun's launches and the backward's one after another: a rerun
-    # dispatch's wait never lets the backward take less than both launch counts against both GPU works
-    # (else full recompute, which reruns the dispatch, would cost the host less than a selective rerun).
+    # the GPU idles as in the forward (`again`, the GPU's idle time after the rerun's synchronization):
+    # the host's launches, the rerun's all of them, are then set against the GPU's work and that idle
+    # time, so a rerun dispatch never costs less than a rerun that stops short of it.
     redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
     again = wait if redispatch else 0.0
-    rerun_launches = 0.0 if redispatch else launched_again
-    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + rerun_launches, launch_s)
-    backward = max(backward, host_excess_s(device_s[1] + device_s[2], launched_backward + launched_again, launch_s))
+    backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
         forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
     )
