@@ -96,7 +96,8 @@ REFERENCES = (
         "cuBLAS in short loops (XLA's measured sm_90 table, tensorflow third_party/xla/xla/service/gpu/model/"
         "matmul_interpolator_data.h at 372d578b): 2048^3 632, 2x4096x4096x2048 763 TFLOP/s; MAMF 794.5 "
         "(ml-engineering); a 600 W H200 NVL, same die, ~600 at a 4096/16384 layer's shapes (TransformerEngine "
-        "docs/examples/gemm_profiling)",
+        "docs/examples/gemm_profiling); that layer's GEMMs back to back on an H100 SXM ~655 (TE's getting-started "
+        "BF16 and FP8 rows, a97674070: ppb's layer_gemm_share 0.847 of its tiles at MAMF)",
     ),
     (
         "attention",

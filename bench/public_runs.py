@@ -253,6 +253,9 @@ TITAN_H100 = {
     "peak_tflops": 912.0,
     "matmul_efficiency": round(H200_NVL_GEMM_CEILING * H200_NVL_PEAK_TFLOPS / 912.0, 4),
     "fp8_matmul_efficiency": round(H200_NVL_FP8_CEILING * H200_NVL_PEAK_TFLOPS / 912.0, 4),
+    # that ceiling is already a back-to-back GEMM loop's (TE's, 100 iterations): not the SXM's share of MAMF
+    "layer_gemm_share": 1.0,
+    "fp8_layer_gemm_share": 1.0,
 }
 
 

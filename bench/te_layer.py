@@ -22,7 +22,9 @@ rate nearest to it:
   the benchmark's own GEMMs ran at follows from its BF16 and FP8 rows: TE's profiling example
   measures the FP8 (delayed scaling, autocast) GEMMs of this layer at 0.593 of their BF16 time on
   Hopper (18.978 / 32.014 ms), so 35.709 − G + 0.593·G = 23.406 gives G ≈ 30.2 ms of BF16 GEMMs,
-  ~655 TFLOP/s (an inference from two public measurements, printed, not used by the model).
+  ~655 TFLOP/s. Since session 21 the catalog takes this as the H100 SXM's `layer_gemm_share` (0.847 of
+  ppb's tiles at MAMF; FP8 0.869, ppb_core/config/devices.py `LAYER_GEMM_SHARE_H100`), so the BF16 and FP8 rows
+  match by construction; the unfused rows below are the held-out check.
 - Attention: cuDNN on H100 SXM5 at head size 128 and 2k tokens, causal forward 484 TFLOP/s, and
   without the mask backward 465 (FlashAttention-3 paper, Shah et al. 2024, Fig. 5-6); attention
   dropout costs cuDNN +3.4% on Hopper in this layout (NVIDIA/TransformerEngine issue #3312, H200, sbhd),
@@ -48,6 +50,12 @@ from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 MEASURED_MS = 35.709  # TE Unfused + TE Attention, BF16
 MEASURED_FP8_MS = 23.406  # TE Unfused + TE Attention + FP8
+# The same file's rows with the layer's own unfused attention (getting_started_utils_pytorch.py
+# `DotProductAttention`: bmm, divide by sqrt(d), softmax, dropout, bmm; no mask): te.Linear and te.LayerNorm
+# ("TE Unfused"), torch.nn's ("Baseline PyTorch"). The layer's GEMMs then share the step with ~20 ms of
+# score-sized (2 GB) memory-bound passes.
+MEASURED_UNFUSED_MS = 49.342
+MEASURED_BASELINE_MS = 48.280
 FP8_OVER_BF16_GEMMS = 18.978 / 32.014  # TE gemm_profiling, H200 NVL, this layer's 12 GEMMs, FP8 delayed scaling
 
 TE_LAYER = {
@@ -103,8 +111,10 @@ def op_class(name: str, category: str) -> str:
     return "gemm" if category == "matmul" else "memory"
 
 
-def layer_rows() -> list:
-    run = parse_run_config(TE_LAYER, "bench/te_layer.py")
+def layer_rows(edits: dict | None = None) -> list:
+    """The layer's priced ops; *edits*: run-config sections merged over TE_LAYER's (the other rows)."""
+    raw = {**TE_LAYER, **{key: {**TE_LAYER.get(key, {}), **value} for key, value in (edits or {}).items()}}
+    run = parse_run_config(raw, "bench/te_layer.py")
     model = TimeModel(run)
     layer = next(layer for layer in walk(run).layers if layer.node == BODY)
     return [row for row in model.breakdown(layer, LayerType.NOT_REC_LAYER) if row.phase != "recompute"]
@@ -135,6 +145,16 @@ def main() -> int:
     gemm_flops = flops["gemm", "forward"] + flops["gemm", "backward"]
     inferred = (MEASURED_MS - MEASURED_FP8_MS) / (1 - FP8_OVER_BF16_GEMMS)
     print(f"layer forward + backward: ours {total:.2f} ms, measured {MEASURED_MS} ms ({total / MEASURED_MS - 1:+.1%})")
+    fp8 = sum(row.ms for row in layer_rows({"timing": {"matmul_dtype": "fp8"}}))
+    fp8_error = fp8 / MEASURED_FP8_MS - 1
+    print(f"with FP8 GEMMs (delayed scaling): ours {fp8:.2f} ms, measured {MEASURED_FP8_MS} ms ({fp8_error:+.1%})")
+    unfused = sum(row.ms for row in layer_rows({"training": {"flash_attention": False}}))
+    unfused_error = unfused / MEASURED_UNFUSED_MS - 1
+    print(
+        f"with the unfused attention (Megatron's unfused core; the benchmark's divide by sqrt(d) is one pass more "
+        f"each way): ours {unfused:.2f} ms, measured {MEASURED_UNFUSED_MS} ms ({unfused_error:+.1%}; "
+        f"torch.nn's modules {MEASURED_BASELINE_MS} ms)"
+    )
     print(
         f"GEMMs: ours {gemm_ms:.1f} ms ({gemm_flops / gemm_ms / 1e9:.0f} TFLOP/s); inferred from the BF16 and FP8 rows "
         f"{inferred:.1f} ms ({gemm_flops / inferred / 1e9:.0f} TFLOP/s); the rest: ours {total - gemm_ms:.1f} ms, "

@@ -1,4 +1,4 @@
-"""Blackwell's GEMMs at a layer's shapes, back to back, against TransformerEngine's measured GEMM loop."""
+"""Blackwell's and the H100 SXM's GEMMs at a layer's shapes, back to back, against TransformerEngine's measurements."""
 
 from dataclasses import replace
 
@@ -8,7 +8,9 @@ from ppb_core.config.devices import (
     ATTENTION_BACK_TO_BACK_SHARE_B200,
     DEVICE_CATALOG,
     FP8_LAYER_GEMM_SHARE_BLACKWELL,
+    FP8_LAYER_GEMM_SHARE_H100,
     LAYER_GEMM_SHARE_BLACKWELL,
+    LAYER_GEMM_SHARE_H100,
     MXFP8_MATMUL_RATIO_BLACKWELL,
 )
 from ppb_core.config.run import parse_run_config
@@ -54,7 +56,7 @@ def test_a_training_step_prices_its_gemms_at_the_share_on_blackwell_only():
     for name, mamf_16, mamf_8, share_16, share_8 in (
         ("b200", 0.776, 0.763, 0.870, 0.887),
         ("gb200", 0.729, 0.723, 0.870, 0.887),
-        ("h100-80gb", 0.803, 0.709, 1.0, 1.0),  # no layer-shape loop measured on an H100 SXM: tiles at MAMF
+        ("h100-80gb", 0.803, 0.709, 0.847, 0.869),  # TE's getting-started layer, back to back (below)
     ):
         raw = gelu_run(device={"name": name}).model_dump(mode="json", exclude_none=True)
         bf16 = TimeModel(parse_run_config(raw))
@@ -84,6 +86,32 @@ def test_blackwell_attention_runs_at_its_back_to_back_share():
         kernels = TimeModel(parse_run_config(raw)).kernels
         assert kernels.attention_forward == pytest.approx(forward * share, rel=1e-3)
         assert kernels.attention_backward == pytest.approx(backward * share, rel=1e-3)
+
+
+def _h100_layer_ms(matmul: str | None, tokens: int = 16384) -> float:
+    """Ppb's tiles at H100's MAMF for the 12 GEMMs of the hidden-4096, FFN-16384 layer at *tokens*."""
+    forward = ((tokens, H, 3 * H), (tokens, H, H), (tokens, H, F), (tokens, F, H))
+    shapes = forward + tuple((m, n, k) for m, k, n in forward) + tuple((k, m, n) for m, k, n in forward)
+    kernels = Kernels.from_device(DEVICE_CATALOG["h100-80gb"], "bf16", matmul_dtype=matmul)
+    return 1e3 * sum(kernels.gemm_compute_s(m, n, k) for m, k, n in shapes)
+
+
+def test_the_h100_shares_are_transformer_engine_s_getting_started_layer_over_the_tiles_at_mamf():
+    # TE docs/getting_started/getting_started_pytorch.out (a97674070): 35.709 ms BF16, 23.406 ms FP8 delayed
+    # scaling; gemm_profiling.rst (1609c890e), H200 NVL: FP8 delayed (autocast) over BF16 = 18.978 / 32.014
+    # = 0.59280. BF16 GEMMs: (35.709 - 23.406) / (1 - 0.59280) = 12.303 / 0.40720 = 30.214 ms; FP8 ones
+    # 0.59280 x 30.214 = 17.911 ms (17.916 at the ratio rounded to 0.593, as the catalog's comment takes it).
+    ratio = 18.978 / 32.014
+    bf16 = (35.709 - 23.406) / (1 - ratio)
+    assert bf16 == pytest.approx(30.214, abs=0.001)
+    assert round(ratio, 3) * bf16 == pytest.approx(17.916, abs=0.001)
+    # 2 x 16384 x 4096 x (12288 + 4096 + 16384 + 16384) x 3 = 19.79 TFLOP in 30.214 ms: 655 TFLOP/s
+    assert 2 * 16384 * 4096 * 49152 * 3 / (bf16 * 1e-3) / 1e12 == pytest.approx(655.0, abs=0.1)
+    # ppb's tiles at MAMF (the model, as for Blackwell above) and the shares they give
+    assert _h100_layer_ms(None) == pytest.approx(25.585, abs=0.002)
+    assert _h100_layer_ms("fp8") == pytest.approx(14.452, abs=0.002)
+    assert LAYER_GEMM_SHARE_H100 == 0.847  # 25.585 / 30.214 = 0.8468
+    assert FP8_LAYER_GEMM_SHARE_H100 == 0.869  # 14.452 / (17.916 - 1.278) = 14.452 / 16.638 = 0.8686
 
 
 def test_gb200_s_tiles_need_b200_s_intensity():

@@ -140,6 +140,29 @@ MXFP8_MATMUL_RATIO_BLACKWELL = round(6.812 / 7.161, 3)  # 0.951
 # to 4096^3) keeps setting the fixed times and the tile rule at the MAMF ceiling.
 LAYER_GEMM_SHARE_BLACKWELL = round(11.403 / 13.102, 3)  # 0.870
 FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
+# The same share on the 700 W H100 SXM (`layer_gemm_share`, `fp8_layer_gemm_share`), from TransformerEngine's
+# getting-started benchmark (docs/getting_started/getting_started_pytorch.out at a97674070, "on an NVIDIA H100
+# GPU": a hidden-4096, FFN-16384 layer at 8 x 2048 tokens, forward and backward, 100 iterations back to back,
+# CUDA events): 35.709 ms in BF16 ("TE Unfused + TE Attention"), 23.406 ms with FP8 delayed scaling, the rest
+# of the layer (cuDNN attention, norms, GeLU, dropout) the same in both. TE's GEMM profiling example times this
+# layer's 12 GEMMs back to back, FP8 delayed scaling with its casts (autocast) at 18.978 / 32.014 = 0.593 of
+# BF16 (gemm_profiling.rst at 1609c890e, H200 NVL, the same GH100 die): so the benchmark's BF16 GEMMs took
+# (35.709 - 23.406) / (1 - 0.593) = 30.214 ms (655 TFLOP/s) and its FP8 ones 0.593 of that, 17.916 ms. Only
+# the SXM part can run them so fast: the 600 W H200 NVL runs them at 599 TFLOP/s in that example, and the
+# H100 NVL (350-400 W) and PCIe (300-350 W, 114 SMs) parts are held lower still (H100 datasheet). Ppb's tiles
+# at H100's MAMF price the 12 GEMMs at 16,384 tokens at 25.585 ms (BF16) and 14.452 ms (FP8, beside which ppb
+# prices TE's casts apart, 1.278 ms: `TimeModel._cast_bytes`, the FP8 GEMM ops' 1.578 ms beyond their tiles
+# less the 0.300 of bias passes the BF16 ones carry too): the benchmark's loop runs at 25.585 / 30.214 = 0.847
+# and 14.452 / (17.916 - 1.278) = 0.869 of that (tests/test_timing_blackwell_layer_gemms.py). MAMF
+# (ml-engineering mamf-finder.py `benchmark_mm`, 744d01e) times each GEMM after a 256 MiB memset and an
+# output copy, which at its best H100 shape (2048x2048x13312, 0.14 ms) take ~0.09 ms of each ~0.23 ms
+# round: it runs at a lower GEMM duty, and power, than a layer's back-to-back GEMMs. Horace
+# He ("Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data", 2024): "matmuls
+# on the H100 are primarily not compute or bandwidth limited, they are power limited". H100 SXM training logs
+# reading 1920-1980 MHz (docs/timing.md, Sustained clocks) sample the clock at each log interval, not inside
+# a GEMM phase. Taken for the H100 SXM only (H200 and H800: the same die and 700 W, not measured).
+LAYER_GEMM_SHARE_H100 = round(25.585 / 30.214, 3)  # 0.847
+FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
 # B200's attention back to back over its first iterations (`attention_back_to_back_share`): flashinfer-ai/
 # flashinfer PR #2899 (Mar 2026) times FlashAttention-4 (BF16, batch 4, 8192 tokens, 16 heads of 128) 100
 # times back to back on a B200: 1450 TFLOP/s at its peak (iterations 10-19), 1237 once throttled (70-79;
@@ -380,6 +403,8 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         persistent_gemms=True,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        layer_gemm_share=LAYER_GEMM_SHARE_H100,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         host_kernel_us=HOST_KERNEL_US_DGX_H100,
         host_boost_ghz=3.8,
