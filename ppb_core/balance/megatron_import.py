@@ -470,8 +470,10 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
         )
     if sizes is None and parallel.get("cp_variant") == "hierarchical":
         raise InputError(where, flag, "must be set when --cp-comm-type is a2a+p2p")
-    if sizes is not None:
+    if sizes is not None and parallel.get("cp_variant") == "hierarchical":
         parallel["hierarchical_cp_sizes"] = sizes
+    elif sizes is not None:  # only TEDotProductAttention under a2a+p2p uses the groups (Parallel's check)
+        notes.append(f"{flag}: read only under --cp-comm-type a2a+p2p, nothing priced")
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:

@@ -255,6 +255,11 @@ class Parallel(StrictModel):
         sizes = self.hierarchical_cp_sizes
         if sizes is not None and math.prod(sizes) != self.cp:
             raise ValueError(f"hierarchical_cp_sizes {sizes}: their product must be cp {self.cp}")
+        if sizes is not None and self.cp_variant != "hierarchical":
+            # Megatron-LM d98e8a64 builds the levels' groups whenever they are given (parallel_state.py
+            # `initialize_model_parallel`), but only TEDotProductAttention under a2a+p2p hands them to TE
+            # (extensions/transformer_engine.py, `cp_group`): elsewhere they price nothing
+            raise ValueError(f"hierarchical_cp_sizes {sizes}: read only under cp_variant hierarchical (a2a+p2p)")
         if self.cp_variant == "hierarchical":
             if sizes is None:
                 raise ValueError("cp_variant hierarchical (a2a+p2p) needs hierarchical_cp_sizes")
