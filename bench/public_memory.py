@@ -153,7 +153,8 @@ def _gpt_small(case: str, pp: int, vpp: int, zero: int) -> dict[str, Any]:
             "flash_attention": False,
         },
         "device": {"name": "h100-80gb", "reserved_mb": 0},
-        "timing": {"transformer_impl": impl},
+        # the three cases run --no-gradient-accumulation-fusion (no TE dummy wgrads, frameworks/dummy_wgrad.py)
+        "timing": {"transformer_impl": impl, "gradient_accumulation_fusion": False},
         "memory": {"cublas_workspace_config": ":4096:8"},  # the cases' ENV_VARS
     }
 

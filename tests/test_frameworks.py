@@ -12,6 +12,7 @@ import math
 
 import pytest
 from test_memory_activations import MLA, MOE
+from test_memory_model import DUMMIES_BODY, DUMMIES_TAIL
 from test_memory_runs import DENSE, body, layers, make_run, model
 
 from ppb_core.errors import InputError
@@ -777,8 +778,9 @@ def test_cublas_workspace_config_sets_pytorch_s_workspace():
     # SIZE KiB × COUNT whatever the device. Megatron's CI sets :4096:8: on an A100 (8.0) each of the
     # two handles holds 4096·1024·8 = 33554432, not the default 8519680: with TE's 4194304,
     # 2·33554432 + 4194304 = 71303168 a stage; ":4096:2:16:8" is the pre-Hopper default again. (Each
-    # with the chunk's cached rotary frequencies, 64 · 16 · 4 = 4096.)
-    for config, expected in ((":4096:8", 71303168 + 4096), (":4096:2:16:8", 2 * 8519680 + 4194304 + 4096)):
+    # with the chunk's cached rotary frequencies, 64 · 16 · 4 = 4096, and TE's dummy wgrads, DUMMIES_TAIL.)
+    cases = ((":4096:8", 71303168 + 4096), (":4096:2:16:8", 2 * 8519680 + 4194304 + 4096))
+    for config, expected in ((config, expected + DUMMIES_TAIL) for config, expected in cases):
         memory = {"cublas_workspace_config": config}
         run = make_run(DENSE, framework="megatron", device={"name": "a100-80gb"}, memory=memory)
         assert run_workspace_bytes(run, model(run)) == expected
@@ -786,55 +788,72 @@ def test_cublas_workspace_config_sets_pytorch_s_workspace():
 
 
 def test_every_stage_holds_the_workspaces_once():
-    # DENSE on 2 stages. Megatron on an A100 (8.0): 2·8519680 + 4194304 = 21233664 a stage;
+    # DENSE on 2 stages. Megatron on an A100 (8.0): 2·8519680 + 4194304 = 21233664 a stage, and TE's dummy
+    # wgrads (test_memory_model.py DUMMIES_*: the body stage's shapes, the TAIL's stage's with the output layer);
     # torchtitan on an H100 (9.0): 2·33554432 = 67108864; MindFormers (SAPP's payload): none.
     cases = (
-        ("megatron", "a100-80gb", 21233664),
-        ("torchtitan", "h100-80gb", 67108864),
-        ("mindformers", "h100-80gb", 0),
+        ("megatron", "a100-80gb", 21233664, (DUMMIES_BODY, DUMMIES_TAIL)),
+        ("torchtitan", "h100-80gb", 67108864, (0, 0)),
+        ("mindformers", "h100-80gb", 0, (0, 0)),
     )
-    for framework, device, expected in cases:
+    for framework, device, expected, dummies in cases:
         run = make_run(DENSE, parallel={"pp": 2, "zero": 0}, framework=framework, device={"name": device})
         memory = model(run)
-        assert memory.rules.workspace_bytes(memory.setup, {layer.kind for layer in walk(run)}) == expected
+        kinds = {layer.kind for layer in walk(run)}
+        assert memory.rules.workspace_bytes(memory.setup, kinds) == expected + dummies[1]
         bare = sum(memory.static_bytes(layer) for layer in walk(run))
         peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
-        assert sum(peak.static_bytes for peak in peaks) == bare + 2 * expected
+        assert sum(peak.static_bytes for peak in peaks) == bare + 2 * expected + sum(dummies)
         assert all(peak.step_static_bytes >= expected for peak in peaks)
 
 
 def test_megatron_workspaces_follow_the_stage_layers():
     # MOE (2 MoE layers, hidden 32, vocabulary 1024) on 2 stages under Megatron, generic device
     # (compute capability 9.0): each stage runs routed experts, so TE's grouped GEMM adds
-    # TE_COMPUTE_STREAMS = 4 workspaces of 33555456: 2·33554432 + 5·33555456 = 234886144.
+    # TE_COMPUTE_STREAMS = 4 workspaces of 33555456: 2·33554432 + 5·33555456 = 234886144. And TE's dummy wgrads
+    # (frameworks/dummy_wgrad.py), bf16: QKV (4 + 2·4 heads of 8 = 96) × 32 = 3072, the projection 32 × 32 = 1024,
+    # the experts' fc1 (2·16) × 32 (the projection's shape: one) and fc2 32 × 16 = 512: 4608 elements, 9216 bytes
+    # on stage 0; stage 1 also the output layer's 1024 × 32 = 32768: 74752 bytes.
+    moe_dummies = [9216, 74752]
     run = make_run(MOE, parallel={"pp": 2, "zero": 0}, framework="megatron")
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
-    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [234886144, 234886144]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [
+        234886144 + d for d in moe_dummies
+    ]
     # without --moe-grouped-gemm the experts are a SequentialMLP of TE linears (transformer_engine_spec_provider.py
     # `grouped_mlp_modules`): no grouped-GEMM workspaces, 2·33554432 + 33555456 = 100664320
     run = make_run(MOE, parallel={"pp": 2, "zero": 0}, training={"moe": {"grouped_gemm": False}}, framework="megatron")
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
-    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [
+        100664320 + d for d in moe_dummies
+    ]
     # under --transformer-impl local the layers run no TE GEMM, but the router's RouterGatingLinearFunction
     # (moe/moe_utils.py) runs te_general_gemm on TE's get_workspace(): PyTorch's two + TE's one, 100664320
     run = make_run(MOE, parallel={"pp": 2, "zero": 0}, timing={"transformer_impl": "local"}, framework="megatron")
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
-    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [
+        100664320 + d for d in moe_dummies
+    ]
     # DENSE at tp 2 with sequence parallelism, s 64, b 1: the output layer's all-gathered input
     # stays in Megatron's global "mpu" buffer on the TAIL's stage only: 64 tokens · h 64 · 2 bytes
-    # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456).
+    # = 8192 beyond the 100664320 of GEMM workspaces (2·33554432 + 33555456). TE's dummy wgrads at tp 2: QKV
+    # (2 + 2·2 heads of 16 = 96) × 64 = 6144, the projection 64 × 32 = 2048, fc1 128 × 64 = 8192, fc2 64 × 64 =
+    # 4096: 40960 bytes; with the output layer's 512 × 64 = 32768 elements, 106496 on stage 1.
     run = make_run(DENSE, parallel={"pp": 2, "tp": 2, "sequence_parallel": True, "zero": 0}, framework="megatron")
     memory = model(run)
     peaks = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=80 * 2**30)
     bare = [sum(memory.static_bytes(layer) for layer in walk(run) if layer.stage == stage) for stage in (0, 1)]
-    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [100664320, 100664320 + 8192]
+    assert [peak.static_bytes - own for peak, own in zip(peaks, bare, strict=True)] == [
+        100664320 + 40960,
+        100664320 + 8192 + 106496,
+    ]
     # the balancer charges every stage the most any stage could hold: the TAIL's stage's, with a chunk's
     # cached rotary frequencies 64 · 16 · 4 = 4096
-    assert run_workspace_bytes(run, memory) == 100664320 + 8192 + 4096
+    assert run_workspace_bytes(run, memory) == 100664320 + 8192 + 4096 + 106496
 
 
 def test_megatron_userbuffers_gemms_keep_their_own_workspaces():
@@ -876,23 +895,24 @@ def test_megatron_local_implementation_keeps_the_attention_score_buffer():
     # request (utils.py GlobalMemoryBuffer.get_tensor); no Transformer Engine GEMM runs, so no TE
     # workspace. DENSE (4 heads), s 64, b 1, unfused attention, one stage on an H100:
     # 2·33554432 + 1·4·64·64·2 = 67108864 + 32768 (each run here with its chunk's cached rotary
-    # frequencies, s · 16 · 4: 4096 at s 64)
+    # frequencies, s · 16 · 4: 4096 at s 64, and TE's dummy wgrads, which Megatron's own linears take too:
+    # DUMMIES_TAIL at tp 1, 106496 at tp 2, test_megatron_workspaces_follow_the_stage_layers)
     local = {"transformer_impl": "local"}
     run = make_run(DENSE, training={"flash_attention": False}, timing=local)
     memory = model(run)
-    assert run_workspace_bytes(run, memory) == 67108864 + 32768 + 4096
+    assert run_workspace_bytes(run, memory) == 67108864 + 32768 + 4096 + DUMMIES_TAIL
     # Transformer Engine's unfused attention allocates its scores fresh: its workspace, no buffer
     run = make_run(DENSE, training={"flash_attention": False})
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456 + 4096
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 33555456 + 4096 + DUMMIES_TAIL
     # tp 2 with SP, b 2: the gathered inputs, 128 tokens · 64 · 2 = 16384, against the scores
     # 2 · 2 heads · 64 · 64 · 2 = 32768: the buffer holds the larger
     sp = {"tp": 2, "sequence_parallel": True, "dp": 2}
     run = make_run(DENSE, parallel=sp, training={"flash_attention": False, "micro_batch_size": 2}, timing=local)
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768 + 4096
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 32768 + 4096 + 106496
     # with s 32 the scores, 2 · 2 · 32 · 32 · 2 = 8192, are smaller than the gathered inputs 64 · 64 · 2
     training = {"flash_attention": False, "micro_batch_size": 2, "seq_length": 32}
     run = make_run(DENSE, parallel=sp, training=training, timing=local)
-    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192 + 32 * 16 * 4
+    assert run_workspace_bytes(run, model(run)) == 67108864 + 8192 + 32 * 16 * 4 + 106496
 
 
 def test_megatron_chunk_keeps_its_last_received_input_and_its_gradient():

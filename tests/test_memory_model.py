@@ -89,6 +89,11 @@ def test_census_seam_replaces_one_model_pricer():
 
 
 WORKSPACES = 2 * 32 * 2**20 + 32 * 2**20 + 1024
+# Transformer Engine's cached dummy weight gradients under gradient accumulation fusion (Megatron's default;
+# frameworks/dummy_wgrad.py): one per distinct weight shape, bf16. DENSE at tp 1: QKV (4 + 2·4 heads of 16 = 192)
+# × 64 = 12288, the projection 64 × 64 = 4096, fc1 (2·128) × 64 = 16384, fc2 64 × 128 = 8192: 40960 elements,
+# 81920 bytes on a stage of body layers; with the output layer 1024 × 64 = 65536 more, 212992.
+DUMMIES_BODY, DUMMIES_TAIL = 81920, 212992
 
 
 def test_stage_peaks_by_hand():
@@ -107,13 +112,15 @@ def test_stage_peaks_by_hand():
     memory = model(run)
     first, last = stage_peaks(memory, walk(run), [[2, 1]], device_bytes=1000 * MB, reserved_bytes=100 * MB)
     assert (first.body_layers, first.in_flight, last.in_flight) == (2, (2,), (1,))
-    assert first.static_bytes == 1179648 + 2 * 739584 + WORKSPACES
+    assert first.static_bytes == 1179648 + 2 * 739584 + WORKSPACES + DUMMIES_BODY
     assert first.activation_bytes == 2 * (512 + 2 * 115712)
     # the chunk's cached rotary frequencies (Megatron's GPTModel RotaryEmbedding), 64 · 16 · 4 = 4096
     assert first.buffer_bytes == 4096
     assert first.working_bytes == 32768
-    assert first.peak_bytes == (1179648 + 2 * 739584 + WORKSPACES + 2 * (512 + 2 * 115712) + 4096 + 32768 + 100 * MB)
-    assert last.static_bytes == 2 * 739584 + 1180800 + WORKSPACES
+    assert first.peak_bytes == (
+        1179648 + 2 * 739584 + WORKSPACES + DUMMIES_BODY + 2 * (512 + 2 * 115712) + 4096 + 32768 + 100 * MB
+    )
+    assert last.static_bytes == 2 * 739584 + 1180800 + WORKSPACES + DUMMIES_TAIL
     assert last.activation_bytes == 2 * 115712 + 279040
     # the TAIL's backward holds its logits' 16-bit gradient, 64·1024·2, once the loss's backward freed the
     # fp32 softmax, 64·1024·4, and the labels, 64·8 (cross_entropy.py `_VocabParallelCrossEntropy`); the

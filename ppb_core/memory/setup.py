@@ -55,6 +55,9 @@ class MemorySetup(Geometry):
     layer_wise_param_layout: bool = True  # Megatron's layer-wise optimizer's layout (frameworks/layer_wise.py)
     dataloader_mask: bool = False  # Megatron's data loader builds the causal mask (timing.attention_mask_in_dataloader)
     defer_embedding_wgrad: bool = False  # Megatron's --defer-embedding-wgrad-compute
+    # Megatron's gradient accumulation fusion under its DDP or Megatron-FSDP: TE's cached dummy wgrads
+    # (frameworks/dummy_wgrad.py)
+    wgrad_fusion_dummies: bool = False
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
@@ -132,6 +135,9 @@ class MemorySetup(Geometry):
             and run.timing.overlap.tp > 0,
             layer_wise_param_layout=train.layer_wise_param_layout,
             defer_embedding_wgrad=train.defer_embedding_wgrad_compute,
+            wgrad_fusion_dummies=run.framework == "megatron"
+            and run.timing.gradient_accumulation_fusion
+            and (run.shard_level < 3 or run.megatron_fsdp),
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,
             softmax_in_fp32=run.softmax_in_fp32,
