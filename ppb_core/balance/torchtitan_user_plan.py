@@ -43,7 +43,7 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     if len(parts) != len(problem.cells):
         said = f"{len(parts)} parts; the run has {problem.stages} stages × {problem.chunks} chunks"
         raise InputError(where, key, said)
-    degree = parallelism.get("pipeline_parallel_degree", problem.stages)
+    degree = _stated(toml, parallelism, "parallelism", "pipeline_parallel_degree", problem.stages)
     if degree != problem.stages:
         raise InputError(where, "parallelism.pipeline_parallel_degree", f"{degree}; the run has {problem.stages}")
     _same_schedule(parallelism, problem, where)
@@ -98,11 +98,14 @@ def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
     if micro_key not in parallelism and not {"local_batch_size", "global_batch_size"} & set(training):
         return  # no batch stated: the lines of a plan, priced at the run config's
     # job_config.py's defaults for what is not stated: micro-batch 1, local 8, global -1 (local × dp)
-    local = training.get("local_batch_size", 8)
+    local = _stated(toml, training, "training", "local_batch_size", 8)
     stated = {
-        f"parallelism.{micro_key}": (parallelism.get(micro_key, 1), b),
+        f"parallelism.{micro_key}": (_stated(toml, parallelism, "parallelism", micro_key, 1), b),
         "training.local_batch_size": (local, b * micro_batches),
-        "training.global_batch_size": (training.get("global_batch_size", -1), b * micro_batches * dp),
+        "training.global_batch_size": (
+            _stated(toml, training, "training", "global_batch_size", -1, least=-1),
+            b * micro_batches * dp,
+        ),
     }
     for key, (value, wanted) in stated.items():
         if value != wanted and not (key == "training.global_batch_size" and value == -1 and local * dp == wanted):
@@ -112,3 +115,9 @@ def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
                 f"{value}; the run config prices {micro_batches} micro-batches of {b} on dp {dp} "
                 f"(micro-batch {b}, local {b * micro_batches}, global {b * micro_batches * dp})",
             )
+
+
+def _stated(toml: _Toml, table: dict, section: str, key: str, default: int, least: int = 1) -> int:
+    """A TOML integer where stated (one line naming it otherwise: a string, float or bool is none, as
+    JobConfig's int fields take none), torchtitan's default where not."""
+    return toml.integer(table, section, key, least) if key in table else default
