@@ -98,7 +98,8 @@ def test_the_profiled_runs_config(bench, rows):
     raw = bench.hybridep_h100_raw(rows, gpu_only=True)
     assert raw["parallel"]["dp"] == raw["parallel"]["ep"] == 16
     assert raw["training"]["micro_batches"] == 64 and raw["training"]["micro_batch_size"] == 1
-    assert raw["timing"]["matmul_dtype"] == "bf16" and raw["timing"]["moe_dispatcher"] == "deepep"
+    assert raw["timing"]["matmul_dtype"] == "bf16" and raw["timing"]["moe_dispatcher"] == "hybridep"
+    assert raw["timing"]["moe_flex_dispatcher_num_sms"] == 32  # the recipe's moe_hybridep_num_sms
     assert raw["timing"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
     assert raw["device"]["host_kernel_us"] == 0.0
     assert "host_kernel_us" not in bench.hybridep_h100_raw(rows, gpu_only=False)["device"]

@@ -689,11 +689,30 @@ class TimingOptions(StrictModel):
         "each way; memory: it keeps the 16-bit logits, not fp32 log-probabilities); unset, as torch_compile "
         "(torchtitan compiles both from bbb1b616e, 2025-04-02; before, the loss ran eagerly)",
     )
-    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep", "ncclep"] = Field(
         "alltoall",
         description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
         "allgather (Megatron's default: every token of the expert-TP × EP group gathered, the outputs "
-        "reduce-scattered) or deepep (flex with DeepEP: one copy per destination node)",
+        "reduce-scattered), or flex with its --moe-flex-dispatcher-backend: deepep (one copy per destination "
+        "node), hybridep (HybridEP: one copy per destination NVLink domain, then NVLink inside it; the "
+        "permutation inside its dispatch) or ncclep (NCCL EP through Transformer Engine, HybridEP's "
+        "hierarchy; the permutation inside its dispatch)",
+    )
+    moe_permute_fusion_into_hybridep: bool = Field(
+        False,
+        description="Megatron's --moe-permute-fusion-into-hybridep (moe_dispatcher hybridep): the permutation "
+        "and unpermutation fused into HybridEP's dispatch and combine kernels, no HBM pass of their own",
+    )
+    moe_hybridep_pad_uneven_dispatch_inputs: bool = Field(
+        False,
+        description="Megatron's --moe-hybridep-pad-uneven-dispatch-inputs (moe_dispatcher hybridep): each "
+        "layer's token count all-reduced (MAX) over expert TP × EP and read on the host before the dispatch",
+    )
+    moe_flex_dispatcher_num_sms: Annotated[PositiveInt, limits.at_most(limits.DEVICES)] | None = Field(
+        None,
+        description="Megatron's --moe-flex-dispatcher-num-sms: the SMs the flex dispatcher's dispatch and "
+        "combine kernels take beside compute (unset: DeepEP 20, HybridEP 24 within one NVLink domain and 8 "
+        "across, NCCL EP its own)",
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
@@ -1652,6 +1671,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    _check_flex(run, where)
     plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
     if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
         said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
@@ -1839,6 +1859,33 @@ def _check_layout(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "parallel.layout", "MTP layers m apart from the loss L are Megatron-Core's: set framework megatron"
         )
+
+
+def _check_flex(run: RunConfig, where: str) -> None:
+    """Megatron-Core's flex token dispatcher's backends (token_dispatcher.py `MoEFlexTokenDispatcher`,
+    d98e8a64) and the words only they read, each refused in one line."""
+    timing, par = run.timing, run.parallel
+    backend = timing.moe_dispatcher
+    if backend in ("hybridep", "ncclep") and run.framework != "megatron":
+        said = f"{backend} is a backend of Megatron-Core's flex token dispatcher: set framework megatron"
+        raise InputError(where, "timing.moe_dispatcher", said)
+    moe = any(isinstance(spec, ModelSpec) and spec.is_moe for spec in run.specs.values())
+    if moe and backend in ("deepep", "ncclep") and par.expert_tp * par.ep < 2:
+        # `MoEFlexTokenDispatcher.__init__`: assert tp_size * ep_size > 1 ("... dispatcher requires TPxEP > 1")
+        said = f"{backend} needs expert_tp × ep > 1 (Megatron-Core's flex dispatcher asserts it)"
+        raise InputError(where, "timing.moe_dispatcher", said)
+    for name in ("moe_permute_fusion_into_hybridep", "moe_hybridep_pad_uneven_dispatch_inputs"):
+        if getattr(timing, name) and backend != "hybridep":  # read by `_HybridEPManager` alone
+            said = f"is HybridEP's: set timing.moe_dispatcher hybridep, not {backend}"
+            raise InputError(where, f"timing.{name}", said)
+    sms = timing.moe_flex_dispatcher_num_sms
+    if sms is not None and backend not in ("deepep", "hybridep", "ncclep"):
+        said = f"is the flex dispatcher's (deepep, hybridep or ncclep), not {backend}'s"
+        raise InputError(where, "timing.moe_flex_dispatcher_num_sms", said)
+    if sms is not None and backend == "hybridep" and sms > run.device.profile().sm_count:
+        # DeepEP hybrid-ep 94a9f8f csrc/hybrid_ep/config.cuh `Configurer`: assert(sm_count >= sms_dispatch)
+        said = f"{sms} is more than the device's {run.device.profile().sm_count} SMs (HybridEP asserts it)"
+        raise InputError(where, "timing.moe_flex_dispatcher_num_sms", said)
 
 
 def _check_combined_1f1b(run: RunConfig, where: str) -> None:
