@@ -564,6 +564,38 @@ def test_check_refuses_a_toml_schedule_other_than_the_runs(tmp_path: Path, capsy
     plan.write_text("\n".join(line for line in lines if not line.startswith("pipeline_parallel_schedule")) + "\n")
     assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     assert "1F1B (torchtitan's default, unstated) runs 1f1b" in capsys.readouterr().err
+    # torch's get_schedule_class matches names case-insensitively: "interleaved1f1b" is Interleaved1F1B
+    plan.write_text("\n".join(lines).replace('"Interleaved1F1B"', '"interleaved1f1b"') + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 0
+    capsys.readouterr()
+    plan.write_text("\n".join(lines).replace('"Interleaved1F1B"', "[1]") + "\n")  # was a TypeError
+    assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "parallelism.pipeline_parallel_schedule: a list of 1 item is not a string" in err
+
+
+def test_check_refuses_a_toml_number_that_is_no_integer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # JobConfig's pipeline_parallel_degree and local_batch_size are ints: "2", 2.0 or true are none. Before,
+    # "2" was said as "2; the run has 2" and 2.0 passed as 2
+    result = _balance(tmp_path, PP2V2, "50000", capsys)
+    lines = "\n".join(result["torchtitan"]["lines"])
+    run, plan = tmp_path / "run.yaml", tmp_path / "plan.toml"
+    assert "pipeline_parallel_degree = 2" in lines and "local_batch_size = " in lines
+    for bad, key in (
+        (
+            lines.replace("pipeline_parallel_degree = 2", 'pipeline_parallel_degree = "2"'),
+            "parallelism.pipeline_parallel_degree",
+        ),
+        (
+            lines.replace("pipeline_parallel_degree = 2", "pipeline_parallel_degree = 2.0"),
+            "parallelism.pipeline_parallel_degree",
+        ),
+        (lines.replace("local_batch_size = ", "local_batch_size = true #"), "training.local_batch_size"),
+    ):
+        plan.write_text(bad + "\n")
+        assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{plan}: {key}: " in err and "is not an integer" in err
 
 
 def test_check_refuses_the_op_policy_for_a_run_that_does_not_state_it(

@@ -200,6 +200,23 @@ def test_bad_values_name_the_field(changes, field, words):
     assert words in line, line
 
 
+def test_ulysses_cp_is_refused_where_the_framework_cannot_run_it():
+    # BASE: 16 heads, 4 key/value heads, tp 2: 8 query and 2 key/value heads a tp rank.
+    # TE d0067d0d AttnFuncWithCPAndQKVOA2A asserts both divide by cp (MindFormers' LLamaAttention likewise
+    # n_head and n_kv_head by model_parallel·ulysses_cp_num): cp 2 runs (16 % 4 = 4 % 4 = 0); cp 4 splits
+    # the 16 query heads (16 % (2·4) = 0) but not the 4 key/value heads (4 % 8 = 4)
+    ok = _raw(parallel__dp=1, parallel__cp=2, parallel__cp_variant="ulysses")
+    parse_run_config(ok, "run.yaml")
+    error = _error(_raw(parallel__dp=1, parallel__pp=1, parallel__cp=4, parallel__cp_variant="ulysses"))
+    assert error.field == "parallel.cp" and "key/value heads too: 4 not divisible by tp·cp = 8" in error.problem
+    # torchtitan's context parallelism is torch's ring attention; v0.2.2 has no Ulysses variant
+    titan = {**ok, "framework": "torchtitan", "parallel": {**ok["parallel"], "fsdp": True}}
+    error = _error(titan)
+    assert error.field == "parallel.cp_variant" and "ring attention" in error.problem
+    titan["parallel"]["cp_variant"] = "ring"
+    parse_run_config(titan, "run.yaml")
+
+
 def test_moe_and_mla_combinations():
     moe = {"num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 512}
     raw = _raw(parallel__ep=3, parallel__dp=6)

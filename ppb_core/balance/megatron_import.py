@@ -67,6 +67,7 @@ from typing import Any
 
 import yaml
 
+from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
@@ -332,6 +333,8 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     if position in ("yarn", "mrope"):
         notes.append(f"--position-embedding-type {position}: priced as rope")
     seq = args.required("--seq-length")
+    if seq > limits.SEQUENCE:  # before the spec's positions (max(--max-position-embeddings, seq)) say it
+        raise InputError(where, "--seq-length", limits.over(seq, limits.SEQUENCE, "tokens"))
     max_positions = args.integer("--max-position-embeddings")
     if position == "learned_absolute" and max_positions is None:
         raise InputError(where, "--max-position-embeddings", "missing: learned positions need it")
@@ -467,8 +470,10 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
         )
     if sizes is None and parallel.get("cp_variant") == "hierarchical":
         raise InputError(where, flag, "must be set when --cp-comm-type is a2a+p2p")
-    if sizes is not None:
+    if sizes is not None and parallel.get("cp_variant") == "hierarchical":
         parallel["hierarchical_cp_sizes"] = sizes
+    elif sizes is not None:  # only TEDotProductAttention under a2a+p2p uses the groups (Parallel's check)
+        notes.append(f"{flag}: read only under --cp-comm-type a2a+p2p, nothing priced")
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:

@@ -159,6 +159,12 @@ class ParallelOptimizerConfig(StrictModel):
         return value
 
 
+# torchtitan's context parallelism is torch's ring attention (torch/distributed/tensor/experimental/
+# _context_parallel, rotating K and V by all-gather or all-to-all: `context_parallel_rotate_method`); v0.2.2
+# has no head-splitting (Ulysses) variant.
+TITAN_NO_ULYSSES = "ulysses: torchtitan's context parallelism is ring attention (timing.cp_rotate_method)"
+
+
 class Parallel(StrictModel):
     dp: Devices = 1
     tp: Devices = 1
@@ -249,6 +255,11 @@ class Parallel(StrictModel):
         sizes = self.hierarchical_cp_sizes
         if sizes is not None and math.prod(sizes) != self.cp:
             raise ValueError(f"hierarchical_cp_sizes {sizes}: their product must be cp {self.cp}")
+        if sizes is not None and self.cp_variant != "hierarchical":
+            # Megatron-LM d98e8a64 builds the levels' groups whenever they are given (parallel_state.py
+            # `initialize_model_parallel`), but only TEDotProductAttention under a2a+p2p hands them to TE
+            # (extensions/transformer_engine.py, `cp_group`): elsewhere they price nothing
+            raise ValueError(f"hierarchical_cp_sizes {sizes}: read only under cp_variant hierarchical (a2a+p2p)")
         if self.cp_variant == "hierarchical":
             if sizes is None:
                 raise ValueError("cp_variant hierarchical (a2a+p2p) needs hierarchical_cp_sizes")
@@ -1297,6 +1308,15 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
             "parallel.cp",
             f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp = {par.tp * par.cp}",
         )
+    if par.cp > 1 and par.cp_variant == "ulysses" and spec.kv_heads % (par.tp * par.cp):
+        # K and V split by head too: TE d0067d0d context_parallel.py `AttnFuncWithCPAndQKVOA2A.forward` asserts
+        # "num_heads % cp_size == 0 for Q, K, V" of a tensor-parallel rank's heads (Megatron's a2a); MindFormers'
+        # llama_transformer.py `LLamaAttention` raises unless n_kv_head is a multiple of model_parallel·ulysses_cp_num
+        raise InputError(
+            where,
+            "parallel.cp",
+            f"Ulysses splits key/value heads too: {spec.kv_heads} not divisible by tp·cp = {par.tp * par.cp}",
+        )
     if par.cp > 1 and par.cp_a2a > 1:
         # TE d0067d0d `flash_attn_a2a_communicate` views each of q, k, v's heads as [cp_a2a, heads/cp_a2a]
         a2a = par.cp_a2a
@@ -1608,6 +1628,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         # the choice is Megatron-LM's (--use-megatron-fsdp or --use-torch-fsdp2); elsewhere it prices nothing
         said = "needs framework megatron" if run.framework != "megatron" else "needs fsdp true"
         raise InputError(where, "parallel.fsdp_impl", f"{par.fsdp_impl} {said}")
+    if run.framework == "torchtitan" and par.cp > 1 and par.cp_variant == "ulysses":
+        raise InputError(where, "parallel.cp_variant", TITAN_NO_ULYSSES)
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.
