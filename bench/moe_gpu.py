@@ -22,17 +22,19 @@ For each row, one MoE layer and micro-batch at the state the iteration prices it
   work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
 
 Last, a measured split of a Qwen3 30B-A3B step's GPU time (`HYBRIDEP_H100`): Megatron-Bridge's docs
-(docs/training/moe-optimization.md at 067f987df, "HybridEP production-shape validation", a 2026-07-25
+(skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md at 067f987df, "HybridEP production-shape validation", a 2026-07-25
 run) give, for 16 H100 in BF16 at TP 1, PP 1, EP 16, MBS 1, GBS 1024, forced balancing, HybridEP and
 TE graphs of the router and its preprocessing, with the expert-parallel overlap off: a 24.714 s step,
 and from a rank-0 Nsight Systems profile a GPU-active interval union of 22.821 s, of which
 communication concurrent with GEMMs or attention 9.079 ms, 0.11% of the communication time: so
 communication ≈ 8.25 s and computation ≈ 14.58 s. Beside it ppb's price of that run (the recipe
 `qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config`, perf_recipes/qwen/h100/qwen3_moe.py and
-recipes/qwen/h100/qwen3_moe.py at 067f987df; HybridEP priced as ppb's nearest dispatcher, `deepep`, a
-token sent once to each remote node), its GPU work alone split the same way: the layers' all-to-alls
-against everything else, and again with ppb's permutations on the communication side (the recipe's
-`moe_permute_fusion_into_hybridep` has HybridEP's dispatch and combine kernels do them).
+recipes/qwen/h100/qwen3_moe.py at 067f987df: `timing.moe_dispatcher` hybridep, a token sent once to each
+rank its experts sit on and once to each remote node, HybridEP's `moe_hybridep_num_sms` 32), its GPU work
+alone split the same way: the layers' all-to-alls against everything else, and again with ppb's
+permutations on the communication side (the recipe leaves `moe_permute_fusion_into_hybridep` at Megatron's
+default, off: HybridEP's own permute and unpermute kernels run inside `dispatch_with_permute` and
+`combine_with_unpermute`, within its dispatch and combine NVTX ranges).
 
 And a looser one on Blackwell (`GB200_STEP_S`): the same card (examples/model_verification_cards/
 qwen3-30b-a3b/card.yaml at 067f987df) measures `qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config` on 8
@@ -117,13 +119,19 @@ class ProfiledStep:
 
 
 HYBRIDEP_H100 = ProfiledStep(24.7138, 22.821, 9.079e-3, 0.0011)
+# the same run with plain EP overlap on (--overlap-moe-expert-parallel-comm), its independent validation over
+# iterations 41-50 (skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md at 067f987df)
+HYBRIDEP_H100_OVERLAP_S = 20.9920
 GB200_STEP_S = 6.50112  # the card's last_10_steps_step_time_ms_avg, 6501.120
+# recipes/qwen/h100/qwen3_moe.py `moe_hybridep_num_sms = 32`, and scripts/performance/utils/overrides.py forces 32
+# on every hybridep recipe (067f987df); Megatron routes it to moe_flex_dispatcher_num_sms
+HYBRIDEP_RECIPE_SMS = 32
 
 
 def gb200_raw(rows: dict[str, PublicRun]) -> dict:
     """The GB200 card run's config as ppb can state it (module docstring), from the B200 Qwen3 30B-A3B row:
-    8 GB200, EP 8, MBS 4, 512 / (4 · 8) = 16 micro-batches, MXFP8, HybridEP as `deepep`, the EP overlap
-    with delayed weight gradients, full-iteration CUDA graphs (no host in the step)."""
+    8 GB200, EP 8, MBS 4, 512 / (4 · 8) = 16 micro-batches, MXFP8, HybridEP on 32 SMs (`_benchmark_common`),
+    the EP overlap with delayed weight gradients, full-iteration CUDA graphs (no host in the step)."""
     raw = copy.deepcopy(rows["NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)"].raw)
     raw["name"] = "Qwen3 30B-A3B MXFP8 EP8 HybridEP (8 GB200)"
     raw["device"] = {"name": "gb200"}
@@ -132,7 +140,8 @@ def gb200_raw(rows: dict[str, PublicRun]) -> dict:
     raw["training"]["micro_batches"] = 512 // (4 * 8)
     timing = raw["timing"]
     timing["delay_wgrad_compute"] = True
-    timing["moe_dispatcher"] = "deepep"
+    timing["moe_dispatcher"] = "hybridep"
+    timing["moe_flex_dispatcher_num_sms"] = HYBRIDEP_RECIPE_SMS
     timing["cuda_graph_impl"] = "full_iteration"
     timing.pop("cuda_graph_modules", None)
     return raw
@@ -153,7 +162,8 @@ def hybridep_h100_raw(rows: dict[str, PublicRun], gpu_only: bool) -> dict:
     timing["fp8_param_gather"] = False
     timing["delay_wgrad_compute"] = False
     timing["overlap_param_gather_with_optimizer_step"] = False
-    timing["moe_dispatcher"] = "deepep"
+    timing["moe_dispatcher"] = "hybridep"
+    timing["moe_flex_dispatcher_num_sms"] = HYBRIDEP_RECIPE_SMS
     timing["cuda_graph_impl"] = "transformer_engine"
     timing["cuda_graph_modules"] = ["moe_router", "moe_preprocess"]
     if gpu_only:
@@ -291,11 +301,19 @@ def report_profiled(rows: dict[str, PublicRun]) -> None:
         f"    computation: measured {measured.compute_s:.3f} s, ppb {gpu - a2a:.3f} s "
         f"(x{measured.compute_s / (gpu - a2a):.2f})"
     )
-    # moe_permute_fusion_into_hybridep: the dispatch writes the tokens in expert order, the combine reads them
+    # HybridEP's own permute and unpermute run inside its dispatch and combine calls (unfused, the recipe's)
     rest = gpu - a2a - permutations
     print(
-        f"    with ppb's permutations ({permutations:.3f} s) counted as communication, as HybridEP fuses them: "
+        f"    with ppb's permutations ({permutations:.3f} s) counted as communication, inside HybridEP's calls: "
         f"x{measured.comm_s / (a2a + permutations):.2f} and x{measured.compute_s / rest:.2f}"
+    )
+    raw = hybridep_h100_raw(rows, False)
+    raw["parallel"]["overlap_moe_expert_parallel_comm"] = True
+    on = run_iteration(run_config(raw, "hybridep-h100-overlap")).seconds
+    print(
+        f"  EP overlap on (the same skill's independent validation): measured {HYBRIDEP_H100_OVERLAP_S:.3f} s, "
+        f"ppb {on:.3f} s ({on / HYBRIDEP_H100_OVERLAP_S - 1:+.1%}); off/on measured "
+        f"x{measured.step_s / HYBRIDEP_H100_OVERLAP_S:.3f}, ppb x{step / on:.3f}"
     )
     print()
 

@@ -82,7 +82,8 @@ def test_the_token_dropping_settings(bench, rows):
 
 
 def test_the_profiled_step_splits_by_hand(bench):
-    # Megatron-Bridge docs/training/moe-optimization.md (067f987df), overlap off: GPU-active union 22.821 s;
+    # Megatron-Bridge skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md (067f987df), "HybridEP production-shape
+    # validation", overlap off: step 24.7138 s; GPU-active union 22.821 s;
     # communication beside GEMMs or attention 9.079 ms, 0.11% of the communication time: 9.079e-3 / 0.0011
     # = 8.2536 s of communication, and 22.821 − 8.2536 + 0.0091 = 14.5765 s of computation.
     step = bench.HYBRIDEP_H100
@@ -97,7 +98,8 @@ def test_the_profiled_runs_config(bench, rows):
     raw = bench.hybridep_h100_raw(rows, gpu_only=True)
     assert raw["parallel"]["dp"] == raw["parallel"]["ep"] == 16
     assert raw["training"]["micro_batches"] == 64 and raw["training"]["micro_batch_size"] == 1
-    assert raw["timing"]["matmul_dtype"] == "bf16" and raw["timing"]["moe_dispatcher"] == "deepep"
+    assert raw["timing"]["matmul_dtype"] == "bf16" and raw["timing"]["moe_dispatcher"] == "hybridep"
+    assert raw["timing"]["moe_flex_dispatcher_num_sms"] == 32  # the recipe's moe_hybridep_num_sms
     assert raw["timing"]["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
     assert raw["device"]["host_kernel_us"] == 0.0
     assert "host_kernel_us" not in bench.hybridep_h100_raw(rows, gpu_only=False)["device"]

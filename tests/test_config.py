@@ -16,6 +16,7 @@ from ppb_core.config.run import load_run_config, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory.setup import MemorySetup
+from ppb_core.payload.run import describe_run
 from ppb_core.tables.run import run_from_frame, run_to_frame
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,28 @@ def test_shipped_configs_load_and_round_trip_through_a_table(path):
         run.training,
         run.device,
     )
+
+
+def _torchtitan_tp_cp_compiled():
+    """The shipped torchtitan run at TP 2 × CP 2 (dp 2), compiled: its overlap shares unstated, which
+    torchtitan prices as its own (nothing hides TP's reduce-scatters, nor the compiled ring's steps)."""
+    path = ROOT / "configs" / "llama3.1-8b-torchtitan.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["parallel"] = {"dp": 2, "tp": 2, "cp": 2, "pp": 1, "fsdp": True, "world_size": 8}
+    raw["timing"] = {"torch_compile": True}
+    return parse_run_config(raw, path, path.parent)
+
+
+@pytest.mark.parametrize("path", [*CONFIGS, None], ids=[*(p.stem for p in CONFIGS), "torchtitan-tp2-cp2"])
+def test_the_chains_table_prices_a_run_as_the_run_config_does(path):
+    # The chain's stages read the run back from its table (`run_config` → `run_from_frame`), `ppb
+    # estimate`/`balance` the file itself: both must describe the same layers at the same times. The
+    # table had stated every overlap share, torchtitan's unstated `tp_async` included, so the chain
+    # priced its TP reduce-scatters hidden (a TP 2 × PP 4 Llama-3.1-8B body's backward 1.941 against
+    # 1.982 forward-times: `ppb plan` chose a plan `ppb balance` did not).
+    run = _torchtitan_tp_cp_compiled() if path is None else load_run_config(path)
+    again = run_from_frame(run_to_frame(run))
+    assert describe_run(again) == describe_run(run)
 
 
 def test_the_base_config_is_valid_and_defaults_are_stated():
@@ -175,6 +198,23 @@ def test_bad_values_name_the_field(changes, field, words):
     assert "\n" not in line and line.startswith("run.yaml: ")
     assert err.field == field, line
     assert words in line, line
+
+
+def test_ulysses_cp_is_refused_where_the_framework_cannot_run_it():
+    # BASE: 16 heads, 4 key/value heads, tp 2: 8 query and 2 key/value heads a tp rank.
+    # TE d0067d0d AttnFuncWithCPAndQKVOA2A asserts both divide by cp (MindFormers' LLamaAttention likewise
+    # n_head and n_kv_head by model_parallel·ulysses_cp_num): cp 2 runs (16 % 4 = 4 % 4 = 0); cp 4 splits
+    # the 16 query heads (16 % (2·4) = 0) but not the 4 key/value heads (4 % 8 = 4)
+    ok = _raw(parallel__dp=1, parallel__cp=2, parallel__cp_variant="ulysses")
+    parse_run_config(ok, "run.yaml")
+    error = _error(_raw(parallel__dp=1, parallel__pp=1, parallel__cp=4, parallel__cp_variant="ulysses"))
+    assert error.field == "parallel.cp" and "key/value heads too: 4 not divisible by tp·cp = 8" in error.problem
+    # torchtitan's context parallelism is torch's ring attention; v0.2.2 has no Ulysses variant
+    titan = {**ok, "framework": "torchtitan", "parallel": {**ok["parallel"], "fsdp": True}}
+    error = _error(titan)
+    assert error.field == "parallel.cp_variant" and "ring attention" in error.problem
+    titan["parallel"]["cp_variant"] = "ring"
+    parse_run_config(titan, "run.yaml")
 
 
 def test_moe_and_mla_combinations():

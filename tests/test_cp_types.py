@@ -138,6 +138,13 @@ def test_a_one_rank_level_runs_the_other_variant(sizes, variant):
         ({"cp_variant": "hierarchical", "hierarchical_cp_sizes": [2, 1]}, "parallel", "product must be cp 4"),
         ({"cp_variant": "ring", "hierarchical_cp_sizes": [2, 4]}, "parallel", "product must be cp 4"),  # 580
         ({"cp_variant": "hierarchical", "hierarchical_cp_sizes": [2, 1, 2]}, "parallel", "two levels"),
+        # a product of cp, but only TEDotProductAttention under a2a+p2p uses the levels: nothing priced
+        (
+            {"cp_variant": "ring", "hierarchical_cp_sizes": [2, 2]},
+            "parallel",
+            "read only under cp_variant hierarchical",
+        ),
+        ({"cp_variant": "all_gather", "hierarchical_cp_sizes": [4, 1]}, "parallel", "read only under cp_variant"),
     ],
 )
 def test_impossible_hierarchical_sizes_are_refused(parallel, field, said):
@@ -174,6 +181,10 @@ def test_the_importer_reads_both_flags():
     )
     parallel = imported.raw["parallel"]
     assert (parallel["cp_variant"], parallel["hierarchical_cp_sizes"]) == ("hierarchical", [2, 2])
+    # the sizes beside p2p: Megatron builds the groups but the ring never uses them, so a note, not a field
+    ring = import_megatron(LAUNCH + "--hierarchical-context-parallel-sizes 2 2", 8, "a100-80gb")
+    assert "hierarchical_cp_sizes" not in ring.raw["parallel"]
+    assert "--hierarchical-context-parallel-sizes: read only under --cp-comm-type a2a+p2p, nothing priced" in ring.notes
     assert import_megatron(LAUNCH + "--cp-comm-type all_gather", 8, "a100-80gb").raw["parallel"]["cp_variant"] == (
         "all_gather"
     )

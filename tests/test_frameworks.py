@@ -299,8 +299,9 @@ def test_megatron_dispatcher_keeps_its_last_routing():
     memory = model(run)
     idle, busy = (stage_peaks(memory, walk(run), [[2, n]], 80 * 2**30)[1] for n in (0, 1))
     assert idle.buffer_bytes - busy.buffer_bytes == 2048 + 256
-    # DeepEP's flex dispatcher keeps other tensors, not counted (timing.moe_dispatcher deepep)
-    run = make_run(MOE, training={"seq_length": 16}, timing={"moe_dispatcher": "deepep"})
+    # DeepEP's flex dispatcher keeps other tensors, not counted (timing.moe_dispatcher deepep; ep 2, as
+    # `MoEFlexTokenDispatcher` asserts TP × EP > 1)
+    run = make_run(MOE, parallel={"dp": 2, "ep": 2}, training={"seq_length": 16}, timing={"moe_dispatcher": "deepep"})
     memory, layer = model(run), body(run, "moe")
     assert memory.static_breakdown(layer).module_bytes == 0 and "moe.row_map" not in _terms(memory, layer)
     # MindFormers' conventions count none; a dense layer has no dispatcher

@@ -311,6 +311,12 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--main-grads-dtype bf17", "--main-grads-dtype"),  # arguments.py choices=['fp32', 'bf16']
         ("--recompute-granularity selective --recompute-modules core_atn", "--recompute-modules"),
         ("--num-layers-per-virtual-pipeline-stage 2", "--pipeline-model-parallel-size"),  # pp 1
+        # ppb's limits and pydantic's bounds on the model spec and batch: said with the flag, not the spec field
+        ("--num-layers 100000", "--num-layers"),  # limits.LAYERS 1,024
+        ("--seq-length 99999999999 --max-position-embeddings 99999999999", "--seq-length"),  # SEQUENCE 2^24
+        ("--max-position-embeddings 99999999999", "--max-position-embeddings"),  # POSITIONS 2^31
+        ("--micro-batch-size -1 --global-batch-size 8", "--micro-batch-size"),
+        ("--ffn-hidden-size 0", "--ffn-hidden-size"),
         (
             # dp 4, 24 / 4 = 6 micro-batches in groups of 5: a last group of 1 < pp 2, which Megatron refuses
             "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "

@@ -89,12 +89,17 @@ def test_context_parallel_ring_and_ulysses_buffers():
     assert buffers.transient_bytes("cp") == 4096  # its double buffer
     assert buffers.at(3) == 4096 + 3 * 2048
     assert model(ring).buffers(body(ring), SEL, dict(KEEP_ALL, gather=0)).at(3) == 4096
+    # Ulysses splits key/value heads by cp too (MindFormers' LLamaAttention: n_kv_head a multiple of
+    # model_parallel·ulysses_cp_num), so two kv heads: keys and values of 32 tokens are 32·(2·2·16)·2 = 4096
     ulysses = make_run(
-        spec, parallel={"cp": 2, "cp_variant": "ulysses"}, training={"seq_length": 64}, framework="mindformers"
+        {**DENSE, "num_key_value_heads": 2},
+        parallel={"cp": 2, "cp_variant": "ulysses"},
+        training={"seq_length": 64},
+        framework="mindformers",
     )
     buffers = model(ulysses).buffers(body(ulysses), NOT)
-    # the all-to-all sends queries (32·64·2) and keys and values (2048) once; nothing is kept
-    assert (buffers.kept_bytes(), buffers.transient_bytes()) == (0, 4096 + 2048)
+    # the all-to-all sends queries (32·64·2) and keys and values (4096) once; nothing is kept
+    assert (buffers.kept_bytes(), buffers.transient_bytes()) == (0, 4096 + 4096)
 
 
 def test_tail_keeps_its_gathered_input_and_head_keeps_nothing():

@@ -149,7 +149,9 @@ def test_the_allgather_dispatchers_memory_by_hand() -> None:
         ("--moe-token-dispatcher-type allgather", "allgather", False),
         ("--moe-token-dispatcher-type alltoall", "alltoall", False),
         ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep", "deepep", False),
-        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "alltoall", True),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "hybridep", False),
+        ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep", "ncclep", False),
+        ("--moe-token-dispatcher-type flex --moe-enable-deepep", "deepep", False),  # deprecated: deepep
     ],
 )
 def test_the_import_carries_the_dispatcher(flags: str, dispatcher: str, noted: bool) -> None:

@@ -15,6 +15,7 @@ from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_in_flight_counts
+from ppb_core.memory.model import run_workspace_bytes
 from ppb_core.model.walk import walk
 from ppb_core.payload.profiling import profile_run
 from ppb_core.payload.run import describe_run
@@ -25,6 +26,7 @@ from ppb_core.tables.run import run_to_frame
 from ppb_core.tables.schema import Summarized
 from ppb_core.tables.walk import walk_to_frame
 from ppb_core.timing.pricer import TimeModel
+from ppb_core.units import MB
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -210,14 +212,20 @@ def test_the_report_agrees_with_the_plan(planned) -> None:
     # the memory model's peak is (2, 1) with one logits).
     constant = tables["pipeline_plan"].summary["input"]["constant_memory_mb"]
     assert constant >= report["working_mb"].max()
-    interleaved = load_run_config(CONFIGS / f"{key}.yaml").parallel.vpp > 1
+    run = load_run_config(CONFIGS / f"{key}.yaml")
+    interleaved = run.parallel.vpp > 1
+    workspace_mb = run_workspace_bytes(run, layer_walk=walk(run, fused_tail=True)) / MB
     whole = report["parameters_mb"] + report["activations_mb"] + report["buffers_mb"]
     for whole_mb, working_mb, planned_mb in zip(whole, report["working_mb"], plan["memory_mb"], strict=True):
         assert whole_mb <= planned_mb * 1.02
         if interleaved:
             assert (planned_mb - constant) * 0.9 <= whole_mb - working_mb
         else:
-            assert whole_mb - working_mb == pytest.approx(planned_mb - constant, rel=0.02)
+            # the constant charges every stage the run's workspaces (`run_workspace_bytes`: every layer kind's,
+            # TE's cached dummy weight gradients of the output layer's shape among them); the report holds the
+            # stage's own among its buffers and parameters, so the model's figure lies between the two
+            assert planned_mb - constant <= (whole_mb - working_mb) * 1.02
+            assert whole_mb - working_mb <= (planned_mb - constant + workspace_mb) * 1.02
     assert chain.report_problems(tables["plan_report"]) == []
     files = chain.stage_artifacts("plan_report", tables["plan_report"])
     assert files[".png"][:8] == b"\x89PNG\r\n\x1a\n"

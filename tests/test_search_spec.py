@@ -121,6 +121,17 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["limits"].update(pp=[1, 3]), "limits.pp", "pp 3 does not divide the 8 devices"),
         (lambda raw: raw["limits"].update(cp=[16]), "limits.cp", "cp 16 does not divide the 8 devices"),
         (lambda raw: raw["limits"].update(ep=[5]), "limits.ep", "ep 5 does not divide the 8 devices"),
+        # torchtitan's CP is torch's ring attention (v0.2.2 has no Ulysses): refused once, not point by point
+        (
+            lambda raw: raw.update(framework="torchtitan") or raw["limits"].update(cp_variant=["ring", "ulysses"]),
+            "limits.cp_variant",
+            "torchtitan's context parallelism is ring attention",
+        ),
+        (
+            lambda raw: raw.update(framework="mindformers") or raw["limits"].update(cp_variant=["ring", "all_gather"]),
+            "limits.cp_variant",
+            "all_gather is TransformerEngine's, under framework megatron",
+        ),
     ],
 )
 def test_bad_specs_are_one_line_naming_the_field(change, field: str, words: str) -> None:

@@ -84,6 +84,33 @@ def test_the_backward_launches_what_it_reruns_again():
     assert layer_host_waits(ops, forward_s, launches, ["norm"], (2.0, 10.0, 0.5), 1.0, None, True).backward == 0.0
 
 
+def test_a_rerun_dispatch_still_launches_both_counts():
+    # Full recompute reruns the dispatch: CheckpointFunction.backward calls the MoE layer's forward again,
+    # whose dispatcher synchronizes again (`again`, the forward's wait). The host still issues the rerun's
+    # launches and then the backward's, one after another. MoE ops router (1, 2), permute (1, 2), dispatch
+    # (1, 2), experts (2, 4): 5 forward, 10 backward launches, 1 s each; GPU forward 4 s (1 each), backward
+    # 8 s, the rerun 4 s; dropless alltoall. Forward wait (host.py `dispatcher_wait_s`): the permutation's
+    # 1 s queued, then the dispatch (1 kernel, 1 s), the experts (2 kernels of 0.5 s), wrapped to the router
+    # (1 s) and the permutation (run in the next wait: 0 s), launched at 1, 2, 3, 4, 5: the GPU reaches
+    # them at 1, 2, 2.5, 3.5, 5: it waits 0.5 + 0.5 = 1. The rerun waits that 1 again; the old price was
+    # 1 + (10 own launches − (8 + 4 + 1)) ∨ 0 = 1, less than the 15 launches (10 own + 5 rerun) beyond
+    # the 8 + 4 of GPU work: 3, which it takes now.
+    ops = [
+        Op("moe.router", "moe", "memory"),
+        Op("moe.permute", "moe", "memory"),
+        Op("moe.dispatch", "moe", COMM),
+        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+    ]
+    launches = {"moe.router": (1.0, 2.0), "moe.permute": (1.0, 2.0), "moe.dispatch": (1.0, 2.0),
+                "moe.experts_in": (2.0, 4.0)}  # fmt: skip
+    forward_s = {"moe.router": 1.0, "moe.permute": 1.0, "moe.dispatch": 1.0, "moe.experts_in": 1.0}
+    rerun = list(launches)
+    waits = layer_host_waits(ops, forward_s, launches, rerun, (4.0, 8.0, 4.0), 1.0, "alltoall", True)
+    assert waits.dispatcher == pytest.approx(1.0)
+    assert waits.backward == pytest.approx(15.0 - 12.0)
+    assert waits.launch_backward == pytest.approx(15.0)
+
+
 def test_a_rerun_dispatch_launches_the_whole_rerun_again():
     # Full recompute of a MoE layer reruns its dispatch: the host launches every forward op again and
     # waits at the dispatcher's synchronization as the forward did. The dispatcher test's layer with a

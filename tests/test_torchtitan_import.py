@@ -418,6 +418,17 @@ def test_the_pipeline_split_is_torchtitans() -> None:
     parse_run_config(raw)
 
 
+@pytest.mark.parametrize("spelled", ["interleaved1f1b", "INTERLEAVED1F1B", "Interleaved1f1b"])
+def test_the_schedule_name_is_matched_case_insensitively_as_torch_does(spelled: str) -> None:
+    # torch.distributed.pipelining schedules.py `get_schedule_class` lowers the name before looking it
+    # up, so torchtitan runs "interleaved1f1b" as Interleaved1F1B: the same run config as PIPELINE's
+    raw = _imported(PIPELINE.replace('"Interleaved1F1B"', f'"{spelled}"'), 16)
+    assert raw["parallel"] == _imported(PIPELINE, 16)["parallel"]
+    with pytest.raises(InputError) as err:  # a TOML array is no name: one line, not a TypeError
+        import_torchtitan(PIPELINE.replace('"Interleaved1F1B"', '["Interleaved1F1B"]'), 16, "h100-80gb", "job.toml")
+    assert err.value.field == "parallelism.pipeline_parallel_schedule"
+
+
 @pytest.mark.parametrize(
     ("text", "gpus", "key"),
     [
@@ -561,3 +572,13 @@ def test_an_empty_job_is_refused_not_priced_as_torchtitans_debugmodel(text: str)
 def test_a_folder_given_as_the_job_is_said_to_be_a_folder(tmp_path: Path, capsys) -> None:
     assert main(["import", "torchtitan", str(tmp_path), "--gpus", "8", "--device", "h100-80gb"]) == 2
     assert capsys.readouterr().err == f"ppb: error: {tmp_path}: is a directory, not a file\n"
+
+
+def test_a_sequence_over_ppb_s_limits_is_said_as_the_toml_s_seq_len() -> None:
+    # 10^11 tokens is over ppb's 2^31 positions (the flavor's max_seq_len = seq_len) before its 2^24 tokens
+    # a sequence: the refusal still names the TOML key, with the run config's field after it
+    imported = import_torchtitan("[training]\nseq_len = 99999999999", 8, "h100-80gb", "job.toml")
+    with pytest.raises(InputError) as err:
+        torchtitan_run_config(imported, "job.toml")
+    assert err.value.field == "training.seq_len"
+    assert "models.0.spec.max_position_embeddings" in err.value.problem

@@ -67,6 +67,7 @@ from typing import Any
 
 import yaml
 
+from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
 from ppb_core.balance.megatron import parse_flags
 from ppb_core.balance.megatron_run import moe_pattern
@@ -332,6 +333,8 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     if position in ("yarn", "mrope"):
         notes.append(f"--position-embedding-type {position}: priced as rope")
     seq = args.required("--seq-length")
+    if seq > limits.SEQUENCE:  # before the spec's positions (max(--max-position-embeddings, seq)) say it
+        raise InputError(where, "--seq-length", limits.over(seq, limits.SEQUENCE, "tokens"))
     max_positions = args.integer("--max-position-embeddings")
     if position == "learned_absolute" and max_positions is None:
         raise InputError(where, "--max-position-embeddings", "missing: learned positions need it")
@@ -467,8 +470,10 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
         )
     if sizes is None and parallel.get("cp_variant") == "hierarchical":
         raise InputError(where, flag, "must be set when --cp-comm-type is a2a+p2p")
-    if sizes is not None:
+    if sizes is not None and parallel.get("cp_variant") == "hierarchical":
         parallel["hierarchical_cp_sizes"] = sizes
+    elif sizes is not None:  # only TEDotProductAttention under a2a+p2p uses the groups (Parallel's check)
+        notes.append(f"{flag}: read only under --cp-comm-type a2a+p2p, nothing priced")
     parallel.update(_sharding(args))
     instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
@@ -935,15 +940,60 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["overlap_p2p_comm_warmup_flush"] = True
     dispatcher = args.text("--moe-token-dispatcher-type", "allgather")
     if args.has("--num-experts"):
-        backend = args.text("--moe-flex-dispatcher-backend", "deepep")
-        if dispatcher == "flex" and backend == "deepep":
-            timing["moe_dispatcher"] = "deepep"
-        elif dispatcher in ("alltoall", "allgather"):  # Megatron's default: allgather (transformer_config.py)
-            timing["moe_dispatcher"] = dispatcher
-        else:
-            notes.append(f"--moe-token-dispatcher-type {dispatcher} ({backend}): priced as alltoall")
-            timing["moe_dispatcher"] = "alltoall"
+        timing.update(_flex_dispatcher(args, dispatcher, notes))
     return timing
+
+
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+
+
+def _flex_dispatcher(args: _Args, dispatcher: str | None, notes: list[str]) -> dict[str, Any]:
+    """The token dispatcher and, under flex, its backend and the words only the backends read
+    (transformer_config.py `TransformerConfig.__post_init__` and token_dispatcher.py `MoEFlexTokenDispatcher`,
+    d98e8a64); what Megatron-Core refuses, refused in one line."""
+    backend = args.text("--moe-flex-dispatcher-backend", "deepep")
+    if args.has("--moe-enable-deepep"):  # deprecated: __post_init__ turns it into the deepep backend
+        if dispatcher != "flex":
+            raise InputError(args.where, "--moe-enable-deepep", "needs --moe-token-dispatcher-type flex")
+        if backend == "hybridep":
+            said = "cannot be set with --moe-flex-dispatcher-backend hybridep (one backend only)"
+            raise InputError(args.where, "--moe-enable-deepep", said)
+        backend = "deepep"
+    if backend not in FLEX_BACKENDS:
+        raise InputError(
+            args.where, "--moe-flex-dispatcher-backend", f"{shown(backend)} is not deepep, hybridep or ncclep"
+        )
+    if backend == "ncclep" and dispatcher != "flex":
+        said = "ncclep needs --moe-token-dispatcher-type flex (Megatron-Core refuses it)"
+        raise InputError(args.where, "--moe-flex-dispatcher-backend", said)
+    out: dict[str, Any] = {}
+    if dispatcher == "flex":
+        out["moe_dispatcher"] = backend
+    elif dispatcher in ("alltoall", "allgather"):  # Megatron's default: allgather (transformer_config.py)
+        out["moe_dispatcher"] = dispatcher
+    else:
+        notes.append(f"--moe-token-dispatcher-type {dispatcher}: priced as alltoall")
+        out["moe_dispatcher"] = "alltoall"
+    for flag, word in (
+        ("--moe-permute-fusion-into-hybridep", "moe_permute_fusion_into_hybridep"),
+        ("--moe-hybridep-pad-uneven-dispatch-inputs", "moe_hybridep_pad_uneven_dispatch_inputs"),
+    ):
+        if args.has(flag) and out["moe_dispatcher"] == "hybridep":
+            out[word] = True
+        elif args.has(flag):  # read by `_HybridEPManager` alone
+            notes.append(f"{flag}: read by the hybridep flex backend only, not by {out['moe_dispatcher']}")
+    sms = args.integer("--moe-flex-dispatcher-num-sms")
+    # the deprecated per-backend knobs are routed to it where it is unset; two different ones are refused
+    deprecated = {flag: args.integer(flag) for flag in ("--moe-deepep-num-sms", "--moe-hybridep-num-sms")}
+    given = {flag: value for flag, value in deprecated.items() if value is not None}
+    if sms is None and len(set(given.values())) > 1:
+        said = "conflicts with --moe-hybridep-num-sms: set one --moe-flex-dispatcher-num-sms (Megatron-Core refuses it)"
+        raise InputError(args.where, "--moe-deepep-num-sms", said)
+    if sms is None and given:
+        sms = next(iter(given.values()))
+    if sms is not None and out["moe_dispatcher"] in FLEX_BACKENDS:
+        out["moe_flex_dispatcher_num_sms"] = sms
+    return out
 
 
 GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")

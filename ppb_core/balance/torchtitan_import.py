@@ -39,6 +39,8 @@ RELEASE = "torchtitan v0.2.2"
 # The TOML key that sets each run-config field a check may refuse.
 FIELD_KEYS = {
     "training.seq_length": "training.seq_len",
+    # every model's `update_from_config` sets max_seq_len = seq_len (torchtitan_flavors.model_spec)
+    "models.0.spec.max_position_embeddings": "training.seq_len",
     "training.micro_batch_size": "training.local_batch_size",
     "training.micro_batches": "training.global_batch_size",
     "training.recompute": "activation_checkpoint",
@@ -118,6 +120,19 @@ SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved",
 # of the linear ones, which v0.2.2's own llama3_405b.toml still writes (`converters = ["float8"]`).
 CONVERTERS = ("quantize.linear.float8", "quantize.grouped_mm.float8", "quantize.linear.mx", "quantize.grouped_mm.mx")
 OLD_CONVERTERS = {"float8": "quantize.linear.float8", "mx": "quantize.linear.mx"}
+
+
+def schedule_of(value: Any, where: str) -> str:
+    """The schedule *value* names, spelled as SCHEDULES spells it: torch.distributed.pipelining's
+    `get_schedule_class` (schedules.py, which pipeline_parallel.py `pipeline_llm` calls) matches the
+    name case-insensitively, so "interleaved1f1b" runs Interleaved1F1B."""
+    key = "parallelism.pipeline_parallel_schedule"
+    if not isinstance(value, str):
+        raise InputError(where, key, f"{shown(value)} is not a string")
+    named = {name.lower(): name for name in SCHEDULES}.get(value.lower())
+    if named is None:
+        raise InputError(where, key, f"{shown(value)} is none of {', '.join(SCHEDULES)}")
+    return named
 
 
 class _Toml:
@@ -320,11 +335,7 @@ def _fsdp_reshard(par: dict[str, Any], pp: int, where: str, notes: list[str]) ->
 
 def _pipeline(toml: _Toml, par: dict[str, Any], layers: int, pp: int, notes: list[str]) -> dict[str, Any]:
     where = toml.where
-    schedule = toml.text(par, "parallelism", "pipeline_parallel_schedule")
-    if schedule not in SCHEDULES:
-        raise InputError(
-            where, "parallelism.pipeline_parallel_schedule", f"{shown(schedule)} is none of {', '.join(SCHEDULES)}"
-        )
+    schedule = schedule_of(par["pipeline_parallel_schedule"], where)
     if schedule in ("LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"):
         notes.append(f"parallelism.pipeline_parallel_schedule {schedule}: priced as {SCHEDULES[schedule]}")
     if par["pipeline_parallel_schedule_csv"]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml
+from ppb_core.balance.torchtitan_import import SCHEDULES, _recompute, _stages_of_fqns, _Toml, schedule_of
 from ppb_core.config.recompute import TorchtitanRecompute, resolve
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -43,7 +43,7 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     if len(parts) != len(problem.cells):
         said = f"{len(parts)} parts; the run has {problem.stages} stages × {problem.chunks} chunks"
         raise InputError(where, key, said)
-    degree = parallelism.get("pipeline_parallel_degree", problem.stages)
+    degree = _stated(toml, parallelism, "parallelism", "pipeline_parallel_degree", problem.stages)
     if degree != problem.stages:
         raise InputError(where, "parallelism.pipeline_parallel_degree", f"{degree}; the run has {problem.stages}")
     _same_schedule(parallelism, problem, where)
@@ -79,11 +79,10 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
 def _same_schedule(parallelism: dict, problem: BalanceInput, where: str) -> None:
     """Refuse a schedule other than the one the plan is priced under: torchtitan runs the TOML's
     (job_config.py's default 1F1B when unstated; pipeline_parallel.py `pipeline_llm`), ppb's names
-    as `ppb import torchtitan` maps them (LoopedBFS and InterleavedZeroBubble priced as interleaved)."""
+    as `ppb import torchtitan` maps them (LoopedBFS and InterleavedZeroBubble priced as interleaved), matched
+    case-insensitively as torch's `get_schedule_class` matches them."""
     key = "parallelism.pipeline_parallel_schedule"
-    named = parallelism.get("pipeline_parallel_schedule", "1F1B")
-    if named not in SCHEDULES:
-        raise InputError(where, key, f"{named!r} is none of {', '.join(SCHEDULES)}")
+    named = schedule_of(parallelism.get("pipeline_parallel_schedule", "1F1B"), where)
     if SCHEDULES[named] != problem.schedule_name:
         said = "" if "pipeline_parallel_schedule" in parallelism else " (torchtitan's default, unstated)"
         raise InputError(
@@ -99,11 +98,14 @@ def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
     if micro_key not in parallelism and not {"local_batch_size", "global_batch_size"} & set(training):
         return  # no batch stated: the lines of a plan, priced at the run config's
     # job_config.py's defaults for what is not stated: micro-batch 1, local 8, global -1 (local × dp)
-    local = training.get("local_batch_size", 8)
+    local = _stated(toml, training, "training", "local_batch_size", 8)
     stated = {
-        f"parallelism.{micro_key}": (parallelism.get(micro_key, 1), b),
+        f"parallelism.{micro_key}": (_stated(toml, parallelism, "parallelism", micro_key, 1), b),
         "training.local_batch_size": (local, b * micro_batches),
-        "training.global_batch_size": (training.get("global_batch_size", -1), b * micro_batches * dp),
+        "training.global_batch_size": (
+            _stated(toml, training, "training", "global_batch_size", -1, least=-1),
+            b * micro_batches * dp,
+        ),
     }
     for key, (value, wanted) in stated.items():
         if value != wanted and not (key == "training.global_batch_size" and value == -1 and local * dp == wanted):
@@ -113,3 +115,9 @@ def _same_batch(toml: _Toml, run: RunConfig, micro_batches: int) -> None:
                 f"{value}; the run config prices {micro_batches} micro-batches of {b} on dp {dp} "
                 f"(micro-batch {b}, local {b * micro_batches}, global {b * micro_batches * dp})",
             )
+
+
+def _stated(toml: _Toml, table: dict, section: str, key: str, default: int, least: int = 1) -> int:
+    """A TOML integer where stated (one line naming it otherwise: a string, float or bool is none, as
+    JobConfig's int fields take none), torchtitan's default where not."""
+    return toml.integer(table, section, key, least) if key in table else default

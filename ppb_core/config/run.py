@@ -159,6 +159,12 @@ class ParallelOptimizerConfig(StrictModel):
         return value
 
 
+# torchtitan's context parallelism is torch's ring attention (torch/distributed/tensor/experimental/
+# _context_parallel, rotating K and V by all-gather or all-to-all: `context_parallel_rotate_method`); v0.2.2
+# has no head-splitting (Ulysses) variant.
+TITAN_NO_ULYSSES = "ulysses: torchtitan's context parallelism is ring attention (timing.cp_rotate_method)"
+
+
 class Parallel(StrictModel):
     dp: Devices = 1
     tp: Devices = 1
@@ -249,6 +255,11 @@ class Parallel(StrictModel):
         sizes = self.hierarchical_cp_sizes
         if sizes is not None and math.prod(sizes) != self.cp:
             raise ValueError(f"hierarchical_cp_sizes {sizes}: their product must be cp {self.cp}")
+        if sizes is not None and self.cp_variant != "hierarchical":
+            # Megatron-LM d98e8a64 builds the levels' groups whenever they are given (parallel_state.py
+            # `initialize_model_parallel`), but only TEDotProductAttention under a2a+p2p hands them to TE
+            # (extensions/transformer_engine.py, `cp_group`): elsewhere they price nothing
+            raise ValueError(f"hierarchical_cp_sizes {sizes}: read only under cp_variant hierarchical (a2a+p2p)")
         if self.cp_variant == "hierarchical":
             if sizes is None:
                 raise ValueError("cp_variant hierarchical (a2a+p2p) needs hierarchical_cp_sizes")
@@ -678,11 +689,30 @@ class TimingOptions(StrictModel):
         "each way; memory: it keeps the 16-bit logits, not fp32 log-probabilities); unset, as torch_compile "
         "(torchtitan compiles both from bbb1b616e, 2025-04-02; before, the loss ran eagerly)",
     )
-    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep", "ncclep"] = Field(
         "alltoall",
         description="Megatron's --moe-token-dispatcher-type: alltoall (all-to-all of every routed copy), "
         "allgather (Megatron's default: every token of the expert-TP × EP group gathered, the outputs "
-        "reduce-scattered) or deepep (flex with DeepEP: one copy per destination node)",
+        "reduce-scattered), or flex with its --moe-flex-dispatcher-backend: deepep (one copy per destination "
+        "node), hybridep (HybridEP: one copy per destination NVLink domain, then NVLink inside it; the "
+        "permutation inside its dispatch) or ncclep (NCCL EP through Transformer Engine, HybridEP's "
+        "hierarchy; the permutation inside its dispatch)",
+    )
+    moe_permute_fusion_into_hybridep: bool = Field(
+        False,
+        description="Megatron's --moe-permute-fusion-into-hybridep (moe_dispatcher hybridep): the permutation "
+        "and unpermutation fused into HybridEP's dispatch and combine kernels, no HBM pass of their own",
+    )
+    moe_hybridep_pad_uneven_dispatch_inputs: bool = Field(
+        False,
+        description="Megatron's --moe-hybridep-pad-uneven-dispatch-inputs (moe_dispatcher hybridep): each "
+        "layer's token count all-reduced (MAX) over expert TP × EP and read on the host before the dispatch",
+    )
+    moe_flex_dispatcher_num_sms: Annotated[PositiveInt, limits.at_most(limits.DEVICES)] | None = Field(
+        None,
+        description="Megatron's --moe-flex-dispatcher-num-sms: the SMs the flex dispatcher's dispatch and "
+        "combine kernels take beside compute (unset: DeepEP 20, HybridEP 24 within one NVLink domain and 8 "
+        "across, NCCL EP its own)",
     )
     matmul_dtype: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         None, description="the GEMMs' dtype when it differs from training.dtype (FP8 training)"
@@ -1278,6 +1308,15 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
             "parallel.cp",
             f"Ulysses splits heads: {spec.num_attention_heads} heads not divisible by tp·cp = {par.tp * par.cp}",
         )
+    if par.cp > 1 and par.cp_variant == "ulysses" and spec.kv_heads % (par.tp * par.cp):
+        # K and V split by head too: TE d0067d0d context_parallel.py `AttnFuncWithCPAndQKVOA2A.forward` asserts
+        # "num_heads % cp_size == 0 for Q, K, V" of a tensor-parallel rank's heads (Megatron's a2a); MindFormers'
+        # llama_transformer.py `LLamaAttention` raises unless n_kv_head is a multiple of model_parallel·ulysses_cp_num
+        raise InputError(
+            where,
+            "parallel.cp",
+            f"Ulysses splits key/value heads too: {spec.kv_heads} not divisible by tp·cp = {par.tp * par.cp}",
+        )
     if par.cp > 1 and par.cp_a2a > 1:
         # TE d0067d0d `flash_attn_a2a_communicate` views each of q, k, v's heads as [cp_a2a, heads/cp_a2a]
         a2a = par.cp_a2a
@@ -1589,6 +1628,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         # the choice is Megatron-LM's (--use-megatron-fsdp or --use-torch-fsdp2); elsewhere it prices nothing
         said = "needs framework megatron" if run.framework != "megatron" else "needs fsdp true"
         raise InputError(where, "parallel.fsdp_impl", f"{par.fsdp_impl} {said}")
+    if run.framework == "torchtitan" and par.cp > 1 and par.cp_variant == "ulysses":
+        raise InputError(where, "parallel.cp_variant", TITAN_NO_ULYSSES)
     if run.framework == "torchtitan" and "zero" in par.model_fields_set and par.zero in (1, 2) and not par.fsdp:
         # torchtitan shards with FSDP2 (fully_shard: parameters, gradients and optimizer states
         # together) or replicates; it has no ZeRO-1 or ZeRO-2.
@@ -1630,6 +1671,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         raise InputError(
             where, "timing.moe_dispatcher", "allgather is Megatron-Core's token dispatcher: set framework megatron"
         )
+    _check_flex(run, where)
     plain_mla = [name for name, spec in run.specs.items() if isinstance(spec, ModelSpec) and not spec.mla_latent_norms]
     if plain_mla and run.framework != "megatron":  # torchtitan's and MindFormers' MLA norm their latents
         said = "mla_latent_norms false is Megatron's MLA without --qk-layernorm: set framework megatron"
@@ -1819,6 +1861,33 @@ def _check_layout(run: RunConfig, where: str) -> None:
         )
 
 
+def _check_flex(run: RunConfig, where: str) -> None:
+    """Megatron-Core's flex token dispatcher's backends (token_dispatcher.py `MoEFlexTokenDispatcher`,
+    d98e8a64) and the words only they read, each refused in one line."""
+    timing, par = run.timing, run.parallel
+    backend = timing.moe_dispatcher
+    if backend in ("hybridep", "ncclep") and run.framework != "megatron":
+        said = f"{backend} is a backend of Megatron-Core's flex token dispatcher: set framework megatron"
+        raise InputError(where, "timing.moe_dispatcher", said)
+    moe = any(isinstance(spec, ModelSpec) and spec.is_moe for spec in run.specs.values())
+    if moe and backend in ("deepep", "ncclep") and par.expert_tp * par.ep < 2:
+        # `MoEFlexTokenDispatcher.__init__`: assert tp_size * ep_size > 1 ("... dispatcher requires TPxEP > 1")
+        said = f"{backend} needs expert_tp × ep > 1 (Megatron-Core's flex dispatcher asserts it)"
+        raise InputError(where, "timing.moe_dispatcher", said)
+    for name in ("moe_permute_fusion_into_hybridep", "moe_hybridep_pad_uneven_dispatch_inputs"):
+        if getattr(timing, name) and backend != "hybridep":  # read by `_HybridEPManager` alone
+            said = f"is HybridEP's: set timing.moe_dispatcher hybridep, not {backend}"
+            raise InputError(where, f"timing.{name}", said)
+    sms = timing.moe_flex_dispatcher_num_sms
+    if sms is not None and backend not in ("deepep", "hybridep", "ncclep"):
+        said = f"is the flex dispatcher's (deepep, hybridep or ncclep), not {backend}'s"
+        raise InputError(where, "timing.moe_flex_dispatcher_num_sms", said)
+    if sms is not None and backend == "hybridep" and sms > run.device.profile().sm_count:
+        # DeepEP hybrid-ep 94a9f8f csrc/hybrid_ep/config.cuh `Configurer`: assert(sm_count >= sms_dispatch)
+        said = f"{sms} is more than the device's {run.device.profile().sm_count} SMs (HybridEP asserts it)"
+        raise InputError(where, "timing.moe_flex_dispatcher_num_sms", said)
+
+
 def _check_combined_1f1b(run: RunConfig, where: str) -> None:
     """What Megatron-Core asserts of `--overlap-moe-expert-parallel-comm` (transformer_config.py
     `TransformerConfig.__post_init__`, at d98e8a64), each refused in one line."""
@@ -1944,6 +2013,12 @@ def config_hash(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+# Overlap shares whose absence a framework reads (timing/pricer.py `torchtitan_overlap`: torchtitan's
+# TP and compiled ring hide nothing unless the run says so): a resolved config leaves them unstated too,
+# so the chain's tables price a run as `ppb estimate` does.
+UNSTATED_OVERLAP_DIFFERS = ("tp_async", "cp_ring")
+
+
 def resolved_raw(run: RunConfig) -> dict[str, Any]:
     """The run config as plain data, every model's architecture inlined, so it stands alone."""
     raw = run.model_dump(mode="json", exclude_none=True)
@@ -1953,6 +2028,9 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
         raw["parallel"].pop(
             "zero"
         )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
+    for key in UNSTATED_OVERLAP_DIFFERS:  # torchtitan's own shares where the run states none (`torchtitan_overlap`)
+        if key not in run.timing.overlap.model_fields_set:
+            raw["timing"]["overlap"].pop(key, None)
     base = Path(run.base_dir)
     for sub, entry in zip(run.models, raw["models"], strict=True):
         entry.pop("config", None)

@@ -44,7 +44,9 @@ class MemorySetup(Geometry):
     moe_grouped_gemm: bool = True  # Megatron's --moe-grouped-gemm (TEGroupedMLP; else SequentialMLP)
     rope_fusion: bool = True  # Megatron's rope fusion (--no-rope-fusion turns it off)
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
-    moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep (timing.*)
+    moe_dispatcher: str = "alltoall"  # Megatron's token dispatcher: alltoall | allgather | deepep | hybridep | ncclep
+    devices_per_node: int = 8  # the NVLink domain (parallel.devices_per_node): frameworks/flex_buffers.py
+    flex_num_sms: int = 0  # Megatron's --moe-flex-dispatcher-num-sms (0: unset): DeepEP's buffer channels
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
     # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
@@ -124,6 +126,8 @@ class MemorySetup(Geometry):
             rope_fusion=train.rope_fusion,
             transformer_impl=run.timing.transformer_impl,
             moe_dispatcher=run.timing.moe_dispatcher,
+            devices_per_node=par.devices_per_node,
+            flex_num_sms=run.timing.moe_flex_dispatcher_num_sms or 0,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,

@@ -22,6 +22,7 @@ from ppb_core import limits
 from ppb_core.config.hf import read_hf_config
 from ppb_core.config.recompute import Framework, RecomputeForm, framework_words
 from ppb_core.config.run import (
+    TITAN_NO_ULYSSES,
     Device,
     Devices,
     PPBOptions,
@@ -356,6 +357,11 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             f"is Megatron-LM's --microbatch-group-size-per-virtual-pipeline-stage; this search's framework is "
             f"{spec.framework}",
         )
+    if spec.framework == "torchtitan" and "ulysses" in spec.limits.cp_variant:
+        raise InputError(where, "limits.cp_variant", TITAN_NO_ULYSSES)
+    if spec.framework != "megatron" and "all_gather" in spec.limits.cp_variant:
+        # the run config refuses every such point: refused once here, not point by point
+        raise InputError(where, "limits.cp_variant", "all_gather is TransformerEngine's, under framework megatron")
     if spec.framework == "torchtitan":
         # the grid pairs each listed zero with fsdp false, which the run config refuses for ZeRO-1/2
         # (torchtitan shards with FSDP2 or replicates): such a value can never give a strategy

@@ -39,6 +39,7 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
+from ppb_core.timing.flex import FLEX_DISPATCHERS, flex_sms, in_kernel_permutation, ranks_reached
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -86,6 +87,9 @@ class Collective:
     # sends the tokens and their probabilities in two all-to-alls): each pays its steps' latency and
     # is one kernel launch.
     calls: int = 1
+    # SMs its kernels take from compute running beside it, where the framework sets them (the flex
+    # dispatcher's backends, `ppb_core.timing.flex.flex_sms`); 0: the device's NCCL share (`Kernels.contention`).
+    sms: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,7 +167,10 @@ class OpGeometry(Geometry):
     travel, and a vision encoder's attention within images or windows (`encoder_geometry`)."""
 
     ep_nodes: int = 1  # nodes the expert-parallel group spans
-    dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep (one copy per node)
+    dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep | hybridep | ncclep (flex)
+    flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
+    flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
+    hybridep_pad_uneven: bool = False  # --moe-hybridep-pad-uneven-dispatch-inputs: the counts' MAX all-reduce
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
     permute_fusion: bool = False  # Megatron's --moe-permute-fusion (Transformer Engine's permute kernels)
@@ -256,9 +263,22 @@ class OpGeometry(Geometry):
                 run.parallel.cp // run.parallel.cp_a2a, run.device.profile().compute_capability
             ),
             ub_methods=tuple(sorted(run.timing.tp_comm_overlap_methods.items())),
+            # HybridEP never dispatches FP8 under Megatron (fused_a2a.py `init_hybrid_ep_buffer` asserts
+            # `not fp8_dispatch`; HybridEPDispatch passes False), nor NCCL EP at its default bf16 wire dtype
             dispatch_bytes=1
             if run.timing.moe_dispatcher == "deepep" and run.timing.matmul_dtype == "fp8"
             else train.dtype_bytes,
+            hybridep_pad_uneven=run.timing.moe_hybridep_pad_uneven_dispatch_inputs,
+            flex_in_kernel=in_kernel_permutation(
+                run.timing.moe_dispatcher, run.timing.moe_permute_fusion_into_hybridep
+            ),
+            flex_sms=flex_sms(
+                run.timing.moe_dispatcher,
+                run.timing.moe_flex_dispatcher_num_sms,
+                max(1, -(-par.expert_tp * par.ep // par.devices_per_node)),
+                run.device.profile().sm_count,
+                run.timing.moe_permute_fusion_into_hybridep,
+            ),
         )
 
     def attention_pairs(self) -> float:
@@ -1347,21 +1367,46 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         if geo.framework == "megatron" and geo.dispatcher == "alltoall"
         else (None, None)
     )
+    flex = geo.dispatcher in FLEX_DISPATCHERS
+    # the flex backends send a token once to each rank its experts sit on (`ppb_core.timing.flex`): their
+    # local passes read or write those slots on one side and the expert rows on the other
+    sent = geo.tokens / geo.tp * ranks_reached(experts, k, geo.ep) if flex else routed
+    local_pass = (sent + routed) * h * bc if flex else 2 * routed * h * bc
+    if geo.flex_in_kernel:  # inside the dispatch and combine kernels: no pass of its own
+        local_pass, permute_launches, unpermute_launches = 0.0, (0.0, 0.0), (0.0, 0.0)
+    if geo.dispatcher == "hybridep":
+        # HybridEP's metadata scan (preprocessing, forward only) and, unfused, its own permute kernel, whose
+        # backward is the unpermute in `combine_with_unpermute` (csrc/hybrid_ep/hybrid_ep.cu)
+        permute_launches = (1.0, 0.0) if geo.flex_in_kernel else (2.0, 1.0)
+        unpermute_launches = (0.0, 0.0) if geo.flex_in_kernel else (1.0, 1.0)
+    if geo.hybridep_pad_uneven and geo.ep * geo.etp > 1:
+        # `_HybridEPManager.setup_metadata`: the layer's token count all-reduced (MAX, one int64) over expert
+        # TP × EP and read on the host (`.item()`) before the dispatch: a second host synchronization
+        ops.append(
+            Op(
+                p + "dispatch_pad",
+                block,
+                COMM,
+                inputs=(p + "router_topk",),
+                forward_comm=Collective(ALL_REDUCE, "tp_ep", 8.0, "ep"),
+                syncs=1,
+            )
+        )
     ops.append(
         dataclasses.replace(
             _elementwise(
                 p + "permute",
                 block,
-                2 * routed * h * bc + sort,
-                2 * routed * h * bc + sort,
+                local_pass + sort,
+                local_pass + sort,
                 inputs=(norm, p + "router_topk"),
             ),
             launches=permute_launches,
         )
     )
     source = p + "permute"
-    payload = routed * geo.routing_factor * h * bc
-    dispatched = routed * geo.routing_factor * h * geo.dispatch_bytes
+    payload = sent * geo.routing_factor * h * bc
+    dispatched = sent * geo.routing_factor * h * geo.dispatch_bytes
     # Megatron's alltoall dispatcher sends the permuted probabilities (router dtype) in an all-to-all of
     # their own after the tokens' (`token_dispatch`, d98e8a64), and with expert TP all-gathers them beside
     # the tokens (`dispatch_postprocess`); the backward sends their gradients back the same way.
@@ -1370,7 +1415,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     probs = routed * geo.routing_factor * geo.router_bytes if megatron_a2a else 0.0
     # DeepEP sends a token once to each destination node, NVLink forwarding it to the experts there:
     # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
-    remote = _remote_nodes(moe, geo) if geo.dispatcher == "deepep" else None
+    remote = _remote_nodes(moe, geo) if flex else None
     leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
     if geo.ep > 1:
         ops.append(
@@ -1387,6 +1432,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_in", "forward"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     calls=calls,
+                    sms=geo.flex_sms,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1396,6 +1442,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_in", "wgrad"),
                     None if leaving is None else leaving * bc,
                     calls=calls,
+                    sms=geo.flex_sms,
                 ),
             )
         )
@@ -1479,6 +1526,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     "ep",
                     (p + "experts_out", "forward"),
                     None if leaving is None else leaving * bc,
+                    sms=geo.flex_sms,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1487,18 +1535,21 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     "ep",
                     (p + "experts_out", "wgrad"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
+                    sms=geo.flex_sms,
                 ),
             )
         )
         source = p + "combine"
-    # Weighted sum of each token's k expert outputs back in token order.
+    # Weighted sum of each token's k expert outputs back in token order; the flex backends sum a token's
+    # copies on one rank into its slot, their combine summing across ranks (`ppb_core.timing.flex`).
+    back = local_pass if flex else (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts
     ops.append(
         dataclasses.replace(
             _elementwise(
                 p + "unpermute",
                 block,
-                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
-                (k + 1) * geo.tokens / geo.tp * h * bc + 2 * rows * h * bc * sorts,
+                back,
+                back,
                 inputs=(source,),
             ),
             launches=unpermute_launches,

@@ -30,7 +30,10 @@ launch `notify_dispatch` behind the previous work and spin on host-mapped counte
 the received token counts ("Synchronize total received tokens and tokens per expert"; Megatron passes no
 `num_worst_tokens`, the one way around it). The GPU has drained when the host resumes; the dispatch's
 and everything after it wait for their launches from an idle GPU. Its backward reuses the handle's
-counts (cached mode): no wait.
+counts (cached mode): no wait. HybridEP and NCCL EP, the flex dispatcher's other backends, do the same
+dropless (`ppb_core.timing.flex`): HybridEP's `dispatch_with_permute` with no `num_permuted_tokens` reads
+the permuted row count on the host (fused_a2a.py `hybrid_ep_dispatch`: "causes a D2H synchronization"),
+NCCL EP's eager mode sizes its receive buffer from the received count.
 
 The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_utils.py `sinkhorn`:
 its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
@@ -49,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ppb_core.timing.flex import FLEX_DISPATCHERS
 from ppb_core.timing.flops import Op
 
 
@@ -102,7 +106,7 @@ def dispatcher_wait_s(
     synchronization (the segment between two), not only to this layer's end; where the router
     synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
     the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
-    end; deepep: at the dispatch, from an idle GPU (module docstring)."""
+    end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU (module docstring)."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -112,7 +116,7 @@ def dispatcher_wait_s(
     allgather = dispatcher == "allgather"
     start = permute + 1 if dropless and not allgather else permute
     queued = forward_s[names[permute]] if dropless and not allgather else 0.0
-    if dispatcher == "deepep":  # the host waits inside the dispatch for its counts: nothing queued after
+    if dispatcher in FLEX_DISPATCHERS:  # the host waits inside the dispatch for its counts: nothing queued after
         dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
         if dispatch is None:
             return 0.0

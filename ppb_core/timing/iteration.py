@@ -51,7 +51,7 @@ from ppb_core.schedules import canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Collective, OpGeometry
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
@@ -702,7 +702,9 @@ def _combined_savings(run, times, per_cell, states, waits) -> list[list[list[flo
         ]
         for layer, _, _ in entries:  # a TAIL part's MTP layers, after the decoder layers
             segments[(chunk, stage)] += mtp_segments(times, layer, states[layer][0], delay)
-    contention = times.kernels.contention
+    # the all-to-alls beside compute take their SMs: a flex backend's own count (`flex.flex_sms`), else NCCL's
+    flex = OpGeometry.from_run(run).flex_sms
+    contention = min(1.0, flex / times.kernels.sms) if flex else times.kernels.contention
     totals = {layer: (forward, backward) for entries in per_cell.values() for layer, forward, backward in entries}
 
     def saving(f: int, b: int, s: int) -> float:

@@ -449,7 +449,9 @@ class TimeModel:
         # the collective beside it when that part is the longer: the pair's wall is max(beside, partner + k·hidden)
         beside = share * seconds
         hidden = min(beside, partner)
-        return seconds - beside + max(beside - partner, self.kernels.contention * hidden)
+        # a flex dispatcher backend's kernels take the SMs it is given (`Collective.sms`), not NCCL's
+        contention = min(1.0, collective.sms / self.kernels.sms) if collective.sms else self.kernels.contention
+        return seconds - beside + max(beside - partner, contention * hidden)
 
     def _late_ctas(self, collective: Collective, by_name: Mapping[str, Op], paired: float | None = None) -> bool:
         """Whether the GEMM a TP collective hides behind is persistent with no SM target of its own, so that

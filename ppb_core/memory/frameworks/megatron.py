@@ -258,6 +258,7 @@ from ppb_core.memory.activations import INDEX_BYTES, STATS_BYTES, ActivationTerm
 from ppb_core.memory.buffers import BufferTerm, state_buffers
 from ppb_core.memory.frameworks.base import FULL_UNIT, FrameworkRules
 from ppb_core.memory.frameworks.dummy_wgrad import dummy_wgrad_bytes
+from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
 from ppb_core.memory.frameworks.layer_wise import extra_state_bytes
 from ppb_core.memory.frameworks.megatron_fsdp import non_unit_params, preserved_bytes
 from ppb_core.memory.frameworks.muon import MUON_SAVING_BYTES, matrix_params
@@ -732,7 +733,8 @@ class MegatronRules(FrameworkRules):
     def workspace_bytes(self, setup: MemorySetup, kinds: Collection[LayerKind] = ()) -> float:
         """PyTorch's and (under --transformer-impl transformer_engine) Transformer Engine's cuBLAS
         workspaces, TE's grouped-GEMM ones where experts run, TE's cached dummy weight gradients under gradient
-        accumulation fusion (`dummy_wgrad.py`) and Megatron's persistent global buffer (module docstring)."""
+        accumulation fusion (`dummy_wgrad.py`), Megatron's persistent global buffer (module docstring) and the
+        flex dispatcher's registered buffers (`flex_buffers.py`)."""
         found = 0.0
         capability = setup.compute_capability
         if capability > 0:
@@ -748,7 +750,8 @@ class MegatronRules(FrameworkRules):
             elif experts:  # the router's GEMM runs on TE wherever TE is installed (module docstring)
                 found += te_workspace
             found += dummy_wgrad_bytes(setup, kinds)  # TE's cached dummy wgrads (dummy_wgrad.py)
-        return found + global_buffer_bytes(setup, kinds)
+        flex = hybridep_buffer_bytes(setup, kinds) + deepep_buffer_bytes(setup, kinds)
+        return found + global_buffer_bytes(setup, kinds) + flex
 
     def stage_static_bytes(self, setup: MemorySetup, layers: Collection[tuple[LayerKind, int]]) -> float:
         """The layer-wise distributed optimizer's legacy ping-pong of whole parameters (`layer_wise.py`): the

@@ -1,0 +1,82 @@
+"""Megatron-Core's flex token dispatcher (`--moe-token-dispatcher-type flex`) and its three backends,
+`--moe-flex-dispatcher-backend deepep | hybridep | ncclep` (megatron/core/transformer/moe/token_dispatcher.py
+`MoEFlexTokenDispatcher`, `_DeepepManager`, `_HybridEPManager`, `_NCCLEPManager`; fused_a2a.py; Megatron-LM
+d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
+
+* **A token travels once to each rank that holds one of its experts, not once per expert.** DeepEP's
+  `get_dispatch_layout` marks the ranks a token is in (`is_token_in_rank`) and its dispatch sends one row
+  to each; HybridEP's dispatch writes one row per (token, destination rank) into the receiving rank's
+  buffer (csrc/hybrid_ep/buffer/intranode.cu `NVLCoordinator`: `max_num_of_tokens` = tokens per rank ×
+  ranks, one slot per source token and rank), and its combine returns one reduced row per (token, rank).
+  With k experts picked uniformly among E over ep ranks a token reaches ep·(1 − C(E − E/ep, k)/C(E, k))
+  ranks (`ranks_reached`), fewer than k copies when several of its experts share a rank.
+* **Across nodes, one copy per destination NVLink domain.** DeepEP's internode kernels and HybridEP's
+  RDMA stage (`RDMACoordinator`: `rdma_inter_node_group_token` of max tokens × (nodes − 1) rows) send a
+  token once to each remote domain, NVLink forwarding it there (`flops._remote_nodes`). HybridEP's
+  "node" is the NVLink domain it detects (hybrid_ep_buffer.py `detect_accessible_ranks`, MNNVL on GB200):
+  ppb's `parallel.devices_per_node`. NCCL EP's high-throughput backend is HybridEP's algorithm inside
+  NCCL (`_NCCLEPManager._ensure_bootstrap`: "NCCL EP's HT backend ... nccl_ep device/hybridep_adapter.cu").
+* **The permutation.** DeepEP's rows are permuted by Megatron after the dispatch (`_DeepepManager.
+  get_permuted_hidden_states_by_instances`, TE's permute). HybridEP permutes inside `dispatch_with_permute`
+  and unpermutes inside `combine_with_unpermute`; Megatron's own permute and unpermute are pass-throughs
+  (`_HybridEPManager.get_permuted_hidden_states_by_experts`). Unfused (Megatron's default,
+  `moe_permute_fusion_into_hybridep` False) they are HybridEP's own kernels (csrc/hybrid_ep/extension/
+  permute.cu): the permute reads the received slots and writes the expert-major rows, the unpermute reads
+  the rows and writes each token's reduced slot, the weighted sum across ranks done by the combine kernel.
+  Fused (`--moe-permute-fusion-into-hybridep`), the dispatch kernel writes the expert-major rows itself
+  and the combine kernel reads them: no pass of their own. NCCL EP's `ep_dispatch` returns the rows
+  expert-major and `ep_combine` reads them (`_NCCLEPManager` docstring): no pass of their own either.
+* **SMs beside compute.** DeepEP's kernels take `Buffer.set_num_sms` SMs, Megatron's default 20
+  (`_DeepepManager.__init__`: `moe_flex_dispatcher_num_sms` else 20). HybridEP's take
+  `num_sms_dispatch_api` / `num_sms_combine_api`, default 24 within one NVLink domain and 8 across
+  (csrc/hybrid_ep/config.cuh `Configurer`); fused, the permute part runs min(108, SMs − dispatch SMs)
+  blocks of one block an SM beside them (`get_default_config(fuse_permute_dispatch)`): nearly the whole
+  device. NCCL EP's default (`max_num_sms` 0) is NCCL's choice: ppb's device `comm_sms`.
+* **Host.** Dropless, HybridEP reads the permuted row count on the host inside the dispatch
+  (`num_permuted_tokens` None: "causes a D2H synchronization", fused_a2a.py `hybrid_ep_dispatch`), as
+  DeepEP's dispatch waits for its counts and NCCL EP's eager mode sizes its receive buffer from them:
+  `host.dispatcher_wait_s` synchronizes all three at the dispatch.
+* **Rates.** ppb prices the all-to-alls at its NCCL rates. HybridEP's measured kernel-only algorithm
+  bandwidth (docs/README_Hybrid-EP.md, B200 8 ranks, 16 SMs: BF16 dispatch 734.95 GB/s, combine
+  673.84 GB/s; GB200 8 ranks 750.15 / 684.27) is 0.75-0.83 of 900 GB/s NVLink, about ppb's NCCL share:
+  no rate of its own is taken.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+FLEX_DISPATCHERS = ("deepep", "hybridep", "ncclep")
+DEEPEP_DEFAULT_SMS = 20  # token_dispatcher.py `_DeepepManager.__init__`, d98e8a64
+HYBRIDEP_SMS_ONE_DOMAIN = 24  # csrc/hybrid_ep/config.cuh `Configurer`, hybrid-ep 94a9f8f
+HYBRIDEP_SMS_ACROSS = 8
+HYBRIDEP_FUSED_PERMUTE_BLOCKS = 108  # `get_default_config`: min(108, sm_count − dispatch blocks)
+
+
+def ranks_reached(experts: int, k: int, ep: int) -> float:
+    """Mean ranks a token's k distinct experts (uniform among *experts*, experts/ep on each of *ep* ranks)
+    sit on: each rank missed with probability C(E − E/ep, k) / C(E, k)."""
+    if ep <= 1:
+        return 1.0
+    local = experts // ep
+    missed = comb(experts - local, k) / comb(experts, k) if experts - local >= k else 0.0
+    return ep * (1.0 - missed)
+
+
+def in_kernel_permutation(dispatcher: str, fused_into_hybridep: bool) -> bool:
+    """Whether the backend's dispatch and combine kernels permute themselves (module docstring)."""
+    return dispatcher == "ncclep" or (dispatcher == "hybridep" and fused_into_hybridep)
+
+
+def flex_sms(dispatcher: str, configured: int | None, ep_nodes: int, device_sms: int, fused: bool) -> int:
+    """SMs a flex backend's dispatch or combine takes beside compute; 0: the device's NCCL share."""
+    if dispatcher == "deepep":
+        return configured or DEEPEP_DEFAULT_SMS
+    if dispatcher == "hybridep":
+        sms = configured or (HYBRIDEP_SMS_ONE_DOMAIN if ep_nodes <= 1 else HYBRIDEP_SMS_ACROSS)
+        if fused:
+            sms += min(HYBRIDEP_FUSED_PERMUTE_BLOCKS, max(0, device_sms - sms))
+        return min(sms, device_sms)
+    if dispatcher == "ncclep" and configured:
+        return configured
+    return 0

@@ -1,0 +1,176 @@
+"""Megatron-Core's flex token dispatcher backends deepep, hybridep and ncclep (megatron/core/transformer/moe/
+token_dispatcher.py, fused_a2a.py, transformer_config.py at d98e8a64; HybridEP: deepseek-ai/DeepEP branch
+hybrid-ep at 94a9f8f). Expected figures derived by hand in comments."""
+
+from __future__ import annotations
+
+import pytest
+from test_megatron_import import MOE_MLA
+from test_memory_runs import make_run
+
+from ppb_core.balance.megatron_import import import_megatron
+from ppb_core.errors import InputError
+from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
+from ppb_core.memory.setup import MemorySetup
+from ppb_core.model.kinds import body_kind
+from ppb_core.timing.flex import flex_sms, ranks_reached
+from ppb_core.timing.flops import Op, OpGeometry, moe_ops
+from ppb_core.timing.host import dispatcher_wait_s
+
+# 128 experts, top-8, h 2048 (Qwen3 30B-A3B's shape), s 4096, b 1, EP 16 over two 8-GPU nodes.
+SPEC = {"vocab_size": 1024, "hidden_size": 2048, "num_layers": 2, "num_attention_heads": 32,
+        "intermediate_size": 6144, "num_experts": 128, "experts_per_token": 8,
+        "moe_intermediate_size": 768}  # fmt: skip
+RUN = make_run(SPEC, parallel={"dp": 16, "ep": 16}, training={"seq_length": 4096})
+KIND = body_kind(RUN.spec("m"), 0, RUN.training.dropout)
+MOE = KIND.mlp
+# the chance a rank holding 8 of the 128 experts gets none of a token's 8: C(120, 8) / C(128, 8)
+MISSED = (120 * 119 * 118 * 117 * 116 * 115 * 114 * 113) / (128 * 127 * 126 * 125 * 124 * 123 * 122 * 121)
+
+
+def test_a_token_reaches_each_rank_once_not_each_expert() -> None:
+    assert ranks_reached(128, 8, 16) == pytest.approx(16 * (1 - MISSED))  # ≈ 6.7 ranks, not 8 copies
+    # one expert a rank: every expert is its own rank, k ranks; 8 experts top-2: 8·(1 − C(7,2)/C(8,2)) = 2
+    assert ranks_reached(8, 2, 8) == pytest.approx(2.0)
+    assert ranks_reached(128, 8, 1) == 1.0
+
+
+def _ops(dispatcher: str, in_kernel: bool = False) -> dict[str, Op]:
+    geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher=dispatcher, flex_in_kernel=in_kernel)
+    return {op.name: op for op in moe_ops(KIND, MOE, geo)}
+
+
+def test_hybridep_sends_a_token_once_a_rank_and_permutes_inside_its_kernels_when_fused() -> None:
+    h, tokens = 2048, 4096
+    sent = tokens * 16 * (1 - MISSED)  # (token, rank) slots
+    unfused = _ops("hybridep")
+    # dispatch: one bf16 row a slot over NVLink; across nodes one a remote node reached (flops._remote_nodes:
+    # 2·(1 − (1/2)^8) nodes reached, half of them remote)
+    dispatch = unfused["dispatch"].forward_comm
+    assert dispatch.payload_bytes == pytest.approx(sent * h * 2)
+    assert dispatch.inter_node_bytes == pytest.approx(tokens * 2 * (1 - 0.5**8) * 0.5 * h * 2)
+    # unfused: HybridEP's own permute reads the slots and writes the 8 expert rows a token, its unpermute back
+    assert unfused["permute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
+    assert unfused["unpermute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
+    assert unfused["permute"].launches == (2.0, 1.0)  # metadata scan + permute; backward its unpermute
+    fused = _ops("hybridep", in_kernel=True)
+    assert fused["permute"].bytes == 0 and fused["unpermute"].bytes == 0
+    assert fused["permute"].launches == (1.0, 0.0)  # the metadata scan alone
+    # the alltoall dispatcher sends every routed copy: 8 a token
+    assert _ops("alltoall")["dispatch"].forward_comm.payload_bytes == pytest.approx(tokens * 8 * h * 2 + tokens * 8 * 2)
+
+
+def test_the_backends_take_their_own_sms() -> None:
+    # HybridEP's Configurer (config.cuh): 24 within one NVLink domain, 8 across; fused, the permute blocks
+    # take min(108, 132 − 24) = 108 more of an H100's 132
+    assert flex_sms("hybridep", None, 1, 132, False) == 24
+    assert flex_sms("hybridep", None, 2, 132, False) == 8
+    assert flex_sms("hybridep", None, 1, 132, True) == 132
+    assert flex_sms("hybridep", 16, 1, 132, True) == 16 + 108
+    assert flex_sms("deepep", None, 2, 132, False) == 20  # `_DeepepManager.__init__`: else 20
+    assert flex_sms("ncclep", None, 1, 132, False) == 0  # NCCL's own choice: the device's NCCL share
+    assert flex_sms("ncclep", 12, 1, 132, False) == 12
+
+
+def test_a_runs_geometry_carries_its_backends_sms() -> None:
+    # EP 16 over two 8-GPU nodes: HybridEP's across-domain default, 8; the recipes' 32 where stated; fused on an
+    # H100 (132 SMs): 24 + min(108, 132 − 24); alltoall: none of its own (NCCL's share)
+    def sms(**timing) -> int:
+        return OpGeometry.from_run(make_run(SPEC, parallel={"dp": 16, "ep": 16}, timing=timing)).flex_sms
+
+    assert sms(moe_dispatcher="hybridep") == 8
+    assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=32) == 32
+    assert sms(moe_dispatcher="hybridep", moe_flex_dispatcher_num_sms=24, moe_permute_fusion_into_hybridep=True) == 132
+    assert sms(moe_dispatcher="alltoall") == 0
+
+
+def test_hybridep_dispatch_waits_for_its_counts_as_deepeps() -> None:
+    ops = [Op("moe.router_topk", "moe", "memory"), Op("moe.permute", "moe", "memory"),
+           Op("moe.dispatch", "moe", "comm"), Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+           Op("moe.unpermute", "moe", "memory")]  # fmt: skip
+    forward = {"moe.router_topk": 1.0, "moe.permute": 0.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
+               "moe.unpermute": 0.0}  # fmt: skip
+    # resumed at the dispatch from an idle GPU: six launches at 1.5, 3, ..., 9 (dispatch, the two GEMMs,
+    # unpermute, the next layer's router and permutation) against 4 s of GPU work: the GPU waits 9 − 4 = 5
+    for backend in ("deepep", "hybridep", "ncclep"):
+        wait = dispatcher_wait_s(ops, forward, 1.5, dropless=True, wrap=True, dispatcher=backend)
+        assert wait == pytest.approx(5.0)
+
+
+def test_hybridep_buffers_are_counted_per_rank() -> None:
+    setup = MemorySetup(seq_length=4096, micro_batch_size=1, dtype_bytes=2, ep=16, moe_dispatcher="hybridep")
+    # T 4096, G 16 ranks, R 8 a domain, N 2 domains, L 8 local experts, h 2048
+    nvlink = 4096 * 16 * (2048 * 2 + 8 * 8 * 4 + 2048 // 128 * 4)  # tokens, fp32 probs, fp32 scales
+    dispatch = 4096 * (2048 * 2 + 8 * 8 * 4 * 2 + 16 * 4) + 4096 * (2048 * 2 + 8 * 8 * 4 + 16 * 4)
+    combine = 2 * 4096 * (2048 * 2 + 8 * 8 * 4)
+    assert hybridep_buffer_bytes(setup, [KIND]) == nvlink + dispatch + combine  # 362,283,008 B ≈ 345 MiB
+    # at most 512 tokens (padded up: config.cuh), within one domain no RDMA buffers
+    small = MemorySetup(seq_length=128, micro_batch_size=1, dtype_bytes=2, ep=8, moe_dispatcher="hybridep")
+    assert hybridep_buffer_bytes(small, [KIND]) == 512 * 8 * (2048 * 2 + 16 * 8 * 4 + 16 * 4)
+    assert hybridep_buffer_bytes(MemorySetup(seq_length=4096, ep=16, moe_dispatcher="deepep"), [KIND]) == 0
+
+
+def test_deepeps_buffer_follows_its_size_hints() -> None:
+    # Megatron's get_buffer: hidden bytes 2·2048; G 16: dispatch Config(20, 36, 288, 20, 128), combine
+    # Config(20, 4, 288, 12, 128): receive chunks 288 (NVLink) and 128 (RDMA); 20 SMs: 10 channels, 8 peers,
+    # 2 RDMA ranks. A token's slot: 4096 + 8 (SourceMeta) + 128·8 + 128·4 (top-k) + 128·4 (scales) = 6152 B.
+    nvl = 10 * 8 * ((2 * 2 + 3) * 4 + 288 * 6152)  # 141,744,320, to 128 B: 141,744,384
+    rdma = 10 * 2 * ((8 * 2 + 2) * 2 * 4 + 2 * 128 * (6152 + 16))  # 31,583,040, to 128 B: 31,583,104
+    assert (nvl, rdma) == (141_744_320, 31_583_040)
+    setup = MemorySetup(seq_length=4096, dtype_bytes=2, ep=16, moe_dispatcher="deepep")
+    assert deepep_buffer_bytes(setup, [KIND]) == 141_744_384 + 31_583_104
+    # 40 SMs: twice the channels
+    wider = MemorySetup(seq_length=4096, dtype_bytes=2, ep=16, moe_dispatcher="deepep", flex_num_sms=40)
+    assert deepep_buffer_bytes(wider, [KIND]) == 283_488_640 + 63_166_080
+    # one node (G 8): no RDMA buffer; G 12 is not in DeepEP's table (it asserts): nothing counted
+    eight = MemorySetup(seq_length=4096, dtype_bytes=2, ep=8, moe_dispatcher="deepep")
+    nvl = 10 * 8 * ((2 * 1 + 3) * 4 + 256 * 6152)  # 125,994,560, to 128 B: 125,994,624
+    assert nvl == 125_994_560 and deepep_buffer_bytes(eight, [KIND]) == 125_994_624
+    assert deepep_buffer_bytes(MemorySetup(seq_length=4096, ep=12, moe_dispatcher="deepep"), [KIND]) == 0
+
+
+@pytest.mark.parametrize(
+    ("parallel", "framework", "timing", "field"),
+    [
+        ({"dp": 16, "ep": 16}, "torchtitan", {"moe_dispatcher": "hybridep"}, "timing.moe_dispatcher"),
+        ({"dp": 16}, None, {"moe_dispatcher": "ncclep"}, "timing.moe_dispatcher"),  # asserts TP×EP > 1
+        (
+            {"dp": 16, "ep": 16},
+            None,
+            {"moe_permute_fusion_into_hybridep": True},
+            "timing.moe_permute_fusion_into_hybridep",
+        ),
+        ({"dp": 16, "ep": 16}, None, {"moe_flex_dispatcher_num_sms": 16}, "timing.moe_flex_dispatcher_num_sms"),
+        (
+            {"dp": 16, "ep": 16},
+            None,
+            {"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 200},  # config.cuh asserts ≤ SMs
+            "timing.moe_flex_dispatcher_num_sms",
+        ),
+    ],
+)
+def test_what_megatron_refuses_is_refused(parallel, framework, timing, field) -> None:
+    with pytest.raises(InputError) as caught:
+        make_run(SPEC, parallel=parallel, training={"seq_length": 4096}, framework=framework, timing=timing)
+    assert caught.value.field == field
+
+
+def test_the_import_reads_the_backends_words() -> None:
+    text = MOE_MLA.replace(
+        "--moe-token-dispatcher-type alltoall",
+        "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-permute-fusion-into-hybridep "
+        "--moe-hybridep-pad-uneven-dispatch-inputs --moe-hybridep-num-sms 16",
+    )
+    timing = import_megatron(text, 8, "h100-80gb").raw["timing"]
+    assert timing["moe_dispatcher"] == "hybridep"
+    assert timing["moe_permute_fusion_into_hybridep"] and timing["moe_hybridep_pad_uneven_dispatch_inputs"]
+    assert timing["moe_flex_dispatcher_num_sms"] == 16  # the deprecated knob routed (__post_init__)
+    # transformer_config.py __post_init__: "Only one backend is supported for flex token dispatcher."
+    both = text.replace("--moe-hybridep-num-sms 16", "--moe-enable-deepep")
+    with pytest.raises(InputError) as caught:
+        import_megatron(both, 8, "h100-80gb")
+    assert caught.value.field == "--moe-enable-deepep"
+    # two different deprecated SM counts: "Conflicting deprecated SM-count knobs"
+    clash = text.replace("--moe-hybridep-num-sms 16", "--moe-hybridep-num-sms 16 --moe-deepep-num-sms 20")
+    with pytest.raises(InputError):
+        import_megatron(clash, 8, "h100-80gb")
