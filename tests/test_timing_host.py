@@ -11,6 +11,17 @@ from ppb_core.timing.flops import COMM, Op
 from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s, layer_host_waits
 from ppb_core.timing.iteration import run_iteration
 
+# A MoE layer's ops around Megatron's token dispatcher and their forward seconds, by hand.
+DISPATCH_OPS = [
+    Op("moe.router_topk", "moe", "memory"),
+    Op("moe.permute", "moe", "memory"),
+    Op("moe.dispatch", "moe", COMM),
+    Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
+    Op("moe.unpermute", "moe", "memory"),
+]
+DISPATCH_FORWARD_S = {"moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
+                      "moe.unpermute": 1.0}  # fmt: skip
+
 
 def test_launch_wait_by_hand():
     # Nothing queued, three 10 us kernels, 5 us a launch: the first waits 5 us for its launch; the
@@ -24,16 +35,9 @@ def test_launch_wait_by_hand():
 
 
 def test_the_dispatcher_s_wait_follows_its_synchronization_point():
-    ops = [
-        Op("moe.router_topk", "moe", "memory"),
-        Op("moe.permute", "moe", "memory"),
-        Op("moe.dispatch", "moe", COMM),
-        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
-        Op("moe.unpermute", "moe", "memory"),
-    ]
+    ops = DISPATCH_OPS
     assert [kernels(op) for op in ops] == [1, 1, 1, 2, 1]  # a grouped GEMM launches one GEMM a group
-    forward = {"moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
-               "moe.unpermute": 1.0}  # fmt: skip
+    forward = dict(DISPATCH_FORWARD_S)
     # Dropless: the wait comes before the all-to-all, the permutation (2) still to run. Launches at
     # 1.5, 3, 4.5, 6 (dispatch, the two GEMMs, unpermute) against the GPU reaching them at 2, 3, 4, 5:
     # the GPU waits 1.
@@ -115,15 +119,8 @@ def test_a_rerun_dispatch_launches_the_whole_rerun_again():
     # Full recompute of a MoE layer reruns its dispatch: the host launches every forward op again and
     # waits at the dispatcher's synchronization as the forward did. The dispatcher test's layer with a
     # capacity factor, 1.5 a launch; forward launches (1, 1, 1, 2, 1), backward the same (6).
-    ops = [
-        Op("moe.router_topk", "moe", "memory"),
-        Op("moe.permute", "moe", "memory"),
-        Op("moe.dispatch", "moe", COMM),
-        Op("moe.experts_in", "moe", "matmul", gemm=(8, 4, 4, 2, 4)),
-        Op("moe.unpermute", "moe", "memory"),
-    ]
-    forward = {"moe.router_topk": 1.0, "moe.permute": 2.0, "moe.dispatch": 1.0, "moe.experts_in": 2.0,
-               "moe.unpermute": 1.0}  # fmt: skip
+    ops = DISPATCH_OPS
+    forward = dict(DISPATCH_FORWARD_S)
     launches = {"moe.router_topk": (1.0, 1.0), "moe.permute": (1.0, 1.0), "moe.dispatch": (1.0, 1.0),
                 "moe.experts_in": (2.0, 2.0), "moe.unpermute": (1.0, 1.0)}  # fmt: skip
     names = list(forward)
