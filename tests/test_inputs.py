@@ -198,7 +198,9 @@ CASES: list[tuple[str, dict[str, str | bytes | Sparse], list[str], list[str]]] =
         "yaml-nested",
         {"r.yaml": "models: " + "[" * 100000 + "]" * 100000 + "\n"},
         ["estimate", "r.yaml"],
-        ["models.0.0", "nested"],
+        # ppb's own depth check names the path ("models.0.0: nested ..."); PyYAML 6.0.4's parser refuses it first
+        # ("exceeded maximum nesting depth"): either way one line naming the file
+        ["r.yaml", "nest"],
     ),
     (
         "model-type-a-list",
