@@ -122,11 +122,11 @@ def describe_layer(
 ) -> dict[str, Any]:
     """One layer's description, before merging (no `nb_layer` or `name` yet).
 
-    HEAD and TAIL: `memory_parameter` = MB(static) + MB(activations and buffers at one
-    micro-batch). BODY: `memory_parameter` = MB(static) + MB(the largest buffers held once of
-    any option), and per option MB(activations) + MB(buffers per micro-batch), each term
-    truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the forward
-    time then (1 without times). *loading_ms*: what loading a micro-batch adds to the layer's forward
+    HEAD and TAIL: `memory_parameter` = MB(static) + MB(activations and buffers at one micro-batch) + MB(the
+    workspaces it adds to a stage of bodies, `end_workspace_bytes`). BODY: `memory_parameter` = MB(static) +
+    MB(the largest buffers held once of any option), and per option MB(activations) + MB(buffers per
+    micro-batch), each term truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the
+    forward time then (1 without times). *loading_ms*: what loading a micro-batch adds to the layer's forward
     (Megatron's `get_batch` broadcasts, `batch_loading_ms`).
     """
     desc: dict[str, Any] = {"model_name": layer.model_name}
@@ -134,7 +134,7 @@ def describe_layer(
     if layer.node in _END_STATE:
         one = context.at(_END_STATE[layer.node]).dynamic(1)
         desc["type"] = layer.node
-        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(one)
+        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(one) + mb(memory.end_workspace_bytes(layer))
         desc["time"] = 1
     else:
         _body_memory(desc, context, many, timed=times is not None)
