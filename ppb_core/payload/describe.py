@@ -279,7 +279,9 @@ def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource |
     charged once, as `describe_layer` does). The final norm runs in the last decoder layer's cell
     (transformer_block.py `has_final_layernorm_in_this_stage`, d98e8a64): the MTP cell when that
     holds a decoder layer, the cell before it otherwise; the balancer charges it to the MTP cell,
-    one norm's parameters and input per micro-batch (`ppb check` prices the plan exactly)."""
+    one norm's parameters and input per micro-batch (`ppb check` prices the plan exactly). Each part
+    carries what it adds to a stage of bodies' workspaces (`end_workspace_bytes`: the output layer's and
+    the MTP projection's TE dummy weight gradients), as the one TAIL does."""
     many = many_in_flight(run.parallel.pp, run.training.micro_batches)
     layers: list[Layer] = []
     apart: list[Layer] = []
@@ -305,7 +307,9 @@ def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource |
         )
         context = Evaluation(memory, layer, normalized(run.switches(layer.model_name)))
         split = context.at(LayerType.OUTPUT_LAYER).split(many)
-        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(split.once)
+        desc["memory_parameter"] = (
+            mb(memory.static_bytes(layer)) + mb(split.once) + mb(memory.end_workspace_bytes(layer))
+        )
         desc[MEMORY_KEY["NONE"]] = mb(split.activation) + mb(split.per_micro_batch)
         descriptions.append({**desc, "nb_layer": 1, "name": MTP_APART_NAME})
     return descriptions
