@@ -231,13 +231,13 @@ def _mtp_headline(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
         chunk, stage = plan["input"]["mtp_cell"]
         where += f" (stage {stage}, chunk {chunk})"
     others = [
-        f"{words[row['mtp']]} {row['objective_s']:.3f} s"
+        f"{words[row['mtp']]} {row['objective_s']:,.3f} s"
         if row.get("objective_s") is not None
         else f"{words[row['mtp']]} {row['status'].replace('_', ' ')}"
         for row in rows
         if not row["chosen"]
     ]
-    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:.3f} s, " + ", ".join(others))]
+    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:,.3f} s, " + ", ".join(others))]
 
 
 @dataclass(frozen=True)

@@ -349,7 +349,7 @@ def render(result: dict[str, Any], solve_s: float) -> None:
             it = result[key]
             option = f" ({it['option']})" if "option" in it else ""
             console.print(
-                f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
+                f"{label}{option}: iteration {it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} "
                 f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
             )
     if result.get("mtp_placement_gap"):

@@ -185,7 +185,7 @@ def render(out: dict[str, Any]) -> None:
     console.print(table)
     it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
     console.print(
-        f"iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+        f"iteration {it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
         f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}% (the schedule on the layers' times, "
         "P2P, data-parallel reduction, optimizer: docs/timing.md)"
     )
@@ -200,7 +200,7 @@ def render(out: dict[str, Any]) -> None:
         # beside a plan that does not fit, a speedup over it means nothing: the fitting plan's time stands alone
         versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
         console.print(
-            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:.3f} s, "
+            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:,.3f} s, "
             f"{versus}, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
             f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
             f"select_comm_recompute {optimum['select_comm_recompute']}",

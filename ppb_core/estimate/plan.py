@@ -220,7 +220,7 @@ def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:
             lines.append(
                 (
                     label,
-                    f"{option}{it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+                    f"{option}{it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
                     f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%",
                 )
             )
