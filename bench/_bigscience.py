@@ -94,6 +94,9 @@ def bloom_row() -> dict[str, Any]:
             # pipe_partitioned and grad_partitioned, on by default (the run's ds_config has no
             # "pipeline" section; runtime/pipe/engine.py `PartitionedTensor` over the slice group)
             "pipe_partitioned": True,
+            # its TrainSchedule's steps (runtime/pipe/schedule.py at 93e9307d): each step's receive and send
+            # to one neighbour blocking, one after the other (p2p.py `dist.send`/`dist.recv`), not batched
+            "deepspeed_pipeline": True,
         },
     }
     return {
@@ -104,7 +107,7 @@ def bloom_row() -> dict[str, Any]:
         "seconds": BLOOM_SECONDS,
         "assumptions": (
             "Megatron-DeepSpeed priced as Megatron-LM's own modules",
-            "DeepSpeed's 1F1B pipeline as Megatron's (its sends split over TP, DeepSpeed's default)",
+            "DeepSpeed's TrainSchedule: Megatron's 1F1B op order, its blocking sends and receives one after another",
             "the embedding LayerNorm (--embed-layernorm, the first stage's) not priced",
             "HGX A100 NVLink inside a node (the README: 'NVLink 4 inter-gpu connects')",
             "CUDA_LAUNCH_BLOCKING=1 (the script's) not modelled",

@@ -57,6 +57,7 @@ CASES = [
     # writes 16-bit gradients, so Megatron's fused accumulation cannot be on beside it
     (MEGATRON, "timing", {"deepspeed_bf16_optimizer": True}, "timing.gradient_accumulation_fusion", "must be false"),
     (TITAN, "timing", {"deepspeed_bf16_optimizer": True}, "timing.deepspeed_bf16_optimizer", "Megatron-LM's"),
+    (TITAN, "timing", {"deepspeed_pipeline": True}, "timing.deepspeed_pipeline", "Megatron-LM's"),
     (MEGATRON, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
     (TITAN, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
     (MEGATRON, "device", {"mxfp8_matmul_ratio": 1.5}, "device.mxfp8_matmul_ratio", "less than or equal to 1"),
@@ -144,3 +145,26 @@ def test_the_bf16_optimizer_needs_bf16_and_its_own_zero_1(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"ppb: error: {run}: timing.deepspeed_bf16_optimizer: ") and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("parallel", "words"),
+    [
+        ({"pp": 1, "dp": 32}, "needs pipeline parallelism (pp > 1)"),
+        (INTERLEAVED, "runs 1F1B alone: schedule 1f1b, vpp 1"),
+    ],
+)
+def test_deepspeed_s_pipeline_engine_runs_1f1b_over_a_pipeline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, parallel: dict, words: str
+) -> None:
+    """DeepSpeed's PipelineEngine runs its TrainSchedule (runtime/pipe/schedule.py, 93e9307d): 1F1B, one
+    stage a rank; without a pipeline it would price nothing."""
+    raw = _run(MEGATRON)
+    raw["timing"] = {"deepspeed_pipeline": True}
+    raw["parallel"].update(parallel)
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"ppb: error: {run}: timing.deepspeed_pipeline: ") and words in err, err

@@ -807,6 +807,12 @@ class TimingOptions(StrictModel):
         "fp32 gradients (a cast kernel and an add where Megatron's DDP hook adds in one); needs "
         "gradient_accumulation_fusion false, bf16 and zero 1",
     )
+    deepspeed_pipeline: bool = Field(
+        False,
+        description="DeepSpeed's pipeline engine (Megatron-DeepSpeed's PipelineModule): its TrainSchedule's 1F1B with "
+        "blocking sends and receives one after another, a forward's receive before the previous backward's send, "
+        "a backward's receive after the previous forward's send (ppb_core.pipeline_p2p); needs pp > 1 and 1f1b",
+    )
     deterministic: bool = Field(
         False,
         description="Megatron's --deterministic-mode: PyTorch's deterministic algorithms (the NaN fill of what "
@@ -1383,6 +1389,7 @@ MEGATRON_TIMING = frozenset(
         "ub_sm_margin",
         "gradient_accumulation_fusion",
         "deepspeed_bf16_optimizer",
+        "deepspeed_pipeline",
         "rope_fusion",
         "check_for_nan_in_grad",
         "cross_entropy_fusion",
@@ -1654,6 +1661,10 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_offload(run, where)
     if run.timing.deepspeed_bf16_optimizer:
         _check_bf16_optimizer(run, where)
+    if run.timing.deepspeed_pipeline and (par.pp == 1 or par.vpp > 1 or par.schedule != "1f1b"):
+        # DeepSpeed's PipelineEngine runs `TrainSchedule` (runtime/pipe/schedule.py): 1F1B, one stage a rank
+        said = "needs pipeline parallelism (pp > 1)" if par.pp == 1 else "runs 1F1B alone: schedule 1f1b, vpp 1"
+        raise InputError(where, "timing.deepspeed_pipeline", said)
     if train.cpu_offloading_num_layers:
         _check_cpu_offloading(run, where)
     if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
