@@ -730,6 +730,13 @@ class TimingOptions(StrictModel):
         "layers' gradient reductions and parameter gathers are fused into that many groups by layer index "
         "(models/utils.py `LayerSetting.set`; time only; framework mindformers)",
     )
+    optimizer_type: Literal["FP32StateAdamWeightDecay", "AdamW"] | None = Field(
+        None,
+        description="MindFormers' optimizer.type (unset: FP32StateAdamWeightDecay, MindSpore's fused "
+        "AdamWeightDecay kernel): AdamW is mindformers/core/optim/adamw.py's composite of primitives, one "
+        "kernel and HBM pass each without graph-kernel fusion (ppb_core/timing/mindformers_step.py; time "
+        "only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1486,6 +1493,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.gradient_aggregation_group is not None:
         said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.gradient_aggregation_group", said)
+    if framework != "mindformers" and timing.optimizer_type is not None:
+        said = f"is MindFormers' optimizer.type (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.optimizer_type", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
     if framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"
