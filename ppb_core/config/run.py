@@ -1315,6 +1315,10 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
         )
     if spec.is_moe and spec.num_experts % par.ep:
         raise InputError(where, f"{field}.num_experts", f"{spec.num_experts} experts are not divisible by ep {par.ep}")
+    if spec.position_embedding == "alibi" and (run.framework == "torchtitan" or spec.is_mla):
+        # ALiBi is Megatron-DeepSpeed's (BLOOM's) and MindFormers' bloom; torchtitan's models and MLA have rotary
+        said = "has no ALiBi in torchtitan's models" if run.framework == "torchtitan" else "MLA carries its own rotary"
+        raise InputError(where, f"{field}.spec.position_embedding", f"alibi: {said}")
     if par.cp > 1 and par.cp_variant == "ulysses" and spec.num_attention_heads % (par.tp * par.cp):
         raise InputError(
             where,
