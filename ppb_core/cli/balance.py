@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -236,6 +237,21 @@ def stopped_words(result: dict[str, Any]) -> str:
     return STOPPED.get(stopped, stopped)
 
 
+_UNIFORM_NOTE = re.compile(
+    r"the uniform split \((\w+)\) is faster by the iteration: (\S+) s against the plan's (\S+) s"
+)
+
+
+def _uniform_replaced(result: dict[str, Any]) -> tuple[str, float, float] | None:
+    """(option, its iteration s, the balancer's plan's s) where the best uniform split replaced the plan
+    (`faster_uniform.prefer_uniform`'s solver note), else None."""
+    for note in (result.get("solver") or {}).get("notes", []):
+        found = _UNIFORM_NOTE.match(note)
+        if found:
+            return found[1], float(found[2]), float(found[3])
+    return None
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -292,6 +308,13 @@ def render(result: dict[str, Any], solve_s: float) -> None:
     )
     if result.get("message"):
         console.print(escape(result["message"]))
+    replaced = _uniform_replaced(result)
+    if replaced is not None:  # `balance.faster_uniform`: the status line's proof and gap are the schedule's
+        option, theirs, ours = replaced
+        console.print(
+            f"the uniform split ({option}) is the plan: faster by the iteration than the balancer's own "
+            f"({theirs:,.3f} s against {ours:,.3f} s); the bound and gap above are the layers' schedule's"
+        )
 
     time_name = "time ms" if in_s else "time"
     if "stages" in result:
