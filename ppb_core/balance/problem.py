@@ -16,7 +16,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import FRAMEWORK_RULES, walk
-from ppb_core.payload.sapp import LayerRecord, LayerSet, layer_set
+from ppb_core.payload.sapp import LayerRecord, LayerSet, keep_options, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
 
@@ -237,7 +237,8 @@ def run_problem(
     comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
 
-    For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`)
+    For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`),
+    and FULL for a Megatron run under the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`),
     unless *runnable* is False (a user's plan priced whatever it says).
     """
     if constant_memory_mb is None:
@@ -249,6 +250,10 @@ def run_problem(
     layers = layer_set(descriptions, run.source)
     if runnable and run.framework == "torchtitan":
         layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
+    if runnable and run.framework == "megatron" and par.overlap_moe_expert_parallel_comm:
+        # transformer_config.py `TransformerConfig.__post_init__` (d98e8a64) asserts recompute_granularity !=
+        # 'full' under --overlap-moe-expert-parallel-comm: no layer of the plan may be fully recomputed
+        layers = keep_options(layers, [option for option in layers.options if option != "FULL"])
     # the run's group where the problem keeps its sizes and schedule (another size runs Megatron's default)
     same = (stages or par.pp, micro_batches or run.training.micro_batches, chunks or par.vpp, schedule or par.schedule)
     group = par.microbatch_group_size_per_vp_stage
