@@ -6,6 +6,7 @@ run config names (HuggingFace config.json, census files) are read relative to it
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import math
 import re
@@ -25,6 +26,7 @@ from pydantic import (
     Strict,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -43,6 +45,7 @@ from ppb_core.config.recompute import (
     framework_words,
     resolve,
 )
+from ppb_core.config.releases import CHANGES, MEGATRON_CORE, TRANSFORMER_ENGINE, Release, parse_release
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError, misspelt, shown
@@ -1039,10 +1042,60 @@ class PPBOptions(StrictModel):
         return groups
 
 
+class FrameworkRelease(StrictModel):
+    """The Megatron-Core and Transformer Engine releases the run ran (`ppb_core.config.releases`): the rules
+    that changed since are priced as that code held them. Unset: the newest code ppb follows."""
+
+    megatron_core: str | None = Field(
+        None,
+        max_length=40,
+        description="Megatron-Core's release tag (core_v0.13.0, core_r0.13.0, 0.13) or the date of the commit "
+        "run (YYYY-MM-DD); unset: d98e8a64 (2026-08-22)",
+    )
+    transformer_engine: str | None = Field(
+        None,
+        max_length=40,
+        description="Transformer Engine's release (v2.4, 2.4, 2.6.0.post1) or the date of the commit run "
+        "(YYYY-MM-DD); unset: d0067d0d (2026-08-22)",
+    )
+
+    @field_validator("megatron_core", "transformer_engine", mode="before")
+    @classmethod
+    def _dated(cls, value: Any) -> Any:
+        """YAML reads an unquoted 2025-07-05 as a date: the same release as the quoted one."""
+        return value.isoformat() if isinstance(value, datetime.date) else value
+
+    @field_validator("megatron_core", "transformer_engine")
+    @classmethod
+    def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            parse_release(info.field_name or MEGATRON_CORE, value)
+        return value
+
+    def of(self, library: str) -> Release:
+        """One library's release (unset: the newest, which holds every change)."""
+        value = getattr(self, library)
+        return Release() if value is None else parse_release(library, value)
+
+    def holds(self, change: str) -> bool:
+        """Whether the stated releases' code has the change named *change* (`releases.CHANGES`)."""
+        found = CHANGES[change]
+        return self.of(found.library).holds(found)
+
+    @property
+    def stated(self) -> bool:
+        return self.megatron_core is not None or self.transformer_engine is not None
+
+
 class RunConfig(StrictModel):
     name: Annotated[str, Field(max_length=256)]
     framework: Framework = Field(
         "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
+    )
+    framework_release: FrameworkRelease = Field(
+        default_factory=FrameworkRelease,
+        description="under framework megatron, the Megatron-Core and Transformer Engine releases run "
+        "(ppb_core.config.releases); unset: the newest code ppb follows",
     )
     models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
@@ -1583,6 +1636,10 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
+    if run.framework != "megatron" and run.framework_release.stated:
+        library = MEGATRON_CORE if run.framework_release.megatron_core is not None else TRANSFORMER_ENGINE
+        said = f"is Megatron-Core's and Transformer Engine's; this run's framework is {run.framework}"
+        raise InputError(where, f"framework_release.{library}", said)
     words = framework_words(train.recompute)
     if words is not None and words != run.framework:
         said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
