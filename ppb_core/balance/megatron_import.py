@@ -685,12 +685,11 @@ def _training(
     fp32_buffer = args.has("--accumulate-allreduce-grads-in-fp32") or (
         bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
     )
-    if args.has("--use-megatron-fsdp") and release.holds("fsdp_grads_own_dtype"):
-        fp32_buffer = _megatron_fsdp_grads_fp32(args, notes)
-    elif args.has("--use-megatron-fsdp"):
+    if args.has("--use-megatron-fsdp"):
+        own = _megatron_fsdp_grads_fp32(args, notes)
         # before adfe9e11d9 (core_v0.19.0) mcore_fsdp_adapter.py made the main gradients fp32 wherever DDP's
         # grad_reduce_in_fp32 holds ("Grandfathered Argument"), else --megatron-fsdp-main-grads-dtype
-        fp32_buffer = fp32_buffer or _megatron_fsdp_grads_fp32(args, notes)
+        fp32_buffer = own if release.holds("fsdp_grads_own_dtype") else fp32_buffer or own
     if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)

@@ -76,6 +76,23 @@ CHANGES: dict[str, Change] = {
         "--transformer-impl local) take TE's cache where TE has it (tensor_parallel/layers.py "
         "`LinearWithGradAccumulationAndAsyncCommunication.backward`); before, a `torch.empty` per backward",
     ),
+    "tunable_schedule_sends": Change(
+        MEGATRON_CORE,
+        "4295be1a6c",
+        "2024-11-01",
+        (0, 10),
+        "the overlapped interleaved schedule waits for a send once the next send of its kind is posted "
+        "(schedules.py, the tunable schedule; `timing.interleaved_send_waits` core_r0.10); before, before the "
+        "next op of the send's kind (core_r0.8)",
+    ),
+    "forward_send_waited_first": Change(
+        MEGATRON_CORE,
+        "260cba7133",
+        "2026-04-16",
+        (0, 18),
+        "a forward's send is waited for before the next op, as `deallocate_pipeline_outputs` frees its buffer "
+        "(schedules.py; `timing.interleaved_send_waits` core_v0.18); before, as core_r0.10",
+    ),
     "fsdp_non_unit_kept": Change(
         MEGATRON_CORE,
         "378d81fbd3",
@@ -132,3 +149,10 @@ def parse_release(library: str, value: str) -> Release:
         f"{text[:40]!r} is no {_SHOWN[library]} release ppb knows: give its tag (e.g. {_EXAMPLE[library]}) "
         f"or the date of the commit run (YYYY-MM-DD; unset: {newest}, {day})"
     )
+
+
+def send_waits_of(release: Release) -> str:
+    """`timing.interleaved_send_waits` as a Megatron-Core release runs it (ppb_core.pipeline_p2p)."""
+    if release.holds(CHANGES["forward_send_waited_first"]):
+        return "core_v0.18"
+    return "core_r0.10" if release.holds(CHANGES["tunable_schedule_sends"]) else "core_r0.8"

@@ -45,7 +45,14 @@ from ppb_core.config.recompute import (
     framework_words,
     resolve,
 )
-from ppb_core.config.releases import CHANGES, MEGATRON_CORE, TRANSFORMER_ENGINE, Release, parse_release
+from ppb_core.config.releases import (
+    CHANGES,
+    MEGATRON_CORE,
+    TRANSFORMER_ENGINE,
+    Release,
+    parse_release,
+    send_waits_of,
+)
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
 from ppb_core.errors import InputError, misspelt, shown
@@ -1114,6 +1121,16 @@ class RunConfig(StrictModel):
         return [m.name for m in self.models]
 
     @property
+    def send_waits(self) -> str:
+        """When the overlapped interleaved schedule waits for its sends: `timing.interleaved_send_waits` where
+        stated, else as `framework_release.megatron_core` runs it (`releases.send_waits_of`)."""
+        if "interleaved_send_waits" in self.timing.model_fields_set:
+            return self.timing.interleaved_send_waits
+        if self.framework_release.megatron_core is not None:
+            return send_waits_of(self.framework_release.of(MEGATRON_CORE))
+        return self.timing.interleaved_send_waits
+
+    @property
     def shard_level(self) -> int:
         """What data parallelism shards as the framework runs it: 1 optimizer states, 2 and gradients,
         3 and parameters. torchtitan either shards all three with FSDP2 or replicates (zero 0)."""
@@ -1636,10 +1653,16 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
-    if run.framework != "megatron" and run.framework_release.stated:
-        library = MEGATRON_CORE if run.framework_release.megatron_core is not None else TRANSFORMER_ENGINE
+    release = run.framework_release
+    if run.framework != "megatron" and release.stated:
+        library = MEGATRON_CORE if release.megatron_core is not None else TRANSFORMER_ENGINE
         said = f"is Megatron-Core's and Transformer Engine's; this run's framework is {run.framework}"
         raise InputError(where, f"framework_release.{library}", said)
+    if release.megatron_core is not None and "interleaved_send_waits" in run.timing.model_fields_set:
+        waits = send_waits_of(release.of(MEGATRON_CORE))
+        if run.timing.interleaved_send_waits != waits:
+            said = f"{run.timing.interleaved_send_waits} contradicts framework_release.megatron_core "
+            raise InputError(where, "timing.interleaved_send_waits", f"{said}{release.megatron_core} ({waits})")
     words = framework_words(train.recompute)
     if words is not None and words != run.framework:
         said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
@@ -2085,6 +2108,7 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
         raw["parallel"].pop(
             "zero"
         )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
+    raw["timing"]["interleaved_send_waits"] = run.send_waits  # as the stated release runs them, where unstated
     for key in UNSTATED_OVERLAP_DIFFERS:  # torchtitan's own shares where the run states none (`torchtitan_overlap`)
         if key not in run.timing.overlap.model_fields_set:
             raw["timing"]["overlap"].pop(key, None)
