@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from ppb_core.memory.frameworks.dummy_wgrad import dummy_wgrad_bytes, kind_shapes
-from ppb_core.memory.model import MemoryModel, run_stage_peaks
+from ppb_core.memory.model import MemoryModel, run_stage_peaks, run_workspace_bytes
 from ppb_core.model.kinds import BodyKind
 from ppb_core.model.walk import walk
+from ppb_core.payload.run import describe_run
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -88,3 +89,23 @@ def test_experts_share_one_placeholder_a_shape():
     body = next(layer.kind for layer in walk(run) if isinstance(layer.kind, BodyKind))
     assert kind_shapes(body, memory.setup) == {(1024, 512), (512, 1024), (512, 512), (1536, 512)}
     assert dummy_wgrad_bytes(memory.setup, [body]) == 2 * 2_097_152
+
+
+def test_the_output_layer_s_placeholder_is_the_tail_s_to_carry():
+    # The balancer charges every stage a constant and the HEAD/TAIL once, on the stage holding them: the
+    # output layer's placeholder (25,216 × 512 × 2 B = 25,821,184, above) is the TAIL's, so the constant
+    # holds the layers' four shapes alone (2 · 1,572,864 = 3,145,728, above) and the TAIL's description
+    # the rest; the HEAD (the embedding: autograd's own gradient) adds nothing.
+    run = _defer_case()
+    memory = MemoryModel(run)
+    layers = walk(run).layers
+    head = next(layer for layer in layers if layer.node == "HEAD")
+    tail = next(layer for layer in layers if layer.node == "TAIL")
+    assert memory.end_workspace_bytes(tail) == 25_821_184
+    assert memory.end_workspace_bytes(head) == 0.0
+    assert run_workspace_bytes(run, memory) - run_workspace_bytes(run, memory, ends=False) == 25_821_184
+    # the TAIL's description carries it (MB, truncated: 24 of its 24.6)
+    with_tail = next(d for d in describe_run(run) if d["type"] == "TAIL")
+    plain = _defer_case(fusion=False)
+    without = next(d for d in describe_run(plain) if d["type"] == "TAIL")
+    assert with_tail["memory_parameter"] - without["memory_parameter"] == 24

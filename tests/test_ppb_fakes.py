@@ -39,6 +39,9 @@ class FakeMemory:
     def static_bytes(self, layer: Layer) -> float:
         return self.static
 
+    def end_workspace_bytes(self, layer: Layer) -> float:
+        return 0.0
+
     def dynamic_bytes(
         self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, in_flight: int
     ) -> tuple[float, float]:
@@ -105,6 +108,9 @@ class CensusMemory:
 
     def static_bytes(self, layer: Layer) -> float:
         return 4 * MB
+
+    def end_workspace_bytes(self, layer: Layer) -> float:
+        return 0.0
 
     def dynamic_bytes(self, layer, state, switches, in_flight):
         self.calls.append((state, None if switches is None else dict(switches), in_flight))

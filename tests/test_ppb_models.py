@@ -49,7 +49,9 @@ def _expected_memory(memory: MemoryModel, layer, timed: bool) -> dict[str, int]:
     if layer.node != BODY:
         state, switches = memory.option_state(layer, "NONE")
         ones, _, _ = memory.buffers(layer, state, switches).split(memory.many)
-        return {"memory_parameter": mb(static) + mb(memory.activation_bytes(layer, state, switches) + ones)}
+        # and what the end adds to a stage of bodies' workspaces (the output layer's TE dummy weight gradient)
+        added = mb(memory.end_workspace_bytes(layer))
+        return {"memory_parameter": mb(static) + mb(memory.activation_bytes(layer, state, switches) + ones) + added}
     options = OPTIONS if timed else ("NONE", "SLCT", "FULL")
     activations = memory.option_activation_bytes(layer)
     splits = {option: memory.buffer_split(layer, *memory.option_state(layer, option)) for option in options}

@@ -16,7 +16,7 @@ from ppb_core.config.devices import (
 )
 from ppb_core.config.run import parse_run_config
 from ppb_core.model.switches import LayerType
-from ppb_core.model.walk import BODY, walk
+from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.pricer import TimeModel
@@ -737,3 +737,20 @@ def test_ascend_gemm_fraction_agrees_with_the_measured_910b2_gemms():
     for n, measured_tflops in ((4096, 315.36), (8192, 301.23), (10240, 300.94)):
         priced_tflops = 2 * n**3 / kernels.gemm_s(n, n, n) / 1e12
         assert priced_tflops == pytest.approx(measured_tflops, rel=0.04)
+
+
+def test_llama3_rows_place_one_layer_a_chunk_as_the_paper_says(public):
+    """The Llama 3 paper, §3.3.2: one Transformer layer taken from the first and the last stages leaves "the first
+    model chunk on the first stage" with "only the embedding" and the last chunk of the last stage with "only output
+    projection and loss calculation": a chunk held one layer. 126 layers + 2 = 128 places over PP 16: V = 8."""
+    rows = [row for row in public.public_runs() if row.name.startswith("Llama 3 405B")]
+    assert len(rows) == 2
+    for row in rows:
+        placed = walk(public.config(row))
+        assert (placed.stages, placed.chunks) == (16, 8)
+        cells = {(c, s): placed.in_cell(c, s) for c in range(8) for s in range(16)}
+        assert [layer.node for layer in cells[0, 0]] == [HEAD]
+        assert [layer.node for layer in cells[7, 15]] == [TAIL]
+        others = [cell for key, cell in cells.items() if key not in ((0, 0), (7, 15))]
+        assert all([layer.node for layer in cell] == [BODY] for cell in others)
+        assert sum(len(cell) for cell in others) == 126

@@ -231,7 +231,9 @@ def run_problem(
 
     The constant memory every stage holds besides its layers' descriptions defaults to the largest
     working set of one layer's backward (`memory.run_working_set_bytes`) and the GEMM libraries'
-    workspaces (`memory.run_workspace_bytes`): SAPP descriptions count neither, and a stage's peak
+    workspaces of the body kinds (`memory.run_workspace_bytes`; what a HEAD or TAIL adds, TE's dummy
+    weight gradient of the output layer's shape, its description carries): SAPP descriptions count neither
+    the bodies' nor the working set, and a stage's peak
     comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
 
@@ -241,7 +243,7 @@ def run_problem(
     if constant_memory_mb is None:
         fused = walk(run, fused_tail=True)  # the descriptions' layers: one TAIL, whatever the layout
         constant_memory_mb = math.ceil(
-            (run_working_set_bytes(run, layer_walk=fused) + run_workspace_bytes(run, layer_walk=fused)) / MB
+            (run_working_set_bytes(run, layer_walk=fused) + run_workspace_bytes(run, layer_walk=fused, ends=False)) / MB
         )
     par = run.parallel
     layers = layer_set(descriptions, run.source)

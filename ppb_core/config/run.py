@@ -740,6 +740,13 @@ class TimingOptions(StrictModel):
         "layers' gradient reductions and parameter gathers are fused into that many groups by layer index "
         "(models/utils.py `LayerSetting.set`; time only; framework mindformers)",
     )
+    optimizer_type: Literal["FP32StateAdamWeightDecay", "AdamW"] | None = Field(
+        None,
+        description="MindFormers' optimizer.type (unset: FP32StateAdamWeightDecay, MindSpore's fused "
+        "AdamWeightDecay kernel): AdamW is mindformers/core/optim/adamw.py's composite of primitives, one "
+        "kernel and HBM pass each without graph-kernel fusion (ppb_core/timing/mindformers_step.py; time "
+        "only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -809,6 +816,19 @@ class TimingOptions(StrictModel):
         description="Megatron's gradient accumulation fusion (off with --no-gradient-accumulation-fusion): the "
         "weight-gradient GEMM adds into the fp32 main gradient; off, it writes a 16-bit gradient that Megatron's "
         "DDP hook adds to the main gradient in its own kernel",
+    )
+    deepspeed_bf16_optimizer: bool = Field(
+        False,
+        description="DeepSpeed's BF16_Optimizer (Megatron-DeepSpeed under bf16 with ZeRO stage 0): autograd writes "
+        "each micro-batch's 16-bit weight gradients and `update_hp_grads` casts each to fp32 and adds it into the "
+        "fp32 gradients (a cast kernel and an add where Megatron's DDP hook adds in one); needs "
+        "gradient_accumulation_fusion false, bf16 and zero 1",
+    )
+    deepspeed_pipeline: bool = Field(
+        False,
+        description="DeepSpeed's pipeline engine (Megatron-DeepSpeed's PipelineModule): its TrainSchedule's 1F1B with "
+        "blocking sends and receives one after another, a forward's receive before the previous backward's send, "
+        "a backward's receive after the previous forward's send (ppb_core.pipeline_p2p); needs pp > 1 and 1f1b",
     )
     deterministic: bool = Field(
         False,
@@ -1445,6 +1465,8 @@ MEGATRON_TIMING = frozenset(
         "transformer_impl",
         "ub_sm_margin",
         "gradient_accumulation_fusion",
+        "deepspeed_bf16_optimizer",
+        "deepspeed_pipeline",
         "rope_fusion",
         "check_for_nan_in_grad",
         "cross_entropy_fusion",
@@ -1537,6 +1559,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.gradient_aggregation_group is not None:
         said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.gradient_aggregation_group", said)
+    if framework != "mindformers" and timing.optimizer_type is not None:
+        said = f"is MindFormers' optimizer.type (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.optimizer_type", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
     if framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"
@@ -1724,6 +1749,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if run.timing.deepspeed_bf16_optimizer:
+        _check_bf16_optimizer(run, where)
+    if run.timing.deepspeed_pipeline and (par.pp == 1 or par.vpp > 1 or par.schedule != "1f1b"):
+        # DeepSpeed's PipelineEngine runs `TrainSchedule` (runtime/pipe/schedule.py): 1F1B, one stage a rank
+        said = "needs pipeline parallelism (pp > 1)" if par.pp == 1 else "runs 1F1B alone: schedule 1f1b, vpp 1"
+        raise InputError(where, "timing.deepspeed_pipeline", said)
     if train.cpu_offloading_num_layers:
         _check_cpu_offloading(run, where)
     if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
@@ -1878,6 +1909,22 @@ def _check_deferral(run: RunConfig, where: str) -> None:
         problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
     elif not run.timing.gradient_accumulation_fusion:
         problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_bf16_optimizer(run: RunConfig, where: str) -> None:
+    """What DeepSpeed's BF16_Optimizer takes (deepspeed/runtime/bf16_optimizer.py at 93e9307d, the commit
+    BigScience ran BLOOM on): Megatron-DeepSpeed's linears are `F.linear` (no fused accumulation), the
+    optimizer runs under bf16 alone, and it partitions its fp32 state over data parallelism itself."""
+    field, problem = "timing.deepspeed_bf16_optimizer", None
+    if run.timing.gradient_accumulation_fusion:
+        field, problem = "timing.gradient_accumulation_fusion", "must be false under deepspeed_bf16_optimizer"
+    elif run.training.dtype != "bf16":
+        problem = f"runs under bf16; this run's training.dtype is {run.training.dtype}"
+    elif run.shard_level != 1:
+        level = run.shard_level
+        problem = f"partitions its fp32 state over data parallelism alone (zero 1); this run shards at level {level}"
     if problem is not None:
         raise InputError(where, field, problem)
 

@@ -105,6 +105,7 @@ class MemoryModel:
         self._pricers = {**census_pricers(run), **dict(activations or {})}
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._params: dict[LayerKind, LayerParams] = {}
+        self._body_kinds: frozenset[LayerKind] | None = None
         self._static: dict[LayerKind, StaticBytes] = {}
         self._buffer_terms: dict[LayerKind, tuple] = {}
         self._states: dict[tuple, StateMemory] = {}
@@ -178,6 +179,21 @@ class MemoryModel:
 
     def static_bytes(self, layer: LayerLike) -> float:
         return self.static_breakdown(layer).total
+
+    def end_workspace_bytes(self, layer: LayerLike) -> float:
+        """What a HEAD or TAIL adds to the workspaces of a stage holding the run's body kinds (TE's cached
+        dummy weight gradients of the output layer's shape, `dummy_wgrad.py`): its description carries it,
+        so the balancer's constant charges every stage the bodies' alone (`run_workspace_bytes(ends=False)`)."""
+        if isinstance(layer.kind, BodyKind):
+            return 0.0
+        if self._body_kinds is None:
+            self._body_kinds = frozenset(
+                kind for name in self.run.model_names for kind in model_kinds(self.run, name)[1]
+            )
+        bodies = set(self._body_kinds)
+        return self.rules.workspace_bytes(self.setup, bodies | {layer.kind}) - self.rules.workspace_bytes(
+            self.setup, bodies
+        )
 
     # --- activations and buffers ---------------------------------------------------------------
 
@@ -504,13 +520,14 @@ def run_working_set_bytes(
 
 
 def run_workspace_bytes(
-    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None
+    run: RunConfig, memory: MemoryModel | None = None, layer_walk: LayerWalk | None = None, *, ends: bool = True
 ) -> float:
     """The most workspace any stage could hold, whatever layers a plan gives it: what the run's
     layer kinds together ask (`FrameworkRules.workspace_bytes`), and the pipeline buffers of its
     vpp chunks (`pipeline_buffer_bytes`, as if no HEAD or TAIL were among them) at the in-flight
     counts of the schedule's vector that asks the most, and what the loss's stage holds to the flush; no
-    layer's description counts them."""
+    layer's description counts them. Without *ends* the kinds' workspaces are the body kinds' only:
+    what a HEAD or TAIL adds its description carries (`MemoryModel.end_workspace_bytes`)."""
     memory = memory if memory is not None else MemoryModel(run)
     layer_walk = layer_walk if layer_walk is not None else walk(run)
     kinds = {layer.kind for layer in layer_walk}
@@ -537,7 +554,7 @@ def run_workspace_bytes(
         ),
         default=0.0,
     )
-    return memory.rules.workspace_bytes(memory.setup, kinds) + held + deferred
+    return memory.rules.workspace_bytes(memory.setup, kinds if ends else bodies) + held + deferred
 
 
 def run_stage_peaks(

@@ -122,11 +122,11 @@ def describe_layer(
 ) -> dict[str, Any]:
     """One layer's description, before merging (no `nb_layer` or `name` yet).
 
-    HEAD and TAIL: `memory_parameter` = MB(static) + MB(activations and buffers at one
-    micro-batch). BODY: `memory_parameter` = MB(static) + MB(the largest buffers held once of
-    any option), and per option MB(activations) + MB(buffers per micro-batch), each term
-    truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the forward
-    time then (1 without times). *loading_ms*: what loading a micro-batch adds to the layer's forward
+    HEAD and TAIL: `memory_parameter` = MB(static) + MB(activations and buffers at one micro-batch) + MB(the
+    workspaces it adds to a stage of bodies, `end_workspace_bytes`). BODY: `memory_parameter` = MB(static) +
+    MB(the largest buffers held once of any option), and per option MB(activations) + MB(buffers per
+    micro-batch), each term truncated alone. COMM and BOTH, and every time, only with *times*; `time` is the
+    forward time then (1 without times). *loading_ms*: what loading a micro-batch adds to the layer's forward
     (Megatron's `get_batch` broadcasts, `batch_loading_ms`).
     """
     desc: dict[str, Any] = {"model_name": layer.model_name}
@@ -134,7 +134,7 @@ def describe_layer(
     if layer.node in _END_STATE:
         one = context.at(_END_STATE[layer.node]).dynamic(1)
         desc["type"] = layer.node
-        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(one)
+        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(one) + mb(memory.end_workspace_bytes(layer))
         desc["time"] = 1
     else:
         _body_memory(desc, context, many, timed=times is not None)
@@ -279,7 +279,9 @@ def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource |
     charged once, as `describe_layer` does). The final norm runs in the last decoder layer's cell
     (transformer_block.py `has_final_layernorm_in_this_stage`, d98e8a64): the MTP cell when that
     holds a decoder layer, the cell before it otherwise; the balancer charges it to the MTP cell,
-    one norm's parameters and input per micro-batch (`ppb check` prices the plan exactly)."""
+    one norm's parameters and input per micro-batch (`ppb check` prices the plan exactly). Each part
+    carries what it adds to a stage of bodies' workspaces (`end_workspace_bytes`: the output layer's and
+    the MTP projection's TE dummy weight gradients), as the one TAIL does."""
     many = many_in_flight(run.parallel.pp, run.training.micro_batches)
     layers: list[Layer] = []
     apart: list[Layer] = []
@@ -305,7 +307,9 @@ def describe_mtp_apart(run: RunConfig, memory: MemorySource, times: TimeSource |
         )
         context = Evaluation(memory, layer, normalized(run.switches(layer.model_name)))
         split = context.at(LayerType.OUTPUT_LAYER).split(many)
-        desc["memory_parameter"] = mb(memory.static_bytes(layer)) + mb(split.once)
+        desc["memory_parameter"] = (
+            mb(memory.static_bytes(layer)) + mb(split.once) + mb(memory.end_workspace_bytes(layer))
+        )
         desc[MEMORY_KEY["NONE"]] = mb(split.activation) + mb(split.per_micro_batch)
         descriptions.append({**desc, "nb_layer": 1, "name": MTP_APART_NAME})
     return descriptions

@@ -25,6 +25,10 @@ class MemorySource(Protocol):
         """Parameters, gradients and optimizer states the device holds for the layer."""
         ...
 
+    def end_workspace_bytes(self, layer: Layer) -> float:
+        """What a HEAD or TAIL adds to the workspaces of a stage holding the run's body layers (0 for a body)."""
+        ...
+
     def dynamic_bytes(
         self, layer: Layer, state: LayerType, switches: Mapping[str, int] | None, in_flight: int
     ) -> tuple[float, float]:
