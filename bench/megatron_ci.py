@@ -235,7 +235,7 @@ def _measured_by(path: str) -> str:
             now, before = (json.loads(_git("show", f"{c.split()[0]}:{w}")) for c, w, _ in ((commit, where, 0), older))
         except (subprocess.CalledProcessError, json.JSONDecodeError):
             return commit
-        if any(_numbers(now.get(metric)) != _numbers(before.get(metric)) for metric in {*now, *before}):
+        if any(_numbers(now.get(metric)) != _numbers(before.get(metric)) for metric in sorted({*now, *before})):
             return commit
     return history[0][0] if history else ""
 
@@ -276,7 +276,11 @@ def _numbers(metric: Any) -> dict[int, float]:
     if not isinstance(metric, dict):
         return {}
     out = {}
-    for step, value in (metric.get("values") or {}).items():
+    values = metric.get("values") or {}
+    if isinstance(values, list):  # the older files' form: a list from start_step every step_interval
+        start, every = int(metric.get("start_step", 0)), int(metric.get("step_interval", 1))
+        values = {start + index * every: value for index, value in enumerate(values)}
+    for step, value in values.items():
         if isinstance(value, int | float) and value == value:
             out[int(step)] = float(value)
     return out
