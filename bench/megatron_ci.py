@@ -83,9 +83,14 @@ RECIPE_DIRS = {"h100": "h100", "a100": "h100", "gb200": "gb200"}
 NODE_GPUS = 8
 
 
-@functools.cache
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", MIRROR, *args], capture_output=True, text=True, check=True).stdout
+    return _git_in(MIRROR, *args)
+
+
+@functools.cache
+def _git_in(mirror: str, *args: str) -> str:
+    """A git command's output in *mirror*, kept: the sweep reads each golden file's history more than once."""
+    return subprocess.run(["git", "-C", mirror, *args], capture_output=True, text=True, check=True).stdout
 
 
 def repository_file(path: str) -> str | None:
@@ -224,9 +229,9 @@ def _set_by(path: str) -> tuple[str, str]:
 
 
 def _measured_by(path: str) -> str:
-    """The last commit (and its date) whose version of the file changed a logged number: a rerun
+    """The last commit (and its date) whose version of the file changed or added a logged number: a rerun
     (2795ebde97's image upgrade re-recorded loss and times, its memory the same) measures, an edit that
-    only drops NaN values (93ebf8d72f) or renames does not."""
+    only drops values (93ebf8d72f's leading NaN times) or renames does not."""
     history = [entry for entry in _history(path) if not entry[2]]
     for (commit, where, _), older in zip(history, [*history[1:], None], strict=True):
         if older is None:
@@ -235,8 +240,10 @@ def _measured_by(path: str) -> str:
             now, before = (json.loads(_git("show", f"{c.split()[0]}:{w}")) for c, w, _ in ((commit, where, 0), older))
         except (subprocess.CalledProcessError, json.JSONDecodeError):
             return commit
-        if any(_numbers(now.get(metric)) != _numbers(before.get(metric)) for metric in sorted({*now, *before})):
-            return commit
+        for metric in sorted(now):  # a number changed or added at some step (dropped ones measure nothing)
+            kept = _numbers(before.get(metric))
+            if any(kept.get(step) != value for step, value in _numbers(now.get(metric)).items()):
+                return commit
     return history[0][0] if history else ""
 
 
@@ -245,7 +252,6 @@ def _measured_by(path: str) -> str:
 TE_COMMIT_DATES = {"bee4649c15": "2025-03-18", "8382eed6cc": "2025-06-26"}
 
 
-@functools.cache
 def te_release(commit: str) -> str | None:
     """Transformer Engine as the CI image of *commit* built it: the date of Dockerfile.ci.dev's TE_COMMIT,
     else the version uv.lock pins (`name = "transformer-engine"`), else None (the base NGC image's TE)."""
