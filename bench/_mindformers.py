@@ -43,9 +43,8 @@ def mindformers_rows() -> list[dict[str, Any]]:
             "recompute": "full",
         },
         "device": {"name": "ascend-910b"},
-        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward;
-        # optimizer.type AdamW, mindformers/core/optim/adamw.py's composite (ppb_core/timing/mindformers_step.py)
-        "timing": {"param_dtype": "fp16", "optimizer_type": "AdamW"},
+        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward
+        "timing": {"param_dtype": "fp16"},
     }
     return [
         {
@@ -217,7 +216,6 @@ class Card:
     comm_layers: tuple[int, ...] = ()  # recompute_config.select_comm_recompute, layers per stage
     fine_grain_interleave: int = 1  # model_config.fine_grain_interleave
     param_dtype: str | None = None  # model_config.param_init_type where it differs from compute_dtype
-    optimizer: str = "FP32StateAdamWeightDecay"  # optimizer.type (AdamW: the composite, timing.optimizer_type)
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -422,7 +420,6 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="bf16",
         param_dtype="fp32",
-        optimizer="AdamW",
     ),
     Card(
         "Qwen1.5 1.8B finetune",
@@ -440,7 +437,6 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="bf16",
         param_dtype="fp32",
-        optimizer="AdamW",
     ),
     Card(
         "Qwen1.5 72B pretrain",
@@ -458,7 +454,6 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=True,
         dtype="bf16",
         param_dtype="fp32",
-        optimizer="AdamW",
     ),
     Card(
         "Yi 6B finetune",
@@ -475,7 +470,6 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=False,
         dtype="bf16",
-        optimizer="AdamW",
     ),
     Card(
         "DeepSeek Coder 33B finetune",
@@ -590,7 +584,6 @@ CARD_ROWS: tuple[Card, ...] = (
         fine_grain_interleave=2,
         select_layers=(10, 8, 6, 4, 2, 0, 0, 0),
         comm_layers=(10, 8, 6, 4, 2, 0, 0, 0),
-        optimizer="AdamW",
     ),
     Card(
         "Qwen1.5 14B finetune",
@@ -628,7 +621,6 @@ CARD_ROWS: tuple[Card, ...] = (
         dtype="bf16",
         param_dtype="fp32",
         fine_grain_interleave=2,
-        optimizer="AdamW",
     ),
     Card(
         "Yi 34B finetune",
@@ -648,7 +640,6 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         fine_grain_interleave=2,
         offset=(-1, 1, 1, -1),
-        optimizer="AdamW",
     ),
     Card(
         "CodeLlama 34B finetune",
@@ -719,7 +710,6 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         fine_grain_interleave=2,
         select_all=True,
-        optimizer="AdamW",
     ),
     Card(
         "ChatGLM3 6B finetune",
@@ -756,7 +746,6 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         offset=(-1, 0, 1, 0),
         recompute_layers=(6, 3, 2, 3),
-        optimizer="AdamW",
     ),
 )
 
@@ -785,9 +774,6 @@ def card_raw(card: Card) -> dict[str, Any]:
     timing: dict[str, Any] = {}
     if card.param_dtype is not None:
         timing["param_dtype"] = card.param_dtype  # the weights' casts and fp32/fp16 accumulation
-    if card.optimizer != "FP32StateAdamWeightDecay":
-        # mindformers/core/optim/adamw.py's composite, kernel by kernel (ppb_core/timing/mindformers_step.py)
-        timing["optimizer_type"] = card.optimizer
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

@@ -168,3 +168,34 @@ def test_deepspeed_s_pipeline_engine_runs_1f1b_over_a_pipeline(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"ppb: error: {run}: timing.deepspeed_pipeline: ") and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("base", "extra", "words"),
+    [
+        (TITAN, {}, "alibi: has no ALiBi in torchtitan's models"),
+        (MEGATRON, {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}, "MLA"),
+    ],
+)
+def test_alibi_is_refused_where_no_code_runs_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, extra: dict, words: str
+) -> None:
+    """ALiBi (`position_embedding: alibi`) is priced as Megatron-DeepSpeed's baddbmm with the bias; torchtitan's
+    models and MLA's attention have no such path, so it would say nothing there."""
+    raw = _run(base)
+    raw["models"][0].pop("config")
+    raw["models"][0]["spec"] = {
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "num_layers": 8,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "position_embedding": "alibi",
+        **extra,
+    }
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run}: models.0.spec.position_embedding: " in err and words in err, err

@@ -740,13 +740,6 @@ class TimingOptions(StrictModel):
         "layers' gradient reductions and parameter gathers are fused into that many groups by layer index "
         "(models/utils.py `LayerSetting.set`; time only; framework mindformers)",
     )
-    optimizer_type: Literal["FP32StateAdamWeightDecay", "AdamW"] | None = Field(
-        None,
-        description="MindFormers' optimizer.type (unset: FP32StateAdamWeightDecay, MindSpore's fused "
-        "AdamWeightDecay kernel): AdamW is mindformers/core/optim/adamw.py's composite of primitives, one "
-        "kernel and HBM pass each without graph-kernel fusion (ppb_core/timing/mindformers_step.py; time "
-        "only; framework mindformers)",
-    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1392,6 +1385,10 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
         )
     if spec.is_moe and spec.num_experts % par.ep:
         raise InputError(where, f"{field}.num_experts", f"{spec.num_experts} experts are not divisible by ep {par.ep}")
+    if spec.position_embedding == "alibi" and (run.framework == "torchtitan" or spec.is_mla):
+        # ALiBi is Megatron-DeepSpeed's (BLOOM's) and MindFormers' bloom; torchtitan's models and MLA have rotary
+        said = "has no ALiBi in torchtitan's models" if run.framework == "torchtitan" else "MLA carries its own rotary"
+        raise InputError(where, f"{field}.spec.position_embedding", f"alibi: {said}")
     if par.cp > 1 and par.cp_variant == "ulysses" and spec.num_attention_heads % (par.tp * par.cp):
         raise InputError(
             where,
@@ -1559,9 +1556,6 @@ def check_timing_words(
     if framework != "mindformers" and timing.gradient_aggregation_group is not None:
         said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.gradient_aggregation_group", said)
-    if framework != "mindformers" and timing.optimizer_type is not None:
-        said = f"is MindFormers' optimizer.type (docs/frameworks.md); this {whose}'s framework is {framework}"
-        raise InputError(where, "timing.optimizer_type", said)
     megatron_words = sorted(f for f in MEGATRON_TIMING if getattr(timing, f) != fields[f].default)
     if framework != "megatron" and megatron_words:
         said = f"is Megatron-LM's (docs/timing.md); this {whose}'s framework is {framework}"

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppb_core.config.run import DTYPE_BYTES, RunConfig
+from ppb_core.config.run import RunConfig
 from ppb_core.host_copies import HostCopies, HostLayer
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.memory.frameworks import te_offload
@@ -56,7 +56,6 @@ from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.kernels import Kernels
 from ppb_core.timing.launches import PLAIN_OP_SHARE
-from ppb_core.timing.mindformers_step import adamw_step_bytes
 from ppb_core.timing.model_flops import (
     devices,
     global_batch_sequences,
@@ -957,21 +956,17 @@ def optimizer_traffic(
     setup,
     master_copy: bool = False,
     loss_scaled: bool = False,
-    per_state_bytes: int = 0,
 ) -> float:
     """HBM bytes of one device's optimizer step: for each parameter whose states it holds, read the
     gradient, read and write the states (fp32 master copy and moments: `state_bytes`), write the
-    16-bit parameter (or *per_state_bytes*, an unfused step's own count, where given); read each held
-    gradient once more for the norm; zero the whole gradient buffer.
+    16-bit parameter; read each held gradient once more for the norm; zero the whole gradient buffer.
 
     Megatron's mixed-precision optimizers (megatron/core/optimizer/optimizer.py) do two passes more:
     *master_copy*, `_copy_main_params_to_model_params` after the step reads the fp32 master copy
     again (`_multi_tensor_copy_this_to_that`: read 4 bytes, the 16-bit write counted above);
     *loss_scaled* (fp16's `DynamicGradScaler`), `_unscale_main_grads_and_check_for_nan` reads and
     writes every held gradient (`torch._amp_foreach_non_finite_check_and_unscale_`)."""
-    per_state = per_state_bytes or (
-        setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes + (MASTER_BYTES if master_copy else 0)
-    )
+    per_state = setup.grad_bytes + 2 * setup.state_bytes + setup.dtype_bytes + (MASTER_BYTES if master_copy else 0)
     per_gradient = setup.grad_bytes * (3 if loss_scaled else 1)
     return states_held * per_state + gradients_held * per_gradient + whole * setup.grad_bytes
 
@@ -1131,12 +1126,6 @@ def _cell_optimizer_traffic(run, memory, entries) -> float:
     titan = run.framework == "torchtitan" and setup.optimizer in ("adam", "adamw") and not setup.state_bytes_stated
     implementation, decoupled = run.timing.optimizer_implementation, setup.optimizer == "adamw"
     per_element = optimizer_bytes_per_element(implementation, setup.grad_bytes, decoupled) if titan else 0
-    # MindFormers' composite AdamW (`mindformers_step.adamw_step_bytes`): its passes in place of the fused
-    # kernel's read-modify-write of the states; the gradients in the parameters' dtype (pricer.py)
-    composite = 0
-    if run.framework == "mindformers" and run.timing.optimizer_type == "AdamW":
-        param_bytes = DTYPE_BYTES[run.timing.param_dtype or run.training.dtype]
-        composite = adamw_step_bytes(param_bytes, param_bytes)
     traffic = 0.0
     for layer, _, _ in entries:
         static = memory.static_breakdown(layer)
@@ -1150,7 +1139,6 @@ def _cell_optimizer_traffic(run, memory, entries) -> float:
             memory.setup,
             master_copy=megatron,
             loss_scaled=megatron and run.training.dtype == "fp16",
-            per_state_bytes=composite,
         )
     return traffic
 
