@@ -24,7 +24,14 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.flops import ALL_REDUCE, COMM, Collective, Op
 from ppb_core.timing.host import host_excess_s, launch_wait_s
 from ppb_core.timing.iteration import run_iteration
-from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, layer_launches, op_launches, plain
+from ppb_core.timing.launches import (
+    CPP_GEMM_US,
+    PLAIN_OP_SHARE,
+    fill_launches,
+    layer_launches,
+    op_launches,
+    plain,
+)
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
 
@@ -95,6 +102,13 @@ def test_named_ops_follow_the_code_path():
     assert op_launches(rope, **kw) == (2.0, 2.0)
     assert op_launches(rope, **{**kw, "rope_fusion": False}) == (24.0, 14.0)
     assert op_launches(rope, **{**kw, "rope_fusion": False, "mla": True}) == (29.0, 23.0)
+    # --qk-layernorm: `self.q_layernorm(query)` then `self.k_layernorm(key)` (attention.py, 0d8e0714cd), two
+    # TENorm modules: 2 forward, each backward its kernel, its finalize and DDP's main-gradient add: 6
+    qk_norm = Op("qk_norm", "attention", "memory")
+    assert op_launches(qk_norm, **kw) == (2.0, 6.0)
+    assert op_launches(Op("norm1", "attention", "memory"), **kw) == (1.0, 3.0)
+    # under deterministic mode each norm module's output and input gradient are NaN-filled: two of each
+    assert fill_launches(qk_norm, (1.0, 1.0), wgrad_fused=True) == (2.0, 2.0)
 
 
 def test_a_grouped_gemm_s_experts_after_the_first_are_issued_from_te_s_cpp_loop():

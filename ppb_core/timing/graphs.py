@@ -75,8 +75,9 @@ def ddp_adds(op: Op, wgrad_fused: bool) -> float:
     last = op.name.rsplit(".", 1)[-1]
     if op.category == COMM:
         return 0.0
-    if op.gemm is None:  # a norm's weight (as `launches.op_launches` counts norms; an MTP module's two)
-        return 2.0 if last == "norms" else 1.0 if "norm" in last else 0.0
+    if op.gemm is None:  # a norm's weight (as `launches.op_launches` counts norms; an MTP module's two, and
+        # the query's and the key's norm modules)
+        return 2.0 if last in ("norms", "qk_norm") else 1.0 if "norm" in last else 0.0
     if not op.weight_elements:
         return 0.0
     _, _, n, groups, fused = op.gemm
