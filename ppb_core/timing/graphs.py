@@ -32,7 +32,9 @@ NVIDIA/TransformerEngine d0067d0d):
 A graph holds no host synchronization: with the alltoall dispatcher's device-to-host copy of the
 routing counts, Megatron keeps the copy's wait outside the graph (token_dispatcher.py
 `MoEAlltoAllTokenDispatcher`: `cuda_dtoh_point` "before_ep_alltoall" under `moe_preprocess`), so the
-wait after it stays, with fewer launches to catch up on; where the graph holds the whole dispatch
+wait after it stays, with fewer launches to catch up on; the copy then comes after the graph's permutation
+and the wait outlasts it, so nothing is left on the GPU when the host resumes (`host.dispatcher_wait_s`'s
+`copy_after_permute`); where the graph holds the whole dispatch
 (`moe`, a whole layer, full_iteration) there is no such wait.
 """
 
