@@ -61,11 +61,12 @@ import difflib
 import math
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
@@ -87,7 +88,7 @@ from ppb_core.balance.megatron_vocabulary import (
 )
 from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError, parse_layout
-from ppb_core.config.run import RunConfig, parse_run_config
+from ppb_core.config.run import FrameworkRelease, RunConfig, parse_run_config, pydantic_error
 from ppb_core.errors import InputError, shown
 from ppb_core.units import counted
 
@@ -181,10 +182,14 @@ def import_megatron(
     where: str = "<flags>",
     tokenizer_vocab: int | None = None,
     read_file: Callable[[str], str | None] | None = None,
+    release: Mapping[str, str] | None = None,
 ) -> Imported:
     """The run config *text* (Megatron-LM flags or a launch script) launches on *gpus* devices of the
     catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script). *read_file*
-    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot."""
+    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot. *release*
+    states the Megatron-Core and Transformer Engine releases run (`framework_release`: the flags' defaults
+    and effects as that code has them; None: the newest ppb follows)."""
+    stated = _release(release, where)
     try:
         words, variables = script_words_and_variables(text)
     except ScriptError as err:
@@ -204,10 +209,11 @@ def import_megatron(
     spec, pad_multiple = _model(args, notes, tokenizer_vocab)
     world = gpus if gpus is not None else _torchrun_world(args)
     parallel, dp = _parallel(args, spec, world, notes)
-    training = _training(args, spec, dp, notes)
+    training = _training(args, spec, dp, notes, stated)
     raw: dict[str, Any] = {
         "name": "megatron-launch",
         "framework": "megatron",
+        **({"framework_release": stated.model_dump(exclude_none=True)} if stated.stated else {}),
         "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
         "parallel": parallel,
         "training": training,
@@ -643,7 +649,18 @@ def _recompute(args: _Args, notes: list[str]) -> dict[str, Any] | None:
     return {"granularity": "full", "method": flags.method, "num_layers": flags.num_layers}
 
 
-def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> dict[str, Any]:
+def _release(release: Mapping[str, str] | None, where: str) -> FrameworkRelease:
+    """The stated releases validated (`ppb_core.config.releases`), a problem said with its field."""
+    try:
+        return FrameworkRelease(**(release or {}))
+    except ValidationError as err:
+        found = pydantic_error(err, where)
+        raise InputError(where, f"framework_release.{found.field}", found.problem) from None
+
+
+def _training(
+    args: _Args, spec: dict[str, Any], dp: int, notes: list[str], release: FrameworkRelease
+) -> dict[str, Any]:
     where = args.where
     bf16, fp16 = args.has("--bf16"), args.has("--fp16")
     if bf16 and fp16:  # arguments.py validate_args: one of them
@@ -682,7 +699,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
     )
     if args.has("--use-megatron-fsdp"):
-        fp32_buffer = _megatron_fsdp_grads_fp32(args, notes)
+        own = _megatron_fsdp_grads_fp32(args, notes)
+        # before adfe9e11d9 (core_v0.19.0) mcore_fsdp_adapter.py made the main gradients fp32 wherever DDP's
+        # grad_reduce_in_fp32 holds ("Grandfathered Argument"), else --megatron-fsdp-main-grads-dtype
+        fp32_buffer = own if release.holds("fsdp_grads_own_dtype") else fp32_buffer or own
     if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)

@@ -688,7 +688,10 @@ class MegatronRules(FrameworkRules):
         Megatron-FSDP the whole copy of the modules outside its units (`megatron_fsdp.py`)."""
         found = super().static(params, setup)
         if kind is not None and (preserved := preserved_bytes(kind, setup)):  # Megatron-FSDP's non-unit copy
-            found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+            if setup.release.holds("fsdp_non_unit_kept"):
+                found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+            else:  # before 378d81fbd3 the reset in finish_grad_sync released it before the step
+                found = replace(found, held_through_step_bytes=found.held_through_step_bytes + preserved)
         if kind is not None and (fp8 := fp8_parameter_extra_bytes(kind, setup)):  # FP8 parameters (te_fp8.py)
             found = replace(found, parameter_bytes=found.parameter_bytes + fp8)
         if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:
