@@ -14,6 +14,8 @@ from test_memory_runs import DENSE, make_run, model
 from test_run_layout import MOE as MOE_MTP
 from test_run_layout import _run
 
+from ppb_core.balance.problem import run_problem
+from ppb_core.cli.main import main
 from ppb_core.estimate.inputs import load_run
 from ppb_core.memory import MemoryModel, stage_peaks
 from ppb_core.memory.combined import ChunkNodes, LayerNodes, step_extra_bytes
@@ -21,6 +23,7 @@ from ppb_core.memory.frameworks.megatron import schedule_node
 from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, TAIL, walk
+from ppb_core.payload.run import describe_run
 from ppb_core.schedules import combined_in_flight_vectors, combined_steps
 from ppb_core.timing.combined import layer_segments, mtp_segments
 from ppb_core.timing.host import HostWaits
@@ -253,10 +256,6 @@ def test_no_plan_fully_recomputes_a_layer_under_the_combined_schedule(tmp_path: 
     under --overlap-moe-expert-parallel-comm: the balancer offers no FULL (it printed a plan of FULL layers and
     `--recompute-granularity full --recompute-method block --recompute-num-layers 2` at 25,559 MB), and
     `ppb check` refuses a plan that fully recomputes any layer, naming the flag or the yaml key."""
-    from ppb_core.balance.problem import run_problem
-    from ppb_core.cli.main import main
-    from ppb_core.payload.run import describe_run
-
     path = _mixtral_combined(tmp_path, 52000)
     run = load_run(path)
     assert "FULL" not in run_problem(run, describe_run(run)).layers.options
