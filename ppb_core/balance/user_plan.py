@@ -117,8 +117,24 @@ def _mtp_apart_of(
     problem: BalanceInput, document: dict[str, Any], path: Path, run: RunConfig | None
 ) -> tuple[BalanceInput, tuple[int, int] | None]:
     """A plan JSON whose MTP layers run apart from the loss (`input.mtp_cell`, `balance.mtp_apart`): the
-    problem with its TAIL split there, and the cell; else *problem* and None."""
+    problem with its TAIL split there, and the cell; else *problem* and None. A plan solved at other sizes
+    (`input.stages`, `interleave`, `micro_batches`: `ppb balance -s/-i/-mb`) is refused naming both."""
     given = document.get("input")
+    sizes = (
+        ("stages", "parallel.pp", problem.stages),
+        ("interleave", "parallel.vpp", problem.chunks),
+        ("micro_batches", "training.micro_batches", problem.micro_batches),
+    )
+    for key, field, ours in sizes:
+        theirs = given.get(key) if isinstance(given, dict) else None
+        if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs != ours:
+            # `ppb balance -i auto`, `-s`, `-mb` solve at other sizes than the run config's
+            raise InputError(
+                path,
+                f"input.{key}",
+                f"the plan was solved at {key} {theirs}, the run config has {field} {ours}; ppb checks a plan at "
+                "the run's sizes (set them in the run config)",
+            )
     cell = given.get("mtp_cell") if isinstance(given, dict) else None
     if cell is None:
         return problem, None
