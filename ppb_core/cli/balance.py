@@ -336,6 +336,19 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         console.print("To put in the MindFormers / HyperParallel yaml:")
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
+        empty = [
+            f"(chunk {v}, stage {s})"
+            for v, row in enumerate(result.get("cells") or [])
+            for s, cell in enumerate(row)
+            if not sum(cell["options"].values())
+        ]
+        # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
+        # which MindFormers counts as layers, the cells say less: no note)
+        if empty and not given.get("mtp_layers"):
+            console.print(
+                f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
+                "only, and needs one in every cell)"
+            )
         for line in megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
         for line in torchtitan_lines(result.get("torchtitan") or {}):
