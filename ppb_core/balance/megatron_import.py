@@ -161,6 +161,13 @@ class _Args:
         except ValueError:
             raise InputError(self.where, flag, f"{shown(value)} is not a number") from None
 
+    def positive(self, flag: str, default: int | None = None) -> int | None:
+        """A size flag's integer, refused at 0 or below (Megatron-LM divides by it, or builds nothing)."""
+        value = self.integer(flag, default)
+        if value is not None and value <= 0 and self.has(flag):
+            raise InputError(self.where, flag, f"must be positive, got {value}")
+        return value
+
     def required(self, flag: str) -> int:
         value = self.integer(flag)
         if value is None:
@@ -446,9 +453,9 @@ _CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2
 
 def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
     where = args.where
-    tp = args.integer("--tensor-model-parallel-size", 1) or 1
-    pp = args.integer("--pipeline-model-parallel-size", 1) or 1
-    cp = args.integer("--context-parallel-size", 1) or 1
+    tp = args.positive("--tensor-model-parallel-size", 1) or 1
+    pp = args.positive("--pipeline-model-parallel-size", 1) or 1
+    cp = args.positive("--context-parallel-size", 1) or 1
     if world % (tp * pp * cp):
         raise InputError(
             where, "--tensor-model-parallel-size", f"tp·pp·cp = {tp * pp * cp} does not divide {world} GPUs"
@@ -481,7 +488,7 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     elif sizes is not None:  # only TEDotProductAttention under a2a+p2p uses the groups (Parallel's check)
         notes.append(f"{flag}: read only under --cp-comm-type a2a+p2p, nothing priced")
     parallel.update(_sharding(args))
-    instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
+    instances = args.positive("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
         parallel["distributed_optimizer_instances"] = instances
     parallel.update(_pipeline(args, spec, pp))
@@ -536,7 +543,7 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
         return {"layout": flags.layout} | _group(given, chunks)
     vpp = 1
     if flags.virtual_stages is not None:
-        vpp = flags.virtual_stages
+        vpp = args.positive("--num-virtual-stages-per-pipeline-rank") or 1
     per_virtual = args.integer("--num-layers-per-virtual-pipeline-stage")
     adds = flags.split_adds
     if per_virtual is not None:
@@ -569,11 +576,17 @@ def _layout(
     if first is not None or last is not None:
         if vpp > 1:
             raise InputError(args.where, flag, "with virtual stages: ppb takes the uneven split without them")
+        for name in ("first", "last"):  # TransformerConfig.__post_init__ (uneven PP): each count positive
+            args.positive(f"--decoder-{name}-pipeline-num-layers")
         middle = layers - (first or 0) - (last or 0)
         inner = pp - (first is not None) - (last is not None)
-        if middle < 0 or (inner and middle % inner) or (not inner and middle):
+        # the layers left and the middle stages left both none or both some, an even share each
+        if middle < 0 or bool(middle) != bool(inner) or (inner and middle % inner):
             raise InputError(
-                args.where, flag, f"leaves {counted(middle, 'layer')} for {counted(inner, 'middle stage')}: not even"
+                args.where,
+                flag,
+                f"leaves {counted(middle, 'layer')} for {counted(inner, 'middle stage')}: Megatron-Core needs an "
+                "even share on each, and none where no stage is left",
             )
         each = middle // inner if inner else 0
         counts = [each] * pp
@@ -652,8 +665,8 @@ def _training(
     bf16, fp16 = args.has("--bf16"), args.has("--fp16")
     if bf16 and fp16:  # arguments.py validate_args: one of them
         raise InputError(where, "--fp16", "cannot be set with --bf16")
-    micro = args.integer("--micro-batch-size", 1) or 1
-    batch = args.integer("--global-batch-size", micro * dp) or micro * dp
+    micro = args.positive("--micro-batch-size", 1) or 1
+    batch = args.positive("--global-batch-size", micro * dp) or micro * dp
     if batch % (micro * dp):  # arguments.py validate_args / the microbatch calculator
         raise InputError(
             where, "--global-batch-size", f"{batch} is not a multiple of micro-batch {micro} × data-parallel {dp}"

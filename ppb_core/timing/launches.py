@@ -22,7 +22,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   the splits' two gradient cats backward (`flops._expert_outputs_cat`);
 - a norm (TE's LayerNorm/RMSNorm): one forward; backward its kernel and the finalize kernel that sums
   the per-block weight-gradient partials (TE common/normalization `*_bwd_finalize*`), and DDP's hook
-  adding the weight's gradient into its main gradient (TE's norms do not accumulate into it);
+  adding the weight's gradient into its main gradient (TE's norms do not accumulate into it); the
+  per-head query and key norms (`--qk-layernorm`, `qk_norm`) are two such modules called one after the
+  other (attention.py `SelfAttention.get_query_key_value_tensors` at 0d8e0714cd, the NeMo 25.11
+  container's, and d98e8a64: `self.q_layernorm(query)`, then `self.k_layernorm(key)`, each its own TENorm
+  with its own weight): twice a norm's;
 - attention: flash one forward; backward three (FlashAttention-2's `flash_bwd_dot_do_o_kernel`, the
   main kernel, `flash_bwd_convert_dq_kernel`: csrc/flash_attn/src/flash_bwd_launch_template.h; cuDNN's
   SDPA backward graph likewise preprocesses dO·O first); unfused, each BMM one (its backward two), the
@@ -239,6 +243,7 @@ def op_launches(
         "lookup": EMBEDDING_TP if tp > 1 else EMBEDDING,
         "dropout_mask": (0, 0),  # written by the dropout kernel that applies it (`dropout_probs`)
         "norms": (2 * NORM[0], 2 * NORM[1]),  # an MTP module's two norms
+        "qk_norm": (2 * NORM[0], 2 * NORM[1]),  # the query's and the key's norm modules (module docstring)
     }
     if last in table:
         forward, backward = table[last]
@@ -268,7 +273,7 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
         # the score op's only fill is cuDNN's deterministic dP workspace (Hopper), in the backward; that
         # path's dQ product replaces the plain path's dQ conversion kernel, so the backward's count stays
         counts = (0.0, 1.0) if last == "flash_scores" else (2.0, 3.0)
-    elif last == "rope":
+    elif last in ("rope", "qk_norm"):  # Q and K each: rotary's fused kernels, or the two norm modules' outputs
         counts = (2.0, 2.0)
     elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts; a SequentialMLP's per expert
         _, _, n, _, fused = op.gemm
