@@ -233,9 +233,10 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
     # 8 GEMMs forward, 16 backward (above). Tensorwise (current) scaling quantizes each expert's input
     # and output gradient on its own, the amax zeroed (current_scaling.cu `zero_amax_kernel`) + amax +
-    # scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 4 = 32 more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert,
-    # and before each grouped GEMM call one multi-tensor swizzle of A's scales and one of B's (TE 2.9
-    # gemm.cpp `te_general_grouped_gemm`): forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
+    # scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 4 = 32 more each way; delayed scaling one
+    # multi-tensor cast-transpose each way; MXFP8 one kernel an expert, and before each grouped GEMM call
+    # one multi-tensor swizzle of A's scales and one of B's (TE 2.9 gemm.cpp `te_general_grouped_gemm`):
+    # forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
     assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 32.0, 16.0 + 32.0)
     assert op_launches(experts, **kw, fp8_recipe="delayed") == (9.0, 17.0)
     assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 2.0, 16.0 + 8.0 + 4.0)
