@@ -239,3 +239,45 @@ def test_unstated_the_send_waits_are_the_field_s():
     assert parse_run_config(_raw({}), "run.yaml").send_waits == "core_v0.18"
     said = _raw({}) | {"timing": {"interleaved_send_waits": "core_r0.8"}}
     assert parse_run_config(said, "run.yaml").send_waits == "core_r0.8"
+
+
+def _combine_case(activation: str, dispatcher: str = "alltoall"):
+    # 8 experts of 1024 over EP 2, top-2, TP 1, s 1024 × b 4 = 4,096 tokens of h 512, bf16
+    spec = {**GPT_SMALL, "num_experts": 8, "experts_per_token": 2, "moe_intermediate_size": 1024}
+    spec["activation"] = activation
+    return make_run(
+        spec,
+        parallel={"dp": 2, "ep": 2},
+        training={"seq_length": 1024, "micro_batch_size": 4, "micro_batches": 4},
+        framework="megatron",
+        timing={"moe_dispatcher": dispatcher},
+    )
+
+
+def _kept(run) -> tuple[float, set[str]]:
+    memory = MemoryModel(run)
+    body = next(layer for layer in walk(run) if isinstance(layer.kind, BodyKind))
+    state = memory.state_memory(body, *memory.option_state(body, "NONE"))
+    return state.activation_bytes + state.buffers.kept_bytes(), {t.op for t in state.terms}
+
+
+@pytest.mark.parametrize(("activation", "difference"), [("swiglu", 8_388_608), ("gelu", 8_388_608 - 16_777_216)])
+def test_the_combine_weighs_the_experts_outputs_before_2659630721(activation, difference):
+    # Before 2659630721 (2025-04-09) the all-to-all dispatcher's combine ran `unpermute(..., probs=self.probs)`,
+    # whose product saves the 4,096·2 combined rows of h 512 in bf16: 8,388,608 bytes (half local, half the
+    # remote part), and the experts weighted nothing: under GeLU they keep no unweighted activation (8,192
+    # routed rows × 1,024 × 2 bytes = 16,777,216); SwiGLU's fused weighting kept nothing extra either way
+    new, new_ops = _kept(_combine_case(activation))
+    old, old_ops = _kept(_released(_combine_case(activation), megatron_core="2025-04-04"))
+    assert old - new == difference
+    assert "moe.combined_tokens" in old_ops and "moe.combined_tokens" not in new_ops
+    assert ("moe.expert.unweighted_activation" in new_ops) is (activation == "gelu")
+    assert "moe.expert.unweighted_activation" not in old_ops
+
+
+def test_the_all_gather_dispatcher_s_product_saves_the_local_expert_outputs():
+    # the all-gather dispatcher's `hidden_states * permuted_probs` before 2659630721: the local experts' 8,192
+    # rows × 512 in bf16, 8,388,608 bytes (SwiGLU: nothing else changes)
+    new, _ = _kept(_combine_case("swiglu", "allgather"))
+    old, ops = _kept(_released(_combine_case("swiglu", "allgather"), megatron_core="core_v0.12.0"))
+    assert old - new == 8_388_608 and "moe.combine.expert_output" in ops

@@ -234,11 +234,12 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
     experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
     # 8 GEMMs forward, 16 backward (above). Tensorwise (current) scaling quantizes each expert's input
-    # and output gradient on its own, amax + scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 3 = 24
-    # more each way; delayed scaling one multi-tensor cast-transpose each way; MXFP8 one kernel an expert,
-    # and before each grouped GEMM call one multi-tensor swizzle of A's scales and one of B's (TE 2.9
-    # gemm.cpp `te_general_grouped_gemm`): forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
-    assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 24.0, 16.0 + 24.0)
+    # and output gradient on its own, the amax zeroed (current_scaling.cu `zero_amax_kernel`) + amax +
+    # scale + cast (TE 2.9 quantizer.cpp, cast.cpp): 8 · 4 = 32 more each way; delayed scaling one
+    # multi-tensor cast-transpose each way; MXFP8 one kernel an expert, and before each grouped GEMM call
+    # one multi-tensor swizzle of A's scales and one of B's (TE 2.9 gemm.cpp `te_general_grouped_gemm`):
+    # forward 8 + 8 + 2, backward (dgrad, wgrad) 16 + 8 + 2 · 2.
+    assert op_launches(experts, **kw, fp8_recipe="tensorwise") == (8.0 + 32.0, 16.0 + 32.0)
     assert op_launches(experts, **kw, fp8_recipe="delayed") == (9.0, 17.0)
     assert op_launches(experts, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 2.0, 16.0 + 8.0 + 4.0)
     # A plain GEMM under MXFP8 (`te_general_gemm`: `swizzle_scaling_factors` for A and for B): its GEMM,
@@ -249,12 +250,13 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
     assert op_launches(looped, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 16.0, 16.0 + 8.0 + 32.0)
     # A GEMM fed by a TE norm: the norm writes FP8 itself under delayed scaling (no cast), and its amax
-    # under tensorwise scaling (scale + cast: 2); the output gradient is quantized in full (3, delayed 1).
+    # under tensorwise scaling (the amax's `amax.zero_()` before the norm, scale + cast: 3); the output
+    # gradient is quantized in full (4, delayed 1).
     norm = Op("norm1", "attention", "memory")
     qkv = Op("qkv", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 96.0), weight_elements=3072)
     layer_kw = {key: value for key, value in kw.items() if key != "mla"}
     tensorwise = layer_launches([norm, qkv], **layer_kw, fp8_recipe="tensorwise")
-    assert tensorwise["qkv"] == (1.0 + 2.0, 2.0 + 3.0)
+    assert tensorwise["qkv"] == (1.0 + 3.0, 2.0 + 4.0)
     assert layer_launches([norm, qkv], **layer_kw, fp8_recipe="delayed")["qkv"] == (1.0, 3.0)
     # Without FP8 training, and for the GEMMs FP8 training leaves in 16 bits (the output layer), none.
     assert layer_launches([norm, qkv], **layer_kw)["qkv"] == (1.0, 2.0)

@@ -67,6 +67,15 @@ CHANGES: dict[str, Change] = {
         "TE's GroupedLinear (the experts of TEGroupedMLP) takes the same cache (module/grouped_linear.py "
         "`_GroupedLinear.backward`); before, a `torch.empty` per expert and backward",
     ),
+    "experts_weight_probs": Change(
+        MEGATRON_CORE,
+        "2659630721",
+        "2025-04-09",
+        (0, 13),
+        "the routed experts weight their own activations by the routing probabilities (experts.py, "
+        "moe_utils.py `permute(..., probs)`); before, the dispatcher's combine weighted the experts' "
+        "outputs and saved them for the probabilities' gradient (token_dispatcher.py `unpermute(..., probs)`)",
+    ),
     "megatron_dummy_wgrad": Change(
         MEGATRON_CORE,
         "e7c55de99e",

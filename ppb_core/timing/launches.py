@@ -84,10 +84,13 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   GEMM's input is quantized before it forward and its output gradient backward (TransformerEngine
   v2.9, the NeMo 25.11 container's, transformer_engine/pytorch/csrc). Delayed scaling casts in one
   kernel (cast-transpose), none where a TE norm writes FP8 itself (extensions/normalization.cpp:
-  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs three
-  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`,
-  `nvte_compute_scale_from_amax`, `nvte_quantize_v2`), two where a TE norm computes the amax
-  beside its BF16 output (FUSED_NORM_AMAX_FP8, then `quantize_with_amax`); MXFP8 and blockwise one
+  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs four
+  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, which zeroes the
+  amax before its amax kernel (common/recipe/current_scaling.cu `launch_amax_kernel`:
+  `zero_amax_kernel` from v2.8, a `cudaMemsetAsync` before), `nvte_compute_scale_from_amax`,
+  `nvte_quantize_v2`), three where a TE norm computes the amax beside its BF16 output
+  (FUSED_NORM_AMAX_FP8: `create_unquantized_tensor_with_amax` zeroes the amax, `amax.zero_()`, then
+  `quantize_with_amax`); MXFP8 and blockwise one
   (their quantize kernel; the norm is unfused for MXFP8 without NVTE_NORM_FWD_USE_CUDNN). A grouped
   GEMM's per-expert inputs (`split_quantize`, extensions/cast.cpp `multi_tensor_quantize_impl`):
   one fused `nvte_multi_cast_transpose` for them all under delayed scaling ("only have fused kernel
@@ -163,7 +166,7 @@ PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # measurement's CPU is not stated); a SequentialMLP's experts each call from Python, a launch each.
 CPP_GEMM_US = 25.0
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
-FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
+FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "blockwise": (1, 1)}
 # MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
 MXFP8_SWIZZLES = 2
 
