@@ -74,6 +74,9 @@ class BalanceInput:
             check(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
         except ValueError as err:
             raise InputError(self.source, "schedule", str(err)) from None
+        refused = self._framework_interleaving()
+        if refused is not None:
+            raise InputError(self.source, "micro_batches", refused)
         cells_needing_layers = self.stages * self.chunks - len(self.reserved_cells)
         if self.layers.nb_body_layers < cells_needing_layers:
             raise InputError(
@@ -82,6 +85,25 @@ class BalanceInput:
                 f"{self.layers.nb_body_layers} body layers cannot fill the "
                 f"{cells_needing_layers} (chunk, stage) cells that hold neither the head nor the tail",
             )
+
+    def _framework_interleaving(self) -> str | None:
+        """What the framework's interleaved schedule refuses of these sizes, as the run config refuses it
+        (`config.run._check_framework_interleaving`), for sizes a flag or the interleave search chose:
+        Megatron-LM d98e8a64 `forward_backward_pipelining_with_interleaving` raises unless the last group
+        of m mod g is 0 or at least pp, its default g being pp; torch's ScheduleInterleaved1F1B (torchtitan's)
+        runs max(1, m // pp) rounds and raises unless m is a multiple of them."""
+        m, p = self.micro_batches, self.stages
+        if canonical(self.schedule, self.chunks) != "interleaved" or m < p:
+            return None
+        if self.framework == "megatron" and self.group is None and m % p:
+            return (
+                f"{m} micro-batches in Megatron's default groups of pp {p} leave a last group of {m % p}: "
+                "Megatron refuses it (parallel.microbatch_group_size_per_vp_stage sets another group)"
+            )
+        rounds = max(1, m // p)
+        if self.framework == "torchtitan" and m % rounds:
+            return f"torch's Interleaved1F1B runs {m} micro-batches in {rounds} rounds of pp {p}: not a multiple"
+        return None
 
     @cached_property
     def schedule_name(self) -> str:
