@@ -167,3 +167,11 @@ def test_a_cell_of_no_layer_is_said_beside_the_mindformers_yaml(
     assert "(cell (chunk 0, stage 1) holds no layer, as Megatron-Core runs it; MindFormers places" in out
     code, out, _ = _run(capsys, str(path), "-s", "2", "-mb", "4")  # MindFormers' rules: a layer in every cell
     assert code == 0 and "offset: [0, 0]" in out and "holds no layer" not in out
+
+
+def test_other_stages_say_the_devices_the_plan_is_priced_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/llama3-8b.yaml is dp 8 · tp 2 · pp 4 = 64 H100s; `-s 2` keeps dp and tp (`sized_like`): the
+    plan's iteration and tokens per device are those of 8 · 2 · 2 = 32 devices, which stderr says."""
+    code, _, err = _run(capsys, str(DATA.parent.parent / "configs" / "llama3-8b.yaml"), "-s", "2", "-q")
+    assert code == 0
+    assert "note: -s 2: priced at dp 8 · tp 2 · cp 1 · pp 2 = 32 devices, the run config's 64 at pp 4" in err

@@ -126,6 +126,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             schedule=schedule,
             constant_memory_mb=args.constant_memory,
         )
+        if args.stages is not None and args.stages != par.pp:  # `estimate.plan.sized_like`: dp, tp, cp kept
+            devices = par.dp * par.tp * par.cp * args.stages
+            said = (
+                f"-s {args.stages}: priced at dp {par.dp} · tp {par.tp} · cp {par.cp} · pp {args.stages} = "
+                f"{devices:,} devices, the run config's {par.dp * par.tp * par.cp * par.pp:,} at pp {par.pp}"
+            )
+            print(f"ppb balance {source}: note: {said}", file=sys.stderr)
         group = par.microbatch_group_size_per_vp_stage
         if group is not None and problem.group is None:  # `run_problem`: another size runs Megatron's default
             said = (
