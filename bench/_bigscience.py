@@ -37,7 +37,7 @@ BLOOM_176B = {
     "norm": "layernorm",
     "norm_bias": True,
     "tied_embeddings": True,
-    "position_embedding": "none",  # ALiBi: a bias on the attention scores, no position table
+    "position_embedding": "alibi",  # --position-embedding-type alibi: a bias on the scores, no position table
     "max_position_embeddings": 2048,
     "attention_bias": True,
     "attention_output_bias": True,
@@ -75,13 +75,28 @@ def bloom_row() -> dict[str, Any]:
         "device": {"name": "a100-80gb", "inter_node_bandwidth_gbs": 4 * 12.5 / 8},
         "timing": {
             "transformer_impl": "local",  # Megatron-LM's own modules (Megatron-DeepSpeed, 2022)
+            # Megatron-DeepSpeed's linears (megatron/mpu/layers.py `ColumnParallelLinear.forward` and
+            # `RowParallelLinear.forward` on the run's ds_ckpt_reshape branch, unchanged from a3ef7783 of
+            # 2022-05-18 to 9bb3dc33 of 2022-06-28) are `F.linear` after `copy_to_tensor_model_parallel_region`:
+            # autograd writes a 16-bit weight gradient (no fused accumulation), and the input gradient's
+            # all-reduce (`_CopyToModelParallelRegion.backward`) runs once the linear's backward has computed
+            # both gradients, with nothing left to hide it (no async all-reduce)
+            "gradient_accumulation_fusion": False,
             # DeepSpeed's pipeline engine reduces the gradients after the last micro-batch and its
             # BF16_Optimizer gathers the updated parameters after the step: neither overlapped
-            "overlap": {"dp": 0.0, "param_gather": 0.0},
+            "overlap": {"tp_async": 0.0, "dp": 0.0, "param_gather": 0.0},
+            # DeepSpeed's BF16_Optimizer (ZERO_STAGE=0 with bf16 in the ds_config; DeepSpeed 93e9307d, the
+            # commit the run rolled back to, chronicles.md 2022-05): every micro-batch's bf16 gradients cast
+            # to fp32 and added into its fp32 gradients (`update_hp_grads`), the README's "accumulates grads
+            # in fp32"
+            "deepspeed_bf16_optimizer": True,
             # its pipeline sends split over the TP ranks and all-gathered on arrival: DeepSpeed's
             # pipe_partitioned and grad_partitioned, on by default (the run's ds_config has no
             # "pipeline" section; runtime/pipe/engine.py `PartitionedTensor` over the slice group)
             "pipe_partitioned": True,
+            # its TrainSchedule's steps (runtime/pipe/schedule.py at 93e9307d): each step's receive and send
+            # to one neighbour blocking, one after the other (p2p.py `dist.send`/`dist.recv`), not batched
+            "deepspeed_pipeline": True,
         },
     }
     return {
@@ -92,8 +107,8 @@ def bloom_row() -> dict[str, Any]:
         "seconds": BLOOM_SECONDS,
         "assumptions": (
             "Megatron-DeepSpeed priced as Megatron-LM's own modules",
-            "DeepSpeed's 1F1B pipeline as Megatron's (its sends split over TP, DeepSpeed's default)",
-            "ALiBi and the embedding LayerNorm not priced",
+            "DeepSpeed's TrainSchedule: Megatron's 1F1B op order, its blocking sends and receives one after another",
+            "the embedding LayerNorm (--embed-layernorm, the first stage's) not priced",
             "HGX A100 NVLink inside a node (the README: 'NVLink 4 inter-gpu connects')",
             "CUDA_LAUNCH_BLOCKING=1 (the script's) not modelled",
         ),

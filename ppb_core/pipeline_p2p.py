@@ -53,6 +53,17 @@ the receiver before the op that reads it. Where each side posts and waits is the
   warm-up and cool-down, once the send before it completed); a send is waited for before the next op
   when batched with its receive, else before the op after that.
 
+* ``deepspeed`` (DeepSpeed's pipeline engine, as Megatron-DeepSpeed runs it: deepspeed/runtime/pipe/
+  schedule.py `TrainSchedule` at 93e9307d, its 2·(m + P − 1) steps giving each stage Megatron's 1F1B op
+  order, and p2p.py's blocking `dist.send`/`dist.recv`, one call after another): before a forward the
+  stage receives its input (`RecvActivation`) and only then sends the gradient of the backward before
+  it (`SendGrad`); before a backward it sends the output of the forward before it (`SendActivation`)
+  and only then receives its gradient (`RecvGrad`); the op waits for both. So: a forward's receive is
+  posted when the previous op ended, and the previous op's send waits for that receive to complete; a
+  backward's receive, and any receive after an op of its own kind, is posted once the previous op's
+  send has completed; the stage's next op waits for its sends. With free transfers the steps time as
+  1F1B; each step's two transfers run one after the other.
+
 `schedules.simulate` keeps the simpler models for the other schedules: the sender's op lasting its send
 (MindFormers), or only the receiver waiting (torchtitan's looped schedules' isend/irecv).
 
@@ -70,6 +81,7 @@ from ppb_core.host_copies import HostCopies, Streams
 from ppb_core.schedules import Op, Timeline, _orders, _position, _steady_backwards, check, group_of
 
 PROTOCOLS: tuple[str, ...] = (
+    "deepspeed",
     "megatron_sync",
     "megatron_overlap",
     "megatron_overlap_r0.10",
@@ -135,6 +147,7 @@ def _graph(
             times.append((0 if op.kind == "F" else per_kind) + op.chunk * stages + stage)
             after.append([base + index - 1] if index else [])
     sends: dict[int, list[int]] = {}  # op node -> the transfers carrying its output
+    receives: dict[int, list[int]] = {}  # op node -> the transfers carrying its input
     posts: list[tuple[int, tuple[int, int], int | None]] = []  # transfer: (receiver node, receiver place, post)
     for stage, order in enumerate(orders):
         base, befores = offset[stage], previous_of_kind[stage]
@@ -151,6 +164,7 @@ def _graph(
             times.append(size)
             after.append([sender])
             sends.setdefault(sender, []).append(transfer)
+            receives.setdefault(base + index, []).append(transfer)
             post = _post(protocol, name, stages, order, stage, index, source, befores[index], warmup_flush)
             if post is not None:
                 posts.append((transfer, base, post))
@@ -162,6 +176,13 @@ def _graph(
         after[transfer].append(base + index)
         if sent is not None:  # the receive is posted once that op's send has completed
             after[transfer] += sends.get(base + sent, [])
+    if protocol == "deepspeed":  # a forward's receive first, then the previous backward's send
+        for stage, order in enumerate(orders):
+            base = offset[stage]
+            for index in range(1, len(order)):
+                if order[index].kind == "F" and order[index - 1].kind == "B":
+                    for transfer in sends.get(base + index - 1, []):
+                        after[transfer] += receives.get(base + index, [])
     # Kahn's order over ops and transfers (a wait named twice is counted twice, and met twice)
     users: list[list[int]] = [[] for _ in times]
     waiting = [len(deps) for deps in after]
@@ -221,6 +242,8 @@ def _post(
         return index - 1, (index - 1 if alone else None)
     if protocol == "torch_1f1b":
         return index - 1, (index - 2 if alone and index >= 2 else None)
+    if protocol == "deepspeed":  # only a forward after a backward receives before that backward's send
+        return index - 1, (None if op.kind == "F" and not alone else index - 1)
     wraps = (op.kind == "F" and stage == 0 and source[0] == stages - 1) or (
         op.kind == "B" and stage == stages - 1 and source[0] == 0
     )
@@ -249,7 +272,7 @@ def _post(
 def _release(protocol: str, order: Sequence[Op], index: int, next_of_kind: int) -> int | None:
     """The index of the sender's op that waits for the send of the op at *index* (None: none does);
     *next_of_kind*: the index of the stage's next op of its kind (-1: none)."""
-    if protocol == "megatron_sync":
+    if protocol in ("megatron_sync", "deepspeed"):
         return index + 1 if index + 1 < len(order) else None
     if protocol == "torch_1f1b":  # batched with the next op's receive, else waited for after the next op
         later = index + 1 if index + 1 < len(order) and order[index + 1].kind != order[index].kind else index + 2
@@ -287,8 +310,8 @@ def simulate_p2p(
     name = check(schedule, stages, chunks, micro_batches, group)
     if name not in ("1f1b", "interleaved"):
         raise ValueError(f"the {protocol} protocol is for the 1F1B and interleaved schedules, not {name}")
-    if protocol == "torch_1f1b" and name != "1f1b":
-        raise ValueError("torch_1f1b is torch.distributed.pipelining's Schedule1F1B: one stage a rank")
+    if protocol in ("torch_1f1b", "deepspeed") and name != "1f1b":
+        raise ValueError(f"{protocol} runs the 1F1B schedule alone: one stage a rank")
     extra = 0 if shorter is None else 1
     flush = warmup_flush and protocol.startswith("megatron_overlap")
     orders, n, topo, times, after = _graph(

@@ -133,7 +133,7 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
         st.sampled_from(
             ["megatron_overlap", "megatron_overlap_r0.10", "megatron_overlap_r0.8"]
             if interleaved
-            else ["megatron_sync", "torch_1f1b"]
+            else ["megatron_sync", "torch_1f1b", "deepspeed"]
         )
     )
     cells = st.lists(st.floats(0.5, 5.0), min_size=stages * chunks, max_size=stages * chunks)
@@ -150,6 +150,8 @@ def test_the_waits_never_shorten_the_plain_schedule_and_slower_links_never_help(
     a = simulate_p2p(protocol, schedule, forward, backward, m, slow).makespan
     b = simulate_p2p(protocol, schedule, forward, backward, m, slower).makespan
     assert plain - 1e-9 <= free <= a + 1e-9 <= b + 2e-9
+    if protocol == "deepspeed":  # a step's two transfers one after the other: never quicker than Megatron's pair
+        assert simulate_p2p("megatron_sync", schedule, forward, backward, m, slow).makespan <= a + 1e-9
 
 
 def test_interleaved_chunk_reductions_launch_rank_backwards_after_their_last() -> None:
@@ -200,6 +202,30 @@ def test_torch_1f1b_two_stages_by_hand() -> None:
     megatron = simulate_p2p("megatron_sync", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 2, [[0.25, 0.25]])
     assert megatron.starts[0][1] == pytest.approx(1.25)
     assert framework_rules(small_run(pp=2, framework="torchtitan")).p2p_protocol == "torch_1f1b"
+
+
+def test_deepspeed_two_stages_four_micro_batches_by_hand() -> None:
+    # DeepSpeed 93e9307d's TrainSchedule (runtime/pipe/schedule.py), P = 2, m = 4, f = 1, b = 2, x = 0.25;
+    # Megatron's op order. Each step's transfers are blocking and one after another: before a forward,
+    # RecvActivation then SendGrad (of the backward before it); before a backward, SendActivation (of the
+    # forward before it) then RecvGrad.
+    # s0 F0 [0, 1]; act0 [1, 1.25] (stage 1 receives from the start); s0 F1 waits for it: [1.25, 2.25].
+    # s1 F0 [1.25, 2.25], B0 [2.25, 4.25]. act1: s1 receives it after B0: [4.25, 4.5]; only then s1 sends
+    # grad0, which s0 receives after sending act1: [4.5, 4.75]. s0 B0 [4.75, 6.75]; s1 F1 [4.75, 5.75],
+    # B1 [5.75, 7.75]. s0 F2 [6.75, 7.75]; act2 [7.75, 8], grad1 [8, 8.25]: s0 B1 [8.25, 10.25], s1 F2
+    # [8.25, 9.25], B2 [9.25, 11.25]. s0 F3 [10.25, 11.25]; act3 [11.25, 11.5], grad2 [11.5, 11.75]: s0 B2
+    # [11.75, 13.75], s1 F3 [11.75, 12.75], B3 [12.75, 14.75]; grad3 [14.75, 15], s0 B3 [15, 17].
+    # Megatron's batched pairs end at 16.25 (above): each steady step here pays two transfers, not one.
+    timeline = simulate_p2p("deepspeed", "1f1b", [[1.0, 1.0]], [[2.0, 2.0]], 4, [[0.25, 0.25]])
+    assert timeline.starts[0] == pytest.approx([0, 1.25, 4.75, 6.75, 8.25, 10.25, 11.75, 15])
+    assert timeline.starts[1] == pytest.approx([1.25, 2.25, 4.75, 5.75, 8.25, 9.25, 11.75, 12.75])
+    assert timeline.makespan == pytest.approx(17.0)
+    # with free transfers the lock-step steps time as 1F1B: (m + P - 1)·(f + b)
+    free = simulate_p2p("deepspeed", "1f1b", [[1.0] * 4], [[3.0] * 4], 16, [[0.0] * 4])
+    assert free.makespan == pytest.approx((16 + 4 - 1) * 4.0)
+    assert framework_rules(small_run(pp=2, timing={"deepspeed_pipeline": True})).p2p_protocol == "deepspeed"
+    with pytest.raises(ValueError, match="1F1B schedule alone"):
+        simulate_p2p("deepspeed", "interleaved", [[1.0, 1.0]] * 2, [[2.0, 2.0]] * 2, 2, [[0.25, 0.25]] * 2)
 
 
 def test_first_backward_receive_is_posted_after_the_last_warm_up_forward() -> None:

@@ -53,6 +53,11 @@ CASES = [
     (TITAN, "timing", {"fp8_bf16_layers": [1, 1], **FP8}, "timing.fp8_bf16_layers", "framework megatron"),
     (MEGATRON, "timing", {"pipe_partitioned": "maybe"}, "timing.pipe_partitioned", "boolean"),
     (TITAN, "timing", {"pipe_partitioned": True}, "timing.pipe_partitioned", "DeepSpeed's"),
+    # DeepSpeed's BF16_Optimizer (config/run.py `_check_bf16_optimizer`): Megatron-DeepSpeed's F.linear
+    # writes 16-bit gradients, so Megatron's fused accumulation cannot be on beside it
+    (MEGATRON, "timing", {"deepspeed_bf16_optimizer": True}, "timing.gradient_accumulation_fusion", "must be false"),
+    (TITAN, "timing", {"deepspeed_bf16_optimizer": True}, "timing.deepspeed_bf16_optimizer", "Megatron-LM's"),
+    (TITAN, "timing", {"deepspeed_pipeline": True}, "timing.deepspeed_pipeline", "Megatron-LM's"),
     (MEGATRON, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
     (TITAN, "training", {"layer_wise_param_layout": False}, "training.layer_wise_param_layout", "muon"),
     (MEGATRON, "device", {"mxfp8_matmul_ratio": 1.5}, "device.mxfp8_matmul_ratio", "less than or equal to 1"),
@@ -116,3 +121,81 @@ def test_latent_norms_off_need_an_mla_model(capsys: pytest.CaptureFixture[str], 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert f"{run}: models.0.spec: mla_latent_norms false needs an MLA model" in err, err
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "words"),
+    [
+        ("training", {"dtype": "fp16"}, "runs under bf16; this run's training.dtype is fp16"),
+        ("parallel", {"zero": 0}, "(zero 1); this run shards at level 0"),
+        ("parallel", {"zero": 2}, "(zero 1); this run shards at level 2"),
+    ],
+)
+def test_the_bf16_optimizer_needs_bf16_and_its_own_zero_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, section: str, values: dict, words: str
+) -> None:
+    """DeepSpeed's BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py, 93e9307d) runs under bf16 only and
+    partitions its fp32 state over data parallelism itself (ZeRO-1's layout)."""
+    raw = _run(MEGATRON)
+    raw["timing"] = {"deepspeed_bf16_optimizer": True, "gradient_accumulation_fusion": False}
+    raw[section].update(values)
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"ppb: error: {run}: timing.deepspeed_bf16_optimizer: ") and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("parallel", "words"),
+    [
+        ({"pp": 1, "dp": 32}, "needs pipeline parallelism (pp > 1)"),
+        (INTERLEAVED, "runs 1F1B alone: schedule 1f1b, vpp 1"),
+    ],
+)
+def test_deepspeed_s_pipeline_engine_runs_1f1b_over_a_pipeline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, parallel: dict, words: str
+) -> None:
+    """DeepSpeed's PipelineEngine runs its TrainSchedule (runtime/pipe/schedule.py, 93e9307d): 1F1B, one
+    stage a rank; without a pipeline it would price nothing."""
+    raw = _run(MEGATRON)
+    raw["timing"] = {"deepspeed_pipeline": True}
+    raw["parallel"].update(parallel)
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"ppb: error: {run}: timing.deepspeed_pipeline: ") and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("base", "extra", "words"),
+    [
+        (TITAN, {}, "alibi: has no ALiBi in torchtitan's models"),
+        (MEGATRON, {"kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}, "MLA"),
+    ],
+)
+def test_alibi_is_refused_where_no_code_runs_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, extra: dict, words: str
+) -> None:
+    """ALiBi (`position_embedding: alibi`) is priced as Megatron-DeepSpeed's baddbmm with the bias; torchtitan's
+    models and MLA's attention have no such path, so it would say nothing there."""
+    raw = _run(base)
+    raw["models"][0].pop("config")
+    raw["models"][0]["spec"] = {
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "num_layers": 8,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "position_embedding": "alibi",
+        **extra,
+    }
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run}: models.0.spec.position_embedding: " in err and words in err, err

@@ -82,6 +82,8 @@ def test_named_ops_follow_the_code_path():
     assert op_launches(experts, **kw) == (8.0, 16.0)
     # unfused, each expert's weight gradient is added into its main gradient: 8 more
     assert op_launches(experts, **{**kw, "wgrad_fused": False}) == (8.0, 24.0)
+    # DeepSpeed's BF16_Optimizer casts each to fp32 first (`update_hp_grads`: `.to(fp32)`, then `add_`): 16 more
+    assert op_launches(experts, **{**kw, "wgrad_fused": False, "accumulate_kernels": 2}) == (8.0, 32.0)
     # the loss's all-reduces: max, target logit, sum of exponentials; fused two
     loss_reduce = Op("output.reduce_loss", "output", COMM, forward_comm=Collective(ALL_REDUCE, "tp", 12.0, "tp"))
     assert op_launches(loss_reduce, **kw) == (3.0, 0.0)
@@ -350,3 +352,28 @@ def test_plain_pytorch_ops_cost_a_share_of_a_module_launch_where_the_host_is_mea
     counts = layer_launches([loss, rope, gemm], **kw, plain_share=0.5)
     # the loss 25 / 10 and unfused rotary 24 / 14 at half; the GEMM's 1 / 2 whole
     assert counts == {"output.loss": (12.5, 5.0), "rope": (12.0, 7.0), "fc1": (1.0, 2.0)}
+
+
+def test_alibi_s_bias_is_copied_into_the_scores_by_a_kernel_of_its_own():
+    """Megatron-DeepSpeed's `torch.baddbmm(alibi, q, kᵀ, beta=1.0)` (megatron/model/transformer.py at
+    9bb3dc33): PyTorch's CUDA baddbmm copies the broadcast bias into its output before the batched GEMM,
+    one kernel more forward; the backward (the bias needs no gradient) is the plain core's."""
+
+    def scores(position: str) -> tuple[float, float]:
+        raw = {
+            "name": "s",
+            "models": [{"name": "llm", "spec": {**SMALL_GQA, "position_embedding": position}}],
+            "parallel": {"dp": 1, "tp": 1, "pp": 1},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": 1, "flash_attention": False},
+            "device": ROUND_DEVICE,
+            "timing": {"transformer_impl": "local"},
+        }
+        run = parse_run_config(raw)
+        body = next(layer for layer in walk(run).layers if layer.node == "BODY")
+        counts = layer_launches(
+            TimeModel(run).ops(body), tp=1, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True
+        )
+        return counts["scores"]
+
+    plain, alibi = scores("none"), scores("alibi")
+    assert alibi == (plain[0] + 1.0, plain[1])

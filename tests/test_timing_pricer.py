@@ -569,6 +569,53 @@ def test_without_gradient_accumulation_fusion_megatron_adds_each_weight_gradient
         assert unfused[name] == fused[name]
 
 
+def test_deepspeed_s_bf16_optimizer_casts_each_weight_gradient_to_fp32_before_adding_it():
+    raw = gelu_run().model_dump(mode="json", exclude_none=True)
+    hook = parse_run_config({**raw, "timing": {"gradient_accumulation_fusion": False}})
+    timing = {"gradient_accumulation_fusion": False, "deepspeed_bf16_optimizer": True}
+    deepspeed = parse_run_config({**raw, "timing": timing})
+    hooked, cast = TimeModel(hook).op_prices(body(hook)), TimeModel(deepspeed).op_prices(body(deepspeed))
+    # mlp_in (1024 × 4096 weights): the weight-gradient GEMM as without fusion (compute-bound, 2·2048·1024·4096
+    # / 5e13), then DeepSpeed 93e9307d's `hp_grad.add_(lp.grad.to(fp32))`: the cast reads the bf16 gradient
+    # (2) and writes an fp32 copy (4), the add reads it (4) and the fp32 gradient (4) and writes that (4):
+    # 18 bytes a weight, against Megatron's hook's 2 + 4 + 4 = 10.
+    added_ms = 18 * 1024 * 4096 / 5e11 * 1e3
+    assert cast["mlp_in"].backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3 + added_ms, rel=1e-12)
+    assert cast["mlp_in"].backward_ms - hooked["mlp_in"].backward_ms == pytest.approx(
+        8 * 1024 * 4096 / 5e11 * 1e3, rel=1e-9
+    )
+    assert cast["mlp_in"].forward_ms == hooked["mlp_in"].forward_ms
+    for name in ("scores", "context", "softmax"):
+        assert cast[name] == hooked[name]
+    # the embedding's dense table gradient (4096 × 1024 rows of the table and 2048 × 1024 of the learned
+    # positions) takes the same two more fp32 passes: 2 · 4 bytes an element more
+    head = next(layer for layer in walk(hook) if layer.node == "HEAD")
+    table = (4096 + 2048) * 1024
+    lookups = [TimeModel(one).op_prices(head)["embedding.lookup"].backward_ms for one in (deepspeed, hook)]
+    assert lookups[0] - lookups[1] == pytest.approx(8 * table / 5e11 * 1e3, rel=1e-9)
+
+
+def test_alibi_s_baddbmm_copies_the_bias_into_the_scores_and_reads_it_back():
+    def run(position):
+        raw = gelu_run().model_dump(mode="json", exclude_none=True)
+        spec = {**raw["models"][0]["spec"], "position_embedding": position}
+        return parse_run_config({**raw, "models": [{"name": "llm", "spec": spec}]})
+
+    plain_run, alibi_run = run("none"), run("alibi")
+    plain, alibi = TimeModel(plain_run).op_prices(body(plain_run)), TimeModel(alibi_run).op_prices(body(alibi_run))
+    # 16 heads × 2048 × 2048 scores of one sequence (bf16): Megatron-DeepSpeed's `torch.baddbmm(alibi, q, kᵀ,
+    # beta=1.0)` copies the broadcast bias into its output (one write of the scores, its own kernel) and the
+    # batched GEMM reads it back as C (one read, in its own traffic). The plain scores BMM moves Q and K
+    # (2 · 2048 · 16 · 64 · 2 bytes) and writes the scores, memory-bound on this device: its bytes at 5e11 B/s.
+    scores = 16 * 2048 * 2048 * 2
+    plain_bytes = 2 * 2048 * 16 * 64 * 2 + scores
+    assert plain["scores"].forward_ms == pytest.approx(plain_bytes / 5e11 * 1e3, rel=1e-12)
+    assert alibi["scores"].forward_ms == pytest.approx((plain_bytes + 2 * scores) / 5e11 * 1e3, rel=1e-12)
+    # the bias needs no gradient: the backward, and every other op, as without it
+    assert alibi["scores"].backward_ms == plain["scores"].backward_ms
+    assert {k: v for k, v in alibi.items() if k != "scores"} == {k: v for k, v in plain.items() if k != "scores"}
+
+
 def test_megatron_s_deterministic_mode_runs_flash_attention_2_s_deterministic_backward_below_hopper():
     a100, h100 = DEVICE_CATALOG["a100-80gb"], DEVICE_CATALOG["h100-80gb"]
     plain = Kernels.from_device(a100, "bf16")

@@ -800,6 +800,19 @@ class TimingOptions(StrictModel):
         "weight-gradient GEMM adds into the fp32 main gradient; off, it writes a 16-bit gradient that Megatron's "
         "DDP hook adds to the main gradient in its own kernel",
     )
+    deepspeed_bf16_optimizer: bool = Field(
+        False,
+        description="DeepSpeed's BF16_Optimizer (Megatron-DeepSpeed under bf16 with ZeRO stage 0): autograd writes "
+        "each micro-batch's 16-bit weight gradients and `update_hp_grads` casts each to fp32 and adds it into the "
+        "fp32 gradients (a cast kernel and an add where Megatron's DDP hook adds in one); needs "
+        "gradient_accumulation_fusion false, bf16 and zero 1",
+    )
+    deepspeed_pipeline: bool = Field(
+        False,
+        description="DeepSpeed's pipeline engine (Megatron-DeepSpeed's PipelineModule): its TrainSchedule's 1F1B with "
+        "blocking sends and receives one after another, a forward's receive before the previous backward's send, "
+        "a backward's receive after the previous forward's send (ppb_core.pipeline_p2p); needs pp > 1 and 1f1b",
+    )
     deterministic: bool = Field(
         False,
         description="Megatron's --deterministic-mode: PyTorch's deterministic algorithms (the NaN fill of what "
@@ -1302,6 +1315,10 @@ def _check_model(run: RunConfig, index: int, sub: SubModel, spec: ModelSpec | Vi
         )
     if spec.is_moe and spec.num_experts % par.ep:
         raise InputError(where, f"{field}.num_experts", f"{spec.num_experts} experts are not divisible by ep {par.ep}")
+    if spec.position_embedding == "alibi" and (run.framework == "torchtitan" or spec.is_mla):
+        # ALiBi is Megatron-DeepSpeed's (BLOOM's) and MindFormers' bloom; torchtitan's models and MLA have rotary
+        said = "has no ALiBi in torchtitan's models" if run.framework == "torchtitan" else "MLA carries its own rotary"
+        raise InputError(where, f"{field}.spec.position_embedding", f"alibi: {said}")
     if par.cp > 1 and par.cp_variant == "ulysses" and spec.num_attention_heads % (par.tp * par.cp):
         raise InputError(
             where,
@@ -1375,6 +1392,8 @@ MEGATRON_TIMING = frozenset(
         "transformer_impl",
         "ub_sm_margin",
         "gradient_accumulation_fusion",
+        "deepspeed_bf16_optimizer",
+        "deepspeed_pipeline",
         "rope_fusion",
         "check_for_nan_in_grad",
         "cross_entropy_fusion",
@@ -1644,6 +1663,12 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_deferral(run, where)
     if train.offload_modules:
         _check_offload(run, where)
+    if run.timing.deepspeed_bf16_optimizer:
+        _check_bf16_optimizer(run, where)
+    if run.timing.deepspeed_pipeline and (par.pp == 1 or par.vpp > 1 or par.schedule != "1f1b"):
+        # DeepSpeed's PipelineEngine runs `TrainSchedule` (runtime/pipe/schedule.py): 1F1B, one stage a rank
+        said = "needs pipeline parallelism (pp > 1)" if par.pp == 1 else "runs 1F1B alone: schedule 1f1b, vpp 1"
+        raise InputError(where, "timing.deepspeed_pipeline", said)
     if train.cpu_offloading_num_layers:
         _check_cpu_offloading(run, where)
     if not train.layer_wise_param_layout and (train.optimizer != "muon" or run.shard_level != 1):
@@ -1798,6 +1823,22 @@ def _check_deferral(run: RunConfig, where: str) -> None:
         problem = "needs pipeline parallelism (pp > 1), as Megatron-Core does"
     elif not run.timing.gradient_accumulation_fusion:
         problem = "needs timing.gradient_accumulation_fusion, as Megatron-Core does"
+    if problem is not None:
+        raise InputError(where, field, problem)
+
+
+def _check_bf16_optimizer(run: RunConfig, where: str) -> None:
+    """What DeepSpeed's BF16_Optimizer takes (deepspeed/runtime/bf16_optimizer.py at 93e9307d, the commit
+    BigScience ran BLOOM on): Megatron-DeepSpeed's linears are `F.linear` (no fused accumulation), the
+    optimizer runs under bf16 alone, and it partitions its fp32 state over data parallelism itself."""
+    field, problem = "timing.deepspeed_bf16_optimizer", None
+    if run.timing.gradient_accumulation_fusion:
+        field, problem = "timing.gradient_accumulation_fusion", "must be false under deepspeed_bf16_optimizer"
+    elif run.training.dtype != "bf16":
+        problem = f"runs under bf16; this run's training.dtype is {run.training.dtype}"
+    elif run.shard_level != 1:
+        level = run.shard_level
+        problem = f"partitions its fp32 state over data parallelism alone (zero 1); this run shards at level {level}"
     if problem is not None:
         raise InputError(where, field, problem)
 

@@ -48,7 +48,8 @@ class ModelSpec(StrictModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_bias: bool = False
     tied_embeddings: bool = False
-    position_embedding: Literal["rope", "learned", "none"] = "rope"
+    # alibi: ALiBi's per-head linear biases on the attention scores (BLOOM), no position table
+    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
     max_position_embeddings: Annotated[PositiveInt, limits.at_most(limits.POSITIONS)] = 4096
     attention_bias: bool = Field(False, description="biases on the q, k and v projections")
     attention_output_bias: bool = Field(False, description="bias on the output projection")

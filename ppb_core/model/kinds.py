@@ -45,6 +45,7 @@ class Attention:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     rope: bool = True  # rotary position embedding applied to queries and keys
+    alibi: bool = False  # ALiBi's linear biases added to the scores (Press et al. 2021; BLOOM)
     latent_norms: bool = True  # MLA: norms of the compressed query and key/value before their up-projections
 
     @property
@@ -289,6 +290,7 @@ def _attention(spec: ModelSpec) -> Attention:
         out_bias=spec.attention_output_bias,
         qk_norm=spec.qk_norm,
         rope=spec.position_embedding == "rope",
+        alibi=spec.position_embedding == "alibi",
     )
 
 

@@ -50,6 +50,19 @@ STATS_BYTES = 4  # fp32 softmax statistics, router probabilities and the loss's 
 MASK_BYTES = 1  # dropout masks
 INDEX_BYTES = 8  # int64 token ids
 
+
+def main_grad_passes(deepspeed_bf16_optimizer: bool) -> int:
+    """Passes over the main (fp32) gradient's elements when a 16-bit weight gradient is added into it
+    outside the GEMM, each micro-batch. Megatron's DDP hook (distributed_data_parallel.py
+    `_make_backward_post_hook`: `param.main_grad.add_(param.grad.data)`) reads and writes it: 2.
+    DeepSpeed's BF16_Optimizer (deepspeed/runtime/bf16_optimizer.py `update_hp_grads` at 93e9307d, run
+    after every micro-batch's backward by pipe/engine.py `_exec_backward_pass`, the last stage's through
+    `BF16_Optimizer.backward`): `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))` first writes an fp32
+    copy of the 16-bit gradient, which the add reads beside the fp32 gradient it reads and writes: 4.
+    The 16-bit gradient is read once either way."""
+    return 4 if deepspeed_bf16_optimizer else 2
+
+
 # Collectives and the groups they run over (sizes and placement: `ppb_core.timing.comm`).
 ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE, ALL_TO_ALL, P2P = (
     "all_gather",
@@ -182,6 +195,7 @@ class OpGeometry(Geometry):
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
     cross_entropy_impl: str = "native"  # ... its --cross-entropy-fusion-impl: native | te
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
+    main_grad_passes: int = 2  # its passes when a 16-bit gradient is added into it (`main_grad_passes`)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
     bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
     torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
@@ -238,6 +252,7 @@ class OpGeometry(Geometry):
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
             main_grad_bytes=train.grad_bytes,
+            main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
             rope_fusion=run.timing.rope_fusion,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
             permute_fusion=train.moe.permute_fusion,
@@ -807,6 +822,14 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
         # alpha)` for batch1 and batch2) scales dQ and dK in a kernel each when alpha is not 1: read
         # and write each once.
         alpha = 2 * (n + keys) * heads * d_qk * bc if megatron else 0.0
+        # ALiBi (Megatron-DeepSpeed's `ParallelAttention.forward`, bigscience-workshop/Megatron-DeepSpeed
+        # megatron/model/transformer.py at 9bb3dc33, the branch BLOOM ran): the scores start from the bias
+        # tensor, `torch.baddbmm(alibi[:b*np, :, :sk], q, k^T, beta=1.0, alpha=1/norm_factor)`, whose input
+        # broadcasts over the queries; PyTorch's CUDA baddbmm (aten/src/ATen/native/cuda/Blas.cpp
+        # `baddbmm_out_cuda_impl`, 1.10-1.11) copies it into the output first (`result.copy_(self)`,
+        # beta != 0) and cuBLAS's batched GEMM reads that C back (beta 1): one more write and one more
+        # read of the scores (in the GEMM's own traffic), and the copy's kernel. The bias needs no gradient.
+        biased = pairs * bc if att.alibi else 0.0
         mask = (p + "attention_mask",) if te_unfused else ()
         if te_unfused:  # rebuilt wherever the softmax runs again (its input)
             ops.append(te_attention_mask(mask[0], block, queries * s))
@@ -819,11 +842,11 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 True,
                 (*qk,),
                 2 * pairs * d_qk,
-                (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
+                (n * heads * d_qk + keys * heads * d_qk + pairs) * bc + biased,
                 4 * pairs * d_qk,
                 2 * (n * heads * d_qk + keys * heads * d_qk + pairs) * bc,
                 gemm=(queries, d_qk, mean_keys, round(sequences), mean_keys),
-                side_bytes=(0.0, q_k_grads + alpha),
+                side_bytes=(biased, q_k_grads + alpha),
                 side_kernels=(1.0, (1.0 if copies else 0.0) + (2.0 if megatron else 0.0)),
                 # torch.bmm in the compute dtype: FP8 training's autocast does not reach it
                 fp8=False,
@@ -1866,7 +1889,8 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     position table) with zeros before the scatter, and the embedding has no gradient-accumulation
     fusion, so DDP's backward hook (distributed_data_parallel.py `_make_backward_post_hook`:
     `param.main_grad.add_(param.grad.data)`) reads the main gradient and the 16-bit one and writes the
-    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element. torchtitan's
+    main gradient, every micro-batch: bc + bc + 2·main_grad_bytes per table element (DeepSpeed's
+    BF16_Optimizer 4·main_grad_bytes: `main_grad_passes`). torchtitan's
     `nn.Embedding` runs the same CUDA backward (pytorch aten/src/ATen/native/cuda/
     EmbeddingBackwardKernel.cu `embedding_backward_cuda_kernel`: `at::zeros` of the whole table in the
     gradient's dtype, then the sorted rows' fp32 partial sums scattered in; 01b9dc565e): bc per table
@@ -1879,7 +1903,7 @@ def _embedding(p: str, block: str, geo: OpGeometry, h: int, vocab: int, position
     backward = rows * (bc + 2 * STATS_BYTES) * (2 if learned_positions else 1)
     if geo.framework == "megatron":
         table = (per_rank(vocab, geo.tp) + positions) * h
-        backward += table * (2 * bc + 2 * geo.main_grad_bytes)
+        backward += table * (2 * bc + geo.main_grad_passes * geo.main_grad_bytes)
     elif geo.framework == "torchtitan":
         backward += (per_rank(vocab, geo.tp) + positions) * h * bc
     ops = [_elementwise(p + "lookup", block, forward, backward)]

@@ -215,7 +215,8 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
       (schedules.py, `grad_sync_func`); P2P synchronous in 1F1B (each op's send batched with the
       next op's receive) and overlapped in the interleaved schedule (`--overlap-p2p-communication` on
       by default there, forced off otherwise; arguments.py): `ppb_core.pipeline_p2p`. Its FSDP
-      (`--use-megatron-fsdp`) gathers per micro-batch.
+      (`--use-megatron-fsdp`) gathers per micro-batch. Under `timing.deepspeed_pipeline`
+      (Megatron-DeepSpeed) DeepSpeed's engine's blocking sends and receives instead (`deepspeed`).
     - torchtitan (FSDP2 on every transformer block, torch.distributed.pipelining): one reduce-scatter
       per block; `reshard_after_forward` is on without pipeline parallelism and off with it
       (parallelize.py: the "default" policy), and with a pipeline the schedule skips gradient sync
@@ -246,7 +247,9 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
-        p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits] if interleaved else "megatron_sync",
+        p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits]
+        if interleaved
+        else ("deepspeed" if run.timing.deepspeed_pipeline else "megatron_sync"),
         p2p_warmup_flush=interleaved and run.timing.overlap_p2p_comm_warmup_flush,
     )
 

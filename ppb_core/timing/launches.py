@@ -14,7 +14,7 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   fused QKV projection is one GEMM whose parts (`qk_proj`, `v_proj`) each carry their share; a bias
   added or reduced outside the GEMM (`Op.side_bytes`) one more; without gradient-accumulation fusion
   DDP's hook adds each weight's 16-bit gradient into its main gradient (`param.main_grad.add_`), one
-  more backward;
+  more backward (DeepSpeed's BF16_Optimizer two: `update_hp_grads` casts it to fp32 first);
 - Megatron's `SequentialMLP` (routed experts without `--moe-grouped-gemm`; experts.py
   `SequentialMLP.forward`): each local expert's MLP of TE linears in turn, so per expert its two
   GEMMs' kernels as above (the count a grouped GEMM has too), its activation's kernels and, under FP8,
@@ -192,11 +192,14 @@ def op_launches(
     norm_fed: bool = False,
     router_cast: bool = False,
     cpp_gemm_share: float = 1.0,
+    accumulate_kernels: int = 1,
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
     input written by a TE norm); *router_cast*: the router's dtype is not the training dtype;
-    *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first, in launches (`CPP_GEMM_US`)."""
+    *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first, in launches (`CPP_GEMM_US`);
+    *accumulate_kernels*: the kernels that add a weight's 16-bit gradient into its main gradient without
+    fusion (Megatron's DDP hook one; DeepSpeed's BF16_Optimizer two, the fp32 cast and the add)."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -217,7 +220,7 @@ def op_launches(
             kernels = groups * n / fused
             # a grouped GEMM's call: its first GEMM a launch, the C++ loop's further experts their share
             gemms = kernels if op.sequential else (1.0 + (groups - 1) * cpp_gemm_share) * n / fused
-            forward, backward = gemms, 2 * gemms + (0.0 if wgrad_fused else kernels)
+            forward, backward = gemms, 2 * gemms + (0.0 if wgrad_fused else accumulate_kernels * kernels)
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
                 backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
@@ -299,13 +302,14 @@ def layer_launches(
     router_cast: bool = False,
     plain_share: float = 1.0,
     cpp_gemm_share: float = 1.0,
+    accumulate_kernels: int = 1,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
     under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype;
     *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured);
     *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first likewise (`CPP_GEMM_US` over the
-    measured time a launch)."""
+    measured time a launch); *accumulate_kernels*: as `op_launches`."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -321,6 +325,7 @@ def layer_launches(
             norm_fed=op.name in fed,
             router_cast=router_cast,
             cpp_gemm_share=cpp_gemm_share,
+            accumulate_kernels=accumulate_kernels,
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward

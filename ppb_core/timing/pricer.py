@@ -44,6 +44,7 @@ from ppb_core.timing.flops import (
     OpGeometry,
     early_stop_tail,
     layer_ops,
+    main_grad_passes,
     op_policy_rerun,
     rerun_ops,
 )
@@ -209,8 +210,12 @@ class TimeModel:
         framework = run.framework
         fused = framework != "torchtitan" and run.timing.gradient_accumulation_fusion
         self._wgrad_bytes = 2 * run.training.grad_bytes if fused else run.training.dtype_bytes
+        # DeepSpeed's BF16_Optimizer (`timing.deepspeed_bf16_optimizer`, Megatron-DeepSpeed) casts the 16-bit
+        # gradient to fp32 before adding it: two more passes over fp32 elements (`flops.main_grad_passes`).
         unfused_megatron = framework == "megatron" and not run.timing.gradient_accumulation_fusion
-        self._accumulate_bytes = 2 * run.training.grad_bytes + run.training.dtype_bytes if unfused_megatron else 0
+        passes = main_grad_passes(run.timing.deepspeed_bf16_optimizer)
+        accumulate = passes * run.training.grad_bytes + run.training.dtype_bytes
+        self._accumulate_bytes = accumulate if unfused_megatron else 0
         # MindFormers (mindformers/modules/layers.py `Linear.construct`, a4dfb8219): the weight-gradient
         # GEMM writes its output in the compute dtype; with the weights kept in another dtype
         # (`timing.param_dtype`, model_config.param_init_type) the Linear casts its weight each forward
@@ -794,6 +799,7 @@ class TimeModel:
                     cpp_gemm_share=min(1.0, CPP_GEMM_US / self.device.host_kernel_us)
                     if self.device.host_kernel_us
                     else 1.0,
+                    accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
