@@ -1460,6 +1460,10 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             )
         if run.shard_level < 1:
             raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
+    if timing.delay_wgrad_compute and not run.parallel.overlap_moe_expert_parallel_comm:
+        # transformer_config.py `__post_init__` (d98e8a64) asserts it; `ppb import megatron` refuses it likewise
+        said = "needs parallel.overlap_moe_expert_parallel_comm (the combined 1F1B), as Megatron-Core asserts"
+        raise InputError(where, "timing.delay_wgrad_compute", said)
     if timing.overlap_param_gather_with_optimizer_step:
         # arguments.py validate_args (d98e8a64) asserts the distributed optimizer, --overlap-param-gather and
         # virtual stages; `ppb import megatron` refuses the flags likewise (`_optimizer_step_overlap`), and a
