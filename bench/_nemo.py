@@ -3,7 +3,8 @@ Llama 3 and Qwen3 runs on DGX H100 and DGX B200, as run configs for bench/public
 
 Source: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 5776a6d90 (2025-12-10), section
 "25.11 NeMo Container", tables "System: DGX-B200" and "System: DGX-H100" (and DGX-GB200's Llama 3 8B
-row, whose recipe is the B200's; the B200 and GB200 figures in parentheses, FP8-MX): per row the GPUs, precision,
+row, whose recipe is the B200's, and its Qwen3 30B-A3B row, whose preset is the table's; the B200
+and GB200 figures in parentheses, FP8-MX): per row the GPUs, precision,
 GBS, MBS, sequence, FSDP, TP, PP, CP, VP, EP and tokens/s per GPU (seconds = GBS · sequence /
 (tokens/s per GPU · GPUs)). The recipes are the release's, Megatron-Bridge v0.2.0 (7af9601c9, the
 25.11 container's): scripts/performance/configs/<model>/workload_base_configs.py (what each row sets
@@ -342,6 +343,15 @@ _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
         QWEN3_235B_A22B, 64, 1024, 1, {"pp": 8, "vp": 2, "ep": 8}, "b200", 3269.0, True, _split_layout(16, 6),
         ("the table's VP 2 (the recipe's 4)",),
     ),
+    # "System: DGX-GB200": QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG (v0.2.0) is the table's row as it stands
+    # (8 GPUs, MBS 4, GBS 512, EP 8), with HybridEP and TE graphs of moe_router and moe_preprocess (no attn,
+    # unlike its FP8_CS sibling). The table's other GB200 MoE rows (235B BF16 on 256 GPUs, VP 3, EP 32;
+    # DeepSeek-V3 w/o MTP, GBS 4096) differ from their release presets: not taken.
+    (
+        "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)",
+        QWEN3_30B_A3B, 8, 512, 4, {"ep": 8}, "gb200", 23766.0, False, None,
+        (),
+    ),
 )  # fmt: skip
 
 
@@ -375,6 +385,16 @@ _GRAPHS: dict[str, dict[str, Any]] = {
     "Qwen3 30B-A3B MXFP8 EP8 (8 B200)": {
         "cuda_graph_impl": "transformer_engine",
         "cuda_graph_modules": ["moe_router", "moe_preprocess"],
+    },
+    # QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG; its flex dispatcher: moe_flex_dispatcher_backend "hybridep"
+    # (qwen3_moe.py `_qwen3_moe_common` -> flex_dispatcher_backend.py `apply_flex_dispatcher_backend`: the flex
+    # dispatcher type), on the 32 SMs helpers.py `set_common_perf_overrides` gives HybridEP
+    # (`moe_hybridep_num_sms`, Megatron-LM 0d8e0714cd's name for the flex dispatcher's SM count)
+    "Qwen3 30B-A3B MXFP8 EP8 (8 GB200)": {
+        "cuda_graph_impl": "transformer_engine",
+        "cuda_graph_modules": ["moe_router", "moe_preprocess"],
+        "moe_dispatcher": "hybridep",
+        "moe_flex_dispatcher_num_sms": 32,
     },
 }
 

@@ -12,7 +12,10 @@ ppb give the measured seconds back (ppb's seconds grow with it piecewise linearl
 Newton steps), then prints per GPU the median over the cases (the catalog's figure), the quartiles,
 and the correlation of the cases' figures with the GPU's share of their seconds: were the figure GPU
 work ppb under-prices, the cases with more GPU work would need more. The MoE cases are held out of
-the figure: printed below it, the figure each would need, for comparison only.
+the figure: printed below it, the figure each would need, for comparison only. DGX GB200 (Megatron CI's
+gb200 recipes, tests/test_utils/recipes/gb200) takes its two-tray cases alone (8 GPUs of one NVL72
+NVLink domain, as bench/megatron_ci.py prices them): its one-tray cases log 3-7x their two-tray twins'
+seconds with the same model configs.
 """
 
 from __future__ import annotations
@@ -29,14 +32,25 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _measure import machine  # noqa: E402
-from megatron_ci import CASES, COMMIT, GPUS, MIRROR, Golden, _git, case_files, launch_text, recipes  # noqa: E402
+from megatron_ci import (  # noqa: E402
+    CASES,
+    COMMIT,
+    GPUS,
+    MIRROR,
+    NODE_GPUS,
+    Golden,
+    _git,
+    case_files,
+    launch_text,
+    recipes,
+)
 
 from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of  # noqa: E402
 from ppb_core.errors import InputError  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
 HOST_BOUND = 0.5  # ppb's GPU work alone under this share of the measured seconds
-SYSTEMS = ("h100", "a100")
+SYSTEMS = ("h100", "a100", "gb200")
 
 
 def seconds_at(imported: Imported, name: str, launch_us: float) -> float:
@@ -61,13 +75,15 @@ def launch_us_for(imported: Imported, name: str, measured: float) -> tuple[float
 
 def cases() -> list[tuple[str, str, str, float, float, float]]:
     """(family/case, GPU, golden commit, measured, ppb's GPU work alone, the launch time) per host-bound case."""
-    listed = recipes("h100")
+    listed, trays = recipes("h100"), recipes("gb200")
     rows = []
     for name, files in sorted(case_files().items()):
         family, case = name.split("/")
         recipe = listed.get((family, case))
         if family not in ("gpt", "moe") or (recipe is not None and recipe.script != "pretrain_gpt.py"):
             continue
+        tray = trays.get((family, case))  # DGX GB200: a gb200 recipe's two-tray case, trained by pretrain_gpt.py
+        on_gb200 = tray is not None and tray.script == "pretrain_gpt.py" and tray.gpus == NODE_GPUS
         try:
             config = yaml.safe_load(_git("show", f"{COMMIT}:{CASES}/{name}/model_config.yaml"))
         except Exception:  # listed in a recipe, absent at the commit
@@ -77,7 +93,7 @@ def cases() -> list[tuple[str, str, str, float, float, float]]:
         text = launch_text(config)
         for gpu in SYSTEMS:
             file = f"golden_values_dev_dgx_{gpu}.json"
-            if file not in files:
+            if file not in files or (gpu == "gb200" and not on_gb200):
                 continue
             golden = Golden.read(f"{CASES}/{name}/{file}")
             if not golden.seconds:

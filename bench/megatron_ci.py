@@ -24,7 +24,11 @@ refused; so are the release cases (mixtral/), whose recipes (node count) are not
 cases without training golden values (inference), and cases the reader refuses, grouped by the flag
 it names. A golden file's values may be older than d98e8a64, which ppb's rules follow: each row
 shows the last commit that set them and its date (`git log --follow`, a pure rename setting none), and
-the older one that set its memory values where a later edit left them.
+the older one that set its memory values where a later edit left them. Each row is priced as the code that
+measured it (`framework_release`, ppb_core.config.releases): Megatron-Core at the date of the last commit
+whose file changed a logged number (`_measured_by`: 93ebf8d72f's removal of NaN times measured nothing), and
+Transformer Engine as that commit's CI image built it (`te_release`: Dockerfile.ci.dev's TE_COMMIT, else the
+uv.lock's transformer-engine version, else, the NGC image's own TE, no later than the commit's date).
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
@@ -33,6 +37,7 @@ expert-parallel rank at its routing bound (`routing_rows`), then the refusals by
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -79,7 +84,13 @@ NODE_GPUS = 8
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", MIRROR, *args], capture_output=True, text=True, check=True).stdout
+    return _git_in(MIRROR, *args)
+
+
+@functools.cache
+def _git_in(mirror: str, *args: str) -> str:
+    """A git command's output in *mirror*, kept: the sweep reads each golden file's history more than once."""
+    return subprocess.run(["git", "-C", mirror, *args], capture_output=True, text=True, check=True).stdout
 
 
 def repository_file(path: str) -> str | None:
@@ -151,6 +162,7 @@ class Golden:
     seconds: float | None
     commit: str  # the last commit that set the file, and its date
     memory_commit: str = ""  # the last that set its mem-max-allocated-bytes (`_set_by`)
+    measured_commit: str = ""  # the last whose edit changed a logged number (`_measured_by`), and its date
 
     @classmethod
     def read(cls, path: str) -> Golden:
@@ -167,7 +179,17 @@ class Golden:
             seconds_of(data.get("iteration-time"), path, commit),
             commit,
             memory_commit,
+            _measured_by(path),
         )
+
+    @property
+    def release(self) -> dict[str, str]:
+        """The releases that measured the file (`framework_release`): Megatron-Core at the measuring
+        commit's date, Transformer Engine as its CI image had it (`te_release`)."""
+        if not self.measured_commit:
+            return {}
+        sha, day = self.measured_commit.split()
+        return {"megatron_core": day, "transformer_engine": te_release(sha) or day}
 
 
 def _history(path: str) -> list[tuple[str, str, bool]]:
@@ -206,6 +228,48 @@ def _set_by(path: str) -> tuple[str, str]:
     return history[0][0], memory_commit
 
 
+def _measured_by(path: str) -> str:
+    """The last commit (and its date) whose version of the file changed or added a logged number: a rerun
+    (2795ebde97's image upgrade re-recorded loss and times, its memory the same) measures, an edit that
+    only drops values (93ebf8d72f's leading NaN times) or renames does not."""
+    history = [entry for entry in _history(path) if not entry[2]]
+    for (commit, where, _), older in zip(history, [*history[1:], None], strict=True):
+        if older is None:
+            return commit
+        try:
+            now, before = (json.loads(_git("show", f"{c.split()[0]}:{w}")) for c, w, _ in ((commit, where, 0), older))
+        except (subprocess.CalledProcessError, json.JSONDecodeError):
+            return commit
+        for metric in sorted(now):  # a number changed or added at some step (dropped ones measure nothing)
+            kept = _numbers(before.get(metric))
+            if any(kept.get(step) != value for step, value in _numbers(now.get(metric)).items()):
+                return commit
+    return history[0][0] if history else ""
+
+
+# The Transformer Engine commits the CI image built (Dockerfile.ci.dev `ARG TE_COMMIT`, 2025-03 to 2025-07),
+# with their dates (NVIDIA/TransformerEngine `git log -1 --date=short`)
+TE_COMMIT_DATES = {"bee4649c15": "2025-03-18", "8382eed6cc": "2025-06-26"}
+
+
+def te_release(commit: str) -> str | None:
+    """Transformer Engine as the CI image of *commit* built it: the date of Dockerfile.ci.dev's TE_COMMIT,
+    else the version uv.lock pins (`name = "transformer-engine"`), else None (the base NGC image's TE)."""
+    for path in ("docker/Dockerfile.ci.dev", "Dockerfile.ci.dev"):
+        try:
+            found = re.search(r"TE_COMMIT=([0-9a-f]{10})", _git("show", f"{commit}:{path}"))
+        except subprocess.CalledProcessError:
+            continue
+        if found:
+            return TE_COMMIT_DATES.get(found.group(1))
+    try:
+        lock = _git("show", f"{commit}:uv.lock")
+    except subprocess.CalledProcessError:
+        return None
+    found = re.search(r'name = "transformer-engine"\nversion = "([0-9][^"]*)"', lock)
+    return found.group(1) if found else None
+
+
 def seconds_of(metric: Any, path: str = "", commit: str = "") -> float | None:
     """The logged `iteration-time` values' median without iteration 1 (bench/public_runs.py's
     `GoldenTimes.median_s`), None where none is logged."""
@@ -218,7 +282,11 @@ def _numbers(metric: Any) -> dict[int, float]:
     if not isinstance(metric, dict):
         return {}
     out = {}
-    for step, value in (metric.get("values") or {}).items():
+    values = metric.get("values") or {}
+    if isinstance(values, list):  # the older files' form: a list from start_step every step_interval
+        start, every = int(metric.get("start_step", 0)), int(metric.get("step_interval", 1))
+        values = {start + index * every: value for index, value in enumerate(values)}
+    for step, value in values.items():
         if isinstance(value, int | float) and value == value:
             out[int(step)] = float(value)
     return out
@@ -245,7 +313,7 @@ def _error(pair: tuple[float, float] | None) -> float | None:
 
 def price(family: str, case: str, gpu: str, text: str, golden: Golden, gpus: int) -> Row:
     where = f"{family}/{case}"
-    imported = import_megatron(text, gpus, GPUS[gpu], where, read_file=repository_file)
+    imported = import_megatron(text, gpus, GPUS[gpu], where, read_file=repository_file, release=golden.release)
     imported.raw["name"] = case
     run = run_config_of(imported, where)
     stage = run.parallel.pp - 1
@@ -329,6 +397,12 @@ def sweep(
     return rows, refused
 
 
+def _priced_at(golden: Golden) -> str:
+    """The releases a row is priced at (`Golden.release`)."""
+    release = golden.release
+    return f" priced at {release.get('megatron_core')}, TE {release.get('transformer_engine')}" if release else ""
+
+
 def _cell(pair: tuple[float, float] | None, digits: int) -> str:
     if pair is None:
         return f"{'-':>8s} {'-':>8s} {'-':>7s}"
@@ -368,6 +442,7 @@ def main() -> int:
             f"{row.family + '/' + row.case:62s} {row.gpu:4s} {_cell(row.peak, 2):>34s} {_cell(row.after_step, 3)} "
             f"{_cell(row.seconds, 3)} {len(row.notes):6d}  {row.golden.commit}"
             + (f" (memory {row.golden.memory_commit})" if row.golden.memory_commit != row.golden.commit else "")
+            + (_priced_at(row.golden) if verbose else "")
         )
         if verbose:
             for note in row.notes:

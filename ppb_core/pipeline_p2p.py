@@ -124,7 +124,10 @@ def _graph(
     for stage, order in enumerate(orders):
         offset[stage + 1] = offset[stage] + len(order)
         for index, op in enumerate(order):
-            where.setdefault((op.kind, op.chunk, stage), [0] * micro_batches)[op.micro_batch] = index
+            slots = where.get((op.kind, op.chunk, stage))
+            if slots is None:  # made once a cell and kind: `setdefault`'s default was m entries an op (quadratic in m)
+                slots = where[(op.kind, op.chunk, stage)] = [0] * micro_batches
+            slots[op.micro_batch] = index
     n = offset[-1]
     feeds = {key: _producer(name, stages, cell_at, last, key) for key in where}
     per_kind = chunks * stages

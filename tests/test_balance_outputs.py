@@ -97,8 +97,49 @@ def test_true_means_every_layer_of_the_cell() -> None:
 
 
 def test_yaml_that_places_too_few_layers_is_refused() -> None:
-    with pytest.raises(InputError, match="in no cell"):
+    # 6 layers over 3 cells: nass 2, offsets summing to -1 leave 5 in the cells; MindFormers'
+    # LayerSetting._check_inputs wants them to sum to 6 mod 3 = 0
+    with pytest.raises(
+        InputError, match="sums to -1: the cells hold 5 layers, the model 6; MindFormers needs 6 mod 3 cells = 0"
+    ):
         plan_from_yaml(_problem([6], 3, 1), {"offset": [0, 0, -1]})
+
+
+def test_one_offset_list_under_interleave_is_every_chunks() -> None:
+    # MindFormers (models/utils.py LayerSetting, fd4deebc1) broadcasts an offset of P entries to
+    # (pp_interleave_num, pp): 8 layers over 2 stages × 2 chunks, nass 8 // 4 = 2, offset [1, -1]
+    # sums to 8 mod 4 = 0 and gives [[3, 1], [3, 1]] = 8 layers
+    problem = _problem([8], 2, 2)
+    plan = plan_from_yaml(problem, {"offset": [1, -1]})
+    assert plan.counts == plan_from_yaml(problem, {"offset": [[1, -1], [1, -1]]}).counts
+    assert [[sum(plan.cell_options(v, s)) for s in range(2)] for v in range(2)] == [[3, 1], [3, 1]]
+    # `_check_inputs` sums the offset as given: 10 layers, [1, 0] sums to 1, not 10 mod 4 = 2 (broadcast,
+    # it would have filled the 10 layers: 2·4 + 2·1; MindFormers refuses it all the same)
+    with pytest.raises(InputError, match="sums to 1; MindFormers needs 10 layers mod 4 cells = 2"):
+        plan_from_yaml(_problem([10], 2, 2), {"offset": [1, 0]})
+
+
+def test_one_recompute_list_under_interleave_goes_a_layer_a_chunk_in_turn() -> None:
+    # LayerSetting._alloc_recompute_layer: stage s's count handed out one layer to chunk 0, one to chunk 1,
+    # ... while a chunk has layers left. Cells [[3, 1], [3, 1]] (offset [1, -1], nass 2): recompute
+    # [5, 1] gives stage 0: chunk 0, chunk 1, chunk 0, chunk 1, chunk 0 → 3 and 2; stage 1: chunk 0 one
+    # → [[3, 1], [2, 0]]
+    problem = _problem([8], 2, 2)
+    plan = plan_from_yaml(problem, {"offset": [1, -1], "recompute": [5, 1]})
+    full = OPTIONS.index("FULL")
+    assert [[plan.cell_options(v, s)[full] for s in range(2)] for v in range(2)] == [[3, 1], [2, 0]]
+    # True: every layer of the stage; over the stage's layers (6 in stage 0): refused, naming the entry
+    every = plan_from_yaml(problem, {"offset": [1, -1], "recompute": [True, 0]})
+    assert [[every.cell_options(v, s)[full] for s in range(2)] for v in range(2)] == [[3, 0], [3, 0]]
+    with pytest.raises(InputError, match=r"recompute\[0\]: 7 layers; stage 0 has 6 over its chunks"):
+        plan_from_yaml(problem, {"offset": [1, -1], "recompute": [7, 0]})
+
+
+def test_a_bool_offset_is_refused_naming_its_entry() -> None:
+    with pytest.raises(InputError, match=r"offset\[0\]\[1\]: must be an integer, got True"):
+        plan_from_yaml(_problem([8], 2, 2), {"offset": [[0, True], [0, 0]]})
+    with pytest.raises(InputError, match=r"offset\[1\]: must be an integer, got True"):
+        plan_from_yaml(_problem([8], 2, 2), {"offset": [0, True]})
 
 
 @st.composite

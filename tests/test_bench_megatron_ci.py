@@ -109,3 +109,47 @@ def test_moe_rows_beyond_3_percent_are_priced_at_their_routing_bound(bench):
     assert balanced == pytest.approx(row.peak[1])
     assert bound == pytest.approx(2.0)
     assert worst > balanced
+
+
+def test_a_row_is_priced_at_the_releases_that_measured_it(bench, tmp_path, monkeypatch):
+    # A rerun that re-records the times and leaves the memory the same (2795ebde97's image upgrade) measured the
+    # file; an edit that only drops NaN times (93ebf8d72f) did not. Transformer Engine: the CI image's
+    # Dockerfile.ci.dev TE_COMMIT (bee4649c1 is TE's commit of 2025-03-18), else uv.lock's version, else none.
+    def git(*args: str, day: str = "2025-04-04") -> str:
+        env = {**os.environ, "GIT_AUTHOR_DATE": f"{day}T12:00:00", "GIT_COMMITTER_DATE": f"{day}T12:00:00"}
+        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def write(path: str, text: str) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+
+    def golden(memory: int, seconds: float, nan: bool = True) -> str:
+        times = {"1": "nan", "2": seconds} if nan else {"2": seconds}
+        return json.dumps({"mem-max-allocated-bytes": {"values": {"1": memory}}, "iteration-time": {"values": times}})
+
+    git("init", "-q")
+    write("case/golden.json", golden(100, 1.0))
+    write("Dockerfile.ci.dev", "ARG TE_COMMIT=bee4649c15a79ffcb9689ca7c0c963f5febaa28a\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    write("case/golden.json", golden(100, 1.5))  # a rerun in a new image: the times differ
+    write("Dockerfile.ci.dev", "FROM image\n")
+    write("uv.lock", 'name = "transformer-engine"\nversion = "2.6.0.post1"\n')
+    git("add", "-A")
+    git("commit", "-qm", "rerun", day="2025-07-05")
+    rerun = git("rev-parse", "--short=10", "HEAD")
+    write("case/golden.json", golden(100, 1.5, nan=False))  # 93ebf8d72f-like: the leading NaN time dropped
+    git("commit", "-qam", "times", day="2026-08-19")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    monkeypatch.setattr(bench, "COMMIT", "HEAD")
+    found = bench._measured_by("case/golden.json")
+    assert found.split() == [found.split()[0], "2025-07-05"] and found.startswith(rerun[:7])
+    first = git("rev-parse", "--short=10", "HEAD~2")
+    assert bench.te_release(first) == "2025-03-18"
+    assert bench.te_release(rerun) == "2.6.0.post1"
+    assert bench.te_release(git("rev-parse", "--short=10", "HEAD")) == "2.6.0.post1"
+    golden_row = bench.Golden(None, None, None, found, found, found)
+    assert golden_row.release == {"megatron_core": "2025-07-05", "transformer_engine": "2.6.0.post1"}

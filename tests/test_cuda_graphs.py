@@ -13,6 +13,7 @@ from ppb_core.config.run import TimingOptions, parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.memory.model import run_stage_peaks
 from ppb_core.model.walk import walk
+from ppb_core.timing.flops import Op
 from ppb_core.timing.graphs import graphed_launches
 from ppb_core.timing.host import launch_wait_s
 from ppb_core.timing.iteration import run_iteration
@@ -91,6 +92,17 @@ def test_a_graphed_dense_layer_s_launches_by_hand() -> None:
     assert sum(b for _, b in fused.values()) == pytest.approx(4)
     # a dense layer has nothing under moe_router: no graph, the eager counts
     assert graphed_launches(ops, eager, ["moe_router"], wgrad_fused=False) == eager
+
+
+def test_a_graphed_query_and_key_norm_leave_two_main_gradient_adds() -> None:
+    # --qk-layernorm's two TENorm modules (attention.py `get_query_key_value_tensors`, 0d8e0714cd): their
+    # weights' gradients leave a graph of the attention block as two static outputs, each added into its
+    # main gradient by DDP's hook after it; the replay (2 each way) sits on the block's first op.
+    norm = Op("norm1", "attention", "memory")
+    qk_norm = Op("qk_norm", "attention", "memory")
+    eager = {"norm1": (1.0, 3.0), "qk_norm": (2.0, 6.0)}
+    graphed = graphed_launches([norm, qk_norm], eager, ["attn"], wgrad_fused=True)
+    assert graphed == {"norm1": (2.0, 2.0 + 1.0), "qk_norm": (0.0, 2.0)}
 
 
 def test_work_a_graph_replays_counts_without_launches_in_the_wait() -> None:

@@ -206,6 +206,36 @@ def test_an_uneven_split_becomes_the_layout_megatron_builds(flags: str, layout: 
     run_config_of(imported, "case")  # the layout is one the run config accepts
 
 
+@pytest.mark.parametrize(
+    ("flags", "flag", "said"),
+    [
+        # TransformerConfig.__post_init__ (uneven PP, d98e8a64): 14 layers all on the first of 4 stages leave
+        # 0 layers for 3 middle stages, "Mismatch: 0 middle layers remaining but 3 middle PP stages"
+        ("--decoder-first-pipeline-num-layers 14", "--decoder-first-pipeline-num-layers", "leaves 0 layers for 3"),
+        # 7 + 7: the same with 2 middle stages
+        (
+            "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7",
+            "--decoder-first-pipeline-num-layers",
+            "leaves 0 layers for 2",
+        ),
+        # "num_layers_in_first_pipeline_stage must be larger than 0" (before, 0 left 14 layers to 3 stages)
+        ("--decoder-first-pipeline-num-layers 0", "--decoder-first-pipeline-num-layers", "must be positive, got 0"),
+        ("--decoder-last-pipeline-num-layers -2", "--decoder-last-pipeline-num-layers", "must be positive, got -2"),
+        # sizes Megatron-LM divides by (the microbatch calculator, world // (tp·pp·cp)): 0 was read as the
+        # default (1, or micro-batch × dp for the global batch) without a word
+        ("--micro-batch-size 0", "--micro-batch-size", "must be positive, got 0"),
+        ("--global-batch-size 0", "--global-batch-size", "must be positive, got 0"),
+        ("--context-parallel-size 0", "--context-parallel-size", "must be positive, got 0"),
+        ("--num-virtual-stages-per-pipeline-rank 0", "--num-virtual-stages-per-pipeline-rank", "must be positive"),
+    ],
+)
+def test_sizes_megatron_refuses_are_refused_naming_the_flag(flags: str, flag: str, said: str) -> None:
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{BASE} --pipeline-model-parallel-size 4 {flags}", 8, "h100-80gb")
+    assert caught.value.field == flag
+    assert said in str(caught.value)
+
+
 def test_recompute_is_said_in_megatrons_words() -> None:
     selective = import_megatron(f"{BASE} --recompute-activations", 8, "h100-80gb")
     assert selective.raw["training"]["recompute"] == {"granularity": "selective", "modules": ["core_attn"]}

@@ -248,3 +248,20 @@ def test_a_run_config_given_as_a_search_spec_and_back_is_named_so() -> None:
     with pytest.raises(InputError) as caught:
         parse_run_config(tiny(), "spec.yaml", DATA)
     assert caught.value.field == "devices" and "this is a search spec, not a run config" in caught.value.problem
+
+
+def test_a_search_s_release_reaches_every_strategy() -> None:
+    # framework_release (ppb_core.config.releases) holds for the whole search: each strategy's run config
+    # carries it, so its memory and time follow that release's rules; under another framework it is refused
+    raw = tiny() | {"framework_release": {"megatron_core": "core_v0.13.0", "transformer_engine": "v2.4"}}
+    spec = parse_search_spec(raw, DATA / "tiny-dense.yaml", DATA)
+    strategies = [s for s in enumerate_strategies(spec) if not isinstance(s, Refusal)]
+    assert strategies
+    for strategy in strategies[:3]:
+        run = parse_run_config(strategy.run_raw(spec), "s.yaml")
+        assert run.framework_release.megatron_core == "core_v0.13.0"
+        assert not run.framework_release.holds("megatron_dummy_wgrad") and run.send_waits == "core_r0.10"
+    titan = tiny() | {"framework": "torchtitan", "framework_release": {"transformer_engine": "v2.4"}}
+    with pytest.raises(InputError) as caught:
+        parse_search_spec(titan, "s.yaml", DATA)
+    assert str(caught.value).startswith("s.yaml: framework_release.transformer_engine: is Megatron-Core's")

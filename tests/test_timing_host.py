@@ -49,6 +49,22 @@ def test_the_dispatcher_s_wait_follows_its_synchronization_point():
     assert dispatcher_wait_s(ops[2:], forward, 1.5, dropless=True) == 0.0
 
 
+def test_a_count_copy_after_the_permutation_leaves_nothing_queued():
+    # TE graphs holding moe_preprocess move the copy to "before_ep_alltoall" (token_dispatcher.py,
+    # 0d8e0714cd): dropless, the wait then outlasts the permutation too. The same launches at 1.5, 3, 4.5,
+    # 6 against the GPU reaching them at 0, 1, 2, 3 (dispatch 1, the GEMMs 1 each): the GPU waits 6 − 3 = 3,
+    # the permutation's 2 no longer covering the host's first launches (1 before).
+    ops, forward = DISPATCH_OPS, dict(DISPATCH_FORWARD_S)
+    assert dispatcher_wait_s(ops, forward, 1.5, dropless=True, copy_after_permute=True) == pytest.approx(3.0)
+    # Wrapped to the next layer's copy: its router (1 launch, 1 s) and permutation (1, 2 s) follow: launches
+    # at 1.5 … 9 against 0, 1, 2, 3, 4 (unpermute 1), 5 (router): 9 − 5 = 4; with the copy before the
+    # permutation, 2 queued and the next permutation's 2 left to its own wait: 9 − 7 = 2.
+    assert dispatcher_wait_s(ops, forward, 1.5, True, wrap=True, copy_after_permute=True) == pytest.approx(4.0)
+    assert dispatcher_wait_s(ops, forward, 1.5, True, wrap=True) == pytest.approx(2.0)
+    # with a capacity factor the copy is synchronized before the permutation either way
+    assert dispatcher_wait_s(ops, forward, 1.5, False, copy_after_permute=True) == pytest.approx(2.5)
+
+
 def test_the_host_s_launches_cost_only_where_the_gpu_waits():
     # MOE's tiny layers (h 32, s 64): their kernels take less than a launch, so the host is on the
     # critical path after every synchronization; a free launch costs nothing.

@@ -150,7 +150,16 @@ def test_torchtitan_2024_docs_rows_agree_with_their_own_mfu(public):
 
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
-    assert len(rows) == 14
+    assert len(rows) == 15
+    # Qwen3 30B-A3B MXFP8 on 8 GB200 (QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG, v0.2.0): DP 8, MBS 4, GBS 512 /
+    # (4 · 8) = 16 micro-batches; HybridEP on 32 SMs (set_common_perf_overrides), TE graphs of the router and
+    # the preprocessing. 2,097,152 / (23,766 · 8 = 190,128) = 11.0302 s.
+    grace = rows["NeMo Qwen3 30B-A3B MXFP8 EP8 (8 GB200)"]
+    assert (grace.parallel.dp, grace.parallel.ep, grace.training.micro_batches) == (8, 8, 16)
+    assert (grace.timing.moe_dispatcher, grace.timing.moe_flex_dispatcher_num_sms) == ("hybridep", 32)
+    assert grace.timing.cuda_graph_modules == ["moe_router", "moe_preprocess"] and grace.device.name == "gb200"
+    (grace_row,) = [row for row in public.public_runs() if row.name == "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 GB200)"]
+    assert grace_row.seconds == pytest.approx(11.0302, rel=1e-5)
     # DeepSeek-V3 on 256 B200: PP 16 so DP 16, GBS 2048 / 16 = 128 micro-batches of one; the recipe's
     # (16, 1) layout: the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP layer and the loss
     # (4 + 14 · 4 + 1 = 61). 2048 · 4096 / (2139 · 256) = 15.3193 s.

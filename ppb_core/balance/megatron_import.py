@@ -61,11 +61,12 @@ import difflib
 import math
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from ppb_core import limits
 from ppb_core.balance.launch_script import ScriptError, script_words_and_variables
@@ -87,7 +88,7 @@ from ppb_core.balance.megatron_vocabulary import (
 )
 from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError, parse_layout
-from ppb_core.config.run import RunConfig, parse_run_config
+from ppb_core.config.run import FrameworkRelease, RunConfig, parse_run_config, pydantic_error
 from ppb_core.errors import InputError, shown
 from ppb_core.units import counted
 
@@ -160,6 +161,13 @@ class _Args:
         except ValueError:
             raise InputError(self.where, flag, f"{shown(value)} is not a number") from None
 
+    def positive(self, flag: str, default: int | None = None) -> int | None:
+        """A size flag's integer, refused at 0 or below (Megatron-LM divides by it, or builds nothing)."""
+        value = self.integer(flag, default)
+        if value is not None and value <= 0 and self.has(flag):
+            raise InputError(self.where, flag, f"must be positive, got {value}")
+        return value
+
     def required(self, flag: str) -> int:
         value = self.integer(flag)
         if value is None:
@@ -174,10 +182,14 @@ def import_megatron(
     where: str = "<flags>",
     tokenizer_vocab: int | None = None,
     read_file: Callable[[str], str | None] | None = None,
+    release: Mapping[str, str] | None = None,
 ) -> Imported:
     """The run config *text* (Megatron-LM flags or a launch script) launches on *gpus* devices of the
     catalog's *device* (None: torchrun's `--nproc-per-node` × `--nnodes` in the script). *read_file*
-    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot."""
+    gives the text of a file the launch names (`--tp-comm-overlap-cfg`), None where it cannot. *release*
+    states the Megatron-Core and Transformer Engine releases run (`framework_release`: the flags' defaults
+    and effects as that code has them; None: the newest ppb follows)."""
+    stated = _release(release, where)
     try:
         words, variables = script_words_and_variables(text)
     except ScriptError as err:
@@ -197,10 +209,11 @@ def import_megatron(
     spec, pad_multiple = _model(args, notes, tokenizer_vocab)
     world = gpus if gpus is not None else _torchrun_world(args)
     parallel, dp = _parallel(args, spec, world, notes)
-    training = _training(args, spec, dp, notes)
+    training = _training(args, spec, dp, notes, stated)
     raw: dict[str, Any] = {
         "name": "megatron-launch",
         "framework": "megatron",
+        **({"framework_release": stated.model_dump(exclude_none=True)} if stated.stated else {}),
         "models": [{"name": "gpt", "spec": spec, "pad_vocab_multiple": pad_multiple}],
         "parallel": parallel,
         "training": training,
@@ -440,9 +453,9 @@ _CP_VARIANTS = {"p2p": "ring", "a2a": "ulysses", "all_gather": "all_gather", "a2
 
 def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -> tuple[dict[str, Any], int]:
     where = args.where
-    tp = args.integer("--tensor-model-parallel-size", 1) or 1
-    pp = args.integer("--pipeline-model-parallel-size", 1) or 1
-    cp = args.integer("--context-parallel-size", 1) or 1
+    tp = args.positive("--tensor-model-parallel-size", 1) or 1
+    pp = args.positive("--pipeline-model-parallel-size", 1) or 1
+    cp = args.positive("--context-parallel-size", 1) or 1
     if world % (tp * pp * cp):
         raise InputError(
             where, "--tensor-model-parallel-size", f"tp·pp·cp = {tp * pp * cp} does not divide {world} GPUs"
@@ -475,7 +488,7 @@ def _parallel(args: _Args, spec: dict[str, Any], world: int, notes: list[str]) -
     elif sizes is not None:  # only TEDotProductAttention under a2a+p2p uses the groups (Parallel's check)
         notes.append(f"{flag}: read only under --cp-comm-type a2a+p2p, nothing priced")
     parallel.update(_sharding(args))
-    instances = args.integer("--num-distributed-optimizer-instances", 1) or 1
+    instances = args.positive("--num-distributed-optimizer-instances", 1) or 1
     if instances > 1:
         parallel["distributed_optimizer_instances"] = instances
     parallel.update(_pipeline(args, spec, pp))
@@ -530,7 +543,7 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
         return {"layout": flags.layout} | _group(given, chunks)
     vpp = 1
     if flags.virtual_stages is not None:
-        vpp = flags.virtual_stages
+        vpp = args.positive("--num-virtual-stages-per-pipeline-rank") or 1
     per_virtual = args.integer("--num-layers-per-virtual-pipeline-stage")
     adds = flags.split_adds
     if per_virtual is not None:
@@ -563,11 +576,17 @@ def _layout(
     if first is not None or last is not None:
         if vpp > 1:
             raise InputError(args.where, flag, "with virtual stages: ppb takes the uneven split without them")
+        for name in ("first", "last"):  # TransformerConfig.__post_init__ (uneven PP): each count positive
+            args.positive(f"--decoder-{name}-pipeline-num-layers")
         middle = layers - (first or 0) - (last or 0)
         inner = pp - (first is not None) - (last is not None)
-        if middle < 0 or (inner and middle % inner) or (not inner and middle):
+        # the layers left and the middle stages left both none or both some, an even share each
+        if middle < 0 or bool(middle) != bool(inner) or (inner and middle % inner):
             raise InputError(
-                args.where, flag, f"leaves {counted(middle, 'layer')} for {counted(inner, 'middle stage')}: not even"
+                args.where,
+                flag,
+                f"leaves {counted(middle, 'layer')} for {counted(inner, 'middle stage')}: Megatron-Core needs an "
+                "even share on each, and none where no stage is left",
             )
         each = middle // inner if inner else 0
         counts = [each] * pp
@@ -630,13 +649,24 @@ def _recompute(args: _Args, notes: list[str]) -> dict[str, Any] | None:
     return {"granularity": "full", "method": flags.method, "num_layers": flags.num_layers}
 
 
-def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> dict[str, Any]:
+def _release(release: Mapping[str, str] | None, where: str) -> FrameworkRelease:
+    """The stated releases validated (`ppb_core.config.releases`), a problem said with its field."""
+    try:
+        return FrameworkRelease(**(release or {}))
+    except ValidationError as err:
+        found = pydantic_error(err, where)
+        raise InputError(where, f"framework_release.{found.field}", found.problem) from None
+
+
+def _training(
+    args: _Args, spec: dict[str, Any], dp: int, notes: list[str], release: FrameworkRelease
+) -> dict[str, Any]:
     where = args.where
     bf16, fp16 = args.has("--bf16"), args.has("--fp16")
     if bf16 and fp16:  # arguments.py validate_args: one of them
         raise InputError(where, "--fp16", "cannot be set with --bf16")
-    micro = args.integer("--micro-batch-size", 1) or 1
-    batch = args.integer("--global-batch-size", micro * dp) or micro * dp
+    micro = args.positive("--micro-batch-size", 1) or 1
+    batch = args.positive("--global-batch-size", micro * dp) or micro * dp
     if batch % (micro * dp):  # arguments.py validate_args / the microbatch calculator
         raise InputError(
             where, "--global-batch-size", f"{batch} is not a multiple of micro-batch {micro} × data-parallel {dp}"
@@ -669,7 +699,10 @@ def _training(args: _Args, spec: dict[str, Any], dp: int, notes: list[str]) -> d
         bf16 and not args.has("--grad-reduce-in-bf16") and args.text("--main-grads-dtype", "fp32") != "bf16"
     )
     if args.has("--use-megatron-fsdp"):
-        fp32_buffer = _megatron_fsdp_grads_fp32(args, notes)
+        own = _megatron_fsdp_grads_fp32(args, notes)
+        # before adfe9e11d9 (core_v0.19.0) mcore_fsdp_adapter.py made the main gradients fp32 wherever DDP's
+        # grad_reduce_in_fp32 holds ("Grandfathered Argument"), else --megatron-fsdp-main-grads-dtype
+        fp32_buffer = own if release.holds("fsdp_grads_own_dtype") else fp32_buffer or own
     if (bf16 or fp16) and not fp32_buffer:
         training["grad_bytes"] = 2
     recompute = _recompute(args, notes)

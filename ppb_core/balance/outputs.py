@@ -98,7 +98,10 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
     if not isinstance(value, list):  # a float, a text or a mapping (a TypeError traceback)
         wanted = "an integer or a list of integers" if key == "offset" else "a bool or a list"
         raise InputError(None, key, f"must be {wanted}, got {shown(value)}")
-    rows = [value] if p.chunks == 1 and value and not isinstance(value[0], list) else value
+    flat = bool(value) and not any(isinstance(entry, list) for entry in value)
+    if flat and p.chunks > 1 and len(value) == p.stages:
+        return _flat_over_chunks(value, key, p, layers)
+    rows = [value] if p.chunks == 1 and flat else value
     if len(rows) != p.chunks or any(not isinstance(row, list) or len(row) != p.stages for row in rows):
         raise InputError(None, key, f"must have {counted(p.chunks, 'list')} of {counted(p.stages, 'entry', 'entries')}")
     grid = []
@@ -107,7 +110,7 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
         for s, entry in enumerate(row):
             if isinstance(entry, bool):
                 if layers is None:
-                    raise InputError(None, key, "True needs the cells' layer counts (give offset first)")
+                    raise InputError(None, f"{key}[{v}][{s}]", f"must be an integer, got {entry}")
                 out.append(layers[v][s] if entry else 0)
             elif isinstance(entry, int):
                 if layers is not None and not 0 <= entry <= max(layers[v][s], 0):
@@ -118,6 +121,46 @@ def _grid(value: Any, key: str, problem: BalanceInput, layers: list[list[int]] |
             else:
                 raise InputError(None, f"{key}[{v}][{s}]", f"must be an integer or a bool, got {shown(entry)}")
         grid.append(out)
+    return grid
+
+
+def _flat_over_chunks(
+    value: list[Any], key: str, problem: BalanceInput, layers: list[list[int]] | None
+) -> list[list[int]]:
+    """One list of P under interleave, as MindFormers reads it (mindformers/models/utils.py `LayerSetting`,
+    fd4deebc1): an offset is the same in every chunk (`np.broadcast_to(offset, (pp_interleave_num, pp))`);
+    a recompute count is the stage's, handed out one layer a chunk in turn, chunk 0 first, while a chunk
+    has layers left (`_alloc_recompute_layer`), True every layer of the stage."""
+    p = problem
+    grid = [[0] * p.stages for _ in range(p.chunks)]
+    for s, entry in enumerate(value):
+        if isinstance(entry, bool) and layers is None:
+            raise InputError(None, f"{key}[{s}]", f"must be an integer, got {entry}")
+        if not isinstance(entry, int):
+            wanted = "an integer" if layers is None else "an integer or a bool"
+            raise InputError(None, f"{key}[{s}]", f"must be {wanted}, got {shown(entry)}")
+        if layers is None:
+            for v in range(p.chunks):
+                grid[v][s] = entry
+            continue
+        stage = sum(max(layers[v][s], 0) for v in range(p.chunks))
+        left = stage if entry is True else int(entry)
+        if not 0 <= left <= stage:
+            raise InputError(None, f"{key}[{s}]", f"{entry} layers; stage {s} has {stage} over its chunks")
+        while left:
+            for v in range(p.chunks):
+                if left and grid[v][s] < layers[v][s]:
+                    grid[v][s] += 1
+                    left -= 1
+    if layers is None:  # `_check_inputs` sums the offset as given, before it is broadcast
+        total, cells_n = p.layers.nb_body_layers + p.mtp_layers, p.stages * p.chunks
+        if sum(value) != total % cells_n:
+            raise InputError(
+                None,
+                "offset",
+                f"sums to {sum(value)}; MindFormers needs {total} layers mod {cells_n} cells = {total % cells_n} "
+                f"(one list of {p.stages} is every chunk's)",
+            )
     return grid
 
 
@@ -138,6 +181,15 @@ def plan_from_yaml(problem: BalanceInput, yaml: dict[str, Any]) -> Plan:
             raise InputError(
                 None, f"offset[{v}][{s}]", f"{shown(offsets[v][s])} gives the cell more layers than the model's {total}"
             )
+    held = sum(layers[v][s] for v, s in p.cells)
+    if held != total:  # LayerSetting._check_inputs: the offsets sum to num_layers % (pp · pp_interleave_num)
+        cells_n = p.stages * p.chunks
+        raise InputError(
+            None,
+            "offset",
+            f"sums to {sum(map(sum, offsets))}: the cells hold {held} layers, the model {total}; MindFormers needs "
+            f"{total} mod {cells_n} cells = {total % cells_n}",
+        )
     recompute = _grid(yaml.get("recompute"), "recompute", p, layers)
     select = _grid(yaml.get("select_recompute"), "select_recompute", p, layers)
     comm = _grid(yaml.get("select_comm_recompute"), "select_comm_recompute", p, layers)

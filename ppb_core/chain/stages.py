@@ -18,14 +18,22 @@ from typing import Any
 import pandas as pd
 
 from ppb_core.balance import balance
-from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.fitting import fitting_placement
+from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import run_problem
 from ppb_core.balance.progress import ProgressHook, showing_seconds
 from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_headline, iteration_price, plan_stages, speedup_words, time_unit_s
+from ppb_core.estimate.plan import (
+    iteration_headline,
+    iteration_price,
+    plan_overrun_mb,
+    plan_stages,
+    speedup_words,
+    time_unit_s,
+)
 from ppb_core.estimate.run import estimate
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.memory import MemoryModel, run_in_flight_counts
@@ -157,10 +165,11 @@ def pipeline_plan(
     hook = showing_seconds(progress, time_unit_s(run, problem.describe()))
     # a Megatron run with MTP layers: also the MTP layers apart from the loss (described again with
     # the TAIL split, `payload.describe.describe_mtp_apart`), the faster plan kept
-    result = faster_placement(
+    result = fitting_placement(
         problem,
         standalone_problem(run, problem),
         lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, price=iteration_price(run), **cuts),
+        plan_overrun_mb(run),  # the plan fits as the report re-evaluates it (`balance.fitting`)
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
@@ -222,13 +231,13 @@ def _mtp_headline(plan: Mapping[str, Any]) -> list[tuple[str, str]]:
         chunk, stage = plan["input"]["mtp_cell"]
         where += f" (stage {stage}, chunk {chunk})"
     others = [
-        f"{words[row['mtp']]} {row['objective_s']:.3f} s"
+        f"{words[row['mtp']]} {row['objective_s']:,.3f} s"
         if row.get("objective_s") is not None
         else f"{words[row['mtp']]} {row['status'].replace('_', ' ')}"
         for row in rows
         if not row["chosen"]
     ]
-    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:.3f} s, " + ", ".join(others))]
+    return [("MTP layers", f"{where}; layers' schedule {chosen['objective_s']:,.3f} s, " + ", ".join(others))]
 
 
 @dataclass(frozen=True)

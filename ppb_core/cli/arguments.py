@@ -261,6 +261,18 @@ def imports(parser: argparse.ArgumentParser) -> None:
         help="the tokenizer's vocabulary, where Megatron-LM reads it from a file (HuggingFace, SentencePiece)",
     )
     parser.add_argument(
+        "--megatron-core-release",
+        metavar="RELEASE",
+        help="megatron: the Megatron-Core release run, a tag (core_v0.13.0) or the commit's date (YYYY-MM-DD); "
+        "written as framework_release.megatron_core (default: the newest code ppb follows, d98e8a64)",
+    )
+    parser.add_argument(
+        "--te-release",
+        metavar="RELEASE",
+        help="megatron: the Transformer Engine release run, a version (v2.4) or the commit's date; written as "
+        "framework_release.transformer_engine (default: d0067d0d)",
+    )
+    parser.add_argument(
         "--name", help="the run config's name (default: the file's name without its suffix; megatron-launch for flags)"
     )
     parser.add_argument("-o", "--output", metavar="RUN.yaml", help="where to write the run config (default: print)")
@@ -357,10 +369,12 @@ fit, 2 when the plan cannot be read.""",
 LAUNCH is pretrain_gpt.py's flags, as one text or a launch script (read as bash would without
 running it: its variables at their defaults, both branches of an `if`, a profiler's own options
 such as nsys's left out). Every flag ppb models is carried over, Megatron-LM's default where the
-launch leaves it out (Megatron-LM d98e8a64); the vocabulary comes from the tokenizer, padded as
-Megatron pads it. Each flag that bears on memory or time and that ppb does not model is said on
-stderr, one line each; a contradiction, another entry point (pretrain_bert.py, pretrain_hybrid.py)
-or a model ppb does not price is refused in one line naming the flag, and nothing is written.
+launch leaves it out (Megatron-LM d98e8a64, or the releases --megatron-core-release and
+--te-release state: framework_release, docs/frameworks.md "Older releases"); the vocabulary comes
+from the tokenizer, padded as Megatron pads it. Each flag that bears on memory or time and that
+ppb does not model is said on stderr, one line each; a contradiction, another entry point
+(pretrain_bert.py, pretrain_hybrid.py) or a model ppb does not price is refused in one line naming
+the flag, and nothing is written.
 
 For torchtitan, LAUNCH is the job's TOML (train.py --job.config_file), read with torchtitan v0.2.2's
 defaults and its model flavors (llama3, deepseek_v3, qwen3); the same rules hold, naming the TOML

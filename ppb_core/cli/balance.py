@@ -20,9 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ppb_core import limits
+from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
-from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
@@ -33,7 +34,7 @@ from ppb_core.cli.calibrations import print_memory_calibration, print_time_calib
 from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_stopped
 from ppb_core.errors import InputError, shown
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_price, speedup_words, time_unit_s
+from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, speedup_words, time_unit_s
 from ppb_core.estimate.seconds import plan_in_seconds
 from ppb_core.io import atomic_write_text, check_output
 from ppb_core.payload.run import describe_run
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     apart = standalone_problem(run_config, problem) if run_config is not None else None
     started = time.perf_counter()
     with progress_hook(args.quiet, unit_s) as hook:
-        result = faster_placement(
+        result = fitting_placement(
             problem,
             apart,
             lambda placed, **cuts: balance(
@@ -190,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
                 price=iteration_price(run_config) if run_config is not None else None,
                 **cuts,
             ),
+            # the plan fits as `ppb check` prices it (`balance.fitting`), unless the user set the constant
+            plan_overrun_mb(run_config) if run_config is not None and args.constant_memory is None else None,
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
     warn_if_clock_stopped("ppb balance", result, time_limit)
@@ -251,8 +254,19 @@ def render(result: dict[str, Any], solve_s: float) -> None:
             if given["constant_memory_mb"]
             else ""
         )
+        + (
+            # `balance.fitting`: what the descriptions' whole-MB truncation left out of a stage filled to the last MB
+            f" ({result['memory_margin_mb']:,g} MB of that so the plan fits as `ppb check` prices it)"
+            if result.get("memory_margin_mb")
+            else ""
+        )
         + (f", the {given['framework']} rules" if given.get("framework") else "")
     )
+    if result.get("overrun_mb"):  # `balance.fitting`: still over after its rounds
+        console.print(
+            f"[yellow]warning:[/yellow] the plan's fullest stage is {result['overrun_mb']:,.1f} MB over the memory "
+            "as `ppb check` prices it"
+        )
     print_memory_calibration(console, result)
     print_time_calibration(console, result)
     # From a run config every time is in seconds under a `_s` key (`plan_in_seconds`); from a
@@ -335,7 +349,7 @@ def render(result: dict[str, Any], solve_s: float) -> None:
             it = result[key]
             option = f" ({it['option']})" if "option" in it else ""
             console.print(
-                f"{label}{option}: iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} "
+                f"{label}{option}: iteration {it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} "
                 f"tokens/s per device, MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%"
             )
     if result.get("mtp_placement_gap"):

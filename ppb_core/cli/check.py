@@ -11,10 +11,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_run import vocabulary_note
 from ppb_core.balance.megatron_text import megatron_lines
-from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.outputs import cells
 from ppb_core.balance.plan import Plan
 from ppb_core.balance.plan_recompute import plan_flags, run_for_plan
@@ -26,7 +27,7 @@ from ppb_core.cli.console import progress_hook, table_console, warn_if_clock_sto
 from ppb_core.errors import InputError
 from ppb_core.estimate.check import check_plan
 from ppb_core.estimate.inputs import load_run
-from ppb_core.estimate.plan import iteration_price, time_unit_s
+from ppb_core.estimate.plan import iteration_price, plan_overrun_mb, time_unit_s
 from ppb_core.payload.run import describe_run
 from ppb_core.units import counted
 
@@ -66,12 +67,13 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_optimum:
         problem = run_problem(run, describe_run(run))
         with progress_hook(args.quiet, unit_s) as hook:
-            result = faster_placement(
+            result = fitting_placement(
                 problem,
                 standalone_problem(run, problem),
                 lambda placed, **cuts: balance(
                     placed, args.time_limit, progress=hook, modules=modules, price=iteration_price(run), **cuts
                 ),
+                plan_overrun_mb(run),  # the optimum as this check prices it fits (`balance.fitting`)
             )
         warn_if_clock_stopped("ppb check", result, args.time_limit)
         add_torchtitan(result, run)  # a torchtitan run's job TOML lines for the optimum
@@ -183,7 +185,7 @@ def render(out: dict[str, Any]) -> None:
     console.print(table)
     it = out["iteration"]  # the whole time model: schedule, P2P, data-parallel reduction, optimizer
     console.print(
-        f"iteration {it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+        f"iteration {it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
         f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}% (the schedule on the layers' times, "
         "P2P, data-parallel reduction, optimizer: docs/timing.md)"
     )
@@ -198,7 +200,7 @@ def render(out: dict[str, Any]) -> None:
         # beside a plan that does not fit, a speedup over it means nothing: the fitting plan's time stands alone
         versus = f"{optimum['speedup']:.3f}× yours" if not out.get("message") else "yours does not fit"
         console.print(
-            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:.3f} s, "
+            f"the balancer's plan ({optimum['status']}): iteration {optimum['iteration_s']:,.3f} s, "
             f"{versus}, peak {optimum['peak_mb']:,.0f} MB; offset {optimum['offset']}, "
             f"recompute {optimum['recompute']}, select_recompute {optimum['select_recompute']}, "
             f"select_comm_recompute {optimum['select_comm_recompute']}",

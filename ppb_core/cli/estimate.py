@@ -180,7 +180,7 @@ def print_iteration(console, iteration: dict) -> None:
     """The iteration in seconds, tokens per second per device, MFU and HFU, and where the time goes."""
 
     console.print(
-        f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:.3f} s, "
+        f"[bold]Iteration[/bold] ({iteration['framework']}): {iteration['seconds']:,.3f} s, "
         f"{iteration['tokens_per_second_per_device']:,.0f} tokens/s per device, "
         f"MFU {100 * iteration['mfu']:.1f}%, HFU {100 * iteration['hfu']:.1f}% "
         f"({iteration['tokens']:,} tokens on {iteration['devices']:,} device{'s' if iteration['devices'] != 1 else ''})"

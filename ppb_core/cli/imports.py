@@ -15,6 +15,7 @@ import yaml
 from ppb_core import limits
 from ppb_core.balance.megatron_import import Imported, import_megatron, run_config_of
 from ppb_core.balance.torchtitan_import import import_torchtitan, torchtitan_run_config
+from ppb_core.config.releases import parse_release
 from ppb_core.errors import InputError
 from ppb_core.io import atomic_write_text, check_output, read_text
 from ppb_core.units import counted
@@ -44,11 +45,29 @@ def run(args: argparse.Namespace) -> int:
         if not text.strip():
             raise InputError(source, None, "is empty: no Megatron-LM flags")
     base = Path(source).parent if where != "LAUNCH" else None
-    imported = import_megatron(text, args.gpus, args.device, where, args.tokenizer_vocab, _file_reader(base))
+    release = {
+        library: value
+        for library, value in (("megatron_core", args.megatron_core_release), ("transformer_engine", args.te_release))
+        if value is not None
+    }
+    imported = import_megatron(
+        text, args.gpus, args.device, where, args.tokenizer_vocab, _file_reader(base), _release_options(release)
+    )
     name = args.name or (Path(source).stem if where != "LAUNCH" else "megatron-launch")
     imported.raw["name"] = name
     run_config_of(imported, where)  # every check before anything is written
     return _write(args, imported, "flag")
+
+
+def _release_options(release: dict[str, str]) -> dict[str, str]:
+    """The stated releases, each checked as its option (`ppb_core.config.releases`)."""
+    options = {"megatron_core": "--megatron-core-release", "transformer_engine": "--te-release"}
+    for library, value in release.items():
+        try:
+            parse_release(library, value)
+        except ValueError as err:
+            raise InputError(None, options[library], str(err)) from None
+    return release
 
 
 def _file_reader(base: Path | None):
@@ -70,6 +89,9 @@ def _file_reader(base: Path | None):
 def _torchtitan(args: argparse.Namespace, source: str) -> int:
     if args.tokenizer_vocab is not None:
         raise InputError(None, "--tokenizer-vocab", "is Megatron's: torchtitan's vocabulary is its model flavor's")
+    for option, value in (("--megatron-core-release", args.megatron_core_release), ("--te-release", args.te_release)):
+        if value is not None:
+            raise InputError(None, option, "is Megatron's: torchtitan's version is said in its timing fields")
     if not os.path.exists(source):
         raise InputError(source, None, "no such file (a torchtitan job TOML)")
     imported = import_torchtitan(read_text(source), args.gpus, args.device, source)

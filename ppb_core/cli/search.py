@@ -118,7 +118,7 @@ class _Progress:
         text = f"balanced {figures['balanced']} (bounded {figures['relaxed']}, waiting {figures['waiting']})"
         best = figures.get("best")
         if best is not None:
-            text += f", best {best.strategy.label(self.spec)}: {best.seconds:.3f} s"
+            text += f", best {best.strategy.label(self.spec)}: {best.seconds:,.3f} s"
         return text
 
 
@@ -165,7 +165,7 @@ def render(result: SearchResult) -> None:
             str(place),
             entry.strategy.label(spec),
             f"{entry.tokens_per_second_per_device:,.0f}",
-            f"{entry.seconds:.3f}",
+            f"{entry.seconds:,.3f}",
             f"{100 * entry.mfu:.1f}",
             _gib(entry.peak_memory_mb),
             _gib(entry.headroom_mb),
@@ -243,7 +243,7 @@ def proven_line(proven: int, unexamined_bound_s: float, gap: float | None) -> st
         said = f"places 1 to {proven} are proven; past them,"
     return (
         f"{said} the fastest found within the search's budget (the strategies left unexamined are bounded at "
-        f"{unexamined_bound_s:.3f} s or more"
+        f"{unexamined_bound_s:,.3f} s or more"
         + ("" if gap is None else f": none can be more than {100 * gap:.1f} % faster than the first")
         + ")"
     )

@@ -80,10 +80,12 @@ HOST_KERNEL_US_DGX_A100 = 112.3
 # the backward at A100's backward-over-forward ratio, 0.57/0.73 (no public Ascend backward figure).
 ASCEND_FLASH_FORWARD = 0.445
 ASCEND_FLASH_BACKWARD = round(ASCEND_FLASH_FORWARD * 0.57 / 0.73, 3)
-# The same on Megatron CI's DGX GB200 (a Grace host), from the 12-layer TP4 case's dgx_gb200 golden values
-# alone (93ebf8d72f: 0.309 s, GPU work 0.022 s on the gb200 entry below, 3,652 launches' worth with the
-# loss's, embedding's and attention mask's plain ops at `PLAIN_OP_SHARE`: (0.30897 − 0.0004) / 3,652 = 84.5 us).
-HOST_KERNEL_US_DGX_GB200 = 84.5
+# The same on Megatron CI's DGX GB200 (a Grace host): the median over its 50 host-bound dense cases with
+# dgx_gb200 golden values, two 4-GPU trays of one NVL72 NVLink domain (the gb200 recipes' two-tray cases;
+# most values of 93ebf8d72f), quartiles 85.6-106.8 (`PPB_MEGATRON_LM=DIR python bench/host_derive.py`,
+# session 22). The 12-layer TP4 case alone, which set it before, gives 84.5 us ((0.30897 − 0.0004) / 3,652
+# launches' worth, GPU work 0.022 s on the gb200 entry below), near the low quartile.
+HOST_KERNEL_US_DGX_GB200 = 98.0
 # DGX B200's host, no Megatron CI golden values on it: two Xeon Platinum 8570, 56 cores each at 2.1 GHz base,
 # 4.0 GHz max boost (NVIDIA DGX B200 User Guide, "Introduction to NVIDIA DGX B200 Systems"), the successor
 # (Emerald Rapids) of DGX H100's two Xeon Platinum 8480C, 56 cores at 2.0 / 3.8 GHz (DGX H100 datasheet),
@@ -499,7 +501,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
     # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s, single calls run back
     # to back at B200's share (`ATTENTION_BACK_TO_BACK_SHARE_B200`). Host: Grace
-    # (Arm Neoverse V2), measured by Megatron CI's 12-layer case (`HOST_KERNEL_US_DGX_GB200`).
+    # (Arm Neoverse V2), measured by Megatron CI's host-bound dense cases (`HOST_KERNEL_US_DGX_GB200`).
     "gb200": DeviceProfile(
         "gb200",
         190464,

@@ -6,6 +6,7 @@ run config names (HuggingFace config.json, census files) are read relative to it
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import math
 import re
@@ -25,6 +26,7 @@ from pydantic import (
     Strict,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -42,6 +44,14 @@ from ppb_core.config.recompute import (
     Switches,
     framework_words,
     resolve,
+)
+from ppb_core.config.releases import (
+    CHANGES,
+    MEGATRON_CORE,
+    TRANSFORMER_ENGINE,
+    Release,
+    parse_release,
+    send_waits_of,
 )
 from ppb_core.config.spec import ModelSpec, StrictModel, VisionSpec
 from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSequence, vision_sequence
@@ -1052,10 +1062,60 @@ class PPBOptions(StrictModel):
         return groups
 
 
+class FrameworkRelease(StrictModel):
+    """The Megatron-Core and Transformer Engine releases the run ran (`ppb_core.config.releases`): the rules
+    that changed since are priced as that code held them. Unset: the newest code ppb follows."""
+
+    megatron_core: str | None = Field(
+        None,
+        max_length=40,
+        description="Megatron-Core's release tag (core_v0.13.0, core_r0.13.0, 0.13) or the date of the commit "
+        "run (YYYY-MM-DD); unset: d98e8a64 (2026-08-22)",
+    )
+    transformer_engine: str | None = Field(
+        None,
+        max_length=40,
+        description="Transformer Engine's release (v2.4, 2.4, 2.6.0.post1) or the date of the commit run "
+        "(YYYY-MM-DD); unset: d0067d0d (2026-08-22)",
+    )
+
+    @field_validator("megatron_core", "transformer_engine", mode="before")
+    @classmethod
+    def _dated(cls, value: Any) -> Any:
+        """YAML reads an unquoted 2025-07-05 as a date: the same release as the quoted one."""
+        return value.isoformat() if isinstance(value, datetime.date) else value
+
+    @field_validator("megatron_core", "transformer_engine")
+    @classmethod
+    def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            parse_release(info.field_name or MEGATRON_CORE, value)
+        return value
+
+    def of(self, library: str) -> Release:
+        """One library's release (unset: the newest, which holds every change)."""
+        value = getattr(self, library)
+        return Release() if value is None else parse_release(library, value)
+
+    def holds(self, change: str) -> bool:
+        """Whether the stated releases' code has the change named *change* (`releases.CHANGES`)."""
+        found = CHANGES[change]
+        return self.of(found.library).holds(found)
+
+    @property
+    def stated(self) -> bool:
+        return self.megatron_core is not None or self.transformer_engine is not None
+
+
 class RunConfig(StrictModel):
     name: Annotated[str, Field(max_length=256)]
     framework: Framework = Field(
         "megatron", description="what holds the memory: megatron (Megatron-Core), torchtitan (FSDP2), mindformers"
+    )
+    framework_release: FrameworkRelease = Field(
+        default_factory=FrameworkRelease,
+        description="under framework megatron, the Megatron-Core and Transformer Engine releases run "
+        "(ppb_core.config.releases); unset: the newest code ppb follows",
     )
     models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
     parallel: Parallel = Field(default_factory=Parallel)
@@ -1072,6 +1132,16 @@ class RunConfig(StrictModel):
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    @property
+    def send_waits(self) -> str:
+        """When the overlapped interleaved schedule waits for its sends: `timing.interleaved_send_waits` where
+        stated, else as `framework_release.megatron_core` runs it (`releases.send_waits_of`)."""
+        if "interleaved_send_waits" in self.timing.model_fields_set:
+            return self.timing.interleaved_send_waits
+        if self.framework_release.megatron_core is not None:
+            return send_waits_of(self.framework_release.of(MEGATRON_CORE))
+        return self.timing.interleaved_send_waits
 
     @property
     def shard_level(self) -> int:
@@ -1628,6 +1698,16 @@ def check_fused_determinism(framework: str, timing: TimingOptions, device: Devic
 
 def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
+    release = run.framework_release
+    if run.framework != "megatron" and release.stated:
+        library = MEGATRON_CORE if release.megatron_core is not None else TRANSFORMER_ENGINE
+        said = f"is Megatron-Core's and Transformer Engine's; this run's framework is {run.framework}"
+        raise InputError(where, f"framework_release.{library}", said)
+    if release.megatron_core is not None and "interleaved_send_waits" in run.timing.model_fields_set:
+        waits = send_waits_of(release.of(MEGATRON_CORE))
+        if run.timing.interleaved_send_waits != waits:
+            said = f"{run.timing.interleaved_send_waits} contradicts framework_release.megatron_core "
+            raise InputError(where, "timing.interleaved_send_waits", f"{said}{release.megatron_core} ({waits})")
     words = framework_words(train.recompute)
     if words is not None and words != run.framework:
         said = "granularity, modules, method, num_layers" if words == "megatron" else "mode, option"
@@ -2095,6 +2175,7 @@ def resolved_raw(run: RunConfig) -> dict[str, Any]:
         raw["parallel"].pop(
             "zero"
         )  # MindSpore's optimizer parallel says how it shards; a ZeRO level beside it is refused
+    raw["timing"]["interleaved_send_waits"] = run.send_waits  # as the stated release runs them, where unstated
     for key in UNSTATED_OVERLAP_DIFFERS:  # torchtitan's own shares where the run states none (`torchtitan_overlap`)
         if key not in run.timing.overlap.model_fields_set:
             raw["timing"]["overlap"].pop(key, None)

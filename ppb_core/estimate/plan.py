@@ -1,7 +1,8 @@
 """A balancer plan re-evaluated by the memory and time models, one evaluation per pipeline stage.
 
 `plan_stages` places each layer and recomputes it as the plan says (`ppb_core.tables.report`
-makes the report's table of it); `plan_iterations` prices a plan's iteration in seconds.
+makes the report's table of it); `plan_iterations` prices a plan's iteration in seconds;
+`plan_overrun_mb` says how far a plan's fullest stage is over its memory.
 """
 
 from __future__ import annotations
@@ -179,6 +180,23 @@ def iteration_price(run: RunConfig) -> Callable[[Mapping[str, Any], Sequence[Seq
     return price
 
 
+def plan_overrun_mb(run: RunConfig) -> Callable[[Mapping[str, Any], Sequence[Sequence[Mapping[str, Any]]]], float]:
+    """How many MB a plan's fullest stage needs beyond its problem's memory (`memory_mb` of a balance
+    input's `describe()`) when the memory model evaluates it layer by layer (`plan_stages`, as `ppb check`
+    does); negative where every stage fits. What `balance.fitting.fitting_placement` holds a plan to."""
+
+    def overrun(given: Mapping[str, Any], plan_cells: Sequence[Sequence[Mapping[str, Any]]]) -> float:
+        sized = sized_like(run, given)
+        cells = [[dict(cell["options"]) for cell in row] for row in plan_cells]
+        by_model = model_cell_options(plan_cells, given.get("bodies", []))
+        apart = given.get("mtp_cell")
+        at = None if apart is None else (int(apart[0]), int(apart[1]))
+        peaks = [stage.peak for stage in plan_stages(sized, cells, by_model, at)]
+        return max((peak.peak_bytes - peak.reserved_bytes) / MB for peak in peaks) - float(given["memory_mb"])
+
+    return overrun
+
+
 def time_unit_s(run: RunConfig, given: Mapping[str, Any]) -> float:
     """The balancer's time unit for this run, in seconds, for the sizes *given* (a balance input's
     `describe()`): what `payload.postprocess.scale` divided the descriptions' times by, the forward
@@ -202,7 +220,7 @@ def iteration_headline(iterations: Mapping[str, Any]) -> list[tuple[str, str]]:
             lines.append(
                 (
                     label,
-                    f"{option}{it['seconds']:.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
+                    f"{option}{it['seconds']:,.3f} s, {it['tokens_per_second_per_device']:,.0f} tokens/s per device, "
                     f"MFU {100 * it['mfu']:.1f}%, HFU {100 * it['hfu']:.1f}%",
                 )
             )

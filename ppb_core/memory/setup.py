@@ -9,9 +9,9 @@ ZeRO level and the buffer rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ppb_core.config.run import DTYPE_BYTES, RunConfig
+from ppb_core.config.run import DTYPE_BYTES, FrameworkRelease, RunConfig
 from ppb_core.model.geometry import Geometry
 from ppb_core.model.params import LayerParams
 
@@ -60,6 +60,9 @@ class MemorySetup(Geometry):
     # Megatron's gradient accumulation fusion under its DDP or Megatron-FSDP: TE's cached dummy wgrads
     # (frameworks/dummy_wgrad.py)
     wgrad_fusion_dummies: bool = False
+    # the Megatron-Core and Transformer Engine releases run (framework_release): rules that changed since
+    # are priced as that code held them (ppb_core.config.releases)
+    release: FrameworkRelease = field(default_factory=FrameworkRelease)
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
     masked_softmax_fusion: bool = True  # Megatron's masked-softmax fusion (--no-masked-softmax-fusion: off)
     softmax_in_fp32: bool = False  # Megatron's --attention-softmax-in-fp32
@@ -142,6 +145,7 @@ class MemorySetup(Geometry):
             wgrad_fusion_dummies=run.framework == "megatron"
             and run.timing.gradient_accumulation_fusion
             and (run.shard_level < 3 or run.megatron_fsdp),
+            release=run.framework_release,
             optimizer_instances=par.distributed_optimizer_instances,
             masked_softmax_fusion=run.timing.masked_softmax_fusion,
             softmax_in_fp32=run.softmax_in_fp32,

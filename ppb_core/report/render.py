@@ -277,8 +277,8 @@ def console_summary(report: Summarized, report_path: str | Path) -> list[str]:
             f"{uniform / planned:.3f}× faster than" if uniform >= planned else f"{planned / uniform:.3f}× slower than"
         )
         lines.append(
-            f"plan: {planned:.3f} s an iteration, {gain} the best uniform split "
-            f"({about.get('baseline')} everywhere, {uniform:.3f} s)"
+            f"plan: {planned:,.3f} s an iteration, {gain} the best uniform split "
+            f"({about.get('baseline')} everywhere, {uniform:,.3f} s)"
         )
     lines.append(f"report: {report_path}")
     return lines

@@ -122,6 +122,11 @@ class Strategy:
         raw: dict[str, Any] = {
             "name": f"{spec.name}-{self.label(spec)}",
             "framework": spec.framework,
+            **(
+                {"framework_release": spec.framework_release.model_dump(exclude_none=True)}
+                if spec.framework_release.stated
+                else {}
+            ),
             "models": models if models is not None else spec.model_entries(),
             "parallel": self.parallel(spec),
             "training": self.training(spec),

@@ -172,7 +172,7 @@ def _run_config_text(
 ) -> tuple[str, PlanFields]:
     """The run config as YAML under its comment (the ranked figures; where the plan is when it cannot say it)."""
     raw, fields = _run_config(spec, entry, folder, name)
-    figures = [f"{entry.seconds:.3f} s per iteration", f"peak {entry.peak_memory_mb / 1024:.1f} GiB"]
+    figures = [f"{entry.seconds:,.3f} s per iteration", f"peak {entry.peak_memory_mb / 1024:.1f} GiB"]
     head = comment(entry.strategy.label(spec), figures, fields, f"{name}.yaml", plan_file)
     return head + yaml.safe_dump(raw, sort_keys=False), fields
 

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ppb_core.balance import WorkLimits, report, solve
+from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.megatron import selective_modules
-from ppb_core.balance.mtp_apart import faster_placement, standalone_problem
+from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
 from ppb_core.config.run import RunConfig
-from ppb_core.estimate.plan import plan_stages, time_unit_s
+from ppb_core.estimate.plan import plan_overrun_mb, plan_stages, time_unit_s
 from ppb_core.estimate.seconds import in_seconds
 from ppb_core.memory import MemoryModel
 from ppb_core.payload.run import describe_run
@@ -226,7 +227,7 @@ def evaluate(
         # fast; `megatron_said` solves it for a ranked plan written out. The apart placement's solve is cut
         # off at the fused plan's time (`mtp_apart.faster_placement`): it costs a search only where it wins.
         limits = work_limits(spec.search.balance_work)
-        result = faster_placement(
+        result = fitting_placement(
             problem,
             apart,
             lambda placed, cutoff, megatron_cutoff: report(
@@ -234,6 +235,7 @@ def evaluate(
                 modules,
                 price,  # the best uniform split replaces a plan it beats by the iteration (`faster_uniform`)
             ),
+            plan_overrun_mb(run),  # the plan fits as `ppb check` prices it (`balance.fitting`)
         )
         if solved is not None:
             solved[key] = result
@@ -290,7 +292,7 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
     problem = run_problem(run, describe_run(run))
     modules = selective_modules(run)
     limits = work_limits(spec.search.balance_work)
-    result = faster_placement(  # both MTP placements, as the ranked plan was balanced (`evaluate`)
+    result = fitting_placement(  # both MTP placements, as the ranked plan was balanced (`evaluate`)
         problem,
         standalone_problem(run, problem),
         lambda placed, **cuts: report(
@@ -298,6 +300,7 @@ def megatron_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any]:
             modules,
             Pricer(run, TimeModel(run), MemoryModel(run)).seconds,
         ),
+        plan_overrun_mb(run),
     )
     return in_seconds(result, time_unit_s(run, problem.describe()))["megatron"]
 

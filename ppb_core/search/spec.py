@@ -25,6 +25,7 @@ from ppb_core.config.run import (
     TITAN_NO_ULYSSES,
     Device,
     Devices,
+    FrameworkRelease,
     PPBOptions,
     Schedule,
     SubModel,
@@ -161,6 +162,11 @@ class SearchOptions(StrictModel):
 class SearchSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     framework: Framework = "megatron"
+    framework_release: FrameworkRelease = Field(
+        default_factory=FrameworkRelease,
+        description="under framework megatron, the Megatron-Core and Transformer Engine releases every strategy runs "
+        "(ppb_core.config.releases); unset: the newest code ppb follows",
+    )
     models: Models
     devices: Devices
     devices_per_node: Devices = 8
@@ -334,6 +340,10 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
+    if spec.framework != "megatron" and spec.framework_release.stated:
+        library = "megatron_core" if spec.framework_release.megatron_core is not None else "transformer_engine"
+        said = f"is Megatron-Core's and Transformer Engine's; this search's framework is {spec.framework}"
+        raise InputError(where, f"framework_release.{library}", said)
     flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
     check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)
     if spec.timing.delay_wgrad_compute:

@@ -32,7 +32,9 @@ NVIDIA/TransformerEngine d0067d0d):
 A graph holds no host synchronization: with the alltoall dispatcher's device-to-host copy of the
 routing counts, Megatron keeps the copy's wait outside the graph (token_dispatcher.py
 `MoEAlltoAllTokenDispatcher`: `cuda_dtoh_point` "before_ep_alltoall" under `moe_preprocess`), so the
-wait after it stays, with fewer launches to catch up on; where the graph holds the whole dispatch
+wait after it stays, with fewer launches to catch up on; the copy then comes after the graph's permutation
+and the wait outlasts it, so nothing is left on the GPU when the host resumes (`host.dispatcher_wait_s`'s
+`copy_after_permute`); where the graph holds the whole dispatch
 (`moe`, a whole layer, full_iteration) there is no such wait.
 """
 
@@ -75,8 +77,9 @@ def ddp_adds(op: Op, wgrad_fused: bool) -> float:
     last = op.name.rsplit(".", 1)[-1]
     if op.category == COMM:
         return 0.0
-    if op.gemm is None:  # a norm's weight (as `launches.op_launches` counts norms; an MTP module's two)
-        return 2.0 if last == "norms" else 1.0 if "norm" in last else 0.0
+    if op.gemm is None:  # a norm's weight (as `launches.op_launches` counts norms; an MTP module's two, and
+        # the query's and the key's norm modules)
+        return 2.0 if last in ("norms", "qk_norm") else 1.0 if "norm" in last else 0.0
     if not op.weight_elements:
         return 0.0
     _, _, n, groups, fused = op.gemm

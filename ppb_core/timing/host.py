@@ -97,6 +97,7 @@ def dispatcher_wait_s(
     launches: Mapping[str, float] | None = None,
     wrap: bool = False,
     dispatcher: str = "alltoall",
+    copy_after_permute: bool = False,
 ) -> float:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
@@ -106,7 +107,10 @@ def dispatcher_wait_s(
     synchronization (the segment between two), not only to this layer's end; where the router
     synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
     the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
-    end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU (module docstring)."""
+    end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU (module docstring).
+    *copy_after_permute*: the alltoall dispatcher copies the counts to the host after the permutation
+    (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless, the wait
+    then outlasts the permutation too and the GPU holds nothing when the host resumes."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -115,7 +119,10 @@ def dispatcher_wait_s(
         return 0.0
     allgather = dispatcher == "allgather"
     start = permute + 1 if dropless and not allgather else permute
-    queued = forward_s[names[permute]] if dropless and not allgather else 0.0
+    # dropless, the permutation launched between the copy and the wait runs while the host resumes; copied
+    # after it, it has run before the wait ends (and the wrapped next layer's counts before its wait)
+    overlapped = dropless and not allgather and not copy_after_permute
+    queued = forward_s[names[permute]] if overlapped else 0.0
     if dispatcher in FLEX_DISPATCHERS:  # the host waits inside the dispatch for its counts: nothing queued after
         dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
         if dispatch is None:
@@ -129,7 +136,7 @@ def dispatcher_wait_s(
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
         # runs while the host waits there (that wait's queued work), so none of its seconds count here
-        wrapped = [(op, 0.0 if dropless and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
+        wrapped = [(op, 0.0 if overlapped and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
         cut = len(wrapped) if router is None else router + 1
         segment, resumed = segment + wrapped[:cut], wrapped[cut:]
 
@@ -165,6 +172,7 @@ def layer_host_waits(
     launch_s: float,
     dispatcher: str | None,
     dropless: bool,
+    copy_after_permute: bool = False,
 ) -> HostWaits:
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
@@ -174,11 +182,20 @@ def layer_host_waits(
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
     the backward and its launches as the backward's (the host issues them again); a rerun dispatch waits
     as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
-    a combined step cannot beat)."""
+    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s."""
     wait = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
-        wait = dispatcher_wait_s(ops, forward_s, launch_s, dropless, forward_launches, wrap=True, dispatcher=dispatcher)
+        wait = dispatcher_wait_s(
+            ops,
+            forward_s,
+            launch_s,
+            dropless,
+            forward_launches,
+            wrap=True,
+            dispatcher=dispatcher,
+            copy_after_permute=copy_after_permute,
+        )
     launched_forward = sum(count[0] for count in launches.values())
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)

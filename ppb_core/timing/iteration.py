@@ -247,7 +247,7 @@ def framework_rules(run: RunConfig) -> FrameworkRules:
         bucket,
         buckets_first_chunk_only=True,
         combined_1f1b=run.parallel.overlap_moe_expert_parallel_comm,
-        p2p_protocol=OVERLAP_BY_RELEASE[run.timing.interleaved_send_waits]
+        p2p_protocol=OVERLAP_BY_RELEASE[run.send_waits]
         if interleaved
         else ("deepspeed" if run.timing.deepspeed_pipeline else "megatron_sync"),
         p2p_warmup_flush=interleaved and run.timing.overlap_p2p_comm_warmup_flush,

@@ -22,7 +22,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   the splits' two gradient cats backward (`flops._expert_outputs_cat`);
 - a norm (TE's LayerNorm/RMSNorm): one forward; backward its kernel and the finalize kernel that sums
   the per-block weight-gradient partials (TE common/normalization `*_bwd_finalize*`), and DDP's hook
-  adding the weight's gradient into its main gradient (TE's norms do not accumulate into it);
+  adding the weight's gradient into its main gradient (TE's norms do not accumulate into it); the
+  per-head query and key norms (`--qk-layernorm`, `qk_norm`) are two such modules called one after the
+  other (attention.py `SelfAttention.get_query_key_value_tensors` at 0d8e0714cd, the NeMo 25.11
+  container's, and d98e8a64: `self.q_layernorm(query)`, then `self.k_layernorm(key)`, each its own TENorm
+  with its own weight): twice a norm's;
 - attention: flash one forward; backward three (FlashAttention-2's `flash_bwd_dot_do_o_kernel`, the
   main kernel, `flash_bwd_convert_dq_kernel`: csrc/flash_attn/src/flash_bwd_launch_template.h; cuDNN's
   SDPA backward graph likewise preprocesses dO·O first); unfused, each BMM one (its backward two), the
@@ -80,10 +84,13 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   GEMM's input is quantized before it forward and its output gradient backward (TransformerEngine
   v2.9, the NeMo 25.11 container's, transformer_engine/pytorch/csrc). Delayed scaling casts in one
   kernel (cast-transpose), none where a TE norm writes FP8 itself (extensions/normalization.cpp:
-  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs three
-  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`,
-  `nvte_compute_scale_from_amax`, `nvte_quantize_v2`), two where a TE norm computes the amax
-  beside its BF16 output (FUSED_NORM_AMAX_FP8, then `quantize_with_amax`); MXFP8 and blockwise one
+  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs four
+  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, which zeroes the
+  amax before its amax kernel (common/recipe/current_scaling.cu `launch_amax_kernel`:
+  `zero_amax_kernel` from v2.8, a `cudaMemsetAsync` before), `nvte_compute_scale_from_amax`,
+  `nvte_quantize_v2`), three where a TE norm computes the amax beside its BF16 output
+  (FUSED_NORM_AMAX_FP8: `create_unquantized_tensor_with_amax` zeroes the amax, `amax.zero_()`, then
+  `quantize_with_amax`); MXFP8 and blockwise one
   (their quantize kernel; the norm is unfused for MXFP8 without NVTE_NORM_FWD_USE_CUDNN). A grouped
   GEMM's per-expert inputs (`split_quantize`, extensions/cast.cpp `multi_tensor_quantize_impl`):
   one fused `nvte_multi_cast_transpose` for them all under delayed scaling ("only have fused kernel
@@ -159,7 +166,7 @@ PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # measurement's CPU is not stated); a SequentialMLP's experts each call from Python, a launch each.
 CPP_GEMM_US = 25.0
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
-FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (3, 2), "mxfp8": (1, 1), "blockwise": (1, 1)}
+FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "blockwise": (1, 1)}
 # MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
 MXFP8_SWIZZLES = 2
 
@@ -239,6 +246,7 @@ def op_launches(
         "lookup": EMBEDDING_TP if tp > 1 else EMBEDDING,
         "dropout_mask": (0, 0),  # written by the dropout kernel that applies it (`dropout_probs`)
         "norms": (2 * NORM[0], 2 * NORM[1]),  # an MTP module's two norms
+        "qk_norm": (2 * NORM[0], 2 * NORM[1]),  # the query's and the key's norm modules (module docstring)
     }
     if last in table:
         forward, backward = table[last]
@@ -268,7 +276,7 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
         # the score op's only fill is cuDNN's deterministic dP workspace (Hopper), in the backward; that
         # path's dQ product replaces the plain path's dQ conversion kernel, so the backward's count stays
         counts = (0.0, 1.0) if last == "flash_scores" else (2.0, 3.0)
-    elif last == "rope":
+    elif last in ("rope", "qk_norm"):  # Q and K each: rotary's fused kernels, or the two norm modules' outputs
         counts = (2.0, 2.0)
     elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts; a SequentialMLP's per expert
         _, _, n, _, fused = op.gemm

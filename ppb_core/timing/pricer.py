@@ -816,6 +816,12 @@ class TimeModel:
                     if layer.node == BODY and not (graphs != "none" and dispatch_captured(ops, modules, graphs))
                     else None,
                     dropless=run.training.moe.dropless,
+                    # transformer_engine graphs holding moe_preprocess move the alltoall dispatcher's count
+                    # copy after the permutation (token_dispatcher.py `MoEAlltoAllTokenDispatcher.__init__`,
+                    # 0d8e0714cd and d98e8a64: `cuda_dtoh_point = "before_ep_alltoall"`; the graph holds no copy)
+                    copy_after_permute=graphs == "transformer_engine"
+                    and "moe_preprocess" in modules
+                    and run.timing.moe_dispatcher == "alltoall",
                 )
             self._host[key] = waits
         return waits

@@ -21,6 +21,13 @@ MLP's two (or the routed experts' two and the shared experts' two), an MTP modul
 output layer. Not the embedding (an `nn.Embedding`-style lookup whose gradient autograd accumulates) nor
 the router (`RouterGatingLinearFunction`, moe/moe_utils.py, returns its own gradient). Under torch's FSDP2
 (`--use-torch-fsdp2`) the parameters carry no `grad_added_to_main_grad` and TE returns no placeholder.
+
+Older releases (`framework_release`, ppb_core.config.releases): each kind of linear took the cache at its own
+commit, and before it handed out a `torch.empty` per backward that the DDP hook frees (nothing held after):
+TE's Linear and LayerNormLinear from ba5dc5dde (2025-04-08, TE v2.3); TE's GroupedLinear, the experts of
+TEGroupedMLP, from d2945c6a5 (2025-10-27, TE v2.10); Megatron's own linears from e7c55de99e (2025-08-01,
+core_v0.14.0), and only where TE has `get_dummy_wgrad` (layers.py imports it beside `transformer_engine`
+in one `try`: without it HAVE_TE is False and the `torch.empty` branch runs).
 """
 
 from __future__ import annotations
@@ -34,34 +41,65 @@ from ppb_core.model.kinds import BodyKind, EncoderBodyKind, LayerKind, Moe, Tail
 Shape = tuple[int, int]  # (output features, input features) of one rank's weight
 
 
-def body_shapes(kind: BodyKind, setup: MemorySetup) -> set[Shape]:
-    """The per-rank weight shapes of a decoder layer's linears (TE's `TELayerNormColumnParallelLinear`,
-    `TERowParallelLinear`, `TEGroupedLinear`; Megatron-LM d98e8a64 gpt_layer_specs.py)."""
+def _megatron_cached(setup: MemorySetup) -> bool:
+    """Whether Megatron's own linears take the cache (e7c55de99e, with a TE that has it)."""
+    return setup.release.holds("megatron_dummy_wgrad") and setup.release.holds("te_dummy_wgrad")
+
+
+def _dense_cached(setup: MemorySetup) -> bool:
+    """Whether a decoder layer's dense linears take the cache: TE's (ba5dc5dde) under
+    --transformer-impl transformer_engine, Megatron's own under local (module docstring)."""
+    if setup.transformer_impl == "transformer_engine":
+        return setup.release.holds("te_dummy_wgrad")
+    return _megatron_cached(setup)
+
+
+def _experts_cached(setup: MemorySetup) -> bool:
+    """Whether the routed experts' linears take the cache: TE's GroupedLinear (d2945c6a5) under
+    --moe-grouped-gemm, TE's Linear per expert (SequentialMLP) without it, Megatron's own under local."""
+    if setup.transformer_impl == "transformer_engine" and setup.moe_grouped_gemm:
+        return setup.release.holds("te_grouped_dummy_wgrad")
+    return _dense_cached(setup)
+
+
+def _attention_shapes(kind: BodyKind, setup: MemorySetup) -> set[Shape]:
+    """The per-rank weight shapes of a decoder layer's attention linears."""
     att, h = kind.attention, kind.hidden_size
     heads = per_rank(att.num_heads, setup.tp)
-    shapes: set[Shape] = set()
-    if att.is_mla:  # multi_latent_attention.py: the down-projections replicated, the up-projections column-parallel
-        if att.q_lora_rank:
-            shapes |= {(att.q_lora_rank, h), (heads * att.q_head_dim, att.q_lora_rank)}
-        else:
-            shapes.add((heads * att.q_head_dim, h))
-        shapes.add((att.kv_lora_rank + att.qk_rope_head_dim, h))
-        shapes.add((heads * (att.qk_nope_head_dim + att.v_head_dim), att.kv_lora_rank))
-        shapes.add((h, heads * att.v_head_dim))
-    else:
+    if not att.is_mla:
         kv = kv_heads_per_rank(att.num_kv_heads, setup.tp)
-        shapes |= {((heads + 2 * kv) * att.head_dim, h), (h, heads * att.head_dim)}
-    mlp = kind.mlp
-    if isinstance(mlp, Moe):
-        if per_rank(mlp.num_experts, setup.ep):
-            width = per_rank(mlp.expert_intermediate_size, setup.etp)
-            shapes |= {((2 if mlp.gated else 1) * width, h), (h, width)}
-        if mlp.shared_experts:
-            width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
-            shapes |= {((2 if mlp.gated else 1) * width, h), (h, width)}
+        return {((heads + 2 * kv) * att.head_dim, h), (h, heads * att.head_dim)}
+    # multi_latent_attention.py: the down-projections replicated, the up-projections column-parallel
+    shapes: set[Shape] = {(att.kv_lora_rank + att.qk_rope_head_dim, h)}
+    if att.q_lora_rank:
+        shapes |= {(att.q_lora_rank, h), (heads * att.q_head_dim, att.q_lora_rank)}
     else:
-        width = per_rank(mlp.intermediate_size, setup.tp)
-        shapes |= {((2 if mlp.gated else 1) * width, h), (h, width)}
+        shapes.add((heads * att.q_head_dim, h))
+    shapes.add((heads * (att.qk_nope_head_dim + att.v_head_dim), att.kv_lora_rank))
+    shapes.add((h, heads * att.v_head_dim))
+    return shapes
+
+
+def _mlp_shapes(width: int, gated: bool, h: int) -> set[Shape]:
+    """fc1 (both halves under a gated activation) and fc2 of an MLP *width* wide on this rank."""
+    return {((2 if gated else 1) * width, h), (h, width)}
+
+
+def body_shapes(kind: BodyKind, setup: MemorySetup) -> set[Shape]:
+    """The per-rank weight shapes of a decoder layer's linears that take the cache (TE's
+    `TELayerNormColumnParallelLinear`, `TERowParallelLinear`, `TEGroupedLinear`; Megatron-LM d98e8a64
+    gpt_layer_specs.py), at the run's releases (module docstring)."""
+    h, mlp = kind.hidden_size, kind.mlp
+    dense = _dense_cached(setup)
+    shapes = _attention_shapes(kind, setup) if dense else set()
+    if isinstance(mlp, Moe):
+        if per_rank(mlp.num_experts, setup.ep) and _experts_cached(setup):
+            shapes |= _mlp_shapes(per_rank(mlp.expert_intermediate_size, setup.etp), mlp.gated, h)
+        if mlp.shared_experts and dense:
+            width = mlp.shared_experts * per_rank(mlp.shared_intermediate_size, setup.tp)
+            shapes |= _mlp_shapes(width, mlp.gated, h)
+    elif dense:
+        shapes |= _mlp_shapes(per_rank(mlp.intermediate_size, setup.tp), mlp.gated, h)
     return shapes
 
 
@@ -75,10 +113,12 @@ def kind_shapes(kind: LayerKind, setup: MemorySetup) -> set[Shape]:
         return set()
     shapes: set[Shape] = set()
     h = kind.hidden_size
-    if kind.has_output:  # gpt_model.py: `tensor_parallel.ColumnParallelLinear`, the tied weight too
+    # gpt_model.py: `tensor_parallel.ColumnParallelLinear`, the tied weight too (Megatron's own linear)
+    if kind.has_output and _megatron_cached(setup):
         shapes.add((per_rank(kind.vocab_size, setup.tp), h))
     if kind.has_mtp_modules and kind.mtp_body is not None:  # multi_token_prediction.py: eh_proj, 2h → h
-        shapes.add((per_rank(h, setup.tp), 2 * h))
+        if _dense_cached(setup):  # a TE linear under the TE spec (`TEColumnParallelLinear`)
+            shapes.add((per_rank(h, setup.tp), 2 * h))
         shapes |= body_shapes(kind.mtp_body, setup)
     return shapes
 

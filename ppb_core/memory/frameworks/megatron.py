@@ -48,7 +48,9 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   permuted_probs`: the product saves the activation's output for the probabilities' gradient, and
   the down-projection saves the product, its input. The experts keep both
   (`moe.expert.unweighted_activation`, `[rows, ffn/etp]` in the training dtype, beside
-  `moe.expert.activation_output`); `moe_act` recompute drops both.
+  `moe.expert.activation_output`); `moe_act` recompute drops both. Before 2659630721 (2025-04-09,
+  `framework_release`) the combine weighted the experts' outputs instead and saved them, SAPP's
+  `moe.combined_tokens` (`combine_weighs`); the probabilities it saved are the same count.
 * **Static memory** is SAPP's: bf16 parameters, the contiguous fp32 `main_grad` buffer
   (megatron/core/distributed/param_and_grad_buffer.py, `_ParamAndGradBuffer` and
   `group_params_for_buffers`: `grad_dtype = torch.float if grad_reduce_in_fp32`; the buffer is
@@ -314,6 +316,18 @@ def allgathered_rows(setup: MemorySetup) -> float:
     return setup.whole_tokens * group if group > 1 else 0.0
 
 
+def combine_weighs(setup: MemorySetup, *dispatchers: str) -> bool:
+    """Whether the token dispatcher's combine weights the experts' outputs by their probabilities, as
+    Megatron-Core did before 2659630721 (2025-04-09, core_v0.13.0, "Memory efficient token permutation";
+    `framework_release`): the all-to-all dispatcher's `unpermute(..., probs=self.probs)` and the all-gather
+    dispatcher's `hidden_states * permuted_probs` (token_dispatcher.py and moe_utils.py at cb12e3dea4) save
+    the expert outputs for the probabilities' gradient, and the experts keep no probabilities and weight
+    nothing (experts.py there). From that commit the experts weight their own activations (module
+    docstring). The other dispatchers are priced as d98e8a64 runs them (*dispatchers*: these only)."""
+    among = dispatchers or ("alltoall", "allgather")
+    return setup.moe_dispatcher in among and not setup.release.holds("experts_weight_probs")
+
+
 def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup, hidden: int) -> tuple[BufferTerm, ...]:
     """SAPP's buffers as Megatron-Core holds them: gathered inputs and ring chunks are not kept; under
     the all-gather dispatcher its combine's gradient (rows of width *hidden*) is the expert-parallel
@@ -329,7 +343,9 @@ def megatron_buffers(buffers: tuple[BufferTerm, ...], setup: MemorySetup, hidden
             whole = buffer.bytes * setup.tp / (setup.tp - 1)
             out.append(BufferTerm("tp", buffer.name, whole, False))
         elif buffer.kept and buffer.name.endswith(("ring_received_kv", "combined_tokens_remote")):
-            continue
+            # the combined rows' remote part stays where the all-to-all's combine weighs them (`combine_weighs`)
+            if buffer.name.endswith("combined_tokens_remote") and combine_weighs(setup, "alltoall"):
+                out.append(buffer)
         else:
             out.append(buffer)
     return tuple(out)
@@ -480,7 +496,18 @@ def megatron_body_terms(
             terms = (*terms, replace(output, op=f"{prefix}attention.probabilities", switch="headCast"))
     if not isinstance(kind.mlp, Moe):
         return terms
-    kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    combine_weights = combine_weighs(setup)
+    if not combine_weights:
+        kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+    elif setup.moe_dispatcher == "allgather":  # the local experts' output rows, which the product saves
+        output = routed_rows(kind.mlp, setup) * kind.hidden_size
+        kept_terms = tuple(t for t in terms if t.op != f"{prefix}moe.combined_tokens")
+        kept_terms = (
+            *kept_terms,
+            ActivationTerm(f"{prefix}moe.combine.expert_output", None, output, setup.dtype_bytes),
+        )
+    else:  # the all-to-all's combined rows, SAPP's term (and its remote part, `megatron_buffers`)
+        kept_terms = terms
     if setup.router_bytes:  # --moe-router-dtype: the router's logits, scores and probabilities in it
         routed = (f"{prefix}moe.router_scores", f"{prefix}moe.topk_probabilities")
         kept_terms = tuple(
@@ -488,7 +515,7 @@ def megatron_body_terms(
         )
     rows = routed_rows(kind.mlp, setup)
     probs = ActivationTerm(f"{prefix}moe.expert.probs", None, rows, setup.dtype_bytes, False)
-    if not kind.mlp.gated:  # the unfused weighting keeps the activation's output too (module docstring)
+    if not kind.mlp.gated and not combine_weights:  # the unfused weighting keeps the activation's output too
         output = next(t for t in kept_terms if t.op == f"{prefix}moe.expert.activation_output")
         kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
     if setup.moe_dispatcher == "alltoall":
@@ -688,7 +715,10 @@ class MegatronRules(FrameworkRules):
         Megatron-FSDP the whole copy of the modules outside its units (`megatron_fsdp.py`)."""
         found = super().static(params, setup)
         if kind is not None and (preserved := preserved_bytes(kind, setup)):  # Megatron-FSDP's non-unit copy
-            found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+            if setup.release.holds("fsdp_non_unit_kept"):
+                found = replace(found, parameter_bytes=found.parameter_bytes + preserved)
+            else:  # before 378d81fbd3 the reset in finish_grad_sync released it before the step
+                found = replace(found, held_through_step_bytes=found.held_through_step_bytes + preserved)
         if kind is not None and (fp8 := fp8_parameter_extra_bytes(kind, setup)):  # FP8 parameters (te_fp8.py)
             found = replace(found, parameter_bytes=found.parameter_bytes + fp8)
         if setup.optimizer == "muon" and kind is not None and not setup.state_bytes_stated:

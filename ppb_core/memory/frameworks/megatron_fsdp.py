@@ -13,7 +13,9 @@ At the end of each iteration `finish_grad_sync` calls `synchronize_param_gather`
 forced on under `optim_grads_params`, `MegatronFSDP.__init__`), whose `AllGatherPipeline.reset(
 preserve_non_fsdp_units=True)` keeps the non-unit buckets (commit 378d81fbd3, 2026-05-30, which raised
 deepseek_proxy_fsdp_ep2_fsdp2_ep_overlap's golden after-step memory from 414.2 to 513.0 MB): the copy is
-held at every moment, the optimizer step included. An MTP layer's inner `TransformerLayer`
+held at every moment, the optimizer step included; before that commit (`framework_release` older than
+core_v0.18.0) `reset()` released every bucket there, so the copy is held from the forward to the gradient
+reduction, not at the step (`StaticBytes.held_through_step_bytes`). An MTP layer's inner `TransformerLayer`
 (multi_token_prediction.py `MultiTokenPredictionLayer.mtp_model_layer`) is a unit like the decoder's.
 
 Torch FSDP2 (`--use-torch-fsdp2`) wraps the model otherwise and keeps none of this (`RunConfig.megatron_fsdp`).

@@ -1,0 +1,167 @@
+"""Which releases of Megatron-Core and Transformer Engine a run's rules follow (`framework_release`).
+
+ppb's Megatron rules read Megatron-LM at d98e8a64 (2026-08-22) and Transformer Engine at d0067d0d
+(2026-08-22). A run of an older pinned release (or a measurement taken at an older commit, as most of
+Megatron-LM's CI golden values were) holds what that code held, so the rules that changed between then and
+now are gated here, each by the commit that introduced it, its date and the first release holding it
+(`git tag --contains COMMIT` on the two repositories). A release is stated as a tag (Megatron-Core
+`core_v0.13.0`, `core_r0.13.0` or `0.13`; Transformer Engine `v2.4`, `2.4` or `2.6.0.post1`, as a wheel
+or uv.lock names it) or as the date of the commit run (`2025-07-05`, a commit of the main branch): a tag
+holds a change from the first release that holds it, a date from the change's own date.
+Unstated: the newest code ppb follows.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+
+MEGATRON_CORE = "megatron_core"
+TRANSFORMER_ENGINE = "transformer_engine"
+# the code ppb's rules read (the newest they follow): commit and date
+NEWEST = {MEGATRON_CORE: ("d98e8a64", "2026-08-22"), TRANSFORMER_ENGINE: ("d0067d0d", "2026-08-22")}
+# the (major, minor) releases each library tagged (NVIDIA/Megatron-LM tags core_v0.4.0 .. core_v0.19.0,
+# core_r0.8.0 .. core_r0.11.0; NVIDIA/TransformerEngine tags v0.1 .. v2.18)
+KNOWN_RELEASES: dict[str, frozenset[tuple[int, int]]] = {
+    MEGATRON_CORE: frozenset((0, minor) for minor in range(4, 20)),
+    TRANSFORMER_ENGINE: frozenset(
+        [(0, minor) for minor in range(1, 14)] + [(1, minor) for minor in range(14)] + [(2, m) for m in range(19)]
+    ),
+}
+_TAG = {
+    MEGATRON_CORE: re.compile(r"(?:core_[rv])?(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+)?"),
+    TRANSFORMER_ENGINE: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:\.post\d+|rc\d+)?(?:\+[0-9a-f]+)?"),
+}
+_SHOWN = {MEGATRON_CORE: "Megatron-Core", TRANSFORMER_ENGINE: "Transformer Engine"}
+_EXAMPLE = {MEGATRON_CORE: "core_v0.13.0", TRANSFORMER_ENGINE: "v2.4"}
+
+
+@dataclass(frozen=True)
+class Change:
+    """A rule of ppb's that one commit of one library introduced."""
+
+    library: str  # MEGATRON_CORE | TRANSFORMER_ENGINE
+    commit: str
+    date: str  # the commit's date (YYYY-MM-DD)
+    release: tuple[int, int]  # the first release that holds it
+    what: str
+
+
+# Every change a stated release turns back, by name (docs/frameworks.md, "Older releases").
+CHANGES: dict[str, Change] = {
+    "te_dummy_wgrad": Change(
+        TRANSFORMER_ENGINE,
+        "ba5dc5dde",
+        "2025-04-08",
+        (2, 3),
+        "TE's Linear and LayerNormLinear hand autograd one cached dummy weight gradient per (shape, dtype) "
+        "under gradient accumulation fusion (module/base.py `get_dummy_wgrad`); before, a `torch.empty` per "
+        "backward, freed by Megatron's DDP hook",
+    ),
+    "te_grouped_dummy_wgrad": Change(
+        TRANSFORMER_ENGINE,
+        "d2945c6a5",
+        "2025-10-27",
+        (2, 10),
+        "TE's GroupedLinear (the experts of TEGroupedMLP) takes the same cache (module/grouped_linear.py "
+        "`_GroupedLinear.backward`); before, a `torch.empty` per expert and backward",
+    ),
+    "experts_weight_probs": Change(
+        MEGATRON_CORE,
+        "2659630721",
+        "2025-04-09",
+        (0, 13),
+        "the routed experts weight their own activations by the routing probabilities (experts.py, "
+        "moe_utils.py `permute(..., probs)`); before, the dispatcher's combine weighted the experts' "
+        "outputs and saved them for the probabilities' gradient (token_dispatcher.py `unpermute(..., probs)`)",
+    ),
+    "megatron_dummy_wgrad": Change(
+        MEGATRON_CORE,
+        "e7c55de99e",
+        "2025-08-01",
+        (0, 14),
+        "Megatron's own ColumnParallelLinear/RowParallelLinear (the output layer; every linear under "
+        "--transformer-impl local) take TE's cache where TE has it (tensor_parallel/layers.py "
+        "`LinearWithGradAccumulationAndAsyncCommunication.backward`); before, a `torch.empty` per backward",
+    ),
+    "tunable_schedule_sends": Change(
+        MEGATRON_CORE,
+        "4295be1a6c",
+        "2024-11-01",
+        (0, 10),
+        "the overlapped interleaved schedule waits for a send once the next send of its kind is posted "
+        "(schedules.py, the tunable schedule; `timing.interleaved_send_waits` core_r0.10); before, before the "
+        "next op of the send's kind (core_r0.8)",
+    ),
+    "forward_send_waited_first": Change(
+        MEGATRON_CORE,
+        "260cba7133",
+        "2026-04-16",
+        (0, 18),
+        "a forward's send is waited for before the next op, as `deallocate_pipeline_outputs` frees its buffer "
+        "(schedules.py; `timing.interleaved_send_waits` core_v0.18); before, as core_r0.10",
+    ),
+    "fsdp_non_unit_kept": Change(
+        MEGATRON_CORE,
+        "378d81fbd3",
+        "2026-05-30",
+        (0, 18),
+        "Megatron-FSDP's `AllGatherPipeline.reset(preserve_non_fsdp_units=True)` keeps the gathered copy of "
+        "the modules outside its units across the iteration's end (param_and_grad_buffer.py); before, the "
+        "reset in `finish_grad_sync` released it before the optimizer step",
+    ),
+    "fsdp_grads_own_dtype": Change(
+        MEGATRON_CORE,
+        "adfe9e11d9",
+        "2026-07-01",
+        (0, 19),
+        "Megatron-FSDP's main gradients take --megatron-fsdp-main-grads-dtype (auto: the parameters' dtype); "
+        "before, DDP's grad_reduce_in_fp32 (on under --bf16 unless --grad-reduce-in-bf16) made them fp32 "
+        "(mcore_fsdp_adapter.py, 'Grandfathered Argument')",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    """One library's release as a run config states it: a (major, minor) tag or a commit date."""
+
+    version: tuple[int, int] | None = None
+    date: str | None = None  # YYYY-MM-DD
+
+    def holds(self, change: Change) -> bool:
+        """Whether this release's code has *change* (unstated: the newest code, which has every one)."""
+        if self.version is not None:
+            return self.version >= change.release
+        if self.date is not None:
+            return self.date >= change.date
+        return True
+
+
+def parse_release(library: str, value: str) -> Release:
+    """*value* as a release of *library*; ValueError naming what is accepted where it is none."""
+    text = value.strip()
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        try:
+            datetime.date.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a calendar date (YYYY-MM-DD)") from None
+        return Release(date=text)
+    match = _TAG[library].fullmatch(text)
+    if match:
+        version = (int(match.group(1)), int(match.group(2)))
+        if version in KNOWN_RELEASES[library]:
+            return Release(version=version)
+    newest, day = NEWEST[library]
+    raise ValueError(
+        f"{text[:40]!r} is no {_SHOWN[library]} release ppb knows: give its tag (e.g. {_EXAMPLE[library]}) "
+        f"or the date of the commit run (YYYY-MM-DD; unset: {newest}, {day})"
+    )
+
+
+def send_waits_of(release: Release) -> str:
+    """`timing.interleaved_send_waits` as a Megatron-Core release runs it (ppb_core.pipeline_p2p)."""
+    if release.holds(CHANGES["forward_send_waited_first"]):
+        return "core_v0.18"
+    return "core_r0.10" if release.holds(CHANGES["tunable_schedule_sends"]) else "core_r0.8"
