@@ -248,3 +248,30 @@ def test_sizes_a_flag_chooses_are_held_to_the_frameworks_interleaving() -> None:
     BalanceInput(layers, 4, 10, 2, framework="torchtitan")
     with pytest.raises(InputError, match="runs 9 micro-batches in 2 rounds of pp 4"):
         BalanceInput(layers, 4, 9, 2, framework="torchtitan")
+
+
+@pytest.mark.parametrize(
+    ("framework", "schedule", "stages", "micro_batches", "refused"),
+    [
+        # torch 2.13 distributed/pipelining/schedules.py Schedule1F1B.__init__: ValueError when
+        # n_microbatches < num_stages (one stage a rank: num_stages = pp); 3 < 4 refused, 4 runs
+        ("torchtitan", "1f1b", 4, 3, True),
+        ("torchtitan", "1f1b", 4, 4, False),
+        # ScheduleGPipe has no such check; Megatron-LM's 1F1B runs min(pp - rank - 1, m) warm-up forwards
+        # (schedules.py forward_backward_pipelining_without_interleaving): neither refuses 3 on 4 stages
+        ("torchtitan", "gpipe", 4, 3, False),
+        ("megatron", "1f1b", 4, 3, False),
+    ],
+)
+def test_torchs_1f1b_refuses_fewer_micro_batches_than_stages(
+    framework: str, schedule: str, stages: int, micro_batches: int, refused: bool
+) -> None:
+    raw = _interleaved_run(framework, micro_batches)
+    raw["parallel"].update(pp=stages, dp=32 // stages, vpp=1, schedule=schedule)
+    if not refused:
+        parse_run_config(raw, "run.yaml")
+        return
+    with pytest.raises(InputError) as err:
+        parse_run_config(raw, "run.yaml")
+    assert err.value.field == "training.micro_batches"
+    assert "Schedule1F1B refuses 3 micro-batches on 4 stages" in err.value.problem
