@@ -141,6 +141,9 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
     print(f"  CPU {cpu or float('nan'):.1f} s, wall {wall:.0f} s, load {load_before:.1f} → {os.getloadavg()[0]:.1f}")
     for number, entry in enumerate(result.ranked[:3], start=1):
         print(f"  {number}. {entry.strategy.label(spec):44s} {entry.seconds:8.3f} s  MFU {100 * entry.mfu:4.1f} %")
+    if not result.ranked:  # say why, rather than place against nothing
+        for reason, count in result.reasons().items():
+            print(f"  {count:,} {reason} (e.g. {result.example(reason)})")
     mine = {entry.strategy: entry for entry in result.balanced}.get(strategy) or evaluate(spec, strategy)
     as_published = row_seconds(row)
     print(f"  published {strategy.label(spec)}{'' if strategy in grid else ' (not in the grid)'}:")
@@ -148,9 +151,12 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
     if not isinstance(mine, Ranked):
         print(f"    balanced: refused: {mine.reason}")
         return
+    if not result.ranked:
+        print(f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %: nothing ranked to place it against")
+        return
     faster = sum(1 for other in result.ranked if other.key() < mine.key())
     where = f"place {faster + 1}" if faster < len(result.ranked) else f"below the top {len(result.ranked)}"
-    first = result.ranked[0].seconds if result.ranked else float("nan")
+    first = result.ranked[0].seconds
     print(
         f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %, peak {mine.peak_memory_mb / 1024:.1f} GiB:"
         f" {where}; our first {first:.3f} s is {mine.seconds / first:.3f}× as fast"
