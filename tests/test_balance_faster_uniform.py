@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ppb_core.balance import BalanceInput, balance
+from ppb_core.cli.balance import _uniform_replaced
 from ppb_core.payload.sapp import layer_set
 
 L = {"name": "L", "type": "BODY", "nb_layer": 4, "time": 1, "memory_parameter": 10, "memory_activation": 40}
@@ -57,6 +58,15 @@ def test_the_uniform_split_replaces_a_plan_it_beats_by_the_iteration() -> None:
     assert result["objective"] == 15 and result["gap"] == 0
     assert result["best_baseline"] == "NONE" and result["speedup"] == 1.0
     assert any("the uniform split (NONE) is faster by the iteration" in n for n in result["solver"]["notes"])
+
+
+def test_the_text_says_the_uniform_split_is_the_plan_and_by_how_much() -> None:
+    """`ppb balance`'s status line says "proven optimal" with the gap of the uniform split's schedule to the
+    bound; the line under it says the uniform split replaced the balancer's plan: 15 + 0.02 against the
+    3 | 1 plan's 15 + 0.03 (`_most_layers`)."""
+    result = balance(_problem(), time_limit=60, price=_most_layers)
+    assert _uniform_replaced(result) == ("NONE", 15.02, 15.03)
+    assert _uniform_replaced(balance(_problem(), time_limit=60, price=_fewest_layers)) is None
 
 
 def test_a_plan_faster_by_the_iteration_stays() -> None:
