@@ -23,7 +23,8 @@ torchtitan v0.2.2 (73a0e697) with torch's schedules (torch 2.13 torch/distribute
 * every model module in exactly one part (`_build_stage_from_modules` keeps, in each part, the modules it
   names, deleting the others): tok_embeddings first, layers.0..N-1 in model order along the stages (the
   stage index is model order), norm and output in the last stage.
-* ScheduleInterleaved1F1B: m a multiple of its rounds, max(1, m // pp).
+* ScheduleInterleaved1F1B: m a multiple of its rounds, max(1, m // pp). Schedule1F1B and ScheduleDualPipeV:
+  at least as many micro-batches as stages (pp; 2·pp), else ValueError (GPipe runs any m).
 * config/job_config.py `ActivationCheckpoint.mode` none | selective | full | memory_budget;
   activation_checkpoint.py: selective_ac_option "op" or a positive whole number.
 * the batch: train.py `Trainer.__init__` takes `global_batch_size` -1 as local × dp (dp = dp_shard ×
@@ -193,6 +194,10 @@ def torchtitan_problems(
         problems.append("tok_embeddings not in the first part")
     if parts and not {"norm", "output"} <= set(parts[-1]):
         problems.append("norm and output not in the last part")
+    if schedule == "1F1B" and micro_batches < degree:
+        problems.append(f"1F1B: {micro_batches} micro-batches are fewer than its {degree} stages")
+    if schedule == "DualPipeV" and micro_batches < 2 * degree:
+        problems.append(f"DualPipeV: {micro_batches} micro-batches are fewer than its {2 * degree} stages")
     if schedule == "Interleaved1F1B":
         rounds = max(1, micro_batches // degree)
         if micro_batches % rounds:

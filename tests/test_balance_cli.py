@@ -143,3 +143,35 @@ def test_a_proven_objective_whose_tie_break_the_clock_cut_is_said_proven() -> No
     assert cut.startswith("proven optimal; the time limit cut the choice among equally fast plans")
     assert stopped_words({"status": "time_limit", "stopped_by": "time_limit"}).startswith("stopped by the time limit")
     assert stopped_words({"status": "optimal", "stopped_by": "optimal"}) == "proven optimal"
+
+
+def test_a_cell_of_no_layer_is_said_beside_the_mindformers_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Megatron-Core runs a virtual stage of the loss alone (`BalanceInput.reserved_cells`); MindFormers places
+    layers only. Two stages, two light layers (time 1) and a TAIL of time 10: under the megatron rules both
+    layers go to stage 0 (its forward and backward 3 + 6 against the TAIL's 10 + 20 alone on stage 1), the
+    offset [1, -1] leaves stage 1 no layer, and the text says so."""
+    layers = {
+        "layers_description": [
+            {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 1},
+            {"name": "L", "type": "BODY", "nb_layer": 2, "time": 1, "memory_parameter": 1, "memory_activation": 1},
+            {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 10, "memory_parameter": 1},
+        ]
+    }
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(layers))
+    code, out, _ = _run(capsys, str(path), "-s", "2", "-mb", "4", "--framework", "megatron")
+    assert code == 0
+    assert "offset: [1, -1]" in out
+    assert "(cell (chunk 0, stage 1) holds no layer, as Megatron-Core runs it; MindFormers places" in out
+    code, out, _ = _run(capsys, str(path), "-s", "2", "-mb", "4")  # MindFormers' rules: a layer in every cell
+    assert code == 0 and "offset: [0, 0]" in out and "holds no layer" not in out
+
+
+def test_other_stages_say_the_devices_the_plan_is_priced_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/llama3-8b.yaml is dp 8 · tp 2 · pp 4 = 64 H100s; `-s 2` keeps dp and tp (`sized_like`): the
+    plan's iteration and tokens per device are those of 8 · 2 · 2 = 32 devices, which stderr says."""
+    code, _, err = _run(capsys, str(DATA.parent.parent / "configs" / "llama3-8b.yaml"), "-s", "2", "-q")
+    assert code == 0
+    assert "note: -s 2: priced at dp 8 · tp 2 · cp 1 · pp 2 = 32 devices, the run config's 64 at pp 4" in err

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ppb_core.balance import BalanceInput, balance
+from ppb_core.cli.balance import _uniform_replaced
 from ppb_core.payload.sapp import layer_set
 
 L = {"name": "L", "type": "BODY", "nb_layer": 4, "time": 1, "memory_parameter": 10, "memory_activation": 40}
@@ -59,6 +60,15 @@ def test_the_uniform_split_replaces_a_plan_it_beats_by_the_iteration() -> None:
     assert any("the uniform split (NONE) is faster by the iteration" in n for n in result["solver"]["notes"])
 
 
+def test_the_text_says_the_uniform_split_is_the_plan_and_by_how_much() -> None:
+    """`ppb balance`'s status line says "proven optimal" with the gap of the uniform split's schedule to the
+    bound; the line under it says the uniform split replaced the balancer's plan: 15 + 0.02 against the
+    3 | 1 plan's 15 + 0.03 (`_most_layers`)."""
+    result = balance(_problem(), time_limit=60, price=_most_layers)
+    assert _uniform_replaced(result) == ("NONE", 15.02, 15.03)
+    assert _uniform_replaced(balance(_problem(), time_limit=60, price=_fewest_layers)) is None
+
+
 def test_a_plan_faster_by_the_iteration_stays() -> None:
     result = balance(_problem(), time_limit=60, price=_fewest_layers)
     assert [stage["layers"] for stage in result["stages"]] == [3, 1]
@@ -67,10 +77,11 @@ def test_a_plan_faster_by_the_iteration_stays() -> None:
 def test_torchtitan_two_stages_one_micro_batch_is_never_slower_than_its_uniform_split(tmp_path: Path) -> None:
     """qa19's case: Llama-3.1-8B under torchtitan, PP2 × FSDP 4, one micro-batch. Every split ties on
     the schedule; the tie-breaking's 17 | 15 (most headroom) priced 0.772 s against the uniform 16 | 16's
-    0.771 s (stage 0's optimizer step holds one layer more) and printed "1.000×"."""
+    0.771 s (stage 0's optimizer step holds one layer more) and printed "1.000×". GPipe: torch's Schedule1F1B
+    refuses fewer micro-batches than stages (schedules.py `Schedule1F1B.__init__`), ScheduleGPipe runs one."""
     text = (ROOT / "configs/llama3.1-8b-torchtitan.yaml").read_text()
     text = text.replace(
-        "parallel: {dp: 8, tp: 1, pp: 1, fsdp: true, world_size: 8}", "parallel: {dp: 4, pp: 2, fsdp: true}"
+        "parallel: {dp: 8, tp: 1, pp: 1, fsdp: true, world_size: 8}", "parallel: {dp: 4, pp: 2, fsdp: true, schedule: gpipe}"
     )
     text = text.replace("config: hf/", f"config: {ROOT}/configs/hf/")
     run = tmp_path / "run.yaml"

@@ -500,3 +500,15 @@ def test_the_text_says_an_overflowing_plan_does_not_fit_rather_than_a_speedup_ov
     main(["check", str(small_device), "--plan", str(_yaml_plan(tmp_path, [2, 0, 0, -2], [10, 0, 0, 0]))])
     text = capsys.readouterr().out
     assert "× yours" in text and "does not fit" not in text
+
+
+def test_a_plan_json_solved_at_other_sizes_names_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`ppb balance -s 2 -o plan.json` (or `-i auto`, which took V = 3 for llama3-8b) solves at other sizes
+    than the run config's; `ppb check` said "offset: must have 1 list of 4 entries" of such a plan."""
+    run = CONFIGS / "llama3-8b.yaml"
+    plan = tmp_path / "plan.json"
+    assert main(["balance", str(run), "-s", "2", "-q", "--json", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(run), "--plan", str(plan), "-q", "--no-optimum"]) == 2
+    said = capsys.readouterr().err
+    assert f"{plan}: input.stages: the plan was solved at stages 2, the run config has parallel.pp 4" in said

@@ -5,6 +5,7 @@ at Megatron-LM d98e8a64)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from test_memory_runs import DENSE, make_run, model
 from test_run_layout import MOE as MOE_MTP
 from test_run_layout import _run
 
+from ppb_core.balance.problem import run_problem
+from ppb_core.cli.main import main
 from ppb_core.estimate.inputs import load_run
 from ppb_core.memory import MemoryModel, stage_peaks
 from ppb_core.memory.combined import ChunkNodes, LayerNodes, step_extra_bytes
@@ -20,6 +23,7 @@ from ppb_core.memory.frameworks.megatron import schedule_node
 from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, TAIL, walk
+from ppb_core.payload.run import describe_run
 from ppb_core.schedules import combined_in_flight_vectors, combined_steps
 from ppb_core.timing.combined import layer_segments, mtp_segments
 from ppb_core.timing.host import HostWaits
@@ -232,3 +236,41 @@ def test_an_mtp_layer_pairs_like_a_decoder_layer_in_the_time_model():
         per_cell.setdefault((layer.chunk, layer.stage), []).append((layer, 0.0, 0.0))
     saved = _combined_savings(run, times, per_cell, states, dict.fromkeys(placed, HostWaits()))  # no host waits
     assert saved[2][1][0] > 0
+
+
+def _mixtral_combined(tmp_path: Path, reserved_mb: int) -> Path:
+    """configs/mixtral-8x7b.yaml at pp 4 × vpp 2 (the combined schedule needs virtual stages) under
+    --overlap-moe-expert-parallel-comm, *reserved_mb* of the H100's memory reserved."""
+    text = (CONFIGS / "mixtral-8x7b.yaml").read_text()
+    text = text.replace("config: hf/mixtral-8x7b.json", f"config: {CONFIGS / 'hf' / 'mixtral-8x7b.json'}")
+    text = text.replace("pp: 4,", "pp: 4, vpp: 2, overlap_moe_expert_parallel_comm: true,")
+    text = text.replace("schedule: 1f1b", "schedule: interleaved")
+    text = text.replace("reserved_mb: 4000", f"reserved_mb: {reserved_mb}")
+    path = tmp_path / "mixtral-combined.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_no_plan_fully_recomputes_a_layer_under_the_combined_schedule(tmp_path: Path, capsys) -> None:
+    """transformer_config.py `TransformerConfig.__post_init__` (d98e8a64) asserts recompute_granularity != 'full'
+    under --overlap-moe-expert-parallel-comm: the balancer offers no FULL (it printed a plan of FULL layers and
+    `--recompute-granularity full --recompute-method block --recompute-num-layers 2` at 25,559 MB), and
+    `ppb check` refuses a plan that fully recomputes any layer, naming the flag or the yaml key."""
+    path = _mixtral_combined(tmp_path, 52000)
+    run = load_run(path)
+    assert "FULL" not in run_problem(run, describe_run(run)).layers.options
+    assert "FULL" in run_problem(run, describe_run(run), runnable=False).layers.options  # a user's plan: priced
+    flags = "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    assert main(["check", str(path), "--plan", flags, "-q", "--no-optimum"]) == 2
+    assert "--recompute-granularity: full recomputation, which Megatron-Core refuses" in capsys.readouterr().err
+    yaml_plan = tmp_path / "plan.yaml"
+    yaml_plan.write_text("offset: [[0, 0, 0, 0], [0, 0, 0, 0]]\nrecompute: [[1, 0, 0, 0], [0, 0, 0, 0]]\n")
+    assert main(["check", str(path), "--plan", str(yaml_plan), "-q", "--no-optimum"]) == 2
+    assert f"{yaml_plan}: recompute: full recomputation" in capsys.readouterr().err
+    # at 25,559 MB: selective recompute on most layers, none fully recomputed
+    assert main(["balance", str(_mixtral_combined(tmp_path, 56000)), "-q", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["input"]["memory_mb"] == 25559
+    assert all(not stage["options"].get("FULL") for stage in plan["stages"])
+    assert any(stage["options"].get("SLCT") for stage in plan["stages"])
+    assert "full" not in " ".join(plan["megatron"].get("flags") or [])

@@ -52,6 +52,10 @@ def plans(draw: st.DrawFn, framework: str) -> tuple[Plan, int]:
         else draw(st.sampled_from(["1f1b", "gpipe"] if framework == "torchtitan" else ["1f1b"]))
     )
     micro_batches = draw(st.integers(stages, 4 * stages)) if schedule == "interleaved" else draw(st.integers(1, 8))
+    if schedule == "1f1b" and framework == "torchtitan":
+        # torch's Schedule1F1B refuses fewer micro-batches than stages, and so does the run config
+        # (tests/test_schedule_group.py): a plan of torchtitan's 1F1B has at least P
+        micro_batches = draw(st.integers(stages, 8))
     group = None
     if schedule == "interleaved" and framework == "megatron":
         accepted = accepted_groups(stages, micro_batches)
@@ -155,6 +159,9 @@ def test_the_rules_refuse_what_the_frameworks_refuse() -> None:
     assert torchtitan_problems(parts, degree=2, schedule="1F1B", num_layers=4, micro_batches=2)
     assert torchtitan_problems(parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=5)
     assert not torchtitan_problems(parts, degree=2, schedule="Interleaved1F1B", num_layers=4, micro_batches=4)
+    two = [["tok_embeddings", "layers.0"], ["layers.1", "norm", "output"]]
+    assert torchtitan_problems(two, degree=2, schedule="1F1B", num_layers=2, micro_batches=1)
+    assert not torchtitan_problems(two, degree=2, schedule="GPipe", num_layers=2, micro_batches=1)
 
 
 @pytest.fixture(scope="module")

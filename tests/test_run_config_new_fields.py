@@ -83,6 +83,16 @@ CASES = [
     (MEGATRON, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 0}, GROUP, "greater than 0"),
     (TITAN, "parallel", {**TITAN_PP, "microbatch_group_size_per_vp_stage": 2}, GROUP, "framework is torchtitan"),
     (MINDFORMERS, "parallel", {**INTERLEAVED, "microbatch_group_size_per_vp_stage": 4}, GROUP, "mindformers"),
+    # transformer_config.py __post_init__ asserts the combined 1F1B for --delay-wgrad-compute; arguments.py
+    # validate_args virtual stages for --overlap-param-gather-with-optimizer-step (d98e8a64; llama3-8b: 1F1B)
+    (MEGATRON, "timing", {"delay_wgrad_compute": True}, "timing.delay_wgrad_compute", "overlap_moe_expert"),
+    (
+        MEGATRON,
+        "timing",
+        {"overlap_param_gather_with_optimizer_step": True},
+        "timing.overlap_param_gather_with_optimizer_step",
+        "interleaved schedule",
+    ),
 ]
 
 

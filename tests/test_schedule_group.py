@@ -15,9 +15,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ppb_core.balance.problem import BalanceInput
 from ppb_core.cli.main import main
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
+from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import (
     check,
     in_flight_vectors,
@@ -220,3 +222,56 @@ def test_the_interleaved_micro_batches_each_framework_refuses(
     with pytest.raises(InputError) as err:
         parse_run_config(raw, "run.yaml")
     assert err.value.field == "training.micro_batches" and said in err.value.problem
+
+
+def test_sizes_a_flag_chooses_are_held_to_the_frameworks_interleaving() -> None:
+    """`ppb balance RUN.yaml -mb 6` (or `-i auto`'s V > 1) chose sizes the run config's validation never saw:
+    llama3-8b at pp 4 and 6 micro-batches printed an interleaved plan Megatron-LM refuses (d98e8a64
+    `forward_backward_pipelining_with_interleaving`: default group pp 4, last group 6 mod 4 = 2 < 4). The
+    balancing problem refuses it; torch's Interleaved1F1B: 6 micro-batches in max(1, 6 // 4) = 1 round pass,
+    10 in 2 rounds pass, 9 in 2 rounds do not."""
+    layers = layer_set(
+        [
+            {"name": "HEAD", "type": "HEAD", "nb_layer": 1, "time": 1, "memory_parameter": 1},
+            {"name": "L", "type": "BODY", "nb_layer": 16, "time": 1, "memory_parameter": 1, "memory_activation": 1},
+            {"name": "TAIL", "type": "TAIL", "nb_layer": 1, "time": 1, "memory_parameter": 1},
+        ]
+    )
+    with pytest.raises(
+        InputError, match="6 micro-batches in Megatron's default groups of pp 4 leave a last group of 2"
+    ):
+        BalanceInput(layers, 4, 6, 2, framework="megatron")
+    BalanceInput(layers, 4, 6, 2, framework="megatron", group=6)  # one group of 6: Megatron runs it
+    BalanceInput(layers, 4, 8, 2, framework="megatron")
+    BalanceInput(layers, 4, 6, 1, framework="megatron")  # 1F1B: no group
+    BalanceInput(layers, 4, 6, 2, framework="torchtitan")
+    BalanceInput(layers, 4, 10, 2, framework="torchtitan")
+    with pytest.raises(InputError, match="runs 9 micro-batches in 2 rounds of pp 4"):
+        BalanceInput(layers, 4, 9, 2, framework="torchtitan")
+
+
+@pytest.mark.parametrize(
+    ("framework", "schedule", "stages", "micro_batches", "refused"),
+    [
+        # torch 2.13 distributed/pipelining/schedules.py Schedule1F1B.__init__: ValueError when
+        # n_microbatches < num_stages (one stage a rank: num_stages = pp); 3 < 4 refused, 4 runs
+        ("torchtitan", "1f1b", 4, 3, True),
+        ("torchtitan", "1f1b", 4, 4, False),
+        # ScheduleGPipe has no such check; Megatron-LM's 1F1B runs min(pp - rank - 1, m) warm-up forwards
+        # (schedules.py forward_backward_pipelining_without_interleaving): neither refuses 3 on 4 stages
+        ("torchtitan", "gpipe", 4, 3, False),
+        ("megatron", "1f1b", 4, 3, False),
+    ],
+)
+def test_torchs_1f1b_refuses_fewer_micro_batches_than_stages(
+    framework: str, schedule: str, stages: int, micro_batches: int, refused: bool
+) -> None:
+    raw = _interleaved_run(framework, micro_batches)
+    raw["parallel"].update(pp=stages, dp=32 // stages, vpp=1, schedule=schedule)
+    if not refused:
+        parse_run_config(raw, "run.yaml")
+        return
+    with pytest.raises(InputError) as err:
+        parse_run_config(raw, "run.yaml")
+    assert err.value.field == "training.micro_batches"
+    assert "Schedule1F1B refuses 3 micro-batches on 4 stages" in err.value.problem

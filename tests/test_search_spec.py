@@ -70,6 +70,13 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw.update(framework="jax"), "framework", "megatron"),
         # another framework's timing setting holds for every strategy: refused once, before the grid
         (lambda raw: raw.update(timing={"cp_rotate_method": "alltoall"}), "timing.cp_rotate_method", "torchtitan's"),
+        # Megatron-Core asserts the combined 1F1B for it (transformer_config.py), a parallel setting no
+        # strategy of the grid takes: every point would be refused, so the spec is, once
+        (
+            lambda raw: raw.update(timing={"delay_wgrad_compute": True}),
+            "timing.delay_wgrad_compute",
+            "the search does not choose",
+        ),
         (
             lambda raw: (
                 raw.update(framework="torchtitan", timing={"cuda_graph_warmup_steps": 1})

@@ -13,6 +13,7 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config, parse_run_config
+from ppb_core.errors import InputError
 from ppb_core.estimate.plan import plan_iterations
 from ppb_core.memory import MemoryModel
 from ppb_core.memory.setup import MemorySetup
@@ -225,14 +226,15 @@ def test_gathers_beside_the_optimizer_step_never_wait_longer():
     step, beside the other chunks': they wait less than when launched at the forward's start; one
     chunk, no change."""
     flag = {"overlap_param_gather_with_optimizer_step": True}
-    for vpp, schedule in ((2, "interleaved"), (1, "1f1b")):
-        extra = {"vpp": vpp, "schedule": schedule}
-        plain = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, **extra)).breakdown["dp_communication"]
-        early = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, timing=flag, **extra)).breakdown["dp_communication"]
-        if vpp == 1:
-            assert early == pytest.approx(plain)
-        else:  # the second chunk's step (its layer's states) runs beside the first chunk's gathers
-            assert early < plain
+    extra = {"vpp": 2, "schedule": "interleaved"}
+    plain = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, **extra)).breakdown["dp_communication"]
+    early = run_iteration(small_run(dp=4, pp=2, m=4, zero=1, timing=flag, **extra)).breakdown["dp_communication"]
+    assert early < plain  # the second chunk's step (its layer's states) runs beside the first chunk's gathers
+    # one chunk, or no distributed optimizer: arguments.py validate_args asserts; the run config refuses it
+    for shape in ({"vpp": 1, "schedule": "1f1b", "zero": 1}, {**extra, "zero": 0}):
+        with pytest.raises(InputError) as err:
+            small_run(dp=4, pp=2, m=4, timing=flag, **shape)
+        assert err.value.field == "timing.overlap_param_gather_with_optimizer_step"
 
 
 # --- ZeRO-3 / FSDP --------------------------------------------------------------------------------

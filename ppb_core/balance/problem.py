@@ -16,7 +16,7 @@ from ppb_core.errors import InputError
 from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import FRAMEWORK_RULES, walk
-from ppb_core.payload.sapp import LayerRecord, LayerSet, layer_set
+from ppb_core.payload.sapp import LayerRecord, LayerSet, keep_options, layer_set
 from ppb_core.schedules import canonical, cell_order, check, in_flight_vectors
 from ppb_core.units import MB
 
@@ -74,6 +74,9 @@ class BalanceInput:
             check(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
         except ValueError as err:
             raise InputError(self.source, "schedule", str(err)) from None
+        refused = self._framework_interleaving()
+        if refused is not None:
+            raise InputError(self.source, "micro_batches", refused)
         cells_needing_layers = self.stages * self.chunks - len(self.reserved_cells)
         if self.layers.nb_body_layers < cells_needing_layers:
             raise InputError(
@@ -82,6 +85,25 @@ class BalanceInput:
                 f"{self.layers.nb_body_layers} body layers cannot fill the "
                 f"{cells_needing_layers} (chunk, stage) cells that hold neither the head nor the tail",
             )
+
+    def _framework_interleaving(self) -> str | None:
+        """What the framework's interleaved schedule refuses of these sizes, as the run config refuses it
+        (`config.run._check_framework_interleaving`), for sizes a flag or the interleave search chose:
+        Megatron-LM d98e8a64 `forward_backward_pipelining_with_interleaving` raises unless the last group
+        of m mod g is 0 or at least pp, its default g being pp; torch's ScheduleInterleaved1F1B (torchtitan's)
+        runs max(1, m // pp) rounds and raises unless m is a multiple of them."""
+        m, p = self.micro_batches, self.stages
+        if canonical(self.schedule, self.chunks) != "interleaved" or m < p:
+            return None
+        if self.framework == "megatron" and self.group is None and m % p:
+            return (
+                f"{m} micro-batches in Megatron's default groups of pp {p} leave a last group of {m % p}: "
+                "Megatron refuses it (parallel.microbatch_group_size_per_vp_stage sets another group)"
+            )
+        rounds = max(1, m // p)
+        if self.framework == "torchtitan" and m % rounds:
+            return f"torch's Interleaved1F1B runs {m} micro-batches in {rounds} rounds of pp {p}: not a multiple"
+        return None
 
     @cached_property
     def schedule_name(self) -> str:
@@ -237,7 +259,8 @@ def run_problem(
     comes while a backward runs. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
 
-    For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`)
+    For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`),
+    and FULL for a Megatron run under the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`),
     unless *runnable* is False (a user's plan priced whatever it says).
     """
     if constant_memory_mb is None:
@@ -249,6 +272,10 @@ def run_problem(
     layers = layer_set(descriptions, run.source)
     if runnable and run.framework == "torchtitan":
         layers = torchtitan_runnable(layers, op_policy(run.training.recompute))
+    if runnable and run.framework == "megatron" and par.overlap_moe_expert_parallel_comm:
+        # transformer_config.py `TransformerConfig.__post_init__` (d98e8a64) asserts recompute_granularity !=
+        # 'full' under --overlap-moe-expert-parallel-comm: no layer of the plan may be fully recomputed
+        layers = keep_options(layers, [option for option in layers.options if option != "FULL"])
     # the run's group where the problem keeps its sizes and schedule (another size runs Megatron's default)
     same = (stages or par.pp, micro_batches or run.training.micro_batches, chunks or par.vpp, schedule or par.schedule)
     group = par.microbatch_group_size_per_vp_stage

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 from ppb_core.balance.megatron import Setting
 from ppb_core.config.recompute import TorchtitanRecompute
-from ppb_core.payload.sapp import LayerRecord, LayerSet
+from ppb_core.payload.sapp import LayerSet, keep_options
 
 
 def op_policy(recompute: Any) -> bool:
@@ -53,31 +53,9 @@ def runnable_options(op: bool) -> tuple[str, ...]:
     return ("NONE", "SLCT", "FULL") if op else ("NONE", "FULL")
 
 
-def _kept(record: LayerRecord, options: tuple[str, ...]) -> LayerRecord:
-    return LayerRecord(
-        name=record.name,
-        type=record.type,
-        nb_layer=record.nb_layer,
-        forward_time=record.forward_time,
-        memory_parameter_mb=record.memory_parameter_mb,
-        memory_mb={o: v for o, v in record.memory_mb.items() if o in options or record.type != "BODY"},
-        backward_time={o: v for o, v in record.backward_time.items() if o in options or record.type != "BODY"},
-        model_name=record.model_name,
-        models=record.models,
-    )
-
-
 def runnable(layers: LayerSet, op: bool) -> LayerSet:
     """The layer set with the bodies' options torchtitan cannot run withdrawn (`runnable_options`)."""
-    options = tuple(o for o in layers.options if o in runnable_options(op))
-    if options == layers.options:
-        return layers
-    return LayerSet(
-        heads=layers.heads,
-        bodies=tuple(_kept(body, options) for body in layers.bodies),
-        tails=layers.tails,
-        options=options,
-    )
+    return keep_options(layers, runnable_options(op))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 from ppb_core.balance.megatron import MegatronFlags, parse_flags
 from ppb_core.balance.megatron_run import check_against_run
 from ppb_core.balance.mtp_apart import standalone_problem
-from ppb_core.balance.outputs import YAML_KEYS, not_megatrons, plan_from_yaml
+from ppb_core.balance.outputs import YAML_KEYS, cells, not_megatrons, plan_from_yaml
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.torchtitan_user_plan import from_torchtitan
@@ -47,6 +47,25 @@ def read_plan(
     another model or size than *run*'s are refused (`megatron_run.check_against_run`), as the plan
     is checked at the run config's.
     """
+    read, form, mtp_cell = _read_plan(problem, plan, modules, run)
+    # transformer_config.py `TransformerConfig.__post_init__` (d98e8a64): "disable full recomputation when
+    # enabling overlap_moe_expert_parallel_comm"
+    combined = run is not None and run.framework == "megatron" and run.parallel.overlap_moe_expert_parallel_comm
+    if combined and any(cell["options"].get("FULL") for row in cells(read) for cell in row):
+        where = "--plan" if plan.lstrip().startswith("--") else plan
+        field = "--recompute-granularity" if form == "megatron" else "recompute"
+        said = "full recomputation, which Megatron-Core refuses under --overlap-moe-expert-parallel-comm"
+        raise InputError(where, field, f"{said} (parallel.overlap_moe_expert_parallel_comm)")
+    return read, form, mtp_cell
+
+
+def _read_plan(
+    problem: BalanceInput,
+    plan: str,
+    modules: tuple[str, ...] | None = None,
+    run: RunConfig | None = None,
+) -> tuple[Plan, str, tuple[int, int] | None]:
+    """`read_plan` but for the rules the plan's whole recompute is held to."""
     if not plan.strip():  # Path("") is the working folder: say what is missing instead
         raise InputError(None, "--plan", "is empty: give a MindFormers yaml (.yaml, .yml) or Megatron-LM flags (--...)")
     if plan.lstrip().startswith("--"):  # flags first: a long layout is no file name (the OS refuses it)
@@ -98,8 +117,24 @@ def _mtp_apart_of(
     problem: BalanceInput, document: dict[str, Any], path: Path, run: RunConfig | None
 ) -> tuple[BalanceInput, tuple[int, int] | None]:
     """A plan JSON whose MTP layers run apart from the loss (`input.mtp_cell`, `balance.mtp_apart`): the
-    problem with its TAIL split there, and the cell; else *problem* and None."""
+    problem with its TAIL split there, and the cell; else *problem* and None. A plan solved at other sizes
+    (`input.stages`, `interleave`, `micro_batches`: `ppb balance -s/-i/-mb`) is refused naming both."""
     given = document.get("input")
+    sizes = (
+        ("stages", "parallel.pp", problem.stages),
+        ("interleave", "parallel.vpp", problem.chunks),
+        ("micro_batches", "training.micro_batches", problem.micro_batches),
+    )
+    for key, field, ours in sizes:
+        theirs = given.get(key) if isinstance(given, dict) else None
+        if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs != ours:
+            # `ppb balance -i auto`, `-s`, `-mb` solve at other sizes than the run config's
+            raise InputError(
+                path,
+                f"input.{key}",
+                f"the plan was solved at {key} {theirs}, the run config has {field} {ours}; ppb checks a plan at "
+                "the run's sizes (set them in the run config)",
+            )
     cell = given.get("mtp_cell") if isinstance(given, dict) else None
     if cell is None:
         return problem, None

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -125,6 +126,13 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             schedule=schedule,
             constant_memory_mb=args.constant_memory,
         )
+        if args.stages is not None and args.stages != par.pp:  # `estimate.plan.sized_like`: dp, tp, cp kept
+            devices = par.dp * par.tp * par.cp * args.stages
+            said = (
+                f"-s {args.stages}: priced at dp {par.dp} · tp {par.tp} · cp {par.cp} · pp {args.stages} = "
+                f"{devices:,} devices, the run config's {par.dp * par.tp * par.cp * par.pp:,} at pp {par.pp}"
+            )
+            print(f"ppb balance {source}: note: {said}", file=sys.stderr)
         group = par.microbatch_group_size_per_vp_stage
         if group is not None and problem.group is None:  # `run_problem`: another size runs Megatron's default
             said = (
@@ -236,6 +244,21 @@ def stopped_words(result: dict[str, Any]) -> str:
     return STOPPED.get(stopped, stopped)
 
 
+_UNIFORM_NOTE = re.compile(
+    r"the uniform split \((\w+)\) is faster by the iteration: (\S+) s against the plan's (\S+) s"
+)
+
+
+def _uniform_replaced(result: dict[str, Any]) -> tuple[str, float, float] | None:
+    """(option, its iteration s, the balancer's plan's s) where the best uniform split replaced the plan
+    (`faster_uniform.prefer_uniform`'s solver note), else None."""
+    for note in (result.get("solver") or {}).get("notes", []):
+        found = _UNIFORM_NOTE.match(note)
+        if found:
+            return found[1], float(found[2]), float(found[3])
+    return None
+
+
 def _number(value: float | None, digits: int = 6) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -292,6 +315,13 @@ def render(result: dict[str, Any], solve_s: float) -> None:
     )
     if result.get("message"):
         console.print(escape(result["message"]))
+    replaced = _uniform_replaced(result)
+    if replaced is not None:  # `balance.faster_uniform`: the status line's proof and gap are the schedule's
+        option, theirs, ours = replaced
+        console.print(
+            f"the uniform split ({option}) is the plan: faster by the iteration than the balancer's own "
+            f"({theirs:,.3f} s against {ours:,.3f} s); the bound and gap above are the layers' schedule's"
+        )
 
     time_name = "time ms" if in_s else "time"
     if "stages" in result:
@@ -313,6 +343,19 @@ def render(result: dict[str, Any], solve_s: float) -> None:
         console.print("To put in the MindFormers / HyperParallel yaml:")
         for key in ("offset", "recompute", "select_recompute", "select_comm_recompute"):
             console.print(f"  {key}: {result[key]}")
+        empty = [
+            f"(chunk {v}, stage {s})"
+            for v, row in enumerate(result.get("cells") or [])
+            for s, cell in enumerate(row)
+            if not sum(cell["options"].values())
+        ]
+        # `BalanceInput.reserved_cells`: Megatron-Core runs a virtual stage of E or L alone (with MTP layers,
+        # which MindFormers counts as layers, the cells say less: no note)
+        if empty and not given.get("mtp_layers"):
+            console.print(
+                f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
+                "only, and needs one in every cell)"
+            )
         for line in megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
         for line in torchtitan_lines(result.get("torchtitan") or {}):

@@ -1530,6 +1530,21 @@ def _check_float8_gather(run: RunConfig, where: str) -> None:
             )
         if run.shard_level < 1:
             raise InputError(where, "timing.fp8_param_gather", "needs the distributed optimizer (zero 1) or FSDP")
+    if timing.delay_wgrad_compute and not run.parallel.overlap_moe_expert_parallel_comm:
+        # transformer_config.py `__post_init__` (d98e8a64) asserts it; `ppb import megatron` refuses it likewise
+        said = "needs parallel.overlap_moe_expert_parallel_comm (the combined 1F1B), as Megatron-Core asserts"
+        raise InputError(where, "timing.delay_wgrad_compute", said)
+    if timing.overlap_param_gather_with_optimizer_step:
+        # arguments.py validate_args (d98e8a64) asserts the distributed optimizer, --overlap-param-gather and
+        # virtual stages; `ppb import megatron` refuses the flags likewise (`_optimizer_step_overlap`), and a
+        # search spec setting it has its strategies without them refused, as Megatron-LM would
+        field, par = "timing.overlap_param_gather_with_optimizer_step", run.parallel
+        if run.shard_level < 1:
+            raise InputError(where, field, "needs the distributed optimizer (zero 1 or more), as Megatron-LM asserts")
+        if timing.overlap.param_gather == 0:
+            raise InputError(where, field, "needs the parameter gathers overlapped (timing.overlap.param_gather > 0)")
+        if par.schedule != "interleaved" or par.vpp < 2:
+            raise InputError(where, field, "needs the interleaved schedule (vpp 2 or more), as Megatron-LM asserts")
 
 
 def check_timing_words(
@@ -1587,7 +1602,8 @@ def check_timing_words(
 
 
 def _check_framework_interleaving(run: RunConfig, where: str) -> None:
-    """The interleaved schedule's micro-batch counts each framework refuses, beyond a deadlock.
+    """The interleaved schedule's micro-batch counts each framework refuses, beyond a deadlock, and torch's
+    1F1B's (fewer micro-batches than stages).
 
     Megatron-LM d98e8a64 schedules.py `forward_backward_pipelining_with_interleaving` raises RuntimeError
     when the last group of micro-batches, m mod g, is neither 0 nor at least pp; its default group is pp
@@ -1595,6 +1611,16 @@ def _check_framework_interleaving(run: RunConfig, where: str) -> None:
     or not. torch's ScheduleInterleaved1F1B (torch 2.13 distributed/pipelining/schedules.py, torchtitan's
     Interleaved1F1B) runs max(1, m // pp) rounds and raises ValueError unless m is a multiple of them."""
     par, m = run.parallel, run.training.micro_batches
+    if run.framework == "torchtitan" and par.schedule == "1f1b" and par.pp > 1 and m < par.pp:
+        # torch 2.13 distributed/pipelining/schedules.py `Schedule1F1B.__init__` (torchtitan v0.2.2's "1F1B"):
+        # ValueError "Number of microbatches (m) must be greater than or equal to the number of stages (pp)";
+        # torchtitan's `build_pipeline_schedule` only warns, GPipe runs any m
+        raise InputError(
+            where,
+            "training.micro_batches",
+            f"torch's Schedule1F1B refuses {m} micro-batches on {par.pp} stages (it needs at least as many as "
+            "stages; GPipe runs them)",
+        )
     if par.schedule != "interleaved" or m < par.pp:
         return
     if run.framework == "megatron" and par.microbatch_group_size_per_vp_stage is None and m % par.pp:

@@ -10,6 +10,7 @@ and an option is considered exactly when its memory key is present.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
@@ -227,6 +228,23 @@ class LayerSet:
 
     def tail_memory_mb(self, in_flight: int) -> float:
         return sum((t.memory_parameter_mb + in_flight * t.memory_mb.get("NONE", 0.0)) * t.nb_layer for t in self.tails)
+
+
+def keep_options(layers: LayerSet, options: Sequence[str]) -> LayerSet:
+    """*layers* with every body's options outside *options* withdrawn (what a framework cannot run);
+    HEAD and TAIL keep theirs."""
+    kept = tuple(option for option in layers.options if option in options)
+    if kept == layers.options:
+        return layers
+
+    def only(record: LayerRecord) -> LayerRecord:
+        return dataclasses.replace(
+            record,
+            memory_mb={o: v for o, v in record.memory_mb.items() if o in kept},
+            backward_time={o: v for o, v in record.backward_time.items() if o in kept},
+        )
+
+    return LayerSet(heads=layers.heads, bodies=tuple(only(b) for b in layers.bodies), tails=layers.tails, options=kept)
 
 
 def _record(entry: Mapping[str, Any], options: Sequence[str]) -> LayerRecord:

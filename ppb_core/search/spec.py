@@ -346,6 +346,14 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
         raise InputError(where, f"framework_release.{library}", said)
     flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
     check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)
+    if spec.timing.delay_wgrad_compute:
+        # transformer_config.py `__post_init__` (d98e8a64) asserts --overlap-moe-expert-parallel-comm for it, a
+        # parallel setting no strategy of the grid takes: the run config would refuse every point
+        said = (
+            "needs Megatron-Core's combined 1F1B (parallel.overlap_moe_expert_parallel_comm), "
+            "which the search does not choose"
+        )
+        raise InputError(where, "timing.delay_wgrad_compute", said)
     check_mesh(spec.device, spec.devices_per_node, where)
     check_fused_determinism(spec.framework, spec.timing, spec.device, spec.seq_length, where)
     _check_devices(spec, where)

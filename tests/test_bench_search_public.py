@@ -1,0 +1,50 @@
+"""bench/search_public.py: a published run's job as a search spec, and its strategy as a point of the grid."""
+
+from __future__ import annotations
+
+import pytest
+from bench_modules import load_bench
+
+from ppb_core.search.enumerate import Strategy, enumerate_strategies, validate
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("search_public")
+
+
+@pytest.fixture(scope="module")
+def rows(bench):
+    return {row.name: row for row in bench.public_runs()}
+
+
+def test_the_default_rows_exist(bench, rows):
+    assert set(bench.DEFAULT_ROWS) <= set(rows)
+
+
+def test_the_8b_fsdp_job_and_its_strategy(bench, rows):
+    # NeMo 25.11 Llama 3 8B FP8 on 8 H100: GBS 128, MBS 1, FSDP over all 8 (bench/_nemo.py), sequence 8192:
+    # the search's job is 8 devices and 128 sequences; the strategy TP1 CP1 PP1 DP8, FSDP (ZeRO-3), 1 × 16
+    row = rows["NeMo Llama 3 8B FP8 FSDP (8 H100)"]
+    spec = bench.spec_of(row, 10)
+    assert (spec.devices, spec.global_batch, spec.seq_length) == (8, 128, 8192)
+    assert spec.limits.fsdp == [False, True] and spec.search.balance_budget == 10
+    strategy = bench.published_strategy(row)
+    assert (strategy.tp, strategy.cp, strategy.pp, strategy.dp, strategy.vpp) == (1, 1, 1, 8, 1)
+    assert strategy.fsdp and strategy.zero == 3 and (strategy.micro_batch_size, strategy.micro_batches) == (1, 16)
+    assert strategy in {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)}
+    assert not hasattr(validate(spec, strategy), "reason")
+
+
+def test_the_70b_jobs_grid_holds_its_five_virtual_stages_and_drops_per_layout_flags(bench, rows):
+    # NeMo 25.11 Llama 3 70B FP8 on 64 H100: TP4 PP8 VP5, DP 64 / 32 = 2, GBS 128 = 1 · 64 · 2; the recipe's
+    # --overlap-param-gather-with-optimizer-step (DP, PP, VP > 1) is not every strategy's: left out of the spec
+    row = rows["NeMo Llama 3 70B FP8 TP4 PP8 (64 H100)"]
+    assert row.raw["timing"]["overlap_param_gather_with_optimizer_step"]
+    spec = bench.spec_of(row, 4)
+    assert (spec.devices, spec.global_batch) == (64, 128)
+    assert spec.limits.vpp == [1, 2, 4, 5] and not spec.timing.overlap_param_gather_with_optimizer_step
+    strategy = bench.published_strategy(row)
+    assert (strategy.tp, strategy.pp, strategy.vpp, strategy.schedule, strategy.dp) == (4, 8, 5, "interleaved", 2)
+    assert strategy.sequence_parallel and strategy.zero == 1 and strategy.micro_batches == 64
+    assert strategy in {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)}
