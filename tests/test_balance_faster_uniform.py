@@ -81,7 +81,8 @@ def test_torchtitan_two_stages_one_micro_batch_is_never_slower_than_its_uniform_
     refuses fewer micro-batches than stages (schedules.py `Schedule1F1B.__init__`), ScheduleGPipe runs one."""
     text = (ROOT / "configs/llama3.1-8b-torchtitan.yaml").read_text()
     text = text.replace(
-        "parallel: {dp: 8, tp: 1, pp: 1, fsdp: true, world_size: 8}", "parallel: {dp: 4, pp: 2, fsdp: true, schedule: gpipe}"
+        "parallel: {dp: 8, tp: 1, pp: 1, fsdp: true, world_size: 8}",
+        "parallel: {dp: 4, pp: 2, fsdp: true, schedule: gpipe}",
     )
     text = text.replace("config: hf/", f"config: {ROOT}/configs/hf/")
     run = tmp_path / "run.yaml"
