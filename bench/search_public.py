@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _measure import CpuSampler, machine
-from public_runs import PublicRun, public_runs, row_seconds
+from public_runs import PublicRun, config, public_runs, row_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,28 +58,28 @@ def _world(parallel: dict[str, Any]) -> int:
 
 
 def published_strategy(row: PublicRun) -> Strategy:
-    """The row's parallel layout as a point of the search's grid (its recompute: the spec's first setting;
-    the balancer chooses each layer's option, so the row's own recompute is one of its plans)."""
-    parallel, training = row.raw["parallel"], row.raw["training"]
-    tp, vpp = int(parallel.get("tp", 1)), int(parallel.get("vpp", 1))
-    moe = "ep" in parallel
+    """The row's parallel layout as a point of the search's grid, read from its parsed run config (a layout's
+    virtual stages included: a row may give them by `parallel.layout` alone). Its recompute: the spec's first
+    setting; the balancer chooses each layer's option, so the row's own recompute is one of its plans."""
+    run = config(row)
+    par, training = run.parallel, run.training
     return Strategy(
-        tp=tp,
-        cp=int(parallel.get("cp", 1)),
-        pp=int(parallel.get("pp", 1)),
-        dp=int(parallel["dp"]),
-        vpp=vpp,
-        schedule=parallel.get("schedule", "interleaved" if vpp > 1 else "1f1b"),
-        ep=int(parallel.get("ep", 1)),
-        etp=int(parallel.get("etp", 1)) if moe else tp,
-        sequence_parallel=bool(parallel.get("sequence_parallel", False)),
-        cp_variant=parallel.get("cp_variant", "ring"),
-        zero=3 if parallel.get("fsdp") else int(parallel.get("zero", 0)),
-        fsdp=bool(parallel.get("fsdp", False)),
-        micro_batch_size=int(training["micro_batch_size"]),
-        micro_batches=int(training["micro_batches"]),
+        tp=par.tp,
+        cp=par.cp,
+        pp=par.pp,
+        dp=par.dp,
+        vpp=par.vpp,
+        schedule=par.schedule if par.vpp > 1 or par.schedule != "interleaved" else "1f1b",
+        ep=par.ep,
+        etp=par.expert_tp if "ep" in row.raw["parallel"] else par.tp,
+        sequence_parallel=par.sequence_parallel,
+        cp_variant=par.cp_variant,
+        zero=3 if par.fsdp else par.zero,
+        fsdp=par.fsdp,
+        micro_batch_size=training.micro_batch_size,
+        micro_batches=training.micro_batches,
         recompute=0,
-        group=int(parallel.get("microbatch_group_size_per_vp_stage", 0)),
+        group=par.microbatch_group_size_per_vp_stage or 0,
     )
 
 
@@ -90,7 +90,7 @@ def spec_of(row: PublicRun, balanced: int) -> SearchSpec:
     parallel, training = raw["parallel"], raw["training"]
     batch = int(training["micro_batch_size"]) * int(training["micro_batches"]) * int(parallel["dp"])
     limits: dict[str, Any] = {
-        "vpp": sorted({*DEFAULT_VPP, int(parallel.get("vpp", 1))}),
+        "vpp": sorted({*DEFAULT_VPP, config(row).parallel.vpp}),
         "micro_batch_size": sorted({*DEFAULT_MICRO_BATCH_SIZE, int(training["micro_batch_size"])}),
     }
     if parallel.get("fsdp"):
@@ -141,6 +141,9 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
     print(f"  CPU {cpu or float('nan'):.1f} s, wall {wall:.0f} s, load {load_before:.1f} → {os.getloadavg()[0]:.1f}")
     for number, entry in enumerate(result.ranked[:3], start=1):
         print(f"  {number}. {entry.strategy.label(spec):44s} {entry.seconds:8.3f} s  MFU {100 * entry.mfu:4.1f} %")
+    if not result.ranked:  # say why, rather than place against nothing
+        for reason, count in result.reasons().items():
+            print(f"  {count:,} {reason} (e.g. {result.example(reason)})")
     mine = {entry.strategy: entry for entry in result.balanced}.get(strategy) or evaluate(spec, strategy)
     as_published = row_seconds(row)
     print(f"  published {strategy.label(spec)}{'' if strategy in grid else ' (not in the grid)'}:")
@@ -148,9 +151,12 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
     if not isinstance(mine, Ranked):
         print(f"    balanced: refused: {mine.reason}")
         return
+    if not result.ranked:
+        print(f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %: nothing ranked to place it against")
+        return
     faster = sum(1 for other in result.ranked if other.key() < mine.key())
     where = f"place {faster + 1}" if faster < len(result.ranked) else f"below the top {len(result.ranked)}"
-    first = result.ranked[0].seconds if result.ranked else float("nan")
+    first = result.ranked[0].seconds
     print(
         f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %, peak {mine.peak_memory_mb / 1024:.1f} GiB:"
         f" {where}; our first {first:.3f} s is {mine.seconds / first:.3f}× as fast"

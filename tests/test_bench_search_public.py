@@ -48,3 +48,14 @@ def test_the_70b_jobs_grid_holds_its_five_virtual_stages_and_drops_per_layout_fl
     assert (strategy.tp, strategy.pp, strategy.vpp, strategy.schedule, strategy.dp) == (4, 8, 5, "interleaved", 2)
     assert strategy.sequence_parallel and strategy.zero == 1 and strategy.micro_batches == 64
     assert strategy in {point for point in enumerate_strategies(spec) if isinstance(point, Strategy)}
+
+
+def test_virtual_stages_given_by_a_layout_alone_are_the_strategys(bench, rows):
+    # NeMo 25.11 Qwen3 235B on 256 H100: TP2 PP8 EP32, VP 4 stated only by its layout of 32 virtual stages
+    # (bench/_nemo.py `_split_layout(32, 3)`): 32 / 8 = 4 a rank; DP 256 / (2 · 8) = 16, GBS 2048 / 16 = 128
+    row = rows["NeMo Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)"]
+    assert "vpp" not in row.raw["parallel"] and row.raw["parallel"]["layout"].count("|") == 31
+    strategy = bench.published_strategy(row)
+    assert (strategy.pp, strategy.vpp, strategy.schedule, strategy.dp, strategy.ep) == (8, 4, "interleaved", 16, 32)
+    assert (strategy.etp, strategy.micro_batches) == (1, 128)
+    assert 4 in bench.spec_of(row, 4).limits.vpp

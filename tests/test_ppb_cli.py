@@ -165,3 +165,27 @@ def test_a_word_outside_the_cores_vocabulary_is_one_line(capsys, argv, field, al
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("ppb: error: ") and field in line and allowed in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["plan", "configs/llama3-8b.yaml"], "-o/--out"),
+        (["describe", "configs/llama3-8b.yaml"], "-o/--output"),
+        (["balance", "configs/llama3-8b.yaml"], "-o/--out"),
+        (["search", "searches/llama3-8b-64.yaml"], "-o/--out"),
+        (["import", "megatron", "--num-layers 2", "--device", "h100-80gb"], "-o/--output"),
+        (["census", "configs/hf/llama3-8b.json"], "--out/-o"),
+    ],
+)
+def test_an_empty_output_path_is_refused_before_any_work(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-o "$OUT"` with OUT unset: `ppb plan -o ''` wrote its eleven tables into the working folder (Path('')
+    is '.'), `ppb balance -o ''` and `ppb describe -o ''` wrote nothing and said nothing."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main([*(str(ROOT / a) if a.startswith(("configs/", "searches/")) else a for a in argv), "-o", ""])
+    assert exited.value.code == 2
+    assert f"argument {flag}: is empty: give a file or folder name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -100,6 +100,10 @@ def test_schedule_pairs() -> None:
 def test_reason_family_writes_numbers_as_n() -> None:
     assert reason_family("parallel.cp", "12 is not divisible by cp 5") == "parallel.cp: N is not divisible by cp N"
     assert reason_family(None, "ratio 0.75 of 3") == "ratio N of N"
+    # a number inside a name is the name's: torch's Schedule1F1B, not ScheduleNFNB; numbers after a sign stay N
+    said = "torch's Schedule1F1B refuses 1 micro-batches on 2 stages"
+    assert reason_family("training.micro_batches", said).endswith("Schedule1F1B refuses N micro-batches on N stages")
+    assert reason_family(None, "dp·micro_batch_size = 512·1, fp8") == "dp·micro_batch_size = N·N, fp8"
 
 
 def test_moe_grid_takes_ep_from_the_experts() -> None:

@@ -38,9 +38,19 @@ TIME_LIMIT_HELP = (
 DEFAULT_SEQ = (128, 256, 512)
 
 
+def output_path(text: str) -> str:
+    """An output file or folder: an empty one (`-o "$OUT"` with OUT unset) is refused, not read as "write
+    nothing" or as the working folder (`ppb plan -o ''` wrote its eleven tables there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a file or folder name")
+    return text
+
+
 def plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("-o", "--out", metavar="OUT_DIR", default="out", help="output folder (default: out)")
+    parser.add_argument(
+        "-o", "--out", type=output_path, metavar="OUT_DIR", default="out", help="output folder (default: out)"
+    )
     parser.add_argument(
         "--until", metavar="STAGE", help="stop after this stage (default: all; run_config, layer_walk, ...)"
     )
@@ -76,7 +86,9 @@ def estimate(parser: argparse.ArgumentParser) -> None:
 
 def describe(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN.yaml", help="the run config")
-    parser.add_argument("-o", "--output", metavar="layers.json", help="where to write (default: print)")
+    parser.add_argument(
+        "-o", "--output", type=output_path, metavar="layers.json", help="where to write (default: print)"
+    )
     parser.add_argument(
         "--no-times",
         action="store_true",
@@ -101,7 +113,9 @@ def census(parser: argparse.ArgumentParser) -> None:
         help="a HuggingFace config.json, or a torchtitan run config (RUN.yaml: its block under none, op "
         "and full checkpointing beside ppb's torchtitan rules)",
     )
-    parser.add_argument("--out", "-o", help="the census file to write (JSON; needed with a config.json)")
+    parser.add_argument(
+        "--out", "-o", type=output_path, help="the census file to write (JSON; needed with a config.json)"
+    )
     parser.add_argument(
         "--seq",
         type=int,
@@ -197,7 +211,9 @@ def balance(parser: argparse.ArgumentParser) -> None:
         help="minimise the closed-form estimate only, not the schedule's critical path",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("-o", "--out", metavar="PLAN.json", help="also write the JSON plan to this file")
+    parser.add_argument(
+        "-o", "--out", type=output_path, metavar="PLAN.json", help="also write the JSON plan to this file"
+    )
 
 
 def check(parser: argparse.ArgumentParser) -> None:
@@ -226,7 +242,9 @@ def check(parser: argparse.ArgumentParser) -> None:
 def search(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SEARCH.yaml", help="a search spec (searches/*.yaml)")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
-    parser.add_argument("-o", "--out", metavar="DIR", help="write the ranked run configs and plans here")
+    parser.add_argument(
+        "-o", "--out", type=output_path, metavar="DIR", help="write the ranked run configs and plans here"
+    )
     parser.add_argument("--workers", type=int, help="processes (default: the spec's, else the machine's CPUs)")
     parser.add_argument("--top", type=int, help="strategies to rank (default: the spec's search.top)")
     parser.add_argument(
@@ -275,7 +293,9 @@ def imports(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", help="the run config's name (default: the file's name without its suffix; megatron-launch for flags)"
     )
-    parser.add_argument("-o", "--output", metavar="RUN.yaml", help="where to write the run config (default: print)")
+    parser.add_argument(
+        "-o", "--output", type=output_path, metavar="RUN.yaml", help="where to write the run config (default: print)"
+    )
 
 
 class Command(NamedTuple):

@@ -154,8 +154,9 @@ class Refusal:
 
 
 def reason_family(field: str | None, problem: str) -> str:
-    """What counts refusals alike: the field and the problem, numbers written N."""
-    text = re.sub(r"\d+(\.\d+)?", "N", problem)
+    """What counts refusals alike: the field and the problem, numbers written N (digits inside a name, torch's
+    `Schedule1F1B`, `fp8`, stay: a family read "ScheduleNFNB" until December 2026)."""
+    text = re.sub(r"(?<![A-Za-z_])\d+(\.\d+)?", "N", problem)
     return f"{field}: {text}" if field else text
 
 
