@@ -1,4 +1,4 @@
-"""The A100 SXM's GEMMs back to back, against the one public full-duty loop on random data (Horace He, 2024)."""
+"""The A100 SXM's GEMMs in a step, against the one public loop of a large GEMM on random data (Horace He, 2024)."""
 
 import pytest
 

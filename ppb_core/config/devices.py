@@ -166,12 +166,13 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 LAYER_GEMM_SHARE_H100 = round(25.585 / 30.214, 3)  # 0.847
 FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
 # The same share on the 400 W A100 SXM (`layer_gemm_share`), from the one public loop of a large 16-bit GEMM
-# on random data at full duty: Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given
+# on random data, 4.3 ms a call: Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given
 # 'Predictable' Data" (thonking.ai, 2024; runs of 2022): cuBLAS at 8192x8192x8192 on an A100 reaches 258
 # TFLOP/s, a CUTLASS kernel bound into the same script 257, randn inputs 257 against 295 with zeros (and
 # CUTLASS's profiler, which fills its operands with integers, 288): two libraries meet at one rate that the
 # data's bit flips, not the kernel, set, the 400 W limit (so a later cuBLAS does not lift it). Each such call
-# runs 4.3 ms, back to back. MAMF's A100 figure (271.2 at 1024x10240x5120, ml-engineering's table) is a
+# takes 4.3 ms at that rate, so whatever the loop runs between calls (a flush, if any) is a small share of
+# it. MAMF's A100 figure (271.2 at 1024x10240x5120, ml-engineering's table) is a
 # 0.4 ms call between a 256 MiB memset and an output copy (mamf-finder.py `benchmark_mm` at 744d01e), a lower
 # duty. Ppb's tiles at MAMF with Ampere's epilogue price 8192^3 at 4.146 ms, 265.2 TFLOP/s:
 # 257 / 265.2 = 0.969 (tests/test_timing_a100_layer_gemms.py).
