@@ -25,6 +25,16 @@ def _run(name: str) -> dict[str, Any]:
     return raw
 
 
+def _estimate_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path, raw: dict[str, Any]) -> tuple[Path, str]:
+    """`ppb estimate` on *raw* written as run.yaml: exit 2 and one line; the file and that line."""
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    return run, err
+
+
 MEGATRON, TITAN, MINDFORMERS = "llama3-8b.yaml", "llama3.1-8b-torchtitan.yaml", "mindformers"
 GROUP = "parallel.microbatch_group_size_per_vp_stage"
 INTERLEAVED = {"vpp": 2, "schedule": "interleaved"}  # llama3-8b: pp 4, 8 micro-batches
@@ -125,11 +135,7 @@ def test_latent_norms_off_need_an_mla_model(capsys: pytest.CaptureFixture[str], 
         "intermediate_size": 512,
         "mla_latent_norms": False,
     }
-    run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump(raw))
-    code = main(["estimate", str(run)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1
+    run, err = _estimate_refusal(capsys, tmp_path, raw)
     assert f"{run}: models.0.spec: mla_latent_norms false needs an MLA model" in err, err
 
 
@@ -149,11 +155,7 @@ def test_the_bf16_optimizer_needs_bf16_and_its_own_zero_1(
     raw = _run(MEGATRON)
     raw["timing"] = {"deepspeed_bf16_optimizer": True, "gradient_accumulation_fusion": False}
     raw[section].update(values)
-    run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump(raw))
-    code = main(["estimate", str(run)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
+    run, err = _estimate_refusal(capsys, tmp_path, raw)
     assert err.startswith(f"ppb: error: {run}: timing.deepspeed_bf16_optimizer: ") and words in err, err
 
 
@@ -172,11 +174,7 @@ def test_deepspeed_s_pipeline_engine_runs_1f1b_over_a_pipeline(
     raw = _run(MEGATRON)
     raw["timing"] = {"deepspeed_pipeline": True}
     raw["parallel"].update(parallel)
-    run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump(raw))
-    code = main(["estimate", str(run)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
+    run, err = _estimate_refusal(capsys, tmp_path, raw)
     assert err.startswith(f"ppb: error: {run}: timing.deepspeed_pipeline: ") and words in err, err
 
 
@@ -203,9 +201,5 @@ def test_alibi_is_refused_where_no_code_runs_it(
         "position_embedding": "alibi",
         **extra,
     }
-    run = tmp_path / "run.yaml"
-    run.write_text(yaml.safe_dump(raw))
-    code = main(["estimate", str(run)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
+    run, err = _estimate_refusal(capsys, tmp_path, raw)
     assert f"{run}: models.0.spec.position_embedding: " in err and words in err, err
