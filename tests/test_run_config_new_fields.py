@@ -36,6 +36,14 @@ def _estimate_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path, raw: d
 
 
 MEGATRON, TITAN, MINDFORMERS = "llama3-8b.yaml", "llama3.1-8b-torchtitan.yaml", "mindformers"
+# a small dense model given inline (no config.json), for the spec fields' refusals
+SMALL_SPEC = {
+    "vocab_size": 1024,
+    "hidden_size": 256,
+    "num_layers": 8,
+    "num_attention_heads": 4,
+    "intermediate_size": 512,
+}
 GROUP = "parallel.microbatch_group_size_per_vp_stage"
 INTERLEAVED = {"vpp": 2, "schedule": "interleaved"}  # llama3-8b: pp 4, 8 micro-batches
 TITAN_PP = {"dp": 4, "pp": 2, "vpp": 2, "schedule": "interleaved"}
@@ -128,11 +136,7 @@ def test_latent_norms_off_need_an_mla_model(capsys: pytest.CaptureFixture[str], 
     raw = _run(MEGATRON)
     raw["models"][0].pop("config")
     raw["models"][0]["spec"] = {
-        "vocab_size": 1024,
-        "hidden_size": 256,
-        "num_layers": 8,
-        "num_attention_heads": 4,
-        "intermediate_size": 512,
+        **SMALL_SPEC,
         "mla_latent_norms": False,
     }
     run, err = _estimate_refusal(capsys, tmp_path, raw)
@@ -193,11 +197,7 @@ def test_alibi_is_refused_where_no_code_runs_it(
     raw = _run(base)
     raw["models"][0].pop("config")
     raw["models"][0]["spec"] = {
-        "vocab_size": 1024,
-        "hidden_size": 256,
-        "num_layers": 8,
-        "num_attention_heads": 4,
-        "intermediate_size": 512,
+        **SMALL_SPEC,
         "position_embedding": "alibi",
         **extra,
     }
