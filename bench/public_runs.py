@@ -205,11 +205,13 @@ def _megatron_runs() -> list[PublicRun]:
             "device": {"name": "h100-80gb"},
             # the table's release, r0.8.0: its overlapped interleaved schedule's sends and receives; its
             # TransformerEngine 1.x's userbuffers GEMMs launched for every SM (initialize_ub set_sm_margin 0; r0.8.0
-            # is of August 2024, TE 2.0, which sets the margin, of February 2025)
+            # is of August 2024, TE 2.0, which sets the margin, of February 2025); --tp-comm-overlap at TP > 1 only,
+            # where sequence parallelism runs (Megatron-LM's validate_args refuses it without; TP 1 has no TP
+            # collectives to overlap)
             "timing": {
-                "overlap": {"tp": 1.0, "dp": 1.0, "param_gather": 1.0},
+                "overlap": {"tp": 1.0 if tp > 1 else 0.0, "dp": 1.0, "param_gather": 1.0},
                 "interleaved_send_waits": "core_r0.8",
-                "ub_sm_margin": False,
+                **({"ub_sm_margin": False} if tp > 1 else {}),
             },
         }
         runs.append(

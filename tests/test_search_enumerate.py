@@ -126,3 +126,25 @@ def test_all_gather_cp_is_searched_beside_the_ring() -> None:
     assert labels == ["cp1", "cp2", "cp2ag"]
     valid, refused = verdicts(spec)
     assert len(valid) == 3 and not refused
+
+
+def test_a_spec_s_tp_comm_overlap_holds_where_sequence_parallelism_runs() -> None:
+    # Megatron-LM refuses --tp-comm-overlap without sequence parallelism (arguments.py validate_args) and turns
+    # sequence parallelism off at tp 1; Megatron-Bridge's CommOverlapConfig drops the overlap there. So a spec's
+    # timing.overlap.tp is written into its tp 2 strategies with sequence parallelism, and left out of the tp 1
+    # ones and those without, which stay valid: the refusal counts equal the grid without the overlap.
+    raw = yaml.safe_load((DATA / "tiny-dense.yaml").read_text())
+    raw["limits"].update(tp=[1, 2], sequence_parallel=[True, False])
+    raw["timing"] = {"overlap": {"tp": 1.0, "dp": 0.5}, "ub_sm_margin": False}
+    spec = parse_search_spec(raw, DATA / "tiny-dense.yaml", DATA)
+    valid, refused = verdicts(spec)
+    plain = dict(raw, timing={"overlap": {"dp": 0.5}})
+    valid_plain, refused_plain = verdicts(parse_search_spec(plain, DATA / "tiny-dense.yaml", DATA))
+    assert (valid, refused) == (valid_plain, refused_plain)
+    runs = {point.label(spec): validate(spec, point) for point in valid}
+    for label, run in runs.items():
+        userbuffers = "sp" in label.split("-")[0]
+        assert run.timing.overlap.tp == (1.0 if userbuffers else 0.0), label
+        assert run.timing.ub_sm_margin is (not userbuffers), label
+        assert run.timing.overlap.dp == 0.5
+    assert {"sp" in label.split("-")[0] for label in runs} == {True, False}

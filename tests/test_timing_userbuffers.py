@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
+import yaml
 from small_models import ROUND_DEVICE
 
+from ppb_core.cli.main import main
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.walk import walk
@@ -135,3 +138,26 @@ def test_a_pipelined_all_gather_is_refused_as_te_does():
     with pytest.raises(InputError) as caught:
         _megatron_sp_run(1.0, methods={"qkv_fprop": "pipeline"})
     assert caught.value.field == "timing.tp_comm_overlap_methods.qkv_fprop"
+
+
+@pytest.mark.parametrize(
+    ("parallel", "said"),
+    [
+        ({"sequence_parallel": False}, "it is off"),
+        ({"dp": 16, "tp": 1, "sequence_parallel": True}, "tp is 1"),
+    ],
+)
+def test_tp_comm_overlap_without_sequence_parallelism_is_refused_in_one_line(tmp_path, capsys, parallel, said):
+    # Megatron-LM's validate_args asserts sequence parallelism for --tp-comm-overlap (arguments.py, from
+    # 116ffddc58 2023-10-23 to d98e8a64) and turns sequence parallelism off at tensor parallel 1 just before
+    configs = Path(__file__).parent.parent / "configs"
+    raw = yaml.safe_load((configs / "llama3-8b.yaml").read_text())
+    raw["models"][0]["config"] = str(configs / raw["models"][0]["config"])
+    raw["parallel"].update(parallel)
+    raw["timing"] = {"overlap": {"tp": 1.0}}
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump(raw))
+    code = main(["estimate", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{run}: timing.overlap.tp: is Megatron's --tp-comm-overlap" in err and said in err

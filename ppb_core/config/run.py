@@ -1666,6 +1666,16 @@ def _check_te_words(timing: TimingOptions, where: str, flash_attention: bool) ->
             raise InputError(where, "timing.ub_sm_margin", f"is TE's userbuffers set_sm_margin: {needs}")
 
 
+def _check_tp_comm_overlap(run: RunConfig, where: str) -> None:
+    """Megatron-LM's `--tp-comm-overlap` (`timing.overlap.tp` above 0) asserts sequence parallelism (arguments.py
+    `validate_args`, from 116ffddc58, 2023-10-23, to d98e8a64), which it turns off at tensor parallel 1."""
+    par = run.parallel
+    if run.framework == "megatron" and run.timing.overlap.tp > 0 and (par.tp == 1 or not par.sequence_parallel):
+        at = "tp is 1 (Megatron turns sequence parallelism off there)" if par.tp == 1 else "it is off"
+        said = f"is Megatron's --tp-comm-overlap, which needs parallel.sequence_parallel; {at}"
+        raise InputError(where, "timing.overlap.tp", said)
+
+
 def check_mesh(device: Device, devices_per_node: int, where: str) -> None:
     """A full mesh of n links a device (`intra_node_links`, one to each peer: `ppb_core.timing.comm`) is a
     node of n + 1 devices; another node size would have pairs with no link, or links to no peer."""
@@ -1716,6 +1726,7 @@ def _check_run(run: RunConfig, where: str) -> None:
         )
     check_timing_words(run.framework, run.timing, where, flash_attention=train.flash_attention)
     check_mesh(run.device, par.devices_per_node, where)
+    _check_tp_comm_overlap(run, where)
     check_fused_determinism(run.framework, run.timing, run.device, run.training.seq_length, where)
     _check_float8_gather(run, where)
     for index, sub in enumerate(run.models):

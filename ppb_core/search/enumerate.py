@@ -133,6 +133,8 @@ class Strategy:
             "device": spec.device.model_dump(mode="json", exclude_none=True),
         }
         timing = spec.timing.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+        if spec.framework == "megatron" and (self.tp == 1 or not self.sequence_parallel):
+            timing = _without_tp_comm_overlap(timing)
         if timing:
             raw["timing"] = timing
         ppb = spec.ppb.model_dump(mode="json", exclude_defaults=True)
@@ -142,6 +144,17 @@ class Strategy:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _without_tp_comm_overlap(timing: dict[str, Any]) -> dict[str, Any]:
+    """A spec's `--tp-comm-overlap` (timing.overlap.tp, with its userbuffers settings) where a strategy runs no
+    sequence parallelism, which Megatron-LM asserts for it (arguments.py `validate_args`, d98e8a64): left out, as
+    Megatron-Bridge leaves it out at TP 1 or without sequence parallelism (training/comm_overlap.py
+    `CommOverlapConfig`: "Disabling tensor parallel communication overlap due to TP size < 2")."""
+    timing = {key: value for key, value in timing.items() if key not in ("ub_sm_margin", "tp_comm_overlap_methods")}
+    overlap = {key: value for key, value in timing.get("overlap", {}).items() if key != "tp"}
+    timing.pop("overlap", None)
+    return {**timing, **({"overlap": overlap} if overlap else {})}
 
 
 @dataclass(frozen=True)
