@@ -43,8 +43,9 @@ def mindformers_rows() -> list[dict[str, Any]]:
             "recompute": "full",
         },
         "device": {"name": "ascend-910b"},
-        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward
-        "timing": {"param_dtype": "fp16"},
+        # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward;
+        # context.jit_config.jit_level O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
+        "timing": {"param_dtype": "fp16", "jit_level": "O1"},
     }
     return [
         {
@@ -216,6 +217,7 @@ class Card:
     comm_layers: tuple[int, ...] = ()  # recompute_config.select_comm_recompute, layers per stage
     fine_grain_interleave: int = 1  # model_config.fine_grain_interleave
     param_dtype: str | None = None  # model_config.param_init_type where it differs from compute_dtype
+    jit_level: str | None = "O1"  # context.jit_level (None: the yaml sets none)
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -302,6 +304,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="bf16",
         param_dtype="fp32",
+        jit_level=None,
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -352,6 +355,7 @@ CARD_ROWS: tuple[Card, ...] = (
         micro_batch_num=1,
         full_recompute=True,
         dtype="fp16",
+        jit_level=None,
     ),
     Card(
         "Llama 3 8B finetune",
@@ -727,6 +731,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=True,
         dtype="bf16",
         flash_attention=False,
+        jit_level=None,
     ),
     Card(
         "GLM-4 9B finetune",
@@ -774,6 +779,8 @@ def card_raw(card: Card) -> dict[str, Any]:
     timing: dict[str, Any] = {}
     if card.param_dtype is not None:
         timing["param_dtype"] = card.param_dtype  # the weights' casts and fp32/fp16 accumulation
+    if card.jit_level is not None:
+        timing["jit_level"] = card.jit_level  # O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

@@ -137,6 +137,8 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
         assert card.param_dtype == (None if param == card.dtype else param)
         assert par.get("use_seq_parallel", False) is True or card.mp == 1
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
+        # context.jit_config.jit_level (mindspore.set_context's jit_config): graph-kernel fusion at O1
+        assert (config["context"].get("jit_config") or {}).get("jit_level") == card.jit_level
         assert "pipeline_config" not in config["parallel"]
         assert (model.get("offset") or 0) == (list(card.offset) if card.offset else 0)
         spec = card.spec

@@ -740,6 +740,13 @@ class TimingOptions(StrictModel):
         "layers' gradient reductions and parameter gathers are fused into that many groups by layer index "
         "(models/utils.py `LayerSetting.set`; time only; framework mindformers)",
     )
+    jit_level: Literal["O0", "O1", "O2"] | None = Field(
+        None,
+        description="MindFormers' context.jit_level, MindSpore's compile level: O1 adds graph-kernel fusion "
+        "(DVM on Ascend), under which the cross-entropy runs as the fused kernels "
+        "`flops.mindformers_loss_bytes` counts; O0, O2 and unset keep the generic loss count, not re-derived "
+        "(time only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1568,6 +1575,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.param_dtype is not None:
         said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.param_dtype", said)
+    if framework != "mindformers" and timing.jit_level is not None:
+        said = f"is MindFormers' context word (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.jit_level", said)
     if framework != "mindformers" and timing.gradient_aggregation_group is not None:
         said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.gradient_aggregation_group", said)

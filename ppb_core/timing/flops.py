@@ -194,6 +194,7 @@ class OpGeometry(Geometry):
     transformer_impl: str = "transformer_engine"  # Megatron's --transformer-impl: transformer_engine | local
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
     cross_entropy_impl: str = "native"  # ... its --cross-entropy-fusion-impl: native | te
+    jit_level: str = ""  # MindFormers' context.jit_level (`timing.jit_level`; "" unset or another framework)
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     main_grad_passes: int = 2  # its passes when a 16-bit gradient is added into it (`main_grad_passes`)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
@@ -251,6 +252,7 @@ class OpGeometry(Geometry):
             transformer_impl=run.timing.transformer_impl,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
+            jit_level=run.timing.jit_level or "",
             main_grad_bytes=train.grad_bytes,
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
             rope_fusion=run.timing.rope_fusion,
@@ -2008,6 +2010,8 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     if geo.framework == "torchtitan" and geo.tp == 1:
         forward_again, backward_again = softmax_row_rereads(vocab)
         return bc + (3 + forward_again) * STATS_BYTES, (5 + backward_again) * STATS_BYTES + bc
+    if geo.framework == "mindformers" and geo.jit_level == "O1":
+        return mindformers_loss_bytes(bc)
     if geo.framework != "megatron":
         return bc + 3 * STATS_BYTES, 2 * STATS_BYTES + bc
     if geo.cross_entropy_fusion and geo.cross_entropy_impl == "te":
@@ -2015,6 +2019,29 @@ def _loss_bytes(geo: OpGeometry, vocab: int) -> tuple[int, int]:
     if geo.cross_entropy_fusion:
         return bc + 5 * STATS_BYTES, 4 * STATS_BYTES + bc
     return bc + 9 * STATS_BYTES, bc + 3 * STATS_BYTES
+
+
+def mindformers_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
+    """Bytes a logit of MindFormers' `CrossEntropyLoss` moves (forward, backward) under MindSpore's
+    jit_level O1 on Ascend, whose graph-kernel fusion (DVM) runs each cluster of fusable primitives as one
+    kernel reading its outside inputs and writing its outside outputs once.
+
+    The graph (mindformers/core/loss/loss.py `_LogSoftmax.construct`, `_NLLLoss.construct` and their
+    `bprop`s, the same at 2388c729a and v1.4.0-beta2 a4dfb8219; models/llama/llama.py casts the 16-bit
+    logits to float32 before it): Cast, ReduceMax, Sub, Exp, ReduceSum, Log, Sub (the log-softmax),
+    OneHot (a float32 one-hot of the labels), Mul, Neg, ReduceSum; the backward Exp of the kept
+    log-softmax, minus the one-hot, times the per-token gradient, and the cast back to 16 bits.
+    MindSpore's DVM clusters element-wise ops, Cast and ReduceSum but not ReduceMax or OneHot
+    (backend/common/graph_kernel/adapter/graph_kernel_cluster_cloud.cc `clusterable_ops_with_level_dvm`,
+    mindspore-ai/mindspore at 4893827320's stored version), and fuses element-wise ops into a following
+    reduction, not a reduction into the element-wise ops reading its result (split_model_ascend.cc
+    `FuseReduceFwd`; stitch fusion is off on 910B, graph_kernel_flags.cc `enable_stitch_fusion`). So the
+    forward is: the Cast alone (ReduceMax reads its output and feeds the Sub, which would close a cycle),
+    read bc, write 4; ReduceMax reads 4; {Sub, Exp, ReduceSum} reads 4 and writes the shifted logits (4,
+    read again by the log-softmax's Sub); OneHot writes 4; {Sub, Mul, Neg, ReduceSum} reads 4 + 4 and writes
+    the log-softmax the backward keeps (4): bc + 8·4. The backward is one cluster, the cast back included:
+    it reads the log-softmax and the one-hot (4 + 4) and writes the 16-bit gradient: 2·4 + bc."""
+    return dtype_bytes + 8 * STATS_BYTES, 2 * STATS_BYTES + dtype_bytes
 
 
 def te_loss_bytes(dtype_bytes: int) -> tuple[int, int]:
