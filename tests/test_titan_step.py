@@ -13,7 +13,7 @@ from ppb_core.errors import InputError
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.timing.iteration import _fsdp_exposed, framework_rules, run_iteration
 from ppb_core.timing.pricer import TimeModel
-from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element
+from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element, pipelined_grad_bytes
 
 NODES = [HEAD, BODY, BODY, TAIL]
 LAST = [False, False, True, False]
@@ -195,3 +195,34 @@ def test_the_clip_norm_all_reduces_by_hand(pp, steps):
         "device": {**ROUND_DEVICE, "collective_latency_us": 5.0},
     }
     assert run_iteration(parse_run_config(raw)).breakdown["bookkeeping"] == pytest.approx(steps * 5e-6)
+
+
+def test_pipelined_fp32_gradient_accumulation_bytes_by_hand():
+    # FSDP2 under torch.distributed.pipelining's no-sync backward (FSDPParam.to_accumulated_grad_if_needed,
+    # accumulate_unsharded_grad_if_needed): bf16 gradients (2 B), fp32 reduce dtype (4 B). Micro-batch 1
+    # casts (read 2, write 4: 6), each later one adds (read 4 + 2, write 4: 10); 8 micro-batches average
+    # (6 + 7·10)/8 = 9.5 B an element; the reduce-scatter copy-in reads the fp32 accumulator: 4 + 4 = 8
+    assert pipelined_grad_bytes(8, 2, 4) == (pytest.approx(9.5), 8)
+    assert pipelined_grad_bytes(1, 2, 4) == (pytest.approx(6.0), 8)
+    # gradients already in the reduce dtype: no accumulator, the copy-in of the plain step (2 + 2)
+    assert pipelined_grad_bytes(8, 2, 2) == (0.0, 4)
+
+
+def test_pipelined_torchtitan_pays_the_fp32_accumulation_each_micro_batch():
+    # 8 micro-batches against 4 of the same size, pp 2: the bf16-reduced run's difference is their compute
+    # (FSDP2 keeps no accumulator); the fp32-reduced run's adds, on the last stage's path through every
+    # micro-batch's backward, the accumulator's added bytes: 6 + 7·10 − (6 + 3·10) = 40 B an element of
+    # the stage's 26,743,808 unsharded parameters (2 blocks of 11,274,240, the norm 1,024 and the output
+    # 4,096·1,024; SMALL_GQA over 2 stages, torchtitan's split 2 and 2 blocks), at 1000 GB/s · 0.5
+    def seconds(m, grad_bytes):
+        raw = {
+            "framework": "torchtitan",
+            "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
+            "parallel": {"dp": 2, "zero": 3, "pp": 2, "fsdp": True},
+            "training": {"seq_length": 2048, "micro_batch_size": 1, "micro_batches": m, "grad_bytes": grad_bytes},
+            "device": ROUND_DEVICE,
+        }
+        return run_iteration(parse_run_config(raw)).seconds
+
+    added = (seconds(8, 4) - seconds(4, 4)) - (seconds(8, 2) - seconds(4, 2))
+    assert added >= 40 * 26_743_808 / (1000e9 * 0.5)

@@ -68,7 +68,12 @@ from ppb_core.timing.muon import step_seconds as muon_step_seconds
 from ppb_core.timing.offload import cpu_offload_waits, reload_seconds, reload_wait_s
 from ppb_core.timing.pricer import TimeModel
 from ppb_core.timing.reporting import bookkeeping, bookkeeping_seconds, pass_bytes, with_statistics_groups
-from ppb_core.timing.titan_step import clip_norm_seconds, fsdp2_units, optimizer_bytes_per_element
+from ppb_core.timing.titan_step import (
+    clip_norm_seconds,
+    fsdp2_units,
+    optimizer_bytes_per_element,
+    pipelined_grad_bytes,
+)
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
 BREAKDOWN_KEYS: tuple[str, ...] = (
@@ -513,6 +518,12 @@ def run_iteration(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention, again
             )
             copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
+            if rules.name == "torchtitan" and not rules.fsdp_reduce_every_micro_batch:
+                # FSDP2 keeps the unsharded gradients in fp32 across the micro-batches (titan_step)
+                added, copy_in = pipelined_grad_bytes(m, train.dtype_bytes, train.grad_bytes)
+                held = [memory.parameters(layer).total for layer, _, _ in entries]
+                be += sum(kernels.memory_s(added * params) for params in held)
+                copies = [(out, kernels.memory_s(copy_in * n)) for (out, _), n in zip(copies, held, strict=True)]
             fe += sum(out for out, _ in copies)
             be += sum(
                 (out if regathered[index] else 0.0) + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)

@@ -49,6 +49,18 @@ reduce_dtype=float32)`), bytes per element a device holds:
   2p + g + 4m = 28 bytes.
 - `optimizer.zero_grad()` sets the gradients to None (`set_to_none=True`): no kernel. FSDP2 frees
   the unsharded gradients once reduce-scattered, so there is no buffer to zero.
+**Gradients under a pipeline** (`pipelined_grad_bytes`). torch.distributed.pipelining's stage
+(stage.py `backward_maybe_with_nosync`, since 2024) runs every micro-batch's backward with
+`set_requires_gradient_sync(False)` and reduces only after the last one. FSDP2 then keeps each
+unsharded gradient in the reduce dtype (fp32, torchtitan's `mixed_precision_reduce`) itself, on the
+compute stream in `FSDPParamGroup.post_backward` (torch/distributed/_composable/fsdp/_fsdp_param.py
+of late 2024, the same in torch 2.13's fsdp/_fully_shard/_fsdp_param.py): the first micro-batch's
+bf16 gradient cast into a new fp32 accumulator (`to_accumulated_grad_if_needed`: read bc, write g),
+each later one added into it (`accumulate_unsharded_grad_if_needed`, `+=`: read g and bc, write g);
+the reduce-scatter's copy-in (`foreach_reduce`) then reads that fp32 accumulator (g + g an element
+where the unpipelined step reads the bf16 gradient, bc + g). Nothing of this where the gradient is
+already in the reduce dtype (autograd accumulates it in place instead, not priced).
+
 The clip's total norm is a DTensor `_NormPartial` over the parameters' mesh: made `Replicate` for
 the coefficient (`max_norm / (total_norm + 1e-6)`, a non-linear op), one scalar all-reduce per mesh
 dimension (torch/distributed/tensor/_redistribute.py reduces a `Partial` dimension by dimension:
@@ -146,3 +158,15 @@ def clip_norm_seconds(run: RunConfig, links: Links, data_group: int) -> float:
     span = par.tp * par.cp * par.dp
     groups = (Group(data_group, span), Group(par.tp, par.tp), Group(par.pp, span * par.pp))
     return sum(scalar_all_reduce_seconds(group, links) for group in groups)
+
+
+def pipelined_grad_bytes(micro_batches: int, param_bytes: int, reduce_bytes: int) -> tuple[float, int]:
+    """(HBM bytes per unsharded parameter element a micro-batch's backward adds on average, the
+    reduce-scatter copy-in's bytes per element) under torchtitan's pipeline (module docstring): the
+    first micro-batch's cast (bc + g), each later one's add (g + bc + g), and the copy-in from the fp32
+    accumulator (2g); none where *param_bytes* already is the reduce dtype (the copy-in then bc + g)."""
+    if param_bytes == reduce_bytes:
+        return 0.0, param_bytes + reduce_bytes
+    cast = param_bytes + reduce_bytes
+    add = 2 * reduce_bytes + param_bytes
+    return (cast + add * (micro_batches - 1)) / micro_batches, 2 * reduce_bytes
