@@ -42,7 +42,12 @@ _COMMON_TIMING: dict[str, Any] = {
     # Transformer Engine is installed (`create_attention_mask or not HAVE_TE`, default False)
     "batch_broadcast": False,
     "attention_mask_in_dataloader": False,
+    # the 25.11 container's cuDNN (Megatron-Bridge docs/releases/software-versions.md at v0.2.0, "NeMo Framework
+    # 25.11": cuDNN 9.13.1.26): its attention kernels on B200 and GB200 (ppb_core.timing.attention_rates)
+    "cudnn_release": "9.13.1.26",
 }
+# the 26.04 container's (the same file at v0.4.0, "NeMo Framework 26.04": cuDNN 9.20.0.48-1)
+CUDNN_2604 = "9.20.0.48"
 # Llama 3 8B's config.json: as 3.1's but its rope theta and 8192 positions (no bearing on time).
 _LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
 
@@ -521,6 +526,7 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
     rows = []
     for label, spec, gpus, gbs, mbs, parallel, device, tps, options in _LLAMA_2604_ROWS:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
+        raw["timing"]["cudnn_release"] = CUDNN_2604
         notes = ("the 26.04 container's Megatron-Bridge taken as v0.4.0", "the table's FP8 as the FP8_CS preset")
         row = _row(label, raw, gpus, gbs, tps, notes if "MXFP8" not in label else notes[:1])
         rows.append({**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604})

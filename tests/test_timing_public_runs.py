@@ -108,6 +108,10 @@ def test_nemo_26_04_rows_take_the_v0_4_0_presets(public):
     mx = public.config(rows["NeMo 26.04 Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)"])
     assert (mx.parallel.vpp, mx.timing.fp8_recipe) == (8, "mxfp8")
     assert not mx.timing.overlap_param_gather_with_optimizer_step
+    # the 26.04 container's cuDNN 9.20.0.48 (Megatron-Bridge docs/releases/software-versions.md at v0.4.0):
+    # from 9.17 on, the newest measured sm100 kernels
+    assert run.timing.cudnn_version == mx.timing.cudnn_version == (9, 20)
+    assert TimeModel(mx).kernels.attention_kernel == "cudnn_sm100"
     # 16 · 8 = 128 cells: the embedding's alone, 126 of one layer, the loss's alone
     cells = [count for chunk in mx.layout_cells() for count in chunk]
     assert (len(cells), sum(cells), mx.layout_cells()[0][0], mx.layout_cells()[-1][-1]) == (128, 126, 0, 0)
@@ -151,6 +155,11 @@ def test_torchtitan_2024_docs_rows_agree_with_their_own_mfu(public):
 def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public):
     rows = {row.name: public.config(row) for row in public.public_runs() if row.source == public.NEMO}
     assert len(rows) == 15
+    # every 25.11 row ran the container's cuDNN 9.13.1.26 (Megatron-Bridge docs/releases/software-versions.md
+    # at v0.2.0): on B200 and GB200 9.13's measured attention kernels
+    assert {run.timing.cudnn_version for run in rows.values()} == {(9, 13)}
+    b200 = rows["NeMo Llama 3 8B MXFP8 (8 B200)"]
+    assert TimeModel(b200).kernels.attention_kernel == "cudnn_sm100_913"
     # Qwen3 30B-A3B MXFP8 on 8 GB200 (QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG, v0.2.0): DP 8, MBS 4, GBS 512 /
     # (4 · 8) = 16 micro-batches; HybridEP on 32 SMs (set_common_perf_overrides), TE graphs of the router and
     # the preprocessing. 2,097,152 / (23,766 · 8 = 190,128) = 11.0302 s.

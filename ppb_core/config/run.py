@@ -848,6 +848,14 @@ class TimingOptions(StrictModel):
         "sm90, cuDNN from sm90 on), flash runs TE's FlashAttention on any GPU, fused cuDNN's FusedAttention; "
         "memory (the attention's kept output and backward workspace) and time (FlashAttention-2's rates or cuDNN's)",
     )
+    cudnn_release: str | None = Field(
+        None,
+        max_length=24,
+        pattern=r"^\d+\.\d+(\.\d+){0,2}$",
+        description="the cuDNN release whose attention kernels the run ran (9.13.1.26, as a container's release "
+        "notes name it): on sm100, before 9.17, cuDNN 9.13's measured rates (ppb_core.timing.attention_rates); "
+        "unset: the newest measured, 9.22; not read on other GPUs (one measured release there)",
+    )
     host_launch_us: Annotated[float, Field(ge=0.0, le=1000.0)] = Field(
         5.0,
         description="the host's time to launch one kernel where the device states no host_kernel_us, and the "
@@ -1010,6 +1018,14 @@ class TimingOptions(StrictModel):
         TransformerEngine, or Megatron's --deterministic-mode (or torchtitan's debug.deterministic)."""
         te_env = bool(self.te_deterministic_attention) and self.transformer_impl == "transformer_engine"
         return self.deterministic or te_env
+
+    @property
+    def cudnn_version(self) -> tuple[int, int] | None:
+        """`cudnn_release` as (major, minor); None where unstated."""
+        if self.cudnn_release is None:
+            return None
+        major, minor = self.cudnn_release.split(".")[:2]
+        return int(major), int(minor)
 
 
 # CUBLAS_WORKSPACE_CONFIG's form, ":SIZE:COUNT" pairs (SIZE in KiB), as PyTorch parses it
@@ -1587,6 +1603,10 @@ def check_timing_words(
         raise InputError(where, f"timing.{megatron_words[0]}", said)
     if not timing.batch_broadcast and framework != "megatron":
         raise InputError(where, "timing.batch_broadcast", "is Megatron's get_batch: set framework megatron")
+    if timing.cudnn_release is not None and framework == "mindformers":
+        # MindSpore's FlashAttentionScore is CANN's kernel (devices.py, Ascend 910B): no cuDNN to state
+        said = f"is NVIDIA's cuDNN, which no {framework} kernel ppb prices runs; drop it"
+        raise InputError(where, "timing.cudnn_release", said)
     if not timing.attention_mask_in_dataloader and framework != "megatron":
         raise InputError(
             where,

@@ -41,6 +41,27 @@ causal mask's unmasked half, as every source below does.
   llama3.1_20260424_100750.csv at fb682ce; cuDNN 9.22, the same heads, batch 2), TFLOP/s at 2k, 4k,
   8k, 16k, 32k: forward no mask 1433, 1599, 1771, 1697, 1634; causal 1097, 1408, 1574, 1708, 1622;
   backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226.
+- `cudnn_sm100_913`, the same kernels as cuDNN 9.13 shipped them (NeMo 25.11's container: cuDNN 9.13.1.26,
+  NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md at v0.2.0): NVIDIA/cudnn-frontend
+  benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c (Oct
+  2025; sample_b200_bf16_run.txt: NGC PyTorch 25.09, `torch.backends.cudnn.version()` 91300), PyTorch SDPA's
+  cuDNN backend on a B200, Llama 3.1 405B's 128 query and 8 KV heads of 128, batch 1, causal, single calls
+  (benchmark_single_sdpa.py's delays against throttling), TFLOP/s at 2k, 4k, 8k, 16k, 32k: forward 478.9,
+  855.7, 1171.3, 1332.4, 1419.0; backward 371.5, 701.3, 942.5, 1074.8, 1108.7 (causal FLOPs halved, the
+  backward 2.5 times the forward's, as above), less PyTorch's per-call dispatch, which the harness times
+  (its 512-token calls, 0.102 and 0.160 ms; `_CUDNN_913_B200_CALL_MS`): forward 743.0, 1017.3, 1238.6,
+  1353.3, 1424.9; backward 449.2, 763.6, 969.1, 1083.2, 1110.9. Read against 9.22's level
+  (`REFERENCE_KERNEL`): the table is B200's, the catalog's B200 level GB200's 9.22 rate times MAMF 1745 /
+  1822, so its causal curve is the table times 1822 / 1745 and a B200 pass runs at the table's rate. No
+  no-mask series was measured: a no-mask pass over s keys takes 9.22's no-mask rate times 9.13's
+  causal-over-9.22 ratio at the causal length whose queries walk as many keys on average, 2s - 1 (an
+  assumption: at 16k without the mask, 32k's ratio, 0.878 forward, 0.906 backward). A release before 9.17
+  reads this table (`cudnn_kernel`; the 9.10.2 run of June 2025, the same file at 87a1bcd, NGC PyTorch
+  25.06, is within 3% of it at 8k: 1197 / 940 before the dispatch); 9.17 and later read 9.22's: NVIDIA's
+  GB200 runs of cuDNN 9.17 (the same file's GB200 table at b372d39, 128 heads, batch 1), 9.18
+  (results/gb200_918_only_cudnn at 9072c4e) and 9.19 (results/gb200_919_only_cudnn at afa9f7c; 64 heads,
+  batch 1) read 1584, 1563 and 1598 forward at 8k causal against 9.22's 1574; their backward 1211, 1279 and
+  1311 against 1332 (up to 9% slower: not modelled).
 
 Unfused attention (the scores materialized: Megatron's and TransformerEngine's unfused cores, PyTorch ops
 elsewhere) is priced by its bytes; where measured, its score-sized passes at the HBM share standard
@@ -187,7 +208,45 @@ ATTENTION_CURVES: dict[str, dict[int, Curves]] = {
         },
     },
 }
-ATTENTION_KERNELS = tuple(ATTENTION_CURVES)
+# cuDNN 9.13 on a B200 (module docstring), causal, at 2k-32k: (TFLOP/s, ms) forward and backward, and the
+# same file's 512-token calls (0.102 and 0.160 ms), whose work is a few microseconds: PyTorch's dispatch of an
+# SDPA call, which the harness's events time after a synchronize and a sleep (benchmark_single_sdpa.py at
+# 0b1577c: `start_event.record()`, `sdpa_function(...)` or `output.backward(...)`, `end_event.record()`) and a
+# training step hides behind the GPU's queue. Taken out of every length: rate x ms / (ms - the 512 call's).
+_CUDNN_913_B200_MEASURED = {
+    False: ((478.921, 0.287), (855.678, 0.642), (1171.278, 1.877), (1332.415, 6.602), (1419.000, 24.795)),
+    True: ((371.486, 0.925), (701.265, 1.960), (942.509, 5.833), (1074.776, 20.460), (1108.688, 79.338)),
+}
+_CUDNN_913_B200_CALL_MS = {False: 0.102, True: 0.160}
+_CUDNN_913_B200 = {
+    backward: _csv(*(rate * ms / (ms - _CUDNN_913_B200_CALL_MS[backward]) for rate, ms in measured))
+    for backward, measured in _CUDNN_913_B200_MEASURED.items()
+}
+# the catalog's B200 attention level is GB200's cuDNN 9.22 rate times their MAMF ratio (devices.py,
+# `ATTENTION_FORWARD_B200`): a B200 measurement in GB200's terms is that times 1822 / 1745
+_B200_TO_GB200 = 1822.0 / 1745.0
+
+
+def _older_release(newest: Curves, b200_causal: dict[bool, Curve]) -> Curves:
+    """An older release's curves measured on a B200 under the causal mask only: its causal rates in GB200's
+    terms; without the mask at s keys the newest no-mask rate times the older over newest causal ratio at
+    the triangle whose queries walk s keys on average (side 2s - 1, as `_curves_factor` reads causal passes)."""
+    curves: Curves = {}
+    for backward in (False, True):
+        causal = tuple((s, rate * _B200_TO_GB200) for s, rate in b200_causal[backward])
+        curves[backward, True] = causal
+        curves[backward, False] = tuple(
+            (s, rate * curve_rate(causal, 2 * s - 1) / curve_rate(newest[backward, True], 2 * s - 1))
+            for s, rate in newest[backward, False]
+        )
+    return curves
+
+
+ATTENTION_KERNELS = (*ATTENTION_CURVES, "cudnn_sm100_913")
+# an older release's curves are read against the level its newest release sets (the catalog's efficiencies)
+REFERENCE_KERNEL = {"cudnn_sm100_913": "cudnn_sm100"}
+# cuDNN releases whose sm100 kernels a run may state (`timing.cudnn_release`): before 9.17, 9.13's table
+CUDNN_SM100_NEWER = (9, 17)
 
 # Standard (unfused) attention on the H100 SXM5 (module docstring): the paper's lengths and, by head size,
 # (forward, backward) TFLOP/s
@@ -259,8 +318,11 @@ def curve_rate(curve: Curve, length: float) -> float:
     return curve[-1][1]
 
 
-def _curves_factor(curves: Curves, backward: bool, causal: bool, mean_keys: float) -> float:
-    reference = curve_rate(curves[backward, False], REFERENCE_LENGTH)
+def _curves_factor(
+    curves: Curves, backward: bool, causal: bool, mean_keys: float, level: Curves | None = None
+) -> float:
+    """*level*: the curves whose 16k no-mask rate the device's efficiency is (else *curves* themselves)."""
+    reference = curve_rate((level or curves)[backward, False], REFERENCE_LENGTH)
     if causal:
         return curve_rate(curves[backward, True], 2 * mean_keys - 1) / reference
     return curve_rate(curves[backward, False], mean_keys) / reference
@@ -271,6 +333,9 @@ def sequence_factor(kernel: str, backward: bool, causal: bool, mean_keys: float,
     read at the keys a query walks (*mean_keys*) without the mask, at the triangle's side (2·mean_keys − 1)
     under it. Between head
     sizes 64 and 128, where both are measured, linear between their factors; below 64 64's, else 128's."""
+    if kernel in REFERENCE_KERNEL:
+        newest = ATTENTION_CURVES[REFERENCE_KERNEL[kernel]][128]
+        return _curves_factor(_older_curves(kernel), backward, causal, mean_keys, newest)
     by_head = ATTENTION_CURVES[kernel]
     wide = _curves_factor(by_head[128], backward, causal, mean_keys)
     if 64 not in by_head or head_dim >= 128:
@@ -278,3 +343,15 @@ def sequence_factor(kernel: str, backward: bool, causal: bool, mean_keys: float,
     narrow = _curves_factor(by_head[64], backward, causal, mean_keys)
     share = min(1.0, (128 - head_dim) / 64)
     return wide + (narrow - wide) * share
+
+
+@functools.cache
+def _older_curves(kernel: str) -> Curves:
+    """An older release's curves (`REFERENCE_KERNEL`), built once."""
+    return _older_release(ATTENTION_CURVES[REFERENCE_KERNEL[kernel]][128], _CUDNN_913_B200)
+
+
+def cudnn_kernel(release: tuple[int, int] | None) -> str:
+    """The sm100 cuDNN family a stated release runs (module docstring): 9.13's table before 9.17, else the
+    newest measured (unstated: the newest)."""
+    return "cudnn_sm100_913" if release is not None and release < CUDNN_SM100_NEWER else "cudnn_sm100"

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ppb_core.config.devices import DeviceProfile
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
 from ppb_core.memory.setup import te_flash_attention
-from ppb_core.timing.attention_rates import ATTENTION_BLOCK, score_fraction, sequence_factor
+from ppb_core.timing.attention_rates import ATTENTION_BLOCK, cudnn_kernel, score_fraction, sequence_factor
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -158,6 +158,7 @@ class Kernels:
         fused_norm: bool = False,
         sdpa_backend: str = "flash",
         te_attention_backend: str = "auto",
+        cudnn_release: tuple[int, int] | None = None,
     ) -> Kernels:
         """The kernels *framework* runs: Megatron-LM and MindFormers their fused kernels and the device's
         best flash attention (TransformerEngine's cuDNN attention); torchtitan PyTorch's SDPA
@@ -186,7 +187,9 @@ class Kernels:
         runs only where `flash_attn_3` is installed from flash-attention's hopper/ directory
         (`FlashAttentionUtils.v3_installation_steps`, utils.py d0067d0d), which neither Megatron-LM's CI image
         (docker/Dockerfile.ci.dev, pyproject.toml and uv.lock at d98e8a64 install none) nor the NeMo recipes ask
-        for: not modelled. `fused` on sm80 runs cuDNN's kernels, unmeasured there: FlashAttention-2's rates."""
+        for: not modelled. `fused` on sm80 runs cuDNN's kernels, unmeasured there: FlashAttention-2's rates.
+        *cudnn_release* (major, minor; `timing.cudnn_release`): the cuDNN whose sm100 kernels run
+        (`attention_kernel`)."""
         titan = framework == "torchtitan"
         fp8 = matmul_dtype == "fp8"
         # torchtitan's SDPA: FlashAttention-2, or cuDNN attention (`timing.sdpa_backend`) at the device's
@@ -201,7 +204,7 @@ class Kernels:
         )
         cudnn_det = int(device.compute_capability) in CUDNN_DETERMINISTIC_CAPABILITIES
         return cls(
-            attention_kernel=attention_kernel(device, flash2),
+            attention_kernel=attention_kernel(device, flash2, cudnn_release),
             flops_per_s=device.peak_flops(dtype),
             gemm_ceiling=device.fp8_matmul_efficiency if fp8 else device.matmul_efficiency,
             gemm_flops_per_s=device.peak_flops(matmul_dtype) if matmul_dtype else 0.0,
@@ -396,7 +399,7 @@ def persistent_added_s(gemm_s: float, comm_s: float) -> float:
     return max(comm_s, min(comm_s, gemm_s) + gemm_s) - gemm_s
 
 
-def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
+def attention_kernel(device: DeviceProfile, flash2: bool, cudnn_release: tuple[int, int] | None = None) -> str:
     """The kernel family whose measured curves a run's flash passes follow: FlashAttention-2 where it
     runs (torchtitan's SDPA flash backend; flash-attn 2 under TransformerEngine with Megatron's
     `--attention-backend flash` on any GPU, or below Hopper, where
@@ -404,11 +407,13 @@ def attention_kernel(device: DeviceProfile, flash2: bool) -> str:
     it for FusedAttention from compute capability 9.0 on, FlashAttention 3 included: "Select
     FusedAttention for performance", transformer_engine/pytorch/attention/dot_product_attention/utils.py
     at d0067d0d; Ascend's kernel, unmeasured, taken alike), else cuDNN's Hopper or Blackwell kernels by
-    compute capability."""
+    compute capability; on sm100 as the run's cuDNN release shipped them (*cudnn_release*, `attention_rates.
+    cudnn_kernel`: 9.13's measured kernels before 9.17; unstated, the newest measured). Hopper's curves are one
+    set whatever the release (no two releases measured on sm90 at these shapes)."""
     capability = device.compute_capability
     if flash2 or capability < 9.0:
         return "flash2"
-    return "cudnn_sm100" if capability >= 10.0 else "cudnn_sm90"
+    return cudnn_kernel(cudnn_release) if capability >= 10.0 else "cudnn_sm90"
 
 
 def dp_keys(mean_keys: float, causal: float) -> float:

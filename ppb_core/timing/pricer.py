@@ -248,6 +248,7 @@ class TimeModel:
             fused_norm=run.timing.norm_type != "rmsnorm",
             sdpa_backend=run.timing.sdpa_backend,
             te_attention_backend=run.timing.te_attention_backend,
+            cudnn_release=run.timing.cudnn_version,
         )
         # The GEMMs FP8 training leaves in 16 bits (`Op.fp8`: the output layer, the router) run on these.
         self._kernels_16 = (
@@ -261,6 +262,7 @@ class TimeModel:
                 fused_norm=run.timing.norm_type != "rmsnorm",
                 sdpa_backend=run.timing.sdpa_backend,
                 te_attention_backend=run.timing.te_attention_backend,
+                cudnn_release=run.timing.cudnn_version,
             )
             if run.timing.matmul_dtype == "fp8"
             else self.kernels
