@@ -743,9 +743,9 @@ class TimingOptions(StrictModel):
     jit_level: Literal["O0", "O1", "O2"] | None = Field(
         None,
         description="MindFormers' context.jit_level, MindSpore's compile level: O1 adds graph-kernel fusion "
-        "(DVM on Ascend), under which the cross-entropy runs as the fused kernels "
-        "`flops.mindformers_loss_bytes` counts; O0, O2 and unset keep the generic loss count, not re-derived "
-        "(time only; framework mindformers)",
+        "(DVM on Ascend), under which the cross-entropy and the RMSNorms run as the kernels "
+        "`flops.mindformers_loss_bytes` and `flops.mindformers_norms` count; O0, O2 and unset keep the generic "
+        "fused counts, not re-derived (time only; framework mindformers)",
     )
     fp8_fsdp_all_gather: bool = Field(
         False,

@@ -2182,14 +2182,39 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
-        return body_ops(kind, geo)
+        return mindformers_norms(body_ops(kind, geo), geo)
     if isinstance(kind, HeadKind):
         return head_ops(kind, geo)
     if isinstance(kind, PatchEmbedKind):
         return patch_embed_ops(kind, geo)
     if isinstance(kind, ProjectorKind):
         return projector_ops(kind, geo)
-    return tail_ops(kind, geo)
+    return mindformers_norms(tail_ops(kind, geo), geo)
+
+
+def mindformers_norms(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
+    """MindFormers' RMSNorms under MindSpore's jit_level O1 (`timing.jit_level`), as their code runs them:
+    mindformers/models/llama/llama_layer.py `LlamaRMSNorm._rms_norm` (v1.4.0-beta2 a4dfb8219; glm2_modules.py
+    `ChatGLM2RMSNorm._rms_norm` alike) casts x to layernorm_compute_type (float32 in every model card),
+    runs `P.RmsNorm` (an aclnn kernel; not a DVM op, graph_kernel_cluster_cloud.cc
+    `clusterable_ops_with_level_dvm`) and casts the result back; LLaMA's first cast is `recompute()`d.
+    A row element, bc the 16-bit size: forward, the cast fused into the residual add before it writes
+    the fp32 copy (4), RmsNorm reads and writes fp32 (4 + 4), the cast back reads 4 and writes bc (a
+    lone Cast: its reader is a GEMM or a collective): 16 + bc. Backward: the output gradient cast up
+    (bc + 4), the input cast again (bc + 4), RmsNormGrad reads the two and writes fp32 (4 + 4 + 4), the
+    cast down fused into the gradient add after it reads that (4) where the add would read bc:
+    bc + 24. Against one fused kernel's 2·bc and 3·bc (`_norm`). Not counted: ChatGLM2RMSNorm keeps its
+    fp32 input (no second cast, bc + 4 less backward); under full recompute the layer's rerun already
+    casts the input again (bc + 4 counted twice)."""
+    if geo.framework != "mindformers" or geo.jit_level != "O1":
+        return ops
+    bc = geo.dtype_bytes
+
+    def priced(op: Op) -> Op:
+        elements = op.bytes / (2 * bc)  # `_norm`: 2 · rows · width · bc forward
+        return dataclasses.replace(op, bytes=elements * (16 + bc), backward_bytes=elements * (24 + bc))
+
+    return tuple(priced(op) if op.fusion == "norm" else op for op in ops)
 
 
 # Vision towers ------------------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""MindFormers under MindSpore's jit_level O1 (`timing.jit_level`): the cross-entropy
+(ppb_core/timing/flops.py `mindformers_loss_bytes`, mindformers/core/loss/loss.py `_LogSoftmax`, `_NLLLoss`
+and their bprops at v1.4.0-beta2 a4dfb8219) and the RMSNorms (`mindformers_norms`, llama_layer.py
+`LlamaRMSNorm._rms_norm`), their kernels counted by hand as MindSpore's DVM graph-kernel fusion groups them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppb_core.errors import InputError
+from ppb_core.model.walk import walk
+from ppb_core.timing.flops import OpGeometry, layer_ops
+from tests.test_timing_iteration import small_run
+
+
+def _ops(run, node):
+    layer = next(layer for layer in walk(run) if layer.node == node)
+    return layer_ops(layer.kind, OpGeometry.from_run(run))
+
+
+def _loss(run):
+    return next(op for op in _ops(run, "TAIL") if op.name == "output.loss")
+
+
+def test_o1_loss_kernels_by_hand():
+    # One micro-batch of 2048 tokens (micro_batch_size 1, seq 2048) over SMALL_GQA's 4096 logits, bf16 (2 bytes).
+    # Forward, a kernel each: the cast of the bf16 logits to fp32 (read 2, write 4); ReduceMax (read 4);
+    # Sub, Exp, ReduceSum fused (read 4, write the shifted logits 4); OneHot (write 4); Sub, Mul, Neg,
+    # ReduceSum fused (read the shifted logits and the one-hot, 4 + 4, write the kept log-softmax 4):
+    # 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 = 34 a logit. Backward, one fused kernel: Exp of the log-softmax,
+    # minus the one-hot, times the token's gradient, cast to bf16 (read 4 + 4, write 2): 10 a logit.
+    logits = 2048 * 4096
+    fused = _loss(small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1"}))
+    assert (fused.bytes, fused.backward_bytes) == (34 * logits, 10 * logits)
+    # unset, O0 and O2: the generic count (logits read, fp32 softmax written and kept: 2 + 12; its gradient 8 + 2)
+    for level in (None, "O0", "O2"):
+        timing = {} if level is None else {"jit_level": level}
+        plain = _loss(small_run(dp=1, pp=1, framework="mindformers", timing=timing))
+        assert (plain.bytes, plain.backward_bytes) == (14 * logits, 10 * logits)
+
+
+def test_o1_norms_by_hand():
+    # A row element of SMALL_GQA's h 1024 over 2048 tokens, bf16 (2 bytes), layernorm_compute_type float32.
+    # Forward: the cast up fused into the residual add writes fp32 (4); RmsNorm reads and writes fp32 (4 + 4);
+    # the cast back reads 4 and writes 2: 18. Backward: the output gradient cast up (2 + 4), the input cast
+    # again (`self.cast.recompute()`, 2 + 4), RmsNormGrad reads both and writes fp32 (4 + 4 + 4), the cast
+    # down fused into the gradient add reads 4 (the add's own 2 already counted there): 6 + 6 + 12 + 4 - 2 = 26.
+    # One fused kernel (unset): read x, write y, 2 + 2 = 4; read x and dy, write dx, 6.
+    elements = 2048 * 1024
+    o1 = small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1"})
+    plain = small_run(dp=1, pp=1, framework="mindformers")
+    for node in ("BODY", "TAIL"):  # the layer's two norms, the final norm
+        norms = [op for op in _ops(o1, node) if op.fusion == "norm"]
+        assert len(norms) == (2 if node == "BODY" else 1)
+        assert all((op.bytes, op.backward_bytes) == (18 * elements, 26 * elements) for op in norms)
+        fused = [op for op in _ops(plain, node) if op.fusion == "norm"]
+        assert all((op.bytes, op.backward_bytes) == (4 * elements, 6 * elements) for op in fused)
+
+
+def test_jit_level_is_mindformers_only():
+    with pytest.raises(InputError, match="jit_level"):
+        small_run(timing={"jit_level": "O1"})
+    with pytest.raises(InputError, match="jit_level"):
+        small_run(framework="mindformers", timing={"jit_level": "O3"})
