@@ -28,15 +28,19 @@ the older one that set its memory values where a later edit left them. Each row 
 measured it (`framework_release`, ppb_core.config.releases): Megatron-Core at the date of the last commit
 whose file changed a logged number (`_measured_by`: 93ebf8d72f's removal of NaN times measured nothing), and
 Transformer Engine as that commit's CI image built it (`te_release`: Dockerfile.ci.dev's TE_COMMIT, else the
-uv.lock's transformer-engine version, else, the NGC image's own TE, no later than the commit's date).
+uv.lock's transformer-engine version, else, the NGC image's own TE, no later than the commit's date), and
+PyTorch as that image's NGC container shipped it (`torch_release`).
 
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
-expert-parallel rank at its routing bound (`routing_rows`), then the refusals by reason.
+expert-parallel rank at its routing bound (`routing_rows`) and every row beyond 3% iteration by iteration
+(`iteration_rows`: iteration 1 against ppb without Adam's moments, the rise after iteration 2), then the
+refusals by reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -61,6 +65,7 @@ from public_memory import (  # noqa: E402
     MeasuredPeak,
     predicted_after_step_gib,
     predicted_at_share_gib,
+    predicted_first_iteration_gib,
     predicted_gib,
     routing_bound,
 )
@@ -163,6 +168,8 @@ class Golden:
     commit: str  # the last commit that set the file, and its date
     memory_commit: str = ""  # the last that set its mem-max-allocated-bytes (`_set_by`)
     measured_commit: str = ""  # the last whose edit changed a logged number (`_measured_by`), and its date
+    # mem-max-allocated-bytes by logged iteration, ascending (`iteration_peaks`)
+    peaks_by_iteration: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def read(cls, path: str) -> Golden:
@@ -173,6 +180,7 @@ class Golden:
             values = _numbers(data.get(metric))
             return int(values[max(values)]) if values else None
 
+        peaks = _numbers(data.get("mem-max-allocated-bytes"))
         return cls(
             last("mem-max-allocated-bytes"),
             last("mem-allocated-bytes"),
@@ -180,16 +188,19 @@ class Golden:
             commit,
             memory_commit,
             _measured_by(path),
+            tuple((step, int(peaks[step])) for step in sorted(peaks)),
         )
 
     @property
     def release(self) -> dict[str, str]:
         """The releases that measured the file (`framework_release`): Megatron-Core at the measuring
-        commit's date, Transformer Engine as its CI image had it (`te_release`)."""
+        commit's date, Transformer Engine and PyTorch as its CI image had them (`te_release`, `torch_release`)."""
         if not self.measured_commit:
             return {}
         sha, day = self.measured_commit.split()
-        return {"megatron_core": day, "transformer_engine": te_release(sha) or day}
+        found = {"megatron_core": day, "transformer_engine": te_release(sha) or day}
+        torch = torch_release(sha)
+        return found | ({"pytorch": torch} if torch else {})
 
 
 def _history(path: str) -> list[tuple[str, str, bool]]:
@@ -270,6 +281,40 @@ def te_release(commit: str) -> str | None:
     return found.group(1) if found else None
 
 
+# The PyTorch of the NGC PyTorch containers Megatron's CI image built on (NVIDIA's PyTorch container release
+# notes, "PyTorch Release YY.MM": 24.10 ships 2.5.0a0+e000cf0ad9); only the version's major.minor matters here
+NGC_PYTORCH = {
+    "24.10": "2.5.0a0+e000cf0ad9",
+    "25.03": "2.7",
+    "25.05": "2.8",
+    "25.06": "2.8",
+    "25.09": "2.9",
+    "25.11": "2.10",
+}
+
+
+def torch_release(commit: str) -> str | None:
+    """PyTorch as the dev CI image of *commit* had it: the NGC container named in docker/.ngc_version.dev, else
+    the `BASE_IMAGE` of the job building `CI_MCORE_DEV_IMAGE` (.gitlab/stages/01.test.yml or 01.build.yml), mapped
+    by `NGC_PYTORCH`; None where neither names a container listed there (the newest PyTorch ppb follows)."""
+    tags = []
+    with contextlib.suppress(subprocess.CalledProcessError):
+        tags.append(_git("show", f"{commit}:docker/.ngc_version.dev").strip())
+    for path in (".gitlab/stages/01.test.yml", ".gitlab/stages/01.build.yml"):
+        try:
+            text = _git("show", f"{commit}:{path}")
+        except subprocess.CalledProcessError:
+            continue
+        found = re.search(r"IMAGE: CI_MCORE_DEV_IMAGE\s*\n(?:.*\n){0,3}?\s*BASE_IMAGE: (\S+)", text)
+        if found:
+            tags.append(found.group(1))
+    for tag in tags:
+        found = re.fullmatch(r"nvcr\.io/nvidia/pytorch:(\d\d\.\d\d)-py3", tag)
+        if found and found.group(1) in NGC_PYTORCH:
+            return NGC_PYTORCH[found.group(1)]
+    return None
+
+
 def seconds_of(metric: Any, path: str = "", commit: str = "") -> float | None:
     """The logged `iteration-time` values' median without iteration 1 (bench/public_runs.py's
     `GoldenTimes.median_s`), None where none is logged."""
@@ -348,6 +393,46 @@ def routing_rows(rows: list[Row], beyond: float = 0.03) -> list[tuple[Row, float
     return found
 
 
+@dataclass(frozen=True)
+class IterationRow:
+    """A row beyond 3% iteration by iteration (`iteration_rows`), GiB."""
+
+    row: Row
+    first: float | None  # the measured peak at iteration 1 (None: the file logs no iteration 1)
+    first_ppb: float | None  # ppb's peak without Adam's moments (None: not an Adam run, or CUDA graphs)
+    second: float | None  # the measured peak at the second logged iteration
+
+    @property
+    def rise(self) -> float | None:
+        """What the peak grew from the second logged iteration to the last, no setting having changed."""
+        return None if self.second is None or self.row.peak is None else self.row.peak[0] - self.second
+
+
+def iteration_rows(rows: list[Row], beyond: float = 0.03) -> list[IterationRow]:
+    """Rows whose peak is off by more than *beyond*, with their golden file's first iterations.
+
+    `mem-max-allocated-bytes` is the most allocated since the process started (Megatron's training_log
+    logs `torch.cuda.max_memory_allocated()` and resets nothing), so it never falls. Iteration 1 runs
+    before the first optimizer step creates Adam's two moments (torch.optim.Adam and Transformer Engine's
+    FusedAdam make a parameter's state at its first step): it is compared with ppb's peak without them
+    (bench/public_memory.py `predicted_first_iteration_gib`). A rise after the second iteration, every
+    setting the same, is what the data moves: an MoE router's balance as it trains. A peak flat from
+    iteration 1 on with ppb's lower later on is iteration 1's own."""
+    found = []
+    for row in rows:
+        error = _error(row.peak)
+        if row.measured is None or error is None or abs(error) <= beyond:
+            continue
+        peaks = dict(row.golden.peaks_by_iteration)
+        steps = sorted(peaks)
+        first = peaks[1] / GIB if 1 in peaks else None
+        second = peaks[steps[1]] / GIB if len(steps) > 1 else None
+        adam = row.measured.raw.get("training", {}).get("optimizer", "adam") in ("adam", "adamw")
+        first_ppb = predicted_first_iteration_gib(row.measured) if adam and row.moment != "allocated" else None
+        found.append(IterationRow(row, first, first_ppb, second))
+    return found
+
+
 def sweep(
     only: str | None = None, gpus: tuple[str, ...] = DEFAULT_GPUS
 ) -> tuple[list[Row], list[tuple[str, str, str]]]:
@@ -400,7 +485,10 @@ def sweep(
 def _priced_at(golden: Golden) -> str:
     """The releases a row is priced at (`Golden.release`)."""
     release = golden.release
-    return f" priced at {release.get('megatron_core')}, TE {release.get('transformer_engine')}" if release else ""
+    if not release:
+        return ""
+    torch = f", PyTorch {release['pytorch']}" if "pytorch" in release else ""
+    return f" priced at {release.get('megatron_core')}, TE {release.get('transformer_engine')}{torch}"
 
 
 def _cell(pair: tuple[float, float] | None, digits: int) -> str:
@@ -474,6 +562,20 @@ def main() -> int:
             within = "yes" if balanced <= measured <= worst else "no"
             name = f"{row.family}/{row.case}"
             print(f"  {name:62s} {row.gpu:4s} {measured:7.2f} {balanced:7.2f} {bound:5.2f} {worst:7.2f}  {within}")
+        print()
+        print("Rows beyond 3% by iteration: the measured peak at iteration 1 (no Adam moments yet) against ppb's")
+        print("without them, at the second logged iteration, and its rise from there to the last (no setting changes):")
+        for item in iteration_rows(rows):
+            row = item.row
+            name = f"{row.family}/{row.case}"
+            first = f"{item.first:7.2f}" if item.first is not None else f"{'-':>7s}"
+            if item.first is not None and item.first_ppb is not None:
+                ppb = f"{item.first_ppb:7.2f} {item.first_ppb / item.first - 1:+7.1%}"
+            else:
+                ppb = f"{'-':>7s} {'-':>7s}"
+            second = f"{item.second:7.2f}" if item.second is not None else f"{'-':>7s}"
+            rise = f"{item.rise:+7.2f}" if item.rise is not None else f"{'-':>7s}"
+            print(f"  {name:62s} {row.gpu:4s} {first} {ppb} {second} {rise}")
     print()
     reasons = Counter(reason for _, reason, _ in refused)
     print(f"refused: {len(refused)} (case, gpu) pairs or cases")

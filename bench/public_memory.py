@@ -443,7 +443,12 @@ def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
     held = [layer for layer in walk(run) if layer.stage == row.stage]
     moments = 8 * sum(memory.static_breakdown(layer).optimizer_states for layer in held)
     peak = run_stage_peaks(run, memory)[row.stage]
-    before_step = [bytes_ - moments for name, bytes_ in peak.moments.items() if name != "optimizer"]
+    # the first iteration's first-call moment (`StagePeak.first_loss`) is already without them
+    before_step = [
+        bytes_ - (0.0 if name == "first_loss" else moments)
+        for name, bytes_ in peak.moments.items()
+        if name != "optimizer"
+    ]
     return max(*before_step, peak.moments["optimizer"]) / GIB
 
 

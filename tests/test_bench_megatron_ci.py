@@ -153,3 +153,67 @@ def test_a_row_is_priced_at_the_releases_that_measured_it(bench, tmp_path, monke
     assert bench.te_release(git("rev-parse", "--short=10", "HEAD")) == "2.6.0.post1"
     golden_row = bench.Golden(None, None, None, found, found, found)
     assert golden_row.release == {"megatron_core": "2025-07-05", "transformer_engine": "2.6.0.post1"}
+
+
+def test_a_row_is_priced_at_the_pytorch_of_its_ci_image(bench, tmp_path, monkeypatch):
+    # The dev image's NGC container: the BASE_IMAGE of the CI_MCORE_DEV_IMAGE build job (46fdcd5b7e's
+    # .gitlab/stages/01.test.yml: the LTS image first, 24.01, then the dev one, 24.10), later
+    # docker/.ngc_version.dev; NGC 24.10 ships PyTorch 2.5.0a0+e000cf0ad9; a container not listed: unstated
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-23T12:00:00", "GIT_COMMITTER_DATE": "2025-01-23T12:00:00"}
+        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def write(path: str, text: str) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+
+    git("init", "-q")
+    write(
+        ".gitlab/stages/01.test.yml",
+        "    matrix:\n      - IMAGE: CI_MCORE_LTS_IMAGE\n        FILE: Dockerfile.ci.lts\n"
+        "        BASE_IMAGE: nvcr.io/nvidia/pytorch:24.01-py3\n      - IMAGE: CI_MCORE_DEV_IMAGE\n"
+        "        FILE: Dockerfile.ci.dev\n        BASE_IMAGE: nvcr.io/nvidia/pytorch:24.10-py3\n",
+    )
+    write("case/golden.json", json.dumps({"mem-max-allocated-bytes": {"values": {"1": 100}}}))
+    git("add", "-A")
+    git("commit", "-qm", "jan")
+    january = git("rev-parse", "--short=10", "HEAD")
+    write("docker/.ngc_version.dev", "nvcr.io/nvidia/pytorch:99.01-py3\n")
+    git("add", "-A")
+    git("commit", "-qm", "unknown container")
+    monkeypatch.setattr(bench, "MIRROR", str(tmp_path))
+    assert bench.torch_release(january) == "2.5.0a0+e000cf0ad9"
+    assert bench.torch_release(git("rev-parse", "--short=10", "HEAD")) == "2.5.0a0+e000cf0ad9"  # 01.test.yml still
+    git("rm", "-q", ".gitlab/stages/01.test.yml")
+    git("commit", "-qm", "gone")
+    assert bench.torch_release(git("rev-parse", "--short=10", "HEAD")) is None
+    row = bench.Golden(None, None, None, f"{january} 2025-01-23", measured_commit=f"{january} 2025-01-23")
+    assert row.release == {
+        "megatron_core": "2025-01-23",
+        "transformer_engine": "2025-01-23",
+        "pytorch": "2.5.0a0+e000cf0ad9",
+    }
+
+
+def test_rows_beyond_3_percent_by_iteration(bench):
+    # mem-max-allocated-bytes never falls: iteration 1 (no Adam moments yet) against ppb without them, and the rise
+    # from the second logged iteration to the last. A small dense launch priced, its measurement made up 10% over
+    # ppb at the last iteration, iteration 1 at 1.0 GiB and iteration 2 at 1.5 GiB: a rise of 10% of ppb's − 0.5
+    text = (
+        "pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+        "--max-position-embeddings 512 --micro-batch-size 2 --global-batch-size 16 --bf16 --vocab-size 32000 "
+        "--tokenizer-type NullTokenizer"
+    )
+    gib = 2**30
+    golden = bench.Golden(None, None, None, "c0ffee 2026-01-01", peaks_by_iteration=((1, gib), (2, gib + gib // 2)))
+    row = bench.price("gpt", "dense_off", "h100", text, golden, 8)
+    predicted = bench.predicted_gib(row.measured)[0]
+    off = bench.Row(**{**row.__dict__, "peak": (predicted * 1.10, predicted), "moment": "loss"})
+    near = bench.Row(**{**row.__dict__, "peak": (predicted * 1.01, predicted), "moment": "loss"})
+    (found,) = bench.iteration_rows([off, near])
+    assert found.row is off and found.first == 1.0 and found.second == 1.5
+    assert found.rise == pytest.approx(predicted * 1.10 - 1.5)
+    assert found.first_ppb == pytest.approx(bench.predicted_first_iteration_gib(row.measured))

@@ -57,6 +57,10 @@ def _released(run, **release: str):
         ("megatron_core", "core_v0.17.1", "fsdp_non_unit_kept", False),
         ("megatron_core", "core_v0.18.2", "fsdp_grads_own_dtype", False),
         ("megatron_core", "core_v0.19.0", "fsdp_grads_own_dtype", True),
+        ("pytorch", "2.5.0a0+e000cf0ad9", "inductor_autotune_host_copies", False),  # NGC 24.10's pre-release
+        ("pytorch", "2.6.0", "inductor_autotune_host_copies", True),
+        ("pytorch", "v2.1", "jit_fuser_compiles", False),
+        ("pytorch", "2.2", "jit_fuser_compiles", True),
         ("transformer_engine", "v2.2", "te_dummy_wgrad", False),
         ("transformer_engine", "v2.3", "te_dummy_wgrad", True),
         ("transformer_engine", "2.6.0.post1", "te_grouped_dummy_wgrad", False),
@@ -103,6 +107,9 @@ def test_yaml_s_unquoted_date_is_the_same_release():
         ({"megatron_core": "e7c55de99e"}, "megatron", "framework_release.megatron_core", "the date of the commit"),
         ({"megatron": "core_v0.13.0"}, "megatron", "framework_release.megatron", "unknown field"),
         ({"megatron_core": "core_v0.13.0"}, "torchtitan", "framework_release.megatron_core", "framework is torchtitan"),
+        ({"pytorch": "2025-01-29"}, "megatron", "framework_release.pytorch", "its version"),
+        ({"pytorch": "3.1"}, "megatron", "framework_release.pytorch", "no PyTorch release"),
+        ({"pytorch": "2.5"}, "torchtitan", "framework_release.pytorch", "framework is torchtitan"),
     ],
 )
 def test_an_unknown_or_misplaced_release_is_refused_in_one_line(release, framework, field, said):

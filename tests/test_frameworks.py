@@ -15,6 +15,7 @@ from test_memory_activations import MLA, MOE
 from test_memory_model import DUMMIES_BODY, DUMMIES_TAIL
 from test_memory_runs import DENSE, body, layers, make_run, model
 
+from ppb_core.config.run import FrameworkRelease
 from ppb_core.errors import InputError
 from ppb_core.estimate.run import estimate
 from ppb_core.memory import run_workspace_bytes, stage_peaks
@@ -499,6 +500,42 @@ def test_megatron_fused_loss_backward_scatters_into_an_fp32_copy():
     with pytest.raises(InputError) as caught:
         make_run(DENSE, timing=fused, framework="mindformers")
     assert caught.value.field == "timing.cross_entropy_fusion"
+
+
+def test_megatron_fused_loss_autotunes_at_its_first_call_before_pytorch_2_6():
+    # PyTorch 2.5.0 (NGC 24.10's 2.5.0a0): jit_fuser is torch.compile (megatron/core/jit.py, PyTorch >= 2.2);
+    # Inductor's CachingAutotuner benchmarks calculate_gradients' last kernel (a 1-D pointwise kernel, two
+    # configs) on a device clone of the fp32 softmax it writes in place (`clone_args`), inside Triton's
+    # do_bench, whose L2 flush buffer is torch.empty(int(256e6 // 4), dtype=torch.int): 256,000,000 bytes.
+    # DENSE at tp 1: T = 64, v = 1024: the clone 4·64·1024 = 262,144; once, in iteration 1, before the first
+    # step makes Adam's moments: 8 bytes a parameter of the one stage, embedding 1024·64 = 65,536, 4 layers of
+    # 41,088, the final norm 64 and the untied output layer 65,536: 295,488 parameters, 2,363,904 bytes.
+    fused = make_run(DENSE, timing={"cross_entropy_fusion": True})
+    old = fused.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.5.0a0+e000cf0ad9")})
+    (peak,) = run_stage_peaks(old)
+    assert peak.first_call_bytes == 4 * 64 * 1024 + 256_000_000
+    assert peak.first_step_bytes == 8 * 295_488
+    assert peak.moments["first_loss"] - peak.moments["loss"] == 262_144 + 256_000_000 - 2_363_904
+    assert peak.moment == "first_loss"
+    # PyTorch 2.6 copies such an argument to the host where a clone would raise the peak; before 2.2 jit_fuser
+    # is torch.jit.script; --deterministic-mode (torch.use_deterministic_algorithms) leaves one config, nothing
+    # to tune; TE's Triton cross-entropy (--cross-entropy-fusion-impl te) compiles nothing; unstated: the newest
+    for run in (
+        fused.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.6")}),
+        fused.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.1")}),
+        make_run(DENSE, timing={"cross_entropy_fusion": True, "deterministic": True}).model_copy(
+            update={"framework_release": FrameworkRelease(pytorch="2.5")}
+        ),
+        make_run(DENSE, timing={"cross_entropy_fusion": True, "cross_entropy_fusion_impl": "te"}).model_copy(
+            update={"framework_release": FrameworkRelease(pytorch="2.5")}
+        ),
+        fused,
+    ):
+        (peak,) = run_stage_peaks(run)
+        assert peak.first_call_bytes == 0 and "first_loss" not in peak.moments
+    # the plain loss runs eagerly: nothing compiled
+    plain = make_run(DENSE).model_copy(update={"framework_release": FrameworkRelease(pytorch="2.5")})
+    assert "first_loss" not in run_stage_peaks(plain)[0].moments
 
 
 def test_megatron_full_recompute_methods():

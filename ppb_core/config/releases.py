@@ -1,4 +1,4 @@
-"""Which releases of Megatron-Core and Transformer Engine a run's rules follow (`framework_release`).
+"""Which releases of Megatron-Core, Transformer Engine and PyTorch a run's rules follow (`framework_release`).
 
 ppb's Megatron rules read Megatron-LM at d98e8a64 (2026-08-22) and Transformer Engine at d0067d0d
 (2026-08-22). A run of an older pinned release (or a measurement taken at an older commit, as most of
@@ -8,7 +8,8 @@ now are gated here, each by the commit that introduced it, its date and the firs
 `core_v0.13.0`, `core_r0.13.0` or `0.13`; Transformer Engine `v2.4`, `2.4` or `2.6.0.post1`, as a wheel
 or uv.lock names it) or as the date of the commit run (`2025-07-05`, a commit of the main branch): a tag
 holds a change from the first release that holds it, a date from the change's own date.
-Unstated: the newest code ppb follows.
+PyTorch is stated as its version only (`2.5`, `2.5.0`, or as a container names it, `2.5.0a0+e000cf0ad9`: a
+pre-release of 2.5 is 2.5), never a date. Unstated: the newest code ppb follows.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from dataclasses import dataclass
 
 MEGATRON_CORE = "megatron_core"
 TRANSFORMER_ENGINE = "transformer_engine"
-# the code ppb's rules read (the newest they follow): commit and date
-NEWEST = {MEGATRON_CORE: ("d98e8a64", "2026-08-22"), TRANSFORMER_ENGINE: ("d0067d0d", "2026-08-22")}
+PYTORCH = "pytorch"
+# the code ppb's rules read (the newest they follow): commit and date (PyTorch: the release read)
+NEWEST = {
+    MEGATRON_CORE: ("d98e8a64", "2026-08-22"),
+    TRANSFORMER_ENGINE: ("d0067d0d", "2026-08-22"),
+    PYTORCH: ("2.13", ""),
+}
 # the (major, minor) releases each library tagged (NVIDIA/Megatron-LM tags core_v0.4.0 .. core_v0.19.0,
 # core_r0.8.0 .. core_r0.11.0; NVIDIA/TransformerEngine tags v0.1 .. v2.18)
 KNOWN_RELEASES: dict[str, frozenset[tuple[int, int]]] = {
@@ -28,20 +34,23 @@ KNOWN_RELEASES: dict[str, frozenset[tuple[int, int]]] = {
     TRANSFORMER_ENGINE: frozenset(
         [(0, minor) for minor in range(1, 14)] + [(1, minor) for minor in range(14)] + [(2, m) for m in range(19)]
     ),
+    # pytorch/pytorch tags v1.0 .. v1.13, v2.0 .. v2.13
+    PYTORCH: frozenset([(1, minor) for minor in range(14)] + [(2, minor) for minor in range(14)]),
 }
 _TAG = {
     MEGATRON_CORE: re.compile(r"(?:core_[rv])?(\d+)\.(\d+)(?:\.\d+)?(?:rc\d+)?"),
     TRANSFORMER_ENGINE: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:\.post\d+|rc\d+)?(?:\+[0-9a-f]+)?"),
+    PYTORCH: re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:a\d+|rc\d+)?(?:\+[0-9a-z.]+)?"),
 }
-_SHOWN = {MEGATRON_CORE: "Megatron-Core", TRANSFORMER_ENGINE: "Transformer Engine"}
-_EXAMPLE = {MEGATRON_CORE: "core_v0.13.0", TRANSFORMER_ENGINE: "v2.4"}
+_SHOWN = {MEGATRON_CORE: "Megatron-Core", TRANSFORMER_ENGINE: "Transformer Engine", PYTORCH: "PyTorch"}
+_EXAMPLE = {MEGATRON_CORE: "core_v0.13.0", TRANSFORMER_ENGINE: "v2.4", PYTORCH: "2.5 or 2.5.0a0+e000cf0ad9"}
 
 
 @dataclass(frozen=True)
 class Change:
     """A rule of ppb's that one commit of one library introduced."""
 
-    library: str  # MEGATRON_CORE | TRANSFORMER_ENGINE
+    library: str  # MEGATRON_CORE | TRANSFORMER_ENGINE | PYTORCH
     commit: str
     date: str  # the commit's date (YYYY-MM-DD)
     release: tuple[int, int]  # the first release that holds it
@@ -120,6 +129,25 @@ CHANGES: dict[str, Change] = {
         "before, DDP's grad_reduce_in_fp32 (on under --bf16 unless --grad-reduce-in-bf16) made them fp32 "
         "(mcore_fsdp_adapter.py, 'Grandfathered Argument')",
     ),
+    "jit_fuser_compiles": Change(
+        PYTORCH,
+        "v2.2.0",
+        "2024-01-30",
+        (2, 2),
+        "Megatron-Core's `jit_fuser` (its fused cross-entropy, bias-GeLU, SwiGLU functions) is `torch.compile` "
+        'from PyTorch 2.2 on (megatron/core/jit.py `is_torch_min_version("2.2.0a0")`); before, torch.jit.script',
+    ),
+    "inductor_autotune_host_copies": Change(
+        PYTORCH,
+        "v2.6.0",
+        "2025-01-29",
+        (2, 6),
+        "Inductor's CachingAutotuner copies a kernel's mutated arguments to the host where cloning them on the "
+        "device would raise the peak (_inductor/runtime/triton_heuristics.py `copy_args_to_cpu_if_needed`, in "
+        "the v2.6.0 wheel, not the v2.5.0 one; proposed as pytorch/pytorch#136701); before, each benchmark run "
+        "of a kernel with several configs cloned them on the device (`CachingAutotuner.bench` → `clone_args`) "
+        "beside Triton's `do_bench` L2 flush buffer",
+    ),
 }
 
 
@@ -142,6 +170,8 @@ class Release:
 def parse_release(library: str, value: str) -> Release:
     """*value* as a release of *library*; ValueError naming what is accepted where it is none."""
     text = value.strip()
+    if library == PYTORCH and re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise ValueError(f"{text!r}: a PyTorch release is its version (e.g. {_EXAMPLE[PYTORCH]}), not a date")
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
         try:
             datetime.date.fromisoformat(text)
@@ -154,6 +184,9 @@ def parse_release(library: str, value: str) -> Release:
         if version in KNOWN_RELEASES[library]:
             return Release(version=version)
     newest, day = NEWEST[library]
+    if library == PYTORCH:
+        raise ValueError(f"{text[:40]!r} is no PyTorch release ppb knows: give its version (e.g. {_EXAMPLE[library]}; "
+                         f"unset: {newest})")  # fmt: skip
     raise ValueError(
         f"{text[:40]!r} is no {_SHOWN[library]} release ppb knows: give its tag (e.g. {_EXAMPLE[library]}) "
         f"or the date of the commit run (YYYY-MM-DD; unset: {newest}, {day})"

@@ -48,6 +48,7 @@ from ppb_core.config.recompute import (
 from ppb_core.config.releases import (
     CHANGES,
     MEGATRON_CORE,
+    PYTORCH,
     TRANSFORMER_ENGINE,
     Release,
     parse_release,
@@ -1086,8 +1087,8 @@ class PPBOptions(StrictModel):
 
 
 class FrameworkRelease(StrictModel):
-    """The Megatron-Core and Transformer Engine releases the run ran (`ppb_core.config.releases`): the rules
-    that changed since are priced as that code held them. Unset: the newest code ppb follows."""
+    """The Megatron-Core, Transformer Engine and PyTorch releases the run ran (`ppb_core.config.releases`): the
+    rules that changed since are priced as that code held them. Unset: the newest code ppb follows."""
 
     megatron_core: str | None = Field(
         None,
@@ -1101,14 +1102,19 @@ class FrameworkRelease(StrictModel):
         description="Transformer Engine's release (v2.4, 2.4, 2.6.0.post1) or the date of the commit run "
         "(YYYY-MM-DD); unset: d0067d0d (2026-08-22)",
     )
+    pytorch: str | None = Field(
+        None,
+        max_length=40,
+        description="PyTorch's version (2.5, 2.5.0, or as a container names it, 2.5.0a0+e000cf0ad9); unset: 2.13",
+    )
 
-    @field_validator("megatron_core", "transformer_engine", mode="before")
+    @field_validator("megatron_core", "transformer_engine", "pytorch", mode="before")
     @classmethod
     def _dated(cls, value: Any) -> Any:
         """YAML reads an unquoted 2025-07-05 as a date: the same release as the quoted one."""
         return value.isoformat() if isinstance(value, datetime.date) else value
 
-    @field_validator("megatron_core", "transformer_engine")
+    @field_validator("megatron_core", "transformer_engine", "pytorch")
     @classmethod
     def _known(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
@@ -1127,7 +1133,7 @@ class FrameworkRelease(StrictModel):
 
     @property
     def stated(self) -> bool:
-        return self.megatron_core is not None or self.transformer_engine is not None
+        return any(value is not None for value in (self.megatron_core, self.transformer_engine, self.pytorch))
 
 
 class RunConfig(StrictModel):
@@ -1137,7 +1143,7 @@ class RunConfig(StrictModel):
     )
     framework_release: FrameworkRelease = Field(
         default_factory=FrameworkRelease,
-        description="under framework megatron, the Megatron-Core and Transformer Engine releases run "
+        description="under framework megatron, the Megatron-Core, Transformer Engine and PyTorch releases run "
         "(ppb_core.config.releases); unset: the newest code ppb follows",
     )
     models: Annotated[list[SubModel], Field(min_length=1, max_length=limits.MODELS)]
@@ -1740,8 +1746,14 @@ def _check_run(run: RunConfig, where: str) -> None:
     par, train = run.parallel, run.training
     release = run.framework_release
     if run.framework != "megatron" and release.stated:
-        library = MEGATRON_CORE if release.megatron_core is not None else TRANSFORMER_ENGINE
-        said = f"is Megatron-Core's and Transformer Engine's; this run's framework is {run.framework}"
+        stated = [lib for lib in (MEGATRON_CORE, TRANSFORMER_ENGINE, PYTORCH) if getattr(release, lib) is not None]
+        library = stated[0]
+        whose = (
+            "is read under framework megatron only"
+            if library == PYTORCH
+            else "is Megatron-Core's and Transformer Engine's"
+        )
+        said = f"{whose}; this run's framework is {run.framework}"
         raise InputError(where, f"framework_release.{library}", said)
     if release.megatron_core is not None and "interleaved_send_waits" in run.timing.model_fields_set:
         waits = send_waits_of(release.of(MEGATRON_CORE))

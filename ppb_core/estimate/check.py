@@ -30,7 +30,7 @@ class StageCheck:
     options: dict[str, int]
     peak_mb: float
     device_mb: float
-    moment: str  # the moment that sets the peak: backward, loss, reduction or optimizer
+    moment: str  # the moment that sets the peak: backward, loss, first_loss, reduction or optimizer
     moments_mb: dict[str, float]
     in_flight: tuple[int, ...]
 

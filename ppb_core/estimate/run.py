@@ -128,6 +128,8 @@ def stage_json(peak: StagePeak) -> dict[str, Any]:
         "step_static_bytes": None if peak.step_static_bytes is None else _number(peak.step_static_bytes),
         "holds_tail": peak.holds_tail,
         "reduction_bytes": None if peak.reduction_bytes is None else _number(peak.reduction_bytes),
+        "first_call_bytes": _number(peak.first_call_bytes),
+        "first_step_bytes": _number(peak.first_step_bytes),
     }
 
 

@@ -36,11 +36,10 @@ from collections.abc import Sequence
 
 from ppb_core.memory.graphs import graphed_layers
 from ppb_core.memory.model import MemoryModel
-from ppb_core.memory.peak import StagePeak, configured_options
+from ppb_core.memory.peak import ADAM_MOMENT_BYTES, StagePeak, configured_options
 from ppb_core.model.kinds import BodyKind, LayerKind, Moe, TailKind
 from ppb_core.model.walk import LayerWalk
 
-ADAM_MOMENT_BYTES = 8  # exp_avg and exp_avg_sq, fp32, created at the first step
 _ROUTER = ("moe.norm_input", "moe.norm_output", "moe.router_", "moe.topk_", "moe.shared.")
 _PREPROCESS = ("moe.row_map",)
 _MTP = re.compile(r"^mtp\d+\.")
@@ -103,7 +102,7 @@ def allocated_peak_bytes(memory: MemoryModel, layer_walk: LayerWalk, peak: Stage
         found.append(max(b - (moments if name in ("backward", "loss") else 0.0) for name, b in held.items()))
     found.append(peak.static_bytes - (moments if warmup == 0 else 0.0) + graphed + peak.working_bytes)
     found[-1] += peak.reserved_bytes
-    found.append(max(b - (graphed if name in ("backward", "loss") else 0.0) for name, b in held.items()))
+    found.append(max(b - (graphed if name in ("backward", "loss", "first_loss") else 0.0) for name, b in held.items()))
     return max(found)
 
 

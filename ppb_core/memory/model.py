@@ -443,6 +443,13 @@ class MemoryModel:
         found = self.rules.loss_bytes(layer.kind, self.parameters(layer), self.setup, previous)
         return found * self.correction.working
 
+    def first_call_bytes(self, layer: LayerLike) -> float:
+        """What the loss's first call adds once beyond `loss_bytes` (`FrameworkRules.first_call_bytes`; 0 off the
+        TAIL)."""
+        if not isinstance(layer.kind, TailKind):
+            return 0.0
+        return self.rules.first_call_bytes(layer.kind, self.parameters(layer), self.setup) * self.correction.working
+
     def census_terms(
         self, layer: LayerLike, state: LayerType, switches: Mapping[str, int] | None
     ) -> tuple[float, float] | None:

@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # stage_peaks is given a model: the model is built above this
     from ppb_core.memory.model import MemoryModel
 
 
-MOMENTS: tuple[str, ...] = ("backward", "loss", "reduction", "optimizer")
+MOMENTS: tuple[str, ...] = ("backward", "loss", "first_loss", "reduction", "optimizer")
+ADAM_MOMENT_BYTES = 8  # exp_avg and exp_avg_sq, fp32, created at the first optimizer step
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class StagePeak:
     holds_tail: bool = False
     # what the gradient reduction holds beyond the step's static memory (None: no moment of its own)
     reduction_bytes: float | None = None
+    # what the loss's first call adds once, in the first iteration (`FrameworkRules.first_call_bytes`), and the
+    # static memory the first optimizer step creates (Adam's moments), not yet there then
+    first_call_bytes: float = 0.0
+    first_step_bytes: float = 0.0
 
     @property
     def step_bytes(self) -> float:
@@ -88,6 +93,9 @@ class StagePeak:
         found = {"backward": self.kept_bytes + self.working_bytes + self.reserved_bytes}
         if self.holds_tail:
             found["loss"] = self.kept_bytes + self.loss_bytes + self.reserved_bytes
+            if self.first_call_bytes:
+                first = self.kept_bytes - self.first_step_bytes + self.loss_bytes + self.first_call_bytes
+                found["first_loss"] = first + self.reserved_bytes
         if self.reduction_bytes is not None:
             found["reduction"] = step + self.reduction_bytes + self.reserved_bytes
         found["optimizer"] = step + self.reserved_bytes
@@ -113,9 +121,13 @@ class StagePeak:
         if moment in ("optimizer", "reduction"):
             held = (self.reduction_bytes or 0.0) if moment == "reduction" else 0.0
             return {"static": self.step_bytes + held, "activations": 0.0, "buffers": 0.0, "working": 0.0}
-        extra = self.loss_bytes if moment == "loss" else self.working_bytes
+        if moment == "first_loss":
+            extra = self.loss_bytes + self.first_call_bytes
+        else:
+            extra = self.loss_bytes if moment == "loss" else self.working_bytes
+        first = self.first_step_bytes if moment == "first_loss" else 0.0
         return {
-            "static": self.static_bytes,
+            "static": self.static_bytes - first,
             "activations": self.activation_bytes,
             "buffers": self.buffer_bytes,
             "working": extra,
@@ -224,8 +236,10 @@ def stage_peaks(
         ]
     totals = {
         stage: {"static": 0.0, "step": 0.0, "work": 0.0, "loss": 0.0, "deferred": 0.0, "body": 0, "tail": False}
+        | {"first_call": 0.0, "first_step": 0.0}
         for stage in range(stages)
     }
+    adam = memory.run.training.optimizer in ("adam", "adamw")  # moments made at the first step (torch, TE, apex)
     candidates = [len(vectors[stage]) for stage in range(stages)]  # the peak vector is one of these
     attention = _attention_workspaces(memory, groups)
     backward_starts = _backward_starts(memory, stages, chunks) if attention and steps is None else None
@@ -260,6 +274,7 @@ def stage_peaks(
         total = totals[stage]
         total["static"] += count * static.total
         total["step"] += count * static.step_bytes
+        total["first_step"] += count * ADAM_MOMENT_BYTES * static.optimizer_states if adam else 0.0
         neighbours = (before, after) if beside else None
         working = memory.working_extra_bytes(
             layer, state, switches, 2, on_saved=True, group=group, neighbours=neighbours
@@ -281,6 +296,7 @@ def stage_peaks(
                 tail_left[(stage, chunk)] = tail_left.get((stage, chunk), 0.0) + count * left
             total["tail"] = True
             total["loss"] = max(total["loss"], memory.loss_bytes(layer, before))
+            total["first_call"] = max(total["first_call"], memory.first_call_bytes(layer))
             deferred = memory.rules.deferred_bytes(kind, memory.setup, memory.run.training.micro_batches)
             total["deferred"] = max(total["deferred"], deferred)
         if option is not None:
@@ -348,6 +364,8 @@ def stage_peaks(
                 step_static_bytes=total["step"] + workspace,
                 holds_tail=total["tail"],
                 reduction_bytes=memory.reduction_bytes(in_stage.get(stage, [])),
+                first_call_bytes=total["first_call"],
+                first_step_bytes=total["first_step"] if total["first_call"] else 0.0,
             )
         )
     return peaks
@@ -510,6 +528,7 @@ def run_combined_steps(run: RunConfig) -> list[list[tuple[tuple[int, ...], int, 
 
 
 __all__ = [
+    "ADAM_MOMENT_BYTES",
     "MOMENTS",
     "StagePeak",
     "configured_option",

@@ -49,6 +49,9 @@ class MemorySetup(Geometry):
     flex_num_sms: int = 0  # Megatron's --moe-flex-dispatcher-num-sms (0: unset): DeepEP's buffer channels
     cublas_workspace_bytes: int = 0  # per cuBLAS handle as CUBLAS_WORKSPACE_CONFIG sets it; 0: PyTorch's default
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion (timing.cross_entropy_fusion)
+    cross_entropy_impl: str = "native"  # its --cross-entropy-fusion-impl: native (jit_fuser functions) | te
+    # Megatron's --deterministic-mode: torch.use_deterministic_algorithms(True) (training/arguments.py)
+    torch_deterministic: bool = False
     # Megatron's Transformer Engine layers in FP8 (timing.matmul_dtype fp8): the recipe, "" otherwise
     fp8_recipe: str = ""
     fp8_param_gather: bool = False  # Megatron's --fp8-param-gather (frameworks/te_fp8.py)
@@ -60,7 +63,7 @@ class MemorySetup(Geometry):
     # Megatron's gradient accumulation fusion under its DDP or Megatron-FSDP: TE's cached dummy wgrads
     # (frameworks/dummy_wgrad.py)
     wgrad_fusion_dummies: bool = False
-    # the Megatron-Core and Transformer Engine releases run (framework_release): rules that changed since
+    # the Megatron-Core, Transformer Engine and PyTorch releases run (framework_release): rules that changed since
     # are priced as that code held them (ppb_core.config.releases)
     release: FrameworkRelease = field(default_factory=FrameworkRelease)
     optimizer_instances: int = 1  # Megatron's --num-distributed-optimizer-instances
@@ -133,6 +136,8 @@ class MemorySetup(Geometry):
             flex_num_sms=run.timing.moe_flex_dispatcher_num_sms or 0,
             cublas_workspace_bytes=run.memory.cublas_workspace_bytes,
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
+            cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
+            torch_deterministic=run.timing.deterministic,
             dataloader_mask=run.framework == "megatron" and run.timing.attention_mask_in_dataloader,
             fp8_recipe=run.timing.fp8_recipe if _te_fp8(run) else "",
             fp8_param_gather=run.timing.fp8_param_gather,

@@ -341,8 +341,14 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
                 where, f"limits.recompute.{index}", f"{words}'s words; this search's framework is {spec.framework}"
             )
     if spec.framework != "megatron" and spec.framework_release.stated:
-        library = "megatron_core" if spec.framework_release.megatron_core is not None else "transformer_engine"
-        said = f"is Megatron-Core's and Transformer Engine's; this search's framework is {spec.framework}"
+        release = spec.framework_release
+        library = next(lib for lib in ("megatron_core", "transformer_engine", "pytorch") if getattr(release, lib))
+        whose = (
+            "is read under framework megatron only"
+            if library == "pytorch"
+            else "is Megatron-Core's and Transformer Engine's"
+        )
+        said = f"{whose}; this search's framework is {spec.framework}"
         raise InputError(where, f"framework_release.{library}", said)
     flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
     check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)

@@ -106,10 +106,22 @@ STAGE_PEAKS = Schema(
             "what the gradient reduction holds beyond the step's static memory (null: no moment of its own)",
             "bytes",
         ),
+        Column(
+            "first_call_bytes",
+            "float64",
+            "what the loss's first call adds once, in the first iteration (a compiled loss autotuning)",
+            "bytes",
+        ),
+        Column(
+            "first_step_bytes",
+            "float64",
+            "static memory the first optimizer step creates (Adam's moments), where the first call adds any",
+            "bytes",
+        ),
         Column("reserved_bytes", "float64", "what the run config reserves (reserved_mb)", "bytes"),
         Column("device_bytes", "float64", "the device's memory", "bytes"),
         Column("peak_bytes", "float64", "the stage's peak: the largest of its moments", "bytes"),
-        Column("moment", "string", "the moment that sets the peak: backward, loss, reduction or optimizer"),
+        Column("moment", "string", "the moment that sets the peak: backward, loss, first_loss, reduction or optimizer"),
         Column("fits", "bool", "whether the peak is within the device's memory"),
     ),
 )

@@ -33,7 +33,7 @@ PLAN_REPORT = Schema(
             "reserved memory excluded: the three parts above at the backward, other terms at the others",
             "MB",
         ),
-        Column("moment", "string", "the moment that sets the peak: backward, loss, reduction or optimizer"),
+        Column("moment", "string", "the moment that sets the peak: backward, loss, first_loss, reduction or optimizer"),
         Column("device_mb", "float64", "the memory the stage must fit in: the device's less reserved_mb", "MB"),
         Column("forward_ms", "float64", "forward of one micro-batch through the stage, every chunk", "ms"),
         Column("backward_ms", "float64", "backward of one micro-batch, recomputation included", "ms"),

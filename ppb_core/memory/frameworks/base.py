@@ -169,6 +169,11 @@ class FrameworkRules:
         the layer that runs just before the tail, where known)."""
         return 0.0
 
+    def first_call_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+        """What the loss's first call adds once, in the first iteration, beyond `loss_bytes` (a compiled
+        loss autotuning its kernels). SAPP's has none."""
+        return 0.0
+
     def freed_before_backward_bytes(
         self, kind: LayerKind, setup: MemorySetup, terms: tuple[ActivationTerm, ...]
     ) -> float:

@@ -88,6 +88,19 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **The fused loss's first call under PyTorch before 2.6.** `jit_fuser` compiles with Inductor (PyTorch 2.2
+  on, megatron/core/jit.py), and at a kernel's first call Inductor's `CachingAutotuner` benchmarks every
+  config of a kernel that has several (a one-dimensional pointwise kernel has two unless
+  `torch.use_deterministic_algorithms`, which `--deterministic-mode` sets: runtime/triton_heuristics.py
+  `pointwise`, `disable_pointwise_autotuning`), each run on device clones of the arguments the kernel
+  mutates (`CachingAutotuner.bench` → `clone_args`, PyTorch 2.5.0) inside Triton's `do_bench`, which holds a
+  256e6-byte L2 flush buffer throughout (triton/testing.py, 3.1.0). `calculate_gradients`' last kernel
+  writes the saved fp32 softmax in place: while the scatter copy and the 16-bit gradient are alive, its
+  autotuning adds `4·T·⌈v/t⌉ + 256e6` bytes, once, in the first iteration, before the first optimizer
+  step has made Adam's moments (`first_call_bytes`, the stage's `first_loss` moment). PyTorch 2.6
+  (`framework_release.pytorch`) copies such arguments to the host where a clone would raise the peak
+  (`copy_args_to_cpu_if_needed`), and later releases flush with an L2-sized buffer: not counted there.
+  `torch.cuda.max_memory_allocated()`, which Megatron logs, keeps that first-iteration peak.
 * **The data loader's causal mask.** With `--create-attention-mask-in-dataloader` (the default) each
   sample carries a bool `[1, s, s]` causal mask (megatron/core/datasets/gpt_dataset.py
   `_get_ltor_masks_and_position_ids`), which `pretrain_gpt.py` `get_batch` puts on the device of the
@@ -282,6 +295,10 @@ from ppb_core.model.geometry import kv_heads_per_rank, per_rank
 from ppb_core.model.kinds import MTP_PART, OUTPUT_PART, BodyKind, EncoderBodyKind, HeadKind, LayerKind, Moe, TailKind
 from ppb_core.model.params import LayerParams
 from ppb_core.model.switches import LayerType
+
+# triton/testing.py `do_bench` (Triton 3.1.0, PyTorch 2.5.0's pin): `torch.empty(int(256e6 // 4), dtype=torch.int)`,
+# the L2 flush buffer held while Inductor benchmarks a kernel (`fast_flush=True`)
+TRITON_FLUSH_BYTES = 256_000_000
 
 # The norms a `layernorm` recompute acts on under the Transformer Engine spec.
 _OWN_NORM_OUTPUTS = {"moe.norm_output"}
@@ -911,6 +928,17 @@ class MegatronRules(FrameworkRules):
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
         return setup.dtype_bytes * logits + max(dataloader_mask_bytes(setup), scatter_copy)
+
+    def first_call_bytes(self, kind: TailKind, params: LayerParams, setup: MemorySetup) -> float:
+        """The fused loss's compiled backward autotuning at its first call under PyTorch before 2.6: a device
+        clone of the softmax it writes in place, beside Triton's 256e6-byte L2 flush (module docstring)."""
+        fused = setup.cross_entropy_fusion and setup.cross_entropy_impl == "native" and kind.has_output
+        release = setup.release
+        if not fused or setup.torch_deterministic or not release.holds("jit_fuser_compiles"):
+            return 0.0
+        if release.holds("inductor_autotune_host_copies"):
+            return 0.0
+        return STATS_BYTES * setup.tokens * per_rank(kind.vocab_size, setup.tp) + TRITON_FLUSH_BYTES
 
 
 # The nodes Megatron-Core's combined 1F1B schedule runs a layer as (--overlap-moe-expert-parallel-comm;
