@@ -110,7 +110,8 @@ def _llama_run(
             # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
             "fp8_recipe": fp8_recipe,
             # bf16_with_mxfp8_mixed (mixed_precision.py, v0.2.0 and v0.4.0): fp8_param_gather, the parameters
-            # MXFP8 and all-gathered so; fp8_cs leaves it off
+            # MXFP8 (all-gathered in bf16 through the gradient buffer, reuse_grad_buf_for_mxfp8_param_ag: ppb's
+            # `iteration._param_gather`); fp8_cs leaves it off
             "fp8_param_gather": fp8_recipe == "mxfp8",
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {

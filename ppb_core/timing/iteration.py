@@ -1005,6 +1005,13 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
         return 0.0, 0.0
     share = run.timing.overlap.param_gather
     dtype_bytes = run.training.dtype_bytes
+    # MXFP8 parameters are gathered in BF16: Megatron-Core cannot map an MXFP8Tensor into the parameter buffer,
+    # so a bucket holding one shares the gradient buffer and its `param_data` is that buffer viewed as bf16
+    # (param_and_grad_buffer.py `_ParamAndGradBuffer.__init__`, "For MXFP8 param: Create a shared buffer for
+    # param AG and grad RS", core_v0.15.0 as NeMo 25.11 ran it, core_v0.17.0, d98e8a64; the distributed
+    # optimizer copies its fp32 shard in, distrib_optimizer.py `_copy_main_params_to_param_buffer`, and the
+    # parameters are cast to MXFP8 as they are copied out after the gather): 2 bytes an element, not 1
+    quantized_gather = memory.setup.fp8_param_gather and run.timing.fp8_recipe != "mxfp8"
     worst_link = worst_exposed = 0.0
     for stage in range(run.parallel.pp):
         first_forward: dict[int, float] = {}
@@ -1037,7 +1044,7 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
                 params, fp8 = LayerParams(), LayerParams()
                 for layer, _, _ in backward_order[first : last + 1]:
                     params = params + memory.parameters(layer)
-                    if memory.setup.fp8_param_gather:
+                    if quantized_gather:
                         fp8 = fp8 + fp8_weights(layer.kind, memory.setup)
                 buckets.append((len(entries) - 1 - last, params, fp8))  # its first layer in forward order
                 first = last + 1
@@ -1056,7 +1063,8 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
 
 def _parameter_gather_seconds(params: LayerParams, fp8: LayerParams, element_bytes: int, links: Links) -> float:
     """The distributed optimizer's all-gather of a bucket's parameters: its FP8 parameters' 1-byte data
-    (`--fp8-param-gather`, memory/frameworks/te_fp8.py: DDP's buffers are grouped by dtype), the rest at
+    (`--fp8-param-gather` under per-tensor or blockwise scaling, memory/frameworks/te_fp8.py: DDP's buffers are
+    grouped by dtype; MXFP8's go in bf16, `_param_gather`), the rest at
     *element_bytes*; non-expert ones over dp·cp, experts over their group."""
     seconds = 0.0
     for whole, quantized, group in ((params.non_expert, fp8.non_expert, "dp"), (params.expert, fp8.expert, "edp")):
