@@ -17,7 +17,7 @@ from ppb_core.config.devices import (
     HOST_KERNEL_US_DGX_GB200,
     HOST_KERNEL_US_DGX_H100,
 )
-from ppb_core.config.run import parse_run_config
+from ppb_core.config.run import FrameworkRelease, parse_run_config
 from ppb_core.memory import MemoryModel
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
@@ -162,6 +162,38 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
         waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
     assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(40e-6)
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6)
+
+
+def test_deterministic_mode_fills_a_grouped_gemm_s_weight_gradients_once_an_expert_before_te_2_16():
+    # TE v1.13 to v2.15 `_GroupedLinear.backward` without wgrad fusion: `[torch.empty(w.size(), ...) for w in
+    # weights]`, one NaN-filled buffer an expert; from cb59ef156 (v2.16) one bulk buffer. 8 experts: backward
+    # the dgrad's buffer and 8 weight gradients' = 9 fills, else 2; forward the one output either way.
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    assert fill_launches(experts, (1.0, 1.0), wgrad_fused=False, wgrad_per_expert=True) == (1.0, 9.0)
+    assert fill_launches(experts, (1.0, 1.0), wgrad_fused=False) == (1.0, 2.0)
+    # fused, no 16-bit weight gradient is allocated: the dgrad's alone
+    assert fill_launches(experts, (1.0, 1.0), wgrad_fused=True, wgrad_per_expert=True) == (1.0, 1.0)
+    # a SequentialMLP's 8 experts are 8 TE Linears, each its own output, dgrad and wgrad buffers: 8 and 16
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    assert fill_launches(looped, (1.0, 1.0), wgrad_fused=False, wgrad_per_expert=True) == (8.0, 16.0)
+
+
+def test_the_pricer_fills_each_expert_s_weight_gradient_under_a_te_before_2_16():
+    # The BF16 layer above (8 experts, grouped GEMM, EP 2: 4 local experts, DGX H100 80.9 us a launch) under
+    # --deterministic-mode without gradient-accumulation fusion: at TE 2.15 fc1's and fc2's backward each
+    # fill 4 weight-gradient buffers where 2.16 fills one, 2 · 3 = 6 launches more, 485.4 us; forward alike.
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 2048}  # fmt: skip
+    waits = {}
+    for release in ("2.15.0", "2.16.0"):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": 2}, training={"seq_length": 4096},
+                       timing={"deterministic": True, "gradient_accumulation_fusion": False})  # fmt: skip
+        run = run.model_copy(update={"framework_release": FrameworkRelease(transformer_engine=release)})
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[release] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    assert waits["2.15.0"].launch_backward - waits["2.16.0"].launch_backward == pytest.approx(6 * 80.9e-6)
+    assert waits["2.15.0"].launch_forward == pytest.approx(waits["2.16.0"].launch_forward)
 
 
 def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():

@@ -76,6 +76,15 @@ CHANGES: dict[str, Change] = {
         "TE's GroupedLinear (the experts of TEGroupedMLP) takes the same cache (module/grouped_linear.py "
         "`_GroupedLinear.backward`); before, a `torch.empty` per expert and backward",
     ),
+    "te_grouped_wgrad_one_buffer": Change(
+        TRANSFORMER_ENGINE,
+        "cb59ef156",
+        "2026-05-12",
+        (2, 16),
+        "TE's GroupedLinear allocates its experts' 16-bit weight gradients (no wgrad fusion) as one buffer "
+        "(module/grouped_linear.py `_GroupedLinear.backward`: `tex.bulk_allocate`, then one `torch.empty`); "
+        "before, a `torch.empty` per expert, each NaN-filled under deterministic mode",
+    ),
     "experts_weight_probs": Change(
         MEGATRON_CORE,
         "2659630721",

@@ -265,11 +265,16 @@ def plain(op: Op, rope_fusion: bool) -> bool:
     return op.launches is not None or last in PLAIN_OPS or (last == "rope" and not rope_fusion)
 
 
-def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple[float, float]:
+def fill_launches(
+    op: Op, fill: tuple[float, float], wgrad_fused: bool, wgrad_per_expert: bool = False
+) -> tuple[float, float]:
     """The NaN-fill kernels PyTorch's deterministic mode runs for an op's TransformerEngine buffers
     (`ppb_core.timing.nan_fill`): one a buffer. Flash attention: O and the statistics forward, dQ, dK,
     dV backward; rotary: Q and K each way; a linear layer: its output forward, its input gradient (and
-    its 16-bit weight gradient unfused) backward; a norm: its output and its input gradient."""
+    its 16-bit weight gradient unfused) backward; a norm: its output and its input gradient.
+    *wgrad_per_expert*: a grouped GEMM's unfused weight gradients are one buffer an expert (TE before
+    `releases.CHANGES["te_grouped_wgrad_one_buffer"]`: `[torch.empty(w.size(), ...) for w in weights]` in
+    `_GroupedLinear.backward`, v1.13 to v2.15), else one for them all."""
     forward, backward = fill
     last = op.name.rsplit(".", 1)[-1]
     if op.attention is not None:
@@ -279,9 +284,10 @@ def fill_launches(op: Op, fill: tuple[float, float], wgrad_fused: bool) -> tuple
     elif last in ("rope", "qk_norm"):  # Q and K each: rotary's fused kernels, or the two norm modules' outputs
         counts = (2.0, 2.0)
     elif op.gemm is not None:  # a fused GEMM's one buffer shared by its parts; a SequentialMLP's per expert
-        _, _, n, _, fused = op.gemm
+        _, _, n, groups, fused = op.gemm
         each = max(1, op.sequential)
-        counts = (each * n / fused, each * (1.0 if wgrad_fused else 2.0) * n / fused)
+        wgrads = 0.0 if wgrad_fused else (groups if wgrad_per_expert and not op.sequential else 1.0)
+        counts = (each * n / fused, each * (1.0 + wgrads) * n / fused)
     else:
         counts = (1.0, 1.0)
     return (counts[0] if forward > 0 else 0.0), (counts[1] if backward > 0 else 0.0)
@@ -311,13 +317,14 @@ def layer_launches(
     plain_share: float = 1.0,
     cpp_gemm_share: float = 1.0,
     accumulate_kernels: int = 1,
+    wgrad_per_expert: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
     under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype;
     *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured);
     *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first likewise (`CPP_GEMM_US` over the
-    measured time a launch); *accumulate_kernels*: as `op_launches`."""
+    measured time a launch); *accumulate_kernels*: as `op_launches`; *wgrad_per_expert*: as `fill_launches`."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -340,7 +347,7 @@ def layer_launches(
         if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth
             forward, backward = plain_share * forward, plain_share * backward
         if fills and op.name in fills:
-            extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused)
+            extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused, wgrad_per_expert)
             forward, backward = forward + extra_forward, backward + extra_backward
         counts[op.name] = (forward, backward)
     return counts

@@ -802,6 +802,7 @@ class TimeModel:
                     if self.device.host_kernel_us
                     else 1.0,
                     accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
+                    wgrad_per_expert=not run.framework_release.holds("te_grouped_wgrad_one_buffer"),
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
