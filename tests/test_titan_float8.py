@@ -13,14 +13,14 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.pricer import TimeModel
 
 
-def _gemms(tp: int):
+def _gemms(tp: int, compiled: bool = True):
     raw = {
         "framework": "torchtitan",
         "models": [{"name": "llm", "spec": dict(SMALL_GQA)}],
         "parallel": {"dp": 2, "zero": 3, "fsdp": True, "tp": tp, "sequence_parallel": tp > 1},
         "training": {"seq_length": 2048, "micro_batch_size": 1},
         "device": ROUND_DEVICE,
-        "timing": {"torch_compile": True, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"},
+        "timing": {"torch_compile": compiled, "matmul_dtype": "fp8", "fp8_recipe": "tensorwise"},
     }
     model = TimeModel(parse_run_config(raw))
     body = next(layer for layer in walk(model.run) if layer.node == "BODY")
@@ -53,3 +53,9 @@ def test_float8_tp_casts_on_the_sequence_shard_by_hand():
     assert model._cast_bytes(ops["out_proj"], gradient=False) == model._cast_bytes(ops["mlp_out"], gradient=False) == 5
     assert model._cast_bytes(ops["out_proj"], gradient=True) == model._cast_bytes(ops["mlp_out"], gradient=True) == 2.5
     assert model._cast_bytes(ops["qk_proj"], gradient=True) == model._cast_bytes(ops["mlp_in"], gradient=True) == 5
+
+
+def test_eager_linears_cast_their_input_each():
+    # without torch.compile nothing merges the casts: qk_proj and v_proj each pay the whole input's
+    model, ops = _gemms(1, compiled=False)
+    assert model._cast_bytes(ops["qk_proj"], gradient=False) == model._cast_bytes(ops["v_proj"], gradient=False) == 5

@@ -345,8 +345,8 @@ class TimeModel:
           (torchtitan's wq, wk, wv: ppb's qk_proj and v_proj of one fused GEMM) share its cast: compiled,
           AOTAutograd's CSE merges the identical casts; under Float8 TP `PrepareFloat8ModuleInput` casts
           the attention's and the feed-forward's input once (float8_tensor_parallel.py). So each op pays
-          its share of the fused GEMM's columns, and under Float8 TP the cast runs on the sequence shard
-          before the all-gather: 1/tp of the gathered rows.
+          its share of the fused GEMM's columns (eager, without Float8 TP, its own cast), and under
+          Float8 TP the cast runs on the sequence shard before the all-gather: 1/tp of the gathered rows.
         - output gradient: `NoopFwToFloat8BwDynamic` takes its amax and casts (2·bc + 1); under Float8 TP a
           row-parallel linear's after the output's redistribute, so on the sequence shard before the
           backward's all-gather (`Float8RowwiseParallel._prepare_output_fn`): 1/tp of the rows.
@@ -361,8 +361,14 @@ class TimeModel:
         tp = self.run.parallel.tp
         if gradient:
             return quantize / (tp if op.name in self._float8_scattered else 1)
+        return quantize * self._titan_input_share(op) / (tp if op.name in self._float8_gathered else 1)
+
+    def _titan_input_share(self, op: Op) -> float:
+        """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own."""
         _, _, n, _, fused = op.gemm
-        return quantize * (n / fused) / (tp if op.name in self._float8_gathered else 1)
+        shared = self.run.timing.torch_compile or op.name in self._float8_gathered
+        return n / fused if shared else 1.0
 
     def _titan_wgrad_copies(self, op: Op) -> float:
         """HBM bytes of the weight gradient's operand copies under torchtitan's Float8 (`_titan_cast_bytes`):
@@ -373,8 +379,8 @@ class TimeModel:
             return 0.0
         if op.gemm is None:
             return 0.0
-        m, k, n, groups, fused = op.gemm
-        return 2.0 * m * groups * (n + k * n / fused)
+        m, k, n, groups, _ = op.gemm
+        return 2.0 * m * groups * (n + k * self._titan_input_share(op))
 
     def _cast_bytes(self, op: Op, gradient: bool) -> float:
         """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
