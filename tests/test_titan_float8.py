@@ -38,9 +38,10 @@ def test_casts_without_tp_by_hand():
     assert forward["qk_proj"] + forward["v_proj"] == pytest.approx(5.0)
     assert forward["mlp_in"] == forward["out_proj"] == forward["mlp_out"] == 5.0
     assert all(model._cast_bytes(op, gradient=True) == 5.0 for op in ops.values())
-    # the weight gradient's copies: the output gradient's transpose (2048 · 1280, a byte read and written)
-    # and the shared fp8 input made column-major (2048 · 1024, its 1280/1536 share)
-    assert model._titan_wgrad_copies(ops["qk_proj"]) == pytest.approx(2 * 2048 * (1280 + 1024 * 1280 / 1536))
+    # the backward's copies, a byte read and written: the output gradient's transpose (2048 · 1280), the
+    # shared fp8 input made column-major (2048 · 1024, its 1280/1536 share) and the fp8 weight (1280 · 1024)
+    copies = 2 * (2048 * (1280 + 1024 * 1280 / 1536) + 1280 * 1024)
+    assert model._titan_wgrad_copies(ops["qk_proj"]) == pytest.approx(copies)
 
 
 def test_float8_tp_casts_on_the_sequence_shard_by_hand():

@@ -374,13 +374,14 @@ class TimeModel:
         """HBM bytes of the weight gradient's operand copies under torchtitan's Float8 (`_titan_cast_bytes`):
         `preprocess_addmm` makes the transposed output gradient row-major (`a_data.contiguous()`) and the
         saved fp8 input column-major (`b.t().contiguous().t()`), a byte read and written per element; the
-        input's copy shared by the linears reading it (CSE), like its cast."""
+        input's copy shared by the linears reading it (CSE), like its cast. The input gradient's
+        `torch.mm(grad_output, weight_fp8_t.t())` copies the fp8 weight column-major likewise."""
         if self.run.framework != "torchtitan" or self.run.timing.matmul_dtype != "fp8" or not op.fp8:
             return 0.0
         if op.gemm is None:
             return 0.0
         m, k, n, groups, _ = op.gemm
-        return 2.0 * m * groups * (n + k * self._titan_input_share(op))
+        return 2.0 * (m * groups * (n + k * self._titan_input_share(op)) + op.weight_elements)
 
     def _cast_bytes(self, op: Op, gradient: bool) -> float:
         """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
