@@ -15,7 +15,7 @@ from ppb_core.model.walk import walk
 from ppb_core.timing.flops import ALL_GATHER
 from ppb_core.timing.fsdp_float8 import precompute_scale_seconds
 from ppb_core.timing.iteration import _data_links, _dp_collective, fsdp2_copy_seconds
-from ppb_core.timing.pricer import TimeModel
+from ppb_core.timing.pricer import TimeModel, float8_weight_cast_bytes
 
 # SMALL_GQA's block: wq and wo 1024², wk and wv 1024·256, w1, w3, w2 1024·2816 (7 Float8Linears); two
 # RMSNorm weights of 1024 stay bf16
@@ -108,3 +108,16 @@ def test_the_precompute_needs_the_float8_gather():
     with pytest.raises(InputError) as err:
         _run(gather=False, precompute=True)
     assert err.value.field == "timing.fp8_precompute_scale"
+
+
+def test_each_forward_quantizes_the_gathered_bf16_weights_by_hand():
+    # torchao Float8Linear.forward (eab345c): the weight's amax (read 2 B) and its cast (read 2, write 1)
+    # each forward, unless FSDP gathered it in float8 already: 5·LINEARS bytes more a block's forward,
+    # none in the backward (the fp8 copy is saved); the output layer stays bf16
+    off, on = _run(gather=False), _run(gather=True)
+    assert (float8_weight_cast_bytes(off), float8_weight_cast_bytes(on)) == (5, 0)
+    prices = {run is off: TimeModel(run).op_prices(_body(run)) for run in (off, on)}
+    forward = {k: sum(p.forward_ms for p in v.values()) for k, v in prices.items()}
+    backward = {k: sum(p.backward_ms for p in v.values()) for k, v in prices.items()}
+    assert forward[True] - forward[False] == pytest.approx(5 * LINEARS / HBM * 1e3)
+    assert backward[True] == pytest.approx(backward[False])

@@ -153,6 +153,20 @@ class OpTime:
 TE_COMPUTE_STREAMS = 4
 
 
+def float8_weight_cast_bytes(run: RunConfig) -> int:
+    """HBM bytes per weight element torchtitan's Float8 linears move to quantize their weight in each
+    forward (and each rerun of it) when FSDP does not gather it in float8: torchao's `Float8Linear.forward`
+    (torchao float8/float8_linear.py at eab345c, torchtitan 9dec370's pin; the same in later releases)
+    takes the unsharded bf16 weight's scale (`get_weight_scale`: `tensor_to_scale`, an amax over it, read
+    bc) and casts it (`cast_weight_to_float8_t`: read bc, write a byte) unless it arrives as float8
+    (`tensor_already_casted_to_fp8`, FSDP's Float8 all-gather, `timing.fp8_fsdp_all_gather`). The fp8
+    copy is saved for the backward (`manual_float8_matmul_with_args_in_float8`): no cast there."""
+    timing = run.timing
+    if run.framework != "torchtitan" or timing.matmul_dtype != "fp8" or timing.fp8_fsdp_all_gather:
+        return 0
+    return 2 * run.training.dtype_bytes + 1
+
+
 def torchtitan_overlap(run: RunConfig) -> Overlap:
     """The run's overlap shares; under torchtitan nothing hides the backward's input-gradient
     reduce-scatters (`tp_async` 0) unless the run states `tp_async`.
@@ -290,6 +304,10 @@ class TimeModel:
         self._geometry = OpGeometry.from_run(run)
         self._fp8_recipe = run.timing.fp8_recipe if run.timing.matmul_dtype == "fp8" else None
         self._norm_fed: set[str] = set()  # FP8 GEMMs fed by a TE norm (tensorwise scaling's fused amax)
+        # torchtitan's GEMMs fed by a float8 TP all-gather, and those whose output a TP reduce-scatter takes
+        self._float8_gathered: set[str] = set()
+        self._float8_scattered: set[str] = set()
+        self._fp8_weight_bytes = float8_weight_cast_bytes(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
         self._parts: dict[tuple, LayerParts] = {}
@@ -312,9 +330,60 @@ class TimeModel:
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
         ops = layer_ops(layer.kind, self._geometry)
-        if self._fp8_recipe == "tensorwise":
+        if self._fp8_recipe == "tensorwise" and self.run.framework != "torchtitan":
             self._norm_fed |= norm_fed(ops)
+        if self._geometry.float8_tp:  # torchtitan's GEMMs reading the block's float8 TP all-gather
+            comms = {op.name for op in ops if op.category == COMM}
+            self._float8_gathered |= {op.name for op in ops if op.inputs and set(op.inputs) <= comms}
+            self._float8_scattered |= {name for op in ops if op.category == COMM for name in op.inputs}
         return ops
+
+    def _titan_cast_bytes(self, op: Op, gradient: bool) -> float:
+        """torchtitan's `_cast_bytes` (torchao Float8Linear, tensorwise dynamic scaling; torchao at eab345c,
+        torchtitan 9dec370's pin), per element of the GEMM's input (*gradient*: its output gradient):
+
+        - input: `hp_tensor_to_float8_dynamic` takes the amax itself (`tensor_to_scale`: read bc; no norm
+          computes it beside its output) and casts (read bc, write a byte). Linears reading one tensor
+          (torchtitan's wq, wk, wv: ppb's qk_proj and v_proj of one fused GEMM) share its cast: compiled,
+          AOTAutograd's CSE merges the identical casts; under Float8 TP `PrepareFloat8ModuleInput` casts
+          the attention's and the feed-forward's input once (float8_tensor_parallel.py). So each op pays
+          its share of the fused GEMM's columns (eager, without Float8 TP, its own cast), and under
+          Float8 TP the cast runs on the sequence shard before the all-gather: 1/tp of the gathered rows.
+        - output gradient: `NoopFwToFloat8BwDynamic` takes its amax and casts (2·bc + 1); under Float8 TP a
+          row-parallel linear's after the output's redistribute, so on the sequence shard before the
+          backward's all-gather (`Float8RowwiseParallel._prepare_output_fn`): 1/tp of the rows.
+        Not per element here: the weight gradient's `torch._scaled_mm` takes a row-major and a
+        column-major operand (float8_ops.py `preprocess_addmm`), so the output gradient's transpose and
+        the saved fp8 input are copied (read and write a byte: `_titan_wgrad_copies`)."""
+        if self.run.timing.matmul_dtype != "fp8" or not op.fp8 or op.gemm is None:
+            return 0.0
+        read = self.run.training.dtype_bytes
+        quantize = 2 * read + 1.0
+        # fed by a float8 TP all-gather (its input) or feeding a reduce-scatter (its gradient): on the shard
+        tp = self.run.parallel.tp
+        if gradient:
+            return quantize / (tp if op.name in self._float8_scattered else 1)
+        return quantize * self._titan_input_share(op) / (tp if op.name in self._float8_gathered else 1)
+
+    def _titan_input_share(self, op: Op) -> float:
+        """The op's share of its input's Float8 cast and copy: its columns of the fused GEMM where the linears
+        reading one tensor share them (compiled: CSE; Float8 TP: `PrepareFloat8ModuleInput`), else its own."""
+        _, _, n, _, fused = op.gemm
+        shared = self.run.timing.torch_compile or op.name in self._float8_gathered
+        return n / fused if shared else 1.0
+
+    def _titan_wgrad_copies(self, op: Op) -> float:
+        """HBM bytes of the weight gradient's operand copies under torchtitan's Float8 (`_titan_cast_bytes`):
+        `preprocess_addmm` makes the transposed output gradient row-major (`a_data.contiguous()`) and the
+        saved fp8 input column-major (`b.t().contiguous().t()`), a byte read and written per element; the
+        input's copy shared by the linears reading it (CSE), like its cast. The input gradient's
+        `torch.mm(grad_output, weight_fp8_t.t())` copies the fp8 weight column-major likewise."""
+        if self.run.framework != "torchtitan" or self.run.timing.matmul_dtype != "fp8" or not op.fp8:
+            return 0.0
+        if op.gemm is None:
+            return 0.0
+        m, k, n, groups, _ = op.gemm
+        return 2.0 * (m * groups * (n + k * self._titan_input_share(op)) + op.weight_elements)
 
     def _cast_bytes(self, op: Op, gradient: bool) -> float:
         """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
@@ -329,6 +398,8 @@ class TimeModel:
         capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data)."""
         if self.run.timing.matmul_dtype != "fp8" or not op.fp8:
             return 0.0
+        if self.run.framework == "torchtitan":
+            return self._titan_cast_bytes(op, gradient)
         read = self.run.training.dtype_bytes
         recipe = self._fp8_recipe
         if recipe == "mxfp8":
@@ -378,7 +449,8 @@ class TimeModel:
                 cast = self._cast_bytes(op, gradient=False)
                 c = tp if "forward" in chunks else 1
                 compute = each * share * c * kernels.gemm_compute_s(m / c, fused, k, groups, out) + rounds
-                cast_bytes = cast * m * k * groups * each + self._weight_cast_bytes * op.weight_elements
+                weight_cast = self._weight_cast_bytes + (self._fp8_weight_bytes if op.fp8 else 0)
+                cast_bytes = cast * m * k * groups * each + weight_cast * op.weight_elements
                 moved = (
                     kernels.score_memory_s(op.bytes, op.score_keys, False, op.score_head_dim)
                     if op.score_keys
@@ -395,7 +467,9 @@ class TimeModel:
             dgrad += kernels.memory_s(self._cast_bytes(op, gradient=True) * m * n * groups * each)
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
-            wgrad += kernels.memory_s(side_backward + self._accumulate_bytes * op.weight_elements)
+            wgrad += kernels.memory_s(
+                side_backward + self._accumulate_bytes * op.weight_elements + self._titan_wgrad_copies(op) * each
+            )
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
         if op.score_keys:  # an unfused attention core's pass over its scores
