@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from small_models import ROUND_DEVICE, SMALL_GQA
 
@@ -367,6 +367,9 @@ OVERLAPS = ("tp", "tp_async", "dp", "param_gather")
     st.booleans(),
 )
 def test_more_overlap_never_raises_the_iteration_time(setting, a, b, tp, pp, fsdp):
+    # Megatron refuses --tp-comm-overlap without sequence parallelism, which it turns off at TP 1
+    # (megatron/training/arguments.py validate_args): the run config refuses that pair, so it is not drawn.
+    assume(not (setting == "tp" and tp == 1 and max(a, b) > 0))
     low, high = sorted((a, b))
     extra = {"zero": 3, "fsdp": True} if fsdp else {}
     slow = run_iteration(small_run(dp=2, tp=tp, pp=pp, overlap={setting: low}, **extra))

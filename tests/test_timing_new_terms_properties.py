@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from small_models import ROUND_DEVICE, SMALL_GQA
 
@@ -80,6 +80,9 @@ def pipelines(draw) -> dict:
 @FAST
 @given(pipelines(), st.sampled_from(OVERLAPS), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
 def test_more_overlap_never_raises_the_iteration(setting: dict, name: str, a: float, b: float) -> None:
+    # Megatron refuses --tp-comm-overlap without sequence parallelism (arguments.py validate_args): not drawn
+    megatron_without_sp = setting["framework"] == "megatron" and not setting.get("sequence_parallel")
+    assume(not (name == "tp" and megatron_without_sp and max(a, b) > 0))
     low, high = sorted((a, b))
     runs = []
     for share in (low, high):
