@@ -47,10 +47,10 @@ DEFAULT_ROWS = (
 
 # Timing flags a recipe sets for some layouts only, which one spec (every strategy's timing) cannot: Megatron-Bridge
 # sets --overlap-param-gather-with-optimizer-step where DP, PP and VP all exceed 1 (utils/helpers.py
-# `set_user_overrides`; Megatron-LM asserts virtual stages and the distributed optimizer for it), and
-# --delay-wgrad-compute with the EP overlap (`set_moe_a2a_overlap_overrides`; Megatron-Core asserts
-# parallel.overlap_moe_expert_parallel_comm, a setting the search does not choose). The search runs without them.
-PER_LAYOUT_TIMING = ("overlap_param_gather_with_optimizer_step", "delay_wgrad_compute")
+# `set_user_overrides`; Megatron-LM asserts virtual stages and the distributed optimizer for it). The search runs
+# without it. (--delay-wgrad-compute, which Megatron-Bridge sets with the EP overlap, `set_moe_a2a_overlap_overrides`,
+# the spec keeps: the search writes it into the strategies it runs the combined 1F1B with, `limits.ep_overlap`.)
+PER_LAYOUT_TIMING = ("overlap_param_gather_with_optimizer_step",)
 
 
 def _world(parallel: dict[str, Any]) -> int:
@@ -80,6 +80,7 @@ def published_strategy(row: PublicRun) -> Strategy:
         micro_batches=training.micro_batches,
         recompute=0,
         group=par.microbatch_group_size_per_vp_stage or 0,
+        ep_overlap=par.overlap_moe_expert_parallel_comm,
     )
 
 

@@ -24,7 +24,7 @@ from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, TAIL, walk
 from ppb_core.payload.run import describe_run
-from ppb_core.schedules import combined_in_flight_vectors, combined_steps
+from ppb_core.schedules import combined_in_flight_vectors, combined_pairs, combined_steps, simulate
 from ppb_core.timing.combined import layer_segments, mtp_segments
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.iteration import _combined_savings, _state
@@ -70,6 +70,16 @@ def test_without_pipelining_the_first_forward_runs_alone():
     assert combined_in_flight_vectors(1, 1, 1, "1f1b") == [[(1,)]]
     # two: F0, (F1, B0), B1 (Megatron CI's gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4: 32 = 4 × dp 4 × 2)
     assert combined_steps("1f1b", 1, 1, 2) == [[((1,), 0, 0)]]
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2, 3])
+def test_without_pipelining_every_step_saves_in_the_simulated_schedule(micro_batches: int) -> None:
+    # combined_1f1b_schedule_for_no_pipelining (d98e8a64): F0 alone, then (F_{i+1}, B_i) for i < m − 1 as one step
+    # each, then B_{m−1} alone: m − 1 steps, each f + b − s; one micro-batch none. With f = 1, b = 2, s = 0.5 the
+    # makespan is m·3 − (m − 1)·0.5: 3, 5.5, 8 (two micro-batches ran as 6 until December 2026, no step saved)
+    timeline = simulate("1f1b", [[1.0]], [[2.0]], micro_batches, combined=[[[0.5]]])
+    assert timeline.makespan == 3.0 * micro_batches - 0.5 * (micro_batches - 1)
+    assert combined_pairs("1f1b", 1, 1, micro_batches) == [[(0, 0)] * (micro_batches - 1)]
 
 
 def test_a_step_adds_the_forward_layer_by_layer_as_the_backward_frees():

@@ -15,7 +15,7 @@ from ppb_core.model.switches import OPTIONS
 from ppb_core.schedules import check, simulate
 from ppb_core.search.bound import Ends, Kind, _form_terms, _forms_terms, lp_bound, schedule_forms, stage_bound
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
-from ppb_core.search.screen import FigureCache, after_schedule_ms, blocking, run_forms, schedule_floor_ms
+from ppb_core.search.screen import FigureCache, _less, after_schedule_ms, blocking, run_forms, schedule_floor_ms
 from ppb_core.search.spec import load_search_spec
 from ppb_core.timing.iteration import run_iteration
 
@@ -91,7 +91,7 @@ def _random_plan(strategy: Strategy, layers: int, rng: random.Random) -> list[li
     return plan
 
 
-@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-titan"])
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe", "tiny-titan", "tiny-moe-overlap"])
 @given(data=st.data())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_bounds_never_exceed_run_iteration_on_any_plan(name: str, data) -> None:
@@ -164,3 +164,65 @@ def test_the_forms_rows_built_once_are_the_rows_built_each_time(schedule, stages
         once = _forms_terms(forms, first)
         assert [list(t.items()) for t in once] == [list(t.items()) for t in direct]
         assert _forms_terms(forms, first) is once
+
+
+@st.composite
+def combined_cases(draw):
+    """Megatron-Core's combined 1F1B runs without pipelining or interleaved (`schedules.combined_steps`)."""
+    interleaved = draw(st.booleans())
+    stages = draw(st.integers(2, 5)) if interleaved else 1
+    chunks = draw(st.integers(2, 3)) if interleaved else 1
+    micro_batches = draw(st.integers(1, 12))
+    schedule = "interleaved" if interleaved else "1f1b"
+    try:
+        check(schedule, stages, chunks, micro_batches)
+    except ValueError:
+        micro_batches = 2 * stages
+    times = st.floats(0.0, 5.0, allow_nan=False)
+    shares = st.floats(0.0, 1.0, allow_nan=False)
+    forward = [[draw(times) for _ in range(stages)] for _ in range(chunks)]
+    backward = [[draw(times) for _ in range(stages)] for _ in range(chunks)]
+    # each cell's slack: what its all-to-alls may save, at most its own forward and backward
+    slack_f = [[f * draw(shares) for f in row] for row in forward]
+    slack_b = [[b * draw(shares) for b in row] for row in backward]
+    # a step saves at most its forward cell's slack and its backward cell's (`combined.step_saving`)
+    saved = [
+        [[draw(shares) * (slack_f[f][s] + slack_b[b][s]) for s in range(stages)] for b in range(chunks)]
+        for f in range(chunks)
+    ]
+    transfer = draw(st.floats(0.0, 1.0, allow_nan=False))
+    return (
+        schedule,
+        stages,
+        chunks,
+        micro_batches,
+        forward,
+        backward,
+        slack_f,
+        slack_b,
+        saved,
+        transfer,
+        draw(st.booleans()),
+    )
+
+
+@given(combined_cases())
+@settings(max_examples=300, deadline=None)
+def test_the_combined_forms_never_exceed_the_simulated_combined_schedule(case) -> None:
+    # The combined 1F1B shortens each steady backward by its step's saving (`schedules.simulate`): the forms
+    # of its orders (the B forms without the chain after the last op, `schedule_forms`) over the backwards
+    # less each cell's whole slack stay below the simulated makespan, whatever the savings within the slack.
+    schedule, stages, chunks, micro_batches, forward, backward, slack_f, slack_b, saved, transfer, blocks = case
+    forms = schedule_forms(schedule, stages, chunks, micro_batches, combined=True)
+    assert forms.forms and not forms.family("A")
+    transfers = [[transfer] * stages for _ in range(chunks)]
+    makespan = simulate(schedule, forward, backward, micro_batches, transfers, blocks, combined=saved).makespan
+    # each cell's times less its slack as the screen takes it (`screen._less`): off the backward, the rest off the
+    # forward
+    less = [
+        [_less(f, b, sf + sb) for f, b, sf, sb in zip(*rows, strict=True)]
+        for rows in zip(forward, backward, slack_f, slack_b, strict=True)
+    ]
+    reduced_f = [[f for f, _ in row] for row in less]
+    reduced_b = [[b for _, b in row] for row in less]
+    assert forms.value(reduced_f, reduced_b, transfer, blocks) <= makespan * (1 + 1e-9) + 1e-12

@@ -31,7 +31,7 @@ from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
-SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups")
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups", "tiny-moe-overlap")
 
 
 @pytest.fixture(scope="module")
