@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from test_memory_activations import MOE
 from test_memory_runs import DENSE, make_run, model
 from test_run_layout import MOE as MOE_MTP
@@ -284,3 +285,32 @@ def test_no_plan_fully_recomputes_a_layer_under_the_combined_schedule(tmp_path: 
     assert all(not stage["options"].get("FULL") for stage in plan["stages"])
     assert any(stage["options"].get("SLCT") for stage in plan["stages"])
     assert "full" not in " ".join(plan["megatron"].get("flags") or [])
+
+
+@pytest.mark.parametrize(
+    ("timing", "training", "words"),
+    [
+        # transformer_config.py __post_init__ (d98e8a64): CUDA graph scope on moe and mlp is not supported with it
+        ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["moe"]}, {}, "TE's CUDA graphs on moe"),
+        ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn", "mlp"]}, {}, "moe or mlp"),
+        # ...and with ncclep it does not support offloading expert_fc1
+        ({"moe_dispatcher": "ncclep"}, {"offload_modules": ["expert_fc1"]}, "ncclep dispatcher and expert_fc1"),
+    ],
+)
+def test_the_combined_schedule_is_refused_where_megatron_core_asserts(tmp_path, capsys, timing, training, words):
+    raw = yaml.safe_load((CONFIGS / "mixtral-8x7b.yaml").read_text())
+    raw["models"][0]["config"] = str(CONFIGS / raw["models"][0]["config"])
+    raw["parallel"].update(vpp=2, schedule="interleaved", overlap_moe_expert_parallel_comm=True)
+    raw["training"].update(recompute={"granularity": "selective"}, **training)
+    raw["timing"] = timing
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["estimate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: parallel.overlap_moe_expert_parallel_comm: is refused with" in err
+    assert words in err
+    raw["timing"]["cuda_graph_modules"] = ["attn"] if "cuda_graph_modules" in timing else None
+    raw["timing"] = {key: value for key, value in raw["timing"].items() if value is not None}
+    raw["training"].pop("offload_modules", None)
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["estimate", str(path), "--no-times"]) == 0  # the same run without the setting Megatron refuses
