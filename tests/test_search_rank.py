@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.plan import plan_iterations
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
@@ -173,6 +175,37 @@ def test_megatron_flags_of_a_strategy() -> None:
         "--seq-length 2048",
         "--pipeline-model-parallel-layout 'Et|t|t|tL'",  # `megatron.flags`, as `ppb balance` prints it
     ]
+
+
+def test_megatron_flags_say_the_context_parallelism_and_the_combined_1f1b_priced() -> None:
+    # Megatron-LM's default --cp-comm-type is p2p, the ring (arguments.py, d98e8a64): a Ulysses strategy's flags
+    # say a2a and an all-gather one's all_gather, or the pasted flags run the ring; a combined 1F1B strategy's
+    # say --overlap-moe-expert-parallel-comm, with --delay-wgrad-compute where the spec sets it
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    for variant, said in (("ring", None), ("ulysses", "a2a"), ("all_gather", "all_gather")):
+        strategy = Strategy(1, 2, 1, 4, 1, "1f1b", 2, 1, False, variant, 1, False, 1, 4, 0)
+        flags = [flag for flag in megatron_flags(spec, strategy, {"megatron": {}}) if "cp-comm-type" in flag]
+        assert flags == ([f"--cp-comm-type {said}"] if said else [])
+    combined = Strategy(1, 1, 1, 8, 1, "1f1b", 8, 1, False, "ring", 1, False, 1, 2, 0, ep_overlap=True)
+    assert "--overlap-moe-expert-parallel-comm" in megatron_flags(spec, combined, {"megatron": {}})
+    delayed = spec.model_copy(update={"timing": spec.timing.model_copy(update={"delay_wgrad_compute": True})})
+    flags = megatron_flags(delayed, combined, {"megatron": {}})
+    assert flags.index("--delay-wgrad-compute") == flags.index("--overlap-moe-expert-parallel-comm") + 1
+
+
+def test_the_combined_1f1b_strategy_written_checks_to_its_ranked_time(results, tmp_path: Path, capsys) -> None:
+    # tiny-moe-overlap ranks a combined 1F1B strategy first (its all-to-alls cross nodes); what is written for it
+    # is pasted as it stands: `ppb check` reads its flags beside its run config and prices the ranked seconds
+    searched, _ = results["tiny-moe-overlap"]
+    first = searched.ranked[0]
+    assert first.strategy.ep_overlap
+    write_ranking(replace(searched, ranked=[first]), tmp_path)
+    stem = tmp_path / f"01-{first.strategy.label(searched.spec)}"
+    assert "--overlap-moe-expert-parallel-comm" in stem.with_suffix(".megatron.txt").read_text()
+    capsys.readouterr()
+    code = main(["check", str(stem.with_suffix(".yaml")), "--plan", str(stem.with_suffix(".megatron.txt")), "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["iteration_s"] == pytest.approx(first.seconds, rel=1e-9)
 
 
 def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:
