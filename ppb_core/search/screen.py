@@ -162,15 +162,16 @@ def figures(
     held = {HEAD: 0.0, TAIL: 0.0}
     ends: dict[str, tuple[float, float, float]] = {}
     combined = run.parallel.overlap_moe_expert_parallel_comm
-    slack: dict[str, dict[str, float]] = {}  # per kind name, option: what a combined step may save of it (ms)
-    tail_slack_ms = 0.0
+    # per kind name, option: what a combined step may save of it (ms), by its all-to-alls or by the host's launches
+    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]] = {}
+    if combined:
+        slacks = {
+            f"{slot.model_name}:{slot.kind.name}": combined_slack_ms(run, memory, times, _layer(slot, 0))
+            for slot in slots
+        }
+    slack, tail_slack_ms = _chosen_slack(run, slots, slacks, tails[-1] if tails else None)
     for slot in slots:
         layer = _layer(slot, 0)
-        if combined:
-            found_slack = combined_slack_ms(run, memory, times, layer)
-            slack[f"{slot.model_name}:{slot.kind.name}"] = found_slack
-            if slot is (tails[-1] if tails else None):
-                tail_slack_ms = found_slack["NONE"]
         desc = (
             describe_layer(layer, memory, times, many=many, configured=run.switches(slot.model_name))
             if with_memory
@@ -279,12 +280,45 @@ def _less_slack(kind: Kind, slack_ms: dict[str, float]) -> Kind:
     )
 
 
-def combined_slack_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, layer: Layer) -> dict[str, float]:
+def _chosen_slack(
+    run: RunConfig,
+    slots: Sequence[KindSlot],
+    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]],
+    tail: KindSlot | None,
+) -> tuple[dict[str, dict[str, float]], float]:
+    """Each kind's slack (`combined_slack_ms`) and the last TAIL's, under one of the two bounds of a step's saving
+    for every layer alike: a step saves at most its layers' slack beyond compute, and at most their times beyond
+    the host's launches of them (`iteration._combined_savings`), so the smaller in total of the two holds, taken
+    for all (not layer by layer: the least of two sums is not the sum of the leasts). The second needs every body
+    layer launched by the host and no waits for offloaded reloads beyond the option times (which the step's
+    times count, the screen's do not)."""
+    if not slacks:
+        return {}, 0.0
+    beyond = {name: found[0] for name, found in slacks.items()}
+    launched = {name: found[1] for name, found in slacks.items()}
+
+    def total(chosen: dict[str, dict[str, float] | None]) -> float:
+        return sum(
+            slot.count * (chosen[f"{slot.model_name}:{slot.kind.name}"] or {}).get("NONE", 0.0) for slot in slots
+        )
+
+    tail_name = f"{tail.model_name}:{tail.kind.name}" if tail is not None else None
+    usable = not run.training.offload_modules and all(found is not None for found in launched.values())
+    if usable and total(launched) < total(beyond):
+        return {name: found or {} for name, found in launched.items()}, 0.0
+    return beyond, beyond[tail_name]["NONE"] if tail_name else 0.0
+
+
+def combined_slack_ms(
+    run: RunConfig, memory: MemoryModel, times: TimeModel, layer: Layer
+) -> tuple[dict[str, float], dict[str, float] | None]:
     """Per option, the most Megatron-Core's combined 1F1B may save of the layer's forward and backward in a step
-    (ms): what its all-to-alls and host waits take beyond its compute. A step's saving is its layers' time
-    alone less the step (`combined.step_saving`), and the step is at least its compute stream's work, plus the
-    paired forwards' dispatcher waits (`iteration._combined_savings`); a TAIL's MTP layers are cut likewise
-    (`combined.mtp_segments`), its loss and a HEAD run alone."""
+    (ms), two ways: what its all-to-alls and host waits take beyond its compute (a step's saving is its layers'
+    time alone less the step, `combined.step_saving`, and the step is at least its compute stream's work, plus
+    the paired forwards' dispatcher waits), and what its times take beyond the host's launches of its kernels
+    (the step is at least those: `iteration._combined_savings`; None where the layer has none); a TAIL's MTP
+    layers are cut likewise (`combined.mtp_segments`) and bounded only the first way, its loss and a HEAD run
+    alone."""
     delay = run.timing.delay_wgrad_compute
 
     def beyond(segments: Segments) -> float:
@@ -293,16 +327,22 @@ def combined_slack_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, lay
         return max(0.0, segments.forward_alone + segments.backward_alone - computing)
 
     if layer.node == HEAD:
-        return dict.fromkeys(OPTIONS, 0.0)
+        return dict.fromkeys(OPTIONS, 0.0), dict.fromkeys(OPTIONS, 0.0)
     if layer.node == TAIL:
         found = sum(beyond(part) for part in mtp_segments(times, layer, LayerType.OUTPUT_LAYER, delay))
-        return dict.fromkeys(OPTIONS, 1e3 * found)
-    slack = {}
+        return dict.fromkeys(OPTIONS, 1e3 * found), dict.fromkeys(OPTIONS, 0.0)
+    slack, launched = {}, {}
+    option_times = times.option_times(layer)
+    unlaunched = False
     for option in OPTIONS:
         state, switches = option_state(option, memory.configured_switches(layer.model_name))
         segments = layer_segments(times, layer, state, switches, delay_wgrad=delay)
-        slack[option] = 1e3 * (beyond(segments) + times.host(layer, state, switches).dispatcher)
-    return slack
+        host = times.host(layer, state, switches)
+        slack[option] = 1e3 * (beyond(segments) + host.dispatcher)
+        launch = host.launch_forward + host.launch_backward
+        launched[option] = max(0.0, sum(option_times[option]) - 1e3 * launch)
+        unlaunched = unlaunched or launch <= 0
+    return slack, None if unlaunched else launched
 
 
 def _apart_runs(run: RunConfig, tail: KindSlot) -> bool:
