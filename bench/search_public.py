@@ -47,10 +47,11 @@ DEFAULT_ROWS = (
 
 # Timing flags a recipe sets for some layouts only, which one spec (every strategy's timing) cannot: Megatron-Bridge
 # sets --overlap-param-gather-with-optimizer-step where DP, PP and VP all exceed 1 (utils/helpers.py
-# `set_user_overrides`; Megatron-LM asserts virtual stages and the distributed optimizer for it). The search runs
-# without it. (--delay-wgrad-compute, which Megatron-Bridge sets with the EP overlap, `set_moe_a2a_overlap_overrides`,
-# the spec keeps: the search writes it into the strategies it runs the combined 1F1B with, `limits.ep_overlap`.)
-PER_LAYOUT_TIMING = ("overlap_param_gather_with_optimizer_step",)
+# `set_user_overrides`; Megatron-LM asserts virtual stages and the distributed optimizer for it), and
+# --delay-wgrad-compute with the EP overlap (`set_moe_a2a_overlap_overrides`; Megatron-Core asserts
+# parallel.overlap_moe_expert_parallel_comm, which the default grid leaves off: limits.ep_overlap, docs/search.md).
+# The search runs without them; the published strategy is placed with its own EP overlap (`published_strategy`).
+PER_LAYOUT_TIMING = ("overlap_param_gather_with_optimizer_step", "delay_wgrad_compute")
 
 
 def _world(parallel: dict[str, Any]) -> int:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ from ppb_core.search.screen import (
     schedule_floor_ms,
     screen,
 )
-from ppb_core.search.spec import load_search_spec
+from ppb_core.search.spec import load_search_spec, parse_search_spec
 from ppb_core.timing.iteration import run_iteration
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -243,11 +244,16 @@ def test_a_step_saves_nothing_the_hosts_launches_hold_up_and_the_bound_says_so()
     # runs as long as 1F1B does without pipelining: the combined strategy's bound is its plain twin's, both forms
     # being its stage's own work (m·(F + B)), not the all-to-alls' slack below it (0.029 s against 0.045 s until
     # the launches bounded the slack)
-    _, runs = _strategies("tiny-moe")
-    found = {point: run for point, run in runs if point.pp == 1 and point.ep == 4 and not point.fsdp}
-    plain = next(point for point in found if not point.ep_overlap)
-    combined = next(point for point in found if point.ep_overlap)
-    assert replace(plain, ep_overlap=True) == combined
+    raw = yaml.safe_load((DATA / "tiny-moe.yaml").read_text())
+    raw["limits"]["ep_overlap"] = [False, True]
+    spec = parse_search_spec(raw, DATA / "tiny-moe.yaml", DATA)
+    plain = next(
+        point
+        for point in enumerate_strategies(spec)
+        if isinstance(point, Strategy) and point.pp == 1 and point.ep == 4 and not point.fsdp
+    )
+    combined = replace(plain, ep_overlap=True)
+    found = {point: validate(spec, point) for point in (plain, combined)}
     assert run_iteration(found[combined]).seconds == run_iteration(found[plain]).seconds
     cache = FigureCache()
     bounds = [screen(point, found[point], cache).bound_s for point in (plain, combined)]

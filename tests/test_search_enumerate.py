@@ -177,8 +177,10 @@ def test_the_combined_1f1b_is_a_dimension_where_megatron_core_takes_it() -> None
         run = validate(spec, point)
         assert run.parallel.overlap_moe_expert_parallel_comm is point.ep_overlap
         assert run.timing.delay_wgrad_compute is point.ep_overlap
-    # listed off alone (10 less the 4 combined points), or a dense model's default: no combined point
-    raw["limits"]["ep_overlap"] = [False]
+    # listed off alone, or not listed (the default, off): 10 less the 4 combined points
     raw.pop("timing")
-    assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 6
+    for listed in ([False], None):
+        raw["limits"]["ep_overlap"] = listed
+        raw["limits"] = {key: value for key, value in raw["limits"].items() if value is not None}
+        assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 6
     assert tiny().ep_overlap_choices == (False,)

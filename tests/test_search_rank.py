@@ -16,6 +16,7 @@ from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, v
 from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
     BALANCER_NO_PLAN,
+    BALANCER_STOPPED,
     NO_RELAXED_PLAN,
     NO_ROOM,
     NO_STAGE_ROOM,
@@ -206,6 +207,19 @@ def test_the_combined_1f1b_strategy_written_checks_to_its_ranked_time(results, t
     code = main(["check", str(stem.with_suffix(".yaml")), "--plan", str(stem.with_suffix(".megatron.txt")), "--json"])
     assert code == 0
     assert json.loads(capsys.readouterr().out)["iteration_s"] == pytest.approx(first.seconds, rel=1e-9)
+
+
+def test_a_balance_its_work_limits_stop_before_any_plan_is_not_said_to_be_memory() -> None:
+    # the balancer's work limits end a balance with no plan ("no plan found in 0.0 s", status time_limit): that
+    # proves nothing about memory, so it is its own reason (it was "memory: the balancer finds no plan that fits")
+    spec = load_search_spec(DATA / "tiny-tight.yaml")
+    strategy = Strategy(1, 1, 1, 8, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 2, 0)
+    starved = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_work": 1e-9})})
+    stopped = evaluate(starved, strategy)
+    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_STOPPED
+    assert stopped.message.startswith("no plan found in")
+    ranked = evaluate(spec, strategy)  # the spec's own work limits: its verdict is another
+    assert not isinstance(ranked, Refusal) or ranked.reason != BALANCER_STOPPED
 
 
 def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:
