@@ -49,7 +49,8 @@ DEFAULT_ROWS = (
 # sets --overlap-param-gather-with-optimizer-step where DP, PP and VP all exceed 1 (utils/helpers.py
 # `set_user_overrides`; Megatron-LM asserts virtual stages and the distributed optimizer for it), and
 # --delay-wgrad-compute with the EP overlap (`set_moe_a2a_overlap_overrides`; Megatron-Core asserts
-# parallel.overlap_moe_expert_parallel_comm, a setting the search does not choose). The search runs without them.
+# parallel.overlap_moe_expert_parallel_comm, which the default grid leaves off: limits.ep_overlap, docs/search.md).
+# The search runs without them; the published strategy is placed with its own EP overlap (`published_strategy`).
 PER_LAYOUT_TIMING = ("overlap_param_gather_with_optimizer_step", "delay_wgrad_compute")
 
 
@@ -80,6 +81,7 @@ def published_strategy(row: PublicRun) -> Strategy:
         micro_batches=training.micro_batches,
         recompute=0,
         group=par.microbatch_group_size_per_vp_stage or 0,
+        ep_overlap=par.overlap_moe_expert_parallel_comm,
     )
 
 

@@ -355,7 +355,7 @@ def _savings(orders, shorter, stages) -> dict[int, float]:
     found: dict[int, float] = {}
     node = 0
     for stage, order in enumerate(orders):
-        steady = _steady_backwards(order)
+        steady = _steady_backwards(order, stages > 1)
         for index in range(len(order)):
             if index in steady:
                 found[node + index] = shorter[order[index - 1].chunk][order[index].chunk][stage]

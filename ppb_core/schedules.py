@@ -227,11 +227,13 @@ def _orders(
 
 
 def stage_orders(
-    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None, combined: bool = False
 ) -> list[list[Op]]:
-    """Every stage's ops, in the order the schedule runs them."""
+    """Every stage's ops, in the order the schedule runs them (*combined*: as Megatron-Core's combined 1F1B
+    runs them, one more warm-up forward, `combined_steps`)."""
     name = check(schedule, stages, chunks, micro_batches, group)
-    return [list(order) for order in _orders(name, stages, chunks, micro_batches, 0, group_of(name, stages, group))]
+    extra = 1 if combined else 0
+    return [list(order) for order in _orders(name, stages, chunks, micro_batches, extra, group_of(name, stages, group))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +358,7 @@ def combined_pairs(
     runs a forward beside a backward (`_steady_backwards`), in order."""
     name = check(schedule, stages, chunks, micro_batches, group)
     return [
-        [(order[i - 1].chunk, order[i].chunk) for i in sorted(_steady_backwards(order))]
+        [(order[i - 1].chunk, order[i].chunk) for i in sorted(_steady_backwards(order, stages > 1))]
         for order in _orders(name, stages, chunks, micro_batches, 1, group_of(name, stages, group))
     ]
 
@@ -600,7 +602,7 @@ def simulate(
     places, crossing = _places(name, stages, chunks, micro_batches, extra, group)
     times, ready_after = list(durations(cells)), None
     if combined is not None:
-        steady = [_steady_backwards(order) for order in orders]
+        steady = [_steady_backwards(order, stages > 1) for order in orders]
         for i, (stage, index) in enumerate(places):
             if index in steady[stage]:
                 times[i] -= combined[orders[stage][index - 1].chunk][orders[stage][index].chunk][stage]
@@ -640,11 +642,16 @@ def simulate(
     return Timeline(orders=orders, starts=starts, ends=ends, binding=binding)
 
 
-def _steady_backwards(order: Sequence[Op]) -> set[int]:
+def _steady_backwards(order: Sequence[Op], pipelined: bool = True) -> set[int]:
     """Indices of the backwards a stage runs right after a forward in its steady phase (each pair one step
     of the combined 1F1B). A stage whose forwards all come first has no steady phase: its last warm-up
     forward and first backward run apart (combined_1f1b.py: the first forward and the last backward
-    alone)."""
+    alone). Without pipelining (*pipelined* false) every backward after another micro-batch's forward is one:
+    `combined_1f1b_schedule_for_no_pipelining` (d98e8a64) runs micro-batch i's backward beside micro-batch
+    i + 1's forward for every i < m − 1 ("Phases 1: 1st microbatch backward + 2nd microbatch forward"), two
+    micro-batches included, which this left apart until December 2026."""
+    if not pipelined:
+        return {i for i in range(1, len(order)) if _pairs(order, i - 1)}
     forwards = sum(1 for op in order if op.kind == "F")
     if all(op.kind == "F" for op in order[:forwards]):
         return set()

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from test_memory_activations import MOE
 from test_memory_runs import DENSE, make_run, model
 from test_run_layout import MOE as MOE_MTP
@@ -24,7 +25,7 @@ from ppb_core.memory.peak import _chunk_nodes
 from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import BODY, TAIL, walk
 from ppb_core.payload.run import describe_run
-from ppb_core.schedules import combined_in_flight_vectors, combined_steps
+from ppb_core.schedules import combined_in_flight_vectors, combined_pairs, combined_steps, simulate
 from ppb_core.timing.combined import layer_segments, mtp_segments
 from ppb_core.timing.host import HostWaits
 from ppb_core.timing.iteration import _combined_savings, _state
@@ -70,6 +71,16 @@ def test_without_pipelining_the_first_forward_runs_alone():
     assert combined_in_flight_vectors(1, 1, 1, "1f1b") == [[(1,)]]
     # two: F0, (F1, B0), B1 (Megatron CI's gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4: 32 = 4 × dp 4 × 2)
     assert combined_steps("1f1b", 1, 1, 2) == [[((1,), 0, 0)]]
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2, 3])
+def test_without_pipelining_every_step_saves_in_the_simulated_schedule(micro_batches: int) -> None:
+    # combined_1f1b_schedule_for_no_pipelining (d98e8a64): F0 alone, then (F_{i+1}, B_i) for i < m − 1 as one step
+    # each, then B_{m−1} alone: m − 1 steps, each f + b − s; one micro-batch none. With f = 1, b = 2, s = 0.5 the
+    # makespan is m·3 − (m − 1)·0.5: 3, 5.5, 8 (two micro-batches ran as 6 until December 2026, no step saved)
+    timeline = simulate("1f1b", [[1.0]], [[2.0]], micro_batches, combined=[[[0.5]]])
+    assert timeline.makespan == 3.0 * micro_batches - 0.5 * (micro_batches - 1)
+    assert combined_pairs("1f1b", 1, 1, micro_batches) == [[(0, 0)] * (micro_batches - 1)]
 
 
 def test_a_step_adds_the_forward_layer_by_layer_as_the_backward_frees():
@@ -274,3 +285,32 @@ def test_no_plan_fully_recomputes_a_layer_under_the_combined_schedule(tmp_path: 
     assert all(not stage["options"].get("FULL") for stage in plan["stages"])
     assert any(stage["options"].get("SLCT") for stage in plan["stages"])
     assert "full" not in " ".join(plan["megatron"].get("flags") or [])
+
+
+@pytest.mark.parametrize(
+    ("timing", "training", "words"),
+    [
+        # transformer_config.py __post_init__ (d98e8a64): CUDA graph scope on moe and mlp is not supported with it
+        ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["moe"]}, {}, "TE's CUDA graphs on moe"),
+        ({"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn", "mlp"]}, {}, "moe or mlp"),
+        # ...and with ncclep it does not support offloading expert_fc1
+        ({"moe_dispatcher": "ncclep"}, {"offload_modules": ["expert_fc1"]}, "ncclep dispatcher and expert_fc1"),
+    ],
+)
+def test_the_combined_schedule_is_refused_where_megatron_core_asserts(tmp_path, capsys, timing, training, words):
+    raw = yaml.safe_load((CONFIGS / "mixtral-8x7b.yaml").read_text())
+    raw["models"][0]["config"] = str(CONFIGS / raw["models"][0]["config"])
+    raw["parallel"].update(vpp=2, schedule="interleaved", overlap_moe_expert_parallel_comm=True)
+    raw["training"].update(recompute={"granularity": "selective"}, **training)
+    raw["timing"] = timing
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["estimate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: parallel.overlap_moe_expert_parallel_comm: is refused with" in err
+    assert words in err
+    raw["timing"]["cuda_graph_modules"] = ["attn"] if "cuda_graph_modules" in timing else None
+    raw["timing"] = {key: value for key, value in raw["timing"].items() if value is not None}
+    raw["training"].pop("offload_modules", None)
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["estimate", str(path), "--no-times"]) == 0  # the same run without the setting Megatron refuses

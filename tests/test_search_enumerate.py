@@ -148,3 +148,39 @@ def test_a_spec_s_tp_comm_overlap_holds_where_sequence_parallelism_runs() -> Non
         assert run.timing.ub_sm_margin is (not userbuffers), label
         assert run.timing.overlap.dp == 0.5
     assert {"sp" in label.split("-")[0] for label in runs} == {True, False}
+
+
+def test_the_combined_1f1b_is_a_dimension_where_megatron_core_takes_it() -> None:
+    # tiny-moe-overlap: tp 1, pp 1 or 2, vpp 1 or 2, ep 2 or 8. Megatron-Core asserts ep > 1 and, with pp > 1,
+    # virtual stages for --overlap-moe-expert-parallel-comm (transformer_config.py __post_init__, d98e8a64), so
+    # the combined 1F1B is offered at pp 1 (1F1B) and pp 2 interleaved, not pp 2 1F1B: pp 1, 2 ep × 2 = 4 points;
+    # pp 2: 1F1B 2 ep × 1 + interleaved 2 ep × 2 = 6; 10 in all. ep 8 at pp 2 (dp 4) does not divide dp·cp·tp:
+    # its 1F1B and two interleaved points refused, 7 valid.
+    raw = yaml.safe_load((DATA / "tiny-moe-overlap.yaml").read_text())
+    spec = parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)
+    assert spec.ep_overlap_choices == (False, True)
+    assert len(list(enumerate_strategies(spec))) == 10
+    valid, refused = verdicts(spec)
+    assert len(valid) == 7 and sum(refused.values()) == 3
+    combined = sorted(point.label(spec) for point in valid if point.ep_overlap)
+    assert combined == [
+        "tp1-cp1-pp1-dp8-ep2ov-z1-b1m2-r0",
+        "tp1-cp1-pp1-dp8-ep8ov-z1-b1m2-r0",
+        "tp1-cp1-pp2v2i-dp4-ep2ov-z1-b1m4-r0",
+    ]
+    # --delay-wgrad-compute is the combined 1F1B's (Megatron-Core asserts it): a spec's holds where it runs
+    raw["timing"] = {"delay_wgrad_compute": True}
+    spec = parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)
+    valid, refused = verdicts(spec)
+    assert len(valid) == 7
+    for point in valid:
+        run = validate(spec, point)
+        assert run.parallel.overlap_moe_expert_parallel_comm is point.ep_overlap
+        assert run.timing.delay_wgrad_compute is point.ep_overlap
+    # listed off alone, or not listed (the default, off): 10 less the 4 combined points
+    raw.pop("timing")
+    for listed in ([False], None):
+        raw["limits"]["ep_overlap"] = listed
+        raw["limits"] = {key: value for key, value in raw["limits"].items() if value is not None}
+        assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 6
+    assert tiny().ep_overlap_choices == (False,)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.plan import plan_iterations
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
     BALANCER_NO_PLAN,
+    BALANCER_STOPPED,
     NO_RELAXED_PLAN,
     NO_ROOM,
     NO_STAGE_ROOM,
@@ -31,7 +34,7 @@ from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
 
 DATA = Path(__file__).parent / "data" / "search"
-SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups")
+SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups", "tiny-moe-overlap")
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +176,50 @@ def test_megatron_flags_of_a_strategy() -> None:
         "--seq-length 2048",
         "--pipeline-model-parallel-layout 'Et|t|t|tL'",  # `megatron.flags`, as `ppb balance` prints it
     ]
+
+
+def test_megatron_flags_say_the_context_parallelism_and_the_combined_1f1b_priced() -> None:
+    # Megatron-LM's default --cp-comm-type is p2p, the ring (arguments.py, d98e8a64): a Ulysses strategy's flags
+    # say a2a and an all-gather one's all_gather, or the pasted flags run the ring; a combined 1F1B strategy's
+    # say --overlap-moe-expert-parallel-comm, with --delay-wgrad-compute where the spec sets it
+    spec = load_search_spec(DATA / "tiny-moe.yaml")
+    for variant, said in (("ring", None), ("ulysses", "a2a"), ("all_gather", "all_gather")):
+        strategy = Strategy(1, 2, 1, 4, 1, "1f1b", 2, 1, False, variant, 1, False, 1, 4, 0)
+        flags = [flag for flag in megatron_flags(spec, strategy, {"megatron": {}}) if "cp-comm-type" in flag]
+        assert flags == ([f"--cp-comm-type {said}"] if said else [])
+    combined = Strategy(1, 1, 1, 8, 1, "1f1b", 8, 1, False, "ring", 1, False, 1, 2, 0, ep_overlap=True)
+    assert "--overlap-moe-expert-parallel-comm" in megatron_flags(spec, combined, {"megatron": {}})
+    delayed = spec.model_copy(update={"timing": spec.timing.model_copy(update={"delay_wgrad_compute": True})})
+    flags = megatron_flags(delayed, combined, {"megatron": {}})
+    assert flags.index("--delay-wgrad-compute") == flags.index("--overlap-moe-expert-parallel-comm") + 1
+
+
+def test_the_combined_1f1b_strategy_written_checks_to_its_ranked_time(results, tmp_path: Path, capsys) -> None:
+    # tiny-moe-overlap ranks a combined 1F1B strategy first (its all-to-alls cross nodes); what is written for it
+    # is pasted as it stands: `ppb check` reads its flags beside its run config and prices the ranked seconds
+    searched, _ = results["tiny-moe-overlap"]
+    first = searched.ranked[0]
+    assert first.strategy.ep_overlap
+    write_ranking(replace(searched, ranked=[first]), tmp_path)
+    stem = tmp_path / f"01-{first.strategy.label(searched.spec)}"
+    assert "--overlap-moe-expert-parallel-comm" in stem.with_suffix(".megatron.txt").read_text()
+    capsys.readouterr()
+    code = main(["check", str(stem.with_suffix(".yaml")), "--plan", str(stem.with_suffix(".megatron.txt")), "--json"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["iteration_s"] == pytest.approx(first.seconds, rel=1e-9)
+
+
+def test_a_balance_its_work_limits_stop_before_any_plan_is_not_said_to_be_memory() -> None:
+    # the balancer's work limits end a balance with no plan ("no plan found in 0.0 s", status time_limit): that
+    # proves nothing about memory, so it is its own reason (it was "memory: the balancer finds no plan that fits")
+    spec = load_search_spec(DATA / "tiny-tight.yaml")
+    strategy = Strategy(1, 1, 1, 8, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 2, 0)
+    starved = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_work": 1e-9})})
+    stopped = evaluate(starved, strategy)
+    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_STOPPED
+    assert stopped.message.startswith("no plan found in")
+    ranked = evaluate(spec, strategy)  # the spec's own work limits: its verdict is another
+    assert not isinstance(ranked, Refusal) or ranked.reason != BALANCER_STOPPED
 
 
 def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:

@@ -70,12 +70,18 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw.update(framework="jax"), "framework", "megatron"),
         # another framework's timing setting holds for every strategy: refused once, before the grid
         (lambda raw: raw.update(timing={"cp_rotate_method": "alltoall"}), "timing.cp_rotate_method", "torchtitan's"),
-        # Megatron-Core asserts the combined 1F1B for it (transformer_config.py), a parallel setting no
-        # strategy of the grid takes: every point would be refused, so the spec is, once
+        # Megatron-Core asserts the combined 1F1B for it (transformer_config.py), which this dense model's grid
+        # does not offer: every point would be refused, so the spec is, once
         (
             lambda raw: raw.update(timing={"delay_wgrad_compute": True}),
             "timing.delay_wgrad_compute",
-            "the search does not choose",
+            "which this grid does not offer (limits.ep_overlap)",
+        ),
+        # the combined 1F1B is Megatron-Core's, for an MoE model (transformer_config.py asserts ep > 1)
+        (
+            lambda raw: raw["limits"].update(ep_overlap=[False, True]),
+            "limits.ep_overlap",
+            "for an MoE model (no model has experts)",
         ),
         (
             lambda raw: (

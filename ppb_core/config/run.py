@@ -2108,6 +2108,11 @@ def _check_combined_1f1b(run: RunConfig, where: str) -> None:
         problem = "needs a bf16 or fp16 model"
     elif any(not run.is_vision(name) and run.spec(name).mtp_layers > 1 for name in run.model_names):
         problem = "supports at most one MTP layer"
+    elif run.timing.moe_dispatcher == "ncclep" and "expert_fc1" in run.training.offload_modules:
+        # NCCL EP's overlap path frees expert FC1's raw input, which offloading it keeps (d98e8a64)
+        problem = "is refused with the ncclep dispatcher and expert_fc1 among training.offload_modules"
+    elif run.timing.cuda_graph_impl == "transformer_engine" and {"moe", "mlp"} & set(run.timing.cuda_graph_modules):
+        problem = "is refused with TE's CUDA graphs on moe or mlp (timing.cuda_graph_modules)"
     if problem is not None:
         raise InputError(where, field, problem)
 

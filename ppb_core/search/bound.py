@@ -49,7 +49,14 @@ import highspy
 import numpy as np
 
 from ppb_core.balance import highs
-from ppb_core.schedules import cell_order, check, group_of, in_flight_vectors, stage_orders
+from ppb_core.schedules import (
+    cell_order,
+    check,
+    combined_in_flight_vectors,
+    group_of,
+    in_flight_vectors,
+    stage_orders,
+)
 
 # The relative slack given to the program's answer and its memory rows, above HiGHS's tolerances, so
 # that neither its optimum nor its infeasibility is claimed where exact arithmetic would differ.
@@ -90,11 +97,12 @@ class ScheduleForms:
     families: int = 0  # how many of the forms are A forms (the rest are B forms)
     # the interleaved schedule's micro-batch group (`schedules.check`; None: Megatron's default, P)
     group: int | None = None
+    combined: bool = False  # Megatron-Core's combined 1F1B (`schedule_forms`)
 
     @property
     def vectors(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """Per stage, the in-flight vectors (micro-batches per chunk) at which its memory may peak."""
-        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
+        return _vectors(self.schedule, self.stages, self.chunks, self.micro_batches, self.group, self.combined)
 
     def family(self, name: str) -> tuple[Form, ...]:
         """The A forms (chains to a backward) or the B forms (chains to a forward)."""
@@ -118,13 +126,22 @@ class ScheduleForms:
 
 @lru_cache(maxsize=512)
 def schedule_forms(
-    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None, combined: bool = False
 ) -> ScheduleForms:
     """The forms A_s and B_s of every stage (module docstring), from the schedule's own op orders
-    (*group*: the interleaved schedule's micro-batch group, `schedules.check`)."""
+    (*group*: the interleaved schedule's micro-batch group, `schedules.check`).
+
+    *combined*: Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`), whose orders have one
+    more warm-up forward and whose steady backwards run shorter by their step's saving (`schedules.simulate`).
+    A step's saving is at most what the two paired layers' all-to-alls and host waits take beyond their
+    compute (`combined.step_saving`; `screen.combined_slack_ms`), but it shortens the backward op, so a
+    backward on another stage may be shorter by its paired forward's share: the B forms alone hold, counting
+    the forward chain before the stage's first op (forwards keep their time) and the stage's own ops from it on
+    (each of its forwards in at most one step, with its backward after it), not the backward chain after its
+    last op. The figures then charge each layer's backward less its whole slack (`screen.figures`)."""
     name = check(schedule, stages, chunks, micro_batches, group)
     group = group_of(name, stages, group)
-    orders = stage_orders(name, stages, chunks, micro_batches, group)
+    orders = stage_orders(name, stages, chunks, micro_batches, group, combined)
     cells = tuple(cell_order(name, stages, chunks))
     position = {cell: i for i, cell in enumerate(cells)}
     count = len(cells)
@@ -155,8 +172,9 @@ def schedule_forms(
         later_forwards, later_backwards = suffix[first]
         forward += later_forwards
         backward += later_backwards
-        backward[:pl] += 1.0
-        links += int(crossed[pl])
+        if not combined:  # the backward chain after the stage's last op (not under the combined 1F1B: above)
+            backward[:pl] += 1.0
+            links += int(crossed[pl])
         # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
         return Form(stage, tuple(forward.tolist()), tuple(backward.tolist()), links, int(sends[k:-1].sum()))
 
@@ -185,16 +203,23 @@ def schedule_forms(
             backwards = backwards + np.bincount(segment[~segment_forward], minlength=count)
             suffix[start], end = (forwards, backwards), start
         for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
+            if combined and not is_forward:
+                continue  # no A forms under the combined 1F1B (above)
             for index in sorted(k for kind, k in firsts if kind == is_forward):
                 forms_list.append(form(stage, at, forward_op, sends, index, suffix))
-    return ScheduleForms(name, stages, chunks, micro_batches, cells, tuple(a_forms + b_forms), len(a_forms), group)
+    forms = tuple(a_forms + b_forms)
+    return ScheduleForms(name, stages, chunks, micro_batches, cells, forms, len(a_forms), group, combined)
 
 
 @lru_cache(maxsize=512)
 def _vectors(
-    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None, combined: bool = False
 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    return tuple(tuple(v) for v in in_flight_vectors(schedule, stages, chunks, micro_batches, group))
+    if combined:  # between the combined 1F1B's steps, as the balancer's memory rows (`run_in_flight_vectors`)
+        found = combined_in_flight_vectors(stages, chunks, micro_batches, schedule, group)
+    else:
+        found = in_flight_vectors(schedule, stages, chunks, micro_batches, group)
+    return tuple(tuple(v) for v in found)
 
 
 @dataclass(frozen=True)
@@ -234,8 +259,10 @@ def quick_bound(
     best = 0.0
     head, tail = 0, len(forms.cells) - 1
     for family in ("A", "B"):
+        if not forms.family(family):
+            continue  # the combined 1F1B has no A forms
         forward, backward, links, sends = _averages(
-            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family, forms.group
+            forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family, forms.group, forms.combined
         )
         total = transfer_ms * (links + (sends if blocking else 0.0))
         total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
@@ -275,7 +302,7 @@ def stage_bound(
     """
     if not kinds:
         return 0.0
-    chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group)
+    chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group, forms.combined)
     a, b, own, chain = chosen.forward, chosen.backward, chosen.own, chosen.chain  # [stage, cell]
     count = len(forms.cells)
     options = list(kinds[0].backward_ms)
@@ -333,8 +360,10 @@ class _StageForms:
 
 
 @lru_cache(maxsize=512)
-def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> _StageForms:
-    forms = schedule_forms(schedule, stages, chunks, micro_batches, group)
+def _stage_forms(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None, combined: bool = False
+) -> _StageForms:
+    forms = schedule_forms(schedule, stages, chunks, micro_batches, group, combined)
     count = len(forms.cells)
     own = np.array([[cell_stage == stage for _, cell_stage in forms.cells] for stage in range(stages)])
     chosen = []
@@ -355,10 +384,16 @@ def _stage_forms(schedule: str, stages: int, chunks: int, micro_batches: int, gr
 
 @lru_cache(maxsize=1024)
 def _averages(
-    schedule: str, stages: int, chunks: int, micro_batches: int, family: str, group: int | None = None
+    schedule: str,
+    stages: int,
+    chunks: int,
+    micro_batches: int,
+    family: str,
+    group: int | None = None,
+    combined: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The family's forms averaged: coefficients per cell, links and sends."""
-    chosen = schedule_forms(schedule, stages, chunks, micro_batches, group).family(family)
+    chosen = schedule_forms(schedule, stages, chunks, micro_batches, group, combined).family(family)
     return (
         np.mean([form.forward for form in chosen], axis=0),
         np.mean([form.backward for form in chosen], axis=0),

@@ -62,6 +62,9 @@ class Strategy:
     # Megatron's `--microbatch-group-size-per-virtual-pipeline-stage` under the interleaved schedule; 0: its
     # default, pp (`microbatch_groups`)
     group: int = 0
+    # Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`): each steady forward beside a
+    # backward, layer by layer, the expert all-to-alls of one behind the other's compute (`ep_overlaps`)
+    ep_overlap: bool = False
 
     def parallel(self, spec: SearchSpec) -> dict[str, Any]:
         """The run config's `parallel` section."""
@@ -82,6 +85,8 @@ class Strategy:
         }
         if self.group:
             section["microbatch_group_size_per_vp_stage"] = self.group
+        if self.ep_overlap:
+            section["overlap_moe_expert_parallel_comm"] = True
         if spec.moe:
             section["etp"] = self.etp
         return section
@@ -97,7 +102,8 @@ class Strategy:
 
     def label(self, spec: SearchSpec) -> str:
         """A short name that says the strategy: tp8sp-cp1-pp16v2i-dp8-z1-b1m64-r1 (`pp4v2ig5`: micro-batch groups
-        of 5, `--microbatch-group-size-per-virtual-pipeline-stage 5`). A strategy the global batch
+        of 5, `--microbatch-group-size-per-virtual-pipeline-stage 5`; `ep8ov`: the expert all-to-alls overlapped
+        by the combined 1F1B, `--overlap-moe-expert-parallel-comm`). A strategy the global batch
         refuses has no micro-batch count (`micro_batches` 0): its name says the micro-batch size tried
         alone, `-b2-`, never a count it does not have."""
         schedule = {"1f1b": "", "interleaved": "i", "gpipe": "g", "dualpipev": "d"}[self.schedule]
@@ -111,7 +117,9 @@ class Strategy:
             f"dp{self.dp}",
         ]
         if spec.moe:
-            parts.append(f"ep{self.ep}" + (f"etp{self.etp}" if self.etp != 1 else ""))
+            parts.append(
+                f"ep{self.ep}" + (f"etp{self.etp}" if self.etp != 1 else "") + ("ov" if self.ep_overlap else "")
+            )
         batch = f"b{self.micro_batch_size}" + (f"m{self.micro_batches}" if self.micro_batches else "")
         parts += ["fsdp" if self.fsdp else f"z{self.zero}", batch]
         parts.append(f"r{self.recompute}")
@@ -135,6 +143,8 @@ class Strategy:
         timing = spec.timing.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
         if spec.framework == "megatron" and (self.tp == 1 or not self.sequence_parallel):
             timing = _without_tp_comm_overlap(timing)
+        if not self.ep_overlap:  # --delay-wgrad-compute is the combined 1F1B's (Megatron-Core asserts it)
+            timing.pop("delay_wgrad_compute", None)
         if timing:
             raw["timing"] = timing
         ppb = spec.ppb.model_dump(mode="json", exclude_defaults=True)
@@ -199,12 +209,13 @@ class Grid:
     recompute: int  # how many settings
     microbatch_group: tuple[str | int, ...] = ()  # Megatron's interleaved groups (`microbatch_groups`); () none
     most_micro_batches: int = 1  # the global batch: no strategy has more micro-batches
+    ep_overlap: tuple[bool, ...] = (False,)  # Megatron-Core's combined 1F1B (`ep_overlaps`)
 
     @property
     def size(self) -> int:
         """Points of the grid at most (before the batch and the devices rule some out)."""
         groups = self.most_micro_batches if "all" in self.microbatch_group else max(1, len(self.microbatch_group))
-        pairs = len(self.schedules) * len(self.vpp) * groups + 1
+        pairs = (len(self.schedules) * len(self.vpp) * groups + 1) * len(self.ep_overlap)
         return math.prod(
             map(len, (self.tp, self.cp, self.pp, self.ep, self.etp, self.shards, self.micro_batch_size))
         ) * (pairs * len(self.sequence_parallel) * len(self.cp_variant) * self.recompute)
@@ -242,6 +253,7 @@ def grid(spec: SearchSpec) -> Grid:
         if framework == "megatron"
         else (),
         most_micro_batches=spec.global_batch,
+        ep_overlap=tuple(dict.fromkeys(spec.ep_overlap_choices)),
     )
     if found.size > SEARCH_POINTS:
         raise InputError(spec.source, "limits", over(found.size, SEARCH_POINTS, "points in the search's grid"))
@@ -274,6 +286,16 @@ def microbatch_groups(choices: Sequence[str | int], stages: int, micro_batches: 
         else:
             found.append(int(choice))
     return tuple(sorted({0 if group == stages else group for group in found}))
+
+
+def ep_overlaps(choices: Sequence[bool], schedule: str, pp: int, ep: int) -> tuple[bool, ...]:
+    """Whether a point runs Megatron-Core's combined 1F1B, of the spec's choices: only with expert parallelism,
+    and without pipelining or interleaved (transformer_config.py `TransformerConfig.__post_init__`, d98e8a64,
+    asserts ep > 1 and virtual stages when pp > 1), as a schedule runs only with the chunks it takes. Its
+    other conditions (the dispatcher, recompute, precision, MTP) the run-config validator says, with reasons."""
+    if ep > 1 and (pp == 1 or schedule == "interleaved"):
+        return tuple(choices)
+    return (False,)
 
 
 def schedule_pairs(schedules: tuple[str, ...], vpps: tuple[int, ...], pp: int) -> list[tuple[str, int]]:
@@ -319,7 +341,8 @@ def _points(
         for schedule, vpp in schedule_pairs(g.schedules, g.vpp, pp):
             micro_batches = batch // (dp * mbs) if batch % (dp * mbs) == 0 else 0
             groups = microbatch_groups(g.microbatch_group, pp, micro_batches) if schedule == "interleaved" else (0,)
-            for (zero, fsdp), group in itertools.product(g.shards, groups):
+            overlaps = ep_overlaps(g.ep_overlap, schedule, pp, ep)
+            for (zero, fsdp), group, overlap in itertools.product(g.shards, groups, overlaps):
                 strategy = Strategy(
                     tp=tp,
                     cp=cp,
@@ -337,6 +360,7 @@ def _points(
                     micro_batches=micro_batches,
                     recompute=recompute,
                     group=group,
+                    ep_overlap=overlap,
                 )
                 if not micro_batches:
                     message = (

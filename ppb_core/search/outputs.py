@@ -48,6 +48,10 @@ from ppb_core.search.spec import SearchSpec, relative_path
 MEGATRON_FSDP_SHARDING = {0: "no_shard", 1: "optim", 2: "optim_grads", 3: "optim_grads_params"}
 
 
+# ppb's cp_variant as Megatron-LM's --cp-comm-type where it is not the default p2p (the ring): arguments.py, d98e8a64
+CP_COMM_TYPES = {"ulysses": "a2a", "all_gather": "all_gather"}
+
+
 def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -> list[str]:
     """The Megatron-LM command-line flags of a strategy and its balanced plan."""
     s = strategy
@@ -56,8 +60,18 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         f"--pipeline-model-parallel-size {s.pp}",
         f"--context-parallel-size {s.cp}",
     ]
+    if s.cp > 1 and s.cp_variant in CP_COMM_TYPES:
+        # the context parallelism priced: Megatron-LM's default --cp-comm-type is p2p, the ring (until December
+        # 2026 a Ulysses or all-gather strategy's flags ran the ring)
+        flags.append(f"--cp-comm-type {CP_COMM_TYPES[s.cp_variant]}")
     if spec.moe:
         flags += [f"--expert-model-parallel-size {s.ep}", f"--expert-tensor-parallel-size {s.etp}"]
+    if s.ep_overlap:
+        # the combined 1F1B priced, and the spec's --delay-wgrad-compute the search wrote in with it
+        # (`Strategy.run_raw`); until December 2026 no strategy ran it
+        flags.append("--overlap-moe-expert-parallel-comm")
+        if spec.timing.delay_wgrad_compute:
+            flags.append("--delay-wgrad-compute")
     if s.sequence_parallel:
         flags.append("--sequence-parallel")
     # Megatron-LM's distributed optimizer shards the optimizer states only (ZeRO-1: the fp32 gradient

@@ -68,6 +68,9 @@ NO_STAGE_ROOM = "memory: no plan fits (whole layers: the stages' room cannot hol
 NO_RELAXED_PLAN = "memory: no plan fits (the relaxed balancing program has no point)"
 NO_WHOLE_PLAN = "memory: no plan fits (the relaxed program with whole layers per cell has no point)"
 BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
+# the balancer stopped by its work limits (or clock) before any plan: no proof that none fits (until December 2026
+# counted under BALANCER_NO_PLAN, a memory verdict it is not)
+BALANCER_STOPPED = "balance: no plan found within its work limits (search.balance_work)"
 BALANCER_TIMEOUT = "balancer: no answer within the search's evaluation timeout"
 BALANCER_FAILED = "balancer: its process ended without an answer"
 # The whole-layer program's branch-and-bound nodes (deterministic); past them its proven bound so far is
@@ -240,7 +243,8 @@ def evaluate(
         if solved is not None:
             solved[key] = result
     if result["status"] == "infeasible" or "cells" not in result:
-        return Refusal(strategy, BALANCER_NO_PLAN, str(result.get("message", "no plan fits")))
+        reason = BALANCER_NO_PLAN if result["status"] == "infeasible" else BALANCER_STOPPED
+        return Refusal(strategy, reason, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
     mtp_cell = mtp_cell_of(result)
     iteration = priced(cells, mtp_cell)

@@ -33,11 +33,12 @@ from typing import Any
 from ppb_core.config.run import RunConfig
 from ppb_core.memory import MemoryModel, run_working_set_bytes
 from ppb_core.model.kinds import TailKind, standalone_parts
-from ppb_core.model.switches import MEMORY_KEY, OPTIONS
+from ppb_core.model.switches import MEMORY_KEY, OPTIONS, LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, TAIL, KindSlot, Layer, LayerWalk, walk
 from ppb_core.payload.describe import describe_layer, many_in_flight
 from ppb_core.search.bound import Ends, Kind, ScheduleForms, quick_bound, schedule_forms, stage_bound
 from ppb_core.search.enumerate import Strategy
+from ppb_core.timing.combined import Segments, layer_segments, mtp_segments
 from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 from ppb_core.timing.iteration import (  # the terms run_iteration charges, taken from it, never restated
     _data_links,
@@ -58,10 +59,22 @@ def time_key(strategy: Strategy) -> tuple:
     """What the layer times of a strategy depend on (beside the spec): under DualPipeV each expert
     collective (over ep·etp > 1) hides behind the paired micro-batch's compute (`TimeModel._dualpipe_share`),
     so its layer times are its own (shared with 1F1B they made a DualPipeV strategy's bound its 1F1B
-    twin's, above its own time)."""
+    twin's, above its own time); under the combined 1F1B the figures charge each backward less its slack
+    (`combined_slack_ms`)."""
     s = strategy
     dualpipe = s.schedule == "dualpipev" and s.ep * s.etp > 1
-    return (s.tp, s.sequence_parallel, s.cp, s.cp_variant, s.ep, s.etp, s.micro_batch_size, s.recompute, dualpipe)
+    return (
+        s.tp,
+        s.sequence_parallel,
+        s.cp,
+        s.cp_variant,
+        s.ep,
+        s.etp,
+        s.micro_batch_size,
+        s.recompute,
+        dualpipe,
+        s.ep_overlap,
+    )
 
 
 def memory_key(strategy: Strategy) -> tuple:
@@ -148,6 +161,15 @@ def figures(
     kinds: list[Kind] = []
     held = {HEAD: 0.0, TAIL: 0.0}
     ends: dict[str, tuple[float, float, float]] = {}
+    combined = run.parallel.overlap_moe_expert_parallel_comm
+    # per kind name, option: what a combined step may save of it (ms), by its all-to-alls or by the host's launches
+    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]] = {}
+    if combined:
+        slacks = {
+            f"{slot.model_name}:{slot.kind.name}": combined_slack_ms(run, memory, times, _layer(slot, 0))
+            for slot in slots
+        }
+    slack, tail_slack_ms = _chosen_slack(run, slots, slacks, tails[-1] if tails else None)
     for slot in slots:
         layer = _layer(slot, 0)
         desc = (
@@ -206,6 +228,10 @@ def figures(
             for kind in kinds
         ]
         cell_forward, cell_backward = min(least_f, wait_f) / 1e3, min(least_b, wait_b) / 1e3
+    if combined:  # after the FSDP floor, which holds of the times the combined step then shortens
+        kinds = [_less_slack(kind, slack[kind.name]) for kind in kinds]
+        tail_forward, tail_backward = _less(tail[0], tail[1], tail_slack_ms)
+        tail = (tail_forward, tail_backward, tail[2])
     fused = Figures(
         kinds=tuple(kinds),
         ends=Ends(
@@ -231,7 +257,92 @@ def figures(
     tail_slot = tails[-1] if tails else None
     if tail_slot is None or not _apart_runs(run, tail_slot):
         return fused
-    return replace(fused, apart=apart_figures(run, fused, tail_slot, memory, times, links, many, with_memory))
+    apart = apart_figures(run, fused, tail_slot, memory, times, links, many, with_memory)
+    if combined:  # the MTP layers apart keep their slack (the output layer alone has none)
+        free = _less_slack(apart.kinds[-1], {"NONE": tail_slack_ms})
+        apart = replace(apart, kinds=(*apart.kinds[:-1], free))
+    return replace(fused, apart=apart)
+
+
+def _less(forward_ms: float, backward_ms: float, slack_ms: float) -> tuple[float, float]:
+    """A layer's times less its combined-step slack: off the backward, which the step shortens
+    (`schedules.simulate`), and what the backward cannot give off the forward. A B form counts each cell's
+    backwards at least as often as its forwards (`bound.schedule_forms`), and the backward's own slack is at
+    most its time, so the forms stay below the combined schedule (tests/test_search_bound.py)."""
+    backward = min(slack_ms, backward_ms)
+    return forward_ms - min(slack_ms - backward, forward_ms), backward_ms - backward
+
+
+def _less_slack(kind: Kind, slack_ms: dict[str, float]) -> Kind:
+    found = {o: _less(kind.forward_ms[o], t, slack_ms.get(o, slack_ms["NONE"])) for o, t in kind.backward_ms.items()}
+    return replace(
+        kind, forward_ms={o: f for o, (f, _) in found.items()}, backward_ms={o: b for o, (_, b) in found.items()}
+    )
+
+
+def _chosen_slack(
+    run: RunConfig,
+    slots: Sequence[KindSlot],
+    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]],
+    tail: KindSlot | None,
+) -> tuple[dict[str, dict[str, float]], float]:
+    """Each kind's slack (`combined_slack_ms`) and the last TAIL's, under one of the two bounds of a step's saving
+    for every layer alike: a step saves at most its layers' slack beyond compute, and at most their times beyond
+    the host's launches of them (`iteration._combined_savings`), so the smaller in total of the two holds, taken
+    for all (not layer by layer: the least of two sums is not the sum of the leasts). The second needs every body
+    layer launched by the host and no waits for offloaded reloads beyond the option times (which the step's
+    times count, the screen's do not)."""
+    if not slacks:
+        return {}, 0.0
+    beyond = {name: found[0] for name, found in slacks.items()}
+    launched = {name: found[1] for name, found in slacks.items()}
+
+    def total(chosen: dict[str, dict[str, float] | None]) -> float:
+        return sum(
+            slot.count * (chosen[f"{slot.model_name}:{slot.kind.name}"] or {}).get("NONE", 0.0) for slot in slots
+        )
+
+    tail_name = f"{tail.model_name}:{tail.kind.name}" if tail is not None else None
+    usable = not run.training.offload_modules and all(found is not None for found in launched.values())
+    if usable and total(launched) < total(beyond):
+        return {name: found or {} for name, found in launched.items()}, 0.0
+    return beyond, beyond[tail_name]["NONE"] if tail_name else 0.0
+
+
+def combined_slack_ms(
+    run: RunConfig, memory: MemoryModel, times: TimeModel, layer: Layer
+) -> tuple[dict[str, float], dict[str, float] | None]:
+    """Per option, the most Megatron-Core's combined 1F1B may save of the layer's forward and backward in a step
+    (ms), two ways: what its all-to-alls and host waits take beyond its compute (a step's saving is its layers'
+    time alone less the step, `combined.step_saving`, and the step is at least its compute stream's work, plus
+    the paired forwards' dispatcher waits), and what its times take beyond the host's launches of its kernels
+    (the step is at least those: `iteration._combined_savings`; None where the layer has none); a TAIL's MTP
+    layers are cut likewise (`combined.mtp_segments`) and bounded only the first way, its loss and a HEAD run
+    alone."""
+    delay = run.timing.delay_wgrad_compute
+
+    def beyond(segments: Segments) -> float:
+        computing = segments.pre_forward + segments.mlp_forward + segments.mlp_backward + segments.mlp_backward_dw
+        computing += segments.pre_backward + segments.pre_backward_dw
+        return max(0.0, segments.forward_alone + segments.backward_alone - computing)
+
+    if layer.node == HEAD:
+        return dict.fromkeys(OPTIONS, 0.0), dict.fromkeys(OPTIONS, 0.0)
+    if layer.node == TAIL:
+        found = sum(beyond(part) for part in mtp_segments(times, layer, LayerType.OUTPUT_LAYER, delay))
+        return dict.fromkeys(OPTIONS, 1e3 * found), dict.fromkeys(OPTIONS, 0.0)
+    slack, launched = {}, {}
+    option_times = times.option_times(layer)
+    unlaunched = False
+    for option in OPTIONS:
+        state, switches = option_state(option, memory.configured_switches(layer.model_name))
+        segments = layer_segments(times, layer, state, switches, delay_wgrad=delay)
+        host = times.host(layer, state, switches)
+        slack[option] = 1e3 * (beyond(segments) + host.dispatcher)
+        launch = host.launch_forward + host.launch_backward
+        launched[option] = max(0.0, sum(option_times[option]) - 1e3 * launch)
+        unlaunched = unlaunched or launch <= 0
+    return slack, None if unlaunched else launched
 
 
 def _apart_runs(run: RunConfig, tail: KindSlot) -> bool:
@@ -397,7 +508,8 @@ def blocking(run: RunConfig) -> bool:
 
 
 def run_forms(strategy: Strategy) -> ScheduleForms:
-    return schedule_forms(strategy.schedule, strategy.pp, strategy.vpp, strategy.micro_batches, strategy.group or None)
+    s = strategy
+    return schedule_forms(s.schedule, s.pp, s.vpp, s.micro_batches, s.group or None, s.ep_overlap)
 
 
 def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], list[list[float]]]:
@@ -408,7 +520,7 @@ def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], lis
     kinds, ends = figures.kinds, figures.ends
     cells = forms.cells
     head_stage, tail_stage = cells[0][1], cells[-1][1]
-    held = _held(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group)
+    held = _held(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group, forms.combined)
     free = figures.memory_mb - figures.constant_mb
     room = [
         free - (ends.head_mb if stage == head_stage else 0.0) - (ends.tail_mb if stage == tail_stage else 0.0)
@@ -420,9 +532,11 @@ def stage_room(forms: ScheduleForms, figures: Figures) -> tuple[list[float], lis
 
 
 @lru_cache(maxsize=1024)
-def _held(schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None) -> tuple[int, ...]:
+def _held(
+    schedule: str, stages: int, chunks: int, micro_batches: int, group: int | None = None, combined: bool = False
+) -> tuple[int, ...]:
     """Per stage, the most micro-batches every chunk holds at once at one of its in-flight vectors."""
-    vectors = schedule_forms(schedule, stages, chunks, micro_batches, group).vectors
+    vectors = schedule_forms(schedule, stages, chunks, micro_batches, group, combined).vectors
     return tuple(max(min(vector) for vector in vectors[stage]) for stage in range(stages))
 
 

@@ -117,6 +117,11 @@ class SearchLimits(StrictModel):
         "to try: least (default: the least it accepts, pp where the micro-batches are a multiple of pp), all "
         "(every value it accepts), or numbers",
     )
+    ep_overlap: _choices(bool) | None = Field(
+        None,
+        description="Megatron-Core's --overlap-moe-expert-parallel-comm (the combined 1F1B) off or on: [false, true] "
+        "tries both, at ep > 1 without pipelining or interleaved (Megatron, an MoE model); default off",
+    )
 
 
 class SearchOptions(StrictModel):
@@ -212,6 +217,14 @@ class SearchSpec(StrictModel):
     @property
     def moe(self) -> bool:
         return any(spec.is_moe for spec in self.specs.values())
+
+    @property
+    def ep_overlap_choices(self) -> tuple[bool, ...]:
+        """Whether strategies run Megatron-Core's combined 1F1B (`enumerate.ep_overlaps`): the spec's list, else
+        off. Not on by default: a combined strategy's bound counts no pipeline drain (`bound.schedule_forms`), so
+        a balance budget, least bounds first, spends itself on them (searched at their jobs, Qwen3 235B on 256
+        H100s ranked one strategy of 10 balanced, 44.7 s, against 18.7 s without them: docs/search.md)."""
+        return tuple(dict.fromkeys(self.limits.ep_overlap)) if self.limits.ep_overlap is not None else (False,)
 
     @property
     def recompute_settings(self) -> list[Any]:
@@ -352,14 +365,6 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
         raise InputError(where, f"framework_release.{library}", said)
     flash = spec.training.get("flash_attention", True)  # every strategy's, refused once:
     check_timing_words(spec.framework, spec.timing, where, "search", flash_attention=flash is not False)
-    if spec.timing.delay_wgrad_compute:
-        # transformer_config.py `__post_init__` (d98e8a64) asserts --overlap-moe-expert-parallel-comm for it, a
-        # parallel setting no strategy of the grid takes: the run config would refuse every point
-        said = (
-            "needs Megatron-Core's combined 1F1B (parallel.overlap_moe_expert_parallel_comm), "
-            "which the search does not choose"
-        )
-        raise InputError(where, "timing.delay_wgrad_compute", said)
     check_mesh(spec.device, spec.devices_per_node, where)
     check_fused_determinism(spec.framework, spec.timing, spec.device, spec.seq_length, where)
     _check_devices(spec, where)
@@ -410,7 +415,22 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             raise InputError(where, f"models.{index}.census", f"{base / sub.census} not found")
     if spec.timing.calibration is not None and not (base / spec.timing.calibration).is_file():
         raise InputError(where, "timing.calibration", f"{base / spec.timing.calibration} not found")
-    return spec.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    spec = spec.model_copy(update={"specs": specs, "source": where, "base_dir": str(base)})
+    if spec.timing.delay_wgrad_compute and True not in spec.ep_overlap_choices:
+        # transformer_config.py `__post_init__` (d98e8a64) asserts --overlap-moe-expert-parallel-comm for it; the
+        # combined strategies take it, the others run without (`Strategy.run_raw`), as Megatron-Bridge sets it
+        said = (
+            "needs Megatron-Core's combined 1F1B (parallel.overlap_moe_expert_parallel_comm), "
+            "which this grid does not offer (limits.ep_overlap)"
+        )
+        raise InputError(where, "timing.delay_wgrad_compute", said)
+    if True in (spec.limits.ep_overlap or ()) and (spec.framework != "megatron" or not spec.moe):
+        said = "is Megatron-Core's --overlap-moe-expert-parallel-comm, "
+        said += (
+            "under framework megatron" if spec.framework != "megatron" else "for an MoE model (no model has experts)"
+        )
+        raise InputError(where, "limits.ep_overlap", said)
+    return spec
 
 
 def load_search_spec(path: str | Path) -> SearchSpec:
