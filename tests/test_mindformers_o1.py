@@ -1,7 +1,8 @@
 """MindFormers under MindSpore's jit_level O1 (`timing.jit_level`): the cross-entropy
 (ppb_core/timing/flops.py `mindformers_loss_bytes`, mindformers/core/loss/loss.py `_LogSoftmax`, `_NLLLoss`
-and their bprops at v1.4.0-beta2 a4dfb8219) and the RMSNorms (`mindformers_norms`, llama_layer.py
-`LlamaRMSNorm._rms_norm`), their kernels counted by hand as MindSpore's DVM graph-kernel fusion groups them."""
+and their bprops at v1.4.0-beta2 a4dfb8219) and the RMSNorms and SwiGLU (`mindformers_o1_ops`, llama_layer.py
+`LlamaRMSNorm._rms_norm`, `LlamaSiLU`), their kernels counted by hand as MindSpore's DVM graph-kernel
+fusion groups them."""
 
 from __future__ import annotations
 
@@ -55,6 +56,23 @@ def test_o1_norms_by_hand():
         assert all((op.bytes, op.backward_bytes) == (18 * elements, 26 * elements) for op in norms)
         fused = [op for op in _ops(plain, node) if op.fusion == "norm"]
         assert all((op.bytes, op.backward_bytes) == (4 * elements, 6 * elements) for op in fused)
+
+
+def test_o1_swiglu_by_hand():
+    # An element of SMALL_GQA's FFN width 2816 over 2048 tokens, bf16 (2 bytes). Forward: the aclnn SiLU reads
+    # and writes the gate (2 + 2), the Mul reads it and the up projection and writes the product (2 + 2 + 2):
+    # 10. Backward: the two products fused read the output gradient, the up projection and the kept SiLU
+    # output and write two gradients (3 · 2 + 2 · 2), SiLUGrad reads its gradient and the gate and writes the
+    # gate's (2 + 2 + 2): 16. One fused kernel (unset): read gate and up, write 2 + 2 + 2 = 6; backward 10.
+    elements = 2048 * 2816
+    (o1,) = [
+        op
+        for op in _ops(small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1"}), "BODY")
+        if op.fusion == "activation"
+    ]
+    assert (o1.bytes, o1.backward_bytes) == (10 * elements, 16 * elements)
+    (fused,) = [op for op in _ops(small_run(dp=1, pp=1, framework="mindformers"), "BODY") if op.fusion == "activation"]
+    assert (fused.bytes, fused.backward_bytes) == (6 * elements, 10 * elements)
 
 
 def test_jit_level_is_mindformers_only():

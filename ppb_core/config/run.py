@@ -745,7 +745,7 @@ class TimingOptions(StrictModel):
         None,
         description="MindFormers' context.jit_level, MindSpore's compile level: O1 adds graph-kernel fusion "
         "(DVM on Ascend), under which the cross-entropy and the RMSNorms run as the kernels "
-        "`flops.mindformers_loss_bytes` and `flops.mindformers_norms` count; O0, O2 and unset keep the generic "
+        "`flops.mindformers_loss_bytes` and `flops.mindformers_o1_ops` count; O0, O2 and unset keep the generic "
         "fused counts, not re-derived (time only; framework mindformers)",
     )
     fp8_fsdp_all_gather: bool = Field(

@@ -2182,18 +2182,21 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
-        return mindformers_norms(body_ops(kind, geo), geo)
+        return mindformers_o1_ops(body_ops(kind, geo), geo)
     if isinstance(kind, HeadKind):
         return head_ops(kind, geo)
     if isinstance(kind, PatchEmbedKind):
         return patch_embed_ops(kind, geo)
     if isinstance(kind, ProjectorKind):
         return projector_ops(kind, geo)
-    return mindformers_norms(tail_ops(kind, geo), geo)
+    return mindformers_o1_ops(tail_ops(kind, geo), geo)
 
 
-def mindformers_norms(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
-    """MindFormers' RMSNorms under MindSpore's jit_level O1 (`timing.jit_level`), as their code runs them:
+def mindformers_o1_ops(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
+    """MindFormers' RMSNorms and SwiGLU under MindSpore's jit_level O1 (`timing.jit_level`), as their code
+    runs them.
+
+    RMSNorm:
     mindformers/models/llama/llama_layer.py `LlamaRMSNorm._rms_norm` (v1.4.0-beta2 a4dfb8219; glm2_modules.py
     `ChatGLM2RMSNorm._rms_norm` alike) casts x to layernorm_compute_type (float32 in every model card),
     runs `P.RmsNorm` (an aclnn kernel; not a DVM op, graph_kernel_cluster_cloud.cc
@@ -2205,16 +2208,30 @@ def mindformers_norms(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
     cast down fused into the gradient add after it reads that (4) where the add would read bc:
     bc + 24. Against one fused kernel's 2·bc and 3·bc (`_norm`). Not counted: ChatGLM2RMSNorm keeps its
     fp32 input (no second cast, bc + 4 less backward); under full recompute the layer's rerun already
-    casts the input again (bc + 4 counted twice)."""
+    casts the input again (bc + 4 counted twice).
+
+    SwiGLU: llama_layer.py `LlamaSiLU` runs `P._inner_ops.SiLU` (an aclnn kernel; neither a DVM cluster op
+    nor a DVM expander op, graph_kernel_expander_cloud.cc `expand_ops_with_level_dvm`) on the gate, then
+    `LlamaFeedForward.construct` multiplies it into the up projection (one Mul kernel: its inputs come
+    from a GEMM and an aclnn kernel). Forward, an element of the FFN width: SiLU reads and writes bc, the
+    Mul reads 2·bc and writes bc: 5·bc. Backward: the Mul's two products fused (they share the output
+    gradient) read it, the up projection and the kept SiLU output and write two gradients (5·bc);
+    SiLUGrad reads its gradient and the gate and writes the gate's (3·bc): 8·bc. Against one fused
+    kernel's 3·bc and 5·bc (`_activation`)."""
     if geo.framework != "mindformers" or geo.jit_level != "O1":
         return ops
     bc = geo.dtype_bytes
 
     def priced(op: Op) -> Op:
-        elements = op.bytes / (2 * bc)  # `_norm`: 2 · rows · width · bc forward
-        return dataclasses.replace(op, bytes=elements * (16 + bc), backward_bytes=elements * (24 + bc))
+        if op.fusion == "norm":
+            elements = op.bytes / (2 * bc)  # `_norm`: 2 · rows · width · bc forward
+            return dataclasses.replace(op, bytes=elements * (16 + bc), backward_bytes=elements * (24 + bc))
+        if op.fusion == "activation":
+            elements = op.bytes / (3 * bc)  # `_activation`, gated: 3 · rows · width · bc forward
+            return dataclasses.replace(op, bytes=elements * 5 * bc, backward_bytes=elements * 8 * bc)
+        return op
 
-    return tuple(priced(op) if op.fusion == "norm" else op for op in ops)
+    return tuple(priced(op) for op in ops)
 
 
 # Vision towers ------------------------------------------------------------------------------------
