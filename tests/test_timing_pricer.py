@@ -807,3 +807,60 @@ def test_param_dtype_is_mindformers_words():
     raw = gelu_run().model_dump(mode="json", exclude_none=True)
     with pytest.raises(InputError, match=r"timing\.param_dtype"):
         parse_run_config({**raw, "timing": {"param_dtype": "fp32"}})
+
+
+def _fp8_body(recipe: str, **parallel):
+    raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5), **parallel).model_dump(
+        mode="json", exclude_none=True
+    )
+    run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})
+    model = TimeModel(run)
+    layer = body(run)
+    return model, {op.name: op for op in model.ops(layer)}
+
+
+def test_the_fused_qkv_input_is_quantized_once():
+    # TransformerEngine v2.9 layernorm_linear.py `_LayerNormLinear.forward`: Megatron's linear_qkv is one
+    # module, its normed input quantized once for the one GEMM. ppb splits it into qk_proj (Q and K,
+    # (16 + 16)·64 = 2048 columns) and v_proj (16·64 = 1024) of the fused 3072: the cast of the 2048×1024
+    # input, delayed scaling 3 bytes an element (read bf16, write a byte) = 6,291,456 B / 5e11 = 0.012583 ms,
+    # is paid once: qk_proj 2/3 of it (4,194,304 B), v_proj 1/3 (2,097,152 B). The GEMMs at 1e14 FLOP/s:
+    # qk_proj 2·2048·1024·2048 = 8,589,934,592 FLOPs, v_proj 4,294,967,296.
+    model, ops = _fp8_body("delayed")
+    qk = model.op_prices(body(model.run))["qk_proj"].forward_ms
+    v = model.op_prices(body(model.run))["v_proj"].forward_ms
+    assert qk == pytest.approx((8_589_934_592 / 1e14 + 4_194_304 / 5e11) * 1e3, rel=1e-12)
+    assert v == pytest.approx((4_294_967_296 / 1e14 + 2_097_152 / 5e11) * 1e3, rel=1e-12)
+    assert model._cast_bytes(ops["qk_proj"], False) + model._cast_bytes(ops["v_proj"], False) == pytest.approx(3.0)
+
+
+def test_under_sp_te_quantizes_the_sequence_shard_before_its_fp8_all_gather():
+    # TE v2.9: `_LayerNormLinear.forward` and `_Linear.forward` under sequence_parallel pass their quantizer
+    # to `gather_along_first_dim` (distributed.py `_all_gather_fp8` / `_all_gather_mxfp8`: quantize the local
+    # tensor row-wise, then `all_gather_into_tensor`); `grad_output_preprocess` does the same for a
+    # row-parallel linear's output gradient. Per-tensor FP8 on Hopper (the round device, capability 9) makes
+    # the transpose afterwards from the gathered FP8 data: read and write a byte of every gathered element.
+    # tp 2, 2048 gathered rows of 1024: mlp_in's input, tensorwise after the norm (its amax fused): without
+    # SP (2 + 1 + 1) · 2,097,152 = 8,388,608 B in the forward; with SP (2 + 1) · 2,097,152 / 2 = 3,145,728 B
+    # forward and the transpose 2 · 2,097,152 = 4,194,304 B in the backward's weight gradient.
+    # mlp_out's output gradient (2048 × 1024): without SP (2 + 2 + 1 + 1) · 2,097,152 = 12,582,912 B; with
+    # SP (2 + 2 + 1) / 2 + 2 = 4.5 B an element, 9,437,184 B. MXFP8 (no transpose): (2 + 2) / 2 = 2 B.
+    elements = 2048 * 1024
+    plain, plain_ops = _fp8_body("tensorwise", tp=2)
+    sp, sp_ops = _fp8_body("tensorwise", tp=2, sp=True)
+
+    def bytes_of(phase: str, op: str) -> float:
+        return (sp._phase_s(sp_ops[op], phase) - plain._phase_s(plain_ops[op], phase)) * 5e11
+
+    assert bytes_of("forward", "mlp_in") == pytest.approx(3_145_728 - 8_388_608, rel=1e-9)
+    assert bytes_of("wgrad", "mlp_in") == pytest.approx(4_194_304, rel=1e-9)
+    assert bytes_of("dgrad", "mlp_out") == pytest.approx(9_437_184 - 12_582_912, rel=1e-9)
+    assert sp._cast_bytes(sp_ops["mlp_out"], True) * elements == pytest.approx(9_437_184)
+    # the fused QKV: its shard's cast shared by the two parts, (2 + 1) / 2 · 2/3 and · 1/3
+    assert sp._cast_bytes(sp_ops["qk_proj"], False) == pytest.approx(1.0)
+    assert sp._cast_bytes(sp_ops["v_proj"], False) == pytest.approx(0.5)
+    # out_proj's input comes from the attention, not a gather: its cast stays on all its rows
+    assert sp._cast_bytes(sp_ops["out_proj"], False) == plain._cast_bytes(plain_ops["out_proj"], False)
+    mx, mx_ops = _fp8_body("mxfp8", tp=2, sp=True)
+    assert mx._cast_bytes(mx_ops["mlp_out"], True) == pytest.approx(2.0)
+    assert mx._te_sp_transpose_bytes(mx_ops["mlp_in"]) == 0.0

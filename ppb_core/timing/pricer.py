@@ -203,6 +203,34 @@ def torchtitan_overlap(run: RunConfig) -> Overlap:
     return overlap.model_copy(update=update) if update else overlap
 
 
+def _te_sp_ops(ops: tuple[Op, ...]) -> tuple[set[str], set[str]]:
+    """(GEMMs whose input a TP all-gather brings, GEMMs whose output a TP reduce-scatter takes) under
+    sequence parallelism: TransformerEngine's column-parallel linears quantize the input's sequence shard
+    and all-gather it in FP8 (layernorm_linear.py `_LayerNormLinear.forward`, linear.py `_Linear.forward`:
+    `gather_along_first_dim(..., quantizer=...)`, distributed.py `_all_gather_fp8` / `_all_gather_mxfp8` /
+    `_all_gather_fp8_blockwise` quantize the local tensor before `all_gather_into_tensor`; TE v2.9 and
+    d0067d0d; v1.13 cast before the gather too); the row-parallel ones quantize their output gradient's
+    shard before its backward all-gather likewise (base.py `grad_output_preprocess`, `gather_grad_output`).
+    Delayed, current scaling, blockwise and MXFP8 alike."""
+    gathers = {
+        op.name
+        for op in ops
+        if op.forward_comm and op.forward_comm.kind == ALL_GATHER and op.forward_comm.group == "tp"
+    }
+    gathered = {op.name for op in ops if op.gemm is not None and op.weight_elements and set(op.inputs) & gathers}
+    scattered = {
+        name
+        for op in ops
+        if op.forward_comm
+        and op.forward_comm.kind == REDUCE_SCATTER
+        and op.forward_comm.group == "tp"
+        and op.backward_comm
+        and op.backward_comm.kind == ALL_GATHER
+        for name in op.inputs
+    }
+    return gathered, scattered
+
+
 class TimeModel:
     """Prices the layers of one run config; implements `ppb_core.payload.sources.TimeSource`.
 
@@ -307,6 +335,10 @@ class TimeModel:
         # torchtitan's GEMMs fed by a float8 TP all-gather, and those whose output a TP reduce-scatter takes
         self._float8_gathered: set[str] = set()
         self._float8_scattered: set[str] = set()
+        # TransformerEngine's linears under SP that quantize their input's sequence shard before the FP8
+        # all-gather, and those whose output gradient's shard they quantize before its gather (`_te_sp_ops`)
+        self._te_gathered: set[str] = set()
+        self._te_scattered: set[str] = set()
         self._fp8_weight_bytes = float8_weight_cast_bytes(run)
         self._configured = {name: normalized(run.switches(name)) for name in run.model_names}
         self._prices: dict[tuple[str, LayerKind], dict[str, OpPrice]] = {}
@@ -336,6 +368,10 @@ class TimeModel:
             comms = {op.name for op in ops if op.category == COMM}
             self._float8_gathered |= {op.name for op in ops if op.inputs and set(op.inputs) <= comms}
             self._float8_scattered |= {name for op in ops if op.category == COMM for name in op.inputs}
+        if self._fp8_recipe is not None and self.run.framework != "torchtitan":
+            gathered, scattered = _te_sp_ops(ops)
+            self._te_gathered |= gathered
+            self._te_scattered |= scattered
         return ops
 
     def _titan_cast_bytes(self, op: Op, gradient: bool) -> float:
@@ -395,20 +431,50 @@ class TimeModel:
         one pass (the weight gradient's operand; its scales, 1/32 a byte, not counted). Per-tensor FP8 on
         Hopper also writes the transpose the weight-gradient GEMM reads: cuBLASLt runs only TN FP8 GEMMs
         below Blackwell (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute
-        capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data)."""
+        capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data).
+
+        Per element of the op's own GEMM operand: a fused GEMM's input (Megatron's linear_qkv, ppb's
+        qk_proj and v_proj) is one tensor quantized once (layernorm_linear.py `_LayerNormLinear.forward`,
+        v2.9), so each part pays its columns' share of it. Under SP, TE quantizes the sequence shard and
+        all-gathers it in FP8 (`_te_sp_ops`): the pass runs on 1/tp of the rows, and a per-tensor
+        transpose is made after the gather from the FP8 data (`_create_transpose` / `update_usage`: read
+        and write a byte) over all of them."""
         if self.run.timing.matmul_dtype != "fp8" or not op.fp8:
             return 0.0
         if self.run.framework == "torchtitan":
             return self._titan_cast_bytes(op, gradient)
         read = self.run.training.dtype_bytes
         recipe = self._fp8_recipe
+        transpose = 0.0
         if recipe == "mxfp8":
-            return read + 2.0
-        if recipe != "tensorwise":
-            return read + 1.0
-        transpose = 1.0 if 9.0 <= self.device.compute_capability < 10.0 else 0.0
-        amax = read if gradient or op.name not in self._norm_fed else 0.0
-        return amax + read + 1.0 + transpose
+            quantize = read + 2.0
+        elif recipe != "tensorwise":
+            quantize = read + 1.0
+        else:
+            transpose = 1.0 if 9.0 <= self.device.compute_capability < 10.0 else 0.0
+            amax = read if gradient or op.name not in self._norm_fed else 0.0
+            quantize = amax + read + 1.0
+        share = 1.0
+        if not gradient and op.gemm is not None:
+            _, _, n, _, fused = op.gemm
+            share = n / fused
+        if gradient and op.name in self._te_scattered:
+            return quantize / self.run.parallel.tp + 2.0 * transpose
+        if not gradient and op.name in self._te_gathered:  # its transpose in the backward (`_te_sp_transpose_bytes`)
+            return share * quantize / self.run.parallel.tp
+        return share * (quantize + transpose)
+
+    def _te_sp_transpose_bytes(self, op: Op) -> float:
+        """HBM bytes per input element of the transpose a per-tensor FP8 GEMM fed by TE's FP8 all-gather
+        makes on Hopper in its backward (`_cast_bytes`): layernorm_linear.py `_LayerNormLinear.backward`
+        (v2.9) re-gathers the saved FP8 shard row-wise and calls `update_usage(columnwise_usage=True)`
+        for the weight gradient, an FP8 transpose (read and write a byte) of its share of the rows."""
+        if op.name not in self._te_gathered or self._fp8_recipe != "tensorwise" or op.gemm is None:
+            return 0.0
+        if not 9.0 <= self.device.compute_capability < 10.0:
+            return 0.0
+        _, _, n, _, fused = op.gemm
+        return 2.0 * n / fused
 
     def _phase_s(self, op: Op, phase: str, chunks: frozenset[str] = frozenset()) -> float:
         """Compute seconds of an op's phase: forward, backward, or a half of the backward (dgrad, wgrad).
@@ -468,7 +534,10 @@ class TimeModel:
             # a bias gradient reduced in its own kernel runs after the weight gradient (`_bias_passes`)
             wgrad = max(each * share * kernels.gemm_compute_s(k, fused, m, groups, self._wgrad_bytes) + rounds, half)
             wgrad += kernels.memory_s(
-                side_backward + self._accumulate_bytes * op.weight_elements + self._titan_wgrad_copies(op) * each
+                side_backward
+                + self._accumulate_bytes * op.weight_elements
+                + self._titan_wgrad_copies(op) * each
+                + self._te_sp_transpose_bytes(op) * m * k * groups * each
             )
             return {"backward": dgrad + wgrad, "dgrad": dgrad, "wgrad": wgrad}[phase]
         traffic = op.bytes if phase == "forward" else op.backward_bytes
