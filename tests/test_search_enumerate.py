@@ -194,5 +194,9 @@ def test_a_number_with_thousands_separators_is_one_n_in_a_reason_family() -> Non
     large = reason_family("training.micro_batches", line.format("32·8·4096", "1,048,576"))
     assert small == large
     assert small.endswith("N schedule cells: N is over ppb's limit of N (ppb_core/limits.py)")
-    # a list's commas stay: "tp [1, 2]" is two numbers, not one
+    # a list's commas stay: "tp [1, 2]" is two numbers, not one; a name's digits stay whole (its last ones were
+    # taken for a number: "needs a bf1N or fp1N model")
     assert reason_family(None, "zero [1, 2] contradicts") == "zero [N, N] contradicts"
+    assert (
+        reason_family(None, "needs a bf16 or fp16 model, TE v2.4, 2.5 s") == "needs a bf16 or fp16 model, TE v2.4, N s"
+    )
