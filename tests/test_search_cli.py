@@ -86,3 +86,15 @@ def test_the_proven_places_read_right_at_none_and_one() -> None:
     line = proven_line(3, 2.8381, 0.018)
     assert line.startswith("places 1 to 3 are proven; past them,")
     assert line.endswith("bounded at 2.838 s or more: none can be more than 1.8 % faster than the first)")
+
+
+def test_a_search_that_ranks_nothing_says_so_without_an_empty_table(tmp_path: Path, capsys) -> None:
+    # tiny-dense on devices of 2,100 MB with 2,000 reserved: no stage holds its ends, so every strategy is
+    # counted under its memory reason; the table of "the 0 fastest strategies" was printed empty before
+    text = (DATA / "tiny-dense.yaml").read_text().replace("memory_mb: 9000", "memory_mb: 2100")
+    spec = tmp_path / "tight.yaml"
+    spec.write_text(text)
+    assert main(["search", str(spec), "-q", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "no strategy is ranked: each one of the grid is counted below by its reason" in out
+    assert "the 0 fastest" not in out and "memory: no plan fits" in out

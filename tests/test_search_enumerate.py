@@ -184,3 +184,19 @@ def test_the_combined_1f1b_is_a_dimension_where_megatron_core_takes_it() -> None
         raw["limits"] = {key: value for key, value in raw["limits"].items() if value is not None}
         assert len(list(enumerate_strategies(parse_search_spec(raw, DATA / "tiny-moe-overlap.yaml", DATA)))) == 6
     assert tiny().ep_overlap_choices == (False,)
+
+
+def test_a_number_with_thousands_separators_is_one_n_in_a_reason_family() -> None:
+    # the schedule-cell limit's line (ppb_core/limits.py) writes its counts with separators: 262,144 and
+    # 1,048,576 cells are one family (they were "N,N" and "N,N,N": two lines of the rejection table)
+    line = "stages·chunks·micro-batches = {} schedule cells: {} is over ppb's limit of 131,072 (ppb_core/limits.py)"
+    small = reason_family("training.micro_batches", line.format("32·8·1024", "262,144"))
+    large = reason_family("training.micro_batches", line.format("32·8·4096", "1,048,576"))
+    assert small == large
+    assert small.endswith("N schedule cells: N is over ppb's limit of N (ppb_core/limits.py)")
+    # a list's commas stay: "tp [1, 2]" is two numbers, not one; a name's digits stay whole (its last ones were
+    # taken for a number: "needs a bf1N or fp1N model")
+    assert reason_family(None, "zero [1, 2] contradicts") == "zero [N, N] contradicts"
+    assert (
+        reason_family(None, "needs a bf16 or fp16 model, TE v2.4, 2.5 s") == "needs a bf16 or fp16 model, TE v2.4, N s"
+    )

@@ -271,3 +271,26 @@ def test_a_search_s_release_reaches_every_strategy() -> None:
     with pytest.raises(InputError) as caught:
         parse_search_spec(titan, "s.yaml", DATA)
     assert str(caught.value).startswith("s.yaml: framework_release.transformer_engine: is Megatron-Core's")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda raw: raw.update(timing={"moe_dispatcher": "allgather"}), "not allgather (timing.moe_dispatcher)"),
+        (lambda raw: raw["training"].update(dtype="fp32"), "with a bf16 or fp16 model (training.dtype is fp32)"),
+        (lambda raw: raw.update(framework="torchtitan"), "under framework megatron"),
+    ],
+)
+def test_the_combined_1f1b_listed_where_megatron_core_never_runs_it_is_refused_once(change, words) -> None:
+    # transformer_config.py __post_init__ (d98e8a64) asserts the alltoall or flex dispatcher and a bf16 or fp16
+    # model for --overlap-moe-expert-parallel-comm whatever the layout: a spec listing it true under such settings
+    # is refused once, not every combined point counted refused
+    raw = yaml.safe_load((DATA / "tiny-moe.yaml").read_text())
+    raw["limits"]["ep_overlap"] = [False, True]
+    if "framework" in str(words):
+        raw["limits"] = {key: value for key, value in raw["limits"].items() if key not in ("zero",)}
+    change(raw)
+    with pytest.raises(InputError) as caught:
+        parse_search_spec(raw, "moe.yaml", DATA)
+    assert caught.value.field == "limits.ep_overlap" and words in caught.value.problem
+    assert caught.value.problem.startswith("is Megatron-Core's --overlap-moe-expert-parallel-comm, ")

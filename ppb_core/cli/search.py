@@ -143,6 +143,8 @@ def render(result: SearchResult) -> None:
         f"{spec.device.name or 'device'}, {spec.global_batch} sequences of {spec.seq_length} tokens, "
         f"{spec.framework}"
     )
+    if not result.ranked:  # no empty table titled "the 0 fastest strategies" (until December 2026)
+        console.print("no strategy is ranked: each one of the grid is counted below by its reason")
     fastest = "the fastest strategy" if len(result.ranked) == 1 else f"the {len(result.ranked)} fastest strategies"
     table = Table(title=f"{fastest}, each balanced")
     # the MTP layers' place, where the balancer weighed two (`balance.mtp_apart`)
@@ -173,7 +175,8 @@ def render(result: SearchResult) -> None:
             f"{entry.bound_s:.3f}",
             *([MTP_WORDS.get(entry.mtp or "", "with the loss (one place)")] if mtp else []),
         )
-    console.print(table)
+    if result.ranked:
+        console.print(table)
     if mtp:
         console.print(
             "MTP layers: each strategy with PP ≥ 2 (not DualPipeV) balanced with them beside the loss and apart on "

@@ -178,8 +178,9 @@ class Refusal:
 
 def reason_family(field: str | None, problem: str) -> str:
     """What counts refusals alike: the field and the problem, numbers written N (digits inside a name, torch's
-    `Schedule1F1B`, `fp8`, stay: a family read "ScheduleNFNB" until December 2026)."""
-    text = re.sub(r"(?<![A-Za-z_])\d+(\.\d+)?", "N", problem)
+    `Schedule1F1B`, `fp8`, `bf16`, stay: families read "ScheduleNFNB" and "bf1N" until December 2026; a number
+    with thousands separators is one N: 262,144 and 1,048,576 were "N,N" and "N,N,N", two families, before)."""
+    text = re.sub(r"(?<![A-Za-z_\d])\d{1,3}(,\d{3})+(?!\d)|(?<![A-Za-z_\d.])\d+(\.\d+)?", "N", problem)
     return f"{field}: {text}" if field else text
 
 

@@ -424,12 +424,24 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             "which this grid does not offer (limits.ep_overlap)"
         )
         raise InputError(where, "timing.delay_wgrad_compute", said)
-    if True in (spec.limits.ep_overlap or ()) and (spec.framework != "megatron" or not spec.moe):
-        said = "is Megatron-Core's --overlap-moe-expert-parallel-comm, "
-        said += (
-            "under framework megatron" if spec.framework != "megatron" else "for an MoE model (no model has experts)"
-        )
-        raise InputError(where, "limits.ep_overlap", said)
+    if True in (spec.limits.ep_overlap or ()):
+        # what transformer_config.py __post_init__ (d98e8a64) asserts of it whatever the layout: refused once here,
+        # not point by point (the run config refuses each point the same)
+        said = None
+        if spec.framework != "megatron":
+            said = "under framework megatron"
+        elif not spec.moe:
+            said = "for an MoE model (no model has experts)"
+        elif spec.timing.moe_dispatcher == "allgather":
+            said = "with the alltoall or flex dispatcher, not allgather (timing.moe_dispatcher)"
+        elif spec.training.get("dtype") == "fp32":
+            said = "with a bf16 or fp16 model (training.dtype is fp32)"
+        elif any(getattr(model, "mtp_layers", 0) > 1 for model in spec.specs.values()):
+            said = "with at most one MTP layer"
+        if said is not None:
+            raise InputError(
+                where, "limits.ep_overlap", f"is Megatron-Core's --overlap-moe-expert-parallel-comm, {said}"
+            )
     return spec
 
 
