@@ -18,6 +18,15 @@ def bench():
     return load_bench("megatron_ci")
 
 
+def git_at(repo, day: str, *args: str) -> str:
+    """Runs git in a scratch repository with every commit dated `day` (noon), so a test's history has dates."""
+    env = {**os.environ, "GIT_AUTHOR_DATE": f"{day}T12:00:00", "GIT_COMMITTER_DATE": f"{day}T12:00:00"}
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    done = subprocess.run(["git", "-C", str(repo), *ident, *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_the_ci_s_yaml_becomes_the_launch_it_runs(bench):
     # _run_training.sh: `true` is the bare flag, a `[...]` value its words, a value with `(`, `|` or a
     # space one quoted word; ENV_VARS are the environment (exported before the launch)
@@ -57,11 +66,7 @@ def test_a_row_names_the_commit_that_measured_its_memory(bench, tmp_path, monkey
     # adc69dba2d renamed every golden file (R100) and 93ebf8d72f only dropped NaN iteration times: the
     # row's memory was measured by the last commit that changed mem-max-allocated-bytes, renames followed
     def git(*args: str) -> str:
-        env = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-23T00:00:00", "GIT_COMMITTER_DATE": "2025-01-23T00:00:00"}
-        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
-        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        return git_at(tmp_path, "2025-01-23", *args)
 
     def write(path: str, memory: int, seconds: float) -> None:
         values = {"mem-max-allocated-bytes": {"values": {"1": memory}}, "iteration-time": {"values": {"2": seconds}}}
@@ -116,11 +121,7 @@ def test_a_row_is_priced_at_the_releases_that_measured_it(bench, tmp_path, monke
     # file; an edit that only drops NaN times (93ebf8d72f) did not. Transformer Engine: the CI image's
     # Dockerfile.ci.dev TE_COMMIT (bee4649c1 is TE's commit of 2025-03-18), else uv.lock's version, else none.
     def git(*args: str, day: str = "2025-04-04") -> str:
-        env = {**os.environ, "GIT_AUTHOR_DATE": f"{day}T12:00:00", "GIT_COMMITTER_DATE": f"{day}T12:00:00"}
-        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
-        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        return git_at(tmp_path, day, *args)
 
     def write(path: str, text: str) -> None:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -160,11 +161,7 @@ def test_a_row_is_priced_at_the_pytorch_of_its_ci_image(bench, tmp_path, monkeyp
     # .gitlab/stages/01.test.yml: the LTS image first, 24.01, then the dev one, 24.10), later
     # docker/.ngc_version.dev; NGC 24.10 ships PyTorch 2.5.0a0+e000cf0ad9; a container not listed: unstated
     def git(*args: str) -> str:
-        env = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-23T12:00:00", "GIT_COMMITTER_DATE": "2025-01-23T12:00:00"}
-        ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
-        done = subprocess.run(["git", "-C", str(tmp_path), *ident, *args], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        return git_at(tmp_path, "2025-01-23", *args)
 
     def write(path: str, text: str) -> None:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)

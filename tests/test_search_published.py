@@ -4,9 +4,9 @@ bench/search.py places (no search here: enumeration and one validation are cheap
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
 from pathlib import Path
+
+from bench_modules import load_bench
 
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
@@ -59,12 +59,13 @@ def test_the_papers_layout_is_enumerated_and_valid() -> None:
         assert isinstance(validate(spec, strategy), RunConfig)
 
 
+def bench_search():
+    """bench/search.py as a module (bench/ is not a package)."""
+    return load_bench("search")
+
+
 def test_bench_places_that_strategy() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        bench = importlib.import_module("search")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    bench = bench_search()
     spec = load_search_spec(SPEC)
     settings = bench.PUBLISHED[spec.name]
     assert "2407.21783" in settings[0][0]
@@ -79,11 +80,7 @@ def test_bench_prices_the_papers_own_layout_as_published() -> None:
     # point of the grid: 126 layers are fewer than the 128 cells the search fills with layers; the layout itself
     # is a valid run config, each stage's 8 chunks one layer but stage 0's first (the embedding alone) and stage
     # 15's last (the loss alone).
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        bench = importlib.import_module("search")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    bench = bench_search()
     spec = load_search_spec(SPEC)
     source, fields = bench.PUBLISHED[spec.name][0]
     strategy = bench.published(spec, fields)
