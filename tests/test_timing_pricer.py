@@ -864,3 +864,34 @@ def test_under_sp_te_quantizes_the_sequence_shard_before_its_fp8_all_gather():
     mx, mx_ops = _fp8_body("mxfp8", tp=2, sp=True)
     assert mx._cast_bytes(mx_ops["mlp_out"], True) == pytest.approx(2.0)
     assert mx._te_sp_transpose_bytes(mx_ops["mlp_in"]) == 0.0
+
+
+def test_under_sp_te_all_gathers_fp8_data():
+    # TE v2.9 (unchanged to v2.16.1): under sequence_parallel the quantizer goes to `gather_along_first_dim`
+    # and distributed.py `_all_gather_fp8` / `_all_gather_mxfp8` gather the FP8 data, not bf16. tp 2, 2048
+    # gathered rows of 1024, bf16 4,194,304 B a gather. Per-tensor (tensorwise, delayed): row-wise data only
+    # (`supports_only_rowwise_all_gather`), a byte an element: 2,097,152 B for mlp_in's forward gather, its
+    # backward re-gather and mlp_out's output-gradient gather. MXFP8: with an E8M0 scale a 32-block,
+    # 33/32 B a copy; the forward input row-wise only (layernorm_linear.py `set_usage(rowwise=True,
+    # columnwise=False)` before the gather), the re-gather column-wise only, the output gradient both
+    # (linear.py `_Linear.backward` `set_usage(rowwise=True, columnwise=True)`): 2,162,688 B, 2,162,688 B,
+    # 4,325,376 B. The input gradient's reduce-scatter stays bf16 (dgrad writes the compute dtype).
+    bf16 = 2048 * 1024 * 2
+    for recipe, forward, again, gradient in (
+        ("tensorwise", 2_097_152, 2_097_152, 2_097_152),
+        ("delayed", 2_097_152, 2_097_152, 2_097_152),
+        ("mxfp8", 2_162_688, 2_162_688, 4_325_376),
+    ):
+        _, ops = _fp8_body(recipe, tp=2, sp=True)
+        assert ops["gather_mlp"].forward_comm.payload_bytes == pytest.approx(forward)
+        assert ops["gather_mlp"].backward_comm.payload_bytes == pytest.approx(bf16)
+        assert ops["regather_mlp"].backward_comm.payload_bytes == pytest.approx(again)
+        assert ops["reduce_mlp"].backward_comm.payload_bytes == pytest.approx(gradient)
+        assert ops["reduce_mlp"].forward_comm.payload_bytes == pytest.approx(bf16)
+        assert ops["gather_attention"].forward_comm.payload_bytes == pytest.approx(forward)
+        assert ops["reduce_attention"].backward_comm.payload_bytes == pytest.approx(gradient)
+    # without FP8 the same gathers move bf16
+    model = TimeModel(gelu_run(device=dict(ROUND_DEVICE), tp=2, sp=True))
+    plain = {op.name: op for op in model.ops(body(model.run))}
+    assert plain["gather_mlp"].forward_comm.payload_bytes == pytest.approx(bf16)
+    assert plain["reduce_mlp"].backward_comm.payload_bytes == pytest.approx(bf16)

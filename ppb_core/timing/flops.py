@@ -216,6 +216,10 @@ class OpGeometry(Geometry):
     # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
     # an element; the reduce-scatters stay in the training dtype.
     float8_tp: bool = False
+    # Megatron's TransformerEngine linears under FP8 (`te_fp8_gather_bytes`): bytes an element of their
+    # sequence-parallel all-gathers (the input's forward gather, its backward re-gather, the output
+    # gradient's gather); () outside FP8 or TE, or for layers kept in 16 bits
+    te_fp8_gather: tuple[float, float, float] = ()
     # torchtitan without torch.compile: element-wise work as PyTorch's eager kernels (`EAGER_TRAFFIC`)
     # and autograd's sums of the input gradients of linears that share an input (`_shared_input_sums`)
     eager: bool = False
@@ -268,6 +272,11 @@ class OpGeometry(Geometry):
             float8_tp=run.framework == "torchtitan"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            te_fp8_gather=te_fp8_gather_bytes(run.timing.fp8_recipe)
+            if run.framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and run.timing.matmul_dtype == "fp8"
+            else (),
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             eager_final_norm=run.framework == "torchtitan"
@@ -426,6 +435,26 @@ def _norm(name: str, block: str, rows: float, width: float, bc: int, rms: bool =
     return dataclasses.replace(op, fusion="norm") if rms else op
 
 
+def te_fp8_gather_bytes(recipe: str) -> tuple[float, float, float]:
+    """Bytes an element TransformerEngine's sequence-parallel all-gathers move under FP8 (v2.9, unchanged
+    to v2.16.1): (a column-parallel linear's input in the forward, its backward re-gather, a row-parallel
+    linear's output gradient). The quantizer goes to `gather_along_first_dim`, which quantizes the shard
+    and gathers the FP8 data (distributed.py `_all_gather_fp8`, `_all_gather_mxfp8`,
+    `_all_gather_fp8_blockwise`; `fill_userbuffers_buffer_for_all_gather` under userbuffers). Per-tensor
+    recipes (delayed, current scaling) gather row-wise data only, a byte (`supports_only_rowwise_all_gather`;
+    Hopper's transpose is made after the gather: `_create_transpose`). MXFP8 and blockwise gather the
+    copies asked for, each with its scales (an E8M0 byte a 32-block; an fp32 a 128-block: 1/32 a byte
+    either way): the forward input row-wise only (layernorm_linear.py `_LayerNormLinear.forward`,
+    `set_usage(rowwise=True, columnwise=False)` before the gather), the re-gather column-wise only (its
+    backward, `set_usage(rowwise=False, columnwise=True)`), the output gradient both (linear.py
+    `_Linear.backward`, `set_usage(rowwise=True, columnwise=True)`; under userbuffers MXFP8 gathers the
+    column-wise copy in a second all-gather beside the dgrad GEMM: the same bytes)."""
+    if recipe in ("mxfp8", "blockwise"):
+        copy = 1.0 + 1.0 / 32
+        return copy, copy, 2 * copy
+    return 1.0, 1.0, 1.0
+
+
 def _tp_entry(
     p: str,
     stem: str,
@@ -437,6 +466,7 @@ def _tp_entry(
     switch: str | None = "gather",
     userbuffers: str | None = None,
     float8: bool = False,
+    te_fp8: bool = False,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
@@ -446,12 +476,18 @@ def _tp_entry(
     Megatron's --tp-comm-overlap runs as a ring exchange by default (`ppb_core.timing.userbuffers`; its
     `<name>_fprop` method from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: the
     consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
-    float8."""
+    float8. *te_fp8*: the consumer is a TransformerEngine FP8 linear, which all-gathers the shard in FP8
+    (`OpGeometry.te_fp8_gather`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     gathered = geo.tokens * width * (1 if float8 else geo.dtype_bytes)
     if geo.gathers and geo.framework == "megatron":
+        forward, again = (
+            (geo.tokens * width * b for b in geo.te_fp8_gather[:2])
+            if te_fp8 and geo.te_fp8_gather
+            else (payload, payload)
+        )
         # Megatron-LM keeps only the shard and all-gathers it again in every backward, behind the
         # input-gradient GEMM, whatever the recompute (`LinearWithGradAccumulationAndAsyncCommunication`
         # and TransformerEngine's `ln_out_needs_gather`; ppb_core.memory.frameworks.megatron):
@@ -464,7 +500,7 @@ def _tp_entry(
                 block,
                 COMM,
                 inputs=(source,),
-                forward_comm=Collective(ALL_GATHER, "tp", payload, "tp", (consumer, "forward"), method=method),
+                forward_comm=Collective(ALL_GATHER, "tp", forward, "tp", (consumer, "forward"), method=method),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
             ),
             Op(
@@ -472,7 +508,7 @@ def _tp_entry(
                 block,
                 COMM,
                 inputs=(source,),
-                backward_comm=Collective(ALL_GATHER, "tp", payload, "tp_async", (consumer, "dgrad")),
+                backward_comm=Collective(ALL_GATHER, "tp", again, "tp_async", (consumer, "dgrad")),
             ),
         ]
     if geo.gathers:
@@ -507,17 +543,22 @@ def _tp_exit(
     producer: str,
     userbuffers: str | None = None,
     float8: bool = False,
+    te_fp8: bool = False,
 ) -> list[Op]:
     """Leaving a tensor-parallel region: the partial sums are reduce-scattered (SP) or all-reduced; under
     SP the output gradient is all-gathered in the backward. Both sit on the critical path.
     *userbuffers*: the producer is TransformerEngine's layer GEMM of that name (proj, fc2), whose forward
     reduce-scatter Megatron's --tp-comm-overlap pipelines and whose input gradient's all-gather it
     runs as a ring exchange by default (`ppb_core.timing.userbuffers`; the `<name>_fprop` and
-    `<name>_dgrad` methods from --tp-comm-overlap-cfg, `OpGeometry.ub_method`)."""
+    `<name>_dgrad` methods from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: torchtitan's
+    Float8 TP; *te_fp8*: a TransformerEngine FP8 producer (`OpGeometry.te_fp8_gather`), each gathering the
+    output gradient in FP8."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
     gradient = geo.tokens * width * (1 if float8 else geo.dtype_bytes)  # under Float8 TP: float8
+    if te_fp8 and geo.te_fp8_gather:
+        gradient = geo.tokens * width * geo.te_fp8_gather[2]
     if geo.gathers:
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         forward = geo.ub_method(f"{userbuffers}_fprop", "pipeline") if ub else None
@@ -640,7 +681,9 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
     else:
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
-        entry = _tp_entry(p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp)
+        entry = _tp_entry(
+            p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp, te_fp8=True
+        )
         ops += entry
         source = entry[0].name if geo.gathers else norm
         # The last op before the scores holds Q and K (attBMM); those before it keep nothing their
@@ -1200,7 +1243,9 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
             inputs=(out,),
             side_bytes=_bias_passes(geo, att.out_bias, geo.whole_tokens, h, added_after=False),
         ),
-        *_tp_exit(p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp),
+        *_tp_exit(
+            p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp, te_fp8=True
+        ),
         _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -1303,14 +1348,14 @@ def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp)
+    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp, te_fp8=True)
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
         *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
-        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp),
+        *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp, te_fp8=True),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
 
@@ -1774,12 +1819,12 @@ def _shared_and_residual(ops: list[Op], kind: BodyKind, moe: Moe, geo: OpGeometr
     h, block = kind.hidden_size, "moe"
     if moe.shared_experts:
         width = moe.shared_experts * per_rank(moe.shared_intermediate_size, geo.tp)
-        entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in")
+        entry = _tp_entry(p, "shared", block, geo, h, norm, p + "shared_in", te_fp8=True)
         shared_source = entry[0].name if geo.gathers else norm
         ops += [
             *entry,
             *_ffn(p + "shared", block, geo, geo.tokens, h, width, moe.gated, shared_source),
-            *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out"),
+            *_tp_exit(p + "reduce_shared", block, geo, h, p + "shared_out", te_fp8=True),
         ]
     if geo.framework == "megatron":
         # MoELayer (moe_layer.py `postprocess`, d98e8a64) adds the shared experts' output to the routed
@@ -2180,6 +2225,7 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     if isinstance(kind, EncoderBodyKind):
         return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
+        geo = dataclasses.replace(geo, te_fp8_gather=())  # and TE's all-gathers too
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return mindformers_o1_ops(body_ops(kind, geo), geo)
