@@ -14,7 +14,7 @@ from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import Collective
+from ppb_core.timing.flops import ALL_REDUCE, Collective
 from ppb_core.timing.kernels import Kernels, dp_workspace_bytes
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
@@ -895,3 +895,32 @@ def test_under_sp_te_all_gathers_fp8_data():
     plain = {op.name: op for op in model.ops(body(model.run))}
     assert plain["gather_mlp"].forward_comm.payload_bytes == pytest.approx(bf16)
     assert plain["reduce_mlp"].backward_comm.payload_bytes == pytest.approx(bf16)
+
+
+def test_under_sp_current_scaling_all_reduces_each_gathered_amax():
+    # TE v2.9 layernorm_linear.py / linear.py `_customize_quantizers_float8_current_scaling`: under
+    # sequence_parallel a column-parallel linear's input quantizer and a row-parallel linear's output-gradient
+    # quantizer get `with_amax_reduction` over the TP group; quantizer.cpp `quantize_impl` all-reduces the
+    # fp32 amax (4 B) before the cast. Per TP region of the layer (attention, mlp): one in the forward, one
+    # in the backward. tp 2 on one node, 10 µs a step: a ring all-reduce 2·(size-1) = 2 steps, 20 µs, plus
+    # 2·4·(1/2) B at tens of GB/s (under 1e-6 ms): 0.020 ms each way. Delayed scaling and no SP: none.
+    raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5, collective_latency_us=10.0), tp=2, sp=True)
+    run = parse_run_config(
+        {
+            **raw.model_dump(mode="json", exclude_none=True),
+            "timing": {"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"},
+        }
+    )
+    model = TimeModel(run)
+    ops = {op.name: op for op in model.ops(body(run))}
+    prices = model.op_prices(body(run))
+    for stem in ("attention", "mlp"):
+        forward = ops[f"amax_{stem}"].forward_comm
+        assert (forward.kind, forward.group, forward.payload_bytes) == (ALL_REDUCE, "tp", 4)
+        backward = ops[f"reduce_{stem}_amax"].backward_comm
+        assert (backward.kind, backward.group, backward.payload_bytes) == (ALL_REDUCE, "tp", 4)
+        assert prices[f"amax_{stem}"].forward_ms == pytest.approx(0.020, rel=1e-3)
+        assert prices[f"reduce_{stem}_amax"].backward_ms == pytest.approx(0.020, rel=1e-3)
+    for recipe, sp in (("delayed", True), ("tensorwise", False)):
+        _, others = _fp8_body(recipe, tp=2, sp=sp)
+        assert not [name for name in others if "amax" in name]

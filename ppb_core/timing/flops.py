@@ -220,6 +220,9 @@ class OpGeometry(Geometry):
     # sequence-parallel all-gathers (the input's forward gather, its backward re-gather, the output
     # gradient's gather); () outside FP8 or TE, or for layers kept in 16 bits
     te_fp8_gather: tuple[float, float, float] = ()
+    # ... under current (tensorwise) scaling, where each such quantizer all-reduces its amax over TP
+    # (`_te_amax_reduction`)
+    te_amax_reduction: bool = False
     # torchtitan without torch.compile: element-wise work as PyTorch's eager kernels (`EAGER_TRAFFIC`)
     # and autograd's sums of the input gradients of linears that share an input (`_shared_input_sums`)
     eager: bool = False
@@ -277,6 +280,10 @@ class OpGeometry(Geometry):
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
             else (),
+            te_amax_reduction=run.framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "tensorwise",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             eager_final_norm=run.framework == "torchtitan"
@@ -455,6 +462,19 @@ def te_fp8_gather_bytes(recipe: str) -> tuple[float, float, float]:
     return 1.0, 1.0, 1.0
 
 
+def _te_amax_reduction(name: str, block: str, source: str, backward: bool) -> Op:
+    """The amax all-reduce of a TransformerEngine quantizer under current scaling and SP: layernorm_linear.py
+    and linear.py `_customize_quantizers_float8_current_scaling` (v2.9, likewise v2.16.1) set
+    `with_amax_reduction` over the TP group for a column-parallel linear's input and a row-parallel
+    linear's output gradient, and quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl` all-reduces
+    the fp32 amax (MAX, one NCCL call) between the amax and the cast, on the critical path (*backward*:
+    the output gradient's, in the backward)."""
+    comm = Collective(ALL_REDUCE, "tp", STATS_BYTES, "tp")
+    if backward:
+        return Op(name, block, COMM, inputs=(source,), backward_comm=comm)
+    return Op(name, block, COMM, inputs=(source,), forward_comm=comm)
+
+
 def _tp_entry(
     p: str,
     stem: str,
@@ -494,6 +514,7 @@ def _tp_entry(
         # the `gather` switch has nothing to drop.
         te = userbuffers and geo.transformer_impl == "transformer_engine"
         method = geo.ub_method(f"{userbuffers}_fprop", "ring_exchange") if te else None
+        amax = [_te_amax_reduction(f"{p}amax_{stem}", block, source, False)] if te_fp8 and geo.te_amax_reduction else []
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -510,6 +531,7 @@ def _tp_entry(
                 inputs=(source,),
                 backward_comm=Collective(ALL_GATHER, "tp", again, "tp_async", (consumer, "dgrad")),
             ),
+            *amax,
         ]
     if geo.gathers:
         return [
@@ -563,6 +585,7 @@ def _tp_exit(
         ub = userbuffers and geo.framework == "megatron" and geo.transformer_impl == "transformer_engine"
         forward = geo.ub_method(f"{userbuffers}_fprop", "pipeline") if ub else None
         backward = geo.ub_method(f"{userbuffers}_dgrad", "ring_exchange") if ub else None
+        amax = te_fp8 and geo.te_amax_reduction and geo.framework == "megatron"
         return [
             Op(
                 name,
@@ -571,7 +594,8 @@ def _tp_exit(
                 inputs=(producer,),
                 forward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp", (producer, "forward"), method=forward),
                 backward_comm=Collective(ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method=backward),
-            )
+            ),
+            *([_te_amax_reduction(f"{name}_amax", block, producer, True)] if amax else []),
         ]
     return [
         Op(
@@ -2225,7 +2249,7 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     if isinstance(kind, EncoderBodyKind):
         return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
-        geo = dataclasses.replace(geo, te_fp8_gather=())  # and TE's all-gathers too
+        geo = dataclasses.replace(geo, te_fp8_gather=(), te_amax_reduction=False)  # and TE's all-gathers too
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return mindformers_o1_ops(body_ops(kind, geo), geo)

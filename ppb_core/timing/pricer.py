@@ -71,10 +71,10 @@ from ppb_core.timing.userbuffers import (
 # with its copies, or the flash kernel; the MLP's GEMMs, activation and tensor-parallel collectives;
 # the MoE layer's router, permutation, dispatch, experts, combine and shared experts; the shared
 # experts alone.
-_SHARED = ("gather_shared", "shared_in", "shared_act", "shared_out", "reduce_shared")
+_SHARED = ("gather_shared", "amax_shared", "shared_in", "shared_act", "shared_out", "reduce_shared")
 MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
     "core_attn": ("scores", "softmax", "dropout_mask", "dropout_probs", "context", "flash_scores", "flash_context"),
-    "mlp": ("gather_mlp", "mlp_in", "mlp_act", "mlp_out", "reduce_mlp"),
+    "mlp": ("gather_mlp", "amax_mlp", "mlp_in", "mlp_act", "mlp_out", "reduce_mlp"),
     "moe": (
         "router",
         "router_topk",
