@@ -425,3 +425,26 @@ def test_alibi_s_bias_is_copied_into_the_scores_by_a_kernel_of_its_own():
 
     plain, alibi = scores("none"), scores("alibi")
     assert alibi == (plain[0] + 1.0, plain[1])
+
+
+def test_per_tensor_fp8_on_hopper_transposes_after_each_sp_all_gather():
+    # TE v2.9: under SP a per-tensor quantizer casts the sequence shard row-wise only (delayed: one kernel,
+    # not the cast-transpose) and the weight gradient's transpose is made after the gather, its own kernel:
+    # distributed.py `_all_gather_fp8` `_create_transpose()` for a row-parallel linear's output gradient,
+    # `update_usage(columnwise_usage=True)` on the re-gathered input in `_LayerNormLinear.backward`. So one
+    # more backward kernel per gathered tensor: the fused QKV's input shared by its parts (2/3 and 1/3 of
+    # 96 + 48 = 144 columns), the row-parallel proj's gradient whole. Delayed, fed by the norm (no input
+    # cast), a fused GEMM's launches split by its columns: qk 2/3 forward, (2 GEMMs + 1 gradient cast) · 2/3
+    # + 2/3 = 2 + 2/3 backward; v 1/3, 3 · 1/3 + 1/3 = 4/3; proj (1 + 1 cast, 2 + 1 + 1 transpose).
+    kw = {"tp": 2, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    norm = Op("norm1", "attention", "memory")
+    qk = Op("qk", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 144.0), weight_elements=3072)
+    v = Op("v", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 48.0, 1, 144.0), weight_elements=1536)
+    proj = Op("proj", "attention", "matmul", inputs=("v",), gemm=(64.0, 144.0, 32.0, 1, 32.0), weight_elements=4608)
+    ops = [norm, qk, v, proj]
+    launches = layer_launches(ops, **kw, fp8_recipe="delayed", sp_transposes=({"qk", "v"}, {"proj"}))
+    assert launches["qk"] == pytest.approx((2 / 3, 2.0 + 2 / 3))
+    assert launches["v"] == pytest.approx((1 / 3, 4 / 3))
+    assert launches["proj"] == pytest.approx((2.0, 4.0))
+    # without them (MXFP8, Blackwell, no SP) the counts stay
+    assert layer_launches(ops, **kw, fp8_recipe="delayed")["proj"] == (2.0, 3.0)

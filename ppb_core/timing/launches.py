@@ -187,6 +187,20 @@ def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, f
     return forward, backward
 
 
+def sp_transpose_launches(op: Op, gathered: bool, scattered: bool) -> float:
+    """Backward FP8 transposes of a per-tensor FP8 GEMM op on Hopper under SP, beyond its quantization
+    kernels: TE quantizes the sequence shard row-wise only and makes the transpose the weight gradient
+    reads from the gathered FP8 data, a kernel of its own (TE v2.9 distributed.py `_all_gather_fp8`:
+    `out._create_transpose()` for the output gradient; layernorm_linear.py / linear.py backward:
+    `update_usage(columnwise_usage=True)` on the re-gathered input), where without SP one cast-transpose
+    writes both. *gathered*: its input came by a TP all-gather (a fused GEMM's parts each their share of
+    the one transpose); *scattered*: its output gradient is all-gathered."""
+    if not op.fp8 or op.gemm is None:
+        return 0.0
+    _, _, n, _, fused = op.gemm
+    return (n / fused if gathered else 0.0) + (1.0 if scattered else 0.0)
+
+
 def op_launches(
     op: Op,
     *,
@@ -318,13 +332,16 @@ def layer_launches(
     cpp_gemm_share: float = 1.0,
     accumulate_kernels: int = 1,
     wgrad_per_expert: bool = False,
+    sp_transposes: tuple[set[str], set[str]] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
     under *fp8_recipe*; *router_cast*: `--moe-router-dtype` differs from the training dtype;
     *plain_share*: a plain PyTorch op's launch in TE-module launches (`PLAIN_OP_SHARE` where measured);
     *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first likewise (`CPP_GEMM_US` over the
-    measured time a launch); *accumulate_kernels*: as `op_launches`; *wgrad_per_expert*: as `fill_launches`."""
+    measured time a launch); *accumulate_kernels*: as `op_launches`; *wgrad_per_expert*: as `fill_launches`;
+    *sp_transposes*: (ops fed by a TP all-gather, ops whose output gradient is all-gathered) where TE makes
+    the FP8 transpose after the gather (`sp_transpose_launches`)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -346,6 +363,8 @@ def layer_launches(
             forward, backward = op.sequential * forward, op.sequential * backward
         if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth
             forward, backward = plain_share * forward, plain_share * backward
+        if sp_transposes is not None:
+            backward += sp_transpose_launches(op, op.name in sp_transposes[0], op.name in sp_transposes[1])
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused, wgrad_per_expert)
             forward, backward = forward + extra_forward, backward + extra_backward

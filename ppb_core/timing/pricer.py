@@ -946,6 +946,10 @@ class TimeModel:
                     else 1.0,
                     accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
                     wgrad_per_expert=not run.framework_release.holds("te_grouped_wgrad_one_buffer"),
+                    # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
+                    sp_transposes=(self._te_gathered, self._te_scattered)
+                    if self._fp8_recipe in ("delayed", "tensorwise") and 9.0 <= self.device.compute_capability < 10.0
+                    else None,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
                 if graphs != "none":  # `ppb_core.timing.graphs`
