@@ -144,7 +144,7 @@ def _gap_text(result: SearchResult) -> str:
     return f"; proven gap {100 * gap:.1f} % (least bound left {result.unexamined_bound_s:.3f} s)"
 
 
-def _placed(result: SearchResult, faster: int, seconds: float) -> tuple[str, float]:
+def place_among(result: SearchResult, faster: int, seconds: float) -> tuple[str, float]:
     """Where a published setting falls among the ranked, given how many ranked beat it, and how much
     faster the search's first is."""
     where = f"place {faster + 1}" if faster < len(result.ranked) else f"below the top {len(result.ranked)}"
@@ -161,7 +161,7 @@ def place_published(result: SearchResult, spec: SearchSpec) -> None:
         if "layout" in fields:
             priced = as_published(spec, strategy, fields["layout"])
             faster = sum(1 for other in result.ranked if other.seconds < priced.seconds)
-            where, gain = _placed(result, faster, priced.seconds)
+            where, gain = place_among(result, faster, priced.seconds)
             print(
                 f"  published: {source}\n    {strategy.label(spec)} on {fields['layout']}, as published: "
                 f"{priced.seconds:.3f} s, {priced.tokens_per_second_per_device:,.0f} tokens/s/dev, MFU "
@@ -178,7 +178,7 @@ def place_published(result: SearchResult, spec: SearchSpec) -> None:
             print(f"refused: {entry.reason}")
             continue
         faster = sum(1 for other in result.ranked if other.key() < entry.key())
-        where, gain = _placed(result, faster, entry.seconds)
+        where, gain = place_among(result, faster, entry.seconds)
         print(
             f"{entry.seconds:.3f} s, {entry.tokens_per_second_per_device:,.0f} tokens/s/dev,"
             f" MFU {100 * entry.mfu:.1f} %, peak {entry.peak_memory_mb / 1024:.1f} GiB:"

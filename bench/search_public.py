@@ -21,6 +21,7 @@ from typing import Any
 
 from _measure import CpuSampler, machine
 from public_runs import PublicRun, config, public_runs, row_seconds
+from search import place_among
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -157,7 +158,7 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
         print(f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %: nothing ranked to place it against")
         return
     faster = sum(1 for other in result.ranked if other.key() < mine.key())
-    where = f"place {faster + 1}" if faster < len(result.ranked) else f"below the top {len(result.ranked)}"
+    where, _ = place_among(result, faster, mine.seconds)
     first = result.ranked[0].seconds
     print(
         f"    balanced: {mine.seconds:.3f} s, MFU {100 * mine.mfu:.1f} %, peak {mine.peak_memory_mb / 1024:.1f} GiB:"
