@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppb_core.errors import InputError  # noqa: E402
-from ppb_core.search.enumerate import Strategy, enumerate_strategies  # noqa: E402
-from ppb_core.search.rank import Ranked, evaluate, search  # noqa: E402
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate  # noqa: E402
+from ppb_core.search.rank import Ranked, _relax, _start, evaluate, search  # noqa: E402
 from ppb_core.search.spec import (  # noqa: E402
     CHOSEN_TRAINING,
     DEFAULT_MICRO_BATCH_SIZE,
@@ -158,7 +158,12 @@ def place(row: PublicRun, balanced: int, workers: int | None, ep_overlap: bool =
     if not result.ranked:  # say why, rather than place against nothing
         for reason, count in result.reasons().items():
             print(f"  {count:,} {reason} (e.g. {result.example(reason)})")
-    mine = {entry.strategy: entry for entry in result.balanced}.get(strategy) or evaluate(spec, strategy)
+    mine = {entry.strategy: entry for entry in result.balanced}.get(strategy)
+    if mine is None:  # the search's screen first, as the search takes it: its relaxed program may refuse it
+        _start(spec)
+        checked = validate(spec, strategy)
+        relaxed = _relax(strategy) if not isinstance(checked, Refusal) else ""
+        mine = Refusal(strategy, relaxed, "") if relaxed and isinstance(relaxed, str) else evaluate(spec, strategy)
     as_published = row_seconds(row)
     print(f"  published {strategy.label(spec)}{'' if strategy in grid else ' (not in the grid)'}:")
     print(f"    as published (its split and recompute): {as_published:.3f} s; measured {row.seconds:.3f} s")
