@@ -164,6 +164,53 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6)
 
 
+def test_a_grouped_gemm_s_experts_are_quantized_in_te_s_cpp_loop():
+    # TE v2.9 extensions/cast.cpp `split_quantize` -> `multi_tensor_quantize_impl`: one Python call a grouped
+    # GEMM's input (forward) and output gradient (backward), the experts' `quantize` one after another in C++
+    # under MXFP8 and current scaling (the fused multi-tensor kernel is delayed scaling's only). The call's
+    # first expert's kernels a launch each, each further expert's at the C++ loop's share, as its GEMMs:
+    # s = 25 / 80.9 on DGX H100, 8 experts, 1 + 7 s = 3.16316 (the GEMMs' count a call, test above).
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    share = 25.0 / 80.9
+    calls = 1 + 7 * share
+    # current scaling: 4 kernels an expert (amax zeroed, amax, scale, cast): forward 3.16316 GEMMs + 4 · 3.16316
+    # = 15.8158, backward the dgrad and wgrad calls 6.32633 + the output gradient's 4 · 3.16316 = 18.9790
+    forward, backward = op_launches(experts, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(15.8158, abs=1e-4), pytest.approx(18.9790, abs=1e-4))
+    assert forward == pytest.approx(5 * calls) and backward == pytest.approx(6 * calls)
+    # MXFP8: one kernel an expert, the swizzles a GEMM call's two kernels (not per expert): forward 3.16316
+    # + 3.16316 + 2 = 8.3263, backward 6.32633 + 3.16316 + 4 = 13.4895
+    forward, backward = op_launches(experts, **kw, fp8_recipe="mxfp8", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(8.3263, abs=1e-4), pytest.approx(13.4895, abs=1e-4))
+    # delayed scaling: one fused cast-transpose for all the experts, whatever the share: 3.16316 + 1 forward
+    forward, _ = op_launches(experts, **kw, fp8_recipe="delayed", cpp_gemm_share=share)
+    assert forward == pytest.approx(calls + 1)
+    # a SequentialMLP's experts each quantize in their own Python call: a launch a kernel, share or not
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    assert op_launches(looped, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share) == op_launches(
+        looped, **kw, fp8_recipe="tensorwise"
+    )
+
+
+def test_the_pricer_prices_each_further_expert_s_quantization_at_the_cpp_loop_s_time():
+    # The BF16 layer of the test above it (8 experts, top-2, grouped GEMM, alltoall, DGX H100) in FP8 with
+    # current scaling, at EP 2 (4 local experts) and EP 4 (2): beside the GEMMs' 100 us forward and 200 us
+    # backward, each of the 2 further experts' 4 quantization kernels at 25 us, for fc1's and fc2's input
+    # forward (2 · 2 · 4 · 25 = 400 us) and their output gradients backward (400 us): 500 and 600 us.
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 2048}  # fmt: skip
+    waits = {}
+    for ep in (2, 4):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
+                       timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"})  # fmt: skip
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(500e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(600e-6)
+
+
 def test_deterministic_mode_fills_a_grouped_gemm_s_weight_gradients_once_an_expert_before_te_2_16():
     # TE v1.13 to v2.15 `_GroupedLinear.backward` without wgrad fusion: `[torch.empty(w.size(), ...) for w in
     # weights]`, one NaN-filled buffer an expert; from cb59ef156 (v2.16) one bulk buffer. 8 experts: backward

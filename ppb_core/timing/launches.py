@@ -114,9 +114,14 @@ A grouped GEMM's experts are one call from Python: TEGroupedMLP's GroupedLinear 
 common/gemm/cublaslt_gemm.cu `multi_stream_cublas_gemm`) loops over the experts, one cuBLASLt GEMM each,
 round-robin over its compute streams. Where the host time is measured, the call's first GEMM is a
 launch like any other (it carries the module's Python), each expert's GEMM after it the C++ loop's time
-a GEMM (`CPP_GEMM_US`, measured). Only those GEMMs: the quantization of each expert's input
-(`split_quantize`'s C++ loop), the MXFP8 swizzles and GroupedLinear's per-expert Python (weights'
-casts and usages, saved tensors) stay at a launch each, for want of a public per-kernel figure.
+a GEMM (`CPP_GEMM_US`, measured). The experts' FP8 quantization likewise: GroupedLinear quantizes its
+input (forward) and its output gradient (backward) in one `tex.split_quantize` call each, whose C++
+(extensions/cast.cpp `multi_tensor_quantize_impl`, v2.9; MXFP8 and current scaling unchanged at d0067d0d)
+quantizes the experts one after another (`quantizer_cpp_list[i]->quantize`): the first expert's kernels a
+launch each, each further expert's at the C++ loop's time a kernel, the one figure measured for work TE
+issues an expert at a time from C++ (a quantization builds no cuBLASLt descriptors; not measured on its own).
+The MXFP8 swizzles (two kernels a call) and GroupedLinear's per-expert Python (weights' casts and usages,
+saved tensors) stay at a launch each, for want of a public per-kernel figure.
 
 Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
 (0 launches).
@@ -171,14 +176,25 @@ FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "block
 MXFP8_SWIZZLES = 2
 
 
-def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, float]:
+def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool, cpp_share: float = 1.0) -> tuple[float, float]:
     """(forward, backward) quantization kernels of an FP8 GEMM op: its input and its output gradient
-    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches."""
+    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches. *cpp_share*:
+    a grouped GEMM's expert quantized after its `split_quantize` call's first, in launches a kernel
+    (`CPP_GEMM_US` over the measured time a launch, as `op_launches`'s *cpp_gemm_share*)."""
     assert op.gemm is not None
     _, _, n, groups, fused = op.gemm
     plain, fed = FP8_QUANTIZE[recipe]
     # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
-    tensors = 1 if recipe == "delayed" and not op.sequential else groups
+    # from Python (a call each); a grouped GEMM's experts in its C++ loop (extensions/cast.cpp
+    # `multi_tensor_quantize_impl`, TE v2.9, unchanged for MXFP8 and current scaling at d0067d0d: the
+    # experts' `quantizer_cpp_list[i]->quantize` one after another), the call's first expert at a launch a
+    # kernel (it carries the call's Python), each further expert's kernels at the C++ loop's share
+    if recipe == "delayed" and not op.sequential:
+        tensors = 1.0
+    elif op.sequential:
+        tensors = float(groups)
+    else:
+        tensors = 1.0 + (groups - 1) * cpp_share
     share = n / fused
     forward, backward = (fed if norm_fed else plain) * tensors * share, plain * tensors * share
     if recipe == "mxfp8":  # each GEMM call's two swizzles: a SequentialMLP's experts each make their own calls
@@ -245,7 +261,7 @@ def op_launches(
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
                 backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
-                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed)
+                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed, cpp_gemm_share)
                 forward, backward = forward + extra_forward, backward + extra_backward
         else:  # a batched product of two activations: one strided-batched GEMM
             forward, backward = 1.0, 2.0
