@@ -379,10 +379,16 @@ def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int 
     each input gradient past the first is added to the sum (`InputBuffer::accumulate`: read two, write
     one, in the compute dtype). Counted from torchtitan's eager step (`ppb_core.census.ops`, the
     backward's `aten.add`s: three a Llama block); Megatron's fused QKV and fc1 GEMMs have one input
-    gradient, and torch.compile fuses the sums into the kernels after them, so eager torchtitan only."""
-    if not geo.eager:
-        return 0.0, 0.0
-    return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    gradient. Under torch.compile Inductor fuses each add into the kernel that reads the sum (the norm's
+    backward, or under sequence parallelism the chunk-and-cat before the reduce-scatter, `funcol`), but
+    the addends are matmul outputs, extern cuBLAS kernels' buffers no epilogue joins (Inductor's `mm`
+    lowering without max-autotune, torch/_inductor/kernel/mm.py `tuned_mm`), so that kernel reads every
+    addend: each input gradient past the first is read once more than one summed gradient would be."""
+    if geo.eager:
+        return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    if geo.framework == "torchtitan":
+        return 0.0, (linears - 1) * rows * width * geo.dtype_bytes
+    return 0.0, 0.0
 
 
 def _plus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
@@ -1359,7 +1365,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            # w1 and w3 (gated) read one input: autograd sums their input gradients under eager torchtitan
+            # w1 and w3 (gated) read one input: autograd sums their input gradients under torchtitan
             side_bytes=_plus(
                 _fc1_bias_passes(geo, bias, rows, up_width, gated),
                 _shared_input_sums(geo, rows, h) if gated else (0.0, 0.0),
