@@ -388,8 +388,10 @@ def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int 
     gradient. Under torch.compile Inductor fuses each add into the kernel that reads the sum (the norm's
     backward, or under sequence parallelism the chunk-and-cat before the reduce-scatter, `funcol`), but
     the addends are matmul outputs, extern cuBLAS kernels' buffers no epilogue joins (Inductor's `mm`
-    lowering without max-autotune, torch/_inductor/kernel/mm.py `tuned_mm`), so that kernel reads every
-    addend: each input gradient past the first is read once more than one summed gradient would be."""
+    lowering without max-autotune, torch/_inductor/kernel/mm.py `tuned_mm`; post_grad.py's `addmm` pattern
+    needs the add to take the `mm` itself, not its 3-D view, and `should_prefer_unfused_addmm` keeps an add
+    whose users are pointwise), so that kernel reads every addend: each input gradient past the first is
+    read once more than one summed gradient would be."""
     if geo.eager:
         return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
     if geo.framework == "torchtitan":
