@@ -45,7 +45,8 @@ def mindformers_rows() -> list[dict[str, Any]]:
         "device": {"name": "ascend-910b"},
         # model_config.param_init_type float16 under compute_dtype bfloat16: the weights cast each forward;
         # context.jit_config.jit_level O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
-        "timing": {"param_dtype": "fp16", "jit_level": "O1"},
+        # model_config.rotary_dtype float32: RotaryEmbedding casts Q and K up (flops.mindformers_rope_bytes)
+        "timing": {"param_dtype": "fp16", "jit_level": "O1", "rotary_dtype": "fp32"},
     }
     return [
         {
@@ -218,6 +219,9 @@ class Card:
     fine_grain_interleave: int = 1  # model_config.fine_grain_interleave
     param_dtype: str | None = None  # model_config.param_init_type where it differs from compute_dtype
     jit_level: str | None = "O1"  # context.jit_level (None: the yaml sets none)
+    # model_config.rotary_dtype (LlamaConfig's default float32); None for ChatGLM2's models, whose rotary is
+    # glm2_transformer.py's own (`apply_rotary_pos_emb` over half of each head), priced generic
+    rotary_dtype: str | None = "fp32"
 
     def plan(self) -> dict[str, Any] | None:
         """The yaml's per-stage layout and recompute in MindFormers' words, as `ppb check --plan` reads
@@ -305,6 +309,7 @@ CARD_ROWS: tuple[Card, ...] = (
         dtype="bf16",
         param_dtype="fp32",
         jit_level=None,
+        rotary_dtype="fp16",
     ),
     Card(
         "Llama 2 13B finetune bf16",
@@ -356,6 +361,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=True,
         dtype="fp16",
         jit_level=None,
+        rotary_dtype="fp16",
     ),
     Card(
         "Llama 3 8B finetune",
@@ -390,6 +396,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=True,
         dtype="bf16",
         param_dtype="fp32",
+        rotary_dtype="fp16",
     ),
     Card(
         "Qwen1.5 7B pretrain",
@@ -407,6 +414,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="bf16",
         param_dtype="fp32",
+        rotary_dtype="fp16",
     ),
     Card(
         "Qwen1.5 0.5B finetune",
@@ -607,6 +615,7 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         fine_grain_interleave=2,
         offset=(-1, 1, 1, -1),
+        rotary_dtype="fp16",
     ),
     Card(
         "Qwen1.5 32B finetune",
@@ -625,6 +634,7 @@ CARD_ROWS: tuple[Card, ...] = (
         dtype="bf16",
         param_dtype="fp32",
         fine_grain_interleave=2,
+        rotary_dtype="fp16",
     ),
     Card(
         "Yi 34B finetune",
@@ -661,6 +671,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="fp16",
         fine_grain_interleave=2,
+        rotary_dtype="fp16",
     ),
     Card(
         "CodeLlama 34B finetune",
@@ -678,6 +689,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="fp16",
         fine_grain_interleave=2,
+        rotary_dtype="fp16",
     ),
     Card(
         "CodeLlama 34B finetune",
@@ -695,6 +707,7 @@ CARD_ROWS: tuple[Card, ...] = (
         full_recompute=False,
         dtype="fp16",
         fine_grain_interleave=2,
+        rotary_dtype="fp16",
     ),
     Card(
         "Qwen2 0.5B finetune",
@@ -732,6 +745,7 @@ CARD_ROWS: tuple[Card, ...] = (
         dtype="bf16",
         flash_attention=False,
         jit_level=None,
+        rotary_dtype=None,
     ),
     Card(
         "GLM-4 9B finetune",
@@ -751,6 +765,7 @@ CARD_ROWS: tuple[Card, ...] = (
         param_dtype="fp32",
         offset=(-1, 0, 1, 0),
         recompute_layers=(6, 3, 2, 3),
+        rotary_dtype=None,
     ),
 )
 
@@ -781,6 +796,8 @@ def card_raw(card: Card) -> dict[str, Any]:
         timing["param_dtype"] = card.param_dtype  # the weights' casts and fp32/fp16 accumulation
     if card.jit_level is not None:
         timing["jit_level"] = card.jit_level  # O1: MindSpore's graph-kernel fusion (flops.mindformers_loss_bytes)
+    if card.rotary_dtype is not None:
+        timing["rotary_dtype"] = card.rotary_dtype  # LLaMA's RotaryEmbedding (flops.mindformers_rope_bytes)
     if card.fine_grain_interleave > 1:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations

@@ -139,6 +139,13 @@ def test_every_card_row_is_its_yaml_and_readme(cards):
         assert config["parallel"]["enable_parallel_optimizer"] is card.parallel_optimizer
         # context.jit_config.jit_level (mindspore.set_context's jit_config): graph-kernel fusion at O1
         assert (config["context"].get("jit_config") or {}).get("jit_level") == card.jit_level
+        # LLaMA's RotaryEmbedding in model_config.rotary_dtype (LlamaConfig's default float32); ChatGLM2's own
+        # rotary is not that cell: no rotary_dtype stated for it
+        if config["model"]["arch"]["type"] == "LlamaForCausalLM":
+            rotary = {"float32": "fp32", **dtypes}[model.get("rotary_dtype", "float32")]
+            assert card.rotary_dtype == rotary
+        else:
+            assert card.rotary_dtype is None
         assert "pipeline_config" not in config["parallel"]
         assert (model.get("offset") or 0) == (list(card.offset) if card.offset else 0)
         spec = card.spec

@@ -1,8 +1,8 @@
 """MindFormers under MindSpore's jit_level O1 (`timing.jit_level`): the cross-entropy
 (ppb_core/timing/flops.py `mindformers_loss_bytes`, mindformers/core/loss/loss.py `_LogSoftmax`, `_NLLLoss`
 and their bprops at v1.4.0-beta2 a4dfb8219) and the RMSNorms and SwiGLU (`mindformers_o1_ops`, llama_layer.py
-`LlamaRMSNorm._rms_norm`, `LlamaSiLU`), their kernels counted by hand as MindSpore's DVM graph-kernel
-fusion groups them."""
+`LlamaRMSNorm._rms_norm`, `LlamaSiLU`) and the rotary embedding (`mindformers_rope_bytes`, modules/layers.py
+`RotaryEmbedding.construct`), their kernels counted by hand as MindSpore's DVM graph-kernel fusion groups them."""
 
 from __future__ import annotations
 
@@ -73,6 +73,42 @@ def test_o1_swiglu_by_hand():
     assert (o1.bytes, o1.backward_bytes) == (10 * elements, 16 * elements)
     (fused,) = [op for op in _ops(small_run(dp=1, pp=1, framework="mindformers"), "BODY") if op.fusion == "activation"]
     assert (fused.bytes, fused.backward_bytes) == (6 * elements, 10 * elements)
+
+
+def _rope(run):
+    (rope,) = [op for op in _ops(run, "BODY") if op.fusion == "rope"]
+    return rope.bytes, rope.backward_bytes
+
+
+def test_o1_rotary_by_hand():
+    # A rotated element of SMALL_GQA's Q and K, (16 + 4) heads of 64 over 2048 tokens. RotaryEmbedding at
+    # rotary_dtype float32 (4 bytes) over bf16 (2): forward, the Cast up alone (read 2, write 4), the swap
+    # BatchMatMul (read 4, write 4), the Muls, Add and Cast back in one DVM cluster (read x and the swap,
+    # 4 + 4, write 2): 6 + 8 + 10 = 24. Backward: the gradient cast up and times sin and cos (read 2, write
+    # 4 + 4), the BatchMatMul's input gradient (read 4, write 4), the sum and the Cast down (read 4 + 4,
+    # write 2): 10 + 8 + 10 = 28.
+    elements = 2048 * (16 + 4) * 64
+    fp32 = small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1", "rotary_dtype": "fp32"})
+    assert _rope(fp32) == (24 * elements, 28 * elements)
+    # float16 over bf16: a Cast still (another dtype), 2 bytes: (2 + 2) + (2 + 2) + (2 + 2 + 2) = 14 forward;
+    # (2 + 2 + 2) + (2 + 2) + (2 + 2 + 2) = 16 backward
+    fp16 = small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1", "rotary_dtype": "fp16"})
+    assert _rope(fp16) == (14 * elements, 16 * elements)
+    # float16 over float16 compute: MindSpore drops both Casts: BatchMatMul (2 + 2), cluster (2 + 2 + 2): 10;
+    # the backward's clusters keep their reads and writes, 16
+    same = small_run(
+        dp=1, pp=1, framework="mindformers", dtype="fp16", timing={"jit_level": "O1", "rotary_dtype": "fp16"}
+    )
+    assert _rope(same) == (10 * elements, 16 * elements)
+    # unset, or at O0: one fused kernel, read and write each element, 2 + 2 each way
+    generic = (4 * elements, 4 * elements)
+    assert _rope(small_run(dp=1, pp=1, framework="mindformers", timing={"jit_level": "O1"})) == generic
+    assert _rope(small_run(dp=1, pp=1, framework="mindformers", timing={"rotary_dtype": "fp32"})) == generic
+
+
+def test_rotary_dtype_is_mindformers_only():
+    with pytest.raises(InputError, match="rotary_dtype"):
+        small_run(timing={"rotary_dtype": "fp32"})
 
 
 def test_jit_level_is_mindformers_only():

@@ -748,6 +748,13 @@ class TimingOptions(StrictModel):
         "`flops.mindformers_loss_bytes` and `flops.mindformers_o1_ops` count; O0, O2 and unset keep the generic "
         "fused counts, not re-derived (time only; framework mindformers)",
     )
+    rotary_dtype: Dtype | None = Field(
+        None,
+        description="MindFormers' model_config.rotary_dtype (LlamaConfig default float32): LLaMA's RotaryEmbedding "
+        "casts Q and K to it and rotates them there, its half swap a BatchMatMul; under jit_level O1 priced as "
+        "`flops.mindformers_rope_bytes` counts those kernels; unset, or without O1, the generic fused count "
+        "(time only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1597,6 +1604,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.param_dtype is not None:
         said = f"is MindFormers' param_init_type (docs/timing.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.param_dtype", said)
+    if framework != "mindformers" and timing.rotary_dtype is not None:
+        said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.rotary_dtype", said)
     if framework != "mindformers" and timing.jit_level is not None:
         said = f"is MindFormers' context word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.jit_level", said)

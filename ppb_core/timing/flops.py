@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import DTYPE_BYTES, RunConfig
 from ppb_core.memory.frameworks.torchtitan import op_policy_saves, saves_all_to_all
 from ppb_core.memory.setup import ROUTER_BYTES
 from ppb_core.model.geometry import Geometry, kv_heads_per_rank, per_rank
@@ -202,6 +202,10 @@ class OpGeometry(Geometry):
     cross_entropy_fusion: bool = False  # Megatron's --cross-entropy-loss-fusion
     cross_entropy_impl: str = "native"  # ... its --cross-entropy-fusion-impl: native | te
     jit_level: str = ""  # MindFormers' context.jit_level (`timing.jit_level`; "" unset or another framework)
+    # MindFormers' rotary_dtype (`timing.rotary_dtype`): its bytes an element (0 unset), and whether it differs
+    # from the compute dtype (Q and K cast to it and back)
+    rotary_bytes: int = 0
+    rotary_cast: bool = False
     main_grad_bytes: int = 4  # the main gradient's bytes an element (training.grad_bytes)
     main_grad_passes: int = 2  # its passes when a 16-bit gradient is added into it (`main_grad_passes`)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
@@ -267,6 +271,8 @@ class OpGeometry(Geometry):
             cross_entropy_fusion=run.timing.cross_entropy_fusion,
             cross_entropy_impl=run.timing.cross_entropy_fusion_impl,
             jit_level=run.timing.jit_level or "",
+            rotary_bytes=DTYPE_BYTES[run.timing.rotary_dtype] if run.timing.rotary_dtype else 0,
+            rotary_cast=run.timing.rotary_dtype not in (None, train.dtype),
             main_grad_bytes=train.grad_bytes,
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
             rope_fusion=run.timing.rope_fusion,
@@ -2334,12 +2340,18 @@ def mindformers_o1_ops(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
     Mul reads 2·bc and writes bc: 5·bc. Backward: the Mul's two products fused (they share the output
     gradient) read it, the up projection and the kept SiLU output and write two gradients (5·bc);
     SiLUGrad reads its gradient and the gate and writes the gate's (3·bc): 8·bc. Against one fused
-    kernel's 3·bc and 5·bc (`_activation`)."""
+    kernel's 3·bc and 5·bc (`_activation`).
+
+    Rotary, where the run states MindFormers' rotary_dtype (`timing.rotary_dtype`): `mindformers_rope_bytes`."""
     if geo.framework != "mindformers" or geo.jit_level != "O1":
         return ops
     bc = geo.dtype_bytes
 
     def priced(op: Op) -> Op:
+        if op.fusion == "rope" and geo.rotary_bytes:
+            elements = op.bytes / (2 * bc)  # `_projections`: 2 · rows · (heads + kv heads) · head size · bc forward
+            forward, backward = mindformers_rope_bytes(bc, geo.rotary_bytes, geo.rotary_cast)
+            return dataclasses.replace(op, bytes=elements * forward, backward_bytes=elements * backward)
         if op.fusion == "norm":
             elements = op.bytes / (2 * bc)  # `_norm`: 2 · rows · width · bc forward
             return dataclasses.replace(op, bytes=elements * (16 + bc), backward_bytes=elements * (24 + bc))
@@ -2349,6 +2361,33 @@ def mindformers_o1_ops(ops: tuple[Op, ...], geo: OpGeometry) -> tuple[Op, ...]:
         return op
 
     return tuple(priced(op) for op in ops)
+
+
+def mindformers_rope_bytes(dtype_bytes: int, rotary_bytes: int, cast: bool) -> tuple[int, int]:
+    """Bytes a rotated Q or K element moves, (forward, backward), in MindFormers' LLaMA rotary embedding under
+    MindSpore's jit_level O1, *rotary_bytes* the size of its rotary_dtype, *cast* whether that differs from
+    the compute dtype.
+
+    mindformers/modules/layers.py `RotaryEmbedding.construct` (v1.4.0-beta2 a4dfb8219; llama_transformer.py
+    `LLamaAttention` and llama_interleave.py call it on Q and K in BNSD, `use_rope_slice` off in every card):
+    Cast to rotary_dtype, x·cos + BatchMatMul(x, swap_mask)·sin, Cast back. DVM clusters the Casts, Muls
+    and Add (graph_kernel_cluster_cloud.cc `clusterable_ops_with_level_dvm`, level 0) but not the
+    BatchMatMul (level 1, above the Ascend default `fusion_ops_level` 0, graph_kernel_flags.cc), which splits
+    them: the Cast up alone (the cluster cannot also hold the Muls, which read the BatchMatMul's output),
+    read bc, write r; the BatchMatMul reads r and writes r; the Muls, Add and Cast back read x and the swap
+    (2r) and write bc. Forward: 4r + bc, plus bc + r for the Cast up (MindSpore drops a Cast to the same
+    dtype). Backward (autodiff of the same): the output gradient cast up and times sin and cos in one
+    cluster (read bc, write 2r), the BatchMatMul's input gradient (read r, write r), the sum and Cast down
+    (read 2r, write bc): 2·bc + 6r. The cos and sin tables (sequence × head size, broadcast over batch and
+    heads) are not counted; nor is the BatchMatMul's compute, 2 · head size FLOPs an element each way,
+    which its HBM traffic hides where the cube runs it at 41 TFLOP/s in fp32 (head 128: 256 FLOP against 8
+    bytes at the 1.28 TB/s ppb prices the 910B's HBM at), an eighth of its 16-bit peak: an assumption, no
+    public fp32 cube rate for the 910B (in fp16 it needs 82 of its 313 TFLOP/s). The split
+    is the fewest bytes DVM's clusters allow (a Cast up fused with a Mul would write one more tensor).
+    Against one fused kernel's 2·bc each way (`_projections`)."""
+    r = rotary_bytes
+    forward = 4 * r + dtype_bytes + (dtype_bytes + r if cast else 0)
+    return forward, 2 * dtype_bytes + 6 * r
 
 
 # Vision towers ------------------------------------------------------------------------------------
