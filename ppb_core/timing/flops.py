@@ -172,6 +172,13 @@ class Op:
     # (`Kernels.score_memory_s`); 0 keys: not such a pass.
     score_keys: float = 0.0
     score_head_dim: float = 128.0
+    # A GEMM whose TransformerEngine linear runs the norm that writes its input (Megatron's TE spec,
+    # gpt_layer_specs.py at d98e8a64 and 0d8e0714cd: linear_qkv and a dense MLP's linear_fc1 are
+    # TELayerNormColumnParallelLinear, MLA's up-projections too under qk_layernorm), which can quantize
+    # the output or take its amax (`ppb_core.timing.launches.norm_fed`). An MoE layer's pre_mlp_layernorm,
+    # MLA's input_layernorm (before its two down-projections) and MTP's enorm and hnorm are norm modules of
+    # their own: the linear after them quantizes a 16-bit input.
+    norm_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -355,10 +362,11 @@ def _matmul(
     fused_n: float | None = None,
     side_bytes: tuple[float, float] = (0.0, 0.0),
     fp8: bool = True,
+    norm_input: bool = False,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
-    products with their own weights (a grouped GEMM over experts)."""
+    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
     return Op(
@@ -376,6 +384,7 @@ def _matmul(
         side_bytes=side_bytes,
         weight_elements=k * n * groups if weights is None else weights,
         fp8=fp8,
+        norm_input=norm_input,
     )
 
 
@@ -707,22 +716,39 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             ops.append(_norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(kv_source,)))
             kv_source = p + "kv_norm"
         up = p + "kv_up"
-        entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
+        entry = _tp_entry(p, "latents", block, geo, width, q_source, up, te_fp8=True)
         if entry and geo.gathers and geo.framework == "megatron":
             # Megatron-Core gathers them in three calls (multi_latent_attention.py
-            # `get_query_key_value_tensors`, d98e8a64): the q latent inside linear_q_up_proj's and the kv
-            # latent inside linear_kv_up_proj's TE column-parallel linear (each all-gathers its input under
-            # SP, reduce-scatters its input gradient and gathers the input again for its weight gradient),
-            # and the key's rotary part by `gather_from_sequence_parallel_region` (its backward one
-            # reduce-scatter, no second gather).
+            # `get_query_key_value_tensors`, d98e8a64; 0d8e0714cd, NeMo 25.11's, the same): the q latent
+            # inside linear_q_up_proj's and the kv latent inside linear_kv_up_proj's TE column-parallel
+            # linear (each all-gathers its input under SP, reduce-scatters its input gradient and gathers
+            # the input again for its weight gradient), and the key's rotary part by
+            # `gather_from_sequence_parallel_region` (its backward one reduce-scatter, no second gather).
+            # Under FP8 the two linears gather their quantized shards (TE v2.9 linear.py and
+            # layernorm_linear.py `forward`: `gather_along_first_dim(..., quantizer=...)`, the bytes of
+            # `te_fp8_gather_bytes`) and, under current scaling, each all-reduces its amax; the rotary key
+            # goes through Megatron's own gather in the compute dtype.
             gather, regather = entry[0], entry[1]
+            latents = geo.tokens * ((att.q_lora_rank or h) + att.kv_lora_rank)
+            forward, again = geo.te_fp8_gather[:2] if geo.te_fp8_gather else (bc, bc)
             entry = [
                 dataclasses.replace(
                     gather,
-                    forward_comm=dataclasses.replace(gather.forward_comm, calls=3),
+                    forward_comm=dataclasses.replace(
+                        gather.forward_comm,
+                        payload_bytes=latents * forward + geo.tokens * att.qk_rope_head_dim * bc,
+                        calls=3,
+                    ),
                     backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
                 ),
-                dataclasses.replace(regather, backward_comm=dataclasses.replace(regather.backward_comm, calls=2)),
+                dataclasses.replace(
+                    regather,
+                    backward_comm=dataclasses.replace(regather.backward_comm, payload_bytes=latents * again, calls=2),
+                ),
+                *(
+                    dataclasses.replace(amax, forward_comm=dataclasses.replace(amax.forward_comm, calls=2))
+                    for amax in entry[2:]
+                ),
             ]
         if entry:
             ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
@@ -730,8 +756,11 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 q_source = kv_source = rope_key = entry[0].name
         q_name = p + ("q_up" if att.q_lora_rank else "q_proj")
         q_in = att.q_lora_rank or h
+        # under qk_layernorm (`latent_norms`) the up-projections are TELayerNormColumnParallelLinear
+        # (`Op.norm_input`); linear_q_proj, without a q latent, reads the input norm's module
+        normed_q = att.latent_norms and bool(att.q_lora_rank)
         ops += [
-            _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,)),
+            _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,), norm_input=normed_q),
             _matmul(
                 up,
                 block,
@@ -742,6 +771,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 switch=None if ulysses else "attUp",
                 transient=ulysses,
                 inputs=(kv_source,),
+                norm_input=att.latent_norms,
             ),
             # Q and K assembled: the rotary part applied and concatenated with the no-position part.
             _elementwise(
@@ -794,6 +824,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                norm_input=True,
                 # torchtitan's wq and wk: one sum of their input gradients (wv's below)
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
@@ -831,6 +862,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                norm_input=True,
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
                 ),
@@ -1431,6 +1463,11 @@ def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated
     )
 
 
+def _norm_fed_first(ops: list[Op]) -> list[Op]:
+    """*ops* with the first one's input written by the norm inside its TE linear (`Op.norm_input`)."""
+    return [dataclasses.replace(ops[0], norm_input=True), *ops[1:]]
+
+
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
@@ -1452,7 +1489,8 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
+        # linear_fc1 is TELayerNormColumnParallelLinear (pre_mlp_layernorm IdentityOp: `Op.norm_input`)
+        *_norm_fed_first(_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias)),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp, te_fp8=True),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
@@ -2247,7 +2285,10 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
     p, block = f"mtp{index}.", f"mtp{index}"
     ops = _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
     ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
-    entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
+    # eh_proj is a column-parallel linear run inside the FP8 context (multi_token_prediction.py
+    # `_proj_and_transformer_layer`: `get_fp8_context` around `_concat_embeddings`, d98e8a64 and 0d8e0714cd):
+    # a TE linear under FP8, its SP input gathered quantized (`te_fp8_gather_bytes`)
+    entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None, te_fp8=True)
     ops += entry
     ops.append(
         _matmul(
@@ -2261,7 +2302,13 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
         )
     )
     if geo.tp > 1:
+        # Megatron: `gather_from_tensor_model_parallel_region` (backward: a split) then, under SP,
+        # `scatter_to_sequence_parallel_region` (a split; backward: an all-gather of the sequence), in the
+        # compute dtype (`_concat_embeddings`, d98e8a64): without SP no backward collective
         payload = geo.tokens * h * bc
+        backward = Collective(REDUCE_SCATTER, "tp", payload, "tp")
+        if geo.framework == "megatron":
+            backward = Collective(ALL_GATHER, "tp", payload, "tp") if geo.gathers else None
         ops.append(
             Op(
                 p + "gather_projected",
@@ -2269,7 +2316,7 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
                 COMM,
                 inputs=(p + "projection",),
                 forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
-                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp"),
+                backward_comm=backward,
             )
         )
     ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]
