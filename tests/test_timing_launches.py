@@ -27,7 +27,9 @@ from ppb_core.timing.iteration import run_iteration
 from ppb_core.timing.launches import (
     CPP_GEMM_US,
     PLAIN_OP_SHARE,
+    PY_STEP_SHARE,
     fill_launches,
+    grouped_python_steps,
     layer_launches,
     op_launches,
     plain,
@@ -137,10 +139,14 @@ def test_a_grouped_gemm_s_experts_after_the_first_are_issued_from_te_s_cpp_loop(
 
 def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
     # The same BF16 MoE layer (8 experts, top-2, grouped GEMM, alltoall) on DGX H100 at EP 2 (4 local
-    # experts) and EP 4 (2): the host's launch time differs only by the experts' GEMMs after each call's
-    # first, each 25 us whatever the host: forward 2 grouped GEMMs (fc1, fc2) x 2 experts x 25 = 100 us,
-    # backward their dgrad and wgrad calls, 200 us (gradient-accumulation fusion: no per-expert adds).
-    # At a whole launch each (80.9 us) they would be 323.6 and 647.2 us.
+    # experts) and EP 4 (2): the host's launch time differs only by the experts after each call's first:
+    # their GEMMs, each 25 us whatever the host: forward 2 grouped GEMMs (fc1, fc2) x 2 experts x 25 = 100 us,
+    # backward their dgrad and wgrad calls, 200 us (gradient-accumulation fusion: no per-expert adds); at a
+    # whole launch each (80.9 us) they would be 323.6 and 647.2 us. And GroupedLinear's Python steps, each
+    # 350 / 128 us · 80.9 / 98.0 = 2.25725 us (TE issue #2897's GB200 allocations at H100's launch): forward
+    # 2 a further expert (input and weight saved), 2 · 2 · 2 = 8 steps, 18.0580 us; backward 4 (both restored,
+    # the wgrad's tensor, the input released), 16 steps, 36.1161 us.
+    step_us = 350.0 / 128 * 80.9 / 98.0
     spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
             "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
             "moe_intermediate_size": 2048}  # fmt: skip
@@ -151,17 +157,71 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
         assert run.timing.gradient_accumulation_fusion and times.launch_s() == pytest.approx(80.9e-6)
         body = next(layer for layer in walk(run) if layer.node == "BODY")
         waits[ep] = times.host(body, LayerType.NOT_REC_LAYER)
-    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(100e-6)
-    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(200e-6)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(100e-6 + 8 * step_us * 1e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(200e-6 + 16 * step_us * 1e-6)
+    assert abs(8 * step_us - 18.0580) < 1e-4
     # a host that launches from Python in 10 us (under the C++ loop's 25): the experts' GEMMs cost no more
-    # than a launch each, 4 · 10 = 40 us forward and 80 backward
+    # than a launch each, 4 · 10 = 40 us forward and 80 backward; the Python steps at 10 / 98.0 of 2.73438 us,
+    # 0.279018 us each: 8 forward (2.23214 us), 16 backward (4.46429 us)
+    step_us = 350.0 / 128 * 10.0 / 98.0
     for ep in (2, 4):
         run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
                        device={"name": "h100-80gb", "host_kernel_us": 10.0})  # fmt: skip
         body = next(layer for layer in walk(run) if layer.node == "BODY")
         waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
-    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(40e-6)
-    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(40e-6 + 8 * step_us * 1e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6 + 16 * step_us * 1e-6)
+
+
+def test_a_grouped_gemm_s_experts_are_quantized_in_te_s_cpp_loop():
+    # TE v2.9 extensions/cast.cpp `split_quantize` -> `multi_tensor_quantize_impl`: one Python call a grouped
+    # GEMM's input (forward) and output gradient (backward), the experts' `quantize` one after another in C++
+    # under MXFP8 and current scaling (the fused multi-tensor kernel is delayed scaling's only). The call's
+    # first expert's kernels a launch each, each further expert's at the C++ loop's share, as its GEMMs:
+    # s = 25 / 80.9 on DGX H100, 8 experts, 1 + 7 s = 3.16316 (the GEMMs' count a call, test above).
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    share = 25.0 / 80.9
+    calls = 1 + 7 * share
+    # current scaling: 4 kernels an expert (amax zeroed, amax, scale, cast): forward 3.16316 GEMMs + 4 · 3.16316
+    # = 15.8158, backward the dgrad and wgrad calls 6.32633 + the output gradient's 4 · 3.16316 = 18.9790
+    forward, backward = op_launches(experts, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(15.8158, abs=1e-4), pytest.approx(18.9790, abs=1e-4))
+    assert forward == pytest.approx(5 * calls) and backward == pytest.approx(6 * calls)
+    # MXFP8: one kernel an expert, the swizzles a GEMM call's two kernels (not per expert): forward 3.16316
+    # + 3.16316 + 2 = 8.3263, backward 6.32633 + 3.16316 + 4 = 13.4895
+    forward, backward = op_launches(experts, **kw, fp8_recipe="mxfp8", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(8.3263, abs=1e-4), pytest.approx(13.4895, abs=1e-4))
+    # delayed scaling: one fused cast-transpose for all the experts, whatever the share: 3.16316 + 1 forward
+    forward, _ = op_launches(experts, **kw, fp8_recipe="delayed", cpp_gemm_share=share)
+    assert forward == pytest.approx(calls + 1)
+    # a SequentialMLP's experts each quantize in their own Python call: a launch a kernel, share or not
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    assert op_launches(looped, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share) == op_launches(
+        looped, **kw, fp8_recipe="tensorwise"
+    )
+
+
+def test_the_pricer_prices_each_further_expert_s_quantization_at_the_cpp_loop_s_time():
+    # The BF16 layer of the test above it (8 experts, top-2, grouped GEMM, alltoall, DGX H100) in FP8 with
+    # current scaling, at EP 2 (4 local experts) and EP 4 (2): beside the GEMMs' 100 us forward and 200 us
+    # backward, each of the 2 further experts' 4 quantization kernels at 25 us, for fc1's and fc2's input
+    # forward (2 · 2 · 4 · 25 = 400 us) and their output gradients backward (400 us): 500 and 600 us; and
+    # GroupedLinear's Python steps (2.25725 us each, the test above), under FP8 forward 4 a further expert
+    # (saved input and weight, the weight's workspace fetched, the input retargeted): 16, 36.1161 us;
+    # backward 5 (restored both, the weight retargeted, the wgrad's tensor, the input released): 20, 45.1451 us.
+    step_us = 350.0 / 128 * 80.9 / 98.0
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 2048}  # fmt: skip
+    waits = {}
+    for ep in (2, 4):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
+                       timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"})  # fmt: skip
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(500e-6 + 16 * step_us * 1e-6)
+    assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(600e-6 + 20 * step_us * 1e-6)
 
 
 def test_deterministic_mode_fills_a_grouped_gemm_s_weight_gradients_once_an_expert_before_te_2_16():
@@ -194,6 +254,57 @@ def test_the_pricer_fills_each_expert_s_weight_gradient_under_a_te_before_2_16()
         waits[release] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
     assert waits["2.15.0"].launch_backward - waits["2.16.0"].launch_backward == pytest.approx(6 * 80.9e-6)
     assert waits["2.15.0"].launch_forward == pytest.approx(waits["2.16.0"].launch_forward)
+
+
+def test_grouped_linear_s_per_expert_python_steps_by_hand():
+    # TE d0067d0d module/grouped_linear.py `_GroupedLinear`, the experts after the call's first (the first's
+    # steps are in its launch, as a dense TE Linear's): forward `prepare_for_saving(*inputmats, *weights_fp8,
+    # *saved_weights, ...)` saves each expert's input and GEMM weight (2); under FP8 `quantize_weight` fetches
+    # its workspace and `inputmat.update_usage(...)` retargets the input (2 more). Backward the 2 restored,
+    # each weight's tensor for autograd (`handle_custom_ddp_from_mcore` / the bulk buffer's view) and
+    # `clear_tensor_data(*inputmats)` (4); under FP8 `weight.update_usage(columnwise_usage=True)` before the
+    # dgrad (5). TE v2.3 to v2.16 also save and restore `*weights`, the original weights: one more each way.
+    # 8 experts: 7 further.
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    assert grouped_python_steps(experts, fp8=False, weights_saved=False) == (14.0, 28.0)
+    assert grouped_python_steps(experts, fp8=True, weights_saved=False) == (28.0, 35.0)
+    assert grouped_python_steps(experts, fp8=True, weights_saved=True) == (35.0, 42.0)
+    # a fused GEMM's part carries its share (half of two): 7 · 2 / 2 = 7 forward
+    part = Op("fc1_gate", "moe", "matmul", gemm=(64.0, 32.0, 16.0, 8, 32.0), weight_elements=8 * 32 * 16)
+    assert grouped_python_steps(part, fp8=False, weights_saved=False) == (7.0, 14.0)
+    # a SequentialMLP's experts are TE Linears called from Megatron's Python, each in its own launches; one
+    # expert has no further one; a dense linear is not grouped
+    looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
+    one = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 1, 32.0), weight_elements=32 * 32)
+    assert grouped_python_steps(looped, fp8=True, weights_saved=True) == (0.0, 0.0)
+    assert grouped_python_steps(one, fp8=True, weights_saved=True) == (0.0, 0.0)
+    # in launches: TE issue #2897's 350 us for 2 · 64 per-expert `torch.empty`s on GB200 (98.0 us a launch):
+    # 0.0279018 a step; BF16, fused wgrad, C++ share 1: forward 8 GEMM launches + 14 · 0.0279018 = 8.39063,
+    # backward 16 + 28 · 0.0279018 = 16.78125
+    assert abs(PY_STEP_SHARE - 350.0 / 128 / HOST_KERNEL_US_DGX_GB200) < 1e-12
+    assert abs(PY_STEP_SHARE - 0.0279018) < 1e-7
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    forward, backward = op_launches(experts, **kw, python_step_share=PY_STEP_SHARE)
+    assert (forward, backward) == (pytest.approx(8.39063, abs=1e-5), pytest.approx(16.78125, abs=1e-5))
+    assert op_launches(looped, **kw, python_step_share=PY_STEP_SHARE) == op_launches(looped, **kw)
+
+
+def test_the_pricer_prices_the_original_weights_te_saved_from_2_3_to_2_16():
+    # The BF16 layer above (8 experts, grouped GEMM, EP 2: 4 local experts, DGX H100): TE v2.3 (b59d1d8b3) to
+    # v2.16 save each expert's original weight beside its input and GEMM weight, v2.17 (f8bda5d0a) not, v2.2
+    # not yet: 3 further experts · 2 GroupedLinears (fc1, fc2) · 1 step each way, 6 · 2.25725 = 13.5435 us a pass.
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+            "moe_intermediate_size": 2048}  # fmt: skip
+    waits = {}
+    for release in ("v2.2", "v2.9", "v2.17"):
+        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": 2}, training={"seq_length": 4096})
+        run = run.model_copy(update={"framework_release": FrameworkRelease(transformer_engine=release)})
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[release] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    for newer in ("v2.2", "v2.17"):
+        assert waits["v2.9"].launch_forward - waits[newer].launch_forward == pytest.approx(13.5435e-6, abs=1e-10)
+        assert waits["v2.9"].launch_backward - waits[newer].launch_backward == pytest.approx(13.5435e-6, abs=1e-10)
 
 
 def test_the_host_s_time_per_launch_is_what_the_small_case_leaves_over_its_launches():

@@ -85,6 +85,24 @@ CHANGES: dict[str, Change] = {
         "(module/grouped_linear.py `_GroupedLinear.backward`: `tex.bulk_allocate`, then one `torch.empty`); "
         "before, a `torch.empty` per expert, each NaN-filled under deterministic mode",
     ),
+    "te_grouped_saves_weights": Change(
+        TRANSFORMER_ENGINE,
+        "b59d1d8b3",
+        "2025-03-26",
+        (2, 3),
+        "TE's GroupedLinear saves each expert's original weight for the backward beside its input and its "
+        "GEMM weight (module/grouped_linear.py `_GroupedLinear.forward`: `prepare_for_saving(*inputmats, "
+        "*weights_fp8, *weights, *biases)`); before, the input and the GEMM weight only",
+    ),
+    "te_grouped_weights_unsaved": Change(
+        TRANSFORMER_ENGINE,
+        "f8bda5d0a",
+        "2026-05-30",
+        (2, 17),
+        "TE's GroupedLinear saves the original weights only for a high-precision backward override "
+        "(module/grouped_linear.py `_GroupedLinear.forward`: `saved_weights = [None] * num_gemms`); before, "
+        "every expert's (`te_grouped_saves_weights`)",
+    ),
     "experts_weight_probs": Change(
         MEGATRON_CORE,
         "2659630721",

@@ -114,9 +114,26 @@ A grouped GEMM's experts are one call from Python: TEGroupedMLP's GroupedLinear 
 common/gemm/cublaslt_gemm.cu `multi_stream_cublas_gemm`) loops over the experts, one cuBLASLt GEMM each,
 round-robin over its compute streams. Where the host time is measured, the call's first GEMM is a
 launch like any other (it carries the module's Python), each expert's GEMM after it the C++ loop's time
-a GEMM (`CPP_GEMM_US`, measured). Only those GEMMs: the quantization of each expert's input
-(`split_quantize`'s C++ loop), the MXFP8 swizzles and GroupedLinear's per-expert Python (weights'
-casts and usages, saved tensors) stay at a launch each, for want of a public per-kernel figure.
+a GEMM (`CPP_GEMM_US`, measured). The experts' FP8 quantization likewise: GroupedLinear quantizes its
+input (forward) and its output gradient (backward) in one `tex.split_quantize` call each, whose C++
+(extensions/cast.cpp `multi_tensor_quantize_impl`, v2.9; MXFP8 and current scaling unchanged at d0067d0d)
+quantizes the experts one after another (`quantizer_cpp_list[i]->quantize`): the first expert's kernels a
+launch each, each further expert's at the C++ loop's time a kernel, the one figure measured for work TE
+issues an expert at a time from C++ (a quantization builds no cuBLASLt descriptors; not measured on its own).
+The MXFP8 swizzles (two kernels a call) stay at a launch each, for want of a public per-kernel figure.
+GroupedLinear's own Python also walks its experts one by one each call (module/grouped_linear.py
+`_GroupedLinear`, read at TE v2.2, v2.9, v2.17 and d0067d0d, the path whose GEMMs are `general_grouped_gemm`'s
+C++ loop): forward it
+saves each expert's input and GEMM weight for the backward (`prepare_for_saving`, `save_for_backward`; from
+TE v2.3 to v2.16 the original weight too, `releases.CHANGES["te_grouped_saves_weights"]`,
+`["te_grouped_weights_unsaved"]`) and, under FP8, fetches each weight's FP8 workspace (`get_weight_workspace`,
+`quantize_weight` from v2.17) and retargets each quantized input to its column-wise copy (`update_usage`);
+backward it restores those tensors (`restore_from_saved`), retargets each FP8 weight for the dgrad GEMM
+(`update_usage`), makes each expert's weight-gradient tensor (a `torch.empty`, a view of the bulk buffer
+from v2.16, or with wgrad fusion Megatron's DDP dummy, a `torch.empty` before v2.10, `get_dummy_wgrad`
+after) and releases each input (`clear_tensor_data`). Each such per-expert step after the call's first
+expert (the first's are in its launch, as a dense TE linear's one of each) costs `PY_STEP_SHARE` of a
+launch (`grouped_python_steps`); the quantizers' `set_usage` loops only set attributes and are not counted.
 
 Only Megatron is counted (`framework == "megatron"`): other frameworks' host paths are not modelled
 (0 launches).
@@ -165,26 +182,62 @@ PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # and queries the heuristic every GEMM, cublaslt_gemm.cu, v2.9 as there). One figure on every host (the
 # measurement's CPU is not stated); a SequentialMLP's experts each call from Python, a launch each.
 CPP_GEMM_US = 25.0
+# The host's time of one per-expert step of GroupedLinear's Python (module docstring), in launches: TE issue
+# #2897 (NVIDIA/TransformerEngine, Apr 2026, timmoon10's profile of the fused grouped MLP ops on GB200, 64
+# experts, hidden 128, CPU-bound) times its "wgrad tensor allocations" at 350 us, which at that code (the
+# ops' backward_grouped_mlp.py at 58a008f11, `for idx in range(num_groups): w_list[idx] = torch.empty(...)`
+# for FC1 and for FC2) are 2 x 64 per-expert `torch.empty`s: 2.73 us a step on a Grace host, over DGX
+# GB200's measured launch (`devices.HOST_KERNEL_US_DGX_GB200`, 98.0 us) 0.0279, scaled to each host by its
+# own launch figure. One figure for every step: a tensor made, saved, restored, retargeted or released from
+# Python (an allocation the measured one; the others each touch one tensor as it does, not measured alone).
+PY_STEP_SHARE = 350.0 / 128 / 98.0
 # FP8 quantization kernels per quantized tensor: (plain, where a TE norm produced it) by recipe.
 FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "blockwise": (1, 1)}
 # MXFP8's scale-factor swizzles a GEMM call: one kernel for each operand (module docstring).
 MXFP8_SWIZZLES = 2
 
 
-def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool) -> tuple[float, float]:
+def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool, cpp_share: float = 1.0) -> tuple[float, float]:
     """(forward, backward) quantization kernels of an FP8 GEMM op: its input and its output gradient
-    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches."""
+    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches. *cpp_share*:
+    a grouped GEMM's expert quantized after its `split_quantize` call's first, in launches a kernel
+    (`CPP_GEMM_US` over the measured time a launch, as `op_launches`'s *cpp_gemm_share*)."""
     assert op.gemm is not None
     _, _, n, groups, fused = op.gemm
     plain, fed = FP8_QUANTIZE[recipe]
     # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
-    tensors = 1 if recipe == "delayed" and not op.sequential else groups
+    # from Python (a call each); a grouped GEMM's experts in its C++ loop (extensions/cast.cpp
+    # `multi_tensor_quantize_impl`, TE v2.9, unchanged for MXFP8 and current scaling at d0067d0d: the
+    # experts' `quantizer_cpp_list[i]->quantize` one after another), the call's first expert at a launch a
+    # kernel (it carries the call's Python), each further expert's kernels at the C++ loop's share
+    if recipe == "delayed" and not op.sequential:
+        tensors = 1.0
+    elif op.sequential:
+        tensors = float(groups)
+    else:
+        tensors = 1.0 + (groups - 1) * cpp_share
     share = n / fused
     forward, backward = (fed if norm_fed else plain) * tensors * share, plain * tensors * share
     if recipe == "mxfp8":  # each GEMM call's two swizzles: a SequentialMLP's experts each make their own calls
         calls = max(1, op.sequential)
         forward, backward = forward + MXFP8_SWIZZLES * calls * share, backward + 2 * MXFP8_SWIZZLES * calls * share
     return forward, backward
+
+
+def grouped_python_steps(op: Op, fp8: bool, weights_saved: bool) -> tuple[float, float]:
+    """(forward, backward) per-expert steps of GroupedLinear's Python for a grouped GEMM op's experts after
+    its call's first (module docstring; 0 for anything else): forward the input and GEMM weight saved
+    (*weights_saved*: the original weight too, TE v2.3 to v2.16), under *fp8* the weight's workspace fetched
+    and the input retargeted; backward the saved tensors restored, under FP8 the weight retargeted, the
+    weight gradient's tensor made and the input released. A fused GEMM's parts each carry their share."""
+    if op.gemm is None or not op.weight_elements or op.sequential:
+        return 0.0, 0.0
+    _, _, n, groups, fused = op.gemm
+    saved = 3.0 if weights_saved else 2.0
+    forward = saved + (2.0 if fp8 else 0.0)
+    backward = saved + (1.0 if fp8 else 0.0) + 2.0
+    further = (groups - 1) * n / fused
+    return forward * further, backward * further
 
 
 def sp_transpose_launches(op: Op, gathered: bool, scattered: bool) -> float:
@@ -214,13 +267,17 @@ def op_launches(
     router_cast: bool = False,
     cpp_gemm_share: float = 1.0,
     accumulate_kernels: int = 1,
+    python_step_share: float = 0.0,
+    weights_saved: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
     input written by a TE norm); *router_cast*: the router's dtype is not the training dtype;
     *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first, in launches (`CPP_GEMM_US`);
     *accumulate_kernels*: the kernels that add a weight's 16-bit gradient into its main gradient without
-    fusion (Megatron's DDP hook one; DeepSpeed's BF16_Optimizer two, the fp32 cast and the add)."""
+    fusion (Megatron's DDP hook one; DeepSpeed's BF16_Optimizer two, the fp32 cast and the add);
+    *python_step_share*: a per-expert step of GroupedLinear's Python in launches (`PY_STEP_SHARE` under
+    TE; 0: not counted), *weights_saved* as `grouped_python_steps`."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -245,8 +302,11 @@ def op_launches(
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
                 backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
-                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed)
+                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed, cpp_gemm_share)
                 forward, backward = forward + extra_forward, backward + extra_backward
+            if python_step_share:
+                steps = grouped_python_steps(op, fp8_recipe is not None and op.fp8, weights_saved)
+                forward, backward = forward + python_step_share * steps[0], backward + python_step_share * steps[1]
         else:  # a batched product of two activations: one strided-batched GEMM
             forward, backward = 1.0, 2.0
         side_forward, side_backward = op.side_bytes
@@ -333,6 +393,8 @@ def layer_launches(
     accumulate_kernels: int = 1,
     wgrad_per_expert: bool = False,
     sp_transposes: tuple[set[str], set[str]] | None = None,
+    python_step_share: float = 0.0,
+    weights_saved: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
@@ -341,7 +403,8 @@ def layer_launches(
     *cpp_gemm_share*: a grouped GEMM's expert GEMM after its call's first likewise (`CPP_GEMM_US` over the
     measured time a launch); *accumulate_kernels*: as `op_launches`; *wgrad_per_expert*: as `fill_launches`;
     *sp_transposes*: (ops fed by a TP all-gather, ops whose output gradient is all-gathered) where TE makes
-    the FP8 transpose after the gather (`sp_transpose_launches`)."""
+    the FP8 transpose after the gather (`sp_transpose_launches`); *python_step_share*, *weights_saved*: as
+    `op_launches` (GroupedLinear's per-expert Python)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -358,6 +421,8 @@ def layer_launches(
             router_cast=router_cast,
             cpp_gemm_share=cpp_gemm_share,
             accumulate_kernels=accumulate_kernels,
+            python_step_share=python_step_share,
+            weights_saved=weights_saved,
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward

@@ -52,7 +52,7 @@ from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequ
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels, persistent_added_s
-from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, layer_launches, norm_fed
+from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, PY_STEP_SHARE, layer_launches, norm_fed
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
 from ppb_core.timing.userbuffers import (
@@ -946,6 +946,10 @@ class TimeModel:
                     else 1.0,
                     accumulate_kernels=2 if run.timing.deepspeed_bf16_optimizer else 1,
                     wgrad_per_expert=not run.framework_release.holds("te_grouped_wgrad_one_buffer"),
+                    # GroupedLinear's per-expert Python (TE's, `launches.grouped_python_steps`)
+                    python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
+                    weights_saved=run.framework_release.holds("te_grouped_saves_weights")
+                    and not run.framework_release.holds("te_grouped_weights_unsaved"),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in ("delayed", "tensorwise") and 9.0 <= self.device.compute_capability < 10.0
