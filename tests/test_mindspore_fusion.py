@@ -113,6 +113,11 @@ def test_gradients_reduce_and_parameters_gather_in_the_parameters_dtype():
     # compute dtype. ROUND_DEVICE has no latency, so a collective's seconds are linear in its bytes: u = one
     # reduce-scatter (or all-gather) of the parameters at 2 bytes, an all-reduce twice that.
     u = _dp_link(1, None, True) / 2  # bf16 parameters (param_init_type = compute_dtype): RS 2 bytes + AG 2 bytes
+    # u by hand: SMALL_GQA's parameters, 4 layers of 11,274,240 (q and o 1024·1024 each, k and v 1024·256 each,
+    # the MLP 3·1024·2816, two norms of 1024) + embedding and output 4096·1024 each + the final norm 1024 =
+    # 53,486,592; a reduce-scatter over DP 2 moves (2 − 1)/2 of their 2 bytes each, at ROUND_DEVICE's 100 GB/s
+    # in the node × comm_efficiency 0.5 = 50 GB/s: 53,486,592 / 50e9 s (an fp32 main gradient's 4 bytes: 1.5×)
+    assert u == pytest.approx(53_486_592 / 50e9, rel=1e-12)
     # float16 parameters under bf16 compute: still 2 bytes each way (not an fp32 main gradient's 4)
     assert _dp_link(1, "fp16", True) == pytest.approx(2 * u)
     # float32 parameters: RS at 4 bytes (2u) and AG at 4 bytes (2u)

@@ -732,8 +732,9 @@ class TimingOptions(StrictModel):
         None,
         description="MindFormers' model_config.param_init_type, the dtype its weights are kept in, where it "
         "differs from training.dtype (compute_dtype): every Linear casts its weight each forward, the weight "
-        "gradient is cast back, and gradients accumulate over micro-batches in it (time only; framework "
-        "mindformers)",
+        "gradient is cast back, gradients accumulate over micro-batches in it, and the data-parallel gradient "
+        "reductions (and, without a pipeline or accumulation, the optimizer-parallel gathers) move its bytes "
+        "(`iteration.mindspore_reduction_bytes`; time only; framework mindformers)",
     )
     gradient_aggregation_group: PositiveInt | None = Field(
         None,
