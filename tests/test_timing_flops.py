@@ -203,6 +203,83 @@ def test_mla_without_latent_norms_runs_no_norm_kernels():
     assert plain["q_up"].flops == normed["q_up"].flops
 
 
+def _fp8_run(spec: dict, recipe: str, **parallel):
+    """*spec* at s 1024, b 1 on an H100 under Megatron with TE FP8 GEMMs of *recipe*."""
+    raw = spec_run(spec, s=1024, **parallel).model_dump(mode="json", exclude_none=True)
+    return parse_run_config({**raw, "timing": {"matmul_dtype": "fp8", "fp8_recipe": recipe}})
+
+
+def test_mla_latents_are_gathered_in_fp8_their_rotary_key_in_bf16():
+    # Megatron-Core (multi_latent_attention.py `get_query_key_value_tensors`, d98e8a64 and 0d8e0714cd): the q
+    # and kv latents are all-gathered inside linear_q_up_proj's and linear_kv_up_proj's TE linears, which under
+    # FP8 quantize the sequence shard first and gather the FP8 data (TE v2.9 linear.py / layernorm_linear.py
+    # `forward`: `gather_along_first_dim(..., quantizer=...)`, row-wise only; the backward re-gather row-wise
+    # for per-tensor recipes, column-wise for MXFP8); the rotary key goes through Megatron's own
+    # `gather_from_sequence_parallel_region` in bf16 and is not gathered again. MLA_H1024 at tp 2 under SP,
+    # n = 1024 gathered tokens, latents 256 + 128, rotary key 32:
+    #   bf16:       forward 1024·(384 + 32)·2 = 851,968 B; re-gather (the two linears) 1024·384·2 = 786,432 B
+    #   tensorwise: forward 1024·384·1 + 1024·32·2 = 458,752 B; re-gather 1024·384 = 393,216 B
+    #   mxfp8:      forward 1024·384·33/32 + 65,536 = 471,040 B; re-gather 1024·384·33/32 = 405,504 B
+    # The input gradient's three reduce-scatters stay bf16 (851,968 B). Under current scaling the two linears'
+    # input quantizers each all-reduce their amax over TP (`_customize_quantizers_float8_current_scaling`):
+    # two 4-byte all-reduces.
+    n, bf16 = 1024, 1024 * 416 * 2
+    plain = {op.name: op for op in ops_of(spec_run(dict(MLA_H1024), s=n, tp=2, sequence_parallel=True))}
+    assert plain["gather_latents"].forward_comm.payload_bytes == bf16
+    assert plain["regather_latents"].backward_comm.payload_bytes == 786_432
+    for recipe, forward, again in (("tensorwise", 458_752, 393_216), ("mxfp8", 471_040, 405_504)):
+        ops = {op.name: op for op in ops_of(_fp8_run(dict(MLA_H1024), recipe, tp=2, sequence_parallel=True))}
+        gather, regather = ops["gather_latents"], ops["regather_latents"]
+        assert gather.forward_comm.payload_bytes == pytest.approx(forward, rel=1e-12), recipe
+        assert gather.backward_comm.payload_bytes == bf16
+        assert regather.backward_comm.payload_bytes == pytest.approx(again, rel=1e-12), recipe
+        assert (gather.forward_comm.calls, gather.backward_comm.calls, regather.backward_comm.calls) == (3, 3, 2)
+        amax = ops.get("amax_latents")
+        if recipe == "tensorwise":
+            assert amax is not None and (amax.forward_comm.payload_bytes, amax.forward_comm.calls) == (4, 2)
+        else:
+            assert amax is None
+
+
+def test_te_norms_inside_a_linear_feed_only_layernorm_linear_gemms():
+    # Megatron's TE spec (gpt_layer_specs.py, d98e8a64): linear_qkv and a dense MLP's linear_fc1 are
+    # TELayerNormColumnParallelLinear, the norm run inside the linear (which under FP8 can write the quantized
+    # input, or take its amax); MLA's input_layernorm is a norm module of its own before linear_q_down_proj and
+    # linear_kv_down_proj (TE linears, no norm), its up-projections TELayerNormColumnParallelLinear under
+    # qk_layernorm; an MoE layer's pre_mlp_layernorm is its own module before the router and the shared expert.
+    dense = {op.name for op in ops_of(spec_run(_llama(), tp=2, sequence_parallel=True)) if op.norm_input}
+    assert dense == {"qk_proj", "v_proj", "mlp_in"}
+    mla = {op.name for op in ops_of(spec_run({**MLA_H1024, "intermediate_size": 2048}, tp=2)) if op.norm_input}
+    assert mla == {"q_up", "kv_up", "mlp_in"}
+    plain_mla = {op.name for op in ops_of(spec_run({**MLA_H1024, "mla_latent_norms": False}, tp=2)) if op.norm_input}
+    assert plain_mla == {"mlp_in"}
+    moe = _llama(num_experts=4, experts_per_token=2, moe_intermediate_size=256, shared_expert_intermediate_size=256)
+    assert {op.name for op in ops_of(spec_run(moe, tp=2)) if op.norm_input} == {"qk_proj", "v_proj"}
+
+
+def test_mtp_projection_gathers_its_input_in_fp8_and_its_output_in_bf16():
+    # Megatron-Core's MTP layer (multi_token_prediction.py `_proj_and_transformer_layer`, d98e8a64 and
+    # 0d8e0714cd) runs `_concat_embeddings` inside `get_fp8_context`: eh_proj, a TE column-parallel linear,
+    # all-gathers its quantized SP input (TE v2.9 linear.py `_Linear.forward`), under current scaling after an
+    # amax all-reduce. Its output goes through `gather_from_tensor_model_parallel_region` (bf16; backward a
+    # split) and `scatter_to_sequence_parallel_region` (a split; backward an all-gather of the sequence).
+    # _llama at tp 2 under SP: n = 1024 tokens, h = 512: the input gather 1024·1024·1 = 1,048,576 B (bf16
+    # 2,097,152), re-gathered alike; the output 1024·512·2 = 1,048,576 B each way, all-gathers both.
+    run = _fp8_run(_llama(mtp_layers=1), "tensorwise", tp=2, sequence_parallel=True)
+    tail = {op.name: op for op in layer_ops(tail_kind(run.spec("llm"), 1024), OpGeometry.from_run(run))}
+    assert tail["mtp0.gather_projection"].forward_comm.payload_bytes == 1_048_576
+    assert tail["mtp0.gather_projection"].backward_comm.payload_bytes == 2_097_152  # the input gradient, bf16
+    assert tail["mtp0.regather_projection"].backward_comm.payload_bytes == 1_048_576
+    assert tail["mtp0.amax_projection"].forward_comm.payload_bytes == 4
+    projected = tail["mtp0.gather_projected"]
+    assert (projected.forward_comm.kind, projected.backward_comm.kind) == ("all_gather", "all_gather")
+    assert projected.forward_comm.payload_bytes == projected.backward_comm.payload_bytes == 1_048_576
+    # without SP the output gather's backward is a split: no collective
+    plain = _fp8_run(_llama(mtp_layers=1), "tensorwise", tp=2)
+    tail = {op.name: op for op in layer_ops(tail_kind(plain.spec("llm"), 1024), OpGeometry.from_run(plain))}
+    assert tail["mtp0.gather_projected"].backward_comm is None
+
+
 def _llama(**extra):
     return {
         "vocab_size": 1024,

@@ -3,6 +3,7 @@ by Megatron CI's 12-layer case (`ppb_core.timing.launches`, `DeviceProfile.host_
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -392,15 +393,28 @@ def test_fp8_training_launches_the_quantization_kernels_of_its_recipe():
     # A SequentialMLP's experts each make their own GEMM calls: 8 · 2 swizzles forward, 8 · 4 backward.
     looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
     assert op_launches(looped, **kw, fp8_recipe="mxfp8") == (8.0 + 8.0 + 16.0, 16.0 + 8.0 + 32.0)
-    # A GEMM fed by a TE norm: the norm writes FP8 itself under delayed scaling (no cast), and its amax
-    # under tensorwise scaling (the amax's `amax.zero_()` before the norm, scale + cast: 3); the output
-    # gradient is quantized in full (4, delayed 1).
+    # A GEMM fed by a TE norm inside its linear (LayerNormLinear, `Op.norm_input`): the norm writes FP8
+    # itself under delayed scaling (no cast), and its amax under tensorwise scaling (the amax's
+    # `amax.zero_()` before the norm, scale + cast: 3); the output gradient is quantized in full (4,
+    # delayed 1). The same GEMM after a norm module of its own (an MoE layer's pre-MLP norm, MLA's input
+    # norm: TENorm, then a TE linear) quantizes the 16-bit input itself: 4, delayed 1.
     norm = Op("norm1", "attention", "memory")
-    qkv = Op("qkv", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 96.0), weight_elements=3072)
+    qkv = Op(
+        "qkv",
+        "attention",
+        "matmul",
+        inputs=("norm1",),
+        gemm=(64.0, 32.0, 96.0, 1, 96.0),
+        weight_elements=3072,
+        norm_input=True,
+    )
     layer_kw = {key: value for key, value in kw.items() if key != "mla"}
     tensorwise = layer_launches([norm, qkv], **layer_kw, fp8_recipe="tensorwise")
     assert tensorwise["qkv"] == (1.0 + 3.0, 2.0 + 4.0)
     assert layer_launches([norm, qkv], **layer_kw, fp8_recipe="delayed")["qkv"] == (1.0, 3.0)
+    apart = dataclasses.replace(qkv, norm_input=False)
+    assert layer_launches([norm, apart], **layer_kw, fp8_recipe="tensorwise")["qkv"] == (1.0 + 4.0, 2.0 + 4.0)
+    assert layer_launches([norm, apart], **layer_kw, fp8_recipe="delayed")["qkv"] == (2.0, 3.0)
     # Without FP8 training, and for the GEMMs FP8 training leaves in 16 bits (the output layer), none.
     assert layer_launches([norm, qkv], **layer_kw)["qkv"] == (1.0, 2.0)
     logits = Op("logits", "output", "matmul", gemm=(64.0, 32.0, 128.0, 1, 128.0), weight_elements=4096, fp8=False)
@@ -549,8 +563,16 @@ def test_per_tensor_fp8_on_hopper_transposes_after_each_sp_all_gather():
     # + 2/3 = 2 + 2/3 backward; v 1/3, 3 · 1/3 + 1/3 = 4/3; proj (1 + 1 cast, 2 + 1 + 1 transpose).
     kw = {"tp": 2, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
     norm = Op("norm1", "attention", "memory")
-    qk = Op("qk", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 144.0), weight_elements=3072)
-    v = Op("v", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 48.0, 1, 144.0), weight_elements=1536)
+    qk = Op(
+        "qk",
+        "attention",
+        "matmul",
+        inputs=("norm1",),
+        gemm=(64.0, 32.0, 96.0, 1, 144.0),
+        weight_elements=3072,
+        norm_input=True,
+    )
+    v = dataclasses.replace(qk, name="v", gemm=(64.0, 32.0, 48.0, 1, 144.0), weight_elements=1536)
     proj = Op("proj", "attention", "matmul", inputs=("v",), gemm=(64.0, 144.0, 32.0, 1, 32.0), weight_elements=4608)
     ops = [norm, qk, v, proj]
     launches = layer_launches(ops, **kw, fp8_recipe="delayed", sp_transposes=({"qk", "v"}, {"proj"}))

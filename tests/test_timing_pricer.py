@@ -153,8 +153,10 @@ def test_fp8_training_leaves_the_output_layer_in_16_bits():
     # (gpt_model.py); the layers' GEMMs run in FP8. The round device: BF16 0.5 × 100 TFLOPS = 5e13,
     # FP8 0.5 × 200 = 1e14, HBM 5e11 B/s. The output layer's 2048×1024 by 1024×4096 forward:
     # 2·2048·1024·4096 = 17,179,869,184 FLOPs / 5e13 = 0.343597 ms, no cast; backward twice that.
-    # mlp_in, the same shape in FP8: 17,179,869,184 / 1e14 = 0.171799 ms plus its input's cast, 2048·1024
-    # values read in bf16 and written in one byte: 6,291,456 B / 5e11 = 0.012583 ms.
+    # mlp_in, the same shape in FP8: 17,179,869,184 / 1e14 = 0.171799 ms. Under delayed scaling (the default
+    # recipe) its TE LayerNormLinear's norm writes the FP8 input itself (normalization.cpp FULLY_FUSED), and on
+    # the round device (compute capability 9.0, the catalog's default) `nvte_transpose` makes its column-wise
+    # copy: 2048·1024 values read and written in one byte, 4,194,304 B / 5e11 = 0.008389 ms.
     raw = gelu_run(device=dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5)).model_dump(mode="json", exclude_none=True)
     run = parse_run_config({**raw, "timing": {"matmul_dtype": "fp8"}})
     model = TimeModel(run)
@@ -163,7 +165,7 @@ def test_fp8_training_leaves_the_output_layer_in_16_bits():
     assert logits.forward_ms == pytest.approx(17_179_869_184 / 5e13 * 1e3, rel=1e-12)
     assert logits.backward_ms == pytest.approx(2 * 17_179_869_184 / 5e13 * 1e3, rel=1e-12)
     mlp_in = model.op_prices(body(run))["mlp_in"]
-    assert mlp_in.forward_ms == pytest.approx((17_179_869_184 / 1e14 + 6_291_456 / 5e11) * 1e3, rel=1e-12)
+    assert mlp_in.forward_ms == pytest.approx((17_179_869_184 / 1e14 + 4_194_304 / 5e11) * 1e3, rel=1e-12)
 
 
 def test_fp8_quantization_moves_the_bytes_of_its_recipe():
@@ -173,7 +175,13 @@ def test_fp8_quantization_moves_the_bytes_of_its_recipe():
     # (2048 × 4096, after the activation) forward: 2·2048·4096·1024 / 1e14 = 0.171799 ms, plus
     # (2 + 2 + 1 + 1) · 8,388,608 B / 5e11 = 0.100663 ms; mlp_in (2048 × 1024 after norm2): 0.171799 +
     # (2 + 1 + 1) · 2,097,152 / 5e11 = 0.016777 ms. On Blackwell no transpose (5 bytes: 0.083886 ms);
-    # MXFP8 one pass writing a row-wise and a column-wise copy (4 bytes: 0.067109 ms); delayed 3 bytes.
+    # MXFP8 one pass writing a row-wise and a column-wise copy (4 bytes: 0.067109 ms), blockwise the same
+    # (quantizer.cpp `Float8BlockQuantizer::create_tensor`: column-wise data wherever the usage asks, any
+    # GPU). Delayed scaling (`Float8Quantizer`): one cast-transpose, the transpose on Hopper as current
+    # scaling's (`Float8Quantizer::create_tensor` with_transpose below Blackwell): 2 + 1 + 1 = 4 bytes, on
+    # Blackwell 3; mlp_in's input written in FP8 by its LayerNormLinear's norm (normalization.cpp
+    # FULLY_FUSED), then on Hopper `nvte_transpose` (rmsnorm_api.cpp `rmsnorm_fwd`): 1 + 1 = 2 bytes, on
+    # Blackwell none.
     # MXFP8's GEMM itself on Blackwell at 6.812 / 7.161 = 0.951 of the per-tensor FP8 rate (TE's GEMM
     # profiling guide, B300, pre-quantized: 7.161 against 6.812 ms a layer): 0.171799 / 0.951 = 0.180651 ms.
     def forward_ms(recipe: str, op: str, name: str | None = None) -> float:
@@ -191,7 +199,11 @@ def test_fp8_quantization_moves_the_bytes_of_its_recipe():
     assert forward_ms("tensorwise", "mlp_in") == pytest.approx((gemm + 4 * normed / 5e11) * 1e3, rel=1e-12)
     assert forward_ms("tensorwise", "mlp_out", "b200") == pytest.approx((gemm + 5 * act / 5e11) * 1e3, rel=1e-12)
     assert forward_ms("mxfp8", "mlp_out", "b200") == pytest.approx((gemm / 0.951 + 4 * act / 5e11) * 1e3, rel=1e-12)
-    assert forward_ms("delayed", "mlp_out") == pytest.approx((gemm + 3 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("delayed", "mlp_out") == pytest.approx((gemm + 4 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("delayed", "mlp_out", "b200") == pytest.approx((gemm + 3 * act / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("delayed", "mlp_in") == pytest.approx((gemm + 2 * normed / 5e11) * 1e3, rel=1e-12)
+    assert forward_ms("delayed", "mlp_in", "b200") == pytest.approx(gemm * 1e3, rel=1e-12)
+    assert forward_ms("blockwise", "mlp_out") == pytest.approx((gemm + 4 * act / 5e11) * 1e3, rel=1e-12)
 
 
 def test_mxfp8_gemms_run_at_the_measured_share_of_per_tensor_fp8_on_blackwell():
@@ -823,15 +835,19 @@ def test_the_fused_qkv_input_is_quantized_once():
     # TransformerEngine v2.9 layernorm_linear.py `_LayerNormLinear.forward`: Megatron's linear_qkv is one
     # module, its normed input quantized once for the one GEMM. ppb splits it into qk_proj (Q and K,
     # (16 + 16)·64 = 2048 columns) and v_proj (16·64 = 1024) of the fused 3072: the cast of the 2048×1024
-    # input, delayed scaling 3 bytes an element (read bf16, write a byte) = 6,291,456 B / 5e11 = 0.012583 ms,
-    # is paid once: qk_proj 2/3 of it (4,194,304 B), v_proj 1/3 (2,097,152 B). The GEMMs at 1e14 FLOP/s:
-    # qk_proj 2·2048·1024·2048 = 8,589,934,592 FLOPs, v_proj 4,294,967,296.
-    model, ops = _fp8_body("delayed")
-    qk = model.op_prices(body(model.run))["qk_proj"].forward_ms
-    v = model.op_prices(body(model.run))["v_proj"].forward_ms
-    assert qk == pytest.approx((8_589_934_592 / 1e14 + 4_194_304 / 5e11) * 1e3, rel=1e-12)
-    assert v == pytest.approx((4_294_967_296 / 1e14 + 2_097_152 / 5e11) * 1e3, rel=1e-12)
-    assert model._cast_bytes(ops["qk_proj"], False) + model._cast_bytes(ops["v_proj"], False) == pytest.approx(3.0)
+    # input, tensorwise scaling after the norm (its amax taken by the norm) 4 bytes an element on the round
+    # device's Hopper (read bf16, write a byte and its transpose) = 8,388,608 B / 5e11 = 0.016777 ms, is paid
+    # once: qk_proj 2/3 of it, v_proj 1/3. Delayed scaling: the norm writes the FP8 itself, and the one
+    # `nvte_transpose` after it (read and write a byte, 4,194,304 B) is split alike. The GEMMs at 1e14
+    # FLOP/s: qk_proj 2·2048·1024·2048 = 8,589,934,592 FLOPs, v_proj 4,294,967,296.
+    for recipe, cast in (("tensorwise", 8_388_608), ("delayed", 4_194_304)):
+        model, ops = _fp8_body(recipe)
+        qk = model.op_prices(body(model.run))["qk_proj"].forward_ms
+        v = model.op_prices(body(model.run))["v_proj"].forward_ms
+        assert qk == pytest.approx((8_589_934_592 / 1e14 + cast * 2 / 3 / 5e11) * 1e3, rel=1e-12)
+        assert v == pytest.approx((4_294_967_296 / 1e14 + cast / 3 / 5e11) * 1e3, rel=1e-12)
+        both = model._cast_bytes(ops["qk_proj"], False) + model._cast_bytes(ops["v_proj"], False)
+        assert both == pytest.approx(cast / (2048 * 1024))
 
 
 def test_under_sp_te_quantizes_the_sequence_shard_before_its_fp8_all_gather():

@@ -172,6 +172,13 @@ class Op:
     # (`Kernels.score_memory_s`); 0 keys: not such a pass.
     score_keys: float = 0.0
     score_head_dim: float = 128.0
+    # A GEMM whose TransformerEngine linear runs the norm that writes its input (Megatron's TE spec,
+    # gpt_layer_specs.py at d98e8a64 and 0d8e0714cd: linear_qkv and a dense MLP's linear_fc1 are
+    # TELayerNormColumnParallelLinear, MLA's up-projections too under qk_layernorm), which can quantize
+    # the output or take its amax (`ppb_core.timing.launches.norm_fed`). An MoE layer's pre_mlp_layernorm,
+    # MLA's input_layernorm (before its two down-projections) and MTP's enorm and hnorm are norm modules of
+    # their own: the linear after them quantizes a 16-bit input.
+    norm_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,9 @@ class OpGeometry(Geometry):
     # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
     # an element; the reduce-scatters stay in the training dtype.
     float8_tp: bool = False
+    # ... whose linears take their weights in float8 from FSDP's Float8 all-gather (`timing.fp8_fsdp_all_gather`):
+    # no weight cast of their own, so no amax all-reduce for it (`_titan_amax_reductions`)
+    float8_fsdp_gather: bool = False
     # Megatron's TransformerEngine linears under FP8 (`te_fp8_gather_bytes`): bytes an element of their
     # sequence-parallel all-gathers (the input's forward gather, its backward re-gather, the output
     # gradient's gather); () outside FP8 or TE, or for layers kept in 16 bits
@@ -281,6 +291,7 @@ class OpGeometry(Geometry):
             float8_tp=run.framework == "torchtitan"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            float8_fsdp_gather=run.framework == "torchtitan" and run.timing.fp8_fsdp_all_gather,
             te_fp8_gather=te_fp8_gather_bytes(run.timing.fp8_recipe)
             if run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
@@ -351,10 +362,11 @@ def _matmul(
     fused_n: float | None = None,
     side_bytes: tuple[float, float] = (0.0, 0.0),
     fp8: bool = True,
+    norm_input: bool = False,
 ) -> Op:
     """rows×k by k×n: 2·rows·k·n FLOPs, reading both operands and writing the result; the backward
     runs two such products (input and weight gradients). *groups* splits the rows over that many
-    products with their own weights (a grouped GEMM over experts)."""
+    products with their own weights (a grouped GEMM over experts). *norm_input*: `Op.norm_input`."""
     flops = 2 * rows * k * n
     traffic = (rows * k + (k * n if weights is None else weights) + rows * n) * bc
     return Op(
@@ -372,6 +384,7 @@ def _matmul(
         side_bytes=side_bytes,
         weight_elements=k * n * groups if weights is None else weights,
         fp8=fp8,
+        norm_input=norm_input,
     )
 
 
@@ -381,10 +394,18 @@ def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int 
     each input gradient past the first is added to the sum (`InputBuffer::accumulate`: read two, write
     one, in the compute dtype). Counted from torchtitan's eager step (`ppb_core.census.ops`, the
     backward's `aten.add`s: three a Llama block); Megatron's fused QKV and fc1 GEMMs have one input
-    gradient, and torch.compile fuses the sums into the kernels after them, so eager torchtitan only."""
-    if not geo.eager:
-        return 0.0, 0.0
-    return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    gradient. Under torch.compile Inductor fuses each add into the kernel that reads the sum (the norm's
+    backward, or under sequence parallelism the chunk-and-cat before the reduce-scatter, `funcol`), but
+    the addends are matmul outputs, extern cuBLAS kernels' buffers no epilogue joins (Inductor's `mm`
+    lowering without max-autotune, torch/_inductor/kernel/mm.py `tuned_mm`; post_grad.py's `addmm` pattern
+    needs the add to take the `mm` itself, not its 3-D view, and `should_prefer_unfused_addmm` keeps an add
+    whose users are pointwise), so that kernel reads every addend: each input gradient past the first is
+    read once more than one summed gradient would be."""
+    if geo.eager:
+        return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    if geo.framework == "torchtitan":
+        return 0.0, (linears - 1) * rows * width * geo.dtype_bytes
+    return 0.0, 0.0
 
 
 def _plus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
@@ -481,6 +502,36 @@ def _te_amax_reduction(name: str, block: str, source: str, backward: bool) -> Op
     return Op(name, block, COMM, inputs=(source,), forward_comm=comm)
 
 
+def _titan_amax_reductions(name: str, block: str, source: str, geo: OpGeometry, linears: int) -> Op:
+    """The scalar all-reduces of a sequence-parallel region's float8 casts under torchtitan's Float8 TP
+    (`OpGeometry.float8_tp`), one NCCL call each over TP, on the critical path between each amax and its cast.
+
+    torchao casts a DTensor with dynamic tensorwise scaling: `tensor_to_scale` takes `torch.max(torch.abs(x))`
+    of the local shard (float8/float8_utils.py `tensor_to_amax` at eab345c, torchtitan 9dec370's pin, and
+    6243040, 820504e's), which DTensor types `Partial("max")` (torch/distributed/tensor/_ops/_math_ops.py
+    `LINEAR_REDUCTION_OP_MAP`: `aten.max.default: "max"`); `amax_to_scale`'s clamp and division are not
+    linear, so DTensor's pointwise strategy replicates the amax first (_ops/_pointwise_ops.py: a `Partial`
+    input of a non-linear op becomes `Replicate`), one all-reduce (MAX), traced into the compiled block with
+    its wait. A region of *linears* column-parallel linears reading one gathered input and one row-parallel
+    linear after them casts, in its forward, the shard before the all-gather (`PrepareFloat8ModuleInput`), the
+    row-parallel input on its `Shard(-1)` (`Float8RowwiseParallel._prepare_input_fn`) and each linear's
+    TP-sharded weight (`Float8Linear.forward`, the weight a `Shard` DTensor once FSDP2 gathers it; none
+    where FSDP gathers it in float8, `float8_fsdp_gather`); in its backward each output gradient
+    (`NoopFwToFloat8BwDynamic` in `Float8ColwiseParallel` / `Float8RowwiseParallel._prepare_output_fn`, on
+    `Shard(-1)` and `Shard(1)`). A rerun forward (full checkpointing, and the per-op policy, whose save list
+    holds `aten.max` but not the all-reduce after it) all-reduces again."""
+    weights = 0 if geo.float8_fsdp_gather else linears + 1
+    forward, backward = 2 + weights, linears + 1
+    return Op(
+        name,
+        block,
+        COMM,
+        inputs=(source,),
+        forward_comm=Collective(ALL_REDUCE, "tp", STATS_BYTES * forward, "tp", calls=forward),
+        backward_comm=Collective(ALL_REDUCE, "tp", STATS_BYTES * backward, "tp", calls=backward),
+    )
+
+
 def _tp_entry(
     p: str,
     stem: str,
@@ -493,6 +544,7 @@ def _tp_entry(
     userbuffers: str | None = None,
     float8: bool = False,
     te_fp8: bool = False,
+    linears: int = 1,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
@@ -502,8 +554,9 @@ def _tp_entry(
     Megatron's --tp-comm-overlap runs as a ring exchange by default (`ppb_core.timing.userbuffers`; its
     `<name>_fprop` method from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: the
     consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
-    float8. *te_fp8*: the consumer is a TransformerEngine FP8 linear, which all-gathers the shard in FP8
-    (`OpGeometry.te_fp8_gather`)."""
+    float8, the region's amax all-reduces beside it (`_titan_amax_reductions`, *linears* column-parallel
+    consumers of the gathered input). *te_fp8*: the consumer is a TransformerEngine FP8 linear, which
+    all-gathers the shard in FP8 (`OpGeometry.te_fp8_gather`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
@@ -540,6 +593,7 @@ def _tp_entry(
             *amax,
         ]
     if geo.gathers:
+        amax = [_titan_amax_reductions(f"{p}amax_{stem}", block, source, geo, linears)] if float8 else []
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -550,7 +604,8 @@ def _tp_entry(
                 forward_comm=Collective(ALL_GATHER, "tp", gathered, "tp", (consumer, "forward")),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
                 recompute_comm=Collective(ALL_GATHER, "tp", gathered, "tp_async", (consumer, "dgrad")),
-            )
+            ),
+            *amax,
         ]
     return [
         Op(
@@ -661,22 +716,39 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             ops.append(_norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(kv_source,)))
             kv_source = p + "kv_norm"
         up = p + "kv_up"
-        entry = _tp_entry(p, "latents", block, geo, width, q_source, up)
+        entry = _tp_entry(p, "latents", block, geo, width, q_source, up, te_fp8=True)
         if entry and geo.gathers and geo.framework == "megatron":
             # Megatron-Core gathers them in three calls (multi_latent_attention.py
-            # `get_query_key_value_tensors`, d98e8a64): the q latent inside linear_q_up_proj's and the kv
-            # latent inside linear_kv_up_proj's TE column-parallel linear (each all-gathers its input under
-            # SP, reduce-scatters its input gradient and gathers the input again for its weight gradient),
-            # and the key's rotary part by `gather_from_sequence_parallel_region` (its backward one
-            # reduce-scatter, no second gather).
+            # `get_query_key_value_tensors`, d98e8a64; 0d8e0714cd, NeMo 25.11's, the same): the q latent
+            # inside linear_q_up_proj's and the kv latent inside linear_kv_up_proj's TE column-parallel
+            # linear (each all-gathers its input under SP, reduce-scatters its input gradient and gathers
+            # the input again for its weight gradient), and the key's rotary part by
+            # `gather_from_sequence_parallel_region` (its backward one reduce-scatter, no second gather).
+            # Under FP8 the two linears gather their quantized shards (TE v2.9 linear.py and
+            # layernorm_linear.py `forward`: `gather_along_first_dim(..., quantizer=...)`, the bytes of
+            # `te_fp8_gather_bytes`) and, under current scaling, each all-reduces its amax; the rotary key
+            # goes through Megatron's own gather in the compute dtype.
             gather, regather = entry[0], entry[1]
+            latents = geo.tokens * ((att.q_lora_rank or h) + att.kv_lora_rank)
+            forward, again = geo.te_fp8_gather[:2] if geo.te_fp8_gather else (bc, bc)
             entry = [
                 dataclasses.replace(
                     gather,
-                    forward_comm=dataclasses.replace(gather.forward_comm, calls=3),
+                    forward_comm=dataclasses.replace(
+                        gather.forward_comm,
+                        payload_bytes=latents * forward + geo.tokens * att.qk_rope_head_dim * bc,
+                        calls=3,
+                    ),
                     backward_comm=dataclasses.replace(gather.backward_comm, calls=3),
                 ),
-                dataclasses.replace(regather, backward_comm=dataclasses.replace(regather.backward_comm, calls=2)),
+                dataclasses.replace(
+                    regather,
+                    backward_comm=dataclasses.replace(regather.backward_comm, payload_bytes=latents * again, calls=2),
+                ),
+                *(
+                    dataclasses.replace(amax, forward_comm=dataclasses.replace(amax.forward_comm, calls=2))
+                    for amax in entry[2:]
+                ),
             ]
         if entry:
             ops += [dataclasses.replace(entry[0], inputs=(q_source, kv_source, rope_key)), *entry[1:]]
@@ -684,8 +756,11 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 q_source = kv_source = rope_key = entry[0].name
         q_name = p + ("q_up" if att.q_lora_rank else "q_proj")
         q_in = att.q_lora_rank or h
+        # under qk_layernorm (`latent_norms`) the up-projections are TELayerNormColumnParallelLinear
+        # (`Op.norm_input`); linear_q_proj, without a q latent, reads the input norm's module
+        normed_q = att.latent_norms and bool(att.q_lora_rank)
         ops += [
-            _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,)),
+            _matmul(q_name, block, n, q_in, heads * d_qk, bc, transient=True, inputs=(q_source,), norm_input=normed_q),
             _matmul(
                 up,
                 block,
@@ -696,6 +771,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 switch=None if ulysses else "attUp",
                 transient=ulysses,
                 inputs=(kv_source,),
+                norm_input=att.latent_norms,
             ),
             # Q and K assembled: the rotary part applied and concatenated with the no-position part.
             _elementwise(
@@ -712,7 +788,17 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
         entry = _tp_entry(
-            p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp, te_fp8=True
+            p,
+            "attention",
+            block,
+            geo,
+            h,
+            norm,
+            p + "qk_proj",
+            userbuffers="qkv",
+            float8=geo.float8_tp,
+            te_fp8=True,
+            linears=3,  # torchtitan's wq, wk, wv (model.py `Attention`)
         )
         ops += entry
         source = entry[0].name if geo.gathers else norm
@@ -738,6 +824,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                norm_input=True,
                 # torchtitan's wq and wk: one sum of their input gradients (wv's below)
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, width, added_after=True), _shared_input_sums(geo, n, h)
@@ -775,6 +862,7 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
                 bc,
                 inputs=(source,),
                 fused_n=qkv,
+                norm_input=True,
                 side_bytes=_plus(
                     _bias_passes(geo, att.qkv_bias, n, kv * d, added_after=True), _shared_input_sums(geo, n, h)
                 ),
@@ -1317,7 +1405,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            # w1 and w3 (gated) read one input: autograd sums their input gradients under eager torchtitan
+            # w1 and w3 (gated) read one input: autograd sums their input gradients under torchtitan
             side_bytes=_plus(
                 _fc1_bias_passes(geo, bias, rows, up_width, gated),
                 _shared_input_sums(geo, rows, h) if gated else (0.0, 0.0),
@@ -1375,16 +1463,34 @@ def _weighted_by_probs(op: Op, geo: OpGeometry, rows: float, width: float, gated
     )
 
 
+def _norm_fed_first(ops: list[Op]) -> list[Op]:
+    """*ops* with the first one's input written by the norm inside its TE linear (`Op.norm_input`)."""
+    return [dataclasses.replace(ops[0], norm_input=True), *ops[1:]]
+
+
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp, te_fp8=True)
+    entry = _tp_entry(
+        p,
+        "mlp",
+        block,
+        geo,
+        h,
+        norm,
+        p + "mlp_in",
+        userbuffers="fc1",
+        float8=geo.float8_tp,
+        te_fp8=True,
+        linears=2 if mlp.gated else 1,  # w1 and w3 (`FeedForward`), or one
+    )
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
         _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
         *entry,
-        *_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias),
+        # linear_fc1 is TELayerNormColumnParallelLinear (pre_mlp_layernorm IdentityOp: `Op.norm_input`)
+        *_norm_fed_first(_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias)),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp, te_fp8=True),
         _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
     ]
@@ -2179,7 +2285,10 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
     p, block = f"mtp{index}.", f"mtp{index}"
     ops = _embedding(p + "embedding.", block, geo, h, kind.vocab_size, 0, 0.0)
     ops.append(_norm(p + "norms", block, geo.whole_tokens, 2 * h, bc))
-    entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None)
+    # eh_proj is a column-parallel linear run inside the FP8 context (multi_token_prediction.py
+    # `_proj_and_transformer_layer`: `get_fp8_context` around `_concat_embeddings`, d98e8a64 and 0d8e0714cd):
+    # a TE linear under FP8, its SP input gathered quantized (`te_fp8_gather_bytes`)
+    entry = _tp_entry(p, "projection", block, geo, 2 * h, p + "norms", p + "projection", switch=None, te_fp8=True)
     ops += entry
     ops.append(
         _matmul(
@@ -2193,7 +2302,13 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
         )
     )
     if geo.tp > 1:
+        # Megatron: `gather_from_tensor_model_parallel_region` (backward: a split) then, under SP,
+        # `scatter_to_sequence_parallel_region` (a split; backward: an all-gather of the sequence), in the
+        # compute dtype (`_concat_embeddings`, d98e8a64): without SP no backward collective
         payload = geo.tokens * h * bc
+        backward = Collective(REDUCE_SCATTER, "tp", payload, "tp")
+        if geo.framework == "megatron":
+            backward = Collective(ALL_GATHER, "tp", payload, "tp") if geo.gathers else None
         ops.append(
             Op(
                 p + "gather_projected",
@@ -2201,7 +2316,7 @@ def _mtp_module_ops(kind: TailKind, geo: OpGeometry, index: int) -> list[Op]:
                 COMM,
                 inputs=(p + "projection",),
                 forward_comm=Collective(ALL_GATHER, "tp", payload, "tp"),
-                backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp"),
+                backward_comm=backward,
             )
         )
     ops += [dataclasses.replace(op, block=f"{block}.{op.block}") for op in body_ops(kind.mtp_body, geo, p)]

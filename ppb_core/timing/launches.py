@@ -84,8 +84,9 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   GEMM's input is quantized before it forward and its output gradient backward (TransformerEngine
   v2.9, the NeMo 25.11 container's, transformer_engine/pytorch/csrc). Delayed scaling casts in one
   kernel (cast-transpose), none where a TE norm writes FP8 itself (extensions/normalization.cpp:
-  FULLY_FUSED for `Float8Quantizer`); tensorwise (current) scaling runs four
-  (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, which zeroes the
+  FULLY_FUSED for `Float8Quantizer`; only the norm of a LayerNormLinear, `Op.norm_input`), though on
+  Hopper that norm's transpose is a kernel of its own (`norm_transpose_launches`); tensorwise (current)
+  scaling runs four (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, which zeroes the
   amax before its amax kernel (common/recipe/current_scaling.cu `launch_amax_kernel`:
   `zero_amax_kernel` from v2.8, a `cudaMemsetAsync` before), `nvte_compute_scale_from_amax`,
   `nvte_quantize_v2`), three where a TE norm computes the amax beside its BF16 output
@@ -182,6 +183,10 @@ PLAIN_OPS = ("loss", "router_topk", "permute", "unpermute", "lookup")
 # and queries the heuristic every GEMM, cublaslt_gemm.cu, v2.9 as there). One figure on every host (the
 # measurement's CPU is not stated); a SequentialMLP's experts each call from Python, a launch each.
 CPP_GEMM_US = 25.0
+# TransformerEngine's per-tensor scaling recipes (Float8Quantizer, Float8CurrentScalingQuantizer): one scale a
+# tensor, whose column-wise copy below Blackwell is an FP8 transpose (quantizer.cpp `create_tensor`: with_transpose
+# where `nvte_is_non_tn_fp8_gemm_supported` is false, TE v2.9), and whose SP all-gathers move row-wise data only.
+PER_TENSOR_RECIPES = ("delayed", "tensorwise")
 # The host's time of one per-expert step of GroupedLinear's Python (module docstring), in launches: TE issue
 # #2897 (NVIDIA/TransformerEngine, Apr 2026, timmoon10's profile of the fused grouped MLP ops on GB200, 64
 # experts, hidden 128, CPU-bound) times its "wgrad tensor allocations" at 350 us, which at that code (the
@@ -222,6 +227,18 @@ def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool, cpp_share: float 
         calls = max(1, op.sequential)
         forward, backward = forward + MXFP8_SWIZZLES * calls * share, backward + 2 * MXFP8_SWIZZLES * calls * share
     return forward, backward
+
+
+def norm_transpose_launches(op: Op) -> float:
+    """The forward FP8 transpose of a GEMM op whose TE norm wrote its input under delayed scaling on Hopper
+    (no SP gather between them): the norm kernel writes the row-wise FP8 data itself, then
+    `nvte_transpose` makes the column-wise copy, a kernel of its own (TE v2.9 common/normalization/
+    rmsnorm/rmsnorm_api.cpp `rmsnorm_fwd`, layernorm/ln_api.cpp likewise: "Compute FP8 transpose if
+    required"); a fused GEMM's parts each their share."""
+    if not op.fp8 or op.gemm is None:
+        return 0.0
+    _, _, n, _, fused = op.gemm
+    return n / fused
 
 
 def grouped_python_steps(op: Op, fp8: bool, weights_saved: bool) -> tuple[float, float]:
@@ -368,14 +385,11 @@ def fill_launches(
 
 
 def norm_fed(ops: Sequence[Op]) -> set[str]:
-    """The ops whose every input a TE norm wrote, directly or through the sequence-parallel all-gather
-    after it (the GEMMs of TE's LayerNormLinear: a recipe's norm can quantize or take the amax)."""
-    normed: set[str] = set()
-    for op in ops:
-        last = op.name.rsplit(".", 1)[-1]
-        if (op.category != COMM and "norm" in last) or (op.category == COMM and normed.intersection(op.inputs)):
-            normed.add(op.name)
-    return {op.name for op in ops if op.inputs and all(name in normed for name in op.inputs)}
+    """The GEMM ops whose TE linear runs the norm writing their input (`Op.norm_input`: TE's LayerNormLinear,
+    directly or through the sequence-parallel all-gather after the norm), where a recipe's norm can quantize
+    or take the amax; a norm module of its own (an MoE layer's, MLA's input norm, MTP's) writes 16 bits,
+    which the linear after it quantizes."""
+    return {op.name for op in ops if op.norm_input}
 
 
 def layer_launches(
@@ -430,6 +444,8 @@ def layer_launches(
             forward, backward = plain_share * forward, plain_share * backward
         if sp_transposes is not None:
             backward += sp_transpose_launches(op, op.name in sp_transposes[0], op.name in sp_transposes[1])
+            if fp8_recipe == "delayed" and op.name in fed and op.name not in sp_transposes[0]:
+                forward += norm_transpose_launches(op)
         if fills and op.name in fills:
             extra_forward, extra_backward = fill_launches(op, fills[op.name], wgrad_fused, wgrad_per_expert)
             forward, backward = forward + extra_forward, backward + extra_backward

@@ -52,7 +52,14 @@ from ppb_core.timing.funcol import fused_gather_bytes, fused_scatter_bytes, sequ
 from ppb_core.timing.graphs import dispatch_captured, graphed_launches
 from ppb_core.timing.host import HostWaits, layer_host_waits
 from ppb_core.timing.kernels import Kernels, persistent_added_s
-from ppb_core.timing.launches import CPP_GEMM_US, PLAIN_OP_SHARE, PY_STEP_SHARE, layer_launches, norm_fed
+from ppb_core.timing.launches import (
+    CPP_GEMM_US,
+    PER_TENSOR_RECIPES,
+    PLAIN_OP_SHARE,
+    PY_STEP_SHARE,
+    layer_launches,
+    norm_fed,
+)
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.ring import exposed_exchanges_s, ring_attention_s
 from ppb_core.timing.userbuffers import (
@@ -362,7 +369,7 @@ class TimeModel:
 
     def ops(self, layer: Layer) -> tuple[Op, ...]:
         ops = layer_ops(layer.kind, self._geometry)
-        if self._fp8_recipe == "tensorwise" and self.run.framework != "torchtitan":
+        if self._fp8_recipe in PER_TENSOR_RECIPES and self.run.framework != "torchtitan":
             self._norm_fed |= norm_fed(ops)
         if self._geometry.float8_tp:  # torchtitan's GEMMs reading the block's float8 TP all-gather
             comms = {op.name for op in ops if op.category == COMM}
@@ -423,15 +430,20 @@ class TimeModel:
 
     def _cast_bytes(self, op: Op, gradient: bool) -> float:
         """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
-        TransformerEngine v2.9 (NeMo 25.11's). By default, and under delayed or blockwise scaling, one
-        pass: read in the compute dtype, write a byte. Tensorwise (current) scaling reads the tensor once
-        more for its amax first (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`:
-        `nvte_compute_amax`, then the cast), but after a TE norm, which takes the amax beside its output
-        (normalization.cpp FUSED_NORM_AMAX_FP8); MXFP8 writes a row-wise and a column-wise copy in its
-        one pass (the weight gradient's operand; its scales, 1/32 a byte, not counted). Per-tensor FP8 on
-        Hopper also writes the transpose the weight-gradient GEMM reads: cuBLASLt runs only TN FP8 GEMMs
-        below Blackwell (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute
-        capability 10.x or 13+; gemm/cublaslt_gemm.cu takes the column-wise data).
+        TransformerEngine v2.9 (NeMo 25.11's). Under delayed scaling one pass: read in the compute dtype,
+        write a byte; after a TE norm in its linear (`norm_fed`) none, the norm kernel writing the FP8 itself
+        (normalization.cpp FULLY_FUSED for `Float8Quantizer`; its 16-bit write stays priced with the norm).
+        Tensorwise (current) scaling reads the tensor once more for its amax first (quantizer.cpp
+        `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, then the cast), but after such
+        a norm, which takes the amax beside its output (FUSED_NORM_AMAX_FP8); MXFP8 and blockwise write a
+        row-wise and a column-wise copy in their one pass (the weight gradient's operand: quantizer.cpp
+        `Float8BlockQuantizer::create_tensor` allocates the column-wise data wherever the usage asks for it;
+        the scales, 1/32 a byte, not counted). Per-tensor FP8 (delayed, current scaling) on Hopper also
+        writes the transpose the weight-gradient GEMM reads: cuBLASLt runs only TN FP8 GEMMs below Blackwell
+        (common/transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`: compute capability 10.x or 13+;
+        quantizer.cpp `Float8Quantizer::create_tensor` and the current-scaling one: `with_transpose`), in the
+        cast-transpose's one pass, or after a delayed-scaling norm by `nvte_transpose` (rmsnorm_api.cpp
+        `rmsnorm_fwd`: read and write a byte).
 
         Per element of the op's own GEMM operand: a fused GEMM's input (Megatron's linear_qkv, ppb's
         qk_proj and v_proj) is one tensor quantized once (layernorm_linear.py `_LayerNormLinear.forward`,
@@ -445,15 +457,17 @@ class TimeModel:
             return self._titan_cast_bytes(op, gradient)
         read = self.run.training.dtype_bytes
         recipe = self._fp8_recipe
-        transpose = 0.0
-        if recipe == "mxfp8":
+        fed = not gradient and op.name in self._norm_fed
+        transpose = 1.0 if recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0 else 0.0
+        if recipe in ("mxfp8", "blockwise"):
             quantize = read + 2.0
-        elif recipe != "tensorwise":
-            quantize = read + 1.0
-        else:
-            transpose = 1.0 if 9.0 <= self.device.compute_capability < 10.0 else 0.0
-            amax = read if gradient or op.name not in self._norm_fed else 0.0
+        elif recipe == "tensorwise":
+            amax = 0.0 if fed else read
             quantize = amax + read + 1.0
+        elif fed:  # delayed: the norm wrote the FP8 itself, its transpose a kernel of its own (read, write)
+            quantize, transpose = 0.0, 2.0 * transpose
+        else:
+            quantize = read + 1.0
         share = 1.0
         if not gradient and op.gemm is not None:
             _, _, n, _, fused = op.gemm
@@ -469,7 +483,7 @@ class TimeModel:
         makes on Hopper in its backward (`_cast_bytes`): layernorm_linear.py `_LayerNormLinear.backward`
         (v2.9) re-gathers the saved FP8 shard row-wise and calls `update_usage(columnwise_usage=True)`
         for the weight gradient, an FP8 transpose (read and write a byte) of its share of the rows."""
-        if op.name not in self._te_gathered or self._fp8_recipe != "tensorwise" or op.gemm is None:
+        if op.name not in self._te_gathered or self._fp8_recipe not in PER_TENSOR_RECIPES or op.gemm is None:
             return 0.0
         if not 9.0 <= self.device.compute_capability < 10.0:
             return 0.0
@@ -952,7 +966,7 @@ class TimeModel:
                     and not run.framework_release.holds("te_grouped_weights_unsaved"),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
-                    if self._fp8_recipe in ("delayed", "tensorwise") and 9.0 <= self.device.compute_capability < 10.0
+                    if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
                     else None,
                 )
                 graphs, modules = run.timing.cuda_graph_impl, run.timing.cuda_graph_modules
