@@ -258,6 +258,17 @@ def grid(spec: SearchSpec) -> Grid:
     )
     if found.size > SEARCH_POINTS:
         raise InputError(spec.source, "limits", over(found.size, SEARCH_POINTS, "points in the search's grid"))
+    if any(stages > 1 for stages in found.pp) and not schedule_pairs(found.schedules, found.vpp, 2):
+        # every pipelined point would be dropped without a word (a grid of none, or of pp 1 alone)
+        raise InputError(
+            spec.source,
+            "limits.vpp",
+            f"{', '.join(map(str, found.vpp))} runs none of the schedules {', '.join(found.schedules)} "
+            "(1f1b and gpipe take vpp 1, interleaved vpp 2 or more, dualpipev vpp 2), so no pp above 1 is searched",
+        )
+    if not any(spec.devices % (tp * cp * stages) == 0 for tp in found.tp for cp in found.cp for stages in found.pp):
+        said = f"no tp·cp·pp of the limits divides the {spec.devices} devices: the grid holds no strategy"
+        raise InputError(spec.source, "limits", said)
     return found
 
 
