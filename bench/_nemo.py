@@ -46,8 +46,14 @@ _COMMON_TIMING: dict[str, Any] = {
     # 25.11": cuDNN 9.13.1.26): its attention kernels on B200 and GB200 (ppb_core.timing.attention_rates)
     "cudnn_release": "9.13.1.26",
 }
-# the 26.04 container's (the same file at v0.4.0, "NeMo Framework 26.04": cuDNN 9.20.0.48-1)
+# the 26.04 container's (the same file at v0.4.2, "NeMo Framework 26.04": cuDNN 9.20.0.48-1)
 CUDNN_2604 = "9.20.0.48"
+# The releases each container ran (`framework_release`; the same file at v0.2.0 and v0.4.2). 25.11: PyTorch
+# 2.9.0a0, Transformer Engine 2.9, Megatron Core "dev:0.15.0", the Megatron-LM commit Megatron-Bridge v0.2.0 pins
+# (3rdparty/Megatron-LM at 0d8e0714cd, 2025-11-17). 26.04: PyTorch 2.11.0a0, Transformer Engine 2.14, Megatron
+# Core 0.17.0.
+RELEASES_2511 = {"megatron_core": "2025-11-17", "transformer_engine": "2.9", "pytorch": "2.9.0a0"}
+RELEASES_2604 = {"megatron_core": "0.17.0", "transformer_engine": "2.14", "pytorch": "2.11.0a0"}
 # Llama 3 8B's config.json: as 3.1's but its rope theta and 8192 positions (no bearing on time).
 _LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
 
@@ -490,6 +496,8 @@ def nemo_rows() -> list[dict[str, Any]]:
         raw["timing"].update(_GRAPHS.get(label, {}))
         rows.append(_row(label, raw, gpus, gbs, tps, ("routing balanced (forced)", *assumptions)))
     rows.append(_deepseek_v3_b200())
+    for row in rows:
+        row["raw"]["framework_release"] = dict(RELEASES_2511)
     return rows
 
 
@@ -528,6 +536,7 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
     for label, spec, gpus, gbs, mbs, parallel, device, tps, options in _LLAMA_2604_ROWS:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
         raw["timing"]["cudnn_release"] = CUDNN_2604
+        raw["framework_release"] = dict(RELEASES_2604)
         notes = ("the 26.04 container's Megatron-Bridge taken as v0.4.0", "the table's FP8 as the FP8_CS preset")
         row = _row(label, raw, gpus, gbs, tps, notes if "MXFP8" not in label else notes[:1])
         rows.append({**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604})
