@@ -195,6 +195,9 @@ def main() -> None:
     )
     parser.add_argument("--balanced", type=int, default=None, help="balance budget (default: the spec's top)")
     parser.add_argument("--seconds", type=float, default=None, help="wall-clock safety net of each search")
+    parser.add_argument(
+        "--ep-overlap", action="store_true", help="try the combined 1F1B too (limits.ep_overlap: [false, true])"
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
     for name in args.specs:
@@ -208,7 +211,10 @@ def run_one(spec: SearchSpec, devices: int, args: argparse.Namespace) -> None:
     options = {"balance_budget": args.balanced or spec.search.top}
     if args.seconds:
         options["time_budget_s"] = args.seconds
-    spec = spec.model_copy(update={"devices": devices, "search": spec.search.model_copy(update=options)})
+    update: dict = {"devices": devices, "search": spec.search.model_copy(update=options)}
+    if args.ep_overlap:
+        update["limits"] = spec.limits.model_copy(update={"ep_overlap": [False, True]})
+    spec = spec.model_copy(update=update)
     marks: dict[str, float] = {}
     cpu_marks: dict[str, float | None] = {}
     sampler = CpuSampler()

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ppb_core.errors import InputError  # noqa: E402
-from ppb_core.search.enumerate import Strategy, enumerate_strategies  # noqa: E402
-from ppb_core.search.rank import Ranked, evaluate, search  # noqa: E402
+from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate  # noqa: E402
+from ppb_core.search.rank import Ranked, _relax, _start, evaluate, search  # noqa: E402
 from ppb_core.search.spec import (  # noqa: E402
     CHOSEN_TRAINING,
     DEFAULT_MICRO_BATCH_SIZE,
@@ -86,9 +86,10 @@ def published_strategy(row: PublicRun) -> Strategy:
     )
 
 
-def spec_of(row: PublicRun, balanced: int) -> SearchSpec:
+def spec_of(row: PublicRun, balanced: int, ep_overlap: bool = False) -> SearchSpec:
     """The search a user would run for the row's job: its model, device, GPUs, sequence and global batch,
-    framework, precision and timing flags; the default grid plus the row's own sizes."""
+    framework, precision and timing flags; the default grid plus the row's own sizes (*ep_overlap*: with the
+    combined 1F1B tried too, `limits.ep_overlap: [false, true]`, on a row with experts)."""
     raw = row.raw
     parallel, training = raw["parallel"], raw["training"]
     batch = int(training["micro_batch_size"]) * int(training["micro_batches"]) * int(parallel["dp"])
@@ -100,6 +101,8 @@ def spec_of(row: PublicRun, balanced: int) -> SearchSpec:
         limits["fsdp"] = [False, True]
     if "ep" in parallel:
         limits["etp"] = sorted({1, int(parallel.get("etp", 1))})
+        if ep_overlap:
+            limits["ep_overlap"] = [False, True]
     spec_raw = {
         "name": "public-" + "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in row.name)[:80],
         "framework": raw.get("framework", "megatron"),
@@ -120,9 +123,10 @@ def spec_of(row: PublicRun, balanced: int) -> SearchSpec:
     return parse_search_spec(spec_raw, f"bench/public_runs.py row {row.name!r}", ROOT / "configs")
 
 
-def place(row: PublicRun, balanced: int, workers: int | None) -> None:
-    """Search the row's job, then place its published strategy."""
-    spec = spec_of(row, balanced)
+def place(row: PublicRun, balanced: int, workers: int | None, ep_overlap: bool = False, verbose: bool = False) -> None:
+    """Search the row's job, then place its published strategy (*verbose*: every strategy balanced, its bound and
+    its seconds or why it has none)."""
+    spec = spec_of(row, balanced, ep_overlap)
     strategy = published_strategy(row)
     load_before = os.getloadavg()[0]
     sampler = CpuSampler()
@@ -144,10 +148,22 @@ def place(row: PublicRun, balanced: int, workers: int | None) -> None:
     print(f"  CPU {cpu or float('nan'):.1f} s, wall {wall:.0f} s, load {load_before:.1f} → {os.getloadavg()[0]:.1f}")
     for number, entry in enumerate(result.ranked[:3], start=1):
         print(f"  {number}. {entry.strategy.label(spec):44s} {entry.seconds:8.3f} s  MFU {100 * entry.mfu:4.1f} %")
+    if verbose:
+        for entry in result.balanced:
+            print(
+                f"     balanced {entry.strategy.label(spec):44s} bound {entry.bound_s:8.3f} s, {entry.seconds:8.3f} s"
+            )
+        for reason, count in result.reasons().items():
+            print(f"     {count:,} {reason} (e.g. {result.example(reason)})")
     if not result.ranked:  # say why, rather than place against nothing
         for reason, count in result.reasons().items():
             print(f"  {count:,} {reason} (e.g. {result.example(reason)})")
-    mine = {entry.strategy: entry for entry in result.balanced}.get(strategy) or evaluate(spec, strategy)
+    mine = {entry.strategy: entry for entry in result.balanced}.get(strategy)
+    if mine is None:  # the search's screen first, as the search takes it: its relaxed program may refuse it
+        _start(spec)
+        checked = validate(spec, strategy)
+        relaxed = _relax(strategy) if not isinstance(checked, Refusal) else ""
+        mine = Refusal(strategy, relaxed, "") if relaxed and isinstance(relaxed, str) else evaluate(spec, strategy)
     as_published = row_seconds(row)
     print(f"  published {strategy.label(spec)}{'' if strategy in grid else ' (not in the grid)'}:")
     print(f"    as published (its split and recompute): {as_published:.3f} s; measured {row.seconds:.3f} s")
@@ -173,6 +189,10 @@ def main() -> int:
     parser.add_argument("--balanced", type=int, default=10, help="balance budget and top (default 10)")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: the CPUs)")
     parser.add_argument("--list", action="store_true", help="list the rows and their GPUs, then stop")
+    parser.add_argument(
+        "--ep-overlap", action="store_true", help="MoE rows: try the combined 1F1B too (limits.ep_overlap)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="every strategy balanced and every reason")
     args = parser.parse_args()
     rows = public_runs()
     if args.list:
@@ -187,7 +207,7 @@ def main() -> int:
     print(f"machine: {machine()}")
     for row in chosen:
         try:
-            place(row, args.balanced, args.workers)
+            place(row, args.balanced, args.workers, args.ep_overlap, args.verbose)
         except InputError as err:
             print(f"\n{row.name}: its search is refused: {err}")
     return 0

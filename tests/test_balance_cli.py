@@ -98,6 +98,14 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
         ([str(DATA / "demo.json"), "-s", "99"], "cannot fill"),
         ([str(DATA / "demo.json"), "-s", "4", "-mb", "2", "-i", "2"], "at least as many micro-batches as stages"),
         ([str(DATA / "demo.json"), "--constant-memory", "-5"], "must not be negative"),
+        # the layout writes an "m" per MTP layer: 10^8 of them ran past a minute (December 2026); ppb's limit of
+        # layers, 1,024, bounds them
+        ([str(DATA / "demo.json"), "--mtp-layers", "100000000"], "over ppb's limit of 1,024 layers"),
+        # a run config's descriptions hold its models' MTP layers (configs/llama3-8b.yaml: none), no other count
+        (
+            [str(DATA.parent.parent / "configs" / "llama3-8b.yaml"), "--mtp-layers", "2"],
+            "--mtp-layers: 2 MTP layers, but the run config's models hold 0",
+        ),
     ],
 )
 def test_bad_input_is_one_line(

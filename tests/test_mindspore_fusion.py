@@ -95,3 +95,33 @@ def test_one_group_reduces_and_gathers_everything_unoverlapped():
 def test_the_word_is_mindformers_only():
     with pytest.raises(InputError, match="gradient_aggregation_group"):
         small_run(timing={"gradient_aggregation_group": 4})
+
+
+def _dp_link(m: int, param_dtype: str | None, parallel_optimizer: bool) -> float:
+    """The dp term's link seconds of a DP 2 MindFormers run in one fusion group (every collective exposed)."""
+    timing = {"gradient_aggregation_group": 1} | ({"param_dtype": param_dtype} if param_dtype else {})
+    run = small_run(
+        dp=2, pp=1, m=m, framework="mindformers", timing=timing, enable_parallel_optimizer=parallel_optimizer
+    )
+    return run_iteration(run).link_seconds["dp_communication"]
+
+
+def test_gradients_reduce_and_parameters_gather_in_the_parameters_dtype():
+    # MindSpore's step_parallel.cc (2024): without a pipeline the optimizer-parallel AllGather takes the
+    # parameter as it is, its backward reduce-scatters the parameter's gradient; over micro-batches the
+    # all-reduced tensor is `accu_grads`, a clone of the parameters, and the gather follows the cast to the
+    # compute dtype. ROUND_DEVICE has no latency, so a collective's seconds are linear in its bytes: u = one
+    # reduce-scatter (or all-gather) of the parameters at 2 bytes, an all-reduce twice that.
+    u = _dp_link(1, None, True) / 2  # bf16 parameters (param_init_type = compute_dtype): RS 2 bytes + AG 2 bytes
+    # float16 parameters under bf16 compute: still 2 bytes each way (not an fp32 main gradient's 4)
+    assert _dp_link(1, "fp16", True) == pytest.approx(2 * u)
+    # float32 parameters: RS at 4 bytes (2u) and AG at 4 bytes (2u)
+    assert _dp_link(1, "fp32", True) == pytest.approx(4 * u)
+    # two micro-batches: accu_grads all-reduced in the parameters' dtype, the gather after the cast at 2 bytes:
+    # bf16 2u + u, fp32 4u + u
+    assert _dp_link(2, None, True) == pytest.approx(3 * u)
+    assert _dp_link(2, "fp32", True) == pytest.approx(5 * u)
+    # without `enable_parallel_optimizer`: an all-reduce of the gradient, the mirror before the Linear's cast
+    # (`InsertMirrorBeforeCast`, gradient_fp32_sync) reduces the parameter's gradient too, 2u and 4u
+    assert _dp_link(1, None, False) == pytest.approx(2 * u)
+    assert _dp_link(1, "fp32", False) == pytest.approx(4 * u)

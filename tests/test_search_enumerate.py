@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
+from ppb_core.errors import InputError
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, reason_family, schedule_pairs, validate
 from ppb_core.search.spec import parse_search_spec
 
@@ -200,3 +202,20 @@ def test_a_number_with_thousands_separators_is_one_n_in_a_reason_family() -> Non
     assert (
         reason_family(None, "needs a bf16 or fp16 model, TE v2.4, 2.5 s") == "needs a bf16 or fp16 model, TE v2.4, N s"
     )
+
+
+def test_limits_that_leave_pipelining_or_the_whole_grid_empty_are_one_line() -> None:
+    # interleaved takes vpp ≥ 2 (schedule_pairs): with vpp [1] alone every pp 2 and 4 point was dropped without a word
+    # and the ranking held pp 1 only; dualpipev takes vpp 2, so vpp [4] left a grid of none, whose table said "each
+    # one of the grid is counted below" over an empty table (December 2026)
+    for limits, words in (
+        ({"schedules": ["interleaved"], "vpp": [1]}, "1 runs none of the schedules interleaved"),
+        ({"schedules": ["dualpipev"], "vpp": [4], "pp": [2, 4]}, "4 runs none of the schedules dualpipev"),
+    ):
+        with pytest.raises(InputError) as caught:
+            list(enumerate_strategies(tiny(**limits)))
+        assert caught.value.field == "limits.vpp" and words in caught.value.problem
+    # tp 4 · pp 4 = 16 does not divide the tiny spec's 8 devices: no layout at all
+    with pytest.raises(InputError) as caught:
+        list(enumerate_strategies(tiny(tp=[4], pp=[4])))
+    assert caught.value.field == "limits" and "no tp·cp·pp of the limits divides the 8 devices" in caught.value.problem

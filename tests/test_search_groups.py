@@ -61,6 +61,12 @@ def test_accepted_groups_by_megatrons_two_rules(stages: int, micro_batches: int,
         ((), 4, 10, (0,)),  # not Megatron: no group
         (["least"], 4, 0, (0,)),  # no micro-batch count (the batch refused it)
         (["least"], 16, 8, (0,)),  # none accepted: the default, which the validator refuses
+        # past ppb's 65,536 micro-batches (limits.MICRO_BATCHES) the validator refuses the strategy whatever its
+        # group: the default, not the groups of a billion micro-batches listed one by one (a spec's global batch of
+        # 10^9 ran minutes without a line of progress until December 2026)
+        (["least"], 4, 10**9 + 7, (0,)),
+        (["all"], 4, 65_537, (0,)),
+        (["least"], 4, 65_535, (5,)),  # 65,535 mod 4 = 3 < 4 ✗; mod 5 = 0 ✓
     ],
 )
 def test_microbatch_groups(choices, stages: int, micro_batches: int, groups: tuple[int, ...]) -> None:

@@ -3,6 +3,7 @@ do not, against models built for each strategy alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,23 @@ def test_a_device_too_small_for_the_layers_fits_nowhere() -> None:
         if isinstance(p, Strategy) and (p.tp, p.cp, p.pp, p.zero, p.micro_batch_size) == (1, 1, 1, 1, 1)
     )
     assert fits_somewhere(run_forms(sharded), cache.of(sharded, validate(spec, sharded)))
+
+
+def test_the_combined_1f1b_s_layers_are_never_fully_recomputed() -> None:
+    # Megatron-Core asserts recompute_granularity != 'full' under --overlap-moe-expert-parallel-comm
+    # (transformer_config.py `TransformerConfig.__post_init__`, d98e8a64) and the balancer withdraws FULL there
+    # (`problem.run_problem`): the screen's kinds offer it to the plain strategy alone. Before December 2026 they
+    # offered it to both, and the relaxed program found room at FULL's few MB where no plan has any (the published
+    # Qwen3 30B-A3B PP2 V24 EP8 layout: its balance stopped by its work limits, not refused).
+    spec = load_search_spec(DATA / "tiny-moe-overlap.yaml")
+    combined = next(p for p in enumerate_strategies(spec) if isinstance(p, Strategy) and p.ep_overlap)
+    plain = replace(combined, ep_overlap=False)
+    cache = FigureCache()
+    for point, options in (
+        (combined, {"NONE", "SLCT", "COMM", "BOTH"}),
+        (plain, {"NONE", "SLCT", "COMM", "BOTH", "FULL"}),
+    ):
+        found = cache.of(point, validate(spec, point))
+        for kind in found.kinds:
+            if kind.count and len(kind.backward_ms) > 1:  # a body kind (a head or tail runs NONE)
+                assert set(kind.backward_ms) == set(kind.activation_mb) == options

@@ -134,6 +134,9 @@ def test_every_shipped_search_loads() -> None:
         (lambda raw: raw["limits"].update(pp=[1, 3]), "limits.pp", "pp 3 does not divide the 8 devices"),
         (lambda raw: raw["limits"].update(cp=[16]), "limits.cp", "cp 16 does not divide the 8 devices"),
         (lambda raw: raw["limits"].update(ep=[5]), "limits.ep", "ep 5 does not divide the 8 devices"),
+        # a dense model's grid has no expert dimension: listed, it was silently dropped (December 2026)
+        (lambda raw: raw["limits"].update(ep=[1, 2]), "limits.ep", "is expert parallel, for an MoE model"),
+        (lambda raw: raw["limits"].update(etp=[2]), "limits.etp", "is expert tensor parallel, for an MoE model"),
         # torchtitan's CP is torch's ring attention (v0.2.2 has no Ulysses): refused once, not point by point
         (
             lambda raw: raw.update(framework="torchtitan") or raw["limits"].update(cp_variant=["ring", "ulysses"]),

@@ -88,6 +88,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             )
     if args.mtp_layers is not None and args.mtp_layers < 0:
         raise InputError(source, "--mtp-layers", f"must not be negative, got {args.mtp_layers}")
+    if args.mtp_layers is not None and args.mtp_layers > limits.LAYERS:  # the plan's layout writes one "m" each
+        raise InputError(source, "--mtp-layers", limits.over(args.mtp_layers, limits.LAYERS, "layers"))
     if args.schedule is not None and args.schedule not in SCHEDULES:
         raise InputError(source, "--schedule", f"{shown(args.schedule)} is not one of {', '.join(SCHEDULES)}")
     interleave_text = args.interleave
@@ -140,11 +142,18 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
                 f"Megatron's default group (pp {problem.stages})"
             )
             print(f"ppb balance {source}: note: {said}", file=sys.stderr)
-        if args.framework is not None or args.mtp_layers is not None:
+        if args.mtp_layers is not None and args.mtp_layers != problem.mtp_layers:
+            # the descriptions are the run config's: its TAIL holds its models' MTP layers, no other count
+            raise InputError(
+                source,
+                "--mtp-layers",
+                f"{args.mtp_layers} MTP layers, but the run config's models hold {problem.mtp_layers} (their "
+                "mtp_layers); the flag says a layers.json's",
+            )
+        if args.framework is not None:
             problem = dataclasses.replace(
                 problem,
                 framework=args.framework or problem.framework,
-                mtp_layers=problem.mtp_layers if args.mtp_layers is None else args.mtp_layers,
             )
     else:
         run = None

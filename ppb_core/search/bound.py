@@ -42,7 +42,7 @@ Over every plan. A plan puts each body layer in a cell under an option (`ppb_cor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import highspy
@@ -50,6 +50,7 @@ import numpy as np
 
 from ppb_core.balance import highs
 from ppb_core.schedules import (
+    _steady_backwards,
     cell_order,
     check,
     combined_in_flight_vectors,
@@ -78,6 +79,11 @@ class Form:
     backward: tuple[float, ...]
     links: int  # transfers between stages along the form's chains
     sends: int  # the stage's own sends among the ops counted, which last as long with blocking P2P
+    # Megatron-Core's combined 1F1B (`schedule_forms`): per cell, how many of the form's backwards run in a step
+    # with a forward of that cell (their forward slack off) and how many of them are that cell's (their backward
+    # slack off); empty elsewhere (no slack)
+    forward_paired: tuple[float, ...] = ()
+    backward_paired: tuple[float, ...] = ()
 
     def transfers(self, blocking: bool) -> int:
         return self.links + (self.sends if blocking else 0)
@@ -114,14 +120,23 @@ class ScheduleForms:
         backward: Sequence[Sequence[float]],
         transfer: float = 0.0,
         blocking: bool = True,
+        forward_slack: Sequence[Sequence[float]] | None = None,
+        backward_slack: Sequence[Sequence[float]] | None = None,
     ) -> float:
-        """The bound for given cell times `[chunk][stage]` and one transfer's time: the largest form."""
+        """The bound for given cell times `[chunk][stage]` and one transfer's time: the largest form (under the
+        combined 1F1B, *forward_slack* and *backward_slack* `[chunk][stage]`: what a step may save of each cell's
+        forward and backward, `schedule_forms`)."""
         f = [forward[c][s] for c, s in self.cells]
         b = [backward[c][s] for c, s in self.cells]
-        return max(
-            float(np.dot(form.forward, f) + np.dot(form.backward, b)) + transfer * form.transfers(blocking)
-            for form in self.forms
-        )
+        sf = [forward_slack[c][s] for c, s in self.cells] if forward_slack is not None else [0.0] * len(f)
+        sb = [backward_slack[c][s] for c, s in self.cells] if backward_slack is not None else [0.0] * len(b)
+        found = []
+        for form in self.forms:
+            total = float(np.dot(form.forward, f) + np.dot(form.backward, b)) + transfer * form.transfers(blocking)
+            if form.forward_paired:
+                total -= float(np.dot(form.forward_paired, sf) + np.dot(form.backward_paired, sb))
+            found.append(total)
+        return max(found)
 
 
 @lru_cache(maxsize=512)
@@ -132,13 +147,15 @@ def schedule_forms(
     (*group*: the interleaved schedule's micro-batch group, `schedules.check`).
 
     *combined*: Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`), whose orders have one
-    more warm-up forward and whose steady backwards run shorter by their step's saving (`schedules.simulate`).
-    A step's saving is at most what the two paired layers' all-to-alls and host waits take beyond their
-    compute (`combined.step_saving`; `screen.combined_slack_ms`), but it shortens the backward op, so a
-    backward on another stage may be shorter by its paired forward's share: the B forms alone hold, counting
-    the forward chain before the stage's first op (forwards keep their time) and the stage's own ops from it on
-    (each of its forwards in at most one step, with its backward after it), not the backward chain after its
-    last op. The figures then charge each layer's backward less its whole slack (`screen.figures`)."""
+    more warm-up forward and whose steady backwards run shorter by their step's saving (`schedules.simulate`:
+    a backward right after a forward of another micro-batch, `_steady_backwards`; the warm-up forwards and the
+    cool-down backwards run alone, megatron/core/pipeline_parallel/schedules.py
+    `forward_backward_pipelining_with_interleaving` at d98e8a64 calls `combined_1f1b_schedule_for_interleaved_
+    pipelining` for the steady steps only). A step saves at most its forward cell's forward slack and its
+    backward cell's backward slack (`screen.combined_slack_ms`), so every counted backward that runs in a step
+    takes off both: `backward_paired` at its own cell, `forward_paired` at its forward's, whichever chain counts
+    it (the A forms' chain down to the stage's first backward and every form's chain after the stage's last op
+    as much as the stage's own ops). Forwards and the backwards run alone keep their time."""
     name = check(schedule, stages, chunks, micro_batches, group)
     group = group_of(name, stages, group)
     orders = stage_orders(name, stages, chunks, micro_batches, group, combined)
@@ -150,14 +167,34 @@ def schedule_forms(
     # sums count the transfers along any stretch of the model
     crossing = (stage_of[1:] != stage_of[:-1]).astype(np.int64)
     crossed = np.concatenate(([0], np.cumsum(crossing)))
+    # under the combined 1F1B: per stage, each backward run in a step, (chunk, micro-batch) -> its forward's cell
+    # under the combined 1F1B: per stage, the indices of its backwards run in a step and their (chunk, micro-batch)
+    steadies: list[list[int]] = []
+    stepped: list[set[tuple[int, int]]] = []
+    if combined:
+        for order in orders:
+            steadies.append(sorted(_steady_backwards(order, stages > 1)))
+            stepped.append({(order[i].chunk, order[i].micro_batch) for i in steadies[-1]})
 
-    def form(stage: int, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int, suffix: dict) -> Form:
+    def stepped_on(micro_batch: int, q: int) -> bool:
+        """Whether the micro-batch's backward through the cell at position *q* runs in a combined step."""
+        chunk, stage = cells[q]
+        return combined and (chunk, micro_batch) in stepped[stage]
+
+    def form(
+        stage: int, order: list, at: np.ndarray, forward_op: np.ndarray, sends: np.ndarray, k: int, suffix: dict
+    ) -> Form | None:
         """T ≥ the chain that brings op k of the stage its input, the stage's ops from it on, and the
         chain the stage's last op starts; an op a chain runs on this stage is never one counted after k.
         *at*: each op's cell position; *forward_op*: whether it is a forward; *sends*: whether it sends;
-        *suffix*: per op index i, the forwards and backwards per cell of the stage's ops from i on."""
+        *suffix*: per op index i, the forwards and backwards per cell of the stage's ops from i on.
+        Under the combined 1F1B the chain after the last op stops before its first backward run in a step (its
+        forward's slack would land on a cell whose forward the form does not count), and a chain down to a
+        first backward through such a step is no form (None)."""
         p, pl = int(at[k]), int(at[-1])
         if not forward_op[k]:  # its micro-batch's forward through every cell, then its backward down to op
+            if any(stepped_on(order[k].micro_batch, q) for q in range(p, count)):
+                return None
             forward = np.ones(count)
             backward = np.zeros(count)
             backward[p:] += 1.0
@@ -172,11 +209,31 @@ def schedule_forms(
         later_forwards, later_backwards = suffix[first]
         forward += later_forwards
         backward += later_backwards
-        if not combined:  # the backward chain after the stage's last op (not under the combined 1F1B: above)
-            backward[:pl] += 1.0
-            links += int(crossed[pl])
+        # the backward chain after the stage's last op, down to cell `stop` (under the combined 1F1B, to just
+        # above its first backward run in a step)
+        stop = 0
+        for q in range(pl - 1, -1, -1):
+            if stepped_on(order[-1].micro_batch, q):
+                stop = q + 1
+                break
+        backward[stop:pl] += 1.0
+        links += int(crossed[pl] - crossed[stop]) if stop < pl else 0
+        paired_f: tuple[float, ...] = ()
+        paired_b: tuple[float, ...] = ()
+        if combined:  # the stage's own steps from op `first` on: each backward with the forward before it
+            own = np.array([i for i in steadies[stage] if i >= first], dtype=np.int64)
+            paired_f = tuple(np.bincount(at[own - 1], minlength=count).astype(float).tolist())
+            paired_b = tuple(np.bincount(at[own], minlength=count).astype(float).tolist())
         # with blocking P2P every op counted lasts as long as its send; the last op's send is the trailing chain's first
-        return Form(stage, tuple(forward.tolist()), tuple(backward.tolist()), links, int(sends[k:-1].sum()))
+        return Form(
+            stage,
+            tuple(forward.tolist()),
+            tuple(backward.tolist()),
+            links,
+            int(sends[k:-1].sum()),
+            paired_f,
+            paired_b,
+        )
 
     a_forms, b_forms = [], []
     for stage, order in enumerate(orders):
@@ -203,10 +260,10 @@ def schedule_forms(
             backwards = backwards + np.bincount(segment[~segment_forward], minlength=count)
             suffix[start], end = (forwards, backwards), start
         for is_forward, forms_list in ((False, a_forms), (True, b_forms)):
-            if combined and not is_forward:
-                continue  # no A forms under the combined 1F1B (above)
             for index in sorted(k for kind, k in firsts if kind == is_forward):
-                forms_list.append(form(stage, at, forward_op, sends, index, suffix))
+                found = form(stage, order, at, forward_op, sends, index, suffix)
+                if found is not None:
+                    forms_list.append(found)
     forms = tuple(a_forms + b_forms)
     return ScheduleForms(name, stages, chunks, micro_batches, cells, forms, len(a_forms), group, combined)
 
@@ -233,6 +290,14 @@ class Kind:
     parameter_mb: float  # the description's memory_parameter: held once per layer
     activation_mb: dict[str, float]  # option -> MB per micro-batch in flight
     reduce_ms: float = 0.0  # its gradients' data-parallel reduction, bandwidth part (no per-bucket latency)
+    # under Megatron-Core's combined 1F1B, option -> what a step may save of its forward and of its backward
+    # (`screen.combined_slack_ms`; empty: nothing)
+    forward_slack_ms: dict[str, float] = field(default_factory=dict)
+    backward_slack_ms: dict[str, float] = field(default_factory=dict)
+
+    def slack(self, option: str) -> tuple[float, float]:
+        """(forward, backward) slack of one option (0 outside the combined 1F1B)."""
+        return self.forward_slack_ms.get(option, 0.0), self.backward_slack_ms.get(option, 0.0)
 
 
 @dataclass(frozen=True)
@@ -249,6 +314,8 @@ class Ends:
     tail_reduce_ms: float = 0.0
     cell_forward_ms: float = 0.0  # what every cell's forward takes beyond its layers (exposed FSDP gathers)
     cell_backward_ms: float = 0.0
+    tail_forward_slack_ms: float = 0.0  # what a combined 1F1B step may save of the tail (its MTP layers)
+    tail_backward_slack_ms: float = 0.0
 
 
 def quick_bound(
@@ -261,14 +328,28 @@ def quick_bound(
     for family in ("A", "B"):
         if not forms.family(family):
             continue  # the combined 1F1B has no A forms
-        forward, backward, links, sends = _averages(
+        forward, backward, links, sends, paired_f, paired_b = _averages(
             forms.schedule, forms.stages, forms.chunks, forms.micro_batches, family, forms.group, forms.combined
         )
         total = transfer_ms * (links + (sends if blocking else 0.0))
         total += forward[head] * ends.head_forward_ms + backward[head] * ends.head_backward_ms
         total += forward[tail] * ends.tail_forward_ms + backward[tail] * ends.tail_backward_ms
+        total -= paired_f[tail] * ends.tail_forward_slack_ms + paired_b[tail] * ends.tail_backward_slack_ms
         total += float(np.sum(forward)) * ends.cell_forward_ms + float(np.sum(backward)) * ends.cell_backward_ms
         for kind in kinds:
+            if kind.forward_slack_ms or kind.backward_slack_ms:  # each option's slack goes with its times
+                total += kind.count * min(
+                    float(
+                        np.min(
+                            forward * kind.forward_ms[o]
+                            + backward * t
+                            - paired_f * kind.slack(o)[0]
+                            - paired_b * kind.slack(o)[1]
+                        )
+                    )
+                    for o, t in kind.backward_ms.items()
+                )
+                continue
             least_backward = min(kind.backward_ms.values())
             least_forward = min(kind.forward_ms.values())
             total += kind.count * float(np.min(forward * least_forward + backward * least_backward))
@@ -304,6 +385,7 @@ def stage_bound(
         return 0.0
     chosen = _stage_forms(forms.schedule, forms.stages, forms.chunks, forms.micro_batches, forms.group, forms.combined)
     a, b, own, chain = chosen.forward, chosen.backward, chosen.own, chosen.chain  # [stage, cell]
+    pa, pb = chosen.forward_paired, chosen.backward_paired
     count = len(forms.cells)
     options = list(kinds[0].backward_ms)
     if any(list(kind.backward_ms) != options for kind in kinds):  # kinds with other options (a head or tail)
@@ -311,6 +393,9 @@ def stage_bound(
     # an option a kind lacks (a head or tail runs NONE) counts as its slowest: the least over options stays
     forward = np.array([[kind.forward_ms.get(o, max(kind.forward_ms.values())) for o in options] for kind in kinds])
     backward = np.array([[kind.backward_ms.get(o, max(kind.backward_ms.values())) for o in options] for kind in kinds])
+    # the combined 1F1B's slack goes with its option's times (an option a kind lacks: its slowest's, no slack)
+    slack_f = np.array([[kind.slack(o)[0] if o in kind.backward_ms else 0.0 for o in options] for kind in kinds])
+    slack_b = np.array([[kind.slack(o)[1] if o in kind.backward_ms else 0.0 for o in options] for kind in kinds])
     fixed_f = np.full(count, ends.cell_forward_ms)
     fixed_b = np.full(count, ends.cell_backward_ms)
     fixed_f[0] += ends.head_forward_ms
@@ -318,11 +403,26 @@ def stage_bound(
     fixed_f[-1] += ends.tail_forward_ms
     fixed_b[-1] += ends.tail_backward_ms
     # [stage, cell, kind]: one layer's least time in the stage's form over its options
-    cheapest = np.min(a[:, :, None, None] * forward + b[:, :, None, None] * backward, axis=3)
+    timed = a[:, :, None, None] * forward + b[:, :, None, None] * backward
+    if forms.combined:
+        timed = timed - pa[:, :, None, None] * slack_f - pb[:, :, None, None] * slack_b
+    cheapest = np.min(timed, axis=3)
     constant = transfer_ms * chosen.transfers(blocking) + a @ fixed_f + b @ fixed_b
-    constant += np.where(chain, np.min(cheapest, axis=2), 0.0).sum(axis=1)
+    constant -= pa[:, -1] * ends.tail_forward_slack_ms + pb[:, -1] * ends.tail_backward_slack_ms
+    least = np.min(cheapest, axis=2)  # [stage, cell]: the least layer
+    if forms.combined and np.any(cheapest < 0):
+        # a layer the combined 1F1B's slack takes below zero (slack above its times) may sit in any cell: each
+        # layer off the stage adds at least its least over the other cells, if below zero, and a chain cell
+        # counts its one layer only where no layer there is below zero
+        off = np.min(np.where(own[:, :, None], np.inf, np.minimum(cheapest, 0.0)), axis=1)  # [stage, kind]
+        constant += off @ np.array([kind.count for kind in kinds], dtype=float)
+        least = np.where(least < 0, 0.0, least)
+    constant += np.where(chain, least, 0.0).sum(axis=1)
     cost = np.min(np.where(own[:, :, None], cheapest, np.inf), axis=1)  # [stage, kind]
     counts = np.array([kind.count for kind in kinds])
+    if forms.combined and np.any(cost < 0):  # likewise on the stage: every layer's part below zero, at most all
+        constant += np.minimum(cost, 0.0) @ counts.astype(float)
+        cost = np.maximum(cost, 0.0)
     mb = None if room_mb is None or layer_mb is None else np.asarray(layer_mb, dtype=float)
     best = 0.0
     for j in range(len(kinds)):
@@ -354,6 +454,8 @@ class _StageForms:
     chain: np.ndarray
     links: np.ndarray
     sends: np.ndarray
+    forward_paired: np.ndarray  # the combined 1F1B's steps along the forms (`Form.forward_paired`; zeros elsewhere)
+    backward_paired: np.ndarray
 
     def transfers(self, blocking: bool) -> np.ndarray:
         return self.links + (self.sends if blocking else 0)
@@ -379,7 +481,9 @@ def _stage_forms(
     chain = must[None, :] & ~own & ((forward > 0) | (backward > 0))
     links = np.array([form.links for form in chosen], dtype=float)
     sends = np.array([form.sends for form in chosen], dtype=float)
-    return _StageForms(forward, backward, own, chain, links, sends)
+    paired_f = np.array([form.forward_paired or np.zeros(count) for form in chosen], dtype=float)
+    paired_b = np.array([form.backward_paired or np.zeros(count) for form in chosen], dtype=float)
+    return _StageForms(forward, backward, own, chain, links, sends, paired_f, paired_b)
 
 
 @lru_cache(maxsize=1024)
@@ -391,14 +495,17 @@ def _averages(
     family: str,
     group: int | None = None,
     combined: bool = False,
-) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The family's forms averaged: coefficients per cell, links and sends."""
+) -> tuple[np.ndarray, np.ndarray, float, float, np.ndarray, np.ndarray]:
+    """The family's forms averaged: coefficients per cell, links and sends, the combined 1F1B's paired counts."""
     chosen = schedule_forms(schedule, stages, chunks, micro_batches, group, combined).family(family)
+    count = len(chosen[0].forward)
     return (
         np.mean([form.forward for form in chosen], axis=0),
         np.mean([form.backward for form in chosen], axis=0),
         float(np.mean([form.links for form in chosen])),
         float(np.mean([form.sends for form in chosen])),
+        np.mean([form.forward_paired or np.zeros(count) for form in chosen], axis=0),
+        np.mean([form.backward_paired or np.zeros(count) for form in chosen], axis=0),
     )
 
 
@@ -477,8 +584,31 @@ def lp_bound(
         rows.append((0.0, 0.0, {forward_prefix[i + 1]: 1.0, forward_prefix[i]: -1.0, forward[i]: -1.0}))
         rows.append((0.0, 0.0, {backward_prefix[i + 1]: 1.0, backward_prefix[i]: -1.0, backward[i]: -1.0}))
     assert backward[0] == forward[-1] + 1 and schedule_top == forward[0] + 4 * count + 2  # `_forms_terms`'s layout
+    slack_f: list[int] = []  # under the combined 1F1B, what a step may save of each cell's forward and backward
+    slack_b: list[int] = []
+    if forms.combined:
+        slack_f = [column() for _ in range(count)]
+        slack_b = [column() for _ in range(count)]
+        for c, (fixed_sf, fixed_sb) in enumerate(
+            [(0.0, 0.0)] * (count - 1) + [(ends.tail_forward_slack_ms, ends.tail_backward_slack_ms)]
+        ):
+            f_terms = {slack_f[c]: 1.0}
+            b_terms = {slack_b[c]: 1.0}
+            for k, kind in enumerate(kinds):
+                for option in kind.backward_ms:
+                    f_terms[x[(k, option, c)]] = -kind.slack(option)[0]
+                    b_terms[x[(k, option, c)]] = -kind.slack(option)[1]
+            rows.append((fixed_sf, fixed_sf, f_terms))
+            rows.append((fixed_sb, fixed_sb, b_terms))
     for form, terms in zip(forms.forms, _forms_terms(forms, forward[0]), strict=True):
-        rows.append((transfer_ms * form.transfers(blocking), highs.INF, dict(terms)))
+        row = dict(terms)
+        if forms.combined:  # T − form ≥ …: the form's slack taken off comes back with a plus
+            for c in range(count):
+                if form.forward_paired[c]:
+                    row[slack_f[c]] = form.forward_paired[c]
+                if form.backward_paired[c]:
+                    row[slack_b[c]] = form.backward_paired[c]
+        rows.append((transfer_ms * form.transfers(blocking), highs.INF, row))
     head_stage, tail_stage = cells[0][1], cells[-1][1]
     for stage in range(forms.stages):
         held = (

@@ -24,7 +24,7 @@ from typing import Any
 
 from ppb_core.config.run import RunConfig, parse_run_config
 from ppb_core.errors import InputError
-from ppb_core.limits import SEARCH_POINTS, over
+from ppb_core.limits import MICRO_BATCHES, SEARCH_POINTS, over
 from ppb_core.search.spec import (
     DEFAULT_CP,
     DEFAULT_FSDP,
@@ -258,6 +258,17 @@ def grid(spec: SearchSpec) -> Grid:
     )
     if found.size > SEARCH_POINTS:
         raise InputError(spec.source, "limits", over(found.size, SEARCH_POINTS, "points in the search's grid"))
+    if any(stages > 1 for stages in found.pp) and not schedule_pairs(found.schedules, found.vpp, 2):
+        # every pipelined point would be dropped without a word (a grid of none, or of pp 1 alone)
+        raise InputError(
+            spec.source,
+            "limits.vpp",
+            f"{', '.join(map(str, found.vpp))} runs none of the schedules {', '.join(found.schedules)} "
+            "(1f1b and gpipe take vpp 1, interleaved vpp 2 or more, dualpipev vpp 2), so no pp above 1 is searched",
+        )
+    if not any(spec.devices % (tp * cp * stages) == 0 for tp in found.tp for cp in found.cp for stages in found.pp):
+        said = f"no tp·cp·pp of the limits divides the {spec.devices} devices: the grid holds no strategy"
+        raise InputError(spec.source, "limits", said)
     return found
 
 
@@ -275,15 +286,17 @@ def microbatch_groups(choices: Sequence[str | int], stages: int, micro_batches: 
     schedule makespan and a larger one holds more micro-batches, `docs/search.md`); `all`, every group
     it accepts; a number, that group (the validator refuses it where Megatron does). No choices (not
     Megatron) or no micro-batch count: the default alone."""
-    if not choices or not micro_batches:
+    if not choices or not micro_batches or micro_batches > MICRO_BATCHES:
+        # past ppb's limit the validator refuses the strategy whatever its group: listing the groups of a
+        # billion micro-batches took minutes before the first line of progress
         return (0,)
-    accepted = accepted_groups(stages, micro_batches)
     found: list[int] = []
     for choice in choices:
         if choice == "least":
-            found += accepted[:1] or [stages]
+            least = next((g for g in range(stages, micro_batches + 1) if not 0 < micro_batches % g < stages), None)
+            found.append(stages if least is None else least)
         elif choice == "all":
-            found += accepted or [stages]
+            found += accepted_groups(stages, micro_batches) or [stages]
         else:
             found.append(int(choice))
     return tuple(sorted({0 if group == stages else group for group in found}))

@@ -162,14 +162,21 @@ def figures(
     held = {HEAD: 0.0, TAIL: 0.0}
     ends: dict[str, tuple[float, float, float]] = {}
     combined = run.parallel.overlap_moe_expert_parallel_comm
-    # per kind name, option: what a combined step may save of it (ms), by its all-to-alls or by the host's launches
-    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]] = {}
+    # the options a plan may give a body layer: not FULL under the combined 1F1B, which Megatron-Core refuses
+    # (transformer_config.py `__post_init__`, d98e8a64) and the balancer withdraws (`problem.run_problem`); with
+    # it the relaxed program placed layers at FULL's few MB where no plan can, and found room where none is
+    options = tuple(o for o in OPTIONS if not (combined and o == "FULL"))
+    # per kind name: what a combined step may save of its forward and backward (`combined_slack_ms`)
+    slack: dict[str, Slack] = {}
     if combined:
-        slacks = {
-            f"{slot.model_name}:{slot.kind.name}": combined_slack_ms(run, memory, times, _layer(slot, 0))
-            for slot in slots
-        }
-    slack, tail_slack_ms = _chosen_slack(run, slots, slacks, tails[-1] if tails else None)
+        slack = _chosen_slack(
+            run,
+            slots,
+            {
+                f"{slot.model_name}:{slot.kind.name}": combined_slack_ms(run, memory, times, _layer(slot, 0))
+                for slot in slots
+            },
+        )
     for slot in slots:
         layer = _layer(slot, 0)
         desc = (
@@ -185,10 +192,10 @@ def figures(
                 Kind(
                     name=name,
                     count=slot.count,
-                    forward_ms={o: option_times[o][0] for o in OPTIONS},
-                    backward_ms={o: option_times[o][1] for o in OPTIONS},
+                    forward_ms={o: option_times[o][0] for o in options},
+                    backward_ms={o: option_times[o][1] for o in options},
                     parameter_mb=float(desc["memory_parameter"]),
-                    activation_mb={o: float(desc[MEMORY_KEY[o]]) for o in OPTIONS},
+                    activation_mb={o: float(desc[MEMORY_KEY[o]]) for o in options},
                     reduce_ms=reduce_ms,
                 )
             )
@@ -228,10 +235,12 @@ def figures(
             for kind in kinds
         ]
         cell_forward, cell_backward = min(least_f, wait_f) / 1e3, min(least_b, wait_b) / 1e3
-    if combined:  # after the FSDP floor, which holds of the times the combined step then shortens
-        kinds = [_less_slack(kind, slack[kind.name]) for kind in kinds]
-        tail_forward, tail_backward = _less(tail[0], tail[1], tail_slack_ms)
-        tail = (tail_forward, tail_backward, tail[2])
+    tail_slack = (0.0, 0.0)
+    if combined:  # beside the FSDP floor, which holds of the times the combined step then shortens
+        kinds = [_with_slack(kind, slack[kind.name]) for kind in kinds]
+        if tails:
+            forward, backward = slack[f"{tails[-1].model_name}:{tails[-1].kind.name}"]
+            tail_slack = (forward["NONE"], backward["NONE"])
     fused = Figures(
         kinds=tuple(kinds),
         ends=Ends(
@@ -245,6 +254,7 @@ def figures(
             tail[2],
             1e3 * cell_forward,
             1e3 * cell_backward,
+            *tail_slack,
         ),
         constant_mb=float(constant_mb),
         memory_mb=float(run.device.usable_mb),
@@ -259,90 +269,114 @@ def figures(
         return fused
     apart = apart_figures(run, fused, tail_slot, memory, times, links, many, with_memory)
     if combined:  # the MTP layers apart keep their slack (the output layer alone has none)
-        free = _less_slack(apart.kinds[-1], {"NONE": tail_slack_ms})
-        apart = replace(apart, kinds=(*apart.kinds[:-1], free))
+        free = _with_slack(apart.kinds[-1], ({"NONE": tail_slack[0]}, {"NONE": tail_slack[1]}))
+        apart = replace(
+            apart,
+            kinds=(*apart.kinds[:-1], free),
+            ends=replace(apart.ends, tail_forward_slack_ms=0.0, tail_backward_slack_ms=0.0),
+        )
     return replace(fused, apart=apart)
 
 
-def _less(forward_ms: float, backward_ms: float, slack_ms: float) -> tuple[float, float]:
-    """A layer's times less its combined-step slack: off the backward, which the step shortens
-    (`schedules.simulate`), and what the backward cannot give off the forward. A B form counts each cell's
-    backwards at least as often as its forwards (`bound.schedule_forms`), and the backward's own slack is at
-    most its time, so the forms stay below the combined schedule (tests/test_search_bound.py)."""
-    backward = min(slack_ms, backward_ms)
-    return forward_ms - min(slack_ms - backward, forward_ms), backward_ms - backward
+# what a combined step may save of a layer: option -> forward slack, option -> backward slack (ms)
+Slack = tuple[dict[str, float], dict[str, float]]
+NO_SLACK: Slack = (dict.fromkeys(OPTIONS, 0.0), dict.fromkeys(OPTIONS, 0.0))
 
 
-def _less_slack(kind: Kind, slack_ms: dict[str, float]) -> Kind:
-    found = {o: _less(kind.forward_ms[o], t, slack_ms.get(o, slack_ms["NONE"])) for o, t in kind.backward_ms.items()}
+def _with_slack(kind: Kind, slack: Slack) -> Kind:
+    forward, backward = slack
     return replace(
-        kind, forward_ms={o: f for o, (f, _) in found.items()}, backward_ms={o: b for o, (_, b) in found.items()}
+        kind,
+        forward_slack_ms={o: forward.get(o, forward["NONE"]) for o in kind.backward_ms},
+        backward_slack_ms={o: backward.get(o, backward["NONE"]) for o in kind.backward_ms},
     )
 
 
 def _chosen_slack(
-    run: RunConfig,
-    slots: Sequence[KindSlot],
-    slacks: dict[str, tuple[dict[str, float], dict[str, float] | None]],
-    tail: KindSlot | None,
-) -> tuple[dict[str, dict[str, float]], float]:
-    """Each kind's slack (`combined_slack_ms`) and the last TAIL's, under one of the two bounds of a step's saving
-    for every layer alike: a step saves at most its layers' slack beyond compute, and at most their times beyond
-    the host's launches of them (`iteration._combined_savings`), so the smaller in total of the two holds, taken
-    for all (not layer by layer: the least of two sums is not the sum of the leasts). The second needs every body
-    layer launched by the host and no waits for offloaded reloads beyond the option times (which the step's
-    times count, the screen's do not)."""
+    run: RunConfig, slots: Sequence[KindSlot], slacks: dict[str, dict[str, Slack | None]]
+) -> dict[str, Slack]:
+    """Each kind's slack (`combined_slack_ms`) under one of its bounds of a step's saving, for every layer alike:
+    a step saves at most its layers' slack beyond the compute stream, at most their slack beyond the comm stream,
+    and at most their times beyond the host's launches of them (`iteration._combined_savings`), so the least in
+    total of the three holds, taken for all (not layer by layer: the least of sums is not the sum of the
+    leasts). The launches' needs every body layer launched by the host and no waits for offloaded reloads
+    beyond the option times (which the step's times count, the screen's do not)."""
     if not slacks:
-        return {}, 0.0
-    beyond = {name: found[0] for name, found in slacks.items()}
-    launched = {name: found[1] for name, found in slacks.items()}
+        return {}
 
-    def total(chosen: dict[str, dict[str, float] | None]) -> float:
-        return sum(
-            slot.count * (chosen[f"{slot.model_name}:{slot.kind.name}"] or {}).get("NONE", 0.0) for slot in slots
-        )
+    def total(family: str) -> float:
+        found = 0.0
+        for slot in slots:
+            slack = slacks[f"{slot.model_name}:{slot.kind.name}"][family]
+            found += slot.count * (slack[0]["NONE"] + slack[1]["NONE"]) if slack is not None else math.inf
+        return found
 
-    tail_name = f"{tail.model_name}:{tail.kind.name}" if tail is not None else None
-    usable = not run.training.offload_modules and all(found is not None for found in launched.values())
-    if usable and total(launched) < total(beyond):
-        return {name: found or {} for name, found in launched.items()}, 0.0
-    return beyond, beyond[tail_name]["NONE"] if tail_name else 0.0
+    families = ["compute", "communication"]
+    if not run.training.offload_modules:
+        families.append("launch")
+    best = min(families, key=total)
+    return {name: found[best] or NO_SLACK for name, found in slacks.items()}
 
 
-def combined_slack_ms(
-    run: RunConfig, memory: MemoryModel, times: TimeModel, layer: Layer
-) -> tuple[dict[str, float], dict[str, float] | None]:
-    """Per option, the most Megatron-Core's combined 1F1B may save of the layer's forward and backward in a step
-    (ms), two ways: what its all-to-alls and host waits take beyond its compute (a step's saving is its layers'
-    time alone less the step, `combined.step_saving`, and the step is at least its compute stream's work, plus
-    the paired forwards' dispatcher waits), and what its times take beyond the host's launches of its kernels
-    (the step is at least those: `iteration._combined_savings`; None where the layer has none); a TAIL's MTP
-    layers are cut likewise (`combined.mtp_segments`) and bounded only the first way, its loss and a HEAD run
-    alone."""
+def combined_slack_ms(run: RunConfig, memory: MemoryModel, times: TimeModel, layer: Layer) -> dict[str, Slack | None]:
+    """Per bound of a step's saving, the most Megatron-Core's combined 1F1B may save of the layer's forward and of its
+    backward in a step, per option (ms). A step's saving is its layers' time alone less the step
+    (`combined.step_saving`), plus the paired forwards' dispatcher waits, and the step is at least each of its two
+    streams' work and the host's launches (`iteration._combined_savings`); so a step saves at most, summed over its
+    forward layers and its backward layers:
+
+    * "compute": what each part's time alone takes beyond its compute-stream work (the all-to-alls and host waits);
+    * "communication": what it takes beyond its comm-stream work, the all-to-alls at their link time (when the
+      all-to-alls outlast the compute, the comm stream holds the step: its layers save at most their compute);
+    * "launch": what its times take beyond the host's launches of its kernels (None where the layer has none: a
+      step of unlaunched layers is not held by the host).
+
+    A TAIL's MTP layers are cut likewise (`combined.mtp_segments`); the launch cap counts body layers only, so a
+    step of MTP layers alone saves up to their compute bound, which the TAIL keeps there. A HEAD runs alone."""
     delay = run.timing.delay_wgrad_compute
 
-    def beyond(segments: Segments) -> float:
-        computing = segments.pre_forward + segments.mlp_forward + segments.mlp_backward + segments.mlp_backward_dw
-        computing += segments.pre_backward + segments.pre_backward_dw
-        return max(0.0, segments.forward_alone + segments.backward_alone - computing)
+    def streams(segments: Segments) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(forward, backward) beyond the compute stream, and beyond the comm stream (seconds)."""
+        computing_f = segments.pre_forward + segments.mlp_forward
+        computing_b = segments.mlp_backward + segments.mlp_backward_dw + segments.pre_backward
+        computing_b += segments.pre_backward_dw
+        sending_f = segments.dispatch_forward + segments.combine_forward
+        sending_b = segments.dispatch_backward + segments.combine_backward
+        forward, backward = segments.forward_alone, segments.backward_alone
+        return (
+            (max(0.0, forward - computing_f), max(0.0, backward - computing_b)),
+            (max(0.0, forward - sending_f), max(0.0, backward - sending_b)),
+        )
 
     if layer.node == HEAD:
-        return dict.fromkeys(OPTIONS, 0.0), dict.fromkeys(OPTIONS, 0.0)
+        return dict.fromkeys(("compute", "communication", "launch"), NO_SLACK)
     if layer.node == TAIL:
-        found = sum(beyond(part) for part in mtp_segments(times, layer, LayerType.OUTPUT_LAYER, delay))
-        return dict.fromkeys(OPTIONS, 1e3 * found), dict.fromkeys(OPTIONS, 0.0)
-    slack, launched = {}, {}
+        parts = [streams(part) for part in mtp_segments(times, layer, LayerType.OUTPUT_LAYER, delay)]
+
+        def tail(which: int) -> Slack:
+            forward = 1e3 * sum(part[which][0] for part in parts)
+            backward = 1e3 * sum(part[which][1] for part in parts)
+            return dict.fromkeys(OPTIONS, forward), dict.fromkeys(OPTIONS, backward)
+
+        return {"compute": tail(0), "communication": tail(1), "launch": tail(0)}
+    found: dict[str, Slack] = {family: ({}, {}) for family in ("compute", "communication", "launch")}
     option_times = times.option_times(layer)
-    unlaunched = False
+    launched = True
     for option in OPTIONS:
         state, switches = option_state(option, memory.configured_switches(layer.model_name))
         segments = layer_segments(times, layer, state, switches, delay_wgrad=delay)
         host = times.host(layer, state, switches)
-        slack[option] = 1e3 * (beyond(segments) + host.dispatcher)
-        launch = host.launch_forward + host.launch_backward
-        launched[option] = max(0.0, sum(option_times[option]) - 1e3 * launch)
-        unlaunched = unlaunched or launch <= 0
-    return slack, None if unlaunched else launched
+        beyond_compute, beyond_comm = streams(segments)
+        for family, (forward, backward) in (("compute", beyond_compute), ("communication", beyond_comm)):
+            found[family][0][option] = 1e3 * (forward + host.dispatcher)
+            found[family][1][option] = 1e3 * backward
+        forward_ms, backward_ms = option_times[option]
+        found["launch"][0][option] = max(0.0, forward_ms - 1e3 * host.launch_forward)
+        found["launch"][1][option] = max(0.0, backward_ms - 1e3 * host.launch_backward)
+        # a step's paired layers are capped by their launches only when some are launched (`_combined_savings`):
+        # every layer launching both its forward and its backward keeps every step's pairs launched
+        launched = launched and host.launch_forward > 0 and host.launch_backward > 0
+    return {**found, "launch": found["launch"] if launched else None}
 
 
 def _apart_runs(run: RunConfig, tail: KindSlot) -> bool:

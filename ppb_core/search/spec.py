@@ -221,9 +221,10 @@ class SearchSpec(StrictModel):
     @property
     def ep_overlap_choices(self) -> tuple[bool, ...]:
         """Whether strategies run Megatron-Core's combined 1F1B (`enumerate.ep_overlaps`): the spec's list, else
-        off. Not on by default: a combined strategy's bound counts no pipeline drain (`bound.schedule_forms`), so
-        a balance budget, least bounds first, spends itself on them (searched at their jobs, Qwen3 235B on 256
-        H100s ranked one strategy of 10 balanced, 44.7 s, against 18.7 s without them: docs/search.md)."""
+        off. Not on by default: under ppb's model its strategies lose to their plain twins at the jobs measured
+        (no FULL recompute, one more micro-batch in flight) and their relaxed bounds miss the memory's hold on
+        their plans, so a balance budget spends balances on them (Qwen3 30B-A3B on 16 H100s: 7 places proven
+        against 10 without them; docs/search.md, *The combined 1F1B*)."""
         return tuple(dict.fromkeys(self.limits.ep_overlap)) if self.limits.ep_overlap is not None else (False,)
 
     @property
@@ -424,6 +425,12 @@ def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: 
             "which this grid does not offer (limits.ep_overlap)"
         )
         raise InputError(where, "timing.delay_wgrad_compute", said)
+    if not spec.moe:  # a dense model's grid has no expert dimensions (`enumerate.grid`): listing one did nothing
+        for name in ("ep", "etp"):
+            listed = getattr(spec.limits, name)
+            if listed is not None and set(listed) != {1}:
+                said = "expert parallel" if name == "ep" else "expert tensor parallel"
+                raise InputError(where, f"limits.{name}", f"is {said}, for an MoE model (no model has experts)")
     if True in (spec.limits.ep_overlap or ()):
         # what transformer_config.py __post_init__ (d98e8a64) asserts of it whatever the layout: refused once here,
         # not point by point (the run config refuses each point the same)

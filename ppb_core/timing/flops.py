@@ -227,6 +227,9 @@ class OpGeometry(Geometry):
     # after the output's redistribute; eab345c, unchanged at 36027d82d): those gathers move one byte
     # an element; the reduce-scatters stay in the training dtype.
     float8_tp: bool = False
+    # ... whose linears take their weights in float8 from FSDP's Float8 all-gather (`timing.fp8_fsdp_all_gather`):
+    # no weight cast of their own, so no amax all-reduce for it (`_titan_amax_reductions`)
+    float8_fsdp_gather: bool = False
     # Megatron's TransformerEngine linears under FP8 (`te_fp8_gather_bytes`): bytes an element of their
     # sequence-parallel all-gathers (the input's forward gather, its backward re-gather, the output
     # gradient's gather); () outside FP8 or TE, or for layers kept in 16 bits
@@ -291,6 +294,7 @@ class OpGeometry(Geometry):
             float8_tp=run.framework == "torchtitan"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            float8_fsdp_gather=run.framework == "torchtitan" and run.timing.fp8_fsdp_all_gather,
             te_fp8_gather=te_fp8_gather_bytes(run.timing.fp8_recipe)
             if run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
@@ -397,10 +401,18 @@ def _shared_input_sums(geo: OpGeometry, rows: float, width: float, linears: int 
     each input gradient past the first is added to the sum (`InputBuffer::accumulate`: read two, write
     one, in the compute dtype). Counted from torchtitan's eager step (`ppb_core.census.ops`, the
     backward's `aten.add`s: three a Llama block); Megatron's fused QKV and fc1 GEMMs have one input
-    gradient, and torch.compile fuses the sums into the kernels after them, so eager torchtitan only."""
-    if not geo.eager:
-        return 0.0, 0.0
-    return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    gradient. Under torch.compile Inductor fuses each add into the kernel that reads the sum (the norm's
+    backward, or under sequence parallelism the chunk-and-cat before the reduce-scatter, `funcol`), but
+    the addends are matmul outputs, extern cuBLAS kernels' buffers no epilogue joins (Inductor's `mm`
+    lowering without max-autotune, torch/_inductor/kernel/mm.py `tuned_mm`; post_grad.py's `addmm` pattern
+    needs the add to take the `mm` itself, not its 3-D view, and `should_prefer_unfused_addmm` keeps an add
+    whose users are pointwise), so that kernel reads every addend: each input gradient past the first is
+    read once more than one summed gradient would be."""
+    if geo.eager:
+        return 0.0, (linears - 1) * 3 * rows * width * geo.dtype_bytes
+    if geo.framework == "torchtitan":
+        return 0.0, (linears - 1) * rows * width * geo.dtype_bytes
+    return 0.0, 0.0
 
 
 def _plus(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
@@ -499,6 +511,36 @@ def _te_amax_reduction(name: str, block: str, source: str, backward: bool) -> Op
     return Op(name, block, COMM, inputs=(source,), forward_comm=comm)
 
 
+def _titan_amax_reductions(name: str, block: str, source: str, geo: OpGeometry, linears: int) -> Op:
+    """The scalar all-reduces of a sequence-parallel region's float8 casts under torchtitan's Float8 TP
+    (`OpGeometry.float8_tp`), one NCCL call each over TP, on the critical path between each amax and its cast.
+
+    torchao casts a DTensor with dynamic tensorwise scaling: `tensor_to_scale` takes `torch.max(torch.abs(x))`
+    of the local shard (float8/float8_utils.py `tensor_to_amax` at eab345c, torchtitan 9dec370's pin, and
+    6243040, 820504e's), which DTensor types `Partial("max")` (torch/distributed/tensor/_ops/_math_ops.py
+    `LINEAR_REDUCTION_OP_MAP`: `aten.max.default: "max"`); `amax_to_scale`'s clamp and division are not
+    linear, so DTensor's pointwise strategy replicates the amax first (_ops/_pointwise_ops.py: a `Partial`
+    input of a non-linear op becomes `Replicate`), one all-reduce (MAX), traced into the compiled block with
+    its wait. A region of *linears* column-parallel linears reading one gathered input and one row-parallel
+    linear after them casts, in its forward, the shard before the all-gather (`PrepareFloat8ModuleInput`), the
+    row-parallel input on its `Shard(-1)` (`Float8RowwiseParallel._prepare_input_fn`) and each linear's
+    TP-sharded weight (`Float8Linear.forward`, the weight a `Shard` DTensor once FSDP2 gathers it; none
+    where FSDP gathers it in float8, `float8_fsdp_gather`); in its backward each output gradient
+    (`NoopFwToFloat8BwDynamic` in `Float8ColwiseParallel` / `Float8RowwiseParallel._prepare_output_fn`, on
+    `Shard(-1)` and `Shard(1)`). A rerun forward (full checkpointing, and the per-op policy, whose save list
+    holds `aten.max` but not the all-reduce after it) all-reduces again."""
+    weights = 0 if geo.float8_fsdp_gather else linears + 1
+    forward, backward = 2 + weights, linears + 1
+    return Op(
+        name,
+        block,
+        COMM,
+        inputs=(source,),
+        forward_comm=Collective(ALL_REDUCE, "tp", STATS_BYTES * forward, "tp", calls=forward),
+        backward_comm=Collective(ALL_REDUCE, "tp", STATS_BYTES * backward, "tp", calls=backward),
+    )
+
+
 def _tp_entry(
     p: str,
     stem: str,
@@ -511,6 +553,7 @@ def _tp_entry(
     userbuffers: str | None = None,
     float8: bool = False,
     te_fp8: bool = False,
+    linears: int = 1,
 ) -> list[Op]:
     """Entering a tensor-parallel region. Under SP the sequence shards are all-gathered (the `gather`
     switch keeps the gathered copy; at 0 the backward gathers again, behind the consumer's input
@@ -520,8 +563,9 @@ def _tp_entry(
     Megatron's --tp-comm-overlap runs as a ring exchange by default (`ppb_core.timing.userbuffers`; its
     `<name>_fprop` method from --tp-comm-overlap-cfg, `OpGeometry.ub_method`). *float8*: the
     consumer is a block GEMM under torchtitan's Float8 TP (`OpGeometry.float8_tp`), the shard gathered in
-    float8. *te_fp8*: the consumer is a TransformerEngine FP8 linear, which all-gathers the shard in FP8
-    (`OpGeometry.te_fp8_gather`)."""
+    float8, the region's amax all-reduces beside it (`_titan_amax_reductions`, *linears* column-parallel
+    consumers of the gathered input). *te_fp8*: the consumer is a TransformerEngine FP8 linear, which
+    all-gathers the shard in FP8 (`OpGeometry.te_fp8_gather`)."""
     if geo.tp == 1:
         return []
     payload = geo.tokens * width * geo.dtype_bytes
@@ -558,6 +602,7 @@ def _tp_entry(
             *amax,
         ]
     if geo.gathers:
+        amax = [_titan_amax_reductions(f"{p}amax_{stem}", block, source, geo, linears)] if float8 else []
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -568,7 +613,8 @@ def _tp_entry(
                 forward_comm=Collective(ALL_GATHER, "tp", gathered, "tp", (consumer, "forward")),
                 backward_comm=Collective(REDUCE_SCATTER, "tp", payload, "tp_async", (consumer, "wgrad")),
                 recompute_comm=Collective(ALL_GATHER, "tp", gathered, "tp_async", (consumer, "dgrad")),
-            )
+            ),
+            *amax,
         ]
     return [
         Op(
@@ -773,7 +819,17 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
         d = att.head_dim
         kv = kv_heads_per_rank(att.num_kv_heads, geo.tp)
         entry = _tp_entry(
-            p, "attention", block, geo, h, norm, p + "qk_proj", userbuffers="qkv", float8=geo.float8_tp, te_fp8=True
+            p,
+            "attention",
+            block,
+            geo,
+            h,
+            norm,
+            p + "qk_proj",
+            userbuffers="qkv",
+            float8=geo.float8_tp,
+            te_fp8=True,
+            linears=3,  # torchtitan's wq, wk, wv (model.py `Attention`)
         )
         ops += entry
         source = entry[0].name if geo.gathers else norm
@@ -1382,7 +1438,7 @@ def _ffn(
             weights=up_weights,
             inputs=(source,),
             groups=groups,
-            # w1 and w3 (gated) read one input: autograd sums their input gradients under eager torchtitan
+            # w1 and w3 (gated) read one input: autograd sums their input gradients under torchtitan
             side_bytes=_plus(
                 _fc1_bias_passes(geo, bias, rows, up_width, gated),
                 _shared_input_sums(geo, rows, h) if gated else (0.0, 0.0),
@@ -1448,7 +1504,19 @@ def _norm_fed_first(ops: list[Op]) -> list[Op]:
 def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     h, block = kind.hidden_size, "mlp"
     norm = p + "norm2"
-    entry = _tp_entry(p, "mlp", block, geo, h, norm, p + "mlp_in", userbuffers="fc1", float8=geo.float8_tp, te_fp8=True)
+    entry = _tp_entry(
+        p,
+        "mlp",
+        block,
+        geo,
+        h,
+        norm,
+        p + "mlp_in",
+        userbuffers="fc1",
+        float8=geo.float8_tp,
+        te_fp8=True,
+        linears=2 if mlp.gated else 1,  # w1 and w3 (`FeedForward`), or one
+    )
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppb_core.config.run import RunConfig
+from ppb_core.config.run import DTYPE_BYTES, RunConfig
 from ppb_core.host_copies import HostCopies, HostLayer
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.memory.frameworks import te_offload
@@ -189,6 +189,40 @@ def mindspore_fusion_id(run: RunConfig, layer: Layer, groups: int) -> int:
     if layer.node == HEAD:
         return 2 if run.parallel.pp > 1 else groups
     return 1
+
+
+def mindspore_reduction_bytes(run: RunConfig) -> int:
+    """Bytes an element of a MindFormers run's data-parallel gradient reduction: the parameter's own dtype
+    (model_config.param_init_type, `timing.param_dtype`), not an fp32 main gradient.
+
+    MindSpore (mindspore/ccsrc/frontend/parallel/step_parallel.cc and step_parallel_utils.cc, the stored 2024
+    versions, contemporary with the cards' MindFormers v1.4.0-beta2 of January 2025; the 2022 version, 72cc2522,
+    gathered after a 16-bit cast everywhere, which differs for fp32 parameters): without the parallel optimizer
+    the mirror op, whose backward all-reduces the gradient, goes between the parameter and MindFormers' `Linear` cast
+    (`InsertMirrorBeforeCast` under `gradient_fp32_sync`, on by default, context.cc `ParallelContext::Reset`);
+    under it the optimizer-parallel AllGather goes on the parameter itself without a pipeline
+    (`InsertAllGatherAfterCast` and `FindChildCastWithFP32ToFP16` return nothing when
+    `pipeline_stage_split_num() <= 1`), its backward a ReduceScatter of the parameter's gradient; over
+    micro-batches the reduced tensor is the accumulation buffer `accu_grads`, a clone of the parameters
+    (`_MicroStepAllGather`'s bprop, ops/_grad_experimental/grad_comm_ops.py; mindformers/wrapper/wrapper.py
+    `MFPipelineWithLossScaleCell`, a4dfb8219: `self.weights.clone(prefix="accu_grads")`). Each way the
+    parameter's dtype."""
+    return DTYPE_BYTES[run.timing.param_dtype or run.training.dtype]
+
+
+def mindspore_gather_bytes(run: RunConfig) -> int:
+    """Bytes an element of a MindFormers run's optimizer-parallel parameter AllGather: the parameter's dtype
+    where MindSpore gathers the parameter itself (no pipeline, no accumulation), else the compute dtype.
+
+    step_parallel.cc `InsertAllGatherOp`: under a pipeline `InsertAllGatherAfterCast` moves the gather
+    after the `Linear`'s cast to the compute dtype, and `FindChildCastWithFP32ToFP16` casts an fp32
+    parameter down before it "for saving communication" under a pipeline or gradient accumulation (the
+    later stored version, when MindSpore's grad_accumulation_step is set; an earlier one only under a
+    pipeline, which differs for an fp32-parameter run that accumulates without a pipeline); otherwise the
+    gather takes the parameter as it is."""
+    if run.parallel.pp > 1 or run.training.micro_batches > 1:
+        return run.training.dtype_bytes
+    return mindspore_reduction_bytes(run)
 
 
 def fused_by_id(
@@ -879,8 +913,9 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         passes = 0.0  # the compute stream's time in bucket passes so far
         if rules.fusion_groups:  # MindSpore's fused reductions, one per fusion id (no bucket passes)
             members = [(when, params, layer) for (when, params, _), layer in zip(ready, layers, strict=True)]
+            element = mindspore_reduction_bytes(run)
             for when, params in fused_by_id(run, members, rules.fusion_groups):
-                seconds = _dp_collective(kind, params, memory.setup.grad_bytes, links) if reduces else 0.0
+                seconds = _dp_collective(kind, params, element, links) if reduces else 0.0
                 buckets.append((when, seconds))
             ready = []  # nothing left for the size rule
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
@@ -1027,13 +1062,14 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
             for _, forward, _ in entries:
                 offsets.append(offsets[-1] + forward)
             if rules.fusion_groups:  # MindSpore's fused gathers, one per fusion id, before its first reader
+                element = mindspore_gather_bytes(run)
                 start_at = first_forward.get(chunk, 0.0)
                 members = [
                     (start_at + offsets[index], memory.parameters(layer), layer)
                     for index, (layer, _, _) in enumerate(entries)
                 ]
                 for use, params in fused_by_id(run, members, rules.fusion_groups, first=True):
-                    gathers.append((use, _parameter_gather_seconds(params, LayerParams(), dtype_bytes, links)))
+                    gathers.append((use, _parameter_gather_seconds(params, LayerParams(), element, links)))
                 continue
             backward_order = list(reversed(entries))
             ends = bucket_ends(
