@@ -34,7 +34,8 @@ PyTorch as that image's NGC container shipped it (`torch_release`).
 Prints each case (peak, after-step, seconds: measured, ppb, error), then per family and GPU the mean
 absolute and the largest error of each, with `--verbose` the MoE rows beyond 3% priced with the busiest
 expert-parallel rank at its routing bound (`routing_rows`) and every row beyond 3% iteration by iteration
-(`iteration_rows`: iteration 1 against ppb without Adam's moments, the rise after iteration 2), then the
+(`iteration_rows`: iteration 1 against ppb without Adam's moments, with them where the load made them,
+the rise after iteration 2), then the
 refusals by reason.
 """
 
@@ -399,13 +400,20 @@ class IterationRow:
 
     row: Row
     first: float | None  # the measured peak at iteration 1 (None: the file logs no iteration 1)
-    first_ppb: float | None  # ppb's peak without Adam's moments (None: not an Adam run, or CUDA graphs)
+    # ppb's peak at iteration 1: without Adam's moments unless made at the load (None: not Adam, or CUDA graphs)
+    first_ppb: float | None
     second: float | None  # the measured peak at the second logged iteration
 
     @property
     def rise(self) -> float | None:
         """What the peak grew from the second logged iteration to the last, no setting having changed."""
         return None if self.second is None or self.row.peak is None else self.row.peak[0] - self.second
+
+
+def _states_at_start(row: Row) -> bool:
+    """Whether the row's run has its optimizer's states before iteration 1 (`training.optimizer_states_at_start`,
+    set by `ppb import megatron` from the case's flags)."""
+    return row.measured is not None and bool(row.measured.raw["training"].get("optimizer_states_at_start"))
 
 
 def iteration_rows(rows: list[Row], beyond: float = 0.03) -> list[IterationRow]:
@@ -415,9 +423,10 @@ def iteration_rows(rows: list[Row], beyond: float = 0.03) -> list[IterationRow]:
     logs `torch.cuda.max_memory_allocated()` and resets nothing), so it never falls. Iteration 1 runs
     before the first optimizer step creates Adam's two moments (torch.optim.Adam and Transformer Engine's
     FusedAdam make a parameter's state at its first step): it is compared with ppb's peak without them
-    (bench/public_memory.py `predicted_first_iteration_gib`). A rise after the second iteration, every
-    setting the same, is what the data moves: an MoE router's balance as it trains. A peak flat from
-    iteration 1 on with ppb's lower later on is iteration 1's own."""
+    (bench/public_memory.py `predicted_first_iteration_gib`), or with them where the case's flags make them
+    at the load (Megatron-FSDP's --ckpt-format fsdp_dtensor with --load: `training.optimizer_states_at_start`).
+    A rise after the second iteration, every setting the same, is what the data moves: an MoE router's
+    balance as it trains. A peak flat from iteration 1 on with ppb's lower later on is iteration 1's own."""
     found = []
     for row in rows:
         error = _error(row.peak)
@@ -563,8 +572,9 @@ def main() -> int:
             name = f"{row.family}/{row.case}"
             print(f"  {name:62s} {row.gpu:4s} {measured:7.2f} {balanced:7.2f} {bound:5.2f} {worst:7.2f}  {within}")
         print()
-        print("Rows beyond 3% by iteration: the measured peak at iteration 1 (no Adam moments yet) against ppb's")
-        print("without them, at the second logged iteration, and its rise from there to the last (no setting changes):")
+        print("Rows beyond 3% by iteration: the measured peak at iteration 1 (no Adam moments yet, unless the load")
+        print("made them: `at load`) against ppb's there, at the second logged iteration, and its rise from there")
+        print("to the last (no setting changes):")
         for item in iteration_rows(rows):
             row = item.row
             name = f"{row.family}/{row.case}"
@@ -575,7 +585,8 @@ def main() -> int:
                 ppb = f"{'-':>7s} {'-':>7s}"
             second = f"{item.second:7.2f}" if item.second is not None else f"{'-':>7s}"
             rise = f"{item.rise:+7.2f}" if item.rise is not None else f"{'-':>7s}"
-            print(f"  {name:62s} {row.gpu:4s} {first} {ppb} {second} {rise}")
+            at_load = "  at load" if _states_at_start(row) else ""
+            print(f"  {name:62s} {row.gpu:4s} {first} {ppb} {second} {rise}{at_load}")
     print()
     reasons = Counter(reason for _, reason, _ in refused)
     print(f"refused: {len(refused)} (case, gpu) pairs or cases")

@@ -436,12 +436,16 @@ def predicted_after_step_gib(row: MeasuredPeak) -> float:
 def predicted_first_iteration_gib(row: MeasuredPeak) -> float:
     """ppb's peak of the measured stage before the first optimizer step allocates Adam's two fp32
     moments (torch.optim.Adam and Transformer Engine's FusedAdam create a parameter's state at its
-    first step; Megatron's optimizers keep the fp32 master copy from their construction), in GiB."""
+    first step; Megatron's optimizers keep the fp32 master copy from their construction), in GiB. Where
+    they exist before it (`training.optimizer_states_at_start`: Megatron-FSDP's fsdp_dtensor load makes
+    them, ppb_core.balance.megatron_import `_states_at_load`), the steady peak's moments hold."""
     assert row.stage is not None
     run = config(row)
     memory = MemoryModel(run)
     held = [layer for layer in walk(run) if layer.stage == row.stage]
-    moments = 8 * sum(memory.static_breakdown(layer).optimizer_states for layer in held)
+    moments = 0.0
+    if not run.training.optimizer_states_at_start:
+        moments = 8 * sum(memory.static_breakdown(layer).optimizer_states for layer in held)
     peak = run_stage_peaks(run, memory)[row.stage]
     # the first iteration's first-call moment (`StagePeak.first_loss`) is already without them
     before_step = [

@@ -214,3 +214,32 @@ def test_rows_beyond_3_percent_by_iteration(bench):
     assert found.row is off and found.first == 1.0 and found.second == 1.5
     assert found.rise == pytest.approx(predicted * 1.10 - 1.5)
     assert found.first_ppb == pytest.approx(bench.predicted_first_iteration_gib(row.measured))
+
+
+def test_iteration_1_holds_the_moments_an_fsdp_dtensor_load_made(bench, monkeypatch):
+    # Megatron-FSDP with --ckpt-format fsdp_dtensor and --load: load_checkpoint's dummy step makes Adam's moments
+    # before iteration 1 (optimizer/distrib_optimizer.py `_init_optimizer_states_with_dummy_values`, febd25e3fb),
+    # so ppb's iteration 1 is its steady peak; without --load it is that peak less the stage's moments, and so
+    # for a row measured before af28b5a559 (2025-08-21: no such format, no dummy step).
+    monkeypatch.setattr(bench, "te_release", lambda commit: None)
+    monkeypatch.setattr(bench, "torch_release", lambda commit: None)
+    text = (
+        "pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+        "--max-position-embeddings 512 --micro-batch-size 2 --global-batch-size 16 --bf16 --vocab-size 32000 "
+        "--tokenizer-type NullTokenizer --use-distributed-optimizer --use-megatron-fsdp --ckpt-format fsdp_dtensor"
+    )
+    cases = (
+        ("loaded", " --load /ckpt", "2026-03-22"),
+        ("fresh", "", "2026-03-22"),
+        ("old", " --load /ckpt", "2025-07-05"),
+    )
+    found = {}
+    for name, flags, day in cases:
+        golden = bench.Golden(None, None, None, f"c0ffee {day}", measured_commit=f"c0ffee {day}")
+        row = bench.price("gpt", name, "h100", text + flags, golden, 8)
+        found[name] = (row, bench.predicted_first_iteration_gib(row.measured), bench.predicted_gib(row.measured)[0])
+    row, first, steady = found["loaded"]
+    assert bench._states_at_start(row) and first == pytest.approx(steady)
+    for name in ("fresh", "old"):
+        row, first, steady = found[name]
+        assert not bench._states_at_start(row) and first < steady

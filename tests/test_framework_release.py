@@ -73,6 +73,10 @@ def _released(run, **release: str):
         ("transformer_engine", "2.16.0+f8a01cd5", "te_grouped_weights_unsaved", False),
         ("transformer_engine", "v2.17", "te_grouped_weights_unsaved", True),
         ("transformer_engine", "2025-04-07", "te_dummy_wgrad", False),
+        ("megatron_core", "2025-08-20", "fsdp_dtensor_load_states", False),  # af28b5a559, 2025-08-21
+        ("megatron_core", "2025-08-21", "fsdp_dtensor_load_states", True),
+        ("megatron_core", "core_r0.14.0", "fsdp_dtensor_load_states", False),  # git tag --contains: core_v0.15.0 on
+        ("megatron_core", "core_v0.15.0", "fsdp_dtensor_load_states", True),
         ("transformer_engine", "2025-04-08", "te_dummy_wgrad", True),
     ],
 )

@@ -538,6 +538,24 @@ def test_megatron_fused_loss_autotunes_at_its_first_call_before_pytorch_2_6():
     assert "first_loss" not in run_stage_peaks(plain)[0].moments
 
 
+def test_the_first_loss_holds_the_moments_where_they_exist_before_the_first_step():
+    # Megatron-FSDP with --ckpt-format fsdp_dtensor and --load (training/checkpointing.py `load_checkpoint`,
+    # optimizer/distrib_optimizer.py `sharded_param_state_fsdp_dtensor` → `_init_optimizer_states_with_dummy_values`,
+    # febd25e3fb): one step on zero gradients makes Adam's moments before iteration 1, checkpoint or not. The run
+    # above at PyTorch 2.5 then reaches its first call with them: nothing taken off, the first loss 262,144 +
+    # 256,000,000 bytes over the loss (not 2,363,904 less), every later moment the same.
+    fused = make_run(DENSE, timing={"cross_entropy_fusion": True})
+    old = fused.model_copy(update={"framework_release": FrameworkRelease(pytorch="2.5")})
+    loaded = old.model_copy(update={"training": old.training.model_copy(update={"optimizer_states_at_start": True})})
+    (before,), (peak,) = run_stage_peaks(old), run_stage_peaks(loaded)
+    assert peak.first_step_bytes == 0
+    assert peak.moments["first_loss"] - peak.moments["loss"] == 262_144 + 256_000_000
+    assert peak.moments["first_loss"] - before.moments["first_loss"] == 2_363_904
+    assert {name: b for name, b in peak.moments.items() if name != "first_loss"} == {
+        name: b for name, b in before.moments.items() if name != "first_loss"
+    }
+
+
 def test_megatron_full_recompute_methods():
     # recompute.py: uniform checkpoints groups of num_layers from the group's input; block the first
     # num_layers of each chunk. DENSE, 4 layers on one stage, one micro-batch in flight.

@@ -100,3 +100,31 @@ def test_the_importer_names_the_fsdp_implementation(flag, impl):
     imported = import_megatron(f"{flags} --bf16 --use-distributed-optimizer {flag}", 8, "h100-80gb")
     run = run_config_of(imported, "case")
     assert run.parallel.fsdp and run.parallel.fsdp_impl == impl and run.megatron_fsdp == (impl == "megatron_fsdp")
+
+
+def test_an_fsdp_dtensor_load_makes_the_optimizer_states_before_iteration_1():
+    # Megatron-LM febd25e3fb (and d98e8a64): training.py calls `load_checkpoint` wherever --load is set; under
+    # --ckpt-format fsdp_dtensor it builds the state dict to load into whether a checkpoint exists or not,
+    # handing `generate_state_dict` the optimizer unless --finetune or --no-load-optim (and that asks for its
+    # state unless --no-save-optim); `sharded_param_state_fsdp_dtensor(is_loading=True)` then runs
+    # `_init_optimizer_states_with_dummy_values`, one `optimizer.step()` on zero gradients: Adam's moments exist
+    # before iteration 1. The format and its dummy step came with af28b5a559 (2025-08-21, core_v0.15.0).
+    flags = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --max-position-embeddings 512"
+    fsdp = f"{flags} --bf16 --use-distributed-optimizer --use-megatron-fsdp --ckpt-format fsdp_dtensor"
+
+    def at_start(text: str, release: dict | None = None) -> bool:
+        imported = import_megatron(text, 8, "h100-80gb", release=release)
+        assert imported.notes == []  # the checkpoint flags read past; --no-save-optim read where it bears
+        return run_config_of(imported, "case").training.optimizer_states_at_start
+
+    assert at_start(f"{fsdp} --load /ckpt")
+    assert at_start(f"{fsdp} --load=/ckpt --auto-detect-ckpt-format")  # detection first; the fsdp_dtensor branch after
+    assert not at_start(fsdp)  # no --load: load_checkpoint never runs
+    for flag in ("--finetune", "--no-load-optim", "--no-save-optim"):
+        assert not at_start(f"{fsdp} --load /ckpt {flag}")
+    assert not at_start(
+        f"{flags} --bf16 --use-distributed-optimizer --load /ckpt"
+    )  # torch_dist: no checkpoint, no state
+    assert at_start(f"{fsdp} --load /ckpt", {"megatron_core": "2025-08-21"})
+    assert not at_start(f"{fsdp} --load /ckpt", {"megatron_core": "2025-08-20"})
+    assert not at_start(f"{fsdp} --load /ckpt", {"megatron_core": "core_v0.14.0"})

@@ -257,6 +257,21 @@ def test_te_norms_inside_a_linear_feed_only_layernorm_linear_gemms():
     assert {op.name for op in ops_of(spec_run(moe, tp=2)) if op.norm_input} == {"qk_proj", "v_proj"}
 
 
+def test_delayed_scaling_layernorm_linear_norms_write_fp8():
+    # TE v2.9 extensions/normalization.cpp: a LayerNormLinear's norm under delayed scaling (`Float8Quantizer`) is
+    # FULLY_FUSED, writing its output in FP8 (a byte) where other recipes write bf16 and quantize after. _llama
+    # at tp 1, 1024 tokens of h 512: bf16 norm forward 1024·512·(2 + 2) = 2,097,152 B, delayed 1024·512·(2 + 1) =
+    # 1,572,864 B for norm1 and the dense MLP's norm2; MLA's input norm (its own module) stays 16-bit, its latent
+    # norms (in the up-projections' LayerNormLinears) write FP8: q 1024·256·3 = 786,432 B.
+    for recipe, out in (("tensorwise", 2), ("delayed", 1)):
+        ops = {op.name: op for op in ops_of(_fp8_run(_llama(), recipe))}
+        assert ops["norm1"].bytes == ops["norm2"].bytes == 1024 * 512 * (2 + out), recipe
+        assert ops["norm1"].backward_bytes == 3 * 1024 * 512 * 2
+    mla = {op.name: op for op in ops_of(_fp8_run({**MLA_H1024, "intermediate_size": 2048}, "delayed"))}
+    assert mla["norm1"].bytes == 1024 * 1024 * 4
+    assert mla["q_norm"].bytes == 786_432
+
+
 def test_mtp_projection_gathers_its_input_in_fp8_and_its_output_in_bf16():
     # Megatron-Core's MTP layer (multi_token_prediction.py `_proj_and_transformer_layer`, d98e8a64 and
     # 0d8e0714cd) runs `_concat_embeddings` inside `get_fp8_context`: eh_proj, a TE column-parallel linear,

@@ -735,7 +735,27 @@ def _training(
         moe["capacity_factor"] = args.number("--moe-expert-capacity-factor", 1.0)
     if "num_experts" in spec:  # TEGroupedMLP with --moe-grouped-gemm, else SequentialMLP
         training["moe"] = {**moe, "grouped_gemm": args.has("--moe-grouped-gemm")}
+    if _states_at_load(args, release):
+        training["optimizer_states_at_start"] = True
     return training
+
+
+def _states_at_load(args: _Args, release: FrameworkRelease) -> bool:
+    """Whether `load_checkpoint` makes the optimizer's states before iteration 1 (training/checkpointing.py
+    and optimizer/distrib_optimizer.py, af28b5a559 to d98e8a64; febd25e3fb read too). training.py calls
+    `load_checkpoint` wherever --load is set (and not --moe-use-upcycling); with `args.ckpt_format ==
+    "fsdp_dtensor"` (Megatron-FSDP's only format, arguments.py) it builds the state dict to load into,
+    checkpoint found or not (`FileNotFoundError` read as no metadata; --auto-detect-ckpt-format only looks
+    first), handing `generate_state_dict` the optimizer unless --finetune or --no-load-optim; that asks for
+    its `sharded_state_dict(is_loading=True)` unless --no-save-optim, and `sharded_param_state_fsdp_dtensor`
+    runs `_init_optimizer_states_with_dummy_values`: a zero gradient for every parameter and one
+    `optimizer.step()`, which makes Adam's moments."""
+    given = args.given  # checkpoint flags read past (NO_BEARING), not marked read
+    if not (release.holds("fsdp_dtensor_load_states") and given.get("--ckpt-format", [])[:1] == ["fsdp_dtensor"]):
+        return False
+    if "--load" not in given or any(flag in given for flag in ("--moe-use-upcycling", "--finetune", "--no-load-optim")):
+        return False
+    return not args.has("--no-save-optim")  # read: here it bears on the memory
 
 
 MEGATRON_FSDP_DTYPES = ("fp32", "bf16", "fp16", "auto")  # arguments.py choices of the three flags below

@@ -147,6 +147,15 @@ CHANGES: dict[str, Change] = {
         "the modules outside its units across the iteration's end (param_and_grad_buffer.py); before, the "
         "reset in `finish_grad_sync` released it before the optimizer step",
     ),
+    "fsdp_dtensor_load_states": Change(
+        MEGATRON_CORE,
+        "af28b5a559",
+        "2025-08-21",
+        (0, 15),
+        "--ckpt-format fsdp_dtensor (Megatron-FSDP's checkpoints) with --load makes the optimizer's states before "
+        "iteration 1, a checkpoint found or not (training/checkpointing.py `load_checkpoint`, optimizer/"
+        "distrib_optimizer.py `_init_optimizer_states_with_dummy_values`); before, no such format",
+    ),
     "fsdp_grads_own_dtype": Change(
         MEGATRON_CORE,
         "adfe9e11d9",

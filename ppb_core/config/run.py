@@ -510,6 +510,13 @@ class Training(StrictModel):
         description="Megatron's --cpu-offloading-num-layers: Transformer Engine's CPU offloading of the first N "
         "decoder layers' saved activations (ppb_core.memory.frameworks.te_offload)",
     )
+    optimizer_states_at_start: bool = Field(
+        False,
+        description="the optimizer's states (Adam's moments) exist before the launch's first iteration: a run "
+        "resumed with its optimizer state, or Megatron-FSDP's with --ckpt-format fsdp_dtensor and --load even "
+        "where no checkpoint exists (one step on zero gradients makes them; ppb_core.balance.megatron_import); "
+        "the first iteration's moments then hold them",
+    )
 
     @field_validator("dropout")
     @classmethod

@@ -90,9 +90,13 @@ def allocated_peak_bytes(memory: MemoryModel, layer_walk: LayerWalk, peak: Stage
     if run.framework != "megatron" or run.timing.cuda_graph_impl != "transformer_engine":
         return None
     graphed = graphed_bytes(memory, layer_walk, peak)
-    moments = ADAM_MOMENT_BYTES * sum(
-        memory.static_breakdown(layer).optimizer_states for layer in layer_walk if layer.stage == peak.stage
-    )
+    # none made at the first step where they exist before it (`Training.optimizer_states_at_start`)
+    moments = 0.0
+    if not run.training.optimizer_states_at_start:
+        held_states = (
+            memory.static_breakdown(layer).optimizer_states for layer in layer_walk if layer.stage == peak.stage
+        )
+        moments = ADAM_MOMENT_BYTES * sum(held_states)
     warmup = run.timing.cuda_graph_warmup_steps
     held = peak.moments
     found = []

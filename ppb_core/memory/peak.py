@@ -239,7 +239,10 @@ def stage_peaks(
         | {"first_call": 0.0, "first_step": 0.0}
         for stage in range(stages)
     }
-    adam = memory.run.training.optimizer in ("adam", "adamw")  # moments made at the first step (torch, TE, apex)
+    # moments made at the first step (torch, TE, apex), unless they exist before it (a resumed run, or Megatron-FSDP's
+    # fsdp_dtensor load: `Training.optimizer_states_at_start`)
+    training = memory.run.training
+    adam = training.optimizer in ("adam", "adamw") and not training.optimizer_states_at_start
     candidates = [len(vectors[stage]) for stage in range(stages)]  # the peak vector is one of these
     attention = _attention_workspaces(memory, groups)
     backward_starts = _backward_starts(memory, stages, chunks) if attention and steps is None else None

@@ -237,6 +237,9 @@ class OpGeometry(Geometry):
     # ... under current (tensorwise) scaling, where each such quantizer all-reduces its amax over TP
     # (`_te_amax_reduction`)
     te_amax_reduction: bool = False
+    # ... under delayed scaling, where a LayerNormLinear's norm writes its output in FP8 itself, a byte an
+    # element (TE v2.9 extensions/normalization.cpp: FULLY_FUSED for `Float8Quantizer`; `Op.norm_input`)
+    te_norm_fp8_out: bool = False
     # torchtitan without torch.compile: element-wise work as PyTorch's eager kernels (`EAGER_TRAFFIC`)
     # and autograd's sums of the input gradients of linears that share an input (`_shared_input_sums`)
     eager: bool = False
@@ -301,6 +304,10 @@ class OpGeometry(Geometry):
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            te_norm_fp8_out=run.framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "delayed",
             eager=run.framework == "torchtitan" and not run.timing.torch_compile,
             repeat_kv=run.framework == "torchtitan" and run.timing.repeat_kv,
             eager_final_norm=run.framework == "torchtitan"
@@ -461,11 +468,13 @@ def _elementwise(
     return Op(name, block, MEMORY, switch, transient, tuple(inputs), 0.0, forward_bytes, 0.0, backward_bytes)
 
 
-def _norm(name: str, block: str, rows: float, width: float, bc: int, rms: bool = True, **kw) -> Op:
+def _norm(
+    name: str, block: str, rows: float, width: float, bc: int, rms: bool = True, fp8_out: bool = False, **kw
+) -> Op:
     """Forward reads x and writes y; backward reads x and dy and writes dx (statistics are small). An
     RMSNorm runs as several kernels in eager PyTorch (`EAGER_TRAFFIC`); a LayerNorm is one
-    (`native_layer_norm`) either way."""
-    op = _elementwise(name, block, 2 * rows * width * bc, 3 * rows * width * bc, **kw)
+    (`native_layer_norm`) either way. *fp8_out*: y written in FP8, a byte (`OpGeometry.te_norm_fp8_out`)."""
+    op = _elementwise(name, block, rows * width * (bc + (1 if fp8_out else bc)), 3 * rows * width * bc, **kw)
     return dataclasses.replace(op, fusion="norm") if rms else op
 
 
@@ -708,12 +717,34 @@ def _projections(kind: BodyKind, geo: OpGeometry, p: str, norm: str) -> tuple[li
             ops.append(_matmul(p + "q_down", block, whole, h, att.q_lora_rank, bc, inputs=(norm,)))
             q_source = p + "q_down"
             if att.latent_norms:
-                ops.append(_norm(p + "q_norm", block, whole, att.q_lora_rank, bc, switch="attUp", inputs=(q_source,)))
+                ops.append(
+                    _norm(
+                        p + "q_norm",
+                        block,
+                        whole,
+                        att.q_lora_rank,
+                        bc,
+                        fp8_out=geo.te_norm_fp8_out,
+                        switch="attUp",
+                        inputs=(q_source,),
+                    )
+                )
                 q_source = p + "q_norm"
         ops.append(_matmul(p + "kv_down", block, whole, h, att.kv_lora_rank + att.qk_rope_head_dim, bc, inputs=(norm,)))
         kv_source, rope_key = p + "kv_down", p + "kv_down"
         if att.latent_norms:
-            ops.append(_norm(p + "kv_norm", block, whole, att.kv_lora_rank, bc, switch="attUp", inputs=(kv_source,)))
+            ops.append(
+                _norm(
+                    p + "kv_norm",
+                    block,
+                    whole,
+                    att.kv_lora_rank,
+                    bc,
+                    fp8_out=geo.te_norm_fp8_out,
+                    switch="attUp",
+                    inputs=(kv_source,),
+                )
+            )
             kv_source = p + "kv_norm"
         up = p + "kv_up"
         entry = _tp_entry(p, "latents", block, geo, width, q_source, up, te_fp8=True)
@@ -1343,7 +1374,9 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
     att, h, bc = kind.attention, kind.hidden_size, geo.dtype_bytes
     block = "attention"
     rms = kind.norm.kind == "rmsnorm"
-    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, rms, switch="normOp")]
+    # linear_qkv's norm, in its LayerNormLinear (MLA's input_layernorm is a module of its own: `Op.norm_input`)
+    fp8_out = geo.te_norm_fp8_out and not att.is_mla
+    ops = [_norm(p + "norm1", block, geo.whole_tokens, h, bc, rms, fp8_out, switch="normOp")]
     projections, qk, v = _projections(kind, geo, p, p + "norm1")
     core, out = _core(kind, geo, p, qk, v)
     heads = per_rank(att.num_heads, geo.tp)
@@ -1487,7 +1520,16 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
     source = entry[0].name if geo.gathers else norm
     width = per_rank(mlp.intermediate_size, geo.tp)
     return [
-        _norm(norm, block, geo.whole_tokens, h, geo.dtype_bytes, kind.norm.kind == "rmsnorm", switch="normOp"),
+        _norm(
+            norm,
+            block,
+            geo.whole_tokens,
+            h,
+            geo.dtype_bytes,
+            kind.norm.kind == "rmsnorm",
+            geo.te_norm_fp8_out,
+            switch="normOp",
+        ),
         *entry,
         # linear_fc1 is TELayerNormColumnParallelLinear (pre_mlp_layernorm IdentityOp: `Op.norm_input`)
         *_norm_fed_first(_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias)),
@@ -2370,7 +2412,8 @@ def layer_ops(kind: LayerKind, geo: OpGeometry) -> tuple[Op, ...]:
     if isinstance(kind, EncoderBodyKind):
         return body_ops(kind, encoder_geometry(kind, geo))
     if isinstance(kind, BodyKind) and kind.high_precision:  # outside the fp8 context: every GEMM in 16 bits
-        geo = dataclasses.replace(geo, te_fp8_gather=(), te_amax_reduction=False)  # and TE's all-gathers too
+        # and TE's all-gathers and norms too
+        geo = dataclasses.replace(geo, te_fp8_gather=(), te_amax_reduction=False, te_norm_fp8_out=False)
         return tuple(dataclasses.replace(op, fp8=False) for op in body_ops(kind, geo))
     if isinstance(kind, BodyKind):
         return mindformers_o1_ops(body_ops(kind, geo), geo)

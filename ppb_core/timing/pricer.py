@@ -432,7 +432,7 @@ class TimeModel:
         """HBM bytes per element of quantizing an FP8 GEMM's input (*gradient*: its output gradient),
         TransformerEngine v2.9 (NeMo 25.11's). Under delayed scaling one pass: read in the compute dtype,
         write a byte; after a TE norm in its linear (`norm_fed`) none, the norm kernel writing the FP8 itself
-        (normalization.cpp FULLY_FUSED for `Float8Quantizer`; its 16-bit write stays priced with the norm).
+        (normalization.cpp FULLY_FUSED for `Float8Quantizer`; the norm op writes a byte: `OpGeometry.te_norm_fp8_out`).
         Tensorwise (current) scaling reads the tensor once more for its amax first (quantizer.cpp
         `Float8CurrentScalingQuantizer::quantize_impl`: `nvte_compute_amax`, then the cast), but after such
         a norm, which takes the amax beside its output (FUSED_NORM_AMAX_FP8); MXFP8 and blockwise write a
