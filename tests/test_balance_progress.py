@@ -67,3 +67,24 @@ def test_the_hook_shows_seconds_when_the_unit_is_known(monkeypatch: pytest.Monke
         assert hook is not None
         hook(Progress("round", "round 1", 2.0, incumbent=3271.0, bound=3104.0))
     assert written == ["[2.0 s] round: incumbent 3.271 s, bound 3.104 s, gap 5.11% — round 1"]
+
+
+def test_a_model_that_cannot_fit_reports_its_least_memory_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The least-memory program after an infeasible balance can run a minute on a hopeless model: it
+    says it started (a printed line) and, as it runs, its nodes, best plan and bound (the spinner)."""
+    from test_balance_near_options import _near_body
+
+    from ppb_core.balance import BalanceInput, solve
+    from ppb_core.balance import memory_floor as floor
+    from ppb_core.payload.sapp import layer_set
+
+    monkeypatch.setattr(floor, "WATCH_EVERY_S", 0.0)  # every callback of the search, whatever the clock
+    steps: list[Progress] = []
+    problem = BalanceInput(layer_set([_near_body(26)]), 2, 16, 12, 40_000.0)
+    assert solve(problem, progress=steps.append).status == "infeasible"
+    phases = [step.phase for step in steps]
+    assert "least_memory" in console.PRINTED_PHASES and "least_memory_search" not in console.PRINTED_PHASES
+    started = [step.message for step in steps if step.phase == "least_memory"]
+    assert started[0].startswith("no plan fits: finding the least memory a plan needs, even split ")
+    assert any("nodes, best plan" in step.message for step in steps if step.phase == "least_memory_search")
+    assert phases.index("least_memory") < phases.index("done")

@@ -481,9 +481,10 @@ class Catalogue:
         held = np.zeros((1, len(vectors)))  # parameters + Σ activations × in flight, per vector
         period = self.period
         before = np.zeros(1, dtype=np.int64)  # the body layers of the chunks so far, mod the period
+        if not all(per_chunk):
+            return []
+        later_work, later_held = _least_after(per_chunk, counts)
         for chunk, options in enumerate(per_chunk):
-            if not options:
-                return []
             work = np.array([c.forward + c.backward for c in options])
             parameters = np.array([c.parameter_mb for c in options])
             activation = np.array([c.activation_mb for c in options])
@@ -500,7 +501,10 @@ class Catalogue:
                     + parameters[None, :, None]
                     + activation[None, :, None] * counts[None, None, :, chunk]
                 )
-                ok = (grown_work <= work_cap) & (grown_held.max(axis=2, initial=0.0) <= memory_limit)
+                # what the later chunks add at least: a partial already over with it can never fit
+                ok = (grown_work + later_work[chunk] <= work_cap) & (
+                    (grown_held + later_held[None, None, :, chunk]).max(axis=2, initial=0.0) <= memory_limit
+                )
                 if period > 1:  # the rank's count runs on from its earlier chunks (`_forced`)
                     ok &= holds[before[first : first + step]]
                 rows, columns = np.nonzero(ok)
@@ -633,6 +637,27 @@ class Catalogue:
             total = parameters + sum(n * a for n, a in zip(vector, activations, strict=True))
             peak = max(peak, total + Fraction(p.head_stage_memory_mb(stage, vector)))
         return peak + Fraction(p.constant_memory_mb)
+
+
+def _least_after(per_chunk: list[list[CellChoice]], counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per chunk, the least the chunks after it add whatever their choices: work per micro-batch
+    ([chunk]) and memory at each in-flight vector (*counts* [vector, chunk] → [vector, chunk]).
+
+    A partial stage that breaks the work or memory limit once these are added breaks it in every
+    completion, so the listing drops it at once. Without this, a cell whose options barely differ
+    (SLCT 1 MB below NONE per micro-batch) multiplied the partials of a stage that cannot fit at all
+    until the work budget ran out, where the last chunk would have refused every one of them."""
+    chunks = len(per_chunk)
+    work = np.zeros(chunks + 1)
+    held = np.zeros((counts.shape[0], chunks + 1))
+    for chunk in range(chunks - 1, -1, -1):
+        options = per_chunk[chunk]
+        work[chunk] = work[chunk + 1] + min(c.forward + c.backward for c in options)
+        parameters = np.array([c.parameter_mb for c in options])
+        activation = np.array([c.activation_mb for c in options])
+        least = (parameters[None, :] + activation[None, :] * counts[:, chunk, None]).min(axis=1)
+        held[:, chunk] = held[:, chunk + 1] + least
+    return work[1:], held[:, 1:]
 
 
 def _per_chunk(per_chunk: list[list[CellChoice]], index: np.ndarray, field: str) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import highspy
 import numpy as np
@@ -132,3 +134,18 @@ def add_column(solver: highspy.Highs, lower: float, upper: float) -> None:
     """One more continuous column, in no row and costing nothing."""
     empty_int = np.array([], dtype=np.int32)
     solver.addCols(1, np.array([0.0]), np.array([lower]), np.array([upper]), 0, empty_int, empty_int, np.array([]))
+
+
+def watch(solver: highspy.Highs, every_s: float, show: Callable[[int, float, float], None]) -> None:
+    """Call *show*(nodes, best objective, proven bound) at most every *every_s* seconds while the
+    branch and bound runs (HiGHS's MIP interrupt callback, read only: the search is the same)."""
+    last = [time.perf_counter()]
+
+    def callback(kind: int, _message: str, data: Any, _input: Any, _user: object) -> None:
+        now = time.perf_counter()
+        if kind == highspy.cb.HighsCallbackType.kCallbackMipInterrupt and now - last[0] >= every_s:
+            last[0] = now
+            show(int(data.mip_node_count), float(data.mip_primal_bound), float(data.mip_dual_bound))
+
+    solver.setCallback(callback, None)
+    solver.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)

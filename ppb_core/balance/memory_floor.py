@@ -21,10 +21,17 @@ from ppb_core.balance.choice_model import ChoiceModel  # the same columns and ro
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
 from ppb_core.balance.problem import BalanceInput
-from ppb_core.balance.progress import Clock
+from ppb_core.balance.progress import Clock, Reporter
 from ppb_core.model.switches import CELL_RANK, OPTIONS
+from ppb_core.units import mb_words
 
 GROUP_ROWS = 64  # undominated partial stages kept per kind (body types per cell, layers per type)
+WATCH_EVERY_S = 1.0  # seconds between progress steps while the program runs (people only: no decision)
+
+
+def _mb(value: float) -> str:
+    """MB in words, or "none yet" before the search has a figure (HiGHS reports ±inf)."""
+    return mb_words(value) if np.isfinite(value) and abs(value) < 1e300 else "none yet"
 
 
 def _leanest(catalogue: Catalogue, types: tuple[int, ...], counts: tuple[int, ...]) -> CellChoice:
@@ -165,13 +172,22 @@ def _undominated_per_kind(keys: np.ndarray, held: np.ndarray) -> tuple[np.ndarra
     return np.concatenate(kept), whole
 
 
-def memory_floor(problem: BalanceInput, nodes: int, clock: Clock) -> tuple[float | None, bool]:
+def memory_floor(
+    problem: BalanceInput, nodes: int, clock: Clock, report: Reporter | None = None
+) -> tuple[float | None, bool]:
     """(MB the least-memory plan needs, whether that is proven least); *nodes* bounds the search,
     *clock* is the wall-clock safety bound. Cut short, the even split's least memory is the answer
-    (a plan that needs it exists), not proven least."""
+    (a plan that needs it exists), not proven least. *report* hears each step ("least_memory"), and
+    the search's best and bound every `WATCH_EVERY_S` ("least_memory_search"): a hopeless model's
+    program can run a minute (1,024 layers over P=64, V=2: 100,000 nodes)."""
+    say = report if report is not None else (lambda *_args, **_kwargs: None)
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
-    listed = [_stage_choices(problem, catalogue, s, bound, clock) for s in range(problem.stages)]
+    say("least_memory", f"no plan fits: finding the least memory a plan needs, even split {mb_words(bound)}")
+    listed = []
+    for s in range(problem.stages):
+        say("least_memory_search", f"least memory: listing stage {s + 1} of {problem.stages}")
+        listed.append(_stage_choices(problem, catalogue, s, bound, clock))
     choices = [stage for stage, _ in listed]
     complete = all(whole for _, whole in listed)
     if clock.out or not all(choices):
@@ -185,6 +201,17 @@ def memory_floor(problem: BalanceInput, nodes: int, clock: Clock) -> tuple[float
         model.rows.append((0.0, INF, list(terms), list(terms.values())))
     solver = highs.new_solver(clock.remaining, nodes)
     highs.load(solver, model.columns, model.rows, model.top)
+    listed_choices = sum(len(stage) for stage in choices)
+    say("least_memory", f"least memory: program over {listed_choices:,} stage choices, at most {nodes:,} nodes")
+    if report is not None and report.hook is not None:  # no callback into Python when nobody listens
+        highs.watch(
+            solver,
+            WATCH_EVERY_S,
+            lambda done, best, proven: say(
+                "least_memory_search",
+                f"least memory: {done:,} of {nodes:,} nodes, best plan {_mb(best * mu)}, at least {_mb(proven * mu)}",
+            ),
+        )
     solver.run()
     if not highs.has_solution(solver):
         return None, False

@@ -705,7 +705,7 @@ def _torchtitan(
         if clock.out:
             message = f"no plan found in {clock.elapsed:.1f} s"
             return Solution(problem, "time_limit", message=message, stopped_by="time_limit", notes=notes)
-        return _infeasible(problem, limits, clock, notes)
+        return _infeasible(problem, limits, clock, notes, report)
     solution, setting = best
     solution.setting = setting
     if no_split:
@@ -872,7 +872,9 @@ def _solve(
     except ListingCut as cut:
         return cut_short(cut)
     if not all(choices):
-        return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
+        return (
+            _infeasible(problem, limits, clock, notes, report) if setting is None else Solution(problem, "infeasible")
+        )
     report("listing", f"closed form: {sum(len(stage) for stage in choices)} stage choices listed")
     start = min(fitting, key=lambda plan: plan.closed_form_time, default=None)
     upper = max(start.stage_time(s) for s in range(problem.stages)) if start is not None else math.inf
@@ -885,7 +887,11 @@ def _solve(
     notes.append(f"closed form: {listed} stage choices, {closed.status}, least busiest stage {busiest:.6g}")
     if closed.plan is None:
         if closed.status == "infeasible":
-            return _infeasible(problem, limits, clock, notes) if setting is None else Solution(problem, "infeasible")
+            return (
+                _infeasible(problem, limits, clock, notes, report)
+                if setting is None
+                else Solution(problem, "infeasible")
+            )
         return Solution(
             problem,
             "time_limit",
@@ -1180,9 +1186,11 @@ def _gap(objective: float, bound: float) -> float:
     return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
 
 
-def _infeasible(problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str]) -> Solution:
+def _infeasible(
+    problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str], report: Reporter | None = None
+) -> Solution:
     """No plan fits: say how much memory the least-memory plan needs."""
-    needed, proven = memory_floor(problem, limits.closed_nodes, clock)
+    needed, proven = memory_floor(problem, limits.closed_nodes, clock, report)
     if needed is None:
         message = f"no plan fits in {mb_words(problem.memory_mb)} per device"
     else:

@@ -24,7 +24,9 @@ class Progress:
     """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
     (`showing_seconds`); `seconds` since the solve started."""
 
-    phase: str  # start | listing | closed_form | exchange | start_plan | bound | round | tie_break | megatron | done
+    # start | listing | closed_form | exchange | start_plan | bound | round | tie_break | megatron | least_memory
+    # | least_memory_search | done
+    phase: str
     message: str
     seconds: float
     incumbent: float | None = None

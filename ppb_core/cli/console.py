@@ -61,7 +61,18 @@ def warn_if_clock_stopped(command: str, result: dict, time_limit: float | None) 
 
 
 # Steps worth a line of their own; the others only update the spinner's line.
-PRINTED_PHASES = ("start", "listing", "closed_form", "start_plan", "bound", "round", "stopped", "megatron", "done")
+PRINTED_PHASES = (
+    "start",
+    "listing",
+    "closed_form",
+    "start_plan",
+    "bound",
+    "round",
+    "stopped",
+    "megatron",
+    "least_memory",
+    "done",
+)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,124 @@
+"""Options of nearly equal memory (SLCT 1 MB below NONE per micro-batch, as `--recompute-modules
+core_attn` with flash attention frees almost nothing) once made the stage listing run out of work
+on a model that cannot fit: each cell of k layers has k + 1 option mixes, none dominated, and the
+partial stages multiplied chunk by chunk until the work budget ended the listing, where the last
+chunk would have refused every one of them (Qwen3 30B-A3B, PP2 VP24 EP8 with the combined 1F1B).
+The listing now drops a partial stage that the later chunks' least memory already breaks.
+
+Checked against searches that share no code with the listing: every split of the layers
+(memory), and `test_balance_optimality.exhaustive` (memory and time) on small instances.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_balance_optimality import _assert_solves_as_exhaustive_search, _compositions
+
+from ppb_core.balance import BalanceInput, solve
+from ppb_core.balance.progress import WorkLimits
+from ppb_core.payload.sapp import layer_set
+from ppb_core.schedules import canonical, cell_order, in_flight_vectors
+
+PARAMETER_MB, NONE_MB, SLCT_MB = 1435, 899, 898  # the Qwen3 30B-A3B layer's figures (search24)
+
+
+def _near_body(layers: int) -> dict:
+    """A body whose SLCT saves 1 MB per micro-batch for 5 % more backward; COMM, BOTH and FULL as
+    heavy as NONE and slower, so never chosen."""
+    return {
+        "name": "BODY",
+        "type": "BODY",
+        "nb_layer": layers,
+        "time": 10,
+        "memory_parameter": PARAMETER_MB,
+        "memory_activation": NONE_MB,
+        "memory_select_rec": SLCT_MB,
+        "memory_select_comm": NONE_MB,
+        "memory_both_comm_select": NONE_MB,
+        "memory_recompute": NONE_MB,
+        "backward_time": 20,
+        "select_rec_time": 21,
+        "select_comm_time": 40,
+        "both_comm_select_time": 40,
+        "recompute_time": 40,
+    }
+
+
+def _least_memory_by_splits(layers: int, stages: int, chunks: int, micro_batches: int) -> float:
+    """The least peak any plan needs, over every split of the layers over the cells (one layer at
+    least in each): options add no parameters, so every layer under its leanest option (SLCT), and
+    a stage holds its layers' parameters plus, at each in-flight vector of the schedule, each
+    chunk's layers' activations times that chunk's micro-batches in flight."""
+    schedule = canonical("1f1b", chunks)
+    cells = cell_order(schedule, stages, chunks)
+    vectors = in_flight_vectors(schedule, stages, chunks, micro_batches)
+    best = math.inf
+    for split in _compositions(layers, len(cells), [1] * len(cells)):
+        held = dict(zip(cells, split, strict=True))
+        peak = 0.0
+        for s in range(stages):
+            parameters = PARAMETER_MB * sum(held[(v, s)] for v in range(chunks))
+            for vector in vectors[s]:
+                activations = SLCT_MB * sum(n * held[(v, s)] for v, n in enumerate(vector))
+                peak = max(peak, parameters + activations)
+        best = min(best, peak)
+    return best
+
+
+def test_a_model_that_cannot_fit_with_near_equal_options_is_proven_so() -> None:
+    """26 layers over P=2, V=12 (m=16): the least-memory plan needs what every split says; a
+    listing budget 100 times smaller than the default's proves it (it ran out before)."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    limits = WorkLimits(listing_work=3_000_000)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, 40_000.0)
+    solution = solve(problem, limits=limits)
+    assert solution.status == "infeasible" and solution.stopped_by == "infeasible"
+    assert solution.min_memory_mb == pytest.approx(least)
+    # and that much memory is enough (with the default limits): the floor is a plan's, not only a bound
+    enough = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least)
+    assert solve(enough).status == "optimal"
+
+
+@st.composite
+def near_instances(draw):
+    """Small pipelines (P ≤ 2, V ≤ 3) of one body type whose SLCT is 1 MB below NONE, memory from
+    below the least plan's to above the even split's under NONE."""
+    stages = draw(st.integers(1, 2))
+    chunks = draw(st.integers(1, 3)) if stages > 1 else 1
+    cells = stages * chunks
+    micro_batches = stages * draw(st.integers(1, 2)) if chunks > 1 else draw(st.integers(1, 2 * stages))
+    layers = draw(st.integers(cells, cells + 2))
+    activation = draw(st.integers(2, 40))
+    parameter = draw(st.integers(1, 30))
+    forward = draw(st.integers(1, 10))
+    body = {
+        "name": "BODY",
+        "type": "BODY",
+        "nb_layer": layers,
+        "time": forward,
+        "memory_parameter": parameter,
+        "memory_activation": activation,
+        "memory_select_rec": activation - 1,
+        "memory_select_comm": activation,
+        "memory_both_comm_select": activation,
+        "memory_recompute": activation,
+        "backward_time": 2 * forward,
+        "select_rec_time": 2 * forward + draw(st.integers(0, 3)),
+        "select_comm_time": 2 * forward + 5,
+        "both_comm_select_time": 2 * forward + 5,
+        "recompute_time": 2 * forward + 5,
+    }
+    ceiling = (layers // cells + 2) * (parameter + micro_batches * chunks * activation)
+    memory = draw(st.integers(ceiling // 4, ceiling))
+    return [body], stages, chunks, micro_batches, float(memory)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance=near_instances())
+def test_near_equal_options_solve_as_the_exhaustive_search(instance) -> None:
+    _assert_solves_as_exhaustive_search(instance)
