@@ -6,11 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from test_balance_near_options import _near_body
 
+from ppb_core.balance import BalanceInput, solve
+from ppb_core.balance import memory_floor as floor
 from ppb_core.balance.progress import Progress
 from ppb_core.cli import console
 from ppb_core.cli.console import PlainLines, progress_hook
 from ppb_core.cli.main import main
+from ppb_core.payload.sapp import layer_set
 
 DATA = Path(__file__).parent / "data"
 
@@ -72,12 +76,6 @@ def test_the_hook_shows_seconds_when_the_unit_is_known(monkeypatch: pytest.Monke
 def test_a_model_that_cannot_fit_reports_its_least_memory_search(monkeypatch: pytest.MonkeyPatch) -> None:
     """The least-memory program after an infeasible balance can run a minute on a hopeless model: it
     says it started (a printed line) and, as it runs, its nodes, best plan and bound (the spinner)."""
-    from test_balance_near_options import _near_body
-
-    from ppb_core.balance import BalanceInput, solve
-    from ppb_core.balance import memory_floor as floor
-    from ppb_core.payload.sapp import layer_set
-
     monkeypatch.setattr(floor, "WATCH_EVERY_S", 0.0)  # every callback of the search, whatever the clock
     steps: list[Progress] = []
     problem = BalanceInput(layer_set([_near_body(26)]), 2, 16, 12, 40_000.0)
