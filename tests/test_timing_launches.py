@@ -138,6 +138,22 @@ def test_a_grouped_gemm_s_experts_after_the_first_are_issued_from_te_s_cpp_loop(
     assert op_launches(sequential, **kw, cpp_gemm_share=share) == op_launches(sequential, **kw)
 
 
+# a BF16 MoE layer: 8 experts, top-2, grouped GEMM, alltoall, 4-way data parallel
+_MOE_SPEC = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+             "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
+             "moe_intermediate_size": 2048}  # fmt: skip
+
+
+def _body_waits_at_ep_2_and_4(**sections) -> dict:
+    """The MoE body's host waits at EP 2 (4 local experts) and EP 4 (2), the run otherwise as *sections* say."""
+    waits = {}
+    for ep in (2, 4):
+        run = make_run(_MOE_SPEC, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096}, **sections)
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    return waits
+
+
 def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
     # The same BF16 MoE layer (8 experts, top-2, grouped GEMM, alltoall) on DGX H100 at EP 2 (4 local
     # experts) and EP 4 (2): the host's launch time differs only by the experts after each call's first:
@@ -148,16 +164,9 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
     # 2 a further expert (input and weight saved), 2 · 2 · 2 = 8 steps, 18.0580 us; backward 4 (both restored,
     # the wgrad's tensor, the input released), 16 steps, 36.1161 us.
     step_us = 350.0 / 128 * 80.9 / 98.0
-    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
-            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
-            "moe_intermediate_size": 2048}  # fmt: skip
-    waits = {}
-    for ep in (2, 4):
-        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096})
-        times = TimeModel(run)
-        assert run.timing.gradient_accumulation_fusion and times.launch_s() == pytest.approx(80.9e-6)
-        body = next(layer for layer in walk(run) if layer.node == "BODY")
-        waits[ep] = times.host(body, LayerType.NOT_REC_LAYER)
+    run = make_run(_MOE_SPEC, parallel={"tp": 1, "dp": 4, "ep": 2}, training={"seq_length": 4096})
+    assert run.timing.gradient_accumulation_fusion and TimeModel(run).launch_s() == pytest.approx(80.9e-6)
+    waits = _body_waits_at_ep_2_and_4()
     assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(100e-6 + 8 * step_us * 1e-6)
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(200e-6 + 16 * step_us * 1e-6)
     assert abs(8 * step_us - 18.0580) < 1e-4
@@ -165,11 +174,7 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
     # than a launch each, 4 · 10 = 40 us forward and 80 backward; the Python steps at 10 / 98.0 of 2.73438 us,
     # 0.279018 us each: 8 forward (2.23214 us), 16 backward (4.46429 us)
     step_us = 350.0 / 128 * 10.0 / 98.0
-    for ep in (2, 4):
-        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
-                       device={"name": "h100-80gb", "host_kernel_us": 10.0})  # fmt: skip
-        body = next(layer for layer in walk(run) if layer.node == "BODY")
-        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    waits = _body_waits_at_ep_2_and_4(device={"name": "h100-80gb", "host_kernel_us": 10.0})
     assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(40e-6 + 8 * step_us * 1e-6)
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(80e-6 + 16 * step_us * 1e-6)
 
@@ -212,15 +217,7 @@ def test_the_pricer_prices_each_further_expert_s_quantization_at_the_cpp_loop_s_
     # (saved input and weight, the weight's workspace fetched, the input retargeted): 16, 36.1161 us;
     # backward 5 (restored both, the weight retargeted, the wgrad's tensor, the input released): 20, 45.1451 us.
     step_us = 350.0 / 128 * 80.9 / 98.0
-    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
-            "intermediate_size": 4096, "num_experts": 8, "experts_per_token": 2,
-            "moe_intermediate_size": 2048}  # fmt: skip
-    waits = {}
-    for ep in (2, 4):
-        run = make_run(spec, parallel={"tp": 1, "dp": 4, "ep": ep}, training={"seq_length": 4096},
-                       timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"})  # fmt: skip
-        body = next(layer for layer in walk(run) if layer.node == "BODY")
-        waits[ep] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    waits = _body_waits_at_ep_2_and_4(timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise"})
     assert waits[2].launch_forward - waits[4].launch_forward == pytest.approx(500e-6 + 16 * step_us * 1e-6)
     assert waits[2].launch_backward - waits[4].launch_backward == pytest.approx(600e-6 + 20 * step_us * 1e-6)
 
