@@ -118,10 +118,12 @@ def _llama_run(
             "matmul_dtype": "fp8",
             # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
             "fp8_recipe": fp8_recipe,
-            # bf16_with_mxfp8_mixed (mixed_precision.py, v0.2.0 and v0.4.0): fp8_param_gather, the parameters
-            # MXFP8 (all-gathered in bf16 through the gradient buffer, reuse_grad_buf_for_mxfp8_param_ag: ppb's
-            # `iteration._param_gather`); fp8_cs leaves it off
-            "fp8_param_gather": fp8_recipe == "mxfp8",
+            # both presets set fp8_param_gather (mixed_precision.py, v0.2.0, v0.4.0, v0.4.2): bf16_with_mxfp8_mixed
+            # the parameters MXFP8 (all-gathered in bf16 through the gradient buffer, reuse_grad_buf_for_mxfp8_
+            # param_ag: ppb's `iteration._param_gather`), bf16_with_fp8_current_scaling_mixed FP8 (gathered in
+            # FP8); MixedPrecisionConfig.__setattr__ makes fp8_param follow it, and get_precision_config("fp8_cs")
+            # changes only first_last_layers_bf16
+            "fp8_param_gather": True,
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {
                 **_COMMON_TIMING["overlap"],
@@ -314,7 +316,7 @@ def _qwen3_run(
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
-            "fp8_param_gather": fp8_recipe == "mxfp8",  # bf16_with_mxfp8_mixed's
+            "fp8_param_gather": True,  # both presets' (`_llama_run`)
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,

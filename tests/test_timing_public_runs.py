@@ -244,6 +244,8 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (8, 2, 64)
     assert llama.layout_cells() is not None and sum(map(sum, llama.layout_cells())) == 126
     assert llama.timing.matmul_dtype == "fp8" and llama.timing.overlap.tp == 1.0
+    # bf16_with_fp8_current_scaling_mixed sets fp8_param_gather (mixed_precision.py, v0.2.0), as the MXFP8 preset
+    assert llama.timing.fp8_param_gather and b200.timing.fp8_param_gather
     # Qwen3 30B on 16 H100: PP 2, so DP 8; GBS 512 / (MBS 2 · 8) = 32; EP 8 with the combined 1F1B.
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
     assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
