@@ -13,10 +13,12 @@ For each row, one MoE layer and micro-batch at the state the iteration prices it
   stream i % 4; ppb's price), and expert by expert, one kernel after another, each with its own waves:
   what rides on the streams running concurrently (each without the kernel's fixed time, which ppb
   adds per stream either way);
-- for a row with a token-dropping run of the same shape in NeMo 25.09's table (Megatron-Bridge
+- for a row with a token-dropping run of the same model and GPUs in NeMo 25.09's table (Megatron-Bridge
   docs/performance-summary.md at 5776a6d90, "25.09 NeMo Container"), ppb's GPU work for the whole
-  iteration at that run's settings (capacity factor 1.0, which NeMo 2's `MegatronTokenDropCallback`
-  sets with padding to capacity; the host's launches free; no all-to-all overlap), in FP8 with
+  iteration at that run's settings (its own micro-batch size and virtual stages: the H100 run's MBS 2
+  and VP 24, where the 25.11 row runs its preset's 1 and 12; capacity factor 1.0, which NeMo 2's
+  `MegatronTokenDropCallback` sets with padding to capacity; the host's launches free; no all-to-all
+  overlap), in FP8 with
   current scaling and in BF16 (the table states no precision for these rows; NeMo's recommended
   configs at 8cfedd7203 list them in bf16), against the run's measured seconds: a bound on the GPU
   work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
