@@ -164,10 +164,10 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # reading 1920-1980 MHz (docs/timing.md, Sustained clocks) sample the clock at each log interval, not inside
 # a GEMM phase. Taken for the H100 SXM and the H200 SXM: the same GH100 die (132 SMs, the same BF16 MAMF:
 # ml-engineering's table, "H200 is the same") under the same 700 W limit, its HBM3e drawing more of it
-# (Ujeniya et al., "A Comparative Study of power-capping NVIDIA H100 and H200", arXiv 2604.11391, 2026: under
-# power caps an H100 keeps a slight edge over the H200 on a compute-bound DGEMM); each at its own MAMF, as
-# Blackwell's parts take the B300's share. The H800 left at 1 (its one row runs DeepGEMM at that kernel's
-# own measured H800 rates, bench/public_runs.py).
+# (Ujeniya et al., "Architectural Trade-offs in the Energy-Efficient Era: A Comparative Study of
+# power-capping NVIDIA H100 and H200", arXiv 2604.11391, 2026: under power caps an H100 keeps a slight edge
+# over the H200 on a compute-bound DGEMM); each at its own MAMF, as Blackwell's parts take the B300's share.
+# The H800 left at 1 (its one row runs DeepGEMM at that kernel's own measured H800 rates, bench/public_runs.py).
 LAYER_GEMM_SHARE_H100 = round(25.585 / 30.214, 3)  # 0.847
 FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
 # The same share on the 400 W A100 SXM (`layer_gemm_share`), from the one public loop of a large 16-bit GEMM
