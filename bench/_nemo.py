@@ -15,7 +15,9 @@ overlapped with the optimizer step when DP, PP and VP all exceed 1), `get_precis
 ("fp8_cs": BF16 with FP8 current scaling on every layer, first_last_layers_bf16 off; "fp8_mx":
 MXFP8), and src/megatron/bridge/recipes/<model> (the distributed optimizer with
 overlap_grad_reduce and overlap_param_gather; grad_reduce_in_fp32 off in the perf configs).
-Where the table and the recipe differ the table's parallel sizes are taken (it is what ran).
+Where the table and the recipe differ the table's parallel sizes are taken (it is what ran), but for the
+H100 Qwen3 30B-A3B row, whose MBS, VP and GA columns (2, 24, 32) are its 25.09 token-dropping row's while
+its preset sets MBS 1 and VP 12, as the 26.02 table lists that preset (`_QWEN3_ROWS`).
 """
 
 from __future__ import annotations
@@ -329,16 +331,25 @@ def _split_layout(stages: int, per_stage: int) -> str:
     return "E" + "t" * (per_stage - 1) + "|" + middle + "t" * (per_stage - 1) + "L"
 
 
-# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, assumptions)
 # qwen3_llm_pretrain.py `qwen3_235b_a22b_b200_config` (v0.2.0) turns the parameter gathers' overlap off
 # for fp8_mx ("keeping this enabled causes NaN grad norm": comm_overlap, ddp and optimizer
 # overlap_param_gather False); no other Qwen3 row's config touches it.
 _GATHERS_APART = ("Qwen3 235B MXFP8 PP8 EP8 (64 B200)",)
+# The H100 30B row at its preset's MBS 1 and VP 12, not the table's MBS 2, VP 24 and GA 32: those three are
+# the 25.09 table's token-dropping row's (same file, "25.09 NeMo Container", DGX-H100), while the release's
+# preset (configs/qwen3/workload_base_configs.py `QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG` at v0.2.0; renamed
+# ..._PRETRAIN_CONFIG_... at 5776a6d90, unchanged) sets virtual_pipeline_model_parallel_size 12 and leaves
+# WorkloadBaseConfig's micro_batch_size 1,
+# which overrides.py `set_workload_base_configs` writes into the run; the 26.02 table (performance-summary.md
+# at c0b9a0003, DGX-H100) lists the same preset, at GBS 1024, as MBS 1 and VP 12 at 5,113 tokens/s per GPU
+# (25.11: 5,275). At MBS 2 and VP 24 ppb's memory puts stage 1's peak at 91,285 MiB against the H100's 81,559
+# with no recompute (the combined 1F1B refuses full recompute); at MBS 1 and VP 12 at 63,628 (`ppb estimate`).
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, assumptions)
 _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
     (
         "Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)",
-        QWEN3_30B_A3B, 16, 512, 2, {"pp": 2, "vp": 24, "ep": 8}, "h100-80gb", 5275.0, True, None,
-        ("the table's MBS 2 and VP 24 (the recipe's 1 and 12)",),
+        QWEN3_30B_A3B, 16, 512, 1, {"pp": 2, "vp": 12, "ep": 8}, "h100-80gb", 5275.0, True, None,
+        ("the recipe's MBS 1 and VP 12 (the table's 2 and 24: its 25.09 token-dropping row's)",),
     ),
     (
         "Qwen3 235B FP8 TP2 PP8 EP32 (256 H100)",

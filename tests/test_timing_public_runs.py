@@ -197,9 +197,11 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (8, 2, 64)
     assert llama.layout_cells() is not None and sum(map(sum, llama.layout_cells())) == 126
     assert llama.timing.matmul_dtype == "fp8" and llama.timing.overlap.tp == 1.0
-    # Qwen3 30B on 16 H100: PP 2, so DP 8; GBS 512 / (MBS 2 · 8) = 32; EP 8 with the combined 1F1B.
+    # Qwen3 30B on 16 H100: PP 2, so DP 8; its preset's MBS 1 and VP 12 (bench/_nemo.py, not the table's 2 and
+    # 24): GBS 512 / (MBS 1 · 8) = 64; EP 8 with the combined 1F1B.
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]
-    assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 32)
+    assert (qwen.parallel.dp, qwen.parallel.ep, qwen.training.micro_batches) == (8, 8, 64)
+    assert (qwen.training.micro_batch_size, qwen.parallel.vpp) == (1, 12)
     assert qwen.parallel.overlap_moe_expert_parallel_comm
     # moe_a2a_overlap also delays the weight gradients (helpers.py set_moe_a2a_overlap_overrides, v0.2.0);
     # the 30B on 8 B200 sets no moe_a2a_overlap (QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG)
