@@ -552,3 +552,102 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
         row = _row(label, raw, gpus, gbs, tps, notes if "MXFP8" not in label else notes[:1])
         rows.append({**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604})
     return rows
+
+
+# GPT-OSS 120B, NeMo 26.04 (docs/performance-summary.md at 74695a06d, "Model: GPT OSS 120B": BF16, GBS 1280,
+# sequence 4096, TP 1, CP 1), the rows of devices ppb has, with the release's V2 presets (Megatron-Bridge
+# v0.4.0, 0fbfe7d3e: scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, which the table's
+# sizes match): H100 PP 4, EP 8, MBS 1; B200 EP 8, MBS 4, HybridEP; GB200 EP 64, MBS 4, HybridEP with
+# moe_a2a_overlap (overlap_moe_expert_parallel_comm, delay_wgrad_compute: utils/overrides.py
+# `_set_moe_a2a_overlap_overrides`); all three recompute ["layernorm", "moe_act"] (selective), no CUDA graphs.
+# gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs`: BF16 gradient reduction, router fusion, forced load
+# balancing. recipes/gpt_oss/gpt_oss.py `gpt_oss_120b_pretrain_config`: the HF model through GPTOSSBridge
+# (models/gpt_oss/gpt_oss_bridge.py: alltoall dispatcher, grouped GEMM, permute fusion, no load-balancing
+# loss, quick-GEGLU with clamp, learnable softmax, window (127, 0) skipped every 2nd layer, biases on every
+# linear), no pipeline split accounting, 9 layers a stage at PP 4; GPTModelProvider leaves the vocabulary
+# unpadded (201,088). utils/overrides.py `_set_common_perf_overrides`: TE's fused cross-entropy, rope fusion,
+# no NaN checks, HybridEP on 32 SMs. The 25.11 table's GPT-OSS rows (B200 EP 8 and H100 MBS 4 at GBS 512,
+# GB200 at sequence 8192) differ from the v0.2.0 presets (EP 64; MBS 1; sequence 4096): not taken.
+NEMO_2604_GPT_OSS = f"{NEMO_2604}, GPT OSS 120B"
+
+# (device, GPUs, MBS, PP, EP, tokens/s per GPU, options)
+_GPT_OSS_2604_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("h100-80gb", 64, 1, 4, 8, 5810.0, {}),
+    ("b200", 64, 4, 1, 8, 13045.0, {"hybridep": True}),
+    ("gb200", 64, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64}),
+)
+
+
+def _gpt_oss_2604_run(
+    name: str,
+    device: str,
+    gpus: int,
+    mbs: int,
+    pp: int,
+    ep: int,
+    *,
+    hybridep: bool = False,
+    a2a_overlap: bool = False,
+    nvlink_domain: int = 8,
+) -> dict[str, Any]:
+    """*nvlink_domain*: the GPUs one NVLink fabric joins, ppb's `devices_per_node` (a DGX B200 or H100: 8;
+    a DGX GB200 NVL72 rack: 72, all 64 of this run, so EP 64's all-to-all stays on NVLink 5 as HybridEP
+    runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py `apply_flex_dispatcher_backend`)."""
+    gbs, dp = 1280, gpus // pp
+    return {
+        "name": name,
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/gpt-oss-120b.json", "pad_vocab_multiple": 1}],
+        "parallel": {
+            "dp": dp,
+            "tp": 1,
+            "pp": pp,
+            "ep": ep,
+            "etp": 1,
+            "zero": 1,
+            "devices_per_node": nvlink_domain,
+            **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": mbs,
+            "micro_batches": gbs // (mbs * dp),
+            "dtype": "bf16",
+            "grad_bytes": 2,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": ["layernorm", "moe_act"]},
+            "moe": {"permute_fusion": True, "router": {"fusion": True, "aux_losses": [], "force_balance": True}},
+        },
+        "device": {"name": device},
+        "timing": {
+            **_COMMON_TIMING,
+            "cudnn_release": CUDNN_2604,
+            "delay_wgrad_compute": a2a_overlap,
+            **({"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32} if hybridep else {}),
+        },
+        "framework_release": dict(RELEASES_2604),
+    }
+
+
+def nemo_gpt_oss_rows() -> list[dict[str, Any]]:
+    """NeMo 26.04's GPT-OSS 120B rows' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for device, gpus, mbs, pp, ep, tps, options in _GPT_OSS_2604_ROWS:
+        system = {"h100-80gb": "H100", "b200": "B200", "gb200": "GB200"}[device]
+        label = f"GPT-OSS 120B BF16{f' PP{pp}' if pp > 1 else ''} EP{ep} ({gpus} {system})"
+        raw = _gpt_oss_2604_run(label, device, gpus, mbs, pp, ep, **options)
+        rows.append(
+            {
+                "name": f"NeMo 26.04 {label}",
+                "source": NEMO_2604_GPT_OSS,
+                "raw": raw,
+                "published": f"{tps:,.0f} tokens/s per GPU",
+                "seconds": 1280 * 4096 / (tps * gpus),
+                "assumptions": (
+                    "routing balanced (forced)",
+                    "the attention sinks' softmax offset priced as plain flash attention",
+                    "a 128-key sliding window priced at the causal rate of a 255-key triangle",
+                ),
+            }
+        )
+    return rows
