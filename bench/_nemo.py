@@ -566,22 +566,33 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
 # loss, quick-GEGLU with clamp, learnable softmax, window (127, 0) skipped every 2nd layer, biases on every
 # linear), no pipeline split accounting, 9 layers a stage at PP 4; GPTModelProvider leaves the vocabulary
 # unpadded (201,088). utils/overrides.py `_set_common_perf_overrides`: TE's fused cross-entropy, rope fusion,
-# no NaN checks, HybridEP on 32 SMs. The 25.11 table's GPT-OSS rows (B200 EP 8 and H100 MBS 4 at GBS 512,
-# GB200 at sequence 8192) differ from the v0.2.0 presets (EP 64; MBS 1; sequence 4096): not taken.
+# no NaN checks, HybridEP on 32 SMs.
+# NeMo 25.11 (the same file at 5776a6d90, "System: DGX-B200" and "System: DGX-H100"): GBS 512, MBS 4,
+# sequence 4096, EP 8 (H100 PP 4), with v0.2.0's recipe (7af9601c9: configs/gpt_oss/workload_base_configs.py
+# GPT_OSS_120B_B200_BF16_BASE_CONFIG and ..._H100_..., recompute ["layernorm", "moe_act"], no flex dispatcher,
+# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). Where the table and
+# the preset differ (B200's EP 64, H100's MBS 1) the table's sizes are taken, as the 25.11 rows above do.
+# Its GB200 row runs sequence 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.
 NEMO_2604_GPT_OSS = f"{NEMO_2604}, GPT OSS 120B"
+NEMO_2511_GPT_OSS = f"{NEMO}, GPT OSS 120B"
 
-# (device, GPUs, MBS, PP, EP, tokens/s per GPU, options)
-_GPT_OSS_2604_ROWS: tuple[tuple[Any, ...], ...] = (
-    ("h100-80gb", 64, 1, 4, 8, 5810.0, {}),
-    ("b200", 64, 4, 1, 8, 13045.0, {"hybridep": True}),
-    ("gb200", 64, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64}),
-)
+# (release, device, GPUs, GBS, MBS, PP, EP, tokens/s per GPU, options, assumptions)
+_GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("26.04", "h100-80gb", 64, 1280, 1, 4, 8, 5810.0, {}, ()),
+    ("26.04", "b200", 64, 1280, 4, 1, 8, 13045.0, {"hybridep": True}, ()),
+    ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64},
+     ()),
+    ("25.11", "h100-80gb", 64, 512, 4, 4, 8, 5630.0, {}, ("the table's MBS 4 (the preset's 1)",)),
+    ("25.11", "b200", 64, 512, 4, 1, 8, 8213.0, {}, ("the table's EP 8 (the preset's 64)",)),
+)  # fmt: skip
 
 
-def _gpt_oss_2604_run(
+def _gpt_oss_run(
     name: str,
+    release: str,
     device: str,
     gpus: int,
+    gbs: int,
     mbs: int,
     pp: int,
     ep: int,
@@ -593,7 +604,7 @@ def _gpt_oss_2604_run(
     """*nvlink_domain*: the GPUs one NVLink fabric joins, ppb's `devices_per_node` (a DGX B200 or H100: 8;
     a DGX GB200 NVL72 rack: 72, all 64 of this run, so EP 64's all-to-all stays on NVLink 5 as HybridEP
     runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py `apply_flex_dispatcher_backend`)."""
-    gbs, dp = 1280, gpus // pp
+    dp = gpus // pp
     return {
         "name": name,
         "framework": "megatron",
@@ -621,32 +632,33 @@ def _gpt_oss_2604_run(
         "device": {"name": device},
         "timing": {
             **_COMMON_TIMING,
-            "cudnn_release": CUDNN_2604,
+            **({"cudnn_release": CUDNN_2604} if release == "26.04" else {}),
             "delay_wgrad_compute": a2a_overlap,
             **({"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32} if hybridep else {}),
         },
-        "framework_release": dict(RELEASES_2604),
+        "framework_release": dict(RELEASES_2604 if release == "26.04" else RELEASES_2511),
     }
 
 
 def nemo_gpt_oss_rows() -> list[dict[str, Any]]:
-    """NeMo 26.04's GPT-OSS 120B rows' fields for bench/public_runs.py's PublicRun."""
+    """NeMo 25.11's and 26.04's GPT-OSS 120B rows' fields for bench/public_runs.py's PublicRun."""
     rows = []
-    for device, gpus, mbs, pp, ep, tps, options in _GPT_OSS_2604_ROWS:
+    for release, device, gpus, gbs, mbs, pp, ep, tps, options, assumptions in _GPT_OSS_ROWS:
         system = {"h100-80gb": "H100", "b200": "B200", "gb200": "GB200"}[device]
-        label = f"GPT-OSS 120B BF16{f' PP{pp}' if pp > 1 else ''} EP{ep} ({gpus} {system})"
-        raw = _gpt_oss_2604_run(label, device, gpus, mbs, pp, ep, **options)
+        label = f"GPT-OSS 120B BF16{f' PP{pp}' if pp > 1 else ''} EP{ep} GBS{gbs} ({gpus} {system})"
+        raw = _gpt_oss_run(label, release, device, gpus, gbs, mbs, pp, ep, **options)
         rows.append(
             {
-                "name": f"NeMo 26.04 {label}",
-                "source": NEMO_2604_GPT_OSS,
+                "name": f"NeMo {release} {label}",
+                "source": NEMO_2604_GPT_OSS if release == "26.04" else NEMO_2511_GPT_OSS,
                 "raw": raw,
                 "published": f"{tps:,.0f} tokens/s per GPU",
-                "seconds": 1280 * 4096 / (tps * gpus),
+                "seconds": gbs * 4096 / (tps * gpus),
                 "assumptions": (
                     "routing balanced (forced)",
                     "the attention sinks' softmax offset priced as plain flash attention",
                     "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
+                    *assumptions,
                 ),
             }
         )
