@@ -570,9 +570,13 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
 # NeMo 25.11 (the same file at 5776a6d90, "System: DGX-B200" and "System: DGX-H100"): GBS 512, MBS 4,
 # sequence 4096, EP 8 (H100 PP 4), with v0.2.0's recipe (7af9601c9: configs/gpt_oss/workload_base_configs.py
 # GPT_OSS_120B_B200_BF16_BASE_CONFIG and ..._H100_..., recompute ["layernorm", "moe_act"], no flex dispatcher,
-# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). Where the table and
-# the preset differ (B200's EP 64, H100's MBS 1) the table's sizes are taken, as the 25.11 rows above do.
-# Its GB200 row runs sequence 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.
+# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). B200: the table's EP 8
+# where the preset has 64, as the 25.11 rows above take the table's sizes (its GA 2 = 512 / (64 · 4) agrees).
+# H100: the preset's MBS 1 (GA 32), not the table's MBS 4, as the H100 Qwen3 row (docs/timing.md, session 25):
+# the table's GA 2 fits neither (MBS 4 at DP 16 is GA 8), the row repeating the B200 row's MBS and GA; the
+# preset leaves BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1, as 26.04's H100 row states; and MBS 4 does not
+# fit an H100 under ppb's memory (stage 0 at 99,626 MiB of 81,559; MBS 1: 53,589). Its GB200 row runs sequence
+# 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.
 NEMO_2604_GPT_OSS = f"{NEMO_2604}, GPT OSS 120B"
 NEMO_2511_GPT_OSS = f"{NEMO}, GPT OSS 120B"
 
@@ -582,7 +586,7 @@ _GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.04", "b200", 64, 1280, 4, 1, 8, 13045.0, {"hybridep": True}, ()),
     ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64},
      ()),
-    ("25.11", "h100-80gb", 64, 512, 4, 4, 8, 5630.0, {}, ("the table's MBS 4 (the preset's 1)",)),
+    ("25.11", "h100-80gb", 64, 512, 1, 4, 8, 5630.0, {}, ("the preset's MBS 1 (the table's 4)",)),
     ("25.11", "b200", 64, 512, 4, 1, 8, 8213.0, {}, ("the table's EP 8 (the preset's 64)",)),
 )  # fmt: skip
 
