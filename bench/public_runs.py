@@ -85,7 +85,15 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
-from _nemo import NEMO, NEMO_2604, nemo_2604_rows, nemo_rows  # noqa: E402
+from _nemo import (  # noqa: E402
+    NEMO,
+    NEMO_2511_GPT_OSS,
+    NEMO_2604,
+    NEMO_2604_GPT_OSS,
+    nemo_2604_rows,
+    nemo_gpt_oss_rows,
+    nemo_rows,
+)
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -573,7 +581,7 @@ NEMO_SEND_WAITS = "core_r0.10"
 def _nemo_runs() -> list[PublicRun]:
     """NeMo's 25.11 and 26.04 performance summaries (bench/_nemo.py: the tables, the releases' recipes)."""
     runs = []
-    for row in (*nemo_rows(), *nemo_2604_rows()):
+    for row in (*nemo_rows(), *nemo_2604_rows(), *nemo_gpt_oss_rows()):
         raw = {**row["raw"], "timing": {**row["raw"]["timing"], "interleaved_send_waits": NEMO_SEND_WAITS}}
         runs.append(PublicRun(**{**row, "raw": raw}))
     return runs
@@ -648,6 +656,7 @@ GROUPS = {
     "Megatron CI": lambda source: source.startswith(MEGATRON_TESTS),
     "NeMo 25.11 performance-summary": lambda source: source == NEMO,
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
+    "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),

@@ -526,7 +526,9 @@ class TimeModel:
                     kernels, flops, traffic, backward, op.attention, op.ring, carries_dq, op.ring_steps
                 )
             else:
-                seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
+                seconds = kernels.attention_s(
+                    flops, traffic, backward, *op.attention, carries_dq=carries_dq, window=op.attention_window
+                )
             if op.attention_dropout:
                 seconds *= 1 + kernels.attention_dropout_cost
             return seconds if phase in ("forward", "backward") else seconds / 2
