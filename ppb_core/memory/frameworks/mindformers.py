@@ -101,13 +101,27 @@ def _split(params: LayerParams, kind: LayerKind | None, setup: MemorySetup, shar
     return params.non_expert, 0  # vision parts: not MindFormers' LLaMA; every element taken as sharded
 
 
-def _gathered(params: LayerParams, kind: LayerKind | None, setup: MemorySetup) -> int:
-    """Elements of a layer's weights MindSpore's optimizer parallel gathers whole (none where a weight's group is
-    one rank)."""
+def optimizer_shards(
+    params: LayerParams, kind: LayerKind | None, setup: MemorySetup
+) -> tuple[LayerParams, LayerParams]:
+    """(what MindSpore's optimizer parallel shards of a layer, what it keeps whole), each as the layer's elements.
+
+    A sharded weight is gathered in the forward and its gradient reduce-scattered (step_parallel.cc
+    `ApplyParallelOptOnParam` inserts the AllGather only for a parameter with an optimizer shard group); a whole
+    one's gradient is all-reduced by its mirror op (`InsertMirrorOps`), nothing gathered. Which weights: `_split`.
+    A group of one rank shards nothing."""
     shard = setup.optimizer_shard_size or setup.data_group
     expert_shard = setup.optimizer_shard_size or setup.expert_data_group
-    sharded, _ = _split(params, kind, setup, shard)
-    return (sharded if shard > 1 else 0) + (params.expert if expert_shard > 1 else 0)
+    sharded, whole = _split(params, kind, setup, shard)
+    if shard <= 1:
+        sharded, whole = 0, params.non_expert
+    expert = params.expert if expert_shard > 1 else 0
+    return LayerParams(sharded, expert), LayerParams(whole, params.expert - expert)
+
+
+def _gathered(params: LayerParams, kind: LayerKind | None, setup: MemorySetup) -> int:
+    """Elements of a layer's weights MindSpore's optimizer parallel gathers whole."""
+    return optimizer_shards(params, kind, setup)[0].total
 
 
 class MindFormersRules(FrameworkRules):
