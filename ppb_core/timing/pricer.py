@@ -609,6 +609,40 @@ class TimeModel:
         if self._late_ctas(collective, by_name, paired):
             beside = share * seconds
             return seconds - beside + persistent_added_s(partner, beside)
+        if self._interleaved_halves(collective, by_name):
+            # MindFormers' fine_grain_interleave 2 (mindformers/models/llama/llama_interleave.py
+            # `LLamaDecodeLayerInterleave`, a4dfb8219: the projections, norms, residual adds and MLP of each layer
+            # as two sequence halves A and B, attention whole). MindSpore orders the halves' collectives, forward
+            # and backward alike, A0, B0, A1, B1, ... and makes A's compute after its collective i wait for B's
+            # compute before B's collective i, B's after collective i for A's before collective i + 1
+            # (frontend/parallel/pass/micro_interleaved_order_control.cc `InsertInterleavedNodesDepend`,
+            # `InsertDependBetweenInterleavedNodes`): A's half of a collective runs beside B's compute before it,
+            # B's half beside A's compute after it. One side of each is the GEMM it pairs with (forward: the
+            # producer of the output projection's and the MLP's reduce-scatters, the consumer of the attention's
+            # and MLP's all-gathers; backward: the producer's input gradient after the all-gather of its output
+            # gradient), the other the residual add and norm between two collectives, taken as nothing: half the
+            # collective exposed, the other half hidden behind half its partner
+            half = seconds / 2
+            return half + self._beside_s(half, share, partner / 2, collective)
+        return self._beside_s(seconds, share, partner, collective)
+
+    def _interleaved_halves(self, collective: Collective, by_name: Mapping[str, Op]) -> bool:
+        """Whether a collective is a TP collective of a layer on the critical path under MindFormers'
+        fine_grain_interleave 2 (`timing.fine_grain_interleave`): an entry all-gather or exit reduce-scatter paired
+        with its GEMM's forward, or the exit's backward all-gather with the producer's input gradient. (The entry's
+        backward reduce-scatter runs beside the consumer's weight gradient, `tp_async`, as priced without it.)"""
+        return (
+            self.run.framework == "mindformers"
+            and self.run.timing.fine_grain_interleave == 2
+            and collective.overlap == "tp"
+            and collective.partner is not None
+            and collective.partner[1] in ("forward", "dgrad")
+            and collective.partner[0] in by_name
+            and by_name[collective.partner[0]].category == MATMUL
+        )
+
+    def _beside_s(self, seconds: float, share: float, partner: float, collective: Collective) -> float:
+        """The exposed seconds of a collective of *seconds* whose *share* runs beside *partner* seconds of compute."""
         # the partner, slowed by the SMs the collective takes while they overlap, ends no later than the part of
         # the collective beside it when that part is the longer: the pair's wall is max(beside, partner + k·hidden)
         beside = share * seconds
