@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from small_models import ROUND_DEVICE
 from test_memory_runs import DENSE, DENSE_BODY_PARAMS, body, layers, make_run, model
 
 from ppb_core.cli.main import main
@@ -276,13 +277,22 @@ def test_check_reads_the_yaml_against_sapp_zero_without_the_words(capsys, tmp_pa
 def test_accumulated_gradients_are_all_reduced_whole():
     """Time: over accumulated micro-batches the backward of `_MiniStepAllGather` all-reduces the whole
     `accu_grads` and keeps its slice (grad_comm_ops.py `split(all_reduce(z))[rank]`, mindspore-ai/mindspore
-    c3665836); with gradient_accumulation_shard the reduce-scatter stays. Without optimizer parallel
-    (shard_level 0) the same gradients are all-reduced and nothing is gathered, so on a ring (an
-    all-reduce a reduce-scatter and an all-gather, twice a reduce-scatter's steps and bytes):
-    link(off) = AR and link(on) - link(on, sharded) = AR - RS = AR / 2."""
+    c3665836); with gradient_accumulation_shard the reduce-scatter stays. The weights left whole are all-reduced by
+    their mirror op either way, and only the sharded ones gathered. Without optimizer parallel (shard_level 0)
+    every gradient is all-reduced and nothing is gathered. On a device without latency (bytes-linear; an
+    all-reduce twice a reduce-scatter): link(off) = AR(S + W), link(on) - link(on, sharded) = AR(S) - RS(S) =
+    AR(S) / 2, with threshold 0 S = 4 · 40960 + 65536 (the output layer) = 229,376 sharded elements and W = 4 · 128
+    + 65536 (the embedding table) + 64 = 66,112 whole ones."""
 
     def link(parallel: dict[str, Any]) -> float:
-        run = _run(parallel, {"micro_batches": 2})
+        run = make_run(
+            DENSE,
+            parallel={"dp": 8, "enable_parallel_optimizer": True, **parallel},
+            training={"dtype": "bf16", "micro_batches": 2},
+            device=ROUND_DEVICE,
+            framework="mindformers",
+            timing={"param_dtype": "fp32"},
+        )
         return run_iteration(run).link_seconds["dp_communication"]
 
     config = {"parallel_optimizer_threshold": 0}
@@ -290,7 +300,8 @@ def test_accumulated_gradients_are_all_reduced_whole():
     sharded = link({"parallel_optimizer_config": {**config, "gradient_accumulation_shard": True}})
     off = link({"enable_parallel_optimizer": False})
     assert off > 0
-    assert whole - sharded == pytest.approx(off / 2, rel=1e-9)
+    assert 4 * DENSE_BODY_PARAMS + 65536 + 65536 + 64 == 229_376 + 66_112
+    assert whole - sharded == pytest.approx(off / 2 * 229_376 / (229_376 + 66_112), rel=1e-9)
 
 
 def test_a_dumped_run_reads_back():
