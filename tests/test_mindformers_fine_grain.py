@@ -60,19 +60,43 @@ def _beside(c: float, g: float, k: float) -> float:
     return max(c - g, k * min(c, g))
 
 
-def test_half_of_each_collective_is_exposed_and_half_hides_behind_half_its_gemm():
+# Each collective's side that hides it: the compute of one half between it and the next collective on its GEMM's
+# side (llama_interleave.py: `linear_layer1` = norm, Q/K/V; attention whole, `cal_attn`; `linear_layer2` = output
+# projection, add, norm, MLP, add), as ppb names a LLaMA layer's ops: the attention's entry gather its readers
+# Q·K and V (and the rotary between them); the output projection's reduce-scatter that projection alone (the
+# attention core before it runs whole); the MLP's gather and reduce-scatter the whole MLP (in, activation, out);
+# backward, the output gradient's gathers the same ops' backward.
+SEGMENTS = {
+    ("gather_attention", "forward"): ("qk_proj", "rope", "v_proj"),
+    ("reduce_attention", "forward"): ("out_proj",),
+    ("gather_mlp", "forward"): ("mlp_in", "mlp_act", "mlp_out"),
+    ("reduce_mlp", "forward"): ("mlp_out", "mlp_act", "mlp_in"),
+    ("reduce_attention", "backward"): ("out_proj",),
+    ("reduce_mlp", "backward"): ("mlp_out", "mlp_act", "mlp_in"),
+}
+
+
+def test_half_of_each_collective_is_exposed_and_half_hides_behind_half_its_segment():
     # A layer's attention entry all-gather, output-projection reduce-scatter, MLP entry all-gather and MLP exit
     # reduce-scatter (forward), and the exits' all-gathers of the output gradient (backward): A's half runs beside
-    # B's compute before it, B's beside A's compute after it. One side is the paired GEMM's half (g/2), the other
-    # the residual add and norm, taken as nothing: c/2 exposed + the half c/2 beside g/2.
+    # B's compute before it, B's beside A's compute after it. One side is half the segment of its GEMM (one half's
+    # share of the ops above), the other the residual add and norm, taken as nothing: c/2 exposed + c/2 beside
+    # that half segment.
     model = TimeModel(_run(2))
     k = model.kernels.contention
-    found = _collectives(model, "tp")
-    assert {comm.partner[1] for comm, _, _ in found} == {"forward", "dgrad"}
-    assert len(found) == 6  # 2 gathers and 2 reduce-scatters forward, the 2 exits' gathers backward
-    for comm, g, by_name in found:
-        c = collective_seconds(comm, model.links)
-        assert model._exposed_s(comm, by_name) == pytest.approx(c / 2 + _beside(c / 2, g / 2, k))
+    layer = next(layer for layer in walk(model.run) if layer.node == "BODY")
+    by_name = {op.name: op for op in model.ops(layer)}
+    seen = set()
+    for op in by_name.values():
+        for phase, comm in (("forward", op.forward_comm), ("backward", op.backward_comm)):
+            if comm is None or comm.overlap != "tp":
+                continue
+            names = SEGMENTS[op.name, phase]
+            segment = sum(model._phase_s(by_name[name], phase) for name in names) / 2
+            c = collective_seconds(comm, model.links)
+            assert model._exposed_s(comm, by_name) == pytest.approx(c / 2 + _beside(c / 2, segment, k))
+            seen.add((op.name, phase))
+    assert seen == set(SEGMENTS)
     # unsliced (the same run without the word): each collective wholly beside its GEMM (overlap.tp 1)
     plain = TimeModel(_run(None))
     for comm, g, by_name in _collectives(plain, "tp"):
@@ -80,8 +104,9 @@ def test_half_of_each_collective_is_exposed_and_half_hides_behind_half_its_gemm(
         assert plain._exposed_s(comm, by_name) == pytest.approx(_beside(c, g, k))
 
 
-def test_a_collective_as_long_as_its_gemm_shows_half_of_itself():
-    # c = g: the halves A (c/2 beside g/2) and B (c/2 beside the add and norm): c/2 + k·c/2; unsliced k·c
+def test_a_collective_as_long_as_its_segment_shows_half_of_itself():
+    # c = g (g the segment): the halves A (c/2 beside g/2) and B (c/2 beside the add and norm): c/2 + k·c/2;
+    # unsliced k·c
     assert 0.5 + _beside(0.5, 0.5, 0.1) == pytest.approx(0.55)
     assert _beside(1.0, 1.0, 0.1) == pytest.approx(0.1)
 
