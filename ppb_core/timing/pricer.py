@@ -964,6 +964,9 @@ class TimeModel:
                     python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
                     weights_saved=run.framework_release.holds("te_grouped_saves_weights")
                     and not run.framework_release.holds("te_grouped_weights_unsaved"),
+                    # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
+                    activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
+                    sp_ops=(self._te_gathered, self._te_scattered),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
