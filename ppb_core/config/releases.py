@@ -123,6 +123,16 @@ CHANGES: dict[str, Change] = {
         "moe_utils.py `permute(..., probs)`); before, the dispatcher's combine weighted the experts' "
         "outputs and saved them for the probabilities' gradient (token_dispatcher.py `unpermute(..., probs)`)",
     ),
+    "deepep_permute_pads": Change(
+        MEGATRON_CORE,
+        "554ce493e3",
+        "2026-02-07",
+        (0, 17),
+        "the DeepEP dispatcher's permutation pads each expert's rows to the FP8/FP4 GEMMs' alignment itself "
+        "(token_dispatcher.py `_DeepepManager.get_permuted_hidden_states_by_experts`: `permute(..., "
+        "align_size=...)`), so TEGroupedMLP's Fp8Padding finds its splits aligned; before, TEGroupedMLP padded "
+        "them (experts.py `quantization_padding`, TE's `Fp8Padding`)",
+    ),
     "megatron_dummy_wgrad": Change(
         MEGATRON_CORE,
         "e7c55de99e",

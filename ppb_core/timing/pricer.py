@@ -91,10 +91,13 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "dispatch",
         "local_permute",
         "gather_experts",
+        "experts_pad",  # TEGroupedMLP's FP8 padding (flops.expert_fp8_pads)
+        "experts_pad_probs",
         "experts_in",
         "experts_act",
         "experts_out",
         "experts_cat",
+        "experts_unpad",
         "reduce_experts",
         "local_unpermute",
         "combine",
