@@ -91,10 +91,13 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "dispatch",
         "local_permute",
         "gather_experts",
+        "experts_pad",  # TEGroupedMLP's FP8 padding (flops.expert_fp8_pads)
+        "experts_pad_probs",
         "experts_in",
         "experts_act",
         "experts_out",
         "experts_cat",
+        "experts_unpad",
         "reduce_experts",
         "local_unpermute",
         "combine",
@@ -1046,6 +1049,9 @@ class TimeModel:
                     python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
                     weights_saved=run.framework_release.holds("te_grouped_saves_weights")
                     and not run.framework_release.holds("te_grouped_weights_unsaved"),
+                    # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
+                    activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
+                    sp_ops=(self._te_gathered, self._te_scattered),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
