@@ -13,10 +13,12 @@ For each row, one MoE layer and micro-batch at the state the iteration prices it
   stream i % 4; ppb's price), and expert by expert, one kernel after another, each with its own waves:
   what rides on the streams running concurrently (each without the kernel's fixed time, which ppb
   adds per stream either way);
-- for a row with a token-dropping run of the same shape in NeMo 25.09's table (Megatron-Bridge
+- for a row with a token-dropping run of the same model and GPUs in NeMo 25.09's table (Megatron-Bridge
   docs/performance-summary.md at 5776a6d90, "25.09 NeMo Container"), ppb's GPU work for the whole
-  iteration at that run's settings (capacity factor 1.0, which NeMo 2's `MegatronTokenDropCallback`
-  sets with padding to capacity; the host's launches free; no all-to-all overlap), in FP8 with
+  iteration at that run's settings (its own micro-batch size and virtual stages: the H100 run's MBS 2
+  and VP 24, where the 25.11 row runs its preset's 1 and 12; capacity factor 1.0, which NeMo 2's
+  `MegatronTokenDropCallback` sets with padding to capacity; the host's launches free; no all-to-all
+  overlap), in FP8 with
   current scaling and in BF16 (the table states no precision for these rows; NeMo's recommended
   configs at 8cfedd7203 list them in bf16), against the run's measured seconds: a bound on the GPU
   work, exact only if nothing else took time (the H100 run is not CUDA-graphed, so its host can bind).
@@ -81,21 +83,24 @@ SEQUENCE = 4096  # the Qwen3 runs' sequence (bench/_nemo.py `_qwen3_run`)
 
 @dataclass(frozen=True)
 class TokenDropRun:
-    """A NeMo 25.09 token-dropping run of a 25.11 row's shape: its published tokens/s per GPU."""
+    """A NeMo 25.09 token-dropping run of a 25.11 row's model and GPUs: its published tokens/s per GPU, and
+    its micro-batch size and virtual stages where the 25.11 row's differ (None: the row's)."""
 
     tokens_per_s: float
     gpus: int
     global_batch: int
+    micro_batch_size: int | None = None
+    vp: int | None = None
 
     @property
     def seconds(self) -> float:
         return self.global_batch * SEQUENCE / (self.tokens_per_s * self.gpus)
 
 
-# The 25.09 table's Qwen3_30B_a3B (tokendrop) rows on DGX-H100 (16 GPUs, GBS 512, MBS 2, PP 2, VP 24, EP 8)
-# and DGX-B200 (8 GPUs, GBS 512, MBS 1, EP 8): the 25.11 rows' shapes.
+# The 25.09 table's Qwen3_30B_a3B (tokendrop) rows on DGX-H100 (16 GPUs, GBS 512, MBS 2, PP 2, VP 24, EP 8;
+# the 25.11 row runs its preset's MBS 1 and VP 12, bench/_nemo.py) and DGX-B200 (8 GPUs, GBS 512, MBS 1, EP 8).
 TOKEN_DROP = {
-    "NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)": TokenDropRun(10494.0, 16, 512),
+    "NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)": TokenDropRun(10494.0, 16, 512, micro_batch_size=2, vp=24),
     "NeMo Qwen3 30B-A3B MXFP8 EP8 (8 B200)": TokenDropRun(18066.0, 8, 512),
 }
 
@@ -235,6 +240,13 @@ def short_name(op: Op) -> str:
 def token_drop_raw(row: PublicRun, precision: str) -> dict:
     """*row*'s run config at its 25.09 token-dropping run's settings (module docstring), GPU work only."""
     raw = copy.deepcopy(row.raw)
+    drop = TOKEN_DROP[row.name]
+    if drop.micro_batch_size is not None:
+        per_replica = raw["training"]["micro_batch_size"] * raw["training"]["micro_batches"]
+        raw["training"]["micro_batch_size"] = drop.micro_batch_size
+        raw["training"]["micro_batches"] = per_replica // drop.micro_batch_size
+    if drop.vp is not None:
+        raw["parallel"]["vpp"] = drop.vp
     raw["device"]["host_kernel_us"] = 0.0
     raw["training"]["moe"]["capacity_factor"] = 1.0
     raw["parallel"].pop("overlap_moe_expert_parallel_comm", None)

@@ -31,9 +31,9 @@ def test_the_token_dropping_runs_become_seconds(bench):
 
 def test_each_local_expert_takes_every_ep_ranks_copies(bench, rows):
     # Qwen3 30B-A3B: 128 experts, top 8, hidden 2048, expert FFN 768 (gate and up: 1536 wide), EP 8 (16
-    # local experts). H100 row: MBS 2, 8,192 tokens a rank, 65,536 copies over 128 experts: 512 an expert
-    # from each of the 8 EP ranks, 4,096 rows; B200 row: MBS 1, 2,048.
-    for name, m in ((H100_ROW, 4096), (B200_ROW, 2048)):
+    # local experts). Both rows MBS 1 (the H100 row its preset's, bench/_nemo.py): 4,096 tokens a rank,
+    # 32,768 copies over 128 experts: 256 an expert from each of the 8 EP ranks, 2,048 rows.
+    for name, m in ((H100_ROW, 2048), (B200_ROW, 2048)):
         shapes = {label: shape for label, shape, _, _ in bench.expert_gemms(rows[name])}
         assert shapes["experts_in forward"] == (m, 1536, 2048, 16)
         assert shapes["experts_out forward"] == (m, 2048, 768, 16)
@@ -46,19 +46,15 @@ def test_h100_expert_gemms_pooled_and_one_by_one_by_hand(bench, rows):
     # full rate) over k = 2048: 2·128·128·2048 / that = 7.268 us.
     per_sm = 2 * 989e12 * 0.709 * 0.869 / 132
     tile_us = 2 * 128 * 128 * 2048 / per_sm * 1e6
-    # fc1 forward, 4096 x 1536 an expert: 32·12 = 384 tiles, 3 waves of 132 (256-wide tiles: 192 tiles, 2
-    # waves of twice the time, no better): 18.95 us; 16 experts one by one 303.2 us. Pooled: 6,144 tiles,
-    # ⌈46.5⌉ = 47 waves: 296.9 us.
-    # fc1 weight gradient, 2048 x 1536 over k = 4096: 16·12 = 192 tiles of 12.63 us, 2 waves (96 tiles of
-    # 256x128, one wave of twice the time: the same): 25.26 us, 404.3 one by one; pooled 3,072 tiles,
-    # ⌈23.3⌉ = 24 waves: 303.2 us.
+    # fc1 forward, 2048 x 1536 an expert (MBS 1): 16·12 = 192 tiles, 2 waves of 132 (256-wide tiles: 96,
+    # one wave of twice the time, no better): 14.54 us; 16 experts one by one 232.6 us. Pooled: 3,072
+    # tiles, ⌈23.3⌉ = 24 waves: 174.4 us.
+    # fc1 weight gradient, 2048 x 1536 over k = 2048 rows: the same 192 tiles of 7.268 us, the same waves.
     found = {label: (pooled, serial) for label, _, pooled, serial in bench.expert_gemms(rows[H100_ROW])}
-    pooled, serial = found["experts_in forward"]
-    assert pooled * 1e3 == pytest.approx(47 * tile_us, rel=1e-9)
-    assert serial * 1e3 == pytest.approx(16 * 3 * tile_us, rel=1e-9)
-    pooled, serial = found["experts_in wgrad"]
-    assert pooled * 1e3 == pytest.approx(math.ceil(16 * 192 / 132) * 2 * tile_us, rel=1e-9)
-    assert serial * 1e3 == pytest.approx(16 * 2 * 2 * tile_us, rel=1e-9)
+    for label in ("experts_in forward", "experts_in wgrad"):
+        pooled, serial = found[label]
+        assert pooled * 1e3 == pytest.approx(math.ceil(16 * 192 / 132) * tile_us, rel=1e-9)
+        assert serial * 1e3 == pytest.approx(16 * 2 * tile_us, rel=1e-9)
 
 
 def test_the_groups_hold_the_whole_layer(bench, rows):
@@ -74,6 +70,10 @@ def test_the_groups_hold_the_whole_layer(bench, rows):
 
 def test_the_token_dropping_settings(bench, rows):
     raw = bench.token_drop_raw(rows[H100_ROW], "bf16")
+    # the 25.09 H100 row's own MBS 2 and VP 24: GBS 512 over DP 8 (16 GPUs, PP 2) in 32 micro-batches of 2
+    assert (raw["training"]["micro_batch_size"], raw["training"]["micro_batches"]) == (2, 32)
+    assert raw["parallel"]["vpp"] == 24
+    assert rows[H100_ROW].raw["training"]["micro_batch_size"] == 1
     assert raw["training"]["moe"]["capacity_factor"] == 1.0
     assert raw["device"]["host_kernel_us"] == 0.0
     assert raw["timing"]["matmul_dtype"] == "bf16"
