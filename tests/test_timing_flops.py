@@ -682,3 +682,10 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 188_743_680, (33.0, 64.0))
     assert bias.inputs == ("experts_out",)
     assert ops["combine"].inputs == ("experts_bias",)
+    # weighted_bias_quick_geglu_impl's eager clamp (fused_bias_geglu.py, 2edffadb52) between fc1 and the fused
+    # activation: E = 16,384 rows · 2880 = 47,185,920 elements a half; forward the two clamps and the cat, 8
+    # passes of 2 bytes = 754,974,720, 4 launches (the offset's H2D copy one); backward the clamps' masks and
+    # wheres, 7 passes of 2 bytes and 8 of 1 = 22 bytes an element = 1,038,090,240, 8 launches
+    clamp = ops["experts_clamp"]
+    assert (clamp.bytes, clamp.backward_bytes, clamp.launches) == (754_974_720, 1_038_090_240, (4.0, 8.0))
+    assert (clamp.inputs, ops["experts_act"].inputs, clamp.switch) == (("experts_in",), ("experts_clamp",), "ffAct")

@@ -1614,6 +1614,34 @@ def _router_topk(name: str, block: str, traffic: float, moe: Moe, geo: OpGeometr
     return dataclasses.replace(op, launches=(float(counts.forward), float(counts.backward)), syncs=counts.syncs)
 
 
+def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, inputs: tuple[str, ...]) -> Op:
+    """GPT-OSS's clamp before its fused quick-GEGLU (`activation_func_clamp_value` 7, GPTOSSBridge).
+
+    megatron/core/fusions/fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (Megatron-LM 2edffadb52, NeMo
+    26.04's; 0d8e0714cd, 25.11's, alike) runs it eagerly before the fused kernel: `input.chunk(2, -1)` (views),
+    the gate half clamped above and the linear half both sides (a kernel each, reading and writing its half),
+    `torch.cat` of the two (reading and writing both), then `torch.tensor(linear_offset, device=...)` (one
+    host-to-device copy): 8 passes of rows × width elements, 4 launches. Backward (PyTorch's `clamp_backward`):
+    the gate's `where(x <= max, grad, 0)` (a comparison writing a bool mask, a zero scalar made on the device,
+    the `where`), the linear half's `where((x >= min).logical_and_(x <= max), grad, 0)` (two comparisons, the
+    and, the scalar, the `where`); the cat's backward is slices: 7 passes of bc and 8 of a byte an element, 8
+    launches. Rerun with the activation under `moe_act` recompute (`ffAct`)."""
+    elements, bc = rows * width, geo.dtype_bytes
+    op = _elementwise(name, block, 8 * elements * bc, elements * (7 * bc + 8), switch="ffAct", inputs=inputs)
+    return dataclasses.replace(op, launches=(4.0, 8.0))
+
+
+def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:
+    """The experts' ops with GPT-OSS's clamp between fc1 and the activation, under Megatron's TEGroupedMLP
+    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it)."""
+    if moe.activation != "quick_geglu" or geo.framework != "megatron" or geo.sequential_experts:
+        return ops
+    at = next(i for i, op in enumerate(ops) if op.name == p + "experts_act")
+    width = per_rank(moe.expert_intermediate_size, geo.etp)
+    clamp = _glu_clamp(p + "experts_clamp", ops[at].block, geo, rows, width, ops[at].inputs)
+    return [*ops[:at], clamp, dataclasses.replace(ops[at], inputs=(clamp.name,)), *ops[at + 1 :]]
+
+
 def _expert_output_bias(
     name: str, block: str, geo: OpGeometry, rows: float, h: int, local: int, inputs: tuple[str, ...]
 ) -> Op:
@@ -1800,6 +1828,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
@@ -2031,6 +2060,7 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
