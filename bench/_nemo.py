@@ -27,7 +27,10 @@ from typing import Any
 from _public import LLAMA3_405B, LLAMA31_8B, LLAMA31_70B
 
 NEMO = "NeMo 25.11 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 5776a6d90)"
-NEMO_2604 = "NeMo 26.04 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 74695a06d)"
+# 26.04: the 26.04.01 revision (21d102f5e, 2026-05-27), which revised the first 26.04 figures (74695a06d) and
+# is what the archive (docs/performance-summary-archive.md) and the v0.4.2 docs
+# (docs/fern/versions/0.4.2/pages/performance-summary.mdx) still publish at 067f987df
+NEMO_2604 = "NeMo 26.04.01 performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 21d102f5e)"
 
 # What every 25.11 Megatron-Bridge perf run sets (helpers.py set_common_perf_overrides; the recipes'
 # DDP config): TE's fused cross-entropy, fused rotary, no NaN checks on loss or gradients, and the
@@ -117,10 +120,12 @@ def _llama_run(
             "matmul_dtype": "fp8",
             # get_precision_config("fp8_cs"): bf16_with_fp8_current_scaling_mixed; "fp8_mx": bf16_with_mxfp8_mixed
             "fp8_recipe": fp8_recipe,
-            # bf16_with_mxfp8_mixed (mixed_precision.py, v0.2.0 and v0.4.0): fp8_param_gather, the parameters
-            # MXFP8 (all-gathered in bf16 through the gradient buffer, reuse_grad_buf_for_mxfp8_param_ag: ppb's
-            # `iteration._param_gather`); fp8_cs leaves it off
-            "fp8_param_gather": fp8_recipe == "mxfp8",
+            # both presets set fp8_param_gather (mixed_precision.py, v0.2.0, v0.4.0, v0.4.2): bf16_with_mxfp8_mixed
+            # the parameters MXFP8 (all-gathered in bf16 through the gradient buffer, reuse_grad_buf_for_mxfp8_
+            # param_ag: ppb's `iteration._param_gather`), bf16_with_fp8_current_scaling_mixed FP8 (gathered in
+            # FP8); MixedPrecisionConfig.__setattr__ makes fp8_param follow it, and get_precision_config("fp8_cs")
+            # changes only first_last_layers_bf16
+            "fp8_param_gather": True,
             # --tp-comm-overlap with the recipe's userbuffers config where TP > 1
             "overlap": {
                 **_COMMON_TIMING["overlap"],
@@ -261,16 +266,18 @@ def _qwen3_run(
     layout: str | None = None,
     fp8_recipe: str = "tensorwise",
     gathers_overlapped: bool = True,
+    mx_gathers_apart: bool = False,
 ) -> dict[str, Any]:
     """A Qwen3 MoE run at sequence 4096 (set_qwen3_common_configs: no recompute, router fusion, forced
     load balancing for dropless routing, BF16 gradient reduction), ETP 1, FP8 GEMMs. *gathers_overlapped*
     False: the distributed optimizer's parameter all-gathers run synchronously after the step
     (`overlap_param_gather` off; distrib_optimizer.py `step_with_ready_grads` at Megatron-LM 0d8e0714cd,
     the 25.11 container's: every chunk's `start_param_sync` there, which `overlap_param_gather_with_
-    optimizer_step` does not change)."""
+    optimizer_step` does not change). *mx_gathers_apart*: as `_llama_run`'s (26.04)."""
     tp, pp, vp, ep = (parallel.get(key, 1) for key in ("tp", "pp", "vp", "ep"))
     dp = gpus // (tp * pp)
     with_step = gathers_with_optimizer_step(dp, pp, vp) and gathers_overlapped
+    with_step = with_step and not (mx_gathers_apart and fp8_recipe == "mxfp8")
     schedule: dict[str, Any] = {"vpp": vp, "schedule": "interleaved"} if vp > 1 and not layout else {}
     return {
         "name": name,
@@ -311,7 +318,7 @@ def _qwen3_run(
             **_COMMON_TIMING,
             "matmul_dtype": "fp8",
             "fp8_recipe": fp8_recipe,  # "fp8_cs": tensorwise; "fp8_mx": bf16_with_mxfp8_mixed, mxfp8
-            "fp8_param_gather": fp8_recipe == "mxfp8",  # bf16_with_mxfp8_mixed's
+            "fp8_param_gather": True,  # both presets' (`_llama_run`)
             # the H100 30B recipe asks for --tp-comm-overlap, which needs TP > 1; the 235B's sets it off
             "overlap": {**_COMMON_TIMING["overlap"], "tp": 0.0, "param_gather": 1.0 if gathers_overlapped else 0.0},
             "overlap_param_gather_with_optimizer_step": with_step,
@@ -378,8 +385,20 @@ _QWEN3_ROWS: tuple[tuple[Any, ...], ...] = (
 )  # fmt: skip
 
 
+def nvlink_domain(gpus: int) -> int:
+    """The NVLink domain of a GB200/GB300 job: scripts/performance/utils/executors.py `slurm_executor`
+    (v0.4.2; v0.2.0 likewise beyond a rack) runs 4 GPUs a node (argument_parser.py NUM_GPUS_PER_NODE_MAP) in
+    sbatch `--segment` blocks of the node count's largest divisor up to 18 (an NVL72 rack's 18 trays), all of
+    them up to 18 nodes: 64 nodes of 256 GPUs in segments of 16, 64 GPUs a rack."""
+    nodes = gpus // 4
+    segment = nodes if nodes <= 18 else max(size for size in range(1, 19) if nodes % size == 0)
+    return 4 * segment
+
+
 def _row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, assumptions: tuple[str, ...]):
     sequence = raw["training"]["seq_length"]
+    if raw["device"]["name"] in ("gb200", "gb300"):  # one NVLink domain a rack's segment, not 8 GPUs
+        raw["parallel"]["devices_per_node"] = nvlink_domain(gpus)
     return {
         "name": f"NeMo {label}",
         "source": NEMO,
@@ -434,23 +453,52 @@ _GRAPHS: dict[str, dict[str, Any]] = {
 # in fp32, seq_aux_loss at the HF config's aux_loss_alpha, sigmoid scores, expert bias, top-k scaling 2.5,
 # vocabulary divisible by 1280 (129,280 as it is). helpers.py `set_common_perf_overrides`: rope fusion,
 # TE's fused cross-entropy, no NaN checks.
-def _deepseek_v3_b200() -> dict[str, Any]:
-    gpus, gbs, pp, ep = 256, 2048, 16, 8
+def _deepseek_layout(stages: int, per_stage: int) -> str:
+    """recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout` (v0.2.0, v0.4.2):
+    the embedding with *per_stage* layers, full stages of *per_stage*, and the last stage the rest of
+    the 61 layers with the MTP layer and the loss."""
+    last = 61 - per_stage * (stages - 1)
+    return "E" + ("t" * per_stage + "|") * (stages - 1) + "t" * last + "mL"
+
+
+def _deepseek_v3_run(
+    name: str,
+    gpus: int,
+    gbs: int,
+    mbs: int,
+    parallel: dict[str, int],
+    layout: str,
+    device: str,
+    recompute_modules: list[str],
+    *,
+    a2a_overlap: bool = False,
+) -> dict[str, Any]:
+    """A DeepSeek-V3 (w/ MTP) MXFP8 run at sequence 4096, TP 1, ETP 1 (the recipe above)."""
+    pp, ep = parallel["pp"], parallel["ep"]
     dp = gpus // pp
-    layout = "E" + "t" * 4 + "|" + ("t" * 4 + "|") * 14 + "tmL"
-    raw = {
-        "name": "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)",
+    return {
+        "name": name,
         "framework": "megatron",
         "models": [{"name": "llm", "config": "hf/deepseek-v3.json", "pad_vocab_multiple": 1280}],
-        "parallel": {"dp": dp, "tp": 1, "pp": pp, "ep": ep, "etp": 1, "zero": 1, "layout": layout},
+        "parallel": {
+            "dp": dp,
+            "tp": 1,
+            "pp": pp,
+            "ep": ep,
+            "etp": 1,
+            "zero": 1,
+            "layout": layout,
+            # moe_a2a_overlap: overlap_moe_expert_parallel_comm and delay_wgrad_compute (overrides.py)
+            **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {}),
+        },
         "training": {
             "seq_length": 4096,
-            "micro_batch_size": 1,
-            "micro_batches": gbs // dp,
+            "micro_batch_size": mbs,
+            "micro_batches": gbs // (mbs * dp),
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
-            "recompute": {"granularity": "selective", "modules": ["mla_up_proj"]},
+            "recompute": {"granularity": "selective", "modules": list(recompute_modules)},
             "moe": {
                 "router_dtype": "fp32",
                 "permute_fusion": True,
@@ -465,19 +513,38 @@ def _deepseek_v3_b200() -> dict[str, Any]:
                 },
             },
         },
-        "device": {"name": "b200"},
-        "timing": {**_COMMON_TIMING, "matmul_dtype": "fp8", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
+        "device": {"name": device},
+        "timing": {
+            **_COMMON_TIMING,
+            "matmul_dtype": "fp8",
+            "fp8_recipe": "mxfp8",
+            "fp8_param_gather": True,
+            **({"delay_wgrad_compute": True} if a2a_overlap else {}),
+        },
     }
+
+
+_DEEPSEEK_ASSUMPTIONS = (
+    "MXFP8 as ppb's FP8 GEMMs with their casts",
+    "attention in BF16 (TE's default for FP8 recipes)",
+    "MXFP8's gathered parameters not copied out of the gradient buffer",
+    "routing balanced (forced)",
+)
+# the recipe's optimizer (deepseek_v3.py `deepseek_v3_pretrain_config`): exp_avg and exp_avg_sq in BF16
+_BF16_MOMENTS = "the precision-aware optimizer's BF16 moments priced as FP32 ones"
+
+
+def _deepseek_v3_b200() -> dict[str, Any]:
+    gpus, gbs = 256, 2048
+    label = "DeepSeekV3 MXFP8 PP16 EP8 (256 B200)"
+    raw = _deepseek_v3_run(label, gpus, gbs, 1, {"pp": 16, "ep": 8}, _deepseek_layout(16, 4), "b200", ["mla_up_proj"])
     tps = 2139.0
     return {
-        **_row("DeepSeekV3 MXFP8 PP16 EP8 (256 B200)", raw, gpus, gbs, tps, ()),
+        **_row(label, raw, gpus, gbs, tps, ()),
         "assumptions": (
-            "MXFP8 as ppb's FP8 GEMMs with their casts",
-            "attention in BF16 (TE's default for FP8 recipes)",
-            "MXFP8's gathered parameters not copied out of the gradient buffer",
-            "routing balanced (forced)",
+            *_DEEPSEEK_ASSUMPTIONS,
             "the shared expert on the compute stream (moe_shared_expert_overlap not modelled)",
-            "the precision-aware optimizer's BF16 moments priced as FP32 ones",
+            _BF16_MOMENTS,
         ),
     }
 
@@ -512,8 +579,10 @@ def nemo_rows() -> list[dict[str, Any]]:
     return rows
 
 
-# NeMo 26.04 (docs/performance-summary.md at 74695a06d, 2026-04-17, "26.04 NeMo Container"), with the
-# recipes of Megatron-Bridge v0.4.0 (0fbfe7d3e, 2026-04-16): scripts/performance/configs/llama/
+# NeMo 26.04 (docs/performance-summary.md, the 26.04.01 revision 21d102f5e, 2026-05-27, "26.04.01 NeMo
+# Container"; it revised 74695a06d's figures by up to 4% and its DeepSeek-V3 B200 row's sizes), with the
+# recipes of Megatron-Bridge v0.4.2 (c81012934, 2026-05-28; its perf presets for these rows are v0.4.1's, and
+# v0.4.0's for the Llama ones): scripts/performance/configs/llama/
 # llama3_workload_base_configs.py and llama31_workload_base_configs.py, the V2 presets (GBS 256 for
 # the 70B, 256 GPUs and GBS 1536 for the 405B), llama3_llm_pretrain.py / llama31_llm_pretrain.py
 # (userbuffers TP overlap, set_llama3_common_configs: BF16 gradient reduction), utils/overrides.py
@@ -529,16 +598,90 @@ _405B_ONE_A_STAGE = "E|" + "t|" * 126 + "L"
 _LLAMA_2604_ROWS: tuple[tuple[Any, ...], ...] = (
     # LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2: TP 4, PP 8, VP 5, GBS 256
     ("Llama 3 70B FP8 TP4 PP8 GBS256 (64 H100)", LLAMA31_70B, 64, 256, 1, {"tp": 4, "pp": 8, "vp": 5}, "h100-80gb",
-     1633.0, {}),
+     1664.0, {}),
     # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: TP 2, PP 4, VP 5, GBS 256
     ("Llama 3 70B MXFP8 TP2 PP4 (64 GB200)", LLAMA31_70B, 64, 256, 1, {"tp": 2, "pp": 4, "vp": 5}, "gb200",
-     3828.0, {"fp8_recipe": "mxfp8"}),
+     3712.0, {"fp8_recipe": "mxfp8"}),
     # LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: TP 4, PP 16, VP 4, no FSDP, GBS 1536
     ("Llama 3.1 405B FP8 TP4 PP16 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 4}, "gb200",
-     842.0, {"layout": _405B_LAYOUT}),
+     864.0, {"layout": _405B_LAYOUT}),
     ("Llama 3.1 405B MXFP8 TP4 PP16 VP8 (256 GB200)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 16, "vp": 8},
-     "gb200", 793.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}),
+     "gb200", 800.0, {"layout": _405B_ONE_A_STAGE, "fp8_recipe": "mxfp8"}),
+    # LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2 (new in 26.04.01): V1's TP 8, PP 8, CP 2, VP 8 on 1024 GPUs,
+    # GBS 1536; llama31_405b_pretrain_config_h100: userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192. 64
+    # virtual stages of two with the embedding and the loss counted (the 25.11 row's layout).
+    ("Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)", LLAMA3_405B, 1024, 1536, 1, {"tp": 8, "pp": 8, "cp": 2, "vp": 8},
+     "h100-80gb", 328.0, {"layout": _405B_LAYOUT}),
 )  # fmt: skip
+
+
+def _flex(backend: str) -> dict[str, Any]:
+    """The flex dispatcher's timing words: overrides.py `set_workload_base_configs` ->
+    flex_dispatcher_backend.py `apply_flex_dispatcher_backend` (v0.4.2: flex on Hopper and Blackwell,
+    the shared expert's overlap off), HybridEP on the 32 SMs `_set_common_perf_overrides` gives it."""
+    return {"moe_dispatcher": backend, **({"moe_flex_dispatcher_num_sms": 32} if backend == "hybridep" else {})}
+
+
+def _te_graphs(*modules: str) -> dict[str, Any]:
+    """Transformer Engine's CUDA graphs of a preset's `cuda_graph_scope` (overrides.py `_set_cuda_graph_overrides`)."""
+    return {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": list(modules)}
+
+
+_ROUTER = ("moe_router", "moe_preprocess")
+
+# The table's Qwen3 rows, each its v0.4.2 preset in configs/qwen/qwen3_workload_base_configs.py (30B: V1, the
+# only one; 235B: V2, GBS 8192), qwen3_llm_pretrain.py (flex dispatcher unless the preset names none, then
+# alltoall: set_workload_base_configs) and set_qwen3_common_configs (no recompute, router fusion, forced
+# balance, BF16 gradient reduction). The 235B's recipe counts the embedding and the loss as layers.
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, moe_a2a_overlap, layout, timing words)
+_QWEN3_2604_ROWS: tuple[tuple[Any, ...], ...] = (
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1: MBS 4, EP 8, hybridep, TE graphs of the router
+    ("Qwen3 30B-A3B MXFP8 EP8 (8 GB200)", QWEN3_30B_A3B, 8, 512, 4, {"ep": 8}, "gb200", 26112.0, False, None,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # ..._B200_FP8_MX_V1 = ..._B200_BF16_V1: MBS 4, EP 8, hybridep, TE graphs of attention and the router
+    ("Qwen3 30B-A3B MXFP8 EP8 (8 B200)", QWEN3_30B_A3B, 8, 512, 4, {"ep": 8}, "b200", 27136.0, False, None,
+     {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+    # ..._H100_FP8_CS_V1: 16 GPUs, GBS 1024, EP 16, no moe_a2a_overlap, hybridep, no graphs
+    ("Qwen3 30B-A3B FP8 EP16 (16 H100)", QWEN3_30B_A3B, 16, 1024, 1, {"ep": 16}, "h100-80gb", 8960.0, False, None,
+     _flex("hybridep")),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2: PP 8, VP 3, EP 32, hybridep, graphs of attention and router
+    ("Qwen3 235B MXFP8 PP8 VP3 EP32 (256 GB200)", QWEN3_235B_A22B, 256, 8192, 1, {"pp": 8, "vp": 3, "ep": 32},
+     "gb200", 5680.0, False, _split_layout(24, 4), {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+    # ..._B200_FP8_MX_V2 = ..._FP8_CS_V2: PP 8, EP 8, no moe_a2a_overlap, alltoall (qwen3_235b_a22b_pretrain_config_
+    # b200), no graphs
+    ("Qwen3 235B MXFP8 PP8 EP8 (256 B200)", QWEN3_235B_A22B, 256, 8192, 1, {"pp": 8, "ep": 8}, "b200", 3776.0,
+     False, _split_layout(8, 12), {}),
+    # ..._H100_FP8_CS_V2: TP 2, PP 8, VP 4, EP 32, moe_a2a_overlap, alltoall (tp_comm_overlap off), no graphs
+    ("Qwen3 235B FP8 TP2 PP8 VP4 EP32 (256 H100)", QWEN3_235B_A22B, 256, 8192, 1,
+     {"tp": 2, "pp": 8, "vp": 4, "ep": 32}, "h100-80gb", 1712.0, True, _split_layout(32, 3), {}),
+)  # fmt: skip
+
+# The table's DeepSeek-V3 rows (GBS 4096, sequence 4096): configs/deepseek/deepseek_workload_base_configs.py
+# V2 presets at v0.4.2 and deepseek_llm_pretrain.py (the layout: the preset's pp_layout on GB200/GB300, else
+# `set_deepseek_v3_pipeline_model_parallel_layout` by (PP, VP); selective recompute of the preset's modules;
+# overlap_grad_reduce; the 25.11 row's recipe otherwise).
+# (label, GPUs, MBS, parallel, device, tokens/s per GPU, layout, recompute modules, moe_a2a_overlap, timing)
+_DEEPSEEK_2604_ROWS: tuple[tuple[Any, ...], ...] = (
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V2 (= its FP8_MX): PP 4, VP 4, EP 64, hybridep, recompute mlp, TE graphs
+    # of attention and the router; (4, 4) is the (16, 1) layout
+    ("DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)", 256, 1, {"pp": 4, "ep": 64}, "gb200", 4256.0,
+     _deepseek_layout(16, 4), ["mlp"], False, {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+    # ..._B200_FP8_MX_V2: PP 8, VP 2, EP 32, deepep, moe_a2a_overlap, TE graphs of attention and the router,
+    # recompute mla_up_proj and mlp; deepseek_v3_pretrain_config_b200 ignores the preset's pp_layout and takes the
+    # (8, 2) layout, the same 16 virtual stages
+    ("DeepSeekV3 MXFP8 PP8 VP2 EP32 (256 B200)", 256, 1, {"pp": 8, "ep": 32}, "b200", 3328.0,
+     _deepseek_layout(16, 4), ["mla_up_proj", "mlp"], True, {**_flex("deepep"), **_te_graphs("attn", *_ROUTER)}),
+)  # fmt: skip
+
+_NOTES_2604 = ("the 26.04.01 container's Megatron-Bridge taken as v0.4.2, its other releases as 26.04's",)
+
+
+def _as_2604(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, notes: tuple[str, ...]):
+    """A 26.04.01 row: the container's cuDNN and releases, the group's source."""
+    raw["timing"]["cudnn_release"] = CUDNN_2604
+    raw["framework_release"] = dict(RELEASES_2604)
+    row = _row(label, raw, gpus, gbs, tps, (*_NOTES_2604, *notes))
+    return {**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604}
 
 
 def nemo_2604_rows() -> list[dict[str, Any]]:
@@ -546,9 +689,19 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
     rows = []
     for label, spec, gpus, gbs, mbs, parallel, device, tps, options in _LLAMA_2604_ROWS:
         raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
-        raw["timing"]["cudnn_release"] = CUDNN_2604
-        raw["framework_release"] = dict(RELEASES_2604)
-        notes = ("the 26.04 container's Megatron-Bridge taken as v0.4.0", "the table's FP8 as the FP8_CS preset")
-        row = _row(label, raw, gpus, gbs, tps, notes if "MXFP8" not in label else notes[:1])
-        rows.append({**row, "name": f"NeMo 26.04 {label}", "source": NEMO_2604})
+        notes = () if "MXFP8" in label else ("the table's FP8 as the FP8_CS preset",)
+        rows.append(_as_2604(label, raw, gpus, gbs, tps, notes))
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, a2a, layout, timing in _QWEN3_2604_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=a2a, layout=layout, fp8_recipe=recipe,
+            mx_gathers_apart=True,
+        )  # fmt: skip
+        raw["timing"].update(timing)
+        rows.append(_as_2604(label, raw, gpus, gbs, tps, ("routing balanced (forced)",)))
+    for label, gpus, mbs, parallel, device, tps, layout, modules, a2a, timing in _DEEPSEEK_2604_ROWS:
+        raw = _deepseek_v3_run(label, gpus, 4096, mbs, parallel, layout, device, modules, a2a_overlap=a2a)
+        raw["timing"].update(timing)
+        row = _as_2604(label, raw, gpus, 4096, tps, ())
+        rows.append({**row, "assumptions": (*_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
     return rows

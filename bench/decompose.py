@@ -1,6 +1,7 @@
 """Where a published run's predicted seconds go, op class by op class, beside public per-kernel rates.
 
     python bench/decompose.py [ROW ...]
+    python bench/decompose.py --alone ROW ...
     PPB_MEGATRON_LM=DIR python bench/decompose.py --ci FAMILY/CASE@GPU ...
 
 ROW: a substring of a row's name in bench/public_runs.py, its 177B strong-scaling points included
@@ -32,6 +33,12 @@ backward, and the host's launches (what the backward reruns included) in launche
 `host_kernel_us` and in milliseconds, e.g. the EP 8 allgather case's MoE layer, 36.8 / 59.0 launches
 on DGX H100 against 0.62 / 0.83 ms of GPU work.
 
+With `--alone ROW ...`, for each matching row the factor that the GEMMs alone, or attention alone, would
+need to give the measured seconds: each class with its reruns (the busiest stage's seconds at their
+ops' kinds, `kernel_seconds`), and under a pipeline the compute and its bubble scaled together (the
+schedule's idle time is the other stages' compute); a factor that is about the same over many rows points
+at that class's rate, one that varies from row to row does not (docs/timing.md, torchtitan, session 25).
+
 Last, Megatron CI's two GPT 7B cases run on H100 and on A100 (golden values of one commit): the
 measured minus ours in seconds on each GPU. A gap that scales with a GPU's speed (a kernel class
 running slower than ours) is larger on the A100; a gap of the same seconds on both is time that
@@ -44,6 +51,7 @@ the cases the catalog's `host_kernel_us` is the median of (bench/host_derive.py;
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -183,6 +191,51 @@ def rate(share: Share) -> str:
     if share.bytes and share.seconds:
         return f"{share.bytes / share.seconds / 1e12:6.2f} TB/s"
     return ""
+
+
+def kernel_seconds(run: RunConfig) -> tuple[float, float]:
+    """(GEMMs, attention) seconds of *run*'s busiest stage an iteration, each with its reruns (the
+    recompute class split by its ops' kinds)."""
+    iteration = run_iteration(run)
+    times = TimeModel(run)
+    m = run.training.micro_batches
+    gemms = attention = 0.0
+    for layer, state in configured_states(run, MemoryModel(run)).items():
+        if layer.stage != iteration.busiest_stage:
+            continue
+        ops = {op.name: op for op in times.ops(layer)}
+        for timed in times.breakdown(layer, *state):
+            op = ops[timed.name]
+            if op.category == COMM:
+                continue
+            if op.gemm is not None:
+                gemms += timed.ms / 1e3 * m
+            elif op.attention is not None:
+                attention += timed.ms / 1e3 * m
+    return gemms, attention
+
+
+def alone_factors(run: RunConfig, measured: float) -> tuple[float, float, float]:
+    """(measured minus ppb seconds, the factor the GEMMs alone would need, attention's) for *run*
+    (module docstring, `--alone`): 1 + gap / (class seconds · (compute + bubble) / compute); infinite
+    for a class the run does not have (attention without flash kernels)."""
+    iteration = run_iteration(run)
+    gap = measured - iteration.seconds
+    compute = iteration.breakdown["compute"]
+    scale = (compute + iteration.breakdown.get("bubble", 0.0)) / compute
+    factors = [1 + gap / (seconds * scale) if seconds > 0 else math.inf for seconds in kernel_seconds(run)]
+    return gap, *factors
+
+
+def report_alone(rows: list[PublicRun]) -> None:
+    """Print each row's `alone_factors`."""
+    print(f"  {'row':72s} {'error':>7s} {'gap s':>8s} {'GEMMs x':>8s} {'attention x':>11s}")
+    for row in rows:
+        run = config(row)
+        gap, gemms, attention = alone_factors(run, row.seconds)
+        error = -gap / row.seconds
+        print(f"  {row.name[:72]:72s} {error:+7.1%} {gap:8.3f} {gemms:8.2f} {attention:11.2f}")
+    print()
 
 
 def report(row: PublicRun) -> None:
@@ -357,8 +410,15 @@ def main(argv: list[str]) -> int:
         for spec in argv[1:]:
             report_run(*ci_case(spec))
         return 0
-    wanted = argv or list(DEFAULT_ROWS)
+    alone = argv[:1] == ["--alone"]
+    wanted = (argv[1:] if alone else argv) or list(DEFAULT_ROWS)
     rows = public_runs() + strong_scaling_runs()
+    if alone:  # each matching row's one-class factors
+        matches = [row for row in rows if any(pattern in row.name for pattern in wanted)]
+        if not matches:
+            raise SystemExit(f"bench/decompose.py: no row of bench/public_runs.py matches {wanted!r}")
+        report_alone(matches)
+        return 0
     for pattern in wanted:
         matches = [row for row in rows if pattern in row.name]
         if not matches:

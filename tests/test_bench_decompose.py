@@ -162,3 +162,31 @@ def test_a_megatron_run_s_layers_state_their_launches(bench):
     count, _, _, launches_forward, launches_backward = dense
     assert count == 12
     assert (launches_forward, launches_backward) == pytest.approx((33, 46))
+
+
+def test_alone_factors_split_the_reruns_by_kind_and_scale_the_bubble(bench, gpt_1_7b):
+    # A row without recompute or pipeline (Megatron GPT 1.7B): the GEMMs and attention are the classes
+    # themselves, and the factor is (class + gap) / class, the table's "x to close".
+    row, classes, seconds = gpt_1_7b
+    gemms, attention = bench.kernel_seconds(bench.config(row))
+    assert gemms == pytest.approx(classes["GEMMs"].seconds, rel=1e-12)
+    assert attention == pytest.approx(classes["attention"].seconds, rel=1e-12)
+    gap, x_gemms, x_attention = bench.alone_factors(bench.config(row), row.seconds)
+    assert gap == pytest.approx(row.seconds - seconds, rel=1e-12)
+    assert x_gemms == pytest.approx((gemms + gap) / gemms, rel=1e-12)
+    assert x_attention == pytest.approx((attention + gap) / attention, rel=1e-12)
+    # Korthikanti's 175B (selective recompute of the unfused core, PP 8): the reruns' scores and context
+    # batched products count with the GEMMs (the rerun class holds them and the softmax's and dropout's
+    # memory-bound passes), and the class's seconds are scaled by (compute + bubble) / compute, the other
+    # stages' idle time
+    (row,) = [row for row in bench.public_runs() if row.name.startswith("Korthikanti GPT 175B")]
+    classes, _ = bench.decompose(row)
+    gemms, attention = bench.kernel_seconds(bench.config(row))
+    assert attention == 0 and "attention" not in classes  # no flash attention
+    reruns = gemms - classes["GEMMs"].seconds
+    assert 0 < reruns < classes[bench.RECOMPUTE_CLASS].seconds
+    iteration = bench.run_iteration(bench.config(row))
+    scale = (iteration.breakdown["compute"] + iteration.breakdown["bubble"]) / iteration.breakdown["compute"]
+    assert scale > 1
+    gap, x_gemms, _ = bench.alone_factors(bench.config(row), row.seconds)
+    assert x_gemms == pytest.approx(1 + gap / (gemms * scale), rel=1e-12)

@@ -52,9 +52,21 @@ def _expected(raw: dict) -> dict:
     found.update(
         kv_heads=c.num_key_value_heads,
         intermediate_size=c.intermediate_size,
-        activation=ACTIVATIONS[c.hidden_act],
+        # GptOssExperts._apply_gate: the clamped quick-GEGLU, whatever hidden_act says
+        activation="quick_geglu" if mt == "gpt_oss" else ACTIVATIONS[c.hidden_act],
         attention_dropout=c.attention_dropout,
     )
+    if mt == "gpt_oss":
+        windowed = tuple(i for i, kind in enumerate(c.layer_types) if kind == "sliding_attention")
+        found.update(
+            num_experts=c.num_local_experts,
+            experts_per_token=c.num_experts_per_tok,
+            moe_intermediate_size=c.intermediate_size,
+            window_layers=windowed,
+            sliding_window=c.sliding_window if windowed else 0,
+            attention_bias=c.attention_bias,
+            attention_output_bias=c.attention_bias,
+        )
     if mt != "deepseek_v3":
         # the attention modules' rule: getattr(config, "head_dim", None) or hidden_size // num_attention_heads
         found["attention_head_dim"] = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -113,6 +125,14 @@ def test_the_default_tables_name_only_fields_the_classes_have():
         {"model_type": "qwen3", "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2},
         {"model_type": "qwen2_moe", "shared_expert_intermediate_size": 0},
         {"model_type": "deepseek_v3", "q_lora_rank": None},
+        {"model_type": "gpt_oss", "num_experts": 32, "num_hidden_layers": 24},  # gpt-oss-20b's counts
+        {"model_type": "gpt_oss", "layer_types": ["full_attention", "sliding_attention"], "num_hidden_layers": 2},
+        {
+            "model_type": "gpt_oss",
+            "layer_types": ["full_attention"] * 2,
+            "num_hidden_layers": 2,
+            "sliding_window": None,
+        },
     ],
     ids=lambda raw: "-".join(f"{k}={v}" for k, v in raw.items()),
 )
@@ -126,6 +146,22 @@ def test_shipped_config_files(path):
     if raw["model_type"] not in SUPPORTED:  # a vision-language file: its language model's part
         raw = text_part(raw, path.name)
     assert _read(raw) == _expected(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        # GptOssConfig's validate_layer_type refuses both; GptOssModel masks only sliding and full layers
+        ({"model_type": "gpt_oss", "layer_types": ["full_attention"] * 3}, "layer_types: 3 entries for"),
+        ({"model_type": "gpt_oss", "num_hidden_layers": 1, "layer_types": ["linear_attention"]}, "'linear_attention'"),
+        ({"model_type": "gpt_oss", "sliding_window": None}, "sliding_window: null, and layer_types has sliding"),
+        ({"model_type": "gpt_oss", "sliding_window": 0}, "sliding_window: must be at least 1"),
+    ],
+)
+def test_gpt_oss_layer_types_are_checked(raw, line):
+    with pytest.raises(InputError) as caught:
+        spec_from_hf(raw, "config.json")
+    assert line in caught.value.line()
 
 
 def test_an_alias_and_its_attribute_must_agree():

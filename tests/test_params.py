@@ -84,3 +84,27 @@ def test_deepseek_mla_attention_over_four_ranks():
     assert counted.expert == 4 * 3 * 7168 * 2048
     # Router 7168·256 and one shared expert 3·7168·2048, plus attention and norms.
     assert counted.non_expert == 187_107_328 + 2 * 7168 + 7168 * 256 + 3 * 7168 * 2048
+
+
+def test_gpt_oss_120b_layer_and_model_count():
+    """GPT-OSS 120B (configs/hf/gpt-oss-120b.json): h 2880, 64 query heads and 8 key/value heads of 64,
+    q/k/v/o biases, a sink logit per head, 128 experts of 2880 with biases, a router with a bias."""
+    spec = read_hf_config(HF / "gpt-oss-120b.json")
+    kind = body_kind(spec, 0)
+    # attention: q 2880·4096 + k, v 2880·512 each = 14,745,600 and their biases 5,120; o 4096·2880 =
+    # 11,796,480 and its bias 2,880; sinks 64; two RMSNorms 5,760 -> 26,555,904. Router 2880·128 + 128 =
+    # 368,768. Non-expert 26,924,672.
+    params = body_params(kind)
+    assert params.non_expert == 26_924_672
+    # each expert: gate_up 2880·5760 + down 2880·2880 = 24,883,200 and biases 5,760 + 2,880 -> 24,891,840;
+    # 128 of them 3,186,155,520.
+    assert params.expert == 3_186_155_520
+    # tp 2, ep 8: 32 query heads (q, o 2880·2048), 4 kv heads (k, v 2880·256), column biases 2,560, o's bias
+    # whole 2,880, 32 sinks, norms 5,760 -> 13,282,272, router 368,768; 16 whole experts per rank.
+    split = body_params(kind, tp=2, ep=8)
+    assert (split.non_expert, split.expert) == (13_651_040, 16 * 24_891_840)
+    # The model: 36 such layers + embedding and untied head 2·201,088·2880 + final norm 2,880 =
+    # 116,829,156,672: OpenAI's gpt-oss model card (Aug 2025, Table 1) gives 116.83B for gpt-oss-120b.
+    total = head_params(head_kind(spec, spec.vocab_size)).total + tail_params(tail_kind(spec, spec.vocab_size)).total
+    total += sum(body_params(body_kind(spec, i)).total for i in range(spec.num_layers))
+    assert total == 36 * (26_924_672 + 3_186_155_520) + 2 * 201_088 * 2880 + 2880 == 116_829_156_672

@@ -117,6 +117,19 @@ _DEEPSEEK_SMALL = {
     "num_nextn_predict_layers": 1,
     "hidden_act": "silu",
 }
+_GPT_OSS_SMALL = {
+    "model_type": "gpt_oss",
+    "vocab_size": 1000,
+    "hidden_size": 128,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 40,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "sliding_window": 16,
+}
 _GPT2 = {
     "model_type": "gpt2",
     "vocab_size": 50257,
@@ -148,6 +161,11 @@ CASES = {
     "deepseek-small": _DEEPSEEK_SMALL,
     "deepseek-small-no-q-lora-bias": _small(
         _DEEPSEEK_SMALL, q_lora_rank=None, attention_bias=True, first_k_dense_replace=0
+    ),
+    "gpt-oss-120b": _shipped("gpt-oss-120b.json"),
+    "gpt-oss-small": _GPT_OSS_SMALL,
+    "gpt-oss-small-no-bias-tied-full": _small(
+        _GPT_OSS_SMALL, attention_bias=False, tie_word_embeddings=True, layer_types=["full_attention"] * 3
     ),
     "gpt2": _GPT2,
     "gpt2-inner": _small(_GPT2, n_embd=256, n_head=4, n_layer=2, n_inner=512, n_positions=256),

@@ -628,3 +628,28 @@ def test_the_loss_s_statistics_cross_tp_in_the_calls_its_code_makes(fusion, impl
     tail = tail_kind(run.spec(run.model_names[0]), 32000)
     comm = next(op for op in layer_ops(tail, OpGeometry.from_run(run)) if op.name == "output.reduce_loss").forward_comm
     assert (comm.kind, comm.calls) == (kind, calls)
+
+
+def test_sliding_window_layer_computes_its_band_only():
+    # GPT-OSS's attention at s = 4096, b = 1, flash, 64 heads of 64 (8 kv heads), window 128 on layer 0:
+    # the first 128 queries see 1..128 keys, the other 3968 see 128 each: 128·129/2 + 3968·128 = 516,160
+    # pairs a head (= s·w − w(w−1)/2 = 524,288 − 8,128); forward QKᵀ 2·64·516,160·64 = 4,228,382,720.
+    # Layer 1 attends in full: 4096·4097/2 = 8,390,656 pairs a head, 2·64·8,390,656·64 = 68,736,253,952.
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 2880,
+        "num_layers": 2,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "sliding_window": 128,
+        "window_layers": [0],
+        "attention_sinks": True,
+    }
+    run = spec_run(spec, s=4096)
+    windowed, full = ({op.name: op for op in ops_of(run, index)} for index in (0, 1))
+    assert windowed["flash_scores"].flops == 4_228_382_720 == windowed["flash_context"].flops
+    assert full["flash_scores"].flops == 68_736_253_952
+    # the kernel's shape: 64 (sequence, head) pairs of 4096 queries, 516,160 / 4096 = 126.02 keys a query
+    assert windowed["flash_scores"].attention == (64.0, 4096.0, 516_160 / 4096, 64, 1.0)

@@ -115,3 +115,23 @@ def test_mfu_divides_by_every_devices_peak_at_the_dtype():
     run = gpt_run(6144, 64, 48, 2048, 51200, 4, 1, 1, 8)
     flops = 72 * 4 * 2048 * 48 * 6144**2 * (1 + 2048 / (12 * 6144) + 51200 / (12 * 6144 * 48))
     assert model_flops_utilization(run, 1000.0) == pytest.approx(flops / (8 * 312e12), rel=1e-12)
+
+
+def test_gpt_oss_120b_counts_no_window_and_no_gate():
+    # h=2880, 36 layers, 64 heads and 8 kv heads of 64, 128 experts top-4 of 2880, vocab 201088, the
+    # quick-GEGLU counted at 2 (not --swiglu), every layer's core as a full causal one (no window).
+    # attention per token and layer: 6·(2880·(4096 + 512 + 512) + 4096·2880) = 159,252,480
+    # MoE: 6·2880·(2880·4)·2 = 398,131,200; both × 36 = 20,065,812,480
+    # logits: 6·2880·201088 = 3,474,800,640 → 23,540,613,120 per token
+    # core: 6·4096 per pair and layer × 36 = 884,736 per pair; at s = 4096: 884,736·4096 = 3,623,878,656 a token
+    # → 27,164,491,776 FLOPs a token. NeMo 26.04's table (Megatron-Bridge docs/performance-summary.md at
+    # 74695a06d, GPT OSS 120B at 4096): 433 TFLOP/s over 15,938 tokens/s (GB200) = 27.17e9, 355 / 13,045
+    # (B200) = 27.21e9, 158 / 5,810 (H100) = 27.19e9: within 0.2% of 27.164e9 (the table's 3-digit TFLOP/s
+    # rounds to 0.3% at most; its two columns are each an average of their own).
+    # The shipped run: s = 4096, 1 × 80 micro-batches × dp 16 = 1280 sequences, 5,242,880 tokens.
+    run = load_run_config(CONFIGS / "gpt-oss-120b.yaml")
+    expected = 5_242_880 * 23_540_613_120 + 1280 * 4096**2 * 884_736
+    assert model_flops_per_iteration(run) == expected
+    assert expected / 5_242_880 == 27_164_491_776
+    for tflops, tokens in ((433, 15938), (355, 13045), (158, 5810)):
+        assert abs(tflops * 1e12 / tokens / 27_164_491_776 - 1) < 0.002

@@ -93,12 +93,13 @@ def test_bloom_s_logged_seconds_agree_with_its_logged_throughput(public):
     assert run.device.profile().inter_node_bandwidth_gbs == pytest.approx(6.25)  # 4 × 100 Gb/s over 8 GPUs
 
 
-def test_nemo_26_04_rows_take_the_v0_4_0_presets(public):
+def test_nemo_26_04_rows_take_the_v0_4_x_presets(public):
     rows = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2604}
-    assert len(rows) == 4
-    # GBS 1536 of 8192 on 256 GB200 at 842 tokens/s each: 12,582,912 / 215,552 = 58.375 s.
+    assert len(rows) == 13
+    # the 26.04.01 revision's figures (docs/performance-summary.md at 21d102f5e): GBS 1536 of 8192 on 256 GB200
+    # at 864 tokens/s each (74695a06d had 842): 12,582,912 / 221,184 = 56.889 s.
     fp8 = rows["NeMo 26.04 Llama 3.1 405B FP8 TP4 PP16 (256 GB200)"]
-    assert fp8.seconds == pytest.approx(58.375, rel=1e-4)
+    assert fp8.seconds == pytest.approx(56.889, rel=1e-4)
     run = public.config(fp8)
     # TP 4 · PP 16 = 64 a replica, DP 4, 1536 / 4 = 384 micro-batches; 126 layers over 16 · 4 cells
     assert (run.parallel.dp, run.parallel.vpp, run.training.micro_batches) == (4, 4, 384)
@@ -115,6 +116,52 @@ def test_nemo_26_04_rows_take_the_v0_4_0_presets(public):
     # 16 · 8 = 128 cells: the embedding's alone, 126 of one layer, the loss's alone
     cells = [count for chunk in mx.layout_cells() for count in chunk]
     assert (len(cells), sum(cells), mx.layout_cells()[0][0], mx.layout_cells()[-1][-1]) == (128, 126, 0, 0)
+    # GB200 jobs run 4 GPUs a node in sbatch segments of up to 18 trays (executors.py `slurm_executor`, v0.4.2):
+    # 256 GPUs = 64 nodes, segments of 16 (64's largest divisor up to 18), 64 GPUs an NVLink domain; 64 GPUs = 16
+    # nodes, one segment; 8 GPUs = 2 nodes, one segment of 8 GPUs. 96 GPUs = 24 nodes: segments of 12, 48 GPUs.
+    assert run.parallel.devices_per_node == mx.parallel.devices_per_node == 64
+    assert public.config(rows["NeMo 26.04 Qwen3 30B-A3B MXFP8 EP8 (8 GB200)"]).parallel.devices_per_node == 8
+    assert [load_bench("_nemo").nvlink_domain(gpus) for gpus in (8, 64, 256, 96)] == [8, 64, 64, 48]
+    # Llama 3.1 405B on 1024 H100 (LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2): TP 8 · PP 8 · CP 2 = 128, DP 8,
+    # GBS 1536 / 8 = 192 micro-batches; 1536 · 8192 / (328 · 1024) = 12,582,912 / 335,872 = 37.463 s
+    h100 = rows["NeMo 26.04 Llama 3.1 405B FP8 TP8 PP8 CP2 (1024 H100)"]
+    assert h100.seconds == pytest.approx(37.463, rel=1e-4)
+    big = public.config(h100)
+    assert (big.parallel.dp, big.parallel.cp, big.training.micro_batches) == (8, 2, 192)
+    assert big.timing.overlap_param_gather_with_optimizer_step and big.timing.fp8_recipe == "tensorwise"
+    # Qwen3 30B-A3B on 16 H100 (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1): EP 16, GBS 1024, MBS 1, so 64
+    # micro-batches a replica of DP 16; HybridEP on 32 SMs (_set_common_perf_overrides), no graphs, no
+    # moe_a2a_overlap. 1024 · 4096 / (8960 · 16) = 4,194,304 / 143,360 = 29.257 s.
+    qwen = rows["NeMo 26.04 Qwen3 30B-A3B FP8 EP16 (16 H100)"]
+    assert qwen.seconds == pytest.approx(29.257, rel=1e-4)
+    small = public.config(qwen)
+    assert (small.parallel.dp, small.parallel.ep, small.training.micro_batches) == (16, 16, 64)
+    assert (small.timing.moe_dispatcher, small.timing.moe_flex_dispatcher_num_sms) == ("hybridep", 32)
+    assert small.timing.cuda_graph_impl == "none" and not small.parallel.overlap_moe_expert_parallel_comm
+    # Qwen3 235B MXFP8 on 256 GB200 (..._GB200_FP8_MX_V2): PP 8, VP 3, EP 32, so DP 32 and 8192 / 32 = 256
+    # micro-batches; 94 layers + the embedding and the loss = 96 over 24 virtual stages of 4; TE graphs of
+    # attention and the router; fp8_mx: no gathers with the step
+    grace = public.config(rows["NeMo 26.04 Qwen3 235B MXFP8 PP8 VP3 EP32 (256 GB200)"])
+    assert (grace.parallel.dp, grace.parallel.vpp, grace.training.micro_batches) == (32, 3, 256)
+    assert sum(map(sum, grace.layout_cells())) == 94 and grace.layout_cells()[0][0] == 3
+    assert grace.timing.cuda_graph_modules == ["attn", "moe_router", "moe_preprocess"]
+    assert not grace.timing.overlap_param_gather_with_optimizer_step
+    # the B200 235B names no flex backend: qwen3_235b_a22b_pretrain_config_b200 sets alltoall
+    assert public.config(rows["NeMo 26.04 Qwen3 235B MXFP8 PP8 EP8 (256 B200)"]).timing.moe_dispatcher == "alltoall"
+    # DeepSeek-V3 on 256 B200 (DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2): PP 8, VP 2, EP 32, DP 32, 4096 / 32 =
+    # 128 micro-batches; the (8, 2) layout: 4 layers a virtual stage but the last's 1 (+ MTP, loss); DeepEP with
+    # moe_a2a_overlap (combined 1F1B, delayed weight gradients); recompute mla_up_proj and mlp.
+    # 4096 · 4096 / (3328 · 256) = 16,777,216 / 851,968 = 19.692 s.
+    ds_row = rows["NeMo 26.04 DeepSeekV3 MXFP8 PP8 VP2 EP32 (256 B200)"]
+    assert ds_row.seconds == pytest.approx(19.692, rel=1e-4)
+    ds = public.config(ds_row)
+    assert (ds.parallel.dp, ds.parallel.ep, ds.training.micro_batches) == (32, 32, 128)
+    assert [list(chunk) for chunk in ds.layout_cells()] == [[4] * 8, [4] * 7 + [1]]
+    assert ds.timing.moe_dispatcher == "deepep" and ds.parallel.overlap_moe_expert_parallel_comm
+    assert ds.timing.delay_wgrad_compute and set(ds.recompute.modules) == {"mla_up_proj", "mlp"}
+    # on GB200 (..._GB200_V2): PP 4, VP 4, EP 64 inside one rack's 64-GPU NVLink domain
+    nvl = public.config(rows["NeMo 26.04 DeepSeekV3 MXFP8 PP4 VP4 EP64 (256 GB200)"])
+    assert (nvl.parallel.ep, nvl.parallel.devices_per_node, nvl.timing.moe_dispatcher) == (64, 64, "hybridep")
 
 
 def test_mindformers_row_counts_the_global_batch_as_its_trainer_does(public):
@@ -197,6 +244,8 @@ def test_nemo_rows_take_the_table_s_parallel_sizes_and_the_recipes_flags(public)
     assert (llama.parallel.dp, llama.parallel.cp, llama.training.micro_batches) == (8, 2, 64)
     assert llama.layout_cells() is not None and sum(map(sum, llama.layout_cells())) == 126
     assert llama.timing.matmul_dtype == "fp8" and llama.timing.overlap.tp == 1.0
+    # bf16_with_fp8_current_scaling_mixed sets fp8_param_gather (mixed_precision.py, v0.2.0), as the MXFP8 preset
+    assert llama.timing.fp8_param_gather and b200.timing.fp8_param_gather
     # Qwen3 30B on 16 H100: PP 2, so DP 8; its preset's MBS 1 and VP 12 (bench/_nemo.py, not the table's 2 and
     # 24): GBS 512 / (MBS 1 · 8) = 64; EP 8 with the combined 1F1B.
     qwen = rows["NeMo Qwen3 30B-A3B FP8 PP2 EP8 (16 H100)"]

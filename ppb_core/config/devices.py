@@ -162,7 +162,12 @@ FP8_LAYER_GEMM_SHARE_BLACKWELL = round(6.044 / 6.812, 3)  # 0.887
 # He ("Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data", 2024): "matmuls
 # on the H100 are primarily not compute or bandwidth limited, they are power limited". H100 SXM training logs
 # reading 1920-1980 MHz (docs/timing.md, Sustained clocks) sample the clock at each log interval, not inside
-# a GEMM phase. Taken for the H100 SXM only (H200 and H800: the same die and 700 W, not measured).
+# a GEMM phase. Taken for the H100 SXM and the H200 SXM: the same GH100 die (132 SMs, the same BF16 MAMF:
+# ml-engineering's table, "H200 is the same") under the same 700 W limit, its HBM3e drawing more of it
+# (Ujeniya et al., "Architectural Trade-offs in the Energy-Efficient Era: A Comparative Study of
+# power-capping NVIDIA H100 and H200", arXiv 2604.11391, 2026: under power caps an H100 keeps a slight edge
+# over the H200 on a compute-bound DGEMM); each at its own MAMF, as Blackwell's parts take the B300's share.
+# The H800 left at 1 (its one row runs DeepGEMM at that kernel's own measured H800 rates, bench/public_runs.py).
 LAYER_GEMM_SHARE_H100 = round(25.585 / 30.214, 3)  # 0.847
 FP8_LAYER_GEMM_SHARE_H100 = round(14.452 / (17.916 - 1.278), 3)  # 0.869
 # The same share on the 400 W A100 SXM (`layer_gemm_share`), from the one public loop of a large 16-bit GEMM
@@ -442,6 +447,9 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         fp8_matmul_efficiency=0.734,
         nic_efficiency=0.94,
         gemm_kernel_us=5.3,
+        # back to back at the H100 SXM's shares of the tiles at MAMF (`LAYER_GEMM_SHARE_H100`: same die, 700 W)
+        layer_gemm_share=LAYER_GEMM_SHARE_H100,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_H100,
         attention_dropout_cost=ATTENTION_DROPOUT_COST_SM90,
         # the host of DGX H100: NVIDIA's 8-GPU H200 system runs the same two Xeon Platinum 8480C
         # (mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json;

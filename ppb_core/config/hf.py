@@ -1,6 +1,6 @@
 """HuggingFace `config.json` files read into a `ModelSpec`, the fields each architecture really uses.
 
-A config.json is read as `transformers` reads it (transformers 5.24, each model type's
+A config.json is read as `transformers` reads it (transformers 5.24; gpt_oss 5.25, each model type's
 `models/<type>/configuration_<type>.py`): a field the file lacks takes the config class's default
 (`DEFAULTS`), and a field the file names by an alias of the class's `attribute_map` (`ALIASES`:
 transformers 5 writes Qwen3-MoE's expert count as `num_local_experts`, older versions
@@ -25,7 +25,18 @@ from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError, misspelt, shown
 from ppb_core.io import read_json
 
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt2")
+SUPPORTED = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v3",
+    "gpt2",
+    "gpt_oss",
+)
 
 _ACTIVATIONS = {
     "silu": "swiglu",  # HF's silu MLPs are all gated (gate_proj, up_proj, down_proj)
@@ -162,12 +173,29 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "resid_pdrop": 0.1,
         "tie_word_embeddings": True,
     },
+    "gpt_oss": {  # GptOssConfig (transformers 5.25); layer_types None -> sliding on even indices, full on odd
+        "vocab_size": 201088,
+        "hidden_size": 2880,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "max_position_embeddings": 131072,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 4,
+        "sliding_window": 128,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+    },
 }
 # attribute_map: a name a config.json may use -> the attribute it sets (transformers 5.24).
 ALIASES: dict[str, dict[str, str]] = {
     "mixtral": {"num_experts": "num_local_experts"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
     "gpt2": {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -367,6 +395,56 @@ def _gpt2(f: _Fields) -> dict[str, Any]:
     }
 
 
+# GPT-OSS's layer types (GptOssConfig `layer_types`; GptOssModel builds a mask of each): a sliding layer
+# attends to its sliding_window last keys, a full one to every earlier key.
+_GPT_OSS_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _gpt_oss_layer_types(f: _Fields) -> list[str]:
+    """GptOssConfig.__post_init__: layer_types None -> "sliding_attention" where (i + 1) % 2, else "full_attention"."""
+    layers = f.need("num_hidden_layers")
+    types = f.get("layer_types", None, list)
+    if types is None:
+        return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+    return types
+
+
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
+    """GPT-OSS (transformers 5.25 models/gpt_oss/modeling_gpt_oss.py): RMSNorm, GQA with q/k/v/o biases
+    (`attention_bias`) and a learnable sink logit per head (`GptOssAttention.sinks`), sliding-window
+    attention on the `layer_types` "sliding_attention" layers, every layer MoE: a router with a bias
+    (`GptOssTopKRouter`), experts of `intermediate_size` with interleaved gate/up and biases
+    (`GptOssExperts`: gate_up_proj_bias, down_proj_bias), the clamped quick-GEGLU whatever `hidden_act`
+    says (`_apply_gate` never reads it), untied output head by default."""
+    ffn = f.need("intermediate_size")
+    bias = f.get("attention_bias", True, bool)
+    windowed = tuple(i for i, kind in enumerate(_gpt_oss_layer_types(f)) if kind == "sliding_attention")
+    return {
+        "family": "gpt_oss",
+        "vocab_size": f.need("vocab_size"),
+        "hidden_size": f.need("hidden_size"),
+        "num_layers": f.need("num_hidden_layers"),
+        "num_attention_heads": f.need("num_attention_heads"),
+        "num_key_value_heads": f.need("num_key_value_heads"),
+        "head_dim": f.need("head_dim"),
+        "intermediate_size": ffn,
+        "activation": "quick_geglu",
+        "tied_embeddings": f.get("tie_word_embeddings", False, bool),
+        "max_position_embeddings": f.need("max_position_embeddings"),
+        "attention_dropout": f.get("attention_dropout", 0.0, float),
+        "attention_bias": bias,
+        "attention_output_bias": bias,
+        "attention_sinks": True,
+        "sliding_window": f.need("sliding_window") if windowed else 0,
+        "window_layers": windowed,
+        "num_experts": f.need("num_local_experts"),  # attribute_map: num_experts
+        "experts_per_token": f.need("num_experts_per_tok"),
+        "moe_intermediate_size": ffn,
+        "expert_bias": True,
+        "router_bias": True,
+    }
+
+
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "llama": lambda f: _llama_like(f, "llama"),
     "mistral": lambda f: _llama_like(f, "mistral"),
@@ -377,6 +455,7 @@ _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
     "qwen3_moe": lambda f: _qwen_moe(f, "qwen3_moe"),
     "deepseek_v3": _deepseek_v3,
     "gpt2": _gpt2,
+    "gpt_oss": _gpt_oss,
 }
 
 
@@ -403,6 +482,12 @@ _HF_KEYS: dict[str, dict[str, str]] = {
         "mtp_layers": "num_nextn_predict_layers",
         "expert_groups": "n_group",
         "expert_group_limit": "topk_group",
+    },
+    "gpt_oss": {
+        "num_experts": "num_local_experts",
+        "experts_per_token": "num_experts_per_tok",
+        "moe_intermediate_size": "intermediate_size",
+        "window_layers": "layer_types",
     },
     "gpt2": {
         "num_layers": "n_layer",
@@ -454,6 +539,8 @@ def _check_values(f: _Fields, model_type: str) -> None:
         _at_least(f, "kv_lora_rank", 1, "DeepSeek-V3's attention is latent (MLA) in every layer")
         _at_least(f, "moe_layer_freq", 1, "every moe_layer_freq-th layer from first_k_dense_replace is MoE")
         _at_least(f, "first_k_dense_replace", 0, "the count of leading dense layers")
+    if model_type == "gpt_oss":
+        _check_gpt_oss(f, layers)
     if model_type in ("qwen2_moe", "qwen3_moe"):
         _at_least(f, "decoder_sparse_step", 1, "every decoder_sparse_step-th layer is MoE")
         dense = f.get("mlp_only_layers", [], list)
@@ -464,6 +551,25 @@ def _check_values(f: _Fields, model_type: str) -> None:
                 raise InputError(
                     f.source, "mlp_only_layers", f"{shown(index)} is not a layer index (0 to {layers - 1})"
                 )
+
+
+def _check_gpt_oss(f: _Fields, layers: int) -> None:
+    """GptOssConfig's `validate_layer_type` (a type per layer, of the types transformers knows) narrowed to the
+    two GptOssModel builds a mask for; a sliding layer's mask (masking_utils `create_sliding_window_causal_mask`)
+    needs a window of at least one key; a top-k over no expert cannot route."""
+    _at_least(f, "num_local_experts", 1, "GPT-OSS routes every layer's tokens to its experts")
+    types = f.get("layer_types", None, list)
+    if types is not None:
+        if len(types) != layers:
+            raise InputError(f.source, "layer_types", f"{len(types)} entries for num_hidden_layers {layers}")
+        for kind in types:
+            if kind not in _GPT_OSS_LAYER_TYPES:
+                raise InputError(f.source, "layer_types", f"{shown(kind)} is not sliding_attention or full_attention")
+    if "sliding_attention" in _gpt_oss_layer_types(f):
+        window = f.raw.get("sliding_window", DEFAULTS["gpt_oss"]["sliding_window"])
+        if window is None:
+            raise InputError(f.source, "sliding_window", "null, and layer_types has sliding_attention layers")
+        _at_least(f, "sliding_window", 1, "a sliding layer's query attends to its sliding_window last keys")
 
 
 def _spec_error(err: ValidationError, model_type: str, source: str) -> InputError:

@@ -8,9 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from ppb_core import limits
 
-Activation = Literal["swiglu", "gelu", "relu", "silu"]
+# quick_geglu: GPT-OSS's experts, (clamp(up) + 1) · g·sigmoid(1.702·g) of the clamped gate g (transformers
+# 5.25 models/gpt_oss/modeling_gpt_oss.py `GptOssExperts._apply_gate`; Megatron-Core's `quick_gelu` with
+# `glu_linear_offset` 1 and `activation_func_clamp_value` 7, as Megatron-Bridge's GPTOSSBridge sets them)
+Activation = Literal["swiglu", "gelu", "relu", "silu", "quick_geglu"]
 # Gated activations multiply two up-projections (three matrices in the MLP).
-GATED_ACTIVATIONS: frozenset[str] = frozenset({"swiglu"})
+GATED_ACTIVATIONS: frozenset[str] = frozenset({"swiglu", "quick_geglu"})
 
 
 class StrictModel(BaseModel):
@@ -55,6 +58,14 @@ class ModelSpec(StrictModel):
     attention_output_bias: bool = Field(False, description="bias on the output projection")
     mlp_bias: bool = False
     qk_norm: bool = Field(False, description="per-head RMSNorm of queries and keys (Qwen3)")
+    # Sliding-window attention (GPT-OSS): the layers in window_layers attend to their sliding_window last keys.
+    sliding_window: Annotated[NonNegativeInt, limits.at_most(limits.POSITIONS)] = Field(
+        0, description="keys a windowed layer's query attends to, itself included"
+    )
+    window_layers: Annotated[tuple[LayerCount, ...], Strict(False), Field(max_length=limits.LAYERS)] = Field(
+        (), description="layers attending within sliding_window (HF layer_types 'sliding_attention')"
+    )
+    attention_sinks: bool = Field(False, description="a learnable per-head logit in every softmax (GPT-OSS sinks)")
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     # Mixture of experts (num_experts 0: every layer dense).
@@ -66,6 +77,8 @@ class ModelSpec(StrictModel):
         None, description="width of each shared expert; defaults to moe_intermediate_size"
     )
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
+    expert_bias: bool = Field(False, description="biases on the routed experts' linears (GPT-OSS)")
+    router_bias: bool = Field(False, description="a bias on the router's logits (GPT-OSS)")
     expert_groups: Experts = Field(0, description="experts fall into this many groups (n_group)")
     expert_group_limit: Experts = Field(
         0, description="a token's experts come from at most this many groups (topk_group); 0: no limit"
@@ -112,6 +125,11 @@ class ModelSpec(StrictModel):
         outside = [index for index in self.dense_layers if index >= self.num_layers]
         if outside:
             raise ValueError(f"dense_layers: {outside[0]} is not a layer index (0 to {self.num_layers - 1})")
+        outside = [index for index in self.window_layers if index >= self.num_layers]
+        if outside:
+            raise ValueError(f"window_layers: {outside[0]} is not a layer index (0 to {self.num_layers - 1})")
+        if self.window_layers and not self.sliding_window:
+            raise ValueError("window_layers needs sliding_window, the keys each of their queries attends to")
         if self.mtp_layers and not self.num_layers:
             raise ValueError("mtp_layers needs body layers")
         return self
@@ -135,6 +153,10 @@ class ModelSpec(StrictModel):
     @property
     def gated(self) -> bool:
         return self.activation in GATED_ACTIVATIONS
+
+    def layer_window(self, index: int) -> int:
+        """Keys a query of body layer *index* attends to within its sliding window; 0: the whole causal prefix."""
+        return self.sliding_window if index in self.window_layers else 0
 
     def layer_is_moe(self, index: int) -> bool:
         """Whether body layer *index* (0-based) routes to experts."""

@@ -118,12 +118,18 @@ class Geometry:
         """The ranks a ring passes K, V around: cp, or the second level of hierarchical CP."""
         return self.cp // self.cp_a2a
 
-    def attention_pairs(self) -> float:
+    def attention_pairs(self, window: int = 0) -> float:
         """(query, key) pairs per head one device computes: the whole square without flash (the mask
         is applied afterwards), the causal triangle with flash (masked blocks are skipped), split
         over the context-parallel ranks (ring: s/cp queries against every key; Ulysses: every
-        query of heads/cp, counted here per local head)."""
+        query of heads/cp, counted here per local head).
+
+        With a sliding *window* of w keys (a query at position i attends to keys i - w + 1 to i; HF's
+        sliding_window, Megatron-Core's window_size (w - 1, 0)) flash computes the band: i + 1 keys for
+        the first w queries, w each after, s·w - w·(w - 1)/2 pairs for s ≥ w."""
         s, b = self.seq_length, self.micro_batch_size
-        if self.flash_attention:
-            return b * s * (s + 1) / 2 / self.cp
-        return b * s * s / self.cp
+        if not self.flash_attention:
+            return b * s * s / self.cp
+        if window and window < s:
+            return b * (s * window - window * (window - 1) / 2) / self.cp
+        return b * s * (s + 1) / 2 / self.cp

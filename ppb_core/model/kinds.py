@@ -47,6 +47,13 @@ class Attention:
     rope: bool = True  # rotary position embedding applied to queries and keys
     alibi: bool = False  # ALiBi's linear biases added to the scores (Press et al. 2021; BLOOM)
     latent_norms: bool = True  # MLA: norms of the compressed query and key/value before their up-projections
+    # Sliding-window attention: each query attends to its `window` last keys, itself included (0: every
+    # earlier key). GPT-OSS's odd layers (HF layer_types; Megatron-Core's window_size (w - 1, 0) skipped on
+    # every window_attn_skip_freq-th layer, transformer_config.py, as Megatron-Bridge's GPTOSSBridge sets it).
+    window: int = 0
+    # Attention sinks: a learnable logit per head joining every softmax row (GPT-OSS's `sinks`; Megatron-Core's
+    # softmax_type "learnable", a `softmax_offset` of one value per head).
+    sinks: bool = False
 
     @property
     def is_mla(self) -> bool:
@@ -92,6 +99,8 @@ class Moe:
     shared_expert_gate: bool = False
     groups: int = 0  # expert groups (n_group); 0: none
     group_limit: int = 0  # a token's experts from at most this many groups (topk_group); 0: no limit
+    bias: bool = False  # biases on the routed experts' linears (GPT-OSS: gate_up_proj_bias, down_proj_bias)
+    router_bias: bool = False  # a bias on the router's logits (GPT-OSS's GptOssTopKRouter)
 
     @property
     def matrices(self) -> int:
@@ -263,7 +272,7 @@ def is_head(kind: LayerKind) -> bool:
     return isinstance(kind, HeadKind | PatchEmbedKind)
 
 
-def _attention(spec: ModelSpec) -> Attention:
+def _attention(spec: ModelSpec, index: int = 0) -> Attention:
     if spec.is_mla:
         return Attention(
             hidden_size=spec.hidden_size,
@@ -291,6 +300,8 @@ def _attention(spec: ModelSpec) -> Attention:
         qk_norm=spec.qk_norm,
         rope=spec.position_embedding == "rope",
         alibi=spec.position_embedding == "alibi",
+        window=spec.layer_window(index),
+        sinks=spec.attention_sinks,
     )
 
 
@@ -300,7 +311,7 @@ def _norm(spec: ModelSpec) -> Norm:
 
 def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> BodyKind:
     """The kind of body layer *index*; *dropout* (the run's override) replaces the model's rates."""
-    attention = _attention(spec)
+    attention = _attention(spec, index)
     mlp: Mlp | Moe
     moe = spec.layer_is_moe(index)
     if moe:
@@ -319,10 +330,12 @@ def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> Body
             shared_expert_gate=spec.shared_expert_gate,
             groups=spec.expert_groups,
             group_limit=spec.expert_group_limit,
+            bias=spec.expert_bias,
+            router_bias=spec.router_bias,
         )
     else:
         mlp = Mlp(spec.hidden_size, spec.intermediate_size, spec.gated, spec.mlp_bias, spec.activation)
-    name = ("moe" if moe else "dense") + ("_mla" if spec.is_mla else "")
+    name = ("moe" if moe else "dense") + ("_mla" if spec.is_mla else "") + ("_swa" if attention.window else "")
     return BodyKind(
         name=name,
         attention=attention,

@@ -80,6 +80,8 @@ def attention_params(att: Attention, tp: int = 1) -> int:
     count += q * h + (h if att.out_bias else 0)
     if att.qk_norm:
         count += 2 * d
+    if att.sinks:  # one learnable logit per query head, split with the heads (Megatron's `softmax_offset`)
+        count += heads
     return count
 
 
@@ -93,10 +95,14 @@ def mlp_params(mlp: Mlp, tp: int = 1) -> int:
 
 
 def moe_params(moe: Moe, tp: int = 1, ep: int = 1, etp: int = 1) -> LayerParams:
+    """The router (with GPT-OSS's logit bias), shared experts and routed experts. Routed experts' biases
+    (GPT-OSS: `gate_up_proj_bias` of 2·ffn and `down_proj_bias` of h per expert) split as a dense MLP's:
+    fc1's with its columns over ETP, fc2's whole on every rank (Megatron-Core's TEGroupedMLP)."""
     h = moe.hidden_size
-    router = h * moe.num_experts + (h if moe.shared_expert_gate else 0)
+    router = h * moe.num_experts + (h if moe.shared_expert_gate else 0) + (moe.num_experts if moe.router_bias else 0)
     shared = moe.shared_experts * moe.matrices * h * per_rank(moe.shared_intermediate_size, tp)
-    routed = per_rank(moe.num_experts, ep) * moe.matrices * h * per_rank(moe.expert_intermediate_size, etp)
+    ff = per_rank(moe.expert_intermediate_size, etp)
+    routed = per_rank(moe.num_experts, ep) * (moe.matrices * h * ff + ((moe.matrices - 1) * ff + h if moe.bias else 0))
     return LayerParams(non_expert=router + shared, expert=routed)
 
 

@@ -338,10 +338,10 @@ class OpGeometry(Geometry):
             ),
         )
 
-    def attention_pairs(self) -> float:
+    def attention_pairs(self, window: int = 0) -> float:
         if self.block_pairs:  # every pair of each image or window, the kernel's blocks cut to them
             return self.micro_batch_size * self.block_pairs / self.cp
-        return super().attention_pairs()
+        return super().attention_pairs(window)
 
 
 def cp_p2p_batched(cp: int, compute_capability: float) -> bool:
@@ -937,7 +937,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
     n, b, s = geo.tokens, geo.micro_batch_size, geo.seq_length
     heads = per_rank(att.num_heads, geo.tp)
     (d_qk, d_v), kv_width = _core_widths(kind, geo)
-    pairs = heads * geo.attention_pairs()
+    pairs = heads * geo.attention_pairs(att.window)
     keys = b * s  # every key of the sequence reaches each query chunk
     # Per (sequence, head): ring CP computes s/cp queries against the sequence's keys on every local
     # head; Ulysses every query of heads/cp heads.
@@ -1579,6 +1579,35 @@ def _router_topk(name: str, block: str, traffic: float, moe: Moe, geo: OpGeometr
     return dataclasses.replace(op, launches=(float(counts.forward), float(counts.backward)), syncs=counts.syncs)
 
 
+def _expert_output_bias(
+    name: str, block: str, geo: OpGeometry, rows: float, h: int, local: int, inputs: tuple[str, ...]
+) -> Op:
+    """The routed experts' fc2 bias (GPT-OSS), weighted by each row's routing probability.
+
+    fc1's bias is in its grouped GEMM (TEGroupedMLP builds linear_fc1 with skip_bias_add False: the
+    GEMM's epilogue; its gradient in the backward GEMM's). fc2's is returned (skip_bias_add True) and
+    added by `TEGroupedMLP._apply_bias` (megatron/core/transformer/moe/experts.py at 2edffadb52, NeMo
+    26.04's Megatron-LM): per local expert `t + b * p` over its rows, `torch.cat` of them, `.to` the
+    activations' dtype. b·p and the sums are in the probabilities' dtype where it is wider (the router
+    dtype). Forward: b·p written, t and it read and the sum written, the cat reading and writing every
+    row, the cast where it promotes: 2 kernels an expert, the cat's and the cast's. Backward: cast back,
+    cat and add pass the gradient through (slices); b·p's two gradients each a product and a sum (the
+    bias's g·p over rows, the probabilities' g·b over h), reading it twice: 4 kernels an expert. Elsewhere
+    (no such per-expert loop) one add forward, its bias gradient's read back."""
+    bc = geo.dtype_bytes
+    if geo.framework != "megatron":
+        return _elementwise(name, block, 2 * rows * h * bc, rows * h * bc, inputs=inputs)
+    wide = max(bc, geo.router_bytes)
+    cast = wide > bc
+    elements = rows * h
+    forward = elements * (wide + (bc + wide) + wide + 2 * wide) + (elements * (wide + bc) if cast else 0.0)
+    backward = 2 * elements * wide + (elements * (bc + wide) if cast else 0.0)
+    return dataclasses.replace(
+        _elementwise(name, block, forward, backward, inputs=inputs),
+        launches=(2.0 * local + 1.0 + cast, 4.0 * local + cast),
+    )
+
+
 def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     """Router, permutation, expert dispatch (EP all-to-all, ETP all-gather), experts, combine, shared experts.
 
@@ -1730,6 +1759,9 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
         ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h * bc, (source,)))
         source = p + "experts_cat"
+    if moe.bias:
+        ops.append(_expert_output_bias(p + "experts_bias", block, geo, rows, h, local, (source,)))
+        source = p + "experts_bias"
     if geo.etp > 1:
         # Megatron's alltoall dispatcher reduce-scatters the experts' output in the probabilities' dtype
         # (`combine_preprocess`: `hidden_states.to(self.probs.dtype)`, the result cast back, d98e8a64): in the
@@ -1954,6 +1986,9 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         ops[-3:] = [dataclasses.replace(op, sequential=local) for op in ops[-3:]]
         ops.append(_expert_outputs_cat(p + "experts_cat", block, rows * h_bytes * bc, (source,)))
         source = p + "experts_cat"
+    if moe.bias:
+        ops.append(_expert_output_bias(p + "experts_bias", block, geo, rows, h, local, (source,)))
+        source = p + "experts_bias"
     # unpermute: the [T, h] zeros written, the rows added in (read + read-modify-write); backward the
     # output gradient's rows gathered (read + write). Then, where there is a reduce-scatter and the
     # probabilities' dtype differs, the cast to it before (T·h read, written in pb) and of its result

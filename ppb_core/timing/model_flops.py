@@ -13,7 +13,12 @@ input-gradient and the weight-gradient GEMMs; 2 FLOPs per multiply-add):
   a q latent) + kv_lora·(h + heads·(d_nope + d_v) + 1) + h·d_rope + heads·d_v·h]; core
   6·(heads·(d_nope + d_rope)/2 + heads·d_v/2) per pair;
 - MLP: 6·h·ffn·(3 if SwiGLU else 2) for each dense layer; MoE layers 6·h·(moe_ffn·top_k + shared
-  width)·(3 or 2) (no router, no imbalance);
+  width)·(3 or 2) (no router, no imbalance, no biases); a gated activation other than SwiGLU (GPT-OSS's
+  quick-GEGLU) at 2, as `args.swiglu` is off for it;
+- sliding-window layers (GPT-OSS) as full causal ones: the count has no window (at d98e8a64, at the NeMo
+  25.11 pin 0d8e0714cd and 26.04's 2edffadb52; Megatron-Bridge's own flop_utils.py at v0.2.0 and v0.4.0
+  likewise), so NeMo's published GPT-OSS 120B Model TFLOP/s over tokens/s, 27.2 GFLOP a token at 4,096 and
+  30.8 at 8,192 (docs/performance-summary.md at 5776a6d90 and 74695a06d), is this count;
 - MTP (DeepSeek-V3): each module counts as one more layer like the last, plus 6·(3h + 2h²) for its
   norms and projection; logits 6·h·padded_vocab·(1 + MTP modules).
 
@@ -51,7 +56,10 @@ def _megatron_flops(spec: ModelSpec, padded_vocab: int, sequences: int, seq_leng
     h = spec.hidden_size
     tokens = sequences * seq_length
     squared = sequences * seq_length * seq_length  # Σ L_i² over the batch (BSHD)
-    expansion = 3 if spec.gated else 2  # ffn_expansion_factor: SwiGLU stacks h→2·ffn and ffn→h
+    # ffn_expansion_factor `3 if args.swiglu else 2`: SwiGLU stacks h→2·ffn and ffn→h. GPT-OSS's gated
+    # quick-GEGLU is not --swiglu (Megatron-LM's --quick-geglu; Megatron-Bridge flop_utils.py at v0.4.0, 0fbfe7d3e,
+    # `gated_linear_multiplier` 3/2 only where `activation_func == F.silu`): its gate is left uncounted, 2
+    expansion = 3 if spec.activation == "swiglu" else 2
     moe_pattern = [spec.layer_is_moe(i) for i in range(spec.num_layers)]
     moe_layers = sum(moe_pattern)
     dense_layers = spec.num_layers - moe_layers
