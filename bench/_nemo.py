@@ -705,3 +705,118 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
         row = _as_2604(label, raw, gpus, 4096, tps, ())
         rows.append({**row, "assumptions": (*_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
     return rows
+
+
+# GPT-OSS 120B, NeMo 26.04 (docs/performance-summary.md at 74695a06d, "Model: GPT OSS 120B": BF16, GBS 1280,
+# sequence 4096, TP 1, CP 1), the rows of devices ppb has, with the release's V2 presets (Megatron-Bridge
+# v0.4.0, 0fbfe7d3e: scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, which the table's
+# sizes match): H100 PP 4, EP 8, MBS 1; B200 EP 8, MBS 4, HybridEP; GB200 EP 64, MBS 4, HybridEP with
+# moe_a2a_overlap (overlap_moe_expert_parallel_comm, delay_wgrad_compute: utils/overrides.py
+# `_set_moe_a2a_overlap_overrides`); all three recompute ["layernorm", "moe_act"] (selective), no CUDA graphs.
+# gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs`: BF16 gradient reduction, router fusion, forced load
+# balancing. recipes/gpt_oss/gpt_oss.py `gpt_oss_120b_pretrain_config`: the HF model through GPTOSSBridge
+# (models/gpt_oss/gpt_oss_bridge.py: alltoall dispatcher, grouped GEMM, permute fusion, no load-balancing
+# loss, quick-GEGLU with clamp, learnable softmax, window (127, 0) skipped every 2nd layer, biases on every
+# linear), no pipeline split accounting, 9 layers a stage at PP 4; GPTModelProvider leaves the vocabulary
+# unpadded (201,088). utils/overrides.py `_set_common_perf_overrides`: TE's fused cross-entropy, rope fusion,
+# no NaN checks, HybridEP on 32 SMs.
+# NeMo 25.11 (the same file at 5776a6d90, "System: DGX-B200" and "System: DGX-H100"): GBS 512, MBS 4,
+# sequence 4096, EP 8 (H100 PP 4), with v0.2.0's recipe (7af9601c9: configs/gpt_oss/workload_base_configs.py
+# GPT_OSS_120B_B200_BF16_BASE_CONFIG and ..._H100_..., recompute ["layernorm", "moe_act"], no flex dispatcher,
+# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). B200: the table's EP 8
+# where the preset has 64, as the 25.11 rows above take the table's sizes (its GA 2 = 512 / (64 · 4) agrees).
+# H100: the preset's MBS 1 (GA 32), not the table's MBS 4, as the H100 Qwen3 row (docs/timing.md, session 25):
+# the table's GA 2 fits neither (MBS 4 at DP 16 is GA 8), the row repeating the B200 row's MBS and GA; the
+# preset leaves BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1, as 26.04's H100 row states; and MBS 4 does not
+# fit an H100 under ppb's memory (stage 0 at 99,626 MiB of 81,559; MBS 1: 53,589). Its GB200 row runs sequence
+# 8192 at MBS 1 and GBS 1280 against the preset's 4096, 4 and 512: not taken.
+NEMO_2604_GPT_OSS = f"{NEMO_2604}, GPT OSS 120B"
+NEMO_2511_GPT_OSS = f"{NEMO}, GPT OSS 120B"
+
+# (release, device, GPUs, GBS, MBS, PP, EP, tokens/s per GPU, options, assumptions)
+_GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("26.04", "h100-80gb", 64, 1280, 1, 4, 8, 5810.0, {}, ()),
+    ("26.04", "b200", 64, 1280, 4, 1, 8, 13045.0, {"hybridep": True}, ()),
+    ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64},
+     ()),
+    ("25.11", "h100-80gb", 64, 512, 1, 4, 8, 5630.0, {}, ("the preset's MBS 1 (the table's 4)",)),
+    ("25.11", "b200", 64, 512, 4, 1, 8, 8213.0, {}, ("the table's EP 8 (the preset's 64)",)),
+)  # fmt: skip
+
+
+def _gpt_oss_run(
+    name: str,
+    release: str,
+    device: str,
+    gpus: int,
+    gbs: int,
+    mbs: int,
+    pp: int,
+    ep: int,
+    *,
+    hybridep: bool = False,
+    a2a_overlap: bool = False,
+    nvlink_domain: int = 8,
+) -> dict[str, Any]:
+    """*nvlink_domain*: the GPUs one NVLink fabric joins, ppb's `devices_per_node` (a DGX B200 or H100: 8;
+    a DGX GB200 NVL72 rack: 72, all 64 of this run, so EP 64's all-to-all stays on NVLink 5 as HybridEP
+    runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py `apply_flex_dispatcher_backend`)."""
+    dp = gpus // pp
+    return {
+        "name": name,
+        "framework": "megatron",
+        "models": [{"name": "llm", "config": "hf/gpt-oss-120b.json", "pad_vocab_multiple": 1}],
+        "parallel": {
+            "dp": dp,
+            "tp": 1,
+            "pp": pp,
+            "ep": ep,
+            "etp": 1,
+            "zero": 1,
+            "devices_per_node": nvlink_domain,
+            **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {}),
+        },
+        "training": {
+            "seq_length": 4096,
+            "micro_batch_size": mbs,
+            "micro_batches": gbs // (mbs * dp),
+            "dtype": "bf16",
+            "grad_bytes": 2,
+            "flash_attention": True,
+            "recompute": {"granularity": "selective", "modules": ["layernorm", "moe_act"]},
+            "moe": {"permute_fusion": True, "router": {"fusion": True, "aux_losses": [], "force_balance": True}},
+        },
+        "device": {"name": device},
+        "timing": {
+            **_COMMON_TIMING,
+            **({"cudnn_release": CUDNN_2604} if release == "26.04" else {}),
+            "delay_wgrad_compute": a2a_overlap,
+            **({"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32} if hybridep else {}),
+        },
+        "framework_release": dict(RELEASES_2604 if release == "26.04" else RELEASES_2511),
+    }
+
+
+def nemo_gpt_oss_rows() -> list[dict[str, Any]]:
+    """NeMo 25.11's and 26.04's GPT-OSS 120B rows' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for release, device, gpus, gbs, mbs, pp, ep, tps, options, assumptions in _GPT_OSS_ROWS:
+        system = {"h100-80gb": "H100", "b200": "B200", "gb200": "GB200"}[device]
+        label = f"GPT-OSS 120B BF16{f' PP{pp}' if pp > 1 else ''} EP{ep} GBS{gbs} ({gpus} {system})"
+        raw = _gpt_oss_run(label, release, device, gpus, gbs, mbs, pp, ep, **options)
+        rows.append(
+            {
+                "name": f"NeMo {release} {label}",
+                "source": NEMO_2604_GPT_OSS if release == "26.04" else NEMO_2511_GPT_OSS,
+                "raw": raw,
+                "published": f"{tps:,.0f} tokens/s per GPU",
+                "seconds": gbs * 4096 / (tps * gpus),
+                "assumptions": (
+                    "routing balanced (forced)",
+                    "the attention sinks' softmax offset priced as plain flash attention",
+                    "the window at cuDNN 9.22's measured GB200 window-128 rate (sm100), the causal rule on H100",
+                    *assumptions,
+                ),
+            }
+        )
+    return rows

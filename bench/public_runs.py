@@ -47,8 +47,9 @@ Sources:
   docs/performance-summary.md at 5776a6d90): Llama 3 8B / 70B / 405B and Qwen3 30B-A3B / 235B-A22B
   pre-training on DGX H100 (FP8 current scaling) and DGX B200 (FP8, MXFP8), tokens/s per GPU; the
   parallel sizes from the table, every other flag from the release's recipes (Megatron-Bridge
-  v0.2.0): bench/_nemo.py. And its 26.04 table's dense Llama rows on H100 and GB200 (docs/performance-
-  summary.md at 74695a06d, recipes v0.4.0), a group of their own.
+  v0.2.0): bench/_nemo.py. And its 26.04 table (the 26.04.01 revision, docs/performance-summary.md at
+  21d102f5e, recipes v0.4.2): Llama 3 70B / 3.1 405B, Qwen3 30B-A3B / 235B-A22B and DeepSeek-V3 on H100, B200
+  and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon, GB300/B300), a group of its own.
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
@@ -84,7 +85,15 @@ sys.path.insert(0, str(ROOT / "bench"))  # also when a test loads this file by i
 from _bigscience import BLOOM, bloom_row  # noqa: E402
 from _measure import machine  # noqa: E402
 from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_rows  # noqa: E402
-from _nemo import NEMO, NEMO_2604, nemo_2604_rows, nemo_rows  # noqa: E402
+from _nemo import (  # noqa: E402
+    NEMO,
+    NEMO_2511_GPT_OSS,
+    NEMO_2604,
+    NEMO_2604_GPT_OSS,
+    nemo_2604_rows,
+    nemo_gpt_oss_rows,
+    nemo_rows,
+)
 from _public import (  # noqa: E402
     LLAMA3_405B,
     MEGATRON_TESTS,
@@ -563,15 +572,16 @@ def _megatron_ci_runs() -> list[PublicRun]:
 
 
 # NeMo 25.11 and 26.04 ran Megatron-Core at 0d8e0714cd (2025-11-17) and d7288711ba (2026-04-09), the
-# 3rdparty/Megatron-LM submodule of Megatron-Bridge v0.2.0 and v0.4.0: after 4295be1a6c's tunable schedule
-# and before 260cba7133's wait at once for a forward's send, so core_r0.10's waits (ppb_core.pipeline_p2p).
+# 3rdparty/Megatron-LM submodule of Megatron-Bridge v0.2.0 and v0.4.0 (v0.4.2's, 2edffadb52, likewise): after
+# 4295be1a6c's tunable schedule and before 260cba7133's wait at once for a forward's send, so core_r0.10's
+# waits (ppb_core.pipeline_p2p).
 NEMO_SEND_WAITS = "core_r0.10"
 
 
 def _nemo_runs() -> list[PublicRun]:
     """NeMo's 25.11 and 26.04 performance summaries (bench/_nemo.py: the tables, the releases' recipes)."""
     runs = []
-    for row in (*nemo_rows(), *nemo_2604_rows()):
+    for row in (*nemo_rows(), *nemo_2604_rows(), *nemo_gpt_oss_rows()):
         raw = {**row["raw"], "timing": {**row["raw"]["timing"], "interleaved_send_waits": NEMO_SEND_WAITS}}
         runs.append(PublicRun(**{**row, "raw": raw}))
     return runs
@@ -646,6 +656,7 @@ GROUPS = {
     "Megatron CI": lambda source: source.startswith(MEGATRON_TESTS),
     "NeMo 25.11 performance-summary": lambda source: source == NEMO,
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
+    "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),

@@ -164,6 +164,46 @@ def test_nemo_26_04_rows_take_the_v0_4_x_presets(public):
     assert (nvl.parallel.ep, nvl.parallel.devices_per_node, nvl.timing.moe_dispatcher) == (64, 64, "hybridep")
 
 
+def test_nemo_26_04_gpt_oss_rows_take_the_v0_4_0_v2_presets(public):
+    rows = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2604_GPT_OSS}
+    assert len(rows) == 3
+    # GBS 1280 of 4096 on 64 H100 at 5,810 tokens/s each: 5,242,880 / 371,840 = 14.0998 s
+    h100 = rows["NeMo 26.04 GPT-OSS 120B BF16 PP4 EP8 GBS1280 (64 H100)"]
+    assert h100.seconds == pytest.approx(14.0998, rel=1e-4)
+    run = public.config(h100)
+    # GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2: PP 4 -> DP 16, MBS 1: 1280 / 16 = 80 micro-batches; no flex
+    assert (run.parallel.dp, run.parallel.pp, run.parallel.ep, run.training.micro_batches) == (16, 4, 8, 80)
+    assert run.timing.moe_dispatcher == "alltoall"
+    # recompute_modules ["layernorm", "moe_act"]: the norms and the experts' activation rerun
+    assert run.recompute.modules == {"layernorm", "moe_act"}
+    assert (run.recompute.switches["normOp"], run.recompute.switches["ffAct"]) == (0, 0)
+    # B200 and GB200: MBS 4 over DP 64: 1280 / 256 = 5 micro-batches, HybridEP on 32 SMs
+    b200 = public.config(rows["NeMo 26.04 GPT-OSS 120B BF16 EP8 GBS1280 (64 B200)"])
+    gb200 = public.config(rows["NeMo 26.04 GPT-OSS 120B BF16 EP64 GBS1280 (64 GB200)"])
+    for blackwell in (b200, gb200):
+        assert (blackwell.parallel.dp, blackwell.training.micro_batches) == (64, 5)
+        assert (blackwell.timing.moe_dispatcher, blackwell.timing.moe_flex_dispatcher_num_sms) == ("hybridep", 32)
+    # GB200's moe_a2a_overlap and its NVL72 rack: EP 64 on one NVLink domain
+    assert gb200.parallel.overlap_moe_expert_parallel_comm and gb200.timing.delay_wgrad_compute
+    assert (gb200.parallel.ep, gb200.parallel.devices_per_node, b200.parallel.devices_per_node) == (64, 64, 8)
+    # the model as the HF file has it: alternate 128-key windows, sinks, biased experts
+    spec = run.spec("llm")
+    windows = (spec.sliding_window, spec.window_layers[:2])
+    assert windows == (128, (0, 2)) and spec.attention_sinks and spec.expert_bias
+    # 25.11 (v0.2.0): the table's GBS 512, MBS 4, EP 8; no flex dispatcher; cuDNN 9.13's sm100 kernels
+    old = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2511_GPT_OSS}
+    assert len(old) == 2
+    # 512 · 4096 = 2,097,152 tokens on 64 B200 at 8,213 each: 2,097,152 / 525,632 = 3.98977 s
+    b200_2511 = old["NeMo 25.11 GPT-OSS 120B BF16 EP8 GBS512 (64 B200)"]
+    assert b200_2511.seconds == pytest.approx(3.98977, rel=1e-5)
+    run = public.config(b200_2511)
+    assert (run.parallel.dp, run.parallel.ep, run.training.micro_batches) == (64, 8, 2)
+    assert run.timing.moe_dispatcher == "alltoall" and TimeModel(run).kernels.attention_kernel == "cudnn_sm100_913"
+    h100_2511 = public.config(old["NeMo 25.11 GPT-OSS 120B BF16 PP4 EP8 GBS512 (64 H100)"])
+    # the preset's MBS 1 (bench/_nemo.py: the table's MBS 4 and GA 2 disagree): 512 / 16 = 32 micro-batches
+    assert (h100_2511.parallel.dp, h100_2511.training.micro_batch_size, h100_2511.training.micro_batches) == (16, 1, 32)
+
+
 def test_mindformers_row_counts_the_global_batch_as_its_trainer_does(public):
     (row,) = [row for row in public.public_runs() if row.source.startswith(public.MINDFORMERS)]
     # base_trainer.py (5175aff94), full batch, one stage: 1 · dp 8 · 1 · 1 = 8 sequences of 8192 a step,

@@ -248,6 +248,37 @@ REFERENCE_KERNEL = {"cudnn_sm100_913": "cudnn_sm100"}
 # cuDNN releases whose sm100 kernels a run may state (`timing.cudnn_release`): before 9.17, 9.13's table
 CUDNN_SM100_NEWER = (9, 17)
 
+# Sliding-window attention (a query attends to its last w keys: GPT-OSS's odd layers) on cuDNN's sm100
+# kernels, measured: NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/gpt_oss/gb200/
+# gpt_oss_20260424_100011.csv (fb682ce; configs/gpt_oss.py: cuDNN 9.22 on a GB200, BF16, 128 heads of 64,
+# window 128, batch 2, "top_left" causal, FLOPs over the window's band), TFLOP/s at 2k, 4k, 8k, 16k, 32k, the
+# non-deterministic backward: forward 153, 161, 165, 167, 104; backward 176, 182, 187, 188, 186. Far below a
+# causal pass as short as the window (the kernel walks two key blocks a query block: its fixed costs a block
+# dominate). No other window is measured on sm100: a window of at most 128 keys reads this curve at the pass's
+# queries, a longer one the causal rule (`_curves_factor`: the triangle of the keys it walks). On sm90 the
+# rule holds where measured: NVIDIA's H200 run of the same benchmark at window 1024 (results/
+# h200_919_only_cudnn/gpt_oss_20260227_034819.csv, df73764; cuDNN 9.19, 64 query and 8 KV heads of 64)
+# reads 336 forward and 289 backward TFLOP/s at 4k (tests/test_timing_attention_window.py).
+WINDOW_MEASURED = 128
+WINDOW_HEAD_DIM = 64
+WINDOW_CURVES: dict[str, dict[bool, Curve]] = {
+    "cudnn_sm100": {
+        False: tuple(zip(LENGTHS_CUDNN_CSV, (153.0, 161.0, 165.0, 167.0, 104.0), strict=True)),
+        True: tuple(zip(LENGTHS_CUDNN_CSV, (176.0, 182.0, 187.0, 188.0, 186.0), strict=True)),
+    },
+}
+
+
+def window_factor(kernel: str, backward: bool, window: int, queries: float) -> float | None:
+    """A sliding-window pass's rate at head size 64 over the kernel family's 16k no-mask rate at 128 (the
+    device's level), where measured (`WINDOW_CURVES`, windows of at most `WINDOW_MEASURED` keys); else None."""
+    family = REFERENCE_KERNEL.get(kernel, kernel)
+    if family not in WINDOW_CURVES or not 0 < window <= WINDOW_MEASURED:
+        return None
+    reference = curve_rate(ATTENTION_CURVES[family][128][backward, False], REFERENCE_LENGTH)
+    return curve_rate(WINDOW_CURVES[family][backward], queries) / reference
+
+
 # Standard (unfused) attention on the H100 SXM5 (module docstring): the paper's lengths and, by head size,
 # (forward, backward) TFLOP/s
 STANDARD_LENGTHS = (512, 1024, 2048, 4096, 8192)

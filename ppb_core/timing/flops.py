@@ -133,6 +133,8 @@ class Op:
     # Whether that kernel applies attention dropout (its mask drawn inside the kernel; priced by
     # `Kernels.attention_dropout_cost`).
     attention_dropout: bool = False
+    # That kernel's sliding window, keys a query attends to (0: none; `Kernels.attention_efficiency`).
+    attention_window: int = 0
     # What the bytes count: one fused kernel. A framework running this op as several eager kernels
     # moves more (`ppb_core.timing.kernels.EAGER_TRAFFIC`): "norm", "activation" or "rope".
     fusion: str | None = None
@@ -981,6 +983,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 2 * qk_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
                 attention_dropout=kind.attention_dropout > 0,
+                attention_window=att.window if att.window < s else 0,
             ),
             Op(
                 context,
@@ -995,6 +998,7 @@ def _core(kind: BodyKind, geo: OpGeometry, p: str, qk: list[str], v: list[str]) 
                 2 * v_bytes,
                 attention=(sequences, queries, mean_keys, d_qk, causal),
                 attention_dropout=kind.attention_dropout > 0,
+                attention_window=att.window if att.window < s else 0,
             ),
         ]
     else:

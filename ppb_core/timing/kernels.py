@@ -47,7 +47,14 @@ from dataclasses import dataclass
 from ppb_core.config.devices import DeviceProfile
 from ppb_core.memory.frameworks.workspaces import CUDNN_DETERMINISTIC_CAPABILITIES, cudnn_dp_workspace_bytes
 from ppb_core.memory.setup import te_flash_attention
-from ppb_core.timing.attention_rates import ATTENTION_BLOCK, cudnn_kernel, score_fraction, sequence_factor
+from ppb_core.timing.attention_rates import (
+    ATTENTION_BLOCK,
+    WINDOW_HEAD_DIM,
+    cudnn_kernel,
+    score_fraction,
+    sequence_factor,
+    window_factor,
+)
 
 # Output tiles cuBLAS/CUTLASS choose from on Ampere and Hopper (bf16/fp16 tensor-core kernels).
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
@@ -291,16 +298,28 @@ class Kernels:
         return max(self.gemm_compute_s(m, n, k, groups), self.memory_s(traffic))
 
     def attention_efficiency(
-        self, backward: bool, sequences: float, s_q: float, mean_keys: float, head_dim: float, causal: float = 0.0
+        self,
+        backward: bool,
+        sequences: float,
+        s_q: float,
+        mean_keys: float,
+        head_dim: float,
+        causal: float = 0.0,
+        window: int = 0,
     ) -> float:
         """The fraction of peak a flash-attention pass reaches (see the module's docstring); *mean_keys*
-        is the keys one query attends to on average ((s + 1)/2 under the causal mask over s keys)."""
+        is the keys one query attends to on average ((s + 1)/2 under the causal mask over s keys). A
+        sliding *window* reads the kernel's measured windowed rate where there is one (`window_factor`,
+        at head size 64: other sizes by the head-size factors' ratio), else the causal rule at its keys."""
         base = self.attention_backward if backward else self.attention_forward
-        size = self.head_size_factor(
-            head_dim, self.attention_head64_backward if backward else self.attention_head64_forward
-        )
+        head64 = self.attention_head64_backward if backward else self.attention_head64_forward
+        size = self.head_size_factor(head_dim, head64)
         query_blocks = math.ceil(s_q / ATTENTION_BLOCK)
-        shape = sequence_factor(self.attention_kernel, backward, bool(causal), mean_keys, head_dim)
+        windowed = window_factor(self.attention_kernel, backward, window, s_q) if window else None
+        if windowed is not None:
+            shape, size = windowed, size / self.head_size_factor(WINDOW_HEAD_DIM, head64)
+        else:
+            shape = sequence_factor(self.attention_kernel, backward, bool(causal), mean_keys, head_dim)
         tiles = max(1, math.ceil(sequences)) * query_blocks
         if backward and self.deterministic_backward:
             tiles = self.deterministic_splits(sequences) * max(1, math.ceil(sequences))
@@ -342,6 +361,7 @@ class Kernels:
         head_dim: float,
         causal: float = 0.0,
         carries_dq: bool = False,
+        window: int = 0,
     ) -> float:
         """One flash-attention pass of *flops* over *sequences* (sequence, head) pairs of *s_q* queries:
         compute at the kernel's efficiency, or its bytes if those take longer. *carries_dq*: the pass's
@@ -362,9 +382,12 @@ class Kernels:
                 mean_keys,
                 head_dim,
                 causal,
+                window=window,
             )
             return fused + self.dq_product_s(sequences, s_q, mean_keys, head_dim, causal)
-        rate = self.flops_per_s * self.attention_efficiency(backward, sequences, s_q, mean_keys, head_dim, causal)
+        rate = self.flops_per_s * self.attention_efficiency(
+            backward, sequences, s_q, mean_keys, head_dim, causal, window
+        )
         seconds = max(flops / rate, self.memory_s(traffic))
         if backward and self.deterministic_backward:
             # the splits' fp32 dQ slices beyond the one a plain backward keeps: zeroed, then read to be summed

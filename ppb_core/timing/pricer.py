@@ -104,6 +104,26 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
     ),
     "shared_experts": _SHARED,
 }
+# The activation each Megatron module recomputes, by op: ppb's `ffAct` switch is one for a layer's every
+# activation, Megatron's modules are not. "mlp" checkpoints a dense layer's MLP only (transformer_layer.py
+# `TransformerLayer.__init__`: `if not self.is_moe_layer: self.recompute_mlp = True`), "moe_act" the routed
+# experts' activation only (moe/experts.py `activation_recompute`; the shared experts are an `MLP`, which
+# reads no recompute module), "moe" the MoE layer whole, "shared_experts" the shared experts (the same at
+# Megatron-LM 0d8e0714cd, NeMo 25.11's, 2edffadb52, NeMo 26.04.01's, and d98e8a64). An MTP layer's
+# transformer layer is built from the same spec and config: its ops (prefix `mtpN.`) are matched alike.
+MEGATRON_ACTIVATIONS: dict[str, tuple[str, ...]] = {
+    "mlp": ("mlp_act",),
+    "moe_act": ("experts_act",),
+    "moe": ("experts_act", "shared_act"),
+    "shared_experts": ("shared_act",),
+}
+
+
+def unprefixed(name: str) -> str:
+    """An op's name without its MTP layer's prefix (`mtp0.experts_act` -> `experts_act`)."""
+    return name.rsplit(".", 1)[-1]
+
+
 _STATES: dict[str, tuple[LayerType, ...]] = {
     HEAD: (LayerType.EMBEDDING_LAYER,),
     TAIL: (LayerType.OUTPUT_LAYER,),
@@ -506,7 +526,9 @@ class TimeModel:
                     kernels, flops, traffic, backward, op.attention, op.ring, carries_dq, op.ring_steps
                 )
             else:
-                seconds = kernels.attention_s(flops, traffic, backward, *op.attention, carries_dq=carries_dq)
+                seconds = kernels.attention_s(
+                    flops, traffic, backward, *op.attention, carries_dq=carries_dq, window=op.attention_window
+                )
             if op.attention_dropout:
                 seconds *= 1 + kernels.attention_dropout_cost
             return seconds if phase in ("forward", "backward") else seconds / 2
@@ -855,12 +877,17 @@ class TimeModel:
         if state is LayerType.FULL_REC_LAYER:
             rerun = self._early_stopped(ops, rerun)
         if own and self.run.framework == "megatron" and modules:
+            # An activation no module of this layer recomputes keeps its output (`MEGATRON_ACTIVATIONS`).
+            acts = {name for module in modules for name in MEGATRON_ACTIVATIONS.get(module, ())}
+            kept = tuple(
+                op if op.switch != "ffAct" or unprefixed(op.name) in acts else dataclasses.replace(op, switch=None)
+                for op in ops
+            )
+            again = {op.name for op in rerun_ops(kept, state, stated)}
             # Megatron checkpoints a module whole (tensor_parallel.checkpoint, reentrant): the backward
             # replays its forward, every op of it, kept outputs or not (`MEGATRON_REPLAYS`).
-            again = {op.name for op in rerun} | {
-                name for module in modules for name in MEGATRON_REPLAYS.get(module, ())
-            }
-            rerun = tuple(op for op in ops if op.name in again)
+            replays = {name for module in modules for name in MEGATRON_REPLAYS.get(module, ())}
+            rerun = tuple(op for op in ops if op.name in again or unprefixed(op.name) in replays)
         return rerun
 
     def _early_stopped(self, ops: tuple[Op, ...], rerun: tuple[Op, ...]) -> tuple[Op, ...]:
