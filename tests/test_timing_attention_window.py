@@ -37,9 +37,9 @@ def test_blackwell_window_128_reads_cudnn_s_measured_gpt_oss_rates():
     # GB200 at 4k: forward 161, backward 182 TFLOP/s single calls. ppb's level is the 16k no-mask head-128 rate
     # (1697 forward, 1374 backward of 2500) as the device runs it back to back (`attention_forward`): the window's
     # rate is that level times 161/1697 (182/1374). 2 · 128 = 256 (sequence, head) pairs of 32 query blocks =
-    # 8192 tiles on 148 SMs: 56 waves, 8192 / (56 · 148) = 0.98842 of the last filled.
+    # 8192 tiles on GB200's 152 SMs: 54 waves, 8192 / (54 · 152) = 0.99805 of the last filled.
     kernels = _kernels("gb200", "9.22")
-    waves = 8192 / (56 * 148)
+    waves = 8192 / (54 * 152)
     for backward, measured, reference in ((False, 161.0, 1697.0), (True, 182.0, 1374.0)):
         level = kernels.attention_backward if backward else kernels.attention_forward
         got = kernels.attention_efficiency(backward, 256, 4096, _band(4096, 128), 64, 1.0, 128)

@@ -118,12 +118,17 @@ def test_the_h100_shares_are_transformer_engine_s_getting_started_layer_over_the
 
 
 def test_gb200_s_tiles_need_b200_s_intensity():
-    # The same SM on a faster clock: 2500 TFLOPS = 148 SMs · 8192 FLOP a clock (twice H100's 4096) at
-    # 2.062 GHz, GB200's device-reported maximum SM clock (ml-engineering's clock table: 2062 MHz); B200's
-    # 2250 at 1.856 GHz. Shared memory's bandwidth a clock is unchanged, so a full-rate tile's intensity is
-    # B200's, not 64 · (2500/148) / (989/132) = 144.
-    assert abs(2500e12 / (148 * 8192) / 1e9 - 2.062) < 0.001
+    # The same SM, 152 of them (the count GB200's GPU reports; NVIDIA's MIG tables give its 1g.47gb and
+    # 2g.47gb instances 32 and 38 SMs against B200's 30 and 36), on a faster clock: 2500 TFLOPS = 152 SMs ·
+    # 8192 FLOP a clock (twice H100's 4096) at 2.008 GHz, under GB200's device-reported maximum SM clock
+    # (ml-engineering's clock table: 2062 MHz); B200's 2250 = 148 SMs at 1.856 GHz (maximum 1965 MHz).
+    # Shared memory's bandwidth a clock is unchanged, so a full-rate tile's intensity is B200's, not
+    # 64 · (2500/152) / (989/132) = 140.
+    assert DEVICE_CATALOG["gb200"].sm_count == 152
+    assert DEVICE_CATALOG["b200"].sm_count == 148
+    assert abs(2500e12 / (152 * 8192) / 1e9 - 2.008) < 0.001
     assert abs(2250e12 / (148 * 8192) / 1e9 - 1.856) < 0.001
+    assert round(64 * (2500 / 152) / (989 / 132)) == 140
     assert DEVICE_CATALOG["gb200"].gemm_full_intensity == DEVICE_CATALOG["b200"].gemm_full_intensity == 130
 
 

@@ -518,7 +518,11 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
     # of 5000 (72.3%). Memory: the 186 GB label read as GiB (B200's 180 GB label is 183,359 MiB in
     # nvidia-smi), 190,464 MiB, an approximation. HBM, NVLink 5 (900 GB/s a direction, all 72 GPUs of
     # the rack on it), NCCL's NVLink figure, the GEMM kernels' fixed times: B200's (the same HBM3e
-    # label, links and sm_100 kernels). SMs: B200's 148, no public count found for GB200's GPU. A
+    # label, links and sm_100 kernels). SMs: 152, the count GB200's GPU reports (PyTorch's device properties,
+    # e.g. Inductor's generated kernels for compute capability 10.0 record multi_processor_count=152, and
+    # kernel benchmarks on GB200 state "152 SMs" beside B300's 148); NVIDIA's MIG profiles bear it out, its
+    # 1g.47gb and 2g.47gb instances 32 and 38 SMs against B200's 1g.45gb and 2g.45gb 30 and 36 (`nvidia-smi
+    # mig -lgip` in NVIDIA/gpu-operator pull requests #1303, HGX GB200, and #1242, B200). A
     # ConnectX-7 400 Gb/s NIC per GPU out of the rack (50 GB/s). Attention: NVIDIA's cuDNN 9.22 rates
     # measured on this GPU (the B200 entry's source), 1697 and 1374 of 2500 TFLOP/s, single calls run back
     # to back at B200's share (`ATTENTION_BACK_TO_BACK_SHARE_B200`). Host: Grace
@@ -530,7 +534,7 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         7672.0,
         900.0,
         50.0,
-        sm_count=148,
+        sm_count=152,
         nic_efficiency=0.94,
         matmul_efficiency=0.729,
         fp8_matmul_efficiency=0.723,
@@ -542,11 +546,12 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_kernel_us=GEMM_KERNEL_US_B200,
         fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
         comm_efficiency=0.802,
-        # B200's: GB200's higher rate is its clock (2500 = 148 SMs · 8192 FLOP a clock · 2.06 GHz, its
-        # device-reported maximum SM clock 2062 MHz; B200 2250 at 1.86 GHz, 1965 MHz max), the same SM doing
-        # the same work a clock, and shared memory, whose bandwidth a clock the rule holds fixed, runs on that
-        # clock: the intensity a tile needs is B200's (`GEMM_FULL_INTENSITY_B200`; taking the FLOP/s ratio,
-        # 64 · (2500/148) / (989/132) = 144, counted the clock as more work a clock)
+        # B200's: GB200's higher rate is 4 more of the same SM on a faster clock (2500 = 152 SMs · 8192 FLOP a
+        # clock · 2.01 GHz, under its device-reported maximum SM clock 2062 MHz; B200 2250 = 148 · 8192 · 1.86
+        # GHz, 1965 MHz max), each SM doing the same work a clock, and shared memory, whose bandwidth a clock
+        # the rule holds fixed, runs on that clock: the intensity a tile needs is B200's
+        # (`GEMM_FULL_INTENSITY_B200`; taking the per-SM FLOP/s ratio, 64 · (2500/152) / (989/132) = 140,
+        # counted the clock as more work a clock)
         gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
