@@ -802,9 +802,11 @@ def card_raw(card: Card) -> dict[str, Any]:
         # llama_interleave.py `LLamaDecodeLayerInterleave` (a4dfb8219) cuts each layer's micro-batch into
         # `fine_grain_interleave` slices along the sequence and tags their concatenations
         # (`fine_grained_interleaved_index`) so that MindSpore runs one slice's tensor-parallel collectives
-        # beside another slice's compute: priced as ppb's TP overlap, each collective hidden up to its
-        # partner op's time (`timing.overlap.tp` 1). The first slice's first collective of a layer, which
-        # nothing hides, and the halved GEMMs' lower rate are not priced.
+        # beside another slice's compute: the forward's as MindSpore orders them (`timing.fine_grain_interleave`:
+        # half of each collective beside half its GEMM, half beside the norm and add); the backward's hidden up to
+        # their partner op's time (`timing.overlap.tp` 1). The first and last layers' whole halves
+        # (`layer_id` 0 and L - 1 run unsliced) and the halved GEMMs' lower rate are not priced.
+        timing["fine_grain_interleave"] = card.fine_grain_interleave
         timing["overlap"] = {"tp": 1.0}
     return {
         "name": f"mindformers-{slug}-{card.devices}",

@@ -4,18 +4,22 @@ hybrid-ep at 94a9f8f). Expected figures derived by hand in comments."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_megatron_import import MOE_MLA
 from test_memory_runs import make_run
 
 from ppb_core.balance.megatron_import import import_megatron
+from ppb_core.config.run import FrameworkRelease, RunConfig
 from ppb_core.errors import InputError
 from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybridep_buffer_bytes
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import body_kind
 from ppb_core.timing.flex import flex_sms, ranks_reached
-from ppb_core.timing.flops import Op, OpGeometry, moe_ops
+from ppb_core.timing.flops import Op, OpGeometry, expert_fp8_pads, moe_ops
 from ppb_core.timing.host import dispatcher_wait_s
+from ppb_core.timing.launches import layer_launches
 
 # 128 experts, top-8, h 2048 (Qwen3 30B-A3B's shape), s 4096, b 1, EP 16 over two 8-GPU nodes.
 SPEC = {"vocab_size": 1024, "hidden_size": 2048, "num_layers": 2, "num_attention_heads": 32,
@@ -52,10 +56,17 @@ def test_hybridep_sends_a_token_once_a_rank_and_permutes_inside_its_kernels_when
     # unfused: HybridEP's own permute reads the slots and writes the 8 expert rows a token, its unpermute back
     assert unfused["permute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
     assert unfused["unpermute"].bytes == pytest.approx((sent + tokens * 8) * h * 2)
-    assert unfused["permute"].launches == (2.0, 1.0)  # metadata scan + permute; backward its unpermute
+    # metadata scan + permute, and the bf16 probabilities cast to the fp32 HybridEP takes (token_dispatcher.py
+    # `_HybridEPManager.dispatch`: `self.token_probs.float()`, 0d8e0714cd and core_v0.17.0); backward the
+    # unpermute and the probabilities' gradient cast back
+    assert unfused["permute"].launches == (3.0, 2.0)
     fused = _ops("hybridep", in_kernel=True)
     assert fused["permute"].bytes == 0 and fused["unpermute"].bytes == 0
-    assert fused["permute"].launches == (1.0, 0.0)  # the metadata scan alone
+    assert fused["permute"].launches == (2.0, 1.0)  # the metadata scan and the cast
+    # --moe-router-dtype fp32: the probabilities are fp32 already, no cast
+    geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher="hybridep", router_bytes=4)
+    fp32 = {op.name: op for op in moe_ops(KIND, MOE, geo)}
+    assert fp32["permute"].launches == (2.0, 1.0)
     # the alltoall dispatcher sends every routed copy: 8 a token
     assert _ops("alltoall")["dispatch"].forward_comm.payload_bytes == pytest.approx(tokens * 8 * h * 2 + tokens * 8 * 2)
 
@@ -174,3 +185,49 @@ def test_the_import_reads_the_backends_words() -> None:
     clash = text.replace("--moe-hybridep-num-sms 16", "--moe-hybridep-num-sms 16 --moe-deepep-num-sms 20")
     with pytest.raises(InputError):
         import_megatron(clash, 8, "h100-80gb")
+
+
+def _fp8_run(dispatcher: str, release: str | None = None, **moe: object) -> RunConfig:
+    run = make_run(
+        SPEC,
+        parallel={"dp": 16, "ep": 16},
+        training={"seq_length": 4096, "moe": moe} if moe else {"seq_length": 4096},
+        timing={"matmul_dtype": "fp8", "fp8_recipe": "tensorwise", "moe_dispatcher": dispatcher},
+    )
+    if release is None:
+        return run
+    return run.model_copy(update={"framework_release": FrameworkRelease(megatron_core=release)})
+
+
+def test_te_grouped_mlp_pads_its_fp8_rows_unless_the_dispatcher_aligned_them() -> None:
+    # experts.py `TEGroupedMLP.forward` (0d8e0714cd, core_v0.17.0): under FP8 `quantization_padding` (TE's
+    # Fp8Padding) on the permuted rows and on their probabilities (the latter since the experts weight their
+    # own activations, core 0.13), `quantization_unpadding` on the output; HybridEP's dispatch pads to the
+    # alignment itself (`pad_multiple`), DeepEP's permutation from 554ce493e3 (core 0.17).
+    assert expert_fp8_pads(_fp8_run("alltoall")) == 2
+    assert expert_fp8_pads(_fp8_run("alltoall", "core_r0.12.0")) == 1
+    assert expert_fp8_pads(_fp8_run("hybridep")) == 0
+    assert expert_fp8_pads(_fp8_run("deepep", "core_v0.16.0")) == 2
+    assert expert_fp8_pads(_fp8_run("deepep", "core_v0.17.0")) == 0
+    assert expert_fp8_pads(_fp8_run("alltoall", None, grouped_gemm=False)) == 0  # a SequentialMLP: no Fp8Padding
+    assert expert_fp8_pads(RUN) == 0  # BF16
+    # the ops: the pads before the experts' first GEMM, the unpad after their last; each copies the rows
+    # (read and write, bf16): 4096 tokens · 8 = 32768 rows of 2048: 2 · 32768 · 2048 · 2 = 268435456 bytes each
+    # way; the fp32 probabilities 2 · 32768 · 4 = 262144
+    geo = OpGeometry(seq_length=4096, ep=16, ep_nodes=2, dispatcher="alltoall", expert_fp8_pads=2)
+    ops = moe_ops(KIND, MOE, geo)
+    names = [op.name for op in ops]
+    assert names.index("experts_pad") < names.index("experts_pad_probs") < names.index("experts_in")
+    assert names.index("experts_out") < names.index("experts_unpad") < names.index("combine")
+    table = {op.name: op for op in ops}
+    assert table["experts_pad"].bytes == pytest.approx(268435456.0)
+    assert table["experts_pad"].backward_bytes == pytest.approx(268435456.0)
+    assert table["experts_pad_probs"].bytes == pytest.approx(262144.0)
+    assert table["experts_unpad"].bytes == pytest.approx(268435456.0)
+    # each a TE module's call: one kernel each way, a launch (not a plain PyTorch op's share)
+    launches = layer_launches(
+        ops, tp=1, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True, plain_share=0.4
+    )
+    for name in ("experts_pad", "experts_pad_probs", "experts_unpad"):
+        assert launches[name] == (1.0, 1.0)
+    assert "experts_pad" not in {op.name for op in moe_ops(KIND, MOE, dataclasses.replace(geo, expert_fp8_pads=0))}

@@ -72,6 +72,11 @@ def _released(run, **release: str):
         ("transformer_engine", "2025-03-26", "te_grouped_saves_weights", True),
         ("transformer_engine", "2.16.0+f8a01cd5", "te_grouped_weights_unsaved", False),
         ("transformer_engine", "v2.17", "te_grouped_weights_unsaved", True),
+        ("transformer_engine", "v2.11", "te_mxfp8_activations_swizzled", False),  # 99df88106: v2.12 on
+        ("transformer_engine", "2.14", "te_mxfp8_activations_swizzled", True),  # the NeMo 26.04 container's
+        ("transformer_engine", "2026-01-15", "te_mxfp8_activations_swizzled", False),
+        ("megatron_core", "core_v0.16.0", "deepep_permute_pads", False),  # 554ce493e3: core_v0.17.0 on
+        ("megatron_core", "0.17.0", "deepep_permute_pads", True),  # the NeMo 26.04 container's
         ("transformer_engine", "2025-04-07", "te_dummy_wgrad", False),
         ("megatron_core", "2025-08-20", "fsdp_dtensor_load_states", False),  # af28b5a559, 2025-08-21
         ("megatron_core", "2025-08-21", "fsdp_dtensor_load_states", True),

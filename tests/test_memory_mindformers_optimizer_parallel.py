@@ -1,13 +1,15 @@
 """MindSpore's optimizer parallel under framework mindformers (ppb_core.memory.frameworks.mindformers).
 
 Expected values are counted by hand from MindSpore's rules (mindspore-ai/mindspore,
-mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc 7fa6e756, tensor_layout.cc 367dc859, step_parallel.cc
-72cc2522, parameter_manager.cc 4ac3f804): opt_param_mgr.cc `SplitParam` (a parameter under
+mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc 7fa6e756, tensor_layout.cc 367dc859, the stored 2024
+step_parallel.cc, parameter_manager.cc 4ac3f804): opt_param_mgr.cc `SplitParam` (a parameter under
 `parallel_optimizer_threshold` KB, its whole shape times its dtype's bytes, stays whole), tensor_layout.cc
 `GenerateOptShardSliceShape` (the first dimension must divide by the shard count), parameter_manager.cc
 `SetClonedTensorShapeForOptimizer` (optimizer states take the slice; `accu_grads` stays whole unless
-gradient_accumulation_shard), step_parallel.cc `InsertAllGatherAfterCast` (the forward gathers after
-the Cast to the compute dtype); MindFormers' Linear weights are (out, in) (layers.py `Linear`).
+gradient_accumulation_shard), step_parallel.cc `InsertAllGatherOp` (under a pipeline or accumulation the
+forward gathers after the Cast to the compute dtype, `InsertAllGatherAfterCast`; otherwise it gathers the
+parameter itself, in its dtype, and the Linear casts the gathered weight); MindFormers' Linear weights are
+(out, in) (layers.py `Linear`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
+from small_models import ROUND_DEVICE
 from test_memory_runs import DENSE, DENSE_BODY_PARAMS, body, layers, make_run, model
 
 from ppb_core.cli.main import main
 from ppb_core.config.run import parse_run_config, resolved_raw
 from ppb_core.errors import InputError
+from ppb_core.model.switches import LayerType
 from ppb_core.timing.iteration import run_iteration
 
 # DENSE at tp 1: wq, wk, wv, wo 64x64 = 4096 elements each (16 KB in fp32); w1, w3 128x64 and w2
@@ -60,6 +64,47 @@ def test_threshold_keeps_the_small_weights_whole():
     assert static.held_through_step_bytes == MLP * 2 == 49152
     # the gathered weights are freed before the optimizer step
     assert static.step_bytes == static.total - 49152
+
+
+def _working(run) -> float:
+    """What the framework's rules say a body layer's forward and backward hold of parameters and gradients."""
+    memory = model(run)
+    layer = body(run)
+    return memory.rules.parameter_working_bytes(
+        memory.parameters(layer), memory.setup, "BODY", 2, None, None, layer.kind
+    )
+
+
+def test_without_accumulation_the_layer_gathers_and_reduces_in_the_parameter_dtype():
+    """Threshold 20 KB, fp32 parameters, one micro-batch, no pipeline: MindSpore's AllGather takes the fp32 slice
+    of the MLP's three matrices (`InsertAllGatherAfterCast` returns nothing without a pipeline), whose output the
+    Linear casts to bf16; the layer's forward holds that fp32 output until the cast, its backward the fp32
+    cast-back gradient the AllGather's backward reduce-scatters: 24576 x 4 B = 98304 B beyond its static memory.
+    What the backward reads stays the bf16 cast (Cast's bprop reads only its input's dtype): 24576 x 2 B."""
+    run = _run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 20}})
+    assert _working(run) == MLP * 4 == 98304
+    assert _static(run).held_through_step_bytes == MLP * 2 == 49152
+    # the stage's working set of the layer carries it: the same run over two micro-batches (the gather after
+    # the cast, `accu_grads` whole) holds 98304 B less in a layer's backward at one micro-batch
+    two = _run({"parallel_optimizer_config": {"parallel_optimizer_threshold": 20}}, {"micro_batches": 2})
+    assert _working(two) == 0
+    once, twice = model(run), model(two)
+    extra = [
+        m.working_extra_bytes(body(r), LayerType.NOT_REC_LAYER, None, 2, True) for m, r in ((once, run), (twice, two))
+    ]
+    assert extra[0] - extra[1] == pytest.approx(98304 * once.correction.working)
+
+
+def test_parameters_in_the_compute_dtype_hold_their_gradient_once_whole():
+    """bf16 parameters, threshold 0: all 40960 matrix elements sliced; no cast between gather and GEMM, so the
+    forward holds nothing beyond the kept gathered weight, and the backward the whole bf16 gradient the
+    reduce-scatter takes: 40960 x 2 B = 81920 B. A pipeline (two stages of DENSE's four layers) gathers after
+    the cast: nothing."""
+    config = {"parallel_optimizer_config": {"parallel_optimizer_threshold": 0}}
+    assert _working(_run(config, param_dtype="bf16")) == (ATTENTION + MLP) * 2 == 81920
+    assert _working(_run({**config, "pp": 2}, {"micro_batches": 2}, param_dtype="bf16")) == 0
+    # dp 1 slices nothing: nothing gathered
+    assert _working(_run({**config, "dp": 1}, param_dtype="bf16")) == 0
 
 
 def test_default_threshold_keeps_every_matrix_of_a_tiny_layer_whole():
@@ -232,13 +277,22 @@ def test_check_reads_the_yaml_against_sapp_zero_without_the_words(capsys, tmp_pa
 def test_accumulated_gradients_are_all_reduced_whole():
     """Time: over accumulated micro-batches the backward of `_MiniStepAllGather` all-reduces the whole
     `accu_grads` and keeps its slice (grad_comm_ops.py `split(all_reduce(z))[rank]`, mindspore-ai/mindspore
-    c3665836); with gradient_accumulation_shard the reduce-scatter stays. Without optimizer parallel
-    (shard_level 0) the same gradients are all-reduced and nothing is gathered, so on a ring (an
-    all-reduce a reduce-scatter and an all-gather, twice a reduce-scatter's steps and bytes):
-    link(off) = AR and link(on) - link(on, sharded) = AR - RS = AR / 2."""
+    c3665836); with gradient_accumulation_shard the reduce-scatter stays. The weights left whole are all-reduced by
+    their mirror op either way, and only the sharded ones gathered. Without optimizer parallel (shard_level 0)
+    every gradient is all-reduced and nothing is gathered. On a device without latency (bytes-linear; an
+    all-reduce twice a reduce-scatter): link(off) = AR(S + W), link(on) - link(on, sharded) = AR(S) - RS(S) =
+    AR(S) / 2, with threshold 0 S = 4 · 40960 + 65536 (the output layer) = 229,376 sharded elements and W = 4 · 128
+    + 65536 (the embedding table) + 64 = 66,112 whole ones."""
 
     def link(parallel: dict[str, Any]) -> float:
-        run = _run(parallel, {"micro_batches": 2})
+        run = make_run(
+            DENSE,
+            parallel={"dp": 8, "enable_parallel_optimizer": True, **parallel},
+            training={"dtype": "bf16", "micro_batches": 2},
+            device=ROUND_DEVICE,
+            framework="mindformers",
+            timing={"param_dtype": "fp32"},
+        )
         return run_iteration(run).link_seconds["dp_communication"]
 
     config = {"parallel_optimizer_threshold": 0}
@@ -246,7 +300,8 @@ def test_accumulated_gradients_are_all_reduced_whole():
     sharded = link({"parallel_optimizer_config": {**config, "gradient_accumulation_shard": True}})
     off = link({"enable_parallel_optimizer": False})
     assert off > 0
-    assert whole - sharded == pytest.approx(off / 2, rel=1e-9)
+    assert 4 * DENSE_BODY_PARAMS + 65536 + 65536 + 64 == 229_376 + 66_112
+    assert whole - sharded == pytest.approx(off / 2 * 229_376 / (229_376 + 66_112), rel=1e-9)
 
 
 def test_a_dumped_run_reads_back():

@@ -110,23 +110,44 @@ def test_gradients_reduce_and_parameters_gather_in_the_parameters_dtype():
     # MindSpore's step_parallel.cc (2024): without a pipeline the optimizer-parallel AllGather takes the
     # parameter as it is, its backward reduce-scatters the parameter's gradient; over micro-batches the
     # all-reduced tensor is `accu_grads`, a clone of the parameters, and the gather follows the cast to the
-    # compute dtype. ROUND_DEVICE has no latency, so a collective's seconds are linear in its bytes: u = one
-    # reduce-scatter (or all-gather) of the parameters at 2 bytes, an all-reduce twice that.
-    u = _dp_link(1, None, True) / 2  # bf16 parameters (param_init_type = compute_dtype): RS 2 bytes + AG 2 bytes
-    # u by hand: SMALL_GQA's parameters, 4 layers of 11,274,240 (q and o 1024·1024 each, k and v 1024·256 each,
-    # the MLP 3·1024·2816, two norms of 1024) + embedding and output 4096·1024 each + the final norm 1024 =
-    # 53,486,592; a reduce-scatter over DP 2 moves (2 − 1)/2 of their 2 bytes each, at ROUND_DEVICE's 100 GB/s
-    # in the node × comm_efficiency 0.5 = 50 GB/s: 53,486,592 / 50e9 s (an fp32 main gradient's 4 bytes: 1.5×)
-    assert u == pytest.approx(53_486_592 / 50e9, rel=1e-12)
+    # compute dtype. Only the sharded weights are gathered and reduce-scattered (`ApplyParallelOptOnParam`); the
+    # whole ones (the embedding table, LlamaConfig's parallel_optimizer False; norm scales) are all-reduced by
+    # their mirror op. SMALL_GQA by hand: 4 layers of 11,274,240 (q and o 1024·1024 each, k and v 256·1024 each,
+    # the MLP 3·2816·1024, two norms of 1024), embedding and output 4096·1024 each, the final norm 1024:
+    # 53,486,592 in all; at the default 64 KB threshold every matrix but the embedding table is sharded over
+    # DP 2 (first dimensions 1024, 256, 2816, 4096 even): whole W = 4,194,304 + 9 · 1024 = 4,203,520, sharded
+    # S = 49,283,072. ROUND_DEVICE has no latency, so a collective's seconds are linear in its bytes: over DP 2
+    # a reduce-scatter (or all-gather) at 2 bytes moves 1 byte an element at ROUND_DEVICE's 100 GB/s in the
+    # node × comm_efficiency 0.5 = 50 GB/s: s = S / 50e9, w = W / 50e9; an all-reduce twice that.
+    s, w = 49_283_072 / 50e9, 4_203_520 / 50e9
+    assert 49_283_072 + 4_203_520 == 53_486_592
+    # bf16 parameters (param_init_type = compute_dtype): AG s + RS s + the mirrors' AR 2w
+    assert _dp_link(1, None, True) == pytest.approx(2 * s + 2 * w, rel=1e-12)
     # float16 parameters under bf16 compute: still 2 bytes each way (not an fp32 main gradient's 4)
-    assert _dp_link(1, "fp16", True) == pytest.approx(2 * u)
-    # float32 parameters: RS at 4 bytes (2u) and AG at 4 bytes (2u)
-    assert _dp_link(1, "fp32", True) == pytest.approx(4 * u)
-    # two micro-batches: accu_grads all-reduced in the parameters' dtype, the gather after the cast at 2 bytes:
-    # bf16 2u + u, fp32 4u + u
-    assert _dp_link(2, None, True) == pytest.approx(3 * u)
-    assert _dp_link(2, "fp32", True) == pytest.approx(5 * u)
-    # without `enable_parallel_optimizer`: an all-reduce of the gradient, the mirror before the Linear's cast
-    # (`InsertMirrorBeforeCast`, gradient_fp32_sync) reduces the parameter's gradient too, 2u and 4u
-    assert _dp_link(1, None, False) == pytest.approx(2 * u)
-    assert _dp_link(1, "fp32", False) == pytest.approx(4 * u)
+    assert _dp_link(1, "fp16", True) == pytest.approx(2 * s + 2 * w)
+    # float32 parameters: each collective at 4 bytes
+    assert _dp_link(1, "fp32", True) == pytest.approx(4 * s + 4 * w)
+    # two micro-batches: accu_grads all-reduced in the parameters' dtype (the sharded and the whole ones alike,
+    # one fused all-reduce), the gather after the cast at 2 bytes: bf16 2(s + w) + s, fp32 4(s + w) + s
+    assert _dp_link(2, None, True) == pytest.approx(3 * s + 2 * w)
+    assert _dp_link(2, "fp32", True) == pytest.approx(5 * s + 4 * w)
+    # without `enable_parallel_optimizer`: an all-reduce of every gradient, the mirror before the Linear's cast
+    # (`InsertMirrorBeforeCast`, gradient_fp32_sync) reduces the parameter's gradient too, 2(s + w) and 4(s + w)
+    assert _dp_link(1, None, False) == pytest.approx(2 * s + 2 * w)
+    assert _dp_link(1, "fp32", False) == pytest.approx(4 * s + 4 * w)
+
+
+def test_only_the_sharded_weights_are_gathered_and_the_whole_ones_all_reduced_on_their_own():
+    """The same run with `model_config.parallel_optimizer` (the embedding table sharded too): S + W' with W' the
+    9,216 norm elements; one micro-batch, bf16: AG + RS of 53,477,376 and the norms' all-reduce."""
+    run = small_run(
+        dp=2,
+        pp=1,
+        m=1,
+        framework="mindformers",
+        timing={"gradient_aggregation_group": 1},
+        enable_parallel_optimizer=True,
+        embedding_parallel_optimizer=True,
+    )
+    link = run_iteration(run).link_seconds["dp_communication"]
+    assert link == pytest.approx(2 * 53_477_376 / 50e9 + 2 * 9_216 / 50e9, rel=1e-12)

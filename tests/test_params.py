@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ppb_core.config.hf import read_hf_config
+from ppb_core.config.hf import read_hf_config, spec_from_hf
 from ppb_core.model.kinds import body_kind, head_kind, tail_kind
 from ppb_core.model.params import body_params, head_params, tail_params
 
@@ -108,3 +108,14 @@ def test_gpt_oss_120b_layer_and_model_count():
     total = head_params(head_kind(spec, spec.vocab_size)).total + tail_params(tail_kind(spec, spec.vocab_size)).total
     total += sum(body_params(body_kind(spec, i)).total for i in range(spec.num_layers))
     assert total == 36 * (26_924_672 + 3_186_155_520) + 2 * 201_088 * 2880 + 2880 == 116_829_156_672
+
+
+def test_gpt_oss_20b_is_the_model_card_s_count():
+    """gpt-oss-20b: GptOssConfig's defaults but 24 layers and 32 experts. Each layer: attention, sinks and norms
+    26,555,904 (as 120B's), router 2880·32 + 32 = 92,192, experts 32 · 24,891,840 = 796,538,880 -> 823,186,976;
+    24 of them + untied tables 2·201,088·2880 + final norm 2880 = 20,914,757,184: OpenAI's model card (Aug 2025,
+    Table 1) gives 20.91B for gpt-oss-20b."""
+    spec = spec_from_hf({"model_type": "gpt_oss", "num_hidden_layers": 24, "num_local_experts": 32})
+    total = head_params(head_kind(spec, spec.vocab_size)).total + tail_params(tail_kind(spec, spec.vocab_size)).total
+    total += sum(body_params(body_kind(spec, i)).total for i in range(spec.num_layers))
+    assert total == 24 * 823_186_976 + 2 * 201_088 * 2880 + 2880 == 20_914_757_184

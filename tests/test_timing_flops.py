@@ -653,3 +653,32 @@ def test_sliding_window_layer_computes_its_band_only():
     assert full["flash_scores"].flops == 68_736_253_952
     # the kernel's shape: 64 (sequence, head) pairs of 4096 queries, 516,160 / 4096 = 126.02 keys a query
     assert windowed["flash_scores"].attention == (64.0, 4096.0, 516_160 / 4096, 64, 1.0)
+
+
+def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
+    # TEGroupedMLP._apply_bias (Megatron-LM 2edffadb52): per local expert t + b·p, then torch.cat. GPT-OSS 120B's
+    # MoE at s = 4096, b = 1, EP 8: 16 local experts; 4096 tokens · top-4 = 16,384 rows (balanced) of h 2880 in
+    # bf16, probabilities bf16 (no promotion). Forward: b·p written (2), t and b·p read, the sum written (6), the
+    # cat read and written (4): 12 bytes a row element = 16,384 · 2880 · 12 = 566,231,040; 2 kernels an expert and
+    # the cat's: 33. Backward: the gradient read for the bias's and the probabilities' products: 4 bytes an element
+    # = 188,743,680; 4 kernels an expert: 64.
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 2880,
+        "num_layers": 1,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "activation": "quick_geglu",
+        "num_experts": 128,
+        "experts_per_token": 4,
+        "moe_intermediate_size": 2880,
+        "expert_bias": True,
+        "router_bias": True,
+    }
+    ops = {op.name: op for op in ops_of(spec_run(spec, s=4096, dp=8, ep=8))}
+    bias = ops["experts_bias"]
+    assert (bias.bytes, bias.backward_bytes, bias.launches) == (566_231_040, 188_743_680, (33.0, 64.0))
+    assert bias.inputs == ("experts_out",)
+    assert ops["combine"].inputs == ("experts_bias",)

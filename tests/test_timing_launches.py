@@ -32,6 +32,7 @@ from ppb_core.timing.launches import (
     fill_launches,
     grouped_python_steps,
     layer_launches,
+    mxfp8_swizzles,
     op_launches,
     plain,
 )
@@ -180,32 +181,111 @@ def test_the_pricer_prices_each_further_expert_gemm_at_the_cpp_loop_s_time():
 
 
 def test_a_grouped_gemm_s_experts_are_quantized_in_te_s_cpp_loop():
-    # TE v2.9 extensions/cast.cpp `split_quantize` -> `multi_tensor_quantize_impl`: one Python call a grouped
-    # GEMM's input (forward) and output gradient (backward), the experts' `quantize` one after another in C++
-    # under MXFP8 and current scaling (the fused multi-tensor kernel is delayed scaling's only). The call's
-    # first expert's kernels a launch each, each further expert's at the C++ loop's share, as its GEMMs:
-    # s = 25 / 80.9 on DGX H100, 8 experts, 1 + 7 s = 3.16316 (the GEMMs' count a call, test above).
+    # TE v2.9 extensions/cast.cpp `split_quantize` -> `multi_tensor_quantize_impl` (v2.14 the same): one Python
+    # call a grouped GEMM's input (forward) and output gradient (backward), the experts' `quantize` one after
+    # another in C++ under MXFP8 and current scaling (the fused multi-tensor kernel is delayed scaling's only).
+    # The call's first kernel a launch (it carries the call's Python), every further kernel of the call, the
+    # first expert's included, at the C++ loop's share, as its GEMMs: s = 25 / 80.9 = 0.3090235 on DGX H100,
+    # 8 experts, GEMMs 1 + 7 s = 3.16316 a call (test above).
     kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
     experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
     share = 25.0 / 80.9
     calls = 1 + 7 * share
-    # current scaling: 4 kernels an expert (amax zeroed, amax, scale, cast): forward 3.16316 GEMMs + 4 · 3.16316
-    # = 15.8158, backward the dgrad and wgrad calls 6.32633 + the output gradient's 4 · 3.16316 = 18.9790
+    # current scaling: 4 kernels an expert (amax zeroed, amax, scale, cast), 32 in the call: 1 + 31 s =
+    # 10.57973; forward 3.16316 + 10.57973 = 13.74289, backward the dgrad and wgrad calls 6.32633 + 10.57973
+    # = 16.90606
     forward, backward = op_launches(experts, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
-    assert (forward, backward) == (pytest.approx(15.8158, abs=1e-4), pytest.approx(18.9790, abs=1e-4))
-    assert forward == pytest.approx(5 * calls) and backward == pytest.approx(6 * calls)
-    # MXFP8: one kernel an expert, the swizzles a GEMM call's two kernels (not per expert): forward 3.16316
-    # + 3.16316 + 2 = 8.3263, backward 6.32633 + 3.16316 + 4 = 13.4895
+    assert (forward, backward) == (pytest.approx(13.74289, abs=1e-5), pytest.approx(16.90606, abs=1e-5))
+    # MXFP8 (TE before v2.12): one kernel an expert (1 + 7 s = 3.16316), the swizzles a GEMM call's two kernels
+    # issued from the GEMM call's C++ (2 s forward, 4 s backward): forward 3.16316 + 3.16316 + 0.61805 =
+    # 6.94437, backward 6.32633 + 3.16316 + 1.23609 = 10.72559
     forward, backward = op_launches(experts, **kw, fp8_recipe="mxfp8", cpp_gemm_share=share)
-    assert (forward, backward) == (pytest.approx(8.3263, abs=1e-4), pytest.approx(13.4895, abs=1e-4))
-    # delayed scaling: one fused cast-transpose for all the experts, whatever the share: 3.16316 + 1 forward
+    assert (forward, backward) == (pytest.approx(6.94437, abs=1e-5), pytest.approx(10.72559, abs=1e-5))
+    # delayed scaling: one fused cast-transpose for all the experts, one call: 3.16316 + 1 forward
     forward, _ = op_launches(experts, **kw, fp8_recipe="delayed", cpp_gemm_share=share)
     assert forward == pytest.approx(calls + 1)
-    # a SequentialMLP's experts each quantize in their own Python call: a launch a kernel, share or not
+    # a SequentialMLP's experts each quantize in their own Python call (a TE Linear each): per expert its
+    # call's first kernel a launch and its 3 further kernels at s: 8 · (1 + 3 s) = 15.41656; its GEMMs a launch
+    # each: forward 8 + 15.41656 = 23.41656, backward 16 + 15.41656 = 31.41656
     looped = Op("experts_in", "moe", "matmul", gemm=(8.0, 32.0, 32.0, 8, 32.0), weight_elements=8192, sequential=8)
-    assert op_launches(looped, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share) == op_launches(
-        looped, **kw, fp8_recipe="tensorwise"
+    forward, backward = op_launches(looped, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(23.41656, abs=1e-5), pytest.approx(31.41656, abs=1e-5))
+
+
+def test_a_quantization_s_kernels_after_its_call_s_first_are_issued_from_te_s_cpp():
+    # TE v2.9 and v2.14 csrc/quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: one `tex.quantize`
+    # call from Python issues the amax (zeroed, then computed: `nvte_compute_amax`), the scale
+    # (`nvte_compute_scale_from_amax`) and the cast (`nvte_quantize_v2`) from C++, back to back: the first a
+    # launch, the other 3 at s = 25 / 80.9 each: 1.92707. A dense GEMM under current scaling: forward its GEMM
+    # + 1.92707 = 2.92707, backward its 2 GEMMs + the output gradient's 1.92707 = 3.92707.
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    share = 25.0 / 80.9
+    dense = Op("proj", "attention", "matmul", gemm=(64.0, 32.0, 32.0, 1, 32.0), weight_elements=1024)
+    forward, backward = op_launches(dense, **kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(2.92707, abs=1e-5), pytest.approx(3.92707, abs=1e-5))
+    # fed by a TE norm (LayerNormLinear): extensions/normalization.cpp `rmsnorm_fwd` (FUSED_NORM_AMAX_FP8)
+    # zeroes the amax, runs the norm and then `quantize_with_amax` (scale, cast) in the norm's one C++ call,
+    # whose Python the norm's launch carries: all 3 at s, 0.92707; forward 1 + 0.92707
+    norm = Op("norm1", "attention", "memory")
+    qkv = Op(
+        "qkv", "attention", "matmul", inputs=("norm1",), gemm=(64.0, 32.0, 96.0, 1, 96.0), weight_elements=3072,
+        norm_input=True,
+    )  # fmt: skip
+    layer_kw = {key: value for key, value in kw.items() if key != "mla"}
+    launches = layer_launches([norm, qkv], **layer_kw, fp8_recipe="tensorwise", cpp_gemm_share=share)
+    assert launches["qkv"] == (pytest.approx(1.92707, abs=1e-5), pytest.approx(3.92707, abs=1e-5))
+    # MXFP8 (TE v2.9, gemm.cpp `te_general_gemm` swizzling both operands' scales in C++ before its GEMM): the
+    # input's cast a launch, the swizzles 2 s forward, 4 s backward: 1 + 1 + 0.61805, 2 + 1 + 1.23609
+    forward, backward = op_launches(dense, **kw, fp8_recipe="mxfp8", cpp_gemm_share=share)
+    assert (forward, backward) == (pytest.approx(2.61805, abs=1e-5), pytest.approx(4.23609, abs=1e-5))
+    # at a C++ share of 1 (no measured host) every kernel is a launch, as before
+    assert op_launches(dense, **kw, fp8_recipe="tensorwise") == (5.0, 6.0)
+
+
+def test_mxfp8_activations_carry_gemm_swizzled_scales_from_te_2_12():
+    # TE 99df88106 (v2.12, PR #2486) module/linear.py, layernorm_linear.py, grouped_linear.py `_get_quantizers`:
+    # `input_quantizer.optimize_for_gemm = True` unless a column-parallel linear under SP (its input all-gathered),
+    # `grad_output_quantizer.optimize_for_gemm = True` unless a row-parallel one under SP; csrc/extensions/
+    # swizzle.cpp `swizzle_scales_for_gemm` returns early for scales already swizzled. Before: every operand's
+    # swizzled in the GEMM call (forward weight and input 2; dgrad weight and output gradient 2, wgrad input
+    # and output gradient 2). From v2.12 the forward's and the dgrad's weight only (1, 1); an all-gathered input
+    # adds its forward and wgrad swizzles (2, 2), an all-gathered output gradient its dgrad and wgrad ones (1, 3).
+    assert mxfp8_swizzles(False) == (2.0, 4.0)
+    assert mxfp8_swizzles(True) == (1.0, 1.0)
+    assert mxfp8_swizzles(True, gathered=True) == (2.0, 2.0)
+    assert mxfp8_swizzles(True, scattered=True) == (1.0, 3.0)
+    assert mxfp8_swizzles(False, gathered=True, scattered=True) == (2.0, 4.0)
+    # the grouped GEMM of the test above at s = 25 / 80.9: forward 3.16316 + 3.16316 + s = 6.63535, backward
+    # 6.32633 + 3.16316 + s = 9.79852
+    kw = {"tp": 1, "mla": False, "rope_fusion": True, "cross_entropy_fusion": False, "wgrad_fused": True}
+    share = 25.0 / 80.9
+    experts = Op("experts_in", "moe", "matmul", gemm=(64.0, 32.0, 32.0, 8, 32.0), weight_elements=8 * 32 * 32)
+    forward, backward = op_launches(
+        experts, **kw, fp8_recipe="mxfp8", cpp_gemm_share=share, swizzles=mxfp8_swizzles(True)
     )
+    assert (forward, backward) == (pytest.approx(6.63535, abs=1e-5), pytest.approx(9.79852, abs=1e-5))
+
+
+def test_the_pricer_swizzles_only_mxfp8_weights_from_te_2_12():
+    # A small MXFP8 run on B200 (tp 1: no SP gathers): per layer the GEMM calls of qkv, out_proj, fc1 and fc2
+    # (qkv's parts share one call) each lose 1 swizzle forward and 3 backward from TE v2.11 to v2.12, at
+    # the C++ share 25 / 76.9 of a B200 launch: 4 · 1 · 25 us = 100 us forward, 4 · 3 · 25 = 300 us backward.
+    spec = {"vocab_size": 1024, "hidden_size": 1024, "num_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 4096}  # fmt: skip
+    waits = {}
+    for release in ("v2.11", "v2.12"):
+        run = make_run(
+            spec,
+            parallel={"tp": 1, "dp": 8},
+            training={"seq_length": 4096},
+            timing={"matmul_dtype": "fp8", "fp8_recipe": "mxfp8"},
+            device={"name": "b200"},
+        )
+        run = run.model_copy(update={"framework_release": FrameworkRelease(transformer_engine=release)})
+        body = next(layer for layer in walk(run) if layer.node == "BODY")
+        waits[release] = TimeModel(run).host(body, LayerType.NOT_REC_LAYER)
+    assert waits["v2.11"].launch_forward - waits["v2.12"].launch_forward == pytest.approx(100e-6, abs=1e-10)
+    assert waits["v2.11"].launch_backward - waits["v2.12"].launch_backward == pytest.approx(300e-6, abs=1e-10)
 
 
 def test_the_pricer_prices_each_further_expert_s_quantization_at_the_cpp_loop_s_time():

@@ -103,6 +103,17 @@ CHANGES: dict[str, Change] = {
         "(module/grouped_linear.py `_GroupedLinear.forward`: `saved_weights = [None] * num_gemms`); before, "
         "every expert's (`te_grouped_saves_weights`)",
     ),
+    "te_mxfp8_activations_swizzled": Change(
+        TRANSFORMER_ENGINE,
+        "99df88106",
+        "2026-01-16",
+        (2, 12),
+        "TE's Linear, LayerNormLinear and GroupedLinear quantize their MXFP8 inputs and output gradients with "
+        "the scale factors already in the layout the GEMM reads (`_get_quantizers`: `optimize_for_gemm = True` "
+        "but for an input all-gathered or an output gradient all-gathered under SP), and the GEMM swizzles only "
+        "scales still compact (csrc/extensions/swizzle.cpp `swizzle_scales_for_gemm`): a call's weight; before, "
+        "every operand's (util.cpp `swizzle_scaling_factors`)",
+    ),
     "experts_weight_probs": Change(
         MEGATRON_CORE,
         "2659630721",
@@ -111,6 +122,16 @@ CHANGES: dict[str, Change] = {
         "the routed experts weight their own activations by the routing probabilities (experts.py, "
         "moe_utils.py `permute(..., probs)`); before, the dispatcher's combine weighted the experts' "
         "outputs and saved them for the probabilities' gradient (token_dispatcher.py `unpermute(..., probs)`)",
+    ),
+    "deepep_permute_pads": Change(
+        MEGATRON_CORE,
+        "554ce493e3",
+        "2026-02-07",
+        (0, 17),
+        "the DeepEP dispatcher's permutation pads each expert's rows to the FP8/FP4 GEMMs' alignment itself "
+        "(token_dispatcher.py `_DeepepManager.get_permuted_hidden_states_by_experts`: `permute(..., "
+        "align_size=...)`), so TEGroupedMLP's Fp8Padding finds its splits aligned; before, TEGroupedMLP padded "
+        "them (experts.py `quantization_padding`, TE's `Fp8Padding`)",
     ),
     "megatron_dummy_wgrad": Change(
         MEGATRON_CORE,

@@ -763,6 +763,14 @@ class TimingOptions(StrictModel):
         "`flops.mindformers_rope_bytes` counts those kernels; unset, or without O1, the generic fused count "
         "(time only; framework mindformers)",
     )
+    fine_grain_interleave: Literal[1, 2] | None = Field(
+        None,
+        description="MindFormers' model_config.fine_grain_interleave: at 2 each LLaMA layer runs its projections, "
+        "norms and MLP as two sequence halves whose forward tensor-parallel collectives MindSpore alternates with "
+        "the other half's compute (llama_interleave.py; micro_interleaved_order_control.cc): each collective's half "
+        "hides behind half of the compute on one side of it, the other half of it beside the norm and residual add "
+        "on the other side (`TimeModel._exposed_s`; time only; framework mindformers)",
+    )
     fp8_fsdp_all_gather: bool = Field(
         False,
         description="torchtitan's quantize.linear.float8.enable_fsdp_float8_all_gather (v0.2.2 default false): FSDP2 "
@@ -1618,6 +1626,9 @@ def check_timing_words(
     if framework != "mindformers" and timing.jit_level is not None:
         said = f"is MindFormers' context word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.jit_level", said)
+    if framework != "mindformers" and timing.fine_grain_interleave is not None:
+        said = f"is MindFormers' model_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
+        raise InputError(where, "timing.fine_grain_interleave", said)
     if framework != "mindformers" and timing.gradient_aggregation_group is not None:
         said = f"is MindFormers' parallel_config word (docs/frameworks.md); this {whose}'s framework is {framework}"
         raise InputError(where, "timing.gradient_aggregation_group", said)

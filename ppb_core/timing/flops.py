@@ -183,6 +183,33 @@ class Op:
     norm_input: bool = False
 
 
+def expert_fp8_pads(run: RunConfig) -> int:
+    """TEGroupedMLP's `Fp8Padding` calls before its grouped GEMMs under FP8 (experts.py `TEGroupedMLP.forward`,
+    Megatron-LM 0d8e0714cd and core_v0.17.0: `self.quantization_padding(...)` on the permuted rows, and on
+    their probabilities from `releases.CHANGES["experts_weight_probs"]`; TE module/fp8_padding.py, v2.9 and
+    v2.14: one `tex.fused_multi_row_padding` kernel a call, the backward one `fused_multi_row_unpadding`;
+    the output's `Fp8Unpadding` the reverse). They copy only where an expert's row count is not a multiple of
+    the alignment (16, MXFP8 32): dropless routing, forced balance included (random logits, moe_utils.py
+    `RandomSTE`), leaves the counts unaligned unless the dispatcher pads them: HybridEP's and NCCL EP's
+    dispatch (`pad_multiple`, token_dispatcher.py `_HybridEPManager.dispatch`, 0d8e0714cd on) and DeepEP's
+    permutation from `releases.CHANGES["deepep_permute_pads"]`. Megatron's --moe-router-padding-for-fp8
+    (off in Megatron-Bridge's Qwen3 recipes) is not modelled, nor the allgather dispatcher's padding (its
+    experts are built by `_allgather_dispatch`). 0: none."""
+    if not (
+        run.framework == "megatron"
+        and run.timing.transformer_impl == "transformer_engine"
+        and run.timing.matmul_dtype == "fp8"
+        and run.training.moe.grouped_gemm
+    ):
+        return 0
+    dispatcher = run.timing.moe_dispatcher
+    if dispatcher not in ("alltoall", "deepep"):  # the flex backends pad; allgather's table builds its experts apart
+        return 0
+    if dispatcher == "deepep" and run.framework_release.holds("deepep_permute_pads"):
+        return 0
+    return 2 if run.framework_release.holds("experts_weight_probs") else 1
+
+
 @dataclass(frozen=True)
 class OpGeometry(Geometry):
     """What the op tables read of a run beyond the sharding geometry: how the experts' tokens
@@ -217,6 +244,9 @@ class OpGeometry(Geometry):
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
     # Megatron's routed experts as a `SequentialMLP` (no --moe-grouped-gemm: training.moe.grouped_gemm false)
     sequential_experts: bool = False
+    # TEGroupedMLP's FP8 padding calls before its experts (`expert_fp8_pads`): 0 none, 1 the rows, 2 the rows
+    # and their probabilities; with any, the unpadding of the experts' output after them
+    expert_fp8_pads: int = 0
     # Megatron's router settings (`training.moe.router`) and the data-parallel size its global aux loss
     # reduces over (`ppb_core.timing.router`)
     router: RouterSetting = dataclasses.field(default_factory=RouterSetting)
@@ -291,6 +321,7 @@ class OpGeometry(Geometry):
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
             sequential_experts=run.framework == "megatron" and not train.moe.grouped_gemm,
+            expert_fp8_pads=expert_fp8_pads(run),
             router=RouterSetting.of(train.moe.router),
             dp=par.dp,
             float8_tp=run.framework == "torchtitan"
@@ -1660,6 +1691,9 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         # backward is the unpermute in `combine_with_unpermute` (csrc/hybrid_ep/hybrid_ep.cu)
         permute_launches = (1.0, 0.0) if geo.flex_in_kernel else (2.0, 1.0)
         unpermute_launches = (0.0, 0.0) if geo.flex_in_kernel else (1.0, 1.0)
+        if geo.router_bytes != STATS_BYTES:  # HybridEP takes fp32 probabilities: `_HybridEPManager.dispatch`
+            # casts them (`self.token_probs.float()`, 0d8e0714cd and core_v0.17.0), its gradient cast back
+            permute_launches = (permute_launches[0] + 1.0, permute_launches[1] + 1.0)
     if geo.hybridep_pad_uneven and geo.ep * geo.etp > 1:
         # `_HybridEPManager.setup_metadata`: the layer's token count all-reduced (MAX, one int64) over expert
         # TP × EP and read on the host (`.item()`) before the dispatch: a second host synchronization
@@ -1746,6 +1780,14 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         )
         source = p + "gather_experts"
     local = per_rank(experts, geo.ep)
+    if geo.expert_fp8_pads and local:  # `expert_fp8_pads`: each pad a TE module call, copying the rows
+        pad_bytes = 2 * rows * h * bc
+        ops.append(_elementwise(p + "experts_pad", block, pad_bytes, pad_bytes, inputs=(source,)))
+        source = p + "experts_pad"
+        if geo.expert_fp8_pads > 1:
+            prob_bytes = 2 * rows * STATS_BYTES
+            ops.append(_elementwise(p + "experts_pad_probs", block, prob_bytes, prob_bytes, inputs=(source,)))
+            source = p + "experts_pad_probs"
     ops += _ffn(
         p + "experts",
         block,
@@ -1766,6 +1808,10 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     if moe.bias:
         ops.append(_expert_output_bias(p + "experts_bias", block, geo, rows, h, local, (source,)))
         source = p + "experts_bias"
+    if geo.expert_fp8_pads and local:
+        unpad_bytes = 2 * rows * h * bc
+        ops.append(_elementwise(p + "experts_unpad", block, unpad_bytes, unpad_bytes, inputs=(source,)))
+        source = p + "experts_unpad"
     if geo.etp > 1:
         # Megatron's alltoall dispatcher reduce-scatters the experts' output in the probabilities' dtype
         # (`combine_preprocess`: `hidden_states.to(self.probs.dtype)`, the result cast back, d98e8a64): in the

@@ -39,6 +39,7 @@ from ppb_core.config.run import DTYPE_BYTES, RunConfig
 from ppb_core.host_copies import HostCopies, HostLayer
 from ppb_core.memory import MemoryModel, configured_option
 from ppb_core.memory.frameworks import te_offload
+from ppb_core.memory.frameworks.mindformers import optimizer_shards
 from ppb_core.memory.frameworks.te_fp8 import fp8_weights
 from ppb_core.model.geometry import per_rank
 from ppb_core.model.kinds import MTP_PART, EncoderBodyKind, TailKind
@@ -911,12 +912,12 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         buckets: list[tuple[float, float]] = []  # (ready time, collective seconds)
         start = 0
         passes = 0.0  # the compute stream's time in bucket passes so far
-        if rules.fusion_groups:  # MindSpore's fused reductions, one per fusion id (no bucket passes)
-            members = [(when, params, layer) for (when, params, _), layer in zip(ready, layers, strict=True)]
+        if rules.fusion_groups:  # MindSpore's fused reductions, one per fusion id and op (no bucket passes)
             element = mindspore_reduction_bytes(run)
-            for when, params in fused_by_id(run, members, rules.fusion_groups):
-                seconds = _dp_collective(kind, params, element, links) if reduces else 0.0
-                buckets.append((when, seconds))
+            for op, members in _mindspore_reductions(memory, kind, ready, layers).items():
+                for when, params in fused_by_id(run, members, rules.fusion_groups):
+                    buckets.append((when, _dp_collective(op, params, element, links) if reduces else 0.0))
+            buckets.sort(key=lambda bucket: bucket[0])
             ready = []  # nothing left for the size rule
         for last in bucket_ends([(params.total, chunk) for _, params, chunk in ready], rules, stage):
             params_sum = ready[start][1]
@@ -932,6 +933,34 @@ def _dp_reduction(run, rules, memory, links, kernels, per_cell, timeline, fsdp, 
         link_total += link
         exposed_total = max(exposed_total, exposed)
     return latest, link_total / max(1, stages), exposed_total
+
+
+def _mindspore_gathered(memory: MemoryModel, layer: Layer) -> LayerParams:
+    """What of a layer MindSpore gathers in the forward: under its optimizer parallel the sharded weights only
+    (`optimizer_shards`: no embedding table unless `model_config.parallel_optimizer`, no norm scale or bias);
+    under SAPP's ZeRO words every parameter."""
+    params = memory.parameters(layer)
+    if not memory.setup.optimizer_parallel:
+        return params
+    return optimizer_shards(params, layer.kind, memory.setup)[0]
+
+
+def _mindspore_reductions(
+    memory: MemoryModel, kind: str, ready: Sequence[tuple[float, LayerParams, int]], layers: Sequence[Layer]
+) -> dict[str, list[tuple[float, LayerParams, Layer]]]:
+    """A stage's gradients (when ready, parameters, chunk; backward order) by the collective MindSpore reduces them
+    with: under its optimizer parallel the sharded weights' with *kind* (the AllGather's backward) and the whole
+    ones' with an all-reduce (their mirror op, step_parallel.cc `InsertMirrorOps`), each op type fused on its own
+    (communication_op_fusion.cc fuses one (group, op, fusion id, dtype)); else every gradient with *kind*."""
+    if not memory.setup.optimizer_parallel:
+        return {kind: [(when, params, layer) for (when, params, _), layer in zip(ready, layers, strict=True)]}
+    ops: dict[str, list[tuple[float, LayerParams, Layer]]] = {}
+    for (when, params, _), layer in zip(ready, layers, strict=True):
+        sharded, whole = optimizer_shards(params, layer.kind, memory.setup)
+        for op, part in ((kind, sharded), (ALL_REDUCE, whole)):
+            if part.total:
+                ops.setdefault(op, []).append((when, part, layer))
+    return ops
 
 
 def chunk_sync_launches(timeline) -> list[dict[int, float]]:
@@ -1065,8 +1094,9 @@ def _param_gather(run, rules, memory, links, kernels, per_cell, fsdp, timeline) 
                 element = mindspore_gather_bytes(run)
                 start_at = first_forward.get(chunk, 0.0)
                 members = [
-                    (start_at + offsets[index], memory.parameters(layer), layer)
+                    (start_at + offsets[index], gathered, layer)
                     for index, (layer, _, _) in enumerate(entries)
+                    if (gathered := _mindspore_gathered(memory, layer)).total
                 ]
                 for use, params in fused_by_id(run, members, rules.fusion_groups, first=True):
                     gathers.append((use, _parameter_gather_seconds(params, LayerParams(), element, links)))

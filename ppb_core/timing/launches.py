@@ -104,7 +104,11 @@ the CI golden-value commits 11debfa7b4 / adc69dba2d; TransformerEngine d0067d0d)
   for A and B, one `nvte_swizzle_scaling_factors` kernel each; `te_general_grouped_gemm` one
   `nvte_multi_tensor_swizzle_scaling_factors` kernel for all the experts' A and one for their B): two
   kernels a GEMM call, whatever its groups (the forward's one call, the backward's dgrad and wgrad: 2 and
-  4; their GPU time is in `mxfp8_matmul_ratio`).
+  4; their GPU time is in `mxfp8_matmul_ratio`). From TE v2.12 (99df88106) the modules quantize their
+  MXFP8 inputs and output gradients with the scales already swizzled (`_get_quantizers`:
+  `optimize_for_gemm`, but not an input or output gradient all-gathered under SP) and the GEMM call
+  swizzles the weight's only (extensions/swizzle.cpp `swizzle_scales_for_gemm`): 1 and 1 (`mxfp8_swizzles`,
+  gate `releases.CHANGES["te_mxfp8_activations_swizzled"]`; v2.14, the NeMo 26.04 container's, likewise).
 
 Where the host time is measured a plain PyTorch op (the loss, the embedding's masking, unfused rotary and
 softmax, the router's routing, the dispatchers' permutations) counts `PLAIN_OP_SHARE` of a launch.
@@ -118,10 +122,15 @@ launch like any other (it carries the module's Python), each expert's GEMM after
 a GEMM (`CPP_GEMM_US`, measured). The experts' FP8 quantization likewise: GroupedLinear quantizes its
 input (forward) and its output gradient (backward) in one `tex.split_quantize` call each, whose C++
 (extensions/cast.cpp `multi_tensor_quantize_impl`, v2.9; MXFP8 and current scaling unchanged at d0067d0d)
-quantizes the experts one after another (`quantizer_cpp_list[i]->quantize`): the first expert's kernels a
-launch each, each further expert's at the C++ loop's time a kernel, the one figure measured for work TE
-issues an expert at a time from C++ (a quantization builds no cuBLASLt descriptors; not measured on its own).
-The MXFP8 swizzles (two kernels a call) stay at a launch each, for want of a public per-kernel figure.
+quantizes the experts one after another (`quantizer_cpp_list[i]->quantize`): the call's first kernel a
+launch (it carries the call's Python), every further kernel of the call at the C++ loop's time a kernel, the
+one figure measured for work TE issues from C++ (a quantization builds no cuBLASLt descriptors; not measured
+on its own). A dense linear's quantization is such a call too, of one tensor (quantizer.cpp
+`Float8CurrentScalingQuantizer::quantize_impl`, v2.9 and v2.14: amax zeroed, amax, scale and cast from one
+`tex.quantize` call): its first kernel a launch, the other three at the C++ time; a TE norm's quantization
+(extensions/normalization.cpp) and the MXFP8 swizzles (extensions/gemm.cpp, before the call's GEMM) are
+issued from the C++ call whose Python the norm's or the GEMM's launch carries: at the C++ time each
+(`fp8_quantize_launches`).
 GroupedLinear's own Python also walks its experts one by one each call (module/grouped_linear.py
 `_GroupedLinear`, read at TE v2.2, v2.9, v2.17 and d0067d0d, the path whose GEMMs are `general_grouped_gemm`'s
 C++ loop): forward it
@@ -202,30 +211,55 @@ FP8_QUANTIZE = {"delayed": (1, 0), "tensorwise": (4, 3), "mxfp8": (1, 1), "block
 MXFP8_SWIZZLES = 2
 
 
-def fp8_quantize_launches(op: Op, recipe: str, norm_fed: bool, cpp_share: float = 1.0) -> tuple[float, float]:
+def mxfp8_swizzles(activations_swizzled: bool, gathered: bool = False, scattered: bool = False) -> tuple[float, float]:
+    """(forward, backward) scale-factor swizzle kernels of one MXFP8 GEMM call's operands (the forward GEMM;
+    the backward's dgrad and wgrad): before TE v2.12 every operand's (2 and 4); from v2.12
+    (*activations_swizzled*, `releases.CHANGES["te_mxfp8_activations_swizzled"]`) only the weight's, the
+    activations quantized with their scales already swizzled (1 and 1: the wgrad reads two activations),
+    but an input all-gathered under SP (*gathered*: its forward and its wgrad) or an output gradient
+    all-gathered (*scattered*: its dgrad and its wgrad) keeps compact scales the GEMM swizzles."""
+    if not activations_swizzled:
+        return float(MXFP8_SWIZZLES), float(2 * MXFP8_SWIZZLES)
+    gathered_n, scattered_n = float(gathered), float(scattered)
+    return 1.0 + gathered_n, 1.0 + scattered_n + gathered_n + scattered_n
+
+
+def fp8_quantize_launches(
+    op: Op,
+    recipe: str,
+    norm_fed: bool,
+    cpp_share: float = 1.0,
+    swizzles: tuple[float, float] = (float(MXFP8_SWIZZLES), float(2 * MXFP8_SWIZZLES)),
+) -> tuple[float, float]:
     """(forward, backward) quantization kernels of an FP8 GEMM op: its input and its output gradient
-    (module docstring). A fused GEMM's parts each carry their share, as its GEMM's launches. *cpp_share*:
-    a grouped GEMM's expert quantized after its `split_quantize` call's first, in launches a kernel
-    (`CPP_GEMM_US` over the measured time a launch, as `op_launches`'s *cpp_gemm_share*)."""
+    (module docstring), in launches. Each quantization is one call from Python into TE's C++, which issues
+    its kernels one after another (quantizer.cpp `Float8CurrentScalingQuantizer::quantize_impl`: amax zeroed,
+    amax, scale, cast; extensions/cast.cpp `multi_tensor_quantize_impl`: a grouped GEMM's experts in turn):
+    the call's first kernel a launch (it carries the call's Python), every further kernel of the call at
+    *cpp_share* of one (`CPP_GEMM_US` over the measured time a launch, as `op_launches`'s *cpp_gemm_share*);
+    where a TE norm writes the input (*norm_fed*) its kernels come from the norm's own C++ call
+    (extensions/normalization.cpp), after the norm's kernel: all at *cpp_share*. A fused GEMM's parts each
+    carry their share. Under MXFP8 *swizzles* (`mxfp8_swizzles`) are each GEMM call's scale swizzles,
+    issued from the GEMM call's C++ (extensions/gemm.cpp) before its GEMM: at *cpp_share* each."""
     assert op.gemm is not None
     _, _, n, groups, fused = op.gemm
     plain, fed = FP8_QUANTIZE[recipe]
     # split_quantize: one fused kernel only when delayed; a SequentialMLP's experts each quantize their own
-    # from Python (a call each); a grouped GEMM's experts in its C++ loop (extensions/cast.cpp
-    # `multi_tensor_quantize_impl`, TE v2.9, unchanged for MXFP8 and current scaling at d0067d0d: the
-    # experts' `quantizer_cpp_list[i]->quantize` one after another), the call's first expert at a launch a
-    # kernel (it carries the call's Python), each further expert's kernels at the C++ loop's share
-    if recipe == "delayed" and not op.sequential:
-        tensors = 1.0
-    elif op.sequential:
-        tensors = float(groups)
-    else:
-        tensors = 1.0 + (groups - 1) * cpp_share
+    # from Python (a call each); a grouped GEMM's experts in one call's C++ loop (extensions/cast.cpp
+    # `multi_tensor_quantize_impl`, TE v2.9 and v2.14, unchanged for MXFP8 and current scaling at d0067d0d:
+    # the experts' `quantizer_cpp_list[i]->quantize` one after another)
+    tensors = 1.0 if recipe == "delayed" and not op.sequential else float(groups)
+    calls = float(max(1, op.sequential))
     share = n / fused
-    forward, backward = (fed if norm_fed else plain) * tensors * share, plain * tensors * share
-    if recipe == "mxfp8":  # each GEMM call's two swizzles: a SequentialMLP's experts each make their own calls
-        calls = max(1, op.sequential)
-        forward, backward = forward + MXFP8_SWIZZLES * calls * share, backward + 2 * MXFP8_SWIZZLES * calls * share
+
+    def priced(kernels: float, python_calls: float) -> float:
+        return (python_calls + (kernels - python_calls) * cpp_share) if kernels else 0.0
+
+    forward = (fed * tensors * cpp_share if norm_fed else priced(plain * tensors, calls)) * share
+    backward = priced(plain * tensors, calls) * share
+    if recipe == "mxfp8":  # each GEMM call's swizzles: a SequentialMLP's experts each make their own calls
+        forward += swizzles[0] * calls * cpp_share * share
+        backward += swizzles[1] * calls * cpp_share * share
     return forward, backward
 
 
@@ -286,6 +320,7 @@ def op_launches(
     accumulate_kernels: int = 1,
     python_step_share: float = 0.0,
     weights_saved: bool = False,
+    swizzles: tuple[float, float] = (float(MXFP8_SWIZZLES), float(2 * MXFP8_SWIZZLES)),
 ) -> tuple[float, float]:
     """(forward, backward) kernel launches of one op under Megatron with TransformerEngine; with
     *fp8_recipe* (FP8 training) an FP8 GEMM's quantization kernels too, fewer when *norm_fed* (its
@@ -294,7 +329,8 @@ def op_launches(
     *accumulate_kernels*: the kernels that add a weight's 16-bit gradient into its main gradient without
     fusion (Megatron's DDP hook one; DeepSpeed's BF16_Optimizer two, the fp32 cast and the add);
     *python_step_share*: a per-expert step of GroupedLinear's Python in launches (`PY_STEP_SHARE` under
-    TE; 0: not counted), *weights_saved* as `grouped_python_steps`."""
+    TE; 0: not counted), *weights_saved* as `grouped_python_steps`; *swizzles*: an MXFP8 GEMM call's
+    scale swizzles (`mxfp8_swizzles`)."""
     last = op.name.rsplit(".", 1)[-1]
     if op.launches is not None:  # several PyTorch ops priced as one (`Op.launches`)
         return op.launches
@@ -319,7 +355,9 @@ def op_launches(
             if last == "router":  # DDP's main-gradient add always; the casts under --moe-router-dtype
                 backward = 2 * kernels + kernels + (ROUTER_CASTS if router_cast else 0)
             if fp8_recipe is not None and op.fp8:
-                extra_forward, extra_backward = fp8_quantize_launches(op, fp8_recipe, norm_fed, cpp_gemm_share)
+                extra_forward, extra_backward = fp8_quantize_launches(
+                    op, fp8_recipe, norm_fed, cpp_gemm_share, swizzles
+                )
                 forward, backward = forward + extra_forward, backward + extra_backward
             if python_step_share:
                 steps = grouped_python_steps(op, fp8_recipe is not None and op.fp8, weights_saved)
@@ -409,6 +447,8 @@ def layer_launches(
     sp_transposes: tuple[set[str], set[str]] | None = None,
     python_step_share: float = 0.0,
     weights_saved: bool = False,
+    activations_swizzled: bool = False,
+    sp_ops: tuple[set[str], set[str]] = (set(), set()),
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
@@ -418,7 +458,9 @@ def layer_launches(
     measured time a launch); *accumulate_kernels*: as `op_launches`; *wgrad_per_expert*: as `fill_launches`;
     *sp_transposes*: (ops fed by a TP all-gather, ops whose output gradient is all-gathered) where TE makes
     the FP8 transpose after the gather (`sp_transpose_launches`); *python_step_share*, *weights_saved*: as
-    `op_launches` (GroupedLinear's per-expert Python)."""
+    `op_launches` (GroupedLinear's per-expert Python); *activations_swizzled*: MXFP8 activations quantized
+    with GEMM-swizzled scales (TE v2.12 on, `mxfp8_swizzles`), but for *sp_ops* (ops fed by a TP all-gather,
+    ops whose output gradient is all-gathered)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -437,6 +479,7 @@ def layer_launches(
             accumulate_kernels=accumulate_kernels,
             python_step_share=python_step_share,
             weights_saved=weights_saved,
+            swizzles=mxfp8_swizzles(activations_swizzled, op.name in sp_ops[0], op.name in sp_ops[1]),
         )
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward

@@ -91,10 +91,13 @@ MEGATRON_REPLAYS: dict[str, tuple[str, ...]] = {
         "dispatch",
         "local_permute",
         "gather_experts",
+        "experts_pad",  # TEGroupedMLP's FP8 padding (flops.expert_fp8_pads)
+        "experts_pad_probs",
         "experts_in",
         "experts_act",
         "experts_out",
         "experts_cat",
+        "experts_unpad",
         "reduce_experts",
         "local_unpermute",
         "combine",
@@ -631,6 +634,61 @@ class TimeModel:
         if self._late_ctas(collective, by_name, paired):
             beside = share * seconds
             return seconds - beside + persistent_added_s(partner, beside)
+        if self._interleaved_halves(collective, by_name):
+            # MindFormers' fine_grain_interleave 2 (mindformers/models/llama/llama_interleave.py
+            # `LLamaDecodeLayerInterleave`, a4dfb8219: the projections, norms, residual adds and MLP of each layer
+            # as two sequence halves A and B, attention whole). MindSpore orders the halves' collectives, forward
+            # and backward alike, A0, B0, A1, B1, ... and makes A's compute after its collective i wait for B's
+            # compute before B's collective i, B's after collective i for A's before collective i + 1
+            # (frontend/parallel/pass/micro_interleaved_order_control.cc `InsertInterleavedNodesDepend`,
+            # `InsertDependBetweenInterleavedNodes`): A's half of a collective runs beside B's compute before it,
+            # B's half beside A's compute after it. One side of each is its GEMM's segment (forward: the output
+            # projection before its reduce-scatter, the MLP before and after its reduce-scatter and all-gather, the
+            # Q, K, V projections after the attention's all-gather; backward: the same ops' backward after the
+            # all-gather of their output gradient: `_half_segment_s`), the other the residual add and norm between
+            # two collectives, taken as nothing: half the collective exposed, the other half beside half the segment
+            half = seconds / 2
+            return half + self._beside_s(half, share, self._half_segment_s(collective, by_name), collective)
+        return self._beside_s(seconds, share, partner, collective)
+
+    def _interleaved_halves(self, collective: Collective, by_name: Mapping[str, Op]) -> bool:
+        """Whether a collective is a TP collective of a layer on the critical path under MindFormers'
+        fine_grain_interleave 2 (`timing.fine_grain_interleave`): an entry all-gather or exit reduce-scatter paired
+        with its GEMM's forward, or the exit's backward all-gather with the producer's input gradient. (The entry's
+        backward reduce-scatter runs beside the consumer's weight gradient, `tp_async`, as priced without it.)"""
+        return (
+            self.run.framework == "mindformers"
+            and self.run.timing.fine_grain_interleave == 2
+            and collective.overlap == "tp"
+            and collective.partner is not None
+            and collective.partner[1] in ("forward", "dgrad")
+            and collective.partner[0] in by_name
+            and by_name[collective.partner[0]].category == MATMUL
+        )
+
+    def _half_segment_s(self, collective: Collective, by_name: Mapping[str, Op]) -> float:
+        """One half's compute between an interleaved collective and the next one on its GEMM's side: from the
+        paired GEMM on through the block's ops (an entry all-gather's readers on, an exit reduce-scatter's producer
+        back; in the backward, from the producer back) up to the block's next collective or its attention core,
+        which runs whole (llama_interleave.py: `linear_layer1`, `linear_layer2` sliced, `cal_attn` not); half of
+        the layer's."""
+        assert collective.partner is not None
+        ops = list(by_name.values())
+        start = ops.index(by_name[collective.partner[0]])
+        forward = collective.partner[1] == "forward"
+        step = 1 if forward and collective.kind == ALL_GATHER else -1
+        block = ops[start].block
+        seconds, index = 0.0, start
+        while 0 <= index < len(ops):
+            op = ops[index]
+            if op.category == COMM or op.attention is not None or op.block != block:
+                break
+            seconds += self._phase_s(op, "forward" if forward else "backward")
+            index += step
+        return seconds / 2
+
+    def _beside_s(self, seconds: float, share: float, partner: float, collective: Collective) -> float:
+        """The exposed seconds of a collective of *seconds* whose *share* runs beside *partner* seconds of compute."""
         # the partner, slowed by the SMs the collective takes while they overlap, ends no later than the part of
         # the collective beside it when that part is the longer: the pair's wall is max(beside, partner + k·hidden)
         beside = share * seconds
@@ -991,6 +1049,9 @@ class TimeModel:
                     python_step_share=PY_STEP_SHARE if run.timing.transformer_impl == "transformer_engine" else 0.0,
                     weights_saved=run.framework_release.holds("te_grouped_saves_weights")
                     and not run.framework_release.holds("te_grouped_weights_unsaved"),
+                    # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
+                    activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
+                    sp_ops=(self._te_gathered, self._te_scattered),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0

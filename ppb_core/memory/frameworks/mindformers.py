@@ -18,13 +18,16 @@ These are `FrameworkRules`' answers, SAPP's figures, with one exception: where t
 MindFormers' `parallel.enable_parallel_optimizer`, static memory follows MindSpore's optimizer
 parallel (docs r2.4 `optimizer_parallel.md`: "the framework saves the parameters as minimal slices";
 mindspore-ai/mindspore, mindspore/ccsrc/frontend/parallel: opt_param_mgr.cc at 7fa6e756,
-tensor_layout.cc at 367dc859, step_parallel.cc at 72cc2522, parameter_manager.cc at 4ac3f804): each weight at or above
+tensor_layout.cc at 367dc859, parameter_manager.cc at 4ac3f804; step_parallel.cc, the stored 2024 version the time
+model reads, `iteration.mindspore_gather_bytes`): each weight at or above
 `parallel_optimizer_threshold` KB whose first dimension divides is held as a 1/N slice over the
 data-parallel group (N: `optimizer_weight_shard_size`, else dp x cp), with its optimizer states; the
-forward all-gathers it in the compute dtype and the gathered weight stays until the layer's backward
+forward gathers it and the whole weight in the compute dtype stays until the layer's backward
 (freed before the optimizer step); gradients are reduce-scattered into the slice, except the
 accumulation buffer of a pipeline or gradient-accumulation run, whole unless
-`gradient_accumulation_shard`. Without the statement, `parallel.zero` keeps SAPP's ZeRO levels.
+`gradient_accumulation_shard`. Without a pipeline or accumulation the gather and the reduce-scatter take the
+parameter's own dtype, and the layer's forward and backward hold its whole weights once more in it
+(`parameter_working_bytes`). Without the statement, `parallel.zero` keeps SAPP's ZeRO levels.
 """
 
 from __future__ import annotations
@@ -98,6 +101,29 @@ def _split(params: LayerParams, kind: LayerKind | None, setup: MemorySetup, shar
     return params.non_expert, 0  # vision parts: not MindFormers' LLaMA; every element taken as sharded
 
 
+def optimizer_shards(
+    params: LayerParams, kind: LayerKind | None, setup: MemorySetup
+) -> tuple[LayerParams, LayerParams]:
+    """(what MindSpore's optimizer parallel shards of a layer, what it keeps whole), each as the layer's elements.
+
+    A sharded weight is gathered in the forward and its gradient reduce-scattered (step_parallel.cc
+    `ApplyParallelOptOnParam` inserts the AllGather only for a parameter with an optimizer shard group); a whole
+    one's gradient is all-reduced by its mirror op (`InsertMirrorOps`), nothing gathered. Which weights: `_split`.
+    A group of one rank shards nothing."""
+    shard = setup.optimizer_shard_size or setup.data_group
+    expert_shard = setup.optimizer_shard_size or setup.expert_data_group
+    sharded, whole = _split(params, kind, setup, shard)
+    if shard <= 1:
+        sharded, whole = 0, params.non_expert
+    expert = params.expert if expert_shard > 1 else 0
+    return LayerParams(sharded, expert), LayerParams(whole, params.expert - expert)
+
+
+def _gathered(params: LayerParams, kind: LayerKind | None, setup: MemorySetup) -> int:
+    """Elements of a layer's weights MindSpore's optimizer parallel gathers whole."""
+    return optimizer_shards(params, kind, setup)[0].total
+
+
 class MindFormersRules(FrameworkRules):
     name = "mindformers"
 
@@ -114,10 +140,14 @@ class MindFormersRules(FrameworkRules):
         # (the AllGather's backward), and keeps the accumulation buffer `accu_grads` whole unless
         # gradient_accumulation_shard (parameter_manager.cc `SetClonedTensorShapeForOptimizer`)
         gradients = every if setup.accumulates and not setup.accumulation_shard else held
-        # the forward's AllGather output, after the Cast to the compute dtype (step_parallel.cc
-        # `InsertAllGatherAfterCast`), is the weight the layer's backward reads: held from the forward to it,
-        # freed before the optimizer step
-        gathered = ((sharded if shard > 1 else 0) + (params.expert if expert_shard > 1 else 0)) * setup.dtype_bytes
+        # the whole weight in the compute dtype is what the layer's backward reads, held from the forward to it
+        # and freed before the optimizer step: under a pipeline or accumulation the AllGather's output, placed
+        # after MindFormers' `Linear` cast (step_parallel.cc, the stored 2024 version, `InsertAllGatherAfterCast`,
+        # `FindChildCastWithFP32ToFP16`); otherwise the cast of the AllGather's output, as the gather then takes
+        # the parameter itself (both return nothing without a pipeline), and Cast's backward reads only its
+        # input's dtype (mindspore/ccsrc/frontend/expander/bprop/grad_ops/grad_array_ops.cc, `Cast`'s
+        # `SetUnusedInputs({i0, i1, i2})`), so the gathered parameter-dtype copy is not kept
+        gathered = _gathered(params, kind, setup) * setup.dtype_bytes
         return StaticBytes(
             parameters=held,
             gradients=gradients,
@@ -127,3 +157,26 @@ class MindFormersRules(FrameworkRules):
             optimizer_bytes=held * setup.state_bytes,
             held_through_step_bytes=gathered,
         )
+
+    def parameter_working_bytes(
+        self,
+        params: LayerParams,
+        setup: MemorySetup,
+        node: str,
+        gathered: int,
+        before: LayerParams | None,
+        after: LayerParams | None,
+        kind: LayerKind | None = None,
+        beside: tuple[str | None, str | None] = (None, None),
+    ) -> float:
+        """SAPP's, and where MindSpore gathers the parameter itself (optimizer parallel without a pipeline or
+        accumulation: step_parallel.cc, the stored 2024 version, `InsertAllGatherOp`, as
+        `iteration.mindspore_gather_bytes` prices it) the layer's gathered weights whole in the parameter's
+        dtype: in the forward the AllGather's output until MindFormers' `Linear` casts it (layers.py
+        `Linear.construct`, a4dfb8219), in the backward the cast-back gradient (`Cast`'s bprop, grad_array_ops.cc)
+        that the AllGather's backward reduce-scatters (one layer's: MindSpore fuses a fusion id's gathers and
+        reduce-scatters into one op each, which holds its members' at once; not counted)."""
+        base = super().parameter_working_bytes(params, setup, node, gathered, before, after, kind, beside)
+        if not setup.optimizer_parallel or setup.accumulates:
+            return base
+        return base + _gathered(params, kind, setup) * setup.param_bytes
