@@ -122,3 +122,16 @@ def near_instances(draw):
 @given(instance=near_instances())
 def test_near_equal_options_solve_as_the_exhaustive_search(instance) -> None:
     _assert_solves_as_exhaustive_search(instance)
+
+
+def test_a_cut_listing_with_no_even_split_that_fits_still_finds_the_optimum() -> None:
+    """No even split fits, so no plan was known when the listing ran out of work, and the answer was
+    "no plan found": the program over cell choices now searches from nothing and proves the optimum
+    the full listing proves (26 layers, P=2, V=12, at the least-memory plan's own memory)."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least)
+    cut = solve(problem, limits=WorkLimits(listing_work=3_000_000))
+    assert "stage listing stopped by the work limit" in cut.notes
+    assert cut.status == "optimal" and cut.plan is not None and cut.plan.fits
+    assert cut.objective == pytest.approx(solve(problem).objective, rel=1e-9)

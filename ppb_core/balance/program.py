@@ -1102,6 +1102,43 @@ def _work_bound(problem: BalanceInput) -> float:
     return problem.micro_batches * (least + fixed) / problem.stages
 
 
+def _cell_program(
+    problem: BalanceInput,
+    catalogue: Catalogue,
+    value: float,
+    start: Plan | None,
+    bound: float,
+    limits: WorkLimits,
+    clock: Clock,
+    notes: list[str],
+    report: Reporter,
+    plans: Sequence[Plan] = (),
+) -> _Run | None:
+    """The program over cell choices, which lists no product of chunks, for plans worth *value* or
+    less (from *start*, if any); None when it cannot be built."""
+    fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
+    limit = work_limit(problem, value, closed_form=False)
+    try:
+        cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
+    except ListingCut as cut:
+        reason = f"more than {limits.cell_choices} cell choices" if cut.reason == "work_limit" else "the time limit"
+        notes.append(f"cell program: not built ({reason})")
+        return None
+    listed = sum(len(options) for options in cells.values())
+    if not (cells and all(cells.values())):
+        return None
+    model = CellModel(problem, cells, time_unit(problem))
+    if math.isfinite(bound):
+        model.add_lower_bound(bound)
+    report("listing", f"cell program: {listed} cell choices listed")
+    ops = 2 * problem.micro_batches * problem.chunks * problem.stages
+    known = [*plans, *([start] if start is not None else [])]
+    seeds = _path_seeds(problem, known, max(10, limits.seed_work // ops // 2))
+    run = _run(model, True, limits, clock, start, seeds, report)
+    notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+    return run
+
+
 def _cut_short(
     problem: BalanceInput,
     plans: Sequence[Plan],
@@ -1119,6 +1156,14 @@ def _cut_short(
     program over cell choices (`cell_model`) then searches from that plan within the work limits,
     and may prove it optimal."""
     notes.append(f"stage listing stopped by the {reason.replace('_', ' ')}")
+    if not plans and catalogue is not None and not clock.out:
+        # no even split fits, so no plan is known: the program over cell choices may still find one
+        # (or prove none fits), where the stage listing could not
+        first = _cell_program(problem, catalogue, math.inf, None, bound, limits, clock, notes, report)
+        if first is not None and first.status == "infeasible":
+            return _infeasible(problem, limits, clock, notes, report)
+        if first is not None and first.plan is not None:
+            plans = [first.plan]
     if not plans:
         return Solution(
             problem,
@@ -1136,23 +1181,8 @@ def _cut_short(
     report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
     stopped_by = reason
     if catalogue is not None and not clock.out:
-        # the program over cell choices, which lists no product of chunks
-        fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
-        limit = work_limit(problem, best.iteration_time, closed_form=False)
-        try:
-            cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
-        except ListingCut as cut:
-            reason = f"more than {limits.cell_choices} cell choices" if cut.reason == "work_limit" else "the time limit"
-            notes.append(f"cell program: not built ({reason})")
-            cells = {}
-        listed = sum(len(options) for options in cells.values())
-        if cells and all(cells.values()):
-            model = CellModel(problem, cells, time_unit(problem))
-            model.add_lower_bound(bound)
-            report("listing", f"cell program: {listed} cell choices listed")
-            seeds = _path_seeds(problem, [*plans, best], max(10, limits.seed_work // ops // 2))
-            run = _run(model, True, limits, clock, best, seeds, report)
-            notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+        run = _cell_program(problem, catalogue, best.iteration_time, best, bound, limits, clock, notes, report, plans)
+        if run is not None:
             if run.plan is not None and run.plan.iteration_time < best.iteration_time:
                 best = run.plan
             if run.status == "optimal":
