@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_balance_optimality import _assert_solves_as_exhaustive_search, _compositions
 
-from ppb_core.balance import BalanceInput, solve
-from ppb_core.balance.progress import WorkLimits
+from ppb_core.balance import BalanceInput, program, solve
+from ppb_core.balance.choices import Catalogue, ListingBudget
+from ppb_core.balance.megatron import Setting
+from ppb_core.balance.progress import Clock, Reporter, WorkLimits
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, cell_order, in_flight_vectors
 
@@ -135,3 +137,23 @@ def test_a_cut_listing_with_no_even_split_that_fits_still_finds_the_optimum() ->
     assert "stage listing stopped by the work limit" in cut.notes
     assert cut.status == "optimal" and cut.plan is not None and cut.plan.fits
     assert cut.objective == pytest.approx(solve(problem).objective, rel=1e-9)
+
+
+def test_a_setting_none_fits_under_is_refused_without_the_least_memory_search() -> None:
+    """Under one setting (Megatron-Core's none here: every layer NONE, 1 MB a micro-batch above SLCT) at the
+    least-memory plan's own memory nothing fits. With the stage listing cut at once, the program over cell
+    choices proves it; the setting's solve says infeasible and leaves the least-memory search (minutes on
+    a large model) to the whole solve, which runs it once, not once per setting."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least, framework="megatron")
+    phases: list[str] = []
+    clock = Clock()
+    none = Setting("none")
+    catalogue = Catalogue(problem, none, ListingBudget(1, clock))
+    found = program._solve(
+        problem, catalogue, True, WorkLimits(), clock, Reporter(lambda p: phases.append(p.phase), clock), True, none
+    )
+    assert "stage listing stopped by the work limit" in found.notes
+    assert found.status == "infeasible" and found.plan is None
+    assert found.min_memory_mb is None and "least_memory" not in phases

@@ -1161,6 +1161,10 @@ def _cut_short(
         # (or prove none fits), where the stage listing could not
         first = _cell_program(problem, catalogue, math.inf, None, bound, limits, clock, notes, report)
         if first is not None and first.status == "infeasible":
+            if catalogue.setting is not None:
+                # none fits under this setting (as `_solve` says it): how much memory a plan needs is the
+                # whole solve's to find, once, not each setting's
+                return Solution(problem, "infeasible", stopped_by="infeasible", seconds=clock.elapsed, notes=notes)
             return _infeasible(problem, limits, clock, notes, report)
         if first is not None and first.plan is not None:
             plans = [first.plan]
