@@ -157,3 +157,28 @@ def test_a_setting_none_fits_under_is_refused_without_the_least_memory_search() 
     assert "stage listing stopped by the work limit" in found.notes
     assert found.status == "infeasible" and found.plan is None
     assert found.min_memory_mb is None and "least_memory" not in phases
+
+
+def test_a_cut_listing_with_no_plan_known_and_no_cell_program_proves_none_fits() -> None:
+    """The stage listing cut at once, and the program over cell choices not built (past its cap): the
+    least-memory program still proves that no plan fits, with what every split of the layers says the
+    least plan needs (it said "no plan found")."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, 40_000.0)
+    solution = solve(problem, limits=WorkLimits(listing_work=1, cell_choices=1))
+    assert "stage listing stopped by the work limit" in solution.notes
+    assert solution.status == "infeasible" and solution.min_memory_mb == pytest.approx(least)
+
+
+def test_a_cut_listing_with_no_plan_known_starts_from_the_least_memory_plan() -> None:
+    """As above at the least plan's own memory: that plan fits, so the answer is a plan (it was "no plan
+    found"), no faster than the optimum the full listing proves."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least)
+    solution = solve(problem, limits=WorkLimits(listing_work=1, cell_choices=1))
+    assert "stage listing stopped by the work limit" in solution.notes
+    assert solution.plan is not None and solution.plan.fits and not solution.plan.problems()
+    assert solution.plan.peak_memory_mb <= least
+    assert solution.objective >= solve(problem).objective * (1 - 1e-9)

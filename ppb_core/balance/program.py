@@ -48,7 +48,7 @@ from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
-from ppb_core.balance.memory_floor import memory_floor
+from ppb_core.balance.memory_floor import least_memory_plan, memory_floor
 from ppb_core.balance.outputs import not_megatrons
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
@@ -1156,9 +1156,23 @@ def _cut_short(
     program over cell choices (`cell_model`) then searches from that plan within the work limits,
     and may prove it optimal."""
     notes.append(f"stage listing stopped by the {reason.replace('_', ' ')}")
+    if not plans and catalogue is not None and catalogue.setting is None and not clock.out:
+        # no even split fits, so no plan is known: the least-memory program (lists one leanest cell per
+        # split, far fewer) proves none fits, or its plan fits and starts the search (bounding the cell
+        # choices below by its time). The demo's 96 layers at P=4 V=7: "no plan found" after 8 CPU-s,
+        # more than 30,000 cell choices; the least plan needs 92,070 MB of 56,000, proven in 0.1 s.
+        least = least_memory_plan(
+            problem, limits.closed_nodes, clock, report, "the stage listing stopped before any plan"
+        )
+        if least.proven and least.bound_mb > problem.memory_mb * (1 + 1e-9):
+            assert least.plan is not None
+            return _infeasible(problem, limits, clock, notes, report, (least.plan.peak_memory_mb, True))
+        if least.plan is not None and least.plan.fits and not least.plan.problems():
+            notes.append(f"least-memory plan: {mb_words(least.plan.peak_memory_mb)}, the start")
+            plans = [least.plan]
     if not plans and catalogue is not None and not clock.out:
-        # no even split fits, so no plan is known: the program over cell choices may still find one
-        # (or prove none fits), where the stage listing could not
+        # no plan known still: the program over cell choices may still find one (or prove none fits),
+        # where the stage listing could not
         first = _cell_program(problem, catalogue, math.inf, None, bound, limits, clock, notes, report)
         if first is not None and first.status == "infeasible":
             if catalogue.setting is not None:
@@ -1221,10 +1235,15 @@ def _gap(objective: float, bound: float) -> float:
 
 
 def _infeasible(
-    problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str], report: Reporter | None = None
+    problem: BalanceInput,
+    limits: WorkLimits,
+    clock: Clock,
+    notes: list[str],
+    report: Reporter | None = None,
+    floor: tuple[float | None, bool] | None = None,
 ) -> Solution:
-    """No plan fits: say how much memory the least-memory plan needs."""
-    needed, proven = memory_floor(problem, limits.closed_nodes, clock, report)
+    """No plan fits: say how much memory the least-memory plan needs (*floor*, when already found)."""
+    needed, proven = floor if floor is not None else memory_floor(problem, limits.closed_nodes, clock, report)
     if needed is None:
         message = f"no plan fits in {mb_words(problem.memory_mb)} per device"
     else:
