@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -539,7 +539,7 @@ def solve(
     if problem.framework == "torchtitan":
         solution = _torchtitan(problem, exact, limits, clock, report, cutoff)
     else:
-        catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
+        catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock, _listing_progress(report)))
         solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True, cutoff=cutoff)
     if (
         problem.framework == "megatron"
@@ -556,6 +556,15 @@ def solve(
         reason = reason.replace("the time limit", f"the time limit of {time_limit:g} s")
     report("done", reason, solution.objective, solution.bound)
     return solution
+
+
+def _listing_progress(
+    report: Reporter, what: str = "stage choices", unit: str = "elements of work"
+) -> Callable[[int, int], None] | None:
+    """A listing's progress as a step ("listing_work"; None when nobody listens)."""
+    if report.hook is None:
+        return None
+    return lambda spent, budget: report("listing_work", f"listing {what}: {spent:,} of {budget:,} {unit} (its budget)")
 
 
 def _megatron(
@@ -1116,7 +1125,11 @@ def _cell_program(
 ) -> _Run | None:
     """The program over cell choices, which lists no product of chunks, for plans worth *value* or
     less (from *start*, if any); None when it cannot be built."""
-    fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
+    fresh = Catalogue(
+        problem,
+        catalogue.setting,
+        ListingBudget(limits.cell_choices, clock, _listing_progress(report, "cell choices", "cell choices")),
+    )
     limit = work_limit(problem, value, closed_form=False)
     try:
         cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
