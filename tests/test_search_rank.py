@@ -21,8 +21,8 @@ from ppb_core.payload.run import describe_run
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
+    BALANCER_CLOCK_STOPPED,
     BALANCER_NO_PLAN,
-    BALANCER_STOPPED,
     NO_RELAXED_PLAN,
     NO_ROOM,
     NO_STAGE_ROOM,
@@ -243,7 +243,8 @@ def test_a_balance_its_limits_stop_before_any_plan_is_not_said_to_be_memory() ->
     strategy = Strategy(1, 1, 1, 8, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 2, 0)
     clocked = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_time_limit_s": 1e-9})})
     stopped = evaluate(clocked, strategy)
-    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_STOPPED
+    # the clock stopped it, so its reason names the clock's knob (it named search.balance_work)
+    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_CLOCK_STOPPED
     assert stopped.message.startswith("no plan found in")
     # Starved of work instead, the stage listing is cut before any plan, and the program over cell choices
     # (which its work share does not starve: 6 layers, one cell) proves that none fits: a memory verdict, and

@@ -71,6 +71,8 @@ BALANCER_NO_PLAN = "memory: the balancer finds no plan that fits"
 # the balancer stopped by its work limits (or clock) before any plan: no proof that none fits (until December 2026
 # counted under BALANCER_NO_PLAN, a memory verdict it is not)
 BALANCER_STOPPED = "balance: no plan found within its work limits (search.balance_work)"
+# the same, stopped by the opt-in clock: the knob to name is that one
+BALANCER_CLOCK_STOPPED = "balance: no plan found within its time limit (search.balance_time_limit_s)"
 BALANCER_TIMEOUT = "balancer: no answer within the search's evaluation timeout"
 BALANCER_FAILED = "balancer: its process ended without an answer"
 # The whole-layer program's branch-and-bound nodes (deterministic); past them its proven bound so far is
@@ -243,7 +245,10 @@ def evaluate(
         if solved is not None:
             solved[key] = result
     if result["status"] == "infeasible" or "cells" not in result:
-        reason = BALANCER_NO_PLAN if result["status"] == "infeasible" else BALANCER_STOPPED
+        if result["status"] == "infeasible":
+            reason = BALANCER_NO_PLAN
+        else:
+            reason = BALANCER_CLOCK_STOPPED if result.get("stopped_by") == "time_limit" else BALANCER_STOPPED
         return Refusal(strategy, reason, str(result.get("message", "no plan fits")))
     cells = [[dict(cell["options"]) for cell in row] for row in result["cells"]]
     mtp_cell = mtp_cell_of(result)
