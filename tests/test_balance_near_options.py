@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_balance_optimality import _assert_solves_as_exhaustive_search, _compositions
 
-from ppb_core.balance import BalanceInput, solve
-from ppb_core.balance.progress import WorkLimits
+from ppb_core.balance import BalanceInput, program, solve
+from ppb_core.balance.choices import Catalogue, ListingBudget
+from ppb_core.balance.megatron import Setting
+from ppb_core.balance.progress import Clock, Reporter, WorkLimits
 from ppb_core.payload.sapp import layer_set
 from ppb_core.schedules import canonical, cell_order, in_flight_vectors
 
@@ -122,3 +124,62 @@ def near_instances(draw):
 @given(instance=near_instances())
 def test_near_equal_options_solve_as_the_exhaustive_search(instance) -> None:
     _assert_solves_as_exhaustive_search(instance)
+
+
+def test_a_cut_listing_with_no_even_split_that_fits_still_finds_the_optimum() -> None:
+    """No even split fits, so no plan was known when the listing ran out of work, and the answer was
+    "no plan found": the program over cell choices now searches from nothing and proves the optimum
+    the full listing proves (26 layers, P=2, V=12, at the least-memory plan's own memory)."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least)
+    cut = solve(problem, limits=WorkLimits(listing_work=3_000_000))
+    assert "stage listing stopped by the work limit" in cut.notes
+    assert cut.status == "optimal" and cut.plan is not None and cut.plan.fits
+    assert cut.objective == pytest.approx(solve(problem).objective, rel=1e-9)
+
+
+def test_a_settings_cut_listing_with_no_plan_known_is_left_at_that() -> None:
+    """Under one setting (Megatron-Core's none here: every layer NONE, 1 MB a micro-batch above SLCT, at the
+    least-memory plan's own memory, where nothing fits under it) with the stage listing cut at once, the
+    setting's solve says "no plan found" as before: neither the least-memory program nor the program over
+    cell choices runs for a setting (torchtitan's every N-th block settings meet this at every balance, and
+    searching each cost a search's balance up to 3.7 times its CPU)."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least, framework="megatron")
+    phases: list[str] = []
+    clock = Clock()
+    none = Setting("none")
+    catalogue = Catalogue(problem, none, ListingBudget(1, clock))
+    found = program._solve(
+        problem, catalogue, True, WorkLimits(), clock, Reporter(lambda p: phases.append(p.phase), clock), True, none
+    )
+    assert found.notes == ["stage listing stopped by the work limit"]
+    assert found.plan is None and found.status == "time_limit" and found.stopped_by == "work_limit"
+    assert found.message.startswith("no plan found in") and "least_memory" not in phases
+
+
+def test_a_cut_listing_with_no_plan_known_and_no_cell_program_proves_none_fits() -> None:
+    """The stage listing cut at once, and the program over cell choices not built (past its cap): the
+    least-memory program still proves that no plan fits, with what every split of the layers says the
+    least plan needs (it said "no plan found")."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, 40_000.0)
+    solution = solve(problem, limits=WorkLimits(listing_work=1, cell_choices=1))
+    assert "stage listing stopped by the work limit" in solution.notes
+    assert solution.status == "infeasible" and solution.min_memory_mb == pytest.approx(least)
+
+
+def test_a_cut_listing_with_no_plan_known_starts_from_the_least_memory_plan() -> None:
+    """As above at the least plan's own memory: that plan fits, so the answer is a plan (it was "no plan
+    found"), no faster than the optimum the full listing proves."""
+    layers, stages, chunks, micro_batches = 26, 2, 12, 16
+    least = _least_memory_by_splits(layers, stages, chunks, micro_batches)
+    problem = BalanceInput(layer_set([_near_body(layers)]), stages, micro_batches, chunks, least)
+    solution = solve(problem, limits=WorkLimits(listing_work=1, cell_choices=1))
+    assert "stage listing stopped by the work limit" in solution.notes
+    assert solution.plan is not None and solution.plan.fits and not solution.plan.problems()
+    assert solution.plan.peak_memory_mb <= least
+    assert solution.objective >= solve(problem).objective * (1 - 1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from test_balance_near_options import _near_body
 
 from ppb_core.balance import BalanceInput, solve
 from ppb_core.balance import memory_floor as floor
-from ppb_core.balance.progress import Progress
+from ppb_core.balance.choices import LISTING_STEPS
+from ppb_core.balance.progress import Progress, WorkLimits
 from ppb_core.cli import console
 from ppb_core.cli.console import PlainLines, progress_hook
 from ppb_core.cli.main import main
@@ -86,3 +88,18 @@ def test_a_model_that_cannot_fit_reports_its_least_memory_search(monkeypatch: py
     assert started[0].startswith("no plan fits: finding the least memory a plan needs, even split ")
     assert any("nodes, best plan" in step.message for step in steps if step.phase == "least_memory_search")
     assert phases.index("least_memory") < phases.index("done")
+
+
+def test_a_long_stage_listing_reports_its_work_as_it_goes() -> None:
+    """The stage listing can run seconds before its budget cuts it: it tells how much of its budget it has
+    spent each 1/`LISTING_STEPS` of it, rising, never past the budget (the near-equal options on P=2, V=12
+    list millions of elements before they prove that none fits in 40,000 MB; the budget here is 3,000,000)."""
+    steps: list[Progress] = []
+    budget = 3_000_000
+    problem = BalanceInput(layer_set([_near_body(26)]), 2, 16, 12, 40_000.0)
+    solve(problem, progress=steps.append, limits=WorkLimits(listing_work=budget))
+    told = [step.message for step in steps if step.phase == "listing_work" and "stage choices" in step.message]
+    spent = [int(text.split(": ", 1)[1].split(" of ", 1)[0].replace(",", "")) for text in told]
+    assert len(spent) >= 2 and spent == sorted(spent) and spent[-1] <= budget
+    assert all(f"of {budget:,} elements of work" in text for text in told)
+    assert all(b - a >= budget / LISTING_STEPS for a, b in pairwise(spent))

@@ -146,6 +146,10 @@ def test_a_last_stage_holding_only_the_loss_is_charged_the_loss(
         ("--decoder-first-pipeline-num-layers -1", "--decoder-first-pipeline-num-layers", "must be positive"),
         ("--decoder-last-pipeline-num-layers 0", "--decoder-last-pipeline-num-layers", "must be positive"),
         ("--decoder-first-pipeline-num-layers 40", "--decoder-first-pipeline-num-layers", "the model has 32"),
+        # the last stage's flag alone is the one named (it was the first's, which the user never gave):
+        # 40 > 32 layers; 9 leave 23 to the 3 other stages, not an even share
+        ("--decoder-last-pipeline-num-layers 40", "--decoder-last-pipeline-num-layers", "the model has 32"),
+        ("--decoder-last-pipeline-num-layers 9", "--decoder-last-pipeline-num-layers", "leaves 23 of"),
         # 16 + 16 leave the 2 middle stages no layer: Megatron-Core's "Mismatch: 0 middle layers remaining"
         (
             "--decoder-first-pipeline-num-layers 16 --decoder-last-pipeline-num-layers 16",

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import replace
+from itertools import product
 from pathlib import Path
 
 import pytest
 
+from ppb_core.balance.plan import Plan, empty_counts, freeze
+from ppb_core.balance.problem import run_problem
 from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.plan import plan_iterations
+from ppb_core.model.switches import OPTIONS
+from ppb_core.payload.run import describe_run
 from ppb_core.search.enumerate import Refusal, Strategy, enumerate_strategies, validate
 from ppb_core.search.outputs import _megatron_note, megatron_flags, write_ranking
 from ppb_core.search.rank import (
+    BALANCER_CLOCK_STOPPED,
     BALANCER_NO_PLAN,
-    BALANCER_STOPPED,
     NO_RELAXED_PLAN,
     NO_ROOM,
     NO_STAGE_ROOM,
@@ -32,6 +38,7 @@ from ppb_core.search.rank import (
 )
 from ppb_core.search.screen import FigureCache, fits_somewhere, run_forms
 from ppb_core.search.spec import load_search_spec
+from ppb_core.units import mb_words
 
 DATA = Path(__file__).parent / "data" / "search"
 SPECS = ("tiny-dense", "tiny-moe", "tiny-tight", "tiny-titan", "tiny-mtp", "tiny-groups", "tiny-moe-overlap")
@@ -209,17 +216,49 @@ def test_the_combined_1f1b_strategy_written_checks_to_its_ranked_time(results, t
     assert json.loads(capsys.readouterr().out)["iteration_s"] == pytest.approx(first.seconds, rel=1e-9)
 
 
-def test_a_balance_its_work_limits_stop_before_any_plan_is_not_said_to_be_memory() -> None:
-    # the balancer's work limits end a balance with no plan ("no plan found in 0.0 s", status time_limit): that
-    # proves nothing about memory, so it is its own reason (it was "memory: the balancer finds no plan that fits")
+def _least_memory_of_every_plan(run) -> float:
+    """The least peak of any plan of a one-stage, one-chunk problem: every split of each body type's layers
+    over the options, each plan's memory summed exactly (`Plan.exact_stage_memory`), no program."""
+    problem = run_problem(run, describe_run(run))
+    assert problem.stages == problem.chunks == 1
+    options = len(problem.options)
+    per_body = [
+        [split for split in product(range(b.nb_layer + 1), repeat=options) if sum(split) == b.nb_layer]
+        for b in problem.layers.bodies
+    ]
+    least = math.inf
+    for splits in product(*per_body):
+        counts = empty_counts(problem)
+        for body, split in enumerate(splits):
+            for option, n in zip(problem.options, split, strict=True):
+                counts[body][0][0][OPTIONS.index(option)] = n
+        least = min(least, float(Plan(problem, freeze(counts)).exact_stage_memory(0)))
+    return least
+
+
+def test_a_balance_its_limits_stop_before_any_plan_is_not_said_to_be_memory() -> None:
+    # the balancer's limits ending a balance with no plan ("no plan found in 0.0 s", status time_limit) prove
+    # nothing about memory, so it is its own reason (it was "memory: the balancer finds no plan that fits")
     spec = load_search_spec(DATA / "tiny-tight.yaml")
     strategy = Strategy(1, 1, 1, 8, 1, "1f1b", 1, 1, False, "ring", 0, False, 1, 2, 0)
-    starved = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_work": 1e-9})})
-    stopped = evaluate(starved, strategy)
-    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_STOPPED
+    clocked = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_time_limit_s": 1e-9})})
+    stopped = evaluate(clocked, strategy)
+    # the clock stopped it, so its reason names the clock's knob (it named search.balance_work)
+    assert isinstance(stopped, Refusal) and stopped.reason == BALANCER_CLOCK_STOPPED
     assert stopped.message.startswith("no plan found in")
-    ranked = evaluate(spec, strategy)  # the spec's own work limits: its verdict is another
-    assert not isinstance(ranked, Refusal) or ranked.reason != BALANCER_STOPPED
+    # Starved of work instead, the stage listing is cut before any plan, and the program over cell choices
+    # (which its work share does not starve: 6 layers, one cell) proves that none fits: a memory verdict, and
+    # a true one, the least peak of all 7 plans (6 layers under NONE or FULL; every layer FULL)
+    starved = spec.model_copy(update={"search": spec.search.model_copy(update={"balance_work": 1e-9})})
+    proven = evaluate(starved, strategy)
+    assert isinstance(proven, Refusal) and proven.reason == BALANCER_NO_PLAN
+    run = validate(spec, strategy)
+    assert not isinstance(run, Refusal)
+    least = _least_memory_of_every_plan(run)
+    assert least > run_problem(run, describe_run(run)).memory_mb
+    assert proven.message.endswith(f"the least-memory plan needs {mb_words(least)}")
+    ranked = evaluate(spec, strategy)  # the spec's own work limits: the same verdict
+    assert isinstance(ranked, Refusal) and ranked.reason == BALANCER_NO_PLAN
 
 
 def test_no_room_is_a_reason_the_tight_search_gives(results) -> None:

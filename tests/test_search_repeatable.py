@@ -121,3 +121,20 @@ def test_relaxations_cut_short_by_their_iterations_keep_the_ranking_exact(monkey
     searched, every = search(spec, workers=1), exhaustive(spec)
     assert "iteration_limit" in statuses
     assert [(e.strategy, e.seconds) for e in searched.ranked] == [(e.strategy, e.seconds) for e in every.ranked]
+
+
+def test_more_workers_than_cpus_start_no_more_pool_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--workers 1000` on 2 cores started a thousand pool processes (208 s for a search of 21 s); the tasks
+    # are the same for any number (the test above), so the pool holds at most the CPUs, two at least
+    monkeypatch.setattr(rank, "_cpus", lambda: 2)
+    workers = rank._Workers(load_search_spec(DATA / "tiny-dense.yaml"), 1000)
+    try:
+        assert workers.processes == 2 and workers.pool is not None and len(workers.pool._pool) == 2
+    finally:
+        workers.close()
+    monkeypatch.setattr(rank, "_cpus", lambda: 1)
+    workers = rank._Workers(load_search_spec(DATA / "tiny-dense.yaml"), 3)
+    try:
+        assert workers.processes == 2  # asked for more than one: a pool still, of two
+    finally:
+        workers.close()

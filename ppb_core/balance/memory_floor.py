@@ -12,6 +12,7 @@ are relative; the answer is the plan found, re-evaluated exactly.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from ppb_core.balance.baselines import uniform_plan
 from ppb_core.balance.choice_model import ChoiceModel  # the same columns and rows as the balancer's
 from ppb_core.balance.choices import Catalogue, CellChoice, StageChoice
 from ppb_core.balance.highs import INF
+from ppb_core.balance.plan import Plan
 from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.progress import Clock, Reporter
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -172,18 +174,31 @@ def _undominated_per_kind(keys: np.ndarray, held: np.ndarray) -> tuple[np.ndarra
     return np.concatenate(kept), whole
 
 
-def memory_floor(
-    problem: BalanceInput, nodes: int, clock: Clock, report: Reporter | None = None
-) -> tuple[float | None, bool]:
-    """(MB the least-memory plan needs, whether that is proven least); *nodes* bounds the search,
-    *clock* is the wall-clock safety bound. Cut short, the even split's least memory is the answer
-    (a plan that needs it exists), not proven least. *report* hears each step ("least_memory"), and
-    the search's best and bound every `WATCH_EVERY_S` ("least_memory_search"): a hopeless model's
-    program can run a minute (1,024 layers over P=64, V=2: 100,000 nodes)."""
+@dataclass(frozen=True)
+class LeastMemory:
+    """The least-memory program's answer: its plan (None when it found none), whether the listing was
+    complete and the program proven optimal, the MB every plan needs at least (its proven bound; 0 when
+    nothing is proven), and the even split's least memory when the program was not built (the listing
+    cut by the clock, or a stage with nothing to list), else None."""
+
+    plan: Plan | None
+    proven: bool
+    bound_mb: float
+    even_split_mb: float | None = None
+
+
+def least_memory_plan(
+    problem: BalanceInput, nodes: int, clock: Clock, report: Reporter | None = None, why: str = "no plan fits"
+) -> LeastMemory:
+    """The plan needing the least memory, from the program in the module docstring; *nodes* bounds the
+    search, *clock* is the wall-clock safety bound. *report* hears each step ("least_memory", the first
+    saying *why* the search runs), and the search's best and bound every `WATCH_EVERY_S`
+    ("least_memory_search"): a hopeless model's program can run a minute (1,024 layers over P=64, V=2:
+    100,000 nodes)."""
     say = report if report is not None else (lambda *_args, **_kwargs: None)
     catalogue = Catalogue(problem)
     bound = _even_split_floor(problem, catalogue)
-    say("least_memory", f"no plan fits: finding the least memory a plan needs, even split {mb_words(bound)}")
+    say("least_memory", f"{why}: finding the least memory a plan needs, even split {mb_words(bound)}")
     listed = []
     for s in range(problem.stages):
         say("least_memory_search", f"least memory: listing stage {s + 1} of {problem.stages}")
@@ -191,7 +206,7 @@ def memory_floor(
     choices = [stage for stage, _ in listed]
     complete = all(whole for _, whole in listed)
     if clock.out or not all(choices):
-        return bound, False
+        return LeastMemory(None, False, 0.0, bound)
     mu = float(problem.memory_mb)
     model = ChoiceModel(problem, choices, 1.0)
     for s, stage in enumerate(choices):
@@ -214,6 +229,21 @@ def memory_floor(
         )
     solver.run()
     if not highs.has_solution(solver):
-        return None, False
+        return LeastMemory(None, False, 0.0)
     plan = model.plan(list(solver.getSolution().col_value))
-    return plan.peak_memory_mb, complete and highs.status(solver) == "optimal"
+    proven = complete and highs.status(solver) == "optimal"
+    # the proven bound is over every plan only when the listing lost none (`complete`)
+    floor = solver.getInfo().mip_dual_bound * mu if complete else 0.0
+    return LeastMemory(plan, proven, floor if np.isfinite(floor) else 0.0)
+
+
+def memory_floor(
+    problem: BalanceInput, nodes: int, clock: Clock, report: Reporter | None = None
+) -> tuple[float | None, bool]:
+    """(MB the least-memory plan needs, whether that is proven least) when no plan fits
+    (`least_memory_plan`). Cut short, the even split's least memory is the answer (a plan that needs it
+    exists), not proven least."""
+    found = least_memory_plan(problem, nodes, clock, report)
+    if found.plan is None:
+        return found.even_split_mb, False
+    return found.plan.peak_memory_mb, found.proven

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,7 +48,7 @@ from ppb_core.balance.choice_model import ChoiceModel, Path, time_unit
 from ppb_core.balance.choices import Catalogue, CellChoice, ListingBudget, ListingCut, StageChoice
 from ppb_core.balance.local import CellOptions, exchange, improve, reoptioned
 from ppb_core.balance.megatron import Setting, setting_of, settings
-from ppb_core.balance.memory_floor import memory_floor
+from ppb_core.balance.memory_floor import least_memory_plan, memory_floor
 from ppb_core.balance.outputs import not_megatrons
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.probing import MARGIN as PROBE_MARGIN
@@ -539,7 +539,7 @@ def solve(
     if problem.framework == "torchtitan":
         solution = _torchtitan(problem, exact, limits, clock, report, cutoff)
     else:
-        catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock))
+        catalogue = Catalogue(problem, budget=ListingBudget(limits.listing_work, clock, _listing_progress(report)))
         solution = _solve(problem, catalogue, exact, limits, clock, report, tie_break=True, cutoff=cutoff)
     if (
         problem.framework == "megatron"
@@ -556,6 +556,15 @@ def solve(
         reason = reason.replace("the time limit", f"the time limit of {time_limit:g} s")
     report("done", reason, solution.objective, solution.bound)
     return solution
+
+
+def _listing_progress(
+    report: Reporter, what: str = "stage choices", unit: str = "elements of work"
+) -> Callable[[int, int], None] | None:
+    """A listing's progress as a step ("listing_work"; None when nobody listens)."""
+    if report.hook is None:
+        return None
+    return lambda spent, budget: report("listing_work", f"listing {what}: {spent:,} of {budget:,} {unit} (its budget)")
 
 
 def _megatron(
@@ -1102,6 +1111,47 @@ def _work_bound(problem: BalanceInput) -> float:
     return problem.micro_batches * (least + fixed) / problem.stages
 
 
+def _cell_program(
+    problem: BalanceInput,
+    catalogue: Catalogue,
+    value: float,
+    start: Plan | None,
+    bound: float,
+    limits: WorkLimits,
+    clock: Clock,
+    notes: list[str],
+    report: Reporter,
+    plans: Sequence[Plan] = (),
+) -> _Run | None:
+    """The program over cell choices, which lists no product of chunks, for plans worth *value* or
+    less (from *start*, if any); None when it cannot be built."""
+    fresh = Catalogue(
+        problem,
+        catalogue.setting,
+        ListingBudget(limits.cell_choices, clock, _listing_progress(report, "cell choices", "cell choices")),
+    )
+    limit = work_limit(problem, value, closed_form=False)
+    try:
+        cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
+    except ListingCut as cut:
+        reason = f"more than {limits.cell_choices} cell choices" if cut.reason == "work_limit" else "the time limit"
+        notes.append(f"cell program: not built ({reason})")
+        return None
+    listed = sum(len(options) for options in cells.values())
+    if not (cells and all(cells.values())):
+        return None
+    model = CellModel(problem, cells, time_unit(problem))
+    if math.isfinite(bound):
+        model.add_lower_bound(bound)
+    report("listing", f"cell program: {listed} cell choices listed")
+    ops = 2 * problem.micro_batches * problem.chunks * problem.stages
+    known = [*plans, *([start] if start is not None else [])]
+    seeds = _path_seeds(problem, known, max(10, limits.seed_work // ops // 2))
+    run = _run(model, True, limits, clock, start, seeds, report)
+    notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+    return run
+
+
 def _cut_short(
     problem: BalanceInput,
     plans: Sequence[Plan],
@@ -1119,6 +1169,34 @@ def _cut_short(
     program over cell choices (`cell_model`) then searches from that plan within the work limits,
     and may prove it optimal."""
     notes.append(f"stage listing stopped by the {reason.replace('_', ' ')}")
+    # Under a setting (a Megatron-Core alternative beside the plan, or one of torchtitan's settings) no
+    # plan known is left at that: torchtitan's every N-th block settings meet it at every balance, and
+    # searching each from none cost a search's balance up to 3.7 times its CPU (torchtitan-llama3.1-8b-8,
+    # PP2 VP4 FSDP: 9.4 → 34.3 CPU-s, for a plan 0.5 % faster).
+    searched = not plans and catalogue is not None and catalogue.setting is None and not clock.out
+    if searched:
+        # no even split fits, so no plan is known: the least-memory program (lists one leanest cell per
+        # split, far fewer) proves none fits, or its plan fits and starts the search (bounding the cell
+        # choices below by its time). The demo's 96 layers at P=4 V=7: "no plan found" after 8 CPU-s,
+        # more than 30,000 cell choices; the least plan needs 92,070 MB of 56,000, proven in 0.1 s.
+        least = least_memory_plan(
+            problem, limits.closed_nodes, clock, report, "the stage listing stopped before any plan"
+        )
+        if least.proven and least.bound_mb > problem.memory_mb * (1 + 1e-9):
+            assert least.plan is not None
+            return _infeasible(problem, limits, clock, notes, report, (least.plan.peak_memory_mb, True))
+        if least.plan is not None and least.plan.fits and not least.plan.problems():
+            notes.append(f"least-memory plan: {mb_words(least.plan.peak_memory_mb)}, the start")
+            plans = [least.plan]
+    if searched and not plans and not clock.out:
+        # no plan known still: the program over cell choices may still find one (or prove none fits),
+        # where the stage listing could not
+        assert catalogue is not None
+        first = _cell_program(problem, catalogue, math.inf, None, bound, limits, clock, notes, report)
+        if first is not None and first.status == "infeasible":
+            return _infeasible(problem, limits, clock, notes, report)
+        if first is not None and first.plan is not None:
+            plans = [first.plan]
     if not plans:
         return Solution(
             problem,
@@ -1136,23 +1214,8 @@ def _cut_short(
     report("stopped", f"stage listing stopped by the {reason.replace('_', ' ')}", best.iteration_time, bound)
     stopped_by = reason
     if catalogue is not None and not clock.out:
-        # the program over cell choices, which lists no product of chunks
-        fresh = Catalogue(problem, catalogue.setting, ListingBudget(limits.cell_choices, clock))
-        limit = work_limit(problem, best.iteration_time, closed_form=False)
-        try:
-            cells = cell_choices(problem, fresh, limit, _cell_cap(problem, limit))
-        except ListingCut as cut:
-            reason = f"more than {limits.cell_choices} cell choices" if cut.reason == "work_limit" else "the time limit"
-            notes.append(f"cell program: not built ({reason})")
-            cells = {}
-        listed = sum(len(options) for options in cells.values())
-        if cells and all(cells.values()):
-            model = CellModel(problem, cells, time_unit(problem))
-            model.add_lower_bound(bound)
-            report("listing", f"cell program: {listed} cell choices listed")
-            seeds = _path_seeds(problem, [*plans, best], max(10, limits.seed_work // ops // 2))
-            run = _run(model, True, limits, clock, best, seeds, report)
-            notes.append(f"cell program: {run.paths} paths, {run.rounds} rounds, {run.status}")
+        run = _cell_program(problem, catalogue, best.iteration_time, best, bound, limits, clock, notes, report, plans)
+        if run is not None:
             if run.plan is not None and run.plan.iteration_time < best.iteration_time:
                 best = run.plan
             if run.status == "optimal":
@@ -1187,10 +1250,15 @@ def _gap(objective: float, bound: float) -> float:
 
 
 def _infeasible(
-    problem: BalanceInput, limits: WorkLimits, clock: Clock, notes: list[str], report: Reporter | None = None
+    problem: BalanceInput,
+    limits: WorkLimits,
+    clock: Clock,
+    notes: list[str],
+    report: Reporter | None = None,
+    floor: tuple[float | None, bool] | None = None,
 ) -> Solution:
-    """No plan fits: say how much memory the least-memory plan needs."""
-    needed, proven = memory_floor(problem, limits.closed_nodes, clock, report)
+    """No plan fits: say how much memory the least-memory plan needs (*floor*, when already found)."""
+    needed, proven = floor if floor is not None else memory_floor(problem, limits.closed_nodes, clock, report)
     if needed is None:
         message = f"no plan fits in {mb_words(problem.memory_mb)} per device"
     else:

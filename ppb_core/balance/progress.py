@@ -24,8 +24,8 @@ class Progress:
     """One step of a solve. Times in the descriptions' unit, which is `unit_s` seconds when known
     (`showing_seconds`); `seconds` since the solve started."""
 
-    # start | listing | closed_form | exchange | start_plan | bound | round | tie_break | megatron | least_memory
-    # | least_memory_search | done
+    # start | listing | listing_work | closed_form | exchange | start_plan | bound | round | tie_break | megatron
+    # | least_memory | least_memory_search | done
     phase: str
     message: str
     seconds: float

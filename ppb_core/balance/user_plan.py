@@ -341,9 +341,11 @@ def _cell_layers_from_flags(
         return [layout[s][v].count("t") for v, s in p.cells], standalone_mtp_cell(layout)
     cells = len(p.cells)
     if flags.first_stage_layers is not None or flags.last_stage_layers is not None:
-        if p.chunks > 1 or p.stages < 2:
-            raise InputError(where, "--decoder-first-pipeline-num-layers", "needs pp > 1 without virtual stages here")
         first, last = flags.first_stage_layers, flags.last_stage_layers
+        # the flag the user gave is the field (the first one's when both are)
+        named = f"--decoder-{'first' if first is not None else 'last'}-pipeline-num-layers"
+        if p.chunks > 1 or p.stages < 2:
+            raise InputError(where, named, "needs pp > 1 without virtual stages here")
         # TransformerConfig.__post_init__ (uneven PP): each given count positive; the layers left and
         # the stages left are both none or both some, the layers an even share of the stages
         for name, given in (("first", first), ("last", last)):
@@ -352,13 +354,11 @@ def _cell_layers_from_flags(
         middle_stages = p.stages - (first is not None) - (last is not None)
         rest = total - (first or 0) - (last or 0)
         if rest < 0:
-            raise InputError(
-                where, "--decoder-first-pipeline-num-layers", f"{total - rest} layers, the model has {total}"
-            )
+            raise InputError(where, named, f"{total - rest} layers, the model has {total}")
         if bool(rest) != bool(middle_stages) or (middle_stages and rest % middle_stages):
             raise InputError(
                 where,
-                "--decoder-first-pipeline-num-layers",
+                named,
                 f"leaves {rest} of the model's {total} layers to {count_of(middle_stages, 'other stage')}; "
                 "Megatron-Core needs as many on each (and none where no stage is left)",
             )
