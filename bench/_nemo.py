@@ -737,8 +737,7 @@ NEMO_2511_GPT_OSS = f"{NEMO}, GPT OSS 120B"
 _GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.04", "h100-80gb", 64, 1280, 1, 4, 8, 5810.0, {}, ()),
     ("26.04", "b200", 64, 1280, 4, 1, 8, 13045.0, {"hybridep": True}, ()),
-    ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True, "nvlink_domain": 64},
-     ()),
+    ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True}, ()),
     ("25.11", "h100-80gb", 64, 512, 1, 4, 8, 5630.0, {}, ("the preset's MBS 1 (the table's 4)",)),
     ("25.11", "b200", 64, 512, 4, 1, 8, 8213.0, {}, ("the table's EP 8 (the preset's 64)",)),
 )  # fmt: skip
@@ -756,12 +755,13 @@ def _gpt_oss_run(
     *,
     hybridep: bool = False,
     a2a_overlap: bool = False,
-    nvlink_domain: int = 8,
 ) -> dict[str, Any]:
-    """*nvlink_domain*: the GPUs one NVLink fabric joins, ppb's `devices_per_node` (a DGX B200 or H100: 8;
-    a DGX GB200 NVL72 rack: 72, all 64 of this run, so EP 64's all-to-all stays on NVLink 5 as HybridEP
-    runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py `apply_flex_dispatcher_backend`)."""
+    """ppb's `devices_per_node` is the GPUs one NVLink fabric joins: a DGX B200 or H100's 8, a GB200 job's
+    sbatch segment (`nvlink_domain`, as `_row` takes it: all 64 of the GB200 run, so EP 64's all-to-all stays on
+    NVLink 5 as HybridEP runs it on "GB200, GB300 with NVL72": flex_dispatcher_backend.py
+    `apply_flex_dispatcher_backend`)."""
     dp = gpus // pp
+    fabric = nvlink_domain(gpus) if device in ("gb200", "gb300") else 8
     return {
         "name": name,
         "framework": "megatron",
@@ -773,7 +773,7 @@ def _gpt_oss_run(
             "ep": ep,
             "etp": 1,
             "zero": 1,
-            "devices_per_node": nvlink_domain,
+            "devices_per_node": fabric,
             **({"overlap_moe_expert_parallel_comm": True} if a2a_overlap else {}),
         },
         "training": {
