@@ -881,6 +881,53 @@ _DEEPSEEK_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
      ["mla_up_proj"], {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
 )  # fmt: skip
 
+# Kimi K2 (kimi_k2.py `kimi_k2_pretrain_config` at v0.4.2 loads moonshotai/Kimi-K2-Instruct's config.json through
+# KimiK2Bridge: DeepSeek-V3's MLA and router (sigmoid scores, expert bias, top-k scaling, seq_aux_loss) at 64 heads,
+# 384 routed experts of 2048 and one shared, top 8 in one group, the first layer dense, a 163,840 vocabulary (a
+# multiple of 1280), no MTP layer.
+KIMI_K2 = {
+    "family": "deepseek_v3",
+    "vocab_size": 163840,
+    "hidden_size": 7168,
+    "num_layers": 61,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "intermediate_size": 18432,
+    "max_position_embeddings": 131072,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "num_experts": 384,
+    "experts_per_token": 8,
+    "moe_intermediate_size": 2048,
+    "shared_experts": 1,
+    "first_dense_layers": 1,
+    "expert_groups": 1,
+    "expert_group_limit": 1,
+}
+# KIMI_K2_PRETRAIN_CONFIG_GB300 (its FP8_MX; kimi_workload_base_configs.py, v0.4.2): PP 4, VP 4, EP 64, MBS 2, GBS
+# 4096, hybridep, no graphs, recompute mla_up_proj; `_get_kimi_k2_pipeline_layout(4, 4)`: the embedding and 4 layers,
+# 14 virtual stages of 4, the last layer with the loss. kimi_llm_pretrain.py: the recipe's Muon (`dist_muon`, Megatron's
+# layer-wise distributed optimizer; its parameter gathers not overlapped), under MXFP8 without FP8 parameter gathers
+# (`set_kimi_k2_common_configs`), BF16 gradient reduction, router fusion, forced balance, overlap_grad_reduce.
+_KIMI_LABEL = "Kimi K2 MXFP8 PP4 VP4 EP64 (256 GB300)"
+
+
+def _kimi_k2_gb300() -> dict[str, Any]:
+    layout = _deepseek_layout(16, 4).removesuffix("mL") + "L"
+    raw = _deepseek_v3_run(_KIMI_LABEL, 256, 4096, 2, {"pp": 4, "ep": 64}, layout, "gb300", ["mla_up_proj"])
+    raw["models"] = [{"name": "llm", "spec": KIMI_K2, "pad_vocab_multiple": 1280}]
+    raw["training"]["optimizer"] = "muon"
+    raw["timing"].update(_flex("hybridep"), fp8_param_gather=False)
+    raw["timing"]["overlap"] = {**_COMMON_TIMING["overlap"], "param_gather": 0.0}
+    row = _ultra_row(_KIMI_LABEL, raw, 256, 4096, 5328.0, "26.04")
+    # distributed_muon_with_cosine_annealing (optimizer_utils.py): Nesterov momentum, one more lerp_ a matrix
+    muon = "Muon's Nesterov momentum (muon_use_nesterov) priced as plain momentum"
+    return {**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, muon)}
+
+
 # GPT-OSS 120B, BF16, GBS 1280, MBS 4 (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2: EP 64, no flex backend named,
 # so alltoall; ..._B300_BF16_V2: EP 8, hybridep), both with TE graphs of attention and the router.
 # (label, device, EP, tokens/s per GPU, hybridep)
@@ -903,7 +950,6 @@ _ULTRA_2511_ROWS: tuple[tuple[Any, ...], ...] = (
 ULTRA_SKIPPED: tuple[tuple[str, str], ...] = (
     ("26.04.01 Llama 3 70B NVFP4 PP4 VP5 (64 GB300)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
     ("26.04.01 Llama 3.1 405B NVFP4 TP4 PP8 VP4 (256 GB300)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
-    ("26.04.01 Kimi K2 MXFP8 (256 GB300)", "no Kimi K2 model description in ppb (configs/hf)"),
     ("26.04.01 Nemotron 3 Nano / Super (GB300, B300)", "hybrid Mamba models, which ppb does not describe"),
     ("25.11 Llama 3 70B FP8 FSDP (64 GB300)", "the table's GBS 256, v0.2.0's preset 128 (BASE_LLAMA3_70B_CONFIG)"),
     (
@@ -952,6 +998,7 @@ def nemo_ultra_rows() -> list[dict[str, Any]]:
         raw["timing"].update(timing)
         row = _ultra_row(label, raw, gpus, 4096, tps, "26.04")
         rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    rows.append(_kimi_k2_gb300())
     for label, device, ep, tps, hybridep in _GPT_OSS_ULTRA_ROWS:
         raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=hybridep)
         raw["timing"].update(_te_graphs("attn", *_ROUTER))

@@ -100,8 +100,8 @@ def ultra(public):
 
 
 def test_nemo_gb300_and_b300_rows_take_their_presets(public, ultra):
-    # 12 rows of 26.04.01 (4 Llama, 4 Qwen3, 2 DeepSeek-V3, 2 GPT-OSS) and 3 of 25.11's DGX-GB300 table
-    assert len(ultra) == 15
+    # 13 rows of 26.04.01 (4 Llama, 4 Qwen3, 2 DeepSeek-V3, Kimi K2, 2 GPT-OSS) and 3 of 25.11's DGX-GB300 table
+    assert len(ultra) == 16
     assert {public.config(row).device.name for row in ultra.values()} == {"b300", "gb300"}
     # 405B FP8 on 256 GB300: GBS 1536 of 8192 at 1024 tokens/s a GPU: 12,582,912 / 262,144 = 48.0 s; TP 4 · PP 8 =
     # 32 a replica, DP 8, 1536 / 8 = 192 micro-batches; 126 layers + embedding and loss over 32 cells of 4
@@ -135,6 +135,15 @@ def test_nemo_gb300_and_b300_rows_take_their_presets(public, ultra):
     assert ds.layout_cells() == [[8] * 7 + [5]]
     # a DGX B300 is one 8-GPU NVLink domain; the 26.04 container's cuDNN
     assert ds.parallel.devices_per_node == 8 and ds.timing.cudnn_version == (9, 20)
+    # Kimi K2 (KIMI_K2_PRETRAIN_CONFIG_GB300): 4096 · 4096 / (5328 · 256) = 16,777,216 / 1,363,968 = 12.300 s; PP 4,
+    # DP 64, MBS 2: 32 micro-batches; Muon, no FP8 parameter gathers; (4, 4): 16 cells, the first 4 layers, the last 1
+    kimi_row = ultra["NeMo 26.04 Kimi K2 MXFP8 PP4 VP4 EP64 (256 GB300)"]
+    assert kimi_row.seconds == pytest.approx(12.300, rel=1e-4)
+    kimi = public.config(kimi_row)
+    assert (kimi.parallel.dp, kimi.training.micro_batches, kimi.training.optimizer) == (64, 32, "muon")
+    assert not kimi.timing.fp8_param_gather
+    cells = [count for chunk in kimi.layout_cells() for count in chunk]
+    assert (len(cells), sum(cells), cells[0], cells[-1]) == (16, 61, 4, 1)
     # GPT-OSS: the GB300 preset names no flex backend (alltoall), the B300's HybridEP
     oss = public.config(ultra["NeMo 26.04 GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)"])
     assert (oss.timing.moe_dispatcher, oss.parallel.ep, oss.parallel.devices_per_node) == ("alltoall", 64, 64)
