@@ -973,7 +973,7 @@ def _ultra_row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float,
     if release == "26.04":
         raw["timing"]["cudnn_release"] = CUDNN_2604
     raw["framework_release"] = dict(RELEASES_2604 if release == "26.04" else RELEASES_2511)
-    row = _row(label, raw, gpus, gbs, tps, (*_ULTRA_NOTES, *notes))
+    row = _row(label, raw, gpus, gbs, tps, (*_ULTRA_NOTES, *(_NOTES_2604 if release == "26.04" else ()), *notes))
     source = NEMO_2604_ULTRA if release == "26.04" else NEMO_2511_ULTRA
     return {**row, "name": f"NeMo {release} {label}", "source": source}
 
@@ -1002,8 +1002,10 @@ def nemo_ultra_rows() -> list[dict[str, Any]]:
     for label, device, ep, tps, hybridep in _GPT_OSS_ULTRA_ROWS:
         raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=hybridep)
         raw["timing"].update(_te_graphs("attn", *_ROUTER))
+        row = _ultra_row(label, raw, 64, 1280, tps, "26.04")
+        # BF16: none of `_row`'s FP8 assumptions; the GPT-OSS group's own (`nemo_gpt_oss_rows`)
         notes = ("routing balanced (forced)", "the attention sinks' softmax offset priced as plain flash attention")
-        rows.append(_ultra_row(label, raw, 64, 1280, tps, "26.04", notes))
+        rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *notes)})
     for label, kind, gbs, mbs, tps in _ULTRA_2511_ROWS:
         recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
         if kind == "llama":
