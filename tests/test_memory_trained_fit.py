@@ -1,5 +1,6 @@
-"""FP8 caches under Megatron-Core + Transformer Engine: the attention output projection's input, and the
-published runs that trained fitting their devices (bench/public_runs.py `over_device`)."""
+"""What Megatron-Core + Transformer Engine really keep where NeMo's published runs put ppb over their devices:
+the attention output projection's input under FP8, TE's fused loss; and those runs, which trained, fitting
+(bench/public_runs.py `over_device`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 from bench_modules import load_bench
-from test_memory_runs import DENSE, body
+from test_memory_runs import DENSE, body, layers, make_run
 
 from ppb_core.config.run import parse_run_config
 from ppb_core.memory import MemoryModel
@@ -52,6 +53,26 @@ PROJ_ORIGINAL = 115712 - 2 * 16384 + 1.03125 * 16384
 def test_output_projection_saves_its_original_input(recipe, release, expected):
     run = _fp8_run(recipe, release)
     assert MemoryModel(run).activation_bytes(body(run), NOT) == expected
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_te_fused_loss_keeps_the_16_bit_logits_in_place(tp):
+    # TE v2.14.1 pytorch/triton/cross_entropy.py `cross_entropy_forward` writes the logits' gradient into the
+    # bf16 logits it saves (cross_entropy.py `ctx.save_for_backward(inp.detach())`), with fp32 `loss_1d` and
+    # `m_d_X_y` (1 + 3 per token) and under TP `m_d_X_y_gathered` (3·t). DENSE at s 64, vocabulary 1024:
+    # logits 64 · 1024/t elements at 2 bytes (native: 4, the fp32 softmax); beyond them 4 · (4 + 3·t if t > 1) · 64.
+    timing = {"cross_entropy_fusion": True, "attention_mask_in_dataloader": False}
+    parallel = {"tp": tp, "sequence_parallel": tp > 1}
+    te = make_run(DENSE, parallel=parallel, timing={**timing, "cross_entropy_fusion_impl": "te"})
+    native = make_run(DENSE, parallel=parallel, timing=timing)
+    found = {}
+    for name, run in (("te", te), ("native", native)):
+        memory, tail = MemoryModel(run), layers(run)["TAIL"]
+        terms = {t.op: t for t in memory.activation_terms(tail, NOT)}
+        found[name] = (terms["output.logits_softmax"].bytes, memory.loss_bytes(tail))
+    logits = 64 * 1024 // tp
+    assert found["te"] == (2 * logits, 4 * (4 + (3 * tp if tp > 1 else 0)) * 64)
+    assert found["native"][0] == 4 * logits
 
 
 @pytest.fixture(scope="module")
