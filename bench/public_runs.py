@@ -440,6 +440,10 @@ def _deepseek_runs() -> list[PublicRun]:
             "micro_batches": batch // 128,
             "dtype": "bf16",
             "optimizer": "adamw",
+            # §3.3.3: AdamW's moments in BF16 ("Low-Precision Optimizer States"), the linear inputs cached in FP8,
+            # the MoE SwiGLU's inputs in FP8 and the attention output in E5M6 ("Low-Precision Activation")
+            "optimizer_state_bytes": 8,
+            "fp8_cache": "deepseek",
             "flash_attention": True,
             "recompute": {"normOp": 0, "attUp": 0},
         },
@@ -463,6 +467,7 @@ def _deepseek_runs() -> list[PublicRun]:
                 "the final batch size",
                 "DeepEP dispatch",
                 "the loss fused",
+                "the SwiGLU output kept (§3.3.3 recomputes it from its FP8 input)",
             ),
         )
     ]
