@@ -190,6 +190,8 @@ def test_nemo_26_04_gpt_oss_rows_take_the_v0_4_0_v2_presets(public):
     spec = run.spec("llm")
     windows = (spec.sliding_window, spec.window_layers[:2])
     assert windows == (128, (0, 2)) and spec.attention_sinks and spec.expert_bias
+    # GPTOSSBridge's YaRN rotary (factor 32: mscale 1.3466) runs Megatron's unfused steps; the clamp at 7
+    assert (spec.rope_yarn_factor, spec.activation_clamp, run.rope_fused) == (32.0, 7.0, False)
     # 25.11 (v0.2.0): the table's GBS 512, MBS 4, EP 8; no flex dispatcher; cuDNN 9.13's sm100 kernels
     old = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2511_GPT_OSS}
     assert len(old) == 2

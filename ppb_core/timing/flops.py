@@ -313,7 +313,7 @@ class OpGeometry(Geometry):
             rotary_cast=run.timing.rotary_dtype not in (None, train.dtype),
             main_grad_bytes=train.grad_bytes,
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
-            rope_fusion=run.timing.rope_fusion,
+            rope_fusion=run.rope_fused,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
             permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
@@ -1633,8 +1633,10 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:
     """The experts' ops with GPT-OSS's clamp between fc1 and the activation, under Megatron's TEGroupedMLP
-    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it)."""
-    if moe.activation != "quick_geglu" or geo.framework != "megatron" or geo.sequential_experts:
+    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it). `weighted_bias_quick_geglu_impl`
+    clamps only where `activation_func_clamp_value` is set (`if clamp_value is not None`, fused_bias_geglu.py
+    at core_v0.17.0 and 0d8e0714cd): GPTOSSBridge sets 7, Megatron-LM's --activation-func-clamp-value."""
+    if moe.activation != "quick_geglu" or not moe.clamp or geo.framework != "megatron" or geo.sequential_experts:
         return ops
     at = next(i for i, op in enumerate(ops) if op.name == p + "experts_act")
     width = per_rank(moe.expert_intermediate_size, geo.etp)
