@@ -791,6 +791,8 @@ def _gpt_oss_run(
             **_COMMON_TIMING,
             **({"cudnn_release": CUDNN_2604} if release == "26.04" else {}),
             "delay_wgrad_compute": a2a_overlap,
+            # GPTOSSBridge (v0.4.0) and v0.2.0's GPTOSSProvider: bias_dropout_fusion False
+            "bias_dropout_fusion": False,
             **({"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32} if hybridep else {}),
         },
         "framework_release": dict(RELEASES_2604 if release == "26.04" else RELEASES_2511),

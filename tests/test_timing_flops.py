@@ -719,3 +719,46 @@ def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():
             assert (rope.bytes, rope.backward_bytes) == (75_497_472, 75_497_472)
         else:
             assert (rope.bytes, rope.backward_bytes) == (452_984_832, 490_733_568)
+
+
+def test_megatron_s_unfused_bias_dropout_add():
+    # fused_bias_dropout.py `_bias_dropout_add_func` run eagerly (bias_dropout_fusion False, GPTOSSBridge;
+    # core_v0.17.0): the attention branch returns out_proj's bias: `x + bias` (read, write), F.dropout at p 0
+    # (PyTorch returns its input: no kernel), `residual + out` (read two, write one). s 4096, h 2880, bf16:
+    # E = 4096 · 2880 = 11,796,480 elements; forward 5 passes · 2 bytes = 117,964,800, 2 kernels; backward the
+    # fork's sum only, 3 passes = 70,778,880, 1 kernel. The MoE branch returns no bias: 3 passes, 1 kernel.
+    # Fused (the default): 3 passes forward, the branch's gradient and the sum backward, 5 passes.
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 2880,
+        "num_layers": 1,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": 2880,
+    }
+    raw = {
+        "name": "x",
+        "models": [{"name": "llm", "spec": spec}],
+        "training": {"seq_length": 4096, "micro_batch_size": 1},
+        "timing": {"bias_dropout_fusion": False},
+        "device": {"name": "h100-80gb"},
+    }
+    ops = {op.name: op for op in ops_of(parse_run_config(raw))}
+    attention, moe = ops["residual_attention"], ops["residual_moe"]
+    assert (attention.bytes, attention.backward_bytes, attention.launches) == (117_964_800, 70_778_880, (2.0, 1.0))
+    assert (moe.bytes, moe.backward_bytes, moe.launches) == (70_778_880, 70_778_880, (1.0, 1.0))
+    fused = {op.name: op for op in ops_of(spec_run(spec, s=4096))}["residual_attention"]
+    assert (fused.bytes, fused.backward_bytes, fused.launches) == (70_778_880, 117_964_800, None)
+    # with dropout (p 0.1): native_dropout's kernel each way. Forward the bias add 4 bytes an element, the
+    # dropout 2 read + 2 written + the 1-byte mask = 5, the residual add 6: 15; backward the dropout's gradient
+    # (read 2 and the mask, write 2) 5 and the fork's sum 6: 11
+    raw["models"][0]["spec"] = {**spec, "hidden_dropout": 0.1}
+    dropped = {op.name: op for op in ops_of(parse_run_config(raw))}["residual_attention"]
+    assert (dropped.bytes, dropped.backward_bytes) == (11_796_480 * 15, 11_796_480 * 11)
+    assert dropped.launches == (3.0, 2.0)

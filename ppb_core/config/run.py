@@ -946,6 +946,11 @@ class TimingOptions(StrictModel):
         description="Megatron's bias-GeLU fusion (off with --no-bias-gelu-fusion; Megatron turns it off without "
         "biases): unfused, fc1's bias is added by its own kernel before the GeLU",
     )
+    bias_dropout_fusion: bool = Field(
+        True,
+        description="Megatron's bias-dropout-add fusion (off with --no-bias-dropout-fusion; GPTOSSBridge sets it "
+        "off): unfused, a branch's bias add, its dropout and the residual add are kernels of their own",
+    )
     calculate_per_token_loss: bool = Field(
         False,
         description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
@@ -1542,6 +1547,7 @@ MEGATRON_TIMING = frozenset(
         "exit_duration_in_mins",
         "weight_hash_interval",
         "bias_gelu_fusion",
+        "bias_dropout_fusion",
         "calculate_per_token_loss",
         "overlap_param_gather_with_optimizer_step",
         "delay_wgrad_compute",
