@@ -478,6 +478,12 @@ def test_megatron_unfused_rope_keeps_cos_and_sin_of_each_call():
     assert rotary(MLA, 32) == 1024
     up_proj = {"recompute": {"granularity": "selective", "modules": ["mla_up_proj"]}}
     assert rotary(MLA, 32, training=up_proj, state=SEL) is None
+    # a YaRN-scaled rotary (GPT-OSS's factor 32: mscale 1.3466) takes the same unfused steps under rope fusion
+    # (rope_utils.py `apply_rotary_pos_emb`, core_v0.17.0): 8192 again; a factor of 1 is no scaling
+    yarn = make_run({**DENSE, "rope_yarn_factor": 32.0}, training={"seq_length": 64})
+    assert _terms(model(yarn), body(yarn))["attention.rotary_cos_sin"] == 8192
+    flat = make_run({**DENSE, "rope_yarn_factor": 1.0}, training={"seq_length": 64})
+    assert "attention.rotary_cos_sin" not in _terms(model(flat), body(flat))
 
 
 def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():

@@ -1265,21 +1265,23 @@ class RunConfig(StrictModel):
         )
 
     @property
-    def rope_fused(self) -> bool:
-        """Whether Megatron applies the rotary embedding with TransformerEngine's fused kernel: `apply_rope_fusion`
-        (--no-rope-fusion off), unless a YaRN-scaled rotary's concentration factor is not 1. attention.py passes
-        `mscale=_yarn_get_concentration_factor_from_config(config)` (0.1·ln(factor) + 1 above a factor of 1 with
-        no mscale given: yarn_rotary_pos_embedding.py `_yarn_get_mscale`) and rope_utils.py
-        `apply_rotary_pos_emb` falls back to the unfused steps for any `mscale != 1.0` ("not supported by TE's
-        fused RoPE"), Megatron-LM 0d8e0714cd and core_v0.17.0 alike: GPT-OSS through Megatron-Bridge
-        (GPTOSSBridge: position_embedding_type "yarn", factor 32, mscale None: 1.3466). MLA's rotary is its own
-        path (`_mla_rope_bytes`), not read here."""
-        if not self.timing.rope_fusion:
-            return False
-        return not (
-            self.framework == "megatron"
-            and any(isinstance(s, ModelSpec) and s.rope_yarn_factor > 1 and not s.is_mla for s in self.specs.values())
+    def yarn_unfused_rope(self) -> bool:
+        """Whether a YaRN-scaled rotary sends Megatron to its unfused rotary steps whatever `apply_rope_fusion`
+        says: attention.py passes `mscale=_yarn_get_concentration_factor_from_config(config)` (0.1·ln(factor) + 1
+        above a factor of 1 with no mscale given: yarn_rotary_pos_embedding.py `_yarn_get_mscale`) and
+        rope_utils.py `apply_rotary_pos_emb` falls back to `_apply_rotary_pos_emb_bshd` for any `mscale != 1.0`
+        ("not supported by TE's fused RoPE"), Megatron-LM 0d8e0714cd and core_v0.17.0 alike: GPT-OSS through
+        Megatron-Bridge (GPTOSSBridge: position_embedding_type "yarn", factor 32, mscale None: 1.3466). MLA's
+        rotary is its own path (`_mla_rope_bytes`), not read here."""
+        return self.framework == "megatron" and any(
+            isinstance(s, ModelSpec) and s.rope_yarn_factor > 1 and not s.is_mla for s in self.specs.values()
         )
+
+    @property
+    def rope_fused(self) -> bool:
+        """Whether Megatron's rotary runs TransformerEngine's fused kernel (time): `apply_rope_fusion`
+        (--no-rope-fusion off), unless `yarn_unfused_rope`."""
+        return self.timing.rope_fusion and not self.yarn_unfused_rope
 
     @property
     def softmax_in_fp32(self) -> bool:
