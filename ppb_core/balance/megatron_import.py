@@ -87,6 +87,7 @@ from ppb_core.balance.megatron_vocabulary import (
     NOTHING_PRICED,
     PARALLEL_PROBLEMS,
     SHELL_WORDS,
+    TYPO_SIMILARITY,
 )
 from ppb_core.config.devices import DEVICE_CATALOG
 from ppb_core.config.layout import LayoutError, parse_layout
@@ -1298,11 +1299,6 @@ def _unmodelled(args: _Args) -> list[str]:
         typo = f"; a typo of {near[0]}? Megatron-LM refuses a flag it does not have" if near else ""
         lines.append(f"{flag}{value}: not modelled by ppb (priced as if not given){typo}")
     return lines
-
-
-# difflib's ratio above which an unknown flag is said as a likely typo: no flag of Megatron-LM's
-# arguments.py (d98e8a64) that ppb does not carry comes this close to one it carries
-TYPO_SIMILARITY = 0.9
 
 
 def run_config_of(imported: Imported, where: str) -> RunConfig:
