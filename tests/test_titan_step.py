@@ -13,7 +13,12 @@ from ppb_core.errors import InputError
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
 from ppb_core.timing.iteration import _fsdp_exposed, framework_rules, run_iteration
 from ppb_core.timing.pricer import TimeModel
-from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element, pipelined_grad_bytes
+from ppb_core.timing.titan_step import (
+    fsdp2_units,
+    optimizer_bytes_per_element,
+    pipelined_grad_bytes,
+    post_backward_reduce_end,
+)
 
 NODES = [HEAD, BODY, BODY, TAIL]
 LAST = [False, False, True, False]
@@ -226,3 +231,13 @@ def test_pipelined_torchtitan_pays_the_fp32_accumulation_each_micro_batch():
 
     added = (seconds(8, 4) - seconds(4, 4)) - (seconds(8, 2) - seconds(4, 2))
     assert added >= 40 * 26_743_808 / (1000e9 * 0.5)
+
+
+def test_post_backward_reduce_scatters_queue_after_each_chunks_last_backward():
+    # stage.py `backward_maybe_with_nosync` (torch 2.6.0): a chunk's post_backward runs once its last
+    # backward has returned. Chunks ending at 5 s and 10 s with queues of 4 s and 3 s: the first runs
+    # 5 → 9, the second waits for its backward, 10 → 13; with queues of 6 s and 1 s the second waits for
+    # the first instead: 5 → 11 → 12. One chunk: its end plus its queue.
+    assert post_backward_reduce_end([(10.0, 3.0), (5.0, 4.0)]) == pytest.approx(13.0)
+    assert post_backward_reduce_end([(5.0, 6.0), (8.0, 1.0)]) == pytest.approx(12.0)
+    assert post_backward_reduce_end([(7.0, 2.5)]) == pytest.approx(9.5)

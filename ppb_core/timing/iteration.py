@@ -74,6 +74,7 @@ from ppb_core.timing.titan_step import (
     fsdp2_units,
     optimizer_bytes_per_element,
     pipelined_grad_bytes,
+    post_backward_reduce_end,
 )
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
@@ -529,6 +530,8 @@ def run_iteration(
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
     precompute = [0.0] * stages  # torchtitan's Float8 scale precompute after the step, per stage
+    # torchtitan under a pipeline: each cell's copy-ins and reduce-scatters, queued after its last backward
+    post_reduce: dict[tuple[int, int], float] = {}
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
@@ -564,7 +567,9 @@ def run_iteration(
                 (out if regathered[index] else 0.0) + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
                 for index, (out, reduce_in) in enumerate(copies)
             )
-            once_exposed += 0.0 if rules.fsdp_reduce_every_micro_batch else sum(r for _, r in copies)
+            if not rules.fsdp_reduce_every_micro_batch:  # after the backward, not beside it (titan_step)
+                post_reduce[(chunk, stage)] = sum(reduces) + sum(r for _, r in copies)
+                once_exposed = 0.0
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
@@ -644,6 +649,8 @@ def run_iteration(
     waiting = sum(host.forward + host.backward for layer, host in waits.items() if layer.stage == busiest)
     host_wait = min(compute, m * waiting)
     bubble = plain.makespan - work
+    if post_reduce:
+        fsdp_once += max(0.0, _post_reduce_end(timeline, post_reduce, stages, chunks) - timeline.makespan)
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
     p2p = timeline.makespan - gathered.makespan
 
@@ -802,6 +809,20 @@ def _share(link: float, exposed: float) -> float:
     if link <= 0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - exposed / link))
+
+
+def _post_reduce_end(timeline, post_reduce: dict[tuple[int, int], float], stages: int, chunks: int) -> float:
+    """The latest end of a rank's reduce-scatter queue under torchtitan's pipeline
+    (`titan_step.post_backward_reduce_end`): each chunk's queue after its last micro-batch's backward."""
+    latest = 0.0
+    for stage in range(stages):
+        last = [0.0] * chunks
+        for op, end in zip(timeline.orders[stage], timeline.ends[stage], strict=True):
+            if op.kind == "B":
+                last[op.chunk] = max(last[op.chunk], end)
+        queue = [(last[chunk], post_reduce.get((chunk, stage), 0.0)) for chunk in range(chunks)]
+        latest = max(latest, post_backward_reduce_end(queue))
+    return latest
 
 
 def fsdp2_copy_seconds(run: RunConfig, params: LayerParams, kernels) -> tuple[float, float]:
