@@ -63,9 +63,10 @@ already in the reduce dtype (autograd accumulates it in place instead, not price
 
 **When a pipelined stage reduce-scatters** (`post_backward_reduce_end`). The stage's autograd runs
 every micro-batch's backward, the last one too, with gradient sync off; only once that backward has
-returned does `backward_maybe_with_nosync` (torch/distributed/pipelining/stage.py, torch 2.6.0, the
-release of the 2024-12 benchmark's torch 1963fc8; torch 2.13 the same) turn sync on and call
-`FSDPParamGroup.post_backward` for every unit of the stage's model chunk, one after the other: the
+returned does `backward_maybe_with_nosync` (torch/distributed/pipelining/stage.py in torch 2.6.0, the
+release cut 2024-12-12 from main, eleven days before the 2024-12 benchmark's torch 1963fc8; torch 2.13's
+`perform_reduce_grad`, a REDUCE_GRAD action after the stage's last backward, likewise) turn sync on and
+call `FSDPParamGroup.post_backward` for every unit of the stage's model chunk, one after the other: the
 copy-ins and reduce-scatters of the whole chunk queue behind its last backward, none of them beside
 it. A rank's chunks (looped schedules) queue on one communicator, in the order their last backwards
 end. The step cannot pass the last rank's queue: the clip reads every gradient, and the next step's
