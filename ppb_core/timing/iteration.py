@@ -405,11 +405,6 @@ class _Cells:
     transfer: list[list[float]]
 
 
-def reverse_pairs(layers: Sequence[tuple[float, float]], values: Sequence[float]) -> list:
-    """(layer's (forward, backward), value) pairs, last layer first: the backward's order."""
-    return list(zip(layers, values, strict=True))[::-1]
-
-
 def _fsdp_exposed(
     layers: Sequence[tuple[float, float]],
     gathers: Sequence[float],
@@ -417,10 +412,11 @@ def _fsdp_exposed(
     rules: FrameworkRules,
     contention: float = 0.0,
     regathers: Sequence[float] | None = None,
-) -> tuple[float, float, float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
-    forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
-    seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
+    forward, link seconds backward), then the once-per-iteration reduce-scatters' link seconds (torchtitan
+    under a pipeline: they queue after the last backward, `_post_reduce_end`). Each layer's gather is
+    prefetched behind the previous layer's compute (the first one's
     is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
     reduce-scatter running behind the next layer's backward, the last one's exposed. *regathers*:
     each layer's gather before its backward when it is not its forward gather under
@@ -447,16 +443,8 @@ def _fsdp_exposed(
     if rules.fsdp_reduce_every_micro_batch:
         backward_exposed += pending
         backward_link += pending
-    # Gradients synchronised once (torchtitan under a pipeline): the last micro-batch's backward
-    # reduce-scatters each layer behind the next layer's backward, the last one after it.
     once_link = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
-    once_exposed = pending = 0.0
-    if not rules.fsdp_reduce_every_micro_batch:
-        for (_, backward), reduce in reverse_pairs(layers, reduces):
-            once_exposed += max(0.0, pending - backward) + contention * min(pending, backward)
-            pending = reduce
-        once_exposed += pending
-    return forward_exposed, backward_exposed, forward_link, backward_link, once_link, once_exposed
+    return forward_exposed, backward_exposed, forward_link, backward_link, once_link
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,7 +540,7 @@ def run_iteration(
                 )
                 gathers, again, reduces = list(units.forward), list(units.backward), list(units.reduces)
                 regathered = list(units.regathered)
-            fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
+            fe, be, fl, bl, once_link = _fsdp_exposed(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention, again
             )
             copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
@@ -569,14 +557,12 @@ def run_iteration(
             )
             if not rules.fsdp_reduce_every_micro_batch:  # after the backward, not beside it (titan_step)
                 post_reduce[(chunk, stage)] = sum(reduces) + sum(r for _, r in copies)
-                once_exposed = 0.0
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
             cells.fsdp_forward[chunk][stage] = fe
             cells.fsdp_backward[chunk][stage] = be
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
-            fsdp_once += once_exposed
             fsdp_once_link += once_link
             if run.timing.fp8_precompute_scale:
                 kinds = [layer.kind for layer, _, _ in entries]
