@@ -48,7 +48,7 @@ from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
-from ppb_core.schedules import canonical, cell_order, combined_pairs, simulate
+from ppb_core.schedules import Timeline, canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
@@ -797,7 +797,7 @@ def _share(link: float, exposed: float) -> float:
     return min(1.0, max(0.0, 1.0 - exposed / link))
 
 
-def _post_reduce_end(timeline, post_reduce: dict[tuple[int, int], float], stages: int, chunks: int) -> float:
+def _post_reduce_end(timeline: Timeline, post_reduce: dict[tuple[int, int], float], stages: int, chunks: int) -> float:
     """The latest end of a rank's reduce-scatter queue under torchtitan's pipeline
     (`titan_step.post_backward_reduce_end`): each chunk's queue after its last micro-batch's backward."""
     latest = 0.0
