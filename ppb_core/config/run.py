@@ -59,6 +59,7 @@ from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSeque
 from ppb_core.errors import InputError, misspelt, shown
 from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
+from ppb_core.units import counted
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
 Dtype = Literal["bf16", "fp16", "fp32"]
@@ -946,6 +947,11 @@ class TimingOptions(StrictModel):
         description="Megatron's bias-GeLU fusion (off with --no-bias-gelu-fusion; Megatron turns it off without "
         "biases): unfused, fc1's bias is added by its own kernel before the GeLU",
     )
+    bias_dropout_fusion: bool = Field(
+        True,
+        description="Megatron's bias-dropout-add fusion (off with --no-bias-dropout-fusion; GPTOSSBridge sets it "
+        "off): unfused, a branch's bias add, its dropout and the residual add are kernels of their own",
+    )
     calculate_per_token_loss: bool = Field(
         False,
         description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
@@ -1260,6 +1266,25 @@ class RunConfig(StrictModel):
         )
 
     @property
+    def yarn_unfused_rope(self) -> bool:
+        """Whether a YaRN-scaled rotary sends Megatron to its unfused rotary steps whatever `apply_rope_fusion`
+        says: attention.py passes `mscale=_yarn_get_concentration_factor_from_config(config)` (0.1·ln(factor) + 1
+        above a factor of 1 with no mscale given: yarn_rotary_pos_embedding.py `_yarn_get_mscale`) and
+        rope_utils.py `apply_rotary_pos_emb` falls back to `_apply_rotary_pos_emb_bshd` for any `mscale != 1.0`
+        ("not supported by TE's fused RoPE"), Megatron-LM 0d8e0714cd and core_v0.17.0 alike: GPT-OSS through
+        Megatron-Bridge (GPTOSSBridge: position_embedding_type "yarn", factor 32, mscale None: 1.3466). MLA's
+        rotary is its own path (`_mla_rope_bytes`), not read here."""
+        return self.framework == "megatron" and any(
+            isinstance(s, ModelSpec) and s.rope_yarn_factor > 1 and not s.is_mla for s in self.specs.values()
+        )
+
+    @property
+    def rope_fused(self) -> bool:
+        """Whether Megatron's rotary runs TransformerEngine's fused kernel (time): `apply_rope_fusion`
+        (--no-rope-fusion off), unless `yarn_unfused_rope`."""
+        return self.timing.rope_fusion and not self.yarn_unfused_rope
+
+    @property
     def softmax_in_fp32(self) -> bool:
         """TransformerConfig `attention_softmax_in_fp32`, which `apply_query_key_layer_scaling` sets."""
         return self.timing.attention_softmax_in_fp32 or self.timing.apply_query_key_layer_scaling
@@ -1525,6 +1550,7 @@ MEGATRON_TIMING = frozenset(
         "exit_duration_in_mins",
         "weight_hash_interval",
         "bias_gelu_fusion",
+        "bias_dropout_fusion",
         "calculate_per_token_loss",
         "overlap_param_gather_with_optimizer_step",
         "delay_wgrad_compute",
@@ -1895,9 +1921,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_combined_1f1b(run, where)
     cells = par.pp * par.vpp
     if par.layout is None and run.total_body_layers < cells:
-        raise InputError(
-            where, "parallel.pp", f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells"
-        )
+        layers, verb = counted(run.total_body_layers, "layer"), "is" if run.total_body_layers == 1 else "are"
+        raise InputError(where, "parallel.pp", f"{layers} {verb} fewer than pp·vpp = {cells} pipeline cells")
     group = par.microbatch_group_size_per_vp_stage
     if group is not None and train.micro_batches >= par.pp:  # fewer micro-batches than stages: said below
         try:

@@ -239,6 +239,7 @@ class OpGeometry(Geometry):
     main_grad_passes: int = 2  # its passes when a 16-bit gradient is added into it (`main_grad_passes`)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
     bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
+    bias_dropout_fusion: bool = True  # Megatron's bias_dropout_fusion (off with --no-bias-dropout-fusion)
     torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
     softmax_fp32: bool = False  # ... in fp32 (attention_softmax_in_fp32)
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
@@ -269,6 +270,9 @@ class OpGeometry(Geometry):
     # ... under current (tensorwise) scaling, where each such quantizer all-reduces its amax over TP
     # (`_te_amax_reduction`)
     te_amax_reduction: bool = False
+    # ... under MXFP8 with Megatron's --tp-comm-overlap, where each MXFP8 operand TE puts through a userbuffers
+    # all-gather first has its scales all-gathered by NCCL (`_te_ub_scales`)
+    te_mxfp8_ub: bool = False
     # ... under delayed scaling, where a LayerNormLinear's norm writes its output in FP8 itself, a byte an
     # element (TE v2.9 extensions/normalization.cpp: FULLY_FUSED for `Float8Quantizer`; `Op.norm_input`)
     te_norm_fp8_out: bool = False
@@ -313,10 +317,11 @@ class OpGeometry(Geometry):
             rotary_cast=run.timing.rotary_dtype not in (None, train.dtype),
             main_grad_bytes=train.grad_bytes,
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
-            rope_fusion=run.timing.rope_fusion,
+            rope_fusion=run.rope_fused,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
             permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
+            bias_dropout_fusion=run.timing.bias_dropout_fusion,
             torch_softmax=run.torch_masked_softmax,
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
@@ -337,6 +342,11 @@ class OpGeometry(Geometry):
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            te_mxfp8_ub=run.framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "mxfp8"
+            and run.timing.overlap.tp > 0,
             te_norm_fp8_out=run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
@@ -544,6 +554,35 @@ def _te_amax_reduction(name: str, block: str, source: str, backward: bool) -> Op
     return Op(name, block, COMM, inputs=(source,), forward_comm=comm)
 
 
+def _te_ub_scales(name: str, block: str, source: str, geo: OpGeometry, width: float, forward: int, backward: int) -> Op:
+    """The NCCL all-gathers of MXFP8 scales that TransformerEngine runs before a userbuffers all-gather of an
+    MXFP8 operand (Megatron's --tp-comm-overlap, `OpGeometry.te_mxfp8_ub`). base.py
+    `fill_userbuffers_buffer_for_all_gather` (from ce0b46c4d, "MXFP8 support in Userbuffers", #1711; v2.9,
+    v2.14 and d0067d0da the same) copies the operand's one MXFP8 copy into the
+    userbuffers buffer but gathers its scale-inverses (an E8M0 byte a 32-block: tokens · width / 32 bytes
+    gathered) with `torch.distributed.all_gather_into_tensor`, synchronous on the stream, before the GEMM that
+    overlaps the data's exchange: one NCCL call each, exposed. A column-parallel linear (layernorm_linear.py
+    `_LayerNormLinear`) fills it for its input's forward gather (`ub_overlap_ag_fprop`) and for the backward
+    re-gather under Megatron's default bulk dgrad overlap (`ub_bulk_dgrad`, tp_comm_bulk_dgrad True at
+    0d8e0714cd); a row-parallel one (linear.py `_Linear.backward`) for its output gradient's row-wise gather
+    (`grad_output_preprocess` under `ub_overlap_ag`) and, as MXFP8 cannot turn row-wise scales into
+    column-wise ones, again for the column-wise copy the weight gradient reads, issued on the dgrad GEMM's
+    send stream beside that GEMM (`_te_ub_wgrad_scales`). *forward* / *backward*: the exposed calls."""
+    payload = geo.tokens * width / 32
+    forward_comm = Collective(ALL_GATHER, "tp", payload * forward, "tp", calls=forward) if forward else None
+    backward_comm = Collective(ALL_GATHER, "tp", payload * backward, "tp", calls=backward) if backward else None
+    return Op(name, block, COMM, inputs=(source,), forward_comm=forward_comm, backward_comm=backward_comm)
+
+
+def _te_ub_wgrad_scales(name: str, block: str, producer: str, geo: OpGeometry, width: float) -> Op:
+    """A row-parallel linear's second MXFP8 scale all-gather under userbuffers (`_te_ub_scales`): linear.py
+    `_Linear.backward` (v2.9, v2.14) quantizes the output gradient column-wise and fills the wgrad userbuffers
+    inside `torch.cuda.stream(dgrad_send_stream)`, so its NCCL call runs beside the producer's dgrad GEMM."""
+    payload = geo.tokens * width / 32
+    comm = Collective(ALL_GATHER, "tp", payload, "tp_async", (producer, "dgrad"))
+    return Op(name, block, COMM, inputs=(producer,), backward_comm=comm)
+
+
 def _titan_amax_reductions(name: str, block: str, source: str, geo: OpGeometry, linears: int) -> Op:
     """The scalar all-reduces of a sequence-parallel region's float8 casts under torchtitan's Float8 TP
     (`OpGeometry.float8_tp`), one NCCL call each over TP, on the critical path between each amax and its cast.
@@ -616,6 +655,8 @@ def _tp_entry(
         te = userbuffers and geo.transformer_impl == "transformer_engine"
         method = geo.ub_method(f"{userbuffers}_fprop", "ring_exchange") if te else None
         amax = [_te_amax_reduction(f"{p}amax_{stem}", block, source, False)] if te_fp8 and geo.te_amax_reduction else []
+        if te and te_fp8 and geo.te_mxfp8_ub:  # the input's forward gather and its bulk-dgrad re-gather
+            amax.append(_te_ub_scales(f"{p}scales_{stem}", block, source, geo, width, 1, 1))
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -699,6 +740,15 @@ def _tp_exit(
                 backward_comm=Collective(ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method=backward),
             ),
             *([_te_amax_reduction(f"{name}_amax", block, producer, True)] if amax else []),
+            # the output gradient's row-wise gather (exposed) and its column-wise one beside the dgrad GEMM
+            *(
+                [
+                    _te_ub_scales(f"{name}_scales", block, producer, geo, width, 0, 1),
+                    _te_ub_wgrad_scales(f"{name}_wgrad_scales", block, producer, geo, width),
+                ]
+                if ub and te_fp8 and geo.te_mxfp8_ub
+                else []
+            ),
         ]
     return [
         Op(
@@ -711,17 +761,28 @@ def _tp_exit(
     ]
 
 
-def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: float) -> Op:
+def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: float, bias: bool = False) -> Op:
     """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
 
     Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
     the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
     the two gradients that meet where the residual stream forks (the skip and the branch's norm:
     reads two, writes one). torchtitan's block adds plainly (`h = x + attention(norm(x))`, no bias
-    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum."""
+    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum.
+
+    Megatron without the fusion (`bias_dropout_fusion` off: --no-bias-dropout-fusion; GPTOSSBridge sets it
+    off) runs fused_bias_dropout.py `_bias_dropout_add_func` eagerly (core_v0.17.0, 0d8e0714cd): `x + bias`
+    where the branch returns a *bias* (read and write), `F.dropout` (at p 0 PyTorch's `dropout` returns its
+    input: no kernel; else `native_dropout`, read and write and the mask), `residual + out` (read two, write
+    one), a kernel each; backward the adds hand the gradient on (the bias's reduction is its linear's,
+    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
+    if geo.framework == "megatron" and not geo.bias_dropout_fusion:
+        added, dropped = 2 * bc if bias else 0, 2 * bc + mask if dropout > 0 else 0
+        op = _elementwise(name, block, elements * (3 * bc + added + dropped), elements * (3 * bc + dropped))
+        return dataclasses.replace(op, launches=(1.0 + bias + (dropout > 0), 1.0 + (dropout > 0)))
     branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
     return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
@@ -1432,7 +1493,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
         *_tp_exit(
             p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp, te_fp8=True
         ),
-        _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
+        _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout, att.out_bias),
     ]
 
 
@@ -1569,7 +1630,7 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
         # linear_fc1 is TELayerNormColumnParallelLinear (pre_mlp_layernorm IdentityOp: `Op.norm_input`)
         *_norm_fed_first(_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias)),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp, te_fp8=True),
-        _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
+        _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout, mlp.bias),
     ]
 
 
@@ -1633,8 +1694,10 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:
     """The experts' ops with GPT-OSS's clamp between fc1 and the activation, under Megatron's TEGroupedMLP
-    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it)."""
-    if moe.activation != "quick_geglu" or geo.framework != "megatron" or geo.sequential_experts:
+    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it). `weighted_bias_quick_geglu_impl`
+    clamps only where `activation_func_clamp_value` is set (`if clamp_value is not None`, fused_bias_geglu.py
+    at core_v0.17.0 and 0d8e0714cd): GPTOSSBridge sets 7, Megatron-LM's --activation-func-clamp-value."""
+    if moe.activation != "quick_geglu" or not moe.clamp or geo.framework != "megatron" or geo.sequential_experts:
         return ops
     at = next(i for i, op in enumerate(ops) if op.name == p + "experts_act")
     width = per_rank(moe.expert_intermediate_size, geo.etp)
