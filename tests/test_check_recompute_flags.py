@@ -82,3 +82,30 @@ def test_what_megatron_refuses_is_one_line(
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err.count("\n") == 1 and f"--plan: {field}: " in captured.err and problem in captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "meant"),
+    [
+        # Megatron-LM's parser takes no abbreviation and no unknown flag (megatron/training/arguments.py
+        # `parse_args`: ArgumentParser(allow_abbrev=False), d98e8a64): the launch stops there, so the plan
+        # priced without the flag (the default modules) would not be the one that runs
+        ("--recompute-granularity selective --recompute-modul mlp", "--recompute-modules"),
+        ("--recompute-granularity full --recompute-metod uniform --recompute-num-layers 1", "--recompute-method"),
+    ],
+)
+def test_a_flag_a_letter_off_one_ppb_reads_is_refused_as_a_typo(
+    capsys: pytest.CaptureFixture[str], flags: str, meant: str
+) -> None:
+    code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", f"{LAYOUT} {flags}", "--no-optimum", "-q"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and f"did you mean {meant}?" in captured.err
+
+
+def test_megatrons_own_flags_near_one_ppb_reads_are_read_past(capsys: pytest.CaptureFixture[str]) -> None:
+    # both are arguments.py flags at d98e8a64 (`--fp4-param-gather`; `--megatron-fsdp-main-params-dtype`
+    # beside `--megatron-fsdp-main-grads-dtype`), each within a letter or two of a flag ppb reads
+    flags = "--fp4-param-gather --megatron-fsdp-main-params-dtype fp32"
+    code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", f"{LAYOUT} {flags}", "--no-optimum", "-q"])
+    assert code == 0, capsys.readouterr().err

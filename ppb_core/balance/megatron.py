@@ -17,12 +17,25 @@ that switch too; ppb prices Megatron's routed experts as the `TEGroupedMLP` it b
 
 from __future__ import annotations
 
+import difflib
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ppb_core.balance.launch_script import ScriptError, script_words
+from ppb_core.balance.megatron_vocabulary import (
+    AT_DEFAULT,
+    BIAS_FUSIONS,
+    FIELD_FLAGS,
+    MODELLED,
+    NEAR_READ_FLAGS,
+    NO_BEARING,
+    NO_BEARING_PREFIXES,
+    NOT_PRICED,
+    NOTHING_PRICED,
+    TYPO_SIMILARITY,
+)
 from ppb_core.config.layout import LayoutError
 from ppb_core.config.recompute import MegatronRecompute
 from ppb_core.errors import shown
@@ -310,6 +323,26 @@ _NARGS = (
 )
 
 
+# the flags `parse_flags` reads, and every flag ppb knows (reads, carries, reads past or refuses elsewhere)
+_READ = sorted({*_VALUED, *SIZE_FLAGS, *TEXT_FLAGS, *SWITCH_FLAGS, *_NARGS, "--recompute-activations"})
+_KNOWN = frozenset(
+    {*_READ, *MODELLED, *NO_BEARING, *NOTHING_PRICED, *BIAS_FUSIONS, *AT_DEFAULT, *NOT_PRICED, *FIELD_FLAGS}
+    | NEAR_READ_FLAGS
+)
+
+
+def _refuse_typo(name: str) -> None:
+    """A flag ppb knows nothing of, a letter or two off one it reads, refused as the typo it likely is:
+    Megatron-LM's parser takes no abbreviation and no unknown flag (megatron/training/arguments.py
+    `parse_args`: ArgumentParser(allow_abbrev=False), d98e8a64), so that launch would stop, and the
+    plan priced without the flag (`--recompute-modul mlp`: the default modules) is not one that runs."""
+    if name in _KNOWN or name.startswith(NO_BEARING_PREFIXES):
+        return
+    near = difflib.get_close_matches(name, _READ, 1, TYPO_SIMILARITY)
+    if near:
+        raise LayoutError(f"{name}: not a Megatron-LM flag: did you mean {near[0]}? (Megatron-LM refuses it)")
+
+
 def _integer(name: str, value: str) -> int:
     try:
         return int(value)
@@ -376,6 +409,8 @@ def parse_flags(text: str) -> MegatronFlags:
             key = _VALUED.get(name)
             if key is not None:
                 found[key] = _integer(name, value) if key in _INTEGERS else value
+        elif name.startswith("--"):
+            _refuse_typo(name)
         index += 1
     flag_words = sum(word.startswith("--") for word in words)
     flags = MegatronFlags(**found, stated=stated, switches=frozenset(switches), flag_words=flag_words)  # type: ignore[arg-type]
