@@ -826,3 +826,202 @@ def nemo_gpt_oss_rows() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# NeMo's Blackwell Ultra rows: DGX-GB300 and DGX-B300 (the catalog's `gb300` and `b300` entries), a group of
+# their own (bench/public_runs.py). 26.04.01: the tables at 21d102f5e ("26.04.01 NeMo Container"), each row its
+# v0.4.2 preset (c81012934: configs/llama/llama3_workload_base_configs.py and llama31_..., qwen/qwen3_...,
+# deepseek/deepseek_..., gpt_oss/gpt_oss_... `*_GB300_*_V2` / `*_B300_*_V2`; llama3_llm_pretrain.py /
+# llama31_llm_pretrain.py `*_config_gb300` / `*_config_b300`: B200's userbuffers configs where TP > 1; the Qwen3,
+# DeepSeek and GPT-OSS recipes as for GB200/B200 above, the flex dispatcher where the preset names a backend, else
+# alltoall: overrides.py `set_workload_base_configs`). 25.11: the "System: DGX-GB300" table at 5776a6d90, with the
+# recipes of v0.2.0 (7af9601c9), taken where the table's sizes are its preset's but for the micro-batch size.
+NEMO_2604_ULTRA = f"{NEMO_2604}, DGX-GB300 / DGX-B300"
+NEMO_2511_ULTRA = f"{NEMO}, DGX-GB300"
+_ULTRA_NOTES = ("Blackwell Ultra's sm_103 kernels priced as sm_100's where no GB300/B300 figure is public",)
+
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, options, training words)
+_LLAMA_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2: PP 4, VP 5 (TP 1), GBS 256, MBS 1
+    ("Llama 3 70B MXFP8 PP4 VP5 (64 GB300)", LLAMA31_70B, 64, 256, 1, {"pp": 4, "vp": 5}, "gb300", 4864.0,
+     {"fp8_recipe": "mxfp8"}, {}),
+    # ..._GB300_FP8_CS_V2: Megatron FSDP over all 64, MBS 2, Transformer Engine's CPU offloading of 20 layers;
+    # llama3_70b_pretrain_config_gb300: fsdp_double_buffer, gradient accumulation fusion off
+    ("Llama 3 70B FP8 FSDP (64 GB300)", LLAMA31_70B, 64, 256, 2, {}, "gb300", 5248.0, {"fsdp": True},
+     {"cpu_offloading_num_layers": 20}),
+    # LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2: TP 4, PP 8, VP 4, no FSDP, GBS 1536; the embedding and the loss
+    # counted as layers (llama31_405b_pretrain_config): 128 over 32 virtual stages of 4
+    ("Llama 3.1 405B FP8 TP4 PP8 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1, {"tp": 4, "pp": 8, "vp": 4}, "gb300",
+     1024.0, {"layout": _split_layout(32, 4)}, {}),
+    # ..._GB300_FP8_MX_V2: V1's PP 8, CP 2, VP 4 at TP 2
+    ("Llama 3.1 405B MXFP8 TP2 PP8 CP2 VP4 (256 GB300)", LLAMA3_405B, 256, 1536, 1,
+     {"tp": 2, "pp": 8, "cp": 2, "vp": 4}, "gb300", 960.0, {"layout": _split_layout(32, 4), "fp8_recipe": "mxfp8"}, {}),
+)  # fmt: skip
+
+# (label, spec, GPUs, GBS, MBS, parallel, device, tokens/s per GPU, layout, timing words); no moe_a2a_overlap
+_QWEN3_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
+    # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (= _FP8_CS_V1): MBS 8, EP 8, hybridep, TE graphs of the router
+    ("Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", QWEN3_30B_A3B, 8, 512, 8, {"ep": 8}, "gb300", 31744.0, None,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # ..._B300_FP8_MX_V1: the same
+    ("Qwen3 30B-A3B MXFP8 EP8 (8 B300)", QWEN3_30B_A3B, 8, 512, 8, {"ep": 8}, "b300", 30720.0, None,
+     {**_flex("hybridep"), **_te_graphs(*_ROUTER)}),
+    # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2: PP 4, VP 12, EP 32, MBS 2, hybridep, graphs of attention and
+    # the router; 96 counted layers over 48 virtual stages of 2
+    ("Qwen3 235B MXFP8 PP4 VP12 EP32 (256 GB300)", QWEN3_235B_A22B, 256, 8192, 2, {"pp": 4, "vp": 12, "ep": 32},
+     "gb300", 6944.0, _split_layout(48, 2), {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+    # ..._B300_FP8_MX_V2 (= _FP8_CS_V2): PP 8, EP 8, MBS 2, hybridep, no graphs
+    ("Qwen3 235B MXFP8 PP8 EP8 (256 B300)", QWEN3_235B_A22B, 256, 8192, 2, {"pp": 8, "ep": 8}, "b300", 5936.0,
+     _split_layout(8, 12), _flex("hybridep")),
+)  # fmt: skip
+
+# (label, GPUs, MBS, parallel, device, tokens/s per GPU, layout, recompute modules, timing words); GBS 4096
+_DEEPSEEK_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V2 (= its FP8_MX): PP 2, VP 8, EP 32, MBS 2, hybridep, no graphs
+    # (cuda_graph_scope []), recompute mla_up_proj, pp_layout "Et*4|(t*4|)*14tmL"
+    ("DeepSeekV3 MXFP8 PP2 VP8 EP32 (256 GB300)", 256, 2, {"pp": 2, "ep": 32}, "gb300", 4992.0,
+     _deepseek_layout(16, 4), ["mla_up_proj"], _flex("hybridep")),
+    # ..._B300_V2: PP 8 (no VP), EP 8, MBS 2, hybridep, TE graphs of attention and the router, recompute
+    # mla_up_proj; deepseek_v3_pretrain_config_b300 takes set_deepseek_v3_pipeline_model_parallel_layout's (8, 1)
+    ("DeepSeekV3 MXFP8 PP8 EP8 (256 B300)", 256, 2, {"pp": 8, "ep": 8}, "b300", 3456.0, _deepseek_layout(8, 8),
+     ["mla_up_proj"], {**_flex("hybridep"), **_te_graphs("attn", *_ROUTER)}),
+)  # fmt: skip
+
+# Kimi K2 (kimi_k2.py `kimi_k2_pretrain_config` at v0.4.2 loads moonshotai/Kimi-K2-Instruct's config.json through
+# KimiK2Bridge: DeepSeek-V3's MLA and router (sigmoid scores, expert bias, top-k scaling, seq_aux_loss) at 64 heads,
+# 384 routed experts of 2048 and one shared, top 8 in one group, the first layer dense, a 163,840 vocabulary (a
+# multiple of 1280), no MTP layer.
+KIMI_K2 = {
+    "family": "deepseek_v3",
+    "vocab_size": 163840,
+    "hidden_size": 7168,
+    "num_layers": 61,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "intermediate_size": 18432,
+    "max_position_embeddings": 131072,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "num_experts": 384,
+    "experts_per_token": 8,
+    "moe_intermediate_size": 2048,
+    "shared_experts": 1,
+    "first_dense_layers": 1,
+    "expert_groups": 1,
+    "expert_group_limit": 1,
+}
+# KIMI_K2_PRETRAIN_CONFIG_GB300 (its FP8_MX; kimi_workload_base_configs.py, v0.4.2): PP 4, VP 4, EP 64, MBS 2, GBS
+# 4096, hybridep, no graphs, recompute mla_up_proj; `_get_kimi_k2_pipeline_layout(4, 4)`: the embedding and 4 layers,
+# 14 virtual stages of 4, the last layer with the loss. kimi_llm_pretrain.py: the recipe's Muon (`dist_muon`, Megatron's
+# layer-wise distributed optimizer; its parameter gathers not overlapped), under MXFP8 without FP8 parameter gathers
+# (`set_kimi_k2_common_configs`), BF16 gradient reduction, router fusion, forced balance, overlap_grad_reduce.
+_KIMI_LABEL = "Kimi K2 MXFP8 PP4 VP4 EP64 (256 GB300)"
+
+
+def _kimi_k2_gb300() -> dict[str, Any]:
+    layout = _deepseek_layout(16, 4).removesuffix("mL") + "L"
+    raw = _deepseek_v3_run(_KIMI_LABEL, 256, 4096, 2, {"pp": 4, "ep": 64}, layout, "gb300", ["mla_up_proj"])
+    raw["models"] = [{"name": "llm", "spec": KIMI_K2, "pad_vocab_multiple": 1280}]
+    raw["training"]["optimizer"] = "muon"
+    raw["timing"].update(_flex("hybridep"), fp8_param_gather=False)
+    raw["timing"]["overlap"] = {**_COMMON_TIMING["overlap"], "param_gather": 0.0}
+    row = _ultra_row(_KIMI_LABEL, raw, 256, 4096, 5328.0, "26.04")
+    # distributed_muon_with_cosine_annealing (optimizer_utils.py): Nesterov momentum, one more lerp_ a matrix
+    muon = "Muon's Nesterov momentum (muon_use_nesterov) priced as plain momentum"
+    return {**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, muon)}
+
+
+# GPT-OSS 120B, BF16, GBS 1280, MBS 4 (GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2: EP 64, no flex backend named,
+# so alltoall; ..._B300_BF16_V2: EP 8, hybridep), both with TE graphs of attention and the router.
+# (label, device, EP, tokens/s per GPU, hybridep)
+_GPT_OSS_ULTRA_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("GPT-OSS 120B BF16 EP64 GBS1280 (64 GB300)", "gb300", 64, 19200.0, False),
+    ("GPT-OSS 120B BF16 EP8 GBS1280 (64 B300)", "b300", 8, 15232.0, True),
+)
+
+# 25.11 "System: DGX-GB300" (5776a6d90): LLAMA3_8B_GB300_FP8_CS_BASE_CONFIG (v0.2.0: local CUDA graphs of the full
+# iteration; its FP8_MX the same) and QWEN3_30B_A3B_GB300_FP8_MX_BASE_CONFIG (hybridep, TE graphs of the router),
+# each at the table's MBS (2 and 4, the table's GA 8 and 16 agreeing) where the presets set 4 and 8.
+# (label, kind, GBS, MBS, tokens/s per GPU)
+_ULTRA_2511_ROWS: tuple[tuple[Any, ...], ...] = (
+    ("Llama 3 8B FP8 (8 GB300)", "llama", 128, 2, 37556.0),
+    ("Llama 3 8B MXFP8 (8 GB300)", "llama", 128, 2, 36108.0),
+    ("Qwen3 30B-A3B MXFP8 EP8 (8 GB300)", "qwen3", 512, 4, 28934.0),
+)
+
+# The tables' GB300/B300 rows of models ppb has that are not priced, and why (printed by bench/public_runs.py).
+ULTRA_SKIPPED: tuple[tuple[str, str], ...] = (
+    ("26.04.01 Llama 3 70B NVFP4 PP4 VP5 (64 GB300)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
+    ("26.04.01 Llama 3.1 405B NVFP4 TP4 PP8 VP4 (256 GB300)", "NVFP4: ppb prices no NVFP4 GEMMs or casts"),
+    ("26.04.01 Nemotron 3 Nano / Super (GB300, B300)", "hybrid Mamba models, which ppb does not describe"),
+    ("25.11 Llama 3 70B FP8 FSDP (64 GB300)", "the table's GBS 256, v0.2.0's preset 128 (BASE_LLAMA3_70B_CONFIG)"),
+    (
+        "25.11 Llama 3.1 405B FP8 TP2 PP8 CP2 VP4 (256 GB300)",
+        "v0.2.0's FP8_CS preset is Megatron FSDP with CPU offloading on 128 GPUs at GBS 64: the run's settings unknown",
+    ),
+    (
+        "25.11 DeepSeekV3 w/o MTP BF16 / FP8-MX (256 GB300)",
+        "the table's PP 2, EP 32, GBS 4096 without MTP are not v0.2.0's preset (PP 4, VP 4, EP 64, GBS 2048)",
+    ),
+    ("25.11 GPT OSS 120B BF16 (64 GB300)", "sequence 8192 at MBS 2, GBS 1280 against v0.2.0's 4096, GBS 512"),
+    (
+        "25.11 Qwen3 235B BF16 PP4 VP12 EP16 (256 GB300)",
+        "v0.2.0's preset is TP 2, EP 64 on 64 GPUs at GBS 1024: the run's other settings unknown",
+    ),
+)
+
+
+def _ultra_row(label: str, raw: dict[str, Any], gpus: int, gbs: int, tps: float, release: str, notes: tuple = ()):
+    """A GB300/B300 row: its container's cuDNN and releases, the Blackwell Ultra group's source."""
+    if release == "26.04":
+        raw["timing"]["cudnn_release"] = CUDNN_2604
+    raw["framework_release"] = dict(RELEASES_2604 if release == "26.04" else RELEASES_2511)
+    row = _row(label, raw, gpus, gbs, tps, (*_ULTRA_NOTES, *(_NOTES_2604 if release == "26.04" else ()), *notes))
+    source = NEMO_2604_ULTRA if release == "26.04" else NEMO_2511_ULTRA
+    return {**row, "name": f"NeMo {release} {label}", "source": source}
+
+
+def nemo_ultra_rows() -> list[dict[str, Any]]:
+    """NeMo's published DGX-GB300 / DGX-B300 rows' fields for bench/public_runs.py's PublicRun."""
+    rows = []
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, options, training in _LLAMA_ULTRA_ROWS:
+        raw = _llama_run(label, spec, gpus, gbs, mbs, parallel, device, mx_gathers_apart=True, **options)
+        raw["training"].update(training)
+        notes = () if "MXFP8" in label else ("the table's FP8 as the FP8_CS preset",)
+        rows.append(_ultra_row(label, raw, gpus, gbs, tps, "26.04", notes))
+    for label, spec, gpus, gbs, mbs, parallel, device, tps, layout, timing in _QWEN3_ULTRA_ROWS:
+        raw = _qwen3_run(
+            label, spec, gpus, gbs, mbs, parallel, device, a2a_overlap=False, layout=layout, fp8_recipe="mxfp8",
+            mx_gathers_apart=True,
+        )  # fmt: skip
+        raw["timing"].update(timing)
+        rows.append(_ultra_row(label, raw, gpus, gbs, tps, "26.04", ("routing balanced (forced)",)))
+    for label, gpus, mbs, parallel, device, tps, layout, modules, timing in _DEEPSEEK_ULTRA_ROWS:
+        raw = _deepseek_v3_run(label, gpus, 4096, mbs, parallel, layout, device, modules)
+        raw["timing"].update(timing)
+        row = _ultra_row(label, raw, gpus, 4096, tps, "26.04")
+        rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *_DEEPSEEK_ASSUMPTIONS, _BF16_MOMENTS)})
+    rows.append(_kimi_k2_gb300())
+    for label, device, ep, tps, hybridep in _GPT_OSS_ULTRA_ROWS:
+        raw = _gpt_oss_run(label, "26.04", device, 64, 1280, 4, 1, ep, hybridep=hybridep)
+        raw["timing"].update(_te_graphs("attn", *_ROUTER))
+        row = _ultra_row(label, raw, 64, 1280, tps, "26.04")
+        # BF16: none of `_row`'s FP8 assumptions; the GPT-OSS group's own (`nemo_gpt_oss_rows`)
+        notes = ("routing balanced (forced)", "the attention sinks' softmax offset priced as plain flash attention")
+        rows.append({**row, "assumptions": (*_ULTRA_NOTES, *_NOTES_2604, *notes)})
+    for label, kind, gbs, mbs, tps in _ULTRA_2511_ROWS:
+        recipe = "mxfp8" if "MXFP8" in label else "tensorwise"
+        if kind == "llama":
+            raw = _llama_run(label, _LLAMA3_8B, 8, gbs, mbs, {}, "gb300", fp8_recipe=recipe)
+            raw["timing"]["cuda_graph_impl"] = "full_iteration"
+        else:
+            raw = _qwen3_run(
+                label, QWEN3_30B_A3B, 8, gbs, mbs, {"ep": 8}, "gb300", a2a_overlap=False, fp8_recipe=recipe
+            )
+            raw["timing"].update({**_flex("hybridep"), **_te_graphs(*_ROUTER)})
+        notes = (f"the table's MBS {mbs} (the preset's {4 if kind == 'llama' else 8})",)
+        rows.append(_ultra_row(label, raw, 8, gbs, tps, "25.11", notes))
+    return rows

@@ -19,6 +19,8 @@ For each row: the measured seconds, ours, and ours split into
 - memory-bound ops by kind: norms, activation (bias-GeLU, SwiGLU), residual adds with their bias and
   dropout, rotary embedding, the loss (cross-entropy over the vocabulary), the embedding lookup;
 - exposed layer collectives (TP all-reduces, reduce-scatters, all-gathers);
+- under Megatron's fine-grained activation offloading, the backwards' waits for their reloads beyond the
+  compute they run behind (`ppb_core.timing.offload.reload_wait_s`, which the iteration adds to each layer);
 - the iteration's other terms, each its own class: the busiest stage's get_batch broadcasts (and what combined
   1F1B steps save, negative), bubble, p2p, FSDP and data-parallel communication, optimizer, bookkeeping;
 each with its achieved rate (TFLOP/s of its FLOPs, or TB/s of its HBM bytes) and its share. The
@@ -76,7 +78,8 @@ from public_runs import (  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.memory import MemoryModel  # noqa: E402
 from ppb_core.timing.flops import COMM, Op  # noqa: E402
-from ppb_core.timing.iteration import configured_states, run_iteration  # noqa: E402
+from ppb_core.timing.iteration import configured_states, framework_rules, run_iteration  # noqa: E402
+from ppb_core.timing.offload import reload_wait_s  # noqa: E402
 from ppb_core.timing.pricer import TimeModel  # noqa: E402
 
 DEFAULT_ROWS = ("Megatron GPT 1.7B", "Megatron CI GPT 7B TP4 PP1 (H100)")
@@ -93,6 +96,9 @@ MEMORY_KINDS = (
 HOST_CLASS = "host (GPU waits for launches)"
 # What a layer's recompute reruns in its backward (the pricer's `recompute` pass), whatever the op.
 RECOMPUTE_CLASS = "recompute (reruns)"
+# A backward's wait for its fine-grained offloaded activations' reloads beyond the compute they run
+# behind (`ppb_core.timing.offload.reload_wait_s`, which the iteration adds to each layer's backward).
+RELOAD_CLASS = "offload reloads (waits)"
 # The busiest stage's `compute` beside its layers (`Iteration.compute_parts`): Megatron's get_batch
 # broadcasts over TP (`ppb_core.timing.batch`) and, negative, what combined 1F1B steps save.
 COMPUTE_PARTS = {"batch_broadcast": "get_batch broadcasts", "combined_saving": "combined 1F1B steps (saved)"}
@@ -156,14 +162,21 @@ def decompose_run(run: RunConfig, name: str) -> tuple[dict[str, Share], float]:
     are one class (`RECOMPUTE_CLASS`)."""
     iteration = run_iteration(run)
     times = TimeModel(run)
+    memory = MemoryModel(run)
+    combined = framework_rules(run).combined_1f1b
     m = run.training.micro_batches
     classes: dict[str, Share] = defaultdict(Share)
-    for layer, state in configured_states(run, MemoryModel(run)).items():
+    for layer, state in configured_states(run, memory).items():
         if layer.stage != iteration.busiest_stage:
             continue
         host = times.host(layer, *state)
         if host.forward + host.backward > 0:
             classes[HOST_CLASS].seconds += (host.forward + host.backward) * m
+        offloaded = memory.state_memory(layer, *state).offloaded_bytes
+        if offloaded > 0:  # as `run_iteration` prices it: the window is the backward (and forward if combined)
+            forward_ms, backward_ms = times.layer_times(layer, *state)
+            window = (backward_ms + (forward_ms if combined else 0.0)) / 1e3
+            classes[RELOAD_CLASS].seconds += reload_wait_s(offloaded, times.device.host_link_gbs, window) * m
         ops = {op.name: op for op in times.ops(layer)}
         for timed in times.breakdown(layer, *state):
             share = classes[RECOMPUTE_CLASS if timed.phase == "recompute" else op_class(ops[timed.name])]

@@ -49,7 +49,8 @@ Sources:
   parallel sizes from the table, every other flag from the release's recipes (Megatron-Bridge
   v0.2.0): bench/_nemo.py. And its 26.04 table (the 26.04.01 revision, docs/performance-summary.md at
   21d102f5e, recipes v0.4.2): Llama 3 70B / 3.1 405B, Qwen3 30B-A3B / 235B-A22B and DeepSeek-V3 on H100, B200
-  and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon, GB300/B300), a group of its own.
+  and GB200 where ppb prices the preset (no NVFP4, CPU offloading, Mamba, Muon), a group of its own; its DGX-GB300
+  and DGX-B300 rows, and 25.11's DGX-GB300 ones (the catalog's gb300 and b300), another (`nemo_ultra_rows`).
 - torchtitan's other benchmark rows (pytorch/torchtitan benchmarks/, bench/_titan.py): the December
   2024 file's compiled and Float8 rows (Tables 1-6: FSDP, 2D, 3D and 4D Llama 3.1 8B/70B/405B), the
   June 2025 async-TP file, and Trainy's H200 file; tokens/s per GPU as torchtitan's train.py counts it.
@@ -88,11 +89,15 @@ from _mindformers import CARDS, MINDFORMERS, mindformers_card_rows, mindformers_
 from _nemo import (  # noqa: E402
     NEMO,
     NEMO_2511_GPT_OSS,
+    NEMO_2511_ULTRA,
     NEMO_2604,
     NEMO_2604_GPT_OSS,
+    NEMO_2604_ULTRA,
+    ULTRA_SKIPPED,
     nemo_2604_rows,
     nemo_gpt_oss_rows,
     nemo_rows,
+    nemo_ultra_rows,
 )
 from _public import (  # noqa: E402
     LLAMA3_405B,
@@ -581,7 +586,7 @@ NEMO_SEND_WAITS = "core_r0.10"
 def _nemo_runs() -> list[PublicRun]:
     """NeMo's 25.11 and 26.04 performance summaries (bench/_nemo.py: the tables, the releases' recipes)."""
     runs = []
-    for row in (*nemo_rows(), *nemo_2604_rows(), *nemo_gpt_oss_rows()):
+    for row in (*nemo_rows(), *nemo_2604_rows(), *nemo_gpt_oss_rows(), *nemo_ultra_rows()):
         raw = {**row["raw"], "timing": {**row["raw"]["timing"], "interleaved_send_waits": NEMO_SEND_WAITS}}
         runs.append(PublicRun(**{**row, "raw": raw}))
     return runs
@@ -657,6 +662,7 @@ GROUPS = {
     "NeMo 25.11 performance-summary": lambda source: source == NEMO,
     "NeMo 26.04 performance-summary": lambda source: source == NEMO_2604,
     "NeMo GPT-OSS 120B (25.11, 26.04)": lambda source: source in (NEMO_2511_GPT_OSS, NEMO_2604_GPT_OSS),
+    "NeMo GB300 / B300 (25.11, 26.04)": lambda source: source in (NEMO_2511_ULTRA, NEMO_2604_ULTRA),
     "other torchtitan benchmark": lambda source: source.startswith(TITAN_SOURCES),
     "torchtitan docs/performance.md (2024)": lambda source: source.startswith(DOCS_SOURCES),
     "BLOOM": lambda source: source.startswith(BLOOM),
@@ -806,6 +812,8 @@ def main() -> int:
     for label, rows in groups(results).items():
         print(f"mean absolute error over the {len(rows)} {label} runs: {mean_error(rows):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
+    for label, reason in ULTRA_SKIPPED:  # bench/_nemo.py: the GB300/B300 rows not priced
+        print(f"not priced: NeMo {label}: {reason}")
     print(
         "mbs 2: the Megatron rows with micro-batches of 2 sequences (the table does not state the size; "
         "Megatron-LM's examples/gpt3 script uses 1)"

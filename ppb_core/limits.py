@@ -62,6 +62,9 @@ SEARCH_VALUES = 64  # values one dimension of a search spec's limits may list (a
 SEARCH_POINTS = 10**7
 RANKED = 1000  # strategies a search ranks (each balanced exactly)
 WORKERS = 1024  # processes one search starts
+# a multiple of the balancer's work limits (`--work`): a thousand times the default's 300 M array elements of
+# listing alone run for hours
+BALANCE_WORK = 1000.0
 SEARCH_SECONDS = 7 * 86400.0  # a search's time budget and each strategy's balancing or timeout: a week
 
 # --- files ----------------------------------------------------------------------------------

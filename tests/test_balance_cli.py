@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from ppb_core.cli.balance import stopped_words
+from ppb_core.cli.balance import _no_plan, stopped_words
 from ppb_core.cli.main import main
 
 DATA = Path(__file__).parent / "data"
@@ -98,6 +99,8 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
         ([str(DATA / "demo.json"), "-s", "99"], "cannot fill"),
         ([str(DATA / "demo.json"), "-s", "4", "-mb", "2", "-i", "2"], "at least as many micro-batches as stages"),
         ([str(DATA / "demo.json"), "--constant-memory", "-5"], "must not be negative"),
+        ([str(DATA / "demo.json"), "--work", "0"], "--work: must be positive and finite, got 0"),
+        ([str(DATA / "demo.json"), "--work", "1e9"], "--work: "),
         # the layout writes an "m" per MTP layer: 10^8 of them ran past a minute (December 2026); ppb's limit of
         # layers, 1,024, bounds them
         ([str(DATA / "demo.json"), "--mtp-layers", "100000000"], "over ppb's limit of 1,024 layers"),
@@ -142,6 +145,28 @@ def test_memory_too_small_names_what_the_least_plan_needs(capsys: pytest.Capture
     assert err.count("\n") == 1
     assert json.loads(out)["status"] == "infeasible"
     assert not out_file.exists()
+
+
+def test_a_search_stopped_before_any_plan_is_refused_naming_what_to_raise(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # demo.json at V = 7 and 95,000 MB: no even split fits (the leanest uniform split, BOTH, needs 104,685 MB)
+    # and the least plan needs 92,070, so a plan fits but none is known before the search; a clock of 1 µs
+    # stops it at once. It exited 0 and wrote a plan file without a plan.
+    out_file = tmp_path / "plan.json"
+    argv = [str(DATA / "demo.json"), "-i", "7", "-mem", "95000", "-t", "1e-6", "-q", "--json"]
+    code, out, err = _run(capsys, *argv, "-o", str(out_file))
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "--time-limit: no plan found in" in err and "raise it" in err
+    result = json.loads(out)
+    assert result["status"] == "time_limit" and "cells" not in result
+    assert not out_file.exists()
+    # stopped by the work limits instead, the line names --work
+    flag, words = _no_plan(
+        {"message": "no plan found in 8.0 s", "stopped_by": "work_limit"}, Namespace(work=1.0, time_limit=None)
+    )
+    assert flag == "--work" and words.endswith("the work limits (--work 1) stopped the search first; raise --work")
 
 
 def test_a_proven_objective_whose_tie_break_the_clock_cut_is_said_proven() -> None:

@@ -502,6 +502,11 @@ def test_check_and_the_report_give_the_optimums_torchtitan_lines(
     assert main(["check", str(run), "--plan", str(plan)]) == 0
     text = capsys.readouterr().out
     assert "torchtitan job TOML:" in text and 'selective_ac_option = "2"' in text
+    # a torchtitan run's plan in its own lines only: no Megatron-LM layout beside it (check and balance printed one)
+    assert checked["megatron_lines"] == [] and "Megatron-LM" not in text
+    assert main(["balance", str(run), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "torchtitan job TOML:" in text and "Megatron-LM" not in text
     # the chain's report: the same lines as a TOML block, which `ppb import torchtitan` reads back to the split
     # (the chain's tables price the run as the file does: tests/test_config.py, the unstated overlap shares)
     tables = run_chain(run, until="plan_report")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 from bench_modules import load_bench
+from test_memory_offload import ATTENTION, _offload
+from test_memory_runs import DENSE, body
 
+from ppb_core.model.switches import LayerType
 from ppb_core.model.walk import walk
+from ppb_core.timing.pricer import TimeModel
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +194,16 @@ def test_alone_factors_split_the_reruns_by_kind_and_scale_the_bubble(bench, gpt_
     assert scale > 1
     gap, x_gemms, _ = bench.alone_factors(bench.config(row), row.seconds)
     assert x_gemms == pytest.approx(1 + gap / (gemms * scale), rel=1e-12)
+
+
+def test_offloaded_layers_reload_waits_are_their_own_class(bench):
+    # test_timing_offload's slow link: DENSE (4 body layers) with the attention groups offloaded moves
+    # 50,176 bytes a layer and micro-batch; at 1e-6 GB/s (1000 B/s) each reload takes c = 50.176 s, and a
+    # layer's backward waits c - b beyond its own backward b (timing/offload.py `reload_wait_s`, no
+    # combined 1F1B: the window is the backward alone). pp 1, 2 micro-batches, 4 body layers: 8 waits.
+    slow = _offload(DENSE, ATTENTION, micro_batches=2)
+    slow = slow.model_copy(update={"device": slow.device.model_copy(update={"host_link_gbs": 1e-6})})
+    _, backward_ms = TimeModel(slow).layer_times(body(slow), LayerType.NOT_REC_LAYER)
+    classes, seconds = bench.decompose_run(slow, "slow link")  # asserts layers, compute and total add up
+    assert classes["offload reloads (waits)"].seconds == pytest.approx(2 * 4 * (50.176 - backward_ms / 1e3), rel=1e-9)
+    assert sum(share.seconds for share in classes.values()) == pytest.approx(seconds, rel=1e-9)

@@ -154,6 +154,16 @@ def test_ppb_plan_on_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys
     assert not out.exists()
 
 
+def test_a_plan_summary_without_a_plan_names_what_to_raise() -> None:
+    # `ppb plan` and the pipeline_plan asset refuse it as bad input (exit 2), as `ppb balance` does
+    time_cut = {"status": "time_limit", "stopped_by": "time_limit", "message": "no plan found in 0.2 s"}
+    assert chain.no_plan_words(time_cut).endswith("raise it (ppb plan -t, the asset's time_limit_s)")
+    work_cut = {**time_cut, "stopped_by": "work_limit"}
+    assert chain.no_plan_words(work_cut).endswith("raise them (ppb plan --work, the asset's work)")
+    proven = {"status": "infeasible", "message": "no plan fits in 4 MB per device"}
+    assert chain.no_plan_words(proven) == "no plan fits in 4 MB per device"
+
+
 @pytest.fixture(scope="module", params=sorted(p.stem for p in CONFIGS.glob("*.yaml")))
 def shipped(request: pytest.FixtureRequest) -> tuple[str, dict[str, pd.DataFrame]]:
     """Every shipped config up to the balancer (DeepSeek-V3's plan takes the balancer's whole time limit)."""

@@ -14,8 +14,9 @@ from ppb_core.errors import InputError
 from ppb_core.model.switches import OPTIONS, SWITCHES, LayerType, option_state
 from ppb_core.model.walk import walk
 from ppb_core.timing.comm import Group, Links, collective_seconds
-from ppb_core.timing.flops import ALL_REDUCE, Collective
+from ppb_core.timing.flops import ALL_GATHER, ALL_REDUCE, Collective
 from ppb_core.timing.kernels import Kernels, dp_workspace_bytes
+from ppb_core.timing.launches import layer_launches
 from ppb_core.timing.nan_fill import deterministic_fill_bytes
 from ppb_core.timing.pricer import TimeModel
 
@@ -880,6 +881,56 @@ def test_under_sp_te_quantizes_the_sequence_shard_before_its_fp8_all_gather():
     mx, mx_ops = _fp8_body("mxfp8", tp=2, sp=True)
     assert mx._cast_bytes(mx_ops["mlp_out"], True) == pytest.approx(2.0)
     assert mx._te_sp_transpose_bytes(mx_ops["mlp_in"]) == 0.0
+
+
+def test_under_userbuffers_mxfp8_gathers_its_scales_by_nccl():
+    # TE v2.9 / v2.14 base.py `fill_userbuffers_buffer_for_all_gather`: an MXFP8 operand put through a
+    # userbuffers all-gather (Megatron's --tp-comm-overlap) has its E8M0 scales, a byte a 32-block, gathered
+    # with `torch.distributed.all_gather_into_tensor` first: 2048 gathered rows of 1024, 2048·1024/32 = 65,536 B.
+    # Each column-parallel linear (qkv, fc1) fills it for its forward gather and its bulk-dgrad re-gather
+    # (layernorm_linear.py, Megatron's tp_comm_bulk_dgrad default); each row-parallel one (proj, fc2) for
+    # its output gradient's row-wise gather, exposed, and again for the column-wise copy on the dgrad GEMM's
+    # send stream (linear.py `_Linear.backward`). tp 2 on one node at 10 µs a step, the round device's 100
+    # GB/s at 0.5: 10 µs + 65,536 · 1/2 / 5e10 s = 10.655 µs, 0.0106554 ms.
+    def mx_body(overlap_tp: float, recipe: str = "mxfp8"):
+        device = dict(ROUND_DEVICE, fp8_matmul_efficiency=0.5, collective_latency_us=10.0)
+        raw = gelu_run(device=device, tp=2, sp=True).model_dump(mode="json", exclude_none=True)
+        timing = {"matmul_dtype": "fp8", "fp8_recipe": recipe, "overlap": {"tp": overlap_tp}}
+        run = parse_run_config({**raw, "timing": timing})
+        model = TimeModel(run)
+        return model, {op.name: op for op in model.ops(body(run))}
+
+    model, ops = mx_body(1.0)
+    prices = model.op_prices(body(model.run))
+    for stem, producer in (("attention", "out_proj"), ("mlp", "mlp_out")):
+        entry = ops[f"scales_{stem}"]
+        for comm in (entry.forward_comm, entry.backward_comm):
+            assert (comm.kind, comm.group, comm.payload_bytes, comm.calls) == (ALL_GATHER, "tp", 65_536, 1)
+        assert prices[f"scales_{stem}"].forward_ms == pytest.approx(0.0106554, rel=1e-4)
+        assert prices[f"scales_{stem}"].backward_ms == pytest.approx(0.0106554, rel=1e-4)
+        exit_ = ops[f"reduce_{stem}_scales"]
+        assert exit_.forward_comm is None and exit_.backward_comm.payload_bytes == 65_536
+        assert prices[f"reduce_{stem}_scales"].backward_ms == pytest.approx(0.0106554, rel=1e-4)
+        beside = ops[f"reduce_{stem}_wgrad_scales"].backward_comm
+        assert (beside.overlap, beside.partner) == ("tp_async", (producer, "dgrad"))
+    # the row-parallel output gradient quantized twice from its bf16 shard, each pass reading it and writing
+    # one copy: (2 + 1 + 2 + 1) / tp = 3 B an element of the gathered rows, against (2 + 2) / 2 = 2 in one pass
+    assert model._cast_bytes(ops["mlp_out"], True) == pytest.approx(3.0)
+    # ... the second a Python call into TE: one more backward launch for out_proj and mlp_out, none elsewhere
+    sp_ops = (model._te_gathered, model._te_scattered)
+    common = dict(tp=2, rope_fusion=True, cross_entropy_fusion=False, wgrad_fused=True, fp8_recipe="mxfp8")
+    with_ub = layer_launches(tuple(ops.values()), **common, sp_ops=sp_ops, mxfp8_userbuffers=True)
+    without = layer_launches(tuple(ops.values()), **common, sp_ops=sp_ops)
+    assert {name: with_ub[name][1] - without[name][1] for name in ops if with_ub[name] != without[name]} == {
+        "out_proj": 1.0,
+        "mlp_out": 1.0,
+    }
+    # NCCL's own coalesced gather without userbuffers, and per-tensor recipes: no scale gathers
+    for overlap_tp, recipe in ((0.0, "mxfp8"), (1.0, "tensorwise")):
+        _, other_ops = mx_body(overlap_tp, recipe)
+        assert not [name for name in other_ops if "scales" in name]
+    plain, plain_ops = mx_body(0.0)
+    assert plain._cast_bytes(plain_ops["mlp_out"], True) == pytest.approx(2.0)
 
 
 def test_under_sp_te_all_gathers_fp8_data():

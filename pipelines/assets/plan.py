@@ -10,7 +10,7 @@ from pydantic import Field
 
 from pipelines.assets.common import rounded, stage_asset, table_metadata
 from pipelines.checks import MEMORY_MODEL_AGREES_THE_PLAN_FITS, PLAN_FITS_THE_DEVICE, checked, verdict
-from ppb_core import chain
+from ppb_core import chain, limits
 from ppb_core.balance.progress import log_lines
 from ppb_core.report.render import embedded_markdown
 from ppb_core.tables.report import stage_memory_mb
@@ -27,6 +27,12 @@ class PlanConfig(dg.Config):
         gt=0,
         description="a wall-clock limit on the balancer's search, a last-resort safety net (none: it ends on "
         "deterministic work limits, the same plan on any machine)",
+    )
+    work: float = Field(
+        default=1.0,
+        gt=0,
+        le=limits.BALANCE_WORK,
+        description="a multiple of the balancer's deterministic work limits (`ppb balance --work`)",
     )
 
 
@@ -68,11 +74,16 @@ def pipeline_plan(
 ):
     # The solve's steps (incumbent, bound, gap) in the run's log as they happen: a long solve shows progress.
     stored = chain.pipeline_plan(
-        run_config, scaled_descriptions, time_limit_s=config.time_limit_s, progress=log_lines(context.log.info)
+        run_config,
+        scaled_descriptions,
+        time_limit_s=config.time_limit_s,
+        progress=log_lines(context.log.info),
+        work=config.work,
     )
-    # no plan fits: the run config's device is too small for it, bad input as `ppb balance` says
-    infeasible = stored.summary["status"] == "infeasible"
-    yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored), bad_input=infeasible)
+    # no plan fits (the run config's device is too small for it) or none was found within the limits (raise
+    # them): bad input as `ppb balance` says
+    no_plan = stored.summary["status"] == "infeasible" or stored.frame.empty
+    yield from checked(PLAN_FITS_THE_DEVICE, chain.plan_problems(run_config, stored), bad_input=no_plan)
     report = chain.plan_report(run_config, stored)
     yield dg.Output(
         stored,

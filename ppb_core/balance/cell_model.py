@@ -32,11 +32,11 @@ def cell_choices(problem: BalanceInput, catalogue: Catalogue, work_limit: float,
     compositions = catalogue.compositions(k_max)
     for v, s in p.cells:
         fixed = p.fixed_time("F", v, s) + p.fixed_time("B", v, s)
-        room = p.memory_mb - p.constant_memory_mb
         options = [catalogue.empty_cell()] if (v, s) in p.reserved_cells else []
         for types, counts in compositions:
             if not catalogue.reachable((v, s), types, counts):
                 continue
+            room = p.memory_mb - p.constant_memory_mb + p.relief_mb(s, types)  # the most relief with these types
             for choice in catalogue.cell_choices(types, counts):
                 if choice.forward + choice.backward + fixed <= work_limit and choice.parameter_mb <= room:
                     options.append(choice)
@@ -61,6 +61,8 @@ class CellModel(ChoiceModel):
         self.g = {}
         self.duration = {}
         self.residue: dict[Cell, tuple[list[int], int]] = {}  # (z per residue, q) per cell of chunk ≥ 1
+        # per stage whose relief varies: (h per kind group, the relief r in MB), `_relief`
+        self.relief: dict[int, tuple[list[int], int]] = {}
         self._durations()
         self._placement()
         self._memory()
@@ -91,12 +93,48 @@ class CellModel(ChoiceModel):
                         terms[x] = float(choice.body_count(body))
             self._row(layers.nb_layer, layers.nb_layer, terms)
 
+    def _relief(self, s: int) -> int | None:
+        """The column of stage s's relief (MB, `BalanceInput.relief_mb`), None where it is the same whatever
+        the stage holds. h[g] ≥ the choices of each cell holding kind group g (so 1 where the stage holds g;
+        nothing else pulls it up), and for every set S of groups r ≤ R(S) + (R(∅) − R(S))·Σ_{g∈S}(1 − h[g]):
+        binding at S = the groups held, and loose (≥ R(∅)) for any S holding one more. R never grows with S,
+        so r ≤ R(held) exactly in every integer solution."""
+        p = self.p
+        row = p.relief_row(s)
+        if max(row) == min(row):
+            return None
+        workspace = p.workspace
+        assert workspace is not None
+        groups = max(workspace.group_of) + 1
+        h = [self._column(0, 1, False) for _ in range(groups)]
+        r = self._column(0, row[0], False)
+        self.relief[s] = (h, r)
+        for v in range(p.chunks):
+            for g in range(groups):
+                terms = {
+                    x: 1.0
+                    for x, choice in zip(self.x[(v, s)], self.cell_choices[(v, s)], strict=True)
+                    if any(workspace.group_of[b] == g for b in choice.bodies)
+                }
+                if terms:
+                    self._row(-INF, 0, {**terms, h[g]: -1.0})
+        for mask in range(1, 1 << groups):
+            slack = row[0] - row[mask]
+            terms = {r: 1.0}
+            held = [g for g in range(groups) if mask >> g & 1]
+            for g in held:
+                terms[h[g]] = slack
+            self._row(-INF, row[mask] + slack * len(held), terms)
+        return r
+
     def _memory(self) -> None:
-        """Per stage and in-flight vector: parameters + in flight × activations, head and tail too,
-        within the device (in units of the device's memory)."""
+        """Per stage and in-flight vector: parameters + in flight × activations, head and tail too, less the
+        stage's relief (`_relief`), within the device (in units of the device's memory)."""
         p = self.p
         scale = p.memory_mb
         for s in range(p.stages):
+            relief = self._relief(s)
+            fixed = p.relief_row(s)[0] if relief is None else 0.0
             for vector in p.vectors[s]:
                 terms: dict[int, float] = {}
                 for v in range(p.chunks):
@@ -104,7 +142,9 @@ class CellModel(ChoiceModel):
                         held = choice.parameter_mb + vector[v] * choice.activation_mb
                         if held:
                             terms[x] = held / scale
-                room = p.memory_mb - p.constant_memory_mb - p.head_stage_memory_mb(s, vector)
+                room = p.memory_mb - p.constant_memory_mb + fixed - p.head_stage_memory_mb(s, vector)
+                if relief is not None:
+                    terms[relief] = -1.0 / scale
                 self._row(-INF, room / scale, terms)
 
     def _order(self) -> None:
@@ -203,4 +243,10 @@ class CellModel(ChoiceModel):
         for (v, s), (z, q) in self.residue.items():
             before = sum(plan.cell_layers(w, s) for w in range(v))
             values[z[before % len(z)]], values[q] = 1.0, float(before // len(z))
+        for s, (h, r) in self.relief.items():
+            held = plan.stage_bodies(s)
+            groups = {p.workspace.group_of[b] for b in held} if p.workspace is not None else set()
+            for g, column in enumerate(h):
+                values[column] = 1.0 if g in groups else 0.0
+            values[r] = p.relief_mb(s, held)
         return values

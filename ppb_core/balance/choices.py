@@ -453,7 +453,8 @@ class Catalogue:
         layers = p.layers
         fixed_work = p.fixed_work(stage)
         vectors = p.vectors[stage]
-        # A lower bound on what the stage holds besides its body layers' parameters.
+        # A lower bound on what the stage holds besides its body layers' parameters (less the relief of a
+        # stage holding only the cell's body types: holding more only shrinks it, `BalanceInput.relief_mb`).
         fixed_memory = p.constant_memory_mb + max((p.head_stage_memory_mb(stage, v) for v in vectors), default=0.0)
         compositions = self.compositions(k_max)
         bodies = layers.bodies
@@ -470,11 +471,12 @@ class Catalogue:
                     n * (bodies[b].memory_parameter_mb + fewest * least_activation[b])
                     for b, n in zip(types, counts, strict=True)
                 )
-                if least + fixed_memory > p.memory_mb:
+                room = p.memory_mb + p.relief_mb(stage, types)
+                if least + fixed_memory > room:
                     continue
                 for choice in self.cell_choices(types, counts):
                     work = choice.forward + choice.backward + fixed_work
-                    if work <= work_limit and choice.parameter_mb + fixed_memory <= p.memory_mb:
+                    if work <= work_limit and choice.parameter_mb + fixed_memory <= room:
                         options.append(choice)
             per_chunk.append(options)
         return self._combine(stage, per_chunk, fixed_work, work_limit, reduce)
@@ -487,8 +489,11 @@ class Catalogue:
         p = self.p
         vectors = p.vectors[stage]
         counts = np.array(vectors, dtype=float).reshape(len(vectors), p.chunks)  # [vector, chunk]
-        # Pruning only saves work: a slack keeps borderline partials for the exact check below.
+        # Pruning only saves work: a slack keeps borderline partials for the exact check below. A partial's
+        # relief (by the body types it holds so far) bounds its completions' (`BalanceInput.relief_mb`).
         memory_limit = (p.memory_mb - p.constant_memory_mb) * (1 + 1e-9) + 1e-9
+        relief = np.array(p.relief_row(stage))
+        masks = np.zeros(1, dtype=np.int64)  # per partial, `body_mask` of the body types it holds
         work_cap = work_limit * (1 + 1e-12) if math.isfinite(work_limit) else math.inf
         index = np.zeros((1, 0), dtype=np.int64)
         stage_work = np.array([fixed_work])
@@ -505,7 +510,8 @@ class Catalogue:
             layers = np.array([c.layers for c in options], dtype=np.int64)
             # [count mod period, option]: whether the option is the setting's after that many layers
             holds = np.array([[c.residues is None or c.residues[r] for c in options] for r in range(period)])
-            kept_index, kept_work, kept_held, kept_before = [], [], [], []
+            cell_masks = np.array([p.body_mask(c.bodies) for c in options], dtype=np.int64)
+            kept_index, kept_work, kept_held, kept_before, kept_masks = [], [], [], [], []
             step = max(1, 2_000_000 // (len(options) * max(1, len(vectors))))
             for first in range(0, len(stage_work), step):
                 self.budget.spend(min(step, len(stage_work) - first) * len(options) * max(1, len(vectors)))
@@ -515,9 +521,11 @@ class Catalogue:
                     + parameters[None, :, None]
                     + activation[None, :, None] * counts[None, None, :, chunk]
                 )
+                grown_masks = masks[first : first + step, None] | cell_masks[None, :]
                 # what the later chunks add at least: a partial already over with it can never fit
                 ok = (grown_work + later_work[chunk] <= work_cap) & (
-                    (grown_held + later_held[None, None, :, chunk]).max(axis=2, initial=0.0) <= memory_limit
+                    (grown_held + later_held[None, None, :, chunk]).max(axis=2, initial=0.0)
+                    <= memory_limit + relief[grown_masks]
                 )
                 if period > 1:  # the rank's count runs on from its earlier chunks (`_forced`)
                     ok &= holds[before[first : first + step]]
@@ -526,15 +534,17 @@ class Catalogue:
                 kept_work.append(grown_work[rows, columns])
                 kept_held.append(grown_held[rows, columns])
                 kept_before.append((before[first + rows] + layers[columns]) % period)
+                kept_masks.append(grown_masks[rows, columns])
             index = np.concatenate(kept_index)
             stage_work = np.concatenate(kept_work)
             held = np.concatenate(kept_held)
             before = np.concatenate(kept_before)
+            masks = np.concatenate(kept_masks)
             if not len(index):
                 return []
         # The stage's memory with head and tail, as `stage_memory` sums it; exact where too close to call.
         head_tail = np.array([p.head_stage_memory_mb(stage, v) for v in vectors])
-        used = (held + head_tail[None, :]).max(axis=1, initial=0.0) + p.constant_memory_mb
+        used = (held + head_tail[None, :]).max(axis=1, initial=0.0) + p.constant_memory_mb - relief[masks]
         close = np.abs(used - p.memory_mb) <= 1e-6 * max(1.0, p.memory_mb)
         fits = used <= p.memory_mb
         for row in np.nonzero(close)[0]:
@@ -623,7 +633,7 @@ class Catalogue:
         for vector in p.vectors[stage]:
             total = parameters + sum(n * c.activation_mb for n, c in zip(vector, cells, strict=True))
             peak = max(peak, total + p.head_stage_memory_mb(stage, vector))
-        return peak + p.constant_memory_mb
+        return peak + p.constant_memory_mb - p.relief_mb(stage, _held_bodies(cells))
 
     def fits(self, stage: int, cells: Sequence[CellChoice]) -> bool:
         """Memory within the device, exactly where floating point is too close to call."""
@@ -650,7 +660,12 @@ class Catalogue:
         for vector in p.vectors[stage]:
             total = parameters + sum(n * a for n, a in zip(vector, activations, strict=True))
             peak = max(peak, total + Fraction(p.head_stage_memory_mb(stage, vector)))
-        return peak + Fraction(p.constant_memory_mb)
+        return peak + Fraction(p.constant_memory_mb) - Fraction(p.relief_mb(stage, _held_bodies(cells)))
+
+
+def _held_bodies(cells: Sequence[CellChoice]) -> set[int]:
+    """The body types a stage of these cells holds layers of."""
+    return {body for cell in cells for body, row in zip(cell.bodies, cell.counts, strict=True) if sum(row)}
 
 
 def _least_after(per_chunk: list[list[CellChoice]], counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

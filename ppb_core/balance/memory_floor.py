@@ -98,7 +98,7 @@ def _stage_choices(
             if not catalogue.reachable((v, stage), types, counts):
                 continue
             cell = _leanest(catalogue, types, counts)
-            if cell.parameter_mb + problem.constant_memory_mb <= bound:
+            if cell.parameter_mb + problem.constant_memory_mb - problem.relief_mb(stage, types) <= bound:
                 options.append(cell)
         per_chunk.append(options)
     vectors = problem.vectors[stage]
@@ -109,7 +109,10 @@ def _stage_choices(
     index = np.zeros((1, 0), dtype=np.int64)
     kinds = np.zeros((1, 0), dtype=np.int64)  # per chunk, the code of its cell's body types
     totals = np.zeros((1, n_bodies), dtype=np.int64)
-    held = np.array([[problem.head_stage_memory_mb(stage, v) + problem.constant_memory_mb for v in vectors]])
+    # less the most relief a stage can have (of no body type): holding some only lowers it, and the
+    # choices kept are priced exactly after (`Catalogue.stage_memory`)
+    constant = problem.constant_memory_mb - problem.relief_row(stage)[0]
+    held = np.array([[problem.head_stage_memory_mb(stage, v) + constant for v in vectors]])
     body_codes: dict[tuple[int, ...], int] = {}
     for chunk, options in enumerate(per_chunk):
         if not options or clock.out:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ppb_core.balance.outputs import not_megatrons
 from ppb_core.balance.problem import BalanceInput
+from ppb_core.balance.stage_workspace import stage_workspace
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
 from ppb_core.payload.describe import MTP_APART_NAME
@@ -48,9 +49,15 @@ def standalone_problem(
     layers = layer_set(described, run.source)
     apart = tuple(t for t in layers.tails if t.name == MTP_APART_NAME)
     kept = dataclasses.replace(layers, tails=tuple(t for t in layers.tails if t.name != MTP_APART_NAME))
+    # the ends' workspaces as the split TAIL carries them (the user's constant, if given, stays the whole charge)
+    workspace = None if problem.workspace is None else stage_workspace(run, kept.bodies, apart=True)
     try:
         return dataclasses.replace(
-            problem, layers=kept, mtp_cell=(problem.chunks - 1, problem.stages - 2), mtp_apart=apart
+            problem,
+            layers=kept,
+            mtp_cell=(problem.chunks - 1, problem.stages - 2),
+            mtp_apart=apart,
+            workspace=workspace,
         )
     except InputError:
         return None

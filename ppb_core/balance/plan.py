@@ -210,10 +210,20 @@ class Plan:
                     total += n * Fraction(body.memory_mb[OPTIONS[k]])
         return total
 
+    def stage_bodies(self, stage: int) -> list[int]:
+        """The body types the stage holds layers of, in any chunk."""
+        p = self.problem
+        return [b for b in range(len(p.layers.bodies)) if any(self.body_layers(b, v, stage) for v in range(p.chunks))]
+
+    def _constant(self, stage: int) -> float:
+        """The constant less the stage's relief for the body types it holds (`BalanceInput.relief_mb`)."""
+        p = self.problem
+        return p.constant_memory_mb - p.relief_mb(stage, self.stage_bodies(stage))
+
     def exact_stage_memory(self, stage: int) -> Fraction:
         """The stage's peak MB, exactly: the largest over the schedule's in-flight vectors."""
         p = self.problem
-        base = self._parameters(stage) + Fraction(p.constant_memory_mb)
+        base = self._parameters(stage) + Fraction(self._constant(stage))
         activations = [self._activation(chunk, stage) for chunk in range(p.chunks)]
         peak = None
         for vector in p.vectors[stage]:
@@ -240,7 +250,7 @@ class Plan:
         `Fraction`s only within that margin."""
         p = self.problem
         room = p.memory_mb
-        base = p.constant_memory_mb
+        base = self._constant(stage)
         activations = [0.0] * p.chunks
         for index, body in enumerate(p.layers.bodies):
             for chunk in range(p.chunks):
@@ -272,7 +282,7 @@ class Plan:
             one = tuple(1 if c == chunk else 0 for c in range(p.chunks))
             zero = (0,) * p.chunks
             head_tail[chunk] = p.head_stage_memory_mb(stage, one) - p.head_stage_memory_mb(stage, zero)
-        base = float(self._parameters(stage)) + p.constant_memory_mb + p.head_stage_memory_mb(stage, (0,) * p.chunks)
+        base = float(self._parameters(stage)) + self._constant(stage) + p.head_stage_memory_mb(stage, (0,) * p.chunks)
         held = base
         series = [(0.0, held)]
         timeline = self.timeline

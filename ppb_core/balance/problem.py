@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ppb_core.balance.stage_workspace import StageWorkspace, stage_workspace
 from ppb_core.balance.torchtitan_settings import op_policy
 from ppb_core.balance.torchtitan_settings import runnable as torchtitan_runnable
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
-from ppb_core.memory import run_working_set_bytes, run_workspace_bytes
+from ppb_core.memory import MemoryModel, run_working_set_bytes, run_workspace_bytes
 from ppb_core.model.switches import OPTIONS
 from ppb_core.model.walk import FRAMEWORK_RULES, walk
 from ppb_core.payload.sapp import LayerRecord, LayerSet, keep_options, layer_set
@@ -45,6 +46,9 @@ class BalanceInput:
     # Megatron's interleaved schedule's micro-batch group (`--microbatch-group-size-per-virtual-pipeline-stage`,
     # `schedules.check`); None: pp
     group: int | None = None
+    # What the constant and the ends' descriptions charge a stage beyond the workspaces of the kinds it
+    # runs (`stage_workspace.py`: TE's dummy weight gradients per weight shape); None: nothing
+    workspace: StageWorkspace | None = None
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -74,6 +78,12 @@ class BalanceInput:
             check(self.schedule, self.stages, self.chunks, self.micro_batches, self.group)
         except ValueError as err:
             raise InputError(self.source, "schedule", str(err)) from None
+        if self.workspace is not None and len(self.workspace.group_of) != len(self.layers.bodies):
+            raise InputError(
+                self.source,
+                "workspace",
+                f"groups {len(self.workspace.group_of)} body records, the problem has {len(self.layers.bodies)}",
+            )
         refused = self._framework_interleaving()
         if refused is not None:
             raise InputError(self.source, "micro_batches", refused)
@@ -198,6 +208,38 @@ class BalanceInput:
             )
         return total
 
+    @cached_property
+    def _relief_rows(self) -> tuple[tuple[float, ...], ...]:
+        """Per stage, its relief by group mask (`StageWorkspace`), for the ends it carries."""
+        if self.workspace is None:
+            return tuple((0.0,) for _ in range(self.stages))
+        rows = []
+        for stage in range(self.stages):
+            roles = set()
+            if self.layers.heads and self.head_cell[1] == stage:
+                roles.add("head")
+            if self.layers.tails and self.tail_cell[1] == stage:
+                roles.add("tail")
+            if self.mtp_cell is not None and self.mtp_cell[1] == stage:
+                roles.add("mtp")
+            rows.append(self.workspace.row(frozenset(roles)))
+        return tuple(rows)
+
+    def relief_row(self, stage: int) -> tuple[float, ...]:
+        """The stage's relief (MB) indexed by `body_mask` of the body records it holds (one entry, 0, without
+        a `workspace`): what the constant and the ends' descriptions charge it beyond its own workspaces."""
+        return self._relief_rows[stage]
+
+    def body_mask(self, bodies: Iterable[int]) -> int:
+        """The `relief_row` index of a stage holding layers of the body records *bodies* (0 without a
+        `workspace`)."""
+        return 0 if self.workspace is None else self.workspace.mask(bodies)
+
+    def relief_mb(self, stage: int, bodies: Iterable[int]) -> float:
+        """MB a stage holding layers of the body records *bodies* is charged less than the constant and its
+        ends' descriptions say (`stage_workspace.py`); it only shrinks as *bodies* grows."""
+        return self._relief_rows[stage][self.body_mask(bodies)]
+
     def with_chunks(self, chunks: int) -> BalanceInput:
         return BalanceInput(
             self.layers,
@@ -213,6 +255,7 @@ class BalanceInput:
             None if self.mtp_cell is None else (chunks - 1, self.mtp_cell[1]),
             self.mtp_apart,
             self.group,
+            self.workspace,
         )
 
     def describe(self) -> dict[str, object]:
@@ -233,6 +276,7 @@ class BalanceInput:
             "mtp_layers": self.mtp_layers,
             **({"mtp_cell": list(self.mtp_cell)} if self.mtp_cell is not None else {}),
             **({"microbatch_group_size_per_vp_stage": self.group} if self.group is not None else {}),
+            **({"stage_workspace": self.workspace.describe()} if self.workspace is not None else {}),
         }
 
 
@@ -255,19 +299,29 @@ def run_problem(
     working set of one layer's backward (`memory.run_working_set_bytes`) and the GEMM libraries'
     workspaces of the body kinds (`memory.run_workspace_bytes`; what a HEAD or TAIL adds, TE's dummy
     weight gradient of the output layer's shape, its description carries): SAPP descriptions count neither
-    the bodies' nor the working set, and a stage's peak
-    comes while a backward runs. With it, every stage of a plan fits
+    the bodies' nor the working set, and a stage's peak comes while a backward runs. What of that a stage
+    does not hold because it runs only some of the kinds (TE's dummy weight gradients of the dense MLP on a
+    rank of MoE layers) comes off again by the body types its plan gives it (`workspace`,
+    `stage_workspace.py`); a constant given is the whole charge. With it, every stage of a plan fits
     when the memory model evaluates it again layer by layer.
 
     For a torchtitan run the options torchtitan cannot run are withdrawn (`torchtitan_settings.runnable`),
     and FULL for a Megatron run under the combined 1F1B schedule (`--overlap-moe-expert-parallel-comm`),
     unless *runnable* is False (a user's plan priced whatever it says).
     """
+    memory = MemoryModel(run)
     if constant_memory_mb is None:
         fused = walk(run, fused_tail=True)  # the descriptions' layers: one TAIL, whatever the layout
         constant_memory_mb = math.ceil(
-            (run_working_set_bytes(run, layer_walk=fused) + run_workspace_bytes(run, layer_walk=fused, ends=False)) / MB
+            (
+                run_working_set_bytes(run, memory, layer_walk=fused)
+                + run_workspace_bytes(run, memory, layer_walk=fused, ends=False)
+            )
+            / MB
         )
+        workspace = stage_workspace(run, layer_set(descriptions, run.source).bodies, memory=memory)
+    else:
+        workspace = None  # the user's constant is the whole charge
     par = run.parallel
     layers = layer_set(descriptions, run.source)
     if runnable and run.framework == "torchtitan":
@@ -293,6 +347,7 @@ def run_problem(
         run.framework,
         sum(getattr(run.spec(name), "mtp_layers", 0) for name in run.model_names),
         group=group,
+        workspace=workspace,
     )
 
 

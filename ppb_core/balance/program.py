@@ -234,6 +234,7 @@ def even_split_best_options(
             tuple(tuple(cells) for cells in per_chunk),
             tuple(problem.vectors[s]),
             tuple(problem.head_stage_memory_mb(s, vector) for vector in problem.vectors[s]),
+            problem.relief_row(s),
         )
         if key not in solved:
             solved[key] = _least_backward_cells(catalogue, s, per_chunk, clock, nodes)
@@ -271,7 +272,8 @@ def _least_backward_cells(
     for cells in per_chunk:
         one_each.append((1.0, 1.0, list(range(first, first + len(cells))), [1.0] * len(cells)))
         first += len(cells)
-    room = p.memory_mb - p.constant_memory_mb
+    # every chunk's choices hold the same body types (the even split's): the stage's relief is known
+    room = p.memory_mb - p.constant_memory_mb + p.relief_mb(stage, {b for cells in per_chunk for b in cells[0].bodies})
     memory = [
         (
             room - p.head_stage_memory_mb(stage, vector),

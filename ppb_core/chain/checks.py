@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from ppb_core.chain.stages import no_plan_words
 from ppb_core.model.switches import MEMORY_KEY, OPTIONS
 from ppb_core.tables.payload import descriptions_from_frame
 from ppb_core.tables.report import stage_memory_mb
@@ -98,7 +99,7 @@ def plan_problems(run_config: pd.DataFrame, pipeline_plan: Summarized) -> list[s
     run = run_from_frame(run_config)
     plan, rows = pipeline_plan.summary, pipeline_plan.frame
     if rows.empty:
-        return [f"no plan: the balancer says {plan['status']}: {plan.get('message', '')}".strip()]
+        return [f"no plan: {no_plan_words(plan)}"]
     problems = []
     limit = float(run.device.usable_mb)
     for row in rows.itertuples(index=False):

@@ -21,7 +21,7 @@ from ppb_core.balance import balance
 from ppb_core.balance.fitting import fitting_placement
 from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import run_problem
-from ppb_core.balance.progress import ProgressHook, showing_seconds
+from ppb_core.balance.progress import ProgressHook, WorkLimits, showing_seconds
 from ppb_core.balance.torchtitan_plan import add_torchtitan
 from ppb_core.config.run import RunConfig
 from ppb_core.errors import InputError
@@ -153,26 +153,41 @@ def pipeline_plan(
     scaled_descriptions: pd.DataFrame,
     time_limit_s: float | None = PLAN_TIME_LIMIT_S,
     progress: ProgressHook | None = None,
+    work: float = 1.0,
 ) -> Summarized:
     """The balancer's plan: layers per (chunk, stage) and their recompute options, the fastest that fits.
 
     The problem's sizes come from the run config as `ppb balance RUN.yaml` takes them: pp stages,
     the micro-batches, vpp chunks and the schedule, the device's memory less reserved_mb. The
-    solve's steps go to *progress* as they happen (the plan does not depend on it).
+    solve's steps go to *progress* as they happen (the plan does not depend on it). *work* multiplies the
+    balancer's work limits (`WorkLimits.scaled`), as `ppb balance --work` does.
     """
     run = run_from_frame(run_config)
     problem = run_problem(run, descriptions_from_frame(scaled_descriptions))
     hook = showing_seconds(progress, time_unit_s(run, problem.describe()))
+    limits = None if work == 1 else WorkLimits().scaled(work)
     # a Megatron run with MTP layers: also the MTP layers apart from the loss (described again with
     # the TAIL split, `payload.describe.describe_mtp_apart`), the faster plan kept
     result = fitting_placement(
         problem,
         standalone_problem(run, problem),
-        lambda placed, **cuts: balance(placed, time_limit_s, progress=hook, price=iteration_price(run), **cuts),
+        lambda placed, **cuts: balance(
+            placed, time_limit_s, progress=hook, price=iteration_price(run), limits=limits, **cuts
+        ),
         plan_overrun_mb(run),  # the plan fits as the report re-evaluates it (`balance.fitting`)
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
     return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
+
+
+def no_plan_words(plan: Mapping[str, Any]) -> str:
+    """Why a plan summary holds no plan, naming what to raise where the limits ended the search first."""
+    said = plan.get("message", "")
+    if plan["status"] == "infeasible":
+        return said or "no plan fits"
+    if plan.get("stopped_by") == "time_limit":
+        return f"{said}: the time limit stopped the balancer first; raise it (ppb plan -t, the asset's time_limit_s)"
+    return f"{said}: the work limits stopped the balancer first; raise them (ppb plan --work, the asset's work)"
 
 
 def plan_json(pipeline_plan: Summarized) -> dict[str, bytes]:
@@ -189,7 +204,7 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     run = run_from_frame(run_config)
     plan = pipeline_plan.summary
     if pipeline_plan.frame.empty:
-        raise InputError(run.source, "plan", f"no plan to report ({plan['status']}): {plan.get('message', '')}")
+        raise InputError(run.source, "plan", f"no plan to report: {no_plan_words(plan)}")
     cells = plan_cells(pipeline_plan)
     by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])
     apart = plan["input"].get("mtp_cell")  # the MTP layers apart from the loss (`balance.mtp_apart`)

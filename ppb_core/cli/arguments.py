@@ -34,6 +34,10 @@ TIME_LIMIT_HELP = (
     "deterministic work limits, so the plan is the same on any machine and load; a plan the limit "
     "cuts short may differ from run to run, and says so)"
 )
+WORK_HELP = (
+    "a multiple of the balancer's deterministic work limits (default 1): more searches further, the plan "
+    "still the same on any machine"
+)
 # Sequence lengths `ppb census` measures at by default.
 DEFAULT_SEQ = (128, 256, 512)
 
@@ -62,6 +66,7 @@ def plan(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=TIME_LIMIT_HELP,
     )
+    parser.add_argument("--work", type=float, default=1.0, metavar="FACTOR", help=WORK_HELP)
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"
     )
@@ -201,6 +206,13 @@ def balance(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help=TIME_LIMIT_HELP,
+    )
+    parser.add_argument(
+        "--work",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help=WORK_HELP,
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress on stderr (a terminal or, every few seconds, a pipe)"

@@ -26,6 +26,7 @@ from ppb_core.balance.megatron import selective_modules
 from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.mtp_apart import standalone_problem
 from ppb_core.balance.problem import BalanceInput, run_problem
+from ppb_core.balance.progress import WorkLimits
 from ppb_core.balance.result import MAX_INTERLEAVE, balance
 from ppb_core.balance.torchtitan_plan import add_torchtitan, torchtitan_lines
 from ppb_core.balance.torchtitan_settings import op_policy
@@ -77,6 +78,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
     _positive(args.micro_batches, "--micro-batches", source, limits.MICRO_BATCHES, "micro-batches")
     _positive(args.memory, "--memory", source, limits.DEVICE_MEMORY_MB, "MB")
     _positive(args.time_limit, "--time-limit", source)
+    _positive(args.work, "--work", source, limits.BALANCE_WORK, "times the work limits")
     if args.constant_memory is not None:
         if not math.isfinite(args.constant_memory):
             raise InputError(source, "--constant-memory", f"must be a finite number of MB, got {args.constant_memory}")
@@ -192,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     unit_s = time_unit_s(run_config, problem.describe()) if run_config is not None else None
     # a Megatron run with MTP layers: also the MTP layers apart from the loss, the faster kept
     apart = standalone_problem(run_config, problem) if run_config is not None else None
+    work = None if args.work == 1 else WorkLimits().scaled(args.work)
     started = time.perf_counter()
     with progress_hook(args.quiet, unit_s) as hook:
         result = fitting_placement(
@@ -206,13 +209,15 @@ def run(args: argparse.Namespace) -> int:
                 modules=selective_modules(run_config),
                 # the best uniform split replaces a plan it beats by the iteration (`faster_uniform`)
                 price=iteration_price(run_config) if run_config is not None else None,
+                limits=work,
                 **cuts,
             ),
             # the plan fits as `ppb check` prices it (`balance.fitting`), unless the user set the constant
             plan_overrun_mb(run_config) if run_config is not None and args.constant_memory is None else None,
         )
     solve_s = time.perf_counter() - started  # wall clock: the text summary's, never the JSON's (not repeatable)
-    warn_if_clock_stopped("ppb balance", result, time_limit)
+    if result.get("cells"):  # with no plan the refusal below says what stopped it
+        warn_if_clock_stopped("ppb balance", result, time_limit)
     if run_config is not None:
         add_torchtitan(result, run_config)  # a torchtitan run's job TOML lines
         result = plan_in_seconds(run_config, result)  # every time in seconds, the plan's iteration priced
@@ -223,6 +228,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(text)
         raise InputError(problem.source, "memory", result.get("message", "no plan fits"))
+    if not result.get("cells"):
+        # the limits ended the search before any plan, and nothing proves none fits: no plan file, the
+        # one-line error and exit status of bad input, naming what to raise
+        if args.json:
+            print(text)
+        raise InputError(problem.source, *_no_plan(result, args))
     if args.out:
         atomic_write_text(args.out, text + "\n")
     if args.json:
@@ -230,6 +241,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         render(result, solve_s)
     return 0
+
+
+def _no_plan(result: dict[str, Any], args: argparse.Namespace) -> tuple[str, str]:
+    """(flag, words) for a solve that ended before any plan, proving none fits or not: the flag to raise."""
+    found = result.get("message", "no plan found")
+    if result.get("stopped_by") == "time_limit":
+        return "--time-limit", f"{found}: the time limit ({args.time_limit:g} s) stopped the search first; raise it"
+    return "--work", f"{found}: the work limits (--work {args.work:g}) stopped the search first; raise --work"
 
 
 STOPPED = {
@@ -365,7 +384,8 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
                 "only, and needs one in every cell)"
             )
-        for line in megatron_lines(result["megatron"]):
+        # a torchtitan run's plan is said in its job TOML lines below, not as Megatron-LM flags
+        for line in [] if given.get("framework") == "torchtitan" else megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
         for line in torchtitan_lines(result.get("torchtitan") or {}):
             console.print(escape(line), soft_wrap=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ppb_core import chain
+from ppb_core import chain, limits
 from ppb_core.cli.console import chain_progress, table_console
 from ppb_core.errors import InputError, shown
 from ppb_core.io import check_output, remove_stale_temporaries
@@ -35,10 +35,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(None, "--until", f"no stage {shown(args.until)} (stages: {', '.join(stages)})")
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
         raise InputError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
+    if not (math.isfinite(args.work) and 0 < args.work <= limits.BALANCE_WORK):
+        most = limits.BALANCE_WORK
+        raise InputError(None, "--work", f"must be a positive multiple of at most {most:g}, got {args.work}")
     check_output(args.out, folder=True)
     started = time.perf_counter()
     with chain_progress(args.quiet) as (starting, hook):
-        settings = {"pipeline_plan": {"time_limit_s": args.time_limit, "progress": hook}}
+        settings = {"pipeline_plan": {"time_limit_s": args.time_limit, "progress": hook, "work": args.work}}
         tables = chain.run_chain(args.run, until=args.until, settings=settings, starting=starting)
     key = chain.partition_key(args.run)
     elapsed = wall_time(time.perf_counter() - started)

@@ -113,6 +113,10 @@ GEMM_FULL_INTENSITY_B200 = round(64 * (2250 / 148) / (989 / 132))
 # GB200 rates scaled by the two parts' MAMF, over B200's 16-bit peak.
 ATTENTION_FORWARD_B200 = round(1697 * 1745 / 1822 / 2250, 3)  # 0.722
 ATTENTION_BACKWARD_B200 = round(1374 * 1745 / 1822 / 2250, 3)  # 0.585
+# cuDNN attention on B300 (the b300 entry derives them): NVIDIA's GB300 rates at head size 128, 16k tokens, no
+# mask, scaled by the two parts' MAMF (GB300's taken as GB200's), over B300's 16-bit peak.
+ATTENTION_FORWARD_B300 = round(2014 * 1769 / 1822 / 2250, 3)  # 0.869
+ATTENTION_BACKWARD_B300 = round(1536 * 1769 / 1822 / 2250, 3)  # 0.663
 # What attention dropout adds to cuDNN's fused attention on sm_90 (`attention_dropout_cost`):
 # NVIDIA/TransformerEngine issue #3312 (Aug 2026) times one DotProductAttention forward and backward,
 # FusedAttention forced, BF16, sbhd (Megatron's layout), 4096 tokens in 4 sequences, 16 heads of 128,
@@ -555,6 +559,96 @@ DEVICE_CATALOG: dict[str, DeviceProfile] = {
         gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
         attention_forward_efficiency=round(1697 / 2500, 3),
         attention_backward_efficiency=round(1374 / 2500, 3),
+        host_kernel_us=HOST_KERNEL_US_DGX_GB200,
+    ),
+    # NVIDIA B300 (Blackwell Ultra, sm_103) in DGX B300 / HGX B300, 8 GPUs of one NVLink 5 switch. Datasheet
+    # figures as stas00/ml-engineering compute/accelerator/README.md at 744d01e tabulates them from the DGX B300
+    # datasheet: 2,250 TFLOPS dense BF16 and 4,500 dense FP8 per GPU (B200's; its dense NVFP4, 15,000, has no
+    # catalog field: ppb prices no NVFP4), 288 GB HBM3e at 8.00 TB/s, 1000 W maximum TGP (DGX B300 power
+    # capping guide; public nvidia-smi logs of "NVIDIA B300 SXM6 AC" read a 1100 W limit). Memory: nvidia-smi
+    # reads 275040 MiB ("NVIDIA B300 SXM6 AC, 275040 MiB" in public device inventories; 288.4e9 bytes, the
+    # datasheet's 288 GB), as the B200 entry takes its 183359. SMs: 148 (device readings: public B300 kernel
+    # notes state "148 SMs", a 2032 MHz maximum SM clock; NVIDIA's Blackwell Ultra blog gives only the full
+    # die's 160), so 2250 = 148 · 8192 FLOP a clock · 1.86 GHz, B200's SM at B200's clock. HGX B300 and
+    # the NVIDIA Blackwell Ultra blog: NVLink 5 1.8 TB/s bidirectional (900 a direction); one ConnectX-8
+    # SuperNIC of 800 Gb/s per GPU (100 GB/s). MAMF (the same README): 1769.0 BF16 (78.6%), 3353.3 FP8
+    # (74.5%), torch 2.9.1+cu130. The layer GEMM shares and MXFP8's ratio were measured on this part
+    # (`LAYER_GEMM_SHARE_BLACKWELL`, `MXFP8_MATMUL_RATIO_BLACKWELL`: TE's GEMM profiling guide, B300).
+    # Inherited, no B300 measurement public: HBM at B200's 7672 GB/s and 0.8 (the same 8 TB/s HBM3e label;
+    # cuDNN's RMSNorm on a GB300, NVIDIA/cudnn-frontend benchmark/norms/results/gb300/all_models_20260226_
+    # 190305.csv at 3929da2, runs the four Llama norms' forward at 5.96-6.46 TB/s, mean 6.12, GB200's 6.13);
+    # NCCL's NVLink 5 share, the XLA sm_100 GEMM fixed times and tile rule, attention's back-to-back share
+    # (B200's: the same SM and die family, sm_103 running sm_100's instruction set plus its additions);
+    # NDR's NIC share for the 800 Gb/s XDR NIC. Attention: cuDNN 9.22 measured on a GB300 (the gb300 entry),
+    # scaled as B200's from GB200's by the two parts' MAMF, GB300's taken as GB200's 1822 (the same 2500
+    # TFLOPS spec, no public GB300 MAMF): 2014 · 1769/1822 = 1955 (0.869 of 2250), 1536 · 1769/1822 = 1491
+    # (0.663). Host: DGX B300's two Xeon 6776P (Granite Rapids, 64 cores, 2.3 GHz base, 4.6 GHz Priority
+    # Core Turbo on 8 cores: Intel's Xeon 6 launch, May 2025); no Megatron CI values on it, so DGX B200's
+    # launch time is kept (`HOST_KERNEL_US_DGX_B200`, itself an assumption), not re-scaled to another core.
+    "b300": DeviceProfile(
+        "b300",
+        275040,
+        2250.0,
+        7672.0,
+        900.0,
+        100.0,
+        sm_count=148,
+        nic_efficiency=0.94,
+        matmul_efficiency=round(1769.0 / 2250, 3),
+        fp8_matmul_efficiency=round(3353.3 / 4500, 3),
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
+        layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
+        compute_capability=10.3,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
+        comm_efficiency=0.802,
+        attention_forward_efficiency=ATTENTION_FORWARD_B300,
+        attention_backward_efficiency=ATTENTION_BACKWARD_B300,
+        host_kernel_us=HOST_KERNEL_US_DGX_B200,
+        host_boost_ghz=4.6,
+    ),
+    # NVIDIA GB300 (a Grace Blackwell Ultra superchip's GPU, 4 a compute tray, 72 a GB300 NVL72 rack's NVLink
+    # domain). NVIDIA GB300 NVL72 specifications as ml-engineering's README (above) tabulates them: 2,500 TFLOPS
+    # dense BF16 and 5,000 dense FP8 per GPU (NVFP4 15,000 dense, no catalog field), per-GPU maximum power 1400 W
+    # (NVIDIA Mission Control power FAQ); the rack's 576 TB/s of HBM3e over 72 GPUs, 8 TB/s each; 130 TB/s of
+    # NVLink 5 over 72, 1.8 TB/s bidirectional each (900 a direction); 72 ConnectX-8 SuperNICs, one of 800 Gb/s
+    # a GPU (100 GB/s). Memory: nvidia-smi reads 284208 MiB ("NVIDIA GB300, 284208 MiB" in public device
+    # inventories of GB300 trays; 72 of them 21.5e12 bytes, the rack's "up to 21 TB"). SMs: 148 (device
+    # readings: public GB300 kernel tuning notes, "GB300 (148 SMs)"), so 2500 = 148 · 8192 · 2.06 GHz. Attention:
+    # NVIDIA's cuDNN 9.22 on this GPU (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/llama3.1/
+    # gb300/llama3.1_20260424_100757.csv at 3929da2; the B200 entry's GB200 file's twin: BF16, 64 query and 8 KV
+    # heads of 128, batch 2, 16k tokens, no mask): forward 2014, backward 1536 TFLOP/s (GB200 1697, 1374: Blackwell
+    # Ultra's doubled SFU exponentials show in the forward); the curves over length and mask stay GB200's
+    # (`attention_rates`). Inherited from GB200, no GB300 measurement public: MAMF shares 0.729 / 0.723 (the same
+    # 2500 / 5000 TFLOPS spec on a superchip); HBM 7672 GB/s at 0.8 (its RMSNorm forward measures as GB200's: the
+    # b300 entry); the Grace host's launch time (`HOST_KERNEL_US_DGX_GB200`: Neoverse V2 both); NCCL's NVLink 5
+    # share, the GEMM fixed times and tile rule, the layer GEMM shares, MXFP8's ratio and attention's
+    # back-to-back share (B200's / B300's, as GB200 takes them); NDR's NIC share for the 800 Gb/s NIC.
+    "gb300": DeviceProfile(
+        "gb300",
+        284208,
+        2500.0,
+        7672.0,
+        900.0,
+        100.0,
+        sm_count=148,
+        nic_efficiency=0.94,
+        matmul_efficiency=0.729,
+        fp8_matmul_efficiency=0.723,
+        mxfp8_matmul_ratio=MXFP8_MATMUL_RATIO_BLACKWELL,
+        layer_gemm_share=LAYER_GEMM_SHARE_BLACKWELL,
+        fp8_layer_gemm_share=FP8_LAYER_GEMM_SHARE_BLACKWELL,
+        attention_back_to_back_share=ATTENTION_BACK_TO_BACK_SHARE_B200,
+        compute_capability=10.3,
+        gemm_kernel_us=GEMM_KERNEL_US_B200,
+        fp8_gemm_kernel_us=FP8_GEMM_KERNEL_US_B200,
+        comm_efficiency=0.802,
+        gemm_full_intensity=GEMM_FULL_INTENSITY_B200,
+        attention_forward_efficiency=round(2014 / 2500, 3),
+        attention_backward_efficiency=round(1536 / 2500, 3),
         host_kernel_us=HOST_KERNEL_US_DGX_GB200,
     ),
     # Huawei Ascend 910B (Atlas 800T A2 training server) public specifications: 64 GB HBM2e

@@ -59,6 +59,7 @@ from ppb_core.config.vision import QWEN_MAX_PIXELS, QWEN_MIN_PIXELS, VisionSeque
 from ppb_core.errors import InputError, misspelt, shown
 from ppb_core.io import decode, parse_yaml, read_bytes, read_json, read_yaml
 from ppb_core.schedules import check as check_schedule
+from ppb_core.units import counted
 
 Schedule = Literal["1f1b", "interleaved", "gpipe", "dualpipev"]
 Dtype = Literal["bf16", "fp16", "fp32"]
@@ -1920,9 +1921,8 @@ def _check_run(run: RunConfig, where: str) -> None:
         _check_combined_1f1b(run, where)
     cells = par.pp * par.vpp
     if par.layout is None and run.total_body_layers < cells:
-        raise InputError(
-            where, "parallel.pp", f"{run.total_body_layers} layers are fewer than pp·vpp = {cells} pipeline cells"
-        )
+        layers, verb = counted(run.total_body_layers, "layer"), "is" if run.total_body_layers == 1 else "are"
+        raise InputError(where, "parallel.pp", f"{layers} {verb} fewer than pp·vpp = {cells} pipeline cells")
     group = par.microbatch_group_size_per_vp_stage
     if group is not None and train.micro_batches >= par.pp:  # fewer micro-batches than stages: said below
         try:

@@ -270,6 +270,9 @@ class OpGeometry(Geometry):
     # ... under current (tensorwise) scaling, where each such quantizer all-reduces its amax over TP
     # (`_te_amax_reduction`)
     te_amax_reduction: bool = False
+    # ... under MXFP8 with Megatron's --tp-comm-overlap, where each MXFP8 operand TE puts through a userbuffers
+    # all-gather first has its scales all-gathered by NCCL (`_te_ub_scales`)
+    te_mxfp8_ub: bool = False
     # ... under delayed scaling, where a LayerNormLinear's norm writes its output in FP8 itself, a byte an
     # element (TE v2.9 extensions/normalization.cpp: FULLY_FUSED for `Float8Quantizer`; `Op.norm_input`)
     te_norm_fp8_out: bool = False
@@ -339,6 +342,11 @@ class OpGeometry(Geometry):
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
             and run.timing.fp8_recipe == "tensorwise",
+            te_mxfp8_ub=run.framework == "megatron"
+            and run.timing.transformer_impl == "transformer_engine"
+            and run.timing.matmul_dtype == "fp8"
+            and run.timing.fp8_recipe == "mxfp8"
+            and run.timing.overlap.tp > 0,
             te_norm_fp8_out=run.framework == "megatron"
             and run.timing.transformer_impl == "transformer_engine"
             and run.timing.matmul_dtype == "fp8"
@@ -546,6 +554,35 @@ def _te_amax_reduction(name: str, block: str, source: str, backward: bool) -> Op
     return Op(name, block, COMM, inputs=(source,), forward_comm=comm)
 
 
+def _te_ub_scales(name: str, block: str, source: str, geo: OpGeometry, width: float, forward: int, backward: int) -> Op:
+    """The NCCL all-gathers of MXFP8 scales that TransformerEngine runs before a userbuffers all-gather of an
+    MXFP8 operand (Megatron's --tp-comm-overlap, `OpGeometry.te_mxfp8_ub`). base.py
+    `fill_userbuffers_buffer_for_all_gather` (from ce0b46c4d, "MXFP8 support in Userbuffers", #1711; v2.9,
+    v2.14 and d0067d0da the same) copies the operand's one MXFP8 copy into the
+    userbuffers buffer but gathers its scale-inverses (an E8M0 byte a 32-block: tokens · width / 32 bytes
+    gathered) with `torch.distributed.all_gather_into_tensor`, synchronous on the stream, before the GEMM that
+    overlaps the data's exchange: one NCCL call each, exposed. A column-parallel linear (layernorm_linear.py
+    `_LayerNormLinear`) fills it for its input's forward gather (`ub_overlap_ag_fprop`) and for the backward
+    re-gather under Megatron's default bulk dgrad overlap (`ub_bulk_dgrad`, tp_comm_bulk_dgrad True at
+    0d8e0714cd); a row-parallel one (linear.py `_Linear.backward`) for its output gradient's row-wise gather
+    (`grad_output_preprocess` under `ub_overlap_ag`) and, as MXFP8 cannot turn row-wise scales into
+    column-wise ones, again for the column-wise copy the weight gradient reads, issued on the dgrad GEMM's
+    send stream beside that GEMM (`_te_ub_wgrad_scales`). *forward* / *backward*: the exposed calls."""
+    payload = geo.tokens * width / 32
+    forward_comm = Collective(ALL_GATHER, "tp", payload * forward, "tp", calls=forward) if forward else None
+    backward_comm = Collective(ALL_GATHER, "tp", payload * backward, "tp", calls=backward) if backward else None
+    return Op(name, block, COMM, inputs=(source,), forward_comm=forward_comm, backward_comm=backward_comm)
+
+
+def _te_ub_wgrad_scales(name: str, block: str, producer: str, geo: OpGeometry, width: float) -> Op:
+    """A row-parallel linear's second MXFP8 scale all-gather under userbuffers (`_te_ub_scales`): linear.py
+    `_Linear.backward` (v2.9, v2.14) quantizes the output gradient column-wise and fills the wgrad userbuffers
+    inside `torch.cuda.stream(dgrad_send_stream)`, so its NCCL call runs beside the producer's dgrad GEMM."""
+    payload = geo.tokens * width / 32
+    comm = Collective(ALL_GATHER, "tp", payload, "tp_async", (producer, "dgrad"))
+    return Op(name, block, COMM, inputs=(producer,), backward_comm=comm)
+
+
 def _titan_amax_reductions(name: str, block: str, source: str, geo: OpGeometry, linears: int) -> Op:
     """The scalar all-reduces of a sequence-parallel region's float8 casts under torchtitan's Float8 TP
     (`OpGeometry.float8_tp`), one NCCL call each over TP, on the critical path between each amax and its cast.
@@ -618,6 +655,8 @@ def _tp_entry(
         te = userbuffers and geo.transformer_impl == "transformer_engine"
         method = geo.ub_method(f"{userbuffers}_fprop", "ring_exchange") if te else None
         amax = [_te_amax_reduction(f"{p}amax_{stem}", block, source, False)] if te_fp8 and geo.te_amax_reduction else []
+        if te and te_fp8 and geo.te_mxfp8_ub:  # the input's forward gather and its bulk-dgrad re-gather
+            amax.append(_te_ub_scales(f"{p}scales_{stem}", block, source, geo, width, 1, 1))
         return [
             Op(
                 f"{p}gather_{stem}",
@@ -701,6 +740,15 @@ def _tp_exit(
                 backward_comm=Collective(ALL_GATHER, "tp", gradient, "tp", (producer, "dgrad"), method=backward),
             ),
             *([_te_amax_reduction(f"{name}_amax", block, producer, True)] if amax else []),
+            # the output gradient's row-wise gather (exposed) and its column-wise one beside the dgrad GEMM
+            *(
+                [
+                    _te_ub_scales(f"{name}_scales", block, producer, geo, width, 0, 1),
+                    _te_ub_wgrad_scales(f"{name}_wgrad_scales", block, producer, geo, width),
+                ]
+                if ub and te_fp8 and geo.te_mxfp8_ub
+                else []
+            ),
         ]
     return [
         Op(

@@ -275,6 +275,15 @@ def norm_transpose_launches(op: Op) -> float:
     return n / fused
 
 
+def ub_requantize(op: Op) -> float:
+    """The backward's second quantization call of a row-parallel FP8 GEMM op under MXFP8 and userbuffers: TE
+    quantizes the output gradient's shard row-wise for the dgrad GEMM's userbuffers all-gather, then again,
+    column-wise, from the 16-bit shard for the weight gradient (linear.py `_Linear.backward`, v2.9 and v2.14:
+    "we can't convert row-scaled MXFP8 to column-scaled"; `fill_userbuffers_buffer_for_all_gather` calls the
+    quantizer): one more Python call into TE, whose kernel is a launch."""
+    return 1.0 if op.fp8 and op.gemm is not None and op.weight_elements else 0.0
+
+
 def grouped_python_steps(op: Op, fp8: bool, weights_saved: bool) -> tuple[float, float]:
     """(forward, backward) per-expert steps of GroupedLinear's Python for a grouped GEMM op's experts after
     its call's first (module docstring; 0 for anything else): forward the input and GEMM weight saved
@@ -449,6 +458,7 @@ def layer_launches(
     weights_saved: bool = False,
     activations_swizzled: bool = False,
     sp_ops: tuple[set[str], set[str]] = (set(), set()),
+    mxfp8_userbuffers: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """{op name: (forward, backward) launches} of a layer's ops, with the NaN fills' kernels where
     *fills* (`nan_fill.deterministic_fill_bytes`) names them, and FP8 training's quantization kernels
@@ -460,7 +470,8 @@ def layer_launches(
     the FP8 transpose after the gather (`sp_transpose_launches`); *python_step_share*, *weights_saved*: as
     `op_launches` (GroupedLinear's per-expert Python); *activations_swizzled*: MXFP8 activations quantized
     with GEMM-swizzled scales (TE v2.12 on, `mxfp8_swizzles`), but for *sp_ops* (ops fed by a TP all-gather,
-    ops whose output gradient is all-gathered)."""
+    ops whose output gradient is all-gathered); *mxfp8_userbuffers*: MXFP8 under Megatron's --tp-comm-overlap,
+    where an op whose output gradient is all-gathered quantizes it twice, a Python call each (`ub_requantize`)."""
     mla = any(op.name.rsplit(".", 1)[-1] == "kv_up" for op in ops)
     fed = norm_fed(ops) if fp8_recipe is not None else set()
     counts = {}
@@ -481,6 +492,8 @@ def layer_launches(
             weights_saved=weights_saved,
             swizzles=mxfp8_swizzles(activations_swizzled, op.name in sp_ops[0], op.name in sp_ops[1]),
         )
+        if mxfp8_userbuffers and op.name in sp_ops[1]:
+            backward += ub_requantize(op)
         if op.sequential and op.gemm is None:  # a SequentialMLP's activation: each expert's own kernels
             forward, backward = op.sequential * forward, op.sequential * backward
         if plain_share != 1.0 and plain(op, rope_fusion):  # counted in TE-module launches' worth

@@ -496,6 +496,11 @@ class TimeModel:
             _, _, n, _, fused = op.gemm
             share = n / fused
         if gradient and op.name in self._te_scattered:
+            if recipe == "mxfp8" and self._userbuffers_on():
+                # under userbuffers the row-wise copy and the column-wise one are two quantizations, each reading
+                # the 16-bit shard (linear.py `_Linear.backward`, v2.9 and v2.14: `set_usage(columnwise=False)`
+                # for the dgrad's userbuffers gather, then the wgrad's `fill_userbuffers_buffer_for_all_gather`)
+                quantize += read
             return quantize / self.run.parallel.tp + 2.0 * transpose
         if not gradient and op.name in self._te_gathered:  # its transpose in the backward (`_te_sp_transpose_bytes`)
             return share * quantize / self.run.parallel.tp
@@ -1052,6 +1057,7 @@ class TimeModel:
                     # MXFP8 activations quantized with GEMM-swizzled scales (TE v2.12 on), but after SP gathers
                     activations_swizzled=run.framework_release.holds("te_mxfp8_activations_swizzled"),
                     sp_ops=(self._te_gathered, self._te_scattered),
+                    mxfp8_userbuffers=self._fp8_recipe == "mxfp8" and self._userbuffers_on(),
                     # per-tensor FP8 on Hopper: the transposes after TE's SP all-gathers (`_te_sp_ops`)
                     sp_transposes=(self._te_gathered, self._te_scattered)
                     if self._fp8_recipe in PER_TENSOR_RECIPES and 9.0 <= self.device.compute_capability < 10.0
