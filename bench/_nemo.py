@@ -63,6 +63,13 @@ RELEASES_2604 = {"megatron_core": "0.17.0", "transformer_engine": "2.14", "pytor
 _LLAMA3_8B = {**LLAMA31_8B, "max_position_embeddings": 8192}
 
 
+# The presets' FP8 recipes run every TE linear in FP8, which saves the input it multiplied quantized for the weight
+# gradient (TE v2.14.1 module/linear.py `_Linear.forward`: `saved_inputmat = inputmat` with only its columnwise
+# data kept; grouped_linear.py likewise per expert): ppb's `linear` cache, as `ppb import megatron` sets it for
+# --fp8-format (ppb_core.balance.megatron_import).
+_FP8_CACHE = "linear"
+
+
 def _llama_run(
     name: str,
     spec: dict[str, Any],
@@ -112,6 +119,8 @@ def _llama_run(
             "dtype": "bf16",
             "grad_bytes": 2,  # grad_reduce_in_fp32 = False (set_llama3_common_configs)
             "flash_attention": True,
+            # FP8 training: TE's linears save their quantized input (`_FP8_CACHE`)
+            "fp8_cache": _FP8_CACHE,
             **({"recompute": recompute} if recompute else {}),
         },
         "device": {"name": device},
@@ -305,6 +314,7 @@ def _qwen3_run(
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
+            "fp8_cache": _FP8_CACHE,
             # the router: TE's fused kernels and forced load balancing (set_qwen3_common_configs'
             # moe_router_fusion, moe_router_force_load_balancing) and the aux loss Megatron-Bridge's
             # Qwen3MoEBridge.provider_bridge sets (aux_loss at 1e-3, no pre-softmax)
@@ -498,6 +508,7 @@ def _deepseek_v3_run(
             "dtype": "bf16",
             "grad_bytes": 2,
             "flash_attention": True,
+            "fp8_cache": _FP8_CACHE,
             "recompute": {"granularity": "selective", "modules": list(recompute_modules)},
             "moe": {
                 "router_dtype": "fp32",

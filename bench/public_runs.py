@@ -118,9 +118,11 @@ from ppb_core.balance.user_plan import from_mindformers  # noqa: E402
 from ppb_core.config.devices import DEVICE_CATALOG  # noqa: E402
 from ppb_core.config.run import RunConfig  # noqa: E402
 from ppb_core.estimate.check import check_plan  # noqa: E402
+from ppb_core.memory.model import run_stage_peaks  # noqa: E402
 from ppb_core.payload.run import describe_run  # noqa: E402
 from ppb_core.timing.iteration import run_iteration  # noqa: E402
 
+MIB = 2**20
 MEGATRON_TABLE = "Megatron-LM README model table (Megatron-Core r0.8.0, H100)"
 TORCHTITAN = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 LLAMA3 = "Llama 3 paper (Dubey et al. 2024), Table 4"
@@ -438,6 +440,10 @@ def _deepseek_runs() -> list[PublicRun]:
             "micro_batches": batch // 128,
             "dtype": "bf16",
             "optimizer": "adamw",
+            # §3.3.3: AdamW's moments in BF16 ("Low-Precision Optimizer States"), the linear inputs cached in FP8,
+            # the MoE SwiGLU's inputs in FP8 and the attention output in E5M6 ("Low-Precision Activation")
+            "optimizer_state_bytes": 8,
+            "fp8_cache": "deepseek",
             "flash_attention": True,
             "recompute": {"normOp": 0, "attUp": 0},
         },
@@ -461,6 +467,7 @@ def _deepseek_runs() -> list[PublicRun]:
                 "the final batch size",
                 "DeepEP dispatch",
                 "the loss fused",
+                "the SwiGLU output kept (§3.3.3 recomputes it from its FP8 input)",
             ),
         )
     ]
@@ -648,6 +655,40 @@ def row_seconds(row: PublicRun) -> float:
     return check_plan(run, cells(plan), problem.describe()["bodies"], None).iteration_s
 
 
+@dataclass(frozen=True)
+class RowPeak:
+    """A row's largest stage peak against its device, in MiB (reserved memory as the run config sets it)."""
+
+    name: str
+    stage: int
+    moment: str
+    peak_mib: float
+    device_mib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_mib <= self.device_mib
+
+
+def row_peak(row: PublicRun) -> RowPeak:
+    """ppb's largest stage peak of the row's run: as configured, or under its MindFormers plan as `ppb check
+    --plan` reads one (`row_seconds`). These runs trained, so each peak must fit the device's memory."""
+    run = config(row)
+    if row.plan is None:
+        peak = max(run_stage_peaks(run), key=lambda p: p.peak_bytes)
+        return RowPeak(row.name, peak.stage, peak.moment, peak.peak_bytes / MIB, peak.device_bytes / MIB)
+    problem = run_problem(run, describe_run(run, withdrawing=False), runnable=False)
+    plan = from_mindformers(problem, row.plan, row.source, run)
+    checked = check_plan(run, cells(plan), problem.describe()["bodies"], None)
+    stage = max(checked.stages, key=lambda s: s.peak_mb)  # MB: 2**20 bytes (ppb_core.units)
+    return RowPeak(row.name, stage.stage, stage.moment, stage.peak_mb, stage.device_mb)
+
+
+def over_device(rows: list[PublicRun] | None = None) -> list[RowPeak]:
+    """The rows whose ppb peak exceeds their device's memory: runs that trained, so ppb over-counts them."""
+    return [peak for peak in map(row_peak, rows or public_runs()) if not peak.fits]
+
+
 def with_micro_batch(row: PublicRun, size: int) -> RunConfig:
     """The row's run with another micro-batch size (the same global batch)."""
     raw = {**row.raw, "training": dict(row.raw["training"])}
@@ -812,6 +853,13 @@ def main() -> int:
     for label, rows in groups(results).items():
         print(f"mean absolute error over the {len(rows)} {label} runs: {mean_error(rows):.1%}")
     print(f"mean absolute error over all {len(results)} runs: {mean_error(results):.1%}")
+    over = over_device([row for row, _ in results])
+    print(f"runs whose ppb peak exceeds the device (they trained): {len(over)} of {len(results)}")
+    for peak in over:
+        print(
+            f"  over the device: {peak.name}: stage {peak.stage} {peak.moment} {peak.peak_mib:,.0f} MiB "
+            f"> {peak.device_mib:,.0f} MiB ({peak.peak_mib / peak.device_mib - 1:+.1%})"
+        )
     for label, reason in ULTRA_SKIPPED:  # bench/_nemo.py: the GB300/B300 rows not priced
         print(f"not priced: NeMo {label}: {reason}")
     print(

@@ -177,6 +177,23 @@ CHANGES: dict[str, Change] = {
         "iteration 1, a checkpoint found or not (training/checkpointing.py `load_checkpoint`, optimizer/"
         "distrib_optimizer.py `_init_optimizer_states_with_dummy_values`); before, no such format",
     ),
+    "proj_saves_original_input": Change(
+        MEGATRON_CORE,
+        "781e765818",
+        "2025-08-19",
+        (0, 15),
+        "under FP8 recipes but delayed scaling the attention's output projection saves its original 16-bit input, "
+        "which the core attention saves anyway (attention.py `Attention.__init__`: `set_save_original_input("
+        "self.linear_proj)`); before, it kept its own quantized copy",
+    ),
+    "te_save_original_input": Change(
+        TRANSFORMER_ENGINE,
+        "07afda985",
+        "2025-07-17",
+        (2, 6),
+        "TE's Linear and GroupedLinear take `save_original_input` (module/linear.py), which Megatron-Core sets "
+        'only from this release on (`is_te_min_version("2.6.0dev0")`); before, no such option',
+    ),
     "fsdp_grads_own_dtype": Change(
         MEGATRON_CORE,
         "adfe9e11d9",

@@ -19,6 +19,7 @@ from ppb_core.memory.calibration import MemoryCorrection, MemoryFit, fit_peaks, 
 from ppb_core.memory.census import census_pricers
 from ppb_core.memory.frameworks import rules_for
 from ppb_core.memory.frameworks.base import FULL_UNIT
+from ppb_core.memory.frameworks.te_fp8 import proj_saves_original
 from ppb_core.memory.peak import (
     StagePeak,
     _full_group,
@@ -109,6 +110,7 @@ class MemoryModel:
         self._static: dict[LayerKind, StaticBytes] = {}
         self._buffer_terms: dict[LayerKind, tuple] = {}
         self._states: dict[tuple, StateMemory] = {}
+        self._proj_original = proj_saves_original(self.setup)  # the output projection's input kept 16-bit
 
     # --- what a layer is evaluated at ------------------------------------------------------
 
@@ -248,7 +250,7 @@ class MemoryModel:
         # a census measured its own dtype; a layer FP8 training leaves in 16 bits caches nothing in FP8
         cache = "none" if isinstance(kind, BodyKind) and kind.high_precision else self.setup.fp8_cache
         if pricer is self._formulas or not isinstance(kind, BodyKind):
-            terms = cached_terms(terms, cache)
+            terms = cached_terms(terms, cache, self._proj_original)
         buffer_terms = cached_buffers(buffer_terms, cache, self.setup.dtype_bytes)
         terms, buffer_terms, moved, moved_buffers = self.rules.offload_split(
             kind, self.setup, tuple(terms), tuple(buffer_terms)

@@ -18,6 +18,12 @@ Activation"), with fine-grained 1×128 tile scales (§3.3.2).
   MoE (the routed and shared experts' up-projection outputs) cached in FP8 too, and the input of
   the linear after attention in a customized E5M6 format (12 bits).
 
+Megatron-Core from core_v0.15.0 (781e765818, attention.py `Attention.__init__`) with Transformer Engine from v2.6
+(07afda985, module/linear.py `save_original_input`) sets the attention's output projection to save its original
+16-bit input under every FP8 recipe but delayed scaling: the fused core attention already saves that output for
+its own backward, so the projection shares it rather than keeping a quantized copy (`proj_original`: the
+attention's core output stays in the training dtype under `linear`).
+
 What the combine returns is retained in BF16 (§3.3.3: "the forward and backward combine
 components"), and the head and embedding stay in their original precision.
 """
@@ -56,11 +62,14 @@ def _name(op: str) -> str:
     return op.split(".", 1)[1] if op.startswith("mtp") else op
 
 
-def cached_bytes(op: str, mode: str) -> float | None:
-    """Bytes per element a term is cached in under *mode* (None: the training dtype)."""
+def cached_bytes(op: str, mode: str, proj_original: bool = False) -> float | None:
+    """Bytes per element a term is cached in under *mode* (None: the training dtype); *proj_original*: the
+    output projection saves its original input (module doc)."""
     if mode == "none":
         return None
     name = _name(op)
+    if proj_original and mode == "linear" and name == "attention.core_output":
+        return None
     if mode == "deepseek" and name == "attention.core_output":
         return E5M6_BYTES
     if name in _LINEAR_INPUTS or (mode == "deepseek" and name in _SWIGLU_INPUTS):
@@ -68,11 +77,11 @@ def cached_bytes(op: str, mode: str) -> float | None:
     return None
 
 
-def cached_terms(terms: Iterable[ActivationTerm], mode: str) -> tuple[ActivationTerm, ...]:
+def cached_terms(terms: Iterable[ActivationTerm], mode: str, proj_original: bool = False) -> tuple[ActivationTerm, ...]:
     """*terms* with the linear inputs *mode* caches in FP8 at their cached width."""
     out = []
     for term in terms:
-        width = cached_bytes(term.op, mode)
+        width = cached_bytes(term.op, mode, proj_original)
         out.append(term if width is None else replace(term, element_bytes=width))
     return tuple(out)
 

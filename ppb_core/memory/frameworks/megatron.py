@@ -88,6 +88,15 @@ Each rule names the file and function it follows; docs/frameworks.md tabulates t
   the softmax and returns the 16-bit gradient beside it: `(4 + bc)·T·⌈v/t⌉` (post-grad graph and
   generated code read with torch 2.13 on the CPU; the buffers are the lowering's, not the
   device's). The plain path does both in place, eagerly.
+* **Transformer Engine's fused loss** (`--cross-entropy-loss-fusion --cross-entropy-fusion-impl te`,
+  models/common/language_module/language_module.py `compute_language_model_loss` → extensions/
+  transformer_engine.py `te_parallel_cross_entropy`, core_v0.17.0; TE v2.14.1 pytorch/cross_entropy.py
+  `CrossEntropyFunction.forward` and pytorch/triton/cross_entropy.py `cross_entropy_forward`): the Triton
+  kernel reads the 16-bit logits and writes their gradient into that same tensor, which the function saves
+  (`ctx.save_for_backward(inp.detach())`); the backward scales it in place. So the TAIL keeps the logits at
+  the training dtype and no fp32 softmax, and the loss adds only its per-row fp32 buffers beside them: the
+  loss (4 bytes a token), each row's max, sum and target logit (12), and under TP their all-gather over the
+  group (12·t): `te_loss_row_bytes`; the data loader's mask as above.
 * **The fused loss's first call under PyTorch before 2.6.** `jit_fuser` compiles with Inductor (PyTorch 2.2
   on, megatron/core/jit.py), and at a kernel's first call Inductor's `CachingAutotuner` benchmarks every
   config of a kernel that has several (a one-dimensional pointwise kernel has two unless
@@ -680,6 +689,18 @@ def routes_experts(kind: LayerKind) -> bool:
     return isinstance(kind, TailKind) and kind.has_mtp_modules and isinstance(kind.mtp_body.mlp, Moe)
 
 
+def te_loss(setup: MemorySetup) -> bool:
+    """Whether the loss is Transformer Engine's fused cross-entropy (module docstring)."""
+    return setup.cross_entropy_fusion and setup.cross_entropy_impl == "te"
+
+
+def te_loss_row_bytes(setup: MemorySetup) -> float:
+    """TE's fused loss's fp32 buffers a token (pytorch/triton/cross_entropy.py `cross_entropy_forward`, v2.14.1):
+    `loss_1d` (1), `m_d_X_y` (3) and, under TP, `m_d_X_y_gathered` (3 · t)."""
+    per_token = 1 + 3 + (3 * setup.tp if setup.tp > 1 else 0)
+    return STATS_BYTES * per_token * setup.tokens
+
+
 def dataloader_mask_bytes(setup: MemorySetup) -> float:
     """The micro-batch's bool causal mask the data loader builds (module docstring), this CP rank's
     queries against every key; 0 where it builds none."""
@@ -702,7 +723,12 @@ class MegatronRules(FrameworkRules):
         return megatron_body_terms(kind, setup, terms, prefix)
 
     def tail_terms(self, kind: TailKind, setup: MemorySetup, modules: frozenset[str] = frozenset()) -> tuple:
-        return megatron_tail_terms(kind, setup, super().tail_terms(kind, setup, modules), modules)
+        terms = megatron_tail_terms(kind, setup, super().tail_terms(kind, setup, modules), modules)
+        if te_loss(setup):  # the logits hold their own gradient in the training dtype (module docstring)
+            terms = tuple(
+                replace(t, element_bytes=setup.dtype_bytes) if t.op.endswith("logits_softmax") else t for t in terms
+            )
+        return terms
 
     def state(
         self,
@@ -942,6 +968,8 @@ class MegatronRules(FrameworkRules):
         docstring); none on a standalone MTP's MTP chunk (no output layer)."""
         if not kind.has_output:
             return 0.0
+        if te_loss(setup):  # in place on the kept logits: the per-row buffers beside the mask
+            return te_loss_row_bytes(setup) + dataloader_mask_bytes(setup)
         logits = setup.tokens * per_rank(kind.vocab_size, setup.tp)
         scatter_copy = STATS_BYTES * logits if setup.cross_entropy_fusion else 0.0
         return setup.dtype_bytes * logits + max(dataloader_mask_bytes(setup), scatter_copy)

@@ -89,3 +89,17 @@ def fp8_parameter_extra_bytes(kind: LayerKind, setup: MemorySetup) -> float:
         return 0.0
     per_element = weight_bytes_per_element(setup.fp8_recipe, setup.compute_capability)
     return fp8_weights(kind, setup).total * (per_element - setup.dtype_bytes)
+
+
+def proj_saves_original(setup: MemorySetup) -> bool:
+    """Whether Megatron's attention output projection saves its original 16-bit input rather than an FP8 copy:
+    Transformer Engine's FP8 under any recipe but delayed scaling, Megatron-Core core_v0.15.0 and TE v2.6 on
+    (attention.py `Attention.__init__` at core_v0.17.0: `set_save_original_input(self.linear_proj)` where
+    `config.fp8_recipe != 'delayed' and is_te_min_version("2.6.0dev0")`; ppb_core.memory.precision)."""
+    return (
+        setup.framework == "megatron"
+        and setup.transformer_impl == "transformer_engine"
+        and setup.fp8_recipe not in ("", "delayed")
+        and setup.release.holds("proj_saves_original_input")
+        and setup.release.holds("te_save_original_input")
+    )
