@@ -723,8 +723,12 @@ def nemo_2604_rows() -> list[dict[str, Any]]:
 # NeMo 25.11 (the same file at 5776a6d90, "System: DGX-B200" and "System: DGX-H100"): GBS 512, MBS 4,
 # sequence 4096, EP 8 (H100 PP 4), with v0.2.0's recipe (7af9601c9: configs/gpt_oss/workload_base_configs.py
 # GPT_OSS_120B_B200_BF16_BASE_CONFIG and ..._H100_..., recompute ["layernorm", "moe_act"], no flex dispatcher,
-# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). B200: the table's EP 8
-# where the preset has 64, as the 25.11 rows above take the table's sizes (its GA 2 = 512 / (64 · 4) agrees).
+# no moe_a2a_overlap; gpt_oss_llm_pretrain.py `set_gpt_oss_common_configs` as 26.04's). B200: the preset's EP 64
+# (GPT_OSS_120B_B200_BF16_BASE_CONFIG; helpers.py `set_workload_base_configs` writes it into the model), not the
+# table's 8: the table's B200 and H100 rows carry the same GBS, MBS, EP and GA (the H100 row's MBS, below, is a copy
+# too); the 26.02 table (the same file at f171d7d30, "26.02 NeMo Container", v0.3.x's preset, still EP 64) lists
+# DGX-B200 at EP 64, MBS 4, GBS 1280: 8,047 tokens/s, within 2% of this row's 8,213, while v0.4.0's V2 preset,
+# the first at EP 8, runs 13,045 (26.04). Across 8 DGX B200 nodes, EP 64's all-to-all leaves the NVLink domain.
 # H100: the preset's MBS 1 (GA 32), not the table's MBS 4, as the H100 Qwen3 row (docs/timing.md, session 25):
 # the table's GA 2 fits neither (MBS 4 at DP 16 is GA 8), the row repeating the B200 row's MBS and GA; the
 # preset leaves BASE_GPT_OSS_120B_CONFIG's micro_batch_size 1, as 26.04's H100 row states; and MBS 4 does not
@@ -739,7 +743,7 @@ _GPT_OSS_ROWS: tuple[tuple[Any, ...], ...] = (
     ("26.04", "b200", 64, 1280, 4, 1, 8, 13045.0, {"hybridep": True}, ()),
     ("26.04", "gb200", 64, 1280, 4, 1, 64, 15938.0, {"hybridep": True, "a2a_overlap": True}, ()),
     ("25.11", "h100-80gb", 64, 512, 1, 4, 8, 5630.0, {}, ("the preset's MBS 1 (the table's 4)",)),
-    ("25.11", "b200", 64, 512, 4, 1, 8, 8213.0, {}, ("the table's EP 8 (the preset's 64)",)),
+    ("25.11", "b200", 64, 512, 4, 1, 64, 8213.0, {}, ("the preset's EP 64 (the table's 8)",)),
 )  # fmt: skip
 
 
@@ -791,6 +795,8 @@ def _gpt_oss_run(
             **_COMMON_TIMING,
             **({"cudnn_release": CUDNN_2604} if release == "26.04" else {}),
             "delay_wgrad_compute": a2a_overlap,
+            # GPTOSSBridge (v0.4.0) and v0.2.0's GPTOSSProvider: bias_dropout_fusion False
+            "bias_dropout_fusion": False,
             **({"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32} if hybridep else {}),
         },
         "framework_release": dict(RELEASES_2604 if release == "26.04" else RELEASES_2511),

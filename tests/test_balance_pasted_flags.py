@@ -41,7 +41,12 @@ def test_every_printed_megatron_line_fits(capsys: pytest.CaptureFixture[str], co
     if not said.get("flags"):
         assert printed == []  # DualPipeV, a vision tower: nothing Megatron's to paste
         return
-    assert printed == [said["flags"]]  # the JSON and the text give the same flags, and one line of them
+    if result["input"]["framework"] == "torchtitan":
+        # a torchtitan run's plan is said in its job TOML lines (none at PP 1), not as Megatron-LM flags; the
+        # JSON's layout still reads back
+        assert printed == []
+    else:
+        assert printed == [said["flags"]]  # the JSON and the text give the same flags, and one line of them
     assert _check(capsys, config, said["flags"]) == 0
     if said.get("first_last"):  # said instead of the layout: the recompute flags stay
         words = shlex.split(said["flags"])

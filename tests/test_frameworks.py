@@ -136,6 +136,28 @@ def test_megatron_experts_without_a_gated_activation_keep_it_before_and_after_th
     assert "moe.expert.unweighted_activation" not in recomputed and "moe.expert.activation_output" not in recomputed
 
 
+def test_megatron_clamped_quick_geglu_keeps_the_cat_beside_fc1_s_output():
+    # fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (core_v0.17.0, 0d8e0714cd): with a clamp value the
+    # two halves of fc1's output are clamped (each clamp saves a view of fc1's output: nothing new) and
+    # torch.cat'ed; the fused quick-GEGLU saves the cat's output. MOE with GPT-OSS's clamped quick-GEGLU at
+    # s 16: 16 tokens · top 2 = 32 rows of 2 · 16 in bf16 = 32 · 32 · 2 = 2048 bytes, fc1's output's size.
+    oss = {**MOE, "activation": "quick_geglu", "activation_clamp": 7.0}
+    run = make_run(oss, training={"seq_length": 16})
+    terms = _terms(model(run), body(run, "moe"))
+    assert terms["moe.expert.clamped_input"] == terms["moe.expert.gate_up_output"] == 2048
+    # no clamp value (--activation-func-clamp-value unset): no cat, fc1's output is the activation's input
+    plain = make_run({**oss, "activation_clamp": 0.0}, training={"seq_length": 16})
+    assert "moe.expert.clamped_input" not in _terms(model(plain), body(plain, "moe"))
+    # --recompute-modules moe_act: CheckpointWithoutOutput keeps only fc1's output; the cat goes with the output
+    selective = {"granularity": "selective", "modules": ["moe_act"]}
+    run = make_run(oss, training={"seq_length": 16, "recompute": selective})
+    recomputed = _terms(model(run), body(run, "moe"), SEL)
+    assert "moe.expert.clamped_input" not in recomputed and recomputed["moe.expert.gate_up_output"] == 2048
+    # SequentialMLP (no --moe-grouped-gemm): its experts' MLPs are not priced with the clamp
+    sequential = make_run(oss, training={"seq_length": 16, "moe": {"grouped_gemm": False}})
+    assert "moe.expert.clamped_input" not in _terms(model(sequential), body(sequential, "moe"))
+
+
 def test_megatron_deferred_output_layer_weight_gradients_are_held_to_the_flush():
     # tensor_parallel/layers.py (d98e8a64): under --defer-embedding-wgrad-compute the output layer keeps
     # its input (ColumnParallelLinear.forward, embedding_activation_buffer) and its logits' gradient
@@ -456,6 +478,12 @@ def test_megatron_unfused_rope_keeps_cos_and_sin_of_each_call():
     assert rotary(MLA, 32) == 1024
     up_proj = {"recompute": {"granularity": "selective", "modules": ["mla_up_proj"]}}
     assert rotary(MLA, 32, training=up_proj, state=SEL) is None
+    # a YaRN-scaled rotary (GPT-OSS's factor 32: mscale 1.3466) takes the same unfused steps under rope fusion
+    # (rope_utils.py `apply_rotary_pos_emb`, core_v0.17.0): 8192 again; a factor of 1 is no scaling
+    yarn = make_run({**DENSE, "rope_yarn_factor": 32.0}, training={"seq_length": 64})
+    assert _terms(model(yarn), body(yarn))["attention.rotary_cos_sin"] == 8192
+    flat = make_run({**DENSE, "rope_yarn_factor": 1.0}, training={"seq_length": 64})
+    assert "attention.rotary_cos_sin" not in _terms(model(flat), body(flat))
 
 
 def test_megatron_moe_module_rebuilds_the_tokens_its_all_to_alls_brought():

@@ -66,6 +66,9 @@ def _expected(raw: dict) -> dict:
             sliding_window=c.sliding_window if windowed else 0,
             attention_bias=c.attention_bias,
             attention_output_bias=c.attention_bias,
+            # GptOssExperts._apply_gate clamps at swiglu_limit; the rotary's YaRN factor (rope_scaling)
+            activation_clamp=c.swiglu_limit,
+            rope_yarn_factor=c.rope_scaling["factor"] if c.rope_scaling.get("rope_type") == "yarn" else 0.0,
         )
     if mt != "deepseek_v3":
         # the attention modules' rule: getattr(config, "head_dim", None) or hidden_size // num_attention_heads
@@ -133,6 +136,8 @@ def test_the_default_tables_name_only_fields_the_classes_have():
             "num_hidden_layers": 2,
             "sliding_window": None,
         },
+        {"model_type": "gpt_oss", "swiglu_limit": 10.0, "rope_scaling": {"rope_type": "yarn", "factor": 8.0}},
+        {"model_type": "gpt_oss", "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
     ],
     ids=lambda raw: "-".join(f"{k}={v}" for k, v in raw.items()),
 )
@@ -156,6 +161,9 @@ def test_shipped_config_files(path):
         ({"model_type": "gpt_oss", "num_hidden_layers": 1, "layer_types": ["linear_attention"]}, "'linear_attention'"),
         ({"model_type": "gpt_oss", "sliding_window": None}, "sliding_window: null, and layer_types has sliding"),
         ({"model_type": "gpt_oss", "sliding_window": 0}, "sliding_window: must be at least 1"),
+        ({"model_type": "gpt_oss", "swiglu_limit": -1}, "swiglu_limit: Input should be greater than or equal to 0"),
+        ({"model_type": "gpt_oss", "rope_scaling": "yarn"}, "rope_scaling: expected a mapping"),
+        ({"model_type": "gpt_oss", "rope_scaling": {"rope_type": "yarn", "factor": 0}}, "rope_scaling.factor:"),
     ],
 )
 def test_gpt_oss_layer_types_are_checked(raw, line):

@@ -586,20 +586,19 @@ def test_without_grouped_gemm_the_experts_are_a_sequential_mlp_priced_as_such() 
 
 def test_notes_name_only_flags_that_change_what_ppb_prices() -> None:
     # no bias to fuse under --disable-bias-linear; --rotary-percent 1.0 is every channel (the default)
-    # (--no-bias-gelu-fusion is priced, timing.bias_gelu_fusion; the dropout fusion's is not)
+    # (--no-bias-gelu-fusion and --no-bias-swiglu-fusion are priced, timing.bias_*_fusion; the SwiGLU one's is not)
     quiet = import_megatron(
-        f"{BASE} --disable-bias-linear --no-bias-dropout-fusion --rotary-percent 1.0", 8, "h100-80gb"
+        f"{BASE} --disable-bias-linear --no-bias-swiglu-fusion --rotary-percent 1.0", 8, "h100-80gb"
     )
     assert quiet.notes == []
-    loud = import_megatron(f"{BASE} --no-bias-dropout-fusion --rotary-percent 0.5", 8, "h100-80gb")
-    assert [note.split(":")[0] for note in loud.notes] == ["--no-bias-dropout-fusion", "--rotary-percent 0.5"]
+    loud = import_megatron(f"{BASE} --no-bias-swiglu-fusion --rotary-percent 0.5", 8, "h100-80gb")
+    assert [note.split(":")[0] for note in loud.notes] == ["--no-bias-swiglu-fusion", "--rotary-percent 0.5"]
     # a flag in an `if` branch: the shell's `fi` that follows is not its value
     script = (
-        f'ARGS=({BASE})\nif [ "$FP8" = 1 ]; then\n  ARGS+=(--no-bias-dropout-fusion)\nfi\n'
-        'pretrain_gpt.py "${ARGS[@]}"\n'
+        f'ARGS=({BASE})\nif [ "$FP8" = 1 ]; then\n  ARGS+=(--rotary-percent 0.5)\nfi\npretrain_gpt.py "${{ARGS[@]}}"\n'
     )
     notes = import_megatron(script, 8, "h100-80gb").notes
-    assert notes == ["--no-bias-dropout-fusion: not modelled by ppb (priced as if not given)"]
+    assert notes == ["--rotary-percent 0.5: not modelled by ppb (priced as if not given)"]
 
 
 def test_another_entry_point_is_refused_not_priced_as_gpt() -> None:
@@ -770,3 +769,67 @@ def test_cross_entropy_fusion_impl_is_carried() -> None:
     with pytest.raises(InputError) as caught:
         import_megatron(f"{BASE} --cross-entropy-loss-fusion --cross-entropy-fusion-impl triton", 8, "h100-80gb")
     assert "--cross-entropy-fusion-impl" in str(caught.value) and "native or te" in str(caught.value)
+
+
+# examples/gptoss/02_train.sh (core_v0.17.0): GPT-OSS's own flags, on a small model with MoE and biases
+GPT_OSS = (
+    "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --group-query-attention --num-query-groups 2 "
+    "--kv-channels 64 --seq-length 512 --max-position-embeddings 512 --bf16 --num-experts 8 --moe-router-topk 2 "
+    "--moe-ffn-hidden-size 256 --moe-grouped-gemm --position-embedding-type rope --hidden-dropout 0 "
+    "--attention-dropout 0 --no-bias-dropout-fusion --quick-geglu --glu-linear-offset 1.0 --softmax-type learnable "
+    "--window-attn-skip-freq 2 --activation-func-clamp-value 7.0 --window-size 127,0"
+)
+
+
+def test_gpt_oss_s_flags_become_its_window_sinks_clamp_and_biases() -> None:
+    imported = import_megatron(GPT_OSS, 8, "h100-80gb")
+    spec = imported.raw["models"][0]["spec"]
+    # utils.py is_layer_window_attention: layer number l (1-based) slides where l % 2 != 0, 1 and 3 (indices 0, 2);
+    # TE's window (127, 0) is 127 earlier keys and the query's own: 128
+    assert (spec["sliding_window"], spec["window_layers"]) == (128, (0, 2))
+    assert spec["activation"] == "quick_geglu" and spec["activation_clamp"] == 7.0
+    assert spec["attention_sinks"] is True
+    # add_bias_linear: TEGroupedMLP's linears and the router (router.py: a bias where add_bias_linear)
+    assert spec["expert_bias"] is True and spec["router_bias"] is True
+    # the fused quick-GEGLU's ffn stays --moe-ffn-hidden-size (validate_args shrinks only --swiglu's default)
+    assert spec["moe_intermediate_size"] == 256
+    assert imported.raw["timing"]["bias_dropout_fusion"] is False
+    # --glu-linear-offset is inside the fused kernel (NOTHING_PRICED): nothing said
+    assert imported.notes == []
+    run = run_config_of(imported, "launch")
+    assert run.spec("gpt").layer_window(0) == 128 and run.spec("gpt").layer_window(1) == 0
+    # a pattern: the list's 1s slide; no --window-attn-skip-freq: every layer
+    pattern = import_megatron(
+        GPT_OSS.replace("--window-attn-skip-freq 2", "--window-attn-skip-freq ([1]*3+[0])"), 8, "h100-80gb"
+    )
+    assert pattern.raw["models"][0]["spec"]["window_layers"] == (0, 1, 2)
+    every = import_megatron(GPT_OSS.replace("--window-attn-skip-freq 2", ""), 8, "h100-80gb")
+    assert every.raw["models"][0]["spec"]["window_layers"] == (0, 1, 2, 3)
+    # no window at all: (-1, 0) is the whole causal prefix; off-by-one has no parameter (priced as vanilla)
+    plain = import_megatron(GPT_OSS.replace("127,0", "-1,0").replace("learnable", "off-by-one"), 8, "h100-80gb")
+    spec = plain.raw["models"][0]["spec"]
+    assert "sliding_window" not in spec and "attention_sinks" not in spec
+    assert [note.split(":")[0] for note in plain.notes] == ["--softmax-type off-by-one"]
+    # --disable-bias-linear: no expert or router bias
+    biasless = import_megatron(f"{GPT_OSS} --disable-bias-linear", 8, "h100-80gb").raw["models"][0]["spec"]
+    assert "expert_bias" not in biasless and "router_bias" not in biasless
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        ("--swiglu", "--quick-geglu"),  # argument_utils.py: assert not args.swiglu
+        ("--window-size 127,4", "--window-size"),  # a window past the diagonal: not a causal band
+        ("--window-size 127", "--window-size"),
+        ("--window-attn-skip-freq 0", "--window-attn-skip-freq"),
+        ("--window-attn-skip-freq [1,0]", "--window-attn-skip-freq"),  # 2 entries for 4 layers
+        ("--softmax-type softmax1", "--softmax-type"),  # transformer_config.py's Literal
+        ("--activation-func-clamp-value -1", "--activation-func-clamp-value"),
+    ],
+)
+def test_bad_gpt_oss_flags_are_refused_naming_them(flags: str, flag: str) -> None:
+    with pytest.raises(InputError) as caught:
+        imported = import_megatron(f"{GPT_OSS} {flags}", 8, "h100-80gb")
+        run_config_of(imported, "launch")
+    assert caught.value.field == flag
+    assert "\n" not in caught.value.line()

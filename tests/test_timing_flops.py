@@ -676,6 +676,7 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
         "moe_intermediate_size": 2880,
         "expert_bias": True,
         "router_bias": True,
+        "activation_clamp": 7.0,
     }
     ops = {op.name: op for op in ops_of(spec_run(spec, s=4096, dp=8, ep=8))}
     bias = ops["experts_bias"]
@@ -689,3 +690,75 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     clamp = ops["experts_clamp"]
     assert (clamp.bytes, clamp.backward_bytes, clamp.launches) == (754_974_720, 1_038_090_240, (4.0, 8.0))
     assert (clamp.inputs, ops["experts_act"].inputs, clamp.switch) == (("experts_in",), ("experts_clamp",), "ffAct")
+    # without a clamp value (Megatron-LM's --activation-func-clamp-value unset) `if clamp_value is not None` skips it
+    unclamped = {op.name: op for op in ops_of(spec_run({**spec, "activation_clamp": 0.0}, s=4096, dp=8, ep=8))}
+    assert "experts_clamp" not in unclamped and unclamped["experts_act"].inputs == ("experts_in",)
+
+
+def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():
+    # attention.py passes mscale = _yarn_get_concentration_factor_from_config (core_v0.17.0, 0d8e0714cd): with
+    # GPT-OSS's factor 32 and no mscale, 0.1·ln 32 + 1 = 1.3466, and rope_utils.py `apply_rotary_pos_emb` takes
+    # the unfused path for any mscale != 1 even under apply_rope_fusion. Q and K of one rank at s = 4096, b = 1:
+    # (64 + 8) heads of 64 = 4608 channels, 4096 · 4608 = 18,874,368 elements; fused 2 bytes read + 2 written
+    # each way = 75,497,472; unfused 12 passes forward (24 bytes) = 452,984,832, 13 backward (26) = 490,733,568
+    # (`UNFUSED_ROPE_FORWARD` / `_BACKWARD`). A factor of 1 is no scaling (`_yarn_get_mscale`: 1.0 at scale <= 1).
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 2880,
+        "num_layers": 1,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+    }
+    for factor, fused in ((0.0, True), (1.0, True), (32.0, False)):
+        run = spec_run({**spec, "rope_yarn_factor": factor}, s=4096)
+        rope = {op.name: op for op in ops_of(run)}["rope"]
+        assert run.rope_fused is fused
+        if fused:
+            assert (rope.bytes, rope.backward_bytes) == (75_497_472, 75_497_472)
+        else:
+            assert (rope.bytes, rope.backward_bytes) == (452_984_832, 490_733_568)
+
+
+def test_megatron_s_unfused_bias_dropout_add():
+    # fused_bias_dropout.py `_bias_dropout_add_func` run eagerly (bias_dropout_fusion False, GPTOSSBridge;
+    # core_v0.17.0): the attention branch returns out_proj's bias: `x + bias` (read, write), F.dropout at p 0
+    # (PyTorch returns its input: no kernel), `residual + out` (read two, write one). s 4096, h 2880, bf16:
+    # E = 4096 · 2880 = 11,796,480 elements; forward 5 passes · 2 bytes = 117,964,800, 2 kernels; backward the
+    # fork's sum only, 3 passes = 70,778,880, 1 kernel. The MoE branch returns no bias: 3 passes, 1 kernel.
+    # Fused (the default): 3 passes forward, the branch's gradient and the sum backward, 5 passes.
+    spec = {
+        "vocab_size": 1000,
+        "hidden_size": 2880,
+        "num_layers": 1,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "attention_bias": True,
+        "attention_output_bias": True,
+        "num_experts": 8,
+        "experts_per_token": 2,
+        "moe_intermediate_size": 2880,
+    }
+    raw = {
+        "name": "x",
+        "models": [{"name": "llm", "spec": spec}],
+        "training": {"seq_length": 4096, "micro_batch_size": 1},
+        "timing": {"bias_dropout_fusion": False},
+        "device": {"name": "h100-80gb"},
+    }
+    ops = {op.name: op for op in ops_of(parse_run_config(raw))}
+    attention, moe = ops["residual_attention"], ops["residual_moe"]
+    assert (attention.bytes, attention.backward_bytes, attention.launches) == (117_964_800, 70_778_880, (2.0, 1.0))
+    assert (moe.bytes, moe.backward_bytes, moe.launches) == (70_778_880, 70_778_880, (1.0, 1.0))
+    fused = {op.name: op for op in ops_of(spec_run(spec, s=4096))}["residual_attention"]
+    assert (fused.bytes, fused.backward_bytes, fused.launches) == (70_778_880, 117_964_800, None)
+    # with dropout (p 0.1): native_dropout's kernel each way. Forward the bias add 4 bytes an element, the
+    # dropout 2 read + 2 written + the 1-byte mask = 5, the residual add 6: 15; backward the dropout's gradient
+    # (read 2 and the mask, write 2) 5 and the fork's sum 6: 11
+    raw["models"][0]["spec"] = {**spec, "hidden_dropout": 0.1}
+    dropped = {op.name: op for op in ops_of(parse_run_config(raw))}["residual_attention"]
+    assert (dropped.bytes, dropped.backward_bytes) == (11_796_480 * 15, 11_796_480 * 11)
+    assert dropped.launches == (3.0, 2.0)

@@ -190,14 +190,19 @@ def test_nemo_26_04_gpt_oss_rows_take_the_v0_4_0_v2_presets(public):
     spec = run.spec("llm")
     windows = (spec.sliding_window, spec.window_layers[:2])
     assert windows == (128, (0, 2)) and spec.attention_sinks and spec.expert_bias
-    # 25.11 (v0.2.0): the table's GBS 512, MBS 4, EP 8; no flex dispatcher; cuDNN 9.13's sm100 kernels
+    # GPTOSSBridge's YaRN rotary (factor 32: mscale 1.3466) runs Megatron's unfused steps; the clamp at 7
+    assert (spec.rope_yarn_factor, spec.activation_clamp, run.rope_fused) == (32.0, 7.0, False)
+    # 25.11 (v0.2.0): the table's GBS 512, MBS 4; the preset's EP 64 (bench/_nemo.py: the table's 8 is the H100
+    # row's; the 26.02 table's EP 64 B200 run, 8,047 tokens/s, matches); no flex dispatcher; cuDNN 9.13's kernels
     old = {row.name: row for row in public.public_runs() if row.source == public.NEMO_2511_GPT_OSS}
     assert len(old) == 2
     # 512 · 4096 = 2,097,152 tokens on 64 B200 at 8,213 each: 2,097,152 / 525,632 = 3.98977 s
-    b200_2511 = old["NeMo 25.11 GPT-OSS 120B BF16 EP8 GBS512 (64 B200)"]
+    b200_2511 = old["NeMo 25.11 GPT-OSS 120B BF16 EP64 GBS512 (64 B200)"]
     assert b200_2511.seconds == pytest.approx(3.98977, rel=1e-5)
     run = public.config(b200_2511)
-    assert (run.parallel.dp, run.parallel.ep, run.training.micro_batches) == (64, 8, 2)
+    # EP 64 over 8 DGX B200 nodes of 8: the all-to-all crosses nodes
+    assert (run.parallel.dp, run.parallel.ep, run.training.micro_batches) == (64, 64, 2)
+    assert run.parallel.devices_per_node == 8
     assert run.timing.moe_dispatcher == "alltoall" and TimeModel(run).kernels.attention_kernel == "cudnn_sm100_913"
     h100_2511 = public.config(old["NeMo 25.11 GPT-OSS 120B BF16 PP4 EP8 GBS512 (64 H100)"])
     # the preset's MBS 1 (bench/_nemo.py: the table's MBS 4 and GA 2 disagree): 512 / 16 = 32 micro-batches

@@ -150,3 +150,29 @@ def test_weight_hash_check_every_iteration_by_hand():
     params = sum(MemoryModel(run).parameters(layer).total for layer in walk(run))
     expected = 14 * 5e-6 + 4 * params * 1.93 / 2e9
     assert run_iteration(run).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_weight_hash_check_under_deterministic_mode_adds_its_measured_host_work():
+    """Under --deterministic-mode the check's fresh host tensors are NaN-filled (PyTorch's `empty_cpu`), and
+    the check measures 0.2344 s on Megatron CI's gpt tp1_pp4_vp1 overlap_optimizer case (DGX H100, iterations
+    11, 21, 31, 41 against their neighbours) for 35,737,088 elements, of which SHA-1 at 1.93 cycles a byte on
+    3.8 GHz is 0.0726 s: 4.5 ns an element beyond the hashing (reporting.py `DETERMINISTIC_HASH_EXTRA_S`)."""
+    device = dict(ROUND_DEVICE, host_boost_ghz=2.0)
+
+    def on(timing: dict):
+        run = run_with(timing)
+        return parse_run_config(dict(run.model_dump(exclude_none=True), device=device))
+
+    # 1M elements (4e6 bytes hashed) at 2 GHz: 3.86 ms of SHA-1, and 1e6 · 4.5 ns = 4.5 ms more
+    assert weight_hash_seconds(4e6, 2.0, deterministic=True) == pytest.approx(4e6 * 1.93 / 2e9 + 1e6 * 4.5e-9)
+    assert weight_hash_seconds(4e6, 2.0, deterministic=False) == pytest.approx(4e6 * 1.93 / 2e9)
+    # the measured case's own figures back: 35,737,088 elements on a 3.8 GHz host, 0.2335 s against 0.2344
+    assert weight_hash_seconds(4 * 35_737_088, 3.8, deterministic=True) == pytest.approx(0.2344, rel=0.005)
+    # a whole run on one device (no latency) under --deterministic-mode: the default syncs 4 + 2·4
+    # micro-batches and the check's 2 at 5 us, and every parameter P hashed and copied: P · (4 · 1.93 / 2e9 + 4.5e-9)
+    run = on({"weight_hash_interval": 1, "deterministic": True})
+    params = sum(MemoryModel(run).parameters(layer).total for layer in walk(run))
+    expected = 14 * 5e-6 + params * (4 * 1.93 / 2e9 + 4.5e-9)
+    assert run_iteration(run).breakdown["bookkeeping"] == pytest.approx(expected, rel=1e-9)
+    # without the check, deterministic mode adds nothing to the bookkeeping
+    assert not bookkeeping(on({"deterministic": True}), 0.0, 3, moe=False, parameters_held=1e6).hashed_deterministic

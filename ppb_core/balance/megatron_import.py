@@ -11,7 +11,9 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--disable-bias-linear`, `--add-qkv-bias`, `--qk-layernorm`, dropouts (0.1 each),
   `--untie-embeddings-and-output-weights`, MoE (`--num-experts`, `--moe-router-topk` 2,
   `--moe-ffn-hidden-size`, `--moe-shared-expert-intermediate-size` as one shared expert,
-  `--moe-layer-freq`, `--moe-router-num-groups/--moe-router-group-topk`), MLA, `--mtp-num-layers`;
+  `--moe-layer-freq`, `--moe-router-num-groups/--moe-router-group-topk`), MLA, `--mtp-num-layers`,
+  GPT-OSS's (`--quick-geglu`, `--activation-func-clamp-value`, `--window-size`, `--window-attn-skip-freq`,
+  `--softmax-type`; the experts' and router's biases with the linears');
 * the vocabulary from the tokenizer (`megatron_tokenizer`, after build_tokenizer.py): the GPT-2
   BPE (`pretrain_gpt.py`'s default tokenizer, 50257 entries), NullTokenizer's `--vocab-size`
   (exactly, since c9dfe34798), TikTokenizer's `--vocab-size` or 2**17; a tokenizer read from a
@@ -32,7 +34,7 @@ argument_utils.py `core_transformer_config_from_args`; the same sources as `mega
   `--exit-duration-in-mins`, `--check-weight-hash-across-dp-replicas-interval`, the gradient
   reduction's and parameter gather's overlap
   (`--overlap-grad-reduce`, `--overlap-param-gather`, `--tp-comm-overlap`), the dispatcher,
-  `--fp8-recipe`, `--no-bias-gelu-fusion`, `--calculate-per-token-loss`,
+  `--fp8-recipe`, `--no-bias-gelu-fusion`, `--no-bias-dropout-fusion`, `--calculate-per-token-loss`,
   `--ddp-average-in-collective`, `--overlap-param-gather-with-optimizer-step`,
   `--delay-wgrad-compute`, CUDA graphs (`--cuda-graph-impl`, `--cuda-graph-modules`,
   `--cuda-graph-warmup-steps`), `--moe-grouped-gemm`
@@ -328,9 +330,11 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     layers = args.required("--num-layers")
     hidden = args.required("--hidden-size")
     heads = args.required("--num-attention-heads")
-    swiglu, squared = args.has("--swiglu"), args.has("--squared-relu")
+    swiglu, squared, quick = args.has("--swiglu"), args.has("--squared-relu"), args.has("--quick-geglu")
     if swiglu and squared:
         raise InputError(where, "--squared-relu", "cannot be set with --swiglu (one activation)")
+    if quick and (swiglu or squared):  # argument_utils.py: `elif args.quick_geglu: assert not args.swiglu`
+        raise InputError(where, "--quick-geglu", f"cannot be set with {'--swiglu' if swiglu else '--squared-relu'}")
     default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden  # arguments.py validate_args
     ffn = args.integer("--ffn-hidden-size", default_ffn)
     norm = args.text("--normalization", "LayerNorm")
@@ -361,7 +365,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
         "num_layers": layers,
         "num_attention_heads": heads,
         "intermediate_size": ffn,
-        "activation": "swiglu" if swiglu else "relu" if squared else "gelu",
+        "activation": "swiglu" if swiglu else "relu" if squared else "quick_geglu" if quick else "gelu",
         "norm": "rmsnorm" if norm == "RMSNorm" else "layernorm",
         "norm_bias": norm == "LayerNorm",
         "tied_embeddings": not args.has("--untie-embeddings-and-output-weights"),
@@ -388,6 +392,7 @@ def _model(args: _Args, notes: list[str], tokenizer_vocab: int | None) -> tuple[
     elif groups is not None:
         notes.append("--num-query-groups without --group-query-attention: Megatron-LM ignores it")
     _moe_spec(args, spec, layers, ffn)
+    _gpt_oss_spec(args, spec, layers, bias, notes)
     _mla_spec(args, spec)
     mtp = args.integer("--mtp-num-layers", 0)
     if mtp:
@@ -426,6 +431,72 @@ def _moe_spec(args: _Args, spec: dict[str, Any], layers: int, ffn: int) -> None:
         spec["first_dense_layers"] = leading
     if dense[leading:]:
         spec["dense_layers"] = dense[leading:]
+
+
+def _window_layers(args: _Args, layers: int) -> tuple[int, ...]:
+    """The 0-based layers `--window-size` applies to: utils.py `is_layer_window_attention` (d98e8a64,
+    core_v0.17.0): every layer without `--window-attn-skip-freq`; with N, layer number ℓ (1-based) where
+    ℓ % N != 0 (GPT-OSS's 2: the odd-numbered layers slide); with a list pattern (`moe_freq_type`'s), where
+    its entry is 1."""
+    text = args.text("--window-attn-skip-freq")
+    if text is None:
+        return tuple(range(layers))
+    bare = text.strip().strip("\"'")
+    if bare.isdigit():
+        every = int(bare)
+        if every < 1:
+            raise InputError(args.where, "--window-attn-skip-freq", f"must be positive, got {every}")
+        return tuple(i for i in range(layers) if (i + 1) % every)
+    try:
+        pattern = moe_pattern(bare, layers)
+    except ValueError as err:
+        raise InputError(args.where, "--window-attn-skip-freq", f"cannot read {shown(text)}: {err}") from None
+    if len(pattern) != layers:
+        problem = f"gives {len(pattern)} layers, --num-layers is {layers}"
+        raise InputError(args.where, "--window-attn-skip-freq", problem)
+    return tuple(i for i, windowed in enumerate(pattern) if windowed)
+
+
+def _gpt_oss_spec(args: _Args, spec: dict[str, Any], layers: int, bias: bool, notes: list[str]) -> None:
+    """GPT-OSS's settings as TransformerConfig reads them (core_v0.17.0; d98e8a64 alike; the flags of
+    examples/gptoss/02_train.sh): `--window-size L,R` (TE's window: L earlier keys, R later; `tuple_type`)
+    on `_window_layers`, a causal window of L + 1 keys (GPTOSSBridge writes (sliding_window − 1, 0));
+    `--softmax-type learnable` a sink logit a head (TEDotProductAttention's `softmax_offset`), off-by-one
+    the same offset fixed at 0 (no parameter), priced as vanilla; `--activation-func-clamp-value` the
+    quick-GEGLU's clamp (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`); with biases
+    (`add_bias_linear`, no `--disable-bias-linear`) the experts' linears (`TEGroupedMLP`: `bias=
+    config.add_bias_linear`) and the router (router.py `Router.__init__`: a bias where `add_bias_linear`)."""
+    where = args.where
+    window = args.text("--window-size")
+    if window is not None:
+        try:
+            left, right = (int(part) for part in window.strip("()").split(","))
+        except ValueError:
+            raise InputError(where, "--window-size", f"{shown(window)} is not two integers L,R") from None
+        if right != 0 and (left, right) != (-1, -1):
+            raise InputError(where, "--window-size", f"{shown(window)}: ppb prices causal windows (L,0) only")
+        if left >= 0:
+            spec["sliding_window"] = left + 1
+            spec["window_layers"] = _window_layers(args, layers)
+    elif args.has("--window-attn-skip-freq"):
+        notes.append("--window-attn-skip-freq without --window-size: no layer has a window")
+    softmax = args.text("--softmax-type", "vanilla")
+    if softmax not in ("vanilla", "off-by-one", "learnable"):  # transformer_config.py's Literal
+        raise InputError(where, "--softmax-type", f"{shown(softmax)} is none of vanilla, off-by-one, learnable")
+    if softmax == "learnable":
+        spec["attention_sinks"] = True
+    if softmax == "off-by-one":
+        notes.append("--softmax-type off-by-one: its fixed sink priced as vanilla softmax (as learnable's kernel)")
+    clamp = args.text("--activation-func-clamp-value")
+    if clamp is not None:
+        value = args.number("--activation-func-clamp-value", 0.0)
+        if not 0 < value <= 1e6:  # transformer_config.py: finite and above zero (for SwiGLU; ppb: any)
+            raise InputError(where, "--activation-func-clamp-value", f"{shown(clamp)}: must be above 0")
+        spec["activation_clamp"] = value
+        if spec["activation"] != "quick_geglu":
+            notes.append(f"--activation-func-clamp-value {clamp}: the clamp priced with --quick-geglu only")
+    if bias and spec.get("num_experts"):
+        spec["expert_bias"] = spec["router_bias"] = True
 
 
 def _mla_spec(args: _Args, spec: dict[str, Any]) -> None:
@@ -965,6 +1036,8 @@ def _timing(args: _Args, notes: list[str]) -> dict[str, Any]:
         timing["attention_mask_in_dataloader"] = False
     if args.has("--no-bias-gelu-fusion"):  # read under --swiglu too, where bias_swiglu_fusion decides instead
         timing["bias_gelu_fusion"] = False
+    if args.has("--no-bias-dropout-fusion"):  # the eager bias-dropout-add (flops.py `_residual`)
+        timing["bias_dropout_fusion"] = False
     # read by Megatron's own attention only (dot_product_attention.py), where ppb prices them
     if args.has("--no-masked-softmax-fusion"):
         timing["masked_softmax_fusion"] = False

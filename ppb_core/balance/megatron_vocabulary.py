@@ -66,6 +66,9 @@ NOTHING_PRICED = {
     # TE cpu_offload.py `OffloadableLayerState.start_offload` (d0067d0d): the host copies' pinned buffers kept
     # for the next iteration instead of allocated again (torch's caching host allocator reuses them anyway)
     "--cpu-offloading-retain-pinned-cpu-buffers": "host buffers kept between iterations: no device memory or time",
+    # fused_bias_geglu.py `weighted_bias_quick_geglu_impl` (core_v0.17.0): the offset goes into the fused kernel
+    # as a tensor (`torch.tensor(linear_offset, device=...)`, made whatever its value): no pass of its own
+    "--glu-linear-offset": "added inside the fused quick-GEGLU kernel: no pass or tensor of its own",
 }
 # Flags ppb carries into the run config (read below); the rest are noted or read past.
 MODELLED = frozenset(
@@ -102,7 +105,8 @@ MODELLED = frozenset(
         "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16", "--loss-scale",
         "--no-masked-softmax-fusion", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
         "--fp8-recipe", "--fine-grained-activation-offloading", "--offload-modules", "--min-offloaded-tensor-size",
-        "--cpu-offloading-num-layers",
+        "--cpu-offloading-num-layers", "--quick-geglu", "--window-size", "--window-attn-skip-freq", "--softmax-type",
+        "--activation-func-clamp-value", "--no-bias-dropout-fusion",
     }
 )  # fmt: skip
 # Model kinds pretrain_gpt.py builds that ppb does not: refused, with what they are.
@@ -157,6 +161,8 @@ FIELD_FLAGS = {
     "models.0.spec.vocab_size": "--vocab-size",
     "models.0.spec.max_position_embeddings": "--max-position-embeddings",
     "training.micro_batch_size": "--micro-batch-size",
+    "models.0.spec.sliding_window": "--window-size",
+    "models.0.spec.activation_clamp": "--activation-func-clamp-value",
     "timing.matmul_dtype": "--fp8-format",
     "training.defer_embedding_wgrad_compute": "--defer-embedding-wgrad-compute",
     "training.wgrad_deferral_limit": "--wgrad-deferral-limit",

@@ -188,6 +188,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
         "attention_bias": True,
         "attention_dropout": 0.0,
+        "swiglu_limit": 7.0,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 150000.0,
+        },
     },
 }
 # attribute_map: a name a config.json may use -> the attribute it sets (transformers 5.24).
@@ -260,6 +270,10 @@ class _Fields:
         if kind is list:
             if not isinstance(value, list):
                 raise InputError(self.source, name, f"expected a list, got {shown(value)}")
+            return value
+        if kind is dict:
+            if not isinstance(value, dict):
+                raise InputError(self.source, name, f"expected a mapping, got {shown(value)}")
             return value
         raise TypeError(kind)
 
@@ -442,7 +456,22 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         "moe_intermediate_size": ffn,
         "expert_bias": True,
         "router_bias": True,
+        "activation_clamp": f.get("swiglu_limit", 0.0, float),
+        "rope_yarn_factor": _yarn_factor(f),
     }
+
+
+def _yarn_factor(f: _Fields) -> float:
+    """YaRN's scaling factor from `rope_scaling` (transformers 5 also names it `rope_parameters`): its `factor`
+    where `rope_type` (or `type`, the older key) is "yarn", else 0 (no YaRN)."""
+    key = "rope_parameters" if "rope_parameters" in f.raw and "rope_scaling" not in f.raw else "rope_scaling"
+    scaling = f.get(key, {}, dict)
+    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return 0.0
+    factor = scaling.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1e6:
+        raise InputError(f.source, f"{key}.factor", f"expected a number above 0, got {shown(factor)}")
+    return float(factor)
 
 
 _READERS: dict[str, Callable[[_Fields], dict[str, Any]]] = {
@@ -488,6 +517,8 @@ _HF_KEYS: dict[str, dict[str, str]] = {
         "experts_per_token": "num_experts_per_tok",
         "moe_intermediate_size": "intermediate_size",
         "window_layers": "layer_types",
+        "activation_clamp": "swiglu_limit",
+        "rope_yarn_factor": "rope_scaling",
     },
     "gpt2": {
         "num_layers": "n_layer",

@@ -947,6 +947,11 @@ class TimingOptions(StrictModel):
         description="Megatron's bias-GeLU fusion (off with --no-bias-gelu-fusion; Megatron turns it off without "
         "biases): unfused, fc1's bias is added by its own kernel before the GeLU",
     )
+    bias_dropout_fusion: bool = Field(
+        True,
+        description="Megatron's bias-dropout-add fusion (off with --no-bias-dropout-fusion; GPTOSSBridge sets it "
+        "off): unfused, a branch's bias add, its dropout and the residual add are kernels of their own",
+    )
     calculate_per_token_loss: bool = Field(
         False,
         description="Megatron's --calculate-per-token-loss: DDP reduces the gradients unscaled, then the token "
@@ -1261,6 +1266,25 @@ class RunConfig(StrictModel):
         )
 
     @property
+    def yarn_unfused_rope(self) -> bool:
+        """Whether a YaRN-scaled rotary sends Megatron to its unfused rotary steps whatever `apply_rope_fusion`
+        says: attention.py passes `mscale=_yarn_get_concentration_factor_from_config(config)` (0.1·ln(factor) + 1
+        above a factor of 1 with no mscale given: yarn_rotary_pos_embedding.py `_yarn_get_mscale`) and
+        rope_utils.py `apply_rotary_pos_emb` falls back to `_apply_rotary_pos_emb_bshd` for any `mscale != 1.0`
+        ("not supported by TE's fused RoPE"), Megatron-LM 0d8e0714cd and core_v0.17.0 alike: GPT-OSS through
+        Megatron-Bridge (GPTOSSBridge: position_embedding_type "yarn", factor 32, mscale None: 1.3466). MLA's
+        rotary is its own path (`_mla_rope_bytes`), not read here."""
+        return self.framework == "megatron" and any(
+            isinstance(s, ModelSpec) and s.rope_yarn_factor > 1 and not s.is_mla for s in self.specs.values()
+        )
+
+    @property
+    def rope_fused(self) -> bool:
+        """Whether Megatron's rotary runs TransformerEngine's fused kernel (time): `apply_rope_fusion`
+        (--no-rope-fusion off), unless `yarn_unfused_rope`."""
+        return self.timing.rope_fusion and not self.yarn_unfused_rope
+
+    @property
     def softmax_in_fp32(self) -> bool:
         """TransformerConfig `attention_softmax_in_fp32`, which `apply_query_key_layer_scaling` sets."""
         return self.timing.attention_softmax_in_fp32 or self.timing.apply_query_key_layer_scaling
@@ -1526,6 +1550,7 @@ MEGATRON_TIMING = frozenset(
         "exit_duration_in_mins",
         "weight_hash_interval",
         "bias_gelu_fusion",
+        "bias_dropout_fusion",
         "calculate_per_token_loss",
         "overlap_param_gather_with_optimizer_step",
         "delay_wgrad_compute",

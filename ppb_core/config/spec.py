@@ -66,6 +66,9 @@ class ModelSpec(StrictModel):
         (), description="layers attending within sliding_window (HF layer_types 'sliding_attention')"
     )
     attention_sinks: bool = Field(False, description="a learnable per-head logit in every softmax (GPT-OSS sinks)")
+    rope_yarn_factor: float = Field(
+        0.0, ge=0.0, le=1e6, description="YaRN's rotary scaling factor (rope_scaling factor, GPT-OSS 32); 0: no YaRN"
+    )
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     # Mixture of experts (num_experts 0: every layer dense).
@@ -78,6 +81,9 @@ class ModelSpec(StrictModel):
     )
     shared_expert_gate: bool = Field(False, description="a sigmoid gate on the shared expert (Qwen2-MoE)")
     expert_bias: bool = Field(False, description="biases on the routed experts' linears (GPT-OSS)")
+    activation_clamp: float = Field(
+        0.0, ge=0.0, le=1e6, description="gated activation inputs clamped at this (GPT-OSS swiglu_limit 7); 0: none"
+    )
     router_bias: bool = Field(False, description="a bias on the router's logits (GPT-OSS)")
     expert_groups: Experts = Field(0, description="experts fall into this many groups (n_group)")
     expert_group_limit: Experts = Field(

@@ -129,7 +129,7 @@ class MemorySetup(Geometry):
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", 0),
             permute_fusion=train.moe.permute_fusion,
             moe_grouped_gemm=train.moe.grouped_gemm,
-            rope_fusion=train.rope_fusion,
+            rope_fusion=train.rope_fusion and not run.yarn_unfused_rope,  # the unfused steps keep cos and sin
             transformer_impl=run.timing.transformer_impl,
             moe_dispatcher=run.timing.moe_dispatcher,
             devices_per_node=par.devices_per_node,

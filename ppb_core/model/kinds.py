@@ -101,6 +101,7 @@ class Moe:
     group_limit: int = 0  # a token's experts from at most this many groups (topk_group); 0: no limit
     bias: bool = False  # biases on the routed experts' linears (GPT-OSS: gate_up_proj_bias, down_proj_bias)
     router_bias: bool = False  # a bias on the router's logits (GPT-OSS's GptOssTopKRouter)
+    clamp: bool = False  # the gated activation's inputs clamped first (GPT-OSS's swiglu_limit)
 
     @property
     def matrices(self) -> int:
@@ -332,6 +333,7 @@ def body_kind(spec: ModelSpec, index: int, dropout: float | None = None) -> Body
             group_limit=spec.expert_group_limit,
             bias=spec.expert_bias,
             router_bias=spec.router_bias,
+            clamp=spec.activation_clamp > 0,
         )
     else:
         mlp = Mlp(spec.hidden_size, spec.intermediate_size, spec.gated, spec.mlp_bias, spec.activation)

@@ -239,6 +239,7 @@ class OpGeometry(Geometry):
     main_grad_passes: int = 2  # its passes when a 16-bit gradient is added into it (`main_grad_passes`)
     rope_fusion: bool = True  # Megatron's apply_rope_fusion (off with --no-rope-fusion)
     bias_gelu_fusion: bool = True  # Megatron's bias_gelu_fusion (off with --no-bias-gelu-fusion)
+    bias_dropout_fusion: bool = True  # Megatron's bias_dropout_fusion (off with --no-bias-dropout-fusion)
     torch_softmax: bool = False  # Megatron's unfused scale-mask-softmax as PyTorch ops (RunConfig.torch_masked_softmax)
     softmax_fp32: bool = False  # ... in fp32 (attention_softmax_in_fp32)
     softmax_scaled: bool = False  # ... its input scaled first (apply_query_key_layer_scaling)
@@ -316,10 +317,11 @@ class OpGeometry(Geometry):
             rotary_cast=run.timing.rotary_dtype not in (None, train.dtype),
             main_grad_bytes=train.grad_bytes,
             main_grad_passes=main_grad_passes(run.timing.deepspeed_bf16_optimizer),
-            rope_fusion=run.timing.rope_fusion,
+            rope_fusion=run.rope_fused,
             router_bytes=ROUTER_BYTES.get(train.moe.router_dtype or "", train.dtype_bytes),
             permute_fusion=train.moe.permute_fusion,
             bias_gelu_fusion=run.timing.bias_gelu_fusion,
+            bias_dropout_fusion=run.timing.bias_dropout_fusion,
             torch_softmax=run.torch_masked_softmax,
             softmax_fp32=run.softmax_in_fp32,
             softmax_scaled=run.timing.apply_query_key_layer_scaling,
@@ -759,17 +761,28 @@ def _tp_exit(
     ]
 
 
-def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: float) -> Op:
+def _residual(name: str, block: str, geo: OpGeometry, width: float, dropout: float, bias: bool = False) -> Op:
     """Bias, dropout (its mask always kept) and the residual add, fused, on the layer's own tokens.
 
     Forward: reads the branch's output and the residual, writes the sum (and the mask). Backward:
     the branch's gradient (reads the output gradient and the mask, writes), and autograd's sum of
     the two gradients that meet where the residual stream forks (the skip and the branch's norm:
     reads two, writes one). torchtitan's block adds plainly (`h = x + attention(norm(x))`, no bias
-    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum."""
+    or dropout): the add's backward hands the gradient on without a kernel, leaving the sum.
+
+    Megatron without the fusion (`bias_dropout_fusion` off: --no-bias-dropout-fusion; GPTOSSBridge sets it
+    off) runs fused_bias_dropout.py `_bias_dropout_add_func` eagerly (core_v0.17.0, 0d8e0714cd): `x + bias`
+    where the branch returns a *bias* (read and write), `F.dropout` (at p 0 PyTorch's `dropout` returns its
+    input: no kernel; else `native_dropout`, read and write and the mask), `residual + out` (read two, write
+    one), a kernel each; backward the adds hand the gradient on (the bias's reduction is its linear's,
+    `_bias_passes`), the dropout's backward where p > 0, and the fork's sum."""
     elements = geo.whole_tokens * width
     bc = geo.dtype_bytes
     mask = MASK_BYTES if dropout > 0 else 0
+    if geo.framework == "megatron" and not geo.bias_dropout_fusion:
+        added, dropped = 2 * bc if bias else 0, 2 * bc + mask if dropout > 0 else 0
+        op = _elementwise(name, block, elements * (3 * bc + added + dropped), elements * (3 * bc + dropped))
+        return dataclasses.replace(op, launches=(1.0 + bias + (dropout > 0), 1.0 + (dropout > 0)))
     branch = 0 if geo.framework == "torchtitan" and not mask else 2 * bc + mask
     return _elementwise(name, block, elements * (3 * bc + mask), elements * (3 * bc + branch))
 
@@ -1480,7 +1493,7 @@ def attention_ops(kind: BodyKind, geo: OpGeometry, p: str = "") -> list[Op]:
         *_tp_exit(
             p + "reduce_attention", block, geo, h, p + "out_proj", userbuffers="proj", float8=geo.float8_tp, te_fp8=True
         ),
-        _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout),
+        _residual(p + "residual_attention", block, geo, h, kind.hidden_dropout, att.out_bias),
     ]
 
 
@@ -1617,7 +1630,7 @@ def mlp_ops(kind: BodyKind, mlp: Mlp, geo: OpGeometry, p: str = "") -> list[Op]:
         # linear_fc1 is TELayerNormColumnParallelLinear (pre_mlp_layernorm IdentityOp: `Op.norm_input`)
         *_norm_fed_first(_ffn(p + "mlp", block, geo, geo.tokens, h, width, mlp.gated, source, mlp.bias)),
         *_tp_exit(p + "reduce_mlp", block, geo, h, p + "mlp_out", userbuffers="fc2", float8=geo.float8_tp, te_fp8=True),
-        _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout),
+        _residual(p + "residual_mlp", block, geo, h, kind.hidden_dropout, mlp.bias),
     ]
 
 
@@ -1681,8 +1694,10 @@ def _glu_clamp(name: str, block: str, geo: OpGeometry, rows: float, width: int, 
 
 def _clamped_activation(ops: list[Op], moe: Moe, geo: OpGeometry, rows: float, p: str) -> list[Op]:
     """The experts' ops with GPT-OSS's clamp between fc1 and the activation, under Megatron's TEGroupedMLP
-    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it)."""
-    if moe.activation != "quick_geglu" or geo.framework != "megatron" or geo.sequential_experts:
+    (`_glu_clamp`; a SequentialMLP's per-expert MLPs are not priced with it). `weighted_bias_quick_geglu_impl`
+    clamps only where `activation_func_clamp_value` is set (`if clamp_value is not None`, fused_bias_geglu.py
+    at core_v0.17.0 and 0d8e0714cd): GPTOSSBridge sets 7, Megatron-LM's --activation-func-clamp-value."""
+    if moe.activation != "quick_geglu" or not moe.clamp or geo.framework != "megatron" or geo.sequential_experts:
         return ops
     at = next(i for i, op in enumerate(ops) if op.name == p + "experts_act")
     width = per_rank(moe.expert_intermediate_size, geo.etp)

@@ -1037,7 +1037,7 @@ class TimeModel:
                 launches = layer_launches(
                     ops,
                     tp=run.parallel.tp,
-                    rope_fusion=run.timing.rope_fusion,
+                    rope_fusion=run.rope_fused,
                     cross_entropy_fusion=run.timing.cross_entropy_fusion,
                     wgrad_fused=run.timing.gradient_accumulation_fusion,
                     fills=fills,

@@ -43,8 +43,12 @@ May 2026), megatron/training/training.py `train_step` and the loop in `train`, p
   the data-parallel group (the experts' over their data-parallel group), compares them
   (`torch.equal`, one host sync per rank's copy and one against rank 0's), then a barrier over every
   rank. At N = 1 every iteration pays it (`weight_hash_seconds`); above, the typical iteration runs
-  none (the CI's seconds are a median). Not counted: the device-to-host copies themselves (2 B an
-  element over PCIe, ~3% of the hashing at PCIe Gen4's 32 GB/s) and the CPU's bf16-to-fp32 cast.
+  none (the CI's seconds are a median). Under `--deterministic-mode` the host tensors the copy and the
+  cast make are NaN-filled first (PyTorch's native `empty_cpu`, TensorFactories.cpp: the fill under
+  deterministic algorithms with `fill_uninitialized_memory`, its default): that path's work beside the
+  hashing, measured in Megatron CI's own golden values, is priced per element
+  (`DETERMINISTIC_HASH_EXTRA_S`). Without it, the copies (2 B an element over PCIe) and the CPU's
+  bf16-to-fp32 cast are not counted.
 
 A scalar broadcast runs NCCL's ring (its only broadcast algorithm): g−1 steps, those between nodes
 paying the inter-node latency too (`scalar_broadcast_seconds`).
@@ -73,6 +77,21 @@ from ppb_core.timing.comm import Group, Links
 # for Sapphire Rapids' SHA extensions (DGX H100): taken alike.
 SHA1_CYCLES_PER_BYTE = 1.93
 HASHED_BYTES = 4  # `param.data.to("cpu").float()`: each element hashed as fp32
+# The check's host work per parameter element beyond SHA-1 under --deterministic-mode (the blocking copy into a
+# NaN-filled pageable tensor, the cast into another, their allocation), measured: Megatron CI's
+# gpt3_mcore_te_tp1_pp4_vp1_dist_optimizer_overlap_grad_reduce_param_gather_overlap_optimizer (golden_values_dev_
+# dgx_h100.json, values of 5fe3f06658 as Megatron-LM d98e8a64 keeps them, one per iteration) checks every tenth
+# iteration (`--check-weight-hash-across-dp-replicas-interval 10`, run after the iteration's log: it lands in the
+# next one's time). Iterations 11, 21, 31, 41 take 0.36187, 0.37168, 0.37218, 0.36437 s against their neighbours'
+# means 0.129015, 0.131375, 0.13857, 0.133715 s: the check 0.234356 s (mean of 0.232855, 0.240305, 0.23361,
+# 0.230655). Its busiest rank (stage 0 of pp 4, vp 3: the 50,304 x 512 word and 1,024 x 512 position embeddings,
+# 3 layers of 3,152,384 with their biases) holds 35,737,088 elements; SHA-1 of them as fp32 at 1.93 cycles a byte
+# on the DGX H100's 3.8 GHz takes 0.072602 s; the rest, 0.161754 s, is 4.53 ns an element: 4.5 to two digits.
+# Held-out, the same commit's gpt3_moe_mcore_te_ep8_resume_torch_dist_muon (every iteration) measures 0.377 s over
+# its distributed-Muon twin, which runs no check. Megatron CI's hybrid cases (not priced: a Mamba model), which
+# check without --deterministic-mode, measure about 2.7-3.0 ns an element in all (DGX A100 and DGX H100 alike,
+# 0.414 and 0.411 s for the tp1_pp4 case): SHA-1 and ~0.8 ns, left unpriced there.
+DETERMINISTIC_HASH_EXTRA_S = 4.5e-9
 # A host whose clock the catalog does not state (`DeviceProfile.host_boost_ghz` 0): DGX A100's 3.4 GHz, the
 # slowest of the hosts it states.
 UNKNOWN_HOST_BOOST_GHZ = 3.4
@@ -94,6 +113,7 @@ class Bookkeeping:
     syncs: int
     broadcasts: tuple[str, ...] = ()
     hashed_bytes: float = 0.0  # what the weight-hash check hashes on the host (`weight_hash_seconds`)
+    hashed_deterministic: bool = False  # the check's host tensors NaN-filled (--deterministic-mode)
 
 
 def pass_bytes(
@@ -158,7 +178,7 @@ def bookkeeping(
     if timing.calculate_per_token_loss:  # the token count: over the pipeline, then over dp·cp
         broadcasts = (PIPELINE,)
         reduces.append(DATA)
-    return Bookkeeping(pass_traffic, tuple(reduces), syncs, broadcasts, hashed)
+    return Bookkeeping(pass_traffic, tuple(reduces), syncs, broadcasts, hashed, bool(hashed) and timing.deterministic)
 
 
 def with_statistics_groups(run: RunConfig, links: Links, distributed_optimizer: bool) -> Links:
@@ -201,11 +221,14 @@ def scalar_broadcast_seconds(group: Group, links: Links) -> float:
     return (group.size - 1) * links.latency_s + (nodes - 1) * links.inter_node_latency_s
 
 
-def weight_hash_seconds(hashed_bytes: float, host_boost_ghz: float) -> float:
+def weight_hash_seconds(hashed_bytes: float, host_boost_ghz: float, deterministic: bool = False) -> float:
     """The CPU's time to SHA-1 *hashed_bytes* on one thread at *host_boost_ghz* (0: the catalog's slowest
-    stated host, `UNKNOWN_HOST_BOOST_GHZ`), at OpenSSL's `SHA1_CYCLES_PER_BYTE`."""
+    stated host, `UNKNOWN_HOST_BOOST_GHZ`), at OpenSSL's `SHA1_CYCLES_PER_BYTE`; under *deterministic*
+    (--deterministic-mode) the measured rest of the check's host work a parameter element
+    (`DETERMINISTIC_HASH_EXTRA_S`, the same on DGX A100's and DGX H100's hosts in the CI's hybrid cases)."""
     ghz = host_boost_ghz or UNKNOWN_HOST_BOOST_GHZ
-    return hashed_bytes * SHA1_CYCLES_PER_BYTE / (ghz * 1e9)
+    extra = hashed_bytes / HASHED_BYTES * DETERMINISTIC_HASH_EXTRA_S if deterministic else 0.0
+    return hashed_bytes * SHA1_CYCLES_PER_BYTE / (ghz * 1e9) + extra
 
 
 def bookkeeping_seconds(
@@ -215,5 +238,7 @@ def bookkeeping_seconds(
     weight-hash check's hashing on the host (*host_boost_ghz*): serial, the queue drained before each."""
     reduces = sum(scalar_all_reduce_seconds(links.groups[group], links) for group in work.all_reduces)
     reduces += sum(scalar_broadcast_seconds(links.groups[group], links) for group in work.broadcasts)
-    hashing = weight_hash_seconds(work.hashed_bytes, host_boost_ghz) if work.hashed_bytes else 0.0
+    hashing = (
+        weight_hash_seconds(work.hashed_bytes, host_boost_ghz, work.hashed_deterministic) if work.hashed_bytes else 0.0
+    )
     return work.pass_bytes / hbm_bytes_per_s + reduces + work.syncs * host_launch_us * 1e-6 + hashing

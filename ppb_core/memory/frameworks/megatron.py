@@ -326,6 +326,22 @@ def module_drops(term: ActivationTerm, modules: frozenset[str], kind: BodyKind) 
     return "shared_experts" in modules and op.startswith("moe.shared")
 
 
+def clamp_terms(moe: Moe, setup: MemorySetup, prefix: str = "") -> tuple[ActivationTerm, ...]:
+    """What GPT-OSS's clamp keeps beside fc1's output in the grouped experts (`TEGroupedMLP`).
+
+    `weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py, core_v0.17.0 and 0d8e0714cd)
+    clamps the two halves of fc1's output eagerly and `torch.cat`s them: each `clamp` saves its input, a view of
+    fc1's output (`clamp_backward` needs it: nothing new), and the fused quick-GEGLU saves its own input, the
+    cat's output, `[rows, 2·ffn/etp]` in the training dtype: a copy beside fc1's output
+    (`moe.expert.gate_up_output`). Under `moe_act` recompute the activation runs in `CheckpointWithoutOutput`,
+    which keeps only its input: the copy is an `ffAct` term. A SequentialMLP's experts are not priced with it."""
+    if not moe.clamp or not moe.gated or moe.activation != "quick_geglu" or not setup.moe_grouped_gemm:
+        return ()
+    width = per_rank(moe.expert_intermediate_size, setup.etp)
+    rows = routed_rows(moe, setup)
+    return (ActivationTerm(f"{prefix}moe.expert.clamped_input", "ffAct", rows * 2 * width, setup.dtype_bytes),)
+
+
 def allgathered_rows(setup: MemorySetup) -> float:
     """Tokens `MoEAllGatherTokenDispatcher.token_dispatch` gathers over the expert-tensor × expert-parallel
     group (the layer's sequence shard from each of its etp·ep ranks), 0 where that group is one rank."""
@@ -535,6 +551,7 @@ def megatron_body_terms(
     if not kind.mlp.gated and not combine_weights:  # the unfused weighting keeps the activation's output too
         output = next(t for t in kept_terms if t.op == f"{prefix}moe.expert.activation_output")
         kept_terms = (*kept_terms, replace(output, op=f"{prefix}moe.expert.unweighted_activation"))
+    kept_terms = (*kept_terms, *clamp_terms(kind.mlp, setup, prefix))
     if setup.moe_dispatcher == "alltoall":
         kept_terms = (*kept_terms, ActivationTerm(f"{prefix}moe.row_map", None, *row_map(kind.mlp, setup), False))
     elif setup.moe_dispatcher == "allgather":  # its map, and masked_select's saved mask `[local experts, T]`
