@@ -11,9 +11,15 @@ from small_models import ROUND_DEVICE, SMALL_GQA
 from ppb_core.config.run import parse_run_config
 from ppb_core.errors import InputError
 from ppb_core.model.walk import BODY, HEAD, TAIL, walk
-from ppb_core.timing.iteration import _fsdp_exposed, framework_rules, run_iteration
+from ppb_core.schedules import Op, Timeline
+from ppb_core.timing.iteration import _fsdp_exposed, _post_reduce_end, framework_rules, run_iteration
 from ppb_core.timing.pricer import TimeModel
-from ppb_core.timing.titan_step import fsdp2_units, optimizer_bytes_per_element, pipelined_grad_bytes
+from ppb_core.timing.titan_step import (
+    fsdp2_units,
+    optimizer_bytes_per_element,
+    pipelined_grad_bytes,
+    post_backward_reduce_end,
+)
 
 NODES = [HEAD, BODY, BODY, TAIL]
 LAST = [False, False, True, False]
@@ -226,3 +232,28 @@ def test_pipelined_torchtitan_pays_the_fp32_accumulation_each_micro_batch():
 
     added = (seconds(8, 4) - seconds(4, 4)) - (seconds(8, 2) - seconds(4, 2))
     assert added >= 40 * 26_743_808 / (1000e9 * 0.5)
+
+
+def test_post_backward_reduce_scatters_queue_after_each_chunks_last_backward():
+    # stage.py `backward_maybe_with_nosync` (torch 2.6.0): a chunk's post_backward runs once its last
+    # backward has returned. Chunks ending at 5 s and 10 s with queues of 4 s and 3 s: the first runs
+    # 5 → 9, the second waits for its backward, 10 → 13; with queues of 6 s and 1 s the second waits for
+    # the first instead: 5 → 11 → 12. One chunk: its end plus its queue.
+    assert post_backward_reduce_end([(10.0, 3.0), (5.0, 4.0)]) == pytest.approx(13.0)
+    assert post_backward_reduce_end([(5.0, 6.0), (8.0, 1.0)]) == pytest.approx(12.0)
+    assert post_backward_reduce_end([(7.0, 2.5)]) == pytest.approx(9.5)
+
+
+def test_the_latest_rank_queue_reads_each_chunks_last_backward_off_the_timeline():
+    # Two ranks of two chunks. Rank 0's chunk 1 ends its last backward at 6, chunk 0 at 9; queues of 4
+    # and 2: 6 → 10, then chunk 0 waits for chunk 1's queue: 10 → 12. Rank 1's chunk 1 at 5, chunk 0 at 7,
+    # queues of 1 each: 5 → 6, 7 → 8. The latest: rank 0's 12.
+    f0, f1, b0, b1 = Op("F", 0, 0), Op("F", 1, 0), Op("B", 0, 0), Op("B", 1, 0)
+    timeline = Timeline(
+        orders=[[f0, f1, b1, b0], [f0, f1, b1, b0]],
+        starts=[[0.0, 1.0, 4.0, 7.0], [1.0, 2.0, 3.0, 5.0]],
+        ends=[[1.0, 2.0, 6.0, 9.0], [2.0, 3.0, 5.0, 7.0]],
+        binding=[[None] * 4, [None] * 4],
+    )
+    queues = {(0, 0): 2.0, (1, 0): 4.0, (0, 1): 1.0, (1, 1): 1.0}
+    assert _post_reduce_end(timeline, queues, 2, 2) == pytest.approx(12.0)

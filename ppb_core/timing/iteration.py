@@ -48,7 +48,7 @@ from ppb_core.model.placement import CellOptions, place_plan
 from ppb_core.model.switches import LayerType, option_state
 from ppb_core.model.walk import BODY, HEAD, Layer, LayerWalk, walk
 from ppb_core.pipeline_p2p import OVERLAP_BY_RELEASE, simulate_p2p
-from ppb_core.schedules import canonical, cell_order, combined_pairs, simulate
+from ppb_core.schedules import Timeline, canonical, cell_order, combined_pairs, simulate
 from ppb_core.timing.batch import batch_seconds, reads
 from ppb_core.timing.combined import layer_segments, mtp_segments, step_saving
 from ppb_core.timing.comm import Group, Links, collective_seconds
@@ -74,6 +74,7 @@ from ppb_core.timing.titan_step import (
     fsdp2_units,
     optimizer_bytes_per_element,
     pipelined_grad_bytes,
+    post_backward_reduce_end,
 )
 
 MASTER_BYTES = 4  # the fp32 master copy of a 16-bit parameter
@@ -404,11 +405,6 @@ class _Cells:
     transfer: list[list[float]]
 
 
-def reverse_pairs(layers: Sequence[tuple[float, float]], values: Sequence[float]) -> list:
-    """(layer's (forward, backward), value) pairs, last layer first: the backward's order."""
-    return list(zip(layers, values, strict=True))[::-1]
-
-
 def _fsdp_exposed(
     layers: Sequence[tuple[float, float]],
     gathers: Sequence[float],
@@ -416,10 +412,11 @@ def _fsdp_exposed(
     rules: FrameworkRules,
     contention: float = 0.0,
     regathers: Sequence[float] | None = None,
-) -> tuple[float, float, float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """Per micro-batch over a cell's layers in order: (exposed forward, exposed backward, link seconds
-    forward, link seconds backward), then the once-per-iteration reduce-scatters' link and exposed
-    seconds. Each layer's gather is prefetched behind the previous layer's compute (the first one's
+    forward, link seconds backward), then the once-per-iteration reduce-scatters' link seconds (torchtitan
+    under a pipeline: they queue after the last backward, `_post_reduce_end`). Each layer's gather is
+    prefetched behind the previous layer's compute (the first one's
     is exposed); the backward walks the layers in reverse, its gathers prefetched likewise and each
     reduce-scatter running behind the next layer's backward, the last one's exposed. *regathers*:
     each layer's gather before its backward when it is not its forward gather under
@@ -446,16 +443,8 @@ def _fsdp_exposed(
     if rules.fsdp_reduce_every_micro_batch:
         backward_exposed += pending
         backward_link += pending
-    # Gradients synchronised once (torchtitan under a pipeline): the last micro-batch's backward
-    # reduce-scatters each layer behind the next layer's backward, the last one after it.
     once_link = 0.0 if rules.fsdp_reduce_every_micro_batch else sum(reduces)
-    once_exposed = pending = 0.0
-    if not rules.fsdp_reduce_every_micro_batch:
-        for (_, backward), reduce in reverse_pairs(layers, reduces):
-            once_exposed += max(0.0, pending - backward) + contention * min(pending, backward)
-            pending = reduce
-        once_exposed += pending
-    return forward_exposed, backward_exposed, forward_link, backward_link, once_link, once_exposed
+    return forward_exposed, backward_exposed, forward_link, backward_link, once_link
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,6 +518,8 @@ def run_iteration(
     # its float8 all-gather, `LayerParams.gathered_bytes`) and gradients reduce-scattered over dp·cp.
     fsdp_link = fsdp_once = fsdp_once_link = 0.0
     precompute = [0.0] * stages  # torchtitan's Float8 scale precompute after the step, per stage
+    # torchtitan under a pipeline: each cell's copy-ins and reduce-scatters, queued after its last backward
+    post_reduce: dict[tuple[int, int], float] = {}
     if fsdp:
         for (chunk, stage), entries in per_cell.items():
             gathers, reduces = [], []
@@ -549,7 +540,7 @@ def run_iteration(
                 )
                 gathers, again, reduces = list(units.forward), list(units.backward), list(units.reduces)
                 regathered = list(units.regathered)
-            fe, be, fl, bl, once_link, once_exposed = _fsdp_exposed(
+            fe, be, fl, bl, once_link = _fsdp_exposed(
                 [(f, b) for _, f, b in entries], gathers, reduces, rules, kernels.contention, again
             )
             copies = [fsdp2_copy_seconds(run, memory.parameters(layer), kernels) for layer, _, _ in entries]
@@ -564,14 +555,14 @@ def run_iteration(
                 (out if regathered[index] else 0.0) + (reduce_in if rules.fsdp_reduce_every_micro_batch else 0.0)
                 for index, (out, reduce_in) in enumerate(copies)
             )
-            once_exposed += 0.0 if rules.fsdp_reduce_every_micro_batch else sum(r for _, r in copies)
+            if not rules.fsdp_reduce_every_micro_batch:  # after the backward, not beside it (titan_step)
+                post_reduce[(chunk, stage)] = sum(reduces) + sum(r for _, r in copies)
             if not rules.fsdp_gather_every_micro_batch:  # parameters kept whole after the first gather
                 fsdp_once += fe
                 fe = 0.0
             cells.fsdp_forward[chunk][stage] = fe
             cells.fsdp_backward[chunk][stage] = be
             fsdp_link += (fl + bl) * (m if rules.fsdp_gather_every_micro_batch else 1)
-            fsdp_once += once_exposed
             fsdp_once_link += once_link
             if run.timing.fp8_precompute_scale:
                 kinds = [layer.kind for layer, _, _ in entries]
@@ -644,6 +635,8 @@ def run_iteration(
     waiting = sum(host.forward + host.backward for layer, host in waits.items() if layer.stage == busiest)
     host_wait = min(compute, m * waiting)
     bubble = plain.makespan - work
+    if post_reduce:
+        fsdp_once += max(0.0, _post_reduce_end(timeline, post_reduce, stages, chunks) - timeline.makespan)
     fsdp_term = gathered.makespan - plain.makespan + fsdp_once
     p2p = timeline.makespan - gathered.makespan
 
@@ -802,6 +795,20 @@ def _share(link: float, exposed: float) -> float:
     if link <= 0:
         return 1.0
     return min(1.0, max(0.0, 1.0 - exposed / link))
+
+
+def _post_reduce_end(timeline: Timeline, post_reduce: dict[tuple[int, int], float], stages: int, chunks: int) -> float:
+    """The latest end of a rank's reduce-scatter queue under torchtitan's pipeline
+    (`titan_step.post_backward_reduce_end`): each chunk's queue after its last micro-batch's backward."""
+    latest = 0.0
+    for stage in range(stages):
+        last = [0.0] * chunks
+        for op, end in zip(timeline.orders[stage], timeline.ends[stage], strict=True):
+            if op.kind == "B":
+                last[op.chunk] = max(last[op.chunk], end)
+        queue = [(last[chunk], post_reduce.get((chunk, stage), 0.0)) for chunk in range(chunks)]
+        latest = max(latest, post_backward_reduce_end(queue))
+    return latest
 
 
 def fsdp2_copy_seconds(run: RunConfig, params: LayerParams, kernels) -> tuple[float, float]:

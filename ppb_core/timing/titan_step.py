@@ -61,6 +61,18 @@ the reduce-scatter's copy-in (`foreach_reduce`) then reads that fp32 accumulator
 where the unpipelined step reads the bf16 gradient, bc + g). Nothing of this where the gradient is
 already in the reduce dtype (autograd accumulates it in place instead, not priced).
 
+**When a pipelined stage reduce-scatters** (`post_backward_reduce_end`). The stage's autograd runs
+every micro-batch's backward, the last one too, with gradient sync off; only once that backward has
+returned does `backward_maybe_with_nosync` (torch/distributed/pipelining/stage.py in torch 2.6.0, the
+release cut 2024-12-12 from main, eleven days before the 2024-12 benchmark's torch 1963fc8; torch 2.13's
+`perform_reduce_grad`, a REDUCE_GRAD action after the stage's last backward, likewise) turn sync on and
+call `FSDPParamGroup.post_backward` for every unit of the stage's model chunk, one after the other: the
+copy-ins and reduce-scatters of the whole chunk queue behind its last backward, none of them beside
+it. A rank's chunks (looped schedules) queue on one communicator, in the order their last backwards
+end. The step cannot pass the last rank's queue: the clip reads every gradient, and the next step's
+first all-gather queues behind it on the same communicator; so the iteration's tail past the schedule
+is the latest queue's end past the schedule's (under 1F1B the first stage's whole queue).
+
 The clip's total norm is a DTensor `_NormPartial` over the parameters' mesh: made `Replicate` for
 the coefficient (`max_norm / (total_norm + 1e-6)`, a non-linear op), one scalar all-reduce per mesh
 dimension (torch/distributed/tensor/_redistribute.py reduces a `Partial` dimension by dimension:
@@ -170,3 +182,13 @@ def pipelined_grad_bytes(micro_batches: int, param_bytes: int, reduce_bytes: int
     cast = param_bytes + reduce_bytes
     add = 2 * reduce_bytes + param_bytes
     return (cast + add * (micro_batches - 1)) / micro_batches, 2 * reduce_bytes
+
+
+def post_backward_reduce_end(chunks: Sequence[tuple[float, float]]) -> float:
+    """When one rank's reduce-scatters are done under a pipeline (module docstring): *chunks* holds, per
+    model chunk on the rank, (end of its last micro-batch's backward, seconds of its copy-ins and
+    reduce-scatters); each chunk's queue starts at its end or after the previous chunk's queue."""
+    clock = 0.0
+    for end, seconds in sorted(chunks):
+        clock = max(clock, end) + seconds
+    return clock
