@@ -450,14 +450,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def check_output(path: str | Path, folder: bool = False) -> None:
+def check_output(path: str | Path, folder: bool = False, inputs: tuple[str | Path, ...] = ()) -> None:
     """That *path* can be written (a file, or with *folder* a folder of files), before any work starts.
 
     Refused: a file path that is a folder, a folder path that is a file, a path under a file, a
-    place where this process cannot create files (probed with a file made and removed at once).
+    place where this process cannot create files (probed with a file made and removed at once), and
+    the command's own input file among *inputs* (`ppb balance run.yaml -o run.yaml` replaced the run
+    config with the plan).
     """
     path = Path(path)
     kind = "folder" if folder else "file"
+    for given in inputs:
+        if os.path.isfile(path) and os.path.isfile(given) and os.path.samefile(path, given):
+            raise InputError(path, None, f"is the input {given}: give another output {kind}")
     if path.exists() or path.is_symlink():
         if folder and not path.is_dir():
             raise InputError(path, None, "is a file, not an output folder")

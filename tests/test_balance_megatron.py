@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import ppb_core.balance.program as program_module
 from ppb_core.balance.megatron import Setting, setting_of
+from ppb_core.balance.megatron_text import megatron_lines
 from ppb_core.balance.outputs import megatron, not_megatrons, plan_from_yaml, virtual_stages
 from ppb_core.balance.plan import Plan, empty_counts, freeze
 from ppb_core.balance.problem import BalanceInput, run_problem
@@ -135,6 +136,9 @@ def test_layout_with_mtp_and_flags_quoted() -> None:
     assert out["layout"] == "Et|tt|tt|tmL" and out["recompute_expressible"] and out["recompute"] == []
     # the flags survive a POSIX shell unchanged
     assert shlex.split(out["flags"]) == ["--pipeline-model-parallel-layout", "Et|tt|tt|tmL"]
+    # no recompute is Megatron-LM's default, so no flag says it: a launch's own --recompute-* flags must go
+    assert "drop every --recompute-* flag" in out["note"]
+    assert "drop every --recompute-* flag" in megatron_lines(out)[-1]
     validate_layout(parse_layout(out["layout"], 2), 6, 1)
 
 

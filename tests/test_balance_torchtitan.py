@@ -348,7 +348,14 @@ def test_a_mixed_plan_gives_the_split_only_and_stage_order_is_chunk_by_chunk() -
     with pytest.raises(tomllib.TOMLDecodeError):
         tomllib.loads(REST + "\n".join(batched["lines"]))
     assert torchtitan(_result(grid, "interleaved", "megatron"), None) is None
-    assert torchtitan(_result([[{"NONE": 6}]], "1f1b"), None) is None  # PP 1: no split to say
+    # PP 1: no split to say, only the plan's [activation_checkpoint] (a NONE plan under a config that
+    # checkpoints would otherwise run the config's own policy)
+    unsplit = torchtitan(_result([[{"NONE": 6}]], "1f1b"), None)
+    assert unsplit is not None and unsplit["lines"] == ["[activation_checkpoint]", 'mode = "none"']
+    assert unsplit["module_fqns_per_model_part"] is None and unsplit["recompute_expressible"]
+    assert torchtitan(_result([[{"FULL": 6}]], "1f1b"), None)["lines"] == FULL_AC.splitlines()  # type: ignore[index]
+    mixed = torchtitan(_result([[{"FULL": 2, "NONE": 4}]], "1f1b"), None)
+    assert mixed is not None and mixed["lines"] is None and "not expressible" in mixed["note"]
     assert torchtitan(_result(grid, "dualpipev"), None)["lines"] is None  # type: ignore[index]
     assert torchtitan(_result(grid, "gpipe"), None)["lines"] is None  # type: ignore[index]
 
@@ -548,6 +555,25 @@ def test_check_reads_the_printed_lines_back_to_the_plan_and_refuses_another_batc
     assert main(["check", str(run), "--plan", str(plan), "--no-optimum", "-q"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{plan}: training.local_batch_size: 16; the run config prices 8" in err
+
+
+def test_at_pp_1_the_plans_activation_checkpoint_is_printed_and_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # configs/llama3.1-8b-torchtitan.yaml checkpoints with torchtitan's op policy at PP 1; on an 80 GB H100
+    # the plan recomputes nothing, which only [activation_checkpoint] mode = "none" says (no split to print)
+    run = Path(__file__).parent.parent / "configs" / "llama3.1-8b-torchtitan.yaml"
+    assert main(["balance", str(run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    lines = result["torchtitan"]["lines"]
+    assert lines == ["[activation_checkpoint]", 'mode = "none"']
+    plan = tmp_path / "plan.toml"
+    plan.write_text("\n".join(lines) + "\n")
+    assert main(["check", str(run), "--plan", str(plan), "--json", "--no-optimum"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert [row["options"] for row in checked["stages"]] == [{"NONE": 32}]
+    assert [{o: n for o, n in row["options"].items() if n} for row in result["stages"]] == [{"NONE": 32}]
+    assert checked["iteration_s"] == pytest.approx(result["iteration"]["seconds"], rel=1e-9)
 
 
 def test_check_refuses_a_toml_schedule_other_than_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

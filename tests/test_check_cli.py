@@ -339,6 +339,13 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model: {model_config: {offset: [0, 0, 0, 0], pp_interleave_num: 2}}\n",
             "model.model_config.pp_interleave_num: 2, the run config has vpp 1",
         ),
+        # a MindFormers training yaml of a 30-layer model was checked at the run's 32 layers without a word
+        # (Megatron-LM's `--num-layers 30` is refused); MindFormers' LlamaConfig `num_layers` is the
+        # decoder's layer count (mindformers/models/llama/llama_config.py, commit fd4deebc)
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], num_layers: 30}}\n",
+            "model.model_config.num_layers: 30, the run config has num_layers 32",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from check_runs import CONFIGS, LAYOUT, SPLIT, check_json, estimated, figures, llama_run
 
+from ppb_core.balance.megatron import parse_flags
 from ppb_core.cli.main import main
 
 
@@ -104,8 +105,10 @@ def test_a_flag_a_letter_off_one_ppb_reads_is_refused_as_a_typo(
 
 
 def test_megatrons_own_flags_near_one_ppb_reads_are_read_past(capsys: pytest.CaptureFixture[str]) -> None:
-    # both are arguments.py flags at d98e8a64 (`--fp4-param-gather`; `--megatron-fsdp-main-params-dtype`
-    # beside `--megatron-fsdp-main-grads-dtype`), each within a letter or two of a flag ppb reads
+    # all three are Megatron-LM's at d98e8a64 (arguments.py `--fp4-param-gather` and
+    # `--megatron-fsdp-main-params-dtype` beside `--megatron-fsdp-main-grads-dtype`; transformer_config.py's
+    # `fp4` field named `--fp4-format` beside `--fp8-format`), each a letter or two off a flag ppb reads
     flags = "--fp4-param-gather --megatron-fsdp-main-params-dtype fp32"
     code = main(["check", str(CONFIGS / "llama3-8b.yaml"), "--plan", f"{LAYOUT} {flags}", "--no-optimum", "-q"])
     assert code == 0, capsys.readouterr().err
+    assert parse_flags(f"{LAYOUT} --fp4-format e2m1").layout is not None  # read past, not refused

@@ -210,6 +210,13 @@ def test_no_attribute_of_the_config_class_is_taken_for_a_misspelt_field(model_ty
             "did you mean num_local_experts? (without it, the class default 8)",
         ),
         ({"model_type": "qwen2", "intermediate_sizes": 8192}, "did you mean intermediate_size?"),
+        # Qwen3-MoE's file key is num_experts (Qwen3MoeConfig's attribute_map name for num_local_experts):
+        # a letter off it, the class default 128 experts were planned without a word
+        (
+            {"model_type": "qwen3_moe", "num_expert": 64},
+            "config.json: num_expert: not a field ppb reads: did you mean num_experts? (without it, the class "
+            "default 128)",
+        ),
     ],
 )
 def test_a_misspelt_field_is_one_line(raw, line):

@@ -500,3 +500,24 @@ def test_limits_are_stated_once() -> None:
     assert limits.over(10**6, limits.LAYERS, "layers") == (
         "1,000,000 is over ppb's limit of 1,024 layers (ppb_core/limits.py)"
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["balance", "{run}", "-q", "-o", "{run}"],
+        ["describe", "{run}", "-o", "{run}"],
+        ["import", "megatron", "{script}", "--gpus", "8", "--device", "h100-80gb", "-o", "{script}"],
+    ],
+)
+def test_an_output_that_is_the_commands_input_is_refused(tmp_path: Path, capsys, command: list[str]) -> None:
+    """`ppb balance run.yaml -o run.yaml` replaced the run config with the plan's JSON (exit 0)."""
+    run = tmp_path / "run.yaml"
+    run.write_text(run_yaml())
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun pretrain_gpt.py --num-layers 2\n")
+    before = {run: run.read_text(), script: script.read_text()}
+    words = [word.format(run=run, script=script) for word in command]
+    assert cli_main.main(words) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is the input" in line and all(path.read_text() == text for path, text in before.items())

@@ -179,3 +179,18 @@ def test_a_run_config_no_plan_fits_exits_2_as_ppb_does(tmp_path: Path) -> None:
     (line,) = done.stderr.splitlines()
     assert line.startswith("python -m pipelines: error: small: pipeline_plan: ") and "least-memory plan needs" in line
     assert ppb_main(["balance", str(configs / "small.yaml"), "-q"]) == 2
+
+
+def test_ppb_plan_says_no_plan_fits_as_ppb_balance_says_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """README: `memory: no plan fits in 5,559 MB per device: ...` from `ppb balance` and `ppb plan` alike;
+    `ppb plan` said it under `plan: no plan to report: ...`. 81,559 MB less 76,000 reserved: 5,559 MB."""
+    text = (ROOT / "configs" / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {ROOT / 'configs' / 'hf' / 'llama3-8b.json'}")
+    small = tmp_path / "small.yaml"
+    small.write_text(text.replace("reserved_mb: 4000", "reserved_mb: 76000"))
+    said = "memory: no plan fits in 5,559 MB per device: the least-memory plan needs 10,135 MB"
+    assert ppb_main(["balance", str(small), "-q"]) == 2
+    assert f"{small}: {said}" in capsys.readouterr().err
+    assert ppb_main(["plan", str(small), "-o", str(tmp_path / "out"), "-q"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{small}: {said}" in line and not (tmp_path / "out").exists()

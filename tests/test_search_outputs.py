@@ -20,7 +20,7 @@ from ppb_core.cli.main import main
 from ppb_core.config.run import load_run_config
 from ppb_core.estimate.check import check_plan
 from ppb_core.search.enumerate import Strategy
-from ppb_core.search.outputs import write_ranking, write_run_configs
+from ppb_core.search.outputs import torchtitan_said, write_ranking, write_run_configs
 from ppb_core.search.plan_config import plan_fields
 from ppb_core.search.rank import Ranked, SearchResult, evaluate, search
 from ppb_core.search.spec import load_search_spec
@@ -202,8 +202,10 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
     for place, entry in enumerate(result.ranked, start=1):
         stem = tmp_path / "top" / f"{place:02d}-{entry.strategy.label(result.spec)}"
         toml = stem.with_name(stem.name + ".torchtitan.toml")
-        if entry.strategy.pp == 1:  # nothing to place: the run config states the recompute
-            assert not toml.exists()
+        if entry.strategy.pp == 1:  # no split to place: the plan's [activation_checkpoint] alone
+            said = json.loads(stem.with_name(stem.name + ".plan.json").read_text())["torchtitan"]
+            assert "[parallelism]" not in toml.read_text() and said["module_fqns_per_model_part"] is None
+            assert toml.read_text().splitlines()[-len(said["lines"]) :] == said["lines"]
             continue
         written += 1
         lines = toml.read_text().splitlines()
@@ -237,12 +239,11 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
     capsys.readouterr()
     assert main(["search", str(DATA / "tiny-titan.yaml"), "-q"]) == 0
     printed = capsys.readouterr().out
-    first = next(place for place, entry in enumerate(result.ranked, start=1) if entry.strategy.pp > 1)
-    assert (
-        f"#{first} {result.ranked[first - 1].strategy.label(result.spec)}:\ntorchtitan job TOML:\n  [parallelism]\n"
-        in printed
-    )
-    assert 'pipeline_parallel_schedule = "Interleaved1F1B"' in printed
+    # the first ranked plan's lines, at PP 1 its [activation_checkpoint] alone
+    said = torchtitan_said(result.spec, result.ranked[0])
+    assert said is not None
+    shown = "".join(f"  {line}\n" for line in said["lines"])
+    assert f"#1 {result.ranked[0].strategy.label(result.spec)}:\ntorchtitan job TOML:\n{shown}" in printed
     # `--json` and search.json carry the same section in each plan, as `ppb balance`'s JSON does
     assert main(["search", str(DATA / "tiny-titan.yaml"), "-q", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)["ranked"]
@@ -250,4 +251,5 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
     for place, entry in enumerate(result.ranked):
         said = shown[place]["plan"].get("torchtitan")
         assert stored[place]["plan"].get("torchtitan") == said
-        assert (said is None) == (entry.strategy.pp == 1) and "torchtitan" not in entry.plan
+        assert said is not None and "torchtitan" not in entry.plan
+        assert (said["module_fqns_per_model_part"] is None) == (entry.strategy.pp == 1)

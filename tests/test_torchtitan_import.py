@@ -485,6 +485,16 @@ def test_bad_input_to_the_command_is_one_line_exit_2_and_nothing_written(tmp_pat
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def test_an_unknown_device_is_said_with_the_option_that_gives_it(tmp_path: Path, capsys) -> None:
+    # the device is the command's --device, not a key of the TOML (`ppb import megatron` says the same)
+    job = tmp_path / "job.toml"
+    job.write_text('[model]\nname = "llama3"\nflavor = "8B"\n')
+    out = tmp_path / "run.yaml"
+    assert main(["import", "torchtitan", str(job), "--gpus", "8", "--device", "b3000", "-o", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{job}: --device: unknown device 'b3000'" in line and not out.exists()
+
+
 def test_the_written_run_config_reads_back(tmp_path: Path) -> None:
     imported = import_torchtitan(PIPELINE, 16, "h100-80gb", "job.toml")
     imported.raw["name"] = "job"

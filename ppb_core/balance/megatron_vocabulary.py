@@ -40,9 +40,10 @@ NO_BEARING = frozenset(
 # difflib's ratio above which an unknown flag is said as a likely typo: no flag of Megatron-LM's
 # arguments.py (d98e8a64) that ppb does not carry comes this close to one it carries
 TYPO_SIMILARITY = 0.9
-# Megatron-LM's own flags (arguments.py and its config dataclasses, d98e8a64) that come within
-# TYPO_SIMILARITY of a flag `ppb check --plan` reads: read past there, not refused as typos
-NEAR_READ_FLAGS = frozenset({"--fp4-param-gather", "--megatron-fsdp-main-params-dtype"})
+# Megatron-LM's own flags (arguments.py and its config dataclasses' `argparse_meta` names, d98e8a64; every
+# '--' name under megatron/ checked) that come within TYPO_SIMILARITY of a flag `ppb check --plan` reads:
+# read past there, not refused as typos
+NEAR_READ_FLAGS = frozenset({"--fp4-format", "--fp4-param-gather", "--megatron-fsdp-main-params-dtype"})
 NO_BEARING_PREFIXES = (
     "--log-", "--save-", "--eval-", "--lr-", "--adam-", "--ckpt-", "--dist-ckpt-", "--wandb-",
     "--tensorboard-", "--use-checkpoint-", "--inference-", "--async-", "--no-ckpt-", "--decoupled-",

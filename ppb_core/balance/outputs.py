@@ -300,6 +300,11 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
             setting=setting.describe(),
             flags=quoted([*layout_args, *recompute]),
         )
+        if setting.name == "none":
+            # Megatron-LM's default is no recompute, so the flags carry none; a launch that already has
+            # --recompute-* flags (a run config in Megatron's words, an imported script) keeps them when
+            # only these are pasted in, and runs another plan than this one
+            result["note"] = "the plan recomputes nothing: drop every --recompute-* flag the launch has"
     else:
         used = [o for o in OPTIONS if any(cell.get(o) for cell in cells)]
         if "COMM" in used or "BOTH" in used:

@@ -58,6 +58,7 @@ FIELD_KEYS = {
     "timing.compile_loss": "compile.components",
     "timing.cp_rotate_method": "parallelism.context_parallel_rotate_method",
     "timing.overlap": "parallelism.enable_async_tensor_parallel",
+    "device": "--device",  # the command's option, not a TOML key
 }
 # JobConfig's sections ppb reads past: no bearing on an iteration's memory or time.
 NO_BEARING = frozenset(

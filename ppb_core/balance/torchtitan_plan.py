@@ -88,13 +88,16 @@ def batch_keys(micro_batch_size: int, micro_batches: int, dp: int) -> dict[str, 
 def torchtitan(
     result: Mapping[str, Any], recompute: Any, batch: tuple[int, int] | None = None
 ) -> dict[str, Any] | None:
-    """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's
-    with PP > 1), from the result's `input` and `cells`; *recompute* is the run's `training.recompute`,
-    *batch* its (micro-batch size, data-parallel degree): without it the lines say no batch."""
+    """The `torchtitan` section of a balance result (None unless the problem is a torchtitan run's; at
+    PP 1 its `[activation_checkpoint]` only), from the result's `input` and `cells`; *recompute* is the
+    run's `training.recompute`, *batch* its (micro-batch size, data-parallel degree): without it the
+    lines say no batch."""
     given = result["input"]
     stages, chunks, schedule = given["stages"], given["interleave"], given["schedule"]
-    if given.get("framework") != "torchtitan" or stages < 2 or "cells" not in result:
+    if given.get("framework") != "torchtitan" or "cells" not in result:
         return None
+    if stages < 2:
+        return _unsplit(result, recompute)
     if schedule not in SCHEDULE_NAMES:
         return {"lines": None, "note": f"the {schedule} schedule's V placement is not said in torchtitan's TOML"}
     if schedule == "gpipe" and chunks > 1:  # torchtitan's GPipe runs one stage a rank
@@ -132,6 +135,24 @@ def torchtitan(
     }
     if keys is not None:
         out["batch"] = keys
+    if why is not None:
+        out["note"] = why
+    return out
+
+
+def _unsplit(result: Mapping[str, Any], recompute: Any) -> dict[str, Any]:
+    """PP 1: no split to say, only the plan's `[activation_checkpoint]`, which may not be the run's (a
+    plan without recompute under a config that checkpoints: pasted nowhere, the config's own runs)."""
+    used = {option for row in result["cells"] for cell in row for option, n in cell["options"].items() if n}
+    ac, why = activation_checkpoint(used, recompute, result.get("recompute_setting"))
+    out: dict[str, Any] = {
+        "lines": None
+        if ac is None
+        else ["[activation_checkpoint]", *(f'{key} = "{value}"' for key, value in ac.items())],
+        "module_fqns_per_model_part": None,
+        "activation_checkpoint": ac,
+        "recompute_expressible": ac is not None,
+    }
     if why is not None:
         out["note"] = why
     return out

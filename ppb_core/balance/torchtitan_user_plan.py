@@ -37,9 +37,12 @@ def from_torchtitan(problem: BalanceInput, path: Path, run: RunConfig | None) ->
     toml = _Toml(document, where)
     parallelism = toml.table("parallelism")
     key = "parallelism.module_fqns_per_model_part"
-    if "module_fqns_per_model_part" not in parallelism:
+    if "module_fqns_per_model_part" in parallelism:
+        parts = _stages_of_fqns(parallelism["module_fqns_per_model_part"], problem.layers.nb_body_layers, where)
+    elif len(problem.cells) == 1:  # PP 1: one part, every layer (ppb balance prints no split for it)
+        parts = ["t" * problem.layers.nb_body_layers]
+    else:
         raise InputError(where, key, "is missing: the plan is its parts' module names (ppb balance prints them)")
-    parts = _stages_of_fqns(parallelism["module_fqns_per_model_part"], problem.layers.nb_body_layers, where)
     if len(parts) != len(problem.cells):
         said = f"{len(parts)} parts; the run has {problem.stages} stages × {problem.chunks} chunks"
         raise InputError(where, key, said)

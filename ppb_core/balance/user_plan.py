@@ -27,6 +27,7 @@ from ppb_core.balance.problem import BalanceInput
 from ppb_core.balance.torchtitan_user_plan import from_torchtitan
 from ppb_core.config.layout import LayoutError, parse_layout, standalone_mtp_cell, validate_layout
 from ppb_core.config.run import ParallelOptimizerConfig, RunConfig
+from ppb_core.config.spec import ModelSpec
 from ppb_core.errors import InputError, misspelt, shown, shown_key
 from ppb_core.io import read_json, read_text, read_yaml
 from ppb_core.model.switches import CELL_RANK, OPTIONS
@@ -261,6 +262,13 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
             (f"parallel_config.{key}", parallel.get(key), name, getattr(run.parallel, name))
             for key, name in _PARALLEL_SIZES
         ]
+        spec = run.specs[run.models[0].name]
+        if len(run.models) == 1 and isinstance(spec, ModelSpec) and isinstance(model_config, dict):
+            # MindFormers' model_config.num_layers: the decoder's layers (mindformers/models/llama/
+            # llama_config.py `LlamaConfig`, commit fd4deebc), as Megatron-LM's --num-layers is refused
+            stated.append(
+                ("model.model_config.num_layers", model_config.get("num_layers"), "num_layers", spec.num_layers)
+            )
     for field, value, name, expected in stated:
         if value is not None and value != expected:
             raise InputError(

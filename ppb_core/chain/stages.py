@@ -204,6 +204,8 @@ def plan_report(run_config: pd.DataFrame, pipeline_plan: Summarized) -> Summariz
     run = run_from_frame(run_config)
     plan = pipeline_plan.summary
     if pipeline_plan.frame.empty:
+        if plan["status"] == "infeasible":  # the device is too small: said as `ppb balance` says it
+            raise InputError(run.source, "memory", no_plan_words(plan))
         raise InputError(run.source, "plan", f"no plan to report: {no_plan_words(plan)}")
     cells = plan_cells(pipeline_plan)
     by_model = model_cell_options(plan["cells"], plan["input"]["bodies"])

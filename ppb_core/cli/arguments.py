@@ -422,7 +422,7 @@ length, the framework and optional limits (docs/search.md). Every strategy of th
 by the run-config validator, screened with the memory model and a proven bound on its iteration,
 and the promising ones are balanced and timed; strategies are dropped only where a bound proves
 they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
-Megatron-LM flags, MindFormers settings and (torchtitan, PP > 1) job-TOML lines.""",
+Megatron-LM flags, MindFormers settings and (torchtitan) job-TOML lines.""",
         arguments=search,
     ),
 }

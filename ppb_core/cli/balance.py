@@ -106,7 +106,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple[Any, bool, Any]:
             ) from None
         _positive(interleave, "--interleave", source, limits.CHUNKS, "chunks per stage")
     if args.out:
-        check_output(args.out)
+        check_output(args.out, inputs=(path,))
     if path.suffix.lower() in (".yaml", ".yml"):
         run = load_run(path)
         par = run.parallel

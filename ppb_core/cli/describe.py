@@ -19,7 +19,7 @@ from ppb_core.payload.sapp import TOP_KEY, validate_descriptions, write_layers_d
 
 def run(args: argparse.Namespace) -> int:
     if args.output:
-        check_output(args.output)
+        check_output(args.output, inputs=(args.run,))
     config = load_run(args.run)
     descriptions = describe_run(config, timed=not args.no_times)
     if args.output:

@@ -23,7 +23,7 @@ from ppb_core.units import counted
 
 def run(args: argparse.Namespace) -> int:
     if args.output:
-        check_output(args.output)
+        check_output(args.output, inputs=(args.launch,))
     if args.gpus is not None and args.gpus < 1:
         raise InputError(None, "--gpus", f"must be a positive count, got {args.gpus}")
     if args.gpus is not None and args.gpus > limits.DEVICES:

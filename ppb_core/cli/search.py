@@ -5,7 +5,7 @@ length, the framework and optional limits (docs/search.md). Every strategy of th
 by the run-config validator, screened with the memory model and a proven bound on its iteration,
 and the promising ones are balanced and timed; strategies are dropped only where a bound proves
 they cannot enter the ranking. `-o DIR` writes the ranked strategies as run configs with their plans,
-Megatron-LM flags, MindFormers settings and (torchtitan, PP > 1) job-TOML lines.
+Megatron-LM flags, MindFormers settings and (torchtitan) job-TOML lines.
 """
 
 from __future__ import annotations
@@ -221,8 +221,9 @@ def render(result: SearchResult) -> None:
 
 
 def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> None:
-    """The torchtitan job-TOML lines of the first ranked plan with PP > 1, as `ppb balance` prints them (every
-    such plan's: `-o DIR`'s `NN-<name>.torchtitan.toml`); nothing for another framework or when no plan pipelines."""
+    """The torchtitan job-TOML lines of the first ranked plan, as `ppb balance` prints them (every plan's:
+    `-o DIR`'s `NN-<name>.torchtitan.toml`; at PP 1 its `[activation_checkpoint]` alone); nothing for another
+    framework."""
     if spec.framework != "torchtitan":
         return
     for place, entry in enumerate(result.ranked, start=1):

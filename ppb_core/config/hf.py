@@ -635,12 +635,15 @@ def _check_misspelt(fields: _Fields, raw: Mapping[str, Any], model_type: str) ->
     absent = [name for name in fields.asked if name not in fields.raw]
     if not absent:
         return
+    aliases = ALIASES.get(model_type, {})
+    # a file's key for an absent field may be its attribute_map name (Qwen3-MoE's num_experts)
+    absent += [alias for alias, name in aliases.items() if name in absent and alias not in raw]
     for key in raw:
-        if key in fields.asked or key in ALIASES.get(model_type, {}) or key in _NOT_MISSPELT.get(model_type, ()):
+        if key in fields.asked or key in aliases or key in _NOT_MISSPELT.get(model_type, ()):
             continue
         meant = misspelt(key, absent)
         if meant is not None:
-            default = fields.defaults.get(meant)
+            default = fields.defaults.get(aliases.get(meant, meant))
             taken = f"the class default {shown(default)}" if default is not None else "no value"
             raise InputError(fields.source, key, f"not a field ppb reads: did you mean {meant}? (without it, {taken})")
 

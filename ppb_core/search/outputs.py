@@ -18,8 +18,8 @@ For the strategy ranked n, `-o DIR` writes:
   pipeline_stage, context_parallel, expert_parallel, micro_batch_num, use_seq_parallel),
   `parallel.enable_parallel_optimizer`, `model.model_config` (offset, pp_interleave_num) and
   `recompute_config` (recompute, select_recompute, select_comm_recompute);
-* `NN-<name>.torchtitan.toml`, for a torchtitan search's strategy with PP > 1: the job-TOML lines of its
-  plan (`[parallelism]` degree, schedule and `module_fqns_per_model_part`, `[activation_checkpoint]`),
+* `NN-<name>.torchtitan.toml`, for a torchtitan search's strategy: the job-TOML lines of its plan
+  (`[parallelism]` degree, schedule and `module_fqns_per_model_part` where PP > 1, `[activation_checkpoint]`),
   as `ppb balance` prints them (`balance.torchtitan_plan`), which `ppb import torchtitan` reads back to
   the plan's split; the plan.json carries them as `torchtitan`, as `ppb balance`'s JSON does;
 
