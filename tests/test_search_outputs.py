@@ -253,3 +253,17 @@ def test_a_torchtitan_search_writes_job_toml_lines_that_import_to_the_plans_spli
         assert stored[place]["plan"].get("torchtitan") == said
         assert said is not None and "torchtitan" not in entry.plan
         assert (said["module_fqns_per_model_part"] is None) == (entry.strategy.pp == 1)
+
+
+def test_a_second_search_into_the_same_folder_leaves_only_its_own_ranking(tmp_path: Path) -> None:
+    result = search(load_search_spec(DATA / "tiny-titan.yaml"), workers=1)
+    assert len(result.ranked) >= 2
+    folder = tmp_path / "top"
+    first = set(write_ranking(result, folder))
+    mine = folder / "notes.txt"  # a file of the user's own, which no search.json lists
+    mine.write_text("kept\n")
+    second = set(write_ranking(replace(result, ranked=result.ranked[:1]), folder))
+    # the earlier search's places 2.. are gone; place 1 and search.json are the new search's
+    assert {path for path in folder.iterdir() if path != mine} == second < first | {folder / "search.json"}
+    assert mine.read_text() == "kept\n"
+    assert len(json.loads((folder / "search.json").read_text())["ranked"]) == 1

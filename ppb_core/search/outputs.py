@@ -146,10 +146,30 @@ def result_json(result: SearchResult, details: bool = False) -> dict[str, Any]:
     return data
 
 
+# what `_entry_files` writes for each ranked strategy, after its `NN-<name>` stem
+ENTRY_SUFFIXES = (".yaml", ".plan.json", ".megatron.txt", ".mindformers.yaml", ".torchtitan.toml")
+
+
+def earlier_ranking_files(folder: str | Path) -> set[Path]:
+    """The ranked strategies' files an earlier search wrote in *folder*, as its `search.json` lists them
+    (nothing when there is none, or it is not one): only ppb's own files, never another of the folder's."""
+    folder = Path(folder)
+    try:
+        ranked = json.loads((folder / "search.json").read_text())["ranked"]
+        stems = [f"{place:02d}-{entry['name']}" for place, entry in enumerate(ranked, start=1)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {folder / f"{stem}{suffix}" for stem in stems if "/" not in stem for suffix in ENTRY_SUFFIXES}
+
+
 def write_ranking(result: SearchResult, folder: str | Path) -> list[Path]:
-    """`ranking_files` written all or nothing; the paths."""
+    """`ranking_files` written all or nothing; the paths. An earlier search's ranked files the new one does
+    not write again are removed, so the folder holds one search's ranking beside its `search.json`."""
     files = ranking_files(result, folder)
+    stale = earlier_ranking_files(folder) - set(files)
     write_files(files)
+    for path in stale:
+        path.unlink(missing_ok=True)
     return list(files)
 
 
