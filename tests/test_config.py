@@ -441,3 +441,13 @@ def test_the_padded_vocabulary_is_what_the_embedding_holds() -> None:
     head = next(row for row in rows if row.node == "HEAD")
     # the embedding's rows split over tp 2 (VocabParallelEmbedding): 50432 · 1024 / 2 = 25,821,184 parameters
     assert head.parameters == 50432 * 1024 // 2
+
+
+def test_an_empty_run_config_is_said_to_be_empty(tmp_path: Path) -> None:
+    # yaml.safe_load of an empty file (or one of comments only) is None: said as such, not as a wrong type
+    path = tmp_path / "run.yaml"
+    path.write_text("# nothing yet\n")
+    with pytest.raises(InputError, match="is empty: expected a mapping at the top level"):
+        load_run_config(path)
+    with pytest.raises(InputError, match=r"^<run config>: expected a mapping at the top level$"):
+        parse_run_config([1, 2])

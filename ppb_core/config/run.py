@@ -2174,6 +2174,8 @@ def _check_combined_1f1b(run: RunConfig, where: str) -> None:
 def parse_run_config(raw: Any, source: str | Path = "<run config>", base_dir: str | Path = ".") -> RunConfig:
     """A validated `RunConfig` from parsed YAML; referenced files are read relative to *base_dir*."""
     where = str(source)
+    if raw is None:  # an empty file (or only comments) parses to nothing
+        raise InputError(where, None, "is empty: expected a mapping at the top level")
     if not isinstance(raw, dict):
         raise InputError(where, None, "expected a mapping at the top level")
     raw = dict(raw)

@@ -333,6 +333,8 @@ def _check_devices(spec: SearchSpec, where: str) -> None:
 def parse_search_spec(raw: Any, source: str | Path = "<search spec>", base_dir: str | Path = ".") -> SearchSpec:
     """A validated `SearchSpec` from parsed YAML; model files are read relative to *base_dir*."""
     where = str(source)
+    if raw is None:  # an empty file (or only comments) parses to nothing
+        raise InputError(where, None, "is empty: expected a mapping at the top level")
     if not isinstance(raw, dict):
         raise InputError(where, None, "expected a mapping at the top level")
     raw = dict(raw)
