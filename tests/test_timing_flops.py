@@ -655,6 +655,18 @@ def test_sliding_window_layer_computes_its_band_only():
     assert windowed["flash_scores"].attention == (64.0, 4096.0, 516_160 / 4096, 64, 1.0)
 
 
+# one GPT-OSS 120B layer's attention shape (its config.json), a 1000-word vocabulary
+GPT_OSS_ATTENTION_LAYER = {
+    "vocab_size": 1000,
+    "hidden_size": 2880,
+    "num_layers": 1,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+}
+
+
 def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # TEGroupedMLP._apply_bias (Megatron-LM 2edffadb52): per local expert t + b·p, then torch.cat. GPT-OSS 120B's
     # MoE at s = 4096, b = 1, EP 8: 16 local experts; 4096 tokens · top-4 = 16,384 rows (balanced) of h 2880 in
@@ -663,13 +675,7 @@ def test_gpt_oss_experts_fc2_bias_is_megatron_s_per_expert_loop():
     # the cat's: 33. Backward: the gradient read for the bias's and the probabilities' products: 4 bytes an element
     # = 188,743,680; 4 kernels an expert: 64.
     spec = {
-        "vocab_size": 1000,
-        "hidden_size": 2880,
-        "num_layers": 1,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "intermediate_size": 2880,
+        **GPT_OSS_ATTENTION_LAYER,
         "activation": "quick_geglu",
         "num_experts": 128,
         "experts_per_token": 4,
@@ -702,15 +708,7 @@ def test_yarn_scaled_rotary_runs_megatron_s_unfused_steps():
     # (64 + 8) heads of 64 = 4608 channels, 4096 · 4608 = 18,874,368 elements; fused 2 bytes read + 2 written
     # each way = 75,497,472; unfused 12 passes forward (24 bytes) = 452,984,832, 13 backward (26) = 490,733,568
     # (`UNFUSED_ROPE_FORWARD` / `_BACKWARD`). A factor of 1 is no scaling (`_yarn_get_mscale`: 1.0 at scale <= 1).
-    spec = {
-        "vocab_size": 1000,
-        "hidden_size": 2880,
-        "num_layers": 1,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "intermediate_size": 2880,
-    }
+    spec = GPT_OSS_ATTENTION_LAYER
     for factor, fused in ((0.0, True), (1.0, True), (32.0, False)):
         run = spec_run({**spec, "rope_yarn_factor": factor}, s=4096)
         rope = {op.name: op for op in ops_of(run)}["rope"]
