@@ -727,13 +727,7 @@ def test_megatron_s_unfused_bias_dropout_add():
     # fork's sum only, 3 passes = 70,778,880, 1 kernel. The MoE branch returns no bias: 3 passes, 1 kernel.
     # Fused (the default): 3 passes forward, the branch's gradient and the sum backward, 5 passes.
     spec = {
-        "vocab_size": 1000,
-        "hidden_size": 2880,
-        "num_layers": 1,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "head_dim": 64,
-        "intermediate_size": 2880,
+        **GPT_OSS_ATTENTION_LAYER,
         "attention_bias": True,
         "attention_output_bias": True,
         "num_experts": 8,
