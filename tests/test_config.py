@@ -189,6 +189,8 @@ def test_model_switches_override_training_switches():
         ({"device": {"name": "h100"}}, "device.name", "did you mean h100-80gb?"),
         ({"device": {"reserved_mb": 10}}, "device", "catalog name or memory_mb"),
         ({"device": {"memory_mb": 1000, "reserved_mb": 1000}}, "device.memory_mb", "no memory left"),
+        # an H100's 80 GB written as 80: no accelerator has 80 MB (qa27)
+        ({"device": {"name": "h100-80gb", "memory_mb": 80}}, "device.memory_mb", "80 GiB would be 81,920"),
         ({"models__0__spec__num_attention_heads": 6}, "models.0.spec", "not a multiple of num_key_value_heads"),
         ({"models__0__spec__hidden_size": 0}, "models.0.spec.hidden_size", "greater than 0"),
         ({"models__0__spec__colour": "red"}, "models.0.spec.colour", "unknown field"),

@@ -544,7 +544,7 @@ def unknown_device(name: str) -> str:
     if near is None and len(starting) == 1:
         near = starting[0]
     hint = f"did you mean {near}? " if near else ""
-    return f"unknown device {shown(name)}: {hint}(catalog: {', '.join(DEVICE_CATALOG)}; or give memory_mb)"
+    return f"unknown device {shown(name)}: {hint}(catalog: {', '.join(DEVICE_CATALOG)})"
 
 
 class Device(StrictModel):
@@ -615,6 +615,16 @@ class Device(StrictModel):
     host_link_gbs: Annotated[float, Field(ge=0.0, le=10000.0)] | None = Field(
         None, description="pinned host-to-device copies, GB/s, what offloaded activations reload at (0: not priced)"
     )
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _in_mb(cls, memory_mb: int | None) -> int | None:
+        if memory_mb is not None and memory_mb < limits.DEVICE_MEMORY_MIN_MB:
+            raise ValueError(
+                f"{memory_mb:,} MB is less than any accelerator's memory (ppb_core/limits.py): memory_mb is in MB "
+                f"of 2**20 bytes ({memory_mb} GiB would be {memory_mb * 1024:,})"
+            )
+        return memory_mb
 
     @field_validator("name")
     @classmethod
