@@ -126,3 +126,9 @@ def _swapped(a: str, b: str) -> bool:
         and a[differ[0]] == b[differ[1]]
         and a[differ[1]] == b[differ[0]]
     )
+
+
+def did_you_mean(word: str, names: object) -> str:
+    """The end of a refusal: `: did you mean X?` where *word* is near a name of *names* (`meant`), else nothing."""
+    found = meant(word, names)
+    return f": did you mean {found}?" if found else ""
