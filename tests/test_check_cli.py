@@ -346,6 +346,18 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model: {model_config: {offset: [0, 0, 0, 0], num_layers: 30}}\n",
             "model.model_config.num_layers: 30, the run config has num_layers 32",
         ),
+        # MindSpore's pool stops at context.max_device_memory (GiB: mem_dynamic_allocator.cc kGBToByte = 1024 << 20);
+        # the research Llama 3.1 8B yaml's "58GB" was checked against the 910B's whole 64 GB, exit 0 (qa27).
+        # Here 20 GiB = 20,480 MB against 81,559 − 55,000 = 26,559 usable: 6,079 MB short
+        (
+            "offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '20GB'}\n",
+            "context.max_device_memory: '20GB' (20,480 MB), under the run config's 26,559 MB usable: ppb checks the "
+            "plan at the run's memory (give device.reserved_mb 6,079 more)",
+        ),
+        (
+            "offset: [0, 0, 0, 0]\ncontext: {max_device_memory: 20}\n",
+            "context.max_device_memory: 20 is not MindSpore's size, e.g. '58GB'",
+        ),
     ],
 )
 def test_a_mindformers_plan_with_a_wrong_key_or_count_is_one_line(
@@ -523,3 +535,13 @@ def test_a_plan_json_solved_at_other_sizes_names_them(capsys: pytest.CaptureFixt
     assert main(["check", str(run), "--plan", str(plan), "-q", "--no-optimum"]) == 2
     said = capsys.readouterr().err
     assert f"{plan}: input.stages: the plan was solved at stages 2, the run config has parallel.pp 4" in said
+
+
+def test_a_mindspore_pool_at_least_the_usable_memory_is_accepted(
+    capsys: pytest.CaptureFixture[str], small_device: Path, tmp_path: Path
+) -> None:
+    """26 GiB = 26,624 MB is at least the run's 26,559 MB usable: the plan is checked as before (qa27)."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offset: [0, 0, 0, 0]\ncontext: {max_device_memory: '26GB'}\n")
+    assert main(["check", str(small_device), "--plan", str(plan), "--no-optimum", "-q"]) in (0, 1)
+    assert "max_device_memory" not in capsys.readouterr().err

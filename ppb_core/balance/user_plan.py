@@ -15,6 +15,7 @@ Two forms, both what the balancer prints (and what users write today by hand):
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -276,8 +277,36 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
                 field,
                 f"{shown(value)}, the run config has {name} {expected}: ppb checks the plan at the run's sizes",
             )
+    if run is not None:
+        _check_device_memory(document, problem, where)
     if run is not None and run.framework == "mindformers":
         _check_optimizer_parallel(document, run, where)
+
+
+# MindSpore's "xxGB" memory sizes: GiB (mindspore/ccsrc/backend/common/mem_reuse/mem_dynamic_allocator.cc
+# `kGBToByte = 1024 << 20`), a number before "GB"
+_GIB = re.compile(r"(\d+(?:\.\d+)?)GB")
+
+
+def _check_device_memory(document: dict[str, Any], problem: BalanceInput, where: str) -> None:
+    """A MindFormers yaml's `context.max_device_memory` caps MindSpore's memory pool (the API docs'
+    `mindspore.runtime.set_memory` max_size: the memory used is the least of the device's and it): a plan
+    checked against more than it, the run config's usable memory, fits in ppb and not in MindSpore."""
+    context = document.get("context")
+    if not isinstance(context, dict) or context.get("max_device_memory") is None:
+        return
+    given = context["max_device_memory"]
+    found = _GIB.fullmatch(given.strip()) if isinstance(given, str) else None
+    if found is None:
+        raise InputError(where, "context.max_device_memory", f"{shown(given)} is not MindSpore's size, e.g. '58GB'")
+    cap_mb = float(found[1]) * 1024
+    if cap_mb < problem.memory_mb:
+        raise InputError(
+            where,
+            "context.max_device_memory",
+            f"{shown(given)} ({cap_mb:,.0f} MB), under the run config's {problem.memory_mb:,.0f} MB usable: ppb checks "
+            f"the plan at the run's memory (give device.reserved_mb {problem.memory_mb - cap_mb:,.0f} more)",
+        )
 
 
 def _check_optimizer_parallel(document: dict[str, Any], run: RunConfig, where: str) -> None:
