@@ -414,6 +414,33 @@ def test_a_torchtitan_job_toml_is_refused_for_another_frameworks_run(
     )
 
 
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ("tensor_parallel_degree = 1", "parallelism.tensor_parallel_degree: 2; the run config has tp 1"),
+        ("context_parallel_degree = 1", "parallelism.context_parallel_degree: 2; the run config has cp 1"),
+        (
+            "data_parallel_shard_degree = -1",
+            "parallelism.data_parallel_shard_degree: 4 × data_parallel_replicate_degree 1 = 4 data-parallel ranks; "
+            "the run config has dp 8",
+        ),
+    ],
+)
+def test_a_torchtitan_job_toml_of_other_degrees_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, line: str
+) -> None:
+    """configs/llama3.1-8b-torchtitan.yaml is dp 8 (FSDP), tp 1, cp 1; torchtitan's shipped llama3_8b.toml with
+    one degree changed was checked at the run's degrees, exit 0 (qa27), where a Megatron script's
+    `--tensor-model-parallel-size` is refused. The degree set to 2 (the shard degree to 4)."""
+    shipped = (Path(__file__).parent / "data" / "torchtitan" / "llama3_8b.toml").read_text()
+    name, _ = change.split(" = ")
+    plan = tmp_path / "job.toml"
+    plan.write_text(shipped.replace(change, f"{name} = {4 if 'shard' in name else 2}"))
+    code = main(["check", str(CONFIGS / "llama3.1-8b-torchtitan.yaml"), "--plan", str(plan), "--no-optimum", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{plan}: {line}" in err, err
+
+
 def test_the_printed_iteration_is_the_whole_iterations(capsys: pytest.CaptureFixture[str], small_device: Path) -> None:
     """The table's iteration line is `iteration.seconds` (schedule, P2P, DP reduction, optimizer),
     with its tokens/s per device; it said "(the pipeline schedule run on the layers' times)"."""
