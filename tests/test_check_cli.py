@@ -346,6 +346,24 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model: {model_config: {offset: [0, 0, 0, 0], num_layers: 30}}\n",
             "model.model_config.num_layers: 30, the run config has num_layers 32",
         ),
+        # MindFormers' newer configs say it in Hugging Face's words (configs/qwen3/pretrain_qwen3_32b_4k.yaml at
+        # b18b9a6a4: num_hidden_layers), checked at the run's layers without a word; and the other sizes (qa27)
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], num_hidden_layers: 30}}\n",
+            "model.model_config.num_hidden_layers: 30, the run config has num_layers 32",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], hidden_size: 5120}}\n",
+            "model.model_config.hidden_size: 5120, the run config has hidden_size 4096",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], n_kv_heads: 4}}\n",
+            "model.model_config.n_kv_heads: 4, the run config has num_key_value_heads 8",
+        ),
+        (
+            "model: {model_config: {offset: [0, 0, 0, 0], seq_length: 4096}}\n",
+            "model.model_config.seq_length: 4096, the run config has seq_length 8192",
+        ),
         # MindSpore's pool stops at context.max_device_memory (GiB: mem_dynamic_allocator.cc kGBToByte = 1024 << 20);
         # the research Llama 3.1 8B yaml's "58GB" was checked against the 910B's whole 64 GB, exit 0 (qa27).
         # Here 20 GiB = 20,480 MB against 81,559 − 55,000 = 26,559 usable: 6,079 MB short

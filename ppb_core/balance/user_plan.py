@@ -243,6 +243,21 @@ _PARALLEL_SIZES = (
 )
 
 
+# MindFormers' model_config words for the model's sizes (LlamaConfig's and the Hugging Face ones of its newer
+# configs) and the run config's size each states
+_MODEL_SIZES = (
+    ("num_layers", "num_layers"),
+    ("num_hidden_layers", "num_layers"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("num_attention_heads", "num_attention_heads"),
+    ("n_kv_heads", "num_key_value_heads"),
+    ("num_key_value_heads", "num_key_value_heads"),
+    ("vocab_size", "vocab_size"),
+    ("seq_length", "seq_length"),
+)
+
+
 def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig | None, where: str) -> None:
     """The sizes a MindFormers yaml states are the run config's, as Megatron flags' must be
     (`megatron_run.check_against_run`): a yaml of 3 interleaved chunks or another micro-batch count
@@ -265,11 +280,20 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
         ]
         spec = run.specs[run.models[0].name]
         if len(run.models) == 1 and isinstance(spec, ModelSpec) and isinstance(model_config, dict):
-            # MindFormers' model_config.num_layers: the decoder's layers (mindformers/models/llama/
-            # llama_config.py `LlamaConfig`, commit fd4deebc), as Megatron-LM's --num-layers is refused
-            stated.append(
-                ("model.model_config.num_layers", model_config.get("num_layers"), "num_layers", spec.num_layers)
-            )
+            # MindFormers' model_config sizes, as Megatron-LM's --num-layers to --seq-length are refused: the
+            # LlamaConfig words (mindformers/models/llama/llama_config.py, commit fd4deebc) and the Hugging Face
+            # words of its newer configs (configs/qwen3/pretrain_qwen3_32b_4k.yaml, configuration_qwen3.py at
+            # b18b9a6a4: `num_hidden_layers: 64`, which was checked at the run's layers without a word)
+            sizes = {
+                "num_layers": spec.num_layers,
+                "hidden_size": spec.hidden_size,
+                "num_attention_heads": spec.num_attention_heads,
+                "num_key_value_heads": spec.num_key_value_heads or spec.num_attention_heads,
+                "vocab_size": spec.vocab_size,
+                "seq_length": run.training.seq_length,
+            }
+            for key, name in _MODEL_SIZES:
+                stated.append((f"model.model_config.{key}", model_config.get(key), name, sizes[name]))
     for field, value, name, expected in stated:
         if value is not None and value != expected:
             raise InputError(
