@@ -360,6 +360,11 @@ def test_megatron_flags_for_a_run_megatron_cannot_say_are_refused(
             "model: {model_config: {offset: [0, 0, 0, 0], n_kv_heads: 4}}\n",
             "model.model_config.n_kv_heads: 4, the run config has num_key_value_heads 8",
         ),
+        # the run is tp 2 with sequence parallelism: MindFormers' use_seq_parallel False keeps whole activations
+        (
+            "offset: [0, 0, 0, 0]\nparallel_config: {use_seq_parallel: False}\n",
+            "parallel_config.use_seq_parallel: false, the run config has sequence_parallel True",
+        ),
         (
             "model: {model_config: {offset: [0, 0, 0, 0], seq_length: 4096}}\n",
             "model.model_config.seq_length: 4096, the run config has seq_length 8192",

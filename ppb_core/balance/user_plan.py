@@ -278,6 +278,10 @@ def _check_sizes(document: dict[str, Any], problem: BalanceInput, run: RunConfig
             (f"parallel_config.{key}", parallel.get(key), name, getattr(run.parallel, name))
             for key, name in _PARALLEL_SIZES
         ]
+        if run.parallel.tp > 1:  # MindFormers' sequence parallelism splits along model_parallel: none at 1
+            said = parallel.get("use_seq_parallel")
+            sp = run.parallel.sequence_parallel
+            stated.append(("parallel_config.use_seq_parallel", said, "sequence_parallel", sp))
         spec = run.specs[run.models[0].name]
         if len(run.models) == 1 and isinstance(spec, ModelSpec) and isinstance(model_config, dict):
             # MindFormers' model_config sizes, as Megatron-LM's --num-layers to --seq-length are refused: the
