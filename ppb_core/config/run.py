@@ -1022,6 +1022,13 @@ class TimingOptions(StrictModel):
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
     )
+    overlap_p2p_comm: bool = Field(
+        True,
+        description="Megatron's --overlap-p2p-communication (on by default with virtual stages); false "
+        "(--no-overlap-p2p-communication, and Megatron-LM of 2022, before the flag): the interleaved schedule's "
+        "sends and receives in one blocking call after each warm-up forward, each steady forward-backward pair "
+        "and each cool-down backward (ppb_core.pipeline_p2p, megatron_batched)",
+    )
     overlap_p2p_comm_warmup_flush: bool = Field(
         False,
         description="Megatron's --overlap-p2p-communication-warmup-flush: the interleaved schedule's warm-up and "
@@ -1620,6 +1627,7 @@ MEGATRON_TIMING = frozenset(
         "te_attention_backend",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
+        "overlap_p2p_comm",
     }
 )
 
@@ -1906,6 +1914,11 @@ def _check_run(run: RunConfig, where: str) -> None:
         # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
         # ("only compatible with overlap_p2p_comm but not batch_p2p_comm"; d98e8a64)
         said = f"needs the interleaved schedule (vpp > 1), as Megatron-Core asserts; this run's is {par.schedule}"
+        raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
+    if run.timing.overlap_p2p_comm_warmup_flush and not run.timing.overlap_p2p_comm:
+        # model_parallel_config.py `__post_init__` (d98e8a64): the flush "is only compatible with
+        # overlap_p2p_comm but not batch_p2p_comm", and batch_p2p_comm is `not overlap_p2p_comm`
+        said = "needs timing.overlap_p2p_comm (Megatron-Core refuses it with --no-overlap-p2p-communication)"
         raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
     if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
         # Megatron reads the group only in forward_backward_pipelining_with_interleaving
