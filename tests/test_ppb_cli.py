@@ -189,3 +189,15 @@ def test_an_empty_output_path_is_refused_before_any_work(
     assert exited.value.code == 2
     assert f"argument {flag}: is empty: give a file or folder name" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_is_one_line_and_the_shells_status(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Ctrl-C in any command printed Python's traceback (and, in `ppb search`, one per worker process): now one
+    line and 130, the shell's 128 + SIGINT (qa27)."""
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(profile_cli, "run", interrupted)
+    assert cli_main.main(["profile", "configs/llama3-8b.yaml"]) == 130
+    assert capsys.readouterr().err == "ppb: interrupted\n"

@@ -138,3 +138,24 @@ def test_more_workers_than_cpus_start_no_more_pool_processes(monkeypatch: pytest
         assert workers.processes == 2  # asked for more than one: a pool still, of two
     finally:
         workers.close()
+
+
+def test_a_search_ended_by_ctrl_c_drops_its_pools_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (KeyboardInterrupt) mid-screen closed the pool and `Pool.join` waited for every queued task: on a
+    9,216-strategy DeepSeek-V3 spec `ppb search` went on after it (qa27). Now the pool is terminated, its
+    tasks dropped, and the interrupt goes on up."""
+    made: list[rank._Workers] = []
+    original = rank._Workers.__init__
+
+    def keep(self: rank._Workers, *args: Any) -> None:
+        original(self, *args)
+        made.append(self)
+
+    def interrupt(event: str, figures: dict[str, Any]) -> None:
+        if event == "screened":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rank._Workers, "__init__", keep)
+    with pytest.raises(KeyboardInterrupt):
+        search(load_search_spec(DATA / "tiny-dense.yaml"), workers=2, progress=interrupt)
+    assert made and made[0].pool is not None and made[0].pool._state == "TERMINATE"

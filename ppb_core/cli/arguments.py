@@ -14,6 +14,8 @@ from typing import NamedTuple, NoReturn
 
 # The exit status of bad input (a flag, a file, a field), as every command of ppb's returns it.
 EXIT_BAD_INPUT = 2
+# ... and of a command Ctrl-C ended: the shell's 128 + SIGINT (2)
+EXIT_INTERRUPTED = 130
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, OneLineParser
+from ppb_core.cli.arguments import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, OneLineParser
 from ppb_core.errors import InputError
 
 
@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for it (128 + SIGINT), no traceback
+        print("ppb: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import heapq
 import math
 import multiprocessing
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -332,6 +333,13 @@ def _start(spec: SearchSpec) -> None:
     _spec, _cache = spec, FigureCache()
 
 
+def _start_worker(spec: SearchSpec) -> None:
+    """A worker process's start: Ctrl-C is the search's to handle (it ends the workers, `_Workers.close`), not
+    each worker's, which printed a traceback apiece."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _start(spec)
+
+
 def _screen_points(points: Sequence[Strategy | Refusal]) -> list[tuple[str, Any]]:
     """("refused", Refusal) or ("screened", Screened) for each point, in order."""
     assert _spec is not None and _cache is not None
@@ -410,7 +418,7 @@ def _evaluator(connection: Any, spec: SearchSpec) -> None:
     them would), and is answered with the balance it added, if any. The process stays, so the schedule's
     orders, graph and in-flight vectors of a size (`ppb_core.schedules`, cached per size) are built once
     for all the strategies it balances, not once each: the answers are the same, the work less."""
-    _start(spec)
+    _start_worker(spec)
     solved: dict[str, dict] = {}
     while True:
         try:
@@ -473,7 +481,7 @@ class _Workers:
         # 2 cores: 208 s for a search of 21 s, a thousand processes started)
         self.processes = min(workers, max(2, _cpus()))
         if workers > 1:
-            self.pool = self.context.Pool(self.processes, initializer=_start, initargs=(spec,))
+            self.pool = self.context.Pool(self.processes, initializer=_start_worker, initargs=(spec,))
 
     def map(self, tasks: list[tuple[str, Any]]) -> list[Any]:
         """Each task's answer, in order; evaluations run beside the pool's tasks."""
@@ -551,15 +559,23 @@ class _Workers:
             self._stop(index)
         return [[answers[s] for s in part] for part in parts]
 
-    def close(self) -> None:
+    def close(self, abandoned: bool = False) -> None:
+        """Every process ended: the balancing ones told to stop, the pool's once its tasks are done. *abandoned*
+        (the search ended by an exception, Ctrl-C among them): killed, and the pool's tasks dropped. Closed,
+        `Pool.join` waited for every queued task: Ctrl-C on a 9,216-strategy screen left `ppb search` waiting
+        on them (qa27)."""
         for index, evaluator in enumerate(self.evaluators):
             if evaluator is not None:
-                with contextlib.suppress(OSError):  # it ended already
-                    evaluator.connection.send(None)
-                evaluator.process.join(5.0)
+                if not abandoned:
+                    with contextlib.suppress(OSError):  # it ended already
+                        evaluator.connection.send(None)
+                    evaluator.process.join(5.0)
                 self._stop(index)
         if self.pool is not None:
-            self.pool.close()
+            if abandoned:
+                self.pool.terminate()
+            else:
+                self.pool.close()
             self.pool.join()
 
 
@@ -796,8 +812,10 @@ def search_points(
         least = min(waiting, default=None)
         # a ranked place is proven when no strategy left unexamined can come before it
         proven = sum(1 for entry in ranked[:top] if least is None or entry.key() <= least)
-    finally:
-        pool.close()
+    except BaseException:
+        pool.close(abandoned=True)
+        raise
+    pool.close()
     result = SearchResult(spec, ranked[:top], rejected, counts, time.perf_counter() - started, ranked)
     result.proven = proven
     result.unexamined_bound_s = None if least is None else least[0]
