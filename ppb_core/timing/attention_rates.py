@@ -41,7 +41,7 @@ causal mask's unmasked half, as every source below does.
   llama3.1_20260424_100750.csv at fb682ce; cuDNN 9.22, the same heads, batch 2), TFLOP/s at 2k, 4k,
   8k, 16k, 32k: forward no mask 1433, 1599, 1771, 1697, 1634; causal 1097, 1408, 1574, 1708, 1622;
   backward no mask 1124, 1350, 1404, 1374, 1262; causal 885, 1148, 1332, 1328, 1226. MLA's unequal head
-  sizes (192 / 128) from the same benchmark's DeepSeek-V3 run (`MLA_HEAD_DIM`): its backward 0.79-0.93 of these.
+  sizes (192 / 128) from the same benchmark's DeepSeek-V3 run (`MLA_HEAD_DIM`): its backward 0.79-0.96 of these.
 - `cudnn_sm100_913`, the same kernels as cuDNN 9.13 shipped them (NeMo 25.11's container: cuDNN 9.13.1.26,
   NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md at v0.2.0): NVIDIA/cudnn-frontend
   benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv at 0b1577c (Oct
@@ -178,9 +178,9 @@ _FLASH2_BACKWARD_64 = _h100(198, 238, 264, 279, 287, 291)
 # the non-deterministic backward), TFLOP/s at 2k-32k in ppb's FLOP count (the harness's backward counts
 # 6·d_qk + 4·d_v a score, as `flops._core` does: 7.148 of its 4k no-mask TFLOP over the forward's 2.749 is 2.6):
 # forward no mask 1492, 1666, 1759, 1812, 1584; causal 1072, 1406, 1585, 1678, 1743; backward no mask 1048, 1175,
-# 1125, 1088, 1086; causal 846, 1057, 1193, 1134, 1076. The forward holds head 128's rate (within 7%), the backward
-# runs 0.79-0.93 of it (Kimi K2's 64 heads, kimiK26_20260424_100953.csv: 1187, 1220, 1122 without the mask at 4k-16k;
-# on a GB300, results/dsv3/gb300: 0.85-0.92 of that part's head-128 backward).
+# 1125, 1088, 1086; causal 846, 1057, 1193, 1134, 1076. The forward holds head 128's rate (within 8%), the backward
+# runs 0.79-0.96 of it (Kimi K2's 64 heads, kimiK26_20260424_100953.csv: 1187, 1220, 1122 without the mask at 4k-16k;
+# on a GB300, results/dsv3/gb300: 0.82-0.92 of that part's head-128 backward).
 MLA_HEAD_DIM = 192
 
 # kernel → head size → curves; head size 64 where the paper measured it (Fig. 5a, 5b, 6a: 32 heads of 64)
