@@ -29,8 +29,9 @@ Sources:
   up-projections recomputed.
 - Llama 3 herd of models (Dubey et al. 2024), Table 4: Llama 3 405B on 8,192 and 16,384 H100,
   TP 8, CP 1, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch: 430 / 400 TFLOP/s per GPU;
-  interleaved with one layer a model chunk (§3.3.2: V = 8). Meta's own framework; counted here with
-  Megatron-LM's formula (GQA, SwiGLU).
+  interleaved with one layer a model chunk (§3.3.2: V = 8), FSDP sharding optimizer states and gradients
+  but not the parameters between forward and backward (§3.3.2: ZeRO-2). Meta's own framework; counted here
+  with Megatron-LM's formula (GQA, SwiGLU).
 - Megatron-LM's functional tests (NVIDIA/Megatron-LM at d98e8a64, tests/functional_tests/test_cases/
   <case>): runs whose every flag is in the case's model_config.yaml, on one node of 8 GPUs
   (tests/test_utils/recipes/h100/*.yaml), each iteration's seconds in golden_values_dev_dgx_<gpu>.json
@@ -332,7 +333,13 @@ def _llama3_runs() -> list[PublicRun]:
                 "layout": "E|(t|)*126L",
                 "schedule": "interleaved",
                 "sequence_parallel": True,
-                "zero": 1,
+                # §3.3.2: "Our use of FSDP for Llama 3 shards optimizer states and gradients, but for model shards
+                # we do not reshard after forward computation" (PyTorch FSDP's SHARD_GRAD_OP, ZeRO-2), and its
+                # "Numerical stability": FP32 gradient accumulation over the micro-batches and FP32 reduce-scatters
+                # (the sharded fp32 gradient each micro-batch's reduce-scatter adds to): 2-byte parameters whole,
+                # 4-byte gradients and 12-byte Adam states over DP, one layer's fp32 gradients unsharded in the
+                # backward (ppb's zero 2; until session 27 ZeRO-1, which kept every gradient whole)
+                "zero": 2,
             },
             "training": {
                 "seq_length": 8192,
@@ -355,6 +362,7 @@ def _llama3_runs() -> list[PublicRun]:
                 (
                     "Megatron-LM's FLOP count",
                     "interleaved, 8 chunks of one layer (§3.3.2), the first and last the embedding and the loss alone",
+                    "FSDP sharding optimizer states and gradients, parameters whole from the forward (§3.3.2): ZeRO-2",
                     "micro-batch size 1",
                     "TP overlap off",
                     "the loss fused",

@@ -726,7 +726,7 @@ def _release(release: Mapping[str, str] | None, where: str) -> FrameworkRelease:
     try:
         return FrameworkRelease(**(release or {}))
     except ValidationError as err:
-        found = pydantic_error(err, where)
+        found = pydantic_error(err, where, FrameworkRelease)
         raise InputError(where, f"framework_release.{found.field}", found.problem) from None
 
 
