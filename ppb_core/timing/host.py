@@ -37,7 +37,11 @@ NCCL EP's eager mode sizes its receive buffer from the received count.
 
 The sinkhorn router synchronizes too (router.py `sinkhorn_load_balancing`, moe_utils.py `sinkhorn`:
 its `while error > tol` loop reads a GPU tensor each iteration, `ppb_core.timing.router`): the host
-waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU.
+waits there for the GPU, then launches the rest of the routing and the dispatch from an idle GPU. So does
+GPT-OSS's quick-GEGLU between fc1 and its fused kernel (fused_bias_geglu.py `weighted_bias_quick_geglu_impl`,
+Megatron-LM 2edffadb52 and 0d8e0714cd: `torch.tensor(linear_offset, device=...)`, a blocking host-to-device
+copy, PyTorch's `memcpy_and_sync`: `flops._glu_clamp`), in the forward and again where `moe_act` reruns it
+in the backward (`rerun_sync_wait_s`).
 
 Each launch costs the host `DeviceProfile.host_kernel_us` where measured (DGX H100 and H200 80.9 µs,
 DGX A100 112.3: the median over Megatron CI's host-bound dense cases, bench/host_derive.py; a plain
@@ -104,13 +108,13 @@ def dispatcher_wait_s(
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
     permutation. *launches*: each op's forward launches (`ppb_core.timing.launches`; default
     `kernels`). *wrap*: the host goes on to the next layer of the same kind up to its own
-    synchronization (the segment between two), not only to this layer's end; where the router
-    synchronizes first (`Op.syncs`: sinkhorn), up to the router, then from an idle GPU again up to
-    the dispatcher's. *dispatcher* allgather: synchronized before the permutation and again at its
-    end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU (module docstring).
-    *copy_after_permute*: the alltoall dispatcher copies the counts to the host after the permutation
-    (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless, the wait
-    then outlasts the permutation too and the GPU holds nothing when the host resumes."""
+    synchronization (the segment between two), not only to this layer's end. An op on the way that
+    synchronizes (`Op.syncs`: the sinkhorn router, GPT-OSS's clamp) ends a piece: the host resumes after
+    it from an idle GPU up to the next synchronization. *dispatcher* allgather: synchronized before the
+    permutation and again at its end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU
+    (module docstring). *copy_after_permute*: the alltoall dispatcher copies the counts to the host after
+    the permutation (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless,
+    the wait then outlasts the permutation too and the GPU holds nothing when the host resumes."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
@@ -129,25 +133,55 @@ def dispatcher_wait_s(
             return 0.0
         start, queued, permute = dispatch, 0.0, -1  # the permutation ran before the wait: its seconds count
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
-    # a router that synchronizes (sinkhorn's loop, `Op.syncs`) ends the wrap: the host waits there, and
-    # resumes from an idle GPU up to the dispatcher's synchronization
-    router = next((i for i, op in enumerate(ops[:start]) if op.syncs), None)
-    resumed: list[tuple[Op, float]] = []
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
         # runs while the host waits there (that wait's queued work), so none of its seconds count here
-        wrapped = [(op, 0.0 if overlapped and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])]
-        cut = len(wrapped) if router is None else router + 1
-        segment, resumed = segment + wrapped[:cut], wrapped[cut:]
+        segment += [
+            (op, 0.0 if overlapped and i == permute else forward_s[op.name]) for i, op in enumerate(ops[:start])
+        ]
 
     def count(op: Op) -> float:
         return launches[op.name] if launches is not None else kernels(op)
 
-    after = [(count(op), seconds) for op, seconds in segment]
-    again = launch_wait_s(0.0, [(count(op), seconds) for op, seconds in resumed], launch_s)
-    if allgather and after:  # the permutation's own segment, then from an idle GPU again
-        return launch_wait_s(0.0, after[:1], launch_s) + launch_wait_s(0.0, after[1:], launch_s) + again
-    return launch_wait_s(queued, after, launch_s) + again
+    # an op that synchronizes after its launches (`Op.syncs`: sinkhorn's loop, the quick-GEGLU's offset copy)
+    # ends a piece: the host waits there and resumes from an idle GPU
+    pieces: list[list[tuple[float, float]]] = [[]]
+    for op, seconds in segment:
+        pieces[-1].append((count(op), seconds))
+        if op.syncs:
+            pieces.append([])
+    if allgather and pieces[0]:  # the permutation's own piece, then from an idle GPU again
+        pieces[:1] = [pieces[0][:1], pieces[0][1:]]
+        queued = 0.0
+    return launch_wait_s(queued, pieces[0], launch_s) + sum(launch_wait_s(0.0, piece, launch_s) for piece in pieces[1:])
+
+
+def rerun_sync_wait_s(
+    ops: Sequence[Op],
+    rerun: Sequence[str],
+    forward_s: Mapping[str, float],
+    backward_s: Mapping[str, float],
+    launches: Mapping[str, tuple[float, float]],
+    launch_s: float,
+) -> float:
+    """The GPU's wait for the host after a rerun op that synchronizes (`Op.syncs`; a rerun dispatch waits as
+    the forward's, `layer_host_waits`), e.g. the quick-GEGLU offset's copy when `moe_act` reruns the clamp.
+    Megatron reruns a `CheckpointWithoutOutput` function from a hook on its consumer's gradient function
+    (tensor_parallel/random.py `discard_output_and_register_recompute`, 2edffadb52): when the backward reaches
+    the op after the checkpointed ones. The host then waits for the backward queued so far and launches onto
+    an idle GPU the rest of the rerun (forward launches and seconds), the backward of that op and of every op
+    before it in the layer, then the previous layer's backward up to its own rerun (the ops after that op, in
+    reverse), launch by launch (`launch_wait_s`). 0 without such an op."""
+    names = [op.name for op in ops]
+    again = set(rerun)
+    synced = next((i for i, op in enumerate(ops) if op.syncs and op.name in again), None)
+    if synced is None or names[synced].endswith("permute"):
+        return 0.0
+    consumer = next((i for i in range(synced + 1, len(ops)) if names[i] not in again), len(ops))
+    rest = [(launches[name][0], forward_s[name]) for name in names[synced + 1 : consumer]]
+    backward = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[: consumer + 1])]
+    previous = [(launches[name][1], backward_s.get(name, 0.0)) for name in reversed(names[consumer + 1 :])]
+    return launch_wait_s(0.0, rest + backward + previous, launch_s)
 
 
 @dataclass(frozen=True)
@@ -173,6 +207,7 @@ def layer_host_waits(
     dispatcher: str | None,
     dropless: bool,
     copy_after_permute: bool = False,
+    backward_s: Mapping[str, float] | None = None,
 ) -> HostWaits:
     """A layer's waits for the host. The forward and the plain backward each take at least their
     launches (*launches*: each op's forward and backward, `ppb_core.timing.launches`) × *launch_s*
@@ -182,7 +217,8 @@ def layer_host_waits(
     the next layer's, launch by launch. What the backward reruns first (*rerun*) counts as GPU work of
     the backward and its launches as the backward's (the host issues them again); a rerun dispatch waits
     as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
-    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s."""
+    a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A rerun op that synchronizes
+    (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`, with each op's backward seconds *backward_s*)."""
     wait = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
@@ -208,7 +244,9 @@ def layer_host_waits(
     # the host's launches, the rerun's all of them, are then set against the GPU's work and that idle
     # time, so a rerun dispatch never costs less than a rerun that stops short of it.
     redispatch = any(name.endswith("permute") and not name.endswith("unpermute") for name in rerun)
-    again = wait if redispatch else 0.0
+    again = (wait if redispatch else 0.0) + rerun_sync_wait_s(
+        ops, rerun, forward_s, backward_s or {}, launches, launch_s
+    )
     backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
         forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
