@@ -8,7 +8,14 @@ from test_memory_activations import MOE
 from test_memory_runs import make_run
 
 from ppb_core.timing.flops import COMM, Op
-from ppb_core.timing.host import dispatcher_wait_s, kernels, launch_wait_s, layer_host_waits, rerun_sync_wait_s
+from ppb_core.timing.host import (
+    dispatcher_wait_s,
+    dispatcher_waits,
+    kernels,
+    launch_wait_s,
+    layer_host_waits,
+    rerun_sync_wait_s,
+)
 from ppb_core.timing.iteration import run_iteration
 
 # A MoE layer's ops around Megatron's token dispatcher and their forward seconds, by hand.
@@ -171,6 +178,15 @@ def test_an_op_that_synchronizes_restarts_the_wait_from_an_idle_gpu():
     forward = {**DISPATCH_FORWARD_S, "moe.experts_clamp": 1.0, "moe.experts_act": 1.0}
     assert dispatcher_wait_s(ops(1), forward, 1.5, dropless=True) == pytest.approx(3.0)
     assert dispatcher_wait_s(ops(0), forward, 1.5, dropless=True) == pytest.approx(2.0)
+    # the piece after the clamp follows a sync inside the experts: a combined 1F1B step does not hide it (the
+    # backward layer's experts no longer queued), so the layer's dispatcher part is the first piece's 1 only
+    waits = dispatcher_waits(ops(1), forward, 1.5, dropless=True)
+    assert [(pytest.approx(wait), after) for wait, after in waits] == [(1.0, False), (2.0, True)]
+    # in a layer (wrapped to the next layer's router and permutation, the latter's 2 s left to its own wait): the
+    # second piece's launches at 1.5, 3, 4.5, 6 against 0, 1, 2, 3: 3; the forward waits 1 + 3 = 4
+    launches = {op.name: (float(kernels(op)), 0.0) for op in ops(1)}
+    host = layer_host_waits(ops(1), forward, launches, [], (10.0, 0.0, 0.0), 1.5, "alltoall", True)
+    assert (host.forward, host.dispatcher) == (pytest.approx(4.0), pytest.approx(1.0))
 
 
 def test_a_rerun_that_synchronizes_waits_in_the_backward():

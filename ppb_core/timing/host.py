@@ -103,6 +103,21 @@ def dispatcher_wait_s(
     dispatcher: str = "alltoall",
     copy_after_permute: bool = False,
 ) -> float:
+    """The GPU's wait for the host after a MoE layer's synchronizations (`dispatcher_waits`), in total."""
+    waits = dispatcher_waits(ops, forward_s, launch_s, dropless, launches, wrap, dispatcher, copy_after_permute)
+    return sum(wait for wait, _ in waits)
+
+
+def dispatcher_waits(
+    ops: Sequence[Op],
+    forward_s: Mapping[str, float],
+    launch_s: float,
+    dropless: bool,
+    launches: Mapping[str, float] | None = None,
+    wrap: bool = False,
+    dispatcher: str = "alltoall",
+    copy_after_permute: bool = False,
+) -> list[tuple[float, bool]]:
     """The GPU's wait for the host after the alltoall dispatcher's synchronization in a MoE layer's
     forward (0 for a layer without one): dropless, the permutation runs while the host resumes and
     the kernels from the all-to-all on follow; with a capacity factor the wait comes before the
@@ -114,13 +129,16 @@ def dispatcher_wait_s(
     permutation and again at its end; deepep, hybridep, ncclep (flex): at the dispatch, from an idle GPU
     (module docstring). *copy_after_permute*: the alltoall dispatcher copies the counts to the host after
     the permutation (`cuda_dtoh_point` "before_ep_alltoall", a TE graph holding `moe_preprocess`): dropless,
-    the wait then outlasts the permutation too and the GPU holds nothing when the host resumes."""
+    the wait then outlasts the permutation too and the GPU holds nothing when the host resumes.
+
+    Each piece's wait, and whether it follows a synchronization inside the layer's experts (an `Op.syncs` op
+    after the dispatcher's: GPT-OSS's clamp), which a combined 1F1B step does not hide (`HostWaits`)."""
     names = [op.name for op in ops]
     permute = next(
         (i for i, name in enumerate(names) if name.endswith("permute") and not name.endswith("unpermute")), None
     )
     if permute is None:
-        return 0.0
+        return []
     allgather = dispatcher == "allgather"
     start = permute + 1 if dropless and not allgather else permute
     # dropless, the permutation launched between the copy and the wait runs while the host resumes; copied
@@ -130,8 +148,9 @@ def dispatcher_wait_s(
     if dispatcher in FLEX_DISPATCHERS:  # the host waits inside the dispatch for its counts: nothing queued after
         dispatch = next((i for i, name in enumerate(names) if name.rsplit(".", 1)[-1] == "dispatch"), None)
         if dispatch is None:
-            return 0.0
+            return []
         start, queued, permute = dispatch, 0.0, -1  # the permutation ran before the wait: its seconds count
+    own = len(ops) - start  # the layer's ops from the dispatcher's synchronization on
     segment = [(op, forward_s[op.name]) for op in ops[start:]]
     if wrap:
         # the next layer's ops up to its synchronization; dropless, its permutation is launched here but
@@ -146,14 +165,20 @@ def dispatcher_wait_s(
     # an op that synchronizes after its launches (`Op.syncs`: sinkhorn's loop, the quick-GEGLU's offset copy)
     # ends a piece: the host waits there and resumes from an idle GPU
     pieces: list[list[tuple[float, float]]] = [[]]
-    for op, seconds in segment:
+    in_experts = [False]
+    for i, (op, seconds) in enumerate(segment):
         pieces[-1].append((count(op), seconds))
         if op.syncs:
             pieces.append([])
+            in_experts.append(i < own)
     if allgather and pieces[0]:  # the permutation's own piece, then from an idle GPU again
         pieces[:1] = [pieces[0][:1], pieces[0][1:]]
+        in_experts[:1] = [False, False]
         queued = 0.0
-    return launch_wait_s(queued, pieces[0], launch_s) + sum(launch_wait_s(0.0, piece, launch_s) for piece in pieces[1:])
+    return [
+        (launch_wait_s(queued if i == 0 else 0.0, piece, launch_s), after)
+        for i, (piece, after) in enumerate(zip(pieces, in_experts, strict=True))
+    ]
 
 
 def rerun_sync_wait_s(
@@ -187,8 +212,10 @@ def rerun_sync_wait_s(
 @dataclass(frozen=True)
 class HostWaits:
     """A layer's seconds with the host on its critical path (`layer_host_waits`): what its forward and its
-    backward take beyond the GPU's work, the dispatcher's part of the forward's, and the host's time to
-    launch the forward's and the backward's kernels (with what the backward reruns)."""
+    backward take beyond the GPU's work, the dispatcher's part of the forward's (what a combined 1F1B step
+    hides, the backward layer's experts queued on the compute stream; not what follows a synchronization
+    inside the experts, which drains that stream: GPT-OSS's clamp), and the host's time to launch the
+    forward's and the backward's kernels (with what the backward reruns)."""
 
     forward: float = 0.0
     backward: float = 0.0
@@ -219,10 +246,10 @@ def layer_host_waits(
     as the forward's did instead. Both count in the host's time of the backward (`launch_backward`, what
     a combined step cannot beat). *copy_after_permute*: `dispatcher_wait_s`'s. A rerun op that synchronizes
     (`Op.syncs`, not a dispatch) waits too (`rerun_sync_wait_s`, with each op's backward seconds *backward_s*)."""
-    wait = 0.0
+    wait = hidden = 0.0
     if dispatcher:
         forward_launches = {name: count[0] for name, count in launches.items()}
-        wait = dispatcher_wait_s(
+        waits = dispatcher_waits(
             ops,
             forward_s,
             launch_s,
@@ -232,6 +259,8 @@ def layer_host_waits(
             dispatcher=dispatcher,
             copy_after_permute=copy_after_permute,
         )
+        wait = sum(piece for piece, _ in waits)
+        hidden = sum(piece for piece, after_experts in waits if not after_experts)
     launched_forward = sum(count[0] for count in launches.values())
     launched_backward = sum(count[1] for count in launches.values())
     launched_again = sum(launches.get(name, (1.0, 0.0))[0] for name in rerun)
@@ -249,5 +278,5 @@ def layer_host_waits(
     )
     backward = again + host_excess_s(device_s[1] + device_s[2] + again, launched_backward + launched_again, launch_s)
     return HostWaits(
-        forward, backward, wait, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
+        forward, backward, hidden, launched_forward * launch_s, (launched_backward + launched_again) * launch_s
     )
