@@ -161,6 +161,12 @@ class Op:
     # `SequentialMLP`, `sequential_experts`): that many times, each run its own kernels at its expert's
     # rows (a GEMM's `groups` priced as that many separate GEMMs); 0: one kernel (a grouped GEMM).
     sequential: int = 0
+    # Parameters beside the op's GEMM weight whose gradient Megatron's DDP hook adds into its main gradient
+    # in the backward, one kernel each (`param.main_grad.add_(param.grad.data)`: distributed_data_parallel.py
+    # `_make_backward_post_hook`, 2edffadb52 and d98e8a64; TE returns a bias's gradient, it never accumulates
+    # it into `main_grad`), counted where the dense layers the host medians come from have none: the routed
+    # experts' biases (GPT-OSS: fc1's and fc2's, one a local expert each) and the router's bias.
+    grad_adds: float = 0.0
     # Host synchronizations in its forward under Megatron, after its launches (the sinkhorn router's loop
     # tests, `timing.router`; the quick-GEGLU offset's blocking copy, `_glu_clamp`); a rerun syncs again
     syncs: int = 0
@@ -1773,8 +1779,18 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     norm = p + "norm2"
     ops = [
         _norm(norm, block, whole, h, bc, kind.norm.kind == "rmsnorm", switch="normOp"),
-        _matmul(
-            p + "router", block, whole, h, experts + (1 if moe.shared_expert_gate else 0), bc, inputs=(norm,), fp8=False
+        dataclasses.replace(
+            _matmul(
+                p + "router",
+                block,
+                whole,
+                h,
+                experts + (1 if moe.shared_expert_gate else 0),
+                bc,
+                inputs=(norm,),
+                fp8=False,
+            ),
+            grad_adds=1.0 if moe.router_bias else 0.0,  # router.py `TopKRouter`'s bias (add_bias_linear)
         ),
         # Router logits upcast, softmax and top-k in fp32; Megatron's kernels and host syncs by its settings.
         _router_topk(p + "router_topk", block, whole * experts * (bc + 2 * STATS_BYTES), moe, geo, (p + "router",)),
@@ -1915,6 +1931,11 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    if moe.bias and geo.framework == "megatron" and local:
+        # TEGroupedMLP's GroupedLinears hold one bias parameter an expert each (TE grouped_linear.py `bias{i}`,
+        # v2.14): fc1's and fc2's gradients each added into their main gradient (`Op.grad_adds`)
+        at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
+        ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:
@@ -2147,6 +2168,11 @@ def _allgather_dispatch(moe: Moe, geo: OpGeometry, h: int, inputs: tuple[str, ..
         local_experts=local,
     )
     ops[-2] = _weighted_by_probs(ops[-2], geo, rows, per_rank(moe.expert_intermediate_size, geo.etp), moe.gated)
+    if moe.bias and geo.framework == "megatron" and local:
+        # TEGroupedMLP's GroupedLinears hold one bias parameter an expert each (TE grouped_linear.py `bias{i}`,
+        # v2.14): fc1's and fc2's gradients each added into their main gradient (`Op.grad_adds`)
+        at = next(i for i, op in enumerate(ops) if op.name == p + "experts_in")
+        ops[at] = dataclasses.replace(ops[at], grad_adds=2.0 * local)
     ops = _clamped_activation(ops, moe, geo, rows, p)
     source = p + "experts_out"
     if geo.sequential_experts and local > 1:  # SequentialMLP, as in `moe_ops`
