@@ -209,6 +209,15 @@ def test_first_and_last_stage_counts_when_the_middle_is_even() -> None:
     assert out["first_last"] == "--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4"
 
 
+def test_no_first_and_last_counts_for_a_stage_of_no_layer() -> None:
+    """Megatron-Core refuses `--decoder-last-pipeline-num-layers 0` (transformer_config.py `__post_init__` at
+    d98e8a64: "num_layers_in_last_pipeline_stage must be larger than 0"); a plan of 1, 2, 2, 0 layers (the
+    loss alone on the last stage) printed it as the layout's alternative (qa27). The layout says it alone."""
+    problem = _problem([5], 4, 1)
+    out = megatron(_plan_with_counts(problem, [[1, 2, 2, 0]]))
+    assert out["layout"].endswith("|L") and "first_last" not in out
+
+
 def test_mtp_layers_count_in_the_yaml() -> None:
     # 6 body layers and one MTP layer on P = 2, V = 1: MindFormers' LayerSetting counts 7 layers, so
     # nass = 7 // 2 = 3; cells hold 3 and 3 body layers, the last also the MTP layer: offsets 0, 1.

@@ -327,7 +327,10 @@ def megatron(plan: Plan, modules: Sequence[str] | None = None) -> dict[str, Any]
         )
     if p.chunks == 1 and p.stages > 2:
         layers = [plan.cell_layers(0, s) for s in range(p.stages)]
-        if len(set(layers[1:-1])) == 1 and not p.mtp_layers:
+        # transformer_config.py (d98e8a64) `__post_init__`, uneven PP: "num_layers_in_first_pipeline_stage must be
+        # larger than 0" (and the last's): a plan leaving the first or last stage no layer says it by the layout
+        # alone (it printed `--decoder-last-pipeline-num-layers 0`, which Megatron-LM and ppb check refuse)
+        if len(set(layers[1:-1])) == 1 and not p.mtp_layers and min(layers[0], layers[-1]) > 0:
             # instead of the layout, never with it (TransformerConfig refuses both together)
             result["first_last"] = quoted(
                 [
