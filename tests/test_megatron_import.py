@@ -350,7 +350,8 @@ def test_megatron_s_own_attention_and_norm_flags() -> None:
         ("--ffn-hidden-size 0", "--ffn-hidden-size"),
         (
             # dp 4, 24 / 4 = 6 micro-batches in groups of 5: a last group of 1 < pp 2, which Megatron refuses
-            "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+            # (16 layers, BASE's 14 replaced, so that 2 ranks × 2 virtual stages split them evenly)
+            "--num-layers 16 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
             "--microbatch-group-size-per-virtual-pipeline-stage 5 --global-batch-size 24",
             "--microbatch-group-size-per-virtual-pipeline-stage",
         ),
@@ -431,8 +432,9 @@ def test_optimizer_instances_are_carried() -> None:
 def test_the_micro_batch_group_is_carried_where_the_interleaved_schedule_reads_it() -> None:
     # 8 GPUs over pp 2: dp 4; --global-batch-size 40 / (1 · 4) = 10 micro-batches; groups of 5 (model_parallel_config.py
     # microbatch_group_size_per_vp_stage) run by the interleaved schedule only (schedules.py, d98e8a64)
-    pipeline = (
-        "--pipeline-model-parallel-size 2 --global-batch-size 40 --microbatch-group-size-per-virtual-pipeline-stage 5"
+    pipeline = (  # 16 layers (BASE's 14 replaced): 4 a virtual stage, as Megatron-LM needs them even
+        "--num-layers 16 --pipeline-model-parallel-size 2 --global-batch-size 40 "
+        "--microbatch-group-size-per-virtual-pipeline-stage 5"
     )
     imported = import_megatron(f"{BASE} {pipeline} --num-virtual-stages-per-pipeline-rank 2", 8, "h100-80gb")
     assert imported.raw["parallel"]["microbatch_group_size_per_vp_stage"] == 5
@@ -460,6 +462,7 @@ def test_the_warmup_flush_is_refused_where_megatron_refuses_it() -> None:
     # model_parallel_config.py `__post_init__` (d98e8a64) raises without overlap_p2p_comm, which arguments.py
     # turns off without virtual stages and --no-overlap-p2p-communication turns off (batch_p2p_comm then)
     flags = f"{BASE} --pipeline-model-parallel-size 2 --global-batch-size 40 --overlap-p2p-communication-warmup-flush"
+    flags += " --num-layers 16"  # BASE's 14 replaced: 4 a virtual stage below, as Megatron-LM needs them even
     plain = import_megatron(flags, 8, "h100-80gb")
     with pytest.raises(InputError) as caught:
         run_config_of(plain, "case")
@@ -634,6 +637,7 @@ def test_a_profiler_s_options_are_not_megatron_flags() -> None:
 def test_an_expert_group_that_does_not_divide_names_the_expert_flag() -> None:
     # 8 GPUs, pp 4: dp 2, so ep 8 · etp 1 does not divide dp·cp·tp = 2 (examples/mixtral on one node)
     flags = f"{BASE} --pipeline-model-parallel-size 2 --num-experts 8 --expert-model-parallel-size 8"
+    flags += " --num-layers 16"  # BASE's 14 replaced: 4 a stage, as Megatron-LM needs them even over pp 4
     with pytest.raises(InputError) as caught:
         run_config_of(import_megatron(flags.replace("size 2 ", "size 4 ", 1), 8, "h100-80gb"), "launch")
     assert caught.value.field == "--expert-model-parallel-size"
@@ -841,3 +845,31 @@ def test_bad_gpt_oss_flags_are_refused_naming_them(flags: str, flag: str) -> Non
         run_config_of(imported, "launch")
     assert caught.value.field == flag
     assert "\n" not in caught.value.line()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        # arguments.py validate_args (d98e8a64): "Number of layers should be divisible by the
+        # pipeline-model-parallel size": BASE's 14 layers over pp 4 with nothing placing them (qa27)
+        ("--pipeline-model-parallel-size 4", "14 layers do not split evenly over pp 4"),
+        # transformer_block.py get_num_layers_to_build: 7 a rank over 2 virtual stages
+        (
+            "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+            "14 layers do not split evenly over pp 2 × 2 virtual stages",
+        ),
+    ],
+)
+def test_layers_megatron_cannot_split_evenly_are_refused(flags: str, said: str) -> None:
+    with pytest.raises(InputError) as caught:
+        import_megatron(f"{BASE} {flags}", 8, "h100-80gb")
+    assert caught.value.field == "--num-layers" and said in caught.value.problem
+
+
+def test_layers_split_evenly_or_placed_are_imported() -> None:
+    # 14 over pp 2 (7 a rank), and over pp 4 when the launch places them (2 first, 2 last: 5 a middle stage)
+    assert import_megatron(f"{BASE} --pipeline-model-parallel-size 2", 8, "h100-80gb").raw["parallel"]["pp"] == 2
+    flags = (
+        "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2"
+    )
+    assert import_megatron(f"{BASE} {flags}", 8, "h100-80gb").raw["parallel"]["layout"] == "Ett|ttttt|ttttt|ttL"

@@ -213,6 +213,7 @@ def import_megatron(
     world = gpus if gpus is not None else _torchrun_world(args)
     parallel, dp = _parallel(args, spec, world, notes)
     training = _training(args, spec, dp, notes, stated)
+    _even_split(where, spec["num_layers"], parallel)
     raw: dict[str, Any] = {
         "name": "megatron-launch",
         "framework": "megatron",
@@ -632,6 +633,23 @@ def _pipeline(args: _Args, spec: dict[str, Any], pp: int) -> dict[str, Any]:
         layout = _layout(args, layers, spec.get("mtp_layers", 0), pp, vpp, first, last, adds)
         return {"layout": layout, "vpp": vpp} | _group(given, vpp)
     return {"vpp": vpp, "schedule": "interleaved"} | _group(given, vpp) if vpp > 1 else {}
+
+
+def _even_split(where: str, layers: int, parallel: Mapping[str, Any]) -> None:
+    """A launch that places no layer itself (no layout, no uneven first or last stage) splits them evenly, or
+    Megatron-LM stops: arguments.py `validate_args` (d98e8a64), "Number of layers should be divisible by the
+    pipeline-model-parallel size", and transformer_block.py `get_num_layers_to_build`, a rank's layers by
+    vp_size. ppb priced a 95-layer pp-16 launch on an uneven split of its own."""
+    pp, vpp = parallel.get("pp", 1), parallel.get("vpp", 1)
+    if "layout" in parallel or not (layers % pp or (layers // pp) % vpp):
+        return
+    share = f"pp {pp}" + (f" × {vpp} virtual stages" if vpp > 1 else "")
+    raise InputError(
+        where,
+        "--num-layers",
+        f"{layers} layers do not split evenly over {share}: Megatron-LM refuses it without "
+        "--pipeline-model-parallel-layout or --decoder-first/last-pipeline-num-layers",
+    )
 
 
 def _group(given: int | None, vpp: int) -> dict[str, int]:
