@@ -581,6 +581,9 @@ class Device(StrictModel):
     attention_backward_efficiency: Efficiency | None = None
     flash2_forward_efficiency: Efficiency | None = None
     flash2_backward_efficiency: Efficiency | None = None
+    sdpa_flash2_forward_ratio: Efficiency | None = Field(
+        None, description="PyTorch SDPA's FlashAttention-2 forward over flash-attn 2's on this GPU (1: as fast)"
+    )
     # head size 64's flash-attention rate over head size 128's (0: the generic head-size law)
     attention_head64_forward: ZeroOrEfficiency | None = None
     attention_head64_backward: ZeroOrEfficiency | None = None
@@ -1021,6 +1024,13 @@ class TimingOptions(StrictModel):
         "pipeline sends as: core_r0.8 (to r0.9) before the next op of the send's kind; core_r0.10 (to v0.17) "
         "after it; core_v0.18 (and d98e8a64) a forward's send before the next op, a backward's after the next "
         "backward (ppb_core.pipeline_p2p)",
+    )
+    overlap_p2p_comm: bool = Field(
+        True,
+        description="Megatron's --overlap-p2p-communication (on by default with virtual stages); false "
+        "(--no-overlap-p2p-communication, and Megatron-LM of 2022, before the flag): the interleaved schedule's "
+        "sends and receives in one blocking call after each warm-up forward, each steady forward-backward pair "
+        "and each cool-down backward (ppb_core.pipeline_p2p, megatron_batched)",
     )
     overlap_p2p_comm_warmup_flush: bool = Field(
         False,
@@ -1620,6 +1630,7 @@ MEGATRON_TIMING = frozenset(
         "te_attention_backend",
         "cuda_graph_warmup_steps",
         "overlap_p2p_comm_warmup_flush",
+        "overlap_p2p_comm",
     }
 )
 
@@ -1906,6 +1917,11 @@ def _check_run(run: RunConfig, where: str) -> None:
         # batch_p2p_comm = True (argument_utils.py), and model_parallel_config.py `__post_init__` then raises
         # ("only compatible with overlap_p2p_comm but not batch_p2p_comm"; d98e8a64)
         said = f"needs the interleaved schedule (vpp > 1), as Megatron-Core asserts; this run's is {par.schedule}"
+        raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
+    if run.timing.overlap_p2p_comm_warmup_flush and not run.timing.overlap_p2p_comm:
+        # model_parallel_config.py `__post_init__` (d98e8a64): the flush "is only compatible with
+        # overlap_p2p_comm but not batch_p2p_comm", and batch_p2p_comm is `not overlap_p2p_comm`
+        said = "needs timing.overlap_p2p_comm (Megatron-Core refuses it with --no-overlap-p2p-communication)"
         raise InputError(where, "timing.overlap_p2p_comm_warmup_flush", said)
     if par.microbatch_group_size_per_vp_stage is not None and par.schedule != "interleaved":
         # Megatron reads the group only in forward_backward_pipelining_with_interleaving
