@@ -41,8 +41,10 @@ from ppb_core.model.kinds import (
 from ppb_core.model.switches import LayerType
 from ppb_core.timing.flex import (
     FLEX_DISPATCHERS,
+    HYBRIDEP_SMS_ACROSS,
     HYBRIDEP_SMS_ONE_DOMAIN,
     flex_sms,
+    hybridep_ib_rates,
     hybridep_rates,
     in_kernel_permutation,
     ranks_reached,
@@ -113,6 +115,9 @@ class Collective:
     # All-to-all: the backend's measured algorithm bandwidth within one NVLink domain, every row a rank receives
     # over its kernel's time (HybridEP's, `ppb_core.timing.flex.hybridep_rates`), bytes/s; 0: the links' rate.
     algorithm_bytes_per_s: float = 0.0
+    # All-to-all across nodes: the backend's measured rate for a byte leaving a node (HybridEP's on H100,
+    # `ppb_core.timing.flex.hybridep_ib_rates`), bytes/s; 0: the links' NIC rate.
+    inter_node_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,19 @@ def _hybridep_rates(run: RunConfig) -> tuple[float, ...]:
     return hybridep_rates(run.device.name, ranks, sms, run.timing.moe_permute_fusion_into_hybridep)
 
 
+def _hybridep_ib_rates(run: RunConfig) -> tuple[float, ...]:
+    """HybridEP's measured rates for a byte leaving a node when the expert-parallel group spans nodes
+    (`ppb_core.timing.flex.hybridep_ib_rates`): its SMs as `_hybridep_rates`'s, across domains HybridEP's
+    default there; () for another dispatcher or within one domain."""
+    par = run.parallel
+    ranks = par.expert_tp * par.ep
+    nodes = -(-ranks // par.devices_per_node)
+    if run.timing.moe_dispatcher != "hybridep" or nodes <= 1:
+        return ()
+    sms = run.timing.moe_flex_dispatcher_num_sms or HYBRIDEP_SMS_ACROSS
+    return hybridep_ib_rates(run.device.name, ranks, sms, run.timing.moe_permute_fusion_into_hybridep, nodes)
+
+
 @dataclass(frozen=True)
 class OpGeometry(Geometry):
     """What the op tables read of a run beyond the sharding geometry: how the experts' tokens
@@ -250,6 +268,8 @@ class OpGeometry(Geometry):
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
     # HybridEP's measured (dispatch, combine) kernel rates within one NVLink domain (`flex.hybridep_rates`); ()
     hybridep_rates: tuple[float, ...] = ()
+    # ... and across nodes, a leaving byte's (`flex.hybridep_ib_rates`); ()
+    hybridep_ib_rates: tuple[float, ...] = ()
     hybridep_pad_uneven: bool = False  # --moe-hybridep-pad-uneven-dispatch-inputs: the counts' MAX all-reduce
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
@@ -411,6 +431,7 @@ class OpGeometry(Geometry):
                 run.timing.moe_permute_fusion_into_hybridep,
             ),
             hybridep_rates=_hybridep_rates(run),
+            hybridep_ib_rates=_hybridep_ib_rates(run),
         )
 
     def attention_pairs(self, window: int = 0) -> float:
@@ -1892,6 +1913,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # the combine's (fused_a2a.py `HybridEPDispatch.backward` calls `combine_with_unpermute`, `HybridEPCombine.
     # backward` `dispatch_with_permute`; Megatron-LM 0d8e0714cd and 2edffadb52)
     dispatch_rate, combine_rate = geo.hybridep_rates or (0.0, 0.0)
+    dispatch_ib, combine_ib = geo.hybridep_ib_rates or (0.0, 0.0)
     if geo.ep > 1:
         ops.append(
             Op(
@@ -1909,6 +1931,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     calls=calls,
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
+                    inter_node_bytes_per_s=dispatch_ib,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1920,6 +1943,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     calls=calls,
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=combine_rate,
+                    inter_node_bytes_per_s=combine_ib,
                 ),
             )
         )
@@ -2026,6 +2050,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * bc,
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=combine_rate,
+                    inter_node_bytes_per_s=combine_ib,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -2036,6 +2061,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     sms=geo.flex_sms,
                     algorithm_bytes_per_s=dispatch_rate,
+                    inter_node_bytes_per_s=dispatch_ib,
                 ),
             )
         )
