@@ -33,6 +33,7 @@ from ppb_core.estimate.plan import (
     plan_stages,
     speedup_words,
     time_unit_s,
+    with_stage_peaks,
 )
 from ppb_core.estimate.run import estimate
 from ppb_core.estimate.seconds import plan_in_seconds
@@ -177,7 +178,8 @@ def pipeline_plan(
         plan_overrun_mb(run),  # the plan fits as the report re-evaluates it (`balance.fitting`)
     )
     add_torchtitan(result, run)  # a torchtitan run's job TOML lines, as `ppb balance` prints
-    return plan_to_frame(plan_in_seconds(run, result))  # in seconds, as `ppb balance RUN.yaml` gives it
+    # in seconds, each stage's peak as `ppb check` prices the plan: what `ppb balance RUN.yaml` gives
+    return plan_to_frame(with_stage_peaks(run, plan_in_seconds(run, result)))
 
 
 def no_plan_words(plan: Mapping[str, Any]) -> str:
