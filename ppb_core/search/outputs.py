@@ -184,7 +184,7 @@ def write_run_configs(result: SearchResult, folder: str | Path, prefix: str, cou
         text, fields = _run_config_text(result.spec, entry, folder, stem, f"{stem}.mindformers.yml")
         files[folder / f"{stem}.yaml"] = text.encode()
         if not fields.complete:
-            files[folder / f"{stem}.mindformers.yml"] = _mindformers_text(result.spec, entry).encode()
+            files[folder / f"{stem}.mindformers.yml"] = mindformers_text(result.spec, entry).encode()
     write_files(files)
     return [path for path in files if path.suffix == ".yaml"]
 
@@ -211,7 +211,9 @@ def _run_config_text(
     return head + yaml.safe_dump(raw, sort_keys=False), fields
 
 
-def _mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
+def mindformers_text(spec: SearchSpec, entry: Ranked) -> str:
+    """A ranked strategy's MindFormers yaml sections, as `NN-<name>.mindformers.yaml` holds them (and
+    `ppb search` prints the first's)."""
     return yaml.safe_dump(mindformers_settings(entry.strategy, entry.plan), sort_keys=False)
 
 
@@ -247,12 +249,21 @@ def _entry_files(spec: SearchSpec, entry: Ranked, folder: Path, stem: str) -> di
     texts = {
         f"{stem}.yaml": config,
         f"{stem}.plan.json": json.dumps(plan, indent=2) + "\n",
-        f"{stem}.megatron.txt": _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n",
-        f"{stem}.mindformers.yaml": _mindformers_text(spec, entry),
+        f"{stem}.megatron.txt": megatron_text(spec, entry, said),
+        f"{stem}.mindformers.yaml": mindformers_text(spec, entry),
     }
     if titan is not None:
         texts[f"{stem}.torchtitan.toml"] = torchtitan_text(titan)
     return {folder / name: text.encode() for name, text in texts.items()}
+
+
+def megatron_text(spec: SearchSpec, entry: Ranked, said: dict[str, Any] | None = None) -> str:
+    """A ranked strategy's Megatron-LM flags as `NN-<name>.megatron.txt` holds them (and `ppb search` prints the
+    first's): why they are not the plan's whole, as comment lines, then the flags one a line. *said*: the plan
+    with its `megatron` section as `megatron_said` gives it (computed when not given)."""
+    if said is None:
+        said = {**entry.plan, "megatron": megatron_said(spec, entry)}
+    return _megatron_note(said) + " \\\n".join(megatron_flags(spec, entry.strategy, said)) + "\n"
 
 
 def _megatron_note(plan: dict[str, Any]) -> str:

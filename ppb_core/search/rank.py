@@ -698,6 +698,7 @@ def search_points(
     try:
         chunks = _by_schedule(points, max(1, workers * 4))
         queue: list[tuple[float, Strategy, int]] = []  # (bound, strategy, level: 1 quick, 2 relaxed)
+        examined = 0  # points screened or refused so far, for the progress
         for results in pool.imap([("screen", chunk) for chunk in chunks]):
             for kind, item in results:
                 if kind == "refused":
@@ -707,7 +708,8 @@ def search_points(
                 counts["valid"] += 1
                 counts["screened"] += 1
                 queue.append((item.bound_s, item.strategy, 1))
-            _notify(progress, "screened", screened=counts["screened"], total=len(points))
+            examined += len(results)
+            _notify(progress, "screened", screened=counts["screened"], examined=examined, total=len(points))
         heapq.heapify(queue)
         _notify(progress, "screening done", screened=counts["screened"], seconds=time.perf_counter() - started)
         ranked: list[Ranked] = []
