@@ -232,3 +232,22 @@ def test_a_run_configs_stages_say_the_peak_ppb_check_prices_for_the_plan(capsys:
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("│     3 │"))
     assert "13,833" in row and "loss" in row
+
+
+def test_a_mindformers_run_config_s_plan_is_said_in_its_yaml_not_as_megatron_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """MindFormers takes `offset` and the recompute lists, not `--pipeline-model-parallel-layout`: a
+    `framework: mindformers` run printed a Megatron-LM line a MindFormers user cannot use (qa26, qa27)."""
+    text = (CONFIGS / "llama3-8b.yaml").read_text()
+    text = text.replace("config: hf/llama3-8b.json", f"config: {CONFIGS / 'hf' / 'llama3-8b.json'}")
+    run = tmp_path / "mindformers.yaml"
+    run.write_text("framework: mindformers\n" + text)
+    code, out, _ = _run(capsys, str(run), "-q")
+    assert code == 0 and "offset: [" in out
+    assert "Megatron-LM" not in out and "--recompute" not in out
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offset: [0, 0, 0, 0]\n")
+    assert main(["check", str(run), "--plan", str(plan), "-q"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "the balancer's plan" in out and "Megatron-LM" not in out

@@ -296,6 +296,10 @@ def test_hf_configs_ignore_unused_fields_and_reject_bad_ones(tmp_path):
         ("num_key_value_heads", 7, "not a multiple"),
         ("hidden_act", "swish-9", "unsupported activation"),
         ("model_type", "bert", "not supported"),
+        # transformers' LlamaMLP gates any hidden_act: a GELU there was priced as an ungated two-matrix MLP (qa27)
+        ("hidden_act", "gelu", "'gelu': this model's MLP gates it"),
+        ("model_type", "Llama", "not supported (supported: llama, "),
+        ("model_type", "Llama", "): did you mean llama?"),
         ("tie_word_embeddings", "yes", "expected true or false"),
     ]:
         broken = {**raw, field: value}

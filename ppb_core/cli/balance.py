@@ -390,8 +390,10 @@ def render(result: dict[str, Any], solve_s: float) -> None:
                 f"  (cell {', '.join(empty)} holds no layer, as Megatron-Core runs it; MindFormers places layers "
                 "only, and needs one in every cell)"
             )
-        # a torchtitan run's plan is said in its job TOML lines below, not as Megatron-LM flags
-        for line in [] if given.get("framework") == "torchtitan" else megatron_lines(result["megatron"]):
+        # a torchtitan run's plan is said in its job TOML lines below, a MindFormers run config's in the yaml
+        # lines above, not as Megatron-LM flags (a layers.json's, whoever wrote it, says them all)
+        others = given.get("framework") == "torchtitan" or (in_s and given.get("framework") == "mindformers")
+        for line in [] if others else megatron_lines(result["megatron"]):
             console.print(escape(line), soft_wrap=True)
         for line in torchtitan_lines(result.get("torchtitan") or {}):
             console.print(escape(line), soft_wrap=True)

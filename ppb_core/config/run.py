@@ -581,6 +581,9 @@ class Device(StrictModel):
     attention_backward_efficiency: Efficiency | None = None
     flash2_forward_efficiency: Efficiency | None = None
     flash2_backward_efficiency: Efficiency | None = None
+    sdpa_flash2_forward_ratio: Efficiency | None = Field(
+        None, description="PyTorch SDPA's FlashAttention-2 forward over flash-attn 2's on this GPU (1: as fast)"
+    )
     # head size 64's flash-attention rate over head size 128's (0: the generic head-size law)
     attention_head64_forward: ZeroOrEfficiency | None = None
     attention_head64_backward: ZeroOrEfficiency | None = None

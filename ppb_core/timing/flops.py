@@ -39,7 +39,14 @@ from ppb_core.model.kinds import (
     TailKind,
 )
 from ppb_core.model.switches import LayerType
-from ppb_core.timing.flex import FLEX_DISPATCHERS, flex_sms, in_kernel_permutation, ranks_reached
+from ppb_core.timing.flex import (
+    FLEX_DISPATCHERS,
+    HYBRIDEP_SMS_ONE_DOMAIN,
+    flex_sms,
+    hybridep_rates,
+    in_kernel_permutation,
+    ranks_reached,
+)
 from ppb_core.timing.kernels import EAGER_TRAFFIC
 from ppb_core.timing.ring import FP32_BYTES, STEPPED, merge_bytes
 from ppb_core.timing.router import RouterSetting, router_launches
@@ -103,6 +110,9 @@ class Collective:
     # SMs its kernels take from compute running beside it, where the framework sets them (the flex
     # dispatcher's backends, `ppb_core.timing.flex.flex_sms`); 0: the device's NCCL share (`Kernels.contention`).
     sms: int = 0
+    # All-to-all: the backend's measured algorithm bandwidth within one NVLink domain, every row a rank receives
+    # over its kernel's time (HybridEP's, `ppb_core.timing.flex.hybridep_rates`), bytes/s; 0: the links' rate.
+    algorithm_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -210,6 +220,18 @@ def expert_fp8_pads(run: RunConfig) -> int:
     return 2 if run.framework_release.holds("experts_weight_probs") else 1
 
 
+def _hybridep_rates(run: RunConfig) -> tuple[float, ...]:
+    """HybridEP's measured kernel rates for a run whose expert-parallel group sits in one NVLink domain
+    (`ppb_core.timing.flex.hybridep_rates`): its dispatch API's SMs, Megatron's `moe_hybridep_num_sms` (the flex
+    dispatcher's SM count) else HybridEP's default in one domain; () for another dispatcher or across domains."""
+    par = run.parallel
+    ranks = par.expert_tp * par.ep
+    if run.timing.moe_dispatcher != "hybridep" or ranks <= 1 or ranks > par.devices_per_node:
+        return ()
+    sms = run.timing.moe_flex_dispatcher_num_sms or HYBRIDEP_SMS_ONE_DOMAIN
+    return hybridep_rates(run.device.name, ranks, sms, run.timing.moe_permute_fusion_into_hybridep)
+
+
 @dataclass(frozen=True)
 class OpGeometry(Geometry):
     """What the op tables read of a run beyond the sharding geometry: how the experts' tokens
@@ -219,6 +241,8 @@ class OpGeometry(Geometry):
     dispatcher: str = "alltoall"  # alltoall | allgather (Megatron's default) | deepep | hybridep | ncclep (flex)
     flex_in_kernel: bool = False  # the flex backend permutes inside its dispatch and combine (`flex`)
     flex_sms: int = 0  # SMs the flex backend's dispatch and combine take beside compute (`flex.flex_sms`)
+    # HybridEP's measured (dispatch, combine) kernel rates within one NVLink domain (`flex.hybridep_rates`); ()
+    hybridep_rates: tuple[float, ...] = ()
     hybridep_pad_uneven: bool = False  # --moe-hybridep-pad-uneven-dispatch-inputs: the counts' MAX all-reduce
     dispatch_bytes: int = 2  # bytes per element the expert dispatch sends (FP8 dispatch: 1)
     router_bytes: int = 2  # the router's probabilities (--moe-router-dtype, else the training dtype)
@@ -379,6 +403,7 @@ class OpGeometry(Geometry):
                 run.device.profile().sm_count,
                 run.timing.moe_permute_fusion_into_hybridep,
             ),
+            hybridep_rates=_hybridep_rates(run),
         )
 
     def attention_pairs(self, window: int = 0) -> float:
@@ -1823,6 +1848,10 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
     # across nodes go (tokens routed) × (remote nodes its experts sit in) hidden states.
     remote = _remote_nodes(moe, geo) if flex else None
     leaving = None if remote is None else geo.tokens / geo.tp * geo.routing_factor * remote * h
+    # HybridEP's measured kernels (`flex.hybridep_rates`): its combine is the dispatch's backward, its dispatch
+    # the combine's (fused_a2a.py `HybridEPDispatch.backward` calls `combine_with_unpermute`, `HybridEPCombine.
+    # backward` `dispatch_with_permute`; Megatron-LM 0d8e0714cd and 2edffadb52)
+    dispatch_rate, combine_rate = geo.hybridep_rates or (0.0, 0.0)
     if geo.ep > 1:
         ops.append(
             Op(
@@ -1839,6 +1868,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     calls=calls,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=dispatch_rate,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1849,6 +1879,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     None if leaving is None else leaving * bc,
                     calls=calls,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=combine_rate,
                 ),
             )
         )
@@ -1949,6 +1980,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_out", "forward"),
                     None if leaving is None else leaving * bc,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=combine_rate,
                 ),
                 backward_comm=Collective(
                     ALL_TO_ALL,
@@ -1958,6 +1990,7 @@ def moe_ops(kind: BodyKind, moe: Moe, geo: OpGeometry, p: str = "") -> list[Op]:
                     (p + "experts_out", "wgrad"),
                     None if leaving is None else leaving * geo.dispatch_bytes,
                     sms=geo.flex_sms,
+                    algorithm_bytes_per_s=dispatch_rate,
                 ),
             )
         )
