@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppb_core.cli.main import main
-from ppb_core.cli.search import _Progress, behind, limits_line, proven_line
+from ppb_core.cli.search import _Progress, behind, limits_line, proven_line, stage_peaks_line
 from ppb_core.config.run import load_run_config
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.rank import Ranked
@@ -178,3 +178,14 @@ def test_the_table_says_how_to_launch_the_first(tmp_path: Path, capsys) -> None:
     tp = int(name.split("-")[0].removeprefix("tp").removesuffix("sp"))
     assert f"--tensor-model-parallel-size {tp} \\" in flags
     assert "--global-batch-size 24 \\" in flags and any(line.startswith("--seq-length 4096") for line in flags)
+    # search.json keeps each stage's peak; the busiest is the table's peak, one a pipeline stage
+    (first,) = json.loads((out / "search.json").read_text())["ranked"]
+    stages = first["stage_peak_memory_mb"]
+    assert len(stages) == first["parallel"]["pp"] and max(stages) == first["peak_memory_mb"]
+
+
+def test_a_pipelined_firsts_peak_is_said_stage_by_stage() -> None:
+    """By hand: 68,000 MB / 1,024 = 66.41 GiB, 61,440 MB = 60.0 GiB; 77,559 MB a stage may use = 75.74 GiB."""
+    entry = _ranked({"compute": 1.0})
+    entry = Ranked(**{**entry.__dict__, "memory_mb": 77559.0, "stage_peaks_mb": (68000.0, 61440.0)})
+    assert stage_peaks_line(entry) == "peak GiB by pipeline stage 66.4 | 60.0 (of 75.7 GiB a stage may use)"

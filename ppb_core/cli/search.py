@@ -226,6 +226,9 @@ def render(result: SearchResult) -> None:
         ", ".join(f"{name.replace('_', ' ')} {counts.get(name, 0):,}" for name in counts) + f"; {result.seconds:.1f} s"
     )
     console.print(limits_line(spec.search), markup=False, highlight=False)
+    if result.ranked and len(result.ranked[0].stage_peaks_mb) > 1:
+        first = result.ranked[0]
+        console.print(f"#1 {first.strategy.label(spec)}: {stage_peaks_line(first)}", markup=False, highlight=False)
     _torchtitan(console, spec, result)
     _launch(console, spec, result)
 
@@ -284,6 +287,12 @@ def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> Non
         for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
+
+
+def stage_peaks_line(entry: Ranked) -> str:
+    """Each pipeline stage's peak of a ranked plan and the room a stage has: where memory is tight."""
+    peaks = " | ".join(_gib(mb) for mb in entry.stage_peaks_mb)
+    return f"peak GiB by pipeline stage {peaks} (of {_gib(entry.memory_mb)} GiB a stage may use)"
 
 
 def limits_line(options: SearchOptions) -> str:
