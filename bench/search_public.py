@@ -120,6 +120,8 @@ def spec_of(row: PublicRun, balanced: int, ep_overlap: bool = False) -> SearchSp
     }
     if "ppb" in raw:
         spec_raw["ppb"] = raw["ppb"]
+    if "memory" in raw:  # the Megatron CI GPT 7B rows' CUBLAS_WORKSPACE_CONFIG
+        spec_raw["memory"] = raw["memory"]
     if "framework_release" in raw:
         # the releases the row's container ran (bench/_nemo.py RELEASES_2511, RELEASES_2604), as its own
         # `as published` time prices them; until session 27 the search priced every strategy, the published one

@@ -71,3 +71,12 @@ def test_the_search_runs_the_releases_of_the_rows_container(bench, rows):
     assert (stated["megatron_core"], stated["transformer_engine"], stated["pytorch"]) == ("0.17.0", "2.14", "2.11.0a0")
     run = validate(spec, bench.published_strategy(row))
     assert run.framework_release.model_dump(exclude_none=True) == stated
+
+
+def test_the_search_runs_the_rows_cublas_workspace(bench, rows):
+    # Megatron CI GPT 7B TP1 PP4 (H100) ran CUBLAS_WORKSPACE_CONFIG=:4096:8 (its row's memory section): the
+    # search of its job prices every strategy with it, 4096 KiB · 8 = 32 MiB a handle
+    row = rows["Megatron CI GPT 7B TP1 PP4 (H100)"]
+    assert row.raw["memory"] == {"cublas_workspace_config": ":4096:8"}
+    run = validate(bench.spec_of(row, 4), bench.published_strategy(row))
+    assert run.memory.cublas_workspace_bytes == 32 * 1024 * 1024
