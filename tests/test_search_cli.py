@@ -4,12 +4,13 @@ input refused in one line with exit 2 and nothing written."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ppb_core.cli.main import main
-from ppb_core.cli.search import _Progress, behind, limits_line, proven_line, stage_peaks_line
+from ppb_core.cli.search import _Progress, behind, dualpipev_line, limits_line, proven_line, stage_peaks_line
 from ppb_core.config.run import load_run_config
 from ppb_core.search.enumerate import Strategy
 from ppb_core.search.rank import Ranked
@@ -189,3 +190,16 @@ def test_a_pipelined_firsts_peak_is_said_stage_by_stage() -> None:
     entry = _ranked({"compute": 1.0})
     entry = Ranked(**{**entry.__dict__, "memory_mb": 77559.0, "stage_peaks_mb": (68000.0, 61440.0)})
     assert stage_peaks_line(entry) == "peak GiB by pipeline stage 66.4 | 60.0 (of 75.7 GiB a stage may use)"
+
+
+def test_a_ranked_dualpipev_strategy_under_megatron_is_said_not_megatrons() -> None:
+    """searches/deepseek-v3-2048.yaml lists dualpipev under framework megatron and ranks DualPipeV first
+    (tp2sp-cp1-pp8v2d-dp64-ep32-z1-b1m240-r0 on 1024 H100s); Megatron-LM runs no DualPipeV. Said once
+    under the table; nothing when none is ranked or the framework is torchtitan (torch's ScheduleDualPipeV)."""
+    spec = load_search_spec(DATA / "tiny-dense.yaml")
+    dualpipe = _ranked({"compute": 1.0})
+    dualpipe = Ranked(**{**dualpipe.__dict__, "strategy": replace(dualpipe.strategy, vpp=2, schedule="dualpipev")})
+    assert dualpipev_line(spec, [_ranked({"compute": 1.0})]) is None
+    assert dualpipev_line(spec, [dualpipe]).startswith("DualPipeV (`v2d` in a name): DeepSeek's schedule")
+    titan = spec.model_copy(update={"framework": "torchtitan"})
+    assert dualpipev_line(titan, [dualpipe]) is None

@@ -185,6 +185,9 @@ def render(result: SearchResult) -> None:
         )
     if result.ranked:
         console.print(table)
+    said = dualpipev_line(spec, result.ranked)
+    if said:
+        console.print(said, markup=False, highlight=False)
     if mtp:
         console.print(
             "MTP layers: each strategy with PP ≥ 2 (not DualPipeV) balanced with them beside the loss and apart on "
@@ -287,6 +290,18 @@ def _torchtitan(console: Console, spec: SearchSpec, result: SearchResult) -> Non
         for line in torchtitan_lines(said):  # `[parallelism]` is TOML, not rich markup
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         return
+
+
+def dualpipev_line(spec: SearchSpec, ranked: list[Ranked]) -> str | None:
+    """Under Megatron-LM, that a ranked DualPipeV strategy is not one it runs (None when none is ranked):
+    `limits.schedules: [.., dualpipev]` prices DeepSeek's schedule under Megatron's rules, and its flags
+    file has a note and no schedule (Megatron-LM d98e8a64 has no DualPipeV)."""
+    if spec.framework != "megatron" or not any(entry.strategy.schedule == "dualpipev" for entry in ranked):
+        return None
+    return (
+        "DualPipeV (`v2d` in a name): DeepSeek's schedule priced under Megatron-LM's rules; Megatron-LM does not "
+        "run it (torchtitan does), so such a strategy has no Megatron-LM schedule flags"
+    )
 
 
 def stage_peaks_line(entry: Ranked) -> str:

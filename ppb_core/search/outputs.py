@@ -94,8 +94,11 @@ def megatron_flags(spec: SearchSpec, strategy: Strategy, plan: dict[str, Any]) -
         # layout and recompute, or the fastest plan Megatron-Core can say when it cannot say this one, whole
         # and shell-quoted, so that what is pasted runs as priced
         flags.append(megatron["flags"])
-    elif s.vpp > 1:
-        # no layout to paste (the comment lines above the flags say why): the chunks per rank alone
+    elif s.vpp > 1 and s.schedule != "dualpipev":
+        # no layout to paste (the comment lines above the flags say why): the chunks per rank alone; never for
+        # DualPipeV, which Megatron-LM does not run (its note says so): the flag would launch the interleaved
+        # schedule, which Megatron refuses besides where the layers do not fill pp·vpp chunks evenly (DeepSeek-V3's
+        # 61 on PP8 V2, printed until session 27)
         flags.append(f"--num-virtual-stages-per-pipeline-rank {s.vpp}")
         if s.group:
             flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {s.group}")
