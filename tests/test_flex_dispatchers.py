@@ -17,7 +17,7 @@ from ppb_core.memory.frameworks.flex_buffers import deepep_buffer_bytes, hybride
 from ppb_core.memory.setup import MemorySetup
 from ppb_core.model.kinds import body_kind
 from ppb_core.timing.comm import Links, collective_seconds
-from ppb_core.timing.flex import flex_sms, hybridep_rates, ranks_reached
+from ppb_core.timing.flex import flex_sms, hybridep_ib_rates, hybridep_rates, ranks_reached
 from ppb_core.timing.flops import ALL_TO_ALL, Collective, Op, OpGeometry, expert_fp8_pads, moe_ops
 from ppb_core.timing.host import dispatcher_wait_s
 from ppb_core.timing.launches import layer_launches
@@ -278,3 +278,33 @@ def test_a_hybridep_all_to_all_in_one_domain_moves_every_row_at_that_rate() -> N
     # without a measured rate, NCCL's model: 7/8 of it over 0.802 · 900 GB/s, and 7 steps of 5 us
     plain = Collective(ALL_TO_ALL, "ep", payload, "ep")
     assert collective_seconds(plain, links) == pytest.approx(payload * 7 / 8 / (0.802 * 900e9) + 7 * 5e-6)
+
+
+def test_hybridep_across_h100_nodes_takes_its_measured_ib_rate_a_leaving_byte() -> None:
+    # DeepEP hybrid-ep 1dddd19, Hybrid-EP_Implementation.md, "H100 Platform", kernel only, IB GB/s counted with the
+    # local node's copies (tests/utils.py count_rdma_send_from_routing_map): 16 ranks at 16 SMs 71.71 / 62.95; over
+    # two nodes half the counted copies leave: 35.855 / 31.475 GB/s a leaving byte
+    assert hybridep_ib_rates("h100-80gb", 16, 32, False, 2) == pytest.approx((35.855e9, 31.475e9))
+    # 64 ranks over 8 nodes at 8 SMs: 50.55 / 51.03 counted, 7/8 of them leaving
+    assert hybridep_ib_rates("h100-80gb", 64, 8, False, 8) == pytest.approx((50.55e9 * 7 / 8, 51.03e9 * 7 / 8))
+    assert hybridep_ib_rates("b200", 16, 32, False, 2) == ()  # not measured across B200 nodes
+    assert hybridep_ib_rates("h100-80gb", 16, 32, False, 1) == ()
+    # Qwen3 30B-A3B's shape at EP 16 over two 8-GPU H100 nodes, the recipe's 32 SMs
+    run = make_run(SPEC, parallel={"dp": 16, "ep": 16}, training={"seq_length": 4096},
+                   timing={"moe_dispatcher": "hybridep", "moe_flex_dispatcher_num_sms": 32})  # fmt: skip
+    geo = OpGeometry.from_run(run)
+    assert geo.hybridep_rates == () and geo.hybridep_ib_rates == pytest.approx((35.855e9, 31.475e9))
+    dispatch = {op.name: op for op in moe_ops(KIND, MOE, geo)}["dispatch"]
+    assert dispatch.forward_comm.inter_node_bytes_per_s == pytest.approx(35.855e9)
+    assert dispatch.backward_comm.inter_node_bytes_per_s == pytest.approx(31.475e9)
+    # 4096 tokens reach 2·(1 − 0.5^8) = 1.9922 nodes, half of them remote: 4096 · 0.99609 · 4096 B = 16.71 MB leave,
+    # at 35.855 GB/s 0.4661 ms; NVLink's side, 6.5965 of 16 ranks' rows a token (1 − C(120, 8)/C(128, 8) = 0.41228
+    # each), 7 of them local: 4096 · 6.5965 · 4096 / 16 · 7 B over 0.8 · 450 GB/s = 0.1345 ms; the slower one, then
+    # 15 steps of 5 + 5 us (NVLink's and the node's latency)
+    leaving = 4096 * 2 * (1 - 0.5**8) * 0.5 * 2048 * 2
+    intra = 4096 * 16 * (1 - MISSED) * 2048 * 2 / 16 * 7 / (0.8 * 450e9)
+    links = Links.from_run(run)
+    assert collective_seconds(dispatch.forward_comm, links) == pytest.approx(
+        max(intra, leaving / 35.855e9) + 15 * 10e-6
+    )
+    assert leaving / 35.855e9 == pytest.approx(0.4661e-3, rel=1e-3) and intra == pytest.approx(0.1345e-3, rel=1e-3)

@@ -14,7 +14,8 @@ Costs (bandwidth per direction per device, times the device's `comm_efficiency`,
   the rest over the inter-node link at the same time, g−1 steps (a dispatcher that sends a token
   once per destination node states the bytes leaving the node: `Collective.inter_node_bytes`); a
   backend measured within one NVLink domain (`Collective.algorithm_bytes_per_s`: HybridEP's kernels,
-  `ppb_core.timing.flex`) P over its measured rate instead, inside that domain;
+  `ppb_core.timing.flex`) P over its measured rate instead, inside that domain, and the bytes leaving
+  the node at the backend's measured rate where it has one (`Collective.inter_node_bytes_per_s`);
 - point-to-point ring exchange (ring attention): P bytes in g−1 steps, over one NIC where a hop
   leaves the node.
 A ring that leaves the node runs at the inter-node bandwidth of the NICs it can use: NCCL runs one
@@ -141,7 +142,7 @@ def collective_seconds(collective: Collective, links: Links) -> float:
         share = payload / size
         intra = share * (local - 1) / links.node_bytes_per_s(local) if local > 1 else 0.0
         leaving = share * (size - local) if collective.inter_node_bytes is None else collective.inter_node_bytes
-        inter = leaving / links.inter_node_bytes_per_s
+        inter = leaving / (collective.inter_node_bytes_per_s or links.inter_node_bytes_per_s)
         return max(intra, inter) + (size - 1) * step
     bandwidth = links.ring_bytes_per_s(local, size)
     steps = 1 if links.mesh(local, size) else size - 1  # HCCL's Mesh: one step (module docstring)

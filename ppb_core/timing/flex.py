@@ -53,7 +53,14 @@ d98e8a64; HybridEP: deepseek-ai/DeepEP branch hybrid-ep at 94a9f8f).
   unmeasured). Each group size takes the figures of the most ranks measured up to it (EP 64: 36's, beyond
   the table), each SM count the figures of the most SMs measured up to it (below 16: none); the permute
   fused into the dispatch (other kernels, unmeasured) none. The measurement's rows are 14 KiB (hidden 7168);
-  a model's smaller rows are taken at the same rate (unmeasured).
+  a model's smaller rows are taken at the same rate (unmeasured). Across nodes the same branch measured
+  H100 (Hybrid-EP_Implementation.md at 1dddd19, "H100 Platform", IB bandwidth, kernel only, 16 to 64 ranks of
+  8 a node, 4 to 16 SMs): there the bytes are a token's copy to each node it reaches, the local node
+  included (tests/utils.py `count_rdma_send_from_routing_map`: "we do not set the local node map to
+  zeros"), so of n nodes reached only (n − 1)/n of those bytes leave a node (`hybridep_ib_rates`: the rate
+  a leaving byte takes, against ppb's NIC share, 0.94 · 50 GB/s on DGX H100): 16 ranks at 16 SMs 71.71 /
+  62.95 GB/s counted, 35.9 / 31.5 a leaving byte over two nodes. The NVLink side inside each node stays
+  ppb's.
 """
 
 from __future__ import annotations
@@ -73,6 +80,14 @@ HYBRIDEP_KERNEL_GBS_NVLINK5 = {
     32: {8: (764.03, 737.13), 16: (706.95, 666.26), 24: (665.97, 639.80), 32: (642.23, 605.15), 36: (632.31, 596.99)},
 }
 NVLINK5_PARTS = ("b200", "gb200", "b300", "gb300")
+# HybridEP's kernel-only IB algorithm bandwidth on H100 across 8-GPU nodes, GB/s (module docstring): {SMs: {ranks:
+# (BF16 dispatch, combine)}}, deepseek-ai/DeepEP hybrid-ep 1dddd19 Hybrid-EP_Implementation.md, "H100 Platform".
+HYBRIDEP_IB_GBS_H100 = {
+    4: {16: (44.40, 52.00), 32: (52.60, 51.00), 64: (48.00, 46.00)},
+    8: {16: (76.80, 68.00), 32: (54.50, 56.40), 64: (50.55, 51.03)},
+    16: {16: (71.71, 62.95), 32: (57.69, 57.46), 64: (49.97, 49.77)},
+}
+HYBRIDEP_IB_PARTS = ("h100-80gb",)
 
 
 def ranks_reached(experts: int, k: int, ep: int) -> float:
@@ -110,12 +125,28 @@ def hybridep_rates(device: str, ranks: int, sms: int, fused: bool) -> tuple[floa
     permute fused)."""
     if device not in NVLINK5_PARTS or fused:
         return ()
-    measured_sms = [count for count in HYBRIDEP_KERNEL_GBS_NVLINK5 if count <= sms]
+    return _measured(HYBRIDEP_KERNEL_GBS_NVLINK5, ranks, sms)
+
+
+def _measured(table: dict[int, dict[int, tuple[float, float]]], ranks: int, sms: int) -> tuple[float, ...]:
+    """A measured (dispatch, combine) pair at the most SMs measured up to *sms* and the most ranks up to
+    *ranks*, in bytes/s; () below the table."""
+    measured_sms = [count for count in table if count <= sms]
     if not measured_sms:
         return ()
-    table = HYBRIDEP_KERNEL_GBS_NVLINK5[max(measured_sms)]
-    measured_ranks = [count for count in table if count <= ranks]
+    by_ranks = table[max(measured_sms)]
+    measured_ranks = [count for count in by_ranks if count <= ranks]
     if not measured_ranks:
         return ()
-    dispatch, combine = table[max(measured_ranks)]
+    dispatch, combine = by_ranks[max(measured_ranks)]
     return dispatch * 1e9, combine * 1e9
+
+
+def hybridep_ib_rates(device: str, ranks: int, sms: int, fused: bool, nodes: int) -> tuple[float, ...]:
+    """(dispatch, combine) bytes/s a byte leaving a node takes in HybridEP's kernels across *nodes* nodes of
+    *device* (module docstring): the measured IB algorithm rate over the share of its counted copies that
+    leave, (nodes − 1)/nodes; () where not measured."""
+    if device not in HYBRIDEP_IB_PARTS or fused or nodes <= 1:
+        return ()
+    counted = _measured(HYBRIDEP_IB_GBS_H100, ranks, sms)
+    return tuple(rate * (nodes - 1) / nodes for rate in counted)
