@@ -227,7 +227,37 @@ def torchtitan_said(spec: SearchSpec, entry: Ranked) -> dict[str, Any] | None:
         return None
     run = validate(spec, entry.strategy)
     assert not isinstance(run, Refusal)  # it was ranked
-    return torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    said = torchtitan(entry.plan, run.training.recompute, (run.training.micro_batch_size, run.parallel.dp))
+    if said is None or not said.get("lines"):
+        return said
+    return {**said, "lines": with_degrees(spec, entry.strategy, said["lines"])}
+
+
+def with_degrees(spec: SearchSpec, strategy: Strategy, lines: list[str]) -> list[str]:
+    """A search's torchtitan lines with what the search chose and `ppb balance`'s lines leave to the job (it
+    reads them from the run config): the `[parallelism]` degrees and, at PP 1, the batch. Until session 27
+    the lines of a PP 1 strategy were its `[activation_checkpoint]` alone, so `tp1-cp1-pp1-dp8-fsdp-b1m2`
+    printed `mode = "none"` and no degree or batch. torchtitan v0.2.2 config/job_config.py `Parallelism`: the
+    world is dp_replicate · dp_shard · cp · tp · pp; FSDP2 shards over dp_shard (× cp), DDP replicates over
+    dp_replicate; train.py: gradient_accumulation_steps = global_batch_size // (local_batch_size · dp)."""
+    s = strategy
+    shard = s.fsdp or s.zero >= 1
+    degrees = [
+        f"data_parallel_replicate_degree = {1 if shard else s.dp}",
+        f"data_parallel_shard_degree = {s.dp if shard else 1}",
+        f"tensor_parallel_degree = {s.tp}",
+        f"context_parallel_degree = {s.cp}",
+        *([f"expert_parallel_degree = {s.ep}", f"expert_tensor_parallel_degree = {s.etp}"] if spec.moe else []),
+    ]
+    if lines and lines[0] == "[parallelism]":  # PP > 1: the plan's pipeline keys, its batch already there
+        return [lines[0], *degrees, *lines[1:]]
+    batch = [  # PP 1: a step of m micro-batches is m accumulation steps of local_batch_size each
+        "# the batch the plan was priced at: merge these keys into your own [training] table",
+        "[training]",
+        f"local_batch_size = {s.micro_batch_size}",
+        f"global_batch_size = {s.micro_batch_size * s.micro_batches * s.dp}",
+    ]
+    return ["[parallelism]", *degrees, *lines, *batch]
 
 
 def torchtitan_text(said: dict[str, Any]) -> str:
